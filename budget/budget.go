@@ -1,0 +1,95 @@
+package budget
+
+import (
+	"strconv"
+	"time"
+)
+
+// Budget decides whether the process can afford one more attempt of a call (a
+// retry or a hedge). One Budget is shared by every method, both interceptors and
+// any number of connections. A nil Budget means unlimited.
+//
+// Implementations must be safe for concurrent use. The interface has no hidden
+// methods: users may implement it.
+type Budget interface {
+	// Record tells the budget how one attempt ended. The interceptors call it
+	// once for every attempt that ends, successful or not, including the last
+	// attempt of a call.
+	Record(a Attempt)
+	// Allow asks for one more attempt of a call. It returns true when the
+	// attempt may be sent, and then the budget has spent what that attempt
+	// costs; false when the budget refuses.
+	Allow(r Request) bool
+	// State reports the budget's state for metrics, logs and `stagger check`.
+	State() State
+}
+
+// Outcome is how an attempt ended, as far as a budget cares.
+type Outcome uint8
+
+const (
+	// Success: the attempt ended with status OK.
+	Success Outcome = iota
+	// Failure: the attempt failed in a way the policy counts as retryable
+	// (gRFC A6 counts these against the throttle, even on the last attempt,
+	// and so does a negative or malformed pushback).
+	Failure
+	// Other: the attempt ended another way that says nothing about the
+	// server's health as the budget sees it: a non-retryable code, a failure
+	// after commit, the caller's own cancellation or deadline.
+	Other
+)
+
+// String returns "success", "failure" or "other".
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "success"
+	case Failure:
+		return "failure"
+	case Other:
+		return "other"
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Attempt describes one attempt that ended.
+type Attempt struct {
+	// Number counts the attempts of the call: 1 is the first attempt.
+	Number int
+	// Outcome is how it ended.
+	Outcome Outcome
+	// AfterTimeout: this attempt was a retry sent after the previous attempt
+	// was cut off by stagger's per-attempt timer (a token bucket refunds the
+	// larger timeout cost when such a retry succeeds).
+	AfterTimeout bool
+	// Hedge: this attempt was a hedge, sent while an earlier one was running.
+	Hedge bool
+}
+
+// Request asks for one more attempt.
+type Request struct {
+	// Number is the number of the attempt asked for: 2 is the first retry.
+	Number int
+	// AfterTimeout: the previous attempt was cut off by stagger's per-attempt
+	// timer (a token bucket charges more for such a retry).
+	AfterTimeout bool
+	// Hedge: the attempt is a hedge.
+	Hedge bool
+}
+
+// State is a snapshot of a budget, for metrics, logs and `stagger check`.
+type State struct {
+	// Kind names the budget kind: "throttle", "token-bucket", "ratio", or a
+	// user's own.
+	Kind string
+	// Level is the budget's current level: tokens for "throttle" and
+	// "token-bucket"; for "ratio", the retries it could allow now.
+	Level float64
+	// Capacity is the largest Level can be.
+	Capacity float64
+	// Allowed and Refused count the Allow calls answered true and false.
+	Allowed, Refused uint64
+	// At is when the snapshot was taken, on the budget's clock.
+	At time.Time
+}

@@ -1,0 +1,202 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+)
+
+// DefaultPushbackCeiling is the longest server pushback stagger waits for when a
+// Policy sets none: a longer pushback stops retrying, so a hostile or broken
+// server cannot park a client (a difference from grpc-go, which waits).
+const DefaultPushbackCeiling = 5 * time.Minute
+
+// DefaultMaxAttemptsCap is gRFC A6's cap on maxAttempts in a policy file: larger
+// values are treated as this one unless the client raises the cap in code.
+const DefaultMaxAttemptsCap = 5
+
+// CodeSet is a set of gRPC status codes, as a bit set (code c is bit c). The
+// zero value is the empty set.
+type CodeSet uint32
+
+// NewCodeSet returns the set of the given codes. Codes above 16 are ignored.
+func NewCodeSet(cs ...codes.Code) CodeSet {
+	var s CodeSet
+	for _, c := range cs {
+		if c <= 16 {
+			s |= 1 << c
+		}
+	}
+	return s
+}
+
+// Has reports whether c is in the set.
+func (s CodeSet) Has(c codes.Code) bool { return c <= 16 && s&(1<<c) != 0 }
+
+// Codes lists the set's codes in increasing order.
+func (s CodeSet) Codes() []codes.Code {
+	var out []codes.Code
+	for c := codes.Code(0); c <= 16; c++ {
+		if s.Has(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Predicate classifies an error that status codes cannot: it returns decided
+// false to leave the decision to the codes, or decided true with retry saying
+// whether to retry. It runs for failed attempts only, and never overrides the
+// rules no policy may break (the caller's own deadline or cancellation, a
+// committed attempt, maxAttempts, pushback that says stop).
+type Predicate func(err error) (retry, decided bool)
+
+// Policy is how a method retries: how many attempts, which failures, how long to
+// pause, per-attempt timeout and pushback. It is a value; it is safe for
+// concurrent use once built, as long as nobody modifies it.
+type Policy struct {
+	// MaxAttempts counts attempts, the first included: 3 means at most 2
+	// retries. Below 2 the method does not retry. A policy file's value is
+	// capped at DefaultMaxAttemptsCap unless raised when parsing; a Policy
+	// built in code is used as written.
+	MaxAttempts int
+	// Backoff is the pause before each retry.
+	Backoff Backoff
+	// RetryableCodes are retried as listed, as grpc-go does. The zero set
+	// means stagger's default decisions: UNAVAILABLE, and RESOURCE_EXHAUSTED
+	// sent by the server (not one raised by grpc-go itself).
+	RetryableCodes CodeSet
+	// PerAttemptRecvTimeout, when > 0, cuts an attempt that has received no
+	// response header or message after that long, and retries it whatever the
+	// codes say (grpc C-core's perAttemptRecvTimeout). It applies only to
+	// methods known to be idempotent.
+	PerAttemptRecvTimeout time.Duration
+	// PushbackCeiling is the longest server pushback honoured; a longer one
+	// stops retrying. Zero means DefaultPushbackCeiling.
+	PushbackCeiling time.Duration
+	// Predicate, when set, decides for errors the codes cannot classify.
+	Predicate Predicate
+}
+
+// Hedging is a gRFC A6 hedging policy: send the first attempt, then another
+// every Delay while none has succeeded, up to MaxAttempts in all.
+type Hedging struct {
+	// MaxAttempts counts attempts, the first included.
+	MaxAttempts int
+	// Delay is the pause between hedges; 0 sends all attempts at once.
+	Delay time.Duration
+	// NonFatalCodes: an attempt failing with one of these sends the next hedge
+	// at once; any other failure ends the call.
+	NonFatalCodes CodeSet
+	// Adaptive, when true, hedges after the method's observed p95 latency
+	// instead of Delay (a stagger extension; Delay is used until enough
+	// calls were seen).
+	Adaptive bool
+}
+
+// Method is everything a Config says about one method.
+type Method struct {
+	// Retry is the method's retry policy; nil means it does not retry.
+	Retry *Policy
+	// Hedging is the method's hedging policy; nil means it does not hedge. A
+	// method has at most one of Retry and Hedging.
+	Hedging *Hedging
+	// Idempotent, when set, overrides the method's proto idempotency_level.
+	Idempotent *bool
+	// Timeout, when > 0, is the call's deadline unless the caller's own is
+	// earlier (grpc-go's meaning).
+	Timeout time.Duration
+	// WaitForReady, when set, is applied to each call as grpc.WaitForReady.
+	WaitForReady *bool
+	// MaxRequestMessageBytes and MaxResponseMessageBytes, when set, are
+	// applied to each call as grpc.MaxCallSendMsgSize and
+	// grpc.MaxCallRecvMsgSize.
+	MaxRequestMessageBytes  *int
+	MaxResponseMessageBytes *int
+}
+
+// Reason says why an attempt is not retried (or, with ReasonNone, that it is).
+type Reason uint8
+
+const (
+	// ReasonNone: retry.
+	ReasonNone Reason = iota
+	// ReasonSuccess: the attempt succeeded.
+	ReasonSuccess
+	// ReasonNotRetryable: the policy does not retry this failure.
+	ReasonNotRetryable
+	// ReasonAttempts: no attempt is left.
+	ReasonAttempts
+	// ReasonCommitted: the attempt had received response headers or a message.
+	ReasonCommitted
+	// ReasonPushback: the server's pushback says stop (negative, malformed,
+	// repeated, or above the ceiling).
+	ReasonPushback
+	// ReasonDeadline: the next pause would not end before the caller's deadline.
+	ReasonDeadline
+	// ReasonCaller: the caller cancelled or its deadline passed.
+	ReasonCaller
+	// ReasonBudget: the retry budget refused (decided by the interceptor).
+	ReasonBudget
+	// ReasonNotIdempotent: the method is not known to be idempotent, so stagger
+	// does not hedge it or retry it after its own per-attempt timeout.
+	ReasonNotIdempotent
+)
+
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent"}
+
+// String returns a short lower-case name, as used in logs and hooks.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Attempt describes an attempt that just ended, for Decide. The interceptors
+// fill it; Decide reads it and nothing else, so it is a pure function.
+type Attempt struct {
+	// Number counts attempts: 1 is the first.
+	Number int
+	// Err is the attempt's error; nil means it succeeded.
+	Err error
+	// Trailer is the attempt's trailer metadata (for pushback).
+	Trailer metadata.MD
+	// Committed: response headers or a message arrived before the failure.
+	Committed bool
+	// TimedOut: stagger's per-attempt timer cut the attempt off.
+	TimedOut bool
+	// CallerDone: the caller's own context is done (cancelled or past its
+	// deadline). Told apart from TimedOut by the contexts, not by the code.
+	CallerDone bool
+	// Retry is the number the next retry has in the backoff sequence: 1 for
+	// the first retry and for the first retry after a pushback (gRFC A6: the
+	// sequence restarts after a pushback), then 2, 3, ...
+	Retry int
+	// Prev is the pause before the previous retry, for decorrelated jitter:
+	// Backoff.Initial when Retry == 1.
+	Prev time.Duration
+	// Remaining is the time left before the caller's deadline; meaningful
+	// only when HasDeadline.
+	Remaining   time.Duration
+	HasDeadline bool
+	// U is uniform in [0, 1), for the jitter.
+	U float64
+}
+
+// Verdict is Decide's answer.
+type Verdict struct {
+	// Retry: send another attempt after Pause.
+	Retry bool
+	// Pause is the pause before the next attempt.
+	Pause time.Duration
+	// Pushback: Pause is the server's pushback, and the backoff sequence
+	// restarts (the next Prev passed to Delay is Initial).
+	Pushback bool
+	// Reason says why not, when Retry is false.
+	Reason Reason
+	// Record is what the budget should be told of this attempt.
+	Record budget.Outcome
+}
