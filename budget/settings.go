@@ -40,10 +40,26 @@ type RatioSettings struct {
 	MinRetriesPerSecond float64
 }
 
-// Settings is the budget a policy file declares: at most one field is set.
-// It is comparable, so a reload can tell whether the budget changed.
+// Kind names a budget kind.
+type Kind uint8
+
+const (
+	// KindNone: no budget (unlimited).
+	KindNone Kind = iota
+	// KindThrottle: the gRFC A6 throttle.
+	KindThrottle
+	// KindTokenBucket: the AWS SDK standard-mode token bucket.
+	KindTokenBucket
+	// KindRatio: retries as a share of requests over a sliding window.
+	KindRatio
+)
+
+// Settings is a budget as a policy file declares it: Kind says which of the
+// other fields applies. It is comparable with ==, so a reload can tell whether
+// the budget changed and keep the old one's state when it did not.
 type Settings struct {
-	Throttle    *ThrottleSettings
-	TokenBucket *TokenBucketSettings
-	Ratio       *RatioSettings
+	Kind        Kind
+	Throttle    ThrottleSettings
+	TokenBucket TokenBucketSettings
+	Ratio       RatioSettings
 }
