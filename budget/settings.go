@@ -1,6 +1,11 @@
 package budget
 
-import "time"
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
 
 // ThrottleSettings configure the gRFC A6 throttle (a policy file's
 // retryThrottling).
@@ -15,15 +20,20 @@ type ThrottleSettings struct {
 // A zero field takes the default written beside it.
 type TokenBucketSettings struct {
 	// Capacity is the most tokens the bucket holds, and where it starts
-	// unless Initial is set. Default 500.
+	// unless Initial is set. Default 500. At most 1e9.
 	Capacity float64
-	// RetryCost is what a retry takes. Default 5.
+	// Initial is where the bucket starts, in (0, Capacity]. Zero means full
+	// (Capacity), as in the AWS SDKs. Stagger's default budget starts low:
+	// see Default.
+	Initial float64
+	// RetryCost is what a retry (or a hedge) takes, in (0, Capacity].
+	// Default 5.
 	RetryCost float64
-	// TimeoutRetryCost is what a retry after a per-attempt timeout takes.
-	// Default 10.
+	// TimeoutRetryCost is what a retry after a per-attempt timeout takes, in
+	// (0, Capacity]. Default 10.
 	TimeoutRetryCost float64
-	// SuccessReward is added when a call succeeds on its first attempt.
-	// Default 1.
+	// SuccessReward is added when a call succeeds on its first attempt, in
+	// (0, Capacity]. Default 1.
 	SuccessReward float64
 }
 
@@ -32,11 +42,16 @@ type TokenBucketSettings struct {
 // A zero field takes the default written beside it.
 type RatioSettings struct {
 	// Percent of requests that may be retries, in (0, 100]. Default 10.
+	// Requests are first attempts.
 	Percent float64
-	// Window over which requests and retries are counted. Default 10s.
+	// Window over which requests and retries are counted, in [10ms, 1h].
+	// Default 10s. It is kept as a ring of 10 buckets of Window/10, so
+	// counts leave the window Window/10 at a time.
 	Window time.Duration
-	// MinRetriesPerSecond is a floor so that a quiet client can still retry.
-	// Default: see DefaultRatioSettings.
+	// MinRetriesPerSecond is a floor so that a quiet client can still retry:
+	// the window allows at least MinRetriesPerSecond × Window retries, in
+	// [0, 1e6]. Zero takes the default, DefaultRatioSettings; a negative
+	// value means no floor.
 	MinRetriesPerSecond float64
 }
 
@@ -62,4 +77,198 @@ type Settings struct {
 	Throttle    ThrottleSettings
 	TokenBucket TokenBucketSettings
 	Ratio       RatioSettings
+}
+
+// String returns "none", "throttle", "token-bucket" or "ratio", the names
+// State.Kind uses.
+func (k Kind) String() string {
+	switch k {
+	case KindNone:
+		return "none"
+	case KindThrottle:
+		return kindThrottle
+	case KindTokenBucket:
+		return kindTokenBucket
+	case KindRatio:
+		return kindRatio
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+const (
+	kindThrottle    = "throttle"
+	kindTokenBucket = "token-bucket"
+	kindRatio       = "ratio"
+)
+
+// Budgets keep tokens as integer thousandths so that Allow and Record are a
+// compare-and-swap, and so that gRFC A6's "tokenRatio kept to 3 decimals" is
+// exact.
+const milli = 1000
+
+// toMilli truncates x to thousandths. The small bias keeps values written
+// with 3 decimals (0.123 is 122.99999… in binary) from losing a thousandth.
+func toMilli(x float64) int64 {
+	return int64(math.Floor(x*milli + 1e-6))
+}
+
+func fromMilli(m int64) float64 { return float64(m) / milli }
+
+// Validate reports the first setting that breaks its rule, as a
+// *SettingsError naming the policy file's field.
+func (s ThrottleSettings) Validate() error {
+	if !(s.MaxTokens > 0 && s.MaxTokens <= 1000) {
+		return &SettingsError{Field: "maxTokens", Rule: "must be in (0, 1000]", Value: s.MaxTokens}
+	}
+	if toMilli(s.MaxTokens) == 0 {
+		return &SettingsError{Field: "maxTokens", Rule: "must be at least 0.001 (3 decimals are kept)", Value: s.MaxTokens}
+	}
+	if !(s.TokenRatio > 0) || math.IsInf(s.TokenRatio, 1) {
+		return &SettingsError{Field: "tokenRatio", Rule: "must be a finite number > 0", Value: s.TokenRatio}
+	}
+	if toMilli(s.TokenRatio) == 0 {
+		return &SettingsError{Field: "tokenRatio", Rule: "must be at least 0.001 (3 decimals are kept)", Value: s.TokenRatio}
+	}
+	return nil
+}
+
+// DefaultTokenBucketSettings returns the AWS SDKs' standard mode: capacity
+// 500 (starting full), retry cost 5, timeout retry cost 10, success reward 1.
+func DefaultTokenBucketSettings() TokenBucketSettings {
+	return TokenBucketSettings{Capacity: 500, Initial: 500, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}
+}
+
+// WithDefaults returns s with each zero field replaced by its default.
+func (s TokenBucketSettings) WithDefaults() TokenBucketSettings {
+	d := DefaultTokenBucketSettings()
+	if s.Capacity == 0 {
+		s.Capacity = d.Capacity
+	}
+	if s.Initial == 0 {
+		s.Initial = s.Capacity
+	}
+	if s.RetryCost == 0 {
+		s.RetryCost = d.RetryCost
+	}
+	if s.TimeoutRetryCost == 0 {
+		s.TimeoutRetryCost = d.TimeoutRetryCost
+	}
+	if s.SuccessReward == 0 {
+		s.SuccessReward = d.SuccessReward
+	}
+	return s
+}
+
+// Validate reports the first setting that breaks its rule, after zero fields
+// took their defaults, as a *SettingsError naming the policy file's field.
+func (s TokenBucketSettings) Validate() error {
+	s = s.WithDefaults()
+	if !(s.Capacity >= 0.001 && s.Capacity <= 1e9) {
+		return &SettingsError{Field: "capacity", Rule: "must be in [0.001, 1e9]", Value: s.Capacity}
+	}
+	within := func(field string, v float64) error {
+		if !(v > 0 && v <= s.Capacity) || toMilli(v) == 0 {
+			return &SettingsError{Field: field, Rule: fmt.Sprintf("must be in (0, capacity %v] and at least 0.001", s.Capacity), Value: v}
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"initial", s.Initial},
+		{"retryCost", s.RetryCost},
+		{"timeoutRetryCost", s.TimeoutRetryCost},
+		{"successReward", s.SuccessReward},
+	} {
+		if err := within(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DefaultRatioSettings returns 10% of requests over a 10 s window with a
+// floor of 0.1 retries per second (one retry per window), see doc.go for why.
+func DefaultRatioSettings() RatioSettings {
+	return RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.1}
+}
+
+// WithDefaults returns s with each zero field replaced by its default, and a
+// negative MinRetriesPerSecond (no floor) as 0.
+func (s RatioSettings) WithDefaults() RatioSettings {
+	d := DefaultRatioSettings()
+	if s.Percent == 0 {
+		s.Percent = d.Percent
+	}
+	if s.Window == 0 {
+		s.Window = d.Window
+	}
+	switch {
+	case s.MinRetriesPerSecond == 0:
+		s.MinRetriesPerSecond = d.MinRetriesPerSecond
+	case s.MinRetriesPerSecond < 0:
+		s.MinRetriesPerSecond = 0
+	}
+	return s
+}
+
+// Validate reports the first setting that breaks its rule, after zero fields
+// took their defaults, as a *SettingsError naming the policy file's field.
+func (s RatioSettings) Validate() error {
+	if !(s.Percent > 0 && s.Percent <= 100) && s.Percent != 0 {
+		return &SettingsError{Field: "percent", Rule: "must be in (0, 100]", Value: s.Percent}
+	}
+	if s.Window != 0 && (s.Window < 10*time.Millisecond || s.Window > time.Hour) {
+		return &SettingsError{Field: "window", Rule: "must be in [10ms, 1h]", Value: s.Window}
+	}
+	if math.IsNaN(s.MinRetriesPerSecond) || s.MinRetriesPerSecond > 1e6 {
+		return &SettingsError{Field: "minRetriesPerSecond", Rule: "must be at most 1e6 (negative: no floor)", Value: s.MinRetriesPerSecond}
+	}
+	return nil
+}
+
+// Validate checks the settings of s.Kind; the other kinds' fields are ignored.
+func (s Settings) Validate() error {
+	switch s.Kind {
+	case KindNone:
+		return nil
+	case KindThrottle:
+		return s.Throttle.Validate()
+	case KindTokenBucket:
+		return s.TokenBucket.Validate()
+	case KindRatio:
+		return s.Ratio.Validate()
+	}
+	return &SettingsError{Field: "kind", Rule: "must be none, throttle, token-bucket or ratio", Value: s.Kind}
+}
+
+// New builds the budget s describes. KindNone returns (nil, nil): a nil
+// Budget means unlimited.
+func New(s Settings, opts ...Option) (Budget, error) {
+	switch s.Kind {
+	case KindNone:
+		return nil, nil
+	case KindThrottle:
+		// Each case returns its own nil so that an error never comes with a
+		// non-nil Budget holding a nil pointer.
+		t, err := NewThrottle(s.Throttle, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	case KindTokenBucket:
+		b, err := NewTokenBucket(s.TokenBucket, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	case KindRatio:
+		r, err := NewRatio(s.Ratio, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+	return nil, s.Validate()
 }

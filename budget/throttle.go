@@ -1,0 +1,98 @@
+package budget
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Throttle is gRFC A6's retryThrottling, token for token. Tokens start at
+// MaxTokens and stay in [0, MaxTokens]. Every attempt that fails in a way the
+// policy retries takes one token, even the last attempt of a call; every
+// successful attempt gives back TokenRatio, kept to 3 decimals (0.1239 counts
+// as 0.123). A retry or a hedge is allowed only while tokens > MaxTokens/2,
+// and Allow spends nothing: the throttle stops retries once failures outnumber
+// successes by about 1/TokenRatio to 1, and lets them through again as soon
+// as successes bring the tokens back above half.
+//
+// The zero value is not usable: build one with NewThrottle. A Throttle is safe
+// for concurrent use; its operations are lock-free.
+type Throttle struct {
+	tokens   atomic.Int64 // thousandths of a token
+	max      int64
+	ratio    int64
+	allowed  atomic.Uint64
+	refused  atomic.Uint64
+	now      func() time.Time
+	settings ThrottleSettings
+}
+
+// NewThrottle returns a full throttle, or a *SettingsError when s breaks a rule.
+func NewThrottle(s ThrottleSettings, opts ...Option) (*Throttle, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	o := buildOptions(opts)
+	t := &Throttle{max: toMilli(s.MaxTokens), ratio: toMilli(s.TokenRatio), now: o.now, settings: s}
+	// A ratio above MaxTokens fills the throttle just the same; clamping it
+	// keeps tokens+ratio far from overflowing.
+	t.ratio = min(t.ratio, t.max)
+	t.tokens.Store(t.max)
+	return t, nil
+}
+
+// Settings returns the settings t was built with.
+func (t *Throttle) Settings() ThrottleSettings { return t.settings }
+
+// Record is RecordAt with the budget's clock.
+func (t *Throttle) Record(a Attempt) { t.RecordAt(t.now(), a) }
+
+// RecordAt takes a token for a Failure and gives back TokenRatio for a
+// Success; Other changes nothing. The throttle has no notion of time: now is
+// there so that every budget is driven the same way.
+func (t *Throttle) RecordAt(_ time.Time, a Attempt) {
+	switch a.Outcome {
+	case Failure:
+		for {
+			old := t.tokens.Load()
+			if old == 0 || t.tokens.CompareAndSwap(old, max(0, old-milli)) {
+				return
+			}
+		}
+	case Success:
+		for {
+			old := t.tokens.Load()
+			if old == t.max || t.tokens.CompareAndSwap(old, min(t.max, old+t.ratio)) {
+				return
+			}
+		}
+	}
+}
+
+// Allow is AllowAt with the budget's clock.
+func (t *Throttle) Allow(r Request) bool { return t.AllowAt(t.now(), r) }
+
+// AllowAt reports whether tokens > MaxTokens/2. It spends nothing: in gRFC A6
+// the retry pays when it fails, through RecordAt.
+func (t *Throttle) AllowAt(_ time.Time, _ Request) bool {
+	if 2*t.tokens.Load() > t.max {
+		t.allowed.Add(1)
+		return true
+	}
+	t.refused.Add(1)
+	return false
+}
+
+// State is StateAt with the budget's clock.
+func (t *Throttle) State() State { return t.StateAt(t.now()) }
+
+// StateAt reports the tokens (Level) out of MaxTokens (Capacity).
+func (t *Throttle) StateAt(now time.Time) State {
+	return State{
+		Kind:     kindThrottle,
+		Level:    fromMilli(t.tokens.Load()),
+		Capacity: fromMilli(t.max),
+		Allowed:  t.allowed.Load(),
+		Refused:  t.refused.Load(),
+		At:       now,
+	}
+}

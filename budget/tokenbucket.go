@@ -1,0 +1,119 @@
+package budget
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// TokenBucket is the AWS SDKs' standard-mode retry quota. The bucket holds at
+// most Capacity tokens and starts at Initial (full unless set). A retry or a
+// hedge must pay RetryCost up front, TimeoutRetryCost when it follows an
+// attempt cut off by the per-attempt timer; Allow refuses when the bucket
+// holds less. A retry that succeeds gets its cost back; a call that succeeds
+// on its first attempt adds SuccessReward. Failures take nothing by
+// themselves: what they cost is the retries they ask for.
+//
+// So while the server fails everything, a bucket pays for Initial/RetryCost
+// retries and then stops until something succeeds; while it fails a few
+// attempts, the refunds and rewards keep the bucket nearly full.
+//
+// The zero value is not usable: build one with NewTokenBucket. A TokenBucket
+// is safe for concurrent use; its operations are lock-free.
+type TokenBucket struct {
+	tokens      atomic.Int64 // thousandths of a token
+	capacity    int64
+	cost        int64
+	timeoutCost int64
+	reward      int64
+	allowed     atomic.Uint64
+	refused     atomic.Uint64
+	now         func() time.Time
+	settings    TokenBucketSettings
+}
+
+// NewTokenBucket returns a bucket holding s.Initial tokens, or a
+// *SettingsError when s breaks a rule. Zero fields take their defaults
+// (DefaultTokenBucketSettings).
+func NewTokenBucket(s TokenBucketSettings, opts ...Option) (*TokenBucket, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	s = s.WithDefaults()
+	o := buildOptions(opts)
+	b := &TokenBucket{
+		capacity:    toMilli(s.Capacity),
+		cost:        toMilli(s.RetryCost),
+		timeoutCost: toMilli(s.TimeoutRetryCost),
+		reward:      toMilli(s.SuccessReward),
+		now:         o.now,
+		settings:    s,
+	}
+	b.tokens.Store(min(b.capacity, toMilli(s.Initial)))
+	return b, nil
+}
+
+// Settings returns the settings b was built with, defaults filled in.
+func (b *TokenBucket) Settings() TokenBucketSettings { return b.settings }
+
+// Record is RecordAt with the budget's clock.
+func (b *TokenBucket) Record(a Attempt) { b.RecordAt(b.now(), a) }
+
+// RecordAt adds SuccessReward for a first attempt that succeeded and refunds
+// the cost of a later attempt (a retry or a hedge) that succeeded, never
+// above Capacity. Failures and Other change nothing.
+func (b *TokenBucket) RecordAt(_ time.Time, a Attempt) {
+	if a.Outcome != Success {
+		return
+	}
+	add := b.reward
+	if a.Number > 1 {
+		add = b.cost
+		if a.AfterTimeout {
+			add = b.timeoutCost
+		}
+	}
+	for {
+		old := b.tokens.Load()
+		if old == b.capacity || b.tokens.CompareAndSwap(old, min(b.capacity, old+add)) {
+			return
+		}
+	}
+}
+
+// Allow is AllowAt with the budget's clock.
+func (b *TokenBucket) Allow(r Request) bool { return b.AllowAt(b.now(), r) }
+
+// AllowAt takes the request's cost from the bucket, or refuses and takes
+// nothing when the bucket holds less than the cost.
+func (b *TokenBucket) AllowAt(_ time.Time, r Request) bool {
+	cost := b.cost
+	if r.AfterTimeout {
+		cost = b.timeoutCost
+	}
+	for {
+		old := b.tokens.Load()
+		if old < cost {
+			b.refused.Add(1)
+			return false
+		}
+		if b.tokens.CompareAndSwap(old, old-cost) {
+			b.allowed.Add(1)
+			return true
+		}
+	}
+}
+
+// State is StateAt with the budget's clock.
+func (b *TokenBucket) State() State { return b.StateAt(b.now()) }
+
+// StateAt reports the tokens (Level) out of Capacity.
+func (b *TokenBucket) StateAt(now time.Time) State {
+	return State{
+		Kind:     kindTokenBucket,
+		Level:    fromMilli(b.tokens.Load()),
+		Capacity: fromMilli(b.capacity),
+		Allowed:  b.allowed.Load(),
+		Refused:  b.refused.Load(),
+		At:       now,
+	}
+}
