@@ -1,0 +1,190 @@
+package sim
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Bin is the width of the outage model's arrival counts.
+const Bin = 100 * time.Millisecond
+
+// OutageConfig configures the outage model. The zero value of each field
+// takes the default written beside it.
+type OutageConfig struct {
+	// Capacity is how many attempts per second the server can serve, in
+	// bins of 100 ms: past Capacity/10 in a bin it refuses with
+	// UNAVAILABLE. Default 1000.
+	Capacity float64
+	// Load is the total rate of calls (first attempts) per second of all
+	// client processes. Default 800.
+	Load float64
+	// Clients is the number of client processes, each with its own budget.
+	// Default 100.
+	Clients int
+	// Duration is how long calls arrive. Default 10 s.
+	Duration time.Duration
+	// OutageStart and OutageEnd bound the outage, during which the server
+	// answers every attempt UNAVAILABLE. Default 2 s and 5 s.
+	OutageStart, OutageEnd time.Duration
+	// Seed seeds every run.
+	Seed uint64
+	// Contenders to compare. Default Contenders().
+	Contenders []Contender
+	// Workers bounds the goroutines that run simulations at once. Default
+	// GOMAXPROCS. The results do not depend on it.
+	Workers int
+}
+
+// OutageResult is one contender's run.
+type OutageResult struct {
+	Contender string
+	// Calls, Attempts and Successes count over the whole run.
+	Calls, Attempts, Successes int
+	// SuccessRate is Successes ÷ Calls.
+	SuccessRate float64
+	// OutageLoad is the attempts per second that reached the server during
+	// the outage, ÷ Capacity.
+	OutageLoad float64
+	// PeakAfter is the most attempts that reached the server in one 100 ms
+	// bin after the recovery, ÷ Capacity/10.
+	PeakAfter float64
+	// Drain is the time from the recovery until the outage's backlog is
+	// gone: the later of the end of the last call that started before the
+	// recovery, and the end of the run of 100 ms bins over capacity that
+	// begins at the recovery.
+	Drain time.Duration
+	// Arrivals counts the attempts that reached the server per 100 ms bin.
+	Arrivals []int
+}
+
+// Outage runs the outage model (DESIGN.md, model 3): Poisson calls at Load
+// against a server with Capacity that is down from OutageStart to
+// OutageEnd. Results come in the order of Contenders.
+func Outage(cfg OutageConfig) ([]OutageResult, error) {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 1000
+	}
+	if cfg.Load == 0 {
+		cfg.Load = 800
+	}
+	if cfg.Clients == 0 {
+		cfg.Clients = 100
+	}
+	if cfg.Duration == 0 {
+		cfg.Duration = 10 * time.Second
+	}
+	if cfg.OutageStart == 0 && cfg.OutageEnd == 0 {
+		cfg.OutageStart, cfg.OutageEnd = 2*time.Second, 5*time.Second
+	}
+	if len(cfg.Contenders) == 0 {
+		cfg.Contenders = Contenders()
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = runtime.GOMAXPROCS(0)
+	}
+	switch {
+	case !(cfg.Capacity >= 10 && cfg.Capacity <= 1e6):
+		return nil, fmt.Errorf("sim: outage capacity must be in [10, 1e6] calls/s, got %v", cfg.Capacity)
+	case !(cfg.Load > 0 && cfg.Load <= 1e6):
+		return nil, fmt.Errorf("sim: outage load must be in (0, 1e6] calls/s, got %v", cfg.Load)
+	case cfg.Clients < 1 || cfg.Clients > 100000:
+		return nil, fmt.Errorf("sim: outage clients must be in [1, 100000], got %d", cfg.Clients)
+	case cfg.Duration < Bin || cfg.Duration > time.Hour:
+		return nil, fmt.Errorf("sim: outage duration must be in [100ms, 1h], got %v", cfg.Duration)
+	case cfg.OutageStart < 0 || cfg.OutageEnd <= cfg.OutageStart || cfg.OutageEnd > cfg.Duration:
+		return nil, fmt.Errorf("sim: outage window must satisfy 0 <= start < end <= duration %v, got [%v, %v)", cfg.Duration, cfg.OutageStart, cfg.OutageEnd)
+	}
+	res := make([]OutageResult, len(cfg.Contenders))
+	errs := make([]error, len(res))
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < cfg.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				// Contenders share a stream (common random numbers).
+				res[i], errs[i] = outageRun(New(cfg.Seed, 1<<62), &cfg, &cfg.Contenders[i])
+			}
+		}()
+	}
+	for i := range res {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func outageRun(s *Sim, cfg *OutageConfig, c *Contender) (OutageResult, error) {
+	perBin := cfg.Capacity * Bin.Seconds()
+	var (
+		t        callTotals
+		arrivals []int
+		served   []int
+		outage   int
+		lastCall time.Duration
+	)
+	serve := func() bool {
+		b := int(s.now / Bin)
+		for len(arrivals) <= b {
+			arrivals = append(arrivals, 0)
+			served = append(served, 0)
+		}
+		arrivals[b]++
+		if s.now >= cfg.OutageStart && s.now < cfg.OutageEnd {
+			outage++
+			return false
+		}
+		if float64(served[b]) >= perBin {
+			return false
+		}
+		served[b]++
+		return true
+	}
+	done := func(start time.Duration) {
+		if start < cfg.OutageEnd && s.now > lastCall {
+			lastCall = s.now
+		}
+	}
+	for i := 0; i < cfg.Clients; i++ {
+		pr, err := newProc(s, c, &t, serve)
+		if err != nil {
+			return OutageResult{}, err
+		}
+		pr.done = done
+		pr.poisson(cfg.Load/float64(cfg.Clients), cfg.Duration)
+	}
+	s.Run()
+
+	r := OutageResult{Contender: c.Name, Calls: t.calls, Attempts: t.attempts, Successes: t.successes, Arrivals: arrivals}
+	if t.calls > 0 {
+		r.SuccessRate = float64(t.successes) / float64(t.calls)
+	}
+	r.OutageLoad = float64(outage) / (cfg.OutageEnd - cfg.OutageStart).Seconds() / cfg.Capacity
+	first := int(cfg.OutageEnd / Bin)
+	for b := first; b < len(arrivals); b++ {
+		if p := float64(arrivals[b]) / perBin; p > r.PeakAfter {
+			r.PeakAfter = p
+		}
+	}
+	// Only the overload that starts at the recovery is the outage's: a
+	// later bin over capacity is the noise of Poisson arrivals.
+	drained := lastCall
+	for b := first; b < len(arrivals) && float64(arrivals[b]) > perBin; b++ {
+		if end := time.Duration(b+1) * Bin; end > drained {
+			drained = end
+		}
+	}
+	if drained > cfg.OutageEnd {
+		r.Drain = drained - cfg.OutageEnd
+	}
+	return r, nil
+}
