@@ -1,0 +1,131 @@
+package policy
+
+import (
+	"strings"
+
+	"github.com/stagger-go/stagger/budget"
+)
+
+// Config is a parsed policy file: a Method per method name, the budget the
+// file declares, and the warnings found while parsing. Build one with
+// ParseConfig or LoadFile.
+//
+// A Config is immutable once built and safe for concurrent use; the *Method
+// values it returns are shared and must not be modified. Its Budget is
+// shared by every caller, as the budget of the file.
+type Config struct {
+	methods        map[string]*Method // "/svc/method", "/svc/", "" (the default entry)
+	defaultMethod  *Method
+	entries        []Entry
+	warnings       []Warning
+	budgetSettings budget.Settings
+	budgetPath     string
+	budget         budget.Budget
+	lbPolicy       string
+}
+
+// Entry is one methodConfig entry of a file, as `stagger check` explains it.
+type Entry struct {
+	// Index is the entry's position in methodConfig.
+	Index int
+	// Names are the entry's names as matched: "/svc/method", "/svc/", or ""
+	// for the default entry ({}).
+	Names []string
+	// Method is what the entry says.
+	Method *Method
+}
+
+// Warning is something in a file that does not stop it from being used but
+// that its author should know: an unknown key, a value capped, a field
+// stagger does not apply.
+type Warning struct {
+	// Path names the field, as FieldError.Path does.
+	Path string
+	// Message says what is wrong.
+	Message string
+}
+
+// String returns "path: message".
+func (w Warning) String() string {
+	if w.Path == "" {
+		return w.Message
+	}
+	return w.Path + ": " + w.Message
+}
+
+// Method returns what the file says for fullMethod ("/pkg.Service/Method",
+// as grpc-go names methods): the entry naming that method, else the one
+// naming its service, else the default entry ({}), else nil. It does not
+// allocate. A nil Config returns nil.
+func (c *Config) Method(fullMethod string) *Method {
+	if c == nil {
+		return nil
+	}
+	if m, ok := c.methods[fullMethod]; ok {
+		return m
+	}
+	if i := strings.LastIndexByte(fullMethod, '/'); i > 0 {
+		if m, ok := c.methods[fullMethod[:i+1]]; ok {
+			return m
+		}
+	}
+	return c.defaultMethod
+}
+
+// Budget returns the budget the file declares (retryThrottling or
+// retryBudget), built once when the file was parsed: every interceptor built
+// from this Config shares it, across connections. nil means the file
+// declares none (unlimited, as in grpc-go).
+func (c *Config) Budget() budget.Budget {
+	if c == nil {
+		return nil
+	}
+	return c.budget
+}
+
+// BudgetSettings returns the budget as the file declares it; Kind is
+// budget.KindNone when it declares none.
+func (c *Config) BudgetSettings() budget.Settings {
+	if c == nil {
+		return budget.Settings{}
+	}
+	return c.budgetSettings
+}
+
+// Warnings returns what the parse found worth saying but not fatal. The
+// caller must not modify the slice.
+func (c *Config) Warnings() []Warning {
+	if c == nil {
+		return nil
+	}
+	return c.warnings
+}
+
+// Entries returns the file's methodConfig entries in file order. The caller
+// must not modify them.
+func (c *Config) Entries() []Entry {
+	if c == nil {
+		return nil
+	}
+	return c.entries
+}
+
+// Names lists every name the file matches ("/svc/method", "/svc/", "" for
+// the default entry), sorted.
+func (c *Config) Names() []string {
+	if c == nil {
+		return nil
+	}
+	return sortedNames(c.methods)
+}
+
+// LoadBalancingPolicy returns the load-balancing policy grpc-go would choose
+// from the file ("" when the file names none, and grpc-go uses pick_first).
+// stagger does not apply it; `stagger check` uses it to warn that hedging
+// under pick_first reaches a single backend.
+func (c *Config) LoadBalancingPolicy() string {
+	if c == nil {
+		return ""
+	}
+	return c.lbPolicy
+}

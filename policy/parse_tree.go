@@ -1,0 +1,265 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	yaml "go.yaml.in/yaml/v3"
+)
+
+// A policy file is first read into a tree of nodes that keeps the order of
+// object keys, so that repeated keys resolve as encoding/json resolves them
+// (the last one wins, case-insensitively) and grpc-go and stagger read the
+// same value. JSON and YAML both land in this tree; the schema is then walked
+// once, whatever the syntax.
+
+type nodeKind uint8
+
+const (
+	nodeNull nodeKind = iota
+	nodeBool
+	nodeNumber
+	nodeString
+	nodeArray
+	nodeObject
+)
+
+var nodeKindNames = [...]string{"null", "a boolean", "a number", "a string", "an array", "an object"}
+
+func (k nodeKind) String() string { return nodeKindNames[k] }
+
+type node struct {
+	kind nodeKind
+	b    bool
+	s    string // a string's value, or a number's literal
+	arr  []*node
+	keys []string
+	vals []*node
+}
+
+// maxTreeDepth matches encoding/json's nesting limit, so a document grpc-go
+// can decode is never refused for its depth.
+const maxTreeDepth = 10000
+
+// maxYAMLNodes bounds the tree built from YAML aliases, so a small file of
+// nested aliases ("billion laughs") cannot exhaust memory.
+const maxYAMLNodes = 1 << 20
+
+var errTooDeep = errors.New("policy: document nested too deeply")
+
+// decodeJSON reads one JSON value and nothing after it, as json.Unmarshal does.
+func decodeJSON(data []byte) (*node, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	n, err := readJSON(dec, 0)
+	if err != nil {
+		return nil, fmt.Errorf("policy: invalid JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = errors.New("data after the top-level value")
+		}
+		return nil, fmt.Errorf("policy: invalid JSON: %w", err)
+	}
+	return n, nil
+}
+
+func readJSON(dec *json.Decoder, depth int) (*node, error) {
+	if depth > maxTreeDepth {
+		return nil, errTooDeep
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case nil:
+		return &node{kind: nodeNull}, nil
+	case bool:
+		return &node{kind: nodeBool, b: t}, nil
+	case json.Number:
+		return &node{kind: nodeNumber, s: string(t)}, nil
+	case string:
+		return &node{kind: nodeString, s: t}, nil
+	case json.Delim:
+		switch t {
+		case '[':
+			n := &node{kind: nodeArray}
+			for dec.More() {
+				v, err := readJSON(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				n.arr = append(n.arr, v)
+			}
+			if _, err := dec.Token(); err != nil { // ']'
+				return nil, err
+			}
+			return n, nil
+		case '{':
+			n := &node{kind: nodeObject}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, ok := kt.(string)
+				if !ok {
+					return nil, fmt.Errorf("object key is %v, not a string", kt)
+				}
+				v, err := readJSON(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				n.keys = append(n.keys, k)
+				n.vals = append(n.vals, v)
+			}
+			if _, err := dec.Token(); err != nil { // '}'
+				return nil, err
+			}
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("unexpected token %v", tok)
+}
+
+// decodeYAML reads one YAML document into the same tree as JSON: scalars keep
+// their YAML type (3 is a number, "3" and 0.1s are strings).
+func decodeYAML(data []byte) (*node, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("policy: invalid YAML: %w", err)
+	}
+	if doc.Kind == 0 { // empty document
+		return nil, errors.New("policy: empty policy file")
+	}
+	budget := maxYAMLNodes
+	n, err := fromYAML(&doc, 0, &budget)
+	if err != nil {
+		return nil, fmt.Errorf("policy: invalid YAML: %w", err)
+	}
+	return n, nil
+}
+
+func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
+	if depth > maxTreeDepth {
+		return nil, errTooDeep
+	}
+	if *budget--; *budget < 0 {
+		return nil, errors.New("document too large once its aliases are expanded")
+	}
+	switch y.Kind {
+	case yaml.DocumentNode:
+		if len(y.Content) == 0 {
+			return &node{kind: nodeNull}, nil
+		}
+		return fromYAML(y.Content[0], depth+1, budget)
+	case yaml.AliasNode:
+		if y.Alias == nil {
+			return nil, fmt.Errorf("line %d: unknown alias", y.Line)
+		}
+		return fromYAML(y.Alias, depth+1, budget)
+	case yaml.SequenceNode:
+		n := &node{kind: nodeArray}
+		for _, c := range y.Content {
+			v, err := fromYAML(c, depth+1, budget)
+			if err != nil {
+				return nil, err
+			}
+			n.arr = append(n.arr, v)
+		}
+		return n, nil
+	case yaml.MappingNode:
+		n := &node{kind: nodeObject}
+		for i := 0; i+1 < len(y.Content); i += 2 {
+			kn := y.Content[i]
+			if kn.Kind == yaml.AliasNode && kn.Alias != nil {
+				kn = kn.Alias
+			}
+			if kn.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: a key must be a scalar", kn.Line)
+			}
+			v, err := fromYAML(y.Content[i+1], depth+1, budget)
+			if err != nil {
+				return nil, err
+			}
+			n.keys = append(n.keys, kn.Value)
+			n.vals = append(n.vals, v)
+		}
+		return n, nil
+	case yaml.ScalarNode:
+		return yamlScalar(y)
+	}
+	return nil, fmt.Errorf("line %d: unsupported YAML node", y.Line)
+}
+
+func yamlScalar(y *yaml.Node) (*node, error) {
+	switch y.ShortTag() {
+	case "!!null":
+		return &node{kind: nodeNull}, nil
+	case "!!bool":
+		var b bool
+		if err := y.Decode(&b); err != nil {
+			return nil, err
+		}
+		return &node{kind: nodeBool, b: b}, nil
+	case "!!int":
+		// YAML ints may be written 0x1f, 0o17 or 1_000: keep the value, in
+		// the decimal form the JSON schema walker expects.
+		var i int64
+		if err := y.Decode(&i); err == nil {
+			return &node{kind: nodeNumber, s: strconv.FormatInt(i, 10)}, nil
+		}
+		var u uint64
+		if err := y.Decode(&u); err == nil {
+			return &node{kind: nodeNumber, s: strconv.FormatUint(u, 10)}, nil
+		}
+		return &node{kind: nodeNumber, s: y.Value}, nil
+	case "!!float":
+		var f float64
+		if err := y.Decode(&f); err != nil {
+			return nil, err
+		}
+		if math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, fmt.Errorf("line %d: %s is not a finite number", y.Line, y.Value)
+		}
+		lit := strings.ReplaceAll(y.Value, "_", "")
+		if _, err := strconv.ParseFloat(lit, 64); err != nil {
+			lit = strconv.FormatFloat(f, 'g', -1, 64)
+		}
+		return &node{kind: nodeNumber, s: lit}, nil
+	}
+	return &node{kind: nodeString, s: y.Value}, nil
+}
+
+// looksLikeJSON reports whether data is meant as JSON: its first non-space
+// byte opens an object or an array. Such a document is read as strict JSON,
+// exactly as grpc-go reads it, never as a YAML flow mapping.
+func looksLikeJSON(data []byte) bool {
+	t := bytes.TrimLeft(data, " \t\r\n")
+	t = bytes.TrimPrefix(t, []byte("\xef\xbb\xbf"))
+	return len(t) > 0 && (t[0] == '{' || t[0] == '[')
+}
+
+// field returns the value of key in object n, matching keys as encoding/json
+// does (case-insensitively, the last match winning) and also by the proto
+// field name; nil when absent.
+func (n *node) field(names ...string) *node {
+	for i := len(n.keys) - 1; i >= 0; i-- {
+		for _, name := range names {
+			if strings.EqualFold(n.keys[i], name) {
+				return n.vals[i]
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultPollInterval is how often WatchFile looks at its file unless
+// WithPollInterval says otherwise.
+const DefaultPollInterval = time.Second
+
+// WithPollInterval sets how often WatchFile looks at its file. Zero or less
+// turns polling off: the file is then read again only when Reload is called.
+func WithPollInterval(d time.Duration) ParseOption {
+	return func(o *parseOptions) {
+		o.poll = d
+		o.noPoll = d <= 0
+	}
+}
+
+// WithPollTicks makes WatchFile look at its file on each value received from
+// ticks instead of on a timer of its own, so tests and programs with their
+// own clock drive the polling.
+func WithPollTicks(ticks <-chan time.Time) ParseOption {
+	return func(o *parseOptions) { o.ticks = ticks }
+}
+
+// OnReload registers fn to hear of every change a Source makes or refuses:
+// a new config in use, or a new file that could not be used (the last good
+// config stays). fn runs outside the Source's locks, on the goroutine that
+// reloaded, and gets its own copy of the event.
+func OnReload(fn func(SourceEvent)) ParseOption {
+	return func(o *parseOptions) { o.onReload = fn }
+}
+
+// SourceEvent tells of a change a Source made, or refused to make.
+type SourceEvent struct {
+	// Path is the file watched; "" for a Source made by NewSource.
+	Path string
+	// Config is the config now in use (the new one after a change, the last
+	// good one after an error).
+	Config *Config
+	// Previous is the config in use before; nil after an error.
+	Previous *Config
+	// Err is why a new file was not used; nil when Config is new.
+	Err error
+	// BudgetKept: the new config kept the previous one's budget (and its
+	// state) because the budget settings did not change.
+	BudgetKept bool
+}
+
+// Source holds the current Config of a policy file and swaps in a new one
+// when the file changes, atomically: a caller sees the old Config or the new
+// one, never a mix. A file that fails to parse leaves the last good Config in
+// place and is reported through OnReload. When the new file declares the same
+// budget settings, the new Config keeps the old one's budget, state included.
+//
+// A Source is safe for concurrent use. Close stops its polling goroutine.
+type Source struct {
+	path string
+	opts parseOptions
+	cur  atomic.Pointer[Config]
+
+	mu       sync.Mutex // serialises reloads
+	lastHash [sha256.Size]byte
+	lastErr  string
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// NewSource returns a Source holding cfg, not backed by a file: Update swaps
+// configs in. Only OnReload and WithBudgetOptions matter among opts.
+func NewSource(cfg *Config, opts ...ParseOption) *Source {
+	s := &Source{opts: buildParseOptions(opts)}
+	s.cur.Store(cfg)
+	return s
+}
+
+// WatchFile loads the policy file at path and returns a Source that polls it
+// (every DefaultPollInterval unless WithPollInterval or WithPollTicks says
+// otherwise) for changes of its content. The first load must succeed; later
+// bad files keep the last good config. Close the Source when done.
+func WatchFile(path string, opts ...ParseOption) (*Source, error) {
+	s := &Source{path: path, opts: buildParseOptions(opts)}
+	s.opts.format = formatFor(path, s.opts.format)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	cfg, err := parseConfig(data, &s.opts)
+	if err != nil {
+		return nil, err
+	}
+	s.lastHash = sha256.Sum256(data)
+	s.cur.Store(cfg)
+	if s.opts.ticks != nil || !s.opts.noPoll {
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		ticks, stopTicker := s.opts.ticks, func() {}
+		if ticks == nil {
+			t := time.NewTicker(s.opts.poll)
+			ticks, stopTicker = t.C, t.Stop
+		}
+		go s.poll(ticks, stopTicker)
+	}
+	return s, nil
+}
+
+func (s *Source) poll(ticks <-chan time.Time, stopTicker func()) {
+	defer close(s.done)
+	defer stopTicker()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-ticks:
+			_ = s.Reload() // reported through OnReload
+		}
+	}
+}
+
+// Config returns the config in use. It never returns a half-applied config.
+func (s *Source) Config() *Config { return s.cur.Load() }
+
+// Path returns the file watched ("" for a Source made by NewSource).
+func (s *Source) Path() string { return s.path }
+
+// Reload reads the file now and swaps in its config if the content changed
+// and parses; it returns the parse or read error otherwise (the last good
+// config stays). A content already seen, good or bad, is neither parsed
+// nor reported again. For a Source made by NewSource it does nothing.
+func (s *Source) Reload() error {
+	if s.path == "" {
+		return nil
+	}
+	s.mu.Lock()
+	ev, report, err := s.reloadLocked()
+	s.mu.Unlock()
+	if report && s.opts.onReload != nil {
+		s.opts.onReload(ev)
+	}
+	return err
+}
+
+func (s *Source) reloadLocked() (SourceEvent, bool, error) {
+	ev := SourceEvent{Path: s.path}
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		err = fmt.Errorf("policy: %w", err)
+		return s.refuse(ev, err)
+	}
+	h := sha256.Sum256(data)
+	if h == s.lastHash {
+		return ev, false, nil
+	}
+	s.lastHash = h
+	cfg, err := parseConfig(data, &s.opts)
+	if err != nil {
+		s.lastErr = ""
+		return s.refuse(ev, err)
+	}
+	s.lastErr = ""
+	ev.Previous, ev.BudgetKept = s.swap(cfg)
+	ev.Config = cfg
+	return ev, true, nil
+}
+
+// refuse reports err once: the same error again (a file still missing) is
+// not reported on every poll.
+func (s *Source) refuse(ev SourceEvent, err error) (SourceEvent, bool, error) {
+	ev.Config, ev.Err = s.cur.Load(), err
+	if err.Error() == s.lastErr {
+		return ev, false, err
+	}
+	s.lastErr = err.Error()
+	return ev, true, err
+}
+
+// swap publishes cfg, giving it the current budget when its settings are the
+// same, before any caller can see it.
+func (s *Source) swap(cfg *Config) (prev *Config, kept bool) {
+	prev = s.cur.Load()
+	if prev != nil && prev.budget != nil && prev.budgetSettings == cfg.budgetSettings {
+		cfg.budget = prev.budget
+		kept = true
+	}
+	s.cur.Store(cfg)
+	return prev, kept
+}
+
+// Update swaps cfg in, as a reload of a file would, keeping the budget when
+// its settings are unchanged; OnReload hears of it. It is meant for a Source
+// made by NewSource. A nil cfg is refused.
+func (s *Source) Update(cfg *Config) error {
+	if cfg == nil {
+		return errors.New("policy: Source.Update: nil Config")
+	}
+	// swap may hand the current budget to cfg: work on a copy so the
+	// caller's Config, perhaps in use elsewhere, never changes.
+	c := *cfg
+	cfg = &c
+	s.mu.Lock()
+	prev, kept := s.swap(cfg)
+	s.mu.Unlock()
+	if s.opts.onReload != nil {
+		s.opts.onReload(SourceEvent{Path: s.path, Config: cfg, Previous: prev, BudgetKept: kept})
+	}
+	return nil
+}
+
+// Close stops the polling goroutine and waits for it to end. The Source still
+// answers Config afterwards. Close may be called more than once, but not
+// from an OnReload callback (it would wait for itself).
+func (s *Source) Close() error {
+	s.closeOnce.Do(func() {
+		if s.stop != nil {
+			close(s.stop)
+			<-s.done
+		}
+	})
+	return nil
+}
