@@ -1,0 +1,248 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/stagger-go/stagger/sim"
+)
+
+// ms formats a duration in milliseconds with one decimal.
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64)
+}
+
+func fmtFloat(x float64, prec int) string { return strconv.FormatFloat(x, 'f', prec, 64) }
+
+// bar draws x out of max as a horizontal bar of width cells, in eighths.
+func bar(x, max float64, width int) string {
+	if !(max > 0) || !(x > 0) {
+		return ""
+	}
+	eighths := int(math.Round(x / max * float64(width*8)))
+	const parts = " ▏▎▍▌▋▊▉"
+	var b strings.Builder
+	for ; eighths >= 8; eighths -= 8 {
+		b.WriteString("█")
+	}
+	if eighths > 0 {
+		b.WriteString(strings.Split(parts, "")[eighths])
+	}
+	return b.String()
+}
+
+// spark draws counts as one column per value, in eighths of max.
+func spark(counts []int, max int) string {
+	const levels = " ▁▂▃▄▅▆▇█"
+	ls := strings.Split(levels, "")
+	var b strings.Builder
+	for _, c := range counts {
+		i := 0
+		if max > 0 && c > 0 {
+			i = int(math.Ceil(float64(c) / float64(max) * 8))
+			if i > 8 {
+				i = 8
+			}
+		}
+		b.WriteString(ls[i])
+	}
+	return b.String()
+}
+
+func writeCSV(w io.Writer, header []string, rows [][]string) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(header); err != nil {
+		return err
+	}
+	if err := cw.WriteAll(rows); err != nil {
+		return err
+	}
+	return cw.Error()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeTable writes rows under header, aligned, with an extra chart column
+// that has no header.
+func writeTable(w io.Writer, header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+type occJSON struct {
+	Clients    int     `json:"clients"`
+	Strategy   string  `json:"strategy"`
+	MeanTimeMS float64 `json:"mean_time_ms"`
+	MeanCalls  float64 `json:"mean_calls"`
+}
+
+func writeOCC(w io.Writer, f format, res []sim.OCCResult) error {
+	switch f {
+	case "json":
+		out := make([]occJSON, len(res))
+		for i, r := range res {
+			out[i] = occJSON{r.Clients, r.Strategy, float64(r.MeanTime) / float64(time.Millisecond), r.MeanCalls}
+		}
+		return writeJSON(w, out)
+	case "csv":
+		rows := make([][]string, len(res))
+		for i, r := range res {
+			rows[i] = []string{strconv.Itoa(r.Clients), r.Strategy, ms(r.MeanTime), fmtFloat(r.MeanCalls, 1)}
+		}
+		return writeCSV(w, []string{"clients", "strategy", "mean_time_ms", "mean_calls"}, rows)
+	}
+	// The bars compare strategies within one client count.
+	maxCalls := map[int]float64{}
+	for _, r := range res {
+		maxCalls[r.Clients] = math.Max(maxCalls[r.Clients], r.MeanCalls)
+	}
+	rows := make([][]string, len(res))
+	for i, r := range res {
+		rows[i] = []string{strconv.Itoa(r.Clients), r.Strategy, ms(r.MeanTime), fmtFloat(r.MeanCalls, 1), bar(r.MeanCalls, maxCalls[r.Clients], 30)}
+	}
+	return writeTable(w, []string{"CLIENTS", "STRATEGY", "MEAN TIME (ms)", "MEAN CALLS", "CALLS"}, rows)
+}
+
+type failRateJSON struct {
+	P             float64 `json:"p"`
+	Clients       int     `json:"clients"`
+	Strategy      string  `json:"strategy"`
+	Calls         int     `json:"calls"`
+	Attempts      int     `json:"attempts"`
+	Successes     int     `json:"successes"`
+	Amplification float64 `json:"amplification"`
+	SuccessRate   float64 `json:"success_rate"`
+}
+
+func writeFailRate(w io.Writer, f format, res []sim.FailRateResult, withClients bool) error {
+	switch f {
+	case "json":
+		out := make([]failRateJSON, len(res))
+		for i, r := range res {
+			out[i] = failRateJSON{r.P, r.Clients, r.Contender, r.Calls, r.Attempts, r.Successes, r.Amplification, r.SuccessRate}
+		}
+		return writeJSON(w, out)
+	case "csv":
+		header := []string{"p", "strategy", "amplification", "success_rate"}
+		if withClients {
+			header = []string{"p", "clients", "strategy", "amplification", "success_rate"}
+		}
+		rows := make([][]string, len(res))
+		for i, r := range res {
+			p := strconv.FormatFloat(r.P, 'g', -1, 64)
+			row := []string{p, r.Contender, fmtFloat(r.Amplification, 3), fmtFloat(r.SuccessRate, 4)}
+			if withClients {
+				row = []string{p, strconv.Itoa(r.Clients), r.Contender, fmtFloat(r.Amplification, 3), fmtFloat(r.SuccessRate, 4)}
+			}
+			rows[i] = row
+		}
+		return writeCSV(w, header, rows)
+	}
+	// Bars share one scale: the largest amplification of the run.
+	var maxAmp float64
+	for _, r := range res {
+		maxAmp = math.Max(maxAmp, r.Amplification)
+	}
+	rows := make([][]string, len(res))
+	for i, r := range res {
+		rows[i] = []string{strconv.FormatFloat(r.P, 'g', -1, 64), strconv.Itoa(r.Clients), r.Contender,
+			fmtFloat(r.Amplification, 3), fmtFloat(100*r.SuccessRate, 2) + "%", bar(r.Amplification, maxAmp, 24)}
+	}
+	return writeTable(w, []string{"P", "CLIENTS", "STRATEGY", "AMPLIFICATION", "SUCCESS", "ATTEMPTS PER CALL"}, rows)
+}
+
+type outageJSON struct {
+	Strategy        string  `json:"strategy"`
+	Calls           int     `json:"calls"`
+	Attempts        int     `json:"attempts"`
+	Successes       int     `json:"successes"`
+	AttemptsPerCall float64 `json:"attempts_per_call"`
+	SuccessRate     float64 `json:"success_rate"`
+	OutageLoad      float64 `json:"outage_load"`
+	PeakAfter       float64 `json:"peak_after"`
+	DrainMS         float64 `json:"drain_ms"`
+	ArrivalsPer100  []int   `json:"arrivals_per_100ms"`
+}
+
+func perCall(r sim.OutageResult) float64 {
+	if r.Calls == 0 {
+		return 0
+	}
+	return float64(r.Attempts) / float64(r.Calls)
+}
+
+func writeOutage(w io.Writer, f format, cfg *sim.OutageConfig, res []sim.OutageResult) error {
+	switch f {
+	case "json":
+		out := make([]outageJSON, len(res))
+		for i, r := range res {
+			out[i] = outageJSON{r.Contender, r.Calls, r.Attempts, r.Successes, perCall(r), r.SuccessRate, r.OutageLoad, r.PeakAfter, float64(r.Drain) / float64(time.Millisecond), r.Arrivals}
+		}
+		return writeJSON(w, out)
+	case "csv":
+		rows := make([][]string, len(res))
+		for i, r := range res {
+			rows[i] = []string{r.Contender, fmtFloat(perCall(r), 3), fmtFloat(r.SuccessRate, 4), fmtFloat(r.OutageLoad, 3), fmtFloat(r.PeakAfter, 3), ms(r.Drain)}
+		}
+		return writeCSV(w, []string{"strategy", "attempts_per_call", "success_rate", "outage_load", "peak_after", "drain_ms"}, rows)
+	}
+	fmt.Fprintf(w, "capacity %v/s, load %v calls/s from %d clients, outage [%v, %v) of %v\n\n",
+		cfg.Capacity, cfg.Load, cfg.Clients, cfg.OutageStart, cfg.OutageEnd, cfg.Duration)
+	rows := make([][]string, len(res))
+	for i, r := range res {
+		rows[i] = []string{r.Contender, fmtFloat(perCall(r), 3), fmtFloat(100*r.SuccessRate, 2) + "%",
+			fmtFloat(r.OutageLoad, 2) + "×", fmtFloat(r.PeakAfter, 2) + "×", ms(r.Drain)}
+	}
+	err := writeTable(w, []string{"STRATEGY", "ATTEMPTS/CALL", "SUCCESS", "LOAD IN OUTAGE ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "DRAIN (ms)"}, rows)
+	if err != nil {
+		return err
+	}
+	// One column per 100 ms bin, on one scale for every contender so that
+	// heights compare; the ruler marks the outage.
+	max := 0
+	width := 0
+	for _, r := range res {
+		for _, c := range r.Arrivals {
+			max = int(math.Max(float64(max), float64(c)))
+		}
+		width = int(math.Max(float64(width), float64(len(r.Arrivals))))
+	}
+	nameW := 0
+	for _, r := range res {
+		nameW = int(math.Max(float64(nameW), float64(len(r.Contender))))
+	}
+	fmt.Fprintf(w, "\narrivals per 100 ms (full block = %d, capacity = %.0f)\n", max, cfg.Capacity*sim.Bin.Seconds())
+	for _, r := range res {
+		fmt.Fprintf(w, "%-*s │%s\n", nameW, r.Contender, spark(r.Arrivals, max))
+	}
+	ruler := make([]rune, width)
+	for b := range ruler {
+		t := time.Duration(b) * sim.Bin
+		switch {
+		case t >= cfg.OutageStart && t < cfg.OutageEnd:
+			ruler[b] = '▔'
+		case t%time.Second == 0:
+			ruler[b] = '┴'
+		default:
+			ruler[b] = '─'
+		}
+	}
+	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", string(ruler))
+	fmt.Fprintf(w, "%-*s  ▔ = outage; one column per 100 ms, ┴ every second\n", nameW, "")
+	return nil
+}
