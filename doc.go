@@ -1,0 +1,50 @@
+// Package stagger retries gRPC client calls the way the best systems do:
+// exponential backoff with a chosen jitter, a retry budget shared by every
+// call of the process, server pushback, deadline awareness, and per-method
+// policy from service-config-style files. Its promise: retries that heal
+// transient failures and never turn an outage into a retry storm.
+//
+// The one-line setup:
+//
+//	cfg, err := policy.LoadFile("retry.json")
+//	if err != nil { ... }
+//	opts := append(stagger.DialOptions(cfg), grpc.WithTransportCredentials(creds))
+//	conn, err := grpc.NewClient(target, opts...)
+//
+// The packages: policy (decisions, policy files), budget (retry budgets),
+// interceptor (the interceptors, their options and events).
+package stagger
+
+import (
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc"
+)
+
+// DialOptions returns the dial options that make a connection follow the
+// policy file cfg (nil: no file; give a policy with interceptor.WithPolicy):
+// stagger's unary and stream interceptors, and grpc.WithDisableRetry.
+//
+// grpc-go's own retry is disabled because retries at two layers multiply. A
+// consequence: a retry policy delivered by the name resolver's service config
+// is then not applied by grpc-go; put it in cfg instead.
+//
+// DialOptions is safe by default: when the file declares no budget and opts
+// give none (interceptor.WithBudget), calls use budget.Default(), one per
+// process, shared by every connection made this way. opts are applied to both
+// interceptors after cfg, so they can override it (interceptor.WithBudget(nil)
+// means unlimited).
+//
+// Add DialOptions before other interceptors that must run once per attempt
+// (see the interceptor package for the order).
+func DialOptions(cfg *policy.Config, opts ...interceptor.Option) []grpc.DialOption {
+	all := make([]interceptor.Option, 0, len(opts)+2)
+	all = append(all, interceptor.WithConfig(cfg), interceptor.WithDefaultBudget(budget.Default()))
+	all = append(all, opts...)
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(all...)),
+		grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(all...)),
+		grpc.WithDisableRetry(),
+	}
+}

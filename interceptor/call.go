@@ -1,0 +1,313 @@
+package interceptor
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// previousAttemptsKey is gRFC A6's header naming how many attempts came
+// before this one; grpc-go writes it only when its own retry runs.
+const previousAttemptsKey = "grpc-previous-rpc-attempts"
+
+// core is what the unary and stream interceptors share: the options built once
+// and the per-method notices already given.
+type core struct {
+	opts options
+	// noticed holds the methods already reported as not idempotent, so the
+	// logger and hooks hear of each once.
+	noticed sync.Map
+}
+
+func newCore(opts []Option) *core {
+	return &core{opts: buildOptions(opts)}
+}
+
+// call is one logical call's retry state: the loop every interceptor (unary,
+// stream, hedging) runs is
+//
+//	c.start(...); for { ctx := c.nextAttempt(); err := run(ctx); retry, pause := c.afterAttempt(...); if !retry { return c.finish(err) }; c.pause(...) }
+//
+// It is used by one goroutine at a time and lives no longer than the call.
+type call struct {
+	o      *options
+	method string
+	// retrying: pol applies and allows more than one attempt. When false the
+	// call runs once and stagger only records it in the budget.
+	retrying bool
+	pol      policy.Policy
+	budget   budget.Budget
+	// perAttempt is the per-attempt timeout actually applied: 0 when the
+	// policy sets none or the method is not known to be idempotent.
+	perAttempt time.Duration
+	// attempt is the number of the attempt running or just ended.
+	attempt int
+	// retry and prev are the backoff sequence's position (policy.Attempt).
+	retry int
+	prev  time.Duration
+	// afterTimeout: the running attempt follows one cut off by perAttempt.
+	afterTimeout bool
+	// reason is why the loop stopped.
+	reason policy.Reason
+}
+
+// noCancel stands in for a cancel func when no context was made.
+func noCancel() {}
+
+// start prepares c for a call of method. It returns the context every attempt
+// derives from (the caller's, with the file's timeout and the idempotency key
+// applied), its cancel func, and the grpc options for each attempt: the
+// caller's without stagger's Options, after the file's waitForReady and
+// message size limits (so the caller's own options win, as in grpc-go). run
+// is false when stagger is disabled for the call: send it as is.
+//
+// With no per-call Option, no timeout, no idempotency key and no limits in
+// the file, start allocates nothing.
+func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
+	o := &k.opts
+	grpcOpts = opts
+	for i, opt := range opts {
+		if _, ok := opt.(Option); ok {
+			o, grpcOpts = perCall(o, opts, i)
+			break
+		}
+	}
+	c.o, c.method = o, method
+	if o.disabled {
+		return ctx, noCancel, grpcOpts, false
+	}
+	cfg := o.config()
+	var m *policy.Method
+	if cfg != nil {
+		m = cfg.Method(method)
+	}
+	if o.budgetSet {
+		c.budget = o.budget
+	} else if c.budget = cfg.Budget(); c.budget == nil {
+		c.budget = o.fallback
+	}
+	var p *policy.Policy
+	switch {
+	case m != nil && m.Retry != nil:
+		p = m.Retry
+	case m != nil && m.Hedging != nil:
+		// Hedged methods are the hedging engine's; until it runs them they
+		// are sent once.
+	default:
+		p = o.policy
+	}
+	if p != nil {
+		c.pol = *p
+		if o.maxAttempts > 0 {
+			c.pol.MaxAttempts = o.maxAttempts
+		}
+		if o.predicate != nil {
+			c.pol.Predicate = o.predicate
+		}
+		c.retrying = c.pol.MaxAttempts >= 2
+	}
+	c.retry = 1
+
+	callCtx, cancel = ctx, noCancel
+	if m != nil {
+		if m.Timeout > 0 {
+			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > m.Timeout {
+				callCtx, cancel = context.WithTimeout(ctx, m.Timeout)
+			}
+		}
+		grpcOpts = methodCallOptions(m, grpcOpts)
+	}
+	if o.idemKey != "" {
+		callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
+	}
+	if c.retrying && c.pol.PerAttemptRecvTimeout > 0 {
+		if k.idempotent(o, m, method) {
+			c.perAttempt = c.pol.PerAttemptRecvTimeout
+		} else if _, seen := k.noticed.Load(method); !seen {
+			if _, seen := k.noticed.LoadOrStore(method, struct{}{}); !seen {
+				o.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonNotIdempotent})
+			}
+		}
+	}
+	return callCtx, cancel, grpcOpts, true
+}
+
+// perCall copies o and applies the call's Options, and returns the call's
+// grpc options without them. Only calls that carry Options pay for it.
+func perCall(base *options, opts []grpc.CallOption, first int) (*options, []grpc.CallOption) {
+	o := new(options)
+	*o = *base
+	rest := make([]grpc.CallOption, first, len(opts)-1)
+	copy(rest, opts[:first])
+	for _, opt := range opts[first:] {
+		if so, ok := opt.(Option); ok {
+			if so.apply != nil {
+				so.apply(o)
+			}
+			continue
+		}
+		rest = append(rest, opt)
+	}
+	return o, rest
+}
+
+// methodCallOptions puts the file's waitForReady and message size limits
+// before the caller's options, so that the caller's win.
+func methodCallOptions(m *policy.Method, opts []grpc.CallOption) []grpc.CallOption {
+	if m.WaitForReady == nil && m.MaxRequestMessageBytes == nil && m.MaxResponseMessageBytes == nil {
+		return opts
+	}
+	out := make([]grpc.CallOption, 0, len(opts)+3)
+	if m.WaitForReady != nil {
+		out = append(out, grpc.WaitForReady(*m.WaitForReady))
+	}
+	if m.MaxRequestMessageBytes != nil {
+		out = append(out, grpc.MaxCallSendMsgSize(*m.MaxRequestMessageBytes))
+	}
+	if m.MaxResponseMessageBytes != nil {
+		out = append(out, grpc.MaxCallRecvMsgSize(*m.MaxResponseMessageBytes))
+	}
+	return append(out, opts...)
+}
+
+// idempotent decides whether method may run more than once: the call's
+// option, then the file, then the proto's idempotency_level.
+func (k *core) idempotent(o *options, m *policy.Method, method string) bool {
+	switch {
+	case o.idempotent != 0:
+		return o.idempotent > 0
+	case m != nil && m.Idempotent != nil:
+		return *m.Idempotent
+	}
+	return policy.IdempotencyOf(method).Safe()
+}
+
+// nextAttempt starts the next attempt and returns its context: callCtx
+// itself for a first attempt without a per-attempt timeout, else a child
+// carrying the attempt number (AttemptFromContext), the
+// grpc-previous-rpc-attempts header and the per-attempt timeout.
+func (c *call) nextAttempt(callCtx context.Context) (context.Context, context.CancelFunc) {
+	c.attempt++
+	ctx := callCtx
+	if c.attempt > 1 {
+		ctx = metadata.AppendToOutgoingContext(ctx, previousAttemptsKey, strconv.Itoa(c.attempt-1))
+		ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
+	}
+	if c.perAttempt > 0 {
+		return context.WithTimeout(ctx, c.perAttempt)
+	}
+	return ctx, noCancel
+}
+
+// timedOut reports whether the attempt that ran on attemptCtx was cut off by
+// stagger's per-attempt timer rather than by the caller: told apart by the
+// contexts, never by the status code.
+func (c *call) timedOut(callCtx, attemptCtx context.Context, err error) bool {
+	return c.perAttempt > 0 && err != nil && attemptCtx.Err() != nil && callCtx.Err() == nil
+}
+
+// afterAttempt decides, once the attempt ended with err, whether to send
+// another and after what pause. trailer is the attempt's trailer metadata
+// (pushback), committed says response headers or a message had arrived,
+// timedOut that stagger's per-attempt timer cut it off. It records the
+// attempt in the budget, asks the budget before a retry, and reports the
+// retry or the give-up to the hooks and the logger.
+func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
+	if !c.retrying {
+		if err == nil && c.budget != nil {
+			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout})
+		}
+		c.reason = policy.ReasonAttempts
+		return false, 0
+	}
+	a := policy.Attempt{
+		Number:    c.attempt,
+		Err:       err,
+		Trailer:   trailer,
+		Committed: committed,
+		TimedOut:  timedOut,
+		Retry:     c.retry,
+		Prev:      c.prev,
+	}
+	if err != nil {
+		a.CallerDone = callCtx.Err() != nil
+		if dl, ok := callCtx.Deadline(); ok {
+			a.Remaining, a.HasDeadline = time.Until(dl), true
+		}
+		a.U = c.o.random.Float64()
+	}
+	v := c.pol.Decide(&a)
+	if c.budget != nil {
+		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout})
+	}
+	if err == nil {
+		c.reason = policy.ReasonSuccess
+		return false, 0
+	}
+	if v.Retry && c.budget != nil && !c.budget.Allow(budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut}) {
+		v.Retry, v.Reason = false, policy.ReasonBudget
+	}
+	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
+	if !v.Retry {
+		c.reason = v.Reason
+		e.Kind, e.Pause = EventGiveUp, 0
+		c.o.emit(callCtx, e)
+		return false, 0
+	}
+	e.Kind = EventRetry
+	c.o.emit(callCtx, e)
+	if v.Pushback {
+		// gRFC A6: the backoff sequence restarts after a pushback.
+		c.retry, c.prev = 1, 0
+	} else {
+		c.retry, c.prev = c.retry+1, v.Pause
+	}
+	c.afterTimeout = timedOut
+	return true, v.Pause
+}
+
+// pause waits d before the next attempt. It returns nil when the wait ended,
+// or the call's final error when callCtx ended first: CANCELED when the
+// caller cancelled (at once, not after d), else last, the last attempt's
+// error (Decide never chooses a pause that outlasts the deadline, so this is
+// the rare timer that fired late).
+func (c *call) pause(callCtx context.Context, d time.Duration, last error) error {
+	if d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-callCtx.Done():
+			t.Stop()
+		}
+	}
+	switch callCtx.Err() {
+	case nil:
+		return nil
+	case context.Canceled:
+		err := status.Error(codes.Canceled, context.Canceled.Error())
+		c.reason = policy.ReasonCaller
+		c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: codes.Canceled, Err: err, Reason: policy.ReasonCaller})
+		return c.finish(err)
+	default:
+		c.reason = policy.ReasonDeadline
+		c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Reason: policy.ReasonDeadline})
+		return c.finish(last)
+	}
+}
+
+// finish returns the call's final error: nil, err itself when stagger did not
+// retry the method, or an *Error carrying it and the number of attempts.
+func (c *call) finish(err error) error {
+	if err == nil || !c.retrying {
+		return err
+	}
+	return &Error{Attempts: c.attempt, Reason: c.reason, Err: err}
+}

@@ -1,0 +1,44 @@
+package interceptor
+
+import (
+	"errors"
+
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc/status"
+)
+
+// Error is the error a call returns after stagger ran it. It carries the last
+// attempt's error unchanged: GRPCStatus returns that attempt's status as the
+// server sent it (code, message, details), so status.FromError and
+// status.Code see exactly what they would without stagger.
+//
+// An Error is immutable and safe for concurrent use.
+type Error struct {
+	// Attempts is the number of attempts made, the first included.
+	Attempts int
+	// Reason is why stagger stopped (policy.ReasonNotRetryable,
+	// policy.ReasonBudget, ...).
+	Reason policy.Reason
+	// Err is the last attempt's error, or CANCELED when the caller cancelled
+	// during a pause.
+	Err error
+}
+
+// Error returns the last attempt's message, as grpc-go formats it.
+func (e *Error) Error() string { return e.Err.Error() }
+
+// Unwrap returns the last attempt's error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// GRPCStatus returns the last attempt's status unchanged.
+func (e *Error) GRPCStatus() *status.Status { return status.Convert(e.Err) }
+
+// Attempts returns the number of attempts stagger made for the call that
+// returned err, or 0 when err does not come from stagger (nil included).
+func Attempts(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Attempts
+	}
+	return 0
+}

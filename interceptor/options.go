@@ -1,0 +1,171 @@
+package interceptor
+
+import (
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc"
+)
+
+// ConfigSource hands out the current policy file; policy.Source implements it,
+// so a file reloaded on disk takes effect on the next call.
+type ConfigSource interface {
+	Config() *policy.Config
+}
+
+// Option configures the interceptors. The same type serves when building an
+// interceptor and on a single call: passed as a grpc.CallOption it applies to
+// that call only, on top of the interceptor's options, and is removed before
+// the call reaches grpc. Every option works in both places; options that make
+// most sense per call (Disable, Idempotent, WithMaxAttempts) say so.
+//
+// An Option is an immutable value, safe for concurrent use.
+type Option struct {
+	grpc.EmptyCallOption
+	apply func(*options)
+}
+
+// options holds every setting; the interceptor keeps one, built once, and a
+// call copies it only when it carries options of its own.
+type options struct {
+	cfg       *policy.Config
+	source    ConfigSource
+	policy    *policy.Policy
+	budget    budget.Budget
+	budgetSet bool
+	// fallback is the budget when neither WithBudget nor the file gives one.
+	fallback  budget.Budget
+	logger    logging.Logger
+	hooks     []func(Event)
+	idemKey   string
+	predicate policy.Predicate
+	// maxAttempts overrides the policy's when > 0.
+	maxAttempts int
+	disabled    bool
+	// idempotent: 0 unknown (ask the file, then the proto), 1 yes, -1 no.
+	idempotent int8
+	random     policy.Random
+}
+
+// WithConfig makes the interceptor follow the policy file cfg: each method's
+// retry policy, timeout, waitForReady and message size limits, and the budget
+// the file declares (shared by every interceptor built from cfg). A nil cfg
+// means no file.
+func WithConfig(cfg *policy.Config) Option {
+	return Option{apply: func(o *options) { o.cfg, o.source = cfg, nil }}
+}
+
+// WithConfigSource is WithConfig for a file that can change: src.Config() is
+// read at the start of every call, so a reload applies to the next call and
+// never to a call in flight. src.Config() may return nil (no file).
+func WithConfigSource(src ConfigSource) Option {
+	return Option{apply: func(o *options) { o.cfg, o.source = nil, src }}
+}
+
+// WithPolicy retries, with p, the methods the policy file does not match (or
+// all methods when there is no file). p is copied.
+func WithPolicy(p policy.Policy) Option {
+	return Option{apply: func(o *options) { o.policy = &p }}
+}
+
+// WithBudget makes b the retry budget, in place of the one the file declares;
+// a nil b means unlimited. Share one b between interceptors and connections:
+// a budget protects the servers only if it sees all the process's calls.
+func WithBudget(b budget.Budget) Option {
+	return Option{apply: func(o *options) { o.budget, o.budgetSet = b, true }}
+}
+
+// WithDefaultBudget makes b the budget of calls whose file declares none
+// (read per call, so it follows a reloaded file) when WithBudget is not
+// given. stagger.DialOptions uses it to install budget.Default.
+func WithDefaultBudget(b budget.Budget) Option {
+	return Option{apply: func(o *options) { o.fallback = b }}
+}
+
+// WithLogger logs every retry and give-up (debug level), budget refusals and
+// the once-per-method notice that a per-attempt timeout is not applied to a
+// method not known to be idempotent (warn level). Any go-grpc-middleware v2
+// logging adapter (slog, zap, zerolog, ...) fits.
+func WithLogger(l logging.Logger) Option {
+	return Option{apply: func(o *options) { o.logger = l }}
+}
+
+// WithHook calls fn on every retry, every give-up and every notice, with a
+// copy of the event. fn runs on the call's goroutine, outside every lock
+// stagger holds; it must be quick and safe for concurrent use. Several hooks
+// may be given; they run in order.
+func WithHook(fn func(Event)) Option {
+	return Option{apply: func(o *options) {
+		if fn != nil {
+			o.hooks = append(o.hooks[:len(o.hooks):len(o.hooks)], fn)
+		}
+	}}
+}
+
+// WithIdempotencyKey sends, on every attempt of a call, the metadata header
+// named header with a random value made once per call, so a server can tell a
+// retried write it already applied. An empty header turns it off.
+func WithIdempotencyKey(header string) Option {
+	return Option{apply: func(o *options) { o.idemKey = header }}
+}
+
+// WithPredicate decides, before the status codes, for errors the codes cannot
+// classify (see policy.Predicate). It replaces the policy's own predicate.
+func WithPredicate(p policy.Predicate) Option {
+	return Option{apply: func(o *options) { o.predicate = p }}
+}
+
+// WithMaxAttempts sets the number of attempts, the first included (3 means
+// at most 2 retries), in place of the policy's; useful per call. n < 2 means
+// no retry. It changes nothing for a method without a retry policy.
+func WithMaxAttempts(n int) Option {
+	return Option{apply: func(o *options) {
+		if n < 1 {
+			n = 1
+		}
+		o.maxAttempts = n
+	}}
+}
+
+// Disable turns stagger off; meant per call: the call goes to grpc once,
+// untouched.
+func Disable() Option {
+	return Option{apply: func(o *options) { o.disabled = true }}
+}
+
+// Idempotent marks the call's method as safe to run more than once, whatever
+// the file and the proto say; meant per call. It lets a per-attempt timeout
+// apply.
+func Idempotent() Option {
+	return Option{apply: func(o *options) { o.idempotent = 1 }}
+}
+
+// NotIdempotent marks the call's method as unsafe to run more than once,
+// whatever the file and the proto say; meant per call.
+func NotIdempotent() Option {
+	return Option{apply: func(o *options) { o.idempotent = -1 }}
+}
+
+// WithRandom draws the backoff jitter from r (tests pin it); nil is the
+// default, math/rand/v2's generator.
+func WithRandom(r policy.Random) Option {
+	return Option{apply: func(o *options) { o.random = r }}
+}
+
+func buildOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		if opt.apply != nil {
+			opt.apply(&o)
+		}
+	}
+	return o
+}
+
+// config returns the file the call follows, or nil.
+func (o *options) config() *policy.Config {
+	if o.source != nil {
+		return o.source.Config()
+	}
+	return o.cfg
+}

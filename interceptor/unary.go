@@ -1,0 +1,88 @@
+package interceptor
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// UnaryClientInterceptor returns the retrying unary client interceptor. See
+// the package documentation for the model and where it belongs in a chain.
+func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
+	k := newCore(opts)
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return k.unary(ctx, method, req, reply, cc, invoker, opts)
+	}
+}
+
+// unaryAttempt holds what each attempt hands to grpc to learn of headers and
+// trailers. Pooled: the addresses escape into grpc, and the success path must
+// not allocate.
+type unaryAttempt struct {
+	header, trailer metadata.MD
+	opts            []grpc.CallOption
+}
+
+var unaryAttempts = sync.Pool{New: func() any { return new(unaryAttempt) }}
+
+func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	var c call
+	callCtx, cancel, grpcOpts, run := k.start(ctx, method, opts, &c)
+	defer cancel()
+	if !run {
+		return invoker(ctx, method, req, reply, cc, grpcOpts...)
+	}
+	if !c.retrying {
+		c.attempt = 1
+		err := invoker(callCtx, method, req, reply, cc, grpcOpts...)
+		c.afterAttempt(callCtx, err, nil, false, false)
+		return err
+	}
+
+	ua := unaryAttempts.Get().(*unaryAttempt)
+	defer func() {
+		clear(ua.opts)
+		ua.opts, ua.header, ua.trailer = ua.opts[:0], nil, nil
+		unaryAttempts.Put(ua)
+	}()
+	// Learn of headers and trailers through the caller's own Header and
+	// Trailer options when it passed them (grpc fills them per attempt, so
+	// the caller ends with the last attempt's), else through ours.
+	headerAddr, trailerAddr := &ua.header, &ua.trailer
+	for _, opt := range grpcOpts {
+		switch o := opt.(type) {
+		case grpc.HeaderCallOption:
+			headerAddr = o.HeaderAddr
+		case grpc.TrailerCallOption:
+			trailerAddr = o.TrailerAddr
+		}
+	}
+	ua.opts = append(ua.opts, grpcOpts...)
+	if headerAddr == &ua.header {
+		ua.opts = append(ua.opts, grpc.Header(headerAddr))
+	}
+	if trailerAddr == &ua.trailer {
+		ua.opts = append(ua.opts, grpc.Trailer(trailerAddr))
+	}
+
+	for {
+		actx, acancel := c.nextAttempt(callCtx)
+		// grpc writes these only when the attempt got a stream; a stale value
+		// from an earlier attempt must not count.
+		*headerAddr, *trailerAddr = nil, nil
+		err := invoker(actx, method, req, reply, cc, ua.opts...)
+		timedOut := c.timedOut(callCtx, actx, err)
+		acancel()
+		// A Trailers-Only response leaves the header nil; headers that
+		// arrived, even with no entries, leave it non-nil: committed.
+		retry, pause := c.afterAttempt(callCtx, err, *trailerAddr, *headerAddr != nil, timedOut)
+		if !retry {
+			return c.finish(err)
+		}
+		if perr := c.pause(callCtx, pause, err); perr != nil {
+			return perr
+		}
+	}
+}
