@@ -172,4 +172,3 @@ func TestStormDefaultBudget(t *testing.T) {
 		}
 	}
 }
-
