@@ -1,0 +1,72 @@
+// Package testserver runs stagger's test service (proto/stagger/testing/v1) in
+// process and makes it fail on demand, so the interceptors can be tested end to
+// end against real gRPC.
+//
+// # Serving
+//
+// New serves over bufconn (dial with Server.Dial, Server.ClientConn, or
+// Server.DialOption and BufnetTarget); WithTCP or Server.StartTCP also serve on
+// 127.0.0.1 on a free port (Server.Addr, Server.DialTCP). Server.StopServing
+// closes the TCP listener and every TCP connection, so clients get "connection
+// refused" until Server.Resume listens again on the same port. Close stops
+// everything and returns only when every goroutine the server started has ended.
+// A server and its clients work inside a testing/synctest bubble when they are
+// created inside it (bufconn only: real sockets are not durably blocking).
+//
+// # Per-call scripts
+//
+// Every request carries a Script; the server groups attempts by Script.key and
+// numbers them on arrival (1 = first). For each attempt, in this order:
+//
+//  1. the server-wide modes may reject it (below);
+//  2. headers_first sends response headers at once (so a later failure comes
+//     after the RPC was committed; on a successful attempt it changes nothing);
+//  3. the attempt waits attempt_delays[n-1] if present, else delay, on the
+//     server's clock; when the attempt's context ends first, the attempt ends
+//     there and is recorded as Cancelled;
+//  4. attempts 1..fail_attempts fail with code (0 means UNAVAILABLE) and
+//     message (default "testserver: scripted failure of attempt N"), with every
+//     pushback value sent verbatim as one grpc-retry-pushback-ms trailer value
+//     (so two values make a repeated trailer) and, when retry_info_delay is set, a
+//     google.rpc.RetryInfo detail. Streams fail like this after their messages:
+//     ListItems after messages_before_failure messages; Upload right after
+//     receiving its messages_before_failure-th message, or, when that is 0, after
+//     the client closed its side; Chat after messages_before_failure echoes;
+//  5. other attempts succeed: unary methods answer one Reply, ListItems sends
+//     response_count messages (seq 1, 2, ...), Upload answers the seqs it
+//     received in order, Chat echoes each message with its seq.
+//
+// Upload and Chat read the script from the first message, so for them steps 1-3
+// happen after it arrived (the arrival time is still the stream's start).
+//
+// # Records
+//
+// Attempts(key) returns, per attempt, the method, the grpc-previous-rpc-attempts
+// and idempotency-key headers as sent, arrival time, and how it ended (code,
+// cancelled, rejected, headers sent, messages sent). AwaitAttempts waits for
+// attempts to end. Executions(method) counts attempts that ended with OK: the
+// number of times the method's side effect ran. Calls with an empty key are
+// counted but not recorded per key.
+//
+// # Server-wide modes
+//
+// For load tests, settable at New and changeable while serving: an outage
+// (SetOutage, or SetOutageWindow on the server's clock) fails every attempt with
+// UNAVAILABLE; a Capacity (SetCapacity) admits at most MaxConcurrent attempts at
+// once and at most PerSecond per one-second window (fixed windows counted from
+// New), rejecting the rest with RESOURCE_EXHAUSTED and an optional pushback
+// trailer; a failure rate (WithFailureRate, SetFailureRate) fails attempts with
+// UNAVAILABLE, drawn from a seeded source. They are checked in that order, before
+// the script. Stats and Arrivals (attempts per bucket, default 100 ms) count
+// every attempt.
+//
+// # Time
+//
+// The server reads time only through its Clock (WithClock); the default is the
+// time package, which inside a testing/synctest bubble is virtual.
+//
+// # Concurrency
+//
+// Server and all its methods are safe for concurrent use. One mutex guards the
+// records, counters and modes; handlers never hold it while waiting.
+package testserver

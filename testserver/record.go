@@ -1,0 +1,258 @@
+package testserver
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+)
+
+// AttemptRecord is what the server saw of one attempt. Records are values: the
+// server hands out copies.
+type AttemptRecord struct {
+	// Method is the full method name, e.g. "/stagger.testing.v1.TestService/Get".
+	Method string
+	// Attempt is this attempt's number among the key's attempts as the server
+	// counted them on arrival (1 = first); attempts rejected by a server-wide
+	// mode count too.
+	Attempt int
+	// PreviousAttempts is the grpc-previous-rpc-attempts header as sent (values
+	// joined with "," if repeated), "" when absent.
+	PreviousAttempts string
+	// IdempotencyKey is the idempotency header (see WithIdempotencyHeader) as
+	// sent (values joined with ","), "" when absent.
+	IdempotencyKey string
+	// Arrived is when the attempt arrived, on the server's clock. For client and
+	// bidi streams it is when the stream started, before the first message.
+	Arrived time.Time
+	// Done reports whether the attempt has ended; Ended, Code and Cancelled are
+	// set only then.
+	Done bool
+	// Ended is when the attempt ended, on the server's clock.
+	Ended time.Time
+	// Code is the status the server ended the attempt with (OK on success).
+	Code codes.Code
+	// Cancelled reports that the attempt's context ended (the client cancelled,
+	// its deadline passed, or the connection went) before the server answered.
+	Cancelled bool
+	// Rejected reports that a server-wide mode (outage, capacity, failure rate)
+	// refused the attempt before its script ran.
+	Rejected bool
+	// HeadersSent reports that response headers were sent before the attempt
+	// ended (headers_first, or a stream message).
+	HeadersSent bool
+	// Sent is how many response messages the attempt sent.
+	Sent int
+}
+
+// Stats counts every attempt the server received, whatever its key.
+type Stats struct {
+	// Received is every attempt that arrived.
+	Received int64
+	// Rejected is the attempts a server-wide mode refused.
+	Rejected int64
+	// Failed is the attempts that failed because their script said so.
+	Failed int64
+	// Cancelled is the attempts whose context ended before the server answered.
+	Cancelled int64
+	// Served is the attempts that ended with OK.
+	Served int64
+	// InFlight is the attempts in a handler right now.
+	InFlight int
+}
+
+// maxBuckets bounds the arrival series so a clock jump cannot exhaust memory;
+// arrivals past it are counted in the last bucket.
+const maxBuckets = 1 << 20
+
+// attempt is the server's handle on one running attempt.
+type attempt struct {
+	s        *Server
+	method   string
+	key      string
+	rec      *AttemptRecord // nil when key is empty; guarded by s.mu
+	admitted bool           // counted in inFlight
+	headers  bool
+	sent     int
+}
+
+func firstJoined(md metadata.MD, name string) string {
+	return strings.Join(md.Get(name), ",")
+}
+
+// arrive records an attempt's arrival and returns its number among its key's
+// attempts (1 when key is empty).
+func (s *Server) arrive(ctx context.Context, method, key string, at time.Time) *attempt {
+	md, _ := metadata.FromIncomingContext(ctx)
+	a := &attempt{s: s, method: method, key: key}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Received++
+	idx := int64(0)
+	if d := at.Sub(s.start); d > 0 {
+		idx = int64(d / s.bucket)
+	}
+	if idx >= maxBuckets {
+		idx = maxBuckets - 1
+	}
+	for int64(len(s.arrivals)) <= idx {
+		s.arrivals = append(s.arrivals, 0)
+	}
+	s.arrivals[idx]++
+	if key == "" {
+		return a
+	}
+	ks := s.keys[key]
+	if ks == nil {
+		ks = &keyState{}
+		s.keys[key] = ks
+	}
+	a.rec = &AttemptRecord{
+		Method:           method,
+		Attempt:          len(ks.attempts) + 1,
+		PreviousAttempts: firstJoined(md, "grpc-previous-rpc-attempts"),
+		IdempotencyKey:   firstJoined(md, s.idempotencyHeader),
+		Arrived:          at,
+	}
+	ks.attempts = append(ks.attempts, a.rec)
+	s.notifyLocked()
+	return a
+}
+
+// number is the attempt's number among its key's attempts (1 for no key).
+func (a *attempt) number() int {
+	if a.rec == nil {
+		return 1
+	}
+	// Attempt is set once at arrival and never changes, so reading it without
+	// the lock races with nothing.
+	return a.rec.Attempt
+}
+
+// end records how the attempt ended. kind says which counter it goes to.
+func (a *attempt) end(code codes.Code, kind endKind) {
+	s := a.s
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a.admitted {
+		s.inFlight--
+	}
+	switch kind {
+	case endRejected:
+		s.stats.Rejected++
+	case endFailed:
+		s.stats.Failed++
+	case endCancelled:
+		s.stats.Cancelled++
+	case endServed:
+		s.stats.Served++
+		s.execs[a.method]++
+	}
+	if a.rec != nil {
+		a.rec.Done = true
+		a.rec.Ended = now
+		a.rec.Code = code
+		a.rec.Cancelled = kind == endCancelled
+		a.rec.Rejected = kind == endRejected
+		a.rec.HeadersSent = a.headers
+		a.rec.Sent = a.sent
+	}
+	s.notifyLocked()
+}
+
+type endKind int
+
+const (
+	endServed endKind = iota
+	endFailed
+	endRejected
+	endCancelled
+)
+
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Attempts returns a copy of the records of key's attempts, in arrival order.
+func (s *Server) Attempts(key string) []AttemptRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attemptsLocked(key)
+}
+
+func (s *Server) attemptsLocked(key string) []AttemptRecord {
+	ks := s.keys[key]
+	if ks == nil {
+		return nil
+	}
+	out := make([]AttemptRecord, len(ks.attempts))
+	for i, r := range ks.attempts {
+		out[i] = *r
+	}
+	return out
+}
+
+// AwaitAttempts waits until at least n attempts of key have ended and returns
+// the key's records, or returns ctx's error with the records so far. It lets a
+// test outside a synctest bubble wait for the server to see a cancellation.
+func (s *Server) AwaitAttempts(ctx context.Context, key string, n int) ([]AttemptRecord, error) {
+	for {
+		s.mu.Lock()
+		recs := s.attemptsLocked(key)
+		ch := s.changed
+		s.mu.Unlock()
+		done := 0
+		for _, r := range recs {
+			if r.Done {
+				done++
+			}
+		}
+		if done >= n {
+			return recs, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return recs, ctx.Err()
+		}
+	}
+}
+
+// Executions returns how many times method's work completed successfully (its
+// attempt ended with OK). method is the full method name, e.g.
+// testingv1.TestService_Write_FullMethodName.
+func (s *Server) Executions(method string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.execs[method]
+}
+
+// Stats returns the server-wide counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.InFlight = s.inFlight
+	return st
+}
+
+// Arrivals returns a copy of the number of attempts that arrived in each bucket
+// (see WithArrivalBucket) since New, on the server's clock: element i counts
+// arrivals in [start+i×bucket, start+(i+1)×bucket). The series ends at the last
+// bucket that saw an arrival.
+func (s *Server) Arrivals() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int64(nil), s.arrivals...)
+}
+
+// ArrivalBucket is the width of the buckets Arrivals counts in.
+func (s *Server) ArrivalBucket() time.Duration { return s.bucket }
+
+// Start is the time New read from the server's clock; outage windows and
+// arrival buckets are measured from it.
+func (s *Server) Start() time.Time { return s.start }
