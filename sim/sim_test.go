@@ -1,0 +1,261 @@
+package sim
+
+import (
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestEventOrder(t *testing.T) {
+	s := New(1, 1)
+	var got []string
+	rec := func(name string) func() { return func() { got = append(got, name) } }
+	s.At(20*time.Millisecond, rec("c@20"))
+	s.At(10*time.Millisecond, rec("a@10"))
+	s.At(10*time.Millisecond, rec("b@10"))
+	s.At(0, func() {
+		got = append(got, "first@0")
+		// Scheduled later, at a time already taken: runs after the others.
+		s.At(10*time.Millisecond, rec("d@10"))
+		// In the past: runs now, after what is already queued for now.
+		s.At(-time.Second, rec("past@0"))
+	})
+	s.At(0, rec("second@0"))
+	s.Run()
+	want := []string{"first@0", "second@0", "past@0", "a@10", "b@10", "d@10", "c@20"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("order = %v, want %v", got, want)
+	}
+	if s.Elapsed() != 20*time.Millisecond {
+		t.Errorf("Elapsed = %v, want 20ms", s.Elapsed())
+	}
+	if !s.Now().Equal(Epoch.Add(20 * time.Millisecond)) {
+		t.Errorf("Now = %v, want Epoch+20ms", s.Now())
+	}
+}
+
+func TestRunUntil(t *testing.T) {
+	s := New(1, 1)
+	ran := 0
+	for _, d := range []time.Duration{1, 5, 5, 9} {
+		s.At(d*time.Second, func() { ran++ })
+	}
+	s.RunUntil(5 * time.Second)
+	if ran != 3 || s.Pending() != 1 || s.Elapsed() != 5*time.Second {
+		t.Fatalf("after RunUntil(5s): ran %d, pending %d, at %v; want 3, 1, 5s", ran, s.Pending(), s.Elapsed())
+	}
+	s.RunUntil(7 * time.Second)
+	if s.Elapsed() != 7*time.Second || ran != 3 {
+		t.Fatalf("after RunUntil(7s): ran %d at %v; want 3 at 7s", ran, s.Elapsed())
+	}
+	s.Run()
+	if ran != 4 {
+		t.Fatalf("after Run: ran %d, want 4", ran)
+	}
+}
+
+func TestOCCOneClientOneWrite(t *testing.T) {
+	res, err := OCC(OCCConfig{Clients: []int{1}, Runs: 20, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.MeanCalls != 1 {
+			t.Errorf("%s: mean calls %v with 1 client, want 1", r.Strategy, r.MeanCalls)
+		}
+		// Four hops of about 10 ms each.
+		if r.MeanTime < 30*time.Millisecond || r.MeanTime > 50*time.Millisecond {
+			t.Errorf("%s: mean time %v with 1 client, want about 40ms", r.Strategy, r.MeanTime)
+		}
+	}
+}
+
+func TestOCCRanking(t *testing.T) {
+	res, err := OCC(OCCConfig{Clients: []int{50}, Runs: 20, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]OCCResult{}
+	for _, r := range res {
+		by[r.Strategy] = r
+	}
+	calls := func(name string) float64 { return by[name].MeanCalls }
+	// The published ranking (AWS 2015), with margins well outside the noise
+	// of 20 runs.
+	if !(calls("no-backoff") > calls("exponential") && calls("exponential") > 1.3*calls("decorrelated") &&
+		calls("decorrelated") > calls("full") && math.Abs(calls("full")-calls("equal")) < 0.15*calls("full")) {
+		t.Errorf("work ranking broken: %+v", res)
+	}
+	if !(by["equal"].MeanTime > by["full"].MeanTime) {
+		t.Errorf("equal jitter took %v, full %v: want equal longer", by["equal"].MeanTime, by["full"].MeanTime)
+	}
+}
+
+func TestOCCDeterministic(t *testing.T) {
+	run := func(seed uint64, workers int) []OCCResult {
+		t.Helper()
+		res, err := OCC(OCCConfig{Clients: []int{5, 20}, Runs: 6, Seed: seed, Workers: workers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a, b := run(7, 1), run(7, 4)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("same seed, different results with 1 and 4 workers:\n%v\n%v", a, b)
+	}
+	if c := run(8, 2); reflect.DeepEqual(a, c) {
+		t.Fatalf("seeds 7 and 8 gave the same results: %v", a)
+	}
+}
+
+func TestFailRateSanity(t *testing.T) {
+	res, err := FailRate(FailRateConfig{P: []float64{0, 0.3, 1}, Clients: []int{20}, Rate: 400, Duration: 5 * time.Second, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Calls < 1800 || r.Calls > 2200 {
+			t.Errorf("%v %s: %d calls, want about 2000 (400/s for 5 s)", r.P, r.Contender, r.Calls)
+		}
+		switch {
+		case r.P == 0:
+			if r.Amplification != 1 || r.SuccessRate != 1 {
+				t.Errorf("p=0 %s: amplification %v success %v, want 1 and 1", r.Contender, r.Amplification, r.SuccessRate)
+			}
+		case r.P == 1:
+			if r.SuccessRate != 0 {
+				t.Errorf("p=1 %s: success %v, want 0", r.Contender, r.SuccessRate)
+			}
+		}
+		switch r.Contender {
+		case "no-retry":
+			if r.Amplification != 1 {
+				t.Errorf("p=%v no-retry: amplification %v, want 1", r.P, r.Amplification)
+			}
+			if math.Abs(r.SuccessRate-(1-r.P)) > 0.03 {
+				t.Errorf("p=%v no-retry: success %v, want about %v", r.P, r.SuccessRate, 1-r.P)
+			}
+		case "retry-3":
+			// 1 + p + p² + p³ attempts per call, 1 − p⁴ success.
+			p := r.P
+			if want := 1 + p + p*p + p*p*p; math.Abs(r.Amplification-want) > 0.03 {
+				t.Errorf("p=%v retry-3: amplification %v, want about %v", p, r.Amplification, want)
+			}
+			if want := 1 - p*p*p*p; math.Abs(r.SuccessRate-want) > 0.02 {
+				t.Errorf("p=%v retry-3: success %v, want about %v", p, r.SuccessRate, want)
+			}
+		}
+		if r.P == 1 && r.Contender != "retry-3" && r.Contender != "token-bucket" && r.Amplification > 1.5 {
+			t.Errorf("p=1 %s: amplification %v, a budget should hold it near 1", r.Contender, r.Amplification)
+		}
+	}
+}
+
+func TestFailRateDeterministic(t *testing.T) {
+	cfg := FailRateConfig{P: []float64{0.2, 0.9}, Clients: []int{3, 30}, Rate: 200, Duration: 2 * time.Second, Seed: 5}
+	a, err := FailRate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Workers = 1
+	b, err := FailRate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("same seed, different results:\n%v\n%v", a, b)
+	}
+	cfg.Seed = 6
+	c, err := FailRate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.DeepEqual(a, c) {
+		t.Fatal("seeds 5 and 6 gave the same results")
+	}
+}
+
+func TestOutageSanity(t *testing.T) {
+	cfg := OutageConfig{Capacity: 500, Load: 300, Clients: 20, Duration: 4 * time.Second, OutageStart: time.Second, OutageEnd: 2 * time.Second, Seed: 2}
+	res, err := Outage(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]OutageResult{}
+	for _, r := range res {
+		by[r.Contender] = r
+		sum := 0
+		for _, a := range r.Arrivals {
+			sum += a
+		}
+		if sum != r.Attempts {
+			t.Errorf("%s: arrivals sum to %d, attempts %d", r.Contender, sum, r.Attempts)
+		}
+	}
+	// Without retries the server sees the offered load, 300/500 = 0.6.
+	if l := by["no-retry"].OutageLoad; math.Abs(l-0.6) > 0.1 {
+		t.Errorf("no-retry outage load %v, want about 0.6", l)
+	}
+	// Four attempts per call during the outage: well above the offered load.
+	if by["retry-3"].OutageLoad < 1.5*by["no-retry"].OutageLoad {
+		t.Errorf("retry-3 outage load %v, no-retry %v: want retries to multiply it", by["retry-3"].OutageLoad, by["no-retry"].OutageLoad)
+	}
+	if by["default"].OutageLoad > 1.3*by["no-retry"].OutageLoad {
+		t.Errorf("default budget outage load %v, no-retry %v: want the budget to hold it", by["default"].OutageLoad, by["no-retry"].OutageLoad)
+	}
+	if by["retry-3"].Drain <= by["default"].Drain {
+		t.Errorf("retry-3 drained in %v, default budget in %v: want the storm slower", by["retry-3"].Drain, by["default"].Drain)
+	}
+	again, err := Outage(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res, again) {
+		t.Fatal("same seed, different outage results")
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	bad := Contenders(Contender{Name: "bad", Policy: RetryPolicy(2), Budget: budget.Settings{Kind: budget.KindThrottle}})
+	for _, tc := range []struct {
+		name string
+		run  func() error
+	}{
+		{"occ clients 0", func() error { _, err := OCC(OCCConfig{Clients: []int{0}}); return err }},
+		{"occ runs negative", func() error { _, err := OCC(OCCConfig{Runs: -1}); return err }},
+		{"failrate p above 1", func() error { _, err := FailRate(FailRateConfig{P: []float64{1.5}}); return err }},
+		{"failrate p NaN", func() error { _, err := FailRate(FailRateConfig{P: []float64{math.NaN()}}); return err }},
+		{"failrate clients", func() error { _, err := FailRate(FailRateConfig{Clients: []int{-3}}); return err }},
+		{"failrate rate", func() error { _, err := FailRate(FailRateConfig{Rate: -1}); return err }},
+		{"failrate bad budget", func() error {
+			_, err := FailRate(FailRateConfig{P: []float64{0.5}, Duration: time.Second, Contenders: bad})
+			return err
+		}},
+		{"outage window", func() error {
+			_, err := Outage(OutageConfig{OutageStart: 3 * time.Second, OutageEnd: 2 * time.Second})
+			return err
+		}},
+		{"outage past duration", func() error {
+			_, err := Outage(OutageConfig{Duration: time.Second, OutageStart: 0, OutageEnd: 2 * time.Second})
+			return err
+		}},
+		{"outage capacity", func() error { _, err := Outage(OutageConfig{Capacity: -5}); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.run()
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if got := err.Error(); len(got) < 5 || got[:5] != "sim: " {
+				t.Errorf("error %q does not start with \"sim: \"", got)
+			}
+		})
+	}
+}
