@@ -1,0 +1,57 @@
+package budget
+
+import "testing"
+
+// The decide-and-record path as the interceptors drive it: a retry is asked
+// for, then its attempt ends. The settings keep each budget in its working
+// range (neither empty nor refusing everything) for the whole run, and the
+// wrappers read the real clock, as in production.
+func benchBudgets(b *testing.B) []struct {
+	name string
+	bud  Budget
+} {
+	th, err := NewThrottle(ThrottleSettings{MaxTokens: 100, TokenRatio: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tb, err := NewTokenBucket(TokenBucketSettings{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ra, err := NewRatio(RatioSettings{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return []struct {
+		name string
+		bud  Budget
+	}{{"throttle", th}, {"token-bucket", tb}, {"ratio", ra}}
+}
+
+func decideAndRecord(bud Budget) {
+	bud.Record(Attempt{Number: 1, Outcome: Failure})
+	if bud.Allow(Request{Number: 2}) {
+		bud.Record(Attempt{Number: 2, Outcome: Success})
+	}
+}
+
+func BenchmarkDecideAndRecord(b *testing.B) {
+	for _, c := range benchBudgets(b) {
+		b.Run(c.name+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				decideAndRecord(c.bud)
+			}
+		})
+	}
+	for _, c := range benchBudgets(b) {
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					decideAndRecord(c.bud)
+				}
+			})
+		})
+	}
+}
