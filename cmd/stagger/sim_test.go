@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// runSimArgs runs "stagger sim args..." and returns its exit code and output.
+func runSimArgs(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = runSim(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestSimRegistered(t *testing.T) {
+	c, ok := commands["sim"]
+	if !ok || c.run == nil || c.summary == "" {
+		t.Fatalf(`commands["sim"] = %+v, %v; want a registered command`, c, ok)
+	}
+}
+
+func TestSimUsageErrors(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in stderr
+	}{
+		{"no model", nil, "usage: stagger sim MODEL"},
+		{"unknown model", []string{"storm"}, `unknown model "storm"`},
+		{"bad format", []string{"occ", "-format", "xml"}, "must be table, csv or json"},
+		{"bad clients", []string{"occ", "-clients", "10,x"}, `"x" is not an integer`},
+		{"zero clients", []string{"occ", "-clients", "0", "-runs", "1"}, "clients must be in [1, 10000], got 0"},
+		{"zero runs", []string{"occ", "-runs", "0"}, "-runs must be in [1, 100000], got 0"},
+		{"extra argument", []string{"occ", "-runs", "1", "extra"}, `unexpected argument "extra"`},
+		{"unknown flag", []string{"failrate", "-budget", "x"}, "flag provided but not defined: -budget"},
+		{"p above 1", []string{"failrate", "-p", "0.5,2"}, "p must be in [0, 1], got 2"},
+		{"bad p", []string{"failrate", "-p", "half"}, `"half" is not a number`},
+		{"unknown contender", []string{"failrate", "-contenders", "retry-3,magic"}, `unknown contender "magic"`},
+		{"zero duration", []string{"failrate", "-duration", "0s"}, "-duration must be > 0"},
+		{"outage window", []string{"outage", "-outage-start", "6s", "-outage-end", "3s"}, "outage window must satisfy"},
+		{"outage capacity", []string{"outage", "-capacity", "0"}, "-capacity must be > 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runSimArgs(t, tc.args...)
+			if code != 2 {
+				t.Errorf("exit %d, want 2 (stderr %q)", code, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q does not contain %q", stderr, tc.want)
+			}
+		})
+	}
+}
+
+func TestSimHelp(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"occ", "-h"}, {"outage", "-help"}} {
+		if code, _, stderr := runSimArgs(t, args...); code != 0 {
+			t.Errorf("%v: exit %d, want 0 (stderr %q)", args, code, stderr)
+		}
+	}
+}
+
+func TestSimDeterministicOutput(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"occ table", []string{"occ", "-clients", "3,12", "-runs", "4"}},
+		{"occ csv", []string{"occ", "-clients", "3,12", "-runs", "4", "-format", "csv"}},
+		{"failrate table", []string{"failrate", "-p", "0.3,1", "-clients", "5,50", "-rate", "200", "-duration", "2s"}},
+		{"failrate json", []string{"failrate", "-p", "0.3", "-rate", "200", "-duration", "2s", "-format", "json"}},
+		{"outage table", []string{"outage", "-capacity", "200", "-load", "150", "-clients", "10", "-duration", "3s", "-outage-start", "1s", "-outage-end", "2s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, a, stderr := runSimArgs(t, append(tc.args, "-seed", "1")...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			_, b, _ := runSimArgs(t, append(tc.args, "-seed", "1")...)
+			if a != b {
+				t.Fatalf("same seed, different output:\n%s\n---\n%s", a, b)
+			}
+			_, c, _ := runSimArgs(t, append(tc.args, "-seed", "2")...)
+			if a == c {
+				t.Fatalf("seeds 1 and 2 gave the same output:\n%s", a)
+			}
+		})
+	}
+}
+
+func TestSimCSVShape(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		header string
+		rows   int
+	}{
+		{"occ", []string{"occ", "-clients", "2,4", "-runs", "2", "-format", "csv"}, "clients,strategy,mean_time_ms,mean_calls", 10},
+		{"failrate one client count", []string{"failrate", "-p", "0,1", "-rate", "100", "-duration", "1s", "-format", "csv"}, "p,strategy,amplification,success_rate", 12},
+		{"failrate several client counts", []string{"failrate", "-p", "0.5", "-clients", "1,10", "-rate", "100", "-duration", "1s", "-format", "csv", "-contenders", "no-retry,default"}, "p,clients,strategy,amplification,success_rate", 4},
+		{"outage", []string{"outage", "-duration", "2s", "-outage-start", "0.5s", "-outage-end", "1s", "-load", "100", "-format", "csv"}, "strategy,attempts_per_call,success_rate,outage_load,peak_after,drain_ms", 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, stderr := runSimArgs(t, tc.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+			if err != nil {
+				t.Fatalf("output is not CSV: %v\n%s", err, out)
+			}
+			if got := strings.Join(recs[0], ","); got != tc.header {
+				t.Errorf("header %q, want %q", got, tc.header)
+			}
+			if len(recs)-1 != tc.rows {
+				t.Errorf("%d rows, want %d:\n%s", len(recs)-1, tc.rows, out)
+			}
+		})
+	}
+}
+
+func TestSimFailRateP0(t *testing.T) {
+	code, out, stderr := runSimArgs(t, "failrate", "-p", "0", "-rate", "100", "-duration", "2s", "-format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rows []failRateJSON
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 6", len(rows))
+	}
+	for _, r := range rows {
+		if r.Amplification != 1 || r.SuccessRate != 1 || r.Calls == 0 {
+			t.Errorf("p=0 %s: %+v, want amplification 1 and success 1", r.Strategy, r)
+		}
+	}
+}
+
+func TestSimPolicyFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "retry.json")
+	const cfg = `{
+  "methodConfig": [{
+    "name": [{}],
+    "retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.05s", "maxBackoff": "1s",
+      "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+  }],
+  "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
+}`
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runSimArgs(t, "failrate", "-p", "1", "-rate", "100", "-duration", "2s", "-format", "csv", "-contenders", "no-retry", "-policy", file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("want a header and 2 rows, got %v (%v):\n%s", len(recs), err, out)
+	}
+	if name := recs[2][1]; name != "file:retry.json+throttle" {
+		t.Errorf("file contender named %q, want file:retry.json+throttle", name)
+	}
+	// maxAttempts 2 and a throttle at p = 1: above 1, at most 2.
+	if amp, err := strconv.ParseFloat(recs[2][2], 64); err != nil || amp <= 1 || amp > 2 {
+		t.Errorf("file contender amplification %s, want in (1, 2]", recs[2][2])
+	}
+
+	code, _, stderr = runSimArgs(t, "failrate", "-policy", filepath.Join(dir, "missing.json"))
+	if code != 1 || !strings.Contains(stderr, "missing.json") {
+		t.Errorf("missing file: exit %d, stderr %q; want 1 and the file named", code, stderr)
+	}
+}
