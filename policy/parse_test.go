@@ -1,0 +1,351 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"google.golang.org/grpc/codes"
+)
+
+func parseMust(t *testing.T, doc string, opts ...ParseOption) *Config {
+	t.Helper()
+	c, err := ParseConfig([]byte(doc), opts...)
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	return c
+}
+
+// parseErrLines returns the messages of the FieldErrors joined in err.
+func parseErrLines(t *testing.T, err error) []string {
+	t.Helper()
+	if err == nil {
+		t.Fatal("ParseConfig succeeded, want an error")
+	}
+	var lines []string
+	var walk func(error)
+	walk = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+			return
+		}
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Errorf("error %v (%T) is not a *FieldError", e, e)
+		}
+		lines = append(lines, e.Error())
+	}
+	walk(err)
+	return lines
+}
+
+func TestParseFullExample(t *testing.T) {
+	c := parseMust(t, `{
+  "methodConfig": [{
+    "name": [{"service": "shop.v1.Cart"}, {"service": "shop.v1.Pay", "method": "Get"}],
+    "timeout": "2s", "waitForReady": true, "maxRequestMessageBytes": 1024,
+    "retryPolicy": {
+      "maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "5s",
+      "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"],
+      "jitter": "FULL",
+      "perAttemptRecvTimeout": "1s"
+    }
+  }, {
+    "name": [{"service": "shop.v1.Search", "method": "Query"}],
+    "idempotent": true,
+    "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
+  }, {
+    "name": [{}],
+    "retryPolicy": {"maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 1, "retryableStatusCodes": [14]}
+  }],
+  "retryBudget": {"ratio": {"percent": 10, "window": "10s"}}
+}`)
+	cart := c.Method("/shop.v1.Cart/Add")
+	want := Policy{MaxAttempts: 4, Backoff: Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: JitterFull},
+		RetryableCodes: NewCodeSet(codes.Unavailable, codes.ResourceExhausted), PerAttemptRecvTimeout: time.Second}
+	if cart == nil || cart.Retry == nil || !reflect.DeepEqual(*cart.Retry, want) {
+		t.Fatalf("Cart/Add retry = %+v, want %+v", cart, want)
+	}
+	if cart.Timeout != 2*time.Second || cart.WaitForReady == nil || !*cart.WaitForReady || *cart.MaxRequestMessageBytes != 1024 || cart.MaxResponseMessageBytes != nil {
+		t.Errorf("Cart/Add call settings = %+v", cart)
+	}
+	if c.Method("/shop.v1.Pay/Get") != cart {
+		t.Error("Pay/Get should share the first entry")
+	}
+	search := c.Method("/shop.v1.Search/Query")
+	if search.Hedging == nil || *search.Hedging != (Hedging{MaxAttempts: 3, Delay: 50 * time.Millisecond, NonFatalCodes: NewCodeSet(codes.Unavailable)}) || search.Idempotent == nil || !*search.Idempotent {
+		t.Errorf("Search/Query = %+v %+v", search, search.Hedging)
+	}
+	def := c.Method("/shop.v1.Pay/Put")
+	if def == nil || def.Retry == nil || def.Retry.MaxAttempts != 2 {
+		t.Errorf("Pay/Put should take the default entry, got %+v", def)
+	}
+	if c.Method("/shop.v1.Search/Other") != def {
+		t.Error("Search/Other should take the default entry: only Search/Query is named")
+	}
+	if got := c.BudgetSettings(); got.Kind != budget.KindRatio || got.Ratio.Percent != 10 || got.Ratio.Window != 10*time.Second {
+		t.Errorf("BudgetSettings = %+v", got)
+	}
+	if c.Budget() == nil || c.Budget() != c.Budget() {
+		t.Error("Budget should be built once")
+	}
+	if len(c.Warnings()) != 0 {
+		t.Errorf("Warnings = %v, want none", c.Warnings())
+	}
+}
+
+func TestParseMethodMatching(t *testing.T) {
+	c := parseMust(t, `{"methodConfig":[
+		{"name":[{"service":"a.S","method":"M"}],"timeout":"1s"},
+		{"name":[{"service":"a.S"}],"timeout":"2s"}]}`)
+	tests := []struct {
+		method string
+		want   time.Duration // 0: no entry
+	}{
+		{"/a.S/M", time.Second},
+		{"/a.S/N", 2 * time.Second},
+		{"/b.S/M", 0},
+		{"", 0},
+		{"/", 0},
+		{"garbage", 0},
+	}
+	for _, tt := range tests {
+		m := c.Method(tt.method)
+		switch {
+		case tt.want == 0 && m != nil:
+			t.Errorf("Method(%q) = %+v, want nil", tt.method, m)
+		case tt.want != 0 && (m == nil || m.Timeout != tt.want):
+			t.Errorf("Method(%q) = %+v, want timeout %v", tt.method, m, tt.want)
+		}
+	}
+	var nilCfg *Config
+	if nilCfg.Method("/a.S/M") != nil || nilCfg.Budget() != nil {
+		t.Error("a nil Config should match nothing")
+	}
+}
+
+func TestParseErrorsAllAtOnce(t *testing.T) {
+	_, err := ParseConfig([]byte(`{"methodConfig":[
+		{"name":[{"service":"a.S"}],"retryPolicy":{"maxAttempts":1,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14]}},
+		{"name":[{"service":"b.S"}],"retryPolicy":{"maxAttempts":3,"initialBackoff":"0s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE","NOPE"],"jitter":"FUL"}},
+		{"name":[{"method":"M"}]},
+		{"name":[{"service":"a.S"}]}],
+		"retryThrottling":{"maxTokens":1001,"tokenRatio":0.1}}`))
+	got := parseErrLines(t, err)
+	want := []string{
+		`policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2, got 1`,
+		`policy: methodConfig[1].retryPolicy.initialBackoff: must be > 0, got "0s"`,
+		`policy: methodConfig[1].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
+		`policy: methodConfig[1].retryPolicy.retryableStatusCodes[1]: must be a status code: an upper-case name such as UNAVAILABLE, or an integer 0-16, got "NOPE"`,
+		`policy: methodConfig[2].name[0].method: a method needs a service, got "M"`,
+		`policy: methodConfig[3].name[0]: duplicate name, already given in methodConfig[0], got /a.S/`,
+		`policy: retryThrottling.maxTokens: must be in (0, 1000], got 1001`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"retry and hedging", `{"methodConfig":[{"name":[{"service":"a.S"}],"retryPolicy":{"maxAttempts":2,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14]},"hedgingPolicy":{"maxAttempts":2}}]}`,
+			`policy: methodConfig[0]: a method has retryPolicy or hedgingPolicy, not both (gRFC A6), got both`},
+		{"two budgets", `{"retryThrottling":{"maxTokens":10,"tokenRatio":1},"retryBudget":{"ratio":{}}}`,
+			`policy: retryBudget: at most one budget per file: retryThrottling or retryBudget, not both, got both`},
+		{"throttling without methodConfig", `{"retryThrottling":{"maxTokens":0,"tokenRatio":1}}`,
+			`policy: retryThrottling.maxTokens: must be in (0, 1000], got 0`},
+		{"tokenRatio too fine", `{"retryThrottling":{"maxTokens":10,"tokenRatio":0.0009}}`,
+			`policy: retryThrottling.tokenRatio: must be at least 0.001 (gRFC A6 keeps 3 decimals), got 0.0009`},
+		{"wrong kind", `{"methodConfig":{"name":1}}`,
+			`policy: methodConfig: must be an array, got an object`},
+		{"missing fields", `{"methodConfig":[{"name":[{"service":"a.S"}],"retryPolicy":{}}]}`,
+			"policy: methodConfig[0].retryPolicy.maxAttempts: is required, got nothing\n" +
+				"policy: methodConfig[0].retryPolicy.initialBackoff: is required, got nothing\n" +
+				"policy: methodConfig[0].retryPolicy.maxBackoff: is required, got nothing\n" +
+				"policy: methodConfig[0].retryPolicy.backoffMultiplier: is required, got nothing\n" +
+				"policy: methodConfig[0].retryPolicy.retryableStatusCodes: is required (unless perAttemptRecvTimeout is set), got nothing"},
+		{"budget rule from the budget package", `{"retryBudget":{"ratio":{"window":"1ms"}}}`,
+			`policy: retryBudget.ratio.window: must be in [10ms, 1h], got "1ms"`},
+		{"token bucket cost above capacity", `{"retryBudget":{"tokenBucket":{"capacity":4}}}`,
+			`policy: retryBudget.tokenBucket.retryCost: must be in (0, capacity 4] and at least 0.001, got 5`},
+		{"yaml", "methodConfig:\n  - name: [{service: a.S}]\n    hedgingPolicy: {maxAttempts: 0}\n",
+			`policy: methodConfig[0].hedgingPolicy.maxAttempts: must be at least 2, got 0`},
+		{"hedging negative delay", `{"methodConfig":[{"name":[{"service":"a.S"}],"hedgingPolicy":{"maxAttempts":2,"hedgingDelay":"-1s"}}]}`,
+			`policy: methodConfig[0].hedgingPolicy.hedgingDelay: must be >= 0, got "-1s"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tt.doc))
+			if got := strings.Join(parseErrLines(t, err), "\n"); got != tt.want {
+				t.Errorf("errors:\n%s\nwant:\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseSyntaxErrors(t *testing.T) {
+	for _, doc := range []string{``, "  \n", `{`, `{"a":}`, `{} []`, "a: [", "- 1\n- 2\n", `"str"`, `12`} {
+		c, err := ParseConfig([]byte(doc))
+		if err == nil || c != nil {
+			t.Errorf("ParseConfig(%q) = %v, %v; want an error", doc, c, err)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "policy: ") {
+			t.Errorf("ParseConfig(%q) error %q does not start with the package name", doc, err)
+		}
+	}
+}
+
+func TestParseWarnings(t *testing.T) {
+	c := parseMust(t, `{"methodConfg":[],"loadBalancingConfig":[{"round_robin":{}}],
+		"methodConfig":[{"name":[{"service":"a.S"}],"retryPolicy":{"maxAttempts":9,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14],"maxAtempts":3}},
+		{"retryPolicy":null}],
+		"retryThrottling":{"maxTokens":10,"tokenRatio":0.1234}}`)
+	var got []string
+	for _, w := range c.Warnings() {
+		got = append(got, w.String())
+	}
+	want := []string{
+		`methodConfg: unknown key, ignored`,
+		`loadBalancingConfig: policy "round_robin" is grpc-go's to apply; stagger does not apply it`,
+		`methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored`,
+		`methodConfig[0].retryPolicy.maxAttempts: 9 is above the cap, so 5 is used (gRFC A6; raise the cap with WithMaxAttemptsCap)`,
+		`methodConfig[1]: entry has no name, so it applies to no method (grpc-go skips it too)`,
+		`retryThrottling.tokenRatio: 0.1234 kept to 3 decimals as gRFC A6 says: 0.123 (grpc-go uses every digit)`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if c.Method("/a.S/M").Retry.MaxAttempts != 5 {
+		t.Error("maxAttempts should be capped at 5")
+	}
+	if c.BudgetSettings().Throttle.TokenRatio != 0.123 {
+		t.Errorf("tokenRatio = %v, want 0.123", c.BudgetSettings().Throttle.TokenRatio)
+	}
+	if c.LoadBalancingPolicy() != "round_robin" {
+		t.Errorf("LoadBalancingPolicy = %q", c.LoadBalancingPolicy())
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	doc := `{"methodConfig":[{"name":[{"service":"a.S"}],"retryPolicy":{"maxAttempts":9,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14],"maxAtempts":3}}]}`
+	_, err := ParseConfig([]byte(doc), Strict())
+	if got := strings.Join(parseErrLines(t, err), "\n"); got != `policy: methodConfig[0].retryPolicy: must hold only known keys (Strict), got "maxAtempts"` {
+		t.Errorf("Strict: %s", got)
+	}
+	c := parseMust(t, doc, WithMaxAttemptsCap(7))
+	if got := c.Method("/a.S/M").Retry.MaxAttempts; got != 7 {
+		t.Errorf("WithMaxAttemptsCap(7): maxAttempts = %d, want 7", got)
+	}
+	c = parseMust(t, doc, WithMaxAttemptsCap(10))
+	if got := c.Method("/a.S/M").Retry.MaxAttempts; got != 9 {
+		t.Errorf("WithMaxAttemptsCap(10): maxAttempts = %d, want 9", got)
+	}
+}
+
+func TestParseExtensions(t *testing.T) {
+	yamlDoc := `
+method_config:
+  - name:
+      - service: a.S
+    retry_policy:
+      max_attempts: 3
+      initial_backoff: 100ms
+      max_backoff: 1.5s
+      backoff_multiplier: 1.5
+      retryable_status_codes: [unavailable, 8, ABORTED]
+      jitter: decorrelated
+retryBudget:
+  tokenBucket: {capacity: 100, retryCost: 2}
+`
+	c := parseMust(t, yamlDoc)
+	want := Policy{MaxAttempts: 3, Backoff: Backoff{Initial: 100 * time.Millisecond, Max: 1500 * time.Millisecond, Multiplier: 1.5, Jitter: JitterDecorrelated},
+		RetryableCodes: NewCodeSet(codes.Unavailable, codes.ResourceExhausted, codes.Aborted)}
+	if got := c.Method("/a.S/x").Retry; got == nil || !reflect.DeepEqual(*got, want) {
+		t.Errorf("retry = %+v, want %+v", got, want)
+	}
+	if s := c.BudgetSettings(); s.Kind != budget.KindTokenBucket || s.TokenBucket.Capacity != 100 || s.TokenBucket.RetryCost != 2 {
+		t.Errorf("budget = %+v", s)
+	}
+	// A YAML anchor and alias read as the values they stand for.
+	c = parseMust(t, "x-retry: &r {maxAttempts: 2, initialBackoff: 1s, maxBackoff: 1s, backoffMultiplier: 1, retryableStatusCodes: [14]}\nmethodConfig:\n  - {name: [{service: a.S}], retryPolicy: *r}\n  - {name: [{service: b.S}], retryPolicy: *r}\n")
+	if c.Method("/b.S/M").Retry.MaxAttempts != 2 {
+		t.Error("alias not followed")
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	yml := filepath.Join(dir, "p.yaml")
+	// Starts with '{' but is YAML (unquoted keys): the extension decides.
+	if err := os.WriteFile(yml, []byte("{methodConfig: [{name: [{service: a.S}], timeout: 1s}]}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadFile(yml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Method("/a.S/M").Timeout != time.Second {
+		t.Error("YAML file not read as YAML")
+	}
+	if _, err := LoadFile(filepath.Join(dir, "missing.json")); err == nil || !strings.HasPrefix(err.Error(), "policy: ") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestParseYAMLBomb(t *testing.T) {
+	doc := "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\ng: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\n"
+	if _, err := ParseConfig([]byte(doc)); err == nil {
+		t.Error("an alias bomb should be refused")
+	}
+}
+
+func TestParseDeepNesting(t *testing.T) {
+	doc := `{"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`
+	if _, err := ParseConfig([]byte(doc)); err == nil {
+		t.Error("nesting deeper than encoding/json allows should be refused")
+	}
+}
+
+func BenchmarkConfigMethod(b *testing.B) {
+	c, err := ParseConfig([]byte(`{"methodConfig":[
+		{"name":[{"service":"shop.v1.Cart","method":"Add"}],"timeout":"1s"},
+		{"name":[{"service":"shop.v1.Pay"}],"timeout":"2s"},
+		{"name":[{}],"timeout":"3s"}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct{ name, method string }{
+		{"exact", "/shop.v1.Cart/Add"},
+		{"service", "/shop.v1.Pay/Get"},
+		{"default", "/shop.v1.Search/Query"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if c.Method(bc.method) == nil {
+					b.Fatal("no match")
+				}
+			}
+		})
+	}
+}
+
+func TestConfigMethodDoesNotAllocate(t *testing.T) {
+	c := parseMust(t, `{"methodConfig":[{"name":[{"service":"a.S"}],"timeout":"1s"},{"name":[{}],"timeout":"2s"}]}`)
+	for _, m := range []string{"/a.S/M", "/b.S/M", "x"} {
+		if n := testing.AllocsPerRun(100, func() { c.Method(m) }); n != 0 {
+			t.Errorf("Method(%q) allocates %v times", m, n)
+		}
+	}
+}
