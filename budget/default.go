@@ -26,4 +26,26 @@ var defaultBudget = sync.OnceValue(func() Budget {
 // Default returns stagger's default budget, the one stagger.DialOptions
 // installs when a policy file declares none. There is one per process, built
 // on first use and shared by every caller, on the real clock.
+//
+// It is a token bucket (DefaultSettings): capacity 100, starting at 9,
+// retry cost 5, timeout retry cost 10, success reward 1. At p = 1 nothing
+// refills it, so a process makes Initial/RetryCost = 1 retry and then
+// none; at p = 0.1 successful retries are refunded and first-try successes
+// add 1, so it stays nearly full. Starting at 9 rather than 10 keeps a
+// fresh process to one retry while everything fails, yet one success buys
+// the second. Capacity 100 (20 retries) bounds the burst a process sends
+// when a healthy server goes down, a fifth of the AWS SDKs' 500.
+//
+// Measured in DESIGN.md model 2 (storm_test.go: 1000 calls/s split across
+// N processes for 10 s, 3 attempts, seeds 1-6, attempt latency 0 and
+// 20 ms), warm-up included:
+//
+//	processes  amplification at p=1  success at p=0.1
+//	10         1.001                 99.85-99.92%
+//	100        1.010                 99.83-99.92%
+//	1000       1.099-1.101           99.64-99.84%
+//
+// The weak spot is a process making only a few calls over its life: it
+// gets one retry before its first success, so one call in ten may be
+// retried at most once before the budget has earned more.
 func Default() Budget { return defaultBudget() }

@@ -2,4 +2,54 @@
 // kinds, the gRFC A6 throttle, a token bucket (the AWS SDKs' standard mode) and
 // a ratio of retries to requests over a sliding window. One budget is shared by
 // every call of a process, so that retries cannot multiply an outage's load.
+//
+// # Model
+//
+// The interceptors tell a budget how every attempt ended (Record) and ask it
+// before every retry and every hedge (Allow); hedges are charged exactly like
+// retries. A nil Budget means unlimited: the interceptors check for nil, and
+// New returns nil for KindNone.
+//
+//   - Throttle (gRFC A6 retryThrottling): tokens start at maxTokens; a
+//     retryable failure takes 1 (even on a call's last attempt), a success
+//     gives tokenRatio (kept to 3 decimals); retries pass while
+//     tokens > maxTokens/2. Allow spends nothing.
+//   - TokenBucket (AWS SDK standard mode): a retry pays retryCost up front
+//     (timeoutRetryCost after a per-attempt timeout) or is refused; a
+//     successful retry is refunded; a first-try success adds successReward.
+//     Defaults 500 / 5 / 10 / 1, starting full.
+//   - Ratio (Finagle, Google SRE book): over the last window (default 10 s),
+//     retries + 1 ≤ max(percent × first attempts, minRetriesPerSecond ×
+//     window). Defaults 10% and 0.1 retries/s: the floor is one retry per
+//     window, which is 10% of a client making one call a second, so it only
+//     lifts clients quieter than that, and by at most one retry per 10 s.
+//
+// Every operation has a form taking the time (RecordAt, AllowAt, StateAt) and
+// a wrapper reading the clock given by WithClock (time.Now by default). The
+// throttle and the bucket do not depend on time; their Record and Allow do not
+// read the clock at all. The ratio's window is a fixed ring of 10 slices
+// brought up to date when the budget is used: no goroutine, no timer, bounded
+// memory however long it runs.
+//
+// # Stagger's default budget
+//
+// Default (DefaultSettings) is a token bucket with the AWS costs and reward
+// but a capacity of 100 that starts at 9 tokens: while everything fails, a
+// fresh process gets one retry and then needs a success for each next one;
+// while a few attempts fail, refunds and rewards keep it full. It was chosen
+// with the model in storm_test.go (DESIGN.md model 2); see Default for the
+// figures. The ratio and the throttle cannot meet both storm-lab goals: they
+// do not see whether retries succeed, so a share small enough to hold
+// amplification at p = 1 refuses the retries that p = 0.1 needs.
+//
+// # Concurrency and zero values
+//
+// Every budget is safe for concurrent use. Throttle and TokenBucket keep
+// integer thousandths of a token in one atomic word and update it by
+// compare-and-swap; Ratio takes one mutex. Their zero values are not usable:
+// build them with NewThrottle, NewTokenBucket, NewRatio or New. In
+// TokenBucketSettings and RatioSettings a zero field takes its default;
+// ThrottleSettings has no defaults (a policy file must give both fields, as
+// in gRFC A6). Errors are *SettingsError and name the policy file's field,
+// the rule and the value.
 package budget

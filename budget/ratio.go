@@ -88,8 +88,14 @@ func (r *Ratio) allowance() float64 {
 	return math.Max(r.share*float64(r.requests), r.floor)
 }
 
-// Record is RecordAt with the budget's clock.
-func (r *Ratio) Record(a Attempt) { r.RecordAt(r.now(), a) }
+// Record is RecordAt with the budget's clock, read only for first attempts
+// (the others change nothing).
+func (r *Ratio) Record(a Attempt) {
+	if a.Number > 1 {
+		return
+	}
+	r.RecordAt(r.now(), a)
+}
 
 // RecordAt counts a request for every first attempt, however it ended; other
 // attempts were counted as retries when they were allowed.

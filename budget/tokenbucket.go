@@ -55,8 +55,9 @@ func NewTokenBucket(s TokenBucketSettings, opts ...Option) (*TokenBucket, error)
 // Settings returns the settings b was built with, defaults filled in.
 func (b *TokenBucket) Settings() TokenBucketSettings { return b.settings }
 
-// Record is RecordAt with the budget's clock.
-func (b *TokenBucket) Record(a Attempt) { b.RecordAt(b.now(), a) }
+// Record is RecordAt. It does not read the clock: the tokens do not depend
+// on time, and a clock read would cost more than the rest of Record.
+func (b *TokenBucket) Record(a Attempt) { b.RecordAt(time.Time{}, a) }
 
 // RecordAt adds SuccessReward for a first attempt that succeeded and refunds
 // the cost of a later attempt (a retry or a hedge) that succeeded, never
@@ -80,8 +81,8 @@ func (b *TokenBucket) RecordAt(_ time.Time, a Attempt) {
 	}
 }
 
-// Allow is AllowAt with the budget's clock.
-func (b *TokenBucket) Allow(r Request) bool { return b.AllowAt(b.now(), r) }
+// Allow is AllowAt. Like Record, it does not read the clock.
+func (b *TokenBucket) Allow(r Request) bool { return b.AllowAt(time.Time{}, r) }
 
 // AllowAt takes the request's cost from the bucket, or refuses and takes
 // nothing when the bucket holds less than the cost.
