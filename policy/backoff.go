@@ -90,30 +90,45 @@ func (b Backoff) Delay(retry int, prev time.Duration, u float64) time.Duration {
 	return toDuration(term)
 }
 
-// term is min(Max, Initial × Multiplier^(retry-1)) as a float64 of nanoseconds.
+// term is min(Max, Initial × Multiplier^(retry-1)) as a float64 of
+// nanoseconds, rounded exactly as grpc-go's initial × math.Pow(multiplier, n)
+// is, so a plain gRFC A6 policy pauses exactly as grpc-go's retry does.
 func (b Backoff) term(retry int) float64 {
 	initial, max := float64(b.Initial), float64(b.Max)
 	if initial <= 0 || max <= 0 {
 		return 0
 	}
 	t := initial
-	if retry > 1 && b.Multiplier > 1 {
-		// Multiply step by step while it is short: faster than math.Pow for
-		// the retry numbers that occur (maxAttempts is capped at 5 by default).
-		if retry <= 16 {
-			for i := 1; i < retry && t < max; i++ {
-				t *= b.Multiplier
-			}
-		} else {
-			t = initial * math.Pow(b.Multiplier, float64(retry-1))
-		}
-	} else if retry > 1 && b.Multiplier > 0 && b.Multiplier < 1 {
-		t = initial * math.Pow(b.Multiplier, float64(retry-1))
+	switch m := b.Multiplier; {
+	case retry <= 1 || !(m > 0) || m == 1:
+	case m > 1:
+		t *= powGrowing(m, retry-1, max/initial)
+	default: // 0 < m < 1: shrinking terms are rare; Pow handles underflow
+		t *= math.Pow(m, float64(retry-1))
 	}
 	if !(t <= max) { // also catches NaN and +Inf
 		t = max
 	}
 	return t
+}
+
+// powGrowing is x^k for x > 1 and k >= 1, bit for bit what math.Pow returns
+// while the result stays in the normal range (math.Pow squares the same
+// mantissas, in the same order, with exact power-of-two rescaling), at a
+// third of its cost. It stops early, returning +Inf, once the result passes
+// limit: the term is capped then anyway, and the retry number can be huge.
+func powGrowing(x float64, k int, limit float64) float64 {
+	a := 1.0
+	for ; k != 0; k >>= 1 {
+		if k&1 == 1 {
+			a *= x
+			if a > limit {
+				return math.Inf(1)
+			}
+		}
+		x *= x
+	}
+	return a
 }
 
 // capped converts d to a Duration no larger than max and no smaller than 0.
