@@ -45,6 +45,9 @@ type AttemptRecord struct {
 	HeadersSent bool
 	// Sent is how many response messages the attempt sent.
 	Sent int
+	// Received is how many request messages the attempt read (streams from the
+	// client; 0 for unary and ListItems).
+	Received int
 }
 
 // Stats counts every attempt the server received, whatever its key.
@@ -76,6 +79,7 @@ type attempt struct {
 	admitted bool           // counted in inFlight
 	headers  bool
 	sent     int
+	received int
 }
 
 func firstJoined(md metadata.MD, name string) string {
@@ -159,6 +163,7 @@ func (a *attempt) end(code codes.Code, kind endKind) {
 		a.rec.Rejected = kind == endRejected
 		a.rec.HeadersSent = a.headers
 		a.rec.Sent = a.sent
+		a.rec.Received = a.received
 	}
 	s.notifyLocked()
 }

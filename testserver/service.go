@@ -233,6 +233,7 @@ func (v *service) Upload(ss grpc.ClientStreamingServer[testingv1.UploadRequest, 
 	var got []int64
 	for msg := first; msg != nil; {
 		got = append(got, msg.GetSeq())
+		a.received++
 		if failing && limit > 0 && len(got) >= limit {
 			return a.fail(tr, sc)
 		}
@@ -269,17 +270,23 @@ func (v *service) Chat(ss grpc.BidiStreamingServer[testingv1.ChatRequest, testin
 	if err != nil {
 		return err
 	}
+	if first != nil {
+		a.received++
+	}
 	failing := a.failing(sc)
 	limit := int(sc.GetMessagesBeforeFailure())
+	if failing && limit <= 0 {
+		return a.fail(tr, sc)
+	}
 	for msg := first; msg != nil; {
-		if failing && a.sent >= limit {
-			return a.fail(tr, sc)
-		}
 		if err := ss.Send(&testingv1.ChatResponse{Reply: a.reply(sc, msg.GetSeq())}); err != nil {
 			return a.broken(tr.ctx, err)
 		}
 		a.sent++
 		a.headers = true
+		if failing && a.sent >= limit {
+			return a.fail(tr, sc)
+		}
 		msg, err = ss.Recv()
 		if errors.Is(err, io.EOF) {
 			break
@@ -287,6 +294,7 @@ func (v *service) Chat(ss grpc.BidiStreamingServer[testingv1.ChatRequest, testin
 		if err != nil {
 			return a.broken(tr.ctx, err)
 		}
+		a.received++
 	}
 	if failing {
 		return a.fail(tr, sc)

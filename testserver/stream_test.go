@@ -1,0 +1,204 @@
+package testserver_test
+
+import (
+	"errors"
+	"io"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+)
+
+func TestListItems(t *testing.T) {
+	cases := []struct {
+		name        string
+		script      *testingv1.Script
+		wantSeqs    []int64
+		wantCode    codes.Code
+		wantHeaders bool
+	}{
+		{"success", &testingv1.Script{ResponseCount: 3, PayloadBytes: 7}, []int64{1, 2, 3}, codes.OK, true},
+		{"empty success", &testingv1.Script{}, nil, codes.OK, false},
+		{"fail after two", &testingv1.Script{FailAttempts: 1, MessagesBeforeFailure: 2, ResponseCount: 5, Code: int32(codes.Internal)}, []int64{1, 2}, codes.Internal, true},
+		{"trailers only", &testingv1.Script{FailAttempts: 1, ResponseCount: 5}, nil, codes.Unavailable, false},
+		{"headers then fail", &testingv1.Script{FailAttempts: 1, HeadersFirst: true, ResponseCount: 5}, nil, codes.Unavailable, true},
+	}
+	forEachTransport(t, nil, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
+		client := testingv1.NewTestServiceClient(cc)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				tc.script.Key = t.Name()
+				stream, err := client.ListItems(callCtx(t), &testingv1.ListItemsRequest{Script: tc.script})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var seqs []int64
+				for {
+					m, err := stream.Recv()
+					if errors.Is(err, io.EOF) {
+						err = nil
+					}
+					if err != nil || m == nil {
+						if status.Code(err) != tc.wantCode {
+							t.Fatalf("got %v, want %v", err, tc.wantCode)
+						}
+						break
+					}
+					if len(m.GetReply().GetPayload()) != int(tc.script.PayloadBytes) {
+						t.Errorf("payload of %d bytes, want %d", len(m.GetReply().GetPayload()), tc.script.PayloadBytes)
+					}
+					seqs = append(seqs, m.GetReply().GetSeq())
+				}
+				if !equalInts(seqs, tc.wantSeqs) {
+					t.Errorf("got seqs %v, want %v", seqs, tc.wantSeqs)
+				}
+				recs := s.Attempts(t.Name())
+				if len(recs) != 1 || recs[0].Code != tc.wantCode || recs[0].Sent != len(tc.wantSeqs) || recs[0].HeadersSent != tc.wantHeaders {
+					t.Errorf("records %+v, want one ending %v after %d messages, headers %v", recs, tc.wantCode, len(tc.wantSeqs), tc.wantHeaders)
+				}
+			})
+		}
+		if got := s.Executions(testingv1.TestService_ListItems_FullMethodName); got != 2 {
+			t.Errorf("Executions(ListItems) = %d, want 2", got)
+		}
+	})
+}
+
+func TestUpload(t *testing.T) {
+	cases := []struct {
+		name         string
+		script       *testingv1.Script
+		send         int
+		wantCode     codes.Code
+		wantReceived int
+	}{
+		{"success", &testingv1.Script{}, 4, codes.OK, 4},
+		{"fail after everything", &testingv1.Script{FailAttempts: 1}, 4, codes.Unavailable, 4},
+		{"fail after two", &testingv1.Script{FailAttempts: 1, MessagesBeforeFailure: 2, Code: int32(codes.Aborted)}, 4, codes.Aborted, 2},
+		{"limit beyond what is sent", &testingv1.Script{FailAttempts: 1, MessagesBeforeFailure: 9}, 3, codes.Unavailable, 3},
+	}
+	forEachTransport(t, nil, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
+		client := testingv1.NewTestServiceClient(cc)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				tc.script.Key = t.Name()
+				stream, err := client.Upload(callCtx(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var sent []int64
+				for i := 1; i <= tc.send; i++ {
+					req := &testingv1.UploadRequest{Seq: int64(10 * i)}
+					if i == 1 {
+						req.Script = tc.script
+					}
+					// io.EOF means the server already ended the RPC; the
+					// status comes from CloseAndRecv.
+					if err := stream.Send(req); err != nil {
+						if !errors.Is(err, io.EOF) {
+							t.Fatal(err)
+						}
+						break
+					}
+					sent = append(sent, req.Seq)
+				}
+				resp, err := stream.CloseAndRecv()
+				if status.Code(err) != tc.wantCode {
+					t.Fatalf("got %v, want %v", err, tc.wantCode)
+				}
+				if tc.wantCode == codes.OK && !equalInts(resp.GetReceived(), sent) {
+					t.Errorf("server received %v, client sent %v", resp.GetReceived(), sent)
+				}
+				recs := s.Attempts(t.Name())
+				if len(recs) != 1 || recs[0].Code != tc.wantCode || recs[0].Received != tc.wantReceived || recs[0].Method != testingv1.TestService_Upload_FullMethodName {
+					t.Errorf("records %+v, want one ending %v after %d messages", recs, tc.wantCode, tc.wantReceived)
+				}
+			})
+		}
+	})
+}
+
+func TestChat(t *testing.T) {
+	cases := []struct {
+		name      string
+		script    *testingv1.Script
+		send      int
+		wantCode  codes.Code
+		wantEchos int
+	}{
+		{"success", &testingv1.Script{}, 3, codes.OK, 3},
+		{"fail at once", &testingv1.Script{FailAttempts: 1}, 3, codes.Unavailable, 0},
+		{"fail after two echoes", &testingv1.Script{FailAttempts: 1, MessagesBeforeFailure: 2, Code: int32(codes.Unavailable)}, 3, codes.Unavailable, 2},
+		{"client closes first", &testingv1.Script{FailAttempts: 1, MessagesBeforeFailure: 5}, 2, codes.Unavailable, 2},
+	}
+	forEachTransport(t, nil, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
+		client := testingv1.NewTestServiceClient(cc)
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				tc.script.Key = t.Name()
+				stream, err := client.Chat(callCtx(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var echoes []int64
+				var final error
+				// Lock step: send one, read its echo, so the test knows exactly
+				// which message the failure followed.
+				for i := 1; i <= tc.send && final == nil; i++ {
+					req := &testingv1.ChatRequest{Seq: int64(i)}
+					if i == 1 {
+						req.Script = tc.script
+					}
+					if err := stream.Send(req); err != nil && !errors.Is(err, io.EOF) {
+						t.Fatal(err)
+					}
+					m, err := stream.Recv()
+					if err != nil {
+						final = err
+						break
+					}
+					echoes = append(echoes, m.GetReply().GetSeq())
+				}
+				if final == nil {
+					if err := stream.CloseSend(); err != nil {
+						t.Fatal(err)
+					}
+					_, final = stream.Recv()
+				}
+				if errors.Is(final, io.EOF) {
+					final = nil
+				}
+				if status.Code(final) != tc.wantCode {
+					t.Fatalf("got %v, want %v", final, tc.wantCode)
+				}
+				want := make([]int64, tc.wantEchos)
+				for i := range want {
+					want[i] = int64(i + 1)
+				}
+				if !equalInts(echoes, want) {
+					t.Errorf("echoes %v, want %v", echoes, want)
+				}
+				recs := s.Attempts(t.Name())
+				if len(recs) != 1 || recs[0].Code != tc.wantCode || recs[0].Sent != tc.wantEchos {
+					t.Errorf("records %+v, want one ending %v after %d echoes", recs, tc.wantCode, tc.wantEchos)
+				}
+			})
+		}
+	})
+}
+
+func equalInts(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
