@@ -259,3 +259,28 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkOCCRun measures one OCC run of 100 clients with full jitter, the
+// unit of work of `stagger sim occ`.
+func BenchmarkOCCRun(b *testing.B) {
+	b.ReportAllocs()
+	st := OCCStrategies()[2]
+	for i := 0; i < b.N; i++ {
+		occRun(New(1, uint64(i)), 100, st)
+	}
+}
+
+// BenchmarkFailRateRun measures one random-failure run: 100 clients, 1000
+// calls/s for 10 s, p = 0.5, stagger's default budget.
+func BenchmarkFailRateRun(b *testing.B) {
+	b.ReportAllocs()
+	c := Contenders()[5]
+	if c.Name != "default" {
+		b.Fatalf("contender 5 is %q, want default", c.Name)
+	}
+	for i := 0; i < b.N; i++ {
+		if _, err := failRateRun(New(1, uint64(i)), 0.5, 100, 1000, 10*time.Second, &c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
