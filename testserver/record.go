@@ -205,18 +205,27 @@ func (s *Server) attemptsLocked(key string) []AttemptRecord {
 // the key's records, or returns ctx's error with the records so far. It lets a
 // test outside a synctest bubble wait for the server to see a cancellation.
 func (s *Server) AwaitAttempts(ctx context.Context, key string, n int) ([]AttemptRecord, error) {
-	for {
-		s.mu.Lock()
-		recs := s.attemptsLocked(key)
-		ch := s.changed
-		s.mu.Unlock()
+	return s.Await(ctx, key, func(recs []AttemptRecord) bool {
 		done := 0
 		for _, r := range recs {
 			if r.Done {
 				done++
 			}
 		}
-		if done >= n {
+		return done >= n
+	})
+}
+
+// Await waits until cond holds for key's records and returns them, or returns
+// ctx's error with the latest records. cond is called without the server's lock
+// held, on a copy, each time an attempt of any key arrives or ends.
+func (s *Server) Await(ctx context.Context, key string, cond func([]AttemptRecord) bool) ([]AttemptRecord, error) {
+	for {
+		s.mu.Lock()
+		recs := s.attemptsLocked(key)
+		ch := s.changed
+		s.mu.Unlock()
+		if cond(recs) {
 			return recs, nil
 		}
 		select {
