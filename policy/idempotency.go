@@ -64,8 +64,9 @@ func IdempotencyOf(fullMethod string) Idempotency {
 
 // idempotencyCacheMax bounds the cache: method names come from the program's
 // own stubs, but a program that builds names at run time must not grow it
-// without end. Past the bound, lookups still answer, uncached.
-const idempotencyCacheMax = 4096
+// without end. Past the bound, lookups still answer, uncached. A variable so
+// a test can lower it.
+var idempotencyCacheMax = 4096
 
 var (
 	// idempotencyCache is copied on write: reads are one atomic load and a

@@ -48,7 +48,7 @@ func (p *Policy) Validate() error {
 		errs = append(errs, err.(interface{ Unwrap() []error }).Unwrap()...)
 	}
 	if extra := p.RetryableCodes &^ allCodes; extra != 0 {
-		errs = append(errs, &FieldError{Path: "retryableStatusCodes", Rule: "must hold only codes 0 to 16", Value: uint32(p.RetryableCodes)})
+		errs = append(errs, &FieldError{Path: "retryableStatusCodes", Rule: "must hold only codes 0 to 16", Value: bitsOf(extra)})
 	}
 	if p.PerAttemptRecvTimeout < 0 {
 		errs = append(errs, &FieldError{Path: "perAttemptRecvTimeout", Rule: "must be >= 0", Value: p.PerAttemptRecvTimeout})
@@ -71,7 +71,19 @@ func (h *Hedging) Validate() error {
 		errs = append(errs, &FieldError{Path: "hedgingDelay", Rule: "must be >= 0", Value: h.Delay})
 	}
 	if extra := h.NonFatalCodes &^ allCodes; extra != 0 {
-		errs = append(errs, &FieldError{Path: "nonFatalStatusCodes", Rule: "must hold only codes 0 to 16", Value: uint32(h.NonFatalCodes)})
+		errs = append(errs, &FieldError{Path: "nonFatalStatusCodes", Rule: "must hold only codes 0 to 16", Value: bitsOf(extra)})
 	}
 	return errors.Join(errs...)
+}
+
+// bitsOf lists the bits set in s: the codes a CodeSet built by hand holds
+// beyond 16, which NewCodeSet would have dropped.
+func bitsOf(s CodeSet) []int {
+	var out []int
+	for i := 0; i < 32; i++ {
+		if s&(1<<i) != 0 {
+			out = append(out, i)
+		}
+	}
+	return out
 }
