@@ -49,11 +49,14 @@ type Script struct {
 	Delay *durationpb.Duration `protobuf:"bytes,7,opt,name=delay,proto3" json:"delay,omitempty"`
 	// attempt_delays[i] replaces delay for attempt i+1 of this key.
 	AttemptDelays []*durationpb.Duration `protobuf:"bytes,8,rep,name=attempt_delays,json=attemptDelays,proto3" json:"attempt_delays,omitempty"`
-	// headers_first sends response headers before a scripted failure, so the
-	// failure comes after the RPC was committed.
+	// headers_first makes every attempt send response headers as soon as it
+	// starts (before delay), so a scripted failure comes after the RPC was
+	// committed, for unary methods too.
 	HeadersFirst bool `protobuf:"varint,9,opt,name=headers_first,json=headersFirst,proto3" json:"headers_first,omitempty"`
-	// messages_before_failure: on streams, a failing attempt sends this many
-	// response messages before it fails.
+	// messages_before_failure: on streams, when a failing attempt fails.
+	// ListItems sends this many messages, then fails. Chat echoes this many
+	// messages, then fails (0: fails before echoing). Upload fails right after
+	// receiving this many messages (0: after the client closed its side).
 	MessagesBeforeFailure int32 `protobuf:"varint,10,opt,name=messages_before_failure,json=messagesBeforeFailure,proto3" json:"messages_before_failure,omitempty"`
 	// response_count is how many messages ListItems sends on success.
 	ResponseCount int32 `protobuf:"varint,11,opt,name=response_count,json=responseCount,proto3" json:"response_count,omitempty"`

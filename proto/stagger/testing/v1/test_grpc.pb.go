@@ -46,7 +46,8 @@ type TestServiceClient interface {
 	// ListItems sends Script.response_count messages.
 	ListItems(ctx context.Context, in *ListItemsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListItemsResponse], error)
 	// Upload receives messages until the client closes, then answers with the
-	// sequence numbers it received, in order.
+	// sequence numbers it received, in order. The script is read from the first
+	// message.
 	Upload(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadRequest, UploadResponse], error)
 	// Chat answers each message with one message carrying the same sequence number.
 	Chat(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChatRequest, ChatResponse], error)
@@ -154,7 +155,8 @@ type TestServiceServer interface {
 	// ListItems sends Script.response_count messages.
 	ListItems(*ListItemsRequest, grpc.ServerStreamingServer[ListItemsResponse]) error
 	// Upload receives messages until the client closes, then answers with the
-	// sequence numbers it received, in order.
+	// sequence numbers it received, in order. The script is read from the first
+	// message.
 	Upload(grpc.ClientStreamingServer[UploadRequest, UploadResponse]) error
 	// Chat answers each message with one message carrying the same sequence number.
 	Chat(grpc.BidiStreamingServer[ChatRequest, ChatResponse]) error
