@@ -38,6 +38,7 @@
 //
 // Upload and Chat read the script from the first message, so for them steps 1-3
 // happen after it arrived (the arrival time is still the stream's start).
+// Replies carry payload_bytes bytes, negative meaning 0 and at most MaxPayload.
 //
 // # Records
 //

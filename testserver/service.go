@@ -24,8 +24,9 @@ const PushbackTrailer = "grpc-retry-pushback-ms"
 // that headers arrived before the failure.
 const HeadersFirstHeader = "testserver-headers-first"
 
-// maxPayload bounds Script.payload_bytes so a script cannot exhaust memory.
-const maxPayload = 16 << 20
+// MaxPayload bounds Script.payload_bytes so a script cannot exhaust memory, and
+// keeps a reply under gRPC's default 4 MiB receive limit.
+const MaxPayload = 1 << 20
 
 type service struct {
 	testingv1.UnimplementedTestServiceServer
@@ -127,8 +128,8 @@ func (a *attempt) reply(sc *testingv1.Script, seq int64) *testingv1.Reply {
 	if n < 0 {
 		n = 0
 	}
-	if n > maxPayload {
-		n = maxPayload
+	if n > MaxPayload {
+		n = MaxPayload
 	}
 	return &testingv1.Reply{Key: a.key, Attempt: int32(a.number()), Seq: seq, Payload: make([]byte, n)}
 }

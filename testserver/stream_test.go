@@ -202,3 +202,49 @@ func equalInts(a, b []int64) bool {
 	}
 	return true
 }
+
+// Server-wide modes refuse stream attempts too, before their script runs.
+func TestStreamsUnderOutage(t *testing.T) {
+	forEachTransport(t, []testserver.Option{testserver.WithOutage(true)}, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
+		client := testingv1.NewTestServiceClient(cc)
+		ctx := callCtx(t)
+		sc := &testingv1.Script{Key: t.Name(), ResponseCount: 3}
+
+		ls, err := client.ListItems(ctx, &testingv1.ListItemsRequest{Script: sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ls.Recv(); status.Code(err) != codes.Unavailable {
+			t.Errorf("ListItems: got %v, want UNAVAILABLE", err)
+		}
+		us, err := client.Upload(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := us.Send(&testingv1.UploadRequest{Script: sc, Seq: 1}); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		if _, err := us.CloseAndRecv(); status.Code(err) != codes.Unavailable {
+			t.Errorf("Upload: got %v, want UNAVAILABLE", err)
+		}
+		cs, err := client.Chat(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Send(&testingv1.ChatRequest{Script: sc, Seq: 1}); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		if _, err := cs.Recv(); status.Code(err) != codes.Unavailable {
+			t.Errorf("Chat: got %v, want UNAVAILABLE", err)
+		}
+		recs := s.Attempts(t.Name())
+		if len(recs) != 3 {
+			t.Fatalf("got %d records, want 3", len(recs))
+		}
+		for i, r := range recs {
+			if !r.Rejected || r.Attempt != i+1 || r.Code != codes.Unavailable {
+				t.Errorf("record %d = %+v, want rejected", i, r)
+			}
+		}
+	})
+}

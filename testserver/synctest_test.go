@@ -106,3 +106,38 @@ func TestModesInSynctestBubble(t *testing.T) {
 		}
 	})
 }
+
+// headers_first on a successful attempt: the headers arrive at once, the
+// messages only after the delay (what a per-attempt receive timer watches).
+func TestHeadersBeforeDelayInSynctestBubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := testserver.New()
+		defer s.Close()
+		cc, err := s.Dial(grpc.WithDisableRetry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cc.Close() }()
+		client := testingv1.NewTestServiceClient(cc)
+		start := time.Now()
+		stream, err := client.ListItems(context.Background(), &testingv1.ListItemsRequest{Script: &testingv1.Script{
+			HeadersFirst: true, Delay: durationpb.New(5 * time.Second), ResponseCount: 1,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		md, err := stream.Header()
+		if err != nil || len(md.Get(testserver.HeadersFirstHeader)) == 0 {
+			t.Fatalf("Header() = %v, %v; want the headers-first marker", md, err)
+		}
+		if got := time.Since(start); got != 0 {
+			t.Errorf("headers took %v, want 0", got)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Since(start); got != 5*time.Second {
+			t.Errorf("message took %v, want 5s", got)
+		}
+	})
+}

@@ -177,3 +177,41 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
+
+func TestPayloadBytes(t *testing.T) {
+	cases := []struct {
+		ask  int32
+		want int
+	}{{0, 0}, {100, 100}, {-5, 0}, {1 << 30, testserver.MaxPayload}}
+	forEachTransport(t, nil, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
+		client := testingv1.NewTestServiceClient(cc)
+		for _, tc := range cases {
+			resp, err := client.Get(callCtx(t), &testingv1.GetRequest{Script: &testingv1.Script{PayloadBytes: tc.ask}})
+			if err != nil {
+				t.Fatalf("payload_bytes %d: %v", tc.ask, err)
+			}
+			if got := len(resp.GetReply().GetPayload()); got != tc.want {
+				t.Errorf("payload_bytes %d: got %d bytes, want %d", tc.ask, got, tc.want)
+			}
+		}
+	})
+}
+
+func BenchmarkUnaryGet(b *testing.B) {
+	s := testserver.New()
+	defer s.Close()
+	cc, err := s.Dial(grpc.WithDisableRetry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cc.Close() }()
+	client := testingv1.NewTestServiceClient(cc)
+	req := &testingv1.GetRequest{Script: &testingv1.Script{}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := client.Get(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
