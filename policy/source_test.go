@@ -1,0 +1,245 @@
+package policy
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// cfgVersionDoc is a file whose two entries carry the same version number,
+// so a reader can tell a whole config from a half-applied one.
+func cfgVersionDoc(version int, budget string) string {
+	return fmt.Sprintf(`{"methodConfig":[{"name":[{"service":"a.S"}],"timeout":"%ds"},{"name":[{"service":"b.S"}],"timeout":"%ds"}]%s}`, version, version, budget)
+}
+
+// cfgWriteAtomic replaces path as editors and config managers do: write a
+// temporary file, then rename it over the old one.
+func cfgWriteAtomic(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func cfgWrite(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type cfgEvents struct {
+	mu  sync.Mutex
+	evs []SourceEvent
+}
+
+func (e *cfgEvents) record(ev SourceEvent) {
+	e.mu.Lock()
+	e.evs = append(e.evs, ev)
+	e.mu.Unlock()
+}
+
+func (e *cfgEvents) list() []SourceEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]SourceEvent(nil), e.evs...)
+}
+
+func TestSourceReload(t *testing.T) {
+	const throttle = `,"retryThrottling":{"maxTokens":10,"tokenRatio":0.1}`
+	path := filepath.Join(t.TempDir(), "policy.json")
+	cfgWrite(t, path, cfgVersionDoc(1, throttle))
+	var events cfgEvents
+	src, err := WatchFile(path, WithPollInterval(0), OnReload(events.record))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	first := src.Config()
+	if first.Method("/a.S/M").Timeout != time.Second {
+		t.Fatal("first config not loaded")
+	}
+	firstBudget := first.Budget()
+	if firstBudget == nil {
+		t.Fatal("no budget")
+	}
+
+	steps := []struct {
+		name        string
+		write       func()
+		wantErr     bool
+		wantVersion int
+		wantEvents  int
+		budgetKept  bool
+	}{
+		{"unchanged file", func() {}, false, 1, 0, true},
+		{"atomic rename, same budget", func() { cfgWriteAtomic(t, path, cfgVersionDoc(2, throttle)) }, false, 2, 1, true},
+		{"broken write keeps the last good config", func() { cfgWrite(t, path, cfgVersionDoc(3, throttle)[:40]) }, true, 2, 2, true},
+		{"the same broken content is reported once", func() {}, false, 2, 2, true},
+		{"invalid values keep the last good config", func() { cfgWrite(t, path, strings.Replace(cfgVersionDoc(3, throttle), `"maxTokens":10`, `"maxTokens":0`, 1)) }, true, 2, 3, true},
+		{"file removed", func() { os.Remove(path) }, true, 2, 4, true},
+		{"file back, new budget", func() {
+			cfgWriteAtomic(t, path, cfgVersionDoc(4, `,"retryThrottling":{"maxTokens":20,"tokenRatio":0.1}`))
+		}, false, 4, 5, false},
+	}
+	for _, st := range steps {
+		st.write()
+		err := src.Reload()
+		if (err != nil) != st.wantErr {
+			t.Fatalf("%s: Reload() = %v, want error %v", st.name, err, st.wantErr)
+		}
+		c := src.Config()
+		if got := c.Method("/a.S/M").Timeout; got != time.Duration(st.wantVersion)*time.Second {
+			t.Fatalf("%s: config version %v, want %d", st.name, got, st.wantVersion)
+		}
+		if evs := events.list(); len(evs) != st.wantEvents {
+			t.Fatalf("%s: %d events, want %d: %+v", st.name, len(evs), st.wantEvents, evs)
+		}
+		if kept := c.Budget() == firstBudget; kept != st.budgetKept {
+			t.Fatalf("%s: budget kept = %v, want %v", st.name, kept, st.budgetKept)
+		}
+	}
+	evs := events.list()
+	if evs[0].Err != nil || evs[0].Previous != first || !evs[0].BudgetKept || evs[0].Path != path {
+		t.Errorf("event 0 = %+v", evs[0])
+	}
+	if evs[1].Err == nil || evs[1].Config.Method("/a.S/M").Timeout != 2*time.Second {
+		t.Errorf("event 1 (broken write) = %+v", evs[1])
+	}
+	if !strings.Contains(evs[2].Err.Error(), "retryThrottling.maxTokens") {
+		t.Errorf("event 2 error = %v", evs[2].Err)
+	}
+	if evs[4].Err != nil || evs[4].BudgetKept {
+		t.Errorf("event 4 = %+v", evs[4])
+	}
+}
+
+func TestSourcePollsOnTicks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	cfgWrite(t, path, "methodConfig: [{name: [{service: a.S}], timeout: 1s}]\n")
+	ticks := make(chan time.Time)
+	got := make(chan SourceEvent, 1)
+	src, err := WatchFile(path, WithPollTicks(ticks), OnReload(func(ev SourceEvent) { got <- ev }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgWriteAtomic(t, path, "methodConfig: [{name: [{service: a.S}], timeout: 2s}]\n")
+	ticks <- time.Time{}
+	ev := <-got
+	if ev.Err != nil || ev.Config.Method("/a.S/M").Timeout != 2*time.Second || src.Config() != ev.Config {
+		t.Fatalf("event = %+v", ev)
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Close(); err != nil { // twice is fine
+		t.Fatal(err)
+	}
+	if src.Config() != ev.Config {
+		t.Error("Config after Close should be the last one")
+	}
+}
+
+func TestSourceWithTimer(t *testing.T) {
+	// The real ticker path: only checks that Close stops it (goleak in
+	// TestMain fails the package otherwise); timing is not asserted.
+	path := filepath.Join(t.TempDir(), "policy.json")
+	cfgWrite(t, path, cfgVersionDoc(1, ""))
+	src, err := WatchFile(path, WithPollInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSourceFirstLoadMustSucceed(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := WatchFile(filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("a missing file should fail")
+	}
+	bad := filepath.Join(dir, "bad.json")
+	cfgWrite(t, bad, `{"methodConfig":[{"name":[{"method":"M"}]}]}`)
+	if _, err := WatchFile(bad); err == nil {
+		t.Error("an invalid file should fail")
+	}
+}
+
+func TestSourceNoHalfAppliedConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.json")
+	cfgWrite(t, path, cfgVersionDoc(1, ""))
+	src, err := WatchFile(path, WithPollInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var torn sync.Once
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c := src.Config()
+				if c.Method("/a.S/x").Timeout != c.Method("/b.S/x").Timeout {
+					torn.Do(func() { t.Error("a reader saw a half-applied config") })
+				}
+			}
+		}()
+	}
+	for v := 2; v <= 50; v++ {
+		cfgWriteAtomic(t, path, cfgVersionDoc(v, ""))
+		if err := src.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if got := src.Config().Method("/a.S/x").Timeout; got != 50*time.Second {
+		t.Errorf("last version = %v", got)
+	}
+}
+
+func TestSourceUpdate(t *testing.T) {
+	a := parseMust(t, cfgVersionDoc(1, `,"retryBudget":{"ratio":{}}`))
+	b := parseMust(t, cfgVersionDoc(2, `,"retryBudget":{"ratio":{}}`))
+	var events cfgEvents
+	src := NewSource(a, OnReload(events.record))
+	if err := src.Update(b); err != nil {
+		t.Fatal(err)
+	}
+	got := src.Config()
+	if got.Method("/a.S/M").Timeout != 2*time.Second || got.Budget() != a.Budget() {
+		t.Error("Update should swap the config and keep the unchanged budget")
+	}
+	if b.Budget() == a.Budget() {
+		t.Error("Update must not modify the caller's Config")
+	}
+	if err := src.Update(nil); err == nil {
+		t.Error("Update(nil) should fail")
+	}
+	if evs := events.list(); len(evs) != 1 || !evs[0].BudgetKept {
+		t.Errorf("events = %+v", evs)
+	}
+	if err := src.Reload(); err != nil {
+		t.Error(err)
+	}
+	if err := src.Close(); err != nil {
+		t.Error(err)
+	}
+}
