@@ -31,7 +31,6 @@ type parseOptions struct {
 	ticks       <-chan time.Time
 	onReload    func(SourceEvent)
 	noPoll      bool
-	budgetClock bool
 }
 
 func buildParseOptions(opts []ParseOption) parseOptions {

@@ -84,7 +84,9 @@ func TestSourceReload(t *testing.T) {
 		{"atomic rename, same budget", func() { cfgWriteAtomic(t, path, cfgVersionDoc(2, throttle)) }, false, 2, 1, true},
 		{"broken write keeps the last good config", func() { cfgWrite(t, path, cfgVersionDoc(3, throttle)[:40]) }, true, 2, 2, true},
 		{"the same broken content is reported once", func() {}, false, 2, 2, true},
-		{"invalid values keep the last good config", func() { cfgWrite(t, path, strings.Replace(cfgVersionDoc(3, throttle), `"maxTokens":10`, `"maxTokens":0`, 1)) }, true, 2, 3, true},
+		{"invalid values keep the last good config", func() {
+			cfgWrite(t, path, strings.Replace(cfgVersionDoc(3, throttle), `"maxTokens":10`, `"maxTokens":0`, 1))
+		}, true, 2, 3, true},
 		{"file removed", func() { os.Remove(path) }, true, 2, 4, true},
 		{"file back, new budget", func() {
 			cfgWriteAtomic(t, path, cfgVersionDoc(4, `,"retryThrottling":{"maxTokens":20,"tokenRatio":0.1}`))
