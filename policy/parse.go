@@ -23,14 +23,14 @@ import (
 type ParseOption func(*parseOptions)
 
 type parseOptions struct {
-	strict      bool
-	cap         int
-	format      string
-	budgetOpts  []budget.Option
-	poll        time.Duration
-	ticks       <-chan time.Time
-	onReload    func(SourceEvent)
-	noPoll      bool
+	strict     bool
+	cap        int
+	format     string
+	budgetOpts []budget.Option
+	poll       time.Duration
+	ticks      <-chan time.Time
+	onReload   func(SourceEvent)
+	noPoll     bool
 }
 
 func buildParseOptions(opts []ParseOption) parseOptions {
