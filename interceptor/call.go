@@ -25,6 +25,9 @@ type core struct {
 	// noticed holds the methods already reported as not idempotent, so the
 	// logger and hooks hear of each once.
 	noticed sync.Map
+	// hedgeLatency holds each hedged method's *latencyHistogram, for the
+	// adaptive hedging delay (hedge.go).
+	hedgeLatency sync.Map
 }
 
 func newCore(opts []Option) *core {
@@ -57,6 +60,10 @@ type call struct {
 	afterTimeout bool
 	// reason is why the loop stopped.
 	reason policy.Reason
+	// hedged is the method's file entry when it hedges: the unary
+	// interceptor hands the call to the hedging engine (hedge.go), the stream
+	// interceptor runs it unhedged (k.noticeUnhedged says so once).
+	hedged *policy.Method
 }
 
 // noCancel stands in for a cancel func when no context was made.
@@ -99,8 +106,8 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	case m != nil && m.Retry != nil:
 		p = m.Retry
 	case m != nil && m.Hedging != nil:
-		// Hedged methods are the hedging engine's; until it runs them they
-		// are sent once.
+		// Hedged methods are the hedging engine's (hedge.go): no retries.
+		c.hedged = m
 	default:
 		p = o.policy
 	}

@@ -22,11 +22,23 @@ const (
 	// ReasonNotIdempotent: a per-attempt timeout on a method not known to be
 	// idempotent). Reported once per method and interceptor.
 	EventNotice
+	// EventHedge: a hedge (Attempt, 2 or more) is sent, Pause after the
+	// attempt before it; Code and Err are the non-fatal failure that sent it
+	// early, if any; Pushback: it waited the server's pushback.
+	EventHedge
+	// EventHedgeStop: no further hedge is sent for the call (Attempt is the
+	// hedge not sent); Reason says why (budget, pushback, deadline). The
+	// attempts in flight go on.
+	EventHedgeStop
+	// EventHedgeWon: attempt Attempt of a call that sent hedges succeeded;
+	// the others were cancelled.
+	EventHedgeWon
 )
 
-var eventKindNames = [...]string{"", "retry", "give up", "notice"}
+var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won"}
 
-// String returns "retry", "give up" or "notice".
+// String returns "retry", "give up", "notice", "hedge", "hedge stop" or
+// "hedge won".
 func (k EventKind) String() string {
 	if int(k) < len(eventKindNames) && k > 0 {
 		return eventKindNames[k]
@@ -51,6 +63,10 @@ type Event struct {
 	// Reason: why the call gives up (EventGiveUp), or what was not applied
 	// (EventNotice); ReasonNone for EventRetry.
 	Reason policy.Reason
+	// Hedging: the event comes from a method whose policy hedges (the three
+	// hedge kinds, and a give-up or a notice of such a method: a notice then
+	// says hedging was not applied).
+	Hedging bool
 }
 
 // emit runs the hooks and the logger. The caller holds no lock.
@@ -70,6 +86,18 @@ func (o *options) emit(ctx context.Context, e Event) {
 		}
 	case EventNotice:
 		level, msg = logging.LevelWarn, "stagger: per-attempt timeout not applied: method not known to be idempotent"
+		if e.Hedging {
+			msg = "stagger: hedging not applied"
+		}
+	case EventHedge:
+		msg = "stagger: hedging"
+	case EventHedgeStop:
+		msg = "stagger: no more hedges"
+		if e.Reason == policy.ReasonBudget {
+			level = logging.LevelWarn
+		}
+	case EventHedgeWon:
+		msg = "stagger: hedge won"
 	}
 	o.logger.Log(ctx, level, msg,
 		"grpc.method", e.Method,

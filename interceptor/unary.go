@@ -34,6 +34,9 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 	if !run {
 		return invoker(ctx, method, req, reply, cc, grpcOpts...)
 	}
+	if c.hedged != nil {
+		return k.hedge(callCtx, &c, req, reply, cc, invoker, grpcOpts)
+	}
 	if !c.retrying {
 		c.attempt = 1
 		err := invoker(callCtx, method, req, reply, cc, grpcOpts...)

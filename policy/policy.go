@@ -143,9 +143,12 @@ const (
 	// ReasonNotIdempotent: the method is not known to be idempotent, so stagger
 	// does not hedge it or retry it after its own per-attempt timeout.
 	ReasonNotIdempotent
+	// ReasonStreaming: the method streams, and stagger hedges unary calls
+	// only: its hedging policy is not applied.
+	ReasonStreaming
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {

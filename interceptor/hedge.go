@@ -1,0 +1,471 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrHedgeReply is what a hedged call returns (inside an *Error) when its
+// reply is not a protobuf message: concurrent attempts each need a reply of
+// their own, and stagger makes one only for a proto.Message. Such a call
+// sends no attempt; disable hedging for it (Disable, or no hedgingPolicy).
+var ErrHedgeReply = errors.New("interceptor: cannot hedge: the reply is not a proto.Message")
+
+// hedgeOutputs is what grpc writes for one attempt. The first attempt writes
+// into the caller's own reply and holders (nothing to copy when it wins, the
+// common case); every hedge writes into its own, and only a winner's are
+// copied to the caller's, after every other attempt has ended.
+type hedgeOutputs struct {
+	reply           any
+	header, trailer metadata.MD
+	peer            peer.Peer
+	headerAddr      *metadata.MD
+	trailerAddr     *metadata.MD
+	opts            []grpc.CallOption
+}
+
+// hedgeResult is how one attempt ended, sent by its goroutine.
+type hedgeResult struct {
+	n   int
+	err error
+	out *hedgeOutputs
+	// took is the attempt's latency, for the adaptive delay.
+	took time.Duration
+}
+
+// hedgeCall is one hedged call's shared state. Pooled: a hedged call that
+// wins on its first attempt should cost little more than an unhedged one.
+type hedgeCall struct {
+	// results has room for every attempt, so no attempt goroutine ever
+	// blocks: each sends once and ends, whether or not the call still
+	// listens.
+	results chan hedgeResult
+	first   hedgeOutputs
+
+	method  string
+	req     any
+	cc      *grpc.ClientConn
+	invoker grpc.UnaryInvoker
+
+	// The caller's per-call outputs, taken out of the attempts' options.
+	base          []grpc.CallOption
+	callerHeader  *metadata.MD
+	callerTrailer *metadata.MD
+	callerPeer    *peer.Peer
+	onFinish      []func(error)
+}
+
+var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
+
+func getHedgeCall(maxAttempts int) *hedgeCall {
+	hc := hedgeCalls.Get().(*hedgeCall)
+	if cap(hc.results) < maxAttempts {
+		hc.results = make(chan hedgeResult, maxAttempts)
+	}
+	return hc
+}
+
+// putHedgeCall returns hc to the pool. Every attempt has sent its result and
+// the channel is empty.
+func putHedgeCall(hc *hedgeCall) {
+	clear(hc.first.opts)
+	clear(hc.base)
+	results, opts, base := hc.results, hc.first.opts[:0], hc.base[:0]
+	*hc = hedgeCall{results: results, base: base}
+	hc.first.opts = opts
+	hedgeCalls.Put(hc)
+}
+
+// split takes the caller's Header, Trailer, Peer and OnFinish options out of
+// opts: each attempt gets holders of its own and OnFinish runs once.
+func (hc *hedgeCall) split(opts []grpc.CallOption) {
+	for _, opt := range opts {
+		switch o := opt.(type) {
+		case grpc.HeaderCallOption:
+			hc.callerHeader = o.HeaderAddr
+		case grpc.TrailerCallOption:
+			hc.callerTrailer = o.TrailerAddr
+		case grpc.PeerCallOption:
+			hc.callerPeer = o.PeerAddr
+		case grpc.OnFinishCallOption:
+			hc.onFinish = append(hc.onFinish, o.OnFinish)
+		default:
+			hc.base = append(hc.base, opt)
+		}
+	}
+}
+
+// prepare sets out's options; first says out is the first attempt's, which
+// writes into the caller's holders where the caller gave some.
+func (hc *hedgeCall) prepare(out *hedgeOutputs, first bool) {
+	out.headerAddr, out.trailerAddr = &out.header, &out.trailer
+	var peerAddr *peer.Peer
+	if first {
+		if hc.callerHeader != nil {
+			out.headerAddr = hc.callerHeader
+		}
+		if hc.callerTrailer != nil {
+			out.trailerAddr = hc.callerTrailer
+		}
+		peerAddr = hc.callerPeer
+	} else if hc.callerPeer != nil {
+		peerAddr = &out.peer
+	}
+	// grpc writes the holders only when the attempt got a stream; a stale
+	// value from before the call must not count as headers.
+	*out.headerAddr, *out.trailerAddr = nil, nil
+	out.opts = append(out.opts[:0], hc.base...)
+	out.opts = append(out.opts, grpc.Header(out.headerAddr), grpc.Trailer(out.trailerAddr))
+	if peerAddr != nil {
+		out.opts = append(out.opts, grpc.Peer(peerAddr))
+	}
+}
+
+// run is one attempt's goroutine.
+func (hc *hedgeCall) run(ctx context.Context, n int, out *hedgeOutputs) {
+	start := time.Now()
+	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
+	hc.results <- hedgeResult{n: n, err: err, out: out, took: time.Since(start)}
+}
+
+// adopt copies the winner's outputs into the caller's reply and holders.
+// Every attempt has ended: nothing writes them any more.
+func (hc *hedgeCall) adopt(reply proto.Message, out *hedgeOutputs) {
+	if out == &hc.first {
+		return // it wrote into the caller's own
+	}
+	proto.Reset(reply)
+	proto.Merge(reply, out.reply.(proto.Message))
+	if hc.callerHeader != nil {
+		*hc.callerHeader = out.header
+	}
+	if hc.callerTrailer != nil {
+		*hc.callerTrailer = out.trailer
+	}
+	if hc.callerPeer != nil {
+		*hc.callerPeer = out.peer
+	}
+}
+
+func (hc *hedgeCall) finished(err error) {
+	for _, f := range hc.onFinish {
+		f(err)
+	}
+}
+
+// hedge runs a unary call of a method whose policy hedges (gRFC A6): the
+// first attempt, then another every Delay while none has succeeded, up to
+// MaxAttempts in all. The first OK wins and the others are cancelled; a
+// fatal code, or a failure after response headers, ends the call with it and
+// cancels the others; a non-fatal code sends the next hedge at once (after a
+// valid pushback instead; an invalid one stops hedging). Every hedge asks the
+// budget first; a refusal stops hedging, and the attempts in flight go on.
+// The call returns only after every attempt it sent has ended.
+func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
+	h := c.hedged.Hedging
+	if h.MaxAttempts < 2 || !k.idempotent(c.o, c.hedged, c.method) {
+		if h.MaxAttempts >= 2 {
+			k.noticeUnhedged(callCtx, c, policy.ReasonNotIdempotent)
+		}
+		c.attempt = 1
+		err := invoker(callCtx, c.method, req, reply, cc, grpcOpts...)
+		c.afterAttempt(callCtx, err, nil, false, false)
+		return err
+	}
+	callerReply, ok := reply.(proto.Message)
+	if !ok || callerReply == nil {
+		return &Error{Reason: policy.ReasonNotRetryable, Err: fmt.Errorf("%w: %s replies with %T", ErrHedgeReply, c.method, reply)}
+	}
+
+	delay := h.Delay
+	var hist *latencyHistogram
+	if h.Adaptive {
+		hist = k.latency(c.method)
+		if d, ok := hist.quantile(0.95); ok {
+			delay = d
+		}
+	}
+
+	hc := getHedgeCall(h.MaxAttempts)
+	defer putHedgeCall(hc)
+	hc.method, hc.req, hc.cc, hc.invoker = c.method, req, cc, invoker
+	hc.split(grpcOpts)
+	hctx, hcancel := context.WithCancel(callCtx)
+	defer hcancel()
+	s := hedgeState{k: k, c: c, hc: hc, h: h, hctx: hctx, hcancel: hcancel, delay: delay}
+	s.deadline, s.hasDeadline = callCtx.Deadline()
+	s.due = true
+	done := callCtx.Done()
+	for {
+		s.sendDue(callCtx, callerReply)
+		if s.inFlight == 0 && s.timerC == nil {
+			return s.end(callCtx, s.stopped)
+		}
+		select {
+		case r := <-hc.results:
+			s.inFlight--
+			if err, over := s.ended(callCtx, r, callerReply, hist); over {
+				return err
+			}
+		case <-s.timerC:
+			s.timerC, s.due = nil, true
+		case <-done:
+			done = nil
+			s.disarm()
+			s.due, s.stopped = false, policy.ReasonCaller
+			if s.inFlight > 0 {
+				// Every attempt derives from callCtx and ends on its own; the
+				// first to report ends the call.
+				continue
+			}
+			// Waiting out a pushback with nothing in flight.
+			if callCtx.Err() == context.Canceled {
+				s.last, s.lastN = status.Error(codes.Canceled, context.Canceled.Error()), s.sent
+				return s.end(callCtx, policy.ReasonCaller)
+			}
+			return s.end(callCtx, policy.ReasonDeadline)
+		}
+	}
+}
+
+// hedgeState is the hedging loop's state; only the call's goroutine uses it.
+type hedgeState struct {
+	k       *core
+	c       *call
+	hc      *hedgeCall
+	h       *policy.Hedging
+	hctx    context.Context
+	hcancel context.CancelFunc
+	delay   time.Duration
+
+	deadline    time.Time
+	hasDeadline bool
+
+	sent, inFlight int
+	lastSend       time.Time
+	// due: the next attempt is to be sent now. trigger is the non-fatal
+	// failure that made it due early, pushback that it waited a pushback.
+	due      bool
+	trigger  error
+	pushback bool
+	// stopped is why no further hedge is sent (ReasonNone: hedging goes on).
+	stopped policy.Reason
+	timer   *time.Timer
+	timerC  <-chan time.Time
+	// last is the last failure and lastN its attempt.
+	last  error
+	lastN int
+}
+
+// sendDue sends the attempts that are due: one, or all that are left when the
+// delay is 0.
+func (s *hedgeState) sendDue(callCtx context.Context, callerReply proto.Message) {
+	for s.due {
+		s.due = false
+		if s.stopped != policy.ReasonNone {
+			return
+		}
+		n := s.sent + 1
+		if n > s.h.MaxAttempts {
+			s.stopped = policy.ReasonAttempts
+			return
+		}
+		if n > 1 && s.c.budget != nil && !s.c.budget.Allow(budget.Request{Number: n, Hedge: true}) {
+			s.stop(callCtx, n, policy.ReasonBudget)
+			return
+		}
+		var out *hedgeOutputs
+		if n == 1 {
+			out = &s.hc.first
+			out.reply = callerReply
+		} else {
+			out = &hedgeOutputs{reply: callerReply.ProtoReflect().New().Interface()}
+		}
+		s.hc.prepare(out, n == 1)
+		// nextAttempt numbers the attempt and, from the second on, adds the
+		// grpc-previous-rpc-attempts header and the attempt to the context.
+		actx, _ := s.c.nextAttempt(s.hctx)
+		now := time.Now()
+		if n > 1 {
+			e := Event{Kind: EventHedge, Method: s.c.method, Attempt: n, Pause: now.Sub(s.lastSend), Pushback: s.pushback, Hedging: true}
+			if s.trigger != nil {
+				e.Code, e.Err = status.Code(s.trigger), s.trigger
+			}
+			s.c.o.emit(callCtx, e)
+		}
+		s.sent, s.lastSend, s.trigger, s.pushback = n, now, nil, false
+		s.inFlight++
+		go s.hc.run(actx, n, out)
+		if n == s.h.MaxAttempts {
+			s.disarm()
+			return
+		}
+		if s.delay == 0 {
+			s.due = true
+			continue
+		}
+		s.arm(callCtx, s.delay, n+1)
+	}
+}
+
+// arm schedules the next hedge (number n) after d, replacing any scheduled
+// one; a hedge that could not start before the caller's deadline is not
+// scheduled and hedging stops.
+func (s *hedgeState) arm(callCtx context.Context, d time.Duration, n int) {
+	s.disarm()
+	if s.hasDeadline && time.Until(s.deadline) <= d {
+		s.stop(callCtx, n, policy.ReasonDeadline)
+		return
+	}
+	if s.timer == nil {
+		s.timer = time.NewTimer(d)
+	} else {
+		s.timer.Reset(d)
+	}
+	s.timerC = s.timer.C
+}
+
+func (s *hedgeState) disarm() {
+	if s.timerC != nil {
+		s.timer.Stop()
+		s.timerC = nil
+	}
+}
+
+// stop ends hedging (the attempts in flight go on) and says so.
+func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
+	s.disarm()
+	s.due = false
+	if s.stopped != policy.ReasonNone {
+		return
+	}
+	s.stopped = why
+	s.c.o.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
+}
+
+// ended handles the result of one attempt. over says the call is over, with
+// err its result.
+func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply proto.Message, hist *latencyHistogram) (err error, over bool) {
+	b := s.c.budget
+	if r.err == nil {
+		if b != nil {
+			b.Record(budget.Attempt{Number: r.n, Outcome: budget.Success, Hedge: r.n > 1})
+		}
+		s.drain()
+		s.hc.adopt(callerReply, r.out)
+		if hist != nil {
+			hist.observe(r.took)
+		}
+		if s.sent > 1 {
+			s.c.o.emit(callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: r.n, Hedging: true})
+		}
+		s.hc.finished(nil)
+		return nil, true
+	}
+	s.last, s.lastN = r.err, r.n
+	code := status.Code(r.err)
+	var why policy.Reason
+	switch {
+	case callCtx.Err() != nil:
+		why = policy.ReasonCaller
+	case *r.out.headerAddr != nil:
+		// Headers arrived before the failure: the attempt had committed the
+		// call (gRFC A6), as a retry would be refused.
+		why = policy.ReasonCommitted
+	case !s.h.NonFatalCodes.Has(code):
+		why = policy.ReasonNotRetryable
+	}
+	if why != policy.ReasonNone {
+		if b != nil {
+			b.Record(budget.Attempt{Number: r.n, Outcome: budget.Other, Hedge: r.n > 1})
+		}
+		return s.end(callCtx, why), true
+	}
+	if b != nil {
+		b.Record(budget.Attempt{Number: r.n, Outcome: budget.Failure, Hedge: r.n > 1})
+	}
+	pb, res := policy.ParsePushback(*r.out.trailerAddr)
+	if res == policy.PushbackNone {
+		if st, ok := status.FromError(r.err); ok {
+			pb, res = policy.RetryInfoDelay(st)
+		}
+	}
+	switch {
+	case s.stopped != policy.ReasonNone || s.sent >= s.h.MaxAttempts:
+	case res == policy.PushbackInvalid || res == policy.PushbackValid && pb > policy.DefaultPushbackCeiling:
+		s.stop(callCtx, s.sent+1, policy.ReasonPushback)
+	case res == policy.PushbackValid:
+		s.arm(callCtx, pb, s.sent+1)
+		s.pushback = s.timerC != nil
+	default:
+		s.disarm()
+		s.due, s.trigger = true, r.err
+	}
+	return nil, false
+}
+
+// drain cancels every attempt still in flight and waits for each to end,
+// telling the budget of each: no goroutine outlives the call, and nothing
+// writes a reply or holder once the call has returned.
+func (s *hedgeState) drain() {
+	s.disarm()
+	s.hcancel()
+	for ; s.inFlight > 0; s.inFlight-- {
+		r := <-s.hc.results
+		if b := s.c.budget; b != nil {
+			o := budget.Other
+			if r.err == nil {
+				o = budget.Success
+			}
+			b.Record(budget.Attempt{Number: r.n, Outcome: o, Hedge: r.n > 1})
+		}
+	}
+}
+
+// end ends a call that failed: the last failure, with why (ReasonAttempts
+// when nothing else stopped the hedges).
+func (s *hedgeState) end(callCtx context.Context, why policy.Reason) error {
+	s.drain()
+	if why == policy.ReasonNone {
+		why = policy.ReasonAttempts
+	}
+	s.c.reason = why
+	s.c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: s.lastN, Code: status.Code(s.last), Err: s.last, Reason: why, Hedging: true})
+	s.hc.finished(s.last)
+	return &Error{Attempts: s.sent, Reason: why, Err: s.last}
+}
+
+// latency returns method's latency histogram, made on first use.
+func (k *core) latency(method string) *latencyHistogram {
+	if h, ok := k.hedgeLatency.Load(method); ok {
+		return h.(*latencyHistogram)
+	}
+	h, _ := k.hedgeLatency.LoadOrStore(method, new(latencyHistogram))
+	return h.(*latencyHistogram)
+}
+
+// noticeUnhedged tells the logger and hooks, once per method and
+// interceptor, that the method's hedging policy is not applied, and why
+// (policy.ReasonNotIdempotent, policy.ReasonStreaming). The stream engine
+// calls it for a stream whose method hedges (c.hedged set) and runs the
+// stream unhedged.
+func (k *core) noticeUnhedged(ctx context.Context, c *call, why policy.Reason) {
+	if _, seen := k.noticed.Load(c.method); seen {
+		return
+	}
+	if _, seen := k.noticed.LoadOrStore(c.method, struct{}{}); !seen {
+		c.o.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: true})
+	}
+}

@@ -1,0 +1,114 @@
+package interceptor
+
+import (
+	"math"
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// The adaptive hedging delay (policy.Hedging.Adaptive) needs each method's
+// p95 latency on every hedged call, from many goroutines at once. A
+// log-spaced histogram of atomic counters gives it without a lock: observe is
+// two atomic adds, quantile one pass over the buckets.
+//
+// Buckets: durations below 2^minOctave ns (about 1µs) share bucket 0; then
+// each octave [2^e, 2^(e+1)) ns is split in subBuckets equal parts, up to
+// 2^maxOctave ns (about 137s); longer durations share the last bucket. A
+// quantile is reported as its bucket's upper bound, so it is at most 25%
+// above the true value and never below it: hedging a little late rather than
+// a little early.
+const (
+	minOctave    = 10
+	maxOctave    = 37
+	subBits      = 2
+	subBuckets   = 1 << subBits
+	latencySlots = (maxOctave-minOctave)*subBuckets + 1
+	// adaptiveMinSamples: below this many samples the policy's Delay is used;
+	// a p95 of fewer calls is mostly noise.
+	adaptiveMinSamples = 20
+	// adaptiveHalfLife: every this many samples all counts are halved, so
+	// the estimate follows a method whose latency changes (older samples
+	// weigh less) and the counters never overflow.
+	adaptiveHalfLife = 1024
+)
+
+// latencyHistogram estimates quantiles of one method's latency. It is safe
+// for concurrent use; the zero value is empty and ready.
+//
+// Halving races with concurrent observes: a sample that lands in a bucket
+// between its load and its store may be lost, or kept at full weight. That
+// perturbs an estimate by a sample or two, which a 95th percentile over
+// hundreds of samples does not notice; a lock would cost every call.
+type latencyHistogram struct {
+	counts [latencySlots]atomic.Uint32
+	seen   atomic.Uint64
+}
+
+// latencySlot returns the bucket of d.
+func latencySlot(d time.Duration) int {
+	if d < 1<<minOctave {
+		return 0
+	}
+	v := uint64(d)
+	e := bits.Len64(v) - 1 // v in [2^e, 2^(e+1))
+	if e >= maxOctave {
+		return latencySlots - 1
+	}
+	sub := int(v>>(e-subBits)) & (subBuckets - 1)
+	return (e-minOctave)*subBuckets + sub + 1
+}
+
+// slotUpper returns the upper bound of bucket i: every duration in it is
+// below the bound.
+func slotUpper(i int) time.Duration {
+	if i == 0 {
+		return 1 << minOctave
+	}
+	i--
+	e, sub := i/subBuckets+minOctave, i%subBuckets
+	return time.Duration(uint64(subBuckets+sub+1) << (e - subBits))
+}
+
+// observe adds one latency sample.
+func (h *latencyHistogram) observe(d time.Duration) {
+	h.counts[latencySlot(d)].Add(1)
+	if h.seen.Add(1)%adaptiveHalfLife == 0 {
+		for i := range h.counts {
+			c := &h.counts[i]
+			for {
+				old := c.Load()
+				if old == 0 || c.CompareAndSwap(old, old/2) {
+					break
+				}
+			}
+		}
+	}
+}
+
+// quantile returns the q-quantile (0 < q <= 1) of the samples, as its bucket's
+// upper bound, and true; or false when fewer than adaptiveMinSamples count.
+func (h *latencyHistogram) quantile(q float64) (time.Duration, bool) {
+	var snap [latencySlots]uint32
+	var total uint64
+	for i := range h.counts {
+		snap[i] = h.counts[i].Load()
+		total += uint64(snap[i])
+	}
+	if total < adaptiveMinSamples {
+		return 0, false
+	}
+	// rank is the number of samples at or below the quantile, rounded up.
+	rank := uint64(math.Ceil(q * float64(total)))
+	if rank < 1 {
+		rank = 1
+	}
+	var run uint64
+	for i, c := range snap {
+		run += uint64(c)
+		if run >= rank {
+			return slotUpper(i), true
+		}
+	}
+	return slotUpper(latencySlots - 1), true
+}
