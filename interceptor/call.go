@@ -4,7 +4,9 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
@@ -25,9 +27,86 @@ type core struct {
 	// noticed holds the methods already reported as not idempotent, so the
 	// logger and hooks hear of each once.
 	noticed sync.Map
-	// hedgeLatency holds each hedged method's *latencyHistogram, for the
-	// adaptive hedging delay (hedge.go).
-	hedgeLatency sync.Map
+	// methods caches what the current file says of each method, so a call
+	// costs one map lookup and no allocation for the file's call options.
+	methods   atomic.Pointer[methodCache]
+	methodsMu sync.Mutex
+}
+
+// methodCache is copied on write; it belongs to one *policy.Config.
+type methodCache struct {
+	cfg    *policy.Config
+	byName map[string]*methodInfo
+	// byData finds a method name by where its bytes live, without hashing
+	// them: generated stubs pass the same constant string on every call.
+	// An entry keeps its string alive, so its address cannot be reused by
+	// another string while the entry exists.
+	byData [methodSlots]methodSlot
+}
+
+const methodSlots = 64
+
+type methodSlot struct {
+	data *byte
+	n    int
+	mi   *methodInfo
+}
+
+func slotOf(method string) int {
+	return int((uintptr(unsafe.Pointer(unsafe.StringData(method)))>>4 ^ uintptr(len(method))) % methodSlots)
+}
+
+// methodInfo is what a file says of one method, resolved once.
+type methodInfo struct {
+	m *policy.Method
+	// opts are the file's waitForReady and message size limits as grpc
+	// call options.
+	opts []grpc.CallOption
+}
+
+// methodCacheMax bounds the cache: a program that makes up method names at
+// run time must not grow it without end. Past it, lookups go to the file.
+const methodCacheMax = 4096
+
+// method returns what cfg says of method.
+func (k *core) method(cfg *policy.Config, method string) *methodInfo {
+	mc := k.methods.Load()
+	if mc != nil && mc.cfg == cfg {
+		if e := &mc.byData[slotOf(method)]; e.data == unsafe.StringData(method) && e.n == len(method) && e.data != nil {
+			return e.mi
+		}
+		if mi, ok := mc.byName[method]; ok {
+			return mi
+		}
+	}
+	mi := &methodInfo{m: cfg.Method(method)}
+	if mi.m != nil {
+		mi.opts = methodCallOptions(mi.m, nil)
+	}
+	k.methodsMu.Lock()
+	defer k.methodsMu.Unlock()
+	mc = k.methods.Load()
+	var old map[string]*methodInfo
+	if mc != nil && mc.cfg == cfg {
+		old = mc.byName
+	}
+	if len(old) >= methodCacheMax {
+		return mi
+	}
+	m := make(map[string]*methodInfo, len(old)+1)
+	for name, x := range old {
+		m[name] = x
+	}
+	m[method] = mi
+	next := &methodCache{cfg: cfg, byName: m}
+	if mc != nil && mc.cfg == cfg {
+		next.byData = mc.byData
+	}
+	if len(method) > 0 {
+		next.byData[slotOf(method)] = methodSlot{data: unsafe.StringData(method), n: len(method), mi: mi}
+	}
+	k.methods.Store(next)
+	return mi
 }
 
 func newCore(opts []Option) *core {
@@ -60,10 +139,10 @@ type call struct {
 	afterTimeout bool
 	// reason is why the loop stopped.
 	reason policy.Reason
-	// hedged is the method's file entry when it hedges: the unary
-	// interceptor hands the call to the hedging engine (hedge.go), the stream
-	// interceptor runs it unhedged (k.noticeUnhedged says so once).
-	hedged *policy.Method
+	// fileOpts are the file's call options for the method (waitForReady,
+	// message size limits); each attempt passes them before the caller's,
+	// so that the caller's win, as in grpc-go.
+	fileOpts []grpc.CallOption
 }
 
 // noCancel stands in for a cancel func when no context was made.
@@ -71,10 +150,9 @@ func noCancel() {}
 
 // start prepares c for a call of method. It returns the context every attempt
 // derives from (the caller's, with the file's timeout and the idempotency key
-// applied), its cancel func, and the grpc options for each attempt: the
-// caller's without stagger's Options, after the file's waitForReady and
-// message size limits (so the caller's own options win, as in grpc-go). run
-// is false when stagger is disabled for the call: send it as is.
+// applied), its cancel func, and the caller's grpc options without stagger's
+// Options; each attempt passes c.fileOpts before them. run is false when
+// stagger is disabled for the call: send it as is, with grpcOpts.
 //
 // With no per-call Option, no timeout, no idempotency key and no limits in
 // the file, start allocates nothing.
@@ -94,7 +172,8 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	cfg := o.config()
 	var m *policy.Method
 	if cfg != nil {
-		m = cfg.Method(method)
+		mi := k.method(cfg, method)
+		m, c.fileOpts = mi.m, mi.opts
 	}
 	if o.budgetSet {
 		c.budget = o.budget
@@ -106,8 +185,8 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	case m != nil && m.Retry != nil:
 		p = m.Retry
 	case m != nil && m.Hedging != nil:
-		// Hedged methods are the hedging engine's (hedge.go): no retries.
-		c.hedged = m
+		// Hedged methods are the hedging engine's; until it runs them they
+		// are sent once.
 	default:
 		p = o.policy
 	}
@@ -130,7 +209,6 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 				callCtx, cancel = context.WithTimeout(ctx, m.Timeout)
 			}
 		}
-		grpcOpts = methodCallOptions(m, grpcOpts)
 	}
 	if o.idemKey != "" {
 		callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
@@ -228,10 +306,16 @@ func (c *call) timedOut(callCtx, attemptCtx context.Context, err error) bool {
 // attempt in the budget, asks the budget before a retry, and reports the
 // retry or the give-up to the hooks and the logger.
 func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
-	if !c.retrying {
-		if err == nil && c.budget != nil {
+	if err == nil {
+		// Decide's answer for a success is fixed: record it, stop.
+		if c.budget != nil {
 			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout})
 		}
+		c.reason = policy.ReasonSuccess
+		return false, 0
+	}
+	if !c.retrying {
+		// gRFC A6 counts failures only for methods with a retry policy.
 		c.reason = policy.ReasonAttempts
 		return false, 0
 	}
@@ -244,20 +328,14 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		Retry:     c.retry,
 		Prev:      c.prev,
 	}
-	if err != nil {
-		a.CallerDone = callCtx.Err() != nil
-		if dl, ok := callCtx.Deadline(); ok {
-			a.Remaining, a.HasDeadline = time.Until(dl), true
-		}
-		a.U = c.o.random.Float64()
+	a.CallerDone = callCtx.Err() != nil
+	if dl, ok := callCtx.Deadline(); ok {
+		a.Remaining, a.HasDeadline = time.Until(dl), true
 	}
+	a.U = c.o.random.Float64()
 	v := c.pol.Decide(&a)
 	if c.budget != nil {
 		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout})
-	}
-	if err == nil {
-		c.reason = policy.ReasonSuccess
-		return false, 0
 	}
 	if v.Retry && c.budget != nil && !c.budget.Allow(budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut}) {
 		v.Retry, v.Reason = false, policy.ReasonBudget

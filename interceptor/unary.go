@@ -35,21 +35,31 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 		return invoker(ctx, method, req, reply, cc, grpcOpts...)
 	}
 	if c.hedged != nil {
+		if len(c.fileOpts) > 0 {
+			grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
+		}
 		return k.hedge(callCtx, &c, req, reply, cc, invoker, grpcOpts)
 	}
 	if !c.retrying {
 		c.attempt = 1
+		if len(c.fileOpts) > 0 {
+			grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
+		}
 		err := invoker(callCtx, method, req, reply, cc, grpcOpts...)
 		c.afterAttempt(callCtx, err, nil, false, false)
 		return err
 	}
 
 	ua := unaryAttempts.Get().(*unaryAttempt)
-	defer func() {
-		clear(ua.opts)
-		ua.opts, ua.header, ua.trailer = ua.opts[:0], nil, nil
-		unaryAttempts.Put(ua)
-	}()
+	err := k.unaryAttempts(&c, callCtx, method, req, reply, cc, invoker, grpcOpts, ua)
+	clear(ua.opts)
+	ua.opts, ua.header, ua.trailer = ua.opts[:0], nil, nil
+	unaryAttempts.Put(ua)
+	return err
+}
+
+// unaryAttempts runs the attempts of a call that may retry.
+func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, ua *unaryAttempt) error {
 	// Learn of headers and trailers through the caller's own Header and
 	// Trailer options when it passed them (grpc fills them per attempt, so
 	// the caller ends with the last attempt's), else through ours.
@@ -62,7 +72,7 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 			trailerAddr = o.TrailerAddr
 		}
 	}
-	ua.opts = append(ua.opts, grpcOpts...)
+	ua.opts = append(append(ua.opts, c.fileOpts...), grpcOpts...)
 	if headerAddr == &ua.header {
 		ua.opts = append(ua.opts, grpc.Header(headerAddr))
 	}

@@ -1,0 +1,91 @@
+package interceptor_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+)
+
+// benchFile is a typical file: a retry policy and the A6 throttle.
+const benchFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+	"retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",
+	"backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}],
+	"retryThrottling": {"maxTokens": 100, "tokenRatio": 0.1}}`
+
+func okInvoker(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+	return nil
+}
+
+// BenchmarkUnarySuccess: the interceptor alone, on a call that succeeds at
+// once, beside go-grpc-middleware v2's retry interceptor.
+func BenchmarkUnarySuccess(b *testing.B) {
+	cfg, err := policy.ParseConfig([]byte(benchFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		icpt grpc.UnaryClientInterceptor
+	}{
+		{"stagger", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg))},
+		{"middleware-retry", retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable))},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			ctx := context.Background()
+			for i := 0; i < b.N; i++ {
+				if err := c.icpt(ctx, method, nil, nil, nil, okInvoker); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkUnaryOneRetry: a first attempt that fails with UNAVAILABLE, a
+// second that succeeds, no pause. Subtract BenchmarkUnaryTwoInvocations for
+// the cost of the retry itself.
+func BenchmarkUnaryOneRetry(b *testing.B) {
+	b.ReportAllocs()
+	icpt := interceptor.UnaryClientInterceptor(zeroPause(4), interceptor.WithRandom(zero))
+	ctx := context.Background()
+	var n int
+	flaky := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+		n++
+		if n%2 == 1 {
+			return errUnavailable
+		}
+		return nil
+	}
+	for i := 0; i < b.N; i++ {
+		if err := icpt(ctx, method, nil, nil, nil, flaky); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkUnaryTwoInvocations is the baseline of BenchmarkUnaryOneRetry:
+// the same invoker called twice with no interceptor.
+func BenchmarkUnaryTwoInvocations(b *testing.B) {
+	b.ReportAllocs()
+	ctx := context.Background()
+	var n int
+	flaky := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+		n++
+		if n%2 == 1 {
+			return errUnavailable
+		}
+		return nil
+	}
+	for i := 0; i < b.N; i++ {
+		_ = flaky(ctx, method, nil, nil, nil)
+		_ = flaky(ctx, method, nil, nil, nil)
+	}
+}
