@@ -31,6 +31,9 @@ type core struct {
 	// costs one map lookup and no allocation for the file's call options.
 	methods   atomic.Pointer[methodCache]
 	methodsMu sync.Mutex
+	// hedgeLatency holds each hedged method's *latencyHistogram, for the
+	// adaptive hedging delay (hedge.go).
+	hedgeLatency sync.Map
 }
 
 // methodCache is copied on write; it belongs to one *policy.Config.
@@ -143,6 +146,10 @@ type call struct {
 	// message size limits); each attempt passes them before the caller's,
 	// so that the caller's win, as in grpc-go.
 	fileOpts []grpc.CallOption
+	// hedged is the method's file entry when it hedges: the unary
+	// interceptor hands the call to the hedging engine (hedge.go), the stream
+	// interceptor runs it unhedged (k.noticeUnhedged says so once).
+	hedged *policy.Method
 }
 
 // noCancel stands in for a cancel func when no context was made.
@@ -185,8 +192,8 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	case m != nil && m.Retry != nil:
 		p = m.Retry
 	case m != nil && m.Hedging != nil:
-		// Hedged methods are the hedging engine's; until it runs them they
-		// are sent once.
+		// Hedged methods are the hedging engine's (hedge.go): no retries.
+		c.hedged = m
 	default:
 		p = o.policy
 	}

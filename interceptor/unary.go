@@ -40,6 +40,12 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 		}
 		return k.hedge(callCtx, &c, req, reply, cc, invoker, grpcOpts)
 	}
+	if c.hedged != nil {
+		if len(c.fileOpts) > 0 {
+			grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
+		}
+		return k.hedge(callCtx, &c, req, reply, cc, invoker, grpcOpts)
+	}
 	if !c.retrying {
 		c.attempt = 1
 		if len(c.fileOpts) > 0 {
