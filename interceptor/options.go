@@ -45,6 +45,10 @@ type options struct {
 	// idempotent: 0 unknown (ask the file, then the proto), 1 yes, -1 no.
 	idempotent int8
 	random     policy.Random
+	// replaySize bounds each stream's replay buffer in bytes (0: the
+	// default); replayLimit caps the bytes held by every stream sharing it.
+	replaySize  int
+	replayLimit *ReplayLimit
 }
 
 // WithConfig makes the interceptor follow the policy file cfg: each method's

@@ -2,30 +2,449 @@ package interceptor
 
 import (
 	"context"
+	"io"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
-// StreamClientInterceptor returns the stream client interceptor.
-//
-// PLACEHOLDER: until the stream engine lands (replay buffer, commit rules),
-// it passes streams through untouched, dropping stagger's per-call Options so
-// they never reach grpc. It does not retry streams.
+// StreamClientInterceptor returns the retrying stream client interceptor, for
+// server-streaming, client-streaming and bidi methods. It takes the same
+// options, per-call options, hooks, budget and policy as the unary one and
+// runs the same decision loop; see the package documentation ("Streams") for
+// the replay buffer and the commit rules.
 func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
+	k := newCore(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
-		for i, opt := range callOpts {
-			if _, ok := opt.(Option); ok {
-				kept := make([]grpc.CallOption, 0, len(callOpts)-1)
-				kept = append(kept, callOpts[:i]...)
-				for _, o := range callOpts[i+1:] {
-					if _, ok := o.(Option); !ok {
-						kept = append(kept, o)
-					}
-				}
-				callOpts = kept
-				break
-			}
-		}
-		return streamer(ctx, desc, cc, method, callOpts...)
+		return k.stream(ctx, desc, cc, method, streamer, callOpts)
 	}
+}
+
+// errSendAfterClose is grpc-go's own answer to a SendMsg after CloseSend.
+var errSendAfterClose = status.Error(codes.Internal, "SendMsg called after CloseSend")
+
+// errAttemptTimeout replaces the CANCELED an attempt ends with when
+// stagger's per-attempt timer cut it off, so a call that runs out of
+// attempts that way says DEADLINE_EXCEEDED, as grpc C-core does.
+var errAttemptTimeout = status.Error(codes.DeadlineExceeded, "interceptor: attempt cut off by the per-attempt timeout (perAttemptRecvTimeout)")
+
+func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption) (grpc.ClientStream, error) {
+	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer}
+	callCtx, cancel, grpcOpts, run := k.start(ctx, method, opts, &s.c)
+	if !run {
+		return streamer(ctx, desc, cc, method, grpcOpts...)
+	}
+	s.callCtx, s.cancel, s.opts = callCtx, cancel, grpcOpts
+	if s.c.retrying {
+		s.buf.init(s.c.o.replaySize, s.c.o.replayLimit)
+		// grpc-go keeps its own copy of every sent message until it commits,
+		// even with its retries off (for its transparent retries); stagger's
+		// buffer replaces it, so a stream holds one copy, not two. Put first:
+		// the caller's own setting wins.
+		s.opts = make([]grpc.CallOption, 0, len(grpcOpts)+1)
+		s.opts = append(s.opts, grpc.MaxRetryRPCBufferSize(0))
+		s.opts = append(s.opts, grpcOpts...)
+	} else {
+		// One attempt: nothing to keep; the stream is only watched so the
+		// budget hears of its success.
+		s.committed = true
+	}
+	err, timedOut := s.open(&s.first)
+	if err == nil {
+		s.cur = &s.first
+		return s, nil
+	}
+	s.cur = &s.first
+	if over, final := s.retryAfter(err, nil, false, timedOut); over {
+		s.finishStream(final)
+		return nil, final
+	}
+	return s, nil
+}
+
+// streamAttempt is one attempt: its grpc stream and context.
+type streamAttempt struct {
+	cs     grpc.ClientStream
+	ctx    context.Context
+	cancel context.CancelFunc
+	// timer is the per-attempt timeout, nil when none applies. It stops at
+	// the first response header or message (grpc C-core's meaning), which a
+	// context deadline cannot do.
+	timer *time.Timer
+}
+
+func (a *streamAttempt) end() {
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.cancel()
+}
+
+// watchHeader stops the per-attempt timer when response headers arrive. It
+// runs in its own goroutine, which ends when the headers arrive or the
+// attempt's stream ends (its context is cancelled when the attempt ends).
+func (a *streamAttempt) watchHeader() {
+	if md, _ := a.cs.Header(); md != nil {
+		a.timer.Stop()
+	}
+}
+
+// retryStream is the grpc.ClientStream the application holds: it runs the
+// attempts one after another, keeps sent messages for replay until it
+// commits, and decides after each attempt ends.
+//
+// As grpc.ClientStream requires: one goroutine may call SendMsg (and
+// CloseSend) while another calls RecvMsg; Header, Trailer and Context may be
+// called from either. Retries are driven by RecvMsg (and by the interceptor
+// itself when an attempt cannot even start): the pause between attempts and
+// the replay run inside that call, with no goroutine of their own. mu guards
+// the fields below it and is never held while blocked in grpc.
+type retryStream struct {
+	c        call
+	callCtx  context.Context
+	cancel   context.CancelFunc
+	desc     *grpc.StreamDesc
+	cc       *grpc.ClientConn
+	method   string
+	streamer grpc.Streamer
+	opts     []grpc.CallOption
+	first    streamAttempt
+
+	mu sync.Mutex
+	// cur is the attempt that answers SendMsg, Header, Trailer and Context:
+	// the running one, then the committed or the last one. During a retry
+	// it stays on the ended attempt until the replay is done.
+	cur *streamAttempt
+	// committed: never retry again (a response header or message arrived,
+	// the buffer overflowed, or the call has no retry policy).
+	committed bool
+	// switching: a retry is between deciding and the end of its replay;
+	// messages sent meanwhile are kept even past the bound, and overflow
+	// then commits when the replay ends.
+	switching bool
+	overflow  bool
+	closeSent bool
+	done      bool
+	// final is what RecvMsg returns once done: io.EOF after success.
+	final error
+	buf   replayBuffer
+}
+
+// open starts a (with the next attempt number) and its grpc stream. When the
+// stream cannot be created, it returns why, and whether the per-attempt
+// timer was the cause.
+func (s *retryStream) open(a *streamAttempt) (err error, timedOut bool) {
+	if s.c.perAttempt > 0 {
+		// nextAttempt's timer is a context deadline; a stream's must stop
+		// at the first header or message, so number the attempt without it
+		// and arm a timer that cancels instead.
+		d := s.c.perAttempt
+		s.c.perAttempt = 0
+		ctx, _ := s.c.nextAttempt(s.callCtx)
+		s.c.perAttempt = d
+		a.ctx, a.cancel = context.WithCancel(ctx)
+		a.timer = time.AfterFunc(d, a.cancel)
+	} else {
+		a.ctx, a.cancel = s.c.nextAttempt(s.callCtx)
+	}
+	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
+	if err != nil {
+		timedOut = s.c.timedOut(s.callCtx, a.ctx, err)
+		a.end()
+		return err, timedOut
+	}
+	a.cs = cs
+	if a.timer != nil {
+		go a.watchHeader()
+	}
+	return nil, false
+}
+
+// retryAfter runs the shared decision loop from the end of an attempt that
+// ended with err (nil: success) until a new attempt is open with the buffer
+// replayed on it (over false), or the call is over with final (nil after
+// success).
+func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (over bool, final error) {
+	for {
+		if timedOut {
+			err = errAttemptTimeout
+		}
+		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
+		if !retry {
+			return true, s.c.finish(err)
+		}
+		if perr := s.c.pause(s.callCtx, pause, err); perr != nil {
+			return true, perr
+		}
+		a := new(streamAttempt)
+		trailer = nil
+		if err, timedOut = s.open(a); err != nil {
+			committed = s.overflowed()
+			continue
+		}
+		if err = s.replay(a); err == nil {
+			return false, nil
+		}
+		// grpc refused a message it took before (a local error): the
+		// attempt counts, and the loop decides on that error.
+		timedOut = false
+		committed = s.overflowed()
+		a.end()
+	}
+}
+
+func (s *retryStream) overflowed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.overflow
+}
+
+// replay sends the kept messages, and CloseSend if the application called
+// it, on a, then makes a the current attempt. Messages the application sends
+// meanwhile are kept and sent here too, in order, so SendMsg never runs on a
+// concurrently with the replay. An attempt that dies during the replay
+// (io.EOF) still becomes current: RecvMsg learns its status from it.
+func (s *retryStream) replay(a *streamAttempt) error {
+	i, closed := 0, false
+	for {
+		s.mu.Lock()
+		if i < len(s.buf.msgs) {
+			m := s.buf.msgs[i]
+			s.mu.Unlock()
+			if err := a.cs.SendMsg(m); err != nil {
+				if err != io.EOF {
+					return err
+				}
+				s.mu.Lock()
+				s.useLocked(a)
+				s.mu.Unlock()
+				return nil
+			}
+			i++
+			continue
+		}
+		if s.closeSent && !closed {
+			s.mu.Unlock()
+			_ = a.cs.CloseSend() // grpc-go's CloseSend always returns nil
+			closed = true
+			continue
+		}
+		s.useLocked(a)
+		s.mu.Unlock()
+		return nil
+	}
+}
+
+func (s *retryStream) useLocked(a *streamAttempt) {
+	s.cur, s.switching = a, false
+	if s.overflow {
+		s.commitLocked()
+	}
+}
+
+// commitLocked ends retrying for the stream and gives the buffer back.
+func (s *retryStream) commitLocked() {
+	s.committed = true
+	s.buf.release()
+}
+
+// finishStream ends the stream with final (nil: success).
+func (s *retryStream) finishStream(final error) {
+	if final == nil {
+		final = io.EOF
+	}
+	s.mu.Lock()
+	s.done, s.final, s.switching = true, final, false
+	s.buf.release()
+	s.mu.Unlock()
+	s.cancel()
+}
+
+// attemptEnded handles the end of attempt a, whose last operation returned
+// err (io.EOF: success): it decides, through the shared loop, and either
+// returns the next attempt, replayed, or ends the stream and returns its
+// final error.
+func (s *retryStream) attemptEnded(a *streamAttempt, err error) (next *streamAttempt, final error) {
+	if err == io.EOF {
+		err = nil
+	}
+	s.mu.Lock()
+	committed := s.committed || s.overflow
+	if err != nil && !committed {
+		s.switching = true
+	}
+	s.mu.Unlock()
+	if err != nil && !committed {
+		// The attempt has ended, so Header no longer blocks: non-nil means
+		// headers arrived before the failure (committed); a Trailers-Only
+		// failure has none and may be retried.
+		if md, _ := a.cs.Header(); md != nil {
+			committed = true
+		}
+	}
+	var trailer metadata.MD
+	if err != nil {
+		trailer = a.cs.Trailer()
+	}
+	timedOut := s.c.timedOut(s.callCtx, a.ctx, err)
+	a.end()
+	over, final := s.retryAfter(err, trailer, committed, timedOut)
+	if over {
+		s.finishStream(final)
+		s.mu.Lock()
+		final = s.final
+		s.mu.Unlock()
+		return nil, final
+	}
+	s.mu.Lock()
+	next = s.cur
+	s.mu.Unlock()
+	return next, nil
+}
+
+// SendMsg sends m on the current attempt and, until the stream commits,
+// keeps it for replay. The application must not modify m afterwards (as
+// grpc-go requires too: stagger keeps the reference, not a copy). When the
+// attempt has died before the stream committed, SendMsg returns nil: the
+// message will be replayed if the stream is retried, and RecvMsg reports
+// the outcome.
+func (s *retryStream) SendMsg(m any) error {
+	s.mu.Lock()
+	a := s.cur
+	if s.committed {
+		s.mu.Unlock()
+		return a.cs.SendMsg(m)
+	}
+	switch {
+	case s.done:
+		s.mu.Unlock()
+		return io.EOF
+	case s.closeSent:
+		s.mu.Unlock()
+		return errSendAfterClose
+	}
+	if !s.buf.add(m) {
+		if s.switching {
+			s.buf.force(m)
+			s.overflow = true
+			s.mu.Unlock()
+			return nil
+		}
+		s.commitLocked()
+		s.mu.Unlock()
+		return a.cs.SendMsg(m)
+	}
+	kept := len(s.buf.msgs)
+	s.mu.Unlock()
+	err := a.cs.SendMsg(m)
+	switch {
+	case err == nil:
+		return nil
+	case err == io.EOF:
+		s.mu.Lock()
+		committed := s.committed
+		s.mu.Unlock()
+		if committed {
+			return io.EOF
+		}
+		return nil
+	default:
+		s.mu.Lock()
+		s.buf.dropLast(kept)
+		s.mu.Unlock()
+		return err
+	}
+}
+
+// CloseSend closes the sending side of the current attempt and, until the
+// stream commits, remembers it for replay.
+func (s *retryStream) CloseSend() error {
+	s.mu.Lock()
+	a := s.cur
+	if !s.committed {
+		s.closeSent = true
+	}
+	s.mu.Unlock()
+	return a.cs.CloseSend()
+}
+
+// RecvMsg receives the next message. A failure before the stream committed
+// is retried here, transparently: the caller sees the next message or the
+// final status. A message received commits the stream.
+func (s *retryStream) RecvMsg(m any) error {
+	s.mu.Lock()
+	if s.done {
+		err := s.final
+		s.mu.Unlock()
+		return err
+	}
+	a, committed := s.cur, s.committed
+	s.mu.Unlock()
+	for {
+		err := a.cs.RecvMsg(m)
+		if err == nil {
+			if a.timer != nil {
+				a.timer.Stop()
+			}
+			if !committed {
+				s.mu.Lock()
+				s.commitLocked()
+				s.mu.Unlock()
+			}
+			if !s.desc.ServerStreams {
+				// grpc-go has read the status too: the call succeeded.
+				s.attemptEnded(a, nil)
+			}
+			return nil
+		}
+		if a, err = s.attemptEnded(a, err); a == nil {
+			return err
+		}
+		s.mu.Lock()
+		committed = s.committed
+		s.mu.Unlock()
+	}
+}
+
+// Header returns the response headers of the current attempt: the committed
+// one once there is one. Headers that arrive commit the stream. As with
+// grpc-go, it may return nil, nil when the attempt failed without headers;
+// RecvMsg then reports the outcome.
+func (s *retryStream) Header() (metadata.MD, error) {
+	s.mu.Lock()
+	a := s.cur
+	s.mu.Unlock()
+	md, err := a.cs.Header()
+	if md != nil {
+		if a.timer != nil {
+			a.timer.Stop()
+		}
+		s.mu.Lock()
+		if s.cur == a && !s.committed && !s.switching {
+			s.commitLocked()
+		}
+		s.mu.Unlock()
+	}
+	return md, err
+}
+
+// Trailer returns the trailer metadata of the current (last) attempt. As with
+// grpc-go, call it after RecvMsg returned an error (io.EOF included).
+func (s *retryStream) Trailer() metadata.MD {
+	s.mu.Lock()
+	a := s.cur
+	s.mu.Unlock()
+	return a.cs.Trailer()
+}
+
+// Context returns the context of the current attempt's stream.
+func (s *retryStream) Context() context.Context {
+	s.mu.Lock()
+	a := s.cur
+	s.mu.Unlock()
+	return a.cs.Context()
 }
