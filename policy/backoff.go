@@ -39,7 +39,8 @@ func (j Jitter) String() string {
 type Backoff struct {
 	// Initial is the term before the first retry. Must be > 0.
 	Initial time.Duration
-	// Max caps the term. Must be >= Initial.
+	// Max caps the term. Must be > 0. A Max below Initial is accepted, as
+	// gRFC A6 and grpc-go accept it: every term is then Max.
 	Max time.Duration
 	// Multiplier grows the term after each retry. Must be > 0 (gRFC A6); below
 	// 1 the term shrinks towards 0, never below it.

@@ -50,7 +50,9 @@ func (s CodeSet) Codes() []codes.Code {
 // false to leave the decision to the codes, or decided true with retry saying
 // whether to retry. It runs for failed attempts only, and never overrides the
 // rules no policy may break (the caller's own deadline or cancellation, a
-// committed attempt, maxAttempts, pushback that says stop).
+// committed attempt, maxAttempts, pushback that says stop, a message size
+// limit grpc-go raised locally); an attempt stagger's own timer cut off is
+// retried without asking it.
 type Predicate func(err error) (retry, decided bool)
 
 // Policy is how a method retries: how many attempts, which failures, how long to
@@ -64,9 +66,11 @@ type Policy struct {
 	MaxAttempts int
 	// Backoff is the pause before each retry.
 	Backoff Backoff
-	// RetryableCodes are retried as listed, as grpc-go does. The zero set
-	// means stagger's default decisions: UNAVAILABLE, and RESOURCE_EXHAUSTED
-	// sent by the server (not one raised by grpc-go itself).
+	// RetryableCodes are retried as listed, as grpc-go does, except a
+	// RESOURCE_EXHAUSTED raised by grpc-go itself for a message size limit
+	// (see IsLocalResourceExhausted). The zero set means stagger's default
+	// decisions, DefaultRetryableCodes: UNAVAILABLE, and RESOURCE_EXHAUSTED
+	// sent by the server.
 	RetryableCodes CodeSet
 	// PerAttemptRecvTimeout, when > 0, cuts an attempt that has received no
 	// response header or message after that long, and retries it whatever the
@@ -76,7 +80,8 @@ type Policy struct {
 	// PushbackCeiling is the longest server pushback honoured; a longer one
 	// stops retrying. Zero means DefaultPushbackCeiling.
 	PushbackCeiling time.Duration
-	// Predicate, when set, decides for errors the codes cannot classify.
+	// Predicate, when set, decides for errors the codes cannot classify. It
+	// must be safe for concurrent use: every call of the method runs it.
 	Predicate Predicate
 }
 
