@@ -43,15 +43,6 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 		hc := c
 		return k.hedge(callCtx, &hc, req, reply, cc, invoker, grpcOpts)
 	}
-	if c.hedged != nil {
-		if len(c.fileOpts) > 0 {
-			grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
-		}
-		// A copy, so that c itself stays on the stack when it does not hedge:
-		// the hedging engine's goroutines may keep the pointer.
-		hc := c
-		return k.hedge(callCtx, &hc, req, reply, cc, invoker, grpcOpts)
-	}
 	if !c.retrying {
 		c.attempt = 1
 		if len(c.fileOpts) > 0 {
