@@ -1,0 +1,512 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
+)
+
+func init() {
+	commands["check"] = command{
+		summary: "validate a policy file and explain it: check [-format text|json] [-strict] [-max-attempts-cap N] FILE",
+		run:     runCheck,
+	}
+}
+
+// checkReport is what `stagger check` finds, and its -format json output.
+type checkReport struct {
+	File     string        `json:"file"`
+	Valid    bool          `json:"valid"`
+	Errors   []string      `json:"errors,omitempty"`
+	Warnings []string      `json:"warnings,omitempty"`
+	Methods  []checkMethod `json:"methods,omitempty"`
+	Budget   *checkBudget  `json:"budget,omitempty"`
+}
+
+type checkMethod struct {
+	Entry int      `json:"entry"`
+	Names []string `json:"names"`
+	// Kind is "retry", "hedging" or "none".
+	Kind                  string        `json:"kind"`
+	MaxAttempts           int           `json:"maxAttempts,omitempty"`
+	Codes                 []string      `json:"codes,omitempty"`
+	Backoff               *checkBackoff `json:"backoff,omitempty"`
+	HedgingDelay          string        `json:"hedgingDelay,omitempty"`
+	Adaptive              bool          `json:"adaptive,omitempty"`
+	PerAttemptRecvTimeout string        `json:"perAttemptRecvTimeout,omitempty"`
+	Timeout               string        `json:"timeout,omitempty"`
+	Idempotent            string        `json:"idempotent"`
+	Pauses                []checkPause  `json:"pauses,omitempty"`
+	// WorstCase is the longest a call can spend in pauses between
+	// attempts (and in timed-out attempts, when perAttemptRecvTimeout is
+	// set), without server pushback.
+	WorstCase     string `json:"worstCaseRetrying,omitempty"`
+	WorstCaseNote string `json:"worstCaseNote,omitempty"`
+}
+
+type checkBackoff struct {
+	Initial    string  `json:"initial"`
+	Max        string  `json:"max"`
+	Multiplier float64 `json:"multiplier"`
+	Jitter     string  `json:"jitter"`
+}
+
+type checkPause struct {
+	Retry  int    `json:"retry"`
+	Min    string `json:"min"`
+	Median string `json:"median"`
+	P99    string `json:"p99"`
+	Max    string `json:"max"`
+	// AtCap is the share of pauses equal to maxBackoff (decorrelated
+	// jitter bunches there).
+	AtCap float64 `json:"atCap,omitempty"`
+}
+
+type checkBudget struct {
+	Kind     string `json:"kind"`
+	Settings string `json:"settings"`
+	// Amplification is the worst-case attempts per call the budget allows
+	// once a total outage has drained it, and Burst the retries it allows
+	// before that.
+	Amplification float64 `json:"amplification"`
+	Burst         float64 `json:"burst,omitempty"`
+	Explanation   string  `json:"explanation"`
+}
+
+func runCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	format := fs.String("format", "text", "output format: text or json")
+	strict := fs.Bool("strict", false, "treat unknown keys as errors")
+	capN := fs.Int("max-attempts-cap", policy.DefaultMaxAttemptsCap, "cap on maxAttempts (gRFC A6: 5)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-strict] [-max-attempts-cap N] FILE")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	// Accept flags after the file too: check FILE -format json.
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return 2
+	}
+	file := rest[0]
+	if err := fs.Parse(rest[1:]); err != nil || fs.NArg() != 0 {
+		fs.Usage()
+		return 2
+	}
+	if *format != "text" && *format != "json" {
+		fmt.Fprintf(stderr, "stagger check: -format must be text or json, got %q\n", *format)
+		return 2
+	}
+	opts := []policy.ParseOption{policy.WithMaxAttemptsCap(*capN)}
+	if *strict {
+		opts = append(opts, policy.Strict())
+	}
+	rep := checkFile(file, opts...)
+	if *format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(stderr, "stagger check:", err)
+			return 1
+		}
+	} else {
+		writeCheckText(stdout, rep)
+	}
+	if !rep.Valid {
+		if *format == "text" {
+			for _, e := range rep.Errors {
+				fmt.Fprintln(stderr, e)
+			}
+		}
+		return 1
+	}
+	return 0
+}
+
+// checkFile parses file and explains it.
+func checkFile(file string, opts ...policy.ParseOption) checkReport {
+	rep := checkReport{File: file}
+	cfg, err := policy.LoadFile(file, opts...)
+	if err != nil {
+		rep.Errors = errorLines(err)
+		return rep
+	}
+	rep.Valid = true
+	for _, w := range cfg.Warnings() {
+		rep.Warnings = append(rep.Warnings, w.String())
+	}
+	maxAttempts := 1
+	for _, e := range cfg.Entries() {
+		m := explainMethod(e)
+		rep.Methods = append(rep.Methods, m)
+		if m.MaxAttempts > maxAttempts {
+			maxAttempts = m.MaxAttempts
+		}
+		rep.Warnings = append(rep.Warnings, methodWarnings(cfg, e, m)...)
+	}
+	rep.Budget = explainBudget(cfg.BudgetSettings(), maxAttempts)
+	return rep
+}
+
+// errorLines splits a joined error into one line per error.
+func errorLines(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+			return
+		}
+		out = append(out, strings.Split(e.Error(), "\n")...)
+	}
+	walk(err)
+	return out
+}
+
+func displayNames(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		if n == "" {
+			n = "{} (default)"
+		}
+		out[i] = n
+	}
+	return out
+}
+
+func codeNames(s policy.CodeSet) []string {
+	var out []string
+	for _, c := range s.Codes() {
+		out = append(out, strings.ToUpper(snakeCode(c.String())))
+	}
+	return out
+}
+
+// snakeCode turns grpc-go's code names ("ResourceExhausted") into the
+// names a policy file uses ("RESOURCE_EXHAUSTED").
+func snakeCode(s string) string {
+	if s == "Canceled" {
+		return "CANCELLED"
+	}
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		d = d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		d = d.Round(time.Microsecond)
+	}
+	return d.String()
+}
+
+func explainMethod(e policy.Entry) checkMethod {
+	m := e.Method
+	out := checkMethod{Entry: e.Index, Names: displayNames(e.Names), Kind: "none", Idempotent: "not marked"}
+	if m.Idempotent != nil {
+		out.Idempotent = fmt.Sprint(*m.Idempotent)
+	}
+	if m.Timeout > 0 {
+		out.Timeout = fmtDur(m.Timeout)
+	}
+	switch {
+	case m.Retry != nil:
+		p := m.Retry
+		out.Kind = "retry"
+		out.MaxAttempts = p.MaxAttempts
+		out.Codes = codeNames(p.RetryableCodes)
+		out.Backoff = &checkBackoff{Initial: fmtDur(p.Backoff.Initial), Max: fmtDur(p.Backoff.Max), Multiplier: p.Backoff.Multiplier, Jitter: p.Backoff.Jitter.String()}
+		if p.PerAttemptRecvTimeout > 0 {
+			out.PerAttemptRecvTimeout = fmtDur(p.PerAttemptRecvTimeout)
+		}
+		table := pauseTable(p.Backoff, p.MaxAttempts-1)
+		var worst time.Duration
+		for _, row := range table {
+			out.Pauses = append(out.Pauses, checkPause{Retry: row.retry, Min: fmtDur(row.q[0]), Median: fmtDur(row.q[1]), P99: fmtDur(row.q[2]), Max: fmtDur(row.q[3]), AtCap: row.atCap})
+			worst = satAdd(worst, row.q[3])
+		}
+		note := "pauses only; each attempt's own time comes on top, bounded by the caller's deadline"
+		if p.PerAttemptRecvTimeout > 0 {
+			worst = satAdd(worst, time.Duration(min64(int64(p.MaxAttempts), math.MaxInt64/int64(p.PerAttemptRecvTimeout)))*p.PerAttemptRecvTimeout)
+			note = "pauses plus every attempt cut off by perAttemptRecvTimeout"
+		}
+		if m.Timeout > 0 && worst > m.Timeout {
+			worst = m.Timeout
+			note += "; capped by the method's timeout"
+		}
+		out.WorstCase = fmtDur(worst)
+		out.WorstCaseNote = note + "; server pushback can add up to " + fmtDur(policy.DefaultPushbackCeiling) + " per retry"
+	case m.Hedging != nil:
+		h := m.Hedging
+		out.Kind = "hedging"
+		out.MaxAttempts = h.MaxAttempts
+		out.Codes = codeNames(h.NonFatalCodes)
+		out.HedgingDelay = fmtDur(h.Delay)
+		out.Adaptive = h.Adaptive
+		out.WorstCase = fmtDur(time.Duration(h.MaxAttempts-1) * h.Delay)
+		out.WorstCaseNote = "until the last hedge is sent; hedges run at once, so this adds no waiting after a failure"
+	}
+	return out
+}
+
+func min64(a, b int64) int64 {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+type pauseRow struct {
+	retry int
+	q     [4]time.Duration // min, median, p99, max
+	atCap float64
+}
+
+// pauseGrid is how finely the jitter's u is integrated: pauses are computed
+// from Backoff.Delay on a grid of u, not by drawing random numbers, so the
+// table is the same on every run.
+const pauseGrid = 400
+
+// pauseTable gives the distribution of the pause before each retry, from
+// Backoff.Delay itself. For every jitter but decorrelated the pause depends
+// on u alone and is monotone in it, so its quantiles are Delay at those
+// quantiles of u. Decorrelated jitter depends on the previous pause too: its
+// distribution is carried from retry to retry as pauseGrid equally likely
+// values, each combined with pauseGrid values of u (a deterministic numeric
+// integration).
+func pauseTable(b policy.Backoff, retries int) []pauseRow {
+	var rows []pauseRow
+	uMax := math.Nextafter(1, 0)
+	if b.Jitter != policy.JitterDecorrelated {
+		for r := 1; r <= retries; r++ {
+			row := pauseRow{retry: r, q: [4]time.Duration{
+				b.Delay(r, b.Initial, 0), b.Delay(r, b.Initial, 0.5), b.Delay(r, b.Initial, 0.99), b.Delay(r, b.Initial, uMax),
+			}}
+			rows = append(rows, row)
+		}
+		return rows
+	}
+	prev := []time.Duration{b.Initial}
+	// The extremes are carried exactly: Delay is monotone in prev and u.
+	loPrev, hiPrev := b.Initial, b.Initial
+	for r := 1; r <= retries; r++ {
+		if len(prev) == 1 {
+			// One previous pause: the pause depends on u alone, exactly.
+			p := prev[0]
+			row := pauseRow{retry: r, q: [4]time.Duration{b.Delay(r, p, 0), b.Delay(r, p, 0.5), b.Delay(r, p, 0.99), b.Delay(r, p, uMax)}}
+			if row.q[3] >= b.Max && 3*p > b.Initial {
+				// Delay is min(Max, Initial + u(3p - Initial)): the share of u
+				// that lands on Max.
+				row.atCap = 1 - float64(b.Max-b.Initial)/float64(3*p-b.Initial)
+				if row.atCap < 0 {
+					row.atCap = 0
+				}
+			}
+			rows = append(rows, row)
+		}
+		all := make([]time.Duration, 0, len(prev)*pauseGrid)
+		for _, p := range prev {
+			for i := 0; i < pauseGrid; i++ {
+				all = append(all, b.Delay(r, p, (float64(i)+0.5)/pauseGrid))
+			}
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+		lo, hi := b.Delay(r, loPrev, 0), b.Delay(r, hiPrev, uMax)
+		loPrev, hiPrev = lo, hi
+		atCap := 0
+		for _, d := range all {
+			if d >= b.Max {
+				atCap++
+			}
+		}
+		if len(prev) > 1 {
+			rows = append(rows, pauseRow{retry: r, q: [4]time.Duration{lo, quantile(all, 0.5), quantile(all, 0.99), hi}, atCap: float64(atCap) / float64(len(all))})
+		}
+		next := make([]time.Duration, pauseGrid)
+		for i := range next {
+			next[i] = all[i*len(all)/pauseGrid+len(all)/pauseGrid/2]
+		}
+		prev = next
+	}
+	return rows
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	i := int(q * float64(len(sorted)))
+	if i >= len(sorted) {
+		i = len(sorted) - 1
+	}
+	return sorted[i]
+}
+
+func methodWarnings(cfg *policy.Config, e policy.Entry, m checkMethod) []string {
+	var out []string
+	where := fmt.Sprintf("methodConfig[%d]", e.Index)
+	meth := e.Method
+	if meth.Retry != nil && meth.Retry.Backoff.Jitter == policy.JitterDecorrelated {
+		for _, p := range m.Pauses {
+			if p.AtCap > 0 {
+				out = append(out, fmt.Sprintf("%s.retryPolicy.jitter: decorrelated jitter bunches at maxBackoff (%s): %.0f%% of clients pause exactly that long before retry %d; FULL or EQUAL jitter spread past the cap",
+					where, m.Backoff.Max, 100*p.AtCap, p.Retry))
+				break
+			}
+		}
+	}
+	needsIdempotent := ""
+	switch {
+	case meth.Hedging != nil:
+		needsIdempotent = "hedgingPolicy"
+	case meth.Retry != nil && meth.Retry.PerAttemptRecvTimeout > 0:
+		needsIdempotent = "retryPolicy.perAttemptRecvTimeout"
+	}
+	if needsIdempotent != "" && !entryIdempotent(e) {
+		out = append(out, fmt.Sprintf("%s.%s: needs an idempotent method, and %s is not marked idempotent (set \"idempotent\": true or the proto option idempotency_level): stagger will not apply it",
+			where, needsIdempotent, strings.Join(displayNames(e.Names), ", ")))
+	}
+	if meth.Hedging != nil {
+		if lb := cfg.LoadBalancingPolicy(); lb == "" || lb == "pick_first" {
+			out = append(out, fmt.Sprintf("%s.hedgingPolicy: the load-balancing policy is pick_first, so every hedge goes to the same backend; use round_robin (or another policy that spreads calls) for hedging to help", where))
+		}
+	}
+	return out
+}
+
+// entryIdempotent: the file says so, or every name is a full method whose
+// proto option says so.
+func entryIdempotent(e policy.Entry) bool {
+	if e.Method.Idempotent != nil {
+		return *e.Method.Idempotent
+	}
+	if len(e.Names) == 0 {
+		return false
+	}
+	for _, n := range e.Names {
+		if n == "" || strings.HasSuffix(n, "/") || !policy.IdempotencyOf(n).Safe() {
+			return false
+		}
+	}
+	return true
+}
+
+// explainBudget works out the most attempts per call the budget lets
+// through once a total outage has drained it (every attempt fails).
+func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
+	unbounded := float64(maxAttempts)
+	switch s.Kind {
+	case budget.KindThrottle:
+		t := s.Throttle
+		return &checkBudget{Kind: "throttle (retryThrottling, gRFC A6)",
+			Settings:      fmt.Sprintf("maxTokens %v, tokenRatio %v", t.MaxTokens, t.TokenRatio),
+			Amplification: 1, Burst: math.Ceil(t.MaxTokens / 2),
+			Explanation: fmt.Sprintf("each failed attempt costs 1 token and retries stop at %v tokens or fewer: in an outage about %v retries go out, then only first attempts (1.0x); unthrottled the file allows %.0fx",
+				t.MaxTokens/2, math.Ceil(t.MaxTokens/2), unbounded)}
+	case budget.KindTokenBucket:
+		t := s.TokenBucket.WithDefaults()
+		start := t.Capacity
+		if t.Initial > 0 {
+			start = t.Initial
+		}
+		burst := math.Floor(start / t.RetryCost)
+		return &checkBudget{Kind: "token bucket (retryBudget.tokenBucket)",
+			Settings:      fmt.Sprintf("capacity %v, retryCost %v, timeoutRetryCost %v, successReward %v", t.Capacity, t.RetryCost, t.TimeoutRetryCost, t.SuccessReward),
+			Amplification: 1, Burst: burst,
+			Explanation: fmt.Sprintf("in an outage the bucket (%v tokens) pays for %v retries, then refills only from first-try successes: 1.0x after that; unthrottled the file allows %.0fx",
+				start, burst, unbounded)}
+	case budget.KindRatio:
+		r := s.Ratio.WithDefaults()
+		amp := math.Min(1+r.Percent/100, unbounded)
+		return &checkBudget{Kind: "ratio (retryBudget.ratio)",
+			Settings:      fmt.Sprintf("percent %v, window %v, minRetriesPerSecond %v", r.Percent, r.Window, r.MinRetriesPerSecond),
+			Amplification: amp,
+			Explanation: fmt.Sprintf("retries stay under %v%% of requests over %v, plus a floor of %v retries/s: at most %.2fx the offered load (more only when traffic is below %v requests/s)",
+				r.Percent, r.Window, r.MinRetriesPerSecond, amp, r.MinRetriesPerSecond*100/r.Percent)}
+	}
+	return &checkBudget{Kind: "none", Settings: "no retryThrottling or retryBudget",
+		Amplification: unbounded,
+		Explanation:   fmt.Sprintf("unlimited: in an outage every call makes up to %.0f attempts (%.0fx load); stagger.DialOptions installs stagger's default budget, the bare interceptors do not", unbounded, unbounded)}
+}
+
+func writeCheckText(w io.Writer, rep checkReport) {
+	if !rep.Valid {
+		fmt.Fprintf(w, "%s: invalid, %d error(s) (listed on stderr)\n", rep.File, len(rep.Errors))
+		return
+	}
+	fmt.Fprintf(w, "%s: valid\n", rep.File)
+	for _, m := range rep.Methods {
+		fmt.Fprintf(w, "\nmethodConfig[%d]: %s\n", m.Entry, strings.Join(m.Names, ", "))
+		switch m.Kind {
+		case "retry":
+			fmt.Fprintf(w, "  retry: maxAttempts %d (%d retries) on %s\n", m.MaxAttempts, m.MaxAttempts-1, strings.Join(m.Codes, ", "))
+			fmt.Fprintf(w, "  backoff: initial %s, max %s, multiplier %v, jitter %s\n", m.Backoff.Initial, m.Backoff.Max, m.Backoff.Multiplier, m.Backoff.Jitter)
+			if m.PerAttemptRecvTimeout != "" {
+				fmt.Fprintf(w, "  perAttemptRecvTimeout: %s\n", m.PerAttemptRecvTimeout)
+			}
+		case "hedging":
+			fmt.Fprintf(w, "  hedging: maxAttempts %d, a hedge every %s, non-fatal codes: %s\n", m.MaxAttempts, m.HedgingDelay, strings.Join(m.Codes, ", "))
+			if m.Adaptive {
+				fmt.Fprintln(w, "  adaptive: hedge after the observed p95 latency")
+			}
+		default:
+			fmt.Fprintln(w, "  no retry or hedging")
+		}
+		if m.Timeout != "" {
+			fmt.Fprintf(w, "  timeout: %s\n", m.Timeout)
+		}
+		fmt.Fprintf(w, "  idempotent: %s\n", m.Idempotent)
+		if len(m.Pauses) > 0 {
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "  retry\tmin\tmedian\tp99\tmax\t")
+			for _, p := range m.Pauses {
+				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t\n", p.Retry, p.Min, p.Median, p.P99, p.Max)
+			}
+			tw.Flush()
+		}
+		if m.WorstCase != "" {
+			fmt.Fprintf(w, "  worst case: %s (%s)\n", m.WorstCase, m.WorstCaseNote)
+		}
+	}
+	if rep.Budget != nil {
+		fmt.Fprintf(w, "\nbudget: %s: %s\n", rep.Budget.Kind, rep.Budget.Settings)
+		fmt.Fprintf(w, "  worst-case load amplification: %.2fx (%s)\n", rep.Budget.Amplification, rep.Budget.Explanation)
+	}
+	if len(rep.Warnings) > 0 {
+		fmt.Fprintf(w, "\nwarnings:\n")
+		for _, s := range rep.Warnings {
+			fmt.Fprintf(w, "  %s\n", s)
+		}
+	}
+}
