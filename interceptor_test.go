@@ -1,6 +1,10 @@
 //go:build go1.25
 
-// synctest needs the Go 1.23 timer channels; go.mod says go 1.22.
+// The one //go:debug line of the package's tests (a second one anywhere in
+// the package's _test.go files breaks the build): synctest needs the Go 1.23
+// timer channels while go.mod says go 1.22. It lives in a go1.25 file because
+// older toolchains reject the setting's name.
+//
 //go:debug asynctimerchan=0
 
 package stagger_test
@@ -24,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"github.com/stagger-go/stagger"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
@@ -867,5 +872,52 @@ func TestDialOptions(t *testing.T) {
 	opts := append(stagger.DialOptions(cfg), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if len(opts) != 4 {
 		t.Errorf("%d dial options", len(opts))
+	}
+}
+
+// BenchmarkEndToEnd: a Get that succeeds at once, over bufconn, without an
+// interceptor, with stagger (DialOptions and a file with a retry policy and
+// the A6 throttle), and with go-grpc-middleware v2's retry interceptor.
+func BenchmarkEndToEnd(b *testing.B) {
+	file := `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+		"retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",
+		"backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}],
+		"retryThrottling": {"maxTokens": 100, "tokenRatio": 0.1}}`
+	cfg, err := policy.ParseConfig([]byte(file))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		dial []grpc.DialOption
+	}{
+		{"none", []grpc.DialOption{grpc.WithDisableRetry()}},
+		{"stagger", stagger.DialOptions(cfg)},
+		{"middleware-retry", []grpc.DialOption{grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(
+			retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable)))}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			srv := testserver.New()
+			defer srv.Close()
+			cc, err := srv.Dial(c.dial...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			client := testingv1.NewTestServiceClient(cc)
+			req := &testingv1.GetRequest{Script: &testingv1.Script{}}
+			ctx := context.Background()
+			if _, err := client.Get(ctx, req); err != nil { // connect
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := client.Get(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
