@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/stagger-go/stagger/lab"
+)
+
+type labJSON struct {
+	Scenario        string  `json:"scenario"`
+	Contender       string  `json:"contender"`
+	Calls           int     `json:"calls"`
+	Attempts        int     `json:"attempts"`
+	Successes       int     `json:"successes"`
+	AttemptsPerCall float64 `json:"attempts_per_call"`
+	SuccessRate     float64 `json:"success_rate"`
+	OutageLoad      float64 `json:"outage_load"`
+	PeakAfter       float64 `json:"peak_after"`
+	P50MS           float64 `json:"p50_ms"`
+	P99MS           float64 `json:"p99_ms"`
+	P999MS          float64 `json:"p999_ms"`
+	LoadPer100ms    []int   `json:"load_per_100ms"`
+	WallMS          float64 `json:"wall_ms"`
+}
+
+func msFloat(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func writeLabJSON(w io.Writer, reps []*lab.Report) error {
+	out := []labJSON{}
+	for _, rep := range reps {
+		for _, r := range rep.Results {
+			out = append(out, labJSON{string(rep.Config.Scenario), r.Contender, r.Calls, r.Attempts, r.Successes,
+				r.AttemptsPerCall, r.SuccessRate, r.OutageLoad, r.PeakAfter, msFloat(r.P50), msFloat(r.P99), msFloat(r.P999),
+				r.Load, msFloat(rep.Wall)})
+		}
+	}
+	return writeJSON(w, out)
+}
+
+func writeLabCSV(w io.Writer, reps []*lab.Report) error {
+	var rows [][]string
+	for _, rep := range reps {
+		for _, r := range rep.Results {
+			rows = append(rows, []string{string(rep.Config.Scenario), r.Contender, strconv.Itoa(r.Calls),
+				fmtFloat(r.AttemptsPerCall, 3), fmtFloat(r.SuccessRate, 4), fmtFloat(r.OutageLoad, 3),
+				fmtFloat(r.PeakAfter, 3), ms(r.P50), ms(r.P99), ms(r.P999)})
+		}
+	}
+	return writeCSV(w, []string{"scenario", "contender", "calls", "attempts_per_call", "success_rate",
+		"outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms"}, rows)
+}
+
+// writeLabTable prints one scenario: what each contender gets, the table,
+// and the load chart, in the style of "stagger sim outage".
+func writeLabTable(w io.Writer, rep *lab.Report) error {
+	c := rep.Config
+	fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender, outage [%v, %v) of %v, call deadline %v\n",
+		c.Scenario, c.Capacity, c.Rate, c.Clients, c.OutageStart, c.OutageEnd, c.Duration, c.CallTimeout)
+	nameW := 0
+	for _, r := range rep.Results {
+		nameW = max(nameW, len(r.Contender))
+	}
+	for _, r := range rep.Results {
+		if con, ok := labContender(r.Contender); ok {
+			fmt.Fprintf(w, "  %-*s  %s\n", nameW, r.Contender, con.Gets(c))
+		}
+	}
+	fmt.Fprintln(w)
+	var maxPer float64
+	for _, r := range rep.Results {
+		maxPer = max(maxPer, r.AttemptsPerCall)
+	}
+	rows := make([][]string, len(rep.Results))
+	for i, r := range rep.Results {
+		rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 2), fmtFloat(100*r.SuccessRate, 1) + "%",
+			ms(r.P50), ms(r.P99), fmtFloat(r.OutageLoad, 2) + "×", fmtFloat(r.PeakAfter, 2) + "×",
+			bar(r.AttemptsPerCall, maxPer, 16)}
+	}
+	err := writeTable(w, []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)",
+		"OUTAGE ATTEMPTS ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "ATTEMPTS PER CALL"}, rows)
+	if err != nil {
+		return err
+	}
+	// One column per 100 ms bin, on one scale for every contender so that
+	// heights compare; the ruler marks the outage.
+	top, width := 0, 0
+	for _, r := range rep.Results {
+		for _, n := range r.Load {
+			top = max(top, n)
+		}
+		width = max(width, len(r.Load))
+	}
+	fmt.Fprintf(w, "\nattempts the server received per 100 ms (full block = %d, capacity = %.0f)\n", top, float64(c.Capacity)*lab.Bin.Seconds())
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "%-*s │%s\n", nameW, r.Contender, spark(r.Load, top))
+	}
+	ruler := make([]rune, width)
+	for b := range ruler {
+		t := time.Duration(b) * lab.Bin
+		switch {
+		case t >= c.OutageStart && t < c.OutageEnd:
+			ruler[b] = '▔'
+		case t%time.Second == 0:
+			ruler[b] = '┴'
+		default:
+			ruler[b] = '─'
+		}
+	}
+	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", string(ruler))
+	fmt.Fprintf(w, "%-*s  ▔ = outage; one column per 100 ms, ┴ every second; wall time %s\n\n", nameW, "", labSeconds(rep.Wall))
+	return nil
+}
+
+func labContender(name string) (lab.Contender, bool) {
+	for _, c := range lab.Contenders() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return lab.Contender{}, false
+}

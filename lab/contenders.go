@@ -1,0 +1,168 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+)
+
+// Contender is a retry layer the lab compares. It is an immutable value.
+type Contender struct {
+	// Name is how the CLI and Config.Contenders call it.
+	Name string
+	// Gets says, in one line, what the contender is given.
+	Gets func(cfg Config) string
+	// dialOptions builds one client connection's retry layer.
+	dialOptions func(cfg *Config) ([]grpc.DialOption, error)
+}
+
+// retryCodes are what every contender retries.
+var retryCodes = []codes.Code{codes.Unavailable, codes.ResourceExhausted}
+
+// Contenders lists the contenders in the order the lab shows them.
+func Contenders() []Contender {
+	return []Contender{
+		{
+			Name: "stagger",
+			Gets: func(c Config) string {
+				tb := budget.DefaultSettings().TokenBucket
+				return fmt.Sprintf("%d attempts, %v jitter, default budget per client (token bucket cap %v, start %v, retry cost %v, reward %v)",
+					c.MaxAttempts, c.Backoff.Jitter, tb.Capacity, tb.Initial, tb.RetryCost, tb.SuccessReward)
+			},
+			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+				b, err := budget.New(budget.DefaultSettings())
+				if err != nil {
+					return nil, err
+				}
+				return stagger.DialOptions(nil, interceptor.WithPolicy(staggerPolicy(c)), interceptor.WithBudget(b)), nil
+			},
+		},
+		{
+			Name: "stagger-nobudget",
+			Gets: func(c Config) string {
+				return fmt.Sprintf("%d attempts, %v jitter, no budget", c.MaxAttempts, c.Backoff.Jitter)
+			},
+			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+				return stagger.DialOptions(nil, interceptor.WithPolicy(staggerPolicy(c)), interceptor.WithBudget(nil)), nil
+			},
+		},
+		{
+			Name: "grpc-middleware",
+			Gets: func(c Config) string {
+				return fmt.Sprintf("WithMax(%d), BackoffExponentialWithJitter(%v, 0.2), no cap", c.MaxAttempts, c.Backoff.Initial)
+			},
+			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+				return []grpc.DialOption{
+					grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
+						retry.WithMax(uint(c.MaxAttempts)),
+						retry.WithBackoff(retry.BackoffExponentialWithJitter(c.Backoff.Initial, 0.2)),
+						retry.WithCodes(retryCodes...))),
+					grpc.WithDisableRetry(),
+				}, nil
+			},
+		},
+		{
+			Name: "grpc-go",
+			Gets: func(c Config) string {
+				return fmt.Sprintf("service config maxAttempts %d, full jitter (grpc-go's only kind), no throttling", c.MaxAttempts)
+			},
+			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+				return []grpc.DialOption{grpc.WithDefaultServiceConfig(serviceConfig(c, false))}, nil
+			},
+		},
+		{
+			Name: "grpc-go-throttle",
+			Gets: func(c Config) string {
+				return fmt.Sprintf("service config maxAttempts %d, full jitter, retryThrottling 10/0.1 per connection", c.MaxAttempts)
+			},
+			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+				return []grpc.DialOption{grpc.WithDefaultServiceConfig(serviceConfig(c, true))}, nil
+			},
+		},
+		{
+			Name: "naive",
+			Gets: func(c Config) string {
+				return fmt.Sprintf("loop of %d attempts, fixed %v pause", c.MaxAttempts, c.Backoff.Initial)
+			},
+			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+				return []grpc.DialOption{grpc.WithChainUnaryInterceptor(naiveRetry(c.MaxAttempts, c.Backoff.Initial)), grpc.WithDisableRetry()}, nil
+			},
+		},
+	}
+}
+
+// ContenderNames lists the contenders' names, in order.
+func ContenderNames() []string {
+	var out []string
+	for _, c := range Contenders() {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func contenderByName(name string) (Contender, bool) {
+	for _, c := range Contenders() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Contender{}, false
+}
+
+// staggerPolicy leaves RetryableCodes empty: stagger's own default is
+// UNAVAILABLE and RESOURCE_EXHAUSTED from the server, the same codes the
+// others get.
+func staggerPolicy(c *Config) policy.Policy {
+	return policy.Policy{MaxAttempts: c.MaxAttempts, Backoff: c.Backoff}
+}
+
+func protoDuration(d time.Duration) string {
+	return fmt.Sprintf("%.9fs", d.Seconds())
+}
+
+func serviceConfig(c *Config, throttle bool) string {
+	s := fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+  "retryPolicy": {"maxAttempts": %d, "initialBackoff": %q, "maxBackoff": %q, "backoffMultiplier": %g,
+    "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]`,
+		max(c.MaxAttempts, 2), protoDuration(c.Backoff.Initial), protoDuration(c.Backoff.Max), c.Backoff.Multiplier)
+	if c.MaxAttempts < 2 {
+		// grpc-go rejects maxAttempts below 2; one attempt means no policy.
+		s = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}]}]`
+	}
+	if throttle {
+		s += `, "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}`
+	}
+	return s + "}"
+}
+
+// naiveRetry is the loop people write first: retry the listed codes after a
+// fixed pause, until the attempts run out or the caller gives up.
+func naiveRetry(attempts int, pause time.Duration) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		var err error
+		for n := 1; ; n++ {
+			err = invoker(ctx, method, req, reply, cc, opts...)
+			code := status.Code(err)
+			if err == nil || n >= attempts || (code != codes.Unavailable && code != codes.ResourceExhausted) || ctx.Err() != nil {
+				return err
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return err
+			case <-t.C:
+			}
+		}
+	}
+}

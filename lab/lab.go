@@ -1,0 +1,239 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stagger-go/stagger/policy"
+)
+
+// Scenario names a kind of outage.
+type Scenario string
+
+const (
+	// ScenarioUnavailable: the server answers UNAVAILABLE during the outage
+	// (over bufconn).
+	ScenarioUnavailable Scenario = "unavailable"
+	// ScenarioRefused: the server is gone during the outage and connections
+	// are refused (over loopback TCP); calls fail fast.
+	ScenarioRefused Scenario = "refused"
+	// ScenarioRefusedWait is ScenarioRefused with grpc.WaitForReady on every
+	// call: calls wait for the server instead of failing.
+	ScenarioRefusedWait Scenario = "refused-wfr"
+	// ScenarioSlowReplica is the hedging scenario (one call in twenty ten
+	// times slower); it needs stagger's hedging, which has not landed, so Run
+	// returns ErrHedgingUnavailable for it.
+	ScenarioSlowReplica Scenario = "slow-replica"
+)
+
+// Scenarios lists every scenario, in the order the CLI shows them.
+func Scenarios() []Scenario {
+	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioSlowReplica}
+}
+
+// ErrHedgingUnavailable is returned for ScenarioSlowReplica: stagger's
+// interceptors do not hedge yet, and the lab shows no numbers it did not
+// measure.
+var ErrHedgingUnavailable = errors.New("lab: scenario slow-replica: hedging not available (the interceptor does not hedge yet)")
+
+// Config describes a run. The zero value of each field means its default,
+// given in the field's comment. A Config is a plain value.
+type Config struct {
+	// Scenario is the kind of outage; default ScenarioUnavailable.
+	Scenario Scenario
+	// Duration is how long calls are offered; default 8s.
+	Duration time.Duration
+	// OutageStart and OutageEnd bound the outage, counted from the server's
+	// start; defaults 2s and 4s.
+	OutageStart, OutageEnd time.Duration
+	// Clients is the number of client connections per contender, each a
+	// simulated process with its own budget; default 50.
+	Clients int
+	// Capacity is the attempts per second the server admits; default 500.
+	Capacity int
+	// Rate is the calls per second all clients of a contender offer
+	// together; default 80 % of Capacity.
+	Rate float64
+	// MaxAttempts is every contender's attempt limit, the first attempt
+	// included; default 5 (gRFC A6's cap, which grpc-go applies).
+	MaxAttempts int
+	// Backoff is the pause schedule the contenders share (see the package
+	// comment for what each makes of it); default Initial 50ms, Max 1s,
+	// Multiplier 2, proportional jitter.
+	Backoff policy.Backoff
+	// CallTimeout is each call's deadline; default 2s.
+	CallTimeout time.Duration
+	// Contenders names the contenders to run (see Contenders); nil means all.
+	Contenders []string
+}
+
+// Defaults returns c with every zero field set to its default.
+func (c Config) Defaults() Config {
+	if c.Scenario == "" {
+		c.Scenario = ScenarioUnavailable
+	}
+	if c.Duration == 0 {
+		c.Duration = 8 * time.Second
+	}
+	if c.OutageStart == 0 && c.OutageEnd == 0 {
+		c.OutageStart, c.OutageEnd = 2*time.Second, 4*time.Second
+	}
+	if c.Clients == 0 {
+		c.Clients = 50
+	}
+	if c.Capacity == 0 {
+		c.Capacity = 500
+	}
+	if c.Rate == 0 {
+		c.Rate = 0.8 * float64(c.Capacity)
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+	}
+	if c.Backoff == (policy.Backoff{}) {
+		c.Backoff = policy.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: policy.JitterProportional}
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = 2 * time.Second
+	}
+	if c.Contenders == nil {
+		c.Contenders = ContenderNames()
+	}
+	return c
+}
+
+// Validate reports every field of c (after Defaults) that a run cannot use.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, rule string, v any) {
+		errs = append(errs, fmt.Errorf("lab: %s: %s, got %v", field, rule, v))
+	}
+	known := false
+	for _, s := range Scenarios() {
+		known = known || c.Scenario == s
+	}
+	if !known {
+		bad("Scenario", "must be one of "+strings.Join(scenarioNames(), ", "), fmt.Sprintf("%q", c.Scenario))
+	}
+	if c.Duration <= 0 {
+		bad("Duration", "must be > 0", c.Duration)
+	}
+	if c.OutageStart < 0 || c.OutageEnd <= c.OutageStart || c.OutageEnd > c.Duration {
+		bad("OutageStart/OutageEnd", "must satisfy 0 <= start < end <= Duration", fmt.Sprintf("[%v, %v) of %v", c.OutageStart, c.OutageEnd, c.Duration))
+	}
+	if c.Clients <= 0 || c.Clients > 10000 {
+		bad("Clients", "must be in [1, 10000]", c.Clients)
+	}
+	if c.Capacity <= 0 {
+		bad("Capacity", "must be > 0", c.Capacity)
+	}
+	if !(c.Rate > 0) || c.Rate > 1e6 {
+		bad("Rate", "must be in (0, 1e6] calls per second", c.Rate)
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > 5 {
+		// grpc-go caps maxAttempts at 5; a larger limit would not be the same
+		// for every contender.
+		bad("MaxAttempts", "must be in [1, 5] (grpc-go's cap)", c.MaxAttempts)
+	}
+	if err := c.Backoff.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("lab: Backoff: %w", err))
+	}
+	if c.CallTimeout <= 0 {
+		bad("CallTimeout", "must be > 0", c.CallTimeout)
+	}
+	if len(c.Contenders) == 0 {
+		bad("Contenders", "must name at least one", "none")
+	}
+	seen := map[string]bool{}
+	for _, n := range c.Contenders {
+		if _, ok := contenderByName(n); !ok {
+			bad("Contenders", "must be among "+strings.Join(ContenderNames(), ", "), fmt.Sprintf("%q", n))
+		}
+		if seen[n] {
+			bad("Contenders", "must not repeat a name", fmt.Sprintf("%q", n))
+		}
+		seen[n] = true
+	}
+	return errors.Join(errs...)
+}
+
+func scenarioNames() []string {
+	var out []string
+	for _, s := range Scenarios() {
+		out = append(out, string(s))
+	}
+	return out
+}
+
+// Bin is the width of a load series' bins.
+const Bin = 100 * time.Millisecond
+
+// Result is what one contender did in a run.
+type Result struct {
+	// Contender is the contender's name.
+	Contender string
+	// Calls is the calls issued; Successes those that ended OK.
+	Calls, Successes int
+	// Attempts is every attempt the client connections began.
+	Attempts int
+	// OutageAttempts is the attempts begun during the outage.
+	OutageAttempts int
+	// AttemptsPerCall is Attempts ÷ Calls.
+	AttemptsPerCall float64
+	// SuccessRate is Successes ÷ Calls.
+	SuccessRate float64
+	// OutageLoad is OutageAttempts ÷ (Capacity × outage length).
+	OutageLoad float64
+	// PeakAfter is the largest number of attempts the server received in
+	// one Bin from OutageEnd to Duration, ÷ (Capacity × Bin).
+	PeakAfter float64
+	// P50, P99 and P999 are latency percentiles of the successful calls
+	// (zero when none succeeded).
+	P50, P99, P999 time.Duration
+	// Load is the attempts the server received per Bin, from its start.
+	Load []int
+}
+
+// Report is a run's configuration (defaults filled in) and its results, in
+// the order of Config.Contenders.
+type Report struct {
+	Config  Config
+	Results []Result
+	// Wall is how long the run took on the time package's clock.
+	Wall time.Duration
+}
+
+// Run fills in cfg's defaults, validates it, and runs every contender at the
+// same time, each against its own server. It returns when every call and
+// server has ended. Cancelling ctx stops offering calls and cancels those in
+// flight (the results then cover what ran).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Scenario == ScenarioSlowReplica {
+		return nil, ErrHedgingUnavailable
+	}
+	start := time.Now()
+	results := make([]Result, len(cfg.Contenders))
+	errs := make([]error, len(cfg.Contenders))
+	done := make(chan struct{})
+	for i, name := range cfg.Contenders {
+		c, _ := contenderByName(name)
+		go func() {
+			defer func() { done <- struct{}{} }()
+			results[i], errs[i] = runContender(ctx, &cfg, c)
+		}()
+	}
+	for range cfg.Contenders {
+		<-done
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &Report{Config: cfg, Results: results, Wall: time.Since(start)}, nil
+}

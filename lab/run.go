@@ -1,0 +1,273 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/stats"
+
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+)
+
+// attemptCounter counts the attempts of one contender's connections: grpc-go
+// calls HandleRPC with a stats.Begin once per attempt, whichever layer
+// retries, so the built-in retry is counted as the interceptors are.
+type attemptCounter struct {
+	outageFrom, outageTo time.Time
+
+	mu       sync.Mutex
+	attempts int
+	outage   int
+}
+
+func (a *attemptCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return ctx
+}
+
+func (a *attemptCounter) HandleRPC(_ context.Context, s stats.RPCStats) {
+	b, ok := s.(*stats.Begin)
+	if !ok || !b.Client || b.IsTransparentRetryAttempt {
+		return
+	}
+	a.mu.Lock()
+	a.attempts++
+	if !b.BeginTime.Before(a.outageFrom) && b.BeginTime.Before(a.outageTo) {
+		a.outage++
+	}
+	a.mu.Unlock()
+}
+
+func (a *attemptCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+
+func (a *attemptCounter) HandleConn(context.Context, stats.ConnStats) {}
+
+// callLog collects the calls' outcomes.
+type callLog struct {
+	mu        sync.Mutex
+	calls     int
+	latencies []time.Duration // of successful calls
+}
+
+func (l *callLog) add(ok bool, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls++
+	if ok {
+		l.latencies = append(l.latencies, d)
+	}
+}
+
+func runContender(ctx context.Context, cfg *Config, c Contender) (Result, error) {
+	tcp := cfg.Scenario == ScenarioRefused || cfg.Scenario == ScenarioRefusedWait
+	opts := []testserver.Option{
+		testserver.WithCapacity(testserver.Capacity{PerSecond: cfg.Capacity}),
+		testserver.WithArrivalBucket(Bin),
+	}
+	if tcp {
+		opts = append(opts, testserver.WithTCP())
+	}
+	srv := testserver.New(opts...)
+	defer srv.Close()
+	counter := &attemptCounter{}
+
+	conns := make([]*grpc.ClientConn, 0, cfg.Clients)
+	defer func() {
+		for _, cc := range conns {
+			_ = cc.Close()
+		}
+	}()
+	for i := 0; i < cfg.Clients; i++ {
+		dopts, err := c.dialOptions(cfg)
+		if err != nil {
+			return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
+		}
+		dopts = append(dopts, grpc.WithStatsHandler(counter))
+		if cfg.Scenario == ScenarioRefusedWait {
+			dopts = append(dopts, grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+		}
+		var cc *grpc.ClientConn
+		if tcp {
+			cc, err = srv.DialTCP(dopts...)
+		} else {
+			cc, err = srv.Dial(dopts...)
+		}
+		if err != nil {
+			return Result{}, fmt.Errorf("lab: %s: dial: %w", c.Name, err)
+		}
+		conns = append(conns, cc)
+	}
+
+	// Connections are made before the load starts, so that the first
+	// second measures retries, not a few hundred handshakes at once. The
+	// load starts on a bin boundary of the server's arrival series.
+	if err := connectAll(ctx, conns); err != nil {
+		return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
+	}
+	skip := int(time.Since(srv.Start())/Bin) + 1
+	t0 := srv.Start().Add(time.Duration(skip) * Bin)
+	from, to := t0.Add(cfg.OutageStart), t0.Add(cfg.OutageEnd)
+	counter.mu.Lock()
+	counter.outageFrom, counter.outageTo = from, to
+	counter.mu.Unlock()
+
+	var outageErr error
+	var outageWG sync.WaitGroup
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	if tcp {
+		outageWG.Add(1)
+		go func() {
+			defer outageWG.Done()
+			outageErr = serverGone(runCtx, srv, from, to)
+		}()
+	} else {
+		srv.SetOutageWindow(from, to)
+	}
+
+	log := &callLog{}
+	var calls sync.WaitGroup
+	var clients sync.WaitGroup
+	interval := time.Duration(float64(cfg.Clients) / cfg.Rate * float64(time.Second))
+	end := t0.Add(cfg.Duration)
+	for i, cc := range conns {
+		client := testingv1.NewTestServiceClient(cc)
+		// Clients are spread evenly over one interval so that the offered
+		// load is smooth, not a burst every interval.
+		first := t0.Add(time.Duration(i) * interval / time.Duration(len(conns)))
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			offer(runCtx, first, end, interval, func() {
+				calls.Add(1)
+				go func() {
+					defer calls.Done()
+					oneCall(runCtx, client, cfg.CallTimeout, log)
+				}()
+			})
+		}()
+	}
+	clients.Wait()
+	calls.Wait()
+	stop()
+	outageWG.Wait()
+	if outageErr != nil {
+		return Result{}, fmt.Errorf("lab: %s: %w", c.Name, outageErr)
+	}
+	arrivals := srv.Arrivals()
+	if len(arrivals) > skip {
+		arrivals = arrivals[skip:]
+	} else {
+		arrivals = nil
+	}
+	return summarize(cfg, c.Name, log, counter, arrivals), nil
+}
+
+// connectAll connects every connection and waits until all are ready.
+func connectAll(ctx context.Context, conns []*grpc.ClientConn) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, cc := range conns {
+		cc.Connect()
+	}
+	for _, cc := range conns {
+		for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+			if !cc.WaitForStateChange(ctx, s) {
+				return fmt.Errorf("connecting to the server: %w (state %v)", ctx.Err(), s)
+			}
+		}
+	}
+	return nil
+}
+
+// offer calls issue at first, first+interval, ... until end or ctx ends.
+func offer(ctx context.Context, first, end time.Time, interval time.Duration, issue func()) {
+	t := time.NewTimer(time.Until(first))
+	defer t.Stop()
+	for next := first; next.Before(end); next = next.Add(interval) {
+		if d := time.Until(next); d > 0 {
+			t.Reset(d)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		issue()
+	}
+}
+
+func oneCall(ctx context.Context, client testingv1.TestServiceClient, timeout time.Duration, log *callLog) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	begin := time.Now()
+	_, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}})
+	log.add(err == nil, time.Since(begin))
+}
+
+// serverGone closes the server's TCP side from `from` to `to`, so that
+// clients meet refused connections, then listens again on the same port.
+func serverGone(ctx context.Context, srv *testserver.Server, from, to time.Time) error {
+	wait := func(at time.Time) bool {
+		t := time.NewTimer(time.Until(at))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	if !wait(from) {
+		return nil
+	}
+	srv.StopServing()
+	// Resume even when the run was cancelled, so the server ends as it began.
+	wait(to)
+	if err := srv.Resume(); err != nil {
+		return fmt.Errorf("the server could not listen again after the outage: %w", err)
+	}
+	return nil
+}
+
+func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, arrivals []int64) Result {
+	r := Result{Contender: name, Calls: log.calls, Successes: len(log.latencies)}
+	counter.mu.Lock()
+	r.Attempts, r.OutageAttempts = counter.attempts, counter.outage
+	counter.mu.Unlock()
+	if r.Calls > 0 {
+		r.AttemptsPerCall = float64(r.Attempts) / float64(r.Calls)
+		r.SuccessRate = float64(r.Successes) / float64(r.Calls)
+	}
+	r.OutageLoad = float64(r.OutageAttempts) / (float64(cfg.Capacity) * (cfg.OutageEnd - cfg.OutageStart).Seconds())
+	r.Load = make([]int, len(arrivals))
+	perBin := float64(cfg.Capacity) * Bin.Seconds()
+	for b, n := range arrivals {
+		r.Load[b] = int(n)
+		at := time.Duration(b) * Bin
+		if at >= cfg.OutageEnd && at < cfg.Duration {
+			r.PeakAfter = max(r.PeakAfter, float64(n)/perBin)
+		}
+	}
+	lat := slices.Clone(log.latencies)
+	slices.Sort(lat)
+	r.P50, r.P99, r.P999 = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 0.999)
+	return r
+}
+
+// percentile is the nearest-rank percentile of sorted values; 0 for none.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
