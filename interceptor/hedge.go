@@ -71,19 +71,18 @@ var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
 
 func getHedgeCall(maxAttempts int) *hedgeCall {
 	hc := hedgeCalls.Get().(*hedgeCall)
-	if cap(hc.results) < maxAttempts {
-		hc.results = make(chan hedgeResult, maxAttempts)
-	}
+	// Not pooled: a channel belongs to the testing/synctest bubble that made
+	// it, and a pooled one would cross bubbles.
+	hc.results = make(chan hedgeResult, maxAttempts)
 	return hc
 }
 
-// putHedgeCall returns hc to the pool. Every attempt has sent its result and
-// the channel is empty.
+// putHedgeCall returns hc to the pool. Every attempt has sent its result.
 func putHedgeCall(hc *hedgeCall) {
 	clear(hc.first.opts)
 	clear(hc.base)
-	results, opts, base := hc.results, hc.first.opts[:0], hc.base[:0]
-	*hc = hedgeCall{results: results, base: base}
+	opts, base := hc.first.opts[:0], hc.base[:0]
+	*hc = hedgeCall{base: base}
 	hc.first.opts = opts
 	hedgeCalls.Put(hc)
 }
