@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const checkExamples = "../../examples/policies/"
+
+func checkRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(append([]string{"check"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCheckGoodExamples(t *testing.T) {
+	tests := []struct {
+		file      string
+		wantLines []string
+	}{
+		{"retry.json", []string{
+			"retry.json: valid",
+			"methodConfig[0]: /shop.v1.Cart/, /shop.v1.Pay/Get",
+			"  retry: maxAttempts 4 (3 retries) on RESOURCE_EXHAUSTED, UNAVAILABLE",
+			"  backoff: initial 100ms, max 5s, multiplier 2, jitter FULL",
+			"        1   0s    50ms   99ms  100ms",
+			"        3   0s   200ms  396ms  400ms",
+			"  worst case: 700ms (pauses only;",
+			"methodConfig[1]: {} (default)",
+			"        2  320ms   400ms  478.4ms  480ms",
+			"  worst-case load amplification: 1.10x",
+		}},
+		{"a6-throttle.json", []string{
+			"        4  320ms   400ms  478.4ms  480ms",
+			"  worst case: 900ms",
+			"budget: throttle (retryThrottling, gRFC A6): maxTokens 100, tokenRatio 0.1",
+			"about 50 retries go out",
+			`loadBalancingConfig: policy "round_robin" is grpc-go's to apply; stagger does not apply it`,
+		}},
+		{"hedging.yaml", []string{
+			"  hedging: maxAttempts 3, a hedge every 50ms, non-fatal codes: DEADLINE_EXCEEDED, UNAVAILABLE",
+			"pays for 20 retries",
+		}},
+		{"decorrelated.yaml", []string{
+			"        1  100ms      200ms      298ms  300ms",
+			"        2  100ms",
+			"900ms",
+			"  worst case: 5.7s (pauses plus every attempt cut off by perAttemptRecvTimeout",
+			"decorrelated jitter bunches at maxBackoff (1s)",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			code, out, errOut := checkRun(t, checkExamples+tt.file)
+			if code != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+			}
+			for _, l := range tt.wantLines {
+				if !strings.Contains(out, l) {
+					t.Errorf("output lacks %q:\n%s", l, out)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckBadExamples(t *testing.T) {
+	tests := []struct {
+		file string
+		want []string // stderr, one error per line
+	}{
+		{"bad-names.json", []string{
+			`policy: methodConfig[0].name[1].method: a method needs a service, got "Get"`,
+			`policy: methodConfig[1].name[0]: duplicate name, already given in methodConfig[0], got /shop.v1.Cart/`,
+		}},
+		{"bad-retry.yaml", []string{
+			`policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2, got 1`,
+			`policy: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"`,
+			`policy: methodConfig[0].retryPolicy.maxBackoff: must be a duration such as "0.1s" (proto3 JSON) or "100ms" (Go), got 5`,
+			`policy: methodConfig[0].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
+			`policy: methodConfig[0].retryPolicy.retryableStatusCodes: must not be empty (unless perAttemptRecvTimeout is set), got []`,
+		}},
+		{"bad-retry-and-hedging.json", []string{
+			`policy: methodConfig[0]: a method has retryPolicy or hedgingPolicy, not both (gRFC A6), got both`,
+		}},
+		{"bad-budget.json", []string{
+			`policy: retryBudget: at most one budget per file: retryThrottling or retryBudget, not both, got both`,
+			`policy: retryThrottling.maxTokens: must be in (0, 1000], got 1001`,
+			`policy: retryThrottling.tokenRatio: must be at least 0.001 (gRFC A6 keeps 3 decimals), got 0.0001`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			code, out, errOut := checkRun(t, checkExamples+tt.file)
+			if code != 1 {
+				t.Fatalf("exit %d, want 1", code)
+			}
+			if got := strings.TrimRight(errOut, "\n"); got != strings.Join(tt.want, "\n") {
+				t.Errorf("stderr:\n%s\nwant:\n%s", got, strings.Join(tt.want, "\n"))
+			}
+			if !strings.Contains(out, "invalid") {
+				t.Errorf("stdout %q does not say invalid", out)
+			}
+		})
+	}
+}
+
+// TestCheckEveryExample keeps the examples folder honest: each file is
+// either good (exit 0) or named bad-* (exit 1).
+func TestCheckEveryExample(t *testing.T) {
+	files, err := filepath.Glob(checkExamples + "*")
+	if err != nil || len(files) < 6 {
+		t.Fatalf("examples: %v, %v", files, err)
+	}
+	for _, f := range files {
+		want := 0
+		if strings.HasPrefix(filepath.Base(f), "bad-") {
+			want = 1
+		}
+		if code, _, errOut := checkRun(t, f); code != want {
+			t.Errorf("%s: exit %d, want %d: %s", f, code, want, errOut)
+		}
+	}
+}
+
+func TestCheckJSON(t *testing.T) {
+	code, out, _ := checkRun(t, checkExamples+"retry.json", "-format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var rep checkReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if !rep.Valid || len(rep.Methods) != 2 || rep.Methods[0].MaxAttempts != 4 || len(rep.Methods[0].Pauses) != 3 ||
+		rep.Methods[0].Pauses[2].Max != "400ms" || rep.Budget == nil || rep.Budget.Amplification != 1.1 {
+		t.Errorf("report = %+v", rep)
+	}
+	code, out, _ = checkRun(t, "-format", "json", checkExamples+"bad-retry-and-hedging.json")
+	if code != 1 || !strings.Contains(out, `"valid": false`) || !strings.Contains(out, "not both") {
+		t.Errorf("bad file as JSON: exit %d\n%s", code, out)
+	}
+}
+
+func TestCheckWarnings(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p.json")
+	doc := `{"methodConfg":[],"methodConfig":[
+		{"name":[{"service":"a.S","method":"Get"}],"hedgingPolicy":{"maxAttempts":3,"hedgingDelay":"0.1s"}},
+		{"name":[{"service":"b.S"}],"retryPolicy":{"maxAttempts":9,"initialBackoff":"1s","maxBackoff":"2s","backoffMultiplier":2,"retryableStatusCodes":[14],"perAttemptRecvTimeout":"1s"}}]}`
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := checkRun(t, file)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{
+		"methodConfg: unknown key, ignored",
+		"methodConfig[1].retryPolicy.maxAttempts: 9 is above the cap, so 5 is used",
+		"methodConfig[0].hedgingPolicy: needs an idempotent method, and /a.S/Get is not marked idempotent",
+		"methodConfig[1].retryPolicy.perAttemptRecvTimeout: needs an idempotent method, and /b.S/ is not marked idempotent",
+		"methodConfig[0].hedgingPolicy: the load-balancing policy is pick_first, so every hedge goes to the same backend",
+		"worst-case load amplification: 5.00x (unlimited",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// -strict turns the unknown key into an error; flags may follow the file.
+	code, _, errOut := checkRun(t, file, "-strict")
+	if code != 1 || !strings.Contains(errOut, `must hold only known keys (Strict), got "methodConfg"`) {
+		t.Errorf("-strict: exit %d, stderr %q", code, errOut)
+	}
+	code, out, _ = checkRun(t, "-max-attempts-cap", "9", file)
+	if code != 0 || !strings.Contains(out, "maxAttempts 9 (8 retries)") {
+		t.Errorf("-max-attempts-cap 9: exit %d\n%s", code, out)
+	}
+}
+
+func TestCheckUsage(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"no file", nil, 2},
+		{"two files", []string{"a.json", "b.json"}, 2},
+		{"bad format", []string{"-format", "xml", checkExamples + "retry.json"}, 2},
+		{"unknown flag", []string{"-nope", "a.json"}, 2},
+		{"missing file", []string{filepath.Join(t.TempDir(), "missing.json")}, 1},
+		{"help", []string{"-h"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if code, _, _ := checkRun(t, tt.args...); code != tt.code {
+				t.Errorf("exit %d, want %d", code, tt.code)
+			}
+		})
+	}
+}
