@@ -1,0 +1,95 @@
+package interceptor_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+)
+
+// hedgeFile hedges Get: 3 attempts, 50ms apart.
+const hedgeFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+	"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`
+
+const hedgedMethod = testingv1.TestService_Get_FullMethodName
+
+func hedgeOK(_ context.Context, _ string, _, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+	if r, ok := reply.(*testingv1.GetResponse); ok {
+		r.Reply = &testingv1.Reply{Attempt: 1}
+	}
+	for _, o := range opts {
+		if h, ok := o.(grpc.HeaderCallOption); ok {
+			*h.HeaderAddr = metadata.MD{}
+		}
+	}
+	return nil
+}
+
+func TestHedgeRefusesNonProtoReply(t *testing.T) {
+	cfg, err := policy.ParseConfig([]byte(hedgeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	icpt := interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg))
+	called := false
+	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+		called = true
+		return nil
+	}
+	var reply struct{ N int }
+	err = icpt(context.Background(), hedgedMethod, nil, &reply, nil, invoker)
+	if !errors.Is(err, interceptor.ErrHedgeReply) {
+		t.Fatalf("err = %v, want ErrHedgeReply", err)
+	}
+	if called {
+		t.Error("an attempt was sent")
+	}
+	// Disable lets such a call through, unhedged.
+	if err := icpt(context.Background(), hedgedMethod, nil, &reply, nil, invoker, interceptor.Disable()); err != nil || !called {
+		t.Errorf("with Disable: err = %v, called = %v; want nil, true", err, called)
+	}
+}
+
+// BenchmarkHedgedFirstAttemptWins: the cost of hedging a call whose first
+// attempt succeeds before the hedging delay, against the same call on a
+// method without a policy (stagger passes it through) and with a retry
+// policy. The invoker is a fake: this is the interceptor's own cost.
+func BenchmarkHedgedFirstAttemptWins(b *testing.B) {
+	hedged, err := policy.ParseConfig([]byte(hedgeFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	retried, err := policy.ParseConfig([]byte(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+	"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s",
+	"backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		cfg  *policy.Config
+	}{
+		{"unhedged-no-policy", nil},
+		{"retry-policy", retried},
+		{"hedged", hedged},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			icpt := interceptor.UnaryClientInterceptor(interceptor.WithConfig(c.cfg))
+			ctx := context.Background()
+			reply := new(testingv1.GetResponse)
+			for i := 0; i < b.N; i++ {
+				if err := icpt(ctx, hedgedMethod, nil, reply, nil, hedgeOK); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
