@@ -18,7 +18,7 @@
 // WithConfigSource), else the policy given in code (WithPolicy), else none:
 // the call runs once, untouched but for the file's timeout, waitForReady and
 // message size limits, which keep grpc-go's meaning. A method whose entry
-// hedges is sent once until the hedging engine runs it.
+// has a hedgingPolicy is hedged instead (see Hedging).
 //
 // Rules no policy can break: an attempt whose response headers arrived is
 // committed and never retried (the interceptor learns of headers through a
@@ -63,6 +63,45 @@
 // (unlimited; stagger.DialOptions installs budget.Default instead), no logger,
 // no hooks, no idempotency key, jitter from math/rand/v2.
 //
+// # Hedging
+//
+// A unary method whose file entry has a hedgingPolicy is hedged (gRFC A6;
+// grpc-go ignores hedgingPolicy): the first attempt is sent, then another
+// every hedgingDelay while none has succeeded, up to maxAttempts in all (all
+// at once when the delay is 0). The first OK wins: its reply, headers,
+// trailers and peer become the caller's, and every other attempt is
+// cancelled. A code not in nonFatalStatusCodes, or a failure after response
+// headers, ends the call with that status and cancels the rest; a non-fatal
+// code sends the next hedge at once. When every attempt failed the call
+// returns the last status. Every hedge asks the budget first
+// (budget.Request.Hedge); a refusal stops hedging, and the attempts in
+// flight go on. A server's valid pushback delays the next hedge by that
+// much; a negative or malformed one stops hedging. A hedge that could not
+// leave before the caller's deadline is not sent. Hedges carry
+// grpc-previous-rpc-attempts (1, 2, ...). The call returns only after every
+// attempt it sent has ended: no attempt outlives it. Hooks hear EventHedge,
+// EventHedgeStop and EventHedgeWon.
+//
+// Only methods known to be idempotent are hedged (as for the per-attempt
+// timeout above); others run once, and the logger and hooks say so once per
+// method (EventNotice with Hedging set). Streams are not hedged: a streaming
+// method's hedgingPolicy runs the stream once, with the same notice (reason
+// streaming). Each hedge unmarshals into a reply of its own, a new instance
+// of the caller's reply type, so the reply must be a proto.Message
+// (ErrHedgeReply otherwise). The caller's grpc.OnFinish runs once.
+//
+// Hedges reach distinct backends only as the load-balancing policy allows:
+// round_robin spreads them over the ready backends; pick_first sends every
+// hedge to the one backend it picked, where hedging helps against a slow
+// request but not a slow server.
+//
+// With "adaptive": true (a stagger extension) the delay is the method's
+// observed p95 latency, from a histogram per interceptor and method
+// (log-spaced buckets of atomic counters, older samples halved every 1024;
+// the estimate is at most 25% high), and the file's hedgingDelay until 20
+// calls were seen. It learns from winning attempts only, which hedging makes
+// faster, so it errs toward hedging sooner; the budget bounds the cost.
+//
 // # Concurrency
 //
 // The interceptors are safe for concurrent use by any number of calls. Hooks
@@ -92,5 +131,7 @@
 // attempt in the budget, consults Decide and the budget, and emits the
 // events; pause is deadline- and cancel-aware. A stream sets committed at
 // the first header or message; a hedge asks the budget itself
-// (budget.Request.Hedge) and reuses start, finish and the events.
+// (budget.Request.Hedge) and reuses start, finish and the events. A stream
+// whose c.hedged is set runs unhedged and calls
+// k.noticeUnhedged(ctx, &c, policy.ReasonStreaming).
 package interceptor
