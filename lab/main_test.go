@@ -1,0 +1,104 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string // in the error; "" means valid
+	}{
+		{"defaults", Config{}, ""},
+		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, slow-replica, got "flood"`},
+		{"negative duration", Config{Duration: -time.Second}, "lab: Duration: must be > 0, got -1s"},
+		{"outage past the end", Config{Duration: 3 * time.Second, OutageStart: time.Second, OutageEnd: 4 * time.Second}, "lab: OutageStart/OutageEnd: must satisfy 0 <= start < end <= Duration, got [1s, 4s) of 3s"},
+		{"outage reversed", Config{OutageStart: 3 * time.Second, OutageEnd: 2 * time.Second}, "OutageStart/OutageEnd"},
+		{"clients", Config{Clients: -1}, "lab: Clients: must be in [1, 10000], got -1"},
+		{"capacity", Config{Capacity: -5}, "lab: Capacity: must be > 0, got -5"},
+		{"rate", Config{Rate: -1}, "lab: Rate: must be in (0, 1e6] calls per second, got -1"},
+		{"attempts above grpc-go's cap", Config{MaxAttempts: 6}, "lab: MaxAttempts: must be in [1, 5] (grpc-go's cap), got 6"},
+		{"call timeout", Config{CallTimeout: -time.Second}, "lab: CallTimeout: must be > 0, got -1s"},
+		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, grpc-middleware, grpc-go, grpc-go-throttle, naive, got "envoy"`},
+		{"repeated contender", Config{Contenders: []string{"naive", "naive"}}, `lab: Contenders: must not repeat a name, got "naive"`},
+		{"no contender", Config{Contenders: []string{}}, "lab: Contenders: must name at least one, got none"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Defaults().Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryField(t *testing.T) {
+	err := Config{Clients: -1, Capacity: -1, MaxAttempts: 9}.Defaults().Validate()
+	for _, field := range []string{"Clients", "Capacity", "MaxAttempts"} {
+		if err == nil || !strings.Contains(err.Error(), "lab: "+field+":") {
+			t.Errorf("Validate() = %v, want it to name %s", err, field)
+		}
+	}
+}
+
+func TestSlowReplicaNeedsHedging(t *testing.T) {
+	_, err := Run(context.Background(), Config{Scenario: ScenarioSlowReplica})
+	if !errors.Is(err, ErrHedgingUnavailable) {
+		t.Fatalf("Run(slow-replica) = %v, want ErrHedgingUnavailable", err)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ms := func(ns ...int) []time.Duration {
+		out := make([]time.Duration, len(ns))
+		for i, n := range ns {
+			out[i] = time.Duration(n) * time.Millisecond
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = i + 1
+	}
+	for _, tc := range []struct {
+		name   string
+		sorted []time.Duration
+		q      float64
+		want   time.Duration
+	}{
+		{"none", nil, 0.5, 0},
+		{"one", ms(7), 0.99, 7 * time.Millisecond},
+		{"median of four is the second", ms(1, 2, 3, 4), 0.5, 2 * time.Millisecond},
+		{"p99 of 100", ms(hundred...), 0.99, 99 * time.Millisecond},
+		{"p99.9 of 100 is the largest", ms(hundred...), 0.999, 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := percentile(tc.sorted, tc.q); got != tc.want {
+				t.Fatalf("percentile(%v) = %v, want %v", tc.q, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestServiceConfig(t *testing.T) {
+	c := Config{}.Defaults()
+	got := serviceConfig(&c, true)
+	for _, want := range []string{`"maxAttempts": 5`, `"initialBackoff": "0.050000000s"`, `"maxBackoff": "1.000000000s"`,
+		`"backoffMultiplier": 2`, `"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("serviceConfig() = %s\nwant it to contain %s", got, want)
+		}
+	}
+}
