@@ -135,6 +135,15 @@ var cfgConformance = []struct {
 	{"loadBalancingPolicy unknown", `{"loadBalancingPolicy":"no_such_policy"}`, true, ""},
 	{"loadBalancingPolicy not a string", `{"loadBalancingPolicy":1}`, false, ""},
 	{"healthCheckConfig", `{"healthCheckConfig":{"serviceName":"x"}}`, true, ""},
+	{"healthCheckConfig not an object", `{"healthCheckConfig":[]}`, false, ""},
+	{"healthCheckConfig serviceName a number", `{"healthCheckConfig":{"serviceName":1}}`, false, ""},
+	{"huge number under an unknown key", `{"x":1e400}`, true, ""},
+	{"maxTokens 1e400", `{"methodConfig":[],"retryThrottling":{"maxTokens":1e400,"tokenRatio":1}}`, false, ""},
+	{"maxTokens 0.5", `{"methodConfig":[],"retryThrottling":{"maxTokens":0.5,"tokenRatio":1}}`, true, ""},
+	{"message size overflows int64", `{"methodConfig":[{"name":[{"service":"a.B"}],"maxRequestMessageBytes":99999999999999999999}]}`, false, ""},
+	{"message size negative", `{"methodConfig":[{"name":[{"service":"a.B"}],"maxRequestMessageBytes":-1}]}`, true, ""},
+	{"method name with slashes", `{"methodConfig":[{"name":[{"service":"a/B","method":"c/d"}]}]}`, true, ""},
+	{"case-variant keys in the name", `{"methodConfig":[{"name":[{"SERVICE":"a.B","Method":"M"}]},{"name":[{"service":"a.B","method":"M"}]}]}`, false, ""},
 }
 
 func TestConformanceWithGRPC(t *testing.T) {

@@ -139,7 +139,7 @@ func decodeYAML(data []byte) (*node, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("policy: invalid YAML: %w", err)
 	}
-	if doc.Kind == 0 { // empty document
+	if doc.Kind == 0 || (doc.Kind == yaml.DocumentNode && len(doc.Content) == 0) {
 		return nil, errors.New("policy: empty policy file")
 	}
 	budget := maxYAMLNodes
