@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	// Links the test service's descriptors, whose idempotency_level
+	// options `check` reads from the protobuf registry.
+	_ "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 )
 
 const checkExamples = "../../examples/policies/"
@@ -202,5 +206,30 @@ func TestCheckUsage(t *testing.T) {
 				t.Errorf("exit %d, want %d", code, tt.code)
 			}
 		})
+	}
+}
+
+func TestCheckIdempotencyFromProtoRegistry(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	doc := "loadBalancingConfig: [{round_robin: {}}]\nmethodConfig:\n" +
+		"  - name: [{service: stagger.testing.v1.TestService, method: Get}, {service: stagger.testing.v1.TestService, method: Put}]\n" +
+		"    hedgingPolicy: {maxAttempts: 2}\n" +
+		"  - name: [{service: stagger.testing.v1.TestService, method: Write}]\n" +
+		"    hedgingPolicy: {maxAttempts: 2}\n"
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := checkRun(t, file)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if strings.Contains(out, "methodConfig[0].hedgingPolicy: needs an idempotent method") {
+		t.Errorf("Get (NO_SIDE_EFFECTS) and Put (IDEMPOTENT) are idempotent by their proto options:\n%s", out)
+	}
+	if !strings.Contains(out, "methodConfig[1].hedgingPolicy: needs an idempotent method, and /stagger.testing.v1.TestService/Write is not marked") {
+		t.Errorf("Write has no idempotency option, want a warning:\n%s", out)
+	}
+	if strings.Contains(out, "pick_first") {
+		t.Errorf("round_robin is configured, want no pick_first warning:\n%s", out)
 	}
 }
