@@ -72,7 +72,7 @@ func TestLabCSV(t *testing.T) {
 	}
 	for i, name := range []string{"stagger", "naive"} {
 		if rows[i+1][0] != "unavailable" || rows[i+1][1] != name || rows[i+1][2] != "24" {
-			t.Errorf("row %d = %v, want unavailable,%s,24 (40 calls/s, 80% of capacity, for 0.6 s)", i+1, rows[i+1], name)
+			t.Errorf("row %d = %v, want unavailable,%s,24 (40 calls/s, 80%% of capacity, for 0.6 s)", i+1, rows[i+1], name)
 		}
 	}
 }
