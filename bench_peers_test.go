@@ -1,0 +1,154 @@
+package stagger_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+)
+
+// Side-by-side benchmarks of the retry layers BENCHMARKS.md compares. Every
+// layer gets the same limit (4 attempts) and retries UNAVAILABLE; stagger
+// runs with its default budget as stagger.DialOptions installs it.
+
+// peerPolicy is stagger's policy for these benchmarks; its pause is 1 µs so
+// that the one-retry benchmarks measure the retry, not the sleep.
+var peerPolicy = policy.Policy{
+	MaxAttempts: 4,
+	Backoff:     policy.Backoff{Initial: time.Microsecond, Max: time.Microsecond, Multiplier: 2},
+}
+
+const peerServiceConfig = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+  "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.000001s", "maxBackoff": "0.000001s",
+    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+
+func middlewareRetry() grpc.UnaryClientInterceptor {
+	return retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable),
+		retry.WithBackoff(retry.BackoffExponentialWithJitter(time.Microsecond, 0.2)))
+}
+
+func staggerUnary() grpc.UnaryClientInterceptor {
+	return interceptor.UnaryClientInterceptor(interceptor.WithPolicy(peerPolicy))
+}
+
+func fakeOK(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+	return nil
+}
+
+// BenchmarkPeersFakeSuccess: the interceptor alone, around an invoker that
+// succeeds at once (grpc-go's built-in retry lives inside grpc and cannot be
+// measured without a connection: see BenchmarkPeersBufconn).
+func BenchmarkPeersFakeSuccess(b *testing.B) {
+	noInterceptor := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	for _, c := range []struct {
+		name string
+		icpt grpc.UnaryClientInterceptor
+	}{
+		{"none", noInterceptor},
+		{"stagger", staggerUnary()},
+		{"middleware", middlewareRetry()},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			ctx := context.Background()
+			for i := 0; i < b.N; i++ {
+				if err := c.icpt(ctx, testingv1.TestService_Get_FullMethodName, nil, nil, nil, fakeOK); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// peerDialOptions are the four ways of dialing the benchmarks compare.
+func peerDialOptions() []struct {
+	name string
+	opts []grpc.DialOption
+} {
+	return []struct {
+		name string
+		opts []grpc.DialOption
+	}{
+		{"none", []grpc.DialOption{grpc.WithDisableRetry()}},
+		{"stagger", stagger.DialOptions(nil, interceptor.WithPolicy(peerPolicy))},
+		{"middleware", []grpc.DialOption{grpc.WithChainUnaryInterceptor(middlewareRetry()), grpc.WithDisableRetry()}},
+		{"grpc-go", []grpc.DialOption{grpc.WithDefaultServiceConfig(peerServiceConfig)}},
+	}
+}
+
+// BenchmarkPeersBufconn: a whole unary call over bufconn that succeeds at
+// once, per retry layer.
+func BenchmarkPeersBufconn(b *testing.B) {
+	srv := testserver.New()
+	defer srv.Close()
+	for _, c := range peerDialOptions() {
+		b.Run(c.name, func(b *testing.B) {
+			cc, err := srv.Dial(c.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			client := testingv1.NewTestServiceClient(cc)
+			ctx := context.Background()
+			req := &testingv1.GetRequest{Script: &testingv1.Script{}}
+			if _, err := client.Get(ctx, req); err != nil { // connect outside the timing
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := client.Get(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPeersBufconnOneRetry: a call whose first attempt fails with
+// UNAVAILABLE and whose second succeeds, over bufconn, pause 1 µs. Each
+// call has its own script key, so the server numbers its attempts; "none"
+// makes the two attempts by hand, for the baseline.
+func BenchmarkPeersBufconnOneRetry(b *testing.B) {
+	srv := testserver.New()
+	defer srv.Close()
+	for _, c := range peerDialOptions() {
+		b.Run(c.name, func(b *testing.B) {
+			cc, err := srv.Dial(c.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			client := testingv1.NewTestServiceClient(cc)
+			ctx := context.Background()
+			if _, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
+				b.Fatal(err)
+			}
+			prefix := "retry-" + c.name + "-"
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				req := &testingv1.GetRequest{Script: &testingv1.Script{Key: prefix + strconv.Itoa(i), FailAttempts: 1}}
+				_, err := client.Get(ctx, req)
+				if c.name == "none" {
+					_, err = client.Get(ctx, req)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
