@@ -56,9 +56,9 @@ func BenchmarkPeersFakeSuccess(b *testing.B) {
 		name string
 		icpt grpc.UnaryClientInterceptor
 	}{
-		{"none", noInterceptor},
-		{"stagger", staggerUnary()},
-		{"middleware", middlewareRetry()},
+		{"impl=none", noInterceptor},
+		{"impl=stagger", staggerUnary()},
+		{"impl=middleware", middlewareRetry()},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -81,10 +81,10 @@ func peerDialOptions() []struct {
 		name string
 		opts []grpc.DialOption
 	}{
-		{"none", []grpc.DialOption{grpc.WithDisableRetry()}},
-		{"stagger", stagger.DialOptions(nil, interceptor.WithPolicy(peerPolicy))},
-		{"middleware", []grpc.DialOption{grpc.WithChainUnaryInterceptor(middlewareRetry()), grpc.WithDisableRetry()}},
-		{"grpc-go", []grpc.DialOption{grpc.WithDefaultServiceConfig(peerServiceConfig)}},
+		{"impl=none", []grpc.DialOption{grpc.WithDisableRetry()}},
+		{"impl=stagger", stagger.DialOptions(nil, interceptor.WithPolicy(peerPolicy))},
+		{"impl=middleware", []grpc.DialOption{grpc.WithChainUnaryInterceptor(middlewareRetry()), grpc.WithDisableRetry()}},
+		{"impl=grpc-go", []grpc.DialOption{grpc.WithDefaultServiceConfig(peerServiceConfig)}},
 	}
 }
 
@@ -136,13 +136,13 @@ func BenchmarkPeersBufconnOneRetry(b *testing.B) {
 			if _, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
 				b.Fatal(err)
 			}
-			prefix := "retry-" + c.name + "-"
+			prefix := c.name + "-"
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				req := &testingv1.GetRequest{Script: &testingv1.Script{Key: prefix + strconv.Itoa(i), FailAttempts: 1}}
 				_, err := client.Get(ctx, req)
-				if c.name == "none" {
+				if c.name == "impl=none" {
 					_, err = client.Get(ctx, req)
 				}
 				if err != nil {
