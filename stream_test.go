@@ -720,3 +720,33 @@ func benchConfig(b *testing.B) *policy.Config {
 	}
 	return cfg
 }
+
+// TestStreamHedgedMethodRunsOnce: streams are not hedged; a streaming method
+// whose entry hedges runs once, and the hooks hear why, once.
+func TestStreamHedgedMethodRunsOnce(t *testing.T) {
+	const hedgeFile = `{"methodConfig": [{
+		"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
+		"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.1s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
+	}]}`
+	for _, k := range streamKinds {
+		t.Run(k.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var h hookLog
+				srv, c := newStreamBench(t, interceptor.WithConfig(parse(t, hedgeFile)), interceptor.WithHook(h.hook))
+				for range 2 {
+					r := k.run(context.Background(), c, &testingv1.Script{Key: "k", FailAttempts: 10}, 2)
+					if status.Code(r.err) != codes.Unavailable {
+						t.Fatalf("err = %v, want UNAVAILABLE", r.err)
+					}
+				}
+				if n := len(srv.Attempts("k")); n != 2 {
+					t.Errorf("server saw %d attempts for 2 calls, want 2", n)
+				}
+				ev := h.all()
+				if len(ev) != 1 || ev[0].Kind != interceptor.EventNotice || ev[0].Reason != policy.ReasonStreaming {
+					t.Errorf("events = %+v, want one notice, reason streaming", ev)
+				}
+			})
+		})
+	}
+}

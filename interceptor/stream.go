@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -15,8 +16,48 @@ import (
 // StreamClientInterceptor returns the retrying stream client interceptor, for
 // server-streaming, client-streaming and bidi methods. It takes the same
 // options, per-call options, hooks, budget and policy as the unary one and
-// runs the same decision loop; see the package documentation ("Streams") for
-// the replay buffer and the commit rules.
+// runs the same decision loop (call.go): the same attempt count, pauses,
+// pushback, deadline awareness, cancellation and budget.
+//
+// Replay. Until the stream commits, every message the application sends (and
+// its CloseSend) is kept, by reference, in a replay buffer bounded in bytes
+// (DefaultReplayBufferSize per stream, WithReplayBufferSize; optionally a cap
+// shared by many streams, WithReplayBufferLimit), and a new attempt is sent
+// them again, in order, before anything else. Messages are counted at their
+// proto.Size; a message that is not a proto.Message (another codec) cannot be
+// sized and commits the stream. The application must not modify a message
+// after SendMsg (grpc-go requires it too). grpc-go's own retry buffer, which
+// it keeps even with its retries off, is turned off for these streams
+// (grpc.MaxRetryRPCBufferSize(0) before the caller's options), so one stream
+// holds at most one bounded copy; grpc-go's transparent retry of a stream
+// that never reached the server still happens before the first message.
+//
+// Commit. The stream commits, never retries again and releases the buffer,
+// when a response message arrives, when response headers arrive (seen by
+// Header, or after a failure: an interceptor cannot watch them arrive, so a
+// failed attempt with headers is final and a Trailers-Only one may be
+// retried), or when the next message would overflow the buffer. A message the
+// application received is never delivered again.
+//
+// Decisions happen inside the application's calls, with no goroutine of
+// their own: an attempt's failure surfaces on RecvMsg (CloseAndRecv for a
+// client stream), which then pauses, opens the next attempt, replays and
+// reads on, so the caller sees only the next message or the final status.
+// Until the stream commits, SendMsg on an attempt that has died returns nil
+// (the message is kept for the next attempt; RecvMsg tells the outcome), and
+// a failure to create the stream is retried inside the interceptor.
+//
+// The per-attempt timeout (perAttemptRecvTimeout, idempotent methods only)
+// has grpc C-core's meaning for streams: it stops at the first response
+// header or message. An attempt it cuts off is retried; when none is left the
+// call ends with DEADLINE_EXCEEDED.
+//
+// Header, Trailer and Context answer for the current attempt: the committed
+// one, or the last one. Streams are not hedged: a method whose file entry
+// hedges runs the stream once (EventNotice, reason streaming).
+//
+// The returned streams follow grpc.ClientStream's rules: one goroutine may
+// send (SendMsg, CloseSend) while another receives.
 func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 	k := newCore(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -38,20 +79,35 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	if !run {
 		return streamer(ctx, desc, cc, method, grpcOpts...)
 	}
-	s.callCtx, s.cancel, s.opts = callCtx, cancel, grpcOpts
+	s.callCtx, s.cancel = callCtx, cancel
+	if s.c.hedged != nil {
+		// Streams are not hedged: the method's hedgingPolicy runs the
+		// stream once.
+		k.noticeUnhedged(ctx, &s.c, policy.ReasonStreaming)
+	}
+	// Each attempt's options: the file's, then the caller's, so the
+	// caller's win, as in grpc-go.
+	n := len(s.c.fileOpts) + len(grpcOpts)
 	if s.c.retrying {
 		s.buf.init(s.c.o.replaySize, s.c.o.replayLimit)
 		// grpc-go keeps its own copy of every sent message until it commits,
 		// even with its retries off (for its transparent retries); stagger's
-		// buffer replaces it, so a stream holds one copy, not two. Put first:
-		// the caller's own setting wins.
-		s.opts = make([]grpc.CallOption, 0, len(grpcOpts)+1)
+		// buffer replaces it, so a stream holds one copy, not two. First, so
+		// that a caller's own setting wins.
+		s.opts = make([]grpc.CallOption, 0, n+1)
 		s.opts = append(s.opts, grpc.MaxRetryRPCBufferSize(0))
-		s.opts = append(s.opts, grpcOpts...)
 	} else {
 		// One attempt: nothing to keep; the stream is only watched so the
 		// budget hears of its success.
 		s.committed = true
+		if len(s.c.fileOpts) > 0 {
+			s.opts = make([]grpc.CallOption, 0, n)
+		}
+	}
+	if s.opts == nil {
+		s.opts = grpcOpts
+	} else {
+		s.opts = append(append(s.opts, s.c.fileOpts...), grpcOpts...)
 	}
 	err, timedOut := s.open(&s.first)
 	if err == nil {
