@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -99,6 +100,24 @@ func (p *Policy) Decide(a *Attempt) Verdict {
 		return Verdict{Reason: ReasonDeadline, Record: budget.Failure}
 	}
 	return v
+}
+
+// NextBackoff returns the Retry and Prev of the attempt that follows a, once
+// Decide said v (a retry): after a pushback the backoff sequence restarts at
+// retry 1 with prev back to Initial (gRFC A6: n counts from the last
+// pushback); otherwise it advances by one, with prev the pause just taken.
+func (p *Policy) NextBackoff(a *Attempt, v Verdict) (retry int, prev time.Duration) {
+	if v.Pushback {
+		return 1, p.Backoff.Initial
+	}
+	retry = a.Retry
+	if retry < 1 {
+		retry = 1
+	}
+	if retry < math.MaxInt {
+		retry++
+	}
+	return retry, v.Pause
 }
 
 // retryable reports whether the failure err (whose status is st, nil when err

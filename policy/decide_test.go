@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -353,10 +354,30 @@ func TestDecideBackoffSequence(t *testing.T) {
 		if !v.Retry || v.Pause != want[i] {
 			t.Fatalf("attempt %d: %+v, want a retry after %v", i+1, v, want[i])
 		}
-		if v.Pushback {
-			retry, prev = 1, p.Backoff.Initial
-		} else {
-			retry, prev = retry+1, v.Pause
-		}
+		retry, prev = p.NextBackoff(&Attempt{Retry: retry, Prev: prev}, v)
+	}
+}
+
+func TestNextBackoff(t *testing.T) {
+	p := &Policy{Backoff: validBackoff}
+	tests := []struct {
+		name  string
+		a     Attempt
+		v     Verdict
+		retry int
+		prev  time.Duration
+	}{
+		{"advances", Attempt{Retry: 2}, Verdict{Retry: true, Pause: 300 * ms}, 3, 300 * ms},
+		{"retry 0 counts as 1", Attempt{}, Verdict{Retry: true, Pause: 90 * ms}, 2, 90 * ms},
+		{"restarts after pushback", Attempt{Retry: 4}, Verdict{Retry: true, Pause: 5 * time.Second, Pushback: true}, 1, validBackoff.Initial},
+		{"saturates", Attempt{Retry: math.MaxInt}, Verdict{Retry: true, Pause: time.Second}, math.MaxInt, time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, prev := p.NextBackoff(&tt.a, tt.v)
+			if r != tt.retry || prev != tt.prev {
+				t.Errorf("NextBackoff = %d, %v; want %d, %v", r, prev, tt.retry, tt.prev)
+			}
+		})
 	}
 }
