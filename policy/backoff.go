@@ -116,14 +116,16 @@ func (b Backoff) term(retry int) float64 {
 // powGrowing is x^k for x > 1 and k >= 1, bit for bit what math.Pow returns
 // while the result stays in the normal range (math.Pow squares the same
 // mantissas, in the same order, with exact power-of-two rescaling), at a
-// third of its cost. It stops early, returning +Inf, once the result passes
-// limit: the term is capped then anyway, and the retry number can be huge.
+// third of its cost. It stops early, returning +Inf, once the result is
+// past twice limit (twice: limit is a rounded quotient, and the caller's own
+// comparison decides the borderline): the term is capped then anyway, and the
+// retry number can be huge.
 func powGrowing(x float64, k int, limit float64) float64 {
 	a := 1.0
 	for ; k != 0; k >>= 1 {
 		if k&1 == 1 {
 			a *= x
-			if a > limit {
+			if a > 2*limit {
 				return math.Inf(1)
 			}
 		}

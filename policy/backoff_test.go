@@ -106,6 +106,8 @@ func TestDelayMatchesGRPCGoTerm(t *testing.T) {
 		{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 1.6, Jitter: JitterNone},
 		{Initial: 7 * time.Millisecond, Max: time.Hour, Multiplier: 1.3, Jitter: JitterNone},
 		{Initial: 333 * time.Microsecond, Max: time.Minute, Multiplier: 3.7, Jitter: JitterNone},
+		{Initial: time.Second, Max: time.Minute, Multiplier: 0.7, Jitter: JitterNone},
+		{Initial: 3 * time.Second, Max: time.Second, Multiplier: 1.5, Jitter: JitterNone},
 	} {
 		backoffCheckGRPCGoTerm(t, b)
 	}
@@ -121,15 +123,26 @@ func TestDelayMatchesGRPCGoTerm(t *testing.T) {
 	}
 }
 
+// backoffCheckGRPCGoTerm compares Delay with grpc-go's arithmetic (stream.go,
+// v1.69 on): cur = min(initial × Pow(mult, n−1), max); for proportional
+// jitter cur *= 0.8 + 0.4u; the pause is time.Duration(int64(cur)).
 func backoffCheckGRPCGoTerm(t *testing.T, b Backoff) {
 	t.Helper()
 	for n := 1; n <= 40; n++ {
-		want := float64(b.Initial) * math.Pow(b.Multiplier, float64(n-1))
-		if want > float64(b.Max) {
-			want = float64(b.Max)
+		term := float64(b.Initial) * math.Pow(b.Multiplier, float64(n-1))
+		if term > float64(b.Max) {
+			term = float64(b.Max)
 		}
-		if got := b.Delay(n, b.Initial, 0.5); got != time.Duration(want) {
-			t.Errorf("%+v.Delay(%d) = %d, grpc-go's term %d", b, n, got, time.Duration(want))
+		none, prop := b, b
+		none.Jitter, prop.Jitter = JitterNone, JitterProportional
+		if got := none.Delay(n, b.Initial, 0.5); got != time.Duration(int64(term)) {
+			t.Errorf("%+v.Delay(%d) = %d, grpc-go's term %d", none, n, got, int64(term))
+		}
+		for _, u := range []float64{0, 0.3, 0.77, justBelowOne} {
+			want := time.Duration(int64(term * (0.8 + 0.4*u)))
+			if got := prop.Delay(n, b.Initial, u); got != want {
+				t.Errorf("%+v.Delay(%d, u=%v) = %d, grpc-go's pause %d", prop, n, u, got, want)
+			}
 		}
 	}
 }
