@@ -381,3 +381,27 @@ func TestNextBackoff(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideConcurrent shares one Policy between goroutines, as the
+// interceptors do; run with -race.
+func TestDecideConcurrent(t *testing.T) {
+	p := &Policy{MaxAttempts: 5, Backoff: validBackoff}
+	err := status.Error(codes.Unavailable, "down")
+	done := make(chan bool)
+	for w := 0; w < 8; w++ {
+		go func() {
+			ok := true
+			r := NewSeededRandom(uint64(w))
+			for i := 0; i < 500; i++ {
+				v := p.Decide(&Attempt{Number: 1, Err: err, Retry: 1, U: r()})
+				ok = ok && v.Retry && v.Pause >= 80*ms && v.Pause <= 120*ms
+			}
+			done <- ok
+		}()
+	}
+	for w := 0; w < 8; w++ {
+		if !<-done {
+			t.Error("a goroutine saw a wrong verdict")
+		}
+	}
+}

@@ -106,3 +106,17 @@ func BenchmarkIdempotencyOf(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkIdempotencyOfParallel(b *testing.B) {
+	const m = "/stagger.testing.v1.TestService/Get"
+	IdempotencyOf(m)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if IdempotencyOf(m) != IdempotencyNoSideEffects {
+				b.Error("wrong answer")
+				return
+			}
+		}
+	})
+}
