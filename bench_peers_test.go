@@ -3,6 +3,7 @@ package stagger_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,6 +118,11 @@ func BenchmarkPeersBufconn(b *testing.B) {
 	}
 }
 
+// retryKeys numbers the one-retry calls: a key must never repeat, even
+// across the runs the testing package makes with growing b.N, or the server
+// would count the call's attempts from an old one and not fail it.
+var retryKeys atomic.Int64
+
 // BenchmarkPeersBufconnOneRetry: a call whose first attempt fails with
 // UNAVAILABLE and whose second succeeds, over bufconn, pause 1 µs. Each
 // call has its own script key, so the server numbers its attempts; "none"
@@ -136,11 +142,11 @@ func BenchmarkPeersBufconnOneRetry(b *testing.B) {
 			if _, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
 				b.Fatal(err)
 			}
-			prefix := c.name + "-"
+			before := srv.Stats().Received
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				req := &testingv1.GetRequest{Script: &testingv1.Script{Key: prefix + strconv.Itoa(i), FailAttempts: 1}}
+				req := &testingv1.GetRequest{Script: &testingv1.Script{Key: strconv.FormatInt(retryKeys.Add(1), 10), FailAttempts: 1}}
 				_, err := client.Get(ctx, req)
 				if c.name == "impl=none" {
 					_, err = client.Get(ctx, req)
@@ -148,6 +154,10 @@ func BenchmarkPeersBufconnOneRetry(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+			}
+			b.StopTimer()
+			if got := srv.Stats().Received - before; got != 2*int64(b.N) {
+				b.Fatalf("the server received %d attempts for %d calls, want 2 per call", got, b.N)
 			}
 		})
 	}

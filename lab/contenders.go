@@ -101,17 +101,67 @@ func Contenders() []Contender {
 	}
 }
 
-// ContenderNames lists the contenders' names, in order.
-func ContenderNames() []string {
+// HedgingContenders lists the contenders of ScenarioSlowReplica: stagger
+// with its retry policy only, and with a hedging policy of at most 3
+// attempts, with a fixed delay of 2×SlowBase and with the adaptive delay.
+// Each client has its own default budget, which hedges draw on as retries do.
+func HedgingContenders() []Contender {
+	hedged := func(name, delay string, adaptive bool) Contender {
+		file := fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}],
+  "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": %q, "nonFatalStatusCodes": ["UNAVAILABLE"], "adaptive": %t}}]}`, delay, adaptive)
+		return Contender{
+			Name: name,
+			Gets: func(Config) string {
+				if adaptive {
+					return fmt.Sprintf("hedging, 3 attempts, adaptive delay (the method's p95; %v until known), default budget per client", 2*SlowBase)
+				}
+				return fmt.Sprintf("hedging, 3 attempts, hedgingDelay %v, default budget per client", 2*SlowBase)
+			},
+			dialOptions: func(*Config) ([]grpc.DialOption, error) {
+				cfg, err := policy.ParseConfig([]byte(file))
+				if err != nil {
+					return nil, err
+				}
+				b, err := budget.New(budget.DefaultSettings())
+				if err != nil {
+					return nil, err
+				}
+				return stagger.DialOptions(cfg, interceptor.WithBudget(b)), nil
+			},
+		}
+	}
+	plain := Contenders()[0]
+	plain.Name = "stagger-nohedge"
+	return []Contender{
+		plain,
+		hedged("stagger-hedge", protoDuration(2*SlowBase), false),
+		hedged("stagger-hedge-adaptive", protoDuration(2*SlowBase), true),
+	}
+}
+
+// ContenderNames lists the names of Contenders, in order.
+func ContenderNames() []string { return namesOf(Contenders()) }
+
+func namesOf(cs []Contender) []string {
 	var out []string
-	for _, c := range Contenders() {
+	for _, c := range cs {
 		out = append(out, c.Name)
 	}
 	return out
 }
 
-func contenderByName(name string) (Contender, bool) {
-	for _, c := range Contenders() {
+func contendersFor(s Scenario) []Contender {
+	if s == ScenarioSlowReplica {
+		return HedgingContenders()
+	}
+	return Contenders()
+}
+
+// ContenderByName finds a contender of scenario s.
+func ContenderByName(s Scenario, name string) (Contender, bool) { return contenderByName(s, name) }
+
+func contenderByName(s Scenario, name string) (Contender, bool) {
+	for _, c := range contendersFor(s) {
 		if c.Name == name {
 			return c, true
 		}

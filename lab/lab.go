@@ -23,9 +23,9 @@ const (
 	// ScenarioRefusedWait is ScenarioRefused with grpc.WaitForReady on every
 	// call: calls wait for the server instead of failing.
 	ScenarioRefusedWait Scenario = "refused-wfr"
-	// ScenarioSlowReplica is the hedging scenario (one call in twenty ten
-	// times slower); it needs stagger's hedging, which has not landed, so Run
-	// returns ErrHedgingUnavailable for it.
+	// ScenarioSlowReplica has no outage: each attempt takes SlowBase, but
+	// one attempt in twenty (a slow replica) takes ten times as long; it
+	// compares stagger without and with hedging (HedgingContenders).
 	ScenarioSlowReplica Scenario = "slow-replica"
 )
 
@@ -34,10 +34,13 @@ func Scenarios() []Scenario {
 	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioSlowReplica}
 }
 
-// ErrHedgingUnavailable is returned for ScenarioSlowReplica: stagger's
-// interceptors do not hedge yet, and the lab shows no numbers it did not
-// measure.
-var ErrHedgingUnavailable = errors.New("lab: scenario slow-replica: hedging not available (the interceptor does not hedge yet)")
+// SlowBase is how long an attempt takes in ScenarioSlowReplica; a slow
+// attempt takes SlowFactor times as long, with probability SlowOdds.
+const (
+	SlowBase   = 5 * time.Millisecond
+	SlowFactor = 10
+	SlowOdds   = 1.0 / 20
+)
 
 // Config describes a run. The zero value of each field means its default,
 // given in the field's comment. A Config is a plain value.
@@ -55,7 +58,7 @@ type Config struct {
 	// Capacity is the attempts per second the server admits; default 500.
 	Capacity int
 	// Rate is the calls per second all clients of a contender offer
-	// together; default 80 % of Capacity.
+	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica).
 	Rate float64
 	// MaxAttempts is every contender's attempt limit, the first attempt
 	// included; default 5 (gRFC A6's cap, which grpc-go applies).
@@ -66,7 +69,9 @@ type Config struct {
 	Backoff policy.Backoff
 	// CallTimeout is each call's deadline; default 2s.
 	CallTimeout time.Duration
-	// Contenders names the contenders to run (see Contenders); nil means all.
+	// Contenders names the contenders to run (see Contenders, and
+	// HedgingContenders for ScenarioSlowReplica); nil means all of the
+	// scenario's.
 	Contenders []string
 }
 
@@ -89,6 +94,10 @@ func (c Config) Defaults() Config {
 	}
 	if c.Rate == 0 {
 		c.Rate = 0.8 * float64(c.Capacity)
+		if c.Scenario == ScenarioSlowReplica {
+			// Room for the hedges: a rejected hedge would end its call.
+			c.Rate = 0.5 * float64(c.Capacity)
+		}
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
@@ -100,7 +109,7 @@ func (c Config) Defaults() Config {
 		c.CallTimeout = 2 * time.Second
 	}
 	if c.Contenders == nil {
-		c.Contenders = ContenderNames()
+		c.Contenders = namesOf(contendersFor(c.Scenario))
 	}
 	return c
 }
@@ -149,8 +158,8 @@ func (c Config) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, n := range c.Contenders {
-		if _, ok := contenderByName(n); !ok {
-			bad("Contenders", "must be among "+strings.Join(ContenderNames(), ", "), fmt.Sprintf("%q", n))
+		if _, ok := contenderByName(c.Scenario, n); !ok {
+			bad("Contenders", "must be among "+strings.Join(namesOf(contendersFor(c.Scenario)), ", "), fmt.Sprintf("%q", n))
 		}
 		if seen[n] {
 			bad("Contenders", "must not repeat a name", fmt.Sprintf("%q", n))
@@ -215,15 +224,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Scenario == ScenarioSlowReplica {
-		return nil, ErrHedgingUnavailable
-	}
 	start := time.Now()
 	results := make([]Result, len(cfg.Contenders))
 	errs := make([]error, len(cfg.Contenders))
 	done := make(chan struct{})
 	for i, name := range cfg.Contenders {
-		c, _ := contenderByName(name)
+		c, _ := contenderByName(cfg.Scenario, name)
 		go func() {
 			defer func() { done <- struct{}{} }()
 			results[i], errs[i] = runContender(ctx, &cfg, c)

@@ -1,8 +1,6 @@
 package lab
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -50,13 +48,6 @@ func TestValidateReportsEveryField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "lab: "+field+":") {
 			t.Errorf("Validate() = %v, want it to name %s", err, field)
 		}
-	}
-}
-
-func TestSlowReplicaNeedsHedging(t *testing.T) {
-	_, err := Run(context.Background(), Config{Scenario: ScenarioSlowReplica})
-	if !errors.Is(err, ErrHedgingUnavailable) {
-		t.Fatalf("Run(slow-replica) = %v, want ErrHedgingUnavailable", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
@@ -123,7 +125,13 @@ func runContender(ctx context.Context, cfg *Config, c Contender) (Result, error)
 	var outageWG sync.WaitGroup
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	if tcp {
+	slow := cfg.Scenario == ScenarioSlowReplica
+	if slow {
+		// No outage: the attempts counted "in the outage" are none.
+		counter.mu.Lock()
+		counter.outageFrom, counter.outageTo = time.Time{}, time.Time{}
+		counter.mu.Unlock()
+	} else if tcp {
 		outageWG.Add(1)
 		go func() {
 			defer outageWG.Done()
@@ -143,14 +151,23 @@ func runContender(ctx context.Context, cfg *Config, c Contender) (Result, error)
 		// Clients are spread evenly over one interval so that the offered
 		// load is smooth, not a burst every interval.
 		first := t0.Add(time.Duration(i) * interval / time.Duration(len(conns)))
+		// Each client draws its slow attempts from its own source, seeded by
+		// its index, so contenders meet the same slow attempts.
+		rng := rand.New(rand.NewPCG(1, uint64(i)))
+		seq := 0
 		clients.Add(1)
 		go func() {
 			defer clients.Done()
 			offer(runCtx, first, end, interval, func() {
+				sc := &testingv1.Script{}
+				if slow {
+					seq++
+					sc = slowScript(rng, fmt.Sprintf("c%d-%d", i, seq))
+				}
 				calls.Add(1)
 				go func() {
 					defer calls.Done()
-					oneCall(runCtx, client, cfg.CallTimeout, log)
+					oneCall(runCtx, client, sc, cfg.CallTimeout, log)
 				}()
 			})
 		}()
@@ -205,11 +222,26 @@ func offer(ctx context.Context, first, end time.Time, interval time.Duration, is
 	}
 }
 
-func oneCall(ctx context.Context, client testingv1.TestServiceClient, timeout time.Duration, log *callLog) {
+// slowScript gives every attempt a call could make (3, the most hedging
+// sends) SlowBase, or SlowFactor times that with probability SlowOdds. The
+// key makes the server number the call's attempts.
+func slowScript(rng *rand.Rand, key string) *testingv1.Script {
+	sc := &testingv1.Script{Key: key}
+	for n := 0; n < 3; n++ {
+		d := SlowBase
+		if rng.Float64() < SlowOdds {
+			d *= SlowFactor
+		}
+		sc.AttemptDelays = append(sc.AttemptDelays, durationpb.New(d))
+	}
+	return sc
+}
+
+func oneCall(ctx context.Context, client testingv1.TestServiceClient, sc *testingv1.Script, timeout time.Duration, log *callLog) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	begin := time.Now()
-	_, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}})
+	_, err := client.Get(ctx, &testingv1.GetRequest{Script: sc})
 	log.add(err == nil, time.Since(begin))
 }
 

@@ -108,3 +108,30 @@ func TestRunBudgetCutsTheStorm(t *testing.T) {
 		}
 	}
 }
+
+func TestRunHedgingCutsTheTail(t *testing.T) {
+	cfg := Config{Scenario: ScenarioSlowReplica, Duration: 2 * time.Second, OutageStart: time.Second,
+		OutageEnd: 2 * time.Second, Clients: 3, Capacity: 400, CallTimeout: time.Second}
+	res := runTiny(t, cfg)
+	plain, hedged := res["stagger-nohedge"], res["stagger-hedge"]
+	for name, r := range res {
+		if r.Calls != 400 || r.Successes != r.Calls {
+			t.Errorf("%s: %d of %d calls succeeded, want 400 of 400", name, r.Successes, r.Calls)
+		}
+	}
+	// On virtual time an attempt takes exactly 5 ms or 50 ms; with 400 calls
+	// about 20 first attempts are slow, so the unhedged p99 is a slow one.
+	if plain.AttemptsPerCall != 1 || plain.P99 != SlowFactor*SlowBase {
+		t.Errorf("no hedging: %.3f attempts/call, p99 %v; want 1 and %v", plain.AttemptsPerCall, plain.P99, SlowFactor*SlowBase)
+	}
+	// A hedge leaves after 10 ms and is fast 19 times in 20: 15 ms.
+	if want := 2*SlowBase + SlowBase; hedged.P99 != want {
+		t.Errorf("hedging: p99 %v, want %v", hedged.P99, want)
+	}
+	if hedged.AttemptsPerCall <= 1 || hedged.AttemptsPerCall > 1.2 {
+		t.Errorf("hedging: %.3f attempts/call, want in (1, 1.2]: a hedge only after a slow first attempt", hedged.AttemptsPerCall)
+	}
+	if hedged.P50 != SlowBase || plain.P50 != SlowBase {
+		t.Errorf("p50 %v (hedging) and %v (none), want %v", hedged.P50, plain.P50, SlowBase)
+	}
+}

@@ -32,7 +32,8 @@ Scenarios (-scenario, comma-separated to run several one after another):
   unavailable  the server answers UNAVAILABLE during the outage (bufconn)
   refused      the server is gone, connections are refused (TCP)
   refused-wfr  the same, every call with grpc.WaitForReady
-  slow-replica hedging against a slow replica (not available yet)
+  slow-replica no outage; one attempt in twenty is ten times slower: stagger
+               without and with hedging (p50/p99/p99.9, attempts per call)
 
 Flags:
 `
@@ -93,8 +94,9 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity)")
 	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5)")
 	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call")
-	contenders := stringList(lab.ContenderNames())
-	fs.Var(&contenders, "contenders", "contenders to run, comma-separated")
+	var contenders stringList
+	fs.Var(&contenders, "contenders", "contenders to run, comma-separated (default: all of the scenario's): "+
+		strings.Join(lab.ContenderNames(), ", ")+"; for slow-replica: "+strings.Join(labNames(lab.HedgingContenders()), ", "))
 	out := format("table")
 	fs.Var(&out, "format", "output: table, csv or json")
 	if err := parseFlags(fs, args); err != nil {
@@ -141,6 +143,14 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return writeLabJSON(stdout, reports)
 	}
 	return nil
+}
+
+func labNames(cs []lab.Contender) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
 }
 
 func labScenarioNames() []string {

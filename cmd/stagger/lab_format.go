@@ -57,14 +57,20 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 // and the load chart, in the style of "stagger sim outage".
 func writeLabTable(w io.Writer, rep *lab.Report) error {
 	c := rep.Config
-	fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender, outage [%v, %v) of %v, call deadline %v\n",
-		c.Scenario, c.Capacity, c.Rate, c.Clients, c.OutageStart, c.OutageEnd, c.Duration, c.CallTimeout)
+	slow := c.Scenario == lab.ScenarioSlowReplica
+	if slow {
+		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender for %v, attempts take %v, one in %.0f takes %d× as long, call deadline %v\n",
+			c.Scenario, c.Capacity, c.Rate, c.Clients, c.Duration, lab.SlowBase, 1/lab.SlowOdds, lab.SlowFactor, c.CallTimeout)
+	} else {
+		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender, outage [%v, %v) of %v, call deadline %v\n",
+			c.Scenario, c.Capacity, c.Rate, c.Clients, c.OutageStart, c.OutageEnd, c.Duration, c.CallTimeout)
+	}
 	nameW := 0
 	for _, r := range rep.Results {
 		nameW = max(nameW, len(r.Contender))
 	}
 	for _, r := range rep.Results {
-		if con, ok := labContender(r.Contender); ok {
+		if con, ok := lab.ContenderByName(c.Scenario, r.Contender); ok {
 			fmt.Fprintf(w, "  %-*s  %s\n", nameW, r.Contender, con.Gets(c))
 		}
 	}
@@ -78,11 +84,22 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 2), fmtFloat(100*r.SuccessRate, 1) + "%",
 			ms(r.P50), ms(r.P99), fmtFloat(r.OutageLoad, 2) + "×", fmtFloat(r.PeakAfter, 2) + "×",
 			bar(r.AttemptsPerCall, maxPer, 16)}
+		if slow {
+			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), fmtFloat(100*r.SuccessRate, 1) + "%",
+				ms(r.P50), ms(r.P99), ms(r.P999), bar(float64(r.P99), float64(rep.Results[0].P99), 16)}
+		}
 	}
-	err := writeTable(w, []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)",
-		"OUTAGE ATTEMPTS ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "ATTEMPTS PER CALL"}, rows)
-	if err != nil {
+	header := []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)",
+		"OUTAGE ATTEMPTS ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "ATTEMPTS PER CALL"}
+	if slow {
+		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)", "P99.9 (ms)", "P99 (vs first row)"}
+	}
+	if err := writeTable(w, header, rows); err != nil {
 		return err
+	}
+	if slow {
+		fmt.Fprintf(w, "wall time %s\n\n", labSeconds(rep.Wall))
+		return nil
 	}
 	// One column per 100 ms bin, on one scale for every contender so that
 	// heights compare; the ruler marks the outage.
@@ -112,13 +129,4 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", string(ruler))
 	fmt.Fprintf(w, "%-*s  ▔ = outage; one column per 100 ms, ┴ every second; wall time %s\n\n", nameW, "", labSeconds(rep.Wall))
 	return nil
-}
-
-func labContender(name string) (lab.Contender, bool) {
-	for _, c := range lab.Contenders() {
-		if c.Name == name {
-			return c, true
-		}
-	}
-	return lab.Contender{}, false
 }

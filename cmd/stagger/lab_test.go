@@ -40,7 +40,7 @@ func TestLabErrors(t *testing.T) {
 		{"outage past the end", []string{"-duration", "1s"}, 2, "OutageStart/OutageEnd"},
 		{"leftover argument", []string{"now"}, 2, `unexpected argument "now"`},
 		{"bad format", []string{"-format", "xml"}, 2, "must be table, csv or json"},
-		{"hedging", []string{"-scenario", "slow-replica"}, 1, "hedging not available"},
+		{"retry contender in the hedging scenario", []string{"-scenario", "slow-replica", "-contenders", "naive"}, 2, `Contenders: must be among stagger-nohedge`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runLabArgs(t, tc.args...)
