@@ -750,3 +750,60 @@ func TestStreamHedgedMethodRunsOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamOnFinishOnce: the caller's grpc.OnFinish runs once per call, not
+// once per attempt, with the final outcome, also when the caller abandons
+// the stream.
+func TestStreamOnFinishOnce(t *testing.T) {
+	for _, k := range streamKinds {
+		t.Run(k.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				_, c := newStreamBench(t, interceptor.WithConfig(parse(t, retryFile)))
+				var mu sync.Mutex
+				var got []error
+				onFinish := grpc.OnFinish(func(err error) {
+					mu.Lock()
+					got = append(got, err)
+					mu.Unlock()
+				})
+				r := k.run(context.Background(), c, &testingv1.Script{Key: "k", FailAttempts: 2}, 3, onFinish)
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				synctest.Wait()
+				mu.Lock()
+				defer mu.Unlock()
+				if len(got) != 1 || got[0] != nil {
+					t.Errorf("OnFinish ran with %v, want once with nil", got)
+				}
+			})
+		})
+	}
+	t.Run("abandoned", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			_, c := newStreamBench(t, interceptor.WithConfig(parse(t, retryFile)))
+			var mu sync.Mutex
+			var got []error
+			ctx, cancel := context.WithCancel(context.Background())
+			st, err := c.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "k", ResponseCount: 100}},
+				grpc.OnFinish(func(err error) {
+					mu.Lock()
+					got = append(got, err)
+					mu.Unlock()
+				}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			synctest.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) != 1 || status.Code(got[0]) != codes.Canceled {
+				t.Errorf("OnFinish ran with %v, want once with CANCELED", got)
+			}
+		})
+	})
+}

@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -104,6 +105,9 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 			s.opts = make([]grpc.CallOption, 0, n)
 		}
 	}
+	if s.c.retrying {
+		grpcOpts = s.takeOnFinish(grpcOpts)
+	}
 	if s.opts == nil {
 		s.opts = grpcOpts
 	} else {
@@ -169,6 +173,10 @@ type retryStream struct {
 	streamer grpc.Streamer
 	opts     []grpc.CallOption
 	first    streamAttempt
+	// onFinish are the caller's grpc.OnFinish functions, run once by
+	// finishOnce; stopWatch stops the watch on the caller's context.
+	onFinish  []func(error)
+	stopWatch func() bool
 
 	mu sync.Mutex
 	// cur is the attempt that answers SendMsg, Header, Trailer and Context:
@@ -185,6 +193,7 @@ type retryStream struct {
 	overflow  bool
 	closeSent bool
 	done      bool
+	finished  bool // onFinish ran
 	// final is what RecvMsg returns once done: io.EOF after success.
 	final error
 	buf   replayBuffer
@@ -310,6 +319,7 @@ func (s *retryStream) commitLocked() {
 
 // finishStream ends the stream with final (nil: success).
 func (s *retryStream) finishStream(final error) {
+	s.finishOnce(final)
 	if final == nil {
 		final = io.EOF
 	}
@@ -318,6 +328,47 @@ func (s *retryStream) finishStream(final error) {
 	s.buf.release()
 	s.mu.Unlock()
 	s.cancel()
+}
+
+// takeOnFinish removes the caller's grpc.OnFinish options from opts: grpc
+// would run them once per attempt; the stream runs them once, with the
+// call's final error, or when the caller's context ends first (as grpc does
+// for a stream the caller abandons).
+func (s *retryStream) takeOnFinish(opts []grpc.CallOption) []grpc.CallOption {
+	i := slices.IndexFunc(opts, func(o grpc.CallOption) bool { _, ok := o.(grpc.OnFinishCallOption); return ok })
+	if i < 0 {
+		return opts
+	}
+	kept := slices.Clone(opts[:i])
+	for _, o := range opts[i:] {
+		if f, ok := o.(grpc.OnFinishCallOption); ok {
+			s.onFinish = append(s.onFinish, f.OnFinish)
+		} else {
+			kept = append(kept, o)
+		}
+	}
+	s.stopWatch = context.AfterFunc(s.callCtx, func() {
+		s.finishOnce(status.FromContextError(s.callCtx.Err()).Err())
+	})
+	return kept
+}
+
+// finishOnce runs the caller's OnFinish functions, the first time only.
+func (s *retryStream) finishOnce(err error) {
+	if len(s.onFinish) == 0 {
+		return
+	}
+	s.mu.Lock()
+	ran := s.finished
+	s.finished = true
+	s.mu.Unlock()
+	if ran {
+		return
+	}
+	s.stopWatch()
+	for _, f := range s.onFinish {
+		f(err)
+	}
 }
 
 // attemptEnded handles the end of attempt a, whose last operation returned
