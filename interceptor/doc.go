@@ -118,7 +118,7 @@
 //	if !run { /* disabled: pass through with grpcOpts */ }
 //	for {
 //		actx, acancel := c.nextAttempt(callCtx) // attempt number, previous-attempts header, per-attempt timer
-//		err := ...                              // run the attempt on actx with grpcOpts
+//		err := ...                              // run the attempt on actx with c.fileOpts, then grpcOpts
 //		timedOut := c.timedOut(callCtx, actx, err)
 //		acancel()
 //		retry, pause := c.afterAttempt(callCtx, err, trailer, committed, timedOut)
@@ -127,7 +127,11 @@
 //	}
 //
 // c.retrying false means the method has no retry policy: run one attempt and
-// call afterAttempt so the budget hears of it. afterAttempt records the
+// call afterAttempt so the budget hears of it. c.fileOpts are the file's
+// waitForReady and message size limits for the method (cached per method and
+// file, so they cost no allocation); pass them before the caller's options so
+// that the caller's win, as in grpc-go. Keep c on the stack: hand a copy to
+// anything that may outlive the call's goroutine (the hedging engine does). afterAttempt records the
 // attempt in the budget, consults Decide and the budget, and emits the
 // events; pause is deadline- and cancel-aware. A stream sets committed at
 // the first header or message; a hedge asks the budget itself
