@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
@@ -584,7 +586,7 @@ func BenchmarkStreamMessage(b *testing.B) {
 	}{
 		{"none", nil},
 		{"stagger", []grpc.DialOption{grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(
-			interceptor.WithConfig(benchConfig(b))))}},
+			interceptor.WithConfig(streamBenchConfig(b))))}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := testserver.New()
@@ -643,7 +645,7 @@ func BenchmarkStreamUploadMemory(b *testing.B) {
 			dial := []grpc.DialOption{grpc.WithDisableRetry()}
 			if bc.stagger {
 				dial = append(dial, grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(
-					interceptor.WithConfig(benchConfig(b)), interceptor.WithReplayBufferLimit(limit)), raw.interceptor))
+					interceptor.WithConfig(streamBenchConfig(b)), interceptor.WithReplayBufferLimit(limit)), raw.interceptor))
 			} else {
 				dial = append(dial, grpc.WithChainStreamInterceptor(raw.interceptor))
 			}
@@ -712,7 +714,7 @@ func (p *grpcStreamProbe) held() int64 {
 	return size.Int()
 }
 
-func benchConfig(b *testing.B) *policy.Config {
+func streamBenchConfig(b *testing.B) *policy.Config {
 	b.Helper()
 	cfg, err := policy.ParseConfig([]byte(retryFile))
 	if err != nil {
@@ -805,5 +807,73 @@ func TestStreamOnFinishOnce(t *testing.T) {
 				t.Errorf("OnFinish ran with %v, want once with CANCELED", got)
 			}
 		})
+	})
+}
+
+// streamRefusingBudget refuses every retry and counts what it heard.
+type streamRefusingBudget struct {
+	mu       sync.Mutex
+	outcomes []budget.Outcome
+	asked    int
+}
+
+func (b *streamRefusingBudget) Record(a budget.Attempt) {
+	b.mu.Lock()
+	b.outcomes = append(b.outcomes, a.Outcome)
+	b.mu.Unlock()
+}
+
+func (b *streamRefusingBudget) Allow(budget.Request) bool {
+	b.mu.Lock()
+	b.asked++
+	b.mu.Unlock()
+	return false
+}
+
+func (b *streamRefusingBudget) State() budget.State { return budget.State{Kind: "refusing"} }
+
+// TestStreamBudget: the budget hears every attempt of a stream and its
+// refusal ends the call with the last error, as for unary calls.
+func TestStreamBudget(t *testing.T) {
+	for _, k := range streamKinds {
+		t.Run(k.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var h hookLog
+				b := &streamRefusingBudget{}
+				srv, c := newStreamBench(t, interceptor.WithConfig(parse(t, retryFile)), interceptor.WithBudget(b), interceptor.WithHook(h.hook))
+				r := k.run(context.Background(), c, &testingv1.Script{Key: "k", FailAttempts: 1}, 2)
+				if status.Code(r.err) != codes.Unavailable {
+					t.Fatalf("err = %v, want UNAVAILABLE", r.err)
+				}
+				if n := len(srv.Attempts("k")); n != 1 {
+					t.Errorf("server saw %d attempts, want 1", n)
+				}
+				if e := h.last(); e.Kind != interceptor.EventGiveUp || e.Reason != policy.ReasonBudget {
+					t.Errorf("last event = %+v, want give up, reason budget", e)
+				}
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				if b.asked != 1 || !slices.Equal(b.outcomes, []budget.Outcome{budget.Failure}) {
+					t.Errorf("budget asked %d times, heard %v; want 1 and [failure]", b.asked, b.outcomes)
+				}
+			})
+		})
+	}
+}
+
+// TestStreamDialOptions: stagger.DialOptions installs the stream
+// interceptor.
+func TestStreamDialOptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.New()
+		t.Cleanup(srv.Close)
+		cc := srv.ClientConn(t, stagger.DialOptions(parse(t, retryFile))...)
+		r := runUpload(context.Background(), testingv1.NewTestServiceClient(cc), &testingv1.Script{Key: "k", FailAttempts: 1}, 3)
+		if r.err != nil || !slices.Equal(r.seqs, seqsTo(3)) {
+			t.Fatalf("Upload = %v, %v; want [1 2 3]", r.seqs, r.err)
+		}
+		if n := len(srv.Attempts("k")); n != 2 {
+			t.Errorf("server saw %d attempts, want 2", n)
+		}
 	})
 }
