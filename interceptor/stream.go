@@ -113,7 +113,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	} else {
 		s.opts = append(append(s.opts, s.c.fileOpts...), grpcOpts...)
 	}
-	err, timedOut := s.open(&s.first)
+	timedOut, err := s.open(&s.first)
 	if err == nil {
 		s.cur = &s.first
 		return s, nil
@@ -202,7 +202,7 @@ type retryStream struct {
 // open starts a (with the next attempt number) and its grpc stream. When the
 // stream cannot be created, it returns why, and whether the per-attempt
 // timer was the cause.
-func (s *retryStream) open(a *streamAttempt) (err error, timedOut bool) {
+func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	if s.c.perAttempt > 0 {
 		// nextAttempt's timer is a context deadline; a stream's must stop
 		// at the first header or message, so number the attempt without it
@@ -220,13 +220,13 @@ func (s *retryStream) open(a *streamAttempt) (err error, timedOut bool) {
 	if err != nil {
 		timedOut = s.c.timedOut(s.callCtx, a.ctx, err)
 		a.end()
-		return err, timedOut
+		return timedOut, err
 	}
 	a.cs = cs
 	if a.timer != nil {
 		go a.watchHeader()
 	}
-	return nil, false
+	return false, nil
 }
 
 // retryAfter runs the shared decision loop from the end of an attempt that
@@ -247,7 +247,7 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 		}
 		a := new(streamAttempt)
 		trailer = nil
-		if err, timedOut = s.open(a); err != nil {
+		if timedOut, err = s.open(a); err != nil {
 			committed = s.overflowed()
 			continue
 		}
