@@ -6,6 +6,7 @@ export PATH := $(TOOLS):$(PATH)
 GO ?= go
 FUZZTIME ?= 30s
 BENCHCOUNT ?= 10
+BENCHTIME ?= 200ms
 
 .PHONY: all test lint proto proto-check tools bench demo fuzz clean
 
@@ -45,9 +46,12 @@ $(TOOLS)/staticcheck:
 $(TOOLS)/benchstat:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
-## bench: micro-benchmarks of every package, -benchmem, BENCHCOUNT runs each
-bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -count=$(BENCHCOUNT) ./... | tee bench.txt
+## bench: micro-benchmarks of every package and the side-by-side peers
+## (bench_peers_test.go), -benchmem, BENCHCOUNT runs of BENCHTIME each; then the
+## peers as ratios to "no interceptor" (BENCHMARKS.md says how long it takes)
+bench: $(TOOLS)/benchstat
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./... | tee bench.txt
+	grep -E '^(goos|goarch|pkg|cpu|BenchmarkPeers)' bench.txt | benchstat -col /impl /dev/stdin
 
 ## demo: the storm lab, side by side
 demo:

@@ -41,6 +41,15 @@
 //     tokenRatio 0.1}, per connection as grpc-go keeps it;
 //   - naive: a loop that retries after a fixed Backoff.Initial.
 //
+// ScenarioSlowReplica has no outage and other contenders
+// (HedgingContenders): every attempt takes SlowBase, one in twenty (drawn
+// per attempt from a source seeded per client, so every contender meets the
+// same slow attempts) takes SlowFactor times as long; stagger without
+// hedging, with a hedging policy of 3 attempts and a 2×SlowBase delay, and
+// with the adaptive delay. It shows p50, p99 and p99.9 and the attempts per
+// call that hedging costs. Its default Rate is half the capacity, so that
+// hedges are not rejected.
+//
 // Measures, per contender: attempts per call (every attempt a connection
 // began, counted by a stats.Handler, so grpc-go's own retries are counted
 // too; transparent retries are not), success rate, p50/p99/p99.9 latency of
