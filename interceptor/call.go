@@ -65,13 +65,72 @@ type methodInfo struct {
 	// opts are the file's waitForReady and message size limits as grpc
 	// call options.
 	opts []grpc.CallOption
+	// plan is the method's plan under the interceptor's own options (k.opts),
+	// so that a call without per-call Options copies it and decides nothing.
+	plan plan
+}
+
+// plan is what a call of one method does, given the options and the file:
+// the parts of call that start fills in before the first attempt.
+type plan struct {
+	// pol is the retry policy with the options' overrides applied; nil when
+	// the method has none. It is shared and never modified.
+	pol      *policy.Policy
+	retrying bool
+	budget   budget.Budget
+	// perAttempt as in call; notice: the policy sets a per-attempt timeout
+	// that is not applied because the method is not known to be idempotent.
+	perAttempt time.Duration
+	notice     bool
+	hedged     *policy.Method
+}
+
+// plan resolves, for a call of method with options o, what cfg's entry m
+// (nil when none matches) makes it do.
+func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method string) plan {
+	var pl plan
+	if o.budgetSet {
+		pl.budget = o.budget
+	} else if pl.budget = cfg.Budget(); pl.budget == nil {
+		pl.budget = o.fallback
+	}
+	p := o.policy
+	switch {
+	case m != nil && m.Retry != nil:
+		p = m.Retry
+	case m != nil && m.Hedging != nil:
+		// Hedged methods are the hedging engine's (hedge.go): no retries.
+		pl.hedged, p = m, nil
+	}
+	if p == nil {
+		return pl
+	}
+	if o.maxAttempts > 0 || o.predicate != nil {
+		q := *p
+		if o.maxAttempts > 0 {
+			q.MaxAttempts = o.maxAttempts
+		}
+		if o.predicate != nil {
+			q.Predicate = o.predicate
+		}
+		p = &q
+	}
+	pl.pol, pl.retrying = p, p.MaxAttempts >= 2
+	if pl.retrying && p.PerAttemptRecvTimeout > 0 {
+		if k.idempotent(o, m, method) {
+			pl.perAttempt = p.PerAttemptRecvTimeout
+		} else {
+			pl.notice = true
+		}
+	}
+	return pl
 }
 
 // methodCacheMax bounds the cache: a program that makes up method names at
 // run time must not grow it without end. Past it, lookups go to the file.
 const methodCacheMax = 4096
 
-// method returns what cfg says of method.
+// method returns what cfg (nil: no file) says of method.
 func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 	mc := k.methods.Load()
 	if mc != nil && mc.cfg == cfg {
@@ -86,6 +145,7 @@ func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 	if mi.m != nil {
 		mi.opts = methodCallOptions(mi.m, nil)
 	}
+	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	k.methodsMu.Lock()
 	defer k.methodsMu.Unlock()
 	mc = k.methods.Load()
@@ -128,8 +188,10 @@ type call struct {
 	// retrying: pol applies and allows more than one attempt. When false the
 	// call runs once and stagger only records it in the budget.
 	retrying bool
-	pol      policy.Policy
-	budget   budget.Budget
+	// pol is shared (a methodInfo's) and never modified; nil when the method
+	// has no retry policy.
+	pol    *policy.Policy
+	budget budget.Budget
 	// perAttempt is the per-attempt timeout actually applied: 0 when the
 	// policy sets none or the method is not known to be idempotent.
 	perAttempt time.Duration
@@ -177,36 +239,15 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		return ctx, noCancel, grpcOpts, false
 	}
 	cfg := o.config()
-	var m *policy.Method
-	if cfg != nil {
-		mi := k.method(cfg, method)
-		m, c.fileOpts = mi.m, mi.opts
+	mi := k.method(cfg, method)
+	m := mi.m
+	c.fileOpts = mi.opts
+	pl := &mi.plan
+	if o != &k.opts {
+		p := k.plan(o, cfg, m, method)
+		pl = &p
 	}
-	if o.budgetSet {
-		c.budget = o.budget
-	} else if c.budget = cfg.Budget(); c.budget == nil {
-		c.budget = o.fallback
-	}
-	var p *policy.Policy
-	switch {
-	case m != nil && m.Retry != nil:
-		p = m.Retry
-	case m != nil && m.Hedging != nil:
-		// Hedged methods are the hedging engine's (hedge.go): no retries.
-		c.hedged = m
-	default:
-		p = o.policy
-	}
-	if p != nil {
-		c.pol = *p
-		if o.maxAttempts > 0 {
-			c.pol.MaxAttempts = o.maxAttempts
-		}
-		if o.predicate != nil {
-			c.pol.Predicate = o.predicate
-		}
-		c.retrying = c.pol.MaxAttempts >= 2
-	}
+	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged
 	c.retry = 1
 
 	callCtx, cancel = ctx, noCancel
@@ -220,10 +261,8 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	if o.idemKey != "" {
 		callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
 	}
-	if c.retrying && c.pol.PerAttemptRecvTimeout > 0 {
-		if k.idempotent(o, m, method) {
-			c.perAttempt = c.pol.PerAttemptRecvTimeout
-		} else if _, seen := k.noticed.Load(method); !seen {
+	if pl.notice {
+		if _, seen := k.noticed.Load(method); !seen {
 			if _, seen := k.noticed.LoadOrStore(method, struct{}{}); !seen {
 				o.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonNotIdempotent})
 			}

@@ -19,13 +19,20 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 
 // unaryAttempt holds what each attempt hands to grpc to learn of headers and
 // trailers. Pooled: the addresses escape into grpc, and the success path must
-// not allocate.
+// not allocate. own holds grpc.Header and grpc.Trailer pointing at header and
+// trailer, built once per pooled value, so that a call without options of its
+// own passes own as is.
 type unaryAttempt struct {
 	header, trailer metadata.MD
+	own             [2]grpc.CallOption
 	opts            []grpc.CallOption
 }
 
-var unaryAttempts = sync.Pool{New: func() any { return new(unaryAttempt) }}
+var unaryAttempts = sync.Pool{New: func() any {
+	ua := new(unaryAttempt)
+	ua.own = [2]grpc.CallOption{grpc.Header(&ua.header), grpc.Trailer(&ua.trailer)}
+	return ua
+}}
 
 func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	var c call
@@ -55,8 +62,11 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 
 	ua := unaryAttempts.Get().(*unaryAttempt)
 	err := k.unaryAttempts(&c, callCtx, method, req, reply, cc, invoker, grpcOpts, ua)
-	clear(ua.opts)
-	ua.opts, ua.header, ua.trailer = ua.opts[:0], nil, nil
+	if len(ua.opts) > 0 {
+		clear(ua.opts)
+		ua.opts = ua.opts[:0]
+	}
+	ua.header, ua.trailer = nil, nil
 	unaryAttempts.Put(ua)
 	return err
 }
@@ -66,6 +76,18 @@ func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, re
 	// Learn of headers and trailers through the caller's own Header and
 	// Trailer options when it passed them (grpc fills them per attempt, so
 	// the caller ends with the last attempt's), else through ours.
+	//
+	// Why every attempt pays for them, even one that succeeds: the header is
+	// the only sign, in grpc-go's API, that an attempt was committed (a
+	// Trailers-Only failure leaves it nil), and the trailer carries
+	// grpc-retry-pushback-ms; neither can be asked for after the attempt,
+	// only before, and grpc's HeaderCallOption and TrailerCallOption copy the
+	// stream's metadata (metadata.MD.Copy) whatever the outcome. A
+	// CallOption with methods of its own cannot be written outside grpc
+	// (unexported methods), OnFinish hears only the error, and a
+	// stats.Handler's InHeader copies the header too and needs a dial
+	// option. So a successful call over a real connection costs the copies
+	// of its header and trailer: with a grpc-go server, 3 and 1 allocations.
 	headerAddr, trailerAddr := &ua.header, &ua.trailer
 	for _, opt := range grpcOpts {
 		switch o := opt.(type) {
@@ -75,12 +97,16 @@ func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, re
 			trailerAddr = o.TrailerAddr
 		}
 	}
-	ua.opts = append(append(ua.opts, c.fileOpts...), grpcOpts...)
-	if headerAddr == &ua.header {
-		ua.opts = append(ua.opts, grpc.Header(headerAddr))
-	}
-	if trailerAddr == &ua.trailer {
-		ua.opts = append(ua.opts, grpc.Trailer(trailerAddr))
+	attemptOpts := ua.own[:]
+	if len(c.fileOpts)+len(grpcOpts) > 0 {
+		ua.opts = append(append(ua.opts, c.fileOpts...), grpcOpts...)
+		if headerAddr == &ua.header {
+			ua.opts = append(ua.opts, ua.own[0])
+		}
+		if trailerAddr == &ua.trailer {
+			ua.opts = append(ua.opts, ua.own[1])
+		}
+		attemptOpts = ua.opts
 	}
 
 	for {
@@ -88,7 +114,7 @@ func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, re
 		// grpc writes these only when the attempt got a stream; a stale value
 		// from an earlier attempt must not count.
 		*headerAddr, *trailerAddr = nil, nil
-		err := invoker(actx, method, req, reply, cc, ua.opts...)
+		err := invoker(actx, method, req, reply, cc, attemptOpts...)
 		timedOut := c.timedOut(callCtx, actx, err)
 		acancel()
 		// A Trailers-Only response leaves the header nil; headers that
