@@ -47,10 +47,11 @@ $(TOOLS)/benchstat:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
 ## bench: micro-benchmarks of every package and the side-by-side peers
-## (bench_peers_test.go), -benchmem, BENCHCOUNT runs of BENCHTIME each; then the
+## (bench_peers_test.go), one package at a time (-p 1: packages benchmarked in
+## parallel share the cores), -benchmem, BENCHCOUNT runs of BENCHTIME each; then the
 ## peers as ratios to "no interceptor" (BENCHMARKS.md says how long it takes)
 bench: $(TOOLS)/benchstat
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./... | tee bench.txt
+	$(GO) test -p 1 -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./... | tee bench.txt
 	grep -E '^(goos|goarch|pkg|cpu|BenchmarkPeers)' bench.txt | benchstat -col /impl /dev/stdin
 
 ## demo: the storm lab, side by side
