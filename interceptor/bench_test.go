@@ -49,6 +49,37 @@ func BenchmarkUnarySuccess(b *testing.B) {
 	}
 }
 
+// BenchmarkUnarySuccessParallel is BenchmarkUnarySuccess from every
+// GOMAXPROCS goroutine at once, as a busy client runs it: shared state (the
+// method cache, the budget, the pooled attempt state) must not serialize.
+func BenchmarkUnarySuccessParallel(b *testing.B) {
+	cfg, err := policy.ParseConfig([]byte(benchFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		icpt grpc.UnaryClientInterceptor
+	}{
+		{"stagger", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg))},
+		{"middleware-retry", retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable))},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			ctx := context.Background()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := c.icpt(ctx, method, nil, nil, nil, okInvoker); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
 // BenchmarkUnaryOneRetry: a first attempt that fails with UNAVAILABLE, a
 // second that succeeds, no pause. Subtract BenchmarkUnaryTwoInvocations for
 // the cost of the retry itself.
