@@ -54,9 +54,9 @@ bench: $(TOOLS)/benchstat
 	$(GO) test -p 1 -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./... | tee bench.txt
 	grep -E '^(goos|goarch|pkg|cpu|BenchmarkPeers)' bench.txt | benchstat -col /impl /dev/stdin
 
-## demo: the storm lab, side by side
+## demo: the storm lab, side by side, for both kinds of outage (~25 s once built)
 demo:
-	$(GO) run ./cmd/stagger lab
+	$(GO) run ./cmd/stagger lab -scenario unavailable,refused,refused-wfr
 
 ## fuzz: every fuzz target, FUZZTIME each
 fuzz:
