@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -113,6 +114,21 @@ func toMilli(x float64) int64 {
 }
 
 func fromMilli(m int64) float64 { return float64(m) / milli }
+
+// addClamped adds delta to *tokens and keeps the result in [0, ceiling]. It
+// returns without a write when the clamp leaves the value unchanged (a full
+// bucket that is refilled, an empty one that is drained), so the common case
+// under load costs one atomic load and no contended CAS. The settings' rules
+// keep delta and ceiling at most 1e12 thousandths, so old+delta cannot overflow.
+func addClamped(tokens *atomic.Int64, delta, ceiling int64) {
+	for {
+		old := tokens.Load()
+		next := min(ceiling, max(0, old+delta))
+		if next == old || tokens.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
 
 // Validate reports the first setting that breaks its rule, as a
 // *SettingsError naming the policy file's field.

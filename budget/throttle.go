@@ -53,19 +53,9 @@ func (t *Throttle) Record(a Attempt) { t.RecordAt(time.Time{}, a) }
 func (t *Throttle) RecordAt(_ time.Time, a Attempt) {
 	switch a.Outcome {
 	case Failure:
-		for {
-			old := t.tokens.Load()
-			if old == 0 || t.tokens.CompareAndSwap(old, max(0, old-milli)) {
-				return
-			}
-		}
+		addClamped(&t.tokens, -milli, t.max)
 	case Success:
-		for {
-			old := t.tokens.Load()
-			if old == t.max || t.tokens.CompareAndSwap(old, min(t.max, old+t.ratio)) {
-				return
-			}
-		}
+		addClamped(&t.tokens, t.ratio, t.max)
 	}
 }
 

@@ -73,12 +73,7 @@ func (b *TokenBucket) RecordAt(_ time.Time, a Attempt) {
 			add = b.timeoutCost
 		}
 	}
-	for {
-		old := b.tokens.Load()
-		if old == b.capacity || b.tokens.CompareAndSwap(old, min(b.capacity, old+add)) {
-			return
-		}
-	}
+	addClamped(&b.tokens, add, b.capacity)
 }
 
 // Allow is AllowAt. Like Record, it does not read the clock.
