@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"time"
 )
 
@@ -85,33 +84,12 @@ func FailRate(cfg FailRateConfig) ([]FailRateResult, error) {
 		return nil, fmt.Errorf("sim: failrate duration must be in (0, 1h], got %v", cfg.Duration)
 	}
 	np, nc, nk := len(cfg.P), len(cfg.Clients), len(cfg.Contenders)
-	res := make([]FailRateResult, np*nc*nk)
-	errs := make([]error, len(res))
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < cfg.Workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				pi, ci, ki := i/(nc*nk), i/nk%nc, i%nk
-				// Contenders share a stream (common random numbers).
-				s := New(cfg.Seed, 1<<63|uint64(pi)<<32|uint64(ci))
-				res[i], errs[i] = failRateRun(s, cfg.P[pi], cfg.Clients[ci], cfg.Rate, cfg.Duration, &cfg.Contenders[ki])
-			}
-		}()
-	}
-	for i := range res {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
+	return runIndexed(cfg.Workers, np*nc*nk, func(i int) (FailRateResult, error) {
+		pi, ci, ki := i/(nc*nk), i/nk%nc, i%nk
+		// Contenders share a stream (common random numbers).
+		s := New(cfg.Seed, 1<<63|uint64(pi)<<32|uint64(ci))
+		return failRateRun(s, cfg.P[pi], cfg.Clients[ci], cfg.Rate, cfg.Duration, &cfg.Contenders[ki])
+	})
 }
 
 func failRateRun(s *Sim, p float64, clients int, rate float64, d time.Duration, c *Contender) (FailRateResult, error) {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/stagger-go/stagger/policy"
@@ -105,39 +104,22 @@ func OCC(cfg OCCConfig) ([]OCCResult, error) {
 			return nil, fmt.Errorf("sim: occ clients must be in [1, %d], got %d", maxOCCClients, n)
 		}
 	}
-	type job struct{ ci, si, run int }
 	type out struct {
 		finish time.Duration
 		writes int
 	}
 	nc, ns := len(cfg.Clients), len(cfg.Strategies)
-	outs := make([]out, nc*ns*cfg.Runs)
-	jobs := make(chan job)
-	var wg sync.WaitGroup
-	for w := 0; w < cfg.Workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				n := cfg.Clients[j.ci]
-				// The stream depends on the client count and the run, not
-				// the strategy: strategies meet the same network draws at
-				// first (common random numbers), which sharpens comparisons.
-				s := New(cfg.Seed, uint64(n)<<32|uint64(j.run))
-				f, w := occRun(s, n, cfg.Strategies[j.si])
-				outs[(j.ci*ns+j.si)*cfg.Runs+j.run] = out{f, w}
-			}
-		}()
-	}
-	for ci := range cfg.Clients {
-		for si := range cfg.Strategies {
-			for run := 0; run < cfg.Runs; run++ {
-				jobs <- job{ci, si, run}
-			}
-		}
-	}
-	close(jobs)
-	wg.Wait()
+	// Index (ci*ns+si)*Runs+run: client count, then strategy, then run.
+	outs, _ := runIndexed(cfg.Workers, nc*ns*cfg.Runs, func(i int) (out, error) {
+		ci, si, run := i/(ns*cfg.Runs), i/cfg.Runs%ns, i%cfg.Runs
+		n := cfg.Clients[ci]
+		// The stream depends on the client count and the run, not the
+		// strategy: strategies meet the same network draws at first (common
+		// random numbers), which sharpens comparisons.
+		s := New(cfg.Seed, uint64(n)<<32|uint64(run))
+		f, w := occRun(s, n, cfg.Strategies[si])
+		return out{f, w}, nil
+	})
 
 	res := make([]OCCResult, 0, nc*ns)
 	for ci, n := range cfg.Clients {

@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"time"
 )
 
@@ -96,31 +95,10 @@ func Outage(cfg OutageConfig) ([]OutageResult, error) {
 	case cfg.OutageStart < 0 || cfg.OutageEnd <= cfg.OutageStart || cfg.OutageEnd > cfg.Duration:
 		return nil, fmt.Errorf("sim: outage window must satisfy 0 <= start < end <= duration %v, got [%v, %v)", cfg.Duration, cfg.OutageStart, cfg.OutageEnd)
 	}
-	res := make([]OutageResult, len(cfg.Contenders))
-	errs := make([]error, len(res))
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < cfg.Workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				// Contenders share a stream (common random numbers).
-				res[i], errs[i] = outageRun(New(cfg.Seed, 1<<62), &cfg, &cfg.Contenders[i])
-			}
-		}()
-	}
-	for i := range res {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return res, nil
+	return runIndexed(cfg.Workers, len(cfg.Contenders), func(i int) (OutageResult, error) {
+		// Contenders share a stream (common random numbers).
+		return outageRun(New(cfg.Seed, 1<<62), &cfg, &cfg.Contenders[i])
+	})
 }
 
 func outageRun(s *Sim, cfg *OutageConfig, c *Contender) (OutageResult, error) {
