@@ -107,25 +107,10 @@ func (l *intList) String() string {
 	if l == nil {
 		return ""
 	}
-	s := make([]string, len(*l))
-	for i, v := range *l {
-		s[i] = strconv.Itoa(v)
-	}
-	return strings.Join(s, ",")
+	return joinList(*l, strconv.Itoa)
 }
 
-func (l *intList) Set(v string) error {
-	var out []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return fmt.Errorf("%q is not an integer", f)
-		}
-		out = append(out, n)
-	}
-	*l = out
-	return nil
-}
+func (l *intList) Set(v string) error { return setList((*[]int)(l), v, "an integer", strconv.Atoi) }
 
 // floatList is a comma-separated list of numbers, as a flag.
 type floatList []float64
@@ -134,23 +119,33 @@ func (l *floatList) String() string {
 	if l == nil {
 		return ""
 	}
-	s := make([]string, len(*l))
-	for i, v := range *l {
-		s[i] = strconv.FormatFloat(v, 'g', -1, 64)
+	return joinList(*l, func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) })
+}
+
+func (l *floatList) Set(v string) error {
+	return setList((*[]float64)(l), v, "a number", func(f string) (float64, error) { return strconv.ParseFloat(f, 64) })
+}
+
+func joinList[T any](l []T, format func(T) string) string {
+	s := make([]string, len(l))
+	for i, v := range l {
+		s[i] = format(v)
 	}
 	return strings.Join(s, ",")
 }
 
-func (l *floatList) Set(v string) error {
-	var out []float64
+// setList replaces *dst only when every element parses, so a bad flag value
+// leaves the default in place.
+func setList[T any](dst *[]T, v, what string, parse func(string) (T, error)) error {
+	var out []T
 	for _, f := range strings.Split(v, ",") {
-		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		x, err := parse(strings.TrimSpace(f))
 		if err != nil {
-			return fmt.Errorf("%q is not a number", f)
+			return fmt.Errorf("%q is not %s", f, what)
 		}
 		out = append(out, x)
 	}
-	*l = out
+	*dst = out
 	return nil
 }
 
