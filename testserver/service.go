@@ -211,24 +211,33 @@ func (v *service) ListItems(req *testingv1.ListItemsRequest, ss grpc.ServerStrea
 	return nil
 }
 
+// beginClientStream receives the first message of a client stream, which
+// carries the script, and begins the attempt. The arrival time is read before
+// Recv: the attempt arrived when the stream opened, not when its first message
+// came.
+// first is nil when the client closed its side without sending anything; the
+// attempt then runs with a nil (empty) script.
+func beginClientStream[Req interface{ GetScript() *testingv1.Script }](s *Server, tr transport, method string, recv func() (Req, error)) (first Req, a *attempt, err error) {
+	at := s.clock.Now()
+	first, err = recv()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return first, nil, s.arrive(tr.ctx, method, "", at).broken(tr.ctx, err)
+	}
+	a, err = s.begin(tr, method, first.GetScript(), at)
+	return first, a, err
+}
+
 // Upload reads the script from the first message and collects every message's
 // seq. A failing attempt with messages_before_failure N > 0 fails right after
 // its N-th message (the rest are not read); with N = 0 it fails after the client
 // closed its side, having read everything.
 func (v *service) Upload(ss grpc.ClientStreamingServer[testingv1.UploadRequest, testingv1.UploadResponse]) error {
-	s := v.s
-	at := s.clock.Now()
 	tr := streamTransport(ss)
-	method := testingv1.TestService_Upload_FullMethodName
-	first, err := ss.Recv()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return s.arrive(tr.ctx, method, "", at).broken(tr.ctx, err)
-	}
-	sc := first.GetScript()
-	a, err := s.begin(tr, method, sc, at)
+	first, a, err := beginClientStream(v.s, tr, testingv1.TestService_Upload_FullMethodName, ss.Recv)
 	if err != nil {
 		return err
 	}
+	sc := first.GetScript()
 	failing := a.failing(sc)
 	limit := int(sc.GetMessagesBeforeFailure())
 	var got []int64
@@ -258,19 +267,12 @@ func (v *service) Upload(ss grpc.ClientStreamingServer[testingv1.UploadRequest, 
 // reply's seq is the request's). A failing attempt fails after
 // messages_before_failure echoes (0: before echoing anything).
 func (v *service) Chat(ss grpc.BidiStreamingServer[testingv1.ChatRequest, testingv1.ChatResponse]) error {
-	s := v.s
-	at := s.clock.Now()
 	tr := streamTransport(ss)
-	method := testingv1.TestService_Chat_FullMethodName
-	first, err := ss.Recv()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return s.arrive(tr.ctx, method, "", at).broken(tr.ctx, err)
-	}
-	sc := first.GetScript()
-	a, err := s.begin(tr, method, sc, at)
+	first, a, err := beginClientStream(v.s, tr, testingv1.TestService_Chat_FullMethodName, ss.Recv)
 	if err != nil {
 		return err
 	}
+	sc := first.GetScript()
 	if first != nil {
 		a.received++
 	}
