@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,7 +109,7 @@ func TestCapacityConcurrent(t *testing.T) {
 			t.Fatalf("stats %+v, want 2 in flight", st)
 		}
 		code, pushback := get(t, client, "third")
-		if code != codes.ResourceExhausted || !equalStrings(pushback, []string{"50"}) {
+		if code != codes.ResourceExhausted || !slices.Equal(pushback, []string{"50"}) {
 			t.Errorf("third call: got %v with pushback %q, want RESOURCE_EXHAUSTED with pushback 50", code, pushback)
 		}
 		clock.Advance(time.Second)
@@ -154,7 +155,7 @@ func TestCapacityPerSecond(t *testing.T) {
 		}
 		ok, re := codes.OK, codes.ResourceExhausted
 		want := []codes.Code{ok, ok, ok, re, re, ok, ok, ok, re, re, ok, ok, ok, re, re}
-		if !equalCodes(got, want) {
+		if !slices.Equal(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
 		if st := s.Stats(); st.Received != 15 || st.Rejected != 6 || st.Served != 9 {
@@ -180,7 +181,7 @@ func TestFailureRate(t *testing.T) {
 		for i := range got {
 			got[i], _ = get(t, client, "")
 		}
-		if !equalCodes(got, want) {
+		if !slices.Equal(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
 		for _, tc := range []struct {
@@ -213,7 +214,7 @@ func TestArrivalsAndStats(t *testing.T) {
 				}
 			}
 		}
-		if got, want := s.Arrivals(), []int64{2, 0, 1, 3}; !equalInts(got, want) {
+		if got, want := s.Arrivals(), []int64{2, 0, 1, 3}; !slices.Equal(got, want) {
 			t.Errorf("Arrivals() = %v, want %v", got, want)
 		}
 		if s.ArrivalBucket() != 50*time.Millisecond {
@@ -268,7 +269,7 @@ func TestStopServingAndResume(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inflight := getAsync(ctx, testingv1.NewTestServiceClient(slow), &testingv1.Script{Key: "inflight", Delay: durationpb.New(time.Hour)})
-	if _, err := s.Await(shortCtx(t), "inflight", func(r []testserver.AttemptRecord) bool { return len(r) == 1 }); err != nil {
+	if _, err := s.Await(callCtx(t), "inflight", func(r []testserver.AttemptRecord) bool { return len(r) == 1 }); err != nil {
 		t.Fatalf("the in-flight attempt never arrived: %v", err)
 	}
 
@@ -315,23 +316,4 @@ func TestResumeWithoutTCP(t *testing.T) {
 	if _, err := s.StartTCP(); err == nil {
 		t.Error("StartTCP after Close: no error")
 	}
-}
-
-func shortCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func equalCodes(a, b []codes.Code) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -3,6 +3,7 @@ package testserver_test
 import (
 	"errors"
 	"io"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -53,7 +54,7 @@ func TestListItems(t *testing.T) {
 					}
 					seqs = append(seqs, m.GetReply().GetSeq())
 				}
-				if !equalInts(seqs, tc.wantSeqs) {
+				if !slices.Equal(seqs, tc.wantSeqs) {
 					t.Errorf("got seqs %v, want %v", seqs, tc.wantSeqs)
 				}
 				recs := s.Attempts(t.Name())
@@ -110,7 +111,7 @@ func TestUpload(t *testing.T) {
 				if status.Code(err) != tc.wantCode {
 					t.Fatalf("got %v, want %v", err, tc.wantCode)
 				}
-				if tc.wantCode == codes.OK && !equalInts(resp.GetReceived(), sent) {
+				if tc.wantCode == codes.OK && !slices.Equal(resp.GetReceived(), sent) {
 					t.Errorf("server received %v, client sent %v", resp.GetReceived(), sent)
 				}
 				recs := s.Attempts(t.Name())
@@ -179,7 +180,7 @@ func TestChat(t *testing.T) {
 				for i := range want {
 					want[i] = int64(i + 1)
 				}
-				if !equalInts(echoes, want) {
+				if !slices.Equal(echoes, want) {
 					t.Errorf("echoes %v, want %v", echoes, want)
 				}
 				recs := s.Attempts(t.Name())
@@ -189,18 +190,6 @@ func TestChat(t *testing.T) {
 			})
 		}
 	})
-}
-
-func equalInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Server-wide modes refuse stream attempts too, before their script runs.

@@ -2,6 +2,7 @@ package testserver_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,7 +123,7 @@ func TestUnaryPushbackAndRetryInfo(t *testing.T) {
 				if st.Code() != codes.Unavailable {
 					t.Fatalf("got %v, want UNAVAILABLE", err)
 				}
-				if got := trailer.Get(testserver.PushbackTrailer); !equalStrings(got, tc.pushback) {
+				if got := trailer.Get(testserver.PushbackTrailer); !slices.Equal(got, tc.pushback) {
 					t.Errorf("pushback trailer = %q, want %q", got, tc.pushback)
 				}
 				var infos []*errdetails.RetryInfo
@@ -164,18 +165,6 @@ func TestUnaryHeadersFirst(t *testing.T) {
 			})
 		}
 	})
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestPayloadBytes(t *testing.T) {
