@@ -21,18 +21,26 @@ import (
 	"github.com/stagger-go/stagger/testserver"
 )
 
+// bubbleClient starts a server inside the calling test's synctest bubble and
+// dials it without gRPC's own retries. Cleanup runs inside the bubble, closing
+// the connection before the server.
+func bubbleClient(t *testing.T, opts ...testserver.Option) (*testserver.Server, testingv1.TestServiceClient) {
+	t.Helper()
+	s := testserver.New(opts...)
+	t.Cleanup(s.Close)
+	cc, err := s.Dial(grpc.WithDisableRetry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return s, testingv1.NewTestServiceClient(cc)
+}
+
 // In a synctest bubble the default clock is the bubble's virtual clock, so a
 // scripted delay takes exactly its virtual time and costs no real time.
 func TestDelayInSynctestBubble(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := testserver.New()
-		defer s.Close()
-		cc, err := s.Dial(grpc.WithDisableRetry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = cc.Close() }()
-		client := testingv1.NewTestServiceClient(cc)
+		s, client := bubbleClient(t)
 		ctx := context.Background()
 
 		start := time.Now()
@@ -56,7 +64,7 @@ func TestDelayInSynctestBubble(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		hedgeStart := time.Now()
-		_, err = client.Put(cctx, &testingv1.PutRequest{Script: &testingv1.Script{Key: "cancel", Delay: durationpb.New(time.Minute)}})
+		_, err := client.Put(cctx, &testingv1.PutRequest{Script: &testingv1.Script{Key: "cancel", Delay: durationpb.New(time.Minute)}})
 		if status.Code(err) != codes.DeadlineExceeded {
 			t.Fatalf("got %v, want DEADLINE_EXCEEDED", err)
 		}
@@ -72,17 +80,10 @@ func TestDelayInSynctestBubble(t *testing.T) {
 func TestModesInSynctestBubble(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		s := testserver.New(
+		s, client := bubbleClient(t,
 			testserver.WithCapacity(testserver.Capacity{PerSecond: 2, Pushback: "1000"}),
 			testserver.WithOutageWindow(start.Add(3*time.Second), start.Add(4*time.Second)),
 		)
-		defer s.Close()
-		cc, err := s.Dial(grpc.WithDisableRetry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = cc.Close() }()
-		client := testingv1.NewTestServiceClient(cc)
 		var got []codes.Code
 		for second := 0; second < 5; second++ {
 			for i := 0; i < 3; i++ {
@@ -111,14 +112,7 @@ func TestModesInSynctestBubble(t *testing.T) {
 // messages only after the delay (what a per-attempt receive timer watches).
 func TestHeadersBeforeDelayInSynctestBubble(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := testserver.New()
-		defer s.Close()
-		cc, err := s.Dial(grpc.WithDisableRetry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = cc.Close() }()
-		client := testingv1.NewTestServiceClient(cc)
+		_, client := bubbleClient(t)
 		start := time.Now()
 		stream, err := client.ListItems(context.Background(), &testingv1.ListItemsRequest{Script: &testingv1.Script{
 			HeadersFirst: true, Delay: durationpb.New(5 * time.Second), ResponseCount: 1,
