@@ -103,7 +103,7 @@ func Contenders() []Contender {
 
 // HedgingContenders lists the contenders of ScenarioSlowReplica: stagger
 // with its retry policy only, and with a hedging policy of at most 3
-// attempts, with a fixed delay of 2×SlowBase and with the adaptive delay.
+// attempts, with a fixed delay of SlowHedgeDelay and with the adaptive delay.
 // Each client has its own default budget, which hedges draw on as retries do.
 func HedgingContenders() []Contender {
 	hedged := func(name, delay string, adaptive bool) Contender {
@@ -113,9 +113,9 @@ func HedgingContenders() []Contender {
 			Name: name,
 			Gets: func(Config) string {
 				if adaptive {
-					return fmt.Sprintf("hedging, 3 attempts, adaptive delay (the method's p95; %v until known), default budget per client", 2*SlowBase)
+					return fmt.Sprintf("hedging, 3 attempts, adaptive delay (the method's p95; %v until known), default budget per client", SlowHedgeDelay)
 				}
-				return fmt.Sprintf("hedging, 3 attempts, hedgingDelay %v, default budget per client", 2*SlowBase)
+				return fmt.Sprintf("hedging, 3 attempts, hedgingDelay %v, default budget per client", SlowHedgeDelay)
 			},
 			dialOptions: func(*Config) ([]grpc.DialOption, error) {
 				cfg, err := policy.ParseConfig([]byte(file))
@@ -134,8 +134,8 @@ func HedgingContenders() []Contender {
 	plain.Name = "stagger-nohedge"
 	return []Contender{
 		plain,
-		hedged("stagger-hedge", protoDuration(2*SlowBase), false),
-		hedged("stagger-hedge-adaptive", protoDuration(2*SlowBase), true),
+		hedged("stagger-hedge", protoDuration(SlowHedgeDelay), false),
+		hedged("stagger-hedge-adaptive", protoDuration(SlowHedgeDelay), true),
 	}
 }
 

@@ -45,7 +45,7 @@
 // (HedgingContenders): every attempt takes SlowBase, one in twenty (drawn
 // per attempt from a source seeded per client, so every contender meets the
 // same slow attempts) takes SlowFactor times as long; stagger without
-// hedging, with a hedging policy of 3 attempts and a 2×SlowBase delay, and
+// hedging, with a hedging policy of 3 attempts and a SlowHedgeDelay delay, and
 // with the adaptive delay. It shows p50, p99 and p99.9 and the attempts per
 // call that hedging costs. Its default Rate is half the capacity, so that
 // hedges are not rejected.

@@ -35,11 +35,22 @@ func Scenarios() []Scenario {
 }
 
 // SlowBase is how long an attempt takes in ScenarioSlowReplica; a slow
-// attempt takes SlowFactor times as long, with probability SlowOdds.
+// attempt takes SlowFactor times as long, with probability SlowOdds, drawn
+// anew for every attempt (a hedge goes to another replica). SlowHedgeDelay
+// is the fixed hedging delay of the hedging contenders.
+//
+// SlowBase is large beside a loaded machine's scheduling noise (a few ms on
+// a busy 2-core box): with a 1-5 ms base, noise alone pushes fast first
+// attempts past the hedging delay, hedges fire on calls that needed none,
+// and the scenario measures the scheduler. SlowHedgeDelay is 1.5×SlowBase,
+// just above the attempts' p95 (19 attempts in 20 take SlowBase), where
+// "The Tail at Scale" sends its hedges; the best a hedged slow call can do
+// is SlowHedgeDelay+SlowBase, 2.5×SlowBase, against 10×SlowBase unhedged.
 const (
-	SlowBase   = 5 * time.Millisecond
-	SlowFactor = 10
-	SlowOdds   = 1.0 / 20
+	SlowBase       = 20 * time.Millisecond
+	SlowFactor     = 10
+	SlowOdds       = 1.0 / 20
+	SlowHedgeDelay = SlowBase * 3 / 2
 )
 
 // Config describes a run. The zero value of each field means its default,

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +92,40 @@ func TestServiceConfig(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("serviceConfig() = %s\nwant it to contain %s", got, want)
 		}
+	}
+}
+
+// TestSlowDraws checks the slow-replica draws across clients: about one
+// attempt in twenty slow, and the first two attempts of a call both slow
+// about one call in 400 (independent draws), not more.
+func TestSlowDraws(t *testing.T) {
+	const clients, calls = 50, 200
+	slow, both := 0, 0
+	for i := 0; i < clients; i++ {
+		rng := rand.New(rand.NewChaCha8(slowSeed(i)))
+		for c := 0; c < calls; c++ {
+			ds := slowScript(rng, "k").GetAttemptDelays()
+			if len(ds) != 3 {
+				t.Fatalf("slowScript gave %d delays, want 3", len(ds))
+			}
+			for _, d := range ds {
+				if d.AsDuration() == SlowFactor*SlowBase {
+					slow++
+				} else if d.AsDuration() != SlowBase {
+					t.Fatalf("delay %v, want %v or %v", d.AsDuration(), SlowBase, SlowFactor*SlowBase)
+				}
+			}
+			if ds[0].AsDuration() > SlowBase && ds[1].AsDuration() > SlowBase {
+				both++
+			}
+		}
+	}
+	// 30000 draws: mean 1500 slow, sd about 38; 10000 calls: mean 25 with
+	// both slow, sd 5.
+	if slow < 1350 || slow > 1650 {
+		t.Errorf("%d slow attempts of %d, want about %d", slow, 3*clients*calls, 3*clients*calls/20)
+	}
+	if both > 50 {
+		t.Errorf("%d calls of %d with both first attempts slow, want about 25", both, clients*calls)
 	}
 }

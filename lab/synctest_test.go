@@ -119,13 +119,13 @@ func TestRunHedgingCutsTheTail(t *testing.T) {
 			t.Errorf("%s: %d of %d calls succeeded, want 400 of 400", name, r.Successes, r.Calls)
 		}
 	}
-	// On virtual time an attempt takes exactly 5 ms or 50 ms; with 400 calls
+	// On virtual time an attempt takes exactly 20 ms or 200 ms; with 400 calls
 	// about 20 first attempts are slow, so the unhedged p99 is a slow one.
 	if plain.AttemptsPerCall != 1 || plain.P99 != SlowFactor*SlowBase {
 		t.Errorf("no hedging: %.3f attempts/call, p99 %v; want 1 and %v", plain.AttemptsPerCall, plain.P99, SlowFactor*SlowBase)
 	}
-	// A hedge leaves after 10 ms and is fast 19 times in 20: 15 ms.
-	if want := 2*SlowBase + SlowBase; hedged.P99 != want {
+	// A hedge leaves after 30 ms and is fast 19 times in 20: 50 ms.
+	if want := SlowHedgeDelay + SlowBase; hedged.P99 != want {
 		t.Errorf("hedging: p99 %v, want %v", hedged.P99, want)
 	}
 	if hedged.AttemptsPerCall <= 1 || hedged.AttemptsPerCall > 1.2 {
