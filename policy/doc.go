@@ -67,8 +67,47 @@
 //
 // # Policy files
 //
-// TODO(policy files): Config, ParseConfig, LoadFile, method matching and
-// reload are described here by their author.
+// ParseConfig parses a policy file: a gRPC service config (gRFC A6) with
+// stagger's extensions, in JSON or YAML. A document whose first character is
+// '{' or '[' is JSON, read exactly as grpc-go reads it; anything else is
+// YAML; AsJSON and AsYAML force the syntax. LoadFile reads a file and parses
+// it the same way, also taking .yaml and .yml files as YAML. Keys may be
+// written in lowerCamelCase or as proto field names (max_attempts). Among
+// stagger's extensions: a retryBudget (tokenBucket or ratio) in place of
+// retryThrottling, a retryPolicy's jitter, a method's idempotent, durations
+// written the Go way ("100ms") and status codes in lower case.
+//
+// Parsing never panics and does not stop at the first mistake: the error
+// joins (errors.Join) one *FieldError per broken rule, each naming the path
+// of the field ("methodConfig[0].retryPolicy.maxAttempts"), the rule and the
+// value. What does not stop a file from being used is a Warning, listed by
+// Config.Warnings: among others an unknown key (ignored), a key given twice
+// (the last one is used), a maxAttempts above the cap (capped), a tokenRatio
+// with more than 3 decimals (kept to 3, as gRFC A6 says), a timeout of zero
+// or less (ignored), and the fields that grpc-go applies but stagger does not
+// (loadBalancingPolicy, loadBalancingConfig, healthCheckConfig). Two options
+// change the rules: Strict turns unknown keys into errors, so that a typo
+// fails the parse; WithMaxAttemptsCap moves the cap on maxAttempts (retry
+// and hedging alike) away from DefaultMaxAttemptsCap.
+//
+// A Config is the parsed file. Config.Method resolves a full method name
+// ("/pkg.Service/Method"): the entry naming that method, else the entry
+// naming its service ("/pkg.Service/"), else the default entry ({}), else
+// nil. The budget the file declares (retryThrottling or retryBudget) is
+// built once, when the file is parsed, and belongs to the Config: every
+// interceptor built from the Config shares it, across connections, rather
+// than getting one per connection or per method.
+//
+// A Source follows a file that may change: WatchFile loads it (the first load
+// must succeed) and polls it every DefaultPollInterval, or as
+// WithPollInterval or WithPollTicks say; Reload reads it at once. A content
+// already seen is not parsed again. A new file that fails to read or parse
+// leaves the last good Config in use and is reported through OnReload; a good
+// one replaces the Config atomically. When the new file declares the same
+// budget settings, the new Config takes over the old one's budget, state
+// included (SourceEvent.BudgetKept), so a reload that only touches methods
+// neither refills nor empties the budget. NewSource and Update do the same
+// for configs built elsewhere.
 //
 // # Concurrency
 //
@@ -79,4 +118,14 @@
 // use and, once a method is cached, takes no lock. The nil Random takes no
 // lock; NewSeededRandom's takes a mutex, which suits tests and the
 // simulator, not a busy process.
+//
+// A Config is immutable once built and safe for concurrent use; the *Method
+// values it returns are shared and must not be modified, and its Budget is
+// itself safe for concurrent use. A Source is safe for concurrent use: Config
+// is one atomic load, so a caller sees the old Config or the new one, never a
+// mix; reloads are serialised by a mutex, and the OnReload callback runs
+// outside it, on the goroutine that reloaded (the polling goroutine, or the
+// caller of Reload or Update), with its own copy of the event. Close stops
+// the polling goroutine and waits for it, so it must not be called from an
+// OnReload callback.
 package policy
