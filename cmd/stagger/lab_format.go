@@ -114,19 +114,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	for _, r := range rep.Results {
 		fmt.Fprintf(w, "%-*s │%s\n", nameW, r.Contender, spark(r.Load, top))
 	}
-	ruler := make([]rune, width)
-	for b := range ruler {
-		t := time.Duration(b) * lab.Bin
-		switch {
-		case t >= c.OutageStart && t < c.OutageEnd:
-			ruler[b] = '▔'
-		case t%time.Second == 0:
-			ruler[b] = '┴'
-		default:
-			ruler[b] = '─'
-		}
-	}
-	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", string(ruler))
+	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, lab.Bin, c.OutageStart, c.OutageEnd))
 	fmt.Fprintf(w, "%-*s  ▔ = outage; one column per 100 ms, ┴ every second; wall time %s\n\n", nameW, "", labSeconds(rep.Wall))
 	return nil
 }

@@ -230,11 +230,19 @@ func writeOutage(w io.Writer, f format, cfg *sim.OutageConfig, res []sim.OutageR
 	for _, r := range res {
 		fmt.Fprintf(w, "%-*s │%s\n", nameW, r.Contender, spark(r.Arrivals, max))
 	}
+	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, sim.Bin, cfg.OutageStart, cfg.OutageEnd))
+	fmt.Fprintf(w, "%-*s  ▔ = outage; one column per 100 ms, ┴ every second\n", nameW, "")
+	return nil
+}
+
+// outageRuler is the time axis under a load chart: one rune per bin of the
+// given width, ▔ over the outage [start, end), ┴ at each whole second.
+func outageRuler(width int, bin, start, end time.Duration) string {
 	ruler := make([]rune, width)
 	for b := range ruler {
-		t := time.Duration(b) * sim.Bin
+		t := time.Duration(b) * bin
 		switch {
-		case t >= cfg.OutageStart && t < cfg.OutageEnd:
+		case t >= start && t < end:
 			ruler[b] = '▔'
 		case t%time.Second == 0:
 			ruler[b] = '┴'
@@ -242,7 +250,5 @@ func writeOutage(w io.Writer, f format, cfg *sim.OutageConfig, res []sim.OutageR
 			ruler[b] = '─'
 		}
 	}
-	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", string(ruler))
-	fmt.Fprintf(w, "%-*s  ▔ = outage; one column per 100 ms, ┴ every second\n", nameW, "")
-	return nil
+	return string(ruler)
 }
