@@ -288,3 +288,23 @@ func New(s Settings, opts ...Option) (Budget, error) {
 	}
 	return nil, s.Validate()
 }
+
+// tokenCounts is the state the two token kinds (Throttle, TokenBucket) share:
+// tokens in thousandths, updated by compare-and-swap, and the Allow counters.
+type tokenCounts struct {
+	tokens  atomic.Int64 // thousandths of a token
+	allowed atomic.Uint64
+	refused atomic.Uint64
+}
+
+// snapshot is StateAt for a token kind whose capacity is capMilli thousandths.
+func (c *tokenCounts) snapshot(kind string, capMilli int64, now time.Time) State {
+	return State{
+		Kind:     kind,
+		Level:    fromMilli(c.tokens.Load()),
+		Capacity: fromMilli(capMilli),
+		Allowed:  c.allowed.Load(),
+		Refused:  c.refused.Load(),
+		At:       now,
+	}
+}

@@ -1,7 +1,6 @@
 package budget
 
 import (
-	"sync/atomic"
 	"time"
 )
 
@@ -17,11 +16,9 @@ import (
 // The zero value is not usable: build one with NewThrottle. A Throttle is safe
 // for concurrent use; its operations are lock-free.
 type Throttle struct {
-	tokens   atomic.Int64 // thousandths of a token
+	tokenCounts
 	max      int64
 	ratio    int64
-	allowed  atomic.Uint64
-	refused  atomic.Uint64
 	now      func() time.Time
 	settings ThrottleSettings
 }
@@ -78,12 +75,5 @@ func (t *Throttle) State() State { return t.StateAt(t.now()) }
 
 // StateAt reports the tokens (Level) out of MaxTokens (Capacity).
 func (t *Throttle) StateAt(now time.Time) State {
-	return State{
-		Kind:     kindThrottle,
-		Level:    fromMilli(t.tokens.Load()),
-		Capacity: fromMilli(t.max),
-		Allowed:  t.allowed.Load(),
-		Refused:  t.refused.Load(),
-		At:       now,
-	}
+	return t.snapshot(kindThrottle, t.max, now)
 }

@@ -1,7 +1,6 @@
 package budget
 
 import (
-	"sync/atomic"
 	"time"
 )
 
@@ -20,13 +19,11 @@ import (
 // The zero value is not usable: build one with NewTokenBucket. A TokenBucket
 // is safe for concurrent use; its operations are lock-free.
 type TokenBucket struct {
-	tokens      atomic.Int64 // thousandths of a token
+	tokenCounts
 	capacity    int64
 	cost        int64
 	timeoutCost int64
 	reward      int64
-	allowed     atomic.Uint64
-	refused     atomic.Uint64
 	now         func() time.Time
 	settings    TokenBucketSettings
 }
@@ -104,12 +101,5 @@ func (b *TokenBucket) State() State { return b.StateAt(b.now()) }
 
 // StateAt reports the tokens (Level) out of Capacity.
 func (b *TokenBucket) StateAt(now time.Time) State {
-	return State{
-		Kind:     kindTokenBucket,
-		Level:    fromMilli(b.tokens.Load()),
-		Capacity: fromMilli(b.capacity),
-		Allowed:  b.allowed.Load(),
-		Refused:  b.refused.Load(),
-		At:       now,
-	}
+	return b.snapshot(kindTokenBucket, b.capacity, now)
 }
