@@ -8,19 +8,46 @@ FUZZTIME ?= 30s
 BENCHCOUNT ?= 10
 BENCHTIME ?= 200ms
 
-.PHONY: all test lint proto proto-check tools bench demo fuzz clean
+# The modules: the core (.) and the nested ones go.work joins (the lab and the
+# stagger command, which need today's grpc-go and peers). In workspace mode
+# ./... stops at a nested module's go.mod, so PKGS names each module's tree.
+MODULES := . lab cmd/stagger
+PKGS := ./... ./lab/... ./cmd/stagger/...
+# The modules whose versions make a lane, printed with it.
+LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
+lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
+
+.PHONY: all test test-oldest test-newest lint tidy-check proto proto-check tools bench demo fuzz clean
 
 all: lint test
 
-## test: every package, with the race detector (the command README.md and .ci/run give)
-test:
-	$(GO) test -race -count=1 ./...
+## test: every package with the race detector, on both ends of the supported
+## range (the command README.md and .ci/run give): test-oldest, then test-newest
+test: test-oldest test-newest
 
-## lint: gofmt, go vet, staticcheck, buf lint
+## test-oldest: the core module alone (GOWORK=off), on the oldest grpc-go and
+## protobuf its go.mod requires, as a user who adopts it without upgrading
+test-oldest:
+	@echo "== lane oldest (GOWORK=off, core module): $(call lane_versions,GOWORK=off)"
+	GOWORK=off $(GO) test -race -count=1 ./...
+
+## test-newest: every module of the workspace (go.work), on the newest
+## releases the nested modules require (today's grpc-go and peers)
+test-newest:
+	@echo "== lane newest (go.work, every module): $(call lane_versions,)"
+	$(GO) test -race -count=1 $(PKGS)
+
+## tidy-check: every module's go.mod and go.sum are tidy
+tidy-check:
+	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go.mod or go.sum of module $$m is not tidy: run 'go mod tidy' in $$m"; exit 1; }; done
+
+## lint: gofmt, go vet and staticcheck (both lanes), buf lint
 lint: $(TOOLS)/staticcheck $(TOOLS)/buf
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	staticcheck ./...
+	GOWORK=off $(GO) vet ./...
+	$(GO) vet $(PKGS)
+	GOWORK=off staticcheck ./...
+	staticcheck $(PKGS)
 	buf lint
 
 ## proto: regenerate the committed Go code from proto/ with the pinned plugins
@@ -47,12 +74,14 @@ $(TOOLS)/benchstat:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
 ## bench: micro-benchmarks of every package and the side-by-side peers
-## (bench_peers_test.go), one package at a time (-p 1: packages benchmarked in
+## (lab/peers_bench_test.go), one package at a time (-p 1: packages benchmarked in
 ## parallel share the cores), -benchmem, BENCHCOUNT runs of BENCHTIME each; then the
-## peers as ratios to "no interceptor" (BENCHMARKS.md says how long it takes)
+## peers as ratios to "no interceptor" (BENCHMARKS.md says how long it takes).
+## bench.txt opens with the peers' versions, as benchstat configuration lines.
 bench: $(TOOLS)/benchstat
-	$(GO) test -p 1 -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./... | tee bench.txt
-	grep -E '^(goos|goarch|pkg|cpu|BenchmarkPeers)' bench.txt | benchstat -col /impl /dev/stdin
+	$(GO) list -m -f '{{.Path}}: {{.Version}}' $(LANE_DEPS) github.com/failsafe-go/failsafe-go | tee bench.txt
+	$(GO) test -p 1 -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) $(PKGS) | tee -a bench.txt
+	grep -E '^(goos|goarch|pkg|cpu|[a-z./-]+/[a-z0-9./-]+:|BenchmarkPeers)' bench.txt | benchstat -col /impl /dev/stdin
 
 ## demo: the storm lab, side by side, for both kinds of outage (~25 s once built)
 demo:
@@ -60,7 +89,7 @@ demo:
 
 ## fuzz: every fuzz target, FUZZTIME each
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
+	@for pkg in $$($(GO) list $(PKGS)); do \
 	  for f in $$($(GO) test -list='^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
 	  done; \

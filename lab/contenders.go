@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	failsafebudget "github.com/failsafe-go/failsafe-go/budget"
+	"github.com/failsafe-go/failsafe-go/failsafegrpc"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -72,9 +75,22 @@ func Contenders() []Contender {
 			},
 		},
 		{
+			Name: "failsafe-go",
+			Gets: func(c Config) string {
+				return fmt.Sprintf("retrypolicy WithMaxAttempts(%d), WithBackoffFactor(%v, %v, %g), WithJitterFactor(0.2), budget.New() per client (retries at most 20 %% of executions in flight, at least 3)",
+					c.MaxAttempts, c.Backoff.Initial, c.Backoff.Max, c.Backoff.Multiplier)
+			},
+			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+				return []grpc.DialOption{
+					grpc.WithChainUnaryInterceptor(failsafegrpc.NewUnaryClientInterceptor[any](failsafeRetry(c))),
+					grpc.WithDisableRetry(),
+				}, nil
+			},
+		},
+		{
 			Name: "grpc-go",
 			Gets: func(c Config) string {
-				return fmt.Sprintf("service config maxAttempts %d, full jitter (grpc-go's only kind), no throttling", c.MaxAttempts)
+				return fmt.Sprintf("service config maxAttempts %d, ×U(0.8, 1.2) jitter (gRFC A6, grpc-go since v1.69), no throttling", c.MaxAttempts)
 			},
 			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
 				return []grpc.DialOption{grpc.WithDefaultServiceConfig(serviceConfig(c, false))}, nil
@@ -83,7 +99,7 @@ func Contenders() []Contender {
 		{
 			Name: "grpc-go-throttle",
 			Gets: func(c Config) string {
-				return fmt.Sprintf("service config maxAttempts %d, full jitter, retryThrottling 10/0.1 per connection", c.MaxAttempts)
+				return fmt.Sprintf("service config maxAttempts %d, ×U(0.8, 1.2) jitter, retryThrottling 10/0.1 per connection", c.MaxAttempts)
 			},
 			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
 				return []grpc.DialOption{grpc.WithDefaultServiceConfig(serviceConfig(c, true))}, nil
@@ -193,6 +209,26 @@ func serviceConfig(c *Config, throttle bool) string {
 		s += `, "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}`
 	}
 	return s + "}"
+}
+
+// failsafeRetry is failsafe-go's retry policy as its documentation builds
+// one for gRPC: the codes every contender retries, the shared backoff with
+// ±20 % jitter (failsafe-go's jitter factor, the same spread as A6's), its
+// default retry budget (one per client connection, as stagger's), and the
+// last failure returned as it is, so that the call ends with the server's
+// status rather than failsafe-go's ExceededError.
+func failsafeRetry(c *Config) retrypolicy.RetryPolicy[any] {
+	return retrypolicy.NewBuilder[any]().
+		HandleIf(func(_ any, err error) bool {
+			code := status.Code(err)
+			return err != nil && (code == codes.Unavailable || code == codes.ResourceExhausted)
+		}).
+		WithMaxAttempts(c.MaxAttempts).
+		WithBackoffFactor(c.Backoff.Initial, c.Backoff.Max, c.Backoff.Multiplier).
+		WithJitterFactor(0.2).
+		WithBudget(failsafebudget.New()).
+		ReturnLastFailure().
+		Build()
 }
 
 // naiveRetry is the loop people write first: retry the listed codes after a

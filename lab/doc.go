@@ -32,14 +32,26 @@
 //   - stagger-nobudget: the same without a budget;
 //   - grpc-middleware: go-grpc-middleware v2's retry interceptor, WithMax,
 //     BackoffExponentialWithJitter(Backoff.Initial, 0.2) (the same ±20 %, and
-//     the same pauses while they stay below Backoff.Max);
+//     the same pauses while they stay below Backoff.Max: it has no cap);
+//   - failsafe-go: failsafe-go's retrypolicy through its failsafegrpc
+//     interceptor, with Backoff's pauses, ±20 % jitter (WithJitterFactor)
+//     and failsafe-go's default retry budget, one per client: a retry is
+//     refused when at least 3 retries are in flight and they are more than
+//     20 % of the client's executions in flight. It bounds concurrent
+//     retries, not their rate, so against fast failures it rarely binds. A
+//     refused retry ends the call with failsafe-go's budget.ErrExceeded, not
+//     a gRPC status;
 //   - grpc-go: grpc-go's built-in retry from a service config with Backoff's
-//     initialBackoff, maxBackoff and backoffMultiplier; grpc-go draws each
-//     pause uniformly from [0, term) (full jitter), so its pauses average
-//     half the others';
+//     initialBackoff, maxBackoff and backoffMultiplier; grpc-go (since v1.69)
+//     jitters each pause by ×U(0.8, 1.2) as gRFC A6 says, as stagger does,
+//     and caps attempts at grpc.WithMaxCallAttempts (default 5);
 //   - grpc-go-throttle: the same with retryThrottling {maxTokens 10,
 //     tokenRatio 0.1}, per connection as grpc-go keeps it;
 //   - naive: a loop that retries after a fixed Backoff.Initial.
+//
+// The peers are today's releases (Versions reports them, and the CLI prints
+// them): the lab is a module of its own, so that the core module can keep
+// requiring the oldest grpc-go it supports.
 //
 // ScenarioSlowReplica has no outage and other contenders
 // (HedgingContenders): every attempt takes SlowBase, one in twenty (drawn

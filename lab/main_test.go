@@ -2,11 +2,14 @@ package lab
 
 import (
 	"math/rand/v2"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,7 +30,7 @@ func TestValidate(t *testing.T) {
 		{"rate", Config{Rate: -1}, "lab: Rate: must be in (0, 1e6] calls per second, got -1"},
 		{"attempts above grpc-go's cap", Config{MaxAttempts: 6}, "lab: MaxAttempts: must be in [1, 5] (grpc-go's cap), got 6"},
 		{"call timeout", Config{CallTimeout: -time.Second}, "lab: CallTimeout: must be > 0, got -1s"},
-		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, grpc-middleware, grpc-go, grpc-go-throttle, naive, got "envoy"`},
+		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, grpc-middleware, failsafe-go, grpc-go, grpc-go-throttle, naive, got "envoy"`},
 		{"repeated contender", Config{Contenders: []string{"naive", "naive"}}, `lab: Contenders: must not repeat a name, got "naive"`},
 		{"no contender", Config{Contenders: []string{}}, "lab: Contenders: must name at least one, got none"},
 	} {
@@ -127,5 +130,28 @@ func TestSlowDraws(t *testing.T) {
 	}
 	if both > 50 {
 		t.Errorf("%d calls of %d with both first attempts slow, want about 25", both, clients*calls)
+	}
+}
+
+func TestVersionsOf(t *testing.T) {
+	got := versionsOf([]*debug.Module{
+		{Path: "github.com/grpc-ecosystem/go-grpc-middleware/v2", Version: "v2.3.4"},
+		{Path: "github.com/failsafe-go/failsafe-go", Version: "v0.9.0", Replace: &debug.Module{Path: "../failsafe", Version: ""}},
+		{Path: "google.golang.org/protobuf", Version: "v1.36.0", Replace: &debug.Module{Path: "example.com/protobuf", Version: "v1.36.99"}},
+	})
+	want := []Module{
+		{"google.golang.org/grpc", "v" + grpc.Version},
+		{"github.com/grpc-ecosystem/go-grpc-middleware/v2", "v2.3.4"},
+		// A local replacement has no version: say unknown rather than the
+		// version it replaced.
+		{"github.com/failsafe-go/failsafe-go", "unknown"},
+		{"google.golang.org/protobuf", "v1.36.99"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("versionsOf = %v, want %v", got, want)
+	}
+	// Test binaries carry no dependencies; grpc-go's version is still known.
+	if v := Versions(); v[0].Version != "v"+grpc.Version {
+		t.Errorf("Versions()[0] = %v, want grpc-go v%s", v[0], grpc.Version)
 	}
 }

@@ -102,7 +102,7 @@ func TestRunBudgetCutsTheStorm(t *testing.T) {
 	// Unlimited retrying with 5 attempts: a call that starts in the outage
 	// more than the whole backoff (about 0.9 s at most) before its end fails
 	// all 5 attempts, so the outage sees far more than one attempt per call.
-	for _, name := range []string{"stagger-nobudget", "grpc-middleware", "grpc-go", "naive"} {
+	for _, name := range []string{"stagger-nobudget", "grpc-middleware", "failsafe-go", "grpc-go", "naive"} {
 		if r := res[name]; r.OutageAttempts < 40 {
 			t.Errorf("%s outage attempts %d, want at least 40 (retries of 20 failing calls)", name, r.OutageAttempts)
 		}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -23,15 +24,30 @@ func cfgGRPCAccepts(t *testing.T, doc string) bool {
 	return true
 }
 
+// grpcRejectsBadRetry is the first grpc-go release that rejects a service
+// config holding an invalid retryPolicy, as gRFC A21 and A6 ask (grpc-go pull
+// request 7905). Releases before it drop the policy with a log line: the
+// method silently does not retry, while stagger rejects the file and says why.
+var grpcRejectsBadRetry = [2]int{1, 70}
+
+// grpcVersionAtLeast reports whether version ("1.85.0", as grpc.Version
+// spells it; a suffix such as "-dev" is ignored) is at least major.minor.
+func grpcVersionAtLeast(version string, want [2]int) (bool, error) {
+	var major, minor int
+	if _, err := fmt.Sscanf(version, "%d.%d", &major, &minor); err != nil {
+		return false, fmt.Errorf("grpc version %q: %v", version, err)
+	}
+	return major > want[0] || major == want[0] && minor >= want[1], nil
+}
+
 // Why a row's verdicts differ. The first three are DESIGN.md's "Deliberate
-// differences"; diffDropsBadRetry is a difference DESIGN.md implies (its
-// example rejects maxAttempts 1) but does not list: grpc-go v1.64 drops an
-// invalid retryPolicy with a log line (the method silently does not retry).
+// differences"; diffDropsBadRetry holds only before grpcRejectsBadRetry (the
+// table is run on the oldest grpc-go the module requires and on the newest).
 const (
 	diffThrottlingChecked = "difference 1: retryThrottling checked without methodConfig; tokenRatio kept to 3 decimals"
 	diffRetryAndHedging   = "difference 2: retryPolicy and hedgingPolicy in one entry"
 	diffExtensions        = "difference 3: stagger's extensions and hedging (grpc-go ignores hedgingPolicy and unknown keys)"
-	diffDropsBadRetry     = "grpc-go drops an invalid retryPolicy (the method does not retry); stagger rejects the file and says why"
+	diffDropsBadRetry     = "grpc-go before v1.70 drops an invalid retryPolicy (the method does not retry); stagger rejects the file and says why"
 )
 
 const cfgRetry = `"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}`
@@ -39,7 +55,9 @@ const cfgRetry = `"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBac
 // cfgConformance is the corpus: each row is run through grpc-go and through
 // ParseConfig. grpcOK records grpc-go's verdict (checked, so the table
 // documents grpc-go too); diff is empty when stagger must agree, else the
-// reason it must not.
+// reason it must not. Rows whose diff is diffDropsBadRetry record the verdict
+// of grpc-go before grpcRejectsBadRetry; rowVerdict gives the running
+// version's.
 var cfgConformance = []struct {
 	name   string
 	doc    string
@@ -99,7 +117,7 @@ var cfgConformance = []struct {
 	{"mixed-case keys", `{"MethodConfig":[{"NAME":[{"Service":"a.B"}],"RetryPolicy":{"MAXATTEMPTS":3,"initialbackoff":"1s","MaxBackoff":"1s","BackoffMultiplier":1,"RetryableStatusCodes":[14]}}]}`, true, ""},
 	{"case variants of one key: the last wins", `{"methodConfig":[{"name":[{"service":"a.B"}],"retryPolicy":{"maxAttempts":1,"MaxAttempts":3,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14]}}]}`, true, ""},
 	{"proto field names", `{"method_config":[{"name":[{"service":"a.B"}],"retry_policy":{"max_attempts":3,"initial_backoff":"1s","max_backoff":"1s","backoff_multiplier":1,"retryable_status_codes":[14]}}]}`, true, ""},
-	{"proto field name with a bad value", `{"methodConfig":[{"name":[{"service":"a.B"}],"retryPolicy":{"maxAttempts":3,"initial_backoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14],"max_attempts":1}}]}`, true, diffExtensions},
+	{"proto field name with a bad value", `{"methodConfig":[{"name":[{"service":"a.B"}],"retryPolicy":{"maxAttempts":3,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14],"max_attempts":1}}]}`, true, diffExtensions},
 	{"waitForReady not a bool", `{"methodConfig":[{"name":[{"service":"a.B"}],"waitForReady":"yes"}]}`, false, ""},
 	{"message sizes", `{"methodConfig":[{"name":[{"service":"a.B"}],"maxRequestMessageBytes":1024,"maxResponseMessageBytes":99999999999999}]}`, true, ""},
 	{"message size fractional", `{"methodConfig":[{"name":[{"service":"a.B"}],"maxRequestMessageBytes":1.5}]}`, false, ""},
@@ -146,22 +164,56 @@ var cfgConformance = []struct {
 	{"case-variant keys in the name", `{"methodConfig":[{"name":[{"SERVICE":"a.B","Method":"M"}]},{"name":[{"service":"a.B","method":"M"}]}]}`, false, ""},
 }
 
+// rowVerdict is what grpc-go at version rejectsBadRetry accepts for a row
+// and why stagger differs: from grpcRejectsBadRetry on, grpc-go rejects the
+// rows it used to drop silently, and then agrees with stagger.
+func rowVerdict(grpcOK bool, diff string, rejectsBadRetry bool) (bool, string) {
+	if diff == diffDropsBadRetry && rejectsBadRetry {
+		return false, ""
+	}
+	return grpcOK, diff
+}
+
 func TestConformanceWithGRPC(t *testing.T) {
+	rejectsBadRetry, err := grpcVersionAtLeast(grpc.Version, grpcRejectsBadRetry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("grpc-go %s: rejects an invalid retryPolicy = %v", grpc.Version, rejectsBadRetry)
 	for _, row := range cfgConformance {
 		t.Run(row.name, func(t *testing.T) {
+			wantGRPC, diff := rowVerdict(row.grpcOK, row.diff, rejectsBadRetry)
 			grpcOK := cfgGRPCAccepts(t, row.doc)
-			if grpcOK != row.grpcOK {
-				t.Fatalf("grpc-go accepts = %v, the table says %v: fix the row", grpcOK, row.grpcOK)
+			if grpcOK != wantGRPC {
+				t.Fatalf("grpc-go %s accepts = %v, the table says %v: fix the row", grpc.Version, grpcOK, wantGRPC)
 			}
 			_, err := ParseConfig([]byte(row.doc))
 			staggerOK := err == nil
 			switch {
-			case row.diff == "" && staggerOK != grpcOK:
-				t.Errorf("stagger accepts = %v, grpc-go = %v; want the same (err: %v)", staggerOK, grpcOK, err)
-			case row.diff != "" && staggerOK == grpcOK:
-				t.Errorf("stagger accepts = %v like grpc-go, but the row says they differ (%s)", staggerOK, row.diff)
+			case diff == "" && staggerOK != grpcOK:
+				t.Errorf("stagger accepts = %v, grpc-go %s = %v; want the same (err: %v)", staggerOK, grpc.Version, grpcOK, err)
+			case diff != "" && staggerOK == grpcOK:
+				t.Errorf("stagger accepts = %v like grpc-go %s, but the row says they differ (%s)", staggerOK, grpc.Version, diff)
 			}
 		})
+	}
+}
+
+func TestGRPCVersionAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		want    bool
+	}{
+		{"1.64.1", false}, {"1.69.4", false}, {"1.70.0", true}, {"1.85.0", true},
+		{"1.86.0-dev", true}, {"2.0.0", true}, {"0.99.0", false},
+	} {
+		got, err := grpcVersionAtLeast(tc.version, grpcRejectsBadRetry)
+		if err != nil || got != tc.want {
+			t.Errorf("grpcVersionAtLeast(%q, 1.70) = %v, %v; want %v", tc.version, got, err, tc.want)
+		}
+	}
+	if _, err := grpcVersionAtLeast("dev", grpcRejectsBadRetry); err == nil {
+		t.Error(`grpcVersionAtLeast("dev") = nil error, want one`)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stagger-go/stagger/lab"
@@ -24,17 +25,33 @@ type labJSON struct {
 	P999MS          float64 `json:"p999_ms"`
 	LoadPer100ms    []int   `json:"load_per_100ms"`
 	WallMS          float64 `json:"wall_ms"`
+	// Versions are the peers' modules and versions (lab.Versions).
+	Versions map[string]string `json:"versions"`
+}
+
+// labVersions lists the modules the contenders come from, with their
+// versions: "google.golang.org/grpc v1.85.0, ...".
+func labVersions() string {
+	var parts []string
+	for _, m := range lab.Versions() {
+		parts = append(parts, m.Path+" "+m.Version)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func msFloat(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func writeLabJSON(w io.Writer, reps []*lab.Report) error {
 	out := []labJSON{}
+	versions := map[string]string{}
+	for _, m := range lab.Versions() {
+		versions[m.Path] = m.Version
+	}
 	for _, rep := range reps {
 		for _, r := range rep.Results {
 			out = append(out, labJSON{string(rep.Config.Scenario), r.Contender, r.Calls, r.Attempts, r.Successes,
 				r.AttemptsPerCall, r.SuccessRate, r.OutageLoad, r.PeakAfter, msFloat(r.P50), msFloat(r.P99), msFloat(r.P999),
-				r.Load, msFloat(rep.Wall)})
+				r.Load, msFloat(rep.Wall), versions})
 		}
 	}
 	return writeJSON(w, out)
@@ -65,6 +82,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender, outage [%v, %v) of %v, call deadline %v\n",
 			c.Scenario, c.Capacity, c.Rate, c.Clients, c.OutageStart, c.OutageEnd, c.Duration, c.CallTimeout)
 	}
+	fmt.Fprintf(w, "peers: %s\n", labVersions())
 	nameW := 0
 	for _, r := range rep.Results {
 		nameW = max(nameW, len(r.Contender))

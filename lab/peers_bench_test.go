@@ -1,4 +1,4 @@
-package stagger_test
+package lab_test
 
 import (
 	"context"
@@ -7,9 +7,13 @@ import (
 	"testing"
 	"time"
 
+	failsafebudget "github.com/failsafe-go/failsafe-go/budget"
+	"github.com/failsafe-go/failsafe-go/failsafegrpc"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger"
 	"github.com/stagger-go/stagger/interceptor"
@@ -38,6 +42,19 @@ func middlewareRetry() grpc.UnaryClientInterceptor {
 		retry.WithBackoff(retry.BackoffExponentialWithJitter(time.Microsecond, 0.2)))
 }
 
+// failsafeRetry is failsafe-go's retry through its gRPC interceptor, with its
+// default budget as in the lab (one per interceptor).
+func failsafeRetry() grpc.UnaryClientInterceptor {
+	return failsafegrpc.NewUnaryClientInterceptor[any](retrypolicy.NewBuilder[any]().
+		HandleIf(func(_ any, err error) bool { return status.Code(err) == codes.Unavailable }).
+		WithMaxAttempts(4).
+		WithBackoff(time.Microsecond, 2*time.Microsecond).
+		WithJitterFactor(0.2).
+		WithBudget(failsafebudget.New()).
+		ReturnLastFailure().
+		Build())
+}
+
 func staggerUnary() grpc.UnaryClientInterceptor {
 	return interceptor.UnaryClientInterceptor(interceptor.WithPolicy(peerPolicy))
 }
@@ -60,6 +77,7 @@ func BenchmarkPeersFakeSuccess(b *testing.B) {
 		{"impl=none", noInterceptor},
 		{"impl=stagger", staggerUnary()},
 		{"impl=middleware", middlewareRetry()},
+		{"impl=failsafe", failsafeRetry()},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -85,6 +103,7 @@ func peerDialOptions() []struct {
 		{"impl=none", []grpc.DialOption{grpc.WithDisableRetry()}},
 		{"impl=stagger", stagger.DialOptions(nil, interceptor.WithPolicy(peerPolicy))},
 		{"impl=middleware", []grpc.DialOption{grpc.WithChainUnaryInterceptor(middlewareRetry()), grpc.WithDisableRetry()}},
+		{"impl=failsafe", []grpc.DialOption{grpc.WithChainUnaryInterceptor(failsafeRetry()), grpc.WithDisableRetry()}},
 		{"impl=grpc-go", []grpc.DialOption{grpc.WithDefaultServiceConfig(peerServiceConfig)}},
 	}
 }
