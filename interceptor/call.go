@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -324,25 +325,134 @@ func (k *core) idempotent(o *options, m *policy.Method, method string) bool {
 // nextAttempt starts the next attempt and returns its context: callCtx
 // itself for a first attempt without a per-attempt timeout, else a child
 // carrying the attempt number (AttemptFromContext), the
-// grpc-previous-rpc-attempts header and the per-attempt timeout.
-func (c *call) nextAttempt(callCtx context.Context) (context.Context, context.CancelFunc) {
+// grpc-previous-rpc-attempts header and, when the call has one, stagger's
+// per-attempt timer (nil otherwise). cancel ends the attempt's context; call
+// it once the attempt is over, after timer.stop.
+func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *attemptTimer) {
 	c.attempt++
-	ctx := callCtx
+	ctx = callCtx
 	if c.attempt > 1 {
 		ctx = metadata.AppendToOutgoingContext(ctx, previousAttemptsKey, strconv.Itoa(c.attempt-1))
 		ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
 	}
 	if c.perAttempt > 0 {
-		return context.WithTimeout(ctx, c.perAttempt)
+		timer = startAttemptTimer(ctx, c.perAttempt)
+		return timer.ctx, timer.cancel, timer
 	}
-	return ctx, noCancel
+	return ctx, noCancel, nil
 }
 
-// timedOut reports whether the attempt that ran on attemptCtx was cut off by
-// stagger's per-attempt timer rather than by the caller: told apart by the
-// contexts, never by the status code.
-func (c *call) timedOut(callCtx, attemptCtx context.Context, err error) bool {
-	return c.perAttempt > 0 && err != nil && attemptCtx.Err() != nil && callCtx.Err() == nil
+// attemptTimer is stagger's own per-attempt timer (perAttemptRecvTimeout,
+// with grpc C-core's meaning): when it fires it cancels the attempt's
+// context, unless it was stopped first (at the first response header or
+// message, or when the attempt ended on its own). Firing and stopping
+// exclude each other (one atomic state), so whether the timer cut an
+// attempt off is a fact the timer records, never read after the fact from
+// ctx.Err() or a status code, which races with the wire: a server's reply can
+// arrive before a context reports done, and the other way round.
+//
+// It is not a context deadline: the attempt's context keeps the caller's
+// deadline, which is all the server sees (grpc-timeout), so the server can
+// never answer DEADLINE_EXCEEDED for stagger's timer.
+type attemptTimer struct {
+	state  atomic.Int32
+	t      *time.Timer
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+const (
+	timerArmed int32 = iota
+	timerFired
+	timerStopped
+)
+
+func startAttemptTimer(ctx context.Context, d time.Duration) *attemptTimer {
+	at := new(attemptTimer)
+	at.ctx, at.cancel = context.WithCancel(ctx)
+	at.t = time.AfterFunc(d, at.fire)
+	return at
+}
+
+func (at *attemptTimer) fire() {
+	if at.state.CompareAndSwap(timerArmed, timerFired) {
+		at.cancel()
+	}
+}
+
+// stop stops the timer unless it fired first. It reports whether the
+// attempt was not cut off: true for a nil timer, and for one stopped now or
+// before; false once it fired. An attempt must call it before judging its
+// outcome: a failure that ends an attempt whose timer is still armed is the
+// attempt's own, even if the timer would have fired a moment later.
+func (at *attemptTimer) stop() bool {
+	if at == nil {
+		return true
+	}
+	if at.state.CompareAndSwap(timerArmed, timerStopped) {
+		at.t.Stop()
+		return true
+	}
+	return at.state.Load() == timerStopped
+}
+
+// callerDeadlineSlack is how close to the caller's deadline an attempt may
+// end with CANCELED or DEADLINE_EXCEEDED and still be taken for the caller's
+// deadline. grpc-go rounds grpc-timeout up, so a server's DEADLINE_EXCEEDED
+// for the caller's deadline arrives after it on the client's clock; the
+// slack covers the client's own timers firing late (a loaded machine) and
+// proxies that round the other way.
+const callerDeadlineSlack = time.Millisecond
+
+// callerEnded reports whether the attempt that ended with err ended because
+// the caller's context did: it was cancelled, or its deadline passed; or err
+// is CANCELED or DEADLINE_EXCEEDED and the deadline is at most
+// callerDeadlineSlack away (the server's or grpc's report of the deadline
+// can arrive before the context's own timer says so). stagger's timer is
+// not the caller: the attempt must have passed stop.
+func callerEnded(callCtx context.Context, err error) bool {
+	if callCtx.Err() != nil {
+		return true
+	}
+	if code := status.Code(err); code != codes.Canceled && code != codes.DeadlineExceeded {
+		return false
+	}
+	dl, ok := callCtx.Deadline()
+	return ok && time.Until(dl) <= callerDeadlineSlack
+}
+
+// callerErr is the error a call the caller's context ended returns: CANCELED
+// only when the caller cancelled; DEADLINE_EXCEEDED when its deadline passed,
+// whatever the attempt ended with (grpc reports a context cancelled by
+// stagger, or one whose deadline and cancellation race, as CANCELED).
+func callerErr(callCtx context.Context, err error) error {
+	if errors.Is(callCtx.Err(), context.Canceled) {
+		if status.Code(err) == codes.Canceled {
+			return err
+		}
+		return status.Error(codes.Canceled, context.Canceled.Error())
+	}
+	if status.Code(err) == codes.DeadlineExceeded {
+		return err
+	}
+	return status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
+}
+
+// attemptOutcome classifies the end of an attempt whose timer (nil: none)
+// has been stopped: it returns the error to decide on and whether stagger's
+// timer cut the attempt off. An attempt the timer cut off ends with
+// errAttemptTimeout (DEADLINE_EXCEEDED, as in grpc C-core) rather than the
+// CANCELED grpc reports; one the caller's context ended ends with callerErr.
+func attemptOutcome(callCtx context.Context, err error, cutOff bool) (error, bool) {
+	switch {
+	case err == nil:
+		return nil, false
+	case callerEnded(callCtx, err):
+		return callerErr(callCtx, err), false
+	case cutOff:
+		return errAttemptTimeout, true
+	}
+	return err, false
 }
 
 // afterAttempt decides, once the attempt ended with err, whether to send
@@ -374,7 +484,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		Retry:     c.retry,
 		Prev:      c.prev,
 	}
-	a.CallerDone = callCtx.Err() != nil
+	a.CallerDone = callerEnded(callCtx, err)
 	if dl, ok := callCtx.Deadline(); ok {
 		a.Remaining, a.HasDeadline = time.Until(dl), true
 	}

@@ -23,16 +23,31 @@
 // Rules no policy can break: an attempt whose response headers arrived is
 // committed and never retried (the interceptor learns of headers through a
 // grpc.Header option per attempt, or the caller's own); the caller's own
-// deadline or cancellation is never retried (told apart from stagger's
-// per-attempt timer by the contexts, not the code); a RESOURCE_EXHAUSTED that
+// deadline or cancellation is never retried; a RESOURCE_EXHAUSTED that
 // grpc-go raised locally for a message size limit is never retried.
+//
+// The caller's deadline. An attempt that ends with CANCELED or
+// DEADLINE_EXCEEDED when the caller's context has ended, or when its
+// deadline is at most 1 ms away, ended for the caller's deadline: the server
+// (which sees that deadline as grpc-timeout) or grpc can report it a moment
+// before the context's own timer does. Such a call is not retried (reason
+// "caller") and returns DEADLINE_EXCEEDED. A call returns CANCELED only when
+// the caller cancelled it.
 //
 // The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
 // known to be idempotent: the Idempotent call option, else the file's
 // "idempotent", else the proto option idempotency_level. Otherwise the call
-// runs without it, and the logger and hooks say so once per method. For a
-// unary call the timer covers the whole attempt: an interceptor cannot see
-// headers arrive before the response.
+// runs without it, and the logger and hooks say so once per method. It is
+// stagger's own timer, not a context deadline: the server sees only the
+// caller's deadline, so it can never answer DEADLINE_EXCEEDED for stagger's
+// timer. When the timer fires it cancels the attempt, which is then retried
+// (whatever the listed codes); an attempt that runs out of attempts that way
+// ends with DEADLINE_EXCEEDED. Whether the timer cut an attempt off is the
+// timer's own record (firing and stopping exclude each other), never read
+// from the context or the status code after the fact. For a unary call the
+// timer covers the whole attempt: an interceptor cannot see headers arrive
+// before the response. For a stream it stops at the first response header or
+// message; a header or message that finds it fired is not delivered.
 //
 // Retries carry the grpc-previous-rpc-attempts header (1, 2, ...) as outgoing
 // metadata, beside the caller's own metadata, and their context carries the
@@ -117,9 +132,9 @@
 //	defer cancel()
 //	if !run { /* disabled: pass through with grpcOpts */ }
 //	for {
-//		actx, acancel := c.nextAttempt(callCtx) // attempt number, previous-attempts header, per-attempt timer
-//		err := ...                              // run the attempt on actx with c.fileOpts, then grpcOpts
-//		timedOut := c.timedOut(callCtx, actx, err)
+//		actx, acancel, timer := c.nextAttempt(callCtx) // attempt number, previous-attempts header, per-attempt timer
+//		err := ...                                     // run the attempt on actx with c.fileOpts, then grpcOpts
+//		err, timedOut := attemptOutcome(callCtx, err, !timer.stop()) // stop first, then judge
 //		acancel()
 //		retry, pause := c.afterAttempt(callCtx, err, trailer, committed, timedOut)
 //		if !retry { return c.finish(err) }      // *Error with attempts and reason

@@ -295,7 +295,7 @@ func (s *hedgeState) sendDue(callCtx context.Context, callerReply proto.Message)
 		s.hc.prepare(out, n == 1)
 		// nextAttempt numbers the attempt and, from the second on, adds the
 		// grpc-previous-rpc-attempts header and the attempt to the context.
-		actx, _ := s.c.nextAttempt(s.hctx)
+		actx, _, _ := s.c.nextAttempt(s.hctx)
 		now := time.Now()
 		if n > 1 {
 			e := Event{Kind: EventHedge, Method: s.c.method, Attempt: n, Pause: now.Sub(s.lastSend), Pushback: s.pushback, Hedging: true}

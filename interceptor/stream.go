@@ -5,7 +5,6 @@ import (
 	"io"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
@@ -53,8 +52,10 @@ import (
 // header or message. An attempt it cuts off is retried; when none is left the
 // call ends with DEADLINE_EXCEEDED.
 //
-// Header, Trailer and Context answer for the current attempt: the committed
-// one, or the last one. Streams are not hedged: a method whose file entry
+// Header and Trailer answer for the current attempt: the committed one, or
+// the last one. Context commits the stream, as grpc-go's does: an
+// application that holds the stream's context (to watch it, or to read the
+// peer) must not see it cancelled by a later retry, so there is none. Streams are not hedged: a method whose file entry
 // hedges runs the stream once (EventNotice, reason streaming).
 //
 // The returned streams follow grpc.ClientStream's rules: one goroutine may
@@ -133,14 +134,13 @@ type streamAttempt struct {
 	cancel context.CancelFunc
 	// timer is the per-attempt timeout, nil when none applies. It stops at
 	// the first response header or message (grpc C-core's meaning), which a
-	// context deadline cannot do.
-	timer *time.Timer
+	// context deadline cannot do; a header or message that finds it fired
+	// belongs to an attempt already cut off and is never delivered.
+	timer *attemptTimer
 }
 
 func (a *streamAttempt) end() {
-	if a.timer != nil {
-		a.timer.Stop()
-	}
+	a.timer.stop()
 	a.cancel()
 }
 
@@ -149,7 +149,7 @@ func (a *streamAttempt) end() {
 // attempt's stream ends (its context is cancelled when the attempt ends).
 func (a *streamAttempt) watchHeader() {
 	if md, _ := a.cs.Header(); md != nil {
-		a.timer.Stop()
+		a.timer.stop()
 	}
 }
 
@@ -191,6 +191,9 @@ type retryStream struct {
 	// then commits when the replay ends.
 	switching bool
 	overflow  bool
+	// ctxCommit: Context was called during a switch; commit to the new
+	// attempt once it is open.
+	ctxCommit bool
 	closeSent bool
 	done      bool
 	finished  bool // onFinish ran
@@ -203,22 +206,10 @@ type retryStream struct {
 // stream cannot be created, it returns why, and whether the per-attempt
 // timer was the cause.
 func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
-	if s.c.perAttempt > 0 {
-		// nextAttempt's timer is a context deadline; a stream's must stop
-		// at the first header or message, so number the attempt without it
-		// and arm a timer that cancels instead.
-		d := s.c.perAttempt
-		s.c.perAttempt = 0
-		ctx, _ := s.c.nextAttempt(s.callCtx)
-		s.c.perAttempt = d
-		a.ctx, a.cancel = context.WithCancel(ctx)
-		a.timer = time.AfterFunc(d, a.cancel)
-	} else {
-		a.ctx, a.cancel = s.c.nextAttempt(s.callCtx)
-	}
+	a.ctx, a.cancel, a.timer = s.c.nextAttempt(s.callCtx)
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
-		timedOut = s.c.timedOut(s.callCtx, a.ctx, err)
+		err, timedOut = attemptOutcome(s.callCtx, err, !a.timer.stop())
 		a.end()
 		return timedOut, err
 	}
@@ -235,9 +226,6 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 // success).
 func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (over bool, final error) {
 	for {
-		if timedOut {
-			err = errAttemptTimeout
-		}
 		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
 		if !retry {
 			return true, s.c.finish(err)
@@ -306,7 +294,7 @@ func (s *retryStream) replay(a *streamAttempt) error {
 
 func (s *retryStream) useLocked(a *streamAttempt) {
 	s.cur, s.switching = a, false
-	if s.overflow {
+	if s.overflow || s.ctxCommit {
 		s.commitLocked()
 	}
 }
@@ -379,16 +367,20 @@ func (s *retryStream) attemptEnded(a *streamAttempt, err error) (next *streamAtt
 	if err == io.EOF {
 		err = nil
 	}
+	// Stop the timer before judging: once it fired, the attempt was cut
+	// off, whatever arrived after.
+	cutOff := !a.timer.stop()
 	s.mu.Lock()
 	committed := s.committed || s.overflow
 	if err != nil && !committed {
 		s.switching = true
 	}
 	s.mu.Unlock()
-	if err != nil && !committed {
+	if err != nil && !committed && !cutOff {
 		// The attempt has ended, so Header no longer blocks: non-nil means
 		// headers arrived before the failure (committed); a Trailers-Only
-		// failure has none and may be retried.
+		// failure has none and may be retried. Headers that came after the
+		// timer fired do not count: the timer stops at the first header.
 		if md, _ := a.cs.Header(); md != nil {
 			committed = true
 		}
@@ -397,7 +389,7 @@ func (s *retryStream) attemptEnded(a *streamAttempt, err error) (next *streamAtt
 	if err != nil {
 		trailer = a.cs.Trailer()
 	}
-	timedOut := s.c.timedOut(s.callCtx, a.ctx, err)
+	err, timedOut := attemptOutcome(s.callCtx, err, cutOff)
 	a.end()
 	over, final := s.retryAfter(err, trailer, committed, timedOut)
 	if over {
@@ -493,10 +485,13 @@ func (s *retryStream) RecvMsg(m any) error {
 	s.mu.Unlock()
 	for {
 		err := a.cs.RecvMsg(m)
+		if err == nil && !a.timer.stop() {
+			// The timer fired as the message arrived: the attempt was cut
+			// off before anything reached the application, so the message
+			// is dropped and the attempt ends as timed out.
+			err = status.Error(codes.Canceled, "interceptor: message arrived after the per-attempt timer fired")
+		}
 		if err == nil {
-			if a.timer != nil {
-				a.timer.Stop()
-			}
 			if !committed {
 				s.mu.Lock()
 				s.commitLocked()
@@ -526,10 +521,13 @@ func (s *retryStream) Header() (metadata.MD, error) {
 	a := s.cur
 	s.mu.Unlock()
 	md, err := a.cs.Header()
+	if md != nil && !a.timer.stop() {
+		// The timer cut the attempt off before its headers arrived: they
+		// belong to an attempt that will not be used. As for an attempt
+		// that failed without headers, RecvMsg tells the outcome.
+		return nil, nil
+	}
 	if md != nil {
-		if a.timer != nil {
-			a.timer.Stop()
-		}
 		s.mu.Lock()
 		if s.cur == a && !s.committed && !s.switching {
 			s.commitLocked()
@@ -548,10 +546,20 @@ func (s *retryStream) Trailer() metadata.MD {
 	return a.cs.Trailer()
 }
 
-// Context returns the context of the current attempt's stream.
+// Context commits the stream, as grpc-go does, and returns the context of
+// the attempt it committed to, which no retry will cancel. Called while a
+// retry is opening the next attempt (from a goroutine other than
+// RecvMsg's), it returns the call's context and the stream commits to the
+// new attempt once it is open.
 func (s *retryStream) Context() context.Context {
 	s.mu.Lock()
-	a := s.cur
-	s.mu.Unlock()
-	return a.cs.Context()
+	defer s.mu.Unlock()
+	if s.switching {
+		s.ctxCommit = true
+		return s.callCtx
+	}
+	if !s.committed {
+		s.commitLocked()
+	}
+	return s.cur.cs.Context()
 }

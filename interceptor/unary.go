@@ -56,6 +56,9 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 			grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
 		}
 		err := invoker(callCtx, method, req, reply, cc, grpcOpts...)
+		if err != nil && callerEnded(callCtx, err) {
+			err = callerErr(callCtx, err)
+		}
 		c.afterAttempt(callCtx, err, nil, false, false)
 		return err
 	}
@@ -110,12 +113,14 @@ func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, re
 	}
 
 	for {
-		actx, acancel := c.nextAttempt(callCtx)
+		actx, acancel, timer := c.nextAttempt(callCtx)
 		// grpc writes these only when the attempt got a stream; a stale value
 		// from an earlier attempt must not count.
 		*headerAddr, *trailerAddr = nil, nil
 		err := invoker(actx, method, req, reply, cc, attemptOpts...)
-		timedOut := c.timedOut(callCtx, actx, err)
+		// Stop the timer before judging: an attempt that ended while it was
+		// armed ended on its own; once it fired, the attempt was cut off.
+		err, timedOut := attemptOutcome(callCtx, err, !timer.stop())
 		acancel()
 		// A Trailers-Only response leaves the header nil; headers that
 		// arrived, even with no entries, leave it non-nil: committed.

@@ -27,6 +27,10 @@ type AttemptRecord struct {
 	// Arrived is when the attempt arrived, on the server's clock. For client and
 	// bidi streams it is when the stream started, before the first message.
 	Arrived time.Time
+	// Deadline is the deadline the attempt's context carried on arrival (the
+	// client's grpc-timeout, on the time package's clock), zero when none:
+	// what the server knows of the client's deadline.
+	Deadline time.Time
 	// Done reports whether the attempt has ended; Ended, Code and Cancelled are
 	// set only then.
 	Done bool
@@ -120,6 +124,7 @@ func (s *Server) arrive(ctx context.Context, method, key string, at time.Time) *
 		IdempotencyKey:   firstJoined(md, s.idempotencyHeader),
 		Arrived:          at,
 	}
+	a.rec.Deadline, _ = ctx.Deadline()
 	ks.attempts = append(ks.attempts, a.rec)
 	s.notifyLocked()
 	return a
