@@ -108,6 +108,22 @@ func peerDialOptions() []struct {
 	}
 }
 
+// connectedClient dials srv with opts and makes one call, so that the
+// connection is up before the timing starts; the connection closes with b.
+func connectedClient(b *testing.B, srv *testserver.Server, opts []grpc.DialOption) testingv1.TestServiceClient {
+	b.Helper()
+	cc, err := srv.Dial(opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cc.Close() })
+	client := testingv1.NewTestServiceClient(cc)
+	if _, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
+		b.Fatal(err)
+	}
+	return client
+}
+
 // BenchmarkPeersBufconn: a whole unary call over bufconn that succeeds at
 // once, per retry layer.
 func BenchmarkPeersBufconn(b *testing.B) {
@@ -115,17 +131,9 @@ func BenchmarkPeersBufconn(b *testing.B) {
 	defer srv.Close()
 	for _, c := range peerDialOptions() {
 		b.Run(c.name, func(b *testing.B) {
-			cc, err := srv.Dial(c.opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cc.Close()
-			client := testingv1.NewTestServiceClient(cc)
+			client := connectedClient(b, srv, c.opts)
 			ctx := context.Background()
 			req := &testingv1.GetRequest{Script: &testingv1.Script{}}
-			if _, err := client.Get(ctx, req); err != nil { // connect outside the timing
-				b.Fatal(err)
-			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -151,16 +159,8 @@ func BenchmarkPeersBufconnOneRetry(b *testing.B) {
 	defer srv.Close()
 	for _, c := range peerDialOptions() {
 		b.Run(c.name, func(b *testing.B) {
-			cc, err := srv.Dial(c.opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cc.Close()
-			client := testingv1.NewTestServiceClient(cc)
+			client := connectedClient(b, srv, c.opts)
 			ctx := context.Background()
-			if _, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
-				b.Fatal(err)
-			}
 			before := srv.Stats().Received
 			b.ReportAllocs()
 			b.ResetTimer()
