@@ -333,8 +333,15 @@ func TestGRPCRetryStreamingPort(t *testing.T) {
 }
 
 // portClient serves srv over bufconn and returns a client of it through
-// stagger.DialOptions with the ported service config.
+// stagger.DialOptions with the ported streaming service config.
 func portClient(t *testing.T, srv testgrpc.TestServiceServer) testgrpc.TestServiceClient {
+	t.Helper()
+	return portClientFile(t, srv, grpcPortServiceConfig, interceptor.WithBudget(nil), interceptor.WithReplayBufferSize(200))
+}
+
+// portClientFile serves srv over bufconn and returns a client of it through
+// stagger.DialOptions(file, opts...).
+func portClientFile(t *testing.T, srv testgrpc.TestServiceServer, file string, opts ...interceptor.Option) testgrpc.TestServiceClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
@@ -348,17 +355,150 @@ func portClient(t *testing.T, srv testgrpc.TestServiceServer) testgrpc.TestServi
 		gs.Stop()
 		<-served
 	})
-	cfg, err := policy.ParseConfig([]byte(grpcPortServiceConfig))
+	cfg, err := policy.ParseConfig([]byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := append(stagger.DialOptions(cfg, interceptor.WithBudget(nil), interceptor.WithReplayBufferSize(200)),
+	dial := append(stagger.DialOptions(cfg, opts...),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
-	cc, err := grpc.NewClient("passthrough:///bufnet", opts...)
+	cc, err := grpc.NewClient("passthrough:///bufnet", dial...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
 	return testgrpc.NewTestServiceClient(cc)
+}
+
+// portUnaryServer answers EmptyCall with answer(i), i counting calls from 0.
+type portUnaryServer struct {
+	testgrpc.UnimplementedTestServiceServer
+	mu     sync.Mutex
+	i      int
+	answer func(i int) error
+}
+
+func (s *portUnaryServer) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.i++
+	if err := s.answer(s.i); err != nil {
+		return nil, err
+	}
+	return &testgrpc.Empty{}, nil
+}
+
+func (s *portUnaryServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.i
+}
+
+// portUnaryCase is one call of a ported unary test: its code, and the
+// server's call counter after it.
+type portUnaryCase struct {
+	wantCode  codes.Code
+	wantCount int
+}
+
+func runPortUnary(t *testing.T, file string, budgetOff bool, answer func(int) error, cases []portUnaryCase) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		srv := &portUnaryServer{i: -1, answer: answer}
+		var opts []interceptor.Option
+		if budgetOff {
+			opts = append(opts, interceptor.WithBudget(nil))
+		}
+		client := portClientFile(t, srv, file, opts...)
+		for n, tc := range cases {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := client.EmptyCall(ctx, &testgrpc.Empty{})
+			cancel()
+			if status.Code(err) != tc.wantCode {
+				t.Errorf("case %d: EmptyCall = %v; want code %v", n, err, tc.wantCode)
+			}
+			if got := srv.count(); got != tc.wantCount {
+				t.Errorf("case %d: server count = %d; want %d", n, got, tc.wantCount)
+			}
+		}
+	})
+}
+
+// TestGRPCRetryUnaryPort ports grpc-go's TestRetryUnary (budget off, as in
+// TestGRPCRetryStreamingPort).
+func TestGRPCRetryUnaryPort(t *testing.T) {
+	const file = `{
+    "methodConfig": [{
+      "name": [{"service": "grpc.testing.TestService"}],
+      "waitForReady": true,
+      "retryPolicy": {
+        "MaxAttempts": 4,
+        "InitialBackoff": ".01s",
+        "MaxBackoff": ".01s",
+        "BackoffMultiplier": 1.0,
+        "RetryableStatusCodes": [ "ALREADY_EXISTS" ]
+      }
+    }]}`
+	answer := func(i int) error {
+		switch i {
+		case 0, 2, 5:
+			return nil
+		case 6, 8, 11:
+			return status.New(codes.Internal, "non-retryable error").Err()
+		}
+		return status.New(codes.AlreadyExists, "retryable error").Err()
+	}
+	runPortUnary(t, file, true, answer, []portUnaryCase{
+		{codes.OK, 0},
+		{codes.OK, 2},
+		{codes.OK, 5},
+		{codes.Internal, 6},
+		{codes.Internal, 8},
+		{codes.Internal, 11},
+		{codes.AlreadyExists, 15},
+	})
+}
+
+// TestGRPCRetryThrottlingPort ports grpc-go's TestRetryThrottling: the
+// file's retryThrottling is the budget, with grpc-go's exact arithmetic
+// (DESIGN.md, "A6 exactness").
+func TestGRPCRetryThrottlingPort(t *testing.T) {
+	const file = `{
+    "methodConfig": [{
+      "name": [{"service": "grpc.testing.TestService"}],
+      "waitForReady": true,
+      "retryPolicy": {
+        "MaxAttempts": 4,
+        "InitialBackoff": ".01s",
+        "MaxBackoff": ".01s",
+        "BackoffMultiplier": 1.0,
+        "RetryableStatusCodes": [ "UNAVAILABLE" ]
+      }
+    }],
+    "retryThrottling": {
+      "maxTokens": 10,
+      "tokenRatio": 0.5
+    }
+    }`
+	answer := func(i int) error {
+		switch i {
+		case 0, 3, 6, 10, 11, 12, 13, 14, 16, 18:
+			return nil
+		}
+		return status.New(codes.Unavailable, "retryable error").Err()
+	}
+	runPortUnary(t, file, false, answer, []portUnaryCase{
+		{codes.OK, 0},           // tokens = 10
+		{codes.OK, 3},           // tokens = 8.5 (10 - 2 failures + 0.5 success)
+		{codes.OK, 6},           // tokens = 6
+		{codes.Unavailable, 8},  // tokens = 5 -- first attempt is retried; second aborted.
+		{codes.Unavailable, 9},  // tokens = 4
+		{codes.OK, 10},          // tokens = 4.5
+		{codes.OK, 11},          // tokens = 5
+		{codes.OK, 12},          // tokens = 5.5
+		{codes.OK, 13},          // tokens = 6
+		{codes.OK, 14},          // tokens = 6.5
+		{codes.OK, 16},          // tokens = 5.5
+		{codes.Unavailable, 17}, // tokens = 4.5
+	})
 }
