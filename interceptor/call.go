@@ -414,11 +414,18 @@ func callerEnded(callCtx context.Context, err error) bool {
 	if callCtx.Err() != nil {
 		return true
 	}
-	if code := status.Code(err); code != codes.Canceled && code != codes.DeadlineExceeded {
+	if !contextCode(err) {
 		return false
 	}
 	dl, ok := callCtx.Deadline()
 	return ok && time.Until(dl) <= callerDeadlineSlack
+}
+
+// contextCode reports whether err's code is one a context ending makes:
+// CANCELED or DEADLINE_EXCEEDED.
+func contextCode(err error) bool {
+	code := status.Code(err)
+	return code == codes.Canceled || code == codes.DeadlineExceeded
 }
 
 // callerErr is the error a call the caller's context ended returns: CANCELED
@@ -442,13 +449,18 @@ func callerErr(callCtx context.Context, err error) error {
 // has been stopped: it returns the error to decide on and whether stagger's
 // timer cut the attempt off. An attempt the timer cut off ends with
 // errAttemptTimeout (DEADLINE_EXCEEDED, as in grpc C-core) rather than the
-// CANCELED grpc reports; one the caller's context ended ends with callerErr.
+// CANCELED grpc reports; one the caller's context ended with a context's
+// code ends with callerErr. A status the server wrote as the caller's
+// deadline passed is kept as it is (the call still ends, reason caller).
 func attemptOutcome(callCtx context.Context, err error, cutOff bool) (error, bool) {
 	switch {
 	case err == nil:
 		return nil, false
 	case callerEnded(callCtx, err):
-		return callerErr(callCtx, err), false
+		if cutOff || contextCode(err) {
+			return callerErr(callCtx, err), false
+		}
+		return err, false
 	case cutOff:
 		return errAttemptTimeout, true
 	}

@@ -56,7 +56,7 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 			grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
 		}
 		err := invoker(callCtx, method, req, reply, cc, grpcOpts...)
-		if err != nil && callerEnded(callCtx, err) {
+		if contextCode(err) && callerEnded(callCtx, err) {
 			err = callerErr(callCtx, err)
 		}
 		c.afterAttempt(callCtx, err, nil, false, false)
