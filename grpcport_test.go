@@ -41,7 +41,11 @@ import (
 // (issue 13 changes that). The test runs in a synctest bubble, so the 1s
 // pushback case waits on virtual time.
 
-const grpcPortServiceConfig = `{
+// portServiceConfig is the service config of grpc-go's retry tests: 4
+// attempts, pauses of 10ms, retrying the code named, then extra top-level
+// entries (retryThrottling), as grpc-go writes it (capitalised keys).
+func portServiceConfig(code, extra string) string {
+	return `{
     "methodConfig": [{
       "name": [{"service": "grpc.testing.TestService"}],
       "waitForReady": true,
@@ -50,9 +54,10 @@ const grpcPortServiceConfig = `{
           "InitialBackoff": ".01s",
           "MaxBackoff": ".01s",
           "BackoffMultiplier": 1.0,
-          "RetryableStatusCodes": [ "UNAVAILABLE" ]
+          "RetryableStatusCodes": [ "` + code + `" ]
       }
-    }]}`
+    }]` + extra + `}`
+}
 
 type (
 	portServerOp func(testgrpc.TestService_FullDuplexCallServer) error
@@ -336,7 +341,7 @@ func TestGRPCRetryStreamingPort(t *testing.T) {
 // stagger.DialOptions with the ported streaming service config.
 func portClient(t *testing.T, srv testgrpc.TestServiceServer) testgrpc.TestServiceClient {
 	t.Helper()
-	return portClientFile(t, srv, grpcPortServiceConfig, interceptor.WithBudget(nil), interceptor.WithReplayBufferSize(200))
+	return portClientFile(t, srv, portServiceConfig("UNAVAILABLE", ""), interceptor.WithBudget(nil), interceptor.WithReplayBufferSize(200))
 }
 
 // portClientFile serves srv over bufconn and returns a client of it through
@@ -427,18 +432,7 @@ func runPortUnary(t *testing.T, file string, budgetOff bool, answer func(int) er
 // TestGRPCRetryUnaryPort ports grpc-go's TestRetryUnary (budget off, as in
 // TestGRPCRetryStreamingPort).
 func TestGRPCRetryUnaryPort(t *testing.T) {
-	const file = `{
-    "methodConfig": [{
-      "name": [{"service": "grpc.testing.TestService"}],
-      "waitForReady": true,
-      "retryPolicy": {
-        "MaxAttempts": 4,
-        "InitialBackoff": ".01s",
-        "MaxBackoff": ".01s",
-        "BackoffMultiplier": 1.0,
-        "RetryableStatusCodes": [ "ALREADY_EXISTS" ]
-      }
-    }]}`
+	file := portServiceConfig("ALREADY_EXISTS", "")
 	answer := func(i int) error {
 		switch i {
 		case 0, 2, 5:
@@ -463,23 +457,11 @@ func TestGRPCRetryUnaryPort(t *testing.T) {
 // file's retryThrottling is the budget, with grpc-go's exact arithmetic
 // (DESIGN.md, "A6 exactness").
 func TestGRPCRetryThrottlingPort(t *testing.T) {
-	const file = `{
-    "methodConfig": [{
-      "name": [{"service": "grpc.testing.TestService"}],
-      "waitForReady": true,
-      "retryPolicy": {
-        "MaxAttempts": 4,
-        "InitialBackoff": ".01s",
-        "MaxBackoff": ".01s",
-        "BackoffMultiplier": 1.0,
-        "RetryableStatusCodes": [ "UNAVAILABLE" ]
-      }
-    }],
+	file := portServiceConfig("UNAVAILABLE", `,
     "retryThrottling": {
       "maxTokens": 10,
       "tokenRatio": 0.5
-    }
-    }`
+    }`)
 	answer := func(i int) error {
 		switch i {
 		case 0, 3, 6, 10, 11, 12, 13, 14, 16, 18:
