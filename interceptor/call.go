@@ -361,6 +361,11 @@ type attemptTimer struct {
 	cancel context.CancelFunc
 }
 
+// errAttemptTimeout replaces the CANCELED an attempt ends with when
+// stagger's per-attempt timer cut it off, so a call that runs out of
+// attempts that way says DEADLINE_EXCEEDED, as grpc C-core does.
+var errAttemptTimeout = status.Error(codes.DeadlineExceeded, "interceptor: attempt cut off by the per-attempt timeout (perAttemptRecvTimeout)")
+
 const (
 	timerArmed int32 = iota
 	timerFired

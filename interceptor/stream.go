@@ -55,8 +55,9 @@ import (
 // Header and Trailer answer for the current attempt: the committed one, or
 // the last one. Context commits the stream, as grpc-go's does: an
 // application that holds the stream's context (to watch it, or to read the
-// peer) must not see it cancelled by a later retry, so there is none. Streams are not hedged: a method whose file entry
-// hedges runs the stream once (EventNotice, reason streaming).
+// peer) must not see it cancelled by a later retry, so there is none.
+// Streams are not hedged: a method whose file entry hedges runs the stream
+// once (EventNotice, reason streaming).
 //
 // The returned streams follow grpc.ClientStream's rules: one goroutine may
 // send (SendMsg, CloseSend) while another receives.
@@ -69,11 +70,6 @@ func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 
 // errSendAfterClose is grpc-go's own answer to a SendMsg after CloseSend.
 var errSendAfterClose = status.Error(codes.Internal, "SendMsg called after CloseSend")
-
-// errAttemptTimeout replaces the CANCELED an attempt ends with when
-// stagger's per-attempt timer cut it off, so a call that runs out of
-// attempts that way says DEADLINE_EXCEEDED, as grpc C-core does.
-var errAttemptTimeout = status.Error(codes.DeadlineExceeded, "interceptor: attempt cut off by the per-attempt timeout (perAttemptRecvTimeout)")
 
 func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption) (grpc.ClientStream, error) {
 	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer}
