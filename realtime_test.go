@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -301,4 +303,187 @@ func TestRealTimeStreamContextCommits(t *testing.T) {
 			}
 		}
 	})
+}
+
+// rtResetFile retries UNAVAILABLE up to 5 attempts, 20ms apart, for every
+// method of the test service; idempotency comes from the proto (Put is
+// IDEMPOTENT, Get NO_SIDE_EFFECTS, Write not marked).
+const rtResetFile = `{"methodConfig": [{
+	"name": [{"service": "stagger.testing.v1.TestService"}],
+	"retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.02s", "maxBackoff": "0.02s",
+		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "jitter": "NONE"}
+}]}`
+
+// Connection resets after the server ran the call (the ambiguity rule),
+// over loopback TCP. A Write (not idempotent) runs at most once: stagger
+// never retries it after a reset, whether its own reset or another call's
+// killed it; it fails with reason "ambiguous", or succeeds when its reply
+// got through. A Put (idempotent) is retried and heals. A Write carrying an
+// idempotency key is retried too (the key is the caller's promise that the
+// server de-duplicates; this server does not, so it runs twice: what the
+// key is for).
+//
+// Alone: each call on a connection of its own, each reset after its first
+// attempt ran, so the outcome of every call is exact. Shared: rtCalls calls
+// at once on one connection, a third of them resetting it, so resets also
+// kill calls in flight on it, the chaos of a real reset; a repeatable call
+// may then meet a reset on every attempt, so only safety is exact there.
+func TestRealTimeResetAfterExecution(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "shared"}[shared], func(t *testing.T) {
+			srv, client := rtBench(t, rtResetFile)
+			cfg, err := policy.ParseConfig([]byte(rtResetFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			clientOf := func(int) testingv1.TestServiceClient { return client }
+			if !shared {
+				clientOf = func(int) testingv1.TestServiceClient {
+					cc, err := srv.DialTCP(stagger.DialOptions(cfg, interceptor.WithBudget(nil))...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { cc.Close() })
+					return testingv1.NewTestServiceClient(cc)
+				}
+			}
+			runResetChaos(t, srv, clientOf, shared)
+		})
+	}
+}
+
+func runResetChaos(t *testing.T, srv *testserver.Server, clientOf func(int) testingv1.TestServiceClient, shared bool) {
+	keyed := interceptor.WithIdempotencyKey("idempotency-key")
+	type result struct {
+		kind  string // "write", "put", "keyed"
+		reset bool   // the call's first attempt to run resets
+		err   error
+	}
+	results := make([]result, rtCalls)
+	clients := make([]testingv1.TestServiceClient, rtCalls)
+	for i := range clients {
+		clients[i] = clientOf(i)
+	}
+	key := func(i int) string { return fmt.Sprint("reset-", i) }
+	parallel(rtCalls, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r := result{reset: !shared || i%3 == 0}
+		sc := &testingv1.Script{Key: key(i)}
+		if r.reset {
+			sc.ResetAttempts = 1
+		}
+		switch i % 5 {
+		case 0, 1:
+			r.kind = "write"
+			_, r.err = clients[i].Write(ctx, &testingv1.WriteRequest{Script: sc})
+		case 2, 3:
+			r.kind = "put"
+			_, r.err = clients[i].Put(ctx, &testingv1.PutRequest{Script: sc})
+		default:
+			r.kind = "keyed"
+			_, r.err = clients[i].Write(ctx, &testingv1.WriteRequest{Script: sc}, keyed)
+		}
+		results[i] = r
+	})
+	// Close waits for every handler, so the records below are final: a
+	// handler a reset cut off may still be running when its call ended.
+	srv.Close()
+	var writes, writeRuns, keyedRuns, healed int
+	for i, r := range results {
+		recs := srv.Attempts(key(i))
+		runs, wasReset := 0, false
+		for _, rec := range recs {
+			if rec.Code == codes.OK || rec.Reset {
+				runs++
+			}
+			wasReset = wasReset || rec.Reset
+		}
+		switch r.kind {
+		case "write":
+			writes++
+			writeRuns += runs
+			if len(recs) > 1 {
+				t.Errorf("call %d (Write): the server saw %d attempts and ran it %d times: a call not known to be idempotent was retried after it may have run", i, len(recs), runs)
+			}
+			switch {
+			case r.err == nil && !wasReset:
+			case status.Code(r.err) == codes.Unavailable && reasonOf(r.err) == policy.ReasonAmbiguous.String() && interceptor.Attempts(r.err) == 1:
+			default:
+				t.Errorf("call %d (Write, reset %v): %v (reason %q, %d attempts), want UNAVAILABLE after 1 attempt, reason ambiguous (or OK when not reset)", i, wasReset, r.err, reasonOf(r.err), interceptor.Attempts(r.err))
+			}
+		case "put", "keyed":
+			if r.kind == "keyed" {
+				keyedRuns += runs
+			}
+			if r.err == nil && wasReset {
+				healed++
+			}
+			if shared {
+				// Every attempt may have met some call's reset.
+				if r.err != nil && (status.Code(r.err) != codes.Unavailable || reasonOf(r.err) != policy.ReasonAttempts.String()) {
+					t.Errorf("call %d (%s): %v (reason %q), want OK, or UNAVAILABLE after every attempt was reset", i, r.kind, r.err, reasonOf(r.err))
+				}
+				continue
+			}
+			if r.err != nil || runs != 2 || len(recs) != 2 || !recs[0].Reset {
+				t.Errorf("call %d (%s): %v (reason %q), the server saw %+v; want OK, run twice: reset, then retried", i, r.kind, r.err, reasonOf(r.err), recs)
+			}
+		}
+	}
+	if got := srv.Executions(testingv1.TestService_Write_FullMethodName); got != int64(writeRuns+keyedRuns) {
+		t.Errorf("Write ran %d times, the calls' records say %d", got, writeRuns+keyedRuns)
+	}
+	t.Logf("%d writes ran %d times; %d repeatable calls healed after a reset", writes, writeRuns, healed)
+}
+
+// A call whose connection is refused never left the client: it is retried
+// and heals, Write (not idempotent) included, and runs exactly once.
+func TestRealTimeRefusedHeals(t *testing.T) {
+	srv := testserver.New(testserver.WithTCP())
+	t.Cleanup(srv.Close)
+	cfg, err := policy.ParseConfig([]byte(rtResetFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// grpc-go waits 1s (its reconnect backoff) before dialling again after
+	// a refused connection, failing calls fast meanwhile; 10ms here, so the
+	// retries meet the server once it is back.
+	fast := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second})
+	cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, interceptor.WithBudget(nil)), fast)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	client := testingv1.NewTestServiceClient(cc)
+	srv.StopServing()
+	back := time.AfterFunc(30*time.Millisecond, func() {
+		if err := srv.Resume(); err != nil {
+			t.Errorf("resume: %v", err)
+		}
+	})
+	defer back.Stop()
+	var hooks hookLog
+	parallel(rtCalls, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		key := fmt.Sprint("refused-", i)
+		_, err := client.Write(ctx, &testingv1.WriteRequest{Script: &testingv1.Script{Key: key}}, interceptor.WithHook(hooks.hook))
+		if err != nil {
+			t.Errorf("call %d: %v (reason %q), want OK after refused attempts", i, err, reasonOf(err))
+			return
+		}
+		if recs := srv.Attempts(key); len(recs) != 1 || recs[0].Code != codes.OK {
+			t.Errorf("call %d: the server saw %+v, want one attempt, OK", i, recs)
+		}
+	})
+	retried := 0
+	for _, e := range hooks.all() {
+		if e.Kind == interceptor.EventRetry {
+			retried++
+		}
+	}
+	if retried == 0 {
+		t.Errorf("no call was retried: the server came back before any attempt was refused")
+	}
 }

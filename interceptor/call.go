@@ -84,6 +84,8 @@ type plan struct {
 	perAttempt time.Duration
 	notice     bool
 	hedged     *policy.Method
+	// repeatable as in call.
+	repeatable bool
 }
 
 // plan resolves, for a call of method with options o, what cfg's entry m
@@ -117,8 +119,13 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		p = &q
 	}
 	pl.pol, pl.retrying = p, p.MaxAttempts >= 2
-	if pl.retrying && p.PerAttemptRecvTimeout > 0 {
-		if k.idempotent(o, m, method) {
+	if !pl.retrying {
+		return pl
+	}
+	idempotent := k.idempotent(o, m, method)
+	pl.repeatable = idempotent || o.idemKey != ""
+	if p.PerAttemptRecvTimeout > 0 {
+		if idempotent {
 			pl.perAttempt = p.PerAttemptRecvTimeout
 		} else {
 			pl.notice = true
@@ -196,6 +203,10 @@ type call struct {
 	// perAttempt is the per-attempt timeout actually applied: 0 when the
 	// policy sets none or the method is not known to be idempotent.
 	perAttempt time.Duration
+	// repeatable: the call may run twice on the server (the method is
+	// known to be idempotent, or the call carries an idempotency key), so
+	// an ambiguous failure (wireAmbiguous) is retried as gRFC A6 says.
+	repeatable bool
 	// attempt is the number of the attempt running or just ended.
 	attempt int
 	// retry and prev are the backoff sequence's position (policy.Attempt).
@@ -248,7 +259,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		p := k.plan(o, cfg, m, method)
 		pl = &p
 	}
-	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged
+	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable
 	c.retry = 1
 
 	callCtx, cancel = ctx, noCancel
@@ -472,10 +483,37 @@ func attemptOutcome(callCtx context.Context, err error, cutOff bool) (error, boo
 	return err, false
 }
 
+// wireAmbiguous reports whether a failed attempt may have run on the server
+// and ended without a status from it, from the two facts grpc's call options
+// give: trailer is the attempt's trailer metadata, nil when the attempt got
+// no transport stream (grpc fills grpc.Trailer, and ClientStream.Trailer
+// answers, only for an attempt that got one: a refused connection or no
+// ready transport leaves it nil, and such an attempt never left the
+// client); committed says response headers or a message arrived.
+//
+// An attempt that got a stream sent its request headers, so the server may
+// have started the handler (the safe side: a stream whose headers never
+// left counts too). Whether the server then wrote a status is told by
+// content-type: a server's status without response headers is a
+// Trailers-Only response, whose one HEADERS frame carries content-type
+// (required by the gRPC protocol), and grpc-go keeps it in the attempt's
+// trailer (v1.64 through v1.85); when the transport ended the stream (reset,
+// EOF, GOAWAY, RST_STREAM) the trailer is empty. A committed attempt is
+// final anyway (gRFC A6). Reading these costs nothing: the interceptors ask
+// grpc for the trailer for pushback already, and a stats.Handler, which
+// would see the same facts (OutHeader, InTrailer), costs about 15
+// allocations per call inside grpc whether it does anything or not.
+func wireAmbiguous(trailer metadata.MD, committed bool) bool {
+	return trailer != nil && !committed && len(trailer["content-type"]) == 0
+}
+
 // afterAttempt decides, once the attempt ended with err, whether to send
 // another and after what pause. trailer is the attempt's trailer metadata
-// (pushback), committed says response headers or a message had arrived,
-// timedOut that stagger's per-attempt timer cut it off. It records the
+// (pushback; nil when the attempt got no transport stream), committed says
+// response headers or a message had arrived, timedOut that stagger's
+// per-attempt timer cut it off; trailer and committed also tell an
+// ambiguous failure (wireAmbiguous), which a call not c.repeatable does not
+// retry. It records the
 // attempt in the budget, asks the budget before a retry, and reports the
 // retry or the give-up to the hooks and the logger.
 func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
@@ -502,6 +540,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		Prev:      c.prev,
 	}
 	a.CallerDone = callerEnded(callCtx, err)
+	a.Ambiguous = !c.repeatable && wireAmbiguous(trailer, committed)
 	if dl, ok := callCtx.Deadline(); ok {
 		a.Remaining, a.HasDeadline = time.Until(dl), true
 	}

@@ -24,7 +24,8 @@
 // committed and never retried (the interceptor learns of headers through a
 // grpc.Header option per attempt, or the caller's own); the caller's own
 // deadline or cancellation is never retried; a RESOURCE_EXHAUSTED that
-// grpc-go raised locally for a message size limit is never retried.
+// grpc-go raised locally for a message size limit is never retried; an
+// ambiguous failure of a call not safe to repeat is never retried (below).
 //
 // The caller's deadline. An attempt that ends with CANCELED or
 // DEADLINE_EXCEEDED when the caller's context has ended, or when its
@@ -48,6 +49,31 @@
 // timer covers the whole attempt: an interceptor cannot see headers arrive
 // before the response. For a stream it stops at the first response header or
 // message; a header or message that finds it fired is not delivered.
+//
+// Ambiguous failures (a deliberate difference from gRFC A6). A call not
+// known to be safe to repeat (the method is not known to be idempotent, by
+// the test above, and the call carries no idempotency key) is not retried
+// after an attempt that may have run on the server and ended without a
+// status from it: its request reached the wire (grpc gave it a transport
+// stream) and the transport, not the server, ended it (a connection reset,
+// EOF, GOAWAY or RST_STREAM after the request left). The call ends with that
+// status, reason "ambiguous", in the event and the logger. Attempts that
+// never left the client (connection refused, no ready transport) and
+// statuses the server wrote stay retryable as gRFC A6 says. The cost: a
+// method without idempotency_level whose server crashes mid-call fails where
+// A6 would retry it; mark it idempotent in the file or the proto, or send
+// an idempotency key (WithIdempotencyKey) that the server de-duplicates.
+//
+// What the interceptors know of the wire, per attempt, comes from the call
+// options grpc already fills (no stats.Handler, which would cost about 15
+// allocations per call inside grpc-go): a grpc.Header option (headers
+// arrived: committed), a grpc.Trailer option (pushback; nil when the attempt
+// got no transport stream; a server's Trailers-Only status keeps its
+// content-type there, a stream the transport ended leaves it empty), and for
+// streams ClientStream.Header and Trailer. The interceptors installed by
+// hand know exactly what stagger.DialOptions's know. They cannot see when
+// the first response header of a unary call arrives before its reply (hence
+// the unary per-attempt timer above).
 //
 // Retries carry the grpc-previous-rpc-attempts header (1, 2, ...) as outgoing
 // metadata, beside the caller's own metadata, and their context carries the

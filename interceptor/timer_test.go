@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -112,5 +113,25 @@ func TestAttemptOutcome(t *testing.T) {
 				t.Errorf("callerEnded = %v, want %v", got, tt.wantCaller)
 			}
 		})
+	}
+}
+
+func TestWireAmbiguous(t *testing.T) {
+	ct := metadata.Pairs("content-type", "application/grpc")
+	for _, tc := range []struct {
+		name      string
+		trailer   metadata.MD
+		committed bool
+		want      bool
+	}{
+		{"no stream: never left the client", nil, false, false},
+		{"stream, transport ended it (empty trailer)", metadata.MD{}, false, true},
+		{"stream, trailer of the server's own keys but no content-type", metadata.Pairs("x-server", "1"), false, true},
+		{"Trailers-Only: the server wrote a status", ct, false, false},
+		{"committed: final anyway", metadata.MD{}, true, false},
+	} {
+		if got := wireAmbiguous(tc.trailer, tc.committed); got != tc.want {
+			t.Errorf("%s: wireAmbiguous = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

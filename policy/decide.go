@@ -33,6 +33,9 @@ const PushbackKey = "grpc-retry-pushback-ms"
 //  5. the failure itself: an attempt stagger's own timer cut off is retried
 //     whatever the codes; a RESOURCE_EXHAUSTED raised locally by grpc-go never
 //     is; then the predicate, then the codes (listed, or stagger's defaults);
+//     then a failure the codes would retry but that is ambiguous
+//     (Attempt.Ambiguous: it may have run, and the call is not safe to
+//     repeat) is not retried;
 //  6. maxAttempts (a failure that is not retried for want of attempts still
 //     counts as a failure, as in grpc-go);
 //  7. the pause: a valid pushback (the trailer, else a RetryInfo detail) is
@@ -40,8 +43,8 @@ const PushbackKey = "grpc-retry-pushback-ms"
 //     ceiling, or an invalid RetryInfo, stops; otherwise the backoff;
 //  8. the caller's deadline: a pause that cannot end before it is not taken.
 //
-// A retry, and a stop by rule 4, 6, 7 or 8, tell the budget of a failure;
-// stops by rules 2, 3 and 5 tell it nothing (budget.Other), as grpc-go's
+// A retry, and a stop by rule 4, 6, 7 or 8 or for ambiguity, tell the budget
+// of a failure; other stops by rules 2, 3 and 5 tell it nothing (budget.Other), as grpc-go's
 // throttle sees them.
 func (p *Policy) Decide(a *Attempt) Verdict {
 	if a.Err == nil {
@@ -65,6 +68,11 @@ func (p *Policy) Decide(a *Attempt) Verdict {
 		}
 		if !p.retryable(a.Err, st) {
 			return Verdict{Reason: ReasonNotRetryable, Record: budget.Other}
+		}
+		if a.Ambiguous {
+			// A failure of the server or the path to it, as a retryable
+			// code is: the budget hears of it.
+			return Verdict{Reason: ReasonAmbiguous, Record: budget.Failure}
 		}
 	}
 	if a.Number >= p.MaxAttempts {

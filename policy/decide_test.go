@@ -221,6 +221,16 @@ func TestDecide(t *testing.T) {
 		{"pushback invalid beats a timed-out attempt", listed, Attempt{Err: deadline, TimedOut: true, Trailer: pushback("x")}, stop(ReasonPushback, budget.Failure)},
 		{"pushback invalid beats the predicate", retryInternal, Attempt{Err: internal, Trailer: pushback("x")}, stop(ReasonPushback, budget.Failure)},
 
+		// 5. Ambiguous: a failure the codes would retry is not; one they
+		// would not stays "not retryable"; the caller and commit come first.
+		{"ambiguous", listed, Attempt{Err: unavailable, Ambiguous: true}, stop(ReasonAmbiguous, budget.Failure)},
+		{"ambiguous, code not retried", listed, Attempt{Err: internal, Ambiguous: true}, stop(ReasonNotRetryable, budget.Other)},
+		{"ambiguous, predicate retries", retryInternal, Attempt{Err: internal, Ambiguous: true}, stop(ReasonAmbiguous, budget.Failure)},
+		{"ambiguous, caller done", listed, Attempt{Err: unavailable, Ambiguous: true, CallerDone: true}, stop(ReasonCaller, budget.Other)},
+		{"ambiguous before attempts", listed, Attempt{Err: unavailable, Ambiguous: true, Number: 4}, stop(ReasonAmbiguous, budget.Failure)},
+		{"ambiguous, invalid pushback first", listed, Attempt{Err: unavailable, Ambiguous: true, Trailer: pushback("x")}, stop(ReasonPushback, budget.Failure)},
+		{"ambiguous, valid pushback does not retry", listed, Attempt{Err: unavailable, Ambiguous: true, Trailer: pushback("10")}, stop(ReasonAmbiguous, budget.Failure)},
+
 		// 6/7. Valid pushback: exactly that pause, the sequence restarts.
 		{"pushback valid", listed, Attempt{Err: unavailable, Trailer: pushback("250")}, pushed(250 * ms)},
 		{"pushback zero", listed, Attempt{Err: unavailable, Trailer: pushback("0")}, pushed(0)},

@@ -151,9 +151,15 @@ const (
 	// ReasonStreaming: the method streams, and stagger hedges unary calls
 	// only: its hedging policy is not applied.
 	ReasonStreaming
+	// ReasonAmbiguous: the attempt may have run on the server (its request
+	// reached the wire) and ended without a status from the server (a
+	// connection reset, EOF or GOAWAY), and the method is not known to be
+	// safe to repeat (not idempotent, no idempotency key): a retry could run
+	// it twice (Attempt.Ambiguous).
+	ReasonAmbiguous
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {
@@ -179,6 +185,15 @@ type Attempt struct {
 	// CallerDone: the caller's own context is done (cancelled or past its
 	// deadline). Told apart from TimedOut by the contexts, not by the code.
 	CallerDone bool
+	// Ambiguous: the attempt's request may have reached the server, the
+	// server wrote no status (the transport ended the attempt: reset, EOF,
+	// GOAWAY), and the call is not known to be safe to repeat. The
+	// interceptors set it only for a method not known to be idempotent
+	// (call option, file, proto idempotency_level) and a call without an
+	// idempotency key; Decide then does not retry a failure it would
+	// otherwise retry (ReasonAmbiguous), a deliberate difference from gRFC
+	// A6, which retries it.
+	Ambiguous bool
 	// Retry is the number the next retry has in the backoff sequence: 1 for
 	// the first retry and for the first retry after a pushback (gRFC A6: the
 	// sequence restarts after a pushback), then 2, 3, ...

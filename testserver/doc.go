@@ -32,7 +32,13 @@
 //     ListItems after messages_before_failure messages; Upload right after
 //     receiving its messages_before_failure-th message, or, when that is 0, after
 //     the client closed its side; Chat after messages_before_failure echoes;
-//  5. other attempts succeed: unary methods answer one Reply, ListItems sends
+//  5. unary methods only: the next reset_attempts attempts (after the failing
+//     ones) run to completion (counted by Executions, recorded with Reset) and
+//     then, instead of answering, the server drops the attempt's connection:
+//     a TCP reset (SO_LINGER 0), or a closed bufconn. The client's transport
+//     fails with no status from the server, the ambiguous failure of a
+//     request that ran; every call on that connection fails with it;
+//  6. other attempts succeed: unary methods answer one Reply, ListItems sends
 //     response_count messages (seq 1, 2, ...), Upload answers the seqs it
 //     received in order, Chat echoes each message with its seq.
 //
@@ -45,8 +51,8 @@
 // Attempts(key) returns, per attempt, the method, the grpc-previous-rpc-attempts
 // and idempotency-key headers as sent, arrival time, and how it ended (code,
 // cancelled, rejected, headers sent, messages sent). AwaitAttempts waits for
-// attempts to end. Executions(method) counts attempts that ended with OK: the
-// number of times the method's side effect ran. Calls with an empty key are
+// attempts to end. Executions(method) counts attempts that ended with OK or
+// Reset: the number of times the method's side effect ran. Calls with an empty key are
 // counted but not recorded per key.
 //
 // # Server-wide modes

@@ -52,6 +52,10 @@ type AttemptRecord struct {
 	// Received is how many request messages the attempt read (streams from the
 	// client; 0 for unary and ListItems).
 	Received int
+	// Reset reports that the attempt ran to completion (it counts in
+	// Executions) and the server then dropped its connection instead of
+	// answering (Script.reset_attempts).
+	Reset bool
 }
 
 // Stats counts every attempt the server received, whatever its key.
@@ -64,7 +68,7 @@ type Stats struct {
 	Failed int64
 	// Cancelled is the attempts whose context ended before the server answered.
 	Cancelled int64
-	// Served is the attempts that ended with OK.
+	// Served is the attempts that ran to completion (OK, or Reset).
 	Served int64
 	// InFlight is the attempts in a handler right now.
 	InFlight int
@@ -84,6 +88,7 @@ type attempt struct {
 	headers  bool
 	sent     int
 	received int
+	reset    bool
 }
 
 func firstJoined(md metadata.MD, name string) string {
@@ -169,6 +174,7 @@ func (a *attempt) end(code codes.Code, kind endKind) {
 		a.rec.HeadersSent = a.headers
 		a.rec.Sent = a.sent
 		a.rec.Received = a.received
+		a.rec.Reset = a.reset
 	}
 	s.notifyLocked()
 }
@@ -242,7 +248,7 @@ func (s *Server) Await(ctx context.Context, key string, cond func([]AttemptRecor
 }
 
 // Executions returns how many times method's work completed successfully (its
-// attempt ended with OK). method is the full method name, e.g.
+// attempt ended with OK, or ran and was Reset). method is the full method name, e.g.
 // testingv1.TestService_Write_FullMethodName.
 func (s *Server) Executions(method string) int64 {
 	s.mu.Lock()

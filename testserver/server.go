@@ -32,6 +32,7 @@ type Server struct {
 
 	buf    *bufconn.Listener
 	bufSrv *grpc.Server
+	conns  connTracker
 	serveW sync.WaitGroup
 
 	tcpMu   sync.Mutex // guards tcpSrv, tcpAddr, closed
@@ -84,7 +85,7 @@ func New(opts ...Option) *Server {
 	s.start = s.clock.Now()
 	s.buf = bufconn.Listen(cfg.bufSize)
 	s.bufSrv = s.newGRPCServer()
-	s.serve(s.bufSrv, s.buf)
+	s.serve(s.bufSrv, s.conns.wrap(s.buf))
 	if cfg.tcp {
 		// The error is kept for StartTCP to report; New itself cannot fail.
 		_, _ = s.StartTCP()
@@ -170,7 +171,7 @@ func (s *Server) listenTCP(addr string) (string, error) {
 	}
 	s.tcpSrv = s.newGRPCServer()
 	s.tcpAddr = lis.Addr().String()
-	s.serve(s.tcpSrv, lis)
+	s.serve(s.tcpSrv, s.conns.wrap(lis))
 	return s.tcpAddr, nil
 }
 

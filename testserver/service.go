@@ -153,6 +153,15 @@ func (s *Server) unary(ctx context.Context, method string, sc *testingv1.Script)
 		return nil, a.fail(tr, sc)
 	}
 	r := a.reply(sc, 0)
+	if a.number() <= int(sc.GetFailAttempts())+int(sc.GetResetAttempts()) {
+		// The work is done; the reply never leaves.
+		a.reset = true
+		a.end(codes.OK, endServed)
+		if s.conns.drop(ctx) {
+			<-ctx.Done()
+		}
+		return nil, status.Error(codes.Unavailable, "testserver: connection dropped after the call ran (reset_attempts)")
+	}
 	a.end(codes.OK, endServed)
 	return r, nil
 }

@@ -46,7 +46,11 @@ type checkMethod struct {
 	PerAttemptRecvTimeout string        `json:"perAttemptRecvTimeout,omitempty"`
 	Timeout               string        `json:"timeout,omitempty"`
 	Idempotent            string        `json:"idempotent"`
-	Pauses                []checkPause  `json:"pauses,omitempty"`
+	// Ambiguous says what a retry policy does after an attempt that may
+	// have run on the server and ended without its status (a connection
+	// reset, EOF or GOAWAY after the request left).
+	Ambiguous string       `json:"ambiguous,omitempty"`
+	Pauses    []checkPause `json:"pauses,omitempty"`
 	// WorstCase is the longest a call can spend in pauses between
 	// attempts (and in timed-out attempts, when perAttemptRecvTimeout is
 	// set), without server pushback.
@@ -240,6 +244,10 @@ func explainMethod(e policy.Entry) checkMethod {
 	case m.Retry != nil:
 		p := m.Retry
 		out.Kind = "retry"
+		out.Ambiguous = "retried: the method is idempotent"
+		if !entryIdempotent(e) {
+			out.Ambiguous = "not retried (reason ambiguous): the method is not known to be idempotent, and the attempt may have run; calls with interceptor.WithIdempotencyKey are retried"
+		}
 		out.MaxAttempts = p.MaxAttempts
 		out.Codes = codeNames(p.RetryableCodes)
 		out.Backoff = &checkBackoff{Initial: fmtDur(p.Backoff.Initial), Max: fmtDur(p.Backoff.Max), Multiplier: p.Backoff.Multiplier, Jitter: p.Backoff.Jitter.String()}
@@ -487,6 +495,9 @@ func writeCheckText(w io.Writer, rep checkReport) {
 			fmt.Fprintf(w, "  timeout: %s\n", m.Timeout)
 		}
 		fmt.Fprintf(w, "  idempotent: %s\n", m.Idempotent)
+		if m.Ambiguous != "" {
+			fmt.Fprintf(w, "  after a reset (no status from the server): %s\n", m.Ambiguous)
+		}
 		if len(m.Pauses) > 0 {
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "  retry\tmin\tmedian\tp99\tmax\t")

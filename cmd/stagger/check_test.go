@@ -233,3 +233,28 @@ func TestCheckIdempotencyFromProtoRegistry(t *testing.T) {
 		t.Errorf("round_robin is configured, want no pick_first warning:\n%s", out)
 	}
 }
+
+func TestCheckExplainsAmbiguity(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	retry := "    retryPolicy: {maxAttempts: 3, initialBackoff: 0.1s, maxBackoff: 1s, backoffMultiplier: 2, retryableStatusCodes: [UNAVAILABLE]}\n"
+	doc := "methodConfig:\n" +
+		"  - name: [{service: stagger.testing.v1.TestService, method: Put}]\n" + retry +
+		"  - name: [{service: stagger.testing.v1.TestService, method: Write}]\n" + retry
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := checkRun(t, file)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	put, write, ok := strings.Cut(out, "methodConfig[1]")
+	if !ok {
+		t.Fatalf("no methodConfig[1] in:\n%s", out)
+	}
+	if !strings.Contains(put, "after a reset (no status from the server): retried: the method is idempotent") {
+		t.Errorf("Put (IDEMPOTENT) is retried after a reset:\n%s", put)
+	}
+	if !strings.Contains(write, "after a reset (no status from the server): not retried (reason ambiguous)") {
+		t.Errorf("Write (not marked) is not retried after a reset:\n%s", write)
+	}
+}
