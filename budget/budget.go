@@ -65,6 +65,10 @@ type Attempt struct {
 	AfterTimeout bool
 	// Hedge: this attempt was a hedge, sent while an earlier one was running.
 	Hedge bool
+	// Admission: how a Deferrer let this attempt go after the budget had
+	// refused it (AdmitNone for every other attempt). A Gate paces its
+	// releases and probes by how these end.
+	Admission Admission
 }
 
 // Request asks for one more attempt.
@@ -88,8 +92,15 @@ type State struct {
 	Level float64
 	// Capacity is the largest Level can be.
 	Capacity float64
-	// Allowed and Refused count the Allow calls answered true and false.
+	// Allowed and Refused count the Allow calls answered true and false
+	// (a Gate asks again for each waiting retry: each asking counts).
 	Allowed, Refused uint64
+	// Waiting is the calls waiting in a Gate now; Deferred counts the
+	// retries that began to wait, DeferAdmitted those that then went,
+	// DeferGaveUp those that did not (deadline, cancellation, wait limit,
+	// too many waiting). Zero for a budget without deferral.
+	Waiting                              int
+	Deferred, DeferAdmitted, DeferGaveUp uint64
 	// At is when the snapshot was taken, on the budget's clock.
 	At time.Time
 }

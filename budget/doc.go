@@ -31,6 +31,26 @@
 // brought up to date when the budget is used: no goroutine, no timer, bounded
 // memory however long it runs.
 //
+// # Deferral
+//
+// A budget that only counts must starve a client riding out a restart to
+// protect against a thousand clients in a storm: one process cannot tell
+// them apart. Time can: a Gate (Deferring; New wraps the token bucket and
+// the ratio in one unless Settings.Defer says off, and the throttle only
+// when it says on, so that gRFC A6's retryThrottling refuses at once as A6
+// says) lets a retry the budget refused wait, within its call's deadline,
+// and go later: asked again of the budget while attempts fail; as a probe
+// when nothing else has reached the server for as long as the retry's
+// pause (a quiet process retries at its backoff's pace, slowed by every
+// failure; a busy one learns from its new calls' attempts instead); and,
+// once an attempt succeeds again, released a few at a time, at a pace that
+// grows with the successes the process sees. The interceptors find a
+// Deferrer by type assertion on the budget; a user's own Budget keeps
+// working as it is (refusals end the call) unless wrapped with Deferring.
+// Waiting calls are bounded per Gate (DeferSettings.MaxWaiting), and a call
+// without a deadline waits at most MaxWait. See Gate for the rules and their
+// constants.
+//
 // # Stagger's default budget
 //
 // Default (DefaultSettings) is a token bucket with the AWS costs and reward
@@ -44,7 +64,9 @@
 //
 // # Concurrency and zero values
 //
-// Every budget is safe for concurrent use. Throttle and TokenBucket keep
+// Every budget is safe for concurrent use. A Gate takes one mutex, and only
+// while calls wait: otherwise its Record costs one atomic load more than
+// its budget's. Throttle and TokenBucket keep
 // integer thousandths of a token in one atomic word and update it by
 // compare-and-swap; Ratio takes one mutex. Their zero values are not usable:
 // build them with NewThrottle, NewTokenBucket, NewRatio or New. In

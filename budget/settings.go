@@ -78,6 +78,9 @@ type Settings struct {
 	Throttle    ThrottleSettings
 	TokenBucket TokenBucketSettings
 	Ratio       RatioSettings
+	// Defer says whether refused retries wait (Gate): by default they do
+	// for the token bucket and the ratio, not for the throttle.
+	Defer DeferSettings
 }
 
 // String returns "none", "throttle", "token-bucket" or "ratio", the names
@@ -244,8 +247,14 @@ func (s RatioSettings) Validate() error {
 	return nil
 }
 
-// Validate checks the settings of s.Kind; the other kinds' fields are ignored.
+// Validate checks the settings of s.Kind and Defer; the other kinds' fields
+// are ignored.
 func (s Settings) Validate() error {
+	if s.Kind != KindNone {
+		if err := s.Defer.Validate(); err != nil {
+			return err
+		}
+	}
 	switch s.Kind {
 	case KindNone:
 		return nil
@@ -259,9 +268,24 @@ func (s Settings) Validate() error {
 	return &SettingsError{Field: "kind", Rule: "must be none, throttle, token-bucket or ratio", Value: s.Kind}
 }
 
-// New builds the budget s describes. KindNone returns (nil, nil): a nil
-// Budget means unlimited.
+// New builds the budget s describes, wrapped in a Gate when it defers
+// (s.Defer). KindNone returns (nil, nil): a nil Budget means unlimited.
 func New(s Settings, opts ...Option) (Budget, error) {
+	if err := s.Defer.Validate(); err != nil && s.Kind != KindNone {
+		return nil, err
+	}
+	b, err := newKind(s, opts)
+	if err != nil || b == nil || !s.Defer.on(s.Kind) {
+		return b, err
+	}
+	g, err := Deferring(b, s.Defer, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func newKind(s Settings, opts []Option) (Budget, error) {
 	switch s.Kind {
 	case KindNone:
 		return nil, nil

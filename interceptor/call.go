@@ -214,6 +214,13 @@ type call struct {
 	prev  time.Duration
 	// afterTimeout: the running attempt follows one cut off by perAttempt.
 	afterTimeout bool
+	// deferReq is the retry the budget refused, set while the call is to
+	// wait for it (pause waits through the budget's Deferrer); admission is
+	// how the running attempt was let go after such a wait, for the budget
+	// to hear when it ends; deferred is how long the call has waited.
+	deferReq  *budget.Request
+	admission budget.Admission
+	deferred  time.Duration
 	// reason is why the loop stopped.
 	reason policy.Reason
 	// fileOpts are the file's call options for the method (waitForReady,
@@ -517,10 +524,12 @@ func wireAmbiguous(trailer metadata.MD, committed bool) bool {
 // attempt in the budget, asks the budget before a retry, and reports the
 // retry or the give-up to the hooks and the logger.
 func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
+	admission := c.admission
+	c.admission = budget.AdmitNone
 	if err == nil {
 		// Decide's answer for a success is fixed: record it, stop.
 		if c.budget != nil {
-			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout})
+			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout, Admission: admission})
 		}
 		c.reason = policy.ReasonSuccess
 		return false, 0
@@ -530,6 +539,10 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		c.reason = policy.ReasonAttempts
 		return false, 0
 	}
+	// The admission order of a retry: Decide (the caller's deadline
+	// included: no pause that outlasts it), then the budget, then the wait
+	// (a budget that defers). A circuit breaker, when there is one, goes
+	// between the deadline and the budget.
 	a := policy.Attempt{
 		Number:    c.attempt,
 		Err:       err,
@@ -547,19 +560,31 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	a.U = c.o.random.Float64()
 	v := c.pol.Decide(&a)
 	if c.budget != nil {
-		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout})
-	}
-	if v.Retry && c.budget != nil && !c.budget.Allow(budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut}) {
-		v.Retry, v.Reason = false, policy.ReasonBudget
+		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission})
 	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
+	if v.Retry && c.budget != nil {
+		req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut}
+		if !c.budget.Allow(req) {
+			if _, ok := c.budget.(budget.Deferrer); ok {
+				// Wait in pause, through the Deferrer.
+				c.deferReq = &req
+				e.Kind = EventDeferred
+			} else {
+				v.Retry, v.Reason = false, policy.ReasonBudget
+				e.Reason = v.Reason
+			}
+		}
+	}
 	if !v.Retry {
 		c.reason = v.Reason
 		e.Kind, e.Pause = EventGiveUp, 0
 		c.o.emit(callCtx, e)
 		return false, 0
 	}
-	e.Kind = EventRetry
+	if e.Kind == 0 {
+		e.Kind = EventRetry
+	}
 	c.o.emit(callCtx, e)
 	if v.Pushback {
 		// gRFC A6: the backoff sequence restarts after a pushback.
@@ -577,6 +602,9 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 // error (Decide never chooses a pause that outlasts the deadline, so this is
 // the rare timer that fired late).
 func (c *call) pause(callCtx context.Context, d time.Duration, last error) error {
+	if c.deferReq != nil {
+		return c.waitDeferred(callCtx, d, last)
+	}
 	if d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -598,6 +626,41 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 		c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Reason: policy.ReasonDeadline})
 		return c.finish(last)
 	}
+}
+
+// waitDeferred is pause for a retry the budget refused: it waits, through
+// the budget's Deferrer, for an admission no sooner than d. It returns nil
+// when admitted (the next attempt tells the budget how it was let go), or
+// the call's final error: CANCELED when the caller cancelled; last, reason
+// deferred, when no retry could start before the deadline or a call without
+// one waited the limit; last, reason budget, when too many calls wait.
+func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
+	req := *c.deferReq
+	c.deferReq = nil
+	start := time.Now()
+	adm, err := c.budget.(budget.Deferrer).Wait(callCtx, req, d)
+	waited := time.Since(start)
+	c.deferred += waited
+	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
+	if err == nil {
+		c.admission = adm
+		e.Kind = EventRetry
+		c.o.emit(callCtx, e)
+		return nil
+	}
+	e.Kind = EventGiveUp
+	switch {
+	case errors.Is(callCtx.Err(), context.Canceled):
+		last = status.Error(codes.Canceled, context.Canceled.Error())
+		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
+	case errors.Is(err, budget.ErrTooManyWaiting):
+		e.Reason = policy.ReasonBudget
+	default:
+		e.Reason = policy.ReasonDeferred
+	}
+	c.reason = e.Reason
+	c.o.emit(callCtx, e)
+	return c.finish(last)
 }
 
 // finish returns the call's final error: nil, err itself when stagger did not

@@ -8,9 +8,21 @@
 // attempts (the first included: 3 attempts are 2 retries). After each failed
 // attempt, policy.Policy.Decide says whether to retry and after what pause;
 // the interceptor adds what Decide cannot know: the retry budget (recorded
-// after every attempt, asked before every retry; a refusal ends the call with
-// the last error, reason "budget") and the pause itself, which ends at once
-// when the caller cancels (the call then returns CANCELED). Decide never
+// after every attempt, asked before every retry) and the pause itself, which
+// ends at once when the caller cancels (the call then returns CANCELED).
+//
+// The admission order of every retry: the caller's deadline (Decide: no
+// pause that outlasts it), then the budget, then the wait. When the budget
+// refuses and it is a budget.Deferrer (stagger's token bucket and ratio, the
+// default budget among them), the call waits for a later admission instead
+// of ending (EventDeferred; see budget.Gate): no sooner than its pause, no
+// later than a millisecond before its deadline (a call without one waits at
+// most the budget's MaxWait), on the caller's goroutine; it then retries
+// (EventRetry with how long it waited and what admitted it) or ends with the
+// last attempt's status, reason "deferred" (reason "budget" when too many
+// calls wait already; CANCELED when the caller cancels). A budget that is
+// not a Deferrer (the gRFC A6 throttle, a user's own) ends the call at once,
+// reason "budget". Hedges are never deferred: a refused hedge is not sent. Decide never
 // chooses a pause that outlasts the caller's deadline: the call returns the
 // last attempt's real status at once instead.
 //

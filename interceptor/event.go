@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 )
@@ -33,12 +34,18 @@ const (
 	// EventHedgeWon: attempt Attempt of a call that sent hedges succeeded;
 	// the others were cancelled.
 	EventHedgeWon
+	// EventDeferred: an attempt failed, the policy would retry it, and the
+	// budget refused the retry now: the call waits for a later admission
+	// (budget.Deferrer), no sooner than Pause. An EventRetry (with Deferred
+	// and Admission set) or an EventGiveUp (reason deferred, caller or
+	// budget) follows.
+	EventDeferred
 )
 
-var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won"}
+var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred"}
 
-// String returns "retry", "give up", "notice", "hedge", "hedge stop" or
-// "hedge won".
+// String returns "retry", "give up", "notice", "hedge", "hedge stop",
+// "hedge won" or "deferred".
 func (k EventKind) String() string {
 	if int(k) < len(eventKindNames) && k > 0 {
 		return eventKindNames[k]
@@ -63,6 +70,11 @@ type Event struct {
 	// Reason: why the call gives up (EventGiveUp), or what was not applied
 	// (EventNotice); ReasonNone for EventRetry.
 	Reason policy.Reason
+	// Deferred is how long the call waited for the budget before this
+	// retry (EventRetry) or before giving up (EventGiveUp); Admission says
+	// what let the retry go (budget.AdmitBudget, AdmitRelease, AdmitProbe).
+	Deferred  time.Duration
+	Admission budget.Admission
 	// Hedging: the event comes from a method whose policy hedges (the three
 	// hedge kinds, and a give-up or a notice of such a method: a notice then
 	// says hedging was not applied).
@@ -98,12 +110,21 @@ func (o *options) emit(ctx context.Context, e Event) {
 		}
 	case EventHedgeWon:
 		msg = "stagger: hedge won"
+	case EventDeferred:
+		msg = "stagger: retry deferred by the budget"
 	}
-	o.logger.Log(ctx, level, msg,
+	if e.Kind == EventGiveUp && (e.Reason == policy.ReasonDeferred || e.Reason == policy.ReasonBudget) {
+		level = logging.LevelWarn
+	}
+	fields := []any{
 		"grpc.method", e.Method,
 		"stagger.attempt", e.Attempt,
 		"grpc.code", e.Code.String(),
 		"stagger.pause", e.Pause,
 		"stagger.reason", e.Reason.String(),
-	)
+	}
+	if e.Deferred > 0 || e.Admission != budget.AdmitNone {
+		fields = append(fields, "stagger.deferred", e.Deferred, "stagger.admission", e.Admission.String())
+	}
+	o.logger.Log(ctx, level, msg, fields...)
 }

@@ -157,9 +157,13 @@ const (
 	// safe to repeat (not idempotent, no idempotency key): a retry could run
 	// it twice (Attempt.Ambiguous).
 	ReasonAmbiguous
+	// ReasonDeferred: the budget refused the retry, and the call waited for
+	// a later admission (budget.Deferrer) until no retry could start before
+	// its deadline, or until the wait limit of a call without one.
+	ReasonDeferred
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {

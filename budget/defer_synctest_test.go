@@ -1,0 +1,76 @@
+//go:build go1.25
+
+// synctest needs the Go 1.23 timer channels, and go.mod says go 1.22.
+//
+//go:debug asynctimerchan=0
+
+package budget
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestGateWaitEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := Deferring(&switchBudget{}, DeferSettings{MaxWait: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Keep a probe out, so nothing admits the waits below.
+		w, _ := g.Enter(retry2, 0)
+		if a, _ := w.Poll(); a != AdmitProbe {
+			t.Fatalf("first Poll = %v, want a probe", a)
+		}
+		w.Leave()
+
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := g.Wait(ctx, retry2, 0); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait past the deadline: %v", err)
+		}
+		if d := time.Since(start); d != time.Second-waitSlack {
+			t.Fatalf("Wait returned after %v, want %v (the deadline less the slack)", d, time.Second-waitSlack)
+		}
+
+		start = time.Now()
+		if _, err := g.Wait(context.Background(), retry2, 0); !errors.Is(err, ErrWaitLimit) {
+			t.Fatalf("Wait without a deadline: %v", err)
+		}
+		if d := time.Since(start); d != 3*time.Second {
+			t.Fatalf("Wait returned after %v, want MaxWait", d)
+		}
+
+		ctx, cancel = context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		start = time.Now()
+		if _, err := g.Wait(ctx, retry2, 0); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait cancelled: %v", err)
+		}
+		if d := time.Since(start); d != 50*time.Millisecond {
+			t.Fatalf("Wait returned %v after the cancel", d-50*time.Millisecond)
+		}
+
+		// News wakes a waiter: the probe's success brings releases.
+		done := make(chan Admission)
+		go func() {
+			a, _ := g.Wait(context.Background(), retry2, 0)
+			done <- a
+		}()
+		synctest.Wait()
+		g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
+		for range 3 {
+			g.Record(Attempt{Number: 1, Outcome: Success})
+		}
+		if a := <-done; a != AdmitRelease {
+			t.Fatalf("Wait = %v, want a release", a)
+		}
+		if st := g.State(); st.Waiting != 0 {
+			t.Fatalf("%d still waiting", st.Waiting)
+		}
+	})
+}

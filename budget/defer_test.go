@@ -1,0 +1,220 @@
+package budget
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// manualClock is a clock the test moves by hand.
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// switchBudget admits when open is set; it records nothing.
+type switchBudget struct{ open atomic.Bool }
+
+func (b *switchBudget) Record(Attempt)     {}
+func (b *switchBudget) Allow(Request) bool { return b.open.Load() }
+func (b *switchBudget) State() State       { return State{Kind: "switch"} }
+func newGate(t *testing.T, b Budget, s DeferSettings, clk *manualClock) *Gate {
+	t.Helper()
+	g, err := Deferring(b, s, WithClock(clk.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+var retry2 = Request{Number: 2}
+
+func poll(t *testing.T, w *Waiter, want Admission) time.Time {
+	t.Helper()
+	got, next := w.Poll()
+	if got != want {
+		t.Fatalf("Poll = %v, want %v", got, want)
+	}
+	return next
+}
+
+func TestGateProbesWhenQuiet(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	const pause = 100 * time.Millisecond
+	w, err := g.Enter(retry2, pause)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	// Never sooner than its pause.
+	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(pause)) {
+		t.Fatalf("next = %v, want the end of the pause", next.Sub(t0))
+	}
+	// Another call's attempt failed at 60ms: fresher evidence than the
+	// retry would bring, and more evidence that the server is down: the
+	// quiet time doubles (200ms) from it.
+	clk.advance(60 * time.Millisecond)
+	g.Record(Attempt{Number: 1, Outcome: Failure})
+	clk.advance(40 * time.Millisecond)
+	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(260 * time.Millisecond)) {
+		t.Fatalf("next = %v, want 260ms", next.Sub(t0))
+	}
+	clk.advance(160 * time.Millisecond)
+	poll(t, w, AdmitProbe)
+
+	// One probe out at a time.
+	w2, err := g.Enter(retry2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Leave()
+	clk.advance(time.Second)
+	if next := poll(t, w2, AdmitNone); !next.IsZero() {
+		t.Fatalf("with a probe out, next = %v, want none (news only)", next)
+	}
+	// The probe failed: the quiet time doubles again (400ms).
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
+	if next := poll(t, w2, AdmitNone); !next.Equal(clk.Now().Add(400 * time.Millisecond)) {
+		t.Fatalf("after a failed probe, next = %v from now, want 400ms", next.Sub(clk.Now()))
+	}
+	clk.advance(400 * time.Millisecond)
+	poll(t, w2, AdmitProbe)
+}
+
+func TestGateReleasesAfterRecovery(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	var ws []*Waiter
+	for range 4 {
+		w, err := g.Enter(retry2, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	defer func() {
+		for _, w := range ws {
+			w.Leave()
+		}
+	}()
+	// A probe goes out (nothing else reached the server for a pause); it
+	// succeeds: the server is back, and the first release comes at once.
+	clk.advance(time.Second)
+	poll(t, ws[0], AdmitProbe)
+	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
+	poll(t, ws[1], AdmitRelease)
+	// The next: releasePerSecond (2/s) accrue credits, 500ms for one...
+	if next := poll(t, ws[2], AdmitNone); !next.Equal(clk.Now().Add(500 * time.Millisecond)) {
+		t.Fatalf("next = %v from now, want 500ms", next.Sub(clk.Now()))
+	}
+	// ...and every success adds gain: 0.125 after the probe's success.
+	for range 4 {
+		g.Record(Attempt{Number: 1, Outcome: Success})
+	}
+	clk.advance(250 * time.Millisecond)
+	poll(t, ws[2], AdmitRelease) // 0.5 from successes, 0.5 from time
+	// A released retry that fails: the server may not take them all; back
+	// to probing, and the gain halves.
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitRelease})
+	clk.advance(10 * time.Second)
+	poll(t, ws[3], AdmitProbe)
+	if st := g.State(); st.Waiting != 4 || st.Deferred != 4 || st.DeferAdmitted != 4 {
+		t.Fatalf("State = %+v, want 4 waiting, 4 deferred, 4 admitted", st)
+	}
+}
+
+func TestGateAsksTheBudgetFirst(t *testing.T) {
+	clk := &manualClock{now: t0}
+	sb := &switchBudget{}
+	g := newGate(t, sb, DeferSettings{}, clk)
+	w, err := g.Enter(retry2, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	sb.open.Store(true)
+	poll(t, w, AdmitNone) // the pause first
+	clk.advance(10 * time.Millisecond)
+	poll(t, w, AdmitBudget)
+}
+
+func TestGateBoundsTheWaiting(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := newGate(t, &switchBudget{}, DeferSettings{MaxWaiting: 2}, clk)
+	a, _ := g.Enter(retry2, 0)
+	b, _ := g.Enter(retry2, 0)
+	if _, err := g.Enter(retry2, 0); !errors.Is(err, ErrTooManyWaiting) {
+		t.Fatalf("third Enter: %v, want ErrTooManyWaiting", err)
+	}
+	a.Leave()
+	a.Leave() // twice is harmless
+	c, err := g.Enter(retry2, 0)
+	if err != nil {
+		t.Fatalf("Enter after a Leave: %v", err)
+	}
+	b.Leave()
+	c.Leave()
+	if st := g.State(); st.Waiting != 0 || st.DeferGaveUp != 1 {
+		t.Fatalf("State = %+v, want none waiting, 1 given up", st)
+	}
+}
+
+func TestGateRecordCostsNothingWhenNobodyWaits(t *testing.T) {
+	g, err := Deferring(&switchBudget{}, DeferSettings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		g.Record(Attempt{Number: 1, Outcome: Success})
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}); n != 0 {
+		t.Fatalf("Record allocates %v times", n)
+	}
+}
+
+func TestNewDefers(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		s    Settings
+		want bool
+	}{
+		{"token bucket defers", Settings{Kind: KindTokenBucket}, true},
+		{"ratio defers", Settings{Kind: KindRatio}, true},
+		{"throttle refuses at once (gRFC A6)", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1}}, false},
+		{"throttle that opts in", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1}, Defer: DeferSettings{Mode: DeferOn}}, true},
+		{"token bucket that opts out", Settings{Kind: KindTokenBucket, Defer: DeferSettings{Mode: DeferOff}}, false},
+		{"the default budget", DefaultSettings(), true},
+	} {
+		b, err := New(tt.s)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if _, ok := b.(Deferrer); ok != tt.want {
+			t.Errorf("%s: a Deferrer = %v, want %v", tt.name, ok, tt.want)
+		}
+	}
+	for _, s := range []DeferSettings{{Mode: 9}, {MaxWaiting: -1}, {MaxWaiting: 2e6}, {MaxWait: time.Microsecond}, {MaxWait: 2 * time.Hour}} {
+		var se *SettingsError
+		if _, err := New(Settings{Kind: KindTokenBucket, Defer: s}); !errors.As(err, &se) {
+			t.Errorf("New with %+v: %v, want a *SettingsError", s, err)
+		}
+	}
+	if _, err := Deferring(nil, DeferSettings{}); err == nil {
+		t.Error("Deferring(nil) did not fail")
+	}
+}
