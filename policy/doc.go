@@ -74,8 +74,12 @@
 // it the same way, also taking .yaml and .yml files as YAML. Keys may be
 // written in lowerCamelCase or as proto field names (max_attempts). Among
 // stagger's extensions: a retryBudget (tokenBucket or ratio) in place of
-// retryThrottling, a retryPolicy's jitter, a method's idempotent, durations
-// written the Go way ("100ms") and status codes in lower case.
+// retryThrottling, a budget's "defer" (true, false, or {"maxWaiting": n,
+// "maxWait": "10s"}: whether retries the budget refuses wait for a later
+// admission, see budget.Gate; a retryBudget defers unless it says false,
+// retryThrottling refuses at once as gRFC A6 says unless it says true), a
+// retryPolicy's jitter, a method's idempotent, durations written the Go way
+// ("100ms") and status codes in lower case.
 //
 // Parsing never panics and does not stop at the first mistake: the error
 // joins (errors.Join) one *FieldError per broken rule, each naming the path

@@ -793,9 +793,10 @@ func (w *walker) hedgingPolicy(n *node, path string) *Hedging {
 
 func (w *walker) throttle(n *node, path string, c *Config) {
 	c.budgetPath = path
-	if !w.object(n, path, "maxTokens", "tokenRatio") {
+	if !w.object(n, path, "maxTokens", "tokenRatio", "defer") {
 		return
 	}
+	def, defOK := w.deferSettings(n, path)
 	var s budget.ThrottleSettings
 	okAll := true
 	if v := get(n, "maxTokens"); v == nil {
@@ -827,8 +828,8 @@ func (w *walker) throttle(n *node, path string, c *Config) {
 		}
 		s.TokenRatio = t
 	}
-	if okAll {
-		c.budgetSettings = budget.Settings{Kind: budget.KindThrottle, Throttle: s}
+	if okAll && defOK {
+		c.budgetSettings = budget.Settings{Kind: budget.KindThrottle, Throttle: s, Defer: def}
 	}
 }
 
@@ -849,7 +850,11 @@ func truncate3(f float64) float64 {
 
 func (w *walker) retryBudget(n *node, path string, c *Config) {
 	c.budgetPath = path
-	if !w.object(n, path, "tokenBucket", "ratio") {
+	if !w.object(n, path, "tokenBucket", "ratio", "defer") {
+		return
+	}
+	def, defOK := w.deferSettings(n, path)
+	if !defOK {
 		return
 	}
 	tb, ra := get(n, "tokenBucket"), get(n, "ratio")
@@ -868,7 +873,7 @@ func (w *walker) retryBudget(n *node, path string, c *Config) {
 			RetryCost:        w.optNumber(tb, p, "retryCost"),
 			TimeoutRetryCost: w.optNumber(tb, p, "timeoutRetryCost"),
 			SuccessReward:    w.optNumber(tb, p, "successReward"),
-		}}
+		}, Defer: def}
 		w.budgetSettings(s, p, before, c)
 	case ra != nil:
 		p := join(path, "ratio")
@@ -884,11 +889,65 @@ func (w *walker) retryBudget(n *node, path string, c *Config) {
 			Percent:             w.optNumber(ra, p, "percent"),
 			Window:              window,
 			MinRetriesPerSecond: w.optNumber(ra, p, "minRetriesPerSecond"),
-		}}
+		}, Defer: def}
 		w.budgetSettings(s, p, before, c)
 	default:
 		w.fail(path, "must hold tokenBucket or ratio", shownValue("neither"))
 	}
+}
+
+// deferSettings reads the budget's optional "defer" (a stagger extension):
+// true or false, or an object {"maxWaiting": n, "maxWait": "10s"}, which
+// means true. Absent: the kind's default (budget.DeferAuto).
+func (w *walker) deferSettings(n *node, path string) (budget.DeferSettings, bool) {
+	var d budget.DeferSettings
+	v := get(n, "defer")
+	if v == nil {
+		return d, true
+	}
+	p := join(path, "defer")
+	switch v.kind {
+	case nodeBool:
+		d.Mode = budget.DeferOff
+		if v.b {
+			d.Mode = budget.DeferOn
+		}
+		return d, true
+	case nodeObject:
+	default:
+		w.wrongKind(p, `must be true, false or an object {"maxWaiting": n, "maxWait": "10s"}`, v)
+		return d, false
+	}
+	if !w.object(v, p, "maxWaiting", "maxWait") {
+		return d, false
+	}
+	d.Mode = budget.DeferOn
+	ok := true
+	if m := get(v, "maxWaiting"); m != nil {
+		i, iok := w.integer(m, join(p, "maxWaiting"))
+		switch {
+		case !iok:
+			ok = false
+		case i < 1 || i > 1e6:
+			w.fail(join(p, "maxWaiting"), "must be in [1, 1e6]", json.Number(m.s))
+			ok = false
+		default:
+			d.MaxWaiting = int(i)
+		}
+	}
+	if m := get(v, "maxWait"); m != nil {
+		dur, dok := w.duration(m, join(p, "maxWait"))
+		switch {
+		case !dok:
+			ok = false
+		case dur < time.Millisecond || dur > time.Hour:
+			w.fail(join(p, "maxWait"), "must be in [1ms, 1h]", m.s)
+			ok = false
+		default:
+			d.MaxWait = dur
+		}
+	}
+	return d, ok
 }
 
 // optNumber reads an optional number; 0 (or absent) takes the budget's

@@ -178,6 +178,11 @@ func TestParseErrors(t *testing.T) {
 			`policy: retryBudget.ratio.window: must be in [10ms, 1h], got "1ms"`},
 		{"token bucket cost above capacity", `{"retryBudget":{"tokenBucket":{"capacity":4}}}`,
 			`policy: retryBudget.tokenBucket.retryCost: must be in (0, capacity 4] and at least 0.001, got 5`},
+		{"defer of the wrong kind", `{"retryBudget":{"ratio":{},"defer":"yes"}}`,
+			`policy: retryBudget.defer: must be true, false or an object {"maxWaiting": n, "maxWait": "10s"}, got "yes"`},
+		{"defer bounds", `{"retryThrottling":{"maxTokens":10,"tokenRatio":1,"defer":{"maxWaiting":0,"maxWait":"2h"}}}`,
+			"policy: retryThrottling.defer.maxWaiting: must be in [1, 1e6], got 0\n" +
+				`policy: retryThrottling.defer.maxWait: must be in [1ms, 1h], got "2h"`},
 		{"yaml", "methodConfig:\n  - name: [{service: a.S}]\n    hedgingPolicy: {maxAttempts: 0}\n",
 			`policy: methodConfig[0].hedgingPolicy.maxAttempts: must be at least 2, got 0`},
 		{"hedging negative delay", `{"methodConfig":[{"name":[{"service":"a.S"}],"hedgingPolicy":{"maxAttempts":2,"hedgingDelay":"-1s"}}]}`,
@@ -346,6 +351,27 @@ func TestConfigMethodDoesNotAllocate(t *testing.T) {
 	for _, m := range []string{"/a.S/M", "/b.S/M", "x"} {
 		if n := testing.AllocsPerRun(100, func() { c.Method(m) }); n != 0 {
 			t.Errorf("Method(%q) allocates %v times", m, n)
+		}
+	}
+}
+
+func TestParseDefer(t *testing.T) {
+	for _, tt := range []struct {
+		doc  string
+		want budget.DeferSettings
+	}{
+		{`{"retryBudget":{"ratio":{}}}`, budget.DeferSettings{}},
+		{`{"retryBudget":{"ratio":{},"defer":false}}`, budget.DeferSettings{Mode: budget.DeferOff}},
+		{`{"retryThrottling":{"maxTokens":10,"tokenRatio":1,"defer":true}}`, budget.DeferSettings{Mode: budget.DeferOn}},
+		{`{"retryBudget":{"tokenBucket":{},"defer":{"maxWaiting":64,"maxWait":"5s"}}}`, budget.DeferSettings{Mode: budget.DeferOn, MaxWaiting: 64, MaxWait: 5 * time.Second}},
+		{"retryBudget:\n  tokenBucket: {}\n  defer: {max_wait: 250ms}\n", budget.DeferSettings{Mode: budget.DeferOn, MaxWait: 250 * time.Millisecond}},
+	} {
+		c, err := ParseConfig([]byte(tt.doc))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.doc, err)
+		}
+		if got := c.BudgetSettings().Defer; got != tt.want {
+			t.Errorf("%s: Defer = %+v, want %+v", tt.doc, got, tt.want)
 		}
 	}
 }
