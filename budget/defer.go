@@ -130,20 +130,20 @@ var (
 
 // Release pacing, once the server is back (the first success after
 // failures): a release credit lets one waiting retry go. Credits accrue at
-// releasePerSecond, and by gain with every success the process records;
-// gain starts at releaseGainStart, doubles with every deferred retry that
-// succeeds, up to releaseGainMax, and halves (not below the start) with
+// ReleasePerSecond, and by gain with every success the process records;
+// gain starts at ReleaseGainStart, doubles with every deferred retry that
+// succeeds, up to ReleaseGainMax, and halves (not below the start) with
 // every released retry that fails, while the credits drop to nothing: TCP's
 // slow start, counted in the process's own successes, so that released
 // retries stay a bounded share of the traffic the server is seen to take.
 // Credits never exceed one, so releases come one at a time, never in a
 // burst; the first comes at once.
 const (
-	releasePerSecond = 2.0
-	releaseGainStart = 0.0625
-	releaseGainMax   = 0.25
-	// probeGapMax bounds the quiet time a probe needs.
-	probeGapMax = 30 * time.Second
+	ReleasePerSecond = 2.0
+	ReleaseGainStart = 0.0625
+	ReleaseGainMax   = 0.25
+	// ProbeGapMax bounds the quiet time a probe needs.
+	ProbeGapMax = 30 * time.Second
 	// waitSlack: no retry starts with less than this before the deadline.
 	waitSlack = time.Millisecond
 )
@@ -156,7 +156,7 @@ const (
 //  1. while attempts fail: the budget's own Allow (its tokens or ratio
 //     recovered);
 //  2. once the server is back (the last attempt that reached it
-//     succeeded): a release credit, paced as releasePerSecond says: the
+//     succeeded): a release credit, paced as ReleasePerSecond says: the
 //     first at once, then a few per second and a growing share of the
 //     process's successes, one at a time;
 //  3. while attempts fail: a probe, when no attempt reached the server
@@ -212,7 +212,7 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 		return nil, err
 	}
 	o := buildOptions(opts)
-	return &Gate{b: b, s: s.WithDefaults(), now: o.now, gain: releaseGainStart, changed: make(chan struct{})}, nil
+	return &Gate{b: b, s: s.WithDefaults(), now: o.now, gain: ReleaseGainStart, changed: make(chan struct{})}, nil
 }
 
 // Unwrap returns the budget the gate wraps.
@@ -244,19 +244,19 @@ func (g *Gate) Record(a Attempt) {
 		g.lastReached = now
 		if g.failing {
 			// The server is back: release the first at once, then slowly.
-			g.failing, g.gain, g.probeGap = false, releaseGainStart, 0
+			g.failing, g.gain, g.probeGap = false, ReleaseGainStart, 0
 			g.credits, g.creditAt = 1, now
 		}
 		if a.Admission != AdmitNone {
-			g.gain = math.Min(2*g.gain, releaseGainMax)
+			g.gain = math.Min(2*g.gain, ReleaseGainMax)
 		}
 		g.accrueLocked(now, g.gain)
 	case Failure:
 		g.lastReached = now
 		g.failing = true
-		g.probeGap = min(2*g.probeGap, probeGapMax)
+		g.probeGap = min(2*g.probeGap, ProbeGapMax)
 		if a.Admission == AdmitRelease || a.Admission == AdmitBudget {
-			g.gain = math.Max(g.gain/2, releaseGainStart)
+			g.gain = math.Max(g.gain/2, ReleaseGainStart)
 		}
 	}
 	g.notifyLocked()
@@ -266,7 +266,7 @@ func (g *Gate) Record(a Attempt) {
 // one is kept.
 func (g *Gate) accrueLocked(now time.Time, extra float64) {
 	if d := now.Sub(g.creditAt); d > 0 {
-		g.credits += releasePerSecond * d.Seconds()
+		g.credits += ReleasePerSecond * d.Seconds()
 	}
 	g.creditAt = now
 	g.credits = math.Min(g.credits+extra, 1)
@@ -311,7 +311,7 @@ func (g *Gate) Enter(r Request, pause time.Duration) (*Waiter, error) {
 	}
 	if g.nWaiting == 0 && g.succeeded.Swap(false) {
 		// Successes since the last wait: the last outage's state is stale.
-		g.gain, g.probeGap = releaseGainStart, 0
+		g.gain, g.probeGap = ReleaseGainStart, 0
 	}
 	g.nWaiting++
 	g.waiting.Store(int32(g.nWaiting))
@@ -359,7 +359,7 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 			return AdmitRelease, time.Time{}
 		}
 		// Rounded up, and at least a millisecond: a wait of 0 would spin.
-		d := time.Duration(math.Ceil((1 - g.credits) / releasePerSecond * float64(time.Second)))
+		d := time.Duration(math.Ceil((1 - g.credits) / ReleasePerSecond * float64(time.Second)))
 		return AdmitNone, now.Add(max(d, time.Millisecond))
 	}
 	if g.probesOut > 0 {

@@ -118,7 +118,7 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	poll(t, ws[0], AdmitProbe)
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
 	poll(t, ws[1], AdmitRelease)
-	// The next: releasePerSecond (2/s) accrue credits, 500ms for one...
+	// The next: ReleasePerSecond (2/s) accrue credits, 500ms for one...
 	if next := poll(t, ws[2], AdmitNone); !next.Equal(clk.Now().Add(500 * time.Millisecond)) {
 		t.Fatalf("next = %v from now, want 500ms", next.Sub(clk.Now()))
 	}

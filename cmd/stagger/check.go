@@ -85,6 +85,9 @@ type checkBudget struct {
 	Amplification float64 `json:"amplification"`
 	Burst         float64 `json:"burst,omitempty"`
 	Explanation   string  `json:"explanation"`
+	// Deferral says what happens to a retry the budget refuses, during an
+	// outage and after it.
+	Deferral string `json:"deferral,omitempty"`
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
@@ -166,6 +169,7 @@ func checkFile(file string, opts ...policy.ParseOption) checkReport {
 		rep.Warnings = append(rep.Warnings, methodWarnings(cfg, e, m)...)
 	}
 	rep.Budget = explainBudget(cfg.BudgetSettings(), maxAttempts)
+	rep.Budget.Deferral = explainDeferral(cfg.BudgetSettings())
 	return rep
 }
 
@@ -430,6 +434,31 @@ func entryIdempotent(e policy.Entry) bool {
 	return true
 }
 
+// explainDeferral says what a refused retry does under s (budget.Gate).
+func explainDeferral(s budget.Settings) string {
+	if s.Kind == budget.KindNone {
+		return "no budget: nothing is refused (stagger.DialOptions installs the default budget, whose refused retries wait as a retryBudget's do)"
+	}
+	b, err := budget.New(s)
+	if err != nil {
+		return ""
+	}
+	g, ok := b.(*budget.Gate)
+	if !ok {
+		out := "a retry the budget refuses ends its call at once (reason budget)"
+		if s.Kind == budget.KindThrottle {
+			out += `, as gRFC A6 says; "defer": true makes refused retries wait for the server to come back instead`
+		}
+		return out
+	}
+	d := g.Settings()
+	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), then goes: "+
+		"during an outage, as a probe, one at a time, only when no attempt has reached the server for as long as the retry's pause (that quiet time doubles with every failure, up to %v), or when the budget admits it; "+
+		"once an attempt succeeds again, released one at a time: the first at once, then %v per second plus %v of each success, growing to %v while released retries succeed; "+
+		`a call that finds no admission before its deadline ends with its last status (reason deferred). "defer": false ends refused calls at once`,
+		d.MaxWaiting, d.MaxWait, budget.ProbeGapMax, budget.ReleasePerSecond, budget.ReleaseGainStart, budget.ReleaseGainMax)
+}
+
 // explainBudget works out the most attempts per call the budget lets
 // through once a total outage has drained it (every attempt fails).
 func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
@@ -513,6 +542,9 @@ func writeCheckText(w io.Writer, rep checkReport) {
 	if rep.Budget != nil {
 		fmt.Fprintf(w, "\nbudget: %s: %s\n", rep.Budget.Kind, rep.Budget.Settings)
 		fmt.Fprintf(w, "  worst-case load amplification: %.2fx (%s)\n", rep.Budget.Amplification, rep.Budget.Explanation)
+		if rep.Budget.Deferral != "" {
+			fmt.Fprintf(w, "  refused retries: %s\n", rep.Budget.Deferral)
+		}
 	}
 	if len(rep.Warnings) > 0 {
 		fmt.Fprintf(w, "\nwarnings:\n")

@@ -258,3 +258,23 @@ func TestCheckExplainsAmbiguity(t *testing.T) {
 		t.Errorf("Write (not marked) is not retried after a reset:\n%s", write)
 	}
 }
+
+func TestCheckExplainsDeferral(t *testing.T) {
+	for _, tt := range []struct {
+		budget, want string
+	}{
+		{`"retryBudget": {"tokenBucket": {}}`, "refused retries: a retry the budget refuses waits instead of failing (at most 1024 calls at once"},
+		{`"retryBudget": {"tokenBucket": {}, "defer": {"maxWaiting": 7}}`, "(at most 7 calls at once"},
+		{`"retryBudget": {"ratio": {}, "defer": false}`, "refused retries: a retry the budget refuses ends its call at once (reason budget)\n"},
+		{`"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}`, `as gRFC A6 says; "defer": true makes refused retries wait`},
+	} {
+		file := filepath.Join(t.TempDir(), "p.json")
+		if err := os.WriteFile(file, []byte(`{`+tt.budget+`}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, _ := checkRun(t, file)
+		if code != 0 || !strings.Contains(out, tt.want) {
+			t.Errorf("%s: exit %d, output:\n%s\nwant it to contain %q", tt.budget, code, out, tt.want)
+		}
+	}
+}
