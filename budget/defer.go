@@ -137,11 +137,11 @@ var (
 // slow start, counted in the process's own successes, so that released
 // retries stay a bounded share of the traffic the server is seen to take.
 // Credits never exceed one, so releases come one at a time, never in a
-// burst; the first comes at once.
+// burst.
 const (
-	ReleasePerSecond = 2.0
-	ReleaseGainStart = 0.0625
-	ReleaseGainMax   = 0.25
+	ReleasePerSecond = 1.5
+	ReleaseGainStart = 1.0 / 16
+	ReleaseGainMax   = 3.0 / 16
 	// ProbeGapMax bounds the quiet time a probe needs.
 	ProbeGapMax = 30 * time.Second
 	// waitSlack: no retry starts with less than this before the deadline.
@@ -153,21 +153,18 @@ const (
 // these admits it, asked in this order every time the gate learns something
 // (an attempt recorded) and when a probe falls due:
 //
-//  1. while attempts fail: the budget's own Allow (its tokens or ratio
-//     recovered);
+//  1. while attempts fail, one deferred retry at a time, when no attempt
+//     reached the server (recorded a success or a failure) for as long as
+//     the quiet time: paid for by the budget when its Allow admits it now
+//     (AdmitBudget), else as a probe (AdmitProbe). Fresher evidence than the
+//     retry would bring keeps coming from other calls' attempts, so it
+//     waits; a process with no other traffic probes at its backoff's pace.
+//     The quiet time starts at the retry's own pause and doubles with every
+//     deferred retry that fails, up to 30s; a success resets it;
 //  2. once the server is back (the last attempt that reached it
-//     succeeded): a release credit, paced as ReleasePerSecond says: the
-//     first at once, then a few per second and a growing share of the
-//     process's successes, one at a time;
-//  3. while attempts fail: a probe, when no attempt reached the server
-//     (recorded a success or a failure) for as long as the quiet time, and
-//     no other probe is out. Fresher evidence than the retry would bring
-//     keeps coming from other calls' attempts, so it waits; a process with
-//     no other traffic probes at its backoff's pace. The quiet time starts
-//     at the retry's own pause and doubles with every failure recorded
-//     while calls wait (first attempts of new calls included: each is
-//     evidence that the server is still down), up to 30s; a success resets
-//     it.
+//     succeeded): a release credit, paced as ReleasePerSecond says: a few
+//     per second and a growing share of the process's successes, one at a
+//     time. A failure goes back to 1.
 //
 // No retry is admitted sooner than its pause. The waiting calls are bounded
 // (DeferSettings.MaxWaiting); a call without a deadline waits at most
@@ -236,16 +233,16 @@ func (g *Gate) Record(a Attempt) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if a.Admission == AdmitProbe && g.probesOut > 0 {
+	if (a.Admission == AdmitProbe || a.Admission == AdmitBudget) && g.probesOut > 0 {
 		g.probesOut--
 	}
 	switch a.Outcome {
 	case Success:
 		g.lastReached = now
 		if g.failing {
-			// The server is back: release the first at once, then slowly.
+			// The server is back: release slowly, from now.
 			g.failing, g.gain, g.probeGap = false, ReleaseGainStart, 0
-			g.credits, g.creditAt = 1, now
+			g.credits, g.creditAt = 0, now
 		}
 		if a.Admission != AdmitNone {
 			g.gain = math.Min(2*g.gain, ReleaseGainMax)
@@ -253,8 +250,10 @@ func (g *Gate) Record(a Attempt) {
 		g.accrueLocked(now, g.gain)
 	case Failure:
 		g.lastReached = now
-		g.failing = true
-		g.probeGap = min(2*g.probeGap, ProbeGapMax)
+		g.failing, g.credits = true, 0
+		if a.Admission == AdmitProbe || a.Admission == AdmitBudget {
+			g.probeGap = min(2*g.probeGap, ProbeGapMax)
+		}
 		if a.Admission == AdmitRelease || a.Admission == AdmitBudget {
 			g.gain = math.Max(g.gain/2, ReleaseGainStart)
 		}
@@ -341,15 +340,6 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 		return AdmitNone, w.earliest
 	}
 	g.mu.Lock()
-	failing := g.failing
-	g.mu.Unlock()
-	// Once the server is back, the credits alone pace the waiting
-	// retries: a budget that refunds successful retries (the token bucket)
-	// would let them all go at once.
-	if failing && g.b.Allow(w.r) {
-		return w.admit(AdmitBudget), time.Time{}
-	}
-	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.failing {
 		g.accrueLocked(now, 0)
@@ -365,20 +355,20 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 	if g.probesOut > 0 {
 		return AdmitNone, time.Time{}
 	}
+	// While attempts fail, a deferred retry goes only when the process
+	// has been quiet for the quiet time, one at a time: paid by the budget
+	// when it admits it (asked under the lock, so that two waiters cannot
+	// both take its tokens), else as a probe.
 	due := g.lastReached.Add(max(w.pause, g.probeGap))
 	if now.Before(due) {
 		return AdmitNone, due
 	}
 	g.probesOut++
 	g.admitted++
+	if g.b.Allow(w.r) {
+		return AdmitBudget, time.Time{}
+	}
 	return AdmitProbe, time.Time{}
-}
-
-func (w *Waiter) admit(a Admission) Admission {
-	w.g.mu.Lock()
-	w.g.admitted++
-	w.g.mu.Unlock()
-	return a
 }
 
 // Leave unregisters w; call it once, admitted or not.

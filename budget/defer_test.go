@@ -2,6 +2,7 @@ package budget
 
 import (
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,18 +67,17 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 		t.Fatalf("next = %v, want the end of the pause", next.Sub(t0))
 	}
 	// Another call's attempt failed at 60ms: fresher evidence than the
-	// retry would bring, and more evidence that the server is down: the
-	// quiet time doubles (200ms) from it.
+	// retry would bring; the probe is due a quiet time (its pause) after.
 	clk.advance(60 * time.Millisecond)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	clk.advance(40 * time.Millisecond)
-	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(260 * time.Millisecond)) {
-		t.Fatalf("next = %v, want 260ms", next.Sub(t0))
+	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(160 * time.Millisecond)) {
+		t.Fatalf("next = %v, want 160ms", next.Sub(t0))
 	}
-	clk.advance(160 * time.Millisecond)
+	clk.advance(60 * time.Millisecond)
 	poll(t, w, AdmitProbe)
 
-	// One probe out at a time.
+	// One deferred retry out at a time.
 	w2, err := g.Enter(retry2, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -87,12 +87,12 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	if next := poll(t, w2, AdmitNone); !next.IsZero() {
 		t.Fatalf("with a probe out, next = %v, want none (news only)", next)
 	}
-	// The probe failed: the quiet time doubles again (400ms).
+	// The probe failed: the quiet time doubles (200ms).
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
-	if next := poll(t, w2, AdmitNone); !next.Equal(clk.Now().Add(400 * time.Millisecond)) {
-		t.Fatalf("after a failed probe, next = %v from now, want 400ms", next.Sub(clk.Now()))
+	if next := poll(t, w2, AdmitNone); !next.Equal(clk.Now().Add(200 * time.Millisecond)) {
+		t.Fatalf("after a failed probe, next = %v from now, want 200ms", next.Sub(clk.Now()))
 	}
-	clk.advance(400 * time.Millisecond)
+	clk.advance(200 * time.Millisecond)
 	poll(t, w2, AdmitProbe)
 }
 
@@ -113,25 +113,34 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 		}
 	}()
 	// A probe goes out (nothing else reached the server for a pause); it
-	// succeeds: the server is back, and the first release comes at once.
+	// succeeds: the server is back. Releases are paced from now.
 	clk.advance(time.Second)
 	poll(t, ws[0], AdmitProbe)
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
-	poll(t, ws[1], AdmitRelease)
-	// The next: ReleasePerSecond (2/s) accrue credits, 500ms for one...
-	if next := poll(t, ws[2], AdmitNone); !next.Equal(clk.Now().Add(500 * time.Millisecond)) {
-		t.Fatalf("next = %v from now, want 500ms", next.Sub(clk.Now()))
+	// The probe's own success doubled the gain and added it: credits 2×start.
+	perCredit := time.Duration(math.Ceil(float64(time.Second) / ReleasePerSecond))
+	first := time.Duration(math.Ceil((1 - 2*ReleaseGainStart) / ReleasePerSecond * float64(time.Second)))
+	if next := poll(t, ws[1], AdmitNone); !next.Equal(clk.Now().Add(first)) {
+		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), first)
 	}
-	// ...and every success adds gain: 0.125 after the probe's success.
-	for range 4 {
+	clk.advance(first)
+	poll(t, ws[1], AdmitRelease)
+	// Successes add gain (doubled by the probe's success): half a credit
+	// from them, half from time.
+	n := int(math.Ceil(0.5 / (2 * ReleaseGainStart)))
+	for range n {
 		g.Record(Attempt{Number: 1, Outcome: Success})
 	}
-	clk.advance(250 * time.Millisecond)
-	poll(t, ws[2], AdmitRelease) // 0.5 from successes, 0.5 from time
-	// A released retry that fails: the server may not take them all; back
-	// to probing, and the gain halves.
+	poll(t, ws[2], AdmitNone)
+	clk.advance(perCredit/2 + time.Millisecond)
+	poll(t, ws[2], AdmitRelease)
+	// A released retry that fails: back to one at a time after a quiet
+	// time.
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitRelease})
-	clk.advance(10 * time.Second)
+	if a, next := ws[3].Poll(); a != AdmitNone || !next.Equal(clk.Now().Add(time.Second)) {
+		t.Fatalf("Poll = %v, next %v from now; want none, a quiet time (1s) away", a, next.Sub(clk.Now()))
+	}
+	clk.advance(time.Second)
 	poll(t, ws[3], AdmitProbe)
 	if st := g.State(); st.Waiting != 4 || st.Deferred != 4 || st.DeferAdmitted != 4 {
 		t.Fatalf("State = %+v, want 4 waiting, 4 deferred, 4 admitted", st)

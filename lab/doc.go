@@ -9,18 +9,24 @@
 // capacity, same outage, same offered load) and its own Clients client
 // connections, one per simulated client process; all contenders run at the
 // same time, so a run takes Duration plus the time its last calls need to end
-// (at most CallTimeout). Each client issues calls open loop at Rate/Clients
+// (at most CallTimeout), plus up to a second before the load starts (see
+// below). Each client issues calls open loop at Rate/Clients
 // calls per second, each in its own goroutine, with a CallTimeout deadline:
 // an open loop keeps offering load while calls fail, as real traffic does, so
 // retries add to it instead of replacing it.
 //
 // The server admits at most Capacity attempts per one-second window
-// (testserver.Capacity.PerSecond) and answers the rest RESOURCE_EXHAUSTED.
-// The outage, from OutageStart to OutageEnd after the server started, is
-// either UNAVAILABLE answers (ScenarioUnavailable, over bufconn) or a server
-// that is gone: its TCP listener and connections closed so that connections
-// are refused (ScenarioRefused over loopback TCP, and ScenarioRefusedWait,
-// the same with grpc.WaitForReady on every call).
+// (testserver.Capacity.PerSecond, windows counted from the server's start)
+// and answers the rest RESOURCE_EXHAUSTED. The connections are made first;
+// the load then starts on the next whole second of the server's clock, so
+// that every window covers one second of load (the wait costs up to a
+// second of wall time). Times in a Config (OutageStart, OutageEnd,
+// Duration) count from the start of the load. The outage, from OutageStart
+// to OutageEnd, is either UNAVAILABLE answers (ScenarioUnavailable, and
+// ScenarioBlip: a 1.5 s outage under light load, 1 call/s per client, over
+// bufconn) or a server that is gone: its TCP listener and connections
+// closed so that connections are refused (ScenarioRefused over loopback TCP,
+// and ScenarioRefusedWait, the same with grpc.WaitForReady on every call).
 //
 // Contenders (Contenders lists them; all get MaxAttempts attempts, the first
 // included, and retry UNAVAILABLE and RESOURCE_EXHAUSTED):
@@ -28,7 +34,8 @@
 //   - stagger: stagger.DialOptions with a policy.Policy of Backoff (gRFC A6
 //     proportional jitter, ×U(0.8, 1.2)) and the default retry budget
 //     (budget.DefaultSettings), one budget per client, as budget.Default is
-//     one per process;
+//     one per process; budget.New makes it defer (budget.Gate): a retry it
+//     refuses waits, within the call's deadline, for a later admission;
 //   - stagger-nobudget: the same without a budget;
 //   - grpc-middleware: go-grpc-middleware v2's retry interceptor, WithMax,
 //     BackoffExponentialWithJitter(Backoff.Initial, 0.2) (the same ±20 %, and
@@ -68,7 +75,39 @@
 // the successful calls, attempts made during the outage ÷ what the server
 // could have served in that time, and the peak of attempts the server
 // received per 100 ms after the outage ÷ capacity per 100 ms. Load is the
-// server's arrival series (testserver.Server.Arrivals), 100 ms per bin.
+// server's arrival series (testserver.Server.Arrivals), 100 ms per bin,
+// from the start of the load.
+//
+// What a contender holds while it heals, per contender: the most calls in
+// flight at once (made, not yet returned), the most attempts in flight at
+// once (from the stats.Handler's Begin to its End; a call waiting for a
+// ready connection is in an attempt), and the most calls waiting at once: a
+// call waits from the end of an attempt, when none of its attempts is in
+// flight, until its next attempt begins or it returns (a backoff pause,
+// pushback, or a budget holding its retry back). These three are exact,
+// from the begin and end times of every call, attempt and wait on the time
+// package's clock; intervals are half-open, so on virtual time an attempt
+// over bufconn, which takes no time, is never in flight. And the most
+// goroutines of the contender's client side alive at once, sampled every
+// 100 ms from the goroutine profile: goroutines inherit the runtime/pprof
+// labels of the goroutine that starts them, and everything a contender's
+// clients start runs under a label of its own (its calls' goroutines, one
+// per client offering calls, its connections', any its retry layer
+// starts), while its server does not. A goroutine the runtime starts for
+// a timer (time.AfterFunc) takes the labels of whatever goroutine its
+// thread was running, if any, so a short-lived one may now and then count
+// for the wrong contender, or for none. A sample costs about 1.5 µs per goroutine in the process.
+//
+// Each run also gives its scenario's ceiling (Ceiling): the success rate an
+// ideal client could reach without ever sending more than the capacity:
+// the calls made outside the outage succeed at once, within capacity per
+// 100 ms; the others are served, earliest deadline first, by the capacity
+// those leave after the outage, each before its deadline. The refused
+// scenarios follow the same rule; ScenarioSlowReplica, which has no outage,
+// is reckoned without one (1 at its defaults). The server's one-second
+// windows admit a second's capacity in a burst, so a contender can pass
+// the ceiling: a burst of retries at the start of a window takes capacity
+// the later first attempts of that window then do not get.
 //
 // # Time
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/stagger-go/stagger/policy"
@@ -23,6 +24,11 @@ const (
 	// ScenarioRefusedWait is ScenarioRefused with grpc.WaitForReady on every
 	// call: calls wait for the server instead of failing.
 	ScenarioRefusedWait Scenario = "refused-wfr"
+	// ScenarioBlip is a short UNAVAILABLE outage under light load (over
+	// bufconn): by default 1 call/s per client and an outage from 2 s to
+	// 3.5 s, so that the capacity left after the outage could serve every
+	// call it failed: what is measured is healing, not shedding.
+	ScenarioBlip Scenario = "blip"
 	// ScenarioSlowReplica has no outage: each attempt takes SlowBase, but
 	// one attempt in twenty (a slow replica) takes ten times as long; it
 	// compares stagger without and with hedging (HedgingContenders).
@@ -31,7 +37,7 @@ const (
 
 // Scenarios lists every scenario, in the order the CLI shows them.
 func Scenarios() []Scenario {
-	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioSlowReplica}
+	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica}
 }
 
 // SlowBase is how long an attempt takes in ScenarioSlowReplica; a slow
@@ -60,8 +66,9 @@ type Config struct {
 	Scenario Scenario
 	// Duration is how long calls are offered; default 8s.
 	Duration time.Duration
-	// OutageStart and OutageEnd bound the outage, counted from the server's
-	// start; defaults 2s and 4s.
+	// OutageStart and OutageEnd bound the outage, counted from the start of
+	// the load; defaults 2s and 4s (2s and 3.5s in ScenarioBlip), taken
+	// when both are zero.
 	OutageStart, OutageEnd time.Duration
 	// Clients is the number of client connections per contender, each a
 	// simulated process with its own budget; default 50.
@@ -69,7 +76,8 @@ type Config struct {
 	// Capacity is the attempts per second the server admits; default 500.
 	Capacity int
 	// Rate is the calls per second all clients of a contender offer
-	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica).
+	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica; in
+	// ScenarioBlip 1 call/s per client, 50 with the default Clients).
 	Rate float64
 	// MaxAttempts is every contender's attempt limit, the first attempt
 	// included; default 5 (gRFC A6's cap, which grpc-go applies).
@@ -96,6 +104,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.OutageStart == 0 && c.OutageEnd == 0 {
 		c.OutageStart, c.OutageEnd = 2*time.Second, 4*time.Second
+		if c.Scenario == ScenarioBlip {
+			c.OutageEnd = 3500 * time.Millisecond
+		}
 	}
 	if c.Clients == 0 {
 		c.Clients = 50
@@ -104,10 +115,14 @@ func (c Config) Defaults() Config {
 		c.Capacity = 500
 	}
 	if c.Rate == 0 {
-		c.Rate = 0.8 * float64(c.Capacity)
-		if c.Scenario == ScenarioSlowReplica {
+		switch c.Scenario {
+		case ScenarioSlowReplica:
 			// Room for the hedges: a rejected hedge would end its call.
 			c.Rate = 0.5 * float64(c.Capacity)
+		case ScenarioBlip:
+			c.Rate = float64(c.Clients)
+		default:
+			c.Rate = 0.8 * float64(c.Capacity)
 		}
 	}
 	if c.MaxAttempts == 0 {
@@ -213,8 +228,29 @@ type Result struct {
 	// P50, P99 and P999 are latency percentiles of the successful calls
 	// (zero when none succeeded).
 	P50, P99, P999 time.Duration
-	// Load is the attempts the server received per Bin, from its start.
+	// Load is the attempts the server received per Bin, from the start of
+	// the load.
 	Load []int
+	// PeakInFlight is the most calls in flight at once: made and not yet
+	// returned.
+	PeakInFlight int
+	// PeakAttemptsInFlight is the most attempts in flight at once, from
+	// their stats.Begin to their stats.End (a call waiting for a ready
+	// connection is in an attempt).
+	PeakAttemptsInFlight int
+	// PeakWaiting is the most calls waiting at once: calls in flight that
+	// have ended an attempt and have none in flight, from the end of that
+	// attempt until the next one begins or the call returns (pausing
+	// between attempts: backoff, pushback, a budget holding the retry
+	// back). Over time, the waiting calls are the calls in flight less
+	// those in an attempt.
+	PeakWaiting int
+	// PeakGoroutines is the most goroutines of the contender's client side
+	// alive at once, sampled every Bin: the goroutines started under its
+	// profiler label, which are its calls' goroutines (one per call in
+	// flight), its client connections' and any its retry layer starts, but
+	// not its server's.
+	PeakGoroutines int
 }
 
 // Report is a run's configuration (defaults filled in) and its results, in
@@ -222,6 +258,9 @@ type Result struct {
 type Report struct {
 	Config  Config
 	Results []Result
+	// Ceiling is Ceiling(Config): the success rate an ideal client could
+	// reach in the scenario without ever sending more than capacity.
+	Ceiling float64
 	// Wall is how long the run took on the time package's clock.
 	Wall time.Duration
 }
@@ -238,19 +277,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	start := time.Now()
 	results := make([]Result, len(cfg.Contenders))
 	errs := make([]error, len(cfg.Contenders))
+	run := runs.Add(1)
+	labels := make([]string, len(cfg.Contenders))
+	for i, name := range cfg.Contenders {
+		labels[i] = fmt.Sprintf("%d/%s", run, name)
+	}
+	sampler := sampleGoroutines(labels)
 	done := make(chan struct{})
 	for i, name := range cfg.Contenders {
 		c, _ := contenderByName(cfg.Scenario, name)
 		go func() {
 			defer func() { done <- struct{}{} }()
-			results[i], errs[i] = runContender(ctx, &cfg, c)
+			results[i], errs[i] = runContender(ctx, &cfg, c, labels[i])
 		}()
 	}
 	for range cfg.Contenders {
 		<-done
 	}
+	peaks := sampler.peaksAfterStop()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Report{Config: cfg, Results: results, Wall: time.Since(start)}, nil
+	for i := range results {
+		results[i].PeakGoroutines = peaks[labels[i]]
+	}
+	return &Report{Config: cfg, Results: results, Ceiling: Ceiling(cfg), Wall: time.Since(start)}, nil
 }
+
+// runs numbers the runs of this process, for the goroutine labels.
+var runs atomic.Int64

@@ -21,7 +21,7 @@ func TestValidate(t *testing.T) {
 		want string // in the error; "" means valid
 	}{
 		{"defaults", Config{}, ""},
-		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, slow-replica, got "flood"`},
+		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, got "flood"`},
 		{"negative duration", Config{Duration: -time.Second}, "lab: Duration: must be > 0, got -1s"},
 		{"outage past the end", Config{Duration: 3 * time.Second, OutageStart: time.Second, OutageEnd: 4 * time.Second}, "lab: OutageStart/OutageEnd: must satisfy 0 <= start < end <= Duration, got [1s, 4s) of 3s"},
 		{"outage reversed", Config{OutageStart: 3 * time.Second, OutageEnd: 2 * time.Second}, "OutageStart/OutageEnd"},
@@ -153,5 +153,30 @@ func TestVersionsOf(t *testing.T) {
 	// Test binaries carry no dependencies; grpc-go's version is still known.
 	if v := Versions(); v[0].Version != "v"+grpc.Version {
 		t.Errorf("Versions()[0] = %v, want grpc-go v%s", v[0], grpc.Version)
+	}
+}
+
+func TestDefaultsPerScenario(t *testing.T) {
+	for _, tc := range []struct {
+		cfg                Config
+		rate               float64
+		outStart, outEnd   time.Duration
+		duration, deadline time.Duration
+	}{
+		{Config{}, 400, 2 * time.Second, 4 * time.Second, 8 * time.Second, 2 * time.Second},
+		{Config{Scenario: ScenarioRefused}, 400, 2 * time.Second, 4 * time.Second, 8 * time.Second, 2 * time.Second},
+		{Config{Scenario: ScenarioBlip}, 50, 2 * time.Second, 3500 * time.Millisecond, 8 * time.Second, 2 * time.Second},
+		// One call a second per client, whatever their number.
+		{Config{Scenario: ScenarioBlip, Clients: 20}, 20, 2 * time.Second, 3500 * time.Millisecond, 8 * time.Second, 2 * time.Second},
+		// What the Config sets wins.
+		{Config{Scenario: ScenarioBlip, Rate: 7, OutageStart: time.Second, OutageEnd: 5 * time.Second}, 7, time.Second, 5 * time.Second, 8 * time.Second, 2 * time.Second},
+		{Config{Scenario: ScenarioSlowReplica}, 250, 2 * time.Second, 4 * time.Second, 8 * time.Second, 2 * time.Second},
+	} {
+		d := tc.cfg.Defaults()
+		if d.Rate != tc.rate || d.OutageStart != tc.outStart || d.OutageEnd != tc.outEnd || d.Duration != tc.duration ||
+			d.CallTimeout != tc.deadline || d.Capacity != 500 {
+			t.Errorf("%+v.Defaults() = rate %v, outage [%v, %v), duration %v, deadline %v, capacity %d; want %v, [%v, %v), %v, %v, 500",
+				tc.cfg, d.Rate, d.OutageStart, d.OutageEnd, d.Duration, d.CallTimeout, d.Capacity, tc.rate, tc.outStart, tc.outEnd, tc.duration, tc.deadline)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -21,30 +22,146 @@ import (
 
 // attemptCounter counts the attempts of one contender's connections: grpc-go
 // calls HandleRPC with a stats.Begin once per attempt, whichever layer
-// retries, so the built-in retry is counted as the interceptors are.
+// retries, so the built-in retry is counted as the interceptors are. It also
+// logs what is in flight (see flightLog).
 type attemptCounter struct {
 	outageFrom, outageTo time.Time
 
 	mu       sync.Mutex
 	attempts int
 	outage   int
+	flight   flightLog
+}
+
+// callState is one call's part in flight, found through the contexts of
+// its attempts, which derive from the call's.
+type callState struct {
+	attempts int       // in flight
+	lastEnd  time.Time // when the last attempt ended, if attempts is 0
+	ended    bool      // an attempt has ended and none is in flight
+	returned bool
+}
+
+type callStateKey struct{}
+
+// callStarted logs a call in flight and returns the context its attempts
+// are told apart by.
+func (a *attemptCounter) callStarted(ctx context.Context) (context.Context, *callState) {
+	st := &callState{}
+	a.mu.Lock()
+	a.flight.add(flightCall, time.Now(), 1)
+	a.mu.Unlock()
+	return context.WithValue(ctx, callStateKey{}, st), st
+}
+
+func (a *attemptCounter) callEnded(st *callState) {
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if st.ended {
+		// Waiting after its last attempt: until the call returns. A call
+		// that gives up at once waits for no time.
+		a.flight.add(flightWaiting, st.lastEnd, 1)
+		a.flight.add(flightWaiting, now, -1)
+		st.ended = false
+	}
+	st.returned = true // a hedge that ends later leaves no wait
+	a.flight.add(flightCall, now, -1)
 }
 
 func (a *attemptCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
 	return ctx
 }
 
-func (a *attemptCounter) HandleRPC(_ context.Context, s stats.RPCStats) {
-	b, ok := s.(*stats.Begin)
-	if !ok || !b.Client || b.IsTransparentRetryAttempt {
+func (a *attemptCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if !s.IsClient() {
 		return
 	}
-	a.mu.Lock()
-	a.attempts++
-	if !b.BeginTime.Before(a.outageFrom) && b.BeginTime.Before(a.outageTo) {
-		a.outage++
+	st, _ := ctx.Value(callStateKey{}).(*callState)
+	switch s := s.(type) {
+	case *stats.Begin:
+		now := time.Now()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.flight.add(flightAttempt, now, 1)
+		if st != nil {
+			st.attempts++
+			if st.ended {
+				a.flight.add(flightWaiting, st.lastEnd, 1)
+				a.flight.add(flightWaiting, now, -1)
+				st.ended = false
+			}
+		}
+		if s.IsTransparentRetryAttempt {
+			return
+		}
+		a.attempts++
+		if !s.BeginTime.Before(a.outageFrom) && s.BeginTime.Before(a.outageTo) {
+			a.outage++
+		}
+	case *stats.End:
+		now := time.Now()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.flight.add(flightAttempt, now, -1)
+		if st != nil {
+			st.attempts--
+			if st.attempts == 0 && !st.returned {
+				st.ended, st.lastEnd = true, now
+			}
+		}
 	}
-	a.mu.Unlock()
+}
+
+// flightLog logs when calls, attempts and waits begin and end, on the time
+// package's clock, for their peaks. A call is in flight from the moment the
+// lab makes it until it returns; an attempt from its stats.Begin to its
+// stats.End (grpc-go pairs them, transparent retries included, and begins
+// an attempt before it picks a connection, so a call waiting for a ready
+// connection is in an attempt). A call waits from the end of an attempt,
+// when no other attempt of it is in flight, until its next attempt begins or
+// it returns: it is pausing between attempts (backoff, pushback, a budget
+// holding its retry back), or giving up.
+type flightLog struct {
+	events []flightEvent
+}
+
+type flightKind uint8
+
+const (
+	flightCall flightKind = iota
+	flightAttempt
+	flightWaiting
+	flightKinds
+)
+
+type flightEvent struct {
+	at    time.Time
+	kind  flightKind
+	delta int8
+}
+
+func (l *flightLog) add(k flightKind, at time.Time, delta int8) {
+	l.events = append(l.events, flightEvent{at, k, delta})
+}
+
+// peaks returns, per kind, the most intervals open at once. Intervals are
+// half-open: one that ends when another begins does not overlap it, and
+// one of no length counts for nothing.
+func (l *flightLog) peaks() [flightKinds]int {
+	ev := slices.Clone(l.events)
+	slices.SortStableFunc(ev, func(x, y flightEvent) int {
+		if c := x.at.Compare(y.at); c != 0 {
+			return c
+		}
+		return int(x.delta) - int(y.delta) // ends first
+	})
+	var open, peak [flightKinds]int
+	for _, e := range ev {
+		open[e.kind] += int(e.delta)
+		peak[e.kind] = max(peak[e.kind], open[e.kind])
+	}
+	return peak
 }
 
 func (a *attemptCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
@@ -69,7 +186,12 @@ func (l *callLog) add(ok bool, d time.Duration) {
 	}
 }
 
-func runContender(ctx context.Context, cfg *Config, c Contender) (Result, error) {
+// runContender runs one contender against its own server. Everything the
+// contender's clients start (connections, calls, and whatever goroutines
+// its retry layer starts) runs under the runtime/pprof label goroutineLabel
+// = label, which the goroutine sampler counts; the server is made before
+// the label is set, so its goroutines are not counted.
+func runContender(ctx context.Context, cfg *Config, c Contender, label string) (Result, error) {
 	tcp := cfg.Scenario == ScenarioRefused || cfg.Scenario == ScenarioRefusedWait
 	opts := []testserver.Option{
 		testserver.WithCapacity(testserver.Capacity{PerSecond: cfg.Capacity}),
@@ -80,8 +202,18 @@ func runContender(ctx context.Context, cfg *Config, c Contender) (Result, error)
 	}
 	srv := testserver.New(opts...)
 	defer srv.Close()
-	counter := &attemptCounter{}
+	var (
+		res Result
+		err error
+	)
+	pprof.Do(ctx, pprof.Labels(goroutineLabel, label), func(ctx context.Context) {
+		res, err = runClients(ctx, cfg, c, srv, tcp)
+	})
+	return res, err
+}
 
+func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.Server, tcp bool) (Result, error) {
+	counter := &attemptCounter{}
 	conns := make([]*grpc.ClientConn, 0, cfg.Clients)
 	defer func() {
 		for _, cc := range conns {
@@ -111,12 +243,17 @@ func runContender(ctx context.Context, cfg *Config, c Contender) (Result, error)
 
 	// Connections are made before the load starts, so that the first
 	// second measures retries, not a few hundred handshakes at once. The
-	// load starts on a bin boundary of the server's arrival series.
+	// load starts on a whole second of the server's clock: the server
+	// counts its capacity in one-second windows from its start
+	// (testserver.Capacity.PerSecond), so each window then covers one
+	// second of load, and none straddles the connecting. That costs up to
+	// a second of waiting before the load.
 	if err := connectAll(ctx, conns); err != nil {
 		return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
 	}
-	skip := int(time.Since(srv.Start())/Bin) + 1
-	t0 := srv.Start().Add(time.Duration(skip) * Bin)
+	lead := (time.Since(srv.Start())/time.Second + 1) * time.Second
+	skip := int(lead / Bin)
+	t0 := srv.Start().Add(lead)
 	from, to := t0.Add(cfg.OutageStart), t0.Add(cfg.OutageEnd)
 	counter.mu.Lock()
 	counter.outageFrom, counter.outageTo = from, to
@@ -136,6 +273,8 @@ func runContender(ctx context.Context, cfg *Config, c Contender) (Result, error)
 		outageWG.Add(1)
 		go func() {
 			defer outageWG.Done()
+			// The server's goroutines are not the contender's.
+			pprof.SetGoroutineLabels(context.Background())
 			outageErr = serverGone(runCtx, srv, from, to)
 		}()
 	} else {
@@ -145,13 +284,13 @@ func runContender(ctx context.Context, cfg *Config, c Contender) (Result, error)
 	log := &callLog{}
 	var calls sync.WaitGroup
 	var clients sync.WaitGroup
-	interval := time.Duration(float64(cfg.Clients) / cfg.Rate * float64(time.Second))
+	interval := callInterval(cfg)
 	end := t0.Add(cfg.Duration)
 	for i, cc := range conns {
 		client := testingv1.NewTestServiceClient(cc)
 		// Clients are spread evenly over one interval so that the offered
 		// load is smooth, not a burst every interval.
-		first := t0.Add(time.Duration(i) * interval / time.Duration(len(conns)))
+		first := t0.Add(firstCall(cfg, i))
 		// Each client draws its slow attempts from its own source, seeded by
 		// its index, so contenders meet the same slow attempts. ChaCha8, not
 		// PCG: PCG states that differ only in their low bits (seeds 1, i)
@@ -170,7 +309,7 @@ func runContender(ctx context.Context, cfg *Config, c Contender) (Result, error)
 				calls.Add(1)
 				go func() {
 					defer calls.Done()
-					oneCall(runCtx, client, sc, cfg.CallTimeout, log)
+					oneCall(runCtx, client, sc, cfg.CallTimeout, log, counter)
 				}()
 			})
 		}()
@@ -189,6 +328,35 @@ func runContender(ctx context.Context, cfg *Config, c Contender) (Result, error)
 		arrivals = nil
 	}
 	return summarize(cfg, c.Name, log, counter, arrivals), nil
+}
+
+// callInterval is the time between two calls of one client.
+func callInterval(cfg *Config) time.Duration {
+	return time.Duration(float64(cfg.Clients) / cfg.Rate * float64(time.Second))
+}
+
+// firstCall is when client i makes its first call, from the load's start:
+// the clients' first calls are spread evenly over one interval.
+func firstCall(cfg *Config, i int) time.Duration {
+	return time.Duration(i) * callInterval(cfg) / time.Duration(cfg.Clients)
+}
+
+// callStarts lists when every call of a run starts, from the load's start,
+// as Run offers them (unless cancelled): client i at firstCall(i), then
+// every callInterval, while before Duration.
+func callStarts(cfg *Config) []time.Duration {
+	var out []time.Duration
+	interval := callInterval(cfg)
+	if interval <= 0 {
+		return nil
+	}
+	for i := 0; i < cfg.Clients; i++ {
+		for t := firstCall(cfg, i); t < cfg.Duration; t += interval {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // connectAll connects every connection and waits until all are ready.
@@ -247,7 +415,9 @@ func slowScript(rng *rand.Rand, key string) *testingv1.Script {
 	return sc
 }
 
-func oneCall(ctx context.Context, client testingv1.TestServiceClient, sc *testingv1.Script, timeout time.Duration, log *callLog) {
+func oneCall(ctx context.Context, client testingv1.TestServiceClient, sc *testingv1.Script, timeout time.Duration, log *callLog, counter *attemptCounter) {
+	ctx, st := counter.callStarted(ctx)
+	defer counter.callEnded(st)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	begin := time.Now()
@@ -299,6 +469,10 @@ func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, 
 			r.PeakAfter = max(r.PeakAfter, float64(n)/perBin)
 		}
 	}
+	counter.mu.Lock()
+	peaks := counter.flight.peaks()
+	counter.mu.Unlock()
+	r.PeakInFlight, r.PeakAttemptsInFlight, r.PeakWaiting = peaks[flightCall], peaks[flightAttempt], peaks[flightWaiting]
 	lat := slices.Clone(log.latencies)
 	slices.Sort(lat)
 	r.P50, r.P99, r.P999 = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 0.999)

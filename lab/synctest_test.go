@@ -7,9 +7,13 @@ package lab
 
 import (
 	"context"
+	"runtime/pprof"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"google.golang.org/grpc/stats"
 )
 
 // The lab runs on the time package's clock, so inside a synctest bubble a
@@ -89,15 +93,20 @@ func TestRunBudgetCutsTheStorm(t *testing.T) {
 	// Each client's budget starts at 9 tokens, retries cost 5 and every
 	// success adds 1; a client makes at most 7 calls, all successful, before
 	// the outage, so it has at most 16 tokens: 3 retries in the outage,
-	// where the unlimited contenders retry every outage call.
+	// where the unlimited contenders retry every outage call. The retries
+	// the budget refuses wait (budget.Gate) and go out as probes: one out
+	// at a time per client, after a quiet time that starts at the retry's
+	// pause (40-60 ms) and doubles with every failure recorded while calls
+	// wait; the client's own first attempts fail every 150 ms, which leaves
+	// room for at most 2 probes per client in the outage.
 	if s.AttemptsPerCall >= nb.AttemptsPerCall {
 		t.Errorf("stagger attempts/call %.3f, want below stagger-nobudget's %.3f", s.AttemptsPerCall, nb.AttemptsPerCall)
 	}
 	if s.OutageAttempts >= nb.OutageAttempts {
 		t.Errorf("stagger outage attempts %d, want below stagger-nobudget's %d", s.OutageAttempts, nb.OutageAttempts)
 	}
-	if max := 20 + 3*3; s.OutageAttempts > max {
-		t.Errorf("stagger outage attempts %d, want at most %d (20 calls, 3 retries per client)", s.OutageAttempts, max)
+	if max := 20 + 3*3 + 3*2; s.OutageAttempts > max {
+		t.Errorf("stagger outage attempts %d, want at most %d (20 calls, 3 retries and 2 probes per client)", s.OutageAttempts, max)
 	}
 	// Unlimited retrying with 5 attempts: a call that starts in the outage
 	// more than the whole backoff (about 0.9 s at most) before its end fails
@@ -134,4 +143,150 @@ func TestRunHedgingCutsTheTail(t *testing.T) {
 	if hedged.P50 != SlowBase || plain.P50 != SlowBase {
 		t.Errorf("p50 %v (hedging) and %v (none), want %v", hedged.P50, plain.P50, SlowBase)
 	}
+}
+
+// TestRunCapacityWindowsAlignWithLoad pins the load's start to a whole
+// second of the server's clock: testserver counts its capacity in
+// one-second windows from its start. 20 calls/s against 10 attempts/s, one
+// attempt each, the outage [0.5 s, 1 s): the windows [0, 1 s) and [1 s, 2 s)
+// of the load admit 10 each. Windows a bin off the load would admit 22
+// ([−0.1, 0.9) 10, [0.9, 1.9) 10, [1.9, 2.9) the last 2).
+func TestRunCapacityWindowsAlignWithLoad(t *testing.T) {
+	cfg := Config{Scenario: ScenarioUnavailable, Duration: 2 * time.Second, OutageStart: 500 * time.Millisecond,
+		OutageEnd: time.Second, Clients: 1, Capacity: 10, Rate: 20, MaxAttempts: 1, CallTimeout: time.Second,
+		Contenders: []string{"naive", "stagger-nobudget"}}
+	for name, r := range runTiny(t, cfg) {
+		if r.Calls != 40 || r.Successes != 20 || r.Attempts != 40 {
+			t.Errorf("%s: %d of %d calls succeeded in %d attempts, want 20 of 40 in 40", name, r.Successes, r.Calls, r.Attempts)
+		}
+	}
+}
+
+// TestRunBlip runs the blip scenario small. Over bufconn on virtual time an
+// attempt takes no time, so a call is in flight only while it waits between
+// attempts: the peaks of calls in flight and of waiting calls are equal, and
+// no attempt is ever in flight at a sampled instant of virtual time.
+func TestRunBlip(t *testing.T) {
+	cfg := Config{Scenario: ScenarioBlip, Duration: 3 * time.Second, OutageStart: time.Second,
+		OutageEnd: 1500 * time.Millisecond, Clients: 4, Capacity: 40, CallTimeout: time.Second}
+	if d := cfg.Defaults(); d.Rate != 4 {
+		t.Fatalf("blip's default Rate with 4 clients = %v, want 4 (1 call/s per client)", d.Rate)
+	}
+	res := runTiny(t, cfg)
+	// 4 calls/s for 3 s: 12 calls, 2 of them in the outage.
+	for name, r := range res {
+		if r.Calls != 12 {
+			t.Errorf("%s: %d calls, want 12", name, r.Calls)
+		}
+		if r.PeakWaiting != r.PeakInFlight || r.PeakAttemptsInFlight != 0 {
+			t.Errorf("%s: peaks in flight %d, waiting %d, attempts %d; want in flight = waiting, no attempts", name, r.PeakInFlight, r.PeakWaiting, r.PeakAttemptsInFlight)
+		}
+		// Each client connection keeps goroutines of its own.
+		if r.PeakGoroutines < cfg.Clients {
+			t.Errorf("%s: peak goroutines %d, want at least one per client (%d)", name, r.PeakGoroutines, cfg.Clients)
+		}
+	}
+	// The unlimited retrying layers heal both outage calls: their backoff
+	// (50 ms, 100, 200, 400 ×U(0.8, 1.2)) outlasts the 0.5 s outage, and
+	// both calls pause at the same time.
+	for _, name := range []string{"stagger-nobudget", "grpc-middleware", "grpc-go"} {
+		if r := res[name]; r.Successes != 12 || r.PeakWaiting != 2 {
+			t.Errorf("%s: %d of 12 calls succeeded, peak waiting %d; want 12 and 2", name, r.Successes, r.PeakWaiting)
+		}
+	}
+	// The naive loop gives up after 4 × 50 ms.
+	if r := res["naive"]; r.Successes != 10 {
+		t.Errorf("naive: %d of 12 calls succeeded, want 10", r.Successes)
+	}
+}
+
+// TestRunNoRetriesNoWaits: with one attempt per call nothing waits.
+func TestRunNoRetriesNoWaits(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.MaxAttempts = 1
+	for name, r := range runTiny(t, cfg) {
+		if r.PeakWaiting != 0 || r.PeakInFlight != 0 {
+			t.Errorf("%s: peaks waiting %d, in flight %d; want 0 and 0 (one attempt, taking no virtual time)", name, r.PeakWaiting, r.PeakInFlight)
+		}
+	}
+}
+
+// TestAttemptCounterWaits drives the stats handler as grpc-go does: a call
+// whose first attempt fails waits until its second begins; the wait after
+// its last attempt lasts until it returns; an attempt that ends after its
+// call returned (a hedge) makes no wait.
+func TestAttemptCounterWaits(t *testing.T) {
+	synctest.Test(t, testAttemptCounterWaits)
+}
+
+func testAttemptCounterWaits(t *testing.T) {
+	a := &attemptCounter{}
+	begin := &stats.Begin{Client: true}
+	end := &stats.End{Client: true}
+
+	ctx1, c1 := a.callStarted(context.Background())
+	ctx2, c2 := a.callStarted(context.Background())
+	a.HandleRPC(ctx1, begin)
+	a.HandleRPC(ctx2, begin)
+	a.HandleRPC(ctx2, begin) // a hedge
+	time.Sleep(time.Millisecond)
+	a.HandleRPC(ctx1, end) // call 1 waits
+	time.Sleep(time.Millisecond)
+	a.HandleRPC(ctx2, end) // call 2 still has an attempt
+	a.HandleRPC(ctx1, begin)
+	a.HandleRPC(ctx1, end) // call 1 waits again
+	time.Sleep(time.Millisecond)
+	a.callEnded(c1)
+	a.callEnded(c2)
+	a.HandleRPC(ctx2, end) // the hedge ends after its call returned
+	a.HandleRPC(ctx2, &stats.End{Client: false})
+
+	got := a.flight.peaks()
+	if got[flightCall] != 2 || got[flightAttempt] != 3 || got[flightWaiting] != 1 {
+		t.Errorf("peaks = %v, want calls 2, attempts 3, waiting 1", got)
+	}
+	if a.attempts != 4 {
+		t.Errorf("attempts = %d, want 4", a.attempts)
+	}
+	open := [flightKinds]int{}
+	for _, e := range a.flight.events {
+		open[e.kind] += int(e.delta)
+	}
+	if open != ([flightKinds]int{}) {
+		t.Errorf("left open: %v, want every interval closed", open)
+	}
+}
+
+// TestGoroutineSampler counts goroutines started under a label, and those
+// they start, and not the others.
+func TestGoroutineSampler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		label := "test/sampler"
+		g := sampleGoroutines([]string{label, "test/none"})
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		pprof.Do(context.Background(), pprof.Labels(goroutineLabel, label), func(context.Context) {
+			for i := 0; i < 10; i++ {
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					go func() { defer wg.Done(); <-stop }()
+					<-stop
+				}()
+			}
+		})
+		for i := 0; i < 5; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); <-stop }()
+		}
+		synctest.Wait()
+		time.Sleep(Bin) // the sampler's next sample
+		synctest.Wait()
+		close(stop)
+		wg.Wait()
+		peaks := g.peaksAfterStop()
+		if peaks[label] != 20 || peaks["test/none"] != 0 || len(peaks) != 2 {
+			t.Errorf("peaks = %v, want %s 20 and test/none 0", peaks, label)
+		}
+	})
 }

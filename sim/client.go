@@ -56,6 +56,9 @@ func Contenders(extra ...Contender) []Contender {
 // errFailed is what a failing server answers.
 var errFailed = status.Error(codes.Unavailable, "sim: server failed the attempt")
 
+// errDeadline is what an attempt cut off by its call's deadline ends with.
+var errDeadline = status.Error(codes.DeadlineExceeded, "sim: the call's deadline passed")
+
 // callTotals counts what a run's calls did.
 type callTotals struct {
 	calls, attempts, successes int
@@ -67,6 +70,8 @@ type proc struct {
 	pol    *policy.Policy
 	b      budget.Budget
 	totals *callTotals
+	// timeout is each call's deadline, counted from its start; 0 means none.
+	timeout time.Duration
 	// serve is asked, when an attempt reaches the server, whether it
 	// succeeds.
 	serve func() bool
@@ -74,32 +79,81 @@ type proc struct {
 	done func(start time.Duration)
 }
 
-func newProc(s *Sim, c *Contender, totals *callTotals, serve func() bool) (*proc, error) {
+func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, serve func() bool) (*proc, error) {
 	b, err := budget.New(c.Budget, budget.WithClock(s.Now))
 	if err != nil {
 		return nil, fmt.Errorf("sim: contender %q: %w", c.Name, err)
 	}
 	pol := c.Policy
-	return &proc{s: s, pol: &pol, b: b, totals: totals, serve: serve}, nil
+	return &proc{s: s, pol: &pol, b: b, totals: totals, timeout: timeout, serve: serve}, nil
 }
 
 // call starts one call now, with the interceptor's order of steps: the
 // attempt ends, Decide says whether to retry, the budget is told of the
 // attempt, and asked for the retry only when Decide said yes.
+//
+// With a timeout, the call has a deadline, as a caller's context has one:
+// Decide is told the time left (a pause that cannot end before the deadline
+// is not taken), and when the deadline passes during an attempt the call
+// fails then: the attempt is cancelled (Decide sees the caller done, so the
+// budget is told nothing, as the interceptors tell it), and its answer,
+// when it comes, is dropped. An attempt sent before the deadline still
+// reaches the server. Without a timeout no deadline event is scheduled, so
+// the runs are the same event for event as before deadlines existed.
 func (p *proc) call() {
 	p.totals.calls++
 	start := p.s.now
+	deadline := start + p.timeout
+	var (
+		ended     bool
+		inAttempt int // the attempt in flight, 0 when none
+	)
+	finish := func(ok bool) {
+		ended = true
+		if ok {
+			p.totals.successes++
+		}
+		if p.done != nil {
+			p.done(start)
+		}
+	}
+	if p.timeout > 0 {
+		p.s.At(deadline, func() {
+			if ended {
+				return
+			}
+			if n := inAttempt; n > 0 {
+				v := p.pol.Decide(&policy.Attempt{Number: n, Err: errDeadline, CallerDone: true, HasDeadline: true})
+				if p.b != nil {
+					p.b.Record(budget.Attempt{Number: n, Outcome: v.Record})
+				}
+			}
+			finish(false)
+		})
+	}
 	var attempt func(n int, prev time.Duration)
 	attempt = func(n int, prev time.Duration) {
+		if ended {
+			return
+		}
 		p.totals.attempts++
+		inAttempt = n
 		p.s.After(hop(p.s), func() {
 			ok := p.serve()
 			p.s.After(hop(p.s), func() {
+				if ended {
+					return
+				}
+				inAttempt = 0
 				var err error
 				if !ok {
 					err = errFailed
 				}
-				v := p.pol.Decide(&policy.Attempt{Number: n, Err: err, Retry: n, Prev: prev, U: p.s.rng.Float64()})
+				a := &policy.Attempt{Number: n, Err: err, Retry: n, Prev: prev, U: p.s.rng.Float64()}
+				if p.timeout > 0 {
+					a.HasDeadline, a.Remaining = true, deadline-p.s.now
+				}
+				v := p.pol.Decide(a)
 				if p.b != nil {
 					p.b.Record(budget.Attempt{Number: n, Outcome: v.Record})
 				}
@@ -108,12 +162,7 @@ func (p *proc) call() {
 					p.s.After(pause, func() { attempt(n+1, pause) })
 					return
 				}
-				if ok {
-					p.totals.successes++
-				}
-				if p.done != nil {
-					p.done(start)
-				}
+				finish(ok)
 			})
 		})
 	}

@@ -14,6 +14,29 @@
 //     calls) and success rate per retry policy and budget.
 //   - Outage and recovery: a capacity-limited server that is down for a
 //     while; load during the outage, peak after recovery, time to drain.
+//     BlipConfig sets it up as the lab's blip scenario (a 1.5 s outage under
+//     light load, with 2 s call deadlines), where what counts is how many
+//     of the outage's calls the retries heal.
+//
+// Deadlines: in the failure and outage models a call may have a deadline
+// (CallTimeout; default none), counted from its start, as a caller's
+// context has one. Decide is told the time left, so a pause that cannot
+// end before the deadline is not taken and the call fails at once; when
+// the deadline passes during an attempt the call fails then, the budget is
+// told nothing of that attempt (Decide sees the caller done), and its
+// answer is dropped, though an attempt already sent still reaches the
+// server. A call that has not succeeded by its deadline fails. Without a
+// deadline no deadline event is scheduled and the runs are what they were
+// before deadlines existed, figure for figure.
+//
+// Budgets: a retry the budget refuses (Allow) ends its call. The simulator
+// does not model deferral: budget.New wraps the token bucket and ratio in a
+// budget.Gate, but the simulator never waits on it, so a refused retry does
+// not wait for a later admission as it does through the interceptors.
+//
+// The simulator has no ceiling of its own: `stagger sim outage` and
+// `stagger sim blip` print the lab's (lab.CeilingOf) for calls offered
+// evenly at the model's load.
 //
 // Model: one Sim per run holds the clock, an event queue ordered by time and
 // then by scheduling order, and a PCG random source. Events are closures run

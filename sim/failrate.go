@@ -21,6 +21,10 @@ type FailRateConfig struct {
 	// Duration is how long calls arrive. Default 10 s. Calls still running
 	// then are finished and counted.
 	Duration time.Duration
+	// CallTimeout is each call's deadline, counted from its start: the
+	// call's attempts stop when it passes, and a call that has not
+	// succeeded by then fails. Default 0: no deadline.
+	CallTimeout time.Duration
 	// Seed seeds every run.
 	Seed uint64
 	// Contenders to compare. Default Contenders().
@@ -83,20 +87,23 @@ func FailRate(cfg FailRateConfig) ([]FailRateResult, error) {
 	if cfg.Duration < 0 || cfg.Duration > time.Hour {
 		return nil, fmt.Errorf("sim: failrate duration must be in (0, 1h], got %v", cfg.Duration)
 	}
+	if cfg.CallTimeout < 0 || cfg.CallTimeout > time.Hour {
+		return nil, fmt.Errorf("sim: failrate call timeout must be in [0, 1h] (0: none), got %v", cfg.CallTimeout)
+	}
 	np, nc, nk := len(cfg.P), len(cfg.Clients), len(cfg.Contenders)
 	return runIndexed(cfg.Workers, np*nc*nk, func(i int) (FailRateResult, error) {
 		pi, ci, ki := i/(nc*nk), i/nk%nc, i%nk
 		// Contenders share a stream (common random numbers).
 		s := New(cfg.Seed, 1<<63|uint64(pi)<<32|uint64(ci))
-		return failRateRun(s, cfg.P[pi], cfg.Clients[ci], cfg.Rate, cfg.Duration, &cfg.Contenders[ki])
+		return failRateRun(s, cfg.P[pi], cfg.Clients[ci], cfg.Rate, cfg.Duration, cfg.CallTimeout, &cfg.Contenders[ki])
 	})
 }
 
-func failRateRun(s *Sim, p float64, clients int, rate float64, d time.Duration, c *Contender) (FailRateResult, error) {
+func failRateRun(s *Sim, p float64, clients int, rate float64, d, timeout time.Duration, c *Contender) (FailRateResult, error) {
 	var t callTotals
 	serve := func() bool { return s.rng.Float64() >= p }
 	for i := 0; i < clients; i++ {
-		pr, err := newProc(s, c, &t, serve)
+		pr, err := newProc(s, c, &t, timeout, serve)
 		if err != nil {
 			return FailRateResult{}, err
 		}

@@ -27,6 +27,10 @@ type OutageConfig struct {
 	// OutageStart and OutageEnd bound the outage, during which the server
 	// answers every attempt UNAVAILABLE. Default 2 s and 5 s.
 	OutageStart, OutageEnd time.Duration
+	// CallTimeout is each call's deadline, counted from its start: the
+	// call's attempts stop when it passes, and a call that has not
+	// succeeded by then fails. Default 0: no deadline.
+	CallTimeout time.Duration
 	// Seed seeds every run.
 	Seed uint64
 	// Contenders to compare. Default Contenders().
@@ -34,6 +38,19 @@ type OutageConfig struct {
 	// Workers bounds the goroutines that run simulations at once. Default
 	// GOMAXPROCS. The results do not depend on it.
 	Workers int
+}
+
+// BlipConfig is the outage model set up as the lab's blip scenario
+// (lab.ScenarioBlip): 50 clients making 1 call/s each (Load 50), capacity
+// 500 attempts/s, the server answering UNAVAILABLE from 2 s to 3.5 s of an
+// 8 s run, and a 2 s deadline on every call. The fields it leaves zero
+// (Seed, Contenders, Workers) take Outage's defaults.
+func BlipConfig() OutageConfig {
+	return OutageConfig{
+		Capacity: 500, Load: 50, Clients: 50, Duration: 8 * time.Second,
+		OutageStart: 2 * time.Second, OutageEnd: 3500 * time.Millisecond,
+		CallTimeout: 2 * time.Second,
+	}
 }
 
 // OutageResult is one contender's run.
@@ -60,7 +77,8 @@ type OutageResult struct {
 
 // Outage runs the outage model (DESIGN.md, model 3): Poisson calls at Load
 // against a server with Capacity that is down from OutageStart to
-// OutageEnd. Results come in the order of Contenders.
+// OutageEnd, each call with a CallTimeout deadline when one is set. Results
+// come in the order of Contenders.
 func Outage(cfg OutageConfig) ([]OutageResult, error) {
 	if cfg.Capacity == 0 {
 		cfg.Capacity = 1000
@@ -94,6 +112,8 @@ func Outage(cfg OutageConfig) ([]OutageResult, error) {
 		return nil, fmt.Errorf("sim: outage duration must be in [100ms, 1h], got %v", cfg.Duration)
 	case cfg.OutageStart < 0 || cfg.OutageEnd <= cfg.OutageStart || cfg.OutageEnd > cfg.Duration:
 		return nil, fmt.Errorf("sim: outage window must satisfy 0 <= start < end <= duration %v, got [%v, %v)", cfg.Duration, cfg.OutageStart, cfg.OutageEnd)
+	case cfg.CallTimeout < 0 || cfg.CallTimeout > time.Hour:
+		return nil, fmt.Errorf("sim: outage call timeout must be in [0, 1h] (0: none), got %v", cfg.CallTimeout)
 	}
 	return runIndexed(cfg.Workers, len(cfg.Contenders), func(i int) (OutageResult, error) {
 		// Contenders share a stream (common random numbers).
@@ -133,7 +153,7 @@ func outageRun(s *Sim, cfg *OutageConfig, c *Contender) (OutageResult, error) {
 		}
 	}
 	for i := 0; i < cfg.Clients; i++ {
-		pr, err := newProc(s, c, &t, serve)
+		pr, err := newProc(s, c, &t, cfg.CallTimeout, serve)
 		if err != nil {
 			return OutageResult{}, err
 		}

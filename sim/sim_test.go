@@ -222,6 +222,106 @@ func TestOutageSanity(t *testing.T) {
 	}
 }
 
+// TestDeadlineNoCallReachesChangesNothing: a deadline no call comes near
+// gives the runs of no deadline, figure for figure (the deadline events come
+// after every call has ended, and Decide's pauses are far shorter).
+func TestDeadlineNoCallReachesChangesNothing(t *testing.T) {
+	cfg := OutageConfig{Capacity: 500, Load: 300, Clients: 20, Duration: 4 * time.Second, OutageStart: time.Second, OutageEnd: 2 * time.Second, Seed: 2}
+	none, err := Outage(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CallTimeout = time.Hour
+	far, err := Outage(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(none, far) {
+		t.Fatalf("a 1 h deadline changed the outage results:\n%v\n%v", none, far)
+	}
+	fcfg := FailRateConfig{P: []float64{0.5}, Clients: []int{10}, Rate: 200, Duration: 2 * time.Second, Seed: 3}
+	fnone, err := FailRate(fcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fcfg.CallTimeout = time.Hour
+	ffar, err := FailRate(fcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fnone, ffar) {
+		t.Fatalf("a 1 h deadline changed the failrate results:\n%v\n%v", fnone, ffar)
+	}
+}
+
+func TestDeadlines(t *testing.T) {
+	run := func(p float64, timeout time.Duration) map[string]FailRateResult {
+		t.Helper()
+		res, err := FailRate(FailRateConfig{P: []float64{p}, Clients: []int{10}, Rate: 500, Duration: 2 * time.Second, CallTimeout: timeout, Seed: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		by := map[string]FailRateResult{}
+		for _, r := range res {
+			by[r.Contender] = r
+		}
+		return by
+	}
+	// An attempt takes two hops of |Normal(10 ms, 2 ms)|: about 20 ms, and
+	// under 15 ms about one time in 25. A 15 ms deadline fails nearly every
+	// call, even against a server that never fails.
+	for name, r := range run(0, 15*time.Millisecond) {
+		if r.SuccessRate > 0.1 || r.Amplification != 1 {
+			t.Errorf("p=0, 15 ms deadline, %s: success %v, amplification %v; want below 0.1 and 1", name, r.SuccessRate, r.Amplification)
+		}
+	}
+	// A 60 ms deadline leaves no room for a retry: the first pause is
+	// 100 ms ×U(0.8, 1.2), and a pause that cannot end before the deadline
+	// is not taken. Every call makes one attempt, and succeeds half the time.
+	for name, r := range run(0.5, 60*time.Millisecond) {
+		if r.Amplification != 1 || math.Abs(r.SuccessRate-0.5) > 0.05 {
+			t.Errorf("p=0.5, 60 ms deadline, %s: amplification %v, success %v; want 1 and about 0.5", name, r.Amplification, r.SuccessRate)
+		}
+	}
+	// A 200 ms deadline leaves room for one retry (20 + 80-120 + 20 ms),
+	// never two (a second pause is 160-240 ms).
+	r := run(0.5, 200*time.Millisecond)["retry-3"]
+	if r.Amplification < 1.45 || r.Amplification > 1.55 || math.Abs(r.SuccessRate-0.75) > 0.05 {
+		t.Errorf("p=0.5, 200 ms deadline, retry-3: amplification %v, success %v; want about 1.5 and 0.75", r.Amplification, r.SuccessRate)
+	}
+}
+
+func TestBlip(t *testing.T) {
+	cfg := BlipConfig()
+	cfg.Seed = 1
+	res, err := Outage(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]OutageResult{}
+	for _, r := range res {
+		by[r.Contender] = r
+		// 50 calls/s for 8 s.
+		if r.Calls < 340 || r.Calls > 460 {
+			t.Errorf("%s: %d calls, want about 400", r.Contender, r.Calls)
+		}
+	}
+	// 1.5 s of 8 s down: without retries about 81 % succeed.
+	if s := by["no-retry"].SuccessRate; math.Abs(s-0.8125) > 0.05 {
+		t.Errorf("no-retry success %v, want about 0.81", s)
+	}
+	// Retrying heals part of the outage's calls: 3 retries span about
+	// 0.7 s, the outage 1.5 s.
+	if by["retry-3"].SuccessRate < by["no-retry"].SuccessRate+0.05 {
+		t.Errorf("retry-3 success %v, no-retry %v: want retries to heal", by["retry-3"].SuccessRate, by["no-retry"].SuccessRate)
+	}
+	for _, r := range res {
+		if r.SuccessRate > by["retry-3"].SuccessRate {
+			t.Errorf("%s success %v above retry-3's %v: a budget only takes retries away", r.Contender, r.SuccessRate, by["retry-3"].SuccessRate)
+		}
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	bad := Contenders(Contender{Name: "bad", Policy: RetryPolicy(2), Budget: budget.Settings{Kind: budget.KindThrottle}})
 	for _, tc := range []struct {
@@ -247,6 +347,8 @@ func TestConfigErrors(t *testing.T) {
 			return err
 		}},
 		{"outage capacity", func() error { _, err := Outage(OutageConfig{Capacity: -5}); return err }},
+		{"outage call timeout", func() error { _, err := Outage(OutageConfig{CallTimeout: -time.Second}); return err }},
+		{"failrate call timeout", func() error { _, err := FailRate(FailRateConfig{CallTimeout: -time.Second}); return err }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.run()
@@ -279,7 +381,7 @@ func BenchmarkFailRateRun(b *testing.B) {
 		b.Fatalf("contender 5 is %q, want default", c.Name)
 	}
 	for i := 0; i < b.N; i++ {
-		if _, err := failRateRun(New(1, uint64(i)), 0.5, 100, 1000, 10*time.Second, &c); err != nil {
+		if _, err := failRateRun(New(1, uint64(i)), 0.5, 100, 1000, 10*time.Second, 0, &c); err != nil {
 			b.Fatal(err)
 		}
 	}

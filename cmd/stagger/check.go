@@ -453,8 +453,8 @@ func explainDeferral(s budget.Settings) string {
 	}
 	d := g.Settings()
 	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), then goes: "+
-		"during an outage, as a probe, one at a time, only when no attempt has reached the server for as long as the retry's pause (that quiet time doubles with every failure, up to %v), or when the budget admits it; "+
-		"once an attempt succeeds again, released one at a time: the first at once, then %v per second plus %v of each success, growing to %v while released retries succeed; "+
+		"during an outage, as a probe, one at a time, only when no attempt has reached the server for as long as the retry's pause (that quiet time doubles with every deferred retry that fails, up to %v), or when the budget admits it; "+
+		"once an attempt succeeds again, released one at a time, %v per second plus %v of each success, growing to %v while released retries succeed; "+
 		`a call that finds no admission before its deadline ends with its last status (reason deferred). "defer": false ends refused calls at once`,
 		d.MaxWaiting, d.MaxWait, budget.ProbeGapMax, budget.ReleasePerSecond, budget.ReleaseGainStart, budget.ReleaseGainMax)
 }

@@ -32,10 +32,18 @@ Scenarios (-scenario, comma-separated to run several one after another):
   unavailable  the server answers UNAVAILABLE during the outage (bufconn)
   refused      the server is gone, connections are refused (TCP)
   refused-wfr  the same, every call with grpc.WaitForReady
+  blip         a short UNAVAILABLE outage under light load (bufconn): by
+               default 1 call/s per client (50 in all) and -outage-start 2s,
+               -outage-end 3.5s; a flag given on the command line wins
   slow-replica no outage; one attempt in twenty is ten times slower: stagger
                without and with hedging (p50/p99/p99.9, attempts per call)
 
-Flags:
+Each table opens with the scenario's ceiling: the success rate an ideal
+client could reach without ever sending more than the capacity (the lab
+package's Ceiling). Peaks per contender: calls in flight, calls waiting
+between attempts, and goroutines of its client side (sampled every 100 ms).
+
+Flags (the defaults shown are those of unavailable):
 `
 
 func runLab(args []string, stdout, stderr io.Writer) int {
@@ -91,7 +99,7 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	end := fs.Duration("outage-end", d.OutageEnd, "when the outage ends")
 	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget")
 	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server admits")
-	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity)")
+	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica: 50%)")
 	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5)")
 	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call")
 	var contenders stringList
@@ -114,12 +122,33 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(scenarios) == 0 {
 		return usagef("-scenario must name at least one scenario")
 	}
+	// A flag not given leaves the field zero, so that each scenario takes
+	// its own default (blip's outage and rate are not unavailable's).
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	pick := func(name string, v time.Duration) time.Duration {
+		if given[name] {
+			return v
+		}
+		return 0
+	}
 	var reports []*lab.Report
 	for _, sc := range scenarios {
 		cfg := lab.Config{
-			Scenario: lab.Scenario(sc), Duration: *duration, OutageStart: *start, OutageEnd: *end,
+			Scenario: lab.Scenario(sc), Duration: pick("duration", *duration),
 			Clients: *clients, Capacity: *capacity, Rate: *rate, MaxAttempts: *attempts,
 			CallTimeout: *timeout, Contenders: contenders,
+		}
+		if given["outage-start"] || given["outage-end"] {
+			// One bound given: the other is the scenario's.
+			d := lab.Config{Scenario: cfg.Scenario}.Defaults()
+			cfg.OutageStart, cfg.OutageEnd = d.OutageStart, d.OutageEnd
+			if given["outage-start"] {
+				cfg.OutageStart = *start
+			}
+			if given["outage-end"] {
+				cfg.OutageEnd = *end
+			}
 		}
 		if err := cfg.Defaults().Validate(); err != nil {
 			return usageError{err}

@@ -27,6 +27,15 @@ type labJSON struct {
 	WallMS          float64 `json:"wall_ms"`
 	// Versions are the peers' modules and versions (lab.Versions).
 	Versions map[string]string `json:"versions"`
+	// Ceiling is the scenario's (lab.Report.Ceiling), the same in every
+	// record of a scenario.
+	Ceiling float64 `json:"ceiling"`
+	// The peaks: lab.Result.PeakInFlight, PeakAttemptsInFlight,
+	// PeakWaiting and PeakGoroutines.
+	PeakInFlight         int `json:"peak_in_flight"`
+	PeakAttemptsInFlight int `json:"peak_attempts_in_flight"`
+	PeakWaiting          int `json:"peak_waiting"`
+	PeakGoroutines       int `json:"peak_goroutines"`
 }
 
 // labVersions lists the modules the contenders come from, with their
@@ -49,9 +58,17 @@ func writeLabJSON(w io.Writer, reps []*lab.Report) error {
 	}
 	for _, rep := range reps {
 		for _, r := range rep.Results {
-			out = append(out, labJSON{string(rep.Config.Scenario), r.Contender, r.Calls, r.Attempts, r.Successes,
-				r.AttemptsPerCall, r.SuccessRate, r.OutageLoad, r.PeakAfter, msFloat(r.P50), msFloat(r.P99), msFloat(r.P999),
-				r.Load, msFloat(rep.Wall), versions})
+			out = append(out, labJSON{
+				Scenario: string(rep.Config.Scenario), Contender: r.Contender,
+				Calls: r.Calls, Attempts: r.Attempts, Successes: r.Successes,
+				AttemptsPerCall: r.AttemptsPerCall, SuccessRate: r.SuccessRate,
+				OutageLoad: r.OutageLoad, PeakAfter: r.PeakAfter,
+				P50MS: msFloat(r.P50), P99MS: msFloat(r.P99), P999MS: msFloat(r.P999),
+				LoadPer100ms: r.Load, WallMS: msFloat(rep.Wall), Versions: versions,
+				Ceiling:      rep.Ceiling,
+				PeakInFlight: r.PeakInFlight, PeakAttemptsInFlight: r.PeakAttemptsInFlight,
+				PeakWaiting: r.PeakWaiting, PeakGoroutines: r.PeakGoroutines,
+			})
 		}
 	}
 	return writeJSON(w, out)
@@ -82,6 +99,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender, outage [%v, %v) of %v, call deadline %v\n",
 			c.Scenario, c.Capacity, c.Rate, c.Clients, c.OutageStart, c.OutageEnd, c.Duration, c.CallTimeout)
 	}
+	fmt.Fprintf(w, "ceiling %s%%: the success an ideal client could reach without ever sending more than the capacity\n", fmtFloat(100*rep.Ceiling, 1))
 	fmt.Fprintf(w, "peers: %s\n", labVersions())
 	nameW := 0
 	for _, r := range rep.Results {
@@ -101,6 +119,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	for i, r := range rep.Results {
 		rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 2), fmtFloat(100*r.SuccessRate, 1) + "%",
 			ms(r.P50), ms(r.P99), fmtFloat(r.OutageLoad, 2) + "×", fmtFloat(r.PeakAfter, 2) + "×",
+			strconv.Itoa(r.PeakInFlight), strconv.Itoa(r.PeakWaiting), strconv.Itoa(r.PeakGoroutines),
 			bar(r.AttemptsPerCall, maxPer, 16)}
 		if slow {
 			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), fmtFloat(100*r.SuccessRate, 1) + "%",
@@ -108,7 +127,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		}
 	}
 	header := []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)",
-		"OUTAGE ATTEMPTS ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "ATTEMPTS PER CALL"}
+		"OUTAGE ATTEMPTS ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "ATTEMPTS PER CALL"}
 	if slow {
 		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)", "P99.9 (ms)", "P99 (vs first row)"}
 	}

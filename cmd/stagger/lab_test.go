@@ -41,6 +41,10 @@ func TestLabErrors(t *testing.T) {
 		{"leftover argument", []string{"now"}, 2, `unexpected argument "now"`},
 		{"bad format", []string{"-format", "xml"}, 2, "must be table, csv or json"},
 		{"retry contender in the hedging scenario", []string{"-scenario", "slow-replica", "-contenders", "naive"}, 2, `Contenders: must be among stagger-nohedge`},
+		// Flags not given leave blip its own outage, [2s, 3.5s).
+		{"blip's own outage", []string{"-scenario", "blip", "-duration", "3s"}, 2, "got [2s, 3.5s) of 3s"},
+		{"one bound given, the other blip's", []string{"-scenario", "blip", "-outage-start", "3.6s"}, 2, "got [3.6s, 3.5s) of 8s"},
+		{"one bound given, the other unavailable's", []string{"-outage-start", "4.5s"}, 2, "got [4.5s, 4s) of 8s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runLabArgs(t, tc.args...)
@@ -83,7 +87,8 @@ func TestLabTableAndJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	for _, want := range []string{"scenario unavailable: capacity 50 attempts/s", "CONTENDER", "ATTEMPTS/CALL", "stagger │", "naive   │", "▔ = outage"} {
+	for _, want := range []string{"scenario unavailable: capacity 50 attempts/s", "\nceiling 87.5%: ", "CONTENDER", "ATTEMPTS/CALL",
+		"PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "stagger │", "naive   │", "▔ = outage"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
@@ -98,5 +103,61 @@ func TestLabTableAndJSON(t *testing.T) {
 	}
 	if got[0].Calls != 24 || got[0].Attempts < got[0].Calls || len(got[0].LoadPer100ms) == 0 {
 		t.Errorf("json record %+v: want 24 calls, attempts >= calls, a load series", got[0])
+	}
+}
+
+// TestLabJSONFields checks the JSON records' keys: those users script
+// against stay, and the new ones are there.
+func TestLabJSONFields(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var out bytes.Buffer
+	if err := labMain(context.Background(), append(tinyLab, "-format", "json"), &out, &out); err != nil {
+		t.Fatalf("labMain json: %v", err)
+	}
+	var recs []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &recs); err != nil || len(recs) != 2 {
+		t.Fatalf("json: %v, %d records:\n%s", err, len(recs), out.String())
+	}
+	for _, key := range []string{"scenario", "contender", "calls", "attempts", "successes", "attempts_per_call",
+		"success_rate", "outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms", "load_per_100ms", "wall_ms", "versions",
+		"ceiling", "peak_in_flight", "peak_attempts_in_flight", "peak_waiting", "peak_goroutines"} {
+		if _, ok := recs[0][key]; !ok {
+			t.Errorf("json record lacks %q: %v", key, recs[0])
+		}
+	}
+	if recs[0]["contender"] != "stagger" || recs[1]["contender"] != "naive" || recs[0]["scenario"] != "unavailable" {
+		t.Errorf("records name %v/%v and %v, want unavailable/stagger and naive", recs[0]["scenario"], recs[0]["contender"], recs[1]["contender"])
+	}
+	// 40 calls/s for 0.6 s (one every 25 ms), 8 in the outage
+	// [0.2 s, 0.4 s), deadlines of 0.3 s, capacity 50/s. The 16 others
+	// succeed at once, each bin keeping 1 attempt spare: the slot ending at
+	// 0.5 s serves the call made at 0.2 s, the one ending at 0.6 s the call
+	// made at 0.3 s (those between are due before 0.6 s). From 0.6 s no
+	// call is made, the whole capacity is spare, a slot every 20 ms: the
+	// calls made at 0.325, 0.35 and 0.375 s are served by 0.62, 0.64 and
+	// 0.66 s. 16 + 5 of 24.
+	if c := recs[0]["ceiling"]; c != 21.0/24 {
+		t.Errorf("ceiling %v, want %v", c, 21.0/24)
+	}
+}
+
+// TestLabBlip runs blip small: its rate is 1 call/s per client unless -rate
+// says otherwise.
+func TestLabBlip(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var out bytes.Buffer
+	args := []string{"-scenario", "blip", "-duration", "600ms", "-outage-start", "200ms", "-outage-end", "400ms",
+		"-clients", "2", "-capacity", "50", "-call-timeout", "300ms", "-contenders", "stagger", "-format", "json"}
+	if err := labMain(context.Background(), args, &out, &out); err != nil {
+		t.Fatalf("labMain: %v", err)
+	}
+	var got []labJSON
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got) != 1 {
+		t.Fatalf("json: %v, %d records:\n%s", err, len(got), out.String())
+	}
+	// 2 clients, one call a second each, the second client half a second
+	// after the first: calls at 0 and 0.5 s, none in the outage.
+	if r := got[0]; r.Scenario != "blip" || r.Calls != 2 || r.Ceiling != 1 {
+		t.Errorf("record %+v: want blip, 2 calls, ceiling 1", r)
 	}
 }

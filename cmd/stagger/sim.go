@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/lab"
 	"github.com/stagger-go/stagger/policy"
 	"github.com/stagger-go/stagger/sim"
 )
 
 func init() {
 	commands["sim"] = command{
-		summary: "simulate retry storms on a virtual clock (occ, failrate, outage)",
+		summary: "simulate retry storms on a virtual clock (occ, failrate, outage, blip)",
 		run:     runSim,
 	}
 }
@@ -28,6 +29,8 @@ Models (DESIGN.md, "Simulation models"):
   occ       OCC contention (AWS 2015): work and time per backoff strategy
   failrate  random failures (Brooker 2022): amplification and success per budget
   outage    outage and recovery: load during the outage, peak after, drain time
+  blip      the outage model as the lab's blip: 50 clients × 1 call/s,
+            capacity 500/s, UNAVAILABLE from 2 s to 3.5 s of 8 s, 2 s deadlines
 
 Run "stagger sim MODEL -h" for a model's flags.
 `
@@ -47,7 +50,9 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	case "failrate":
 		err = simFailRate(args[1:], stdout, stderr)
 	case "outage":
-		err = simOutage(args[1:], stdout, stderr)
+		err = simOutage("outage", args[1:], stdout, stderr)
+	case "blip":
+		err = simOutage("blip", args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, simUsage)
 		return 0
@@ -267,6 +272,7 @@ func simFailRate(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&clients, "clients", "comma-separated numbers of client processes sharing the traffic, each with its own budget")
 	rate := fs.Float64("rate", 1000, "total calls per second of all clients")
 	duration := fs.Duration("duration", 10*time.Second, "how long calls arrive")
+	timeout := fs.Duration("call-timeout", 0, "deadline of each call (0: none)")
 	seed := fs.Uint64("seed", 1, "random seed (same seed, same output)")
 	out := format("table")
 	fs.Var(&out, "format", "output: table, csv or json")
@@ -281,21 +287,29 @@ func simFailRate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res, err := sim.FailRate(sim.FailRateConfig{P: ps, Clients: clients, Rate: *rate, Duration: *duration, Seed: *seed, Contenders: cs})
+	res, err := sim.FailRate(sim.FailRateConfig{P: ps, Clients: clients, Rate: *rate, Duration: *duration, CallTimeout: *timeout, Seed: *seed, Contenders: cs})
 	if err != nil {
 		return usageError{err}
 	}
 	return writeFailRate(stdout, out, res, len(clients) > 1)
 }
 
-func simOutage(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("outage", stderr)
-	capacity := fs.Float64("capacity", 1000, "attempts per second the server can serve (in 100 ms bins)")
-	load := fs.Float64("load", 800, "total calls per second of all clients")
-	clients := fs.Int("clients", 100, "client processes, each with its own budget")
-	duration := fs.Duration("duration", 10*time.Second, "how long calls arrive")
-	start := fs.Duration("outage-start", 2*time.Second, "when the server goes down")
-	end := fs.Duration("outage-end", 5*time.Second, "when the server comes back")
+// simOutage runs the outage model; model "blip" starts from
+// sim.BlipConfig's settings instead of the outage model's defaults.
+func simOutage(model string, args []string, stdout, stderr io.Writer) error {
+	d := sim.OutageConfig{Capacity: 1000, Load: 800, Clients: 100, Duration: 10 * time.Second,
+		OutageStart: 2 * time.Second, OutageEnd: 5 * time.Second}
+	if model == "blip" {
+		d = sim.BlipConfig()
+	}
+	fs := newFlagSet(model, stderr)
+	capacity := fs.Float64("capacity", d.Capacity, "attempts per second the server can serve (in 100 ms bins)")
+	load := fs.Float64("load", d.Load, "total calls per second of all clients")
+	clients := fs.Int("clients", d.Clients, "client processes, each with its own budget")
+	duration := fs.Duration("duration", d.Duration, "how long calls arrive")
+	start := fs.Duration("outage-start", d.OutageStart, "when the server goes down")
+	end := fs.Duration("outage-end", d.OutageEnd, "when the server comes back")
+	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call (0: none)")
 	seed := fs.Uint64("seed", 1, "random seed (same seed, same output)")
 	out := format("table")
 	fs.Var(&out, "format", "output: table, csv or json")
@@ -307,7 +321,8 @@ func simOutage(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg := sim.OutageConfig{Capacity: *capacity, Load: *load, Clients: *clients, Duration: *duration, OutageStart: *start, OutageEnd: *end, Seed: *seed, Contenders: cs}
+	cfg := sim.OutageConfig{Capacity: *capacity, Load: *load, Clients: *clients, Duration: *duration, OutageStart: *start, OutageEnd: *end,
+		CallTimeout: *timeout, Seed: *seed, Contenders: cs}
 	// Zero means "default" to sim; on the command line it is a mistake.
 	switch {
 	case *capacity == 0:
@@ -323,5 +338,22 @@ func simOutage(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	return writeOutage(stdout, out, &cfg, res)
+	return writeOutage(stdout, out, &cfg, res, outageCeiling(&cfg))
+}
+
+// outageCeiling is the outage model's ceiling (lab.CeilingOf): the success
+// rate an ideal client could reach without ever sending more than the
+// capacity, for calls offered evenly at the model's load (the model's own
+// are Poisson, so a run's figure can pass it a little).
+func outageCeiling(cfg *sim.OutageConfig) float64 {
+	var starts []time.Duration
+	for i := 0; ; i++ {
+		t := time.Duration(float64(i) / cfg.Load * float64(time.Second))
+		if t >= cfg.Duration {
+			break
+		}
+		starts = append(starts, t)
+	}
+	return lab.CeilingOf(lab.CeilingInput{Starts: starts, Capacity: cfg.Capacity,
+		OutageStart: cfg.OutageStart, OutageEnd: cfg.OutageEnd, CallTimeout: cfg.CallTimeout})
 }

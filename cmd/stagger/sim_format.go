@@ -177,6 +177,8 @@ type outageJSON struct {
 	PeakAfter       float64 `json:"peak_after"`
 	DrainMS         float64 `json:"drain_ms"`
 	ArrivalsPer100  []int   `json:"arrivals_per_100ms"`
+	// Ceiling is the model's (outageCeiling), the same in every record.
+	Ceiling float64 `json:"ceiling"`
 }
 
 func perCall(r sim.OutageResult) float64 {
@@ -186,12 +188,12 @@ func perCall(r sim.OutageResult) float64 {
 	return float64(r.Attempts) / float64(r.Calls)
 }
 
-func writeOutage(w io.Writer, f format, cfg *sim.OutageConfig, res []sim.OutageResult) error {
+func writeOutage(w io.Writer, f format, cfg *sim.OutageConfig, res []sim.OutageResult, ceiling float64) error {
 	switch f {
 	case "json":
 		out := make([]outageJSON, len(res))
 		for i, r := range res {
-			out[i] = outageJSON{r.Contender, r.Calls, r.Attempts, r.Successes, perCall(r), r.SuccessRate, r.OutageLoad, r.PeakAfter, float64(r.Drain) / float64(time.Millisecond), r.Arrivals}
+			out[i] = outageJSON{r.Contender, r.Calls, r.Attempts, r.Successes, perCall(r), r.SuccessRate, r.OutageLoad, r.PeakAfter, float64(r.Drain) / float64(time.Millisecond), r.Arrivals, ceiling}
 		}
 		return writeJSON(w, out)
 	case "csv":
@@ -201,8 +203,13 @@ func writeOutage(w io.Writer, f format, cfg *sim.OutageConfig, res []sim.OutageR
 		}
 		return writeCSV(w, []string{"strategy", "attempts_per_call", "success_rate", "outage_load", "peak_after", "drain_ms"}, rows)
 	}
-	fmt.Fprintf(w, "capacity %v/s, load %v calls/s from %d clients, outage [%v, %v) of %v\n\n",
-		cfg.Capacity, cfg.Load, cfg.Clients, cfg.OutageStart, cfg.OutageEnd, cfg.Duration)
+	deadline := "no call deadline"
+	if cfg.CallTimeout > 0 {
+		deadline = fmt.Sprintf("call deadline %v", cfg.CallTimeout)
+	}
+	fmt.Fprintf(w, "capacity %v/s, load %v calls/s from %d clients, outage [%v, %v) of %v, %s\n",
+		cfg.Capacity, cfg.Load, cfg.Clients, cfg.OutageStart, cfg.OutageEnd, cfg.Duration, deadline)
+	fmt.Fprintf(w, "ceiling %s%%: the success an ideal client could reach without ever sending more than the capacity\n\n", fmtFloat(100*ceiling, 2))
 	rows := make([][]string, len(res))
 	for i, r := range res {
 		rows[i] = []string{r.Contender, fmtFloat(perCall(r), 3), fmtFloat(100*r.SuccessRate, 2) + "%",

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/stagger-go/stagger/sim"
 )
 
 // runSimArgs runs "stagger sim args..." and returns its exit code and output.
@@ -49,6 +53,9 @@ func TestSimUsageErrors(t *testing.T) {
 		{"zero duration", []string{"failrate", "-duration", "0s"}, "-duration must be > 0"},
 		{"outage window", []string{"outage", "-outage-start", "6s", "-outage-end", "3s"}, "outage window must satisfy"},
 		{"outage capacity", []string{"outage", "-capacity", "0"}, "-capacity must be > 0"},
+		{"outage call timeout", []string{"outage", "-call-timeout", "-1s"}, "outage call timeout must be in [0, 1h] (0: none), got -1s"},
+		{"failrate call timeout", []string{"failrate", "-call-timeout", "-1s"}, "failrate call timeout must be in [0, 1h] (0: none), got -1s"},
+		{"blip window past its duration", []string{"blip", "-duration", "3s"}, "outage window must satisfy 0 <= start < end <= duration 3s, got [2s, 3.5s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runSimArgs(t, tc.args...)
@@ -63,7 +70,7 @@ func TestSimUsageErrors(t *testing.T) {
 }
 
 func TestSimHelp(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"occ", "-h"}, {"outage", "-help"}} {
+	for _, args := range [][]string{{"-h"}, {"occ", "-h"}, {"outage", "-help"}, {"blip", "-h"}} {
 		if code, _, stderr := runSimArgs(t, args...); code != 0 {
 			t.Errorf("%v: exit %d, want 0 (stderr %q)", args, code, stderr)
 		}
@@ -81,6 +88,9 @@ func TestSimDeterministicOutput(t *testing.T) {
 		{"failrate table", []string{"failrate", "-p", "0.3,1", "-clients", "5,50", "-rate", "200", "-duration", "2s"}},
 		{"failrate json", []string{"failrate", "-p", "0.3", "-rate", "200", "-duration", "2s", "-format", "json"}},
 		{"outage table", []string{"outage", "-capacity", "200", "-load", "150", "-clients", "10", "-duration", "3s", "-outage-start", "1s", "-outage-end", "2s"}},
+		{"outage with deadlines", []string{"outage", "-capacity", "200", "-load", "150", "-clients", "10", "-duration", "3s", "-outage-start", "1s", "-outage-end", "2s", "-call-timeout", "500ms"}},
+		{"failrate with deadlines", []string{"failrate", "-p", "0.3", "-rate", "200", "-duration", "2s", "-call-timeout", "150ms"}},
+		{"blip", []string{"blip"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, a, stderr := runSimArgs(t, append(tc.args, "-seed", "1")...)
@@ -110,6 +120,7 @@ func TestSimCSVShape(t *testing.T) {
 		{"failrate one client count", []string{"failrate", "-p", "0,1", "-rate", "100", "-duration", "1s", "-format", "csv"}, "p,strategy,amplification,success_rate", 12},
 		{"failrate several client counts", []string{"failrate", "-p", "0.5", "-clients", "1,10", "-rate", "100", "-duration", "1s", "-format", "csv", "-contenders", "no-retry,default"}, "p,clients,strategy,amplification,success_rate", 4},
 		{"outage", []string{"outage", "-duration", "2s", "-outage-start", "0.5s", "-outage-end", "1s", "-load", "100", "-format", "csv"}, "strategy,attempts_per_call,success_rate,outage_load,peak_after,drain_ms", 6},
+		{"blip", []string{"blip", "-format", "csv"}, "strategy,attempts_per_call,success_rate,outage_load,peak_after,drain_ms", 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, stderr := runSimArgs(t, tc.args...)
@@ -182,5 +193,52 @@ func TestSimPolicyFile(t *testing.T) {
 	code, _, stderr = runSimArgs(t, "failrate", "-policy", filepath.Join(dir, "missing.json"))
 	if code != 1 || !strings.Contains(stderr, "missing.json") {
 		t.Errorf("missing file: exit %d, stderr %q; want 1 and the file named", code, stderr)
+	}
+}
+
+// TestSimBlip checks the blip model's settings, its ceiling, and that a
+// deadline changes the outage model's figures while none keeps them.
+func TestSimBlip(t *testing.T) {
+	code, out, stderr := runSimArgs(t, "blip")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"capacity 500/s, load 50 calls/s from 50 clients, outage [2s, 3.5s) of 8s, call deadline 2s\n",
+		"\nceiling 100.00%: ", "\nno-retry ", "\ndefault "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("blip table lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, stderr = runSimArgs(t, "blip", "-format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rows []outageJSON
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 6 {
+		t.Fatalf("json: %v, %d rows:\n%s", err, len(rows), out)
+	}
+	for _, r := range rows {
+		if r.Ceiling != 1 || r.SuccessRate <= 0.7 || r.SuccessRate > 1 {
+			t.Errorf("%s: ceiling %v, success %v; want 1 and a success above 0.7", r.Strategy, r.Ceiling, r.SuccessRate)
+		}
+	}
+}
+
+func TestOutageCeiling(t *testing.T) {
+	// The outage model's defaults have no deadline: every call can be
+	// served in the end.
+	if c := outageCeiling(&sim.OutageConfig{Capacity: 1000, Load: 800, Duration: 10 * time.Second,
+		OutageStart: 2 * time.Second, OutageEnd: 5 * time.Second}); c != 1 {
+		t.Errorf("no deadline: ceiling %v, want 1", c)
+	}
+	// 800 calls/s for 10 s, 2400 in the outage [2 s, 5 s), 1 s deadlines,
+	// capacity 1000/s: the 5600 others succeed at once. From 5 s, 200
+	// attempts/s spare serve the outage calls due from 5 s on, those made in
+	// [4 s, 5 s): a slot every 5 ms, the one ending at 5 s + 5k ms serving
+	// the call made at 4 s + 5k ms, for k = 1..199; none is due at 6 s.
+	cfg := sim.OutageConfig{Capacity: 1000, Load: 800, Duration: 10 * time.Second,
+		OutageStart: 2 * time.Second, OutageEnd: 5 * time.Second, CallTimeout: time.Second}
+	if c, want := outageCeiling(&cfg), (5600.0+199)/8000; math.Abs(c-want) > 1e-12 {
+		t.Errorf("1 s deadline: ceiling %v, want %v", c, want)
 	}
 }
