@@ -64,12 +64,34 @@ type callTotals struct {
 	calls, attempts, successes int
 }
 
+// deferrer is what the simulator needs of a budget whose refused retries
+// wait (budget.Gate): its non-blocking API, driven on the virtual clock.
+type deferrer interface {
+	Enter(r budget.Request, pause time.Duration) (*budget.Waiter, error)
+	Settings() budget.DeferSettings
+}
+
+// waiter is one call's deferred retry on its process's gate.
+type waiter struct {
+	w *budget.Waiter
+	// wake is the time of the poll event pending (-1: none).
+	wake time.Duration
+	// admit sends the retry with the admission Poll returned.
+	admit func(budget.Admission)
+	// gone: admitted or given up; dropped from proc.waiters.
+	gone bool
+}
+
 // proc is one client process: a contender's policy and its own budget.
 type proc struct {
 	s      *Sim
 	pol    *policy.Policy
 	b      budget.Budget
 	totals *callTotals
+	// gate is b when its refused retries wait (nil otherwise), and waiters
+	// its deferred retries, in the order they entered.
+	gate    deferrer
+	waiters []*waiter
 	// timeout is each call's deadline, counted from its start; 0 means none.
 	timeout time.Duration
 	// serve is asked, when an attempt reaches the server, whether it
@@ -85,7 +107,98 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 		return nil, fmt.Errorf("sim: contender %q: %w", c.Name, err)
 	}
 	pol := c.Policy
-	return &proc{s: s, pol: &pol, b: b, totals: totals, timeout: timeout, serve: serve}, nil
+	p := &proc{s: s, pol: &pol, b: b, totals: totals, timeout: timeout, serve: serve}
+	if g, ok := b.(deferrer); ok {
+		p.gate = g
+	}
+	return p, nil
+}
+
+// record tells the budget how an attempt ended, then polls the budget's
+// waiters, in the order they entered, as the gate may have changed.
+func (p *proc) record(a budget.Attempt) {
+	if p.b == nil {
+		return
+	}
+	p.b.Record(a)
+	if len(p.waiters) == 0 {
+		return
+	}
+	for _, w := range p.waiters {
+		if !w.gone {
+			p.poll(w)
+		}
+	}
+	live := p.waiters[:0]
+	for _, w := range p.waiters {
+		if !w.gone {
+			live = append(live, w)
+		}
+	}
+	clear(p.waiters[len(live):])
+	p.waiters = live
+}
+
+// poll asks whether w may go; admitted, it leaves the gate and its retry is
+// sent; else a poll is scheduled at the time Poll named, if any.
+func (p *proc) poll(w *waiter) {
+	a, next := w.w.Poll()
+	if a != budget.AdmitNone {
+		w.gone = true
+		w.w.Leave()
+		w.admit(a)
+		return
+	}
+	if next.IsZero() {
+		return
+	}
+	// One poll event pending per waiter, the earliest asked for: a later
+	// time is asked for again by the poll at the earlier one (a poll too
+	// early changes nothing), and an event superseded does nothing.
+	t := next.Sub(Epoch)
+	if w.wake >= 0 && w.wake <= t {
+		return
+	}
+	w.wake = t
+	p.s.At(t, func() {
+		if !w.gone && w.wake == t {
+			w.wake = -1
+			p.poll(w)
+		}
+	})
+}
+
+// enter defers a retry the budget refused, as the interceptors' Wait does
+// on the real clock: the waiter is polled now, after every Record on the
+// budget and at the times Poll names; admitted, admit sends the retry.
+// At limit (a millisecond before the call's deadline, or the gate's
+// MaxWait from now without one) it is polled once more, then leaves and
+// giveUp ends the call. It reports false when the gate has too many
+// waiters already (budget.ErrTooManyWaiting): the call ends as refused.
+func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration, admit func(budget.Admission), giveUp func()) bool {
+	bw, err := p.gate.Enter(r, pause)
+	if err != nil {
+		return false
+	}
+	if limit < 0 {
+		limit = p.s.now + p.gate.Settings().MaxWait
+	}
+	w := &waiter{w: bw, wake: -1, admit: admit}
+	p.waiters = append(p.waiters, w)
+	p.s.At(limit, func() {
+		if w.gone {
+			return
+		}
+		p.poll(w)
+		if w.gone {
+			return
+		}
+		w.gone = true
+		w.w.Leave()
+		giveUp()
+	})
+	p.poll(w)
+	return true
 }
 
 // call starts one call now, with the interceptor's order of steps: the
@@ -106,7 +219,8 @@ func (p *proc) call() {
 	deadline := start + p.timeout
 	var (
 		ended     bool
-		inAttempt int // the attempt in flight, 0 when none
+		inAttempt int              // the attempt in flight, 0 when none
+		admission budget.Admission // how the attempt in flight was let go
 	)
 	finish := func(ok bool) {
 		ended = true
@@ -124,20 +238,24 @@ func (p *proc) call() {
 			}
 			if n := inAttempt; n > 0 {
 				v := p.pol.Decide(&policy.Attempt{Number: n, Err: errDeadline, CallerDone: true, HasDeadline: true})
-				if p.b != nil {
-					p.b.Record(budget.Attempt{Number: n, Outcome: v.Record})
-				}
+				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: admission})
 			}
 			finish(false)
 		})
 	}
-	var attempt func(n int, prev time.Duration)
-	attempt = func(n int, prev time.Duration) {
+	// limit is when a deferred retry gives up: a millisecond before the
+	// deadline, or (-1) the gate's MaxWait after it entered.
+	limit := time.Duration(-1)
+	if p.timeout > 0 {
+		limit = deadline - time.Millisecond
+	}
+	var attempt func(n int, prev time.Duration, adm budget.Admission)
+	attempt = func(n int, prev time.Duration, adm budget.Admission) {
 		if ended {
 			return
 		}
 		p.totals.attempts++
-		inAttempt = n
+		inAttempt, admission = n, adm
 		p.s.After(hop(p.s), func() {
 			ok := p.serve()
 			p.s.After(hop(p.s), func() {
@@ -154,19 +272,27 @@ func (p *proc) call() {
 					a.HasDeadline, a.Remaining = true, deadline-p.s.now
 				}
 				v := p.pol.Decide(a)
-				if p.b != nil {
-					p.b.Record(budget.Attempt{Number: n, Outcome: v.Record})
+				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: adm})
+				if !v.Retry {
+					finish(ok)
+					return
 				}
-				if v.Retry && (p.b == nil || p.b.Allow(budget.Request{Number: n + 1})) {
-					pause := v.Pause
-					p.s.After(pause, func() { attempt(n+1, pause) })
+				pause := v.Pause
+				r := budget.Request{Number: n + 1}
+				if p.b == nil || p.b.Allow(r) {
+					p.s.After(pause, func() { attempt(n+1, pause, budget.AdmitNone) })
+					return
+				}
+				if p.gate != nil && p.enter(r, pause, limit,
+					func(a budget.Admission) { attempt(n+1, pause, a) },
+					func() { finish(false) }) {
 					return
 				}
 				finish(ok)
 			})
 		})
 	}
-	attempt(1, p.pol.Backoff.Initial)
+	attempt(1, p.pol.Backoff.Initial, budget.AdmitNone)
 }
 
 // poisson starts calls on p at the given rate (calls per second) from now

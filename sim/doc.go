@@ -27,12 +27,25 @@
 // answer is dropped, though an attempt already sent still reaches the
 // server. A call that has not succeeded by its deadline fails. Without a
 // deadline no deadline event is scheduled and the runs are what they were
-// before deadlines existed, figure for figure.
+// before deadlines existed, figure for figure, as long as no retry is
+// deferred (a deferred retry waits until its deadline, or MaxWait).
 //
-// Budgets: a retry the budget refuses (Allow) ends its call. The simulator
-// does not model deferral: budget.New wraps the token bucket and ratio in a
-// budget.Gate, but the simulator never waits on it, so a refused retry does
-// not wait for a later admission as it does through the interceptors.
+// Budgets: a retry the budget refuses (Allow) ends its call, unless the
+// budget defers (budget.New wraps the token bucket and the ratio in a
+// budget.Gate; the throttle refuses at once). Then the retry waits as it
+// does through the interceptors, driven by the Gate's own non-blocking API
+// on the virtual clock: Enter (a full gate, budget.ErrTooManyWaiting, ends
+// the call as a refusal), then Poll, right away, after every Record on that
+// budget (its waiters in the order they entered, in the same event) and at
+// the time Poll named. Admitted, the retry leaves the gate and is sent at
+// once (Poll never admits it before its pause), and its attempt is recorded
+// with the admission Poll returned (AdmitNone for every other attempt). A
+// waiter that reaches its limit, a millisecond before its call's deadline
+// or, without one, the gate's DeferSettings.MaxWait after it entered, is
+// polled once more, then leaves and its call fails. So without a deadline
+// a deferred call may end up to MaxWait (10 s by default) after its last
+// attempt, past the end of the arrivals; the Outage model's Drain counts
+// it.
 //
 // The simulator has no ceiling of its own: `stagger sim outage` and
 // `stagger sim blip` print the lab's (lab.CeilingOf) for calls offered

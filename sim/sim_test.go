@@ -182,8 +182,26 @@ func TestFailRateDeterministic(t *testing.T) {
 	}
 }
 
+// noDefer returns c with its budget's deferral off: a refused retry ends
+// its call.
+func noDefer(c Contender) Contender {
+	c.Name += "-nodefer"
+	c.Budget.Defer.Mode = budget.DeferOff
+	return c
+}
+
+// allNoDefer returns the standard line-up with deferral off everywhere.
+func allNoDefer() []Contender {
+	cs := Contenders()
+	for i := range cs {
+		cs[i].Budget.Defer.Mode = budget.DeferOff
+	}
+	return cs
+}
+
 func TestOutageSanity(t *testing.T) {
 	cfg := OutageConfig{Capacity: 500, Load: 300, Clients: 20, Duration: 4 * time.Second, OutageStart: time.Second, OutageEnd: 2 * time.Second, Seed: 2}
+	cfg.Contenders = Contenders(noDefer(Contenders()[5]))
 	res, err := Outage(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -210,8 +228,10 @@ func TestOutageSanity(t *testing.T) {
 	if by["default"].OutageLoad > 1.3*by["no-retry"].OutageLoad {
 		t.Errorf("default budget outage load %v, no-retry %v: want the budget to hold it", by["default"].OutageLoad, by["no-retry"].OutageLoad)
 	}
-	if by["retry-3"].Drain <= by["default"].Drain {
-		t.Errorf("retry-3 drained in %v, default budget in %v: want the storm slower", by["retry-3"].Drain, by["default"].Drain)
+	// Without deferral: a deferred retry waits up to defer.maxWait (10 s)
+	// here, no deadline, so the default budget's calls drain slowly.
+	if by["retry-3"].Drain <= by["default-nodefer"].Drain {
+		t.Errorf("retry-3 drained in %v, default budget without deferral in %v: want the storm slower", by["retry-3"].Drain, by["default-nodefer"].Drain)
 	}
 	again, err := Outage(cfg)
 	if err != nil {
@@ -224,9 +244,11 @@ func TestOutageSanity(t *testing.T) {
 
 // TestDeadlineNoCallReachesChangesNothing: a deadline no call comes near
 // gives the runs of no deadline, figure for figure (the deadline events come
-// after every call has ended, and Decide's pauses are far shorter).
+// after every call has ended, and Decide's pauses are far shorter). Without
+// deferral only: a deferred retry waits until its deadline when it has one,
+// else defer.maxWait, so there a far deadline does change the runs.
 func TestDeadlineNoCallReachesChangesNothing(t *testing.T) {
-	cfg := OutageConfig{Capacity: 500, Load: 300, Clients: 20, Duration: 4 * time.Second, OutageStart: time.Second, OutageEnd: 2 * time.Second, Seed: 2}
+	cfg := OutageConfig{Capacity: 500, Load: 300, Clients: 20, Duration: 4 * time.Second, OutageStart: time.Second, OutageEnd: 2 * time.Second, Seed: 2, Contenders: allNoDefer()}
 	none, err := Outage(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +261,7 @@ func TestDeadlineNoCallReachesChangesNothing(t *testing.T) {
 	if !reflect.DeepEqual(none, far) {
 		t.Fatalf("a 1 h deadline changed the outage results:\n%v\n%v", none, far)
 	}
-	fcfg := FailRateConfig{P: []float64{0.5}, Clients: []int{10}, Rate: 200, Duration: 2 * time.Second, Seed: 3}
+	fcfg := FailRateConfig{P: []float64{0.5}, Clients: []int{10}, Rate: 200, Duration: 2 * time.Second, Seed: 3, Contenders: allNoDefer()}
 	fnone, err := FailRate(fcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -315,10 +337,125 @@ func TestBlip(t *testing.T) {
 	if by["retry-3"].SuccessRate < by["no-retry"].SuccessRate+0.05 {
 		t.Errorf("retry-3 success %v, no-retry %v: want retries to heal", by["retry-3"].SuccessRate, by["no-retry"].SuccessRate)
 	}
+	// A budget that refuses at once only takes retries away; one that
+	// defers (ratio, default) may heal more than retry-3, its retries
+	// waiting out the outage, but not by sending more during it.
 	for _, r := range res {
+		if r.Contender == "ratio" || r.Contender == "default" {
+			if r.OutageLoad > by["retry-3"].OutageLoad {
+				t.Errorf("%s outage load %v above retry-3's %v", r.Contender, r.OutageLoad, by["retry-3"].OutageLoad)
+			}
+			continue
+		}
 		if r.SuccessRate > by["retry-3"].SuccessRate {
 			t.Errorf("%s success %v above retry-3's %v: a budget only takes retries away", r.Contender, r.SuccessRate, by["retry-3"].SuccessRate)
 		}
+	}
+}
+
+// recGate is a budget.Gate that keeps the admission of every attempt
+// recorded; it reaches the simulator's deferral through the methods it
+// needs (Enter, Settings), not as a *budget.Gate.
+type recGate struct {
+	*budget.Gate
+	admissions []budget.Admission
+}
+
+func (g *recGate) Record(a budget.Attempt) {
+	g.admissions = append(g.admissions, a.Admission)
+	g.Gate.Record(a)
+}
+
+// deferModel runs one process with the default budget (a Gate): a call
+// every 50 ms for 0.9 s against a server down until 1 s, each call with the
+// given timeout (0: none).
+func deferModel(t *testing.T, seed uint64, timeout time.Duration) (callTotals, []budget.Admission) {
+	t.Helper()
+	s := New(seed, 1)
+	b, err := budget.New(budget.DefaultSettings(), budget.WithClock(s.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := b.(*budget.Gate)
+	if !ok {
+		t.Fatalf("default budget is a %T, want a *budget.Gate", b)
+	}
+	rg := &recGate{Gate: g}
+	var totals callTotals
+	pol := RetryPolicy(4)
+	p := &proc{s: s, pol: &pol, b: rg, gate: rg, totals: &totals, timeout: timeout, serve: func() bool { return s.now >= time.Second }}
+	for i := 0; i < 18; i++ {
+		s.At(time.Duration(i)*50*time.Millisecond, p.call)
+	}
+	s.Run()
+	for _, w := range p.waiters {
+		if !w.gone {
+			t.Error("a waiter still waits after the run")
+		}
+	}
+	if st := g.State(); st.Waiting != 0 || st.Deferred == 0 {
+		t.Errorf("gate state after the run: %d waiting, %d deferred; want 0 and some", st.Waiting, st.Deferred)
+	}
+	return totals, rg.admissions
+}
+
+func TestDeferredRetryWaitsAndSucceeds(t *testing.T) {
+	totals, adm := deferModel(t, 1, 0)
+	// The budget refuses after the first retries; the refused retries wait
+	// (up to defer.maxWait, 10 s) and go once the server is back.
+	if totals.calls != 18 || totals.successes != 18 {
+		t.Fatalf("%d of %d calls succeeded, want all 18", totals.successes, totals.calls)
+	}
+	if len(adm) != totals.attempts {
+		t.Errorf("%d attempts recorded, %d sent", len(adm), totals.attempts)
+	}
+	n := map[budget.Admission]int{}
+	for _, a := range adm {
+		n[a]++
+	}
+	if n[budget.AdmitRelease] == 0 || n[budget.AdmitNone] == 0 {
+		t.Errorf("admissions recorded %v: want deferred retries released after the recovery", n)
+	}
+	// Far fewer attempts than 4 per call during the outage.
+	if totals.attempts > 3*totals.calls {
+		t.Errorf("%d attempts for %d calls: want the budget to hold the retries", totals.attempts, totals.calls)
+	}
+
+	// With a 300 ms deadline, no call started before 0.7 s can wait for the
+	// recovery: each leaves the gate a millisecond before its deadline and
+	// fails.
+	totals, _ = deferModel(t, 1, 300*time.Millisecond)
+	if totals.successes > 18-14 {
+		t.Errorf("300 ms deadline: %d of %d calls succeeded, want at most 4", totals.successes, totals.calls)
+	}
+}
+
+func TestDeferralDeterministic(t *testing.T) {
+	cfg := OutageConfig{Capacity: 500, Load: 300, Clients: 20, Duration: 4 * time.Second, OutageStart: time.Second, OutageEnd: 2 * time.Second, Seed: 7, Contenders: Contenders()[3:]}
+	a, err := Outage(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Workers = 1
+	b, err := Outage(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("same seed, different outage results with deferral")
+	}
+	fcfg := FailRateConfig{P: []float64{0.5, 1}, Clients: []int{10, 100}, Duration: 2 * time.Second, Seed: 7, Contenders: Contenders()[3:]}
+	fa, err := FailRate(fcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fcfg.Workers = 1
+	fb, err := FailRate(fcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fa, fb) {
+		t.Fatalf("same seed, different failrate results with deferral:\n%v\n%v", fa, fb)
 	}
 }
 
