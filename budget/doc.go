@@ -55,7 +55,8 @@
 //
 // Default (DefaultSettings) is a token bucket with the AWS costs and reward
 // but a capacity of 100 that starts at 9 tokens: while everything fails, a
-// fresh process gets one retry and then needs a success for each next one;
+// fresh process gets one retry paid by the bucket and then needs a success
+// for each next one (the retries it refuses meanwhile wait: Deferral);
 // while a few attempts fail, refunds and rewards keep it full. It was chosen
 // with the model in storm_test.go (DESIGN.md model 2); see Default for the
 // figures. The ratio and the throttle cannot meet both storm-lab goals: they
