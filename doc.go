@@ -32,7 +32,9 @@ import (
 //
 // DialOptions is safe by default: when the file declares no budget and opts
 // give none (interceptor.WithBudget), calls use budget.Default(), one per
-// process, shared by every connection made this way. opts are applied to both
+// process, shared by every connection made this way; a retry it refuses
+// waits, within the call's deadline, for the server to come back (deferral:
+// budget.Gate) instead of ending the call. opts are applied to both
 // interceptors after cfg, so they can override it (interceptor.WithBudget(nil)
 // means unlimited).
 //
