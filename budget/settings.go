@@ -275,7 +275,7 @@ func New(s Settings, opts ...Option) (Budget, error) {
 		return nil, err
 	}
 	b, err := newKind(s, opts)
-	if err != nil || b == nil || !s.Defer.on(s.Kind) {
+	if err != nil || b == nil || !s.Defers() {
 		return b, err
 	}
 	g, err := Deferring(b, s.Defer, opts...)
@@ -283,6 +283,13 @@ func New(s Settings, opts ...Option) (Budget, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// Defers reports whether the budget s describes defers refused retries
+// (New wraps it in a Gate): by s.Defer, and by default for the token bucket
+// and the ratio, not the throttle.
+func (s Settings) Defers() bool {
+	return s.Kind != KindNone && s.Defer.on(s.Kind)
 }
 
 func newKind(s Settings, opts []Option) (Budget, error) {

@@ -439,19 +439,14 @@ func explainDeferral(s budget.Settings) string {
 	if s.Kind == budget.KindNone {
 		return "no budget: nothing is refused (stagger.DialOptions installs the default budget, whose refused retries wait as a retryBudget's do)"
 	}
-	b, err := budget.New(s)
-	if err != nil {
-		return ""
-	}
-	g, ok := b.(*budget.Gate)
-	if !ok {
+	if !s.Defers() {
 		out := "a retry the budget refuses ends its call at once (reason budget)"
 		if s.Kind == budget.KindThrottle {
 			out += `, as gRFC A6 says; "defer": true makes refused retries wait for the server to come back instead`
 		}
 		return out
 	}
-	d := g.Settings()
+	d := s.Defer.WithDefaults()
 	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), then goes: "+
 		"during an outage, as a probe, one at a time, only when no attempt has reached the server for as long as the retry's pause (that quiet time doubles with every deferred retry that fails, up to %v), or when the budget admits it; "+
 		"once an attempt succeeds again, released one at a time, %v per second plus %v of each success, growing to %v while released retries succeed; "+
