@@ -80,6 +80,9 @@ type Request struct {
 	AfterTimeout bool
 	// Hedge: the attempt is a hedge.
 	Hedge bool
+	// Last: the attempt asked for is its call's last (the policy's
+	// maxAttempts). A Gate does not spend it on a probe (see Gate).
+	Last bool
 }
 
 // State is a snapshot of a budget, for metrics, logs and `stagger check`.

@@ -91,13 +91,18 @@ const (
 	// successes the process sees (see Gate).
 	AdmitRelease
 	// AdmitProbe: sent as a probe: nothing reached the server for as long
-	// as the retry's pause, and no other probe was out.
+	// as the quiet time (see Gate), and no other probe was out.
 	AdmitProbe
+	// AdmitLast: sent as its call's last chance, just before the deadline,
+	// while attempts fail: a probe that the call itself needs.
+	AdmitLast
 )
 
-// String returns "none", "budget", "release" or "probe".
+// String returns "none", "budget", "release", "probe" or "last".
 func (a Admission) String() string {
 	switch a {
+	case AdmitLast:
+		return "last"
 	case AdmitBudget:
 		return "budget"
 	case AdmitRelease:
@@ -142,29 +147,65 @@ const (
 	ReleasePerSecond = 1.5
 	ReleaseGainStart = 1.0 / 16
 	ReleaseGainMax   = 3.0 / 16
-	// ProbeGapMax bounds the quiet time a probe needs.
+	// OutageStreak failures in a row, with no success between, make an
+	// outage (see Gate): release credits drop to nothing and new retries
+	// queue behind the waiting ones. Fewer, under random failures, are
+	// not one.
+	OutageStreak = 3
+	// ProbeGapMax bounds the probe and last-chance gaps (see Gate).
 	ProbeGapMax = 30 * time.Second
+	// QuietGapMax bounds what failures other than probes make of the probe
+	// gap: a process whose calls stop after an outage probes within it.
+	QuietGapMax = 4 * time.Second
+	// LastChanceLead is the least time before its call's deadline at which
+	// a waiting retry goes as the call's last chance (AdmitLast); twice the
+	// latest deferred attempt's duration when that is longer.
+	LastChanceLead = 50 * time.Millisecond
 	// waitSlack: no retry starts with less than this before the deadline.
 	waitSlack = time.Millisecond
 )
 
 // Gate adds deferral to a budget: a retry the budget refuses waits, within
 // its call's deadline, instead of ending the call, and goes when one of
-// these admits it, asked in this order every time the gate learns something
-// (an attempt recorded) and when a probe falls due:
+// these admits it, asked every time the gate learns something (an attempt
+// recorded) and when a wait falls due:
 //
-//  1. while attempts fail, one deferred retry at a time, when no attempt
-//     reached the server (recorded a success or a failure) for as long as
-//     the quiet time: paid for by the budget when its Allow admits it now
-//     (AdmitBudget), else as a probe (AdmitProbe). Fresher evidence than the
-//     retry would bring keeps coming from other calls' attempts, so it
-//     waits; a process with no other traffic probes at its backoff's pace.
-//     The quiet time starts at the retry's own pause and doubles with every
-//     deferred retry that fails, up to 30s; a success resets it;
-//  2. once the server is back (the last attempt that reached it
+//  1. while attempts fail (the last attempt that reached the server
+//     failed), one deferred retry at a time, paid for by the budget when
+//     its Allow admits it now (AdmitBudget), else as a probe (AdmitProbe),
+//     unless it is the last attempt of a call with a deadline
+//     (Request.Last: that one waits for rule 2, so that a probe does not
+//     end the call that sends it), when nothing reached the server for
+//     the quiet time: the longer of the retry's own pause and the probe
+//     gap, which starts at the first waiting retry's pause, doubles with
+//     every attempt that fails, the new calls' first attempts included (up
+//     to QuietGapMax; a probe that fails doubles it up to ProbeGapMax, and
+//     to no less than its own pause), and halves with every success. A process that keeps sending calls learns from them instead
+//     of probing; a quiet one probes at its backoff's pace, slowed by every
+//     failure;
+//  2. while attempts fail, a retry whose call has a deadline goes as that
+//     call's last chance (AdmitLast, or AdmitBudget when paid) at the
+//     deadline less LastChanceLead, when no other deferred retry is out
+//     and the last deferred retry that failed ended at least the
+//     last-chance gap ago, a gap that starts at the first waiting retry's
+//     pause, doubles with every deferred retry that fails and halves with
+//     every success: the call has nothing to lose, and a long outage does
+//     not get one more attempt per call;
+//  3. once the server is back (the last attempt that reached it
 //     succeeded): a release credit, paced as ReleasePerSecond says: a few
 //     per second and a growing share of the process's successes, one at a
-//     time. A failure goes back to 1.
+//     time. A failure goes back to 1; an outage (OutageStreak failures in
+//     a row) also drops the credits, and the first credit after it is
+//     drawn at random, so that processes that saw the recovery at the same
+//     moment do not release at the same moment. Fewer failures in a row
+//     (random failures of a serving server) leave the credits alone.
+//
+// While calls wait during an outage (OutageStreak failures in a row, no
+// success between), Allow refuses every retry (not hedges) without asking
+// the budget: a new retry queues behind the waiting ones and goes by the
+// same rules, so that budget-paid retries cannot burn a call's attempts
+// against a server known to be failing, or pile onto one that is back but
+// full.
 //
 // No retry is admitted sooner than its pause. The waiting calls are bounded
 // (DeferSettings.MaxWaiting); a call without a deadline waits at most
@@ -173,24 +214,40 @@ const (
 //
 // A Gate is a Budget: Record and Allow pass through to the budget it wraps
 // (Allow counts in the budget's State like any other). When nobody waits,
-// Record costs one atomic load beyond the budget's own.
+// recording a success costs one atomic load beyond the budget's own; a
+// failure takes the gate's lock and reads the clock.
 type Gate struct {
-	b   Budget
-	s   DeferSettings
-	now func() time.Time
+	b    Budget
+	s    DeferSettings
+	now  func() time.Time
+	rand func() float64
 
-	// waiting mirrors the count under mu, for Record's fast path.
+	// waiting mirrors the count under mu, for Record's and Allow's fast
+	// paths.
 	waiting atomic.Int32
 	// succeeded: a success was recorded while nobody waited, so the state
-	// the last outage left (probe gap, gain) is stale.
+	// the last outage left (probe gap, gain, new calls' failures) is stale.
 	succeeded atomic.Bool
+	// outageNow mirrors outage, for Allow.
+	outageNow atomic.Bool
 
 	mu          sync.Mutex
 	nWaiting    int
 	lastReached time.Time
 	failing     bool
-	probesOut   int
-	probeGap    time.Duration
+	// streak counts the failures since the last success; outage is set
+	// when it reaches OutageStreak, until a success.
+	streak    int
+	outage    bool
+	probesOut int
+	probeAt   time.Time
+	// probeTook is how long the latest deferred retry took.
+	probeTook         time.Duration
+	probeGap, lastGap time.Duration
+	// probeFailed is when the latest deferred retry failed; probePause
+	// the pause of the one out.
+	probeFailed time.Time
+	probePause  time.Duration
 	credits     float64
 	creditAt    time.Time
 	gain        float64
@@ -209,7 +266,7 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 		return nil, err
 	}
 	o := buildOptions(opts)
-	return &Gate{b: b, s: s.WithDefaults(), now: o.now, gain: ReleaseGainStart, changed: make(chan struct{})}, nil
+	return &Gate{b: b, s: s.WithDefaults(), now: o.now, rand: o.rand, gain: ReleaseGainStart, creditAt: o.now(), changed: make(chan struct{})}, nil
 }
 
 // Unwrap returns the budget the gate wraps.
@@ -218,13 +275,20 @@ func (g *Gate) Unwrap() Budget { return g.b }
 // Settings returns the gate's settings, defaults applied.
 func (g *Gate) Settings() DeferSettings { return g.s }
 
-// Allow asks the wrapped budget.
-func (g *Gate) Allow(r Request) bool { return g.b.Allow(r) }
+// Allow asks the wrapped budget, except that while calls wait during an
+// outage (OutageStreak failures in a row) it refuses every retry (hedges
+// are asked as usual): the retry then waits with them.
+func (g *Gate) Allow(r Request) bool {
+	if !r.Hedge && g.waiting.Load() > 0 && g.outageNow.Load() {
+		return false
+	}
+	return g.b.Allow(r)
+}
 
 // Record tells the wrapped budget, then the gate, how an attempt ended.
 func (g *Gate) Record(a Attempt) {
 	g.b.Record(a)
-	if g.waiting.Load() == 0 && a.Admission == AdmitNone {
+	if a.Outcome != Failure && a.Admission == AdmitNone && g.waiting.Load() == 0 {
 		if a.Outcome == Success && !g.succeeded.Load() {
 			g.succeeded.Store(true)
 		}
@@ -233,32 +297,85 @@ func (g *Gate) Record(a Attempt) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if (a.Admission == AdmitProbe || a.Admission == AdmitBudget) && g.probesOut > 0 {
+	g.staleLocked()
+	if a.Admission.probing() && g.probesOut > 0 {
 		g.probesOut--
+		g.probeTook = now.Sub(g.probeAt)
 	}
 	switch a.Outcome {
 	case Success:
 		g.lastReached = now
-		if g.failing {
-			// The server is back: release slowly, from now.
-			g.failing, g.gain, g.probeGap = false, ReleaseGainStart, 0
-			g.credits, g.creditAt = 0, now
+		g.streak = 0
+		g.failing = false
+		if g.outage {
+			// The server is back: release slowly, from now, from a credit
+			// drawn at random (processes that saw the recovery together
+			// must not release together).
+			g.setOutage(false)
+			g.gain = ReleaseGainStart
+			g.credits, g.creditAt = g.rand(), now
 		}
 		if a.Admission != AdmitNone {
 			g.gain = math.Min(2*g.gain, ReleaseGainMax)
 		}
+		// Every success halves the gaps: a server that serves again is
+		// probed sooner when it fails again, one that fails most attempts
+		// (overloaded) is not probed back to back.
+		g.probeGap, g.lastGap = g.probeGap/2, g.lastGap/2
 		g.accrueLocked(now, g.gain)
 	case Failure:
 		g.lastReached = now
-		g.failing, g.credits = true, 0
-		if a.Admission == AdmitProbe || a.Admission == AdmitBudget {
-			g.probeGap = min(2*g.probeGap, ProbeGapMax)
+		g.failing = true
+		if g.streak++; g.streak >= OutageStreak {
+			g.setOutage(true)
+			g.credits = 0
+		}
+		if a.Admission.probing() {
+			// Never below the failed retry's own pause (successes may
+			// have halved the gaps to nothing).
+			base := max(g.probePause, time.Millisecond)
+			g.probeGap = min(max(2*g.probeGap, base), ProbeGapMax)
+			g.lastGap = min(max(2*g.lastGap, base), ProbeGapMax)
+			g.probeFailed = now
+		} else if g.probeGap < QuietGapMax {
+			g.probeGap = min(2*g.probeGap, QuietGapMax)
 		}
 		if a.Admission == AdmitRelease || a.Admission == AdmitBudget {
 			g.gain = math.Max(g.gain/2, ReleaseGainStart)
 		}
 	}
 	g.notifyLocked()
+}
+
+// probing reports whether a deferred retry let go this way was the one
+// probe out (rules 1 and 2 of Gate).
+func (a Admission) probing() bool {
+	return a == AdmitProbe || a == AdmitBudget || a == AdmitLast
+}
+
+// staleLocked forgets what the last outage left when successes were
+// recorded since, while nobody waited.
+func (g *Gate) staleLocked() {
+	if g.succeeded.Swap(false) {
+		g.gain, g.probeGap, g.lastGap = ReleaseGainStart, 0, 0
+		g.streak = 0
+		g.failing = false
+		if g.outage {
+			g.setOutage(false)
+			g.credits, g.creditAt = g.rand(), g.now()
+		}
+	}
+}
+
+// setOutage sets outage and its mirror for Allow.
+func (g *Gate) setOutage(on bool) {
+	g.outage = on
+	g.outageNow.Store(on)
+}
+
+// leadLocked is how long before its deadline a last chance goes.
+func (g *Gate) leadLocked() time.Duration {
+	return max(LastChanceLead, 2*g.probeTook)
 }
 
 // accrueLocked adds the credits earned since creditAt, and extra; at most
@@ -271,7 +388,11 @@ func (g *Gate) accrueLocked(now time.Time, extra float64) {
 	g.credits = math.Min(g.credits+extra, 1)
 }
 
+// notifyLocked wakes the waiters, if any (nobody else holds the channel).
 func (g *Gate) notifyLocked() {
+	if g.nWaiting == 0 {
+		return
+	}
 	close(g.changed)
 	g.changed = make(chan struct{})
 }
@@ -295,12 +416,14 @@ type Waiter struct {
 	r        Request
 	pause    time.Duration
 	earliest time.Time
+	deadline time.Time
 	left     bool
 }
 
 // Enter registers a deferred retry r that must not go sooner than pause
-// from now. It fails with ErrTooManyWaiting when the bound is reached.
-func (g *Gate) Enter(r Request, pause time.Duration) (*Waiter, error) {
+// from now, of a call whose deadline is deadline (zero: none). It fails
+// with ErrTooManyWaiting when the bound is reached.
+func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waiter, error) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -308,20 +431,18 @@ func (g *Gate) Enter(r Request, pause time.Duration) (*Waiter, error) {
 		g.gaveUp++
 		return nil, ErrTooManyWaiting
 	}
-	if g.nWaiting == 0 && g.succeeded.Swap(false) {
-		// Successes since the last wait: the last outage's state is stale.
-		g.gain, g.probeGap = ReleaseGainStart, 0
+	if g.nWaiting == 0 {
+		g.staleLocked()
 	}
 	g.nWaiting++
 	g.waiting.Store(int32(g.nWaiting))
 	g.deferred++
+	pause = max(pause, 0)
 	// The refused retry's own attempt just ended: it is the latest evidence.
 	g.lastReached = now
-	if !g.failing {
-		g.failing, g.credits = true, 0
-	}
-	g.probeGap = max(g.probeGap, pause)
-	return &Waiter{g: g, r: r, pause: max(pause, 0), earliest: now.Add(max(pause, 0))}, nil
+	g.failing = true
+	g.probeGap, g.lastGap = max(g.probeGap, pause), max(g.lastGap, pause)
+	return &Waiter{g: g, r: r, pause: pause, earliest: now.Add(pause), deadline: deadline}, nil
 }
 
 // Changed returns a channel closed the next time the gate learns something.
@@ -355,20 +476,38 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 	if g.probesOut > 0 {
 		return AdmitNone, time.Time{}
 	}
-	// While attempts fail, a deferred retry goes only when the process
-	// has been quiet for the quiet time, one at a time: paid by the budget
-	// when it admits it (asked under the lock, so that two waiters cannot
-	// both take its tokens), else as a probe.
-	due := g.lastReached.Add(max(w.pause, g.probeGap))
+	// While attempts fail, one deferred retry goes at a time: as a probe
+	// after the quiet time, or as its call's last chance.
+	var due time.Time
+	how := AdmitNone
+	if !w.r.Last || w.deadline.IsZero() {
+		due, how = g.lastReached.Add(max(w.pause, g.probeGap)), AdmitProbe
+	}
+	if !w.deadline.IsZero() {
+		last := later(w.deadline.Add(-g.leadLocked()), g.probeFailed.Add(g.lastGap))
+		if how == AdmitNone || last.Before(due) {
+			due, how = last, AdmitLast
+		}
+	}
 	if now.Before(due) {
 		return AdmitNone, due
 	}
 	g.probesOut++
+	g.probeAt, g.probePause = now, w.pause
 	g.admitted++
+	// Paid by the budget when it admits it (asked under the lock, so that
+	// two waiters cannot both take its tokens).
 	if g.b.Allow(w.r) {
 		return AdmitBudget, time.Time{}
 	}
-	return AdmitProbe, time.Time{}
+	return how, time.Time{}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Leave unregisters w; call it once, admitted or not.
@@ -393,7 +532,8 @@ func (g *Gate) giveUp() {
 
 // Wait implements Deferrer on the time package's clock.
 func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error) {
-	w, err := g.Enter(r, pause)
+	deadline, _ := ctx.Deadline()
+	w, err := g.Enter(r, pause, deadline)
 	if err != nil {
 		return AdmitNone, err
 	}

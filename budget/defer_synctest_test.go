@@ -21,7 +21,7 @@ func TestGateWaitEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Keep a probe out, so nothing admits the waits below.
-		w, _ := g.Enter(retry2, 0)
+		w, _ := g.Enter(retry2, 0, time.Time{})
 		if a, _ := w.Poll(); a != AdmitProbe {
 			t.Fatalf("first Poll = %v, want a probe", a)
 		}

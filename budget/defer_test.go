@@ -57,7 +57,7 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
 	const pause = 100 * time.Millisecond
-	w, err := g.Enter(retry2, pause)
+	w, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,18 +67,19 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 		t.Fatalf("next = %v, want the end of the pause", next.Sub(t0))
 	}
 	// Another call's attempt failed at 60ms: fresher evidence than the
-	// retry would bring; the probe is due a quiet time (its pause) after.
+	// retry would bring, and one more failure: the probe gap doubles from
+	// the pause (200ms), and the probe is due that quiet time after it.
 	clk.advance(60 * time.Millisecond)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	clk.advance(40 * time.Millisecond)
-	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(160 * time.Millisecond)) {
-		t.Fatalf("next = %v, want 160ms", next.Sub(t0))
+	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(260 * time.Millisecond)) {
+		t.Fatalf("next = %v, want 260ms", next.Sub(t0))
 	}
-	clk.advance(60 * time.Millisecond)
+	clk.advance(160 * time.Millisecond)
 	poll(t, w, AdmitProbe)
 
 	// One deferred retry out at a time.
-	w2, err := g.Enter(retry2, 0)
+	w2, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,21 +88,25 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	if next := poll(t, w2, AdmitNone); !next.IsZero() {
 		t.Fatalf("with a probe out, next = %v, want none (news only)", next)
 	}
-	// The probe failed: the quiet time doubles (200ms).
+	// The probe failed: the quiet time doubles (400ms).
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
-	if next := poll(t, w2, AdmitNone); !next.Equal(clk.Now().Add(200 * time.Millisecond)) {
-		t.Fatalf("after a failed probe, next = %v from now, want 200ms", next.Sub(clk.Now()))
+	if next := poll(t, w2, AdmitNone); !next.Equal(clk.Now().Add(400 * time.Millisecond)) {
+		t.Fatalf("after a failed probe, next = %v from now, want 400ms", next.Sub(clk.Now()))
 	}
-	clk.advance(200 * time.Millisecond)
+	clk.advance(400 * time.Millisecond)
 	poll(t, w2, AdmitProbe)
 }
 
 func TestGateReleasesAfterRecovery(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	const drawn = 0.25
+	g, err := Deferring(&switchBudget{}, DeferSettings{}, WithClock(clk.Now), WithRandom(func() float64 { return drawn }))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ws []*Waiter
 	for range 4 {
-		w, err := g.Enter(retry2, time.Second)
+		w, err := g.Enter(retry2, time.Second, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,14 +117,30 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 			w.Leave()
 		}
 	}()
-	// A probe goes out (nothing else reached the server for a pause); it
-	// succeeds: the server is back. Releases are paced from now.
+	// An outage: OutageStreak failures in a row. Each doubles the probe
+	// gap from the pause (1s), up to QuietGapMax.
+	for range OutageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	if g.Allow(retry2) {
+		t.Fatal("Allow admitted a retry while calls wait during an outage")
+	}
+	gap := min(time.Second<<OutageStreak, QuietGapMax)
 	clk.advance(time.Second)
+	if next := poll(t, ws[0], AdmitNone); !next.Equal(t0.Add(gap)) {
+		t.Fatalf("probe due %v, want %v", next.Sub(t0), gap)
+	}
+	clk.advance(gap - time.Second)
 	poll(t, ws[0], AdmitProbe)
+	// The probe succeeds: the server is back. Releases are paced from
+	// the credit drawn at random, plus the gain the probe's success
+	// doubled and added.
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
-	// The probe's own success doubled the gain and added it: credits 2×start.
+	if g.outageNow.Load() {
+		t.Fatal("the outage did not end with a success")
+	}
 	perCredit := time.Duration(math.Ceil(float64(time.Second) / ReleasePerSecond))
-	first := time.Duration(math.Ceil((1 - 2*ReleaseGainStart) / ReleasePerSecond * float64(time.Second)))
+	first := time.Duration(math.Ceil((1 - drawn - 2*ReleaseGainStart) / ReleasePerSecond * float64(time.Second)))
 	if next := poll(t, ws[1], AdmitNone); !next.Equal(clk.Now().Add(first)) {
 		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), first)
 	}
@@ -135,7 +156,7 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	clk.advance(perCredit/2 + time.Millisecond)
 	poll(t, ws[2], AdmitRelease)
 	// A released retry that fails: back to one at a time after a quiet
-	// time.
+	// time (its pause, longer than the gap the successes halved).
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitRelease})
 	if a, next := ws[3].Poll(); a != AdmitNone || !next.Equal(clk.Now().Add(time.Second)) {
 		t.Fatalf("Poll = %v, next %v from now; want none, a quiet time (1s) away", a, next.Sub(clk.Now()))
@@ -147,11 +168,83 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	}
 }
 
+// TestGateRandomFailuresKeepCredits: fewer than OutageStreak failures in a
+// row are a serving server's random failures: the credits stay, and Allow
+// keeps asking the budget.
+func TestGateRandomFailuresKeepCredits(t *testing.T) {
+	clk := &manualClock{now: t0}
+	sb := &switchBudget{}
+	g := newGate(t, sb, DeferSettings{}, clk)
+	w, err := g.Enter(retry2, 0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	clk.advance(time.Second / 2)
+	for range OutageStreak - 1 {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	sb.open.Store(true)
+	if !g.Allow(retry2) {
+		t.Fatal("Allow refused after random failures")
+	}
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	// 0.75 credits from time, plus the gain: not yet one.
+	poll(t, w, AdmitNone)
+	clk.advance(time.Second / 4)
+	poll(t, w, AdmitRelease)
+}
+
+// TestGateLastChance: a waiting retry that the quiet time would hold past
+// its call's deadline goes as its last chance, LastChanceLead before it;
+// the last attempt of a call with a deadline never goes as a probe.
+func TestGateLastChance(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	for range OutageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	deadline := t0.Add(time.Second)
+	last := Request{Number: 5, Last: true}
+	w, err := g.Enter(last, 100*time.Millisecond, deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	clk.advance(100 * time.Millisecond)
+	if next := poll(t, w, AdmitNone); !next.Equal(deadline.Add(-LastChanceLead)) {
+		t.Fatalf("next = %v, want the last chance at %v", next.Sub(t0), (time.Second - LastChanceLead))
+	}
+	clk.advance(time.Second - LastChanceLead - 100*time.Millisecond)
+	poll(t, w, AdmitLast)
+	// It failed: the next last chance waits the doubled gap (200ms) after
+	// it, whatever the deadline.
+	g.Record(Attempt{Number: 5, Outcome: Failure, Admission: AdmitLast})
+	w2, err := g.Enter(last, 0, clk.Now().Add(LastChanceLead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Leave()
+	if next := poll(t, w2, AdmitNone); !next.Equal(clk.Now().Add(200 * time.Millisecond)) {
+		t.Fatalf("next = %v from now, want 200ms", next.Sub(clk.Now()))
+	}
+	// Without a deadline, a last attempt has no last chance: it probes
+	// like any other.
+	w3, err := g.Enter(last, 0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w3.Leave()
+	clk.advance(time.Hour)
+	poll(t, w3, AdmitProbe)
+}
+
 func TestGateAsksTheBudgetFirst(t *testing.T) {
 	clk := &manualClock{now: t0}
 	sb := &switchBudget{}
 	g := newGate(t, sb, DeferSettings{}, clk)
-	w, err := g.Enter(retry2, 10*time.Millisecond)
+	w, err := g.Enter(retry2, 10*time.Millisecond, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,14 +258,14 @@ func TestGateAsksTheBudgetFirst(t *testing.T) {
 func TestGateBoundsTheWaiting(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{MaxWaiting: 2}, clk)
-	a, _ := g.Enter(retry2, 0)
-	b, _ := g.Enter(retry2, 0)
-	if _, err := g.Enter(retry2, 0); !errors.Is(err, ErrTooManyWaiting) {
+	a, _ := g.Enter(retry2, 0, time.Time{})
+	b, _ := g.Enter(retry2, 0, time.Time{})
+	if _, err := g.Enter(retry2, 0, time.Time{}); !errors.Is(err, ErrTooManyWaiting) {
 		t.Fatalf("third Enter: %v, want ErrTooManyWaiting", err)
 	}
 	a.Leave()
 	a.Leave() // twice is harmless
-	c, err := g.Enter(retry2, 0)
+	c, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatalf("Enter after a Leave: %v", err)
 	}

@@ -58,13 +58,15 @@ func (b *TokenBucket) Record(a Attempt) { b.RecordAt(time.Time{}, a) }
 
 // RecordAt adds SuccessReward for a first attempt that succeeded and refunds
 // the cost of a later attempt (a retry or a hedge) that succeeded, never
-// above Capacity. Failures and Other change nothing.
+// above Capacity. A retry a Gate let go without the bucket's payment (a
+// probe, a release, a last chance) was not paid for: its success adds
+// SuccessReward, like a first attempt's. Failures and Other change nothing.
 func (b *TokenBucket) RecordAt(_ time.Time, a Attempt) {
 	if a.Outcome != Success {
 		return
 	}
 	add := b.reward
-	if a.Number > 1 {
+	if a.Number > 1 && (a.Admission == AdmitNone || a.Admission == AdmitBudget) {
 		add = b.cost
 		if a.AfterTimeout {
 			add = b.timeoutCost

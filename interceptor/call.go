@@ -564,7 +564,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
 	if v.Retry && c.budget != nil {
-		req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut}
+		req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts}
 		if !c.budget.Allow(req) {
 			if _, ok := c.budget.(budget.Deferrer); ok {
 				// Wait in pause, through the Deferrer.

@@ -67,7 +67,7 @@ type callTotals struct {
 // deferrer is what the simulator needs of a budget whose refused retries
 // wait (budget.Gate): its non-blocking API, driven on the virtual clock.
 type deferrer interface {
-	Enter(r budget.Request, pause time.Duration) (*budget.Waiter, error)
+	Enter(r budget.Request, pause time.Duration, deadline time.Time) (*budget.Waiter, error)
 	Settings() budget.DeferSettings
 }
 
@@ -102,7 +102,7 @@ type proc struct {
 }
 
 func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, serve func() bool) (*proc, error) {
-	b, err := budget.New(c.Budget, budget.WithClock(s.Now))
+	b, err := budget.New(c.Budget, budget.WithClock(s.Now), budget.WithRandom(s.rng.Float64))
 	if err != nil {
 		return nil, fmt.Errorf("sim: contender %q: %w", c.Name, err)
 	}
@@ -176,7 +176,11 @@ func (p *proc) poll(w *waiter) {
 // giveUp ends the call. It reports false when the gate has too many
 // waiters already (budget.ErrTooManyWaiting): the call ends as refused.
 func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration, admit func(budget.Admission), giveUp func()) bool {
-	bw, err := p.gate.Enter(r, pause)
+	var deadline time.Time
+	if limit >= 0 {
+		deadline = Epoch.Add(limit + time.Millisecond)
+	}
+	bw, err := p.gate.Enter(r, pause, deadline)
 	if err != nil {
 		return false
 	}
@@ -278,7 +282,7 @@ func (p *proc) call() {
 					return
 				}
 				pause := v.Pause
-				r := budget.Request{Number: n + 1}
+				r := budget.Request{Number: n + 1, Last: n+1 >= p.pol.MaxAttempts}
 				if p.b == nil || p.b.Allow(r) {
 					p.s.After(pause, func() { attempt(n+1, pause, budget.AdmitNone) })
 					return

@@ -366,13 +366,17 @@ func (g *recGate) Record(a budget.Attempt) {
 	g.Gate.Record(a)
 }
 
-// deferModel runs one process with the default budget (a Gate): a call
-// every 50 ms for 0.9 s against a server down until 1 s, each call with the
-// given timeout (0: none).
+// deferModel runs one process with the default budget (a Gate) but a
+// defer.maxWait of 30s: a call every 50 ms for 0.9 s against a server down
+// until 1 s, each call with the given timeout (0: none). The process's
+// traffic stops while the server is down: its waiting retries probe after
+// budget.QuietGapMax, and are released a few per second after that.
 func deferModel(t *testing.T, seed uint64, timeout time.Duration) (callTotals, []budget.Admission) {
 	t.Helper()
 	s := New(seed, 1)
-	b, err := budget.New(budget.DefaultSettings(), budget.WithClock(s.Now))
+	set := budget.DefaultSettings()
+	set.Defer.MaxWait = 30 * time.Second
+	b, err := budget.New(set, budget.WithClock(s.Now), budget.WithRandom(s.rng.Float64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +406,7 @@ func deferModel(t *testing.T, seed uint64, timeout time.Duration) (callTotals, [
 func TestDeferredRetryWaitsAndSucceeds(t *testing.T) {
 	totals, adm := deferModel(t, 1, 0)
 	// The budget refuses after the first retries; the refused retries wait
-	// (up to defer.maxWait, 10 s) and go once the server is back.
+	// (up to defer.maxWait) and go once the server is back.
 	if totals.calls != 18 || totals.successes != 18 {
 		t.Fatalf("%d of %d calls succeeded, want all 18", totals.successes, totals.calls)
 	}
