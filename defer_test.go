@@ -78,6 +78,40 @@ func TestDeferQuietProcessRetries(t *testing.T) {
 	})
 }
 
+// The last attempt of a call with a deadline is not spent on a probe: it
+// is kept for the call's last chance, budget.LastChanceLead before the
+// deadline (a server that comes back meanwhile heals the call).
+func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.New()
+		defer srv.Close()
+		var hooks hookLog
+		client := deferClient(t, srv, hooks.hook)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := client.Write(ctx, &testingv1.WriteRequest{Script: &testingv1.Script{Key: "last", FailAttempts: 4}})
+		if err != nil {
+			t.Fatalf("call: %v (reason %q), want OK on the fifth attempt", err, reasonOf(err))
+		}
+		// 0 and 10ms (the budget's retry), probes at 20ms and 40ms, the
+		// last chance at 950ms.
+		want := []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, time.Second - budget.LastChanceLead - 40*time.Millisecond}
+		if g := gaps(srv.Attempts("last")); !equalDurations(g, want) {
+			t.Fatalf("gaps %v, want %v", g, want)
+		}
+		var admissions []budget.Admission
+		for _, e := range hooks.all() {
+			if e.Kind == interceptor.EventRetry {
+				admissions = append(admissions, e.Admission)
+			}
+		}
+		wantAdm := []budget.Admission{budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe, budget.AdmitLast}
+		if fmt.Sprint(admissions) != fmt.Sprint(wantAdm) {
+			t.Fatalf("retries admitted by %v, want %v", admissions, wantAdm)
+		}
+	})
+}
+
 // A deferred retry that cannot go before the deadline ends the call with its
 // last real status, reason deferred, a millisecond before the deadline; the
 // caller cancelling a wait gets CANCELED at once.

@@ -46,11 +46,13 @@ var defaultBudget = sync.OnceValue(func() Budget {
 //	1000       1.099-1.101           99.64-99.84%
 //
 // These are the bucket's own Allow. New (and so Default) wraps it in a
-// Gate: a retry it refuses waits and goes later, as a probe or a paced
-// release (see the package doc, "Deferral"), so a process making only a few
-// calls still gets every attempt its policy allows, at its backoff's pace
-// slowed by each failure. With deferral, `stagger sim failrate` measures
-// amplification at p = 1 of 1.007 (10 processes), 1.069 (100) and 1.688
-// (1000: a process making about ten calls in the run sends about seven
-// probes), and success at p = 0.1 of 99.95-100 % (BENCHMARKS.md).
+// Gate: a retry it refuses waits and goes later, as a probe, as its call's
+// last chance or as a paced release (see the package doc, "Deferral"), so
+// a process making only a few calls still gets every attempt its policy
+// allows. With deferral, `stagger sim failrate` measures amplification at
+// p = 1 of 1.003 (10 processes), 1.031 (100) and 1.48 (1000: a process
+// making about ten calls in the run spends its first failing call's
+// attempts at its backoff's pace, as gRFC A6 says a quiet process does,
+// and its waiting calls probe again once the run's calls stop), and
+// success at p = 0.1 and 0.2 of 99.75-100 % (BENCHMARKS.md).
 func Default() Budget { return defaultBudget() }

@@ -138,20 +138,20 @@ var (
 // ReleasePerSecond, and by gain with every success the process records;
 // gain starts at ReleaseGainStart, doubles with every deferred retry that
 // succeeds, up to ReleaseGainMax, and halves (not below the start) with
-// every released retry that fails, while the credits drop to nothing: TCP's
-// slow start, counted in the process's own successes, so that released
-// retries stay a bounded share of the traffic the server is seen to take.
-// Credits never exceed one, so releases come one at a time, never in a
-// burst.
+// every released retry that fails: TCP's slow start, counted in the
+// process's own successes, so that released retries stay a bounded share
+// of the traffic the server is seen to take (the time-based part is kept
+// small: it is the same in every process, however many there are). Credits
+// never exceed one, so releases come one at a time, never in a burst.
 const (
-	ReleasePerSecond = 1.5
+	ReleasePerSecond = 1.0
 	ReleaseGainStart = 1.0 / 16
 	ReleaseGainMax   = 3.0 / 16
 	// OutageStreak failures in a row, with no success between, make an
 	// outage (see Gate): release credits drop to nothing and new retries
 	// queue behind the waiting ones. Fewer, under random failures, are
 	// not one.
-	OutageStreak = 3
+	OutageStreak = 2
 	// ProbeGapMax bounds the probe and last-chance gaps (see Gate).
 	ProbeGapMax = 30 * time.Second
 	// QuietGapMax bounds what failures other than probes make of the probe
@@ -173,39 +173,42 @@ const (
 //  1. while attempts fail (the last attempt that reached the server
 //     failed), one deferred retry at a time, paid for by the budget when
 //     its Allow admits it now (AdmitBudget), else as a probe (AdmitProbe),
-//     unless it is the last attempt of a call with a deadline
-//     (Request.Last: that one waits for rule 2, so that a probe does not
-//     end the call that sends it), when nothing reached the server for
-//     the quiet time: the longer of the retry's own pause and the probe
-//     gap, which starts at the first waiting retry's pause, doubles with
-//     every attempt that fails, the new calls' first attempts included (up
-//     to QuietGapMax; a probe that fails doubles it up to ProbeGapMax, and
-//     to no less than its own pause), and halves with every success. A process that keeps sending calls learns from them instead
-//     of probing; a quiet one probes at its backoff's pace, slowed by every
-//     failure;
+//     when nothing reached the server for the quiet time: the longer of
+//     the retry's own pause and the probe gap. The gap starts at the first
+//     waiting retry's pause, doubles with every attempt that fails, the
+//     new calls' first attempts included (up to QuietGapMax; a probe that
+//     fails doubles it up to ProbeGapMax, and to no less than its own
+//     pause), and halves with every success. A process that keeps sending
+//     calls learns from them instead of probing; a quiet one probes at its
+//     backoff's pace, slowed by every failure. The last attempt of a call
+//     with a deadline (Request.Last) is not spent on a probe: it waits for
+//     rule 2;
 //  2. while attempts fail, a retry whose call has a deadline goes as that
 //     call's last chance (AdmitLast, or AdmitBudget when paid) at the
-//     deadline less LastChanceLead, when no other deferred retry is out
-//     and the last deferred retry that failed ended at least the
-//     last-chance gap ago, a gap that starts at the first waiting retry's
-//     pause, doubles with every deferred retry that fails and halves with
-//     every success: the call has nothing to lose, and a long outage does
-//     not get one more attempt per call;
+//     deadline less LastChanceLead (or twice the latest deferred retry's
+//     duration), when no other deferred retry is out, nothing reached the
+//     server for its pause (fresher evidence than it would bring), and the
+//     last deferred retry that failed ended at least the last-chance gap
+//     ago. That gap starts at the first waiting retry's pause, doubles with
+//     every deferred retry that fails and halves with every success: the
+//     call has nothing to lose, and a long outage does not get one more
+//     attempt per call;
 //  3. once the server is back (the last attempt that reached it
-//     succeeded): a release credit, paced as ReleasePerSecond says: a few
-//     per second and a growing share of the process's successes, one at a
-//     time. A failure goes back to 1; an outage (OutageStreak failures in
-//     a row) also drops the credits, and the first credit after it is
-//     drawn at random, so that processes that saw the recovery at the same
-//     moment do not release at the same moment. Fewer failures in a row
-//     (random failures of a serving server) leave the credits alone.
+//     succeeded): a release credit, paced as ReleasePerSecond says: about
+//     one per second and a growing share of the process's successes, one
+//     at a time. An outage (OutageStreak failures in a row) drops the
+//     credits; the first credit after it is drawn at random, so that
+//     processes that saw the recovery at the same moment do not release at
+//     the same moment, or is a whole one when a deferred retry found the
+//     server back (the waiting call whose last chance would have come next
+//     must not lose it to the probe that came first). Fewer failures in a
+//     row (random failures of a serving server) leave the credits alone.
 //
-// While calls wait during an outage (OutageStreak failures in a row, no
-// success between), Allow refuses every retry (not hedges) without asking
-// the budget: a new retry queues behind the waiting ones and goes by the
-// same rules, so that budget-paid retries cannot burn a call's attempts
-// against a server known to be failing, or pile onto one that is back but
-// full.
+// While calls wait during an outage, Allow refuses every retry (not
+// hedges) without asking the budget: a new retry queues behind the waiting
+// ones and goes by the same rules, so that budget-paid retries cannot burn
+// a call's attempts against a server known to be failing, or pile onto one
+// that is back but full.
 //
 // No retry is admitted sooner than its pause. The waiting calls are bounded
 // (DeferSettings.MaxWaiting); a call without a deadline waits at most
@@ -248,10 +251,12 @@ type Gate struct {
 	// the pause of the one out.
 	probeFailed time.Time
 	probePause  time.Duration
-	credits     float64
-	creditAt    time.Time
-	gain        float64
-	changed     chan struct{}
+	// enterPause is the pause of the latest retry to begin waiting.
+	enterPause time.Duration
+	credits    float64
+	creditAt   time.Time
+	gain       float64
+	changed    chan struct{}
 	// counters for State.
 	deferred, admitted, gaveUp uint64
 }
@@ -314,6 +319,12 @@ func (g *Gate) Record(a Attempt) {
 			g.setOutage(false)
 			g.gain = ReleaseGainStart
 			g.credits, g.creditAt = g.rand(), now
+			if a.Admission.probing() {
+				// A deferred retry found the server back: one more goes
+				// at once (the one whose deadline is nearest, if it asks
+				// first), the first of the releases.
+				g.credits = 1
+			}
 		}
 		if a.Admission != AdmitNone {
 			g.gain = math.Min(2*g.gain, ReleaseGainMax)
@@ -338,7 +349,9 @@ func (g *Gate) Record(a Attempt) {
 			g.lastGap = min(max(2*g.lastGap, base), ProbeGapMax)
 			g.probeFailed = now
 		} else if g.probeGap < QuietGapMax {
-			g.probeGap = min(2*g.probeGap, QuietGapMax)
+			// From the latest waiting retry's pause when successes
+			// halved the gap to nothing.
+			g.probeGap = min(max(2*g.probeGap, g.enterPause), QuietGapMax)
 		}
 		if a.Admission == AdmitRelease || a.Admission == AdmitBudget {
 			g.gain = math.Max(g.gain/2, ReleaseGainStart)
@@ -441,7 +454,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	// The refused retry's own attempt just ended: it is the latest evidence.
 	g.lastReached = now
 	g.failing = true
-	g.probeGap, g.lastGap = max(g.probeGap, pause), max(g.lastGap, pause)
+	g.probeGap, g.lastGap, g.enterPause = max(g.probeGap, pause), max(g.lastGap, pause), pause
 	return &Waiter{g: g, r: r, pause: pause, earliest: now.Add(pause), deadline: deadline}, nil
 }
 
@@ -484,7 +497,7 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 		due, how = g.lastReached.Add(max(w.pause, g.probeGap)), AdmitProbe
 	}
 	if !w.deadline.IsZero() {
-		last := later(w.deadline.Add(-g.leadLocked()), g.probeFailed.Add(g.lastGap))
+		last := later(w.deadline.Add(-g.leadLocked()), g.probeFailed.Add(g.lastGap), g.lastReached.Add(w.pause))
 		if how == AdmitNone || last.Before(due) {
 			due, how = last, AdmitLast
 		}
@@ -503,11 +516,13 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 	return how, time.Time{}
 }
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+func later(a time.Time, bs ...time.Time) time.Time {
+	for _, b := range bs {
+		if b.After(a) {
+			a = b
+		}
 	}
-	return b
+	return a
 }
 
 // Leave unregisters w; call it once, admitted or not.

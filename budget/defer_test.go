@@ -132,20 +132,17 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	}
 	clk.advance(gap - time.Second)
 	poll(t, ws[0], AdmitProbe)
-	// The probe succeeds: the server is back. Releases are paced from
-	// the credit drawn at random, plus the gain the probe's success
-	// doubled and added.
+	// The probe succeeds: the server is back, and the probe earned one
+	// release at once; the next are paced.
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
 	if g.outageNow.Load() {
 		t.Fatal("the outage did not end with a success")
 	}
-	perCredit := time.Duration(math.Ceil(float64(time.Second) / ReleasePerSecond))
-	first := time.Duration(math.Ceil((1 - drawn - 2*ReleaseGainStart) / ReleasePerSecond * float64(time.Second)))
-	if next := poll(t, ws[1], AdmitNone); !next.Equal(clk.Now().Add(first)) {
-		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), first)
-	}
-	clk.advance(first)
 	poll(t, ws[1], AdmitRelease)
+	perCredit := time.Duration(math.Ceil(float64(time.Second) / ReleasePerSecond))
+	if next := poll(t, ws[2], AdmitNone); !next.Equal(clk.Now().Add(perCredit)) {
+		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), perCredit)
+	}
 	// Successes add gain (doubled by the probe's success): half a credit
 	// from them, half from time.
 	n := int(math.Ceil(0.5 / (2 * ReleaseGainStart)))
@@ -190,9 +187,13 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 		t.Fatal("Allow refused after random failures")
 	}
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	// 0.75 credits from time, plus the gain: not yet one.
+	// Half a second of credits, plus two successes' gain: not yet one.
+	have := ReleasePerSecond/2 + 2*ReleaseGainStart
+	if have >= 1 {
+		t.Fatalf("test assumes less than a credit, have %v", have)
+	}
 	poll(t, w, AdmitNone)
-	clk.advance(time.Second / 4)
+	clk.advance(time.Duration(math.Ceil((1 - have) / ReleasePerSecond * float64(time.Second))))
 	poll(t, w, AdmitRelease)
 }
 
@@ -318,5 +319,31 @@ func TestNewDefers(t *testing.T) {
 	}
 	if _, err := Deferring(nil, DeferSettings{}); err == nil {
 		t.Error("Deferring(nil) did not fail")
+	}
+}
+
+// TestGateDrawsTheFirstCredit: after an outage that a new call's success
+// ends (not a deferred retry's), the first credit is drawn at random, so
+// that processes that saw the recovery together do not release together.
+func TestGateDrawsTheFirstCredit(t *testing.T) {
+	clk := &manualClock{now: t0}
+	const drawn = 0.75
+	g, err := Deferring(&switchBudget{}, DeferSettings{}, WithClock(clk.Now), WithRandom(func() float64 { return drawn }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := g.Enter(retry2, 0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	for range OutageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	have := drawn + ReleaseGainStart
+	want := clk.Now().Add(time.Duration(math.Ceil((1 - have) / ReleasePerSecond * float64(time.Second))))
+	if next := poll(t, w, AdmitNone); !next.Equal(want) {
+		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), want.Sub(clk.Now()))
 	}
 }

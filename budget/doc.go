@@ -39,12 +39,16 @@
 // the ratio in one unless Settings.Defer says off, and the throttle only
 // when it says on, so that gRFC A6's retryThrottling refuses at once as A6
 // says) lets a retry the budget refused wait, within its call's deadline,
-// and go later: asked again of the budget while attempts fail; as a probe
-// when nothing else has reached the server for as long as the retry's
-// pause (a quiet process retries at its backoff's pace, slowed by every
-// failure; a busy one learns from its new calls' attempts instead); and,
-// once an attempt succeeds again, released a few at a time, at a pace that
-// grows with the successes the process sees. The interceptors find a
+// and go later: one at a time while attempts fail, as a probe when nothing
+// else has reached the server for a quiet time that grows with every
+// failure (a quiet process retries at its backoff's pace, slowed by every
+// failure; a busy one learns from its new calls' attempts instead), or as
+// its call's last chance just before the deadline (the last attempt of a
+// call with a deadline is kept for it); and, once an attempt succeeds
+// again, released one at a time, at a pace that grows with the successes
+// the process sees. During an outage (failures in a row) a gate with
+// waiting calls also holds back the retries its budget would admit: they
+// wait with the others. The interceptors find a
 // Deferrer by type assertion on the budget; a user's own Budget keeps
 // working as it is (refusals end the call) unless wrapped with Deferring.
 // Waiting calls are bounded per Gate (DeferSettings.MaxWaiting), and a call
@@ -65,9 +69,9 @@
 //
 // # Concurrency and zero values
 //
-// Every budget is safe for concurrent use. A Gate takes one mutex, and only
-// while calls wait: otherwise its Record costs one atomic load more than
-// its budget's. Throttle and TokenBucket keep
+// Every budget is safe for concurrent use. A Gate takes one mutex while
+// calls wait and when it records a failure: otherwise its Record costs one
+// atomic load more than its budget's. Throttle and TokenBucket keep
 // integer thousandths of a token in one atomic word and update it by
 // compare-and-swap; Ratio takes one mutex. Their zero values are not usable:
 // build them with NewThrottle, NewTokenBucket, NewRatio or New. In

@@ -72,7 +72,8 @@ type Event struct {
 	Reason policy.Reason
 	// Deferred is how long the call waited for the budget before this
 	// retry (EventRetry) or before giving up (EventGiveUp); Admission says
-	// what let the retry go (budget.AdmitBudget, AdmitRelease, AdmitProbe).
+	// what let the retry go (budget.AdmitBudget, AdmitRelease, AdmitProbe,
+	// AdmitLast).
 	Deferred  time.Duration
 	Admission budget.Admission
 	// Hedging: the event comes from a method whose policy hedges (the three

@@ -448,10 +448,12 @@ func explainDeferral(s budget.Settings) string {
 	}
 	d := s.Defer.WithDefaults()
 	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), then goes: "+
-		"during an outage, as a probe, one at a time, only when no attempt has reached the server for as long as the retry's pause (that quiet time doubles with every deferred retry that fails, up to %v), or when the budget admits it; "+
+		"while attempts fail, one at a time: as a probe when no attempt has reached the server for a quiet time (the retry's pause, doubled by every failure: up to %v by the new calls' failures, %v by failed probes), "+
+		"or as its call's last chance %v before the deadline (the last attempt of a call with a deadline is kept for that); paid by the budget when it admits it; "+
+		"during an outage (%d failures in a row) retries the budget would admit wait with them; "+
 		"once an attempt succeeds again, released one at a time, %v per second plus %v of each success, growing to %v while released retries succeed; "+
 		`a call that finds no admission before its deadline ends with its last status (reason deferred). "defer": false ends refused calls at once`,
-		d.MaxWaiting, d.MaxWait, budget.ProbeGapMax, budget.ReleasePerSecond, budget.ReleaseGainStart, budget.ReleaseGainMax)
+		d.MaxWaiting, d.MaxWait, budget.QuietGapMax, budget.ProbeGapMax, budget.LastChanceLead, budget.OutageStreak, budget.ReleasePerSecond, budget.ReleaseGainStart, budget.ReleaseGainMax)
 }
 
 // explainBudget works out the most attempts per call the budget lets
