@@ -54,5 +54,5 @@ var defaultBudget = sync.OnceValue(func() Budget {
 // making about ten calls in the run spends its first failing call's
 // attempts at its backoff's pace, as gRFC A6 says a quiet process does,
 // and its waiting calls probe again once the run's calls stop), and
-// success at p = 0.1 and 0.2 of 99.75-100 % (BENCHMARKS.md).
+// success at p = 0.1 and 0.2 of 99.78-99.99 % (BENCHMARKS.md).
 func Default() Budget { return defaultBudget() }
