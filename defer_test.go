@@ -22,6 +22,17 @@ import (
 	"github.com/stagger-go/stagger/testserver"
 )
 
+// retryAdmissions lists how each retry the hooks saw was let go.
+func retryAdmissions(hooks *hookLog) []budget.Admission {
+	var out []budget.Admission
+	for _, e := range hooks.all() {
+		if e.Kind == interceptor.EventRetry {
+			out = append(out, e.Admission)
+		}
+	}
+	return out
+}
+
 // Deferral end to end: stagger.DialOptions with a budget of the default
 // settings (a fresh one per test: budget.Default is one per process), over
 // bufconn in a synctest bubble.
@@ -65,12 +76,7 @@ func TestDeferQuietProcessRetries(t *testing.T) {
 		if g := gaps(recs); !equalDurations(g, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond}) {
 			t.Fatalf("gaps %v, want 10ms, 10ms, 20ms, 40ms", g)
 		}
-		var admissions []budget.Admission
-		for _, e := range hooks.all() {
-			if e.Kind == interceptor.EventRetry {
-				admissions = append(admissions, e.Admission)
-			}
-		}
+		admissions := retryAdmissions(&hooks)
 		want := []budget.Admission{budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe, budget.AdmitProbe}
 		if fmt.Sprint(admissions) != fmt.Sprint(want) {
 			t.Fatalf("retries admitted by %v, want %v", admissions, want)
@@ -99,12 +105,7 @@ func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 		if g := gaps(srv.Attempts("last")); !equalDurations(g, want) {
 			t.Fatalf("gaps %v, want %v", g, want)
 		}
-		var admissions []budget.Admission
-		for _, e := range hooks.all() {
-			if e.Kind == interceptor.EventRetry {
-				admissions = append(admissions, e.Admission)
-			}
-		}
+		admissions := retryAdmissions(&hooks)
 		wantAdm := []budget.Admission{budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe, budget.AdmitLast}
 		if fmt.Sprint(admissions) != fmt.Sprint(wantAdm) {
 			t.Fatalf("retries admitted by %v, want %v", admissions, wantAdm)
