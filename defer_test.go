@@ -57,6 +57,28 @@ func deferClient(t *testing.T, srv *testserver.Server, hooks ...func(interceptor
 	return testingv1.NewTestServiceClient(srv.ClientConn(t, stagger.DialOptions(parse(t, deferFile), opts...)...))
 }
 
+// checkFourFailures makes one call, with ctx, to a server that fails its
+// first four attempts, in a synctest bubble, and checks that it succeeds on
+// the fifth with the gaps between attempts and the retries' admissions
+// given.
+func checkFourFailures(t *testing.T, ctx context.Context, key string, wantGaps []time.Duration, wantAdm []budget.Admission) {
+	t.Helper()
+	srv := testserver.New()
+	defer srv.Close()
+	var hooks hookLog
+	client := deferClient(t, srv, hooks.hook)
+	_, err := client.Write(ctx, &testingv1.WriteRequest{Script: &testingv1.Script{Key: key, FailAttempts: 4}})
+	if err != nil {
+		t.Fatalf("call: %v (reason %q), want OK on the fifth attempt", err, reasonOf(err))
+	}
+	if g := gaps(srv.Attempts(key)); !equalDurations(g, wantGaps) {
+		t.Fatalf("gaps %v, want %v", g, wantGaps)
+	}
+	if adm := retryAdmissions(&hooks); fmt.Sprint(adm) != fmt.Sprint(wantAdm) {
+		t.Fatalf("retries admitted by %v, want %v", adm, wantAdm)
+	}
+}
+
 // A quiet process retries as gRFC A6 says, every attempt of maxAttempts:
 // the default budget admits one retry to a fresh process, and the rest wait
 // and go as probes (nothing else reaches the server), the first its pause
@@ -64,23 +86,9 @@ func deferClient(t *testing.T, srv *testserver.Server, hooks ...func(interceptor
 // evidence that the server is still down grows).
 func TestDeferQuietProcessRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := testserver.New()
-		defer srv.Close()
-		var hooks hookLog
-		client := deferClient(t, srv, hooks.hook)
-		_, err := client.Write(context.Background(), &testingv1.WriteRequest{Script: &testingv1.Script{Key: "quiet", FailAttempts: 4}})
-		if err != nil {
-			t.Fatalf("call: %v (reason %q), want OK on the fifth attempt", err, reasonOf(err))
-		}
-		recs := srv.Attempts("quiet")
-		if g := gaps(recs); !equalDurations(g, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond}) {
-			t.Fatalf("gaps %v, want 10ms, 10ms, 20ms, 40ms", g)
-		}
-		admissions := retryAdmissions(&hooks)
-		want := []budget.Admission{budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe, budget.AdmitProbe}
-		if fmt.Sprint(admissions) != fmt.Sprint(want) {
-			t.Fatalf("retries admitted by %v, want %v", admissions, want)
-		}
+		checkFourFailures(t, context.Background(), "quiet",
+			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond},
+			[]budget.Admission{budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe, budget.AdmitProbe})
 	})
 }
 
@@ -89,27 +97,13 @@ func TestDeferQuietProcessRetries(t *testing.T) {
 // deadline (a server that comes back meanwhile heals the call).
 func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := testserver.New()
-		defer srv.Close()
-		var hooks hookLog
-		client := deferClient(t, srv, hooks.hook)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := client.Write(ctx, &testingv1.WriteRequest{Script: &testingv1.Script{Key: "last", FailAttempts: 4}})
-		if err != nil {
-			t.Fatalf("call: %v (reason %q), want OK on the fifth attempt", err, reasonOf(err))
-		}
 		// 0 and 10ms (the budget's retry), probes at 20ms and 40ms, the
 		// last chance at 950ms.
-		want := []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, time.Second - budget.LastChanceLead - 40*time.Millisecond}
-		if g := gaps(srv.Attempts("last")); !equalDurations(g, want) {
-			t.Fatalf("gaps %v, want %v", g, want)
-		}
-		admissions := retryAdmissions(&hooks)
-		wantAdm := []budget.Admission{budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe, budget.AdmitLast}
-		if fmt.Sprint(admissions) != fmt.Sprint(wantAdm) {
-			t.Fatalf("retries admitted by %v, want %v", admissions, wantAdm)
-		}
+		checkFourFailures(t, ctx, "last",
+			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, time.Second - budget.LastChanceLead - 40*time.Millisecond},
+			[]budget.Admission{budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe, budget.AdmitLast})
 	})
 }
 

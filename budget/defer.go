@@ -302,7 +302,7 @@ func (g *Gate) Record(a Attempt) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.staleLocked()
+	g.staleLocked(now)
 	if a.Admission.probing() && g.probesOut > 0 {
 		g.probesOut--
 		g.probeTook = now.Sub(g.probeAt)
@@ -368,14 +368,14 @@ func (a Admission) probing() bool {
 
 // staleLocked forgets what the last outage left when successes were
 // recorded since, while nobody waited.
-func (g *Gate) staleLocked() {
+func (g *Gate) staleLocked(now time.Time) {
 	if g.succeeded.Swap(false) {
 		g.gain, g.probeGap, g.lastGap = ReleaseGainStart, 0, 0
 		g.streak = 0
 		g.failing = false
 		if g.outage {
 			g.setOutage(false)
-			g.credits, g.creditAt = g.rand(), g.now()
+			g.credits, g.creditAt = g.rand(), now
 		}
 	}
 }
@@ -445,7 +445,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		return nil, ErrTooManyWaiting
 	}
 	if g.nWaiting == 0 {
-		g.staleLocked()
+		g.staleLocked(now)
 	}
 	g.nWaiting++
 	g.waiting.Store(int32(g.nWaiting))
