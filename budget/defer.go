@@ -474,20 +474,46 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 		return AdmitNone, w.earliest
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	a, next, ch, changed := w.pollLocked(now)
+	g.mu.Unlock()
+	if changed {
+		w.r.Breaker.tell(ch)
+	}
+	return a, next
+}
+
+// pollLocked is Poll under the gate's lock. It returns the change of the
+// request's breaker, if asking it made one, for Poll to tell unlocked.
+func (w *Waiter) pollLocked(now time.Time) (a Admission, next time.Time, ch BreakerChange, changed bool) {
+	g := w.g
+	br := w.r.Breaker
+	// breakerAllows asks the request's breaker last, when the gate would
+	// let the retry go: the half-open probe slot is taken only by a retry
+	// that goes.
+	breakerAllows := func() bool {
+		if br == nil || br.Closed() {
+			return true
+		}
+		var ok bool
+		ok, next, ch, changed = br.allowRetry(now)
+		return ok
+	}
 	if !g.failing {
 		g.accrueLocked(now, 0)
 		if g.credits >= 1 {
+			if !breakerAllows() {
+				return AdmitNone, next, ch, changed
+			}
 			g.credits--
 			g.admitted++
-			return AdmitRelease, time.Time{}
+			return AdmitRelease, time.Time{}, ch, changed
 		}
 		// Rounded up, and at least a millisecond: a wait of 0 would spin.
 		d := time.Duration(math.Ceil((1 - g.credits) / ReleasePerSecond * float64(time.Second)))
-		return AdmitNone, now.Add(max(d, time.Millisecond))
+		return AdmitNone, now.Add(max(d, time.Millisecond)), ch, changed
 	}
 	if g.probesOut > 0 {
-		return AdmitNone, time.Time{}
+		return AdmitNone, time.Time{}, ch, changed
 	}
 	// While attempts fail, one deferred retry goes at a time: as a probe
 	// after the quiet time, or as its call's last chance.
@@ -503,7 +529,10 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 		}
 	}
 	if now.Before(due) {
-		return AdmitNone, due
+		return AdmitNone, due, ch, changed
+	}
+	if !breakerAllows() {
+		return AdmitNone, next, ch, changed
 	}
 	g.probesOut++
 	g.probeAt, g.probePause = now, w.pause
@@ -511,9 +540,9 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 	// Paid by the budget when it admits it (asked under the lock, so that
 	// two waiters cannot both take its tokens).
 	if g.b.Allow(w.r) {
-		return AdmitBudget, time.Time{}
+		return AdmitBudget, time.Time{}, ch, changed
 	}
-	return how, time.Time{}
+	return how, time.Time{}, ch, changed
 }
 
 func later(a time.Time, bs ...time.Time) time.Time {

@@ -6,11 +6,6 @@ import (
 	"time"
 )
 
-// ratioBuckets is how many slices the window is kept in: memory is fixed
-// however long the budget lives, and counts leave the window one slice
-// (Window/10) at a time.
-const ratioBuckets = 10
-
 // Ratio keeps retries under a share of requests over a sliding window, in the
 // manner of Finagle's RetryBudget and the Google SRE book's per-client retry
 // budget. A request is a first attempt (Attempt.Number == 1), counted when
@@ -25,13 +20,9 @@ const ratioBuckets = 10
 // The zero value is not usable: build one with NewRatio. A Ratio is safe for
 // concurrent use; its operations take one mutex.
 type Ratio struct {
-	mu       sync.Mutex
-	slices   [ratioBuckets]ratioSlice
-	requests uint64 // sums over slices
-	retries  uint64
-	tick     int64 // slice index of the newest slice since epoch
-	epoch    time.Time
-	width    time.Duration
+	mu sync.Mutex
+	// w counts requests (ratioRequests) and retries (ratioRetries).
+	w        window
 	share    float64 // Percent/100
 	floor    float64 // retries the window always allows
 	allowed  uint64
@@ -40,7 +31,10 @@ type Ratio struct {
 	settings RatioSettings
 }
 
-type ratioSlice struct{ requests, retries uint64 }
+const (
+	ratioRequests = iota
+	ratioRetries
+)
 
 // NewRatio returns an empty ratio budget, or a *SettingsError when s breaks a
 // rule. Zero fields take their defaults (DefaultRatioSettings).
@@ -51,8 +45,7 @@ func NewRatio(s RatioSettings, opts ...Option) (*Ratio, error) {
 	s = s.WithDefaults()
 	o := buildOptions(opts)
 	return &Ratio{
-		epoch:    o.now(),
-		width:    s.Window / ratioBuckets,
+		w:        newWindow(o.now(), s.Window),
 		share:    s.Percent / 100,
 		floor:    s.MinRetriesPerSecond * s.Window.Seconds(),
 		now:      o.now,
@@ -63,29 +56,8 @@ func NewRatio(s RatioSettings, opts ...Option) (*Ratio, error) {
 // Settings returns the settings r was built with, defaults filled in.
 func (r *Ratio) Settings() RatioSettings { return r.settings }
 
-// advance drops the slices that left the window by now. A clock that goes
-// backwards leaves the window where it is.
-func (r *Ratio) advance(now time.Time) {
-	tick := int64(now.Sub(r.epoch) / r.width)
-	if tick <= r.tick {
-		return
-	}
-	if tick-r.tick >= ratioBuckets {
-		r.slices = [ratioBuckets]ratioSlice{}
-		r.requests, r.retries = 0, 0
-	} else {
-		for i := r.tick + 1; i <= tick; i++ {
-			s := &r.slices[i%ratioBuckets]
-			r.requests -= s.requests
-			r.retries -= s.retries
-			*s = ratioSlice{}
-		}
-	}
-	r.tick = tick
-}
-
 func (r *Ratio) allowance() float64 {
-	return math.Max(r.share*float64(r.requests), r.floor)
+	return math.Max(r.share*float64(r.w.sum[ratioRequests]), r.floor)
 }
 
 // Record is RecordAt with the budget's clock, read only for first attempts
@@ -104,9 +76,7 @@ func (r *Ratio) RecordAt(now time.Time, a Attempt) {
 		return
 	}
 	r.mu.Lock()
-	r.advance(now)
-	r.requests++
-	r.slices[r.tick%ratioBuckets].requests++
+	r.w.add(now, ratioRequests, 1)
 	r.mu.Unlock()
 }
 
@@ -118,13 +88,12 @@ func (r *Ratio) Allow(q Request) bool { return r.AllowAt(r.now(), q) }
 func (r *Ratio) AllowAt(now time.Time, _ Request) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.advance(now)
-	if float64(r.retries+1) > r.allowance() {
+	r.w.advance(now)
+	if float64(r.w.sum[ratioRetries]+1) > r.allowance() {
 		r.refused++
 		return false
 	}
-	r.retries++
-	r.slices[r.tick%ratioBuckets].retries++
+	r.w.add(now, ratioRetries, 1)
 	r.allowed++
 	return true
 }
@@ -137,11 +106,11 @@ func (r *Ratio) State() State { return r.StateAt(r.now()) }
 func (r *Ratio) StateAt(now time.Time) State {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.advance(now)
+	r.w.advance(now)
 	allow := math.Floor(r.allowance() + 1e-9)
 	return State{
 		Kind:     kindRatio,
-		Level:    math.Max(0, allow-float64(r.retries)),
+		Level:    math.Max(0, allow-float64(r.w.sum[ratioRetries])),
 		Capacity: allow,
 		Allowed:  r.allowed,
 		Refused:  r.refused,

@@ -1,0 +1,574 @@
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// BreakerSettings configure a circuit breaker and client-side adaptive
+// throttling (a policy file's circuitBreaker and adaptiveThrottling). They
+// share one sliding window of the attempts one Breaker guards. A zero
+// field takes the default written beside it; the policy file rejects an
+// explicit zero. Comparable with ==.
+type BreakerSettings struct {
+	// FailureRatio trips the breaker: when, over SamplingWindow, at least
+	// MinimumThroughput attempts got an answer and at least this share of
+	// them failed. In (0, 1]; default 0.5.
+	FailureRatio float64
+	// MinimumThroughput is the fewest answered attempts in the window
+	// before the ratio counts. In [1, 1e6]; default 20.
+	MinimumThroughput int
+	// SamplingWindow is the window's length, in [100ms, 24h]; default 10s.
+	// It is kept as a ring of 10 slices: counts leave it a tenth at a time.
+	SamplingWindow time.Duration
+	// BreakDuration is how long the breaker stays open before it lets one
+	// probe through (half-open), in [1ms, 1h]; default 5s. Each probe that
+	// fails doubles it, up to MaxBreakDuration; closing resets it.
+	BreakDuration time.Duration
+	// MaxBreakDuration bounds the doubled break, in [BreakDuration, 24h];
+	// default 60s.
+	MaxBreakDuration time.Duration
+	// NoTrip: the breaker never opens (adaptive throttling alone).
+	NoTrip bool
+	// ThrottleK turns on client-side adaptive throttling of first attempts
+	// (Google SRE book, "Handling Overload"): a first attempt is rejected
+	// locally with probability max(0, (requests − K × accepts) /
+	// (requests + 1)), counted over the window, where requests are the
+	// attempts asked for (rejected ones included) and accepts those the
+	// server answered without failing. 0: off; else in [1, 100]; the SRE
+	// book's K is 2.
+	ThrottleK float64
+	// Scope says what one Breaker guards: every method of one target
+	// (ScopeTarget) or one method of one target (ScopeMethod, the default).
+	Scope Scope
+}
+
+// Scope says what one Breaker guards.
+type Scope uint8
+
+const (
+	// ScopeMethod: one breaker per target and method, so that one failing
+	// method (or one whose keys fail) does not stop the others.
+	ScopeMethod Scope = iota
+	// ScopeTarget: one breaker per target (the ClientConn's target string),
+	// for a target whose methods fail together.
+	ScopeTarget
+)
+
+// String returns "method" or "target".
+func (s Scope) String() string {
+	switch s {
+	case ScopeMethod:
+		return "method"
+	case ScopeTarget:
+		return "target"
+	}
+	return "Scope(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Defaults of BreakerSettings.
+const (
+	DefaultFailureRatio      = 0.5
+	DefaultMinimumThroughput = 20
+	DefaultSamplingWindow    = 10 * time.Second
+	DefaultBreakDuration     = 5 * time.Second
+	DefaultMaxBreakDuration  = 60 * time.Second
+	DefaultThrottleK         = 2.0
+)
+
+// WithDefaults returns s with each zero field replaced by its default
+// (ThrottleK stays 0: off).
+func (s BreakerSettings) WithDefaults() BreakerSettings {
+	if s.FailureRatio == 0 {
+		s.FailureRatio = DefaultFailureRatio
+	}
+	if s.MinimumThroughput == 0 {
+		s.MinimumThroughput = DefaultMinimumThroughput
+	}
+	if s.SamplingWindow == 0 {
+		s.SamplingWindow = DefaultSamplingWindow
+	}
+	if s.BreakDuration == 0 {
+		s.BreakDuration = DefaultBreakDuration
+	}
+	if s.MaxBreakDuration == 0 {
+		s.MaxBreakDuration = max(DefaultMaxBreakDuration, s.BreakDuration)
+	}
+	return s
+}
+
+// Validate reports the first setting that breaks its rule, as a
+// *SettingsError naming the policy file's field. Zero fields are valid
+// (defaults); NaN and infinities are not.
+func (s BreakerSettings) Validate() error {
+	f := s.WithDefaults()
+	switch {
+	case !(f.FailureRatio > 0 && f.FailureRatio <= 1):
+		return &SettingsError{Field: "circuitBreaker.failureRatio", Rule: "must be in (0, 1]", Value: s.FailureRatio}
+	case f.MinimumThroughput < 1 || f.MinimumThroughput > 1e6:
+		return &SettingsError{Field: "circuitBreaker.minimumThroughput", Rule: "must be in [1, 1e6]", Value: s.MinimumThroughput}
+	case f.SamplingWindow < 100*time.Millisecond || f.SamplingWindow > 24*time.Hour:
+		return &SettingsError{Field: "circuitBreaker.samplingWindow", Rule: "must be in [100ms, 24h]", Value: s.SamplingWindow}
+	case f.BreakDuration < time.Millisecond || f.BreakDuration > time.Hour:
+		return &SettingsError{Field: "circuitBreaker.breakDuration", Rule: "must be in [1ms, 1h]", Value: s.BreakDuration}
+	case f.MaxBreakDuration < f.BreakDuration || f.MaxBreakDuration > 24*time.Hour:
+		return &SettingsError{Field: "circuitBreaker.maxBreakDuration", Rule: "must be in [breakDuration, 24h]", Value: s.MaxBreakDuration}
+	case s.ThrottleK != 0 && !(s.ThrottleK >= 1 && s.ThrottleK <= 100):
+		return &SettingsError{Field: "adaptiveThrottling.k", Rule: "must be in [1, 100]", Value: s.ThrottleK}
+	case s.Scope > ScopeTarget:
+		return &SettingsError{Field: "circuitBreaker.scope", Rule: "must be METHOD or TARGET", Value: s.Scope}
+	case s.NoTrip && s.ThrottleK == 0:
+		return &SettingsError{Field: "circuitBreaker", Rule: "neither trips nor throttles (NoTrip without ThrottleK)", Value: "NoTrip"}
+	}
+	return nil
+}
+
+// BreakerState is a breaker's state.
+type BreakerState uint8
+
+const (
+	// BreakerClosed: attempts go (subject to throttling and the budget).
+	BreakerClosed BreakerState = iota
+	// BreakerOpen: first attempts fail fast and retries wait, until the
+	// break is over.
+	BreakerOpen
+	// BreakerHalfOpen: the break is over; one attempt at a time (a first
+	// attempt, or a waiting retry let go by the Gate) goes as a probe.
+	BreakerHalfOpen
+)
+
+// String returns "closed", "open" or "half-open".
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerOpen:
+		return "open"
+	case BreakerHalfOpen:
+		return "half-open"
+	}
+	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// BreakerChange is one change of a breaker's state, as hooks hear it.
+type BreakerChange struct {
+	// Key names what the breaker guards: the target, and the method under
+	// ScopeMethod ("target /svc/Method").
+	Key      string
+	From, To BreakerState
+	// Failures and Answered are the window's counts when it opened.
+	Failures, Answered uint64
+	// Break is how long it stays open (To == BreakerOpen).
+	Break time.Duration
+	At    time.Time
+}
+
+// ErrBreakerOpen is what Admit's refusal wraps when the breaker is open;
+// ErrThrottled when adaptive throttling rejected the attempt.
+var (
+	ErrBreakerOpen = errors.New("circuit breaker open")
+	ErrThrottled   = errors.New("adaptive throttling rejected the call locally")
+)
+
+// Refusal is why Breaker.Admit refused an attempt: it names the breaker
+// and says when the next probe may go.
+type Refusal struct {
+	Key string
+	// Err is ErrBreakerOpen or ErrThrottled.
+	Err error
+	// Retry is when the breaker lets its next probe go (open), or zero.
+	Retry time.Time
+	// P is the throttling probability the attempt drew against.
+	P float64
+	// at is when it was refused.
+	at time.Time
+}
+
+func (r *Refusal) Error() string {
+	if r.Err == ErrThrottled {
+		return fmt.Sprintf("stagger: %v (%s; p=%.2f)", r.Err, r.Key, r.P)
+	}
+	return fmt.Sprintf("stagger: %v (%s; next probe in %v)", r.Err, r.Key, max(r.Retry.Sub(r.at), 0).Round(time.Millisecond))
+}
+
+func (r *Refusal) Unwrap() error { return r.Err }
+
+// Window counters of a Breaker.
+const (
+	brRequests = iota // attempts asked for, throttled ones included
+	brAccepts         // answered without failing
+	brFailures        // answered with a failure
+)
+
+// Breaker is a circuit breaker and client-side adaptive throttling for one
+// key (see Breakers): closed, it counts the attempts' outcomes over a
+// sliding window and opens when FailureRatio of at least MinimumThroughput
+// answered attempts failed; open, it refuses first attempts (fail fast:
+// Admit) and retries (AllowRetry: a Gate keeps them waiting) for
+// BreakDuration; then, half-open, it lets one attempt go as a probe, a first
+// attempt or a waiting retry, whichever asks first, the same probe a Gate
+// sends (one probe mechanism: the Gate asks AllowRetry before it lets a
+// retry of this key go). Whatever attempt is answered next decides: a
+// success closes it, a failure opens it again for twice as long (up to
+// MaxBreakDuration). A probe that never reports frees its slot after the
+// current break.
+//
+// While closed with ThrottleK set, Admit rejects first attempts locally with
+// the SRE book's probability; retries are the budget's to admit.
+//
+// Outcomes: Success and a Failure are answers; Other (the caller's own
+// deadline or cancellation, an attempt that never reached a server) counts
+// only as a request. State changes reach OnChange after every lock is
+// released. A Breaker is safe for concurrent use. Closed without
+// throttling, Admit and AllowRetry are one atomic load; Record takes one
+// mutex; none allocates.
+type Breaker struct {
+	key      string
+	s        BreakerSettings
+	now      func() time.Time
+	rand     func() float64
+	onChange func(BreakerChange)
+
+	// state mirrors st for the fast paths.
+	state atomic.Uint32
+
+	mu       sync.Mutex
+	st       BreakerState
+	w        window
+	breakFor time.Duration
+	// retryAt: when the open breaker lets a probe go; probeOut: a probe is
+	// out, since probeAt.
+	retryAt  time.Time
+	probeOut bool
+	probeAt  time.Time
+	opened   uint64
+	rejected uint64
+	thrott   uint64
+}
+
+// NewBreaker returns a closed breaker for key, or a *SettingsError. onChange
+// (may be nil) hears every state change, outside the breaker's lock.
+func NewBreaker(key string, s BreakerSettings, onChange func(BreakerChange), opts ...Option) (*Breaker, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	s = s.WithDefaults()
+	o := buildOptions(opts)
+	return &Breaker{key: key, s: s, now: o.now, rand: o.rand, onChange: onChange, w: newWindow(o.now(), s.SamplingWindow), breakFor: s.BreakDuration}, nil
+}
+
+// Key returns what the breaker guards.
+func (b *Breaker) Key() string { return b.key }
+
+// Settings returns the breaker's settings, defaults applied.
+func (b *Breaker) Settings() BreakerSettings { return b.s }
+
+// Admit asks for a first attempt. It returns nil when it may go, or a
+// *Refusal: the breaker is open (wrapping ErrBreakerOpen) or throttling
+// drew a rejection (ErrThrottled). An attempt Admit lets go must be
+// reported to Record when it ends.
+func (b *Breaker) Admit() error {
+	if b.s.ThrottleK == 0 && BreakerState(b.state.Load()) == BreakerClosed {
+		return nil
+	}
+	return b.admit(false)
+}
+
+// AllowRetry asks for a retry or a hedge: true when the breaker is closed,
+// or when this retry may go as the half-open probe; else false and when to
+// ask again without news (the break's end, or zero: after the probe
+// reports). A retry it lets go must be reported to Record.
+func (b *Breaker) AllowRetry() (bool, time.Time) {
+	if BreakerState(b.state.Load()) == BreakerClosed {
+		return true, time.Time{}
+	}
+	ok, next, ch, changed := b.allowRetry(b.now())
+	if changed {
+		b.tell(ch)
+	}
+	return ok, next
+}
+
+// Closed reports whether the breaker is closed now (one atomic load).
+func (b *Breaker) Closed() bool { return BreakerState(b.state.Load()) == BreakerClosed }
+
+// allowRetry is AllowRetry at now, with the state change it made for the
+// caller to tell once it holds no lock.
+func (b *Breaker) allowRetry(now time.Time) (ok bool, next time.Time, ch BreakerChange, changed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch, changed = b.probeLocked(now)
+	err := b.admitLocked(now, true)
+	if err == nil {
+		return true, time.Time{}, ch, changed
+	}
+	return false, err.Retry, ch, changed
+}
+
+func (b *Breaker) admit(retry bool) error {
+	now := b.now()
+	b.mu.Lock()
+	ch, changed := b.probeLocked(now)
+	err := b.admitLocked(now, retry)
+	b.mu.Unlock()
+	if changed {
+		b.tell(ch)
+	}
+	if err == nil {
+		return nil
+	}
+	return err
+}
+
+// admitLocked counts every first attempt asked for as a request (the
+// SRE book's requests include those rejected locally), and a retry only
+// when it goes: a waiting retry asks again at every change.
+func (b *Breaker) admitLocked(now time.Time, retry bool) *Refusal {
+	if !retry {
+		b.w.add(now, brRequests, 1)
+	}
+	switch {
+	case b.st == BreakerHalfOpen && !b.probeOut:
+		b.probeOut, b.probeAt = true, now
+	case b.st != BreakerClosed:
+		b.rejected++
+		next := b.retryAt
+		if b.st == BreakerHalfOpen {
+			next = b.probeAt.Add(b.breakFor)
+		}
+		return &Refusal{Key: b.key, Err: ErrBreakerOpen, Retry: next, at: now}
+	case !retry && b.s.ThrottleK > 0:
+		req, acc := float64(b.w.sum[brRequests]), float64(b.w.sum[brAccepts])
+		if p := (req - 1 - b.s.ThrottleK*acc) / req; p > 0 && b.rand() < p {
+			b.thrott++
+			return &Refusal{Key: b.key, Err: ErrThrottled, P: p, at: now}
+		}
+	}
+	if retry {
+		b.w.add(now, brRequests, 1)
+	}
+	return nil
+}
+
+// probeLocked moves an open breaker whose break is over to half-open, and
+// frees the slot of a probe that did not report within the break.
+func (b *Breaker) probeLocked(now time.Time) (BreakerChange, bool) {
+	if b.st == BreakerHalfOpen && b.probeOut && !now.Before(b.probeAt.Add(b.breakFor)) {
+		b.probeOut = false
+	}
+	if b.st != BreakerOpen || now.Before(b.retryAt) {
+		return BreakerChange{}, false
+	}
+	return b.setLocked(now, BreakerHalfOpen), true
+}
+
+// Record tells the breaker how an attempt it let go ended.
+func (b *Breaker) Record(o Outcome) {
+	now := b.now()
+	b.mu.Lock()
+	ch, changed := b.probeLocked(now)
+	switch o {
+	case Success:
+		b.w.add(now, brAccepts, 1)
+		if b.st == BreakerHalfOpen {
+			ch, changed = b.setLocked(now, BreakerClosed), true
+		}
+	case Failure:
+		b.w.add(now, brFailures, 1)
+		switch b.st {
+		case BreakerHalfOpen:
+			b.breakFor = min(2*b.breakFor, b.s.MaxBreakDuration)
+			ch, changed = b.openLocked(now), true
+		case BreakerClosed:
+			if b.tripsLocked() {
+				ch, changed = b.openLocked(now), true
+			}
+		}
+	default:
+		if b.st == BreakerHalfOpen {
+			b.probeOut = false
+		}
+	}
+	b.mu.Unlock()
+	if changed {
+		b.tell(ch)
+	}
+}
+
+// tripsLocked reports whether the window's answers open the breaker.
+func (b *Breaker) tripsLocked() bool {
+	if b.s.NoTrip {
+		return false
+	}
+	fail := b.w.sum[brFailures]
+	answered := fail + b.w.sum[brAccepts]
+	return answered >= uint64(b.s.MinimumThroughput) && float64(fail) >= b.s.FailureRatio*float64(answered)
+}
+
+func (b *Breaker) openLocked(now time.Time) BreakerChange {
+	ch := b.setLocked(now, BreakerOpen)
+	ch.Failures, ch.Answered = b.w.sum[brFailures], b.w.sum[brFailures]+b.w.sum[brAccepts]
+	ch.Break = b.breakFor
+	b.retryAt = now.Add(b.breakFor)
+	b.opened++
+	return ch
+}
+
+func (b *Breaker) setLocked(now time.Time, to BreakerState) BreakerChange {
+	ch := BreakerChange{Key: b.key, From: b.st, To: to, At: now}
+	b.st = to
+	b.state.Store(uint32(to))
+	b.probeOut = false
+	if to == BreakerClosed {
+		// A fresh start: the failures that opened it are history.
+		b.breakFor = b.s.BreakDuration
+		b.w.reset()
+	}
+	return ch
+}
+
+func (b *Breaker) tell(ch BreakerChange) {
+	if b.onChange != nil {
+		b.onChange(ch)
+	}
+}
+
+// BreakerSnapshot is a breaker's state for metrics and logs.
+type BreakerSnapshot struct {
+	Key   string
+	State BreakerState
+	// Requests, Accepts and Failures are the window's counts now.
+	Requests, Accepts, Failures uint64
+	// ThrottleP is the probability a first attempt is rejected now (0
+	// without throttling).
+	ThrottleP float64
+	// Break is the current break; Retry when the open breaker lets a
+	// probe go.
+	Break time.Duration
+	Retry time.Time
+	// Opened counts the times it opened; Rejected the attempts it refused
+	// while not closed; Throttled the first attempts throttling rejected.
+	Opened, Rejected, Throttled uint64
+	At                          time.Time
+}
+
+// Snapshot returns the breaker's state now.
+func (b *Breaker) Snapshot() BreakerSnapshot {
+	now := b.now()
+	b.mu.Lock()
+	ch, changed := b.probeLocked(now)
+	b.w.advance(now)
+	s := BreakerSnapshot{
+		Key: b.key, State: b.st,
+		Requests: b.w.sum[brRequests], Accepts: b.w.sum[brAccepts], Failures: b.w.sum[brFailures],
+		Break: b.breakFor, Opened: b.opened, Rejected: b.rejected, Throttled: b.thrott, At: now,
+	}
+	if b.st == BreakerOpen {
+		s.Retry = b.retryAt
+	}
+	if b.s.ThrottleK > 0 && s.Requests > 0 {
+		req := float64(s.Requests) + 1
+		s.ThrottleP = math.Max(0, (req-1-b.s.ThrottleK*float64(s.Accepts))/req)
+	}
+	b.mu.Unlock()
+	if changed {
+		b.tell(ch)
+	}
+	return s
+}
+
+// breakerCap bounds the breakers one Breakers keeps: a program that makes
+// up method or target names at run time must not grow it without end. Past
+// it, keys share one overflow breaker per scope.
+const breakerCap = 4096
+
+// Breakers keeps one Breaker per key (see BreakerSettings.Scope), made on
+// first use, for one settings value. Safe for concurrent use.
+type Breakers struct {
+	s        BreakerSettings
+	opts     []Option
+	onChange func(BreakerChange)
+	mu       sync.RWMutex
+	m        map[breakerKey]*Breaker
+	overflow *Breaker
+}
+
+type breakerKey struct{ target, method string }
+
+// NewBreakers returns an empty set of breakers built with s, or a
+// *SettingsError. onChange (may be nil) hears every breaker's changes.
+func NewBreakers(s BreakerSettings, onChange func(BreakerChange), opts ...Option) (*Breakers, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &Breakers{s: s.WithDefaults(), opts: opts, onChange: onChange, m: make(map[breakerKey]*Breaker)}, nil
+}
+
+// Settings returns the settings, defaults applied.
+func (bs *Breakers) Settings() BreakerSettings { return bs.s }
+
+// Get returns the breaker for a call of method on target, making it on
+// first use. A lookup takes a read lock and allocates nothing.
+func (bs *Breakers) Get(target, method string) *Breaker {
+	k := breakerKey{target: target}
+	if bs.s.Scope == ScopeMethod {
+		k.method = method
+	}
+	bs.mu.RLock()
+	b, ok := bs.m[k]
+	bs.mu.RUnlock()
+	if ok {
+		return b
+	}
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if b, ok := bs.m[k]; ok {
+		return b
+	}
+	if len(bs.m) >= breakerCap {
+		if bs.overflow == nil {
+			bs.overflow = bs.newBreaker("(overflow: more than " + strconv.Itoa(breakerCap) + " keys)")
+		}
+		return bs.overflow
+	}
+	name := k.target
+	if k.method != "" {
+		name += " " + k.method
+	}
+	b = bs.newBreaker(name)
+	bs.m[k] = b
+	return b
+}
+
+func (bs *Breakers) newBreaker(key string) *Breaker {
+	b, err := NewBreaker(key, bs.s, bs.onChange, bs.opts...)
+	if err != nil {
+		// Validated in NewBreakers.
+		panic(err)
+	}
+	return b
+}
+
+// Snapshots returns every breaker's state, in no particular order (taken
+// outside the set's lock).
+func (bs *Breakers) Snapshots() []BreakerSnapshot {
+	bs.mu.RLock()
+	all := make([]*Breaker, 0, len(bs.m)+1)
+	for _, b := range bs.m {
+		all = append(all, b)
+	}
+	if bs.overflow != nil {
+		all = append(all, bs.overflow)
+	}
+	bs.mu.RUnlock()
+	out := make([]BreakerSnapshot, len(all))
+	for i, b := range all {
+		out[i] = b.Snapshot()
+	}
+	return out
+}

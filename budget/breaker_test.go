@@ -1,0 +1,320 @@
+package budget
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func newTestBreaker(t *testing.T, s BreakerSettings, clk *manualClock, changes *[]BreakerChange, opts ...Option) *Breaker {
+	t.Helper()
+	var mu sync.Mutex
+	var b *Breaker
+	b, err := NewBreaker("t /svc/M", s, func(ch BreakerChange) {
+		// Outside every lock: asking the breaker again must not deadlock.
+		_ = b.Snapshot()
+		mu.Lock()
+		*changes = append(*changes, ch)
+		mu.Unlock()
+	}, append([]Option{WithClock(clk.Now)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func admitN(t *testing.T, b *Breaker, o Outcome, n int) {
+	t.Helper()
+	for range n {
+		if err := b.Admit(); err != nil {
+			t.Fatalf("Admit: %v", err)
+		}
+		b.Record(o)
+	}
+}
+
+func wantRefusal(t *testing.T, err error, sentinel error, retry time.Time) {
+	t.Helper()
+	var r *Refusal
+	if !errors.As(err, &r) || !errors.Is(err, sentinel) {
+		t.Fatalf("Admit = %v, want a *Refusal wrapping %v", err, sentinel)
+	}
+	if !retry.IsZero() && !r.Retry.Equal(retry) {
+		t.Fatalf("Refusal.Retry = %v, want %v", r.Retry, retry)
+	}
+	if !strings.Contains(err.Error(), "t /svc/M") {
+		t.Fatalf("refusal %q does not name the breaker", err)
+	}
+}
+
+func TestBreakerTripsOnRatioAfterMinimumThroughput(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []BreakerChange
+	b := newTestBreaker(t, BreakerSettings{FailureRatio: 0.5, MinimumThroughput: 10, BreakDuration: time.Second, MaxBreakDuration: 3 * time.Second}, clk, &changes)
+	// Nine failures: below the minimum throughput, still closed.
+	admitN(t, b, Failure, 9)
+	if !b.Closed() || len(changes) != 0 {
+		t.Fatalf("opened before the minimum throughput: %v", changes)
+	}
+	// Ten answers, ratio 1: opens.
+	admitN(t, b, Failure, 1)
+	if b.Closed() || len(changes) != 1 || changes[0].To != BreakerOpen || changes[0].Failures != 10 || changes[0].Break != time.Second {
+		t.Fatalf("changes = %+v, want one to open after 10 failures", changes)
+	}
+	wantRefusal(t, b.Admit(), ErrBreakerOpen, t0.Add(time.Second))
+	if ok, next := b.AllowRetry(); ok || !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("AllowRetry while open = %v, %v", ok, next)
+	}
+
+	// The break ends: one probe (a first attempt), then refusals.
+	clk.advance(time.Second)
+	if err := b.Admit(); err != nil {
+		t.Fatalf("probe refused: %v", err)
+	}
+	wantRefusal(t, b.Admit(), ErrBreakerOpen, time.Time{})
+	if ok, _ := b.AllowRetry(); ok {
+		t.Fatal("a retry went beside the probe")
+	}
+	// The probe fails: open for twice as long.
+	b.Record(Failure)
+	wantRefusal(t, b.Admit(), ErrBreakerOpen, clk.Now().Add(2*time.Second))
+	clk.advance(2 * time.Second)
+	if ok, _ := b.AllowRetry(); !ok {
+		t.Fatal("the waiting retry could not probe")
+	}
+	b.Record(Failure)
+	// Doubling stops at MaxBreakDuration.
+	if s := b.Snapshot(); s.State != BreakerOpen || s.Break != 3*time.Second || s.Opened != 3 {
+		t.Fatalf("snapshot %+v, want open for 3s, opened 3 times", s)
+	}
+	clk.advance(3 * time.Second)
+	if err := b.Admit(); err != nil {
+		t.Fatal(err)
+	}
+	b.Record(Success)
+	if !b.Closed() {
+		t.Fatal("a successful probe did not close the breaker")
+	}
+	// Closing forgot the failures and the doubled break.
+	admitN(t, b, Failure, 9)
+	if !b.Closed() {
+		t.Fatal("the old failures counted after closing")
+	}
+	admitN(t, b, Failure, 1)
+	if s := b.Snapshot(); s.Break != time.Second {
+		t.Fatalf("break after closing = %v, want the first again", s.Break)
+	}
+	var seq []string
+	for _, ch := range changes {
+		seq = append(seq, ch.From.String()+">"+ch.To.String())
+	}
+	got := strings.Join(seq, " ")
+	want := "closed>open open>half-open half-open>open open>half-open half-open>open open>half-open half-open>closed closed>open"
+	if got != want {
+		t.Fatalf("changes\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestBreakerStaysClosedUnderTheRatio(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []BreakerChange
+	b := newTestBreaker(t, BreakerSettings{}, clk, &changes)
+	// 40 % failures, far past the minimum throughput, over a long run.
+	for i := range 10000 {
+		o := Success
+		if i%5 < 2 {
+			o = Failure
+		}
+		admitN(t, b, o, 1)
+		clk.advance(time.Millisecond)
+	}
+	if len(changes) != 0 {
+		t.Fatalf("opened under 40%% failures: %+v", changes[0])
+	}
+}
+
+func TestBreakerWindowForgets(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []BreakerChange
+	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 10, SamplingWindow: time.Second}, clk, &changes)
+	admitN(t, b, Failure, 9)
+	clk.advance(1100 * time.Millisecond)
+	admitN(t, b, Failure, 9)
+	if !b.Closed() {
+		t.Fatal("failures older than the window counted")
+	}
+}
+
+func TestBreakerLostProbeFreesItsSlot(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []BreakerChange
+	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 1, BreakDuration: time.Second}, clk, &changes)
+	admitN(t, b, Failure, 1)
+	clk.advance(time.Second)
+	if err := b.Admit(); err != nil {
+		t.Fatal(err)
+	}
+	// The probe never reports; another may go one break later.
+	clk.advance(999 * time.Millisecond)
+	wantRefusal(t, b.Admit(), ErrBreakerOpen, t0.Add(2*time.Second))
+	clk.advance(time.Millisecond)
+	if err := b.Admit(); err != nil {
+		t.Fatalf("the lost probe still holds the slot: %v", err)
+	}
+	// A probe ended by its caller (Other) frees the slot at once.
+	b.Record(Other)
+	if err := b.Admit(); err != nil {
+		t.Fatalf("a probe the caller ended still holds the slot: %v", err)
+	}
+}
+
+func TestBreakerThrottlesFirstAttempts(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []BreakerChange
+	u := 0.0
+	b := newTestBreaker(t, BreakerSettings{NoTrip: true, ThrottleK: 2}, clk, &changes, WithRandom(func() float64 { return u }))
+	// Every attempt accepted: never throttled, whatever the draw.
+	admitN(t, b, Success, 100)
+	// Now every attempt fails: once requests pass 2 × accepts, first
+	// attempts are rejected with the SRE probability.
+	throttled := 0
+	for range 400 {
+		err := b.Admit()
+		if err == nil {
+			b.Record(Failure)
+			continue
+		}
+		wantRefusal(t, err, ErrThrottled, time.Time{})
+		throttled++
+	}
+	s := b.Snapshot()
+	wantP := math.Max(0, (float64(s.Requests)-2*float64(s.Accepts))/(float64(s.Requests)+1))
+	if s.Requests != 500 || s.Accepts != 100 || math.Abs(s.ThrottleP-wantP) > 1e-12 {
+		t.Fatalf("snapshot %+v, want 500 requests, 100 accepts, p %v", s, wantP)
+	}
+	// With u = 0 every draw under a positive p rejects: every request
+	// that finds more than 2 × accepts (200) before it, from the 202nd on,
+	// is throttled.
+	if throttled != 299 || s.Throttled != 299 || len(changes) != 0 {
+		t.Fatalf("throttled %d (snapshot %d), changes %v; want 299 and no trip", throttled, s.Throttled, changes)
+	}
+	// Retries are not throttled (the budget's to admit).
+	if ok, _ := b.AllowRetry(); !ok {
+		t.Fatal("throttling refused a retry")
+	}
+}
+
+func TestBreakerSettingsValidate(t *testing.T) {
+	for _, c := range []struct {
+		s     BreakerSettings
+		field string
+	}{
+		{BreakerSettings{FailureRatio: 1.5}, "circuitBreaker.failureRatio"},
+		{BreakerSettings{FailureRatio: -0.1}, "circuitBreaker.failureRatio"},
+		{BreakerSettings{FailureRatio: math.NaN()}, "circuitBreaker.failureRatio"},
+		{BreakerSettings{MinimumThroughput: -1}, "circuitBreaker.minimumThroughput"},
+		{BreakerSettings{MinimumThroughput: 2e6}, "circuitBreaker.minimumThroughput"},
+		{BreakerSettings{SamplingWindow: time.Millisecond}, "circuitBreaker.samplingWindow"},
+		{BreakerSettings{SamplingWindow: -time.Second}, "circuitBreaker.samplingWindow"},
+		{BreakerSettings{BreakDuration: 2 * time.Hour}, "circuitBreaker.breakDuration"},
+		{BreakerSettings{BreakDuration: 10 * time.Second, MaxBreakDuration: time.Second}, "circuitBreaker.maxBreakDuration"},
+		{BreakerSettings{ThrottleK: 0.5}, "adaptiveThrottling.k"},
+		{BreakerSettings{ThrottleK: math.Inf(1)}, "adaptiveThrottling.k"},
+		{BreakerSettings{Scope: 7}, "circuitBreaker.scope"},
+		{BreakerSettings{NoTrip: true}, "circuitBreaker"},
+	} {
+		err := c.s.Validate()
+		var se *SettingsError
+		if !errors.As(err, &se) || se.Field != c.field {
+			t.Errorf("%+v: Validate = %v, want an error on %s", c.s, err, c.field)
+		}
+		if _, err := NewBreakers(c.s, nil); err == nil {
+			t.Errorf("%+v: NewBreakers accepted it", c.s)
+		}
+	}
+	if err := (BreakerSettings{}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if d := (BreakerSettings{BreakDuration: 2 * time.Minute}).WithDefaults(); d.MaxBreakDuration != 2*time.Minute {
+		t.Fatalf("MaxBreakDuration default below a long break: %v", d.MaxBreakDuration)
+	}
+}
+
+func TestBreakersScopeAndBound(t *testing.T) {
+	bs, err := NewBreakers(BreakerSettings{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := bs.Get("t1", "/s/A"), bs.Get("t1", "/s/B")
+	if a == b || bs.Get("t1", "/s/A") != a || bs.Get("t2", "/s/A") == a {
+		t.Fatal("ScopeMethod: want one breaker per target and method")
+	}
+	if a.Key() != "t1 /s/A" {
+		t.Fatalf("key %q", a.Key())
+	}
+	bt, _ := NewBreakers(BreakerSettings{Scope: ScopeTarget}, nil)
+	if bt.Get("t1", "/s/A") != bt.Get("t1", "/s/B") || bt.Get("t1", "/s/A").Key() != "t1" {
+		t.Fatal("ScopeTarget: want one breaker per target")
+	}
+	for i := range breakerCap + 10 {
+		bs.Get("t", "/m/"+string(rune('a'+i%26))+strings.Repeat("x", i/26))
+	}
+	if n := len(bs.Snapshots()); n != breakerCap+1 {
+		t.Fatalf("%d breakers kept, want the cap plus one overflow", n)
+	}
+}
+
+func TestBreakerFastPathsDoNotAllocate(t *testing.T) {
+	bs, _ := NewBreakers(BreakerSettings{}, nil)
+	b := bs.Get("t", "/s/M")
+	n := testing.AllocsPerRun(1000, func() {
+		if bs.Get("t", "/s/M") != b || b.Admit() != nil {
+			t.Fatal("refused")
+		}
+		if ok, _ := b.AllowRetry(); !ok {
+			t.Fatal("refused")
+		}
+		b.Record(Success)
+	})
+	if n != 0 {
+		t.Fatalf("%v allocations per call, want 0", n)
+	}
+}
+
+// The Gate lets a waiting retry of an open breaker go only as the
+// breaker's probe, when its break is over, and a first attempt cannot
+// probe beside it.
+func TestGateWaitsForTheBreaker(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []BreakerChange
+	br := newTestBreaker(t, BreakerSettings{MinimumThroughput: 2, BreakDuration: time.Second}, clk, &changes)
+	sb := &switchBudget{}
+	sb.open.Store(true)
+	g := newGate(t, sb, DeferSettings{}, clk)
+	admitN(t, br, Failure, 2)
+	g.Record(Attempt{Number: 1, Outcome: Failure})
+	r := retry2
+	r.Breaker = br
+	w, err := g.Enter(r, 100*time.Millisecond, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	// The gate would probe after its quiet time; the breaker says when.
+	clk.advance(200 * time.Millisecond)
+	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("next poll at %v, want the break's end", next)
+	}
+	clk.advance(800 * time.Millisecond)
+	poll(t, w, AdmitBudget)
+	if err := br.Admit(); !errors.Is(err, ErrBreakerOpen) {
+		t.Fatalf("a first attempt probed beside the waiting retry: %v", err)
+	}
+	br.Record(Success)
+	if !br.Closed() {
+		t.Fatal("the gate's probe did not close the breaker")
+	}
+}
