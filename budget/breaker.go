@@ -223,8 +223,8 @@ const (
 //
 // Outcomes: Success and a Failure are answers; Other (the caller's own
 // deadline or cancellation, an attempt that never reached a server) counts
-// only as a request. State changes reach OnChange after every lock is
-// released. A Breaker is safe for concurrent use. Closed without
+// only as a request. State changes reach the Breakers' onChange and the
+// asking call's BreakerListener after every lock is released. A Breaker is safe for concurrent use. Closed without
 // throttling, Admit and AllowRetry are one atomic load; Record takes one
 // mutex; none allocates.
 type Breaker struct {
@@ -268,28 +268,30 @@ func (b *Breaker) Key() string { return b.key }
 // Settings returns the breaker's settings, defaults applied.
 func (b *Breaker) Settings() BreakerSettings { return b.s }
 
-// Admit asks for a first attempt. It returns nil when it may go, or a
+// Admit asks for a first attempt; l (may be nil) hears the state change
+// the asking makes. It returns nil when it may go, or a
 // *Refusal: the breaker is open (wrapping ErrBreakerOpen) or throttling
 // drew a rejection (ErrThrottled). An attempt Admit lets go must be
 // reported to Record when it ends.
-func (b *Breaker) Admit() error {
+func (b *Breaker) Admit(l BreakerListener) error {
 	if b.s.ThrottleK == 0 && BreakerState(b.state.Load()) == BreakerClosed {
 		return nil
 	}
-	return b.admit(false)
+	return b.admit(l)
 }
 
 // AllowRetry asks for a retry or a hedge: true when the breaker is closed,
 // or when this retry may go as the half-open probe; else false and when to
 // ask again without news (the break's end, or zero: after the probe
-// reports). A retry it lets go must be reported to Record.
-func (b *Breaker) AllowRetry() (bool, time.Time) {
+// reports). A retry it lets go must be reported to Record. l (may be nil)
+// hears the state change the asking makes.
+func (b *Breaker) AllowRetry(l BreakerListener) (bool, time.Time) {
 	if BreakerState(b.state.Load()) == BreakerClosed {
 		return true, time.Time{}
 	}
 	ok, next, ch, changed := b.allowRetry(b.now())
 	if changed {
-		b.tell(ch)
+		b.tell(ch, l)
 	}
 	return ok, next
 }
@@ -310,14 +312,14 @@ func (b *Breaker) allowRetry(now time.Time) (ok bool, next time.Time, ch Breaker
 	return false, err.Retry, ch, changed
 }
 
-func (b *Breaker) admit(retry bool) error {
+func (b *Breaker) admit(l BreakerListener) error {
 	now := b.now()
 	b.mu.Lock()
 	ch, changed := b.probeLocked(now)
-	err := b.admitLocked(now, retry)
+	err := b.admitLocked(now, false)
 	b.mu.Unlock()
 	if changed {
-		b.tell(ch)
+		b.tell(ch, l)
 	}
 	if err == nil {
 		return nil
@@ -367,8 +369,9 @@ func (b *Breaker) probeLocked(now time.Time) (BreakerChange, bool) {
 	return b.setLocked(now, BreakerHalfOpen), true
 }
 
-// Record tells the breaker how an attempt it let go ended.
-func (b *Breaker) Record(o Outcome) {
+// Record tells the breaker how an attempt it let go ended; l (may be nil)
+// hears the state change it makes.
+func (b *Breaker) Record(o Outcome, l BreakerListener) {
 	now := b.now()
 	b.mu.Lock()
 	ch, changed := b.probeLocked(now)
@@ -396,7 +399,7 @@ func (b *Breaker) Record(o Outcome) {
 	}
 	b.mu.Unlock()
 	if changed {
-		b.tell(ch)
+		b.tell(ch, l)
 	}
 }
 
@@ -432,10 +435,21 @@ func (b *Breaker) setLocked(now time.Time, to BreakerState) BreakerChange {
 	return ch
 }
 
-func (b *Breaker) tell(ch BreakerChange) {
+// tell reports ch to the breaker's own onChange and to l, the listener of
+// the call whose asking or outcome made the change.
+func (b *Breaker) tell(ch BreakerChange, l BreakerListener) {
 	if b.onChange != nil {
 		b.onChange(ch)
 	}
+	if l != nil {
+		l.BreakerChanged(ch)
+	}
+}
+
+// BreakerListener hears the state changes a call's asking or outcome made
+// (the interceptors pass their hooks and logger), outside every lock.
+type BreakerListener interface {
+	BreakerChanged(BreakerChange)
 }
 
 // BreakerSnapshot is a breaker's state for metrics and logs.
@@ -477,7 +491,7 @@ func (b *Breaker) Snapshot() BreakerSnapshot {
 	}
 	b.mu.Unlock()
 	if changed {
-		b.tell(ch)
+		b.tell(ch, nil)
 	}
 	return s
 }

@@ -29,10 +29,10 @@ func newTestBreaker(t *testing.T, s BreakerSettings, clk *manualClock, changes *
 func admitN(t *testing.T, b *Breaker, o Outcome, n int) {
 	t.Helper()
 	for range n {
-		if err := b.Admit(); err != nil {
+		if err := b.Admit(nil); err != nil {
 			t.Fatalf("Admit: %v", err)
 		}
-		b.Record(o)
+		b.Record(o, nil)
 	}
 }
 
@@ -64,37 +64,37 @@ func TestBreakerTripsOnRatioAfterMinimumThroughput(t *testing.T) {
 	if b.Closed() || len(changes) != 1 || changes[0].To != BreakerOpen || changes[0].Failures != 10 || changes[0].Break != time.Second {
 		t.Fatalf("changes = %+v, want one to open after 10 failures", changes)
 	}
-	wantRefusal(t, b.Admit(), ErrBreakerOpen, t0.Add(time.Second))
-	if ok, next := b.AllowRetry(); ok || !next.Equal(t0.Add(time.Second)) {
+	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, t0.Add(time.Second))
+	if ok, next := b.AllowRetry(nil); ok || !next.Equal(t0.Add(time.Second)) {
 		t.Fatalf("AllowRetry while open = %v, %v", ok, next)
 	}
 
 	// The break ends: one probe (a first attempt), then refusals.
 	clk.advance(time.Second)
-	if err := b.Admit(); err != nil {
+	if err := b.Admit(nil); err != nil {
 		t.Fatalf("probe refused: %v", err)
 	}
-	wantRefusal(t, b.Admit(), ErrBreakerOpen, time.Time{})
-	if ok, _ := b.AllowRetry(); ok {
+	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, time.Time{})
+	if ok, _ := b.AllowRetry(nil); ok {
 		t.Fatal("a retry went beside the probe")
 	}
 	// The probe fails: open for twice as long.
-	b.Record(Failure)
-	wantRefusal(t, b.Admit(), ErrBreakerOpen, clk.Now().Add(2*time.Second))
+	b.Record(Failure, nil)
+	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, clk.Now().Add(2*time.Second))
 	clk.advance(2 * time.Second)
-	if ok, _ := b.AllowRetry(); !ok {
+	if ok, _ := b.AllowRetry(nil); !ok {
 		t.Fatal("the waiting retry could not probe")
 	}
-	b.Record(Failure)
+	b.Record(Failure, nil)
 	// Doubling stops at MaxBreakDuration.
 	if s := b.Snapshot(); s.State != BreakerOpen || s.Break != 3*time.Second || s.Opened != 3 {
 		t.Fatalf("snapshot %+v, want open for 3s, opened 3 times", s)
 	}
 	clk.advance(3 * time.Second)
-	if err := b.Admit(); err != nil {
+	if err := b.Admit(nil); err != nil {
 		t.Fatal(err)
 	}
-	b.Record(Success)
+	b.Record(Success, nil)
 	if !b.Closed() {
 		t.Fatal("a successful probe did not close the breaker")
 	}
@@ -154,19 +154,19 @@ func TestBreakerLostProbeFreesItsSlot(t *testing.T) {
 	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 1, BreakDuration: time.Second}, clk, &changes)
 	admitN(t, b, Failure, 1)
 	clk.advance(time.Second)
-	if err := b.Admit(); err != nil {
+	if err := b.Admit(nil); err != nil {
 		t.Fatal(err)
 	}
 	// The probe never reports; another may go one break later.
 	clk.advance(999 * time.Millisecond)
-	wantRefusal(t, b.Admit(), ErrBreakerOpen, t0.Add(2*time.Second))
+	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, t0.Add(2*time.Second))
 	clk.advance(time.Millisecond)
-	if err := b.Admit(); err != nil {
+	if err := b.Admit(nil); err != nil {
 		t.Fatalf("the lost probe still holds the slot: %v", err)
 	}
 	// A probe ended by its caller (Other) frees the slot at once.
-	b.Record(Other)
-	if err := b.Admit(); err != nil {
+	b.Record(Other, nil)
+	if err := b.Admit(nil); err != nil {
 		t.Fatalf("a probe the caller ended still holds the slot: %v", err)
 	}
 }
@@ -182,9 +182,9 @@ func TestBreakerThrottlesFirstAttempts(t *testing.T) {
 	// attempts are rejected with the SRE probability.
 	throttled := 0
 	for range 400 {
-		err := b.Admit()
+		err := b.Admit(nil)
 		if err == nil {
-			b.Record(Failure)
+			b.Record(Failure, nil)
 			continue
 		}
 		wantRefusal(t, err, ErrThrottled, time.Time{})
@@ -202,7 +202,7 @@ func TestBreakerThrottlesFirstAttempts(t *testing.T) {
 		t.Fatalf("throttled %d (snapshot %d), changes %v; want 299 and no trip", throttled, s.Throttled, changes)
 	}
 	// Retries are not throttled (the budget's to admit).
-	if ok, _ := b.AllowRetry(); !ok {
+	if ok, _ := b.AllowRetry(nil); !ok {
 		t.Fatal("throttling refused a retry")
 	}
 }
@@ -271,13 +271,13 @@ func TestBreakerFastPathsDoNotAllocate(t *testing.T) {
 	bs, _ := NewBreakers(BreakerSettings{}, nil)
 	b := bs.Get("t", "/s/M")
 	n := testing.AllocsPerRun(1000, func() {
-		if bs.Get("t", "/s/M") != b || b.Admit() != nil {
+		if bs.Get("t", "/s/M") != b || b.Admit(nil) != nil {
 			t.Fatal("refused")
 		}
-		if ok, _ := b.AllowRetry(); !ok {
+		if ok, _ := b.AllowRetry(nil); !ok {
 			t.Fatal("refused")
 		}
-		b.Record(Success)
+		b.Record(Success, nil)
 	})
 	if n != 0 {
 		t.Fatalf("%v allocations per call, want 0", n)
@@ -310,10 +310,10 @@ func TestGateWaitsForTheBreaker(t *testing.T) {
 	}
 	clk.advance(800 * time.Millisecond)
 	poll(t, w, AdmitBudget)
-	if err := br.Admit(); !errors.Is(err, ErrBreakerOpen) {
+	if err := br.Admit(nil); !errors.Is(err, ErrBreakerOpen) {
 		t.Fatalf("a first attempt probed beside the waiting retry: %v", err)
 	}
-	br.Record(Success)
+	br.Record(Success, nil)
 	if !br.Closed() {
 		t.Fatal("the gate's probe did not close the breaker")
 	}

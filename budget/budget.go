@@ -87,6 +87,8 @@ type Request struct {
 	// only when the breaker allows it too (Breaker.AllowRetry), so that the
 	// breaker's half-open probe and the gate's probe are one attempt.
 	Breaker *Breaker
+	// Listener hears the breaker's state changes this request makes.
+	Listener BreakerListener
 }
 
 // State is a snapshot of a budget, for metrics, logs and `stagger check`.

@@ -477,7 +477,7 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 	a, next, ch, changed := w.pollLocked(now)
 	g.mu.Unlock()
 	if changed {
-		w.r.Breaker.tell(ch)
+		w.r.Breaker.tell(ch, w.r.Listener)
 	}
 	return a, next
 }

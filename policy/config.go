@@ -22,6 +22,10 @@ type Config struct {
 	budgetPath     string
 	budget         budget.Budget
 	lbPolicy       string
+	// breaker is the file's top-level circuitBreaker/adaptiveThrottling;
+	// breakers holds one set of breakers per distinct settings in use.
+	breaker  *budget.BreakerSettings
+	breakers map[budget.BreakerSettings]*budget.Breakers
 }
 
 // Entry is one methodConfig entry of a file, as `stagger check` explains it.

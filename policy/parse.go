@@ -130,6 +130,9 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 		}
 		c.budget = b
 	}
+	if err := c.buildBreakers(o.budgetOpts); err != nil {
+		return nil, fmt.Errorf("policy: circuitBreaker: %w", err)
+	}
 	return c, nil
 }
 
@@ -138,6 +141,8 @@ type walker struct {
 	opts  *parseOptions
 	errs  []error
 	warns []Warning
+	// fileBreaker is the file's top-level breaker, which entries override.
+	fileBreaker *budget.BreakerSettings
 }
 
 // shownValue prints a value of the wrong kind without quotes: "got an object".
@@ -425,9 +430,13 @@ func (w *walker) config(root *node) *Config {
 		return c
 	}
 	if !w.object(root, "", "methodConfig", "retryThrottling", "retryBudget",
-		"loadBalancingPolicy", "loadBalancingConfig", "healthCheckConfig") {
+		"loadBalancingPolicy", "loadBalancingConfig", "healthCheckConfig",
+		"circuitBreaker", "adaptiveThrottling") {
 		return c
 	}
+	// Before the entries: theirs override the file's.
+	c.breaker = w.resolveBreaker(nil, w.breakerFields(root, "", false), "")
+	w.fileBreaker = c.breaker
 	if v := get(root, "loadBalancingPolicy"); v != nil {
 		if s, ok := w.str(v, "loadBalancingPolicy"); ok {
 			w.warn("loadBalancingPolicy", "%q is grpc-go's to apply (through the service config); stagger does not apply it", s)
@@ -562,7 +571,8 @@ func (w *walker) methodConfigs(v *node, c *Config) {
 			continue
 		}
 		if !w.object(e, path, "name", "retryPolicy", "hedgingPolicy", "idempotent", "timeout",
-			"waitForReady", "maxRequestMessageBytes", "maxResponseMessageBytes") {
+			"waitForReady", "maxRequestMessageBytes", "maxResponseMessageBytes",
+			"circuitBreaker", "adaptiveThrottling") {
 			continue
 		}
 		m := w.method(e, path)
@@ -665,6 +675,7 @@ func (w *walker) method(e *node, path string) *Method {
 	if hp != nil {
 		m.Hedging = w.hedgingPolicy(hp, join(path, "hedgingPolicy"))
 	}
+	m.Breaker = w.resolveBreaker(w.fileBreaker, w.breakerFields(e, path, true), path)
 	return m
 }
 

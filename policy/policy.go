@@ -120,6 +120,12 @@ type Method struct {
 	// grpc.MaxCallRecvMsgSize.
 	MaxRequestMessageBytes  *int
 	MaxResponseMessageBytes *int
+	// Breaker is the circuit breaker and adaptive throttling that guard
+	// the method: the file's top-level circuitBreaker and
+	// adaptiveThrottling with the entry's own fields over them (defaults
+	// applied); nil when none applies. Config.Breakers returns the
+	// breakers themselves.
+	Breaker *budget.BreakerSettings
 }
 
 // Reason says why an attempt is not retried (or, with ReasonNone, that it is).
@@ -161,9 +167,16 @@ const (
 	// a later admission (budget.Deferrer) until no retry could start before
 	// its deadline, or until the wait limit of a call without one.
 	ReasonDeferred
+	// ReasonBreaker: the circuit breaker that guards the call is open: its
+	// first attempt failed fast, or a retry it refused could not wait for
+	// the breaker's probe (no deferring budget).
+	ReasonBreaker
+	// ReasonThrottled: client-side adaptive throttling rejected the call's
+	// first attempt locally.
+	ReasonThrottled
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/stagger-go/stagger/budget"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -189,6 +190,18 @@ func (s *Source) swap(cfg *Config) (prev *Config, kept bool) {
 	if prev != nil && prev.budget != nil && prev.budgetSettings == cfg.budgetSettings {
 		cfg.budget = prev.budget
 		kept = true
+	}
+	if prev != nil && len(prev.breakers) > 0 && len(cfg.breakers) > 0 {
+		// Breakers whose settings are unchanged keep their state. A new
+		// map: cfg's may be shared with the caller's Config (Update).
+		m := make(map[budget.BreakerSettings]*budget.Breakers, len(cfg.breakers))
+		for k, v := range cfg.breakers {
+			if old, ok := prev.breakers[k]; ok {
+				v = old
+			}
+			m[k] = v
+		}
+		cfg.breakers = m
 	}
 	s.cur.Store(cfg)
 	return prev, kept

@@ -1,0 +1,284 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+)
+
+// breakerPart is what one level of a file (the top, or a methodConfig
+// entry) says of circuitBreaker and adaptiveThrottling: each absent, off
+// (false, entries only) or an object of fields, set where given.
+type breakerPart struct {
+	cb, at         *node
+	cbOff, atOff   bool
+	s              budget.BreakerSettings
+	windowAT       time.Duration
+	windowATPath   string
+	failed   bool
+	scopeSet bool
+}
+
+// breakerFields reads the circuitBreaker and adaptiveThrottling keys of n
+// (the root, or an entry at path, where false turns either off).
+func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
+	var p breakerPart
+	before := len(w.errs)
+	p.cb, p.at = get(n, "circuitBreaker"), get(n, "adaptiveThrottling")
+	if p.cb != nil {
+		cp := join(path, "circuitBreaker")
+		switch {
+		case entry && p.cb.kind == nodeBool && !p.cb.b:
+			p.cbOff, p.cb = true, nil
+		case p.cb.kind != nodeObject:
+			rule := "must be an object"
+			if entry {
+				rule = "must be an object, or false to turn the file's breaker off here"
+			}
+			w.wrongKind(cp, rule, p.cb)
+			p.cb = nil
+		case w.object(p.cb, cp, "failureRatio", "minimumThroughput", "samplingWindow", "breakDuration", "maxBreakDuration", "scope"):
+			p.s.FailureRatio = w.breakerNumber(p.cb, cp, "failureRatio")
+			p.s.MinimumThroughput = int(w.breakerNumber(p.cb, cp, "minimumThroughput"))
+			p.s.SamplingWindow = w.breakerDuration(p.cb, cp, "samplingWindow")
+			p.s.BreakDuration = w.breakerDuration(p.cb, cp, "breakDuration")
+			p.s.MaxBreakDuration = w.breakerDuration(p.cb, cp, "maxBreakDuration")
+			if v := get(p.cb, "scope"); v != nil {
+				if s, ok := w.str(v, join(cp, "scope")); ok {
+					switch strings.ToUpper(s) {
+					case "METHOD":
+						p.s.Scope, p.scopeSet = budget.ScopeMethod, true
+					case "TARGET":
+						p.s.Scope, p.scopeSet = budget.ScopeTarget, true
+					default:
+						w.fail(join(cp, "scope"), "must be METHOD or TARGET", s)
+					}
+				}
+			}
+		default:
+			p.cb = nil
+		}
+	}
+	if p.at != nil {
+		ap := join(path, "adaptiveThrottling")
+		switch {
+		case entry && p.at.kind == nodeBool && !p.at.b:
+			p.atOff, p.at = true, nil
+		case p.at.kind != nodeObject:
+			rule := "must be an object"
+			if entry {
+				rule = "must be an object, or false to turn the file's throttling off here"
+			}
+			w.wrongKind(ap, rule, p.at)
+			p.at = nil
+		case w.object(p.at, ap, "k", "window"):
+			p.s.ThrottleK = w.breakerNumber(p.at, ap, "k")
+			p.windowAT = w.breakerDuration(p.at, ap, "window")
+			p.windowATPath = join(ap, "window")
+			if p.s.ThrottleK == 0 && get(p.at, "k") == nil {
+				p.s.ThrottleK = budget.DefaultThrottleK
+			}
+		default:
+			p.at = nil
+		}
+	}
+	p.failed = len(w.errs) != before
+	return p
+}
+
+// breakerNumber reads an optional number of a breaker section; absent is 0
+// (the default); an explicit 0 is an error naming the field.
+func (w *walker) breakerNumber(n *node, path, key string) float64 {
+	v := get(n, key)
+	if v == nil {
+		return 0
+	}
+	f, ok := w.number(v, join(path, key))
+	if ok && f == 0 {
+		w.fail(join(path, key), zeroRule(key), json.Number(v.s))
+	}
+	return f
+}
+
+// breakerDuration is breakerNumber for durations.
+func (w *walker) breakerDuration(n *node, path, key string) time.Duration {
+	v := get(n, key)
+	if v == nil {
+		return 0
+	}
+	d, ok := w.duration(v, join(path, key))
+	if ok && d == 0 {
+		w.fail(join(path, key), zeroRule(key), shownValue("0s"))
+	}
+	return d
+}
+
+// zeroRule is the rule an explicit zero breaks: the budget package's own
+// (a zero there means the default, so it is asked about a value below
+// every range).
+func zeroRule(key string) string {
+	s := budget.BreakerSettings{ThrottleK: budget.DefaultThrottleK}
+	switch key {
+	case "failureRatio":
+		s.FailureRatio = -1
+	case "minimumThroughput":
+		s.MinimumThroughput = -1
+	case "samplingWindow", "window":
+		s.SamplingWindow = -1
+	case "breakDuration":
+		s.BreakDuration = -1
+	case "maxBreakDuration":
+		s.MaxBreakDuration = -1
+	case "k":
+		s.ThrottleK = -1
+	}
+	var se *budget.SettingsError
+	if errors.As(s.Validate(), &se) {
+		return se.Rule
+	}
+	return "must not be 0"
+}
+
+// resolveBreaker returns the settings the part makes of base (the file's, nil
+// when none) and whether a breaker applies at all: fields the part gives
+// override base's; off turns its half off.
+func (w *walker) resolveBreaker(base *budget.BreakerSettings, p breakerPart, path string) *budget.BreakerSettings {
+	if p.failed {
+		return nil
+	}
+	var s budget.BreakerSettings
+	trips, throttles := false, false
+	if base != nil {
+		s = *base
+		trips, throttles = !s.NoTrip, s.ThrottleK > 0
+	}
+	if p.cbOff {
+		trips = false
+	}
+	if p.atOff {
+		throttles, s.ThrottleK = false, 0
+	}
+	if p.cb != nil {
+		trips = true
+		overlay(&s, p.s)
+		if p.scopeSet {
+			s.Scope = p.s.Scope
+		}
+	}
+	if p.at != nil {
+		throttles = true
+		s.ThrottleK = p.s.ThrottleK
+		if p.windowAT != 0 {
+			switch {
+			case p.cb != nil && p.s.SamplingWindow != 0 && p.s.SamplingWindow != p.windowAT:
+				w.fail(p.windowATPath, "must equal circuitBreaker.samplingWindow: the breaker and throttling count over one window", shownValue(p.windowAT.String()))
+				return nil
+			case trips && p.cb == nil && base != nil && base.SamplingWindow != p.windowAT:
+				w.fail(p.windowATPath, "must equal the file's circuitBreaker.samplingWindow: the breaker and throttling count over one window", shownValue(p.windowAT.String()))
+				return nil
+			}
+			s.SamplingWindow = p.windowAT
+		}
+	}
+	if !trips && !throttles {
+		return nil
+	}
+	s.NoTrip = !trips
+	if err := s.Validate(); err != nil {
+		var se *budget.SettingsError
+		if errors.As(err, &se) {
+			v := se.Value
+			if d, ok := v.(time.Duration); ok {
+				v = shownValue(d.String())
+			}
+			w.fail(join(path, se.Field), se.Rule, v)
+		}
+		return nil
+	}
+	s = s.WithDefaults()
+	return &s
+}
+
+// overlay copies the fields part sets (non-zero) onto s.
+func overlay(s *budget.BreakerSettings, part budget.BreakerSettings) {
+	if part.FailureRatio != 0 {
+		s.FailureRatio = part.FailureRatio
+	}
+	if part.MinimumThroughput != 0 {
+		s.MinimumThroughput = part.MinimumThroughput
+	}
+	if part.SamplingWindow != 0 {
+		s.SamplingWindow = part.SamplingWindow
+	}
+	if part.BreakDuration != 0 {
+		s.BreakDuration = part.BreakDuration
+		if part.MaxBreakDuration == 0 && s.MaxBreakDuration < s.BreakDuration {
+			s.MaxBreakDuration = 0
+		}
+	}
+	if part.MaxBreakDuration != 0 {
+		s.MaxBreakDuration = part.MaxBreakDuration
+	}
+}
+
+// buildBreakers makes one budget.Breakers per distinct settings the file
+// uses, shared by the methods that use them.
+func (c *Config) buildBreakers(opts []budget.Option) error {
+	add := func(s *budget.BreakerSettings) error {
+		if s == nil {
+			return nil
+		}
+		if _, ok := c.breakers[*s]; ok {
+			return nil
+		}
+		bs, err := budget.NewBreakers(*s, nil, opts...)
+		if err != nil {
+			return err
+		}
+		if c.breakers == nil {
+			c.breakers = map[budget.BreakerSettings]*budget.Breakers{}
+		}
+		c.breakers[*s] = bs
+		return nil
+	}
+	if err := add(c.breaker); err != nil {
+		return err
+	}
+	for _, e := range c.entries {
+		if err := add(e.Method.Breaker); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Breakers returns the circuit breakers (and adaptive throttling) that
+// guard calls matched to m, where m is what Method returned (nil: a method
+// no entry names, guarded by the file's top-level sections). nil means
+// none. Every interceptor built from this Config shares them; a reload
+// keeps those whose settings did not change.
+func (c *Config) Breakers(m *Method) *budget.Breakers {
+	if c == nil {
+		return nil
+	}
+	s := c.breaker
+	if m != nil {
+		s = m.Breaker
+	}
+	if s == nil {
+		return nil
+	}
+	return c.breakers[*s]
+}
+
+// BreakerSettings returns the file's top-level circuitBreaker and
+// adaptiveThrottling, defaults applied, or nil when it has neither.
+func (c *Config) BreakerSettings() *budget.BreakerSettings {
+	if c == nil {
+		return nil
+	}
+	return c.breaker
+}

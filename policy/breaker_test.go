@@ -1,0 +1,110 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+)
+
+func TestParseBreakerSections(t *testing.T) {
+	c := parseMust(t, `{
+	  "circuitBreaker": {"failureRatio": 0.6, "minimumThroughput": 50, "samplingWindow": "20s", "breakDuration": "2s", "scope": "target"},
+	  "adaptiveThrottling": {"k": 1.5},
+	  "methodConfig": [
+	    {"name": [{"service": "a.A"}], "circuitBreaker": {"failureRatio": 0.9}},
+	    {"name": [{"service": "b.B"}], "circuitBreaker": false},
+	    {"name": [{"service": "c.C"}], "adaptiveThrottling": false, "circuitBreaker": false},
+	    {"name": [{"service": "d.D"}]}
+	  ]}`)
+	file := budget.BreakerSettings{FailureRatio: 0.6, MinimumThroughput: 50, SamplingWindow: 20 * time.Second,
+		BreakDuration: 2 * time.Second, MaxBreakDuration: 60 * time.Second, ThrottleK: 1.5, Scope: budget.ScopeTarget}
+	if got := c.BreakerSettings(); got == nil || *got != file {
+		t.Fatalf("file breaker = %+v, want %+v", got, file)
+	}
+	a := file
+	a.FailureRatio = 0.9
+	if got := c.Method("/a.A/X").Breaker; got == nil || *got != a {
+		t.Fatalf("a.A breaker = %+v, want %+v", got, a)
+	}
+	b := file
+	b.NoTrip = true
+	if got := c.Method("/b.B/X").Breaker; got == nil || *got != b {
+		t.Fatalf("b.B = %+v, want throttling alone %+v", got, b)
+	}
+	if got := c.Method("/c.C/X").Breaker; got != nil {
+		t.Fatalf("c.C = %+v, want none", got)
+	}
+	// Same settings, same breakers: an entry that says nothing shares the
+	// file's, and so does a method no entry names.
+	if c.Breakers(c.Method("/d.D/X")) != c.Breakers(nil) || c.Breakers(nil) == nil {
+		t.Fatal("d.D and unnamed methods must share the file's breakers")
+	}
+	if c.Breakers(c.Method("/a.A/X")) == c.Breakers(nil) || c.Breakers(c.Method("/c.C/X")) != nil {
+		t.Fatal("a.A must have its own breakers, c.C none")
+	}
+
+	// An entry may have a breaker where the file has none.
+	c = parseMust(t, `{"methodConfig": [{"name": [{"service": "a.A"}], "circuitBreaker": {}}, {"name": [{}]}]}`)
+	if c.Breakers(nil) != nil || c.Breakers(c.Method("/z.Z/X")) != nil {
+		t.Fatal("no file-level breaker: unnamed methods are unguarded")
+	}
+	if got := c.Method("/a.A/X").Breaker; got == nil || *got != (budget.BreakerSettings{}).WithDefaults() {
+		t.Fatalf("circuitBreaker {} = %+v, want the defaults", got)
+	}
+	// Throttling alone, with its own window, in YAML.
+	c = parseMust(t, "adaptiveThrottling:\n  window: 30s\n")
+	if got := c.BreakerSettings(); got == nil || !got.NoTrip || got.ThrottleK != 2 || got.SamplingWindow != 30*time.Second {
+		t.Fatalf("throttling alone = %+v", got)
+	}
+}
+
+func TestParseBreakerErrors(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{`{"circuitBreaker": {"failureRatio": 1.5}}`, "circuitBreaker.failureRatio: must be in (0, 1], got 1.5"},
+		{`{"circuitBreaker": {"failureRatio": 0}}`, "circuitBreaker.failureRatio: must be in (0, 1], got 0"},
+		{`{"circuitBreaker": {"samplingWindow": "0s"}}`, "circuitBreaker.samplingWindow: must be in [100ms, 24h], got 0s"},
+		{`{"circuitBreaker": {"minimumThroughput": 0}}`, "circuitBreaker.minimumThroughput: must be in [1, 1e6], got 0"},
+		{`{"circuitBreaker": {"breakDuration": "10s", "maxBreakDuration": "1s"}}`, "circuitBreaker.maxBreakDuration: must be in [breakDuration, 24h], got 1s"},
+		{`{"circuitBreaker": {"scope": "HOST"}}`, "circuitBreaker.scope: must be METHOD or TARGET"},
+		{`{"circuitBreaker": true}`, "circuitBreaker: must be an object"},
+		{`{"circuitBreaker": {"failureRatio": "half"}}`, "circuitBreaker.failureRatio"},
+		{`{"adaptiveThrottling": {"k": 0.5}}`, "adaptiveThrottling.k: must be in [1, 100], got 0.5"},
+		{`{"adaptiveThrottling": {"k": 0}}`, "adaptiveThrottling.k: must be in [1, 100], got 0"},
+		{`{"circuitBreaker": {"samplingWindow": "5s"}, "adaptiveThrottling": {"window": "10s"}}`, "adaptiveThrottling.window: must equal circuitBreaker.samplingWindow"},
+		{`{"methodConfig": [{"name": [{"service": "a.A"}], "circuitBreaker": {"failureRatio": 2}}]}`, "methodConfig[0].circuitBreaker.failureRatio: must be in (0, 1], got 2"},
+		{`{"methodConfig": [{"name": [{"service": "a.A"}], "circuitBreaker": true}]}`, "methodConfig[0].circuitBreaker: must be an object, or false"},
+	} {
+		_, err := ParseConfig([]byte(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n got %v\nwant %q", c.doc, err, c.want)
+		}
+	}
+	// Unknown keys are warnings, as everywhere.
+	c := parseMust(t, `{"circuitBreaker": {"failureRatoi": 0.5}}`)
+	if len(c.Warnings()) != 1 || !strings.Contains(c.Warnings()[0].String(), "circuitBreaker.failureRatoi") {
+		t.Fatalf("warnings %v", c.Warnings())
+	}
+}
+
+func TestReloadKeepsBreakers(t *testing.T) {
+	first := parseMust(t, `{"circuitBreaker": {}, "methodConfig": [{"name": [{"service": "a.A"}], "circuitBreaker": {"failureRatio": 0.9}}]}`)
+	src := NewSource(first)
+	defer src.Close()
+	keep := first.Breakers(nil)
+	next := parseMust(t, `{"circuitBreaker": {}, "methodConfig": [{"name": [{"service": "a.A"}], "circuitBreaker": {"failureRatio": 0.8}}]}`)
+	if err := src.Update(next); err != nil {
+		t.Fatal(err)
+	}
+	cur := src.Config()
+	if cur.Breakers(nil) != keep {
+		t.Fatal("a reload with unchanged settings lost the breakers' state")
+	}
+	if cur.Breakers(cur.Method("/a.A/X")) == first.Breakers(first.Method("/a.A/X")) {
+		t.Fatal("changed settings kept the old breakers")
+	}
+	if next.Breakers(nil) == keep {
+		t.Fatal("Update changed the caller's Config")
+	}
+}
