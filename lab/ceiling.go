@@ -15,12 +15,18 @@ import (
 // has no outage: its ceiling is computed without one (1 whenever Rate is at
 // most Capacity). The refused scenarios follow the same rule as
 // ScenarioUnavailable: the server is as useless while gone as while it
-// answers UNAVAILABLE.
+// answers UNAVAILABLE. In ScenarioOverload the server serves
+// ReducedCapacity during the overload (OutageCapacity); the ideal client
+// never makes it reject, so no attempt costs it anything but a served
+// one's time.
 func Ceiling(cfg Config) float64 {
 	cfg = cfg.Defaults()
 	in := CeilingInput{Starts: callStarts(&cfg), Capacity: float64(cfg.Capacity), CallTimeout: cfg.CallTimeout}
 	if cfg.Scenario != ScenarioSlowReplica {
 		in.OutageStart, in.OutageEnd = cfg.OutageStart, cfg.OutageEnd
+	}
+	if cfg.Scenario == ScenarioOverload {
+		in.OutageCapacity = cfg.ReducedCapacity()
 	}
 	return CeilingOf(in)
 }
@@ -33,8 +39,11 @@ type CeilingInput struct {
 	// Capacity is the attempts per second the server serves.
 	Capacity float64
 	// OutageStart and OutageEnd bound the outage, during which the server
-	// serves nothing; none when OutageEnd <= OutageStart.
+	// serves OutageCapacity; none when OutageEnd <= OutageStart.
 	OutageStart, OutageEnd time.Duration
+	// OutageCapacity is the attempts per second the server serves during
+	// the outage; 0, nothing (a server that is down).
+	OutageCapacity float64
 	// CallTimeout is each call's deadline, counted from its start; 0 or
 	// less means none.
 	CallTimeout time.Duration
@@ -45,14 +54,16 @@ type CeilingInput struct {
 // counted in Bin-wide bins:
 //
 //   - a call made outside the outage succeeds at once, as long as its bin
-//     has capacity left (Capacity × the bin's time outside the outage, whole
-//     attempts, in start order);
-//   - every other call (made during the outage, or over a full bin) waits
-//     for spare capacity: what the calls made at once leave of each bin,
-//     spread evenly over the bin's time outside the outage, and the whole
-//     capacity once no more calls are made. An outage call waits from
-//     OutageEnd, an over-capacity call from its start; each must be served
-//     by its deadline (start + CallTimeout).
+//     has capacity left (Capacity × the bin's time outside the outage, plus
+//     OutageCapacity × its time in it, whole attempts, in start order); so
+//     does a call made in the outage when OutageCapacity is not 0;
+//   - every other call (made during an outage that serves nothing, or over
+//     a full bin) waits for spare capacity: what the calls made at once
+//     leave of each bin, spread over the bin's time in proportion to the
+//     capacity at each instant, and the whole capacity once no more calls
+//     are made. An outage call waits from OutageEnd, an over-capacity call
+//     from its start; each must be served by its deadline (start +
+//     CallTimeout).
 //
 // The spare capacity is cut into slots of one attempt each, in time order;
 // each slot serves, among the waiting calls whose wait began by the slot's
@@ -81,7 +92,11 @@ func CeilingOf(in CeilingInput) float64 {
 	if outE <= outS {
 		outS, outE = math.MaxInt64, math.MaxInt64 // no outage
 	}
-	inOutage := func(t time.Duration) bool { return t >= outS && t < outE }
+	down := !(in.OutageCapacity > 0)
+	inOutage := func(t time.Duration) bool { return down && t >= outS && t < outE }
+	pieces := func(from, to time.Duration) []capacityPiece {
+		return capacityPieces(from, to, outS, outE, in.Capacity, in.OutageCapacity)
+	}
 	horizon := starts[n-1] + in.CallTimeout
 	bins := int(horizon/Bin) + 1
 
@@ -92,7 +107,7 @@ func CeilingOf(in CeilingInput) float64 {
 	next := 0
 	for b := 0; b < bins; b++ {
 		from, to := time.Duration(b)*Bin, time.Duration(b+1)*Bin
-		capacity := in.Capacity * upTime(from, to, outS, outE).Seconds()
+		capacity := binCapacity(pieces(from, to))
 		room := int(math.Floor(capacity + 1e-9))
 		used := 0
 		for ; next < n && starts[next] < to; next++ {
@@ -124,14 +139,16 @@ func CeilingOf(in CeilingInput) float64 {
 	)
 	for b := 0; b < bins && (released < len(waiting) || ready.Len() > 0); b++ {
 		from, to := time.Duration(b)*Bin, time.Duration(b+1)*Bin
-		up := upTime(from, to, outS, outE)
-		if spare[b] <= 1e-9 || up <= 0 {
+		ps := pieces(from, to)
+		capacity := binCapacity(ps)
+		if spare[b] <= 1e-9 || capacity <= 0 {
 			continue
 		}
-		rate := spare[b] / up.Seconds() // attempts per second over the bin's up time
-		for _, piece := range upPieces(from, to, outS, outE) {
-			t := piece[0]
-			for t < piece[1] {
+		for _, piece := range ps {
+			// The spare attempts per second at this piece's instants.
+			rate := piece.rate * spare[b] / capacity
+			t := piece.from
+			for t < piece.to {
 				if !slotBegun {
 					// A slot serves the calls waiting when it begins.
 					for released < len(waiting) && waiting[released].release <= t {
@@ -151,8 +168,8 @@ func CeilingOf(in CeilingInput) float64 {
 				}
 				need := (1 - accrued) / rate
 				end := max(t+time.Duration(math.Round(need*float64(time.Second))), t+1)
-				if end > piece[1] {
-					accrued += rate * (piece[1] - t).Seconds()
+				if end > piece.to {
+					accrued += rate * (piece.to - t).Seconds()
 					break
 				}
 				for ready.Len() > 0 && ready[0] < end {
@@ -171,26 +188,37 @@ func CeilingOf(in CeilingInput) float64 {
 
 type waitingCall struct{ release, deadline time.Duration }
 
-// upTime is how much of [from, to) lies outside the outage [outS, outE).
-func upTime(from, to, outS, outE time.Duration) time.Duration {
-	var up time.Duration
-	for _, p := range upPieces(from, to, outS, outE) {
-		up += p[1] - p[0]
-	}
-	return up
+// capacityPiece is a part of time, [from, to), over which the server
+// serves rate attempts per second.
+type capacityPiece struct {
+	from, to time.Duration
+	rate     float64
 }
 
-// upPieces are the parts of [from, to) outside the outage [outS, outE), in
-// order: at most one before it and one after it.
-func upPieces(from, to, outS, outE time.Duration) [][2]time.Duration {
-	var out [][2]time.Duration
-	if e := min(to, outS); from < e {
-		out = append(out, [2]time.Duration{from, e})
+// capacityPieces are the parts of [from, to) in which the server serves
+// something, in order: before the outage [outS, outE) at up attempts per
+// second, in it at down, after it at up again; parts serving nothing are
+// left out.
+func capacityPieces(from, to, outS, outE time.Duration, up, down float64) []capacityPiece {
+	var out []capacityPiece
+	add := func(f, t time.Duration, rate float64) {
+		if f < t && rate > 0 {
+			out = append(out, capacityPiece{f, t, rate})
+		}
 	}
-	if s := max(from, outE); s < to {
-		out = append(out, [2]time.Duration{s, to})
-	}
+	add(from, min(to, outS), up)
+	add(max(from, outS), min(to, outE), down)
+	add(max(from, outE), to, up)
 	return out
+}
+
+// binCapacity is the attempts the pieces serve together.
+func binCapacity(ps []capacityPiece) float64 {
+	var c float64
+	for _, p := range ps {
+		c += p.rate * (p.to - p.from).Seconds()
+	}
+	return c
 }
 
 // deadlineHeap is a min-heap of deadlines.

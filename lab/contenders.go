@@ -155,6 +155,16 @@ func HedgingContenders() []Contender {
 	}
 }
 
+// OverloadContenders lists the contenders of ScenarioOverload: every one of
+// Contenders, then those only the overload shows.
+func OverloadContenders() []Contender {
+	only := []Contender{
+		// Overload protection other than retry budgets goes here, one
+		// entry each.
+	}
+	return append(Contenders(), only...)
+}
+
 // ContenderNames lists the names of Contenders, in order.
 func ContenderNames() []string { return namesOf(Contenders()) }
 
@@ -166,9 +176,17 @@ func namesOf(cs []Contender) []string {
 	return out
 }
 
+// ContendersFor lists the contenders of scenario s, in the order the lab
+// shows them: HedgingContenders for ScenarioSlowReplica,
+// OverloadContenders for ScenarioOverload, Contenders for the others.
+func ContendersFor(s Scenario) []Contender { return contendersFor(s) }
+
 func contendersFor(s Scenario) []Contender {
-	if s == ScenarioSlowReplica {
+	switch s {
+	case ScenarioSlowReplica:
 		return HedgingContenders()
+	case ScenarioOverload:
+		return OverloadContenders()
 	}
 	return Contenders()
 }

@@ -33,11 +33,18 @@ const (
 	// one attempt in twenty (a slow replica) takes ten times as long; it
 	// compares stagger without and with hedging (HedgingContenders).
 	ScenarioSlowReplica Scenario = "slow-replica"
+	// ScenarioOverload has no outage but an overload (over bufconn): a
+	// server of Workers workers and a FIFO queue that pays for every
+	// attempt, a rejected one too (testserver.Workers), loses half its
+	// workers from OutageStart to OutageEnd (by default 2 s to 6 s of a
+	// 10 s run), while the offered load, 80 % of the full capacity, is
+	// 160 % of what is left. It measures Goodput.
+	ScenarioOverload Scenario = "overload"
 )
 
 // Scenarios lists every scenario, in the order the CLI shows them.
 func Scenarios() []Scenario {
-	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica}
+	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioOverload}
 }
 
 // SlowBase is how long an attempt takes in ScenarioSlowReplica; a slow
@@ -64,20 +71,34 @@ const (
 type Config struct {
 	// Scenario is the kind of outage; default ScenarioUnavailable.
 	Scenario Scenario
-	// Duration is how long calls are offered; default 8s.
+	// Duration is how long calls are offered; default 8s (10s in
+	// ScenarioOverload).
 	Duration time.Duration
 	// OutageStart and OutageEnd bound the outage, counted from the start of
-	// the load; defaults 2s and 4s (2s and 3.5s in ScenarioBlip), taken
-	// when both are zero.
+	// the load (in ScenarioOverload the overload: the server has half its
+	// workers); defaults 2s and 4s (2s and 3.5s in ScenarioBlip, 2s and 6s
+	// in ScenarioOverload), taken when both are zero.
 	OutageStart, OutageEnd time.Duration
 	// Clients is the number of client connections per contender, each a
 	// simulated process with its own budget; default 50.
 	Clients int
 	// Capacity is the attempts per second the server admits; default 500.
+	// In ScenarioOverload it is what the workers serve at full strength, so
+	// that a worker spends ServiceTime, Workers ÷ Capacity, per attempt
+	// (20 ms by default).
 	Capacity int
+	// Workers is the number of workers of ScenarioOverload's server, half
+	// of which work during the overload; default 10. Other scenarios
+	// ignore it.
+	Workers int
+	// Queue is the most attempts ScenarioOverload's server lets wait for a
+	// worker; default 5 × Workers: a tenth of a second of work at full
+	// capacity, a fifth during the overload. Other scenarios ignore it.
+	Queue int
 	// Rate is the calls per second all clients of a contender offer
 	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica; in
-	// ScenarioBlip 1 call/s per client, 50 with the default Clients).
+	// ScenarioBlip 1 call/s per client, 50 with the default Clients; in
+	// ScenarioOverload 160 % of the reduced capacity).
 	Rate float64
 	// MaxAttempts is every contender's attempt limit, the first attempt
 	// included; default 5 (gRFC A6's cap, which grpc-go applies).
@@ -101,11 +122,17 @@ func (c Config) Defaults() Config {
 	}
 	if c.Duration == 0 {
 		c.Duration = 8 * time.Second
+		if c.Scenario == ScenarioOverload {
+			c.Duration = 10 * time.Second
+		}
 	}
 	if c.OutageStart == 0 && c.OutageEnd == 0 {
 		c.OutageStart, c.OutageEnd = 2*time.Second, 4*time.Second
-		if c.Scenario == ScenarioBlip {
+		switch c.Scenario {
+		case ScenarioBlip:
 			c.OutageEnd = 3500 * time.Millisecond
+		case ScenarioOverload:
+			c.OutageEnd = 6 * time.Second
 		}
 	}
 	if c.Clients == 0 {
@@ -113,6 +140,12 @@ func (c Config) Defaults() Config {
 	}
 	if c.Capacity == 0 {
 		c.Capacity = 500
+	}
+	if c.Workers == 0 {
+		c.Workers = 10
+	}
+	if c.Queue == 0 {
+		c.Queue = 5 * c.Workers
 	}
 	if c.Rate == 0 {
 		switch c.Scenario {
@@ -165,6 +198,16 @@ func (c Config) Validate() error {
 	if c.Capacity <= 0 {
 		bad("Capacity", "must be > 0", c.Capacity)
 	}
+	if c.Workers < 2 || c.Workers > 10000 {
+		// Half of them work during the overload: at least one.
+		bad("Workers", "must be in [2, 10000]", c.Workers)
+	}
+	if c.Queue < 0 || c.Queue > 1e6 {
+		bad("Queue", "must be in [0, 1e6]", c.Queue)
+	}
+	if c.Scenario == ScenarioOverload && c.Capacity > 0 && c.Workers > 0 && c.ServiceTime() < time.Microsecond {
+		bad("Capacity", "must leave each of the Workers at least 1µs per attempt (Capacity <= Workers × 1e6)", c.Capacity)
+	}
 	if !(c.Rate > 0) || c.Rate > 1e6 {
 		bad("Rate", "must be in (0, 1e6] calls per second", c.Rate)
 	}
@@ -195,6 +238,28 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ServiceTime is the worker time an attempt costs in ScenarioOverload:
+// Workers ÷ Capacity (cfg after Defaults). A rejected attempt costs a
+// tenth of it (testserver.Workers).
+func (c Config) ServiceTime() time.Duration {
+	if c.Capacity <= 0 {
+		return 0
+	}
+	return time.Duration(c.Workers) * time.Second / time.Duration(c.Capacity)
+}
+
+// ReducedCapacity is the attempts per second ScenarioOverload's server can
+// serve during the overload, when Workers/2 workers (rounded down) work:
+// (Workers/2) ÷ ServiceTime, half of Capacity for an even Workers. It is
+// the 1.0 of Goodput.
+func (c Config) ReducedCapacity() float64 {
+	s := c.ServiceTime()
+	if s <= 0 {
+		return 0
+	}
+	return float64(c.Workers/2) / s.Seconds()
+}
+
 func scenarioNames() []string {
 	var out []string
 	for _, s := range Scenarios() {
@@ -220,8 +285,18 @@ type Result struct {
 	AttemptsPerCall float64
 	// SuccessRate is Successes ÷ Calls.
 	SuccessRate float64
-	// OutageLoad is OutageAttempts ÷ (Capacity × outage length).
+	// OutageLoad is OutageAttempts ÷ (Capacity × outage length); in
+	// ScenarioOverload ÷ (ReducedCapacity × overload length).
 	OutageLoad float64
+	// Goodput, in ScenarioOverload only (0 in the others), is the calls
+	// that ended successfully from OutageStart to OutageEnd (on the
+	// client, [OutageStart, OutageEnd) from the start of the load), per
+	// second, ÷ Config.ReducedCapacity: 1 means the weakened server spent
+	// all its time on calls that succeeded, as if no attempt were ever
+	// rejected, dropped, or served for a caller that had given up. It can
+	// pass 1 by a hair: the workers idled at OutageStart finish the
+	// attempts they began before.
+	Goodput float64
 	// PeakAfter is the largest number of attempts the server received in
 	// one Bin from OutageEnd to Duration, ÷ (Capacity × Bin).
 	PeakAfter float64

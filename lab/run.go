@@ -175,14 +175,16 @@ type callLog struct {
 	mu        sync.Mutex
 	calls     int
 	latencies []time.Duration // of successful calls
+	ends      []time.Time     // when each successful call returned
 }
 
-func (l *callLog) add(ok bool, d time.Duration) {
+func (l *callLog) add(ok bool, d time.Duration, end time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls++
 	if ok {
 		l.latencies = append(l.latencies, d)
+		l.ends = append(l.ends, end)
 	}
 }
 
@@ -193,9 +195,11 @@ func (l *callLog) add(ok bool, d time.Duration) {
 // the label is set, so its goroutines are not counted.
 func runContender(ctx context.Context, cfg *Config, c Contender, label string) (Result, error) {
 	tcp := cfg.Scenario == ScenarioRefused || cfg.Scenario == ScenarioRefusedWait
-	opts := []testserver.Option{
-		testserver.WithCapacity(testserver.Capacity{PerSecond: cfg.Capacity}),
-		testserver.WithArrivalBucket(Bin),
+	opts := []testserver.Option{testserver.WithArrivalBucket(Bin)}
+	if cfg.Scenario != ScenarioOverload {
+		// The overload's server has workers instead (runClients sets them
+		// once it knows when the overload is).
+		opts = append(opts, testserver.WithCapacity(testserver.Capacity{PerSecond: cfg.Capacity}))
 	}
 	if tcp {
 		opts = append(opts, testserver.WithTCP())
@@ -277,6 +281,8 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 			pprof.SetGoroutineLabels(context.Background())
 			outageErr = serverGone(runCtx, srv, from, to)
 		}()
+	} else if cfg.Scenario == ScenarioOverload {
+		srv.SetWorkers(overloadWorkers(cfg, from, to))
 	} else {
 		srv.SetOutageWindow(from, to)
 	}
@@ -328,6 +334,13 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 		arrivals = nil
 	}
 	return summarize(cfg, c.Name, log, counter, arrivals), nil
+}
+
+// overloadWorkers is ScenarioOverload's server: half its workers from
+// `from` to `to`.
+func overloadWorkers(cfg *Config, from, to time.Time) testserver.Workers {
+	return testserver.Workers{Count: cfg.Workers, Queue: cfg.Queue, Service: cfg.ServiceTime(),
+		Reduced: cfg.Workers / 2, ReducedFrom: from, ReducedTo: to}
 }
 
 // callInterval is the time between two calls of one client.
@@ -422,7 +435,8 @@ func oneCall(ctx context.Context, client testingv1.TestServiceClient, sc *testin
 	defer cancel()
 	begin := time.Now()
 	_, err := client.Get(ctx, &testingv1.GetRequest{Script: sc})
-	log.add(err == nil, time.Since(begin))
+	end := time.Now()
+	log.add(err == nil, end.Sub(begin), end)
 }
 
 // serverGone closes the server's TCP side from `from` to `to`, so that
@@ -459,7 +473,20 @@ func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, 
 		r.AttemptsPerCall = float64(r.Attempts) / float64(r.Calls)
 		r.SuccessRate = float64(r.Successes) / float64(r.Calls)
 	}
-	r.OutageLoad = float64(r.OutageAttempts) / (float64(cfg.Capacity) * (cfg.OutageEnd - cfg.OutageStart).Seconds())
+	outage := (cfg.OutageEnd - cfg.OutageStart).Seconds()
+	r.OutageLoad = float64(r.OutageAttempts) / (outageCapacity(cfg) * outage)
+	if cfg.Scenario == ScenarioOverload {
+		counter.mu.Lock()
+		from, to := counter.outageFrom, counter.outageTo
+		counter.mu.Unlock()
+		ok := 0
+		for _, end := range log.ends {
+			if !end.Before(from) && end.Before(to) {
+				ok++
+			}
+		}
+		r.Goodput = float64(ok) / outage / cfg.ReducedCapacity()
+	}
 	r.Load = make([]int, len(arrivals))
 	perBin := float64(cfg.Capacity) * Bin.Seconds()
 	for b, n := range arrivals {
@@ -477,6 +504,16 @@ func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, 
 	slices.Sort(lat)
 	r.P50, r.P99, r.P999 = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 0.999)
 	return r
+}
+
+// outageCapacity is the attempts per second the server can serve during
+// the outage, for OutageLoad: the reduced capacity in ScenarioOverload,
+// else Capacity (what it serves when it is up).
+func outageCapacity(cfg *Config) float64 {
+	if cfg.Scenario == ScenarioOverload {
+		return cfg.ReducedCapacity()
+	}
+	return float64(cfg.Capacity)
 }
 
 // percentile is the nearest-rank percentile of sorted values; 0 for none.

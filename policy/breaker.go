@@ -13,13 +13,13 @@ import (
 // entry) says of circuitBreaker and adaptiveThrottling: each absent, off
 // (false, entries only) or an object of fields, set where given.
 type breakerPart struct {
-	cb, at         *node
-	cbOff, atOff   bool
-	s              budget.BreakerSettings
-	windowAT       time.Duration
-	windowATPath   string
-	failed   bool
-	scopeSet bool
+	cb, at       *node
+	cbOff, atOff bool
+	s            budget.BreakerSettings
+	windowAT     time.Duration
+	windowATPath string
+	failed       bool
+	scopeSet     bool
 }
 
 // breakerFields reads the circuitBreaker and adaptiveThrottling keys of n

@@ -39,7 +39,9 @@ func RetryPolicy(maxAttempts int) policy.Policy {
 // (the throttle, which has none, at gRFC A6's usual maxTokens 10, tokenRatio
 // 0.1); the same with stagger's default budget (budget.DefaultSettings);
 // and, after them, extra (for instance stagger's default budget or a
-// policy file's own behaviour).
+// policy file's own behaviour). It is the line-up of every model that
+// compares contenders (FailRate, Partial, Outage) and of `stagger sim`'s
+// -contenders, so a strategy added here runs in all of them.
 func Contenders(extra ...Contender) []Contender {
 	retry := RetryPolicy(4)
 	cs := []Contender{
@@ -95,13 +97,16 @@ type proc struct {
 	// timeout is each call's deadline, counted from its start; 0 means none.
 	timeout time.Duration
 	// serve is asked, when an attempt reaches the server, whether it
-	// succeeds.
-	serve func() bool
+	// succeeds, with the key of the attempt's call.
+	serve func(key float64) bool
+	// key, when set, draws each call's key when the call starts: all its
+	// attempts share it. Without it every key is 0.
+	key func() float64
 	// done, when set, is told when a call that started at start ends.
 	done func(start time.Duration)
 }
 
-func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, serve func() bool) (*proc, error) {
+func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, serve func(key float64) bool) (*proc, error) {
 	b, err := budget.New(c.Budget, budget.WithClock(s.Now), budget.WithRandom(s.rng.Float64))
 	if err != nil {
 		return nil, fmt.Errorf("sim: contender %q: %w", c.Name, err)
@@ -220,6 +225,10 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 func (p *proc) call() {
 	p.totals.calls++
 	start := p.s.now
+	var key float64
+	if p.key != nil {
+		key = p.key()
+	}
 	deadline := start + p.timeout
 	var (
 		ended     bool
@@ -261,7 +270,7 @@ func (p *proc) call() {
 		p.totals.attempts++
 		inAttempt, admission = n, adm
 		p.s.After(hop(p.s), func() {
-			ok := p.serve()
+			ok := p.serve(key)
 			p.s.After(hop(p.s), func() {
 				if ended {
 					return

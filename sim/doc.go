@@ -4,7 +4,7 @@
 // virtual clock, so a model of thousands of clients over many seconds runs in
 // milliseconds and the same seed always gives the same figures.
 //
-// Three models, as DESIGN.md describes them:
+// Four models, the first three as DESIGN.md describes them:
 //
 //   - OCC contention (AWS Architecture Blog, 2015): clients race to update a
 //     row; compares no backoff, plain exponential, full, equal and
@@ -12,11 +12,28 @@
 //   - Random failures (M. Brooker, 2022): Poisson calls against a server that
 //     fails each attempt with probability p; amplification (attempts ÷
 //     calls) and success rate per retry policy and budget.
+//   - Partial failure (M. Brooker, 2022, where a circuit breaker turns a
+//     partial failure into a complete one): the same calls, each with a
+//     key, against a server that fails every attempt of the calls of a
+//     fraction of the keys (20 % by default) and serves every other;
+//     amplification, success, and success among the calls the server would
+//     serve, per retry policy and budget. A call's key is a draw in [0, 1)
+//     from its client process's own PCG stream (the key fails when the
+//     draw is below the fraction), so a process's n-th call has the same
+//     key whatever the contender or the fraction, and the keys leave the
+//     runs' other draws as they were.
 //   - Outage and recovery: a capacity-limited server that is down for a
 //     while; load during the outage, peak after recovery, time to drain.
 //     BlipConfig sets it up as the lab's blip scenario (a 1.5 s outage under
 //     light load, with 2 s call deadlines), where what counts is how many
 //     of the outage's calls the retries heal.
+//
+// The two failure models, FailRate and Partial, are one sweep
+// (FailureConfig): their server fails every attempt of a call whose key is
+// below a fraction of failing keys, and each other attempt with probability
+// p; FailRate sweeps p with no failing keys, Partial the fraction with p
+// 0. Both run Contenders() by default, as Outage does, so a strategy added
+// to that line-up runs in every model.
 //
 // Deadlines: in the failure and outage models a call may have a deadline
 // (CallTimeout; default none), counted from its start, as a caller's
@@ -56,6 +73,6 @@
 // one at a time; nothing sleeps and no goroutine stands for a client.
 //
 // Concurrency: a Sim is used by one goroutine. The model functions (OCC,
-// FailRate, Outage) may run independent runs on several goroutines, and their
+// FailRate, Partial, Outage) may run independent runs on several goroutines, and their
 // results do not depend on how many.
 package sim

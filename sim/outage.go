@@ -130,7 +130,7 @@ func outageRun(s *Sim, cfg *OutageConfig, c *Contender) (OutageResult, error) {
 		outage   int
 		lastCall time.Duration
 	)
-	serve := func() bool {
+	serve := func(float64) bool {
 		b := int(s.now / Bin)
 		for len(arrivals) <= b {
 			arrivals = append(arrivals, 0)

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -116,7 +117,7 @@ func TestOCCDeterministic(t *testing.T) {
 }
 
 func TestFailRateSanity(t *testing.T) {
-	res, err := FailRate(FailRateConfig{P: []float64{0, 0.3, 1}, Clients: []int{20}, Rate: 400, Duration: 5 * time.Second, Seed: 1})
+	res, err := FailRate(FailRateConfig{P: []float64{0, 0.3, 1}, FailureConfig: FailureConfig{Clients: []int{20}, Rate: 400, Duration: 5 * time.Second, Seed: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestFailRateSanity(t *testing.T) {
 }
 
 func TestFailRateDeterministic(t *testing.T) {
-	cfg := FailRateConfig{P: []float64{0.2, 0.9}, Clients: []int{3, 30}, Rate: 200, Duration: 2 * time.Second, Seed: 5}
+	cfg := FailRateConfig{P: []float64{0.2, 0.9}, FailureConfig: FailureConfig{Clients: []int{3, 30}, Rate: 200, Duration: 2 * time.Second, Seed: 5}}
 	a, err := FailRate(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -179,6 +180,140 @@ func TestFailRateDeterministic(t *testing.T) {
 	}
 	if reflect.DeepEqual(a, c) {
 		t.Fatal("seeds 5 and 6 gave the same results")
+	}
+}
+
+// TestPartialHealthy: without a budget (and without a deadline) every call
+// of a healthy key succeeds at its first attempt, and every call of a
+// failing key fails all its attempts, so success is the healthy fraction
+// exactly, and retry-3's amplification is 1 + 3 × the failing fraction.
+func TestPartialHealthy(t *testing.T) {
+	noBudget := []Contender{{Name: "no-retry", Policy: RetryPolicy(1)}, {Name: "retry-3", Policy: RetryPolicy(4)}}
+	res, err := Partial(PartialConfig{FailKeys: []float64{0, 0.2, 0.5, 1},
+		FailureConfig: FailureConfig{Clients: []int{1, 20}, Rate: 400, Duration: 2 * time.Second, Seed: 3, Contenders: noBudget}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 4*2*2 {
+		t.Fatalf("%d results, want 16", len(res))
+	}
+	for _, r := range res {
+		name := fmt.Sprintf("fail keys %v, %d clients, %s", r.FailKeys, r.Clients, r.Contender)
+		if r.Calls < 650 || r.Calls > 950 {
+			t.Errorf("%s: %d calls, want about 800 (400/s for 2 s)", name, r.Calls)
+		}
+		if r.Successes != r.HealthyCalls {
+			t.Errorf("%s: %d successes, %d healthy calls; want them equal", name, r.Successes, r.HealthyCalls)
+		}
+		if want := float64(r.HealthyCalls) / float64(r.Calls); r.SuccessRate != want {
+			t.Errorf("%s: success %v, want the healthy fraction %v", name, r.SuccessRate, want)
+		}
+		if r.HealthySuccessRate != 1 && r.HealthyCalls > 0 {
+			t.Errorf("%s: healthy success %v, want 1", name, r.HealthySuccessRate)
+		}
+		failing := r.Calls - r.HealthyCalls
+		switch r.FailKeys {
+		case 0:
+			if failing != 0 {
+				t.Errorf("%s: %d failing calls, want 0", name, failing)
+			}
+		case 1:
+			if r.HealthyCalls != 0 || r.HealthySuccessRate != 0 {
+				t.Errorf("%s: %d healthy calls, healthy success %v; want 0 and 0", name, r.HealthyCalls, r.HealthySuccessRate)
+			}
+		default:
+			if f := float64(failing) / float64(r.Calls); math.Abs(f-r.FailKeys) > 0.05 {
+				t.Errorf("%s: %v of the calls fail, want about %v", name, f, r.FailKeys)
+			}
+		}
+		wantAttempts := r.Calls
+		if r.Contender == "retry-3" {
+			wantAttempts += 3 * failing
+		}
+		if r.Attempts != wantAttempts {
+			t.Errorf("%s: %d attempts, want %d (%d calls, %d failing)", name, r.Attempts, wantAttempts, r.Calls, failing)
+		}
+	}
+}
+
+// TestPartialBudgetsKeepHealthy: the budgets only hold back retries, and a
+// healthy key's call needs none, so every budget serves every healthy call
+// and succeeds no more.
+func TestPartialBudgetsKeepHealthy(t *testing.T) {
+	res, err := Partial(PartialConfig{FailureConfig: FailureConfig{Clients: []int{10}, Rate: 300, Duration: 2 * time.Second, Seed: 2,
+		Contenders: []Contender{Contenders()[2], Contenders()[3], Contenders()[4], Contenders()[5], noDefer(Contenders()[5])}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Successes != r.HealthyCalls {
+			t.Errorf("%s: %d successes, %d healthy calls; want them equal", r.Contender, r.Successes, r.HealthyCalls)
+		}
+		if r.Amplification < 1 || r.Amplification > 1+3*0.25 {
+			t.Errorf("%s: amplification %v, want in [1, 1.75]", r.Contender, r.Amplification)
+		}
+	}
+}
+
+func TestPartialDeterministic(t *testing.T) {
+	cfg := PartialConfig{FailKeys: []float64{0.2, 0.6}, FailureConfig: FailureConfig{Clients: []int{3, 30}, Rate: 200, Duration: 2 * time.Second, Seed: 5}}
+	a, err := Partial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Workers = 1
+	b, err := Partial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("same seed, different results with 1 worker and GOMAXPROCS:\n%v\n%v", a, b)
+	}
+	cfg.Seed = 6
+	c, err := Partial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.DeepEqual(a, c) {
+		t.Fatal("seeds 5 and 6 gave the same results")
+	}
+}
+
+// TestPartialKeysShared: a process's n-th call has the same key whatever
+// the fraction of failing keys, so on the same run's draws (the same calls)
+// the calls that fail at one fraction also fail at a larger one.
+func TestPartialKeysShared(t *testing.T) {
+	cfg := FailureConfig{Rate: 100, Duration: 5 * time.Second, Seed: 9}
+	c := Contender{Name: "no-retry", Policy: RetryPolicy(1)}
+	var prev failureRun
+	for i, f := range []float64{0, 0.1, 0.3, 0.3, 1} {
+		r, err := cfg.run(New(9, 1), failingServer{failKeys: f}, 3, &c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && (r.Calls != prev.Calls || r.healthy > prev.healthy || r.Successes != r.healthy) {
+			t.Fatalf("fail keys %v: %d calls, %d healthy, %d successes; before, %d calls, %d healthy; want the same calls, no more healthy, every healthy call served",
+				f, r.Calls, r.healthy, r.Successes, prev.Calls, prev.healthy)
+		}
+		prev = r
+	}
+	if prev.healthy != 0 {
+		t.Errorf("fail keys 1: %d healthy calls, want 0", prev.healthy)
+	}
+}
+
+// TestFailRateKeysDrawApart: the keys come from streams of their own, so
+// FailRate, whose server ignores them, draws as it did before calls had
+// keys: the figures of seed 1 below were taken before.
+func TestFailRateKeysDrawApart(t *testing.T) {
+	res, err := FailRate(FailRateConfig{P: []float64{0.3}, FailureConfig: FailureConfig{Clients: []int{5}, Rate: 200, Duration: 2 * time.Second, Seed: 1,
+		Contenders: Contenders()[:2]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprintf("%d/%d/%d %d/%d/%d", res[0].Calls, res[0].Attempts, res[0].Successes, res[1].Calls, res[1].Attempts, res[1].Successes)
+	if want := "438/438/304 396/577/394"; got != want {
+		t.Errorf("calls/attempts/successes = %s, want %s", got, want)
 	}
 }
 
@@ -261,7 +396,7 @@ func TestDeadlineNoCallReachesChangesNothing(t *testing.T) {
 	if !reflect.DeepEqual(none, far) {
 		t.Fatalf("a 1 h deadline changed the outage results:\n%v\n%v", none, far)
 	}
-	fcfg := FailRateConfig{P: []float64{0.5}, Clients: []int{10}, Rate: 200, Duration: 2 * time.Second, Seed: 3, Contenders: allNoDefer()}
+	fcfg := FailRateConfig{P: []float64{0.5}, FailureConfig: FailureConfig{Clients: []int{10}, Rate: 200, Duration: 2 * time.Second, Seed: 3, Contenders: allNoDefer()}}
 	fnone, err := FailRate(fcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +414,7 @@ func TestDeadlineNoCallReachesChangesNothing(t *testing.T) {
 func TestDeadlines(t *testing.T) {
 	run := func(p float64, timeout time.Duration) map[string]FailRateResult {
 		t.Helper()
-		res, err := FailRate(FailRateConfig{P: []float64{p}, Clients: []int{10}, Rate: 500, Duration: 2 * time.Second, CallTimeout: timeout, Seed: 4})
+		res, err := FailRate(FailRateConfig{P: []float64{p}, FailureConfig: FailureConfig{Clients: []int{10}, Rate: 500, Duration: 2 * time.Second, CallTimeout: timeout, Seed: 4}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +522,7 @@ func deferModel(t *testing.T, seed uint64, timeout time.Duration) (callTotals, [
 	rg := &recGate{Gate: g}
 	var totals callTotals
 	pol := RetryPolicy(4)
-	p := &proc{s: s, pol: &pol, b: rg, gate: rg, totals: &totals, timeout: timeout, serve: func() bool { return s.now >= time.Second }}
+	p := &proc{s: s, pol: &pol, b: rg, gate: rg, totals: &totals, timeout: timeout, serve: func(float64) bool { return s.now >= time.Second }}
 	for i := 0; i < 18; i++ {
 		s.At(time.Duration(i)*50*time.Millisecond, p.call)
 	}
@@ -448,7 +583,7 @@ func TestDeferralDeterministic(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("same seed, different outage results with deferral")
 	}
-	fcfg := FailRateConfig{P: []float64{0.5, 1}, Clients: []int{10, 100}, Duration: 2 * time.Second, Seed: 7, Contenders: Contenders()[3:]}
+	fcfg := FailRateConfig{P: []float64{0.5, 1}, FailureConfig: FailureConfig{Clients: []int{10, 100}, Duration: 2 * time.Second, Seed: 7, Contenders: Contenders()[3:]}}
 	fa, err := FailRate(fcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -473,10 +608,13 @@ func TestConfigErrors(t *testing.T) {
 		{"occ runs negative", func() error { _, err := OCC(OCCConfig{Runs: -1}); return err }},
 		{"failrate p above 1", func() error { _, err := FailRate(FailRateConfig{P: []float64{1.5}}); return err }},
 		{"failrate p NaN", func() error { _, err := FailRate(FailRateConfig{P: []float64{math.NaN()}}); return err }},
-		{"failrate clients", func() error { _, err := FailRate(FailRateConfig{Clients: []int{-3}}); return err }},
-		{"failrate rate", func() error { _, err := FailRate(FailRateConfig{Rate: -1}); return err }},
+		{"failrate clients", func() error {
+			_, err := FailRate(FailRateConfig{FailureConfig: FailureConfig{Clients: []int{-3}}})
+			return err
+		}},
+		{"failrate rate", func() error { _, err := FailRate(FailRateConfig{FailureConfig: FailureConfig{Rate: -1}}); return err }},
 		{"failrate bad budget", func() error {
-			_, err := FailRate(FailRateConfig{P: []float64{0.5}, Duration: time.Second, Contenders: bad})
+			_, err := FailRate(FailRateConfig{P: []float64{0.5}, FailureConfig: FailureConfig{Duration: time.Second, Contenders: bad}})
 			return err
 		}},
 		{"outage window", func() error {
@@ -489,7 +627,20 @@ func TestConfigErrors(t *testing.T) {
 		}},
 		{"outage capacity", func() error { _, err := Outage(OutageConfig{Capacity: -5}); return err }},
 		{"outage call timeout", func() error { _, err := Outage(OutageConfig{CallTimeout: -time.Second}); return err }},
-		{"failrate call timeout", func() error { _, err := FailRate(FailRateConfig{CallTimeout: -time.Second}); return err }},
+		{"failrate call timeout", func() error {
+			_, err := FailRate(FailRateConfig{FailureConfig: FailureConfig{CallTimeout: -time.Second}})
+			return err
+		}},
+		{"partial fail keys above 1", func() error { _, err := Partial(PartialConfig{FailKeys: []float64{0.2, 2}}); return err }},
+		{"partial fail keys NaN", func() error { _, err := Partial(PartialConfig{FailKeys: []float64{math.NaN()}}); return err }},
+		{"partial clients", func() error {
+			_, err := Partial(PartialConfig{FailureConfig: FailureConfig{Clients: []int{0, 5}}})
+			return err
+		}},
+		{"partial call timeout", func() error {
+			_, err := Partial(PartialConfig{FailureConfig: FailureConfig{CallTimeout: -time.Second}})
+			return err
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.run()
@@ -521,8 +672,9 @@ func BenchmarkFailRateRun(b *testing.B) {
 	if c.Name != "default" {
 		b.Fatalf("contender 5 is %q, want default", c.Name)
 	}
+	cfg := FailureConfig{Rate: 1000, Duration: 10 * time.Second, Seed: 1}
 	for i := 0; i < b.N; i++ {
-		if _, err := failRateRun(New(1, uint64(i)), 0.5, 100, 1000, 10*time.Second, 0, &c); err != nil {
+		if _, err := cfg.run(New(1, uint64(i)), failingServer{p: 0.5}, 100, &c); err != nil {
 			b.Fatal(err)
 		}
 	}

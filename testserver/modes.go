@@ -49,8 +49,9 @@ type rejection struct {
 }
 
 // admit applies the server-wide modes, in this order: outage, capacity,
-// failure rate. An admitted attempt counts as in flight until it ends.
-func (s *Server) admit(a *attempt, at time.Time) *rejection {
+// failure rate, workers. An admitted attempt counts as in flight until it
+// ends. deadline is the attempt's, on the server's clock (zero for none).
+func (s *Server) admit(a *attempt, at, deadline time.Time) *rejection {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.outage || (!s.outageFrom.IsZero() && !at.Before(s.outageFrom) && at.Before(s.outageTo)) {
@@ -75,6 +76,13 @@ func (s *Server) admit(a *attempt, at time.Time) *rejection {
 	}
 	if s.failureRate > 0 && s.rng.Float64() < s.failureRate {
 		return &rejection{st: status.New(codes.Unavailable, "testserver: random failure")}
+	}
+	if s.workers.on() {
+		until, dropped, rej := s.workers.queue(at, deadline)
+		if rej != nil {
+			return rej
+		}
+		a.servedAt, a.dropped = until, dropped
 	}
 	s.inFlight++
 	a.admitted = true

@@ -50,6 +50,7 @@ type config struct {
 	outageFrom        time.Time
 	outageTo          time.Time
 	capacity          Capacity
+	workers           Workers
 	failureRate       float64
 	seed              int64
 	bufSize           int
@@ -120,6 +121,11 @@ func WithOutageWindow(from, to time.Time) Option {
 // WithCapacity starts the server with a capacity limit (see SetCapacity).
 func WithCapacity(c Capacity) Option {
 	return func(cfg *config) { cfg.capacity = c }
+}
+
+// WithWorkers starts the server with the Workers mode (see SetWorkers).
+func WithWorkers(w Workers) Option {
+	return func(cfg *config) { cfg.workers = w }
 }
 
 // WithFailureRate makes each admitted attempt fail with UNAVAILABLE with

@@ -72,6 +72,13 @@ type Stats struct {
 	Served int64
 	// InFlight is the attempts in a handler right now.
 	InFlight int
+	// Queued is the attempts waiting for a worker right now, on the
+	// server's clock (the Workers mode).
+	Queued int
+	// Work is the worker time booked so far (the Workers mode): Service per
+	// attempt served, a tenth of it per attempt rejected or dropped. It
+	// includes bookings not yet worked off.
+	Work time.Duration
 }
 
 // maxBuckets bounds the arrival series so a clock jump cannot exhaust memory;
@@ -89,6 +96,10 @@ type attempt struct {
 	sent     int
 	received int
 	reset    bool
+	// servedAt is when the Workers mode is done with the attempt (zero
+	// when the mode is off); dropped, that it dropped it (deadline passed).
+	servedAt time.Time
+	dropped  bool
 }
 
 func firstJoined(md metadata.MD, name string) string {
@@ -258,10 +269,17 @@ func (s *Server) Executions(method string) int64 {
 
 // Stats returns the server-wide counters.
 func (s *Server) Stats() Stats {
+	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
 	st.InFlight = s.inFlight
+	for _, start := range s.workers.waiting {
+		if start.After(now) {
+			st.Queued++
+		}
+	}
+	st.Work = s.workers.work
 	return st
 }
 

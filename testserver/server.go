@@ -55,6 +55,7 @@ type Server struct {
 	windowCount          int
 	failureRate          float64
 	rng                  *rand.Rand
+	workers              workerPool
 }
 
 type keyState struct {
@@ -83,6 +84,7 @@ func New(opts ...Option) *Server {
 		rng:               rand.New(rand.NewSource(cfg.seed)),
 	}
 	s.start = s.clock.Now()
+	s.setWorkersLocked(cfg.workers) // nothing else can see s yet
 	s.buf = bufconn.Listen(cfg.bufSize)
 	s.bufSrv = s.newGRPCServer()
 	s.serve(s.bufSrv, s.conns.wrap(s.buf))

@@ -63,12 +63,30 @@ func streamTransport(ss grpc.ServerStream) transport {
 // handler; the attempt has then been ended too.
 func (s *Server) begin(tr transport, method string, sc *testingv1.Script, at time.Time) (*attempt, error) {
 	a := s.arrive(tr.ctx, method, sc.GetKey(), at)
-	if rej := s.admit(a, at); rej != nil {
+	var deadline time.Time
+	if d, ok := tr.ctx.Deadline(); ok {
+		// gRPC sets the deadline on the time package's clock; the Workers
+		// mode compares it with the server's.
+		deadline = at.Add(time.Until(d))
+	}
+	if rej := s.admit(a, at, deadline); rej != nil {
 		if rej.pushback != "" {
 			tr.setTrailer(metadata.MD{PushbackTrailer: []string{rej.pushback}})
 		}
 		a.end(rej.st.Code(), endRejected)
 		return nil, rej.st.Err()
+	}
+	if !a.servedAt.IsZero() {
+		// Waiting for a worker, then served: the handler's caller may give
+		// up meanwhile, the worker's time is booked all the same.
+		if err := s.clock.Sleep(tr.ctx, a.servedAt.Sub(s.clock.Now())); err != nil {
+			return nil, a.broken(tr.ctx, err)
+		}
+		if a.dropped {
+			st := status.New(codes.DeadlineExceeded, "testserver: deadline passed while the attempt waited for a worker")
+			a.end(st.Code(), endCancelled)
+			return nil, st.Err()
+		}
 	}
 	if sc.GetHeadersFirst() {
 		if err := tr.sendHeader(); err != nil {

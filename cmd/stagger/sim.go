@@ -18,7 +18,7 @@ import (
 
 func init() {
 	commands["sim"] = command{
-		summary: "simulate retry storms on a virtual clock (occ, failrate, outage, blip)",
+		summary: "simulate retry storms on a virtual clock (occ, failrate, partial, outage, blip)",
 		run:     runSim,
 	}
 }
@@ -28,6 +28,8 @@ const simUsage = `usage: stagger sim MODEL [flags]
 Models (DESIGN.md, "Simulation models"):
   occ       OCC contention (AWS 2015): work and time per backoff strategy
   failrate  random failures (Brooker 2022): amplification and success per budget
+  partial   partial failure (Brooker 2022): a fraction of keys fails every
+            attempt, the others never; amplification and success per budget
   outage    outage and recovery: load during the outage, peak after, drain time
   blip      the outage model as the lab's blip: 50 clients × 1 call/s,
             capacity 500/s, UNAVAILABLE from 2 s to 3.5 s of 8 s, 2 s deadlines
@@ -49,6 +51,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		err = simOCC(args[1:], stdout, stderr)
 	case "failrate":
 		err = simFailRate(args[1:], stdout, stderr)
+	case "partial":
+		err = simPartial(args[1:], stdout, stderr)
 	case "outage":
 		err = simOutage("outage", args[1:], stdout, stderr)
 	case "blip":
@@ -189,8 +193,8 @@ func simOCC(args []string, stdout, stderr io.Writer) error {
 	return writeOCC(stdout, out, res)
 }
 
-// contenderFlags are the flags that choose the contenders of failrate and
-// outage.
+// contenderFlags are the flags that choose the contenders of failrate,
+// partial and outage.
 type contenderFlags struct {
 	only   *string
 	file   *string
@@ -264,34 +268,75 @@ func fileContender(path, method string) (sim.Contender, error) {
 	return c, nil
 }
 
+// failureFlags are the flags of the failure models, failrate and partial,
+// but their parameter's.
+type failureFlags struct {
+	clients  intList
+	rate     *float64
+	duration *time.Duration
+	timeout  *time.Duration
+	seed     *uint64
+	out      format
+	cf       contenderFlags
+}
+
+func addFailureFlags(fs *flag.FlagSet) *failureFlags {
+	f := &failureFlags{clients: intList{100}, out: "table"}
+	fs.Var(&f.clients, "clients", "comma-separated numbers of client processes sharing the traffic, each with its own budget")
+	f.rate = fs.Float64("rate", 1000, "total calls per second of all clients")
+	f.duration = fs.Duration("duration", 10*time.Second, "how long calls arrive")
+	f.timeout = fs.Duration("call-timeout", 0, "deadline of each call (0: none)")
+	f.seed = fs.Uint64("seed", 1, "random seed (same seed, same output)")
+	fs.Var(&f.out, "format", "output: table, csv or json")
+	f.cf = addContenderFlags(fs)
+	return f
+}
+
+// parse parses args into the models' shared settings.
+func (f *failureFlags) parse(fs *flag.FlagSet, args []string) (sim.FailureConfig, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return sim.FailureConfig{}, err
+	}
+	if *f.duration <= 0 {
+		return sim.FailureConfig{}, usagef("-duration must be > 0, got %v", *f.duration)
+	}
+	cs, err := f.cf.contenders()
+	if err != nil {
+		return sim.FailureConfig{}, err
+	}
+	return sim.FailureConfig{Clients: f.clients, Rate: *f.rate, Duration: *f.duration, CallTimeout: *f.timeout, Seed: *f.seed, Contenders: cs}, nil
+}
+
 func simFailRate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("failrate", stderr)
 	ps := floatList{0.05, 0.1, 0.2, 0.5, 0.75, 1}
 	fs.Var(&ps, "p", "comma-separated probabilities that the server fails an attempt")
-	clients := intList{100}
-	fs.Var(&clients, "clients", "comma-separated numbers of client processes sharing the traffic, each with its own budget")
-	rate := fs.Float64("rate", 1000, "total calls per second of all clients")
-	duration := fs.Duration("duration", 10*time.Second, "how long calls arrive")
-	timeout := fs.Duration("call-timeout", 0, "deadline of each call (0: none)")
-	seed := fs.Uint64("seed", 1, "random seed (same seed, same output)")
-	out := format("table")
-	fs.Var(&out, "format", "output: table, csv or json")
-	cf := addContenderFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *duration <= 0 {
-		return usagef("-duration must be > 0, got %v", *duration)
-	}
-	cs, err := cf.contenders()
+	f := addFailureFlags(fs)
+	cfg, err := f.parse(fs, args)
 	if err != nil {
 		return err
 	}
-	res, err := sim.FailRate(sim.FailRateConfig{P: ps, Clients: clients, Rate: *rate, Duration: *duration, CallTimeout: *timeout, Seed: *seed, Contenders: cs})
+	res, err := sim.FailRate(sim.FailRateConfig{P: ps, FailureConfig: cfg})
 	if err != nil {
 		return usageError{err}
 	}
-	return writeFailRate(stdout, out, res, len(clients) > 1)
+	return writeFailRate(stdout, f.out, res, len(cfg.Clients) > 1)
+}
+
+func simPartial(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("partial", stderr)
+	keys := floatList{0.2}
+	fs.Var(&keys, "fail-keys", "comma-separated fractions of keys whose calls the server fails, every attempt")
+	f := addFailureFlags(fs)
+	cfg, err := f.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	res, err := sim.Partial(sim.PartialConfig{FailKeys: keys, FailureConfig: cfg})
+	if err != nil {
+		return usageError{err}
+	}
+	return writePartial(stdout, f.out, res, len(cfg.Clients) > 1)
 }
 
 // simOutage runs the outage model; model "blip" starts from

@@ -118,8 +118,9 @@ func writeOCC(w io.Writer, f format, res []sim.OCCResult) error {
 	return writeTable(w, []string{"CLIENTS", "STRATEGY", "MEAN TIME (ms)", "MEAN CALLS", "CALLS"}, rows)
 }
 
-type failRateJSON struct {
-	P             float64 `json:"p"`
+// failureJSON is what the rows of the failure models (failrate, partial)
+// share.
+type failureJSON struct {
 	Clients       int     `json:"clients"`
 	Strategy      string  `json:"strategy"`
 	Calls         int     `json:"calls"`
@@ -129,25 +130,88 @@ type failRateJSON struct {
 	SuccessRate   float64 `json:"success_rate"`
 }
 
+func newFailureJSON(r sim.FailureStats) failureJSON {
+	return failureJSON{r.Clients, r.Contender, r.Calls, r.Attempts, r.Successes, r.Amplification, r.SuccessRate}
+}
+
+type failRateJSON struct {
+	P float64 `json:"p"`
+	failureJSON
+}
+
+type partialJSON struct {
+	FailKeys float64 `json:"fail_keys"`
+	failureJSON
+	HealthyCalls       int     `json:"healthy_calls"`
+	HealthySuccessRate float64 `json:"healthy_success_rate"`
+}
+
 func writeFailRate(w io.Writer, f format, res []sim.FailRateResult, withClients bool) error {
-	switch f {
-	case "json":
+	if f == "json" {
 		out := make([]failRateJSON, len(res))
 		for i, r := range res {
-			out[i] = failRateJSON{r.P, r.Clients, r.Contender, r.Calls, r.Attempts, r.Successes, r.Amplification, r.SuccessRate}
+			out[i] = failRateJSON{r.P, newFailureJSON(r.FailureStats)}
 		}
 		return writeJSON(w, out)
-	case "csv":
-		header := []string{"p", "strategy", "amplification", "success_rate"}
+	}
+	rows := make([]failureRow, len(res))
+	for i, r := range res {
+		rows[i] = failureRow{x: r.P, FailureStats: r.FailureStats}
+	}
+	return writeFailureRows(w, f, failureLayout{param: "p", paramHeader: "P"}, rows, withClients)
+}
+
+func writePartial(w io.Writer, f format, res []sim.PartialResult, withClients bool) error {
+	if f == "json" {
+		out := make([]partialJSON, len(res))
+		for i, r := range res {
+			out[i] = partialJSON{r.FailKeys, newFailureJSON(r.FailureStats), r.HealthyCalls, r.HealthySuccessRate}
+		}
+		return writeJSON(w, out)
+	}
+	rows := make([]failureRow, len(res))
+	for i, r := range res {
+		rows[i] = failureRow{x: r.FailKeys, FailureStats: r.FailureStats, own: r.HealthySuccessRate}
+	}
+	return writeFailureRows(w, f, failureLayout{param: "fail_keys", paramHeader: "FAIL KEYS", own: "healthy_success_rate", ownHeader: "SUCCESS OF HEALTHY"}, rows, withClients)
+}
+
+// failureLayout names a failure model's columns in a table or CSV: its
+// parameter's, and, when own is set, that of a rate of the model's own,
+// after the success rate.
+type failureLayout struct {
+	param, paramHeader string
+	own, ownHeader     string
+}
+
+// failureRow is one row of a failure model's table or CSV.
+type failureRow struct {
+	// x is the model's parameter.
+	x float64
+	sim.FailureStats
+	// own is the model's own rate, when its layout names one.
+	own float64
+}
+
+func writeFailureRows(w io.Writer, f format, l failureLayout, res []failureRow, withClients bool) error {
+	if f == "csv" {
+		header := []string{l.param}
 		if withClients {
-			header = []string{"p", "clients", "strategy", "amplification", "success_rate"}
+			header = append(header, "clients")
+		}
+		header = append(header, "strategy", "amplification", "success_rate")
+		if l.own != "" {
+			header = append(header, l.own)
 		}
 		rows := make([][]string, len(res))
 		for i, r := range res {
-			p := strconv.FormatFloat(r.P, 'g', -1, 64)
-			row := []string{p, r.Contender, fmtFloat(r.Amplification, 3), fmtFloat(r.SuccessRate, 4)}
+			row := []string{strconv.FormatFloat(r.x, 'g', -1, 64)}
 			if withClients {
-				row = []string{p, strconv.Itoa(r.Clients), r.Contender, fmtFloat(r.Amplification, 3), fmtFloat(r.SuccessRate, 4)}
+				row = append(row, strconv.Itoa(r.Clients))
+			}
+			row = append(row, r.Contender, fmtFloat(r.Amplification, 3), fmtFloat(r.SuccessRate, 4))
+			if l.own != "" {
+				row = append(row, fmtFloat(r.own, 4))
 			}
 			rows[i] = row
 		}
@@ -158,12 +222,21 @@ func writeFailRate(w io.Writer, f format, res []sim.FailRateResult, withClients 
 	for _, r := range res {
 		maxAmp = math.Max(maxAmp, r.Amplification)
 	}
+	header := []string{l.paramHeader, "CLIENTS", "STRATEGY", "AMPLIFICATION", "SUCCESS"}
+	if l.own != "" {
+		header = append(header, l.ownHeader)
+	}
+	header = append(header, "ATTEMPTS PER CALL")
 	rows := make([][]string, len(res))
 	for i, r := range res {
-		rows[i] = []string{strconv.FormatFloat(r.P, 'g', -1, 64), strconv.Itoa(r.Clients), r.Contender,
-			fmtFloat(r.Amplification, 3), fmtFloat(100*r.SuccessRate, 2) + "%", bar(r.Amplification, maxAmp, 24)}
+		row := []string{strconv.FormatFloat(r.x, 'g', -1, 64), strconv.Itoa(r.Clients), r.Contender,
+			fmtFloat(r.Amplification, 3), fmtFloat(100*r.SuccessRate, 2) + "%"}
+		if l.own != "" {
+			row = append(row, fmtFloat(100*r.own, 2)+"%")
+		}
+		rows[i] = append(row, bar(r.Amplification, maxAmp, 24))
 	}
-	return writeTable(w, []string{"P", "CLIENTS", "STRATEGY", "AMPLIFICATION", "SUCCESS", "ATTEMPTS PER CALL"}, rows)
+	return writeTable(w, header, rows)
 }
 
 type outageJSON struct {

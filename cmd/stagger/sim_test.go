@@ -55,6 +55,11 @@ func TestSimUsageErrors(t *testing.T) {
 		{"outage capacity", []string{"outage", "-capacity", "0"}, "-capacity must be > 0"},
 		{"outage call timeout", []string{"outage", "-call-timeout", "-1s"}, "outage call timeout must be in [0, 1h] (0: none), got -1s"},
 		{"failrate call timeout", []string{"failrate", "-call-timeout", "-1s"}, "failrate call timeout must be in [0, 1h] (0: none), got -1s"},
+		{"partial fail keys above 1", []string{"partial", "-fail-keys", "0.2,1.5"}, "sim: partial fail keys must be in [0, 1], got 1.5"},
+		{"partial bad fail keys", []string{"partial", "-fail-keys", "a fifth"}, `"a fifth" is not a number`},
+		{"partial zero duration", []string{"partial", "-duration", "0s"}, "-duration must be > 0"},
+		{"partial call timeout", []string{"partial", "-call-timeout", "-1s"}, "partial call timeout must be in [0, 1h] (0: none), got -1s"},
+		{"partial unknown contender", []string{"partial", "-contenders", "magic"}, `unknown contender "magic"`},
 		{"blip window past its duration", []string{"blip", "-duration", "3s"}, "outage window must satisfy 0 <= start < end <= duration 3s, got [2s, 3.5s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,7 +75,7 @@ func TestSimUsageErrors(t *testing.T) {
 }
 
 func TestSimHelp(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"occ", "-h"}, {"outage", "-help"}, {"blip", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"occ", "-h"}, {"outage", "-help"}, {"blip", "-h"}, {"partial", "-h"}} {
 		if code, _, stderr := runSimArgs(t, args...); code != 0 {
 			t.Errorf("%v: exit %d, want 0 (stderr %q)", args, code, stderr)
 		}
@@ -91,6 +96,9 @@ func TestSimDeterministicOutput(t *testing.T) {
 		{"outage with deadlines", []string{"outage", "-capacity", "200", "-load", "150", "-clients", "10", "-duration", "3s", "-outage-start", "1s", "-outage-end", "2s", "-call-timeout", "500ms"}},
 		{"failrate with deadlines", []string{"failrate", "-p", "0.3", "-rate", "200", "-duration", "2s", "-call-timeout", "150ms"}},
 		{"blip", []string{"blip"}},
+		{"partial table", []string{"partial", "-fail-keys", "0.2,0.5", "-clients", "5,50", "-rate", "200", "-duration", "2s"}},
+		{"partial json", []string{"partial", "-rate", "200", "-duration", "2s", "-format", "json"}},
+		{"partial with deadlines", []string{"partial", "-rate", "200", "-duration", "2s", "-call-timeout", "150ms", "-format", "csv"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, a, stderr := runSimArgs(t, append(tc.args, "-seed", "1")...)
@@ -121,6 +129,8 @@ func TestSimCSVShape(t *testing.T) {
 		{"failrate several client counts", []string{"failrate", "-p", "0.5", "-clients", "1,10", "-rate", "100", "-duration", "1s", "-format", "csv", "-contenders", "no-retry,default"}, "p,clients,strategy,amplification,success_rate", 4},
 		{"outage", []string{"outage", "-duration", "2s", "-outage-start", "0.5s", "-outage-end", "1s", "-load", "100", "-format", "csv"}, "strategy,attempts_per_call,success_rate,outage_load,peak_after,drain_ms", 6},
 		{"blip", []string{"blip", "-format", "csv"}, "strategy,attempts_per_call,success_rate,outage_load,peak_after,drain_ms", 6},
+		{"partial one client count", []string{"partial", "-fail-keys", "0,0.2,1", "-rate", "100", "-duration", "1s", "-format", "csv"}, "fail_keys,strategy,amplification,success_rate,healthy_success_rate", 3 * len(sim.Contenders())},
+		{"partial several client counts", []string{"partial", "-clients", "1,10", "-rate", "100", "-duration", "1s", "-format", "csv", "-contenders", "no-retry,default"}, "fail_keys,clients,strategy,amplification,success_rate,healthy_success_rate", 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, stderr := runSimArgs(t, tc.args...)
@@ -156,6 +166,47 @@ func TestSimFailRateP0(t *testing.T) {
 	for _, r := range rows {
 		if r.Amplification != 1 || r.SuccessRate != 1 || r.Calls == 0 {
 			t.Errorf("p=0 %s: %+v, want amplification 1 and success 1", r.Strategy, r)
+		}
+	}
+}
+
+// TestSimPartialJSON: partial's rows carry failrate's fields, fail_keys in
+// place of p, and the healthy calls; without a budget a strategy serves
+// every healthy call and no other, so success is the healthy fraction.
+func TestSimPartialJSON(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	code, out, stderr := runSimArgs(t, "partial", "-rate", "200", "-duration", "2s", "-format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var fields []map[string]any
+	if err := json.Unmarshal([]byte(out), &fields); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if len(fields) != len(sim.Contenders()) {
+		t.Fatalf("%d rows, want one per contender (%d)", len(fields), len(sim.Contenders()))
+	}
+	for _, k := range []string{"fail_keys", "clients", "strategy", "calls", "attempts", "successes", "amplification", "success_rate", "healthy_calls", "healthy_success_rate"} {
+		if _, ok := fields[0][k]; !ok {
+			t.Errorf("row %v lacks %q", fields[0], k)
+		}
+	}
+	var rows []partialJSON
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.FailKeys != 0.2 || r.Clients != 100 || r.Calls < 300 || r.Calls > 500 {
+			t.Errorf("%s: fail keys %v, %d clients, %d calls; want 0.2, 100 and about 400", r.Strategy, r.FailKeys, r.Clients, r.Calls)
+		}
+		if f := float64(r.HealthyCalls) / float64(r.Calls); math.Abs(f-0.8) > 0.06 {
+			t.Errorf("%s: healthy fraction %v, want about 0.8", r.Strategy, f)
+		}
+		if r.Strategy != "no-retry" && r.Strategy != "retry-3" {
+			continue
+		}
+		if r.Successes != r.HealthyCalls || r.SuccessRate != float64(r.HealthyCalls)/float64(r.Calls) || r.HealthySuccessRate != 1 {
+			t.Errorf("%s: %+v; want every healthy call and no other served", r.Strategy, r)
 		}
 	}
 }
