@@ -86,6 +86,8 @@ type plan struct {
 	hedged     *policy.Method
 	// repeatable as in call.
 	repeatable bool
+	// breakers guard the method's calls (nil: none).
+	breakers *budget.Breakers
 }
 
 // plan resolves, for a call of method with options o, what cfg's entry m
@@ -96,6 +98,11 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		pl.budget = o.budget
 	} else if pl.budget = cfg.Budget(); pl.budget == nil {
 		pl.budget = o.fallback
+	}
+	if o.breakersSet {
+		pl.breakers = o.breakers
+	} else {
+		pl.breakers = cfg.Breakers(m)
 	}
 	p := o.policy
 	switch {
@@ -231,6 +238,10 @@ type call struct {
 	// interceptor hands the call to the hedging engine (hedge.go), the stream
 	// interceptor runs it unhedged (k.noticeUnhedged says so once).
 	hedged *policy.Method
+	// breakers guard the method (nil: none); br is the call's breaker,
+	// found by admitFirst.
+	breakers *budget.Breakers
+	br       *budget.Breaker
 }
 
 // noCancel stands in for a cancel func when no context was made.
@@ -266,7 +277,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		p := k.plan(o, cfg, m, method)
 		pl = &p
 	}
-	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable
+	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers
 	c.retry = 1
 
 	callCtx, cancel = ctx, noCancel
@@ -526,6 +537,11 @@ func wireAmbiguous(trailer metadata.MD, committed bool) bool {
 func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
 	admission := c.admission
 	c.admission = budget.AdmitNone
+	if c.br != nil {
+		// Before the budget: a Gate's waiters, woken by the budget's
+		// Record, must find the breaker's new state.
+		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.o)
+	}
 	if err == nil {
 		// Decide's answer for a success is fixed: record it, stop.
 		if c.budget != nil {
@@ -540,9 +556,9 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		return false, 0
 	}
 	// The admission order of a retry: Decide (the caller's deadline
-	// included: no pause that outlasts it), then the budget, then the wait
-	// (a budget that defers). A circuit breaker, when there is one, goes
-	// between the deadline and the budget.
+	// included: no pause that outlasts it), then the circuit breaker, then
+	// the budget, then the wait (a budget that defers; it asks the breaker
+	// again before it lets the retry go).
 	a := policy.Attempt{
 		Number:    c.attempt,
 		Err:       err,
@@ -563,15 +579,29 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission})
 	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
-	if v.Retry && c.budget != nil {
+	if v.Retry && (c.budget != nil || c.br != nil) {
 		req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts}
-		if !c.budget.Allow(req) {
-			if _, ok := c.budget.(budget.Deferrer); ok {
-				// Wait in pause, through the Deferrer.
+		_, defers := c.budget.(budget.Deferrer)
+		breakerOK := true
+		if c.br != nil {
+			req.Breaker, req.Listener = c.br, c.o
+			if breakerOK = c.br.Closed(); !breakerOK && !defers {
+				// No Gate to wait in: the retry goes only as the
+				// half-open breaker's probe.
+				breakerOK, _ = c.br.AllowRetry(c.o)
+			}
+		}
+		if !breakerOK || (c.budget != nil && !c.budget.Allow(req)) {
+			if defers {
+				// Wait in pause, through the Deferrer, which asks the
+				// breaker too.
 				c.deferReq = &req
 				e.Kind = EventDeferred
 			} else {
 				v.Retry, v.Reason = false, policy.ReasonBudget
+				if !breakerOK {
+					v.Reason = policy.ReasonBreaker
+				}
 				e.Reason = v.Reason
 			}
 		}
@@ -662,6 +692,68 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	c.o.emit(callCtx, e)
 	return c.finish(last)
 }
+
+// breakerOutcome is what an attempt that ended with err tells a circuit
+// breaker: Success when the server answered (OK, or a code that says it
+// works: NOT_FOUND, INVALID_ARGUMENT, ...), Failure for UNAVAILABLE,
+// RESOURCE_EXHAUSTED and a DEADLINE_EXCEEDED that is not the caller's
+// (stagger's per-attempt timer), Other when the caller ended the call.
+func breakerOutcome(callCtx context.Context, err error, timedOut bool) budget.Outcome {
+	if err == nil {
+		return budget.Success
+	}
+	if !timedOut && callerEnded(callCtx, err) {
+		return budget.Other
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded:
+		return budget.Failure
+	case codes.Canceled:
+		// Cancelled under the call (a hedge that lost, a reset): says
+		// nothing of the server.
+		return budget.Other
+	}
+	return budget.Success
+}
+
+// admitFirst finds the call's circuit breaker (for cc's target) and asks it
+// for the first attempt. It returns nil, or the call's final error when the
+// breaker is open or throttling rejected the attempt: UNAVAILABLE, with a
+// message that names the breaker, as an *Error of no attempts whose
+// Unwrap reaches the *budget.Refusal.
+func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn) error {
+	if c.breakers == nil {
+		return nil
+	}
+	target := ""
+	if cc != nil {
+		target = cc.Target()
+	}
+	c.br = c.breakers.Get(target, c.method)
+	err := c.br.Admit(c.o)
+	if err == nil {
+		return nil
+	}
+	reason := policy.ReasonBreaker
+	if errors.Is(err, budget.ErrThrottled) {
+		reason = policy.ReasonThrottled
+	}
+	refused := &refusedError{st: status.New(codes.Unavailable, err.Error()), err: err}
+	c.reason = reason
+	c.o.emit(ctx, Event{Kind: EventGiveUp, Method: c.method, Code: codes.Unavailable, Err: refused, Reason: reason})
+	return &Error{Attempts: 0, Reason: reason, Err: refused}
+}
+
+// refusedError is a call stagger refused before its first attempt: the
+// status the caller sees, and why (a *budget.Refusal).
+type refusedError struct {
+	st  *status.Status
+	err error
+}
+
+func (e *refusedError) Error() string              { return e.st.Err().Error() }
+func (e *refusedError) GRPCStatus() *status.Status { return e.st }
+func (e *refusedError) Unwrap() error              { return e.err }
 
 // finish returns the call's final error: nil, err itself when stagger did not
 // retry the method, or an *Error carrying it and the number of attempts.

@@ -40,12 +40,16 @@ const (
 	// and Admission set) or an EventGiveUp (reason deferred, caller or
 	// budget) follows.
 	EventDeferred
+	// EventBreaker: a circuit breaker changed state (Breaker says how);
+	// Method is the breaker's key. It reaches the hooks and logger of the
+	// interceptor whose call's attempt or asking made the change.
+	EventBreaker
 )
 
-var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred"}
+var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred", "breaker"}
 
 // String returns "retry", "give up", "notice", "hedge", "hedge stop",
-// "hedge won" or "deferred".
+// "hedge won", "deferred" or "breaker".
 func (k EventKind) String() string {
 	if int(k) < len(eventKindNames) && k > 0 {
 		return eventKindNames[k]
@@ -80,6 +84,14 @@ type Event struct {
 	// hedge kinds, and a give-up or a notice of such a method: a notice then
 	// says hedging was not applied).
 	Hedging bool
+	// Breaker is the state change an EventBreaker reports.
+	Breaker budget.BreakerChange
+}
+
+// BreakerChanged makes options a budget.BreakerListener: a breaker's state
+// change becomes an EventBreaker.
+func (o *options) BreakerChanged(ch budget.BreakerChange) {
+	o.emit(context.Background(), Event{Kind: EventBreaker, Method: ch.Key, Breaker: ch})
 }
 
 // emit runs the hooks and the logger. The caller holds no lock.
@@ -113,6 +125,14 @@ func (o *options) emit(ctx context.Context, e Event) {
 		msg = "stagger: hedge won"
 	case EventDeferred:
 		msg = "stagger: retry deferred by the budget"
+	case EventBreaker:
+		level, msg = logging.LevelInfo, "stagger: circuit breaker "+e.Breaker.To.String()
+		if e.Breaker.To == budget.BreakerOpen {
+			level = logging.LevelWarn
+		}
+		o.logger.Log(ctx, level, msg, "stagger.breaker", e.Method, "stagger.from", e.Breaker.From.String(),
+			"stagger.failures", e.Breaker.Failures, "stagger.answered", e.Breaker.Answered, "stagger.break", e.Breaker.Break.String())
+		return
 	}
 	if e.Kind == EventGiveUp && (e.Reason == policy.ReasonDeferred || e.Reason == policy.ReasonBudget) {
 		level = logging.LevelWarn

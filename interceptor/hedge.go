@@ -281,6 +281,11 @@ func (s *hedgeState) sendDue(callCtx context.Context, callerReply proto.Message)
 			s.stopped = policy.ReasonAttempts
 			return
 		}
+		if n > 1 && s.c.br != nil && !s.c.br.Closed() {
+			// Hedges never probe a breaker that is not closed.
+			s.stop(callCtx, n, policy.ReasonBreaker)
+			return
+		}
 		if n > 1 && s.c.budget != nil && !s.c.budget.Allow(budget.Request{Number: n, Hedge: true}) {
 			s.stop(callCtx, n, policy.ReasonBudget)
 			return
@@ -357,11 +362,8 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 // ended handles the result of one attempt. over says the call is over, with
 // err its result.
 func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply proto.Message, hist *latencyHistogram) (err error, over bool) {
-	b := s.c.budget
 	if r.err == nil {
-		if b != nil {
-			b.Record(budget.Attempt{Number: r.n, Outcome: budget.Success, Hedge: r.n > 1})
-		}
+		s.record(r.n, budget.Success, budget.Success)
 		s.drain()
 		s.hc.adopt(callerReply, r.out)
 		if hist != nil {
@@ -387,14 +389,10 @@ func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply p
 		why = policy.ReasonNotRetryable
 	}
 	if why != policy.ReasonNone {
-		if b != nil {
-			b.Record(budget.Attempt{Number: r.n, Outcome: budget.Other, Hedge: r.n > 1})
-		}
+		s.record(r.n, budget.Other, breakerOutcome(callCtx, r.err, false))
 		return s.end(callCtx, why), true
 	}
-	if b != nil {
-		b.Record(budget.Attempt{Number: r.n, Outcome: budget.Failure, Hedge: r.n > 1})
-	}
+	s.record(r.n, budget.Failure, breakerOutcome(callCtx, r.err, false))
 	pb, res := policy.ParsePushback(*r.out.trailerAddr)
 	if res == policy.PushbackNone {
 		if st, ok := status.FromError(r.err); ok {
@@ -423,13 +421,22 @@ func (s *hedgeState) drain() {
 	s.hcancel()
 	for ; s.inFlight > 0; s.inFlight-- {
 		r := <-s.hc.results
-		if b := s.c.budget; b != nil {
-			o := budget.Other
-			if r.err == nil {
-				o = budget.Success
-			}
-			b.Record(budget.Attempt{Number: r.n, Outcome: o, Hedge: r.n > 1})
+		o := budget.Other
+		if r.err == nil {
+			o = budget.Success
 		}
+		s.record(r.n, o, o)
+	}
+}
+
+// record tells the call's breaker (first: a Gate's waiters must find its
+// new state) and budget how attempt n ended.
+func (s *hedgeState) record(n int, budgetO, breakerO budget.Outcome) {
+	if s.c.br != nil {
+		s.c.br.Record(breakerO, s.c.o)
+	}
+	if b := s.c.budget; b != nil {
+		b.Record(budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1})
 	}
 }
 

@@ -49,6 +49,9 @@ type options struct {
 	// default); replayLimit caps the bytes held by every stream sharing it.
 	replaySize  int
 	replayLimit *ReplayLimit
+	// breakers, when breakersSet, replace the file's circuit breakers.
+	breakers    *budget.Breakers
+	breakersSet bool
 }
 
 // WithConfig makes the interceptor follow the policy file cfg: each method's
@@ -77,6 +80,15 @@ func WithPolicy(p policy.Policy) Option {
 // a budget protects the servers only if it sees all the process's calls.
 func WithBudget(b budget.Budget) Option {
 	return Option{apply: func(o *options) { o.budget, o.budgetSet = b, true }}
+}
+
+// WithBreakers makes bs the circuit breakers (and adaptive throttling)
+// that guard every call, in place of those the file's circuitBreaker and
+// adaptiveThrottling give; a nil bs turns them off. Build bs once with
+// budget.NewBreakers and share it, as a budget: a breaker sees what the
+// calls it guards see. See the package documentation, "Circuit breaking".
+func WithBreakers(bs *budget.Breakers) Option {
+	return Option{apply: func(o *options) { o.breakers, o.breakersSet = bs, true }}
 }
 
 // WithDefaultBudget makes b the budget of calls whose file declares none

@@ -77,6 +77,10 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	if !run {
 		return streamer(ctx, desc, cc, method, grpcOpts...)
 	}
+	if err := s.c.admitFirst(callCtx, cc); err != nil {
+		cancel()
+		return nil, err
+	}
 	s.callCtx, s.cancel = callCtx, cancel
 	if s.c.hedged != nil {
 		// Streams are not hedged: the method's hedgingPolicy runs the

@@ -41,6 +41,9 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 	if !run {
 		return invoker(ctx, method, req, reply, cc, grpcOpts...)
 	}
+	if err := c.admitFirst(callCtx, cc); err != nil {
+		return err
+	}
 	if c.hedged != nil {
 		if len(c.fileOpts) > 0 {
 			grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)

@@ -159,27 +159,39 @@ func TestFailRateSanity(t *testing.T) {
 	}
 }
 
-func TestFailRateDeterministic(t *testing.T) {
-	cfg := FailRateConfig{P: []float64{0.2, 0.9}, FailureConfig: FailureConfig{Clients: []int{3, 30}, Rate: 200, Duration: 2 * time.Second, Seed: 5}}
-	a, err := FailRate(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Workers = 1
-	b, err := FailRate(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(a, b) {
-		t.Fatalf("same seed, different results:\n%v\n%v", a, b)
-	}
-	cfg.Seed = 6
-	c, err := FailRate(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if reflect.DeepEqual(a, c) {
-		t.Fatal("seeds 5 and 6 gave the same results")
+// TestFailureModelsDeterministic: the same seed gives the same results
+// whatever the number of workers, and another seed others.
+func TestFailureModelsDeterministic(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(FailureConfig) (any, error)
+	}{
+		{"failrate", func(c FailureConfig) (any, error) {
+			res, err := FailRate(FailRateConfig{P: []float64{0.2, 0.9}, FailureConfig: c})
+			return res, err
+		}},
+		{"partial", func(c FailureConfig) (any, error) {
+			res, err := Partial(PartialConfig{FailKeys: []float64{0.2, 0.6}, FailureConfig: c})
+			return res, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(seed uint64, workers int) any {
+				t.Helper()
+				res, err := tc.run(FailureConfig{Clients: []int{3, 30}, Rate: 200, Duration: 2 * time.Second, Seed: seed, Workers: workers})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res
+			}
+			a, b := run(5, 0), run(5, 1)
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("same seed, different results with GOMAXPROCS workers and 1:\n%v\n%v", a, b)
+			}
+			if c := run(6, 3); reflect.DeepEqual(a, c) {
+				t.Fatal("seeds 5 and 6 gave the same results")
+			}
+		})
 	}
 }
 
@@ -252,30 +264,6 @@ func TestPartialBudgetsKeepHealthy(t *testing.T) {
 		if r.Amplification < 1 || r.Amplification > 1+3*0.25 {
 			t.Errorf("%s: amplification %v, want in [1, 1.75]", r.Contender, r.Amplification)
 		}
-	}
-}
-
-func TestPartialDeterministic(t *testing.T) {
-	cfg := PartialConfig{FailKeys: []float64{0.2, 0.6}, FailureConfig: FailureConfig{Clients: []int{3, 30}, Rate: 200, Duration: 2 * time.Second, Seed: 5}}
-	a, err := Partial(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Workers = 1
-	b, err := Partial(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(a, b) {
-		t.Fatalf("same seed, different results with 1 worker and GOMAXPROCS:\n%v\n%v", a, b)
-	}
-	cfg.Seed = 6
-	c, err := Partial(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if reflect.DeepEqual(a, c) {
-		t.Fatal("seeds 5 and 6 gave the same results")
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,17 @@ type labJSON struct {
 	PeakAttemptsInFlight int `json:"peak_attempts_in_flight"`
 	PeakWaiting          int `json:"peak_waiting"`
 	PeakGoroutines       int `json:"peak_goroutines"`
+	// Goodput is lab.Result.Goodput (1.0 = the reduced capacity), in the
+	// overload scenario's records only: the others have none.
+	Goodput *float64 `json:"goodput,omitempty"`
+}
+
+// labGoodput is r's goodput where the scenario measures one, else nil.
+func labGoodput(s lab.Scenario, r lab.Result) *float64 {
+	if s != lab.ScenarioOverload {
+		return nil
+	}
+	return &r.Goodput
 }
 
 // labVersions lists the modules the contenders come from, with their
@@ -68,6 +80,7 @@ func writeLabJSON(w io.Writer, reps []*lab.Report) error {
 				Ceiling:      rep.Ceiling,
 				PeakInFlight: r.PeakInFlight, PeakAttemptsInFlight: r.PeakAttemptsInFlight,
 				PeakWaiting: r.PeakWaiting, PeakGoroutines: r.PeakGoroutines,
+				Goodput: labGoodput(rep.Config.Scenario, r),
 			})
 		}
 	}
@@ -78,13 +91,17 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 	var rows [][]string
 	for _, rep := range reps {
 		for _, r := range rep.Results {
+			goodput := "" // not measured
+			if g := labGoodput(rep.Config.Scenario, r); g != nil {
+				goodput = fmtFloat(*g, 4)
+			}
 			rows = append(rows, []string{string(rep.Config.Scenario), r.Contender, strconv.Itoa(r.Calls),
 				fmtFloat(r.AttemptsPerCall, 3), fmtFloat(r.SuccessRate, 4), fmtFloat(r.OutageLoad, 3),
-				fmtFloat(r.PeakAfter, 3), ms(r.P50), ms(r.P99), ms(r.P999)})
+				fmtFloat(r.PeakAfter, 3), ms(r.P50), ms(r.P99), ms(r.P999), goodput})
 		}
 	}
 	return writeCSV(w, []string{"scenario", "contender", "calls", "attempts_per_call", "success_rate",
-		"outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms"}, rows)
+		"outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms", "goodput"}, rows)
 }
 
 // writeLabTable prints one scenario: what each contender gets, the table,
@@ -92,10 +109,18 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 func writeLabTable(w io.Writer, rep *lab.Report) error {
 	c := rep.Config
 	slow := c.Scenario == lab.ScenarioSlowReplica
-	if slow {
+	overload := c.Scenario == lab.ScenarioOverload
+	switch {
+	case slow:
 		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender for %v, attempts take %v, one in %.0f takes %d× as long, call deadline %v\n",
 			c.Scenario, c.Capacity, c.Rate, c.Clients, c.Duration, lab.SlowBase, 1/lab.SlowOdds, lab.SlowFactor, c.CallTimeout)
-	} else {
+	case overload:
+		fmt.Fprintf(w, "scenario %s: %d workers, %v per attempt (%v per rejection), queue %d; capacity %d attempts/s, %.0f with %d workers in the overload [%v, %v) of %v; %.0f calls/s from %d clients per contender, call deadline %v\n",
+			c.Scenario, c.Workers, c.ServiceTime(), c.ServiceTime()/10, c.Queue, c.Capacity, c.ReducedCapacity(), c.Workers/2,
+			c.OutageStart, c.OutageEnd, c.Duration, c.Rate, c.Clients, c.CallTimeout)
+		fmt.Fprintf(w, "goodput: calls that succeeded in the overload, per second, ÷ %.0f/s (1 = every worker busy with calls that succeed)\n",
+			c.ReducedCapacity())
+	default:
 		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender, outage [%v, %v) of %v, call deadline %v\n",
 			c.Scenario, c.Capacity, c.Rate, c.Clients, c.OutageStart, c.OutageEnd, c.Duration, c.CallTimeout)
 	}
@@ -128,8 +153,16 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	}
 	header := []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)",
 		"OUTAGE ATTEMPTS ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "ATTEMPTS PER CALL"}
-	if slow {
+	switch {
+	case slow:
 		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)", "P99.9 (ms)", "P99 (vs first row)"}
+	case overload:
+		// Goodput after success; the attempts in the overload are ÷ the
+		// reduced capacity.
+		header = slices.Concat(header[:3], []string{"GOODPUT"}, header[3:5], []string{"OVERLOAD ATTEMPTS ÷ CAP"}, header[6:])
+		for i, r := range rep.Results {
+			rows[i] = slices.Concat(rows[i][:3], []string{fmtFloat(r.Goodput, 2)}, rows[i][3:])
+		}
 	}
 	if err := writeTable(w, header, rows); err != nil {
 		return err
@@ -152,6 +185,10 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		fmt.Fprintf(w, "%-*s │%s\n", nameW, r.Contender, spark(r.Load, top))
 	}
 	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, lab.Bin, c.OutageStart, c.OutageEnd))
-	fmt.Fprintf(w, "%-*s  ▔ = outage; one column per 100 ms, ┴ every second; wall time %s\n\n", nameW, "", labSeconds(rep.Wall))
+	what := "outage"
+	if overload {
+		what = "overload (half the workers)"
+	}
+	fmt.Fprintf(w, "%-*s  ▔ = %s; one column per 100 ms, ┴ every second; wall time %s\n\n", nameW, "", what, labSeconds(rep.Wall))
 	return nil
 }

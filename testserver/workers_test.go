@@ -1,0 +1,171 @@
+//go:build go1.25
+
+// synctest_test.go selects the Go 1.23 timer channels synctest needs.
+
+package testserver_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+)
+
+// workerCall is how one call to a Workers server ended, on the bubble's
+// clock.
+type workerCall struct {
+	code codes.Code
+	at   time.Duration // since the test's start
+}
+
+// workerCalls makes calls in a synctest bubble, one after another at the
+// same instant, so that they arrive in the order made.
+type workerCalls struct {
+	t      *testing.T
+	client testingv1.TestServiceClient
+	start  time.Time
+	done   map[string]chan workerCall
+}
+
+// call makes a Get keyed key, with a deadline timeout from now unless it is
+// 0, and returns once the server holds it (queued, served or rejected).
+func (w *workerCalls) call(key string, timeout time.Duration) {
+	w.t.Helper()
+	ch := make(chan workerCall, 1)
+	w.done[key] = ch
+	go func() {
+		ctx := context.Background()
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		_, err := w.client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: key}})
+		ch <- workerCall{status.Code(err), time.Since(w.start)}
+	}()
+	synctest.Wait()
+}
+
+func (w *workerCalls) sleepUntil(at time.Duration) {
+	time.Sleep(time.Until(w.start.Add(at)))
+}
+
+// want waits for the calls made since the last want and checks how they
+// ended: every call's code and end time.
+func (w *workerCalls) want(want map[string]workerCall) {
+	w.t.Helper()
+	for key, ch := range w.done {
+		delete(w.done, key)
+		got := <-ch
+		if got != want[key] {
+			w.t.Errorf("call %s ended %v at %v, want %v at %v", key, got.code, got.at, want[key].code, want[key].at)
+		}
+	}
+}
+
+func newWorkerCalls(t *testing.T, w testserver.Workers) (*testserver.Server, *workerCalls) {
+	s, client := bubbleClient(t, testserver.WithWorkers(w))
+	return s, &workerCalls{t: t, client: client, start: s.Start(), done: map[string]chan workerCall{}}
+}
+
+const ms = time.Millisecond
+
+// Two workers, a queue of one, 100 ms per attempt: the third attempt waits,
+// the fourth and fifth find the queue full and cost a tenth each, which
+// the second worker spends after its first attempt, before the sixth.
+func TestWorkersQueueAndRejections(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, c := newWorkerCalls(t, testserver.Workers{Count: 2, Queue: 1, Service: 100 * ms})
+		for _, key := range []string{"a", "b", "c", "d", "e"} {
+			c.call(key, 0)
+		}
+		if st := s.Stats(); st.Queued != 1 || st.Rejected != 2 || st.InFlight != 3 {
+			t.Errorf("at 0: stats %+v, want 1 queued, 2 rejected, 3 in flight", st)
+		}
+		// Worker 0 serves a [0, 100), c [100, 200); worker 1 b [0, 100),
+		// then d's and e's rejections [100, 120): f, at 150 ms, finds it
+		// free.
+		c.sleepUntil(150 * ms)
+		c.call("f", 0)
+		if st := s.Stats(); st.Queued != 0 || st.Work != 420*ms {
+			t.Errorf("at 150 ms: stats %+v, want none queued, 420ms of work (4 attempts, 2 rejections)", st)
+		}
+		ok, re := codes.OK, codes.ResourceExhausted
+		c.want(map[string]workerCall{
+			"a": {ok, 100 * ms}, "b": {ok, 100 * ms}, "c": {ok, 200 * ms},
+			"d": {re, 0}, "e": {re, 0}, "f": {ok, 250 * ms},
+		})
+		if recs := s.Attempts("d"); len(recs) != 1 || !recs[0].Rejected {
+			t.Errorf("d's records %+v, want one rejected attempt", recs)
+		}
+		// Off: attempts cost nothing.
+		s.SetWorkers(testserver.Workers{})
+		c.call("g", 0)
+		c.want(map[string]workerCall{"g": {ok, 250 * ms}})
+	})
+}
+
+// From 1 s to 2 s one worker of two takes attempts: the other finishes
+// what it began before and idles until 2 s.
+func TestWorkersReduced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		s, c := newWorkerCalls(t, testserver.Workers{Count: 2, Queue: 2, Service: 100 * ms,
+			Reduced: 1, ReducedFrom: start.Add(time.Second), ReducedTo: start.Add(2 * time.Second)})
+		c.sleepUntil(950 * ms)
+		c.call("a", 0) // worker 0, [950, 1050)
+		c.call("b", 0) // worker 1, [950, 1050): begun before the reduction
+		c.sleepUntil(time.Second)
+		c.call("c", 0) // worker 0, [1050, 1150)
+		c.call("d", 0) // worker 0, [1150, 1250)
+		c.call("e", 0) // rejected: worker 0, [1250, 1260)
+		c.sleepUntil(1950 * ms)
+		c.call("f", 0) // worker 0, [1950, 2050)
+		c.call("g", 0) // worker 1 again, [2000, 2100)
+		ok := codes.OK
+		c.want(map[string]workerCall{
+			"a": {ok, 1050 * ms}, "b": {ok, 1050 * ms}, "c": {ok, 1150 * ms}, "d": {ok, 1250 * ms},
+			"e": {codes.ResourceExhausted, time.Second}, "f": {ok, 2050 * ms}, "g": {ok, 2100 * ms},
+		})
+		if st := s.Stats(); st.Work != 610*ms {
+			t.Errorf("work %v, want 610ms (6 attempts, 1 rejection)", st.Work)
+		}
+	})
+}
+
+// A worker that takes an attempt whose deadline has passed drops it for a
+// tenth of the service time; one whose deadline passes while it is served
+// costs the whole service time.
+func TestWorkersDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, c := newWorkerCalls(t, testserver.Workers{Count: 1, Queue: 6, Service: 100 * ms})
+		c.call("a", 0)         // [0, 100)
+		c.call("b", 50*ms)     // taken at 100, due at 50: dropped, [100, 110)
+		c.call("c", 0)         // [110, 210)
+		c.call("d", 250*ms)    // taken at 210, due at 250: served, [210, 310)
+		c.call("e", 0)         // [310, 410)
+		c.call("f", 320*ms)    // taken at 410, due at 320: dropped, [410, 420)
+		c.call("g", time.Hour) // [420, 520)
+		ok, dl := codes.OK, codes.DeadlineExceeded
+		c.want(map[string]workerCall{
+			"a": {ok, 100 * ms}, "b": {dl, 50 * ms}, "c": {ok, 210 * ms}, "d": {dl, 250 * ms},
+			"e": {ok, 410 * ms}, "f": {dl, 320 * ms}, "g": {ok, 520 * ms},
+		})
+		synctest.Wait()
+		if st := s.Stats(); st.Work != 520*ms || st.Cancelled != 3 || st.Served != 4 {
+			t.Errorf("stats %+v, want 520ms of work, 3 cancelled, 4 served", st)
+		}
+		// The server saw each caller give up at its deadline.
+		for key, at := range map[string]time.Duration{"b": 50 * ms, "d": 250 * ms, "f": 320 * ms} {
+			if recs := s.Attempts(key); len(recs) != 1 || !recs[0].Cancelled || recs[0].Ended.Sub(c.start) != at {
+				t.Errorf("%s's records %+v, want one cancelled at %v", key, recs, at)
+			}
+		}
+	})
+}
