@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -490,5 +491,73 @@ func TestRealTimeRefusedHeals(t *testing.T) {
 	}
 	if retried == 0 {
 		t.Errorf("no call was retried: the server came back before any attempt was refused")
+	}
+}
+
+// After a reconnection, waitForReady calls that queued while the server was
+// gone reach it paced (budget.Breaker.Pace: one at a time, at the rate the
+// process asked for first attempts over the breaker's window), not all at
+// once as grpc would send them. Real time and loopback TCP: the hold rides
+// on the connection's real state changes.
+func TestRealTimeReconnectPacing(t *testing.T) {
+	srv := testserver.New(testserver.WithTCP())
+	defer srv.Close()
+	cfg, err := policy.ParseConfig([]byte(`{"circuitBreaker": {}, "methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "waitForReady": true}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second})
+	cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, interceptor.WithBudget(nil)), fast)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := testingv1.NewTestServiceClient(cc)
+	const warm, held = 40, 12
+	for range warm {
+		if _, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.StopServing()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for s := cc.GetState(); s == connectivity.Ready; s = cc.GetState() {
+		if !cc.WaitForStateChange(ctx, s) {
+			t.Fatal("the connection never left READY")
+		}
+	}
+	errs := make(chan error, held)
+	for i := range held {
+		go func() {
+			_, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: "held"}})
+			errs <- fmt.Errorf("call %d: %w", i, err)
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	for range held {
+		if err := <-errs; errors.Unwrap(err) != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := srv.Attempts("held")
+	if len(recs) != held {
+		t.Fatalf("%d attempts, want %d", len(recs), held)
+	}
+	// The held calls reserve their starts when the connection is ready,
+	// at the rate of the 40 answers in the breaker's 10 s window: one
+	// every 250ms, 2.75s for all. Allow for a loaded machine: the spread
+	// must be most of that, and never more than 2 in any 100ms.
+	first, last := recs[0].Arrived, recs[len(recs)-1].Arrived
+	if span := last.Sub(first); span < 2*time.Second || span > 6*time.Second {
+		t.Fatalf("held calls arrived over %v, want them paced over about 2.75s", span)
+	}
+	for i := 2; i < len(recs); i++ {
+		if d := recs[i].Arrived.Sub(recs[i-2].Arrived); d < 100*time.Millisecond {
+			t.Fatalf("held calls %d-%d arrived within %v", i-2, i, d)
+		}
 	}
 }

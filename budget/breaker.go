@@ -46,6 +46,10 @@ type BreakerSettings struct {
 	// Scope says what one Breaker guards: every method of one target
 	// (ScopeTarget) or one method of one target (ScopeMethod, the default).
 	Scope Scope
+	// NoPacing turns off the pacing of first attempts held while their
+	// connection was not ready (see Breaker.Pace; the interceptors hold
+	// waitForReady calls).
+	NoPacing bool
 }
 
 // Scope says what one Breaker guards.
@@ -246,6 +250,8 @@ type Breaker struct {
 	retryAt  time.Time
 	probeOut bool
 	probeAt  time.Time
+	// paceAt is the start Pace gave the latest held attempt.
+	paceAt time.Time
 	opened   uint64
 	rejected uint64
 	thrott   uint64
@@ -450,6 +456,27 @@ func (b *Breaker) tell(ch BreakerChange, l BreakerListener) {
 // (the interceptors pass their hooks and logger), outside every lock.
 type BreakerListener interface {
 	BreakerChanged(BreakerChange)
+}
+
+// Pace returns how long a first attempt that was held while its connection
+// was not ready (a waitForReady call) waits, once the connection is ready,
+// before it goes: held attempts go one at a time, at the rate the server
+// answered attempts over the window (at least one a second), so
+// that the calls that queued during an outage reach the recovering server
+// at the pace the process sent them before it, beside the new calls,
+// instead of all at once. It reserves the start it returns.
+func (b *Breaker) Pace() time.Duration {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.w.advance(now)
+	rate := math.Max(float64(b.w.sum[brAccepts]+b.w.sum[brFailures])/b.s.SamplingWindow.Seconds(), 1)
+	at := b.paceAt.Add(time.Duration(float64(time.Second) / rate))
+	if at.Before(now) {
+		at = now
+	}
+	b.paceAt = at
+	return at.Sub(now)
 }
 
 // BreakerSnapshot is a breaker's state for metrics and logs.

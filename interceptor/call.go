@@ -13,6 +13,7 @@ import (
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -721,7 +722,7 @@ func breakerOutcome(callCtx context.Context, err error, timedOut bool) budget.Ou
 // breaker is open or throttling rejected the attempt: UNAVAILABLE, with a
 // message that names the breaker, as an *Error of no attempts whose
 // Unwrap reaches the *budget.Refusal.
-func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn) error {
+func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []grpc.CallOption) error {
 	if c.breakers == nil {
 		return nil
 	}
@@ -732,6 +733,9 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn) error {
 	c.br = c.breakers.Get(target, c.method)
 	err := c.br.Admit(c.o)
 	if err == nil {
+		if cc != nil && !c.br.Settings().NoPacing && waitsForReady(c.fileOpts, grpcOpts) {
+			c.holdUntilReady(ctx, cc)
+		}
 		return nil
 	}
 	reason := policy.ReasonBreaker
@@ -742,6 +746,62 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn) error {
 	c.reason = reason
 	c.o.emit(ctx, Event{Kind: EventGiveUp, Method: c.method, Code: codes.Unavailable, Err: refused, Reason: reason})
 	return &Error{Attempts: 0, Reason: reason, Err: refused}
+}
+
+// waitsForReady reports whether a call with the file's options, then the
+// caller's, waits for a ready connection (grpc.WaitForReady(true)); the last
+// one given wins, as in grpc.
+func waitsForReady(fileOpts, opts []grpc.CallOption) bool {
+	wfr := false
+	for _, list := range [2][]grpc.CallOption{fileOpts, opts} {
+		for _, o := range list {
+			if ff, ok := o.(grpc.FailFastCallOption); ok {
+				wfr = !ff.FailFast
+			}
+		}
+	}
+	return wfr
+}
+
+// holdUntilReady holds a waitForReady call's first attempt until cc is
+// ready, as grpc would; when the wait saw a connection attempt fail
+// (TRANSIENT_FAILURE: the server was gone, not a first connection), it then
+// holds it for the start c.br.Pace gives it, so that the calls that queued
+// during an outage reach the recovering server at the pace the process sent
+// them instead of all at once. An idle connection is asked to connect. It
+// returns when the attempt may go, or when ctx ends (the attempt then fails
+// at once with the caller's status, as it would in grpc).
+func (c *call) holdUntilReady(ctx context.Context, cc *grpc.ClientConn) {
+	held := false
+	for {
+		s := cc.GetState()
+		switch s {
+		case connectivity.Ready:
+		case connectivity.Shutdown:
+			return
+		default:
+			if s == connectivity.Idle {
+				cc.Connect()
+			}
+			held = held || s == connectivity.TransientFailure
+			if !cc.WaitForStateChange(ctx, s) {
+				return
+			}
+			continue
+		}
+		break
+	}
+	if !held {
+		return
+	}
+	if d := c.br.Pace(); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // refusedError is a call stagger refused before its first attempt: the

@@ -77,7 +77,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	if !run {
 		return streamer(ctx, desc, cc, method, grpcOpts...)
 	}
-	if err := s.c.admitFirst(callCtx, cc); err != nil {
+	if err := s.c.admitFirst(callCtx, cc, grpcOpts); err != nil {
 		cancel()
 		return nil, err
 	}

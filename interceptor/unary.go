@@ -41,7 +41,7 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 	if !run {
 		return invoker(ctx, method, req, reply, cc, grpcOpts...)
 	}
-	if err := c.admitFirst(callCtx, cc); err != nil {
+	if err := c.admitFirst(callCtx, cc, grpcOpts); err != nil {
 		return err
 	}
 	if c.hedged != nil {

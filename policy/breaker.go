@@ -20,6 +20,7 @@ type breakerPart struct {
 	windowATPath string
 	failed       bool
 	scopeSet     bool
+	paceSet      bool
 }
 
 // breakerFields reads the circuitBreaker and adaptiveThrottling keys of n
@@ -40,12 +41,17 @@ func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
 			}
 			w.wrongKind(cp, rule, p.cb)
 			p.cb = nil
-		case w.object(p.cb, cp, "failureRatio", "minimumThroughput", "samplingWindow", "breakDuration", "maxBreakDuration", "scope"):
+		case w.object(p.cb, cp, "failureRatio", "minimumThroughput", "samplingWindow", "breakDuration", "maxBreakDuration", "scope", "paceReconnect"):
 			p.s.FailureRatio = w.breakerNumber(p.cb, cp, "failureRatio")
 			p.s.MinimumThroughput = int(w.breakerNumber(p.cb, cp, "minimumThroughput"))
 			p.s.SamplingWindow = w.breakerDuration(p.cb, cp, "samplingWindow")
 			p.s.BreakDuration = w.breakerDuration(p.cb, cp, "breakDuration")
 			p.s.MaxBreakDuration = w.breakerDuration(p.cb, cp, "maxBreakDuration")
+			if v := get(p.cb, "paceReconnect"); v != nil {
+				if b, ok := w.boolean(v, join(cp, "paceReconnect")); ok {
+					p.s.NoPacing, p.paceSet = !b, true
+				}
+			}
 			if v := get(p.cb, "scope"); v != nil {
 				if s, ok := w.str(v, join(cp, "scope")); ok {
 					switch strings.ToUpper(s) {
@@ -166,6 +172,9 @@ func (w *walker) resolveBreaker(base *budget.BreakerSettings, p breakerPart, pat
 		overlay(&s, p.s)
 		if p.scopeSet {
 			s.Scope = p.s.Scope
+		}
+		if p.paceSet {
+			s.NoPacing = p.s.NoPacing
 		}
 	}
 	if p.at != nil {

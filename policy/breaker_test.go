@@ -13,7 +13,7 @@ func TestParseBreakerSections(t *testing.T) {
 	  "circuitBreaker": {"failureRatio": 0.6, "minimumThroughput": 50, "samplingWindow": "20s", "breakDuration": "2s", "scope": "target"},
 	  "adaptiveThrottling": {"k": 1.5},
 	  "methodConfig": [
-	    {"name": [{"service": "a.A"}], "circuitBreaker": {"failureRatio": 0.9}},
+	    {"name": [{"service": "a.A"}], "circuitBreaker": {"failureRatio": 0.9, "paceReconnect": false}},
 	    {"name": [{"service": "b.B"}], "circuitBreaker": false},
 	    {"name": [{"service": "c.C"}], "adaptiveThrottling": false, "circuitBreaker": false},
 	    {"name": [{"service": "d.D"}]}
@@ -24,7 +24,7 @@ func TestParseBreakerSections(t *testing.T) {
 		t.Fatalf("file breaker = %+v, want %+v", got, file)
 	}
 	a := file
-	a.FailureRatio = 0.9
+	a.FailureRatio, a.NoPacing = 0.9, true
 	if got := c.Method("/a.A/X").Breaker; got == nil || *got != a {
 		t.Fatalf("a.A breaker = %+v, want %+v", got, a)
 	}
