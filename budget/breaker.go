@@ -251,7 +251,7 @@ type Breaker struct {
 	probeOut bool
 	probeAt  time.Time
 	// paceAt is the start Pace gave the latest held attempt.
-	paceAt time.Time
+	paceAt   time.Time
 	opened   uint64
 	rejected uint64
 	thrott   uint64

@@ -15,9 +15,9 @@
 // an open loop keeps offering load while calls fail, as real traffic does, so
 // retries add to it instead of replacing it.
 //
-// The server admits at most Capacity attempts per one-second window
-// (testserver.Capacity.PerSecond, windows counted from the server's start)
-// and answers the rest RESOURCE_EXHAUSTED. The connections are made first;
+// Except in ScenarioOverload (below), the server admits at most Capacity
+// attempts per one-second window (testserver.Capacity.PerSecond, windows
+// counted from the server's start) and answers the rest RESOURCE_EXHAUSTED. The connections are made first;
 // the load then starts on the next whole second of the server's clock, so
 // that every window covers one second of load (the wait costs up to a
 // second of wall time). Times in a Config (OutageStart, OutageEnd,
@@ -69,12 +69,46 @@
 // call that hedging costs. Its default Rate is half the capacity, so that
 // hedges are not rejected.
 //
+// ScenarioOverload has no outage but an overload, with a server that pays
+// for its work (testserver.Workers, over bufconn): Workers workers (default
+// 10) take the attempts in arrival order from a FIFO queue of at most Queue
+// (default 5 × Workers); a worker spends ServiceTime, Workers ÷ Capacity
+// (20 ms by default), on an attempt it serves, and a tenth of it (2 ms) on
+// one it rejects with RESOURCE_EXHAUSTED because the queue is full, or
+// drops because its deadline passed while it waited. An attempt whose
+// caller gives up while it is served costs the whole service time (the
+// server notices only when it answers). From OutageStart to OutageEnd
+// (default 2 s to 6 s of a 10 s run) only half the workers work, so the
+// capacity halves, from 500 to 250 attempts/s by default, while the offered
+// load stays at Rate, 80 % of the full capacity by default: 160 % of the
+// reduced one. With one attempt per call the server refuses about 160
+// calls/s, at 2 ms each, and goodput (below) is about 0.94; every retry is
+// more work refused at 2 ms, so retrying without restraint takes worker
+// time from the calls that could succeed (the contenders without a budget
+// or throttling send about 5.5 times the reduced capacity during the
+// overload, and their goodput falls to about 0.6). The queue holds a tenth of a second of work at full
+// capacity, a fifth during the overload: far within the 2 s deadline, so
+// that what is measured is the cost of refusing, not of waiting. The
+// contenders are OverloadContenders: Contenders, the same as for the
+// outages.
+//
+// Its measure is goodput: the calls that succeeded (on the client, when
+// the call returned) from OutageStart to OutageEnd, per second, ÷ the
+// reduced capacity, ReducedCapacity (Workers/2 ÷ ServiceTime, 250/s by
+// default). 1 is a server that spent the overload serving only calls
+// that succeeded; each rejection, dropped attempt, or attempt served
+// for a caller that gave up takes from it. It can pass 1 by a hair:
+// the workers idled at OutageStart finish the attempts they began before.
+// Its ceiling reckons with the reduced capacity during the overload.
+//
 // Measures, per contender: attempts per call (every attempt a connection
 // began, counted by a stats.Handler, so grpc-go's own retries are counted
 // too; transparent retries are not), success rate, p50/p99/p99.9 latency of
 // the successful calls, attempts made during the outage ÷ what the server
-// could have served in that time, and the peak of attempts the server
-// received per 100 ms after the outage ÷ capacity per 100 ms. Load is the
+// could have served in that time (Capacity when up; in ScenarioOverload the
+// reduced capacity), goodput (ScenarioOverload only), and the peak of
+// attempts the server received per 100 ms after the outage ÷ capacity per
+// 100 ms. Load is the
 // server's arrival series (testserver.Server.Arrivals), 100 ms per bin,
 // from the start of the load.
 //
@@ -104,7 +138,8 @@
 // 100 ms; the others are served, earliest deadline first, by the capacity
 // those leave after the outage, each before its deadline. The refused
 // scenarios follow the same rule; ScenarioSlowReplica, which has no outage,
-// is reckoned without one (1 at its defaults). The server's one-second
+// is reckoned without one (1 at its defaults); ScenarioOverload with the
+// reduced capacity during the overload. The server's one-second
 // windows admit a second's capacity in a burst, so a contender can pass
 // the ceiling: a burst of retries at the start of a window takes capacity
 // the later first attempts of that window then do not get.

@@ -290,3 +290,18 @@ func TestGoroutineSampler(t *testing.T) {
 		}
 	})
 }
+
+func tinyOverload() Config {
+	return Config{Scenario: ScenarioOverload, Duration: 2 * time.Second, OutageStart: 500 * time.Millisecond,
+		OutageEnd: 1500 * time.Millisecond, Clients: 4, Capacity: 200, Workers: 4, CallTimeout: time.Second}
+}
+
+func TestRunOverloadDebug(t *testing.T) {
+	for _, attempts := range []int{1, 5} {
+		cfg := tinyOverload()
+		cfg.MaxAttempts = attempts
+		for name, r := range runTiny(t, cfg) {
+			t.Logf("attempts %d %s: goodput %.4f success %d/%d attempts %d outage %d", attempts, name, r.Goodput, r.Successes, r.Calls, r.Attempts, r.OutageAttempts)
+		}
+	}
+}

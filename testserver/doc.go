@@ -63,17 +63,28 @@
 // once and at most PerSecond per one-second window (fixed windows counted from
 // New), rejecting the rest with RESOURCE_EXHAUSTED and an optional pushback
 // trailer; a failure rate (WithFailureRate, SetFailureRate) fails attempts with
-// UNAVAILABLE, drawn from a seeded source. They are checked in that order, before
-// the script. Stats and Arrivals (attempts per bucket, default 100 ms) count
-// every attempt.
+// UNAVAILABLE, drawn from a seeded source; Workers (WithWorkers, SetWorkers) make
+// the server pay for its work: Count workers take the attempts in arrival order
+// from a FIFO queue of at most Queue, each spending Service on an attempt it
+// serves and a tenth of it on one it rejects (queue full: RESOURCE_EXHAUSTED) or
+// drops (deadline passed while it waited); an attempt whose caller cancels, or
+// whose deadline passes while it is served, costs the whole Service; only Reduced
+// workers take attempts from ReducedFrom to ReducedTo. They are checked in that
+// order, before the script; an attempt the Workers admit runs its script once
+// served. Stats and Arrivals (attempts per bucket, default 100 ms) count every
+// attempt; Stats also gives the attempts queued and the worker time booked.
 //
 // # Time
 //
 // The server reads time only through its Clock (WithClock); the default is the
-// time package, which inside a testing/synctest bubble is virtual.
+// time package, which inside a testing/synctest bubble is virtual. The one
+// exception is an attempt's deadline, which gRPC sets on the time package's clock:
+// the Workers mode carries it over to the server's clock when the attempt arrives.
 //
 // # Concurrency
 //
 // Server and all its methods are safe for concurrent use. One mutex guards the
-// records, counters and modes; handlers never hold it while waiting.
+// records, counters and modes; handlers never hold it while waiting. The Workers
+// mode starts no goroutine: it books worker time when an attempt arrives, and the
+// attempt's handler waits for its turn on the server's clock.
 package testserver

@@ -41,8 +41,8 @@ type AttemptRecord struct {
 	// Cancelled reports that the attempt's context ended (the client cancelled,
 	// its deadline passed, or the connection went) before the server answered.
 	Cancelled bool
-	// Rejected reports that a server-wide mode (outage, capacity, failure rate)
-	// refused the attempt before its script ran.
+	// Rejected reports that a server-wide mode (outage, capacity, failure rate,
+	// a full Workers queue) refused the attempt before its script ran.
 	Rejected bool
 	// HeadersSent reports that response headers were sent before the attempt
 	// ended (headers_first, or a stream message).

@@ -35,9 +35,10 @@ import (
 //     Everything else a caller does after its attempt arrived costs the
 //     full Service: a deadline that passes during the service, and a
 //     cancellation at any time (a busy handler notices one only when it
-//     answers, and the answer is lost). Deadlines are how callers
-//     usually give up; a cancellation is rarer (a hedge that lost, a
-//     process that quit).
+//     answers, and the answer is lost; and the server books an attempt's
+//     worker time when it arrives, when a deadline is known and a
+//     cancellation is not). Deadlines are how callers usually give up; a
+//     cancellation is rarer (a hedge that lost, a process that quit).
 //   - From ReducedFrom to ReducedTo only the first Reduced workers take
 //     attempts: the others finish what they started before ReducedFrom and
 //     then stand idle until ReducedTo. Reduced is clamped to [0, Count];
