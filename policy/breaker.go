@@ -91,8 +91,35 @@ func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
 			p.at = nil
 		}
 	}
+	// Every field on its own, so that a file hears of all its mistakes
+	// at once; resolveBreaker checks them together.
+	for _, one := range []budget.BreakerSettings{
+		{FailureRatio: p.s.FailureRatio}, {MinimumThroughput: p.s.MinimumThroughput},
+		{SamplingWindow: p.s.SamplingWindow}, {BreakDuration: p.s.BreakDuration, MaxBreakDuration: max(p.s.BreakDuration, budget.DefaultMaxBreakDuration)},
+		{MaxBreakDuration: p.s.MaxBreakDuration, BreakDuration: min(p.s.MaxBreakDuration, budget.DefaultBreakDuration)},
+		{ThrottleK: p.s.ThrottleK},
+	} {
+		w.breakerRules(one, path)
+	}
 	p.failed = len(w.errs) != before
 	return p
+}
+
+// breakerRules reports the first rule s breaks, under path.
+func (w *walker) breakerRules(s budget.BreakerSettings, path string) bool {
+	err := s.Validate()
+	if err == nil {
+		return true
+	}
+	var se *budget.SettingsError
+	if errors.As(err, &se) {
+		v := se.Value
+		if d, ok := v.(time.Duration); ok {
+			v = shownValue(d.String())
+		}
+		w.fail(join(path, se.Field), se.Rule, v)
+	}
+	return false
 }
 
 // breakerNumber reads an optional number of a breaker section; absent is 0
@@ -196,15 +223,7 @@ func (w *walker) resolveBreaker(base *budget.BreakerSettings, p breakerPart, pat
 		return nil
 	}
 	s.NoTrip = !trips
-	if err := s.Validate(); err != nil {
-		var se *budget.SettingsError
-		if errors.As(err, &se) {
-			v := se.Value
-			if d, ok := v.(time.Duration); ok {
-				v = shownValue(d.String())
-			}
-			w.fail(join(path, se.Field), se.Rule, v)
-		}
+	if !w.breakerRules(s, path) {
 		return nil
 	}
 	s = s.WithDefaults()

@@ -31,6 +31,15 @@ type checkReport struct {
 	Warnings []string      `json:"warnings,omitempty"`
 	Methods  []checkMethod `json:"methods,omitempty"`
 	Budget   *checkBudget  `json:"budget,omitempty"`
+	// Breaker explains the file's top-level circuitBreaker and
+	// adaptiveThrottling (methods no entry names use it).
+	Breaker *checkBreaker `json:"breaker,omitempty"`
+}
+
+// checkBreaker explains one breaker setting.
+type checkBreaker struct {
+	Settings    string `json:"settings"`
+	Explanation string `json:"explanation"`
 }
 
 type checkMethod struct {
@@ -56,6 +65,9 @@ type checkMethod struct {
 	// set), without server pushback.
 	WorstCase     string `json:"worstCaseRetrying,omitempty"`
 	WorstCaseNote string `json:"worstCaseNote,omitempty"`
+	// Breaker is the breaker and throttling that guard the entry's
+	// methods, when they differ from the file's.
+	Breaker *checkBreaker `json:"breaker,omitempty"`
 }
 
 type checkBackoff struct {
@@ -160,8 +172,15 @@ func checkFile(file string, opts ...policy.ParseOption) checkReport {
 		rep.Warnings = append(rep.Warnings, w.String())
 	}
 	maxAttempts := 1
+	rep.Breaker = explainBreaker(cfg.BreakerSettings())
 	for _, e := range cfg.Entries() {
 		m := explainMethod(e)
+		if b := e.Method.Breaker; (b == nil) != (cfg.BreakerSettings() == nil) || b != nil && *b != *cfg.BreakerSettings() {
+			m.Breaker = explainBreaker(b)
+			if m.Breaker == nil {
+				m.Breaker = &checkBreaker{Settings: "off", Explanation: "no circuit breaker or adaptive throttling for these methods"}
+			}
+		}
 		rep.Methods = append(rep.Methods, m)
 		if m.MaxAttempts > maxAttempts {
 			maxAttempts = m.MaxAttempts
@@ -434,6 +453,38 @@ func entryIdempotent(e policy.Entry) bool {
 	return true
 }
 
+// explainBreaker says what a circuit breaker and adaptive throttling with
+// settings s do; nil when s is nil.
+func explainBreaker(s *budget.BreakerSettings) *checkBreaker {
+	if s == nil {
+		return nil
+	}
+	var set, how []string
+	if !s.NoTrip {
+		set = append(set, fmt.Sprintf("circuitBreaker: failureRatio %v, minimumThroughput %d, samplingWindow %v, breakDuration %v, maxBreakDuration %v, scope %s",
+			s.FailureRatio, s.MinimumThroughput, s.SamplingWindow, s.BreakDuration, s.MaxBreakDuration, strings.ToUpper(s.Scope.String())))
+		how = append(how, fmt.Sprintf("one breaker per %s; it opens when, over the last %v, at least %d attempts were answered and %.0f%% or more of them failed (UNAVAILABLE, RESOURCE_EXHAUSTED, or cut off by perAttemptRecvTimeout); "+
+			"open, first attempts fail at once with UNAVAILABLE naming the breaker (reason breaker) and retries and hedges are refused (with a deferring budget a refused retry waits, within its deadline, for the breaker's probe); "+
+			"after %v one attempt goes as a probe (a new call's, or a waiting retry let go by the budget's gate): success closes it, failure opens it again for twice as long, up to %v",
+			scopeWhat(s.Scope), s.SamplingWindow, s.MinimumThroughput, 100*s.FailureRatio, s.BreakDuration, s.MaxBreakDuration))
+	}
+	if s.ThrottleK > 0 {
+		set = append(set, fmt.Sprintf("adaptiveThrottling: k %v, window %v", s.ThrottleK, s.SamplingWindow))
+		how = append(how, fmt.Sprintf("first attempts are rejected locally (reason throttled) with probability max(0, (requests - %v x accepts) / (requests + 1)) over the last %v: the server sees at most about %vx the attempts it answers without failing", s.ThrottleK, s.SamplingWindow, s.ThrottleK))
+	}
+	if !s.NoPacing {
+		how = append(how, "waitForReady calls held while their connection fails to connect go, once it is ready, one at a time at the rate the server answered over the window (at least 1/s), not all at once")
+	}
+	return &checkBreaker{Settings: strings.Join(set, "; "), Explanation: strings.Join(how, ". ")}
+}
+
+func scopeWhat(s budget.Scope) string {
+	if s == budget.ScopeTarget {
+		return "target (every method of a connection target together)"
+	}
+	return "target and method"
+}
+
 // explainDeferral says what a refused retry does under s (budget.Gate).
 func explainDeferral(s budget.Settings) string {
 	if s.Kind == budget.KindNone {
@@ -535,6 +586,9 @@ func writeCheckText(w io.Writer, rep checkReport) {
 		if m.WorstCase != "" {
 			fmt.Fprintf(w, "  worst case: %s (%s)\n", m.WorstCase, m.WorstCaseNote)
 		}
+		if m.Breaker != nil {
+			fmt.Fprintf(w, "  breaker: %s: %s\n", m.Breaker.Settings, m.Breaker.Explanation)
+		}
 	}
 	if rep.Budget != nil {
 		fmt.Fprintf(w, "\nbudget: %s: %s\n", rep.Budget.Kind, rep.Budget.Settings)
@@ -542,6 +596,9 @@ func writeCheckText(w io.Writer, rep checkReport) {
 		if rep.Budget.Deferral != "" {
 			fmt.Fprintf(w, "  refused retries: %s\n", rep.Budget.Deferral)
 		}
+	}
+	if rep.Breaker != nil {
+		fmt.Fprintf(w, "\nbreaker: %s\n  %s\n", rep.Breaker.Settings, rep.Breaker.Explanation)
 	}
 	if len(rep.Warnings) > 0 {
 		fmt.Fprintf(w, "\nwarnings:\n")

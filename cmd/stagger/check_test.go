@@ -278,3 +278,41 @@ func TestCheckExplainsDeferral(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckExplainsBreaker(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.json")
+	doc := `{"circuitBreaker": {"breakDuration": "2s", "scope": "TARGET"}, "adaptiveThrottling": {"k": 3},
+	  "methodConfig": [{"name": [{"service": "a.A"}], "circuitBreaker": false}, {"name": [{"service": "b.B"}]}]}`
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := checkRun(t, file)
+	for _, want := range []string{
+		"breaker: circuitBreaker: failureRatio 0.5, minimumThroughput 20, samplingWindow 10s, breakDuration 2s, maxBreakDuration 1m0s, scope TARGET; adaptiveThrottling: k 3, window 10s",
+		"one breaker per target (every method of a connection target together)",
+		"first attempts fail at once with UNAVAILABLE naming the breaker",
+		"(requests - 3 x accepts) / (requests + 1)",
+		// a.A keeps throttling only; b.B says nothing of its own.
+		"  breaker: adaptiveThrottling: k 3, window 10s: first attempts",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, output:\n%s\nwant it to contain %q", code, out, want)
+		}
+	}
+	if strings.Count(out, "  breaker: ") != 1 {
+		t.Errorf("only methodConfig[0] differs from the file's breaker:\n%s", out)
+	}
+	code, _, errOut := checkRun(t, writeTemp(t, `{"circuitBreaker": {"failureRatio": 2, "samplingWindow": "0s"}}`))
+	if code == 0 || !strings.Contains(errOut, "circuitBreaker.failureRatio: must be in (0, 1], got 2") || !strings.Contains(errOut, "circuitBreaker.samplingWindow: must be in [100ms, 24h], got 0s") {
+		t.Errorf("exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
+func writeTemp(t *testing.T, doc string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
