@@ -55,6 +55,23 @@
 // without a deadline waits at most MaxWait. See Gate for the rules and their
 // constants.
 //
+// # Circuit breakers and adaptive throttling
+//
+// A Breaker (one per key: a target, or a target and method; Breakers makes
+// them on first use, at most 4096 per set) counts the attempts it guards
+// over a sliding window of 10 slices and opens when FailureRatio of at
+// least MinimumThroughput answered attempts failed; open, Admit refuses
+// first attempts with a *Refusal (ErrBreakerOpen) and AllowRetry refuses
+// retries, for BreakDuration; then it lets one attempt through as a probe,
+// whose outcome closes it or opens it again for twice as long (up to
+// MaxBreakDuration). A Gate asks the breaker a waiting retry's Request
+// names before it lets the retry go, so the gate's probe and the breaker's
+// are one. With ThrottleK set, Admit also rejects first attempts locally
+// (ErrThrottled) with the SRE book's probability, over the same window.
+// Pace spaces out first attempts that were held while their connection was
+// down. State changes reach the Breakers' onChange and the asking call's
+// BreakerListener outside every lock.
+//
 // # Stagger's default budget
 //
 // Default (DefaultSettings) is a token bucket with the AWS costs and reward

@@ -155,6 +155,56 @@
 // calls were seen. It learns from winning attempts only, which hedging makes
 // faster, so it errs toward hedging sooner; the budget bounds the cost.
 //
+// # Circuit breaking
+//
+// A policy file's circuitBreaker and adaptiveThrottling (or WithBreakers in
+// code) guard calls with budget.Breaker: one per connection target and
+// method (scope METHOD, the default: one failing method, or one whose keys
+// fail, does not stop the others; M. Brooker measured breakers turning
+// such partial failures into complete ones) or one per target (scope
+// TARGET). The breakers belong to the Config, as its budget does, shared by
+// every interceptor built from it and kept across reloads with unchanged
+// settings. Per-backend ejection is gRPC's outlier detection
+// load-balancing policy (gRFC A50), configured in the service config's
+// loadBalancingConfig for grpc-go to apply; stagger does not re-implement
+// it.
+//
+// The admission order of a call: the breaker and throttling before the
+// first attempt; for a retry, Decide (the caller's deadline included), then
+// the breaker, then the budget, then the wait. While a breaker is open a
+// first attempt fails at once, UNAVAILABLE with a message that names the
+// breaker and says when it probes next, as an *Error of no attempts and
+// reason breaker (errors.Is(err, budget.ErrBreakerOpen)); a retry is
+// refused: with a deferring budget (budget.Gate, the default's) it waits,
+// within its deadline, and the gate lets it go only as the breaker allows
+// (budget.Request.Breaker): the breaker's half-open probe is the gate's
+// probe, one attempt, a new call's first or a waiting retry, whichever asks
+// first. Without a deferring budget a refused retry ends its call (reason
+// breaker), unless it can go as the probe. Hedges are not sent while the
+// breaker is not closed. What counts as a failure: UNAVAILABLE,
+// RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED that is not the caller's; the
+// caller's own cancellation or deadline counts for nothing; any other
+// status is an answer from a working server.
+//
+// Adaptive throttling (the SRE book's client-side throttling) rejects first
+// attempts locally, reason throttled, with probability max(0, (requests −
+// K × accepts) / (requests + 1)) over the breaker's window; retries are the
+// budget's to admit.
+//
+// waitForReady calls (the file's waitForReady or grpc.WaitForReady(true))
+// guarded by a breaker are held by stagger while their connection is not
+// ready, as grpc would hold them; when the wait saw a connection attempt
+// fail (the server was gone), each then waits for its start from
+// budget.Breaker.Pace: one at a time, at the rate the server answered over
+// the window, instead of all at once when the connection comes back.
+// circuitBreaker.paceReconnect false turns that off.
+//
+// State changes reach the hooks and the logger (EventBreaker) of the
+// interceptor whose call's attempt or asking made them, after every lock is
+// released; budget.Breakers.Snapshots gives every breaker's state for
+// metrics. The breaker's check on a call's success path is one atomic load
+// to admit and one mutex to record, with no allocation.
+//
 // # Concurrency
 //
 // The interceptors are safe for concurrent use by any number of calls. Hooks

@@ -79,7 +79,15 @@
 // admission, see budget.Gate; a retryBudget defers unless it says false,
 // retryThrottling refuses at once as gRFC A6 says unless it says true), a
 // retryPolicy's jitter, a method's idempotent, durations written the Go way
-// ("100ms") and status codes in lower case.
+// ("100ms") and status codes in lower case, and a circuitBreaker
+// ({"failureRatio": 0.5, "minimumThroughput": 20, "samplingWindow": "10s",
+// "breakDuration": "5s", "maxBreakDuration": "60s", "scope": "METHOD",
+// "paceReconnect": true}, every field optional) and adaptiveThrottling
+// ({"k": 2, "window": "10s"}) at the top level, which a methodConfig entry
+// may override field by field or turn off with false (see
+// budget.BreakerSettings and Config.Breakers). They count over one window:
+// adaptiveThrottling's window must equal circuitBreaker's samplingWindow.
+// A breaker field given as 0 is an error, not the default.
 //
 // Parsing never panics and does not stop at the first mistake: the error
 // joins (errors.Join) one *FieldError per broken rule, each naming the path
