@@ -229,8 +229,9 @@ const (
 // deadline or cancellation, an attempt that never reached a server) counts
 // only as a request. State changes reach the Breakers' onChange and the
 // asking call's BreakerListener after every lock is released. A Breaker is safe for concurrent use. Closed without
-// throttling, Admit and AllowRetry are one atomic load; Record takes one
-// mutex; none allocates.
+// throttling, Admit and AllowRetry are one atomic load and Record of a
+// success one atomic add (most of the time: see foldEvery); throttling adds
+// an atomic add to Admit while it is far from rejecting; none allocates.
 type Breaker struct {
 	key      string
 	s        BreakerSettings
@@ -240,6 +241,15 @@ type Breaker struct {
 
 	// state mirrors st for the fast paths.
 	state atomic.Uint32
+	// pendReq and pendAcc count the first attempts asked for (throttling
+	// only) and the successes recorded on the fast paths, not yet in w:
+	// they are folded into it under the lock, at least every foldEvery,
+	// so a success costs an atomic add, and at most foldEvery−1 of them
+	// are counted a little late. mayThrottle: the window, plus a batch of
+	// requests without accepts, could make throttling reject: every Admit
+	// takes the lock.
+	pendReq, pendAcc atomic.Uint32
+	mayThrottle      atomic.Bool
 
 	mu       sync.Mutex
 	st       BreakerState
@@ -265,7 +275,9 @@ func NewBreaker(key string, s BreakerSettings, onChange func(BreakerChange), opt
 	}
 	s = s.WithDefaults()
 	o := buildOptions(opts)
-	return &Breaker{key: key, s: s, now: o.now, rand: o.rand, onChange: onChange, w: newWindow(o.now(), s.SamplingWindow), breakFor: s.BreakDuration}, nil
+	b := &Breaker{key: key, s: s, now: o.now, rand: o.rand, onChange: onChange, w: newWindow(o.now(), s.SamplingWindow), breakFor: s.BreakDuration}
+	b.mayThrottle.Store(s.ThrottleK > 0)
+	return b, nil
 }
 
 // Key returns what the breaker guards.
@@ -280,10 +292,48 @@ func (b *Breaker) Settings() BreakerSettings { return b.s }
 // drew a rejection (ErrThrottled). An attempt Admit lets go must be
 // reported to Record when it ends.
 func (b *Breaker) Admit(l BreakerListener) error {
-	if b.s.ThrottleK == 0 && BreakerState(b.state.Load()) == BreakerClosed {
-		return nil
+	if BreakerState(b.state.Load()) == BreakerClosed {
+		if b.s.ThrottleK == 0 {
+			return nil
+		}
+		if !b.mayThrottle.Load() {
+			if b.pendReq.Add(1)%foldEvery == 0 {
+				b.fold()
+			}
+			return nil
+		}
 	}
 	return b.admit(l)
+}
+
+// foldEvery is how many fast-path counts wait before they are folded into
+// the window.
+const foldEvery = 64
+
+// fold folds the fast paths' counts into the window now.
+func (b *Breaker) fold() {
+	now := b.now()
+	b.mu.Lock()
+	b.foldLocked(now)
+	b.mu.Unlock()
+}
+
+// foldLocked folds the fast paths' counts into the window at now, and
+// decides whether Admit must take the lock: when, even after foldEvery
+// more requests without an accept, throttling would still not reject
+// (requests − K × accepts stays below zero), it need not.
+func (b *Breaker) foldLocked(now time.Time) {
+	if n := b.pendReq.Swap(0); n > 0 {
+		b.w.add(now, brRequests, uint64(n))
+	}
+	if n := b.pendAcc.Swap(0); n > 0 {
+		b.w.add(now, brAccepts, uint64(n))
+	}
+	if b.s.ThrottleK > 0 {
+		b.w.advance(now)
+		slack := float64(b.w.sum[brRequests]+foldEvery) - b.s.ThrottleK*float64(b.w.sum[brAccepts])
+		b.mayThrottle.Store(slack >= 0)
+	}
 }
 
 // AllowRetry asks for a retry or a hedge: true when the breaker is closed,
@@ -366,6 +416,7 @@ func (b *Breaker) admitLocked(now time.Time, retry bool) *Refusal {
 // probeLocked moves an open breaker whose break is over to half-open, and
 // frees the slot of a probe that did not report within the break.
 func (b *Breaker) probeLocked(now time.Time) (BreakerChange, bool) {
+	b.foldLocked(now)
 	if b.st == BreakerHalfOpen && b.probeOut && !now.Before(b.probeAt.Add(b.breakFor)) {
 		b.probeOut = false
 	}
@@ -378,6 +429,15 @@ func (b *Breaker) probeLocked(now time.Time) (BreakerChange, bool) {
 // Record tells the breaker how an attempt it let go ended; l (may be nil)
 // hears the state change it makes.
 func (b *Breaker) Record(o Outcome, l BreakerListener) {
+	if o == Success && BreakerState(b.state.Load()) == BreakerClosed {
+		if b.pendAcc.Add(1)%foldEvery == 0 {
+			b.fold()
+		}
+		return
+	}
+	if o == Other && BreakerState(b.state.Load()) == BreakerClosed {
+		return
+	}
 	now := b.now()
 	b.mu.Lock()
 	ch, changed := b.probeLocked(now)
@@ -437,6 +497,7 @@ func (b *Breaker) setLocked(now time.Time, to BreakerState) BreakerChange {
 		// A fresh start: the failures that opened it are history.
 		b.breakFor = b.s.BreakDuration
 		b.w.reset()
+		b.mayThrottle.Store(b.s.ThrottleK > 0)
 	}
 	return ch
 }
@@ -469,7 +530,7 @@ func (b *Breaker) Pace() time.Duration {
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.w.advance(now)
+	b.foldLocked(now)
 	rate := math.Max(float64(b.w.sum[brAccepts]+b.w.sum[brFailures])/b.s.SamplingWindow.Seconds(), 1)
 	at := b.paceAt.Add(time.Duration(float64(time.Second) / rate))
 	if at.Before(now) {

@@ -22,10 +22,27 @@ func okInvoker(context.Context, string, any, any, *grpc.ClientConn, ...grpc.Call
 	return nil
 }
 
+// benchBreakerFile is benchFile with a circuit breaker, and with adaptive
+// throttling too.
+var (
+	benchBreakerFile  = benchFile[:len(benchFile)-1] + `, "circuitBreaker": {}}`
+	benchThrottleFile = benchFile[:len(benchFile)-1] + `, "circuitBreaker": {}, "adaptiveThrottling": {}}`
+)
+
 // BenchmarkUnarySuccess: the interceptor alone, on a call that succeeds at
-// once, beside go-grpc-middleware v2's retry interceptor.
+// once, beside go-grpc-middleware v2's retry interceptor, and with a
+// circuit breaker, and adaptive throttling (their check on the success
+// path: no allocation).
 func BenchmarkUnarySuccess(b *testing.B) {
 	cfg, err := policy.ParseConfig([]byte(benchFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfgBreaker, err := policy.ParseConfig([]byte(benchBreakerFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfgThrottle, err := policy.ParseConfig([]byte(benchThrottleFile))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -34,6 +51,8 @@ func BenchmarkUnarySuccess(b *testing.B) {
 		icpt grpc.UnaryClientInterceptor
 	}{
 		{"stagger", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg))},
+		{"stagger-breaker", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgBreaker))},
+		{"stagger-throttling", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgThrottle))},
 		{"middleware-retry", retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable))},
 	}
 	for _, c := range cases {

@@ -70,6 +70,15 @@ type methodInfo struct {
 	// plan is the method's plan under the interceptor's own options (k.opts),
 	// so that a call without per-call Options copies it and decides nothing.
 	plan plan
+	// br caches the breaker of the first target the method was called on
+	// (plan.breakers'), so that a call need not look it up.
+	br atomic.Pointer[breakerRef]
+}
+
+// breakerRef is the breaker of one target.
+type breakerRef struct {
+	target string
+	b      *budget.Breaker
 }
 
 // plan is what a call of one method does, given the options and the file:
@@ -87,8 +96,10 @@ type plan struct {
 	hedged     *policy.Method
 	// repeatable as in call.
 	repeatable bool
-	// breakers guard the method's calls (nil: none).
+	// breakers guard the method's calls (nil: none); brCache is the
+	// methodInfo's cache of one of them (nil for a plan made per call).
 	breakers *budget.Breakers
+	brCache  *atomic.Pointer[breakerRef]
 }
 
 // plan resolves, for a call of method with options o, what cfg's entry m
@@ -162,6 +173,7 @@ func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 		mi.opts = methodCallOptions(mi.m, nil)
 	}
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
+	mi.plan.brCache = &mi.br
 	k.methodsMu.Lock()
 	defer k.methodsMu.Unlock()
 	mc = k.methods.Load()
@@ -243,6 +255,7 @@ type call struct {
 	// found by admitFirst.
 	breakers *budget.Breakers
 	br       *budget.Breaker
+	brCache  *atomic.Pointer[breakerRef]
 }
 
 // noCancel stands in for a cancel func when no context was made.
@@ -278,7 +291,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		p := k.plan(o, cfg, m, method)
 		pl = &p
 	}
-	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers
+	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
 	c.retry = 1
 
 	callCtx, cancel = ctx, noCancel
@@ -730,7 +743,19 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 	if cc != nil {
 		target = cc.Target()
 	}
-	c.br = c.breakers.Get(target, c.method)
+	if c.brCache != nil {
+		if r := c.brCache.Load(); r != nil && r.target == target {
+			c.br = r.b
+		}
+	}
+	if c.br == nil {
+		c.br = c.breakers.Get(target, c.method)
+		if c.brCache != nil {
+			// The first target only: a method called on several targets
+			// looks the others up, rather than allocate on every switch.
+			c.brCache.CompareAndSwap(nil, &breakerRef{target: target, b: c.br})
+		}
+	}
 	err := c.br.Admit(c.o)
 	if err == nil {
 		if cc != nil && !c.br.Settings().NoPacing && waitsForReady(c.fileOpts, grpcOpts) {
