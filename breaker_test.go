@@ -22,10 +22,11 @@ import (
 	"github.com/stagger-go/stagger/testserver"
 )
 
-// breakerFile retries UNAVAILABLE once after 10ms; the breaker opens on 4
-// answers of which half failed, for 1s.
+// breakerFile retries UNAVAILABLE once after 10ms; the breaker opens on 2
+// answered first attempts of which half failed, for 1s and one refused
+// first attempt.
 const breakerFile = `{
-  "circuitBreaker": {"failureRatio": 0.5, "minimumThroughput": 4, "breakDuration": "1s"},
+  "circuitBreaker": {"failureRatio": 0.5, "minimumThroughput": 2, "breakDuration": "1s", "probeEvery": 1},
   "methodConfig": [{
 	"name": [{"service": "stagger.testing.v1.TestService"}],
 	"retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.01s", "maxBackoff": "0.01s",
@@ -58,12 +59,14 @@ func TestBreakerOpensFailsFastAndCloses(t *testing.T) {
 			return err
 		}
 		srv.SetOutage(true)
-		// Call 1: two failed attempts, not yet the minimum throughput.
+		// Call 1: two failed attempts, one answered first attempt: not yet
+		// the minimum throughput (retries do not count).
 		if err := get("c1"); status.Code(err) != codes.Unavailable || interceptor.Attempts(err) != 2 {
 			t.Fatalf("call 1: %v after %d attempts", err, interceptor.Attempts(err))
 		}
-		// Call 2: its retry is the fourth failure, which opens the breaker.
-		if err := get("c2"); reasonOf(err) != "attempts" || interceptor.Attempts(err) != 2 {
+		// Call 2: its first attempt is the second failure, which opens
+		// the breaker; its retry is refused (no deferring budget).
+		if err := get("c2"); reasonOf(err) != "breaker" || interceptor.Attempts(err) != 1 {
 			t.Fatalf("call 2: %v (%s, %d attempts)", err, reasonOf(err), interceptor.Attempts(err))
 		}
 		if got := breakerKinds(&hooks); got != "open" {
@@ -100,8 +103,10 @@ func TestBreakerOpensFailsFastAndCloses(t *testing.T) {
 }
 
 // With the default (deferring) budget, a retry the open breaker refuses
-// waits, within its deadline, and goes as the breaker's half-open probe:
-// one probe for both, never a first attempt beside it.
+// waits, within its deadline; a new call's first attempt, after the break,
+// is the breaker's probe (one probe: the waiting retry does not go beside
+// it), and once it succeeds the waiting retry is released and heals its
+// call.
 func TestBreakerRetryWaitsForItsProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := testserver.New()
@@ -113,45 +118,47 @@ func TestBreakerRetryWaitsForItsProbe(t *testing.T) {
 		}
 		cc := srv.ClientConn(t, stagger.DialOptions(parse(t, breakerFile), interceptor.WithBudget(b), interceptor.WithHook(hooks.hook))...)
 		client := testingv1.NewTestServiceClient(cc)
-		// Four failed attempts open the breaker (two calls with a budget
-		// that pays for one retry each, or waits).
-		for _, key := range []string{"a", "b"} {
-			_, _ = client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: key, FailAttempts: 2}})
+		get := func(ctx context.Context, key string, fail int32) error {
+			_, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: key, FailAttempts: fail}})
+			return err
 		}
+		// x1: its first attempt fails, its retry (paid by the budget)
+		// succeeds.
+		if err := get(context.Background(), "x1", 1); err != nil {
+			t.Fatal(err)
+		}
+		// x2: its first attempt is the second failed one: the breaker
+		// opens and x2's retry waits.
+		x2 := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			x2 <- get(ctx, "x2", 1)
+		}()
+		time.Sleep(500 * time.Millisecond)
 		if got := breakerKinds(&hooks); got != "open" {
 			t.Fatalf("breaker events %q, want open", got)
 		}
-		opened := time.Now()
-		if _, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "fast"}}); reasonOf(err) != "breaker" {
+		if err := get(context.Background(), "fast", 0); reasonOf(err) != "breaker" || len(srv.Attempts("fast")) != 0 {
 			t.Fatalf("first attempt while open: %v", err)
 		}
-		// After the break, a call's first attempt is the probe; it fails
-		// (open again, for 2 s), and the call's retry waits in the Gate,
-		// within its deadline, for the breaker's next probe.
-		time.Sleep(time.Until(opened.Add(time.Second)))
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err = client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: "probe", FailAttempts: 1}})
-		if err != nil {
-			t.Fatalf("the probe's call: %v (reason %q)", err, reasonOf(err))
+		time.Sleep(time.Second)
+		if err := get(context.Background(), "probe", 0); err != nil {
+			t.Fatalf("the probe: %v", err)
 		}
-		// Its first attempt was the probe and failed (open again, 2 s);
-		// its retry, the call's last attempt, waited in the Gate past the
-		// break, for its last chance (the deadline less 50ms: no other
-		// call came to probe), and succeeded as the breaker's probe.
-		recs := srv.Attempts("probe")
-		if len(recs) != 2 {
-			t.Fatalf("%d attempts, want 2", len(recs))
+		if err := <-x2; err != nil {
+			t.Fatalf("x2: %v (reason %q)", err, reasonOf(err))
 		}
-		if g := recs[1].Arrived.Sub(recs[0].Arrived); g != 5*time.Second-budget.LastChanceLead {
-			t.Fatalf("the retry went %v after the failed probe, want its last chance, 4.95s", g)
+		recs, probe := srv.Attempts("x2"), srv.Attempts("probe")
+		if len(recs) != 2 || recs[1].Arrived.Before(probe[0].Arrived) {
+			t.Fatalf("x2's retry went at %v, before the probe at %v", recs[1].Arrived, probe[0].Arrived)
 		}
-		if got := breakerKinds(&hooks); got != "open half-open open half-open closed" {
+		if got := breakerKinds(&hooks); got != "open half-open closed" {
 			t.Fatalf("breaker events %q", got)
 		}
 		adm := retryAdmissions(&hooks)
-		if len(adm) == 0 || adm[len(adm)-1] == budget.AdmitNone {
-			t.Fatalf("the waiting retry was admitted by %v, want the gate", adm)
+		if len(adm) == 0 || adm[len(adm)-1] != budget.AdmitRelease {
+			t.Fatalf("the waiting retry was admitted by %v, want a release", adm)
 		}
 	})
 }

@@ -17,21 +17,41 @@ import (
 // explicit zero. Comparable with ==.
 type BreakerSettings struct {
 	// FailureRatio trips the breaker: when, over SamplingWindow, at least
-	// MinimumThroughput attempts got an answer and at least this share of
-	// them failed. In (0, 1]; default 0.5.
+	// MinimumThroughput first attempts got an answer and at least this
+	// share of them failed. Only first attempts count: they sample the
+	// server as the callers meet it, where retries repeat the calls that
+	// failed (a key that always fails would count once per attempt). In
+	// (0, 1]; default 0.5.
 	FailureRatio float64
-	// MinimumThroughput is the fewest answered attempts in the window
-	// before the ratio counts. In [1, 1e6]; default 20.
+	// MinimumThroughput is the fewest answered first attempts in the
+	// window before the ratio counts. In [1, 1e6]; default 20.
 	MinimumThroughput int
+	// ConsecutiveFailures first attempts failed in a row (no success of
+	// any attempt between) trip the breaker while the window holds fewer
+	// than MinimumThroughput answers: a client too quiet for the ratio
+	// still stops calling a server that fails everything, and a busy one
+	// is judged by the ratio alone (under 20 % random failures, 5 in a row
+	// come once in 3,000 first attempts). In [1, 1e6]; default 5.
+	ConsecutiveFailures int
 	// SamplingWindow is the window's length, in [100ms, 24h]; default 10s.
 	// It is kept as a ring of 10 slices: counts leave it a tenth at a time.
 	SamplingWindow time.Duration
-	// BreakDuration is how long the breaker stays open before it lets one
-	// probe through (half-open), in [1ms, 1h]; default 5s. Each probe that
-	// fails doubles it, up to MaxBreakDuration; closing resets it.
+	// BreakDuration is the least time the breaker stays open before it
+	// lets one probe through (half-open), in [1ms, 1h]; default 1s. Each
+	// probe that fails doubles it, up to MaxBreakDuration; closing resets
+	// it.
 	BreakDuration time.Duration
-	// MaxBreakDuration bounds the doubled break, in [BreakDuration, 24h];
-	// default 60s.
+	// ProbeEvery: the break also lasts until this many first attempts
+	// were refused since the breaker opened (each failed probe doubles
+	// it, up to 1000), so that probes stay a small share of what the
+	// client asks, however many clients there are: a client of 10 calls a
+	// second probes about every second, one of 1 call a second every 10
+	// (a thousand such clients probing every second would double the load
+	// of a server that is down). In [1, 1e6]; default 10.
+	ProbeEvery int
+	// MaxBreakDuration bounds the break however few first attempts are
+	// refused (a quiet client, or only retries waiting), and the doubled
+	// BreakDuration; in [BreakDuration, 24h]; default 10s.
 	MaxBreakDuration time.Duration
 	// NoTrip: the breaker never opens (adaptive throttling alone).
 	NoTrip bool
@@ -79,9 +99,12 @@ func (s Scope) String() string {
 const (
 	DefaultFailureRatio      = 0.5
 	DefaultMinimumThroughput = 20
+	DefaultConsecutive       = 5
 	DefaultSamplingWindow    = 10 * time.Second
-	DefaultBreakDuration     = 5 * time.Second
-	DefaultMaxBreakDuration  = 60 * time.Second
+	DefaultBreakDuration     = time.Second
+	DefaultMaxBreakDuration  = 5 * time.Second
+	DefaultProbeEvery        = 10
+	maxProbeEvery            = 1000
 	DefaultThrottleK         = 2.0
 )
 
@@ -94,11 +117,17 @@ func (s BreakerSettings) WithDefaults() BreakerSettings {
 	if s.MinimumThroughput == 0 {
 		s.MinimumThroughput = DefaultMinimumThroughput
 	}
+	if s.ConsecutiveFailures == 0 {
+		s.ConsecutiveFailures = DefaultConsecutive
+	}
 	if s.SamplingWindow == 0 {
 		s.SamplingWindow = DefaultSamplingWindow
 	}
 	if s.BreakDuration == 0 {
 		s.BreakDuration = DefaultBreakDuration
+	}
+	if s.ProbeEvery == 0 {
+		s.ProbeEvery = DefaultProbeEvery
 	}
 	if s.MaxBreakDuration == 0 {
 		s.MaxBreakDuration = max(DefaultMaxBreakDuration, s.BreakDuration)
@@ -116,10 +145,14 @@ func (s BreakerSettings) Validate() error {
 		return &SettingsError{Field: "circuitBreaker.failureRatio", Rule: "must be in (0, 1]", Value: s.FailureRatio}
 	case f.MinimumThroughput < 1 || f.MinimumThroughput > 1e6:
 		return &SettingsError{Field: "circuitBreaker.minimumThroughput", Rule: "must be in [1, 1e6]", Value: s.MinimumThroughput}
+	case f.ConsecutiveFailures < 1 || f.ConsecutiveFailures > 1e6:
+		return &SettingsError{Field: "circuitBreaker.consecutiveFailures", Rule: "must be in [1, 1e6]", Value: s.ConsecutiveFailures}
 	case f.SamplingWindow < 100*time.Millisecond || f.SamplingWindow > 24*time.Hour:
 		return &SettingsError{Field: "circuitBreaker.samplingWindow", Rule: "must be in [100ms, 24h]", Value: s.SamplingWindow}
 	case f.BreakDuration < time.Millisecond || f.BreakDuration > time.Hour:
 		return &SettingsError{Field: "circuitBreaker.breakDuration", Rule: "must be in [1ms, 1h]", Value: s.BreakDuration}
+	case f.ProbeEvery < 1 || f.ProbeEvery > 1e6:
+		return &SettingsError{Field: "circuitBreaker.probeEvery", Rule: "must be in [1, 1e6]", Value: s.ProbeEvery}
 	case f.MaxBreakDuration < f.BreakDuration || f.MaxBreakDuration > 24*time.Hour:
 		return &SettingsError{Field: "circuitBreaker.maxBreakDuration", Rule: "must be in [breakDuration, 24h]", Value: s.MaxBreakDuration}
 	case s.ThrottleK != 0 && !(s.ThrottleK >= 1 && s.ThrottleK <= 100):
@@ -202,17 +235,18 @@ func (r *Refusal) Error() string {
 
 func (r *Refusal) Unwrap() error { return r.Err }
 
-// Window counters of a Breaker.
+// Window counters of a Breaker, of first attempts only.
 const (
-	brRequests = iota // attempts asked for, throttled ones included
+	brRequests = iota // asked for, throttled ones included
 	brAccepts         // answered without failing
 	brFailures        // answered with a failure
 )
 
 // Breaker is a circuit breaker and client-side adaptive throttling for one
-// key (see Breakers): closed, it counts the attempts' outcomes over a
-// sliding window and opens when FailureRatio of at least MinimumThroughput
-// answered attempts failed; open, it refuses first attempts (fail fast:
+// key (see Breakers): closed, it counts its first attempts' outcomes over
+// a sliding window and opens when FailureRatio of at least
+// MinimumThroughput answered first attempts failed, or when
+// ConsecutiveFailures first attempts failed in a row; open, it refuses first attempts (fail fast:
 // Admit) and retries (AllowRetry: a Gate keeps them waiting) for
 // BreakDuration; then, half-open, it lets one attempt go as a probe, a first
 // attempt or a waiting retry, whichever asks first, the same probe a Gate
@@ -250,6 +284,9 @@ type Breaker struct {
 	// takes the lock.
 	pendReq, pendAcc atomic.Uint32
 	mayThrottle      atomic.Bool
+	// streak counts the first attempts failed in a row; a success of any
+	// attempt resets it.
+	streak atomic.Int32
 
 	mu       sync.Mutex
 	st       BreakerState
@@ -258,7 +295,13 @@ type Breaker struct {
 	// retryAt: when the open breaker lets a probe go; probeOut: a probe is
 	// out, since probeAt.
 	retryAt  time.Time
-	probeOut bool
+	// openedAt: when it last opened; refusedOpen: first attempts refused
+	// since; probeEvery: how many must be before a probe (ProbeEvery,
+	// doubled per failed probe).
+	openedAt    time.Time
+	refusedOpen int
+	probeEvery  int
+	probeOut    bool
 	probeAt  time.Time
 	// paceAt is the start Pace gave the latest held attempt.
 	paceAt   time.Time
@@ -275,7 +318,7 @@ func NewBreaker(key string, s BreakerSettings, onChange func(BreakerChange), opt
 	}
 	s = s.WithDefaults()
 	o := buildOptions(opts)
-	b := &Breaker{key: key, s: s, now: o.now, rand: o.rand, onChange: onChange, w: newWindow(o.now(), s.SamplingWindow), breakFor: s.BreakDuration}
+	b := &Breaker{key: key, s: s, now: o.now, rand: o.rand, onChange: onChange, w: newWindow(o.now(), s.SamplingWindow), breakFor: s.BreakDuration, probeEvery: s.ProbeEvery}
 	b.mayThrottle.Store(s.ThrottleK > 0)
 	return b, nil
 }
@@ -384,8 +427,8 @@ func (b *Breaker) admit(l BreakerListener) error {
 }
 
 // admitLocked counts every first attempt asked for as a request (the
-// SRE book's requests include those rejected locally), and a retry only
-// when it goes: a waiting retry asks again at every change.
+// SRE book's requests include those rejected locally); retries are not
+// requests (the window counts first attempts only).
 func (b *Breaker) admitLocked(now time.Time, retry bool) *Refusal {
 	if !retry {
 		b.w.add(now, brRequests, 1)
@@ -395,7 +438,13 @@ func (b *Breaker) admitLocked(now time.Time, retry bool) *Refusal {
 		b.probeOut, b.probeAt = true, now
 	case b.st != BreakerClosed:
 		b.rejected++
+		if !retry {
+			b.refusedOpen++
+		}
 		next := b.retryAt
+		if b.refusedOpen < b.probeEvery {
+			next = later(next, b.openedAt.Add(b.s.MaxBreakDuration))
+		}
 		if b.st == BreakerHalfOpen {
 			next = b.probeAt.Add(b.breakFor)
 		}
@@ -406,9 +455,6 @@ func (b *Breaker) admitLocked(now time.Time, retry bool) *Refusal {
 			b.thrott++
 			return &Refusal{Key: b.key, Err: ErrThrottled, P: p, at: now}
 		}
-	}
-	if retry {
-		b.w.add(now, brRequests, 1)
 	}
 	return nil
 }
@@ -423,19 +469,28 @@ func (b *Breaker) probeLocked(now time.Time) (BreakerChange, bool) {
 	if b.st != BreakerOpen || now.Before(b.retryAt) {
 		return BreakerChange{}, false
 	}
+	if b.refusedOpen < b.probeEvery && now.Before(b.openedAt.Add(b.s.MaxBreakDuration)) {
+		return BreakerChange{}, false
+	}
 	return b.setLocked(now, BreakerHalfOpen), true
 }
 
-// Record tells the breaker how an attempt it let go ended; l (may be nil)
-// hears the state change it makes.
-func (b *Breaker) Record(o Outcome, l BreakerListener) {
-	if o == Success && BreakerState(b.state.Load()) == BreakerClosed {
-		if b.pendAcc.Add(1)%foldEvery == 0 {
+// Record tells the breaker how an attempt it let go ended; first says it
+// was its call's first attempt (only those count toward tripping; any
+// attempt decides a half-open breaker). l (may be nil) hears the state
+// change it makes.
+func (b *Breaker) Record(o Outcome, first bool, l BreakerListener) {
+	closed := BreakerState(b.state.Load()) == BreakerClosed
+	if closed && o == Success {
+		if b.streak.Load() != 0 {
+			b.streak.Store(0)
+		}
+		if first && b.pendAcc.Add(1)%foldEvery == 0 {
 			b.fold()
 		}
 		return
 	}
-	if o == Other && BreakerState(b.state.Load()) == BreakerClosed {
+	if closed && (o == Other || o == Failure && !first) {
 		return
 	}
 	now := b.now()
@@ -443,18 +498,25 @@ func (b *Breaker) Record(o Outcome, l BreakerListener) {
 	ch, changed := b.probeLocked(now)
 	switch o {
 	case Success:
-		b.w.add(now, brAccepts, 1)
+		b.streak.Store(0)
+		if first {
+			b.w.add(now, brAccepts, 1)
+		}
 		if b.st == BreakerHalfOpen {
 			ch, changed = b.setLocked(now, BreakerClosed), true
 		}
 	case Failure:
-		b.w.add(now, brFailures, 1)
+		if first {
+			b.w.add(now, brFailures, 1)
+			b.streak.Add(1)
+		}
 		switch b.st {
 		case BreakerHalfOpen:
 			b.breakFor = min(2*b.breakFor, b.s.MaxBreakDuration)
+			b.probeEvery = min(2*b.probeEvery, max(maxProbeEvery, b.s.ProbeEvery))
 			ch, changed = b.openLocked(now), true
 		case BreakerClosed:
-			if b.tripsLocked() {
+			if first && b.tripsLocked() {
 				ch, changed = b.openLocked(now), true
 			}
 		}
@@ -476,7 +538,11 @@ func (b *Breaker) tripsLocked() bool {
 	}
 	fail := b.w.sum[brFailures]
 	answered := fail + b.w.sum[brAccepts]
-	return answered >= uint64(b.s.MinimumThroughput) && float64(fail) >= b.s.FailureRatio*float64(answered)
+	if answered < uint64(b.s.MinimumThroughput) {
+		// Too few for the ratio: failures in a row decide.
+		return int(b.streak.Load()) >= b.s.ConsecutiveFailures
+	}
+	return float64(fail) >= b.s.FailureRatio*float64(answered)
 }
 
 func (b *Breaker) openLocked(now time.Time) BreakerChange {
@@ -484,6 +550,7 @@ func (b *Breaker) openLocked(now time.Time) BreakerChange {
 	ch.Failures, ch.Answered = b.w.sum[brFailures], b.w.sum[brFailures]+b.w.sum[brAccepts]
 	ch.Break = b.breakFor
 	b.retryAt = now.Add(b.breakFor)
+	b.openedAt, b.refusedOpen = now, 0
 	b.opened++
 	return ch
 }
@@ -495,8 +562,9 @@ func (b *Breaker) setLocked(now time.Time, to BreakerState) BreakerChange {
 	b.probeOut = false
 	if to == BreakerClosed {
 		// A fresh start: the failures that opened it are history.
-		b.breakFor = b.s.BreakDuration
+		b.breakFor, b.probeEvery = b.s.BreakDuration, b.s.ProbeEvery
 		b.w.reset()
+		b.streak.Store(0)
 		b.mayThrottle.Store(b.s.ThrottleK > 0)
 	}
 	return ch

@@ -32,7 +32,7 @@ func admitN(t *testing.T, b *Breaker, o Outcome, n int) {
 		if err := b.Admit(nil); err != nil {
 			t.Fatalf("Admit: %v", err)
 		}
-		b.Record(o, nil)
+		b.Record(o, true, nil)
 	}
 }
 
@@ -53,7 +53,7 @@ func wantRefusal(t *testing.T, err error, sentinel error, retry time.Time) {
 func TestBreakerTripsOnRatioAfterMinimumThroughput(t *testing.T) {
 	clk := &manualClock{now: t0}
 	var changes []BreakerChange
-	b := newTestBreaker(t, BreakerSettings{FailureRatio: 0.5, MinimumThroughput: 10, BreakDuration: time.Second, MaxBreakDuration: 3 * time.Second}, clk, &changes)
+	b := newTestBreaker(t, BreakerSettings{FailureRatio: 0.5, MinimumThroughput: 10, ConsecutiveFailures: 1e6, ProbeEvery: 1, BreakDuration: time.Second, MaxBreakDuration: 3 * time.Second}, clk, &changes)
 	// Nine failures: below the minimum throughput, still closed.
 	admitN(t, b, Failure, 9)
 	if !b.Closed() || len(changes) != 0 {
@@ -78,14 +78,17 @@ func TestBreakerTripsOnRatioAfterMinimumThroughput(t *testing.T) {
 	if ok, _ := b.AllowRetry(nil); ok {
 		t.Fatal("a retry went beside the probe")
 	}
-	// The probe fails: open for twice as long.
-	b.Record(Failure, nil)
+	// The probe fails: open for twice as long, and until twice as many
+	// first attempts were refused (the first refusal says MaxBreakDuration,
+	// the second the break's end).
+	b.Record(Failure, true, nil)
+	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, clk.Now().Add(3*time.Second))
 	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, clk.Now().Add(2*time.Second))
 	clk.advance(2 * time.Second)
 	if ok, _ := b.AllowRetry(nil); !ok {
 		t.Fatal("the waiting retry could not probe")
 	}
-	b.Record(Failure, nil)
+	b.Record(Failure, true, nil)
 	// Doubling stops at MaxBreakDuration.
 	if s := b.Snapshot(); s.State != BreakerOpen || s.Break != 3*time.Second || s.Opened != 3 {
 		t.Fatalf("snapshot %+v, want open for 3s, opened 3 times", s)
@@ -94,7 +97,7 @@ func TestBreakerTripsOnRatioAfterMinimumThroughput(t *testing.T) {
 	if err := b.Admit(nil); err != nil {
 		t.Fatal(err)
 	}
-	b.Record(Success, nil)
+	b.Record(Success, true, nil)
 	if !b.Closed() {
 		t.Fatal("a successful probe did not close the breaker")
 	}
@@ -139,7 +142,7 @@ func TestBreakerStaysClosedUnderTheRatio(t *testing.T) {
 func TestBreakerWindowForgets(t *testing.T) {
 	clk := &manualClock{now: t0}
 	var changes []BreakerChange
-	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 10, SamplingWindow: time.Second}, clk, &changes)
+	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 10, ConsecutiveFailures: 1e6, SamplingWindow: time.Second}, clk, &changes)
 	admitN(t, b, Failure, 9)
 	clk.advance(1100 * time.Millisecond)
 	admitN(t, b, Failure, 9)
@@ -148,11 +151,80 @@ func TestBreakerWindowForgets(t *testing.T) {
 	}
 }
 
+// A quiet client trips on failures in a row; only first attempts count,
+// and a success of any attempt starts the count again.
+func TestBreakerTripsOnConsecutiveFirstFailures(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []BreakerChange
+	b := newTestBreaker(t, BreakerSettings{ConsecutiveFailures: 3, ProbeEvery: 1}, clk, &changes)
+	admitN(t, b, Failure, 2)
+	for range 10 {
+		b.Record(Failure, false, nil) // retries: not counted
+	}
+	b.Record(Success, false, nil) // a retry's success resets the count
+	admitN(t, b, Failure, 2)
+	if !b.Closed() {
+		t.Fatal("opened on failures that were not in a row")
+	}
+	admitN(t, b, Failure, 1)
+	if b.Closed() || changes[0].Failures != 5 || changes[0].Answered != 5 {
+		t.Fatalf("3 first attempts failed in a row: changes %+v", changes)
+	}
+	// Half-open (after the break and one refused first attempt), a
+	// retry's outcome decides too.
+	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, time.Time{})
+	clk.advance(DefaultBreakDuration)
+	if ok, _ := b.AllowRetry(nil); !ok {
+		t.Fatal("no probe")
+	}
+	b.Record(Success, false, nil)
+	if !b.Closed() {
+		t.Fatal("the retry probe's success did not close it")
+	}
+}
+
+// The break lasts until ProbeEvery first attempts were refused (doubled
+// by a failed probe), or MaxBreakDuration.
+func TestBreakerProbesAtAShareOfTheCalls(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []BreakerChange
+	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 1, ProbeEvery: 3, BreakDuration: time.Second, MaxBreakDuration: 10 * time.Second}, clk, &changes)
+	admitN(t, b, Failure, 1)
+	clk.advance(2 * time.Second)
+	for range 3 {
+		wantRefusal(t, b.Admit(nil), ErrBreakerOpen, time.Time{})
+	}
+	if err := b.Admit(nil); err != nil {
+		t.Fatalf("no probe after 3 refusals and the break: %v", err)
+	}
+	b.Record(Failure, true, nil)
+	// Now 6 refusals and 2s.
+	for range 6 {
+		clk.advance(100 * time.Millisecond)
+		wantRefusal(t, b.Admit(nil), ErrBreakerOpen, time.Time{})
+	}
+	clk.advance(1400 * time.Millisecond)
+	if err := b.Admit(nil); err != nil {
+		t.Fatalf("no probe after 6 refusals and 2s: %v", err)
+	}
+	b.Record(Failure, true, nil)
+	// A quiet client: no refusals, a probe at MaxBreakDuration.
+	clk.advance(10*time.Second - time.Millisecond)
+	if ok, _ := b.AllowRetry(nil); ok {
+		t.Fatal("a retry probed before MaxBreakDuration with no refusals")
+	}
+	clk.advance(time.Millisecond)
+	if ok, _ := b.AllowRetry(nil); !ok {
+		t.Fatal("no probe at MaxBreakDuration")
+	}
+}
+
 func TestBreakerLostProbeFreesItsSlot(t *testing.T) {
 	clk := &manualClock{now: t0}
 	var changes []BreakerChange
-	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 1, BreakDuration: time.Second}, clk, &changes)
+	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 1, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
 	admitN(t, b, Failure, 1)
+	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, t0.Add(time.Second))
 	clk.advance(time.Second)
 	if err := b.Admit(nil); err != nil {
 		t.Fatal(err)
@@ -165,7 +237,7 @@ func TestBreakerLostProbeFreesItsSlot(t *testing.T) {
 		t.Fatalf("the lost probe still holds the slot: %v", err)
 	}
 	// A probe ended by its caller (Other) frees the slot at once.
-	b.Record(Other, nil)
+	b.Record(Other, true, nil)
 	if err := b.Admit(nil); err != nil {
 		t.Fatalf("a probe the caller ended still holds the slot: %v", err)
 	}
@@ -184,7 +256,7 @@ func TestBreakerThrottlesFirstAttempts(t *testing.T) {
 	for range 400 {
 		err := b.Admit(nil)
 		if err == nil {
-			b.Record(Failure, nil)
+			b.Record(Failure, true, nil)
 			continue
 		}
 		wantRefusal(t, err, ErrThrottled, time.Time{})
@@ -217,6 +289,8 @@ func TestBreakerSettingsValidate(t *testing.T) {
 		{BreakerSettings{FailureRatio: math.NaN()}, "circuitBreaker.failureRatio"},
 		{BreakerSettings{MinimumThroughput: -1}, "circuitBreaker.minimumThroughput"},
 		{BreakerSettings{MinimumThroughput: 2e6}, "circuitBreaker.minimumThroughput"},
+		{BreakerSettings{ConsecutiveFailures: -3}, "circuitBreaker.consecutiveFailures"},
+		{BreakerSettings{ProbeEvery: 2e6}, "circuitBreaker.probeEvery"},
 		{BreakerSettings{SamplingWindow: time.Millisecond}, "circuitBreaker.samplingWindow"},
 		{BreakerSettings{SamplingWindow: -time.Second}, "circuitBreaker.samplingWindow"},
 		{BreakerSettings{BreakDuration: 2 * time.Hour}, "circuitBreaker.breakDuration"},
@@ -277,7 +351,7 @@ func TestBreakerFastPathsDoNotAllocate(t *testing.T) {
 		if ok, _ := b.AllowRetry(nil); !ok {
 			t.Fatal("refused")
 		}
-		b.Record(Success, nil)
+		b.Record(Success, true, nil)
 	})
 	if n != 0 {
 		t.Fatalf("%v allocations per call, want 0", n)
@@ -290,11 +364,12 @@ func TestBreakerFastPathsDoNotAllocate(t *testing.T) {
 func TestGateWaitsForTheBreaker(t *testing.T) {
 	clk := &manualClock{now: t0}
 	var changes []BreakerChange
-	br := newTestBreaker(t, BreakerSettings{MinimumThroughput: 2, BreakDuration: time.Second}, clk, &changes)
+	br := newTestBreaker(t, BreakerSettings{MinimumThroughput: 2, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
 	sb := &switchBudget{}
 	sb.open.Store(true)
 	g := newGate(t, sb, DeferSettings{}, clk)
 	admitN(t, br, Failure, 2)
+	wantRefusal(t, br.Admit(nil), ErrBreakerOpen, t0.Add(time.Second))
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	r := retry2
 	r.Breaker = br
@@ -313,7 +388,7 @@ func TestGateWaitsForTheBreaker(t *testing.T) {
 	if err := br.Admit(nil); !errors.Is(err, ErrBreakerOpen) {
 		t.Fatalf("a first attempt probed beside the waiting retry: %v", err)
 	}
-	br.Record(Success, nil)
+	br.Record(Success, true, nil)
 	if !br.Closed() {
 		t.Fatal("the gate's probe did not close the breaker")
 	}

@@ -531,15 +531,24 @@ func (w *Waiter) pollLocked(now time.Time) (a Admission, next time.Time, ch Brea
 	if now.Before(due) {
 		return AdmitNone, due, ch, changed
 	}
+	paidOnly := br != nil && br.Closed()
 	if !breakerAllows() {
 		return AdmitNone, next, ch, changed
+	}
+	if paidOnly && !g.b.Allow(w.r) {
+		// A breaker guards the call and is closed: it is the judge of
+		// whether the server fails, and its half-open probe the probe;
+		// a free probe would only repeat a call that failed (a key that
+		// always fails). Wait for a release, a paid admission or the
+		// deadline.
+		return AdmitNone, time.Time{}, ch, changed
 	}
 	g.probesOut++
 	g.probeAt, g.probePause = now, w.pause
 	g.admitted++
 	// Paid by the budget when it admits it (asked under the lock, so that
 	// two waiters cannot both take its tokens).
-	if g.b.Allow(w.r) {
+	if paidOnly || g.b.Allow(w.r) {
 		return AdmitBudget, time.Time{}, ch, changed
 	}
 	return how, time.Time{}, ch, changed

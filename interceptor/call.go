@@ -554,7 +554,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	if c.br != nil {
 		// Before the budget: a Gate's waiters, woken by the budget's
 		// Record, must find the breaker's new state.
-		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.o)
+		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.attempt == 1, c.o)
 	}
 	if err == nil {
 		// Decide's answer for a success is fixed: record it, stop.

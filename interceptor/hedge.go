@@ -433,7 +433,7 @@ func (s *hedgeState) drain() {
 // new state) and budget how attempt n ended.
 func (s *hedgeState) record(n int, budgetO, breakerO budget.Outcome) {
 	if s.c.br != nil {
-		s.c.br.Record(breakerO, s.c.o)
+		s.c.br.Record(breakerO, n == 1, s.c.o)
 	}
 	if b := s.c.budget; b != nil {
 		b.Record(budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1})

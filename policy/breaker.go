@@ -41,9 +41,11 @@ func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
 			}
 			w.wrongKind(cp, rule, p.cb)
 			p.cb = nil
-		case w.object(p.cb, cp, "failureRatio", "minimumThroughput", "samplingWindow", "breakDuration", "maxBreakDuration", "scope", "paceReconnect"):
+		case w.object(p.cb, cp, "failureRatio", "minimumThroughput", "consecutiveFailures", "samplingWindow", "breakDuration", "probeEvery", "maxBreakDuration", "scope", "paceReconnect"):
 			p.s.FailureRatio = w.breakerNumber(p.cb, cp, "failureRatio")
 			p.s.MinimumThroughput = int(w.breakerNumber(p.cb, cp, "minimumThroughput"))
+			p.s.ConsecutiveFailures = int(w.breakerNumber(p.cb, cp, "consecutiveFailures"))
+			p.s.ProbeEvery = int(w.breakerNumber(p.cb, cp, "probeEvery"))
 			p.s.SamplingWindow = w.breakerDuration(p.cb, cp, "samplingWindow")
 			p.s.BreakDuration = w.breakerDuration(p.cb, cp, "breakDuration")
 			p.s.MaxBreakDuration = w.breakerDuration(p.cb, cp, "maxBreakDuration")
@@ -94,7 +96,7 @@ func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
 	// Every field on its own, so that a file hears of all its mistakes
 	// at once; resolveBreaker checks them together.
 	for _, one := range []budget.BreakerSettings{
-		{FailureRatio: p.s.FailureRatio}, {MinimumThroughput: p.s.MinimumThroughput},
+		{FailureRatio: p.s.FailureRatio}, {MinimumThroughput: p.s.MinimumThroughput}, {ConsecutiveFailures: p.s.ConsecutiveFailures}, {ProbeEvery: p.s.ProbeEvery},
 		{SamplingWindow: p.s.SamplingWindow}, {BreakDuration: p.s.BreakDuration, MaxBreakDuration: max(p.s.BreakDuration, budget.DefaultMaxBreakDuration)},
 		{MaxBreakDuration: p.s.MaxBreakDuration, BreakDuration: min(p.s.MaxBreakDuration, budget.DefaultBreakDuration)},
 		{ThrottleK: p.s.ThrottleK},
@@ -159,6 +161,10 @@ func zeroRule(key string) string {
 		s.FailureRatio = -1
 	case "minimumThroughput":
 		s.MinimumThroughput = -1
+	case "consecutiveFailures":
+		s.ConsecutiveFailures = -1
+	case "probeEvery":
+		s.ProbeEvery = -1
 	case "samplingWindow", "window":
 		s.SamplingWindow = -1
 	case "breakDuration":
@@ -237,6 +243,12 @@ func overlay(s *budget.BreakerSettings, part budget.BreakerSettings) {
 	}
 	if part.MinimumThroughput != 0 {
 		s.MinimumThroughput = part.MinimumThroughput
+	}
+	if part.ConsecutiveFailures != 0 {
+		s.ConsecutiveFailures = part.ConsecutiveFailures
+	}
+	if part.ProbeEvery != 0 {
+		s.ProbeEvery = part.ProbeEvery
 	}
 	if part.SamplingWindow != 0 {
 		s.SamplingWindow = part.SamplingWindow

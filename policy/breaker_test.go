@@ -18,8 +18,8 @@ func TestParseBreakerSections(t *testing.T) {
 	    {"name": [{"service": "c.C"}], "adaptiveThrottling": false, "circuitBreaker": false},
 	    {"name": [{"service": "d.D"}]}
 	  ]}`)
-	file := budget.BreakerSettings{FailureRatio: 0.6, MinimumThroughput: 50, SamplingWindow: 20 * time.Second,
-		BreakDuration: 2 * time.Second, MaxBreakDuration: 60 * time.Second, ThrottleK: 1.5, Scope: budget.ScopeTarget}
+	file := budget.BreakerSettings{FailureRatio: 0.6, MinimumThroughput: 50, ConsecutiveFailures: 5, ProbeEvery: 10, SamplingWindow: 20 * time.Second,
+		BreakDuration: 2 * time.Second, MaxBreakDuration: 5 * time.Second, ThrottleK: 1.5, Scope: budget.ScopeTarget}
 	if got := c.BreakerSettings(); got == nil || *got != file {
 		t.Fatalf("file breaker = %+v, want %+v", got, file)
 	}
@@ -66,6 +66,8 @@ func TestParseBreakerErrors(t *testing.T) {
 		{`{"circuitBreaker": {"failureRatio": 0}}`, "circuitBreaker.failureRatio: must be in (0, 1], got 0"},
 		{`{"circuitBreaker": {"samplingWindow": "0s"}}`, "circuitBreaker.samplingWindow: must be in [100ms, 24h], got 0s"},
 		{`{"circuitBreaker": {"minimumThroughput": 0}}`, "circuitBreaker.minimumThroughput: must be in [1, 1e6], got 0"},
+		{`{"circuitBreaker": {"probeEvery": 0}}`, "circuitBreaker.probeEvery: must be in [1, 1e6], got 0"},
+		{`{"circuitBreaker": {"consecutiveFailures": 0}}`, "circuitBreaker.consecutiveFailures: must be in [1, 1e6], got 0"},
 		{`{"circuitBreaker": {"breakDuration": "10s", "maxBreakDuration": "1s"}}`, "circuitBreaker.maxBreakDuration: must be in [breakDuration, 24h], got 1s"},
 		{`{"circuitBreaker": {"scope": "HOST"}}`, "circuitBreaker.scope: must be METHOD or TARGET"},
 		{`{"circuitBreaker": true}`, "circuitBreaker: must be an object"},

@@ -21,6 +21,12 @@ type Contender struct {
 	// Budget is built once per client process with budget.New on the
 	// simulation's clock; KindNone means no budget (unlimited).
 	Budget budget.Settings
+	// Breaker, when set, is a circuit breaker (budget.Breaker) per client
+	// process, asked as the interceptors ask it: before a first attempt
+	// (refused: the call fails at once, no attempt sent), and before a
+	// retry, ahead of the budget (a retry it refuses waits in the gate,
+	// which asks the breaker again, or ends the call without one).
+	Breaker *budget.BreakerSettings
 }
 
 // SimBackoff is the backoff of the retrying contenders in the failure and
@@ -38,7 +44,8 @@ func RetryPolicy(maxAttempts int) policy.Policy {
 // attempts) without a budget; the same with each budget kind at its defaults
 // (the throttle, which has none, at gRFC A6's usual maxTokens 10, tokenRatio
 // 0.1); the same with stagger's default budget (budget.DefaultSettings);
-// and, after them, extra (for instance stagger's default budget or a
+// that with a circuit breaker of the default settings ("breaker"); and,
+// after them, extra (for instance stagger's default budget or a
 // policy file's own behaviour). It is the line-up of every model that
 // compares contenders (FailRate, Partial, Outage) and of `stagger sim`'s
 // -contenders, so a strategy added here runs in all of them.
@@ -51,6 +58,7 @@ func Contenders(extra ...Contender) []Contender {
 		{Name: "token-bucket", Policy: retry, Budget: budget.Settings{Kind: budget.KindTokenBucket}},
 		{Name: "ratio", Policy: retry, Budget: budget.Settings{Kind: budget.KindRatio}},
 		{Name: "default", Policy: retry, Budget: budget.DefaultSettings()},
+		{Name: "breaker", Policy: retry, Budget: budget.DefaultSettings(), Breaker: &budget.BreakerSettings{}},
 	}
 	return append(cs, extra...)
 }
@@ -89,6 +97,7 @@ type proc struct {
 	s      *Sim
 	pol    *policy.Policy
 	b      budget.Budget
+	br     *budget.Breaker
 	totals *callTotals
 	// gate is b when its refused retries wait (nil otherwise), and waiters
 	// its deferred retries, in the order they entered.
@@ -113,15 +122,24 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 	}
 	pol := c.Policy
 	p := &proc{s: s, pol: &pol, b: b, totals: totals, timeout: timeout, serve: serve}
+	if c.Breaker != nil {
+		if p.br, err = budget.NewBreaker("sim", *c.Breaker, nil, budget.WithClock(s.Now), budget.WithRandom(s.rng.Float64)); err != nil {
+			return nil, fmt.Errorf("sim: contender %q: %w", c.Name, err)
+		}
+	}
 	if g, ok := b.(deferrer); ok {
 		p.gate = g
 	}
 	return p, nil
 }
 
-// record tells the budget how an attempt ended, then polls the budget's
-// waiters, in the order they entered, as the gate may have changed.
-func (p *proc) record(a budget.Attempt) {
+// record tells the breaker (first, as the interceptors do) and the budget
+// how an attempt ended, then polls the budget's waiters, in the order they
+// entered, as the gate may have changed.
+func (p *proc) record(a budget.Attempt, br budget.Outcome) {
+	if p.br != nil {
+		p.br.Record(br, a.Number == 1, nil)
+	}
 	if p.b == nil {
 		return
 	}
@@ -251,7 +269,7 @@ func (p *proc) call() {
 			}
 			if n := inAttempt; n > 0 {
 				v := p.pol.Decide(&policy.Attempt{Number: n, Err: errDeadline, CallerDone: true, HasDeadline: true})
-				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: admission})
+				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: admission}, budget.Other)
 			}
 			finish(false)
 		})
@@ -285,14 +303,22 @@ func (p *proc) call() {
 					a.HasDeadline, a.Remaining = true, deadline-p.s.now
 				}
 				v := p.pol.Decide(a)
-				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: adm})
+				brOut := budget.Success
+				if !ok {
+					brOut = budget.Failure
+				}
+				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: adm}, brOut)
 				if !v.Retry {
 					finish(ok)
 					return
 				}
 				pause := v.Pause
-				r := budget.Request{Number: n + 1, Last: n+1 >= p.pol.MaxAttempts}
-				if p.b == nil || p.b.Allow(r) {
+				r := budget.Request{Number: n + 1, Last: n+1 >= p.pol.MaxAttempts, Breaker: p.br}
+				brOK := p.br == nil || p.br.Closed()
+				if !brOK && p.gate == nil {
+					brOK, _ = p.br.AllowRetry(nil)
+				}
+				if brOK && (p.b == nil || p.b.Allow(r)) {
 					p.s.After(pause, func() { attempt(n+1, pause, budget.AdmitNone) })
 					return
 				}
@@ -304,6 +330,11 @@ func (p *proc) call() {
 				finish(ok)
 			})
 		})
+	}
+	if p.br != nil && p.br.Admit(nil) != nil {
+		// Open (or throttled): the call fails at once, nothing sent.
+		finish(false)
+		return
 	}
 	attempt(1, p.pol.Backoff.Initial, budget.AdmitNone)
 }

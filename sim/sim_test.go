@@ -98,24 +98,6 @@ func TestOCCRanking(t *testing.T) {
 	}
 }
 
-func TestOCCDeterministic(t *testing.T) {
-	run := func(seed uint64, workers int) []OCCResult {
-		t.Helper()
-		res, err := OCC(OCCConfig{Clients: []int{5, 20}, Runs: 6, Seed: seed, Workers: workers})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
-	a, b := run(7, 1), run(7, 4)
-	if !reflect.DeepEqual(a, b) {
-		t.Fatalf("same seed, different results with 1 and 4 workers:\n%v\n%v", a, b)
-	}
-	if c := run(8, 2); reflect.DeepEqual(a, c) {
-		t.Fatalf("seeds 7 and 8 gave the same results: %v", a)
-	}
-}
-
 func TestFailRateSanity(t *testing.T) {
 	res, err := FailRate(FailRateConfig{P: []float64{0, 0.3, 1}, FailureConfig: FailureConfig{Clients: []int{20}, Rate: 400, Duration: 5 * time.Second, Seed: 1}})
 	if err != nil {
@@ -159,37 +141,44 @@ func TestFailRateSanity(t *testing.T) {
 	}
 }
 
-// TestFailureModelsDeterministic: the same seed gives the same results
-// whatever the number of workers, and another seed others.
-func TestFailureModelsDeterministic(t *testing.T) {
+// TestModelsDeterministic: the same seed gives the same results whatever
+// the number of workers, and another seed others.
+func TestModelsDeterministic(t *testing.T) {
+	failures := func(seed uint64, workers int) FailureConfig {
+		return FailureConfig{Clients: []int{3, 30}, Rate: 200, Duration: 2 * time.Second, Seed: seed, Workers: workers}
+	}
 	for _, tc := range []struct {
 		name string
-		run  func(FailureConfig) (any, error)
+		run  func(seed uint64, workers int) (any, error)
 	}{
-		{"failrate", func(c FailureConfig) (any, error) {
-			res, err := FailRate(FailRateConfig{P: []float64{0.2, 0.9}, FailureConfig: c})
+		{"occ", func(seed uint64, workers int) (any, error) {
+			res, err := OCC(OCCConfig{Clients: []int{5, 20}, Runs: 6, Seed: seed, Workers: workers})
 			return res, err
 		}},
-		{"partial", func(c FailureConfig) (any, error) {
-			res, err := Partial(PartialConfig{FailKeys: []float64{0.2, 0.6}, FailureConfig: c})
+		{"failrate", func(seed uint64, workers int) (any, error) {
+			res, err := FailRate(FailRateConfig{P: []float64{0.2, 0.9}, FailureConfig: failures(seed, workers)})
+			return res, err
+		}},
+		{"partial", func(seed uint64, workers int) (any, error) {
+			res, err := Partial(PartialConfig{FailKeys: []float64{0.2, 0.6}, FailureConfig: failures(seed, workers)})
 			return res, err
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := func(seed uint64, workers int) any {
 				t.Helper()
-				res, err := tc.run(FailureConfig{Clients: []int{3, 30}, Rate: 200, Duration: 2 * time.Second, Seed: seed, Workers: workers})
+				res, err := tc.run(seed, workers)
 				if err != nil {
 					t.Fatal(err)
 				}
 				return res
 			}
-			a, b := run(5, 0), run(5, 1)
+			a, b := run(7, 1), run(7, 4)
 			if !reflect.DeepEqual(a, b) {
-				t.Fatalf("same seed, different results with GOMAXPROCS workers and 1:\n%v\n%v", a, b)
+				t.Fatalf("same seed, different results with 1 and 4 workers:\n%v\n%v", a, b)
 			}
-			if c := run(6, 3); reflect.DeepEqual(a, c) {
-				t.Fatal("seeds 5 and 6 gave the same results")
+			if c := run(8, 2); reflect.DeepEqual(a, c) {
+				t.Fatalf("seeds 7 and 8 gave the same results: %v", a)
 			}
 		})
 	}
@@ -422,8 +411,13 @@ func TestDeadlines(t *testing.T) {
 	}
 	// A 60 ms deadline leaves no room for a retry: the first pause is
 	// 100 ms ×U(0.8, 1.2), and a pause that cannot end before the deadline
-	// is not taken. Every call makes one attempt, and succeeds half the time.
+	// is not taken. Every call makes one attempt, and succeeds half the time
+	// (but with the breaker: half the first attempts failing is its
+	// failureRatio, so it opens and fails calls fast).
 	for name, r := range run(0.5, 60*time.Millisecond) {
+		if name == "breaker" {
+			continue
+		}
 		if r.Amplification != 1 || math.Abs(r.SuccessRate-0.5) > 0.05 {
 			t.Errorf("p=0.5, 60 ms deadline, %s: amplification %v, success %v; want 1 and about 0.5", name, r.Amplification, r.SuccessRate)
 		}
@@ -664,6 +658,36 @@ func BenchmarkFailRateRun(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, err := cfg.run(New(1, uint64(i)), failingServer{p: 0.5}, 100, &c); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// The circuit breaker's goals (issue "Circuit breaking"), over three seeds:
+// at p = 1 with 1000 clients it stops the load (amplification ≤ 1.02); at
+// p = 0.1 it does not open (success ≥ 99.5 %); under a partial failure
+// (20 % of keys fail every attempt) it does not fail the healthy calls.
+func TestBreakerGoals(t *testing.T) {
+	brk := []Contender{Contenders()[len(Contenders())-1]}
+	if brk[0].Name != "breaker" {
+		t.Fatalf("last contender %q, want breaker", brk[0].Name)
+	}
+	for seed := uint64(1); seed <= 3; seed++ {
+		res, err := FailRate(FailRateConfig{P: []float64{0.1, 1}, FailureConfig: FailureConfig{Clients: []int{1000}, Seed: seed, Contenders: brk}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := res[0]; r.SuccessRate < 0.995 {
+			t.Errorf("seed %d, p=0.1: success %v, want ≥ 0.995", seed, r.SuccessRate)
+		}
+		if r := res[1]; r.Amplification > 1.02 {
+			t.Errorf("seed %d, p=1, 1000 clients: amplification %v, want ≤ 1.02", seed, r.Amplification)
+		}
+		part, err := Partial(PartialConfig{FailureConfig: FailureConfig{Seed: seed, Contenders: brk}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := part[0]; r.SuccessRate < 0.795 || r.HealthySuccessRate < 0.995 {
+			t.Errorf("seed %d, partial: success %v (healthy %v), want ≥ 0.795 (healthy ≥ 0.995)", seed, r.SuccessRate, r.HealthySuccessRate)
 		}
 	}
 }

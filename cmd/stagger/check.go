@@ -461,12 +461,12 @@ func explainBreaker(s *budget.BreakerSettings) *checkBreaker {
 	}
 	var set, how []string
 	if !s.NoTrip {
-		set = append(set, fmt.Sprintf("circuitBreaker: failureRatio %v, minimumThroughput %d, samplingWindow %v, breakDuration %v, maxBreakDuration %v, scope %s",
-			s.FailureRatio, s.MinimumThroughput, s.SamplingWindow, s.BreakDuration, s.MaxBreakDuration, strings.ToUpper(s.Scope.String())))
-		how = append(how, fmt.Sprintf("one breaker per %s; it opens when, over the last %v, at least %d attempts were answered and %.0f%% or more of them failed (UNAVAILABLE, RESOURCE_EXHAUSTED, or cut off by perAttemptRecvTimeout); "+
+		set = append(set, fmt.Sprintf("circuitBreaker: failureRatio %v, minimumThroughput %d, consecutiveFailures %d, samplingWindow %v, breakDuration %v, probeEvery %d, maxBreakDuration %v, scope %s",
+			s.FailureRatio, s.MinimumThroughput, s.ConsecutiveFailures, s.SamplingWindow, s.BreakDuration, s.ProbeEvery, s.MaxBreakDuration, strings.ToUpper(s.Scope.String())))
+		how = append(how, fmt.Sprintf("one breaker per %s; it opens when, over the last %v, at least %d first attempts were answered and %.0f%% or more of them failed (UNAVAILABLE, RESOURCE_EXHAUSTED, or cut off by perAttemptRecvTimeout), or, with fewer answers, when %d first attempts failed in a row (retries do not count: they repeat the calls that failed); "+
 			"open, first attempts fail at once with UNAVAILABLE naming the breaker (reason breaker) and retries and hedges are refused (with a deferring budget a refused retry waits, within its deadline, for the breaker's probe); "+
-			"after %v one attempt goes as a probe (a new call's, or a waiting retry let go by the budget's gate): success closes it, failure opens it again for twice as long, up to %v",
-			scopeWhat(s.Scope), s.SamplingWindow, s.MinimumThroughput, 100*s.FailureRatio, s.BreakDuration, s.MaxBreakDuration))
+			"after at least %v and %d refused first attempts (or %v however few), one attempt goes as a probe (a new call's, or a waiting retry let go by the budget's gate): success closes it, failure opens it again with both doubled",
+			scopeWhat(s.Scope), s.SamplingWindow, s.MinimumThroughput, 100*s.FailureRatio, s.ConsecutiveFailures, s.BreakDuration, s.ProbeEvery, s.MaxBreakDuration))
 	}
 	if s.ThrottleK > 0 {
 		set = append(set, fmt.Sprintf("adaptiveThrottling: k %v, window %v", s.ThrottleK, s.SamplingWindow))

@@ -125,10 +125,10 @@ func TestSimCSVShape(t *testing.T) {
 		rows   int
 	}{
 		{"occ", []string{"occ", "-clients", "2,4", "-runs", "2", "-format", "csv"}, "clients,strategy,mean_time_ms,mean_calls", 10},
-		{"failrate one client count", []string{"failrate", "-p", "0,1", "-rate", "100", "-duration", "1s", "-format", "csv"}, "p,strategy,amplification,success_rate", 12},
+		{"failrate one client count", []string{"failrate", "-p", "0,1", "-rate", "100", "-duration", "1s", "-format", "csv"}, "p,strategy,amplification,success_rate", 2 * len(sim.Contenders())},
 		{"failrate several client counts", []string{"failrate", "-p", "0.5", "-clients", "1,10", "-rate", "100", "-duration", "1s", "-format", "csv", "-contenders", "no-retry,default"}, "p,clients,strategy,amplification,success_rate", 4},
-		{"outage", []string{"outage", "-duration", "2s", "-outage-start", "0.5s", "-outage-end", "1s", "-load", "100", "-format", "csv"}, "strategy,attempts_per_call,success_rate,outage_load,peak_after,drain_ms", 6},
-		{"blip", []string{"blip", "-format", "csv"}, "strategy,attempts_per_call,success_rate,outage_load,peak_after,drain_ms", 6},
+		{"outage", []string{"outage", "-duration", "2s", "-outage-start", "0.5s", "-outage-end", "1s", "-load", "100", "-format", "csv"}, "strategy,attempts_per_call,success_rate,outage_load,peak_after,drain_ms", len(sim.Contenders())},
+		{"blip", []string{"blip", "-format", "csv"}, "strategy,attempts_per_call,success_rate,outage_load,peak_after,drain_ms", len(sim.Contenders())},
 		{"partial one client count", []string{"partial", "-fail-keys", "0,0.2,1", "-rate", "100", "-duration", "1s", "-format", "csv"}, "fail_keys,strategy,amplification,success_rate,healthy_success_rate", 3 * len(sim.Contenders())},
 		{"partial several client counts", []string{"partial", "-clients", "1,10", "-rate", "100", "-duration", "1s", "-format", "csv", "-contenders", "no-retry,default"}, "fail_keys,clients,strategy,amplification,success_rate,healthy_success_rate", 4},
 	} {
@@ -160,8 +160,8 @@ func TestSimFailRateP0(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, out)
 	}
-	if len(rows) != 6 {
-		t.Fatalf("%d rows, want 6", len(rows))
+	if len(rows) != len(sim.Contenders()) {
+		t.Fatalf("%d rows, want %d", len(rows), len(sim.Contenders()))
 	}
 	for _, r := range rows {
 		if r.Amplification != 1 || r.SuccessRate != 1 || r.Calls == 0 {
@@ -265,7 +265,7 @@ func TestSimBlip(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	var rows []outageJSON
-	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 6 {
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != len(sim.Contenders()) {
 		t.Fatalf("json: %v, %d rows:\n%s", err, len(rows), out)
 	}
 	for _, r := range rows {
