@@ -73,6 +73,27 @@ func TestCeilingOf(t *testing.T) {
 			in:   CeilingInput{Starts: msList(0, 10, 20, 30, 40, 50, 60, 70, 80, 90), Capacity: 1e6, OutageEnd: 100 * ms, CallTimeout: 100 * ms},
 			want: 9.0 / 10,
 		},
+		{
+			// The first case's server at a quarter of its capacity in the
+			// outage (5/s): half an attempt per bin, 1.5 in all, which the
+			// outage calls cannot have at once (a bin has no whole attempt
+			// of room). The spare capacity, from 200 ms, is 5/s in the
+			// outage and 10/s after: slots end at 400 ms (serving the call
+			// of 200 ms, due at 550), 550 (the call of 300 ms, due at 650)
+			// and 650 (the call of 400 ms, due at 750). Without it, 9 of 10.
+			name: "outage at a quarter of the capacity",
+			in: CeilingInput{Starts: msList(0, 100, 200, 300, 400, 500, 600, 700, 800, 900), Capacity: 20,
+				OutageStart: 200 * ms, OutageEnd: 500 * ms, OutageCapacity: 5, CallTimeout: 350 * ms},
+			want: 1,
+		},
+		{
+			// At half the capacity every bin of the outage has a whole
+			// attempt for its call.
+			name: "outage at half the capacity",
+			in: CeilingInput{Starts: msList(0, 50, 100, 150, 200, 250, 300, 350, 400, 450), Capacity: 20,
+				OutageStart: 200 * ms, OutageEnd: 400 * ms, OutageCapacity: 10, CallTimeout: 10 * ms},
+			want: 8.0 / 10,
+		},
 		{"no deadline", CeilingInput{Starts: msList(0, 1, 2), Capacity: 1, OutageStart: 0, OutageEnd: 5 * ms}, 1},
 		{"no calls", CeilingInput{Capacity: 10, CallTimeout: time.Second}, 0},
 	} {
@@ -101,6 +122,14 @@ func TestCeilingDefaults(t *testing.T) {
 		// spare from 3.5 s.
 		{ScenarioBlip, 1},
 		{ScenarioSlowReplica, 1},
+		// 400 calls/s for 10 s, 4000 calls; in the overload [2 s, 6 s)
+		// 250/s: each 100 ms bin serves 25 of its 40 calls at once, the
+		// other 15 wait, with no spare capacity until 6 s. From 6 s 100
+		// attempts/s are spare, a slot every 10 ms until 8 s, when the
+		// last waiting calls (made before 6 s) are due: 200 slots, the
+		// first of which (ending at 6.01 s) serves a call made after
+		// 4.01 s; the last, ending at 8 s, none. 2400 + 1000 + 199.
+		{ScenarioOverload, 3599.0 / 4000},
 	} {
 		if got := Ceiling(Config{Scenario: tc.scenario}); math.Abs(got-tc.want) > 1e-12 {
 			t.Errorf("Ceiling(%s) = %v, want %v", tc.scenario, got, tc.want)

@@ -74,7 +74,8 @@
 // 10) take the attempts in arrival order from a FIFO queue of at most Queue
 // (default 5 × Workers); a worker spends ServiceTime, Workers ÷ Capacity
 // (20 ms by default), on an attempt it serves, and a tenth of it (2 ms) on
-// one it rejects with RESOURCE_EXHAUSTED because the queue is full, or
+// one it rejects with RESOURCE_EXHAUSTED because the queue is full (the
+// next worker to be free does that before it takes from the queue), or
 // drops because its deadline passed while it waited. An attempt whose
 // caller gives up while it is served costs the whole service time (the
 // server notices only when it answers). From OutageStart to OutageEnd
@@ -85,12 +86,13 @@
 // calls/s, at 2 ms each, and goodput (below) is about 0.94; every retry is
 // more work refused at 2 ms, so retrying without restraint takes worker
 // time from the calls that could succeed (the contenders without a budget
-// or throttling send about 5.5 times the reduced capacity during the
-// overload, and their goodput falls to about 0.6). The queue holds a tenth of a second of work at full
-// capacity, a fifth during the overload: far within the 2 s deadline, so
-// that what is measured is the cost of refusing, not of waiting. The
-// contenders are OverloadContenders: Contenders, the same as for the
-// outages.
+// or throttling send about 6 times the reduced capacity during the
+// overload, and their goodput falls below 0.5). The defaults keep the
+// other scenarios' Capacity and Rate; 10 workers halve into a whole 5;
+// the queue holds a tenth of a second of work at full capacity, a fifth
+// during the overload: far within the 2 s deadline, so that what is
+// measured is the cost of refusing, not of waiting. The contenders are
+// OverloadContenders: Contenders, as for the outages.
 //
 // Its measure is goodput: the calls that succeeded (on the client, when
 // the call returned) from OutageStart to OutageEnd, per second, ÷ the

@@ -97,8 +97,8 @@ type Config struct {
 	Queue int
 	// Rate is the calls per second all clients of a contender offer
 	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica; in
-	// ScenarioBlip 1 call/s per client, 50 with the default Clients; in
-	// ScenarioOverload 160 % of the reduced capacity).
+	// ScenarioBlip 1 call/s per client, 50 with the default Clients). In
+	// ScenarioOverload 80 % of Capacity is 160 % of the reduced capacity.
 	Rate float64
 	// MaxAttempts is every contender's attempt limit, the first attempt
 	// included; default 5 (gRFC A6's cap, which grpc-go applies).
@@ -109,9 +109,8 @@ type Config struct {
 	Backoff policy.Backoff
 	// CallTimeout is each call's deadline; default 2s.
 	CallTimeout time.Duration
-	// Contenders names the contenders to run (see Contenders, and
-	// HedgingContenders for ScenarioSlowReplica); nil means all of the
-	// scenario's.
+	// Contenders names the contenders to run (see ContendersFor); nil
+	// means all of the scenario's.
 	Contenders []string
 }
 

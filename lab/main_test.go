@@ -21,7 +21,7 @@ func TestValidate(t *testing.T) {
 		want string // in the error; "" means valid
 	}{
 		{"defaults", Config{}, ""},
-		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, got "flood"`},
+		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, overload, got "flood"`},
 		{"negative duration", Config{Duration: -time.Second}, "lab: Duration: must be > 0, got -1s"},
 		{"outage past the end", Config{Duration: 3 * time.Second, OutageStart: time.Second, OutageEnd: 4 * time.Second}, "lab: OutageStart/OutageEnd: must satisfy 0 <= start < end <= Duration, got [1s, 4s) of 3s"},
 		{"outage reversed", Config{OutageStart: 3 * time.Second, OutageEnd: 2 * time.Second}, "OutageStart/OutageEnd"},
@@ -30,6 +30,10 @@ func TestValidate(t *testing.T) {
 		{"rate", Config{Rate: -1}, "lab: Rate: must be in (0, 1e6] calls per second, got -1"},
 		{"attempts above grpc-go's cap", Config{MaxAttempts: 6}, "lab: MaxAttempts: must be in [1, 5] (grpc-go's cap), got 6"},
 		{"call timeout", Config{CallTimeout: -time.Second}, "lab: CallTimeout: must be > 0, got -1s"},
+		{"one worker", Config{Scenario: ScenarioOverload, Workers: 1}, "lab: Workers: must be in [2, 10000], got 1"},
+		{"negative queue", Config{Scenario: ScenarioOverload, Queue: -1}, "lab: Queue: must be in [0, 1e6], got -1"},
+		{"service time below 1µs", Config{Scenario: ScenarioOverload, Workers: 2, Capacity: 3e6}, "lab: Capacity: must leave each of the Workers at least 1µs per attempt"},
+		{"overload defaults", Config{Scenario: ScenarioOverload}, ""},
 		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, grpc-middleware, failsafe-go, grpc-go, grpc-go-throttle, naive, got "envoy"`},
 		{"repeated contender", Config{Contenders: []string{"naive", "naive"}}, `lab: Contenders: must not repeat a name, got "naive"`},
 		{"no contender", Config{Contenders: []string{}}, "lab: Contenders: must name at least one, got none"},
@@ -171,6 +175,7 @@ func TestDefaultsPerScenario(t *testing.T) {
 		// What the Config sets wins.
 		{Config{Scenario: ScenarioBlip, Rate: 7, OutageStart: time.Second, OutageEnd: 5 * time.Second}, 7, time.Second, 5 * time.Second, 8 * time.Second, 2 * time.Second},
 		{Config{Scenario: ScenarioSlowReplica}, 250, 2 * time.Second, 4 * time.Second, 8 * time.Second, 2 * time.Second},
+		{Config{Scenario: ScenarioOverload}, 400, 2 * time.Second, 6 * time.Second, 10 * time.Second, 2 * time.Second},
 	} {
 		d := tc.cfg.Defaults()
 		if d.Rate != tc.rate || d.OutageStart != tc.outStart || d.OutageEnd != tc.outEnd || d.Duration != tc.duration ||
@@ -178,5 +183,27 @@ func TestDefaultsPerScenario(t *testing.T) {
 			t.Errorf("%+v.Defaults() = rate %v, outage [%v, %v), duration %v, deadline %v, capacity %d; want %v, [%v, %v), %v, %v, 500",
 				tc.cfg, d.Rate, d.OutageStart, d.OutageEnd, d.Duration, d.CallTimeout, d.Capacity, tc.rate, tc.outStart, tc.outEnd, tc.duration, tc.deadline)
 		}
+	}
+}
+
+// The overload's server: 10 workers of 20 ms, 500 attempts/s, 250 with
+// half of them; a queue of 50; 400 calls/s, 160 % of the reduced capacity.
+func TestOverloadDefaults(t *testing.T) {
+	d := Config{Scenario: ScenarioOverload}.Defaults()
+	if d.Workers != 10 || d.Queue != 50 || d.ServiceTime() != 20*time.Millisecond || d.ReducedCapacity() != 250 || d.Rate/d.ReducedCapacity() != 1.6 {
+		t.Errorf("overload defaults: %d workers, queue %d, service %v, reduced capacity %v, rate %v; want 10, 50, 20ms, 250, 400",
+			d.Workers, d.Queue, d.ServiceTime(), d.ReducedCapacity(), d.Rate)
+	}
+	if w := overloadWorkers(&d, time.Unix(2, 0), time.Unix(6, 0)); w.Count != 10 || w.Reduced != 5 || w.Queue != 50 ||
+		w.Service != 20*time.Millisecond || w.RejectionCost() != 2*time.Millisecond {
+		t.Errorf("overloadWorkers = %+v, want 10 workers, 5 in the overload, queue 50, 20ms", w)
+	}
+	// An odd number of workers: the overload keeps the lesser half.
+	if c := (Config{Scenario: ScenarioOverload, Workers: 5, Capacity: 100}).Defaults(); c.ServiceTime() != 50*time.Millisecond || c.ReducedCapacity() != 40 {
+		t.Errorf("5 workers at 100/s: service %v, reduced capacity %v; want 50ms, 40", c.ServiceTime(), c.ReducedCapacity())
+	}
+	names := namesOf(contendersFor(ScenarioOverload))
+	if !slices.Equal(names[:len(ContenderNames())], ContenderNames()) {
+		t.Errorf("overload contenders %v, want Contenders first", names)
 	}
 }

@@ -83,6 +83,9 @@ func TestRunAccounting(t *testing.T) {
 			if r.P50 > r.P99 || r.P99 > r.P999 {
 				t.Errorf("percentiles not ordered: %v %v %v", r.P50, r.P99, r.P999)
 			}
+			if r.Goodput != 0 {
+				t.Errorf("Goodput = %v, want 0 outside ScenarioOverload", r.Goodput)
+			}
 		})
 	}
 }
@@ -291,17 +294,58 @@ func TestGoroutineSampler(t *testing.T) {
 	})
 }
 
+// tinyOverload is ScenarioOverload small: 4 workers of 20 ms (200
+// attempts/s, 100 with 2 workers in [0.5 s, 1.5 s)), a queue of 20, 160
+// calls/s from 4 clients, one every 6.25 ms.
 func tinyOverload() Config {
 	return Config{Scenario: ScenarioOverload, Duration: 2 * time.Second, OutageStart: 500 * time.Millisecond,
 		OutageEnd: 1500 * time.Millisecond, Clients: 4, Capacity: 200, Workers: 4, CallTimeout: time.Second}
 }
 
-func TestRunOverloadDebug(t *testing.T) {
-	for _, attempts := range []int{1, 5} {
-		cfg := tinyOverload()
-		cfg.MaxAttempts = attempts
-		for name, r := range runTiny(t, cfg) {
-			t.Logf("attempts %d %s: goodput %.4f success %d/%d attempts %d outage %d", attempts, name, r.Goodput, r.Successes, r.Calls, r.Attempts, r.OutageAttempts)
+func TestRunOverloadGoodput(t *testing.T) {
+	cfg := tinyOverload()
+	if d := cfg.Defaults(); d.Queue != 20 || d.Rate != 160 || d.ServiceTime() != 20*time.Millisecond || d.ReducedCapacity() != 100 {
+		t.Fatalf("defaults: queue %d, rate %v, service %v, reduced capacity %v; want 20, 160, 20ms, 100",
+			d.Queue, d.Rate, d.ServiceTime(), d.ReducedCapacity())
+	}
+	// One attempt per call: every contender makes the same calls at the
+	// same virtual times. In the overload 160 attempts arrive in the
+	// second, the 2 workers never idle and serve 100 attempts' time: up
+	// to 2 more are those the idled workers began before; the queue (200
+	// ms of work) makes no call miss its deadline; the rejections, at
+	// most 60, cost at most 6 attempts' time.
+	cfg.MaxAttempts = 1
+	var once float64
+	for name, r := range runTiny(t, cfg) {
+		if once == 0 {
+			once = r.Goodput
 		}
+		if r.Goodput != once || r.Goodput < 0.94 || r.Goodput > 1.02 {
+			t.Errorf("%s, one attempt per call: goodput %v, want the same for all, within [0.94, 1.02]", name, r.Goodput)
+		}
+		if r.Attempts != r.Calls || r.Calls != 320 {
+			t.Errorf("%s, one attempt per call: %d attempts for %d calls, want 320 and 320", name, r.Attempts, r.Calls)
+		}
+	}
+	// The naive loop retries every rejection 50 ms later, 4 times: the
+	// rejections take the workers' time from the calls that could succeed.
+	// The budget and grpc-go's throttling refuse most of those retries.
+	cfg = tinyOverload()
+	cfg.Contenders = []string{"naive", "stagger", "grpc-go-throttle"}
+	res := runTiny(t, cfg)
+	naive := res["naive"]
+	t.Logf("goodput: one attempt %.2f; naive %.2f, stagger %.2f, grpc-go-throttle %.2f", once, naive.Goodput, res["stagger"].Goodput, res["grpc-go-throttle"].Goodput)
+	if naive.Goodput > once-0.15 || naive.Goodput <= 0 {
+		t.Errorf("naive: goodput %v, want in (0, %v]: retries cost the overloaded server", naive.Goodput, once-0.15)
+	}
+	for _, name := range []string{"stagger", "grpc-go-throttle"} {
+		if r := res[name]; r.Goodput < naive.Goodput+0.1 || r.Goodput > 1.02 {
+			t.Errorf("%s: goodput %v, want within [%v, 1.02] (naive's %v + 0.1)", name, r.Goodput, naive.Goodput+0.1, naive.Goodput)
+		}
+	}
+	// OutageLoad is ÷ the reduced capacity: the naive loop sends several
+	// times what the two workers can serve.
+	if naive.OutageLoad < 2 {
+		t.Errorf("naive: overload attempts ÷ reduced capacity %v, want at least 2", naive.OutageLoad)
 	}
 }

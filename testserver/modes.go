@@ -78,11 +78,11 @@ func (s *Server) admit(a *attempt, at, deadline time.Time) *rejection {
 		return &rejection{st: status.New(codes.Unavailable, "testserver: random failure")}
 	}
 	if s.workers.on() {
-		until, dropped, rej := s.workers.queue(at, deadline)
+		j, rej := s.workers.admit(at, deadline)
 		if rej != nil {
 			return rej
 		}
-		a.servedAt, a.dropped = until, dropped
+		a.job = j
 	}
 	s.inFlight++
 	a.admitted = true

@@ -75,9 +75,9 @@ type Stats struct {
 	// Queued is the attempts waiting for a worker right now, on the
 	// server's clock (the Workers mode).
 	Queued int
-	// Work is the worker time booked so far (the Workers mode): Service per
-	// attempt served, a tenth of it per attempt rejected or dropped. It
-	// includes bookings not yet worked off.
+	// Work is the worker time of the work begun so far (the Workers mode):
+	// Service per attempt served, a tenth of it per attempt rejected or
+	// dropped, counted in full from when a worker begins it.
 	Work time.Duration
 }
 
@@ -96,10 +96,8 @@ type attempt struct {
 	sent     int
 	received int
 	reset    bool
-	// servedAt is when the Workers mode is done with the attempt (zero
-	// when the mode is off); dropped, that it dropped it (deadline passed).
-	servedAt time.Time
-	dropped  bool
+	// job is the attempt's place in the Workers mode (nil when off).
+	job *job
 }
 
 func firstJoined(md metadata.MD, name string) string {
@@ -274,11 +272,8 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.InFlight = s.inFlight
-	for _, start := range s.workers.waiting {
-		if start.After(now) {
-			st.Queued++
-		}
-	}
+	s.workers.advance(now)
+	st.Queued = len(s.workers.queue)
 	st.Work = s.workers.work
 	return st
 }

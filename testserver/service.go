@@ -76,16 +76,16 @@ func (s *Server) begin(tr transport, method string, sc *testingv1.Script, at tim
 		a.end(rej.st.Code(), endRejected)
 		return nil, rej.st.Err()
 	}
-	if !a.servedAt.IsZero() {
-		// Waiting for a worker, then served: the handler's caller may give
-		// up meanwhile, the worker's time is booked all the same.
-		if err := s.clock.Sleep(tr.ctx, a.servedAt.Sub(s.clock.Now())); err != nil {
-			return nil, a.broken(tr.ctx, err)
-		}
-		if a.dropped {
-			st := status.New(codes.DeadlineExceeded, "testserver: deadline passed while the attempt waited for a worker")
-			a.end(st.Code(), endCancelled)
-			return nil, st.Err()
+	if a.job != nil {
+		// Waiting for a worker, then served. The caller may give up
+		// meanwhile; the attempt costs the workers what it costs all the
+		// same.
+		if err := s.awaitWorker(tr.ctx, a.job); err != nil {
+			if tr.ctx.Err() != nil {
+				return nil, a.broken(tr.ctx, err)
+			}
+			a.end(status.Code(err), endCancelled) // dropped
+			return nil, err
 		}
 	}
 	if sc.GetHeadersFirst() {

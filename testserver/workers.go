@@ -1,6 +1,8 @@
 package testserver
 
 import (
+	"context"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -24,10 +26,11 @@ import (
 //     (headers_first, delays, failures) runs when the service time is over.
 //   - An attempt that would have to wait while Queue attempts already wait
 //     is rejected at once with RESOURCE_EXHAUSTED. The rejection costs a
-//     tenth of Service (RejectionCost), spent by a worker in the same order
-//     as an attempt that arrived then, though it takes no place in the
-//     queue: the work of reading and refusing a request competes with
-//     serving.
+//     tenth of Service (RejectionCost) of a worker's time, and comes first:
+//     the next worker to be free spends it before it takes the next
+//     attempt from the queue (the rejections pending are worked off in
+//     their order, before any attempt that waits). Reading and refusing a
+//     request is work done now, by the threads that would serve.
 //   - A worker checks an attempt's deadline when it takes it, as a handler
 //     that starts with ctx.Err() does: an attempt whose deadline (the
 //     grpc-timeout its caller sent) passed while it waited is dropped for a
@@ -35,12 +38,12 @@ import (
 //     Everything else a caller does after its attempt arrived costs the
 //     full Service: a deadline that passes during the service, and a
 //     cancellation at any time (a busy handler notices one only when it
-//     answers, and the answer is lost; and the server books an attempt's
-//     worker time when it arrives, when a deadline is known and a
-//     cancellation is not). Deadlines are how callers usually give up; a
-//     cancellation is rarer (a hedge that lost, a process that quit).
+//     answers, and the answer is lost; a queued attempt whose caller
+//     cancelled still waits for its turn, its caller gone). Deadlines are
+//     how callers usually give up; a cancellation is rarer (a hedge that
+//     lost, a process that quit).
 //   - From ReducedFrom to ReducedTo only the first Reduced workers take
-//     attempts: the others finish what they started before ReducedFrom and
+//     work: the others finish what they started before ReducedFrom and
 //     then stand idle until ReducedTo. Reduced is clamped to [0, Count];
 //     zero times, or ReducedTo <= ReducedFrom, mean no reduction.
 //
@@ -49,11 +52,13 @@ import (
 // rejection and dropped attempt. Rejections by the other server-wide modes
 // (outage, Capacity, failure rate) cost nothing.
 //
-// Worker time is booked when an attempt arrives: the server works out when
-// a worker will take it and for how long, and the attempt's handler waits
-// until then on the server's clock; a handler whose caller gave up returns
-// at once, but the booking stands. No goroutine runs the workers. The zero
-// value (Count 0) turns the mode off. A Workers is a plain value.
+// No goroutine runs the workers: the server works out, whenever an attempt
+// arrives or a handler looks, which work has begun by then and when the
+// rest will, and each waiting handler sleeps on the server's clock until
+// its attempt is done, woken early when a rejection or a dropped attempt
+// moves its turn. A handler whose caller gave up returns at once; its
+// attempt keeps its place in the queue and costs what the rules say. The
+// zero value (Count 0) turns the mode off. A Workers is a plain value.
 type Workers struct {
 	// Count is the number of workers; 0 or less turns the mode off.
 	Count int
@@ -82,29 +87,56 @@ func (w Workers) reducedAt(i int, t time.Time) bool {
 		!t.Before(w.ReducedFrom) && t.Before(w.ReducedTo)
 }
 
-// workerPool is the Workers mode's booking: guarded by Server.mu.
+// workerPool is the Workers mode's state, guarded by Server.mu. Work is
+// taken in this order: the pending rejections, then the queue. freeAt and
+// lastStart describe the work begun; after and afterLast, the same once
+// the pending rejections have begun too (kept step by step, so that many
+// pending rejections cost nothing to plan around).
 type workerPool struct {
 	cfg Workers
-	// freeAt is, per worker, when its booked work ends.
+	// now is the latest time the pool was brought up to.
+	now time.Time
+	// freeAt is, per worker, when the work it has begun ends.
 	freeAt []time.Time
-	// lastStart is when the last booking starts: none starts earlier, so
-	// attempts are taken in arrival order.
+	// lastStart is when the latest work began: none begins earlier, so
+	// work is taken in order.
 	lastStart time.Time
-	// waiting are the start times of the attempts booked to start after
-	// they arrived, in order; those that have started are dropped lazily.
-	waiting []time.Time
-	// work is the worker time booked so far.
+	// rejections are when the rejections no worker has begun yet were
+	// made, in order.
+	rejections []time.Time
+	// after and afterLast are freeAt and lastStart once the pending
+	// rejections have begun too.
+	after     []time.Time
+	afterLast time.Time
+	// queue is the attempts no worker has taken, in arrival order.
+	queue []*job
+	// work is the worker time of the work begun so far.
 	work time.Duration
 }
 
-// SetWorkers replaces the Workers mode; the zero Workers turns it off.
-// Bookings made so far stand: busy workers stay busy and queued attempts
-// keep their turn. A larger Count adds idle workers, a smaller one forgets
-// the last workers' bookings.
+// job is an admitted attempt in the Workers mode.
+type job struct {
+	arrived, deadline time.Time // deadline zero for none
+	// end is when the worker is done with it (planned until taken);
+	// dropped, that its deadline passed before a worker took it.
+	end     time.Time
+	dropped bool
+	// sleepUntil is when the attempt's handler means to wake; wake wakes
+	// it sooner (nil when it does not sleep).
+	sleepUntil time.Time
+	wake       context.CancelFunc
+}
+
+// SetWorkers replaces the Workers mode; the zero Workers turns it off (the
+// attempts waiting are then served at once). Work begun stands; a larger
+// Count adds idle workers, a smaller one forgets the last workers' work.
 func (s *Server) SetWorkers(w Workers) {
+	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.workers.advance(now)
 	s.setWorkersLocked(w)
+	s.workers.replan()
 }
 
 func (s *Server) setWorkersLocked(w Workers) {
@@ -112,8 +144,12 @@ func (s *Server) setWorkersLocked(w Workers) {
 	p := &s.workers
 	p.cfg = w
 	n := max(w.Count, 0)
-	if n == 0 {
-		*p = workerPool{cfg: w}
+	if !p.on() {
+		for _, j := range p.queue {
+			j.end = p.now
+			j.wakeUp()
+		}
+		*p = workerPool{cfg: w, now: p.now}
 		return
 	}
 	if len(p.freeAt) > n {
@@ -122,33 +158,28 @@ func (s *Server) setWorkersLocked(w Workers) {
 	for len(p.freeAt) < n {
 		p.freeAt = append(p.freeAt, time.Time{})
 	}
+	p.after, p.afterLast = slices.Clone(p.freeAt), p.lastStart
+	for _, at := range p.rejections {
+		p.afterLast = p.take(p.after, p.afterLast, at, p.cfg.RejectionCost())
+	}
 }
 
 // on reports whether the mode is on: attempts cost time.
 func (p *workerPool) on() bool { return p.cfg.Count > 0 && p.cfg.Service > 0 }
 
-// dropStarted forgets the waiting attempts a worker has taken by now.
-func (p *workerPool) dropStarted(now time.Time) {
-	i := 0
-	for i < len(p.waiting) && !p.waiting[i].After(now) {
-		i++
-	}
-	p.waiting = p.waiting[i:]
-}
-
-// next is the worker that can take the next booking arriving at `at`, and
-// when: the earliest time at or after `at` and the last booking's start
-// at which a worker is free and allowed to work; ties go to the lowest
-// worker.
-func (p *workerPool) next(at time.Time) (worker int, start time.Time) {
+// next is the worker that takes the next work, arrived at `at`, given
+// when each worker is free and when the last work began, and when: the
+// earliest time no earlier than those at which a worker is free and
+// allowed to work; ties go to the lowest worker.
+func (p *workerPool) next(free []time.Time, last, at time.Time) (worker int, start time.Time) {
 	worker = -1
-	for i, free := range p.freeAt {
+	for i, f := range free {
 		t := at
-		if p.lastStart.After(t) {
-			t = p.lastStart
+		if last.After(t) {
+			t = last
 		}
-		if free.After(t) {
-			t = free
+		if f.After(t) {
+			t = f
 		}
 		if p.cfg.reducedAt(i, t) {
 			t = p.cfg.ReducedTo
@@ -160,31 +191,139 @@ func (p *workerPool) next(at time.Time) (worker int, start time.Time) {
 	return worker, start
 }
 
-func (p *workerPool) book(worker int, start time.Time, cost time.Duration) {
-	p.freeAt[worker] = start.Add(cost)
-	p.lastStart = start
-	p.work += cost
+// take gives work of the given cost, arrived at `at`, to the next worker
+// in free, and returns when it begins (the new last start).
+func (p *workerPool) take(free []time.Time, last, at time.Time, cost time.Duration) time.Time {
+	w, start := p.next(free, last, at)
+	free[w] = start.Add(cost)
+	return start
 }
 
-// queue books an admitted attempt arriving at `at` whose deadline is
-// deadline (zero for none), both on the server's clock. It returns when
-// the attempt's handler may go on and whether the worker dropped it
-// (deadline passed), or a rejection when the queue is full.
-func (p *workerPool) queue(at, deadline time.Time) (until time.Time, dropped bool, rej *rejection) {
-	p.dropStarted(at)
-	worker, start := p.next(at)
-	if start.After(at) && len(p.waiting) >= p.cfg.Queue {
-		p.book(worker, start, p.cfg.RejectionCost())
-		return time.Time{}, false, &rejection{st: status.Newf(codes.ResourceExhausted,
-			"testserver: queue full: %d attempts waiting for %d workers", len(p.waiting), p.cfg.Count)}
+// cost is what j costs a worker that takes it at start.
+func (p *workerPool) cost(j *job, start time.Time) (time.Duration, bool) {
+	if !j.deadline.IsZero() && !j.deadline.After(start) {
+		return p.cfg.RejectionCost(), true
 	}
-	cost := p.cfg.Service
-	if !deadline.IsZero() && !deadline.After(start) {
-		cost, dropped = p.cfg.RejectionCost(), true
+	return p.cfg.Service, false
+}
+
+// advance begins, in order, the work that begins by now (the latest of now
+// and the times seen before), then replans the rest.
+func (p *workerPool) advance(now time.Time) {
+	if now.After(p.now) {
+		p.now = now
 	}
-	p.book(worker, start, cost)
-	if start.After(at) {
-		p.waiting = append(p.waiting, start)
+	if !p.on() {
+		return
 	}
-	return start.Add(cost), dropped, nil
+	for len(p.rejections) > 0 {
+		w, start := p.next(p.freeAt, p.lastStart, p.rejections[0])
+		if start.After(p.now) {
+			return // the queue waits behind the rejections; its plan stands
+		}
+		p.freeAt[w], p.lastStart = start.Add(p.cfg.RejectionCost()), start
+		p.work += p.cfg.RejectionCost()
+		p.rejections = p.rejections[1:]
+	}
+	taken := 0
+	for _, j := range p.queue {
+		w, start := p.next(p.freeAt, p.lastStart, j.arrived)
+		if start.After(p.now) {
+			break
+		}
+		cost, dropped := p.cost(j, start)
+		p.freeAt[w], p.lastStart = start.Add(cost), start
+		p.work += cost
+		j.end, j.dropped = start.Add(cost), dropped
+		taken++
+	}
+	if taken == 0 {
+		return
+	}
+	clear(p.queue[:taken])
+	p.queue = p.queue[taken:]
+	p.after, p.afterLast = slices.Clone(p.freeAt), p.lastStart
+	p.replan()
+}
+
+// replan works out when the queued attempts will be done, from the state
+// after the pending rejections, and wakes the handlers whose attempt will
+// be done sooner than they sleep.
+func (p *workerPool) replan() {
+	free, last := slices.Clone(p.after), p.afterLast
+	for _, j := range p.queue {
+		w, start := p.next(free, last, j.arrived)
+		cost, dropped := p.cost(j, start)
+		free[w], last = start.Add(cost), start
+		j.end, j.dropped = start.Add(cost), dropped
+		if j.wake != nil && j.end.Before(j.sleepUntil) {
+			j.wakeUp()
+		}
+	}
+}
+
+func (j *job) wakeUp() {
+	if j.wake != nil {
+		j.wake()
+		j.wake = nil
+	}
+}
+
+// admit brings the pool up to at and queues an attempt that arrived then
+// (deadline zero for none), or rejects it when it would wait behind a full
+// queue.
+func (p *workerPool) admit(at, deadline time.Time) (*job, *rejection) {
+	p.advance(at)
+	j := &job{arrived: at, deadline: deadline}
+	if len(p.queue) >= p.cfg.Queue {
+		free, last := slices.Clone(p.after), p.afterLast
+		for _, q := range p.queue {
+			w, start := p.next(free, last, q.arrived)
+			cost, _ := p.cost(q, start)
+			free[w], last = start.Add(cost), start
+		}
+		if _, start := p.next(free, last, at); start.After(p.now) {
+			p.rejections = append(p.rejections, p.now)
+			p.afterLast = p.take(p.after, p.afterLast, p.now, p.cfg.RejectionCost())
+			p.replan()
+			return nil, &rejection{st: status.Newf(codes.ResourceExhausted,
+				"testserver: queue full: %d attempts waiting for %d workers", len(p.queue), p.cfg.Count)}
+		}
+	}
+	p.queue = append(p.queue, j)
+	p.replan()
+	p.advance(at) // taken at once when a worker is free
+	return j, nil
+}
+
+// awaitWorker waits until the Workers mode is done with j: it returns the
+// error of the attempt's context if that ends first, or DEADLINE_EXCEEDED
+// when the worker dropped the attempt.
+func (s *Server) awaitWorker(ctx context.Context, j *job) error {
+	for {
+		now := s.clock.Now()
+		s.mu.Lock()
+		s.workers.advance(now)
+		end, dropped := j.end, j.dropped
+		now = s.workers.now
+		var sleep context.Context
+		cancel := context.CancelFunc(func() {})
+		if now.Before(end) {
+			sleep, cancel = context.WithCancel(ctx)
+			j.sleepUntil, j.wake = end, cancel
+		}
+		s.mu.Unlock()
+		if sleep == nil {
+			if dropped {
+				return status.Error(codes.DeadlineExceeded, "testserver: deadline passed while the attempt waited for a worker")
+			}
+			return nil
+		}
+		// Woken early or not, look again: the plan may have moved.
+		_ = s.clock.Sleep(sleep, end.Sub(now))
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }

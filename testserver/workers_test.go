@@ -78,7 +78,7 @@ const ms = time.Millisecond
 
 // Two workers, a queue of one, 100 ms per attempt: the third attempt waits,
 // the fourth and fifth find the queue full and cost a tenth each, which
-// the second worker spends after its first attempt, before the sixth.
+// the workers spend as they come free, before they take the third.
 func TestWorkersQueueAndRejections(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, c := newWorkerCalls(t, testserver.Workers{Count: 2, Queue: 1, Service: 100 * ms})
@@ -88,9 +88,9 @@ func TestWorkersQueueAndRejections(t *testing.T) {
 		if st := s.Stats(); st.Queued != 1 || st.Rejected != 2 || st.InFlight != 3 {
 			t.Errorf("at 0: stats %+v, want 1 queued, 2 rejected, 3 in flight", st)
 		}
-		// Worker 0 serves a [0, 100), c [100, 200); worker 1 b [0, 100),
-		// then d's and e's rejections [100, 120): f, at 150 ms, finds it
-		// free.
+		// Worker 0 serves a [0, 100), d's rejection [100, 110), c [110,
+		// 210); worker 1 b [0, 100), e's rejection [100, 110): f, at
+		// 150 ms, finds it free.
 		c.sleepUntil(150 * ms)
 		c.call("f", 0)
 		if st := s.Stats(); st.Queued != 0 || st.Work != 420*ms {
@@ -98,7 +98,7 @@ func TestWorkersQueueAndRejections(t *testing.T) {
 		}
 		ok, re := codes.OK, codes.ResourceExhausted
 		c.want(map[string]workerCall{
-			"a": {ok, 100 * ms}, "b": {ok, 100 * ms}, "c": {ok, 200 * ms},
+			"a": {ok, 100 * ms}, "b": {ok, 100 * ms}, "c": {ok, 210 * ms},
 			"d": {re, 0}, "e": {re, 0}, "f": {ok, 250 * ms},
 		})
 		if recs := s.Attempts("d"); len(recs) != 1 || !recs[0].Rejected {
@@ -122,15 +122,15 @@ func TestWorkersReduced(t *testing.T) {
 		c.call("a", 0) // worker 0, [950, 1050)
 		c.call("b", 0) // worker 1, [950, 1050): begun before the reduction
 		c.sleepUntil(time.Second)
-		c.call("c", 0) // worker 0, [1050, 1150)
-		c.call("d", 0) // worker 0, [1150, 1250)
-		c.call("e", 0) // rejected: worker 0, [1250, 1260)
+		c.call("c", 0) // worker 0, [1050, 1150), for now
+		c.call("d", 0) // worker 0, [1150, 1250), for now
+		c.call("e", 0) // rejected: worker 0, [1050, 1060); c and d 10 ms later
 		c.sleepUntil(1950 * ms)
 		c.call("f", 0) // worker 0, [1950, 2050)
 		c.call("g", 0) // worker 1 again, [2000, 2100)
 		ok := codes.OK
 		c.want(map[string]workerCall{
-			"a": {ok, 1050 * ms}, "b": {ok, 1050 * ms}, "c": {ok, 1150 * ms}, "d": {ok, 1250 * ms},
+			"a": {ok, 1050 * ms}, "b": {ok, 1050 * ms}, "c": {ok, 1160 * ms}, "d": {ok, 1260 * ms},
 			"e": {codes.ResourceExhausted, time.Second}, "f": {ok, 2050 * ms}, "g": {ok, 2100 * ms},
 		})
 		if st := s.Stats(); st.Work != 610*ms {
@@ -166,6 +166,26 @@ func TestWorkersDeadlines(t *testing.T) {
 			if recs := s.Attempts(key); len(recs) != 1 || !recs[0].Cancelled || recs[0].Ended.Sub(c.start) != at {
 				t.Errorf("%s's records %+v, want one cancelled at %v", key, recs, at)
 			}
+		}
+	})
+}
+
+// A rejection comes before the queue: it pushes the attempt due first past
+// its deadline, which makes it cheap, and the one behind it is done sooner
+// than planned, its handler woken for it.
+func TestWorkersRejectionComesFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, c := newWorkerCalls(t, testserver.Workers{Count: 1, Queue: 2, Service: 100 * ms})
+		c.call("a", 0)      // [0, 100)
+		c.call("b", 105*ms) // [100, 200) for now
+		c.call("c", 0)      // [200, 300) for now
+		c.call("d", 0)      // rejected: [100, 110); b taken at 110, dropped [110, 120); c [120, 220)
+		ok := codes.OK
+		c.want(map[string]workerCall{
+			"a": {ok, 100 * ms}, "b": {codes.DeadlineExceeded, 105 * ms}, "c": {ok, 220 * ms}, "d": {codes.ResourceExhausted, 0},
+		})
+		if st := s.Stats(); st.Work != 220*ms || st.Queued != 0 {
+			t.Errorf("stats %+v, want 220ms of work, none queued", st)
 		}
 	})
 }

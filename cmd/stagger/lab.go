@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,6 +38,13 @@ Scenarios (-scenario, comma-separated to run several one after another):
                -outage-end 3.5s; a flag given on the command line wins
   slow-replica no outage; one attempt in twenty is ten times slower: stagger
                without and with hedging (p50/p99/p99.9, attempts per call)
+  overload     a server that pays for its work (bufconn): 10 workers, a FIFO
+               queue of 50, 20 ms per attempt served (10 workers ÷
+               -capacity), 2 ms per attempt rejected; half the workers
+               from 2s to 6s of 10s (the scenario's defaults), so the
+               offered 80% of -capacity is 160% of what is left. GOODPUT:
+               calls that succeeded in the overload, per second, ÷ the
+               reduced capacity
 
 Each table opens with the scenario's ceiling: the success rate an ideal
 client could reach without ever sending more than the capacity (the lab
@@ -94,17 +102,18 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	d := lab.Config{}.Defaults()
 	scenarios := stringList{string(lab.ScenarioUnavailable)}
 	fs.Var(&scenarios, "scenario", "scenarios to run, comma-separated: "+strings.Join(labScenarioNames(), ", "))
-	duration := fs.Duration("duration", d.Duration, "how long calls are offered")
-	start := fs.Duration("outage-start", d.OutageStart, "when the outage starts")
-	end := fs.Duration("outage-end", d.OutageEnd, "when the outage ends")
+	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload: 10s)")
+	start := fs.Duration("outage-start", d.OutageStart, "when the outage (overload: half the workers) starts")
+	end := fs.Duration("outage-end", d.OutageEnd, "when the outage ends (blip: 3.5s; overload: 6s)")
 	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget")
-	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server admits")
+	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server admits (overload: serves with all its workers)")
 	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica: 50%)")
 	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5)")
 	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call")
 	var contenders stringList
 	fs.Var(&contenders, "contenders", "contenders to run, comma-separated (default: all of the scenario's): "+
-		strings.Join(lab.ContenderNames(), ", ")+"; for slow-replica: "+strings.Join(labNames(lab.HedgingContenders()), ", "))
+		strings.Join(lab.ContenderNames(), ", ")+labOnly(lab.ScenarioOverload)+
+		"; for slow-replica: "+strings.Join(labNames(lab.HedgingContenders()), ", "))
 	out := format("table")
 	fs.Var(&out, "format", "output: table, csv or json")
 	if err := parseFlags(fs, args); err != nil {
@@ -180,6 +189,21 @@ func labNames(cs []lab.Contender) []string {
 		out = append(out, c.Name)
 	}
 	return out
+}
+
+// labOnly names the contenders only scenario s runs besides
+// lab.Contenders, as "; for overload also: a, b", or "" when none.
+func labOnly(s lab.Scenario) string {
+	var only []string
+	for _, n := range labNames(lab.ContendersFor(s)) {
+		if !slices.Contains(lab.ContenderNames(), n) {
+			only = append(only, n)
+		}
+	}
+	if len(only) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; for %s also: %s", s, strings.Join(only, ", "))
 }
 
 func labScenarioNames() []string {

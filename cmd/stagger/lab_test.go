@@ -45,6 +45,9 @@ func TestLabErrors(t *testing.T) {
 		{"blip's own outage", []string{"-scenario", "blip", "-duration", "3s"}, 2, "got [2s, 3.5s) of 3s"},
 		{"one bound given, the other blip's", []string{"-scenario", "blip", "-outage-start", "3.6s"}, 2, "got [3.6s, 3.5s) of 8s"},
 		{"one bound given, the other unavailable's", []string{"-outage-start", "4.5s"}, 2, "got [4.5s, 4s) of 8s"},
+		// The overload's own outage, [2s, 6s), and duration, 10s.
+		{"overload's own outage", []string{"-scenario", "overload", "-duration", "5s"}, 2, "got [2s, 6s) of 5s"},
+		{"overload's own duration", []string{"-scenario", "overload", "-outage-end", "11s"}, 2, "got [2s, 11s) of 10s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runLabArgs(t, tc.args...)
@@ -70,13 +73,16 @@ func TestLabCSV(t *testing.T) {
 	if err != nil {
 		t.Fatalf("output is not CSV: %v\n%s", err, stdout)
 	}
-	want := "scenario,contender,calls,attempts_per_call,success_rate,outage_load,peak_after,p50_ms,p99_ms,p999_ms"
+	want := "scenario,contender,calls,attempts_per_call,success_rate,outage_load,peak_after,p50_ms,p99_ms,p999_ms,goodput"
 	if len(rows) != 3 || strings.Join(rows[0], ",") != want {
 		t.Fatalf("got %d rows, header %v; want 3 rows under %s", len(rows), rows[0], want)
 	}
 	for i, name := range []string{"stagger", "naive"} {
 		if rows[i+1][0] != "unavailable" || rows[i+1][1] != name || rows[i+1][2] != "24" {
 			t.Errorf("row %d = %v, want unavailable,%s,24 (40 calls/s, 80%% of capacity, for 0.6 s)", i+1, rows[i+1], name)
+		}
+		if g := rows[i+1][10]; g != "" {
+			t.Errorf("row %d: goodput %q, want none outside the overload", i+1, g)
 		}
 	}
 }
@@ -92,6 +98,9 @@ func TestLabTableAndJSON(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
+	}
+	if strings.Contains(stdout, "GOODPUT") {
+		t.Errorf("table of unavailable shows goodput:\n%s", stdout)
 	}
 	var out bytes.Buffer
 	if err := labMain(context.Background(), append(tinyLab, "-format", "json"), &out, &out); err != nil {
@@ -124,6 +133,9 @@ func TestLabJSONFields(t *testing.T) {
 		if _, ok := recs[0][key]; !ok {
 			t.Errorf("json record lacks %q: %v", key, recs[0])
 		}
+	}
+	if _, ok := recs[0]["goodput"]; ok {
+		t.Errorf("json record of unavailable has a goodput: %v", recs[0])
 	}
 	if recs[0]["contender"] != "stagger" || recs[1]["contender"] != "naive" || recs[0]["scenario"] != "unavailable" {
 		t.Errorf("records name %v/%v and %v, want unavailable/stagger and naive", recs[0]["scenario"], recs[0]["contender"], recs[1]["contender"])
@@ -159,5 +171,50 @@ func TestLabBlip(t *testing.T) {
 	// after the first: calls at 0 and 0.5 s, none in the outage.
 	if r := got[0]; r.Scenario != "blip" || r.Calls != 2 || r.Ceiling != 1 {
 		t.Errorf("record %+v: want blip, 2 calls, ceiling 1", r)
+	}
+}
+
+// tinyOverload is the overload scenario short, in real time: 10 workers of
+// 100 ms (capacity 100/s), 5 of them in [200 ms, 400 ms), 80 calls/s.
+var tinyOverload = []string{"-scenario", "overload", "-duration", "600ms", "-outage-start", "200ms", "-outage-end", "400ms",
+	"-clients", "2", "-capacity", "100", "-call-timeout", "300ms", "-contenders", "stagger,naive"}
+
+// TestLabOverload checks that the overload's records carry a goodput, in
+// every format; its value depends on real time, so only its range is
+// checked: the 5 workers can serve 10 attempts in the 200 ms, plus the 5
+// the idled workers began before.
+func TestLabOverload(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var out bytes.Buffer
+	if err := labMain(context.Background(), append(tinyOverload, "-format", "json"), &out, &out); err != nil {
+		t.Fatalf("labMain json: %v", err)
+	}
+	var recs []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &recs); err != nil || len(recs) != 2 {
+		t.Fatalf("json: %v, %d records:\n%s", err, len(recs), out.String())
+	}
+	for _, r := range recs {
+		g, ok := r["goodput"].(float64)
+		if r["scenario"] != "overload" || !ok || g < 0 || g > 1.5 || r["calls"] != 48.0 {
+			t.Errorf("record %v: want overload, 48 calls (80/s for 0.6 s), goodput within [0, 1.5]", r)
+		}
+	}
+	code, stdout, stderr := runLabArgs(t, tinyOverload...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"scenario overload: 10 workers, 100ms per attempt (10ms per rejection), queue 50; capacity 100 attempts/s, 50 with 5 workers in the overload [200ms, 400ms)",
+		"goodput: calls that succeeded in the overload, per second, ÷ 50/s", "GOODPUT", "OVERLOAD ATTEMPTS ÷ CAP", "▔ = overload (half the workers)"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	code, stdout, stderr = runLabArgs(t, append(tinyOverload, "-format", "csv")...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	rows, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
+	if err != nil || len(rows) != 3 || rows[0][10] != "goodput" || rows[1][10] == "" || rows[2][10] == "" {
+		t.Errorf("csv (%v): want a goodput in every row:\n%s", err, stdout)
 	}
 }
