@@ -294,7 +294,7 @@ type Breaker struct {
 	breakFor time.Duration
 	// retryAt: when the open breaker lets a probe go; probeOut: a probe is
 	// out, since probeAt.
-	retryAt  time.Time
+	retryAt time.Time
 	// openedAt: when it last opened; refusedOpen: first attempts refused
 	// since; probeEvery: how many must be before a probe (ProbeEvery,
 	// doubled per failed probe).
@@ -302,7 +302,7 @@ type Breaker struct {
 	refusedOpen int
 	probeEvery  int
 	probeOut    bool
-	probeAt  time.Time
+	probeAt     time.Time
 	// paceAt is the start Pace gave the latest held attempt.
 	paceAt   time.Time
 	opened   uint64
@@ -587,10 +587,18 @@ type BreakerListener interface {
 	BreakerChanged(BreakerChange)
 }
 
+// PaceGain is how much faster than the rate the server answered first
+// attempts over the window Pace lets held first attempts go: new calls keep
+// arriving beside them, so the server sees up to 1 + PaceGain times its
+// usual load until the backlog is gone (the lab's refused-wfr: a peak
+// under 2× capacity), while the held calls' deadlines run.
+const PaceGain = 2.0
+
 // Pace returns how long a first attempt that was held while its connection
 // was not ready (a waitForReady call) waits, once the connection is ready,
-// before it goes: held attempts go one at a time, at the rate the server
-// answered attempts over the window (at least one a second), so
+// before it goes: held attempts go one at a time, at PaceGain times the
+// rate the server answered first attempts over the window (at least one a
+// second), so
 // that the calls that queued during an outage reach the recovering server
 // at the pace the process sent them before it, beside the new calls,
 // instead of all at once. It reserves the start it returns.
@@ -599,7 +607,7 @@ func (b *Breaker) Pace() time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.foldLocked(now)
-	rate := math.Max(float64(b.w.sum[brAccepts]+b.w.sum[brFailures])/b.s.SamplingWindow.Seconds(), 1)
+	rate := math.Max(PaceGain*float64(b.w.sum[brAccepts]+b.w.sum[brFailures])/b.s.SamplingWindow.Seconds(), 1)
 	at := b.paceAt.Add(time.Duration(float64(time.Second) / rate))
 	if at.Before(now) {
 		at = now

@@ -59,6 +59,8 @@ func Contenders() []Contender {
 				return stagger.DialOptions(nil, interceptor.WithPolicy(staggerPolicy(c)), interceptor.WithBudget(nil)), nil
 			},
 		},
+		guarded("stagger-breaker", budget.BreakerSettings{}, "a circuit breaker per client (defaults: opens at 50 %% of ≥ 20 first attempts failing in 10 s, or 5 in a row)"),
+		guarded("stagger-throttling", budget.BreakerSettings{NoTrip: true, ThrottleK: budget.DefaultThrottleK}, "client-side adaptive throttling per client (K = 2)"),
 		{
 			Name: "grpc-middleware",
 			Gets: func(c Config) string {
@@ -113,6 +115,29 @@ func Contenders() []Contender {
 			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
 				return []grpc.DialOption{grpc.WithChainUnaryInterceptor(naiveRetry(c.MaxAttempts, c.Backoff.Initial)), grpc.WithDisableRetry()}, nil
 			},
+		},
+	}
+}
+
+// guarded is stagger as the "stagger" contender has it, with breakers of
+// settings s, one set per client (a process's), which also pace the
+// waitForReady calls held while the connection was down.
+func guarded(name string, s budget.BreakerSettings, what string) Contender {
+	return Contender{
+		Name: name,
+		Gets: func(c Config) string {
+			return fmt.Sprintf("%d attempts, %v jitter, default budget per client, "+what+"; waitForReady calls paced after a reconnection", c.MaxAttempts, c.Backoff.Jitter)
+		},
+		dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+			b, err := budget.New(budget.DefaultSettings())
+			if err != nil {
+				return nil, err
+			}
+			bs, err := budget.NewBreakers(s, nil)
+			if err != nil {
+				return nil, err
+			}
+			return stagger.DialOptions(nil, interceptor.WithPolicy(staggerPolicy(c)), interceptor.WithBudget(b), interceptor.WithBreakers(bs)), nil
 		},
 	}
 }

@@ -34,7 +34,7 @@ func TestValidate(t *testing.T) {
 		{"negative queue", Config{Scenario: ScenarioOverload, Queue: -1}, "lab: Queue: must be in [0, 1e6], got -1"},
 		{"service time below 1µs", Config{Scenario: ScenarioOverload, Workers: 2, Capacity: 3e6}, "lab: Capacity: must leave each of the Workers at least 1µs per attempt"},
 		{"overload defaults", Config{Scenario: ScenarioOverload}, ""},
-		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, grpc-middleware, failsafe-go, grpc-go, grpc-go-throttle, naive, got "envoy"`},
+		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, stagger-breaker, stagger-throttling, grpc-middleware, failsafe-go, grpc-go, grpc-go-throttle, naive, got "envoy"`},
 		{"repeated contender", Config{Contenders: []string{"naive", "naive"}}, `lab: Contenders: must not repeat a name, got "naive"`},
 		{"no contender", Config{Contenders: []string{}}, "lab: Contenders: must name at least one, got none"},
 	} {

@@ -73,12 +73,19 @@ func TestRunAccounting(t *testing.T) {
 			if load != r.Attempts {
 				t.Errorf("server arrivals %d != attempts %d", load, r.Attempts)
 			}
-			if r.Attempts < r.Calls || r.Attempts > 5*r.Calls {
-				t.Errorf("Attempts = %d, want within [%d, %d]", r.Attempts, r.Calls, 5*r.Calls)
+			// A circuit breaker fails calls at once while open (no
+			// attempt), and stays open past the outage until its probe:
+			// at least the calls before the outage get through.
+			minAttempts, minSuccesses := r.Calls, 40
+			if name == "stagger-breaker" {
+				minAttempts, minSuccesses = 20, 20
+			}
+			if r.Attempts < minAttempts || r.Attempts > 5*r.Calls {
+				t.Errorf("Attempts = %d, want within [%d, %d]", r.Attempts, minAttempts, 5*r.Calls)
 			}
 			// Calls outside the outage meet a server with spare capacity.
-			if r.Successes < 40 || r.Successes > r.Calls {
-				t.Errorf("Successes = %d, want within [40, %d]", r.Successes, r.Calls)
+			if r.Successes < minSuccesses || r.Successes > r.Calls {
+				t.Errorf("Successes = %d, want within [%d, %d]", r.Successes, minSuccesses, r.Calls)
 			}
 			if r.P50 > r.P99 || r.P99 > r.P999 {
 				t.Errorf("percentiles not ordered: %v %v %v", r.P50, r.P99, r.P999)
