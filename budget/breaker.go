@@ -592,7 +592,7 @@ type BreakerListener interface {
 // arriving beside them, so the server sees up to 1 + PaceGain times its
 // usual load until the backlog is gone (the lab's refused-wfr: a peak
 // under 2× capacity), while the held calls' deadlines run.
-const PaceGain = 2.0
+const PaceGain = 1.25
 
 // Pace returns how long a first attempt that was held while its connection
 // was not ready (a waitForReady call) waits, once the connection is ready,
