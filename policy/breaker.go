@@ -29,18 +29,11 @@ func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
 	var p breakerPart
 	before := len(w.errs)
 	p.cb, p.at = get(n, "circuitBreaker"), get(n, "adaptiveThrottling")
+	cp, ap := join(path, "circuitBreaker"), join(path, "adaptiveThrottling")
+	p.cb, p.cbOff = w.breakerSection(p.cb, cp, entry, "breaker")
+	p.at, p.atOff = w.breakerSection(p.at, ap, entry, "throttling")
 	if p.cb != nil {
-		cp := join(path, "circuitBreaker")
 		switch {
-		case entry && p.cb.kind == nodeBool && !p.cb.b:
-			p.cbOff, p.cb = true, nil
-		case p.cb.kind != nodeObject:
-			rule := "must be an object"
-			if entry {
-				rule = "must be an object, or false to turn the file's breaker off here"
-			}
-			w.wrongKind(cp, rule, p.cb)
-			p.cb = nil
 		case w.object(p.cb, cp, "failureRatio", "minimumThroughput", "consecutiveFailures", "samplingWindow", "breakDuration", "probeEvery", "maxBreakDuration", "scope", "paceReconnect"):
 			p.s.FailureRatio = w.breakerNumber(p.cb, cp, "failureRatio")
 			p.s.MinimumThroughput = int(w.breakerNumber(p.cb, cp, "minimumThroughput"))
@@ -71,17 +64,7 @@ func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
 		}
 	}
 	if p.at != nil {
-		ap := join(path, "adaptiveThrottling")
 		switch {
-		case entry && p.at.kind == nodeBool && !p.at.b:
-			p.atOff, p.at = true, nil
-		case p.at.kind != nodeObject:
-			rule := "must be an object"
-			if entry {
-				rule = "must be an object, or false to turn the file's throttling off here"
-			}
-			w.wrongKind(ap, rule, p.at)
-			p.at = nil
 		case w.object(p.at, ap, "k", "window"):
 			p.s.ThrottleK = w.breakerNumber(p.at, ap, "k")
 			p.windowAT = w.breakerDuration(p.at, ap, "window")
@@ -122,6 +105,25 @@ func (w *walker) breakerRules(s budget.BreakerSettings, path string) bool {
 		w.fail(join(path, se.Field), se.Rule, v)
 	}
 	return false
+}
+
+// breakerSection checks the kind of a circuitBreaker or adaptiveThrottling
+// section v at path: an object (returned), or, in an entry, false (off).
+func (w *walker) breakerSection(v *node, path string, entry bool, what string) (obj *node, off bool) {
+	switch {
+	case v == nil:
+		return nil, false
+	case entry && v.kind == nodeBool && !v.b:
+		return nil, true
+	case v.kind != nodeObject:
+		rule := "must be an object"
+		if entry {
+			rule = "must be an object, or false to turn the file's " + what + " off here"
+		}
+		w.wrongKind(path, rule, v)
+		return nil, false
+	}
+	return v, false
 }
 
 // breakerNumber reads an optional number of a breaker section; absent is 0
