@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/chain"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -256,6 +257,10 @@ type call struct {
 	breakers *budget.Breakers
 	br       *budget.Breaker
 	brCache  *atomic.Pointer[breakerRef]
+	// ctx is the caller's context: the request a server is serving, when the
+	// call is made under stagger's server side (internal/chain), is found
+	// through it only when an attempt fails.
+	ctx context.Context
 }
 
 // noCancel stands in for a cancel func when no context was made.
@@ -278,7 +283,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 			break
 		}
 	}
-	c.o, c.method = o, method
+	c.o, c.method, c.ctx = o, method, ctx
 	if o.disabled {
 		return ctx, noCancel, grpcOpts, false
 	}
@@ -592,6 +597,10 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	if c.budget != nil {
 		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission})
 	}
+	if v.Retry && chain.RetriedRequest(c.ctx) {
+		// Served for a caller that is retrying already: retry at one layer.
+		v.Retry, v.Reason = false, policy.ReasonRetriedRequest
+	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
 	if v.Retry && (c.budget != nil || c.br != nil) {
 		req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts}
@@ -770,7 +779,7 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 	refused := &refusedError{st: status.New(codes.Unavailable, err.Error()), err: err}
 	c.reason = reason
 	c.o.emit(ctx, Event{Kind: EventGiveUp, Method: c.method, Code: codes.Unavailable, Err: refused, Reason: reason})
-	return &Error{Attempts: 0, Reason: reason, Err: refused}
+	return c.failed(0, refused)
 }
 
 // waitsForReady reports whether a call with the file's options, then the
@@ -846,5 +855,18 @@ func (c *call) finish(err error) error {
 	if err == nil || !c.retrying {
 		return err
 	}
-	return &Error{Attempts: c.attempt, Reason: c.reason, Err: err}
+	return c.failed(c.attempt, err)
+}
+
+// failed returns the *Error of a call that ended with err after attempts
+// attempts, for reason c.reason. When stagger gave up retrying
+// (Error.GaveUp), it marks the request the call was made for, if the call is
+// made while serving one under stagger's server side, which then tells that
+// request's caller not to retry.
+func (c *call) failed(attempts int, err error) *Error {
+	e := &Error{Attempts: attempts, Reason: c.reason, Err: err}
+	if e.GaveUp() && c.ctx != nil {
+		chain.GaveUp(c.ctx)
+	}
+	return e
 }

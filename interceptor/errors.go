@@ -33,6 +33,25 @@ func (e *Error) Unwrap() error { return e.Err }
 // GRPCStatus returns the last attempt's status unchanged.
 func (e *Error) GRPCStatus() *status.Status { return status.Convert(e.Err) }
 
+// GaveUp reports whether stagger gave up on a failure it would otherwise
+// have retried: no attempt was left (policy.ReasonAttempts), or the budget,
+// a deferral, the circuit breaker or throttling, the caller's deadline, an
+// ambiguous failure, the server's pushback, or a retried request being
+// served (policy.ReasonRetriedRequest) stopped it. It is false for a failure
+// the policy does not retry, a committed attempt and the caller's own
+// cancellation. stagger's server side (package server) answers its caller
+// with "do not retry" (gRFC A6's negative pushback) when a handler returns
+// such an error, so that layers above do not retry what this one already did.
+func (e *Error) GaveUp() bool {
+	switch e.Reason {
+	case policy.ReasonAttempts, policy.ReasonBudget, policy.ReasonDeferred, policy.ReasonBreaker,
+		policy.ReasonThrottled, policy.ReasonDeadline, policy.ReasonAmbiguous, policy.ReasonPushback,
+		policy.ReasonRetriedRequest:
+		return true
+	}
+	return false
+}
+
 // Attempts returns the number of attempts stagger made for the call that
 // returned err, or 0 when err does not come from stagger (nil included).
 func Attempts(err error) int {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/chain"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -281,6 +282,11 @@ func (s *hedgeState) sendDue(callCtx context.Context, callerReply proto.Message)
 			s.stopped = policy.ReasonAttempts
 			return
 		}
+		if n > 1 && chain.RetriedRequest(callCtx) {
+			// Served for a caller that is retrying or hedging already.
+			s.stop(callCtx, n, policy.ReasonRetriedRequest)
+			return
+		}
 		if n > 1 && s.c.br != nil && !s.c.br.Closed() {
 			// Hedges never probe a breaker that is not closed.
 			s.stop(callCtx, n, policy.ReasonBreaker)
@@ -450,7 +456,7 @@ func (s *hedgeState) end(callCtx context.Context, why policy.Reason) error {
 	s.c.reason = why
 	s.c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: s.lastN, Code: status.Code(s.last), Err: s.last, Reason: why, Hedging: true})
 	s.hc.finished(s.last)
-	return &Error{Attempts: s.sent, Reason: why, Err: s.last}
+	return s.c.failed(s.sent, s.last)
 }
 
 // latency returns method's latency histogram, made on first use.

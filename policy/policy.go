@@ -174,9 +174,14 @@ const (
 	// ReasonThrottled: client-side adaptive throttling rejected the call's
 	// first attempt locally.
 	ReasonThrottled
+	// ReasonRetriedRequest: the call is made while serving a request that
+	// arrived as a retry or a hedge (grpc-previous-rpc-attempts above 0), and
+	// stagger's server side asks such calls to make one attempt: the layer
+	// above is retrying already (retry at one layer).
+	ReasonRetriedRequest
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {

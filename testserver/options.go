@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"google.golang.org/grpc"
 )
 
@@ -54,6 +55,7 @@ type config struct {
 	failureRate       float64
 	seed              int64
 	bufSize           int
+	relay             testingv1.TestServiceClient
 }
 
 func defaultConfig() config {

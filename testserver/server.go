@@ -29,6 +29,7 @@ type Server struct {
 	bucket            time.Duration
 	start             time.Time
 	serverOptions     []grpc.ServerOption
+	relay             testingv1.TestServiceClient
 
 	buf    *bufconn.Listener
 	bufSrv *grpc.Server
@@ -73,6 +74,7 @@ func New(opts ...Option) *Server {
 		idempotencyHeader: cfg.idempotencyHeader,
 		bucket:            cfg.bucket,
 		serverOptions:     cfg.serverOptions,
+		relay:             cfg.relay,
 		changed:           make(chan struct{}),
 		keys:              make(map[string]*keyState),
 		execs:             make(map[string]int64),

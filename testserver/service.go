@@ -185,6 +185,11 @@ func (s *Server) unary(ctx context.Context, method string, sc *testingv1.Script)
 }
 
 func (v *service) Write(ctx context.Context, req *testingv1.WriteRequest) (*testingv1.WriteResponse, error) {
+	if v.s.relay != nil {
+		return relay(v.s, ctx, testingv1.TestService_Write_FullMethodName, req.GetScript(), func(ctx context.Context) (*testingv1.WriteResponse, error) {
+			return v.s.relay.Write(ctx, req)
+		})
+	}
 	r, err := v.s.unary(ctx, testingv1.TestService_Write_FullMethodName, req.GetScript())
 	if err != nil {
 		return nil, err
@@ -193,6 +198,11 @@ func (v *service) Write(ctx context.Context, req *testingv1.WriteRequest) (*test
 }
 
 func (v *service) Get(ctx context.Context, req *testingv1.GetRequest) (*testingv1.GetResponse, error) {
+	if v.s.relay != nil {
+		return relay(v.s, ctx, testingv1.TestService_Get_FullMethodName, req.GetScript(), func(ctx context.Context) (*testingv1.GetResponse, error) {
+			return v.s.relay.Get(ctx, req)
+		})
+	}
 	r, err := v.s.unary(ctx, testingv1.TestService_Get_FullMethodName, req.GetScript())
 	if err != nil {
 		return nil, err
@@ -201,6 +211,11 @@ func (v *service) Get(ctx context.Context, req *testingv1.GetRequest) (*testingv
 }
 
 func (v *service) Put(ctx context.Context, req *testingv1.PutRequest) (*testingv1.PutResponse, error) {
+	if v.s.relay != nil {
+		return relay(v.s, ctx, testingv1.TestService_Put_FullMethodName, req.GetScript(), func(ctx context.Context) (*testingv1.PutResponse, error) {
+			return v.s.relay.Put(ctx, req)
+		})
+	}
 	r, err := v.s.unary(ctx, testingv1.TestService_Put_FullMethodName, req.GetScript())
 	if err != nil {
 		return nil, err
