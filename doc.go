@@ -12,7 +12,9 @@
 //	conn, err := grpc.NewClient(target, opts...)
 //
 // The packages: policy (decisions, policy files), budget (retry budgets),
-// interceptor (the interceptors, their options and events).
+// interceptor (the interceptors, their options and events), server (the
+// server side for services that are also clients: "do not retry" propagated
+// up a call chain, load shedding with pushback).
 package stagger
 
 import (

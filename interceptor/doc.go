@@ -93,7 +93,18 @@
 //
 // The final error of a call stagger retried (or could have) is an *Error: its
 // GRPCStatus is the last attempt's status unchanged, and Attempts(err) reads
-// the number of attempts.
+// the number of attempts. Error.GaveUp says whether stagger gave up on a
+// failure it would otherwise have retried.
+//
+// Calls made while serving a request (package server, stagger's server
+// side, put the request in the handler's context): a call that gives up
+// (Error.GaveUp) marks the request, and the server side answers the
+// request's caller with gRFC A6's "do not retry", so that the layers above
+// do not retry what this one already did. When the request arrived as a
+// retry or a hedge and the server side asks for it (WithRetryAtOneLayer),
+// the calls made under it make one attempt and send no hedges (reason
+// "retried request"). Only a failed attempt looks the request up: a call
+// that succeeds at once pays nothing for it.
 //
 // # Where stagger goes in a chain
 //

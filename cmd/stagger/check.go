@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -68,6 +69,9 @@ type checkMethod struct {
 	// Breaker is the breaker and throttling that guard the entry's
 	// methods, when they differ from the file's.
 	Breaker *checkBreaker `json:"breaker,omitempty"`
+	// Chain says what the policy makes of a call chain whose layers all
+	// retry, with and without stagger's server side.
+	Chain string `json:"chain,omitempty"`
 }
 
 type checkBackoff struct {
@@ -294,6 +298,7 @@ func explainMethod(e policy.Entry) checkMethod {
 		}
 		out.WorstCase = fmtDur(worst)
 		out.WorstCaseNote = note + "; server pushback can add up to " + fmtDur(policy.DefaultPushbackCeiling) + " per retry"
+		out.Chain = chainNote(p.MaxAttempts, "attempts")
 	case m.Hedging != nil:
 		h := m.Hedging
 		out.Kind = "hedging"
@@ -303,8 +308,25 @@ func explainMethod(e policy.Entry) checkMethod {
 		out.Adaptive = h.Adaptive
 		out.WorstCase = fmtDur(time.Duration(h.MaxAttempts-1) * h.Delay)
 		out.WorstCaseNote = "until the last hedge is sent; hedges run at once, so this adds no waiting after a failure"
+		out.Chain = chainNote(h.MaxAttempts, "hedges")
 	}
 	return out
+}
+
+// chainNote says what n attempts (or hedges) per layer make of a call
+// chain A → B → C whose layers all retry alike.
+func chainNote(n int, what string) string {
+	pow := func(k int) string {
+		v := 1.0
+		for i := 0; i < k; i++ {
+			v *= float64(n)
+		}
+		return strconv.FormatFloat(v, 'g', 4, 64)
+	}
+	return fmt.Sprintf("if the callers of this service retry too, %s multiply down the chain: a dependency that is down sees up to %s per user call at 2 layers, %s at 3; "+
+		"install stagger's server side (package server: server.New()) on every server that is also a client: a layer whose calls gave up answers \"do not retry\" (gRFC A6's negative pushback), which stagger and grpc-go's built-in retry obey, so the dependency sees this layer's %d only; "+
+		"with callers that ignore pushback (go-grpc-middleware), server.WithRetryAtOneLayer makes a request that arrives as a retry or hedge call down without retrying",
+		what, pow(2), pow(3), n)
 }
 
 func min64(a, b int64) int64 {
@@ -588,6 +610,9 @@ func writeCheckText(w io.Writer, rep checkReport) {
 		}
 		if m.Breaker != nil {
 			fmt.Fprintf(w, "  breaker: %s: %s\n", m.Breaker.Settings, m.Breaker.Explanation)
+		}
+		if m.Chain != "" {
+			fmt.Fprintf(w, "  in a call chain: %s\n", m.Chain)
 		}
 	}
 	if rep.Budget != nil {

@@ -316,3 +316,19 @@ func writeTemp(t *testing.T, doc string) string {
 	}
 	return file
 }
+
+func TestCheckExplainsChains(t *testing.T) {
+	code, out, _ := checkRun(t, writeTemp(t, `{"methodConfig": [
+	  {"name": [{"service": "a.A"}], "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}},
+	  {"name": [{"service": "b.B"}], "idempotent": true, "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.05s"}}]}`))
+	for _, want := range []string{
+		"  in a call chain: if the callers of this service retry too, attempts multiply down the chain: a dependency that is down sees up to 16 per user call at 2 layers, 64 at 3;",
+		"so the dependency sees this layer's 4 only",
+		"hedges multiply down the chain: a dependency that is down sees up to 9 per user call at 2 layers, 27 at 3;",
+		"server.WithRetryAtOneLayer",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, output:\n%s\nwant it to contain %q", code, out, want)
+		}
+	}
+}

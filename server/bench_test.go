@@ -1,0 +1,122 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/server"
+)
+
+// sideVariants are the server side's settings the benchmarks and the
+// allocation test compare with no interceptor.
+func sideVariants(t testing.TB) []struct {
+	name string
+	side *server.Interceptors
+} {
+	return []struct {
+		name string
+		side *server.Interceptors
+	}{
+		{"default", newSide(t)},
+		{"all", newSide(t, server.WithConcurrencyLimit(1000), server.WithRetryAtOneLayer())},
+	}
+}
+
+// TestUnaryAllocations: the unary interceptor costs a successful call at
+// most one allocation (the request's chain.Request), every option on,
+// for a first attempt; the handler is the only other code that runs.
+func TestUnaryAllocations(t *testing.T) {
+	info := &grpc.UnaryServerInfo{FullMethod: testingv1.TestService_Get_FullMethodName}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("user-agent", "x", "k", "v"))
+	handler := func(ctx context.Context, req any) (any, error) { return req, nil }
+	for _, v := range sideVariants(t) {
+		u := v.side.Unary()
+		if n := testing.AllocsPerRun(1000, func() { _, _ = u(ctx, nil, info, handler) }); n > 1 {
+			t.Errorf("%s: %v allocations per call, want at most 1", v.name, n)
+		}
+	}
+}
+
+// BenchmarkUnary is a successful unary call over bufconn with no server
+// interceptor ("none") and with the server side: compare them with
+// benchstat (make bench).
+func BenchmarkUnary(b *testing.B) {
+	h := &handlerService{get: func(context.Context, *testingv1.GetRequest) (*testingv1.GetResponse, error) {
+		return &testingv1.GetResponse{}, nil
+	}}
+	variants := []struct {
+		name string
+		opts []grpc.ServerOption
+	}{
+		{"none", nil},
+		// Any unary interceptor costs grpc's generated code 2 allocations
+		// (the UnaryServerInfo and the handler's closure): "empty" passes
+		// the call on, so that the server side's own cost is its
+		// difference from it.
+		{"empty", []grpc.ServerOption{grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return h(ctx, req)
+		})}},
+	}
+	for _, v := range sideVariants(b) {
+		variants = append(variants, struct {
+			name string
+			opts []grpc.ServerOption
+		}{v.name, v.side.ServerOptions()})
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			g := grpc.NewServer(v.opts...)
+			testingv1.RegisterTestServiceServer(g, h)
+			lis := newListener(b)
+			go func() { _ = g.Serve(lis) }()
+			defer g.Stop()
+			cl := testingv1.NewTestServiceClient(lis.dial(b, grpc.WithDisableRetry()))
+			req := &testingv1.GetRequest{}
+			ctx := context.Background()
+			if _, err := cl.Get(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := cl.Get(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkInterceptor is the unary interceptor alone around a handler that
+// returns at once: its own cost, which BenchmarkUnary's noise (a call over
+// bufconn takes tens of microseconds) hides.
+func BenchmarkInterceptor(b *testing.B) {
+	info := &grpc.UnaryServerInfo{FullMethod: testingv1.TestService_Get_FullMethodName}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("user-agent", "x", "k", "v"))
+	handler := func(ctx context.Context, req any) (any, error) { return req, nil }
+	empty := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(ctx, req)
+	}
+	variants := []struct {
+		name string
+		u    grpc.UnaryServerInterceptor
+	}{{"empty", empty}}
+	for _, v := range sideVariants(b) {
+		variants = append(variants, struct {
+			name string
+			u    grpc.UnaryServerInterceptor
+		}{v.name, v.side.Unary()})
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				_, _ = v.u(ctx, nil, info, handler)
+			}
+		})
+	}
+}
