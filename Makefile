@@ -37,20 +37,20 @@ test-newest:
 	@echo "== lane newest (go.work, every module): $(call lane_versions,)"
 	$(GO) test -race -count=1 $(PKGS)
 
-## test-realtime: the real-time lane (realtime_test.go: loopback TCP, real
-## time, rtCalls calls at once per run), in both lanes: RT_COUNT runs at
+## test-realtime: the real-time lane (realtime_test.go of the root and server
+## packages: loopback TCP, real time, many calls at once per run), in both lanes: RT_COUNT runs at
 ## -cpu=1,2, then RT_COUNT runs at -cpu=1 beside a CPU hog (three busy loops)
 RT_COUNT ?= 4
 RT_RUN = -race -run '^TestRealTime' -count=$(RT_COUNT)
 test-realtime:
 	@echo "== real-time lane, oldest: $(call lane_versions,GOWORK=off)"
-	GOWORK=off $(GO) test $(RT_RUN) -cpu=1,2 .
+	GOWORK=off $(GO) test $(RT_RUN) -cpu=1,2 . ./server
 	@echo "== real-time lane, newest: $(call lane_versions,)"
-	$(GO) test $(RT_RUN) -cpu=1,2 .
+	$(GO) test $(RT_RUN) -cpu=1,2 . ./server
 	@echo "== real-time lane beside a CPU hog, oldest then newest"
 	@hogs=""; for i in 1 2 3; do sh -c 'while :; do :; done' & hogs="$$hogs $$!"; done; \
 	trap 'kill $$hogs' EXIT; \
-	GOWORK=off $(GO) test $(RT_RUN) -cpu=1 . && $(GO) test $(RT_RUN) -cpu=1 .
+	GOWORK=off $(GO) test $(RT_RUN) -cpu=1 . ./server && $(GO) test $(RT_RUN) -cpu=1 . ./server
 
 ## tidy-check: every module's go.mod and go.sum are tidy
 tidy-check:

@@ -35,3 +35,6 @@ func (l listener) dial(t testing.TB, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
+
+// netListen listens on a free loopback TCP port.
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
