@@ -17,6 +17,7 @@ import (
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
+	"github.com/stagger-go/stagger/server"
 )
 
 // Contender is a retry layer the lab compares. It is an immutable value.
@@ -25,8 +26,15 @@ type Contender struct {
 	Name string
 	// Gets says, in one line, what the contender is given.
 	Gets func(cfg Config) string
-	// dialOptions builds one client connection's retry layer.
+	// dialOptions builds one client connection's retry layer (in
+	// ScenarioChain, a user's connection to A).
 	dialOptions func(cfg *Config) ([]grpc.DialOption, error)
+	// below builds, in ScenarioChain, the retry layer of the connections
+	// from A to B and from B to C; nil means dialOptions.
+	below func(cfg *Config) ([]grpc.DialOption, error)
+	// serverSide builds, in ScenarioChain, stagger's server side of A or
+	// of B (one each, as two processes have); nil means none.
+	serverSide func() (*server.Interceptors, error)
 }
 
 // retryCodes are what every contender retries.
@@ -55,9 +63,7 @@ func Contenders() []Contender {
 			Gets: func(c Config) string {
 				return fmt.Sprintf("%d attempts, %v jitter, no budget", c.MaxAttempts, c.Backoff.Jitter)
 			},
-			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
-				return stagger.DialOptions(nil, interceptor.WithPolicy(staggerPolicy(c)), interceptor.WithBudget(nil)), nil
-			},
+			dialOptions: staggerNoBudget,
 		},
 		guarded("stagger-breaker", budget.BreakerSettings{}, "a circuit breaker per client (defaults: opens at 50 %% of ≥ 20 first attempts failing in 10 s, or 5 in a row)"),
 		guarded("stagger-throttling", budget.BreakerSettings{NoTrip: true, ThrottleK: budget.DefaultThrottleK}, "client-side adaptive throttling per client (K = 2)"),
@@ -66,15 +72,7 @@ func Contenders() []Contender {
 			Gets: func(c Config) string {
 				return fmt.Sprintf("WithMax(%d), BackoffExponentialWithJitter(%v, 0.2), no cap", c.MaxAttempts, c.Backoff.Initial)
 			},
-			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
-				return []grpc.DialOption{
-					grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
-						retry.WithMax(uint(c.MaxAttempts)),
-						retry.WithBackoff(retry.BackoffExponentialWithJitter(c.Backoff.Initial, 0.2)),
-						retry.WithCodes(retryCodes...))),
-					grpc.WithDisableRetry(),
-				}, nil
-			},
+			dialOptions: grpcMiddleware,
 		},
 		{
 			Name: "failsafe-go",
@@ -94,9 +92,7 @@ func Contenders() []Contender {
 			Gets: func(c Config) string {
 				return fmt.Sprintf("service config maxAttempts %d, ×U(0.8, 1.2) jitter (gRFC A6, grpc-go since v1.69), no throttling", c.MaxAttempts)
 			},
-			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
-				return []grpc.DialOption{grpc.WithDefaultServiceConfig(serviceConfig(c, false))}, nil
-			},
+			dialOptions: grpcBuiltIn,
 		},
 		{
 			Name: "grpc-go-throttle",
@@ -117,6 +113,30 @@ func Contenders() []Contender {
 			},
 		},
 	}
+}
+
+// staggerNoBudget is stagger with the lab's policy, without a retry budget
+// or breakers.
+func staggerNoBudget(c *Config) ([]grpc.DialOption, error) {
+	return stagger.DialOptions(nil, interceptor.WithPolicy(staggerPolicy(c)), interceptor.WithBudget(nil)), nil
+}
+
+// grpcMiddleware is go-grpc-middleware v2's retry interceptor with the
+// lab's attempts and initial pause (see the package comment).
+func grpcMiddleware(c *Config) ([]grpc.DialOption, error) {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
+			retry.WithMax(uint(c.MaxAttempts)),
+			retry.WithBackoff(retry.BackoffExponentialWithJitter(c.Backoff.Initial, 0.2)),
+			retry.WithCodes(retryCodes...))),
+		grpc.WithDisableRetry(),
+	}, nil
+}
+
+// grpcBuiltIn is grpc-go's built-in retry from a service config, without
+// retryThrottling.
+func grpcBuiltIn(c *Config) ([]grpc.DialOption, error) {
+	return []grpc.DialOption{grpc.WithDefaultServiceConfig(serviceConfig(c, false))}, nil
 }
 
 // guarded is stagger as the "stagger" contender has it, with breakers of
@@ -203,7 +223,8 @@ func namesOf(cs []Contender) []string {
 
 // ContendersFor lists the contenders of scenario s, in the order the lab
 // shows them: HedgingContenders for ScenarioSlowReplica,
-// OverloadContenders for ScenarioOverload, Contenders for the others.
+// OverloadContenders for ScenarioOverload, ChainContenders for
+// ScenarioChain, Contenders for the others.
 func ContendersFor(s Scenario) []Contender { return contendersFor(s) }
 
 func contendersFor(s Scenario) []Contender {
@@ -212,6 +233,8 @@ func contendersFor(s Scenario) []Contender {
 		return HedgingContenders()
 	case ScenarioOverload:
 		return OverloadContenders()
+	case ScenarioChain:
+		return ChainContenders()
 	}
 	return Contenders()
 }

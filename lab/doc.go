@@ -5,8 +5,9 @@
 //
 // # Model
 //
-// Run runs one scenario. Every contender gets its own testserver (same
-// capacity, same outage, same offered load) and its own Clients client
+// Run runs one scenario. Every contender gets its own testserver (its own
+// chain of three in ScenarioChain; same capacity, same outage, same
+// offered load) and its own Clients client
 // connections, one per simulated client process; all contenders run at the
 // same time, so a run takes Duration plus the time its last calls need to end
 // (at most CallTimeout), plus up to a second before the load starts (see
@@ -15,7 +16,7 @@
 // an open loop keeps offering load while calls fail, as real traffic does, so
 // retries add to it instead of replacing it.
 //
-// Except in ScenarioOverload (below), the server admits at most Capacity
+// Except in ScenarioOverload and ScenarioChain (below), the server admits at most Capacity
 // attempts per one-second window (testserver.Capacity.PerSecond, windows
 // counted from the server's start) and answers the rest RESOURCE_EXHAUSTED. The connections are made first;
 // the load then starts on the next whole second of the server's clock, so
@@ -102,6 +103,44 @@
 // for a caller that gave up takes from it. It can pass 1 by a hair:
 // the workers idled at OutageStart finish the attempts they began before.
 // Its ceiling reckons with the reduced capacity during the overload.
+//
+// ScenarioChain is a call chain, over bufconn: the users call A, A calls
+// B, B calls C, three in-process testservers, A and B relaying every call
+// to the next (testserver.WithRelay) under the handler's context, each
+// through one client connection (a process of its own). Every hop retries
+// through the contender's retry layer with MaxAttempts attempts (default
+// 3) and the Backoff (default 10 ms doubling up to 100 ms, so that a user
+// call that makes 27 attempts at C takes about 0.4 s, far within its 2 s
+// deadline), none with a retry budget or breakers, and no server limits
+// its attempts (Capacity only scales OutageLoad and PeakAfter): what is
+// measured is how retries propagate, alone. C answers UNAVAILABLE from
+// OutageStart to OutageEnd (default 1 s to 3 s of a 4 s run, 100 calls/s).
+// Each user call has a Script key of its own, so each server's records
+// tell which user call every attempt came from. The contenders are
+// ChainContenders: stagger on every hop with stagger's server side
+// (package server) on A and B, and without it; grpc-go's built-in retry
+// on every hop; go-grpc-middleware on every hop; grpc-go's built-in retry
+// at the top with stagger and the server side below ("mixed": the gRFC A6
+// "do not retry" trailer works across libraries); and go-grpc-middleware
+// at the top, which ignores that trailer, with stagger below and
+// server.WithRetryAtOneLayer on A and B.
+//
+// Its measures (Result.OutageCalls, TopAttemptsPerCall,
+// MiddleAttemptsPerCall, BottomAttemptsPerCall, SuccessAfter) are taken
+// over the user calls made and returned during C's outage, every attempt
+// of which met C down: the attempts that reached A, B and C per such
+// call. With 3 attempts per hop and nothing coordinating, 3, 9 and 27;
+// with "do not retry" propagated up the chain, 1, 1 and 3, the
+// no-amplification limit. With go-grpc-middleware at the top 3, 3 and 5:
+// A's retried requests make one attempt at B, which carries
+// stagger-upstream-retry, so B makes one at C too. SuccessAfter is the success rate of the user
+// calls made from OutageEnd on, once C is back. The overall SuccessRate
+// favours the contenders that retry longest: a call that fails at once
+// fails, one that retries until past OutageEnd may succeed. In this
+// scenario OutageAttempts, OutageLoad, Load and PeakAfter are C's (the
+// attempts that reached it), the other measures the users' (PeakGoroutines
+// too: A's and B's connections belong to the servers). Its Ceiling is
+// reckoned as ScenarioUnavailable's, with Capacity.
 //
 // Measures, per contender: attempts per call (every attempt a connection
 // began, counted by a stats.Handler, so grpc-go's own retries are counted

@@ -40,11 +40,19 @@ const (
 	// 10 s run), while the offered load, 80 % of the full capacity, is
 	// 160 % of what is left. It measures Goodput.
 	ScenarioOverload Scenario = "overload"
+	// ScenarioChain is a call chain (over bufconn): the users call A, A
+	// calls B, B calls C, three in-process servers, every call through the
+	// contender's retry layer for its hop (ChainContenders), none with a
+	// retry budget; C answers UNAVAILABLE from OutageStart to OutageEnd (by
+	// default 1 s to 3 s of a 4 s run). It measures how retries multiply
+	// down the chain (BottomAttemptsPerCall) and the users' success once C
+	// is back (SuccessAfter).
+	ScenarioChain Scenario = "chain"
 )
 
 // Scenarios lists every scenario, in the order the CLI shows them.
 func Scenarios() []Scenario {
-	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioOverload}
+	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioOverload, ScenarioChain}
 }
 
 // SlowBase is how long an attempt takes in ScenarioSlowReplica; a slow
@@ -72,12 +80,13 @@ type Config struct {
 	// Scenario is the kind of outage; default ScenarioUnavailable.
 	Scenario Scenario
 	// Duration is how long calls are offered; default 8s (10s in
-	// ScenarioOverload).
+	// ScenarioOverload, 4s in ScenarioChain).
 	Duration time.Duration
 	// OutageStart and OutageEnd bound the outage, counted from the start of
 	// the load (in ScenarioOverload the overload: the server has half its
-	// workers); defaults 2s and 4s (2s and 3.5s in ScenarioBlip, 2s and 6s
-	// in ScenarioOverload), taken when both are zero.
+	// workers; in ScenarioChain C's outage); defaults 2s and 4s (2s and
+	// 3.5s in ScenarioBlip, 2s and 6s in ScenarioOverload, 1s and 3s in
+	// ScenarioChain), taken when both are zero.
 	OutageStart, OutageEnd time.Duration
 	// Clients is the number of client connections per contender, each a
 	// simulated process with its own budget; default 50.
@@ -85,7 +94,9 @@ type Config struct {
 	// Capacity is the attempts per second the server admits; default 500.
 	// In ScenarioOverload it is what the workers serve at full strength, so
 	// that a worker spends ServiceTime, Workers ÷ Capacity, per attempt
-	// (20 ms by default).
+	// (20 ms by default). In ScenarioChain no server limits its attempts
+	// (what is measured is propagation, not shedding): Capacity only
+	// scales OutageLoad and PeakAfter, and reckons the Ceiling.
 	Capacity int
 	// Workers is the number of workers of ScenarioOverload's server, half
 	// of which work during the overload; default 10. Other scenarios
@@ -97,15 +108,19 @@ type Config struct {
 	Queue int
 	// Rate is the calls per second all clients of a contender offer
 	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica; in
-	// ScenarioBlip 1 call/s per client, 50 with the default Clients). In
-	// ScenarioOverload 80 % of Capacity is 160 % of the reduced capacity.
+	// ScenarioBlip 1 call/s per client, 50 with the default Clients; 100
+	// in ScenarioChain). In ScenarioOverload 80 % of Capacity is 160 % of
+	// the reduced capacity.
 	Rate float64
 	// MaxAttempts is every contender's attempt limit, the first attempt
-	// included; default 5 (gRFC A6's cap, which grpc-go applies).
+	// included; default 5 (gRFC A6's cap, which grpc-go applies), 3 in
+	// ScenarioChain, on every layer.
 	MaxAttempts int
 	// Backoff is the pause schedule the contenders share (see the package
 	// comment for what each makes of it); default Initial 50ms, Max 1s,
-	// Multiplier 2, proportional jitter.
+	// Multiplier 2, proportional jitter (in ScenarioChain Initial 10ms,
+	// Max 100ms: a user call that makes 27 attempts at C takes about
+	// 0.4 s).
 	Backoff policy.Backoff
 	// CallTimeout is each call's deadline; default 2s.
 	CallTimeout time.Duration
@@ -121,8 +136,11 @@ func (c Config) Defaults() Config {
 	}
 	if c.Duration == 0 {
 		c.Duration = 8 * time.Second
-		if c.Scenario == ScenarioOverload {
+		switch c.Scenario {
+		case ScenarioOverload:
 			c.Duration = 10 * time.Second
+		case ScenarioChain:
+			c.Duration = 4 * time.Second
 		}
 	}
 	if c.OutageStart == 0 && c.OutageEnd == 0 {
@@ -132,6 +150,8 @@ func (c Config) Defaults() Config {
 			c.OutageEnd = 3500 * time.Millisecond
 		case ScenarioOverload:
 			c.OutageEnd = 6 * time.Second
+		case ScenarioChain:
+			c.OutageStart, c.OutageEnd = time.Second, 3*time.Second
 		}
 	}
 	if c.Clients == 0 {
@@ -153,15 +173,23 @@ func (c Config) Defaults() Config {
 			c.Rate = 0.5 * float64(c.Capacity)
 		case ScenarioBlip:
 			c.Rate = float64(c.Clients)
+		case ScenarioChain:
+			c.Rate = 100
 		default:
 			c.Rate = 0.8 * float64(c.Capacity)
 		}
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
+		if c.Scenario == ScenarioChain {
+			c.MaxAttempts = 3
+		}
 	}
 	if c.Backoff == (policy.Backoff{}) {
 		c.Backoff = policy.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: policy.JitterProportional}
+		if c.Scenario == ScenarioChain {
+			c.Backoff.Initial, c.Backoff.Max = 10*time.Millisecond, 100*time.Millisecond
+		}
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = 2 * time.Second
@@ -276,9 +304,11 @@ type Result struct {
 	Contender string
 	// Calls is the calls issued; Successes those that ended OK.
 	Calls, Successes int
-	// Attempts is every attempt the client connections began.
+	// Attempts is every attempt the client connections began (in
+	// ScenarioChain the users' connections to A).
 	Attempts int
-	// OutageAttempts is the attempts begun during the outage.
+	// OutageAttempts is the attempts begun during the outage; in
+	// ScenarioChain those that reached C during its outage.
 	OutageAttempts int
 	// AttemptsPerCall is Attempts ÷ Calls.
 	AttemptsPerCall float64
@@ -287,6 +317,20 @@ type Result struct {
 	// OutageLoad is OutageAttempts ÷ (Capacity × outage length); in
 	// ScenarioOverload ÷ (ReducedCapacity × overload length).
 	OutageLoad float64
+	// OutageCalls, in ScenarioChain only (0 in the others), is the user
+	// calls made and returned during C's outage: every attempt of theirs
+	// that reached C met it down, so what they cost measures propagation
+	// alone. TopAttemptsPerCall, MiddleAttemptsPerCall and
+	// BottomAttemptsPerCall are the attempts that reached A, B and C for
+	// those calls, ÷ OutageCalls (0 when there are none). With N attempts
+	// on each of the three hops, up to N, N² and N³: 27 at C with N = 3,
+	// where N is the no-amplification limit.
+	OutageCalls                                                      int
+	TopAttemptsPerCall, MiddleAttemptsPerCall, BottomAttemptsPerCall float64
+	// SuccessAfter, in ScenarioChain only (0 in the others), is the
+	// success rate of the user calls made from OutageEnd on, once C is
+	// back (0 when none is made then).
+	SuccessAfter float64
 	// Goodput, in ScenarioOverload only (0 in the others), is the calls
 	// that ended successfully from OutageStart to OutageEnd (on the
 	// client, [OutageStart, OutageEnd) from the start of the load), per
@@ -297,7 +341,8 @@ type Result struct {
 	// attempts they began before.
 	Goodput float64
 	// PeakAfter is the largest number of attempts the server received in
-	// one Bin from OutageEnd to Duration, ÷ (Capacity × Bin).
+	// one Bin from OutageEnd to Duration, ÷ (Capacity × Bin). In
+	// ScenarioChain, here and in Load, the server is C.
 	PeakAfter float64
 	// P50, P99 and P999 are latency percentiles of the successful calls
 	// (zero when none succeeded).

@@ -21,7 +21,7 @@ func TestValidate(t *testing.T) {
 		want string // in the error; "" means valid
 	}{
 		{"defaults", Config{}, ""},
-		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, overload, got "flood"`},
+		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, overload, chain, got "flood"`},
 		{"negative duration", Config{Duration: -time.Second}, "lab: Duration: must be > 0, got -1s"},
 		{"outage past the end", Config{Duration: 3 * time.Second, OutageStart: time.Second, OutageEnd: 4 * time.Second}, "lab: OutageStart/OutageEnd: must satisfy 0 <= start < end <= Duration, got [1s, 4s) of 3s"},
 		{"outage reversed", Config{OutageStart: 3 * time.Second, OutageEnd: 2 * time.Second}, "OutageStart/OutageEnd"},
@@ -37,6 +37,9 @@ func TestValidate(t *testing.T) {
 		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, stagger-breaker, stagger-throttling, grpc-middleware, failsafe-go, grpc-go, grpc-go-throttle, naive, got "envoy"`},
 		{"repeated contender", Config{Contenders: []string{"naive", "naive"}}, `lab: Contenders: must not repeat a name, got "naive"`},
 		{"no contender", Config{Contenders: []string{}}, "lab: Contenders: must name at least one, got none"},
+		{"chain defaults", Config{Scenario: ScenarioChain}, ""},
+		{"retry contender in the chain", Config{Scenario: ScenarioChain, Contenders: []string{"naive"}},
+			`lab: Contenders: must be among stagger, stagger-no-server, grpc-go, grpc-middleware, mixed, grpc-middleware-top, got "naive"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Defaults().Validate()
@@ -176,6 +179,7 @@ func TestDefaultsPerScenario(t *testing.T) {
 		{Config{Scenario: ScenarioBlip, Rate: 7, OutageStart: time.Second, OutageEnd: 5 * time.Second}, 7, time.Second, 5 * time.Second, 8 * time.Second, 2 * time.Second},
 		{Config{Scenario: ScenarioSlowReplica}, 250, 2 * time.Second, 4 * time.Second, 8 * time.Second, 2 * time.Second},
 		{Config{Scenario: ScenarioOverload}, 400, 2 * time.Second, 6 * time.Second, 10 * time.Second, 2 * time.Second},
+		{Config{Scenario: ScenarioChain}, 100, time.Second, 3 * time.Second, 4 * time.Second, 2 * time.Second},
 	} {
 		d := tc.cfg.Defaults()
 		if d.Rate != tc.rate || d.OutageStart != tc.outStart || d.OutageEnd != tc.outEnd || d.Duration != tc.duration ||

@@ -172,51 +172,85 @@ func (a *attemptCounter) HandleConn(context.Context, stats.ConnStats) {}
 
 // callLog collects the calls' outcomes.
 type callLog struct {
-	mu        sync.Mutex
-	calls     int
-	latencies []time.Duration // of successful calls
-	ends      []time.Time     // when each successful call returned
+	// keyed: keep every call that has a script key in keyedCalls.
+	keyed bool
+
+	mu         sync.Mutex
+	calls      int
+	latencies  []time.Duration // of successful calls
+	ends       []time.Time     // when each successful call returned
+	keyedCalls []keyedCall
 }
 
-func (l *callLog) add(ok bool, d time.Duration, end time.Time) {
+// keyedCall is one call whose attempts the servers recorded under key.
+type keyedCall struct {
+	key        string
+	begin, end time.Time
+	ok         bool
+}
+
+func (l *callLog) add(key string, ok bool, begin, end time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls++
 	if ok {
-		l.latencies = append(l.latencies, d)
+		l.latencies = append(l.latencies, end.Sub(begin))
 		l.ends = append(l.ends, end)
+	}
+	if l.keyed && key != "" {
+		l.keyedCalls = append(l.keyedCalls, keyedCall{key, begin, end, ok})
 	}
 }
 
-// runContender runs one contender against its own server. Everything the
+// runContender runs one contender against its own server (in
+// ScenarioChain its own chain of three, newChain). Everything the
 // contender's clients start (connections, calls, and whatever goroutines
 // its retry layer starts) runs under the runtime/pprof label goroutineLabel
 // = label, which the goroutine sampler counts; the server is made before
 // the label is set, so its goroutines are not counted.
 func runContender(ctx context.Context, cfg *Config, c Contender, label string) (Result, error) {
 	tcp := cfg.Scenario == ScenarioRefused || cfg.Scenario == ScenarioRefusedWait
-	opts := []testserver.Option{testserver.WithArrivalBucket(Bin)}
-	if cfg.Scenario != ScenarioOverload {
-		// The overload's server has workers instead (runClients sets them
-		// once it knows when the overload is).
-		opts = append(opts, testserver.WithCapacity(testserver.Capacity{PerSecond: cfg.Capacity}))
+	var srv *testserver.Server
+	var ch *chain
+	if cfg.Scenario == ScenarioChain {
+		var err error
+		if ch, err = newChain(ctx, cfg, c); err != nil {
+			return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
+		}
+		defer ch.close()
+		srv = ch.top
+	} else {
+		opts := []testserver.Option{testserver.WithArrivalBucket(Bin)}
+		if cfg.Scenario != ScenarioOverload {
+			// The overload's server has workers instead (runClients sets
+			// them once it knows when the overload is).
+			opts = append(opts, testserver.WithCapacity(testserver.Capacity{PerSecond: cfg.Capacity}))
+		}
+		if tcp {
+			opts = append(opts, testserver.WithTCP())
+		}
+		srv = testserver.New(opts...)
+		defer srv.Close()
 	}
-	if tcp {
-		opts = append(opts, testserver.WithTCP())
-	}
-	srv := testserver.New(opts...)
-	defer srv.Close()
 	var (
 		res Result
 		err error
 	)
 	pprof.Do(ctx, pprof.Labels(goroutineLabel, label), func(ctx context.Context) {
-		res, err = runClients(ctx, cfg, c, srv, tcp)
+		res, err = runClients(ctx, cfg, c, srv, tcp, ch)
 	})
 	return res, err
 }
 
-func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.Server, tcp bool) (Result, error) {
+// runClients runs the contender's clients against srv. In ScenarioChain ch
+// is the chain (srv is its top, A); the outage, the server's clock and the
+// load are then C's, and every call has a key of its own so that each
+// server's records tell its attempts apart.
+func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.Server, tcp bool, ch *chain) (Result, error) {
+	down := srv // the server with the outage
+	if ch != nil {
+		down = ch.bottom
+	}
 	counter := &attemptCounter{}
 	conns := make([]*grpc.ClientConn, 0, cfg.Clients)
 	defer func() {
@@ -255,9 +289,9 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	if err := connectAll(ctx, conns); err != nil {
 		return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
 	}
-	lead := (time.Since(srv.Start())/time.Second + 1) * time.Second
+	lead := (time.Since(down.Start())/time.Second + 1) * time.Second
 	skip := int(lead / Bin)
-	t0 := srv.Start().Add(lead)
+	t0 := down.Start().Add(lead)
 	from, to := t0.Add(cfg.OutageStart), t0.Add(cfg.OutageEnd)
 	counter.mu.Lock()
 	counter.outageFrom, counter.outageTo = from, to
@@ -284,10 +318,10 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	} else if cfg.Scenario == ScenarioOverload {
 		srv.SetWorkers(overloadWorkers(cfg, from, to))
 	} else {
-		srv.SetOutageWindow(from, to)
+		down.SetOutageWindow(from, to)
 	}
 
-	log := &callLog{}
+	log := &callLog{keyed: ch != nil}
 	var calls sync.WaitGroup
 	var clients sync.WaitGroup
 	interval := callInterval(cfg)
@@ -308,9 +342,13 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 			defer clients.Done()
 			offer(runCtx, first, end, interval, func() {
 				sc := &testingv1.Script{}
-				if slow {
+				switch {
+				case slow:
 					seq++
 					sc = slowScript(rng, fmt.Sprintf("c%d-%d", i, seq))
+				case ch != nil:
+					seq++
+					sc.Key = fmt.Sprintf("c%d-%d", i, seq)
 				}
 				calls.Add(1)
 				go func() {
@@ -327,13 +365,18 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	if outageErr != nil {
 		return Result{}, fmt.Errorf("lab: %s: %w", c.Name, outageErr)
 	}
-	arrivals := srv.Arrivals()
+	arrivals := down.Arrivals()
 	if len(arrivals) > skip {
 		arrivals = arrivals[skip:]
 	} else {
 		arrivals = nil
 	}
-	return summarize(cfg, c.Name, log, counter, arrivals), nil
+	r := summarize(cfg, c.Name, log, counter, arrivals)
+	if ch != nil {
+		ch.close()
+		ch.measure(cfg, &r, log.keyedCalls, from, to)
+	}
+	return r, nil
 }
 
 // overloadWorkers is ScenarioOverload's server: half its workers from
@@ -435,8 +478,7 @@ func oneCall(ctx context.Context, client testingv1.TestServiceClient, sc *testin
 	defer cancel()
 	begin := time.Now()
 	_, err := client.Get(ctx, &testingv1.GetRequest{Script: sc})
-	end := time.Now()
-	log.add(err == nil, end.Sub(begin), end)
+	log.add(sc.GetKey(), err == nil, begin, time.Now())
 }
 
 // serverGone closes the server's TCP side from `from` to `to`, so that
@@ -473,9 +515,9 @@ func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, 
 		r.AttemptsPerCall = float64(r.Attempts) / float64(r.Calls)
 		r.SuccessRate = float64(r.Successes) / float64(r.Calls)
 	}
-	outage := (cfg.OutageEnd - cfg.OutageStart).Seconds()
-	r.OutageLoad = float64(r.OutageAttempts) / (outageCapacity(cfg) * outage)
+	r.OutageLoad = outageLoad(cfg, r.OutageAttempts)
 	if cfg.Scenario == ScenarioOverload {
+		outage := (cfg.OutageEnd - cfg.OutageStart).Seconds()
 		counter.mu.Lock()
 		from, to := counter.outageFrom, counter.outageTo
 		counter.mu.Unlock()
@@ -506,14 +548,15 @@ func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, 
 	return r
 }
 
-// outageCapacity is the attempts per second the server can serve during
-// the outage, for OutageLoad: the reduced capacity in ScenarioOverload,
-// else Capacity (what it serves when it is up).
-func outageCapacity(cfg *Config) float64 {
+// outageLoad is Result.OutageLoad for attempts made during the outage: ÷
+// what the server can serve in that time, its capacity when up (Capacity),
+// in ScenarioOverload the reduced capacity.
+func outageLoad(cfg *Config, attempts int) float64 {
+	capacity := float64(cfg.Capacity)
 	if cfg.Scenario == ScenarioOverload {
-		return cfg.ReducedCapacity()
+		capacity = cfg.ReducedCapacity()
 	}
-	return float64(cfg.Capacity)
+	return float64(attempts) / (capacity * (cfg.OutageEnd - cfg.OutageStart).Seconds())
 }
 
 // percentile is the nearest-rank percentile of sorted values; 0 for none.

@@ -384,3 +384,37 @@ func staggerFile(t testing.TB, file string) []grpc.DialOption {
 	}
 	return stagger.DialOptions(cfg, interceptor.WithBudget(nil))
 }
+
+// TestRetryAtOneLayerClimbsDown: go-grpc-middleware at the top of user → A
+// → B → C ignores the "do not retry" verdict and retries A; A's single
+// attempt to B carries stagger-upstream-retry, so B makes one attempt at C
+// too: C sees 3 + 1 + 1, not 3 + 3 + 3.
+func TestRetryAtOneLayerClimbsDown(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			for _, tc := range []struct {
+				name         string
+				opts         []server.Option
+				wantA, wantB int
+				wantC        int
+			}{
+				{"one-layer", []server.Option{server.WithRetryAtOneLayer()}, 3, 3, 5},
+				{"propagation-only", nil, 3, 3, 9},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					c := newServer(t, tr, testserver.WithOutage(true))
+					b := newServer(t, tr, testserver.WithServerOptions(newSide(t, tc.opts...).ServerOptions()...), testserver.WithRelay(dial(t, tr, c, staggerLayer(t))))
+					a := newServer(t, tr, testserver.WithServerOptions(newSide(t, tc.opts...).ServerOptions()...), testserver.WithRelay(dial(t, tr, b, staggerLayer(t))))
+					user := dial(t, tr, a, middlewareLayer())
+					_, err := user.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "k"}})
+					if status.Code(err) != codes.Unavailable {
+						t.Fatalf("code %v, want UNAVAILABLE", status.Code(err))
+					}
+					if na, nb, nc := len(a.Attempts("k")), len(b.Attempts("k")), len(c.Attempts("k")); na != tc.wantA || nb != tc.wantB || nc != tc.wantC {
+						t.Errorf("attempts at A, B, C = %d, %d, %d; want %d, %d, %d", na, nb, nc, tc.wantA, tc.wantB, tc.wantC)
+					}
+				})
+			}
+		})
+	}
+}

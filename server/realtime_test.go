@@ -88,4 +88,3 @@ func TestRealTimeShedding(t *testing.T) {
 		t.Errorf("ran %d, ok %d, shed %d (Shed() %d), of %d calls", ran.Load(), ok.Load(), shed.Load(), side.Shed(), callers*rounds)
 	}
 }
-

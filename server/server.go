@@ -31,6 +31,13 @@ const (
 	// MiddlewareAttemptKey is go-grpc-middleware's retry header (the
 	// attempt number, absent on the first), read as PreviousAttemptsKey.
 	MiddlewareAttemptKey = "x-retry-attempt"
+	// UpstreamRetryKey is the request header ("1") that WithRetryAtOneLayer
+	// adds to every call a retried request's handler makes, whatever client
+	// makes it: the server below then treats the request as retried too, so
+	// that one layer's retry does not restart the retries of every layer
+	// under it (A's single attempt to B is B's first attempt, but it is
+	// part of a retry the layer above A is making).
+	UpstreamRetryKey = "stagger-upstream-retry"
 )
 
 // HealthCheckMethod is the standard health check, which shedding exempts
@@ -90,7 +97,10 @@ func WithoutPropagation() Option {
 // (the SRE book: retry at the layer just above the failure). A hedge counts
 // as a retry here: the layer above is already sending the request more than
 // once. The downstream call that fails then ends with reason "retried
-// request", which propagation reports upward as "do not retry".
+// request", which propagation reports upward as "do not retry". The calls
+// carry UpstreamRetryKey, so that servers further down with this option
+// treat them as retried too: the whole chain below a retrying layer makes
+// one attempt per hop.
 func WithRetryAtOneLayer() Option {
 	return func(s *settings) { s.oneLayer = true }
 }
@@ -205,7 +215,7 @@ func (s *Interceptors) serve(ctx context.Context, req any, handler grpc.UnaryHan
 	if !s.propagate && !retried {
 		return handler(ctx, req)
 	}
-	r := chain.New(ctx, retried)
+	r := chain.New(downstream(ctx, retried), retried)
 	resp, err := handler(r, req)
 	if err != nil && s.propagate && (r.Marked() || gaveUp(err)) {
 		// The trailer goes with the status the handler returned, which is
@@ -225,7 +235,7 @@ func (s *Interceptors) Stream() grpc.StreamServerInterceptor {
 		if !s.propagate && !retried {
 			return handler(srv, ss)
 		}
-		w := &serverStream{ServerStream: ss, r: chain.New(ctx, retried)}
+		w := &serverStream{ServerStream: ss, r: chain.New(downstream(ctx, retried), retried)}
 		err := handler(srv, w)
 		if err != nil && s.propagate && (w.r.Marked() || gaveUp(err)) {
 			ss.SetTrailer(dontRetryTrailer())
@@ -273,12 +283,22 @@ func dontRetryTrailer() metadata.MD {
 	return metadata.MD{PushbackKey: []string{"-1"}}
 }
 
+// downstream is the context a handler runs under: ctx, and for a retried
+// request, UpstreamRetryKey on its outgoing calls.
+func downstream(ctx context.Context, retried bool) context.Context {
+	if !retried {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, UpstreamRetryKey, "1")
+}
+
 // retriedRequest reports whether the request ctx belongs to says it is a
-// retry or a hedge: PreviousAttemptsKey or MiddlewareAttemptKey above 0.
+// retry or a hedge (PreviousAttemptsKey or MiddlewareAttemptKey above 0),
+// or part of one a layer above makes (UpstreamRetryKey).
 func retriedRequest(ctx context.Context) bool {
 	// ValueFromIncomingContext copies only a header that is there;
 	// FromIncomingContext would copy every header of every request.
-	for _, k := range [...]string{PreviousAttemptsKey, MiddlewareAttemptKey} {
+	for _, k := range [...]string{PreviousAttemptsKey, MiddlewareAttemptKey, UpstreamRetryKey} {
 		for _, v := range metadata.ValueFromIncomingContext(ctx, k) {
 			if n, err := strconv.Atoi(v); err == nil && n > 0 {
 				return true

@@ -45,10 +45,17 @@ Scenarios (-scenario, comma-separated to run several one after another):
                offered 80% of -capacity is 160% of what is left. GOODPUT:
                calls that succeeded in the overload, per second, ÷ the
                reduced capacity
+  chain        users → A → B → C, three servers (bufconn), every hop
+               retrying (3 attempts by default, no budget), C answering
+               UNAVAILABLE from 1s to 3s of 4s, 100 calls/s: attempts
+               reaching C per user call made and returned in the outage
+               (27 when nothing coordinates, 3 at best), and the users'
+               success once C is back; C's load chart
 
-Each table opens with the scenario's ceiling: the success rate an ideal
-client could reach without ever sending more than the capacity (the lab
-package's Ceiling). Peaks per contender: calls in flight, calls waiting
+Each table but chain's (no server of the chain limits its attempts) opens
+with the scenario's ceiling: the success rate an ideal client could reach
+without ever sending more than the capacity (the lab package's Ceiling).
+Peaks per contender: calls in flight, calls waiting
 between attempts, and goroutines of its client side (sampled every 100 ms).
 
 Flags (the defaults shown are those of unavailable):
@@ -102,18 +109,19 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	d := lab.Config{}.Defaults()
 	scenarios := stringList{string(lab.ScenarioUnavailable)}
 	fs.Var(&scenarios, "scenario", "scenarios to run, comma-separated: "+strings.Join(labScenarioNames(), ", "))
-	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload: 10s)")
-	start := fs.Duration("outage-start", d.OutageStart, "when the outage (overload: half the workers) starts")
-	end := fs.Duration("outage-end", d.OutageEnd, "when the outage ends (blip: 3.5s; overload: 6s)")
+	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload: 10s; chain: 4s)")
+	start := fs.Duration("outage-start", d.OutageStart, "when the outage (overload: half the workers) starts (chain: 1s)")
+	end := fs.Duration("outage-end", d.OutageEnd, "when the outage ends (blip: 3.5s; overload: 6s; chain: 3s)")
 	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget")
 	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server admits (overload: serves with all its workers)")
-	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica: 50%)")
-	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5)")
+	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica: 50%; chain: 100)")
+	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5; chain: 3, on every hop)")
 	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call")
 	var contenders stringList
 	fs.Var(&contenders, "contenders", "contenders to run, comma-separated (default: all of the scenario's): "+
 		strings.Join(lab.ContenderNames(), ", ")+labOnly(lab.ScenarioOverload)+
-		"; for slow-replica: "+strings.Join(labNames(lab.HedgingContenders()), ", "))
+		"; for slow-replica: "+strings.Join(labNames(lab.HedgingContenders()), ", ")+
+		"; for chain: "+strings.Join(labNames(lab.ChainContenders()), ", "))
 	out := format("table")
 	fs.Var(&out, "format", "output: table, csv or json")
 	if err := parseFlags(fs, args); err != nil {
@@ -141,11 +149,15 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return 0
 	}
+	maxAttempts := 0 // chain's 3 is not unavailable's 5
+	if given["attempts"] {
+		maxAttempts = *attempts
+	}
 	var reports []*lab.Report
 	for _, sc := range scenarios {
 		cfg := lab.Config{
 			Scenario: lab.Scenario(sc), Duration: pick("duration", *duration),
-			Clients: *clients, Capacity: *capacity, Rate: *rate, MaxAttempts: *attempts,
+			Clients: *clients, Capacity: *capacity, Rate: *rate, MaxAttempts: maxAttempts,
 			CallTimeout: *timeout, Contenders: contenders,
 		}
 		if given["outage-start"] || given["outage-end"] {

@@ -40,6 +40,16 @@ type labJSON struct {
 	// Goodput is lab.Result.Goodput (1.0 = the reduced capacity), in the
 	// overload scenario's records only: the others have none.
 	Goodput *float64 `json:"goodput,omitempty"`
+	// The chain scenario's records only (the others have none):
+	// lab.Result.OutageCalls, BottomAttemptsPerCall (attempts reaching C ÷
+	// user calls, over the calls made and returned during C's outage),
+	// MiddleAttemptsPerCall (B), TopAttemptsPerCall (A) and SuccessAfter
+	// (the success rate of the user calls made once C is back).
+	OutageCalls           *int     `json:"outage_calls,omitempty"`
+	BottomAttemptsPerCall *float64 `json:"bottom_attempts_per_call,omitempty"`
+	MiddleAttemptsPerCall *float64 `json:"middle_attempts_per_call,omitempty"`
+	TopAttemptsPerCall    *float64 `json:"top_attempts_per_call,omitempty"`
+	SuccessAfter          *float64 `json:"success_after,omitempty"`
 }
 
 // labGoodput is r's goodput where the scenario measures one, else nil.
@@ -82,6 +92,11 @@ func writeLabJSON(w io.Writer, reps []*lab.Report) error {
 				PeakWaiting: r.PeakWaiting, PeakGoroutines: r.PeakGoroutines,
 				Goodput: labGoodput(rep.Config.Scenario, r),
 			})
+			if rep.Config.Scenario == lab.ScenarioChain {
+				rec := &out[len(out)-1]
+				rec.OutageCalls, rec.BottomAttemptsPerCall, rec.MiddleAttemptsPerCall = &r.OutageCalls, &r.BottomAttemptsPerCall, &r.MiddleAttemptsPerCall
+				rec.TopAttemptsPerCall, rec.SuccessAfter = &r.TopAttemptsPerCall, &r.SuccessAfter
+			}
 		}
 	}
 	return writeJSON(w, out)
@@ -95,13 +110,18 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 			if g := labGoodput(rep.Config.Scenario, r); g != nil {
 				goodput = fmtFloat(*g, 4)
 			}
-			rows = append(rows, []string{string(rep.Config.Scenario), r.Contender, strconv.Itoa(r.Calls),
+			chain := []string{"", "", ""} // not measured
+			if rep.Config.Scenario == lab.ScenarioChain {
+				chain = []string{fmtFloat(r.BottomAttemptsPerCall, 3), fmtFloat(r.MiddleAttemptsPerCall, 3), fmtFloat(r.SuccessAfter, 4)}
+			}
+			rows = append(rows, append([]string{string(rep.Config.Scenario), r.Contender, strconv.Itoa(r.Calls),
 				fmtFloat(r.AttemptsPerCall, 3), fmtFloat(r.SuccessRate, 4), fmtFloat(r.OutageLoad, 3),
-				fmtFloat(r.PeakAfter, 3), ms(r.P50), ms(r.P99), ms(r.P999), goodput})
+				fmtFloat(r.PeakAfter, 3), ms(r.P50), ms(r.P99), ms(r.P999), goodput}, chain...))
 		}
 	}
 	return writeCSV(w, []string{"scenario", "contender", "calls", "attempts_per_call", "success_rate",
-		"outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms", "goodput"}, rows)
+		"outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms", "goodput",
+		"bottom_attempts_per_call", "middle_attempts_per_call", "success_after"}, rows)
 }
 
 // writeLabTable prints one scenario: what each contender gets, the table,
@@ -110,6 +130,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	c := rep.Config
 	slow := c.Scenario == lab.ScenarioSlowReplica
 	overload := c.Scenario == lab.ScenarioOverload
+	chain := c.Scenario == lab.ScenarioChain
 	switch {
 	case slow:
 		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender for %v, attempts take %v, one in %.0f takes %d× as long, call deadline %v\n",
@@ -120,11 +141,20 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 			c.OutageStart, c.OutageEnd, c.Duration, c.Rate, c.Clients, c.CallTimeout)
 		fmt.Fprintf(w, "goodput: calls that succeeded in the overload, per second, ÷ %.0f/s (1 = every worker busy with calls that succeed)\n",
 			c.ReducedCapacity())
+	case chain:
+		n := c.MaxAttempts
+		fmt.Fprintf(w, "scenario %s: users → A → B → C, %d attempts on every hop, C answers UNAVAILABLE in [%v, %v) of %v; %.0f calls/s from %d clients per contender, call deadline %v\n",
+			c.Scenario, n, c.OutageStart, c.OutageEnd, c.Duration, c.Rate, c.Clients, c.CallTimeout)
+		fmt.Fprintf(w, "attempts reaching C, B and A per user call made and returned in C's outage (%d at C without coordination, %d without amplification); success of the calls made once C is back\n",
+			n*n*n, n)
 	default:
 		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender, outage [%v, %v) of %v, call deadline %v\n",
 			c.Scenario, c.Capacity, c.Rate, c.Clients, c.OutageStart, c.OutageEnd, c.Duration, c.CallTimeout)
 	}
-	fmt.Fprintf(w, "ceiling %s%%: the success an ideal client could reach without ever sending more than the capacity\n", fmtFloat(100*rep.Ceiling, 1))
+	if !chain {
+		// No server of the chain limits its attempts.
+		fmt.Fprintf(w, "ceiling %s%%: the success an ideal client could reach without ever sending more than the capacity\n", fmtFloat(100*rep.Ceiling, 1))
+	}
 	fmt.Fprintf(w, "peers: %s\n", labVersions())
 	nameW := 0
 	for _, r := range rep.Results {
@@ -136,9 +166,10 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		}
 	}
 	fmt.Fprintln(w)
-	var maxPer float64
+	var maxPer, maxBottom float64
 	for _, r := range rep.Results {
 		maxPer = max(maxPer, r.AttemptsPerCall)
+		maxBottom = max(maxBottom, r.BottomAttemptsPerCall)
 	}
 	rows := make([][]string, len(rep.Results))
 	for i, r := range rep.Results {
@@ -146,9 +177,15 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 			ms(r.P50), ms(r.P99), fmtFloat(r.OutageLoad, 2) + "×", fmtFloat(r.PeakAfter, 2) + "×",
 			strconv.Itoa(r.PeakInFlight), strconv.Itoa(r.PeakWaiting), strconv.Itoa(r.PeakGoroutines),
 			bar(r.AttemptsPerCall, maxPer, 16)}
-		if slow {
+		switch {
+		case slow:
 			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), fmtFloat(100*r.SuccessRate, 1) + "%",
 				ms(r.P50), ms(r.P99), ms(r.P999), bar(float64(r.P99), float64(rep.Results[0].P99), 16)}
+		case chain:
+			rows[i] = []string{r.Contender, fmtFloat(r.BottomAttemptsPerCall, 2), fmtFloat(r.MiddleAttemptsPerCall, 2),
+				fmtFloat(r.TopAttemptsPerCall, 2), strconv.Itoa(r.OutageCalls), fmtFloat(100*r.SuccessAfter, 1) + "%",
+				fmtFloat(100*r.SuccessRate, 1) + "%", ms(r.P50), ms(r.P99), strconv.Itoa(r.PeakInFlight),
+				strconv.Itoa(r.PeakGoroutines), bar(r.BottomAttemptsPerCall, maxBottom, 16)}
 		}
 	}
 	header := []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)",
@@ -156,6 +193,9 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	switch {
 	case slow:
 		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)", "P99.9 (ms)", "P99 (vs first row)"}
+	case chain:
+		header = []string{"CONTENDER", "AT C/CALL", "AT B/CALL", "AT A/CALL", "OUTAGE CALLS", "SUCCESS AFTER", "SUCCESS",
+			"P50 (ms)", "P99 (ms)", "PEAK IN FLIGHT", "PEAK GOROUTINES", "ATTEMPTS AT C PER CALL"}
 	case overload:
 		// Goodput after success; the attempts in the overload are ÷ the
 		// reduced capacity.
@@ -180,14 +220,21 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		}
 		width = max(width, len(r.Load))
 	}
-	fmt.Fprintf(w, "\nattempts the server received per 100 ms (full block = %d, capacity = %.0f)\n", top, float64(c.Capacity)*lab.Bin.Seconds())
+	if chain {
+		fmt.Fprintf(w, "\nattempts C received per 100 ms (full block = %d)\n", top)
+	} else {
+		fmt.Fprintf(w, "\nattempts the server received per 100 ms (full block = %d, capacity = %.0f)\n", top, float64(c.Capacity)*lab.Bin.Seconds())
+	}
 	for _, r := range rep.Results {
 		fmt.Fprintf(w, "%-*s │%s\n", nameW, r.Contender, spark(r.Load, top))
 	}
 	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, lab.Bin, c.OutageStart, c.OutageEnd))
 	what := "outage"
-	if overload {
+	switch {
+	case overload:
 		what = "overload (half the workers)"
+	case chain:
+		what = "C's outage"
 	}
 	fmt.Fprintf(w, "%-*s  ▔ = %s; one column per 100 ms, ┴ every second; wall time %s\n\n", nameW, "", what, labSeconds(rep.Wall))
 	return nil

@@ -48,6 +48,10 @@ func TestLabErrors(t *testing.T) {
 		// The overload's own outage, [2s, 6s), and duration, 10s.
 		{"overload's own outage", []string{"-scenario", "overload", "-duration", "5s"}, 2, "got [2s, 6s) of 5s"},
 		{"overload's own duration", []string{"-scenario", "overload", "-outage-end", "11s"}, 2, "got [2s, 11s) of 10s"},
+		// The chain's own outage, [1s, 3s), and duration, 4s.
+		{"chain's own outage", []string{"-scenario", "chain", "-duration", "2s"}, 2, "got [1s, 3s) of 2s"},
+		{"chain's own duration", []string{"-scenario", "chain", "-outage-end", "5s"}, 2, "got [1s, 5s) of 4s"},
+		{"unavailable's contender in the chain", []string{"-scenario", "chain", "-contenders", "naive"}, 2, `Contenders: must be among stagger, stagger-no-server`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runLabArgs(t, tc.args...)
@@ -73,7 +77,8 @@ func TestLabCSV(t *testing.T) {
 	if err != nil {
 		t.Fatalf("output is not CSV: %v\n%s", err, stdout)
 	}
-	want := "scenario,contender,calls,attempts_per_call,success_rate,outage_load,peak_after,p50_ms,p99_ms,p999_ms,goodput"
+	want := "scenario,contender,calls,attempts_per_call,success_rate,outage_load,peak_after,p50_ms,p99_ms,p999_ms,goodput," +
+		"bottom_attempts_per_call,middle_attempts_per_call,success_after"
 	if len(rows) != 3 || strings.Join(rows[0], ",") != want {
 		t.Fatalf("got %d rows, header %v; want 3 rows under %s", len(rows), rows[0], want)
 	}
@@ -83,6 +88,9 @@ func TestLabCSV(t *testing.T) {
 		}
 		if g := rows[i+1][10]; g != "" {
 			t.Errorf("row %d: goodput %q, want none outside the overload", i+1, g)
+		}
+		if c := strings.Join(rows[i+1][11:], ""); c != "" {
+			t.Errorf("row %d: chain figures %v, want none outside the chain", i+1, rows[i+1][11:])
 		}
 	}
 }
@@ -115,18 +123,25 @@ func TestLabTableAndJSON(t *testing.T) {
 	}
 }
 
+// labJSONRecords runs the lab with args in JSON and decodes its n records.
+func labJSONRecords(t *testing.T, args []string, n int) []map[string]any {
+	t.Helper()
+	var out bytes.Buffer
+	if err := labMain(context.Background(), append(args, "-format", "json"), &out, &out); err != nil {
+		t.Fatalf("labMain json: %v", err)
+	}
+	var recs []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &recs); err != nil || len(recs) != n {
+		t.Fatalf("json: %v, %d records, want %d:\n%s", err, len(recs), n, out.String())
+	}
+	return recs
+}
+
 // TestLabJSONFields checks the JSON records' keys: those users script
 // against stay, and the new ones are there.
 func TestLabJSONFields(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	var out bytes.Buffer
-	if err := labMain(context.Background(), append(tinyLab, "-format", "json"), &out, &out); err != nil {
-		t.Fatalf("labMain json: %v", err)
-	}
-	var recs []map[string]any
-	if err := json.Unmarshal(out.Bytes(), &recs); err != nil || len(recs) != 2 {
-		t.Fatalf("json: %v, %d records:\n%s", err, len(recs), out.String())
-	}
+	recs := labJSONRecords(t, tinyLab, 2)
 	for _, key := range []string{"scenario", "contender", "calls", "attempts", "successes", "attempts_per_call",
 		"success_rate", "outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms", "load_per_100ms", "wall_ms", "versions",
 		"ceiling", "peak_in_flight", "peak_attempts_in_flight", "peak_waiting", "peak_goroutines"} {
@@ -134,8 +149,10 @@ func TestLabJSONFields(t *testing.T) {
 			t.Errorf("json record lacks %q: %v", key, recs[0])
 		}
 	}
-	if _, ok := recs[0]["goodput"]; ok {
-		t.Errorf("json record of unavailable has a goodput: %v", recs[0])
+	for _, key := range append([]string{"goodput"}, labChainKeys...) {
+		if _, ok := recs[0][key]; ok {
+			t.Errorf("json record of unavailable has %q: %v", key, recs[0])
+		}
 	}
 	if recs[0]["contender"] != "stagger" || recs[1]["contender"] != "naive" || recs[0]["scenario"] != "unavailable" {
 		t.Errorf("records name %v/%v and %v, want unavailable/stagger and naive", recs[0]["scenario"], recs[0]["contender"], recs[1]["contender"])
@@ -185,14 +202,7 @@ var tinyOverload = []string{"-scenario", "overload", "-duration", "600ms", "-out
 // the idled workers began before.
 func TestLabOverload(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	var out bytes.Buffer
-	if err := labMain(context.Background(), append(tinyOverload, "-format", "json"), &out, &out); err != nil {
-		t.Fatalf("labMain json: %v", err)
-	}
-	var recs []map[string]any
-	if err := json.Unmarshal(out.Bytes(), &recs); err != nil || len(recs) != 2 {
-		t.Fatalf("json: %v, %d records:\n%s", err, len(recs), out.String())
-	}
+	recs := labJSONRecords(t, tinyOverload, 2)
 	for _, r := range recs {
 		g, ok := r["goodput"].(float64)
 		if r["scenario"] != "overload" || !ok || g < 0 || g > 1.5 || r["calls"] != 48.0 {
@@ -216,5 +226,60 @@ func TestLabOverload(t *testing.T) {
 	rows, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
 	if err != nil || len(rows) != 3 || rows[0][10] != "goodput" || rows[1][10] == "" || rows[2][10] == "" {
 		t.Errorf("csv (%v): want a goodput in every row:\n%s", err, stdout)
+	}
+}
+
+// labChainKeys are the keys only the chain scenario's JSON records have.
+var labChainKeys = []string{"outage_calls", "bottom_attempts_per_call", "middle_attempts_per_call", "top_attempts_per_call", "success_after"}
+
+// tinyChain is the chain scenario short, in real time: 20 calls/s, C down
+// in [100 ms, 600 ms) of 800 ms; 3 attempts on every hop, the scenario's
+// own default.
+var tinyChain = []string{"-scenario", "chain", "-duration", "800ms", "-outage-start", "100ms", "-outage-end", "600ms",
+	"-clients", "2", "-rate", "20", "-contenders", "stagger,mixed,grpc-go"}
+
+// TestLabChain checks the chain's records, in every format. Users script
+// against the JSON: every record carries bottom_attempts_per_call. The
+// figures depend on real time, so only their shape is checked (the lab's
+// own tests check the values, on virtual time).
+func TestLabChain(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	recs := labJSONRecords(t, tinyChain, 3)
+	for i, name := range []string{"stagger", "mixed", "grpc-go"} {
+		r := recs[i]
+		if r["scenario"] != "chain" || r["contender"] != name || r["calls"] != 16.0 {
+			t.Errorf("record %d: %v/%v, %v calls; want chain/%s, 16 calls (20/s for 0.8 s)", i, r["scenario"], r["contender"], r["calls"], name)
+		}
+		for _, key := range labChainKeys {
+			if _, ok := r[key].(float64); !ok {
+				t.Errorf("record %d (%s) lacks %q: %v", i, name, key, r)
+			}
+		}
+	}
+	code, stdout, stderr := runLabArgs(t, tinyChain...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"scenario chain: users → A → B → C, 3 attempts on every hop, C answers UNAVAILABLE in [100ms, 600ms) of 800ms",
+		"(27 at C without coordination, 3 without amplification)", "AT C/CALL", "SUCCESS AFTER", "attempts C received per 100 ms", "▔ = C's outage"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "ceiling") {
+		t.Errorf("table of the chain shows a ceiling (no server of it limits its attempts):\n%s", stdout)
+	}
+	code, stdout, stderr = runLabArgs(t, append(tinyChain, "-format", "csv")...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	rows, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
+	if err != nil || len(rows) != 4 || rows[0][11] != "bottom_attempts_per_call" || rows[0][13] != "success_after" {
+		t.Fatalf("csv (%v): want 4 rows under a header with the chain's columns:\n%s", err, stdout)
+	}
+	for _, row := range rows[1:] {
+		if row[11] == "" || row[12] == "" || row[13] == "" {
+			t.Errorf("csv row %v: want the chain's figures", row)
+		}
 	}
 }
