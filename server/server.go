@@ -59,6 +59,8 @@ type Interceptors struct {
 	exempt     map[string]bool
 	serviceEMA atomic.Int64 // nanoseconds; 0 before the first observation
 	shed       atomic.Uint64
+	// dedup is WithIdempotency's (nil: off).
+	dedup *dedup
 }
 
 // settings is what the Options build; errs are their bad values.
@@ -69,6 +71,7 @@ type settings struct {
 	limitSet     bool
 	minPB, maxPB time.Duration
 	exempt       []string
+	dedup        *dedup
 	errs         []error
 }
 
@@ -172,7 +175,10 @@ func New(opts ...Option) (*Interceptors, error) {
 	if len(st.errs) > 0 {
 		return nil, errors.Join(st.errs...)
 	}
-	s := &Interceptors{propagate: st.propagate, oneLayer: st.oneLayer, limit: int64(st.limit), minPB: st.minPB, maxPB: st.maxPB}
+	s := &Interceptors{propagate: st.propagate, oneLayer: st.oneLayer, limit: int64(st.limit), minPB: st.minPB, maxPB: st.maxPB, dedup: st.dedup}
+	if s.dedup != nil {
+		s.dedup.serve = s.serve
+	}
 	if st.limitSet && len(st.exempt) > 0 {
 		s.exempt = make(map[string]bool, len(st.exempt))
 		for _, m := range st.exempt {
@@ -203,6 +209,9 @@ func (s *Interceptors) Unary() grpc.UnaryServerInterceptor {
 			}
 			start := time.Now()
 			defer s.done(start)
+		}
+		if s.dedup != nil {
+			return s.dedup.unary(ctx, req, info, handler)
 		}
 		return s.serve(ctx, req, handler)
 	}

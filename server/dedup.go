@@ -1,0 +1,497 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// DefaultIdempotencyHeader is the request header Dedup reads the key from
+// unless told otherwise: the name stagger's examples give
+// interceptor.WithIdempotencyKey, and the IETF Idempotency-Key draft's.
+const DefaultIdempotencyHeader = "idempotency-key"
+
+// ReplayedHeader is the response header ("true") of an outcome replayed
+// from the store instead of running the handler.
+const ReplayedHeader = "idempotent-replayed"
+
+// Defaults of IdempotencyOptions.
+const (
+	DefaultIdempotencyTTL      = 24 * time.Hour
+	DefaultLease               = time.Minute
+	DefaultMaxLease            = 10 * time.Minute
+	DefaultMaxKeyLength        = 255
+	maxKeyLengthLimit          = 4096
+	leaseMargin                = time.Second
+	waitPollStart              = 2 * time.Millisecond
+	waitPollMax                = 50 * time.Millisecond
+	outcomeVersion        byte = 1
+)
+
+// IdempotencyOptions configure de-duplication (WithIdempotency); the zero
+// value takes the defaults.
+type IdempotencyOptions struct {
+	// Header is the request header that carries the key; default
+	// DefaultIdempotencyHeader.
+	Header string
+	// Key, when set, is asked first for a request's key: the application
+	// supplies it (AIP-155's request_id in the request message). ok false
+	// falls back to Header.
+	Key func(ctx context.Context, method string, req any) (key string, ok bool)
+	// TTL is how long an outcome is replayed; default
+	// DefaultIdempotencyTTL (24 hours, as Stripe keeps them).
+	TTL time.Duration
+	// Lease bounds a running entry of a request without a deadline;
+	// default DefaultLease. A request with a deadline holds its key until
+	// the deadline and a second more, at most MaxLease (default
+	// DefaultMaxLease).
+	Lease, MaxLease time.Duration
+	// MaxKeyLength bounds a key's length; default DefaultMaxKeyLength.
+	MaxKeyLength int
+}
+
+// WithIdempotency turns on de-duplication of unary calls that carry an
+// idempotency key, with store keeping the keys (NewMemoryStore for one
+// replica; the Redis store of the nested module
+// github.com/stagger-go/stagger/server/redisstore for a fleet). See the
+// package documentation, "Idempotency keys".
+func WithIdempotency(store Store, o IdempotencyOptions) Option {
+	return func(s *settings) {
+		if store == nil {
+			s.errs = append(s.errs, errors.New("server: WithIdempotency: store is nil"))
+		}
+		bad := func(field, why string, got any) {
+			s.errs = append(s.errs, fmt.Errorf("server: WithIdempotency: IdempotencyOptions.%s: %s, got %v", field, why, got))
+		}
+		if o.Header == "" {
+			o.Header = DefaultIdempotencyHeader
+		} else if !validHeaderName(o.Header) {
+			bad("Header", "must be a lower-case metadata key (a-z, 0-9, -, _, .) not starting with grpc-", fmt.Sprintf("%q", o.Header))
+		}
+		switch {
+		case o.TTL < 0:
+			bad("TTL", "must be positive (0 takes the default)", o.TTL)
+		case o.TTL == 0:
+			o.TTL = DefaultIdempotencyTTL
+		}
+		switch {
+		case o.Lease < 0:
+			bad("Lease", "must be positive (0 takes the default)", o.Lease)
+		case o.Lease == 0:
+			o.Lease = DefaultLease
+		}
+		switch {
+		case o.MaxLease < 0:
+			bad("MaxLease", "must be positive (0 takes the default)", o.MaxLease)
+		case o.MaxLease == 0:
+			o.MaxLease = DefaultMaxLease
+		}
+		if o.MaxLease < o.Lease {
+			bad("MaxLease", fmt.Sprintf("must be at least Lease (%v)", o.Lease), o.MaxLease)
+		}
+		switch {
+		case o.MaxKeyLength < 0 || o.MaxKeyLength > maxKeyLengthLimit:
+			bad("MaxKeyLength", fmt.Sprintf("must be in [1, %d] (0 takes the default)", maxKeyLengthLimit), o.MaxKeyLength)
+		case o.MaxKeyLength == 0:
+			o.MaxKeyLength = DefaultMaxKeyLength
+		}
+		s.dedup = &dedup{store: store, o: o}
+	}
+}
+
+func validHeaderName(h string) bool {
+	if len(h) >= 5 && h[:5] == "grpc-" {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// dedup is WithIdempotency's state.
+type dedup struct {
+	store Store
+	o     IdempotencyOptions
+	// serve runs the handler under the rest of the server side
+	// (Interceptors.serve).
+	serve func(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error)
+}
+
+// key returns the request's key ("" when it has none), or an
+// INVALID_ARGUMENT error naming the header for a bad one.
+func (d *dedup) key(ctx context.Context, method string, req any) (string, error) {
+	where := fmt.Sprintf("header %q", d.o.Header)
+	var key string
+	ok := false
+	if d.o.Key != nil {
+		key, ok = d.o.Key(ctx, method, req)
+		where = "the request's key"
+	}
+	if !ok {
+		vals := metadata.ValueFromIncomingContext(ctx, d.o.Header)
+		switch len(vals) {
+		case 0:
+			return "", nil
+		case 1:
+			key = vals[0]
+		default:
+			return "", status.Errorf(codes.InvalidArgument, "server: idempotency key in %s: want one value, got %d", where, len(vals))
+		}
+	}
+	if key == "" {
+		return "", status.Errorf(codes.InvalidArgument, "server: idempotency key in %s: empty", where)
+	}
+	if len(key) > d.o.MaxKeyLength {
+		return "", status.Errorf(codes.InvalidArgument, "server: idempotency key in %s: %d bytes, longer than the limit of %d", where, len(key), d.o.MaxKeyLength)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return "", status.Errorf(codes.InvalidArgument, "server: idempotency key in %s: byte %d is 0x%02x, outside printable ASCII", where, i, c)
+		}
+	}
+	return key, nil
+}
+
+// fingerprint is SHA-256 of method, a zero byte and req's deterministic
+// encoding.
+func fingerprint(method string, req any) (Fingerprint, error) {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return Fingerprint{}, status.Errorf(codes.Internal, "server: idempotency: request of %s is a %T, not a protobuf message", method, req)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return Fingerprint{}, status.Errorf(codes.Internal, "server: idempotency: encoding the request of %s: %v", method, err)
+	}
+	h := sha256.New()
+	h.Write([]byte(method))
+	h.Write([]byte{0})
+	h.Write(b)
+	var fp Fingerprint
+	h.Sum(fp[:0])
+	return fp, nil
+}
+
+// stored reports whether an outcome with code is kept and replayed. Codes
+// a client may retry (the request did not take effect, or may succeed
+// later) are not: the key is released and a retry runs the handler again.
+func stored(code codes.Code) bool {
+	switch code {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DeadlineExceeded, codes.Canceled:
+		return false
+	}
+	return true
+}
+
+// lease is how long a request's claim holds its key.
+func (d *dedup) lease(ctx context.Context) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return d.o.Lease
+	}
+	return min(max(time.Until(dl)+leaseMargin, leaseMargin), d.o.MaxLease)
+}
+
+// unary runs handler at most once per key (see the package documentation).
+func (d *dedup) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	key, err := d.key(ctx, info.FullMethod, req)
+	if err != nil || key == "" {
+		if err != nil {
+			return nil, err
+		}
+		return d.serve(ctx, req, handler)
+	}
+	fp, err := fingerprint(info.FullMethod, req)
+	if err != nil {
+		return nil, err
+	}
+	token := newToken()
+	poll := waitPollStart
+	for {
+		claimed, found, err := d.store.Claim(ctx, key, fp, token, d.lease(ctx))
+		if err != nil {
+			return nil, storeError(ctx, key, err)
+		}
+		if claimed {
+			return d.run(ctx, key, token, req, handler)
+		}
+		if found.Fingerprint != fp {
+			return nil, status.Errorf(codes.FailedPrecondition, "server: idempotency key %q was used with another request (a different method or message): use a new key for a new request", key)
+		}
+		if found.Done {
+			return replay(ctx, key, found.Outcome)
+		}
+		// The first request with the key is running: wait for it, within
+		// this one's deadline.
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-t.C:
+		}
+		poll = min(2*poll, waitPollMax)
+	}
+}
+
+// storeError is the status of a request the store failed: UNAVAILABLE (a
+// retry may find the store back), or the context's when it ended.
+func storeError(ctx context.Context, key string, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Errorf(codes.Unavailable, "server: idempotency store, key %q: %v", key, err)
+}
+
+// run runs the handler for a claimed key and keeps its outcome.
+func (d *dedup) run(ctx context.Context, key, token string, req any, handler grpc.UnaryHandler) (resp any, err error) {
+	rec := &recorder{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
+	hctx := ctx
+	if rec.ServerTransportStream != nil {
+		hctx = grpc.NewContextWithServerTransportStream(ctx, rec)
+	}
+	done := false
+	defer func() {
+		if !done {
+			// The handler panicked: free the key (with a context of its
+			// own: the request's may be gone), and let the panic go on.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = d.store.Release(rctx, key, token)
+			cancel()
+		}
+	}()
+	resp, err = d.serve(hctx, req, handler)
+	done = true
+	// The outcome goes to the store whatever becomes of the request now.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	code := status.Code(err)
+	if !stored(code) {
+		_ = d.store.Release(sctx, key, token)
+		return resp, err
+	}
+	out, encErr := encodeOutcome(resp, err, rec)
+	if encErr != nil {
+		_ = d.store.Release(sctx, key, token)
+		return resp, err
+	}
+	// A failed Complete (the store is down, or the lease expired while the
+	// handler ran) leaves the handler's answer the request's: the key
+	// becomes free when the lease expires (package documentation).
+	_ = d.store.Complete(sctx, key, token, out, d.o.TTL)
+	return resp, err
+}
+
+// recorder passes a handler's headers and trailers on and keeps a copy.
+type recorder struct {
+	grpc.ServerTransportStream
+	mu              sync.Mutex
+	header, trailer metadata.MD
+}
+
+func (r *recorder) SetHeader(md metadata.MD) error {
+	if err := r.ServerTransportStream.SetHeader(md); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.header = metadata.Join(r.header, md)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) SendHeader(md metadata.MD) error {
+	if err := r.ServerTransportStream.SendHeader(md); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.header = metadata.Join(r.header, md)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) SetTrailer(md metadata.MD) error {
+	if err := r.ServerTransportStream.SetTrailer(md); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.trailer = metadata.Join(r.trailer, md)
+	r.mu.Unlock()
+	return nil
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// encodeOutcome encodes what a replay answers: version, code, then the
+// reply's full name and encoding (OK) or the status's encoding, then the
+// header and the trailer.
+func encodeOutcome(resp any, err error, rec *recorder) ([]byte, error) {
+	b := []byte{outcomeVersion}
+	st := status.Convert(err)
+	b = binary.AppendUvarint(b, uint64(st.Code()))
+	if err == nil {
+		m, ok := resp.(proto.Message)
+		if !ok || m == nil {
+			return nil, fmt.Errorf("reply %T is not a protobuf message", resp)
+		}
+		body, merr := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if merr != nil {
+			return nil, merr
+		}
+		b = appendBytes(b, []byte(m.ProtoReflect().Descriptor().FullName()))
+		b = appendBytes(b, body)
+	} else {
+		body, merr := proto.Marshal(st.Proto())
+		if merr != nil {
+			return nil, merr
+		}
+		b = appendBytes(b, body)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	b = appendMD(b, rec.header)
+	return appendMD(b, rec.trailer), nil
+}
+
+func appendBytes(b, v []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+func appendMD(b []byte, md metadata.MD) []byte {
+	b = binary.AppendUvarint(b, uint64(len(md)))
+	for k, vs := range md {
+		b = appendBytes(b, []byte(k))
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendBytes(b, []byte(v))
+		}
+	}
+	return b
+}
+
+// decoder reads an encoded outcome; err is its first error.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errors.New("truncated")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errors.New("truncated")
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) md() metadata.MD {
+	n := d.uvarint()
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errors.New("truncated")
+		return nil
+	}
+	md := make(metadata.MD, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		k := string(d.bytes())
+		nv := d.uvarint()
+		if nv > uint64(len(d.b)) {
+			d.err = errors.New("truncated")
+			return nil
+		}
+		for j := uint64(0); j < nv && d.err == nil; j++ {
+			md[k] = append(md[k], string(d.bytes()))
+		}
+	}
+	return md
+}
+
+// replay answers a request with the outcome stored under key.
+func replay(ctx context.Context, key string, outcome []byte) (any, error) {
+	bad := func(why any) error {
+		return status.Errorf(codes.Internal, "server: idempotency key %q: the stored outcome cannot be read (%v)", key, why)
+	}
+	if len(outcome) == 0 || outcome[0] != outcomeVersion {
+		return nil, bad("unknown encoding")
+	}
+	d := &decoder{b: outcome[1:]}
+	code := codes.Code(d.uvarint())
+	var reply proto.Message
+	var st *status.Status
+	if code == codes.OK {
+		name, body := d.bytes(), d.bytes()
+		if d.err == nil {
+			mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
+			if err != nil {
+				return nil, bad(err)
+			}
+			reply = mt.New().Interface()
+			if err := proto.Unmarshal(body, reply); err != nil {
+				return nil, bad(err)
+			}
+		}
+	} else {
+		body := d.bytes()
+		if d.err == nil {
+			var p spb.Status
+			if err := proto.Unmarshal(body, &p); err != nil {
+				return nil, bad(err)
+			}
+			st = status.FromProto(&p)
+		}
+	}
+	header, trailer := d.md(), d.md()
+	if d.err != nil {
+		return nil, bad(d.err)
+	}
+	_ = grpc.SetHeader(ctx, metadata.Join(header, metadata.Pairs(ReplayedHeader, "true")))
+	if len(trailer) > 0 {
+		_ = grpc.SetTrailer(ctx, trailer)
+	}
+	if st != nil {
+		return nil, st.Err()
+	}
+	return reply, nil
+}
