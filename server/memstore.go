@@ -56,7 +56,9 @@ type memEntry struct {
 	expires time.Time
 }
 
-func (x *memEntry) size() int64 { return int64(len(x.key)+len(x.e.Outcome)+len(x.e.Token)) + entryOverhead }
+func (x *memEntry) size() int64 {
+	return int64(len(x.key)+len(x.e.Outcome)+len(x.e.Token)) + entryOverhead
+}
 
 // NewMemoryStore returns an empty MemoryStore, or an error naming a bad
 // option.
