@@ -2,12 +2,12 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -139,14 +139,19 @@ type dedup struct {
 // key returns the request's key ("" when it has none), or an
 // INVALID_ARGUMENT error naming the header for a bad one.
 func (d *dedup) key(ctx context.Context, method string, req any) (string, error) {
-	where := fmt.Sprintf("header %q", d.o.Header)
 	var key string
-	ok := false
+	fromReq := false
 	if d.o.Key != nil {
-		key, ok = d.o.Key(ctx, method, req)
-		where = "the request's key"
+		key, fromReq = d.o.Key(ctx, method, req)
 	}
-	if !ok {
+	bad := func(format string, args ...any) error {
+		where := "the request's key"
+		if !fromReq {
+			where = "header " + strconv.Quote(d.o.Header)
+		}
+		return status.Errorf(codes.InvalidArgument, "server: idempotency key in %s: %s", where, fmt.Sprintf(format, args...))
+	}
+	if !fromReq {
 		vals := metadata.ValueFromIncomingContext(ctx, d.o.Header)
 		switch len(vals) {
 		case 0:
@@ -154,18 +159,18 @@ func (d *dedup) key(ctx context.Context, method string, req any) (string, error)
 		case 1:
 			key = vals[0]
 		default:
-			return "", status.Errorf(codes.InvalidArgument, "server: idempotency key in %s: want one value, got %d", where, len(vals))
+			return "", bad("want one value, got %d", len(vals))
 		}
 	}
 	if key == "" {
-		return "", status.Errorf(codes.InvalidArgument, "server: idempotency key in %s: empty", where)
+		return "", bad("empty")
 	}
 	if len(key) > d.o.MaxKeyLength {
-		return "", status.Errorf(codes.InvalidArgument, "server: idempotency key in %s: %d bytes, longer than the limit of %d", where, len(key), d.o.MaxKeyLength)
+		return "", bad("%d bytes, longer than the limit of %d", len(key), d.o.MaxKeyLength)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c > 0x7e {
-			return "", status.Errorf(codes.InvalidArgument, "server: idempotency key in %s: byte %d is 0x%02x, outside printable ASCII", where, i, c)
+			return "", bad("byte %d is 0x%02x, outside printable ASCII", i, c)
 		}
 	}
 	return key, nil
@@ -178,17 +183,17 @@ func fingerprint(method string, req any) (Fingerprint, error) {
 	if !ok {
 		return Fingerprint{}, status.Errorf(codes.Internal, "server: idempotency: request of %s is a %T, not a protobuf message", method, req)
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	bp := fpBuffers.Get().(*[]byte)
+	defer fpBuffers.Put(bp)
+	b := append(append((*bp)[:0], method...), 0)
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, m)
 	if err != nil {
 		return Fingerprint{}, status.Errorf(codes.Internal, "server: idempotency: encoding the request of %s: %v", method, err)
 	}
-	h := sha256.New()
-	h.Write([]byte(method))
-	h.Write([]byte{0})
-	h.Write(b)
-	var fp Fingerprint
-	h.Sum(fp[:0])
-	return fp, nil
+	if cap(b) <= 64<<10 {
+		*bp = b
+	}
+	return sha256.Sum256(b), nil
 }
 
 // stored reports whether an outcome with code is kept and replayed. Codes
@@ -281,9 +286,9 @@ func (d *dedup) run(ctx context.Context, key, token string, req any, handler grp
 	}()
 	resp, err = d.serve(hctx, req, handler)
 	done = true
-	// The outcome goes to the store whatever becomes of the request now.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
+	// The outcome goes to the store whatever becomes of the request now
+	// (a store's own timeouts bound it).
+	sctx := context.WithoutCancel(ctx)
 	code := status.Code(err)
 	if !stored(code) {
 		_ = d.store.Release(sctx, key, token)
@@ -338,17 +343,26 @@ func (r *recorder) SetTrailer(md metadata.MD) error {
 	return nil
 }
 
+// fpBuffers hold the bytes fingerprint hashes; buffers past 64 KiB are
+// not kept.
+var fpBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// newToken names a claim: 128 random bits (math/rand/v2's generator is
+// seeded from the system's entropy per process), unique across replicas.
 func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var b [32]byte
+	out := strconv.AppendUint(b[:0], rand.Uint64(), 36)
+	out = append(out, '.')
+	out = strconv.AppendUint(out, rand.Uint64(), 36)
+	return string(out)
 }
 
 // encodeOutcome encodes what a replay answers: version, code, then the
 // reply's full name and encoding (OK) or the status's encoding, then the
 // header and the trailer.
 func encodeOutcome(resp any, err error, rec *recorder) ([]byte, error) {
-	b := []byte{outcomeVersion}
+	b := make([]byte, 1, 128)
+	b[0] = outcomeVersion
 	st := status.Convert(err)
 	b = binary.AppendUvarint(b, uint64(st.Code()))
 	if err == nil {
@@ -356,12 +370,13 @@ func encodeOutcome(resp any, err error, rec *recorder) ([]byte, error) {
 		if !ok || m == nil {
 			return nil, fmt.Errorf("reply %T is not a protobuf message", resp)
 		}
-		body, merr := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-		if merr != nil {
+		opts := proto.MarshalOptions{Deterministic: true}
+		b = appendBytes(b, []byte(m.ProtoReflect().Descriptor().FullName()))
+		b = binary.AppendUvarint(b, uint64(opts.Size(m)))
+		var merr error
+		if b, merr = opts.MarshalAppend(b, m); merr != nil {
 			return nil, merr
 		}
-		b = appendBytes(b, []byte(m.ProtoReflect().Descriptor().FullName()))
-		b = appendBytes(b, body)
 	} else {
 		body, merr := proto.Marshal(st.Proto())
 		if merr != nil {
