@@ -118,6 +118,12 @@ func WithHook(fn func(Event)) Option {
 	}}
 }
 
+// DefaultIdempotencyHeader is the header name to give WithIdempotencyKey
+// unless the server reads another: the one stagger's server side
+// (server.WithIdempotency) reads by default, and the IETF Idempotency-Key
+// draft's.
+const DefaultIdempotencyHeader = "idempotency-key"
+
 // WithIdempotencyKey sends, on every attempt of a call, the metadata header
 // named header with a random value made once per call, so a server can tell a
 // retried write it already applied. An empty header turns it off.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/stagger-go/stagger/interceptor"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/server"
 	"github.com/stagger-go/stagger/server/storetest"
@@ -289,5 +290,13 @@ func TestRealTimeChaosDedup(t *testing.T) {
 	t.Log("no dedup:", off)
 	if off.Duplicates == 0 {
 		t.Errorf("without dedup: %v; the chaos made no duplicate, so it proves nothing", off)
+	}
+}
+
+// TestDefaultHeaderMatchesTheClient: the server reads the header the
+// client's default names.
+func TestDefaultHeaderMatchesTheClient(t *testing.T) {
+	if server.DefaultIdempotencyHeader != interceptor.DefaultIdempotencyHeader {
+		t.Errorf("server reads %q, the client sends %q", server.DefaultIdempotencyHeader, interceptor.DefaultIdempotencyHeader)
 	}
 }

@@ -72,6 +72,60 @@
 // by the server, is what spreads their return. The standard health check is
 // never shed (WithExempt). Streams are not limited.
 //
+// # Idempotency keys (WithIdempotency)
+//
+// Retrying a write that is not idempotent is safe only when the server
+// de-duplicates it. A client call with interceptor.WithIdempotencyKey
+// (interceptor.DefaultIdempotencyHeader) sends one random key on every
+// attempt, and stagger then retries its ambiguous failures (a reset after
+// the request left); with WithIdempotency(store, ...) the server runs the
+// handler at most once per key:
+//
+//   - the first request with a key claims it in the store, with a lease,
+//     and runs the handler;
+//   - a repeat while it runs waits for it (polling the store, within the
+//     repeat's own deadline: past it, DEADLINE_EXCEEDED);
+//   - a repeat after it finished gets the stored outcome (the reply, or the
+//     status with its details, and the headers and trailers the handler
+//     set) without running the handler, with the response header
+//     idempotent-replayed: true;
+//   - a key reused with another request (another method, or a message whose
+//     deterministic encoding differs: Fingerprint) gets FAILED_PRECONDITION
+//     naming the key, never the other request's outcome (the IETF
+//     Idempotency-Key draft's rule);
+//   - a key that is empty, repeated, longer than MaxKeyLength (255) or not
+//     printable ASCII gets INVALID_ARGUMENT naming the header;
+//   - a store that fails (Redis down) fails the request with UNAVAILABLE,
+//     which the client may retry, and the handler does not run.
+//
+// Which outcomes are kept: every one but the codes a client may retry
+// (UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, DEADLINE_EXCEEDED, CANCELED):
+// for those the key is released and a retry runs the handler again, since
+// such a failure says the request did not take effect (a handler that
+// applied a write and then returns one of them breaks that promise). OK and
+// every other status are replayed for TTL (24 hours by default, as Stripe
+// keeps them). A handler that panics releases its key.
+//
+// The key comes from the header (Header; the default matches the client's
+// DefaultIdempotencyHeader) or from the request itself (Key: AIP-155's
+// request_id). Streams are not de-duplicated: a stream with a key runs as
+// it would without the option.
+//
+// At most once, and its limits: a claim's lease lasts until the request's
+// deadline and a second more (Lease, one minute, without a deadline; at most
+// MaxLease). If the server dies while the handler runs, the key is free
+// again when the lease expires, and a retry runs the handler: the work of
+// the dead one may have been done or not, and only the application knows.
+// A handler that runs past its lease can run twice the same way; its
+// outcome is then not stored (ErrLeaseLost), and it is still the answer of
+// its own request. A store that loses entries (a MemoryStore evicting done
+// entries past its bounds, a Redis failover) forgets them the same way.
+//
+// Stores: NewMemoryStore (bounded by entries and bytes, TTLs without a
+// goroutine per entry) for a service of one replica; the Redis store of the
+// nested module github.com/stagger-go/stagger/server/redisstore for a fleet.
+// Both pass the same contract tests (package storetest).
+//
 // # Where to retry in a chain
 //
 // Retry at the edge that sees the failure, and let the layers above obey its

@@ -53,7 +53,7 @@ const chaosPolicy = `{"methodConfig": [{
 }]}`
 
 // Chaos runs calls non-idempotent writes, 8 at a time, from a stagger
-// client with interceptor.WithIdempotencyKey(server.DefaultIdempotencyHeader)
+// client with interceptor.WithIdempotencyKey(interceptor.DefaultIdempotencyHeader)
 // against one replica per store (each a real gRPC server on loopback TCP,
 // with WithIdempotency(store) when dedup, reached round-robin). After a
 // handler ran, a replica closes the attempt's connection with probability
@@ -110,7 +110,7 @@ func Chaos(t testing.TB, stores []server.Store, dedup bool, calls int, drop floa
 	}
 	r := manual.NewBuilderWithScheme("chaos")
 	r.InitialState(resolver.State{Addresses: addrs})
-	opts := append(stagger.DialOptions(cfg, interceptor.WithBudget(nil), interceptor.WithIdempotencyKey(server.DefaultIdempotencyHeader)),
+	opts := append(stagger.DialOptions(cfg, interceptor.WithBudget(nil), interceptor.WithIdempotencyKey(interceptor.DefaultIdempotencyHeader)),
 		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(r),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}]}`))
 	cc, err := grpc.NewClient(r.Scheme()+":///replicas", opts...)
