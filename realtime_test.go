@@ -115,9 +115,8 @@ func reasonOf(err error) string {
 // A first attempt that hangs is cut off by stagger's timer and retried, every
 // time: the server's view of the deadline never races the timer, because the
 // server never sees the timer (grpc-timeout carries the caller's deadline).
-// On a loaded machine the quick second attempt can be cut off too and the
-// third heals the call; either way every attempt before the one that
-// answered was cancelled by the client.
+// On a loaded machine the quick second attempt can be cut off too (its
+// reply late, or the attempt cancelled) and the third heals the call.
 func TestRealTimePerAttemptTimeout(t *testing.T) {
 	srv, client := rtBench(t, rtFile)
 	const callerTimeout = 5 * time.Second
@@ -166,13 +165,16 @@ func TestRealTimePerAttemptTimeout(t *testing.T) {
 		if err == nil {
 			healed.Add(1)
 		}
-		last := len(recs) - 1
-		if err != nil {
-			last = len(recs)
+		// The first attempt hangs: the client's timer cancels it. A later
+		// attempt that did not answer the call was either cancelled too or
+		// answered OK after the timer had fired (a loaded machine delays
+		// the reply on its way), never anything else.
+		if !recs[0].Cancelled {
+			t.Errorf("call %d: first attempt %+v, want cancelled by the client", i, recs[0])
 		}
-		for _, r := range recs[:last] {
-			if !r.Cancelled {
-				t.Errorf("call %d: attempt %+v, want cancelled by the client", i, r)
+		for _, r := range recs[1:] {
+			if !r.Cancelled && r.Code != codes.OK {
+				t.Errorf("call %d: attempt %+v, want cancelled by the client or OK", i, r)
 			}
 		}
 		for _, r := range recs {
