@@ -9,10 +9,11 @@ BENCHCOUNT ?= 10
 BENCHTIME ?= 200ms
 
 # The modules: the core (.) and the nested ones go.work joins (the lab and the
-# stagger command, which need today's grpc-go and peers). In workspace mode
+# stagger command, which need today's grpc-go and peers; the Redis store, which
+# needs go-redis and a redis-server on PATH for its tests). In workspace mode
 # ./... stops at a nested module's go.mod, so PKGS names each module's tree.
-MODULES := . lab cmd/stagger
-PKGS := ./... ./lab/... ./cmd/stagger/...
+MODULES := . lab cmd/stagger server/redisstore
+PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/...
 # The modules whose versions make a lane, printed with it.
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
@@ -39,7 +40,8 @@ test-newest:
 
 ## test-realtime: the real-time lane (realtime_test.go of the root and server
 ## packages: loopback TCP, real time, many calls at once per run), in both lanes: RT_COUNT runs at
-## -cpu=1,2, then RT_COUNT runs at -cpu=1 beside a CPU hog (three busy loops)
+## -cpu=1,2, then RT_COUNT runs at -cpu=1 beside a CPU hog (three busy loops),
+## one package at a time (-p 1: the hog is the load, not the other package)
 RT_COUNT ?= 4
 RT_RUN = -race -run '^TestRealTime' -count=$(RT_COUNT)
 test-realtime:
@@ -50,7 +52,7 @@ test-realtime:
 	@echo "== real-time lane beside a CPU hog, oldest then newest"
 	@hogs=""; for i in 1 2 3; do sh -c 'while :; do :; done' & hogs="$$hogs $$!"; done; \
 	trap 'kill $$hogs' EXIT; \
-	GOWORK=off $(GO) test $(RT_RUN) -cpu=1 . ./server && $(GO) test $(RT_RUN) -cpu=1 . ./server
+	GOWORK=off $(GO) test -p 1 $(RT_RUN) -cpu=1 . ./server && $(GO) test -p 1 $(RT_RUN) -cpu=1 . ./server
 
 ## tidy-check: every module's go.mod and go.sum are tidy
 tidy-check:

@@ -769,6 +769,17 @@ func TestIdempotencyKey(t *testing.T) {
 		if a[0].IdempotencyKey == bb[0].IdempotencyKey {
 			t.Error("two calls share an idempotency key")
 		}
+		// A key the caller set (its request's own ID) is sent as it is, on
+		// every attempt, and stagger adds none.
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "Idempotency-Key", "order-42")
+		if _, err := b.client.Write(ctx, &testingv1.WriteRequest{Script: &testingv1.Script{Key: "c", FailAttempts: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range b.attempts(t, "c") {
+			if r.IdempotencyKey != "order-42" {
+				t.Errorf("attempt %d sent key %q, want the caller's alone, \"order-42\"", r.Attempt, r.IdempotencyKey)
+			}
+		}
 	})
 }
 

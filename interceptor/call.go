@@ -307,7 +307,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 			}
 		}
 	}
-	if o.idemKey != "" {
+	if o.idemKey != "" && !hasOutgoing(callCtx, o.idemKey) {
 		callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
 	}
 	if pl.notice {

@@ -1,8 +1,11 @@
 package interceptor
 
 import (
+	"context"
 	"encoding/hex"
 	"math/rand/v2"
+
+	"google.golang.org/grpc/metadata"
 )
 
 // newIdempotencyKey returns 128 random bits in hex. math/rand/v2's generator
@@ -17,4 +20,12 @@ func newIdempotencyKey() string {
 		}
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// hasOutgoing reports whether ctx's outgoing metadata already carries header
+// (the caller chose the call's idempotency key, e.g. its request's own ID):
+// stagger then sends that key and adds none of its own.
+func hasOutgoing(ctx context.Context, header string) bool {
+	md, ok := metadata.FromOutgoingContext(ctx)
+	return ok && len(md.Get(header)) > 0
 }

@@ -126,7 +126,11 @@ const DefaultIdempotencyHeader = "idempotency-key"
 
 // WithIdempotencyKey sends, on every attempt of a call, the metadata header
 // named header with a random value made once per call, so a server can tell a
-// retried write it already applied. An empty header turns it off.
+// retried write it already applied. A call whose outgoing metadata already
+// carries header keeps the caller's key (one derived from the request, say,
+// which also de-duplicates the caller's own retries) and gets none added.
+// Either way the call counts as idempotent: a failure that may have run on
+// the server is retried, with the same key. An empty header turns it off.
 func WithIdempotencyKey(header string) Option {
 	return Option{apply: func(o *options) { o.idemKey = header }}
 }
