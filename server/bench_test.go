@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -134,7 +135,13 @@ func BenchmarkDedup(b *testing.B) {
 	handler := func(context.Context, any) (any, error) { return reply, nil }
 	plain := newSide(b).Unary()
 	dedup := newSide(b, server.WithIdempotency(memStore(b), server.IdempotencyOptions{})).Unary()
+	// A fresh key for every call of every round (the benchmark runs each
+	// case several times with growing b.N: i alone would repeat keys).
+	var fresh atomic.Int64
 	keyed := func(i int) context.Context {
+		if i >= 0 {
+			i = int(fresh.Add(1))
+		}
 		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(server.DefaultIdempotencyHeader, fmt.Sprintf("key-%012d", i)))
 	}
 	unkeyed := func(i int) context.Context {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"container/list"
 	"context"
 	"fmt"
 	"sync"
@@ -15,7 +14,7 @@ const (
 )
 
 // entryOverhead is what an entry costs beside its key and outcome, for
-// MaxBytes: the map slot, the list element and the Entry.
+// MaxBytes: the map slot and the memEntry.
 const entryOverhead = 160
 
 // MemoryOptions configure a MemoryStore; the zero value takes the defaults.
@@ -44,16 +43,46 @@ type MemoryStore struct {
 	now        func() time.Time
 
 	mu    sync.Mutex
-	m     map[string]*list.Element // of *memEntry
-	done  list.List                // done entries, oldest first
-	run   list.List                // running entries, oldest claim first
+	m     map[string]*memEntry
+	done  memList // done entries, oldest first
+	run   memList // running entries, oldest claim first
 	bytes int64
 }
 
+// memEntry is one key's entry, linked into done or run: one allocation per
+// key, none to move it from one list to the other.
 type memEntry struct {
-	key     string
-	e       Entry
-	expires time.Time
+	key        string
+	e          Entry
+	expires    time.Time
+	prev, next *memEntry
+}
+
+// memList is a doubly linked list of entries, oldest first.
+type memList struct{ head, tail *memEntry }
+
+func (l *memList) push(x *memEntry) {
+	x.prev, x.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = x
+	} else {
+		l.head = x
+	}
+	l.tail = x
+}
+
+func (l *memList) remove(x *memEntry) {
+	if x.prev != nil {
+		x.prev.next = x.next
+	} else {
+		l.head = x.next
+	}
+	if x.next != nil {
+		x.next.prev = x.prev
+	} else {
+		l.tail = x.prev
+	}
+	x.prev, x.next = nil, nil
 }
 
 func (x *memEntry) size() int64 {
@@ -69,7 +98,7 @@ func NewMemoryStore(o MemoryOptions) (*MemoryStore, error) {
 	if o.MaxBytes < 0 {
 		return nil, fmt.Errorf("server: MemoryOptions.MaxBytes: must be at least 1 (0 takes the default, %d), got %d", DefaultMaxBytes, o.MaxBytes)
 	}
-	s := &MemoryStore{maxEntries: o.MaxEntries, maxBytes: o.MaxBytes, now: o.Now, m: make(map[string]*list.Element)}
+	s := &MemoryStore{maxEntries: o.MaxEntries, maxBytes: o.MaxBytes, now: o.Now, m: make(map[string]*memEntry)}
 	if s.maxEntries == 0 {
 		s.maxEntries = DefaultMaxEntries
 	}
@@ -95,19 +124,18 @@ func (s *MemoryStore) Claim(_ context.Context, key string, fp Fingerprint, token
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if el, ok := s.m[key]; ok {
-		x := el.Value.(*memEntry)
+	if x, ok := s.m[key]; ok {
 		if now.Before(x.expires) {
-			found := x.e
-			return false, found, nil
+			return false, x.e, nil
 		}
-		s.removeLocked(el)
+		s.removeLocked(x)
 	}
 	x := &memEntry{key: key, e: Entry{Fingerprint: fp, Token: token}, expires: now.Add(lease)}
 	if !s.roomLocked(now, x.size(), nil) {
 		return false, Entry{}, ErrStoreFull
 	}
-	s.m[key] = s.run.PushBack(x)
+	s.m[key] = x
+	s.run.push(x)
 	s.bytes += x.size()
 	return true, Entry{}, nil
 }
@@ -117,22 +145,18 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, outcome []b
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	el, ok := s.m[key]
-	if !ok {
+	x, ok := s.m[key]
+	if !ok || x.e.Done || x.e.Token != token || !now.Before(x.expires) {
 		return ErrLeaseLost
 	}
-	x := el.Value.(*memEntry)
-	if x.e.Done || x.e.Token != token || !now.Before(x.expires) {
-		return ErrLeaseLost
-	}
-	s.run.Remove(el)
+	s.run.remove(x)
 	s.bytes -= x.size()
 	x.e.Done, x.e.Token, x.e.Outcome, x.expires = true, "", outcome, now.Add(ttl)
 	s.bytes += x.size()
-	s.m[key] = s.done.PushBack(x)
+	s.done.push(x)
 	// Make room by evicting older done entries; the new one stays even when
 	// it alone passes MaxBytes (dropping it would let its key run again).
-	s.roomLocked(now, 0, s.m[key])
+	s.roomLocked(now, 0, x)
 	return nil
 }
 
@@ -140,20 +164,17 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, outcome []b
 func (s *MemoryStore) Release(_ context.Context, key, token string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if el, ok := s.m[key]; ok {
-		if x := el.Value.(*memEntry); !x.e.Done && x.e.Token == token {
-			s.removeLocked(el)
-		}
+	if x, ok := s.m[key]; ok && !x.e.Done && x.e.Token == token {
+		s.removeLocked(x)
 	}
 	return nil
 }
 
-func (s *MemoryStore) removeLocked(el *list.Element) {
-	x := el.Value.(*memEntry)
+func (s *MemoryStore) removeLocked(x *memEntry) {
 	if x.e.Done {
-		s.done.Remove(el)
+		s.done.remove(x)
 	} else {
-		s.run.Remove(el)
+		s.run.remove(x)
 	}
 	delete(s.m, x.key)
 	s.bytes -= x.size()
@@ -161,19 +182,19 @@ func (s *MemoryStore) removeLocked(el *list.Element) {
 
 // roomLocked evicts until an entry of size more fits (more 0: until the
 // store is within its bounds), never keep. It reports whether it made room.
-func (s *MemoryStore) roomLocked(now time.Time, more int64, keep *list.Element) bool {
+func (s *MemoryStore) roomLocked(now time.Time, more int64, keep *memEntry) bool {
 	extra := 0
 	if more > 0 {
 		extra = 1
 	}
 	for len(s.m)+extra > s.maxEntries || s.bytes+more > s.maxBytes {
-		switch front := s.done.Front(); {
+		switch front := s.done.head; {
 		case front != nil && front != keep:
 			s.removeLocked(front)
-		case front != nil && front.Next() != nil:
-			s.removeLocked(front.Next())
-		case s.run.Front() != nil && !now.Before(s.run.Front().Value.(*memEntry).expires):
-			s.removeLocked(s.run.Front())
+		case front != nil && front.next != nil:
+			s.removeLocked(front.next)
+		case s.run.head != nil && !now.Before(s.run.head.expires):
+			s.removeLocked(s.run.head)
 		default:
 			return false
 		}
