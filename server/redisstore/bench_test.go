@@ -65,3 +65,16 @@ func BenchmarkClaimReplay(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPing: one round trip and nothing else, the baseline the Claim
+// benchmarks compare with.
+func BenchmarkPing(b *testing.B) {
+	ctx := context.Background()
+	c := newClient(b, startRedis(b), nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
