@@ -272,6 +272,27 @@ func TestCommittedAttemptNotRetried(t *testing.T) {
 	})
 }
 
+// A unary call with an idempotency key is not committed by headers: the
+// application has seen nothing of the attempt, and the key lets the server
+// replay. The same failure after headers is retried, on the same key.
+func TestKeyedUnaryCallNotCommitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, retryFile)), interceptor.WithIdempotencyKey(interceptor.DefaultIdempotencyHeader)})
+		var header metadata.MD
+		if err := b.get(context.Background(), &testingv1.Script{Key: "k", FailAttempts: 1, HeadersFirst: true}, grpc.Header(&header)); err != nil {
+			t.Fatalf("keyed call, failure after headers then success: %v", err)
+		}
+		recs := b.attempts(t, "k")
+		if len(recs) != 2 || !recs[0].HeadersSent || recs[0].IdempotencyKey == "" || recs[1].IdempotencyKey != recs[0].IdempotencyKey {
+			t.Fatalf("server saw %+v, want two attempts with headers sent, one key", recs)
+		}
+		// The caller's Header option holds the last attempt's headers.
+		if got := header.Get(testserver.HeadersFirstHeader); len(got) != 1 {
+			t.Errorf("caller's header = %v, want %s", header, testserver.HeadersFirstHeader)
+		}
+	})
+}
+
 func TestPushback(t *testing.T) {
 	ceiling := policy.Policy{MaxAttempts: 3, PushbackCeiling: 2 * time.Second,
 		Backoff: policy.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1, Jitter: policy.JitterNone}}

@@ -34,7 +34,10 @@
 //
 // Rules no policy can break: an attempt whose response headers arrived is
 // committed and never retried (the interceptor learns of headers through a
-// grpc.Header option per attempt, or the caller's own); the caller's own
+// grpc.Header option per attempt, or the caller's own), except the attempt
+// of a unary call that carries an idempotency key (WithIdempotencyKey): its
+// application has seen nothing of the attempt and the key lets the server
+// replay, so a failure after headers is retried as one before; the caller's own
 // deadline or cancellation is never retried; a RESOURCE_EXHAUSTED that
 // grpc-go raised locally for a message size limit is never retried; an
 // ambiguous failure of a call not safe to repeat is never retried (below).

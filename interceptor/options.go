@@ -130,7 +130,10 @@ const DefaultIdempotencyHeader = "idempotency-key"
 // carries header keeps the caller's key (one derived from the request, say,
 // which also de-duplicates the caller's own retries) and gets none added.
 // Either way the call counts as idempotent: a failure that may have run on
-// the server is retried, with the same key. An empty header turns it off.
+// the server is retried, with the same key, and a unary call is retried
+// after response headers too (gRFC A6 would commit it: see the package
+// documentation). The server must de-duplicate the key (server.WithIdempotency
+// does). An empty header turns it off.
 func WithIdempotencyKey(header string) Option {
 	return Option{apply: func(o *options) { o.idemKey = header }}
 }

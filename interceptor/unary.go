@@ -127,7 +127,14 @@ func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, re
 		acancel()
 		// A Trailers-Only response leaves the header nil; headers that
 		// arrived, even with no entries, leave it non-nil: committed.
-		retry, pause := c.afterAttempt(callCtx, err, *trailerAddr, *headerAddr != nil, timedOut)
+		// Except for a call with an idempotency key: a unary call shows
+		// the application nothing of an attempt before the call returns,
+		// so commitment protects nothing there but the server from running
+		// the request twice, and the key does that (the server replays the
+		// first run's outcome). Such a call is retried after headers as
+		// before them: a reset after the server ran it heals.
+		committed := *headerAddr != nil && c.o.idemKey == ""
+		retry, pause := c.afterAttempt(callCtx, err, *trailerAddr, committed, timedOut)
 		if !retry {
 			return c.finish(err)
 		}

@@ -280,11 +280,11 @@ func TestWithIdempotencyRejectsBadOptions(t *testing.T) {
 func TestRealTimeChaosDedup(t *testing.T) {
 	res := storetest.Chaos(t, []server.Store{memStore(t)}, true, 400, 0.05)
 	t.Log("dedup:", res)
-	// The healed share is a goal measured, not asserted to the point: an
-	// attempt whose response headers arrived before the reset is committed
-	// (gRFC A6) and not retried, however rare; 0 duplicates is the rule.
-	if res.Duplicates != 0 || float64(res.Healed) < 0.95*float64(res.Calls) || res.Dropped == 0 {
-		t.Errorf("dedup: %v; want 0 duplicates, 95 %% healed", res)
+	// A keyed unary call is retried after headers too, so every reset
+	// heals (five attempts at 5% each); 99% leaves room for a call reset
+	// on all five.
+	if res.Duplicates != 0 || float64(res.Healed) < 0.99*float64(res.Calls) || res.Dropped == 0 {
+		t.Errorf("dedup: %v; want 0 duplicates, 99 %% healed", res)
 	}
 	off := storetest.Chaos(t, []server.Store{memStore(t)}, false, 400, 0.05)
 	t.Log("no dedup:", off)
