@@ -78,8 +78,9 @@
 // de-duplicates it. A client call with interceptor.WithIdempotencyKey
 // (interceptor.DefaultIdempotencyHeader) sends one random key on every
 // attempt, and stagger then retries its ambiguous failures (a reset after
-// the request left); with WithIdempotency(store, ...) the server runs the
-// handler at most once per key:
+// the request left, even after response headers arrived: a unary call with a
+// key is not committed by them); with WithIdempotency(store, ...) the
+// server runs the handler at most once per key:
 //
 //   - the first request with a key claims it in the store, with a lease,
 //     and runs the handler;
