@@ -370,11 +370,19 @@ func encodeOutcome(resp any, err error, rec *recorder) ([]byte, error) {
 		if !ok || m == nil {
 			return nil, fmt.Errorf("reply %T is not a protobuf message", resp)
 		}
-		opts := proto.MarshalOptions{Deterministic: true}
 		b = appendBytes(b, []byte(m.ProtoReflect().Descriptor().FullName()))
-		b = binary.AppendUvarint(b, uint64(opts.Size(m)))
-		var merr error
-		if b, merr = opts.MarshalAppend(b, m); merr != nil {
+		// Encoded in a pooled buffer, then copied: cheaper than asking
+		// for the size first (a second walk of the message).
+		bp := fpBuffers.Get().(*[]byte)
+		body, merr := proto.MarshalOptions{Deterministic: true}.MarshalAppend((*bp)[:0], m)
+		if merr == nil {
+			b = appendBytes(b, body)
+		}
+		if cap(body) <= 64<<10 {
+			*bp = body[:0]
+		}
+		fpBuffers.Put(bp)
+		if merr != nil {
 			return nil, merr
 		}
 	} else {
