@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/server"
 	"github.com/stagger-go/stagger/server/redisstore"
 	"github.com/stagger-go/stagger/server/storetest"
@@ -458,5 +465,78 @@ func TestChaos(t *testing.T) {
 	t.Log("a memory store per replica:", off)
 	if off.Duplicates == 0 {
 		t.Errorf("a memory store per replica: %v; the chaos made no duplicate, so it proves nothing", off)
+	}
+}
+
+// countingWrites counts its Write runs.
+type countingWrites struct {
+	testingv1.UnimplementedTestServiceServer
+	runs atomic.Int32
+}
+
+func (w *countingWrites) Write(context.Context, *testingv1.WriteRequest) (*testingv1.WriteResponse, error) {
+	w.runs.Add(1)
+	return &testingv1.WriteResponse{}, nil
+}
+
+// TestOutageFailsRequests: behind server.WithIdempotency, a keyed request
+// that meets Redis down fails with UNAVAILABLE (the client may retry) and
+// its handler does not run; once Redis is back the key runs once and then
+// replays.
+func TestOutageFailsRequests(t *testing.T) {
+	r := startRedis(t)
+	c := newClient(t, r, func(o *redis.Options) {
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+		o.MaxRetries, o.DialerRetries = -1, 1
+		o.PoolSize = 64
+	})
+	side, err := server.New(server.WithIdempotency(newStore(t, c, ""), server.IdempotencyOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(side.ServerOptions()...)
+	svc := &countingWrites{}
+	testingv1.RegisterTestServiceServer(srv, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Stop(); <-served })
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	client := testingv1.NewTestServiceClient(cc)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), server.DefaultIdempotencyHeader, "order-1")
+
+	r.stop()
+	for range 3 {
+		_, err := client.Write(ctx, &testingv1.WriteRequest{})
+		if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "order-1") {
+			t.Errorf("Write with Redis down: %v, want UNAVAILABLE naming the key", err)
+		}
+	}
+	if n := svc.runs.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times with Redis down, want 0", n)
+	}
+	r.restart()
+	for try := 0; ; try++ { // the first use may meet a connection the restart broke
+		_, err := client.Write(ctx, &testingv1.WriteRequest{})
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Unavailable || try == 3 {
+			t.Fatalf("Write with Redis back: %v", err)
+		}
+	}
+	var header metadata.MD
+	if _, err := client.Write(ctx, &testingv1.WriteRequest{}, grpc.Header(&header)); err != nil || len(header.Get(server.ReplayedHeader)) != 1 {
+		t.Fatalf("Write again: %v, header %v; want a replay", err, header)
+	}
+	if n := svc.runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
 	}
 }
