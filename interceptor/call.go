@@ -242,6 +242,9 @@ type call struct {
 	deferReq  *budget.Request
 	admission budget.Admission
 	deferred  time.Duration
+	// paused is the time spent in pauses between attempts (backoff,
+	// pushback), for EventEnd's Delay.
+	paused time.Duration
 	// reason is why the loop stopped.
 	reason policy.Reason
 	// fileOpts are the file's call options for the method (waitForReady,
@@ -659,12 +662,14 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 		return c.waitDeferred(callCtx, d, last)
 	}
 	if d > 0 {
+		start := time.Now()
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
 		case <-callCtx.Done():
 			t.Stop()
 		}
+		c.paused += time.Since(start)
 	}
 	switch callCtx.Err() {
 	case nil:
@@ -856,6 +861,46 @@ func (c *call) finish(err error) error {
 		return err
 	}
 	return c.failed(c.attempt, err)
+}
+
+// end reports the end of the call, with err its final error (nil: success),
+// to the call hooks (EventEnd; WithHook's hooks do not hear it) and to the
+// call's Report. It costs a branch when
+// neither is there. cc is the connection, nil when unknown.
+func (c *call) end(cc *grpc.ClientConn, err error) {
+	o := c.o
+	if o == nil || len(o.callHooks) == 0 && o.report == nil {
+		return
+	}
+	e := Event{Kind: EventEnd, Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Reason: c.reason, Deferred: c.deferred, Hedging: c.hedged != nil}
+	if err == nil {
+		e.Reason = policy.ReasonSuccess
+	}
+	if e.Attempt > 1 {
+		if c.hedged != nil {
+			e.Hedges = e.Attempt - 1
+		} else {
+			e.Retries = e.Attempt - 1
+		}
+	}
+	if c.hedged == nil {
+		e.Delay = c.paused + c.deferred
+	}
+	if cc != nil {
+		e.Target = cc.Target()
+	}
+	if r := o.report; r != nil {
+		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code}
+	}
+	if len(o.callHooks) > 0 {
+		ctx := c.ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		for _, h := range o.callHooks {
+			h(ctx, e)
+		}
+	}
 }
 
 // failed returns the *Error of a call that ended with err after attempts

@@ -44,12 +44,19 @@ const (
 	// Method is the breaker's key. It reaches the hooks and logger of the
 	// interceptor whose call's attempt or asking made the change.
 	EventBreaker
+	// EventEnd: the call ended, once per call that stagger ran (a unary call
+	// when it returns, a stream when it ends); Attempt is the attempts sent,
+	// Retries, Hedges and Delay say what they cost, Reason why it ended
+	// (ReasonSuccess when it succeeded), Code and Err its outcome, Target
+	// the connection's target. It reaches the hooks of WithCallHook only:
+	// neither WithHook's nor the logger.
+	EventEnd
 )
 
-var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred", "breaker"}
+var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred", "breaker", "end"}
 
 // String returns "retry", "give up", "notice", "hedge", "hedge stop",
-// "hedge won", "deferred" or "breaker".
+// "hedge won", "deferred", "breaker" or "end".
 func (k EventKind) String() string {
 	if int(k) < len(eventKindNames) && k > 0 {
 		return eventKindNames[k]
@@ -86,6 +93,10 @@ type Event struct {
 	Hedging bool
 	// Breaker is the state change an EventBreaker reports.
 	Breaker budget.BreakerChange
+	// Retries, Hedges, Delay and Target: EventEnd only (see Report).
+	Retries, Hedges int
+	Delay           time.Duration
+	Target          string
 }
 
 // BreakerChanged makes options a budget.BreakerListener: a breaker's state
@@ -98,6 +109,9 @@ func (o *options) BreakerChanged(ch budget.BreakerChange) {
 func (o *options) emit(ctx context.Context, e Event) {
 	for _, h := range o.hooks {
 		h(e)
+	}
+	for _, h := range o.callHooks {
+		h(ctx, e)
 	}
 	if o.logger == nil {
 		return

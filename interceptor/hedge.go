@@ -205,6 +205,8 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 	hctx, hcancel := context.WithCancel(callCtx)
 	defer hcancel()
 	s := hedgeState{k: k, c: c, hc: hc, h: h, hctx: hctx, hcancel: hcancel, delay: delay}
+	// The attempts sent, for the call's end (EventEnd).
+	defer func() { c.attempt = s.sent }()
 	s.deadline, s.hasDeadline = callCtx.Deadline()
 	s.due = true
 	done := callCtx.Done()

@@ -1,10 +1,13 @@
 package interceptor
 
 import (
+	"context"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"time"
 )
 
 // ConfigSource hands out the current policy file; policy.Source implements it,
@@ -37,6 +40,8 @@ type options struct {
 	fallback  budget.Budget
 	logger    logging.Logger
 	hooks     []func(Event)
+	callHooks []func(context.Context, Event)
+	report    *Report
 	idemKey   string
 	predicate policy.Predicate
 	// maxAttempts overrides the policy's when > 0.
@@ -116,6 +121,49 @@ func WithHook(fn func(Event)) Option {
 			o.hooks = append(o.hooks[:len(o.hooks):len(o.hooks)], fn)
 		}
 	}}
+}
+
+// WithCallHook is WithHook for hooks that need the call: fn also receives
+// the context the caller passed to the call (its trace span, its baggage),
+// and, besides every event WithHook's hooks receive, the EventEnd of every
+// call.
+// For EventBreaker, which no one call owns, it is context.Background(). It
+// runs after the hooks of WithHook, under the same rules; an exporter of
+// metrics or traces is built on it (the nested module
+// github.com/stagger-go/stagger/otel).
+func WithCallHook(fn func(ctx context.Context, e Event)) Option {
+	return Option{apply: func(o *options) {
+		if fn != nil {
+			o.callHooks = append(o.callHooks[:len(o.callHooks):len(o.callHooks)], fn)
+		}
+	}}
+}
+
+// Report is what WithReport fills in when a call ends: the same facts as
+// its EventEnd.
+type Report struct {
+	// Attempts is the number of attempts sent, hedges included (0 when a
+	// circuit breaker or the budget refused the call before its first).
+	Attempts int
+	// Retries is the attempts after the first of a call that retries;
+	// Hedges the attempts after the first of a hedged call. At most one of
+	// them is non-zero.
+	Retries, Hedges int
+	// Delay is the time the call spent between attempts with none running:
+	// its pauses (backoff, pushback) and budget waits; 0 for hedged calls,
+	// whose attempts overlap.
+	Delay time.Duration
+	// Reason is why the call ended: policy.ReasonSuccess, or why it gave up.
+	Reason policy.Reason
+	// Code is the call's final status code.
+	Code codes.Code
+}
+
+// WithReport fills r in when the call ends; meant per call. r must stay
+// untouched until the call returns (a stream: until it ends); the
+// interceptor writes it once, on the goroutine that ends the call.
+func WithReport(r *Report) Option {
+	return Option{apply: func(o *options) { o.report = r }}
 }
 
 // DefaultIdempotencyHeader is the header name to give WithIdempotencyKey

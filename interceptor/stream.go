@@ -79,6 +79,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	}
 	if err := s.c.admitFirst(callCtx, cc, grpcOpts); err != nil {
 		cancel()
+		s.c.end(cc, err)
 		return nil, err
 	}
 	s.callCtx, s.cancel = callCtx, cancel
@@ -308,14 +309,19 @@ func (s *retryStream) commitLocked() {
 // finishStream ends the stream with final (nil: success).
 func (s *retryStream) finishStream(final error) {
 	s.finishOnce(final)
+	err := final
 	if final == nil {
 		final = io.EOF
 	}
 	s.mu.Lock()
+	first := !s.done
 	s.done, s.final, s.switching = true, final, false
 	s.buf.release()
 	s.mu.Unlock()
 	s.cancel()
+	if first {
+		s.c.end(s.cc, err)
+	}
 }
 
 // takeOnFinish removes the caller's grpc.OnFinish options from opts: grpc

@@ -42,6 +42,7 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 		return invoker(ctx, method, req, reply, cc, grpcOpts...)
 	}
 	if err := c.admitFirst(callCtx, cc, grpcOpts); err != nil {
+		c.end(cc, err)
 		return err
 	}
 	if c.hedged != nil {
@@ -51,7 +52,9 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 		// A copy, so that c itself stays on the stack when it does not hedge:
 		// the hedging engine's goroutines may keep the pointer.
 		hc := c
-		return k.hedge(callCtx, &hc, req, reply, cc, invoker, grpcOpts)
+		err := k.hedge(callCtx, &hc, req, reply, cc, invoker, grpcOpts)
+		hc.end(cc, err)
+		return err
 	}
 	if !c.retrying {
 		c.attempt = 1
@@ -63,6 +66,7 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 			err = callerErr(callCtx, err)
 		}
 		c.afterAttempt(callCtx, err, nil, false, false)
+		c.end(cc, err)
 		return err
 	}
 
@@ -74,6 +78,7 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 	}
 	ua.header, ua.trailer = nil, nil
 	unaryAttempts.Put(ua)
+	c.end(cc, err)
 	return err
 }
 
