@@ -2,12 +2,14 @@ package interceptor
 
 import (
 	"context"
+	"time"
+
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
-	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
 )
 
 // ConfigSource hands out the current policy file; policy.Source implements it,
