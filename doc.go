@@ -40,8 +40,9 @@ import (
 // interceptors after cfg, so they can override it (interceptor.WithBudget(nil)
 // means unlimited).
 //
-// Add DialOptions before other interceptors that must run once per attempt
-// (see the interceptor package for the order).
+// Interceptors given before DialOptions run outside stagger and see one call;
+// those given after run inside it and see every attempt (the interceptor
+// package, "Where stagger goes in a chain").
 func DialOptions(cfg *policy.Config, opts ...interceptor.Option) []grpc.DialOption {
 	all := make([]interceptor.Option, 0, len(opts)+2)
 	all = append(all, interceptor.WithConfig(cfg), interceptor.WithDefaultBudget(budget.Default()))

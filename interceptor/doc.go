@@ -111,14 +111,20 @@
 //
 // # Where stagger goes in a chain
 //
-// Put stagger first (outermost) among the client interceptors that should run
-// once per call (metrics of calls, tracing of the logical call, caches), and
-// before those that must run once per attempt: authentication (a token may
-// expire between attempts), per-attempt logging and metrics, anything that
-// writes headers. Interceptors after stagger see every attempt, with its
-// number in the context; interceptors before it see one call and the final
-// error. Never chain two retrying layers: retries multiply
-// (stagger.DialOptions turns grpc-go's own retry off for that reason).
+// grpc chains interceptors in the order the dial options give them, the
+// first outermost. An interceptor given before stagger's (before
+// stagger.DialOptions) runs outside it: it sees one call per logical call
+// and the call's final error. One given after runs inside: it sees every
+// attempt, with its number in the context (AttemptFromContext). So give
+// before stagger what should run once per call (call metrics, the logical
+// call's span, caches), and after it what must run once per attempt
+// (authentication: a token may expire between attempts; per-attempt logging;
+// anything that writes headers). grpc's OpenTelemetry plugin measures calls
+// with an interceptor and attempts with a stats handler: given before
+// stagger.DialOptions it counts one call and every attempt, given after it
+// counts every attempt as a call. Never chain two retrying layers: retries
+// multiply (stagger.DialOptions turns grpc-go's own retry off for that
+// reason).
 //
 // # Options
 //
