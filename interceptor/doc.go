@@ -225,6 +225,19 @@
 // metrics. The breaker's check on a call's success path is one atomic load
 // to admit and one mutex to record, with no allocation.
 //
+// # Hooks, reports and metrics
+//
+// WithHook's hooks and the logger hear each retry, give-up, hedge, deferral
+// and breaker change as it happens. WithCallHook's hooks hear the same, with
+// the caller's context (its trace span), and one EventEnd per call: the
+// attempts sent, the retries or hedges among them, the time spent between
+// attempts with none running, why the call ended (ReasonSuccess when it
+// succeeded), its code and the connection's target. WithReport, per call,
+// fills a Report with the same facts, so "succeeded after 2 retries" can be
+// counted by the caller. A call hook on a call that succeeds at once costs
+// no allocation. The nested module github.com/stagger-go/stagger/otel turns
+// the end events into gRFC A96's retry metrics in OpenTelemetry.
+//
 // # Concurrency
 //
 // The interceptors are safe for concurrent use by any number of calls. Hooks

@@ -183,4 +183,17 @@ func TestSuccessPathAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { _ = icpt(ctx, method, nil, nil, nil, ok) }); n != 0 {
 		t.Errorf("success path: %v allocs per call, want 0", n)
 	}
+	// A call hook hears every call's end, still without an allocation.
+	var ends int
+	hooked := interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg), interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) {
+		if e.Kind == interceptor.EventEnd {
+			ends++
+		}
+	}))
+	if n := testing.AllocsPerRun(1000, func() { _ = hooked(ctx, method, nil, nil, nil, ok) }); n != 0 {
+		t.Errorf("success path with a call hook: %v allocs per call, want 0", n)
+	}
+	if ends == 0 {
+		t.Error("the call hook heard no end")
+	}
 }
