@@ -10,10 +10,11 @@ BENCHTIME ?= 200ms
 
 # The modules: the core (.) and the nested ones go.work joins (the lab and the
 # stagger command, which need today's grpc-go and peers; the Redis store, which
-# needs go-redis and a redis-server on PATH for its tests). In workspace mode
+# needs go-redis and a redis-server on PATH for its tests; the OpenTelemetry
+# adapter). In workspace mode
 # ./... stops at a nested module's go.mod, so PKGS names each module's tree.
-MODULES := . lab cmd/stagger server/redisstore
-PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/...
+MODULES := . lab cmd/stagger server/redisstore otel
+PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/... ./otel/...
 # The modules whose versions make a lane, printed with it.
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')

@@ -1,0 +1,67 @@
+package staggerotel
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// BenchmarkCall measures a unary call over bufconn that succeeds at once,
+// through stagger.DialOptions with a retry policy, without and with the
+// option (an SDK MeterProvider on a ManualReader, span events on).
+func BenchmarkCall(b *testing.B) {
+	cfg := parseConfig(b, retryConfig)
+	run := func(b *testing.B, opts ...interceptor.Option) {
+		srv := testserver.New()
+		defer srv.Close()
+		cc, err := srv.Dial(stagger.DialOptions(cfg, append([]interceptor.Option{interceptor.WithBudget(nil)}, opts...)...)...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = cc.Close() }()
+		client := testingv1.NewTestServiceClient(cc)
+		ctx := context.Background()
+		req := &testingv1.GetRequest{Script: &testingv1.Script{}}
+		if _, err := client.Get(ctx, req); err != nil { // warm-up
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			if _, err := client.Get(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("without", func(b *testing.B) { run(b) })
+	b.Run("with", func(b *testing.B) {
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		defer func() { _ = mp.Shutdown(context.Background()) }()
+		opt, err := Option(Options{MeterProvider: mp})
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, opt)
+	})
+}
+
+// BenchmarkHook measures the hook alone on a first-attempt success.
+func BenchmarkHook(b *testing.B) {
+	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Attempt: 1, Target: target, Reason: policy.ReasonSuccess}
+	r.hook(context.Background(), e) // builds the attribute sets
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		r.hook(ctx, e)
+	}
+}

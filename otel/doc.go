@@ -1,0 +1,96 @@
+// Package staggerotel records stagger's retries, hedges, budget waits,
+// budgets and circuit breakers in OpenTelemetry: gRFC A96's retry metrics,
+// a few of stagger's own, and span events on the caller's span.
+//
+//	metrics, err := staggerotel.Option(staggerotel.Options{MeterProvider: mp})
+//	conn, err := grpc.NewClient(target, append(stagger.DialOptions(cfg, metrics),
+//		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+//
+// Option builds on interceptor.WithCallHook: it hears every event of every
+// call stagger runs, with the caller's context, and one EventEnd when the
+// call ends (a unary call when it returns, a stream when it ends).
+//
+// # gRFC A96 metrics
+//
+// Recorded once per call, at its end, with the attributes grpc.method (the
+// full method name without its leading slash,
+// "stagger.testing.v1.TestService/Get", as grpc-go's OpenTelemetry plugin
+// spells it) and grpc.target (the connection's target as it was dialed,
+// Event.Target; grpc-go's plugin records the canonical target, which adds
+// the default scheme to a target dialed without one):
+//
+//   - grpc.client.call.retries, histogram, {retry}, buckets 1, 2, 3, 4, 5:
+//     the retries of a call that retried (attempts after the first).
+//     As A96 says, a value of 0 is not recorded: a call that did not retry
+//     records nothing.
+//   - grpc.client.call.hedges, histogram, {hedge}, buckets 1, 2, 3, 4, 5: the
+//     hedges of a hedged call (attempts after the first); 0 is not recorded.
+//   - grpc.client.call.retry_delay, histogram, s, gRFC A66's latency buckets
+//     (0 to 100 s): the time the call spent between attempts with none
+//     running (backoff pauses, pushback, budget waits). It is recorded only
+//     for a call that retried or hedged, so that the calls that succeed at
+//     once do not bury the distribution under zeros; a hedged call records
+//     0, as its attempts overlap.
+//   - grpc.client.call.transparent_retries, histogram, {transparent_retry},
+//     buckets 1, 2, 3, 4, 5, 10: created, so that the name is reserved and
+//     described, but never recorded. Transparent retries (an attempt that
+//     never left the client or never reached the server's application) are
+//     made by grpc-go under each attempt stagger sends; an interceptor cannot
+//     see them.
+//
+// # stagger's metrics
+//
+//   - stagger.client.call.ends, counter, {call}: every call stagger ran, when
+//     it ends, with grpc.method, grpc.target, stagger.reason (why it ended:
+//     "success", or why it gave up, policy.Reason's String) and grpc.status
+//     (its final status code, "OK", "Unavailable", ...).
+//   - stagger.client.call.deferred, histogram, s, A66's latency buckets: the
+//     time a call waited for the budget to admit its retries
+//     (budget.Deferrer), recorded at its end for a call that waited, with
+//     grpc.method and grpc.target.
+//   - stagger.client.budget.level and stagger.client.budget.capacity,
+//     asynchronous gauges, {retry}, with stagger.budget.kind: each budget of
+//     Options.Budgets (budget.Default() when nil), read by its State() when
+//     the metrics are collected.
+//   - stagger.client.breaker.transitions, counter, {transition}: a circuit
+//     breaker's state changes, with stagger.breaker (the breaker's key: the
+//     target, and the method under a per-method scope), stagger.breaker.from
+//     and stagger.breaker.to ("closed", "open", "half-open").
+//
+// Recording a call's end costs no allocation once its method and target
+// have been seen: the attribute sets are built once per method and target
+// (and per reason and code) and kept.
+//
+// # Span events
+//
+// Unless Options.NoTraces, each retry, give-up, hedge and budget deferral
+// adds an event to the caller's span (trace.SpanFromContext of the call's
+// context) when that span is recording: "stagger.retry", "stagger.give_up",
+// "stagger.hedge" and "stagger.deferred", with the attributes
+// stagger.attempt (the attempt that ended, or the hedge sent), grpc.status
+// (that attempt's code), stagger.pause_s (the pause before the next
+// attempt, in seconds) and stagger.reason.
+//
+// # With grpc-go's OpenTelemetry plugin
+//
+// grpc-go's plugin (google.golang.org/grpc/stats/opentelemetry) records
+// A66's per-call and per-attempt metrics; gRFC A96 has it record the same
+// A96 names for grpc-go's own retries (grpc-go v1.85 does not yet).
+// stagger.DialOptions turns grpc-go's retries off (grpc.WithDisableRetry),
+// so grpc-go's A96 retry and hedge metrics, once it has them and they are
+// enabled in its plugin, would stay at zero while stagger retries. Do not
+// enable the same A96 names in both, or they are exported twice under one
+// name (from two instrumentation scopes): leave them off in grpc-go's
+// plugin (its optional metrics are off unless listed in its
+// MetricsOptions), or drop them from grpc-go's scope with a view of the
+// MeterProvider. grpc.client.call.transparent_retries is the one A96 metric
+// only grpc-go can record; to take it from grpc-go, drop that name from this
+// package's scope (ScopeName) with a view.
+//
+// Where the plugin goes in the interceptor chain decides what it counts.
+// Installed before stagger.DialOptions (its dial option first), it wraps
+// stagger: A66's per-call metrics see one call, however many attempts
+// stagger made, and its per-attempt metrics see each attempt stagger sends,
+// since grpc-go's attempt is below every interceptor. Installed after, its
+// call metrics would count every attempt as a call.
+package staggerotel

@@ -1,0 +1,340 @@
+package staggerotel
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+)
+
+// ScopeName is the instrumentation scope of the meter that records.
+const ScopeName = "github.com/stagger-go/stagger/otel"
+
+// The instruments' names (see the package documentation).
+const (
+	// gRFC A96.
+	MetricRetries            = "grpc.client.call.retries"
+	MetricTransparentRetries = "grpc.client.call.transparent_retries"
+	MetricHedges             = "grpc.client.call.hedges"
+	MetricRetryDelay         = "grpc.client.call.retry_delay"
+	// stagger's own.
+	MetricCallEnds           = "stagger.client.call.ends"
+	MetricCallDeferred       = "stagger.client.call.deferred"
+	MetricBudgetLevel        = "stagger.client.budget.level"
+	MetricBudgetCapacity     = "stagger.client.budget.capacity"
+	MetricBreakerTransitions = "stagger.client.breaker.transitions"
+)
+
+// The attributes' keys.
+const (
+	AttrMethod      = "grpc.method"
+	AttrTarget      = "grpc.target"
+	AttrStatus      = "grpc.status"
+	AttrReason      = "stagger.reason"
+	AttrBudgetKind  = "stagger.budget.kind"
+	AttrBreaker     = "stagger.breaker"
+	AttrBreakerFrom = "stagger.breaker.from"
+	AttrBreakerTo   = "stagger.breaker.to"
+	AttrAttempt     = "stagger.attempt"
+	AttrPause       = "stagger.pause_s"
+)
+
+// The span events' names.
+const (
+	SpanEventRetry    = "stagger.retry"
+	SpanEventGiveUp   = "stagger.give_up"
+	SpanEventHedge    = "stagger.hedge"
+	SpanEventDeferred = "stagger.deferred"
+)
+
+// The bucket boundaries: gRFC A96's for the counts, gRFC A66's latency
+// buckets for the durations.
+var (
+	retryBuckets            = []float64{1, 2, 3, 4, 5}
+	transparentRetryBuckets = []float64{1, 2, 3, 4, 5, 10}
+	hedgeBuckets            = []float64{1, 2, 3, 4, 5}
+	latencyBuckets          = []float64{0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.01, 0.013, 0.016, 0.02, 0.025, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.13, 0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1, 2, 5, 10, 20, 50, 100}
+)
+
+// Options configure Option.
+type Options struct {
+	// MeterProvider records the metrics; nil: otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// Budgets are observed as gauges (level, capacity) with attribute
+	// stagger.budget.kind; nil: budget.Default() only. Give at most one
+	// budget of each kind: two of the same kind report under the same
+	// attributes.
+	Budgets []budget.Budget
+	// NoTraces turns off the span events.
+	NoTraces bool
+}
+
+// Option returns the interceptor option that records, or an error (instrument
+// creation failed; the error names the instrument). Give it to
+// stagger.DialOptions, or to interceptor.UnaryClientInterceptor and
+// interceptor.StreamClientInterceptor: both report to the same instruments.
+//
+// The budget gauges' callback is registered with the meter for as long as the
+// MeterProvider lives: call Option once per MeterProvider, not per
+// connection, and share the returned option.
+func Option(o Options) (interceptor.Option, error) {
+	r, err := newRecorder(o)
+	if err != nil {
+		return interceptor.Option{}, err
+	}
+	return interceptor.WithCallHook(r.hook), nil
+}
+
+// recorder holds the instruments and the cached attribute sets.
+type recorder struct {
+	retries, transparentRetries, hedges metric.Int64Histogram
+	retryDelay, deferred                metric.Float64Histogram
+	ends, transitions                   metric.Int64Counter
+	traces                              bool
+
+	// calls maps a callKey to its *callAttrs.
+	calls sync.Map
+}
+
+// callKey names a method of a connection: the method without its leading
+// slash, and the connection's target.
+type callKey struct{ method, target string }
+
+// endKey is a call's outcome.
+type endKey struct {
+	reason policy.Reason
+	code   codes.Code
+}
+
+// callAttrs are the options recording for one callKey, built once, so that
+// recording allocates nothing: the histograms' (grpc.method, grpc.target),
+// and the end counter's, with the reason and status, per outcome.
+type callAttrs struct {
+	method, target string
+	record         []metric.RecordOption
+	success        []metric.AddOption
+	// ends maps an endKey to its []metric.AddOption (success excepted).
+	ends sync.Map
+}
+
+func newRecorder(o Options) (*recorder, error) {
+	mp := o.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(ScopeName)
+	r := &recorder{traces: !o.NoTraces}
+	var err error
+	hist := func(name, unit, desc string, buckets []float64) metric.Int64Histogram {
+		if err != nil {
+			return nil
+		}
+		var h metric.Int64Histogram
+		h, err = m.Int64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+		if err != nil {
+			err = fmt.Errorf("staggerotel: instrument %s: %w", name, err)
+		}
+		return h
+	}
+	fhist := func(name, unit, desc string, buckets []float64) metric.Float64Histogram {
+		if err != nil {
+			return nil
+		}
+		var h metric.Float64Histogram
+		h, err = m.Float64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+		if err != nil {
+			err = fmt.Errorf("staggerotel: instrument %s: %w", name, err)
+		}
+		return h
+	}
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		if err != nil {
+			return nil
+		}
+		var c metric.Int64Counter
+		c, err = m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			err = fmt.Errorf("staggerotel: instrument %s: %w", name, err)
+		}
+		return c
+	}
+	r.retries = hist(MetricRetries, "{retry}",
+		"Number of retries during the client call. If there were no retries, 0 is not reported.", retryBuckets)
+	r.transparentRetries = hist(MetricTransparentRetries, "{transparent_retry}",
+		"Number of transparent retries during the client call. Never recorded by stagger: it cannot see grpc-go's transparent retries.", transparentRetryBuckets)
+	r.hedges = hist(MetricHedges, "{hedge}",
+		"Number of hedges during the client call. If there were no hedges, 0 is not reported.", hedgeBuckets)
+	r.retryDelay = fhist(MetricRetryDelay, "s",
+		"Total time of delay while there is no active attempt during the client call; recorded for calls that retried or hedged.", latencyBuckets)
+	r.ends = counter(MetricCallEnds, "{call}", "Calls that stagger ran, by why they ended and their final status.")
+	r.deferred = fhist(MetricCallDeferred, "s", "Time a call waited for the retry budget to admit a retry; recorded for calls that waited.", latencyBuckets)
+	r.transitions = counter(MetricBreakerTransitions, "{transition}", "Circuit breaker state changes.")
+	if err != nil {
+		return nil, err
+	}
+	level, err := m.Float64ObservableGauge(MetricBudgetLevel, metric.WithUnit("{retry}"),
+		metric.WithDescription("The retry budget's current level (tokens, or the retries it could allow now)."))
+	if err != nil {
+		return nil, fmt.Errorf("staggerotel: instrument %s: %w", MetricBudgetLevel, err)
+	}
+	capacity, err := m.Float64ObservableGauge(MetricBudgetCapacity, metric.WithUnit("{retry}"),
+		metric.WithDescription("The largest level the retry budget can reach."))
+	if err != nil {
+		return nil, fmt.Errorf("staggerotel: instrument %s: %w", MetricBudgetCapacity, err)
+	}
+	budgets := o.Budgets
+	if budgets == nil {
+		budgets = []budget.Budget{budget.Default()}
+	}
+	budgets = uniqueBudgets(budgets)
+	if len(budgets) > 0 {
+		_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+			for _, b := range budgets {
+				st := b.State()
+				opt := metric.WithAttributes(attribute.String(AttrBudgetKind, st.Kind))
+				obs.ObserveFloat64(level, st.Level, opt)
+				obs.ObserveFloat64(capacity, st.Capacity, opt)
+			}
+			return nil
+		}, level, capacity)
+		if err != nil {
+			return nil, fmt.Errorf("staggerotel: callback of %s and %s: %w", MetricBudgetLevel, MetricBudgetCapacity, err)
+		}
+	}
+	return r, nil
+}
+
+// uniqueBudgets returns bs without nil budgets and repeats.
+func uniqueBudgets(bs []budget.Budget) []budget.Budget {
+	out := make([]budget.Budget, 0, len(bs))
+next:
+	for _, b := range bs {
+		if b == nil {
+			continue
+		}
+		for _, seen := range out {
+			if sameBudget(seen, b) {
+				continue next
+			}
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// sameBudget compares two budgets, false for incomparable dynamic types.
+func sameBudget(a, b budget.Budget) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// attrs returns the cached options of (method, target), method with its
+// leading slash.
+func (r *recorder) attrs(method, target string) *callAttrs {
+	k := callKey{strings.TrimPrefix(method, "/"), target}
+	if v, ok := r.calls.Load(k); ok {
+		return v.(*callAttrs)
+	}
+	set := attribute.NewSet(attribute.String(AttrMethod, k.method), attribute.String(AttrTarget, k.target))
+	a := &callAttrs{
+		method: k.method,
+		target: k.target,
+		record: []metric.RecordOption{metric.WithAttributeSet(set)},
+	}
+	a.success = a.endOptions(endKey{policy.ReasonSuccess, codes.OK})
+	v, _ := r.calls.LoadOrStore(k, a)
+	return v.(*callAttrs)
+}
+
+func (a *callAttrs) endOptions(k endKey) []metric.AddOption {
+	set := attribute.NewSet(
+		attribute.String(AttrMethod, a.method),
+		attribute.String(AttrTarget, a.target),
+		attribute.String(AttrReason, k.reason.String()),
+		attribute.String(AttrStatus, k.code.String()),
+	)
+	return []metric.AddOption{metric.WithAttributeSet(set)}
+}
+
+// end returns the end counter's options for the outcome k.
+func (a *callAttrs) end(k endKey) []metric.AddOption {
+	if k.reason == policy.ReasonSuccess && k.code == codes.OK {
+		return a.success
+	}
+	if v, ok := a.ends.Load(k); ok {
+		return v.([]metric.AddOption)
+	}
+	v, _ := a.ends.LoadOrStore(k, a.endOptions(k))
+	return v.([]metric.AddOption)
+}
+
+// hook is the call hook.
+func (r *recorder) hook(ctx context.Context, e interceptor.Event) {
+	switch e.Kind {
+	case interceptor.EventEnd:
+		r.recordEnd(ctx, &e)
+	case interceptor.EventBreaker:
+		r.transitions.Add(ctx, 1, metric.WithAttributes(
+			attribute.String(AttrBreaker, e.Breaker.Key),
+			attribute.String(AttrBreakerFrom, e.Breaker.From.String()),
+			attribute.String(AttrBreakerTo, e.Breaker.To.String()),
+		))
+	case interceptor.EventRetry:
+		r.spanEvent(ctx, SpanEventRetry, &e)
+	case interceptor.EventGiveUp:
+		r.spanEvent(ctx, SpanEventGiveUp, &e)
+	case interceptor.EventHedge:
+		r.spanEvent(ctx, SpanEventHedge, &e)
+	case interceptor.EventDeferred:
+		r.spanEvent(ctx, SpanEventDeferred, &e)
+	}
+}
+
+func (r *recorder) recordEnd(ctx context.Context, e *interceptor.Event) {
+	a := r.attrs(e.Method, e.Target)
+	r.ends.Add(ctx, 1, a.end(endKey{e.Reason, e.Code})...)
+	if e.Retries > 0 {
+		r.retries.Record(ctx, int64(e.Retries), a.record...)
+	}
+	if e.Hedges > 0 {
+		r.hedges.Record(ctx, int64(e.Hedges), a.record...)
+	}
+	if e.Retries+e.Hedges > 0 {
+		r.retryDelay.Record(ctx, seconds(e.Delay), a.record...)
+	}
+	if e.Deferred > 0 {
+		r.deferred.Record(ctx, seconds(e.Deferred), a.record...)
+	}
+}
+
+func (r *recorder) spanEvent(ctx context.Context, name string, e *interceptor.Event) {
+	if !r.traces {
+		return
+	}
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent(name, trace.WithAttributes(
+		attribute.Int(AttrAttempt, e.Attempt),
+		attribute.String(AttrStatus, e.Code.String()),
+		attribute.Float64(AttrPause, seconds(e.Pause)),
+		attribute.String(AttrReason, e.Reason.String()),
+	))
+}
+
+func seconds(d time.Duration) float64 { return d.Seconds() }

@@ -1,0 +1,622 @@
+package staggerotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+const (
+	getMethod = "stagger.testing.v1.TestService/Get"
+	target    = testserver.BufnetTarget
+)
+
+// retryConfig retries every method of the test service: 3 attempts, pauses
+// of 10ms then 20ms, no jitter.
+const retryConfig = `{"methodConfig": [{
+	"name": [{"service": "stagger.testing.v1.TestService"}],
+	"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "1s",
+		"backoffMultiplier": 2, "jitter": "NONE", "retryableStatusCodes": ["UNAVAILABLE"]}
+}]}`
+
+// hedgeConfig hedges every method of the test service: 3 attempts, 10ms
+// apart.
+const hedgeConfig = `{"methodConfig": [{
+	"name": [{"service": "stagger.testing.v1.TestService"}],
+	"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.01s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
+}]}`
+
+func parseConfig(t testing.TB, file string) *policy.Config {
+	t.Helper()
+	cfg, err := policy.ParseConfig([]byte(file))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	return cfg
+}
+
+// env is a test server and a client of it recording into reader.
+type env struct {
+	srv    *testserver.Server
+	client testingv1.TestServiceClient
+	reader *sdkmetric.ManualReader
+}
+
+// newEnv dials the test server through stagger.DialOptions(cfg) with the
+// recording option built from o (its MeterProvider, when nil, is an SDK one
+// on a fresh ManualReader), and no budget (unlimited), so that the
+// process's default budget plays no part.
+func newEnv(t testing.TB, file string, o Options) *env {
+	t.Helper()
+	e := &env{srv: testserver.New()}
+	t.Cleanup(e.srv.Close)
+	if o.MeterProvider == nil {
+		e.reader = sdkmetric.NewManualReader()
+		o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.reader))
+	}
+	opt, err := Option(o)
+	if err != nil {
+		t.Fatalf("Option: %v", err)
+	}
+	dial := stagger.DialOptions(parseConfig(t, file), interceptor.WithBudget(nil), opt)
+	cc := e.srv.ClientConn(t, dial...)
+	e.client = testingv1.NewTestServiceClient(cc)
+	return e
+}
+
+func (e *env) get(t testing.TB, ctx context.Context, sc *testingv1.Script) {
+	t.Helper()
+	if _, err := e.client.Get(ctx, &testingv1.GetRequest{Script: sc}); err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+}
+
+// collect returns the metrics reader holds, by name.
+func collect(t testing.TB, reader sdkmetric.Reader) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != ScopeName {
+			t.Errorf("scope %q, want %q", sm.Scope.Name, ScopeName)
+		}
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// attrMap returns set as a map of strings.
+func attrMap(set attribute.Set) map[string]string {
+	out := map[string]string{}
+	for _, kv := range set.ToSlice() {
+		out[string(kv.Key)] = kv.Value.String()
+	}
+	return out
+}
+
+func keysOf(set attribute.Set) []string {
+	var keys []string
+	for _, kv := range set.ToSlice() {
+		keys = append(keys, string(kv.Key))
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// histogram returns the one data point of the histogram name.
+func histogram[N int64 | float64](t *testing.T, ms map[string]metricdata.Metrics, name string) metricdata.HistogramDataPoint[N] {
+	t.Helper()
+	m, ok := ms[name]
+	if !ok {
+		t.Fatalf("%s not recorded", name)
+	}
+	h, ok := m.Data.(metricdata.Histogram[N])
+	if !ok {
+		t.Fatalf("%s is a %T", name, m.Data)
+	}
+	if len(h.DataPoints) != 1 {
+		t.Fatalf("%s has %d data points, want 1", name, len(h.DataPoints))
+	}
+	return h.DataPoints[0]
+}
+
+// sum returns the counter name's data points by their attributes.
+func sum(t *testing.T, ms map[string]metricdata.Metrics, name string) []metricdata.DataPoint[int64] {
+	t.Helper()
+	m, ok := ms[name]
+	if !ok {
+		t.Fatalf("%s not recorded", name)
+	}
+	s, ok := m.Data.(metricdata.Sum[int64])
+	if !ok {
+		t.Fatalf("%s is a %T", name, m.Data)
+	}
+	if !s.IsMonotonic {
+		t.Errorf("%s is not monotonic", name)
+	}
+	return s.DataPoints
+}
+
+// wantCallAttrs checks the attributes of a histogram recorded for Get.
+func wantCallAttrs(t *testing.T, name string, set attribute.Set) {
+	t.Helper()
+	got := attrMap(set)
+	want := map[string]string{AttrMethod: getMethod, AttrTarget: target}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s attributes %v, want %v", name, got, want)
+	}
+}
+
+// instrumentSpy is a MeterProvider that keeps the options each histogram
+// was created with, and creates it on the SDK's.
+type instrumentSpy struct {
+	metric.MeterProvider
+	mu    sync.Mutex
+	hists map[string]metric.Float64HistogramConfig
+}
+
+type spyMeter struct {
+	metric.Meter
+	spy *instrumentSpy
+}
+
+func (s *instrumentSpy) Meter(name string, opts ...metric.MeterOption) metric.Meter {
+	return spyMeter{s.MeterProvider.Meter(name, opts...), s}
+}
+
+func (m spyMeter) Int64Histogram(name string, opts ...metric.Int64HistogramOption) (metric.Int64Histogram, error) {
+	c := metric.NewInt64HistogramConfig(opts...)
+	m.spy.keep(name, c.Unit(), c.Description(), c.ExplicitBucketBoundaries())
+	return m.Meter.Int64Histogram(name, opts...)
+}
+
+func (m spyMeter) Float64Histogram(name string, opts ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+	c := metric.NewFloat64HistogramConfig(opts...)
+	m.spy.keep(name, c.Unit(), c.Description(), c.ExplicitBucketBoundaries())
+	return m.Meter.Float64Histogram(name, opts...)
+}
+
+func (s *instrumentSpy) keep(name, unit, desc string, bounds []float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hists[name] = metric.NewFloat64HistogramConfig(metric.WithUnit(unit), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(bounds...))
+}
+
+// a66Buckets are gRFC A66's latency buckets, in seconds.
+var a66Buckets = []float64{0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.01, 0.013, 0.016, 0.02, 0.025, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.13, 0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1, 2, 5, 10, 20, 50, 100}
+
+// TestA96Instruments checks gRFC A96's four instruments as the gRFC
+// defines them: name, unit, explicit bucket boundaries and attributes, both
+// as created and as the SDK exports them after a retried and a hedged call.
+func TestA96Instruments(t *testing.T) {
+	callAttrs := []string{"grpc.method", "grpc.target"}
+	table := []struct {
+		name     string
+		unit     string
+		buckets  []float64
+		attrs    []string
+		recorded bool
+	}{
+		{"grpc.client.call.retries", "{retry}", []float64{1, 2, 3, 4, 5}, callAttrs, true},
+		{"grpc.client.call.transparent_retries", "{transparent_retry}", []float64{1, 2, 3, 4, 5, 10}, callAttrs, false},
+		{"grpc.client.call.hedges", "{hedge}", []float64{1, 2, 3, 4, 5}, callAttrs, true},
+		{"grpc.client.call.retry_delay", "s", a66Buckets, callAttrs, true},
+	}
+
+	reader := sdkmetric.NewManualReader()
+	spy := &instrumentSpy{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), hists: map[string]metric.Float64HistogramConfig{}}
+	retry := newEnv(t, retryConfig, Options{MeterProvider: spy})
+	retry.get(t, context.Background(), &testingv1.Script{Key: "retry", FailAttempts: 2})
+	hedge := newEnv(t, hedgeConfig, Options{MeterProvider: spy})
+	hedge.get(t, context.Background(), &testingv1.Script{Key: "hedge", AttemptDelays: durations(time.Second, time.Second)})
+	ms := collect(t, reader)
+
+	for _, tc := range table {
+		t.Run(tc.name, func(t *testing.T) {
+			spy.mu.Lock()
+			c, ok := spy.hists[tc.name]
+			spy.mu.Unlock()
+			if !ok {
+				t.Fatalf("no histogram %s created", tc.name)
+			}
+			if c.Unit() != tc.unit {
+				t.Errorf("unit %q, want %q", c.Unit(), tc.unit)
+			}
+			if c.Description() == "" {
+				t.Errorf("no description")
+			}
+			if !slices.Equal(c.ExplicitBucketBoundaries(), tc.buckets) {
+				t.Errorf("buckets %v, want %v", c.ExplicitBucketBoundaries(), tc.buckets)
+			}
+			m, ok := ms[tc.name]
+			if !tc.recorded {
+				if ok {
+					t.Errorf("%s recorded: %+v", tc.name, m)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("%s not recorded", tc.name)
+			}
+			if m.Unit != tc.unit {
+				t.Errorf("exported unit %q, want %q", m.Unit, tc.unit)
+			}
+			var bounds [][]float64
+			var keys [][]string
+			switch d := m.Data.(type) {
+			case metricdata.Histogram[int64]:
+				for _, dp := range d.DataPoints {
+					bounds, keys = append(bounds, dp.Bounds), append(keys, keysOf(dp.Attributes))
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					bounds, keys = append(bounds, dp.Bounds), append(keys, keysOf(dp.Attributes))
+				}
+			default:
+				t.Fatalf("exported as %T, want a histogram", m.Data)
+			}
+			if len(bounds) == 0 {
+				t.Fatalf("no data points")
+			}
+			for i := range bounds {
+				if !slices.Equal(bounds[i], tc.buckets) {
+					t.Errorf("exported buckets %v, want %v", bounds[i], tc.buckets)
+				}
+				if !slices.Equal(keys[i], tc.attrs) {
+					t.Errorf("exported attributes %v, want %v", keys[i], tc.attrs)
+				}
+			}
+		})
+	}
+}
+
+func durations(ds ...time.Duration) []*durationpb.Duration {
+	out := make([]*durationpb.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = durationpb.New(d)
+	}
+	return out
+}
+
+func TestRetriedCall(t *testing.T) {
+	e := newEnv(t, retryConfig, Options{})
+	start := time.Now()
+	e.get(t, context.Background(), &testingv1.Script{Key: "k", FailAttempts: 2})
+	took := time.Since(start)
+	ms := collect(t, e.reader)
+
+	r := histogram[int64](t, ms, MetricRetries)
+	wantCallAttrs(t, MetricRetries, r.Attributes)
+	if r.Count != 1 || r.Sum != 2 {
+		t.Errorf("retries count %d sum %d, want 1 and 2", r.Count, r.Sum)
+	}
+	d := histogram[float64](t, ms, MetricRetryDelay)
+	wantCallAttrs(t, MetricRetryDelay, d.Attributes)
+	// The pauses are 10ms and 20ms; scheduling can only add to them.
+	if d.Count != 1 || d.Sum < 0.030 || d.Sum > took.Seconds() || d.Sum >= 1 {
+		t.Errorf("retry_delay count %d sum %gs, want 1 and [0.03s, %gs]", d.Count, d.Sum, took.Seconds())
+	}
+	for _, name := range []string{MetricHedges, MetricTransparentRetries, MetricCallDeferred} {
+		if _, ok := ms[name]; ok {
+			t.Errorf("%s recorded", name)
+		}
+	}
+	ends := sum(t, ms, MetricCallEnds)
+	if len(ends) != 1 || ends[0].Value != 1 {
+		t.Fatalf("ends %+v, want one call", ends)
+	}
+	want := map[string]string{AttrMethod: getMethod, AttrTarget: target, AttrReason: "success", AttrStatus: "OK"}
+	if got := attrMap(ends[0].Attributes); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ends attributes %v, want %v", got, want)
+	}
+}
+
+func TestFirstAttemptSuccess(t *testing.T) {
+	e := newEnv(t, retryConfig, Options{})
+	e.get(t, context.Background(), &testingv1.Script{Key: "k"})
+	e.get(t, context.Background(), &testingv1.Script{})
+	ms := collect(t, e.reader)
+	for _, name := range []string{MetricRetries, MetricRetryDelay, MetricHedges, MetricTransparentRetries, MetricCallDeferred} {
+		if m, ok := ms[name]; ok {
+			t.Errorf("%s recorded: %+v", name, m)
+		}
+	}
+	ends := sum(t, ms, MetricCallEnds)
+	if len(ends) != 1 || ends[0].Value != 2 {
+		t.Fatalf("ends %+v, want 2 calls under one set of attributes", ends)
+	}
+	if got := attrMap(ends[0].Attributes); got[AttrReason] != "success" || got[AttrStatus] != "OK" {
+		t.Errorf("ends attributes %v, want reason success, status OK", got)
+	}
+}
+
+func TestGiveUp(t *testing.T) {
+	e := newEnv(t, retryConfig, Options{})
+	_, err := e.client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 5}})
+	if err == nil {
+		t.Fatal("Get succeeded, want Unavailable")
+	}
+	ms := collect(t, e.reader)
+	if r := histogram[int64](t, ms, MetricRetries); r.Count != 1 || r.Sum != 2 {
+		t.Errorf("retries count %d sum %d, want 1 and 2", r.Count, r.Sum)
+	}
+	ends := sum(t, ms, MetricCallEnds)
+	if len(ends) != 1 {
+		t.Fatalf("ends %+v, want one", ends)
+	}
+	if got := attrMap(ends[0].Attributes); got[AttrReason] != policy.ReasonAttempts.String() || got[AttrStatus] != codes.Unavailable.String() {
+		t.Errorf("ends attributes %v, want reason %q, status Unavailable", got, policy.ReasonAttempts)
+	}
+}
+
+func TestHedgedCall(t *testing.T) {
+	e := newEnv(t, hedgeConfig, Options{})
+	// Attempts 1 and 2 take a second; attempt 3, sent 20ms in, wins.
+	e.get(t, context.Background(), &testingv1.Script{Key: "k", AttemptDelays: durations(time.Second, time.Second)})
+	ms := collect(t, e.reader)
+	h := histogram[int64](t, ms, MetricHedges)
+	wantCallAttrs(t, MetricHedges, h.Attributes)
+	if h.Count != 1 || h.Sum != 2 {
+		t.Errorf("hedges count %d sum %d, want 1 and 2", h.Count, h.Sum)
+	}
+	if _, ok := ms[MetricRetries]; ok {
+		t.Errorf("%s recorded for a hedged call", MetricRetries)
+	}
+	// A hedged call's attempts overlap: its retry delay is 0.
+	if d := histogram[float64](t, ms, MetricRetryDelay); d.Count != 1 || d.Sum != 0 {
+		t.Errorf("retry_delay count %d sum %g, want 1 and 0", d.Count, d.Sum)
+	}
+}
+
+func TestBudgetGauges(t *testing.T) {
+	tb, err := budget.NewTokenBucket(budget.TokenBucketSettings{Capacity: 50, Initial: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ratio, err := budget.NewRatio(budget.DefaultRatioSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	// The repeated bucket and the nil budget are dropped.
+	if _, err := Option(Options{MeterProvider: mp, Budgets: []budget.Budget{tb, ratio, tb, nil}}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(wantLevel float64) {
+		t.Helper()
+		ms := collect(t, reader)
+		for name, want := range map[string]map[string]float64{
+			MetricBudgetLevel:    {"token-bucket": wantLevel, "ratio": ratio.State().Level},
+			MetricBudgetCapacity: {"token-bucket": 50, "ratio": ratio.State().Capacity},
+		} {
+			m, ok := ms[name]
+			if !ok {
+				t.Fatalf("%s not recorded", name)
+			}
+			if m.Unit != "{retry}" {
+				t.Errorf("%s unit %q", name, m.Unit)
+			}
+			g, ok := m.Data.(metricdata.Gauge[float64])
+			if !ok {
+				t.Fatalf("%s is a %T", name, m.Data)
+			}
+			got := map[string]float64{}
+			for _, dp := range g.DataPoints {
+				if keys := keysOf(dp.Attributes); !slices.Equal(keys, []string{AttrBudgetKind}) {
+					t.Errorf("%s attributes %v", name, keys)
+				}
+				got[attrMap(dp.Attributes)[AttrBudgetKind]] = dp.Value
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s = %v, want %v", name, got, want)
+			}
+		}
+	}
+	check(20)
+	if !tb.Allow(budget.Request{Number: 2}) {
+		t.Fatal("the bucket refused a retry")
+	}
+	check(15) // a retry costs 5 tokens
+}
+
+func TestDefaultBudgetGauges(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}); err != nil {
+		t.Fatal(err)
+	}
+	ms := collect(t, reader)
+	g := ms[MetricBudgetCapacity].Data.(metricdata.Gauge[float64])
+	st := budget.Default().State()
+	if len(g.DataPoints) != 1 || g.DataPoints[0].Value != st.Capacity || attrMap(g.DataPoints[0].Attributes)[AttrBudgetKind] != st.Kind {
+		t.Errorf("capacity %+v, want budget.Default()'s %s %g", g.DataPoints, st.Kind, st.Capacity)
+	}
+}
+
+func TestSpanEvents(t *testing.T) {
+	for _, noTraces := range []bool{false, true} {
+		t.Run(fmt.Sprint("NoTraces=", noTraces), func(t *testing.T) {
+			sr := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+			defer func() { _ = tp.Shutdown(context.Background()) }()
+			e := newEnv(t, retryConfig, Options{NoTraces: noTraces})
+			ctx, span := tp.Tracer("test").Start(context.Background(), "caller")
+			e.get(t, ctx, &testingv1.Script{Key: "ok", FailAttempts: 2})
+			_, _ = e.client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: "fail", FailAttempts: 5}})
+			span.End()
+			ended := sr.Ended()
+			if len(ended) != 1 {
+				t.Fatalf("%d spans ended, want 1", len(ended))
+			}
+			var got []string
+			for _, ev := range ended[0].Events() {
+				a := map[string]any{}
+				for _, kv := range ev.Attributes {
+					a[string(kv.Key)] = kv.Value.AsInterface()
+				}
+				got = append(got, fmt.Sprintf("%s attempt=%v status=%v pause=%v reason=%v",
+					ev.Name, a[AttrAttempt], a[AttrStatus], a[AttrPause], a[AttrReason]))
+			}
+			want := []string{
+				"stagger.retry attempt=1 status=Unavailable pause=0.01 reason=" + policy.ReasonNone.String(),
+				"stagger.retry attempt=2 status=Unavailable pause=0.02 reason=" + policy.ReasonNone.String(),
+				"stagger.retry attempt=1 status=Unavailable pause=0.01 reason=" + policy.ReasonNone.String(),
+				"stagger.retry attempt=2 status=Unavailable pause=0.02 reason=" + policy.ReasonNone.String(),
+				"stagger.give_up attempt=3 status=Unavailable pause=0 reason=" + policy.ReasonAttempts.String(),
+			}
+			if noTraces {
+				want = nil
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("span events:\n%q\nwant\n%q", got, want)
+			}
+		})
+	}
+}
+
+func TestNilMeterProviderUsesGlobal(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	t.Cleanup(func() { otel.SetMeterProvider(noop.NewMeterProvider()) })
+	srv := testserver.New()
+	t.Cleanup(srv.Close)
+	opt, err := Option(Options{})
+	if err != nil {
+		t.Fatalf("Option: %v", err)
+	}
+	cc := srv.ClientConn(t, stagger.DialOptions(parseConfig(t, retryConfig), interceptor.WithBudget(nil), opt)...)
+	if _, err := testingv1.NewTestServiceClient(cc).Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "global", FailAttempts: 1}}); err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	ms := collect(t, reader)
+	if r := histogram[int64](t, ms, MetricRetries); r.Count != 1 || r.Sum != 1 {
+		t.Errorf("retries count %d sum %d, want 1 and 1", r.Count, r.Sum)
+	}
+	if ends := sum(t, ms, MetricCallEnds); len(ends) != 1 || ends[0].Value != 1 {
+		t.Errorf("ends %+v, want one call", ends)
+	}
+}
+
+func TestBreakerTransitions(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Budgets: []budget.Budget{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := budget.BreakerChange{Key: "dns:///svc", From: budget.BreakerClosed, To: budget.BreakerOpen}
+	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventBreaker, Method: ch.Key, Breaker: ch})
+	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventBreaker, Method: ch.Key, Breaker: ch})
+	ms := collect(t, reader)
+	dps := sum(t, ms, MetricBreakerTransitions)
+	want := map[string]string{AttrBreaker: "dns:///svc", AttrBreakerFrom: budget.BreakerClosed.String(), AttrBreakerTo: budget.BreakerOpen.String()}
+	if len(dps) != 1 || dps[0].Value != 2 || fmt.Sprint(attrMap(dps[0].Attributes)) != fmt.Sprint(want) {
+		t.Errorf("transitions %+v, want 2 with %v", dps, want)
+	}
+	if _, ok := ms[MetricBudgetLevel]; ok {
+		t.Errorf("budget gauges recorded with no budgets")
+	}
+}
+
+// TestOptionError checks that an instrument that cannot be created is named.
+func TestOptionError(t *testing.T) {
+	_, err := Option(Options{MeterProvider: failingProvider{noop.NewMeterProvider()}})
+	if err == nil || !errors.Is(err, errNoInstrument) {
+		t.Fatalf("Option: %v, want errNoInstrument", err)
+	}
+	if want := "staggerotel: instrument " + MetricRetryDelay + ": "; len(err.Error()) < len(want) || err.Error()[:len(want)] != want {
+		t.Errorf("error %q does not name %s", err, MetricRetryDelay)
+	}
+}
+
+var errNoInstrument = errors.New("no instrument")
+
+type failingProvider struct{ metric.MeterProvider }
+
+type failingMeter struct{ metric.Meter }
+
+func (p failingProvider) Meter(name string, opts ...metric.MeterOption) metric.Meter {
+	return failingMeter{p.MeterProvider.Meter(name, opts...)}
+}
+
+func (failingMeter) Float64Histogram(string, ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+	return nil, errNoInstrument
+}
+
+// TestEndAllocs checks that a call's end costs no allocation once its
+// method and target have been seen: a first-attempt success, and a retried
+// call too.
+func TestEndAllocs(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		e    interceptor.Event
+	}{
+		{"success", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Attempt: 1, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target}},
+		{"retried", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target}},
+		{"gave up", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonAttempts, Code: codes.Unavailable, Target: target}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.hook(ctx, tc.e) // warm-up: builds the attribute sets
+			if n := testing.AllocsPerRun(1000, func() { r.hook(ctx, tc.e) }); n != 0 {
+				t.Errorf("%v allocations per call end, want 0", n)
+			}
+		})
+	}
+	ms := collect(t, reader)
+	if ends := sum(t, ms, MetricCallEnds); len(ends) != 2 {
+		t.Errorf("ends has %d data points, want 2 (success and gave up)", len(ends))
+	}
+}
+
+// TestDeferred checks that a call that waited for the budget records the
+// wait, and that retry_delay, which includes it, is recorded too.
+func TestDeferred(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Budgets: []budget.Budget{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Target: target,
+		Attempt: 2, Retries: 1, Delay: 300 * time.Millisecond, Deferred: 250 * time.Millisecond, Reason: policy.ReasonSuccess})
+	ms := collect(t, reader)
+	d := histogram[float64](t, ms, MetricCallDeferred)
+	wantCallAttrs(t, MetricCallDeferred, d.Attributes)
+	if d.Count != 1 || d.Sum != 0.25 || !slices.Equal(d.Bounds, a66Buckets) {
+		t.Errorf("deferred count %d sum %g bounds %v, want 1, 0.25 and A66's", d.Count, d.Sum, d.Bounds)
+	}
+	if d := histogram[float64](t, ms, MetricRetryDelay); d.Count != 1 || d.Sum != 0.3 {
+		t.Errorf("retry_delay count %d sum %g, want 1 and 0.3", d.Count, d.Sum)
+	}
+}
