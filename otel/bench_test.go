@@ -10,17 +10,19 @@ import (
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"google.golang.org/grpc"
 )
 
 // BenchmarkCall measures a unary call over bufconn that succeeds at once,
 // through stagger.DialOptions with a retry policy, without and with the
-// option (an SDK MeterProvider on a ManualReader, span events on).
+// option (an SDK MeterProvider on a ManualReader, span events on), and
+// with the option and TransparentRetries' dial options.
 func BenchmarkCall(b *testing.B) {
 	cfg := parseConfig(b, retryConfig)
-	run := func(b *testing.B, opts ...interceptor.Option) {
+	run := func(b *testing.B, first []grpc.DialOption, opts ...interceptor.Option) {
 		srv := testserver.New()
 		defer srv.Close()
-		cc, err := srv.Dial(stagger.DialOptions(cfg, append([]interceptor.Option{interceptor.WithBudget(nil)}, opts...)...)...)
+		cc, err := srv.Dial(append(first, stagger.DialOptions(cfg, append([]interceptor.Option{interceptor.WithBudget(nil)}, opts...)...)...)...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -39,16 +41,24 @@ func BenchmarkCall(b *testing.B) {
 			}
 		}
 	}
-	b.Run("without", func(b *testing.B) { run(b) })
-	b.Run("with", func(b *testing.B) {
+	b.Run("without", func(b *testing.B) { run(b, nil) })
+	with := func(b *testing.B, transparent bool) {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		defer func() { _ = mp.Shutdown(context.Background()) }()
 		opt, err := Option(Options{MeterProvider: mp})
 		if err != nil {
 			b.Fatal(err)
 		}
-		run(b, opt)
-	})
+		var first []grpc.DialOption
+		if transparent {
+			if first, err = TransparentRetries(Options{MeterProvider: mp}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		run(b, first, opt)
+	}
+	b.Run("with", func(b *testing.B) { with(b, false) })
+	b.Run("with+transparent", func(b *testing.B) { with(b, true) })
 }
 
 // BenchmarkHook measures the hook alone on a first-attempt success.

@@ -170,8 +170,10 @@ func newRecorder(o Options) (*recorder, error) {
 	}
 	r.retries = hist(MetricRetries, "{retry}",
 		"Number of retries during the client call. If there were no retries, 0 is not reported.", retryBuckets)
-	r.transparentRetries = hist(MetricTransparentRetries, "{transparent_retry}",
-		"Number of transparent retries during the client call. Never recorded by stagger: it cannot see grpc-go's transparent retries.", transparentRetryBuckets)
+	if err == nil {
+		// Shared with TransparentRetries, which records it.
+		r.transparentRetries, err = transparentRetriesHistogram(m)
+	}
 	r.hedges = hist(MetricHedges, "{hedge}",
 		"Number of hedges during the client call. If there were no hedges, 0 is not reported.", hedgeBuckets)
 	r.retryDelay = fhist(MetricRetryDelay, "s",
