@@ -201,6 +201,37 @@ func TestRoundTrips(t *testing.T) {
 	step("Release", 1, func() error { return s.Release(ctx, "c", "t") })
 }
 
+// expectStoreErrors: Claim (of key "k" with token), Complete and Release
+// (of key "held", token "t") each fail within 5s with a *redisstore.Error
+// naming its operation, never ErrLeaseLost (which would say the key is
+// someone else's). when says what is wrong with Redis.
+func expectStoreErrors(t *testing.T, s *redisstore.Store, token, when string) {
+	t.Helper()
+	ctx := context.Background()
+	ops := []struct {
+		name string
+		op   func() error
+	}{
+		{"Claim", func() error { _, _, err := s.Claim(ctx, "k", server.Fingerprint{}, token, time.Minute); return err }},
+		{"Complete", func() error { return s.Complete(ctx, "held", "t", []byte("x"), time.Minute) }},
+		{"Release", func() error { return s.Release(ctx, "held", "t") }},
+	}
+	for _, o := range ops {
+		start := time.Now()
+		err := o.op()
+		took := time.Since(start)
+		var e *redisstore.Error
+		if !errors.As(err, &e) || errors.Is(err, server.ErrLeaseLost) {
+			t.Errorf("%s %s: %v, want a *redisstore.Error", o.name, when, err)
+		} else if !strings.HasPrefix(err.Error(), "redisstore: "+strings.ToLower(o.name)+" ") {
+			t.Errorf("%s %s: message %q, want it to start with the package and the operation", o.name, when, err)
+		}
+		if took > 5*time.Second { // generous: the clients' timeouts are 200ms at most
+			t.Errorf("%s %s took %v", o.name, when, took)
+		}
+	}
+}
+
 // TestOutage: with redis-server down, every operation fails promptly with
 // an *Error (never ErrLeaseLost, which would say the key is someone
 // else's); once it is back, the store works again (on an empty Redis: this
@@ -220,28 +251,7 @@ func TestOutage(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	r.stop()
-	ops := []struct {
-		name string
-		op   func() error
-	}{
-		{"Claim", func() error { _, _, err := s.Claim(ctx, "k", server.Fingerprint{}, "t", time.Minute); return err }},
-		{"Complete", func() error { return s.Complete(ctx, "held", "t", []byte("x"), time.Minute) }},
-		{"Release", func() error { return s.Release(ctx, "held", "t") }},
-	}
-	for _, o := range ops {
-		start := time.Now()
-		err := o.op()
-		took := time.Since(start)
-		var e *redisstore.Error
-		if !errors.As(err, &e) || errors.Is(err, server.ErrLeaseLost) {
-			t.Errorf("%s with Redis down: %v, want a *redisstore.Error", o.name, err)
-		} else if !strings.HasPrefix(err.Error(), "redisstore: "+strings.ToLower(o.name)+" ") {
-			t.Errorf("%s with Redis down: message %q, want it to start with the package and the operation", o.name, err)
-		}
-		if took > 5*time.Second { // generous: a refused dial on loopback takes microseconds
-			t.Errorf("%s with Redis down took %v", o.name, took)
-		}
-	}
+	expectStoreErrors(t, s, "t", "with Redis down")
 	r.restart()
 	// The first use after the restart may meet a connection the restart
 	// broke; the pool drops it.
@@ -281,26 +291,7 @@ func TestHang(t *testing.T) {
 	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	ops := []struct {
-		name string
-		op   func() error
-	}{
-		{"Claim", func() error { _, _, err := s.Claim(ctx, "k", server.Fingerprint{}, "t1", time.Minute); return err }},
-		{"Complete", func() error { return s.Complete(ctx, "held", "t", []byte("x"), time.Minute) }},
-		{"Release", func() error { return s.Release(ctx, "held", "t") }},
-	}
-	for _, o := range ops {
-		start := time.Now()
-		err := o.op()
-		took := time.Since(start)
-		var e *redisstore.Error
-		if !errors.As(err, &e) || errors.Is(err, server.ErrLeaseLost) {
-			t.Errorf("%s with Redis stopped: %v, want a *redisstore.Error", o.name, err)
-		}
-		if took > 5*time.Second { // generous: ReadTimeout is 100ms
-			t.Errorf("%s with Redis stopped took %v", o.name, took)
-		}
-	}
+	expectStoreErrors(t, s, "t1", "with Redis stopped")
 	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
