@@ -24,7 +24,7 @@ func ExampleDialOptions() {
 	defer srv.Close()
 	target := srv.Addr()
 
-	cfg, err := policy.LoadFile("examples/policies/retry.json")
+	cfg, err := policy.LoadFile("examples/policies/retry.json") // a gRPC service config, JSON or YAML
 	if err != nil {
 		log.Fatal(err) // every error at once, each naming its field
 	}

@@ -1,0 +1,192 @@
+package stagger_test
+
+import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The documents whose snippets are checked against the files they copy.
+var checkedDocs = []string{"README.md"}
+
+// block is a fenced code block of a Markdown document.
+type block struct {
+	lang string
+	// line is the line number of the opening fence (1 = first).
+	line int
+	body string
+	// before is the paragraph right above the fence, after is the one
+	// right below the closing fence (blank lines skipped, "" when none).
+	before, after string
+}
+
+// fencedBlocks returns the fenced code blocks of a Markdown document.
+func fencedBlocks(t *testing.T, doc string) []block {
+	t.Helper()
+	data, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	paragraph := func(from, step int) string {
+		i := from
+		for i >= 0 && i < len(lines) && strings.TrimSpace(lines[i]) == "" {
+			i += step
+		}
+		var p []string
+		for ; i >= 0 && i < len(lines) && strings.TrimSpace(lines[i]) != "" && !strings.HasPrefix(lines[i], "```"); i += step {
+			p = append(p, lines[i])
+		}
+		if step < 0 {
+			for l, r := 0, len(p)-1; l < r; l, r = l+1, r-1 {
+				p[l], p[r] = p[r], p[l]
+			}
+		}
+		return strings.Join(p, "\n")
+	}
+	var out []block
+	for i := 0; i < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "```") {
+			continue
+		}
+		b := block{lang: strings.TrimPrefix(lines[i], "```"), line: i + 1, before: paragraph(i-1, -1)}
+		j := i + 1
+		for j < len(lines) && !strings.HasPrefix(lines[j], "```") {
+			j++
+		}
+		if j == len(lines) {
+			t.Fatalf("%s:%d: code block never closed", doc, i+1)
+		}
+		b.body = strings.Join(lines[i+1:j], "\n")
+		b.after = paragraph(j+1, 1)
+		out = append(out, b)
+		i = j
+	}
+	return out
+}
+
+// policyFileNamed finds the file a JSON block copies: the last
+// `examples/policies/...` path named in the paragraph that introduces it
+// ("A policy file looks like `examples/policies/retry.json`:").
+var policyFileNamed = regexp.MustCompile("`(examples/policies/[^`]+)`")
+
+// Every JSON block that a document introduces as a policy file of
+// examples/policies is that file, as parsed JSON; one introduced as "the top
+// level of" a file is a fragment: each of its keys has the file's value.
+func TestDocsPolicyFilesMatchExamples(t *testing.T) {
+	for _, doc := range checkedDocs {
+		copies := 0
+		for _, b := range fencedBlocks(t, doc) {
+			if b.lang != "json" {
+				continue
+			}
+			m := policyFileNamed.FindAllStringSubmatch(b.before, -1)
+			if m == nil {
+				continue
+			}
+			copies++
+			path := m[len(m)-1][1]
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Errorf("%s:%d: the block copies %s: %v", doc, b.line, path, err)
+				continue
+			}
+			var inDoc, inFile map[string]any
+			if err := json.Unmarshal([]byte(b.body), &inDoc); err != nil {
+				t.Errorf("%s:%d: the block is not JSON: %v", doc, b.line, err)
+				continue
+			}
+			if err := json.Unmarshal(data, &inFile); err != nil {
+				t.Errorf("%s: %v", path, err)
+				continue
+			}
+			if strings.Contains(b.before, "top level of") {
+				for k, v := range inDoc {
+					if !reflect.DeepEqual(v, inFile[k]) {
+						t.Errorf("%s:%d: %q differs from %s's: copy the file's", doc, b.line, k, path)
+					}
+				}
+				continue
+			}
+			if !reflect.DeepEqual(inDoc, inFile) {
+				t.Errorf("%s:%d: the block differs from %s: copy the file (it is what the examples load)", doc, b.line, path)
+			}
+		}
+		if want := map[string]int{"README.md": 2}[doc]; copies < want {
+			t.Errorf("%s: %d JSON blocks introduced by a file of examples/policies, want at least %d: has the wording of the introductions changed?", doc, copies, want)
+		}
+	}
+}
+
+// exampleNamed finds the Example a Go block is a copy of, in the paragraph
+// after the block: "The lines above are `ExampleDialOptions` in
+// `example_readme_test.go`".
+var exampleNamed = regexp.MustCompile("lines above are `(Example[A-Za-z0-9_]*)` in `([^`]+)`")
+
+// Every Go block that a document says is an Example's lines is: each of its
+// lines is a line of the Example's body, in the same order (the Example may
+// have more: its server, its output).
+func TestDocsGoSnippetsMatchExamples(t *testing.T) {
+	for _, doc := range checkedDocs {
+		copies := 0
+		for _, b := range fencedBlocks(t, doc) {
+			m := exampleNamed.FindStringSubmatch(strings.Join(strings.Fields(b.after), " "))
+			if b.lang != "go" || m == nil {
+				continue
+			}
+			copies++
+			body := exampleBody(t, m[2], m[1])
+			next := 0
+			for _, line := range strings.Split(b.body, "\n") {
+				line = strings.TrimSpace(line)
+				if line == "" {
+					continue
+				}
+				for next < len(body) && body[next] != line {
+					next++
+				}
+				if next == len(body) {
+					t.Errorf("%s:%d: %q is not a line of %s in %s (after the lines before it): copy the Example", doc, b.line, line, m[1], m[2])
+					break
+				}
+				next++
+			}
+		}
+		if want := map[string]int{"README.md": 2}[doc]; copies < want {
+			t.Errorf("%s: %d Go blocks said to be an Example's lines, want at least %d: has the wording changed?", doc, copies, want)
+		}
+	}
+}
+
+// exampleBody returns the trimmed lines of the body of function name in
+// the Go file path.
+func exampleBody(t *testing.T, path, name string) []string {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, src, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == name && fn.Body != nil {
+			text := string(src[fset.Position(fn.Body.Lbrace).Offset+1 : fset.Position(fn.Body.Rbrace).Offset])
+			var lines []string
+			for _, l := range strings.Split(text, "\n") {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+			return lines
+		}
+	}
+	t.Fatalf("%s has no function %s", path, name)
+	return nil
+}
