@@ -19,7 +19,7 @@ PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/... ./otel/...
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
 
-.PHONY: all test test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo fuzz clean
+.PHONY: all test test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo fuzz clean api-check api-check-selftest api-baseline
 
 all: lint test
 
@@ -68,6 +68,26 @@ lint: $(TOOLS)/staticcheck $(TOOLS)/buf
 	staticcheck $(PKGS)
 	buf lint
 
+## api-check: the exported Go API of every module with one (the core, otel,
+## server/redisstore; each alone, GOWORK=off) against the last release's,
+## recorded in api/: fails on an incompatible change that the Unreleased
+## section of CHANGELOG.md does not name under "### Breaking"; additions pass
+## (README.md, "Stability"; internal/apicheck says how changes are named)
+api-check: $(TOOLS)/apidiff
+	GOWORK=off $(GO) run ./internal/apicheck -apidiff $(TOOLS)/apidiff
+
+## api-check-selftest: the check on a copy of the core module fails on an
+## exported function removed, passes once CHANGELOG.md lists it, passes an addition
+api-check-selftest: $(TOOLS)/apidiff
+	PATH="$(TOOLS):$$PATH" APICHECK_SELFTEST=1 GOWORK=off $(GO) test -count=1 -run '^TestCheckFailsOnIncompatibleChange$$' ./internal/apicheck/
+
+## api-baseline: at a release, RELEASE=vX.Y.Z: record the exported API of the
+## working tree in api/ (commit it with the release, and move CHANGELOG.md's
+## Unreleased entries under the release's heading in the same commit)
+api-baseline: $(TOOLS)/apidiff
+	@test -n "$(RELEASE)" || { echo "usage: make api-baseline RELEASE=vX.Y.Z"; exit 2; }
+	GOWORK=off $(GO) run ./internal/apicheck -apidiff $(TOOLS)/apidiff -write -version $(RELEASE)
+
 ## proto: regenerate the committed Go code from proto/ with the pinned plugins
 proto: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
 	buf generate
@@ -78,7 +98,7 @@ proto-check: proto
 	@test -z "$$(git status --porcelain -- proto)" || (git status --porcelain -- proto; echo "make proto added files: commit them"; exit 1)
 
 ## tools: install the pinned tools into .tools/bin
-tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/staticcheck $(TOOLS)/benchstat
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/staticcheck $(TOOLS)/benchstat $(TOOLS)/apidiff
 
 $(TOOLS)/buf:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -90,6 +110,8 @@ $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 $(TOOLS)/benchstat:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
+$(TOOLS)/apidiff:
+	GOBIN=$(TOOLS) $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
 
 ## bench: micro-benchmarks of every package and the side-by-side peers
 ## (lab/peers_bench_test.go), one package at a time (-p 1: packages benchmarked in
