@@ -8,12 +8,13 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 // The documents whose snippets are checked against the files they copy.
-var checkedDocs = []string{"README.md"}
+var checkedDocs = []string{"README.md", "docs/migrating-from-grpc-go.md"}
 
 // block is a fenced code block of a Markdown document.
 type block struct {
@@ -189,4 +190,78 @@ func exampleBody(t *testing.T, path, name string) []string {
 	}
 	t.Fatalf("%s has no function %s", path, name)
 	return nil
+}
+
+// Every JSON block of docs/migrating-from-grpc-go.md is a service config
+// that example_migrate_test.go runs (equal as parsed JSON to one of its
+// string constants), and every text block is the output of one of its
+// Examples, line for line.
+func TestMigrationGuideMatchesExamples(t *testing.T) {
+	const doc, examples = "docs/migrating-from-grpc-go.md", "example_migrate_test.go"
+	src, err := os.ReadFile(examples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parser.ParseFile(token.NewFileSet(), examples, src, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var configs []any
+	ast.Inspect(f, func(n ast.Node) bool {
+		if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			if s, err := strconv.Unquote(lit.Value); err == nil {
+				var v map[string]any
+				if json.Unmarshal([]byte(s), &v) == nil {
+					configs = append(configs, v)
+				}
+			}
+		}
+		return true
+	})
+	var outputs []string // each Example's output, one string
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || !strings.HasPrefix(fn.Name.Name, "Example") || fn.Body == nil {
+			continue
+		}
+		for _, cg := range f.Comments {
+			if cg.Pos() < fn.Body.Lbrace || cg.End() > fn.Body.Rbrace {
+				continue
+			}
+			if text := cg.Text(); strings.HasPrefix(text, "Output:") {
+				outputs = append(outputs, strings.TrimSpace(strings.TrimPrefix(text, "Output:")))
+			}
+		}
+	}
+	var jsonBlocks, textBlocks int
+	for _, b := range fencedBlocks(t, doc) {
+		switch b.lang {
+		case "json":
+			jsonBlocks++
+			var v map[string]any
+			if err := json.Unmarshal([]byte(b.body), &v); err != nil {
+				t.Errorf("%s:%d: not JSON: %v", doc, b.line, err)
+				continue
+			}
+			found := false
+			for _, c := range configs {
+				found = found || reflect.DeepEqual(c, v)
+			}
+			if !found {
+				t.Errorf("%s:%d: the service config is none of %s's: copy the one the Example runs", doc, b.line, examples)
+			}
+		case "text":
+			textBlocks++
+			found := false
+			for _, o := range outputs {
+				found = found || o == strings.TrimSpace(b.body)
+			}
+			if !found {
+				t.Errorf("%s:%d: the output is no Example's in %s: copy the Example's // Output", doc, b.line, examples)
+			}
+		}
+	}
+	if jsonBlocks < 2 || textBlocks < 2 {
+		t.Errorf("%s: %d JSON and %d text blocks, want 2 of each (the two Examples)", doc, jsonBlocks, textBlocks)
+	}
 }
