@@ -85,6 +85,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if strings.ContainsRune(*apidiff, filepath.Separator) {
+		// apidiff runs in each module's directory.
+		abs, err := filepath.Abs(*apidiff)
+		if err != nil {
+			fmt.Fprintf(stderr, "apicheck: %v\n", err)
+			return 2
+		}
+		*apidiff = abs
+	}
 	mods := modules
 	if *only != "" {
 		mods = nil
