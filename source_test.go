@@ -151,6 +151,25 @@ func TestDialOptionsFromSourceBudgetFollowsReload(t *testing.T) {
 	})
 }
 
+// A Source that holds no config is no file: calls go out once, unretried.
+func TestDialOptionsFromSourceWithoutConfig(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.New()
+		defer srv.Close()
+		cc, err := srv.Dial(stagger.DialOptionsFromSource(policy.NewSource(nil))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		if n, err := getAttempts(t, srv, cc, "k", 1); status.Code(err) != codes.Unavailable || n != 1 {
+			t.Errorf("%v after %d attempts, want UNAVAILABLE after 1", err, n)
+		}
+		if n, err := getAttempts(t, srv, cc, "ok", 0); err != nil || n != 1 {
+			t.Errorf("%v after %d attempts, want success at the first", err, n)
+		}
+	})
+}
+
 // A nil source, or the nil *policy.Source of a WatchFile whose error was not
 // checked, panics nowhere: every call fails at once, naming the cause, and
 // reaches no server.
