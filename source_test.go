@@ -202,3 +202,43 @@ func TestDialOptionsFromSourceNil(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkDialOptionsFromSource: a Get that succeeds at once, over bufconn,
+// through DialOptions and through DialOptionsFromSource on the same file
+// (the source adds an atomic load per call).
+func BenchmarkDialOptionsFromSource(b *testing.B) {
+	cfg, err := policy.ParseConfig([]byte(sourceFile(4, `"retryThrottling": {"maxTokens": 100, "tokenRatio": 0.1}`)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		dial []grpc.DialOption
+	}{
+		{"impl=file", stagger.DialOptions(cfg)},
+		{"impl=source", stagger.DialOptionsFromSource(policy.NewSource(cfg))},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			srv := testserver.New()
+			defer srv.Close()
+			cc, err := srv.Dial(c.dial...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			client := testingv1.NewTestServiceClient(cc)
+			req := &testingv1.GetRequest{Script: &testingv1.Script{}}
+			ctx := context.Background()
+			if _, err := client.Get(ctx, req); err != nil { // connect
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := client.Get(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
