@@ -40,10 +40,23 @@ func buildParseOptions(opts []ParseOption) parseOptions {
 			opt(&o)
 		}
 	}
-	if o.cap < 2 {
-		o.cap = DefaultMaxAttemptsCap
-	}
 	return o
+}
+
+// MaxAttemptsCapLimit is the largest cap WithMaxAttemptsCap accepts. A
+// thousand attempts already retry for longer than any sensible deadline
+// (even at 1ms pauses) or hedge a call a thousand times over; a larger cap
+// only lets a typo in a file ("maxAttempts": 2000000000) reach the
+// interceptors and every tool that reasons about the policy.
+const MaxAttemptsCapLimit = 1000
+
+// checkCap reports a cap WithMaxAttemptsCap set outside [2,
+// MaxAttemptsCapLimit].
+func (o *parseOptions) checkCap() error {
+	if o.cap < 2 || o.cap > MaxAttemptsCapLimit {
+		return &FieldError{Path: "WithMaxAttemptsCap", Rule: "must be in [2, " + strconv.Itoa(MaxAttemptsCapLimit) + "] (MaxAttemptsCapLimit)", Value: o.cap}
+	}
+	return nil
 }
 
 // Strict makes unknown keys errors instead of warnings, so that a typo
@@ -52,7 +65,9 @@ func Strict() ParseOption { return func(o *parseOptions) { o.strict = true } }
 
 // WithMaxAttemptsCap raises (or lowers) the cap on a file's maxAttempts, for
 // retry and hedging alike; gRFC A6's cap, DefaultMaxAttemptsCap, applies
-// otherwise. A value below 2 keeps the default.
+// otherwise. n must be in [2, MaxAttemptsCapLimit]: outside it, ParseConfig,
+// LoadFile and WatchFile fail with a *FieldError whose Path is
+// "WithMaxAttemptsCap".
 func WithMaxAttemptsCap(n int) ParseOption { return func(o *parseOptions) { o.cap = n } }
 
 // WithBudgetOptions passes options (a clock, ...) to the budget that a file
@@ -103,6 +118,9 @@ func formatFor(path, forced string) string {
 }
 
 func parseConfig(data []byte, o *parseOptions) (*Config, error) {
+	if err := o.checkCap(); err != nil {
+		return nil, err
+	}
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil, errors.New("policy: empty policy file")
 	}
@@ -361,6 +379,24 @@ func parseProtoDuration(s string) (time.Duration, bool) {
 	}
 	return time.Duration(sec*int64(time.Second) + ns), true
 }
+
+// CodeName returns the name gRFC A6 and a policy file give code c:
+// "UNAVAILABLE", "DEADLINE_EXCEEDED", "OK", "CANCELLED". The parser accepts
+// exactly these names (and their lower-case forms). A code above 16 is
+// printed as its number.
+func CodeName(c codes.Code) string {
+	if c <= 16 {
+		return codeNamesByCode[c]
+	}
+	return strconv.FormatUint(uint64(c), 10)
+}
+
+var codeNamesByCode = func() (out [17]string) {
+	for name, c := range codeNames {
+		out[c] = name
+	}
+	return out
+}()
 
 var codeNames = map[string]codes.Code{
 	"OK": codes.OK, "CANCELLED": codes.Canceled, "UNKNOWN": codes.Unknown,

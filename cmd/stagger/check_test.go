@@ -3,10 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc/codes"
 
 	// Links the test service's descriptors, whose idempotency_level
 	// options `check` reads from the protobuf registry.
@@ -330,5 +336,115 @@ func TestCheckExplainsChains(t *testing.T) {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("exit %d, output:\n%s\nwant it to contain %q", code, out, want)
 		}
+	}
+}
+
+// TestCheckPauseTableBounded: the table and the worst case come from a
+// bounded amount of work whatever maxAttempts is (the table once enumerated
+// every retry, and decorrelated jitter took 15 s at 1000 attempts), and the
+// worst case equals the sum of every retry's longest pause.
+func TestCheckPauseTableBounded(t *testing.T) {
+	uMax := math.Nextafter(1, 0)
+	for _, j := range []policy.Jitter{policy.JitterProportional, policy.JitterFull, policy.JitterEqual, policy.JitterNone, policy.JitterDecorrelated} {
+		for _, b := range []policy.Backoff{
+			{Initial: time.Millisecond, Max: time.Hour, Multiplier: 1.01},
+			{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2},
+			{Initial: time.Second, Max: math.MaxInt64, Multiplier: 1.5},
+			{Initial: time.Second, Max: time.Hour, Multiplier: 0.5},
+			{Initial: time.Second, Max: time.Millisecond, Multiplier: 1},
+		} {
+			b.Jitter = j
+			for _, retries := range []int{1, 4, 999, policy.MaxAttemptsCapLimit - 1} {
+				rows, worst := pauseTable(b, retries)
+				if len(rows) > pauseRowsShown+2 {
+					t.Errorf("%+v, %d retries: %d rows, want at most %d", b, retries, len(rows), pauseRowsShown+2)
+				}
+				if n := rows[len(rows)-1].last; n != retries {
+					t.Errorf("%+v, %d retries: the table ends at retry %d", b, retries, n)
+				}
+				// The sum, the slow way.
+				var want time.Duration
+				prev := b.Initial
+				for r := 1; r <= retries; r++ {
+					prev = b.Delay(r, prev, uMax)
+					want = satAdd(want, prev)
+				}
+				if diff := math.Abs(float64(worst - want)); diff > 1e-9*float64(want)+float64(retries) {
+					t.Errorf("%+v, %d retries: worst case %v, want %v", b, retries, worst, want)
+				}
+			}
+		}
+	}
+	// Bounded work: a table for the largest cap allocates no more than one
+	// just past the rows shown one by one.
+	for _, j := range []policy.Jitter{policy.JitterProportional, policy.JitterDecorrelated} {
+		b := policy.Backoff{Initial: time.Millisecond, Max: time.Hour, Multiplier: 1.01, Jitter: j}
+		small := testing.AllocsPerRun(3, func() { pauseTable(b, pauseRowsShown+1) })
+		large := testing.AllocsPerRun(3, func() { pauseTable(b, policy.MaxAttemptsCapLimit-1) })
+		if large > small {
+			t.Errorf("jitter %v: %v allocations for %d retries, %v for %d: the work grows with the retries", j, large, policy.MaxAttemptsCapLimit-1, small, pauseRowsShown+1)
+		}
+	}
+}
+
+func BenchmarkPauseTable(b *testing.B) {
+	for _, retries := range []int{4, policy.MaxAttemptsCapLimit - 1} {
+		for _, j := range []policy.Jitter{policy.JitterProportional, policy.JitterDecorrelated} {
+			bo := policy.Backoff{Initial: time.Millisecond, Max: time.Hour, Multiplier: 1.01, Jitter: j}
+			b.Run(fmt.Sprintf("%v/retries=%d", j, retries), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					pauseTable(bo, retries)
+				}
+			})
+		}
+	}
+}
+
+// TestCheckSaturates: figures past the largest Duration say so instead of
+// wrapping around ("-4ns" for a hedging delay of 10,000 years).
+func TestCheckSaturates(t *testing.T) {
+	code, out, errOut := checkRun(t, "-max-attempts-cap", "1000", writeTemp(t, `{"methodConfig": [
+	  {"name": [{"service": "a.A"}], "idempotent": true, "hedgingPolicy": {"maxAttempts": 1000, "hedgingDelay": "315576000000s"}},
+	  {"name": [{"service": "b.B"}], "idempotent": true, "retryPolicy": {"maxAttempts": 1000, "initialBackoff": "300000000s", "maxBackoff": "315576000000s", "backoffMultiplier": 2,
+	    "retryableStatusCodes": ["UNAVAILABLE"], "perAttemptRecvTimeout": "300000000s"}}]}`))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if got := strings.Count(out, "worst case: more than 292 years"); got != 2 {
+		t.Errorf("want 2 saturated worst cases, got %d:\n%s", got, out)
+	}
+	if strings.Contains(out, "-") && strings.Contains(out, "worst case: -") {
+		t.Errorf("negative worst case:\n%s", out)
+	}
+}
+
+// TestCheckCodeNames: every code prints by the name a policy file gives it
+// (gRFC A6), which the parser reads back as the same code: OK, not O_K.
+func TestCheckCodeNames(t *testing.T) {
+	var names []string
+	for c := codes.Code(0); c <= 16; c++ {
+		names = append(names, `"`+policy.CodeName(c)+`"`)
+	}
+	code, out, errOut := checkRun(t, writeTemp(t, `{"methodConfig": [{"name": [{"service": "a.A"}], "retryPolicy": {"maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 1,
+	  "retryableStatusCodes": [`+strings.Join(names, ",")+`]}}]}`))
+	want := "on OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, ABORTED, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS, UNAUTHENTICATED\n"
+	if code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, stderr %s, output:\n%s\nwant %q", code, errOut, out, want)
+	}
+}
+
+// TestCheckMaxAttemptsCapBounded: a cap outside [2, MaxAttemptsCapLimit]
+// is refused at once, not used to size anything.
+func TestCheckMaxAttemptsCapBounded(t *testing.T) {
+	for _, n := range []string{"2000000000", "1001", "1", "0", "-3"} {
+		code, _, errOut := checkRun(t, "-max-attempts-cap", n, checkExamples+"retry.json")
+		want := "policy: WithMaxAttemptsCap: must be in [2, 1000] (MaxAttemptsCapLimit), got " + n
+		if code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("-max-attempts-cap %s: exit %d, stderr %q, want exit 2 and %q", n, code, errOut, want)
+		}
+	}
+	if code, _, errOut := checkRun(t, "-max-attempts-cap", "1000", checkExamples+"retry.json"); code != 0 {
+		t.Errorf("-max-attempts-cap 1000: exit %d: %s", code, errOut)
 	}
 }
