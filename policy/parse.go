@@ -31,6 +31,8 @@ type parseOptions struct {
 	ticks      <-chan time.Time
 	onReload   func(SourceEvent)
 	noPoll     bool
+	// file names the file in syntax errors (LoadFile, WatchFile).
+	file string
 }
 
 func buildParseOptions(opts []ParseOption) parseOptions {
@@ -103,6 +105,7 @@ func LoadFile(path string, opts ...ParseOption) (*Config, error) {
 	}
 	o := buildParseOptions(opts)
 	o.format = formatFor(path, o.format)
+	o.file = path
 	return parseConfig(data, &o)
 }
 
@@ -133,6 +136,10 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 		root, err = decodeYAML(data)
 	}
 	if err != nil {
+		var se *SyntaxError
+		if errors.As(err, &se) {
+			se.File = o.file
+		}
 		return nil, err
 	}
 	w := &walker{opts: o}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -53,21 +55,42 @@ const maxYAMLNodes = 1 << 20
 
 var errTooDeep = errors.New("policy: document nested too deeply")
 
-// decodeJSON reads one JSON value and nothing after it, as json.Unmarshal does.
+// decodeJSON reads one JSON value and nothing after it, as json.Unmarshal
+// does. Its errors are *SyntaxError, placed at the byte that broke the
+// syntax.
 func decodeJSON(data []byte) (*node, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	n, err := readJSON(dec, 0)
-	if err != nil {
-		return nil, fmt.Errorf("policy: invalid JSON: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		if err == nil {
+	if err == nil {
+		if _, err = dec.Token(); err == io.EOF {
+			return n, nil
+		} else if err == nil {
 			err = errors.New("data after the top-level value")
 		}
-		return nil, fmt.Errorf("policy: invalid JSON: %w", err)
 	}
-	return n, nil
+	return nil, jsonSyntaxError(data, dec, err)
+}
+
+// jsonSyntaxError places err in data. A Decoder's offsets are relative to
+// what it buffered, so the document is checked again by json.Unmarshal,
+// whose *json.SyntaxError counts the bytes read, the bad one included; else
+// the error is placed where the decoder stopped.
+func jsonSyntaxError(data []byte, dec *json.Decoder, err error) error {
+	var v any
+	var se *json.SyntaxError
+	if errors.As(json.Unmarshal(data, &v), &se) {
+		return newSyntaxError("JSON", data, int(se.Offset)-1, se.Error())
+	}
+	return newSyntaxError("JSON", data, int(dec.InputOffset()), err.Error())
+}
+
+// newSyntaxError is a *SyntaxError at byte offset off of data.
+func newSyntaxError(format string, data []byte, off int, msg string) *SyntaxError {
+	off = max(0, min(off, len(data)))
+	line := 1 + bytes.Count(data[:off], []byte("\n"))
+	col := off - bytes.LastIndexByte(data[:off], '\n')
+	return &SyntaxError{Format: format, Line: line, Column: col, Msg: msg}
 }
 
 func readJSON(dec *json.Decoder, depth int) (*node, error) {
@@ -133,11 +156,12 @@ func readJSON(dec *json.Decoder, depth int) (*node, error) {
 }
 
 // decodeYAML reads one YAML document into the same tree as JSON: scalars keep
-// their YAML type (3 is a number, "3" and 0.1s are strings).
+// their YAML type (3 is a number, "3" and 0.1s are strings). Its errors are
+// *SyntaxError.
 func decodeYAML(data []byte) (*node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("policy: invalid YAML: %w", err)
+		return nil, yamlSyntaxError(data, err)
 	}
 	if doc.Kind == 0 || (doc.Kind == yaml.DocumentNode && len(doc.Content) == 0) {
 		return nil, errors.New("policy: empty policy file")
@@ -145,9 +169,52 @@ func decodeYAML(data []byte) (*node, error) {
 	budget := maxYAMLNodes
 	n, err := fromYAML(&doc, 0, &budget)
 	if err != nil {
-		return nil, fmt.Errorf("policy: invalid YAML: %w", err)
+		var se *SyntaxError
+		if !errors.As(err, &se) {
+			se = &SyntaxError{Format: "YAML", Msg: err.Error()}
+		}
+		return nil, se
 	}
 	return n, nil
+}
+
+// yamlLineError is yaml's "yaml: line 3: did not find expected key".
+var yamlLineError = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// yamlSyntaxError places a YAML syntax error on its line. go.yaml.in/yaml/v3
+// reports the line where the enclosing block or flow began (line 1 for a key
+// mis-indented on line 5), and one line early for some errors; the line that
+// broke the syntax is the shortest prefix of the document that fails with
+// the same message, found by bisection (a handful of parses). yaml gives no
+// column, so Column is 0.
+func yamlSyntaxError(data []byte, err error) *SyntaxError {
+	reported, msg := yamlMessage(err)
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	failsAt := func(n int) bool {
+		var doc yaml.Node
+		err := yaml.Unmarshal(bytes.Join(lines[:n], nil), &doc)
+		if err == nil {
+			return false
+		}
+		_, m := yamlMessage(err)
+		return m == msg
+	}
+	line := sort.Search(len(lines), func(i int) bool { return failsAt(i + 1) }) + 1
+	if line > len(lines) {
+		line = reported
+	}
+	return &SyntaxError{Format: "YAML", Line: line, Msg: msg}
+}
+
+// yamlMessage splits yaml's "yaml: line 3: did not find expected key" into
+// the line it names (0 when none) and the message.
+func yamlMessage(err error) (line int, msg string) {
+	msg = strings.TrimPrefix(err.Error(), "yaml: ")
+	if m := yamlLineError.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	}
+	return line, msg
 }
 
 func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
@@ -165,7 +232,7 @@ func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
 		return fromYAML(y.Content[0], depth+1, budget)
 	case yaml.AliasNode:
 		if y.Alias == nil {
-			return nil, fmt.Errorf("line %d: unknown alias", y.Line)
+			return nil, &SyntaxError{Format: "YAML", Line: y.Line, Column: y.Column, Msg: "unknown alias"}
 		}
 		return fromYAML(y.Alias, depth+1, budget)
 	case yaml.SequenceNode:
@@ -186,7 +253,7 @@ func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
 				kn = kn.Alias
 			}
 			if kn.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("line %d: a key must be a scalar", kn.Line)
+				return nil, &SyntaxError{Format: "YAML", Line: kn.Line, Column: kn.Column, Msg: "a key must be a scalar"}
 			}
 			v, err := fromYAML(y.Content[i+1], depth+1, budget)
 			if err != nil {
@@ -199,7 +266,7 @@ func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
 	case yaml.ScalarNode:
 		return yamlScalar(y)
 	}
-	return nil, fmt.Errorf("line %d: unsupported YAML node", y.Line)
+	return nil, &SyntaxError{Format: "YAML", Line: y.Line, Column: y.Column, Msg: "unsupported YAML node"}
 }
 
 func yamlScalar(y *yaml.Node) (*node, error) {
@@ -230,7 +297,7 @@ func yamlScalar(y *yaml.Node) (*node, error) {
 			return nil, err
 		}
 		if math.IsInf(f, 0) || math.IsNaN(f) {
-			return nil, fmt.Errorf("line %d: %s is not a finite number", y.Line, y.Value)
+			return nil, &SyntaxError{Format: "YAML", Line: y.Line, Column: y.Column, Msg: y.Value + " is not a finite number"}
 		}
 		lit := strings.ReplaceAll(y.Value, "_", "")
 		if _, err := strconv.ParseFloat(lit, 64); err != nil {

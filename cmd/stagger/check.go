@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"slices"
 	"sort"
@@ -179,7 +180,7 @@ func checkFile(file string, opts ...policy.ParseOption) checkReport {
 	rep := checkReport{File: file}
 	cfg, err := policy.LoadFile(file, opts...)
 	if err != nil {
-		rep.Errors = errorLines(err)
+		rep.Errors = errorLines(file, err)
 		return rep
 	}
 	rep.Valid = true
@@ -207,8 +208,10 @@ func checkFile(file string, opts ...policy.ParseOption) checkReport {
 	return rep
 }
 
-// errorLines splits a joined error into one line per error.
-func errorLines(err error) []string {
+// errorLines splits a joined error into one line per error, each placed as
+// compilers place theirs: "file:line:col: message" for a syntax error,
+// "file: path: rule, got value" for a field.
+func errorLines(file string, err error) []string {
 	var out []string
 	var walk func(error)
 	walk = func(e error) {
@@ -218,7 +221,18 @@ func errorLines(err error) []string {
 			}
 			return
 		}
-		out = append(out, strings.Split(e.Error(), "\n")...)
+		msg := strings.TrimPrefix(e.Error(), "policy: ")
+		var se *policy.SyntaxError
+		var pe *fs.PathError
+		switch {
+		case errors.As(e, &se) && se.File != "":
+			// Placed already.
+		case errors.As(e, &pe):
+			// "open FILE: no such file or directory" names the file.
+		default:
+			msg = file + ": " + msg
+		}
+		out = append(out, strings.Split(msg, "\n")...)
 	}
 	walk(err)
 	return out

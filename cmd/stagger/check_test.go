@@ -85,23 +85,23 @@ func TestCheckBadExamples(t *testing.T) {
 		want []string // stderr, one error per line
 	}{
 		{"bad-names.json", []string{
-			`policy: methodConfig[0].name[1].method: a method needs a service, got "Get"`,
-			`policy: methodConfig[1].name[0]: duplicate name, already given in methodConfig[0], got /shop.v1.Cart/`,
+			`FILE: methodConfig[0].name[1].method: a method needs a service, got "Get"`,
+			`FILE: methodConfig[1].name[0]: duplicate name, already given in methodConfig[0], got /shop.v1.Cart/`,
 		}},
 		{"bad-retry.yaml", []string{
-			`policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2, got 1`,
-			`policy: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"`,
-			`policy: methodConfig[0].retryPolicy.maxBackoff: must be a duration such as "0.1s" (proto3 JSON) or "100ms" (Go), got 5`,
-			`policy: methodConfig[0].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
-			`policy: methodConfig[0].retryPolicy.retryableStatusCodes: must not be empty (unless perAttemptRecvTimeout is set), got []`,
+			`FILE: methodConfig[0].retryPolicy.maxAttempts: must be at least 2, got 1`,
+			`FILE: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"`,
+			`FILE: methodConfig[0].retryPolicy.maxBackoff: must be a duration such as "0.1s" (proto3 JSON) or "100ms" (Go), got 5`,
+			`FILE: methodConfig[0].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
+			`FILE: methodConfig[0].retryPolicy.retryableStatusCodes: must not be empty (unless perAttemptRecvTimeout is set), got []`,
 		}},
 		{"bad-retry-and-hedging.json", []string{
-			`policy: methodConfig[0]: a method has retryPolicy or hedgingPolicy, not both (gRFC A6), got both`,
+			`FILE: methodConfig[0]: a method has retryPolicy or hedgingPolicy, not both (gRFC A6), got both`,
 		}},
 		{"bad-budget.json", []string{
-			`policy: retryBudget: at most one budget per file: retryThrottling or retryBudget, not both, got both`,
-			`policy: retryThrottling.maxTokens: must be in (0, 1000], got 1001`,
-			`policy: retryThrottling.tokenRatio: must be at least 0.001 (gRFC A6 keeps 3 decimals), got 0.0001`,
+			`FILE: retryBudget: at most one budget per file: retryThrottling or retryBudget, not both, got both`,
+			`FILE: retryThrottling.maxTokens: must be in (0, 1000], got 1001`,
+			`FILE: retryThrottling.tokenRatio: must be at least 0.001 (gRFC A6 keeps 3 decimals), got 0.0001`,
 		}},
 	}
 	for _, tt := range tests {
@@ -110,8 +110,9 @@ func TestCheckBadExamples(t *testing.T) {
 			if code != 1 {
 				t.Fatalf("exit %d, want 1", code)
 			}
-			if got := strings.TrimRight(errOut, "\n"); got != strings.Join(tt.want, "\n") {
-				t.Errorf("stderr:\n%s\nwant:\n%s", got, strings.Join(tt.want, "\n"))
+			want := strings.ReplaceAll(strings.Join(tt.want, "\n"), "FILE: ", checkExamples+tt.file+": ")
+			if got := strings.TrimRight(errOut, "\n"); got != want {
+				t.Errorf("stderr:\n%s\nwant:\n%s", got, want)
 			}
 			if !strings.Contains(out, "invalid") {
 				t.Errorf("stdout %q does not say invalid", out)
