@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -56,3 +57,57 @@ func TestSyntaxErrorPlaces(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownKeySuggestions: an unknown key names the known key it most
+// likely misspells, and a required key that is missing because it was
+// misspelt says so, with or without Strict (it once said only "is
+// required").
+func TestUnknownKeySuggestions(t *testing.T) {
+	doc := `{"methodConfig": [{"name": [{"service": "a.S"}], "retryPolicy": {"maxAtempts": 3, "initial_backof": "1s", "maxBackoff": "1s",
+	  "BackoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"], "jiter": "FULL", "colour": 1}}]}`
+	_, err := ParseConfig([]byte(doc))
+	wantErrs := []string{
+		`policy: methodConfig[0].retryPolicy.maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?), got nothing`,
+		`policy: methodConfig[0].retryPolicy.initialBackoff: is required (the key "initial_backof" is unknown: did you mean "initialBackoff"?), got nothing`,
+	}
+	if got := parseErrLines(t, err); !equalLines(got, wantErrs) {
+		t.Errorf("errors:\n%s\nwant:\n%s", join2(got), join2(wantErrs))
+	}
+	fixed := `{"methodConfig": [{"name": [{"service": "a.S"}], "retryPolicy": {"maxAttempts": 3, "maxAtempts": 3, "initialBackoff": "1s", "maxBackoff": "1s",
+	  "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"], "jiter": "FULL", "colour": 1}}]}`
+	c := parseMust(t, fixed)
+	var got []string
+	for _, w := range c.Warnings() {
+		got = append(got, w.String())
+	}
+	want := []string{
+		`methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored (did you mean "maxAttempts"?)`,
+		`methodConfig[0].retryPolicy.jiter: unknown key, ignored (did you mean "jitter"?)`,
+		`methodConfig[0].retryPolicy.colour: unknown key, ignored`,
+	}
+	if !equalLines(got, want) {
+		t.Errorf("warnings:\n%s\nwant:\n%s", join2(got), join2(want))
+	}
+	_, err = ParseConfig([]byte(doc), Strict())
+	if got := join2(parseErrLines(t, err)); !strings.Contains(got, `maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?)`) ||
+		!strings.Contains(got, `methodConfig[0].retryPolicy: must hold only known keys (Strict; did you mean "jitter"?), got "jiter"`) {
+		t.Errorf("Strict:\n%s", got)
+	}
+}
+
+func TestSuggestKey(t *testing.T) {
+	known := []string{"maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier", "retryableStatusCodes", "jitter", "perAttemptRecvTimeout"}
+	for k, want := range map[string]string{
+		"maxAtempts": "maxAttempts", "max_atempts": "maxAttempts", "MAXATTEMPT": "maxAttempts", "maxBackof": "maxBackoff",
+		"retryableStatusCode": "retryableStatusCodes", "retriableStatusCodes": "retryableStatusCodes", "jitters": "jitter",
+		"colour": "", "x": "", "max": "", "attempts": "", strings.Repeat("a", 1000): "",
+	} {
+		if got := suggestKey(k, known); got != want {
+			t.Errorf("suggestKey(%q) = %q, want %q", k, got, want)
+		}
+	}
+}
+
+func equalLines(a, b []string) bool { return join2(a) == join2(b) }
+
+func join2(lines []string) string { return strings.Join(lines, "\n") }

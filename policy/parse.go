@@ -168,6 +168,10 @@ type walker struct {
 	warns []Warning
 	// fileBreaker is the file's top-level breaker, which entries override.
 	fileBreaker *budget.BreakerSettings
+	// misspelt maps the path of a key an object lacks to the unknown key
+	// of that object that looks like it ("...retryPolicy.maxAttempts" ->
+	// "maxAtempts"), so that "is required" can say so.
+	misspelt map[string]string
 }
 
 // shownValue prints a value of the wrong kind without quotes: "got an object".
@@ -176,6 +180,9 @@ type shownValue string
 func (s shownValue) String() string { return string(s) }
 
 func (w *walker) fail(path, rule string, v any) {
+	if k, ok := w.misspelt[path]; ok && strings.HasPrefix(rule, "is required") {
+		rule += fmt.Sprintf(" (the key %q is unknown: did you mean %q?)", k, path[strings.LastIndexByte(path, '.')+1:])
+	}
 	w.errs = append(w.errs, &FieldError{Path: path, Rule: rule, Value: v})
 }
 
@@ -239,10 +246,21 @@ func (w *walker) object(n *node, path string, known ...string) bool {
 			}
 		}
 		if name == "" {
+			hint, strictRule := "", "must hold only known keys (Strict)"
+			if s := suggestKey(k, known); s != "" {
+				hint = fmt.Sprintf(" (did you mean %q?)", s)
+				strictRule = fmt.Sprintf("must hold only known keys (Strict; did you mean %q?)", s)
+				if get(n, s) == nil {
+					if w.misspelt == nil {
+						w.misspelt = map[string]string{}
+					}
+					w.misspelt[join(path, s)] = k
+				}
+			}
 			if w.opts.strict {
-				w.fail(path, "must hold only known keys (Strict)", k)
+				w.fail(path, strictRule, k)
 			} else {
-				w.warn(join(path, k), "unknown key, ignored")
+				w.warn(join(path, k), "unknown key, ignored%s", hint)
 			}
 			continue
 		}
@@ -252,6 +270,51 @@ func (w *walker) object(n *node, path string, known ...string) bool {
 		seen[name] = true
 	}
 	return true
+}
+
+// suggestKey returns the key of known that k most likely misspells: the
+// closest by edit distance, ignoring case and '_' (so "max_atempts" finds
+// maxAttempts), within 2 edits and a third of its length; "" when none is
+// that close.
+func suggestKey(k string, known []string) string {
+	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
+	nk := norm(k)
+	best, bestD := "", 3
+	for _, kn := range known {
+		c := norm(kn)
+		if d := editDistance(nk, c); d < bestD && 3*d <= len(c) {
+			best, bestD = kn, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		// Keys that long are no misspelling of ours; spare the work.
+		if a == b {
+			return 0
+		}
+		return len(a) + len(b)
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // get returns the field named camel (or its proto name) of object n; nil when

@@ -40,7 +40,7 @@ retryBudget:
 	// 4 100ms FULL
 	// true
 	// ratio
-	// methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored
+	// methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored (did you mean "maxAttempts"?)
 	// policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2, got 1
 	// policy: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"
 }

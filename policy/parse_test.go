@@ -221,9 +221,9 @@ func TestParseWarnings(t *testing.T) {
 		got = append(got, w.String())
 	}
 	want := []string{
-		`methodConfg: unknown key, ignored`,
+		`methodConfg: unknown key, ignored (did you mean "methodConfig"?)`,
 		`loadBalancingConfig: policy "round_robin" is grpc-go's to apply; stagger does not apply it`,
-		`methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored`,
+		`methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored (did you mean "maxAttempts"?)`,
 		`methodConfig[0].retryPolicy.maxAttempts: 9 is above the cap, so 5 is used (gRFC A6; raise the cap with WithMaxAttemptsCap)`,
 		`methodConfig[1]: entry has no name, so it applies to no method (grpc-go skips it too)`,
 		`retryThrottling.tokenRatio: 0.1234 kept to 3 decimals as gRFC A6 says: 0.123 (grpc-go uses every digit)`,
@@ -245,7 +245,7 @@ func TestParseWarnings(t *testing.T) {
 func TestParseOptions(t *testing.T) {
 	doc := `{"methodConfig":[{"name":[{"service":"a.S"}],"retryPolicy":{"maxAttempts":9,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14],"maxAtempts":3}}]}`
 	_, err := ParseConfig([]byte(doc), Strict())
-	if got := strings.Join(parseErrLines(t, err), "\n"); got != `policy: methodConfig[0].retryPolicy: must hold only known keys (Strict), got "maxAtempts"` {
+	if got := strings.Join(parseErrLines(t, err), "\n"); got != `policy: methodConfig[0].retryPolicy: must hold only known keys (Strict; did you mean "maxAttempts"?), got "maxAtempts"` {
 		t.Errorf("Strict: %s", got)
 	}
 	c := parseMust(t, doc, WithMaxAttemptsCap(7))

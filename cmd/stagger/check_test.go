@@ -172,7 +172,7 @@ func TestCheckWarnings(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{
-		"methodConfg: unknown key, ignored",
+		`methodConfg: unknown key, ignored (did you mean "methodConfig"?)`,
 		"methodConfig[1].retryPolicy.maxAttempts: 9 is above the cap, so 5 is used",
 		"methodConfig[0].hedgingPolicy: needs an idempotent method, and /a.S/Get is not marked idempotent",
 		"methodConfig[1].retryPolicy.perAttemptRecvTimeout: needs an idempotent method, and /b.S/ is not marked idempotent",
@@ -185,7 +185,7 @@ func TestCheckWarnings(t *testing.T) {
 	}
 	// -strict turns the unknown key into an error; flags may follow the file.
 	code, _, errOut := checkRun(t, file, "-strict")
-	if code != 1 || !strings.Contains(errOut, `must hold only known keys (Strict), got "methodConfg"`) {
+	if code != 1 || !strings.Contains(errOut, `must hold only known keys (Strict; did you mean "methodConfig"?), got "methodConfg"`) {
 		t.Errorf("-strict: exit %d, stderr %q", code, errOut)
 	}
 	code, out, _ = checkRun(t, "-max-attempts-cap", "9", file)
