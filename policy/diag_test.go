@@ -6,6 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 )
 
 // TestSyntaxErrorPlaces: a document that is not JSON or YAML is reported at
@@ -75,7 +81,7 @@ func TestUnknownKeySuggestions(t *testing.T) {
 	}
 	fixed := `{"methodConfig": [{"name": [{"service": "a.S"}], "retryPolicy": {"maxAttempts": 3, "maxAtempts": 3, "initialBackoff": "1s", "maxBackoff": "1s",
 	  "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"], "jiter": "FULL", "colour": 1}}]}`
-	c := parseMust(t, fixed)
+	c := parseMust(t, fixed, WithProtoFiles(nil))
 	var got []string
 	for _, w := range c.Warnings() {
 		got = append(got, w.String())
@@ -111,3 +117,98 @@ func TestSuggestKey(t *testing.T) {
 func equalLines(a, b []string) bool { return join2(a) == join2(b) }
 
 func join2(lines []string) string { return strings.Join(lines, "\n") }
+
+// grpcTestingFiles is a descriptor set as `protoc --descriptor_set_out`
+// writes one, declaring grpc.testing.TestService (grpc-go's interop
+// service), which this program does not link.
+func grpcTestingFiles(t *testing.T) *protoregistry.Files {
+	t.Helper()
+	fd := &descriptorpb.FileDescriptorProto{
+		Name:        proto.String("grpc/testing/test.proto"),
+		Package:     proto.String("grpc.testing"),
+		Syntax:      proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("SimpleRequest")}},
+		Service: []*descriptorpb.ServiceDescriptorProto{{
+			Name: proto.String("TestService"),
+			Method: []*descriptorpb.MethodDescriptorProto{
+				{Name: proto.String("UnaryCall"), InputType: proto.String(".grpc.testing.SimpleRequest"), OutputType: proto.String(".grpc.testing.SimpleRequest")},
+			},
+		}},
+	}
+	files, err := protodesc.NewFiles(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{fd}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// TestNameCheck: a service or method that the proto files do not declare is
+// warned about, with the name likely meant when one differs only by package
+// or case (a name without its package once matched nothing, silently).
+func TestNameCheck(t *testing.T) {
+	const ts = "stagger.testing.v1.TestService"
+	entry := func(svc, meth string) string {
+		name := `{"service": "` + svc + `"`
+		if meth != "" {
+			name += `, "method": "` + meth + `"`
+		}
+		return `{"methodConfig": [{"name": [` + name + `}], "timeout": "1s"}]}`
+	}
+	tests := []struct {
+		svc, meth string
+		opts      []ParseOption
+		want      string // "" for no warning
+	}{
+		{ts, "", nil, ""},
+		{ts, "Get", nil, ""},
+		{"TestService", "", nil, `methodConfig[0].name[0].service: service "TestService" is not declared in the known proto files; did you mean "stagger.testing.v1.TestService"? (a service is named with its proto package)`},
+		{"stagger.testing.v1.testservice", "Get", nil, `methodConfig[0].name[0].service: service "stagger.testing.v1.testservice" is not declared in the known proto files; did you mean "stagger.testing.v1.TestService"? (a service is named with its proto package)`},
+		{"nobody.Knows", "", nil, `methodConfig[0].name[0].service: service "nobody.Knows" is not declared in the known proto files (no mistake if the program registers it later; WithProtoFiles(nil) turns this check off)`},
+		{ts, "get", nil, `methodConfig[0].name[0].method: method "get" is not a method of stagger.testing.v1.TestService; did you mean "Get"?`},
+		{ts, "Gett", nil, `methodConfig[0].name[0].method: method "Gett" is not a method of stagger.testing.v1.TestService; did you mean "Get"?`},
+		{ts, "Nothing", nil, `methodConfig[0].name[0].method: method "Nothing" is not a method of stagger.testing.v1.TestService`},
+		{"TestService", "", []ParseOption{WithProtoFiles(nil)}, ""},
+		{"TestService", "", []ParseOption{WithProtoFiles((*protoregistry.Files)(nil))}, ""},
+		// Files from a descriptor set replace the linked ones.
+		{"TestService", "", []ParseOption{WithProtoFiles(grpcTestingFiles(t))}, `methodConfig[0].name[0].service: service "TestService" is not declared in the known proto files; did you mean "grpc.testing.TestService"? (a service is named with its proto package)`},
+		{"grpc.testing.TestService", "unaryCall", []ParseOption{WithProtoFiles(grpcTestingFiles(t))}, `methodConfig[0].name[0].method: method "unaryCall" is not a method of grpc.testing.TestService; did you mean "UnaryCall"?`},
+		{ts, "", []ParseOption{WithProtoFiles(grpcTestingFiles(t))}, `methodConfig[0].name[0].service: service "stagger.testing.v1.TestService" is not declared in the known proto files; did you mean "grpc.testing.TestService"? (a service is named with its proto package)`},
+	}
+	for _, tt := range tests {
+		c := parseMust(t, entry(tt.svc, tt.meth), tt.opts...)
+		var got []string
+		for _, w := range c.Warnings() {
+			got = append(got, w.String())
+		}
+		if join2(got) != tt.want {
+			t.Errorf("%s/%s: warnings\n%s\nwant\n%s", tt.svc, tt.meth, join2(got), tt.want)
+		}
+	}
+}
+
+// TestNameCheckOnReload: a Source's reloads check names too.
+func TestNameCheckOnReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	write := func(doc string) {
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("methodConfig: [{name: [{service: stagger.testing.v1.TestService}], timeout: 1s}]\n")
+	src, err := WatchFile(path, WithPollTicks(make(chan time.Time)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if w := src.Config().Warnings(); len(w) != 0 {
+		t.Fatalf("warnings %v, want none", w)
+	}
+	write("methodConfig: [{name: [{service: TestService}], timeout: 1s}]\n")
+	if err := src.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	w := src.Config().Warnings()
+	if len(w) != 1 || !strings.Contains(w[0].String(), `did you mean "stagger.testing.v1.TestService"?`) {
+		t.Errorf("warnings after reload: %v", w)
+	}
+}

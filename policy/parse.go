@@ -33,6 +33,10 @@ type parseOptions struct {
 	noPoll     bool
 	// file names the file in syntax errors (LoadFile, WatchFile).
 	file string
+	// protos checks methodConfig names (WithProtoFiles); unset means
+	// protoregistry.GlobalFiles.
+	protos    ProtoResolver
+	protosSet bool
 }
 
 func buildParseOptions(opts []ParseOption) parseOptions {
@@ -172,6 +176,9 @@ type walker struct {
 	// of that object that looks like it ("...retryPolicy.maxAttempts" ->
 	// "maxAtempts"), so that "is required" can say so.
 	misspelt map[string]string
+	// services lists the services of the proto files, once a name needs
+	// suggestions.
+	services []string
 }
 
 // shownValue prints a value of the wrong kind without quotes: "got an object".
@@ -725,6 +732,7 @@ func (w *walker) methodConfigs(v *node, c *Config) {
 					continue
 				}
 				owner[key] = i
+				w.checkName(np, svc, meth)
 				c.methods[key] = m
 				entry.Names = append(entry.Names, key)
 			}

@@ -67,7 +67,7 @@ func TestParseFullExample(t *testing.T) {
     "retryPolicy": {"maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 1, "retryableStatusCodes": [14]}
   }],
   "retryBudget": {"ratio": {"percent": 10, "window": "10s"}}
-}`)
+}`, WithProtoFiles(nil))
 	cart := c.Method("/shop.v1.Cart/Add")
 	want := Policy{MaxAttempts: 4, Backoff: Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: JitterFull},
 		RetryableCodes: NewCodeSet(codes.Unavailable, codes.ResourceExhausted), PerAttemptRecvTimeout: time.Second}
@@ -215,7 +215,7 @@ func TestParseWarnings(t *testing.T) {
 	c := parseMust(t, `{"methodConfg":[],"loadBalancingConfig":[{"round_robin":{}}],
 		"methodConfig":[{"name":[{"service":"a.S"}],"retryPolicy":{"maxAttempts":9,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14],"maxAtempts":3}},
 		{"retryPolicy":null}],
-		"retryThrottling":{"maxTokens":10,"tokenRatio":0.1234}}`)
+		"retryThrottling":{"maxTokens":10,"tokenRatio":0.1234}}`, WithProtoFiles(nil))
 	var got []string
 	for _, w := range c.Warnings() {
 		got = append(got, w.String())
