@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -210,5 +211,66 @@ func TestNameCheckOnReload(t *testing.T) {
 	w := src.Config().Warnings()
 	if len(w) != 1 || !strings.Contains(w[0].String(), `did you mean "stagger.testing.v1.TestService"?`) {
 		t.Errorf("warnings after reload: %v", w)
+	}
+}
+
+// TestOnWarnings: OnWarnings receives the warnings of an invalid file too
+// (Config.Warnings has none to give: there is no Config).
+func TestOnWarnings(t *testing.T) {
+	var got []Warning
+	calls := 0
+	_, err := ParseConfig([]byte(`{"methodConfig": [{"name": [{"service": "a.S"}], "retryPolicy": {"maxAtempts": 3}}]}`),
+		WithProtoFiles(nil), OnWarnings(func(w []Warning) { got = w; calls++ }))
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	if calls != 1 || len(got) != 1 || got[0].Path != "methodConfig[0].retryPolicy.maxAtempts" {
+		t.Errorf("OnWarnings: %d calls, %v", calls, got)
+	}
+	calls = 0
+	parseMust(t, `{}`, OnWarnings(func([]Warning) { calls++ }))
+	if calls != 0 {
+		t.Errorf("OnWarnings called %d times for a file without warnings", calls)
+	}
+}
+
+// TestMaxAttemptsCapBounded: WithMaxAttemptsCap outside [2,
+// MaxAttemptsCapLimit] fails the parse, naming the option and the bound (a
+// cap of 2e9 once sized the work of every tool that reads the policy).
+func TestMaxAttemptsCapBounded(t *testing.T) {
+	for _, n := range []int{-1, 0, 1, MaxAttemptsCapLimit + 1, 2_000_000_000} {
+		_, err := ParseConfig([]byte(`{}`), WithMaxAttemptsCap(n))
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Path != "WithMaxAttemptsCap" || !strings.Contains(err.Error(), "must be in [2, 1000] (MaxAttemptsCapLimit)") {
+			t.Errorf("WithMaxAttemptsCap(%d): %v", n, err)
+		}
+		path := filepath.Join(t.TempDir(), "p.json")
+		if err := os.WriteFile(path, []byte(`{}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadFile(path, WithMaxAttemptsCap(n)); !errors.As(err, &fe) {
+			t.Errorf("LoadFile, WithMaxAttemptsCap(%d): %v", n, err)
+		}
+	}
+	doc := `{"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 5000}}]}`
+	c := parseMust(t, doc, WithMaxAttemptsCap(MaxAttemptsCapLimit))
+	if got := c.Method("/a.S/M").Hedging.MaxAttempts; got != MaxAttemptsCapLimit {
+		t.Errorf("maxAttempts = %d, want the cap %d", got, MaxAttemptsCapLimit)
+	}
+}
+
+// TestCodeNameRoundTrip: CodeName prints every code by the name the parser
+// reads back as that code (grpc-go's String gives "Canceled", and a naive
+// conversion "O_K").
+func TestCodeNameRoundTrip(t *testing.T) {
+	for c := codes.Code(0); c <= 16; c++ {
+		name := CodeName(c)
+		got, ok := codeNames[name]
+		if !ok || got != c || strings.ToUpper(name) != name {
+			t.Errorf("CodeName(%d) = %q, parsed back as %v (%v)", c, name, got, ok)
+		}
+	}
+	if CodeName(0) != "OK" || CodeName(1) != "CANCELLED" || CodeName(17) != "17" {
+		t.Errorf("CodeName: %q %q %q", CodeName(0), CodeName(1), CodeName(17))
 	}
 }

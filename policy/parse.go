@@ -37,6 +37,8 @@ type parseOptions struct {
 	// protoregistry.GlobalFiles.
 	protos    ProtoResolver
 	protosSet bool
+	// onWarnings receives every parse's warnings (OnWarnings).
+	onWarnings func([]Warning)
 }
 
 func buildParseOptions(opts []ParseOption) parseOptions {
@@ -75,6 +77,16 @@ func Strict() ParseOption { return func(o *parseOptions) { o.strict = true } }
 // LoadFile and WatchFile fail with a *FieldError whose Path is
 // "WithMaxAttemptsCap".
 func WithMaxAttemptsCap(n int) ParseOption { return func(o *parseOptions) { o.cap = n } }
+
+// OnWarnings calls fn with the warnings of each parse that finds some,
+// whether the file is valid or not: Config.Warnings has them only for a valid
+// file, and a mistake that is a warning (a misspelt key) often explains an
+// error (a required key missing). fn runs on the goroutine that parses (the
+// caller of ParseConfig, LoadFile, WatchFile or Reload, or a Source's
+// polling goroutine) and may keep the slice.
+func OnWarnings(fn func([]Warning)) ParseOption {
+	return func(o *parseOptions) { o.onWarnings = fn }
+}
 
 // WithBudgetOptions passes options (a clock, ...) to the budget that a file
 // declares, when the Config builds it.
@@ -148,6 +160,9 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 	}
 	w := &walker{opts: o}
 	c := w.config(root)
+	if o.onWarnings != nil && len(w.warns) > 0 {
+		o.onWarnings(append([]Warning(nil), w.warns...))
+	}
 	if err := joinErrors(w.errs); err != nil {
 		return nil, err
 	}

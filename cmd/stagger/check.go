@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"math"
 	"slices"
 	"sort"
@@ -17,11 +18,16 @@ import (
 
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 )
 
 func init() {
 	commands["check"] = command{
-		summary: "validate a policy file and explain it: check [-format text|json] [-strict] [-max-attempts-cap N] FILE",
+		summary: "validate a policy file and explain it: check [-format text|json] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE",
 		run:     runCheck,
 	}
 }
@@ -33,6 +39,9 @@ type checkReport struct {
 	Errors   []string      `json:"errors,omitempty"`
 	Warnings []string      `json:"warnings,omitempty"`
 	Methods  []checkMethod `json:"methods,omitempty"`
+	// NameCheck says whether service and method names were checked
+	// against proto files, and which.
+	NameCheck string `json:"nameCheck"`
 	Budget   *checkBudget  `json:"budget,omitempty"`
 	// Breaker explains the file's top-level circuitBreaker and
 	// adaptiveThrottling (methods no entry names use it).
@@ -118,8 +127,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	format := fs.String("format", "text", "output format: text or json")
 	strict := fs.Bool("strict", false, "treat unknown keys as errors")
 	capN := fs.Int("max-attempts-cap", policy.DefaultMaxAttemptsCap, "cap on maxAttempts, in [2, policy.MaxAttemptsCapLimit] (gRFC A6: 5)")
+	descSet := fs.String("descriptor-set", "", "check service and method names, and read idempotency_level options, from this descriptor set\n(a FileDescriptorSet, as `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE` write it);\nwithout it, names are not checked")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-strict] [-max-attempts-cap N] FILE")
+		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -149,11 +159,19 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "stagger check: -max-attempts-cap:", err)
 		return 2
 	}
+	var files *protoregistry.Files
+	if *descSet != "" {
+		var err error
+		if files, err = loadDescriptorSet(*descSet); err != nil {
+			fmt.Fprintln(stderr, "stagger check: -descriptor-set:", err)
+			return 2
+		}
+	}
 	opts := []policy.ParseOption{policy.WithMaxAttemptsCap(*capN)}
 	if *strict {
 		opts = append(opts, policy.Strict())
 	}
-	rep := checkFile(file, opts...)
+	rep := checkFile(file, files, *descSet, opts...)
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -175,22 +193,61 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// checkFile parses file and explains it.
-func checkFile(file string, opts ...policy.ParseOption) checkReport {
+// loadDescriptorSet reads a FileDescriptorSet. Files whose imports the set
+// lacks (protoc without --include_imports) are kept: their unresolved types
+// do not matter to service and method names.
+func loadDescriptorSet(path string) (*protoregistry.Files, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var set descriptorpb.FileDescriptorSet
+	if err := proto.Unmarshal(data, &set); err != nil {
+		return nil, fmt.Errorf("%s is not a FileDescriptorSet: %w", path, err)
+	}
+	files, err := protodesc.FileOptions{AllowUnresolvable: true}.NewFiles(&set)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return files, nil
+}
+
+// checkFile parses file and explains it. With files (from descSet), names
+// are checked against them and idempotency read from them; without, names
+// are not checked (the registry of this binary holds none of the user's
+// protos, only stagger's test service) and idempotency comes from that
+// registry.
+func checkFile(file string, files *protoregistry.Files, descSet string, opts ...policy.ParseOption) checkReport {
 	rep := checkReport{File: file}
+	if files != nil {
+		opts = append(opts, policy.WithProtoFiles(files))
+		n := 0
+		files.RangeFiles(func(f protoreflect.FileDescriptor) bool { n += f.Services().Len(); return true })
+		rep.NameCheck = fmt.Sprintf("service and method names checked against the %d services of %s", n, descSet)
+	} else {
+		opts = append(opts, policy.WithProtoFiles(nil))
+		rep.NameCheck = "service and method names not checked against proto files (give -descriptor-set FILE to check them)"
+	}
+	// Warnings come through OnWarnings, so that an invalid file shows them
+	// too: a misspelt key (a warning) often explains an error.
+	var warns []policy.Warning
+	opts = append(opts, policy.OnWarnings(func(w []policy.Warning) { warns = w }))
 	cfg, err := policy.LoadFile(file, opts...)
+	for _, w := range warns {
+		rep.Warnings = append(rep.Warnings, w.String())
+	}
 	if err != nil {
 		rep.Errors = errorLines(file, err)
 		return rep
 	}
 	rep.Valid = true
-	for _, w := range cfg.Warnings() {
-		rep.Warnings = append(rep.Warnings, w.String())
+	if files == nil {
+		rep.Warnings = append(rep.Warnings, packagelessNames(cfg)...)
 	}
 	maxAttempts := 1
 	rep.Breaker = explainBreaker(cfg.BreakerSettings())
 	for _, e := range cfg.Entries() {
-		m := explainMethod(e)
+		m := explainMethod(e, files)
 		if b := e.Method.Breaker; (b == nil) != (cfg.BreakerSettings() == nil) || b != nil && *b != *cfg.BreakerSettings() {
 			m.Breaker = explainBreaker(b)
 			if m.Breaker == nil {
@@ -201,7 +258,7 @@ func checkFile(file string, opts ...policy.ParseOption) checkReport {
 		if m.MaxAttempts > maxAttempts {
 			maxAttempts = m.MaxAttempts
 		}
-		rep.Warnings = append(rep.Warnings, methodWarnings(cfg, e, m)...)
+		rep.Warnings = append(rep.Warnings, methodWarnings(cfg, e, m, files)...)
 	}
 	rep.Budget = explainBudget(cfg.BudgetSettings(), maxAttempts)
 	rep.Budget.Deferral = explainDeferral(cfg.BudgetSettings())
@@ -272,7 +329,7 @@ func fmtDur(d time.Duration) string {
 	return d.String()
 }
 
-func explainMethod(e policy.Entry) checkMethod {
+func explainMethod(e policy.Entry, files *protoregistry.Files) checkMethod {
 	m := e.Method
 	out := checkMethod{Entry: e.Index, Names: displayNames(e.Names), Kind: "none", Idempotent: "not marked"}
 	if m.Idempotent != nil {
@@ -286,7 +343,7 @@ func explainMethod(e policy.Entry) checkMethod {
 		p := m.Retry
 		out.Kind = "retry"
 		out.Ambiguous = "retried: the method is idempotent"
-		if !entryIdempotent(e) {
+		if !entryIdempotent(e, files) {
 			out.Ambiguous = "not retried (reason ambiguous): the method is not known to be idempotent, and the attempt may have run; calls with interceptor.WithIdempotencyKey are retried"
 		}
 		out.MaxAttempts = p.MaxAttempts
@@ -566,7 +623,7 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[i]
 }
 
-func methodWarnings(cfg *policy.Config, e policy.Entry, m checkMethod) []string {
+func methodWarnings(cfg *policy.Config, e policy.Entry, m checkMethod, files *protoregistry.Files) []string {
 	var out []string
 	where := fmt.Sprintf("methodConfig[%d]", e.Index)
 	meth := e.Method
@@ -586,7 +643,7 @@ func methodWarnings(cfg *policy.Config, e policy.Entry, m checkMethod) []string 
 	case meth.Retry != nil && meth.Retry.PerAttemptRecvTimeout > 0:
 		needsIdempotent = "retryPolicy.perAttemptRecvTimeout"
 	}
-	if needsIdempotent != "" && !entryIdempotent(e) {
+	if needsIdempotent != "" && !entryIdempotent(e, files) {
 		out = append(out, fmt.Sprintf("%s.%s: needs an idempotent method, and %s is not marked idempotent (set \"idempotent\": true or the proto option idempotency_level): stagger will not apply it",
 			where, needsIdempotent, strings.Join(displayNames(e.Names), ", ")))
 	}
@@ -599,8 +656,8 @@ func methodWarnings(cfg *policy.Config, e policy.Entry, m checkMethod) []string 
 }
 
 // entryIdempotent: the file says so, or every name is a full method whose
-// proto option says so.
-func entryIdempotent(e policy.Entry) bool {
+// proto option says so (in files, or else in this binary's registry).
+func entryIdempotent(e policy.Entry, files *protoregistry.Files) bool {
 	if e.Method.Idempotent != nil {
 		return *e.Method.Idempotent
 	}
@@ -608,11 +665,43 @@ func entryIdempotent(e policy.Entry) bool {
 		return false
 	}
 	for _, n := range e.Names {
-		if n == "" || strings.HasSuffix(n, "/") || !policy.IdempotencyOf(n).Safe() {
+		if n == "" || strings.HasSuffix(n, "/") {
+			return false
+		}
+		if files == nil {
+			if !policy.IdempotencyOf(n).Safe() {
+				return false
+			}
+			continue
+		}
+		d, _ := files.FindDescriptorByName(protoreflect.FullName(strings.Replace(strings.TrimPrefix(n, "/"), "/", ".", 1)))
+		md, ok := d.(protoreflect.MethodDescriptor)
+		if !ok {
+			return false
+		}
+		opts, _ := md.Options().(*descriptorpb.MethodOptions)
+		if l := opts.GetIdempotencyLevel(); l != descriptorpb.MethodOptions_NO_SIDE_EFFECTS && l != descriptorpb.MethodOptions_IDEMPOTENT {
 			return false
 		}
 	}
 	return true
+}
+
+// packagelessNames warns, when names are not checked against protos, of
+// services named without a package: gRPC names a service with its proto
+// package, so "TestService" rarely matches anything.
+func packagelessNames(cfg *policy.Config) []string {
+	var out []string
+	for _, e := range cfg.Entries() {
+		for j, n := range e.Names {
+			svc, _, _ := strings.Cut(strings.TrimPrefix(n, "/"), "/")
+			if svc != "" && !strings.Contains(svc, ".") {
+				out = append(out, fmt.Sprintf("methodConfig[%d].name[%d].service: %q has no package, but gRPC names a service with its proto package (\"pkg.v1.%s\"): unless the .proto file declares no package, this entry matches no call (-descriptor-set FILE checks names)",
+					e.Index, j, svc, svc))
+			}
+		}
+	}
+	return out
 }
 
 // explainBreaker says what a circuit breaker and adaptive throttling with
@@ -710,9 +799,11 @@ func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
 func writeCheckText(w io.Writer, rep checkReport) {
 	if !rep.Valid {
 		fmt.Fprintf(w, "%s: invalid, %d error(s) (listed on stderr)\n", rep.File, len(rep.Errors))
+		writeWarnings(w, rep.Warnings)
 		return
 	}
 	fmt.Fprintf(w, "%s: valid\n", rep.File)
+	fmt.Fprintf(w, "%s\n", rep.NameCheck)
 	for _, m := range rep.Methods {
 		fmt.Fprintf(w, "\nmethodConfig[%d]: %s\n", m.Entry, strings.Join(m.Names, ", "))
 		switch m.Kind {
@@ -769,9 +860,13 @@ func writeCheckText(w io.Writer, rep checkReport) {
 	if rep.Breaker != nil {
 		fmt.Fprintf(w, "\nbreaker: %s\n  %s\n", rep.Breaker.Settings, rep.Breaker.Explanation)
 	}
-	if len(rep.Warnings) > 0 {
+	writeWarnings(w, rep.Warnings)
+}
+
+func writeWarnings(w io.Writer, warnings []string) {
+	if len(warnings) > 0 {
 		fmt.Fprintf(w, "\nwarnings:\n")
-		for _, s := range rep.Warnings {
+		for _, s := range warnings {
 			fmt.Fprintf(w, "  %s\n", s)
 		}
 	}

@@ -13,10 +13,14 @@ import (
 
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	// Links the test service's descriptors, whose idempotency_level
 	// options `check` reads from the protobuf registry.
-	_ "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 )
 
 const checkExamples = "../../examples/policies/"
@@ -447,5 +451,89 @@ func TestCheckMaxAttemptsCapBounded(t *testing.T) {
 	}
 	if code, _, errOut := checkRun(t, "-max-attempts-cap", "1000", checkExamples+"retry.json"); code != 0 {
 		t.Errorf("-max-attempts-cap 1000: exit %d: %s", code, errOut)
+	}
+}
+
+// writeDescriptorSet writes the test service's descriptor set, imports
+// included, as `buf build -o FILE` does, and returns its path.
+func writeDescriptorSet(t *testing.T) string {
+	t.Helper()
+	set := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
+		protodesc.ToFileDescriptorProto(durationpb.File_google_protobuf_duration_proto),
+		protodesc.ToFileDescriptorProto(testingv1.File_stagger_testing_v1_test_proto),
+	}}
+	data, err := proto.Marshal(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "protos.binpb")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestCheckDescriptorSet: -descriptor-set checks names against the protos
+// it holds and reads idempotency from them; without it, check says names
+// were not checked and still flags a service named without its package.
+func TestCheckDescriptorSet(t *testing.T) {
+	set := writeDescriptorSet(t)
+	file := writeTemp(t, `{"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": [
+	  {"name": [{"service": "TestService"}], "timeout": "1s"},
+	  {"name": [{"service": "stagger.testing.v1.TestService", "method": "get"}], "timeout": "1s"},
+	  {"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}], "hedgingPolicy": {"maxAttempts": 2}}]}`)
+	code, out, errOut := checkRun(t, "-descriptor-set", set, file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"service and method names checked against the 1 services of " + set,
+		`methodConfig[0].name[0].service: service "TestService" is not declared in the known proto files; did you mean "stagger.testing.v1.TestService"?`,
+		`methodConfig[1].name[0].method: method "get" is not a method of stagger.testing.v1.TestService; did you mean "Get"?`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "needs an idempotent method") {
+		t.Errorf("Get is NO_SIDE_EFFECTS in the descriptor set:\n%s", out)
+	}
+	code, out, _ = checkRun(t, file)
+	for _, want := range []string{
+		"service and method names not checked against proto files (give -descriptor-set FILE to check them)",
+		`methodConfig[0].name[0].service: "TestService" has no package, but gRPC names a service with its proto package ("pkg.v1.TestService")`,
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("without -descriptor-set: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+	if strings.Contains(out, `"get" is not a method`) {
+		t.Errorf("without -descriptor-set, names are not checked:\n%s", out)
+	}
+	for _, bad := range []string{file, filepath.Join(t.TempDir(), "missing.binpb")} {
+		if code, _, errOut := checkRun(t, "-descriptor-set", bad, file); code != 2 || !strings.Contains(errOut, "stagger check: -descriptor-set: ") {
+			t.Errorf("-descriptor-set %s: exit %d, stderr %q", bad, code, errOut)
+		}
+	}
+}
+
+// TestCheckWarningsBesideErrors: an invalid file's warnings are shown with
+// its errors (they were dropped), since a warning often explains an error.
+func TestCheckWarningsBesideErrors(t *testing.T) {
+	file := writeTemp(t, `{"methodConfig": [{"name": [{"service": "a.A"}], "retryPolicy": {"maxAtempts": 3, "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`)
+	code, out, errOut := checkRun(t, file)
+	if code != 1 {
+		t.Fatalf("exit %d", code)
+	}
+	if want := `methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored (did you mean "maxAttempts"?)`; !strings.Contains(out, "warnings:\n  "+want) {
+		t.Errorf("stdout lacks the warning %q:\n%s", want, out)
+	}
+	if want := `methodConfig[0].retryPolicy.maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?), got nothing`; !strings.Contains(errOut, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errOut)
+	}
+	code, out, _ = checkRun(t, "-format", "json", file)
+	var rep checkReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.Valid || len(rep.Warnings) != 1 || len(rep.Errors) != 1 {
+		t.Errorf("JSON: exit %d, %v, %+v", code, err, rep)
 	}
 }
