@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -41,8 +41,8 @@ type checkReport struct {
 	Methods  []checkMethod `json:"methods,omitempty"`
 	// NameCheck says whether service and method names were checked
 	// against proto files, and which.
-	NameCheck string `json:"nameCheck"`
-	Budget   *checkBudget  `json:"budget,omitempty"`
+	NameCheck string       `json:"nameCheck"`
+	Budget    *checkBudget `json:"budget,omitempty"`
 	// Breaker explains the file's top-level circuitBreaker and
 	// adaptiveThrottling (methods no entry names use it).
 	Breaker *checkBreaker `json:"breaker,omitempty"`
