@@ -27,15 +27,16 @@ func TestSyntaxErrorPlaces(t *testing.T) {
 			`policy: invalid JSON at line 3, column 33: invalid character ',' looking for beginning of object key string`},
 		{"{\n  \"a\": 1\n  \"b\": 2\n}",
 			`policy: invalid JSON at line 3, column 3: invalid character '"' after object key:value pair`},
+		{"{\n  \"a\": [1, 2,\n  ]\n}", `policy: invalid JSON at line 3, column 3: invalid character ']' looking for beginning of value (JSON allows no comma before ']': remove the one at line 2, column 13)`},
 		{"{\"a\": 1} x", `policy: invalid JSON at line 1, column 10: invalid character 'x' after top-level value`},
 		{"{\n  \"a\": [1, 2\n", `policy: invalid JSON at line 2, column 13: unexpected end of JSON input`},
 		{"methodConfig:\n  - name: [{service: a.S}]\n    retryPolicy: {maxAttempts: 3\n",
 			`policy: invalid YAML at line 3: did not find expected ',' or '}'`},
 		{"methodConfig:\n  - name: [{service: a.S}]\n   retryPolicy: {}\n",
-			`policy: invalid YAML at line 3: did not find expected '-' indicator`},
+			`policy: invalid YAML at line 3: did not find expected '-' indicator (is the line indented like the keys or items it belongs with?)`},
 		{"methodConfig:\n  - name: [{service: a.S}]\n    retryPolicy:\n      maxAttempts: 3\n     initialBackoff: 1s\n",
-			`policy: invalid YAML at line 5: did not find expected key`},
-		{"a: 1\nb:\n\t- 1\n", `policy: invalid YAML at line 3: found character that cannot start any token`},
+			`policy: invalid YAML at line 5: did not find expected key (is the line indented like the keys or items it belongs with?)`},
+		{"a: 1\nb:\n\t- 1\n", `policy: invalid YAML at line 3: found character that cannot start any token (a tab: YAML indents with spaces only)`},
 		{"a: 1\nb: .inf\n", `policy: invalid YAML at line 2, column 4: .inf is not a finite number`},
 	}
 	for _, tt := range tests {
@@ -57,7 +58,7 @@ func TestSyntaxErrorPlaces(t *testing.T) {
 		}
 		want := map[string]string{
 			"retry.json": "policy: " + path + ":3:33: invalid JSON: invalid character ',' looking for beginning of object key string",
-			"retry.yaml": "policy: " + path + ":3: invalid YAML: did not find expected '-' indicator",
+			"retry.yaml": "policy: " + path + ":3: invalid YAML: did not find expected '-' indicator (is the line indented like the keys or items it belongs with?)",
 		}[name]
 		if _, err := LoadFile(path); err == nil || err.Error() != want {
 			t.Errorf("LoadFile(%s):\n got %v\nwant %s", name, err, want)

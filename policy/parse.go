@@ -835,7 +835,7 @@ func (w *walker) maxAttempts(n *node, path string) int {
 		return 0
 	}
 	if v < 2 {
-		w.fail(path, "must be at least 2", v)
+		w.fail(path, "must be at least 2 (it counts the first attempt: 2 means 1 retry)", v)
 		return 0
 	}
 	if v > int64(w.opts.cap) {
@@ -876,7 +876,7 @@ func (w *walker) retryPolicy(n *node, path string) *Policy {
 		w.fail(join(path, "backoffMultiplier"), "is required", shownValue("nothing"))
 	} else if f, ok := w.number(v, join(path, "backoffMultiplier")); ok {
 		if f <= 0 {
-			w.fail(join(path, "backoffMultiplier"), "must be > 0", json.Number(v.s))
+			w.fail(join(path, "backoffMultiplier"), "must be > 0 (1 keeps every pause at initialBackoff, 2 doubles them)", json.Number(v.s))
 		}
 		p.Backoff.Multiplier = f
 	}

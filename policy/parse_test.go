@@ -141,7 +141,7 @@ func TestParseErrorsAllAtOnce(t *testing.T) {
 		"retryThrottling":{"maxTokens":1001,"tokenRatio":0.1}}`))
 	got := parseErrLines(t, err)
 	want := []string{
-		`policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2, got 1`,
+		`policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1`,
 		`policy: methodConfig[1].retryPolicy.initialBackoff: must be > 0, got "0s"`,
 		`policy: methodConfig[1].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
 		`policy: methodConfig[1].retryPolicy.retryableStatusCodes[1]: must be a status code: an upper-case name such as UNAVAILABLE, or an integer 0-16, got "NOPE"`,
@@ -184,7 +184,7 @@ func TestParseErrors(t *testing.T) {
 			"policy: retryThrottling.defer.maxWaiting: must be in [1, 1e6], got 0\n" +
 				`policy: retryThrottling.defer.maxWait: must be in [1ms, 1h], got "2h"`},
 		{"yaml", "methodConfig:\n  - name: [{service: a.S}]\n    hedgingPolicy: {maxAttempts: 0}\n",
-			`policy: methodConfig[0].hedgingPolicy.maxAttempts: must be at least 2, got 0`},
+			`policy: methodConfig[0].hedgingPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 0`},
 		{"hedging negative delay", `{"methodConfig":[{"name":[{"service":"a.S"}],"hedgingPolicy":{"maxAttempts":2,"hedgingDelay":"-1s"}}]}`,
 			`policy: methodConfig[0].hedgingPolicy.hedgingDelay: must be >= 0, got "-1s"`},
 	}

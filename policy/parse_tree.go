@@ -80,7 +80,17 @@ func jsonSyntaxError(data []byte, dec *json.Decoder, err error) error {
 	var v any
 	var se *json.SyntaxError
 	if errors.As(json.Unmarshal(data, &v), &se) {
-		return newSyntaxError("JSON", data, int(se.Offset)-1, se.Error())
+		off := int(se.Offset) - 1
+		msg := se.Error()
+		if off >= 0 && off < len(data) && (data[off] == '}' || data[off] == ']') {
+			// The commonest slip: a comma after the last element.
+			before := bytes.TrimRight(data[:off], " \t\r\n")
+			if len(before) > 0 && before[len(before)-1] == ',' {
+				comma := newSyntaxError("JSON", data, len(before)-1, "")
+				msg += fmt.Sprintf(" (JSON allows no comma before %q: remove the one at line %d, column %d)", data[off], comma.Line, comma.Column)
+			}
+		}
+		return newSyntaxError("JSON", data, off, msg)
 	}
 	return newSyntaxError("JSON", data, int(dec.InputOffset()), err.Error())
 }
@@ -203,7 +213,20 @@ func yamlSyntaxError(data []byte, err error) *SyntaxError {
 	if line > len(lines) {
 		line = reported
 	}
-	return &SyntaxError{Format: "YAML", Line: line, Msg: msg}
+	return &SyntaxError{Format: "YAML", Line: line, Msg: msg + yamlHint(msg, lines, line)}
+}
+
+// yamlHint says what usually causes yaml's terser messages.
+func yamlHint(msg string, lines [][]byte, line int) string {
+	switch {
+	case msg == "did not find expected key" || msg == "did not find expected '-' indicator":
+		return " (is the line indented like the keys or items it belongs with?)"
+	case msg == "found character that cannot start any token" && line >= 1 && line <= len(lines) && bytes.ContainsRune(lines[line-1], '\t'):
+		return " (a tab: YAML indents with spaces only)"
+	case msg == "mapping values are not allowed in this context":
+		return ` (a value holding ": " needs quotes)`
+	}
+	return ""
 }
 
 // yamlMessage splits yaml's "yaml: line 3: did not find expected key" into

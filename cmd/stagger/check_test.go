@@ -93,7 +93,7 @@ func TestCheckBadExamples(t *testing.T) {
 			`FILE: methodConfig[1].name[0]: duplicate name, already given in methodConfig[0], got /shop.v1.Cart/`,
 		}},
 		{"bad-retry.yaml", []string{
-			`FILE: methodConfig[0].retryPolicy.maxAttempts: must be at least 2, got 1`,
+			`FILE: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1`,
 			`FILE: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"`,
 			`FILE: methodConfig[0].retryPolicy.maxBackoff: must be a duration such as "0.1s" (proto3 JSON) or "100ms" (Go), got 5`,
 			`FILE: methodConfig[0].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
@@ -535,5 +535,50 @@ func TestCheckWarningsBesideErrors(t *testing.T) {
 	var rep checkReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.Valid || len(rep.Warnings) != 1 || len(rep.Errors) != 1 {
 		t.Errorf("JSON: exit %d, %v, %+v", code, err, rep)
+	}
+}
+
+// TestCheckNewcomersMistakes: the mistakes a new user makes first each get
+// a message that names the place (file:line:col, or the field's path) and
+// the fix. Each once went unsaid or pointed nowhere.
+func TestCheckNewcomersMistakes(t *testing.T) {
+	const retry = `"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]`
+	set := writeDescriptorSet(t)
+	tests := []struct {
+		name, file, doc string
+		args            []string
+		code            int
+		want            string // on stdout for a valid file (a warning), on stderr for an invalid one
+	}{
+		{"service without its package", "p.json", `{"methodConfig": [{"name": [{"service": "TestService"}], "retryPolicy": {` + retry + `}}]}`, nil, 0,
+			`methodConfig[0].name[0].service: "TestService" has no package, but gRPC names a service with its proto package ("pkg.v1.TestService"): unless the .proto file declares no package, this entry matches no call (-descriptor-set FILE checks names)`},
+		{"service without its package, checked", "p.json", `{"methodConfig": [{"name": [{"service": "TestService"}], "retryPolicy": {` + retry + `}}]}`, []string{"-descriptor-set", set}, 0,
+			`methodConfig[0].name[0].service: service "TestService" is not declared in the known proto files; did you mean "stagger.testing.v1.TestService"? (a service is named with its proto package)`},
+		{"misspelt key", "p.json", `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "retryPolicy": {` + strings.Replace(retry, "maxAttempts", "maxAtempts", 1) + `}}]}`, nil, 1,
+			`FILE: methodConfig[0].retryPolicy.maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?), got nothing`},
+		{"JSON syntax", "p.json", "{\n  \"methodConfig\": [{\n    \"name\": [{\"service\": \"stagger.testing.v1.TestService\"}],\n    \"retryPolicy\": {" + retry + ",}\n  }]\n}", nil, 1,
+			`FILE:4:149: invalid JSON: invalid character '}' looking for beginning of object key string (JSON allows no comma before '}': remove the one at line 4, column 148)`},
+		{"YAML syntax", "p.yaml", "methodConfig:\n  - name: [{service: stagger.testing.v1.TestService}]\n    retryPolicy:\n      maxAttempts: 3\n     initialBackoff: 0.1s\n      maxBackoff: 1s\n", nil, 1,
+			`FILE:5: invalid YAML: did not find expected key (is the line indented like the keys or items it belongs with?)`},
+		{"invalid values", "p.yaml", "methodConfig:\n  - name: [{service: stagger.testing.v1.TestService}]\n    retryPolicy: {maxAttempts: 1, initialBackoff: 0.1s, maxBackoff: 1s, backoffMultiplier: 0, retryableStatusCodes: [UNAVAILABLE]}\n", nil, 1,
+			"FILE: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1\n" +
+				"FILE: methodConfig[0].retryPolicy.backoffMultiplier: must be > 0 (1 keeps every pause at initialBackoff, 2 doubles them), got 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), tt.file)
+			if err := os.WriteFile(file, []byte(tt.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errOut := checkRun(t, append(tt.args, file)...)
+			want := strings.ReplaceAll(tt.want, "FILE:", file+":")
+			got := out
+			if tt.code != 0 {
+				got = errOut
+			}
+			if code != tt.code || !strings.Contains(got, want) {
+				t.Errorf("exit %d (want %d), stdout:\n%s\nstderr:\n%s\nwant:\n%s", code, tt.code, out, errOut, want)
+			}
+		})
 	}
 }
