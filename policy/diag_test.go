@@ -235,14 +235,15 @@ func TestOnWarnings(t *testing.T) {
 	}
 }
 
-// TestMaxAttemptsCapBounded: WithMaxAttemptsCap outside [2,
-// MaxAttemptsCapLimit] fails the parse, naming the option and the bound (a
-// cap of 2e9 once sized the work of every tool that reads the policy).
+// TestMaxAttemptsCapBounded: WithMaxAttemptsCap above MaxAttemptsCapLimit
+// fails the parse, naming the option and the bound (a cap of 2e9 once sized
+// the work of every tool that reads the policy); below 2 it keeps the
+// default, as grpc.WithMaxCallAttempts does.
 func TestMaxAttemptsCapBounded(t *testing.T) {
-	for _, n := range []int{-1, 0, 1, MaxAttemptsCapLimit + 1, 2_000_000_000} {
+	for _, n := range []int{MaxAttemptsCapLimit + 1, 2_000_000_000} {
 		_, err := ParseConfig([]byte(`{}`), WithMaxAttemptsCap(n))
 		var fe *FieldError
-		if !errors.As(err, &fe) || fe.Path != "WithMaxAttemptsCap" || !strings.Contains(err.Error(), "must be in [2, 1000] (MaxAttemptsCapLimit)") {
+		if !errors.As(err, &fe) || fe.Path != "WithMaxAttemptsCap" || !strings.Contains(err.Error(), "must be at most 1000 (MaxAttemptsCapLimit)") {
 			t.Errorf("WithMaxAttemptsCap(%d): %v", n, err)
 		}
 		path := filepath.Join(t.TempDir(), "p.json")
@@ -254,9 +255,11 @@ func TestMaxAttemptsCapBounded(t *testing.T) {
 		}
 	}
 	doc := `{"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 5000}}]}`
-	c := parseMust(t, doc, WithMaxAttemptsCap(MaxAttemptsCapLimit))
-	if got := c.Method("/a.S/M").Hedging.MaxAttempts; got != MaxAttemptsCapLimit {
-		t.Errorf("maxAttempts = %d, want the cap %d", got, MaxAttemptsCapLimit)
+	for n, want := range map[int]int{MaxAttemptsCapLimit: MaxAttemptsCapLimit, 1: DefaultMaxAttemptsCap, 0: DefaultMaxAttemptsCap, -1: DefaultMaxAttemptsCap} {
+		c := parseMust(t, doc, WithMaxAttemptsCap(n))
+		if got := c.Method("/a.S/M").Hedging.MaxAttempts; got != want {
+			t.Errorf("WithMaxAttemptsCap(%d): maxAttempts = %d, want %d", n, got, want)
+		}
 	}
 }
 

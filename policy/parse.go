@@ -48,6 +48,9 @@ func buildParseOptions(opts []ParseOption) parseOptions {
 			opt(&o)
 		}
 	}
+	if o.cap < 2 {
+		o.cap = DefaultMaxAttemptsCap
+	}
 	return o
 }
 
@@ -58,11 +61,10 @@ func buildParseOptions(opts []ParseOption) parseOptions {
 // interceptors and every tool that reasons about the policy.
 const MaxAttemptsCapLimit = 1000
 
-// checkCap reports a cap WithMaxAttemptsCap set outside [2,
-// MaxAttemptsCapLimit].
+// checkCap reports a cap WithMaxAttemptsCap set above MaxAttemptsCapLimit.
 func (o *parseOptions) checkCap() error {
-	if o.cap < 2 || o.cap > MaxAttemptsCapLimit {
-		return &FieldError{Path: "WithMaxAttemptsCap", Rule: "must be in [2, " + strconv.Itoa(MaxAttemptsCapLimit) + "] (MaxAttemptsCapLimit)", Value: o.cap}
+	if o.cap > MaxAttemptsCapLimit {
+		return &FieldError{Path: "WithMaxAttemptsCap", Rule: "must be at most " + strconv.Itoa(MaxAttemptsCapLimit) + " (MaxAttemptsCapLimit)", Value: o.cap}
 	}
 	return nil
 }
@@ -73,8 +75,9 @@ func Strict() ParseOption { return func(o *parseOptions) { o.strict = true } }
 
 // WithMaxAttemptsCap raises (or lowers) the cap on a file's maxAttempts, for
 // retry and hedging alike; gRFC A6's cap, DefaultMaxAttemptsCap, applies
-// otherwise. n must be in [2, MaxAttemptsCapLimit]: outside it, ParseConfig,
-// LoadFile and WatchFile fail with a *FieldError whose Path is
+// otherwise. A value below 2 keeps the default, as grpc-go's
+// grpc.WithMaxCallAttempts does; a value above MaxAttemptsCapLimit makes
+// ParseConfig, LoadFile and WatchFile fail with a *FieldError whose Path is
 // "WithMaxAttemptsCap".
 func WithMaxAttemptsCap(n int) ParseOption { return func(o *parseOptions) { o.cap = n } }
 

@@ -126,7 +126,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	format := fs.String("format", "text", "output format: text or json")
 	strict := fs.Bool("strict", false, "treat unknown keys as errors")
-	capN := fs.Int("max-attempts-cap", policy.DefaultMaxAttemptsCap, "cap on maxAttempts, in [2, policy.MaxAttemptsCapLimit] (gRFC A6: 5)")
+	capN := fs.Int("max-attempts-cap", policy.DefaultMaxAttemptsCap, "cap on maxAttempts, at most policy.MaxAttemptsCapLimit (1000); below 2 keeps gRFC A6's 5")
 	descSet := fs.String("descriptor-set", "", "check service and method names, and read idempotency_level options, from this descriptor set\n(a FileDescriptorSet, as `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE` write it);\nwithout it, names are not checked")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE")
