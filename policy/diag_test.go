@@ -278,3 +278,26 @@ func TestCodeNameRoundTrip(t *testing.T) {
 		t.Errorf("CodeName: %q %q %q", CodeName(0), CodeName(1), CodeName(17))
 	}
 }
+
+// BenchmarkParseConfig measures a parse of a typical file, names checked
+// against the linked protos (the default) and not checked.
+func BenchmarkParseConfig(b *testing.B) {
+	doc := []byte(`{"methodConfig": [
+	  {"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}, {"service": "stagger.testing.v1.TestService", "method": "Put"}],
+	   "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "5s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}},
+	  {"name": [{}], "timeout": "2s"}],
+	  "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}`)
+	for _, bc := range []struct {
+		name string
+		opts []ParseOption
+	}{{"names=checked", nil}, {"names=unchecked", []ParseOption{WithProtoFiles(nil)}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := ParseConfig(doc, bc.opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
