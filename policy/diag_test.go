@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -299,5 +300,56 @@ func BenchmarkParseConfig(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestFieldErrorPlaces: errors and warnings carry the line and column of the
+// value their path names (or of the object that lacks a required key), in
+// JSON and YAML alike, so that a tool can print file:line:col.
+func TestFieldErrorPlaces(t *testing.T) {
+	type place struct {
+		path         string
+		line, column int
+	}
+	tests := []struct {
+		doc   string
+		errs  []place
+		warns []place
+	}{
+		{"{\n  \"methodConfig\": [{\n    \"name\": [{\"service\": \"a.S\"}, {\"method\": \"M\"}],\n    \"retryPolicy\": {\"maxAtempts\": 3,\n      \"initialBackoff\": \"0s\", \"maxBackoff\": \"1s\", \"backoffMultiplier\": 2, \"retryableStatusCodes\": [14]}\n  }]\n}",
+			[]place{{"methodConfig[0].retryPolicy.maxAttempts", 4, 20}, {"methodConfig[0].retryPolicy.initialBackoff", 5, 25}, {"methodConfig[0].name[1].method", 3, 45}},
+			[]place{{"methodConfig[0].retryPolicy.maxAtempts", 4, 35}}},
+		{"methodConfig:\n  - name: [{service: a.S}]\n    retryPolicy:\n      maxAtempts: 3\n      initialBackoff: 0s\n      maxBackoff: 1s\n      backoffMultiplier: 2\n      retryableStatusCodes: [14]\n",
+			[]place{{"methodConfig[0].retryPolicy.maxAttempts", 4, 7}, {"methodConfig[0].retryPolicy.initialBackoff", 5, 23}},
+			[]place{{"methodConfig[0].retryPolicy.maxAtempts", 4, 19}}},
+	}
+	for _, tt := range tests {
+		var warns []Warning
+		_, err := ParseConfig([]byte(tt.doc), WithProtoFiles(nil), OnWarnings(func(w []Warning) { warns = w }))
+		var got []place
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			fe := e.(*FieldError)
+			got = append(got, place{fe.Path, fe.Line, fe.Column})
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.errs) {
+			t.Errorf("%q:\nerrors placed at %v\nwant %v", tt.doc, got, tt.errs)
+		}
+		got = nil
+		for _, w := range warns {
+			got = append(got, place{w.Path, w.Line, w.Column})
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.warns) {
+			t.Errorf("%q:\nwarnings placed at %v\nwant %v", tt.doc, got, tt.warns)
+		}
+	}
+	// Paths that lead nowhere place at the deepest node found, never panic.
+	root, err := decodeJSON([]byte(`{"a": [{"b": 1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"", "a", "a[0]", "a[0].b", "a[9].b", "a[x", "a[-1]", "a.b.c", "z", "a[0][0]", "a]["} {
+		if n := locate(root, p); n == nil || n.line != 1 {
+			t.Errorf("locate(%q) = %+v", p, n)
+		}
 	}
 }

@@ -22,6 +22,11 @@ type FieldError struct {
 	// Value is the offending value, printed with %v (durations print as
 	// "0s", strings are quoted).
 	Value any
+	// Line and Column place the field in the policy file, from 1 (Column
+	// counts bytes): the value Path names, or the object that lacks it.
+	// 0 when unknown (a Validate method's errors). Error does not print
+	// them; `stagger check` prints "file:line:col: path: ...".
+	Line, Column int
 }
 
 // Error returns "policy: <path>: <rule>, got <value>".

@@ -163,6 +163,7 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 	}
 	w := &walker{opts: o}
 	c := w.config(root)
+	w.placeAll(root)
 	if o.onWarnings != nil && len(w.warns) > 0 {
 		o.onWarnings(append([]Warning(nil), w.warns...))
 	}
@@ -197,6 +198,23 @@ type walker struct {
 	// services lists the services of the proto files, once a name needs
 	// suggestions.
 	services []string
+}
+
+// placeAll gives every error and warning the line and column of the value
+// its path names.
+func (w *walker) placeAll(root *node) {
+	for _, e := range w.errs {
+		if fe, ok := e.(*FieldError); ok {
+			if n := locate(root, fe.Path); n != nil {
+				fe.Line, fe.Column = n.line, n.col
+			}
+		}
+	}
+	for i := range w.warns {
+		if n := locate(root, w.warns[i].Path); n != nil {
+			w.warns[i].Line, w.warns[i].Column = n.line, n.col
+		}
+	}
 }
 
 // shownValue prints a value of the wrong kind without quotes: "got an object".

@@ -37,12 +37,15 @@ var nodeKindNames = [...]string{"null", "a boolean", "a number", "a string", "an
 func (k nodeKind) String() string { return nodeKindNames[k] }
 
 type node struct {
-	kind nodeKind
-	b    bool
-	s    string // a string's value, or a number's literal
-	arr  []*node
-	keys []string
-	vals []*node
+	// line and col place the value in the document, from 1 (col counts
+	// bytes); 0 when unknown.
+	line, col int
+	kind      nodeKind
+	b         bool
+	s         string // a string's value, or a number's literal
+	arr       []*node
+	keys      []string
+	vals      []*node
 }
 
 // maxTreeDepth matches encoding/json's nesting limit, so a document grpc-go
@@ -61,7 +64,8 @@ var errTooDeep = errors.New("policy: document nested too deeply")
 func decodeJSON(data []byte) (*node, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	n, err := readJSON(dec, 0)
+	r := &jsonReader{dec: dec, data: data}
+	n, err := r.read(0)
 	if err == nil {
 		if _, err = dec.Token(); err == io.EOF {
 			return n, nil
@@ -103,10 +107,53 @@ func newSyntaxError(format string, data []byte, off int, msg string) *SyntaxErro
 	return &SyntaxError{Format: format, Line: line, Column: col, Msg: msg}
 }
 
-func readJSON(dec *json.Decoder, depth int) (*node, error) {
+// jsonReader reads a JSON document into nodes, placing each.
+type jsonReader struct {
+	dec  *json.Decoder
+	data []byte
+	// line and lineStart are the line of the last value placed and the
+	// offset where it starts: values come in order, so placing one only
+	// counts the newlines since the last.
+	line, lineStart, scanned int
+}
+
+// place returns the line and column of the next token: the first byte at
+// or after the decoder's offset that is not space, ':' or ','.
+func (r *jsonReader) place() (line, col int) {
+	off := int(r.dec.InputOffset())
+	for off < len(r.data) {
+		c := r.data[off]
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != ':' && c != ',' {
+			break
+		}
+		off++
+	}
+	if r.line == 0 {
+		r.line = 1
+	}
+	for ; r.scanned < off && r.scanned < len(r.data); r.scanned++ {
+		if r.data[r.scanned] == '\n' {
+			r.line++
+			r.lineStart = r.scanned + 1
+		}
+	}
+	return r.line, off - r.lineStart + 1
+}
+
+func (r *jsonReader) read(depth int) (*node, error) {
 	if depth > maxTreeDepth {
 		return nil, errTooDeep
 	}
+	line, col := r.place()
+	n, err := r.readValue(depth)
+	if n != nil {
+		n.line, n.col = line, col
+	}
+	return n, err
+}
+
+func (r *jsonReader) readValue(depth int) (*node, error) {
+	dec := r.dec
 	tok, err := dec.Token()
 	if err != nil {
 		if err == io.EOF {
@@ -128,7 +175,7 @@ func readJSON(dec *json.Decoder, depth int) (*node, error) {
 		case '[':
 			n := &node{kind: nodeArray}
 			for dec.More() {
-				v, err := readJSON(dec, depth+1)
+				v, err := r.read(depth + 1)
 				if err != nil {
 					return nil, err
 				}
@@ -149,7 +196,7 @@ func readJSON(dec *json.Decoder, depth int) (*node, error) {
 				if !ok {
 					return nil, fmt.Errorf("object key is %v, not a string", kt)
 				}
-				v, err := readJSON(dec, depth+1)
+				v, err := r.read(depth + 1)
 				if err != nil {
 					return nil, err
 				}
@@ -259,7 +306,7 @@ func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
 		}
 		return fromYAML(y.Alias, depth+1, budget)
 	case yaml.SequenceNode:
-		n := &node{kind: nodeArray}
+		n := &node{kind: nodeArray, line: y.Line, col: y.Column}
 		for _, c := range y.Content {
 			v, err := fromYAML(c, depth+1, budget)
 			if err != nil {
@@ -269,7 +316,7 @@ func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
 		}
 		return n, nil
 	case yaml.MappingNode:
-		n := &node{kind: nodeObject}
+		n := &node{kind: nodeObject, line: y.Line, col: y.Column}
 		for i := 0; i+1 < len(y.Content); i += 2 {
 			kn := y.Content[i]
 			if kn.Kind == yaml.AliasNode && kn.Alias != nil {
@@ -287,7 +334,11 @@ func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
 		}
 		return n, nil
 	case yaml.ScalarNode:
-		return yamlScalar(y)
+		n, err := yamlScalar(y)
+		if n != nil {
+			n.line, n.col = y.Line, y.Column
+		}
+		return n, err
 	}
 	return nil, &SyntaxError{Format: "YAML", Line: y.Line, Column: y.Column, Msg: "unsupported YAML node"}
 }
@@ -352,4 +403,37 @@ func (n *node) field(names ...string) *node {
 		}
 	}
 	return nil
+}
+
+// locate returns the node at path ("methodConfig[0].retryPolicy.maxAttempts",
+// keys matched as field matches them), or the deepest node on the way when
+// the path leads nowhere (a required key missing: its object).
+func locate(root *node, path string) *node {
+	n := root
+	for path != "" && n != nil {
+		var part string
+		part, path, _ = strings.Cut(path, ".")
+		key, rest, _ := strings.Cut(part, "[")
+		if key != "" {
+			if n.kind != nodeObject {
+				return n
+			}
+			v := n.field(key, snake(key))
+			if v == nil {
+				return n
+			}
+			n = v
+		}
+		for rest != "" {
+			var idx string
+			idx, rest, _ = strings.Cut(rest, "]")
+			rest = strings.TrimPrefix(rest, "[")
+			i, err := strconv.Atoi(idx)
+			if err != nil || n.kind != nodeArray || i < 0 || i >= len(n.arr) {
+				return n
+			}
+			n = n.arr[i]
+		}
+	}
+	return n
 }

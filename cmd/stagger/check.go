@@ -234,7 +234,11 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	opts = append(opts, policy.OnWarnings(func(w []policy.Warning) { warns = w }))
 	cfg, err := policy.LoadFile(file, opts...)
 	for _, w := range warns {
-		rep.Warnings = append(rep.Warnings, w.String())
+		s := w.String()
+		if w.Line > 0 {
+			s = fmt.Sprintf("%s:%d:%d: %s", file, w.Line, w.Column, s)
+		}
+		rep.Warnings = append(rep.Warnings, s)
 	}
 	if err != nil {
 		rep.Errors = errorLines(file, err)
@@ -280,10 +284,13 @@ func errorLines(file string, err error) []string {
 		}
 		msg := strings.TrimPrefix(e.Error(), "policy: ")
 		var se *policy.SyntaxError
+		var fe *policy.FieldError
 		var pe *fs.PathError
 		switch {
 		case errors.As(e, &se) && se.File != "":
 			// Placed already.
+		case errors.As(e, &fe) && fe.Line > 0:
+			msg = fmt.Sprintf("%s:%d:%d: %s", file, fe.Line, fe.Column, msg)
 		case errors.As(e, &pe):
 			// "open FILE: no such file or directory" names the file.
 		default:

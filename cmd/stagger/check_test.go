@@ -89,23 +89,23 @@ func TestCheckBadExamples(t *testing.T) {
 		want []string // stderr, one error per line
 	}{
 		{"bad-names.json", []string{
-			`FILE: methodConfig[0].name[1].method: a method needs a service, got "Get"`,
-			`FILE: methodConfig[1].name[0]: duplicate name, already given in methodConfig[0], got /shop.v1.Cart/`,
+			`FILE:3:55: methodConfig[0].name[1].method: a method needs a service, got "Get"`,
+			`FILE:4:15: methodConfig[1].name[0]: duplicate name, already given in methodConfig[0], got /shop.v1.Cart/`,
 		}},
 		{"bad-retry.yaml", []string{
-			`FILE: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1`,
-			`FILE: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"`,
-			`FILE: methodConfig[0].retryPolicy.maxBackoff: must be a duration such as "0.1s" (proto3 JSON) or "100ms" (Go), got 5`,
-			`FILE: methodConfig[0].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
-			`FILE: methodConfig[0].retryPolicy.retryableStatusCodes: must not be empty (unless perAttemptRecvTimeout is set), got []`,
+			`FILE:4:20: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1`,
+			`FILE:5:23: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"`,
+			`FILE:6:19: methodConfig[0].retryPolicy.maxBackoff: must be a duration such as "0.1s" (proto3 JSON) or "100ms" (Go), got 5`,
+			`FILE:9:15: methodConfig[0].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
+			`FILE:8:29: methodConfig[0].retryPolicy.retryableStatusCodes: must not be empty (unless perAttemptRecvTimeout is set), got []`,
 		}},
 		{"bad-retry-and-hedging.json", []string{
-			`FILE: methodConfig[0]: a method has retryPolicy or hedgingPolicy, not both (gRFC A6), got both`,
+			`FILE:2:20: methodConfig[0]: a method has retryPolicy or hedgingPolicy, not both (gRFC A6), got both`,
 		}},
 		{"bad-budget.json", []string{
-			`FILE: retryBudget: at most one budget per file: retryThrottling or retryBudget, not both, got both`,
-			`FILE: retryThrottling.maxTokens: must be in (0, 1000], got 1001`,
-			`FILE: retryThrottling.tokenRatio: must be at least 0.001 (gRFC A6 keeps 3 decimals), got 0.0001`,
+			`FILE:4:18: retryBudget: at most one budget per file: retryThrottling or retryBudget, not both, got both`,
+			`FILE:3:36: retryThrottling.maxTokens: must be in (0, 1000], got 1001`,
+			`FILE:3:56: retryThrottling.tokenRatio: must be at least 0.001 (gRFC A6 keeps 3 decimals), got 0.0001`,
 		}},
 	}
 	for _, tt := range tests {
@@ -114,7 +114,7 @@ func TestCheckBadExamples(t *testing.T) {
 			if code != 1 {
 				t.Fatalf("exit %d, want 1", code)
 			}
-			want := strings.ReplaceAll(strings.Join(tt.want, "\n"), "FILE: ", checkExamples+tt.file+": ")
+			want := strings.ReplaceAll(strings.Join(tt.want, "\n"), "FILE:", checkExamples+tt.file+":")
 			if got := strings.TrimRight(errOut, "\n"); got != want {
 				t.Errorf("stderr:\n%s\nwant:\n%s", got, want)
 			}
@@ -525,7 +525,7 @@ func TestCheckWarningsBesideErrors(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d", code)
 	}
-	if want := `methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored (did you mean "maxAttempts"?)`; !strings.Contains(out, "warnings:\n  "+want) {
+	if want := `methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored (did you mean "maxAttempts"?)`; !strings.Contains(out, ":1:80: "+want) {
 		t.Errorf("stdout lacks the warning %q:\n%s", want, out)
 	}
 	if want := `methodConfig[0].retryPolicy.maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?), got nothing`; !strings.Contains(errOut, want) {
@@ -555,14 +555,14 @@ func TestCheckNewcomersMistakes(t *testing.T) {
 		{"service without its package, checked", "p.json", `{"methodConfig": [{"name": [{"service": "TestService"}], "retryPolicy": {` + retry + `}}]}`, []string{"-descriptor-set", set}, 0,
 			`methodConfig[0].name[0].service: service "TestService" is not declared in the known proto files; did you mean "stagger.testing.v1.TestService"? (a service is named with its proto package)`},
 		{"misspelt key", "p.json", `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "retryPolicy": {` + strings.Replace(retry, "maxAttempts", "maxAtempts", 1) + `}}]}`, nil, 1,
-			`FILE: methodConfig[0].retryPolicy.maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?), got nothing`},
+			`FILE:1:92: methodConfig[0].retryPolicy.maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?), got nothing`},
 		{"JSON syntax", "p.json", "{\n  \"methodConfig\": [{\n    \"name\": [{\"service\": \"stagger.testing.v1.TestService\"}],\n    \"retryPolicy\": {" + retry + ",}\n  }]\n}", nil, 1,
 			`FILE:4:149: invalid JSON: invalid character '}' looking for beginning of object key string (JSON allows no comma before '}': remove the one at line 4, column 148)`},
 		{"YAML syntax", "p.yaml", "methodConfig:\n  - name: [{service: stagger.testing.v1.TestService}]\n    retryPolicy:\n      maxAttempts: 3\n     initialBackoff: 0.1s\n      maxBackoff: 1s\n", nil, 1,
 			`FILE:5: invalid YAML: did not find expected key (is the line indented like the keys or items it belongs with?)`},
 		{"invalid values", "p.yaml", "methodConfig:\n  - name: [{service: stagger.testing.v1.TestService}]\n    retryPolicy: {maxAttempts: 1, initialBackoff: 0.1s, maxBackoff: 1s, backoffMultiplier: 0, retryableStatusCodes: [UNAVAILABLE]}\n", nil, 1,
-			"FILE: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1\n" +
-				"FILE: methodConfig[0].retryPolicy.backoffMultiplier: must be > 0 (1 keeps every pause at initialBackoff, 2 doubles them), got 0"},
+			"FILE:3:32: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1\n" +
+				"FILE:3:92: methodConfig[0].retryPolicy.backoffMultiplier: must be > 0 (1 keeps every pause at initialBackoff, 2 doubles them), got 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
