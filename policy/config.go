@@ -47,6 +47,9 @@ type Warning struct {
 	Path string
 	// Message says what is wrong.
 	Message string
+	// Line and Column place the field in the file, as in FieldError; 0
+	// when unknown.
+	Line, Column int
 }
 
 // String returns "path: message".

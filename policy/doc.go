@@ -92,15 +92,47 @@
 // Parsing never panics and does not stop at the first mistake: the error
 // joins (errors.Join) one *FieldError per broken rule, each naming the path
 // of the field ("methodConfig[0].retryPolicy.maxAttempts"), the rule and the
-// value. What does not stop a file from being used is a Warning, listed by
-// Config.Warnings: among others an unknown key (ignored), a key given twice
-// (the last one is used), a maxAttempts above the cap (capped), a tokenRatio
-// with more than 3 decimals (kept to 3, as gRFC A6 says), a timeout of zero
-// or less (ignored), and the fields that grpc-go applies but stagger does not
-// (loadBalancingPolicy, loadBalancingConfig, healthCheckConfig). Two options
-// change the rules: Strict turns unknown keys into errors, so that a typo
-// fails the parse; WithMaxAttemptsCap moves the cap on maxAttempts (retry
-// and hedging alike) away from DefaultMaxAttemptsCap.
+// value. A document that is not JSON or YAML fails with a single
+// *SyntaxError placing the mistake: line and column for JSON (from the
+// byte the decoder stopped at), the line for YAML (go.yaml.in/yaml/v3
+// gives no column, and names the line where the enclosing block began, so
+// the parser finds the line that broke the syntax itself), with the file's
+// name from LoadFile and WatchFile: "retry.json:3:17: invalid JSON: ...".
+// Common slips get the fix in the message: a comma before a closing
+// bracket, a tab or a mis-indented line in YAML, a maxAttempts below 2.
+//
+// What does not stop a file from being used is a Warning, listed by
+// Config.Warnings: among others an unknown key (ignored; the message names
+// the known key it likely misspells: "maxAtempts: unknown key, ignored (did
+// you mean "maxAttempts"?)"), a key given twice (the last one is used), a
+// maxAttempts above the cap (capped), a tokenRatio with more than 3
+// decimals (kept to 3, as gRFC A6 says), a timeout of zero or less
+// (ignored), the fields that grpc-go applies but stagger does not
+// (loadBalancingPolicy, loadBalancingConfig, healthCheckConfig), and a name
+// the proto files do not declare (below). A required key missing because it
+// was misspelt says so in its error, Strict or not. OnWarnings receives the
+// warnings of every parse, an invalid file's included (Config.Warnings has
+// them only for a valid one).
+//
+// Names are checked against the proto files the program links
+// (protoregistry.GlobalFiles), or those WithProtoFiles gives (files from a
+// descriptor set, through protodesc.NewFiles): a service or method they do
+// not declare is a warning, with the names likely meant when one differs
+// only by package, case or a letter or two ("TestService" ->
+// "stagger.testing.v1.TestService", "get" -> "Get"), since such a name
+// matches no call. It is only a warning, never an error: a program may load
+// a file before it registers the services the file names, or share a file
+// with programs that link other protos. WithProtoFiles(nil) turns the check
+// off. Reloads of a Source check names too.
+//
+// Two options change the rules: Strict turns unknown keys into errors, so
+// that a typo fails the parse; WithMaxAttemptsCap moves the cap on
+// maxAttempts (retry and hedging alike) away from DefaultMaxAttemptsCap. A
+// cap below 2 keeps the default (as grpc.WithMaxCallAttempts does); one
+// above MaxAttemptsCapLimit (1000) fails the parse, since no sensible call
+// makes more attempts and a larger one only lets a typo size the work of
+// every tool that reasons about the policy. CodeName prints a status code
+// by the name a file uses ("UNAVAILABLE", "OK", "CANCELLED").
 //
 // A Config is the parsed file. Config.Method resolves a full method name
 // ("/pkg.Service/Method"): the entry naming that method, else the entry

@@ -3,6 +3,8 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // FieldError is one rule a policy or a policy file breaks. Path names the
@@ -20,6 +22,11 @@ type FieldError struct {
 	// Value is the offending value, printed with %v (durations print as
 	// "0s", strings are quoted).
 	Value any
+	// Line and Column place the field in the policy file, from 1 (Column
+	// counts bytes): the value Path names, or the object that lacks it.
+	// 0 when unknown (a Validate method's errors). Error does not print
+	// them; `stagger check` prints "file:line:col: path: ...".
+	Line, Column int
 }
 
 // Error returns "policy: <path>: <rule>, got <value>".
@@ -32,6 +39,58 @@ func (e *FieldError) Error() string {
 		return fmt.Sprintf("policy: %s, got %v", e.Rule, v)
 	}
 	return fmt.Sprintf("policy: %s: %s, got %v", e.Path, e.Rule, v)
+}
+
+// SyntaxError is a policy file that is not valid JSON or YAML, with the
+// place of the mistake. ParseConfig, LoadFile and a Source's reloads return
+// it alone (a document that cannot be read has no fields to check).
+//
+// A SyntaxError is a plain value; it is safe for concurrent use once built.
+type SyntaxError struct {
+	// File is the file's path as given to LoadFile or WatchFile; "" for
+	// ParseConfig.
+	File string
+	// Format is "JSON" or "YAML".
+	Format string
+	// Line and Column place the mistake, from 1; Column counts bytes. 0
+	// means unknown: YAML's parser names the line only.
+	Line, Column int
+	// Msg is the parser's message: "invalid character ',' looking for
+	// beginning of value".
+	Msg string
+}
+
+// Position returns "file:line:col", leaving out what is unknown
+// ("file:line", "line:col").
+func (e *SyntaxError) Position() string {
+	var parts []string
+	if e.File != "" {
+		parts = append(parts, e.File)
+	}
+	if e.Line > 0 {
+		parts = append(parts, strconv.Itoa(e.Line))
+		if e.Column > 0 {
+			parts = append(parts, strconv.Itoa(e.Column))
+		}
+	}
+	return strings.Join(parts, ":")
+}
+
+// Error returns "policy: retry.json:3:17: invalid JSON: <message>"; without
+// a file, "policy: invalid JSON at line 3, column 17: <message>".
+func (e *SyntaxError) Error() string {
+	what := "invalid " + e.Format
+	switch {
+	case e.File != "":
+		if pos := e.Position(); pos != "" {
+			return "policy: " + pos + ": " + what + ": " + e.Msg
+		}
+	case e.Line > 0 && e.Column > 0:
+		what += fmt.Sprintf(" at line %d, column %d", e.Line, e.Column)
+	case e.Line > 0:
+		what += fmt.Sprintf(" at line %d", e.Line)
+	}
+	return "policy: " + what + ": " + e.Msg
 }
 
 // Prefixed returns a copy of e whose Path is prefix followed by e.Path, for a

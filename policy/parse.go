@@ -31,6 +31,14 @@ type parseOptions struct {
 	ticks      <-chan time.Time
 	onReload   func(SourceEvent)
 	noPoll     bool
+	// file names the file in syntax errors (LoadFile, WatchFile).
+	file string
+	// protos checks methodConfig names (WithProtoFiles); unset means
+	// protoregistry.GlobalFiles.
+	protos    ProtoResolver
+	protosSet bool
+	// onWarnings receives every parse's warnings (OnWarnings).
+	onWarnings func([]Warning)
 }
 
 func buildParseOptions(opts []ParseOption) parseOptions {
@@ -46,14 +54,42 @@ func buildParseOptions(opts []ParseOption) parseOptions {
 	return o
 }
 
+// MaxAttemptsCapLimit is the largest cap WithMaxAttemptsCap accepts. A
+// thousand attempts already retry for longer than any sensible deadline
+// (even at 1ms pauses) or hedge a call a thousand times over; a larger cap
+// only lets a typo in a file ("maxAttempts": 2000000000) reach the
+// interceptors and every tool that reasons about the policy.
+const MaxAttemptsCapLimit = 1000
+
+// checkCap reports a cap WithMaxAttemptsCap set above MaxAttemptsCapLimit.
+func (o *parseOptions) checkCap() error {
+	if o.cap > MaxAttemptsCapLimit {
+		return &FieldError{Path: "WithMaxAttemptsCap", Rule: "must be at most " + strconv.Itoa(MaxAttemptsCapLimit) + " (MaxAttemptsCapLimit)", Value: o.cap}
+	}
+	return nil
+}
+
 // Strict makes unknown keys errors instead of warnings, so that a typo
 // ("maxAtempts") fails the parse.
 func Strict() ParseOption { return func(o *parseOptions) { o.strict = true } }
 
 // WithMaxAttemptsCap raises (or lowers) the cap on a file's maxAttempts, for
 // retry and hedging alike; gRFC A6's cap, DefaultMaxAttemptsCap, applies
-// otherwise. A value below 2 keeps the default.
+// otherwise. A value below 2 keeps the default, as grpc-go's
+// grpc.WithMaxCallAttempts does; a value above MaxAttemptsCapLimit makes
+// ParseConfig, LoadFile and WatchFile fail with a *FieldError whose Path is
+// "WithMaxAttemptsCap".
 func WithMaxAttemptsCap(n int) ParseOption { return func(o *parseOptions) { o.cap = n } }
+
+// OnWarnings calls fn with the warnings of each parse that finds some,
+// whether the file is valid or not: Config.Warnings has them only for a valid
+// file, and a mistake that is a warning (a misspelt key) often explains an
+// error (a required key missing). fn runs on the goroutine that parses (the
+// caller of ParseConfig, LoadFile, WatchFile or Reload, or a Source's
+// polling goroutine) and may keep the slice.
+func OnWarnings(fn func([]Warning)) ParseOption {
+	return func(o *parseOptions) { o.onWarnings = fn }
+}
 
 // WithBudgetOptions passes options (a clock, ...) to the budget that a file
 // declares, when the Config builds it.
@@ -88,6 +124,7 @@ func LoadFile(path string, opts ...ParseOption) (*Config, error) {
 	}
 	o := buildParseOptions(opts)
 	o.format = formatFor(path, o.format)
+	o.file = path
 	return parseConfig(data, &o)
 }
 
@@ -103,6 +140,9 @@ func formatFor(path, forced string) string {
 }
 
 func parseConfig(data []byte, o *parseOptions) (*Config, error) {
+	if err := o.checkCap(); err != nil {
+		return nil, err
+	}
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil, errors.New("policy: empty policy file")
 	}
@@ -115,10 +155,18 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 		root, err = decodeYAML(data)
 	}
 	if err != nil {
+		var se *SyntaxError
+		if errors.As(err, &se) {
+			se.File = o.file
+		}
 		return nil, err
 	}
 	w := &walker{opts: o}
 	c := w.config(root)
+	w.placeAll(root)
+	if o.onWarnings != nil && len(w.warns) > 0 {
+		o.onWarnings(append([]Warning(nil), w.warns...))
+	}
 	if err := joinErrors(w.errs); err != nil {
 		return nil, err
 	}
@@ -143,6 +191,30 @@ type walker struct {
 	warns []Warning
 	// fileBreaker is the file's top-level breaker, which entries override.
 	fileBreaker *budget.BreakerSettings
+	// misspelt maps the path of a key an object lacks to the unknown key
+	// of that object that looks like it ("...retryPolicy.maxAttempts" ->
+	// "maxAtempts"), so that "is required" can say so.
+	misspelt map[string]string
+	// services lists the services of the proto files, once a name needs
+	// suggestions.
+	services []string
+}
+
+// placeAll gives every error and warning the line and column of the value
+// its path names.
+func (w *walker) placeAll(root *node) {
+	for _, e := range w.errs {
+		if fe, ok := e.(*FieldError); ok {
+			if n := locate(root, fe.Path); n != nil {
+				fe.Line, fe.Column = n.line, n.col
+			}
+		}
+	}
+	for i := range w.warns {
+		if n := locate(root, w.warns[i].Path); n != nil {
+			w.warns[i].Line, w.warns[i].Column = n.line, n.col
+		}
+	}
 }
 
 // shownValue prints a value of the wrong kind without quotes: "got an object".
@@ -151,6 +223,9 @@ type shownValue string
 func (s shownValue) String() string { return string(s) }
 
 func (w *walker) fail(path, rule string, v any) {
+	if k, ok := w.misspelt[path]; ok && strings.HasPrefix(rule, "is required") {
+		rule += fmt.Sprintf(" (the key %q is unknown: did you mean %q?)", k, path[strings.LastIndexByte(path, '.')+1:])
+	}
 	w.errs = append(w.errs, &FieldError{Path: path, Rule: rule, Value: v})
 }
 
@@ -214,10 +289,21 @@ func (w *walker) object(n *node, path string, known ...string) bool {
 			}
 		}
 		if name == "" {
+			hint, strictRule := "", "must hold only known keys (Strict)"
+			if s := suggestKey(k, known); s != "" {
+				hint = fmt.Sprintf(" (did you mean %q?)", s)
+				strictRule = fmt.Sprintf("must hold only known keys (Strict; did you mean %q?)", s)
+				if get(n, s) == nil {
+					if w.misspelt == nil {
+						w.misspelt = map[string]string{}
+					}
+					w.misspelt[join(path, s)] = k
+				}
+			}
 			if w.opts.strict {
-				w.fail(path, "must hold only known keys (Strict)", k)
+				w.fail(path, strictRule, k)
 			} else {
-				w.warn(join(path, k), "unknown key, ignored")
+				w.warn(join(path, k), "unknown key, ignored%s", hint)
 			}
 			continue
 		}
@@ -227,6 +313,51 @@ func (w *walker) object(n *node, path string, known ...string) bool {
 		seen[name] = true
 	}
 	return true
+}
+
+// suggestKey returns the key of known that k most likely misspells: the
+// closest by edit distance, ignoring case and '_' (so "max_atempts" finds
+// maxAttempts), within 2 edits and a third of its length; "" when none is
+// that close.
+func suggestKey(k string, known []string) string {
+	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
+	nk := norm(k)
+	best, bestD := "", 3
+	for _, kn := range known {
+		c := norm(kn)
+		if d := editDistance(nk, c); d < bestD && 3*d <= len(c) {
+			best, bestD = kn, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		// Keys that long are no misspelling of ours; spare the work.
+		if a == b {
+			return 0
+		}
+		return len(a) + len(b)
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // get returns the field named camel (or its proto name) of object n; nil when
@@ -361,6 +492,24 @@ func parseProtoDuration(s string) (time.Duration, bool) {
 	}
 	return time.Duration(sec*int64(time.Second) + ns), true
 }
+
+// CodeName returns the name gRFC A6 and a policy file give code c:
+// "UNAVAILABLE", "DEADLINE_EXCEEDED", "OK", "CANCELLED". The parser accepts
+// exactly these names (and their lower-case forms). A code above 16 is
+// printed as its number.
+func CodeName(c codes.Code) string {
+	if c <= 16 {
+		return codeNamesByCode[c]
+	}
+	return strconv.FormatUint(uint64(c), 10)
+}
+
+var codeNamesByCode = func() (out [17]string) {
+	for name, c := range codeNames {
+		out[c] = name
+	}
+	return out
+}()
 
 var codeNames = map[string]codes.Code{
 	"OK": codes.OK, "CANCELLED": codes.Canceled, "UNKNOWN": codes.Unknown,
@@ -619,6 +768,7 @@ func (w *walker) methodConfigs(v *node, c *Config) {
 					continue
 				}
 				owner[key] = i
+				w.checkName(np, svc, meth)
 				c.methods[key] = m
 				entry.Names = append(entry.Names, key)
 			}
@@ -706,7 +856,7 @@ func (w *walker) maxAttempts(n *node, path string) int {
 		return 0
 	}
 	if v < 2 {
-		w.fail(path, "must be at least 2", v)
+		w.fail(path, "must be at least 2 (it counts the first attempt: 2 means 1 retry)", v)
 		return 0
 	}
 	if v > int64(w.opts.cap) {
@@ -747,7 +897,7 @@ func (w *walker) retryPolicy(n *node, path string) *Policy {
 		w.fail(join(path, "backoffMultiplier"), "is required", shownValue("nothing"))
 	} else if f, ok := w.number(v, join(path, "backoffMultiplier")); ok {
 		if f <= 0 {
-			w.fail(join(path, "backoffMultiplier"), "must be > 0", json.Number(v.s))
+			w.fail(join(path, "backoffMultiplier"), "must be > 0 (1 keeps every pause at initialBackoff, 2 doubles them)", json.Number(v.s))
 		}
 		p.Backoff.Multiplier = f
 	}

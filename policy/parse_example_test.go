@@ -40,7 +40,8 @@ retryBudget:
 	// 4 100ms FULL
 	// true
 	// ratio
-	// methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored
-	// policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2, got 1
+	// methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored (did you mean "maxAttempts"?)
+	// methodConfig[0].name[0].service: service "shop.v1.Cart" is not declared in the known proto files (no mistake if the program registers it later; WithProtoFiles(nil) turns this check off)
+	// policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1
 	// policy: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"
 }

@@ -28,6 +28,11 @@ func FuzzParseConfig(f *testing.F) {
 						t.Fatalf("error line %q lacks the package name (FieldError: %v)", line, errors.As(err, &fe))
 					}
 				}
+				// A syntax error is placed inside the document.
+				var se *SyntaxError
+				if errors.As(err, &se) && (se.Line < 0 || se.Line > strings.Count(string(data), "\n")+1 || se.Format == "JSON" && (se.Line < 1 || se.Column < 1)) {
+					t.Fatalf("syntax error placed at %d:%d, outside the document: %v", se.Line, se.Column, err)
+				}
 				continue
 			}
 			for _, name := range c.Names() {

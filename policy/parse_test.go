@@ -67,7 +67,7 @@ func TestParseFullExample(t *testing.T) {
     "retryPolicy": {"maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 1, "retryableStatusCodes": [14]}
   }],
   "retryBudget": {"ratio": {"percent": 10, "window": "10s"}}
-}`)
+}`, WithProtoFiles(nil))
 	cart := c.Method("/shop.v1.Cart/Add")
 	want := Policy{MaxAttempts: 4, Backoff: Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: JitterFull},
 		RetryableCodes: NewCodeSet(codes.Unavailable, codes.ResourceExhausted), PerAttemptRecvTimeout: time.Second}
@@ -141,7 +141,7 @@ func TestParseErrorsAllAtOnce(t *testing.T) {
 		"retryThrottling":{"maxTokens":1001,"tokenRatio":0.1}}`))
 	got := parseErrLines(t, err)
 	want := []string{
-		`policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2, got 1`,
+		`policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1`,
 		`policy: methodConfig[1].retryPolicy.initialBackoff: must be > 0, got "0s"`,
 		`policy: methodConfig[1].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
 		`policy: methodConfig[1].retryPolicy.retryableStatusCodes[1]: must be a status code: an upper-case name such as UNAVAILABLE, or an integer 0-16, got "NOPE"`,
@@ -184,7 +184,7 @@ func TestParseErrors(t *testing.T) {
 			"policy: retryThrottling.defer.maxWaiting: must be in [1, 1e6], got 0\n" +
 				`policy: retryThrottling.defer.maxWait: must be in [1ms, 1h], got "2h"`},
 		{"yaml", "methodConfig:\n  - name: [{service: a.S}]\n    hedgingPolicy: {maxAttempts: 0}\n",
-			`policy: methodConfig[0].hedgingPolicy.maxAttempts: must be at least 2, got 0`},
+			`policy: methodConfig[0].hedgingPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 0`},
 		{"hedging negative delay", `{"methodConfig":[{"name":[{"service":"a.S"}],"hedgingPolicy":{"maxAttempts":2,"hedgingDelay":"-1s"}}]}`,
 			`policy: methodConfig[0].hedgingPolicy.hedgingDelay: must be >= 0, got "-1s"`},
 	}
@@ -215,15 +215,15 @@ func TestParseWarnings(t *testing.T) {
 	c := parseMust(t, `{"methodConfg":[],"loadBalancingConfig":[{"round_robin":{}}],
 		"methodConfig":[{"name":[{"service":"a.S"}],"retryPolicy":{"maxAttempts":9,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14],"maxAtempts":3}},
 		{"retryPolicy":null}],
-		"retryThrottling":{"maxTokens":10,"tokenRatio":0.1234}}`)
+		"retryThrottling":{"maxTokens":10,"tokenRatio":0.1234}}`, WithProtoFiles(nil))
 	var got []string
 	for _, w := range c.Warnings() {
 		got = append(got, w.String())
 	}
 	want := []string{
-		`methodConfg: unknown key, ignored`,
+		`methodConfg: unknown key, ignored (did you mean "methodConfig"?)`,
 		`loadBalancingConfig: policy "round_robin" is grpc-go's to apply; stagger does not apply it`,
-		`methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored`,
+		`methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored (did you mean "maxAttempts"?)`,
 		`methodConfig[0].retryPolicy.maxAttempts: 9 is above the cap, so 5 is used (gRFC A6; raise the cap with WithMaxAttemptsCap)`,
 		`methodConfig[1]: entry has no name, so it applies to no method (grpc-go skips it too)`,
 		`retryThrottling.tokenRatio: 0.1234 kept to 3 decimals as gRFC A6 says: 0.123 (grpc-go uses every digit)`,
@@ -245,7 +245,7 @@ func TestParseWarnings(t *testing.T) {
 func TestParseOptions(t *testing.T) {
 	doc := `{"methodConfig":[{"name":[{"service":"a.S"}],"retryPolicy":{"maxAttempts":9,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14],"maxAtempts":3}}]}`
 	_, err := ParseConfig([]byte(doc), Strict())
-	if got := strings.Join(parseErrLines(t, err), "\n"); got != `policy: methodConfig[0].retryPolicy: must hold only known keys (Strict), got "maxAtempts"` {
+	if got := strings.Join(parseErrLines(t, err), "\n"); got != `policy: methodConfig[0].retryPolicy: must hold only known keys (Strict; did you mean "maxAttempts"?), got "maxAtempts"` {
 		t.Errorf("Strict: %s", got)
 	}
 	c := parseMust(t, doc, WithMaxAttemptsCap(7))

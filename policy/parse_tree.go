@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -35,12 +37,15 @@ var nodeKindNames = [...]string{"null", "a boolean", "a number", "a string", "an
 func (k nodeKind) String() string { return nodeKindNames[k] }
 
 type node struct {
-	kind nodeKind
-	b    bool
-	s    string // a string's value, or a number's literal
-	arr  []*node
-	keys []string
-	vals []*node
+	// line and col place the value in the document, from 1 (col counts
+	// bytes); 0 when unknown.
+	line, col int
+	kind      nodeKind
+	b         bool
+	s         string // a string's value, or a number's literal
+	arr       []*node
+	keys      []string
+	vals      []*node
 }
 
 // maxTreeDepth matches encoding/json's nesting limit, so a document grpc-go
@@ -53,27 +58,102 @@ const maxYAMLNodes = 1 << 20
 
 var errTooDeep = errors.New("policy: document nested too deeply")
 
-// decodeJSON reads one JSON value and nothing after it, as json.Unmarshal does.
+// decodeJSON reads one JSON value and nothing after it, as json.Unmarshal
+// does. Its errors are *SyntaxError, placed at the byte that broke the
+// syntax.
 func decodeJSON(data []byte) (*node, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	n, err := readJSON(dec, 0)
-	if err != nil {
-		return nil, fmt.Errorf("policy: invalid JSON: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		if err == nil {
+	r := &jsonReader{dec: dec, data: data}
+	n, err := r.read(0)
+	if err == nil {
+		if _, err = dec.Token(); err == io.EOF {
+			return n, nil
+		} else if err == nil {
 			err = errors.New("data after the top-level value")
 		}
-		return nil, fmt.Errorf("policy: invalid JSON: %w", err)
 	}
-	return n, nil
+	return nil, jsonSyntaxError(data, dec, err)
 }
 
-func readJSON(dec *json.Decoder, depth int) (*node, error) {
+// jsonSyntaxError places err in data. A Decoder's offsets are relative to
+// what it buffered, so the document is checked again by json.Unmarshal,
+// whose *json.SyntaxError counts the bytes read, the bad one included; else
+// the error is placed where the decoder stopped.
+func jsonSyntaxError(data []byte, dec *json.Decoder, err error) error {
+	var v any
+	var se *json.SyntaxError
+	if errors.As(json.Unmarshal(data, &v), &se) {
+		off := int(se.Offset) - 1
+		msg := se.Error()
+		if off >= 0 && off < len(data) && (data[off] == '}' || data[off] == ']') {
+			// The commonest slip: a comma after the last element.
+			before := bytes.TrimRight(data[:off], " \t\r\n")
+			if len(before) > 0 && before[len(before)-1] == ',' {
+				comma := newSyntaxError("JSON", data, len(before)-1, "")
+				msg += fmt.Sprintf(" (JSON allows no comma before %q: remove the one at line %d, column %d)", data[off], comma.Line, comma.Column)
+			}
+		}
+		return newSyntaxError("JSON", data, off, msg)
+	}
+	return newSyntaxError("JSON", data, int(dec.InputOffset()), err.Error())
+}
+
+// newSyntaxError is a *SyntaxError at byte offset off of data.
+func newSyntaxError(format string, data []byte, off int, msg string) *SyntaxError {
+	off = max(0, min(off, len(data)))
+	line := 1 + bytes.Count(data[:off], []byte("\n"))
+	col := off - bytes.LastIndexByte(data[:off], '\n')
+	return &SyntaxError{Format: format, Line: line, Column: col, Msg: msg}
+}
+
+// jsonReader reads a JSON document into nodes, placing each.
+type jsonReader struct {
+	dec  *json.Decoder
+	data []byte
+	// line and lineStart are the line of the last value placed and the
+	// offset where it starts: values come in order, so placing one only
+	// counts the newlines since the last.
+	line, lineStart, scanned int
+}
+
+// place returns the line and column of the next token: the first byte at
+// or after the decoder's offset that is not space, ':' or ','.
+func (r *jsonReader) place() (line, col int) {
+	off := int(r.dec.InputOffset())
+	for off < len(r.data) {
+		c := r.data[off]
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != ':' && c != ',' {
+			break
+		}
+		off++
+	}
+	if r.line == 0 {
+		r.line = 1
+	}
+	for ; r.scanned < off && r.scanned < len(r.data); r.scanned++ {
+		if r.data[r.scanned] == '\n' {
+			r.line++
+			r.lineStart = r.scanned + 1
+		}
+	}
+	return r.line, off - r.lineStart + 1
+}
+
+func (r *jsonReader) read(depth int) (*node, error) {
 	if depth > maxTreeDepth {
 		return nil, errTooDeep
 	}
+	line, col := r.place()
+	n, err := r.readValue(depth)
+	if n != nil {
+		n.line, n.col = line, col
+	}
+	return n, err
+}
+
+func (r *jsonReader) readValue(depth int) (*node, error) {
+	dec := r.dec
 	tok, err := dec.Token()
 	if err != nil {
 		if err == io.EOF {
@@ -95,7 +175,7 @@ func readJSON(dec *json.Decoder, depth int) (*node, error) {
 		case '[':
 			n := &node{kind: nodeArray}
 			for dec.More() {
-				v, err := readJSON(dec, depth+1)
+				v, err := r.read(depth + 1)
 				if err != nil {
 					return nil, err
 				}
@@ -116,7 +196,7 @@ func readJSON(dec *json.Decoder, depth int) (*node, error) {
 				if !ok {
 					return nil, fmt.Errorf("object key is %v, not a string", kt)
 				}
-				v, err := readJSON(dec, depth+1)
+				v, err := r.read(depth + 1)
 				if err != nil {
 					return nil, err
 				}
@@ -133,11 +213,12 @@ func readJSON(dec *json.Decoder, depth int) (*node, error) {
 }
 
 // decodeYAML reads one YAML document into the same tree as JSON: scalars keep
-// their YAML type (3 is a number, "3" and 0.1s are strings).
+// their YAML type (3 is a number, "3" and 0.1s are strings). Its errors are
+// *SyntaxError.
 func decodeYAML(data []byte) (*node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("policy: invalid YAML: %w", err)
+		return nil, yamlSyntaxError(data, err)
 	}
 	if doc.Kind == 0 || (doc.Kind == yaml.DocumentNode && len(doc.Content) == 0) {
 		return nil, errors.New("policy: empty policy file")
@@ -145,9 +226,65 @@ func decodeYAML(data []byte) (*node, error) {
 	budget := maxYAMLNodes
 	n, err := fromYAML(&doc, 0, &budget)
 	if err != nil {
-		return nil, fmt.Errorf("policy: invalid YAML: %w", err)
+		var se *SyntaxError
+		if !errors.As(err, &se) {
+			se = &SyntaxError{Format: "YAML", Msg: err.Error()}
+		}
+		return nil, se
 	}
 	return n, nil
+}
+
+// yamlLineError is yaml's "yaml: line 3: did not find expected key".
+var yamlLineError = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// yamlSyntaxError places a YAML syntax error on its line. go.yaml.in/yaml/v3
+// reports the line where the enclosing block or flow began (line 1 for a key
+// mis-indented on line 5), and one line early for some errors; the line that
+// broke the syntax is the shortest prefix of the document that fails with
+// the same message, found by bisection (a handful of parses). yaml gives no
+// column, so Column is 0.
+func yamlSyntaxError(data []byte, err error) *SyntaxError {
+	reported, msg := yamlMessage(err)
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	failsAt := func(n int) bool {
+		var doc yaml.Node
+		err := yaml.Unmarshal(bytes.Join(lines[:n], nil), &doc)
+		if err == nil {
+			return false
+		}
+		_, m := yamlMessage(err)
+		return m == msg
+	}
+	line := sort.Search(len(lines), func(i int) bool { return failsAt(i + 1) }) + 1
+	if line > len(lines) {
+		line = reported
+	}
+	return &SyntaxError{Format: "YAML", Line: line, Msg: msg + yamlHint(msg, lines, line)}
+}
+
+// yamlHint says what usually causes yaml's terser messages.
+func yamlHint(msg string, lines [][]byte, line int) string {
+	switch {
+	case msg == "did not find expected key" || msg == "did not find expected '-' indicator":
+		return " (is the line indented like the keys or items it belongs with?)"
+	case msg == "found character that cannot start any token" && line >= 1 && line <= len(lines) && bytes.ContainsRune(lines[line-1], '\t'):
+		return " (a tab: YAML indents with spaces only)"
+	case msg == "mapping values are not allowed in this context":
+		return ` (a value holding ": " needs quotes)`
+	}
+	return ""
+}
+
+// yamlMessage splits yaml's "yaml: line 3: did not find expected key" into
+// the line it names (0 when none) and the message.
+func yamlMessage(err error) (line int, msg string) {
+	msg = strings.TrimPrefix(err.Error(), "yaml: ")
+	if m := yamlLineError.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	}
+	return line, msg
 }
 
 func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
@@ -165,11 +302,11 @@ func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
 		return fromYAML(y.Content[0], depth+1, budget)
 	case yaml.AliasNode:
 		if y.Alias == nil {
-			return nil, fmt.Errorf("line %d: unknown alias", y.Line)
+			return nil, &SyntaxError{Format: "YAML", Line: y.Line, Column: y.Column, Msg: "unknown alias"}
 		}
 		return fromYAML(y.Alias, depth+1, budget)
 	case yaml.SequenceNode:
-		n := &node{kind: nodeArray}
+		n := &node{kind: nodeArray, line: y.Line, col: y.Column}
 		for _, c := range y.Content {
 			v, err := fromYAML(c, depth+1, budget)
 			if err != nil {
@@ -179,14 +316,14 @@ func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
 		}
 		return n, nil
 	case yaml.MappingNode:
-		n := &node{kind: nodeObject}
+		n := &node{kind: nodeObject, line: y.Line, col: y.Column}
 		for i := 0; i+1 < len(y.Content); i += 2 {
 			kn := y.Content[i]
 			if kn.Kind == yaml.AliasNode && kn.Alias != nil {
 				kn = kn.Alias
 			}
 			if kn.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("line %d: a key must be a scalar", kn.Line)
+				return nil, &SyntaxError{Format: "YAML", Line: kn.Line, Column: kn.Column, Msg: "a key must be a scalar"}
 			}
 			v, err := fromYAML(y.Content[i+1], depth+1, budget)
 			if err != nil {
@@ -197,9 +334,13 @@ func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
 		}
 		return n, nil
 	case yaml.ScalarNode:
-		return yamlScalar(y)
+		n, err := yamlScalar(y)
+		if n != nil {
+			n.line, n.col = y.Line, y.Column
+		}
+		return n, err
 	}
-	return nil, fmt.Errorf("line %d: unsupported YAML node", y.Line)
+	return nil, &SyntaxError{Format: "YAML", Line: y.Line, Column: y.Column, Msg: "unsupported YAML node"}
 }
 
 func yamlScalar(y *yaml.Node) (*node, error) {
@@ -230,7 +371,7 @@ func yamlScalar(y *yaml.Node) (*node, error) {
 			return nil, err
 		}
 		if math.IsInf(f, 0) || math.IsNaN(f) {
-			return nil, fmt.Errorf("line %d: %s is not a finite number", y.Line, y.Value)
+			return nil, &SyntaxError{Format: "YAML", Line: y.Line, Column: y.Column, Msg: y.Value + " is not a finite number"}
 		}
 		lit := strings.ReplaceAll(y.Value, "_", "")
 		if _, err := strconv.ParseFloat(lit, 64); err != nil {
@@ -262,4 +403,37 @@ func (n *node) field(names ...string) *node {
 		}
 	}
 	return nil
+}
+
+// locate returns the node at path ("methodConfig[0].retryPolicy.maxAttempts",
+// keys matched as field matches them), or the deepest node on the way when
+// the path leads nowhere (a required key missing: its object).
+func locate(root *node, path string) *node {
+	n := root
+	for path != "" && n != nil {
+		var part string
+		part, path, _ = strings.Cut(path, ".")
+		key, rest, _ := strings.Cut(part, "[")
+		if key != "" {
+			if n.kind != nodeObject {
+				return n
+			}
+			v := n.field(key, snake(key))
+			if v == nil {
+				return n
+			}
+			n = v
+		}
+		for rest != "" {
+			var idx string
+			idx, rest, _ = strings.Cut(rest, "]")
+			rest = strings.TrimPrefix(rest, "[")
+			i, err := strconv.Atoi(idx)
+			if err != nil || n.kind != nodeArray || i < 0 || i >= len(n.arr) {
+				return n
+			}
+			n = n.arr[i]
+		}
+	}
+	return n
 }

@@ -91,6 +91,7 @@ func NewSource(cfg *Config, opts ...ParseOption) *Source {
 func WatchFile(path string, opts ...ParseOption) (*Source, error) {
 	s := &Source{path: path, opts: buildParseOptions(opts)}
 	s.opts.format = formatFor(path, s.opts.format)
+	s.opts.file = path
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)

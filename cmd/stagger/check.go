@@ -6,7 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
+	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,11 +18,16 @@ import (
 
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 )
 
 func init() {
 	commands["check"] = command{
-		summary: "validate a policy file and explain it: check [-format text|json] [-strict] [-max-attempts-cap N] FILE",
+		summary: "validate a policy file and explain it: check [-format text|json] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE",
 		run:     runCheck,
 	}
 }
@@ -31,7 +39,10 @@ type checkReport struct {
 	Errors   []string      `json:"errors,omitempty"`
 	Warnings []string      `json:"warnings,omitempty"`
 	Methods  []checkMethod `json:"methods,omitempty"`
-	Budget   *checkBudget  `json:"budget,omitempty"`
+	// NameCheck says whether service and method names were checked
+	// against proto files, and which.
+	NameCheck string       `json:"nameCheck"`
+	Budget    *checkBudget `json:"budget,omitempty"`
 	// Breaker explains the file's top-level circuitBreaker and
 	// adaptiveThrottling (methods no entry names use it).
 	Breaker *checkBreaker `json:"breaker,omitempty"`
@@ -82,7 +93,11 @@ type checkBackoff struct {
 }
 
 type checkPause struct {
+	// Retry is the retry the row is about; when Last is set, the row is
+	// about every retry from Retry to Last. Median and P99 are "-" for such
+	// a row when they were not worked out (only Min and Max are exact).
 	Retry  int    `json:"retry"`
+	Last   int    `json:"last,omitempty"`
 	Min    string `json:"min"`
 	Median string `json:"median"`
 	P99    string `json:"p99"`
@@ -111,9 +126,10 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	format := fs.String("format", "text", "output format: text or json")
 	strict := fs.Bool("strict", false, "treat unknown keys as errors")
-	capN := fs.Int("max-attempts-cap", policy.DefaultMaxAttemptsCap, "cap on maxAttempts (gRFC A6: 5)")
+	capN := fs.Int("max-attempts-cap", policy.DefaultMaxAttemptsCap, "cap on maxAttempts, at most policy.MaxAttemptsCapLimit (1000); below 2 keeps gRFC A6's 5")
+	descSet := fs.String("descriptor-set", "", "check service and method names, and read idempotency_level options, from this descriptor set\n(a FileDescriptorSet, as `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE` write it);\nwithout it, names are not checked")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-strict] [-max-attempts-cap N] FILE")
+		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -137,11 +153,25 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stagger check: -format must be text or json, got %q\n", *format)
 		return 2
 	}
+	if _, err := policy.ParseConfig([]byte("{}"), policy.WithMaxAttemptsCap(*capN)); err != nil {
+		// The cap is refused before any file is read (it is no fault of
+		// the file's).
+		fmt.Fprintln(stderr, "stagger check: -max-attempts-cap:", err)
+		return 2
+	}
+	var files *protoregistry.Files
+	if *descSet != "" {
+		var err error
+		if files, err = loadDescriptorSet(*descSet); err != nil {
+			fmt.Fprintln(stderr, "stagger check: -descriptor-set:", err)
+			return 2
+		}
+	}
 	opts := []policy.ParseOption{policy.WithMaxAttemptsCap(*capN)}
 	if *strict {
 		opts = append(opts, policy.Strict())
 	}
-	rep := checkFile(file, opts...)
+	rep := checkFile(file, files, *descSet, opts...)
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -163,22 +193,65 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// checkFile parses file and explains it.
-func checkFile(file string, opts ...policy.ParseOption) checkReport {
-	rep := checkReport{File: file}
-	cfg, err := policy.LoadFile(file, opts...)
+// loadDescriptorSet reads a FileDescriptorSet. Files whose imports the set
+// lacks (protoc without --include_imports) are kept: their unresolved types
+// do not matter to service and method names.
+func loadDescriptorSet(path string) (*protoregistry.Files, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		rep.Errors = errorLines(err)
+		return nil, err
+	}
+	var set descriptorpb.FileDescriptorSet
+	if err := proto.Unmarshal(data, &set); err != nil {
+		return nil, fmt.Errorf("%s is not a FileDescriptorSet: %w", path, err)
+	}
+	files, err := protodesc.FileOptions{AllowUnresolvable: true}.NewFiles(&set)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return files, nil
+}
+
+// checkFile parses file and explains it. With files (from descSet), names
+// are checked against them and idempotency read from them; without, names
+// are not checked (the registry of this binary holds none of the user's
+// protos, only stagger's test service) and idempotency comes from that
+// registry.
+func checkFile(file string, files *protoregistry.Files, descSet string, opts ...policy.ParseOption) checkReport {
+	rep := checkReport{File: file}
+	if files != nil {
+		opts = append(opts, policy.WithProtoFiles(files))
+		n := 0
+		files.RangeFiles(func(f protoreflect.FileDescriptor) bool { n += f.Services().Len(); return true })
+		rep.NameCheck = fmt.Sprintf("service and method names checked against the %d services of %s", n, descSet)
+	} else {
+		opts = append(opts, policy.WithProtoFiles(nil))
+		rep.NameCheck = "service and method names not checked against proto files (give -descriptor-set FILE to check them)"
+	}
+	// Warnings come through OnWarnings, so that an invalid file shows them
+	// too: a misspelt key (a warning) often explains an error.
+	var warns []policy.Warning
+	opts = append(opts, policy.OnWarnings(func(w []policy.Warning) { warns = w }))
+	cfg, err := policy.LoadFile(file, opts...)
+	for _, w := range warns {
+		s := w.String()
+		if w.Line > 0 {
+			s = fmt.Sprintf("%s:%d:%d: %s", file, w.Line, w.Column, s)
+		}
+		rep.Warnings = append(rep.Warnings, s)
+	}
+	if err != nil {
+		rep.Errors = errorLines(file, err)
 		return rep
 	}
 	rep.Valid = true
-	for _, w := range cfg.Warnings() {
-		rep.Warnings = append(rep.Warnings, w.String())
+	if files == nil {
+		rep.Warnings = append(rep.Warnings, packagelessNames(cfg)...)
 	}
 	maxAttempts := 1
 	rep.Breaker = explainBreaker(cfg.BreakerSettings())
 	for _, e := range cfg.Entries() {
-		m := explainMethod(e)
+		m := explainMethod(e, files)
 		if b := e.Method.Breaker; (b == nil) != (cfg.BreakerSettings() == nil) || b != nil && *b != *cfg.BreakerSettings() {
 			m.Breaker = explainBreaker(b)
 			if m.Breaker == nil {
@@ -189,15 +262,17 @@ func checkFile(file string, opts ...policy.ParseOption) checkReport {
 		if m.MaxAttempts > maxAttempts {
 			maxAttempts = m.MaxAttempts
 		}
-		rep.Warnings = append(rep.Warnings, methodWarnings(cfg, e, m)...)
+		rep.Warnings = append(rep.Warnings, methodWarnings(cfg, e, m, files)...)
 	}
 	rep.Budget = explainBudget(cfg.BudgetSettings(), maxAttempts)
 	rep.Budget.Deferral = explainDeferral(cfg.BudgetSettings())
 	return rep
 }
 
-// errorLines splits a joined error into one line per error.
-func errorLines(err error) []string {
+// errorLines splits a joined error into one line per error, each placed as
+// compilers place theirs: "file:line:col: message" for a syntax error,
+// "file: path: rule, got value" for a field.
+func errorLines(file string, err error) []string {
 	var out []string
 	var walk func(error)
 	walk = func(e error) {
@@ -207,7 +282,21 @@ func errorLines(err error) []string {
 			}
 			return
 		}
-		out = append(out, strings.Split(e.Error(), "\n")...)
+		msg := strings.TrimPrefix(e.Error(), "policy: ")
+		var se *policy.SyntaxError
+		var fe *policy.FieldError
+		var pe *fs.PathError
+		switch {
+		case errors.As(e, &se) && se.File != "":
+			// Placed already.
+		case errors.As(e, &fe) && fe.Line > 0:
+			msg = fmt.Sprintf("%s:%d:%d: %s", file, fe.Line, fe.Column, msg)
+		case errors.As(e, &pe):
+			// "open FILE: no such file or directory" names the file.
+		default:
+			msg = file + ": " + msg
+		}
+		out = append(out, strings.Split(msg, "\n")...)
 	}
 	walk(err)
 	return out
@@ -224,32 +313,21 @@ func displayNames(names []string) []string {
 	return out
 }
 
+// codeNames lists s by the names a policy file uses (gRFC A6's).
 func codeNames(s policy.CodeSet) []string {
 	var out []string
 	for _, c := range s.Codes() {
-		out = append(out, strings.ToUpper(snakeCode(c.String())))
+		out = append(out, policy.CodeName(c))
 	}
 	return out
 }
 
-// snakeCode turns grpc-go's code names ("ResourceExhausted") into the
-// names a policy file uses ("RESOURCE_EXHAUSTED").
-func snakeCode(s string) string {
-	if s == "Canceled" {
-		return "CANCELLED"
-	}
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte('_')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
+// fmtDur prints d for a reader: rounded, and the largest Duration (where
+// every figure of check saturates) as what it is.
 func fmtDur(d time.Duration) string {
 	switch {
+	case d == math.MaxInt64:
+		return "more than 292 years"
 	case d >= time.Second:
 		d = d.Round(time.Millisecond)
 	case d >= time.Millisecond:
@@ -258,7 +336,7 @@ func fmtDur(d time.Duration) string {
 	return d.String()
 }
 
-func explainMethod(e policy.Entry) checkMethod {
+func explainMethod(e policy.Entry, files *protoregistry.Files) checkMethod {
 	m := e.Method
 	out := checkMethod{Entry: e.Index, Names: displayNames(e.Names), Kind: "none", Idempotent: "not marked"}
 	if m.Idempotent != nil {
@@ -272,7 +350,7 @@ func explainMethod(e policy.Entry) checkMethod {
 		p := m.Retry
 		out.Kind = "retry"
 		out.Ambiguous = "retried: the method is idempotent"
-		if !entryIdempotent(e) {
+		if !entryIdempotent(e, files) {
 			out.Ambiguous = "not retried (reason ambiguous): the method is not known to be idempotent, and the attempt may have run; calls with interceptor.WithIdempotencyKey are retried"
 		}
 		out.MaxAttempts = p.MaxAttempts
@@ -281,15 +359,20 @@ func explainMethod(e policy.Entry) checkMethod {
 		if p.PerAttemptRecvTimeout > 0 {
 			out.PerAttemptRecvTimeout = fmtDur(p.PerAttemptRecvTimeout)
 		}
-		table := pauseTable(p.Backoff, p.MaxAttempts-1)
-		var worst time.Duration
+		table, worst := pauseTable(p.Backoff, p.MaxAttempts-1)
 		for _, row := range table {
-			out.Pauses = append(out.Pauses, checkPause{Retry: row.retry, Min: fmtDur(row.q[0]), Median: fmtDur(row.q[1]), P99: fmtDur(row.q[2]), Max: fmtDur(row.q[3]), AtCap: row.atCap})
-			worst = satAdd(worst, row.q[3])
+			cp := checkPause{Retry: row.retry, Min: fmtDur(row.q[0]), Median: fmtDur(row.q[1]), P99: fmtDur(row.q[2]), Max: fmtDur(row.q[3]), AtCap: row.atCap}
+			if row.last != row.retry {
+				cp.Last = row.last
+			}
+			if row.elided {
+				cp.Median, cp.P99 = "-", "-"
+			}
+			out.Pauses = append(out.Pauses, cp)
 		}
 		note := "pauses only; each attempt's own time comes on top, bounded by the caller's deadline"
 		if p.PerAttemptRecvTimeout > 0 {
-			worst = satAdd(worst, time.Duration(min64(int64(p.MaxAttempts), math.MaxInt64/int64(p.PerAttemptRecvTimeout)))*p.PerAttemptRecvTimeout)
+			worst = satAdd(worst, satMul(p.PerAttemptRecvTimeout, int64(p.MaxAttempts)))
 			note = "pauses plus every attempt cut off by perAttemptRecvTimeout"
 		}
 		if m.Timeout > 0 && worst > m.Timeout {
@@ -306,7 +389,7 @@ func explainMethod(e policy.Entry) checkMethod {
 		out.Codes = codeNames(h.NonFatalCodes)
 		out.HedgingDelay = fmtDur(h.Delay)
 		out.Adaptive = h.Adaptive
-		out.WorstCase = fmtDur(time.Duration(h.MaxAttempts-1) * h.Delay)
+		out.WorstCase = fmtDur(satMul(h.Delay, int64(h.MaxAttempts-1)))
 		out.WorstCaseNote = "until the last hedge is sent; hedges run at once, so this adds no waiting after a failure"
 		out.Chain = chainNote(h.MaxAttempts, "hedges")
 	}
@@ -329,13 +412,7 @@ func chainNote(n int, what string) string {
 		what, pow(2), pow(3), n)
 }
 
-func min64(a, b int64) int64 {
-	if a < b {
-		return a
-	}
-	return b
-}
-
+// satAdd is a + b for durations >= 0, saturating at the largest Duration.
 func satAdd(a, b time.Duration) time.Duration {
 	if a > math.MaxInt64-b {
 		return math.MaxInt64
@@ -343,79 +420,206 @@ func satAdd(a, b time.Duration) time.Duration {
 	return a + b
 }
 
+// satMul is d × n for d, n >= 0, saturating at the largest Duration.
+func satMul(d time.Duration, n int64) time.Duration {
+	if n <= 0 || d <= 0 {
+		return 0
+	}
+	if int64(d) > math.MaxInt64/n {
+		return math.MaxInt64
+	}
+	return d * time.Duration(n)
+}
+
+// durationOf converts nanoseconds to a Duration, saturating.
+func durationOf(ns float64) time.Duration {
+	switch {
+	case !(ns > 0):
+		return 0
+	case ns >= math.MaxInt64:
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}
+
+// pauseRow is one row of the pause table: retries retry to last (last ==
+// retry for a single retry) pause alike. elided marks a run of rows whose
+// min and max are given but whose quantiles were not worked out.
 type pauseRow struct {
-	retry int
-	q     [4]time.Duration // min, median, p99, max
-	atCap float64
+	retry, last int
+	q           [4]time.Duration // min, median, p99, max
+	atCap       float64
+	elided      bool
 }
 
 // pauseGrid is how finely the jitter's u is integrated: pauses are computed
 // from Backoff.Delay on a grid of u, not by drawing random numbers, so the
 // table is the same on every run.
-const pauseGrid = 400
+const pauseGrid = 200
+
+// pauseRowsShown is how many retries the table shows one by one; later
+// retries that pause differently are summed up in one row (their min and
+// max), so that the table, and the work behind it, stay small whatever
+// maxAttempts says.
+const pauseRowsShown = 8
 
 // pauseTable gives the distribution of the pause before each retry, from
-// Backoff.Delay itself. For every jitter but decorrelated the pause depends
-// on u alone and is monotone in it, so its quantiles are Delay at those
-// quantiles of u. Decorrelated jitter depends on the previous pause too: its
-// distribution is carried from retry to retry as pauseGrid equally likely
-// values, each combined with pauseGrid values of u (a deterministic numeric
-// integration).
-func pauseTable(b policy.Backoff, retries int) []pauseRow {
-	var rows []pauseRow
-	uMax := math.Nextafter(1, 0)
-	if b.Jitter != policy.JitterDecorrelated {
-		for r := 1; r <= retries; r++ {
-			row := pauseRow{retry: r, q: [4]time.Duration{
-				b.Delay(r, b.Initial, 0), b.Delay(r, b.Initial, 0.5), b.Delay(r, b.Initial, 0.99), b.Delay(r, b.Initial, uMax),
-			}}
-			rows = append(rows, row)
-		}
-		return rows
+// Backoff.Delay itself, and the sum of the longest pauses (saturating at the
+// largest Duration). The work is bounded whatever retries is: at most
+// pauseRowsShown rows are worked out, and the rest is found by bisection
+// and closed forms (see pauseTableSimple and pauseTableDecorrelated).
+func pauseTable(b policy.Backoff, retries int) ([]pauseRow, time.Duration) {
+	if retries < 1 {
+		return nil, 0
 	}
+	if b.Jitter == policy.JitterDecorrelated {
+		return pauseTableDecorrelated(b, retries)
+	}
+	return pauseTableSimple(b, retries)
+}
+
+// pauseTableSimple: for every jitter but decorrelated the pause depends on u
+// and the term alone and is monotone in u, so its quantiles are Delay at
+// those quantiles of u; and the term is monotone in the retry number (it
+// grows to Max, or shrinks), so the retries that pause alike form one run at
+// the end, found by bisection.
+func pauseTableSimple(b policy.Backoff, retries int) ([]pauseRow, time.Duration) {
+	uMax := math.Nextafter(1, 0)
+	row := func(r int) pauseRow {
+		return pauseRow{retry: r, last: r, q: [4]time.Duration{
+			b.Delay(r, b.Initial, 0), b.Delay(r, b.Initial, 0.5), b.Delay(r, b.Initial, 0.99), b.Delay(r, b.Initial, uMax),
+		}}
+	}
+	final := row(retries)
+	// k is the first retry that pauses as the last one does: every row
+	// from k on is final's (the rows are monotone in r).
+	k := sort.Search(retries, func(i int) bool { return row(i+1).q == final.q }) + 1
+	var rows []pauseRow
+	var worst time.Duration
+	shown := min(k-1, pauseRowsShown)
+	for r := 1; r <= shown; r++ {
+		x := row(r)
+		if n := len(rows); n > 0 && rows[n-1].q == x.q {
+			rows[n-1].last = r
+		} else {
+			rows = append(rows, x)
+		}
+		worst = satAdd(worst, x.q[3])
+	}
+	if shown < k-1 {
+		// Retries shown+1 .. k-1: terms Initial × Multiplier^(r-1), uncapped;
+		// their longest pauses are that term times Delay's factor at uMax.
+		first, last := row(shown+1), row(k-1)
+		rows = append(rows, pauseRow{retry: shown + 1, last: k - 1, elided: true,
+			q: [4]time.Duration{min(first.q[0], last.q[0]), 0, 0, max(first.q[3], last.q[3])}})
+		worst = satAdd(worst, geometricSum(b, shown+1, k-1, uMax))
+	}
+	final.retry = k
+	rows = append(rows, final)
+	worst = satAdd(worst, satMul(final.q[3], int64(retries-k+1)))
+	return rows, worst
+}
+
+// geometricSum is the sum of the longest pauses of retries from to to,
+// whose terms are all below Max: Initial × f × Σ Multiplier^(r-1), in
+// closed form.
+func geometricSum(b policy.Backoff, from, to int, uMax float64) time.Duration {
+	f := 0.8 + 0.4*uMax // the factor Delay applies to the term at uMax
+	switch b.Jitter {
+	case policy.JitterFull:
+		f = uMax
+	case policy.JitterEqual:
+		f = 0.5 + 0.5*uMax
+	case policy.JitterNone:
+		f = 1
+	}
+	m, n := b.Multiplier, float64(to-from+1)
+	var s float64
+	if m == 1 {
+		s = n
+	} else {
+		s = math.Pow(m, float64(from-1)) * (math.Pow(m, n) - 1) / (m - 1)
+	}
+	return durationOf(float64(b.Initial) * f * s)
+}
+
+// pauseTableDecorrelated: decorrelated jitter depends on the previous pause
+// too. Its distribution is carried from retry to retry as pauseGrid equally
+// likely values, each combined with pauseGrid values of u (a deterministic
+// numeric integration), for the first pauseRowsShown retries; the later ones
+// get their exact min and max only. The extremes are exact: Delay is
+// monotone in prev and u, the shortest pause is always min(Initial, Max),
+// and the longest triples until it reaches Max, within about 40 retries.
+func pauseTableDecorrelated(b policy.Backoff, retries int) ([]pauseRow, time.Duration) {
+	uMax := math.Nextafter(1, 0)
+	var rows []pauseRow
+	var worst time.Duration
 	prev := []time.Duration{b.Initial}
-	// The extremes are carried exactly: Delay is monotone in prev and u.
-	loPrev, hiPrev := b.Initial, b.Initial
-	for r := 1; r <= retries; r++ {
+	lo, hi := b.Initial, b.Initial
+	shown := min(retries, pauseRowsShown)
+	for r := 1; r <= shown; r++ {
+		lo, hi = b.Delay(r, lo, 0), b.Delay(r, hi, uMax)
+		worst = satAdd(worst, hi)
+		all := decorrelatedPauses(b, r, prev)
+		var row pauseRow
 		if len(prev) == 1 {
 			// One previous pause: the pause depends on u alone, exactly.
 			p := prev[0]
-			row := pauseRow{retry: r, q: [4]time.Duration{b.Delay(r, p, 0), b.Delay(r, p, 0.5), b.Delay(r, p, 0.99), b.Delay(r, p, uMax)}}
+			row = pauseRow{q: [4]time.Duration{b.Delay(r, p, 0), b.Delay(r, p, 0.5), b.Delay(r, p, 0.99), b.Delay(r, p, uMax)}}
 			if row.q[3] >= b.Max && 3*p > b.Initial {
 				// Delay is min(Max, Initial + u(3p - Initial)): the share of u
 				// that lands on Max.
-				row.atCap = 1 - float64(b.Max-b.Initial)/float64(3*p-b.Initial)
-				if row.atCap < 0 {
-					row.atCap = 0
+				row.atCap = max(0, 1-float64(b.Max-b.Initial)/float64(3*p-b.Initial))
+			}
+		} else {
+			atCap := 0
+			for _, d := range all {
+				if d >= b.Max {
+					atCap++
 				}
 			}
-			rows = append(rows, row)
+			row = pauseRow{q: [4]time.Duration{lo, quantile(all, 0.5), quantile(all, 0.99), hi}, atCap: float64(atCap) / float64(len(all))}
 		}
-		all := make([]time.Duration, 0, len(prev)*pauseGrid)
-		for _, p := range prev {
-			for i := 0; i < pauseGrid; i++ {
-				all = append(all, b.Delay(r, p, (float64(i)+0.5)/pauseGrid))
+		row.retry, row.last = r, r
+		rows = append(rows, row)
+		if r < shown {
+			next := make([]time.Duration, pauseGrid)
+			for i := range next {
+				next[i] = all[i*len(all)/pauseGrid+len(all)/pauseGrid/2]
 			}
+			prev = next
 		}
-		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-		lo, hi := b.Delay(r, loPrev, 0), b.Delay(r, hiPrev, uMax)
-		loPrev, hiPrev = lo, hi
-		atCap := 0
-		for _, d := range all {
-			if d >= b.Max {
-				atCap++
-			}
-		}
-		if len(prev) > 1 {
-			rows = append(rows, pauseRow{retry: r, q: [4]time.Duration{lo, quantile(all, 0.5), quantile(all, 0.99), hi}, atCap: float64(atCap) / float64(len(all))})
-		}
-		next := make([]time.Duration, pauseGrid)
-		for i := range next {
-			next[i] = all[i*len(all)/pauseGrid+len(all)/pauseGrid/2]
-		}
-		prev = next
 	}
-	return rows
+	if retries == shown {
+		return rows, worst
+	}
+	// The longest pause triples until it reaches its limit (Max, within
+	// about 40 retries): sum the growing ones, then the rest at once.
+	r := shown + 1
+	for ; r <= retries; r++ {
+		next := b.Delay(r, hi, uMax)
+		if next == hi {
+			break
+		}
+		hi = next
+		worst = satAdd(worst, hi)
+	}
+	worst = satAdd(worst, satMul(hi, int64(retries-r+1)))
+	rows = append(rows, pauseRow{retry: shown + 1, last: retries, elided: true, q: [4]time.Duration{b.Delay(retries, lo, 0), 0, 0, hi}})
+	return rows, worst
+}
+
+// decorrelatedPauses is the sorted pauses before retry r, from every pause
+// in prev (equally likely) and pauseGrid values of u.
+func decorrelatedPauses(b policy.Backoff, r int, prev []time.Duration) []time.Duration {
+	all := make([]time.Duration, 0, len(prev)*pauseGrid)
+	for _, p := range prev {
+		for i := 0; i < pauseGrid; i++ {
+			all = append(all, b.Delay(r, p, (float64(i)+0.5)/pauseGrid))
+		}
+	}
+	slices.Sort(all)
+	return all
 }
 
 func quantile(sorted []time.Duration, q float64) time.Duration {
@@ -426,7 +630,7 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[i]
 }
 
-func methodWarnings(cfg *policy.Config, e policy.Entry, m checkMethod) []string {
+func methodWarnings(cfg *policy.Config, e policy.Entry, m checkMethod, files *protoregistry.Files) []string {
 	var out []string
 	where := fmt.Sprintf("methodConfig[%d]", e.Index)
 	meth := e.Method
@@ -446,7 +650,7 @@ func methodWarnings(cfg *policy.Config, e policy.Entry, m checkMethod) []string 
 	case meth.Retry != nil && meth.Retry.PerAttemptRecvTimeout > 0:
 		needsIdempotent = "retryPolicy.perAttemptRecvTimeout"
 	}
-	if needsIdempotent != "" && !entryIdempotent(e) {
+	if needsIdempotent != "" && !entryIdempotent(e, files) {
 		out = append(out, fmt.Sprintf("%s.%s: needs an idempotent method, and %s is not marked idempotent (set \"idempotent\": true or the proto option idempotency_level): stagger will not apply it",
 			where, needsIdempotent, strings.Join(displayNames(e.Names), ", ")))
 	}
@@ -459,8 +663,8 @@ func methodWarnings(cfg *policy.Config, e policy.Entry, m checkMethod) []string 
 }
 
 // entryIdempotent: the file says so, or every name is a full method whose
-// proto option says so.
-func entryIdempotent(e policy.Entry) bool {
+// proto option says so (in files, or else in this binary's registry).
+func entryIdempotent(e policy.Entry, files *protoregistry.Files) bool {
 	if e.Method.Idempotent != nil {
 		return *e.Method.Idempotent
 	}
@@ -468,11 +672,43 @@ func entryIdempotent(e policy.Entry) bool {
 		return false
 	}
 	for _, n := range e.Names {
-		if n == "" || strings.HasSuffix(n, "/") || !policy.IdempotencyOf(n).Safe() {
+		if n == "" || strings.HasSuffix(n, "/") {
+			return false
+		}
+		if files == nil {
+			if !policy.IdempotencyOf(n).Safe() {
+				return false
+			}
+			continue
+		}
+		d, _ := files.FindDescriptorByName(protoreflect.FullName(strings.Replace(strings.TrimPrefix(n, "/"), "/", ".", 1)))
+		md, ok := d.(protoreflect.MethodDescriptor)
+		if !ok {
+			return false
+		}
+		opts, _ := md.Options().(*descriptorpb.MethodOptions)
+		if l := opts.GetIdempotencyLevel(); l != descriptorpb.MethodOptions_NO_SIDE_EFFECTS && l != descriptorpb.MethodOptions_IDEMPOTENT {
 			return false
 		}
 	}
 	return true
+}
+
+// packagelessNames warns, when names are not checked against protos, of
+// services named without a package: gRPC names a service with its proto
+// package, so "TestService" rarely matches anything.
+func packagelessNames(cfg *policy.Config) []string {
+	var out []string
+	for _, e := range cfg.Entries() {
+		for j, n := range e.Names {
+			svc, _, _ := strings.Cut(strings.TrimPrefix(n, "/"), "/")
+			if svc != "" && !strings.Contains(svc, ".") {
+				out = append(out, fmt.Sprintf("methodConfig[%d].name[%d].service: %q has no package, but gRPC names a service with its proto package (\"pkg.v1.%s\"): unless the .proto file declares no package, this entry matches no call (-descriptor-set FILE checks names)",
+					e.Index, j, svc, svc))
+			}
+		}
+	}
+	return out
 }
 
 // explainBreaker says what a circuit breaker and adaptive throttling with
@@ -570,9 +806,11 @@ func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
 func writeCheckText(w io.Writer, rep checkReport) {
 	if !rep.Valid {
 		fmt.Fprintf(w, "%s: invalid, %d error(s) (listed on stderr)\n", rep.File, len(rep.Errors))
+		writeWarnings(w, rep.Warnings)
 		return
 	}
 	fmt.Fprintf(w, "%s: valid\n", rep.File)
+	fmt.Fprintf(w, "%s\n", rep.NameCheck)
 	for _, m := range rep.Methods {
 		fmt.Fprintf(w, "\nmethodConfig[%d]: %s\n", m.Entry, strings.Join(m.Names, ", "))
 		switch m.Kind {
@@ -601,7 +839,11 @@ func writeCheckText(w io.Writer, rep checkReport) {
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "  retry\tmin\tmedian\tp99\tmax\t")
 			for _, p := range m.Pauses {
-				fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t\n", p.Retry, p.Min, p.Median, p.P99, p.Max)
+				retry := strconv.Itoa(p.Retry)
+				if p.Last != 0 {
+					retry += "-" + strconv.Itoa(p.Last)
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t\n", retry, p.Min, p.Median, p.P99, p.Max)
 			}
 			tw.Flush()
 		}
@@ -625,9 +867,13 @@ func writeCheckText(w io.Writer, rep checkReport) {
 	if rep.Breaker != nil {
 		fmt.Fprintf(w, "\nbreaker: %s\n  %s\n", rep.Breaker.Settings, rep.Breaker.Explanation)
 	}
-	if len(rep.Warnings) > 0 {
+	writeWarnings(w, rep.Warnings)
+}
+
+func writeWarnings(w io.Writer, warnings []string) {
+	if len(warnings) > 0 {
 		fmt.Fprintf(w, "\nwarnings:\n")
-		for _, s := range rep.Warnings {
+		for _, s := range warnings {
 			fmt.Fprintf(w, "  %s\n", s)
 		}
 	}

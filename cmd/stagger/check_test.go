@@ -3,14 +3,24 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	// Links the test service's descriptors, whose idempotency_level
 	// options `check` reads from the protobuf registry.
-	_ "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 )
 
 const checkExamples = "../../examples/policies/"
@@ -79,23 +89,23 @@ func TestCheckBadExamples(t *testing.T) {
 		want []string // stderr, one error per line
 	}{
 		{"bad-names.json", []string{
-			`policy: methodConfig[0].name[1].method: a method needs a service, got "Get"`,
-			`policy: methodConfig[1].name[0]: duplicate name, already given in methodConfig[0], got /shop.v1.Cart/`,
+			`FILE:3:55: methodConfig[0].name[1].method: a method needs a service, got "Get"`,
+			`FILE:4:15: methodConfig[1].name[0]: duplicate name, already given in methodConfig[0], got /shop.v1.Cart/`,
 		}},
 		{"bad-retry.yaml", []string{
-			`policy: methodConfig[0].retryPolicy.maxAttempts: must be at least 2, got 1`,
-			`policy: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"`,
-			`policy: methodConfig[0].retryPolicy.maxBackoff: must be a duration such as "0.1s" (proto3 JSON) or "100ms" (Go), got 5`,
-			`policy: methodConfig[0].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
-			`policy: methodConfig[0].retryPolicy.retryableStatusCodes: must not be empty (unless perAttemptRecvTimeout is set), got []`,
+			`FILE:4:20: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1`,
+			`FILE:5:23: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"`,
+			`FILE:6:19: methodConfig[0].retryPolicy.maxBackoff: must be a duration such as "0.1s" (proto3 JSON) or "100ms" (Go), got 5`,
+			`FILE:9:15: methodConfig[0].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
+			`FILE:8:29: methodConfig[0].retryPolicy.retryableStatusCodes: must not be empty (unless perAttemptRecvTimeout is set), got []`,
 		}},
 		{"bad-retry-and-hedging.json", []string{
-			`policy: methodConfig[0]: a method has retryPolicy or hedgingPolicy, not both (gRFC A6), got both`,
+			`FILE:2:20: methodConfig[0]: a method has retryPolicy or hedgingPolicy, not both (gRFC A6), got both`,
 		}},
 		{"bad-budget.json", []string{
-			`policy: retryBudget: at most one budget per file: retryThrottling or retryBudget, not both, got both`,
-			`policy: retryThrottling.maxTokens: must be in (0, 1000], got 1001`,
-			`policy: retryThrottling.tokenRatio: must be at least 0.001 (gRFC A6 keeps 3 decimals), got 0.0001`,
+			`FILE:4:18: retryBudget: at most one budget per file: retryThrottling or retryBudget, not both, got both`,
+			`FILE:3:36: retryThrottling.maxTokens: must be in (0, 1000], got 1001`,
+			`FILE:3:56: retryThrottling.tokenRatio: must be at least 0.001 (gRFC A6 keeps 3 decimals), got 0.0001`,
 		}},
 	}
 	for _, tt := range tests {
@@ -104,8 +114,9 @@ func TestCheckBadExamples(t *testing.T) {
 			if code != 1 {
 				t.Fatalf("exit %d, want 1", code)
 			}
-			if got := strings.TrimRight(errOut, "\n"); got != strings.Join(tt.want, "\n") {
-				t.Errorf("stderr:\n%s\nwant:\n%s", got, strings.Join(tt.want, "\n"))
+			want := strings.ReplaceAll(strings.Join(tt.want, "\n"), "FILE:", checkExamples+tt.file+":")
+			if got := strings.TrimRight(errOut, "\n"); got != want {
+				t.Errorf("stderr:\n%s\nwant:\n%s", got, want)
 			}
 			if !strings.Contains(out, "invalid") {
 				t.Errorf("stdout %q does not say invalid", out)
@@ -165,7 +176,7 @@ func TestCheckWarnings(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{
-		"methodConfg: unknown key, ignored",
+		`methodConfg: unknown key, ignored (did you mean "methodConfig"?)`,
 		"methodConfig[1].retryPolicy.maxAttempts: 9 is above the cap, so 5 is used",
 		"methodConfig[0].hedgingPolicy: needs an idempotent method, and /a.S/Get is not marked idempotent",
 		"methodConfig[1].retryPolicy.perAttemptRecvTimeout: needs an idempotent method, and /b.S/ is not marked idempotent",
@@ -178,7 +189,7 @@ func TestCheckWarnings(t *testing.T) {
 	}
 	// -strict turns the unknown key into an error; flags may follow the file.
 	code, _, errOut := checkRun(t, file, "-strict")
-	if code != 1 || !strings.Contains(errOut, `must hold only known keys (Strict), got "methodConfg"`) {
+	if code != 1 || !strings.Contains(errOut, `must hold only known keys (Strict; did you mean "methodConfig"?), got "methodConfg"`) {
 		t.Errorf("-strict: exit %d, stderr %q", code, errOut)
 	}
 	code, out, _ = checkRun(t, "-max-attempts-cap", "9", file)
@@ -330,5 +341,244 @@ func TestCheckExplainsChains(t *testing.T) {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("exit %d, output:\n%s\nwant it to contain %q", code, out, want)
 		}
+	}
+}
+
+// TestCheckPauseTableBounded: the table and the worst case come from a
+// bounded amount of work whatever maxAttempts is (the table once enumerated
+// every retry, and decorrelated jitter took 15 s at 1000 attempts), and the
+// worst case equals the sum of every retry's longest pause.
+func TestCheckPauseTableBounded(t *testing.T) {
+	uMax := math.Nextafter(1, 0)
+	for _, j := range []policy.Jitter{policy.JitterProportional, policy.JitterFull, policy.JitterEqual, policy.JitterNone, policy.JitterDecorrelated} {
+		for _, b := range []policy.Backoff{
+			{Initial: time.Millisecond, Max: time.Hour, Multiplier: 1.01},
+			{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2},
+			{Initial: time.Second, Max: math.MaxInt64, Multiplier: 1.5},
+			{Initial: time.Second, Max: time.Hour, Multiplier: 0.5},
+			{Initial: time.Second, Max: time.Millisecond, Multiplier: 1},
+		} {
+			b.Jitter = j
+			for _, retries := range []int{1, 4, 999, policy.MaxAttemptsCapLimit - 1} {
+				rows, worst := pauseTable(b, retries)
+				if len(rows) > pauseRowsShown+2 {
+					t.Errorf("%+v, %d retries: %d rows, want at most %d", b, retries, len(rows), pauseRowsShown+2)
+				}
+				if n := rows[len(rows)-1].last; n != retries {
+					t.Errorf("%+v, %d retries: the table ends at retry %d", b, retries, n)
+				}
+				// The sum, the slow way.
+				var want time.Duration
+				prev := b.Initial
+				for r := 1; r <= retries; r++ {
+					prev = b.Delay(r, prev, uMax)
+					want = satAdd(want, prev)
+				}
+				if diff := math.Abs(float64(worst - want)); diff > 1e-9*float64(want)+float64(retries) {
+					t.Errorf("%+v, %d retries: worst case %v, want %v", b, retries, worst, want)
+				}
+			}
+		}
+	}
+	// Bounded work: a table for the largest cap allocates no more than one
+	// just past the rows shown one by one.
+	for _, j := range []policy.Jitter{policy.JitterProportional, policy.JitterDecorrelated} {
+		b := policy.Backoff{Initial: time.Millisecond, Max: time.Hour, Multiplier: 1.01, Jitter: j}
+		small := testing.AllocsPerRun(3, func() { pauseTable(b, pauseRowsShown+1) })
+		large := testing.AllocsPerRun(3, func() { pauseTable(b, policy.MaxAttemptsCapLimit-1) })
+		if large > small {
+			t.Errorf("jitter %v: %v allocations for %d retries, %v for %d: the work grows with the retries", j, large, policy.MaxAttemptsCapLimit-1, small, pauseRowsShown+1)
+		}
+	}
+}
+
+func BenchmarkPauseTable(b *testing.B) {
+	for _, retries := range []int{4, policy.MaxAttemptsCapLimit - 1} {
+		for _, j := range []policy.Jitter{policy.JitterProportional, policy.JitterDecorrelated} {
+			bo := policy.Backoff{Initial: time.Millisecond, Max: time.Hour, Multiplier: 1.01, Jitter: j}
+			b.Run(fmt.Sprintf("%v/retries=%d", j, retries), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; i < b.N; i++ {
+					pauseTable(bo, retries)
+				}
+			})
+		}
+	}
+}
+
+// TestCheckSaturates: figures past the largest Duration say so instead of
+// wrapping around ("-4ns" for a hedging delay of 10,000 years).
+func TestCheckSaturates(t *testing.T) {
+	code, out, errOut := checkRun(t, "-max-attempts-cap", "1000", writeTemp(t, `{"methodConfig": [
+	  {"name": [{"service": "a.A"}], "idempotent": true, "hedgingPolicy": {"maxAttempts": 1000, "hedgingDelay": "315576000000s"}},
+	  {"name": [{"service": "b.B"}], "idempotent": true, "retryPolicy": {"maxAttempts": 1000, "initialBackoff": "300000000s", "maxBackoff": "315576000000s", "backoffMultiplier": 2,
+	    "retryableStatusCodes": ["UNAVAILABLE"], "perAttemptRecvTimeout": "300000000s"}}]}`))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if got := strings.Count(out, "worst case: more than 292 years"); got != 2 {
+		t.Errorf("want 2 saturated worst cases, got %d:\n%s", got, out)
+	}
+	if strings.Contains(out, "-") && strings.Contains(out, "worst case: -") {
+		t.Errorf("negative worst case:\n%s", out)
+	}
+}
+
+// TestCheckCodeNames: every code prints by the name a policy file gives it
+// (gRFC A6), which the parser reads back as the same code: OK, not O_K.
+func TestCheckCodeNames(t *testing.T) {
+	var names []string
+	for c := codes.Code(0); c <= 16; c++ {
+		names = append(names, `"`+policy.CodeName(c)+`"`)
+	}
+	code, out, errOut := checkRun(t, writeTemp(t, `{"methodConfig": [{"name": [{"service": "a.A"}], "retryPolicy": {"maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 1,
+	  "retryableStatusCodes": [`+strings.Join(names, ",")+`]}}]}`))
+	want := "on OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, ABORTED, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS, UNAUTHENTICATED\n"
+	if code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, stderr %s, output:\n%s\nwant %q", code, errOut, out, want)
+	}
+}
+
+// TestCheckMaxAttemptsCapBounded: a cap above MaxAttemptsCapLimit is
+// refused at once, not used to size anything (2e9 ran out of memory).
+func TestCheckMaxAttemptsCapBounded(t *testing.T) {
+	for _, n := range []string{"2000000000", "1001"} {
+		code, _, errOut := checkRun(t, "-max-attempts-cap", n, checkExamples+"retry.json")
+		want := "stagger check: -max-attempts-cap: policy: WithMaxAttemptsCap: must be at most 1000 (MaxAttemptsCapLimit), got " + n
+		if code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("-max-attempts-cap %s: exit %d, stderr %q, want exit 2 and %q", n, code, errOut, want)
+		}
+	}
+	if code, _, errOut := checkRun(t, "-max-attempts-cap", "1000", checkExamples+"retry.json"); code != 0 {
+		t.Errorf("-max-attempts-cap 1000: exit %d: %s", code, errOut)
+	}
+}
+
+// writeDescriptorSet writes the test service's descriptor set, imports
+// included, as `buf build -o FILE` does, and returns its path.
+func writeDescriptorSet(t *testing.T) string {
+	t.Helper()
+	set := &descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
+		protodesc.ToFileDescriptorProto(durationpb.File_google_protobuf_duration_proto),
+		protodesc.ToFileDescriptorProto(testingv1.File_stagger_testing_v1_test_proto),
+	}}
+	data, err := proto.Marshal(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "protos.binpb")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestCheckDescriptorSet: -descriptor-set checks names against the protos
+// it holds and reads idempotency from them; without it, check says names
+// were not checked and still flags a service named without its package.
+func TestCheckDescriptorSet(t *testing.T) {
+	set := writeDescriptorSet(t)
+	file := writeTemp(t, `{"loadBalancingConfig": [{"round_robin": {}}], "methodConfig": [
+	  {"name": [{"service": "TestService"}], "timeout": "1s"},
+	  {"name": [{"service": "stagger.testing.v1.TestService", "method": "get"}], "timeout": "1s"},
+	  {"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}], "hedgingPolicy": {"maxAttempts": 2}}]}`)
+	code, out, errOut := checkRun(t, "-descriptor-set", set, file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"service and method names checked against the 1 services of " + set,
+		`methodConfig[0].name[0].service: service "TestService" is not declared in the known proto files; did you mean "stagger.testing.v1.TestService"?`,
+		`methodConfig[1].name[0].method: method "get" is not a method of stagger.testing.v1.TestService; did you mean "Get"?`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "needs an idempotent method") {
+		t.Errorf("Get is NO_SIDE_EFFECTS in the descriptor set:\n%s", out)
+	}
+	code, out, _ = checkRun(t, file)
+	for _, want := range []string{
+		"service and method names not checked against proto files (give -descriptor-set FILE to check them)",
+		`methodConfig[0].name[0].service: "TestService" has no package, but gRPC names a service with its proto package ("pkg.v1.TestService")`,
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("without -descriptor-set: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+	if strings.Contains(out, `"get" is not a method`) {
+		t.Errorf("without -descriptor-set, names are not checked:\n%s", out)
+	}
+	for _, bad := range []string{file, filepath.Join(t.TempDir(), "missing.binpb")} {
+		if code, _, errOut := checkRun(t, "-descriptor-set", bad, file); code != 2 || !strings.Contains(errOut, "stagger check: -descriptor-set: ") {
+			t.Errorf("-descriptor-set %s: exit %d, stderr %q", bad, code, errOut)
+		}
+	}
+}
+
+// TestCheckWarningsBesideErrors: an invalid file's warnings are shown with
+// its errors (they were dropped), since a warning often explains an error.
+func TestCheckWarningsBesideErrors(t *testing.T) {
+	file := writeTemp(t, `{"methodConfig": [{"name": [{"service": "a.A"}], "retryPolicy": {"maxAtempts": 3, "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`)
+	code, out, errOut := checkRun(t, file)
+	if code != 1 {
+		t.Fatalf("exit %d", code)
+	}
+	if want := `methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored (did you mean "maxAttempts"?)`; !strings.Contains(out, ":1:80: "+want) {
+		t.Errorf("stdout lacks the warning %q:\n%s", want, out)
+	}
+	if want := `methodConfig[0].retryPolicy.maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?), got nothing`; !strings.Contains(errOut, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errOut)
+	}
+	code, out, _ = checkRun(t, "-format", "json", file)
+	var rep checkReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.Valid || len(rep.Warnings) != 1 || len(rep.Errors) != 1 {
+		t.Errorf("JSON: exit %d, %v, %+v", code, err, rep)
+	}
+}
+
+// TestCheckNewcomersMistakes: the mistakes a new user makes first each get
+// a message that names the place (file:line:col, or the field's path) and
+// the fix. Each once went unsaid or pointed nowhere.
+func TestCheckNewcomersMistakes(t *testing.T) {
+	const retry = `"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]`
+	set := writeDescriptorSet(t)
+	tests := []struct {
+		name, file, doc string
+		args            []string
+		code            int
+		want            string // on stdout for a valid file (a warning), on stderr for an invalid one
+	}{
+		{"service without its package", "p.json", `{"methodConfig": [{"name": [{"service": "TestService"}], "retryPolicy": {` + retry + `}}]}`, nil, 0,
+			`methodConfig[0].name[0].service: "TestService" has no package, but gRPC names a service with its proto package ("pkg.v1.TestService"): unless the .proto file declares no package, this entry matches no call (-descriptor-set FILE checks names)`},
+		{"service without its package, checked", "p.json", `{"methodConfig": [{"name": [{"service": "TestService"}], "retryPolicy": {` + retry + `}}]}`, []string{"-descriptor-set", set}, 0,
+			`methodConfig[0].name[0].service: service "TestService" is not declared in the known proto files; did you mean "stagger.testing.v1.TestService"? (a service is named with its proto package)`},
+		{"misspelt key", "p.json", `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "retryPolicy": {` + strings.Replace(retry, "maxAttempts", "maxAtempts", 1) + `}}]}`, nil, 1,
+			`FILE:1:92: methodConfig[0].retryPolicy.maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?), got nothing`},
+		{"JSON syntax", "p.json", "{\n  \"methodConfig\": [{\n    \"name\": [{\"service\": \"stagger.testing.v1.TestService\"}],\n    \"retryPolicy\": {" + retry + ",}\n  }]\n}", nil, 1,
+			`FILE:4:149: invalid JSON: invalid character '}' looking for beginning of object key string (JSON allows no comma before '}': remove the one at line 4, column 148)`},
+		{"YAML syntax", "p.yaml", "methodConfig:\n  - name: [{service: stagger.testing.v1.TestService}]\n    retryPolicy:\n      maxAttempts: 3\n     initialBackoff: 0.1s\n      maxBackoff: 1s\n", nil, 1,
+			`FILE:5: invalid YAML: did not find expected key (is the line indented like the keys or items it belongs with?)`},
+		{"invalid values", "p.yaml", "methodConfig:\n  - name: [{service: stagger.testing.v1.TestService}]\n    retryPolicy: {maxAttempts: 1, initialBackoff: 0.1s, maxBackoff: 1s, backoffMultiplier: 0, retryableStatusCodes: [UNAVAILABLE]}\n", nil, 1,
+			"FILE:3:32: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1\n" +
+				"FILE:3:92: methodConfig[0].retryPolicy.backoffMultiplier: must be > 0 (1 keeps every pause at initialBackoff, 2 doubles them), got 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), tt.file)
+			if err := os.WriteFile(file, []byte(tt.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errOut := checkRun(t, append(tt.args, file)...)
+			want := strings.ReplaceAll(tt.want, "FILE:", file+":")
+			got := out
+			if tt.code != 0 {
+				got = errOut
+			}
+			if code != tt.code || !strings.Contains(got, want) {
+				t.Errorf("exit %d (want %d), stdout:\n%s\nstderr:\n%s\nwant:\n%s", code, tt.code, out, errOut, want)
+			}
+		})
 	}
 }

@@ -6,6 +6,8 @@ require (
 	github.com/stagger-go/stagger v0.0.0-00010101000000-000000000000
 	github.com/stagger-go/stagger/lab v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -17,8 +19,6 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/grpc v1.85.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (

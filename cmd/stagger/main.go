@@ -4,6 +4,18 @@
 //	stagger sim ...        run a simulation model
 //	stagger lab            the storm lab
 //
+// check prints each error placed as compilers place theirs ("retry.json:3:17:
+// invalid JSON: ..." for a syntax error, "retry.json: methodConfig[0]...: rule,
+// got value" for a field) on stderr, and the file's warnings (also those of an
+// invalid file) on stdout. With -descriptor-set FILE (a FileDescriptorSet, as
+// `buf build -o FILE` writes it) it checks service and method names against
+// those protos and reads their idempotency_level options; without it, it says
+// that names were not checked (its own binary links none of the user's
+// protos) and flags only services named without a package. Its worst-case
+// figures are computed in bounded work and saturate ("more than 292 years")
+// instead of overflowing; -max-attempts-cap is at most
+// policy.MaxAttemptsCapLimit.
+//
 // Each subcommand lives in its own file and registers itself in commands
 // from an init function, so adding one never touches this file.
 package main

@@ -1,0 +1,129 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// ProtoResolver is what the name check needs of a set of proto files.
+// *protoregistry.Files implements it: protoregistry.GlobalFiles (the files
+// the program links, the default), or files built from a descriptor set
+// with protodesc.NewFiles.
+type ProtoResolver interface {
+	FindDescriptorByName(protoreflect.FullName) (protoreflect.Descriptor, error)
+	RangeFiles(func(protoreflect.FileDescriptor) bool)
+}
+
+// WithProtoFiles checks the service and method names of a file against r
+// instead of protoregistry.GlobalFiles; nil turns the check off.
+//
+// The check only warns: a program may load a file before it registers the
+// services it names (or name services of other programs that share the
+// file), and a name the registry does not know is then no mistake. But a
+// name the registry almost knows ("TestService" for
+// "stagger.testing.v1.TestService", "get" for "Get") matches no call, and
+// the warning says which name was likely meant.
+func WithProtoFiles(r ProtoResolver) ParseOption {
+	return func(o *parseOptions) {
+		if f, ok := r.(*protoregistry.Files); ok && f == nil {
+			r = nil
+		}
+		o.protos, o.protosSet = r, true
+	}
+}
+
+// protoResolver is the resolver the options choose.
+func (o *parseOptions) protoResolver() ProtoResolver {
+	if o.protosSet {
+		return o.protos
+	}
+	return protoregistry.GlobalFiles
+}
+
+// checkName warns when a methodConfig name is not a service (or a method of
+// a service) that the proto files declare, and suggests the names likely
+// meant.
+func (w *walker) checkName(path, svc, meth string) {
+	r := w.opts.protoResolver()
+	if r == nil || svc == "" {
+		return
+	}
+	d, _ := r.FindDescriptorByName(protoreflect.FullName(svc))
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		hint := didYouMean(w.serviceSuggestions(r, svc))
+		if hint == "" {
+			hint = " (no mistake if the program registers it later; WithProtoFiles(nil) turns this check off)"
+		} else {
+			hint += " (a service is named with its proto package)"
+		}
+		w.warn(join(path, "service"), "service %q is not declared in the known proto files%s", svc, hint)
+		return
+	}
+	if meth == "" || sd.Methods().ByName(protoreflect.Name(meth)) != nil {
+		return
+	}
+	var names []string
+	ms := sd.Methods()
+	for i := 0; i < ms.Len(); i++ {
+		names = append(names, string(ms.Get(i).Name()))
+	}
+	w.warn(join(path, "method"), "method %q is not a method of %s%s", meth, svc, didYouMean(closest(meth, names, func(string) string { return "" })))
+}
+
+// serviceSuggestions lists the services of r that svc likely means: the
+// same name but for case or package, or within 2 edits.
+func (w *walker) serviceSuggestions(r ProtoResolver, svc string) []string {
+	if w.services == nil {
+		w.services = []string{}
+		r.RangeFiles(func(f protoreflect.FileDescriptor) bool {
+			ss := f.Services()
+			for i := 0; i < ss.Len(); i++ {
+				w.services = append(w.services, string(ss.Get(i).FullName()))
+			}
+			return true
+		})
+	}
+	return closest(svc, w.services, func(full string) string { return full[strings.LastIndexByte(full, '.')+1:] })
+}
+
+// closest returns the names likely meant by name: those equal to it but for
+// case, or whose short form (short(n), when not "") equals name's last
+// component but for case; failing those, the names within 2 edits of it
+// (and a third of their length), ignoring case.
+func closest(name string, names []string, short func(string) string) []string {
+	last := name[strings.LastIndexByte(name, '.')+1:]
+	var same, near []string
+	for _, n := range names {
+		if strings.EqualFold(n, name) || short(n) != "" && strings.EqualFold(short(n), last) {
+			same = append(same, n)
+		} else if d := editDistance(strings.ToLower(n), strings.ToLower(name)); d <= 2 && 3*d <= len(n) {
+			near = append(near, n)
+		}
+	}
+	if len(same) > 0 {
+		return same
+	}
+	return near
+}
+
+// didYouMean is ` (did you mean "a" or "b"?)`, naming at most three, or ""
+// for none.
+func didYouMean(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	sort.Strings(names)
+	if len(names) > 3 {
+		names = names[:3]
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return "; did you mean " + strings.Join(q, " or ") + "?"
+}
