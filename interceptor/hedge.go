@@ -49,9 +49,11 @@ type hedgeResult struct {
 // hedgeCall is one hedged call's shared state. Pooled: a hedged call that
 // wins on its first attempt should cost little more than an unhedged one.
 type hedgeCall struct {
-	// results has room for every attempt, so no attempt goroutine ever
-	// blocks: each sends once and ends, whether or not the call still
-	// listens.
+	// results has room for hedgeResultsRoom results (fewer when the policy
+	// allows fewer attempts), so that memory per call does not grow with
+	// maxAttempts: an attempt goroutine that finds it full waits, and the
+	// call's goroutine receives every attempt's result before it returns
+	// (drain), so none waits for ever.
 	results chan hedgeResult
 	first   hedgeOutputs
 
@@ -70,11 +72,16 @@ type hedgeCall struct {
 
 var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
 
+// hedgeResultsRoom bounds a hedged call's results channel. Policies rarely
+// allow more attempts (a file's are capped at 5 unless raised), so their
+// attempts never wait to report.
+const hedgeResultsRoom = 8
+
 func getHedgeCall(maxAttempts int) *hedgeCall {
 	hc := hedgeCalls.Get().(*hedgeCall)
 	// Not pooled: a channel belongs to the testing/synctest bubble that made
 	// it, and a pooled one would cross bubbles.
-	hc.results = make(chan hedgeResult, maxAttempts)
+	hc.results = make(chan hedgeResult, min(maxAttempts, hedgeResultsRoom))
 	return hc
 }
 
