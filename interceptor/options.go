@@ -53,7 +53,7 @@ type options struct {
 	// policy's non-fatal codes); the empty set retries no code.
 	codes    policy.CodeSet
 	codesSet bool
-	disabled    bool
+	disabled bool
 	// idempotent: 0 unknown (ask the file, then the proto), 1 yes, -1 no.
 	idempotent int8
 	random     policy.Random
