@@ -346,3 +346,67 @@ func TestHedgeMemoryIndependentOfMaxAttempts(t *testing.T) {
 		t.Errorf("a hedged call allowing 10^6 attempts allocated %d bytes, one allowing 3 %d: want the same, within 64 KB", many, few)
 	}
 }
+
+// The stream interceptor takes the same per-call options.
+func TestStreamPerCallCodesAndMaxAttempts(t *testing.T) {
+	for _, k := range streamKinds {
+		t.Run(k.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv, c := newStreamBench(t, interceptor.WithConfig(parse(t, retryFile)))
+				r := k.run(context.Background(), c, &testingv1.Script{Key: "codes", FailAttempts: 2, Code: int32(codes.Aborted)}, 3,
+					interceptor.WithCodes(codes.Aborted))
+				if r.err != nil {
+					t.Errorf("WithCodes(Aborted): err = %v, want success", r.err)
+				}
+				if n := len(srv.Attempts("codes")); n != 3 {
+					t.Errorf("WithCodes(Aborted): server saw %d attempts, want 3", n)
+				}
+				r = k.run(context.Background(), c, &testingv1.Script{Key: "max", FailAttempts: 100}, 3, interceptor.WithMaxAttempts(8))
+				if status.Code(r.err) != codes.Unavailable {
+					t.Errorf("WithMaxAttempts(8): err = %v, want UNAVAILABLE", r.err)
+				}
+				if n := len(srv.Attempts("max")); n != 5 {
+					t.Errorf("WithMaxAttempts(8): server saw %d attempts, want 5 (the cap)", n)
+				}
+			})
+		})
+	}
+}
+
+// WithCodes() leaves the rules other than the codes as they were: a
+// predicate decides what it decides, and an attempt the per-attempt timer
+// cut off is retried.
+func TestWithCodesEmptyKeepsPredicateAndTimer(t *testing.T) {
+	tryAgain := interceptor.WithPredicate(func(err error) (retry, decided bool) {
+		if strings.Contains(status.Convert(err).Message(), "try again") {
+			return true, true
+		}
+		return false, false
+	})
+	t.Run("predicate", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, retryFile)), tryAgain})
+			_ = b.get(context.Background(), &testingv1.Script{Key: "decided", FailAttempts: 2, Code: int32(codes.Internal), Message: "try again"}, interceptor.WithCodes())
+			if n := len(b.attempts(t, "decided")); n != 3 {
+				t.Errorf("error the predicate retries: %d attempts, want 3", n)
+			}
+			_ = b.get(context.Background(), &testingv1.Script{Key: "left", FailAttempts: 2}, interceptor.WithCodes())
+			if n := len(b.attempts(t, "left")); n != 1 {
+				t.Errorf("error left to the codes: %d attempts, want 1", n)
+			}
+		})
+	})
+	t.Run("per-attempt timeout", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			file := strings.Replace(retryFile, `"jitter": "NONE"`, `"jitter": "NONE", "perAttemptRecvTimeout": "0.1s"`, 1)
+			b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, file))})
+			err := b.get(context.Background(), &testingv1.Script{Key: "k", AttemptDelays: durations(time.Second)}, interceptor.WithCodes())
+			if err != nil {
+				t.Fatalf("err = %v, want success on attempt 2", err)
+			}
+			if n := len(b.attempts(t, "k")); n != 2 {
+				t.Errorf("%d attempts, want 2", n)
+			}
+		})
+	})
+}
