@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // ErrHedgeReply is what a hedged call returns (inside an *Error) when its
@@ -211,7 +212,10 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 	hc.split(grpcOpts)
 	hctx, hcancel := context.WithCancel(callCtx)
 	defer hcancel()
-	s := hedgeState{k: k, c: c, hc: hc, h: h, hctx: hctx, hcancel: hcancel, delay: delay}
+	// The reply type, read before the first attempt writes into the
+	// caller's reply: a hedge made later must not read that message (grpc
+	// resets it to unmarshal, racing with ProtoReflect).
+	s := hedgeState{k: k, c: c, hc: hc, h: h, hctx: hctx, hcancel: hcancel, delay: delay, replyType: callerReply.ProtoReflect().Type()}
 	// The attempts sent, for the call's end (EventEnd).
 	defer func() { c.attempt = s.sent }()
 	s.deadline, s.hasDeadline = callCtx.Deadline()
@@ -258,6 +262,8 @@ type hedgeState struct {
 	hctx    context.Context
 	hcancel context.CancelFunc
 	delay   time.Duration
+	// replyType makes each hedge's reply.
+	replyType protoreflect.MessageType
 
 	deadline    time.Time
 	hasDeadline bool
@@ -310,7 +316,7 @@ func (s *hedgeState) sendDue(callCtx context.Context, callerReply proto.Message)
 			out = &s.hc.first
 			out.reply = callerReply
 		} else {
-			out = &hedgeOutputs{reply: callerReply.ProtoReflect().New().Interface()}
+			out = &hedgeOutputs{reply: s.replyType.New().Interface()}
 		}
 		s.hc.prepare(out, n == 1)
 		// nextAttempt numbers the attempt and, from the second on, adds the
