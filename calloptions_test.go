@@ -410,3 +410,27 @@ func TestWithCodesEmptyKeepsPredicateAndTimer(t *testing.T) {
 		})
 	})
 }
+
+func TestLoggerSaysWithMaxAttemptsCappedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log jsonLog
+		b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, retryFile)), interceptor.WithLogger(log.logger())})
+		for _, key := range []string{"a", "b"} {
+			_ = b.get(context.Background(), &testingv1.Script{Key: key, FailAttempts: 100}, interceptor.WithMaxAttempts(8))
+		}
+		var notices []map[string]any
+		for _, l := range log.lines(t) {
+			if l["stagger.event"] == "notice" {
+				notices = append(notices, l)
+			}
+		}
+		if len(notices) != 1 {
+			t.Fatalf("notices %v, want one for two calls", notices)
+		}
+		l := notices[0]
+		if l["level"] != "WARN" || l["msg"] != "stagger: WithMaxAttempts above the cap: capped at 5 attempts" ||
+			l["stagger.reason"] != "attempts" || l["grpc.method"] != getMethod {
+			t.Errorf("notice %v, want a warning that WithMaxAttempts was capped at 5, reason attempts", l)
+		}
+	})
+}
