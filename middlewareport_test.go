@@ -51,10 +51,11 @@ import (
 //
 //	WithMax(n)                  maxAttempts n in the file, WithMaxAttempts(n)
 //	                            per call (both count attempts, the first
-//	                            included, as WithMax does despite its name)
+//	                            included, as WithMax does despite its name;
+//	                            both bounded by the file's cap, 5 unless
+//	                            raised with policy.WithMaxAttemptsCap)
 //	WithCodes(c...)             retryableStatusCodes in the file; per call,
-//	                            WithPredicate deciding every error by code
-//	                            (stagger has no per-call code list)
+//	                            WithCodes(c...)
 //	WithRetriable(f)            WithPredicate(func(err) (f(err), true))
 //	WithBackoff(BackoffLinear)  initialBackoff = maxBackoff, multiplier 1,
 //	                            jitter NONE
@@ -291,16 +292,6 @@ func (h *mwHooks) kinds(k interceptor.EventKind) ([]interceptor.Event, []time.Du
 	return es, at
 }
 
-// mwCodes is the per-call form of the middleware's WithCodes: a predicate
-// that decides every error by its code alone, so the codes listed replace
-// the file's, as WithCodes replaces the interceptor's.
-func mwCodes(cs ...codes.Code) interceptor.Option {
-	set := policy.NewCodeSet(cs...)
-	return interceptor.WithPredicate(func(err error) (retry, decided bool) {
-		return set.Has(status.Code(err)), true
-	})
-}
-
 // mwRetriable is the middleware's WithRetriable(f).
 func mwRetriable(f func(error) bool) interceptor.Option {
 	return interceptor.WithPredicate(func(err error) (retry, decided bool) { return f(err), true })
@@ -369,10 +360,13 @@ func mwAssertPingListWasCorrect(t *testing.T, stream testgrpc.TestService_Stream
 }
 
 // mwSuiteDial is the RetrySuite's client: stagger.DialOptions with
-// mwRetryFile and no budget (the middleware has none).
+// mwRetryFile and no budget (the middleware has none). The file's cap is
+// raised to 40: the middleware's WithMax has no cap, and
+// TestServerStream_CallRetrySucceeds asks for 40 attempts per call, which
+// WithMaxAttempts would otherwise lower to gRFC A6's 5.
 func mwSuiteDial(t *testing.T) []grpc.DialOption {
 	t.Helper()
-	cfg, err := policy.ParseConfig([]byte(mwRetryFile))
+	cfg, err := policy.ParseConfig([]byte(mwRetryFile), policy.WithMaxAttemptsCap(40))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +470,7 @@ func TestMiddlewareRetryPort(t *testing.T) {
 		"TestUnary_OverrideFromDialOpts", func(t *testing.T, b *mwBench) {
 			b.svc.resetFailingConfiguration(5, codes.ResourceExhausted, 0)
 			out, err := b.client.UnaryCall(mwSimpleCtx(t), mwGoodPing,
-				mwCodes(codes.ResourceExhausted), interceptor.WithMaxAttempts(5))
+				interceptor.WithCodes(codes.ResourceExhausted), interceptor.WithMaxAttempts(5))
 			if err != nil || out == nil {
 				t.Fatalf("the fifth invocation should succeed: %v, %v", out, err)
 			}
@@ -535,7 +529,7 @@ func TestMiddlewareRetryPort(t *testing.T) {
 		"TestServerStream_OverrideFromContext", func(t *testing.T, b *mwBench) {
 			b.svc.resetFailingConfiguration(5, codes.ResourceExhausted, 0)
 			stream, err := b.client.StreamingOutputCall(mwSimpleCtx(t), mwGoodPingList,
-				mwCodes(codes.ResourceExhausted), interceptor.WithMaxAttempts(5))
+				interceptor.WithCodes(codes.ResourceExhausted), interceptor.WithMaxAttempts(5))
 			if err != nil {
 				t.Fatalf("establishing the connection must always succeed: %v", err)
 			}

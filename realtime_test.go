@@ -594,3 +594,53 @@ func TestRealTimeReconnectPacing(t *testing.T) {
 		}
 	}
 }
+
+// A hedged call with more attempts in flight than its results channel has
+// room for (20 at once against 8): the attempts that find it full wait for
+// the call's goroutine, which receives every result before it returns, so
+// every call ends with the right outcome and no goroutine is left behind
+// (goleak). All fail: the last status after 20 attempts; half fail: a
+// success, the others cancelled.
+func TestRealTimeHedgeMoreAttemptsThanResultSlots(t *testing.T) {
+	srv := testserver.New(testserver.WithTCP())
+	t.Cleanup(srv.Close)
+	cfg, err := policy.ParseConfig([]byte(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+		"hedgingPolicy": {"maxAttempts": 20, "hedgingDelay": "0s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`),
+		policy.WithMaxAttemptsCap(20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := srv.DialTCP(stagger.DialOptions(cfg, interceptor.WithBudget(nil))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	client := testingv1.NewTestServiceClient(cc)
+	if _, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, rtCalls)
+	parallel(rtCalls, func(i int) {
+		fail := int32(20)
+		if i%2 == 1 {
+			fail = 10
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, errs[i] = client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: fmt.Sprint("k", i), FailAttempts: fail}})
+	})
+	for i, err := range errs {
+		if i%2 == 1 {
+			if err != nil {
+				t.Errorf("call %d (10 of 20 fail): %v, want success", i, err)
+			}
+			continue
+		}
+		if status.Code(err) != codes.Unavailable || interceptor.Attempts(err) != 20 || reasonOf(err) != "attempts" {
+			t.Errorf("call %d (all fail): %v, %d attempts, reason %q; want UNAVAILABLE after 20, reason attempts", i, err, interceptor.Attempts(err), reasonOf(err))
+		}
+		if n := len(srv.Attempts(fmt.Sprint("k", i))); n != 20 {
+			t.Errorf("call %d: server saw %d attempts, want 20", i, n)
+		}
+	}
+}

@@ -30,6 +30,9 @@ type core struct {
 	// noticed holds the methods already reported as not idempotent, so the
 	// logger and hooks hear of each once.
 	noticed sync.Map
+	// capNoticed holds the methods whose WithMaxAttempts was reported
+	// capped.
+	capNoticed sync.Map
 	// methods caches what the current file says of each method, so a call
 	// costs one map lookup and no allocation for the file's call options.
 	methods   atomic.Pointer[methodCache]
@@ -101,6 +104,9 @@ type plan struct {
 	// methodInfo's cache of one of them (nil for a plan made per call).
 	breakers *budget.Breakers
 	brCache  *atomic.Pointer[breakerRef]
+	// capped is the bound WithMaxAttempts was lowered to (0: it was not):
+	// start says so once per method (EventNotice, ReasonAttempts).
+	capped int
 }
 
 // plan resolves, for a call of method with options o, what cfg's entry m
@@ -124,17 +130,36 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	case m != nil && m.Hedging != nil:
 		// Hedged methods are the hedging engine's (hedge.go): no retries.
 		pl.hedged, p = m, nil
+		if o.maxAttempts > 0 || o.codesSet {
+			// A copy of the entry: the file's is shared.
+			mm, h := *m, *m.Hedging
+			if o.maxAttempts > 0 {
+				h.MaxAttempts, pl.capped = boundAttempts(o.maxAttempts, cfg, h.MaxAttempts)
+			}
+			if o.codesSet {
+				h.NonFatalCodes = o.codes
+			}
+			mm.Hedging = &h
+			pl.hedged = &mm
+		}
 	}
 	if p == nil {
 		return pl
 	}
-	if o.maxAttempts > 0 || o.predicate != nil {
+	if o.maxAttempts > 0 || o.predicate != nil || o.codesSet {
 		q := *p
 		if o.maxAttempts > 0 {
-			q.MaxAttempts = o.maxAttempts
+			q.MaxAttempts, pl.capped = boundAttempts(o.maxAttempts, cfg, p.MaxAttempts)
 		}
 		if o.predicate != nil {
 			q.Predicate = o.predicate
+		}
+		if o.codesSet {
+			q.RetryableCodes = o.codes
+			if o.codes == 0 {
+				// To a Policy the empty set means stagger's defaults.
+				q.Predicate = retryNoCode(q.Predicate)
+			}
 		}
 		p = &q
 	}
@@ -153,6 +178,38 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	}
 	return pl
 }
+
+// boundAttempts bounds n, a maxAttempts given in code (WithMaxAttempts), by
+// the cap in force: cfg's (policy.DefaultMaxAttemptsCap without a file), or
+// own, the policy's own maxAttempts, when that is larger (a policy.Policy
+// given in code is not capped). capped is the bound when n was above it,
+// else 0.
+func boundAttempts(n int, cfg *policy.Config, own int) (attempts, capped int) {
+	bound := cfg.MaxAttemptsCap()
+	if own > bound {
+		bound = own
+	}
+	if n > bound {
+		return bound, bound
+	}
+	return n, 0
+}
+
+// retryNoCode makes WithCodes() retry no code: it decides, as not
+// retryable, every error pred (nil: none) leaves to the codes.
+func retryNoCode(pred policy.Predicate) policy.Predicate {
+	if pred == nil {
+		return retryNone
+	}
+	return func(err error) (retry, decided bool) {
+		if retry, decided := pred(err); decided {
+			return retry, true
+		}
+		return false, true
+	}
+}
+
+func retryNone(error) (retry, decided bool) { return false, true }
 
 // methodCacheMax bounds the cache: a program that makes up method names at
 // run time must not grow it without end. Past it, lookups go to the file.
@@ -318,6 +375,11 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 			if _, seen := k.noticed.LoadOrStore(method, struct{}{}); !seen {
 				o.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonNotIdempotent})
 			}
+		}
+	}
+	if pl.capped > 0 {
+		if _, seen := k.capNoticed.LoadOrStore(method, struct{}{}); !seen {
+			o.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: pl.capped, Reason: policy.ReasonAttempts, Hedging: pl.hedged != nil})
 		}
 	}
 	return callCtx, cancel, grpcOpts, true

@@ -136,6 +136,17 @@
 // (unlimited; stagger.DialOptions installs budget.Default instead), no logger,
 // no hooks, no idempotency key, jitter from math/rand/v2.
 //
+// Per call, WithMaxAttempts and WithCodes replace the maxAttempts and the
+// retryable codes of the method's retry policy, or of its hedging policy
+// (whose codes are the non-fatal ones); they change nothing else, and no
+// code they list makes the caller's own deadline or cancellation retried.
+// WithCodes() with no code retries no code. WithMaxAttempts is bounded as a
+// file's maxAttempts is: by the file's cap (policy.Config.MaxAttemptsCap; 5
+// without a file), or by the policy's own maxAttempts when larger; the
+// logger and hooks hear once per method that a call asked for more
+// (EventNotice, reason "attempts"). docs/migrating-from-go-grpc-middleware.md
+// maps go-grpc-middleware's retry options onto these.
+//
 // # Hedging
 //
 // A unary method whose file entry has a hedgingPolicy is hedged (gRFC A6;
@@ -237,6 +248,20 @@
 // counted by the caller. A call hook on a call that succeeds at once costs
 // no allocation. The nested module github.com/stagger-go/stagger/otel turns
 // the end events into gRFC A96's retry metrics in OpenTelemetry.
+//
+// The logger (WithLogger, any go-grpc-middleware v2 logging.Logger) writes
+// one line per event but EventEnd: retries, hedges, hedge ends and
+// deferrals at debug level; budget refusals, notices and open breakers at
+// warn. Its fields: grpc.method, stagger.event (the kind: "retry", "give
+// up", "hedge", "hedge won", ...), stagger.attempt, grpc.code; then
+// stagger.pause for a retry, a hedge or a deferral, and stagger.pushback
+// (true) when the pause is the server's; stagger.reason when the event has
+// a reason (a give-up, a notice, a hedge stop); stagger.deferred and
+// stagger.admission after a wait for the budget. Durations are strings in
+// time.Duration's format ("1.5s", "250ms"), so a JSON handler prints them
+// readably rather than as integer nanoseconds. A breaker's line has
+// stagger.breaker, stagger.from, stagger.failures, stagger.answered and
+// stagger.break.
 //
 // # Concurrency
 //

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -19,9 +20,11 @@ const (
 	// EventGiveUp: an attempt failed and the call ends with its error;
 	// Reason says why.
 	EventGiveUp
-	// EventNotice: stagger did not apply part of the policy (Reason
-	// ReasonNotIdempotent: a per-attempt timeout on a method not known to be
-	// idempotent). Reported once per method and interceptor.
+	// EventNotice: stagger did not apply part of the policy or of an
+	// Option: Reason ReasonNotIdempotent, a per-attempt timeout (hedging,
+	// when Hedging) on a method not known to be idempotent; Reason
+	// ReasonAttempts, a WithMaxAttempts above the cap in force, lowered to
+	// Attempt attempts. Each is reported once per method and interceptor.
 	EventNotice
 	// EventHedge: a hedge (Attempt, 2 or more) is sent, Pause after the
 	// attempt before it; Code and Err are the non-fatal failure that sent it
@@ -125,7 +128,10 @@ func (o *options) emit(ctx context.Context, e Event) {
 		}
 	case EventNotice:
 		level, msg = logging.LevelWarn, "stagger: per-attempt timeout not applied: method not known to be idempotent"
-		if e.Hedging {
+		switch {
+		case e.Reason == policy.ReasonAttempts:
+			msg = "stagger: WithMaxAttempts above the cap: capped at " + strconv.Itoa(e.Attempt) + " attempts"
+		case e.Hedging:
 			msg = "stagger: hedging not applied"
 		}
 	case EventHedge:
@@ -151,15 +157,27 @@ func (o *options) emit(ctx context.Context, e Event) {
 	if e.Kind == EventGiveUp && (e.Reason == policy.ReasonDeferred || e.Reason == policy.ReasonBudget) {
 		level = logging.LevelWarn
 	}
-	fields := []any{
+	fields := make([]any, 0, 16)
+	fields = append(fields,
 		"grpc.method", e.Method,
+		"stagger.event", e.Kind.String(),
 		"stagger.attempt", e.Attempt,
 		"grpc.code", e.Code.String(),
-		"stagger.pause", e.Pause,
-		"stagger.reason", e.Reason.String(),
+	)
+	switch e.Kind {
+	case EventRetry, EventHedge, EventDeferred:
+		fields = append(fields, "stagger.pause", e.Pause.String())
+		if e.Pushback {
+			fields = append(fields, "stagger.pushback", true)
+		}
+	}
+	if e.Reason != policy.ReasonNone {
+		// ReasonNone's name is "retry": a retry's, or a hedge's, event
+		// says what it is (stagger.event).
+		fields = append(fields, "stagger.reason", e.Reason.String())
 	}
 	if e.Deferred > 0 || e.Admission != budget.AdmitNone {
-		fields = append(fields, "stagger.deferred", e.Deferred, "stagger.admission", e.Admission.String())
+		fields = append(fields, "stagger.deferred", e.Deferred.String(), "stagger.admission", e.Admission.String())
 	}
 	o.logger.Log(ctx, level, msg, fields...)
 }

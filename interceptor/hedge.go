@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // ErrHedgeReply is what a hedged call returns (inside an *Error) when its
@@ -49,9 +50,11 @@ type hedgeResult struct {
 // hedgeCall is one hedged call's shared state. Pooled: a hedged call that
 // wins on its first attempt should cost little more than an unhedged one.
 type hedgeCall struct {
-	// results has room for every attempt, so no attempt goroutine ever
-	// blocks: each sends once and ends, whether or not the call still
-	// listens.
+	// results has room for hedgeResultsRoom results (fewer when the policy
+	// allows fewer attempts), so that memory per call does not grow with
+	// maxAttempts: an attempt goroutine that finds it full waits, and the
+	// call's goroutine receives every attempt's result before it returns
+	// (drain), so none waits for ever.
 	results chan hedgeResult
 	first   hedgeOutputs
 
@@ -70,11 +73,16 @@ type hedgeCall struct {
 
 var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
 
+// hedgeResultsRoom bounds a hedged call's results channel. Policies rarely
+// allow more attempts (a file's are capped at 5 unless raised), so their
+// attempts never wait to report.
+const hedgeResultsRoom = 8
+
 func getHedgeCall(maxAttempts int) *hedgeCall {
 	hc := hedgeCalls.Get().(*hedgeCall)
 	// Not pooled: a channel belongs to the testing/synctest bubble that made
 	// it, and a pooled one would cross bubbles.
-	hc.results = make(chan hedgeResult, maxAttempts)
+	hc.results = make(chan hedgeResult, min(maxAttempts, hedgeResultsRoom))
 	return hc
 }
 
@@ -204,7 +212,10 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 	hc.split(grpcOpts)
 	hctx, hcancel := context.WithCancel(callCtx)
 	defer hcancel()
-	s := hedgeState{k: k, c: c, hc: hc, h: h, hctx: hctx, hcancel: hcancel, delay: delay}
+	// The reply type, read before the first attempt writes into the
+	// caller's reply: a hedge made later must not read that message (grpc
+	// resets it to unmarshal, racing with ProtoReflect).
+	s := hedgeState{k: k, c: c, hc: hc, h: h, hctx: hctx, hcancel: hcancel, delay: delay, replyType: callerReply.ProtoReflect().Type()}
 	// The attempts sent, for the call's end (EventEnd).
 	defer func() { c.attempt = s.sent }()
 	s.deadline, s.hasDeadline = callCtx.Deadline()
@@ -251,6 +262,8 @@ type hedgeState struct {
 	hctx    context.Context
 	hcancel context.CancelFunc
 	delay   time.Duration
+	// replyType makes each hedge's reply.
+	replyType protoreflect.MessageType
 
 	deadline    time.Time
 	hasDeadline bool
@@ -303,7 +316,7 @@ func (s *hedgeState) sendDue(callCtx context.Context, callerReply proto.Message)
 			out = &s.hc.first
 			out.reply = callerReply
 		} else {
-			out = &hedgeOutputs{reply: callerReply.ProtoReflect().New().Interface()}
+			out = &hedgeOutputs{reply: s.replyType.New().Interface()}
 		}
 		s.hc.prepare(out, n == 1)
 		// nextAttempt numbers the attempt and, from the second on, adds the

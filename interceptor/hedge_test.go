@@ -3,6 +3,7 @@ package interceptor_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -71,6 +72,12 @@ func BenchmarkHedgedFirstAttemptWins(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// A policy allowing a million attempts costs what one allowing three
+	// does: the results channel does not grow with maxAttempts.
+	million, err := policy.ParseConfig([]byte(strings.Replace(hedgeFile, `"maxAttempts": 3`, `"maxAttempts": 1000000`, 1)), policy.WithMaxAttemptsCap(1000000))
+	if err != nil {
+		b.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		cfg  *policy.Config
@@ -78,6 +85,7 @@ func BenchmarkHedgedFirstAttemptWins(b *testing.B) {
 		{"unhedged-no-policy", nil},
 		{"retry-policy", retried},
 		{"hedged", hedged},
+		{"hedged-1e6-attempts", million},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -22,7 +22,8 @@ type ConfigSource interface {
 // interceptor and on a single call: passed as a grpc.CallOption it applies to
 // that call only, on top of the interceptor's options, and is removed before
 // the call reaches grpc. Every option works in both places; options that make
-// most sense per call (Disable, Idempotent, WithMaxAttempts) say so.
+// most sense per call (Disable, Idempotent, WithMaxAttempts, WithCodes) say
+// so.
 //
 // An Option is an immutable value, safe for concurrent use.
 type Option struct {
@@ -48,7 +49,11 @@ type options struct {
 	predicate policy.Predicate
 	// maxAttempts overrides the policy's when > 0.
 	maxAttempts int
-	disabled    bool
+	// codes, when codesSet, replace the policy's retryable codes (a hedging
+	// policy's non-fatal codes); the empty set retries no code.
+	codes    policy.CodeSet
+	codesSet bool
+	disabled bool
 	// idempotent: 0 unknown (ask the file, then the proto), 1 yes, -1 no.
 	idempotent int8
 	random     policy.Random
@@ -195,8 +200,18 @@ func WithPredicate(p policy.Predicate) Option {
 }
 
 // WithMaxAttempts sets the number of attempts, the first included (3 means
-// at most 2 retries), in place of the policy's; useful per call. n < 2 means
-// no retry. It changes nothing for a method without a retry policy.
+// at most 2 retries), in place of the policy's retry or hedging policy's;
+// useful per call. n < 2 means no retry (no hedge). It changes nothing for a
+// method without a policy.
+//
+// n is bounded, as a policy file's maxAttempts is, by the cap in force: the
+// cap the file was parsed with (policy.WithMaxAttemptsCap; gRFC A6's 5,
+// policy.DefaultMaxAttemptsCap, without a file or a raised cap), or the
+// policy's own maxAttempts when it is larger (a policy.Policy given in
+// code is not capped, so a call may ask for as many attempts as it has).
+// A larger n is lowered to that bound, and the logger and hooks hear of it
+// once per method and interceptor (an EventNotice, Reason
+// policy.ReasonAttempts, Attempt the bound applied).
 func WithMaxAttempts(n int) Option {
 	return Option{apply: func(o *options) {
 		if n < 1 {
@@ -204,6 +219,31 @@ func WithMaxAttempts(n int) Option {
 		}
 		o.maxAttempts = n
 	}}
+}
+
+// WithCodes makes cs the status codes the call retries, in place of the
+// retry policy's retryableStatusCodes (policy.Policy.RetryableCodes); for
+// a method that hedges it replaces the hedging policy's nonFatalStatusCodes,
+// the codes after which the next hedge goes at once and the call goes on
+// (any other failure ends it), as gRFC A6 treats them. It is go-grpc-middleware's
+// retry.WithCodes, and is meant per call. It changes nothing for a method
+// without a policy, and it changes no other rule of the policy: the caller's
+// own deadline or cancellation is never retried, whatever cs holds
+// (CANCELED and DEADLINE_EXCEEDED in cs retry only attempts that failed with
+// those codes while the caller's context was still live); a committed
+// attempt, maxAttempts, pushback and the budget still apply; an attempt cut
+// off by stagger's per-attempt timeout is retried as before, whatever the
+// codes; a predicate (WithPredicate, policy.Policy.Predicate) still decides
+// first for the errors it decides.
+//
+// With no code, WithCodes() retries (hedging: goes on after) no status
+// code: it does not mean the policy's codes or stagger's defaults. codes.OK
+// in cs is ignored, as are codes grpc does not define (above
+// codes.Unauthenticated): a success ends the call and is never retried, so
+// WithCodes(codes.OK) retries nothing.
+func WithCodes(cs ...codes.Code) Option {
+	set := policy.NewCodeSet(cs...) &^ policy.NewCodeSet(codes.OK)
+	return Option{apply: func(o *options) { o.codes, o.codesSet = set, true }}
 }
 
 // Disable turns stagger off; meant per call: the call goes to grpc once,

@@ -75,8 +75,8 @@ func TestLoggerHearsRetriesGiveUpsAndNotices(t *testing.T) {
 	_ = icpt(context.Background(), write, nil, nil, nil, s.invoke)
 	want := []string{
 		"4 stagger: per-attempt timeout not applied: method not known to be idempotent grpc.method=" + write,
-		"-4 stagger: retrying grpc.method=" + write + " stagger.attempt=1 grpc.code=Unavailable",
-		"-4 stagger: giving up grpc.method=" + write + " stagger.attempt=2 grpc.code=Unavailable",
+		"-4 stagger: retrying grpc.method=" + write + " stagger.event=retry stagger.attempt=1 grpc.code=Unavailable stagger.pause=0s",
+		"-4 stagger: giving up grpc.method=" + write + " stagger.event=give up stagger.attempt=2 grpc.code=Unavailable",
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("log lines:\n%s\nwant %d", strings.Join(lines, "\n"), len(want))

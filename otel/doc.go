@@ -101,7 +101,8 @@
 // "stagger.hedge" and "stagger.deferred", with the attributes
 // stagger.attempt (the attempt that ended, or the hedge sent), grpc.status
 // (that attempt's code), stagger.pause_s (the pause before the next
-// attempt, in seconds) and stagger.reason.
+// attempt, in seconds) and, for a give-up, stagger.reason (a retry, a
+// hedge and a deferral have none).
 //
 // # With grpc-go's OpenTelemetry plugin
 //

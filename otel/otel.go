@@ -331,12 +331,18 @@ func (r *recorder) spanEvent(ctx context.Context, name string, e *interceptor.Ev
 	if !span.IsRecording() {
 		return
 	}
-	span.AddEvent(name, trace.WithAttributes(
+	attrs := [4]attribute.KeyValue{
 		attribute.Int(AttrAttempt, e.Attempt),
 		attribute.String(AttrStatus, e.Code.String()),
 		attribute.Float64(AttrPause, seconds(e.Pause)),
-		attribute.String(AttrReason, e.Reason.String()),
-	))
+	}
+	n := 3
+	if e.Reason != policy.ReasonNone {
+		// ReasonNone's name is "retry": a retry's or a hedge's event is
+		// named for what it is, and has no reason.
+		attrs[3], n = attribute.String(AttrReason, e.Reason.String()), 4
+	}
+	span.AddEvent(name, trace.WithAttributes(attrs[:n]...))
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }

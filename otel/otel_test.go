@@ -485,10 +485,10 @@ func TestSpanEvents(t *testing.T) {
 					ev.Name, a[AttrAttempt], a[AttrStatus], a[AttrPause], a[AttrReason]))
 			}
 			want := []string{
-				"stagger.retry attempt=1 status=Unavailable pause=0.01 reason=" + policy.ReasonNone.String(),
-				"stagger.retry attempt=2 status=Unavailable pause=0.02 reason=" + policy.ReasonNone.String(),
-				"stagger.retry attempt=1 status=Unavailable pause=0.01 reason=" + policy.ReasonNone.String(),
-				"stagger.retry attempt=2 status=Unavailable pause=0.02 reason=" + policy.ReasonNone.String(),
+				"stagger.retry attempt=1 status=Unavailable pause=0.01 reason=<nil>",
+				"stagger.retry attempt=2 status=Unavailable pause=0.02 reason=<nil>",
+				"stagger.retry attempt=1 status=Unavailable pause=0.01 reason=<nil>",
+				"stagger.retry attempt=2 status=Unavailable pause=0.02 reason=<nil>",
 				"stagger.give_up attempt=3 status=Unavailable pause=0 reason=" + policy.ReasonAttempts.String(),
 			}
 			if noTraces {
@@ -618,5 +618,32 @@ func TestDeferred(t *testing.T) {
 	}
 	if d := histogram[float64](t, ms, MetricRetryDelay); d.Count != 1 || d.Sum != 0.3 {
 		t.Errorf("retry_delay count %d sum %g, want 1 and 0.3", d.Count, d.Sum)
+	}
+}
+
+// A hedge's span event is named for it and has no reason (ReasonNone's
+// name, "retry", used to be there).
+func TestSpanEventHedgeHasNoReason(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	e := newEnv(t, hedgeConfig, Options{})
+	ctx, span := tp.Tracer("test").Start(context.Background(), "caller")
+	e.get(t, ctx, &testingv1.Script{Key: "hedge", AttemptDelays: durations(time.Second)})
+	span.End()
+	var hedges int
+	for _, ev := range sr.Ended()[0].Events() {
+		if ev.Name != SpanEventHedge {
+			continue
+		}
+		hedges++
+		for _, kv := range ev.Attributes {
+			if kv.Key == AttrReason {
+				t.Errorf("hedge event has %s = %v, want none", AttrReason, kv.Value.AsInterface())
+			}
+		}
+	}
+	if hedges == 0 {
+		t.Error("no hedge span event")
 	}
 }

@@ -26,6 +26,8 @@ type Config struct {
 	// breakers holds one set of breakers per distinct settings in use.
 	breaker  *budget.BreakerSettings
 	breakers map[budget.BreakerSettings]*budget.Breakers
+	// maxAttemptsCap is the cap the file was parsed with.
+	maxAttemptsCap int
 }
 
 // Entry is one methodConfig entry of a file, as `stagger check` explains it.
@@ -124,6 +126,17 @@ func (c *Config) Names() []string {
 		return nil
 	}
 	return sortedNames(c.methods)
+}
+
+// MaxAttemptsCap returns the cap on maxAttempts the file was parsed with
+// (WithMaxAttemptsCap, else DefaultMaxAttemptsCap); a nil Config returns
+// DefaultMaxAttemptsCap. The interceptors bound a maxAttempts given in code
+// per call (interceptor.WithMaxAttempts) by it.
+func (c *Config) MaxAttemptsCap() int {
+	if c == nil || c.maxAttemptsCap < 2 {
+		return DefaultMaxAttemptsCap
+	}
+	return c.maxAttemptsCap
 }
 
 // LoadBalancingPolicy returns the load-balancing policy grpc-go would choose

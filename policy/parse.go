@@ -572,7 +572,7 @@ var jitterByName = map[string]Jitter{
 }
 
 func (w *walker) config(root *node) *Config {
-	c := &Config{methods: map[string]*Method{}}
+	c := &Config{methods: map[string]*Method{}, maxAttemptsCap: w.opts.cap}
 	if root.kind == nodeNull {
 		// json.Unmarshal of "null" into grpc-go's struct succeeds: an empty
 		// service config.
