@@ -434,3 +434,44 @@ func TestLoggerSaysWithMaxAttemptsCappedOnce(t *testing.T) {
 		}
 	})
 }
+
+// A valid file with a mistake in it (a misspelt key, a service the program
+// does not link) fails silently unless someone says so: the logger gets the
+// parse's warnings once per file, when a call first follows it, and again
+// for a reloaded file.
+func TestLoggerSaysFileWarningsOncePerFile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log jsonLog
+		file := func(svc string) *policy.Config {
+			return parse(t, `{"methodConfig": [{"name": [{"service": "`+svc+`"}],
+				"retryPolicy": {"maxAttempts": 2, "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 1,
+				"retryableStatusCodes": ["UNAVAILABLE"], "jiter": "FULL"}}]}`)
+		}
+		src := policy.NewSource(file("stagger.testing.v1.TestService"))
+		b := newBench(t, []interceptor.Option{interceptor.WithConfigSource(src), interceptor.WithLogger(log.logger())})
+		warnings := func() (n int, msgs []string) {
+			for _, l := range log.lines(t) {
+				if m, _ := l["msg"].(string); strings.HasPrefix(m, "stagger: policy file: ") {
+					n++
+					msgs = append(msgs, fmt.Sprint(l["stagger.field"], " ", m))
+				}
+			}
+			return n, msgs
+		}
+		for range 3 {
+			_ = b.get(context.Background(), &testingv1.Script{})
+		}
+		if n, msgs := warnings(); n != 1 || !strings.Contains(msgs[0], `jiter`) || !strings.Contains(msgs[0], `did you mean "jitter"`) {
+			t.Fatalf("after 3 calls on one file: %d warning lines %q, want 1 naming jiter and jitter", n, msgs)
+		}
+		if err := src.Update(file("TestService")); err != nil {
+			t.Fatal(err)
+		}
+		_ = b.get(context.Background(), &testingv1.Script{})
+		_ = b.get(context.Background(), &testingv1.Script{})
+		n, msgs := warnings()
+		if n != 3 || !strings.Contains(strings.Join(msgs, "\n"), "stagger.testing.v1.TestService") {
+			t.Fatalf("after a reload: %d warning lines %q, want 3 (jiter again, and the service without its package with the registered name)", n, msgs)
+		}
+	})
+}

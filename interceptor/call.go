@@ -40,6 +40,9 @@ type core struct {
 	// hedgeLatency holds each hedged method's *latencyHistogram, for the
 	// adaptive hedging delay (hedge.go).
 	hedgeLatency sync.Map
+	// warned is the last file whose warnings went to the logger, so each
+	// file (each reload) is reported once, when a call first follows it.
+	warned atomic.Pointer[policy.Config]
 }
 
 // methodCache is copied on write; it belongs to one *policy.Config.
@@ -232,6 +235,9 @@ func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 	}
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	mi.plan.brCache = &mi.br
+	if cfg != nil && k.warned.Load() != cfg && k.warned.Swap(cfg) != cfg {
+		k.opts.logWarnings(cfg)
+	}
 	k.methodsMu.Lock()
 	defer k.methodsMu.Unlock()
 	mc = k.methods.Load()

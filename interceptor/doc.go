@@ -263,6 +263,13 @@
 // stagger.breaker, stagger.from, stagger.failures, stagger.answered and
 // stagger.break.
 //
+// The logger also gets, at warn level, the warnings of the policy file
+// (policy.Config.Warnings: a misspelt key, a service or method the program's
+// protos do not declare, each with its "did you mean"), once per file when a
+// call first follows it, and again after a reload: "stagger: policy file:
+// ..." with stagger.field and, when known, stagger.line and stagger.column.
+// Hooks do not get them; they are not events of a call.
+//
 // # Concurrency
 //
 // The interceptors are safe for concurrent use by any number of calls. Hooks

@@ -108,6 +108,23 @@ func (o *options) BreakerChanged(ch budget.BreakerChange) {
 	o.emit(context.Background(), Event{Kind: EventBreaker, Method: ch.Key, Breaker: ch})
 }
 
+// logWarnings tells the logger, at warning level, what the parse of cfg
+// found worth saying (a misspelt key, a service the program does not link):
+// a file with such a mistake is valid, so without this line it would fail
+// silently, matching no call or ignoring the key.
+func (o *options) logWarnings(cfg *policy.Config) {
+	if o.logger == nil {
+		return
+	}
+	for _, w := range cfg.Warnings() {
+		fields := []any{"stagger.field", w.Path}
+		if w.Line > 0 {
+			fields = append(fields, "stagger.line", w.Line, "stagger.column", w.Column)
+		}
+		o.logger.Log(context.Background(), logging.LevelWarn, "stagger: policy file: "+w.Message, fields...)
+	}
+}
+
 // emit runs the hooks and the logger. The caller holds no lock.
 func (o *options) emit(ctx context.Context, e Event) {
 	for _, h := range o.hooks {

@@ -128,7 +128,12 @@ func (s *Source) poll(ticks <-chan time.Time, stopTicker func()) {
 }
 
 // Config returns the config in use. It never returns a half-applied config.
-func (s *Source) Config() *Config { return s.cur.Load() }
+func (s *Source) Config() *Config {
+	if s == nil {
+		return nil
+	}
+	return s.cur.Load()
+}
 
 // Path returns the file watched ("" for a Source made by NewSource).
 func (s *Source) Path() string { return s.path }
