@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -84,9 +83,11 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	}
 	s.callCtx, s.cancel = callCtx, cancel
 	if s.c.hedged != nil {
-		// Streams are not hedged: the method's hedgingPolicy runs the
-		// stream once.
-		k.noticeUnhedged(ctx, &s.c, policy.ReasonStreaming)
+		// Hedged until commit (hedgestream.go) when the method may run
+		// more than once; otherwise the stream runs once.
+		if hs := k.hedgeStream(ctx, s, grpcOpts); hs != nil {
+			return hs, nil
+		}
 	}
 	// Each attempt's options: the file's, then the caller's, so the
 	// caller's win, as in grpc-go.
