@@ -55,8 +55,8 @@ import (
 // the last one. Context commits the stream, as grpc-go's does: an
 // application that holds the stream's context (to watch it, or to read the
 // peer) must not see it cancelled by a later retry, so there is none.
-// Streams are not hedged: a method whose file entry hedges runs the stream
-// once (EventNotice, reason streaming).
+// A method whose file entry hedges is hedged until the stream commits
+// (hedgestream.go; see Hedging in the package documentation).
 //
 // The returned streams follow grpc.ClientStream's rules: one goroutine may
 // send (SendMsg, CloseSend) while another receives.
