@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -449,4 +452,135 @@ func TestHedgedStreamBudget(t *testing.T) {
 type budget2 struct {
 	n     int
 	hedge bool
+}
+
+// A message that overflows the replay buffer commits the stream to the
+// oldest attempt open: no hedge follows, though the first attempt is slow.
+func TestHedgedStreamOverflowCommits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newHedgeStreamBench(t, hedgeStreamFile(t, 3, 100*time.Millisecond, ""), interceptor.WithReplayBufferSize(64))
+		st, err := b.client.Upload(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := st.Send(&testingv1.UploadRequest{Seq: 1, Script: &testingv1.Script{Key: "k", AttemptDelays: durations(300*time.Millisecond, 0)}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if err := st.Send(&testingv1.UploadRequest{Seq: 2, Payload: make([]byte, 100)}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.CloseAndRecv()
+		if err != nil {
+			t.Fatalf("CloseAndRecv: %v", err)
+		}
+		if resp.GetReply().GetAttempt() != 1 || !slices.Equal(resp.GetReceived(), seqsTo(2)) || time.Since(start) != 300*time.Millisecond {
+			t.Errorf("attempt %d received %v after %v, want attempt 1, 1..2, after 300ms", resp.GetReply().GetAttempt(), resp.GetReceived(), time.Since(start))
+		}
+		if n := len(b.srv.Attempts("k")); n != 1 {
+			t.Errorf("server saw %d attempts, want 1", n)
+		}
+	})
+}
+
+// Pushback before the commit: a valid one delays the next hedge by that
+// much, a negative one stops hedging.
+func TestHedgedStreamPushback(t *testing.T) {
+	tests := []struct {
+		name      string
+		pushback  string
+		wantCode  codes.Code
+		wantGaps  []time.Duration
+		wantCount int
+	}{
+		{"valid pushback delays the next hedge", "300", codes.OK, []time.Duration{300 * time.Millisecond}, 2},
+		{"negative pushback stops hedging", "-1", codes.Unavailable, nil, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newHedgeStreamBench(t, hedgeStreamFile(t, 3, time.Second, ""))
+				r := runListItems(context.Background(), b.client, &testingv1.Script{Key: "k", FailAttempts: 1, Pushback: []string{tt.pushback}}, 1)
+				if status.Code(r.err) != tt.wantCode {
+					t.Fatalf("err = %v, want %v", r.err, tt.wantCode)
+				}
+				recs := b.srv.Attempts("k")
+				if len(recs) != tt.wantCount {
+					t.Fatalf("server saw %d attempts, want %d", len(recs), tt.wantCount)
+				}
+				if g := gaps(recs); !equalDurations(g, tt.wantGaps) {
+					t.Errorf("gaps = %v, want %v", g, tt.wantGaps)
+				}
+				if tt.wantCode != codes.OK {
+					if e := b.hooks.last(); e.Kind != interceptor.EventGiveUp || e.Reason != policy.ReasonPushback {
+						t.Errorf("last event = %+v, want give up (pushback)", e)
+					}
+				}
+			})
+		})
+	}
+}
+
+// streamAttemptEcho is a server stream interceptor that puts each attempt's
+// number, as the client numbered it, in a response header (sent with the
+// first message) and a trailer.
+func streamAttemptEcho(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	n := 1
+	if md, ok := metadata.FromIncomingContext(ss.Context()); ok {
+		if v := md.Get("grpc-previous-rpc-attempts"); len(v) == 1 {
+			p, _ := strconv.Atoi(v[0])
+			n = p + 1
+		}
+	}
+	s := strconv.Itoa(n)
+	_ = ss.SetHeader(metadata.Pairs("x-attempt", s))
+	ss.SetTrailer(metadata.Pairs("x-attempt-trailer", s))
+	return handler(srv, ss)
+}
+
+// The caller's grpc.Header, Trailer and Peer options get the winner's, and
+// its OnFinish runs once; the stream's Header and Trailer are the winner's.
+func TestHedgedStreamCallerOptionsGetTheWinners(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.New(testserver.WithServerOptions(grpc.ChainStreamInterceptor(streamAttemptEcho)))
+		t.Cleanup(srv.Close)
+		cc := srv.ClientConn(t, grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(
+			interceptor.WithConfig(hedgeStreamFile(t, 2, 100*time.Millisecond, "")))), grpc.WithDisableRetry())
+		client := testingv1.NewTestServiceClient(cc)
+		var header, trailer metadata.MD
+		var p peer.Peer
+		var finished []error
+		st, err := client.ListItems(context.Background(), &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "k", ResponseCount: 2, AttemptDelays: durations(10*time.Second, 0)}},
+			grpc.Header(&header), grpc.Trailer(&trailer), grpc.Peer(&p), grpc.OnFinish(func(err error) { finished = append(finished, err) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if md, err := st.Header(); err != nil || !slices.Equal(md.Get("x-attempt"), []string{"2"}) {
+			t.Errorf("Header() = %v, %v; want x-attempt 2", md, err)
+		}
+		for {
+			if _, err := st.Recv(); err != nil {
+				if err != io.EOF {
+					t.Fatalf("Recv: %v", err)
+				}
+				break
+			}
+		}
+		if got := st.Trailer().Get("x-attempt-trailer"); !slices.Equal(got, []string{"2"}) {
+			t.Errorf("Trailer() x-attempt-trailer = %q, want [2]", got)
+		}
+		if got := header.Get("x-attempt"); !slices.Equal(got, []string{"2"}) {
+			t.Errorf("grpc.Header x-attempt = %q, want the winner's [2]", got)
+		}
+		if got := trailer.Get("x-attempt-trailer"); !slices.Equal(got, []string{"2"}) {
+			t.Errorf("grpc.Trailer x-attempt-trailer = %q, want the winner's [2]", got)
+		}
+		if p.Addr == nil {
+			t.Error("peer not set")
+		}
+		if len(finished) != 1 || finished[0] != nil {
+			t.Errorf("OnFinish ran with %v, want once with nil", finished)
+		}
+	})
 }
