@@ -77,9 +77,9 @@ type hedgedStream struct {
 	targets []*streamHedgeAttempt
 
 	mu sync.Mutex
-	// live are the attempts open, replayed and not known to have ended, in
-	// the order they were sent.
-	live []*streamHedgeAttempt
+	// sent are the attempts sent, live those open, replayed and not known
+	// to have ended, in the order they were sent.
+	sent, live []*streamHedgeAttempt
 	// winner is the attempt the stream committed to; last the last attempt
 	// that ended before any commit.
 	winner, last *streamHedgeAttempt
@@ -276,10 +276,11 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 			return
 		}
 		actx, _, _ := s.c.nextAttempt(s.hctx)
-		s.mu.Unlock()
 		now := time.Now()
 		a := &streamHedgeAttempt{n: n, start: now, watched: make(chan struct{})}
 		a.ctx, a.cancel = context.WithCancel(actx)
+		s.sent = append(s.sent, a)
+		s.mu.Unlock()
 		if n > 1 {
 			e := Event{Kind: EventHedge, Method: s.c.method, Attempt: n, Pause: now.Sub(st.lastSend), Pushback: st.pushback, Hedging: true}
 			if st.trigger != nil {
@@ -386,11 +387,12 @@ func (s *hedgedStream) join(a *streamHedgeAttempt, cs grpc.ClientStream) error {
 	return nil
 }
 
-// commitLocked commits the stream to w: the others are cancelled, the
-// buffer is given back, and RecvMsg and Header go on with w.
+// commitLocked commits the stream to w: the others are cancelled (those
+// still opening too: one waiting for a connection ends now), the buffer is
+// given back, and RecvMsg and Header go on with w.
 func (s *hedgedStream) commitLocked(w *streamHedgeAttempt) {
 	s.winner, s.commitNext = w, false
-	for _, a := range s.live {
+	for _, a := range s.sent {
 		if a != w {
 			a.cancel()
 		}
