@@ -192,6 +192,9 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 func (s *hedgedStream) drive(st *hedgeState) {
 	done := s.callCtx.Done()
 	for {
+		if st.due && st.sent > 0 && s.takeEvents(st) {
+			return
+		}
 		s.sendDue(st)
 		if s.committed() {
 			s.afterCommit(st, nil)
@@ -230,6 +233,26 @@ func (s *hedgedStream) drive(st *hedgeState) {
 			}
 			s.fail(st, policy.ReasonDeadline)
 			return
+		}
+	}
+}
+
+// takeEvents handles the attempts' events already in, without waiting: an
+// attempt whose headers arrived as the hedging delay ran out commits
+// before a hedge is sent (select would pick between the two at random, and
+// a busy machine delays the event by a hop between goroutines). True when
+// the driver is done.
+func (s *hedgedStream) takeEvents(st *hedgeState) bool {
+	for {
+		select {
+		case ev := <-s.events:
+			st.inFlight--
+			ev.a.reported = true
+			if s.ended(st, ev) {
+				return true
+			}
+		default:
+			return false
 		}
 	}
 }
