@@ -181,8 +181,18 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 		}
 	}
 	st.deadline, st.hasDeadline = s.callCtx.Deadline()
-	st.due = true
+	// The first attempt is opened here, as grpc-go opens a stream in
+	// NewStream, while the driver runs the hedging delay from its start.
+	a := s.launch(st, 1)
+	if st.delay == 0 {
+		st.due = true
+	} else {
+		st.arm(s.callCtx, st.delay, 2)
+	}
 	go s.drive(st)
+	if cs, err := s.open(a); err == nil {
+		go s.watch(a, cs)
+	}
 	return s
 }
 
@@ -298,22 +308,13 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 			st.stop(s.callCtx, n, policy.ReasonBudget)
 			return
 		}
-		actx, _, _ := s.c.nextAttempt(s.hctx)
-		now := time.Now()
-		a := &streamHedgeAttempt{n: n, start: now, watched: make(chan struct{})}
-		a.ctx, a.cancel = context.WithCancel(actx)
-		s.sent = append(s.sent, a)
 		s.mu.Unlock()
-		if n > 1 {
-			e := Event{Kind: EventHedge, Method: s.c.method, Attempt: n, Pause: now.Sub(st.lastSend), Pushback: st.pushback, Hedging: true}
-			if st.trigger != nil {
-				e.Code, e.Err = status.Code(st.trigger), st.trigger
+		a := s.launch(st, n)
+		go func() {
+			if cs, err := s.open(a); err == nil {
+				s.watch(a, cs)
 			}
-			s.c.o.emit(s.callCtx, e)
-		}
-		st.sent, st.lastSend, st.trigger, st.pushback = n, now, nil, false
-		st.inFlight++
-		go s.runAttempt(a)
+		}()
 		if n == st.h.MaxAttempts {
 			st.disarm()
 			return
@@ -326,39 +327,87 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 	}
 }
 
-// runAttempt is one attempt's goroutine: it opens the attempt's stream,
-// replays what was sent, and waits for its response headers or its end.
-func (s *hedgedStream) runAttempt(a *streamHedgeAttempt) {
-	ev := streamHedgeEvent{a: a}
-	defer func() {
-		close(a.watched)
-		s.events <- ev
-	}()
+// launch numbers attempt n and accounts for it (the caller opens it): the
+// driver, or the caller's goroutine for the first attempt, before the
+// driver starts.
+func (s *hedgedStream) launch(st *hedgeState, n int) *streamHedgeAttempt {
+	now := time.Now()
+	a := &streamHedgeAttempt{n: n, start: now, watched: make(chan struct{})}
+	// Under mu: nextAttempt numbers the attempt where the application
+	// reads c.attempt after the commit, and a commit cancels every attempt
+	// sent.
+	s.mu.Lock()
+	actx, _, _ := s.c.nextAttempt(s.hctx)
+	a.ctx, a.cancel = context.WithCancel(actx)
+	s.sent = append(s.sent, a)
+	s.mu.Unlock()
+	if n > 1 {
+		e := Event{Kind: EventHedge, Method: s.c.method, Attempt: n, Pause: now.Sub(st.lastSend), Pushback: st.pushback, Hedging: true}
+		if st.trigger != nil {
+			e.Code, e.Err = status.Code(st.trigger), st.trigger
+		}
+		s.c.o.emit(s.callCtx, e)
+	}
+	st.sent, st.lastSend, st.trigger, st.pushback = n, now, nil, false
+	st.inFlight++
+	return a
+}
+
+// open opens a's grpc stream and replays what was sent on it (join). When
+// that fails, a has ended: open reports it to the driver.
+func (s *hedgedStream) open(a *streamHedgeAttempt) (grpc.ClientStream, error) {
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
-	if err != nil {
-		a.cancel()
-		a.ended, a.endErr, ev.err = true, err, err
-		return
+	if err == nil {
+		// Committed to another attempt meanwhile, or grpc refused a
+		// message it took before (a local error): the attempt ends with
+		// it.
+		if err = s.join(a, cs); err == nil {
+			return cs, nil
+		}
 	}
-	if err := s.join(a, cs); err != nil {
-		// Committed to another attempt, or grpc refused a message it
-		// took before (a local error): the attempt ends with it.
-		a.cancel()
-		a.ended, a.endErr, ev.err = true, err, err
-		return
-	}
+	a.cancel()
+	a.ended, a.endErr = true, err
+	close(a.watched)
+	s.events <- streamHedgeEvent{a: a, err: err}
+	return nil, err
+}
+
+// watch is an open attempt's goroutine: it waits for the attempt's response
+// headers, which commit the stream to it unless it committed already, or
+// for its end, and reports to the driver.
+func (s *hedgedStream) watch(a *streamHedgeAttempt, cs grpc.ClientStream) {
+	ev := streamHedgeEvent{a: a}
 	if md, _ := cs.Header(); md != nil {
 		ev.headers, ev.took = true, time.Since(a.start)
+		// Committed here rather than by the driver: the application's
+		// RecvMsg waits for it, and a hop between goroutines less is
+		// latency less.
+		s.mu.Lock()
+		sent, won := 0, s.winner == nil && !s.failed
+		if won {
+			sent = s.commitLocked(a)
+		}
+		s.mu.Unlock()
+		if won {
+			if s.hist != nil {
+				s.hist.observe(ev.took)
+			}
+			s.committedTo(a, sent)
+		}
+		close(a.watched)
+		s.events <- ev
 		return
 	}
 	// The attempt ended without headers (grpc-go's Header says nil, nil):
 	// no message can come, so RecvMsg reads only the status.
-	err = cs.RecvMsg(nil)
+	err := cs.RecvMsg(nil)
 	if err == io.EOF {
 		err = nil
 	}
 	a.ended, a.endErr = true, err
 	ev.err, ev.trailer = err, cs.Trailer()
+	close(a.watched)
+	s.events <- ev
 }
 
 // join replays the messages sent so far on a, whose stream is cs, and
@@ -405,7 +454,10 @@ func (s *hedgedStream) join(a *streamHedgeAttempt, cs grpc.ClientStream) error {
 	a.cs = cs
 	s.live = append(s.live, a)
 	if s.commitNext {
-		s.commitLocked(a)
+		sent := s.commitLocked(a)
+		s.mu.Unlock()
+		s.committedTo(a, sent)
+		s.mu.Lock()
 	}
 	return nil
 }
@@ -413,7 +465,10 @@ func (s *hedgedStream) join(a *streamHedgeAttempt, cs grpc.ClientStream) error {
 // commitLocked commits the stream to w: the others are cancelled (those
 // still opening too: one waiting for a connection ends now), the buffer is
 // given back, and RecvMsg and Header go on with w.
-func (s *hedgedStream) commitLocked(w *streamHedgeAttempt) {
+//
+// It returns the attempts sent: the committer then calls committedTo,
+// without mu.
+func (s *hedgedStream) commitLocked(w *streamHedgeAttempt) (sent int) {
 	s.winner, s.commitNext = w, false
 	for _, a := range s.sent {
 		if a != w {
@@ -423,6 +478,16 @@ func (s *hedgedStream) commitLocked(w *streamHedgeAttempt) {
 	clear(s.live)
 	s.live = s.live[:0]
 	s.buf.release()
+	return s.c.attempt
+}
+
+// committedTo ends a commit to w, after commitLocked, outside mu: the
+// hooks hear that w won (when hedges were sent), then RecvMsg and Header go
+// on.
+func (s *hedgedStream) committedTo(w *streamHedgeAttempt, sent int) {
+	if sent > 1 {
+		s.c.o.emit(s.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: w.n, Hedging: true})
+	}
 	close(s.ready)
 }
 
@@ -439,12 +504,11 @@ func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
 		s.afterCommit(st, &ev)
 		return true
 	}
-	if ev.headers || ev.err == nil {
-		s.commitLocked(a)
+	if ev.err == nil {
+		// OK without headers (headers commit in watch).
+		sent := s.commitLocked(a)
 		s.mu.Unlock()
-		if ev.headers && s.hist != nil {
-			s.hist.observe(ev.took)
-		}
+		s.committedTo(a, sent)
 		s.afterCommit(st, nil)
 		return true
 	}
@@ -494,11 +558,8 @@ func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
 func (s *hedgedStream) afterCommit(st *hedgeState, ev *streamHedgeEvent) {
 	st.disarm()
 	s.mu.Lock()
-	w, sent := s.winner, s.c.attempt
+	w := s.winner
 	s.mu.Unlock()
-	if sent > 1 {
-		s.c.o.emit(s.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: w.n, Hedging: true})
-	}
 	lost := func(ev streamHedgeEvent) {
 		if ev.a == w {
 			return
@@ -526,6 +587,12 @@ func (s *hedgedStream) afterCommit(st *hedgeState, ev *streamHedgeEvent) {
 func (s *hedgedStream) fail(st *hedgeState, why policy.Reason) {
 	st.disarm()
 	s.mu.Lock()
+	if s.winner != nil {
+		// An attempt committed as the last one ended: the stream is its.
+		s.mu.Unlock()
+		s.afterCommit(st, nil)
+		return
+	}
 	s.failed = true
 	clear(s.live)
 	s.live = s.live[:0]
@@ -678,8 +745,9 @@ func (s *hedgedStream) SendMsg(m any) error {
 	if !s.buf.add(m) {
 		if len(s.live) > 0 {
 			w := s.live[0]
-			s.commitLocked(w)
+			sent := s.commitLocked(w)
 			s.mu.Unlock()
+			s.committedTo(w, sent)
 			return w.cs.SendMsg(m)
 		}
 		// No attempt open: the next one gets it in its replay and wins.
@@ -803,16 +871,20 @@ func (s *hedgedStream) Trailer() metadata.MD {
 // open it returns the call's context and the next attempt to open wins.
 func (s *hedgedStream) Context() context.Context {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.winner == nil && !s.failed {
-		if len(s.live) == 0 {
-			s.commitNext = true
-			return s.callCtx
-		}
-		s.commitLocked(s.live[0])
+	w := s.winner
+	switch {
+	case w == nil && !s.failed && len(s.live) == 0:
+		s.commitNext = true
+	case w == nil && !s.failed:
+		w = s.live[0]
+		sent := s.commitLocked(w)
+		s.mu.Unlock()
+		s.committedTo(w, sent)
+		return w.cs.Context()
 	}
-	if s.winner == nil {
+	s.mu.Unlock()
+	if w == nil {
 		return s.callCtx
 	}
-	return s.winner.cs.Context()
+	return w.cs.Context()
 }
