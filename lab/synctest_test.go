@@ -165,6 +165,7 @@ func TestRunHedgingCutsTheStreamTail(t *testing.T) {
 	res := runTiny(t, cfg)
 	plain, hedged := res["stagger-nohedge"], res["stagger-hedge"]
 	for name, r := range res {
+		t.Logf("%s: %.4f attempts/call, first message p50 %v p99 %v p99.9 %v", name, r.AttemptsPerCall, r.FirstP50, r.FirstP99, r.FirstP999)
 		if r.Calls != 400 || r.Successes != r.Calls {
 			t.Errorf("%s: %d of %d streams succeeded, want 400 of 400", name, r.Successes, r.Calls)
 		}
