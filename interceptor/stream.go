@@ -55,8 +55,9 @@ import (
 // the last one. Context commits the stream, as grpc-go's does: an
 // application that holds the stream's context (to watch it, or to read the
 // peer) must not see it cancelled by a later retry, so there is none.
-// A method whose file entry hedges is hedged until the stream commits
-// (hedgestream.go; see Hedging in the package documentation).
+// A method whose file entry hedges is hedged until the stream commits (see
+// Hedging in the package documentation): its attempts race, each on a
+// goroutine of its own, until one commits.
 //
 // The returned streams follow grpc.ClientStream's rules: one goroutine may
 // send (SendMsg, CloseSend) while another receives.
