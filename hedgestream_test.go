@@ -629,3 +629,21 @@ func BenchmarkHedgedStreamCall(b *testing.B) {
 		})
 	}
 }
+
+// A hedge that could not leave before the caller's deadline is not sent:
+// the stream returns the real status at once.
+func TestHedgedStreamDeadlineAware(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newHedgeStreamBench(t, hedgeStreamFile(t, 3, time.Second, ""))
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		r := runListItems(ctx, b.client, &testingv1.Script{Key: "k", FailAttempts: 1, Pushback: []string{"600"}}, 1)
+		if status.Code(r.err) != codes.Unavailable || time.Since(start) != 0 {
+			t.Errorf("err = %v after %v, want UNAVAILABLE at once", r.err, time.Since(start))
+		}
+		if e := b.hooks.last(); e.Kind != interceptor.EventGiveUp || e.Reason != policy.ReasonDeadline {
+			t.Errorf("last event = %+v, want give up (deadline)", e)
+		}
+	})
+}
