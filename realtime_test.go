@@ -644,3 +644,81 @@ func TestRealTimeHedgeMoreAttemptsThanResultSlots(t *testing.T) {
 		}
 	}
 }
+
+// rtHedgeFile hedges every method of the test service (marked idempotent):
+// 2 attempts, the hedge 50ms after the first.
+const rtHedgeFile = `{"methodConfig": [{
+	"name": [{"service": "stagger.testing.v1.TestService"}],
+	"idempotent": true,
+	"hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
+}]}`
+
+// A hedged stream whose first attempt commits (its response headers
+// arrive) as the hedge timer fires: either the first attempt commits
+// before the hedge leaves (one attempt), or the hedge leaves and one of the
+// two wins, the other cancelled. Whichever wins, the application gets every
+// message once, in order, all from the winner, and never an error. Server
+// streams and bidi streams (whose messages race the commit too).
+func TestRealTimeHedgedStreamCommitMeetsHedge(t *testing.T) {
+	const n = 3
+	srv, client := rtBench(t, rtHedgeFile)
+	for _, kind := range []string{"server", "bidi"} {
+		t.Run(kind, func(t *testing.T) {
+			var hedged, firstWon atomic.Int32
+			parallel(rtCalls, func(i int) {
+				key := fmt.Sprint("hedge-", kind, "-", i)
+				// First responses leave from 5ms before the hedge to 5ms after.
+				first := 50*time.Millisecond + time.Duration(i%11-5)*time.Millisecond
+				sc := &testingv1.Script{Key: key, AttemptDelays: []*durationpb.Duration{durationpb.New(first), durationpb.New(0)}}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				var r streamResult
+				if kind == "server" {
+					r = runListItems(ctx, client, sc, n)
+				} else {
+					r = runChat(ctx, client, sc, n)
+				}
+				if r.err != nil {
+					t.Errorf("call %d (first answer at %v): %v", i, first, r.err)
+					return
+				}
+				if len(r.seqs) != n {
+					t.Errorf("call %d: seqs %v, want 1..%d once each", i, r.seqs, n)
+					return
+				}
+				for j, s := range r.seqs {
+					if s != int64(j+1) || r.attempts[j] != r.attempts[0] {
+						t.Errorf("call %d: seqs %v from attempts %v, want 1..%d from one attempt", i, r.seqs, r.attempts, n)
+						return
+					}
+				}
+				wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer wcancel()
+				recs, err := srv.Await(wctx, key, func(recs []testserver.AttemptRecord) bool {
+					for _, rec := range recs {
+						if !rec.Done {
+							return false
+						}
+					}
+					return len(recs) > 0
+				})
+				if err != nil || len(recs) > 2 {
+					t.Errorf("call %d: server saw %+v (%v), want 1 or 2 attempts, ended", i, recs, err)
+					return
+				}
+				if len(recs) == 2 {
+					hedged.Add(1)
+				}
+				if r.attempts[0] == 1 {
+					firstWon.Add(1)
+				}
+				for _, rec := range recs {
+					if rec.Attempt != int(r.attempts[0]) && !rec.Cancelled && rec.Code != codes.OK {
+						t.Errorf("call %d: the losing attempt %+v neither cancelled nor OK", i, rec)
+					}
+				}
+			})
+			t.Logf("%s: %d of %d streams hedged, the first attempt won %d", kind, hedged.Load(), rtCalls, firstWon.Load())
+		})
+	}
+}

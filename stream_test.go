@@ -723,11 +723,12 @@ func streamBenchConfig(b *testing.B) *policy.Config {
 	return cfg
 }
 
-// TestStreamHedgedMethodRunsOnce: streams are not hedged; a streaming method
-// whose entry hedges runs once, and the hooks hear why, once.
-func TestStreamHedgedMethodRunsOnce(t *testing.T) {
+// TestStreamHedgedNotIdempotentRunsOnce: a streaming method whose entry
+// hedges but that is not known to be idempotent (the test service's streams
+// have no idempotency_level) runs once, and the hooks hear why, once.
+func TestStreamHedgedNotIdempotentRunsOnce(t *testing.T) {
 	const hedgeFile = `{"methodConfig": [{
-		"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
+		"name": [{"service": "stagger.testing.v1.TestService"}],
 		"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.1s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
 	}]}`
 	for _, k := range streamKinds {
@@ -736,7 +737,7 @@ func TestStreamHedgedMethodRunsOnce(t *testing.T) {
 				var h hookLog
 				srv, c := newStreamBench(t, interceptor.WithConfig(parse(t, hedgeFile)), interceptor.WithHook(h.hook))
 				for range 2 {
-					r := k.run(context.Background(), c, &testingv1.Script{Key: "k", FailAttempts: 10}, 2)
+					r := k.run(context.Background(), c, &testingv1.Script{Key: "k", FailAttempts: 10, Delay: durationpb.New(time.Second)}, 2)
 					if status.Code(r.err) != codes.Unavailable {
 						t.Fatalf("err = %v, want UNAVAILABLE", r.err)
 					}
@@ -745,8 +746,8 @@ func TestStreamHedgedMethodRunsOnce(t *testing.T) {
 					t.Errorf("server saw %d attempts for 2 calls, want 2", n)
 				}
 				ev := h.all()
-				if len(ev) != 1 || ev[0].Kind != interceptor.EventNotice || ev[0].Reason != policy.ReasonStreaming {
-					t.Errorf("events = %+v, want one notice, reason streaming", ev)
+				if len(ev) != 1 || ev[0].Kind != interceptor.EventNotice || ev[0].Reason != policy.ReasonNotIdempotent || !ev[0].Hedging {
+					t.Errorf("events = %+v, want one notice, reason not idempotent, hedging", ev)
 				}
 			})
 		})

@@ -316,7 +316,7 @@ type call struct {
 	fileOpts []grpc.CallOption
 	// hedged is the method's file entry when it hedges: the unary
 	// interceptor hands the call to the hedging engine (hedge.go), the stream
-	// interceptor runs it unhedged (k.noticeUnhedged says so once).
+	// interceptor to the hedged stream (hedgestream.go).
 	hedged *policy.Method
 	// breakers guard the method (nil: none); br is the call's breaker,
 	// found by admitFirst.

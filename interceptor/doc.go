@@ -168,11 +168,32 @@
 //
 // Only methods known to be idempotent are hedged (as for the per-attempt
 // timeout above); others run once, and the logger and hooks say so once per
-// method (EventNotice with Hedging set). Streams are not hedged: a streaming
-// method's hedgingPolicy runs the stream once, with the same notice (reason
-// streaming). Each hedge unmarshals into a reply of its own, a new instance
-// of the caller's reply type, so the reply must be a proto.Message
-// (ErrHedgeReply otherwise). The caller's grpc.OnFinish runs once.
+// method (EventNotice with Hedging set). Each hedge of a unary call
+// unmarshals into a reply of its own, a new instance of the caller's reply
+// type, so the reply must be a proto.Message (ErrHedgeReply otherwise). The
+// caller's grpc.OnFinish runs once.
+//
+// Streams (server, client and bidi) are hedged until they commit, as gRFC
+// A6 says: hedges start every hedgingDelay, up to maxAttempts, and race
+// until one commits: the first whose response headers arrive (or that ends
+// OK without any), or, when the application calls Context (which commits,
+// as in grpc-go) or a message overflows the replay buffer, the oldest
+// attempt open. The others are cancelled and the stream is then the
+// winner's: its messages, headers, trailer and peer, and its failure, which
+// is final. Before the commit the rules are the unary call's: a non-fatal
+// code sends the next hedge at once (or after a valid pushback), a fatal
+// one ends the stream with it, the budget is asked before every hedge, and
+// a stream whose attempts all failed ends with the last status. Every
+// message sent before the commit (and CloseSend) is kept in the replay
+// buffer (see StreamClientInterceptor) and sent to every attempt: to those
+// open as it is sent, in turn, and to each later hedge when it starts, in
+// order, before anything else; so a message waits for the slowest open
+// attempt's flow control, as an unhedged stream waits for its one. SendMsg
+// returns before any attempt answers; RecvMsg and Header wait for the
+// commit. A hedged stream runs one goroutine of its own until it commits
+// (hooks hear its hedge events there) and one per attempt until the
+// attempt's headers arrive or it ends; none outlives the stream. The
+// adaptive delay learns from the winners' times to commit.
 //
 // Hedges reach distinct backends only as the load-balancing policy allows:
 // round_robin spreads them over the ready backends; pick_first sends every
@@ -273,8 +294,9 @@
 // # Concurrency
 //
 // The interceptors are safe for concurrent use by any number of calls. Hooks
-// and the logger run on the call's goroutine, outside every lock, with a copy
-// of the event; they must be safe for concurrent use.
+// and the logger run on the call's goroutine (a hedged stream's hedge
+// events on its own goroutine), outside every lock, with a copy of the
+// event; they must be safe for concurrent use.
 //
 // # For the stream and hedging engines
 //
@@ -304,6 +326,8 @@
 // events; pause is deadline- and cancel-aware. A stream sets committed at
 // the first header or message; a hedge asks the budget itself
 // (budget.Request.Hedge) and reuses start, finish and the events. A stream
-// whose c.hedged is set runs unhedged and calls
-// k.noticeUnhedged(ctx, &c, policy.ReasonStreaming).
+// whose c.hedged is set goes to k.hedgeStream (hedgestream.go), which
+// drives hedge.go's hedgeState (its timer and stops) on a goroutine of its
+// own until the stream commits, or returns nil for a method that may not
+// run twice (after k.noticeUnhedged(ctx, &c, policy.ReasonNotIdempotent)).
 package interceptor

@@ -34,8 +34,8 @@ const (
 	// hedge not sent); Reason says why (budget, pushback, deadline). The
 	// attempts in flight go on.
 	EventHedgeStop
-	// EventHedgeWon: attempt Attempt of a call that sent hedges succeeded;
-	// the others were cancelled.
+	// EventHedgeWon: attempt Attempt of a call that sent hedges succeeded
+	// (of a stream: the stream committed to it); the others were cancelled.
 	EventHedgeWon
 	// EventDeferred: an attempt failed, the policy would retry it, and the
 	// budget refused the retry now: the call waits for a later admission

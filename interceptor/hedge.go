@@ -485,9 +485,8 @@ func (k *core) latency(method string) *latencyHistogram {
 
 // noticeUnhedged tells the logger and hooks, once per method and
 // interceptor, that the method's hedging policy is not applied, and why
-// (policy.ReasonNotIdempotent, policy.ReasonStreaming). The stream engine
-// calls it for a stream whose method hedges (c.hedged set) and runs the
-// stream unhedged.
+// (policy.ReasonNotIdempotent). The stream engine calls it too, for a
+// stream whose method hedges but may not run twice.
 func (k *core) noticeUnhedged(ctx context.Context, c *call, why policy.Reason) {
 	if _, seen := k.noticed.Load(c.method); seen {
 		return

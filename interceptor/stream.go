@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -56,8 +55,9 @@ import (
 // the last one. Context commits the stream, as grpc-go's does: an
 // application that holds the stream's context (to watch it, or to read the
 // peer) must not see it cancelled by a later retry, so there is none.
-// Streams are not hedged: a method whose file entry hedges runs the stream
-// once (EventNotice, reason streaming).
+// A method whose file entry hedges is hedged until the stream commits (see
+// Hedging in the package documentation): its attempts race, each on a
+// goroutine of its own, until one commits.
 //
 // The returned streams follow grpc.ClientStream's rules: one goroutine may
 // send (SendMsg, CloseSend) while another receives.
@@ -84,9 +84,11 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	}
 	s.callCtx, s.cancel = callCtx, cancel
 	if s.c.hedged != nil {
-		// Streams are not hedged: the method's hedgingPolicy runs the
-		// stream once.
-		k.noticeUnhedged(ctx, &s.c, policy.ReasonStreaming)
+		// Hedged until commit (hedgestream.go) when the method may run
+		// more than once; otherwise the stream runs once.
+		if hs := k.hedgeStream(ctx, s, grpcOpts); hs != nil {
+			return hs, nil
+		}
 	}
 	// Each attempt's options: the file's, then the caller's, so the
 	// caller's win, as in grpc-go.

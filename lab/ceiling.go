@@ -22,7 +22,7 @@ import (
 func Ceiling(cfg Config) float64 {
 	cfg = cfg.Defaults()
 	in := CeilingInput{Starts: callStarts(&cfg), Capacity: float64(cfg.Capacity), CallTimeout: cfg.CallTimeout}
-	if cfg.Scenario != ScenarioSlowReplica {
+	if cfg.Scenario != ScenarioSlowReplica && cfg.Scenario != ScenarioSlowReplicaStream {
 		in.OutageStart, in.OutageEnd = cfg.OutageStart, cfg.OutageEnd
 	}
 	if cfg.Scenario == ScenarioOverload {

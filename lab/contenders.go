@@ -200,6 +200,36 @@ func HedgingContenders() []Contender {
 	}
 }
 
+// HedgingStreamContenders lists the contenders of
+// ScenarioSlowReplicaStream: HedgingContenders' three, for ListItems (marked
+// idempotent in their file, as the test service's streams are not in the
+// proto): stagger with its retry policy only, and hedging with at most 3
+// attempts, SlowHedgeDelay apart or the adaptive delay (the method's p95
+// time to commit). Each client has its own default budget.
+func HedgingStreamContenders() []Contender {
+	cs := HedgingContenders()
+	for i := range cs[1:] {
+		c := &cs[i+1]
+		adaptive := c.Name == "stagger-hedge-adaptive"
+		gets := c.Gets
+		c.Gets = func(cfg Config) string { return gets(cfg) + "; the stream hedged until it commits" }
+		file := fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService", "method": "ListItems"}], "idempotent": true,
+  "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": %q, "nonFatalStatusCodes": ["UNAVAILABLE"], "adaptive": %t}}]}`, protoDuration(SlowHedgeDelay), adaptive)
+		c.dialOptions = func(*Config) ([]grpc.DialOption, error) {
+			cfg, err := policy.ParseConfig([]byte(file))
+			if err != nil {
+				return nil, err
+			}
+			b, err := budget.New(budget.DefaultSettings())
+			if err != nil {
+				return nil, err
+			}
+			return stagger.DialOptions(cfg, interceptor.WithBudget(b)), nil
+		}
+	}
+	return cs
+}
+
 // OverloadContenders lists the contenders of ScenarioOverload: every one of
 // Contenders, then those only the overload shows.
 func OverloadContenders() []Contender {
@@ -223,6 +253,7 @@ func namesOf(cs []Contender) []string {
 
 // ContendersFor lists the contenders of scenario s, in the order the lab
 // shows them: HedgingContenders for ScenarioSlowReplica,
+// HedgingStreamContenders for ScenarioSlowReplicaStream,
 // OverloadContenders for ScenarioOverload, ChainContenders for
 // ScenarioChain, Contenders for the others.
 func ContendersFor(s Scenario) []Contender { return contendersFor(s) }
@@ -231,6 +262,8 @@ func contendersFor(s Scenario) []Contender {
 	switch s {
 	case ScenarioSlowReplica:
 		return HedgingContenders()
+	case ScenarioSlowReplicaStream:
+		return HedgingStreamContenders()
 	case ScenarioOverload:
 		return OverloadContenders()
 	case ScenarioChain:

@@ -70,6 +70,18 @@
 // call that hedging costs. Its default Rate is half the capacity, so that
 // hedges are not rejected.
 //
+// ScenarioSlowReplicaStream is the same with a server stream: every call is
+// a ListItems of SlowStreamMessages (5) messages, whose first message
+// leaves when the attempt's SlowBase (or ten times that) has passed, the
+// others right after it; the contenders (HedgingStreamContenders) are the
+// same three, the hedging ones hedging the stream until it commits (its
+// first response headers, which come with its first message here; the
+// other attempts are then cancelled). It shows the time to the first
+// message (Result.FirstP50, FirstP99, FirstP999) and the extra attempts
+// (attempts per call − 1): at the defaults hedging should cut the p99 of
+// the first message from 10×SlowBase to about 2.5×SlowBase, 4× less, for
+// about one hedge in twenty calls.
+//
 // ScenarioOverload has no outage but an overload, with a server that pays
 // for its work (testserver.Workers, over bufconn): Workers workers (default
 // 10) take the attempts in arrival order from a FIFO queue of at most Queue

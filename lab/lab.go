@@ -33,6 +33,14 @@ const (
 	// one attempt in twenty (a slow replica) takes ten times as long; it
 	// compares stagger without and with hedging (HedgingContenders).
 	ScenarioSlowReplica Scenario = "slow-replica"
+	// ScenarioSlowReplicaStream is ScenarioSlowReplica with a server
+	// stream: every call is a ListItems of SlowStreamMessages messages,
+	// whose first message takes what an attempt takes, and what is
+	// measured is the time to the first message (Result.FirstP50,
+	// FirstP99, FirstP999). Hedges race until one attempt commits (its
+	// response headers arrive); the others are cancelled
+	// (HedgingStreamContenders).
+	ScenarioSlowReplicaStream Scenario = "slow-replica-stream"
 	// ScenarioOverload has no outage but an overload (over bufconn): a
 	// server of Workers workers and a FIFO queue that pays for every
 	// attempt, a rejected one too (testserver.Workers), loses half its
@@ -52,7 +60,7 @@ const (
 
 // Scenarios lists every scenario, in the order the CLI shows them.
 func Scenarios() []Scenario {
-	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioOverload, ScenarioChain}
+	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioOverload, ScenarioChain}
 }
 
 // SlowBase is how long an attempt takes in ScenarioSlowReplica; a slow
@@ -72,6 +80,9 @@ const (
 	SlowFactor     = 10
 	SlowOdds       = 1.0 / 20
 	SlowHedgeDelay = SlowBase * 3 / 2
+	// SlowStreamMessages is how many messages each call of
+	// ScenarioSlowReplicaStream receives.
+	SlowStreamMessages = 5
 )
 
 // Config describes a run. The zero value of each field means its default,
@@ -107,7 +118,8 @@ type Config struct {
 	// capacity, a fifth during the overload. Other scenarios ignore it.
 	Queue int
 	// Rate is the calls per second all clients of a contender offer
-	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica; in
+	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica and
+	// ScenarioSlowReplicaStream; in
 	// ScenarioBlip 1 call/s per client, 50 with the default Clients; 100
 	// in ScenarioChain). In ScenarioOverload 80 % of Capacity is 160 % of
 	// the reduced capacity.
@@ -168,7 +180,7 @@ func (c Config) Defaults() Config {
 	}
 	if c.Rate == 0 {
 		switch c.Scenario {
-		case ScenarioSlowReplica:
+		case ScenarioSlowReplica, ScenarioSlowReplicaStream:
 			// Room for the hedges: a rejected hedge would end its call.
 			c.Rate = 0.5 * float64(c.Capacity)
 		case ScenarioBlip:
@@ -347,6 +359,10 @@ type Result struct {
 	// P50, P99 and P999 are latency percentiles of the successful calls
 	// (zero when none succeeded).
 	P50, P99, P999 time.Duration
+	// FirstP50, FirstP99 and FirstP999, in ScenarioSlowReplicaStream only
+	// (zero in the others), are percentiles of the time from a successful
+	// call's start to its first message.
+	FirstP50, FirstP99, FirstP999 time.Duration
 	// Load is the attempts the server received per Bin, from the start of
 	// the load.
 	Load []int

@@ -3,7 +3,9 @@ package lab
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"runtime/pprof"
@@ -178,6 +180,7 @@ type callLog struct {
 	mu         sync.Mutex
 	calls      int
 	latencies  []time.Duration // of successful calls
+	firsts     []time.Duration // to the first message, of successful streams
 	ends       []time.Time     // when each successful call returned
 	keyedCalls []keyedCall
 }
@@ -301,7 +304,8 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	var outageWG sync.WaitGroup
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	slow := cfg.Scenario == ScenarioSlowReplica
+	stream := cfg.Scenario == ScenarioSlowReplicaStream
+	slow := cfg.Scenario == ScenarioSlowReplica || stream
 	if slow {
 		// No outage: the attempts counted "in the outage" are none.
 		counter.mu.Lock()
@@ -353,6 +357,10 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 				calls.Add(1)
 				go func() {
 					defer calls.Done()
+					if stream {
+						oneStream(runCtx, client, sc, cfg.CallTimeout, log, counter)
+						return
+					}
 					oneCall(runCtx, client, sc, cfg.CallTimeout, log, counter)
 				}()
 			})
@@ -481,6 +489,36 @@ func oneCall(ctx context.Context, client testingv1.TestServiceClient, sc *testin
 	log.add(sc.GetKey(), err == nil, begin, time.Now())
 }
 
+// oneStream makes one ListItems call of SlowStreamMessages messages and
+// logs its time to the first message with its outcome.
+func oneStream(ctx context.Context, client testingv1.TestServiceClient, sc *testingv1.Script, timeout time.Duration, log *callLog, counter *attemptCounter) {
+	ctx, st := counter.callStarted(ctx)
+	defer counter.callEnded(st)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sc.ResponseCount = SlowStreamMessages
+	begin := time.Now()
+	var first time.Duration
+	n := 0
+	stream, err := client.ListItems(ctx, &testingv1.ListItemsRequest{Script: sc})
+	for err == nil {
+		if _, err = stream.Recv(); err == nil {
+			if n == 0 {
+				first = time.Since(begin)
+			}
+			n++
+		}
+	}
+	ok := errors.Is(err, io.EOF) && n == SlowStreamMessages
+	end := time.Now()
+	log.add(sc.GetKey(), ok, begin, end)
+	if ok {
+		log.mu.Lock()
+		log.firsts = append(log.firsts, first)
+		log.mu.Unlock()
+	}
+}
+
 // serverGone closes the server's TCP side from `from` to `to`, so that
 // clients meet refused connections, then listens again on the same port.
 func serverGone(ctx context.Context, srv *testserver.Server, from, to time.Time) error {
@@ -545,6 +583,9 @@ func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, 
 	lat := slices.Clone(log.latencies)
 	slices.Sort(lat)
 	r.P50, r.P99, r.P999 = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 0.999)
+	firsts := slices.Clone(log.firsts)
+	slices.Sort(firsts)
+	r.FirstP50, r.FirstP99, r.FirstP999 = percentile(firsts, 0.5), percentile(firsts, 0.99), percentile(firsts, 0.999)
 	return r
 }
 

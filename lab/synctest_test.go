@@ -155,6 +155,43 @@ func TestRunHedgingCutsTheTail(t *testing.T) {
 	}
 }
 
+// TestRunHedgingCutsTheStreamTail: the slow replica with a server stream.
+// Hedges race until one attempt commits, at its first message here; the
+// time to the first message loses its slow tail as the unary call's
+// latency does, at the cost of a hedge for about one call in twenty.
+func TestRunHedgingCutsTheStreamTail(t *testing.T) {
+	cfg := Config{Scenario: ScenarioSlowReplicaStream, Duration: 2 * time.Second, OutageStart: time.Second,
+		OutageEnd: 2 * time.Second, Clients: 3, Capacity: 400, CallTimeout: time.Second}
+	res := runTiny(t, cfg)
+	plain, hedged := res["stagger-nohedge"], res["stagger-hedge"]
+	for name, r := range res {
+		t.Logf("%s: %.4f attempts/call, first message p50 %v p99 %v p99.9 %v", name, r.AttemptsPerCall, r.FirstP50, r.FirstP99, r.FirstP999)
+		if r.Calls != 400 || r.Successes != r.Calls {
+			t.Errorf("%s: %d of %d streams succeeded, want 400 of 400", name, r.Successes, r.Calls)
+		}
+		if r.FirstP50 != SlowBase {
+			t.Errorf("%s: time to first message p50 %v, want %v", name, r.FirstP50, SlowBase)
+		}
+	}
+	if plain.AttemptsPerCall != 1 || plain.FirstP99 != SlowFactor*SlowBase {
+		t.Errorf("no hedging: %.3f attempts/call, first message p99 %v; want 1 and %v", plain.AttemptsPerCall, plain.FirstP99, SlowFactor*SlowBase)
+	}
+	// A hedge leaves after 30 ms and is fast 19 times in 20: 50 ms, 4×
+	// less than 200 ms.
+	if want := SlowHedgeDelay + SlowBase; hedged.FirstP99 != want {
+		t.Errorf("hedging: first message p99 %v, want %v", hedged.FirstP99, want)
+	}
+	if plain.FirstP99 < 3*hedged.FirstP99 {
+		t.Errorf("hedging: first message p99 %v, want at least 3× below %v", hedged.FirstP99, plain.FirstP99)
+	}
+	if hedged.AttemptsPerCall <= 1 || hedged.AttemptsPerCall > 1.1 {
+		t.Errorf("hedging: %.3f attempts/call, want in (1, 1.1]: a hedge only after a slow first attempt", hedged.AttemptsPerCall)
+	}
+	if got := res["stagger-hedge-adaptive"]; got.FirstP99 >= plain.FirstP99 {
+		t.Errorf("adaptive hedging: first message p99 %v, want below %v", got.FirstP99, plain.FirstP99)
+	}
+}
+
 // TestRunCapacityWindowsAlignWithLoad pins the load's start to a whole
 // second of the server's clock: testserver counts its capacity in
 // one-second windows from its start. 20 calls/s against 10 attempts/s, one

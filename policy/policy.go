@@ -154,8 +154,9 @@ const (
 	// ReasonNotIdempotent: the method is not known to be idempotent, so stagger
 	// does not hedge it or retry it after its own per-attempt timeout.
 	ReasonNotIdempotent
-	// ReasonStreaming: the method streams, and stagger hedges unary calls
-	// only: its hedging policy is not applied.
+	// ReasonStreaming: the method streams and its hedging policy is not
+	// applied. The interceptors no longer give it (they hedge streams until
+	// commit); it keeps its value for code that names it.
 	ReasonStreaming
 	// ReasonAmbiguous: the attempt may have run on the server (its request
 	// reached the wire) and ended without a status from the server (a

@@ -38,6 +38,12 @@ Scenarios (-scenario, comma-separated to run several one after another):
                -outage-end 3.5s; a flag given on the command line wins
   slow-replica no outage; one attempt in twenty is ten times slower: stagger
                without and with hedging (p50/p99/p99.9, attempts per call)
+  slow-replica-stream
+               the same with a server stream of 5 messages whose first
+               message takes what the attempt takes: stagger without and
+               with hedged streams (hedges race until one commits); the
+               time to the first message (p50/p99/p99.9) and the extra
+               attempts
   overload     a server that pays for its work (bufconn): 10 workers, a FIFO
                queue of 50, 20 ms per attempt served (10 workers ÷
                -capacity), 2 ms per attempt rejected; half the workers
@@ -114,13 +120,14 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	end := fs.Duration("outage-end", d.OutageEnd, "when the outage ends (blip: 3.5s; overload: 6s; chain: 3s)")
 	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget")
 	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server admits (overload: serves with all its workers)")
-	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica: 50%; chain: 100)")
+	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica, slow-replica-stream: 50%; chain: 100)")
 	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5; chain: 3, on every hop)")
 	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call")
 	var contenders stringList
 	fs.Var(&contenders, "contenders", "contenders to run, comma-separated (default: all of the scenario's): "+
 		strings.Join(lab.ContenderNames(), ", ")+labOnly(lab.ScenarioOverload)+
 		"; for slow-replica: "+strings.Join(labNames(lab.HedgingContenders()), ", ")+
+		"; for slow-replica-stream: "+strings.Join(labNames(lab.HedgingStreamContenders()), ", ")+
 		"; for chain: "+strings.Join(labNames(lab.ChainContenders()), ", "))
 	out := format("table")
 	fs.Var(&out, "format", "output: table, csv or json")

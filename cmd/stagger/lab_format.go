@@ -50,6 +50,11 @@ type labJSON struct {
 	MiddleAttemptsPerCall *float64 `json:"middle_attempts_per_call,omitempty"`
 	TopAttemptsPerCall    *float64 `json:"top_attempts_per_call,omitempty"`
 	SuccessAfter          *float64 `json:"success_after,omitempty"`
+	// The slow-replica-stream scenario's records only: lab.Result.FirstP50,
+	// FirstP99 and FirstP999, the time to a stream's first message.
+	FirstP50MS  *float64 `json:"first_p50_ms,omitempty"`
+	FirstP99MS  *float64 `json:"first_p99_ms,omitempty"`
+	FirstP999MS *float64 `json:"first_p999_ms,omitempty"`
 }
 
 // labGoodput is r's goodput where the scenario measures one, else nil.
@@ -97,6 +102,11 @@ func writeLabJSON(w io.Writer, reps []*lab.Report) error {
 				rec.OutageCalls, rec.BottomAttemptsPerCall, rec.MiddleAttemptsPerCall = &r.OutageCalls, &r.BottomAttemptsPerCall, &r.MiddleAttemptsPerCall
 				rec.TopAttemptsPerCall, rec.SuccessAfter = &r.TopAttemptsPerCall, &r.SuccessAfter
 			}
+			if rep.Config.Scenario == lab.ScenarioSlowReplicaStream {
+				rec := &out[len(out)-1]
+				p50, p99, p999 := msFloat(r.FirstP50), msFloat(r.FirstP99), msFloat(r.FirstP999)
+				rec.FirstP50MS, rec.FirstP99MS, rec.FirstP999MS = &p50, &p99, &p999
+			}
 		}
 	}
 	return writeJSON(w, out)
@@ -114,24 +124,34 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 			if rep.Config.Scenario == lab.ScenarioChain {
 				chain = []string{fmtFloat(r.BottomAttemptsPerCall, 3), fmtFloat(r.MiddleAttemptsPerCall, 3), fmtFloat(r.SuccessAfter, 4)}
 			}
-			rows = append(rows, append([]string{string(rep.Config.Scenario), r.Contender, strconv.Itoa(r.Calls),
+			first := []string{"", "", ""} // not measured
+			if rep.Config.Scenario == lab.ScenarioSlowReplicaStream {
+				first = []string{ms(r.FirstP50), ms(r.FirstP99), ms(r.FirstP999)}
+			}
+			rows = append(rows, slices.Concat([]string{string(rep.Config.Scenario), r.Contender, strconv.Itoa(r.Calls),
 				fmtFloat(r.AttemptsPerCall, 3), fmtFloat(r.SuccessRate, 4), fmtFloat(r.OutageLoad, 3),
-				fmtFloat(r.PeakAfter, 3), ms(r.P50), ms(r.P99), ms(r.P999), goodput}, chain...))
+				fmtFloat(r.PeakAfter, 3), ms(r.P50), ms(r.P99), ms(r.P999), goodput}, chain, first))
 		}
 	}
 	return writeCSV(w, []string{"scenario", "contender", "calls", "attempts_per_call", "success_rate",
 		"outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms", "goodput",
-		"bottom_attempts_per_call", "middle_attempts_per_call", "success_after"}, rows)
+		"bottom_attempts_per_call", "middle_attempts_per_call", "success_after",
+		"first_p50_ms", "first_p99_ms", "first_p999_ms"}, rows)
 }
 
 // writeLabTable prints one scenario: what each contender gets, the table,
 // and the load chart, in the style of "stagger sim outage".
 func writeLabTable(w io.Writer, rep *lab.Report) error {
 	c := rep.Config
-	slow := c.Scenario == lab.ScenarioSlowReplica
+	stream := c.Scenario == lab.ScenarioSlowReplicaStream
+	slow := c.Scenario == lab.ScenarioSlowReplica || stream
 	overload := c.Scenario == lab.ScenarioOverload
 	chain := c.Scenario == lab.ScenarioChain
 	switch {
+	case stream:
+		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f server streams/s (%d messages each) from %d clients per contender for %v, an attempt's first message takes %v, one in %.0f takes %d× as long, call deadline %v\n",
+			c.Scenario, c.Capacity, c.Rate, lab.SlowStreamMessages, c.Clients, c.Duration, lab.SlowBase, 1/lab.SlowOdds, lab.SlowFactor, c.CallTimeout)
+		fmt.Fprintln(w, "FIRST: time to a stream's first message; EXTRA ATTEMPTS: attempts per call − 1")
 	case slow:
 		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender for %v, attempts take %v, one in %.0f takes %d× as long, call deadline %v\n",
 			c.Scenario, c.Capacity, c.Rate, c.Clients, c.Duration, lab.SlowBase, 1/lab.SlowOdds, lab.SlowFactor, c.CallTimeout)
@@ -178,6 +198,10 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 			strconv.Itoa(r.PeakInFlight), strconv.Itoa(r.PeakWaiting), strconv.Itoa(r.PeakGoroutines),
 			bar(r.AttemptsPerCall, maxPer, 16)}
 		switch {
+		case stream:
+			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), fmtFloat(100*(r.AttemptsPerCall-1), 1) + "%",
+				fmtFloat(100*r.SuccessRate, 1) + "%", ms(r.FirstP50), ms(r.FirstP99), ms(r.FirstP999), ms(r.P99),
+				bar(float64(r.FirstP99), float64(rep.Results[0].FirstP99), 16)}
 		case slow:
 			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), fmtFloat(100*r.SuccessRate, 1) + "%",
 				ms(r.P50), ms(r.P99), ms(r.P999), bar(float64(r.P99), float64(rep.Results[0].P99), 16)}
@@ -191,6 +215,9 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	header := []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)",
 		"OUTAGE ATTEMPTS ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "ATTEMPTS PER CALL"}
 	switch {
+	case stream:
+		header = []string{"CONTENDER", "ATTEMPTS/CALL", "EXTRA ATTEMPTS", "SUCCESS", "FIRST P50 (ms)", "FIRST P99 (ms)", "FIRST P99.9 (ms)",
+			"P99 (ms)", "FIRST P99 (vs first row)"}
 	case slow:
 		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)", "P99.9 (ms)", "P99 (vs first row)"}
 	case chain:

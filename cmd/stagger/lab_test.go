@@ -78,7 +78,7 @@ func TestLabCSV(t *testing.T) {
 		t.Fatalf("output is not CSV: %v\n%s", err, stdout)
 	}
 	want := "scenario,contender,calls,attempts_per_call,success_rate,outage_load,peak_after,p50_ms,p99_ms,p999_ms,goodput," +
-		"bottom_attempts_per_call,middle_attempts_per_call,success_after"
+		"bottom_attempts_per_call,middle_attempts_per_call,success_after,first_p50_ms,first_p99_ms,first_p999_ms"
 	if len(rows) != 3 || strings.Join(rows[0], ",") != want {
 		t.Fatalf("got %d rows, header %v; want 3 rows under %s", len(rows), rows[0], want)
 	}
@@ -90,7 +90,7 @@ func TestLabCSV(t *testing.T) {
 			t.Errorf("row %d: goodput %q, want none outside the overload", i+1, g)
 		}
 		if c := strings.Join(rows[i+1][11:], ""); c != "" {
-			t.Errorf("row %d: chain figures %v, want none outside the chain", i+1, rows[i+1][11:])
+			t.Errorf("row %d: chain and stream figures %v, want none outside their scenarios", i+1, rows[i+1][11:])
 		}
 	}
 }
@@ -281,5 +281,40 @@ func TestLabChain(t *testing.T) {
 		if row[11] == "" || row[12] == "" || row[13] == "" {
 			t.Errorf("csv row %v: want the chain's figures", row)
 		}
+	}
+}
+
+// TestLabSlowReplicaStream runs the streaming slow replica small, in real
+// time: its table shows the time to the first message and the extra
+// attempts, and its JSON records carry the time to the first message (the
+// other scenarios' do not).
+func TestLabSlowReplicaStream(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	args := []string{"-scenario", "slow-replica-stream", "-duration", "600ms", "-outage-start", "200ms", "-outage-end", "400ms", "-clients", "2", "-capacity", "50",
+		"-call-timeout", "1s", "-contenders", "stagger-nohedge,stagger-hedge"}
+	code, stdout, stderr := runLabArgs(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"scenario slow-replica-stream: ", "server streams/s (5 messages each)", "EXTRA ATTEMPTS",
+		"FIRST P50 (ms)", "FIRST P99 (ms)", "stagger-hedge ", "the stream hedged until it commits"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	recs := labJSONRecords(t, args, 2)
+	for _, rec := range recs {
+		// 25 streams/s (50% of capacity) for 0.6 s.
+		if rec["calls"] != 15.0 {
+			t.Errorf("record %v: want 15 calls", rec)
+		}
+		for _, key := range []string{"first_p50_ms", "first_p99_ms", "first_p999_ms"} {
+			if v, ok := rec[key].(float64); !ok || v <= 0 {
+				t.Errorf("record of %v: %s = %v, want a time", rec["contender"], key, rec[key])
+			}
+		}
+	}
+	if _, ok := labJSONRecords(t, tinyLab, 2)[0]["first_p99_ms"]; ok {
+		t.Error("json record of unavailable has first_p99_ms")
 	}
 }
