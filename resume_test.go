@@ -485,3 +485,35 @@ func TestResumeOnlyServerStreams(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeAfterConnectionDrop: a stream whose connection the server drops
+// mid-way (no status from the server: ambiguous for a method not known to
+// be idempotent) is resumed, since a resume function says the request may
+// be sent again; without one it ends, committed.
+func TestResumeAfterConnectionDrop(t *testing.T) {
+	for _, resumable := range []bool{true, false} {
+		t.Run(map[bool]string{true: "resumable", false: "not resumable"}[resumable], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				opts := []interceptor.Option{interceptor.WithConfig(parse(t, retryFile))}
+				if resumable {
+					opts = append(opts, interceptor.WithResume(listMethod, interceptor.TypedResume(resumeList)))
+				}
+				srv, c := newResumeBench(t, nil, opts...)
+				r := listAll(context.Background(), c, &testingv1.Script{Key: "k", ResetAttempts: 2, MessagesBeforeFailure: 3}, 10)
+				recs := srv.Attempts("k")
+				if !resumable {
+					if status.Code(r.err) != codes.Unavailable || len(recs) != 1 || !slices.Equal(r.seqs, seqsTo(len(r.seqs))) {
+						t.Errorf("err = %v, seqs %v, %d attempts; want UNAVAILABLE after 1 attempt", r.err, r.seqs, len(recs))
+					}
+					return
+				}
+				if r.err != nil || !slices.Equal(r.seqs, seqsTo(10)) {
+					t.Fatalf("err = %v, seqs %v; want 1..10 once each", r.err, r.seqs)
+				}
+				if len(recs) != 3 || !recs[0].Reset || !recs[1].Reset {
+					t.Errorf("records %+v, want two resets, then the rest", recs)
+				}
+			})
+		})
+	}
+}
