@@ -210,7 +210,8 @@ func (b *replayBuffer) reset(m any) {
 }
 
 // prepareResume, once the loop decided to retry an attempt that had
-// committed a resumable stream, builds the request that continues it
+// committed a resumable stream (c.resume stays set through the pause, for a
+// budget's deferral to report EventResume too), builds the request that continues it
 // (calling the resume function when messages were delivered since the last
 // one was built) and makes it the only message to replay, as if the stream
 // had not committed. It returns the call's final error when the stream
@@ -220,7 +221,7 @@ func (s *retryStream) prepareResume(streamErr error) error {
 	if r == nil || !r.pending {
 		return nil
 	}
-	r.pending, s.c.resume = false, false
+	r.pending = false
 	s.mu.Lock()
 	req := r.req
 	orig := r.orig

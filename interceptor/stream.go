@@ -249,6 +249,7 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 		if perr := s.c.pause(s.callCtx, pause, err); perr != nil {
 			return true, perr
 		}
+		s.c.resume = false
 		a := new(streamAttempt)
 		trailer = nil
 		if timedOut, err = s.open(a); err != nil {
