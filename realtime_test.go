@@ -617,9 +617,11 @@ const rtResumeFile = `{"methodConfig": [{
 // resets break the others' streams too, at any point, often before their
 // first message; a call could then meet more failures in a row than
 // maxAttempts allows and end (with 5 resets and 8 attempts it should not),
-// but what it read is exact either way.
+// but what it read is exact either way. On a loaded machine (the race
+// detector beside a CPU hog) a call may also run out of its deadline; what
+// it read is still exact, and most calls must heal.
 func TestRealTimeResumeAfterReset(t *testing.T) {
-	const items = 300
+	const items = 150
 	resume := interceptor.WithResume(testingv1.TestService_ListItems_FullMethodName, interceptor.TypedResume(
 		func(req *testingv1.ListItemsRequest, last *testingv1.ListItemsResponse) (*testingv1.ListItemsRequest, error) {
 			next := proto.Clone(req).(*testingv1.ListItemsRequest)
@@ -628,21 +630,29 @@ func TestRealTimeResumeAfterReset(t *testing.T) {
 		}))
 	for _, shared := range []bool{false, true} {
 		t.Run(map[bool]string{false: "alone", true: "shared"}[shared], func(t *testing.T) {
-			srv, client := rtBench(t, rtResumeFile, resume)
+			srv := testserver.New(testserver.WithTCP())
+			t.Cleanup(srv.Close)
 			cfg, err := policy.ParseConfig([]byte(rtResumeFile))
 			if err != nil {
 				t.Fatal(err)
 			}
+			// grpc-go's reconnect backoff (1s at first) would hold the
+			// waitForReady attempts after a failed reconnection: 10ms here.
+			fast := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second})
+			dial := func() testingv1.TestServiceClient {
+				cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, interceptor.WithBudget(nil), resume), fast)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { cc.Close() })
+				return testingv1.NewTestServiceClient(cc)
+			}
 			clients := make([]testingv1.TestServiceClient, rtCalls)
 			for i := range clients {
-				clients[i] = client
-				if !shared {
-					cc, err := srv.DialTCP(stagger.DialOptions(cfg, interceptor.WithBudget(nil), resume)...)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { cc.Close() })
-					clients[i] = testingv1.NewTestServiceClient(cc)
+				if i == 0 || !shared {
+					clients[i] = dial()
+				} else {
+					clients[i] = clients[0]
 				}
 			}
 			type result struct {
@@ -653,10 +663,10 @@ func TestRealTimeResumeAfterReset(t *testing.T) {
 			results := make([]result, rtCalls)
 			key := func(i int) string { return fmt.Sprint("resume-", i) }
 			parallel(rtCalls, func(i int) {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
 				r := result{reset: !shared || i%10 == 0}
-				sc := &testingv1.Script{Key: key(i), ResponseCount: items, MessagesBeforeFailure: 100}
+				sc := &testingv1.Script{Key: key(i), ResponseCount: items, MessagesBeforeFailure: items / 3}
 				switch {
 				case !shared:
 					sc.ResetAttempts = 2
@@ -689,6 +699,8 @@ func TestRealTimeResumeAfterReset(t *testing.T) {
 					if !shared && (len(recs) != 3 || !recs[0].Reset || !recs[1].Reset) {
 						t.Errorf("call %d: the server saw %+v, want two resets, then the rest", i, recs)
 					}
+				case status.Code(r.err) == codes.DeadlineExceeded && reasonOf(r.err) == policy.ReasonCaller.String():
+					// A loaded machine.
 				case !shared:
 					t.Errorf("call %d: %v (reason %q) after %d items, want all %d", i, r.err, reasonOf(r.err), len(r.seqs), items)
 				case status.Code(r.err) != codes.Unavailable || reasonOf(r.err) != policy.ReasonAttempts.String():
@@ -699,9 +711,6 @@ func TestRealTimeResumeAfterReset(t *testing.T) {
 				t.Errorf("%d of %d calls read the whole list, want at least %d", healed, rtCalls, rtMinHealthy)
 			}
 			t.Logf("%d of %d calls read all %d items", healed, rtCalls, items)
-			if !shared {
-				return
-			}
 			ends := map[string]int{}
 			for _, r := range results {
 				ends[fmt.Sprintf("%v/%s", status.Code(r.err), reasonOf(r.err))]++
