@@ -566,7 +566,7 @@ func BenchmarkResume(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
 		breaks int32
-	}{{"unbroken", 0}, {"broken5", 5}} {
+	}{{"case=unbroken", 0}, {"case=broken5", 5}} {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := testserver.New()
 			defer srv.Close()
@@ -613,8 +613,8 @@ func BenchmarkResumeMessage(b *testing.B) {
 		name string
 		dial []grpc.DialOption
 	}{
-		{"none", nil},
-		{"resumable", []grpc.DialOption{grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(resumeBenchOpts()...))}},
+		{"stream=none", nil},
+		{"stream=resumable", []grpc.DialOption{grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(resumeBenchOpts()...))}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := testserver.New()
