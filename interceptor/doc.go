@@ -37,8 +37,10 @@
 // grpc.Header option per attempt, or the caller's own), except the attempt
 // of a unary call that carries an idempotency key (WithIdempotencyKey): its
 // application has seen nothing of the attempt and the key lets the server
-// replay, so a failure after headers is retried as one before; the caller's own
-// deadline or cancellation is never retried; a RESOURCE_EXHAUSTED that
+// replay, so a failure after headers is retried as one before; and a
+// resumable server stream continues with a new request (see Resumable
+// streams); the caller's own deadline or cancellation is never retried; a
+// RESOURCE_EXHAUSTED that
 // grpc-go raised locally for a message size limit is never retried; an
 // ambiguous failure of a call not safe to repeat is never retried (below).
 //
@@ -227,8 +229,8 @@
 //
 // # Hooks, reports and metrics
 //
-// WithHook's hooks and the logger hear each retry, give-up, hedge, deferral
-// and breaker change as it happens. WithCallHook's hooks hear the same, with
+// WithHook's hooks and the logger hear each retry, resume, give-up, hedge,
+// deferral and breaker change as it happens. WithCallHook's hooks hear the same, with
 // the caller's context (its trace span), and one EventEnd per call: the
 // attempts sent, the retries or hedges among them, the time spent between
 // attempts with none running, why the call ended (ReasonSuccess when it
