@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/stagger-go/stagger"
@@ -719,6 +721,129 @@ func TestRealTimeHedgedStreamCommitMeetsHedge(t *testing.T) {
 				}
 			})
 			t.Logf("%s: %d of %d streams hedged, the first attempt won %d", kind, hedged.Load(), rtCalls, firstWon.Load())
+		})
+	}
+}
+
+// rtResumeFile retries UNAVAILABLE up to 8 attempts in a row with pauses of
+// 10ms, each attempt waiting for a ready connection (a reset connection
+// takes a moment to come back); ListItems is not idempotent, so only its
+// resume function lets a stream whose connection broke continue.
+const rtResumeFile = `{"methodConfig": [{
+	"name": [{"service": "stagger.testing.v1.TestService"}],
+	"waitForReady": true,
+	"retryPolicy": {"maxAttempts": 8, "initialBackoff": "0.01s", "maxBackoff": "0.01s",
+		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "jitter": "NONE"}
+}]}`
+
+// A server stream whose connection the server resets (TCP RST) mid-way is
+// resumed after the last message received: the application reads every
+// item once, in order, however many of the messages the server sent the
+// reset lost. Alone: each call on its own connection, reset twice, so every
+// call must heal, after exactly 3 attempts on the server. Shared: rtCalls
+// calls on one connection, one in ten of them resetting it once, so the
+// resets break the others' streams too, at any point, often before their
+// first message; a call could then meet more failures in a row than
+// maxAttempts allows and end (with 5 resets and 8 attempts it should not),
+// but what it read is exact either way. On a loaded machine (the race
+// detector beside a CPU hog) a call may also run out of its deadline; what
+// it read is still exact, and most calls must heal.
+func TestRealTimeResumeAfterReset(t *testing.T) {
+	const items = 150
+	resume := interceptor.WithResume(testingv1.TestService_ListItems_FullMethodName, interceptor.TypedResume(
+		func(req *testingv1.ListItemsRequest, last *testingv1.ListItemsResponse) (*testingv1.ListItemsRequest, error) {
+			next := proto.Clone(req).(*testingv1.ListItemsRequest)
+			next.StartAfter = last.GetReply().GetSeq()
+			return next, nil
+		}))
+	for _, shared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "shared"}[shared], func(t *testing.T) {
+			srv := testserver.New(testserver.WithTCP())
+			t.Cleanup(srv.Close)
+			cfg, err := policy.ParseConfig([]byte(rtResumeFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// grpc-go's reconnect backoff (1s at first) would hold the
+			// waitForReady attempts after a failed reconnection: 10ms here.
+			fast := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second})
+			dial := func() testingv1.TestServiceClient {
+				cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, interceptor.WithBudget(nil), resume), fast)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { cc.Close() })
+				return testingv1.NewTestServiceClient(cc)
+			}
+			clients := make([]testingv1.TestServiceClient, rtCalls)
+			for i := range clients {
+				if i == 0 || !shared {
+					clients[i] = dial()
+				} else {
+					clients[i] = clients[0]
+				}
+			}
+			type result struct {
+				seqs  []int64
+				reset bool
+				err   error
+			}
+			results := make([]result, rtCalls)
+			key := func(i int) string { return fmt.Sprint("resume-", i) }
+			parallel(rtCalls, func(i int) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				r := result{reset: !shared || i%10 == 0}
+				sc := &testingv1.Script{Key: key(i), ResponseCount: items, MessagesBeforeFailure: items / 3}
+				switch {
+				case !shared:
+					sc.ResetAttempts = 2
+				case r.reset:
+					sc.ResetAttempts = 1
+				}
+				st, err := clients[i].ListItems(ctx, &testingv1.ListItemsRequest{Script: sc})
+				for err == nil {
+					var m *testingv1.ListItemsResponse
+					if m, err = st.Recv(); err == nil {
+						r.seqs = append(r.seqs, m.GetReply().GetSeq())
+					}
+				}
+				if !errors.Is(err, io.EOF) {
+					r.err = err
+				}
+				results[i] = r
+			})
+			srv.Close()
+			healed := 0
+			for i, r := range results {
+				if !slices.Equal(r.seqs, seqsTo(len(r.seqs))) {
+					t.Errorf("call %d: read %v, want 1, 2, ... each once, in order", i, r.seqs)
+					continue
+				}
+				recs := srv.Attempts(key(i))
+				switch {
+				case r.err == nil && len(r.seqs) == items:
+					healed++
+					if !shared && (len(recs) != 3 || !recs[0].Reset || !recs[1].Reset) {
+						t.Errorf("call %d: the server saw %+v, want two resets, then the rest", i, recs)
+					}
+				case status.Code(r.err) == codes.DeadlineExceeded && reasonOf(r.err) == policy.ReasonCaller.String():
+					// A loaded machine.
+				case !shared:
+					t.Errorf("call %d: %v (reason %q) after %d items, want all %d", i, r.err, reasonOf(r.err), len(r.seqs), items)
+				case status.Code(r.err) != codes.Unavailable || reasonOf(r.err) != policy.ReasonAttempts.String():
+					t.Errorf("call %d: %v (reason %q), want OK, or UNAVAILABLE after maxAttempts failures in a row", i, r.err, reasonOf(r.err))
+				}
+			}
+			if healed < rtMinHealthy {
+				t.Errorf("%d of %d calls read the whole list, want at least %d", healed, rtCalls, rtMinHealthy)
+			}
+			t.Logf("%d of %d calls read all %d items", healed, rtCalls, items)
+			ends := map[string]int{}
+			for _, r := range results {
+				ends[fmt.Sprintf("%v/%s", status.Code(r.err), reasonOf(r.err))]++
+			}
+			t.Logf("ends: %v", ends)
 		})
 	}
 }

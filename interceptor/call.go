@@ -293,6 +293,12 @@ type call struct {
 	repeatable bool
 	// attempt is the number of the attempt running or just ended.
 	attempt int
+	// before counts the attempts sent before attempt restarted at 1, and
+	// resume says a retry resumes a committed stream (EventResume): a
+	// resumable stream restarts the count at each attempt that delivers a
+	// message (resume.go). The call's attempts are before + attempt.
+	before int
+	resume bool
 	// retry and prev are the backoff sequence's position (policy.Attempt).
 	retry int
 	prev  time.Duration
@@ -630,7 +636,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	if c.br != nil {
 		// Before the budget: a Gate's waiters, woken by the budget's
 		// Record, must find the breaker's new state.
-		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.attempt == 1, c.o)
+		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.attempt+c.before == 1, c.o)
 	}
 	if err == nil {
 		// Decide's answer for a success is fixed: record it, stop.
@@ -708,6 +714,9 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	if e.Kind == 0 {
 		e.Kind = EventRetry
+		if c.resume {
+			e.Kind = EventResume
+		}
 	}
 	c.o.emit(callCtx, e)
 	if v.Pushback {
@@ -771,6 +780,9 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	if err == nil {
 		c.admission = adm
 		e.Kind = EventRetry
+		if c.resume {
+			e.Kind = EventResume
+		}
 		c.o.emit(callCtx, e)
 		return nil
 	}
@@ -928,7 +940,7 @@ func (c *call) finish(err error) error {
 	if err == nil || !c.retrying {
 		return err
 	}
-	return c.failed(c.attempt, err)
+	return c.failed(c.attempt+c.before, err)
 }
 
 // end reports the end of the call, with err its final error (nil: success),
@@ -940,7 +952,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	if o == nil || len(o.callHooks) == 0 && o.report == nil {
 		return
 	}
-	e := Event{Kind: EventEnd, Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Reason: c.reason, Deferred: c.deferred, Hedging: c.hedged != nil}
+	e := Event{Kind: EventEnd, Method: c.method, Attempt: c.attempt + c.before, Code: status.Code(err), Err: err, Reason: c.reason, Deferred: c.deferred, Hedging: c.hedged != nil}
 	if err == nil {
 		e.Reason = policy.ReasonSuccess
 	}

@@ -54,12 +54,19 @@ const (
 	// the connection's target. It reaches the hooks of WithCallHook only:
 	// neither WithHook's nor the logger.
 	EventEnd
+	// EventResume: an attempt of a resumable server stream (WithResume)
+	// failed after the stream committed, and the stream resumes after
+	// Pause with the request the method's resume function builds; as
+	// EventRetry otherwise. Attempt counts since the last attempt that
+	// delivered a message (see the package documentation, "Resumable
+	// streams").
+	EventResume
 )
 
-var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred", "breaker", "end"}
+var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred", "breaker", "end", "resume"}
 
 // String returns "retry", "give up", "notice", "hedge", "hedge stop",
-// "hedge won", "deferred", "breaker" or "end".
+// "hedge won", "deferred", "breaker", "end" or "resume".
 func (k EventKind) String() string {
 	if int(k) < len(eventKindNames) && k > 0 {
 		return eventKindNames[k]
@@ -72,7 +79,9 @@ type Event struct {
 	Kind EventKind
 	// Method is the full method name, "/pkg.Service/Method".
 	Method string
-	// Attempt is the number of the attempt that just ended (1 = first).
+	// Attempt is the number of the attempt that just ended (1 = first); a
+	// resumable stream counts from the last attempt that delivered a
+	// message (which is 1). EventEnd: the call's attempts, all of them.
 	Attempt int
 	// Code is that attempt's status code; Err its error.
 	Code codes.Code
@@ -162,6 +171,8 @@ func (o *options) emit(ctx context.Context, e Event) {
 		msg = "stagger: hedge won"
 	case EventDeferred:
 		msg = "stagger: retry deferred by the budget"
+	case EventResume:
+		msg = "stagger: resuming stream"
 	case EventBreaker:
 		level, msg = logging.LevelInfo, "stagger: circuit breaker "+e.Breaker.To.String()
 		if e.Breaker.To == budget.BreakerOpen {

@@ -64,6 +64,9 @@ type options struct {
 	// breakers, when breakersSet, replace the file's circuit breakers.
 	breakers    *budget.Breakers
 	breakersSet bool
+	// resume holds the resume functions by method (WithResume); copied on
+	// write, so calls may share it.
+	resume map[string]ResumeFunc
 }
 
 // WithConfig makes the interceptor follow the policy file cfg: each method's

@@ -36,7 +36,10 @@ import (
 // Header, or after a failure: an interceptor cannot watch them arrive, so a
 // failed attempt with headers is final and a Trailers-Only one may be
 // retried), or when the next message would overflow the buffer. A message the
-// application received is never delivered again.
+// application received is never delivered again. A server stream with a
+// resume function (WithResume, resume.go) is reopened after a failure past
+// its commit with the request that continues it, under the same rules (see
+// the package documentation, "Resumable streams").
 //
 // Decisions happen inside the application's calls, with no goroutine of
 // their own: an attempt's failure surfaces on RecvMsg (CloseAndRecv for a
@@ -83,6 +86,13 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		return nil, err
 	}
 	s.callCtx, s.cancel = callCtx, cancel
+	if s.c.retrying {
+		// A resumable server stream (resume.go): its resume function says
+		// the request may be sent again.
+		if s.res = newResume(s.c.o, method, desc.ServerStreams, desc.ClientStreams); s.res != nil {
+			s.c.repeatable = true
+		}
+	}
 	if s.c.hedged != nil {
 		// Hedged until commit (hedgestream.go) when the method may run
 		// more than once; otherwise the stream runs once.
@@ -203,13 +213,15 @@ type retryStream struct {
 	// final is what RecvMsg returns once done: io.EOF after success.
 	final error
 	buf   replayBuffer
+	// res is a resumable stream's state (resume.go), nil for the others.
+	res *resumeState
 }
 
 // open starts a (with the next attempt number) and its grpc stream. When the
 // stream cannot be created, it returns why, and whether the per-attempt
 // timer was the cause.
 func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
-	a.ctx, a.cancel, a.timer = s.c.nextAttempt(s.callCtx)
+	a.ctx, a.cancel, a.timer = s.c.nextAttempt(s.attemptBase())
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
 		err, timedOut = attemptOutcome(s.callCtx, err, !a.timer.stop())
@@ -233,9 +245,13 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 		if !retry {
 			return true, s.c.finish(err)
 		}
+		if rerr := s.prepareResume(err); rerr != nil {
+			return true, rerr
+		}
 		if perr := s.c.pause(s.callCtx, pause, err); perr != nil {
 			return true, perr
 		}
+		s.c.resume = false
 		a := new(streamAttempt)
 		trailer = nil
 		if timedOut, err = s.open(a); err != nil {
@@ -393,6 +409,9 @@ func (s *retryStream) attemptEnded(a *streamAttempt, err error) (next *streamAtt
 			committed = true
 		}
 	}
+	if committed && s.resuming(err) {
+		committed = false
+	}
 	var trailer metadata.MD
 	if err != nil {
 		trailer = a.cs.Trailer()
@@ -422,6 +441,7 @@ func (s *retryStream) attemptEnded(a *streamAttempt, err error) (next *streamAtt
 func (s *retryStream) SendMsg(m any) error {
 	s.mu.Lock()
 	a := s.cur
+	s.res.sent(m)
 	if s.committed {
 		s.mu.Unlock()
 		return a.cs.SendMsg(m)
@@ -505,6 +525,9 @@ func (s *retryStream) RecvMsg(m any) error {
 				s.commitLocked()
 				s.mu.Unlock()
 			}
+			if s.res != nil {
+				s.res.received(m, &s.c)
+			}
 			if !s.desc.ServerStreams {
 				// grpc-go has read the status too: the call succeeded.
 				s.attemptEnded(a, nil)
@@ -562,6 +585,9 @@ func (s *retryStream) Trailer() metadata.MD {
 func (s *retryStream) Context() context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.res != nil {
+		s.res.off = true
+	}
 	if s.switching {
 		s.ctxCommit = true
 		return s.callCtx

@@ -29,18 +29,24 @@
 //     pushback value sent verbatim as one grpc-retry-pushback-ms trailer value
 //     (so two values make a repeated trailer) and, when retry_info_delay is set, a
 //     google.rpc.RetryInfo detail. Streams fail like this after their messages:
-//     ListItems after messages_before_failure messages; Upload right after
+//     ListItems after messages_before_failure messages (fewer when its list
+//     ends first); Upload right after
 //     receiving its messages_before_failure-th message, or, when that is 0, after
 //     the client closed its side; Chat after messages_before_failure echoes;
-//  5. unary methods only: the next reset_attempts attempts (after the failing
-//     ones) run to completion (counted by Executions, recorded with Reset) and
-//     then, instead of answering, the server drops the attempt's connection:
-//     a TCP reset (SO_LINGER 0), or a closed bufconn. The client's transport
-//     fails with no status from the server, the ambiguous failure of a
-//     request that ran; every call on that connection fails with it;
+//  5. unary methods and ListItems only: the next reset_attempts attempts
+//     (after the failing ones) run to completion (counted by Executions,
+//     recorded with Reset; ListItems sends at most messages_before_failure
+//     messages) and then, instead of answering, the server drops the
+//     attempt's connection: a TCP reset (SO_LINGER 0), or a closed bufconn.
+//     The client's transport fails with no status from the server, the
+//     ambiguous failure of a request that ran (for ListItems, a stream broken
+//     mid-way: messages still queued on the server may be lost with the
+//     connection); every call on that connection fails with it;
 //  6. other attempts succeed: unary methods answer one Reply, ListItems sends
-//     response_count messages (seq 1, 2, ...), Upload answers the seqs it
-//     received in order, Chat echoes each message with its seq.
+//     the items of a list of response_count after the request's start_after
+//     (seq start_after+1, ..., response_count; a negative start_after is
+//     INVALID_ARGUMENT), Upload answers the seqs it received in order, Chat
+//     echoes each message with its seq.
 //
 // Upload and Chat read the script from the first message, so for them steps 1-3
 // happen after it arrived (the arrival time is still the stream's start).

@@ -223,9 +223,16 @@ func (v *service) Put(ctx context.Context, req *testingv1.PutRequest) (*testingv
 	return &testingv1.PutResponse{Reply: r}, nil
 }
 
-// ListItems sends Script.response_count messages (seq 1, 2, ...); a failing
-// attempt sends messages_before_failure messages and then fails.
+// ListItems sends the items after start_after of a list of
+// Script.response_count (seq start_after+1, ..., response_count); a failing
+// attempt sends at most messages_before_failure of them, then fails; a reset
+// attempt (reset_attempts, after the failing ones) sends as many, then drops
+// its connection.
 func (v *service) ListItems(req *testingv1.ListItemsRequest, ss grpc.ServerStreamingServer[testingv1.ListItemsResponse]) error {
+	start := req.GetStartAfter()
+	if start < 0 {
+		return status.Errorf(codes.InvalidArgument, "testserver: ListItemsRequest.start_after (%d) is negative", start)
+	}
 	s := v.s
 	at := s.clock.Now()
 	sc := req.GetScript()
@@ -235,19 +242,28 @@ func (v *service) ListItems(req *testingv1.ListItemsRequest, ss grpc.ServerStrea
 		return err
 	}
 	failing := a.failing(sc)
-	n := int(sc.GetResponseCount())
-	if failing {
-		n = int(sc.GetMessagesBeforeFailure())
+	reset := !failing && a.number() <= int(sc.GetFailAttempts())+int(sc.GetResetAttempts())
+	last := int64(sc.GetResponseCount())
+	if failing || reset {
+		last = min(last, start+int64(sc.GetMessagesBeforeFailure()))
 	}
-	for i := 1; i <= n; i++ {
-		if err := ss.Send(&testingv1.ListItemsResponse{Reply: a.reply(sc, int64(i))}); err != nil {
+	for seq := start + 1; seq <= last; seq++ {
+		if err := ss.Send(&testingv1.ListItemsResponse{Reply: a.reply(sc, seq)}); err != nil {
 			return a.broken(tr.ctx, err)
 		}
 		a.sent++
 		a.headers = true
 	}
-	if failing {
+	switch {
+	case failing:
 		return a.fail(tr, sc)
+	case reset:
+		a.reset = true
+		a.end(codes.OK, endServed)
+		if s.conns.drop(tr.ctx) {
+			<-tr.ctx.Done()
+		}
+		return status.Error(codes.Unavailable, "testserver: connection dropped mid-stream (reset_attempts)")
 	}
 	a.end(codes.OK, endServed)
 	return nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -21,19 +22,24 @@ func TestListItems(t *testing.T) {
 		wantSeqs    []int64
 		wantCode    codes.Code
 		wantHeaders bool
+		startAfter  int64
 	}{
-		{"success", &testingv1.Script{ResponseCount: 3, PayloadBytes: 7}, []int64{1, 2, 3}, codes.OK, true},
-		{"empty success", &testingv1.Script{}, nil, codes.OK, false},
-		{"fail after two", &testingv1.Script{FailAttempts: 1, MessagesBeforeFailure: 2, ResponseCount: 5, Code: int32(codes.Internal)}, []int64{1, 2}, codes.Internal, true},
-		{"trailers only", &testingv1.Script{FailAttempts: 1, ResponseCount: 5}, nil, codes.Unavailable, false},
-		{"headers then fail", &testingv1.Script{FailAttempts: 1, HeadersFirst: true, ResponseCount: 5}, nil, codes.Unavailable, true},
+		{"success", &testingv1.Script{ResponseCount: 3, PayloadBytes: 7}, []int64{1, 2, 3}, codes.OK, true, 0},
+		{"empty success", &testingv1.Script{}, nil, codes.OK, false, 0},
+		{"fail after two", &testingv1.Script{FailAttempts: 1, MessagesBeforeFailure: 2, ResponseCount: 5, Code: int32(codes.Internal)}, []int64{1, 2}, codes.Internal, true, 0},
+		{"trailers only", &testingv1.Script{FailAttempts: 1, ResponseCount: 5}, nil, codes.Unavailable, false, 0},
+		{"headers then fail", &testingv1.Script{FailAttempts: 1, HeadersFirst: true, ResponseCount: 5}, nil, codes.Unavailable, true, 0},
+		{"start after two", &testingv1.Script{ResponseCount: 5}, []int64{3, 4, 5}, codes.OK, true, 2},
+		{"start past the end", &testingv1.Script{ResponseCount: 3}, nil, codes.OK, false, 5},
+		{"fail after two from four", &testingv1.Script{FailAttempts: 1, MessagesBeforeFailure: 2, ResponseCount: 10}, []int64{4, 5}, codes.Unavailable, true, 3},
+		{"fail at the end of the list", &testingv1.Script{FailAttempts: 1, MessagesBeforeFailure: 5, ResponseCount: 4}, []int64{3, 4}, codes.Unavailable, true, 2},
 	}
 	forEachTransport(t, nil, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
 		client := testingv1.NewTestServiceClient(cc)
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				tc.script.Key = t.Name()
-				stream, err := client.ListItems(callCtx(t), &testingv1.ListItemsRequest{Script: tc.script})
+				stream, err := client.ListItems(callCtx(t), &testingv1.ListItemsRequest{Script: tc.script, StartAfter: tc.startAfter})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -63,10 +69,73 @@ func TestListItems(t *testing.T) {
 				}
 			})
 		}
-		if got := s.Executions(testingv1.TestService_ListItems_FullMethodName); got != 2 {
-			t.Errorf("Executions(ListItems) = %d, want 2", got)
+		if got := s.Executions(testingv1.TestService_ListItems_FullMethodName); got != 4 {
+			t.Errorf("Executions(ListItems) = %d, want 4", got)
 		}
 	})
+}
+
+// A negative start_after is refused, naming the field, and not recorded.
+func TestListItemsNegativeStart(t *testing.T) {
+	forEachTransport(t, nil, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
+		stream, err := testingv1.NewTestServiceClient(cc).ListItems(callCtx(t), &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "k", ResponseCount: 3}, StartAfter: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = stream.Recv()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "start_after") {
+			t.Errorf("got %v, want INVALID_ARGUMENT naming start_after", err)
+		}
+		if n := len(s.Attempts("k")); n != 0 {
+			t.Errorf("%d attempts recorded, want 0", n)
+		}
+	})
+}
+
+// reset_attempts breaks a ListItems stream mid-way: its connection is
+// dropped after at most messages_before_failure messages; the next attempt
+// of the key sends the rest.
+func TestListItemsReset(t *testing.T) {
+	forEachTransport(t, nil, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
+		client := testingv1.NewTestServiceClient(cc)
+		sc := &testingv1.Script{Key: "k", ResetAttempts: 1, MessagesBeforeFailure: 2, ResponseCount: 5}
+		read := func(start int64) (seqs []int64, err error) {
+			stream, err := client.ListItems(callCtx(t), &testingv1.ListItemsRequest{Script: sc, StartAfter: start}, grpc.WaitForReady(true))
+			if err != nil {
+				return nil, err
+			}
+			for {
+				m, err := stream.Recv()
+				if err != nil {
+					if errors.Is(err, io.EOF) {
+						err = nil
+					}
+					return seqs, err
+				}
+				seqs = append(seqs, m.GetReply().GetSeq())
+			}
+		}
+		seqs, err := read(0)
+		if status.Code(err) != codes.Unavailable || len(seqs) > 2 || !slices.Equal(seqs, seqsTo(len(seqs))) {
+			t.Fatalf("first attempt: seqs %v, %v; want at most 1, 2, then UNAVAILABLE", seqs, err)
+		}
+		rest, err := read(int64(len(seqs)))
+		if err != nil || !slices.Equal(append(seqs, rest...), seqsTo(5)) {
+			t.Fatalf("second attempt: seqs %v, %v; want the rest of 1..5", rest, err)
+		}
+		recs := s.Attempts("k")
+		if len(recs) != 2 || !recs[0].Reset || recs[0].Sent != 2 || recs[1].Reset || recs[1].Code != codes.OK {
+			t.Errorf("records %+v, want a reset after 2 messages, then OK", recs)
+		}
+	})
+}
+
+func seqsTo(n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i + 1)
+	}
+	return out
 }
 
 func TestUpload(t *testing.T) {

@@ -43,7 +43,9 @@ type TestServiceClient interface {
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
 	// Put is idempotent: running it twice has the effect of running it once.
 	Put(ctx context.Context, in *PutRequest, opts ...grpc.CallOption) (*PutResponse, error)
-	// ListItems sends Script.response_count messages.
+	// ListItems sends the messages of a list of Script.response_count items,
+	// seq 1, 2, ..., from the one after ListItemsRequest.start_after: a client
+	// resumes a broken stream by asking again from the last seq it received.
 	ListItems(ctx context.Context, in *ListItemsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListItemsResponse], error)
 	// Upload receives messages until the client closes, then answers with the
 	// sequence numbers it received, in order. The script is read from the first
@@ -152,7 +154,9 @@ type TestServiceServer interface {
 	Get(context.Context, *GetRequest) (*GetResponse, error)
 	// Put is idempotent: running it twice has the effect of running it once.
 	Put(context.Context, *PutRequest) (*PutResponse, error)
-	// ListItems sends Script.response_count messages.
+	// ListItems sends the messages of a list of Script.response_count items,
+	// seq 1, 2, ..., from the one after ListItemsRequest.start_after: a client
+	// resumes a broken stream by asking again from the last seq it received.
 	ListItems(*ListItemsRequest, grpc.ServerStreamingServer[ListItemsResponse]) error
 	// Upload receives messages until the client closes, then answers with the
 	// sequence numbers it received, in order. The script is read from the first

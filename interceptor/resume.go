@@ -1,0 +1,280 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// ResumeFunc builds the request that continues a server stream: req is the
+// request the call was made with (the original, never a resumed one), last
+// the last message the application received, and next the request whose
+// stream starts right after last (for a paginated list, req with its page
+// token or start key set from last). It returns ErrCannotResume (or an
+// error wrapping it) when the stream cannot continue: the call then ends
+// with the stream's own error, as without a resume function.
+//
+// It runs on the goroutine of the application's RecvMsg, once per resume.
+// It must not modify req or last, and it must return a new message rather
+// than req modified: req is sent again if a later resume needs it. A
+// ResumeFunc shared by an interceptor's calls must be safe for concurrent
+// use.
+type ResumeFunc func(req, last proto.Message) (next proto.Message, err error)
+
+// ErrCannotResume is what a ResumeFunc returns to say the stream cannot
+// continue from the last message (a message without a key to continue
+// after, a token that expired): the call ends with the stream's error.
+var ErrCannotResume = errors.New("interceptor: stream cannot resume")
+
+// ResumeHeader is the request header a resumed attempt carries: the number
+// of the resume (1 for the first), so a server can tell a resumed request
+// from a retried one. It stays on the retries of a resumed attempt that
+// fail before their first message.
+const ResumeHeader = "stagger-resume"
+
+// WithResume makes the server-streaming method (its full name,
+// "/pkg.Service/Method") resumable with fn: a stream of that method that
+// fails after it committed is reopened with the request fn builds, when its
+// retry policy would retry the failure, so that the application reads one
+// stream with every message once, in order. A nil fn removes the method's
+// resume function. It does nothing for a method that is not server-streaming
+// (unary, client-streaming, bidi) or has no retry policy. See the package
+// documentation, "Resumable streams".
+func WithResume(method string, fn ResumeFunc) Option {
+	return Option{apply: func(o *options) {
+		m := make(map[string]ResumeFunc, len(o.resume)+1)
+		for k, v := range o.resume {
+			m[k] = v
+		}
+		if fn == nil {
+			delete(m, method)
+		} else {
+			m[method] = fn
+		}
+		o.resume = m
+	}}
+}
+
+// TypedResume adapts a resume function written for the method's own
+// message types (the generated request and response structs) to a
+// ResumeFunc. A request or message of another type (WithResume given the
+// wrong method) makes the resume fail with INTERNAL, naming both types.
+func TypedResume[Req, Resp proto.Message](fn func(req Req, last Resp) (next Req, err error)) ResumeFunc {
+	return func(req, last proto.Message) (proto.Message, error) {
+		r, ok := req.(Req)
+		if !ok {
+			var want Req
+			return nil, fmt.Errorf("interceptor: resume function takes a request of type %T, the stream sent %T", want, req)
+		}
+		l, ok := last.(Resp)
+		if !ok {
+			var want Resp
+			return nil, fmt.Errorf("interceptor: resume function takes a message of type %T, the stream received %T", want, last)
+		}
+		next, err := fn(r, l)
+		if err != nil {
+			return nil, err
+		}
+		return next, nil
+	}
+}
+
+// ResumeError is the error a resumable stream ends with when its resume
+// function failed (returned an error other than ErrCannotResume, returned no
+// request, or panicked): INTERNAL, naming the method and the function's
+// error, with the stream's own failure in the message too. Unwrap reaches
+// both.
+//
+// A ResumeError is immutable and safe for concurrent use.
+type ResumeError struct {
+	// Method is the stream's full method name.
+	Method string
+	// Err is the resume function's error (a panic becomes one).
+	Err error
+	// StreamErr is the failure the stream would have resumed from.
+	StreamErr error
+}
+
+// Error returns the status's message, as grpc-go formats it.
+func (e *ResumeError) Error() string { return e.GRPCStatus().Err().Error() }
+
+// GRPCStatus returns INTERNAL with a message naming the resume function.
+func (e *ResumeError) GRPCStatus() *status.Status {
+	return status.Newf(codes.Internal, "interceptor: resume function of %s failed: %v (the stream had failed with: %v)", e.Method, e.Err, e.StreamErr)
+}
+
+// Unwrap returns the resume function's error and the stream's.
+func (e *ResumeError) Unwrap() []error { return []error{e.Err, e.StreamErr} }
+
+// resumeState is one resumable stream's: what it sent and received, for
+// its resume function. The RecvMsg goroutine (which runs the decisions)
+// owns it, except req, orig and off, guarded by the stream's mutex.
+type resumeState struct {
+	fn ResumeFunc
+	// orig is the request the application sent; req the one the running
+	// attempt sent (orig, or the last resume's), nil until SendMsg.
+	orig, req any
+	// off: Context was called, which commits the stream for good.
+	off bool
+	// last is the last message delivered to the application; delivered:
+	// one was delivered since req was built, so a resume needs a new
+	// request; progress: the running attempt delivered one.
+	last      any
+	delivered bool
+	progress  bool
+	// pending: the attempt that ended had committed and the stream is to
+	// resume rather than end (decided in attemptEnded).
+	pending bool
+	resumes int
+	// ctx is the call's context with ResumeHeader, for resumed attempts.
+	ctx context.Context
+}
+
+// newResume returns the resume state of a stream of method, or nil when
+// the call has no resume function for it.
+func newResume(o *options, method string, serverStreams, clientStreams bool) *resumeState {
+	if len(o.resume) == 0 || !serverStreams || clientStreams {
+		return nil
+	}
+	fn := o.resume[method]
+	if fn == nil {
+		return nil
+	}
+	return &resumeState{fn: fn}
+}
+
+// sent notes a message the application sent; the stream's mutex is held.
+func (r *resumeState) sent(m any) {
+	if r != nil && r.orig == nil {
+		r.orig, r.req = m, m
+	}
+}
+
+// received notes m, delivered to the application. The first message of an
+// attempt restarts the call's attempt count (the attempt becomes number 1)
+// and its backoff sequence: maxAttempts bounds failures in a row, not
+// resumes. It allocates nothing.
+func (r *resumeState) received(m any, c *call) {
+	r.last = m
+	if r.progress {
+		return
+	}
+	r.progress, r.delivered = true, true
+	c.before += c.attempt - 1
+	c.attempt = 1
+	c.retry, c.prev = 0, 0
+}
+
+// resuming decides, when an attempt that had committed ended with err (nil:
+// success), whether the stream is to resume rather than end: it is
+// resumable, failed, its request was sent and closed, and Context was not
+// called. The retry decision then takes the attempt as not committed (the
+// rest of gRFC A6's rules apply) and reports EventResume.
+func (s *retryStream) resuming(err error) bool {
+	r := s.res
+	if r == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.progress = false
+	r.pending = err != nil && !r.off && r.req != nil && s.closeSent
+	s.c.resume = r.pending
+	if r.pending {
+		s.switching = true
+	}
+	return r.pending
+}
+
+// attemptBase is the context the next attempt derives from: the call's,
+// with ResumeHeader once the stream resumed.
+func (s *retryStream) attemptBase() context.Context {
+	if s.res != nil && s.res.ctx != nil {
+		return s.res.ctx
+	}
+	return s.callCtx
+}
+
+// reset makes m the only message kept, past the bounds (a resumed request
+// must be sent; the stream commits again at its first message).
+func (b *replayBuffer) reset(m any) {
+	b.release()
+	b.force(m)
+}
+
+// prepareResume, once the loop decided to retry an attempt that had
+// committed a resumable stream (c.resume stays set through the pause, for a
+// budget's deferral to report EventResume too), builds the request that continues it
+// (calling the resume function when messages were delivered since the last
+// one was built) and makes it the only message to replay, as if the stream
+// had not committed. It returns the call's final error when the stream
+// cannot resume.
+func (s *retryStream) prepareResume(streamErr error) error {
+	r := s.res
+	if r == nil || !r.pending {
+		return nil
+	}
+	r.pending = false
+	s.mu.Lock()
+	req := r.req
+	orig := r.orig
+	s.mu.Unlock()
+	if r.delivered {
+		next, err := r.build(orig, r.last)
+		if err != nil {
+			return s.resumeFailed(streamErr, err)
+		}
+		req = next
+		r.delivered = false
+	}
+	r.resumes++
+	r.ctx = metadata.AppendToOutgoingContext(s.callCtx, ResumeHeader, strconv.Itoa(r.resumes))
+	s.mu.Lock()
+	r.req = req
+	s.buf.reset(req)
+	s.closeSent, s.committed, s.overflow = true, false, false
+	s.mu.Unlock()
+	return nil
+}
+
+// build calls the resume function; a panic becomes its error.
+func (r *resumeState) build(orig, last any) (next proto.Message, err error) {
+	req, ok := orig.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("the request is a %T, not a proto.Message", orig)
+	}
+	msg, ok := last.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("the last message is a %T, not a proto.Message", last)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			next, err = nil, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	next, err = r.fn(req, msg)
+	if err == nil && (next == nil || !next.ProtoReflect().IsValid()) {
+		err = errors.New("it returned no request")
+	}
+	return next, err
+}
+
+// resumeFailed ends a stream whose resume function said no (ErrCannotResume:
+// the stream's error, as gRFC A6 would) or failed (a *ResumeError).
+func (s *retryStream) resumeFailed(streamErr, err error) error {
+	c := &s.c
+	final := streamErr
+	if !errors.Is(err, ErrCannotResume) {
+		final = &ResumeError{Method: s.method, Err: err, StreamErr: streamErr}
+	}
+	c.reason = policy.ReasonCommitted
+	c.o.emit(s.callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(final), Err: final, Reason: policy.ReasonCommitted})
+	return c.finish(final)
+}
