@@ -61,8 +61,7 @@ type hedgedStream struct {
 	// taken out of the attempts' options: the stream fills the holders from
 	// the winner (or the last attempt) when it ends, and runs OnFinish once.
 	callerOutputs
-	onFinish  []func(error)
-	stopWatch func() bool
+	onFinishOnce
 
 	// events has room for every attempt: each attempt's goroutine sends
 	// once and ends, whether or not the driver still listens.
@@ -92,8 +91,6 @@ type hedgedStream struct {
 	// after success).
 	done  bool
 	final error
-	// finished: OnFinish ran.
-	finished bool
 }
 
 // streamHedgeAttempt is one attempt of a hedged stream.
@@ -151,9 +148,7 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 	s.opts = append(s.opts, s.c.fileOpts...)
 	s.opts = s.split(s.opts, grpcOpts, &s.onFinish)
 	if len(s.onFinish) > 0 {
-		s.stopWatch = context.AfterFunc(s.callCtx, func() {
-			s.finishOnce(status.FromContextError(s.callCtx.Err()).Err())
-		})
+		s.watchCaller(s.callCtx)
 	}
 	st := &hedgeState{k: k, c: &s.c, h: h, hctx: s.hctx, hcancel: s.hcancel}
 	st.delay, s.hist = k.hedgeDelay(s.method, h)
@@ -573,24 +568,6 @@ func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
 	s.c.end(s.cc, err)
 }
 
-// finishOnce runs the caller's OnFinish functions, the first time only.
-func (s *hedgedStream) finishOnce(err error) {
-	if len(s.onFinish) == 0 {
-		return
-	}
-	s.mu.Lock()
-	ran := s.finished
-	s.finished = true
-	s.mu.Unlock()
-	if ran {
-		return
-	}
-	s.stopWatch()
-	for _, f := range s.onFinish {
-		f(err)
-	}
-}
-
 // winnerEnded ends the stream with the end of its winner w, err (io.EOF:
 // success), and returns what RecvMsg returns.
 func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error) error {
@@ -746,31 +723,37 @@ func (s *hedgedStream) RecvMsg(m any) error {
 // failure before any commit, the last attempt's.
 func (s *hedgedStream) Header() (metadata.MD, error) {
 	<-s.ready
-	s.mu.Lock()
-	a := s.winner
-	if a == nil {
-		a = s.last
-	}
-	s.mu.Unlock()
-	if a == nil || a.cs == nil {
+	cs := s.current()
+	if cs == nil {
 		return nil, nil
 	}
-	return a.cs.Header()
+	return cs.Header()
 }
 
 // Trailer returns the trailer of the winner, or before a commit of the last
 // attempt that ended; call it after RecvMsg returned an error.
 func (s *hedgedStream) Trailer() metadata.MD {
+	cs := s.current()
+	if cs == nil {
+		return nil
+	}
+	return cs.Trailer()
+}
+
+// current returns the grpc stream of the winner or, before a commit, of the
+// last attempt that ended; nil when that attempt never opened, or when
+// none has ended.
+func (s *hedgedStream) current() grpc.ClientStream {
 	s.mu.Lock()
 	a := s.winner
 	if a == nil {
 		a = s.last
 	}
 	s.mu.Unlock()
-	if a == nil || a.cs == nil {
+	if a == nil {
 		return nil
 	}
-	return a.cs.Trailer()
+	return a.cs
 }
 
 // Context commits the stream, as grpc-go's does, to the oldest attempt open
