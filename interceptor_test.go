@@ -134,6 +134,17 @@ func (h *hookLog) all() []interceptor.Event {
 	return append([]interceptor.Event(nil), h.events...)
 }
 
+// kinds returns the events of kind k.
+func (h *hookLog) kinds(k interceptor.EventKind) []interceptor.Event {
+	var out []interceptor.Event
+	for _, e := range h.all() {
+		if e.Kind == k {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // last returns the last event, or a zero one.
 func (h *hookLog) last() interceptor.Event {
 	ev := h.all()
