@@ -220,21 +220,29 @@ func TestHedgeFatalCodeStopsAll(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("code = %v, want InvalidArgument (err %v)", status.Code(err), err)
 		}
-		if took := time.Since(start); took != 100*time.Millisecond {
-			t.Errorf("call took %v, want 100ms", took)
-		}
-		if n := interceptor.Attempts(err); n != 2 {
-			t.Errorf("Attempts = %d, want 2", n)
-		}
-		synctest.Wait()
-		recs := b.srv.Attempts("k")
-		if len(recs) != 2 || !recs[0].Cancelled {
-			t.Fatalf("server saw %+v, want 2 attempts, the first cancelled", recs)
-		}
-		if e := b.hooks.last(); e.Kind != interceptor.EventGiveUp || e.Reason != policy.ReasonNotRetryable || e.Attempt != 2 || !e.Hedging {
-			t.Errorf("last event = %+v, want give up (not retryable) on attempt 2", e)
-		}
+		checkFatalSecond(t, err, start, b.srv, &b.hooks)
 	})
+}
+
+// checkFatalSecond checks a hedged call (delay 100ms) begun at start, whose
+// slow first attempt "k" was cancelled when its hedge failed with a fatal
+// code: the call ended then, with err after 2 attempts, and gave up.
+func checkFatalSecond(t *testing.T, err error, start time.Time, srv *testserver.Server, hooks *hookLog) {
+	t.Helper()
+	if took := time.Since(start); took != 100*time.Millisecond {
+		t.Errorf("call took %v, want 100ms", took)
+	}
+	if n := interceptor.Attempts(err); n != 2 {
+		t.Errorf("Attempts = %d, want 2", n)
+	}
+	synctest.Wait()
+	recs := srv.Attempts("k")
+	if len(recs) != 2 || !recs[0].Cancelled {
+		t.Fatalf("server saw %+v, want 2 attempts, the first cancelled", recs)
+	}
+	if e := hooks.last(); e.Kind != interceptor.EventGiveUp || e.Reason != policy.ReasonNotRetryable || e.Attempt != 2 || !e.Hedging {
+		t.Errorf("last event = %+v, want give up (not retryable) on attempt 2", e)
+	}
 }
 
 func (b *hedgeBench) get(sc *testingv1.Script, opts ...grpc.CallOption) error {
