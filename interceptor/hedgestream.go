@@ -236,7 +236,8 @@ func (s *hedgedStream) committed() bool {
 }
 
 // sendDue launches the attempts that are due, as hedge.go's sendDue does
-// for a unary call.
+// for a unary call, with the same hedgeState steps (next, launched,
+// schedule); the budget is asked under mu, once no commit is near.
 func (s *hedgedStream) sendDue(st *hedgeState) {
 	for st.due {
 		n := st.next(s.callCtx)
