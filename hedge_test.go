@@ -97,17 +97,6 @@ func newHedgeBench(t *testing.T, opts ...interceptor.Option) *hedgeBench {
 	return b
 }
 
-// kinds returns the events of kind k.
-func (b *hedgeBench) kinds(k interceptor.EventKind) []interceptor.Event {
-	var out []interceptor.Event
-	for _, e := range b.hooks.all() {
-		if e.Kind == k {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 func durations(ds ...time.Duration) []*durationpb.Duration {
 	out := make([]*durationpb.Duration, len(ds))
 	for i, d := range ds {
@@ -170,11 +159,11 @@ func TestHedgeSlowFirstAttemptLoses(t *testing.T) {
 		if finished != 1 {
 			t.Errorf("OnFinish ran %d times, want 1", finished)
 		}
-		won := b.kinds(interceptor.EventHedgeWon)
+		won := b.hooks.kinds(interceptor.EventHedgeWon)
 		if len(won) != 1 || won[0].Attempt != 2 {
 			t.Errorf("hedge-won events = %+v, want one for attempt 2", won)
 		}
-		if h := b.kinds(interceptor.EventHedge); len(h) != 1 || h[0].Attempt != 2 || h[0].Pause != 100*time.Millisecond {
+		if h := b.hooks.kinds(interceptor.EventHedge); len(h) != 1 || h[0].Attempt != 2 || h[0].Pause != 100*time.Millisecond {
 			t.Errorf("hedge events = %+v, want one, attempt 2 after 100ms", h)
 		}
 	})
@@ -231,21 +220,29 @@ func TestHedgeFatalCodeStopsAll(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("code = %v, want InvalidArgument (err %v)", status.Code(err), err)
 		}
-		if took := time.Since(start); took != 100*time.Millisecond {
-			t.Errorf("call took %v, want 100ms", took)
-		}
-		if n := interceptor.Attempts(err); n != 2 {
-			t.Errorf("Attempts = %d, want 2", n)
-		}
-		synctest.Wait()
-		recs := b.srv.Attempts("k")
-		if len(recs) != 2 || !recs[0].Cancelled {
-			t.Fatalf("server saw %+v, want 2 attempts, the first cancelled", recs)
-		}
-		if e := b.hooks.last(); e.Kind != interceptor.EventGiveUp || e.Reason != policy.ReasonNotRetryable || e.Attempt != 2 || !e.Hedging {
-			t.Errorf("last event = %+v, want give up (not retryable) on attempt 2", e)
-		}
+		checkFatalSecond(t, err, start, b.srv, &b.hooks)
 	})
+}
+
+// checkFatalSecond checks a hedged call (delay 100ms) begun at start, whose
+// slow first attempt "k" was cancelled when its hedge failed with a fatal
+// code: the call ended then, with err after 2 attempts, and gave up.
+func checkFatalSecond(t *testing.T, err error, start time.Time, srv *testserver.Server, hooks *hookLog) {
+	t.Helper()
+	if took := time.Since(start); took != 100*time.Millisecond {
+		t.Errorf("call took %v, want 100ms", took)
+	}
+	if n := interceptor.Attempts(err); n != 2 {
+		t.Errorf("Attempts = %d, want 2", n)
+	}
+	synctest.Wait()
+	recs := srv.Attempts("k")
+	if len(recs) != 2 || !recs[0].Cancelled {
+		t.Fatalf("server saw %+v, want 2 attempts, the first cancelled", recs)
+	}
+	if e := hooks.last(); e.Kind != interceptor.EventGiveUp || e.Reason != policy.ReasonNotRetryable || e.Attempt != 2 || !e.Hedging {
+		t.Errorf("last event = %+v, want give up (not retryable) on attempt 2", e)
+	}
 }
 
 func (b *hedgeBench) get(sc *testingv1.Script, opts ...grpc.CallOption) error {
@@ -267,7 +264,7 @@ func TestHedgeNonFatalSendsNextAtOnce(t *testing.T) {
 		if g := gaps(recs); !equalDurations(g, []time.Duration{50 * time.Millisecond, 0}) {
 			t.Errorf("gaps = %v, want [50ms 0s]", g)
 		}
-		h := b.kinds(interceptor.EventHedge)
+		h := b.hooks.kinds(interceptor.EventHedge)
 		if len(h) != 2 || h[0].Code != codes.Unavailable || h[1].Code != codes.Unavailable {
 			t.Errorf("hedge events = %+v, want two, each after UNAVAILABLE", h)
 		}
@@ -290,19 +287,23 @@ func TestHedgeAllFailReturnsLastStatus(t *testing.T) {
 	})
 }
 
+// hedgeMaxAttemptsTests are the cases of TestHedgeMaxAttempts and
+// TestHedgedStreamMaxAttempts: maxAttempts in the file, the hedging delay,
+// the attempts the server sees and the gaps between them.
+var hedgeMaxAttemptsTests = []struct {
+	name     string
+	file     int
+	delay    time.Duration
+	want     int
+	wantGaps []time.Duration
+}{
+	{"every delay", 3, 100 * time.Millisecond, 3, []time.Duration{100 * time.Millisecond, 100 * time.Millisecond}},
+	{"zero delay sends all at once", 4, 0, 4, []time.Duration{0, 0, 0}},
+	{"file above the cap of 5", 9, 10 * time.Millisecond, 5, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}},
+}
+
 func TestHedgeMaxAttempts(t *testing.T) {
-	tests := []struct {
-		name      string
-		file      int
-		delay     time.Duration
-		wantCount int
-		wantGaps  []time.Duration
-	}{
-		{"every delay", 3, 100 * time.Millisecond, 3, []time.Duration{100 * time.Millisecond, 100 * time.Millisecond}},
-		{"zero delay sends all at once", 4, 0, 4, []time.Duration{0, 0, 0}},
-		{"file above the cap of 5", 9, 10 * time.Millisecond, 5, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}},
-	}
-	for _, tt := range tests {
+	for _, tt := range hedgeMaxAttemptsTests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newHedgeBench(t, interceptor.WithConfig(hedgeConfig(t, tt.file, tt.delay, "")))
@@ -311,8 +312,8 @@ func TestHedgeMaxAttempts(t *testing.T) {
 				}
 				synctest.Wait()
 				recs := b.srv.Attempts("k")
-				if len(recs) != tt.wantCount {
-					t.Fatalf("server saw %d attempts, want %d", len(recs), tt.wantCount)
+				if len(recs) != tt.want {
+					t.Fatalf("server saw %d attempts, want %d", len(recs), tt.want)
 				}
 				if g := gaps(recs); !equalDurations(g, tt.wantGaps) {
 					t.Errorf("gaps = %v, want %v", g, tt.wantGaps)
@@ -322,7 +323,7 @@ func TestHedgeMaxAttempts(t *testing.T) {
 				for _, got := range previousAttempts(recs) {
 					seen[got] = true
 				}
-				for i := 0; i < tt.wantCount; i++ {
+				for i := 0; i < tt.want; i++ {
 					want := ""
 					if i > 0 {
 						want = strconv.Itoa(i)
@@ -396,7 +397,7 @@ func TestHedgeBudgetRefusalLimitsHedges(t *testing.T) {
 		if fmt.Sprint(bud.recorded) != fmt.Sprint(wantRec) {
 			t.Errorf("budget recorded %+v, want %+v", bud.recorded, wantRec)
 		}
-		stops := b.kinds(interceptor.EventHedgeStop)
+		stops := b.hooks.kinds(interceptor.EventHedgeStop)
 		if len(stops) != 1 || stops[0].Reason != policy.ReasonBudget || stops[0].Attempt != 3 {
 			t.Errorf("hedge-stop events = %+v, want one, budget, attempt 3", stops)
 		}
@@ -445,7 +446,7 @@ func TestHedgeNotIdempotentRunsOnce(t *testing.T) {
 				t.Errorf("call %d: server saw %d attempts of Write, want 1", i, n)
 			}
 		}
-		notices := b.kinds(interceptor.EventNotice)
+		notices := b.hooks.kinds(interceptor.EventNotice)
 		if len(notices) != 1 || notices[0].Reason != policy.ReasonNotIdempotent || !notices[0].Hedging || notices[0].Method != writeMethod {
 			t.Errorf("notices = %+v, want one, not idempotent, hedging, for Write", notices)
 		}
@@ -490,14 +491,14 @@ func TestHedgePushback(t *testing.T) {
 					t.Errorf("gaps = %v, want %v", g, tt.wantGaps)
 				}
 				if tt.wantStop != policy.ReasonNone {
-					stops := b.kinds(interceptor.EventHedgeStop)
+					stops := b.hooks.kinds(interceptor.EventHedgeStop)
 					if len(stops) != 1 || stops[0].Reason != tt.wantStop {
 						t.Errorf("hedge-stop events = %+v, want one, %v", stops, tt.wantStop)
 					}
 					if e := b.hooks.last(); e.Kind != interceptor.EventGiveUp || e.Reason != tt.wantStop {
 						t.Errorf("last event = %+v, want give up (%v)", e, tt.wantStop)
 					}
-				} else if h := b.kinds(interceptor.EventHedge); len(h) != 1 || !h[0].Pushback || h[0].Pause != 300*time.Millisecond {
+				} else if h := b.hooks.kinds(interceptor.EventHedge); len(h) != 1 || !h[0].Pushback || h[0].Pause != 300*time.Millisecond {
 					t.Errorf("hedge events = %+v, want one after a 300ms pushback", h)
 				}
 			})
@@ -533,7 +534,7 @@ func TestHedgeAdaptiveDelay(t *testing.T) {
 				t.Fatalf("Get: %v", err)
 			}
 		}
-		if h := b.kinds(interceptor.EventHedge); len(h) != 0 {
+		if h := b.hooks.kinds(interceptor.EventHedge); len(h) != 0 {
 			t.Fatalf("hedges while learning: %+v", h)
 		}
 		// Now p95 is 20ms, reported as its bucket's upper bound (at most

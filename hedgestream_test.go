@@ -61,16 +61,6 @@ func newHedgeStreamBench(t *testing.T, cfg *policy.Config, opts ...interceptor.O
 	return b
 }
 
-func (b *hedgeStreamBench) kinds(k interceptor.EventKind) []interceptor.Event {
-	var out []interceptor.Event
-	for _, e := range b.hooks.all() {
-		if e.Kind == k {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 func allEqual(xs []int32, v int32) bool {
 	for _, x := range xs {
 		if x != v {
@@ -112,10 +102,10 @@ func TestHedgedStreamSlowFirstAttemptLoses(t *testing.T) {
 				if got := previousAttempts(recs); got[0] != "" || got[1] != "1" {
 					t.Errorf("grpc-previous-rpc-attempts = %q, want [\"\" \"1\"]", got)
 				}
-				if h := b.kinds(interceptor.EventHedge); len(h) != 1 || h[0].Attempt != 2 || h[0].Pause != 100*time.Millisecond {
+				if h := b.hooks.kinds(interceptor.EventHedge); len(h) != 1 || h[0].Attempt != 2 || h[0].Pause != 100*time.Millisecond {
 					t.Errorf("hedge events = %+v, want one, attempt 2 after 100ms", h)
 				}
-				if won := b.kinds(interceptor.EventHedgeWon); len(won) != 1 || won[0].Attempt != 2 {
+				if won := b.hooks.kinds(interceptor.EventHedgeWon); len(won) != 1 || won[0].Attempt != 2 {
 					t.Errorf("hedge-won events = %+v, want one for attempt 2", won)
 				}
 				want := interceptor.Report{Attempts: 2, Hedges: 1, Reason: policy.ReasonSuccess, Code: codes.OK}
@@ -154,7 +144,7 @@ func TestHedgedStreamCommitsAtHeaders(t *testing.T) {
 				if n := len(b.srv.Attempts("k")); n != 1 {
 					t.Errorf("server saw %d attempts, want 1", n)
 				}
-				if h := b.kinds(interceptor.EventHedge); len(h) != 0 {
+				if h := b.hooks.kinds(interceptor.EventHedge); len(h) != 0 {
 					t.Errorf("hedges sent: %+v", h)
 				}
 			})
@@ -277,20 +267,7 @@ func TestHedgedStreamFatalCodeEndsAll(t *testing.T) {
 				if status.Code(r.err) != codes.InvalidArgument {
 					t.Fatalf("err = %v, want InvalidArgument", r.err)
 				}
-				if took := time.Since(start); took != 100*time.Millisecond {
-					t.Errorf("call took %v, want 100ms", took)
-				}
-				if n := interceptor.Attempts(r.err); n != 2 {
-					t.Errorf("Attempts = %d, want 2", n)
-				}
-				synctest.Wait()
-				recs := b.srv.Attempts("k")
-				if len(recs) != 2 || !recs[0].Cancelled {
-					t.Fatalf("server saw %+v, want 2 attempts, the first cancelled", recs)
-				}
-				if e := b.hooks.last(); e.Kind != interceptor.EventGiveUp || e.Reason != policy.ReasonNotRetryable || e.Attempt != 2 || !e.Hedging {
-					t.Errorf("last event = %+v, want give up (not retryable) on attempt 2", e)
-				}
+				checkFatalSecond(t, r.err, start, b.srv, &b.hooks)
 			})
 		})
 	}
@@ -321,18 +298,7 @@ func TestHedgedStreamNonFatal(t *testing.T) {
 // maxAttempts bounds the attempts, every hedgingDelay or all at once; the
 // first wins (all are equally slow) and the others are cancelled.
 func TestHedgedStreamMaxAttempts(t *testing.T) {
-	tests := []struct {
-		name     string
-		file     int
-		delay    time.Duration
-		want     int
-		wantGaps []time.Duration
-	}{
-		{"every delay", 3, 100 * time.Millisecond, 3, []time.Duration{100 * time.Millisecond, 100 * time.Millisecond}},
-		{"zero delay sends all at once", 4, 0, 4, []time.Duration{0, 0, 0}},
-		{"file above the cap of 5", 9, 10 * time.Millisecond, 5, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}},
-	}
-	for _, tt := range tests {
+	for _, tt := range hedgeMaxAttemptsTests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newHedgeStreamBench(t, hedgeStreamFile(t, tt.file, tt.delay, ""))
@@ -443,7 +409,7 @@ func TestHedgedStreamBudget(t *testing.T) {
 		if len(bud.recorded) != 2 {
 			t.Errorf("budget recorded %+v, want 2 attempts", bud.recorded)
 		}
-		if stops := b.kinds(interceptor.EventHedgeStop); len(stops) != 1 || stops[0].Reason != policy.ReasonBudget {
+		if stops := b.hooks.kinds(interceptor.EventHedgeStop); len(stops) != 1 || stops[0].Reason != policy.ReasonBudget {
 			t.Errorf("hedge-stop events = %+v, want one, budget", stops)
 		}
 	})

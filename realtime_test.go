@@ -477,6 +477,13 @@ func runResetChaos(t *testing.T, srv *testserver.Server, clientOf func(int) test
 	t.Logf("%d writes ran %d times; %d repeatable calls healed after a reset", writes, writeRuns, healed)
 }
 
+// fastReconnect dials again 10ms after a failed connection attempt, not
+// after grpc-go's reconnect backoff (1s at first), so that calls held or
+// retried while the server is gone meet it soon after it is back.
+func fastReconnect() grpc.DialOption {
+	return grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second})
+}
+
 // A call whose connection is refused never left the client: it is retried
 // and heals, Write (not idempotent) included, and runs exactly once.
 func TestRealTimeRefusedHeals(t *testing.T) {
@@ -489,7 +496,7 @@ func TestRealTimeRefusedHeals(t *testing.T) {
 	// grpc-go waits 1s (its reconnect backoff) before dialling again after
 	// a refused connection, failing calls fast meanwhile; 10ms here, so the
 	// retries meet the server once it is back.
-	fast := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second})
+	fast := fastReconnect()
 	cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, interceptor.WithBudget(nil)), fast)...)
 	if err != nil {
 		t.Fatal(err)
@@ -540,7 +547,7 @@ func TestRealTimeReconnectPacing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fast := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second})
+	fast := fastReconnect()
 	cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, interceptor.WithBudget(nil)), fast)...)
 	if err != nil {
 		t.Fatal(err)
@@ -766,7 +773,7 @@ func TestRealTimeResumeAfterReset(t *testing.T) {
 			}
 			// grpc-go's reconnect backoff (1s at first) would hold the
 			// waitForReady attempts after a failed reconnection: 10ms here.
-			fast := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second})
+			fast := fastReconnect()
 			dial := func() testingv1.TestServiceClient {
 				cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, interceptor.WithBudget(nil), resume), fast)...)
 				if err != nil {

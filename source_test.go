@@ -218,27 +218,6 @@ func BenchmarkDialOptionsFromSource(b *testing.B) {
 		{"impl=file", stagger.DialOptions(cfg)},
 		{"impl=source", stagger.DialOptionsFromSource(policy.NewSource(cfg))},
 	} {
-		b.Run(c.name, func(b *testing.B) {
-			srv := testserver.New()
-			defer srv.Close()
-			cc, err := srv.Dial(c.dial...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cc.Close()
-			client := testingv1.NewTestServiceClient(cc)
-			req := &testingv1.GetRequest{Script: &testingv1.Script{}}
-			ctx := context.Background()
-			if _, err := client.Get(ctx, req); err != nil { // connect
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := client.Get(ctx, req); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(c.name, func(b *testing.B) { benchGets(b, c.dial) })
 	}
 }

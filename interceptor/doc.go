@@ -404,7 +404,9 @@
 // the first header or message; a hedge asks the budget itself
 // (budget.Request.Hedge) and reuses start, finish and the events. A stream
 // whose c.hedged is set goes to k.hedgeStream (hedgestream.go), which
-// drives hedge.go's hedgeState (its timer and stops) on a goroutine of its
-// own until the stream commits, or returns nil for a method that may not
-// run twice (after k.noticeUnhedged(ctx, &c, policy.ReasonNotIdempotent)).
+// drives hedge.go's hedgeState (its timer, stops and decisions: next,
+// schedule, nonFatal, callerGone, giveUp) on a goroutine of its own until
+// the stream commits, or returns nil for a method that may not run twice
+// (k.hedges says which, after k.noticeUnhedged(ctx, &c,
+// policy.ReasonNotIdempotent)).
 package interceptor

@@ -64,11 +64,9 @@ type hedgeCall struct {
 	invoker grpc.UnaryInvoker
 
 	// The caller's per-call outputs, taken out of the attempts' options.
-	base          []grpc.CallOption
-	callerHeader  *metadata.MD
-	callerTrailer *metadata.MD
-	callerPeer    *peer.Peer
-	onFinish      []func(error)
+	base []grpc.CallOption
+	callerOutputs
+	onFinish []func(error)
 }
 
 var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
@@ -96,23 +94,34 @@ func putHedgeCall(hc *hedgeCall) {
 	hedgeCalls.Put(hc)
 }
 
-// split takes the caller's Header, Trailer, Peer and OnFinish options out of
-// opts: each attempt gets holders of its own and OnFinish runs once.
-func (hc *hedgeCall) split(opts []grpc.CallOption) {
+// callerOutputs are the caller's Header, Trailer and Peer holders, taken
+// out of a hedged call's options (unary or stream): each attempt gets
+// holders of its own, and the call fills the caller's from the attempt
+// whose outcome it returns.
+type callerOutputs struct {
+	callerHeader, callerTrailer *metadata.MD
+	callerPeer                  *peer.Peer
+}
+
+// split takes the caller's Header, Trailer and Peer options out of opts
+// into o, and its OnFinish functions into onFinish (the call runs them
+// once); it appends every other option to base and returns it.
+func (o *callerOutputs) split(base, opts []grpc.CallOption, onFinish *[]func(error)) []grpc.CallOption {
 	for _, opt := range opts {
-		switch o := opt.(type) {
+		switch v := opt.(type) {
 		case grpc.HeaderCallOption:
-			hc.callerHeader = o.HeaderAddr
+			o.callerHeader = v.HeaderAddr
 		case grpc.TrailerCallOption:
-			hc.callerTrailer = o.TrailerAddr
+			o.callerTrailer = v.TrailerAddr
 		case grpc.PeerCallOption:
-			hc.callerPeer = o.PeerAddr
+			o.callerPeer = v.PeerAddr
 		case grpc.OnFinishCallOption:
-			hc.onFinish = append(hc.onFinish, o.OnFinish)
+			*onFinish = append(*onFinish, v.OnFinish)
 		default:
-			hc.base = append(hc.base, opt)
+			base = append(base, opt)
 		}
 	}
+	return base
 }
 
 // prepare sets out's options; first says out is the first attempt's, which
@@ -183,10 +192,7 @@ func (hc *hedgeCall) finished(err error) {
 // The call returns only after every attempt it sent has ended.
 func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
 	h := c.hedged.Hedging
-	if h.MaxAttempts < 2 || !k.idempotent(c.o, c.hedged, c.method) {
-		if h.MaxAttempts >= 2 {
-			k.noticeUnhedged(callCtx, c, policy.ReasonNotIdempotent)
-		}
+	if !k.hedges(callCtx, c) {
 		c.attempt = 1
 		err := invoker(callCtx, c.method, req, reply, cc, grpcOpts...)
 		c.afterAttempt(callCtx, err, nil, false, false)
@@ -197,19 +203,12 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 		return &Error{Reason: policy.ReasonNotRetryable, Err: fmt.Errorf("%w: %s replies with %T", ErrHedgeReply, c.method, reply)}
 	}
 
-	delay := h.Delay
-	var hist *latencyHistogram
-	if h.Adaptive {
-		hist = k.latency(c.method)
-		if d, ok := hist.quantile(0.95); ok {
-			delay = d
-		}
-	}
+	delay, hist := k.hedgeDelay(c.method, h)
 
 	hc := getHedgeCall(h.MaxAttempts)
 	defer putHedgeCall(hc)
 	hc.method, hc.req, hc.cc, hc.invoker = c.method, req, cc, invoker
-	hc.split(grpcOpts)
+	hc.base = hc.split(hc.base, grpcOpts, &hc.onFinish)
 	hctx, hcancel := context.WithCancel(callCtx)
 	defer hcancel()
 	// The reply type, read before the first attempt writes into the
@@ -236,21 +235,41 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 			s.timerC, s.due = nil, true
 		case <-done:
 			done = nil
-			s.disarm()
-			s.due, s.stopped = false, policy.ReasonCaller
-			if s.inFlight > 0 {
-				// Every attempt derives from callCtx and ends on its own; the
-				// first to report ends the call.
-				continue
+			// With attempts in flight, the first to report ends the call.
+			if why, over := s.callerGone(callCtx); over {
+				return s.end(callCtx, why)
 			}
-			// Waiting out a pushback with nothing in flight.
-			if callCtx.Err() == context.Canceled {
-				s.last, s.lastN = status.Error(codes.Canceled, context.Canceled.Error()), s.sent
-				return s.end(callCtx, policy.ReasonCaller)
-			}
-			return s.end(callCtx, policy.ReasonDeadline)
 		}
 	}
+}
+
+// hedges says whether c's hedging policy applies: it allows a second
+// attempt and the method may run more than once. When it may not, the
+// logger and hooks hear so, once per method.
+func (k *core) hedges(ctx context.Context, c *call) bool {
+	h := c.hedged.Hedging
+	if h.MaxAttempts < 2 {
+		return false
+	}
+	if !k.idempotent(c.o, c.hedged, c.method) {
+		k.noticeUnhedged(ctx, c, policy.ReasonNotIdempotent)
+		return false
+	}
+	return true
+}
+
+// hedgeDelay returns the hedging delay of method under h: the policy's, or
+// with an adaptive policy the 95th percentile of the method's latency once
+// it has one, and then hist, the histogram that learns it (nil otherwise).
+func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration, hist *latencyHistogram) {
+	delay = h.Delay
+	if h.Adaptive {
+		hist = k.latency(method)
+		if d, ok := hist.quantile(0.95); ok {
+			delay = d
+		}
+	}
+	return delay, hist
 }
 
 // hedgeState is the hedging loop's state; only the call's goroutine uses it.
@@ -288,26 +307,11 @@ type hedgeState struct {
 // delay is 0.
 func (s *hedgeState) sendDue(callCtx context.Context, callerReply proto.Message) {
 	for s.due {
-		s.due = false
-		if s.stopped != policy.ReasonNone {
+		n := s.next(callCtx)
+		if n == 0 {
 			return
 		}
-		n := s.sent + 1
-		if n > s.h.MaxAttempts {
-			s.stopped = policy.ReasonAttempts
-			return
-		}
-		if n > 1 && chain.RetriedRequest(callCtx) {
-			// Served for a caller that is retrying or hedging already.
-			s.stop(callCtx, n, policy.ReasonRetriedRequest)
-			return
-		}
-		if n > 1 && s.c.br != nil && !s.c.br.Closed() {
-			// Hedges never probe a breaker that is not closed.
-			s.stop(callCtx, n, policy.ReasonBreaker)
-			return
-		}
-		if n > 1 && s.c.budget != nil && !s.c.budget.Allow(budget.Request{Number: n, Hedge: true}) {
+		if !s.c.allowHedge(n) {
 			s.stop(callCtx, n, policy.ReasonBudget)
 			return
 		}
@@ -322,25 +326,66 @@ func (s *hedgeState) sendDue(callCtx context.Context, callerReply proto.Message)
 		// nextAttempt numbers the attempt and, from the second on, adds the
 		// grpc-previous-rpc-attempts header and the attempt to the context.
 		actx, _, _ := s.c.nextAttempt(s.hctx)
-		now := time.Now()
-		if n > 1 {
-			e := Event{Kind: EventHedge, Method: s.c.method, Attempt: n, Pause: now.Sub(s.lastSend), Pushback: s.pushback, Hedging: true}
-			if s.trigger != nil {
-				e.Code, e.Err = status.Code(s.trigger), s.trigger
-			}
-			s.c.o.emit(callCtx, e)
-		}
-		s.sent, s.lastSend, s.trigger, s.pushback = n, now, nil, false
-		s.inFlight++
+		s.launched(callCtx, n, time.Now())
 		go s.hc.run(actx, n, out)
-		if n == s.h.MaxAttempts {
-			s.disarm()
-			return
+		s.schedule(callCtx, n)
+	}
+}
+
+// next takes the attempt that is due and returns its number, or 0 when none
+// is to be sent (hedging has stopped, and says why). The budget, which a
+// hedge asks last, is the caller's to ask (allowHedge).
+func (s *hedgeState) next(callCtx context.Context) int {
+	s.due = false
+	if s.stopped != policy.ReasonNone {
+		return 0
+	}
+	n := s.sent + 1
+	if n > s.h.MaxAttempts {
+		s.stopped = policy.ReasonAttempts
+		return 0
+	}
+	if n > 1 && chain.RetriedRequest(callCtx) {
+		// Served for a caller that is retrying or hedging already.
+		s.stop(callCtx, n, policy.ReasonRetriedRequest)
+		return 0
+	}
+	if n > 1 && s.c.br != nil && !s.c.br.Closed() {
+		// Hedges never probe a breaker that is not closed.
+		s.stop(callCtx, n, policy.ReasonBreaker)
+		return 0
+	}
+	return n
+}
+
+// allowHedge asks c's budget, if any, for attempt n when it is a hedge.
+func (c *call) allowHedge(n int) bool {
+	return n == 1 || c.budget == nil || c.budget.Allow(budget.Request{Number: n, Hedge: true})
+}
+
+// launched accounts for attempt n, sent at now, and tells the hooks of a
+// hedge (with the non-fatal failure or the pushback that made it due).
+func (s *hedgeState) launched(callCtx context.Context, n int, now time.Time) {
+	if n > 1 {
+		e := Event{Kind: EventHedge, Method: s.c.method, Attempt: n, Pause: now.Sub(s.lastSend), Pushback: s.pushback, Hedging: true}
+		if s.trigger != nil {
+			e.Code, e.Err = status.Code(s.trigger), s.trigger
 		}
-		if s.delay == 0 {
-			s.due = true
-			continue
-		}
+		s.c.o.emit(callCtx, e)
+	}
+	s.sent, s.lastSend, s.trigger, s.pushback = n, now, nil, false
+	s.inFlight++
+}
+
+// schedule makes the attempt after n due: none after the last, at once
+// when the delay is 0, else after the delay.
+func (s *hedgeState) schedule(callCtx context.Context, n int) {
+	switch {
+	case n == s.h.MaxAttempts:
+		s.disarm()
+	case s.delay == 0:
+		s.due = true
+	default:
 		s.arm(callCtx, s.delay, n+1)
 	}
 }
@@ -369,6 +414,22 @@ func (s *hedgeState) disarm() {
 	}
 }
 
+// callerGone stops hedging when the caller's context has ended. With
+// attempts in flight, each derives from callCtx and ends on its own; with
+// none (waiting out a pushback) over says the call ends now, for why.
+func (s *hedgeState) callerGone(callCtx context.Context) (why policy.Reason, over bool) {
+	s.disarm()
+	s.due, s.stopped = false, policy.ReasonCaller
+	if s.inFlight > 0 {
+		return policy.ReasonNone, false
+	}
+	if callCtx.Err() == context.Canceled {
+		s.last, s.lastN = status.Error(codes.Canceled, context.Canceled.Error()), s.sent
+		return policy.ReasonCaller, true
+	}
+	return policy.ReasonDeadline, true
+}
+
 // stop ends hedging (the attempts in flight go on) and says so.
 func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 	s.disarm()
@@ -384,7 +445,7 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 // err its result.
 func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply proto.Message, hist *latencyHistogram) (err error, over bool) {
 	if r.err == nil {
-		s.record(r.n, budget.Success, budget.Success)
+		s.c.recordHedge(r.n, budget.Success, budget.Success)
 		s.drain()
 		s.hc.adopt(callerReply, r.out)
 		if hist != nil {
@@ -410,13 +471,21 @@ func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply p
 		why = policy.ReasonNotRetryable
 	}
 	if why != policy.ReasonNone {
-		s.record(r.n, budget.Other, breakerOutcome(callCtx, r.err, false))
+		s.c.recordHedge(r.n, budget.Other, breakerOutcome(callCtx, r.err, false))
 		return s.end(callCtx, why), true
 	}
-	s.record(r.n, budget.Failure, breakerOutcome(callCtx, r.err, false))
-	pb, res := policy.ParsePushback(*r.out.trailerAddr)
+	s.nonFatal(callCtx, r.n, r.err, *r.out.trailerAddr)
+	return nil, false
+}
+
+// nonFatal handles attempt n's non-fatal failure err, with its trailer: the
+// next hedge is due at once, or after a valid pushback; an invalid pushback
+// (or one past policy.DefaultPushbackCeiling) stops hedging.
+func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer metadata.MD) {
+	s.c.recordHedge(n, budget.Failure, breakerOutcome(callCtx, err, false))
+	pb, res := policy.ParsePushback(trailer)
 	if res == policy.PushbackNone {
-		if st, ok := status.FromError(r.err); ok {
+		if st, ok := status.FromError(err); ok {
 			pb, res = policy.RetryInfoDelay(st)
 		}
 	}
@@ -429,9 +498,8 @@ func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply p
 		s.pushback = s.timerC != nil
 	default:
 		s.disarm()
-		s.due, s.trigger = true, r.err
+		s.due, s.trigger = true, err
 	}
-	return nil, false
 }
 
 // drain cancels every attempt still in flight and waits for each to end,
@@ -446,17 +514,17 @@ func (s *hedgeState) drain() {
 		if r.err == nil {
 			o = budget.Success
 		}
-		s.record(r.n, o, o)
+		s.c.recordHedge(r.n, o, o)
 	}
 }
 
-// record tells the call's breaker (first: a Gate's waiters must find its
-// new state) and budget how attempt n ended.
-func (s *hedgeState) record(n int, budgetO, breakerO budget.Outcome) {
-	if s.c.br != nil {
-		s.c.br.Record(breakerO, n == 1, s.c.o)
+// recordHedge tells c's breaker (first: a Gate's waiters must find its new
+// state) and budget how attempt n of a hedged call ended.
+func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
+	if c.br != nil {
+		c.br.Record(breakerO, n == 1, c.o)
 	}
-	if b := s.c.budget; b != nil {
+	if b := c.budget; b != nil {
 		b.Record(budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1})
 	}
 }
@@ -465,13 +533,19 @@ func (s *hedgeState) record(n int, budgetO, breakerO budget.Outcome) {
 // when nothing else stopped the hedges).
 func (s *hedgeState) end(callCtx context.Context, why policy.Reason) error {
 	s.drain()
+	s.giveUp(callCtx, why)
+	s.hc.finished(s.last)
+	return s.c.failed(s.sent, s.last)
+}
+
+// giveUp tells the hooks that the call failed, with the last failure, for
+// why (ReasonAttempts when nothing else stopped the hedges).
+func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
 	if why == policy.ReasonNone {
 		why = policy.ReasonAttempts
 	}
 	s.c.reason = why
 	s.c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: s.lastN, Code: status.Code(s.last), Err: s.last, Reason: why, Hedging: true})
-	s.hc.finished(s.last)
-	return s.c.failed(s.sent, s.last)
 }
 
 // latency returns method's latency histogram, made on first use.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/internal/chain"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -61,10 +60,8 @@ type hedgedStream struct {
 	// The caller's Header, Trailer and Peer holders and OnFinish functions,
 	// taken out of the attempts' options: the stream fills the holders from
 	// the winner (or the last attempt) when it ends, and runs OnFinish once.
-	callerHeader, callerTrailer *metadata.MD
-	callerPeer                  *peer.Peer
-	onFinish                    []func(error)
-	stopWatch                   func() bool
+	callerOutputs
+	onFinishOnce
 
 	// events has room for every attempt: each attempt's goroutine sends
 	// once and ends, whether or not the driver still listens.
@@ -94,8 +91,6 @@ type hedgedStream struct {
 	// after success).
 	done  bool
 	final error
-	// finished: OnFinish ran.
-	finished bool
 }
 
 // streamHedgeAttempt is one attempt of a hedged stream.
@@ -133,13 +128,10 @@ type streamHedgeEvent struct {
 // per method): the caller then runs the stream once. grpcOpts are the
 // caller's options without stagger's.
 func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc.CallOption) grpc.ClientStream {
-	h := rs.c.hedged.Hedging
-	if h.MaxAttempts < 2 || !k.idempotent(rs.c.o, rs.c.hedged, rs.c.method) {
-		if h.MaxAttempts >= 2 {
-			k.noticeUnhedged(ctx, &rs.c, policy.ReasonNotIdempotent)
-		}
+	if !k.hedges(ctx, &rs.c) {
 		return nil
 	}
+	h := rs.c.hedged.Hedging
 	s := &hedgedStream{
 		k: k, c: rs.c, h: h, callCtx: rs.callCtx, cancel: rs.cancel,
 		desc: rs.desc, cc: rs.cc, method: rs.method, streamer: rs.streamer,
@@ -154,32 +146,12 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 	s.opts = make([]grpc.CallOption, 0, 1+len(s.c.fileOpts)+len(grpcOpts))
 	s.opts = append(s.opts, grpc.MaxRetryRPCBufferSize(0))
 	s.opts = append(s.opts, s.c.fileOpts...)
-	for _, opt := range grpcOpts {
-		switch o := opt.(type) {
-		case grpc.HeaderCallOption:
-			s.callerHeader = o.HeaderAddr
-		case grpc.TrailerCallOption:
-			s.callerTrailer = o.TrailerAddr
-		case grpc.PeerCallOption:
-			s.callerPeer = o.PeerAddr
-		case grpc.OnFinishCallOption:
-			s.onFinish = append(s.onFinish, o.OnFinish)
-		default:
-			s.opts = append(s.opts, opt)
-		}
-	}
+	s.opts = s.split(s.opts, grpcOpts, &s.onFinish)
 	if len(s.onFinish) > 0 {
-		s.stopWatch = context.AfterFunc(s.callCtx, func() {
-			s.finishOnce(status.FromContextError(s.callCtx.Err()).Err())
-		})
+		s.watchCaller(s.callCtx)
 	}
-	st := &hedgeState{k: k, c: &s.c, h: h, hctx: s.hctx, hcancel: s.hcancel, delay: h.Delay}
-	if h.Adaptive {
-		s.hist = k.latency(s.method)
-		if d, ok := s.hist.quantile(0.95); ok {
-			st.delay = d
-		}
-	}
+	st := &hedgeState{k: k, c: &s.c, h: h, hctx: s.hctx, hcancel: s.hcancel}
+	st.delay, s.hist = k.hedgeDelay(s.method, h)
 	st.deadline, st.hasDeadline = s.callCtx.Deadline()
 	// The first attempt is opened here, as grpc-go opens a stream in
 	// NewStream, while the driver runs the hedging delay from its start.
@@ -229,20 +201,10 @@ func (s *hedgedStream) drive(st *hedgeState) {
 			return
 		case <-done:
 			done = nil
-			st.disarm()
-			st.due, st.stopped = false, policy.ReasonCaller
-			if st.inFlight > 0 {
-				// Every attempt derives from callCtx and ends on its own.
-				continue
-			}
-			// Waiting out a pushback with nothing in flight.
-			if s.callCtx.Err() == context.Canceled {
-				st.last, st.lastN = status.Error(codes.Canceled, context.Canceled.Error()), st.sent
-				s.fail(st, policy.ReasonCaller)
+			if why, over := st.callerGone(s.callCtx); over {
+				s.fail(st, why)
 				return
 			}
-			s.fail(st, policy.ReasonDeadline)
-			return
 		}
 	}
 }
@@ -274,24 +236,12 @@ func (s *hedgedStream) committed() bool {
 }
 
 // sendDue launches the attempts that are due, as hedge.go's sendDue does
-// for a unary call.
+// for a unary call, with the same hedgeState steps (next, launched,
+// schedule); the budget is asked under mu, once no commit is near.
 func (s *hedgedStream) sendDue(st *hedgeState) {
 	for st.due {
-		st.due = false
-		if st.stopped != policy.ReasonNone {
-			return
-		}
-		n := st.sent + 1
-		if n > st.h.MaxAttempts {
-			st.stopped = policy.ReasonAttempts
-			return
-		}
-		if n > 1 && chain.RetriedRequest(s.callCtx) {
-			st.stop(s.callCtx, n, policy.ReasonRetriedRequest)
-			return
-		}
-		if n > 1 && s.c.br != nil && !s.c.br.Closed() {
-			st.stop(s.callCtx, n, policy.ReasonBreaker)
+		n := st.next(s.callCtx)
+		if n == 0 {
 			return
 		}
 		// Under mu: no attempt is sent once the stream has committed, and
@@ -303,7 +253,7 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 			s.mu.Unlock()
 			return
 		}
-		if n > 1 && s.c.budget != nil && !s.c.budget.Allow(budget.Request{Number: n, Hedge: true}) {
+		if !s.c.allowHedge(n) {
 			s.mu.Unlock()
 			st.stop(s.callCtx, n, policy.ReasonBudget)
 			return
@@ -315,15 +265,7 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 				s.watch(a, cs)
 			}
 		}()
-		if n == st.h.MaxAttempts {
-			st.disarm()
-			return
-		}
-		if st.delay == 0 {
-			st.due = true
-			continue
-		}
-		st.arm(s.callCtx, st.delay, n+1)
+		st.schedule(s.callCtx, n)
 	}
 }
 
@@ -341,15 +283,7 @@ func (s *hedgedStream) launch(st *hedgeState, n int) *streamHedgeAttempt {
 	a.ctx, a.cancel = context.WithCancel(actx)
 	s.sent = append(s.sent, a)
 	s.mu.Unlock()
-	if n > 1 {
-		e := Event{Kind: EventHedge, Method: s.c.method, Attempt: n, Pause: now.Sub(st.lastSend), Pushback: st.pushback, Hedging: true}
-		if st.trigger != nil {
-			e.Code, e.Err = status.Code(st.trigger), st.trigger
-		}
-		s.c.o.emit(s.callCtx, e)
-	}
-	st.sent, st.lastSend, st.trigger, st.pushback = n, now, nil, false
-	st.inFlight++
+	st.launched(s.callCtx, n, now)
 	return a
 }
 
@@ -526,28 +460,11 @@ func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
 		why = policy.ReasonNotRetryable
 	}
 	if why != policy.ReasonNone {
-		s.record(a.n, budget.Other, breakerOutcome(s.callCtx, ev.err, false))
+		s.c.recordHedge(a.n, budget.Other, breakerOutcome(s.callCtx, ev.err, false))
 		s.fail(st, why)
 		return true
 	}
-	s.record(a.n, budget.Failure, breakerOutcome(s.callCtx, ev.err, false))
-	pb, res := policy.ParsePushback(ev.trailer)
-	if res == policy.PushbackNone {
-		if sts, ok := status.FromError(ev.err); ok {
-			pb, res = policy.RetryInfoDelay(sts)
-		}
-	}
-	switch {
-	case st.stopped != policy.ReasonNone || st.sent >= st.h.MaxAttempts:
-	case res == policy.PushbackInvalid || res == policy.PushbackValid && pb > policy.DefaultPushbackCeiling:
-		st.stop(s.callCtx, st.sent+1, policy.ReasonPushback)
-	case res == policy.PushbackValid:
-		st.arm(s.callCtx, pb, st.sent+1)
-		st.pushback = st.timerC != nil
-	default:
-		st.disarm()
-		st.due, st.trigger = true, ev.err
-	}
+	st.nonFatal(s.callCtx, a.n, ev.err, ev.trailer)
 	return false
 }
 
@@ -568,7 +485,7 @@ func (s *hedgedStream) afterCommit(st *hedgeState, ev *streamHedgeEvent) {
 		if !ev.headers && ev.err == nil {
 			o = budget.Success
 		}
-		s.record(ev.a.n, o, o)
+		s.c.recordHedge(ev.a.n, o, o)
 	}
 	if ev != nil {
 		lost(*ev)
@@ -602,13 +519,9 @@ func (s *hedgedStream) fail(st *hedgeState, why policy.Reason) {
 	s.hcancel()
 	for ; st.inFlight > 0; st.inFlight-- {
 		ev := <-s.events
-		s.record(ev.a.n, budget.Other, budget.Other)
+		s.c.recordHedge(ev.a.n, budget.Other, budget.Other)
 	}
-	if why == policy.ReasonNone {
-		why = policy.ReasonAttempts
-	}
-	s.c.reason = why
-	s.c.o.emit(s.callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: st.lastN, Code: status.Code(st.last), Err: st.last, Reason: why, Hedging: true})
+	st.giveUp(s.callCtx, why)
 	err := s.c.failed(s.c.attempt, st.last)
 	// Everything the application may read is written before ready closes.
 	s.end(last, err)
@@ -656,34 +569,6 @@ func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
 	s.c.end(s.cc, err)
 }
 
-// finishOnce runs the caller's OnFinish functions, the first time only.
-func (s *hedgedStream) finishOnce(err error) {
-	if len(s.onFinish) == 0 {
-		return
-	}
-	s.mu.Lock()
-	ran := s.finished
-	s.finished = true
-	s.mu.Unlock()
-	if ran {
-		return
-	}
-	s.stopWatch()
-	for _, f := range s.onFinish {
-		f(err)
-	}
-}
-
-// record tells the call's breaker (first) and budget how attempt n ended.
-func (s *hedgedStream) record(n int, budgetO, breakerO budget.Outcome) {
-	if s.c.br != nil {
-		s.c.br.Record(breakerO, n == 1, s.c.o)
-	}
-	if b := s.c.budget; b != nil {
-		b.Record(budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1})
-	}
-}
-
 // winnerEnded ends the stream with the end of its winner w, err (io.EOF:
 // success), and returns what RecvMsg returns.
 func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error) error {
@@ -695,7 +580,7 @@ func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error) error {
 	s.mu.Unlock()
 	if !over {
 		if err == nil {
-			s.record(w.n, budget.Success, budget.Success)
+			s.c.recordHedge(w.n, budget.Success, budget.Success)
 			s.c.reason = policy.ReasonSuccess
 		} else {
 			// A failure after the commit is final (gRFC A6).
@@ -703,7 +588,7 @@ func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error) error {
 			if callerEnded(s.callCtx, err) {
 				why, err = policy.ReasonCaller, callerErr(s.callCtx, err)
 			}
-			s.record(w.n, budget.Other, breakerOutcome(s.callCtx, err, false))
+			s.c.recordHedge(w.n, budget.Other, breakerOutcome(s.callCtx, err, false))
 			s.c.reason = why
 			s.c.o.emit(s.callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: w.n, Code: status.Code(err), Err: err, Reason: why, Hedging: true})
 			err = s.c.failed(s.c.attempt, err)
@@ -839,31 +724,37 @@ func (s *hedgedStream) RecvMsg(m any) error {
 // failure before any commit, the last attempt's.
 func (s *hedgedStream) Header() (metadata.MD, error) {
 	<-s.ready
-	s.mu.Lock()
-	a := s.winner
-	if a == nil {
-		a = s.last
-	}
-	s.mu.Unlock()
-	if a == nil || a.cs == nil {
+	cs := s.current()
+	if cs == nil {
 		return nil, nil
 	}
-	return a.cs.Header()
+	return cs.Header()
 }
 
 // Trailer returns the trailer of the winner, or before a commit of the last
 // attempt that ended; call it after RecvMsg returned an error.
 func (s *hedgedStream) Trailer() metadata.MD {
+	cs := s.current()
+	if cs == nil {
+		return nil
+	}
+	return cs.Trailer()
+}
+
+// current returns the grpc stream of the winner or, before a commit, of the
+// last attempt that ended; nil when that attempt never opened, or when
+// none has ended.
+func (s *hedgedStream) current() grpc.ClientStream {
 	s.mu.Lock()
 	a := s.winner
 	if a == nil {
 		a = s.last
 	}
 	s.mu.Unlock()
-	if a == nil || a.cs == nil {
+	if a == nil {
 		return nil
 	}
-	return a.cs.Trailer()
+	return a.cs
 }
 
 // Context commits the stream, as grpc-go's does, to the oldest attempt open

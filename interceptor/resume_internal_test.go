@@ -13,15 +13,10 @@ const listMethod = "/stagger.testing.v1.TestService/ListItems"
 
 var serverStream = &grpc.StreamDesc{StreamName: "ListItems", ServerStreams: true}
 
-// TestResumeNoAllocationPerMessage: a committed resumable stream receives
-// a message without an allocation of its own (the fake attempt allocates
-// nothing; the end-to-end cost is BenchmarkResumeMessage in the root
-// package).
-func TestResumeNoAllocationPerMessage(t *testing.T) {
-	fs := &fakeStreamer{plan: []func(*fakeAttempt) error{
-		func(a *fakeAttempt) error { a.recvN = 1 << 30; return nil },
-	}}
-	resume := func(req, last proto.Message) (proto.Message, error) { return req, nil }
+// openResumable opens a server stream of fs, resumable with resume (3
+// attempts, no pause), and sends its request.
+func openResumable(t *testing.T, fs *fakeStreamer, resume ResumeFunc) grpc.ClientStream {
+	t.Helper()
 	opts := append(streamNoPause(3), WithResume(listMethod, resume))
 	cs, err := StreamClientInterceptor(opts...)(context.Background(), serverStream, nil, listMethod, fs.stream)
 	if err != nil {
@@ -30,6 +25,18 @@ func TestResumeNoAllocationPerMessage(t *testing.T) {
 	if err := cs.SendMsg(sv("req")); err != nil {
 		t.Fatal(err)
 	}
+	return cs
+}
+
+// TestResumeNoAllocationPerMessage: a committed resumable stream receives
+// a message without an allocation of its own (the fake attempt allocates
+// nothing; the end-to-end cost is BenchmarkResumeMessage in the root
+// package).
+func TestResumeNoAllocationPerMessage(t *testing.T) {
+	fs := &fakeStreamer{plan: []func(*fakeAttempt) error{
+		func(a *fakeAttempt) error { a.recvN = 1 << 30; return nil },
+	}}
+	cs := openResumable(t, fs, func(req, last proto.Message) (proto.Message, error) { return req, nil })
 	if err := cs.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,15 +60,7 @@ func TestResumeNeedsClosedRequest(t *testing.T) {
 		func(a *fakeAttempt) error { a.recvN, a.end = 1, errStreamDown; return nil },
 	}}
 	called := false
-	resume := func(req, last proto.Message) (proto.Message, error) { called = true; return req, nil }
-	opts := append(streamNoPause(3), WithResume(listMethod, resume))
-	cs, err := StreamClientInterceptor(opts...)(context.Background(), serverStream, nil, listMethod, fs.stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cs.SendMsg(sv("req")); err != nil {
-		t.Fatal(err)
-	}
+	cs := openResumable(t, fs, func(req, last proto.Message) (proto.Message, error) { called = true; return req, nil })
 	if err := drainStream(cs); err == nil || Attempts(err) != 1 || called {
 		t.Errorf("err = %v (attempts %d), resume called %v; want the stream's error after 1 attempt, no resume", err, Attempts(err), called)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -186,10 +187,8 @@ type retryStream struct {
 	streamer grpc.Streamer
 	opts     []grpc.CallOption
 	first    streamAttempt
-	// onFinish are the caller's grpc.OnFinish functions, run once by
-	// finishOnce; stopWatch stops the watch on the caller's context.
-	onFinish  []func(error)
-	stopWatch func() bool
+	// The caller's grpc.OnFinish functions, run once.
+	onFinishOnce
 
 	mu sync.Mutex
 	// cur is the attempt that answers SendMsg, Header, Trailer and Context:
@@ -209,7 +208,6 @@ type retryStream struct {
 	ctxCommit bool
 	closeSent bool
 	done      bool
-	finished  bool // onFinish ran
 	// final is what RecvMsg returns once done: io.EOF after success.
 	final error
 	buf   replayBuffer
@@ -359,27 +357,37 @@ func (s *retryStream) takeOnFinish(opts []grpc.CallOption) []grpc.CallOption {
 			kept = append(kept, o)
 		}
 	}
-	s.stopWatch = context.AfterFunc(s.callCtx, func() {
-		s.finishOnce(status.FromContextError(s.callCtx.Err()).Err())
-	})
+	s.watchCaller(s.callCtx)
 	return kept
 }
 
+// onFinishOnce holds a stream's grpc.OnFinish functions, taken out of its
+// attempts' options (grpc would run them once per attempt): the stream runs
+// them once, with the call's final error, or when the caller's context ends
+// first (as grpc does for a stream the caller abandons).
+type onFinishOnce struct {
+	onFinish []func(error)
+	// stopWatch stops the watch on the caller's context.
+	stopWatch func() bool
+	ran       atomic.Bool
+}
+
+// watchCaller runs the OnFinish functions when ctx, the caller's, ends
+// before the stream does.
+func (f *onFinishOnce) watchCaller(ctx context.Context) {
+	f.stopWatch = context.AfterFunc(ctx, func() {
+		f.finishOnce(status.FromContextError(ctx.Err()).Err())
+	})
+}
+
 // finishOnce runs the caller's OnFinish functions, the first time only.
-func (s *retryStream) finishOnce(err error) {
-	if len(s.onFinish) == 0 {
+func (f *onFinishOnce) finishOnce(err error) {
+	if len(f.onFinish) == 0 || f.ran.Swap(true) {
 		return
 	}
-	s.mu.Lock()
-	ran := s.finished
-	s.finished = true
-	s.mu.Unlock()
-	if ran {
-		return
-	}
-	s.stopWatch()
-	for _, f := range s.onFinish {
-		f(err)
+	f.stopWatch()
+	for _, fn := range f.onFinish {
+		fn(err)
 	}
 }
 

@@ -178,17 +178,7 @@ func HedgingContenders() []Contender {
 				}
 				return fmt.Sprintf("hedging, 3 attempts, hedgingDelay %v, default budget per client", SlowHedgeDelay)
 			},
-			dialOptions: func(*Config) ([]grpc.DialOption, error) {
-				cfg, err := policy.ParseConfig([]byte(file))
-				if err != nil {
-					return nil, err
-				}
-				b, err := budget.New(budget.DefaultSettings())
-				if err != nil {
-					return nil, err
-				}
-				return stagger.DialOptions(cfg, interceptor.WithBudget(b)), nil
-			},
+			dialOptions: hedgingDialOptions(file),
 		}
 	}
 	plain := Contenders()[0]
@@ -215,19 +205,25 @@ func HedgingStreamContenders() []Contender {
 		c.Gets = func(cfg Config) string { return gets(cfg) + "; the stream hedged until it commits" }
 		file := fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService", "method": "ListItems"}], "idempotent": true,
   "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": %q, "nonFatalStatusCodes": ["UNAVAILABLE"], "adaptive": %t}}]}`, protoDuration(SlowHedgeDelay), adaptive)
-		c.dialOptions = func(*Config) ([]grpc.DialOption, error) {
-			cfg, err := policy.ParseConfig([]byte(file))
-			if err != nil {
-				return nil, err
-			}
-			b, err := budget.New(budget.DefaultSettings())
-			if err != nil {
-				return nil, err
-			}
-			return stagger.DialOptions(cfg, interceptor.WithBudget(b)), nil
-		}
+		c.dialOptions = hedgingDialOptions(file)
 	}
 	return cs
+}
+
+// hedgingDialOptions returns the dial options of a hedging contender: the
+// policy file's, and a default budget of the client's own.
+func hedgingDialOptions(file string) func(*Config) ([]grpc.DialOption, error) {
+	return func(*Config) ([]grpc.DialOption, error) {
+		cfg, err := policy.ParseConfig([]byte(file))
+		if err != nil {
+			return nil, err
+		}
+		b, err := budget.New(budget.DefaultSettings())
+		if err != nil {
+			return nil, err
+		}
+		return stagger.DialOptions(cfg, interceptor.WithBudget(b)), nil
+	}
 }
 
 // OverloadContenders lists the contenders of ScenarioOverload: every one of
