@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -326,26 +327,33 @@ func TestHedgeMemoryIndependentOfMaxAttempts(t *testing.T) {
 		if err := b.get(&testingv1.Script{}); err != nil { // warm up: connection, caches
 			t.Fatal(err)
 		}
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		const calls = 100
-		for i := 0; i < calls; i++ {
-			if err := b.get(&testingv1.Script{}); err != nil {
-				t.Fatal(err)
+		// The least of five rounds: whatever else the process allocates
+		// meanwhile (grpc's transports, the race detector's bookkeeping)
+		// only adds to a round, never takes from it.
+		least := uint64(math.MaxUint64)
+		for round := 0; round < 5; round++ {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			const calls = 40
+			for i := 0; i < calls; i++ {
+				if err := b.get(&testingv1.Script{}); err != nil {
+					t.Fatal(err)
+				}
 			}
+			runtime.ReadMemStats(&after)
+			least = min(least, (after.TotalAlloc-before.TotalAlloc)/calls)
 		}
-		runtime.ReadMemStats(&after)
-		return (after.TotalAlloc - before.TotalAlloc) / calls
+		return least
 	}
 	few, many := perCall(3), perCall(policy.MaxAttemptsCapLimit)
 	t.Logf("bytes per hedged call: %d with 3 attempts allowed, %d with %d", few, many, policy.MaxAttemptsCapLimit)
 	// A call over bufconn costs some 16 KB (25 to 40 KB under the race
-	// detector), grpc's share included, give or take a few hundred bytes
-	// over 100 calls: the margin is that noise; the results slots of 1,000
-	// attempts took 40 KB.
-	if many > few+8<<10 {
-		t.Errorf("a hedged call allowing %d attempts allocated %d bytes, one allowing 3 %d: want the same, within 8 KB", policy.MaxAttemptsCapLimit, many, few)
+	// detector), grpc's share included; the least of five rounds moves by
+	// a few KB under load: the margin is that noise. The results slots of
+	// 1,000 attempts took 40 KB.
+	if many > few+20<<10 {
+		t.Errorf("a hedged call allowing %d attempts allocated %d bytes, one allowing 3 %d: want the same, within 20 KB", policy.MaxAttemptsCapLimit, many, few)
 	}
 }
 

@@ -878,3 +878,48 @@ func TestStreamDialOptions(t *testing.T) {
 		}
 	})
 }
+
+// TestStreamOnFinishCallerAlreadyGone: a stream opened with a context that
+// has already ended, and a grpc.OnFinish, runs it once with CANCELED, and
+// nothing races: the watch on the caller's context starts at once then, in
+// its own goroutine, before the stream has finished setting up (the watch
+// used to call the stream's stopWatch, not yet assigned: a data race, or a
+// nil call). Retried streams and hedged streams alike, many times over.
+func TestStreamOnFinishCallerAlreadyGone(t *testing.T) {
+	for _, kind := range []string{"retried", "hedged"} {
+		t.Run(kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var c testingv1.TestServiceClient
+				if kind == "retried" {
+					_, c = newStreamBench(t, interceptor.WithConfig(parse(t, retryFile)))
+				} else {
+					c = newHedgeStreamBench(t, hedgeStreamFile(t, 3, 100*time.Millisecond, "")).client
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				for i := 0; i < 50; i++ {
+					var mu sync.Mutex
+					var got []error
+					st, err := c.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{ResponseCount: 1}},
+						grpc.OnFinish(func(err error) {
+							mu.Lock()
+							got = append(got, err)
+							mu.Unlock()
+						}))
+					if err == nil {
+						_, err = st.Recv()
+					}
+					if status.Code(err) != codes.Canceled {
+						t.Fatalf("stream %d: %v, want CANCELED", i, err)
+					}
+					synctest.Wait()
+					mu.Lock()
+					if len(got) != 1 || status.Code(got[0]) != codes.Canceled {
+						t.Errorf("stream %d: OnFinish ran with %v, want once with CANCELED", i, got)
+					}
+					mu.Unlock()
+				}
+			})
+		})
+	}
+}

@@ -373,19 +373,29 @@ type onFinishOnce struct {
 }
 
 // watchCaller runs the OnFinish functions when ctx, the caller's, ends
-// before the stream does.
+// before the stream does. The watch never reads stopWatch: when ctx has
+// already ended, context.AfterFunc starts it before stopWatch is assigned.
 func (f *onFinishOnce) watchCaller(ctx context.Context) {
 	f.stopWatch = context.AfterFunc(ctx, func() {
-		f.finishOnce(status.FromContextError(ctx.Err()).Err())
+		f.run(status.FromContextError(ctx.Err()).Err())
 	})
 }
 
-// finishOnce runs the caller's OnFinish functions, the first time only.
+// finishOnce stops the watch and runs the caller's OnFinish functions, the
+// first time only. The stream calls it after watchCaller returned.
 func (f *onFinishOnce) finishOnce(err error) {
-	if len(f.onFinish) == 0 || f.ran.Swap(true) {
+	if len(f.onFinish) == 0 || f.ran.Load() {
 		return
 	}
 	f.stopWatch()
+	f.run(err)
+}
+
+// run runs the OnFinish functions unless they ran already.
+func (f *onFinishOnce) run(err error) {
+	if f.ran.Swap(true) {
+		return
+	}
 	for _, fn := range f.onFinish {
 		fn(err)
 	}
