@@ -622,7 +622,7 @@ func (s *hedgedStream) SendMsg(m any) error {
 		return w.cs.SendMsg(m)
 	case s.failed:
 		s.mu.Unlock()
-		return io.EOF
+		return sendOnEnded(s.desc)
 	case s.closeSent:
 		s.mu.Unlock()
 		return errSendAfterClose

@@ -456,6 +456,19 @@ func (s *retryStream) attemptEnded(a *streamAttempt, err error) (next *streamAtt
 // attempt has died before the stream committed, SendMsg returns nil: the
 // message will be replayed if the stream is retried, and RecvMsg reports
 // the outcome.
+// sendOnEnded is what SendMsg returns on a stream that has ended: io.EOF
+// (RecvMsg has the status), but nil for a method whose client sends one
+// message, as grpc-go does: its generated code returns SendMsg's error from
+// the call itself, so an io.EOF there would reach the application in place
+// of the stream's status (an already cancelled caller read "EOF", not
+// CANCELED).
+func sendOnEnded(desc *grpc.StreamDesc) error {
+	if !desc.ClientStreams {
+		return nil
+	}
+	return io.EOF
+}
+
 func (s *retryStream) SendMsg(m any) error {
 	s.mu.Lock()
 	a := s.cur
@@ -467,7 +480,7 @@ func (s *retryStream) SendMsg(m any) error {
 	switch {
 	case s.done:
 		s.mu.Unlock()
-		return io.EOF
+		return sendOnEnded(s.desc)
 	case s.closeSent:
 		s.mu.Unlock()
 		return errSendAfterClose
