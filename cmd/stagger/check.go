@@ -399,17 +399,32 @@ func explainMethod(e policy.Entry, files *protoregistry.Files) checkMethod {
 // chainNote says what n attempts (or hedges) per layer make of a call
 // chain A → B → C whose layers all retry alike.
 func chainNote(n int, what string) string {
+	// n is at most policy.MaxAttemptsCapLimit (1,000), so n³ fits an int64;
+	// the figures are written out in full ("1,000,000", not "1e+06").
 	pow := func(k int) string {
-		v := 1.0
+		v := int64(1)
 		for i := 0; i < k; i++ {
-			v *= float64(n)
+			v *= int64(n)
 		}
-		return strconv.FormatFloat(v, 'g', 4, 64)
+		return groupThousands(v)
 	}
 	return fmt.Sprintf("if the callers of this service retry too, %s multiply down the chain: a dependency that is down sees up to %s per user call at 2 layers, %s at 3; "+
 		"install stagger's server side (package server: server.New()) on every server that is also a client: a layer whose calls gave up answers \"do not retry\" (gRFC A6's negative pushback), which stagger and grpc-go's built-in retry obey, so the dependency sees this layer's %d only; "+
 		"with callers that ignore pushback (go-grpc-middleware), server.WithRetryAtOneLayer makes a request that arrives as a retry or hedge call down without retrying",
 		what, pow(2), pow(3), n)
+}
+
+// groupThousands writes v >= 0 with a comma between groups of three digits.
+func groupThousands(v int64) string {
+	d := strconv.FormatInt(v, 10)
+	var b strings.Builder
+	for i, c := range d {
+		if i > 0 && (len(d)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 // satAdd is a + b for durations >= 0, saturating at the largest Duration.

@@ -342,6 +342,12 @@ func TestCheckExplainsChains(t *testing.T) {
 			t.Errorf("exit %d, output:\n%s\nwant it to contain %q", code, out, want)
 		}
 	}
+	// At the bounded cap the figures are written out, not "1e+06".
+	code, out, _ = checkRun(t, "-max-attempts-cap", "1000", writeTemp(t, `{"methodConfig": [
+	  {"name": [{"service": "a.A"}], "retryPolicy": {"maxAttempts": 1000, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`))
+	if want := "sees up to 1,000,000 per user call at 2 layers, 1,000,000,000 at 3;"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, output:\n%s\nwant it to contain %q", code, out, want)
+	}
 }
 
 // TestCheckPauseTableBounded: the table and the worst case come from a
