@@ -824,7 +824,13 @@ func writeCheckText(w io.Writer, rep checkReport) {
 		writeWarnings(w, rep.Warnings)
 		return
 	}
-	fmt.Fprintf(w, "%s: valid\n", rep.File)
+	if n := len(rep.Warnings); n > 0 {
+		// A warning (a service named without its package) can make an
+		// entry match no call: say so before the long explanation.
+		fmt.Fprintf(w, "%s: valid, %d warning(s) (listed at the end)\n", rep.File, n)
+	} else {
+		fmt.Fprintf(w, "%s: valid\n", rep.File)
+	}
 	fmt.Fprintf(w, "%s\n", rep.NameCheck)
 	for _, m := range rep.Methods {
 		fmt.Fprintf(w, "\nmethodConfig[%d]: %s\n", m.Entry, strings.Join(m.Names, ", "))

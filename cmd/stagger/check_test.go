@@ -585,6 +585,11 @@ func TestCheckNewcomersMistakes(t *testing.T) {
 			if code != tt.code || !strings.Contains(got, want) {
 				t.Errorf("exit %d (want %d), stdout:\n%s\nstderr:\n%s\nwant:\n%s", code, tt.code, out, errOut, want)
 			}
+			// A valid file's warning is announced on the first line, not
+			// only after the whole explanation.
+			if first, _, _ := strings.Cut(out, "\n"); tt.code == 0 && first != file+": valid, 1 warning(s) (listed at the end)" {
+				t.Errorf("first line %q, want it to announce the warning", first)
+			}
 		})
 	}
 }

@@ -7,7 +7,8 @@
 // check prints each error placed as compilers place theirs ("retry.json:3:17:
 // invalid JSON: ..." for a syntax error, "retry.json: methodConfig[0]...: rule,
 // got value" for a field) on stderr, and the file's warnings (also those of an
-// invalid file) on stdout. With -descriptor-set FILE (a FileDescriptorSet, as
+// invalid file) on stdout; a valid file with warnings says how many on its
+// first line. With -descriptor-set FILE (a FileDescriptorSet, as
 // `buf build -o FILE` writes it) it checks service and method names against
 // those protos and reads their idempotency_level options; without it, it says
 // that names were not checked (its own binary links none of the user's
