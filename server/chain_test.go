@@ -375,12 +375,17 @@ func hedgingLayer(t testing.TB) []grpc.DialOption {
 	}]}`)
 }
 
-// staggerFile is a stagger client of file, without a budget.
+// staggerFile is a stagger client of file, without a budget. A file with
+// warnings fails the test: it would not say what the test assumes (a
+// maxAttempts above the cap, a misspelt key).
 func staggerFile(t testing.TB, file string) []grpc.DialOption {
 	t.Helper()
 	cfg, err := policy.ParseConfig([]byte(file))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ws := cfg.Warnings(); len(ws) > 0 {
+		t.Fatalf("the test's policy file has warnings: %v", ws)
 	}
 	return stagger.DialOptions(cfg, interceptor.WithBudget(nil))
 }
