@@ -1,0 +1,319 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// call is one logical call's retry state: the loop every interceptor (unary,
+// stream, hedging) runs is
+//
+//	c.start(...); for { ctx := c.nextAttempt(); err := run(ctx); retry, pause := c.afterAttempt(...); if !retry { return c.finish(err) }; c.pause(...) }
+//
+// It is used by one goroutine at a time and lives no longer than the call.
+type call struct {
+	o      *options
+	method string
+	// retrying: pol applies and allows more than one attempt. When false the
+	// call runs once and stagger only records it in the budget.
+	retrying bool
+	// pol is shared (a methodInfo's) and never modified; nil when the method
+	// has no retry policy.
+	pol    *policy.Policy
+	budget budget.Budget
+	// perAttempt is the per-attempt timeout actually applied: 0 when the
+	// policy sets none or the method is not known to be idempotent.
+	perAttempt time.Duration
+	// repeatable: the call may run twice on the server (the method is
+	// known to be idempotent, or the call carries an idempotency key), so
+	// an ambiguous failure (wireAmbiguous) is retried as gRFC A6 says.
+	repeatable bool
+	// attempt is the number of the attempt running or just ended.
+	attempt int
+	// before counts the attempts sent before attempt restarted at 1, and
+	// resume says a retry resumes a committed stream (EventResume): a
+	// resumable stream restarts the count at each attempt that delivers a
+	// message (resume.go). The call's attempts are before + attempt.
+	before int
+	resume bool
+	// retry and prev are the backoff sequence's position (policy.Attempt).
+	retry int
+	prev  time.Duration
+	// afterTimeout: the running attempt follows one cut off by perAttempt.
+	afterTimeout bool
+	// deferReq is the retry the budget refused, set while the call is to
+	// wait for it (pause waits through the budget's Deferrer); admission is
+	// how the running attempt was let go after such a wait, for the budget
+	// to hear when it ends; deferred is how long the call has waited.
+	deferReq  *budget.Request
+	admission budget.Admission
+	deferred  time.Duration
+	// paused is the time spent in pauses between attempts (backoff,
+	// pushback), for EventEnd's Delay.
+	paused time.Duration
+	// reason is why the loop stopped.
+	reason policy.Reason
+	// fileOpts are the file's call options for the method (waitForReady,
+	// message size limits); each attempt passes them before the caller's,
+	// so that the caller's win, as in grpc-go.
+	fileOpts []grpc.CallOption
+	// hedged is the method's file entry when it hedges: the unary
+	// interceptor hands the call to the hedging engine (hedge.go), the stream
+	// interceptor to the hedged stream (hedgestream.go).
+	hedged *policy.Method
+	// breakers guard the method (nil: none); br is the call's breaker,
+	// found by admitFirst.
+	breakers *budget.Breakers
+	br       *budget.Breaker
+	brCache  *atomic.Pointer[breakerRef]
+	// ctx is the caller's context: the request a server is serving, when the
+	// call is made under stagger's server side (internal/chain), is found
+	// through it only when an attempt fails.
+	ctx context.Context
+}
+
+// noCancel stands in for a cancel func when no context was made.
+func noCancel() {}
+
+// start prepares c for a call of method. It returns the context every attempt
+// derives from (the caller's, with the file's timeout and the idempotency key
+// applied), its cancel func, and the caller's grpc options without stagger's
+// Options; each attempt passes c.fileOpts before them. run is false when
+// stagger is disabled for the call: send it as is, with grpcOpts.
+//
+// With no per-call Option, no timeout, no idempotency key and no limits in
+// the file, start allocates nothing.
+func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
+	o := &k.opts
+	grpcOpts = opts
+	for i, opt := range opts {
+		if _, ok := opt.(Option); ok {
+			o, grpcOpts = perCall(o, opts, i)
+			break
+		}
+	}
+	c.o, c.method, c.ctx = o, method, ctx
+	if o.disabled {
+		return ctx, noCancel, grpcOpts, false
+	}
+	cfg := o.config()
+	mi := k.method(cfg, method)
+	m := mi.m
+	c.fileOpts = mi.opts
+	pl := &mi.plan
+	if o != &k.opts {
+		p := k.plan(o, cfg, m, method)
+		pl = &p
+	}
+	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
+	c.retry = 1
+
+	callCtx, cancel = ctx, noCancel
+	if m != nil {
+		if m.Timeout > 0 {
+			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > m.Timeout {
+				callCtx, cancel = context.WithTimeout(ctx, m.Timeout)
+			}
+		}
+	}
+	if o.idemKey != "" && !hasOutgoing(callCtx, o.idemKey) {
+		callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
+	}
+	if pl.notice {
+		if _, seen := k.noticed.Load(method); !seen {
+			if _, seen := k.noticed.LoadOrStore(method, struct{}{}); !seen {
+				o.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonNotIdempotent})
+			}
+		}
+	}
+	if pl.capped > 0 {
+		if _, seen := k.capNoticed.LoadOrStore(method, struct{}{}); !seen {
+			o.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: pl.capped, Reason: policy.ReasonAttempts, Hedging: pl.hedged != nil})
+		}
+	}
+	return callCtx, cancel, grpcOpts, true
+}
+
+// nextAttempt starts the next attempt and returns its context: callCtx
+// itself for a first attempt without a per-attempt timeout, else a child
+// carrying the attempt number (AttemptFromContext), the
+// grpc-previous-rpc-attempts header and, when the call has one, stagger's
+// per-attempt timer (nil otherwise). cancel ends the attempt's context; call
+// it once the attempt is over, after timer.stop.
+func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *attemptTimer) {
+	c.attempt++
+	ctx = callCtx
+	if c.attempt > 1 {
+		ctx = metadata.AppendToOutgoingContext(ctx, previousAttemptsKey, strconv.Itoa(c.attempt-1))
+		ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
+	}
+	if c.perAttempt > 0 {
+		timer = startAttemptTimer(ctx, c.perAttempt)
+		return timer.ctx, timer.cancel, timer
+	}
+	return ctx, noCancel, nil
+}
+
+// attemptTimer is stagger's own per-attempt timer (perAttemptRecvTimeout,
+// with grpc C-core's meaning): when it fires it cancels the attempt's
+// context, unless it was stopped first (at the first response header or
+// message, or when the attempt ended on its own). Firing and stopping
+// exclude each other (one atomic state), so whether the timer cut an
+// attempt off is a fact the timer records, never read after the fact from
+// ctx.Err() or a status code, which races with the wire: a server's reply can
+// arrive before a context reports done, and the other way round.
+//
+// It is not a context deadline: the attempt's context keeps the caller's
+// deadline, which is all the server sees (grpc-timeout), so the server can
+// never answer DEADLINE_EXCEEDED for stagger's timer.
+type attemptTimer struct {
+	state  atomic.Int32
+	t      *time.Timer
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// errAttemptTimeout replaces the CANCELED an attempt ends with when
+// stagger's per-attempt timer cut it off, so a call that runs out of
+// attempts that way says DEADLINE_EXCEEDED, as grpc C-core does.
+var errAttemptTimeout = status.Error(codes.DeadlineExceeded, "interceptor: attempt cut off by the per-attempt timeout (perAttemptRecvTimeout)")
+
+const (
+	timerArmed int32 = iota
+	timerFired
+	timerStopped
+)
+
+func startAttemptTimer(ctx context.Context, d time.Duration) *attemptTimer {
+	at := new(attemptTimer)
+	at.ctx, at.cancel = context.WithCancel(ctx)
+	at.t = time.AfterFunc(d, at.fire)
+	return at
+}
+
+func (at *attemptTimer) fire() {
+	if at.state.CompareAndSwap(timerArmed, timerFired) {
+		at.cancel()
+	}
+}
+
+// stop stops the timer unless it fired first. It reports whether the
+// attempt was not cut off: true for a nil timer, and for one stopped now or
+// before; false once it fired. An attempt must call it before judging its
+// outcome: a failure that ends an attempt whose timer is still armed is the
+// attempt's own, even if the timer would have fired a moment later.
+func (at *attemptTimer) stop() bool {
+	if at == nil {
+		return true
+	}
+	if at.state.CompareAndSwap(timerArmed, timerStopped) {
+		at.t.Stop()
+		return true
+	}
+	return at.state.Load() == timerStopped
+}
+
+// callerDeadlineSlack is how close to the caller's deadline an attempt may
+// end with CANCELED or DEADLINE_EXCEEDED and still be taken for the caller's
+// deadline. grpc-go rounds grpc-timeout up, so a server's DEADLINE_EXCEEDED
+// for the caller's deadline arrives after it on the client's clock; the
+// slack covers the client's own timers firing late (a loaded machine) and
+// proxies that round the other way.
+const callerDeadlineSlack = time.Millisecond
+
+// callerEnded reports whether the attempt that ended with err ended because
+// the caller's context did: it was cancelled, or its deadline passed; or err
+// is CANCELED or DEADLINE_EXCEEDED and the deadline is at most
+// callerDeadlineSlack away (the server's or grpc's report of the deadline
+// can arrive before the context's own timer says so). stagger's timer is
+// not the caller: the attempt must have passed stop.
+func callerEnded(callCtx context.Context, err error) bool {
+	if callCtx.Err() != nil {
+		return true
+	}
+	if !contextCode(err) {
+		return false
+	}
+	dl, ok := callCtx.Deadline()
+	return ok && time.Until(dl) <= callerDeadlineSlack
+}
+
+// contextCode reports whether err's code is one a context ending makes:
+// CANCELED or DEADLINE_EXCEEDED.
+func contextCode(err error) bool {
+	code := status.Code(err)
+	return code == codes.Canceled || code == codes.DeadlineExceeded
+}
+
+// callerErr is the error a call the caller's context ended returns: CANCELED
+// only when the caller cancelled; DEADLINE_EXCEEDED when its deadline passed,
+// whatever the attempt ended with (grpc reports a context cancelled by
+// stagger, or one whose deadline and cancellation race, as CANCELED).
+func callerErr(callCtx context.Context, err error) error {
+	if errors.Is(callCtx.Err(), context.Canceled) {
+		if status.Code(err) == codes.Canceled {
+			return err
+		}
+		return status.Error(codes.Canceled, context.Canceled.Error())
+	}
+	if status.Code(err) == codes.DeadlineExceeded {
+		return err
+	}
+	return status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
+}
+
+// attemptOutcome classifies the end of an attempt whose timer (nil: none)
+// has been stopped: it returns the error to decide on and whether stagger's
+// timer cut the attempt off. An attempt the timer cut off ends with
+// errAttemptTimeout (DEADLINE_EXCEEDED, as in grpc C-core) rather than the
+// CANCELED grpc reports; one the caller's context ended with a context's
+// code ends with callerErr. A status the server wrote as the caller's
+// deadline passed is kept as it is (the call still ends, reason caller).
+func attemptOutcome(callCtx context.Context, err error, cutOff bool) (error, bool) {
+	switch {
+	case err == nil:
+		return nil, false
+	case callerEnded(callCtx, err):
+		if cutOff || contextCode(err) {
+			return callerErr(callCtx, err), false
+		}
+		return err, false
+	case cutOff:
+		return errAttemptTimeout, true
+	}
+	return err, false
+}
+
+// wireAmbiguous reports whether a failed attempt may have run on the server
+// and ended without a status from it, from the two facts grpc's call options
+// give: trailer is the attempt's trailer metadata, nil when the attempt got
+// no transport stream (grpc fills grpc.Trailer, and ClientStream.Trailer
+// answers, only for an attempt that got one: a refused connection or no
+// ready transport leaves it nil, and such an attempt never left the
+// client); committed says response headers or a message arrived.
+//
+// An attempt that got a stream sent its request headers, so the server may
+// have started the handler (the safe side: a stream whose headers never
+// left counts too). Whether the server then wrote a status is told by
+// content-type: a server's status without response headers is a
+// Trailers-Only response, whose one HEADERS frame carries content-type
+// (required by the gRPC protocol), and grpc-go keeps it in the attempt's
+// trailer (v1.64 through v1.85); when the transport ended the stream (reset,
+// EOF, GOAWAY, RST_STREAM) the trailer is empty. A committed attempt is
+// final anyway (gRFC A6). Reading these costs nothing: the interceptors ask
+// grpc for the trailer for pushback already, and a stats.Handler, which
+// would see the same facts (OutHeader, InTrailer), costs about 15
+// allocations per call inside grpc whether it does anything or not.
+func wireAmbiguous(trailer metadata.MD, committed bool) bool {
+	return trailer != nil && !committed && len(trailer["content-type"]) == 0
+}

@@ -1,0 +1,391 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/chain"
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// afterAttempt decides, once the attempt ended with err, whether to send
+// another and after what pause. trailer is the attempt's trailer metadata
+// (pushback; nil when the attempt got no transport stream), committed says
+// response headers or a message had arrived, timedOut that stagger's
+// per-attempt timer cut it off; trailer and committed also tell an
+// ambiguous failure (wireAmbiguous), which a call not c.repeatable does not
+// retry. It records the
+// attempt in the budget, asks the budget before a retry, and reports the
+// retry or the give-up to the hooks and the logger.
+func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
+	admission := c.admission
+	c.admission = budget.AdmitNone
+	if c.br != nil {
+		// Before the budget: a Gate's waiters, woken by the budget's
+		// Record, must find the breaker's new state.
+		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.attempt+c.before == 1, c.o)
+	}
+	if err == nil {
+		// Decide's answer for a success is fixed: record it, stop.
+		if c.budget != nil {
+			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout, Admission: admission})
+		}
+		c.reason = policy.ReasonSuccess
+		return false, 0
+	}
+	if !c.retrying {
+		// gRFC A6 counts failures only for methods with a retry policy.
+		c.reason = policy.ReasonAttempts
+		return false, 0
+	}
+	// The admission order of a retry: Decide (the caller's deadline
+	// included: no pause that outlasts it), then the circuit breaker, then
+	// the budget, then the wait (a budget that defers; it asks the breaker
+	// again before it lets the retry go).
+	a := policy.Attempt{
+		Number:    c.attempt,
+		Err:       err,
+		Trailer:   trailer,
+		Committed: committed,
+		TimedOut:  timedOut,
+		Retry:     c.retry,
+		Prev:      c.prev,
+	}
+	a.CallerDone = callerEnded(callCtx, err)
+	a.Ambiguous = !c.repeatable && wireAmbiguous(trailer, committed)
+	if dl, ok := callCtx.Deadline(); ok {
+		a.Remaining, a.HasDeadline = time.Until(dl), true
+	}
+	a.U = c.o.random.Float64()
+	v := c.pol.Decide(&a)
+	if c.budget != nil {
+		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission})
+	}
+	if v.Retry && chain.RetriedRequest(c.ctx) {
+		// Served for a caller that is retrying already: retry at one layer.
+		v.Retry, v.Reason = false, policy.ReasonRetriedRequest
+	}
+	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
+	if v.Retry && (c.budget != nil || c.br != nil) {
+		req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts}
+		_, defers := c.budget.(budget.Deferrer)
+		breakerOK := true
+		if c.br != nil {
+			req.Breaker, req.Listener = c.br, c.o
+			if breakerOK = c.br.Closed(); !breakerOK && !defers {
+				// No Gate to wait in: the retry goes only as the
+				// half-open breaker's probe.
+				breakerOK, _ = c.br.AllowRetry(c.o)
+			}
+		}
+		if !breakerOK || (c.budget != nil && !c.budget.Allow(req)) {
+			if defers {
+				// Wait in pause, through the Deferrer, which asks the
+				// breaker too.
+				c.deferReq = &req
+				e.Kind = EventDeferred
+			} else {
+				v.Retry, v.Reason = false, policy.ReasonBudget
+				if !breakerOK {
+					v.Reason = policy.ReasonBreaker
+				}
+				e.Reason = v.Reason
+			}
+		}
+	}
+	if !v.Retry {
+		c.reason = v.Reason
+		e.Kind, e.Pause = EventGiveUp, 0
+		c.o.emit(callCtx, e)
+		return false, 0
+	}
+	if e.Kind == 0 {
+		e.Kind = EventRetry
+		if c.resume {
+			e.Kind = EventResume
+		}
+	}
+	c.o.emit(callCtx, e)
+	if v.Pushback {
+		// gRFC A6: the backoff sequence restarts after a pushback.
+		c.retry, c.prev = 1, 0
+	} else {
+		c.retry, c.prev = c.retry+1, v.Pause
+	}
+	c.afterTimeout = timedOut
+	return true, v.Pause
+}
+
+// pause waits d before the next attempt. It returns nil when the wait ended,
+// or the call's final error when callCtx ended first: CANCELED when the
+// caller cancelled (at once, not after d), else last, the last attempt's
+// error (Decide never chooses a pause that outlasts the deadline, so this is
+// the rare timer that fired late).
+func (c *call) pause(callCtx context.Context, d time.Duration, last error) error {
+	if c.deferReq != nil {
+		return c.waitDeferred(callCtx, d, last)
+	}
+	if d > 0 {
+		start := time.Now()
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-callCtx.Done():
+			t.Stop()
+		}
+		c.paused += time.Since(start)
+	}
+	switch callCtx.Err() {
+	case nil:
+		return nil
+	case context.Canceled:
+		err := status.Error(codes.Canceled, context.Canceled.Error())
+		c.reason = policy.ReasonCaller
+		c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: codes.Canceled, Err: err, Reason: policy.ReasonCaller})
+		return c.finish(err)
+	default:
+		c.reason = policy.ReasonDeadline
+		c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Reason: policy.ReasonDeadline})
+		return c.finish(last)
+	}
+}
+
+// waitDeferred is pause for a retry the budget refused: it waits, through
+// the budget's Deferrer, for an admission no sooner than d. It returns nil
+// when admitted (the next attempt tells the budget how it was let go), or
+// the call's final error: CANCELED when the caller cancelled; last, reason
+// deferred, when no retry could start before the deadline or a call without
+// one waited the limit; last, reason budget, when too many calls wait.
+func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
+	req := *c.deferReq
+	c.deferReq = nil
+	start := time.Now()
+	adm, err := c.budget.(budget.Deferrer).Wait(callCtx, req, d)
+	waited := time.Since(start)
+	c.deferred += waited
+	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
+	if err == nil {
+		c.admission = adm
+		e.Kind = EventRetry
+		if c.resume {
+			e.Kind = EventResume
+		}
+		c.o.emit(callCtx, e)
+		return nil
+	}
+	e.Kind = EventGiveUp
+	switch {
+	case errors.Is(callCtx.Err(), context.Canceled):
+		last = status.Error(codes.Canceled, context.Canceled.Error())
+		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
+	case errors.Is(err, budget.ErrTooManyWaiting):
+		e.Reason = policy.ReasonBudget
+	default:
+		e.Reason = policy.ReasonDeferred
+	}
+	c.reason = e.Reason
+	c.o.emit(callCtx, e)
+	return c.finish(last)
+}
+
+// breakerOutcome is what an attempt that ended with err tells a circuit
+// breaker: Success when the server answered (OK, or a code that says it
+// works: NOT_FOUND, INVALID_ARGUMENT, ...), Failure for UNAVAILABLE,
+// RESOURCE_EXHAUSTED and a DEADLINE_EXCEEDED that is not the caller's
+// (stagger's per-attempt timer), Other when the caller ended the call.
+func breakerOutcome(callCtx context.Context, err error, timedOut bool) budget.Outcome {
+	if err == nil {
+		return budget.Success
+	}
+	if !timedOut && callerEnded(callCtx, err) {
+		return budget.Other
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded:
+		return budget.Failure
+	case codes.Canceled:
+		// Cancelled under the call (a hedge that lost, a reset): says
+		// nothing of the server.
+		return budget.Other
+	}
+	return budget.Success
+}
+
+// admitFirst finds the call's circuit breaker (for cc's target) and asks it
+// for the first attempt. It returns nil, or the call's final error when the
+// breaker is open or throttling rejected the attempt: UNAVAILABLE, with a
+// message that names the breaker, as an *Error of no attempts whose
+// Unwrap reaches the *budget.Refusal.
+func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []grpc.CallOption) error {
+	if c.breakers == nil {
+		return nil
+	}
+	target := ""
+	if cc != nil {
+		target = cc.Target()
+	}
+	if c.brCache != nil {
+		if r := c.brCache.Load(); r != nil && r.target == target {
+			c.br = r.b
+		}
+	}
+	if c.br == nil {
+		c.br = c.breakers.Get(target, c.method)
+		if c.brCache != nil {
+			// The first target only: a method called on several targets
+			// looks the others up, rather than allocate on every switch.
+			c.brCache.CompareAndSwap(nil, &breakerRef{target: target, b: c.br})
+		}
+	}
+	err := c.br.Admit(c.o)
+	if err == nil {
+		if cc != nil && !c.br.Settings().NoPacing && waitsForReady(c.fileOpts, grpcOpts) {
+			c.holdUntilReady(ctx, cc)
+		}
+		return nil
+	}
+	reason := policy.ReasonBreaker
+	if errors.Is(err, budget.ErrThrottled) {
+		reason = policy.ReasonThrottled
+	}
+	refused := &refusedError{st: status.New(codes.Unavailable, err.Error()), err: err}
+	c.reason = reason
+	c.o.emit(ctx, Event{Kind: EventGiveUp, Method: c.method, Code: codes.Unavailable, Err: refused, Reason: reason})
+	return c.failed(0, refused)
+}
+
+// waitsForReady reports whether a call with the file's options, then the
+// caller's, waits for a ready connection (grpc.WaitForReady(true)); the last
+// one given wins, as in grpc.
+func waitsForReady(fileOpts, opts []grpc.CallOption) bool {
+	wfr := false
+	for _, list := range [2][]grpc.CallOption{fileOpts, opts} {
+		for _, o := range list {
+			if ff, ok := o.(grpc.FailFastCallOption); ok {
+				wfr = !ff.FailFast
+			}
+		}
+	}
+	return wfr
+}
+
+// holdUntilReady holds a waitForReady call's first attempt until cc is
+// ready, as grpc would; when the wait saw a connection attempt fail
+// (TRANSIENT_FAILURE: the server was gone, not a first connection), it then
+// holds it for the start c.br.Pace gives it, so that the calls that queued
+// during an outage reach the recovering server at the pace the process sent
+// them instead of all at once. An idle connection is asked to connect. It
+// returns when the attempt may go, or when ctx ends (the attempt then fails
+// at once with the caller's status, as it would in grpc).
+func (c *call) holdUntilReady(ctx context.Context, cc *grpc.ClientConn) {
+	held := false
+	for {
+		s := cc.GetState()
+		switch s {
+		case connectivity.Ready:
+		case connectivity.Shutdown:
+			return
+		default:
+			if s == connectivity.Idle {
+				cc.Connect()
+			}
+			held = held || s == connectivity.TransientFailure
+			if !cc.WaitForStateChange(ctx, s) {
+				return
+			}
+			continue
+		}
+		break
+	}
+	if !held {
+		return
+	}
+	if d := c.br.Pace(); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// refusedError is a call stagger refused before its first attempt: the
+// status the caller sees, and why (a *budget.Refusal).
+type refusedError struct {
+	st  *status.Status
+	err error
+}
+
+func (e *refusedError) Error() string              { return e.st.Err().Error() }
+func (e *refusedError) GRPCStatus() *status.Status { return e.st }
+func (e *refusedError) Unwrap() error              { return e.err }
+
+// finish returns the call's final error: nil, err itself when stagger did not
+// retry the method, or an *Error carrying it and the number of attempts.
+func (c *call) finish(err error) error {
+	if err == nil || !c.retrying {
+		return err
+	}
+	return c.failed(c.attempt+c.before, err)
+}
+
+// end reports the end of the call, with err its final error (nil: success),
+// to the call hooks (EventEnd; WithHook's hooks do not hear it) and to the
+// call's Report. It costs a branch when
+// neither is there. cc is the connection, nil when unknown.
+func (c *call) end(cc *grpc.ClientConn, err error) {
+	o := c.o
+	if o == nil || len(o.callHooks) == 0 && o.report == nil {
+		return
+	}
+	e := Event{Kind: EventEnd, Method: c.method, Attempt: c.attempt + c.before, Code: status.Code(err), Err: err, Reason: c.reason, Deferred: c.deferred, Hedging: c.hedged != nil}
+	if err == nil {
+		e.Reason = policy.ReasonSuccess
+	}
+	if e.Attempt > 1 {
+		if c.hedged != nil {
+			e.Hedges = e.Attempt - 1
+		} else {
+			e.Retries = e.Attempt - 1
+		}
+	}
+	if c.hedged == nil {
+		e.Delay = c.paused + c.deferred
+	}
+	if cc != nil {
+		e.Target = cc.Target()
+	}
+	if r := o.report; r != nil {
+		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code}
+	}
+	if len(o.callHooks) > 0 {
+		ctx := c.ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		for _, h := range o.callHooks {
+			h(ctx, e)
+		}
+	}
+}
+
+// failed returns the *Error of a call that ended with err after attempts
+// attempts, for reason c.reason. When stagger gave up retrying
+// (Error.GaveUp), it marks the request the call was made for, if the call is
+// made while serving one under stagger's server side, which then tells that
+// request's caller not to retry.
+func (c *call) failed(attempts int, err error) *Error {
+	e := &Error{Attempts: attempts, Reason: c.reason, Err: err}
+	if e.GaveUp() && c.ctx != nil {
+		chain.GaveUp(c.ctx)
+	}
+	return e
+}

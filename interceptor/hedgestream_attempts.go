@@ -1,0 +1,307 @@
+package interceptor
+
+import (
+	"io"
+	"slices"
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// watch is an open attempt's goroutine: it waits for the attempt's response
+// headers, which commit the stream to it unless it committed already, or
+// for its end, and reports to the driver.
+func (s *hedgedStream) watch(a *streamHedgeAttempt, cs grpc.ClientStream) {
+	ev := streamHedgeEvent{a: a}
+	if md, _ := cs.Header(); md != nil {
+		ev.headers, ev.took = true, time.Since(a.start)
+		// Committed here rather than by the driver: the application's
+		// RecvMsg waits for it, and a hop between goroutines less is
+		// latency less.
+		s.mu.Lock()
+		sent, won := 0, s.winner == nil && !s.failed
+		if won {
+			sent = s.commitLocked(a)
+		}
+		s.mu.Unlock()
+		if won {
+			if s.hist != nil {
+				s.hist.observe(ev.took)
+			}
+			s.committedTo(a, sent)
+		}
+		close(a.watched)
+		s.events <- ev
+		return
+	}
+	// The attempt ended without headers (grpc-go's Header says nil, nil):
+	// no message can come, so RecvMsg reads only the status.
+	err := cs.RecvMsg(nil)
+	if err == io.EOF {
+		err = nil
+	}
+	a.ended, a.endErr = true, err
+	ev.err, ev.trailer = err, cs.Trailer()
+	close(a.watched)
+	s.events <- ev
+}
+
+// join replays the messages sent so far on a, whose stream is cs, and
+// CloseSend if the application called it, then makes a live; it commits
+// to a when the stream is to commit to the next attempt. It returns
+// errHedgeLost when the stream committed to another attempt or failed
+// meanwhile, or the error grpc refused a message with (not io.EOF: an
+// attempt that died still goes live, its Header and RecvMsg tell how).
+func (s *hedgedStream) join(a *streamHedgeAttempt, cs grpc.ClientStream) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	// Only SendMsg and CloseSend add to the buffer, under sendMu: it does
+	// not grow while the replay runs. A commit may release it (under mu).
+	for i := 0; ; i++ {
+		s.mu.Lock()
+		if s.winner != nil || s.failed {
+			s.mu.Unlock()
+			return errHedgeLost
+		}
+		if i >= len(s.buf.msgs) {
+			s.mu.Unlock()
+			break
+		}
+		m := s.buf.msgs[i]
+		s.mu.Unlock()
+		if err := cs.SendMsg(m); err != nil {
+			if err != io.EOF {
+				return err
+			}
+			break
+		}
+	}
+	s.mu.Lock()
+	closeSent := s.closeSent
+	s.mu.Unlock()
+	if closeSent {
+		_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.winner != nil || s.failed {
+		return errHedgeLost
+	}
+	a.cs = cs
+	s.live = append(s.live, a)
+	if s.commitNext {
+		sent := s.commitLocked(a)
+		s.mu.Unlock()
+		s.committedTo(a, sent)
+		s.mu.Lock()
+	}
+	return nil
+}
+
+// commitLocked commits the stream to w: the others are cancelled (those
+// still opening too: one waiting for a connection ends now), the buffer is
+// given back, and RecvMsg and Header go on with w.
+//
+// It returns the attempts sent: the committer then calls committedTo,
+// without mu.
+func (s *hedgedStream) commitLocked(w *streamHedgeAttempt) (sent int) {
+	s.winner, s.commitNext = w, false
+	for _, a := range s.sent {
+		if a != w {
+			a.cancel()
+		}
+	}
+	clear(s.live)
+	s.live = s.live[:0]
+	s.buf.release()
+	return s.c.attempt
+}
+
+// committedTo ends a commit to w, after commitLocked, outside mu: the
+// hooks hear that w won (when hedges were sent), then RecvMsg and Header go
+// on.
+func (s *hedgedStream) committedTo(w *streamHedgeAttempt, sent int) {
+	if sent > 1 {
+		s.c.o.emit(s.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: w.n, Hedging: true})
+	}
+	close(s.ready)
+}
+
+// ended handles the end of one attempt's race before the stream committed,
+// as hedge.go's ended does for a unary attempt; true when the driver is
+// done.
+func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
+	a := ev.a
+	s.mu.Lock()
+	if s.winner != nil {
+		// Committed meanwhile (Context, an overflow): a is the winner or a
+		// loser.
+		s.mu.Unlock()
+		s.afterCommit(st, &ev)
+		return true
+	}
+	if ev.err == nil {
+		// OK without headers (headers commit in watch).
+		sent := s.commitLocked(a)
+		s.mu.Unlock()
+		s.committedTo(a, sent)
+		s.afterCommit(st, nil)
+		return true
+	}
+	if i := slices.Index(s.live, a); i >= 0 {
+		s.live = slices.Delete(s.live, i, i+1)
+	}
+	s.last = a
+	s.mu.Unlock()
+	st.last, st.lastN = ev.err, a.n
+	var why policy.Reason
+	switch {
+	case s.callCtx.Err() != nil:
+		why = policy.ReasonCaller
+	case !st.h.NonFatalCodes.Has(status.Code(ev.err)):
+		why = policy.ReasonNotRetryable
+	}
+	if why != policy.ReasonNone {
+		s.c.recordHedge(a.n, budget.Other, breakerOutcome(s.callCtx, ev.err, false))
+		s.fail(st, why)
+		return true
+	}
+	st.nonFatal(s.callCtx, a.n, ev.err, ev.trailer)
+	return false
+}
+
+// afterCommit ends the driver once the stream has committed: no further
+// hedge, and every other attempt (cancelled at the commit) is waited for and
+// told to the budget. ev is an event the driver took already, if any. The
+// winner's own end is the application's to see.
+func (s *hedgedStream) afterCommit(st *hedgeState, ev *streamHedgeEvent) {
+	st.disarm()
+	s.mu.Lock()
+	w := s.winner
+	s.mu.Unlock()
+	lost := func(ev streamHedgeEvent) {
+		if ev.a == w {
+			return
+		}
+		o := budget.Other
+		if !ev.headers && ev.err == nil {
+			o = budget.Success
+		}
+		s.c.recordHedge(ev.a.n, o, o)
+	}
+	if ev != nil {
+		lost(*ev)
+	}
+	for st.inFlight > 1 || st.inFlight == 1 && w.reported {
+		ev := <-s.events
+		st.inFlight--
+		ev.a.reported = true
+		lost(ev)
+	}
+}
+
+// fail ends a stream that did not commit: every attempt is cancelled and
+// waited for, and the stream ends with the last failure, for why
+// (ReasonAttempts when nothing else stopped the hedges).
+func (s *hedgedStream) fail(st *hedgeState, why policy.Reason) {
+	st.disarm()
+	s.mu.Lock()
+	if s.winner != nil {
+		// An attempt committed as the last one ended: the stream is its.
+		s.mu.Unlock()
+		s.afterCommit(st, nil)
+		return
+	}
+	s.failed = true
+	clear(s.live)
+	s.live = s.live[:0]
+	s.buf.release()
+	last := s.last
+	s.mu.Unlock()
+	s.hcancel()
+	for ; st.inFlight > 0; st.inFlight-- {
+		ev := <-s.events
+		s.c.recordHedge(ev.a.n, budget.Other, budget.Other)
+	}
+	st.giveUp(s.callCtx, why)
+	err := s.c.failed(s.c.attempt, st.last)
+	// Everything the application may read is written before ready closes.
+	s.end(last, err)
+	close(s.ready)
+}
+
+// end ends the stream with err (nil: success), from attempt a (nil: none
+// opened): it fills the caller's holders from a, runs OnFinish and reports
+// the call's end.
+func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
+	s.mu.Lock()
+	if s.done {
+		s.mu.Unlock()
+		return
+	}
+	s.done, s.final = true, err
+	if err == nil {
+		s.final = io.EOF
+	}
+	s.mu.Unlock()
+	var cs grpc.ClientStream
+	if a != nil {
+		cs = a.cs
+	}
+	if s.callerHeader != nil {
+		*s.callerHeader = nil
+		if cs != nil {
+			*s.callerHeader, _ = cs.Header()
+		}
+	}
+	if s.callerTrailer != nil {
+		*s.callerTrailer = nil
+		if cs != nil {
+			*s.callerTrailer = cs.Trailer()
+		}
+	}
+	if s.callerPeer != nil && cs != nil {
+		if p, ok := peer.FromContext(cs.Context()); ok {
+			*s.callerPeer = *p
+		}
+	}
+	s.finishOnce(err)
+	s.hcancel()
+	s.cancel()
+	s.c.end(s.cc, err)
+}
+
+// winnerEnded ends the stream with the end of its winner w, err (io.EOF:
+// success), and returns what RecvMsg returns.
+func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error) error {
+	if err == io.EOF {
+		err = nil
+	}
+	s.mu.Lock()
+	over := s.done
+	s.mu.Unlock()
+	if !over {
+		if err == nil {
+			s.c.recordHedge(w.n, budget.Success, budget.Success)
+			s.c.reason = policy.ReasonSuccess
+		} else {
+			// A failure after the commit is final (gRFC A6).
+			why := policy.ReasonCommitted
+			if callerEnded(s.callCtx, err) {
+				why, err = policy.ReasonCaller, callerErr(s.callCtx, err)
+			}
+			s.c.recordHedge(w.n, budget.Other, breakerOutcome(s.callCtx, err, false))
+			s.c.reason = why
+			s.c.o.emit(s.callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: w.n, Code: status.Code(err), Err: err, Reason: why, Hedging: true})
+			err = s.c.failed(s.c.attempt, err)
+		}
+		s.end(w, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.final
+}
