@@ -15,6 +15,38 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// Maintainers: the decision loop is written once, in this file (start,
+// nextAttempt, the per-attempt timer, attemptOutcome) and call_retry.go
+// (afterAttempt, pause, finish), and every engine (unary, stream, hedging)
+// runs it:
+//
+//	var c call
+//	callCtx, cancel, grpcOpts, run := k.start(ctx, method, opts, &c) // k *core from newCore(opts)
+//	defer cancel()
+//	if !run { /* disabled: pass through with grpcOpts */ }
+//	for {
+//		actx, acancel, timer := c.nextAttempt(callCtx) // attempt number, previous-attempts header, per-attempt timer
+//		err := ...                                     // run the attempt on actx with c.fileOpts, then grpcOpts
+//		err, timedOut := attemptOutcome(callCtx, err, !timer.stop()) // stop first, then judge
+//		acancel()
+//		retry, pause := c.afterAttempt(callCtx, err, trailer, committed, timedOut)
+//		if !retry { return c.finish(err) }      // *Error with attempts and reason
+//		if err := c.pause(callCtx, pause, err); err != nil { return err }
+//	}
+//
+// c.retrying false means the method has no retry policy: run one attempt and
+// call afterAttempt so the budget hears of it. c.fileOpts are the file's
+// waitForReady and message size limits for the method (cached per method and
+// file, so they cost no allocation); pass them before the caller's options so
+// that the caller's win, as in grpc-go. Keep c on the stack: hand a copy to
+// anything that may outlive the call's goroutine (the hedging engine does).
+// afterAttempt records the attempt in the budget, consults Decide and the
+// budget, and emits the events; pause is deadline- and cancel-aware. A
+// stream sets committed at the first header or message; a hedge asks the
+// budget itself (budget.Request.Hedge) and reuses start, finish and the
+// events. A stream whose c.hedged is set goes to k.hedgeStream
+// (hedgestream.go).
+
 // call is one logical call's retry state: the loop every interceptor (unary,
 // stream, hedging) runs is
 //

@@ -374,39 +374,4 @@
 // and the logger run on the call's goroutine (a hedged stream's hedge
 // events on its own goroutine), outside every lock, with a copy of the
 // event; they must be safe for concurrent use.
-//
-// # For the stream and hedging engines
-//
-// The decision loop is written once, in call.go, and every engine runs it:
-//
-//	var c call
-//	callCtx, cancel, grpcOpts, run := k.start(ctx, method, opts, &c) // k *core from newCore(opts)
-//	defer cancel()
-//	if !run { /* disabled: pass through with grpcOpts */ }
-//	for {
-//		actx, acancel, timer := c.nextAttempt(callCtx) // attempt number, previous-attempts header, per-attempt timer
-//		err := ...                                     // run the attempt on actx with c.fileOpts, then grpcOpts
-//		err, timedOut := attemptOutcome(callCtx, err, !timer.stop()) // stop first, then judge
-//		acancel()
-//		retry, pause := c.afterAttempt(callCtx, err, trailer, committed, timedOut)
-//		if !retry { return c.finish(err) }      // *Error with attempts and reason
-//		if err := c.pause(callCtx, pause, err); err != nil { return err }
-//	}
-//
-// c.retrying false means the method has no retry policy: run one attempt and
-// call afterAttempt so the budget hears of it. c.fileOpts are the file's
-// waitForReady and message size limits for the method (cached per method and
-// file, so they cost no allocation); pass them before the caller's options so
-// that the caller's win, as in grpc-go. Keep c on the stack: hand a copy to
-// anything that may outlive the call's goroutine (the hedging engine does). afterAttempt records the
-// attempt in the budget, consults Decide and the budget, and emits the
-// events; pause is deadline- and cancel-aware. A stream sets committed at
-// the first header or message; a hedge asks the budget itself
-// (budget.Request.Hedge) and reuses start, finish and the events. A stream
-// whose c.hedged is set goes to k.hedgeStream (hedgestream.go), which
-// drives hedge.go's hedgeState (its timer, stops and decisions: next,
-// schedule, nonFatal, callerGone, giveUp) on a goroutine of its own until
-// the stream commits, or returns nil for a method that may not run twice
-// (k.hedges says which, after k.noticeUnhedged(ctx, &c,
-// policy.ReasonNotIdempotent)).
 package interceptor

@@ -12,6 +12,13 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// Maintainers: a stream whose c.hedged is set goes to k.hedgeStream (below),
+// which drives hedge.go's hedgeState (its timer, stops and decisions: next,
+// schedule, nonFatal, callerGone, giveUp) on a goroutine of its own until
+// the stream commits, or returns nil for a method that may not run twice
+// (k.hedges says which, after k.noticeUnhedged(ctx, &c,
+// policy.ReasonNotIdempotent)).
+
 // errHedgeLost ends an attempt that was still opening when the stream
 // committed to another (or ended): it is cancelled before it is used.
 var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: the stream committed to another attempt")

@@ -16,8 +16,9 @@ import (
 // StreamClientInterceptor returns the retrying stream client interceptor, for
 // server-streaming, client-streaming and bidi methods. It takes the same
 // options, per-call options, hooks, budget and policy as the unary one and
-// runs the same decision loop (call_attempt.go, call_retry.go): the same attempt count, pauses,
-// pushback, deadline awareness, cancellation and budget.
+// runs the same decision loop (call_attempt.go, call_retry.go): the same
+// attempt count, pauses, pushback, deadline awareness, cancellation and
+// budget.
 //
 // Replay. Until the stream commits, every message the application sends (and
 // its CloseSend) is kept, by reference, in a replay buffer bounded in bytes
