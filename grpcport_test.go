@@ -491,7 +491,7 @@ func TestGRPCRetryUnaryPort(t *testing.T) {
 
 // TestGRPCRetryThrottlingPort ports grpc-go's TestRetryThrottling: the
 // file's retryThrottling is the budget, with grpc-go's exact arithmetic
-// (DESIGN.md, "A6 exactness").
+// (tokenRatio kept to 3 decimals; budget.Throttle's doc).
 func TestGRPCRetryThrottlingPort(t *testing.T) {
 	file := portServiceConfig("UNAVAILABLE", `,
     "retryThrottling": {

@@ -910,7 +910,7 @@ func TestDialOptions(t *testing.T) {
 			}
 		})
 	})
-	// The DESIGN.md and README form compiles.
+	// The README's form compiles.
 	cfg := parse(t, retryFile)
 	opts := append(stagger.DialOptions(cfg), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if len(opts) != 4 {

@@ -390,7 +390,7 @@ func mwSuiteDial(t *testing.T) []grpc.DialOption {
 //   - TestServerStream_CallFailsOnDeadlineExceeded: the middleware waits its
 //     50ms pause until the 50ms deadline cuts it and returns
 //     DEADLINE_EXCEEDED. stagger does not take a pause that cannot end
-//     before the deadline (DESIGN.md, deliberate difference 4): it returns
+//     before the deadline (interceptor's package doc, "Model"): it returns
 //     the last attempt's real status, UNAVAILABLE, at once (reason
 //     deadline).
 //   - Failed stream creation: both retry it inside the interceptor, so

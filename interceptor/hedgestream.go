@@ -34,9 +34,10 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // loop of hedge.go's hedgeState until the stream commits or fails: it
 // launches the attempts on the hedging delay, hears how each ends, and
 // after a commit waits for the losers to end, telling the budget of each.
-// Each attempt's goroutine (runAttempt) opens the attempt's grpc stream,
-// replays the messages sent so far, then waits for its response headers or
-// its end, and reports once on events. The application's goroutines call
+// Each attempt's goroutine opens the attempt's grpc stream and replays the
+// messages sent so far (open, join), then waits for its response headers or
+// its end and reports once on events (watch); the first attempt is opened
+// on the caller's goroutine, in hedgeStream, and only watched on its own. The application's goroutines call
 // the grpc.ClientStream methods: before the commit, SendMsg and CloseSend
 // keep the message for replay and send it to every attempt open, and
 // RecvMsg and Header wait for the commit.

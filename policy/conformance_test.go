@@ -40,9 +40,10 @@ func grpcVersionAtLeast(version string, want [2]int) (bool, error) {
 	return major > want[0] || major == want[0] && minor >= want[1], nil
 }
 
-// Why a row's verdicts differ. The first three are DESIGN.md's "Deliberate
-// differences"; diffDropsBadRetry holds only before grpcRejectsBadRetry (the
-// table is run on the oldest grpc-go the module requires and on the newest).
+// Why a row's verdicts differ. The first three are stagger's deliberate
+// differences from grpc-go's parser, each stated by its constant;
+// diffDropsBadRetry holds only before grpcRejectsBadRetry (the table is run
+// on the oldest grpc-go the module requires and on the newest).
 const (
 	diffThrottlingChecked = "difference 1: retryThrottling checked without methodConfig; tokenRatio kept to 3 decimals"
 	diffRetryAndHedging   = "difference 2: retryPolicy and hedgingPolicy in one entry"

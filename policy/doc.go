@@ -2,10 +2,13 @@
 // kinds, the retry and hedging policies of a method, and the policy files
 // (gRPC service configs, gRFC A6) that configure them per method.
 //
-// Nothing here performs an RPC, reads the clock or draws a random number
-// behind the caller's back: time and randomness come in as arguments, so the
-// same code runs in the interceptors, in tests on fixed values and in the
-// simulator on virtual time.
+// The decisions (Backoff, Policy.Decide) perform no RPC, read no clock and
+// draw no random number behind the caller's back: time and randomness come
+// in as arguments, so the same code runs in the interceptors, in tests on
+// fixed values and in the simulator on virtual time. Source is the
+// exception: it reads its file, and WatchFile polls it on a ticker of its
+// own unless WithPollTicks supplies the ticks or WithPollInterval turns
+// polling off.
 //
 // # Model
 //

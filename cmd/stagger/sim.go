@@ -25,7 +25,7 @@ func init() {
 
 const simUsage = `usage: stagger sim MODEL [flags]
 
-Models (DESIGN.md, "Simulation models"):
+Models (package sim's documentation: go doc github.com/stagger-go/stagger/sim):
   occ       OCC contention (AWS 2015): work and time per backoff strategy
   failrate  random failures (Brooker 2022): amplification and success per budget
   partial   partial failure (Brooker 2022): a fraction of keys fails every
