@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
@@ -74,8 +75,8 @@ func TestBreakerOpensFailsFastAndCloses(t *testing.T) {
 		}
 		// Open: fail fast.
 		err := get("c3")
-		var r *budget.Refusal
-		if status.Code(err) != codes.Unavailable || !errors.Is(err, budget.ErrBreakerOpen) || !errors.As(err, &r) ||
+		var r *breaker.Refusal
+		if status.Code(err) != codes.Unavailable || !errors.Is(err, breaker.ErrOpen) || !errors.As(err, &r) ||
 			reasonOf(err) != "breaker" || interceptor.Attempts(err) != 0 || len(srv.Attempts("c3")) != 0 {
 			t.Fatalf("call while open: %v (reason %q, %d attempts, %d reached the server)", err, reasonOf(err), interceptor.Attempts(err), len(srv.Attempts("c3")))
 		}

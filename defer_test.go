@@ -93,7 +93,7 @@ func TestDeferQuietProcessRetries(t *testing.T) {
 }
 
 // The last attempt of a call with a deadline is not spent on a probe: it
-// is kept for the call's last chance, budget.LastChanceLead before the
+// is kept for the call's last chance, budget.Rules().LastChanceLead before the
 // deadline (a server that comes back meanwhile heals the call).
 func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -102,7 +102,7 @@ func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 		// 0 and 10ms (the budget's retry), probes at 20ms and 40ms, the
 		// last chance at 950ms.
 		checkFourFailures(t, ctx, "last",
-			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, time.Second - budget.LastChanceLead - 40*time.Millisecond},
+			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, time.Second - budget.Rules().LastChanceLead - 40*time.Millisecond},
 			[]budget.Admission{budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe, budget.AdmitLast})
 	})
 }
@@ -212,5 +212,49 @@ func TestDeferHealsAnOutage(t *testing.T) {
 			}
 		}
 		t.Logf("arrivals per %v: %v", bucket, arr)
+	})
+}
+
+// A server stream that went as the Gate's probe, committed, and was then
+// abandoned by its caller (cancelled, never read to its end) settles its
+// attempt: the next outage still gets its probes. Before streams settled on
+// their caller's cancellation, the probe slot stayed taken for good and
+// every later deferred retry of the process waited out its call.
+func TestDeferAbandonedStreamProbeSettles(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.New()
+		defer srv.Close()
+		var hooks hookLog
+		client := deferClient(t, srv, hooks.hook)
+
+		// Two failures in a row (an outage; the second attempt is the one
+		// retry the fresh bucket pays for), then the third goes as the
+		// probe, and the server serves it.
+		ctx, cancel := context.WithCancel(context.Background())
+		st, err := client.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "abandoned", FailAttempts: 2, ResponseCount: 5}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatalf("first message: %v", err)
+		}
+		if adm := retryAdmissions(&hooks); fmt.Sprint(adm) != fmt.Sprint([]budget.Admission{budget.AdmitNone, budget.AdmitProbe}) {
+			t.Fatalf("the stream's retries went by %v, want [none probe]", adm)
+		}
+		cancel() // committed, abandoned: never read again
+		synctest.Wait()
+
+		// A new outage, a second later (well within the 30 s a lost probe
+		// of a call without a deadline holds its slot): a call whose
+		// first three attempts fail must get its probes.
+		time.Sleep(time.Second)
+		start := time.Now()
+		_, err = client.Write(context.Background(), &testingv1.WriteRequest{Script: &testingv1.Script{Key: "next", FailAttempts: 3}})
+		if err != nil {
+			t.Fatalf("the next outage's call: %v (reason %q), want OK on its fourth attempt", err, reasonOf(err))
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("the next outage's call took %v, want its probes at its backoff's pace", d)
+		}
 	})
 }

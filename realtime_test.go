@@ -543,7 +543,7 @@ func TestRealTimeRefusedHeals(t *testing.T) {
 }
 
 // After a reconnection, waitForReady calls that queued while the server was
-// gone reach it paced (budget.Breaker.Pace: one at a time, at the rate the
+// gone reach it paced (breaker.Breaker.Pace: one at a time, at the rate the
 // process asked for first attempts over the breaker's window), not all at
 // once as grpc would send them. Real time and loopback TCP: the hold rides
 // on the connection's real state changes.
@@ -593,7 +593,7 @@ func TestRealTimeReconnectPacing(t *testing.T) {
 		t.Fatalf("%d attempts, want %d", len(recs), held)
 	}
 	// The held calls reserve their starts when the connection is ready,
-	// at budget.PaceGain (1.25) times the rate of the 40 answers in the
+	// at breaker.PaceGain (1.25) times the rate of the 40 answers in the
 	// breaker's 10 s window: one every 200ms, 2.2s for all. Allow for a
 	// loaded machine: the spread must be most of that, and never more than
 	// 2 in any 100ms.
@@ -865,5 +865,63 @@ func TestRealTimeResumeAfterReset(t *testing.T) {
 			}
 			t.Logf("ends: %v", ends)
 		})
+	}
+}
+
+// A stream whose caller cancels it while its reader may be in RecvMsg, or
+// while a retry is being decided, ends its call exactly once (the watch on
+// the abandoned stream and the reader both may report the attempt's end):
+// every call's end event comes once, and the reader always gets an answer.
+func TestRealTimeAbandonedStreamEndsOnce(t *testing.T) {
+	var ends atomic.Int64
+	_, client := rtBench(t, rtNoTimerFile, interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) {
+		if e.Kind == interceptor.EventEnd {
+			ends.Add(1)
+		}
+	}))
+	const rounds = 4
+	ends.Store(0) // rtBench's own call to connect
+	parallel(rtCalls, func(i int) {
+		for r := range rounds {
+			ctx, cancel := context.WithCancel(context.Background())
+			sc := &testingv1.Script{Key: fmt.Sprint("abandon-", i, "-", r), ResponseCount: 3, FailAttempts: int32(i % 2), Delay: durationpb.New(time.Duration(r) * time.Millisecond)}
+			st, err := client.ListItems(ctx, &testingv1.ListItemsRequest{Script: sc})
+			if err != nil {
+				cancel()
+				t.Errorf("call %d/%d: ListItems: %v", i, r, err)
+				return
+			}
+			read := make(chan error, 1)
+			go func() {
+				for {
+					if _, err := st.Recv(); err != nil {
+						read <- err
+						return
+					}
+				}
+			}()
+			time.Sleep(time.Duration(i%4) * time.Millisecond)
+			cancel()
+			select {
+			case err := <-read:
+				// UNAVAILABLE: the scripted failure came before the
+				// cancellation, which then ended the call with it.
+				if c := status.Code(err); err != io.EOF && c != codes.Canceled && (c != codes.Unavailable || sc.FailAttempts == 0) {
+					t.Errorf("call %d/%d: the reader got %v, want EOF, CANCELED or the scripted failure", i, r, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Errorf("call %d/%d: the reader got no answer within 5s of the cancellation", i, r)
+			}
+		}
+	})
+	// The end events of calls that end on the watch's goroutine may come a
+	// moment after the reader returned.
+	deadline := time.Now().Add(5 * time.Second)
+	for ends.Load() < rtCalls*rounds && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := ends.Load(); n != rtCalls*rounds {
+		t.Fatalf("%d end events for %d calls, want one each", n, rtCalls*rounds)
 	}
 }

@@ -83,12 +83,10 @@ type Request struct {
 	// Last: the attempt asked for is its call's last (the policy's
 	// maxAttempts). A Gate does not spend it on a probe (see Gate).
 	Last bool
-	// Breaker, when set, guards the call: a Gate lets the waiting retry go
-	// only when the breaker allows it too (Breaker.AllowRetry), so that the
-	// breaker's half-open probe and the gate's probe are one attempt.
-	Breaker *Breaker
-	// Listener hears the breaker's state changes this request makes.
-	Listener BreakerListener
+	// Guard, when set, guards the call besides the budget (a circuit
+	// breaker): a Gate lets the waiting retry go only when the guard allows
+	// it too (see Gate, rule 4).
+	Guard Guard
 }
 
 // State is a snapshot of a budget, for metrics, logs and `stagger check`.

@@ -21,28 +21,22 @@ type step struct {
 	Level  float64
 }
 
-type scripted interface {
-	Budget
-	RecordAt(time.Time, Attempt)
-	AllowAt(time.Time, Request) bool
-	StateAt(time.Time) State
-}
-
-func play(t *testing.T, b scripted, steps []step) {
+// play runs steps on b, whose clock is clk.
+func play(t *testing.T, b Budget, clk *manualClock, steps []step) {
 	t.Helper()
 	for i, s := range steps {
-		now := t0.Add(s.At)
+		clk.set(t0.Add(s.At))
 		switch {
 		case s.Record != nil:
 			for range max(1, s.N) {
-				b.RecordAt(now, *s.Record)
+				b.Record(*s.Record)
 			}
 		case s.Allow != nil:
-			if got := b.AllowAt(now, *s.Allow); got != s.Want {
-				t.Fatalf("step %d: AllowAt(%+v) = %v, want %v (state %+v)", i, *s.Allow, got, s.Want, b.StateAt(now))
+			if got := b.Allow(*s.Allow); got != s.Want {
+				t.Fatalf("step %d: Allow(%+v) = %v, want %v (state %+v)", i, *s.Allow, got, s.Want, b.State())
 			}
 		}
-		if got := b.StateAt(now).Level; math.Abs(got-s.Level) > 1e-9 {
+		if got := b.State().Level; math.Abs(got-s.Level) > 1e-9 {
 			t.Fatalf("step %d: level = %v, want %v", i, got, s.Level)
 		}
 	}
@@ -52,13 +46,12 @@ func rec(n, number int, o Outcome) step {
 	return step{Record: &Attempt{Number: number, Outcome: o}, N: n}
 }
 
-func fixedClock() func() time.Time { return func() time.Time { return t0 } }
-
 // TestThrottleA6 replays gRFC A6 retryThrottling by hand with maxTokens 10
 // and tokenRatio 0.1239, which A6 keeps as 0.123. Retries are allowed while
 // tokens > 5.
 func TestThrottleA6(t *testing.T) {
-	b, err := NewThrottle(ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1239}, WithClock(fixedClock()))
+	clk := &manualClock{now: t0}
+	b, err := NewThrottle(ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1239}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +72,9 @@ func TestThrottleA6(t *testing.T) {
 		{Allow: retry, Want: true, Level: 5.043},
 		withLevel(rec(100, 1, Success), 10), // clamps at maxTokens
 	}
-	play(t, b, steps)
-	s := b.StateAt(t0)
+	play(t, b, clk, steps)
+	clk.set(t0)
+	s := b.State()
 	if want := (State{Kind: "throttle", Level: 10, Capacity: 10, Allowed: 4, Refused: 2, At: t0}); s != want {
 		t.Fatalf("state = %+v, want %+v", s, want)
 	}
@@ -89,7 +83,8 @@ func TestThrottleA6(t *testing.T) {
 func withLevel(s step, level float64) step { s.Level = level; return s }
 
 func TestTokenBucketScript(t *testing.T) {
-	b, err := NewTokenBucket(TokenBucketSettings{Capacity: 20, Initial: 12, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}, WithClock(fixedClock()))
+	clk := &manualClock{now: t0}
+	b, err := NewTokenBucket(TokenBucketSettings{Capacity: 20, Initial: 12, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +105,9 @@ func TestTokenBucketScript(t *testing.T) {
 		{Allow: &Request{Number: 2, Hedge: true}, Want: true, Level: 5},                 // a hedge costs a retry
 		withLevel(step{Record: &Attempt{Number: 2, Outcome: Success, Hedge: true}}, 10), // and is refunded like one
 	}
-	play(t, b, steps)
-	if s := b.StateAt(t0); s.Allowed != 4 || s.Refused != 2 || s.Capacity != 20 || s.Kind != "token-bucket" {
+	play(t, b, clk, steps)
+	clk.set(t0)
+	if s := b.State(); s.Allowed != 4 || s.Refused != 2 || s.Capacity != 20 || s.Kind != "token-bucket" {
 		t.Fatalf("state = %+v", s)
 	}
 }
@@ -132,9 +128,10 @@ func TestTokenBucketDefaultsAWS(t *testing.T) {
 }
 
 func TestRatioScript(t *testing.T) {
+	clk := &manualClock{now: t0}
 	// 10% of requests, floor 0.2/s over 10 s = 2 retries per window; the
 	// window moves 1 s at a time.
-	b, err := NewRatio(RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.2}, WithClock(fixedClock()))
+	b, err := NewRatio(RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.2}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,18 +150,20 @@ func TestRatioScript(t *testing.T) {
 		{At: 25 * sec, Level: 2},                           // the whole window left
 		{At: 24 * sec, Allow: retry, Want: true, Level: 1}, // a clock going back stays put
 	}
-	play(t, b, steps)
-	if s := b.StateAt(t0.Add(25 * time.Second)); s.Allowed != 5 || s.Refused != 2 || s.Capacity != 2 || s.Kind != "ratio" {
+	play(t, b, clk, steps)
+	clk.set(t0.Add(25 * time.Second))
+	if s := b.State(); s.Allowed != 5 || s.Refused != 2 || s.Capacity != 2 || s.Kind != "ratio" {
 		t.Fatalf("state = %+v", s)
 	}
 }
 
 func TestRatioNoFloor(t *testing.T) {
-	b, err := NewRatio(RatioSettings{Percent: 50, MinRetriesPerSecond: -1}, WithClock(fixedClock()))
+	clk := &manualClock{now: t0}
+	b, err := NewRatio(RatioSettings{Percent: 50, MinRetriesPerSecond: -1}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
-	play(t, b, []step{
+	play(t, b, clk, []step{
 		{Allow: &Request{Number: 2}, Want: false, Level: 0},
 		{Record: &Attempt{Number: 1, Outcome: Failure}, N: 3, Level: 1}, // 50% of 3 = 1.5
 		{Allow: &Request{Number: 2}, Want: true, Level: 0},
@@ -178,21 +177,21 @@ func TestValidation(t *testing.T) {
 		s    Settings
 		want string
 	}{
-		{"throttle zero", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{TokenRatio: 1}}, "budget: maxTokens: must be in (0, 1000], got 0"},
-		{"throttle big", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: 1001, TokenRatio: 1}}, "budget: maxTokens: must be in (0, 1000], got 1001"},
-		{"throttle NaN", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: math.NaN(), TokenRatio: 1}}, "budget: maxTokens: must be in (0, 1000], got NaN"},
-		{"throttle ratio", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: 10, TokenRatio: -1}}, "budget: tokenRatio: must be a finite number > 0, got -1"},
-		{"throttle ratio inf", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: 10, TokenRatio: math.Inf(1)}}, "budget: tokenRatio: must be a finite number > 0, got +Inf"},
-		{"throttle ratio tiny", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: 10, TokenRatio: 0.0004}}, "budget: tokenRatio: must be at least 0.001 (3 decimals are kept), got 0.0004"},
-		{"bucket capacity", Settings{Kind: KindTokenBucket, TokenBucket: TokenBucketSettings{Capacity: -1}}, "budget: capacity: must be in [0.001, 1e9], got -1"},
-		{"bucket cost above capacity", Settings{Kind: KindTokenBucket, TokenBucket: TokenBucketSettings{Capacity: 8}}, "budget: timeoutRetryCost: must be in (0, capacity 8] and at least 0.001, got 10"},
-		{"bucket retry cost", Settings{Kind: KindTokenBucket, TokenBucket: TokenBucketSettings{RetryCost: -5}}, "budget: retryCost: must be in (0, capacity 500] and at least 0.001, got -5"},
-		{"bucket reward", Settings{Kind: KindTokenBucket, TokenBucket: TokenBucketSettings{SuccessReward: math.NaN()}}, "budget: successReward: must be in (0, capacity 500] and at least 0.001, got NaN"},
-		{"bucket initial", Settings{Kind: KindTokenBucket, TokenBucket: TokenBucketSettings{Initial: 501}}, "budget: initial: must be in (0, capacity 500] and at least 0.001, got 501"},
-		{"ratio percent", Settings{Kind: KindRatio, Ratio: RatioSettings{Percent: 101}}, "budget: percent: must be in (0, 100], got 101"},
-		{"ratio window", Settings{Kind: KindRatio, Ratio: RatioSettings{Window: -time.Second}}, "budget: window: must be in [10ms, 1h], got -1s"},
-		{"ratio floor", Settings{Kind: KindRatio, Ratio: RatioSettings{MinRetriesPerSecond: math.NaN()}}, "budget: minRetriesPerSecond: must be at most 1e6 (negative: no floor), got NaN"},
-		{"kind", Settings{Kind: 9}, "budget: kind: must be none, throttle, token-bucket or ratio, got Kind(9)"},
+		{"throttle zero", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{TokenRatio: 1}}, "budget: MaxTokens: must be in (0, 1000], got 0"},
+		{"throttle big", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: 1001, TokenRatio: 1}}, "budget: MaxTokens: must be in (0, 1000], got 1001"},
+		{"throttle NaN", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: math.NaN(), TokenRatio: 1}}, "budget: MaxTokens: must be in (0, 1000], got NaN"},
+		{"throttle ratio", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: 10, TokenRatio: -1}}, "budget: TokenRatio: must be a finite number > 0, got -1"},
+		{"throttle ratio inf", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: 10, TokenRatio: math.Inf(1)}}, "budget: TokenRatio: must be a finite number > 0, got +Inf"},
+		{"throttle ratio tiny", Settings{Kind: KindThrottle, Throttle: ThrottleSettings{MaxTokens: 10, TokenRatio: 0.0004}}, "budget: TokenRatio: must be at least 0.001 (3 decimals are kept), got 0.0004"},
+		{"bucket capacity", Settings{Kind: KindTokenBucket, TokenBucket: TokenBucketSettings{Capacity: -1}}, "budget: Capacity: must be in [0.001, 1e9], got -1"},
+		{"bucket cost above capacity", Settings{Kind: KindTokenBucket, TokenBucket: TokenBucketSettings{Capacity: 8}}, "budget: TimeoutRetryCost: must be in (0, capacity 8] and at least 0.001, got 10"},
+		{"bucket retry cost", Settings{Kind: KindTokenBucket, TokenBucket: TokenBucketSettings{RetryCost: -5}}, "budget: RetryCost: must be in (0, capacity 500] and at least 0.001, got -5"},
+		{"bucket reward", Settings{Kind: KindTokenBucket, TokenBucket: TokenBucketSettings{SuccessReward: math.NaN()}}, "budget: SuccessReward: must be in (0, capacity 500] and at least 0.001, got NaN"},
+		{"bucket initial", Settings{Kind: KindTokenBucket, TokenBucket: TokenBucketSettings{Initial: 501}}, "budget: Initial: must be in (0, capacity 500] and at least 0.001, got 501"},
+		{"ratio percent", Settings{Kind: KindRatio, Ratio: RatioSettings{Percent: 101}}, "budget: Percent: must be in (0, 100], got 101"},
+		{"ratio window", Settings{Kind: KindRatio, Ratio: RatioSettings{Window: -time.Second}}, "budget: Window: must be in [10ms, 1h], got -1s"},
+		{"ratio floor", Settings{Kind: KindRatio, Ratio: RatioSettings{MinRetriesPerSecond: math.NaN()}}, "budget: MinRetriesPerSecond: must be at most 1e6 (negative: no floor), got NaN"},
+		{"kind", Settings{Kind: 9}, "budget: Kind: must be none, throttle, token-bucket or ratio, got Kind(9)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,7 +223,7 @@ func TestNewKinds(t *testing.T) {
 		{Settings{Kind: KindRatio}, "ratio"},
 	}
 	for _, tt := range tests {
-		b, err := New(tt.s, WithClock(fixedClock()))
+		b, err := New(tt.s, WithClock(func() time.Time { return t0 }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +252,7 @@ func TestDefault(t *testing.T) {
 	}
 	// Nearly empty at start: while everything fails a fresh process gets one
 	// retry, then waits for a success.
-	b, err := New(DefaultSettings(), WithClock(fixedClock()))
+	b, err := New(DefaultSettings(), WithClock(func() time.Time { return t0 }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +279,7 @@ func TestConcurrentInvariants(t *testing.T) {
 	const workers, ops = 8, 2000
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := New(tt.s, WithClock(fixedClock())) // one window: the ratio's counts only grow
+			b, err := New(tt.s, WithClock(func() time.Time { return t0 })) // one window: the ratio's counts only grow
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -36,9 +36,9 @@ var defaultBudget = sync.OnceValue(func() Budget {
 // the second. Capacity 100 (20 retries) bounds the burst a process sends
 // when a healthy server goes down, a fifth of the AWS SDKs' 500.
 //
-// Measured in DESIGN.md model 2 (storm_test.go: 1000 calls/s split across
-// N processes for 10 s, 3 attempts, seeds 1-6, attempt latency 0 and
-// 20 ms), warm-up included:
+// Measured with the random-failures model (M. Brooker, 2022; storm_test.go:
+// 1000 calls/s split across N processes for 10 s, 3 attempts, seeds 1-6,
+// attempt latency 0 and 20 ms), warm-up included:
 //
 //	processes  amplification at p=1  success at p=0.1
 //	10         1.001                 99.85-99.92%
@@ -47,7 +47,7 @@ var defaultBudget = sync.OnceValue(func() Budget {
 //
 // These are the bucket's own Allow. New (and so Default) wraps it in a
 // Gate: a retry it refuses waits and goes later, as a probe, as its call's
-// last chance or as a paced release (see the package doc, "Deferral"), so
+// last chance or as a paced release (see Gate), so
 // a process making only a few calls still gets every attempt its policy
 // allows. With deferral, `stagger sim failrate` measures amplification at
 // p = 1 of 1.003 (10 processes), 1.031 (100) and 1.48 (1000: a process

@@ -21,6 +21,12 @@ func (c *manualClock) Now() time.Time {
 	return c.now
 }
 
+func (c *manualClock) set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
 func (c *manualClock) advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
@@ -85,8 +91,10 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	}
 	defer w2.Leave()
 	clk.advance(time.Second)
-	if next := poll(t, w2, AdmitNone); !next.IsZero() {
-		t.Fatalf("with a probe out, next = %v, want none (news only)", next)
+	// The probe's call has no deadline: its slot expires probeGapMax after
+	// it went, unless it reports (rule 6).
+	if next := poll(t, w2, AdmitNone); !next.Equal(t0.Add(260*time.Millisecond + probeGapMax)) {
+		t.Fatalf("with a probe out, next = %v, want when the probe's slot expires", next.Sub(t0))
 	}
 	// The probe failed: the quiet time doubles (400ms).
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
@@ -117,15 +125,15 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 			w.Leave()
 		}
 	}()
-	// An outage: OutageStreak failures in a row. Each doubles the probe
-	// gap from the pause (1s), up to QuietGapMax.
-	for range OutageStreak {
+	// An outage: outageStreak failures in a row. Each doubles the probe
+	// gap from the pause (1s), up to quietGapMax.
+	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	if g.Allow(retry2) {
 		t.Fatal("Allow admitted a retry while calls wait during an outage")
 	}
-	gap := min(time.Second<<OutageStreak, QuietGapMax)
+	gap := min(time.Second<<outageStreak, quietGapMax)
 	clk.advance(time.Second)
 	if next := poll(t, ws[0], AdmitNone); !next.Equal(t0.Add(gap)) {
 		t.Fatalf("probe due %v, want %v", next.Sub(t0), gap)
@@ -139,13 +147,13 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 		t.Fatal("the outage did not end with a success")
 	}
 	poll(t, ws[1], AdmitRelease)
-	perCredit := time.Duration(math.Ceil(float64(time.Second) / ReleasePerSecond))
+	perCredit := time.Duration(math.Ceil(float64(time.Second) / releasePerSecond))
 	if next := poll(t, ws[2], AdmitNone); !next.Equal(clk.Now().Add(perCredit)) {
 		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), perCredit)
 	}
 	// Successes add gain (doubled by the probe's success): half a credit
 	// from them, half from time.
-	n := int(math.Ceil(0.5 / (2 * ReleaseGainStart)))
+	n := int(math.Ceil(0.5 / (2 * releaseGainStart)))
 	for range n {
 		g.Record(Attempt{Number: 1, Outcome: Success})
 	}
@@ -165,7 +173,7 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	}
 }
 
-// TestGateRandomFailuresKeepCredits: fewer than OutageStreak failures in a
+// TestGateRandomFailuresKeepCredits: fewer than outageStreak failures in a
 // row are a serving server's random failures: the credits stay, and Allow
 // keeps asking the budget.
 func TestGateRandomFailuresKeepCredits(t *testing.T) {
@@ -179,7 +187,7 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	defer w.Leave()
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	clk.advance(time.Second / 2)
-	for range OutageStreak - 1 {
+	for range outageStreak - 1 {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	sb.open.Store(true)
@@ -188,22 +196,22 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	}
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	// Half a second of credits, plus two successes' gain: not yet one.
-	have := ReleasePerSecond/2 + 2*ReleaseGainStart
+	have := releasePerSecond/2 + 2*releaseGainStart
 	if have >= 1 {
 		t.Fatalf("test assumes less than a credit, have %v", have)
 	}
 	poll(t, w, AdmitNone)
-	clk.advance(time.Duration(math.Ceil((1 - have) / ReleasePerSecond * float64(time.Second))))
+	clk.advance(time.Duration(math.Ceil((1 - have) / releasePerSecond * float64(time.Second))))
 	poll(t, w, AdmitRelease)
 }
 
 // TestGateLastChance: a waiting retry that the quiet time would hold past
-// its call's deadline goes as its last chance, LastChanceLead before it;
+// its call's deadline goes as its last chance, lastChanceLead before it;
 // the last attempt of a call with a deadline never goes as a probe.
 func TestGateLastChance(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
-	for range OutageStreak {
+	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	deadline := t0.Add(time.Second)
@@ -214,15 +222,15 @@ func TestGateLastChance(t *testing.T) {
 	}
 	defer w.Leave()
 	clk.advance(100 * time.Millisecond)
-	if next := poll(t, w, AdmitNone); !next.Equal(deadline.Add(-LastChanceLead)) {
-		t.Fatalf("next = %v, want the last chance at %v", next.Sub(t0), (time.Second - LastChanceLead))
+	if next := poll(t, w, AdmitNone); !next.Equal(deadline.Add(-lastChanceLead)) {
+		t.Fatalf("next = %v, want the last chance at %v", next.Sub(t0), (time.Second - lastChanceLead))
 	}
-	clk.advance(time.Second - LastChanceLead - 100*time.Millisecond)
+	clk.advance(time.Second - lastChanceLead - 100*time.Millisecond)
 	poll(t, w, AdmitLast)
 	// It failed: the next last chance waits the doubled gap (200ms) after
 	// it, whatever the deadline.
 	g.Record(Attempt{Number: 5, Outcome: Failure, Admission: AdmitLast})
-	w2, err := g.Enter(last, 0, clk.Now().Add(LastChanceLead))
+	w2, err := g.Enter(last, 0, clk.Now().Add(lastChanceLead))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,12 +345,12 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Leave()
-	for range OutageStreak {
+	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	have := drawn + ReleaseGainStart
-	want := clk.Now().Add(time.Duration(math.Ceil((1 - have) / ReleasePerSecond * float64(time.Second))))
+	have := drawn + releaseGainStart
+	want := clk.Now().Add(time.Duration(math.Ceil((1 - have) / releasePerSecond * float64(time.Second))))
 	if next := poll(t, w, AdmitNone); !next.Equal(want) {
 		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), want.Sub(clk.Now()))
 	}

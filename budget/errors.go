@@ -6,7 +6,8 @@ import (
 )
 
 // SettingsError reports a budget setting that breaks its rule. Field is the
-// policy file's JSON name of the setting (maxTokens, retryCost, window...).
+// setting's Go name, within its settings struct (MaxTokens, RetryCost,
+// Window, MaxWait...); package policy names the policy file's key instead.
 type SettingsError struct {
 	Field string
 	Rule  string

@@ -116,6 +116,6 @@ func ExampleNew() {
 	b, err := budget.New(budget.Settings{Kind: budget.KindNone})
 	fmt.Println(b == nil, err)
 	// Output:
-	// budget: maxTokens: must be in (0, 1000], got 0
+	// budget: MaxTokens: must be in (0, 1000], got 0
 	// true <nil>
 }

@@ -4,13 +4,15 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/stagger-go/stagger/internal/window"
 )
 
 // Ratio keeps retries under a share of requests over a sliding window, in the
 // manner of Finagle's RetryBudget and the Google SRE book's per-client retry
 // budget. A request is a first attempt (Attempt.Number == 1), counted when
-// RecordAt sees it end; a retry or a hedge is counted when AllowAt grants it.
-// AllowAt grants one more when, over the last Window,
+// Record sees it end; a retry or a hedge is counted when Allow grants it.
+// Allow grants one more when, over the last Window,
 //
 //	retries + 1 ≤ max(Percent/100 × requests, MinRetriesPerSecond × Window)
 //
@@ -22,7 +24,7 @@ import (
 type Ratio struct {
 	mu sync.Mutex
 	// w counts requests (ratioRequests) and retries (ratioRetries).
-	w        window
+	w        window.Window
 	share    float64 // Percent/100
 	floor    float64 // retries the window always allows
 	allowed  uint64
@@ -45,7 +47,7 @@ func NewRatio(s RatioSettings, opts ...Option) (*Ratio, error) {
 	s = s.WithDefaults()
 	o := buildOptions(opts)
 	return &Ratio{
-		w:        newWindow(o.now(), s.Window),
+		w:        window.New(o.now(), s.Window),
 		share:    s.Percent / 100,
 		floor:    s.MinRetriesPerSecond * s.Window.Seconds(),
 		now:      o.now,
@@ -57,60 +59,49 @@ func NewRatio(s RatioSettings, opts ...Option) (*Ratio, error) {
 func (r *Ratio) Settings() RatioSettings { return r.settings }
 
 func (r *Ratio) allowance() float64 {
-	return math.Max(r.share*float64(r.w.sum[ratioRequests]), r.floor)
+	return math.Max(r.share*float64(r.w.Sum[ratioRequests]), r.floor)
 }
 
-// Record is RecordAt with the budget's clock, read only for first attempts
-// (the others change nothing).
+// Record counts a request for every first attempt, however it ended; other
+// attempts were counted as retries when they were allowed (and do not read
+// the clock).
 func (r *Ratio) Record(a Attempt) {
 	if a.Number > 1 {
 		return
 	}
-	r.RecordAt(r.now(), a)
-}
-
-// RecordAt counts a request for every first attempt, however it ended; other
-// attempts were counted as retries when they were allowed.
-func (r *Ratio) RecordAt(now time.Time, a Attempt) {
-	if a.Number > 1 {
-		return
-	}
+	now := r.now()
 	r.mu.Lock()
-	r.w.add(now, ratioRequests, 1)
+	r.w.Add(now, ratioRequests, 1)
 	r.mu.Unlock()
 }
 
-// Allow is AllowAt with the budget's clock.
-func (r *Ratio) Allow(q Request) bool { return r.AllowAt(r.now(), q) }
-
-// AllowAt grants a retry or a hedge, and counts it, while the window's
+// Allow grants a retry or a hedge, and counts it, while the window's
 // retries stay within its allowance.
-func (r *Ratio) AllowAt(now time.Time, _ Request) bool {
+func (r *Ratio) Allow(Request) bool {
+	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.w.advance(now)
-	if float64(r.w.sum[ratioRetries]+1) > r.allowance() {
+	r.w.Advance(now)
+	if float64(r.w.Sum[ratioRetries]+1) > r.allowance() {
 		r.refused++
 		return false
 	}
-	r.w.add(now, ratioRetries, 1)
+	r.w.Add(now, ratioRetries, 1)
 	r.allowed++
 	return true
 }
 
-// State is StateAt with the budget's clock.
-func (r *Ratio) State() State { return r.StateAt(r.now()) }
-
-// StateAt reports the retries the window would allow now (Level) out of
-// all it allows (Capacity): both move with the requests in the window.
-func (r *Ratio) StateAt(now time.Time) State {
+// State reports the retries the window would allow now (Level) out of all
+// it allows (Capacity): both move with the requests in the window.
+func (r *Ratio) State() State {
+	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.w.advance(now)
+	r.w.Advance(now)
 	allow := math.Floor(r.allowance() + 1e-9)
 	return State{
 		Kind:     kindRatio,
-		Level:    math.Max(0, allow-float64(r.w.sum[ratioRetries])),
+		Level:    math.Max(0, allow-float64(r.w.Sum[ratioRetries])),
 		Capacity: allow,
 		Allowed:  r.allowed,
 		Refused:  r.refused,

@@ -134,19 +134,19 @@ func addClamped(tokens *atomic.Int64, delta, ceiling int64) {
 }
 
 // Validate reports the first setting that breaks its rule, as a
-// *SettingsError naming the policy file's field.
+// *SettingsError naming the setting.
 func (s ThrottleSettings) Validate() error {
 	if !(s.MaxTokens > 0 && s.MaxTokens <= 1000) {
-		return &SettingsError{Field: "maxTokens", Rule: "must be in (0, 1000]", Value: s.MaxTokens}
+		return &SettingsError{Field: "MaxTokens", Rule: "must be in (0, 1000]", Value: s.MaxTokens}
 	}
 	if toMilli(s.MaxTokens) == 0 {
-		return &SettingsError{Field: "maxTokens", Rule: "must be at least 0.001 (3 decimals are kept)", Value: s.MaxTokens}
+		return &SettingsError{Field: "MaxTokens", Rule: "must be at least 0.001 (3 decimals are kept)", Value: s.MaxTokens}
 	}
 	if !(s.TokenRatio > 0) || math.IsInf(s.TokenRatio, 1) {
-		return &SettingsError{Field: "tokenRatio", Rule: "must be a finite number > 0", Value: s.TokenRatio}
+		return &SettingsError{Field: "TokenRatio", Rule: "must be a finite number > 0", Value: s.TokenRatio}
 	}
 	if toMilli(s.TokenRatio) == 0 {
-		return &SettingsError{Field: "tokenRatio", Rule: "must be at least 0.001 (3 decimals are kept)", Value: s.TokenRatio}
+		return &SettingsError{Field: "TokenRatio", Rule: "must be at least 0.001 (3 decimals are kept)", Value: s.TokenRatio}
 	}
 	return nil
 }
@@ -179,11 +179,11 @@ func (s TokenBucketSettings) WithDefaults() TokenBucketSettings {
 }
 
 // Validate reports the first setting that breaks its rule, after zero fields
-// took their defaults, as a *SettingsError naming the policy file's field.
+// took their defaults, as a *SettingsError naming the setting.
 func (s TokenBucketSettings) Validate() error {
 	s = s.WithDefaults()
 	if !(s.Capacity >= 0.001 && s.Capacity <= 1e9) {
-		return &SettingsError{Field: "capacity", Rule: "must be in [0.001, 1e9]", Value: s.Capacity}
+		return &SettingsError{Field: "Capacity", Rule: "must be in [0.001, 1e9]", Value: s.Capacity}
 	}
 	within := func(field string, v float64) error {
 		if !(v > 0 && v <= s.Capacity) || toMilli(v) == 0 {
@@ -195,10 +195,10 @@ func (s TokenBucketSettings) Validate() error {
 		name string
 		v    float64
 	}{
-		{"initial", s.Initial},
-		{"retryCost", s.RetryCost},
-		{"timeoutRetryCost", s.TimeoutRetryCost},
-		{"successReward", s.SuccessReward},
+		{"Initial", s.Initial},
+		{"RetryCost", s.RetryCost},
+		{"TimeoutRetryCost", s.TimeoutRetryCost},
+		{"SuccessReward", s.SuccessReward},
 	} {
 		if err := within(f.name, f.v); err != nil {
 			return err
@@ -233,16 +233,16 @@ func (s RatioSettings) WithDefaults() RatioSettings {
 }
 
 // Validate reports the first setting that breaks its rule, after zero fields
-// took their defaults, as a *SettingsError naming the policy file's field.
+// took their defaults, as a *SettingsError naming the setting.
 func (s RatioSettings) Validate() error {
 	if !(s.Percent > 0 && s.Percent <= 100) && s.Percent != 0 {
-		return &SettingsError{Field: "percent", Rule: "must be in (0, 100]", Value: s.Percent}
+		return &SettingsError{Field: "Percent", Rule: "must be in (0, 100]", Value: s.Percent}
 	}
 	if s.Window != 0 && (s.Window < 10*time.Millisecond || s.Window > time.Hour) {
-		return &SettingsError{Field: "window", Rule: "must be in [10ms, 1h]", Value: s.Window}
+		return &SettingsError{Field: "Window", Rule: "must be in [10ms, 1h]", Value: s.Window}
 	}
 	if math.IsNaN(s.MinRetriesPerSecond) || s.MinRetriesPerSecond > 1e6 {
-		return &SettingsError{Field: "minRetriesPerSecond", Rule: "must be at most 1e6 (negative: no floor)", Value: s.MinRetriesPerSecond}
+		return &SettingsError{Field: "MinRetriesPerSecond", Rule: "must be at most 1e6 (negative: no floor)", Value: s.MinRetriesPerSecond}
 	}
 	return nil
 }
@@ -252,6 +252,9 @@ func (s RatioSettings) Validate() error {
 func (s Settings) Validate() error {
 	if s.Kind != KindNone {
 		if err := s.Defer.Validate(); err != nil {
+			if se, ok := err.(*SettingsError); ok {
+				return &SettingsError{Field: "Defer." + se.Field, Rule: se.Rule, Value: se.Value}
+			}
 			return err
 		}
 	}
@@ -265,7 +268,7 @@ func (s Settings) Validate() error {
 	case KindRatio:
 		return s.Ratio.Validate()
 	}
-	return &SettingsError{Field: "kind", Rule: "must be none, throttle, token-bucket or ratio", Value: s.Kind}
+	return &SettingsError{Field: "Kind", Rule: "must be none, throttle, token-bucket or ratio", Value: s.Kind}
 }
 
 // New builds the budget s describes, wrapped in a Gate when it defers
@@ -328,7 +331,7 @@ type tokenCounts struct {
 	refused atomic.Uint64
 }
 
-// snapshot is StateAt for a token kind whose capacity is capMilli thousandths.
+// snapshot is State for a token kind whose capacity is capMilli thousandths.
 func (c *tokenCounts) snapshot(kind string, capMilli int64, now time.Time) State {
 	return State{
 		Kind:     kind,

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// stormModel is DESIGN.md's simulation model 2 (M. Brooker, "Fixing retries
+// stormModel is the random-failures model (M. Brooker, "Fixing retries
 // with token buckets and circuit breakers"), small enough to live beside the
 // budgets it helps to choose: Clients processes split TotalRate calls/s
 // (Poisson arrivals) for Duration, each with its own budget; the server fails

@@ -40,14 +40,10 @@ func NewThrottle(s ThrottleSettings, opts ...Option) (*Throttle, error) {
 // Settings returns the settings t was built with.
 func (t *Throttle) Settings() ThrottleSettings { return t.settings }
 
-// Record is RecordAt. It does not read the clock: the tokens do not depend
-// on time, and a clock read would cost more than the rest of Record.
-func (t *Throttle) Record(a Attempt) { t.RecordAt(time.Time{}, a) }
-
-// RecordAt takes a token for a Failure and gives back TokenRatio for a
-// Success; Other changes nothing. The throttle has no notion of time: now is
-// there so that every budget is driven the same way.
-func (t *Throttle) RecordAt(_ time.Time, a Attempt) {
+// Record takes a token for a Failure and gives back TokenRatio for a
+// Success; Other changes nothing. It does not read the clock: the tokens do
+// not depend on time.
+func (t *Throttle) Record(a Attempt) {
 	switch a.Outcome {
 	case Failure:
 		addClamped(&t.tokens, -milli, t.max)
@@ -56,12 +52,10 @@ func (t *Throttle) RecordAt(_ time.Time, a Attempt) {
 	}
 }
 
-// Allow is AllowAt. Like Record, it does not read the clock.
-func (t *Throttle) Allow(r Request) bool { return t.AllowAt(time.Time{}, r) }
-
-// AllowAt reports whether tokens > MaxTokens/2. It spends nothing: in gRFC A6
-// the retry pays when it fails, through RecordAt.
-func (t *Throttle) AllowAt(_ time.Time, _ Request) bool {
+// Allow reports whether tokens > MaxTokens/2. It spends nothing: in gRFC A6
+// the retry pays when it fails, through Record. Like Record, it does not
+// read the clock.
+func (t *Throttle) Allow(Request) bool {
 	if 2*t.tokens.Load() > t.max {
 		t.allowed.Add(1)
 		return true
@@ -70,10 +64,8 @@ func (t *Throttle) AllowAt(_ time.Time, _ Request) bool {
 	return false
 }
 
-// State is StateAt with the budget's clock.
-func (t *Throttle) State() State { return t.StateAt(t.now()) }
-
-// StateAt reports the tokens (Level) out of MaxTokens (Capacity).
-func (t *Throttle) StateAt(now time.Time) State {
-	return t.snapshot(kindThrottle, t.max, now)
+// State reports the tokens (Level) out of MaxTokens (Capacity), stamped
+// with the budget's clock.
+func (t *Throttle) State() State {
+	return t.snapshot(kindThrottle, t.max, t.now())
 }

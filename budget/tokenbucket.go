@@ -52,16 +52,13 @@ func NewTokenBucket(s TokenBucketSettings, opts ...Option) (*TokenBucket, error)
 // Settings returns the settings b was built with, defaults filled in.
 func (b *TokenBucket) Settings() TokenBucketSettings { return b.settings }
 
-// Record is RecordAt. It does not read the clock: the tokens do not depend
-// on time, and a clock read would cost more than the rest of Record.
-func (b *TokenBucket) Record(a Attempt) { b.RecordAt(time.Time{}, a) }
-
-// RecordAt adds SuccessReward for a first attempt that succeeded and refunds
+// Record adds SuccessReward for a first attempt that succeeded and refunds
 // the cost of a later attempt (a retry or a hedge) that succeeded, never
 // above Capacity. A retry a Gate let go without the bucket's payment (a
 // probe, a release, a last chance) was not paid for: its success adds
 // SuccessReward, like a first attempt's. Failures and Other change nothing.
-func (b *TokenBucket) RecordAt(_ time.Time, a Attempt) {
+// It does not read the clock: the tokens do not depend on time.
+func (b *TokenBucket) Record(a Attempt) {
 	if a.Outcome != Success {
 		return
 	}
@@ -75,12 +72,9 @@ func (b *TokenBucket) RecordAt(_ time.Time, a Attempt) {
 	addClamped(&b.tokens, add, b.capacity)
 }
 
-// Allow is AllowAt. Like Record, it does not read the clock.
-func (b *TokenBucket) Allow(r Request) bool { return b.AllowAt(time.Time{}, r) }
-
-// AllowAt takes the request's cost from the bucket, or refuses and takes
+// Allow takes the request's cost from the bucket, or refuses and takes
 // nothing when the bucket holds less than the cost.
-func (b *TokenBucket) AllowAt(_ time.Time, r Request) bool {
+func (b *TokenBucket) Allow(r Request) bool {
 	cost := b.cost
 	if r.AfterTimeout {
 		cost = b.timeoutCost
@@ -98,10 +92,8 @@ func (b *TokenBucket) AllowAt(_ time.Time, r Request) bool {
 	}
 }
 
-// State is StateAt with the budget's clock.
-func (b *TokenBucket) State() State { return b.StateAt(b.now()) }
-
-// StateAt reports the tokens (Level) out of Capacity.
-func (b *TokenBucket) StateAt(now time.Time) State {
-	return b.snapshot(kindTokenBucket, b.capacity, now)
+// State reports the tokens (Level) out of Capacity, stamped with the
+// budget's clock.
+func (b *TokenBucket) State() State {
+	return b.snapshot(kindTokenBucket, b.capacity, b.now())
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
@@ -77,7 +78,7 @@ type methodInfo struct {
 // breakerRef is the breaker of one target.
 type breakerRef struct {
 	target string
-	b      *budget.Breaker
+	b      *breaker.Breaker
 }
 
 // plan is what a call of one method does, given the options and the file:
@@ -97,7 +98,7 @@ type plan struct {
 	repeatable bool
 	// breakers guard the method's calls (nil: none); brCache is the
 	// methodInfo's cache of one of them (nil for a plan made per call).
-	breakers *budget.Breakers
+	breakers *breaker.Set
 	brCache  *atomic.Pointer[breakerRef]
 	// capped is the bound WithMaxAttempts was lowered to (0: it was not):
 	// start says so once per method (EventNotice, ReasonAttempts).

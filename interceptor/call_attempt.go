@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
@@ -105,8 +106,8 @@ type call struct {
 	hedged *policy.Method
 	// breakers guard the method (nil: none); br is the call's breaker,
 	// found by admitFirst.
-	breakers *budget.Breakers
-	br       *budget.Breaker
+	breakers *breaker.Set
+	br       *breaker.Breaker
 	brCache  *atomic.Pointer[breakerRef]
 	// ctx is the caller's context: the request a server is serving, when the
 	// call is made under stagger's server side (internal/chain), is found

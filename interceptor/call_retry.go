@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/chain"
 	"github.com/stagger-go/stagger/policy"
@@ -78,7 +79,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		_, defers := c.budget.(budget.Deferrer)
 		breakerOK := true
 		if c.br != nil {
-			req.Breaker, req.Listener = c.br, c.o
+			req.Guard = c.br.Guard(c.o)
 			if breakerOK = c.br.Closed(); !breakerOK && !defers {
 				// No Gate to wait in: the retry goes only as the
 				// half-open breaker's probe.
@@ -222,7 +223,7 @@ func breakerOutcome(callCtx context.Context, err error, timedOut bool) budget.Ou
 // for the first attempt. It returns nil, or the call's final error when the
 // breaker is open or throttling rejected the attempt: UNAVAILABLE, with a
 // message that names the breaker, as an *Error of no attempts whose
-// Unwrap reaches the *budget.Refusal.
+// Unwrap reaches the *breaker.Refusal.
 func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []grpc.CallOption) error {
 	if c.breakers == nil {
 		return nil
@@ -252,7 +253,7 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 		return nil
 	}
 	reason := policy.ReasonBreaker
-	if errors.Is(err, budget.ErrThrottled) {
+	if errors.Is(err, breaker.ErrThrottled) {
 		reason = policy.ReasonThrottled
 	}
 	refused := &refusedError{st: status.New(codes.Unavailable, err.Error()), err: err}
@@ -318,7 +319,7 @@ func (c *call) holdUntilReady(ctx context.Context, cc *grpc.ClientConn) {
 }
 
 // refusedError is a call stagger refused before its first attempt: the
-// status the caller sees, and why (a *budget.Refusal).
+// status the caller sees, and why (a *breaker.Refusal).
 type refusedError struct {
 	st  *status.Status
 	err error

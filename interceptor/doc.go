@@ -212,7 +212,7 @@
 // # Circuit breaking
 //
 // A policy file's circuitBreaker and adaptiveThrottling (or WithBreakers in
-// code) guard calls with budget.Breaker: one per connection target and
+// code) guard calls with breaker.Breaker: one per connection target and
 // method (scope METHOD, the default: one failing method, or one whose keys
 // fail, does not stop the others; M. Brooker measured breakers turning
 // such partial failures into complete ones) or one per target (scope
@@ -228,7 +228,7 @@
 // the breaker, then the budget, then the wait. While a breaker is open a
 // first attempt fails at once, UNAVAILABLE with a message that names the
 // breaker and says when it probes next, as an *Error of no attempts and
-// reason breaker (errors.Is(err, budget.ErrBreakerOpen)); a retry is
+// reason breaker (errors.Is(err, breaker.ErrOpen)); a retry is
 // refused: with a deferring budget (budget.Gate, the default's) it waits,
 // within its deadline, and the gate lets it go only as the breaker allows
 // (budget.Request.Breaker): the breaker's half-open probe is the gate's
@@ -249,13 +249,13 @@
 // guarded by a breaker are held by stagger while their connection is not
 // ready, as grpc would hold them; when the wait saw a connection attempt
 // fail (the server was gone), each then waits for its start from
-// budget.Breaker.Pace: one at a time, at the rate the server answered over
+// breaker.Breaker.Pace: one at a time, at the rate the server answered over
 // the window, instead of all at once when the connection comes back.
 // circuitBreaker.paceReconnect false turns that off.
 //
 // State changes reach the hooks and the logger (EventBreaker) of the
 // interceptor whose call's attempt or asking made them, after every lock is
-// released; budget.Breakers.Snapshots gives every breaker's state for
+// released; breaker.Set.Snapshots gives every breaker's state for
 // metrics. The breaker's check on a call's success path is one atomic load
 // to admit and one mutex to record, with no allocation.
 //

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
@@ -104,16 +105,16 @@ type Event struct {
 	// says hedging was not applied).
 	Hedging bool
 	// Breaker is the state change an EventBreaker reports.
-	Breaker budget.BreakerChange
+	Breaker breaker.Change
 	// Retries, Hedges, Delay and Target: EventEnd only (see Report).
 	Retries, Hedges int
 	Delay           time.Duration
 	Target          string
 }
 
-// BreakerChanged makes options a budget.BreakerListener: a breaker's state
+// BreakerChanged makes options a breaker.Listener: a breaker's state
 // change becomes an EventBreaker.
-func (o *options) BreakerChanged(ch budget.BreakerChange) {
+func (o *options) BreakerChanged(ch breaker.Change) {
 	o.emit(context.Background(), Event{Kind: EventBreaker, Method: ch.Key, Breaker: ch})
 }
 
@@ -175,7 +176,7 @@ func (o *options) emit(ctx context.Context, e Event) {
 		msg = "stagger: resuming stream"
 	case EventBreaker:
 		level, msg = logging.LevelInfo, "stagger: circuit breaker "+e.Breaker.To.String()
-		if e.Breaker.To == budget.BreakerOpen {
+		if e.Breaker.To == breaker.StateOpen {
 			level = logging.LevelWarn
 		}
 		o.logger.Log(ctx, level, msg, "stagger.breaker", e.Method, "stagger.from", e.Breaker.From.String(),

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -62,7 +63,7 @@ type options struct {
 	replaySize  int
 	replayLimit *ReplayLimit
 	// breakers, when breakersSet, replace the file's circuit breakers.
-	breakers    *budget.Breakers
+	breakers    *breaker.Set
 	breakersSet bool
 	// resume holds the resume functions by method (WithResume); copied on
 	// write, so calls may share it.
@@ -100,9 +101,9 @@ func WithBudget(b budget.Budget) Option {
 // WithBreakers makes bs the circuit breakers (and adaptive throttling)
 // that guard every call, in place of those the file's circuitBreaker and
 // adaptiveThrottling give; a nil bs turns them off. Build bs once with
-// budget.NewBreakers and share it, as a budget: a breaker sees what the
+// breaker.NewSet and share it, as a budget: a breaker sees what the
 // calls it guards see. See the package documentation, "Circuit breaking".
-func WithBreakers(bs *budget.Breakers) Option {
+func WithBreakers(bs *breaker.Set) Option {
 	return Option{apply: func(o *options) { o.breakers, o.breakersSet = bs, true }}
 }
 

@@ -132,6 +132,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	timedOut, err := s.open(&s.first)
 	if err == nil {
 		s.cur = &s.first
+		s.watchAbandon()
 		return s, nil
 	}
 	s.cur = &s.first
@@ -139,6 +140,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		s.finishStream(final)
 		return nil, final
 	}
+	s.watchAbandon()
 	return s, nil
 }
 
@@ -152,6 +154,9 @@ type streamAttempt struct {
 	// context deadline cannot do; a header or message that finds it fired
 	// belongs to an attempt already cut off and is never delivered.
 	timer *attemptTimer
+	// settled: attemptEnded has judged this attempt (under the stream's
+	// endMu); a second report of its end changes nothing.
+	settled bool
 }
 
 func (a *streamAttempt) end() {
@@ -190,6 +195,11 @@ type retryStream struct {
 	first    streamAttempt
 	// The caller's grpc.OnFinish functions, run once.
 	onFinishOnce
+	// endMu makes attemptEnded one at a time: the reader's goroutine and
+	// the watch on an abandoned stream (watchAbandon) may both report an
+	// attempt's end. stopAbandon stops that watch.
+	endMu       sync.Mutex
+	stopAbandon func() bool
 
 	mu sync.Mutex
 	// cur is the attempt that answers SendMsg, Header, Trailer and Context:
@@ -335,6 +345,9 @@ func (s *retryStream) finishStream(final error) {
 	s.done, s.final, s.switching = true, final, false
 	s.buf.release()
 	s.mu.Unlock()
+	if s.stopAbandon != nil {
+		s.stopAbandon()
+	}
 	s.cancel()
 	if first {
 		s.c.end(s.cc, err)
@@ -407,6 +420,44 @@ func (f *onFinishOnce) run(err error) {
 // returns the next attempt, replayed, or ends the stream and returns its
 // final error.
 func (s *retryStream) attemptEnded(a *streamAttempt, err error) (next *streamAttempt, final error) {
+	return s.settle(a, err, false)
+}
+
+// watchAbandon settles the stream when its caller's context ends first and
+// nobody reads the stream to its end: grpc-go lets a caller end a stream by
+// cancelling its context alone, and the attempt out then would never reach
+// the budget, the breaker or the Gate, whose probe it may hold. The watch
+// ends the attempt with the caller's status, without reading its headers or
+// trailer (the reader may still be in RecvMsg on it).
+func (s *retryStream) watchAbandon() {
+	s.stopAbandon = context.AfterFunc(s.callCtx, func() {
+		s.endMu.Lock()
+		s.mu.Lock()
+		a, done := s.cur, s.done
+		s.mu.Unlock()
+		s.endMu.Unlock()
+		if done || a == nil || a.cs == nil {
+			return
+		}
+		s.settle(a, status.FromContextError(s.callCtx.Err()).Err(), true)
+	})
+}
+
+// settle is attemptEnded; abandoned says that the caller's context ended
+// and the stream's reader may still be using a.
+func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next *streamAttempt, final error) {
+	s.endMu.Lock()
+	defer s.endMu.Unlock()
+	if a.settled {
+		// Judged already, by the other of the two who may report it.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.done {
+			return nil, s.final
+		}
+		return s.cur, nil
+	}
+	a.settled = true
 	if err == io.EOF {
 		err = nil
 	}
@@ -419,7 +470,7 @@ func (s *retryStream) attemptEnded(a *streamAttempt, err error) (next *streamAtt
 		s.switching = true
 	}
 	s.mu.Unlock()
-	if err != nil && !committed && !cutOff {
+	if err != nil && !committed && !cutOff && !abandoned {
 		// The attempt has ended, so Header no longer blocks: non-nil means
 		// headers arrived before the failure (committed); a Trailers-Only
 		// failure has none and may be retried. Headers that came after the
@@ -432,7 +483,7 @@ func (s *retryStream) attemptEnded(a *streamAttempt, err error) (next *streamAtt
 		committed = false
 	}
 	var trailer metadata.MD
-	if err != nil {
+	if err != nil && !abandoned {
 		trailer = a.cs.Trailer()
 	}
 	err, timedOut := attemptOutcome(s.callCtx, err, cutOff)

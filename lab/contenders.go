@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
@@ -65,8 +66,8 @@ func Contenders() []Contender {
 			},
 			dialOptions: staggerNoBudget,
 		},
-		guarded("stagger-breaker", budget.BreakerSettings{}, "a circuit breaker per client (defaults: opens at 50 %% of ≥ 20 first attempts failing in 10 s, or 5 in a row)"),
-		guarded("stagger-throttling", budget.BreakerSettings{NoTrip: true, ThrottleK: budget.DefaultThrottleK}, "client-side adaptive throttling per client (K = 2)"),
+		guarded("stagger-breaker", breaker.Settings{}, "a circuit breaker per client (defaults: opens at 50 %% of ≥ 20 first attempts failing in 10 s, or 5 in a row)"),
+		guarded("stagger-throttling", breaker.Settings{NoTrip: true, ThrottleK: breaker.DefaultThrottleK}, "client-side adaptive throttling per client (K = 2)"),
 		{
 			Name: "grpc-middleware",
 			Gets: func(c Config) string {
@@ -142,7 +143,7 @@ func grpcBuiltIn(c *Config) ([]grpc.DialOption, error) {
 // guarded is stagger as the "stagger" contender has it, with breakers of
 // settings s, one set per client (a process's), which also pace the
 // waitForReady calls held while the connection was down.
-func guarded(name string, s budget.BreakerSettings, what string) Contender {
+func guarded(name string, s breaker.Settings, what string) Contender {
 	return Contender{
 		Name: name,
 		Gets: func(c Config) string {
@@ -153,7 +154,7 @@ func guarded(name string, s budget.BreakerSettings, what string) Contender {
 			if err != nil {
 				return nil, err
 			}
-			bs, err := budget.NewBreakers(s, nil)
+			bs, err := breaker.NewSet(s, nil)
 			if err != nil {
 				return nil, err
 			}

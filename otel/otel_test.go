@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
@@ -530,12 +531,12 @@ func TestBreakerTransitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := budget.BreakerChange{Key: "dns:///svc", From: budget.BreakerClosed, To: budget.BreakerOpen}
+	ch := breaker.Change{Key: "dns:///svc", From: breaker.StateClosed, To: breaker.StateOpen}
 	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventBreaker, Method: ch.Key, Breaker: ch})
 	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventBreaker, Method: ch.Key, Breaker: ch})
 	ms := collect(t, reader)
 	dps := sum(t, ms, MetricBreakerTransitions)
-	want := map[string]string{AttrBreaker: "dns:///svc", AttrBreakerFrom: budget.BreakerClosed.String(), AttrBreakerTo: budget.BreakerOpen.String()}
+	want := map[string]string{AttrBreaker: "dns:///svc", AttrBreakerFrom: breaker.StateClosed.String(), AttrBreakerTo: breaker.StateOpen.String()}
 	if len(dps) != 1 || dps[0].Value != 2 || fmt.Sprint(attrMap(dps[0].Attributes)) != fmt.Sprint(want) {
 		t.Errorf("transitions %+v, want 2 with %v", dps, want)
 	}

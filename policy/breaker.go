@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/breaker"
 )
 
 // breakerPart is what one level of a file (the top, or a methodConfig
@@ -15,7 +15,7 @@ import (
 type breakerPart struct {
 	cb, at       *node
 	cbOff, atOff bool
-	s            budget.BreakerSettings
+	s            breaker.Settings
 	windowAT     time.Duration
 	windowATPath string
 	failed       bool
@@ -51,9 +51,9 @@ func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
 				if s, ok := w.str(v, join(cp, "scope")); ok {
 					switch strings.ToUpper(s) {
 					case "METHOD":
-						p.s.Scope, p.scopeSet = budget.ScopeMethod, true
+						p.s.Scope, p.scopeSet = breaker.ScopeMethod, true
 					case "TARGET":
-						p.s.Scope, p.scopeSet = budget.ScopeTarget, true
+						p.s.Scope, p.scopeSet = breaker.ScopeTarget, true
 					default:
 						w.fail(join(cp, "scope"), "must be METHOD or TARGET", s)
 					}
@@ -70,7 +70,7 @@ func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
 			p.windowAT = w.breakerDuration(p.at, ap, "window")
 			p.windowATPath = join(ap, "window")
 			if p.s.ThrottleK == 0 && get(p.at, "k") == nil {
-				p.s.ThrottleK = budget.DefaultThrottleK
+				p.s.ThrottleK = breaker.DefaultThrottleK
 			}
 		default:
 			p.at = nil
@@ -78,10 +78,10 @@ func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
 	}
 	// Every field on its own, so that a file hears of all its mistakes
 	// at once; resolveBreaker checks them together.
-	for _, one := range []budget.BreakerSettings{
+	for _, one := range []breaker.Settings{
 		{FailureRatio: p.s.FailureRatio}, {MinimumThroughput: p.s.MinimumThroughput}, {ConsecutiveFailures: p.s.ConsecutiveFailures}, {ProbeEvery: p.s.ProbeEvery},
-		{SamplingWindow: p.s.SamplingWindow}, {BreakDuration: p.s.BreakDuration, MaxBreakDuration: max(p.s.BreakDuration, budget.DefaultMaxBreakDuration)},
-		{MaxBreakDuration: p.s.MaxBreakDuration, BreakDuration: min(p.s.MaxBreakDuration, budget.DefaultBreakDuration)},
+		{SamplingWindow: p.s.SamplingWindow}, {BreakDuration: p.s.BreakDuration, MaxBreakDuration: max(p.s.BreakDuration, breaker.DefaultMaxBreakDuration)},
+		{MaxBreakDuration: p.s.MaxBreakDuration, BreakDuration: min(p.s.MaxBreakDuration, breaker.DefaultBreakDuration)},
 		{ThrottleK: p.s.ThrottleK},
 	} {
 		w.breakerRules(one, path)
@@ -91,20 +91,34 @@ func (w *walker) breakerFields(n *node, path string, entry bool) breakerPart {
 }
 
 // breakerRules reports the first rule s breaks, under path.
-func (w *walker) breakerRules(s budget.BreakerSettings, path string) bool {
+func (w *walker) breakerRules(s breaker.Settings, path string) bool {
 	err := s.Validate()
 	if err == nil {
 		return true
 	}
-	var se *budget.SettingsError
+	var se *breaker.SettingsError
 	if errors.As(err, &se) {
 		v := se.Value
 		if d, ok := v.(time.Duration); ok {
 			v = shownValue(d.String())
 		}
-		w.fail(join(path, se.Field), se.Rule, v)
+		w.fail(join(path, breakerKey(se.Field)), se.Rule, v)
+	} else {
+		w.fail(path, "must be a valid breaker", err.Error())
 	}
 	return false
+}
+
+// breakerKey is the policy file's key of the breaker.Settings field named
+// field (the breaker package knows nothing of the file).
+func breakerKey(field string) string {
+	switch field {
+	case "ThrottleK":
+		return "adaptiveThrottling.k"
+	case "NoTrip":
+		return "circuitBreaker"
+	}
+	return "circuitBreaker." + fileKey(field)
 }
 
 // breakerSection checks the kind of a circuitBreaker or adaptiveThrottling
@@ -153,11 +167,11 @@ func (w *walker) breakerDuration(n *node, path, key string) time.Duration {
 	return d
 }
 
-// zeroRule is the rule an explicit zero breaks: the budget package's own
+// zeroRule is the rule an explicit zero breaks: the breaker package's own
 // (a zero there means the default, so it is asked about a value below
 // every range).
 func zeroRule(key string) string {
-	s := budget.BreakerSettings{ThrottleK: budget.DefaultThrottleK}
+	s := breaker.Settings{ThrottleK: breaker.DefaultThrottleK}
 	switch key {
 	case "failureRatio":
 		s.FailureRatio = -1
@@ -176,7 +190,7 @@ func zeroRule(key string) string {
 	case "k":
 		s.ThrottleK = -1
 	}
-	var se *budget.SettingsError
+	var se *breaker.SettingsError
 	if errors.As(s.Validate(), &se) {
 		return se.Rule
 	}
@@ -186,11 +200,11 @@ func zeroRule(key string) string {
 // resolveBreaker returns the settings the part makes of base (the file's, nil
 // when none) and whether a breaker applies at all: fields the part gives
 // override base's; off turns its half off.
-func (w *walker) resolveBreaker(base *budget.BreakerSettings, p breakerPart, path string) *budget.BreakerSettings {
+func (w *walker) resolveBreaker(base *breaker.Settings, p breakerPart, path string) *breaker.Settings {
 	if p.failed {
 		return nil
 	}
-	var s budget.BreakerSettings
+	var s breaker.Settings
 	trips, throttles := false, false
 	if base != nil {
 		s = *base
@@ -239,7 +253,7 @@ func (w *walker) resolveBreaker(base *budget.BreakerSettings, p breakerPart, pat
 }
 
 // overlay copies the fields part sets (non-zero) onto s.
-func overlay(s *budget.BreakerSettings, part budget.BreakerSettings) {
+func overlay(s *breaker.Settings, part breaker.Settings) {
 	if part.FailureRatio != 0 {
 		s.FailureRatio = part.FailureRatio
 	}
@@ -266,22 +280,22 @@ func overlay(s *budget.BreakerSettings, part budget.BreakerSettings) {
 	}
 }
 
-// buildBreakers makes one budget.Breakers per distinct settings the file
+// buildBreakers makes one breaker.Set per distinct settings the file
 // uses, shared by the methods that use them.
-func (c *Config) buildBreakers(opts []budget.Option) error {
-	add := func(s *budget.BreakerSettings) error {
+func (c *Config) buildBreakers(opts []breaker.Option) error {
+	add := func(s *breaker.Settings) error {
 		if s == nil {
 			return nil
 		}
 		if _, ok := c.breakers[*s]; ok {
 			return nil
 		}
-		bs, err := budget.NewBreakers(*s, nil, opts...)
+		bs, err := breaker.NewSet(*s, nil, opts...)
 		if err != nil {
 			return err
 		}
 		if c.breakers == nil {
-			c.breakers = map[budget.BreakerSettings]*budget.Breakers{}
+			c.breakers = map[breaker.Settings]*breaker.Set{}
 		}
 		c.breakers[*s] = bs
 		return nil
@@ -302,7 +316,7 @@ func (c *Config) buildBreakers(opts []budget.Option) error {
 // no entry names, guarded by the file's top-level sections). nil means
 // none. Every interceptor built from this Config shares them; a reload
 // keeps those whose settings did not change.
-func (c *Config) Breakers(m *Method) *budget.Breakers {
+func (c *Config) Breakers(m *Method) *breaker.Set {
 	if c == nil {
 		return nil
 	}
@@ -318,7 +332,7 @@ func (c *Config) Breakers(m *Method) *budget.Breakers {
 
 // BreakerSettings returns the file's top-level circuitBreaker and
 // adaptiveThrottling, defaults applied, or nil when it has neither.
-func (c *Config) BreakerSettings() *budget.BreakerSettings {
+func (c *Config) BreakerSettings() *breaker.Settings {
 	if c == nil {
 		return nil
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/breaker"
 )
 
 func TestParseBreakerSections(t *testing.T) {
@@ -18,8 +18,8 @@ func TestParseBreakerSections(t *testing.T) {
 	    {"name": [{"service": "c.C"}], "adaptiveThrottling": false, "circuitBreaker": false},
 	    {"name": [{"service": "d.D"}]}
 	  ]}`)
-	file := budget.BreakerSettings{FailureRatio: 0.6, MinimumThroughput: 50, ConsecutiveFailures: 5, ProbeEvery: 10, SamplingWindow: 20 * time.Second,
-		BreakDuration: 2 * time.Second, MaxBreakDuration: 5 * time.Second, ThrottleK: 1.5, Scope: budget.ScopeTarget}
+	file := breaker.Settings{FailureRatio: 0.6, MinimumThroughput: 50, ConsecutiveFailures: 5, ProbeEvery: 10, SamplingWindow: 20 * time.Second,
+		BreakDuration: 2 * time.Second, MaxBreakDuration: 5 * time.Second, ThrottleK: 1.5, Scope: breaker.ScopeTarget}
 	if got := c.BreakerSettings(); got == nil || *got != file {
 		t.Fatalf("file breaker = %+v, want %+v", got, file)
 	}
@@ -50,7 +50,7 @@ func TestParseBreakerSections(t *testing.T) {
 	if c.Breakers(nil) != nil || c.Breakers(c.Method("/z.Z/X")) != nil {
 		t.Fatal("no file-level breaker: unnamed methods are unguarded")
 	}
-	if got := c.Method("/a.A/X").Breaker; got == nil || *got != (budget.BreakerSettings{}).WithDefaults() {
+	if got := c.Method("/a.A/X").Breaker; got == nil || *got != (breaker.Settings{}).WithDefaults() {
 		t.Fatalf("circuitBreaker {} = %+v, want the defaults", got)
 	}
 	// Throttling alone, with its own window, in YAML.

@@ -3,6 +3,7 @@ package policy
 import (
 	"strings"
 
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 )
 
@@ -24,8 +25,8 @@ type Config struct {
 	lbPolicy       string
 	// breaker is the file's top-level circuitBreaker/adaptiveThrottling;
 	// breakers holds one set of breakers per distinct settings in use.
-	breaker  *budget.BreakerSettings
-	breakers map[budget.BreakerSettings]*budget.Breakers
+	breaker  *breaker.Settings
+	breakers map[breaker.Settings]*breaker.Set
 	// maxAttemptsCap is the cap the file was parsed with.
 	maxAttemptsCap int
 }

@@ -88,7 +88,7 @@
 // "paceReconnect": true}, every field optional) and adaptiveThrottling
 // ({"k": 2, "window": "10s"}) at the top level, which a methodConfig entry
 // may override field by field or turn off with false (see
-// budget.BreakerSettings and Config.Breakers). They count over one window:
+// breaker.Settings and Config.Breakers). They count over one window:
 // adaptiveThrottling's window must equal circuitBreaker's samplingWindow.
 // A breaker field given as 0 is an error, not the default.
 //

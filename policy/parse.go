@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 )
 
@@ -19,14 +20,15 @@ import (
 type ParseOption func(*parseOptions)
 
 type parseOptions struct {
-	strict     bool
-	cap        int
-	format     string
-	budgetOpts []budget.Option
-	poll       time.Duration
-	ticks      <-chan time.Time
-	onReload   func(SourceEvent)
-	noPoll     bool
+	strict      bool
+	cap         int
+	format      string
+	budgetOpts  []budget.Option
+	breakerOpts []breaker.Option
+	poll        time.Duration
+	ticks       <-chan time.Time
+	onReload    func(SourceEvent)
+	noPoll      bool
 	// file names the file in syntax errors (LoadFile, WatchFile).
 	file string
 	// protos checks methodConfig names (WithProtoFiles); unset means
@@ -91,6 +93,12 @@ func OnWarnings(fn func([]Warning)) ParseOption {
 // declares, when the Config builds it.
 func WithBudgetOptions(opts ...budget.Option) ParseOption {
 	return func(o *parseOptions) { o.budgetOpts = append(o.budgetOpts, opts...) }
+}
+
+// WithBreakerOptions passes options (a clock, ...) to the circuit breakers
+// that a file declares, when the Config builds them.
+func WithBreakerOptions(opts ...breaker.Option) ParseOption {
+	return func(o *parseOptions) { o.breakerOpts = append(o.breakerOpts, opts...) }
 }
 
 // AsYAML and AsJSON force the syntax of the data. Without them a document
@@ -174,7 +182,7 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 		}
 		c.budget = b
 	}
-	if err := c.buildBreakers(o.budgetOpts); err != nil {
+	if err := c.buildBreakers(o.breakerOpts); err != nil {
 		return nil, fmt.Errorf("policy: circuitBreaker: %w", err)
 	}
 	return c, nil
@@ -186,7 +194,7 @@ type walker struct {
 	errs  []error
 	warns []Warning
 	// fileBreaker is the file's top-level breaker, which entries override.
-	fileBreaker *budget.BreakerSettings
+	fileBreaker *breaker.Settings
 	// misspelt maps the path of a key an object lacks to the unknown key
 	// of that object that looks like it ("...retryPolicy.maxAttempts" ->
 	// "maxAtempts"), so that "is required" can say so.

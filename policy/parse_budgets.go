@@ -193,11 +193,24 @@ func (w *walker) budgetSettings(s budget.Settings, path string, before int, c *C
 			if d, ok := v.(time.Duration); ok {
 				v = d.String()
 			}
-			w.fail(join(path, se.Field), se.Rule, v)
+			w.fail(join(path, fileKey(se.Field)), se.Rule, v)
 		} else {
 			w.fail(path, "must be a valid budget", err.Error())
 		}
 		return
 	}
 	c.budgetSettings = s
+}
+
+// fileKey is the policy file's key of a budget or breaker setting named by
+// its Go field (a dotted path for nested ones): "MaxTokens" is "maxTokens",
+// "Defer.MaxWait" is "defer.maxWait".
+func fileKey(field string) string {
+	parts := strings.Split(field, ".")
+	for i, p := range parts {
+		if p != "" {
+			parts[i] = strings.ToLower(p[:1]) + p[1:]
+		}
+	}
+	return strings.Join(parts, ".")
 }

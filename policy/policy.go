@@ -3,6 +3,7 @@ package policy
 import (
 	"time"
 
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -125,7 +126,7 @@ type Method struct {
 	// adaptiveThrottling with the entry's own fields over them (defaults
 	// applied); nil when none applies. Config.Breakers returns the
 	// breakers themselves.
-	Breaker *budget.BreakerSettings
+	Breaker *breaker.Settings
 }
 
 // Reason says why an attempt is not retried (or, with ReasonNone, that it is).

@@ -4,11 +4,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/stagger-go/stagger/budget"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stagger-go/stagger/breaker"
 )
 
 // DefaultPollInterval is how often WatchFile looks at its file unless
@@ -200,7 +201,7 @@ func (s *Source) swap(cfg *Config) (prev *Config, kept bool) {
 	if prev != nil && len(prev.breakers) > 0 && len(cfg.breakers) > 0 {
 		// Breakers whose settings are unchanged keep their state. A new
 		// map: cfg's may be shared with the caller's Config (Update).
-		m := make(map[budget.BreakerSettings]*budget.Breakers, len(cfg.breakers))
+		m := make(map[breaker.Settings]*breaker.Set, len(cfg.breakers))
 		for k, v := range cfg.breakers {
 			if old, ok := prev.breakers[k]; ok {
 				v = old

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
@@ -21,12 +22,12 @@ type Contender struct {
 	// Budget is built once per client process with budget.New on the
 	// simulation's clock; KindNone means no budget (unlimited).
 	Budget budget.Settings
-	// Breaker, when set, is a circuit breaker (budget.Breaker) per client
+	// Breaker, when set, is a circuit breaker (breaker.Breaker) per client
 	// process, asked as the interceptors ask it: before a first attempt
 	// (refused: the call fails at once, no attempt sent), and before a
 	// retry, ahead of the budget (a retry it refuses waits in the gate,
 	// which asks the breaker again, or ends the call without one).
-	Breaker *budget.BreakerSettings
+	Breaker *breaker.Settings
 }
 
 // SimBackoff is the backoff of the retrying contenders in the failure and
@@ -58,7 +59,7 @@ func Contenders(extra ...Contender) []Contender {
 		{Name: "token-bucket", Policy: retry, Budget: budget.Settings{Kind: budget.KindTokenBucket}},
 		{Name: "ratio", Policy: retry, Budget: budget.Settings{Kind: budget.KindRatio}},
 		{Name: "default", Policy: retry, Budget: budget.DefaultSettings()},
-		{Name: "breaker", Policy: retry, Budget: budget.DefaultSettings(), Breaker: &budget.BreakerSettings{}},
+		{Name: "breaker", Policy: retry, Budget: budget.DefaultSettings(), Breaker: &breaker.Settings{}},
 	}
 	return append(cs, extra...)
 }
@@ -97,7 +98,7 @@ type proc struct {
 	s      *Sim
 	pol    *policy.Policy
 	b      budget.Budget
-	br     *budget.Breaker
+	br     *breaker.Breaker
 	totals *callTotals
 	// gate is b when its refused retries wait (nil otherwise), and waiters
 	// its deferred retries, in the order they entered.
@@ -123,7 +124,7 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 	pol := c.Policy
 	p := &proc{s: s, pol: &pol, b: b, totals: totals, timeout: timeout, serve: serve}
 	if c.Breaker != nil {
-		if p.br, err = budget.NewBreaker("sim", *c.Breaker, nil, budget.WithClock(s.Now), budget.WithRandom(s.rng.Float64)); err != nil {
+		if p.br, err = breaker.New("sim", *c.Breaker, nil, breaker.WithClock(s.Now), breaker.WithRandom(s.rng.Float64)); err != nil {
 			return nil, fmt.Errorf("sim: contender %q: %w", c.Name, err)
 		}
 	}
@@ -313,7 +314,10 @@ func (p *proc) call() {
 					return
 				}
 				pause := v.Pause
-				r := budget.Request{Number: n + 1, Last: n+1 >= p.pol.MaxAttempts, Breaker: p.br}
+				r := budget.Request{Number: n + 1, Last: n+1 >= p.pol.MaxAttempts}
+				if p.br != nil {
+					r.Guard = p.br.Guard(nil)
+				}
 				brOK := p.br == nil || p.br.Closed()
 				if !brOK && p.gate == nil {
 					brOK, _ = p.br.AllowRetry(nil)

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/protobuf/proto"
@@ -728,7 +729,7 @@ func packagelessNames(cfg *policy.Config) []string {
 
 // explainBreaker says what a circuit breaker and adaptive throttling with
 // settings s do; nil when s is nil.
-func explainBreaker(s *budget.BreakerSettings) *checkBreaker {
+func explainBreaker(s *breaker.Settings) *checkBreaker {
 	if s == nil {
 		return nil
 	}
@@ -751,8 +752,8 @@ func explainBreaker(s *budget.BreakerSettings) *checkBreaker {
 	return &checkBreaker{Settings: strings.Join(set, "; "), Explanation: strings.Join(how, ". ")}
 }
 
-func scopeWhat(s budget.Scope) string {
-	if s == budget.ScopeTarget {
+func scopeWhat(s breaker.Scope) string {
+	if s == breaker.ScopeTarget {
 		return "target (every method of a connection target together)"
 	}
 	return "target and method"
@@ -770,14 +771,14 @@ func explainDeferral(s budget.Settings) string {
 		}
 		return out
 	}
-	d := s.Defer.WithDefaults()
+	d, r := s.Defer.WithDefaults(), budget.Rules()
 	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), then goes: "+
 		"while attempts fail, one at a time: as a probe when no attempt has reached the server for a quiet time (the retry's pause, doubled by every failure: up to %v by the new calls' failures, %v by failed probes), "+
 		"or as its call's last chance %v before the deadline (the last attempt of a call with a deadline is kept for that); paid by the budget when it admits it; "+
 		"during an outage (%d failures in a row) retries the budget would admit wait with them; "+
 		"once an attempt succeeds again, released one at a time, %v per second plus %v of each success, growing to %v while released retries succeed; "+
 		`a call that finds no admission before its deadline ends with its last status (reason deferred). "defer": false ends refused calls at once`,
-		d.MaxWaiting, d.MaxWait, budget.QuietGapMax, budget.ProbeGapMax, budget.LastChanceLead, budget.OutageStreak, budget.ReleasePerSecond, budget.ReleaseGainStart, budget.ReleaseGainMax)
+		d.MaxWaiting, d.MaxWait, r.QuietGapMax, r.ProbeGapMax, r.LastChanceLead, r.OutageStreak, r.ReleasePerSecond, r.ReleaseGainStart, r.ReleaseGainMax)
 }
 
 // explainBudget works out the most attempts per call the budget lets

@@ -1,19 +1,22 @@
-package budget
+package breaker
 
 import (
 	"errors"
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stagger-go/stagger/budget"
 )
 
-func newTestBreaker(t *testing.T, s BreakerSettings, clk *manualClock, changes *[]BreakerChange, opts ...Option) *Breaker {
+func newTestBreaker(t *testing.T, s Settings, clk *manualClock, changes *[]Change, opts ...Option) *Breaker {
 	t.Helper()
 	var mu sync.Mutex
 	var b *Breaker
-	b, err := NewBreaker("t /svc/M", s, func(ch BreakerChange) {
+	b, err := New("t /svc/M", s, func(ch Change) {
 		// Outside every lock: asking the breaker again must not deadlock.
 		_ = b.Snapshot()
 		mu.Lock()
@@ -26,7 +29,7 @@ func newTestBreaker(t *testing.T, s BreakerSettings, clk *manualClock, changes *
 	return b
 }
 
-func admitN(t *testing.T, b *Breaker, o Outcome, n int) {
+func admitN(t *testing.T, b *Breaker, o budget.Outcome, n int) {
 	t.Helper()
 	for range n {
 		if err := b.Admit(nil); err != nil {
@@ -52,19 +55,19 @@ func wantRefusal(t *testing.T, err error, sentinel error, retry time.Time) {
 
 func TestBreakerTripsOnRatioAfterMinimumThroughput(t *testing.T) {
 	clk := &manualClock{now: t0}
-	var changes []BreakerChange
-	b := newTestBreaker(t, BreakerSettings{FailureRatio: 0.5, MinimumThroughput: 10, ConsecutiveFailures: 1e6, ProbeEvery: 1, BreakDuration: time.Second, MaxBreakDuration: 3 * time.Second}, clk, &changes)
+	var changes []Change
+	b := newTestBreaker(t, Settings{FailureRatio: 0.5, MinimumThroughput: 10, ConsecutiveFailures: 1e6, ProbeEvery: 1, BreakDuration: time.Second, MaxBreakDuration: 3 * time.Second}, clk, &changes)
 	// Nine failures: below the minimum throughput, still closed.
-	admitN(t, b, Failure, 9)
+	admitN(t, b, budget.Failure, 9)
 	if !b.Closed() || len(changes) != 0 {
 		t.Fatalf("opened before the minimum throughput: %v", changes)
 	}
 	// Ten answers, ratio 1: opens.
-	admitN(t, b, Failure, 1)
-	if b.Closed() || len(changes) != 1 || changes[0].To != BreakerOpen || changes[0].Failures != 10 || changes[0].Break != time.Second {
+	admitN(t, b, budget.Failure, 1)
+	if b.Closed() || len(changes) != 1 || changes[0].To != StateOpen || changes[0].Failures != 10 || changes[0].Break != time.Second {
 		t.Fatalf("changes = %+v, want one to open after 10 failures", changes)
 	}
-	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, t0.Add(time.Second))
+	wantRefusal(t, b.Admit(nil), ErrOpen, t0.Add(time.Second))
 	if ok, next := b.AllowRetry(nil); ok || !next.Equal(t0.Add(time.Second)) {
 		t.Fatalf("AllowRetry while open = %v, %v", ok, next)
 	}
@@ -74,39 +77,39 @@ func TestBreakerTripsOnRatioAfterMinimumThroughput(t *testing.T) {
 	if err := b.Admit(nil); err != nil {
 		t.Fatalf("probe refused: %v", err)
 	}
-	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, time.Time{})
+	wantRefusal(t, b.Admit(nil), ErrOpen, time.Time{})
 	if ok, _ := b.AllowRetry(nil); ok {
 		t.Fatal("a retry went beside the probe")
 	}
 	// The probe fails: open for twice as long, and until twice as many
 	// first attempts were refused (the first refusal says MaxBreakDuration,
 	// the second the break's end).
-	b.Record(Failure, true, nil)
-	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, clk.Now().Add(3*time.Second))
-	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, clk.Now().Add(2*time.Second))
+	b.Record(budget.Failure, true, nil)
+	wantRefusal(t, b.Admit(nil), ErrOpen, clk.Now().Add(3*time.Second))
+	wantRefusal(t, b.Admit(nil), ErrOpen, clk.Now().Add(2*time.Second))
 	clk.advance(2 * time.Second)
 	if ok, _ := b.AllowRetry(nil); !ok {
 		t.Fatal("the waiting retry could not probe")
 	}
-	b.Record(Failure, true, nil)
+	b.Record(budget.Failure, true, nil)
 	// Doubling stops at MaxBreakDuration.
-	if s := b.Snapshot(); s.State != BreakerOpen || s.Break != 3*time.Second || s.Opened != 3 {
+	if s := b.Snapshot(); s.State != StateOpen || s.Break != 3*time.Second || s.Opened != 3 {
 		t.Fatalf("snapshot %+v, want open for 3s, opened 3 times", s)
 	}
 	clk.advance(3 * time.Second)
 	if err := b.Admit(nil); err != nil {
 		t.Fatal(err)
 	}
-	b.Record(Success, true, nil)
+	b.Record(budget.Success, true, nil)
 	if !b.Closed() {
 		t.Fatal("a successful probe did not close the breaker")
 	}
 	// Closing forgot the failures and the doubled break.
-	admitN(t, b, Failure, 9)
+	admitN(t, b, budget.Failure, 9)
 	if !b.Closed() {
 		t.Fatal("the old failures counted after closing")
 	}
-	admitN(t, b, Failure, 1)
+	admitN(t, b, budget.Failure, 1)
 	if s := b.Snapshot(); s.Break != time.Second {
 		t.Fatalf("break after closing = %v, want the first again", s.Break)
 	}
@@ -123,13 +126,13 @@ func TestBreakerTripsOnRatioAfterMinimumThroughput(t *testing.T) {
 
 func TestBreakerStaysClosedUnderTheRatio(t *testing.T) {
 	clk := &manualClock{now: t0}
-	var changes []BreakerChange
-	b := newTestBreaker(t, BreakerSettings{}, clk, &changes)
+	var changes []Change
+	b := newTestBreaker(t, Settings{}, clk, &changes)
 	// 40 % failures, far past the minimum throughput, over a long run.
 	for i := range 10000 {
-		o := Success
+		o := budget.Success
 		if i%5 < 2 {
-			o = Failure
+			o = budget.Failure
 		}
 		admitN(t, b, o, 1)
 		clk.advance(time.Millisecond)
@@ -141,11 +144,11 @@ func TestBreakerStaysClosedUnderTheRatio(t *testing.T) {
 
 func TestBreakerWindowForgets(t *testing.T) {
 	clk := &manualClock{now: t0}
-	var changes []BreakerChange
-	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 10, ConsecutiveFailures: 1e6, SamplingWindow: time.Second}, clk, &changes)
-	admitN(t, b, Failure, 9)
+	var changes []Change
+	b := newTestBreaker(t, Settings{MinimumThroughput: 10, ConsecutiveFailures: 1e6, SamplingWindow: time.Second}, clk, &changes)
+	admitN(t, b, budget.Failure, 9)
 	clk.advance(1100 * time.Millisecond)
-	admitN(t, b, Failure, 9)
+	admitN(t, b, budget.Failure, 9)
 	if !b.Closed() {
 		t.Fatal("failures older than the window counted")
 	}
@@ -155,29 +158,29 @@ func TestBreakerWindowForgets(t *testing.T) {
 // and a success of any attempt starts the count again.
 func TestBreakerTripsOnConsecutiveFirstFailures(t *testing.T) {
 	clk := &manualClock{now: t0}
-	var changes []BreakerChange
-	b := newTestBreaker(t, BreakerSettings{ConsecutiveFailures: 3, ProbeEvery: 1}, clk, &changes)
-	admitN(t, b, Failure, 2)
+	var changes []Change
+	b := newTestBreaker(t, Settings{ConsecutiveFailures: 3, ProbeEvery: 1}, clk, &changes)
+	admitN(t, b, budget.Failure, 2)
 	for range 10 {
-		b.Record(Failure, false, nil) // retries: not counted
+		b.Record(budget.Failure, false, nil) // retries: not counted
 	}
-	b.Record(Success, false, nil) // a retry's success resets the count
-	admitN(t, b, Failure, 2)
+	b.Record(budget.Success, false, nil) // a retry's success resets the count
+	admitN(t, b, budget.Failure, 2)
 	if !b.Closed() {
 		t.Fatal("opened on failures that were not in a row")
 	}
-	admitN(t, b, Failure, 1)
+	admitN(t, b, budget.Failure, 1)
 	if b.Closed() || changes[0].Failures != 5 || changes[0].Answered != 5 {
 		t.Fatalf("3 first attempts failed in a row: changes %+v", changes)
 	}
 	// Half-open (after the break and one refused first attempt), a
 	// retry's outcome decides too.
-	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, time.Time{})
+	wantRefusal(t, b.Admit(nil), ErrOpen, time.Time{})
 	clk.advance(DefaultBreakDuration)
 	if ok, _ := b.AllowRetry(nil); !ok {
 		t.Fatal("no probe")
 	}
-	b.Record(Success, false, nil)
+	b.Record(budget.Success, false, nil)
 	if !b.Closed() {
 		t.Fatal("the retry probe's success did not close it")
 	}
@@ -187,27 +190,27 @@ func TestBreakerTripsOnConsecutiveFirstFailures(t *testing.T) {
 // by a failed probe), or MaxBreakDuration.
 func TestBreakerProbesAtAShareOfTheCalls(t *testing.T) {
 	clk := &manualClock{now: t0}
-	var changes []BreakerChange
-	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 1, ProbeEvery: 3, BreakDuration: time.Second, MaxBreakDuration: 10 * time.Second}, clk, &changes)
-	admitN(t, b, Failure, 1)
+	var changes []Change
+	b := newTestBreaker(t, Settings{MinimumThroughput: 1, ProbeEvery: 3, BreakDuration: time.Second, MaxBreakDuration: 10 * time.Second}, clk, &changes)
+	admitN(t, b, budget.Failure, 1)
 	clk.advance(2 * time.Second)
 	for range 3 {
-		wantRefusal(t, b.Admit(nil), ErrBreakerOpen, time.Time{})
+		wantRefusal(t, b.Admit(nil), ErrOpen, time.Time{})
 	}
 	if err := b.Admit(nil); err != nil {
 		t.Fatalf("no probe after 3 refusals and the break: %v", err)
 	}
-	b.Record(Failure, true, nil)
+	b.Record(budget.Failure, true, nil)
 	// Now 6 refusals and 2s.
 	for range 6 {
 		clk.advance(100 * time.Millisecond)
-		wantRefusal(t, b.Admit(nil), ErrBreakerOpen, time.Time{})
+		wantRefusal(t, b.Admit(nil), ErrOpen, time.Time{})
 	}
 	clk.advance(1400 * time.Millisecond)
 	if err := b.Admit(nil); err != nil {
 		t.Fatalf("no probe after 6 refusals and 2s: %v", err)
 	}
-	b.Record(Failure, true, nil)
+	b.Record(budget.Failure, true, nil)
 	// A quiet client: no refusals, a probe at MaxBreakDuration.
 	clk.advance(10*time.Second - time.Millisecond)
 	if ok, _ := b.AllowRetry(nil); ok {
@@ -221,23 +224,23 @@ func TestBreakerProbesAtAShareOfTheCalls(t *testing.T) {
 
 func TestBreakerLostProbeFreesItsSlot(t *testing.T) {
 	clk := &manualClock{now: t0}
-	var changes []BreakerChange
-	b := newTestBreaker(t, BreakerSettings{MinimumThroughput: 1, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
-	admitN(t, b, Failure, 1)
-	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, t0.Add(time.Second))
+	var changes []Change
+	b := newTestBreaker(t, Settings{MinimumThroughput: 1, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
+	admitN(t, b, budget.Failure, 1)
+	wantRefusal(t, b.Admit(nil), ErrOpen, t0.Add(time.Second))
 	clk.advance(time.Second)
 	if err := b.Admit(nil); err != nil {
 		t.Fatal(err)
 	}
 	// The probe never reports; another may go one break later.
 	clk.advance(999 * time.Millisecond)
-	wantRefusal(t, b.Admit(nil), ErrBreakerOpen, t0.Add(2*time.Second))
+	wantRefusal(t, b.Admit(nil), ErrOpen, t0.Add(2*time.Second))
 	clk.advance(time.Millisecond)
 	if err := b.Admit(nil); err != nil {
 		t.Fatalf("the lost probe still holds the slot: %v", err)
 	}
-	// A probe ended by its caller (Other) frees the slot at once.
-	b.Record(Other, true, nil)
+	// A probe ended by its caller (budget.Other) frees the slot at once.
+	b.Record(budget.Other, true, nil)
 	if err := b.Admit(nil); err != nil {
 		t.Fatalf("a probe the caller ended still holds the slot: %v", err)
 	}
@@ -245,18 +248,18 @@ func TestBreakerLostProbeFreesItsSlot(t *testing.T) {
 
 func TestBreakerThrottlesFirstAttempts(t *testing.T) {
 	clk := &manualClock{now: t0}
-	var changes []BreakerChange
+	var changes []Change
 	u := 0.0
-	b := newTestBreaker(t, BreakerSettings{NoTrip: true, ThrottleK: 2}, clk, &changes, WithRandom(func() float64 { return u }))
+	b := newTestBreaker(t, Settings{NoTrip: true, ThrottleK: 2}, clk, &changes, WithRandom(func() float64 { return u }))
 	// Every attempt accepted: never throttled, whatever the draw.
-	admitN(t, b, Success, 100)
+	admitN(t, b, budget.Success, 100)
 	// Now every attempt fails: once requests pass 2 × accepts, first
 	// attempts are rejected with the SRE probability.
 	throttled := 0
 	for range 400 {
 		err := b.Admit(nil)
 		if err == nil {
-			b.Record(Failure, true, nil)
+			b.Record(budget.Failure, true, nil)
 			continue
 		}
 		wantRefusal(t, err, ErrThrottled, time.Time{})
@@ -279,46 +282,46 @@ func TestBreakerThrottlesFirstAttempts(t *testing.T) {
 	}
 }
 
-func TestBreakerSettingsValidate(t *testing.T) {
+func TestSettingsValidate(t *testing.T) {
 	for _, c := range []struct {
-		s     BreakerSettings
+		s     Settings
 		field string
 	}{
-		{BreakerSettings{FailureRatio: 1.5}, "circuitBreaker.failureRatio"},
-		{BreakerSettings{FailureRatio: -0.1}, "circuitBreaker.failureRatio"},
-		{BreakerSettings{FailureRatio: math.NaN()}, "circuitBreaker.failureRatio"},
-		{BreakerSettings{MinimumThroughput: -1}, "circuitBreaker.minimumThroughput"},
-		{BreakerSettings{MinimumThroughput: 2e6}, "circuitBreaker.minimumThroughput"},
-		{BreakerSettings{ConsecutiveFailures: -3}, "circuitBreaker.consecutiveFailures"},
-		{BreakerSettings{ProbeEvery: 2e6}, "circuitBreaker.probeEvery"},
-		{BreakerSettings{SamplingWindow: time.Millisecond}, "circuitBreaker.samplingWindow"},
-		{BreakerSettings{SamplingWindow: -time.Second}, "circuitBreaker.samplingWindow"},
-		{BreakerSettings{BreakDuration: 2 * time.Hour}, "circuitBreaker.breakDuration"},
-		{BreakerSettings{BreakDuration: 10 * time.Second, MaxBreakDuration: time.Second}, "circuitBreaker.maxBreakDuration"},
-		{BreakerSettings{ThrottleK: 0.5}, "adaptiveThrottling.k"},
-		{BreakerSettings{ThrottleK: math.Inf(1)}, "adaptiveThrottling.k"},
-		{BreakerSettings{Scope: 7}, "circuitBreaker.scope"},
-		{BreakerSettings{NoTrip: true}, "circuitBreaker"},
+		{Settings{FailureRatio: 1.5}, "FailureRatio"},
+		{Settings{FailureRatio: -0.1}, "FailureRatio"},
+		{Settings{FailureRatio: math.NaN()}, "FailureRatio"},
+		{Settings{MinimumThroughput: -1}, "MinimumThroughput"},
+		{Settings{MinimumThroughput: 2e6}, "MinimumThroughput"},
+		{Settings{ConsecutiveFailures: -3}, "ConsecutiveFailures"},
+		{Settings{ProbeEvery: 2e6}, "ProbeEvery"},
+		{Settings{SamplingWindow: time.Millisecond}, "SamplingWindow"},
+		{Settings{SamplingWindow: -time.Second}, "SamplingWindow"},
+		{Settings{BreakDuration: 2 * time.Hour}, "BreakDuration"},
+		{Settings{BreakDuration: 10 * time.Second, MaxBreakDuration: time.Second}, "MaxBreakDuration"},
+		{Settings{ThrottleK: 0.5}, "ThrottleK"},
+		{Settings{ThrottleK: math.Inf(1)}, "ThrottleK"},
+		{Settings{Scope: 7}, "Scope"},
+		{Settings{NoTrip: true}, "NoTrip"},
 	} {
 		err := c.s.Validate()
 		var se *SettingsError
 		if !errors.As(err, &se) || se.Field != c.field {
 			t.Errorf("%+v: Validate = %v, want an error on %s", c.s, err, c.field)
 		}
-		if _, err := NewBreakers(c.s, nil); err == nil {
-			t.Errorf("%+v: NewBreakers accepted it", c.s)
+		if _, err := NewSet(c.s, nil); err == nil {
+			t.Errorf("%+v: NewSet accepted it", c.s)
 		}
 	}
-	if err := (BreakerSettings{}).Validate(); err != nil {
+	if err := (Settings{}).Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if d := (BreakerSettings{BreakDuration: 2 * time.Minute}).WithDefaults(); d.MaxBreakDuration != 2*time.Minute {
+	if d := (Settings{BreakDuration: 2 * time.Minute}).WithDefaults(); d.MaxBreakDuration != 2*time.Minute {
 		t.Fatalf("MaxBreakDuration default below a long break: %v", d.MaxBreakDuration)
 	}
 }
 
 func TestBreakersScopeAndBound(t *testing.T) {
-	bs, err := NewBreakers(BreakerSettings{}, nil)
+	bs, err := NewSet(Settings{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +332,7 @@ func TestBreakersScopeAndBound(t *testing.T) {
 	if a.Key() != "t1 /s/A" {
 		t.Fatalf("key %q", a.Key())
 	}
-	bt, _ := NewBreakers(BreakerSettings{Scope: ScopeTarget}, nil)
+	bt, _ := NewSet(Settings{Scope: ScopeTarget}, nil)
 	if bt.Get("t1", "/s/A") != bt.Get("t1", "/s/B") || bt.Get("t1", "/s/A").Key() != "t1" {
 		t.Fatal("ScopeTarget: want one breaker per target")
 	}
@@ -342,7 +345,7 @@ func TestBreakersScopeAndBound(t *testing.T) {
 }
 
 func TestBreakerFastPathsDoNotAllocate(t *testing.T) {
-	bs, _ := NewBreakers(BreakerSettings{}, nil)
+	bs, _ := NewSet(Settings{}, nil)
 	b := bs.Get("t", "/s/M")
 	n := testing.AllocsPerRun(1000, func() {
 		if bs.Get("t", "/s/M") != b || b.Admit(nil) != nil {
@@ -351,7 +354,7 @@ func TestBreakerFastPathsDoNotAllocate(t *testing.T) {
 		if ok, _ := b.AllowRetry(nil); !ok {
 			t.Fatal("refused")
 		}
-		b.Record(Success, true, nil)
+		b.Record(budget.Success, true, nil)
 	})
 	if n != 0 {
 		t.Fatalf("%v allocations per call, want 0", n)
@@ -363,33 +366,63 @@ func TestBreakerFastPathsDoNotAllocate(t *testing.T) {
 // probe beside it.
 func TestGateWaitsForTheBreaker(t *testing.T) {
 	clk := &manualClock{now: t0}
-	var changes []BreakerChange
-	br := newTestBreaker(t, BreakerSettings{MinimumThroughput: 2, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
+	var changes []Change
+	br := newTestBreaker(t, Settings{MinimumThroughput: 2, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
 	sb := &switchBudget{}
 	sb.open.Store(true)
-	g := newGate(t, sb, DeferSettings{}, clk)
-	admitN(t, br, Failure, 2)
-	wantRefusal(t, br.Admit(nil), ErrBreakerOpen, t0.Add(time.Second))
-	g.Record(Attempt{Number: 1, Outcome: Failure})
-	r := retry2
-	r.Breaker = br
-	w, err := g.Enter(r, 100*time.Millisecond, time.Time{})
+	g, err := budget.Deferring(sb, budget.DeferSettings{}, budget.WithClock(clk.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitN(t, br, budget.Failure, 2)
+	wantRefusal(t, br.Admit(nil), ErrOpen, t0.Add(time.Second))
+	g.Record(budget.Attempt{Number: 1, Outcome: budget.Failure})
+	w, err := g.Enter(budget.Request{Number: 2, Guard: br.Guard(nil)}, 100*time.Millisecond, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
 	// The gate would probe after its quiet time; the breaker says when.
 	clk.advance(200 * time.Millisecond)
-	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(time.Second)) {
-		t.Fatalf("next poll at %v, want the break's end", next)
+	if a, next := w.Poll(); a != budget.AdmitNone || !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("Poll = %v, next %v; want none until the break's end", a, next)
 	}
 	clk.advance(800 * time.Millisecond)
-	poll(t, w, AdmitBudget)
-	if err := br.Admit(nil); !errors.Is(err, ErrBreakerOpen) {
+	if a, _ := w.Poll(); a != budget.AdmitBudget {
+		t.Fatalf("Poll at the break's end = %v, want budget", a)
+	}
+	if err := br.Admit(nil); !errors.Is(err, ErrOpen) {
 		t.Fatalf("a first attempt probed beside the waiting retry: %v", err)
 	}
-	br.Record(Success, true, nil)
+	br.Record(budget.Success, true, nil)
 	if !br.Closed() {
 		t.Fatal("the gate's probe did not close the breaker")
 	}
 }
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// manualClock is a clock the test moves by hand.
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// switchBudget admits when open is set; it records nothing.
+type switchBudget struct{ open atomic.Bool }
+
+func (b *switchBudget) Record(budget.Attempt)     {}
+func (b *switchBudget) Allow(budget.Request) bool { return b.open.Load() }
+func (b *switchBudget) State() budget.State       { return budget.State{Kind: "switch"} }

@@ -1,0 +1,40 @@
+package breaker
+
+import (
+	"time"
+
+	"github.com/stagger-go/stagger/budget"
+)
+
+// Guard returns b as the budget.Guard of a call's retries, so that a
+// budget.Gate asks b before it lets a waiting retry of the call go (the
+// breaker's half-open probe and the gate's probe are then one attempt). l
+// (may be nil) hears the state changes the asking makes.
+func (b *Breaker) Guard(l Listener) budget.Guard { return guard{b: b, l: l} }
+
+type guard struct {
+	b *Breaker
+	l Listener
+}
+
+func (g guard) Closed() bool { return g.b.Closed() }
+
+func (g guard) AllowRetry() (bool, time.Time, func()) {
+	if g.b.Closed() {
+		return true, time.Time{}, nil
+	}
+	ok, next, ch, changed := g.b.allowRetry(g.b.now())
+	if !changed {
+		return ok, next, nil
+	}
+	return ok, next, func() { g.b.tell(ch, g.l) }
+}
+
+func later(a time.Time, bs ...time.Time) time.Time {
+	for _, b := range bs {
+		if b.After(a) {
+			a = b
+		}
+	}
+	return a
+}

@@ -1,0 +1,162 @@
+package breaker
+
+import (
+	"strconv"
+	"time"
+)
+
+// Settings configure a circuit breaker and client-side adaptive
+// throttling (a policy file's circuitBreaker and adaptiveThrottling). They
+// share one sliding window of the attempts one Breaker guards. A zero
+// field takes the default written beside it; the policy file rejects an
+// explicit zero. Comparable with ==.
+type Settings struct {
+	// FailureRatio trips the breaker: when, over SamplingWindow, at least
+	// MinimumThroughput first attempts got an answer and at least this
+	// share of them failed. Only first attempts count: they sample the
+	// server as the callers meet it, where retries repeat the calls that
+	// failed (a key that always fails would count once per attempt). In
+	// (0, 1]; default 0.5.
+	FailureRatio float64
+	// MinimumThroughput is the fewest answered first attempts in the
+	// window before the ratio counts. In [1, 1e6]; default 20.
+	MinimumThroughput int
+	// ConsecutiveFailures first attempts failed in a row (no success of
+	// any attempt between) trip the breaker while the window holds fewer
+	// than MinimumThroughput answers: a client too quiet for the ratio
+	// still stops calling a server that fails everything, and a busy one
+	// is judged by the ratio alone (under 20 % random failures, 5 in a row
+	// come once in 3,000 first attempts). In [1, 1e6]; default 5.
+	ConsecutiveFailures int
+	// SamplingWindow is the window's length, in [100ms, 24h]; default 10s.
+	// It is kept as a ring of 10 slices: counts leave it a tenth at a time.
+	SamplingWindow time.Duration
+	// BreakDuration is the least time the breaker stays open before it
+	// lets one probe through (half-open), in [1ms, 1h]; default 1s. Each
+	// probe that fails doubles it, up to MaxBreakDuration; closing resets
+	// it.
+	BreakDuration time.Duration
+	// ProbeEvery: the break also lasts until this many first attempts
+	// were refused since the breaker opened (each failed probe doubles
+	// it, up to 1000), so that probes stay a small share of what the
+	// client asks, however many clients there are: a client of 10 calls a
+	// second probes about every second, one of 1 call a second every 10
+	// (a thousand such clients probing every second would double the load
+	// of a server that is down). In [1, 1e6]; default 10.
+	ProbeEvery int
+	// MaxBreakDuration bounds the break however few first attempts are
+	// refused (a quiet client, or only retries waiting), and the doubled
+	// BreakDuration; in [BreakDuration, 24h]; default 5s (BreakDuration when
+	// that is longer).
+	MaxBreakDuration time.Duration
+	// NoTrip: the breaker never opens (adaptive throttling alone).
+	NoTrip bool
+	// ThrottleK turns on client-side adaptive throttling of first attempts
+	// (Google SRE book, "Handling Overload"): a first attempt is rejected
+	// locally with probability max(0, (requests − K × accepts) /
+	// (requests + 1)), counted over the window, where requests are the
+	// attempts asked for (rejected ones included) and accepts those the
+	// server answered without failing. 0: off; else in [1, 100]; the SRE
+	// book's K is 2.
+	ThrottleK float64
+	// Scope says what one Breaker guards: every method of one target
+	// (ScopeTarget) or one method of one target (ScopeMethod, the default).
+	Scope Scope
+	// NoPacing turns off the pacing of first attempts held while their
+	// connection was not ready (see Breaker.Pace; the interceptors hold
+	// waitForReady calls).
+	NoPacing bool
+}
+
+// Scope says what one Breaker guards.
+type Scope uint8
+
+const (
+	// ScopeMethod: one breaker per target and method, so that one failing
+	// method (or one whose keys fail) does not stop the others.
+	ScopeMethod Scope = iota
+	// ScopeTarget: one breaker per target (the ClientConn's target string),
+	// for a target whose methods fail together.
+	ScopeTarget
+)
+
+// String returns "method" or "target".
+func (s Scope) String() string {
+	switch s {
+	case ScopeMethod:
+		return "method"
+	case ScopeTarget:
+		return "target"
+	}
+	return "Scope(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Defaults of Settings.
+const (
+	DefaultFailureRatio      = 0.5
+	DefaultMinimumThroughput = 20
+	DefaultConsecutive       = 5
+	DefaultSamplingWindow    = 10 * time.Second
+	DefaultBreakDuration     = time.Second
+	DefaultMaxBreakDuration  = 5 * time.Second
+	DefaultProbeEvery        = 10
+	maxProbeEvery            = 1000
+	DefaultThrottleK         = 2.0
+)
+
+// WithDefaults returns s with each zero field replaced by its default
+// (ThrottleK stays 0: off).
+func (s Settings) WithDefaults() Settings {
+	if s.FailureRatio == 0 {
+		s.FailureRatio = DefaultFailureRatio
+	}
+	if s.MinimumThroughput == 0 {
+		s.MinimumThroughput = DefaultMinimumThroughput
+	}
+	if s.ConsecutiveFailures == 0 {
+		s.ConsecutiveFailures = DefaultConsecutive
+	}
+	if s.SamplingWindow == 0 {
+		s.SamplingWindow = DefaultSamplingWindow
+	}
+	if s.BreakDuration == 0 {
+		s.BreakDuration = DefaultBreakDuration
+	}
+	if s.ProbeEvery == 0 {
+		s.ProbeEvery = DefaultProbeEvery
+	}
+	if s.MaxBreakDuration == 0 {
+		s.MaxBreakDuration = max(DefaultMaxBreakDuration, s.BreakDuration)
+	}
+	return s
+}
+
+// Validate reports the first setting that breaks its rule, as a
+// *SettingsError naming the policy file's field. Zero fields are valid
+// (defaults); NaN and infinities are not.
+func (s Settings) Validate() error {
+	f := s.WithDefaults()
+	switch {
+	case !(f.FailureRatio > 0 && f.FailureRatio <= 1):
+		return &SettingsError{Field: "FailureRatio", Rule: "must be in (0, 1]", Value: s.FailureRatio}
+	case f.MinimumThroughput < 1 || f.MinimumThroughput > 1e6:
+		return &SettingsError{Field: "MinimumThroughput", Rule: "must be in [1, 1e6]", Value: s.MinimumThroughput}
+	case f.ConsecutiveFailures < 1 || f.ConsecutiveFailures > 1e6:
+		return &SettingsError{Field: "ConsecutiveFailures", Rule: "must be in [1, 1e6]", Value: s.ConsecutiveFailures}
+	case f.SamplingWindow < 100*time.Millisecond || f.SamplingWindow > 24*time.Hour:
+		return &SettingsError{Field: "SamplingWindow", Rule: "must be in [100ms, 24h]", Value: s.SamplingWindow}
+	case f.BreakDuration < time.Millisecond || f.BreakDuration > time.Hour:
+		return &SettingsError{Field: "BreakDuration", Rule: "must be in [1ms, 1h]", Value: s.BreakDuration}
+	case f.ProbeEvery < 1 || f.ProbeEvery > 1e6:
+		return &SettingsError{Field: "ProbeEvery", Rule: "must be in [1, 1e6]", Value: s.ProbeEvery}
+	case f.MaxBreakDuration < f.BreakDuration || f.MaxBreakDuration > 24*time.Hour:
+		return &SettingsError{Field: "MaxBreakDuration", Rule: "must be in [breakDuration, 24h]", Value: s.MaxBreakDuration}
+	case s.ThrottleK != 0 && !(s.ThrottleK >= 1 && s.ThrottleK <= 100):
+		return &SettingsError{Field: "ThrottleK", Rule: "must be in [1, 100]", Value: s.ThrottleK}
+	case s.Scope > ScopeTarget:
+		return &SettingsError{Field: "Scope", Rule: "must be METHOD or TARGET", Value: s.Scope}
+	case s.NoTrip && s.ThrottleK == 0:
+		return &SettingsError{Field: "NoTrip", Rule: "neither trips nor throttles (NoTrip without ThrottleK)", Value: true}
+	}
+	return nil
+}

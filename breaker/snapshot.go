@@ -1,0 +1,50 @@
+package breaker
+
+import (
+	"math"
+	"time"
+)
+
+// Snapshot is a breaker's state for metrics and logs.
+type Snapshot struct {
+	Key   string
+	State State
+	// Requests, Accepts and Failures are the window's counts now.
+	Requests, Accepts, Failures uint64
+	// ThrottleP is the probability a first attempt is rejected now (0
+	// without throttling).
+	ThrottleP float64
+	// Break is the current break; Retry when the open breaker lets a
+	// probe go.
+	Break time.Duration
+	Retry time.Time
+	// Opened counts the times it opened; Rejected the attempts it refused
+	// while not closed; Throttled the first attempts throttling rejected.
+	Opened, Rejected, Throttled uint64
+	At                          time.Time
+}
+
+// Snapshot returns the breaker's state now.
+func (b *Breaker) Snapshot() Snapshot {
+	now := b.now()
+	b.mu.Lock()
+	ch, changed := b.probeLocked(now)
+	b.w.Advance(now)
+	s := Snapshot{
+		Key: b.key, State: b.st,
+		Requests: b.w.Sum[brRequests], Accepts: b.w.Sum[brAccepts], Failures: b.w.Sum[brFailures],
+		Break: b.breakFor, Opened: b.opened, Rejected: b.rejected, Throttled: b.thrott, At: now,
+	}
+	if b.st == StateOpen {
+		s.Retry = b.retryAt
+	}
+	if b.s.ThrottleK > 0 && s.Requests > 0 {
+		req := float64(s.Requests) + 1
+		s.ThrottleP = math.Max(0, (req-1-b.s.ThrottleK*float64(s.Accepts))/req)
+	}
+	b.mu.Unlock()
+	if changed {
+		b.tell(ch, nil)
+	}
+	return s
+}

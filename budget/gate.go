@@ -1,0 +1,175 @@
+package budget
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Gate adds deferral to a budget: a retry the budget refuses waits, within
+// its call's deadline, instead of ending the call, and goes when a rule
+// below admits it. The gate asks every time it learns something (an attempt
+// recorded) and when a wait falls due. Its numbers are in Rules.
+//
+// The gate stands in one of four phases: quiet (nothing failed since the
+// last success seen while nobody waited), failing (the last attempt that
+// reached the server failed), outage (OutageStreak failures in a row, no
+// success between) and recovering (an attempt succeeded after failures).
+// The rules:
+//
+//  1. Probe. While failing or in an outage, one deferred retry at a time
+//     goes, when nothing reached the server for the quiet time: the longer
+//     of the retry's own pause and the probe gap. The gap starts at the
+//     first waiting retry's pause, doubles with every attempt that fails,
+//     the new calls' first attempts included (up to QuietGapMax; a probe
+//     that fails doubles it up to ProbeGapMax, and to no less than its own
+//     pause), and halves with every success. A process that keeps sending
+//     calls learns from them instead of probing; a quiet one probes at its
+//     backoff's pace, slowed by every failure. It goes as AdmitBudget when
+//     the budget's Allow pays for it now, else as AdmitProbe. The last
+//     attempt of a call with a deadline (Request.Last) is not spent on a
+//     probe: it waits for rule 2.
+//  2. Last chance. While failing or in an outage, a retry whose call has a
+//     deadline goes as that call's last chance (AdmitLast, or AdmitBudget
+//     when paid) at the deadline less LastChanceLead (or twice the latest
+//     deferred retry's duration), when no other deferred retry is out,
+//     nothing reached the server for its pause, and the last deferred retry
+//     that failed ended at least the last-chance gap ago. That gap starts
+//     at the first waiting retry's pause, doubles with every deferred retry
+//     that fails and halves with every success: the call has nothing to
+//     lose, and a long outage does not get one more attempt per call.
+//  3. Release. While quiet or recovering, a release credit lets one waiting
+//     retry go (AdmitRelease). Credits accrue at ReleasePerSecond and by a
+//     gain with every success the process records; the gain starts at
+//     ReleaseGainStart, doubles with every deferred retry that succeeds, up
+//     to ReleaseGainMax, and halves (not below the start) with every
+//     released or paid retry that fails. At most one credit is kept: no
+//     burst. An outage drops the credits; the first after it is drawn at
+//     random (processes that saw the recovery together must not release
+//     together), or is a whole one when a deferred retry found the server
+//     back (the waiting call whose last chance would have come next must
+//     not lose it to the probe that came first).
+//  4. Guard. A retry whose Request names a Guard (a circuit breaker) goes
+//     only when the guard allows it too, so the guard's half-open probe and
+//     the gate's probe are one attempt. While the guard is closed it is the
+//     judge of whether the server fails: rules 1 and 2 then let only a
+//     retry the budget pays for go (a free probe would only repeat a call
+//     that failed, such as a key that always fails).
+//  5. Outage queue. While calls wait in an outage, Allow refuses every
+//     retry (not hedges) without asking the budget: a new retry queues
+//     behind the waiting ones and goes by the same rules, so budget-paid
+//     retries cannot burn a call's attempts against a server known to be
+//     failing, or pile onto one that is back but full.
+//  6. Settling. No retry is admitted sooner than its pause. A probe or last
+//     chance that never reports (its attempt lost) frees its slot a second
+//     after its call's deadline, or ProbeGapMax after it went for a call
+//     without one; a probe that reports after that is still counted as an
+//     outcome.
+//
+// The waiting calls are bounded (DeferSettings.MaxWaiting); a call without
+// a deadline waits at most MaxWait. Waiting costs the caller's goroutine
+// only: no goroutine or timer is started but the one Wait sleeps on.
+//
+// A Gate is a Budget: Record and Allow pass through to the budget it wraps
+// (Allow counts in the budget's State like any other). When nobody waits,
+// recording a success costs one atomic load beyond the budget's own; a
+// failure takes the gate's lock and reads the clock. A Gate is safe for
+// concurrent use; build it with Deferring (or New).
+type Gate struct {
+	b    Budget
+	s    DeferSettings
+	now  func() time.Time
+	rand func() float64
+
+	// waiting mirrors the waiting count, for Record's and Allow's fast
+	// paths.
+	waiting atomic.Int32
+	// succeeded: a success was recorded while nobody waited, so what the
+	// last failures left is stale (gateState.forget runs at the next slow
+	// path).
+	succeeded atomic.Bool
+	// outageNow mirrors st.phase == phaseOutage, for Allow.
+	outageNow atomic.Bool
+
+	mu       sync.Mutex
+	st       gateState
+	nWaiting int
+	changed  chan struct{}
+	// counters for State.
+	deferred, admitted, gaveUp uint64
+}
+
+// Deferring wraps b so that its refused retries wait (see Gate). s.Mode is
+// not consulted: the caller chose to defer.
+func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
+	if b == nil {
+		return nil, errors.New("budget: Deferring: nil budget (a nil budget is unlimited and never refuses)")
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	o := buildOptions(opts)
+	return &Gate{b: b, s: s.WithDefaults(), now: o.now, rand: o.rand, st: newGateState(o.now(), o.rand), changed: make(chan struct{})}, nil
+}
+
+// Unwrap returns the budget the gate wraps.
+func (g *Gate) Unwrap() Budget { return g.b }
+
+// Settings returns the gate's settings, defaults applied.
+func (g *Gate) Settings() DeferSettings { return g.s }
+
+// Allow asks the wrapped budget, except that while calls wait during an
+// outage it refuses every retry (rule 5; hedges are asked as usual).
+func (g *Gate) Allow(r Request) bool {
+	if !r.Hedge && g.waiting.Load() > 0 && g.outageNow.Load() {
+		return false
+	}
+	return g.b.Allow(r)
+}
+
+// Record tells the wrapped budget, then the gate, how an attempt ended.
+func (g *Gate) Record(a Attempt) {
+	g.b.Record(a)
+	if a.Outcome != Failure && a.Admission == AdmitNone && g.waiting.Load() == 0 {
+		if a.Outcome == Success && !g.succeeded.Load() {
+			g.succeeded.Store(true)
+		}
+		return
+	}
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.forgetLocked(now)
+	g.st.observe(now, a)
+	g.outageNow.Store(g.st.phase == phaseOutage)
+	g.notifyLocked()
+}
+
+// forgetLocked runs gateState.forget when successes were recorded while
+// nobody waited.
+func (g *Gate) forgetLocked(now time.Time) {
+	if g.succeeded.Swap(false) {
+		g.st.forget(now)
+		g.outageNow.Store(false)
+	}
+}
+
+// notifyLocked wakes the waiters, if any (nobody else holds the channel).
+func (g *Gate) notifyLocked() {
+	if g.nWaiting == 0 {
+		return
+	}
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// State returns the wrapped budget's state, with the calls waiting now and
+// the gate's counters.
+func (g *Gate) State() State {
+	st := g.b.State()
+	g.mu.Lock()
+	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp = g.nWaiting, g.deferred, g.admitted, g.gaveUp
+	g.mu.Unlock()
+	return st
+}

@@ -1,0 +1,80 @@
+package budget
+
+import "time"
+
+// The Gate's tuning numbers, in one place. Each is unexported on purpose:
+// a retune must not change the API. `stagger check` prints them through
+// DeferRules. Each line says what the value came from.
+const (
+	// releasePerSecond, releaseGainStart, releaseGainMax: release credits
+	// accrue at 1/s plus 1/16 of each success, the share doubling per
+	// deferred retry that succeeds up to 3/16 (TCP's slow start in the
+	// process's own successes). Chosen from four settings in the storm lab
+	// (BENCHMARKS.md, issue 13 second pass): 1.5/s and 3/16 peaked at about
+	// 2× capacity after recovery, 1/s and 3/16 at 1.18× (unavailable); the
+	// time-based part is the same in every process, so it is the smaller.
+	releasePerSecond = 1.0
+	releaseGainStart = 1.0 / 16
+	releaseGainMax   = 3.0 / 16
+	// outageStreak failures in a row, with no success between, make an
+	// outage: under 10–20 % random failures two in a row come once in 25–100
+	// attempts, so a serving server is rarely taken for a down one, and a
+	// down one is seen on the second failure.
+	outageStreak = 2
+	// probeGapMax bounds the probe and last-chance gaps that failed probes
+	// double: not measured, a bound so that a long outage is still probed
+	// every 30 s (restarts of real services take seconds to minutes).
+	probeGapMax = 30 * time.Second
+	// quietGapMax bounds what new calls' failures make of the probe gap, so
+	// that the waiting calls of a process whose calls stop probe again after
+	// at most 4 s of quiet (`stagger sim failrate` at 1000 processes: about
+	// 0.08 of its 1.08 amplification over 60 s, BENCHMARKS.md).
+	quietGapMax = 4 * time.Second
+	// lastChanceLead is the least time before its call's deadline at which
+	// a waiting retry goes as the call's last chance; lastChanceFactor
+	// times the latest deferred attempt's duration when that is longer, so
+	// that the attempt can come back before the deadline. 50 ms covers an
+	// attempt on a LAN; the lab's blip (1.5 s outage) went from 90 % to
+	// 100 % with it (BENCHMARKS.md, issue 13 second pass).
+	lastChanceLead   = 50 * time.Millisecond
+	lastChanceFactor = 2
+	// waitSlack: no retry starts with less than this before its deadline
+	// (an attempt sent with less left is cut off by the deadline).
+	waitSlack = time.Millisecond
+	// gapFloor: a failed probe's gap never doubles from less than this
+	// (successes may have halved the gaps to nothing).
+	gapFloor = time.Millisecond
+	// probeLeaseSlack: a probe or last chance that has not reported by its
+	// call's deadline plus this is taken as lost and its slot freed (the
+	// interceptors record an attempt a little after its deadline ends it).
+	// A call without a deadline holds the slot at most probeGapMax.
+	probeLeaseSlack = time.Second
+)
+
+// DeferRules are the numbers a Gate's rules use (see Gate), for tools that
+// explain them (`stagger check`). They are not settings: a release may
+// retune them.
+type DeferRules struct {
+	// OutageStreak failures in a row make an outage.
+	OutageStreak int
+	// QuietGapMax bounds the probe gap that new calls' failures make;
+	// ProbeGapMax the one failed probes make.
+	QuietGapMax, ProbeGapMax time.Duration
+	// LastChanceLead is the least time before the deadline at which a
+	// call's last chance goes.
+	LastChanceLead time.Duration
+	// ReleasePerSecond credits accrue per second once the server is back,
+	// plus a share of each success from ReleaseGainStart up to
+	// ReleaseGainMax.
+	ReleasePerSecond, ReleaseGainStart, ReleaseGainMax float64
+}
+
+// Rules returns the numbers the Gate's rules use today.
+func Rules() DeferRules {
+	return DeferRules{
+		OutageStreak: outageStreak,
+		QuietGapMax:  quietGapMax, ProbeGapMax: probeGapMax,
+		LastChanceLead:   lastChanceLead,
+		ReleasePerSecond: releasePerSecond, ReleaseGainStart: releaseGainStart, ReleaseGainMax: releaseGainMax,
+	}
+}
