@@ -8,18 +8,24 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/url"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/server"
@@ -100,12 +106,17 @@ func newTLSBench(t *testing.T, clientAuth tls.ClientAuthType, o server.Idempoten
 	t.Helper()
 	b := &tlsBench{ca: newTestCA(t)}
 	srvCert := b.ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "server"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	creds := credentials.NewTLS(&tls.Config{
+	cfg := &tls.Config{
 		Certificates: []tls.Certificate{srvCert},
 		ClientAuth:   clientAuth,
 		ClientCAs:    b.ca.pool,
 		MinVersion:   tls.VersionTLS13,
-	})
+	}
+	if clientAuth == tls.RequireAnyClientCert {
+		// No acceptable CAs named: the client sends whatever it has.
+		cfg.ClientCAs = nil
+	}
+	creds := credentials.NewTLS(cfg)
 	h := &handlerService{get: func(ctx context.Context, req *testingv1.GetRequest) (*testingv1.GetResponse, error) {
 		n := b.runs.Add(1)
 		who := "anonymous"
@@ -198,5 +209,172 @@ func TestScopeByClientCertificate(t *testing.T) {
 	checkReply(t, "bob's retry", getWithKey(t, bob, "k"), "bob", 2, true)
 	if n := b.runs.Load(); n != 2 {
 		t.Errorf("%d runs, want 2 (one per caller)", n)
+	}
+}
+
+// logBuffer is a slog handler's output, safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+const sharedWarning = "keys of callers without a verified TLS client certificate are shared"
+
+// TestScopeWithoutVerifiedCertificate: callers without a verified client
+// certificate share one scope, which the logger is told once, at the first
+// such request with a key. A certificate the server did not verify
+// (tls.RequireAnyClientCert) is no identity: its subject names whoever
+// made it.
+func TestScopeWithoutVerifiedCertificate(t *testing.T) {
+	t.Run("unverified", func(t *testing.T) {
+		var log logBuffer
+		b := newTLSBench(t, tls.RequireAnyClientCert, server.IdempotencyOptions{Logger: log.logger()})
+		var ca *testCA // self-signed: nobody vouches for the names
+		alice := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "alice"}})
+		mallory := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "mallory"}})
+		checkReply(t, "alice", getWithKey(t, b.client(t, &alice), "k"), "alice", 1, false)
+		if got := strings.Count(log.String(), sharedWarning); got != 1 {
+			t.Errorf("after the first keyed request: %d warnings, want 1; log:\n%s", got, log.String())
+		}
+		checkReply(t, "mallory, alice's key (shared: no identity)", getWithKey(t, b.client(t, &mallory), "k"), "alice", 1, true)
+		getWithKey(t, b.client(t, &mallory), "k2")
+		if got := strings.Count(log.String(), sharedWarning); got != 1 {
+			t.Errorf("after three keyed requests: %d warnings, want 1; log:\n%s", got, log.String())
+		}
+	})
+	t.Run("mixed", func(t *testing.T) {
+		// A server that verifies certificates when given: the callers
+		// with one are scoped, those without share the scope "".
+		var log logBuffer
+		b := newTLSBench(t, tls.VerifyClientCertIfGiven, server.IdempotencyOptions{Logger: log.logger()})
+		alice := b.ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "alice"}})
+		checkReply(t, "alice", getWithKey(t, b.client(t, &alice), "k"), "alice", 1, false)
+		if log.String() != "" {
+			t.Errorf("a verified caller was warned about: %s", log.String())
+		}
+		checkReply(t, "anonymous, alice's key", getWithKey(t, b.client(t, nil), "k"), "anonymous", 2, false)
+		checkReply(t, "another anonymous", getWithKey(t, b.client(t, nil), "k"), "anonymous", 2, true)
+		checkReply(t, "alice's retry", getWithKey(t, b.client(t, &alice), "k"), "alice", 1, true)
+		if got := strings.Count(log.String(), sharedWarning); got != 1 {
+			t.Errorf("%d warnings, want 1; log:\n%s", got, log.String())
+		}
+	})
+}
+
+// tenantScope is a Scope of the tests: the request's tenant header.
+func tenantScope(ctx context.Context) (string, error) {
+	v := metadata.ValueFromIncomingContext(ctx, "tenant")
+	if len(v) != 1 {
+		return "", errors.New("want one tenant header")
+	}
+	return v[0], nil
+}
+
+func withTenant(tenant string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "tenant", tenant)
+}
+
+// TestScopeFunction: with Scope set, tenants that pick the same key for the
+// same request each run the handler and get their own reply, headers and
+// trailers; a tenant's retry replays its own. Scopes that a plain
+// concatenation with the key would confuse stay apart, and nothing is
+// logged.
+func TestScopeFunction(t *testing.T) {
+	var log logBuffer
+	b := newDedupBench(t, memStore(t), server.IdempotencyOptions{Scope: tenantScope, Logger: log.logger()})
+	check := func(what string, r result, run int64, replayed bool) {
+		t.Helper()
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		if r.resp.GetReply().GetSeq() != run || r.header.Get("run")[0] != fmt.Sprint(run) || len(r.header.Get("run")) != 1 ||
+			r.trailer.Get("trailer-run")[0] != fmt.Sprint(run) || len(r.trailer.Get("trailer-run")) != 1 {
+			t.Errorf("%s: reply %v, header %v, trailer %v; want run %d's alone", what, r.resp.GetReply(), r.header, r.trailer, run)
+		}
+		if got := len(r.header.Get(server.ReplayedHeader)) > 0; got != replayed {
+			t.Errorf("%s: replayed %v, want %v", what, got, replayed)
+		}
+	}
+	check("acme", b.getCtx(withTenant("acme"), "request-1", "ok"), 1, false)
+	check("globex, acme's key", b.getCtx(withTenant("globex"), "request-1", "ok"), 2, false)
+	check("acme's retry", b.getCtx(withTenant("acme"), "request-1", "ok"), 1, true)
+	check("globex's retry", b.getCtx(withTenant("globex"), "request-1", "ok"), 2, true)
+	// "a" with key "bk" and "ab" with key "k" concatenate alike.
+	check("a, key bk", b.getCtx(withTenant("a"), "bk", "ok"), 3, false)
+	check("ab, key k", b.getCtx(withTenant("ab"), "k", "ok"), 4, false)
+	if log.String() != "" {
+		t.Errorf("logged with Scope set: %s", log.String())
+	}
+}
+
+// TestScopeFunctionRefuses: a Scope that fails refuses the keyed request
+// with UNAUTHENTICATED (or the status it returned, unchanged), without
+// running the handler or storing anything; a request without a key does
+// not ask it.
+func TestScopeFunctionRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		code    codes.Code
+		message string
+	}{
+		{"plain error", errors.New("no tenant"), codes.Unauthenticated, "server: idempotency key's scope (IdempotencyOptions.Scope): no tenant"},
+		{"status", status.Error(codes.PermissionDenied, "tenant suspended"), codes.PermissionDenied, "tenant suspended"},
+		{"wrapped status", fmt.Errorf("auth: %w", status.Error(codes.PermissionDenied, "tenant suspended")), codes.PermissionDenied, "auth: rpc error: code = PermissionDenied desc = tenant suspended"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := memStore(t)
+			var asked atomic.Int64
+			b := newDedupBench(t, store, server.IdempotencyOptions{Scope: func(context.Context) (string, error) {
+				asked.Add(1)
+				return "", tc.err
+			}})
+			r := b.get("k", "ok")
+			if st := status.Convert(r.err); st.Code() != tc.code || st.Message() != tc.message {
+				t.Errorf("refused with %v %q, want %v %q", st.Code(), st.Message(), tc.code, tc.message)
+			}
+			if n, _ := store.Len(); n != 0 || b.runs.Load() != 0 {
+				t.Errorf("%d entries stored, %d runs; want none", n, b.runs.Load())
+			}
+			if r := b.get("", "ok"); r.err != nil || b.runs.Load() != 1 || asked.Load() != 1 {
+				t.Errorf("without a key: %v, %d runs, Scope asked %d times; want a run and Scope asked once (by the keyed one)", r.err, b.runs.Load(), asked.Load())
+			}
+		})
+	}
+}
+
+// TestStoreKey: a fixed-length hash of the scope, a colon, the key; pairs
+// that concatenate alike stay apart.
+func TestStoreKey(t *testing.T) {
+	k := server.StoreKey("spiffe://example.org/a", "request-1")
+	if len(k) != 43+1+len("request-1") || !strings.HasSuffix(k, ":request-1") {
+		t.Errorf("StoreKey = %q, want 43 bytes of hash, a colon and the key", k)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			t.Fatalf("StoreKey = %q: byte %d is not printable", k, i)
+		}
+	}
+	seen := map[string][2]string{}
+	for _, p := range [][2]string{{"a", "bk"}, {"ab", "k"}, {"", "abk"}, {"abk", ""}, {"a:", "bk"}, {"a", ":bk"}, {"\x00", "k"}, {"", "k"}} {
+		sk := server.StoreKey(p[0], p[1])
+		if q, dup := seen[sk]; dup {
+			t.Errorf("StoreKey(%q, %q) = StoreKey(%q, %q)", p[0], p[1], q[0], q[1])
+		}
+		seen[sk] = p
 	}
 }
