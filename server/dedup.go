@@ -66,16 +66,13 @@ type IdempotencyOptions struct {
 	// MaxKeyLength bounds a key's length; default DefaultMaxKeyLength.
 	MaxKeyLength int
 	// Scope names the caller a key belongs to: an outcome is found only by
-	// requests of the scope that stored it, so one caller never replays
-	// another's (the package documentation, "Idempotency keys"). It is
-	// asked only for requests that carry a key, after the key is checked.
-	// An error refuses the request without running the handler or storing
-	// anything: a gRPC status error (status.Error) as it is, any other as
-	// UNAUTHENTICATED. Callers of the same scope share their keys; "" is a
-	// scope like any other (return it for every caller to share keys on
-	// purpose). Default: the caller's verified TLS client certificate (its
-	// URI SANs, a SPIFFE ID, when it has any; else its subject and issuer),
-	// and "" for callers without one, which Logger is told once.
+	// requests of the scope that stored it (the package documentation,
+	// "Idempotency keys", says what that promises). It is asked only for
+	// requests that carry a valid key. An error refuses the request
+	// without running the handler or storing anything: a gRPC status error
+	// as it is, any other as UNAUTHENTICATED. "" is a scope like any
+	// other. Default: the caller's verified TLS client certificate, and ""
+	// for callers without one.
 	Scope func(ctx context.Context) (string, error)
 	// Logger gets the warning, once, that keys are shared by every caller
 	// without a verified client certificate (the first time such a
