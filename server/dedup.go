@@ -212,7 +212,9 @@ func (d *dedup) scope(ctx context.Context) (string, error) {
 	}
 	scope, err := d.o.Scope(ctx)
 	if err != nil {
-		if st, ok := status.FromError(err); ok {
+		// A status of OK would let the request through in the scope "":
+		// a failed Scope never does.
+		if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
 			return "", st.Err()
 		}
 		return "", status.Errorf(codes.Unauthenticated, "server: idempotency key's scope (IdempotencyOptions.Scope): %v", err)

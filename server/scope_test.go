@@ -334,6 +334,7 @@ func TestScopeFunctionRefuses(t *testing.T) {
 	}{
 		{"plain error", errors.New("no tenant"), codes.Unauthenticated, "server: idempotency key's scope (IdempotencyOptions.Scope): no tenant"},
 		{"status", status.Error(codes.PermissionDenied, "tenant suspended"), codes.PermissionDenied, "tenant suspended"},
+		{"status OK", okStatusError{}, codes.Unauthenticated, "server: idempotency key's scope (IdempotencyOptions.Scope): an error whose status is OK"},
 		{"wrapped status", fmt.Errorf("auth: %w", status.Error(codes.PermissionDenied, "tenant suspended")), codes.PermissionDenied, "auth: rpc error: code = PermissionDenied desc = tenant suspended"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -356,6 +357,12 @@ func TestScopeFunctionRefuses(t *testing.T) {
 		})
 	}
 }
+
+// okStatusError is an error whose gRPC status says OK.
+type okStatusError struct{}
+
+func (okStatusError) Error() string              { return "an error whose status is OK" }
+func (okStatusError) GRPCStatus() *status.Status { return status.New(codes.OK, "") }
 
 // TestStoreKey: a fixed-length hash of the scope, a colon, the key; pairs
 // that concatenate alike stay apart.
