@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"strconv"
+	"strings"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -24,11 +25,15 @@ const scopeHashLen = 43
 // Prefix, then StoreKey).
 func StoreKey(scope, key string) string {
 	h := sha256.Sum256([]byte(scope))
-	b := make([]byte, scopeHashLen+1+len(key))
-	base64.RawURLEncoding.Encode(b, h[:])
-	b[scopeHashLen] = ':'
-	copy(b[scopeHashLen+1:], key)
-	return string(b)
+	var enc [scopeHashLen]byte
+	base64.RawURLEncoding.Encode(enc[:], h[:])
+	// One allocation: a Builder's String does not copy.
+	var b strings.Builder
+	b.Grow(scopeHashLen + 1 + len(key))
+	b.Write(enc[:])
+	b.WriteByte(':')
+	b.WriteString(key)
+	return b.String()
 }
 
 // peerScope is the default scope: the verified TLS client certificate of
