@@ -76,7 +76,8 @@ type IdempotencyOptions struct {
 	Scope func(ctx context.Context) (string, error)
 	// Logger gets the warning, once, that keys are shared by every caller
 	// without a verified client certificate (the first time such a
-	// request carries a key; never with Scope set); default slog.Default().
+	// request carries a key; never with Scope set); default slog.Default()
+	// as it is then.
 	Logger *slog.Logger
 }
 
@@ -124,9 +125,6 @@ func WithIdempotency(store Store, o IdempotencyOptions) Option {
 			bad("MaxKeyLength", fmt.Sprintf("must be in [1, %d] (0 takes the default)", maxKeyLengthLimit), o.MaxKeyLength)
 		case o.MaxKeyLength == 0:
 			o.MaxKeyLength = DefaultMaxKeyLength
-		}
-		if o.Logger == nil {
-			o.Logger = slog.Default()
 		}
 		s.dedup = &dedup{store: store, o: o}
 	}
@@ -204,7 +202,12 @@ func (d *dedup) scope(ctx context.Context) (string, error) {
 			// At first use, not in New: the TLS credentials go to
 			// grpc.NewServer, not here, and one server may take callers
 			// with and without certificates.
-			d.o.Logger.Warn("server: idempotency keys of callers without a verified TLS client certificate are shared by all of them: " +
+			l := d.o.Logger
+			if l == nil {
+				// Read now: a program may set its default after New.
+				l = slog.Default()
+			}
+			l.Warn("server: idempotency keys of callers without a verified TLS client certificate are shared by all of them: " +
 				"one such caller that sends another's key with the same request gets its stored reply; " +
 				"require client certificates or set IdempotencyOptions.Scope")
 		}
