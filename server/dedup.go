@@ -6,9 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -63,6 +65,20 @@ type IdempotencyOptions struct {
 	Lease, MaxLease time.Duration
 	// MaxKeyLength bounds a key's length; default DefaultMaxKeyLength.
 	MaxKeyLength int
+	// Scope names the caller a key belongs to: an outcome is found only by
+	// requests of the scope that stored it (the package documentation,
+	// "Idempotency keys", says what that promises). It is asked only for
+	// requests that carry a valid key. An error refuses the request
+	// without running the handler or storing anything: a gRPC status error
+	// as it is, any other as UNAUTHENTICATED. "" is a scope like any
+	// other. Default: the caller's verified TLS client certificate, and ""
+	// for callers without one.
+	Scope func(ctx context.Context) (string, error)
+	// Logger gets the warning, once, that keys are shared by every caller
+	// without a verified client certificate (the first time such a
+	// request carries a key; never with Scope set); default slog.Default()
+	// as it is then.
+	Logger *slog.Logger
 }
 
 // WithIdempotency turns on de-duplication of unary calls that carry an
@@ -131,6 +147,8 @@ func validHeaderName(h string) bool {
 type dedup struct {
 	store Store
 	o     IdempotencyOptions
+	// warned is set once Logger was told that keys are shared.
+	warned atomic.Bool
 	// serve runs the handler under the rest of the server side
 	// (Interceptors.serve).
 	serve func(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error)
@@ -174,6 +192,37 @@ func (d *dedup) key(ctx context.Context, method string, req any) (string, error)
 		}
 	}
 	return key, nil
+}
+
+// scope returns the caller's scope, or the error that refuses the request.
+func (d *dedup) scope(ctx context.Context) (string, error) {
+	if d.o.Scope == nil {
+		scope, ok := peerScope(ctx)
+		if !ok && !d.warned.Swap(true) {
+			// At first use, not in New: the TLS credentials go to
+			// grpc.NewServer, not here, and one server may take callers
+			// with and without certificates.
+			l := d.o.Logger
+			if l == nil {
+				// Read now: a program may set its default after New.
+				l = slog.Default()
+			}
+			l.Warn("server: idempotency keys of callers without a verified TLS client certificate are shared by all of them: " +
+				"one such caller that sends another's key with the same request gets its stored reply; " +
+				"require client certificates or set IdempotencyOptions.Scope")
+		}
+		return scope, nil
+	}
+	scope, err := d.o.Scope(ctx)
+	if err != nil {
+		// A status of OK would let the request through in the scope "":
+		// a failed Scope never does.
+		if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
+			return "", st.Err()
+		}
+		return "", status.Errorf(codes.Unauthenticated, "server: idempotency key's scope (IdempotencyOptions.Scope): %v", err)
+	}
+	return scope, nil
 }
 
 // fingerprint is SHA-256 of method, a zero byte and req's deterministic
@@ -225,19 +274,25 @@ func (d *dedup) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 		}
 		return d.serve(ctx, req, handler)
 	}
+	scope, err := d.scope(ctx)
+	if err != nil {
+		return nil, err
+	}
 	fp, err := fingerprint(info.FullMethod, req)
 	if err != nil {
 		return nil, err
 	}
+	// key stays the caller's for messages; the store sees it scoped.
+	skey := StoreKey(scope, key)
 	token := newToken()
 	poll := waitPollStart
 	for {
-		claimed, found, err := d.store.Claim(ctx, key, fp, token, d.lease(ctx))
+		claimed, found, err := d.store.Claim(ctx, skey, fp, token, d.lease(ctx))
 		if err != nil {
 			return nil, storeError(ctx, key, err)
 		}
 		if claimed {
-			return d.run(ctx, key, token, req, handler)
+			return d.run(ctx, skey, token, req, handler)
 		}
 		if found.Fingerprint != fp {
 			return nil, status.Errorf(codes.FailedPrecondition, "server: idempotency key %q was used with another request (a different method or message): use a new key for a new request", key)

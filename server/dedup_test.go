@@ -84,8 +84,12 @@ type result struct {
 }
 
 func (b *dedupBench) get(key, script string) result {
+	return b.getCtx(context.Background(), key, script)
+}
+
+// getCtx is get with ctx's outgoing metadata.
+func (b *dedupBench) getCtx(ctx context.Context, key, script string) result {
 	var r result
-	ctx := context.Background()
 	if key != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, server.DefaultIdempotencyHeader, key)
 	}

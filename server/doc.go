@@ -94,6 +94,8 @@
 //     deterministic encoding differs: Fingerprint) gets FAILED_PRECONDITION
 //     naming the key, never the other request's outcome (the IETF
 //     Idempotency-Key draft's rule);
+//   - each of these holds within one caller's scope (below): the same key
+//     from another caller is another key;
 //   - a key that is empty, repeated, longer than MaxKeyLength (255) or not
 //     printable ASCII gets INVALID_ARGUMENT naming the header;
 //   - a store that fails (Redis down) fails the request with UNAVAILABLE,
@@ -111,6 +113,36 @@
 // DefaultIdempotencyHeader) or from the request itself (Key: AIP-155's
 // request_id). Streams are not de-duplicated: a stream with a key runs as
 // it would without the option.
+//
+// Keys belong to their caller, as Stripe scopes a key to the account that
+// sent it. An outcome is found only by requests of the scope that stored
+// it: another caller that sends the same key with the same request runs the
+// handler (where per-caller authorization usually lives) and gets its own
+// reply, headers and trailers, never the first caller's; a key it reuses
+// with another request is judged against its own requests only, so the
+// refusal tells it nothing of other callers' keys. By default a caller is
+// its verified TLS client certificate (grpc.Creds with a tls.Config whose
+// ClientAuth is RequireAndVerifyClientCert or VerifyClientCertIfGiven): its
+// URI SANs (a SPIFFE ID) when it has any, else its subject and issuer. A
+// certificate the server did not verify against its ClientCAs names no one.
+//
+// Callers without a verified certificate (a server without TLS or without
+// client certificates, behind a proxy that ends TLS, or with another kind
+// of credentials) share one scope: any of them that sends another's key
+// with the same request gets the other's stored outcome, headers and
+// trailers included, without running the handler. With keys that can be
+// guessed (an application's request_id, a client's counter) that leaks
+// answers between callers and skips the handler's authorization. New
+// cannot know whether callers will have certificates (the credentials go
+// to grpc.NewServer, and one server may take callers with and without), so
+// the first request with a key from such a caller logs a warning, once per
+// WithIdempotency (IdempotencyOptions.Logger). IdempotencyOptions.Scope
+// names callers another way, such as the tenant of an authenticated token:
+// a Scope that fails refuses the request (UNAUTHENTICATED, or the status it
+// returned) and stores nothing; one that returns "" for every caller shares
+// keys on purpose, without the warning. A Store sees the scope folded into
+// the key (StoreKey: a hash of the scope, then the key), so a Store keeps
+// callers apart without knowing of them.
 //
 // At most once, and its limits: a claim's lease lasts until the request's
 // deadline and a second more (Lease, one minute, without a deadline; at most

@@ -29,6 +29,11 @@ type Entry struct {
 // across every server that shares the store (for Redis: one script per
 // operation). An error from a Store fails the request with UNAVAILABLE and
 // never runs the handler.
+//
+// The key a Store gets is opaque, and distinct keys must stay distinct: it
+// is StoreKey's, which folds the caller's scope into the idempotency key,
+// so callers are kept apart by the key alone and a Store needs no notion
+// of them.
 type Store interface {
 	// Claim puts a running entry (fp, token) under key, for at most lease,
 	// unless key holds an entry that has not expired. It reports whether it

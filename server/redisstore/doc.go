@@ -7,7 +7,11 @@
 // # What is stored
 //
 // One Redis string per idempotency key, under Prefix followed by the key
-// (Prefix defaults to DefaultPrefix, "stagger:idem:"). Its value is binary:
+// the server hands the store (Prefix defaults to DefaultPrefix,
+// "stagger:idem:"). That key is server.StoreKey's: the caller's scope
+// hashed (43 bytes of base64url SHA-256), a colon, then the idempotency
+// key, so the same key from two callers is two Redis keys, and no scope
+// (a certificate's subject) is kept in the clear. Its value is binary:
 //
 //	running entry: 0x01, the 32-byte fingerprint, the claim's token
 //	done entry:    0x02, the 32-byte fingerprint, the outcome

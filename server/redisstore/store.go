@@ -74,7 +74,9 @@ var ErrBadValue = errors.New("redisstore: the key holds a value this store did n
 type Error struct {
 	// Op is the operation: "claim", "complete" or "release".
 	Op string
-	// Key is the idempotency key, without the Prefix.
+	// Key is the key the server handed the store (server.StoreKey: the
+	// caller's scope hashed, a colon, the idempotency key), without the
+	// Prefix.
 	Key string
 	// Err is the client's error, or ErrBadValue, or an error wrapping both
 	// server.ErrStoreFull and the client's when Redis is out of memory.

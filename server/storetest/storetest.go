@@ -130,6 +130,40 @@ func Run(t *testing.T, newStore func(t *testing.T) server.Store) {
 		mustClaim(t, s, "a", fp(1), "t1", time.Minute)
 		mustClaim(t, s, "b", fp(1), "t2", time.Minute)
 	})
+
+	// The server hands a Store scoped keys (server.StoreKey): the same
+	// idempotency key from two callers is two keys, whatever one does to
+	// the other's entry.
+	t.Run("ScopesAreIndependent", func(t *testing.T) {
+		s := newStore(t)
+		alice, bob := server.StoreKey("alice", "k"), server.StoreKey("bob", "k")
+		mustClaim(t, s, alice, fp(1), "ta", time.Minute)
+		mustClaim(t, s, bob, fp(1), "tb", time.Minute)
+		if err := s.Complete(ctx, alice, "ta", []byte("alice's"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, bob, "ta", []byte("stolen"), time.Minute); !errors.Is(err, server.ErrLeaseLost) {
+			t.Errorf("Complete of bob's key with alice's token: %v, want ErrLeaseLost", err)
+		}
+		ok, found, err := s.Claim(ctx, bob, fp(1), "tb2", time.Minute)
+		if err != nil || ok || found.Done || found.Token != "tb" {
+			t.Fatalf("bob's key after alice's Complete: %v, %+v, %v; want bob's running entry", ok, found, err)
+		}
+		if err := s.Release(ctx, bob, "tb"); err != nil {
+			t.Fatal(err)
+		}
+		ok, found, err = s.Claim(ctx, alice, fp(1), "ta2", time.Minute)
+		if err != nil || ok || !found.Done || string(found.Outcome) != "alice's" {
+			t.Fatalf("alice's key after bob's Release: %v, %+v, %v; want alice's done entry", ok, found, err)
+		}
+		mustClaim(t, s, bob, fp(1), "tb3", time.Minute)
+		// Scopes and keys that a plain concatenation would confuse, and a
+		// scope of any bytes.
+		mustClaim(t, s, server.StoreKey("a", "bk"), fp(1), "t1", time.Minute)
+		mustClaim(t, s, server.StoreKey("ab", "k"), fp(1), "t2", time.Minute)
+		mustClaim(t, s, server.StoreKey("", "abk"), fp(1), "t3", time.Minute)
+		mustClaim(t, s, server.StoreKey("CN=caf\u00e9\x00{}\n", "abk"), fp(1), "t4", time.Minute)
+	})
 }
 
 func mustClaim(t *testing.T, s server.Store, key string, fp server.Fingerprint, token string, lease time.Duration) {
