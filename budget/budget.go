@@ -65,6 +65,11 @@ type Attempt struct {
 	AfterTimeout bool
 	// Hedge: this attempt was a hedge, sent while an earlier one was running.
 	Hedge bool
+	// Overload: the attempt's end says the server is overloaded: a
+	// RESOURCE_EXHAUSTED it sent, a pushback, or stagger's per-attempt
+	// timer cut the attempt off. A Gate then stops healing retries for a
+	// while (see Gate, rule 0).
+	Overload bool
 	// Admission: how a Deferrer let this attempt go after the budget had
 	// refused it (AdmitNone for every other attempt). A Gate paces its
 	// releases and probes by how these end.

@@ -95,9 +95,13 @@ const (
 	// AdmitLast: sent as its call's last chance, just before the deadline,
 	// while attempts fail: a probe that the call itself needs.
 	AdmitLast
+	// AdmitHeal: sent after its pause because the process's recent retries
+	// mostly succeeded and nothing says the server is overloaded: the
+	// server is flaky, not down (see Gate, rule 0).
+	AdmitHeal
 )
 
-// String returns "none", "budget", "release", "probe" or "last".
+// String returns "none", "budget", "release", "probe", "last" or "heal".
 func (a Admission) String() string {
 	switch a {
 	case AdmitLast:
@@ -108,6 +112,8 @@ func (a Admission) String() string {
 		return "release"
 	case AdmitProbe:
 		return "probe"
+	case AdmitHeal:
+		return "heal"
 	}
 	return "none"
 }

@@ -161,8 +161,10 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	clk.advance(perCredit/2 + time.Millisecond)
 	poll(t, ws[2], AdmitRelease)
 	// A released retry that fails: back to one at a time after a quiet
-	// time (its pause, longer than the gap the successes halved).
-	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitRelease})
+	// time (its pause, longer than the gap the successes halved). A
+	// retry that fails after an overload sign (no healing: rule 0, though
+	// one of the two retries recorded succeeded).
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitRelease, Overload: true})
 	if a, next := ws[3].Poll(); a != AdmitNone || !next.Equal(clk.Now().Add(time.Second)) {
 		t.Fatalf("Poll = %v, next %v from now; want none, a quiet time (1s) away", a, next.Sub(clk.Now()))
 	}

@@ -18,6 +18,15 @@ import (
 // success between) and recovering (an attempt succeeded after failures).
 // The rules:
 //
+//  0. Heal. While the process's latest retries heal (a third at least of
+//     the latest eight succeeded, two retries at least) and no attempt said the
+//     server is overloaded for five seconds (Attempt.Overload), a waiting
+//     retry goes after its own pause (AdmitHeal), unless the gate is in
+//     an outage or recovering from one, or the retry began to wait in an
+//     outage (those go back paced, rule 3); and failures in a row do not
+//     make an outage. A flaky server heals on retry and a retry is worth its
+//     load; a down one (no retry succeeds) or an overloaded one gets the
+//     rules below.
 //  1. Probe. While failing or in an outage, one deferred retry at a time
 //     goes, when nothing reached the server for the quiet time: the longer
 //     of the retry's own pause and the probe gap. The gap starts at the
@@ -132,6 +141,14 @@ func (g *Gate) Allow(r Request) bool {
 func (g *Gate) Record(a Attempt) {
 	g.b.Record(a)
 	if a.Outcome != Failure && a.Admission == AdmitNone && g.waiting.Load() == 0 {
+		if a.Number > 1 || a.Overload {
+			// Evidence for rule 0 only; the phases move as on the
+			// fast path.
+			now := g.now()
+			g.mu.Lock()
+			g.st.learn(now, a)
+			g.mu.Unlock()
+		}
 		if a.Outcome == Success && !g.succeeded.Load() {
 			g.succeeded.Store(true)
 		}

@@ -173,3 +173,54 @@ func TestGateSettlesALostProbe(t *testing.T) {
 		t.Fatalf("the new outage's retry: %v, want a probe (the lost one's slot expired)", a)
 	}
 }
+
+// Rule 0: retries that heal go after their pause; a sign of overload, an
+// outage, or a wait begun in an outage keeps them to the other rules.
+func TestGateHeals(t *testing.T) {
+	retryFailed := Attempt{Number: 2, Outcome: Failure}
+	retryWon := Attempt{Number: 3, Outcome: Success}
+	flaky := func() gateState {
+		s := newGateState(t0, func() float64 { return 0.5 })
+		s.learn(t0, retryFailed)
+		s.learn(t0, retryWon)
+		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
+		return s
+	}
+	s := flaky()
+	// Two failures in a row are no outage while retries heal.
+	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
+	if s.phase != phaseFailing {
+		t.Fatalf("flaky server, two failures in a row: %v, want failing", s.phase)
+	}
+	w := waiterView{pause: 10 * time.Millisecond, deadline: t0.Add(2 * time.Second), last: true, healable: true}
+	if a, _ := s.candidate(t0, w); a != AdmitHeal {
+		t.Fatalf("flaky server: %v, want heal", a)
+	}
+	if a, _ := s.candidate(t0, waiterView{healable: false}); a == AdmitHeal {
+		t.Fatal("a retry that began to wait in an outage was healed")
+	}
+	s = flaky()
+	s.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+	if a, _ := s.candidate(t0.Add(overloadHold-time.Millisecond), w); a == AdmitHeal {
+		t.Fatal("healed within overloadHold of a sign of overload")
+	}
+	if a, _ := s.candidate(t0.Add(overloadHold), w); a != AdmitHeal {
+		t.Fatalf("after overloadHold: %v, want heal", a)
+	}
+	// A down server: retries never succeed.
+	s = newGateState(t0, func() float64 { return 0.5 })
+	for range healWindow {
+		s.learn(t0, retryFailed)
+	}
+	s.observe(t0, Attempt{Number: 1, Outcome: Failure})
+	if a, _ := s.candidate(t0, w); a == AdmitHeal {
+		t.Fatal("healed retries of a server whose retries all fail")
+	}
+	// Hedges and first attempts are no evidence.
+	s = newGateState(t0, func() float64 { return 0.5 })
+	s.learn(t0, Attempt{Number: 2, Outcome: Success, Hedge: true})
+	s.learn(t0, Attempt{Number: 1, Outcome: Success})
+	if s.healN != 0 {
+		t.Fatalf("hedges and first attempts counted as retries: %d", s.healN)
+	}
+}

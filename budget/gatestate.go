@@ -2,6 +2,7 @@ package budget
 
 import (
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -62,6 +63,12 @@ type gateState struct {
 	credits  float64
 	creditAt time.Time
 	gain     float64
+	// healBits holds the outcomes of the latest healN retries (bit 0 the
+	// latest; 1: it succeeded); no retry heals before overloadUntil (rule
+	// 0).
+	healBits      uint8
+	healN         int
+	overloadUntil time.Time
 }
 
 func newGateState(now time.Time, rand func() float64) gateState {
@@ -80,8 +87,34 @@ func (s *gateState) forget(now time.Time) {
 	s.phase = phaseQuiet
 }
 
+// learn keeps what a says of whether retries heal and of overload (rule
+// 0); it changes no phase.
+func (s *gateState) learn(now time.Time, a Attempt) {
+	if a.Overload {
+		s.overloadUntil = now.Add(overloadHold)
+	}
+	if a.Number > 1 && !a.Hedge && (a.Outcome == Success || a.Outcome == Failure) {
+		s.healBits <<= 1
+		if a.Outcome == Success {
+			s.healBits |= 1
+		}
+		s.healN = min(s.healN+1, healWindow)
+	}
+}
+
+// heals reports whether rule 0 lets retries go after their pause: enough
+// recent retries succeeded, and no sign of overload is recent.
+func (s *gateState) heals(now time.Time) bool {
+	if s.healN < healMinSamples || now.Before(s.overloadUntil) {
+		return false
+	}
+	won := bits.OnesCount8(s.healBits & uint8(1<<s.healN-1))
+	return float64(won) >= healMinShare*float64(s.healN)
+}
+
 // observe: an attempt ended with outcome a.
 func (s *gateState) observe(now time.Time, a Attempt) {
+	s.learn(now, a)
 	probing := a.Admission.probing()
 	if probing && s.probesOut > 0 {
 		s.probesOut--
@@ -113,7 +146,9 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		s.accrue(now, s.gain)
 	case Failure:
 		s.lastReached = now
-		if s.streak++; s.streak >= outageStreak {
+		// Failures in a row make an outage, unless retries heal: a flaky
+		// server fails several attempts in a row as a matter of course.
+		if s.streak++; s.streak >= outageStreak && !s.heals(now) {
 			s.phase = phaseOutage
 			s.credits = 0
 		} else if s.phase != phaseOutage {
@@ -129,7 +164,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			// halved the gap to nothing.
 			s.probeGap = min(max(2*s.probeGap, s.enterPause), quietGapMax)
 		}
-		if a.Admission == AdmitRelease || a.Admission == AdmitBudget {
+		if a.Admission == AdmitRelease || a.Admission == AdmitBudget || a.Admission == AdmitHeal {
 			s.gain = math.Max(s.gain/2, releaseGainStart)
 		}
 	}
@@ -173,6 +208,9 @@ type waiterView struct {
 	pause    time.Duration
 	deadline time.Time
 	last     bool
+	// healable: it began to wait outside an outage, so rule 0 may let it
+	// go; the calls that waited through an outage go back paced (rule 3).
+	healable bool
 }
 
 // candidate says how a waiting retry w could go now by rules 1 to 3
@@ -181,6 +219,9 @@ type waiterView struct {
 // without news (zero: only news will). It changes nothing but the credits'
 // accrual and expired slots.
 func (s *gateState) candidate(now time.Time, w waiterView) (Admission, time.Time) {
+	if w.healable && (s.phase == phaseFailing || s.phase == phaseQuiet) && s.heals(now) {
+		return AdmitHeal, time.Time{}
+	}
 	if !s.phase.failing() {
 		s.accrue(now, 0)
 		if s.credits >= 1 {
@@ -214,8 +255,11 @@ func (s *gateState) candidate(now time.Time, w waiterView) (Admission, time.Time
 // admit: the waiting retry w goes now as how (a candidate's answer, or
 // AdmitBudget for a probe or last chance the budget paid for).
 func (s *gateState) admit(now time.Time, w waiterView, how Admission) {
-	if how == AdmitRelease {
+	switch how {
+	case AdmitRelease:
 		s.credits--
+		return
+	case AdmitHeal:
 		return
 	}
 	s.probesOut++

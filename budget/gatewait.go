@@ -35,8 +35,9 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.waiting.Store(int32(g.nWaiting))
 	g.deferred++
 	pause = max(pause, 0)
+	healable := g.st.phase != phaseOutage
 	g.st.enter(now, pause)
-	return &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last}, earliest: now.Add(pause)}, nil
+	return &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, healable: healable}, earliest: now.Add(pause)}, nil
 }
 
 // Changed returns a channel closed the next time the gate learns something.
@@ -75,7 +76,7 @@ func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 	guard := w.r.Guard
 	// Whether a closed guard judges the server (rule 4) is read before the
 	// guard is asked: asking may change its state.
-	paidOnly := how != AdmitRelease && guard != nil && guard.Closed()
+	paidOnly := (how == AdmitProbe || how == AdmitLast) && guard != nil && guard.Closed()
 	var tell func()
 	if guard != nil && !guard.Closed() {
 		// Asked last, when the gate would let the retry go: the guard's
@@ -90,7 +91,7 @@ func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 		// Wait for a release, a paid admission or the deadline.
 		return AdmitNone, time.Time{}, tell
 	}
-	if how != AdmitRelease && (paidOnly || g.b.Allow(w.r)) {
+	if (how == AdmitProbe || how == AdmitLast) && (paidOnly || g.b.Allow(w.r)) {
 		// Paid by the budget (asked under the lock, so that two waiters
 		// cannot both take its tokens).
 		how = AdmitBudget

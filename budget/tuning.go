@@ -49,6 +49,24 @@ const (
 	// interceptors record an attempt a little after its deadline ends it).
 	// A call without a deadline holds the slot at most probeGapMax.
 	probeLeaseSlack = time.Second
+	// healWindow retry outcomes are kept; at least healMinSamples of them,
+	// of which healMinShare succeeded, say the server heals on retry (rule
+	// 0). A flaky server that fails the first two attempts of each call
+	// and serves the third heals half of its retries (a third just after
+	// the failing one); one that fails half its attempts at random, half;
+	// three quarters, a quarter, mostly below the share (`stagger sim
+	// failrate`, 10-100 processes: at p = 0.5 success 89-91 % at 1.8×,
+	// was 64-74 % at 1.3-1.5×; at p = 0.75, 1.26-1.28×, was 1.09-1.16×);
+	// a down one none (p = 1 unchanged); a key that always fails (partial
+	// failure) none.
+	healWindow     = 8
+	healMinSamples = 2
+	healMinShare   = 1.0 / 3
+	// overloadHold: after a sign of overload (RESOURCE_EXHAUSTED, a
+	// pushback, an attempt cut off by the per-attempt timer) retries are
+	// not healed for this long: retrying an overloaded server deepens the
+	// overload even when some retries succeed.
+	overloadHold = 5 * time.Second
 )
 
 // DeferRules are the numbers a Gate's rules use (see Gate), for tools that

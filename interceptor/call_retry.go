@@ -67,7 +67,10 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	a.U = c.o.random.Float64()
 	v := c.pol.Decide(&a)
 	if c.budget != nil {
-		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission})
+		// Overload: the server said so (RESOURCE_EXHAUSTED it sent, a
+		// pushback), or stagger's timer cut the attempt off.
+		overload := timedOut || v.Pushback || status.Code(err) == codes.ResourceExhausted && trailer != nil
+		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload})
 	}
 	if v.Retry && chain.RetriedRequest(c.ctx) {
 		// Served for a caller that is retrying already: retry at one layer.

@@ -97,7 +97,7 @@ type Event struct {
 	// Deferred is how long the call waited for the budget before this
 	// retry (EventRetry) or before giving up (EventGiveUp); Admission says
 	// what let the retry go (budget.AdmitBudget, AdmitRelease, AdmitProbe,
-	// AdmitLast).
+	// AdmitLast, AdmitHeal).
 	Deferred  time.Duration
 	Admission budget.Admission
 	// Hedging: the event comes from a method whose policy hedges (the three
