@@ -4,7 +4,7 @@
 // virtual clock, so a model of thousands of clients over many seconds runs in
 // milliseconds and the same seed always gives the same figures.
 //
-// Four models, the first three as DESIGN.md describes them:
+// Four models:
 //
 //   - OCC contention (AWS Architecture Blog, 2015): clients race to update a
 //     row; compares no backoff, plain exponential, full, equal and

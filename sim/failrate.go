@@ -15,7 +15,7 @@ type FailRateResult struct {
 	FailureStats
 }
 
-// FailRate runs the random-failure model (DESIGN.md, model 2): Poisson calls
+// FailRate runs the random-failure model (the package's random-failures model): Poisson calls
 // at Rate in all, split evenly over each client count's processes, against a
 // server that fails each attempt with probability p (UNAVAILABLE). Every
 // one-way hop takes |Normal(10 ms, 2 ms)|. Results come in the order

@@ -78,7 +78,7 @@ type OCCResult struct {
 // of the clients.
 const maxOCCClients = 10000
 
-// OCC runs the OCC contention model (DESIGN.md, model 1): N clients start at
+// OCC runs the OCC contention model (the first of the package's models): N clients start at
 // t = 0, each reads a row's version and writes it back; a write succeeds only
 // when the version is unchanged since the read. Every one-way hop takes
 // |Normal(10 ms, 2 ms)|. A failed write is retried (read, then write) after

@@ -75,7 +75,7 @@ type OutageResult struct {
 	Arrivals []int
 }
 
-// Outage runs the outage model (DESIGN.md, model 3): Poisson calls at Load
+// Outage runs the outage model (the package's outage and recovery model): Poisson calls at Load
 // against a server with Capacity that is down from OutageStart to
 // OutageEnd, each call with a CallTimeout deadline when one is set. Results
 // come in the order of Contenders.
