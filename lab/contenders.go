@@ -230,7 +230,7 @@ func guarded(name string, s budget.BreakerSettings, what string) Contender {
 	return Contender{
 		Name: name,
 		Gets: func(c Config) string {
-			return fmt.Sprintf("%d attempts, %v jitter, default budget per client, "+what+"; waitForReady calls paced after a reconnection", c.MaxAttempts, c.Backoff.Jitter)
+			return fmt.Sprintf("%d attempts%s, %v jitter, default budget per client, "+what+"; waitForReady calls paced after a reconnection", c.MaxAttempts, perAttempt(c, "perAttemptRecvTimeout"), c.Backoff.Jitter)
 		},
 		dialOptions: func(c *Config) ([]grpc.DialOption, error) {
 			b, err := budget.New(budget.DefaultSettings())
