@@ -417,8 +417,8 @@ func (c Config) ServiceTime() time.Duration {
 
 // ReducedCapacity is the attempts per second ScenarioOverload's server can
 // serve during the overload, when Workers/2 workers (rounded down) work:
-// (Workers/2) ÷ ServiceTime, half of Capacity for an even Workers. It is
-// the 1.0 of Goodput.
+// (Workers/2) ÷ ServiceTime, half of Capacity for an even Workers
+// (Config.CapacityAt during the overload).
 func (c Config) ReducedCapacity() float64 {
 	s := c.ServiceTime()
 	if s <= 0 {
