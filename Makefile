@@ -152,7 +152,7 @@ lab-plot:
 
 ## lab-figures: BENCHMARKS.md's lab tables: every bufconn scenario at its
 ## defaults, LAB_RUNS runs each on virtual time, medians and spreads in
-## lab-figures.md (~15 min)
+## lab-figures.md (~3 min)
 LAB_RUNS ?= 3
 lab-figures:
 	LAB_FIGURES=$(CURDIR)/lab-figures.md LAB_FIGURES_RUNS=$(LAB_RUNS) $(TESTGO) test -count=1 -timeout 60m -run '^TestLabFigures$$' ./lab/
