@@ -69,21 +69,18 @@ Scenarios (-scenario, comma-separated to run several one after another):
                [2s, 3s) (the trigger), then serves again at the same
                offered load: does it come back? Per-attempt timeouts as in
                slowdown
-  slow-replica no outage; one attempt in twenty is ten times slower: stagger
-               without and with hedging (p50/p99/p99.9, attempts per call)
+  slow-replica no outage and no capacity limit; one attempt in twenty is ten
+               times slower: stagger without and with hedging
+               (p50/p99/p99.9, attempts per call)
   slow-replica-stream
                the same with a server stream of 5 messages whose first
                message takes what the attempt takes: stagger without and
                with hedged streams (hedges race until one commits); the
                time to the first message (p50/p99/p99.9) and the extra
                attempts
-  overload     a server that pays for its work (bufconn): 10 workers, a FIFO
-               queue of 50, 20 ms per attempt served (10 workers ÷
-               -capacity), 2 ms per attempt rejected; half the workers
-               from 2s to 6s of 10s (the scenario's defaults), so the
-               offered 80% of -capacity is 160% of what is left. GOODPUT:
-               calls that succeeded in the overload, per second, ÷ the
-               reduced capacity
+  overload     no outage, but half the workers from 2s to 6s of 10s (the
+               scenario's defaults), so the offered 80% of -capacity is
+               160% of what is left (bufconn)
   chain        users → A → B → C, three servers (bufconn), every hop
                retrying (3 attempts by default, no budget), C answering
                UNAVAILABLE from 1s to 3s of 4s, 100 calls/s: attempts
