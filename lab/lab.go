@@ -145,27 +145,32 @@ type Config struct {
 	// Scenario is the kind of outage; default ScenarioUnavailable.
 	Scenario Scenario
 	// Duration is how long calls are offered; default 8s (10s in
-	// ScenarioOverload, 4s in ScenarioChain).
+	// ScenarioOverload and ScenarioFlakyQuietRandom, 4s in ScenarioChain
+	// and ScenarioFlakyQuiet, 14s in ScenarioMetastable).
 	Duration time.Duration
-	// OutageStart and OutageEnd bound the outage, counted from the start of
-	// the load (in ScenarioOverload the overload: the server has half its
-	// workers; in ScenarioChain C's outage); defaults 2s and 4s (2s and
-	// 3.5s in ScenarioBlip, 2s and 6s in ScenarioOverload, 1s and 3s in
-	// ScenarioChain), taken when both are zero.
+	// OutageStart and OutageEnd bound the trigger, counted from the start
+	// of the load: the outage (in ScenarioOverload the overload: the
+	// server has half its workers; in the slowdowns the slowdown; in
+	// ScenarioChain C's outage); defaults 2s and 4s (2s and 3.5s in
+	// ScenarioBlip, 2s and 6s in ScenarioOverload, 1s and 3s in
+	// ScenarioChain, 2s and 3s in ScenarioSlowdown, ScenarioSlowdown90 and
+	// ScenarioMetastable), taken when both are zero. The scenarios without
+	// a trigger (Scenario.HasTrigger) ignore them.
 	OutageStart, OutageEnd time.Duration
 	// Clients is the number of client connections per contender, each a
-	// simulated process with its own budget; default 50.
+	// simulated process with its own budget; default 50 (1 in
+	// ScenarioFlakyQuiet, 4 in ScenarioFlakyQuietRandom).
 	Clients int
-	// Capacity is the attempts per second the server admits; default 500.
-	// In ScenarioOverload it is what the workers serve at full strength, so
-	// that a worker spends ServiceTime, Workers ÷ Capacity, per attempt
-	// (20 ms by default). In ScenarioChain no server limits its attempts
-	// (what is measured is propagation, not shedding): Capacity only
-	// scales OutageLoad and PeakAfter, and reckons the Ceiling.
+	// Capacity is the attempts per second the worker server serves with
+	// all its workers, so that a worker spends ServiceTime, Workers ÷
+	// Capacity, per attempt (20 ms by default); default 500. The slow
+	// replicas and the flaky scenarios limit nothing; in ScenarioChain no
+	// server limits its attempts (what is measured is propagation, not
+	// shedding): Capacity only scales OutageLoad and PeakAfter, and
+	// reckons the Ceiling.
 	Capacity int
-	// Workers is the number of workers of ScenarioOverload's server, half
-	// of which work during the overload; default 10. Other scenarios
-	// ignore it.
+	// Workers is the number of workers of the worker server (half of
+	// which work during ScenarioOverload's overload); default 10.
 	Workers int
 	// Queue is the most attempts the worker server lets wait for a
 	// worker; default 5 × Workers: a tenth of a second of work at full
@@ -193,20 +198,24 @@ type Config struct {
 	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica and
 	// ScenarioSlowReplicaStream; in
 	// ScenarioBlip 1 call/s per client, 50 with the default Clients; 100
-	// in ScenarioChain). In ScenarioOverload 80 % of Capacity is 160 % of
+	// in ScenarioChain; 5 calls/s per client in the flaky scenarios; 75 %
+	// in ScenarioSlowdown and ScenarioMetastable, 90 % in
+	// ScenarioSlowdown90). In ScenarioOverload 80 % of Capacity is 160 % of
 	// the reduced capacity.
 	Rate float64
 	// MaxAttempts is every contender's attempt limit, the first attempt
 	// included; default 5 (gRFC A6's cap, which grpc-go applies), 3 in
-	// ScenarioChain, on every layer.
+	// ScenarioChain, on every layer, and in the flaky scenarios.
 	MaxAttempts int
 	// Backoff is the pause schedule the contenders share (see the package
 	// comment for what each makes of it); default Initial 50ms, Max 1s,
 	// Multiplier 2, proportional jitter (in ScenarioChain Initial 10ms,
 	// Max 100ms: a user call that makes 27 attempts at C takes about
-	// 0.4 s).
+	// 0.4 s; in the flaky scenarios Initial 100ms: a call healed on its
+	// third attempt takes about 0.3 s).
 	Backoff policy.Backoff
-	// CallTimeout is each call's deadline; default 2s.
+	// CallTimeout is each call's deadline; default 2s (1s in
+	// ScenarioSlowdown, ScenarioSlowdown90 and ScenarioMetastable).
 	CallTimeout time.Duration
 	// Contenders names the contenders to run (see ContendersFor); nil
 	// means all of the scenario's.
