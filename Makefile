@@ -19,7 +19,7 @@ PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/... ./otel/...
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
 
-.PHONY: all test test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo fuzz clean api-check api-check-selftest api-baseline
+.PHONY: all test test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo lab-plot lab-figures fuzz clean api-check api-check-selftest api-baseline
 
 all: lint test
 
@@ -141,6 +141,21 @@ bench: $(TOOLS)/benchstat
 ## demo: the storm lab, side by side, for both kinds of outage (~25 s once built)
 demo:
 	$(GO) run ./cmd/stagger lab -scenario unavailable,refused,refused-wfr
+
+## lab-plot: regenerate docs/metastable.svg, the picture README.md shows: the
+## metastable scenario at its defaults, every contender, on virtual time (a
+## synctest bubble: lab/figures_test.go), so that the picture shows the retry
+## layers and not the machine (~30 s)
+lab-plot:
+	LAB_FIGURES=$$(mktemp) LAB_FIGURES_RUNS=1 LAB_FIGURES_SCENARIOS=metastable LAB_FIGURES_PLOT=$(CURDIR)/docs \
+	  $(TESTGO) test -count=1 -run '^TestLabFigures$$' ./lab/
+
+## lab-figures: BENCHMARKS.md's lab tables: every bufconn scenario at its
+## defaults, LAB_RUNS runs each on virtual time, medians and spreads in
+## lab-figures.md (~3 min)
+LAB_RUNS ?= 3
+lab-figures:
+	LAB_FIGURES=$(CURDIR)/lab-figures.md LAB_FIGURES_RUNS=$(LAB_RUNS) $(TESTGO) test -count=1 -timeout 60m -run '^TestLabFigures$$' ./lab/
 
 ## fuzz: every fuzz target, FUZZTIME each
 fuzz:

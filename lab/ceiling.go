@@ -11,22 +11,39 @@ import (
 // Ceiling is the success rate an ideal client could reach in cfg's scenario
 // (defaults filled in) without ever sending the server more than its
 // capacity, for the calls the lab offers (every client's calls, evenly
-// spread as Run spreads them). See CeilingOf for the rule. ScenarioSlowReplica
-// has no outage: its ceiling is computed without one (1 whenever Rate is at
-// most Capacity). The refused scenarios follow the same rule as
-// ScenarioUnavailable: the server is as useless while gone as while it
-// answers UNAVAILABLE. In ScenarioOverload the server serves
-// ReducedCapacity during the overload (OutageCapacity); the ideal client
-// never makes it reject, so no attempt costs it anything but a served
-// one's time.
+// spread as Run spreads them). See CeilingOf for the rule. The outages
+// (ScenarioUnavailable, the refused scenarios, ScenarioBlip,
+// ScenarioMetastable, and ScenarioChain with Capacity) leave the server
+// nothing during the trigger: the server is as useless while gone as while
+// it answers UNAVAILABLE. In ScenarioOverload the server serves
+// ReducedCapacity during the overload, in the slowdowns Capacity ÷ Slow
+// during the slowdown (OutageCapacity); the ideal client never makes the
+// worker server reject or serve a caller that has gone, so no attempt
+// costs it anything but a served one's time, and none waits in its queue.
+// The slow replicas have no trigger and no limit: 1. ScenarioFlakyQuiet:
+// 1 (every call is served on its third attempt); ScenarioFlakyQuietRandom:
+// 1 − FailureRate^MaxAttempts, the chance that one of a call's attempts is
+// served.
 func Ceiling(cfg Config) float64 {
 	cfg = cfg.Defaults()
-	in := CeilingInput{Starts: callStarts(&cfg), Capacity: float64(cfg.Capacity), CallTimeout: cfg.CallTimeout}
-	if cfg.Scenario != ScenarioSlowReplica && cfg.Scenario != ScenarioSlowReplicaStream {
-		in.OutageStart, in.OutageEnd = cfg.OutageStart, cfg.OutageEnd
+	switch {
+	case cfg.Scenario == ScenarioSlowReplica || cfg.Scenario == ScenarioSlowReplicaStream:
+		return 1
+	case cfg.Scenario == ScenarioFlakyQuiet:
+		if cfg.MaxAttempts > FlakyFailAttempts {
+			return 1
+		}
+		return 0
+	case cfg.Scenario == ScenarioFlakyQuietRandom:
+		return 1 - math.Pow(cfg.FailureRate, float64(cfg.MaxAttempts))
 	}
-	if cfg.Scenario == ScenarioOverload {
+	in := CeilingInput{Starts: callStarts(&cfg), Capacity: float64(cfg.Capacity), CallTimeout: cfg.CallTimeout,
+		OutageStart: cfg.OutageStart, OutageEnd: cfg.OutageEnd}
+	switch {
+	case cfg.Scenario == ScenarioOverload:
 		in.OutageCapacity = cfg.ReducedCapacity()
+	case cfg.Scenario.slowed():
+		in.OutageCapacity = float64(cfg.Capacity) / cfg.Slow
 	}
 	return CeilingOf(in)
 }

@@ -43,7 +43,15 @@ func ChainContenders() []Contender {
 			grpcBuiltIn, staggerNoBudget, propagate),
 		chained("grpc-middleware-top", "go-grpc-middleware (WithMax(%d), ignores pushback) from the users; stagger, no budget, below; server side with WithRetryAtOneLayer on A and B",
 			grpcMiddleware, staggerNoBudget, oneLayer),
+		noRetryChained(),
 	}
+}
+
+// noRetryChained is the chain without a retry layer on any hop.
+func noRetryChained() Contender {
+	c := chained("no-retry", "", noRetry().dialOptions, nil, nil)
+	c.Gets = func(Config) string { return "no retry layer on any hop: one attempt per hop" }
+	return c
 }
 
 // chained is a contender of ScenarioChain: top on the users' connections,

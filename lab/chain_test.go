@@ -24,7 +24,7 @@ func TestRunChain(t *testing.T) {
 		t.Fatalf("chain defaults: %d attempts, backoff %+v, deadline %v; want 3, 10ms to 100ms, 2s", d.MaxAttempts, d.Backoff, d.CallTimeout)
 	}
 	res := runTiny(t, cfg)
-	if got, want := namesOf(ChainContenders()), []string{"stagger", "stagger-no-server", "grpc-go", "grpc-middleware", "mixed", "grpc-middleware-top"}; !slices.Equal(got, want) {
+	if got, want := namesOf(ChainContenders()), []string{"stagger", "stagger-no-server", "grpc-go", "grpc-middleware", "mixed", "grpc-middleware-top", "no-retry"}; !slices.Equal(got, want) {
 		t.Fatalf("ChainContenders() = %v, want %v", got, want)
 	}
 	for _, tc := range []struct {
@@ -45,6 +45,8 @@ func TestRunChain(t *testing.T) {
 		// A's stagger makes one attempt at B for a retried request, which
 		// carries stagger-upstream-retry, so B makes one at C: 3 + 1 + 1.
 		{"grpc-middleware-top", 3, 3, 5},
+		// No retries anywhere: one attempt per hop.
+		{"no-retry", 1, 1, 1},
 	} {
 		r := res[tc.name]
 		t.Logf("%-17s %d outage calls: %.2f at A, %.2f at B, %.2f at C per call; success after %.3f, overall %.3f",

@@ -2,12 +2,15 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
 	failsafebudget "github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/failsafegrpc"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -48,13 +51,27 @@ func Contenders() []Contender {
 			Name: "stagger",
 			Gets: func(c Config) string {
 				tb := budget.DefaultSettings().TokenBucket
-				return fmt.Sprintf("%d attempts, %v jitter, default budget per client (token bucket cap %v, start %v, retry cost %v, reward %v)",
-					c.MaxAttempts, c.Backoff.Jitter, tb.Capacity, tb.Initial, tb.RetryCost, tb.SuccessReward)
+				how := ""
+				if c.Scenario.flaky() {
+					how = ", from a policy file that declares no budget"
+				}
+				return fmt.Sprintf("%d attempts%s%s, %v jitter, default budget per client (token bucket cap %v, start %v, retry cost %v, reward %v)",
+					c.MaxAttempts, perAttempt(c, "perAttemptRecvTimeout"), how, c.Backoff.Jitter, tb.Capacity, tb.Initial, tb.RetryCost, tb.SuccessReward)
 			},
 			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
 				b, err := budget.New(budget.DefaultSettings())
 				if err != nil {
 					return nil, err
+				}
+				if c.Scenario.flaky() {
+					// As a user would: a file without a budget, which
+					// stagger.DialOptions gives the default budget (a
+					// fresh one per client, as each process has its own).
+					file, err := policy.ParseConfig([]byte(staggerFile(c)))
+					if err != nil {
+						return nil, err
+					}
+					return stagger.DialOptions(file, interceptor.WithBudget(b)), nil
 				}
 				return stagger.DialOptions(nil, interceptor.WithPolicy(staggerPolicy(c)), interceptor.WithBudget(b)), nil
 			},
@@ -62,7 +79,7 @@ func Contenders() []Contender {
 		{
 			Name: "stagger-nobudget",
 			Gets: func(c Config) string {
-				return fmt.Sprintf("%d attempts, %v jitter, no budget", c.MaxAttempts, c.Backoff.Jitter)
+				return fmt.Sprintf("%d attempts%s, %v jitter, no budget", c.MaxAttempts, perAttempt(c, "perAttemptRecvTimeout"), c.Backoff.Jitter)
 			},
 			dialOptions: staggerNoBudget,
 		},
@@ -71,19 +88,29 @@ func Contenders() []Contender {
 		{
 			Name: "grpc-middleware",
 			Gets: func(c Config) string {
-				return fmt.Sprintf("WithMax(%d), BackoffExponentialWithJitter(%v, 0.2), no cap", c.MaxAttempts, c.Backoff.Initial)
+				return fmt.Sprintf("WithMax(%d)%s, BackoffExponentialWithJitter(%v, 0.2), no cap", c.MaxAttempts, perAttempt(c, "WithPerRetryTimeout"), c.Backoff.Initial)
 			},
 			dialOptions: grpcMiddleware,
 		},
 		{
 			Name: "failsafe-go",
 			Gets: func(c Config) string {
-				return fmt.Sprintf("retrypolicy WithMaxAttempts(%d), WithBackoffFactor(%v, %v, %g), WithJitterFactor(0.2), budget.New() per client (retries at most 20 %% of executions in flight, at least 3)",
-					c.MaxAttempts, c.Backoff.Initial, c.Backoff.Max, c.Backoff.Multiplier)
+				t := ""
+				if c.Scenario.timeouts() {
+					t = fmt.Sprintf(" around timeout.New(%v) per attempt", c.PerAttemptTimeout)
+				}
+				return fmt.Sprintf("retrypolicy WithMaxAttempts(%d)%s, WithBackoffFactor(%v, %v, %g), WithJitterFactor(0.2), budget.New() per client (retries at most 20 %% of executions in flight, at least 3)",
+					c.MaxAttempts, t, c.Backoff.Initial, c.Backoff.Max, c.Backoff.Multiplier)
 			},
 			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+				policies := []failsafe.Policy[any]{failsafeRetry(c)}
+				if c.Scenario.timeouts() {
+					// The retry policy outside, the timeout inside: a
+					// timeout per attempt.
+					policies = append(policies, timeout.New[any](c.PerAttemptTimeout))
+				}
 				return []grpc.DialOption{
-					grpc.WithChainUnaryInterceptor(failsafegrpc.NewUnaryClientInterceptor[any](failsafeRetry(c))),
+					grpc.WithChainUnaryInterceptor(failsafegrpc.NewUnaryClientInterceptor[any](policies...)),
 					grpc.WithDisableRetry(),
 				}, nil
 			},
@@ -91,14 +118,14 @@ func Contenders() []Contender {
 		{
 			Name: "grpc-go",
 			Gets: func(c Config) string {
-				return fmt.Sprintf("service config maxAttempts %d, ×U(0.8, 1.2) jitter (gRFC A6, grpc-go since v1.69), no throttling", c.MaxAttempts)
+				return fmt.Sprintf("service config maxAttempts %d, ×U(0.8, 1.2) jitter (gRFC A6, grpc-go since v1.69), no throttling%s", c.MaxAttempts, noPerAttempt(c))
 			},
 			dialOptions: grpcBuiltIn,
 		},
 		{
 			Name: "grpc-go-throttle",
 			Gets: func(c Config) string {
-				return fmt.Sprintf("service config maxAttempts %d, ×U(0.8, 1.2) jitter, retryThrottling 10/0.1 per connection", c.MaxAttempts)
+				return fmt.Sprintf("service config maxAttempts %d, ×U(0.8, 1.2) jitter, retryThrottling 10/0.1 per connection%s", c.MaxAttempts, noPerAttempt(c))
 			},
 			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
 				return []grpc.DialOption{grpc.WithDefaultServiceConfig(serviceConfig(c, true))}, nil
@@ -107,13 +134,65 @@ func Contenders() []Contender {
 		{
 			Name: "naive",
 			Gets: func(c Config) string {
-				return fmt.Sprintf("loop of %d attempts, fixed %v pause", c.MaxAttempts, c.Backoff.Initial)
+				return fmt.Sprintf("loop of %d attempts%s, fixed %v pause", c.MaxAttempts, perAttempt(c, "context.WithTimeout"), c.Backoff.Initial)
 			},
 			dialOptions: func(c *Config) ([]grpc.DialOption, error) {
-				return []grpc.DialOption{grpc.WithChainUnaryInterceptor(naiveRetry(c.MaxAttempts, c.Backoff.Initial)), grpc.WithDisableRetry()}, nil
+				return []grpc.DialOption{grpc.WithChainUnaryInterceptor(naiveRetry(c.MaxAttempts, c.Backoff.Initial, perAttemptTimeout(c))), grpc.WithDisableRetry()}, nil
 			},
 		},
+		noRetry(),
 	}
+}
+
+// noRetry is the client that does not retry: a plain connection, grpc-go's
+// own retry off, the same deadline as everyone's.
+func noRetry() Contender {
+	return Contender{
+		Name: "no-retry",
+		Gets: func(Config) string {
+			return "no retry layer (grpc.WithDisableRetry), one attempt per call, the same deadline"
+		},
+		dialOptions: func(*Config) ([]grpc.DialOption, error) {
+			return []grpc.DialOption{grpc.WithDisableRetry()}, nil
+		},
+	}
+}
+
+// perAttemptTimeout is cfg's per-attempt timeout in the scenarios that
+// give one, else 0.
+func perAttemptTimeout(c *Config) time.Duration {
+	if c.Scenario.timeouts() {
+		return c.PerAttemptTimeout
+	}
+	return 0
+}
+
+// perAttempt describes a contender's per-attempt timeout, set through
+// what, in the scenarios that give one.
+func perAttempt(c Config, what string) string {
+	if !c.Scenario.timeouts() {
+		return ""
+	}
+	return fmt.Sprintf(", %s %v", what, c.PerAttemptTimeout)
+}
+
+// noPerAttempt says that grpc-go has no per-attempt timeout, in the
+// scenarios that give the others one.
+func noPerAttempt(c Config) string {
+	if !c.Scenario.timeouts() {
+		return ""
+	}
+	return "; no per-attempt timeout (grpc-go has none)"
+}
+
+// staggerFile is the policy file of the stagger contender in the flaky
+// scenarios: the lab's policy for every method of the test service, and
+// no budget.
+func staggerFile(c *Config) string {
+	return fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+  "retryPolicy": {"maxAttempts": %d, "initialBackoff": %q, "maxBackoff": %q, "backoffMultiplier": %g,
+    "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]}`,
+		c.MaxAttempts, protoDuration(c.Backoff.Initial), protoDuration(c.Backoff.Max), c.Backoff.Multiplier)
 }
 
 // staggerNoBudget is stagger with the lab's policy, without a retry budget
@@ -125,11 +204,16 @@ func staggerNoBudget(c *Config) ([]grpc.DialOption, error) {
 // grpcMiddleware is go-grpc-middleware v2's retry interceptor with the
 // lab's attempts and initial pause (see the package comment).
 func grpcMiddleware(c *Config) ([]grpc.DialOption, error) {
+	opts := []retry.CallOption{
+		retry.WithMax(uint(c.MaxAttempts)),
+		retry.WithBackoff(retry.BackoffExponentialWithJitter(c.Backoff.Initial, 0.2)),
+		retry.WithCodes(retryCodes...),
+	}
+	if d := perAttemptTimeout(c); d > 0 {
+		opts = append(opts, retry.WithPerRetryTimeout(d))
+	}
 	return []grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
-			retry.WithMax(uint(c.MaxAttempts)),
-			retry.WithBackoff(retry.BackoffExponentialWithJitter(c.Backoff.Initial, 0.2)),
-			retry.WithCodes(retryCodes...))),
+		grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(opts...)),
 		grpc.WithDisableRetry(),
 	}, nil
 }
@@ -147,7 +231,7 @@ func guarded(name string, s breaker.Settings, what string) Contender {
 	return Contender{
 		Name: name,
 		Gets: func(c Config) string {
-			return fmt.Sprintf("%d attempts, %v jitter, default budget per client, "+what+"; waitForReady calls paced after a reconnection", c.MaxAttempts, c.Backoff.Jitter)
+			return fmt.Sprintf("%d attempts%s, %v jitter, default budget per client, "+what+"; waitForReady calls paced after a reconnection", c.MaxAttempts, perAttempt(c, "perAttemptRecvTimeout"), c.Backoff.Jitter)
 		},
 		dialOptions: func(c *Config) ([]grpc.DialOption, error) {
 			b, err := budget.New(budget.DefaultSettings())
@@ -188,6 +272,7 @@ func HedgingContenders() []Contender {
 		plain,
 		hedged("stagger-hedge", protoDuration(SlowHedgeDelay), false),
 		hedged("stagger-hedge-adaptive", protoDuration(SlowHedgeDelay), true),
+		noRetry(),
 	}
 }
 
@@ -199,7 +284,7 @@ func HedgingContenders() []Contender {
 // time to commit). Each client has its own default budget.
 func HedgingStreamContenders() []Contender {
 	cs := HedgingContenders()
-	for i := range cs[1:] {
+	for i := range cs[1 : len(cs)-1] { // the hedging ones
 		c := &cs[i+1]
 		adaptive := c.Name == "stagger-hedge-adaptive"
 		gets := c.Gets
@@ -285,7 +370,7 @@ func contenderByName(s Scenario, name string) (Contender, bool) {
 // UNAVAILABLE and RESOURCE_EXHAUSTED from the server, the same codes the
 // others get.
 func staggerPolicy(c *Config) policy.Policy {
-	return policy.Policy{MaxAttempts: c.MaxAttempts, Backoff: c.Backoff}
+	return policy.Policy{MaxAttempts: c.MaxAttempts, Backoff: c.Backoff, PerAttemptRecvTimeout: perAttemptTimeout(c)}
 }
 
 func protoDuration(d time.Duration) string {
@@ -317,7 +402,7 @@ func failsafeRetry(c *Config) retrypolicy.RetryPolicy[any] {
 	return retrypolicy.NewBuilder[any]().
 		HandleIf(func(_ any, err error) bool {
 			code := status.Code(err)
-			return err != nil && (code == codes.Unavailable || code == codes.ResourceExhausted)
+			return err != nil && (code == codes.Unavailable || code == codes.ResourceExhausted || errors.Is(err, timeout.ErrExceeded))
 		}).
 		WithMaxAttempts(c.MaxAttempts).
 		WithBackoffFactor(c.Backoff.Initial, c.Backoff.Max, c.Backoff.Multiplier).
@@ -328,14 +413,16 @@ func failsafeRetry(c *Config) retrypolicy.RetryPolicy[any] {
 }
 
 // naiveRetry is the loop people write first: retry the listed codes after a
-// fixed pause, until the attempts run out or the caller gives up.
-func naiveRetry(attempts int, pause time.Duration) grpc.UnaryClientInterceptor {
+// fixed pause, until the attempts run out or the caller gives up; with a
+// per-attempt timeout (perTry > 0), an attempt cut off by it is retried too.
+func naiveRetry(attempts int, pause, perTry time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var err error
 		for n := 1; ; n++ {
-			err = invoker(ctx, method, req, reply, cc, opts...)
+			err = invokeWithin(ctx, perTry, func(ctx context.Context) error { return invoker(ctx, method, req, reply, cc, opts...) })
 			code := status.Code(err)
-			if err == nil || n >= attempts || (code != codes.Unavailable && code != codes.ResourceExhausted) || ctx.Err() != nil {
+			retryable := code == codes.Unavailable || code == codes.ResourceExhausted || (perTry > 0 && code == codes.DeadlineExceeded)
+			if err == nil || n >= attempts || !retryable || ctx.Err() != nil {
 				return err
 			}
 			t := time.NewTimer(pause)
@@ -347,4 +434,14 @@ func naiveRetry(attempts int, pause time.Duration) grpc.UnaryClientInterceptor {
 			}
 		}
 	}
+}
+
+// invokeWithin runs one attempt, within d when d > 0.
+func invokeWithin(ctx context.Context, d time.Duration, attempt func(context.Context) error) error {
+	if d <= 0 {
+		return attempt(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return attempt(ctx)
 }

@@ -1,7 +1,8 @@
 // Package lab is the live storm lab behind `stagger lab` and `make demo`: real
-// gRPC calls, from many concurrent clients, against testserver in
-// capacity-limited mode with an outage, made side by side by stagger and the
-// retry layers people use instead of it.
+// gRPC calls, from many concurrent clients, against a testserver that pays
+// for its work, through an outage, an overload or a slowdown, made side by
+// side by stagger, the retry layers people use instead of it, and a client
+// that does not retry at all.
 //
 // # Model
 //
@@ -16,18 +17,36 @@
 // an open loop keeps offering load while calls fail, as real traffic does, so
 // retries add to it instead of replacing it.
 //
-// Except in ScenarioOverload and ScenarioChain (below), the server admits at most Capacity
-// attempts per one-second window (testserver.Capacity.PerSecond, windows
-// counted from the server's start) and answers the rest RESOURCE_EXHAUSTED. The connections are made first;
-// the load then starts on the next whole second of the server's clock, so
-// that every window covers one second of load (the wait costs up to a
-// second of wall time). Times in a Config (OutageStart, OutageEnd,
-// Duration) count from the start of the load. The outage, from OutageStart
-// to OutageEnd, is either UNAVAILABLE answers (ScenarioUnavailable, and
-// ScenarioBlip: a 1.5 s outage under light load, 1 call/s per client, over
-// bufconn) or a server that is gone: its TCP listener and connections
-// closed so that connections are refused (ScenarioRefused over loopback TCP,
-// and ScenarioRefusedWait, the same with grpc.WaitForReady on every call).
+// # The server pays for its work
+//
+// Every scenario with a trigger (an outage, an overload or a slowdown,
+// from OutageStart to OutageEnd; Scenario.HasTrigger) but ScenarioChain
+// runs on a worker server (testserver.Workers): Workers workers (default
+// 10) take the attempts in arrival order from a FIFO queue of at most
+// Queue; a worker spends ServiceTime, Workers ÷ Capacity (20 ms by
+// default), on an attempt it serves, and a tenth of it on one it rejects
+// with RESOURCE_EXHAUSTED because the queue is full, or drops because its
+// deadline passed while it waited; a caller that gives up (its deadline,
+// or a per-attempt timer that cancels the attempt) does not stop the work,
+// which is then wasted (Result.Wasted). So the server serves at most
+// Capacity attempts per second, a burst of retries queues behind the calls
+// that could succeed, and a storm costs what it would cost a real server:
+// an outage can outlast its trigger. (Until issue 29 the outage scenarios
+// counted Capacity in one-second windows, testserver.Capacity.PerSecond,
+// and served whatever burst landed in a window with room: storms cost
+// nothing there, and the clients that caused them looked best.)
+//
+// The connections are made first; the load then starts on the next whole
+// second of the server's clock, so that the server's arrival bins and the
+// timeline's seconds line up with the load's (the wait costs up to a second
+// of wall time). Times in a Config (OutageStart, OutageEnd, Duration) count
+// from the start of the load. The outage, from OutageStart to OutageEnd, is
+// either UNAVAILABLE answers, which cost the workers nothing
+// (ScenarioUnavailable; ScenarioBlip: a 1.5 s outage under light load, 1
+// call/s per client; ScenarioMetastable, below; over bufconn) or a server
+// that is gone: its TCP listener and connections closed so that
+// connections are refused (ScenarioRefused over loopback TCP, and
+// ScenarioRefusedWait, the same with grpc.WaitForReady on every call).
 //
 // Contenders (Contenders lists them; all get MaxAttempts attempts, the first
 // included, and retry UNAVAILABLE and RESOURCE_EXHAUSTED):
@@ -55,14 +74,49 @@
 //     and caps attempts at grpc.WithMaxCallAttempts (default 5);
 //   - grpc-go-throttle: the same with retryThrottling {maxTokens 10,
 //     tokenRatio 0.1}, per connection as grpc-go keeps it;
-//   - naive: a loop that retries after a fixed Backoff.Initial.
+//   - naive: a loop that retries after a fixed Backoff.Initial;
+//   - no-retry: a plain connection with grpc-go's retry off: one attempt
+//     per call, the same deadline. Every scenario has it (in ScenarioChain
+//     on every hop): a retry layer must never do worse.
+//
+// In ScenarioSlowdown, ScenarioSlowdown90 and ScenarioMetastable every
+// contender that has a per-attempt timeout gets PerAttemptTimeout (200 ms;
+// the call's deadline is 1 s): stagger its perAttemptRecvTimeout,
+// go-grpc-middleware retry.WithPerRetryTimeout, failsafe-go a timeout
+// policy inside its retry policy (which then retries timeout.ErrExceeded),
+// the naive loop a context per attempt (and retries DEADLINE_EXCEEDED).
+// grpc-go has no per-attempt timeout: its rows, as no-retry's, wait for
+// their attempt until the call's deadline.
 //
 // The peers are today's releases (Versions reports them, and the CLI prints
 // them): the lab is a module of its own, so that the core module can keep
 // requiring the oldest grpc-go it supports.
 //
+// ScenarioFlakyQuiet is a quiet process against a flaky server, no trigger
+// and no capacity limit: one client, 5 calls/s for 4 s, 3 attempts, a 2 s
+// deadline, Backoff 100 ms doubling; the first FlakyFailAttempts (2)
+// attempts of every call fail UNAVAILABLE (a script per call), the third
+// is served, so a client that retries heals every call in about 0.3 s.
+// stagger gets its policy from a policy file that declares no budget, as
+// a new user would write it (stagger.DialOptions, with a default budget of
+// its own per client, as budget.Default is one per process).
+// ScenarioFlakyQuietRandom is the same with 4 clients for 10 s and a
+// server that fails each attempt with probability FailureRate (0.5; the
+// draws from a source seeded alike for every contender's server).
+//
+// ScenarioSlowdown runs at 75 % of Capacity; from OutageStart to OutageEnd
+// (2 s to 3 s of 8 s) the work a worker begins takes Slow (3) times as
+// long, and the queue (Queue: Capacity × 2 × PerAttemptTimeout, 200,
+// 0.4 s of work at full speed) fills. A client without retries waits its
+// turn within its deadline and is served; a per-attempt timer cuts the
+// waiting attempts off, its retries join the back of the queue, and the
+// server serves the attempts cut off for nobody. ScenarioSlowdown90 is the
+// same at 90 % with Slow 4. ScenarioMetastable runs at 75 % for 14 s, with
+// an UNAVAILABLE outage from 2 s to 3 s as its trigger, then the same
+// offered load for 11 s: the question is whether the server comes back.
+//
 // ScenarioSlowReplica has no outage and other contenders
-// (HedgingContenders): every attempt takes SlowBase, one in twenty (drawn
+// (HedgingContenders, and no-retry), and no server limit: every attempt takes SlowBase, one in twenty (drawn
 // per attempt from a source seeded per client, so every contender meets the
 // same slow attempts) takes SlowFactor times as long; stagger without
 // hedging, with a hedging policy of 3 attempts and a SlowHedgeDelay delay, and
@@ -96,24 +150,17 @@
 // capacity halves, from 500 to 250 attempts/s by default, while the offered
 // load stays at Rate, 80 % of the full capacity by default: 160 % of the
 // reduced one. With one attempt per call the server refuses about 160
-// calls/s, at 2 ms each, and goodput (below) is about 0.94; every retry is
-// more work refused at 2 ms, so retrying without restraint takes worker
-// time from the calls that could succeed (the contenders without a budget
-// or throttling send about 6 times the reduced capacity during the
-// overload, and their goodput falls below 0.5). The defaults keep the
+// calls/s, at 2 ms each; every retry is more work refused at 2 ms, so
+// retrying without restraint takes worker time from the calls that could
+// succeed (the contenders without a budget or throttling send several
+// times the reduced capacity during the overload, and their goodput
+// falls). The defaults keep the
 // other scenarios' Capacity and Rate; 10 workers halve into a whole 5;
 // the queue holds a tenth of a second of work at full capacity, a fifth
 // during the overload: far within the 2 s deadline, so that what is
 // measured is the cost of refusing, not of waiting. The contenders are
 // OverloadContenders: Contenders, as for the outages.
 //
-// Its measure is goodput: the calls that succeeded (on the client, when
-// the call returned) from OutageStart to OutageEnd, per second, ÷ the
-// reduced capacity, ReducedCapacity (Workers/2 ÷ ServiceTime, 250/s by
-// default). 1 is a server that spent the overload serving only calls
-// that succeeded; each rejection, dropped attempt, or attempt served
-// for a caller that gave up takes from it. It can pass 1 by a hair:
-// the workers idled at OutageStart finish the attempts they began before.
 // Its ceiling reckons with the reduced capacity during the overload.
 //
 // ScenarioChain is a call chain, over bufconn: the users call A, A calls
@@ -154,16 +201,25 @@
 // too: A's and B's connections belong to the servers). Its Ceiling is
 // reckoned as ScenarioUnavailable's, with Capacity.
 //
-// Measures, per contender: attempts per call (every attempt a connection
-// began, counted by a stats.Handler, so grpc-go's own retries are counted
-// too; transparent retries are not), success rate, p50/p99/p99.9 latency of
-// the successful calls, attempts made during the outage ÷ what the server
-// could have served in that time (Capacity when up; in ScenarioOverload the
-// reduced capacity), goodput (ScenarioOverload only), and the peak of
-// attempts the server received per 100 ms after the outage ÷ capacity per
-// 100 ms. Load is the
-// server's arrival series (testserver.Server.Arrivals), 100 ms per bin,
-// from the start of the load.
+// Measures, per contender (Result says each exactly): attempts per call
+// (every attempt a connection began, counted by a stats.Handler, so
+// grpc-go's own retries are counted too; transparent retries are not),
+// success rate, p50/p99/p99.9 latency of the successful calls and p50/p99
+// of the failed ones, attempts made during the trigger ÷ what the server
+// could have served in that time (Capacity when up; the reduced or slowed
+// capacity in ScenarioOverload and the slowdowns), and the peak of
+// attempts the server received per 100 ms after the trigger ÷ capacity per
+// 100 ms. After the trigger: Recover, the whole seconds from its end until
+// the calls made in every later second succeed at RecoverThreshold (95 %)
+// or more (Recovered false if never by the end of the run), and
+// SuccessAfter, the success of the calls made from AfterGap (2 s) after
+// its end. Goodput is the calls that succeeded from the trigger's start ÷
+// what the server could serve then (Config.CapacityAt); Wasted the share
+// of the server's work done for callers that had gone; Timeline the run
+// second by second (calls made and how many of them succeeded, attempts
+// begun, calls that returned successfully). Load is the server's arrival
+// series (testserver.Server.Arrivals), 100 ms per bin, from the start of
+// the load. WritePlot draws the timeline.
 //
 // What a contender holds while it heals, per contender: the most calls in
 // flight at once (made, not yet returned), the most attempts in flight at
@@ -190,12 +246,13 @@
 // the calls made outside the outage succeed at once, within capacity per
 // 100 ms; the others are served, earliest deadline first, by the capacity
 // those leave after the outage, each before its deadline. The refused
-// scenarios follow the same rule; ScenarioSlowReplica, which has no outage,
-// is reckoned without one (1 at its defaults); ScenarioOverload with the
-// reduced capacity during the overload. The server's one-second
-// windows admit a second's capacity in a burst, so a contender can pass
-// the ceiling: a burst of retries at the start of a window takes capacity
-// the later first attempts of that window then do not get.
+// scenarios and ScenarioMetastable follow the same rule; ScenarioOverload
+// and the slowdowns reckon with the capacity left during the trigger; the
+// slow replicas have no trigger nor limit (1); the flaky scenarios the
+// chance that one of a call's attempts is served (1, and 1 − 0.5³). The
+// worker server serves no burst faster than its capacity, so no contender
+// passes the ceiling but by a hair (workers idled by the overload finish
+// what they began).
 //
 // # Time
 //

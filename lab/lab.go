@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -56,12 +57,65 @@ const (
 	// down the chain (BottomAttemptsPerCall) and the users' success once C
 	// is back (SuccessAfter).
 	ScenarioChain Scenario = "chain"
+	// ScenarioFlakyQuiet is a quiet process against a flaky server (over
+	// bufconn, no outage, no capacity limit): one client, 5 calls/s, 3
+	// attempts, a 2 s deadline; the first FlakyFailAttempts (2) attempts
+	// of every call fail with UNAVAILABLE and the third is served.
+	ScenarioFlakyQuiet Scenario = "flaky-quiet"
+	// ScenarioFlakyQuietRandom is ScenarioFlakyQuiet with a few quiet
+	// processes (4 clients, 5 calls/s each) and a server that fails each
+	// attempt with probability FailureRate (0.5).
+	ScenarioFlakyQuietRandom Scenario = "flaky-quiet-random"
+	// ScenarioSlowdown: at 75 % of the capacity, the worker server's
+	// service time is Slow (3) times as long from OutageStart to OutageEnd
+	// (one second); every contender that can has a per-attempt timeout
+	// (PerAttemptTimeout, 200 ms), the call deadline is 1 s.
+	ScenarioSlowdown Scenario = "slowdown"
+	// ScenarioSlowdown90 is ScenarioSlowdown at 90 % of the capacity,
+	// with a slowdown of 4×.
+	ScenarioSlowdown90 Scenario = "slowdown-90"
+	// ScenarioMetastable: at 75 % of the capacity, the worker server
+	// answers UNAVAILABLE for one second (the trigger), then serves again
+	// for 11 s at the same offered load; per-attempt timeouts as in
+	// ScenarioSlowdown. Whether the server comes back is the question.
+	ScenarioMetastable Scenario = "metastable"
 )
+
+// FlakyFailAttempts is how many attempts of every call fail in
+// ScenarioFlakyQuiet.
+const FlakyFailAttempts = 2
 
 // Scenarios lists every scenario, in the order the CLI shows them.
 func Scenarios() []Scenario {
-	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioOverload, ScenarioChain}
+	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioOverload, ScenarioChain,
+		ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable}
 }
+
+// HasTrigger reports whether scenario s has a trigger, from OutageStart to
+// OutageEnd (an outage, an overload or a slowdown), after which the lab
+// measures recovery (Result.Recovered, SuccessAfter). The slow replicas
+// and the flaky servers have none.
+func (s Scenario) HasTrigger() bool {
+	switch s {
+	case ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioFlakyQuiet, ScenarioFlakyQuietRandom:
+		return false
+	}
+	return true
+}
+
+// workerServer reports whether scenario s runs on a server that pays for
+// its work (testserver.Workers): every scenario with a trigger but the
+// chain, whose servers do not limit their attempts.
+func (s Scenario) workerServer() bool { return s.HasTrigger() && s != ScenarioChain }
+
+// slowed reports whether s's trigger is a slowdown of the service time.
+func (s Scenario) slowed() bool { return s == ScenarioSlowdown || s == ScenarioSlowdown90 }
+
+// timeouts reports whether s gives the contenders per-attempt timeouts.
+func (s Scenario) timeouts() bool { return s.slowed() || s == ScenarioMetastable }
+
+// flaky reports whether s is one of the flaky-server scenarios.
+func (s Scenario) flaky() bool { return s == ScenarioFlakyQuiet || s == ScenarioFlakyQuietRandom }
 
 // SlowBase is how long an attempt takes in ScenarioSlowReplica; a slow
 // attempt takes SlowFactor times as long, with probability SlowOdds, drawn
@@ -91,50 +145,77 @@ type Config struct {
 	// Scenario is the kind of outage; default ScenarioUnavailable.
 	Scenario Scenario
 	// Duration is how long calls are offered; default 8s (10s in
-	// ScenarioOverload, 4s in ScenarioChain).
+	// ScenarioOverload and ScenarioFlakyQuietRandom, 4s in ScenarioChain
+	// and ScenarioFlakyQuiet, 14s in ScenarioMetastable).
 	Duration time.Duration
-	// OutageStart and OutageEnd bound the outage, counted from the start of
-	// the load (in ScenarioOverload the overload: the server has half its
-	// workers; in ScenarioChain C's outage); defaults 2s and 4s (2s and
-	// 3.5s in ScenarioBlip, 2s and 6s in ScenarioOverload, 1s and 3s in
-	// ScenarioChain), taken when both are zero.
+	// OutageStart and OutageEnd bound the trigger, counted from the start
+	// of the load: the outage (in ScenarioOverload the overload: the
+	// server has half its workers; in the slowdowns the slowdown; in
+	// ScenarioChain C's outage); defaults 2s and 4s (2s and 3.5s in
+	// ScenarioBlip, 2s and 6s in ScenarioOverload, 1s and 3s in
+	// ScenarioChain, 2s and 3s in ScenarioSlowdown, ScenarioSlowdown90 and
+	// ScenarioMetastable), taken when both are zero. The scenarios without
+	// a trigger (Scenario.HasTrigger) ignore them.
 	OutageStart, OutageEnd time.Duration
 	// Clients is the number of client connections per contender, each a
-	// simulated process with its own budget; default 50.
+	// simulated process with its own budget; default 50 (1 in
+	// ScenarioFlakyQuiet, 4 in ScenarioFlakyQuietRandom).
 	Clients int
-	// Capacity is the attempts per second the server admits; default 500.
-	// In ScenarioOverload it is what the workers serve at full strength, so
-	// that a worker spends ServiceTime, Workers ÷ Capacity, per attempt
-	// (20 ms by default). In ScenarioChain no server limits its attempts
-	// (what is measured is propagation, not shedding): Capacity only
-	// scales OutageLoad and PeakAfter, and reckons the Ceiling.
+	// Capacity is the attempts per second the worker server serves with
+	// all its workers, so that a worker spends ServiceTime, Workers ÷
+	// Capacity, per attempt (20 ms by default); default 500. The slow
+	// replicas and the flaky scenarios limit nothing; in ScenarioChain no
+	// server limits its attempts (what is measured is propagation, not
+	// shedding): Capacity only scales OutageLoad and PeakAfter, and
+	// reckons the Ceiling.
 	Capacity int
-	// Workers is the number of workers of ScenarioOverload's server, half
-	// of which work during the overload; default 10. Other scenarios
-	// ignore it.
+	// Workers is the number of workers of the worker server (half of
+	// which work during ScenarioOverload's overload); default 10.
 	Workers int
-	// Queue is the most attempts ScenarioOverload's server lets wait for a
+	// Queue is the most attempts the worker server lets wait for a
 	// worker; default 5 × Workers: a tenth of a second of work at full
-	// capacity, a fifth during the overload. Other scenarios ignore it.
+	// capacity (a fifth during the overload); in ScenarioSlowdown,
+	// ScenarioSlowdown90 and ScenarioMetastable twice PerAttemptTimeout's
+	// worth of work at full capacity (Capacity × 2 × PerAttemptTimeout,
+	// 200 by default: 0.4 s), deeper than the per-attempt timeout and
+	// shallower than the deadline, so that a client without retries
+	// waits its turn and is served while a per-attempt timer cuts it off.
 	Queue int
+	// Slow is how many times as long the service takes during the
+	// slowdown of ScenarioSlowdown (default 3) and ScenarioSlowdown90
+	// (default 4); other scenarios ignore it.
+	Slow float64
+	// PerAttemptTimeout is the per-attempt timeout of every contender
+	// that has one (see the package comment) in ScenarioSlowdown,
+	// ScenarioSlowdown90 and ScenarioMetastable; default 200 ms. Other
+	// scenarios ignore it.
+	PerAttemptTimeout time.Duration
+	// FailureRate is the probability with which ScenarioFlakyQuietRandom's
+	// server fails each attempt with UNAVAILABLE; default 0.5. Other
+	// scenarios ignore it.
+	FailureRate float64
 	// Rate is the calls per second all clients of a contender offer
 	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica and
 	// ScenarioSlowReplicaStream; in
 	// ScenarioBlip 1 call/s per client, 50 with the default Clients; 100
-	// in ScenarioChain). In ScenarioOverload 80 % of Capacity is 160 % of
+	// in ScenarioChain; 5 calls/s per client in the flaky scenarios; 75 %
+	// in ScenarioSlowdown and ScenarioMetastable, 90 % in
+	// ScenarioSlowdown90). In ScenarioOverload 80 % of Capacity is 160 % of
 	// the reduced capacity.
 	Rate float64
 	// MaxAttempts is every contender's attempt limit, the first attempt
 	// included; default 5 (gRFC A6's cap, which grpc-go applies), 3 in
-	// ScenarioChain, on every layer.
+	// ScenarioChain, on every layer, and in the flaky scenarios.
 	MaxAttempts int
 	// Backoff is the pause schedule the contenders share (see the package
 	// comment for what each makes of it); default Initial 50ms, Max 1s,
 	// Multiplier 2, proportional jitter (in ScenarioChain Initial 10ms,
 	// Max 100ms: a user call that makes 27 attempts at C takes about
-	// 0.4 s).
+	// 0.4 s; in the flaky scenarios Initial 100ms: a call healed on its
+	// third attempt takes about 0.3 s).
 	Backoff policy.Backoff
-	// CallTimeout is each call's deadline; default 2s.
+	// CallTimeout is each call's deadline; default 2s (1s in
+	// ScenarioSlowdown, ScenarioSlowdown90 and ScenarioMetastable).
 	CallTimeout time.Duration
 	// Contenders names the contenders to run (see ContendersFor); nil
 	// means all of the scenario's.
@@ -151,8 +232,12 @@ func (c Config) Defaults() Config {
 		switch c.Scenario {
 		case ScenarioOverload:
 			c.Duration = 10 * time.Second
-		case ScenarioChain:
+		case ScenarioChain, ScenarioFlakyQuiet:
 			c.Duration = 4 * time.Second
+		case ScenarioFlakyQuietRandom:
+			c.Duration = 10 * time.Second
+		case ScenarioMetastable:
+			c.Duration = 14 * time.Second
 		}
 	}
 	if c.OutageStart == 0 && c.OutageEnd == 0 {
@@ -164,10 +249,18 @@ func (c Config) Defaults() Config {
 			c.OutageEnd = 6 * time.Second
 		case ScenarioChain:
 			c.OutageStart, c.OutageEnd = time.Second, 3*time.Second
+		case ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable:
+			c.OutageEnd = 3 * time.Second
 		}
 	}
 	if c.Clients == 0 {
 		c.Clients = 50
+		switch c.Scenario {
+		case ScenarioFlakyQuiet:
+			c.Clients = 1
+		case ScenarioFlakyQuietRandom:
+			c.Clients = 4
+		}
 	}
 	if c.Capacity == 0 {
 		c.Capacity = 500
@@ -177,6 +270,27 @@ func (c Config) Defaults() Config {
 	}
 	if c.Queue == 0 {
 		c.Queue = 5 * c.Workers
+		if c.Scenario.timeouts() {
+			// Twice the per-attempt timeout's worth of work at full
+			// capacity.
+			pat := c.PerAttemptTimeout
+			if pat == 0 {
+				pat = 200 * time.Millisecond
+			}
+			c.Queue = max(int(float64(c.Capacity)*2*pat.Seconds()), 1)
+		}
+	}
+	if c.Slow == 0 {
+		c.Slow = 3
+		if c.Scenario == ScenarioSlowdown90 {
+			c.Slow = 4
+		}
+	}
+	if c.PerAttemptTimeout == 0 && c.Scenario.timeouts() {
+		c.PerAttemptTimeout = 200 * time.Millisecond
+	}
+	if c.FailureRate == 0 {
+		c.FailureRate = 0.5
 	}
 	if c.Rate == 0 {
 		switch c.Scenario {
@@ -187,24 +301,38 @@ func (c Config) Defaults() Config {
 			c.Rate = float64(c.Clients)
 		case ScenarioChain:
 			c.Rate = 100
+		case ScenarioFlakyQuiet, ScenarioFlakyQuietRandom:
+			c.Rate = 5 * float64(c.Clients)
+		case ScenarioSlowdown, ScenarioMetastable:
+			c.Rate = 0.75 * float64(c.Capacity)
+		case ScenarioSlowdown90:
+			c.Rate = 0.9 * float64(c.Capacity)
 		default:
 			c.Rate = 0.8 * float64(c.Capacity)
 		}
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
-		if c.Scenario == ScenarioChain {
+		if c.Scenario == ScenarioChain || c.Scenario.flaky() {
 			c.MaxAttempts = 3
 		}
 	}
 	if c.Backoff == (policy.Backoff{}) {
 		c.Backoff = policy.Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: policy.JitterProportional}
-		if c.Scenario == ScenarioChain {
+		switch {
+		case c.Scenario == ScenarioChain:
 			c.Backoff.Initial, c.Backoff.Max = 10*time.Millisecond, 100*time.Millisecond
+		case c.Scenario.flaky():
+			// Pauses of 0.1 s and 0.2 s: a call healed on its third
+			// attempt takes about 0.3 s.
+			c.Backoff.Initial = 100 * time.Millisecond
 		}
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = 2 * time.Second
+		if c.Scenario.timeouts() {
+			c.CallTimeout = time.Second
+		}
 	}
 	if c.Contenders == nil {
 		c.Contenders = namesOf(contendersFor(c.Scenario))
@@ -228,7 +356,7 @@ func (c Config) Validate() error {
 	if c.Duration <= 0 {
 		bad("Duration", "must be > 0", c.Duration)
 	}
-	if c.OutageStart < 0 || c.OutageEnd <= c.OutageStart || c.OutageEnd > c.Duration {
+	if c.Scenario.HasTrigger() && (c.OutageStart < 0 || c.OutageEnd <= c.OutageStart || c.OutageEnd > c.Duration) {
 		bad("OutageStart/OutageEnd", "must satisfy 0 <= start < end <= Duration", fmt.Sprintf("[%v, %v) of %v", c.OutageStart, c.OutageEnd, c.Duration))
 	}
 	if c.Clients <= 0 || c.Clients > 10000 {
@@ -244,7 +372,7 @@ func (c Config) Validate() error {
 	if c.Queue < 0 || c.Queue > 1e6 {
 		bad("Queue", "must be in [0, 1e6]", c.Queue)
 	}
-	if c.Scenario == ScenarioOverload && c.Capacity > 0 && c.Workers > 0 && c.ServiceTime() < time.Microsecond {
+	if c.Scenario.workerServer() && c.Capacity > 0 && c.Workers > 0 && c.ServiceTime() < time.Microsecond {
 		bad("Capacity", "must leave each of the Workers at least 1µs per attempt (Capacity <= Workers × 1e6)", c.Capacity)
 	}
 	if !(c.Rate > 0) || c.Rate > 1e6 {
@@ -254,6 +382,15 @@ func (c Config) Validate() error {
 		// grpc-go caps maxAttempts at 5; a larger limit would not be the same
 		// for every contender.
 		bad("MaxAttempts", "must be in [1, 5] (grpc-go's cap)", c.MaxAttempts)
+	}
+	if !(c.Slow >= 1) || c.Slow > 1000 {
+		bad("Slow", "must be in [1, 1000]", c.Slow)
+	}
+	if c.PerAttemptTimeout < 0 {
+		bad("PerAttemptTimeout", "must be >= 0", c.PerAttemptTimeout)
+	}
+	if !(c.FailureRate >= 0) || c.FailureRate > 1 {
+		bad("FailureRate", "must be in [0, 1]", c.FailureRate)
 	}
 	if err := c.Backoff.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("lab: Backoff: %w", err))
@@ -277,7 +414,7 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ServiceTime is the worker time an attempt costs in ScenarioOverload:
+// ServiceTime is the worker time an attempt costs on the worker server:
 // Workers ÷ Capacity (cfg after Defaults). A rejected attempt costs a
 // tenth of it (testserver.Workers).
 func (c Config) ServiceTime() time.Duration {
@@ -289,14 +426,36 @@ func (c Config) ServiceTime() time.Duration {
 
 // ReducedCapacity is the attempts per second ScenarioOverload's server can
 // serve during the overload, when Workers/2 workers (rounded down) work:
-// (Workers/2) ÷ ServiceTime, half of Capacity for an even Workers. It is
-// the 1.0 of Goodput.
+// (Workers/2) ÷ ServiceTime, half of Capacity for an even Workers
+// (Config.CapacityAt during the overload).
 func (c Config) ReducedCapacity() float64 {
 	s := c.ServiceTime()
 	if s <= 0 {
 		return 0
 	}
 	return float64(c.Workers/2) / s.Seconds()
+}
+
+// CapacityAt is the attempts per second the server of c's scenario can
+// serve at t (counted from the start of the load): Capacity, none during
+// an outage, ReducedCapacity during the overload, Capacity ÷ Slow during
+// the slowdown. In the scenarios whose server limits nothing (the slow
+// replicas, the flaky servers, the chain) it is +Inf.
+func (c Config) CapacityAt(t time.Duration) float64 {
+	s := c.Scenario
+	if !s.workerServer() {
+		return math.Inf(1)
+	}
+	if t < c.OutageStart || t >= c.OutageEnd {
+		return float64(c.Capacity)
+	}
+	switch {
+	case s == ScenarioOverload:
+		return c.ReducedCapacity()
+	case s.slowed():
+		return float64(c.Capacity) / c.Slow
+	}
+	return 0
 }
 
 func scenarioNames() []string {
@@ -339,19 +498,42 @@ type Result struct {
 	// where N is the no-amplification limit.
 	OutageCalls                                                      int
 	TopAttemptsPerCall, MiddleAttemptsPerCall, BottomAttemptsPerCall float64
-	// SuccessAfter, in ScenarioChain only (0 in the others), is the
-	// success rate of the user calls made from OutageEnd on, once C is
-	// back (0 when none is made then).
+	// SuccessAfter is the success rate of the calls made from AfterGap
+	// (2 s) after the trigger's end (OutageEnd) on; in ScenarioChain,
+	// whose run ends soon after C's outage, from OutageEnd on, once C is
+	// back. CallsAfter is how many calls that is. Both are 0 in the
+	// scenarios without a trigger (Scenario.HasTrigger), or when no call
+	// is made then.
 	SuccessAfter float64
-	// Goodput, in ScenarioOverload only (0 in the others), is the calls
-	// that ended successfully from OutageStart to OutageEnd (on the
-	// client, [OutageStart, OutageEnd) from the start of the load), per
-	// second, ÷ Config.ReducedCapacity: 1 means the weakened server spent
-	// all its time on calls that succeeded, as if no attempt were ever
-	// rejected, dropped, or served for a caller that had given up. It can
-	// pass 1 by a hair: the workers idled at OutageStart finish the
-	// attempts they began before.
+	CallsAfter   int
+	// Recovered reports whether the calls made in every second from some
+	// point after the trigger's end on succeeded at RecoverThreshold (95
+	// %) or more; Recover is how long after the trigger's end that point
+	// is, in whole seconds (seconds counted from OutageEnd, by the calls'
+	// start; a second without calls passes). Recovered is false in the
+	// scenarios without a trigger.
+	Recovered bool
+	Recover   time.Duration
+	// Goodput is the calls that succeeded, by when they returned, from
+	// the trigger's start (OutageStart; the load's start in the scenarios
+	// without a trigger) to Duration, ÷ the attempts the server could
+	// serve in that time (the integral of Config.CapacityAt; where the
+	// server limits nothing, ÷ the calls offered): the share of the
+	// server's capacity spent on calls that succeeded. A server busy only
+	// with such calls gives 1; one under a lighter load, Rate ÷ Capacity
+	// at best (0.75 in ScenarioMetastable); each rejection, dropped
+	// attempt, or attempt served for a caller that had gone takes from
+	// it. It can pass 1 by a hair: workers idled by the overload finish
+	// the attempts they began before it.
 	Goodput float64
+	// Wasted is the share of the worker server's work done for callers
+	// that had gone (testserver.Stats.Wasted ÷ Work): attempts served
+	// after their caller's deadline or cancellation (a per-attempt timer
+	// cancels), and attempts dropped because their deadline had passed
+	// in the queue. 0 in the scenarios without a worker server.
+	Wasted float64
+	// Timeline is the run second by second, from the start of the load.
+	Timeline []Second
 	// PeakAfter is the largest number of attempts the server received in
 	// one Bin from OutageEnd to Duration, ÷ (Capacity × Bin). In
 	// ScenarioChain, here and in Load, the server is C.
@@ -359,6 +541,9 @@ type Result struct {
 	// P50, P99 and P999 are latency percentiles of the successful calls
 	// (zero when none succeeded).
 	P50, P99, P999 time.Duration
+	// FailP50 and FailP99 are latency percentiles of the failed calls
+	// (zero when none failed): how long a user waited for a failure.
+	FailP50, FailP99 time.Duration
 	// FirstP50, FirstP99 and FirstP999, in ScenarioSlowReplicaStream only
 	// (zero in the others), are percentiles of the time from a successful
 	// call's start to its first message.
@@ -387,6 +572,28 @@ type Result struct {
 	// not its server's.
 	PeakGoroutines int
 }
+
+// Second is one second of a contender's run, [i s, (i+1) s) from the
+// start of the load for Timeline[i].
+type Second struct {
+	// Calls is the calls made in the second; CallsSucceeded, how many of
+	// them succeeded (whenever they returned).
+	Calls, CallsSucceeded int
+	// Attempts is the attempts the contender's connections began in the
+	// second.
+	Attempts int
+	// Successes is the calls that returned successfully in the second.
+	Successes int
+}
+
+// RecoverThreshold is the success rate every second after the trigger
+// must reach for a contender to count as recovered (Result.Recovered).
+const RecoverThreshold = 0.95
+
+// AfterGap is how long after the trigger's end Result.SuccessAfter
+// starts counting calls: long enough for the backlog of a healthy client
+// to clear, so that what it measures is whether the server came back.
+const AfterGap = 2 * time.Second
 
 // Report is a run's configuration (defaults filled in) and its results, in
 // the order of Config.Contenders.

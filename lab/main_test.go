@@ -21,7 +21,7 @@ func TestValidate(t *testing.T) {
 		want string // in the error; "" means valid
 	}{
 		{"defaults", Config{}, ""},
-		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, slow-replica-stream, overload, chain, got "flood"`},
+		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, slow-replica-stream, overload, chain, flaky-quiet, flaky-quiet-random, slowdown, slowdown-90, metastable, got "flood"`},
 		{"negative duration", Config{Duration: -time.Second}, "lab: Duration: must be > 0, got -1s"},
 		{"outage past the end", Config{Duration: 3 * time.Second, OutageStart: time.Second, OutageEnd: 4 * time.Second}, "lab: OutageStart/OutageEnd: must satisfy 0 <= start < end <= Duration, got [1s, 4s) of 3s"},
 		{"outage reversed", Config{OutageStart: 3 * time.Second, OutageEnd: 2 * time.Second}, "OutageStart/OutageEnd"},
@@ -34,12 +34,16 @@ func TestValidate(t *testing.T) {
 		{"negative queue", Config{Scenario: ScenarioOverload, Queue: -1}, "lab: Queue: must be in [0, 1e6], got -1"},
 		{"service time below 1µs", Config{Scenario: ScenarioOverload, Workers: 2, Capacity: 3e6}, "lab: Capacity: must leave each of the Workers at least 1µs per attempt"},
 		{"overload defaults", Config{Scenario: ScenarioOverload}, ""},
-		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, stagger-breaker, stagger-throttling, grpc-middleware, failsafe-go, grpc-go, grpc-go-throttle, naive, got "envoy"`},
+		{"slowdown below 1", Config{Scenario: ScenarioSlowdown, Slow: 0.5}, "lab: Slow: must be in [1, 1000], got 0.5"},
+		{"negative per-attempt timeout", Config{Scenario: ScenarioMetastable, PerAttemptTimeout: -time.Second}, "lab: PerAttemptTimeout: must be >= 0, got -1s"},
+		{"failure rate above 1", Config{Scenario: ScenarioFlakyQuietRandom, FailureRate: 2}, "lab: FailureRate: must be in [0, 1], got 2"},
+		{"flaky defaults, no trigger", Config{Scenario: ScenarioFlakyQuiet}, ""},
+		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, stagger-breaker, stagger-throttling, grpc-middleware, failsafe-go, grpc-go, grpc-go-throttle, naive, no-retry, got "envoy"`},
 		{"repeated contender", Config{Contenders: []string{"naive", "naive"}}, `lab: Contenders: must not repeat a name, got "naive"`},
 		{"no contender", Config{Contenders: []string{}}, "lab: Contenders: must name at least one, got none"},
 		{"chain defaults", Config{Scenario: ScenarioChain}, ""},
 		{"retry contender in the chain", Config{Scenario: ScenarioChain, Contenders: []string{"naive"}},
-			`lab: Contenders: must be among stagger, stagger-no-server, grpc-go, grpc-middleware, mixed, grpc-middleware-top, got "naive"`},
+			`lab: Contenders: must be among stagger, stagger-no-server, grpc-go, grpc-middleware, mixed, grpc-middleware-top, no-retry, got "naive"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Defaults().Validate()
@@ -209,5 +213,54 @@ func TestOverloadDefaults(t *testing.T) {
 	names := namesOf(contendersFor(ScenarioOverload))
 	if !slices.Equal(names[:len(ContenderNames())], ContenderNames()) {
 		t.Errorf("overload contenders %v, want Contenders first", names)
+	}
+}
+
+func TestRecovery(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := &Config{Scenario: ScenarioMetastable, OutageStart: time.Second, OutageEnd: 2 * time.Second, Duration: 6 * time.Second}
+	// call makes n calls in [at, at+1 s) after t0, ok of them successful.
+	calls := func(spec ...[3]int) []loggedCall {
+		var out []loggedCall
+		for _, s := range spec {
+			at, n, ok := time.Duration(s[0])*time.Second, s[1], s[2]
+			for i := 0; i < n; i++ {
+				b := t0.Add(at + time.Duration(i)*time.Second/time.Duration(n))
+				out = append(out, loggedCall{begin: b, end: b.Add(10 * time.Millisecond), ok: i < ok})
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		in   []loggedCall
+		ok   bool
+		at   time.Duration
+	}{
+		{"at once", calls([3]int{1, 10, 0}, [3]int{2, 10, 10}, [3]int{3, 10, 10}, [3]int{4, 10, 10}, [3]int{5, 10, 10}), true, 0},
+		{"after two seconds", calls([3]int{2, 10, 0}, [3]int{3, 20, 18}, [3]int{4, 20, 19}, [3]int{5, 20, 20}), true, 2 * time.Second},
+		{"a relapse", calls([3]int{2, 10, 10}, [3]int{3, 10, 10}, [3]int{4, 10, 5}, [3]int{5, 10, 10}), true, 3 * time.Second},
+		{"never", calls([3]int{2, 10, 10}, [3]int{5, 10, 9}), false, 0},
+		{"a quiet second passes", calls([3]int{2, 10, 0}, [3]int{3, 10, 10}, [3]int{5, 10, 10}), true, time.Second},
+	} {
+		ok, at := recovery(cfg, tc.in, t0)
+		if ok != tc.ok || at != tc.at {
+			t.Errorf("%s: recovered %v after %v, want %v after %v", tc.name, ok, at, tc.ok, tc.at)
+		}
+	}
+}
+
+func TestTimeline(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cfg := &Config{Duration: 2 * time.Second}
+	calls := []loggedCall{
+		{begin: t0, end: t0.Add(100 * time.Millisecond), ok: true},
+		{begin: t0.Add(900 * time.Millisecond), end: t0.Add(1100 * time.Millisecond), ok: true},
+		{begin: t0.Add(1500 * time.Millisecond), end: t0.Add(3500 * time.Millisecond), ok: false},
+	}
+	got := timeline(cfg, calls, []int{3, 1}, t0)
+	want := []Second{{Calls: 2, CallsSucceeded: 2, Attempts: 3, Successes: 1}, {Calls: 1, Attempts: 1, Successes: 1}, {}, {}}
+	if !slices.Equal(got, want) {
+		t.Errorf("timeline %+v, want %+v", got, want)
 	}
 }

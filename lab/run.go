@@ -28,11 +28,15 @@ import (
 // logs what is in flight (see flightLog).
 type attemptCounter struct {
 	outageFrom, outageTo time.Time
+	// t0 is the start of the load: perSecond[i] counts the attempts begun
+	// in its i-th second.
+	t0 time.Time
 
-	mu       sync.Mutex
-	attempts int
-	outage   int
-	flight   flightLog
+	mu        sync.Mutex
+	attempts  int
+	outage    int
+	perSecond []int
+	flight    flightLog
 }
 
 // callState is one call's part in flight, found through the contexts of
@@ -100,6 +104,14 @@ func (a *attemptCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		a.attempts++
 		if !s.BeginTime.Before(a.outageFrom) && s.BeginTime.Before(a.outageTo) {
 			a.outage++
+		}
+		if !a.t0.IsZero() && !s.BeginTime.Before(a.t0) {
+			if i := int(s.BeginTime.Sub(a.t0) / time.Second); i < maxSeconds {
+				for len(a.perSecond) <= i {
+					a.perSecond = append(a.perSecond, 0)
+				}
+				a.perSecond[i]++
+			}
 		}
 	case *stats.End:
 		now := time.Now()
@@ -172,6 +184,10 @@ func (a *attemptCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) cont
 
 func (a *attemptCounter) HandleConn(context.Context, stats.ConnStats) {}
 
+// maxSeconds bounds a timeline, so that a clock jump cannot exhaust
+// memory.
+const maxSeconds = 1 << 16
+
 // callLog collects the calls' outcomes.
 type callLog struct {
 	// keyed: keep every call that has a script key in keyedCalls.
@@ -180,9 +196,17 @@ type callLog struct {
 	mu         sync.Mutex
 	calls      int
 	latencies  []time.Duration // of successful calls
+	failures   []time.Duration // of failed calls
 	firsts     []time.Duration // to the first message, of successful streams
-	ends       []time.Time     // when each successful call returned
+	all        []loggedCall
 	keyedCalls []keyedCall
+}
+
+// loggedCall is one call: when it began and returned, and whether it
+// succeeded.
+type loggedCall struct {
+	begin, end time.Time
+	ok         bool
 }
 
 // keyedCall is one call whose attempts the servers recorded under key.
@@ -198,8 +222,10 @@ func (l *callLog) add(key string, ok bool, begin, end time.Time) {
 	l.calls++
 	if ok {
 		l.latencies = append(l.latencies, end.Sub(begin))
-		l.ends = append(l.ends, end)
+	} else {
+		l.failures = append(l.failures, end.Sub(begin))
 	}
+	l.all = append(l.all, loggedCall{begin, end, ok})
 	if l.keyed && key != "" {
 		l.keyedCalls = append(l.keyedCalls, keyedCall{key, begin, end, ok})
 	}
@@ -223,11 +249,13 @@ func runContender(ctx context.Context, cfg *Config, c Contender, label string) (
 		defer ch.close()
 		srv = ch.top
 	} else {
+		// The worker server's workers are set by runClients, once it
+		// knows when the trigger is.
 		opts := []testserver.Option{testserver.WithArrivalBucket(Bin)}
-		if cfg.Scenario != ScenarioOverload {
-			// The overload's server has workers instead (runClients sets
-			// them once it knows when the overload is).
-			opts = append(opts, testserver.WithCapacity(testserver.Capacity{PerSecond: cfg.Capacity}))
+		if cfg.Scenario == ScenarioFlakyQuietRandom {
+			// The same seed for every contender: their servers draw the
+			// same sequence of failures.
+			opts = append(opts, testserver.WithFailureRate(cfg.FailureRate, 1))
 		}
 		if tcp {
 			opts = append(opts, testserver.WithTCP())
@@ -284,11 +312,10 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 
 	// Connections are made before the load starts, so that the first
 	// second measures retries, not a few hundred handshakes at once. The
-	// load starts on a whole second of the server's clock: the server
-	// counts its capacity in one-second windows from its start
-	// (testserver.Capacity.PerSecond), so each window then covers one
-	// second of load, and none straddles the connecting. That costs up to
-	// a second of waiting before the load.
+	// load starts on a whole second of the server's clock, so that the
+	// server's arrival bins (Load) and the timeline's seconds line up
+	// with the load's. That costs up to a second of waiting before the
+	// load.
 	if err := connectAll(ctx, conns); err != nil {
 		return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
 	}
@@ -297,7 +324,7 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	t0 := down.Start().Add(lead)
 	from, to := t0.Add(cfg.OutageStart), t0.Add(cfg.OutageEnd)
 	counter.mu.Lock()
-	counter.outageFrom, counter.outageTo = from, to
+	counter.outageFrom, counter.outageTo, counter.t0 = from, to, t0
 	counter.mu.Unlock()
 
 	var outageErr error
@@ -306,7 +333,7 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	defer stop()
 	stream := cfg.Scenario == ScenarioSlowReplicaStream
 	slow := cfg.Scenario == ScenarioSlowReplica || stream
-	if slow {
+	if !cfg.Scenario.HasTrigger() {
 		// No outage: the attempts counted "in the outage" are none.
 		counter.mu.Lock()
 		counter.outageFrom, counter.outageTo = time.Time{}, time.Time{}
@@ -319,9 +346,20 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 			pprof.SetGoroutineLabels(context.Background())
 			outageErr = serverGone(runCtx, srv, from, to)
 		}()
-	} else if cfg.Scenario == ScenarioOverload {
+	}
+	switch {
+	case cfg.Scenario == ScenarioOverload:
 		srv.SetWorkers(overloadWorkers(cfg, from, to))
-	} else {
+	case cfg.Scenario.slowed():
+		w := workers(cfg)
+		w.Slow, w.SlowFrom, w.SlowTo = cfg.Slow, from, to
+		srv.SetWorkers(w)
+	case tcp:
+		srv.SetWorkers(workers(cfg))
+	case cfg.Scenario.workerServer():
+		srv.SetWorkers(workers(cfg))
+		down.SetOutageWindow(from, to)
+	case ch != nil:
 		down.SetOutageWindow(from, to)
 	}
 
@@ -353,6 +391,10 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 				case ch != nil:
 					seq++
 					sc.Key = fmt.Sprintf("c%d-%d", i, seq)
+				case cfg.Scenario == ScenarioFlakyQuiet:
+					// The key makes the server count the call's attempts.
+					seq++
+					sc.Key, sc.FailAttempts = fmt.Sprintf("c%d-%d", i, seq), FlakyFailAttempts
 				}
 				calls.Add(1)
 				go func() {
@@ -373,13 +415,16 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	if outageErr != nil {
 		return Result{}, fmt.Errorf("lab: %s: %w", c.Name, outageErr)
 	}
+	if cfg.Scenario.workerServer() {
+		drain(ctx, down, cfg)
+	}
 	arrivals := down.Arrivals()
 	if len(arrivals) > skip {
 		arrivals = arrivals[skip:]
 	} else {
 		arrivals = nil
 	}
-	r := summarize(cfg, c.Name, log, counter, arrivals)
+	r := summarize(cfg, c.Name, log, counter, arrivals, down.Stats(), t0)
 	if ch != nil {
 		ch.close()
 		ch.measure(cfg, &r, log.keyedCalls, from, to)
@@ -387,11 +432,34 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	return r, nil
 }
 
+// workers is the worker server of cfg, at full strength.
+func workers(cfg *Config) testserver.Workers {
+	return testserver.Workers{Count: cfg.Workers, Queue: cfg.Queue, Service: cfg.ServiceTime()}
+}
+
 // overloadWorkers is ScenarioOverload's server: half its workers from
 // `from` to `to`.
 func overloadWorkers(cfg *Config, from, to time.Time) testserver.Workers {
-	return testserver.Workers{Count: cfg.Workers, Queue: cfg.Queue, Service: cfg.ServiceTime(),
-		Reduced: cfg.Workers / 2, ReducedFrom: from, ReducedTo: to}
+	w := workers(cfg)
+	w.Reduced, w.ReducedFrom, w.ReducedTo = cfg.Workers/2, from, to
+	return w
+}
+
+// drain waits until the worker server has taken every attempt left in its
+// queue (their callers are gone: every call has returned), so that its
+// work and wasted work count them.
+func drain(ctx context.Context, srv *testserver.Server, cfg *Config) {
+	for st := srv.Stats(); st.Queued > 0 && ctx.Err() == nil; st = srv.Stats() {
+		// The queue's work, if every worker were taking from it at the
+		// slowest: an overestimate, checked again.
+		d := time.Duration(float64(st.Queued) * cfg.Slow * float64(cfg.ServiceTime()) / float64(max(cfg.Workers/2, 1)))
+		t := time.NewTimer(max(d, time.Millisecond))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // callInterval is the time between two calls of one client.
@@ -544,28 +612,41 @@ func serverGone(ctx context.Context, srv *testserver.Server, from, to time.Time)
 	return nil
 }
 
-func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, arrivals []int64) Result {
+func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, arrivals []int64, st testserver.Stats, t0 time.Time) Result {
 	r := Result{Contender: name, Calls: log.calls, Successes: len(log.latencies)}
 	counter.mu.Lock()
 	r.Attempts, r.OutageAttempts = counter.attempts, counter.outage
+	perSecond := slices.Clone(counter.perSecond)
 	counter.mu.Unlock()
 	if r.Calls > 0 {
 		r.AttemptsPerCall = float64(r.Attempts) / float64(r.Calls)
 		r.SuccessRate = float64(r.Successes) / float64(r.Calls)
 	}
 	r.OutageLoad = outageLoad(cfg, r.OutageAttempts)
-	if cfg.Scenario == ScenarioOverload {
-		outage := (cfg.OutageEnd - cfg.OutageStart).Seconds()
-		counter.mu.Lock()
-		from, to := counter.outageFrom, counter.outageTo
-		counter.mu.Unlock()
+	r.Goodput = goodput(cfg, log.all, t0)
+	if st.Work > 0 {
+		r.Wasted = float64(st.Wasted) / float64(st.Work)
+	}
+	r.Timeline = timeline(cfg, log.all, perSecond, t0)
+	if cfg.Scenario.HasTrigger() {
+		r.Recovered, r.Recover = recovery(cfg, log.all, t0)
+		gap := AfterGap
+		if cfg.Scenario == ScenarioChain {
+			gap = 0
+		}
+		after := t0.Add(cfg.OutageEnd + gap)
 		ok := 0
-		for _, end := range log.ends {
-			if !end.Before(from) && end.Before(to) {
-				ok++
+		for _, c := range log.all {
+			if !c.begin.Before(after) {
+				r.CallsAfter++
+				if c.ok {
+					ok++
+				}
 			}
 		}
-		r.Goodput = float64(ok) / outage / cfg.ReducedCapacity()
+		if r.CallsAfter > 0 {
+			r.SuccessAfter = float64(ok) / float64(r.CallsAfter)
+		}
 	}
 	r.Load = make([]int, len(arrivals))
 	perBin := float64(cfg.Capacity) * Bin.Seconds()
@@ -583,19 +664,124 @@ func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, 
 	lat := slices.Clone(log.latencies)
 	slices.Sort(lat)
 	r.P50, r.P99, r.P999 = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 0.999)
+	fails := slices.Clone(log.failures)
+	slices.Sort(fails)
+	r.FailP50, r.FailP99 = percentile(fails, 0.5), percentile(fails, 0.99)
 	firsts := slices.Clone(log.firsts)
 	slices.Sort(firsts)
 	r.FirstP50, r.FirstP99, r.FirstP999 = percentile(firsts, 0.5), percentile(firsts, 0.99), percentile(firsts, 0.999)
 	return r
 }
 
+// timeline is Result.Timeline: the calls, their outcomes and the attempts
+// (perSecond, from the attemptCounter) per second from t0, over Duration
+// and whatever seconds the last calls took beyond it.
+func timeline(cfg *Config, calls []loggedCall, perSecond []int, t0 time.Time) []Second {
+	n := int((cfg.Duration + time.Second - 1) / time.Second)
+	n = max(n, len(perSecond))
+	second := func(t time.Time) int {
+		if t.Before(t0) {
+			return -1
+		}
+		return min(int(t.Sub(t0)/time.Second), maxSeconds-1)
+	}
+	for _, c := range calls {
+		n = max(n, second(c.end)+1)
+	}
+	out := make([]Second, n)
+	for i, a := range perSecond {
+		out[i].Attempts = a
+	}
+	for _, c := range calls {
+		if b := second(c.begin); b >= 0 {
+			out[b].Calls++
+			if c.ok {
+				out[b].CallsSucceeded++
+			}
+		}
+		if e := second(c.end); e >= 0 && c.ok {
+			out[e].Successes++
+		}
+	}
+	return out
+}
+
+// recovery is Result.Recovered and Recover: the first whole second k
+// after the trigger's end from which the calls made in every second
+// [OutageEnd + j s, OutageEnd + (j+1) s), j >= k, until Duration succeed
+// at RecoverThreshold or more.
+func recovery(cfg *Config, calls []loggedCall, t0 time.Time) (bool, time.Duration) {
+	end := t0.Add(cfg.OutageEnd)
+	n := int((cfg.Duration - cfg.OutageEnd + time.Second - 1) / time.Second)
+	if n <= 0 {
+		return false, 0
+	}
+	made, ok := make([]int, n), make([]int, n)
+	for _, c := range calls {
+		if c.begin.Before(end) {
+			continue
+		}
+		if j := int(c.begin.Sub(end) / time.Second); j < n {
+			made[j]++
+			if c.ok {
+				ok[j]++
+			}
+		}
+	}
+	k := n // none of the seconds yet
+	for j := n - 1; j >= 0; j-- {
+		if made[j] > 0 && float64(ok[j]) < RecoverThreshold*float64(made[j]) {
+			break
+		}
+		k = j
+	}
+	if k == n {
+		return false, 0
+	}
+	return true, time.Duration(k) * time.Second
+}
+
+// goodput is Result.Goodput.
+func goodput(cfg *Config, calls []loggedCall, t0 time.Time) float64 {
+	from := time.Duration(0)
+	if cfg.Scenario.HasTrigger() {
+		from = cfg.OutageStart
+	}
+	// What the server could serve over [from, Duration), summed by the
+	// millisecond; where it limits nothing, what was offered.
+	var capacity float64
+	const step = time.Millisecond
+	for t := from; t < cfg.Duration; t += step {
+		c := cfg.CapacityAt(t)
+		if math.IsInf(c, 1) {
+			c = cfg.Rate
+		}
+		capacity += c * step.Seconds()
+	}
+	if capacity <= 0 {
+		return 0
+	}
+	lo, hi := t0.Add(from), t0.Add(cfg.Duration)
+	ok := 0
+	for _, c := range calls {
+		if c.ok && !c.end.Before(lo) && c.end.Before(hi) {
+			ok++
+		}
+	}
+	return float64(ok) / capacity
+}
+
 // outageLoad is Result.OutageLoad for attempts made during the outage: ÷
 // what the server can serve in that time, its capacity when up (Capacity),
-// in ScenarioOverload the reduced capacity.
+// in ScenarioOverload the reduced capacity, in the slowdowns the slowed
+// one.
 func outageLoad(cfg *Config, attempts int) float64 {
 	capacity := float64(cfg.Capacity)
-	if cfg.Scenario == ScenarioOverload {
+	switch {
+	case cfg.Scenario == ScenarioOverload:
 		capacity = cfg.ReducedCapacity()
+	case cfg.Scenario.slowed():
+		capacity /= cfg.Slow
 	}
 	return float64(attempts) / (capacity * (cfg.OutageEnd - cfg.OutageStart).Seconds())
 }

@@ -75,10 +75,12 @@
 // serves and a tenth of it on one it rejects (queue full: RESOURCE_EXHAUSTED) or
 // drops (deadline passed while it waited); an attempt whose caller cancels, or
 // whose deadline passes while it is served, costs the whole Service; only Reduced
-// workers take attempts from ReducedFrom to ReducedTo. They are checked in that
+// workers take attempts from ReducedFrom to ReducedTo, and work begun from
+// SlowFrom to SlowTo costs Slow times as much. They are checked in that
 // order, before the script; an attempt the Workers admit runs its script once
 // served. Stats and Arrivals (attempts per bucket, default 100 ms) count every
-// attempt; Stats also gives the attempts queued and the worker time booked.
+// attempt; Stats also gives the attempts queued, the worker time booked, and
+// the part of it wasted on callers that had gone.
 //
 // # Time
 //

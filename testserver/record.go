@@ -79,6 +79,9 @@ type Stats struct {
 	// Service per attempt served, a tenth of it per attempt rejected or
 	// dropped, counted in full from when a worker begins it.
 	Work time.Duration
+	// Wasted is the part of Work done for callers that had gone (the
+	// Workers mode says which).
+	Wasted time.Duration
 }
 
 // maxBuckets bounds the arrival series so a clock jump cannot exhaust memory;
@@ -275,6 +278,7 @@ func (s *Server) Stats() Stats {
 	s.workers.advance(now)
 	st.Queued = len(s.workers.queue)
 	st.Work = s.workers.work
+	st.Wasted = s.workers.wasted
 	return st
 }
 

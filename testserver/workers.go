@@ -46,11 +46,21 @@ import (
 //     work: the others finish what they started before ReducedFrom and
 //     then stand idle until ReducedTo. Reduced is clamped to [0, Count];
 //     zero times, or ReducedTo <= ReducedFrom, mean no reduction.
+//   - From SlowFrom to SlowTo the server is slow: work a worker begins then
+//     (served, rejected or dropped) costs Slow times as much. A Slow of 1
+//     or less, zero times, or SlowTo <= SlowFrom mean no slowdown.
 //
 // So the server serves at most Count ÷ Service attempts per second (Reduced
-// ÷ Service during the reduction), less a tenth of Service for every
-// rejection and dropped attempt. Rejections by the other server-wide modes
-// (outage, Capacity, failure rate) cost nothing.
+// ÷ Service during the reduction, Count ÷ (Slow × Service) during the
+// slowdown), less a tenth of Service for every rejection and dropped
+// attempt. Rejections by the other server-wide modes (outage, Capacity,
+// failure rate) cost nothing.
+//
+// Work done for a caller that had gone is wasted (Stats.Wasted): an
+// attempt dropped because its deadline had passed, one whose deadline
+// passes before its service ends, and one whose caller cancelled it before
+// its service ended (counted when the server sees the cancellation, or
+// when a worker takes it if that is later).
 //
 // No goroutine runs the workers: the server works out, whenever an attempt
 // arrives or a handler looks, which work has begun by then and when the
@@ -74,12 +84,33 @@ type Workers struct {
 	// ReducedFrom and ReducedTo bound the reduction, on the server's clock:
 	// [ReducedFrom, ReducedTo).
 	ReducedFrom, ReducedTo time.Time
+	// Slow multiplies the cost of the work begun from SlowFrom to SlowTo
+	// (on the server's clock: [SlowFrom, SlowTo)); 1 or less means none.
+	Slow             float64
+	SlowFrom, SlowTo time.Time
 }
 
 // RejectionCost is the worker time an attempt costs when the Workers mode
 // rejects it (queue full) or drops it (deadline passed): a tenth of the
 // service time.
 func (w Workers) RejectionCost() time.Duration { return w.Service / 10 }
+
+// slowAt is the factor the cost of work begun at t is multiplied by.
+func (w Workers) slowAt(t time.Time) float64 {
+	if w.Slow > 1 && !w.SlowFrom.IsZero() && w.SlowTo.After(w.SlowFrom) &&
+		!t.Before(w.SlowFrom) && t.Before(w.SlowTo) {
+		return w.Slow
+	}
+	return 1
+}
+
+// at is cost d of work begun at t, slowed down when the server is slow then.
+func (w Workers) at(d time.Duration, t time.Time) time.Duration {
+	if f := w.slowAt(t); f != 1 {
+		return time.Duration(float64(d) * f)
+	}
+	return d
+}
 
 // reducedAt reports whether worker i may not take an attempt at t.
 func (w Workers) reducedAt(i int, t time.Time) bool {
@@ -110,8 +141,9 @@ type workerPool struct {
 	afterLast time.Time
 	// queue is the attempts no worker has taken, in arrival order.
 	queue []*job
-	// work is the worker time of the work begun so far.
-	work time.Duration
+	// work is the worker time of the work begun so far; wasted, the part
+	// of it done for callers that had gone.
+	work, wasted time.Duration
 }
 
 // job is an admitted attempt in the Workers mode.
@@ -121,6 +153,10 @@ type job struct {
 	// dropped, that its deadline passed before a worker took it.
 	end     time.Time
 	dropped bool
+	// taken: a worker has begun it, at the cost cost. gone: its caller
+	// gave up before its answer. wasted: its cost is counted as wasted.
+	taken, gone, wasted bool
+	cost                time.Duration
 	// sleepUntil is when the attempt's handler means to wake; wake wakes
 	// it sooner (nil when it does not sleep).
 	sleepUntil time.Time
@@ -160,7 +196,7 @@ func (s *Server) setWorkersLocked(w Workers) {
 	}
 	p.after, p.afterLast = slices.Clone(p.freeAt), p.lastStart
 	for _, at := range p.rejections {
-		p.afterLast = p.take(p.after, p.afterLast, at, p.cfg.RejectionCost())
+		p.afterLast = p.takeRejection(p.after, p.afterLast, at)
 	}
 }
 
@@ -191,20 +227,20 @@ func (p *workerPool) next(free []time.Time, last, at time.Time) (worker int, sta
 	return worker, start
 }
 
-// take gives work of the given cost, arrived at `at`, to the next worker
-// in free, and returns when it begins (the new last start).
-func (p *workerPool) take(free []time.Time, last, at time.Time, cost time.Duration) time.Time {
+// takeRejection gives a rejection, made at `at`, to the next worker in
+// free, and returns when it begins (the new last start).
+func (p *workerPool) takeRejection(free []time.Time, last, at time.Time) time.Time {
 	w, start := p.next(free, last, at)
-	free[w] = start.Add(cost)
+	free[w] = start.Add(p.cfg.at(p.cfg.RejectionCost(), start))
 	return start
 }
 
 // cost is what j costs a worker that takes it at start.
 func (p *workerPool) cost(j *job, start time.Time) (time.Duration, bool) {
 	if !j.deadline.IsZero() && !j.deadline.After(start) {
-		return p.cfg.RejectionCost(), true
+		return p.cfg.at(p.cfg.RejectionCost(), start), true
 	}
-	return p.cfg.Service, false
+	return p.cfg.at(p.cfg.Service, start), false
 }
 
 // advance begins, in order, the work that begins by now (the latest of now
@@ -221,8 +257,9 @@ func (p *workerPool) advance(now time.Time) {
 		if start.After(p.now) {
 			return // the queue waits behind the rejections; its plan stands
 		}
-		p.freeAt[w], p.lastStart = start.Add(p.cfg.RejectionCost()), start
-		p.work += p.cfg.RejectionCost()
+		cost := p.cfg.at(p.cfg.RejectionCost(), start)
+		p.freeAt[w], p.lastStart = start.Add(cost), start
+		p.work += cost
 		p.rejections = p.rejections[1:]
 	}
 	taken := 0
@@ -235,6 +272,12 @@ func (p *workerPool) advance(now time.Time) {
 		p.freeAt[w], p.lastStart = start.Add(cost), start
 		p.work += cost
 		j.end, j.dropped = start.Add(cost), dropped
+		j.taken, j.cost = true, cost
+		// The caller is gone, or will be before the answer: its deadline
+		// passed, or comes before the service ends, or it cancelled.
+		if dropped || j.gone || (!j.deadline.IsZero() && !j.deadline.After(j.end)) {
+			p.waste(j)
+		}
 		taken++
 	}
 	if taken == 0 {
@@ -262,6 +305,23 @@ func (p *workerPool) replan() {
 	}
 }
 
+// waste counts j's cost as wasted, once.
+func (p *workerPool) waste(j *job) {
+	if !j.wasted {
+		j.wasted = true
+		p.wasted += j.cost
+	}
+}
+
+// giveUp records that j's caller gave up: work a worker has begun on it is
+// wasted; work not begun yet will be when a worker takes it.
+func (p *workerPool) giveUp(j *job) {
+	j.gone = true
+	if j.taken {
+		p.waste(j)
+	}
+}
+
 func (j *job) wakeUp() {
 	if j.wake != nil {
 		j.wake()
@@ -284,7 +344,7 @@ func (p *workerPool) admit(at, deadline time.Time) (*job, *rejection) {
 		}
 		if _, start := p.next(free, last, at); start.After(p.now) {
 			p.rejections = append(p.rejections, p.now)
-			p.afterLast = p.take(p.after, p.afterLast, p.now, p.cfg.RejectionCost())
+			p.afterLast = p.takeRejection(p.after, p.afterLast, p.now)
 			p.replan()
 			return nil, &rejection{st: status.Newf(codes.ResourceExhausted,
 				"testserver: queue full: %d attempts waiting for %d workers", len(p.queue), p.cfg.Count)}
@@ -323,6 +383,13 @@ func (s *Server) awaitWorker(ctx context.Context, j *job) error {
 		_ = s.clock.Sleep(sleep, end.Sub(now))
 		cancel()
 		if err := ctx.Err(); err != nil {
+			now := s.clock.Now()
+			s.mu.Lock()
+			s.workers.advance(now)
+			if !j.taken || now.Before(j.end) {
+				s.workers.giveUp(j)
+			}
+			s.mu.Unlock()
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ package testserver_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -186,6 +187,77 @@ func TestWorkersRejectionComesFirst(t *testing.T) {
 		})
 		if st := s.Stats(); st.Work != 220*ms || st.Queued != 0 {
 			t.Errorf("stats %+v, want 220ms of work, none queued", st)
+		}
+	})
+}
+
+// From 1 s to 2 s the server is three times slower: work begun then costs
+// three times as much, whenever it ends; work begun before or after does
+// not.
+func TestWorkersSlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		s, c := newWorkerCalls(t, testserver.Workers{Count: 1, Queue: 1, Service: 100 * ms,
+			Slow: 3, SlowFrom: start.Add(time.Second), SlowTo: start.Add(2 * time.Second)})
+		c.sleepUntil(950 * ms)
+		c.call("a", 0) // [950, 1050): begun before the slowdown
+		c.call("b", 0) // [1050, 1350): begun in it
+		c.call("c", 0) // rejected: [1050, 1080), a tenth of 300 ms; b then [1080, 1380)
+		c.sleepUntil(1900 * ms)
+		c.call("d", 0) // [1900, 2200)
+		c.call("e", 0) // [2200, 2300): begun after
+		ok := codes.OK
+		c.want(map[string]workerCall{
+			"a": {ok, 1050 * ms}, "b": {ok, 1380 * ms}, "c": {codes.ResourceExhausted, 950 * ms},
+			"d": {ok, 2200 * ms}, "e": {ok, 2300 * ms},
+		})
+		if st := s.Stats(); st.Work != 830*ms || st.Wasted != 0 {
+			t.Errorf("stats %+v, want 830ms of work (100 + 30 + 300 + 300 + 100), none wasted", st)
+		}
+	})
+}
+
+// Work done for a caller that had gone is wasted: a dropped attempt, one
+// whose deadline passes during its service, one whose caller cancels it
+// while it is served or while it waits; work done for a caller still
+// there is not.
+func TestWorkersWasted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, c := newWorkerCalls(t, testserver.Workers{Count: 1, Queue: 6, Service: 100 * ms})
+		c.call("a", 0)      // [0, 100): served
+		c.call("b", 50*ms)  // taken at 100, due at 50: dropped, [100, 110), wasted
+		c.call("c", 150*ms) // [110, 210), due at 150: wasted
+		c.call("d", 300*ms) // [210, 310), due at 300: wasted
+		c.call("e", 500*ms) // [310, 410): served in time
+		c.want(map[string]workerCall{
+			"a": {codes.OK, 100 * ms}, "b": {codes.DeadlineExceeded, 50 * ms}, "c": {codes.DeadlineExceeded, 150 * ms},
+			"d": {codes.DeadlineExceeded, 300 * ms}, "e": {codes.OK, 410 * ms},
+		})
+		synctest.Wait()
+		if st := s.Stats(); st.Work != 410*ms || st.Wasted != 210*ms {
+			t.Errorf("stats %+v, want 410ms of work, 210ms wasted (b 10, c 100, d 100)", st)
+		}
+		// Callers that cancel: f while it is served, h while it waits
+		// behind g; h's work is wasted when a worker takes it.
+		ctx, cancel := context.WithCancel(context.Background())
+		var gets sync.WaitGroup
+		get := func(key string) {
+			gets.Add(1)
+			go func() {
+				defer gets.Done()
+				_, _ = c.client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: key}})
+			}()
+			synctest.Wait()
+		}
+		get("f")       // [410, 510)
+		c.call("g", 0) // [510, 610)
+		get("h")       // [610, 710)
+		cancel()
+		gets.Wait()
+		c.want(map[string]workerCall{"g": {codes.OK, 610 * ms}})
+		time.Sleep(time.Second)
+		if st := s.Stats(); st.Work != 710*ms || st.Wasted != 410*ms {
+			t.Errorf("stats %+v, want 710ms of work, 410ms wasted (f's and h's 100 more)", st)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -25,9 +26,20 @@ func init() {
 const labUsage = `usage: stagger lab [flags]
 
 Runs real gRPC calls over bufconn (or loopback TCP) from many concurrent
-clients against an in-process server with limited capacity and an outage,
-with each retry layer side by side, and prints attempts per call, success,
-latency and the load after recovery. The defaults finish in about 10 s.
+clients against an in-process server, with each retry layer side by side
+and a client that does not retry at all (no-retry), and prints attempts per
+call, success, latency and recovery. The defaults finish in about 10 s (the
+metastable scenario in about 16 s).
+
+Every scenario with an outage, an overload or a slowdown (its trigger)
+runs on a server that pays for its work: -workers workers (10) serve the
+attempts in arrival order from a FIFO queue of -queue attempts (50;
+slowdown and metastable: 0.4 s of work, 200); each attempt served costs
+a worker -workers ÷ -capacity (20 ms), each attempt rejected because the
+queue is full, or dropped because its deadline passed while it waited, a
+tenth of that; a caller that gives up does not stop the work. So a storm
+of retries costs what the same attempts would cost a real server, and
+the server does work for callers that are gone (WASTED).
 
 Scenarios (-scenario, comma-separated to run several one after another):
   unavailable  the server answers UNAVAILABLE during the outage (bufconn)
@@ -36,21 +48,39 @@ Scenarios (-scenario, comma-separated to run several one after another):
   blip         a short UNAVAILABLE outage under light load (bufconn): by
                default 1 call/s per client (50 in all) and -outage-start 2s,
                -outage-end 3.5s; a flag given on the command line wins
-  slow-replica no outage; one attempt in twenty is ten times slower: stagger
-               without and with hedging (p50/p99/p99.9, attempts per call)
+  flaky-quiet  a quiet process (1 client, 5 calls/s for 4 s, 3 attempts,
+               deadline 2s, backoff 0.1 s doubling) against a flaky server:
+               the first two attempts of every call fail UNAVAILABLE, the
+               third is served; no capacity limit, no trigger. stagger
+               reads a policy file that declares no budget (the default
+               budget, one per client)
+  flaky-quiet-random
+               the same with 4 clients for 10 s and a server that fails
+               each attempt with probability 0.5
+  slowdown     75% of -capacity; the service time is 3× as long in
+               [2s, 3s) of 8s; deadline 1s; per-attempt timeouts of 200ms
+               for every contender that has one (stagger's
+               perAttemptRecvTimeout, go-grpc-middleware's
+               WithPerRetryTimeout, failsafe-go's timeout policy inside its
+               retry policy, the naive loop's context); grpc-go has no
+               per-attempt timeout, so its rows (and no-retry's) have none
+  slowdown-90  the same at 90% of -capacity with a 4× slowdown
+  metastable   75% of -capacity for 14s; the server answers UNAVAILABLE in
+               [2s, 3s) (the trigger), then serves again at the same
+               offered load: does it come back? Per-attempt timeouts as in
+               slowdown
+  slow-replica no outage and no capacity limit; one attempt in twenty is ten
+               times slower: stagger without and with hedging
+               (p50/p99/p99.9, attempts per call)
   slow-replica-stream
                the same with a server stream of 5 messages whose first
                message takes what the attempt takes: stagger without and
                with hedged streams (hedges race until one commits); the
                time to the first message (p50/p99/p99.9) and the extra
                attempts
-  overload     a server that pays for its work (bufconn): 10 workers, a FIFO
-               queue of 50, 20 ms per attempt served (10 workers ÷
-               -capacity), 2 ms per attempt rejected; half the workers
-               from 2s to 6s of 10s (the scenario's defaults), so the
-               offered 80% of -capacity is 160% of what is left. GOODPUT:
-               calls that succeeded in the overload, per second, ÷ the
-               reduced capacity
+  overload     no outage, but half the workers from 2s to 6s of 10s (the
+               scenario's defaults), so the offered 80% of -capacity is
+               160% of what is left (bufconn)
   chain        users → A → B → C, three servers (bufconn), every hop
                retrying (3 attempts by default, no budget), C answering
                UNAVAILABLE from 1s to 3s of 4s, 100 calls/s: attempts
@@ -61,8 +91,17 @@ Scenarios (-scenario, comma-separated to run several one after another):
 Each table but chain's (no server of the chain limits its attempts) opens
 with the scenario's ceiling: the success rate an ideal client could reach
 without ever sending more than the capacity (the lab package's Ceiling).
-Peaks per contender: calls in flight, calls waiting
-between attempts, and goroutines of its client side (sampled every 100 ms).
+Figures per contender: SUCCESS AFTER, the success of the calls made from
+2 s after the trigger's end; RECOVER, the seconds from the trigger's end
+until the calls of every later second succeed at 95% or more ("never" if
+they do not by the end of the run); GOODPUT, the calls that succeeded from
+the trigger's start on ÷ what the server could serve then; WASTED, the
+share of the server's work done for callers that had gone; P50/P99 of the
+successful calls and FAIL P50/P99 of the failed ones. Peaks: calls in
+flight, calls waiting between attempts, and goroutines of its client side
+(sampled every 100 ms). -format json adds a per-second timeline (calls,
+attempts, successes, the server's capacity) per contender; -plot DIR
+draws it, one SVG per scenario (DIR/SCENARIO.svg).
 
 Flags (the defaults shown are those of unavailable):
 `
@@ -115,14 +154,19 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	d := lab.Config{}.Defaults()
 	scenarios := stringList{string(lab.ScenarioUnavailable)}
 	fs.Var(&scenarios, "scenario", "scenarios to run, comma-separated: "+strings.Join(labScenarioNames(), ", "))
-	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload: 10s; chain: 4s)")
-	start := fs.Duration("outage-start", d.OutageStart, "when the outage (overload: half the workers) starts (chain: 1s)")
-	end := fs.Duration("outage-end", d.OutageEnd, "when the outage ends (blip: 3.5s; overload: 6s; chain: 3s)")
-	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget")
-	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server admits (overload: serves with all its workers)")
-	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica, slow-replica-stream: 50%; chain: 100)")
-	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5; chain: 3, on every hop)")
-	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call")
+	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload, flaky-quiet-random: 10s; chain, flaky-quiet: 4s; metastable: 14s)")
+	start := fs.Duration("outage-start", d.OutageStart, "when the trigger (outage; overload: half the workers; slowdown) starts (chain: 1s)")
+	end := fs.Duration("outage-end", d.OutageEnd, "when the trigger ends (blip: 3.5s; overload: 6s; chain, slowdown, slowdown-90, metastable: 3s)")
+	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget (flaky-quiet: 1; flaky-quiet-random: 4)")
+	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server serves with all its workers")
+	workers := fs.Int("workers", d.Workers, "workers of the server (an attempt costs one -workers ÷ -capacity)")
+	queue := fs.Int("queue", 0, "attempts the server lets wait for a worker (0: 5 × -workers; slowdown, slowdown-90, metastable: 0.4 s of work at -capacity)")
+	slow := fs.Float64("slow", 0, "how many times as long the service takes in the slowdown (0: 3; slowdown-90: 4)")
+	perAttempt := fs.Duration("per-attempt-timeout", 0, "per-attempt timeout in slowdown, slowdown-90 and metastable (0: 200ms)")
+	plotDir := fs.String("plot", "", "write one SVG picture per scenario into this directory (DIR/SCENARIO.svg)")
+	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica, slow-replica-stream: 50%; chain: 100; flaky-quiet, flaky-quiet-random: 5 per client; slowdown, metastable: 75%; slowdown-90: 90%)")
+	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5; chain, flaky-quiet, flaky-quiet-random: 3, on every hop)")
+	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call (slowdown, slowdown-90, metastable: 1s)")
 	var contenders stringList
 	fs.Var(&contenders, "contenders", "contenders to run, comma-separated (default: all of the scenario's): "+
 		strings.Join(lab.ContenderNames(), ", ")+labOnly(lab.ScenarioOverload)+
@@ -138,7 +182,7 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, z := range []struct {
 		name string
 		zero bool
-	}{{"duration", *duration == 0}, {"clients", *clients == 0}, {"capacity", *capacity == 0}, {"attempts", *attempts == 0}, {"call-timeout", *timeout == 0}} {
+	}{{"duration", *duration == 0}, {"clients", *clients == 0}, {"capacity", *capacity == 0}, {"workers", *workers == 0}, {"attempts", *attempts == 0}, {"call-timeout", *timeout == 0}} {
 		if z.zero {
 			return usagef("-%s must not be 0", z.name)
 		}
@@ -160,12 +204,25 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if given["attempts"] {
 		maxAttempts = *attempts
 	}
+	// The flaky scenarios have their own clients, the slowdowns their own
+	// deadline.
+	clientsGiven := 0
+	if given["clients"] {
+		clientsGiven = *clients
+	}
+	callTimeout := pick("call-timeout", *timeout)
+	if *plotDir != "" {
+		if err := os.MkdirAll(*plotDir, 0o755); err != nil {
+			return fmt.Errorf("-plot: %w", err)
+		}
+	}
 	var reports []*lab.Report
 	for _, sc := range scenarios {
 		cfg := lab.Config{
 			Scenario: lab.Scenario(sc), Duration: pick("duration", *duration),
-			Clients: *clients, Capacity: *capacity, Rate: *rate, MaxAttempts: maxAttempts,
-			CallTimeout: *timeout, Contenders: contenders,
+			Clients: clientsGiven, Capacity: *capacity, Workers: *workers, Queue: *queue, Slow: *slow,
+			PerAttemptTimeout: *perAttempt, Rate: *rate, MaxAttempts: maxAttempts,
+			CallTimeout: callTimeout, Contenders: contenders,
 		}
 		if given["outage-start"] || given["outage-end"] {
 			// One bound given: the other is the scenario's.
@@ -185,6 +242,11 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
+		if *plotDir != "" {
+			if err := writeLabPlot(*plotDir, rep); err != nil {
+				return err
+			}
+		}
 		if out == "table" {
 			if err := writeLabTable(stdout, rep); err != nil {
 				return err
@@ -200,6 +262,20 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return writeLabJSON(stdout, reports)
 	}
 	return nil
+}
+
+// writeLabPlot writes rep's picture to dir/SCENARIO.svg.
+func writeLabPlot(dir string, rep *lab.Report) (err error) {
+	f, err := os.Create(filepath.Join(dir, string(rep.Config.Scenario)+".svg"))
+	if err != nil {
+		return fmt.Errorf("-plot: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("-plot: %w", cerr)
+		}
+	}()
+	return lab.WritePlot(f, rep)
 }
 
 func labNames(cs []lab.Contender) []string {

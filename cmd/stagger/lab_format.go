@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,19 +38,34 @@ type labJSON struct {
 	PeakAttemptsInFlight int `json:"peak_attempts_in_flight"`
 	PeakWaiting          int `json:"peak_waiting"`
 	PeakGoroutines       int `json:"peak_goroutines"`
-	// Goodput is lab.Result.Goodput (1.0 = the reduced capacity), in the
-	// overload scenario's records only: the others have none.
-	Goodput *float64 `json:"goodput,omitempty"`
+	// Goodput is lab.Result.Goodput: the calls that succeeded from the
+	// trigger's start ÷ the attempts the server could serve then.
+	Goodput float64 `json:"goodput"`
+	// Wasted is lab.Result.Wasted: the share of the server's work done
+	// for callers that had gone (0 without a worker server).
+	Wasted float64 `json:"wasted"`
+	// FailP50MS and FailP99MS are lab.Result.FailP50 and FailP99, the
+	// latency of the failed calls.
+	FailP50MS float64 `json:"fail_p50_ms"`
+	FailP99MS float64 `json:"fail_p99_ms"`
+	// RecoverS is lab.Result.Recover in seconds when Recovered, else null
+	// (never recovered, or a scenario without a trigger).
+	RecoverS *float64 `json:"recover_s"`
+	// SuccessAfter is lab.Result.SuccessAfter (in the chain, the success
+	// of the user calls made once C is back), and CallsAfter the calls it
+	// counts; none in the scenarios without a trigger.
+	SuccessAfter *float64 `json:"success_after,omitempty"`
+	CallsAfter   *int     `json:"calls_after,omitempty"`
+	// Timeline is lab.Result.Timeline, one record per second.
+	Timeline []labSecondJSON `json:"timeline"`
 	// The chain scenario's records only (the others have none):
 	// lab.Result.OutageCalls, BottomAttemptsPerCall (attempts reaching C ÷
 	// user calls, over the calls made and returned during C's outage),
-	// MiddleAttemptsPerCall (B), TopAttemptsPerCall (A) and SuccessAfter
-	// (the success rate of the user calls made once C is back).
+	// MiddleAttemptsPerCall (B) and TopAttemptsPerCall (A).
 	OutageCalls           *int     `json:"outage_calls,omitempty"`
 	BottomAttemptsPerCall *float64 `json:"bottom_attempts_per_call,omitempty"`
 	MiddleAttemptsPerCall *float64 `json:"middle_attempts_per_call,omitempty"`
 	TopAttemptsPerCall    *float64 `json:"top_attempts_per_call,omitempty"`
-	SuccessAfter          *float64 `json:"success_after,omitempty"`
 	// The slow-replica-stream scenario's records only: lab.Result.FirstP50,
 	// FirstP99 and FirstP999, the time to a stream's first message.
 	FirstP50MS  *float64 `json:"first_p50_ms,omitempty"`
@@ -57,12 +73,48 @@ type labJSON struct {
 	FirstP999MS *float64 `json:"first_p999_ms,omitempty"`
 }
 
-// labGoodput is r's goodput where the scenario measures one, else nil.
-func labGoodput(s lab.Scenario, r lab.Result) *float64 {
-	if s != lab.ScenarioOverload {
+// labSecondJSON is one second of a contender's run (lab.Second), with
+// the server's capacity at its start (null where the server limits
+// nothing).
+type labSecondJSON struct {
+	Second         int      `json:"t_s"`
+	Calls          int      `json:"calls"`
+	CallsSucceeded int      `json:"calls_succeeded"`
+	Attempts       int      `json:"attempts"`
+	Successes      int      `json:"successes"`
+	Capacity       *float64 `json:"capacity"`
+}
+
+func labTimeline(c lab.Config, tl []lab.Second) []labSecondJSON {
+	out := make([]labSecondJSON, len(tl))
+	for i, s := range tl {
+		out[i] = labSecondJSON{Second: i, Calls: s.Calls, CallsSucceeded: s.CallsSucceeded, Attempts: s.Attempts, Successes: s.Successes}
+		if capacity := c.CapacityAt(time.Duration(i) * time.Second); !math.IsInf(capacity, 1) {
+			out[i].Capacity = &capacity
+		}
+	}
+	return out
+}
+
+// labRecover is r's recovery time in seconds, or nil.
+func labRecover(r lab.Result) *float64 {
+	if !r.Recovered {
 		return nil
 	}
-	return &r.Goodput
+	s := r.Recover.Seconds()
+	return &s
+}
+
+// labRecoverText is r's recovery for the table and CSV: seconds, "never",
+// or "-" in a scenario without a trigger.
+func labRecoverText(s lab.Scenario, r lab.Result, never string) string {
+	switch {
+	case !s.HasTrigger():
+		return ""
+	case !r.Recovered:
+		return never
+	}
+	return fmtFloat(r.Recover.Seconds(), 0)
 }
 
 // labVersions lists the modules the contenders come from, with their
@@ -95,12 +147,16 @@ func writeLabJSON(w io.Writer, reps []*lab.Report) error {
 				Ceiling:      rep.Ceiling,
 				PeakInFlight: r.PeakInFlight, PeakAttemptsInFlight: r.PeakAttemptsInFlight,
 				PeakWaiting: r.PeakWaiting, PeakGoroutines: r.PeakGoroutines,
-				Goodput: labGoodput(rep.Config.Scenario, r),
+				Goodput: r.Goodput, Wasted: r.Wasted, FailP50MS: msFloat(r.FailP50), FailP99MS: msFloat(r.FailP99),
+				RecoverS: labRecover(r), Timeline: labTimeline(rep.Config, r.Timeline),
 			})
+			rec := &out[len(out)-1]
+			if rep.Config.Scenario.HasTrigger() {
+				rec.SuccessAfter, rec.CallsAfter = &r.SuccessAfter, &r.CallsAfter
+			}
 			if rep.Config.Scenario == lab.ScenarioChain {
-				rec := &out[len(out)-1]
 				rec.OutageCalls, rec.BottomAttemptsPerCall, rec.MiddleAttemptsPerCall = &r.OutageCalls, &r.BottomAttemptsPerCall, &r.MiddleAttemptsPerCall
-				rec.TopAttemptsPerCall, rec.SuccessAfter = &r.TopAttemptsPerCall, &r.SuccessAfter
+				rec.TopAttemptsPerCall = &r.TopAttemptsPerCall
 			}
 			if rep.Config.Scenario == lab.ScenarioSlowReplicaStream {
 				rec := &out[len(out)-1]
@@ -116,13 +172,13 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 	var rows [][]string
 	for _, rep := range reps {
 		for _, r := range rep.Results {
-			goodput := "" // not measured
-			if g := labGoodput(rep.Config.Scenario, r); g != nil {
-				goodput = fmtFloat(*g, 4)
-			}
+			s := rep.Config.Scenario
 			chain := []string{"", "", ""} // not measured
-			if rep.Config.Scenario == lab.ScenarioChain {
-				chain = []string{fmtFloat(r.BottomAttemptsPerCall, 3), fmtFloat(r.MiddleAttemptsPerCall, 3), fmtFloat(r.SuccessAfter, 4)}
+			if s == lab.ScenarioChain {
+				chain[0], chain[1] = fmtFloat(r.BottomAttemptsPerCall, 3), fmtFloat(r.MiddleAttemptsPerCall, 3)
+			}
+			if s.HasTrigger() {
+				chain[2] = fmtFloat(r.SuccessAfter, 4)
 			}
 			first := []string{"", "", ""} // not measured
 			if rep.Config.Scenario == lab.ScenarioSlowReplicaStream {
@@ -130,13 +186,14 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 			}
 			rows = append(rows, slices.Concat([]string{string(rep.Config.Scenario), r.Contender, strconv.Itoa(r.Calls),
 				fmtFloat(r.AttemptsPerCall, 3), fmtFloat(r.SuccessRate, 4), fmtFloat(r.OutageLoad, 3),
-				fmtFloat(r.PeakAfter, 3), ms(r.P50), ms(r.P99), ms(r.P999), goodput}, chain, first))
+				fmtFloat(r.PeakAfter, 3), ms(r.P50), ms(r.P99), ms(r.P999), fmtFloat(r.Goodput, 4)}, chain, first,
+				[]string{labRecoverText(s, r, ""), fmtFloat(r.Wasted, 4), ms(r.FailP50), ms(r.FailP99)}))
 		}
 	}
 	return writeCSV(w, []string{"scenario", "contender", "calls", "attempts_per_call", "success_rate",
 		"outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms", "goodput",
 		"bottom_attempts_per_call", "middle_attempts_per_call", "success_after",
-		"first_p50_ms", "first_p99_ms", "first_p999_ms"}, rows)
+		"first_p50_ms", "first_p99_ms", "first_p999_ms", "recover_s", "wasted", "fail_p50_ms", "fail_p99_ms"}, rows)
 }
 
 // writeLabTable prints one scenario: what each contender gets, the table,
@@ -147,20 +204,37 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	slow := c.Scenario == lab.ScenarioSlowReplica || stream
 	overload := c.Scenario == lab.ScenarioOverload
 	chain := c.Scenario == lab.ScenarioChain
+	slowdown := c.Scenario == lab.ScenarioSlowdown || c.Scenario == lab.ScenarioSlowdown90
+	metastable := c.Scenario == lab.ScenarioMetastable
+	flaky := c.Scenario == lab.ScenarioFlakyQuiet || c.Scenario == lab.ScenarioFlakyQuietRandom
+	server := fmt.Sprintf("%d workers of %v (%v per rejection), queue %d", c.Workers, c.ServiceTime(), c.ServiceTime()/10, c.Queue)
 	switch {
 	case stream:
-		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f server streams/s (%d messages each) from %d clients per contender for %v, an attempt's first message takes %v, one in %.0f takes %d× as long, call deadline %v\n",
-			c.Scenario, c.Capacity, c.Rate, lab.SlowStreamMessages, c.Clients, c.Duration, lab.SlowBase, 1/lab.SlowOdds, lab.SlowFactor, c.CallTimeout)
+		fmt.Fprintf(w, "scenario %s: no capacity limit, %.0f server streams/s (%d messages each) from %d clients per contender for %v, an attempt's first message takes %v, one in %.0f takes %d× as long, call deadline %v\n",
+			c.Scenario, c.Rate, lab.SlowStreamMessages, c.Clients, c.Duration, lab.SlowBase, 1/lab.SlowOdds, lab.SlowFactor, c.CallTimeout)
 		fmt.Fprintln(w, "FIRST: time to a stream's first message; EXTRA ATTEMPTS: attempts per call − 1")
 	case slow:
-		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender for %v, attempts take %v, one in %.0f takes %d× as long, call deadline %v\n",
-			c.Scenario, c.Capacity, c.Rate, c.Clients, c.Duration, lab.SlowBase, 1/lab.SlowOdds, lab.SlowFactor, c.CallTimeout)
+		fmt.Fprintf(w, "scenario %s: no capacity limit, %.0f calls/s from %d clients per contender for %v, attempts take %v, one in %.0f takes %d× as long, call deadline %v\n",
+			c.Scenario, c.Rate, c.Clients, c.Duration, lab.SlowBase, 1/lab.SlowOdds, lab.SlowFactor, c.CallTimeout)
 	case overload:
 		fmt.Fprintf(w, "scenario %s: %d workers, %v per attempt (%v per rejection), queue %d; capacity %d attempts/s, %.0f with %d workers in the overload [%v, %v) of %v; %.0f calls/s from %d clients per contender, call deadline %v\n",
 			c.Scenario, c.Workers, c.ServiceTime(), c.ServiceTime()/10, c.Queue, c.Capacity, c.ReducedCapacity(), c.Workers/2,
 			c.OutageStart, c.OutageEnd, c.Duration, c.Rate, c.Clients, c.CallTimeout)
-		fmt.Fprintf(w, "goodput: calls that succeeded in the overload, per second, ÷ %.0f/s (1 = every worker busy with calls that succeed)\n",
-			c.ReducedCapacity())
+	case slowdown:
+		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s (%s), %.0f while %g× slower in [%v, %v) of %v; %.0f calls/s (%.0f%% of capacity) from %d clients per contender, call deadline %v, per-attempt timeout %v (grpc-go has none)\n",
+			c.Scenario, c.Capacity, server, float64(c.Capacity)/c.Slow, c.Slow, c.OutageStart, c.OutageEnd, c.Duration,
+			c.Rate, 100*c.Rate/float64(c.Capacity), c.Clients, c.CallTimeout, c.PerAttemptTimeout)
+	case metastable:
+		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s (%s), UNAVAILABLE in [%v, %v) of %v (the trigger), then the same load; %.0f calls/s (%.0f%% of capacity) from %d clients per contender, call deadline %v, per-attempt timeout %v (grpc-go has none)\n",
+			c.Scenario, c.Capacity, server, c.OutageStart, c.OutageEnd, c.Duration,
+			c.Rate, 100*c.Rate/float64(c.Capacity), c.Clients, c.CallTimeout, c.PerAttemptTimeout)
+	case flaky:
+		what := fmt.Sprintf("the first %d attempts of every call fail UNAVAILABLE", lab.FlakyFailAttempts)
+		if c.Scenario == lab.ScenarioFlakyQuietRandom {
+			what = fmt.Sprintf("every attempt fails UNAVAILABLE with probability %g", c.FailureRate)
+		}
+		fmt.Fprintf(w, "scenario %s: no capacity limit, %s; %.0f calls/s from %d clients per contender for %v, %d attempts, backoff %v doubling, call deadline %v\n",
+			c.Scenario, what, c.Rate, c.Clients, c.Duration, c.MaxAttempts, c.Backoff.Initial, c.CallTimeout)
 	case chain:
 		n := c.MaxAttempts
 		fmt.Fprintf(w, "scenario %s: users → A → B → C, %d attempts on every hop, C answers UNAVAILABLE in [%v, %v) of %v; %.0f calls/s from %d clients per contender, call deadline %v\n",
@@ -168,12 +242,16 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		fmt.Fprintf(w, "attempts reaching C, B and A per user call made and returned in C's outage (%d at C without coordination, %d without amplification); success of the calls made once C is back\n",
 			n*n*n, n)
 	default:
-		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s, %.0f calls/s from %d clients per contender, outage [%v, %v) of %v, call deadline %v\n",
-			c.Scenario, c.Capacity, c.Rate, c.Clients, c.OutageStart, c.OutageEnd, c.Duration, c.CallTimeout)
+		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s (%s), %.0f calls/s from %d clients per contender, outage [%v, %v) of %v, call deadline %v\n",
+			c.Scenario, c.Capacity, server, c.Rate, c.Clients, c.OutageStart, c.OutageEnd, c.Duration, c.CallTimeout)
 	}
 	if !chain {
 		// No server of the chain limits its attempts.
 		fmt.Fprintf(w, "ceiling %s%%: the success an ideal client could reach without ever sending more than the capacity\n", fmtFloat(100*rep.Ceiling, 1))
+	}
+	if c.Scenario.HasTrigger() && !chain {
+		fmt.Fprintf(w, "SUCCESS AFTER: calls made from %v after the trigger's end; RECOVER: seconds from the trigger's end until every later second succeeds at ≥ %.0f%%; GOODPUT: calls that succeeded from the trigger's start ÷ what the server could serve; WASTED: the server's work done for callers that had gone\n",
+			lab.AfterGap, 100*lab.RecoverThreshold)
 	}
 	fmt.Fprintf(w, "peers: %s\n", labVersions())
 	nameW := 0
@@ -191,45 +269,54 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		maxPer = max(maxPer, r.AttemptsPerCall)
 		maxBottom = max(maxBottom, r.BottomAttemptsPerCall)
 	}
+	pct := func(v float64) string { return fmtFloat(100*v, 1) + "%" }
 	rows := make([][]string, len(rep.Results))
 	for i, r := range rep.Results {
-		rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 2), fmtFloat(100*r.SuccessRate, 1) + "%",
-			ms(r.P50), ms(r.P99), fmtFloat(r.OutageLoad, 2) + "×", fmtFloat(r.PeakAfter, 2) + "×",
+		rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 2), pct(r.SuccessRate), pct(r.SuccessAfter),
+			labRecoverText(c.Scenario, r, "never"), fmtFloat(r.Goodput, 2), pct(r.Wasted),
+			ms(r.P50), ms(r.P99), ms(r.FailP50), ms(r.FailP99), fmtFloat(r.OutageLoad, 2) + "×", fmtFloat(r.PeakAfter, 2) + "×",
 			strconv.Itoa(r.PeakInFlight), strconv.Itoa(r.PeakWaiting), strconv.Itoa(r.PeakGoroutines),
 			bar(r.AttemptsPerCall, maxPer, 16)}
 		switch {
 		case stream:
 			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), fmtFloat(100*(r.AttemptsPerCall-1), 1) + "%",
-				fmtFloat(100*r.SuccessRate, 1) + "%", ms(r.FirstP50), ms(r.FirstP99), ms(r.FirstP999), ms(r.P99),
+				pct(r.SuccessRate), ms(r.FirstP50), ms(r.FirstP99), ms(r.FirstP999), ms(r.P99), ms(r.FailP50), ms(r.FailP99),
 				bar(float64(r.FirstP99), float64(rep.Results[0].FirstP99), 16)}
 		case slow:
-			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), fmtFloat(100*r.SuccessRate, 1) + "%",
-				ms(r.P50), ms(r.P99), ms(r.P999), bar(float64(r.P99), float64(rep.Results[0].P99), 16)}
+			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), pct(r.SuccessRate),
+				ms(r.P50), ms(r.P99), ms(r.P999), ms(r.FailP50), ms(r.FailP99), bar(float64(r.P99), float64(rep.Results[0].P99), 16)}
+		case flaky:
+			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 2), pct(r.SuccessRate), fmtFloat(r.Goodput, 2),
+				ms(r.P50), ms(r.P99), ms(r.FailP50), ms(r.FailP99),
+				strconv.Itoa(r.PeakInFlight), strconv.Itoa(r.PeakWaiting), strconv.Itoa(r.PeakGoroutines),
+				bar(r.AttemptsPerCall, maxPer, 16)}
 		case chain:
 			rows[i] = []string{r.Contender, fmtFloat(r.BottomAttemptsPerCall, 2), fmtFloat(r.MiddleAttemptsPerCall, 2),
-				fmtFloat(r.TopAttemptsPerCall, 2), strconv.Itoa(r.OutageCalls), fmtFloat(100*r.SuccessAfter, 1) + "%",
-				fmtFloat(100*r.SuccessRate, 1) + "%", ms(r.P50), ms(r.P99), strconv.Itoa(r.PeakInFlight),
+				fmtFloat(r.TopAttemptsPerCall, 2), strconv.Itoa(r.OutageCalls), pct(r.SuccessAfter),
+				pct(r.SuccessRate), ms(r.P50), ms(r.P99), ms(r.FailP50), ms(r.FailP99), strconv.Itoa(r.PeakInFlight),
 				strconv.Itoa(r.PeakGoroutines), bar(r.BottomAttemptsPerCall, maxBottom, 16)}
 		}
 	}
-	header := []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)",
+	header := []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "SUCCESS AFTER", "RECOVER (s)", "GOODPUT", "WASTED",
+		"P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)",
 		"OUTAGE ATTEMPTS ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "ATTEMPTS PER CALL"}
 	switch {
 	case stream:
 		header = []string{"CONTENDER", "ATTEMPTS/CALL", "EXTRA ATTEMPTS", "SUCCESS", "FIRST P50 (ms)", "FIRST P99 (ms)", "FIRST P99.9 (ms)",
-			"P99 (ms)", "FIRST P99 (vs first row)"}
+			"P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)", "FIRST P99 (vs first row)"}
 	case slow:
-		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)", "P99.9 (ms)", "P99 (vs first row)"}
+		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "P50 (ms)", "P99 (ms)", "P99.9 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)", "P99 (vs first row)"}
+	case flaky:
+		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "GOODPUT", "P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)",
+			"PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "ATTEMPTS PER CALL"}
 	case chain:
 		header = []string{"CONTENDER", "AT C/CALL", "AT B/CALL", "AT A/CALL", "OUTAGE CALLS", "SUCCESS AFTER", "SUCCESS",
-			"P50 (ms)", "P99 (ms)", "PEAK IN FLIGHT", "PEAK GOROUTINES", "ATTEMPTS AT C PER CALL"}
+			"P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)", "PEAK IN FLIGHT", "PEAK GOROUTINES", "ATTEMPTS AT C PER CALL"}
 	case overload:
-		// Goodput after success; the attempts in the overload are ÷ the
-		// reduced capacity.
-		header = slices.Concat(header[:3], []string{"GOODPUT"}, header[3:5], []string{"OVERLOAD ATTEMPTS ÷ CAP"}, header[6:])
-		for i, r := range rep.Results {
-			rows[i] = slices.Concat(rows[i][:3], []string{fmtFloat(r.Goodput, 2)}, rows[i][3:])
-		}
+		// The attempts in the overload are ÷ the reduced capacity.
+		header[11] = "OVERLOAD ATTEMPTS ÷ CAP"
+	case slowdown:
+		header[11] = "SLOWDOWN ATTEMPTS ÷ CAP"
 	}
 	if err := writeTable(w, header, rows); err != nil {
 		return err
@@ -239,7 +326,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		return nil
 	}
 	// One column per 100 ms bin, on one scale for every contender so that
-	// heights compare; the ruler marks the outage.
+	// heights compare; the ruler marks the trigger.
 	top, width := 0, 0
 	for _, r := range rep.Results {
 		for _, n := range r.Load {
@@ -247,19 +334,31 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		}
 		width = max(width, len(r.Load))
 	}
-	if chain {
+	switch {
+	case chain:
 		fmt.Fprintf(w, "\nattempts C received per 100 ms (full block = %d)\n", top)
-	} else {
+	case flaky:
+		fmt.Fprintf(w, "\nattempts the server received per 100 ms (full block = %d)\n", top)
+	default:
 		fmt.Fprintf(w, "\nattempts the server received per 100 ms (full block = %d, capacity = %.0f)\n", top, float64(c.Capacity)*lab.Bin.Seconds())
 	}
 	for _, r := range rep.Results {
 		fmt.Fprintf(w, "%-*s │%s\n", nameW, r.Contender, spark(r.Load, top))
+	}
+	if flaky {
+		fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, lab.Bin, 0, 0))
+		fmt.Fprintf(w, "%-*s  one column per 100 ms, ┴ every second; wall time %s\n\n", nameW, "", labSeconds(rep.Wall))
+		return nil
 	}
 	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, lab.Bin, c.OutageStart, c.OutageEnd))
 	what := "outage"
 	switch {
 	case overload:
 		what = "overload (half the workers)"
+	case slowdown:
+		what = "slowdown"
+	case metastable:
+		what = "outage (the trigger)"
 	case chain:
 		what = "C's outage"
 	}

@@ -5,6 +5,11 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -78,7 +83,8 @@ func TestLabCSV(t *testing.T) {
 		t.Fatalf("output is not CSV: %v\n%s", err, stdout)
 	}
 	want := "scenario,contender,calls,attempts_per_call,success_rate,outage_load,peak_after,p50_ms,p99_ms,p999_ms,goodput," +
-		"bottom_attempts_per_call,middle_attempts_per_call,success_after,first_p50_ms,first_p99_ms,first_p999_ms"
+		"bottom_attempts_per_call,middle_attempts_per_call,success_after,first_p50_ms,first_p99_ms,first_p999_ms," +
+		"recover_s,wasted,fail_p50_ms,fail_p99_ms"
 	if len(rows) != 3 || strings.Join(rows[0], ",") != want {
 		t.Fatalf("got %d rows, header %v; want 3 rows under %s", len(rows), rows[0], want)
 	}
@@ -86,11 +92,14 @@ func TestLabCSV(t *testing.T) {
 		if rows[i+1][0] != "unavailable" || rows[i+1][1] != name || rows[i+1][2] != "24" {
 			t.Errorf("row %d = %v, want unavailable,%s,24 (40 calls/s, 80%% of capacity, for 0.6 s)", i+1, rows[i+1], name)
 		}
-		if g := rows[i+1][10]; g != "" {
-			t.Errorf("row %d: goodput %q, want none outside the overload", i+1, g)
+		// Every scenario with a trigger has a goodput, a success after
+		// it and a wasted share; the chain's and the streams' figures are
+		// theirs alone.
+		if row := rows[i+1]; row[10] == "" || row[13] == "" || row[18] == "" {
+			t.Errorf("row %d: goodput %q, success after %q, wasted %q; want all three", i+1, row[10], row[13], row[18])
 		}
-		if c := strings.Join(rows[i+1][11:], ""); c != "" {
-			t.Errorf("row %d: chain and stream figures %v, want none outside their scenarios", i+1, rows[i+1][11:])
+		if c := strings.Join(append(rows[i+1][11:13], rows[i+1][14:17]...), ""); c != "" {
+			t.Errorf("row %d: chain and stream figures %v, want none outside their scenarios", i+1, rows[i+1][11:17])
 		}
 	}
 }
@@ -101,14 +110,12 @@ func TestLabTableAndJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	for _, want := range []string{"scenario unavailable: capacity 50 attempts/s", "\nceiling 87.5%: ", "CONTENDER", "ATTEMPTS/CALL",
+	for _, want := range []string{"scenario unavailable: capacity 50 attempts/s (10 workers of 200ms (20ms per rejection), queue 50)", "\nceiling 87.5%: ",
+		"CONTENDER", "ATTEMPTS/CALL", "SUCCESS AFTER", "RECOVER (s)", "GOODPUT", "WASTED", "FAIL P50 (ms)", "FAIL P99 (ms)",
 		"PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "stagger │", "naive   │", "▔ = outage"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
-	}
-	if strings.Contains(stdout, "GOODPUT") {
-		t.Errorf("table of unavailable shows goodput:\n%s", stdout)
 	}
 	var out bytes.Buffer
 	if err := labMain(context.Background(), append(tinyLab, "-format", "json"), &out, &out); err != nil {
@@ -120,6 +127,16 @@ func TestLabTableAndJSON(t *testing.T) {
 	}
 	if got[0].Calls != 24 || got[0].Attempts < got[0].Calls || len(got[0].LoadPer100ms) == 0 {
 		t.Errorf("json record %+v: want 24 calls, attempts >= calls, a load series", got[0])
+	}
+	// The timeline: one record per second, at least the run's 0.6 s, with
+	// the server's capacity and the calls adding up.
+	tl := got[0].Timeline
+	calls := 0
+	for _, s := range tl {
+		calls += s.Calls
+	}
+	if len(tl) == 0 || tl[0].Capacity == nil || *tl[0].Capacity != 50 || calls != 24 {
+		t.Errorf("json timeline %+v: want seconds with capacity 50, 24 calls in all", tl)
 	}
 }
 
@@ -144,12 +161,13 @@ func TestLabJSONFields(t *testing.T) {
 	recs := labJSONRecords(t, tinyLab, 2)
 	for _, key := range []string{"scenario", "contender", "calls", "attempts", "successes", "attempts_per_call",
 		"success_rate", "outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms", "load_per_100ms", "wall_ms", "versions",
-		"ceiling", "peak_in_flight", "peak_attempts_in_flight", "peak_waiting", "peak_goroutines"} {
+		"ceiling", "peak_in_flight", "peak_attempts_in_flight", "peak_waiting", "peak_goroutines",
+		"goodput", "wasted", "fail_p50_ms", "fail_p99_ms", "recover_s", "success_after", "calls_after", "timeline"} {
 		if _, ok := recs[0][key]; !ok {
 			t.Errorf("json record lacks %q: %v", key, recs[0])
 		}
 	}
-	for _, key := range append([]string{"goodput"}, labChainKeys...) {
+	for _, key := range labChainKeys {
 		if _, ok := recs[0][key]; ok {
 			t.Errorf("json record of unavailable has %q: %v", key, recs[0])
 		}
@@ -214,7 +232,7 @@ func TestLabOverload(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	for _, want := range []string{"scenario overload: 10 workers, 100ms per attempt (10ms per rejection), queue 50; capacity 100 attempts/s, 50 with 5 workers in the overload [200ms, 400ms)",
-		"goodput: calls that succeeded in the overload, per second, ÷ 50/s", "GOODPUT", "OVERLOAD ATTEMPTS ÷ CAP", "▔ = overload (half the workers)"} {
+		"GOODPUT: calls that succeeded from the trigger's start ÷ what the server could serve", "GOODPUT", "OVERLOAD ATTEMPTS ÷ CAP", "▔ = overload (half the workers)"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
@@ -230,7 +248,7 @@ func TestLabOverload(t *testing.T) {
 }
 
 // labChainKeys are the keys only the chain scenario's JSON records have.
-var labChainKeys = []string{"outage_calls", "bottom_attempts_per_call", "middle_attempts_per_call", "top_attempts_per_call", "success_after"}
+var labChainKeys = []string{"outage_calls", "bottom_attempts_per_call", "middle_attempts_per_call", "top_attempts_per_call"}
 
 // tinyChain is the chain scenario short, in real time: 20 calls/s, C down
 // in [100 ms, 600 ms) of 800 ms; 3 attempts on every hop, the scenario's
@@ -316,5 +334,65 @@ func TestLabSlowReplicaStream(t *testing.T) {
 	}
 	if _, ok := labJSONRecords(t, tinyLab, 2)[0]["first_p99_ms"]; ok {
 		t.Error("json record of unavailable has first_p99_ms")
+	}
+}
+
+// TestLabMetastablePlot runs metastable short, in real time, with -plot:
+// it writes DIR/metastable.svg, an SVG document whose texts name every
+// contender's two series, the server's capacity and the trigger.
+func TestLabMetastablePlot(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	args := []string{"-scenario", "metastable", "-duration", "1200ms", "-outage-start", "200ms", "-outage-end", "400ms",
+		"-clients", "2", "-capacity", "100", "-workers", "4", "-contenders", "stagger,grpc-middleware,no-retry", "-plot", dir}
+	code, stdout, stderr := runLabArgs(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"scenario metastable: capacity 100 attempts/s (4 workers of 40ms (4ms per rejection), queue 40), UNAVAILABLE in [200ms, 400ms) of 1.2s",
+		"per-attempt timeout 200ms (grpc-go has none)", "no-retry ", "▔ = outage (the trigger)"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	doc, err := os.ReadFile(filepath.Join(dir, "metastable.svg"))
+	if err != nil {
+		t.Fatalf("-plot: %v", err)
+	}
+	var texts []string
+	d := xml.NewDecoder(bytes.NewReader(doc))
+	inText, root := false, ""
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("metastable.svg is not XML: %v", err)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			if root == "" {
+				root = tok.Name.Local
+			}
+			inText = tok.Name.Local == "text"
+		case xml.EndElement:
+			inText = false
+		case xml.CharData:
+			if inText {
+				texts = append(texts, string(tok))
+			}
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("metastable.svg's root element is %q, want svg", root)
+	}
+	all := strings.Join(texts, "\n")
+	for _, want := range []string{"scenario metastable", "server capacity", "outage (UNAVAILABLE)",
+		"stagger attempts", "stagger successes", "grpc-middleware attempts", "grpc-middleware successes",
+		"no-retry attempts", "no-retry successes"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("metastable.svg lacks the series %q; its texts:\n%s", want, all)
+		}
 	}
 }

@@ -1,0 +1,148 @@
+//go:build go1.25
+
+package lab
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestLabFigures makes the lab's published figures (BENCHMARKS.md) on
+// virtual time: each scenario at its defaults, in a synctest bubble, so
+// that what is measured is the retry layers and the server's model, not
+// the machine (on real time every contender runs at once on the same
+// cores, and a contender's storm takes CPU from the others' clients). It
+// runs only when LAB_FIGURES names a file, which gets a Markdown table per
+// scenario: the median of LAB_FIGURES_RUNS runs (3 by default) and their
+// spread [min, max]. LAB_FIGURES_SCENARIOS (comma-separated) picks the
+// scenarios: by default every one over bufconn (the refused ones need
+// loopback TCP, which a bubble cannot run: use the stagger command).
+// LAB_FIGURES_PLOT names a directory for each scenario's picture
+// (WritePlot, the first run's). `make lab-plot` runs it for metastable.
+func TestLabFigures(t *testing.T) {
+	out := os.Getenv("LAB_FIGURES")
+	if out == "" {
+		t.Skip("LAB_FIGURES names no file")
+	}
+	runs := 3
+	if n, err := strconv.Atoi(os.Getenv("LAB_FIGURES_RUNS")); err == nil && n > 0 {
+		runs = n
+	}
+	var scenarios []Scenario
+	for _, s := range strings.Split(os.Getenv("LAB_FIGURES_SCENARIOS"), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			scenarios = append(scenarios, Scenario(s))
+		}
+	}
+	if scenarios == nil {
+		for _, s := range Scenarios() {
+			if s != ScenarioRefused && s != ScenarioRefusedWait {
+				scenarios = append(scenarios, s)
+			}
+		}
+	}
+	var md strings.Builder
+	for _, s := range scenarios {
+		var reps []*Report
+		for i := 0; i < runs; i++ {
+			synctest.Test(t, func(t *testing.T) {
+				rep, err := Run(context.Background(), Config{Scenario: s})
+				if err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+				reps = append(reps, rep)
+			})
+		}
+		if dir := os.Getenv("LAB_FIGURES_PLOT"); dir != "" {
+			f, err := os.Create(filepath.Join(dir, string(s)+".svg"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := WritePlot(f, reps[0]); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		writeFigures(&md, reps)
+	}
+	if err := os.WriteFile(out, []byte(md.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeFigures writes one scenario's table: per contender, each figure's
+// median over the runs and its spread.
+func writeFigures(md *strings.Builder, reps []*Report) {
+	cfg := reps[0].Config
+	fmt.Fprintf(md, "\n#### %s (%d runs on virtual time; ceiling %.1f %%)\n\n", cfg.Scenario, len(reps), 100*reps[0].Ceiling)
+	trigger := cfg.Scenario.HasTrigger()
+	head := []string{"contender", "success", "p50 / p99 ok (ms)", "p50 / p99 failed (ms)", "attempts/call"}
+	if trigger {
+		head = append(head, "load in trigger ÷ cap", "recover_s", "success_after", "wasted", "goodput")
+	}
+	fmt.Fprintf(md, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
+	for i, name := range cfg.Contenders {
+		var rs []Result
+		for _, rep := range reps {
+			rs = append(rs, rep.Results[i])
+		}
+		fig := func(f func(Result) float64, scale float64, prec int, suffix string) string {
+			var v []float64
+			for _, r := range rs {
+				v = append(v, f(r)*scale)
+			}
+			slices.Sort(v)
+			med := v[len(v)/2]
+			if len(v)%2 == 0 {
+				med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+			}
+			s := strconv.FormatFloat(med, 'f', prec, 64) + suffix
+			if lo, hi := v[0], v[len(v)-1]; strconv.FormatFloat(lo, 'f', prec, 64) != strconv.FormatFloat(hi, 'f', prec, 64) {
+				s += fmt.Sprintf(" [%s, %s]", strconv.FormatFloat(lo, 'f', prec, 64), strconv.FormatFloat(hi, 'f', prec, 64))
+			}
+			return s
+		}
+		ms := func(d func(Result) time.Duration) func(Result) float64 {
+			return func(r Result) float64 { return float64(d(r)) / float64(time.Millisecond) }
+		}
+		row := []string{name,
+			fig(func(r Result) float64 { return r.SuccessRate }, 100, 1, " %"),
+			fig(ms(func(r Result) time.Duration { return r.P50 }), 1, 0, "") + " / " + fig(ms(func(r Result) time.Duration { return r.P99 }), 1, 0, ""),
+			fig(ms(func(r Result) time.Duration { return r.FailP50 }), 1, 0, "") + " / " + fig(ms(func(r Result) time.Duration { return r.FailP99 }), 1, 0, ""),
+			fig(func(r Result) float64 { return r.AttemptsPerCall }, 1, 2, ""),
+		}
+		if trigger {
+			never := 0
+			for _, r := range rs {
+				if !r.Recovered {
+					never++
+				}
+			}
+			recover := fig(func(r Result) float64 {
+				if !r.Recovered {
+					return math.Inf(1)
+				}
+				return r.Recover.Seconds()
+			}, 1, 0, "")
+			recover = strings.ReplaceAll(recover, "+Inf", "never")
+			row = append(row,
+				fig(func(r Result) float64 { return r.OutageLoad }, 1, 2, "×"),
+				recover,
+				fig(func(r Result) float64 { return r.SuccessAfter }, 100, 1, " %"),
+				fig(func(r Result) float64 { return r.Wasted }, 100, 1, " %"),
+				fig(func(r Result) float64 { return r.Goodput }, 1, 2, ""))
+		}
+		fmt.Fprintf(md, "| %s |\n", strings.Join(row, " | "))
+	}
+}
