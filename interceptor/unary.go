@@ -128,7 +128,7 @@ func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, re
 		err := invoker(actx, method, req, reply, cc, attemptOpts...)
 		// Stop the timer before judging: an attempt that ended while it was
 		// armed ended on its own; once it fired, the attempt was cut off.
-		err, timedOut := attemptOutcome(callCtx, err, !timer.stop())
+		err, timedOut := attemptOutcome(callCtx, err, c.stopTimer(timer))
 		acancel()
 		// A Trailers-Only response leaves the header nil; headers that
 		// arrived, even with no entries, leave it non-nil: committed.

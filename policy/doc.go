@@ -48,7 +48,9 @@
 //     (DefaultRetryableCodes): UNAVAILABLE, and RESOURCE_EXHAUSTED sent by
 //     the server. DEADLINE_EXCEEDED is retried only for an attempt
 //     stagger's own per-attempt timer cut off (Attempt.TimedOut), which the
-//     interceptors arm only for methods known to be idempotent.
+//     interceptors arm only for methods known to be idempotent. The timer
+//     cuts an attempt off only when its retry can go at once (see
+//     Policy.PerAttemptRecvTimeout); otherwise the attempt runs on.
 //   - Whatever the codes, the caller's own cancellation or deadline is never
 //     retried, nor a committed attempt, nor a RESOURCE_EXHAUSTED that
 //     grpc-go raised for a message size limit (IsLocalResourceExhausted).

@@ -73,10 +73,13 @@ type Policy struct {
 	// decisions, DefaultRetryableCodes: UNAVAILABLE, and RESOURCE_EXHAUSTED
 	// sent by the server.
 	RetryableCodes CodeSet
-	// PerAttemptRecvTimeout, when > 0, cuts an attempt that has received no
-	// response header or message after that long, and retries it whatever the
-	// codes say (grpc C-core's perAttemptRecvTimeout). It applies only to
-	// methods known to be idempotent.
+	// PerAttemptRecvTimeout, when > 0, cuts off an attempt that has received
+	// no response header or message after that long, and retries it whatever
+	// the codes say (grpc C-core's perAttemptRecvTimeout), when a retry can
+	// go at that moment: attempts left, a pause that ends before the
+	// caller's deadline, and the budget and circuit breaker admitting it at
+	// once. Otherwise the attempt is not cut off: it runs on, and its answer
+	// is the call's. It applies only to methods known to be idempotent.
 	PerAttemptRecvTimeout time.Duration
 	// PushbackCeiling is the longest server pushback honoured; a longer one
 	// stops retrying. Zero means DefaultPushbackCeiling.

@@ -64,7 +64,8 @@ func TestCheckGoodExamples(t *testing.T) {
 			"        1  100ms      200ms      298ms  300ms",
 			"        2  100ms",
 			"900ms",
-			"  worst case: 5.7s (pauses plus every attempt cut off by perAttemptRecvTimeout",
+			"  worst case: 5.2s (pauses plus every attempt but the last cut off by perAttemptRecvTimeout",
+			"  perAttemptRecvTimeout: 500ms: an attempt with no response header or message by then is cut off and retried when a retry can go at once",
 			"decorrelated jitter bunches at maxBackoff (1s)",
 		}},
 	}
