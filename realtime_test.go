@@ -1115,3 +1115,73 @@ func TestRealTimeStreamTimerLastAttemptRunsOn(t *testing.T) {
 		}
 	})
 }
+
+// rtHedgeTimerFile is rtFile with hedgeOnPerTryTimeout.
+const rtHedgeTimerFile = `{"methodConfig": [{
+	"name": [{"service": "stagger.testing.v1.TestService"}],
+	"idempotent": true,
+	"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s",
+		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "jitter": "NONE",
+		"perAttemptRecvTimeout": "0.1s", "hedgeOnPerTryTimeout": true}
+}]}`
+
+// hedgeOnPerTryTimeout over TCP, 2 attempts: the first attempt's timer
+// fires at 100ms and the retry leaves 10ms later while the attempt runs on.
+// Even calls: the slow first attempt answers from 5ms before the retry
+// leaves to 5ms after (the answer, the timer and the retry race), and the
+// retry hangs: the first attempt wins, always. Odd calls: the first attempt
+// hangs and the retry answers at once: the retry wins. Exactly one attempt
+// answers OK, its reply is the caller's, and every other attempt the server
+// saw was cancelled by the client. (The server numbers attempts as they
+// arrive, so the attempt that answers is the one its script names even if
+// a loaded machine delivers the two out of order.)
+func TestRealTimeHedgeOnPerTryTimeout(t *testing.T) {
+	srv, client := rtBench(t, rtHedgeTimerFile)
+	parallel(rtCalls, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		key := fmt.Sprint("hedge-timer-", i)
+		ds := []time.Duration{rtSpread(i) + rtPause, time.Minute}
+		want := int32(1)
+		if i%2 == 1 {
+			ds, want = []time.Duration{time.Minute, 0}, 2
+		}
+		sc := &testingv1.Script{Key: key, AttemptDelays: []*durationpb.Duration{durationpb.New(ds[0]), durationpb.New(ds[1])}}
+		reply, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}, interceptor.WithMaxAttempts(2))
+		if err != nil {
+			t.Errorf("call %d (delays %v): %v (reason %q, %d attempts), want OK; the server's records %+v", i, ds, err, reasonOf(err), interceptor.Attempts(err), srv.Attempts(key))
+			return
+		}
+		got := reply.GetReply().GetAttempt()
+		recs, err := srv.Await(ctx, key, func(recs []testserver.AttemptRecord) bool {
+			for _, r := range recs {
+				if !r.Done {
+					return false
+				}
+			}
+			return len(recs) >= int(got)
+		})
+		if err != nil {
+			t.Errorf("call %d: the server's records %+v: %v", i, recs, err)
+			return
+		}
+		oks := 0
+		for _, r := range recs {
+			switch {
+			case r.Code == codes.OK && !r.Cancelled:
+				oks++
+				if r.Attempt != int(got) {
+					t.Errorf("call %d: attempt %d answered OK, but the caller got attempt %d's reply", i, r.Attempt, got)
+				}
+			case !r.Cancelled:
+				t.Errorf("call %d: attempt %+v, want cancelled by the client or OK", i, r)
+			}
+		}
+		if oks != 1 {
+			t.Errorf("call %d: %d attempts answered OK %+v, want 1", i, oks, recs)
+		}
+		if got != want {
+			t.Errorf("call %d (delays %v): the reply of attempt %d, want %d", i, ds, got, want)
+		}
+	})
+}

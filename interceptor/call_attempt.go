@@ -101,6 +101,11 @@ type call struct {
 	// timerVerdict is the retry the per-attempt timer admitted when it cut
 	// the attempt off (stopTimer); afterAttempt follows it.
 	timerVerdict policy.Verdict
+	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies (unary
+	// calls, timeoutHedge); timerEvents is then where a timer that admitted
+	// a retry sends it, instead of cutting its attempt off.
+	hedgeOnTimeout bool
+	timerEvents    chan<- hedgeResult
 	// deferReq is the retry the budget refused, set while the call is to
 	// wait for it (pause waits through the budget's Deferrer); admission is
 	// how the running attempt was let go after such a wait, for the budget
@@ -166,6 +171,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		pl = &p
 	}
 	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
+	c.hedgeOnTimeout = pl.hedgeOnTimeout
 	c.retry = 1
 
 	callCtx, cancel = ctx, noCancel
@@ -292,9 +298,22 @@ func (at *attemptTimer) fire() {
 		at.mu.Unlock()
 		return
 	}
-	v, ok := at.c.timeoutRetry(at.callCtx)
+	var v policy.Verdict
+	ok := false
+	if at.ctx.Err() == nil {
+		// Not for an attempt already ended from above (a hedge that lost):
+		// no retry follows it.
+		v, ok = at.c.timeoutRetry(at.callCtx)
+	}
 	next := timerRanOn
-	if ok {
+	switch {
+	case ok && at.c.timerEvents != nil:
+		// hedgeOnPerTryTimeout: the attempt runs on beside the retry. Sent
+		// before the state leaves timerDeciding, so that the attempt's
+		// stop, which waits for the decision, comes after it: the loop
+		// hears of the retry before it hears the attempt ended.
+		at.c.timerEvents <- hedgeResult{n: at.c.attempt, fired: true, verdict: v}
+	case ok:
 		at.verdict, next = v, timerFired
 	}
 	at.state.Store(next)

@@ -82,6 +82,22 @@
 // the attempt off is not delivered (one that finds it fired and the attempt
 // running on is).
 //
+// With hedgeOnPerTryTimeout (a retryPolicy key, after Envoy's
+// hedge_on_per_try_timeout; off by default) a unary call's attempt whose
+// timer admitted a retry is not cut off: it keeps running while the retry
+// goes (after its pause), each attempt on a goroutine of its own with a
+// reply of its own (so the reply must be a proto.Message; a call whose
+// reply is not one is cut off as without the key). The first success wins:
+// its reply, headers, trailer and peer become the caller's, and the other
+// attempts are cancelled; the call returns once they have ended. A failure
+// while another attempt runs, or while a retry waits out its pause, ends
+// nothing (the budget and the breaker hear of it); the last failure, with
+// nothing else running, decides as usual. Every such retry is admitted as
+// the timer fires, as above, and maxAttempts counts them: at most
+// maxAttempts attempts run at once. Hooks hear EventRetry for each, with the
+// timer's DEADLINE_EXCEEDED. Streams are not hedged this way: their
+// attempts are cut off as without the key.
+//
 // Ambiguous failures (a deliberate difference from gRFC A6). A call not
 // known to be safe to repeat (the method is not known to be idempotent, by
 // the test above, and the call carries no idempotency key) is not retried

@@ -275,3 +275,36 @@ func TestWireAmbiguous(t *testing.T) {
 		}
 	}
 }
+
+// TestAttemptTimerHedgeOnTimeout: under hedgeOnPerTryTimeout a timer that
+// admits a retry sends it to the call's loop and leaves its attempt
+// running; one whose attempt ended from above (a hedge that lost) admits
+// nothing.
+func TestAttemptTimerHedgeOnTimeout(t *testing.T) {
+	bg := context.Background()
+	events := make(chan hedgeResult, 1)
+	ask := &askBudget{allow: true}
+	c := timerCall(1, time.Hour)
+	c.budget, c.hedgeOnTimeout, c.timerEvents = ask, true, events
+	at := startAttemptTimer(bg, bg, c)
+	at.fire()
+	if !at.stop() || at.ctx.Err() != nil {
+		t.Fatalf("after fire: stop() = false or ctx.Err() = %v; want the attempt running", at.ctx.Err())
+	}
+	select {
+	case r := <-events:
+		if !r.fired || r.n != 1 || !r.verdict.Retry || r.verdict.Pause != 10*time.Millisecond {
+			t.Errorf("event %+v, want attempt 1's retry after 10ms", r)
+		}
+	default:
+		t.Fatal("no event")
+	}
+	at.cancel()
+
+	at = startAttemptTimer(bg, bg, c)
+	at.cancel()
+	at.fire()
+	if len(events) != 0 || ask.asked != 1 {
+		t.Errorf("a cancelled attempt's timer sent %d events, asked the budget %d times; want none, 1 (before)", len(events), ask.asked)
+	}
+}

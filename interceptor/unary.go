@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 )
 
 // UnaryClientInterceptor returns the retrying unary client interceptor. See
@@ -68,6 +69,22 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 		c.afterAttempt(callCtx, err, nil, false, false)
 		c.end(cc, err)
 		return err
+	}
+
+	if c.hedgeOnTimeout {
+		// hedgeOnPerTryTimeout needs a reply per attempt, which stagger
+		// makes only for a proto.Message; others cut attempts off.
+		if callerReply, ok := reply.(proto.Message); ok && callerReply != nil {
+			if len(c.fileOpts) > 0 {
+				grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
+			}
+			// A copy, so that c itself stays on the stack when the call
+			// does not hedge.
+			tc := c
+			err := k.timeoutHedge(callCtx, &tc, callerReply, req, cc, invoker, grpcOpts)
+			tc.end(cc, err)
+			return err
+		}
 	}
 
 	ua := unaryAttempts.Get().(*unaryAttempt)

@@ -83,7 +83,8 @@
 // "maxWait": "10s"}: whether retries the budget refuses wait for a later
 // admission, see budget.Gate; a retryBudget defers unless it says false,
 // retryThrottling refuses at once as gRFC A6 says unless it says true), a
-// retryPolicy's jitter, a method's idempotent, durations written the Go way
+// retryPolicy's jitter, perAttemptRecvTimeout and hedgeOnPerTryTimeout (see
+// Policy), a method's idempotent, durations written the Go way
 // ("100ms") and status codes in lower case, and a circuitBreaker
 // ({"failureRatio": 0.5, "minimumThroughput": 20, "samplingWindow": "10s",
 // "breakDuration": "5s", "maxBreakDuration": "60s", "scope": "METHOD",

@@ -81,6 +81,14 @@ type Policy struct {
 	// once. Otherwise the attempt is not cut off: it runs on, and its answer
 	// is the call's. It applies only to methods known to be idempotent.
 	PerAttemptRecvTimeout time.Duration
+	// HedgeOnPerTryTimeout (Envoy's hedge_on_per_try_timeout), with
+	// PerAttemptRecvTimeout: when the timer fires and a retry can go, the
+	// attempt is not cut off but keeps running beside the retry, and the
+	// first success wins (the other attempts are cancelled); the call fails
+	// only when every attempt has, the last failure deciding as usual. For
+	// unary calls whose reply is a protobuf message; streams cut the
+	// attempt off as without it. Off by default.
+	HedgeOnPerTryTimeout bool
 	// PushbackCeiling is the longest server pushback honoured; a longer one
 	// stops retrying. Zero means DefaultPushbackCeiling.
 	PushbackCeiling time.Duration

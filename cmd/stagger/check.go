@@ -66,6 +66,7 @@ type checkMethod struct {
 	HedgingDelay          string        `json:"hedgingDelay,omitempty"`
 	Adaptive              bool          `json:"adaptive,omitempty"`
 	PerAttemptRecvTimeout string        `json:"perAttemptRecvTimeout,omitempty"`
+	HedgeOnPerTryTimeout  bool          `json:"hedgeOnPerTryTimeout,omitempty"`
 	Timeout               string        `json:"timeout,omitempty"`
 	Idempotent            string        `json:"idempotent"`
 	// Ambiguous says what a retry policy does after an attempt that may
@@ -360,6 +361,7 @@ func explainMethod(e policy.Entry, files *protoregistry.Files) checkMethod {
 		out.Backoff = &checkBackoff{Initial: fmtDur(p.Backoff.Initial), Max: fmtDur(p.Backoff.Max), Multiplier: p.Backoff.Multiplier, Jitter: p.Backoff.Jitter.String()}
 		if p.PerAttemptRecvTimeout > 0 {
 			out.PerAttemptRecvTimeout = fmtDur(p.PerAttemptRecvTimeout)
+			out.HedgeOnPerTryTimeout = p.HedgeOnPerTryTimeout
 		}
 		table, worst := pauseTable(p.Backoff, p.MaxAttempts-1)
 		for _, row := range table {
@@ -843,6 +845,9 @@ func writeCheckText(w io.Writer, rep checkReport) {
 			fmt.Fprintf(w, "  backoff: initial %s, max %s, multiplier %v, jitter %s\n", m.Backoff.Initial, m.Backoff.Max, m.Backoff.Multiplier, m.Backoff.Jitter)
 			if m.PerAttemptRecvTimeout != "" {
 				fmt.Fprintf(w, "  perAttemptRecvTimeout: %s: an attempt with no response header or message by then is cut off and retried when a retry can go at once (attempts left, a pause that ends before the caller's deadline, the budget and the breaker admitting it); otherwise it runs on and its answer is the call's\n", m.PerAttemptRecvTimeout)
+				if m.HedgeOnPerTryTimeout {
+					fmt.Fprintln(w, "  hedgeOnPerTryTimeout: an attempt whose retry goes is not cut off but keeps running beside it; the first success wins and the other attempts are cancelled (unary calls; streams are cut off)")
+				}
 			}
 		case "hedging":
 			fmt.Fprintf(w, "  hedging: maxAttempts %d, a hedge every %s, non-fatal codes: %s\n", m.MaxAttempts, m.HedgingDelay, strings.Join(m.Codes, ", "))
