@@ -925,3 +925,263 @@ func TestRealTimeAbandonedStreamEndsOnce(t *testing.T) {
 		t.Fatalf("%d end events for %d calls, want one each", n, rtCalls*rounds)
 	}
 }
+
+// rtSpread is the delay of call i's deciding attempt: from 5ms before the
+// per-attempt timer to 5ms after, so that its answer and the timer race.
+func rtSpread(i int) time.Duration {
+	return rtPerAttempt + time.Duration(i%11-5)*time.Millisecond
+}
+
+// rtAwaitDone waits until the server recorded n attempts of key, all ended.
+func rtAwaitDone(ctx context.Context, srv *testserver.Server, key string, n int) ([]testserver.AttemptRecord, error) {
+	return srv.Await(ctx, key, func(recs []testserver.AttemptRecord) bool {
+		if len(recs) < n {
+			return false
+		}
+		for _, r := range recs {
+			if !r.Done {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// rtFirstAttemptLost reports whether a call of 2 attempts whose first was
+// scripted to hang ended with the caller's deadline because its first
+// attempt never reached the server (a loaded machine): the server then saw
+// one attempt, the client's last, scripted to hang, which ran on.
+func rtFirstAttemptLost(srv *testserver.Server, key string, err error) bool {
+	recs := srv.Attempts(key)
+	return status.Code(err) == codes.DeadlineExceeded && reasonOf(err) == policy.ReasonCaller.String() && len(recs) == 1
+}
+
+// The timer of a call's last attempt meets its answer: whichever comes
+// first, no retry can go, so the attempt runs on and its answer is the
+// call's: OK, never DEADLINE_EXCEEDED, and the server's last attempt is
+// never cancelled. The first attempt hangs and is cut off (a retry can go
+// then); the second, the last of 2, answers around its timer.
+//
+// On a loaded machine the first attempt can be cut off before it reached
+// the server, which then counts the second as its first and delays it a
+// minute: that last attempt runs on to the caller's deadline, rightly. The
+// test accepts it when the server saw one attempt, and requires most calls
+// to take the path under test.
+func TestRealTimeTimerLastAttemptRunsOn(t *testing.T) {
+	srv, client := rtBench(t, rtFile)
+	var healthy atomic.Int32
+	defer func() {
+		if n := healthy.Load(); n < rtMinHealthy {
+			t.Errorf("%d of %d calls took the path under test, want at least %d", n, rtCalls, rtMinHealthy)
+		}
+	}()
+	parallel(rtCalls, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		key := fmt.Sprint("last-", i)
+		sc := &testingv1.Script{Key: key, AttemptDelays: []*durationpb.Duration{durationpb.New(time.Minute), durationpb.New(rtSpread(i))}}
+		_, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}, interceptor.WithMaxAttempts(2))
+		if err != nil && rtFirstAttemptLost(srv, key, err) {
+			return
+		}
+		if err != nil {
+			t.Errorf("call %d (last attempt answers after %v): %v (reason %q, %d attempts), want OK; the server's records %+v", i, rtSpread(i), err, reasonOf(err), interceptor.Attempts(err), srv.Attempts(key))
+			return
+		}
+		healthy.Add(1)
+		recs, err := rtAwaitDone(ctx, srv, key, 2)
+		if err != nil || len(recs) != 2 {
+			t.Errorf("call %d: the server's records %+v: %v, want 2 attempts", i, recs, err)
+			return
+		}
+		if !recs[0].Cancelled {
+			t.Errorf("call %d: first attempt %+v, want cut off", i, recs[0])
+		}
+		if recs[1].Cancelled || recs[1].Code != codes.OK {
+			t.Errorf("call %d: last attempt %+v, want run on and answered OK", i, recs[1])
+		}
+	})
+}
+
+// A budget that refuses every retry: the timer fires with no retry
+// possible, so the first attempt runs on whether it answers just before or
+// just after the timer; the budget is asked at most once per call and never
+// pays for a retry that does not go.
+func TestRealTimeTimerBudgetRefusesRunsOn(t *testing.T) {
+	b := &streamRefusingBudget{}
+	srv, client := rtBench(t, rtFile, interceptor.WithBudget(b))
+	parallel(rtCalls, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		key := fmt.Sprint("refused-", i)
+		sc := &testingv1.Script{Key: key, Delay: durationpb.New(rtSpread(i))}
+		_, err := client.Get(ctx, &testingv1.GetRequest{Script: sc})
+		if err != nil {
+			t.Errorf("call %d (answers after %v): %v (reason %q), want OK", i, rtSpread(i), err, reasonOf(err))
+			return
+		}
+		recs, err := rtAwaitDone(ctx, srv, key, 1)
+		if err != nil || len(recs) != 1 || recs[0].Cancelled || recs[0].Code != codes.OK {
+			t.Errorf("call %d: the server's records %+v: %v, want one attempt answered OK", i, recs, err)
+		}
+	})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// rtBench's first call, which connects, counts too.
+	if b.asked > rtCalls+1 {
+		t.Errorf("the budget was asked %d times for %d calls, want at most once a call", b.asked, rtCalls+1)
+	}
+}
+
+// rtLongPauseFile is rtFile with a 1s pause: under a 500ms deadline no
+// retry can go once the 100ms timer fires.
+const rtLongPauseFile = `{"methodConfig": [{
+	"name": [{"service": "stagger.testing.v1.TestService"}],
+	"idempotent": true,
+	"retryPolicy": {"maxAttempts": 3, "initialBackoff": "1s", "maxBackoff": "1s",
+		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "jitter": "NONE",
+		"perAttemptRecvTimeout": "0.1s"}
+}]}`
+
+// The pause before a retry would outlast the caller's deadline: the timer
+// lets the attempt run on, and it answers within the deadline.
+func TestRealTimeTimerPausePastDeadlineRunsOn(t *testing.T) {
+	srv, client := rtBench(t, rtLongPauseFile)
+	parallel(rtCalls, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		key := fmt.Sprint("pause-", i)
+		sc := &testingv1.Script{Key: key, Delay: durationpb.New(rtSpread(i) + 50*time.Millisecond)}
+		_, err := client.Get(ctx, &testingv1.GetRequest{Script: sc})
+		if err != nil {
+			t.Errorf("call %d: %v (reason %q), want OK", i, err, reasonOf(err))
+			return
+		}
+		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer wcancel()
+		recs, err := rtAwaitDone(wctx, srv, key, 1)
+		if err != nil || len(recs) != 1 || recs[0].Cancelled {
+			t.Errorf("call %d: the server's records %+v: %v, want one attempt, run on", i, recs, err)
+		}
+	})
+}
+
+// A server stream whose last attempt's first message meets the timer: the
+// attempt runs on either way, and every message arrives once, OK.
+// As for unary calls, a first attempt lost before it reached the server
+// makes the last one a minute long.
+func TestRealTimeStreamTimerLastAttemptRunsOn(t *testing.T) {
+	srv, client := rtBench(t, rtFile)
+	const n = 5
+	var healthy atomic.Int32
+	defer func() {
+		if n := healthy.Load(); n < rtMinHealthy {
+			t.Errorf("%d of %d streams took the path under test, want at least %d", n, rtCalls, rtMinHealthy)
+		}
+	}()
+	parallel(rtCalls, func(i int) {
+		key := fmt.Sprint("stream-last-", i)
+		sc := &testingv1.Script{Key: key, ResponseCount: n, AttemptDelays: []*durationpb.Duration{durationpb.New(time.Minute), durationpb.New(rtSpread(i))}}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		st, err := client.ListItems(ctx, &testingv1.ListItemsRequest{Script: sc}, interceptor.WithMaxAttempts(2))
+		if err != nil {
+			t.Errorf("call %d: ListItems: %v", i, err)
+			return
+		}
+		var seqs []int64
+		for {
+			m, err := st.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil && len(seqs) == 0 && rtFirstAttemptLost(srv, key, err) {
+				return
+			}
+			if err != nil {
+				t.Errorf("call %d (first message at %v): %v (reason %q) after %v, want every message once and OK; the server's records %+v", i, rtSpread(i), err, reasonOf(err), seqs, srv.Attempts(key))
+				return
+			}
+			seqs = append(seqs, m.GetReply().GetSeq())
+		}
+		if !slices.Equal(seqs, []int64{1, 2, 3, 4, 5}) {
+			t.Errorf("call %d: seqs %v, want 1..%d once each", i, seqs, n)
+			return
+		}
+		healthy.Add(1)
+		recs, err := rtAwaitDone(ctx, srv, key, 2)
+		if err != nil || len(recs) != 2 || !recs[0].Cancelled || recs[1].Cancelled {
+			t.Errorf("call %d: the server's records %+v: %v, want the first cut off, the second run on", i, recs, err)
+		}
+	})
+}
+
+// rtHedgeTimerFile is rtFile with hedgeOnPerTryTimeout.
+const rtHedgeTimerFile = `{"methodConfig": [{
+	"name": [{"service": "stagger.testing.v1.TestService"}],
+	"idempotent": true,
+	"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s",
+		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "jitter": "NONE",
+		"perAttemptRecvTimeout": "0.1s", "hedgeOnPerTryTimeout": true}
+}]}`
+
+// hedgeOnPerTryTimeout over TCP, 2 attempts: the first attempt's timer
+// fires at 100ms and the retry leaves 10ms later while the attempt runs on.
+// Even calls: the slow first attempt answers from 5ms before the retry
+// leaves to 5ms after (the answer, the timer and the retry race), and the
+// retry hangs: the first attempt wins, always. Odd calls: the first attempt
+// hangs and the retry answers at once: the retry wins. Exactly one attempt
+// answers OK, its reply is the caller's, and every other attempt the server
+// saw was cancelled by the client. (The server numbers attempts as they
+// arrive, so the attempt that answers is the one its script names even if
+// a loaded machine delivers the two out of order.)
+func TestRealTimeHedgeOnPerTryTimeout(t *testing.T) {
+	srv, client := rtBench(t, rtHedgeTimerFile)
+	parallel(rtCalls, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		key := fmt.Sprint("hedge-timer-", i)
+		ds := []time.Duration{rtSpread(i) + rtPause, time.Minute}
+		want := int32(1)
+		if i%2 == 1 {
+			ds, want = []time.Duration{time.Minute, 0}, 2
+		}
+		sc := &testingv1.Script{Key: key, AttemptDelays: []*durationpb.Duration{durationpb.New(ds[0]), durationpb.New(ds[1])}}
+		reply, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}, interceptor.WithMaxAttempts(2))
+		if err != nil {
+			t.Errorf("call %d (delays %v): %v (reason %q, %d attempts), want OK; the server's records %+v", i, ds, err, reasonOf(err), interceptor.Attempts(err), srv.Attempts(key))
+			return
+		}
+		got := reply.GetReply().GetAttempt()
+		recs, err := srv.Await(ctx, key, func(recs []testserver.AttemptRecord) bool {
+			for _, r := range recs {
+				if !r.Done {
+					return false
+				}
+			}
+			return len(recs) >= int(got)
+		})
+		if err != nil {
+			t.Errorf("call %d: the server's records %+v: %v", i, recs, err)
+			return
+		}
+		oks := 0
+		for _, r := range recs {
+			switch {
+			case r.Code == codes.OK && !r.Cancelled:
+				oks++
+				if r.Attempt != int(got) {
+					t.Errorf("call %d: attempt %d answered OK, but the caller got attempt %d's reply", i, r.Attempt, got)
+				}
+			case !r.Cancelled:
+				t.Errorf("call %d: attempt %+v, want cancelled by the client or OK", i, r)
+			}
+		}
+		if oks != 1 {
+			t.Errorf("call %d: %d attempts answered OK %+v, want 1", i, oks, recs)
+		}
+		if got != want {
+			t.Errorf("call %d (delays %v): the reply of attempt %d, want %d", i, ds, got, want)
+		}
+	})
+}

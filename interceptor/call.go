@@ -93,7 +93,9 @@ type plan struct {
 	// that is not applied because the method is not known to be idempotent.
 	perAttempt time.Duration
 	notice     bool
-	hedged     *policy.Method
+	// hedgeOnTimeout: the policy's HedgeOnPerTryTimeout, with perAttempt.
+	hedgeOnTimeout bool
+	hedged         *policy.Method
 	// repeatable as in call.
 	repeatable bool
 	// breakers guard the method's calls (nil: none); brCache is the
@@ -168,6 +170,7 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	if p.PerAttemptRecvTimeout > 0 {
 		if idempotent {
 			pl.perAttempt = p.PerAttemptRecvTimeout
+			pl.hedgeOnTimeout = p.HedgeOnPerTryTimeout
 		} else {
 			pl.notice = true
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,7 +29,7 @@ import (
 //	for {
 //		actx, acancel, timer := c.nextAttempt(callCtx) // attempt number, previous-attempts header, per-attempt timer
 //		err := ...                                     // run the attempt on actx with c.fileOpts, then grpcOpts
-//		err, timedOut := attemptOutcome(callCtx, err, !timer.stop()) // stop first, then judge
+//		err, timedOut := attemptOutcome(callCtx, err, c.stopTimer(timer)) // stop first, then judge
 //		acancel()
 //		retry, pause := c.afterAttempt(callCtx, err, trailer, committed, timedOut)
 //		if !retry { return c.finish(err) }      // *Error with attempts and reason
@@ -47,6 +48,19 @@ import (
 // budget itself (budget.Request.Hedge) and reuses start, finish and the
 // events. A stream whose c.hedged is set goes to k.hedgeStream
 // (hedgestream.go).
+//
+// The per-attempt timer is the one decision taken off the call's goroutine:
+// when it fires, call.timeoutRetry (call_retry.go) runs on the timer's
+// goroutine, on a copy of the call taken by nextAttempt, and asks Decide, the
+// breaker and the budget, in afterAttempt's order, whether a retry can go
+// now. Only then does the timer cut the attempt off; stopTimer hands the
+// verdict it admitted to afterAttempt, which follows it without asking the
+// budget again (Allow spends). Otherwise the attempt runs on and ends as any
+// attempt does. Unary and stream attempts share it through nextAttempt and
+// stopTimer. One race remains, and is accepted: a unary reply that arrives
+// as the timer cuts the attempt off is still the call's success, and the
+// retry the budget paid for does not go (as when a caller cancels in a
+// pause).
 
 // call is one logical call's retry state: the loop every interceptor (unary,
 // stream, hedging) runs is
@@ -84,6 +98,14 @@ type call struct {
 	prev  time.Duration
 	// afterTimeout: the running attempt follows one cut off by perAttempt.
 	afterTimeout bool
+	// timerVerdict is the retry the per-attempt timer admitted when it cut
+	// the attempt off (stopTimer); afterAttempt follows it.
+	timerVerdict policy.Verdict
+	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies (unary
+	// calls, timeoutHedge); timerEvents is then where a timer that admitted
+	// a retry sends it, instead of cutting its attempt off.
+	hedgeOnTimeout bool
+	timerEvents    chan<- hedgeResult
 	// deferReq is the retry the budget refused, set while the call is to
 	// wait for it (pause waits through the budget's Deferrer); admission is
 	// how the running attempt was let go after such a wait, for the budget
@@ -149,6 +171,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		pl = &p
 	}
 	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
+	c.hedgeOnTimeout = pl.hedgeOnTimeout
 	c.retry = 1
 
 	callCtx, cancel = ctx, noCancel
@@ -191,59 +214,120 @@ func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel
 		ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
 	}
 	if c.perAttempt > 0 {
-		timer = startAttemptTimer(ctx, c.perAttempt)
+		timer = startAttemptTimer(callCtx, ctx, c)
 		return timer.ctx, timer.cancel, timer
 	}
 	return ctx, noCancel, nil
 }
 
+// stopTimer stops the attempt's timer (see attemptTimer.stop) and reports
+// whether it cut the attempt off; when it did, the retry it admitted as it
+// fired becomes c.timerVerdict, for afterAttempt.
+func (c *call) stopTimer(at *attemptTimer) (cutOff bool) {
+	if at.stop() {
+		return false
+	}
+	c.timerVerdict = at.verdict
+	return true
+}
+
 // attemptTimer is stagger's own per-attempt timer (perAttemptRecvTimeout,
-// with grpc C-core's meaning): when it fires it cancels the attempt's
-// context, unless it was stopped first (at the first response header or
-// message, or when the attempt ended on its own). Firing and stopping
-// exclude each other (one atomic state), so whether the timer cut an
-// attempt off is a fact the timer records, never read after the fact from
-// ctx.Err() or a status code, which races with the wire: a server's reply can
-// arrive before a context reports done, and the other way round.
+// with grpc C-core's meaning): it fires unless it was stopped first (at the
+// first response header or message, or when the attempt ended on its own).
+// When it fires it decides, once, whether a retry can go now
+// (call.timeoutRetry, on a copy of the call as the attempt started): when
+// one can, the retry is admitted and the attempt is cut off (its context
+// cancelled); when none can, the attempt runs on, as if it had no timer,
+// and it ends on its own. Firing (with its decision) and stopping exclude
+// each other: one atomic state, and a mutex that stop waits on while the
+// decision runs. So whether the timer cut an attempt off is a fact the timer
+// records, never read after the fact from ctx.Err() or a status code, which
+// races with the wire: a server's reply can arrive before a context reports
+// done, and the other way round.
 //
 // It is not a context deadline: the attempt's context keeps the caller's
 // deadline, which is all the server sees (grpc-timeout), so the server can
 // never answer DEADLINE_EXCEEDED for stagger's timer.
 type attemptTimer struct {
-	state  atomic.Int32
+	state atomic.Int32
+	// mu is held by fire while it decides; stop waits on it.
+	mu     sync.Mutex
 	t      *time.Timer
 	ctx    context.Context
 	cancel context.CancelFunc
+	// callCtx is the call's context and c a copy of the call as the
+	// attempt started: what the decision reads, so that the call's
+	// goroutine and the timer's share nothing they write.
+	callCtx context.Context
+	c       call
+	// verdict is the retry admitted when the timer cut the attempt off
+	// (state timerFired); written before the state, read after it.
+	verdict policy.Verdict
 }
 
 // errAttemptTimeout replaces the CANCELED an attempt ends with when
-// stagger's per-attempt timer cut it off, so a call that runs out of
-// attempts that way says DEADLINE_EXCEEDED, as grpc C-core does.
+// stagger's per-attempt timer cut it off. The call retries it; it is the
+// call's error only when the retry cannot go after all (the caller's
+// deadline passed in the pause), and then says DEADLINE_EXCEEDED, as grpc
+// C-core does.
 var errAttemptTimeout = status.Error(codes.DeadlineExceeded, "interceptor: attempt cut off by the per-attempt timeout (perAttemptRecvTimeout)")
 
 const (
 	timerArmed int32 = iota
+	// timerDeciding: fire is deciding, under mu.
+	timerDeciding
+	// timerFired: it fired and cut the attempt off (a retry was admitted).
 	timerFired
+	// timerRanOn: it fired, no retry could go, and the attempt runs on.
+	timerRanOn
 	timerStopped
 )
 
-func startAttemptTimer(ctx context.Context, d time.Duration) *attemptTimer {
-	at := new(attemptTimer)
+// startAttemptTimer arms the per-attempt timer of c's current attempt,
+// whose context derives from ctx; callCtx is the call's context.
+func startAttemptTimer(callCtx, ctx context.Context, c *call) *attemptTimer {
+	at := &attemptTimer{callCtx: callCtx, c: *c}
 	at.ctx, at.cancel = context.WithCancel(ctx)
-	at.t = time.AfterFunc(d, at.fire)
+	at.t = time.AfterFunc(c.perAttempt, at.fire)
 	return at
 }
 
 func (at *attemptTimer) fire() {
-	if at.state.CompareAndSwap(timerArmed, timerFired) {
+	at.mu.Lock()
+	if !at.state.CompareAndSwap(timerArmed, timerDeciding) {
+		at.mu.Unlock()
+		return
+	}
+	var v policy.Verdict
+	ok := false
+	if at.ctx.Err() == nil {
+		// Not for an attempt already ended from above (a hedge that lost):
+		// no retry follows it.
+		v, ok = at.c.timeoutRetry(at.callCtx)
+	}
+	next := timerRanOn
+	switch {
+	case ok && at.c.timerEvents != nil:
+		// hedgeOnPerTryTimeout: the attempt runs on beside the retry. Sent
+		// before the state leaves timerDeciding, so that the attempt's
+		// stop, which waits for the decision, comes after it: the loop
+		// hears of the retry before it hears the attempt ended.
+		at.c.timerEvents <- hedgeResult{n: at.c.attempt, fired: true, verdict: v}
+	case ok:
+		at.verdict, next = v, timerFired
+	}
+	at.state.Store(next)
+	at.mu.Unlock()
+	if next == timerFired {
 		at.cancel()
 	}
 }
 
 // stop stops the timer unless it fired first. It reports whether the
-// attempt was not cut off: true for a nil timer, and for one stopped now or
-// before; false once it fired. An attempt must call it before judging its
-// outcome: a failure that ends an attempt whose timer is still armed is the
+// attempt was not cut off: true for a nil timer, for one stopped now or
+// before, and for one that fired and let the attempt run on; false once it
+// cut the attempt off. An attempt must call it before judging its outcome:
+// a failure that ends an attempt whose timer is still armed is the
 // attempt's own, even if the timer would have fired a moment later.
 func (at *attemptTimer) stop() bool {
 	if at == nil {
@@ -253,7 +337,14 @@ func (at *attemptTimer) stop() bool {
 		at.t.Stop()
 		return true
 	}
-	return at.state.Load() == timerStopped
+	st := at.state.Load()
+	if st == timerDeciding {
+		// Wait for the decision.
+		at.mu.Lock()
+		st = at.state.Load()
+		at.mu.Unlock()
+	}
+	return st != timerFired
 }
 
 // callerDeadlineSlack is how close to the caller's deadline an attempt may

@@ -49,40 +49,33 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	// The admission order of a retry: Decide (the caller's deadline
 	// included: no pause that outlasts it), then the circuit breaker, then
 	// the budget, then the wait (a budget that defers; it asks the breaker
-	// again before it lets the retry go).
-	a := policy.Attempt{
-		Number:    c.attempt,
-		Err:       err,
-		Trailer:   trailer,
-		Committed: committed,
-		TimedOut:  timedOut,
-		Retry:     c.retry,
-		Prev:      c.prev,
+	// again before it lets the retry go). An attempt the per-attempt timer
+	// cut off went through the same order when the timer fired
+	// (timeoutRetry), which admitted the retry: it goes.
+	var v policy.Verdict
+	admitted := timedOut && c.timerVerdict.Retry
+	if admitted {
+		v, c.timerVerdict = c.timerVerdict, policy.Verdict{}
+	} else {
+		a := c.attemptFacts(callCtx, err, trailer, committed, timedOut)
+		v = c.pol.Decide(&a)
 	}
-	a.CallerDone = callerEnded(callCtx, err)
-	a.Ambiguous = !c.repeatable && wireAmbiguous(trailer, committed)
-	if dl, ok := callCtx.Deadline(); ok {
-		a.Remaining, a.HasDeadline = time.Until(dl), true
-	}
-	a.U = c.o.random.Float64()
-	v := c.pol.Decide(&a)
 	if c.budget != nil {
 		// Overload: the server said so (RESOURCE_EXHAUSTED it sent, a
 		// pushback), or stagger's timer cut the attempt off.
 		overload := timedOut || v.Pushback || status.Code(err) == codes.ResourceExhausted && trailer != nil
 		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload})
 	}
-	if v.Retry && chain.RetriedRequest(c.ctx) {
+	if v.Retry && !admitted && chain.RetriedRequest(c.ctx) {
 		// Served for a caller that is retrying already: retry at one layer.
 		v.Retry, v.Reason = false, policy.ReasonRetriedRequest
 	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
-	if v.Retry && (c.budget != nil || c.br != nil) {
-		req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts}
+	if v.Retry && !admitted && (c.budget != nil || c.br != nil) {
+		req := c.retryRequest(timedOut)
 		_, defers := c.budget.(budget.Deferrer)
 		breakerOK := true
 		if c.br != nil {
-			req.Guard = c.br.Guard(c.o)
 			if breakerOK = c.br.Closed(); !breakerOK && !defers {
 				// No Gate to wait in: the retry goes only as the
 				// half-open breaker's probe.
@@ -125,6 +118,68 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	c.afterTimeout = timedOut
 	return true, v.Pause
+}
+
+// attemptFacts describes the attempt that just ended, for Decide.
+func (c *call) attemptFacts(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) policy.Attempt {
+	a := policy.Attempt{
+		Number:    c.attempt,
+		Err:       err,
+		Trailer:   trailer,
+		Committed: committed,
+		TimedOut:  timedOut,
+		Retry:     c.retry,
+		Prev:      c.prev,
+	}
+	a.CallerDone = callerEnded(callCtx, err)
+	a.Ambiguous = !c.repeatable && wireAmbiguous(trailer, committed)
+	if dl, ok := callCtx.Deadline(); ok {
+		a.Remaining, a.HasDeadline = time.Until(dl), true
+	}
+	a.U = c.o.random.Float64()
+	return a
+}
+
+// retryRequest is what the budget is asked for the retry after c's current
+// attempt; timedOut: the per-attempt timer cut that attempt off.
+func (c *call) retryRequest(timedOut bool) budget.Request {
+	req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts}
+	if c.br != nil {
+		req.Guard = c.br.Guard(c.o)
+	}
+	return req
+}
+
+// timeoutRetry decides, as the per-attempt timer of c's current attempt
+// fires, whether a retry can go now, and admits it when it can: the verdict
+// is the one afterAttempt then follows (its pause included). A retry can go
+// now when Decide retries an attempt cut off at this moment (attempts left,
+// a pause that ends before the caller's deadline, the caller still there),
+// the call is not served for a caller that retries already, the circuit
+// breaker is closed, and the budget admits it at once (Allow; a budget that
+// would defer it has not admitted it). Otherwise ok is false, nothing was
+// spent (Allow admits only a retry that then goes), and the attempt runs on:
+// its own answer is judged as if it had had no timer. It runs on the
+// timer's goroutine, on a copy of the call; it emits no event (afterAttempt
+// does, on the call's goroutine).
+//
+// The budget is asked before it hears how the attempt ended: the attempt
+// has not ended yet, and if it runs on it ends on its own later.
+func (c *call) timeoutRetry(callCtx context.Context) (v policy.Verdict, ok bool) {
+	if !c.retrying {
+		return v, false
+	}
+	a := c.attemptFacts(callCtx, errAttemptTimeout, nil, false, true)
+	if v = c.pol.Decide(&a); !v.Retry {
+		return v, false
+	}
+	if chain.RetriedRequest(c.ctx) || c.br != nil && !c.br.Closed() {
+		return v, false
+	}
+	if c.budget != nil && !c.budget.Allow(c.retryRequest(true)) {
+		return v, false
+	}
+	return v, true
 }
 
 // pause waits d before the next attempt. It returns nil when the wait ended,

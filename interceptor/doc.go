@@ -58,14 +58,45 @@
 // runs without it, and the logger and hooks say so once per method. It is
 // stagger's own timer, not a context deadline: the server sees only the
 // caller's deadline, so it can never answer DEADLINE_EXCEEDED for stagger's
-// timer. When the timer fires it cancels the attempt, which is then retried
-// (whatever the listed codes); an attempt that runs out of attempts that way
-// ends with DEADLINE_EXCEEDED. Whether the timer cut an attempt off is the
-// timer's own record (firing and stopping exclude each other), never read
-// from the context or the status code after the fact. For a unary call the
-// timer covers the whole attempt: an interceptor cannot see headers arrive
-// before the response. For a stream it stops at the first response header or
-// message; a header or message that finds it fired is not delivered.
+// timer. When the timer fires it decides, then and once, whether a retry can
+// go now: attempts are left, the retry's pause (backoff; a timed-out attempt
+// has no pushback) ends before the caller's deadline, the circuit breaker is
+// closed, and the budget admits the retry at once (a budget that would make
+// it wait, as budget.Gate does, has not admitted it). When one can, the
+// timer cancels the attempt and the retry goes after its pause (whatever
+// the listed codes; the budget paid for it as the timer fired). When none
+// can, the attempt is not cancelled: it runs on as if it had no timer, and
+// its answer is the call's, judged by the usual rules (a success ends the
+// call; a failure may still be retried as any failure is). So the timer
+// never makes a call fail that would have succeeded without it: a slow
+// server that answers within the caller's deadline is waited for when no
+// retry could replace the slow attempt, and the last attempt always runs to
+// its answer or the caller's deadline. A call whose retry the timer
+// admitted but whose caller's deadline then passes in the pause ends with
+// DEADLINE_EXCEEDED. Whether the timer cut an attempt off is the timer's own
+// record (firing, with its decision, and stopping exclude each other),
+// never read from the context or the status code after the fact. For a
+// unary call the timer covers the whole attempt: an interceptor cannot see
+// headers arrive before the response. For a stream it stops at the first
+// response header or message; a header or message that finds it has cut
+// the attempt off is not delivered (one that finds it fired and the attempt
+// running on is).
+//
+// With hedgeOnPerTryTimeout (a retryPolicy key, after Envoy's
+// hedge_on_per_try_timeout; off by default) a unary call's attempt whose
+// timer admitted a retry is not cut off: it keeps running while the retry
+// goes (after its pause), each attempt on a goroutine of its own with a
+// reply of its own (so the reply must be a proto.Message; a call whose
+// reply is not one is cut off as without the key). The first success wins:
+// its reply, headers, trailer and peer become the caller's, and the other
+// attempts are cancelled; the call returns once they have ended. A failure
+// while another attempt runs, or while a retry waits out its pause, ends
+// nothing (the budget and the breaker hear of it); the last failure, with
+// nothing else running, decides as usual. Every such retry is admitted as
+// the timer fires, as above, and maxAttempts counts them: at most
+// maxAttempts attempts run at once. Hooks hear EventRetry for each, with the
+// timer's DEADLINE_EXCEEDED. Streams are not hedged this way: their
+// attempts are cut off as without the key.
 //
 // Ambiguous failures (a deliberate difference from gRFC A6). A call not
 // known to be safe to repeat (the method is not known to be idempotent, by

@@ -45,6 +45,11 @@ type hedgeResult struct {
 	out *hedgeOutputs
 	// took is the attempt's latency, for the adaptive delay.
 	took time.Duration
+	// fired: not an end but attempt n's per-attempt timer, which admitted
+	// verdict, a retry to send beside it (hedgeOnPerTryTimeout,
+	// timeouthedge.go).
+	fired   bool
+	verdict policy.Verdict
 }
 
 // hedgeCall is one hedged call's shared state. Pooled: a hedged call that

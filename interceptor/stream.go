@@ -53,8 +53,9 @@ import (
 //
 // The per-attempt timeout (perAttemptRecvTimeout, idempotent methods only)
 // has grpc C-core's meaning for streams: it stops at the first response
-// header or message. An attempt it cuts off is retried; when none is left the
-// call ends with DEADLINE_EXCEEDED.
+// header or message. When it fires it cuts the attempt off and retries it if
+// a retry can go now, as for unary calls (see the package documentation);
+// otherwise the attempt runs on and the stream is its.
 //
 // Header and Trailer answer for the current attempt: the committed one, or
 // the last one. Context commits the stream, as grpc-go's does: an
@@ -233,7 +234,7 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	a.ctx, a.cancel, a.timer = s.c.nextAttempt(s.attemptBase())
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
-		err, timedOut = attemptOutcome(s.callCtx, err, !a.timer.stop())
+		err, timedOut = attemptOutcome(s.callCtx, err, s.c.stopTimer(a.timer))
 		a.end()
 		return timedOut, err
 	}
@@ -463,7 +464,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	}
 	// Stop the timer before judging: once it fired, the attempt was cut
 	// off, whatever arrived after.
-	cutOff := !a.timer.stop()
+	cutOff := s.c.stopTimer(a.timer)
 	s.mu.Lock()
 	committed := s.committed || s.overflow
 	if err != nil && !committed {

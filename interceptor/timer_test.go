@@ -6,14 +6,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagger-go/stagger/breaker"
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
+// timerCall is a call whose attempt n of 3 has a per-attempt timer of d
+// and pauses 10ms before a retry.
+func timerCall(n int, d time.Duration) *call {
+	return &call{
+		o:          &options{},
+		ctx:        context.Background(),
+		retrying:   true,
+		pol:        &policy.Policy{MaxAttempts: 3, Backoff: policy.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1, Jitter: policy.JitterNone}, PerAttemptRecvTimeout: d},
+		perAttempt: d,
+		repeatable: true,
+		attempt:    n,
+		retry:      1,
+	}
+}
+
 func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
+	bg := context.Background()
 	// Stopped first: the timer never fires, the attempt was not cut off.
-	at := startAttemptTimer(context.Background(), time.Hour)
+	at := startAttemptTimer(bg, bg, timerCall(1, time.Hour))
 	if !at.stop() {
 		t.Fatal("stop on an armed timer = false, want true")
 	}
@@ -26,11 +45,26 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	}
 	at.cancel()
 
-	// Fired first: the attempt's context is cancelled and stop says so.
-	at = startAttemptTimer(context.Background(), time.Hour)
+	// Fired first, a retry can go: the attempt's context is cancelled, stop
+	// says so, and the call takes the retry the timer admitted.
+	c := timerCall(1, time.Hour)
+	at = startAttemptTimer(bg, bg, c)
 	at.fire()
 	if at.stop() || at.ctx.Err() == nil {
 		t.Fatalf("after fire: stop() = true or ctx.Err() = nil (%v); want false and cancelled", at.ctx.Err())
+	}
+	if !c.stopTimer(at) || !c.timerVerdict.Retry || c.timerVerdict.Pause != 10*time.Millisecond {
+		t.Fatalf("stopTimer after fire: verdict %+v, want a retry after 10ms", c.timerVerdict)
+	}
+	at.cancel()
+
+	// Fired first, no retry can go (the last attempt): the attempt runs on,
+	// its context untouched, and it was not cut off.
+	c = timerCall(3, time.Hour)
+	at = startAttemptTimer(bg, bg, c)
+	at.fire()
+	if !at.stop() || at.ctx.Err() != nil || c.stopTimer(at) {
+		t.Fatalf("last attempt after fire: stop() = false or ctx.Err() = %v; want true and running on", at.ctx.Err())
 	}
 	at.cancel()
 
@@ -41,13 +75,119 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	}
 
 	// The timer is not a deadline: the server sees the parent's.
-	parent, cancel := context.WithTimeout(context.Background(), time.Hour)
+	parent, cancel := context.WithTimeout(bg, time.Hour)
 	defer cancel()
-	at = startAttemptTimer(parent, time.Millisecond)
+	at = startAttemptTimer(parent, parent, timerCall(1, time.Millisecond))
 	defer at.cancel()
 	want, _ := parent.Deadline()
 	if got, ok := at.ctx.Deadline(); !ok || !got.Equal(want) {
 		t.Fatalf("attempt deadline = %v, %v; want the caller's %v", got, ok, want)
+	}
+}
+
+// askBudget counts what it is asked and answers allow.
+type askBudget struct {
+	asked, records int
+	allow          bool
+}
+
+func (b *askBudget) Record(budget.Attempt)     { b.records++ }
+func (b *askBudget) Allow(budget.Request) bool { b.asked++; return b.allow }
+func (b *askBudget) State() budget.State       { return budget.State{Kind: "ask"} }
+
+// TestTimeoutRetry: as the timer fires, a retry goes only when it can go
+// now; otherwise the attempt runs on, and nothing is spent.
+func TestTimeoutRetry(t *testing.T) {
+	far := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), time.Hour)
+	}
+	tests := []struct {
+		name    string
+		attempt int
+		allow   bool
+		defers  bool
+		breaker bool // an open breaker guards the call
+		ctx     func() (context.Context, context.CancelFunc)
+		want    bool
+		asked   int // times the budget was asked
+	}{
+		{"attempts left, budget admits: goes", 1, true, false, false, far, true, 1},
+		{"second of three: goes", 2, true, false, false, far, true, 1},
+		{"maxAttempts reached: runs on", 3, true, false, false, far, false, 0},
+		{"budget refuses: runs on", 1, false, false, false, far, false, 1},
+		{"a deferring budget would defer: runs on", 1, false, true, false, far, false, 1},
+		{"breaker open: runs on, budget not asked", 1, true, false, true, far, false, 0},
+		{"pause would not end before the deadline: runs on", 1, true, false, false, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 5*time.Millisecond)
+		}, false, 0},
+		{"caller cancelled: runs on (and ends)", 1, true, false, false, func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx, cancel
+		}, false, 0},
+		{"no deadline: goes", 1, true, false, false, func() (context.Context, context.CancelFunc) {
+			return context.Background(), func() {}
+		}, true, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			ask := &askBudget{allow: tt.allow}
+			c := timerCall(tt.attempt, time.Second)
+			c.budget = ask
+			if tt.defers {
+				g, err := budget.Deferring(ask, budget.DefaultSettings().Defer)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.budget = g
+			}
+			if tt.breaker {
+				br, err := breaker.New("k", breaker.Settings{ConsecutiveFailures: 1}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				br.Record(budget.Failure, true, c.o)
+				if br.Closed() {
+					t.Fatal("the breaker did not open")
+				}
+				c.br = br
+			}
+			v, ok := c.timeoutRetry(ctx)
+			if ok != tt.want || ok && !v.Retry {
+				t.Errorf("timeoutRetry = %+v, %v; want %v", v, ok, tt.want)
+			}
+			if ask.asked != tt.asked {
+				t.Errorf("the budget was asked %d times, want %d", ask.asked, tt.asked)
+			}
+			if ask.records != 0 {
+				t.Errorf("the budget heard %d outcomes, want none: the attempt has not ended", ask.records)
+			}
+		})
+	}
+}
+
+// TestAfterAttemptFollowsTimer: an attempt the timer cut off is retried as
+// the timer decided, without asking the budget again (it paid already).
+func TestAfterAttemptFollowsTimer(t *testing.T) {
+	bg := context.Background()
+	ask := &askBudget{allow: true}
+	c := timerCall(1, time.Hour)
+	c.budget = ask
+	at := startAttemptTimer(bg, bg, c)
+	at.fire()
+	err, timedOut := attemptOutcome(bg, status.Error(codes.Canceled, "cancelled"), c.stopTimer(at))
+	at.cancel()
+	if !timedOut {
+		t.Fatal("not timed out")
+	}
+	retry, pause := c.afterAttempt(bg, err, nil, false, timedOut)
+	if !retry || pause != 10*time.Millisecond {
+		t.Errorf("afterAttempt = %v, %v; want a retry after 10ms", retry, pause)
+	}
+	if ask.asked != 1 || ask.records != 1 {
+		t.Errorf("budget asked %d times, told %d outcomes; want 1 and 1", ask.asked, ask.records)
 	}
 }
 
@@ -133,5 +273,38 @@ func TestWireAmbiguous(t *testing.T) {
 		if got := wireAmbiguous(tc.trailer, tc.committed); got != tc.want {
 			t.Errorf("%s: wireAmbiguous = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestAttemptTimerHedgeOnTimeout: under hedgeOnPerTryTimeout a timer that
+// admits a retry sends it to the call's loop and leaves its attempt
+// running; one whose attempt ended from above (a hedge that lost) admits
+// nothing.
+func TestAttemptTimerHedgeOnTimeout(t *testing.T) {
+	bg := context.Background()
+	events := make(chan hedgeResult, 1)
+	ask := &askBudget{allow: true}
+	c := timerCall(1, time.Hour)
+	c.budget, c.hedgeOnTimeout, c.timerEvents = ask, true, events
+	at := startAttemptTimer(bg, bg, c)
+	at.fire()
+	if !at.stop() || at.ctx.Err() != nil {
+		t.Fatalf("after fire: stop() = false or ctx.Err() = %v; want the attempt running", at.ctx.Err())
+	}
+	select {
+	case r := <-events:
+		if !r.fired || r.n != 1 || !r.verdict.Retry || r.verdict.Pause != 10*time.Millisecond {
+			t.Errorf("event %+v, want attempt 1's retry after 10ms", r)
+		}
+	default:
+		t.Fatal("no event")
+	}
+	at.cancel()
+
+	at = startAttemptTimer(bg, bg, c)
+	at.cancel()
+	at.fire()
+	if len(events) != 0 || ask.asked != 1 {
+		t.Errorf("a cancelled attempt's timer sent %d events, asked the budget %d times; want none, 1 (before)", len(events), ask.asked)
 	}
 }

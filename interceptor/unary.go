@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 )
 
 // UnaryClientInterceptor returns the retrying unary client interceptor. See
@@ -70,6 +71,22 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 		return err
 	}
 
+	if c.hedgeOnTimeout {
+		// hedgeOnPerTryTimeout needs a reply per attempt, which stagger
+		// makes only for a proto.Message; others cut attempts off.
+		if callerReply, ok := reply.(proto.Message); ok && callerReply != nil {
+			if len(c.fileOpts) > 0 {
+				grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
+			}
+			// A copy, so that c itself stays on the stack when the call
+			// does not hedge.
+			tc := c
+			err := k.timeoutHedge(callCtx, &tc, callerReply, req, cc, invoker, grpcOpts)
+			tc.end(cc, err)
+			return err
+		}
+	}
+
 	ua := unaryAttempts.Get().(*unaryAttempt)
 	err := k.unaryAttempts(&c, callCtx, method, req, reply, cc, invoker, grpcOpts, ua)
 	if len(ua.opts) > 0 {
@@ -128,7 +145,7 @@ func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, re
 		err := invoker(actx, method, req, reply, cc, attemptOpts...)
 		// Stop the timer before judging: an attempt that ended while it was
 		// armed ended on its own; once it fired, the attempt was cut off.
-		err, timedOut := attemptOutcome(callCtx, err, !timer.stop())
+		err, timedOut := attemptOutcome(callCtx, err, c.stopTimer(timer))
 		acancel()
 		// A Trailers-Only response leaves the header nil; headers that
 		// arrived, even with no entries, leave it non-nil: committed.

@@ -48,7 +48,9 @@
 //     (DefaultRetryableCodes): UNAVAILABLE, and RESOURCE_EXHAUSTED sent by
 //     the server. DEADLINE_EXCEEDED is retried only for an attempt
 //     stagger's own per-attempt timer cut off (Attempt.TimedOut), which the
-//     interceptors arm only for methods known to be idempotent.
+//     interceptors arm only for methods known to be idempotent. The timer
+//     cuts an attempt off only when its retry can go at once (see
+//     Policy.PerAttemptRecvTimeout); otherwise the attempt runs on.
 //   - Whatever the codes, the caller's own cancellation or deadline is never
 //     retried, nor a committed attempt, nor a RESOURCE_EXHAUSTED that
 //     grpc-go raised for a message size limit (IsLocalResourceExhausted).
@@ -81,7 +83,8 @@
 // "maxWait": "10s"}: whether retries the budget refuses wait for a later
 // admission, see budget.Gate; a retryBudget defers unless it says false,
 // retryThrottling refuses at once as gRFC A6 says unless it says true), a
-// retryPolicy's jitter, a method's idempotent, durations written the Go way
+// retryPolicy's jitter, perAttemptRecvTimeout and hedgeOnPerTryTimeout (see
+// Policy), a method's idempotent, durations written the Go way
 // ("100ms") and status codes in lower case, and a circuitBreaker
 // ({"failureRatio": 0.5, "minimumThroughput": 20, "samplingWindow": "10s",
 // "breakDuration": "5s", "maxBreakDuration": "60s", "scope": "METHOD",

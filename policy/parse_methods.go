@@ -284,7 +284,7 @@ func (w *walker) positiveDuration(n *node, path string, required bool) time.Dura
 
 func (w *walker) retryPolicy(n *node, path string) *Policy {
 	if !w.object(n, path, "maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier",
-		"retryableStatusCodes", "jitter", "perAttemptRecvTimeout") {
+		"retryableStatusCodes", "jitter", "perAttemptRecvTimeout", "hedgeOnPerTryTimeout") {
 		return nil
 	}
 	p := &Policy{}
@@ -309,6 +309,12 @@ func (w *walker) retryPolicy(n *node, path string) *Policy {
 		}
 	}
 	p.PerAttemptRecvTimeout = w.positiveDuration(get(n, "perAttemptRecvTimeout"), join(path, "perAttemptRecvTimeout"), false)
+	if v := get(n, "hedgeOnPerTryTimeout"); v != nil {
+		p.HedgeOnPerTryTimeout, _ = w.boolean(v, join(path, "hedgeOnPerTryTimeout"))
+		if p.HedgeOnPerTryTimeout && p.PerAttemptRecvTimeout == 0 {
+			w.warn(join(path, "hedgeOnPerTryTimeout"), "has no effect without perAttemptRecvTimeout")
+		}
+	}
 	codesPath := join(path, "retryableStatusCodes")
 	if v := get(n, "retryableStatusCodes"); v != nil {
 		set, count, ok := w.codeSet(v, codesPath)

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -373,5 +374,42 @@ func TestParseDefer(t *testing.T) {
 		if got := c.BudgetSettings().Defer; got != tt.want {
 			t.Errorf("%s: Defer = %+v, want %+v", tt.doc, got, tt.want)
 		}
+	}
+}
+
+// TestParseHedgeOnPerTryTimeout: the key in lowerCamel and as the proto
+// field name; off when absent; a warning when it cannot act.
+func TestParseHedgeOnPerTryTimeout(t *testing.T) {
+	const base = `{"methodConfig":[{"name":[{"service":"a.S"}],"retryPolicy":{"maxAttempts":3,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14]%s}}]}`
+	tests := []struct {
+		name, extra string
+		want        bool
+		warning     string
+	}{
+		{"absent: off", `,"perAttemptRecvTimeout":"1s"`, false, ""},
+		{"lowerCamel", `,"perAttemptRecvTimeout":"1s","hedgeOnPerTryTimeout":true`, true, ""},
+		{"proto field name", `,"per_attempt_recv_timeout":"1s","hedge_on_per_try_timeout":true`, true, ""},
+		{"false", `,"perAttemptRecvTimeout":"1s","hedgeOnPerTryTimeout":false`, false, ""},
+		{"without a timer", `,"hedgeOnPerTryTimeout":true`, true, "methodConfig[0].retryPolicy.hedgeOnPerTryTimeout: has no effect without perAttemptRecvTimeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := parseMust(t, fmt.Sprintf(base, tt.extra), WithProtoFiles(nil))
+			m := c.Method("/a.S/M")
+			if m == nil || m.Retry == nil || m.Retry.HedgeOnPerTryTimeout != tt.want {
+				t.Fatalf("retry policy = %+v, want HedgeOnPerTryTimeout %v", m, tt.want)
+			}
+			var ws []string
+			for _, w := range c.Warnings() {
+				ws = append(ws, w.String())
+			}
+			if got := strings.Join(ws, "\n"); !strings.Contains(got, tt.warning) || tt.warning == "" && got != "" {
+				t.Errorf("warnings %q, want %q", got, tt.warning)
+			}
+		})
+	}
+	_, err := ParseConfig([]byte(fmt.Sprintf(base, `,"perAttemptRecvTimeout":"1s","hedgeOnPerTryTimeout":"yes"`)))
+	if err == nil || !strings.Contains(err.Error(), "retryPolicy.hedgeOnPerTryTimeout: must be true or false") {
+		t.Errorf("a string: err = %v, want must be true or false", err)
 	}
 }

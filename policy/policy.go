@@ -73,11 +73,22 @@ type Policy struct {
 	// decisions, DefaultRetryableCodes: UNAVAILABLE, and RESOURCE_EXHAUSTED
 	// sent by the server.
 	RetryableCodes CodeSet
-	// PerAttemptRecvTimeout, when > 0, cuts an attempt that has received no
-	// response header or message after that long, and retries it whatever the
-	// codes say (grpc C-core's perAttemptRecvTimeout). It applies only to
-	// methods known to be idempotent.
+	// PerAttemptRecvTimeout, when > 0, cuts off an attempt that has received
+	// no response header or message after that long, and retries it whatever
+	// the codes say (grpc C-core's perAttemptRecvTimeout), when a retry can
+	// go at that moment: attempts left, a pause that ends before the
+	// caller's deadline, and the budget and circuit breaker admitting it at
+	// once. Otherwise the attempt is not cut off: it runs on, and its answer
+	// is the call's. It applies only to methods known to be idempotent.
 	PerAttemptRecvTimeout time.Duration
+	// HedgeOnPerTryTimeout (Envoy's hedge_on_per_try_timeout), with
+	// PerAttemptRecvTimeout: when the timer fires and a retry can go, the
+	// attempt is not cut off but keeps running beside the retry, and the
+	// first success wins (the other attempts are cancelled); the call fails
+	// only when every attempt has, the last failure deciding as usual. For
+	// unary calls whose reply is a protobuf message; streams cut the
+	// attempt off as without it. Off by default.
+	HedgeOnPerTryTimeout bool
 	// PushbackCeiling is the longest server pushback honoured; a longer one
 	// stops retrying. Zero means DefaultPushbackCeiling.
 	PushbackCeiling time.Duration

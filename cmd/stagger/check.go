@@ -66,6 +66,7 @@ type checkMethod struct {
 	HedgingDelay          string        `json:"hedgingDelay,omitempty"`
 	Adaptive              bool          `json:"adaptive,omitempty"`
 	PerAttemptRecvTimeout string        `json:"perAttemptRecvTimeout,omitempty"`
+	HedgeOnPerTryTimeout  bool          `json:"hedgeOnPerTryTimeout,omitempty"`
 	Timeout               string        `json:"timeout,omitempty"`
 	Idempotent            string        `json:"idempotent"`
 	// Ambiguous says what a retry policy does after an attempt that may
@@ -75,7 +76,8 @@ type checkMethod struct {
 	Pauses    []checkPause `json:"pauses,omitempty"`
 	// WorstCase is the longest a call can spend in pauses between
 	// attempts (and in timed-out attempts, when perAttemptRecvTimeout is
-	// set), without server pushback.
+	// set: every attempt but the last, which is never cut off), without
+	// server pushback.
 	WorstCase     string `json:"worstCaseRetrying,omitempty"`
 	WorstCaseNote string `json:"worstCaseNote,omitempty"`
 	// Breaker is the breaker and throttling that guard the entry's
@@ -359,6 +361,7 @@ func explainMethod(e policy.Entry, files *protoregistry.Files) checkMethod {
 		out.Backoff = &checkBackoff{Initial: fmtDur(p.Backoff.Initial), Max: fmtDur(p.Backoff.Max), Multiplier: p.Backoff.Multiplier, Jitter: p.Backoff.Jitter.String()}
 		if p.PerAttemptRecvTimeout > 0 {
 			out.PerAttemptRecvTimeout = fmtDur(p.PerAttemptRecvTimeout)
+			out.HedgeOnPerTryTimeout = p.HedgeOnPerTryTimeout
 		}
 		table, worst := pauseTable(p.Backoff, p.MaxAttempts-1)
 		for _, row := range table {
@@ -373,8 +376,9 @@ func explainMethod(e policy.Entry, files *protoregistry.Files) checkMethod {
 		}
 		note := "pauses only; each attempt's own time comes on top, bounded by the caller's deadline"
 		if p.PerAttemptRecvTimeout > 0 {
-			worst = satAdd(worst, satMul(p.PerAttemptRecvTimeout, int64(p.MaxAttempts)))
-			note = "pauses plus every attempt cut off by perAttemptRecvTimeout"
+			// The last attempt is never cut off: no retry can follow it.
+			worst = satAdd(worst, satMul(p.PerAttemptRecvTimeout, int64(p.MaxAttempts-1)))
+			note = "pauses plus every attempt but the last cut off by perAttemptRecvTimeout; the last runs on to its answer"
 		}
 		if m.Timeout > 0 && worst > m.Timeout {
 			worst = m.Timeout
@@ -840,7 +844,10 @@ func writeCheckText(w io.Writer, rep checkReport) {
 			fmt.Fprintf(w, "  retry: maxAttempts %d (%d retries) on %s\n", m.MaxAttempts, m.MaxAttempts-1, strings.Join(m.Codes, ", "))
 			fmt.Fprintf(w, "  backoff: initial %s, max %s, multiplier %v, jitter %s\n", m.Backoff.Initial, m.Backoff.Max, m.Backoff.Multiplier, m.Backoff.Jitter)
 			if m.PerAttemptRecvTimeout != "" {
-				fmt.Fprintf(w, "  perAttemptRecvTimeout: %s\n", m.PerAttemptRecvTimeout)
+				fmt.Fprintf(w, "  perAttemptRecvTimeout: %s: an attempt with no response header or message by then is cut off and retried when a retry can go at once (attempts left, a pause that ends before the caller's deadline, the budget and the breaker admitting it); otherwise it runs on and its answer is the call's\n", m.PerAttemptRecvTimeout)
+				if m.HedgeOnPerTryTimeout {
+					fmt.Fprintln(w, "  hedgeOnPerTryTimeout: an attempt whose retry goes is not cut off but keeps running beside it; the first success wins and the other attempts are cancelled (unary calls; streams are cut off)")
+				}
 			}
 		case "hedging":
 			fmt.Fprintf(w, "  hedging: maxAttempts %d, a hedge every %s, non-fatal codes: %s\n", m.MaxAttempts, m.HedgingDelay, strings.Join(m.Codes, ", "))

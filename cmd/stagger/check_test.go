@@ -64,7 +64,8 @@ func TestCheckGoodExamples(t *testing.T) {
 			"        1  100ms      200ms      298ms  300ms",
 			"        2  100ms",
 			"900ms",
-			"  worst case: 5.7s (pauses plus every attempt cut off by perAttemptRecvTimeout",
+			"  worst case: 5.2s (pauses plus every attempt but the last cut off by perAttemptRecvTimeout",
+			"  perAttemptRecvTimeout: 500ms: an attempt with no response header or message by then is cut off and retried when a retry can go at once",
 			"decorrelated jitter bunches at maxBackoff (1s)",
 		}},
 	}
@@ -591,5 +592,24 @@ func TestCheckNewcomersMistakes(t *testing.T) {
 				t.Errorf("first line %q, want it to announce the warning", first)
 			}
 		})
+	}
+}
+
+// TestCheckHedgeOnPerTryTimeout: check explains the key beside
+// perAttemptRecvTimeout, in text and JSON.
+func TestCheckHedgeOnPerTryTimeout(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.json")
+	doc := `{"methodConfig":[{"name":[{"service":"a.S"}],"idempotent":true,"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"],"perAttemptRecvTimeout":"0.5s","hedge_on_per_try_timeout":true}}]}`
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := checkRun(t, file)
+	if code != 0 || !strings.Contains(out, "  perAttemptRecvTimeout: 500ms: an attempt with no response header or message by then is cut off and retried when a retry can go at once") ||
+		!strings.Contains(out, "  hedgeOnPerTryTimeout: an attempt whose retry goes is not cut off but keeps running beside it; the first success wins") {
+		t.Errorf("text: exit %d\n%s", code, out)
+	}
+	code, out, _ = checkRun(t, "-format", "json", file)
+	if code != 0 || !strings.Contains(out, `"hedgeOnPerTryTimeout": true`) {
+		t.Errorf("json: exit %d\n%s", code, out)
 	}
 }

@@ -1,0 +1,256 @@
+//go:build go1.25
+
+package stagger_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/interceptor"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+)
+
+// delays makes a script's AttemptDelays: attempt i answers after ds[i].
+func delays(ds ...time.Duration) []*durationpb.Duration {
+	out := make([]*durationpb.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = durationpb.New(d)
+	}
+	return out
+}
+
+// refusingDeferrer is a Deferrer that never admits: Allow refuses, Wait
+// waits for the caller's context.
+type refusingDeferrer struct{ streamRefusingBudget }
+
+func (b *refusingDeferrer) Wait(ctx context.Context, _ budget.Request, _ time.Duration) (budget.Admission, error) {
+	<-ctx.Done()
+	return budget.AdmitNone, ctx.Err()
+}
+
+// timerRunsOnCases are the per-attempt timer's cases under perAttemptFile
+// (maxAttempts 3, pause 100ms, timer 1s) with the server's answer after each
+// attempt's delay: when the timer fires and no retry can go now, the
+// attempt runs on and its answer is the call's; when one can, the attempt
+// is cut off and retried.
+var timerRunsOnCases = []struct {
+	name     string
+	delays   []time.Duration
+	deadline time.Duration // the caller's; 0: none
+	opts     []interceptor.Option
+	took     time.Duration
+	attempts int
+	cut      int // attempts the client cancelled
+}{
+	// Cut at 1s and 2.1s; the third, at 2.2s, is the last: its timer
+	// fires at 3.2s and it answers at 3.7s.
+	{"maxAttempts reached: the last attempt runs on", []time.Duration{5 * time.Second, 5 * time.Second, 1500 * time.Millisecond}, 0, nil, 3700 * time.Millisecond, 3, 2},
+	{"the budget refuses: runs on", []time.Duration{1500 * time.Millisecond}, 0, []interceptor.Option{interceptor.WithBudget(&streamRefusingBudget{})}, 1500 * time.Millisecond, 1, 0},
+	{"a deferring budget would make it wait: runs on", []time.Duration{1500 * time.Millisecond}, 10 * time.Second, []interceptor.Option{interceptor.WithBudget(&refusingDeferrer{})}, 1500 * time.Millisecond, 1, 0},
+	// At 1s, 50ms are left: the 100ms pause would not end before them.
+	{"the pause would outlast the deadline: runs on", []time.Duration{1030 * time.Millisecond}, 1050 * time.Millisecond, nil, 1030 * time.Millisecond, 1, 0},
+	{"a retry can go: cut off and retried", []time.Duration{5 * time.Second, 0}, 0, nil, 1100 * time.Millisecond, 2, 1},
+}
+
+// TestPerAttemptTimerRunsOn: unary calls.
+func TestPerAttemptTimerRunsOn(t *testing.T) {
+	for _, tt := range timerRunsOnCases {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				opts := append([]interceptor.Option{interceptor.WithConfig(parse(t, perAttemptFile))}, tt.opts...)
+				b := newBench(t, opts)
+				ctx := context.Background()
+				if tt.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+					defer cancel()
+				}
+				start := time.Now()
+				err := b.get(ctx, &testingv1.Script{Key: "k", AttemptDelays: delays(tt.delays...)})
+				if err != nil {
+					t.Fatalf("err = %v (code %v), want OK", err, status.Code(err))
+				}
+				if took := time.Since(start); took != tt.took {
+					t.Errorf("call took %v, want %v", took, tt.took)
+				}
+				synctest.Wait()
+				checkTimerAttempts(t, b.attempts(t, "k"), tt.attempts, tt.cut)
+			})
+		})
+	}
+}
+
+// TestStreamPerAttemptTimerRunsOn: the same for every kind of stream,
+// whose timer covers the wait for the first header or message.
+func TestStreamPerAttemptTimerRunsOn(t *testing.T) {
+	for _, k := range streamKinds {
+		for _, tt := range timerRunsOnCases {
+			t.Run(k.name+"/"+tt.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					opts := append([]interceptor.Option{interceptor.WithConfig(parse(t, perAttemptFile))}, tt.opts...)
+					srv, c := newStreamBench(t, opts...)
+					ctx := context.Background()
+					if tt.deadline > 0 {
+						var cancel context.CancelFunc
+						ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+						defer cancel()
+					}
+					start := time.Now()
+					r := k.run(ctx, c, &testingv1.Script{Key: "k", AttemptDelays: delays(tt.delays...)}, 2, interceptor.Idempotent())
+					if r.err != nil {
+						t.Fatalf("err = %v (code %v), want OK", r.err, status.Code(r.err))
+					}
+					if took := time.Since(start); took != tt.took {
+						t.Errorf("call took %v, want %v", took, tt.took)
+					}
+					synctest.Wait()
+					checkTimerAttempts(t, srv.Attempts("k"), tt.attempts, tt.cut)
+				})
+			})
+		}
+	}
+}
+
+// checkTimerAttempts checks the server's records: n attempts, the first cut
+// cancelled by the client, the last answered OK.
+func checkTimerAttempts(t *testing.T, recs []testserver.AttemptRecord, n, cut int) {
+	t.Helper()
+	if len(recs) != n {
+		t.Fatalf("server saw %d attempts %+v, want %d", len(recs), recs, n)
+	}
+	for i, r := range recs {
+		if wantCut := i < cut; r.Cancelled != wantCut {
+			t.Errorf("attempt %d: cancelled %v, want %v (%+v)", i+1, r.Cancelled, wantCut, r)
+		}
+	}
+	if last := recs[n-1]; !last.Done || last.Code != codes.OK {
+		t.Errorf("last attempt %+v, want answered OK", last)
+	}
+}
+
+// hedgeTimerFile is perAttemptFile with hedgeOnPerTryTimeout: an attempt
+// whose timer fires keeps running beside its retry.
+const hedgeTimerFile = `{"methodConfig": [{
+	"name": [{"service": "stagger.testing.v1.TestService"}],
+	"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "0.1s",
+		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "jitter": "NONE",
+		"perAttemptRecvTimeout": "1s", "hedgeOnPerTryTimeout": true}
+}]}`
+
+// TestHedgeOnPerTryTimeout: the first attempt's timer fires at 1s and a
+// retry goes at 1.1s while it runs on; the first success wins and the other
+// attempt is cancelled; a failure while the other runs ends nothing; the
+// last failure decides as usual.
+func TestHedgeOnPerTryTimeout(t *testing.T) {
+	type rec struct {
+		code      codes.Code
+		cancelled bool
+		ended     time.Duration // from the call's start
+	}
+	tests := []struct {
+		name   string
+		delays []time.Duration
+		fail   int32 // the first attempts that fail (UNAVAILABLE, after their delay)
+		took   time.Duration
+		recs   []rec
+	}{
+		{"the slow attempt answers first: it wins, the retry is cancelled", []time.Duration{1500 * time.Millisecond, 5 * time.Second}, 0, 1500 * time.Millisecond,
+			[]rec{{codes.OK, false, 1500 * time.Millisecond}, {codes.Canceled, true, 1500 * time.Millisecond}}},
+		{"the retry answers first: it wins, the slow attempt is cancelled", []time.Duration{5 * time.Second, 200 * time.Millisecond}, 0, 1300 * time.Millisecond,
+			[]rec{{codes.Canceled, true, 1300 * time.Millisecond}, {codes.OK, false, 1300 * time.Millisecond}}},
+		{"the slow attempt fails while the retry runs: the retry's answer is the call's", []time.Duration{1500 * time.Millisecond, 800 * time.Millisecond}, 1, 1900 * time.Millisecond,
+			[]rec{{codes.Unavailable, false, 1500 * time.Millisecond}, {codes.OK, false, 1900 * time.Millisecond}}},
+		{"both fail: the last failure decides (a retry)", []time.Duration{1500 * time.Millisecond, 200 * time.Millisecond}, 2, 1600 * time.Millisecond,
+			[]rec{{codes.Unavailable, false, 1500 * time.Millisecond}, {codes.Unavailable, false, 1300 * time.Millisecond}, {codes.OK, false, 1600 * time.Millisecond}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var h hookLog
+				b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, hedgeTimerFile)), interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) { h.hook(e) })})
+				start := time.Now()
+				var header, trailer metadata.MD
+				reply, err := b.client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "k", AttemptDelays: delays(tt.delays...), FailAttempts: tt.fail}},
+					grpc.Header(&header), grpc.Trailer(&trailer))
+				if err != nil {
+					t.Fatalf("err = %v, want OK", err)
+				}
+				if took := time.Since(start); took != tt.took {
+					t.Errorf("call took %v, want %v", took, tt.took)
+				}
+				synctest.Wait()
+				recs := b.attempts(t, "k")
+				if len(recs) != len(tt.recs) {
+					t.Fatalf("server saw %d attempts %+v, want %d", len(recs), recs, len(tt.recs))
+				}
+				for i, want := range tt.recs {
+					r := recs[i]
+					if !r.Done || r.Cancelled != want.cancelled || !want.cancelled && r.Code != want.code || r.Ended.Sub(start) != want.ended {
+						t.Errorf("attempt %d: %+v (ended at %v), want %+v", i+1, r, r.Ended.Sub(start), want)
+					}
+				}
+				// The winner's reply and headers are the caller's.
+				winner := len(tt.recs) - 1
+				for i, want := range tt.recs {
+					if want.code == codes.OK {
+						winner = i
+					}
+				}
+				if got := reply.GetReply().GetAttempt(); got != int32(winner+1) {
+					t.Errorf("reply from attempt %d, want %d", got, winner+1)
+				}
+				if header == nil {
+					t.Error("no header for the caller")
+				}
+				if e := h.last(); e.Kind != interceptor.EventEnd || e.Attempt != len(tt.recs) || e.Retries != len(tt.recs)-1 {
+					t.Errorf("end event %+v, want %d attempts", e, len(tt.recs))
+				}
+			})
+		})
+	}
+}
+
+// TestHedgeOnPerTryTimeoutCannotRetry: when no retry can go, the timer
+// lets the attempt run on, as without hedgeOnPerTryTimeout; and a stream,
+// which the option does not hedge, is cut off and retried as before.
+func TestHedgeOnPerTryTimeoutCannotRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, hedgeTimerFile)), interceptor.WithBudget(&streamRefusingBudget{})})
+		start := time.Now()
+		if err := b.get(context.Background(), &testingv1.Script{Key: "k", AttemptDelays: delays(1500 * time.Millisecond)}); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != 1500*time.Millisecond {
+			t.Errorf("took %v, want 1.5s", took)
+		}
+		synctest.Wait()
+		if recs := b.attempts(t, "k"); len(recs) != 1 || recs[0].Cancelled {
+			t.Errorf("records %+v, want one attempt, run on", recs)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		srv, c := newStreamBench(t, interceptor.WithConfig(parse(t, hedgeTimerFile)))
+		start := time.Now()
+		r := runListItems(context.Background(), c, &testingv1.Script{Key: "k", AttemptDelays: delays(5*time.Second, 0)}, 2, interceptor.Idempotent())
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if took := time.Since(start); took != 1100*time.Millisecond {
+			t.Errorf("stream took %v, want 1.1s (cut off at 1s, retried)", took)
+		}
+		synctest.Wait()
+		if recs := srv.Attempts("k"); len(recs) != 2 || !recs[0].Cancelled {
+			t.Errorf("stream records %+v, want the first cut off", recs)
+		}
+	})
+}
