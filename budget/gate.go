@@ -69,7 +69,11 @@ import (
 //     retry (not hedges) without asking the budget: a new retry queues
 //     behind the waiting ones and goes by the same rules, so budget-paid
 //     retries cannot burn a call's attempts against a server known to be
-//     failing, or pile onto one that is back but full.
+//     failing, or pile onto one that is back but full. Within five seconds
+//     of a sign of overload, Allow also refuses a retry after a
+//     per-attempt timeout (Request.AfterTimeout): the interceptors then let
+//     the slow attempt run on instead of cutting it off, since the retry
+//     would only join the queue that made it slow.
 //  6. Settling. No retry is admitted sooner than its pause. A probe or last
 //     chance that never reports (its attempt lost) frees its slot a second
 //     after its call's deadline, or ProbeGapMax after it went for a call
@@ -100,6 +104,9 @@ type Gate struct {
 	succeeded atomic.Bool
 	// outageNow mirrors st.phase == phaseOutage, for Allow.
 	outageNow atomic.Bool
+	// overloadUntil mirrors st.overloadUntil (Unix nanoseconds), for
+	// Allow (rule 5).
+	overloadUntil atomic.Int64
 
 	mu       sync.Mutex
 	st       gateState
@@ -129,9 +136,13 @@ func (g *Gate) Unwrap() Budget { return g.b }
 func (g *Gate) Settings() DeferSettings { return g.s }
 
 // Allow asks the wrapped budget, except that while calls wait during an
-// outage it refuses every retry (rule 5; hedges are asked as usual).
+// outage it refuses every retry, and after a sign of overload every retry
+// after a per-attempt timeout (rule 5; hedges are asked as usual).
 func (g *Gate) Allow(r Request) bool {
 	if !r.Hedge && g.waiting.Load() > 0 && g.outageNow.Load() {
+		return false
+	}
+	if r.AfterTimeout && g.overloadUntil.Load() != 0 && g.now().UnixNano() < g.overloadUntil.Load() {
 		return false
 	}
 	return g.b.Allow(r)
@@ -147,6 +158,7 @@ func (g *Gate) Record(a Attempt) {
 			now := g.now()
 			g.mu.Lock()
 			g.st.learn(now, a)
+			g.mirrorOverload()
 			g.mu.Unlock()
 		}
 		if a.Outcome == Success && !g.succeeded.Load() {
@@ -160,7 +172,15 @@ func (g *Gate) Record(a Attempt) {
 	g.forgetLocked(now)
 	g.st.observe(now, a)
 	g.outageNow.Store(g.st.phase == phaseOutage)
+	g.mirrorOverload()
 	g.notifyLocked()
+}
+
+// mirrorOverload copies st.overloadUntil for Allow (0: never).
+func (g *Gate) mirrorOverload() {
+	if !g.st.overloadUntil.IsZero() {
+		g.overloadUntil.Store(g.st.overloadUntil.UnixNano())
+	}
 }
 
 // forgetLocked runs gateState.forget when successes were recorded while

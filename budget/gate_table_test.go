@@ -224,3 +224,32 @@ func TestGateHeals(t *testing.T) {
 		t.Fatalf("hedges and first attempts counted as retries: %d", s.healN)
 	}
 }
+
+// Rule 5: after a sign of overload, a retry after a per-attempt timeout is
+// refused for overloadHold (the interceptors let the slow attempt run on).
+func TestGateRefusesTimeoutRetriesUnderOverload(t *testing.T) {
+	clk := &manualClock{now: t0}
+	open := &switchBudget{}
+	open.open.Store(true)
+	g := newGate(t, open, DeferSettings{}, clk)
+	afterTimeout := Request{Number: 2, AfterTimeout: true}
+	if !g.Allow(afterTimeout) {
+		t.Fatal("refused a timeout retry with no sign of overload")
+	}
+	g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true})
+	if g.Allow(afterTimeout) {
+		t.Fatal("admitted a timeout retry right after a sign of overload")
+	}
+	if !g.Allow(retry2) {
+		t.Fatal("refused a retry after a plain failure")
+	}
+	clk.advance(overloadHold)
+	if !g.Allow(afterTimeout) {
+		t.Fatal("still refusing timeout retries overloadHold after the sign")
+	}
+	// A sign recorded on the fast path (an Other outcome) counts too.
+	g.Record(Attempt{Number: 1, Outcome: Other, Overload: true})
+	if g.Allow(afterTimeout) {
+		t.Fatal("a sign of overload on the fast path was missed")
+	}
+}

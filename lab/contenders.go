@@ -337,7 +337,9 @@ func namesOf(cs []Contender) []string {
 // shows them: HedgingContenders for ScenarioSlowReplica,
 // HedgingStreamContenders for ScenarioSlowReplicaStream,
 // OverloadContenders for ScenarioOverload, ChainContenders for
-// ScenarioChain, Contenders for the others.
+// ScenarioChain, Contenders and stagger-hedge-timeout (stagger with
+// hedgeOnPerTryTimeout) for the scenarios with per-attempt timeouts
+// (slowdown, slowdown-90, metastable), Contenders for the others.
 func ContendersFor(s Scenario) []Contender { return contendersFor(s) }
 
 func contendersFor(s Scenario) []Contender {
@@ -351,7 +353,32 @@ func contendersFor(s Scenario) []Contender {
 	case ScenarioChain:
 		return ChainContenders()
 	}
+	if s.timeouts() {
+		return append(Contenders(), hedgeOnTimeoutContender())
+	}
 	return Contenders()
+}
+
+// hedgeOnTimeoutContender is stagger with hedgeOnPerTryTimeout: when its
+// per-attempt timer fires and a retry can go, the attempt keeps running
+// beside the retry and the first answer wins. Only the scenarios with
+// per-attempt timeouts show it.
+func hedgeOnTimeoutContender() Contender {
+	return Contender{
+		Name: "stagger-hedge-timeout",
+		Gets: func(c Config) string {
+			return fmt.Sprintf("%d attempts%s, hedgeOnPerTryTimeout, %v jitter, default budget per client", c.MaxAttempts, perAttempt(c, "perAttemptRecvTimeout"), c.Backoff.Jitter)
+		},
+		dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+			b, err := budget.New(budget.DefaultSettings())
+			if err != nil {
+				return nil, err
+			}
+			p := staggerPolicy(c)
+			p.HedgeOnPerTryTimeout = true
+			return stagger.DialOptions(nil, interceptor.WithPolicy(p), interceptor.WithBudget(b)), nil
+		},
+	}
 }
 
 // ContenderByName finds a contender of scenario s.
