@@ -316,7 +316,7 @@ func TestLoggerHedgeEventsSayHedge(t *testing.T) {
 // what one allowing three does (it used to allocate a results slot per
 // allowed attempt: 40 KB here, 40 MB at 10^6 before the cap was bounded).
 func TestHedgeMemoryIndependentOfMaxAttempts(t *testing.T) {
-	perCall := func(maxAttempts int) uint64 {
+	bench := func(maxAttempts int) *hedgeBench {
 		cfg, err := policy.ParseConfig([]byte(fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
 			"hedgingPolicy": {"maxAttempts": %d, "hedgingDelay": "3600s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`, maxAttempts)),
 			policy.WithMaxAttemptsCap(maxAttempts))
@@ -327,33 +327,38 @@ func TestHedgeMemoryIndependentOfMaxAttempts(t *testing.T) {
 		if err := b.get(&testingv1.Script{}); err != nil { // warm up: connection, caches
 			t.Fatal(err)
 		}
-		// The least of five rounds: whatever else the process allocates
-		// meanwhile (grpc's transports, the race detector's bookkeeping)
-		// only adds to a round, never takes from it.
-		least := uint64(math.MaxUint64)
-		for round := 0; round < 5; round++ {
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			const calls = 40
-			for i := 0; i < calls; i++ {
-				if err := b.get(&testingv1.Script{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			runtime.ReadMemStats(&after)
-			least = min(least, (after.TotalAlloc-before.TotalAlloc)/calls)
-		}
-		return least
+		return b
 	}
-	few, many := perCall(3), perCall(policy.MaxAttemptsCapLimit)
+	round := func(b *hedgeBench) uint64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		const calls = 100
+		for i := 0; i < calls; i++ {
+			if err := b.get(&testingv1.Script{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.ReadMemStats(&after)
+		return (after.TotalAlloc - before.TotalAlloc) / calls
+	}
+	// The least of eight rounds each, the two kinds in turn: whatever else
+	// the process allocates meanwhile (grpc's transports, the race
+	// detector's bookkeeping, which drifts over a run) only adds to a
+	// round, never takes from it, and drift reaches both kinds alike.
+	fewBench, manyBench := bench(3), bench(policy.MaxAttemptsCapLimit)
+	few, many := uint64(math.MaxUint64), uint64(math.MaxUint64)
+	for r := 0; r < 8; r++ {
+		few = min(few, round(fewBench))
+		many = min(many, round(manyBench))
+	}
 	t.Logf("bytes per hedged call: %d with 3 attempts allowed, %d with %d", few, many, policy.MaxAttemptsCapLimit)
-	// A call over bufconn costs some 16 KB (25 to 40 KB under the race
-	// detector), grpc's share included; the least of five rounds moves by
-	// a few KB under load: the margin is that noise. The results slots of
-	// 1,000 attempts took 40 KB.
-	if many > few+20<<10 {
-		t.Errorf("a hedged call allowing %d attempts allocated %d bytes, one allowing 3 %d: want the same, within 20 KB", policy.MaxAttemptsCapLimit, many, few)
+	// A call over bufconn costs some 16 KB (30 to 60 KB under the race
+	// detector, which varies from run to run by 20 KB), grpc's share
+	// included. The results slots of 1,000 attempts took 40 KB more: the
+	// margin sits between the noise and that.
+	if many > few+30<<10 {
+		t.Errorf("a hedged call allowing %d attempts allocated %d bytes, one allowing 3 %d: want the same, within 30 KB", policy.MaxAttemptsCapLimit, many, few)
 	}
 }
 

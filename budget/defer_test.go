@@ -39,6 +39,16 @@ type switchBudget struct{ open atomic.Bool }
 func (b *switchBudget) Record(Attempt)     {}
 func (b *switchBudget) Allow(Request) bool { return b.open.Load() }
 func (b *switchBudget) State() State       { return State{Kind: "switch"} }
+
+// retriesFail gives g the evidence that retries do not heal (rule 0), so
+// that failures in a row make an outage.
+func retriesFail(g *Gate) *Gate {
+	g.mu.Lock()
+	g.st.healN = healMinSamples
+	g.mu.Unlock()
+	return g
+}
+
 func newGate(t *testing.T, b Budget, s DeferSettings, clk *manualClock) *Gate {
 	t.Helper()
 	g, err := Deferring(b, s, WithClock(clk.Now))
@@ -127,6 +137,7 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	}()
 	// An outage: outageStreak failures in a row. Each doubles the probe
 	// gap from the pause (1s), up to quietGapMax.
+	retriesFail(g)
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
@@ -213,6 +224,7 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 func TestGateLastChance(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	retriesFail(g)
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
@@ -347,6 +359,7 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Leave()
+	retriesFail(g)
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}

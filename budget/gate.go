@@ -15,7 +15,7 @@ import (
 // The gate stands in one of four phases: quiet (nothing failed since the
 // last success seen while nobody waited), failing (the last attempt that
 // reached the server failed), outage (OutageStreak failures in a row, no
-// success between) and recovering (an attempt succeeded after failures).
+// success between, and retries known not to heal: rule 0) and recovering (an attempt succeeded after failures).
 // The rules:
 //
 //  0. Heal. While the process's latest retries heal (a third at least of
@@ -24,7 +24,9 @@ import (
 //     retry goes after its own pause (AdmitHeal), unless the gate is in
 //     an outage or recovering from one, or the retry began to wait in an
 //     outage (those go back paced, rule 3); and failures in a row do not
-//     make an outage. A flaky server heals on retry and a retry is worth its
+//     make an outage, nor do they before two retries were recorded (a
+//     fresh process does not take a flaky server for a down one before a
+//     retry had its chance). A flaky server heals on retry and a retry is worth its
 //     load; a down one (no retry succeeds) or an overloaded one gets the
 //     rules below.
 //  1. Probe. While failing or in an outage, one deferred retry at a time

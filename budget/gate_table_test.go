@@ -10,6 +10,10 @@ import (
 // outageStreak, recovering after an outage and a success.
 func stateIn(p phase) gateState {
 	s := newGateState(t0, func() float64 { return 0.5 })
+	if p != phaseQuiet {
+		// Retries are known not to heal: failures in a row are an outage.
+		s.healN = healMinSamples
+	}
 	fail := Attempt{Number: 1, Outcome: Failure}
 	switch p {
 	case phaseFailing:
@@ -251,5 +255,23 @@ func TestGateRefusesTimeoutRetriesUnderOverload(t *testing.T) {
 	g.Record(Attempt{Number: 1, Outcome: Other, Overload: true})
 	if g.Allow(afterTimeout) {
 		t.Fatal("a sign of overload on the fast path was missed")
+	}
+}
+
+// Failures in a row make an outage only once retries are known not to
+// heal: a fresh process does not take a flaky server for a down one before
+// a retry had its chance.
+func TestGateOutageNeedsEvidence(t *testing.T) {
+	s := newGateState(t0, func() float64 { return 0.5 })
+	for range outageStreak + 1 {
+		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
+	}
+	if s.phase != phaseFailing {
+		t.Fatalf("no retry recorded yet: %v, want failing", s.phase)
+	}
+	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
+	s.observe(t0, Attempt{Number: 3, Outcome: Failure})
+	if s.phase != phaseOutage {
+		t.Fatalf("two retries failed: %v, want outage", s.phase)
 	}
 }

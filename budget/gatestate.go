@@ -112,6 +112,14 @@ func (s *gateState) heals(now time.Time) bool {
 	return float64(won) >= healMinShare*float64(s.healN)
 }
 
+// down reports whether failures in a row make an outage: unless retries
+// heal, or nothing says yet whether they do (too few retries recorded, as
+// in a fresh process: a flaky server is not taken for a down one before a
+// retry had its chance).
+func (s *gateState) down(now time.Time) bool {
+	return s.healN >= healMinSamples && !s.heals(now)
+}
+
 // observe: an attempt ended with outcome a.
 func (s *gateState) observe(now time.Time, a Attempt) {
 	s.learn(now, a)
@@ -148,7 +156,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		s.lastReached = now
 		// Failures in a row make an outage, unless retries heal: a flaky
 		// server fails several attempts in a row as a matter of course.
-		if s.streak++; s.streak >= outageStreak && !s.heals(now) {
+		if s.streak++; s.streak >= outageStreak && s.down(now) {
 			s.phase = phaseOutage
 			s.credits = 0
 		} else if s.phase != phaseOutage {
