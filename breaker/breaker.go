@@ -166,7 +166,7 @@ func New(key string, s Settings, onChange func(Change), opts ...Option) (*Breake
 	}
 	s = s.WithDefaults()
 	o := buildOptions(opts)
-	b := &Breaker{key: key, s: s, now: o.now, rand: o.rand, onChange: onChange, w: window.New(o.now(), s.SamplingWindow), breakFor: s.BreakDuration, probeEvery: s.ProbeEvery}
+	b := &Breaker{key: key, s: s, now: o.Now, rand: o.Rand, onChange: onChange, w: window.New(o.Now(), s.SamplingWindow), breakFor: s.BreakDuration, probeEvery: s.ProbeEvery}
 	b.mayThrottle.Store(s.ThrottleK > 0)
 	return b, nil
 }

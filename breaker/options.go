@@ -2,26 +2,18 @@ package breaker
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/stagger-go/stagger/internal/clock"
 )
 
 // Option configures a Breaker or a Set when it is built.
-type Option func(*options)
-
-type options struct {
-	now  func() time.Time
-	rand func() float64
-}
+type Option func(*clock.Options)
 
 // WithClock makes the breaker read the time from now instead of time.Now;
 // tests and the simulator pass a virtual clock. A nil now means time.Now.
 func WithClock(now func() time.Time) Option {
-	return func(o *options) {
-		if now != nil {
-			o.now = now
-		}
-	}
+	return func(o *clock.Options) { o.SetNow(now) }
 }
 
 // WithRandom makes adaptive throttling draw its random numbers from f,
@@ -29,22 +21,10 @@ func WithClock(now func() time.Time) Option {
 // lock; the simulator passes its seeded source. A nil f means
 // math/rand/v2's Float64.
 func WithRandom(f func() float64) Option {
-	return func(o *options) {
-		if f != nil {
-			o.rand = f
-		}
-	}
+	return func(o *clock.Options) { o.SetRand(f) }
 }
 
-func buildOptions(opts []Option) options {
-	o := options{now: time.Now, rand: rand.Float64}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	return o
-}
+func buildOptions(opts []Option) clock.Options { return clock.Build(opts) }
 
 // SettingsError reports a setting that breaks its rule. Field is the
 // setting's name in Settings (FailureRatio, BreakDuration...).

@@ -128,7 +128,7 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 		return nil, err
 	}
 	o := buildOptions(opts)
-	return &Gate{b: b, s: s.WithDefaults(), now: o.now, rand: o.rand, st: newGateState(o.now(), o.rand), changed: make(chan struct{})}, nil
+	return &Gate{b: b, s: s.WithDefaults(), now: o.Now, rand: o.Rand, st: newGateState(o.Now(), o.Rand), changed: make(chan struct{})}, nil
 }
 
 // Unwrap returns the budget the gate wraps.

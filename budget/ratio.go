@@ -47,10 +47,10 @@ func NewRatio(s RatioSettings, opts ...Option) (*Ratio, error) {
 	s = s.WithDefaults()
 	o := buildOptions(opts)
 	return &Ratio{
-		w:        window.New(o.now(), s.Window),
+		w:        window.New(o.Now(), s.Window),
 		share:    s.Percent / 100,
 		floor:    s.MinRetriesPerSecond * s.Window.Seconds(),
-		now:      o.now,
+		now:      o.Now,
 		settings: s,
 	}, nil
 }

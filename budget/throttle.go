@@ -29,7 +29,7 @@ func NewThrottle(s ThrottleSettings, opts ...Option) (*Throttle, error) {
 		return nil, err
 	}
 	o := buildOptions(opts)
-	t := &Throttle{max: toMilli(s.MaxTokens), ratio: toMilli(s.TokenRatio), now: o.now, settings: s}
+	t := &Throttle{max: toMilli(s.MaxTokens), ratio: toMilli(s.TokenRatio), now: o.Now, settings: s}
 	// A ratio above MaxTokens fills the throttle just the same; clamping it
 	// keeps tokens+ratio far from overflowing.
 	t.ratio = min(t.ratio, t.max)

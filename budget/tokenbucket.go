@@ -42,7 +42,7 @@ func NewTokenBucket(s TokenBucketSettings, opts ...Option) (*TokenBucket, error)
 		cost:        toMilli(s.RetryCost),
 		timeoutCost: toMilli(s.TimeoutRetryCost),
 		reward:      toMilli(s.SuccessReward),
-		now:         o.now,
+		now:         o.Now,
 		settings:    s,
 	}
 	b.tokens.Store(min(b.capacity, toMilli(s.Initial)))
