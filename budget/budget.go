@@ -105,7 +105,8 @@ type State struct {
 	// Capacity is the largest Level can be.
 	Capacity float64
 	// Allowed and Refused count the Allow calls answered true and false
-	// (a Gate asks again for each waiting retry: each asking counts).
+	// (a Gate asks again for each waiting retry: each asking counts; the
+	// retries a Gate refuses without asking its budget count in Refused).
 	Allowed, Refused uint64
 	// Waiting is the calls waiting in a Gate now; Deferred counts the
 	// retries that began to wait, DeferAdmitted those that then went,
