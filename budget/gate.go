@@ -88,9 +88,11 @@ import (
 // only: no goroutine or timer is started but the one Wait sleeps on.
 //
 // A Gate is a Budget: Record and Allow pass through to the budget it wraps
-// (Allow counts in the budget's State like any other). When nobody waits,
-// recording a success costs one atomic load beyond the budget's own; a
-// failure takes the gate's lock and reads the clock. A Gate is safe for
+// (Allow counts in the budget's State like any other; the retries rule 5
+// refuses count in State.Refused). When nobody waits, recording a first
+// attempt's success costs one atomic load beyond the budget's own; a
+// failure, or a retry's outcome (rule 0's evidence), takes the gate's lock
+// and reads the clock. A Gate is safe for
 // concurrent use; build it with Deferring (or New).
 type Gate struct {
 	b    Budget
