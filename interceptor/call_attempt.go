@@ -162,6 +162,9 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		return ctx, noCancel, grpcOpts, false
 	}
 	cfg := o.config()
+	if k.refusals != nil {
+		k.logRefusal()
+	}
 	mi := k.method(cfg, method)
 	m := mi.m
 	c.fileOpts = mi.opts

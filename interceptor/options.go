@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -68,6 +69,9 @@ type options struct {
 	// resume holds the resume functions by method (WithResume); copied on
 	// write, so calls may share it.
 	resume map[string]ResumeFunc
+	// ambiguous is the core's set of methods whose ambiguous give-up was
+	// logged at warning level (nil for options not built by newCore).
+	ambiguous *sync.Map
 }
 
 // WithConfig makes the interceptor follow the policy file cfg: each method's
