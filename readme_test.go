@@ -349,3 +349,20 @@ func TestDocsQuickStart(t *testing.T) {
 		t.Errorf("the quick start printed\n%s\nthe README says\n%s", out, output)
 	}
 }
+
+// The interceptor package documentation is a user's manual: with its index,
+// `go doc ./interceptor` stays within 250 lines; the rules live in the docs
+// of the functions that enforce them.
+func TestDocsInterceptorPackageLength(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "doc", "./interceptor")
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go doc ./interceptor: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "\n"); n > 250 {
+		t.Errorf("go doc ./interceptor prints %d lines, want at most 250: move detail into the docs of the functions it describes", n)
+	}
+}

@@ -59,8 +59,7 @@ const (
 	// failed after the stream committed, and the stream resumes after
 	// Pause with the request the method's resume function builds; as
 	// EventRetry otherwise. Attempt counts since the last attempt that
-	// delivered a message (see the package documentation, "Resumable
-	// streams").
+	// delivered a message (see WithResume, "Counting").
 	EventResume
 )
 
