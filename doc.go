@@ -94,6 +94,10 @@ func DialOptions(cfg *policy.Config, opts ...interceptor.Option) []grpc.DialOpti
 // interceptor.WithBudget in opts overrides every file's budget, so the
 // budget then stays the same across reloads whatever the files declare.
 //
+// A reload that fails (a file that does not parse) leaves the last good
+// config in force; policy.OnReload hears of it at once, and the logger of
+// interceptor.WithLogger in opts at error level, on the next call.
+//
 // A nil src, or a nil *policy.Source (the result of a WatchFile whose error
 // was not checked), is a programming error that DialOptionsFromSource does
 // not panic on: every call made through the connection fails at once, before

@@ -1,16 +1,22 @@
 package stagger_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The documents whose snippets are checked against the files they copy.
@@ -263,5 +269,100 @@ func TestMigrationGuideMatchesExamples(t *testing.T) {
 	}
 	if jsonBlocks < 2 || textBlocks < 2 {
 		t.Errorf("%s: %d JSON and %d text blocks, want 2 of each (the two Examples)", doc, jsonBlocks, textBlocks)
+	}
+}
+
+// The README is for users first, and short.
+func TestDocsReadmeLength(t *testing.T) {
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "\n"); n > 250 {
+		t.Errorf("README.md has %d lines, want at most 250: contributor material goes to CONTRIBUTING.md", n)
+	}
+}
+
+// The README's quick start, as written: its main.go is built in a scratch
+// module that requires stagger through a replace directive to this
+// repository, run (its server is on loopback), and its output is the
+// README's. The module cache serves the dependencies (the repository's
+// go.sum has their sums); when it lacks one, the module proxy is asked, and
+// the test is skipped only if that cannot be reached.
+func TestDocsQuickStart(t *testing.T) {
+	var mainGo, output string
+	blocks := fencedBlocks(t, "README.md")
+	for i, b := range blocks {
+		if b.lang == "go" && strings.HasPrefix(b.body, "package main\n") {
+			mainGo = b.body
+			if i+1 < len(blocks) && blocks[i+1].lang == "text" {
+				output = blocks[i+1].body
+			}
+			break
+		}
+	}
+	if mainGo == "" || output == "" {
+		t.Fatal("README.md: no quick start (a go block starting with package main, followed by a text block of its output)")
+	}
+	repo, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	gomod := "module quickstart\n\ngo 1.22\n\nrequire github.com/stagger-go/stagger v0.0.0\n\nreplace github.com/stagger-go/stagger => " + repo + "\n"
+	sum, err := os.ReadFile("go.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"main.go": []byte(mainGo + "\n"), "go.mod": []byte(gomod), "go.sum": sum} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	run := func(proxy string) (string, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, goCmd, "run", ".")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOPROXY="+proxy)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
+	}
+	out, errOut, err := run("off")
+	if err != nil && strings.Contains(errOut, "GOPROXY=off") {
+		proxy := os.Getenv("GOPROXY")
+		if proxy == "" || proxy == "off" {
+			proxy = "https://proxy.golang.org,direct"
+		}
+		out, errOut, err = run(proxy)
+		if err != nil && (strings.Contains(errOut, "dial tcp") || strings.Contains(errOut, "no such host") || strings.Contains(errOut, "i/o timeout")) {
+			t.Skipf("the quick start needs modules that are not in the module cache, and the module proxy cannot be reached: %s", errOut)
+		}
+	}
+	if err != nil {
+		t.Fatalf("go run of the README's quick start: %v\n%s%s", err, out, errOut)
+	}
+	if strings.TrimSpace(out) != strings.TrimSpace(output) {
+		t.Errorf("the quick start printed\n%s\nthe README says\n%s", out, output)
+	}
+}
+
+// The interceptor package documentation is a user's manual: with its index,
+// `go doc ./interceptor` stays within 250 lines; the rules live in the docs
+// of the functions that enforce them.
+func TestDocsInterceptorPackageLength(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "doc", "./interceptor")
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go doc ./interceptor: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "\n"); n > 250 {
+		t.Errorf("go doc ./interceptor prints %d lines, want at most 250: move detail into the docs of the functions it describes", n)
 	}
 }

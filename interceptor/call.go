@@ -1,11 +1,13 @@
 package interceptor
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
@@ -26,6 +28,9 @@ type core struct {
 	// capNoticed holds the methods whose WithMaxAttempts was reported
 	// capped.
 	capNoticed sync.Map
+	// ambiguous holds the methods whose first ambiguous give-up the
+	// logger heard at warning level (options.ambiguous points here).
+	ambiguous sync.Map
 	// methods caches what the current file says of each method, so a call
 	// costs one map lookup and no allocation for the file's call options.
 	methods   atomic.Pointer[methodCache]
@@ -33,6 +38,11 @@ type core struct {
 	// hedgeLatency holds each hedged method's *latencyHistogram, for the
 	// adaptive hedging delay (hedge.go).
 	hedgeLatency sync.Map
+	// refusals is the config source's record of refused reloads, when the
+	// interceptor has a logger and the source keeps one (policy.Source);
+	// refusalSeen is the last refusal logged.
+	refusals    refusalSource
+	refusalSeen atomic.Uint64
 	// warned is the last file whose warnings went to the logger, so each
 	// file (each reload) is reported once, when a call first follows it.
 	warned atomic.Pointer[policy.Config]
@@ -261,7 +271,33 @@ func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 }
 
 func newCore(opts []Option) *core {
-	return &core{opts: buildOptions(opts)}
+	k := &core{opts: buildOptions(opts)}
+	k.opts.ambiguous = &k.ambiguous
+	if k.opts.logger != nil {
+		k.refusals, _ = k.opts.source.(refusalSource)
+	}
+	return k
+}
+
+// refusalSource is the part of policy.Source that says which reloads it
+// refused.
+type refusalSource interface {
+	Refused() (n uint64, ev policy.SourceEvent)
+}
+
+// logRefusal tells the logger, at error level and once, of a reload the
+// source refused since the last call: without it the file on disk and the
+// policy in force differ in silence.
+func (k *core) logRefusal() {
+	n, ev := k.refusals.Refused()
+	if ev.Err == nil {
+		return
+	}
+	if seen := k.refusalSeen.Load(); seen == n || !k.refusalSeen.CompareAndSwap(seen, n) {
+		return
+	}
+	k.opts.logger.Log(context.Background(), logging.LevelError,
+		"stagger: policy file not reloaded, the last good one stays in force: "+ev.Err.Error(), "stagger.file", ev.Path)
 }
 
 // perCall copies o and applies the call's Options, and returns the call's

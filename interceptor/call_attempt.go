@@ -61,6 +61,17 @@ import (
 // as the timer cuts the attempt off is still the call's success, and the
 // retry the budget paid for does not go (as when a caller cancels in a
 // pause).
+//
+// What the interceptors know of the wire, per attempt, comes from the call
+// options grpc already fills (no stats.Handler, which would cost about 15
+// allocations per call inside grpc-go): a grpc.Header option (headers
+// arrived: committed), a grpc.Trailer option (pushback; nil when the attempt
+// got no transport stream; a server's Trailers-Only status keeps its
+// content-type there, a stream the transport ended leaves it empty), and for
+// streams ClientStream.Header and Trailer. The interceptors installed by
+// hand know exactly what stagger.DialOptions's know. They cannot see when
+// the first response header of a unary call arrives before its reply (hence
+// the unary per-attempt timer covers the whole attempt).
 
 // call is one logical call's retry state: the loop every interceptor (unary,
 // stream, hedging) runs is
@@ -162,6 +173,9 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		return ctx, noCancel, grpcOpts, false
 	}
 	cfg := o.config()
+	if k.refusals != nil {
+		k.logRefusal()
+	}
 	mi := k.method(cfg, method)
 	m := mi.m
 	c.fileOpts = mi.opts

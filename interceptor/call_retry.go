@@ -44,6 +44,10 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	if !c.retrying {
 		// gRFC A6 counts failures only for methods with a retry policy.
 		c.reason = policy.ReasonAttempts
+		if c.pol == nil {
+			// Not "attempts": no retry was ever on offer.
+			c.reason = policy.ReasonNoPolicy
+		}
 		return false, 0
 	}
 	// The admission order of a retry: Decide (the caller's deadline

@@ -24,8 +24,21 @@ type Error struct {
 	Err error
 }
 
-// Error returns the last attempt's message, as grpc-go formats it.
-func (e *Error) Error() string { return e.Err.Error() }
+// Error returns the last attempt's message, as grpc-go formats it. When
+// stagger did not retry an ambiguous failure (policy.ReasonAmbiguous), it
+// adds why: the status alone (UNAVAILABLE, a code the file may well list)
+// does not say that the call was not retried on purpose. GRPCStatus keeps
+// the server's message unchanged either way.
+func (e *Error) Error() string {
+	if e.Reason == policy.ReasonAmbiguous {
+		return e.Err.Error() + ambiguousNote
+	}
+	return e.Err.Error()
+}
+
+// ambiguousNote is what Error adds to a call ended as ambiguous.
+const ambiguousNote = " (stagger: not retried: the request may have run on the server, which sent no status, " +
+	"and the method is not known to be idempotent; mark it idempotent or send an idempotency key)"
 
 // Unwrap returns the last attempt's error.
 func (e *Error) Unwrap() error { return e.Err }

@@ -14,7 +14,7 @@ func TestGaveUp(t *testing.T) {
 		policy.ReasonBreaker: true, policy.ReasonThrottled: true, policy.ReasonDeadline: true,
 		policy.ReasonAmbiguous: true, policy.ReasonPushback: true, policy.ReasonRetriedRequest: true,
 	}
-	for r := policy.ReasonNone; r <= policy.ReasonRetriedRequest; r++ {
+	for r := policy.ReasonNone; r <= policy.ReasonNoPolicy; r++ {
 		if got := (&Error{Reason: r}).GaveUp(); got != gaveUp[r] {
 			t.Errorf("reason %v: GaveUp() = %v, want %v", r, got, gaveUp[r])
 		}

@@ -59,8 +59,7 @@ const (
 	// failed after the stream committed, and the stream resumes after
 	// Pause with the request the method's resume function builds; as
 	// EventRetry otherwise. Attempt counts since the last attempt that
-	// delivered a message (see the package documentation, "Resumable
-	// streams").
+	// delivered a message (see WithResume, "Counting").
 	EventResume
 )
 
@@ -135,6 +134,19 @@ func (o *options) logWarnings(cfg *policy.Config) {
 	}
 }
 
+// firstAmbiguous reports whether method's ambiguous give-up is the first
+// one the interceptor logs.
+func (o *options) firstAmbiguous(method string) bool {
+	if o.ambiguous == nil {
+		return false
+	}
+	if _, seen := o.ambiguous.Load(method); seen {
+		return false
+	}
+	_, seen := o.ambiguous.LoadOrStore(method, struct{}{})
+	return !seen
+}
+
 // emit runs the hooks and the logger. The caller holds no lock.
 func (o *options) emit(ctx context.Context, e Event) {
 	for _, h := range o.hooks {
@@ -150,8 +162,13 @@ func (o *options) emit(ctx context.Context, e Event) {
 	switch e.Kind {
 	case EventGiveUp:
 		msg = "stagger: giving up"
-		if e.Reason == policy.ReasonBudget {
+		switch {
+		case e.Reason == policy.ReasonBudget:
 			level = logging.LevelWarn
+		case e.Reason == policy.ReasonAmbiguous && o.firstAmbiguous(e.Method):
+			// The caller sees a status its file may list as retryable:
+			// say once per method, where it is heard, why it was not.
+			level, msg = logging.LevelWarn, "stagger: not retried: the request may have run on the server and the method is not known to be idempotent (mark it idempotent or send an idempotency key)"
 		}
 	case EventNotice:
 		level, msg = logging.LevelWarn, "stagger: per-attempt timeout not applied: method not known to be idempotent"

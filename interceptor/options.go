@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -68,6 +69,9 @@ type options struct {
 	// resume holds the resume functions by method (WithResume); copied on
 	// write, so calls may share it.
 	resume map[string]ResumeFunc
+	// ambiguous is the core's set of methods whose ambiguous give-up was
+	// logged at warning level (nil for options not built by newCore).
+	ambiguous *sync.Map
 }
 
 // WithConfig makes the interceptor follow the policy file cfg: each method's
@@ -102,7 +106,55 @@ func WithBudget(b budget.Budget) Option {
 // that guard every call, in place of those the file's circuitBreaker and
 // adaptiveThrottling give; a nil bs turns them off. Build bs once with
 // breaker.NewSet and share it, as a budget: a breaker sees what the
-// calls it guards see. See the package documentation, "Circuit breaking".
+// calls it guards see.
+//
+// A policy file's circuitBreaker and adaptiveThrottling (or WithBreakers in
+// code) guard calls with breaker.Breaker: one per connection target and
+// method (scope METHOD, the default: one failing method, or one whose keys
+// fail, does not stop the others; M. Brooker measured breakers turning
+// such partial failures into complete ones) or one per target (scope
+// TARGET). The breakers belong to the Config, as its budget does, shared by
+// every interceptor built from it and kept across reloads with unchanged
+// settings. Per-backend ejection is gRPC's outlier detection
+// load-balancing policy (gRFC A50), configured in the service config's
+// loadBalancingConfig for grpc-go to apply; stagger does not re-implement
+// it.
+//
+// The admission order of a call: the breaker and throttling before the
+// first attempt; for a retry, Decide (the caller's deadline included), then
+// the breaker, then the budget, then the wait. While a breaker is open a
+// first attempt fails at once, UNAVAILABLE with a message that names the
+// breaker and says when it probes next, as an *Error of no attempts and
+// reason breaker (errors.Is(err, breaker.ErrOpen)); a retry is
+// refused: with a deferring budget (budget.Gate, the default's) it waits,
+// within its deadline, and the gate lets it go only as the breaker allows
+// (budget.Request.Guard): the breaker's half-open probe is the gate's
+// probe, one attempt, a new call's first or a waiting retry, whichever asks
+// first. Without a deferring budget a refused retry ends its call (reason
+// breaker), unless it can go as the probe. Hedges are not sent while the
+// breaker is not closed. What counts as a failure: UNAVAILABLE,
+// RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED that is not the caller's; the
+// caller's own cancellation or deadline counts for nothing; any other
+// status is an answer from a working server.
+//
+// Adaptive throttling (the SRE book's client-side throttling) rejects first
+// attempts locally, reason throttled, with probability max(0, (requests −
+// K × accepts) / (requests + 1)) over the breaker's window; retries are the
+// budget's to admit.
+//
+// waitForReady calls (the file's waitForReady or grpc.WaitForReady(true))
+// guarded by a breaker are held by stagger while their connection is not
+// ready, as grpc would hold them; when the wait saw a connection attempt
+// fail (the server was gone), each then waits for its start from
+// breaker.Breaker.Pace: one at a time, at the rate the server answered over
+// the window, instead of all at once when the connection comes back.
+// circuitBreaker.paceReconnect false turns that off.
+//
+// State changes reach the hooks and the logger (EventBreaker) of the
+// interceptor whose call's attempt or asking made them, after every lock is
+// released; breaker.Set.Snapshots gives every breaker's state for
+// metrics. The breaker's check on a call's success path is one atomic load
+// to admit and one mutex to record, with no allocation.
 func WithBreakers(bs *breaker.Set) Option {
 	return Option{apply: func(o *options) { o.breakers, o.breakersSet = bs, true }}
 }
@@ -114,10 +166,36 @@ func WithDefaultBudget(b budget.Budget) Option {
 	return Option{apply: func(o *options) { o.fallback = b }}
 }
 
-// WithLogger logs every retry and give-up (debug level), budget refusals and
-// the once-per-method notice that a per-attempt timeout is not applied to a
-// method not known to be idempotent (warn level). Any go-grpc-middleware v2
-// logging adapter (slog, zap, zerolog, ...) fits.
+// WithLogger logs what stagger does through l: any go-grpc-middleware v2
+// logging.Logger (its slog, zap, zerolog, ... adapters fit).
+//
+// The logger (WithLogger, any go-grpc-middleware v2 logging.Logger) writes
+// one line per event but EventEnd: retries, hedges, hedge ends and
+// deferrals at debug level; budget refusals, notices and open breakers at
+// warn. Its fields: grpc.method, stagger.event (the kind: "retry", "give
+// up", "hedge", "hedge won", ...), stagger.attempt, grpc.code; then
+// stagger.pause for a retry, a hedge or a deferral, and stagger.pushback
+// (true) when the pause is the server's; stagger.reason when the event has
+// a reason (a give-up, a notice, a hedge stop); stagger.deferred and
+// stagger.admission after a wait for the budget. Durations are strings in
+// time.Duration's format ("1.5s", "250ms"), so a JSON handler prints them
+// readably rather than as integer nanoseconds. A breaker's line has
+// stagger.breaker, stagger.from, stagger.failures, stagger.answered and
+// stagger.break.
+//
+// The logger also gets, at warn level, the warnings of the policy file
+// (policy.Config.Warnings: a misspelt key, a service or method the program's
+// protos do not declare, each with its "did you mean"), once per file when a
+// call first follows it, and again after a reload: "stagger: policy file:
+// ..." with stagger.field and, when known, stagger.line and stagger.column.
+// Hooks do not get them; they are not events of a call.
+//
+// Two failures that would otherwise make no sound reach it too: the first
+// ambiguous give-up of each method (policy.ReasonAmbiguous), at warn level
+// ("stagger: not retried: ..."), and a reload the config source refused (a
+// file that does not parse; policy.Source.Refused), once, at error level,
+// on the next call: "stagger: policy file not reloaded, ..." with
+// stagger.file.
 func WithLogger(l logging.Logger) Option {
 	return Option{apply: func(o *options) { o.logger = l }}
 }

@@ -45,8 +45,80 @@ const ResumeHeader = "stagger-resume"
 // retry policy would retry the failure, so that the application reads one
 // stream with every message once, in order. A nil fn removes the method's
 // resume function. It does nothing for a method that is not server-streaming
-// (unary, client-streaming, bidi) or has no retry policy. See the package
-// documentation, "Resumable streams".
+// (unary, client-streaming, bidi) or has no retry policy.
+//
+// gRFC A6 commits a stream at its first response header or message: a
+// server stream that breaks at message 90,000 of 100,000 fails the whole
+// call, since a retry would deliver the first 90,000 again. A method whose
+// request can say where to start (a page token, a start key, a resume
+// token) can continue instead, as Google's client libraries do per API
+// (gax's StreamResumptionStrategy: Bigtable's ReadRows resumes after the
+// last row key, Spanner from a resume_token). WithResume registers, per
+// server-streaming method, a ResumeFunc: given the call's request and the
+// last message the application received, it returns the request that
+// continues the stream after that message (TypedResume adapts one written
+// for the generated types):
+//
+//	resume := interceptor.TypedResume(func(req *pb.ListItemsRequest, last *pb.ListItemsResponse) (*pb.ListItemsRequest, error) {
+//		next := proto.Clone(req).(*pb.ListItemsRequest)
+//		next.StartAfter = last.GetReply().GetSeq()
+//		return next, nil
+//	})
+//	opts := stagger.DialOptions(cfg, interceptor.WithResume(pb.TestService_ListItems_FullMethodName, resume))
+//
+// A committed stream of that method that fails is then decided as one that
+// had not committed, under the method's retry policy and every usual rule
+// (the codes, maxAttempts, backoff, pushback, the caller's deadline, the
+// breaker and the budget, which is charged per resume as for a retry); when
+// it would be retried, the resume function builds the next request (only
+// when messages arrived since the last one was built: a resumed attempt that
+// failed after response headers but before a message is sent the same
+// request again), and a new attempt is opened with it, after the pause. The
+// application reads one stream: every message once, in order, none
+// skipped, and the final status. Hooks hear EventResume (not EventRetry),
+// reported before the function runs; resumed attempts carry the ResumeHeader
+// request header (the number of the resume: 1, 2, ...) on top of
+// grpc-previous-rpc-attempts.
+//
+// Counting. An attempt that delivers a message restarts the count: it
+// becomes attempt 1 and the backoff sequence starts over, so maxAttempts
+// bounds the failures in a row since the last message, not the resumes (a
+// stream that keeps progressing is resumed as often as it breaks, each
+// resume admitted by the budget), and grpc-previous-rpc-attempts,
+// AttemptFromContext and Event.Attempt count since that message. The
+// call's total (EventEnd, Report, Attempts(err)) counts every attempt.
+//
+// Ambiguity. A resume function declares that the method's request may be
+// sent again (a server stream that reads), so a resumable call is taken as
+// safe to repeat: a stream broken by its connection (reset, GOAWAY), whose
+// status no server wrote, is resumed or retried too, where a call not known
+// to be idempotent would otherwise end (reason ambiguous). Register one only
+// for methods where that holds. The per-attempt timeout still follows the
+// method's idempotency as above.
+//
+// When the function returns ErrCannotResume (or an error wrapping it) the
+// call ends with the stream's own error, as without a resume function
+// (reason committed). When it returns another error, returns no request, or
+// panics, the call ends with INTERNAL, a *ResumeError naming the method and
+// the function's error, with the stream's failure in its message (both
+// reachable through errors.Is and errors.As); either way at once, without a
+// pause. A code the policy does not retry ends the stream without calling
+// the function.
+//
+// What it costs: a resumable stream keeps a reference to its request and to
+// the last message received, and allocates nothing per message (the
+// application must not modify a message after RecvMsg returned it, as it
+// must not after SendMsg). Context commits a resumable stream for good, as
+// it commits any stream: a resumed attempt would cancel the context the
+// application holds. Without a resume function, or without a retry policy
+// for the method, streams behave as gRFC A6 says.
+//
+// Client-streaming and bidi methods are not resumed (WithResume changes
+// nothing for them): what the server did with the messages sent so far, and
+// which to send again, is the application's protocol, which one request
+// built from the last response cannot express; a bidi stream's responses
+// may not even follow its requests one to one. Their streams commit as
+// gRFC A6 says.
 func WithResume(method string, fn ResumeFunc) Option {
 	return Option{apply: func(o *options) {
 		m := make(map[string]ResumeFunc, len(o.resume)+1)

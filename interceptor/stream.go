@@ -41,7 +41,7 @@ import (
 // application received is never delivered again. A server stream with a
 // resume function (WithResume, resume.go) is reopened after a failure past
 // its commit with the request that continues it, under the same rules (see
-// the package documentation, "Resumable streams").
+// WithResume).
 //
 // Decisions happen inside the application's calls, with no goroutine of
 // their own: an attempt's failure surfaces on RecvMsg (CloseAndRecv for a
@@ -54,16 +54,35 @@ import (
 // The per-attempt timeout (perAttemptRecvTimeout, idempotent methods only)
 // has grpc C-core's meaning for streams: it stops at the first response
 // header or message. When it fires it cuts the attempt off and retries it if
-// a retry can go now, as for unary calls (see the package documentation);
+// a retry can go now, as for unary calls (see UnaryClientInterceptor);
 // otherwise the attempt runs on and the stream is its.
 //
 // Header and Trailer answer for the current attempt: the committed one, or
 // the last one. Context commits the stream, as grpc-go's does: an
 // application that holds the stream's context (to watch it, or to read the
 // peer) must not see it cancelled by a later retry, so there is none.
-// A method whose file entry hedges is hedged until the stream commits (see
-// Hedging in the package documentation): its attempts race, each on a
-// goroutine of its own, until one commits.
+//
+// Hedging. Streams (server, client and bidi) are hedged until they commit,
+// each attempt on a goroutine of its own, as gRFC A6 says: hedges start every hedgingDelay, up to maxAttempts, and race
+// until one commits: the first whose response headers arrive (or that ends
+// OK without any), or, when the application calls Context (which commits,
+// as in grpc-go) or a message overflows the replay buffer, the oldest
+// attempt open. The others are cancelled and the stream is then the
+// winner's: its messages, headers, trailer and peer, and its failure, which
+// is final. Before the commit the rules are the unary call's: a non-fatal
+// code sends the next hedge at once (or after a valid pushback), a fatal
+// one ends the stream with it, the budget is asked before every hedge, and
+// a stream whose attempts all failed ends with the last status. Every
+// message sent before the commit (and CloseSend) is kept in the replay
+// buffer (Replay, above) and sent to every attempt: to those
+// open as it is sent, in turn, and to each later hedge when it starts, in
+// order, before anything else; so a message waits for the slowest open
+// attempt's flow control, as an unhedged stream waits for its one. SendMsg
+// returns before any attempt answers; RecvMsg and Header wait for the
+// commit. A hedged stream runs one goroutine of its own until it commits
+// (hooks hear its hedge events there) and one per attempt until the
+// attempt's headers arrive or it ends; none outlives the stream. The
+// adaptive delay learns from the winners' times to commit.
 //
 // The returned streams follow grpc.ClientStream's rules: one goroutine may
 // send (SendMsg, CloseSend) while another receives.

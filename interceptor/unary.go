@@ -9,8 +9,92 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// UnaryClientInterceptor returns the retrying unary client interceptor. See
-// the package documentation for the model and where it belongs in a chain.
+// UnaryClientInterceptor returns the retrying unary client interceptor. The
+// package documentation has the model and where it belongs in a chain; the
+// rules of the per-attempt timeout and of hedging follow, which
+// StreamClientInterceptor shares except where it says otherwise.
+//
+// Per-attempt timeout. The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
+// known to be idempotent: the Idempotent call option, else the file's
+// "idempotent", else the proto option idempotency_level. Otherwise the call
+// runs without it, and the logger and hooks say so once per method. It is
+// stagger's own timer, not a context deadline: the server sees only the
+// caller's deadline, so it can never answer DEADLINE_EXCEEDED for stagger's
+// timer. When the timer fires it decides, then and once, whether a retry can
+// go now: attempts are left, the retry's pause (backoff; a timed-out attempt
+// has no pushback) ends before the caller's deadline, the circuit breaker is
+// closed, and the budget admits the retry at once (a budget that would make
+// it wait, as budget.Gate does, has not admitted it). When one can, the
+// timer cancels the attempt and the retry goes after its pause (whatever
+// the listed codes; the budget paid for it as the timer fired). When none
+// can, the attempt is not cancelled: it runs on as if it had no timer, and
+// its answer is the call's, judged by the usual rules (a success ends the
+// call; a failure may still be retried as any failure is). So the timer
+// never makes a call fail that would have succeeded without it: a slow
+// server that answers within the caller's deadline is waited for when no
+// retry could replace the slow attempt, and the last attempt always runs to
+// its answer or the caller's deadline. A call whose retry the timer
+// admitted but whose caller's deadline then passes in the pause ends with
+// DEADLINE_EXCEEDED. Whether the timer cut an attempt off is the timer's own
+// record (firing, with its decision, and stopping exclude each other),
+// never read from the context or the status code after the fact. For a
+// unary call the timer covers the whole attempt: an interceptor cannot see
+// headers arrive before the response. For a stream it stops at the first
+// response header or message; a header or message that finds it has cut
+// the attempt off is not delivered (one that finds it fired and the attempt
+// running on is).
+//
+// With hedgeOnPerTryTimeout (a retryPolicy key, after Envoy's
+// hedge_on_per_try_timeout; off by default) a unary call's attempt whose
+// timer admitted a retry is not cut off: it keeps running while the retry
+// goes (after its pause), each attempt on a goroutine of its own with a
+// reply of its own (so the reply must be a proto.Message; a call whose
+// reply is not one is cut off as without the key). The first success wins:
+// its reply, headers, trailer and peer become the caller's, and the other
+// attempts are cancelled; the call returns once they have ended. A failure
+// while another attempt runs, or while a retry waits out its pause, ends
+// nothing (the budget and the breaker hear of it); the last failure, with
+// nothing else running, decides as usual. Every such retry is admitted as
+// the timer fires, as above, and maxAttempts counts them: at most
+// maxAttempts attempts run at once. Hooks hear EventRetry for each, with the
+// timer's DEADLINE_EXCEEDED. Streams are not hedged this way: their
+// attempts are cut off as without the key.
+//
+// Hedging. A unary method whose file entry has a hedgingPolicy is hedged (gRFC A6;
+// grpc-go ignores hedgingPolicy): the first attempt is sent, then another
+// every hedgingDelay while none has succeeded, up to maxAttempts in all (all
+// at once when the delay is 0). The first OK wins: its reply, headers,
+// trailers and peer become the caller's, and every other attempt is
+// cancelled. A code not in nonFatalStatusCodes, or a failure after response
+// headers, ends the call with that status and cancels the rest; a non-fatal
+// code sends the next hedge at once. When every attempt failed the call
+// returns the last status. Every hedge asks the budget first
+// (budget.Request.Hedge); a refusal stops hedging, and the attempts in
+// flight go on. A server's valid pushback delays the next hedge by that
+// much; a negative or malformed one stops hedging. A hedge that could not
+// leave before the caller's deadline is not sent. Hedges carry
+// grpc-previous-rpc-attempts (1, 2, ...). The call returns only after every
+// attempt it sent has ended: no attempt outlives it. Hooks hear EventHedge,
+// EventHedgeStop and EventHedgeWon.
+//
+// Only methods known to be idempotent are hedged (as for the per-attempt
+// timeout above); others run once, and the logger and hooks say so once per
+// method (EventNotice with Hedging set). Each hedge of a unary call
+// unmarshals into a reply of its own, a new instance of the caller's reply
+// type, so the reply must be a proto.Message (ErrHedgeReply otherwise). The
+// caller's grpc.OnFinish runs once.
+//
+// Hedges reach distinct backends only as the load-balancing policy allows:
+// round_robin spreads them over the ready backends; pick_first sends every
+// hedge to the one backend it picked, where hedging helps against a slow
+// request but not a slow server.
+//
+// With "adaptive": true (a stagger extension) the delay is the method's
+// observed p95 latency, from a histogram per interceptor and method
+// (log-spaced buckets of atomic counters, older samples halved every 1024;
+// the estimate is at most 25% high), and the file's hedgingDelay until 20
+// calls were seen. It learns from winning attempts only, which hedging makes
+// faster, so it errs toward hedging sooner; the budget bounds the cost.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	k := newCore(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

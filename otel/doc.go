@@ -74,7 +74,8 @@
 //
 //   - stagger.client.call.ends, counter, {call}: every call stagger ran, when
 //     it ends, with grpc.method, grpc.target, stagger.reason (why it ended:
-//     "success", or why it gave up, policy.Reason's String) and grpc.status
+//     "success", "no policy" for a method no policy covers, or why it
+//     gave up, policy.Reason's String) and grpc.status
 //     (its final status code, "OK", "Unavailable", ...).
 //   - stagger.client.call.deferred, histogram, s, A66's latency buckets: the
 //     time a call waited for the budget to admit its retries

@@ -189,6 +189,35 @@ func TestNameCheck(t *testing.T) {
 	}
 }
 
+// Under Strict a service or method name the proto files do not declare fails
+// the parse (it would match no call); declared names still pass.
+func TestNameCheckStrict(t *testing.T) {
+	entry := func(svc, meth string) string {
+		return `{"methodConfig": [{"name": [{"service": "` + svc + `", "method": "` + meth + `"}], "timeout": "1s"}]}`
+	}
+	tests := []struct {
+		svc, meth string
+		opts      []ParseOption
+		want      string // "" for a valid file
+	}{
+		{"stagger.testing.v1.TestService", "Get", nil, ""},
+		{"stagger.testng.v1.TestService", "", nil, `policy: methodConfig[0].name[0].service: must be a service the known proto files declare (Strict; did you mean "stagger.testing.v1.TestService"?), got "stagger.testng.v1.TestService"`},
+		{"stagger.testing.v1.TestService", "get", nil, `policy: methodConfig[0].name[0].method: must be a method of stagger.testing.v1.TestService (Strict; did you mean "Get"?), got "get"`},
+		{"grpc.testng.TestService", "", []ParseOption{WithProtoFiles(grpcTestingFiles(t))}, `policy: methodConfig[0].name[0].service: must be a service the known proto files declare (Strict; did you mean "grpc.testing.TestService"?), got "grpc.testng.TestService"`},
+		{"nobody.Knows", "", []ParseOption{WithProtoFiles(nil)}, ""},
+	}
+	for _, tt := range tests {
+		_, err := ParseConfig([]byte(entry(tt.svc, tt.meth)), append(tt.opts, Strict())...)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("%s/%s: error\n%s\nwant\n%s", tt.svc, tt.meth, got, tt.want)
+		}
+	}
+}
+
 // TestNameCheckOnReload: a Source's reloads check names too.
 func TestNameCheckOnReload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p.yaml")

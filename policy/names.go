@@ -21,10 +21,10 @@ type ProtoResolver interface {
 // WithProtoFiles checks the service and method names of a file against r
 // instead of protoregistry.GlobalFiles; nil turns the check off.
 //
-// The check only warns: a program may load a file before it registers the
-// services it names (or name services of other programs that share the
-// file), and a name the registry does not know is then no mistake. But a
-// name the registry almost knows ("TestService" for
+// The check warns, and under Strict fails the parse: a program may load a
+// file before it registers the services it names (or name services of
+// other programs that share the file), and a name the registry does not
+// know is then no mistake. But a name the registry almost knows ("TestService" for
 // "stagger.testing.v1.TestService", "get" for "Get") matches no call, and
 // the warning says which name was likely meant.
 func WithProtoFiles(r ProtoResolver) ParseOption {
@@ -56,6 +56,13 @@ func (w *walker) checkName(path, svc, meth string) {
 	sd, ok := d.(protoreflect.ServiceDescriptor)
 	if !ok {
 		hint := didYouMean(w.serviceSuggestions(r, svc))
+		if w.opts.strict {
+			if hint == "" {
+				hint = "; WithProtoFiles(nil) turns the name check off"
+			}
+			w.fail(join(path, "service"), "must be a service the known proto files declare (Strict"+hint+")", svc)
+			return
+		}
 		if hint == "" {
 			hint = " (no mistake if the program registers it later; WithProtoFiles(nil) turns this check off)"
 		} else {
@@ -72,7 +79,12 @@ func (w *walker) checkName(path, svc, meth string) {
 	for i := 0; i < ms.Len(); i++ {
 		names = append(names, string(ms.Get(i).Name()))
 	}
-	w.warn(join(path, "method"), "method %q is not a method of %s%s", meth, svc, didYouMean(closest(meth, names, func(string) string { return "" })))
+	hint := didYouMean(closest(meth, names, func(string) string { return "" }))
+	if w.opts.strict {
+		w.fail(join(path, "method"), "must be a method of "+svc+" (Strict"+hint+")", meth)
+		return
+	}
+	w.warn(join(path, "method"), "method %q is not a method of %s%s", meth, svc, hint)
 }
 
 // serviceSuggestions lists the services of r that svc likely means: the

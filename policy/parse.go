@@ -68,7 +68,9 @@ func (o *parseOptions) checkCap() error {
 }
 
 // Strict makes unknown keys errors instead of warnings, so that a typo
-// ("maxAtempts") fails the parse.
+// ("maxAtempts") fails the parse, and so are service and method names that
+// the proto files of the name check (WithProtoFiles; the program's linked
+// files by default) do not declare: such an entry matches no call.
 func Strict() ParseOption { return func(o *parseOptions) { o.strict = true } }
 
 // WithMaxAttemptsCap raises (or lowers) the cap on a file's maxAttempts, for

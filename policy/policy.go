@@ -192,9 +192,13 @@ const (
 	// stagger's server side asks such calls to make one attempt: the layer
 	// above is retrying already (retry at one layer).
 	ReasonRetriedRequest
+	// ReasonNoPolicy: neither the file nor the interceptor's options give
+	// the method a retry or hedging policy, so its one attempt's failure
+	// was never a candidate for a retry.
+	ReasonNoPolicy
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {

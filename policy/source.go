@@ -71,6 +71,8 @@ type Source struct {
 	mu       sync.Mutex // serialises reloads
 	lastHash [sha256.Size]byte
 	lastErr  string
+	// refused is the last refusal and how many there were (Refused).
+	refused atomic.Pointer[refusal]
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -174,9 +176,35 @@ func (s *Source) reloadLocked() (SourceEvent, bool, error) {
 		return s.refuse(ev, err)
 	}
 	s.lastErr = ""
+	if r := s.refused.Load(); r != nil && r.ev.Err != nil {
+		s.refused.Store(&refusal{n: r.n})
+	}
 	ev.Previous, ev.BudgetKept = s.swap(cfg)
 	ev.Config = cfg
 	return ev, true, nil
+}
+
+// refusal is what Refused returns.
+type refusal struct {
+	n  uint64
+	ev SourceEvent
+}
+
+// Refused returns the reload the Source last refused (a file that could not
+// be read or parsed; the last good config stays) while that file is still
+// the latest, and n, the number of refusals so far: it changes with each
+// new one, so a reader that remembers it can report each once. After a
+// reload that succeeds, ev is zero until the next refusal. The interceptors
+// log each refusal through interceptor.WithLogger this way, on the next
+// call, at error level; OnReload hears of it at once.
+func (s *Source) Refused() (n uint64, ev SourceEvent) {
+	if s == nil {
+		return 0, SourceEvent{}
+	}
+	if r := s.refused.Load(); r != nil {
+		return r.n, r.ev
+	}
+	return 0, SourceEvent{}
 }
 
 // refuse reports err once: the same error again (a file still missing) is
@@ -187,6 +215,11 @@ func (s *Source) refuse(ev SourceEvent, err error) (SourceEvent, bool, error) {
 		return ev, false, err
 	}
 	s.lastErr = err.Error()
+	var n uint64
+	if r := s.refused.Load(); r != nil {
+		n = r.n
+	}
+	s.refused.Store(&refusal{n: n + 1, ev: ev})
 	return ev, true, err
 }
 

@@ -245,6 +245,14 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	}
 	if err != nil {
 		rep.Errors = errorLines(file, err)
+		rep.Warnings = dropExplained(rep.Warnings, warns, rep.Errors)
+		return rep
+	}
+	if len(cfg.Names()) == 0 && cfg.BreakerSettings() == nil {
+		// Valid to gRPC, and useless: every call would run as if there
+		// were no file. Most often a misspelt methodConfig.
+		rep.Errors = []string{file + ": " + nothingConfigured(warns)}
+		rep.Warnings = dropExplained(rep.Warnings, warns, rep.Errors)
 		return rep
 	}
 	rep.Valid = true
@@ -267,9 +275,48 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 		}
 		rep.Warnings = append(rep.Warnings, methodWarnings(cfg, e, m, files)...)
 	}
-	rep.Budget = explainBudget(cfg.BudgetSettings(), maxAttempts)
-	rep.Budget.Deferral = explainDeferral(cfg.BudgetSettings())
+	if s := cfg.BudgetSettings(); s.Kind != budget.KindNone {
+		rep.Budget = explainBudget(s, maxAttempts)
+		rep.Budget.Deferral = explainDeferral(s)
+	} else {
+		// What stagger.DialOptions installs: the process's default budget.
+		rep.Budget = explainBudget(budget.DefaultSettings(), maxAttempts)
+		rep.Budget.Kind = "default, " + rep.Budget.Kind + " (the file declares none: stagger.DialOptions installs budget.Default(), one per process; the bare interceptors have none)"
+		rep.Budget.Deferral = explainDeferral(budget.DefaultSettings())
+	}
 	return rep
+}
+
+// nothingConfigured says why a file configures no method, naming the key
+// likely meant when the file has a misspelt one at its top level.
+func nothingConfigured(warns []policy.Warning) string {
+	msg := "configures no method: there is no methodConfig entry with a name (and no circuitBreaker or adaptiveThrottling), so every call runs as without a file"
+	for _, w := range warns {
+		if !strings.Contains(w.Path, ".") && !strings.Contains(w.Path, "[") && strings.HasPrefix(w.Message, "unknown key") {
+			if _, hint, ok := strings.Cut(w.Message, "did you mean "); ok {
+				msg += fmt.Sprintf(" (the top-level key %q is unknown: did you mean %s)", w.Path, strings.TrimSuffix(hint, ")"))
+			}
+		}
+	}
+	return msg
+}
+
+// dropExplained removes from shown (the text of warns) the unknown-key
+// warnings an error already names (`the key "k" is unknown`), so that each
+// problem is reported once.
+func dropExplained(shown []string, warns []policy.Warning, errs []string) []string {
+	all := strings.Join(errs, "\n")
+	var out []string
+	for i, s := range shown {
+		if i < len(warns) && strings.HasPrefix(warns[i].Message, "unknown key") {
+			k := warns[i].Path[strings.LastIndexAny(warns[i].Path, ".]")+1:]
+			if strings.Contains(all, fmt.Sprintf("key %q is unknown", k)) {
+				continue
+			}
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // errorLines splits a joined error into one line per error, each placed as

@@ -182,7 +182,7 @@ func TestCheckWarnings(t *testing.T) {
 		"methodConfig[0].hedgingPolicy: needs an idempotent method, and /a.S/Get is not marked idempotent",
 		"methodConfig[1].retryPolicy.perAttemptRecvTimeout: needs an idempotent method, and /b.S/ is not marked idempotent",
 		"methodConfig[0].hedgingPolicy: the load-balancing policy is pick_first, so every hedge goes to the same backend",
-		"worst-case load amplification: 5.00x (unlimited",
+		"budget: default, token bucket (retryBudget.tokenBucket) (the file declares none: stagger.DialOptions installs budget.Default()",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -281,7 +281,8 @@ func TestCheckExplainsDeferral(t *testing.T) {
 		{`"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}`, `as gRFC A6 says; "defer": true makes refused retries wait`},
 	} {
 		file := filepath.Join(t.TempDir(), "p.json")
-		if err := os.WriteFile(file, []byte(`{`+tt.budget+`}`), 0o600); err != nil {
+		// A method, so that the file configures something.
+		if err := os.WriteFile(file, []byte(`{"methodConfig": [{"name": [{}], "timeout": "1s"}], `+tt.budget+`}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		code, out, _ := checkRun(t, file)
@@ -532,16 +533,61 @@ func TestCheckWarningsBesideErrors(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d", code)
 	}
-	if want := `methodConfig[0].retryPolicy.maxAtempts: unknown key, ignored (did you mean "maxAttempts"?)`; !strings.Contains(out, ":1:80: "+want) {
-		t.Errorf("stdout lacks the warning %q:\n%s", want, out)
+	// The error names the misspelt key: its warning would say it twice.
+	if strings.Contains(out, "maxAtempts") {
+		t.Errorf("stdout repeats the misspelt key the error names:\n%s", out)
 	}
 	if want := `methodConfig[0].retryPolicy.maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?), got nothing`; !strings.Contains(errOut, want) {
 		t.Errorf("stderr lacks %q:\n%s", want, errOut)
 	}
 	code, out, _ = checkRun(t, "-format", "json", file)
 	var rep checkReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.Valid || len(rep.Warnings) != 1 || len(rep.Errors) != 1 {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 || rep.Valid || len(rep.Warnings) != 0 || len(rep.Errors) != 1 {
 		t.Errorf("JSON: exit %d, %v, %+v", code, err, rep)
+	}
+}
+
+// TestCheckConfiguresNothing: a file that configures no method is valid to
+// gRPC and useless; check fails it (exit 1) and says why, naming the key
+// likely meant, once.
+func TestCheckConfiguresNothing(t *testing.T) {
+	const retry = `"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}`
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"misspelt methodConfig", `{"methodConfigs": [{"name": [{"service": "stagger.testing.v1.TestService"}], ` + retry + `}]}`,
+			`configures no method: there is no methodConfig entry with a name (and no circuitBreaker or adaptiveThrottling), so every call runs as without a file (the top-level key "methodConfigs" is unknown: did you mean "methodConfig"?)`},
+		{"empty", `{}`, `configures no method: there is no methodConfig entry with a name (and no circuitBreaker or adaptiveThrottling), so every call runs as without a file`},
+		{"budget only", `{"retryBudget": {"ratio": {"percent": 10}}}`, `configures no method`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := writeTemp(t, tt.doc)
+			code, out, errOut := checkRun(t, file)
+			if code != 1 || !strings.Contains(errOut, file+": "+tt.want) {
+				t.Fatalf("exit %d, stderr:\n%s\nwant 1 and\n%s", code, errOut, tt.want)
+			}
+			if n := strings.Count(out+errOut, "methodConfigs"); tt.name == "misspelt methodConfig" && n != 1 {
+				t.Errorf("the misspelt key is reported %d times, want once:\n%s%s", n, out, errOut)
+			}
+		})
+	}
+	// A file with only a breaker configures every call.
+	if code, _, errOut := checkRun(t, writeTemp(t, `{"circuitBreaker": {"failureRatio": 0.5}}`)); code != 0 {
+		t.Errorf("breaker-only file: exit %d: %s", code, errOut)
+	}
+}
+
+// TestCheckStrictNames: with -strict a service no proto declares is an
+// error, with or without -descriptor-set.
+func TestCheckStrictNames(t *testing.T) {
+	file := writeTemp(t, `{"methodConfig": [{"name": [{"service": "stagger.testng.v1.TestService"}], "timeout": "1s"}]}`)
+	code, _, errOut := checkRun(t, "-strict", "-descriptor-set", writeDescriptorSet(t), file)
+	if want := `methodConfig[0].name[0].service: must be a service the known proto files declare (Strict; did you mean "stagger.testing.v1.TestService"?), got "stagger.testng.v1.TestService"`; code != 1 || !strings.Contains(errOut, want) {
+		t.Errorf("-strict -descriptor-set: exit %d, stderr:\n%s\nwant 1 and\n%s", code, errOut, want)
+	}
+	if code, out, _ := checkRun(t, file); code != 0 {
+		t.Errorf("without -strict: exit %d, want 0 (a warning)\n%s", code, out)
 	}
 }
 
