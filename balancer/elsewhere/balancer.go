@@ -1,0 +1,317 @@
+package elsewhere
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/balancer"
+	// round_robin is the default child; grpc registers it too, but say so.
+	_ "google.golang.org/grpc/balancer/roundrobin"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/serviceconfig"
+)
+
+// Name is the policy's name in a service config's loadBalancingConfig.
+const Name = "stagger_elsewhere"
+
+// defaultChild is the child policy when the config names none.
+const defaultChild = "round_robin"
+
+func init() { balancer.Register(builder{}) }
+
+type builder struct{}
+
+func (builder) Name() string { return Name }
+
+func (builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	inUse.Store(true)
+	b := &elsewhereBalancer{cc: cc, opts: opts, subConns: make(map[*subConnInfo]struct{})}
+	b.ready.Store(&[]backend{})
+	return b
+}
+
+// lbConfig is the policy's parsed config: its child's name and config.
+type lbConfig struct {
+	serviceconfig.LoadBalancingConfig
+	childName   string
+	childConfig serviceconfig.LoadBalancingConfig
+}
+
+// ParseConfig reads {"childPolicy": [{"name": {config}}, ...]}: the first
+// registered policy of the list is the child (gRPC's rule for a list of
+// policies); round_robin when the list is absent.
+func (builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
+	inUse.Store(true)
+	var raw struct {
+		ChildPolicy []map[string]json.RawMessage `json:"childPolicy"`
+	}
+	if len(js) > 0 {
+		if err := json.Unmarshal(js, &raw); err != nil {
+			return nil, fmt.Errorf("elsewhere: config: %v", err)
+		}
+	}
+	if raw.ChildPolicy == nil {
+		return &lbConfig{childName: defaultChild}, nil
+	}
+	var names []string
+	for i, entry := range raw.ChildPolicy {
+		if len(entry) != 1 {
+			return nil, fmt.Errorf("elsewhere: childPolicy[%d]: want one policy name as the only key, got %d keys", i, len(entry))
+		}
+		for name, cfg := range entry {
+			if name == Name {
+				return nil, fmt.Errorf("elsewhere: childPolicy[%d]: %s cannot be its own child", i, Name)
+			}
+			bb := balancer.Get(name)
+			if bb == nil {
+				names = append(names, name)
+				continue
+			}
+			parsed := &lbConfig{childName: name}
+			if p, ok := bb.(balancer.ConfigParser); ok {
+				c, err := p.ParseConfig(cfg)
+				if err != nil {
+					return nil, fmt.Errorf("elsewhere: childPolicy[%d] (%s): %v", i, name, err)
+				}
+				parsed.childConfig = c
+			}
+			return parsed, nil
+		}
+	}
+	return nil, fmt.Errorf("elsewhere: childPolicy: no registered policy among %q", names)
+}
+
+// backend is a READY SubConn and its address.
+type backend struct {
+	sc   balancer.SubConn
+	addr string
+}
+
+// subConnInfo is what the balancer knows of a SubConn the child made.
+type subConnInfo struct {
+	sc    balancer.SubConn
+	addr  string
+	state connectivity.State
+}
+
+// elsewhereBalancer runs the child policy through a balancer.ClientConn of
+// its own (childConn) that sees every SubConn the child makes and its state,
+// and wraps every picker the child sends up.
+//
+// grpc calls a balancer's methods and the SubConns' listeners one at a time;
+// mu guards what a child that calls UpdateState from a goroutine of its own
+// could race with.
+type elsewhereBalancer struct {
+	cc   balancer.ClientConn
+	opts balancer.BuildOptions
+
+	mu        sync.Mutex
+	child     balancer.Balancer
+	childName string
+	closed    bool
+	subConns  map[*subConnInfo]struct{}
+
+	// ready is the READY SubConns, replaced whenever one changes state;
+	// pickers read it at every pick.
+	ready atomic.Pointer[[]backend]
+}
+
+func (b *elsewhereBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
+	cfg, _ := s.BalancerConfig.(*lbConfig)
+	if cfg == nil {
+		cfg = &lbConfig{childName: defaultChild}
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	if b.child == nil || b.childName != cfg.childName {
+		bb := balancer.Get(cfg.childName)
+		if bb == nil {
+			b.mu.Unlock()
+			return fmt.Errorf("elsewhere: child policy %q is not registered", cfg.childName)
+		}
+		old := b.child
+		b.child, b.childName = bb.Build(&childConn{ClientConn: b.cc, b: b}, b.opts), cfg.childName
+		if old != nil {
+			defer old.Close()
+		}
+	}
+	child := b.child
+	b.mu.Unlock()
+	s.BalancerConfig = cfg.childConfig
+	return child.UpdateClientConnState(s)
+}
+
+func (b *elsewhereBalancer) ResolverError(err error) {
+	if child := b.currentChild(); child != nil {
+		child.ResolverError(err)
+	}
+}
+
+// UpdateSubConnState is not called: every SubConn the child makes has a
+// StateListener (childConn.NewSubConn).
+func (b *elsewhereBalancer) UpdateSubConnState(balancer.SubConn, balancer.SubConnState) {}
+
+func (b *elsewhereBalancer) Close() {
+	b.mu.Lock()
+	child := b.child
+	b.closed, b.child = true, nil
+	b.mu.Unlock()
+	if child != nil {
+		child.Close()
+	}
+}
+
+// ExitIdle asks the child to connect, when it can be asked.
+func (b *elsewhereBalancer) ExitIdle() {
+	if ei, ok := b.currentChild().(interface{ ExitIdle() }); ok {
+		ei.ExitIdle()
+	}
+}
+
+func (b *elsewhereBalancer) currentChild() balancer.Balancer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.child
+}
+
+// subConnState records a SubConn's new state and republishes the READY set.
+func (b *elsewhereBalancer) subConnState(info *subConnInfo, state connectivity.State) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	info.state = state
+	if state == connectivity.Shutdown {
+		delete(b.subConns, info)
+	}
+	b.publishLocked()
+}
+
+func (b *elsewhereBalancer) publishLocked() {
+	ready := make([]backend, 0, len(b.subConns))
+	for info := range b.subConns {
+		if info.state == connectivity.Ready && info.sc != nil {
+			ready = append(ready, backend{sc: info.sc, addr: info.addr})
+		}
+	}
+	// A stable order, so that the picker's rotation visits each in turn.
+	sort.Slice(ready, func(i, j int) bool { return ready[i].addr < ready[j].addr })
+	b.ready.Store(&ready)
+}
+
+// childConn is the child policy's balancer.ClientConn: the channel's, but
+// for SubConns (tracked) and pickers (wrapped).
+type childConn struct {
+	balancer.ClientConn
+	b *elsewhereBalancer
+}
+
+func (c *childConn) NewSubConn(addrs []resolver.Address, opts balancer.NewSubConnOptions) (balancer.SubConn, error) {
+	info := &subConnInfo{state: connectivity.Idle}
+	if len(addrs) > 0 {
+		info.addr = addrs[0].Addr
+	}
+	inner := opts.StateListener
+	opts.StateListener = func(s balancer.SubConnState) {
+		c.b.subConnState(info, s.ConnectivityState)
+		if inner != nil {
+			inner(s)
+			return
+		}
+		// A child that set no listener learns of states the old way.
+		c.b.mu.Lock()
+		child, sc := c.b.child, info.sc
+		c.b.mu.Unlock()
+		if child != nil && sc != nil {
+			child.UpdateSubConnState(sc, s)
+		}
+	}
+	sc, err := c.ClientConn.NewSubConn(addrs, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.b.mu.Lock()
+	info.sc = sc
+	c.b.subConns[info] = struct{}{}
+	c.b.publishLocked()
+	c.b.mu.Unlock()
+	return sc, nil
+}
+
+func (c *childConn) UpdateAddresses(sc balancer.SubConn, addrs []resolver.Address) {
+	c.b.mu.Lock()
+	for info := range c.b.subConns {
+		if info.sc == sc && len(addrs) > 0 {
+			info.addr = addrs[0].Addr
+		}
+	}
+	c.b.publishLocked()
+	c.b.mu.Unlock()
+	//lint:ignore SA1019 the child called it; pass it on.
+	c.ClientConn.UpdateAddresses(sc, addrs) //nolint:staticcheck
+}
+
+func (c *childConn) UpdateState(s balancer.State) {
+	c.b.mu.Lock()
+	closed := c.b.closed
+	c.b.mu.Unlock()
+	if closed {
+		return
+	}
+	if s.Picker != nil {
+		s.Picker = &picker{child: s.Picker, ready: &c.b.ready}
+	}
+	c.b.cc.UpdateState(s)
+}
+
+// picker is the child's picker, steered away from the backends a call's
+// earlier attempts used.
+type picker struct {
+	child balancer.Picker
+	ready *atomic.Pointer[[]backend]
+	// next rotates the first backend an alternative is looked for at, so
+	// that the alternatives spread.
+	next atomic.Uint32
+}
+
+func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	res, err := p.child.Pick(info)
+	if err != nil {
+		return res, err
+	}
+	set := setFromContext(info.Ctx)
+	if set == nil {
+		return res, nil
+	}
+	ready := *p.ready.Load()
+	addr, known := "", false
+	for _, r := range ready {
+		if r.sc == res.SubConn {
+			addr, known = r.addr, true
+			break
+		}
+	}
+	if !known {
+		return res, nil
+	}
+	set.mu.Lock()
+	if set.usedLocked(addr) {
+		n := uint32(len(ready))
+		start := p.next.Add(1)
+		for i := uint32(0); i < n; i++ {
+			r := ready[(start+i)%n]
+			if !set.usedLocked(r.addr) {
+				res.SubConn, addr = r.sc, r.addr
+				break
+			}
+		}
+	}
+	set.addLocked(addr)
+	set.mu.Unlock()
+	return res, nil
+}
