@@ -18,6 +18,12 @@ import (
 // Name is the policy's name in a service config's loadBalancingConfig.
 const Name = "stagger_elsewhere"
 
+// ServiceConfig is a service config that makes a connection use the policy
+// over round_robin, for grpc.WithDefaultServiceConfig. It holds nothing
+// else: a connection that needs more in its service config names the
+// policy there instead.
+const ServiceConfig = `{"loadBalancingConfig": [{"stagger_elsewhere": {}}]}`
+
 // defaultChild is the child policy when the config names none.
 const defaultChild = "round_robin"
 

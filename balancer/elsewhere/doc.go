@@ -17,7 +17,17 @@
 // Name the policy in the service config, given as a dial option or sent by
 // the name resolver:
 //
-//	grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"stagger_elsewhere": {}}]}`)
+//	opts := append(stagger.DialOptions(cfg),
+//		grpc.WithDefaultServiceConfig(elsewhere.ServiceConfig), // {"loadBalancingConfig": [{"stagger_elsewhere": {}}]}
+//		grpc.WithTransportCredentials(creds))
+//	conn, err := grpc.NewClient("dns:///shop.internal:443", opts...)
+//
+// A policy file may name it in its loadBalancingConfig too, but stagger
+// does not hand a file's loadBalancingConfig to grpc (policy.Config
+// reports it as grpc-go's to apply): give it to grpc as above, or from the
+// resolver. The policy spreads attempts over the addresses the resolver
+// returns (DNS with several A records, a headless Kubernetes service), so it
+// helps only when there are several.
 //
 // With a child other than round_robin (the first registered policy of the
 // list is used, as gRPC does for loadBalancingConfig):

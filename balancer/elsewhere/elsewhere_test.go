@@ -1,0 +1,276 @@
+package elsewhere_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/balancer/elsewhere"
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+)
+
+const getMethod = testingv1.TestService_Get_FullMethodName
+
+// The service configs the tests dial with: the policy over round_robin, and
+// round_robin alone (what a user has without the policy).
+const (
+	withPolicy = `{"loadBalancingConfig": [{"stagger_elsewhere": {"childPolicy": [{"round_robin": {}}]}}]}`
+	roundRobin = `{"loadBalancingConfig": [{"round_robin": {}}]}`
+)
+
+const retryFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.002s",
+    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+
+const hedgeFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+  "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`
+
+var dials atomic.Int64
+
+// replicas starts n servers on loopback TCP.
+func replicas(t *testing.T, n int) []*testserver.Server {
+	t.Helper()
+	srvs := make([]*testserver.Server, n)
+	for i := range srvs {
+		srvs[i] = testserver.New(testserver.WithTCP())
+		t.Cleanup(srvs[i].Close)
+	}
+	return srvs
+}
+
+// dial connects to every server through one channel whose resolver returns
+// their addresses, with the service config sc and stagger following file;
+// it returns once each server has answered a call.
+func dial(t *testing.T, srvs []*testserver.Server, sc, file string) testingv1.TestServiceClient {
+	t.Helper()
+	r := manual.NewBuilderWithScheme(fmt.Sprintf("elsewhere%d", dials.Add(1)))
+	var addrs []resolver.Address
+	for _, s := range srvs {
+		addrs = append(addrs, resolver.Address{Addr: s.Addr()})
+	}
+	r.InitialState(resolver.State{Addresses: addrs})
+	cfg, err := policy.ParseConfig([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := append(stagger.DialOptions(cfg, interceptor.WithBudget(nil)),
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(sc))
+	cc, err := grpc.NewClient(r.Scheme()+":///replicas", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	client := testingv1.NewTestServiceClient(cc)
+	// Every backend READY before the test's calls: round_robin sends calls
+	// to each READY one in turn.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
+			t.Fatal(err)
+		}
+		all := true
+		for _, s := range srvs {
+			all = all && s.Executions(getMethod) > 0
+		}
+		if all {
+			return client
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not every replica answered within 20s")
+		}
+	}
+}
+
+// perServer is how many attempts of key each server saw.
+func perServer(srvs []*testserver.Server, key string) []int {
+	n := make([]int, len(srvs))
+	for i, s := range srvs {
+		n[i] = len(s.Attempts(key))
+	}
+	return n
+}
+
+// runCalls makes n calls of Get, par at a time, each with a key of its own
+// (prefix-i) and the script sc, and returns their errors.
+func runCalls(client testingv1.TestServiceClient, prefix string, n, par int, sc *testingv1.Script) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				s := &testingv1.Script{Key: fmt.Sprintf("%s-%d", prefix, i), Delay: sc.GetDelay()}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, errs[i] = client.Get(ctx, &testingv1.GetRequest{Script: s})
+				cancel()
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return errs
+}
+
+// badRepeats runs calls against three replicas of which the first answers
+// every attempt UNAVAILABLE, and returns how many calls failed and how many
+// met the bad replica more than once.
+func badRepeats(t *testing.T, sc string, round, calls int) (failed, repeats int) {
+	t.Helper()
+	srvs := replicas(t, 3)
+	client := dial(t, srvs, sc, retryFile)
+	srvs[0].SetOutage(true)
+	prefix := fmt.Sprintf("bad%d", round)
+	for i, err := range runCalls(client, prefix, calls, 12, nil) {
+		if err != nil {
+			failed++
+			t.Logf("call %d: %v", i, err)
+		}
+		if perServer(srvs, fmt.Sprintf("%s-%d", prefix, i))[0] > 1 {
+			repeats++
+		}
+	}
+	return failed, repeats
+}
+
+// With the policy, a retry never goes back to the replica that failed while
+// another is READY: every call succeeds within 3 attempts and none meets the
+// bad replica twice, as the bad replica's own records show.
+func TestRetryGoesElsewhere(t *testing.T) {
+	failed, repeats := badRepeats(t, withPolicy, 0, 150)
+	if failed != 0 || repeats != 0 {
+		t.Errorf("with %s: %d of 150 calls failed, %d met the bad replica more than once; want 0 and 0", elsewhere.Name, failed, repeats)
+	}
+}
+
+// Without the policy, round_robin sends concurrent calls' retries to
+// whichever replica is next, the bad one included: calls that meet it twice
+// exist (the assertion above is not vacuous).
+func TestRoundRobinRetriesRepeatTheBadReplica(t *testing.T) {
+	total := 0
+	for round := range 10 {
+		_, repeats := badRepeats(t, roundRobin, round, 150)
+		total += repeats
+		if total > 0 {
+			return
+		}
+	}
+	t.Errorf("round_robin: no call met the bad replica twice in 1,500 calls")
+}
+
+// hedgeSpread runs hedged calls (3 attempts at once, each held 50 ms by the
+// server) against three replicas and returns how many calls sent two of
+// their attempts to one replica.
+func hedgeSpread(t *testing.T, sc string, calls int) (doubled int) {
+	t.Helper()
+	srvs := replicas(t, 3)
+	client := dial(t, srvs, sc, hedgeFile)
+	for i, err := range runCalls(client, "hedge", calls, 6, &testingv1.Script{Delay: durationpb.New(50 * time.Millisecond)}) {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	for i := range calls {
+		key := fmt.Sprintf("hedge-%d", i)
+		// The losers' records end as the server hears of the cancel.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		for _, s := range srvs {
+			_, _ = s.Await(ctx, key, func(r []testserver.AttemptRecord) bool {
+				for _, a := range r {
+					if !a.Done {
+						return false
+					}
+				}
+				return true
+			})
+		}
+		cancel()
+		n := perServer(srvs, key)
+		if n[0]+n[1]+n[2] != 3 {
+			t.Errorf("call %d: attempts per replica %v, want 3 in all", i, n)
+		}
+		for _, k := range n {
+			if k > 1 {
+				doubled++
+				break
+			}
+		}
+	}
+	return doubled
+}
+
+// With the policy, the three attempts of a hedged call go to the three
+// replicas.
+func TestHedgesGoToDistinctReplicas(t *testing.T) {
+	if d := hedgeSpread(t, withPolicy, 60); d != 0 {
+		t.Errorf("with %s: %d of 60 hedged calls sent two attempts to one replica, want 0", elsewhere.Name, d)
+	}
+}
+
+// Without it, concurrent hedged calls share round_robin's rotation and some
+// send two attempts to one replica.
+func TestRoundRobinHedgesShareReplicas(t *testing.T) {
+	for range 10 {
+		if hedgeSpread(t, roundRobin, 60) > 0 {
+			return
+		}
+	}
+	t.Error("round_robin: no hedged call sent two attempts to one replica in 600 calls")
+}
+
+func TestParseConfig(t *testing.T) {
+	p := balancer.Get(elsewhere.Name).(balancer.ConfigParser)
+	for _, tc := range []struct {
+		js, err string
+	}{
+		{``, ""},
+		{`{}`, ""},
+		{`{"childPolicy": [{"round_robin": {}}]}`, ""},
+		{`{"childPolicy": [{"no_such_policy": {}}, {"pick_first": {}}]}`, ""},
+		{`{"childPolicy": [{"no_such_policy": {}}]}`, `elsewhere: childPolicy: no registered policy among ["no_such_policy"]`},
+		{`{"childPolicy": [{"round_robin": {}, "pick_first": {}}]}`, "elsewhere: childPolicy[0]: want one policy name as the only key, got 2 keys"},
+		{`{"childPolicy": [{"stagger_elsewhere": {}}]}`, "elsewhere: childPolicy[0]: stagger_elsewhere cannot be its own child"},
+		{`{"childPolicy": [{"pick_first": {"shuffleAddressList": 3}}]}`, "elsewhere: childPolicy[0] (pick_first): "},
+		{`[`, "elsewhere: config: "},
+	} {
+		_, err := p.ParseConfig([]byte(tc.js))
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("ParseConfig(%s): %v", tc.js, err)
+		case tc.err != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.err)):
+			t.Errorf("ParseConfig(%s) = %v, want an error starting %q", tc.js, err, tc.err)
+		}
+	}
+}
+
+// A context without a set has no backend; NewCallContext's set starts empty.
+func TestBackendWithoutPicks(t *testing.T) {
+	ctx := context.Background()
+	if b := elsewhere.Backend(ctx); b != "" {
+		t.Errorf("Backend(Background) = %q", b)
+	}
+	if b := elsewhere.Backend(elsewhere.NewCallContext(ctx)); b != "" {
+		t.Errorf("Backend(new call) = %q", b)
+	}
+}
