@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/credentials/insecure"
@@ -43,7 +44,7 @@ const hedgeFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.T
 var dials atomic.Int64
 
 // replicas starts n servers on loopback TCP.
-func replicas(t *testing.T, n int) []*testserver.Server {
+func replicas(t testing.TB, n int) []*testserver.Server {
 	t.Helper()
 	srvs := make([]*testserver.Server, n)
 	for i := range srvs {
@@ -56,7 +57,7 @@ func replicas(t *testing.T, n int) []*testserver.Server {
 // dial connects to every server through one channel whose resolver returns
 // their addresses, with the service config sc and stagger following file;
 // it returns once each server has answered a call.
-func dial(t *testing.T, srvs []*testserver.Server, sc, file string) testingv1.TestServiceClient {
+func dial(t testing.TB, srvs []*testserver.Server, sc, file string, iopts ...interceptor.Option) testingv1.TestServiceClient {
 	t.Helper()
 	r := manual.NewBuilderWithScheme(fmt.Sprintf("elsewhere%d", dials.Add(1)))
 	var addrs []resolver.Address
@@ -68,7 +69,7 @@ func dial(t *testing.T, srvs []*testserver.Server, sc, file string) testingv1.Te
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := append(stagger.DialOptions(cfg, interceptor.WithBudget(nil)),
+	opts := append(stagger.DialOptions(cfg, append([]interceptor.Option{interceptor.WithBudget(nil)}, iopts...)...),
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(sc))
@@ -272,5 +273,109 @@ func TestBackendWithoutPicks(t *testing.T) {
 	}
 	if b := elsewhere.Backend(elsewhere.NewCallContext(ctx)); b != "" {
 		t.Errorf("Backend(new call) = %q", b)
+	}
+}
+
+// The events and the logger's lines of a retry name the backend the failed
+// attempt went to: the bad replica, the only one that fails.
+func TestEventsNameTheBackend(t *testing.T) {
+	srvs := replicas(t, 3)
+	var mu sync.Mutex
+	var backends, logged []string
+	hook := interceptor.WithHook(func(e interceptor.Event) {
+		if e.Kind == interceptor.EventRetry {
+			mu.Lock()
+			backends = append(backends, e.Backend)
+			mu.Unlock()
+		}
+	})
+	logger := interceptor.WithLogger(logging.LoggerFunc(func(_ context.Context, _ logging.Level, _ string, fields ...any) {
+		for i := 0; i+1 < len(fields); i += 2 {
+			if fields[i] == "stagger.backend" {
+				mu.Lock()
+				logged = append(logged, fmt.Sprint(fields[i+1]))
+				mu.Unlock()
+			}
+		}
+	}))
+	client := dial(t, srvs, withPolicy, retryFile, hook, logger)
+	srvs[0].SetOutage(true)
+	for i, err := range runCalls(client, "events", 30, 3, nil) {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(backends) == 0 {
+		t.Fatal("no retry in 30 calls with one bad replica of three")
+	}
+	for _, b := range backends {
+		if b != srvs[0].Addr() {
+			t.Errorf("retry event's Backend %q, want the bad replica %s", b, srvs[0].Addr())
+		}
+	}
+	if len(logged) != len(backends) {
+		t.Errorf("logger: %d lines with stagger.backend, want %d (one per retry)", len(logged), len(backends))
+	}
+}
+
+// Once the policy is in use, a call that may retry costs one allocation more
+// on its success path (the call's set of backends); see
+// interceptor.TestSuccessPathAllocatesNothing for the path without it.
+func TestSuccessPathCostsOneAllocation(t *testing.T) {
+	if _, err := balancer.Get(elsewhere.Name).(balancer.ConfigParser).ParseConfig([]byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	icpt := successInterceptor(t)
+	ok := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(1000, func() { _ = icpt(ctx, getMethod, nil, nil, nil, ok) }); n != 1 {
+		t.Errorf("success path with the policy in use: %v allocs per call, want 1", n)
+	}
+}
+
+func successInterceptor(tb testing.TB) grpc.UnaryClientInterceptor {
+	cfg, err := policy.ParseConfig([]byte(retryFile))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg))
+}
+
+// BenchmarkSuccessPath is a call that may retry and succeeds at once, with
+// the policy in use (its set of backends allocated), the invoker a stub.
+func BenchmarkSuccessPath(b *testing.B) {
+	if _, err := balancer.Get(elsewhere.Name).(balancer.ConfigParser).ParseConfig([]byte(`{}`)); err != nil {
+		b.Fatal(err)
+	}
+	icpt := successInterceptor(b)
+	ok := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	ctx := context.Background()
+	b.ReportAllocs()
+	for range b.N {
+		_ = icpt(ctx, getMethod, nil, nil, nil, ok)
+	}
+}
+
+// BenchmarkCall is a successful call over loopback TCP to one of three
+// replicas, through round_robin and through the policy over it. Both carry
+// the call's set (once the policy is in use in the process, every call that
+// may retry does: its one allocation, BenchmarkSuccessPath); equal figures
+// say that the picker allocates nothing.
+func BenchmarkCall(b *testing.B) {
+	for _, bc := range []struct{ name, sc string }{{"round_robin", roundRobin}, {elsewhere.Name, withPolicy}} {
+		b.Run(bc.name, func(b *testing.B) {
+			client := dial(b, replicas(b, 3), bc.sc, retryFile)
+			req := &testingv1.GetRequest{Script: &testingv1.Script{}}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := client.Get(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
