@@ -234,9 +234,11 @@ func (c *childConn) NewSubConn(addrs []resolver.Address, opts balancer.NewSubCon
 		child, sc := c.b.child, info.sc
 		c.b.mu.Unlock()
 		if child != nil && sc != nil {
+			//lint:ignore SA1019 the child set no listener: this is how it hears.
 			child.UpdateSubConnState(sc, s)
 		}
 	}
+	//lint:ignore SA1019 the child asked for it; pass it on.
 	sc, err := c.ClientConn.NewSubConn(addrs, opts)
 	if err != nil {
 		return nil, err
@@ -259,7 +261,7 @@ func (c *childConn) UpdateAddresses(sc balancer.SubConn, addrs []resolver.Addres
 	c.b.publishLocked()
 	c.b.mu.Unlock()
 	//lint:ignore SA1019 the child called it; pass it on.
-	c.ClientConn.UpdateAddresses(sc, addrs) //nolint:staticcheck
+	c.ClientConn.UpdateAddresses(sc, addrs)
 }
 
 func (c *childConn) UpdateState(s balancer.State) {
