@@ -48,7 +48,7 @@
 // calls that stagger does not retry (grpc-go's own retry, a hand-made loop),
 // call NewCallContext yourself once per call. A pick whose context carries
 // no set is the child's, unchanged. Backend reads the latest pick's
-// address.
+// address, Backends every address the call's attempts went to.
 //
 // Before a config naming the policy was parsed or a balancer of it built,
 // NewCallContext does nothing: a program that never uses the policy pays no

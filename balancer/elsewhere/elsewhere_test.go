@@ -265,6 +265,55 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// A call of one's own (here grpc-go's own retry, with stagger's interceptors
+// absent) gets a set from NewCallContext; Backends and Backend then say where
+// its attempts went: the bad replica first, then another.
+func TestNewCallContextWithGRPCRetry(t *testing.T) {
+	srvs := replicas(t, 3)
+	r := manual.NewBuilderWithScheme(fmt.Sprintf("elsewhere%d", dials.Add(1)))
+	var addrs []resolver.Address
+	for _, s := range srvs {
+		addrs = append(addrs, resolver.Address{Addr: s.Addr()})
+	}
+	r.InitialState(resolver.State{Addresses: addrs})
+	sc := `{"loadBalancingConfig": [{"stagger_elsewhere": {}}], "methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.002s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+	cc, err := grpc.NewClient(r.Scheme()+":///replicas", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultServiceConfig(sc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := testingv1.NewTestServiceClient(cc)
+	for all := false; !all; {
+		if _, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
+			t.Fatal(err)
+		}
+		all = srvs[0].Executions(getMethod) > 0 && srvs[1].Executions(getMethod) > 0 && srvs[2].Executions(getMethod) > 0
+	}
+	srvs[0].SetOutage(true)
+	bad := srvs[0].Addr()
+	seen := 0
+	for i := range 30 {
+		ctx := elsewhere.NewCallContext(context.Background())
+		if _, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: fmt.Sprintf("own-%d", i)}}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		b := elsewhere.Backends(ctx)
+		if len(b) == 0 || elsewhere.Backend(ctx) != b[len(b)-1] || b[len(b)-1] == bad {
+			t.Errorf("call %d: Backends %v, Backend %q; want the last one good", i, b, elsewhere.Backend(ctx))
+		}
+		if len(b) > 1 {
+			seen++
+			if b[0] != bad || len(b) != 2 {
+				t.Errorf("call %d: Backends %v, want the bad replica %s then a good one", i, b, bad)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no call of 30 met the bad replica of three")
+	}
+}
+
 // A context without a set has no backend; NewCallContext's set starts empty.
 func TestBackendWithoutPicks(t *testing.T) {
 	ctx := context.Background()
@@ -273,6 +322,9 @@ func TestBackendWithoutPicks(t *testing.T) {
 	}
 	if b := elsewhere.Backend(elsewhere.NewCallContext(ctx)); b != "" {
 		t.Errorf("Backend(new call) = %q", b)
+	}
+	if b := elsewhere.Backends(elsewhere.NewCallContext(ctx)); b != nil {
+		t.Errorf("Backends(new call) = %q", b)
 	}
 }
 

@@ -111,3 +111,21 @@ func Backend(ctx context.Context) string {
 	defer s.mu.Unlock()
 	return s.last
 }
+
+// Backends returns the addresses of the backends the policy picked for
+// ctx's call, each once, in the order they were first picked; nil when ctx
+// carries no set (NewCallContext) or no pick was made with it.
+func Backends(ctx context.Context) []string {
+	s := setFromContext(ctx)
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 {
+		return nil
+	}
+	out := make([]string, 0, s.n)
+	out = append(out, s.first[:min(s.n, len(s.first))]...)
+	return append(out, s.more...)
+}
