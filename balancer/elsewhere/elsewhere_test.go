@@ -240,6 +240,59 @@ func TestRoundRobinHedgesShareReplicas(t *testing.T) {
 	t.Error("round_robin: no hedged call sent two attempts to one replica in 600 calls")
 }
 
+const hedgeStreamFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService", "method": "ListItems"}], "idempotent": true,
+  "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`
+
+// Hedged server streams too: the three attempts of each stream, racing
+// until one commits, go to the three replicas.
+func TestStreamHedgesGoToDistinctReplicas(t *testing.T) {
+	srvs := replicas(t, 3)
+	client := dial(t, srvs, withPolicy, hedgeStreamFile)
+	const calls = 20
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sc := &testingv1.Script{Key: fmt.Sprintf("stream-%d", i), Delay: durationpb.New(50 * time.Millisecond), ResponseCount: 2}
+			st, err := client.ListItems(ctx, &testingv1.ListItemsRequest{Script: sc})
+			if err != nil {
+				t.Errorf("stream %d: %v", i, err)
+				return
+			}
+			for n := 0; ; n++ {
+				if _, err := st.Recv(); err != nil {
+					if n != 2 || err.Error() != "EOF" {
+						t.Errorf("stream %d: %d messages, then %v", i, n, err)
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range calls {
+		key := fmt.Sprintf("stream-%d", i)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		for _, s := range srvs {
+			_, _ = s.Await(ctx, key, func(r []testserver.AttemptRecord) bool {
+				for _, a := range r {
+					if !a.Done {
+						return false
+					}
+				}
+				return true
+			})
+		}
+		cancel()
+		if n := perServer(srvs, key); n[0] != 1 || n[1] != 1 || n[2] != 1 {
+			t.Errorf("stream %d: attempts per replica %v, want one each", i, n)
+		}
+	}
+}
+
 func TestParseConfig(t *testing.T) {
 	p := balancer.Get(elsewhere.Name).(balancer.ConfigParser)
 	for _, tc := range []struct {
