@@ -118,8 +118,11 @@ type elsewhereBalancer struct {
 	mu        sync.Mutex
 	child     balancer.Balancer
 	childName string
-	closed    bool
-	subConns  map[*subConnInfo]struct{}
+	// gen numbers the children built; a picker from an older one is
+	// dropped.
+	gen      uint64
+	closed   bool
+	subConns map[*subConnInfo]struct{}
 
 	// ready is the READY SubConns, replaced whenever one changes state;
 	// pickers read it at every pick.
@@ -132,24 +135,35 @@ func (b *elsewhereBalancer) UpdateClientConnState(s balancer.ClientConnState) er
 		cfg = &lbConfig{childName: defaultChild}
 	}
 	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	closed, child := b.closed, b.child
+	build := !closed && (child == nil || b.childName != cfg.childName)
+	var gen uint64
+	if build {
+		// From now on only the new child's pickers are sent up.
+		b.gen++
+		gen = b.gen
+	}
+	b.mu.Unlock()
+	if closed {
 		return nil
 	}
-	if b.child == nil || b.childName != cfg.childName {
+	if build {
 		bb := balancer.Get(cfg.childName)
 		if bb == nil {
-			b.mu.Unlock()
 			return fmt.Errorf("elsewhere: child policy %q is not registered", cfg.childName)
 		}
+		// Built without the lock: a child may call its ClientConn as it
+		// is built.
+		built := bb.Build(&childConn{ClientConn: b.cc, b: b, gen: gen}, b.opts)
+		b.mu.Lock()
 		old := b.child
-		b.child, b.childName = bb.Build(&childConn{ClientConn: b.cc, b: b}, b.opts), cfg.childName
+		b.child, b.childName = built, cfg.childName
+		b.mu.Unlock()
 		if old != nil {
-			defer old.Close()
+			old.Close()
 		}
+		child = built
 	}
-	child := b.child
-	b.mu.Unlock()
 	s.BalancerConfig = cfg.childConfig
 	return child.UpdateClientConnState(s)
 }
@@ -214,7 +228,8 @@ func (b *elsewhereBalancer) publishLocked() {
 // for SubConns (tracked) and pickers (wrapped).
 type childConn struct {
 	balancer.ClientConn
-	b *elsewhereBalancer
+	b   *elsewhereBalancer
+	gen uint64
 }
 
 func (c *childConn) NewSubConn(addrs []resolver.Address, opts balancer.NewSubConnOptions) (balancer.SubConn, error) {
@@ -266,9 +281,9 @@ func (c *childConn) UpdateAddresses(sc balancer.SubConn, addrs []resolver.Addres
 
 func (c *childConn) UpdateState(s balancer.State) {
 	c.b.mu.Lock()
-	closed := c.b.closed
+	stale := c.b.closed || c.gen != c.b.gen
 	c.b.mu.Unlock()
-	if closed {
+	if stale {
 		return
 	}
 	if s.Picker != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/stagger-go/stagger"
@@ -289,6 +290,73 @@ func TestStreamHedgesGoToDistinctReplicas(t *testing.T) {
 		cancel()
 		if n := perServer(srvs, key); n[0] != 1 || n[1] != 1 || n[2] != 1 {
 			t.Errorf("stream %d: attempts per replica %v, want one each", i, n)
+		}
+	}
+}
+
+// A service config that changes the child (round_robin, then pick_first,
+// then round_robin again) swaps it: calls go on succeeding, under
+// pick_first every call goes to one replica, and back under round_robin
+// hedges spread again.
+func TestChildSwitch(t *testing.T) {
+	srvs := replicas(t, 3)
+	r := manual.NewBuilderWithScheme(fmt.Sprintf("elsewhere%d", dials.Add(1)))
+	var rcc resolver.ClientConn
+	r.BuildCallback = func(_ resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) { rcc = cc }
+	var addrs []resolver.Address
+	for _, s := range srvs {
+		addrs = append(addrs, resolver.Address{Addr: s.Addr()})
+	}
+	withChild := func(child string) *serviceconfig.ParseResult {
+		return rcc.ParseServiceConfig(`{"loadBalancingConfig": [{"stagger_elsewhere": {"childPolicy": [{"` + child + `": {}}]}}]}`)
+	}
+	r.InitialState(resolver.State{Addresses: addrs})
+	cfg, err := policy.ParseConfig([]byte(hedgeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := append(stagger.DialOptions(cfg, interceptor.WithBudget(nil)), grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultServiceConfig(withPolicy))
+	cc, err := grpc.NewClient(r.Scheme()+":///replicas", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cc.Connect()
+	client := testingv1.NewTestServiceClient(cc)
+	call := func(key string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: key}}); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+	}
+	call("warm")
+	r.UpdateState(resolver.State{Addresses: addrs, ServiceConfig: withChild("pick_first")})
+	// The switch is applied on grpc's own goroutine: wait until pick_first
+	// sends every call to one replica.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("pf-%d", i)
+		call(key)
+		if n := perServer(srvs, key); n[0]+n[1]+n[2] == 1 || n[0] == 3 || n[1] == 3 || n[2] == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("pick_first never took over")
+		}
+	}
+	r.UpdateState(resolver.State{Addresses: addrs, ServiceConfig: withChild("round_robin")})
+	deadline = time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("rr-%d", i)
+		call(key)
+		if n := perServer(srvs, key); n[0] <= 1 && n[1] <= 1 && n[2] <= 1 && n[0]+n[1]+n[2] >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("round_robin never spread the hedges again")
 		}
 	}
 }
