@@ -102,6 +102,8 @@ type subConnInfo struct {
 	sc    balancer.SubConn
 	addr  string
 	state connectivity.State
+	// gen is the generation of the child that made it.
+	gen uint64
 }
 
 // elsewhereBalancer runs the child policy through a balancer.ClientConn of
@@ -161,11 +163,35 @@ func (b *elsewhereBalancer) UpdateClientConnState(s balancer.ClientConnState) er
 		b.mu.Unlock()
 		if old != nil {
 			old.Close()
+			b.shutdownOlderThan(gen)
 		}
 		child = built
 	}
 	s.BalancerConfig = cfg.childConfig
 	return child.UpdateClientConnState(s)
+}
+
+// shutdownOlderThan shuts down the SubConns that children before
+// generation gen made and left: a closed child need not shut down its own
+// (grpc-go v1.64's round_robin and pick_first do not), and they would stay
+// connected, and READY here, for nothing.
+func (b *elsewhereBalancer) shutdownOlderThan(gen uint64) {
+	var stale []balancer.SubConn
+	b.mu.Lock()
+	for info := range b.subConns {
+		if info.gen < gen {
+			if info.sc != nil {
+				stale = append(stale, info.sc)
+			}
+			info.state = connectivity.Shutdown
+			delete(b.subConns, info)
+		}
+	}
+	b.publishLocked()
+	b.mu.Unlock()
+	for _, sc := range stale {
+		sc.Shutdown()
+	}
 }
 
 func (b *elsewhereBalancer) ResolverError(err error) {
@@ -205,6 +231,10 @@ func (b *elsewhereBalancer) currentChild() balancer.Balancer {
 func (b *elsewhereBalancer) subConnState(info *subConnInfo, state connectivity.State) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if info.state == connectivity.Shutdown {
+		// Shut down by shutdownOlderThan: gone for good.
+		return
+	}
 	info.state = state
 	if state == connectivity.Shutdown {
 		delete(b.subConns, info)
@@ -233,7 +263,7 @@ type childConn struct {
 }
 
 func (c *childConn) NewSubConn(addrs []resolver.Address, opts balancer.NewSubConnOptions) (balancer.SubConn, error) {
-	info := &subConnInfo{state: connectivity.Idle}
+	info := &subConnInfo{state: connectivity.Idle, gen: c.gen}
 	if len(addrs) > 0 {
 		info.addr = addrs[0].Addr
 	}

@@ -324,27 +324,47 @@ func TestChildSwitch(t *testing.T) {
 	defer cc.Close()
 	cc.Connect()
 	client := testingv1.NewTestServiceClient(cc)
+	// Each call's three hedges reach the servers (each holds them 20 ms).
 	call := func(key string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: key}}); err != nil {
+		if _, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: key, Delay: durationpb.New(20 * time.Millisecond)}}); err != nil {
 			t.Fatalf("%s: %v", key, err)
+		}
+		for _, s := range srvs {
+			_, _ = s.Await(ctx, key, func(r []testserver.AttemptRecord) bool {
+				for _, a := range r {
+					if !a.Done {
+						return false
+					}
+				}
+				return true
+			})
 		}
 	}
 	call("warm")
 	r.UpdateState(resolver.State{Addresses: addrs, ServiceConfig: withChild("pick_first")})
 	// The switch is applied on grpc's own goroutine: wait until pick_first
-	// sends every call to one replica.
+	// sends a call's three hedges to one replica. Then it must go on doing
+	// so: round_robin's connections are gone (a closed child that left
+	// them, as grpc-go v1.64's does, would leave them READY here).
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; ; i++ {
 		key := fmt.Sprintf("pf-%d", i)
 		call(key)
-		if n := perServer(srvs, key); n[0]+n[1]+n[2] == 1 || n[0] == 3 || n[1] == 3 || n[2] == 3 {
+		if n := perServer(srvs, key); n[0] == 3 || n[1] == 3 || n[2] == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("pick_first never took over")
+		}
+	}
+	for i := range 5 {
+		key := fmt.Sprintf("pf-after-%d", i)
+		call(key)
+		if n := perServer(srvs, key); n[0] != 3 && n[1] != 3 && n[2] != 3 {
+			t.Errorf("under pick_first, attempts per replica %v, want 3 on one", n)
 		}
 	}
 	r.UpdateState(resolver.State{Addresses: addrs, ServiceConfig: withChild("round_robin")})
