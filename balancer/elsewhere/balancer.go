@@ -136,6 +136,10 @@ func (b *elsewhereBalancer) UpdateClientConnState(s balancer.ClientConnState) er
 	if cfg == nil {
 		cfg = &lbConfig{childName: defaultChild}
 	}
+	bb := balancer.Get(cfg.childName)
+	if bb == nil {
+		return fmt.Errorf("elsewhere: child policy %q is not registered", cfg.childName)
+	}
 	b.mu.Lock()
 	closed, child := b.closed, b.child
 	build := !closed && (child == nil || b.childName != cfg.childName)
@@ -150,10 +154,6 @@ func (b *elsewhereBalancer) UpdateClientConnState(s balancer.ClientConnState) er
 		return nil
 	}
 	if build {
-		bb := balancer.Get(cfg.childName)
-		if bb == nil {
-			return fmt.Errorf("elsewhere: child policy %q is not registered", cfg.childName)
-		}
 		// Built without the lock: a child may call its ClientConn as it
 		// is built.
 		built := bb.Build(&childConn{ClientConn: b.cc, b: b, gen: gen}, b.opts)
