@@ -21,10 +21,23 @@
 //	defer src.Close()
 //	opts := append(stagger.DialOptionsFromSource(src), grpc.WithTransportCredentials(creds))
 //
+// Retries and hedges that go to another backend: an interceptor cannot
+// choose the backend an attempt goes to, so with grpc-go's default
+// pick_first every attempt goes to the one backend the connection uses, and
+// with round_robin to whichever is next, the one that just failed included.
+// The load-balancing policy stagger_elsewhere (package balancer/elsewhere)
+// sends each retry and hedge of a call to a READY backend the call has not
+// used yet, when there is one; name it in the service config given to grpc:
+//
+//	opts := append(stagger.DialOptions(cfg),
+//		grpc.WithDefaultServiceConfig(elsewhere.ServiceConfig),
+//		grpc.WithTransportCredentials(creds))
+//
 // The packages: policy (decisions, policy files), budget (retry budgets),
-// interceptor (the interceptors, their options and events), server (the
-// server side for services that are also clients: "do not retry" propagated
-// up a call chain, load shedding with pushback).
+// interceptor (the interceptors, their options and events), balancer/elsewhere
+// (the load-balancing policy above), server (the server side for services that
+// are also clients: "do not retry" propagated up a call chain, load shedding
+// with pushback).
 package stagger
 
 import (
@@ -54,6 +67,11 @@ import (
 // budget.Gate) instead of ending the call. opts are applied to both
 // interceptors after cfg, so they can override it (interceptor.WithBudget(nil)
 // means unlimited).
+//
+// The backend each attempt goes to is the load-balancing policy's choice,
+// not the interceptors': add grpc.WithDefaultServiceConfig(elsewhere.ServiceConfig)
+// (package balancer/elsewhere) for retries and hedges that go to a backend
+// the call has not used yet.
 //
 // Interceptors given before DialOptions run outside stagger and see one call;
 // those given after run inside it and see every attempt (the interceptor

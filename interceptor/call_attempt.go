@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
@@ -198,6 +199,12 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	}
 	if o.idemKey != "" && !hasOutgoing(callCtx, o.idemKey) {
 		callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
+	}
+	if c.retrying || c.hedged != nil {
+		// The backends the call's attempts go to, for the stagger_elsewhere
+		// load-balancing policy's picker; nothing (no allocation) unless the
+		// policy is in use in the process.
+		callCtx = elsewhere.NewCallContext(callCtx)
 	}
 	if pl.notice {
 		if _, seen := k.noticed.Load(method); !seen {

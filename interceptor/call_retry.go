@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/chain"
@@ -75,6 +76,10 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		v.Retry, v.Reason = false, policy.ReasonRetriedRequest
 	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
+	if err != nil && c.hedged == nil && !c.hedgeOnTimeout {
+		// Attempts one after the other: the latest pick was this attempt's.
+		e.Backend = elsewhere.Backend(callCtx)
+	}
 	if v.Retry && !admitted && (c.budget != nil || c.br != nil) {
 		req := c.retryRequest(timedOut)
 		_, defers := c.budget.(budget.Deferrer)

@@ -115,7 +115,9 @@
 // succeeded, up to maxAttempts in all; the first OK wins and the others are
 // cancelled. Every hedge asks the budget first, and a refusal stops hedging.
 // Streams are hedged until they commit. UnaryClientInterceptor and
-// StreamClientInterceptor have the rules.
+// StreamClientInterceptor have the rules. Hedges and retries of one call
+// reach distinct backends only under a load-balancing policy that spreads
+// them: stagger_elsewhere (package balancer/elsewhere) does.
 //
 // # Circuit breaking
 //

@@ -105,6 +105,13 @@ type Event struct {
 	Hedging bool
 	// Breaker is the state change an EventBreaker reports.
 	Breaker breaker.Change
+	// Backend is the address of the backend the attempt went to, when the
+	// stagger_elsewhere load-balancing policy picked it (package
+	// balancer/elsewhere; "" otherwise): in the events that follow a failed
+	// attempt of a call whose attempts run one after the other (EventRetry,
+	// EventDeferred, EventGiveUp, EventResume). Hedged calls' events leave it
+	// empty: their attempts run at once.
+	Backend string
 	// Retries, Hedges, Delay and Target: EventEnd only (see Report).
 	Retries, Hedges int
 	Delay           time.Duration
@@ -216,6 +223,9 @@ func (o *options) emit(ctx context.Context, e Event) {
 		if e.Pushback {
 			fields = append(fields, "stagger.pushback", true)
 		}
+	}
+	if e.Backend != "" {
+		fields = append(fields, "stagger.backend", e.Backend)
 	}
 	if e.Reason != policy.ReasonNone {
 		// ReasonNone's name is "retry": a retry's, or a hedge's, event

@@ -175,8 +175,10 @@ func WithDefaultBudget(b budget.Budget) Option {
 // warn. Its fields: grpc.method, stagger.event (the kind: "retry", "give
 // up", "hedge", "hedge won", ...), stagger.attempt, grpc.code; then
 // stagger.pause for a retry, a hedge or a deferral, and stagger.pushback
-// (true) when the pause is the server's; stagger.reason when the event has
-// a reason (a give-up, a notice, a hedge stop); stagger.deferred and
+// (true) when the pause is the server's; stagger.backend, the address the
+// failed attempt went to, when the stagger_elsewhere policy picked it
+// (Event.Backend); stagger.reason when the event has a reason (a give-up, a
+// notice, a hedge stop); stagger.deferred and
 // stagger.admission after a wait for the budget. Durations are strings in
 // time.Duration's format ("1.5s", "250ms"), so a JSON handler prints them
 // readably rather than as integer nanoseconds. A breaker's line has

@@ -85,9 +85,15 @@ import (
 // caller's grpc.OnFinish runs once.
 //
 // Hedges reach distinct backends only as the load-balancing policy allows:
-// round_robin spreads them over the ready backends; pick_first sends every
-// hedge to the one backend it picked, where hedging helps against a slow
-// request but not a slow server.
+// pick_first sends every hedge to the one backend it picked, where hedging
+// helps against a slow request but not a slow server; round_robin spreads
+// them over the ready backends, but concurrent calls share its rotation, so
+// two hedges of one call can meet on one backend; stagger_elsewhere
+// (package balancer/elsewhere) sends the attempts of one call, hedges and
+// retries alike, to distinct READY backends while there are enough. The
+// interceptors give every call that may retry or hedge the context that
+// policy reads (elsewhere.NewCallContext; nothing, and no allocation, while
+// the policy is not in use in the process).
 //
 // With "adaptive": true (a stagger extension) the delay is the method's
 // observed p95 latency, from a histogram per interceptor and method

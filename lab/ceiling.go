@@ -27,7 +27,7 @@ import (
 func Ceiling(cfg Config) float64 {
 	cfg = cfg.Defaults()
 	switch {
-	case cfg.Scenario == ScenarioSlowReplica || cfg.Scenario == ScenarioSlowReplicaStream:
+	case cfg.Scenario == ScenarioSlowReplica || cfg.Scenario == ScenarioSlowReplicaStream, cfg.Scenario == ScenarioBadReplica:
 		return 1
 	case cfg.Scenario == ScenarioFlakyQuiet:
 		if cfg.MaxAttempts > FlakyFailAttempts {

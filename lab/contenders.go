@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
@@ -312,6 +313,60 @@ func hedgingDialOptions(file string) func(*Config) ([]grpc.DialOption, error) {
 	}
 }
 
+// roundRobin is the service config of the bad replica's contenders but
+// stagger-elsewhere.
+const roundRobin = `{"loadBalancingConfig": [{"round_robin": {}}]}`
+
+// BadReplicaContenders lists the contenders of ScenarioBadReplica: stagger,
+// go-grpc-middleware's retry, grpc-go's and no retry, each over
+// round_robin, and stagger-elsewhere: stagger over the stagger_elsewhere
+// policy (package balancer/elsewhere), which sends a retry to a replica the
+// call has not met yet.
+func BadReplicaContenders() []Contender {
+	balanced := func(c Contender, sc, how string) Contender {
+		dial, gets := c.dialOptions, c.Gets
+		c.dialOptions = func(cfg *Config) ([]grpc.DialOption, error) {
+			opts, err := dial(cfg)
+			return append(opts, grpc.WithDefaultServiceConfig(sc)), err
+		}
+		c.Gets = func(cfg Config) string { return gets(cfg) + "; " + how }
+		return c
+	}
+	all := Contenders()
+	plain, _ := contenderIn(all, "stagger")
+	mw, _ := contenderIn(all, "grpc-middleware")
+	elsewhereC := balanced(plain, elsewhere.ServiceConfig, "stagger_elsewhere over round_robin")
+	elsewhereC.Name = "stagger-elsewhere"
+	grpcGo := Contender{
+		Name: "grpc-go",
+		Gets: func(c Config) string {
+			return fmt.Sprintf("service config maxAttempts %d, ×U(0.8, 1.2) jitter (gRFC A6), no throttling; round_robin", c.MaxAttempts)
+		},
+		dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+			// One service config holds both the retry policy and the
+			// balancer: a second WithDefaultServiceConfig would replace it.
+			sc := serviceConfig(c, false)
+			return []grpc.DialOption{grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}], ` + sc[1:])}, nil
+		},
+	}
+	return []Contender{
+		balanced(plain, roundRobin, "round_robin"),
+		elsewhereC,
+		balanced(mw, roundRobin, "round_robin"),
+		grpcGo,
+		balanced(noRetry(), roundRobin, "round_robin"),
+	}
+}
+
+func contenderIn(cs []Contender, name string) (Contender, bool) {
+	for _, c := range cs {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Contender{}, false
+}
+
 // OverloadContenders lists the contenders of ScenarioOverload: every one of
 // Contenders, then those only the overload shows.
 func OverloadContenders() []Contender {
@@ -337,7 +392,7 @@ func namesOf(cs []Contender) []string {
 // shows them: HedgingContenders for ScenarioSlowReplica,
 // HedgingStreamContenders for ScenarioSlowReplicaStream,
 // OverloadContenders for ScenarioOverload, ChainContenders for
-// ScenarioChain, Contenders and stagger-hedge-timeout (stagger with
+// ScenarioChain, BadReplicaContenders for ScenarioBadReplica, Contenders and stagger-hedge-timeout (stagger with
 // hedgeOnPerTryTimeout) for the scenarios with per-attempt timeouts
 // (slowdown, slowdown-90, metastable), Contenders for the others.
 func ContendersFor(s Scenario) []Contender { return contendersFor(s) }
@@ -352,6 +407,8 @@ func contendersFor(s Scenario) []Contender {
 		return OverloadContenders()
 	case ScenarioChain:
 		return ChainContenders()
+	case ScenarioBadReplica:
+		return BadReplicaContenders()
 	}
 	if s.timeouts() {
 		return append(Contenders(), hedgeOnTimeoutContender())

@@ -136,6 +136,18 @@
 // the first message from 10×SlowBase to about 2.5×SlowBase, 4× less, for
 // about one hedge in twenty calls.
 //
+// ScenarioBadReplica has no trigger and no server limit: three replicas
+// over loopback TCP, reached by every client connection through a resolver
+// that returns their three addresses, the first answering every attempt
+// UNAVAILABLE for the whole run; 4 clients (busy connections, 100 calls/s
+// each), 3 attempts, 4 s. The contenders (BadReplicaContenders) balance
+// with round_robin, but stagger-elsewhere, which runs stagger over the
+// stagger_elsewhere policy (package balancer/elsewhere): its retries go to
+// a replica the call has not met. Result.BadCalls and BadRepeats count,
+// from the bad replica's own records, the calls that met it and those that
+// met it more than once; under round_robin a retry goes to whichever
+// replica is next in the connection's rotation, the bad one included.
+//
 // ScenarioOverload has no outage but an overload, with a server that pays
 // for its work (testserver.Workers, over bufconn): Workers workers (default
 // 10) take the attempts in arrival order from a FIFO queue of at most Queue

@@ -79,6 +79,16 @@ const (
 	// for 11 s at the same offered load; per-attempt timeouts as in
 	// ScenarioSlowdown. Whether the server comes back is the question.
 	ScenarioMetastable Scenario = "metastable"
+	// ScenarioBadReplica: three replicas over loopback TCP behind every
+	// client connection (its resolver returns their three addresses), of
+	// which the first answers every attempt UNAVAILABLE for the whole run
+	// (no trigger, no capacity limit): 4 clients, each a busy connection,
+	// 400 calls/s in all, 3 attempts, for 4 s. Every contender balances
+	// with round_robin but stagger-elsewhere, which has the stagger_elsewhere
+	// policy over it (package balancer/elsewhere; BadReplicaContenders).
+	// Result.BadRepeats counts the calls that met the bad replica more than
+	// once, from its records.
+	ScenarioBadReplica Scenario = "bad-replica"
 )
 
 // FlakyFailAttempts is how many attempts of every call fail in
@@ -88,16 +98,16 @@ const FlakyFailAttempts = 2
 // Scenarios lists every scenario, in the order the CLI shows them.
 func Scenarios() []Scenario {
 	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioOverload, ScenarioChain,
-		ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable}
+		ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable, ScenarioBadReplica}
 }
 
 // HasTrigger reports whether scenario s has a trigger, from OutageStart to
 // OutageEnd (an outage, an overload or a slowdown), after which the lab
-// measures recovery (Result.Recovered, SuccessAfter). The slow replicas
-// and the flaky servers have none.
+// measures recovery (Result.Recovered, SuccessAfter). The slow replicas,
+// the flaky servers and the bad replica have none.
 func (s Scenario) HasTrigger() bool {
 	switch s {
-	case ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioFlakyQuiet, ScenarioFlakyQuietRandom:
+	case ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioBadReplica:
 		return false
 	}
 	return true
@@ -146,7 +156,8 @@ type Config struct {
 	Scenario Scenario
 	// Duration is how long calls are offered; default 8s (10s in
 	// ScenarioOverload and ScenarioFlakyQuietRandom, 4s in ScenarioChain
-	// and ScenarioFlakyQuiet, 14s in ScenarioMetastable).
+	// and ScenarioFlakyQuiet and ScenarioBadReplica, 14s in
+	// ScenarioMetastable).
 	Duration time.Duration
 	// OutageStart and OutageEnd bound the trigger, counted from the start
 	// of the load: the outage (in ScenarioOverload the overload: the
@@ -159,7 +170,8 @@ type Config struct {
 	OutageStart, OutageEnd time.Duration
 	// Clients is the number of client connections per contender, each a
 	// simulated process with its own budget; default 50 (1 in
-	// ScenarioFlakyQuiet, 4 in ScenarioFlakyQuietRandom).
+	// ScenarioFlakyQuiet, 4 in ScenarioFlakyQuietRandom and
+	// ScenarioBadReplica).
 	Clients int
 	// Capacity is the attempts per second the worker server serves with
 	// all its workers, so that a worker spends ServiceTime, Workers ÷
@@ -205,7 +217,8 @@ type Config struct {
 	Rate float64
 	// MaxAttempts is every contender's attempt limit, the first attempt
 	// included; default 5 (gRFC A6's cap, which grpc-go applies), 3 in
-	// ScenarioChain, on every layer, and in the flaky scenarios.
+	// ScenarioChain, on every layer, in the flaky scenarios and in
+	// ScenarioBadReplica.
 	MaxAttempts int
 	// Backoff is the pause schedule the contenders share (see the package
 	// comment for what each makes of it); default Initial 50ms, Max 1s,
@@ -232,7 +245,7 @@ func (c Config) Defaults() Config {
 		switch c.Scenario {
 		case ScenarioOverload:
 			c.Duration = 10 * time.Second
-		case ScenarioChain, ScenarioFlakyQuiet:
+		case ScenarioChain, ScenarioFlakyQuiet, ScenarioBadReplica:
 			c.Duration = 4 * time.Second
 		case ScenarioFlakyQuietRandom:
 			c.Duration = 10 * time.Second
@@ -258,7 +271,7 @@ func (c Config) Defaults() Config {
 		switch c.Scenario {
 		case ScenarioFlakyQuiet:
 			c.Clients = 1
-		case ScenarioFlakyQuietRandom:
+		case ScenarioFlakyQuietRandom, ScenarioBadReplica:
 			c.Clients = 4
 		}
 	}
@@ -313,7 +326,7 @@ func (c Config) Defaults() Config {
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
-		if c.Scenario == ScenarioChain || c.Scenario.flaky() {
+		if c.Scenario == ScenarioChain || c.Scenario.flaky() || c.Scenario == ScenarioBadReplica {
 			c.MaxAttempts = 3
 		}
 	}
@@ -544,6 +557,11 @@ type Result struct {
 	// FailP50 and FailP99 are latency percentiles of the failed calls
 	// (zero when none failed): how long a user waited for a failure.
 	FailP50, FailP99 time.Duration
+	// BadRepeats, in ScenarioBadReplica only (0 in the others), is the
+	// calls that met the bad replica more than once (its own records of
+	// each call's attempts, by the call's key); BadCalls those that met it
+	// at all.
+	BadRepeats, BadCalls int
 	// FirstP50, FirstP99 and FirstP999, in ScenarioSlowReplicaStream only
 	// (zero in the others), are percentiles of the time from a successful
 	// call's start to its first message.

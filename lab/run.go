@@ -11,10 +11,14 @@ import (
 	"runtime/pprof"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -241,14 +245,26 @@ func runContender(ctx context.Context, cfg *Config, c Contender, label string) (
 	tcp := cfg.Scenario == ScenarioRefused || cfg.Scenario == ScenarioRefusedWait
 	var srv *testserver.Server
 	var ch *chain
-	if cfg.Scenario == ScenarioChain {
+	var replicas []*testserver.Server
+	switch {
+	case cfg.Scenario == ScenarioBadReplica:
+		// The first replica is the bad one (srv): the servers' load and
+		// stats are its.
+		for i := range 3 {
+			opts := []testserver.Option{testserver.WithArrivalBucket(Bin), testserver.WithTCP(), testserver.WithOutage(i == 0)}
+			r := testserver.New(opts...)
+			defer r.Close()
+			replicas = append(replicas, r)
+		}
+		srv = replicas[0]
+	case cfg.Scenario == ScenarioChain:
 		var err error
 		if ch, err = newChain(ctx, cfg, c); err != nil {
 			return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
 		}
 		defer ch.close()
 		srv = ch.top
-	} else {
+	default:
 		// The worker server's workers are set by runClients, once it
 		// knows when the trigger is.
 		opts := []testserver.Option{testserver.WithArrivalBucket(Bin)}
@@ -268,7 +284,7 @@ func runContender(ctx context.Context, cfg *Config, c Contender, label string) (
 		err error
 	)
 	pprof.Do(ctx, pprof.Labels(goroutineLabel, label), func(ctx context.Context) {
-		res, err = runClients(ctx, cfg, c, srv, tcp, ch)
+		res, err = runClients(ctx, cfg, c, srv, tcp, ch, replicas)
 	})
 	return res, err
 }
@@ -276,8 +292,10 @@ func runContender(ctx context.Context, cfg *Config, c Contender, label string) (
 // runClients runs the contender's clients against srv. In ScenarioChain ch
 // is the chain (srv is its top, A); the outage, the server's clock and the
 // load are then C's, and every call has a key of its own so that each
-// server's records tell its attempts apart.
-func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.Server, tcp bool, ch *chain) (Result, error) {
+// server's records tell its attempts apart. In ScenarioBadReplica replicas
+// are the three replicas (srv is the bad one), which every connection
+// reaches through a resolver of its own; calls have keys there too.
+func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.Server, tcp bool, ch *chain, replicas []*testserver.Server) (Result, error) {
 	down := srv // the server with the outage
 	if ch != nil {
 		down = ch.bottom
@@ -299,9 +317,12 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 			dopts = append(dopts, grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 		}
 		var cc *grpc.ClientConn
-		if tcp {
+		switch {
+		case replicas != nil:
+			cc, err = dialReplicas(replicas, dopts)
+		case tcp:
 			cc, err = srv.DialTCP(dopts...)
-		} else {
+		default:
 			cc, err = srv.Dial(dopts...)
 		}
 		if err != nil {
@@ -363,7 +384,7 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 		down.SetOutageWindow(from, to)
 	}
 
-	log := &callLog{keyed: ch != nil}
+	log := &callLog{keyed: ch != nil || replicas != nil}
 	var calls sync.WaitGroup
 	var clients sync.WaitGroup
 	interval := callInterval(cfg)
@@ -388,7 +409,7 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 				case slow:
 					seq++
 					sc = slowScript(rng, fmt.Sprintf("c%d-%d", i, seq))
-				case ch != nil:
+				case ch != nil, replicas != nil:
 					seq++
 					sc.Key = fmt.Sprintf("c%d-%d", i, seq)
 				case cfg.Scenario == ScenarioFlakyQuiet:
@@ -429,7 +450,41 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 		ch.close()
 		ch.measure(cfg, &r, log.keyedCalls, from, to)
 	}
+	if replicas != nil {
+		r.BadCalls, r.BadRepeats = badMeetings(srv, log.keyedCalls)
+	}
 	return r, nil
+}
+
+// replicaDials numbers the resolvers of ScenarioBadReplica's connections.
+var replicaDials atomic.Int64
+
+// dialReplicas connects to every replica through one connection, whose
+// resolver (one of its own) returns their addresses.
+func dialReplicas(replicas []*testserver.Server, dopts []grpc.DialOption) (*grpc.ClientConn, error) {
+	r := manual.NewBuilderWithScheme(fmt.Sprintf("labreplicas%d", replicaDials.Add(1)))
+	var addrs []resolver.Address
+	for _, s := range replicas {
+		addrs = append(addrs, resolver.Address{Addr: s.Addr()})
+	}
+	r.InitialState(resolver.State{Addresses: addrs})
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(r)}, dopts...)
+	return grpc.NewClient(r.Scheme()+":///replicas", opts...)
+}
+
+// badMeetings counts, from the bad replica's records, the calls that met it
+// and those that met it more than once.
+func badMeetings(bad *testserver.Server, calls []keyedCall) (met, repeats int) {
+	for _, c := range calls {
+		switch n := len(bad.Attempts(c.key)); {
+		case n > 1:
+			repeats++
+			met++
+		case n == 1:
+			met++
+		}
+	}
+	return met, repeats
 }
 
 // workers is the worker server of cfg, at full strength.

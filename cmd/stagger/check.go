@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
@@ -722,8 +723,12 @@ func methodWarnings(cfg *policy.Config, e policy.Entry, m checkMethod, files *pr
 			where, needsIdempotent, strings.Join(displayNames(e.Names), ", ")))
 	}
 	if meth.Hedging != nil {
-		if lb := cfg.LoadBalancingPolicy(); lb == "" || lb == "pick_first" {
-			out = append(out, fmt.Sprintf("%s.hedgingPolicy: the load-balancing policy is pick_first, so every hedge goes to the same backend; use round_robin (or another policy that spreads calls) for hedging to help", where))
+		switch lb := cfg.LoadBalancingPolicy(); lb {
+		case "", "pick_first":
+			out = append(out, fmt.Sprintf("%s.hedgingPolicy: the load-balancing policy is pick_first, so every hedge goes to the same backend; use %s (package balancer/elsewhere: a call's hedges go to distinct backends) or round_robin for hedging to help", where, elsewhere.Name))
+		case elsewhere.Name:
+		default:
+			out = append(out, fmt.Sprintf("%s.hedgingPolicy: the load-balancing policy %s may send two hedges of one call to the same backend; %s over it sends them to distinct ones", where, lb, elsewhere.Name))
 		}
 	}
 	return out

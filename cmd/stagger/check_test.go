@@ -246,6 +246,34 @@ func TestCheckIdempotencyFromProtoRegistry(t *testing.T) {
 	}
 }
 
+// Hedging is spread over backends only by stagger_elsewhere: check says so
+// for round_robin and pick_first, and is quiet with the policy.
+func TestCheckHedgingBackendSpread(t *testing.T) {
+	hedged := `"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}], "hedgingPolicy": {"maxAttempts": 3}}]`
+	for _, tc := range []struct {
+		lb, want string
+	}{
+		{"", "methodConfig[0].hedgingPolicy: the load-balancing policy is pick_first, so every hedge goes to the same backend; use stagger_elsewhere"},
+		{`"loadBalancingConfig": [{"round_robin": {}}],`, "methodConfig[0].hedgingPolicy: the load-balancing policy round_robin may send two hedges of one call to the same backend; stagger_elsewhere over it sends them to distinct ones"},
+		{`"loadBalancingConfig": [{"stagger_elsewhere": {"childPolicy": [{"round_robin": {}}]}}],`, ""},
+	} {
+		file := filepath.Join(t.TempDir(), "p.json")
+		if err := os.WriteFile(file, []byte("{"+tc.lb+hedged+"}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := checkRun(t, file)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.lb, code, errOut)
+		}
+		if tc.want != "" && !strings.Contains(out, tc.want) {
+			t.Errorf("%s: output lacks %q:\n%s", tc.lb, tc.want, out)
+		}
+		if tc.want == "" && strings.Contains(out, "same backend") {
+			t.Errorf("%s: want no warning about backends:\n%s", tc.lb, out)
+		}
+	}
+}
+
 func TestCheckExplainsAmbiguity(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "p.yaml")
 	retry := "    retryPolicy: {maxAttempts: 3, initialBackoff: 0.1s, maxBackoff: 1s, backoffMultiplier: 2, retryableStatusCodes: [UNAVAILABLE]}\n"

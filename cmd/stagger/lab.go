@@ -87,6 +87,11 @@ Scenarios (-scenario, comma-separated to run several one after another):
                reaching C per user call made and returned in the outage
                (27 when nothing coordinates, 3 at best), and the users'
                success once C is back; C's load chart
+  bad-replica  three replicas behind every connection (TCP, 4 clients,
+               400 calls/s for 4 s, 3 attempts), one answering every call
+               UNAVAILABLE; every contender over round_robin but
+               stagger-elsewhere (the stagger_elsewhere policy): the calls
+               that met the bad replica, and more than once (BAD REPEATS)
 
 Each table but chain's (no server of the chain limits its attempts) opens
 with the scenario's ceiling: the success rate an ideal client could reach
@@ -154,10 +159,10 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	d := lab.Config{}.Defaults()
 	scenarios := stringList{string(lab.ScenarioUnavailable)}
 	fs.Var(&scenarios, "scenario", "scenarios to run, comma-separated: "+strings.Join(labScenarioNames(), ", "))
-	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload, flaky-quiet-random: 10s; chain, flaky-quiet: 4s; metastable: 14s)")
+	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload, flaky-quiet-random: 10s; chain, flaky-quiet, bad-replica: 4s; metastable: 14s)")
 	start := fs.Duration("outage-start", d.OutageStart, "when the trigger (outage; overload: half the workers; slowdown) starts (chain: 1s)")
 	end := fs.Duration("outage-end", d.OutageEnd, "when the trigger ends (blip: 3.5s; overload: 6s; chain, slowdown, slowdown-90, metastable: 3s)")
-	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget (flaky-quiet: 1; flaky-quiet-random: 4)")
+	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget (flaky-quiet: 1; flaky-quiet-random, bad-replica: 4)")
 	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server serves with all its workers")
 	workers := fs.Int("workers", d.Workers, "workers of the server (an attempt costs one -workers ÷ -capacity)")
 	queue := fs.Int("queue", 0, "attempts the server lets wait for a worker (0: 5 × -workers; slowdown, slowdown-90, metastable: 0.4 s of work at -capacity)")
@@ -165,14 +170,15 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	perAttempt := fs.Duration("per-attempt-timeout", 0, "per-attempt timeout in slowdown, slowdown-90 and metastable (0: 200ms)")
 	plotDir := fs.String("plot", "", "write one SVG picture per scenario into this directory (DIR/SCENARIO.svg)")
 	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica, slow-replica-stream: 50%; chain: 100; flaky-quiet, flaky-quiet-random: 5 per client; slowdown, metastable: 75%; slowdown-90: 90%)")
-	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5; chain, flaky-quiet, flaky-quiet-random: 3, on every hop)")
+	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5; chain, flaky-quiet, flaky-quiet-random, bad-replica: 3, on every hop)")
 	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call (slowdown, slowdown-90, metastable: 1s)")
 	var contenders stringList
 	fs.Var(&contenders, "contenders", "contenders to run, comma-separated (default: all of the scenario's): "+
 		strings.Join(lab.ContenderNames(), ", ")+labOnly(lab.ScenarioOverload)+
 		"; for slow-replica: "+strings.Join(labNames(lab.HedgingContenders()), ", ")+
 		"; for slow-replica-stream: "+strings.Join(labNames(lab.HedgingStreamContenders()), ", ")+
-		"; for chain: "+strings.Join(labNames(lab.ChainContenders()), ", "))
+		"; for chain: "+strings.Join(labNames(lab.ChainContenders()), ", ")+
+		"; for bad-replica: "+strings.Join(labNames(lab.BadReplicaContenders()), ", "))
 	out := format("table")
 	fs.Var(&out, "format", "output: table, csv or json")
 	if err := parseFlags(fs, args); err != nil {

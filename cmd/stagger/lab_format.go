@@ -71,6 +71,10 @@ type labJSON struct {
 	FirstP50MS  *float64 `json:"first_p50_ms,omitempty"`
 	FirstP99MS  *float64 `json:"first_p99_ms,omitempty"`
 	FirstP999MS *float64 `json:"first_p999_ms,omitempty"`
+	// The bad-replica scenario's records only: lab.Result.BadRepeats (calls
+	// that met the bad replica more than once) and BadCalls (at all).
+	BadRepeats *int `json:"bad_repeats,omitempty"`
+	BadCalls   *int `json:"bad_calls,omitempty"`
 }
 
 // labSecondJSON is one second of a contender's run (lab.Second), with
@@ -158,6 +162,9 @@ func writeLabJSON(w io.Writer, reps []*lab.Report) error {
 				rec.OutageCalls, rec.BottomAttemptsPerCall, rec.MiddleAttemptsPerCall = &r.OutageCalls, &r.BottomAttemptsPerCall, &r.MiddleAttemptsPerCall
 				rec.TopAttemptsPerCall = &r.TopAttemptsPerCall
 			}
+			if rep.Config.Scenario == lab.ScenarioBadReplica {
+				rec.BadRepeats, rec.BadCalls = &r.BadRepeats, &r.BadCalls
+			}
 			if rep.Config.Scenario == lab.ScenarioSlowReplicaStream {
 				rec := &out[len(out)-1]
 				p50, p99, p999 := msFloat(r.FirstP50), msFloat(r.FirstP99), msFloat(r.FirstP999)
@@ -207,6 +214,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	slowdown := c.Scenario == lab.ScenarioSlowdown || c.Scenario == lab.ScenarioSlowdown90
 	metastable := c.Scenario == lab.ScenarioMetastable
 	flaky := c.Scenario == lab.ScenarioFlakyQuiet || c.Scenario == lab.ScenarioFlakyQuietRandom
+	bad := c.Scenario == lab.ScenarioBadReplica
 	server := fmt.Sprintf("%d workers of %v (%v per rejection), queue %d", c.Workers, c.ServiceTime(), c.ServiceTime()/10, c.Queue)
 	switch {
 	case stream:
@@ -235,6 +243,10 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		}
 		fmt.Fprintf(w, "scenario %s: no capacity limit, %s; %.0f calls/s from %d clients per contender for %v, %d attempts, backoff %v doubling, call deadline %v\n",
 			c.Scenario, what, c.Rate, c.Clients, c.Duration, c.MaxAttempts, c.Backoff.Initial, c.CallTimeout)
+	case bad:
+		fmt.Fprintf(w, "scenario %s: three replicas behind every connection, the first answers every attempt UNAVAILABLE; %.0f calls/s from %d clients per contender for %v, %d attempts, call deadline %v\n",
+			c.Scenario, c.Rate, c.Clients, c.Duration, c.MaxAttempts, c.CallTimeout)
+		fmt.Fprintln(w, "MET BAD: calls that met the bad replica; BAD REPEATS: those that met it more than once (its own records)")
 	case chain:
 		n := c.MaxAttempts
 		fmt.Fprintf(w, "scenario %s: users → A → B → C, %d attempts on every hop, C answers UNAVAILABLE in [%v, %v) of %v; %.0f calls/s from %d clients per contender, call deadline %v\n",
@@ -290,6 +302,9 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 				ms(r.P50), ms(r.P99), ms(r.FailP50), ms(r.FailP99),
 				strconv.Itoa(r.PeakInFlight), strconv.Itoa(r.PeakWaiting), strconv.Itoa(r.PeakGoroutines),
 				bar(r.AttemptsPerCall, maxPer, 16)}
+		case bad:
+			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), pct(r.SuccessRate), strconv.Itoa(r.BadCalls), strconv.Itoa(r.BadRepeats),
+				ms(r.P50), ms(r.P99), ms(r.FailP50), ms(r.FailP99), bar(r.AttemptsPerCall, maxPer, 16)}
 		case chain:
 			rows[i] = []string{r.Contender, fmtFloat(r.BottomAttemptsPerCall, 2), fmtFloat(r.MiddleAttemptsPerCall, 2),
 				fmtFloat(r.TopAttemptsPerCall, 2), strconv.Itoa(r.OutageCalls), pct(r.SuccessAfter),
@@ -309,6 +324,8 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	case flaky:
 		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "GOODPUT", "P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)",
 			"PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "ATTEMPTS PER CALL"}
+	case bad:
+		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "MET BAD", "BAD REPEATS", "P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)", "ATTEMPTS PER CALL"}
 	case chain:
 		header = []string{"CONTENDER", "AT C/CALL", "AT B/CALL", "AT A/CALL", "OUTAGE CALLS", "SUCCESS AFTER", "SUCCESS",
 			"P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)", "PEAK IN FLIGHT", "PEAK GOROUTINES", "ATTEMPTS AT C PER CALL"}
@@ -321,7 +338,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	if err := writeTable(w, header, rows); err != nil {
 		return err
 	}
-	if slow {
+	if slow || bad {
 		fmt.Fprintf(w, "wall time %s\n\n", labSeconds(rep.Wall))
 		return nil
 	}

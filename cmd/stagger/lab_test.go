@@ -337,6 +337,34 @@ func TestLabSlowReplicaStream(t *testing.T) {
 	}
 }
 
+// TestLabBadReplica runs the bad replica small, in real time: its table
+// names the replicas' figures, and its JSON records carry bad_repeats (0
+// for stagger-elsewhere); the other scenarios' records do not.
+func TestLabBadReplica(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	args := []string{"-scenario", "bad-replica", "-duration", "1s", "-rate", "100", "-contenders", "stagger,stagger-elsewhere"}
+	code, stdout, stderr := runLabArgs(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"scenario bad-replica: three replicas", "MET BAD", "BAD REPEATS", "stagger_elsewhere over round_robin"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	for _, rec := range labJSONRecords(t, args, 2) {
+		if _, ok := rec["bad_repeats"].(float64); !ok {
+			t.Errorf("record of %v: bad_repeats = %v, want a count", rec["contender"], rec["bad_repeats"])
+		}
+		if rec["contender"] == "stagger-elsewhere" && (rec["bad_repeats"] != 0.0 || rec["success_rate"] != 1.0) {
+			t.Errorf("stagger-elsewhere: bad_repeats %v, success %v; want 0 and 1", rec["bad_repeats"], rec["success_rate"])
+		}
+	}
+	if _, ok := labJSONRecords(t, tinyLab, 2)[0]["bad_repeats"]; ok {
+		t.Error("json record of unavailable has bad_repeats")
+	}
+}
+
 // TestLabMetastablePlot runs metastable short, in real time, with -plot:
 // it writes DIR/metastable.svg, an SVG document whose texts name every
 // contender's two series, the server's capacity and the trigger.
