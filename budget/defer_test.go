@@ -71,7 +71,9 @@ func poll(t *testing.T, w *Waiter, want Admission) time.Time {
 
 func TestGateProbesWhenQuiet(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	// Retries are known not to heal: first attempts' failures are
+	// evidence too (see TestGateProbesUntilRetriesAreKnown).
+	g := retriesFail(newGate(t, &switchBudget{}, DeferSettings{}, clk))
 	const pause = 100 * time.Millisecond
 	w, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
@@ -369,4 +371,21 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 	if next := poll(t, w, AdmitNone); !next.Equal(want) {
 		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), want.Sub(clk.Now()))
 	}
+}
+
+// Until the process knows whether retries heal, new calls' first attempts
+// failing do not hold a probe back: only a retry can tell.
+func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	const pause = 100 * time.Millisecond
+	w, err := g.Enter(retry2, pause, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	clk.advance(60 * time.Millisecond)
+	g.Record(Attempt{Number: 1, Outcome: Failure})
+	clk.advance(40 * time.Millisecond)
+	poll(t, w, AdmitProbe)
 }

@@ -31,7 +31,9 @@ import (
 //     rules below.
 //  1. Probe. While failing or in an outage, one deferred retry at a time
 //     goes, when nothing reached the server for the quiet time: the longer
-//     of the retry's own pause and the probe gap. The gap starts at the
+//     of the retry's own pause and the probe gap (until two retries were
+//     recorded, only retries count as reaching it: first attempts that fail
+//     say nothing of whether a retry heals). The gap starts at the
 //     first waiting retry's pause, doubles with every attempt that fails,
 //     the new calls' first attempts included (up to QuietGapMax; a probe
 //     that fails doubles it up to ProbeGapMax, and to no less than its own

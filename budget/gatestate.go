@@ -42,8 +42,10 @@ type gateState struct {
 	// streak counts the failures since the last success.
 	streak int
 	// lastReached is when an attempt last reached the server (or a retry
-	// was refused after its attempt ended).
+	// was refused after its attempt ended); lastRetry when a retry last
+	// did (rule 0's evidence).
 	lastReached time.Time
+	lastRetry   time.Time
 	// probesOut: deferred retries out as probes or last chances (rules 1
 	// and 2: at most one at a time), sent at probeAt with pause probePause;
 	// the slot is free again at probeUntil if it never reports (rule 6).
@@ -94,6 +96,7 @@ func (s *gateState) learn(now time.Time, a Attempt) {
 		s.overloadUntil = now.Add(overloadHold)
 	}
 	if a.Number > 1 && !a.Hedge && (a.Outcome == Success || a.Outcome == Failure) {
+		s.lastRetry = now
 		s.healBits <<= 1
 		if a.Outcome == Success {
 			s.healBits |= 1
@@ -243,13 +246,20 @@ func (s *gateState) candidate(now time.Time, w waiterView) (Admission, time.Time
 	if s.probesOut > 0 {
 		return AdmitNone, s.probeUntil
 	}
+	// Until the process knows whether retries heal (rule 0), first
+	// attempts that fail say nothing about it: only retries' own outcomes
+	// hold a probe back.
+	reached := s.lastReached
+	if s.healN < healMinSamples {
+		reached = s.lastRetry
+	}
 	var due time.Time
 	how := AdmitNone
 	if !w.last || w.deadline.IsZero() {
-		due, how = s.lastReached.Add(max(w.pause, s.probeGap)), AdmitProbe
+		due, how = reached.Add(max(w.pause, s.probeGap)), AdmitProbe
 	}
 	if !w.deadline.IsZero() {
-		last := later(w.deadline.Add(-s.lead()), s.probeFailed.Add(s.lastGap), s.lastReached.Add(w.pause))
+		last := later(w.deadline.Add(-s.lead()), s.probeFailed.Add(s.lastGap), reached.Add(w.pause))
 		if how == AdmitNone || last.Before(due) {
 			due, how = last, AdmitLast
 		}
