@@ -53,6 +53,7 @@ type config struct {
 	capacity          Capacity
 	workers           Workers
 	failureRate       float64
+	resets            bool
 	seed              int64
 	bufSize           int
 	relay             testingv1.TestServiceClient
@@ -134,6 +135,11 @@ func WithWorkers(w Workers) Option {
 // probability p (clamped to [0, 1]), drawn from a source seeded with seed.
 func WithFailureRate(p float64, seed int64) Option {
 	return func(cfg *config) { cfg.failureRate, cfg.seed = p, seed }
+}
+
+// WithResets starts the server in the reset mode (see SetResets).
+func WithResets(on bool) Option {
+	return func(cfg *config) { cfg.resets = on }
 }
 
 // WithBufferSize sets the bufconn buffer size in bytes (default 1 MiB).

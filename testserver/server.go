@@ -55,6 +55,7 @@ type Server struct {
 	window               int64
 	windowCount          int
 	failureRate          float64
+	resets               bool
 	rng                  *rand.Rand
 	workers              workerPool
 }
@@ -83,6 +84,7 @@ func New(opts ...Option) *Server {
 		outageTo:          cfg.outageTo,
 		capacity:          cfg.capacity,
 		failureRate:       clamp01(cfg.failureRate),
+		resets:            cfg.resets,
 		rng:               rand.New(rand.NewSource(cfg.seed)),
 	}
 	s.start = s.clock.Now()
