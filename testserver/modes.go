@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -56,6 +57,27 @@ func (s *Server) SetResets(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.resets = on
+}
+
+// SetDelayFactor makes every scripted delay (Script.delay and
+// attempt_delays) of the attempts that arrive from now on f times as long:
+// a slow replica among replicas that all get the same scripts. 0, a
+// negative f, NaN and +Inf mean 1 (no change).
+func (s *Server) SetDelayFactor(f float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delayFactor = f
+}
+
+// scaled returns d times the delay factor.
+func (s *Server) scaled(d time.Duration) time.Duration {
+	s.mu.Lock()
+	f := s.delayFactor
+	s.mu.Unlock()
+	if !(f > 0) || math.IsInf(f, 1) || f == 1 {
+		return d
+	}
+	return time.Duration(float64(d) * f)
 }
 
 // resetting reports whether the reset mode is on.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand"
 	"net"
 	"slices"
@@ -359,6 +360,35 @@ func TestResetsMode(t *testing.T) {
 		s.SetResets(false)
 		if got, _ := get(t, client, t.Name()+"-after"); got != codes.OK {
 			t.Errorf("after SetResets(false): got %v, want OK", got)
+		}
+	})
+}
+
+// A delay factor makes the scripted delays that many times as long; 1 and
+// meaningless factors change nothing.
+func TestDelayFactor(t *testing.T) {
+	forEachTransport(t, []testserver.Option{testserver.WithDelayFactor(5)}, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
+		client := testingv1.NewTestServiceClient(cc)
+		took := func(i int, sc *testingv1.Script) time.Duration {
+			sc.Key = fmt.Sprintf("%s-%d", t.Name(), i)
+			begin := time.Now()
+			if _, err := client.Get(callCtx(t), &testingv1.GetRequest{Script: sc}); err != nil {
+				t.Fatal(err)
+			}
+			return time.Since(begin)
+		}
+		const d = 20 * time.Millisecond
+		if got := took(0, &testingv1.Script{Delay: durationpb.New(d)}); got < 5*d {
+			t.Errorf("delay %v with factor 5 took %v, want at least %v", d, got, 5*d)
+		}
+		if got := took(1, &testingv1.Script{AttemptDelays: []*durationpb.Duration{durationpb.New(d)}}); got < 5*d {
+			t.Errorf("attempt delay %v with factor 5 took %v, want at least %v", d, got, 5*d)
+		}
+		for _, f := range []float64{1, 0, -2, math.NaN(), math.Inf(1)} {
+			s.SetDelayFactor(f)
+			if got := took(2, &testingv1.Script{Delay: durationpb.New(d)}); got >= 5*d {
+				t.Errorf("factor %v: delay %v took %v, want less than %v", f, d, got, 5*d)
+			}
 		}
 	})
 }

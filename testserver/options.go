@@ -54,6 +54,7 @@ type config struct {
 	workers           Workers
 	failureRate       float64
 	resets            bool
+	delayFactor       float64
 	seed              int64
 	bufSize           int
 	relay             testingv1.TestServiceClient
@@ -140,6 +141,11 @@ func WithFailureRate(p float64, seed int64) Option {
 // WithResets starts the server in the reset mode (see SetResets).
 func WithResets(on bool) Option {
 	return func(cfg *config) { cfg.resets = on }
+}
+
+// WithDelayFactor starts the server with a delay factor (see SetDelayFactor).
+func WithDelayFactor(f float64) Option {
+	return func(cfg *config) { cfg.delayFactor = f }
 }
 
 // WithBufferSize sets the bufconn buffer size in bytes (default 1 MiB).

@@ -56,6 +56,7 @@ type Server struct {
 	windowCount          int
 	failureRate          float64
 	resets               bool
+	delayFactor          float64
 	rng                  *rand.Rand
 	workers              workerPool
 }
@@ -85,6 +86,7 @@ func New(opts ...Option) *Server {
 		capacity:          cfg.capacity,
 		failureRate:       clamp01(cfg.failureRate),
 		resets:            cfg.resets,
+		delayFactor:       cfg.delayFactor,
 		rng:               rand.New(rand.NewSource(cfg.seed)),
 	}
 	s.start = s.clock.Now()

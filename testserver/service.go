@@ -94,7 +94,7 @@ func (s *Server) begin(tr transport, method string, sc *testingv1.Script, at tim
 		}
 		a.headers = true
 	}
-	if err := s.clock.Sleep(tr.ctx, delayFor(sc, a.number())); err != nil {
+	if err := s.clock.Sleep(tr.ctx, s.scaled(delayFor(sc, a.number()))); err != nil {
 		return nil, a.broken(tr.ctx, err)
 	}
 	return a, nil
