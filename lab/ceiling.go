@@ -27,7 +27,7 @@ import (
 func Ceiling(cfg Config) float64 {
 	cfg = cfg.Defaults()
 	switch {
-	case cfg.Scenario == ScenarioSlowReplica || cfg.Scenario == ScenarioSlowReplicaStream, cfg.Scenario == ScenarioBadReplica:
+	case cfg.Scenario == ScenarioSlowReplica || cfg.Scenario == ScenarioSlowReplicaStream, cfg.Scenario.replicated():
 		return 1
 	case cfg.Scenario == ScenarioFlakyQuiet:
 		if cfg.MaxAttempts > FlakyFailAttempts {

@@ -358,6 +358,35 @@ func BadReplicaContenders() []Contender {
 	}
 }
 
+// SlowReplica3Contenders lists the contenders of ScenarioSlowReplica3:
+// stagger hedging (3 attempts, SlowHedgeDelay apart, a default budget per
+// client, as stagger-hedge of HedgingContenders) over round_robin, the same
+// over the stagger_elsewhere policy (stagger-elsewhere), whose hedges go to
+// replicas the call has not used, and no-retry over round_robin.
+func SlowReplica3Contenders() []Contender {
+	var hedge Contender
+	for _, c := range HedgingContenders() {
+		if c.Name == "stagger-hedge" {
+			hedge = c
+		}
+	}
+	balanced := func(c Contender, name, sc, how string) Contender {
+		dial, gets := c.dialOptions, c.Gets
+		c.Name = name
+		c.dialOptions = func(cfg *Config) ([]grpc.DialOption, error) {
+			opts, err := dial(cfg)
+			return append(opts, grpc.WithDefaultServiceConfig(sc)), err
+		}
+		c.Gets = func(cfg Config) string { return gets(cfg) + "; " + how }
+		return c
+	}
+	return []Contender{
+		balanced(hedge, "stagger", roundRobin, "round_robin"),
+		balanced(hedge, "stagger-elsewhere", elsewhere.ServiceConfig, "stagger_elsewhere over round_robin"),
+		balanced(noRetry(), "no-retry", roundRobin, "round_robin"),
+	}
+}
+
 func contenderIn(cs []Contender, name string) (Contender, bool) {
 	for _, c := range cs {
 		if c.Name == name {
@@ -392,7 +421,8 @@ func namesOf(cs []Contender) []string {
 // shows them: HedgingContenders for ScenarioSlowReplica,
 // HedgingStreamContenders for ScenarioSlowReplicaStream,
 // OverloadContenders for ScenarioOverload, ChainContenders for
-// ScenarioChain, BadReplicaContenders for ScenarioBadReplica, Contenders and stagger-hedge-timeout (stagger with
+// ScenarioChain, BadReplicaContenders for ScenarioBadReplica,
+// SlowReplica3Contenders for ScenarioSlowReplica3, Contenders and stagger-hedge-timeout (stagger with
 // hedgeOnPerTryTimeout) for the scenarios with per-attempt timeouts
 // (slowdown, slowdown-90, metastable), Contenders for the others.
 func ContendersFor(s Scenario) []Contender { return contendersFor(s) }
@@ -409,6 +439,8 @@ func contendersFor(s Scenario) []Contender {
 		return ChainContenders()
 	case ScenarioBadReplica:
 		return BadReplicaContenders()
+	case ScenarioSlowReplica3:
+		return SlowReplica3Contenders()
 	}
 	if s.timeouts() {
 		return append(Contenders(), hedgeOnTimeoutContender())

@@ -46,7 +46,7 @@ func TestLabFigures(t *testing.T) {
 	if scenarios == nil {
 		for _, s := range Scenarios() {
 			// Loopback TCP cannot run in a synctest bubble.
-			if s != ScenarioRefused && s != ScenarioRefusedWait && s != ScenarioBadReplica {
+			if s != ScenarioRefused && s != ScenarioRefusedWait && !s.replicated() {
 				scenarios = append(scenarios, s)
 			}
 		}

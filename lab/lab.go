@@ -89,6 +89,17 @@ const (
 	// Result.BadRepeats counts the calls that met the bad replica more than
 	// once, from its records.
 	ScenarioBadReplica Scenario = "bad-replica"
+	// ScenarioSlowReplica3: three replicas over loopback TCP behind every
+	// client connection, as in ScenarioBadReplica, of which the first is
+	// slow: each attempt takes SlowBase on the others and SlowFactor times
+	// as long on it, every attempt (testserver.SetDelayFactor); no
+	// trigger, no capacity limit; 4 clients, 250 calls/s in all, 4 s.
+	// The contenders (SlowReplica3Contenders) hedge with 3 attempts
+	// SlowHedgeDelay apart over round_robin (stagger) and over the
+	// stagger_elsewhere policy (stagger-elsewhere), beside no-retry.
+	// Result.HedgeRepeats counts the calls that sent a hedge to the replica
+	// their first attempt went to, from the replicas' records.
+	ScenarioSlowReplica3 Scenario = "slow-replica-3"
 )
 
 // FlakyFailAttempts is how many attempts of every call fail in
@@ -98,7 +109,8 @@ const FlakyFailAttempts = 2
 // Scenarios lists every scenario, in the order the CLI shows them.
 func Scenarios() []Scenario {
 	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioOverload, ScenarioChain,
-		ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable, ScenarioBadReplica}
+		ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable, ScenarioBadReplica,
+		ScenarioSlowReplica3}
 }
 
 // HasTrigger reports whether scenario s has a trigger, from OutageStart to
@@ -107,7 +119,7 @@ func Scenarios() []Scenario {
 // the flaky servers and the bad replica have none.
 func (s Scenario) HasTrigger() bool {
 	switch s {
-	case ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioBadReplica:
+	case ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioBadReplica, ScenarioSlowReplica3:
 		return false
 	}
 	return true
@@ -123,6 +135,10 @@ func (s Scenario) slowed() bool { return s == ScenarioSlowdown || s == ScenarioS
 
 // timeouts reports whether s gives the contenders per-attempt timeouts.
 func (s Scenario) timeouts() bool { return s.slowed() || s == ScenarioMetastable }
+
+// replicated reports whether s runs three replicas behind every client
+// connection.
+func (s Scenario) replicated() bool { return s == ScenarioBadReplica || s == ScenarioSlowReplica3 }
 
 // flaky reports whether s is one of the flaky-server scenarios.
 func (s Scenario) flaky() bool { return s == ScenarioFlakyQuiet || s == ScenarioFlakyQuietRandom }
@@ -156,7 +172,8 @@ type Config struct {
 	Scenario Scenario
 	// Duration is how long calls are offered; default 8s (10s in
 	// ScenarioOverload and ScenarioFlakyQuietRandom, 4s in ScenarioChain
-	// and ScenarioFlakyQuiet and ScenarioBadReplica, 14s in
+	// and ScenarioFlakyQuiet and the replicated scenarios (ScenarioBadReplica,
+	// ScenarioSlowReplica3), 14s in
 	// ScenarioMetastable).
 	Duration time.Duration
 	// OutageStart and OutageEnd bound the trigger, counted from the start
@@ -171,7 +188,7 @@ type Config struct {
 	// Clients is the number of client connections per contender, each a
 	// simulated process with its own budget; default 50 (1 in
 	// ScenarioFlakyQuiet, 4 in ScenarioFlakyQuietRandom and
-	// ScenarioBadReplica).
+	// ScenarioBadReplica and ScenarioSlowReplica3).
 	Clients int
 	// Capacity is the attempts per second the worker server serves with
 	// all its workers, so that a worker spends ServiceTime, Workers ÷
@@ -218,7 +235,7 @@ type Config struct {
 	// MaxAttempts is every contender's attempt limit, the first attempt
 	// included; default 5 (gRFC A6's cap, which grpc-go applies), 3 in
 	// ScenarioChain, on every layer, in the flaky scenarios and in
-	// ScenarioBadReplica.
+	// ScenarioBadReplica and ScenarioSlowReplica3.
 	MaxAttempts int
 	// Backoff is the pause schedule the contenders share (see the package
 	// comment for what each makes of it); default Initial 50ms, Max 1s,
@@ -245,7 +262,7 @@ func (c Config) Defaults() Config {
 		switch c.Scenario {
 		case ScenarioOverload:
 			c.Duration = 10 * time.Second
-		case ScenarioChain, ScenarioFlakyQuiet, ScenarioBadReplica:
+		case ScenarioChain, ScenarioFlakyQuiet, ScenarioBadReplica, ScenarioSlowReplica3:
 			c.Duration = 4 * time.Second
 		case ScenarioFlakyQuietRandom:
 			c.Duration = 10 * time.Second
@@ -271,7 +288,7 @@ func (c Config) Defaults() Config {
 		switch c.Scenario {
 		case ScenarioFlakyQuiet:
 			c.Clients = 1
-		case ScenarioFlakyQuietRandom, ScenarioBadReplica:
+		case ScenarioFlakyQuietRandom, ScenarioBadReplica, ScenarioSlowReplica3:
 			c.Clients = 4
 		}
 	}
@@ -307,7 +324,7 @@ func (c Config) Defaults() Config {
 	}
 	if c.Rate == 0 {
 		switch c.Scenario {
-		case ScenarioSlowReplica, ScenarioSlowReplicaStream:
+		case ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioSlowReplica3:
 			// Room for the hedges: a rejected hedge would end its call.
 			c.Rate = 0.5 * float64(c.Capacity)
 		case ScenarioBlip:
@@ -326,7 +343,7 @@ func (c Config) Defaults() Config {
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
-		if c.Scenario == ScenarioChain || c.Scenario.flaky() || c.Scenario == ScenarioBadReplica {
+		if c.Scenario == ScenarioChain || c.Scenario.flaky() || c.Scenario.replicated() {
 			c.MaxAttempts = 3
 		}
 	}
@@ -562,6 +579,12 @@ type Result struct {
 	// each call's attempts, by the call's key); BadCalls those that met it
 	// at all.
 	BadRepeats, BadCalls int
+	// HedgeRepeats, in ScenarioSlowReplica3 only (0 in the others), is the
+	// calls that sent a later attempt (a hedge) to the replica their first
+	// attempt went to, from the replicas' records of each call's attempts
+	// (the first is the one that arrived first); every replica is READY
+	// throughout, so another one always was.
+	HedgeRepeats int
 	// FirstP50, FirstP99 and FirstP999, in ScenarioSlowReplicaStream only
 	// (zero in the others), are percentiles of the time from a successful
 	// call's start to its first message.

@@ -247,11 +247,14 @@ func runContender(ctx context.Context, cfg *Config, c Contender, label string) (
 	var ch *chain
 	var replicas []*testserver.Server
 	switch {
-	case cfg.Scenario == ScenarioBadReplica:
-		// The first replica is the bad one (srv): the servers' load and
-		// stats are its.
+	case cfg.Scenario.replicated():
+		// The first replica is the bad one (srv), or the slow one: the
+		// servers' load and stats are its.
 		for i := range 3 {
-			opts := []testserver.Option{testserver.WithArrivalBucket(Bin), testserver.WithTCP(), testserver.WithOutage(i == 0)}
+			opts := []testserver.Option{testserver.WithArrivalBucket(Bin), testserver.WithTCP(), testserver.WithOutage(i == 0 && cfg.Scenario == ScenarioBadReplica)}
+			if i == 0 && cfg.Scenario == ScenarioSlowReplica3 {
+				opts = append(opts, testserver.WithDelayFactor(SlowFactor))
+			}
 			r := testserver.New(opts...)
 			defer r.Close()
 			replicas = append(replicas, r)
@@ -412,6 +415,10 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 				case ch != nil, replicas != nil:
 					seq++
 					sc.Key = fmt.Sprintf("c%d-%d", i, seq)
+					if cfg.Scenario == ScenarioSlowReplica3 {
+						// SlowFactor times as long on the slow replica.
+						sc.Delay = durationpb.New(SlowBase)
+					}
 				case cfg.Scenario == ScenarioFlakyQuiet:
 					// The key makes the server count the call's attempts.
 					seq++
@@ -450,8 +457,11 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 		ch.close()
 		ch.measure(cfg, &r, log.keyedCalls, from, to)
 	}
-	if replicas != nil {
+	switch cfg.Scenario {
+	case ScenarioBadReplica:
 		r.BadCalls, r.BadRepeats = badMeetings(srv, log.keyedCalls)
+	case ScenarioSlowReplica3:
+		r.HedgeRepeats = hedgeRepeats(ctx, replicas, log.keyedCalls)
 	}
 	return r, nil
 }
@@ -485,6 +495,41 @@ func badMeetings(bad *testserver.Server, calls []keyedCall) (met, repeats int) {
 		}
 	}
 	return met, repeats
+}
+
+// hedgeRepeats counts, from the replicas' records, the calls that sent a
+// later attempt to the replica their first attempt (the earliest to
+// arrive) went to. It waits up to a second for attempts still running (a
+// losing hedge ends as its replica hears of the cancel), so that each
+// call's records are whole.
+func hedgeRepeats(ctx context.Context, replicas []*testserver.Server, calls []keyedCall) int {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	allDone := func(recs []testserver.AttemptRecord) bool {
+		for _, a := range recs {
+			if !a.Done {
+				return false
+			}
+		}
+		return true
+	}
+	repeats := 0
+	for _, c := range calls {
+		first, firstAt, count := -1, time.Time{}, make([]int, len(replicas))
+		for i, s := range replicas {
+			recs, _ := s.Await(ctx, c.key, allDone)
+			count[i] = len(recs)
+			for _, a := range recs {
+				if first < 0 || a.Arrived.Before(firstAt) {
+					first, firstAt = i, a.Arrived
+				}
+			}
+		}
+		if first >= 0 && count[first] > 1 {
+			repeats++
+		}
+	}
+	return repeats
 }
 
 // workers is the worker server of cfg, at full strength.

@@ -69,7 +69,13 @@
 // once and at most PerSecond per one-second window (fixed windows counted from
 // New), rejecting the rest with RESOURCE_EXHAUSTED and an optional pushback
 // trailer; a failure rate (WithFailureRate, SetFailureRate) fails attempts with
-// UNAVAILABLE, drawn from a seeded source; Workers (WithWorkers, SetWorkers) make
+// UNAVAILABLE, drawn from a seeded source; the reset mode (WithResets,
+// SetResets) drops the connection of every unary or ListItems attempt its
+// script would answer with success, after it ran, as reset_attempts does
+// (step 5) but whatever the key: a replica that resets every attempt it
+// receives; a delay factor (WithDelayFactor, SetDelayFactor) makes every
+// scripted delay (step 3) that many times as long: a slow replica among
+// replicas that get the same scripts; Workers (WithWorkers, SetWorkers) make
 // the server pay for its work: Count workers take the attempts in arrival order
 // from a FIFO queue of at most Queue, each spending Service on an attempt it
 // serves and a tenth of it on one it rejects (queue full: RESOURCE_EXHAUSTED) or

@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -40,6 +41,50 @@ func (s *Server) SetFailureRate(p float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failureRate = clamp01(p)
+}
+
+// SetResets starts (true) or ends (false) the reset mode: while it lasts,
+// every attempt of a unary method or ListItems that its script would answer
+// with success runs to completion (it counts in Executions and is recorded
+// with Reset) and then, instead of answering, the server drops the attempt's
+// connection, as Script.reset_attempts does for one key's first attempts: a
+// TCP reset on TCP, a closed bufconn. ListItems sends at most
+// messages_before_failure messages first. It makes a replica that resets
+// every attempt it receives, whatever its key; Upload and Chat are not
+// affected. Attempts a server-wide mode rejects, or the script fails, end as
+// they would without it.
+func (s *Server) SetResets(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resets = on
+}
+
+// SetDelayFactor makes every scripted delay (Script.delay and
+// attempt_delays) of the attempts that arrive from now on f times as long:
+// a slow replica among replicas that all get the same scripts. 0, a
+// negative f, NaN and +Inf mean 1 (no change).
+func (s *Server) SetDelayFactor(f float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delayFactor = f
+}
+
+// scaled returns d times the delay factor.
+func (s *Server) scaled(d time.Duration) time.Duration {
+	s.mu.Lock()
+	f := s.delayFactor
+	s.mu.Unlock()
+	if !(f > 0) || math.IsInf(f, 1) || f == 1 {
+		return d
+	}
+	return time.Duration(float64(d) * f)
+}
+
+// resetting reports whether the reset mode is on.
+func (s *Server) resetting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resets
 }
 
 // rejection is a server-wide refusal: the status, and the pushback to send.

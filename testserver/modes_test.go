@@ -3,6 +3,8 @@ package testserver_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"math/rand"
 	"net"
 	"slices"
@@ -316,4 +318,77 @@ func TestResumeWithoutTCP(t *testing.T) {
 	if _, err := s.StartTCP(); err == nil {
 		t.Error("StartTCP after Close: no error")
 	}
+}
+
+// The reset mode drops the connection of every attempt it would have answered,
+// whatever its key, after the attempt ran; scripted failures still fail.
+func TestResetsMode(t *testing.T) {
+	forEachTransport(t, []testserver.Option{testserver.WithResets(true)}, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
+		client := testingv1.NewTestServiceClient(cc)
+		for i := range 2 {
+			key := fmt.Sprintf("%s-%d", t.Name(), i)
+			if got, _ := get(t, client, key); got != codes.Unavailable {
+				t.Errorf("call %d in the reset mode: got %v, want UNAVAILABLE", i, got)
+			}
+			if recs := s.Attempts(key); len(recs) != 1 || !recs[0].Reset || recs[0].Code != codes.OK {
+				t.Errorf("call %d: records %+v, want one Reset attempt", i, recs)
+			}
+		}
+		_, err := client.Get(callCtx(t), &testingv1.GetRequest{Script: &testingv1.Script{Key: t.Name() + "-fail", FailAttempts: 1}})
+		if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "scripted failure") {
+			t.Errorf("scripted failure in the reset mode: got %v", err)
+		}
+		st, err := client.ListItems(callCtx(t), &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: t.Name() + "-list", ResponseCount: 5, MessagesBeforeFailure: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for err == nil {
+			if _, err = st.Recv(); err == nil {
+				got++
+			}
+		}
+		if status.Code(err) != codes.Unavailable || got > 2 {
+			t.Errorf("ListItems in the reset mode: %d messages then %v, want at most 2 then UNAVAILABLE", got, err)
+		}
+		if recs := s.Attempts(t.Name() + "-list"); len(recs) != 1 || !recs[0].Reset {
+			t.Errorf("ListItems records %+v, want one Reset attempt", recs)
+		}
+		if got := s.Executions(testingv1.TestService_Get_FullMethodName); got != 2 {
+			t.Errorf("Executions(Get) = %d, want 2", got)
+		}
+		s.SetResets(false)
+		if got, _ := get(t, client, t.Name()+"-after"); got != codes.OK {
+			t.Errorf("after SetResets(false): got %v, want OK", got)
+		}
+	})
+}
+
+// A delay factor makes the scripted delays that many times as long; 1 and
+// meaningless factors change nothing.
+func TestDelayFactor(t *testing.T) {
+	forEachTransport(t, []testserver.Option{testserver.WithDelayFactor(5)}, func(t *testing.T, s *testserver.Server, cc *grpc.ClientConn) {
+		client := testingv1.NewTestServiceClient(cc)
+		took := func(i int, sc *testingv1.Script) time.Duration {
+			sc.Key = fmt.Sprintf("%s-%d", t.Name(), i)
+			begin := time.Now()
+			if _, err := client.Get(callCtx(t), &testingv1.GetRequest{Script: sc}); err != nil {
+				t.Fatal(err)
+			}
+			return time.Since(begin)
+		}
+		const d = 20 * time.Millisecond
+		if got := took(0, &testingv1.Script{Delay: durationpb.New(d)}); got < 5*d {
+			t.Errorf("delay %v with factor 5 took %v, want at least %v", d, got, 5*d)
+		}
+		if got := took(1, &testingv1.Script{AttemptDelays: []*durationpb.Duration{durationpb.New(d)}}); got < 5*d {
+			t.Errorf("attempt delay %v with factor 5 took %v, want at least %v", d, got, 5*d)
+		}
+		for _, f := range []float64{1, 0, -2, math.NaN(), math.Inf(1)} {
+			s.SetDelayFactor(f)
+			if got := took(2, &testingv1.Script{Delay: durationpb.New(d)}); got >= 5*d {
+				t.Errorf("factor %v: delay %v took %v, want less than %v", f, d, got, 5*d)
+			}
+		}
+	})
 }

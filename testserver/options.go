@@ -53,6 +53,8 @@ type config struct {
 	capacity          Capacity
 	workers           Workers
 	failureRate       float64
+	resets            bool
+	delayFactor       float64
 	seed              int64
 	bufSize           int
 	relay             testingv1.TestServiceClient
@@ -134,6 +136,16 @@ func WithWorkers(w Workers) Option {
 // probability p (clamped to [0, 1]), drawn from a source seeded with seed.
 func WithFailureRate(p float64, seed int64) Option {
 	return func(cfg *config) { cfg.failureRate, cfg.seed = p, seed }
+}
+
+// WithResets starts the server in the reset mode (see SetResets).
+func WithResets(on bool) Option {
+	return func(cfg *config) { cfg.resets = on }
+}
+
+// WithDelayFactor starts the server with a delay factor (see SetDelayFactor).
+func WithDelayFactor(f float64) Option {
+	return func(cfg *config) { cfg.delayFactor = f }
 }
 
 // WithBufferSize sets the bufconn buffer size in bytes (default 1 MiB).

@@ -55,6 +55,8 @@ type Server struct {
 	window               int64
 	windowCount          int
 	failureRate          float64
+	resets               bool
+	delayFactor          float64
 	rng                  *rand.Rand
 	workers              workerPool
 }
@@ -83,6 +85,8 @@ func New(opts ...Option) *Server {
 		outageTo:          cfg.outageTo,
 		capacity:          cfg.capacity,
 		failureRate:       clamp01(cfg.failureRate),
+		resets:            cfg.resets,
+		delayFactor:       cfg.delayFactor,
 		rng:               rand.New(rand.NewSource(cfg.seed)),
 	}
 	s.start = s.clock.Now()

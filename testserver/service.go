@@ -94,7 +94,7 @@ func (s *Server) begin(tr transport, method string, sc *testingv1.Script, at tim
 		}
 		a.headers = true
 	}
-	if err := s.clock.Sleep(tr.ctx, delayFor(sc, a.number())); err != nil {
+	if err := s.clock.Sleep(tr.ctx, s.scaled(delayFor(sc, a.number()))); err != nil {
 		return nil, a.broken(tr.ctx, err)
 	}
 	return a, nil
@@ -171,14 +171,14 @@ func (s *Server) unary(ctx context.Context, method string, sc *testingv1.Script)
 		return nil, a.fail(tr, sc)
 	}
 	r := a.reply(sc, 0)
-	if a.number() <= int(sc.GetFailAttempts())+int(sc.GetResetAttempts()) {
+	if a.number() <= int(sc.GetFailAttempts())+int(sc.GetResetAttempts()) || s.resetting() {
 		// The work is done; the reply never leaves.
 		a.reset = true
 		a.end(codes.OK, endServed)
 		if s.conns.drop(ctx) {
 			<-ctx.Done()
 		}
-		return nil, status.Error(codes.Unavailable, "testserver: connection dropped after the call ran (reset_attempts)")
+		return nil, status.Error(codes.Unavailable, "testserver: connection dropped after the call ran (reset_attempts or SetResets)")
 	}
 	a.end(codes.OK, endServed)
 	return r, nil
@@ -226,8 +226,8 @@ func (v *service) Put(ctx context.Context, req *testingv1.PutRequest) (*testingv
 // ListItems sends the items after start_after of a list of
 // Script.response_count (seq start_after+1, ..., response_count); a failing
 // attempt sends at most messages_before_failure of them, then fails; a reset
-// attempt (reset_attempts, after the failing ones) sends as many, then drops
-// its connection.
+// attempt (reset_attempts, after the failing ones, or any attempt in the
+// reset mode, SetResets) sends as many, then drops its connection.
 func (v *service) ListItems(req *testingv1.ListItemsRequest, ss grpc.ServerStreamingServer[testingv1.ListItemsResponse]) error {
 	start := req.GetStartAfter()
 	if start < 0 {
@@ -242,7 +242,7 @@ func (v *service) ListItems(req *testingv1.ListItemsRequest, ss grpc.ServerStrea
 		return err
 	}
 	failing := a.failing(sc)
-	reset := !failing && a.number() <= int(sc.GetFailAttempts())+int(sc.GetResetAttempts())
+	reset := !failing && (a.number() <= int(sc.GetFailAttempts())+int(sc.GetResetAttempts()) || s.resetting())
 	last := int64(sc.GetResponseCount())
 	if failing || reset {
 		last = min(last, start+int64(sc.GetMessagesBeforeFailure()))
@@ -263,7 +263,7 @@ func (v *service) ListItems(req *testingv1.ListItemsRequest, ss grpc.ServerStrea
 		if s.conns.drop(tr.ctx) {
 			<-tr.ctx.Done()
 		}
-		return status.Error(codes.Unavailable, "testserver: connection dropped mid-stream (reset_attempts)")
+		return status.Error(codes.Unavailable, "testserver: connection dropped mid-stream (reset_attempts or SetResets)")
 	}
 	a.end(codes.OK, endServed)
 	return nil

@@ -36,7 +36,7 @@ func (builder) Name() string { return Name }
 func (builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
 	inUse.Store(true)
 	b := &elsewhereBalancer{cc: cc, opts: opts, subConns: make(map[*subConnInfo]struct{})}
-	b.ready.Store(&[]backend{})
+	b.view.Store(&view{})
 	return b
 }
 
@@ -97,6 +97,19 @@ type backend struct {
 	addr string
 }
 
+// view is what a picker knows of the child's SubConns.
+type view struct {
+	// ready is the READY SubConns, in address order.
+	ready []backend
+	// all is every SubConn the balancer knows of, whatever its state, so
+	// that a pick of one this view does not hold READY is still known by
+	// its address: grpc reports a SubConn's new state to the balancer
+	// after the SubConn took it, and the child's picker may still hold a
+	// SubConn this view has already seen leave READY (and that has
+	// reconnected since).
+	all []backend
+}
+
 // subConnInfo is what the balancer knows of a SubConn the child made.
 type subConnInfo struct {
 	sc    balancer.SubConn
@@ -126,9 +139,9 @@ type elsewhereBalancer struct {
 	closed   bool
 	subConns map[*subConnInfo]struct{}
 
-	// ready is the READY SubConns, replaced whenever one changes state;
-	// pickers read it at every pick.
-	ready atomic.Pointer[[]backend]
+	// view is the SubConns and which are READY, replaced whenever one
+	// changes state; pickers read it at every pick.
+	view atomic.Pointer[view]
 }
 
 func (b *elsewhereBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
@@ -243,15 +256,19 @@ func (b *elsewhereBalancer) subConnState(info *subConnInfo, state connectivity.S
 }
 
 func (b *elsewhereBalancer) publishLocked() {
-	ready := make([]backend, 0, len(b.subConns))
+	v := &view{ready: make([]backend, 0, len(b.subConns)), all: make([]backend, 0, len(b.subConns))}
 	for info := range b.subConns {
-		if info.state == connectivity.Ready && info.sc != nil {
-			ready = append(ready, backend{sc: info.sc, addr: info.addr})
+		if info.sc == nil {
+			continue
+		}
+		v.all = append(v.all, backend{sc: info.sc, addr: info.addr})
+		if info.state == connectivity.Ready {
+			v.ready = append(v.ready, backend{sc: info.sc, addr: info.addr})
 		}
 	}
 	// A stable order, so that the picker's rotation visits each in turn.
-	sort.Slice(ready, func(i, j int) bool { return ready[i].addr < ready[j].addr })
-	b.ready.Store(&ready)
+	sort.Slice(v.ready, func(i, j int) bool { return v.ready[i].addr < v.ready[j].addr })
+	b.view.Store(v)
 }
 
 // childConn is the child policy's balancer.ClientConn: the channel's, but
@@ -317,7 +334,7 @@ func (c *childConn) UpdateState(s balancer.State) {
 		return
 	}
 	if s.Picker != nil {
-		s.Picker = &picker{child: s.Picker, ready: &c.b.ready}
+		s.Picker = &picker{child: s.Picker, view: &c.b.view}
 	}
 	c.b.cc.UpdateState(s)
 }
@@ -326,7 +343,7 @@ func (c *childConn) UpdateState(s balancer.State) {
 // earlier attempts used.
 type picker struct {
 	child balancer.Picker
-	ready *atomic.Pointer[[]backend]
+	view  *atomic.Pointer[view]
 	// next rotates the first backend an alternative is looked for at, so
 	// that the alternatives spread.
 	next atomic.Uint32
@@ -341,9 +358,10 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if set == nil {
 		return res, nil
 	}
-	ready := *p.ready.Load()
+	v := p.view.Load()
+	ready := v.ready
 	addr, known := "", false
-	for _, r := range ready {
+	for _, r := range v.all {
 		if r.sc == res.SubConn {
 			addr, known = r.addr, true
 			break

@@ -66,7 +66,11 @@
 // round_robin runs a pick_first leaf per endpoint, and their SubConns are
 // watched the same way. The alternative is chosen among the READY backends
 // not yet used, in address order from a rotating start, so alternatives
-// spread.
+// spread. The child's own pick is known by its address whatever the state
+// the policy last saw it in: grpc reports a SubConn's new state after the
+// SubConn took it, so the child's picker may still return a SubConn the
+// policy saw leave READY (a connection reset) and that is connected again;
+// when the call used it, the pick is steered elsewhere all the same.
 //
 // Outlier detection (gRFC A50) belongs above this policy
 // ({"outlier_detection_experimental": {"childPolicy": [{"stagger_elsewhere": {}}]}}):

@@ -92,6 +92,14 @@ Scenarios (-scenario, comma-separated to run several one after another):
                UNAVAILABLE; every contender over round_robin but
                stagger-elsewhere (the stagger_elsewhere policy): the calls
                that met the bad replica, and more than once (BAD REPEATS)
+  slow-replica-3
+               three replicas behind every connection (TCP, 4 clients,
+               250 calls/s for 4 s), every attempt on the first ten times
+               slower (200ms against 20ms); stagger hedging (3 attempts,
+               30ms apart) over round_robin and over stagger_elsewhere
+               (stagger-elsewhere), and no-retry: p50/p99/p99.9, and the
+               calls that sent a hedge to the replica their first attempt
+               went to (HEDGE REPEATS, the replicas' records)
 
 Each table but chain's (no server of the chain limits its attempts) opens
 with the scenario's ceiling: the success rate an ideal client could reach
@@ -159,18 +167,18 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	d := lab.Config{}.Defaults()
 	scenarios := stringList{string(lab.ScenarioUnavailable)}
 	fs.Var(&scenarios, "scenario", "scenarios to run, comma-separated: "+strings.Join(labScenarioNames(), ", "))
-	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload, flaky-quiet-random: 10s; chain, flaky-quiet, bad-replica: 4s; metastable: 14s)")
+	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload, flaky-quiet-random: 10s; chain, flaky-quiet, bad-replica, slow-replica-3: 4s; metastable: 14s)")
 	start := fs.Duration("outage-start", d.OutageStart, "when the trigger (outage; overload: half the workers; slowdown) starts (chain: 1s)")
 	end := fs.Duration("outage-end", d.OutageEnd, "when the trigger ends (blip: 3.5s; overload: 6s; chain, slowdown, slowdown-90, metastable: 3s)")
-	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget (flaky-quiet: 1; flaky-quiet-random, bad-replica: 4)")
+	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget (flaky-quiet: 1; flaky-quiet-random, bad-replica, slow-replica-3: 4)")
 	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server serves with all its workers")
 	workers := fs.Int("workers", d.Workers, "workers of the server (an attempt costs one -workers ÷ -capacity)")
 	queue := fs.Int("queue", 0, "attempts the server lets wait for a worker (0: 5 × -workers; slowdown, slowdown-90, metastable: 0.4 s of work at -capacity)")
 	slow := fs.Float64("slow", 0, "how many times as long the service takes in the slowdown (0: 3; slowdown-90: 4)")
 	perAttempt := fs.Duration("per-attempt-timeout", 0, "per-attempt timeout in slowdown, slowdown-90 and metastable (0: 200ms)")
 	plotDir := fs.String("plot", "", "write one SVG picture per scenario into this directory (DIR/SCENARIO.svg)")
-	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica, slow-replica-stream: 50%; chain: 100; flaky-quiet, flaky-quiet-random: 5 per client; slowdown, metastable: 75%; slowdown-90: 90%)")
-	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5; chain, flaky-quiet, flaky-quiet-random, bad-replica: 3, on every hop)")
+	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica, slow-replica-stream, slow-replica-3: 50%; chain: 100; flaky-quiet, flaky-quiet-random: 5 per client; slowdown, metastable: 75%; slowdown-90: 90%)")
+	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5; chain, flaky-quiet, flaky-quiet-random, bad-replica, slow-replica-3: 3, on every hop)")
 	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call (slowdown, slowdown-90, metastable: 1s)")
 	var contenders stringList
 	fs.Var(&contenders, "contenders", "contenders to run, comma-separated (default: all of the scenario's): "+
@@ -178,7 +186,8 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"; for slow-replica: "+strings.Join(labNames(lab.HedgingContenders()), ", ")+
 		"; for slow-replica-stream: "+strings.Join(labNames(lab.HedgingStreamContenders()), ", ")+
 		"; for chain: "+strings.Join(labNames(lab.ChainContenders()), ", ")+
-		"; for bad-replica: "+strings.Join(labNames(lab.BadReplicaContenders()), ", "))
+		"; for bad-replica: "+strings.Join(labNames(lab.BadReplicaContenders()), ", ")+
+		"; for slow-replica-3: "+strings.Join(labNames(lab.SlowReplica3Contenders()), ", "))
 	out := format("table")
 	fs.Var(&out, "format", "output: table, csv or json")
 	if err := parseFlags(fs, args); err != nil {

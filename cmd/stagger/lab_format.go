@@ -75,6 +75,9 @@ type labJSON struct {
 	// that met the bad replica more than once) and BadCalls (at all).
 	BadRepeats *int `json:"bad_repeats,omitempty"`
 	BadCalls   *int `json:"bad_calls,omitempty"`
+	// The slow-replica-3 scenario's records only: lab.Result.HedgeRepeats
+	// (calls that sent a hedge to the replica their first attempt went to).
+	HedgeRepeats *int `json:"hedge_repeats,omitempty"`
 }
 
 // labSecondJSON is one second of a contender's run (lab.Second), with
@@ -165,6 +168,9 @@ func writeLabJSON(w io.Writer, reps []*lab.Report) error {
 			if rep.Config.Scenario == lab.ScenarioBadReplica {
 				rec.BadRepeats, rec.BadCalls = &r.BadRepeats, &r.BadCalls
 			}
+			if rep.Config.Scenario == lab.ScenarioSlowReplica3 {
+				rec.HedgeRepeats = &r.HedgeRepeats
+			}
 			if rep.Config.Scenario == lab.ScenarioSlowReplicaStream {
 				rec := &out[len(out)-1]
 				p50, p99, p999 := msFloat(r.FirstP50), msFloat(r.FirstP99), msFloat(r.FirstP999)
@@ -215,6 +221,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	metastable := c.Scenario == lab.ScenarioMetastable
 	flaky := c.Scenario == lab.ScenarioFlakyQuiet || c.Scenario == lab.ScenarioFlakyQuietRandom
 	bad := c.Scenario == lab.ScenarioBadReplica
+	slow3 := c.Scenario == lab.ScenarioSlowReplica3
 	server := fmt.Sprintf("%d workers of %v (%v per rejection), queue %d", c.Workers, c.ServiceTime(), c.ServiceTime()/10, c.Queue)
 	switch {
 	case stream:
@@ -243,6 +250,10 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		}
 		fmt.Fprintf(w, "scenario %s: no capacity limit, %s; %.0f calls/s from %d clients per contender for %v, %d attempts, backoff %v doubling, call deadline %v\n",
 			c.Scenario, what, c.Rate, c.Clients, c.Duration, c.MaxAttempts, c.Backoff.Initial, c.CallTimeout)
+	case slow3:
+		fmt.Fprintf(w, "scenario %s: three replicas behind every connection, attempts take %v, every one on the first replica %d× as long; %.0f calls/s from %d clients per contender for %v, call deadline %v\n",
+			c.Scenario, lab.SlowBase, lab.SlowFactor, c.Rate, c.Clients, c.Duration, c.CallTimeout)
+		fmt.Fprintln(w, "HEDGE REPEATS: calls that sent a hedge to the replica their first attempt went to (the replicas' records)")
 	case bad:
 		fmt.Fprintf(w, "scenario %s: three replicas behind every connection, the first answers every attempt UNAVAILABLE; %.0f calls/s from %d clients per contender for %v, %d attempts, call deadline %v\n",
 			c.Scenario, c.Rate, c.Clients, c.Duration, c.MaxAttempts, c.CallTimeout)
@@ -302,6 +313,9 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 				ms(r.P50), ms(r.P99), ms(r.FailP50), ms(r.FailP99),
 				strconv.Itoa(r.PeakInFlight), strconv.Itoa(r.PeakWaiting), strconv.Itoa(r.PeakGoroutines),
 				bar(r.AttemptsPerCall, maxPer, 16)}
+		case slow3:
+			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), pct(r.SuccessRate), strconv.Itoa(r.HedgeRepeats),
+				ms(r.P50), ms(r.P99), ms(r.P999), ms(r.FailP50), ms(r.FailP99), bar(float64(r.P99), float64(rep.Results[0].P99), 16)}
 		case bad:
 			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), pct(r.SuccessRate), strconv.Itoa(r.BadCalls), strconv.Itoa(r.BadRepeats),
 				ms(r.P50), ms(r.P99), ms(r.FailP50), ms(r.FailP99), bar(r.AttemptsPerCall, maxPer, 16)}
@@ -324,6 +338,8 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	case flaky:
 		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "GOODPUT", "P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)",
 			"PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "ATTEMPTS PER CALL"}
+	case slow3:
+		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "HEDGE REPEATS", "P50 (ms)", "P99 (ms)", "P99.9 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)", "P99 (vs first row)"}
 	case bad:
 		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "MET BAD", "BAD REPEATS", "P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)", "ATTEMPTS PER CALL"}
 	case chain:
@@ -338,7 +354,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	if err := writeTable(w, header, rows); err != nil {
 		return err
 	}
-	if slow || bad {
+	if slow || bad || slow3 {
 		fmt.Fprintf(w, "wall time %s\n\n", labSeconds(rep.Wall))
 		return nil
 	}

@@ -365,6 +365,34 @@ func TestLabBadReplica(t *testing.T) {
 	}
 }
 
+// TestLabSlowReplica3 runs slow-replica-3 small, in real time: its table
+// names the hedge repeats, and its JSON records carry hedge_repeats (0 for
+// stagger-elsewhere); the other scenarios' records do not.
+func TestLabSlowReplica3(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	args := []string{"-scenario", "slow-replica-3", "-duration", "1s", "-rate", "100", "-contenders", "stagger,stagger-elsewhere"}
+	code, stdout, stderr := runLabArgs(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"scenario slow-replica-3: three replicas", "HEDGE REPEATS", "P99.9 (ms)", "stagger_elsewhere over round_robin"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	for _, rec := range labJSONRecords(t, args, 2) {
+		if _, ok := rec["hedge_repeats"].(float64); !ok {
+			t.Errorf("record of %v: hedge_repeats = %v, want a count", rec["contender"], rec["hedge_repeats"])
+		}
+		if rec["contender"] == "stagger-elsewhere" && (rec["hedge_repeats"] != 0.0 || rec["success_rate"] != 1.0) {
+			t.Errorf("stagger-elsewhere: hedge_repeats %v, success %v; want 0 and 1", rec["hedge_repeats"], rec["success_rate"])
+		}
+	}
+	if _, ok := labJSONRecords(t, tinyLab, 2)[0]["hedge_repeats"]; ok {
+		t.Error("json record of unavailable has hedge_repeats")
+	}
+}
+
 // TestLabMetastablePlot runs metastable short, in real time, with -plot:
 // it writes DIR/metastable.svg, an SVG document whose texts name every
 // contender's two series, the server's capacity and the trigger.

@@ -1,0 +1,39 @@
+package lab
+
+import (
+	"context"
+	"testing"
+)
+
+// In ScenarioSlowReplica3, stagger's hedges over the stagger_elsewhere
+// policy never go to the replica their call's first attempt went to (the
+// replicas' own records), and its p99 is at least as good as stagger's over
+// round_robin, whose hedges follow the connection's rotation, the slow
+// replica included. Real time over loopback TCP: the replicas are real
+// sockets.
+func TestSlowReplica3Elsewhere(t *testing.T) {
+	cfg := Config{Scenario: ScenarioSlowReplica3, Contenders: []string{"stagger", "stagger-elsewhere"}}
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := map[string]Result{}
+	for _, r := range rep.Results {
+		res[r.Contender] = r
+		t.Logf("%-18s calls %d success %.4f attempts/call %.3f hedge repeats %d p50 %v p99 %v p99.9 %v",
+			r.Contender, r.Calls, r.SuccessRate, r.AttemptsPerCall, r.HedgeRepeats, r.P50, r.P99, r.P999)
+	}
+	e, rr := res["stagger-elsewhere"], res["stagger"]
+	if e.Calls == 0 || e.AttemptsPerCall <= 1 {
+		t.Fatalf("stagger-elsewhere: %d calls, %.3f attempts per call: the scenario did not run (no hedge)", e.Calls, e.AttemptsPerCall)
+	}
+	if e.SuccessRate != 1 || e.HedgeRepeats != 0 {
+		t.Errorf("stagger-elsewhere: success %.4f, %d calls sent a hedge to their first attempt's replica; want 1 and 0", e.SuccessRate, e.HedgeRepeats)
+	}
+	if e.P99 > rr.P99 {
+		t.Errorf("stagger-elsewhere's p99 %v is worse than stagger's over round_robin, %v", e.P99, rr.P99)
+	}
+	if rr.HedgeRepeats == 0 {
+		t.Logf("stagger over round_robin: no call of %d sent a hedge to its first attempt's replica", rr.Calls)
+	}
+}
