@@ -3,6 +3,8 @@ package budget
 import (
 	"strconv"
 	"time"
+
+	"github.com/stagger-go/stagger/criticality"
 )
 
 // Budget decides whether the process can afford one more attempt of a call (a
@@ -92,6 +94,8 @@ type Request struct {
 	// breaker): a Gate lets the waiting retry go only when the guard allows
 	// it too (see Gate, rule 4).
 	Guard Guard
+	// Criticality is the call's criticality (Unset counts as Critical).
+	Criticality criticality.Level
 }
 
 // State is a snapshot of a budget, for metrics, logs and `stagger check`.
