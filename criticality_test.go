@@ -51,29 +51,28 @@ func fileCriticality(level string) string {
 
 // TestCriticalityPrecedence: a call's criticality comes from the call
 // option, else the context, else the file, else the interceptor's default,
-// else it is CRITICAL; it goes on every attempt in the header (none when
+// else none (CRITICAL); it goes on every attempt in the header (none when
 // nothing named it), into every event, the Report and every budget
 // request.
 func TestCriticalityPrecedence(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		deflt    criticality.Level // the interceptor's WithCriticality
-		file     string
-		ctx      criticality.Level // criticality.NewContext
-		call     []grpc.CallOption
-		want     criticality.Level
-		wantSent bool
+		name  string
+		deflt criticality.Level // the interceptor's WithCriticality
+		file  string
+		ctx   criticality.Level // criticality.NewContext
+		call  []grpc.CallOption
+		want  criticality.Level // Unset: none named, none sent
 	}{
-		{name: "nothing", want: criticality.Critical},
-		{name: "interceptor default", deflt: criticality.SheddablePlus, want: criticality.SheddablePlus, wantSent: true},
-		{name: "file over default", deflt: criticality.CriticalPlus, file: "SHEDDABLE", want: criticality.Sheddable, wantSent: true},
-		{name: "context over file", file: "SHEDDABLE", ctx: criticality.Critical, want: criticality.Critical, wantSent: true},
+		{name: "nothing", want: criticality.Unset},
+		{name: "interceptor default", deflt: criticality.SheddablePlus, want: criticality.SheddablePlus},
+		{name: "file over default", deflt: criticality.CriticalPlus, file: "SHEDDABLE", want: criticality.Sheddable},
+		{name: "context over file", file: "SHEDDABLE", ctx: criticality.Critical, want: criticality.Critical},
 		{name: "call over everything", deflt: criticality.Critical, file: "SHEDDABLE", ctx: criticality.CriticalPlus,
-			call: []grpc.CallOption{interceptor.WithCriticality(criticality.SheddablePlus)}, want: criticality.SheddablePlus, wantSent: true},
+			call: []grpc.CallOption{interceptor.WithCriticality(criticality.SheddablePlus)}, want: criticality.SheddablePlus},
 		{name: "invalid call level names none", file: "sheddable",
-			call: []grpc.CallOption{interceptor.WithCriticality(criticality.Level(9))}, want: criticality.Sheddable, wantSent: true},
+			call: []grpc.CallOption{interceptor.WithCriticality(criticality.Level(9))}, want: criticality.Sheddable},
 		{name: "Unset call level names none", deflt: criticality.SheddablePlus,
-			call: []grpc.CallOption{interceptor.WithCriticality(criticality.Unset)}, want: criticality.SheddablePlus, wantSent: true},
+			call: []grpc.CallOption{interceptor.WithCriticality(criticality.Unset)}, want: criticality.SheddablePlus},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -87,7 +86,7 @@ func TestCriticalityPrecedence(t *testing.T) {
 					t.Fatal(err)
 				}
 				header := ""
-				if tc.wantSent {
+				if tc.want != criticality.Unset {
 					header = tc.want.String()
 				}
 				recs := b.attempts(t, "k")

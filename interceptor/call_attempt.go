@@ -148,8 +148,9 @@ type call struct {
 	// call is made under stagger's server side (internal/chain), is found
 	// through it only when an attempt fails.
 	ctx context.Context
-	// crit is the call's criticality (never Unset: Critical when nothing
-	// names one), resolved once by start (see WithCriticality).
+	// crit is the call's criticality as named, resolved once by start
+	// (see WithCriticality); Unset, which counts as Critical, when
+	// nothing names one.
 	crit criticality.Level
 }
 
@@ -185,8 +186,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	// base is what every attempt's context derives from: the caller's,
 	// with the call's criticality header when something named one.
 	base := ctx
-	var named bool
-	if c.crit, named = callCriticality(ctx, o, m); named {
+	if c.crit = callCriticality(ctx, o, m); c.crit != criticality.Unset {
 		base = metadata.AppendToOutgoingContext(ctx, criticality.Header, c.crit.String())
 	}
 	if o.disabled {
@@ -235,23 +235,22 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 }
 
 // callCriticality resolves the criticality of a call of a method whose
-// file entry is m (nil: none) under options o, in WithCriticality's order;
-// named reports whether anything named it (else it is Critical, and sent
-// nowhere).
-func callCriticality(ctx context.Context, o *options, m *policy.Method) (l criticality.Level, named bool) {
+// file entry is m (nil: none) under options o, in WithCriticality's order:
+// Unset when nothing names one (the call is CRITICAL, and sends nothing).
+func callCriticality(ctx context.Context, o *options, m *policy.Method) criticality.Level {
 	if o.callCrit.Valid() {
-		return o.callCrit, true
+		return o.callCrit
 	}
 	if l, ok := criticality.FromContext(ctx); ok && l.Valid() {
-		return l, true
+		return l
 	}
 	if m != nil && m.Criticality.Valid() {
-		return m.Criticality, true
+		return m.Criticality
 	}
 	if o.crit.Valid() {
-		return o.crit, true
+		return o.crit
 	}
-	return criticality.Critical, false
+	return criticality.Unset
 }
 
 // nextAttempt starts the next attempt and returns its context: callCtx

@@ -117,9 +117,10 @@ type Event struct {
 	Retries, Hedges int
 	Delay           time.Duration
 	Target          string
-	// Criticality is the call's criticality (WithCriticality), in every
-	// event of a call: criticality.Critical when nothing named one;
-	// criticality.Unset in an EventBreaker, which belongs to no call.
+	// Criticality is the call's criticality as named (WithCriticality), in
+	// every event of a call; criticality.Unset when nothing named one (the
+	// call is CRITICAL: Level.Effective) and in an EventBreaker, which
+	// belongs to no call.
 	Criticality criticality.Level
 }
 

@@ -253,8 +253,9 @@ type Report struct {
 	Reason policy.Reason
 	// Code is the call's final status code.
 	Code codes.Code
-	// Criticality is the call's criticality (WithCriticality):
-	// criticality.Critical when nothing named one.
+	// Criticality is the call's criticality as named (WithCriticality):
+	// criticality.Unset when nothing named one (the call is CRITICAL:
+	// Level.Effective).
 	Criticality criticality.Level
 }
 
@@ -339,7 +340,8 @@ func WithCodes(cs ...codes.Code) Option {
 }
 
 // Disable turns stagger off; meant per call: the call goes to grpc once,
-// untouched.
+// untouched but for its criticality header (WithCriticality), which a
+// chain must keep.
 func Disable() Option {
 	return Option{apply: func(o *options) { o.disabled = true }}
 }
@@ -386,15 +388,17 @@ func NotIdempotent() Option {
 // it, per call (1).
 //
 // A call whose criticality comes from 1 to 4 sends it on every attempt
-// (hedges included), in the metadata header criticality.Header ("stagger-
-// criticality: SHEDDABLE"), for the server to read: stagger's server side
-// sheds by it and hands it on to the calls its handler makes. A call that
-// none of them names sends nothing and costs nothing (no allocation); the
-// server takes it for CRITICAL. A call made with Disable sends the header
-// too, so that a chain keeps its criticality. The budget hears the
-// criticality of every retry and hedge it is asked for
-// (budget.Request.Criticality); Event.Criticality and Report.Criticality
-// give it.
+// (hedges included), in the metadata header criticality.Header
+// (stagger-criticality: SHEDDABLE), for the server to read: stagger's
+// server side sheds by it and hands it on to the calls its handler makes,
+// so a criticality named at the top, CRITICAL included, is the one every
+// layer below sees. It costs the call its outgoing metadata (4
+// allocations). A call that none of them names sends nothing and costs
+// nothing (no allocation); the server takes it for CRITICAL. A call made
+// with Disable sends the header too, so that a chain keeps its
+// criticality. The budget hears the criticality of every retry and hedge
+// it is asked for (budget.Request.Criticality); Event.Criticality and
+// Report.Criticality give it.
 func WithCriticality(l criticality.Level) Option {
 	return Option{apply: func(o *options) { o.callCrit = l }}
 }

@@ -129,14 +129,12 @@ func WithRetryAtOneLayer() Option {
 // not a service time, and one long stream would hold a slot for hours.
 //
 // The less critical calls (criticality.Header, sent by stagger's client)
-// are shed first, each admitted only while the calls running are fewer
-// than its share of the limit (CriticalityShares): by default a SHEDDABLE
-// call below 80 % of it, a SHEDDABLE_PLUS one below 90 %, a CRITICAL one
-// (and one that names no criticality) and a CRITICAL_PLUS one up to the
-// limit. A shed SHEDDABLE call's pushback is twice the above, a
-// SHEDDABLE_PLUS one's 1.5 times: each finds room again only once the
-// running calls fall below its share. ShedLevel counts the refusals by
-// criticality.
+// are shed first: each is admitted only while the calls running are fewer
+// than its share of the limit (CriticalityShares has the rule and the
+// defaults; WithCriticalityShares changes them). A shed SHEDDABLE call's
+// pushback is twice the above, a SHEDDABLE_PLUS one's 1.5 times: each
+// finds room again only once the running calls fall below its share.
+// ShedLevel counts the refusals by criticality.
 func WithConcurrencyLimit(limit int) Option {
 	return func(s *settings) {
 		s.limitSet = true
