@@ -1,6 +1,9 @@
 package budget
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // The Gate's tuning numbers, in one place. Each is unexported on purpose:
 // a retune must not change the API. `stagger check` prints them through
@@ -95,4 +98,38 @@ func Rules() DeferRules {
 		LastChanceLead:   lastChanceLead,
 		ReleasePerSecond: releasePerSecond, ReleaseGainStart: releaseGainStart, ReleaseGainMax: releaseGainMax,
 	}
+}
+
+// The criticality reserve (Request.Criticality says the rule): the share of
+// a budget's span that a retry of each level must leave, so that the less
+// critical are refused first and CRITICAL_PLUS has a reserve of its own.
+// CRITICAL (and a call that names none) leaves nothing, as before
+// criticality existed: gRFC A6's arithmetic is unchanged for it.
+const (
+	// reserveSheddable: a SHEDDABLE retry leaves half the span. In
+	// TestStormCriticality (30 % CRITICAL, 70 % SHEDDABLE, token bucket
+	// and ratio), at p = 0.3-0.5 half is where CRITICAL success stops
+	// rising (a quarter gave back most of what it gained) while at p =
+	// 0.1, where the budget is nearly full, SHEDDABLE success is unchanged.
+	reserveSheddable = 0.5
+	// reserveSheddablePlus: halfway between SHEDDABLE and CRITICAL.
+	reserveSheddablePlus = 0.25
+	// reserveCriticalPlus: CRITICAL_PLUS may spend a fifth of the span
+	// below CRITICAL's floor (a token bucket in debt, a ratio over its
+	// allowance): TestStormCriticality at p = 1 with 5 % CRITICAL_PLUS
+	// keeps amplification within issue 7's 1.15 at 1000 clients.
+	reserveCriticalPlus = 0.2
+)
+
+// reserveShares[l.Index()] is what a retry of level l leaves of the span
+// (negative: what it may dip below CRITICAL's floor).
+var reserveShares = [4]float64{reserveSheddable, reserveSheddablePlus, 0, -reserveCriticalPlus}
+
+// reserveFloors returns the reserve of each level in thousandths of a token,
+// for a span of span thousandths (0 for CRITICAL, exactly).
+func reserveFloors(span int64) (f [4]int64) {
+	for i, s := range reserveShares {
+		f[i] = int64(math.Round(s * float64(span)))
+	}
+	return f
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -143,6 +144,9 @@ type call struct {
 	breakers *breaker.Set
 	br       *breaker.Breaker
 	brCache  *atomic.Pointer[breakerRef]
+	// criticality is the call's criticality (Unset: none named), which
+	// the breaker and the budget admit it by.
+	criticality criticality.Level
 	// ctx is the caller's context: the request a server is serving, when the
 	// call is made under stagger's server side (internal/chain), is found
 	// through it only when an attempt fails.

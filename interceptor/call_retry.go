@@ -32,7 +32,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	if c.br != nil {
 		// Before the budget: a Gate's waiters, woken by the budget's
 		// Record, must find the breaker's new state.
-		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.attempt+c.before == 1, c.o)
+		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.attempt+c.before == 1, c.criticality, c.o)
 	}
 	if err == nil {
 		// Decide's answer for a success is fixed: record it, stop.
@@ -88,7 +88,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 			if breakerOK = c.br.Closed(); !breakerOK && !defers {
 				// No Gate to wait in: the retry goes only as the
 				// half-open breaker's probe.
-				breakerOK, _ = c.br.AllowRetry(c.o)
+				breakerOK, _ = c.br.AllowRetry(c.criticality, c.o)
 			}
 		}
 		if !breakerOK || (c.budget != nil && !c.budget.Allow(req)) {
@@ -154,7 +154,7 @@ func (c *call) attemptFacts(callCtx context.Context, err error, trailer metadata
 func (c *call) retryRequest(timedOut bool) budget.Request {
 	req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts}
 	if c.br != nil {
-		req.Guard = c.br.Guard(c.o)
+		req.Guard = c.br.Guard(c.criticality, c.o)
 	}
 	return req
 }
@@ -312,7 +312,7 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 			c.brCache.CompareAndSwap(nil, &breakerRef{target: target, b: c.br})
 		}
 	}
-	err := c.br.Admit(c.o)
+	err := c.br.Admit(c.criticality, c.o)
 	if err == nil {
 		if cc != nil && !c.br.Settings().NoPacing && waitsForReady(c.fileOpts, grpcOpts) {
 			c.holdUntilReady(ctx, cc)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -139,7 +140,7 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 // entered, as the gate may have changed.
 func (p *proc) record(a budget.Attempt, br budget.Outcome) {
 	if p.br != nil {
-		p.br.Record(br, a.Number == 1, nil)
+		p.br.Record(br, a.Number == 1, criticality.Unset, nil)
 	}
 	if p.b == nil {
 		return
@@ -316,11 +317,11 @@ func (p *proc) call() {
 				pause := v.Pause
 				r := budget.Request{Number: n + 1, Last: n+1 >= p.pol.MaxAttempts}
 				if p.br != nil {
-					r.Guard = p.br.Guard(nil)
+					r.Guard = p.br.Guard(criticality.Unset, nil)
 				}
 				brOK := p.br == nil || p.br.Closed()
 				if !brOK && p.gate == nil {
-					brOK, _ = p.br.AllowRetry(nil)
+					brOK, _ = p.br.AllowRetry(criticality.Unset, nil)
 				}
 				if brOK && (p.b == nil || p.b.Allow(r)) {
 					p.s.After(pause, func() { attempt(n+1, pause, budget.AdmitNone) })
@@ -335,7 +336,7 @@ func (p *proc) call() {
 			})
 		})
 	}
-	if p.br != nil && p.br.Admit(nil) != nil {
+	if p.br != nil && p.br.Admit(criticality.Unset, nil) != nil {
 		// Open (or throttled): the call fails at once, nothing sent.
 		finish(false)
 		return
