@@ -230,7 +230,8 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 // when admitted (the next attempt tells the budget how it was let go), or
 // the call's final error: CANCELED when the caller cancelled; last, reason
 // deferred, when no retry could start before the deadline or a call without
-// one waited the limit; last, reason budget, when too many calls wait.
+// one waited the limit; last, reason budget, when too many calls wait (or
+// a more critical retry took its place) or a SHEDDABLE retry may not wait.
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
 	req := *c.deferReq
 	c.deferReq = nil
@@ -253,7 +254,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	case errors.Is(callCtx.Err(), context.Canceled):
 		last = status.Error(codes.Canceled, context.Canceled.Error())
 		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
-	case errors.Is(err, budget.ErrTooManyWaiting):
+	case errors.Is(err, budget.ErrTooManyWaiting), errors.Is(err, budget.ErrShed):
 		e.Reason = policy.ReasonBudget
 	default:
 		e.Reason = policy.ReasonDeferred
