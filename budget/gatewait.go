@@ -117,10 +117,10 @@ func (g *Gate) evictLocked(v *Waiter) {
 	g.queue[v.level].remove(v)
 	v.evicted.Store(true)
 	v.left = true // its Leave has nothing more to do
+	g.gaveUp++
+	g.notifyLocked() // while v still counts: nobody else may be waiting
 	g.nWaiting--
 	g.waiting.Store(int32(g.nWaiting))
-	g.gaveUp++
-	g.notifyLocked()
 }
 
 // Err returns ErrEvicted once a more critical retry took w's place (rule
