@@ -124,8 +124,8 @@ func total(c *window.LevelCounts, i int) uint64 {
 //   - Throttling keeps the window's requests and accepts per level, as the
 //     SRE book's client-side throttling does, and draws each level's
 //     rejection from its own counts with its own K: ThrottleK for CRITICAL,
-//     1 + (ThrottleK − 1) × 1/4 for SHEDDABLE, × 1/2 for SHEDDABLE_PLUS and
-//     × 2 for CRITICAL_PLUS (K = 2: 1.25, 1.5, 2, 3). A level the server
+//     1 + (ThrottleK − 1) × 3/4 for SHEDDABLE, × 7/8 for SHEDDABLE_PLUS and
+//     × 2 for CRITICAL_PLUS (K = 2: 1.75, 1.875, 2, 3). A level the server
 //     sheds is throttled without its rejections throttling the others; when
 //     the server fails every level alike, the less critical are rejected
 //     first (a lower K rejects at a higher share of accepts).
