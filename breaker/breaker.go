@@ -268,11 +268,13 @@ func (b *Breaker) fold() {
 // reject (requests − K × accepts stays below zero), it need not.
 func (b *Breaker) foldLocked(now time.Time) {
 	for l := range b.pendReq {
-		if n := b.pendReq[l].Swap(0); n > 0 {
-			b.w.Add(now, counter(l, brRequests), uint64(n))
+		// A load first: most levels have nothing pending, and a load is
+		// cheaper than a swap.
+		if b.pendReq[l].Load() != 0 {
+			b.w.Add(now, counter(l, brRequests), uint64(b.pendReq[l].Swap(0)))
 		}
-		if n := b.pendAcc[l].Swap(0); n > 0 {
-			b.w.Add(now, counter(l, brAccepts), uint64(n))
+		if b.pendAcc[l].Load() != 0 {
+			b.w.Add(now, counter(l, brAccepts), uint64(b.pendAcc[l].Swap(0)))
 		}
 	}
 	if b.s.ThrottleK > 0 {
@@ -394,16 +396,16 @@ func (b *Breaker) probeLocked(now time.Time) (Change, bool) {
 // be nil) hears the state change it makes.
 func (b *Breaker) Record(o budget.Outcome, first bool, c criticality.Level, l Listener) {
 	closed := State(b.state.Load()) == StateClosed
-	level := c.Index()
 	if closed && o == budget.Success {
 		if b.streak.Load() != 0 {
 			b.streak.Store(0)
 		}
-		if first && b.pendAcc[level].Add(1)%foldEvery == 0 {
+		if first && b.pendAcc[c.Index()].Add(1)%foldEvery == 0 {
 			b.fold()
 		}
 		return
 	}
+	level := c.Index()
 	if closed && (o == budget.Other || o == budget.Failure && !first) {
 		return
 	}
