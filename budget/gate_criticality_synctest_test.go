@@ -15,53 +15,11 @@ import (
 	"github.com/stagger-go/stagger/criticality"
 )
 
-// Rule 7 on the real clock's Wait: three calls wait through a failure;
-// once the server is back, the release credits go to the most critical
-// first, one a second, whichever goroutine wakes first.
+// Rule 7 on the real clock's Wait, on virtual time: three calls wait
+// through a failure; once the server is back, the release credits go to
+// the most critical first, one a second, whichever goroutine wakes first.
 func TestGateReleasesTheMostCriticalFirst(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g, err := Deferring(&switchBudget{}, DeferSettings{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		retriesFail(g)
-		// A probe goes out first, so that the three below wait.
-		w, _ := g.Enter(retry2, 0, time.Time{})
-		if a, _ := w.Poll(); a != AdmitProbe {
-			t.Fatalf("first Poll = %v, want a probe", a)
-		}
-		w.Leave()
-
-		type admitted struct {
-			level criticality.Level
-			at    time.Duration
-		}
-		start := time.Now()
-		got := make(chan admitted, 3)
-		for _, l := range []criticality.Level{shed, critP, crit} {
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				a, err := g.Wait(ctx, retryAt(l), 0)
-				if err != nil || a != AdmitRelease {
-					t.Errorf("%v: Wait = %v, %v; want a release", l, a, err)
-				}
-				got <- admitted{l, time.Since(start)}
-			}()
-		}
-		synctest.Wait()
-		// The probe found the server back: a whole credit at once, then
-		// one a second (plus a sixteenth of each success: none here).
-		g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
-		var order []criticality.Level
-		for range 3 {
-			a := <-got
-			order = append(order, a.level)
-		}
-		if want := []criticality.Level{critP, crit, shed}; !equalLevels(order, want) {
-			t.Fatalf("released %v, want %v", order, want)
-		}
-	})
+	synctest.Test(t, checkReleaseOrder)
 }
 
 func equalLevels(a, b []criticality.Level) bool {

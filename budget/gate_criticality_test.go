@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -250,4 +251,55 @@ func TestGateHandOffAsksTheGuard(t *testing.T) {
 		t.Fatalf("the guard was asked %d times, want once", guard.asked)
 	}
 	poll(t, high, AdmitNone)
+}
+
+// TestRealTimeGateReleasesTheMostCriticalFirst is
+// TestGateReleasesTheMostCriticalFirst on the real clock (about two
+// seconds): which waiting goroutine wakes first at each credit is up to
+// the scheduler, and the release order must not depend on it.
+func TestRealTimeGateReleasesTheMostCriticalFirst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real time: two seconds")
+	}
+	checkReleaseOrder(t)
+}
+
+// checkReleaseOrder: a probe goes out, three calls (SHEDDABLE,
+// CRITICAL_PLUS, CRITICAL) wait; the probe finds the server back (a whole
+// credit at once, then one a second): they must be released CRITICAL_PLUS,
+// CRITICAL, SHEDDABLE.
+func checkReleaseOrder(t *testing.T) {
+	g, err := Deferring(&switchBudget{}, DeferSettings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retriesFail(g)
+	w, _ := g.Enter(retry2, 0, time.Time{})
+	if a, _ := w.Poll(); a != AdmitProbe {
+		t.Fatalf("first Poll = %v, want a probe", a)
+	}
+	w.Leave()
+	got := make(chan criticality.Level, 3)
+	for _, l := range []criticality.Level{shed, critP, crit} {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			a, err := g.Wait(ctx, retryAt(l), 0)
+			if err != nil || a != AdmitRelease {
+				t.Errorf("%v: Wait = %v, %v; want a release", l, a, err)
+			}
+			got <- l
+		}()
+	}
+	for g.State().Waiting < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
+	var order []criticality.Level
+	for range 3 {
+		order = append(order, <-got)
+	}
+	if want := []criticality.Level{critP, crit, shed}; !equalLevels(order, want) {
+		t.Fatalf("released %v, want %v", order, want)
+	}
 }
