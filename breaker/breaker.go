@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/internal/window"
 )
 
@@ -82,12 +83,22 @@ func (r *Refusal) Error() string {
 
 func (r *Refusal) Unwrap() error { return r.Err }
 
-// Window counters of a Breaker, of first attempts only.
+// Window counters of a Breaker, of first attempts only, three per
+// criticality level: counter i of the level of index l is 3l + i.
 const (
 	brRequests = iota // asked for, throttled ones included
 	brAccepts         // answered without failing
 	brFailures        // answered with a failure
+	brPerLevel
 )
+
+// counter is the window's index of counter i of the level of index l.
+func counter(l, i int) int { return brPerLevel*l + i }
+
+// total sums counter i over the levels.
+func total(c *window.LevelCounts, i int) uint64 {
+	return c[i] + c[brPerLevel+i] + c[2*brPerLevel+i] + c[3*brPerLevel+i]
+}
 
 // Breaker is a circuit breaker and client-side adaptive throttling for one
 // key (see Set): closed, it counts its first attempts' outcomes over
@@ -106,6 +117,28 @@ const (
 // While closed with ThrottleK set, Admit rejects first attempts locally with
 // the SRE book's probability; retries are the budget's to admit.
 //
+// Criticality (the level each asking and Record names; Unset counts as
+// CRITICAL; a process whose calls name none behaves as before levels
+// existed):
+//
+//   - Throttling keeps the window's requests and accepts per level, as the
+//     SRE book's client-side throttling does, and draws each level's
+//     rejection from its own counts with its own K: ThrottleK for CRITICAL,
+//     1 + (ThrottleK − 1) × 3/4 for SHEDDABLE, × 7/8 for SHEDDABLE_PLUS and
+//     × 2 for CRITICAL_PLUS (K = 2: 1.75, 1.875, 2, 3). A level the server
+//     sheds is throttled without its rejections throttling the others; when
+//     the server fails every level alike, the less critical are rejected
+//     first (a lower K rejects at a higher share of accepts).
+//   - Tripping counts every level's first attempts, as above, but the most
+//     critical level with MinimumThroughput answers in the window must fail
+//     at FailureRatio too: a server that sheds the less critical while it
+//     serves the most critical is not down, and its breaker stays closed.
+//   - Half-open, the probe goes to the most critical level refused while the
+//     breaker was open: a less critical first attempt or retry is refused
+//     for one more break after the breaker turned half-open, unless the probe
+//     went by then; after that, whichever asks first. Open, every level is
+//     refused alike.
+//
 // Outcomes: Success and a Failure are answers; Other (the caller's own
 // deadline or cancellation, an attempt that never reached a server) counts
 // only as a request. State changes reach the Set's onChange and the
@@ -123,22 +156,24 @@ type Breaker struct {
 
 	// state mirrors st for the fast paths.
 	state atomic.Uint32
-	// pendReq and pendAcc count the first attempts asked for (throttling
-	// only) and the successes recorded on the fast paths, not yet in w:
-	// they are folded into it under the lock, at least every foldEvery,
-	// so a success costs an atomic add, and at most foldEvery−1 of them
-	// are counted a little late. mayThrottle: the window, plus a batch of
-	// requests without accepts, could make throttling reject: every Admit
-	// takes the lock.
-	pendReq, pendAcc atomic.Uint32
-	mayThrottle      atomic.Bool
+	// pendReq and pendAcc count, per level, the first attempts asked for
+	// (throttling only) and the successes recorded on the fast paths, not
+	// yet in w: they are folded into it under the lock, at least every
+	// foldEvery of a level, so a success costs an atomic add, and at most
+	// foldEvery−1 of them are counted a little late. mayThrottle: the
+	// level's counts, plus a batch of requests without accepts, could make
+	// throttling reject: every Admit of the level takes the lock.
+	pendReq, pendAcc [4]atomic.Uint32
+	mayThrottle      [4]atomic.Bool
+	// ks are the levels' K (zero without throttling).
+	ks [4]float64
 	// streak counts the first attempts failed in a row; a success of any
 	// attempt resets it.
 	streak atomic.Int32
 
 	mu       sync.Mutex
 	st       State
-	w        window.Window
+	w        window.Window[window.LevelCounts]
 	breakFor time.Duration
 	// retryAt: when the open breaker lets a probe go; probeOut: a probe is
 	// out, since probeAt.
@@ -151,6 +186,10 @@ type Breaker struct {
 	probeEvery  int
 	probeOut    bool
 	probeAt     time.Time
+	// topRefused: the index of the most critical level refused since the
+	// breaker last opened (-1: none); halfAt: when it turned half-open.
+	topRefused int
+	halfAt     time.Time
 	// paceAt is the start Pace gave the latest held attempt.
 	paceAt   time.Time
 	opened   uint64
@@ -166,8 +205,15 @@ func New(key string, s Settings, onChange func(Change), opts ...Option) (*Breake
 	}
 	s = s.WithDefaults()
 	o := buildOptions(opts)
-	b := &Breaker{key: key, s: s, now: o.Now, rand: o.Rand, onChange: onChange, w: window.New(o.Now(), s.SamplingWindow), breakFor: s.BreakDuration, probeEvery: s.ProbeEvery}
-	b.mayThrottle.Store(s.ThrottleK > 0)
+	b := &Breaker{key: key, s: s, now: o.Now, rand: o.Rand, onChange: onChange, w: window.New[window.LevelCounts](o.Now(), s.SamplingWindow), breakFor: s.BreakDuration, probeEvery: s.ProbeEvery, topRefused: -1}
+	if s.ThrottleK > 0 {
+		for i, f := range throttleKShares {
+			b.ks[i] = 1 + (s.ThrottleK-1)*f
+		}
+		// Exactly the setting, whatever the rounding above.
+		b.ks[criticality.Critical.Index()] = s.ThrottleK
+	}
+	b.storeMayThrottle(s.ThrottleK > 0)
 	return b, nil
 }
 
@@ -177,24 +223,31 @@ func (b *Breaker) Key() string { return b.key }
 // Settings returns the breaker's settings, defaults applied.
 func (b *Breaker) Settings() Settings { return b.s }
 
-// Admit asks for a first attempt; l (may be nil) hears the state change
-// the asking makes. It returns nil when it may go, or a
+func (b *Breaker) storeMayThrottle(v bool) {
+	for i := range b.mayThrottle {
+		b.mayThrottle[i].Store(v)
+	}
+}
+
+// Admit asks for a first attempt of criticality c; l (may be nil) hears
+// the state change the asking makes. It returns nil when it may go, or a
 // *Refusal: the breaker is open (wrapping ErrOpen) or throttling
 // drew a rejection (ErrThrottled). An attempt Admit lets go must be
 // reported to Record when it ends.
-func (b *Breaker) Admit(l Listener) error {
+func (b *Breaker) Admit(c criticality.Level, l Listener) error {
 	if State(b.state.Load()) == StateClosed {
 		if b.s.ThrottleK == 0 {
 			return nil
 		}
-		if !b.mayThrottle.Load() {
-			if b.pendReq.Add(1)%foldEvery == 0 {
+		i := c.Index()
+		if !b.mayThrottle[i].Load() {
+			if b.pendReq[i].Add(1)%foldEvery == 0 {
 				b.fold()
 			}
 			return nil
 		}
 	}
-	return b.admit(l)
+	return b.admit(c.Index(), l)
 }
 
 // foldEvery is how many fast-path counts wait before they are folded into
@@ -210,33 +263,39 @@ func (b *Breaker) fold() {
 }
 
 // foldLocked folds the fast paths' counts into the window at now, and
-// decides whether Admit must take the lock: when, even after foldEvery
-// more requests without an accept, throttling would still not reject
-// (requests − K × accepts stays below zero), it need not.
+// decides, per level, whether Admit must take the lock: when, even after
+// foldEvery more requests without an accept, throttling would still not
+// reject (requests − K × accepts stays below zero), it need not.
 func (b *Breaker) foldLocked(now time.Time) {
-	if n := b.pendReq.Swap(0); n > 0 {
-		b.w.Add(now, brRequests, uint64(n))
-	}
-	if n := b.pendAcc.Swap(0); n > 0 {
-		b.w.Add(now, brAccepts, uint64(n))
+	for l := range b.pendReq {
+		// A load first: most levels have nothing pending, and a load is
+		// cheaper than a swap.
+		if b.pendReq[l].Load() != 0 {
+			b.w.Add(now, counter(l, brRequests), uint64(b.pendReq[l].Swap(0)))
+		}
+		if b.pendAcc[l].Load() != 0 {
+			b.w.Add(now, counter(l, brAccepts), uint64(b.pendAcc[l].Swap(0)))
+		}
 	}
 	if b.s.ThrottleK > 0 {
 		b.w.Advance(now)
-		slack := float64(b.w.Sum[brRequests]+foldEvery) - b.s.ThrottleK*float64(b.w.Sum[brAccepts])
-		b.mayThrottle.Store(slack >= 0)
+		for l, k := range b.ks {
+			slack := float64(b.w.Sum[counter(l, brRequests)]+foldEvery) - k*float64(b.w.Sum[counter(l, brAccepts)])
+			b.mayThrottle[l].Store(slack >= 0)
+		}
 	}
 }
 
-// AllowRetry asks for a retry or a hedge: true when the breaker is closed,
-// or when this retry may go as the half-open probe; else false and when to
-// ask again without news (the break's end, or zero: after the probe
-// reports). A retry it lets go must be reported to Record. l (may be nil)
-// hears the state change the asking makes.
-func (b *Breaker) AllowRetry(l Listener) (bool, time.Time) {
+// AllowRetry asks for a retry or a hedge of criticality c: true when the
+// breaker is closed, or when this retry may go as the half-open probe; else
+// false and when to ask again without news (the break's end, or zero: after
+// the probe reports). A retry it lets go must be reported to Record. l (may
+// be nil) hears the state change the asking makes.
+func (b *Breaker) AllowRetry(c criticality.Level, l Listener) (bool, time.Time) {
 	if State(b.state.Load()) == StateClosed {
 		return true, time.Time{}
 	}
-	ok, next, ch, changed := b.allowRetry(b.now())
+	ok, next, ch, changed := b.allowRetry(b.now(), c.Index())
 	if changed {
 		b.tell(ch, l)
 	}
@@ -248,22 +307,22 @@ func (b *Breaker) Closed() bool { return State(b.state.Load()) == StateClosed }
 
 // allowRetry is AllowRetry at now, with the state change it made for the
 // caller to tell once it holds no lock.
-func (b *Breaker) allowRetry(now time.Time) (ok bool, next time.Time, ch Change, changed bool) {
+func (b *Breaker) allowRetry(now time.Time, level int) (ok bool, next time.Time, ch Change, changed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ch, changed = b.probeLocked(now)
-	err := b.admitLocked(now, true)
+	err := b.admitLocked(now, level, true)
 	if err == nil {
 		return true, time.Time{}, ch, changed
 	}
 	return false, err.Retry, ch, changed
 }
 
-func (b *Breaker) admit(l Listener) error {
+func (b *Breaker) admit(level int, l Listener) error {
 	now := b.now()
 	b.mu.Lock()
 	ch, changed := b.probeLocked(now)
-	err := b.admitLocked(now, false)
+	err := b.admitLocked(now, level, false)
 	b.mu.Unlock()
 	if changed {
 		b.tell(ch, l)
@@ -276,30 +335,38 @@ func (b *Breaker) admit(l Listener) error {
 
 // admitLocked counts every first attempt asked for as a request (the
 // SRE book's requests include those rejected locally); retries are not
-// requests (the window counts first attempts only).
-func (b *Breaker) admitLocked(now time.Time, retry bool) *Refusal {
+// requests (the window counts first attempts only). level is the asking
+// call's level's index.
+func (b *Breaker) admitLocked(now time.Time, level int, retry bool) *Refusal {
 	if !retry {
-		b.w.Add(now, brRequests, 1)
+		b.w.Add(now, counter(level, brRequests), 1)
 	}
+	// Half-open, a level below the most critical refused while open waits
+	// one more break for that level to take the probe.
+	held := b.st == StateHalfOpen && level < b.topRefused && now.Before(b.halfAt.Add(b.breakFor*probeHoldBreaks))
 	switch {
-	case b.st == StateHalfOpen && !b.probeOut:
+	case b.st == StateHalfOpen && !b.probeOut && !held:
 		b.probeOut, b.probeAt = true, now
 	case b.st != StateClosed:
 		b.rejected++
 		if !retry {
 			b.refusedOpen++
 		}
+		b.topRefused = max(b.topRefused, level)
 		next := b.retryAt
 		if b.refusedOpen < b.probeEvery {
 			next = later(next, b.openedAt.Add(b.s.MaxBreakDuration))
 		}
 		if b.st == StateHalfOpen {
 			next = b.probeAt.Add(b.breakFor)
+			if !b.probeOut {
+				next = b.halfAt.Add(b.breakFor * probeHoldBreaks)
+			}
 		}
 		return &Refusal{Key: b.key, Err: ErrOpen, Retry: next, at: now}
 	case !retry && b.s.ThrottleK > 0:
-		req, acc := float64(b.w.Sum[brRequests]), float64(b.w.Sum[brAccepts])
-		if p := (req - 1 - b.s.ThrottleK*acc) / req; p > 0 && b.rand() < p {
+		req, acc := float64(b.w.Sum[counter(level, brRequests)]), float64(b.w.Sum[counter(level, brAccepts)])
+		if p := (req - 1 - b.ks[level]*acc) / req; p > 0 && b.rand() < p {
 			b.thrott++
 			return &Refusal{Key: b.key, Err: ErrThrottled, P: p, at: now}
 		}
@@ -325,19 +392,20 @@ func (b *Breaker) probeLocked(now time.Time) (Change, bool) {
 
 // Record tells the breaker how an attempt it let go ended; first says it
 // was its call's first attempt (only those count toward tripping; any
-// attempt decides a half-open breaker). l (may be nil) hears the state
-// change it makes.
-func (b *Breaker) Record(o budget.Outcome, first bool, l Listener) {
+// attempt decides a half-open breaker), c the call's criticality. l (may
+// be nil) hears the state change it makes.
+func (b *Breaker) Record(o budget.Outcome, first bool, c criticality.Level, l Listener) {
 	closed := State(b.state.Load()) == StateClosed
 	if closed && o == budget.Success {
 		if b.streak.Load() != 0 {
 			b.streak.Store(0)
 		}
-		if first && b.pendAcc.Add(1)%foldEvery == 0 {
+		if first && b.pendAcc[c.Index()].Add(1)%foldEvery == 0 {
 			b.fold()
 		}
 		return
 	}
+	level := c.Index()
 	if closed && (o == budget.Other || o == budget.Failure && !first) {
 		return
 	}
@@ -348,14 +416,14 @@ func (b *Breaker) Record(o budget.Outcome, first bool, l Listener) {
 	case budget.Success:
 		b.streak.Store(0)
 		if first {
-			b.w.Add(now, brAccepts, 1)
+			b.w.Add(now, counter(level, brAccepts), 1)
 		}
 		if b.st == StateHalfOpen {
 			ch, changed = b.setLocked(now, StateClosed), true
 		}
 	case budget.Failure:
 		if first {
-			b.w.Add(now, brFailures, 1)
+			b.w.Add(now, counter(level, brFailures), 1)
 			b.streak.Add(1)
 		}
 		switch b.st {
@@ -384,21 +452,34 @@ func (b *Breaker) tripsLocked() bool {
 	if b.s.NoTrip {
 		return false
 	}
-	fail := b.w.Sum[brFailures]
-	answered := fail + b.w.Sum[brAccepts]
+	sum := &b.w.Sum
+	fail := total(sum, brFailures)
+	answered := fail + total(sum, brAccepts)
 	if answered < uint64(b.s.MinimumThroughput) {
 		// Too few for the ratio: failures in a row decide.
 		return int(b.streak.Load()) >= b.s.ConsecutiveFailures
 	}
-	return float64(fail) >= b.s.FailureRatio*float64(answered)
+	if float64(fail) < b.s.FailureRatio*float64(answered) {
+		return false
+	}
+	// The most critical level with enough answers must fail too.
+	for l := len(criticality.Levels) - 1; l >= 0; l-- {
+		lf := sum[counter(l, brFailures)]
+		la := lf + sum[counter(l, brAccepts)]
+		if la >= uint64(b.s.MinimumThroughput) {
+			return float64(lf) >= b.s.FailureRatio*float64(la)
+		}
+	}
+	return true
 }
 
 func (b *Breaker) openLocked(now time.Time) Change {
 	ch := b.setLocked(now, StateOpen)
-	ch.Failures, ch.Answered = b.w.Sum[brFailures], b.w.Sum[brFailures]+b.w.Sum[brAccepts]
+	fail := total(&b.w.Sum, brFailures)
+	ch.Failures, ch.Answered = fail, fail+total(&b.w.Sum, brAccepts)
 	ch.Break = b.breakFor
 	b.retryAt = now.Add(b.breakFor)
-	b.openedAt, b.refusedOpen = now, 0
+	b.openedAt, b.refusedOpen, b.topRefused = now, 0, -1
 	b.opened++
 	return ch
 }
@@ -408,12 +489,15 @@ func (b *Breaker) setLocked(now time.Time, to State) Change {
 	b.st = to
 	b.state.Store(uint32(to))
 	b.probeOut = false
+	if to == StateHalfOpen {
+		b.halfAt = now
+	}
 	if to == StateClosed {
 		// A fresh start: the failures that opened it are history.
 		b.breakFor, b.probeEvery = b.s.BreakDuration, b.s.ProbeEvery
 		b.w.Reset()
 		b.streak.Store(0)
-		b.mayThrottle.Store(b.s.ThrottleK > 0)
+		b.storeMayThrottle(b.s.ThrottleK > 0)
 	}
 	return ch
 }

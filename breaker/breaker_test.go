@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 )
 
 func newTestBreaker(t *testing.T, s Settings, clk *manualClock, changes *[]Change, opts ...Option) *Breaker {
@@ -32,10 +33,10 @@ func newTestBreaker(t *testing.T, s Settings, clk *manualClock, changes *[]Chang
 func admitN(t *testing.T, b *Breaker, o budget.Outcome, n int) {
 	t.Helper()
 	for range n {
-		if err := b.Admit(nil); err != nil {
+		if err := b.Admit(criticality.Unset, nil); err != nil {
 			t.Fatalf("Admit: %v", err)
 		}
-		b.Record(o, true, nil)
+		b.Record(o, true, criticality.Unset, nil)
 	}
 }
 
@@ -67,40 +68,40 @@ func TestBreakerTripsOnRatioAfterMinimumThroughput(t *testing.T) {
 	if b.Closed() || len(changes) != 1 || changes[0].To != StateOpen || changes[0].Failures != 10 || changes[0].Break != time.Second {
 		t.Fatalf("changes = %+v, want one to open after 10 failures", changes)
 	}
-	wantRefusal(t, b.Admit(nil), ErrOpen, t0.Add(time.Second))
-	if ok, next := b.AllowRetry(nil); ok || !next.Equal(t0.Add(time.Second)) {
+	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, t0.Add(time.Second))
+	if ok, next := b.AllowRetry(criticality.Unset, nil); ok || !next.Equal(t0.Add(time.Second)) {
 		t.Fatalf("AllowRetry while open = %v, %v", ok, next)
 	}
 
 	// The break ends: one probe (a first attempt), then refusals.
 	clk.advance(time.Second)
-	if err := b.Admit(nil); err != nil {
+	if err := b.Admit(criticality.Unset, nil); err != nil {
 		t.Fatalf("probe refused: %v", err)
 	}
-	wantRefusal(t, b.Admit(nil), ErrOpen, time.Time{})
-	if ok, _ := b.AllowRetry(nil); ok {
+	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, time.Time{})
+	if ok, _ := b.AllowRetry(criticality.Unset, nil); ok {
 		t.Fatal("a retry went beside the probe")
 	}
 	// The probe fails: open for twice as long, and until twice as many
 	// first attempts were refused (the first refusal says MaxBreakDuration,
 	// the second the break's end).
-	b.Record(budget.Failure, true, nil)
-	wantRefusal(t, b.Admit(nil), ErrOpen, clk.Now().Add(3*time.Second))
-	wantRefusal(t, b.Admit(nil), ErrOpen, clk.Now().Add(2*time.Second))
+	b.Record(budget.Failure, true, criticality.Unset, nil)
+	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, clk.Now().Add(3*time.Second))
+	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, clk.Now().Add(2*time.Second))
 	clk.advance(2 * time.Second)
-	if ok, _ := b.AllowRetry(nil); !ok {
+	if ok, _ := b.AllowRetry(criticality.Unset, nil); !ok {
 		t.Fatal("the waiting retry could not probe")
 	}
-	b.Record(budget.Failure, true, nil)
+	b.Record(budget.Failure, true, criticality.Unset, nil)
 	// Doubling stops at MaxBreakDuration.
 	if s := b.Snapshot(); s.State != StateOpen || s.Break != 3*time.Second || s.Opened != 3 {
 		t.Fatalf("snapshot %+v, want open for 3s, opened 3 times", s)
 	}
 	clk.advance(3 * time.Second)
-	if err := b.Admit(nil); err != nil {
+	if err := b.Admit(criticality.Unset, nil); err != nil {
 		t.Fatal(err)
 	}
-	b.Record(budget.Success, true, nil)
+	b.Record(budget.Success, true, criticality.Unset, nil)
 	if !b.Closed() {
 		t.Fatal("a successful probe did not close the breaker")
 	}
@@ -162,9 +163,9 @@ func TestBreakerTripsOnConsecutiveFirstFailures(t *testing.T) {
 	b := newTestBreaker(t, Settings{ConsecutiveFailures: 3, ProbeEvery: 1}, clk, &changes)
 	admitN(t, b, budget.Failure, 2)
 	for range 10 {
-		b.Record(budget.Failure, false, nil) // retries: not counted
+		b.Record(budget.Failure, false, criticality.Unset, nil) // retries: not counted
 	}
-	b.Record(budget.Success, false, nil) // a retry's success resets the count
+	b.Record(budget.Success, false, criticality.Unset, nil) // a retry's success resets the count
 	admitN(t, b, budget.Failure, 2)
 	if !b.Closed() {
 		t.Fatal("opened on failures that were not in a row")
@@ -175,12 +176,12 @@ func TestBreakerTripsOnConsecutiveFirstFailures(t *testing.T) {
 	}
 	// Half-open (after the break and one refused first attempt), a
 	// retry's outcome decides too.
-	wantRefusal(t, b.Admit(nil), ErrOpen, time.Time{})
+	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, time.Time{})
 	clk.advance(DefaultBreakDuration)
-	if ok, _ := b.AllowRetry(nil); !ok {
+	if ok, _ := b.AllowRetry(criticality.Unset, nil); !ok {
 		t.Fatal("no probe")
 	}
-	b.Record(budget.Success, false, nil)
+	b.Record(budget.Success, false, criticality.Unset, nil)
 	if !b.Closed() {
 		t.Fatal("the retry probe's success did not close it")
 	}
@@ -195,29 +196,29 @@ func TestBreakerProbesAtAShareOfTheCalls(t *testing.T) {
 	admitN(t, b, budget.Failure, 1)
 	clk.advance(2 * time.Second)
 	for range 3 {
-		wantRefusal(t, b.Admit(nil), ErrOpen, time.Time{})
+		wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, time.Time{})
 	}
-	if err := b.Admit(nil); err != nil {
+	if err := b.Admit(criticality.Unset, nil); err != nil {
 		t.Fatalf("no probe after 3 refusals and the break: %v", err)
 	}
-	b.Record(budget.Failure, true, nil)
+	b.Record(budget.Failure, true, criticality.Unset, nil)
 	// Now 6 refusals and 2s.
 	for range 6 {
 		clk.advance(100 * time.Millisecond)
-		wantRefusal(t, b.Admit(nil), ErrOpen, time.Time{})
+		wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, time.Time{})
 	}
 	clk.advance(1400 * time.Millisecond)
-	if err := b.Admit(nil); err != nil {
+	if err := b.Admit(criticality.Unset, nil); err != nil {
 		t.Fatalf("no probe after 6 refusals and 2s: %v", err)
 	}
-	b.Record(budget.Failure, true, nil)
+	b.Record(budget.Failure, true, criticality.Unset, nil)
 	// A quiet client: no refusals, a probe at MaxBreakDuration.
 	clk.advance(10*time.Second - time.Millisecond)
-	if ok, _ := b.AllowRetry(nil); ok {
+	if ok, _ := b.AllowRetry(criticality.Unset, nil); ok {
 		t.Fatal("a retry probed before MaxBreakDuration with no refusals")
 	}
 	clk.advance(time.Millisecond)
-	if ok, _ := b.AllowRetry(nil); !ok {
+	if ok, _ := b.AllowRetry(criticality.Unset, nil); !ok {
 		t.Fatal("no probe at MaxBreakDuration")
 	}
 }
@@ -227,21 +228,21 @@ func TestBreakerLostProbeFreesItsSlot(t *testing.T) {
 	var changes []Change
 	b := newTestBreaker(t, Settings{MinimumThroughput: 1, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
 	admitN(t, b, budget.Failure, 1)
-	wantRefusal(t, b.Admit(nil), ErrOpen, t0.Add(time.Second))
+	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, t0.Add(time.Second))
 	clk.advance(time.Second)
-	if err := b.Admit(nil); err != nil {
+	if err := b.Admit(criticality.Unset, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The probe never reports; another may go one break later.
 	clk.advance(999 * time.Millisecond)
-	wantRefusal(t, b.Admit(nil), ErrOpen, t0.Add(2*time.Second))
+	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, t0.Add(2*time.Second))
 	clk.advance(time.Millisecond)
-	if err := b.Admit(nil); err != nil {
+	if err := b.Admit(criticality.Unset, nil); err != nil {
 		t.Fatalf("the lost probe still holds the slot: %v", err)
 	}
 	// A probe ended by its caller (budget.Other) frees the slot at once.
-	b.Record(budget.Other, true, nil)
-	if err := b.Admit(nil); err != nil {
+	b.Record(budget.Other, true, criticality.Unset, nil)
+	if err := b.Admit(criticality.Unset, nil); err != nil {
 		t.Fatalf("a probe the caller ended still holds the slot: %v", err)
 	}
 }
@@ -257,9 +258,9 @@ func TestBreakerThrottlesFirstAttempts(t *testing.T) {
 	// attempts are rejected with the SRE probability.
 	throttled := 0
 	for range 400 {
-		err := b.Admit(nil)
+		err := b.Admit(criticality.Unset, nil)
 		if err == nil {
-			b.Record(budget.Failure, true, nil)
+			b.Record(budget.Failure, true, criticality.Unset, nil)
 			continue
 		}
 		wantRefusal(t, err, ErrThrottled, time.Time{})
@@ -277,7 +278,7 @@ func TestBreakerThrottlesFirstAttempts(t *testing.T) {
 		t.Fatalf("throttled %d (snapshot %d), changes %v; want 299 and no trip", throttled, s.Throttled, changes)
 	}
 	// Retries are not throttled (the budget's to admit).
-	if ok, _ := b.AllowRetry(nil); !ok {
+	if ok, _ := b.AllowRetry(criticality.Unset, nil); !ok {
 		t.Fatal("throttling refused a retry")
 	}
 }
@@ -348,13 +349,13 @@ func TestBreakerFastPathsDoNotAllocate(t *testing.T) {
 	bs, _ := NewSet(Settings{}, nil)
 	b := bs.Get("t", "/s/M")
 	n := testing.AllocsPerRun(1000, func() {
-		if bs.Get("t", "/s/M") != b || b.Admit(nil) != nil {
+		if bs.Get("t", "/s/M") != b || b.Admit(criticality.Unset, nil) != nil {
 			t.Fatal("refused")
 		}
-		if ok, _ := b.AllowRetry(nil); !ok {
+		if ok, _ := b.AllowRetry(criticality.Unset, nil); !ok {
 			t.Fatal("refused")
 		}
-		b.Record(budget.Success, true, nil)
+		b.Record(budget.Success, true, criticality.Unset, nil)
 	})
 	if n != 0 {
 		t.Fatalf("%v allocations per call, want 0", n)
@@ -375,9 +376,9 @@ func TestGateWaitsForTheBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	admitN(t, br, budget.Failure, 2)
-	wantRefusal(t, br.Admit(nil), ErrOpen, t0.Add(time.Second))
+	wantRefusal(t, br.Admit(criticality.Unset, nil), ErrOpen, t0.Add(time.Second))
 	g.Record(budget.Attempt{Number: 1, Outcome: budget.Failure})
-	w, err := g.Enter(budget.Request{Number: 2, Guard: br.Guard(nil)}, 100*time.Millisecond, time.Time{})
+	w, err := g.Enter(budget.Request{Number: 2, Guard: br.Guard(criticality.Unset, nil)}, 100*time.Millisecond, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,10 +392,10 @@ func TestGateWaitsForTheBreaker(t *testing.T) {
 	if a, _ := w.Poll(); a != budget.AdmitBudget {
 		t.Fatalf("Poll at the break's end = %v, want budget", a)
 	}
-	if err := br.Admit(nil); !errors.Is(err, ErrOpen) {
+	if err := br.Admit(criticality.Unset, nil); !errors.Is(err, ErrOpen) {
 		t.Fatalf("a first attempt probed beside the waiting retry: %v", err)
 	}
-	br.Record(budget.Success, true, nil)
+	br.Record(budget.Success, true, criticality.Unset, nil)
 	if !br.Closed() {
 		t.Fatal("the gate's probe did not close the breaker")
 	}

@@ -18,6 +18,13 @@
 // With Settings.ThrottleK set, a closed Breaker also rejects first attempts
 // locally (ErrThrottled) with the Google SRE book's probability,
 // max(0, (requests − K × accepts) / (requests + 1)), over the same window.
+//
+// Every asking names the call's criticality (package criticality; Unset
+// counts as CRITICAL, and a process whose calls name none sees no
+// difference): throttling keeps counts per level and rejects the less
+// critical first, the breaker does not open while the most critical calls
+// are served, and its half-open probe goes to the most critical level that
+// was refused (Breaker states the rules).
 // Pace spaces out first attempts that were held while their connection was
 // not ready, so that they reach a recovering server at the pace the process
 // sent them before the outage.

@@ -4,17 +4,22 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 )
 
-// Guard returns b as the budget.Guard of a call's retries, so that a
-// budget.Gate asks b before it lets a waiting retry of the call go (the
-// breaker's half-open probe and the gate's probe are then one attempt). l
-// (may be nil) hears the state changes the asking makes.
-func (b *Breaker) Guard(l Listener) budget.Guard { return guard{b: b, l: l} }
+// Guard returns b as the budget.Guard of the retries of a call of
+// criticality c, so that a budget.Gate asks b before it lets a waiting
+// retry of the call go (the breaker's half-open probe and the gate's probe
+// are then one attempt). l (may be nil) hears the state changes the asking
+// makes.
+func (b *Breaker) Guard(c criticality.Level, l Listener) budget.Guard {
+	return guard{b: b, l: l, level: c.Index()}
+}
 
 type guard struct {
-	b *Breaker
-	l Listener
+	b     *Breaker
+	l     Listener
+	level int
 }
 
 func (g guard) Closed() bool { return g.b.Closed() }
@@ -23,7 +28,7 @@ func (g guard) AllowRetry() (bool, time.Time, func()) {
 	if g.b.Closed() {
 		return true, time.Time{}, nil
 	}
-	ok, next, ch, changed := g.b.allowRetry(g.b.now())
+	ok, next, ch, changed := g.b.allowRetry(g.b.now(), g.level)
 	if !changed {
 		return ok, next, nil
 	}

@@ -25,7 +25,7 @@ func (b *Breaker) Pace() time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.foldLocked(now)
-	rate := math.Max(PaceGain*float64(b.w.Sum[brAccepts]+b.w.Sum[brFailures])/b.s.SamplingWindow.Seconds(), 1)
+	rate := math.Max(PaceGain*float64(total(&b.w.Sum, brAccepts)+total(&b.w.Sum, brFailures))/b.s.SamplingWindow.Seconds(), 1)
 	at := b.paceAt.Add(time.Duration(float64(time.Second) / rate))
 	if at.Before(now) {
 		at = now

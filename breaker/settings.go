@@ -57,7 +57,9 @@ type Settings struct {
 	// (requests + 1)), counted over the window, where requests are the
 	// attempts asked for (rejected ones included) and accepts those the
 	// server answered without failing. 0: off; else in [1, 100]; the SRE
-	// book's K is 2.
+	// book's K is 2. It is the K of CRITICAL calls (and of calls that name
+	// no criticality); each level keeps its own counts and the less
+	// critical a lower K (Breaker says how).
 	ThrottleK float64
 	// Scope says what one Breaker guards: every method of one target
 	// (ScopeTarget) or one method of one target (ScopeMethod, the default).

@@ -3,6 +3,8 @@ package breaker
 import (
 	"math"
 	"time"
+
+	"github.com/stagger-go/stagger/criticality"
 )
 
 // Snapshot is a breaker's state for metrics and logs.
@@ -11,8 +13,8 @@ type Snapshot struct {
 	State State
 	// Requests, Accepts and Failures are the window's counts now.
 	Requests, Accepts, Failures uint64
-	// ThrottleP is the probability a first attempt is rejected now (0
-	// without throttling).
+	// ThrottleP is the probability a CRITICAL first attempt (or one that
+	// names no criticality) is rejected now (0 without throttling).
 	ThrottleP float64
 	// Break is the current break; Retry when the open breaker lets a
 	// probe go.
@@ -32,15 +34,15 @@ func (b *Breaker) Snapshot() Snapshot {
 	b.w.Advance(now)
 	s := Snapshot{
 		Key: b.key, State: b.st,
-		Requests: b.w.Sum[brRequests], Accepts: b.w.Sum[brAccepts], Failures: b.w.Sum[brFailures],
+		Requests: total(&b.w.Sum, brRequests), Accepts: total(&b.w.Sum, brAccepts), Failures: total(&b.w.Sum, brFailures),
 		Break: b.breakFor, Opened: b.opened, Rejected: b.rejected, Throttled: b.thrott, At: now,
 	}
 	if b.st == StateOpen {
 		s.Retry = b.retryAt
 	}
-	if b.s.ThrottleK > 0 && s.Requests > 0 {
-		req := float64(s.Requests) + 1
-		s.ThrottleP = math.Max(0, (req-1-b.s.ThrottleK*float64(s.Accepts))/req)
+	if c := criticality.Critical.Index(); b.s.ThrottleK > 0 && b.w.Sum[counter(c, brRequests)] > 0 {
+		req := float64(b.w.Sum[counter(c, brRequests)]) + 1
+		s.ThrottleP = math.Max(0, (req-1-b.ks[c]*float64(b.w.Sum[counter(c, brAccepts)]))/req)
 	}
 	b.mu.Unlock()
 	if changed {

@@ -1,6 +1,9 @@
 package budget
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // The decide-and-record path as the interceptors drive it: a retry is asked
 // for, then its attempt ends. The settings keep each budget in its working
@@ -22,10 +25,14 @@ func benchBudgets(b *testing.B) []struct {
 	if err != nil {
 		b.Fatal(err)
 	}
+	gate, err := New(DefaultSettings())
+	if err != nil {
+		b.Fatal(err)
+	}
 	return []struct {
 		name string
 		bud  Budget
-	}{{"throttle", th}, {"token-bucket", tb}, {"ratio", ra}}
+	}{{"throttle", th}, {"token-bucket", tb}, {"ratio", ra}, {"default-gate", gate}}
 }
 
 func decideAndRecord(bud Budget) {
@@ -55,3 +62,30 @@ func BenchmarkDecideAndRecord(b *testing.B) {
 		})
 	}
 }
+
+// A deferred retry's round trip through a Gate that refuses every retry:
+// Enter, one Poll (a probe while none is out, else none), Leave; and the
+// probe's outcome now and then, so that probes keep going.
+func BenchmarkGateEnterPollLeave(b *testing.B) {
+	g, err := Deferring(refuseAll{}, DeferSettings{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		w, err := g.Enter(Request{Number: 2}, 0, time.Time{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if a, _ := w.Poll(); a == AdmitProbe {
+			g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
+		}
+		w.Leave()
+	}
+}
+
+type refuseAll struct{}
+
+func (refuseAll) Record(Attempt)     {}
+func (refuseAll) Allow(Request) bool { return false }
+func (refuseAll) State() State       { return State{Kind: "refuse"} }

@@ -94,7 +94,27 @@ type Request struct {
 	// breaker): a Gate lets the waiting retry go only when the guard allows
 	// it too (see Gate, rule 4).
 	Guard Guard
-	// Criticality is the call's criticality (Unset counts as Critical).
+	// Criticality is the call's criticality (Unset counts as CRITICAL).
+	// Every budget kind of this package keeps a reserve by it, so that
+	// the less critical are refused first: a retry or a hedge of level l
+	// must leave a share of the budget's span, where the span is a token
+	// bucket's Capacity (the tokens left after paying), the throttle's
+	// upper half (MaxTokens/2 above gRFC A6's threshold of MaxTokens/2),
+	// and the ratio's allowance (the retries left in the window):
+	//
+	//	SHEDDABLE       a quarter of the span
+	//	SHEDDABLE_PLUS  an eighth
+	//	CRITICAL        nothing: exactly as before levels existed (gRFC A6)
+	//	CRITICAL_PLUS   may go a fifth of the span below CRITICAL's floor
+	//
+	// So a token bucket of 100 pays a SHEDDABLE retry while it holds at
+	// least its cost plus 25 tokens, and a CRITICAL_PLUS one down to a
+	// debt of 20 tokens that successes pay back before any other level
+	// spends again; a throttle of 10 tokens allows SHEDDABLE retries above
+	// 6.25 tokens and CRITICAL_PLUS ones above 4; a ratio whose window
+	// allows 20 retries gives SHEDDABLE 15 of them and CRITICAL_PLUS 24.
+	// The shares are tuning, not settings (a release may retune them). A
+	// Gate also admits its waiting retries by criticality (Gate, rule 7).
 	Criticality criticality.Level
 }
 

@@ -47,6 +47,18 @@
 // a circuit breaker guards names it as its Request.Guard (package breaker
 // builds one), and the Gate asks it too.
 //
+// # Criticality
+//
+// A Request names its call's criticality (package criticality). The
+// budgets keep a reserve by it, so that the less critical are refused
+// first and CRITICAL_PLUS may dip below where the others stop
+// (Request.Criticality states the shares), and a Gate hands its releases,
+// probes and last chances to the most critical waiting retries first,
+// evicts the least critical when its waiting room is full, and lets no
+// SHEDDABLE retry wait in an outage (Gate, rule 7). A request that names
+// none counts as CRITICAL, which every kind treats exactly as it treated
+// every request before levels existed (gRFC A6's throttle included).
+//
 // # Stagger's default budget
 //
 // Default (DefaultSettings) is a token bucket with the AWS costs and reward

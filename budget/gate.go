@@ -84,6 +84,21 @@ import (
 //     after its call's deadline, or ProbeGapMax after it went for a call
 //     without one; a probe that reports after that is still counted as an
 //     outcome.
+//  7. Criticality (Request.Criticality; Unset counts as CRITICAL, so a
+//     process whose calls name none is unaffected). A release credit, a
+//     probe or a last chance that rules 1 to 3 give a waiting retry goes
+//     instead to the most critical waiting retry that they, its guard and
+//     the budget let go now (the oldest of its level first); only a
+//     waiting retry's own heal (rule 0) is not handed over. When the
+//     waiting calls are at their bound, a retry evicts the least critical
+//     waiting one below its level (the latest of that level to enter),
+//     which ends its call at once with its last status (ErrEvicted), and
+//     is refused (ErrTooManyWaiting) only when none is less critical. In
+//     an outage a SHEDDABLE retry does not wait at all (ErrShed): it could
+//     only go as a probe or a last chance that more critical calls take
+//     first, and it would hold its caller until its deadline for that.
+//     The budget itself keeps a reserve for the more critical (see
+//     Request.Criticality).
 //
 // The waiting calls are bounded (DeferSettings.MaxWaiting); a call without
 // a deadline waits at most MaxWait. Waiting costs the caller's goroutine
@@ -121,7 +136,10 @@ type Gate struct {
 	mu       sync.Mutex
 	st       gateState
 	nWaiting int
-	changed  chan struct{}
+	// queue holds the waiting retries that compete for admissions, by
+	// level (criticality's index), for rule 7.
+	queue   [4]waitQueue
+	changed chan struct{}
 	// counters for State.
 	deferred, admitted, gaveUp uint64
 }

@@ -2,34 +2,92 @@ package budget
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
+
+	"github.com/stagger-go/stagger/criticality"
 )
 
 // Waiter is one deferred retry, for code that cannot block (a simulator on a
 // virtual clock): Enter, then Poll whenever the gate's Changed channel
-// closes or the time Poll returned comes, and Leave once. Wait does all of
-// it for a goroutine on the real clock. A Waiter belongs to one goroutine.
+// closes or the time Poll returned comes, until Poll admits it or Err
+// reports it evicted, and Leave once. Wait does all of it for a goroutine
+// on the real clock. A Waiter belongs to one goroutine.
 type Waiter struct {
 	g        *Gate
 	r        Request
 	view     waiterView
 	earliest time.Time
 	left     bool
+	// level is the index of r's criticality; prev and next link the
+	// waiter in the gate's queue of its level while queued (it competes
+	// for admissions: not yet admitted, evicted or gone).
+	level      int
+	prev, next *Waiter
+	queued     bool
+	// granted: a less critical waiter's Poll admitted this one (rule 7),
+	// taken once its own Poll returned it. evicted: a more critical
+	// retry took its place (rule 7).
+	granted Admission
+	taken   bool
+	evicted atomic.Bool
+}
+
+// waitQueue is the waiting retries of one level, oldest first.
+type waitQueue struct{ head, tail *Waiter }
+
+func (q *waitQueue) push(w *Waiter) {
+	w.prev, w.next, w.queued = q.tail, nil, true
+	if q.tail != nil {
+		q.tail.next = w
+	} else {
+		q.head = w
+	}
+	q.tail = w
+}
+
+func (q *waitQueue) remove(w *Waiter) {
+	if !w.queued {
+		return
+	}
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	w.prev, w.next, w.queued = nil, nil, false
 }
 
 // Enter registers a deferred retry r that must not go sooner than pause
 // from now, of a call whose deadline is deadline (zero: none). It fails
-// with ErrTooManyWaiting when the bound is reached.
+// with ErrShed for a SHEDDABLE retry while the gate is in an outage, and
+// with ErrTooManyWaiting when the bound is reached and no less critical
+// retry waits (else the least critical, latest to enter, is evicted: rule
+// 7).
 func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waiter, error) {
 	now := g.now()
+	level := r.Criticality.Index()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.nWaiting >= g.s.MaxWaiting {
-		g.gaveUp++
-		return nil, ErrTooManyWaiting
-	}
 	if g.nWaiting == 0 {
 		g.forgetLocked(now)
+	}
+	if r.Criticality == criticality.Sheddable && g.st.phase == phaseOutage {
+		g.gaveUp++
+		return nil, ErrShed
+	}
+	if g.nWaiting >= g.s.MaxWaiting {
+		v := g.victimLocked(level)
+		if v == nil {
+			g.gaveUp++
+			return nil, ErrTooManyWaiting
+		}
+		g.evictLocked(v)
 	}
 	g.nWaiting++
 	g.waiting.Store(int32(g.nWaiting))
@@ -37,7 +95,41 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	pause = max(pause, 0)
 	healable := g.st.phase != phaseOutage
 	g.st.enter(now, pause)
-	return &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, healable: healable}, earliest: now.Add(pause)}, nil
+	w := &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, healable: healable}, earliest: now.Add(pause), level: level}
+	g.queue[level].push(w)
+	return w, nil
+}
+
+// victimLocked returns the waiter a retry of the level of index level
+// evicts from a full gate: the latest to enter of the least critical level
+// below it, or nil.
+func (g *Gate) victimLocked(level int) *Waiter {
+	for l := range level {
+		if v := g.queue[l].tail; v != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+// evictLocked makes v give up (ErrEvicted) and frees its place.
+func (g *Gate) evictLocked(v *Waiter) {
+	g.queue[v.level].remove(v)
+	v.evicted.Store(true)
+	v.left = true // its Leave has nothing more to do
+	g.gaveUp++
+	g.notifyLocked() // while v still counts: nobody else may be waiting
+	g.nWaiting--
+	g.waiting.Store(int32(g.nWaiting))
+}
+
+// Err returns ErrEvicted once a more critical retry took w's place (rule
+// 7): w will never be admitted, and its call ends with its last status.
+func (w *Waiter) Err() error {
+	if w.evicted.Load() {
+		return ErrEvicted
+	}
+	return nil
 }
 
 // Changed returns a channel closed the next time the gate learns something.
@@ -51,6 +143,9 @@ func (g *Gate) Changed() <-chan struct{} {
 // again could change the answer without news (zero: only news will).
 func (w *Waiter) Poll() (a Admission, next time.Time) {
 	g := w.g
+	if w.evicted.Load() {
+		return AdmitNone, time.Time{}
+	}
 	now := g.now()
 	if now.Before(w.earliest) {
 		return AdmitNone, w.earliest
@@ -64,15 +159,94 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 	return a, next
 }
 
-// pollLocked is Poll under the gate's lock: the rules' candidate, then the
-// guard (rule 4) and the budget. It returns the guard's tell, for Poll to
-// call unlocked.
+// pollLocked is Poll under the gate's lock: an admission a less critical
+// waiter granted w, or the rules' candidate, handed to the more critical
+// waiters first (rule 7), then the guard (rule 4) and the budget. It
+// returns the guards' tells, for Poll to call unlocked.
 func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 	g := w.g
-	how, next := g.st.candidate(now, w.view)
-	if how == AdmitNone {
-		return AdmitNone, next, nil
+	if w.granted != AdmitNone {
+		w.taken = true
+		return w.granted, time.Time{}, nil
 	}
+	how, next := g.st.candidate(now, w.view)
+	var tells []func()
+	for scarce(how) {
+		v, vhow, tell := g.handOffLocked(now, w.level)
+		if tell != nil {
+			tells = append(tells, tell)
+		}
+		if v == nil {
+			break
+		}
+		v.granted = vhow
+		g.notifyLocked()
+		how, next = g.st.candidate(now, w.view)
+	}
+	if how != AdmitNone {
+		var tell func()
+		how, next, tell = w.admitLocked(now, how)
+		if tell != nil {
+			tells = append(tells, tell)
+		}
+	}
+	return how, next, joinTells(tells)
+}
+
+// scarce reports whether an admission the rules give is one that a more
+// critical waiter takes first (rule 7): a release credit or the probe slot.
+// A heal is every healable waiter's own.
+func scarce(how Admission) bool {
+	return how == AdmitRelease || how == AdmitProbe || how == AdmitLast
+}
+
+// handOffLocked finds the first waiter more critical than the level of
+// index level, most critical first and oldest first within a level, that
+// the rules, its guard and the budget let go now as a release, a probe or
+// a last chance, and admits it. It returns nil when none may.
+func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission, func()) {
+	var tells []func()
+	for l := len(g.queue) - 1; l > level; l-- {
+		for v := g.queue[l].head; v != nil; v = v.next {
+			if now.Before(v.earliest) {
+				continue
+			}
+			how, _ := g.st.candidate(now, v.view)
+			if !scarce(how) {
+				continue
+			}
+			how, _, tell := v.admitLocked(now, how)
+			if tell != nil {
+				tells = append(tells, tell)
+			}
+			if how != AdmitNone {
+				return v, how, joinTells(tells)
+			}
+		}
+	}
+	return nil, AdmitNone, joinTells(tells)
+}
+
+func joinTells(tells []func()) func() {
+	switch len(tells) {
+	case 0:
+		return nil
+	case 1:
+		return tells[0]
+	}
+	return func() {
+		for _, tell := range tells {
+			tell()
+		}
+	}
+}
+
+// admitLocked asks w's guard (rule 4) and the budget whether w may go now
+// as how, the rules' candidate, and admits it when it may: it leaves the
+// queue. It returns the guard's tell, for the caller to call unlocked.
+func (w *Waiter) admitLocked(now time.Time, how Admission) (Admission, time.Time, func()) {
+	g := w.g
+	var next time.Time
 	guard := w.r.Guard
 	// Whether a closed guard judges the server (rule 4) is read before the
 	// guard is asked: asking may change its state.
@@ -98,10 +272,13 @@ func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 	}
 	g.st.admit(now, w.view, how)
 	g.admitted++
+	g.queue[w.level].remove(w)
 	return how, time.Time{}, tell
 }
 
-// Leave unregisters w; call it once, admitted or not.
+// Leave unregisters w; call it once, admitted or not. An admission another
+// waiter's Poll granted w that w's own Poll never returned is given back:
+// the probe slot or the release credit it took.
 func (w *Waiter) Leave() {
 	if w.left {
 		return
@@ -109,9 +286,25 @@ func (w *Waiter) Leave() {
 	w.left = true
 	g := w.g
 	g.mu.Lock()
+	g.queue[w.level].remove(w)
+	if w.granted != AdmitNone && !w.taken {
+		g.st.unadmit(w.granted)
+		g.admitted--
+		g.notifyLocked()
+	}
 	g.nWaiting--
 	g.waiting.Store(int32(g.nWaiting))
 	g.mu.Unlock()
+}
+
+// unadmit gives back what admit took for an admission never used.
+func (s *gateState) unadmit(how Admission) {
+	switch {
+	case how == AdmitRelease:
+		s.credits = min(s.credits+1, 1)
+	case how.probing() && s.probesOut > 0:
+		s.probesOut--
+	}
 }
 
 // giveUp counts a waiter that left without admission.
@@ -144,6 +337,9 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 		a, next := w.Poll()
 		if a != AdmitNone {
 			return a, nil
+		}
+		if err := w.Err(); err != nil {
+			return AdmitNone, err
 		}
 		now := g.now()
 		if !now.Before(limit) {

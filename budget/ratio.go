@@ -24,9 +24,12 @@ import (
 type Ratio struct {
 	mu sync.Mutex
 	// w counts requests (ratioRequests) and retries (ratioRetries).
-	w        window.Window
-	share    float64 // Percent/100
-	floor    float64 // retries the window always allows
+	w     window.Window[window.Counts]
+	share float64 // Percent/100
+	floor float64 // retries the window always allows
+	// spend[l.Index()] is the share of the allowance a retry of level l
+	// may take (1 for CRITICAL; see Request.Criticality).
+	spend    [4]float64
 	allowed  uint64
 	refused  uint64
 	now      func() time.Time
@@ -46,13 +49,17 @@ func NewRatio(s RatioSettings, opts ...Option) (*Ratio, error) {
 	}
 	s = s.WithDefaults()
 	o := buildOptions(opts)
-	return &Ratio{
-		w:        window.New(o.Now(), s.Window),
+	r := &Ratio{
+		w:        window.New[window.Counts](o.Now(), s.Window),
 		share:    s.Percent / 100,
 		floor:    s.MinRetriesPerSecond * s.Window.Seconds(),
 		now:      o.Now,
 		settings: s,
-	}, nil
+	}
+	for i, f := range reserveShares {
+		r.spend[i] = 1 - f
+	}
+	return r, nil
 }
 
 // Settings returns the settings r was built with, defaults filled in.
@@ -76,13 +83,15 @@ func (r *Ratio) Record(a Attempt) {
 }
 
 // Allow grants a retry or a hedge, and counts it, while the window's
-// retries stay within its allowance.
-func (r *Ratio) Allow(Request) bool {
+// retries stay within its allowance, less the reserve the request's
+// criticality leaves (Request.Criticality: none for CRITICAL; a
+// CRITICAL_PLUS retry may pass the allowance by the reserve).
+func (r *Ratio) Allow(req Request) bool {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.w.Advance(now)
-	if float64(r.w.Sum[ratioRetries]+1) > r.allowance() {
+	if float64(r.w.Sum[ratioRetries]+1) > r.allowance()*r.spend[req.Criticality.Index()] {
 		r.refused++
 		return false
 	}

@@ -118,15 +118,18 @@ func toMilli(x float64) int64 {
 
 func fromMilli(m int64) float64 { return float64(m) / milli }
 
-// addClamped adds delta to *tokens and keeps the result in [0, ceiling]. It
-// returns without a write when the clamp leaves the value unchanged (a full
-// bucket that is refilled, an empty one that is drained), so the common case
-// under load costs one atomic load and no contended CAS. The settings' rules
-// keep delta and ceiling at most 1e12 thousandths, so old+delta cannot overflow.
+// addClamped adds delta to *tokens and keeps the result in [0, ceiling], or
+// in [old, ceiling] when old is below 0 (a token bucket's CRITICAL_PLUS
+// debt, see Request.Criticality: a refund pays it back, nothing deepens
+// it). It returns without a write when the clamp leaves the value unchanged
+// (a full bucket that is refilled, an empty one that is drained), so the
+// common case under load costs one atomic load and no contended CAS. The
+// settings' rules keep delta and ceiling at most 1e12 thousandths, so
+// old+delta cannot overflow.
 func addClamped(tokens *atomic.Int64, delta, ceiling int64) {
 	for {
 		old := tokens.Load()
-		next := min(ceiling, max(0, old+delta))
+		next := min(ceiling, max(min(0, old), old+delta))
 		if next == old || tokens.CompareAndSwap(old, next) {
 			return
 		}

@@ -17,8 +17,11 @@ import (
 // for concurrent use; its operations are lock-free.
 type Throttle struct {
 	tokenCounts
-	max      int64
-	ratio    int64
+	max   int64
+	ratio int64
+	// above[l.Index()]: a retry of level l is allowed while 2 × tokens >
+	// above (max for CRITICAL: gRFC A6's tokens > maxTokens/2).
+	above    [4]int64
 	now      func() time.Time
 	settings ThrottleSettings
 }
@@ -33,6 +36,9 @@ func NewThrottle(s ThrottleSettings, opts ...Option) (*Throttle, error) {
 	// A ratio above MaxTokens fills the throttle just the same; clamping it
 	// keeps tokens+ratio far from overflowing.
 	t.ratio = min(t.ratio, t.max)
+	for i, f := range reserveFloors(t.max) {
+		t.above[i] = t.max + f
+	}
 	t.tokens.Store(t.max)
 	return t, nil
 }
@@ -52,11 +58,13 @@ func (t *Throttle) Record(a Attempt) {
 	}
 }
 
-// Allow reports whether tokens > MaxTokens/2. It spends nothing: in gRFC A6
-// the retry pays when it fails, through Record. Like Record, it does not
-// read the clock.
-func (t *Throttle) Allow(Request) bool {
-	if 2*t.tokens.Load() > t.max {
+// Allow reports whether tokens > MaxTokens/2, plus the reserve the
+// request's criticality leaves of the upper half (Request.Criticality; none
+// for CRITICAL, as in gRFC A6). It spends nothing: in gRFC A6 the retry
+// pays when it fails, through Record. Like Record, it does not read the
+// clock.
+func (t *Throttle) Allow(r Request) bool {
+	if 2*t.tokens.Load() > t.above[r.Criticality.Index()] {
 		t.allowed.Add(1)
 		return true
 	}

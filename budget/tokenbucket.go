@@ -24,8 +24,11 @@ type TokenBucket struct {
 	cost        int64
 	timeoutCost int64
 	reward      int64
-	now         func() time.Time
-	settings    TokenBucketSettings
+	// floors are what a retry of each level must leave, in thousandths
+	// (see Request.Criticality).
+	floors   [4]int64
+	now      func() time.Time
+	settings TokenBucketSettings
 }
 
 // NewTokenBucket returns a bucket holding s.Initial tokens, or a
@@ -45,6 +48,7 @@ func NewTokenBucket(s TokenBucketSettings, opts ...Option) (*TokenBucket, error)
 		now:         o.Now,
 		settings:    s,
 	}
+	b.floors = reserveFloors(b.capacity)
 	b.tokens.Store(min(b.capacity, toMilli(s.Initial)))
 	return b, nil
 }
@@ -73,15 +77,19 @@ func (b *TokenBucket) Record(a Attempt) {
 }
 
 // Allow takes the request's cost from the bucket, or refuses and takes
-// nothing when the bucket holds less than the cost.
+// nothing when the bucket holds less than the cost plus the reserve the
+// request's criticality leaves (Request.Criticality: none for CRITICAL; a
+// CRITICAL_PLUS retry may take the bucket below 0, into a debt that
+// successes pay back before any other retry is allowed).
 func (b *TokenBucket) Allow(r Request) bool {
 	cost := b.cost
 	if r.AfterTimeout {
 		cost = b.timeoutCost
 	}
+	floor := b.floors[r.Criticality.Index()]
 	for {
 		old := b.tokens.Load()
-		if old < cost {
+		if old-cost < floor {
 			b.refused.Add(1)
 			return false
 		}
@@ -93,7 +101,7 @@ func (b *TokenBucket) Allow(r Request) bool {
 }
 
 // State reports the tokens (Level) out of Capacity, stamped with the
-// budget's clock.
+// budget's clock. Level is below 0 while CRITICAL_PLUS retries are in debt.
 func (b *TokenBucket) State() State {
 	return b.snapshot(kindTokenBucket, b.capacity, b.now())
 }

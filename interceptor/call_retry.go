@@ -32,7 +32,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	if c.br != nil {
 		// Before the budget: a Gate's waiters, woken by the budget's
 		// Record, must find the breaker's new state.
-		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.attempt+c.before == 1, c.o)
+		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.attempt+c.before == 1, c.crit, c.o)
 	}
 	if err == nil {
 		// Decide's answer for a success is fixed: record it, stop.
@@ -88,7 +88,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 			if breakerOK = c.br.Closed(); !breakerOK && !defers {
 				// No Gate to wait in: the retry goes only as the
 				// half-open breaker's probe.
-				breakerOK, _ = c.br.AllowRetry(c.o)
+				breakerOK, _ = c.br.AllowRetry(c.crit, c.o)
 			}
 		}
 		if !breakerOK || (c.budget != nil && !c.budget.Allow(req)) {
@@ -154,7 +154,7 @@ func (c *call) attemptFacts(callCtx context.Context, err error, trailer metadata
 func (c *call) retryRequest(timedOut bool) budget.Request {
 	req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts, Criticality: c.crit}
 	if c.br != nil {
-		req.Guard = c.br.Guard(c.o)
+		req.Guard = c.br.Guard(c.crit, c.o)
 	}
 	return req
 }
@@ -230,7 +230,8 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 // when admitted (the next attempt tells the budget how it was let go), or
 // the call's final error: CANCELED when the caller cancelled; last, reason
 // deferred, when no retry could start before the deadline or a call without
-// one waited the limit; last, reason budget, when too many calls wait.
+// one waited the limit; last, reason budget, when too many calls wait (or
+// a more critical retry took its place) or a SHEDDABLE retry may not wait.
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
 	req := *c.deferReq
 	c.deferReq = nil
@@ -253,7 +254,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	case errors.Is(callCtx.Err(), context.Canceled):
 		last = status.Error(codes.Canceled, context.Canceled.Error())
 		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
-	case errors.Is(err, budget.ErrTooManyWaiting):
+	case errors.Is(err, budget.ErrTooManyWaiting), errors.Is(err, budget.ErrShed):
 		e.Reason = policy.ReasonBudget
 	default:
 		e.Reason = policy.ReasonDeferred
@@ -312,7 +313,7 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 			c.brCache.CompareAndSwap(nil, &breakerRef{target: target, b: c.br})
 		}
 	}
-	err := c.br.Admit(c.o)
+	err := c.br.Admit(c.crit, c.o)
 	if err == nil {
 		if cc != nil && !c.br.Settings().NoPacing && waitsForReady(c.fileOpts, grpcOpts) {
 			c.holdUntilReady(ctx, cc)

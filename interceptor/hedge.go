@@ -527,7 +527,7 @@ func (s *hedgeState) drain() {
 // state) and budget how attempt n of a hedged call ended.
 func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
 	if c.br != nil {
-		c.br.Record(breakerO, n == 1, c.o)
+		c.br.Record(breakerO, n == 1, c.crit, c.o)
 	}
 	if b := c.budget; b != nil {
 		b.Record(budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1})

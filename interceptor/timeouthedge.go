@@ -212,7 +212,7 @@ func (c *call) recordBeside(callCtx context.Context, n int, err error, trailer m
 // state) and budget how attempt n, which decides nothing, ended.
 func (c *call) recordAttempt(n int, budgetO, breakerO budget.Outcome) {
 	if c.br != nil {
-		c.br.Record(breakerO, n+c.before == 1, c.o)
+		c.br.Record(breakerO, n+c.before == 1, c.crit, c.o)
 	}
 	if c.budget != nil {
 		c.budget.Record(budget.Attempt{Number: n, Outcome: budgetO})

@@ -148,7 +148,7 @@ func TestTimeoutRetry(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				br.Record(budget.Failure, true, c.o)
+				br.Record(budget.Failure, true, c.crit, c.o)
 				if br.Closed() {
 					t.Fatal("the breaker did not open")
 				}

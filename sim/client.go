@@ -6,6 +6,7 @@ import (
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -79,6 +80,7 @@ type callTotals struct {
 // wait (budget.Gate): its non-blocking API, driven on the virtual clock.
 type deferrer interface {
 	Enter(r budget.Request, pause time.Duration, deadline time.Time) (*budget.Waiter, error)
+	Changed() <-chan struct{}
 	Settings() budget.DeferSettings
 }
 
@@ -87,8 +89,10 @@ type waiter struct {
 	w *budget.Waiter
 	// wake is the time of the poll event pending (-1: none).
 	wake time.Duration
-	// admit sends the retry with the admission Poll returned.
-	admit func(budget.Admission)
+	// admit sends the retry with the admission Poll returned; giveUp ends
+	// the call when a more critical retry evicted it.
+	admit  func(budget.Admission)
+	giveUp func()
 	// gone: admitted or given up; dropped from proc.waiters.
 	gone bool
 }
@@ -139,12 +143,18 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 // entered, as the gate may have changed.
 func (p *proc) record(a budget.Attempt, br budget.Outcome) {
 	if p.br != nil {
-		p.br.Record(br, a.Number == 1, nil)
+		p.br.Record(br, a.Number == 1, criticality.Unset, nil)
 	}
 	if p.b == nil {
 		return
 	}
 	p.b.Record(a)
+	p.pollWaiters()
+}
+
+// pollWaiters polls the budget's waiters, in the order they entered, as
+// the gate may have changed.
+func (p *proc) pollWaiters() {
 	if len(p.waiters) == 0 {
 		return
 	}
@@ -164,13 +174,23 @@ func (p *proc) record(a budget.Attempt, br budget.Outcome) {
 }
 
 // poll asks whether w may go; admitted, it leaves the gate and its retry is
-// sent; else a poll is scheduled at the time Poll named, if any.
+// sent; evicted, it leaves and its call ends; else a poll is scheduled at
+// the time Poll named, if any. When the poll changed the gate (it handed
+// an admission to a more critical waiter), every waiter is polled again,
+// as the real clock's waiters wake on the gate's Changed channel.
 func (p *proc) poll(w *waiter) {
+	defer p.pollIfChanged(p.gate.Changed())
 	a, next := w.w.Poll()
 	if a != budget.AdmitNone {
 		w.gone = true
 		w.w.Leave()
 		w.admit(a)
+		return
+	}
+	if w.w.Err() != nil {
+		w.gone = true
+		w.w.Leave()
+		w.giveUp()
 		return
 	}
 	if next.IsZero() {
@@ -204,6 +224,7 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 	if limit >= 0 {
 		deadline = Epoch.Add(limit + time.Millisecond)
 	}
+	defer p.pollIfChanged(p.gate.Changed())
 	bw, err := p.gate.Enter(r, pause, deadline)
 	if err != nil {
 		return false
@@ -211,7 +232,7 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 	if limit < 0 {
 		limit = p.s.now + p.gate.Settings().MaxWait
 	}
-	w := &waiter{w: bw, wake: -1, admit: admit}
+	w := &waiter{w: bw, wake: -1, admit: admit, giveUp: giveUp}
 	p.waiters = append(p.waiters, w)
 	p.s.At(limit, func() {
 		if w.gone {
@@ -227,6 +248,18 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 	})
 	p.poll(w)
 	return true
+}
+
+// pollIfChanged polls every waiter, as a later event at the same time,
+// when changed (the gate's Changed channel before a step) has closed:
+// Poll and Enter change the gate only for calls of different criticality
+// (Gate, rule 7), which the models here do not make.
+func (p *proc) pollIfChanged(changed <-chan struct{}) {
+	select {
+	case <-changed:
+		p.s.At(p.s.now, p.pollWaiters)
+	default:
+	}
 }
 
 // call starts one call now, with the interceptor's order of steps: the
@@ -316,11 +349,11 @@ func (p *proc) call() {
 				pause := v.Pause
 				r := budget.Request{Number: n + 1, Last: n+1 >= p.pol.MaxAttempts}
 				if p.br != nil {
-					r.Guard = p.br.Guard(nil)
+					r.Guard = p.br.Guard(criticality.Unset, nil)
 				}
 				brOK := p.br == nil || p.br.Closed()
 				if !brOK && p.gate == nil {
-					brOK, _ = p.br.AllowRetry(nil)
+					brOK, _ = p.br.AllowRetry(criticality.Unset, nil)
 				}
 				if brOK && (p.b == nil || p.b.Allow(r)) {
 					p.s.After(pause, func() { attempt(n+1, pause, budget.AdmitNone) })
@@ -335,7 +368,7 @@ func (p *proc) call() {
 			})
 		})
 	}
-	if p.br != nil && p.br.Admit(nil) != nil {
+	if p.br != nil && p.br.Admit(criticality.Unset, nil) != nil {
 		// Open (or throttled): the call fails at once, nothing sent.
 		finish(false)
 		return

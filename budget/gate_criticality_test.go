@@ -1,0 +1,305 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stagger-go/stagger/criticality"
+)
+
+// Shorter names for the table rows.
+const (
+	shed  = criticality.Sheddable
+	shedP = criticality.SheddablePlus
+	unset = criticality.Unset
+	crit  = criticality.Critical
+	critP = criticality.CriticalPlus
+)
+
+func retryAt(l criticality.Level) Request { return Request{Number: 2, Criticality: l} }
+
+// Rule 7, a full gate: the arrival evicts the least critical waiting
+// retry below its level, the latest of that level to enter, or is refused
+// when none is less critical. Unset counts as CRITICAL.
+func TestGateEvictsTheLeastCritical(t *testing.T) {
+	tests := []struct {
+		name    string
+		waiting []criticality.Level
+		arrival criticality.Level
+		evicted int // index into waiting; -1: the arrival is refused
+	}{
+		{"CRITICAL evicts SHEDDABLE", []criticality.Level{crit, shed, shedP}, crit, 1},
+		{"the least critical goes first", []criticality.Level{shedP, shed, crit}, critP, 1},
+		{"the latest of its level", []criticality.Level{shed, crit, shed}, crit, 2},
+		{"SHEDDABLE_PLUS evicts SHEDDABLE", []criticality.Level{crit, shed, crit}, shedP, 1},
+		{"Unset counts as CRITICAL", []criticality.Level{shedP, crit, crit}, unset, 0},
+		{"Unset is not evicted by CRITICAL", []criticality.Level{unset, crit, unset}, crit, -1},
+		{"nothing less critical", []criticality.Level{crit, critP, crit}, crit, -1},
+		{"SHEDDABLE never evicts", []criticality.Level{shed, shed, shed}, shed, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &manualClock{now: t0}
+			g := newGate(t, &switchBudget{}, DeferSettings{MaxWaiting: len(tt.waiting)}, clk)
+			ws := make([]*Waiter, len(tt.waiting))
+			for i, l := range tt.waiting {
+				w, err := g.Enter(retryAt(l), time.Second, time.Time{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Leave()
+				ws[i] = w
+			}
+			changed := g.Changed()
+			w, err := g.Enter(retryAt(tt.arrival), time.Second, time.Time{})
+			if tt.evicted < 0 {
+				if !errors.Is(err, ErrTooManyWaiting) || errors.Is(err, ErrEvicted) {
+					t.Fatalf("Enter = %v, want ErrTooManyWaiting", err)
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("Enter: %v", err)
+				}
+				defer w.Leave()
+				select {
+				case <-changed:
+				default:
+					t.Fatal("an eviction did not wake the waiters")
+				}
+			}
+			for i, v := range ws {
+				err := v.Err()
+				if i == tt.evicted {
+					if !errors.Is(err, ErrEvicted) || !errors.Is(err, ErrTooManyWaiting) {
+						t.Errorf("waiter %d (%v): Err = %v, want ErrEvicted", i, tt.waiting[i], err)
+					}
+					if a, next := v.Poll(); a != AdmitNone || !next.IsZero() {
+						t.Errorf("evicted waiter: Poll = %v, %v", a, next)
+					}
+				} else if err != nil {
+					t.Errorf("waiter %d (%v): Err = %v, want none", i, tt.waiting[i], err)
+				}
+			}
+			st := g.State()
+			if st.Waiting != len(tt.waiting) || st.DeferGaveUp != 1 {
+				t.Fatalf("State: %d waiting, %d gave up; want %d and 1", st.Waiting, st.DeferGaveUp, len(tt.waiting))
+			}
+		})
+	}
+}
+
+// Rule 7, in an outage: a SHEDDABLE retry does not wait; the others do,
+// and SHEDDABLE ones wait again once the outage is over.
+func TestGateShedsSheddableInAnOutage(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := retriesFail(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	if w, err := g.Enter(retryAt(shed), 0, time.Time{}); err != nil {
+		t.Fatalf("SHEDDABLE, no outage: %v", err)
+	} else {
+		w.Leave()
+	}
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	if _, err := g.Enter(retryAt(shed), 0, time.Time{}); !errors.Is(err, ErrShed) {
+		t.Fatalf("SHEDDABLE in an outage: %v, want ErrShed", err)
+	}
+	for _, l := range []criticality.Level{shedP, unset, crit, critP} {
+		w, err := g.Enter(retryAt(l), 0, time.Time{})
+		if err != nil {
+			t.Fatalf("%v in an outage: %v", l, err)
+		}
+		w.Leave()
+	}
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	w, err := g.Enter(retryAt(shed), 0, time.Time{})
+	if err != nil {
+		t.Fatalf("SHEDDABLE after the outage: %v", err)
+	}
+	w.Leave()
+	if st := g.State(); st.DeferGaveUp != 1 || st.Deferred != 6 {
+		t.Fatalf("State: %d gave up, %d deferred; want 1 and 6", st.DeferGaveUp, st.Deferred)
+	}
+}
+
+// Rule 7, admissions: a release, a probe or a last chance that a less
+// critical waiter's Poll finds due goes to the most critical waiter that
+// may go now (the oldest of its level), which its own Poll then returns;
+// a more critical waiter whose pause has not ended, or whose own last
+// chance is not due, does not hold it back.
+func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
+	deadline := t0.Add(2 * time.Second)
+	type entry struct {
+		level    criticality.Level
+		pause    time.Duration
+		last     bool // the call's last attempt, with a deadline
+		deadline time.Time
+	}
+	tests := []struct {
+		name    string
+		phase   phase
+		at      time.Time
+		waiting []entry
+		poller  int // the waiter that polls first
+		want    int // the waiter admitted
+		how     Admission
+	}{
+		{"release to CRITICAL_PLUS", phaseRecovering, t0, []entry{{level: shed}, {level: crit}, {level: critP}}, 0, 2, AdmitRelease},
+		{"release, the oldest of the level", phaseRecovering, t0, []entry{{level: shed}, {level: crit}, {level: crit}}, 0, 1, AdmitRelease},
+		{"release, Unset as CRITICAL", phaseRecovering, t0, []entry{{level: shedP}, {level: unset}}, 0, 1, AdmitRelease},
+		{"release, no one more critical", phaseRecovering, t0, []entry{{level: crit}, {level: shed}}, 0, 0, AdmitRelease},
+		{"release, same level keeps it", phaseRecovering, t0, []entry{{level: crit}, {level: crit}}, 1, 1, AdmitRelease},
+		{"probe to CRITICAL", phaseOutage, t0, []entry{{level: shedP}, {level: crit}}, 0, 1, AdmitProbe},
+		{"release, CRITICAL's pause not over", phaseRecovering, t0, []entry{{level: shedP}, {level: crit, pause: time.Second}}, 0, 0, AdmitRelease},
+		{"last chance to CRITICAL", phaseOutage, deadline.Add(-lastChanceLead), []entry{
+			{level: shedP, last: true, deadline: deadline}, {level: crit, last: true, deadline: deadline}}, 0, 1, AdmitLast},
+		{"last chance, CRITICAL's not due", phaseOutage, deadline.Add(-lastChanceLead), []entry{
+			{level: shedP, last: true, deadline: deadline}, {level: crit, last: true, deadline: deadline.Add(time.Second)}}, 0, 0, AdmitLast},
+		{"probe over a last chance", phaseOutage, deadline.Add(-lastChanceLead), []entry{
+			{level: shedP, last: true, deadline: deadline}, {level: critP}}, 0, 1, AdmitProbe},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &manualClock{now: t0}
+			g := retriesFail(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+			ws := make([]*Waiter, len(tt.waiting))
+			for i, e := range tt.waiting {
+				r := retryAt(e.level)
+				r.Last = e.last
+				w, err := g.Enter(r, e.pause, e.deadline)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Leave()
+				ws[i] = w
+			}
+			g.mu.Lock()
+			g.st.phase = tt.phase
+			g.outageNow.Store(tt.phase == phaseOutage)
+			if tt.phase == phaseRecovering {
+				g.st.credits, g.st.creditAt = 1, tt.at
+			}
+			g.mu.Unlock()
+			clk.set(tt.at)
+			for i := range ws {
+				// The first to poll, then the others in order.
+				w := ws[(tt.poller+i)%len(ws)]
+				idx := (tt.poller + i) % len(ws)
+				a, _ := w.Poll()
+				want := AdmitNone
+				if idx == tt.want {
+					want = tt.how
+				}
+				if a != want {
+					t.Fatalf("waiter %d (%v): Poll = %v, want %v", idx, tt.waiting[idx].level, a, want)
+				}
+			}
+			if st := g.State(); st.DeferAdmitted != 1 {
+				t.Fatalf("%d admitted, want 1", st.DeferAdmitted)
+			}
+		})
+	}
+}
+
+// An admission handed to a waiter that leaves without taking it (its
+// caller gave up) is given back: the probe slot is free again.
+func TestGateTakesBackAnUntakenHandOff(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := retriesFail(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
+	defer low.Leave()
+	high, _ := g.Enter(retryAt(critP), 0, time.Time{})
+	poll(t, low, AdmitNone) // handed to high
+	high.Leave()            // which never polls
+	if st := g.State(); st.DeferAdmitted != 0 {
+		t.Fatalf("%d admitted after the hand-off was given back, want 0", st.DeferAdmitted)
+	}
+	poll(t, low, AdmitProbe)
+}
+
+// fakeGuard is a Guard that is not closed and refuses every retry.
+type refusingGuard struct{ asked int }
+
+func (g *refusingGuard) Closed() bool { return false }
+func (g *refusingGuard) AllowRetry() (bool, time.Time, func()) {
+	g.asked++
+	return false, time.Time{}, nil
+}
+
+// Rule 7 with rule 4: a more critical waiter whose guard refuses does not
+// hold the admission back; the less critical waiter takes it.
+func TestGateHandOffAsksTheGuard(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := retriesFail(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
+	defer low.Leave()
+	guard := &refusingGuard{}
+	r := retryAt(critP)
+	r.Guard = guard
+	high, _ := g.Enter(r, 0, time.Time{})
+	defer high.Leave()
+	poll(t, low, AdmitProbe)
+	if guard.asked != 1 {
+		t.Fatalf("the guard was asked %d times, want once", guard.asked)
+	}
+	poll(t, high, AdmitNone)
+}
+
+// TestRealTimeGateReleasesTheMostCriticalFirst is
+// TestGateReleasesTheMostCriticalFirst on the real clock (about two
+// seconds): which waiting goroutine wakes first at each credit is up to
+// the scheduler, and the release order must not depend on it.
+func TestRealTimeGateReleasesTheMostCriticalFirst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real time: two seconds")
+	}
+	checkReleaseOrder(t)
+}
+
+// checkReleaseOrder: a probe goes out, three calls (SHEDDABLE,
+// CRITICAL_PLUS, CRITICAL) wait; the probe finds the server back (a whole
+// credit at once, then one a second): they must be released CRITICAL_PLUS,
+// CRITICAL, SHEDDABLE.
+func checkReleaseOrder(t *testing.T) {
+	g, err := Deferring(&switchBudget{}, DeferSettings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retriesFail(g)
+	w, _ := g.Enter(retry2, 0, time.Time{})
+	if a, _ := w.Poll(); a != AdmitProbe {
+		t.Fatalf("first Poll = %v, want a probe", a)
+	}
+	w.Leave()
+	got := make(chan criticality.Level, 3)
+	for _, l := range []criticality.Level{shed, critP, crit} {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			a, err := g.Wait(ctx, retryAt(l), 0)
+			if err != nil || a != AdmitRelease {
+				t.Errorf("%v: Wait = %v, %v; want a release", l, a, err)
+			}
+			got <- l
+		}()
+	}
+	for g.State().Waiting < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
+	var order []criticality.Level
+	for range 3 {
+		order = append(order, <-got)
+	}
+	if want := []criticality.Level{critP, crit, shed}; !equalLevels(order, want) {
+		t.Fatalf("released %v, want %v", order, want)
+	}
+}
