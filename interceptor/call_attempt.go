@@ -150,7 +150,7 @@ type call struct {
 	ctx context.Context
 	// crit is the call's criticality as named, resolved once by start
 	// (see WithCriticality); Unset, which counts as Critical, when
-	// nothing names one.
+	// nothing names one. The budget and the breaker admit the call by it.
 	crit criticality.Level
 }
 
