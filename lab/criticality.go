@@ -1,0 +1,70 @@
+package lab
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/server"
+	"github.com/stagger-go/stagger/testserver"
+)
+
+// levelKey carries a ScenarioMixedCriticality call's criticality in its
+// context, where only stagger-criticality's sayCriticality reads it: the
+// other contenders' calls carry no criticality.
+type levelKey struct{}
+
+// callLevel is the criticality of a client's seq-th call (from 1) in
+// ScenarioMixedCriticality: CRITICAL for three of every ten, spread out
+// (the third, seventh and tenth), SHEDDABLE for the others.
+func callLevel(seq int) criticality.Level {
+	switch seq % 10 {
+	case 3, 7, 0:
+		return criticality.Critical
+	}
+	return criticality.Sheddable
+}
+
+// withLevel returns ctx carrying the lab's level for the call.
+func withLevel(ctx context.Context, l criticality.Level) context.Context {
+	return context.WithValue(ctx, levelKey{}, l)
+}
+
+// levelOf returns the level withLevel put in ctx, or Unset.
+func levelOf(ctx context.Context) criticality.Level {
+	l, _ := ctx.Value(levelKey{}).(criticality.Level)
+	return l
+}
+
+// sayCriticality is stagger-criticality's outermost interceptor: it says
+// the call's level the way a user does, criticality.NewContext.
+func sayCriticality(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if l := levelOf(ctx); l != criticality.Unset {
+		ctx = criticality.NewContext(ctx, l)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// levelCount counts one criticality's calls and their successes.
+type levelCount struct{ calls, ok int }
+
+// rate is the success rate, 0 without calls.
+func (c levelCount) rate() float64 {
+	if c.calls == 0 {
+		return 0
+	}
+	return float64(c.ok) / float64(c.calls)
+}
+
+// mixedServerSide is ScenarioMixedCriticality's server side, in front of
+// the workers: stagger's concurrency limit of Workers + Queue/2 calls in
+// the server (running or queued), which refuses with a pushback, keeping a
+// share for the more critical.
+func mixedServerSide(cfg *Config) (testserver.Option, error) {
+	si, err := server.New(server.WithConcurrencyLimit(cfg.Workers + cfg.Queue/2))
+	if err != nil {
+		return nil, err
+	}
+	return testserver.WithServerOptions(si.ServerOptions()...), nil
+}
