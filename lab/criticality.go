@@ -60,11 +60,29 @@ func (c levelCount) rate() float64 {
 // mixedServerSide is ScenarioMixedCriticality's server side, in front of
 // the workers: stagger's concurrency limit of Workers + Queue/2 calls in
 // the server (running or queued), which refuses with a pushback, keeping a
-// share for the more critical.
-func mixedServerSide(cfg *Config) (testserver.Option, error) {
+// share for the more critical. An attempt it refuses costs the workers a
+// rejection (testserver.Server.Refused), as one the queue refuses does: a
+// limit in front must not make storms free. The server is set once made
+// (*srv).
+func mixedServerSide(cfg *Config, srv **testserver.Server) (testserver.Option, error) {
 	si, err := server.New(server.WithConcurrencyLimit(cfg.Workers + cfg.Queue/2))
 	if err != nil {
 		return nil, err
 	}
-	return testserver.WithServerOptions(si.ServerOptions()...), nil
+	// reached is set by the innermost interceptor: the limit let the
+	// attempt through.
+	type reachedKey struct{}
+	outer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		reached := new(bool)
+		resp, err := handler(context.WithValue(ctx, reachedKey{}, reached), req)
+		if !*reached {
+			(*srv).Refused()
+		}
+		return resp, err
+	}
+	inner := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		*ctx.Value(reachedKey{}).(*bool) = true
+		return handler(ctx, req)
+	}
+	return testserver.WithServerOptions(grpc.ChainUnaryInterceptor(outer, si.Unary(), inner)), nil
 }

@@ -284,7 +284,7 @@ func runContender(ctx context.Context, cfg *Config, c Contender, label string) (
 			opts = append(opts, testserver.WithTCP())
 		}
 		if cfg.Scenario == ScenarioMixedCriticality {
-			o, err := mixedServerSide(cfg)
+			o, err := mixedServerSide(cfg, &srv)
 			if err != nil {
 				return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
 			}
