@@ -57,6 +57,11 @@ func (c levelCount) rate() float64 {
 	return float64(c.ok) / float64(c.calls)
 }
 
+// ConcurrencyLimit is the limit of ScenarioMixedCriticality's server
+// side (cfg after Defaults): Workers + Queue/2 calls in the server,
+// running or queued, so that it refuses before the queue is full.
+func (c Config) ConcurrencyLimit() int { return c.Workers + c.Queue/2 }
+
 // mixedServerSide is ScenarioMixedCriticality's server side, in front of
 // the workers: stagger's concurrency limit of Workers + Queue/2 calls in
 // the server (running or queued), which refuses with a pushback, keeping a
@@ -65,7 +70,7 @@ func (c levelCount) rate() float64 {
 // limit in front must not make storms free. The server is set once made
 // (*srv).
 func mixedServerSide(cfg *Config, srv **testserver.Server) (testserver.Option, error) {
-	si, err := server.New(server.WithConcurrencyLimit(cfg.Workers + cfg.Queue/2))
+	si, err := server.New(server.WithConcurrencyLimit(cfg.ConcurrencyLimit()))
 	if err != nil {
 		return nil, err
 	}

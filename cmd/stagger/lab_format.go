@@ -249,7 +249,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 			c.OutageStart, c.OutageEnd, c.Duration, c.Rate, c.Clients, c.CallTimeout)
 		if mixed {
 			fmt.Fprintf(w, "%.0f%% of every client's calls CRITICAL, the others SHEDDABLE; in front of the workers stagger's server side limits the calls in the server to %d (its refusals cost a rejection each); CRITICAL and SHEDDABLE: success of each\n",
-				100*lab.CriticalShare, c.Workers+c.Queue/2)
+				100*lab.CriticalShare, c.ConcurrencyLimit())
 		}
 	case slowdown:
 		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s (%s), %.0f while %g× slower in [%v, %v) of %v; %.0f calls/s (%.0f%% of capacity) from %d clients per contender, call deadline %v, per-attempt timeout %v (grpc-go has none)\n",
