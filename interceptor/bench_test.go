@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -32,7 +33,8 @@ var (
 // BenchmarkUnarySuccess: the interceptor alone, on a call that succeeds at
 // once, beside go-grpc-middleware v2's retry interceptor, and with a
 // circuit breaker, and adaptive throttling (their check on the success
-// path: no allocation).
+// path: no allocation); and a call whose context names a criticality
+// (what sending the header costs: the outgoing metadata).
 func BenchmarkUnarySuccess(b *testing.B) {
 	cfg, err := policy.ParseConfig([]byte(benchFile))
 	if err != nil {
@@ -49,16 +51,22 @@ func BenchmarkUnarySuccess(b *testing.B) {
 	cases := []struct {
 		name string
 		icpt grpc.UnaryClientInterceptor
+		ctx  context.Context
 	}{
-		{"stagger", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg))},
-		{"stagger-breaker", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgBreaker))},
-		{"stagger-throttling", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgThrottle))},
-		{"middleware-retry", retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable))},
+		{"stagger", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg)), nil},
+		{"stagger-breaker", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgBreaker)), nil},
+		{"stagger-throttling", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgThrottle)), nil},
+		{"stagger-criticality", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg)),
+			criticality.NewContext(context.Background(), criticality.Sheddable)},
+		{"middleware-retry", retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable)), nil},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
-			ctx := context.Background()
+			ctx := c.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
 			for i := 0; i < b.N; i++ {
 				if err := c.icpt(ctx, method, nil, nil, nil, okInvoker); err != nil {
 					b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,7 +27,7 @@ import (
 //	var c call
 //	callCtx, cancel, grpcOpts, run := k.start(ctx, method, opts, &c) // k *core from newCore(opts)
 //	defer cancel()
-//	if !run { /* disabled: pass through with grpcOpts */ }
+//	if !run { /* disabled: pass through on callCtx with grpcOpts */ }
 //	for {
 //		actx, acancel, timer := c.nextAttempt(callCtx) // attempt number, previous-attempts header, per-attempt timer
 //		err := ...                                     // run the attempt on actx with c.fileOpts, then grpcOpts
@@ -147,19 +148,25 @@ type call struct {
 	// call is made under stagger's server side (internal/chain), is found
 	// through it only when an attempt fails.
 	ctx context.Context
+	// crit is the call's criticality as named, resolved once by start
+	// (see WithCriticality); Unset, which counts as Critical, when
+	// nothing names one.
+	crit criticality.Level
 }
 
 // noCancel stands in for a cancel func when no context was made.
 func noCancel() {}
 
 // start prepares c for a call of method. It returns the context every attempt
-// derives from (the caller's, with the file's timeout and the idempotency key
-// applied), its cancel func, and the caller's grpc options without stagger's
-// Options; each attempt passes c.fileOpts before them. run is false when
-// stagger is disabled for the call: send it as is, with grpcOpts.
+// derives from (the caller's, with the criticality header, the file's
+// timeout and the idempotency key applied), its cancel func, and the
+// caller's grpc options without stagger's Options; each attempt passes
+// c.fileOpts before them. run is false when stagger is disabled for the
+// call: send it as is on callCtx (the caller's context, with the
+// criticality header when the call names one), with grpcOpts.
 //
-// With no per-call Option, no timeout, no idempotency key and no limits in
-// the file, start allocates nothing.
+// With no per-call Option, no criticality, no timeout, no idempotency key
+// and no limits in the file, start allocates nothing.
 func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
 	o := &k.opts
 	grpcOpts = opts
@@ -170,15 +177,21 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		}
 	}
 	c.o, c.method, c.ctx = o, method, ctx
-	if o.disabled {
-		return ctx, noCancel, grpcOpts, false
-	}
 	cfg := o.config()
 	if k.refusals != nil {
 		k.logRefusal()
 	}
 	mi := k.method(cfg, method)
 	m := mi.m
+	// base is what every attempt's context derives from: the caller's,
+	// with the call's criticality header when something named one.
+	base := ctx
+	if c.crit = callCriticality(ctx, o, m); c.crit != criticality.Unset {
+		base = metadata.AppendToOutgoingContext(ctx, criticality.Header, c.crit.String())
+	}
+	if o.disabled {
+		return base, noCancel, grpcOpts, false
+	}
 	c.fileOpts = mi.opts
 	pl := &mi.plan
 	if o != &k.opts {
@@ -189,11 +202,11 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	c.hedgeOnTimeout = pl.hedgeOnTimeout
 	c.retry = 1
 
-	callCtx, cancel = ctx, noCancel
+	callCtx, cancel = base, noCancel
 	if m != nil {
 		if m.Timeout > 0 {
 			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > m.Timeout {
-				callCtx, cancel = context.WithTimeout(ctx, m.Timeout)
+				callCtx, cancel = context.WithTimeout(base, m.Timeout)
 			}
 		}
 	}
@@ -209,16 +222,35 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	if pl.notice {
 		if _, seen := k.noticed.Load(method); !seen {
 			if _, seen := k.noticed.LoadOrStore(method, struct{}{}); !seen {
-				o.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonNotIdempotent})
+				c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonNotIdempotent})
 			}
 		}
 	}
 	if pl.capped > 0 {
 		if _, seen := k.capNoticed.LoadOrStore(method, struct{}{}); !seen {
-			o.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: pl.capped, Reason: policy.ReasonAttempts, Hedging: pl.hedged != nil})
+			c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: pl.capped, Reason: policy.ReasonAttempts, Hedging: pl.hedged != nil})
 		}
 	}
 	return callCtx, cancel, grpcOpts, true
+}
+
+// callCriticality resolves the criticality of a call of a method whose
+// file entry is m (nil: none) under options o, in WithCriticality's order:
+// Unset when nothing names one (the call is CRITICAL, and sends nothing).
+func callCriticality(ctx context.Context, o *options, m *policy.Method) criticality.Level {
+	if o.callCrit.Valid() {
+		return o.callCrit
+	}
+	if l, ok := criticality.FromContext(ctx); ok && l.Valid() {
+		return l
+	}
+	if m != nil && m.Criticality.Valid() {
+		return m.Criticality
+	}
+	if o.crit.Valid() {
+		return o.crit
+	}
+	return criticality.Unset
 }
 
 // nextAttempt starts the next attempt and returns its context: callCtx

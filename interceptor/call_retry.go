@@ -109,7 +109,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	if !v.Retry {
 		c.reason = v.Reason
 		e.Kind, e.Pause = EventGiveUp, 0
-		c.o.emit(callCtx, e)
+		c.emit(callCtx, e)
 		return false, 0
 	}
 	if e.Kind == 0 {
@@ -118,7 +118,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 			e.Kind = EventResume
 		}
 	}
-	c.o.emit(callCtx, e)
+	c.emit(callCtx, e)
 	if v.Pushback {
 		// gRFC A6: the backoff sequence restarts after a pushback.
 		c.retry, c.prev = 1, 0
@@ -152,7 +152,7 @@ func (c *call) attemptFacts(callCtx context.Context, err error, trailer metadata
 // retryRequest is what the budget is asked for the retry after c's current
 // attempt; timedOut: the per-attempt timer cut that attempt off.
 func (c *call) retryRequest(timedOut bool) budget.Request {
-	req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts}
+	req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts, Criticality: c.crit}
 	if c.br != nil {
 		req.Guard = c.br.Guard(c.o)
 	}
@@ -216,11 +216,11 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 	case context.Canceled:
 		err := status.Error(codes.Canceled, context.Canceled.Error())
 		c.reason = policy.ReasonCaller
-		c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: codes.Canceled, Err: err, Reason: policy.ReasonCaller})
+		c.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: codes.Canceled, Err: err, Reason: policy.ReasonCaller})
 		return c.finish(err)
 	default:
 		c.reason = policy.ReasonDeadline
-		c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Reason: policy.ReasonDeadline})
+		c.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Reason: policy.ReasonDeadline})
 		return c.finish(last)
 	}
 }
@@ -245,7 +245,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 		if c.resume {
 			e.Kind = EventResume
 		}
-		c.o.emit(callCtx, e)
+		c.emit(callCtx, e)
 		return nil
 	}
 	e.Kind = EventGiveUp
@@ -259,7 +259,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 		e.Reason = policy.ReasonDeferred
 	}
 	c.reason = e.Reason
-	c.o.emit(callCtx, e)
+	c.emit(callCtx, e)
 	return c.finish(last)
 }
 
@@ -325,7 +325,7 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 	}
 	refused := &refusedError{st: status.New(codes.Unavailable, err.Error()), err: err}
 	c.reason = reason
-	c.o.emit(ctx, Event{Kind: EventGiveUp, Method: c.method, Code: codes.Unavailable, Err: refused, Reason: reason})
+	c.emit(ctx, Event{Kind: EventGiveUp, Method: c.method, Code: codes.Unavailable, Err: refused, Reason: reason})
 	return c.failed(0, refused)
 }
 
@@ -414,7 +414,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	if o == nil || len(o.callHooks) == 0 && o.report == nil {
 		return
 	}
-	e := Event{Kind: EventEnd, Method: c.method, Attempt: c.attempt + c.before, Code: status.Code(err), Err: err, Reason: c.reason, Deferred: c.deferred, Hedging: c.hedged != nil}
+	e := Event{Kind: EventEnd, Method: c.method, Attempt: c.attempt + c.before, Code: status.Code(err), Err: err, Reason: c.reason, Deferred: c.deferred, Hedging: c.hedged != nil, Criticality: c.crit}
 	if err == nil {
 		e.Reason = policy.ReasonSuccess
 	}
@@ -432,7 +432,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 		e.Target = cc.Target()
 	}
 	if r := o.report; r != nil {
-		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code}
+		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality}
 	}
 	if len(o.callHooks) > 0 {
 		ctx := c.ctx

@@ -100,12 +100,28 @@
 //
 // One Option type serves both when building an interceptor and as a
 // grpc.CallOption on a single call; a call that succeeds at once, with no
-// per-call option, allocates nothing in the interceptor. Defaults: no file,
-// no policy in code (no retries), no budget (unlimited; stagger.DialOptions
-// installs budget.Default instead), no logger, no hooks, no idempotency key,
-// jitter from math/rand/v2. Per call, WithMaxAttempts and WithCodes replace
-// the maxAttempts and the codes of the method's retry or hedging policy, and
+// per-call option and no criticality, allocates nothing in the interceptor.
+// Defaults: no file, no policy in code (no retries), no budget (unlimited;
+// stagger.DialOptions installs budget.Default instead), no logger, no hooks,
+// no idempotency key, no criticality (CRITICAL, nothing sent), jitter from
+// math/rand/v2. Per call, WithMaxAttempts and WithCodes replace the
+// maxAttempts and the codes of the method's retry or hedging policy, and
 // nothing else.
+//
+// # Criticality
+//
+// Every call has a criticality (package criticality: SHEDDABLE,
+// SHEDDABLE_PLUS, CRITICAL, CRITICAL_PLUS, after Google's RPC stack),
+// resolved once when it starts: the call option WithCriticality, else the
+// call's context (criticality.FromContext: under stagger's server side, the
+// criticality of the request being served), else the file's per-method
+// "criticality", else the interceptor's WithCriticality, else CRITICAL. A
+// criticality so named goes on every attempt in the header
+// stagger-criticality, for the server to shed the least critical first
+// (package server) and to hand on to the calls its handler makes: a
+// SHEDDABLE call stays SHEDDABLE down a chain, whatever the files below
+// say. The budget's requests, the events and the Report carry it.
+// WithCriticality has the rules.
 //
 // # Hedging
 //

@@ -8,6 +8,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 )
@@ -116,6 +117,11 @@ type Event struct {
 	Retries, Hedges int
 	Delay           time.Duration
 	Target          string
+	// Criticality is the call's criticality as named (WithCriticality), in
+	// every event of a call; criticality.Unset when nothing named one (the
+	// call is CRITICAL: Level.Effective) and in an EventBreaker, which
+	// belongs to no call.
+	Criticality criticality.Level
 }
 
 // BreakerChanged makes options a breaker.Listener: a breaker's state
@@ -152,6 +158,13 @@ func (o *options) firstAmbiguous(method string) bool {
 	}
 	_, seen := o.ambiguous.LoadOrStore(method, struct{}{})
 	return !seen
+}
+
+// emit gives e, an event of c, c's criticality and runs the hooks and the
+// logger.
+func (c *call) emit(ctx context.Context, e Event) {
+	e.Criticality = c.crit
+	c.o.emit(ctx, e)
 }
 
 // emit runs the hooks and the logger. The caller holds no lock.
@@ -231,6 +244,9 @@ func (o *options) emit(ctx context.Context, e Event) {
 		// ReasonNone's name is "retry": a retry's, or a hedge's, event
 		// says what it is (stagger.event).
 		fields = append(fields, "stagger.reason", e.Reason.String())
+	}
+	if e.Criticality.Valid() && e.Criticality != criticality.Critical {
+		fields = append(fields, "stagger.criticality", e.Criticality.String())
 	}
 	if e.Deferred > 0 || e.Admission != budget.AdmitNone {
 		fields = append(fields, "stagger.deferred", e.Deferred.String(), "stagger.admission", e.Admission.String())

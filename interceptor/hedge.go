@@ -365,7 +365,7 @@ func (s *hedgeState) next(callCtx context.Context) int {
 
 // allowHedge asks c's budget, if any, for attempt n when it is a hedge.
 func (c *call) allowHedge(n int) bool {
-	return n == 1 || c.budget == nil || c.budget.Allow(budget.Request{Number: n, Hedge: true})
+	return n == 1 || c.budget == nil || c.budget.Allow(budget.Request{Number: n, Hedge: true, Criticality: c.crit})
 }
 
 // launched accounts for attempt n, sent at now, and tells the hooks of a
@@ -376,7 +376,7 @@ func (s *hedgeState) launched(callCtx context.Context, n int, now time.Time) {
 		if s.trigger != nil {
 			e.Code, e.Err = status.Code(s.trigger), s.trigger
 		}
-		s.c.o.emit(callCtx, e)
+		s.c.emit(callCtx, e)
 	}
 	s.sent, s.lastSend, s.trigger, s.pushback = n, now, nil, false
 	s.inFlight++
@@ -443,7 +443,7 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 		return
 	}
 	s.stopped = why
-	s.c.o.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
+	s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
 }
 
 // ended handles the result of one attempt. over says the call is over, with
@@ -457,7 +457,7 @@ func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply p
 			hist.observe(r.took)
 		}
 		if s.sent > 1 {
-			s.c.o.emit(callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: r.n, Hedging: true})
+			s.c.emit(callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: r.n, Hedging: true})
 		}
 		s.hc.finished(nil)
 		return nil, true
@@ -550,7 +550,7 @@ func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
 		why = policy.ReasonAttempts
 	}
 	s.c.reason = why
-	s.c.o.emit(callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: s.lastN, Code: status.Code(s.last), Err: s.last, Reason: why, Hedging: true})
+	s.c.emit(callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: s.lastN, Code: status.Code(s.last), Err: s.last, Reason: why, Hedging: true})
 }
 
 // latency returns method's latency histogram, made on first use.
@@ -571,6 +571,6 @@ func (k *core) noticeUnhedged(ctx context.Context, c *call, why policy.Reason) {
 		return
 	}
 	if _, seen := k.noticed.LoadOrStore(c.method, struct{}{}); !seen {
-		c.o.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: true})
+		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: true})
 	}
 }

@@ -126,7 +126,7 @@ func (s *hedgedStream) commitLocked(w *streamHedgeAttempt) (sent int) {
 // on.
 func (s *hedgedStream) committedTo(w *streamHedgeAttempt, sent int) {
 	if sent > 1 {
-		s.c.o.emit(s.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: w.n, Hedging: true})
+		s.c.emit(s.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: w.n, Hedging: true})
 	}
 	close(s.ready)
 }
@@ -296,7 +296,7 @@ func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error) error {
 			}
 			s.c.recordHedge(w.n, budget.Other, breakerOutcome(s.callCtx, err, false))
 			s.c.reason = why
-			s.c.o.emit(s.callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: w.n, Code: status.Code(err), Err: err, Reason: why, Hedging: true})
+			s.c.emit(s.callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: w.n, Code: status.Code(err), Err: err, Reason: why, Hedging: true})
 			err = s.c.failed(s.c.attempt, err)
 		}
 		s.end(w, err)

@@ -183,6 +183,12 @@ func TestSuccessPathAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { _ = icpt(ctx, method, nil, nil, nil, ok) }); n != 0 {
 		t.Errorf("success path: %v allocs per call, want 0", n)
 	}
+	// A context that carries values, but no criticality (a server
+	// handler's, whose caller sent none), adds nothing either.
+	valued := context.WithValue(context.WithValue(ctx, struct{ a int }{}, 1), struct{ b int }{}, 2)
+	if n := testing.AllocsPerRun(1000, func() { _ = icpt(valued, method, nil, nil, nil, ok) }); n != 0 {
+		t.Errorf("success path under a context without criticality: %v allocs per call, want 0", n)
+	}
 	// A call hook hears every call's end, still without an allocation.
 	var ends int
 	hooked := interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg), interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -72,6 +73,10 @@ type options struct {
 	// ambiguous is the core's set of methods whose ambiguous give-up was
 	// logged at warning level (nil for options not built by newCore).
 	ambiguous *sync.Map
+	// crit is the interceptor's default criticality and callCrit the
+	// call's own (WithCriticality given when building the interceptor, or
+	// on the call); Unset when not given.
+	crit, callCrit criticality.Level
 }
 
 // WithConfig makes the interceptor follow the policy file cfg: each method's
@@ -248,6 +253,10 @@ type Report struct {
 	Reason policy.Reason
 	// Code is the call's final status code.
 	Code codes.Code
+	// Criticality is the call's criticality as named (WithCriticality):
+	// criticality.Unset when nothing named one (the call is CRITICAL:
+	// Level.Effective).
+	Criticality criticality.Level
 }
 
 // WithReport fills r in when the call ends; meant per call. r must stay
@@ -331,7 +340,8 @@ func WithCodes(cs ...codes.Code) Option {
 }
 
 // Disable turns stagger off; meant per call: the call goes to grpc once,
-// untouched.
+// untouched but for its criticality header (WithCriticality), which a
+// chain must keep.
 func Disable() Option {
 	return Option{apply: func(o *options) { o.disabled = true }}
 }
@@ -349,6 +359,50 @@ func NotIdempotent() Option {
 	return Option{apply: func(o *options) { o.idempotent = -1 }}
 }
 
+// WithCriticality names the criticality of calls (package criticality:
+// how much a call matters when a server or a client must shed work).
+// Given when building an interceptor it is the default of its calls; given
+// on a call it is that call's, whatever else says otherwise. A level that
+// is not one of the four (criticality.Unset included) names none.
+//
+// A call's criticality is resolved once, when it starts, from the first of:
+//
+//  1. WithCriticality on the call;
+//  2. the call's context (criticality.FromContext): the criticality of the
+//     request a server is serving, which stagger's server side puts in the
+//     handler's context when the request carried one, or one the caller
+//     set with criticality.NewContext;
+//  3. the policy file's "criticality" for the method (policy.Method);
+//  4. WithCriticality given when building the interceptor;
+//  5. none: the call is CRITICAL.
+//
+// The context wins over the file so that criticality propagates down a
+// call chain as Google's RPC stack propagates it: a server cannot raise
+// the criticality of the work it does for a request, so a SHEDDABLE
+// request stays SHEDDABLE at every layer below it, whatever their files
+// say, and a client cannot make its bulk work CRITICAL_PLUS by routing it
+// through a server whose file says so. The file names the criticality of
+// calls that no request carried one for: those a process starts on its own
+// (the edge of a chain, a batch job, a server's background work) and those
+// made while serving a request that named none. Only code can override
+// it, per call (1).
+//
+// A call whose criticality comes from 1 to 4 sends it on every attempt
+// (hedges included), in the metadata header criticality.Header
+// (stagger-criticality: SHEDDABLE), for the server to read: stagger's
+// server side sheds by it and hands it on to the calls its handler makes,
+// so a criticality named at the top, CRITICAL included, is the one every
+// layer below sees. It costs the call its outgoing metadata (4
+// allocations). A call that none of them names sends nothing and costs
+// nothing (no allocation); the server takes it for CRITICAL. A call made
+// with Disable sends the header too, so that a chain keeps its
+// criticality. The budget hears the criticality of every retry and hedge
+// it is asked for (budget.Request.Criticality); Event.Criticality and
+// Report.Criticality give it.
+func WithCriticality(l criticality.Level) Option {
+	return Option{apply: func(o *options) { o.callCrit = l }}
+}
+
 // WithRandom draws the backoff jitter from r (tests pin it); nil is the
 // default, math/rand/v2's generator.
 func WithRandom(r policy.Random) Option {
@@ -362,6 +416,9 @@ func buildOptions(opts []Option) options {
 			opt.apply(&o)
 		}
 	}
+	// WithCriticality given to the interceptor is its default, below the
+	// context and the file; perCall keeps a call's own apart.
+	o.crit, o.callCrit = o.callCrit, criticality.Unset
 	return o
 }
 

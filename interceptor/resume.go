@@ -347,6 +347,6 @@ func (s *retryStream) resumeFailed(streamErr, err error) error {
 		final = &ResumeError{Method: s.method, Err: err, StreamErr: streamErr}
 	}
 	c.reason = policy.ReasonCommitted
-	c.o.emit(s.callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(final), Err: final, Reason: policy.ReasonCommitted})
+	c.emit(s.callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(final), Err: final, Reason: policy.ReasonCommitted})
 	return c.finish(final)
 }

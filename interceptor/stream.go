@@ -100,7 +100,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer}
 	callCtx, cancel, grpcOpts, run := k.start(ctx, method, opts, &s.c)
 	if !run {
-		return streamer(ctx, desc, cc, method, grpcOpts...)
+		return streamer(callCtx, desc, cc, method, grpcOpts...)
 	}
 	if err := s.c.admitFirst(callCtx, cc, grpcOpts); err != nil {
 		cancel()

@@ -194,7 +194,7 @@ func (hc *hedgeCall) adoptMeta(out *hedgeOutputs) {
 // after an attempt cut off, but the attempt, still running, is recorded
 // when it ends.
 func (c *call) retryBeside(callCtx context.Context, v policy.Verdict) {
-	c.o.emit(callCtx, Event{Kind: EventRetry, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Err: errAttemptTimeout, Pause: v.Pause})
+	c.emit(callCtx, Event{Kind: EventRetry, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Err: errAttemptTimeout, Pause: v.Pause})
 	c.retry, c.prev = c.retry+1, v.Pause
 	c.afterTimeout = true
 }

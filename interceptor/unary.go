@@ -130,7 +130,7 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 	callCtx, cancel, grpcOpts, run := k.start(ctx, method, opts, &c)
 	defer cancel()
 	if !run {
-		return invoker(ctx, method, req, reply, cc, grpcOpts...)
+		return invoker(callCtx, method, req, reply, cc, grpcOpts...)
 	}
 	if err := c.admitFirst(callCtx, cc, grpcOpts); err != nil {
 		c.end(cc, err)

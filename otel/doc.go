@@ -75,12 +75,18 @@
 //   - stagger.client.call.ends, counter, {call}: every call stagger ran, when
 //     it ends, with grpc.method, grpc.target, stagger.reason (why it ended:
 //     "success", "no policy" for a method no policy covers, or why it
-//     gave up, policy.Reason's String) and grpc.status
-//     (its final status code, "OK", "Unavailable", ...).
+//     gave up, policy.Reason's String), grpc.status
+//     (its final status code, "OK", "Unavailable", ...) and
+//     stagger.criticality (the call's criticality, Event.Criticality:
+//     "SHEDDABLE", "SHEDDABLE_PLUS", "CRITICAL" (also for a call that
+//     names none) or "CRITICAL_PLUS"; see interceptor.WithCriticality).
 //   - stagger.client.call.deferred, histogram, s, A66's latency buckets: the
 //     time a call waited for the budget to admit its retries
 //     (budget.Deferrer), recorded at its end for a call that waited, with
-//     grpc.method and grpc.target.
+//     grpc.method, grpc.target and stagger.criticality.
+//
+// gRFC A96's histograms keep A96's attributes alone: stagger.criticality is
+// on stagger's own metrics only.
 //   - stagger.client.budget.level and stagger.client.budget.capacity,
 //     asynchronous gauges, {retry}, with stagger.budget.kind: each budget of
 //     Options.Budgets (budget.Default() when nil), read by its State() when
@@ -92,7 +98,7 @@
 //
 // Recording a call's end costs no allocation once its method and target
 // have been seen: the attribute sets are built once per method and target
-// (and per reason and code) and kept.
+// (and per reason, code and criticality) and kept.
 //
 // # Span events
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 	"go.opentelemetry.io/otel"
@@ -41,6 +42,7 @@ const (
 	AttrTarget      = "grpc.target"
 	AttrStatus      = "grpc.status"
 	AttrReason      = "stagger.reason"
+	AttrCriticality = "stagger.criticality"
 	AttrBudgetKind  = "stagger.budget.kind"
 	AttrBreaker     = "stagger.breaker"
 	AttrBreakerFrom = "stagger.breaker.from"
@@ -110,19 +112,23 @@ type recorder struct {
 // slash, and the connection's target.
 type callKey struct{ method, target string }
 
-// endKey is a call's outcome.
+// endKey is a call's outcome and criticality.
 type endKey struct {
 	reason policy.Reason
 	code   codes.Code
+	crit   criticality.Level
 }
 
 // callAttrs are the options recording for one callKey, built once, so that
-// recording allocates nothing: the histograms' (grpc.method, grpc.target),
-// and the end counter's, with the reason and status, per outcome.
+// recording allocates nothing: gRFC A96's histograms' (grpc.method,
+// grpc.target); stagger's deferred histogram's, with the criticality, and
+// its end counter's, with the reason, status and criticality, per outcome.
 type callAttrs struct {
 	method, target string
 	record         []metric.RecordOption
-	success        []metric.AddOption
+	// deferred and success are per criticality (Level.Index).
+	deferred [len(criticality.Levels)][]metric.RecordOption
+	success  [len(criticality.Levels)][]metric.AddOption
 	// ends maps an endKey to its []metric.AddOption (success excepted).
 	ends sync.Map
 }
@@ -257,7 +263,14 @@ func (r *recorder) attrs(method, target string) *callAttrs {
 		target: k.target,
 		record: []metric.RecordOption{metric.WithAttributeSet(set)},
 	}
-	a.success = a.endOptions(endKey{policy.ReasonSuccess, codes.OK})
+	for i, l := range criticality.Levels {
+		a.deferred[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String(AttrMethod, k.method),
+			attribute.String(AttrTarget, k.target),
+			attribute.String(AttrCriticality, l.String()),
+		))}
+		a.success[i] = a.endOptions(endKey{policy.ReasonSuccess, codes.OK, l})
+	}
 	v, _ := r.calls.LoadOrStore(k, a)
 	return v.(*callAttrs)
 }
@@ -268,14 +281,16 @@ func (a *callAttrs) endOptions(k endKey) []metric.AddOption {
 		attribute.String(AttrTarget, a.target),
 		attribute.String(AttrReason, k.reason.String()),
 		attribute.String(AttrStatus, k.code.String()),
+		attribute.String(AttrCriticality, k.crit.String()),
 	)
 	return []metric.AddOption{metric.WithAttributeSet(set)}
 }
 
-// end returns the end counter's options for the outcome k.
+// end returns the end counter's options for the outcome k (k.crit one of
+// the four levels).
 func (a *callAttrs) end(k endKey) []metric.AddOption {
 	if k.reason == policy.ReasonSuccess && k.code == codes.OK {
-		return a.success
+		return a.success[k.crit.Index()]
 	}
 	if v, ok := a.ends.Load(k); ok {
 		return v.([]metric.AddOption)
@@ -308,7 +323,9 @@ func (r *recorder) hook(ctx context.Context, e interceptor.Event) {
 
 func (r *recorder) recordEnd(ctx context.Context, e *interceptor.Event) {
 	a := r.attrs(e.Method, e.Target)
-	r.ends.Add(ctx, 1, a.end(endKey{e.Reason, e.Code})...)
+	// Effective: an event built by hand may leave it Unset.
+	crit := e.Criticality.Effective()
+	r.ends.Add(ctx, 1, a.end(endKey{e.Reason, e.Code, crit})...)
 	if e.Retries > 0 {
 		r.retries.Record(ctx, int64(e.Retries), a.record...)
 	}
@@ -319,7 +336,7 @@ func (r *recorder) recordEnd(ctx context.Context, e *interceptor.Event) {
 		r.retryDelay.Record(ctx, seconds(e.Delay), a.record...)
 	}
 	if e.Deferred > 0 {
-		r.deferred.Record(ctx, seconds(e.Deferred), a.record...)
+		r.deferred.Record(ctx, seconds(e.Deferred), a.deferred[crit.Index()]...)
 	}
 }
 

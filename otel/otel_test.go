@@ -13,6 +13,7 @@ import (
 	"github.com/stagger-go/stagger"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
@@ -333,7 +334,7 @@ func TestRetriedCall(t *testing.T) {
 	if len(ends) != 1 || ends[0].Value != 1 {
 		t.Fatalf("ends %+v, want one call", ends)
 	}
-	want := map[string]string{AttrMethod: getMethod, AttrTarget: target, AttrReason: "success", AttrStatus: "OK"}
+	want := map[string]string{AttrMethod: getMethod, AttrTarget: target, AttrReason: "success", AttrStatus: "OK", AttrCriticality: "CRITICAL"}
 	if got := attrMap(ends[0].Attributes); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("ends attributes %v, want %v", got, want)
 	}
@@ -610,10 +611,13 @@ func TestDeferred(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Target: target,
-		Attempt: 2, Retries: 1, Delay: 300 * time.Millisecond, Deferred: 250 * time.Millisecond, Reason: policy.ReasonSuccess})
+		Attempt: 2, Retries: 1, Delay: 300 * time.Millisecond, Deferred: 250 * time.Millisecond, Reason: policy.ReasonSuccess, Criticality: criticality.SheddablePlus})
 	ms := collect(t, reader)
 	d := histogram[float64](t, ms, MetricCallDeferred)
-	wantCallAttrs(t, MetricCallDeferred, d.Attributes)
+	want := map[string]string{AttrMethod: getMethod, AttrTarget: target, AttrCriticality: "SHEDDABLE_PLUS"}
+	if got := attrMap(d.Attributes); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("deferred attributes %v, want %v", got, want)
+	}
 	if d.Count != 1 || d.Sum != 0.25 || !slices.Equal(d.Bounds, a66Buckets) {
 		t.Errorf("deferred count %d sum %g bounds %v, want 1, 0.25 and A66's", d.Count, d.Sum, d.Bounds)
 	}
@@ -647,4 +651,29 @@ func TestSpanEventHedgeHasNoReason(t *testing.T) {
 	if hedges == 0 {
 		t.Error("no hedge span event")
 	}
+}
+
+// TestCriticalityAttribute: stagger's end counter carries the call's
+// criticality (CRITICAL for a call that names none), one series per
+// level; gRFC A96's histograms do not.
+func TestCriticalityAttribute(t *testing.T) {
+	e := newEnv(t, retryConfig, Options{})
+	e.get(t, context.Background(), &testingv1.Script{Key: "a", FailAttempts: 1})
+	e.get(t, criticality.NewContext(context.Background(), criticality.Sheddable), &testingv1.Script{Key: "b", FailAttempts: 1})
+	if _, err := e.client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "c"}}, interceptor.WithCriticality(criticality.Sheddable)); err != nil {
+		t.Fatal(err)
+	}
+	ms := collect(t, e.reader)
+	got := map[string]int64{}
+	for _, dp := range sum(t, ms, MetricCallEnds) {
+		got[attrMap(dp.Attributes)[AttrCriticality]] += dp.Value
+	}
+	if want := map[string]int64{"CRITICAL": 1, "SHEDDABLE": 2}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ends by criticality %v, want %v", got, want)
+	}
+	r := ms[MetricRetries].Data.(metricdata.Histogram[int64])
+	if len(r.DataPoints) != 1 || r.DataPoints[0].Count != 2 {
+		t.Fatalf("retries data points %+v, want one (the A96 attributes alone) counting 2 calls", r.DataPoints)
+	}
+	wantCallAttrs(t, MetricRetries, r.DataPoints[0].Attributes)
 }

@@ -84,7 +84,9 @@
 // admission, see budget.Gate; a retryBudget defers unless it says false,
 // retryThrottling refuses at once as gRFC A6 says unless it says true), a
 // retryPolicy's jitter, perAttemptRecvTimeout and hedgeOnPerTryTimeout (see
-// Policy), a method's idempotent, durations written the Go way
+// Policy), a method's idempotent and criticality (Method.Criticality: the
+// criticality of its calls that neither a call option nor the request being
+// served names, see interceptor.WithCriticality), durations written the Go way
 // ("100ms") and status codes in lower case, and a circuitBreaker
 // ({"failureRatio": 0.5, "minimumThroughput": 20, "samplingWindow": "10s",
 // "breakDuration": "5s", "maxBreakDuration": "60s", "scope": "METHOD",

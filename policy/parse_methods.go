@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stagger-go/stagger/criticality"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/codes"
 )
@@ -119,7 +120,7 @@ func (w *walker) methodConfigs(v *node, c *Config) {
 		}
 		if !w.object(e, path, "name", "retryPolicy", "hedgingPolicy", "idempotent", "timeout",
 			"waitForReady", "maxRequestMessageBytes", "maxResponseMessageBytes",
-			"circuitBreaker", "adaptiveThrottling") {
+			"circuitBreaker", "adaptiveThrottling", "criticality") {
 			continue
 		}
 		m := w.method(e, path)
@@ -211,6 +212,15 @@ func (w *walker) method(e *node, path string) *Method {
 	if v := get(e, "idempotent"); v != nil {
 		if b, ok := w.boolean(v, join(path, "idempotent")); ok {
 			m.Idempotent = &b
+		}
+	}
+	if v := get(e, "criticality"); v != nil {
+		if s, ok := w.str(v, join(path, "criticality")); ok {
+			l, err := criticality.Parse(s)
+			if err != nil {
+				w.fail(join(path, "criticality"), "must be one of CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE", s)
+			}
+			m.Criticality = l
 		}
 	}
 	rp, hp := get(e, "retryPolicy"), get(e, "hedgingPolicy")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"google.golang.org/grpc/codes"
 )
 
@@ -411,5 +412,50 @@ func TestParseHedgeOnPerTryTimeout(t *testing.T) {
 	_, err := ParseConfig([]byte(fmt.Sprintf(base, `,"perAttemptRecvTimeout":"1s","hedgeOnPerTryTimeout":"yes"`)))
 	if err == nil || !strings.Contains(err.Error(), "retryPolicy.hedgeOnPerTryTimeout: must be true or false") {
 		t.Errorf("a string: err = %v, want must be true or false", err)
+	}
+}
+
+// TestParseCriticality: a methodConfig entry's criticality, by name in any
+// case (YAML too), Unset when absent; anything else an error naming the
+// field; a misspelt key a warning that names it.
+func TestParseCriticality(t *testing.T) {
+	tests := []struct {
+		name, doc string
+		want      criticality.Level
+	}{
+		{"absent", `{"methodConfig":[{"name":[{"service":"a.S"}]}]}`, criticality.Unset},
+		{"upper case", `{"methodConfig":[{"name":[{"service":"a.S"}],"criticality":"SHEDDABLE_PLUS"}]}`, criticality.SheddablePlus},
+		{"lower case", `{"methodConfig":[{"name":[{"service":"a.S"}],"criticality":"critical_plus"}]}`, criticality.CriticalPlus},
+		{"YAML", "methodConfig:\n  - name: [{service: a.S}]\n    criticality: SHEDDABLE\n", criticality.Sheddable},
+		{"null", `{"methodConfig":[{"name":[{"service":"a.S"}],"criticality":null}]}`, criticality.Unset},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := parseMust(t, tt.doc, WithProtoFiles(nil))
+			if got := c.Method("/a.S/M").Criticality; got != tt.want {
+				t.Errorf("Criticality = %v, want %v", got, tt.want)
+			}
+			if ws := c.Warnings(); len(ws) != 0 {
+				t.Errorf("warnings %v", ws)
+			}
+		})
+	}
+	for _, tt := range []struct{ name, value, want string }{
+		{"unknown name", `"BEST_EFFORT"`, `policy: methodConfig[1].criticality: must be one of CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE, got "BEST_EFFORT"`},
+		{"empty", `""`, `policy: methodConfig[1].criticality: must be one of CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE, got ""`},
+		{"UNSET", `"UNSET"`, `policy: methodConfig[1].criticality: must be one of CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE, got "UNSET"`},
+		{"a number", `3`, `policy: methodConfig[1].criticality: must be a string, got 3`},
+		{"an object", `{"level":"CRITICAL"}`, `policy: methodConfig[1].criticality: must be a string, got an object`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(`{"methodConfig":[{"name":[{"service":"a.S"}]},{"name":[{"service":"b.S"}],"criticality":` + tt.value + `}]}`))
+			if got := strings.Join(parseErrLines(t, err), "\n"); got != tt.want {
+				t.Errorf("errors:\n%s\nwant:\n%s", got, tt.want)
+			}
+		})
+	}
+	c := parseMust(t, `{"methodConfig":[{"name":[{"service":"a.S"}],"critcality":"SHEDDABLE"}]}`, WithProtoFiles(nil))
+	if ws := c.Warnings(); len(ws) != 1 || !strings.Contains(ws[0].String(), `did you mean "criticality"`) {
+		t.Errorf("misspelt key: warnings %v, want one suggesting criticality", ws)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 )
@@ -138,6 +139,11 @@ type Method struct {
 	// applied); nil when none applies. Config.Breakers returns the
 	// breakers themselves.
 	Breaker *breaker.Settings
+	// Criticality is the entry's "criticality" (a stagger extension):
+	// the criticality of the method's calls that no call option and no
+	// context names (see package interceptor, WithCriticality);
+	// criticality.Unset when the entry names none.
+	Criticality criticality.Level
 }
 
 // Reason says why an attempt is not retried (or, with ReasonNone, that it is).

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/stagger-go/stagger/criticality"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/server"
 )
@@ -30,7 +31,8 @@ func sideVariants(t testing.TB) []struct {
 
 // TestUnaryAllocations: the unary interceptor costs a successful call at
 // most one allocation (the request's chain.Request), every option on,
-// for a first attempt; the handler is the only other code that runs.
+// for a first attempt that names no criticality; the handler is the only
+// other code that runs.
 func TestUnaryAllocations(t *testing.T) {
 	info := &grpc.UnaryServerInfo{FullMethod: testingv1.TestService_Get_FullMethodName}
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("user-agent", "x", "k", "v"))
@@ -39,6 +41,15 @@ func TestUnaryAllocations(t *testing.T) {
 		u := v.side.Unary()
 		if n := testing.AllocsPerRun(1000, func() { _, _ = u(ctx, nil, info, handler) }); n > 1 {
 			t.Errorf("%s: %v allocations per call, want at most 1", v.name, n)
+		}
+	}
+	// A request that names a criticality costs two more: the header's
+	// copy (metadata.ValueFromIncomingContext) and the handler's context.
+	named := metadata.NewIncomingContext(context.Background(), metadata.Pairs("user-agent", "x", criticality.Header, "SHEDDABLE"))
+	for _, v := range sideVariants(t) {
+		u := v.side.Unary()
+		if n := testing.AllocsPerRun(1000, func() { _, _ = u(named, nil, info, handler) }); n > 3 {
+			t.Errorf("%s, with a criticality: %v allocations per call, want at most 3", v.name, n)
 		}
 	}
 }

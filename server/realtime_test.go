@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/stagger-go/stagger/criticality"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/server"
 )
@@ -86,5 +87,66 @@ func TestRealTimeShedding(t *testing.T) {
 	}
 	if ran.Load() != ok.Load() || uint64(shed.Load()) != side.Shed() || ok.Load()+shed.Load() != callers*rounds {
 		t.Errorf("ran %d, ok %d, shed %d (Shed() %d), of %d calls", ran.Load(), ok.Load(), shed.Load(), side.Shed(), callers*rounds)
+	}
+}
+
+// TestRealTimeCriticalShedding: over loopback TCP on real time, 16
+// SHEDDABLE callers hammer a server with a limit of 10 (a refused one
+// calls again at once) while 2 CRITICAL callers loop: the SHEDDABLE fill
+// at most 8 slots, so no CRITICAL call is ever shed, although refused
+// SHEDDABLE calls race the CRITICAL ones' admissions at every moment.
+func TestRealTimeCriticalShedding(t *testing.T) {
+	h := &handlerService{get: func(ctx context.Context, req *testingv1.GetRequest) (*testingv1.GetResponse, error) {
+		time.Sleep(time.Millisecond)
+		return &testingv1.GetResponse{}, nil
+	}}
+	side := newSide(t, server.WithConcurrencyLimit(10))
+	g := grpc.NewServer(side.ServerOptions()...)
+	testingv1.RegisterTestServiceServer(g, h)
+	lis, err := netListen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	defer g.Stop()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDisableRetry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cl := testingv1.NewTestServiceClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var criticalOK atomic.Int64
+	var wg sync.WaitGroup
+	caller := func(level string) {
+		defer wg.Done()
+		out := metadata.AppendToOutgoingContext(ctx, criticality.Header, level)
+		for ctx.Err() == nil {
+			_, err := cl.Get(out, &testingv1.GetRequest{})
+			switch code := status.Code(err); {
+			case code == codes.OK && level == "CRITICAL":
+				criticalOK.Add(1)
+			case code == codes.OK, code == codes.DeadlineExceeded, code == codes.Canceled:
+			case code == codes.ResourceExhausted && level == "SHEDDABLE":
+			default:
+				t.Errorf("%s call: %v", level, err)
+			}
+		}
+	}
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go caller("SHEDDABLE")
+	}
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go caller("CRITICAL")
+	}
+	wg.Wait()
+	if n := side.ShedLevel(criticality.Critical); n != 0 {
+		t.Errorf("%d CRITICAL calls shed (%d admitted), want 0", n, criticalOK.Load())
+	}
+	if side.ShedLevel(criticality.Sheddable) == 0 || criticalOK.Load() == 0 {
+		t.Errorf("SHEDDABLE shed %d, CRITICAL admitted %d: the server was not saturated", side.ShedLevel(criticality.Sheddable), criticalOK.Load())
 	}
 }

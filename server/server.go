@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/internal/chain"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -51,14 +52,20 @@ type Interceptors struct {
 	propagate bool
 	oneLayer  bool
 	// limit is the concurrency limit (0: no shedding); inFlight counts the
-	// unary calls running under it.
+	// unary calls running under it; bound is, per criticality
+	// (Level.Index), how many may run when one of it is admitted.
 	limit      int64
+	bound      [len(criticality.Levels)]int64
 	inFlight   atomic.Int64
 	minPB      time.Duration
 	maxPB      time.Duration
 	exempt     map[string]bool
 	serviceEMA atomic.Int64 // nanoseconds; 0 before the first observation
-	shed       atomic.Uint64
+	// shed counts the refused calls per criticality (Level.Index).
+	shed [len(criticality.Levels)]atomic.Uint64
+	// badCriticality: a request with an invalid criticality header was
+	// logged.
+	badCriticality atomic.Bool
 	// dedup is WithIdempotency's (nil: off).
 	dedup *dedup
 }
@@ -69,6 +76,8 @@ type settings struct {
 	oneLayer     bool
 	limit        int
 	limitSet     bool
+	shares       CriticalityShares
+	sharesSet    bool
 	minPB, maxPB time.Duration
 	exempt       []string
 	dedup        *dedup
@@ -118,6 +127,14 @@ func WithRetryAtOneLayer() Option {
 // RESOURCE_EXHAUSTED wait exactly that long instead of their backoff.
 // limit must be at least 1. Streams are not limited: a stream's lifetime is
 // not a service time, and one long stream would hold a slot for hours.
+//
+// The less critical calls (criticality.Header, sent by stagger's client)
+// are shed first: each is admitted only while the calls running are fewer
+// than its share of the limit (CriticalityShares has the rule and the
+// defaults; WithCriticalityShares changes them). A shed SHEDDABLE call's
+// pushback is twice the above, a SHEDDABLE_PLUS one's 1.5 times: each
+// finds room again only once the running calls fall below its share.
+// ShedLevel counts the refusals by criticality.
 func WithConcurrencyLimit(limit int) Option {
 	return func(s *settings) {
 		s.limitSet = true
@@ -172,10 +189,16 @@ func New(opts ...Option) (*Interceptors, error) {
 		}
 		o(&st)
 	}
+	if st.sharesSet && !st.limitSet {
+		st.errs = append(st.errs, errors.New("server: WithCriticalityShares: needs WithConcurrencyLimit, whose limit it shares"))
+	}
 	if len(st.errs) > 0 {
 		return nil, errors.Join(st.errs...)
 	}
 	s := &Interceptors{propagate: st.propagate, oneLayer: st.oneLayer, limit: int64(st.limit), minPB: st.minPB, maxPB: st.maxPB, dedup: st.dedup}
+	if s.limit > 0 {
+		s.bound = bounds(s.limit, st.shares)
+	}
 	if s.dedup != nil {
 		s.dedup.serve = s.serve
 	}
@@ -196,19 +219,29 @@ func (s *Interceptors) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.Unary()), grpc.ChainStreamInterceptor(s.Stream())}
 }
 
-// Shed returns how many calls shedding refused so far.
-func (s *Interceptors) Shed() uint64 { return s.shed.Load() }
+// Shed returns how many calls shedding refused so far, of every
+// criticality (ShedLevel counts them by criticality).
+func (s *Interceptors) Shed() uint64 {
+	var n uint64
+	for i := range s.shed {
+		n += s.shed[i].Load()
+	}
+	return n
+}
 
 // Unary returns the unary server interceptor.
 func (s *Interceptors) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		l, named := s.incomingCriticality(ctx)
 		if s.limit > 0 && !s.exempt[info.FullMethod] {
-			if n := s.inFlight.Add(1); n > s.limit {
-				s.inFlight.Add(-1)
-				return nil, s.refuse(ctx, n-1)
+			if running, ok := s.admit(s.bound[l.Index()]); !ok {
+				return nil, s.refuse(ctx, running, l.Effective())
 			}
 			start := time.Now()
 			defer s.done(start)
+		}
+		if named {
+			ctx = criticality.NewContext(ctx, l)
 		}
 		if s.dedup != nil {
 			return s.dedup.unary(ctx, req, info, handler)
@@ -234,32 +267,40 @@ func (s *Interceptors) serve(ctx context.Context, req any, handler grpc.UnaryHan
 	return resp, err
 }
 
-// Stream returns the stream server interceptor: propagation and
-// WithRetryAtOneLayer as for unary calls (the handler's stream context
-// carries the request); streams are never shed.
+// Stream returns the stream server interceptor: propagation,
+// WithRetryAtOneLayer and the request's criticality as for unary calls
+// (the handler's stream context carries them); streams are never shed.
 func (s *Interceptors) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
+		l, named := s.incomingCriticality(ctx)
+		if named {
+			ctx = criticality.NewContext(ctx, l)
+		}
 		retried := s.oneLayer && retriedRequest(ctx)
 		if !s.propagate && !retried {
-			return handler(srv, ss)
+			if !named {
+				return handler(srv, ss)
+			}
+			return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
 		}
-		w := &serverStream{ServerStream: ss, r: chain.New(downstream(ctx, retried), retried)}
-		err := handler(srv, w)
-		if err != nil && s.propagate && (w.r.Marked() || gaveUp(err)) {
+		r := chain.New(downstream(ctx, retried), retried)
+		err := handler(srv, &serverStream{ServerStream: ss, ctx: r})
+		if err != nil && s.propagate && (r.Marked() || gaveUp(err)) {
 			ss.SetTrailer(dontRetryTrailer())
 		}
 		return err
 	}
 }
 
-// serverStream gives the handler a context that carries the request.
+// serverStream gives the handler a context that carries the request (a
+// *chain.Request) or its criticality.
 type serverStream struct {
 	grpc.ServerStream
-	r *chain.Request
+	ctx context.Context
 }
 
-func (w *serverStream) Context() context.Context { return w.r }
+func (w *serverStream) Context() context.Context { return w.ctx }
 
 // DontRetry asks that the caller of the request ctx belongs to not retry
 // when the handler returns an error: the server side adds gRFC A6's
@@ -317,6 +358,23 @@ func retriedRequest(ctx context.Context) bool {
 	return false
 }
 
+// admit counts one more call running unless bound calls run already; it
+// returns how many ran before. A compare-and-swap, not an add undone on
+// refusal: the refused calls (of a less critical level, most often) must
+// not raise the count that the more critical, arriving at that moment, are
+// judged by.
+func (s *Interceptors) admit(bound int64) (running int64, ok bool) {
+	for {
+		n := s.inFlight.Load()
+		if n >= bound {
+			return n, false
+		}
+		if s.inFlight.CompareAndSwap(n, n+1) {
+			return n, true
+		}
+	}
+}
+
 // done ends a shed-counted call that started at start.
 func (s *Interceptors) done(start time.Time) {
 	d := int64(time.Since(start))
@@ -336,13 +394,19 @@ func (s *Interceptors) done(start time.Time) {
 	}
 }
 
-// refuse answers a call shedding refused, with running calls in flight.
-func (s *Interceptors) refuse(ctx context.Context, running int64) error {
-	s.shed.Add(1)
-	pb := s.pushback()
+// refuse answers a call of criticality l that shedding refused, with
+// running calls in flight.
+func (s *Interceptors) refuse(ctx context.Context, running int64, l criticality.Level) error {
+	s.shed[l.Index()].Add(1)
+	pb := s.pushback(shedPushbackFactor[l.Index()])
 	ms := int64((pb + time.Millisecond - 1) / time.Millisecond)
 	_ = grpc.SetTrailer(ctx, metadata.MD{PushbackKey: []string{strconv.FormatInt(ms, 10)}})
-	st := status.Newf(codes.ResourceExhausted, "server: overloaded (%d calls running, limit %d); retry after %dms", running, s.limit, ms)
+	var st *status.Status
+	if b := s.bound[l.Index()]; b < s.limit {
+		st = status.Newf(codes.ResourceExhausted, "server: overloaded (%d calls running, limit %d; %v calls admitted below %d); retry after %dms", running, s.limit, l, b, ms)
+	} else {
+		st = status.Newf(codes.ResourceExhausted, "server: overloaded (%d calls running, limit %d); retry after %dms", running, s.limit, ms)
+	}
 	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(ms) * time.Millisecond)}); err == nil {
 		st = d
 	}
@@ -350,9 +414,10 @@ func (s *Interceptors) refuse(ctx context.Context, running int64) error {
 }
 
 // pushback is when a shed call should come back: the service time's moving
-// average times U(0.5, 1.5), within [minPB, maxPB].
-func (s *Interceptors) pushback() time.Duration {
+// average times U(0.5, 1.5) times factor (shedPushbackFactor), within
+// [minPB, maxPB].
+func (s *Interceptors) pushback(factor float64) time.Duration {
 	ema := time.Duration(s.serviceEMA.Load())
-	pb := time.Duration(float64(ema) * (0.5 + rand.Float64()))
+	pb := time.Duration(float64(ema) * (0.5 + rand.Float64()) * factor)
 	return min(max(pb, s.minPB), s.maxPB)
 }

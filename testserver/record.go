@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stagger-go/stagger/criticality"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 )
@@ -24,6 +25,9 @@ type AttemptRecord struct {
 	// IdempotencyKey is the idempotency header (see WithIdempotencyHeader) as
 	// sent (values joined with ","), "" when absent.
 	IdempotencyKey string
+	// Criticality is the criticality header (criticality.Header) as sent
+	// (values joined with ","), "" when absent.
+	Criticality string
 	// Arrived is when the attempt arrived, on the server's clock. For client and
 	// bidi streams it is when the stream started, before the first message.
 	Arrived time.Time
@@ -163,6 +167,7 @@ func (s *Server) arrive(ctx context.Context, method, key string, at time.Time) *
 		Attempt:          len(ks.attempts) + 1,
 		PreviousAttempts: firstJoined(md, "grpc-previous-rpc-attempts"),
 		IdempotencyKey:   firstJoined(md, s.idempotencyHeader),
+		Criticality:      firstJoined(md, criticality.Header),
 		Arrived:          at,
 	}
 	a.rec.Deadline, _ = ctx.Deadline()

@@ -70,6 +70,10 @@ type checkMethod struct {
 	HedgeOnPerTryTimeout  bool          `json:"hedgeOnPerTryTimeout,omitempty"`
 	Timeout               string        `json:"timeout,omitempty"`
 	Idempotent            string        `json:"idempotent"`
+	// Criticality is the entry's criticality, CRITICAL when it names
+	// none; CriticalitySet says it does.
+	Criticality    string `json:"criticality"`
+	CriticalitySet bool   `json:"criticalitySet,omitempty"`
 	// Ambiguous says what a retry policy does after an attempt that may
 	// have run on the server and ended without its status (a connection
 	// reset, EOF or GOAWAY after the request left).
@@ -393,6 +397,7 @@ func explainMethod(e policy.Entry, files *protoregistry.Files) checkMethod {
 	if m.Idempotent != nil {
 		out.Idempotent = fmt.Sprint(*m.Idempotent)
 	}
+	out.Criticality, out.CriticalitySet = m.Criticality.Effective().String(), m.Criticality.Valid()
 	if m.Timeout > 0 {
 		out.Timeout = fmtDur(m.Timeout)
 	}
@@ -913,6 +918,11 @@ func writeCheckText(w io.Writer, rep checkReport) {
 			fmt.Fprintf(w, "  timeout: %s\n", m.Timeout)
 		}
 		fmt.Fprintf(w, "  idempotent: %s\n", m.Idempotent)
+		if m.CriticalitySet {
+			fmt.Fprintf(w, "  criticality: %s, for calls that neither a call option nor the request being served names one for (a request's criticality goes down the chain: the file never raises it)\n", m.Criticality)
+		} else {
+			fmt.Fprintf(w, "  criticality: %s (the default), unless a call option or the request being served names another\n", m.Criticality)
+		}
 		if m.Ambiguous != "" {
 			fmt.Fprintf(w, "  after a reset (no status from the server): %s\n", m.Ambiguous)
 		}

@@ -687,3 +687,39 @@ func TestCheckHedgeOnPerTryTimeout(t *testing.T) {
 		t.Errorf("json: exit %d\n%s", code, out)
 	}
 }
+
+// TestCheckShowsCriticality: each entry's criticality, the file's or the
+// default, in the text and in JSON.
+func TestCheckShowsCriticality(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.json")
+	doc := `{"methodConfig": [{"name": [{"service": "a.S"}], "criticality": "sheddable_plus"}, {"name": [{"service": "b.S"}], "timeout": "1s"}]}`
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := checkRun(t, file)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	first, second, ok := strings.Cut(out, "methodConfig[1]")
+	if !ok || !strings.Contains(first, "  criticality: SHEDDABLE_PLUS, for calls that neither a call option nor the request being served names one for") ||
+		!strings.Contains(second, "  criticality: CRITICAL (the default)") {
+		t.Errorf("criticality lines missing:\n%s", out)
+	}
+	code, out, _ = checkRun(t, "-format", "json", file)
+	if code != 0 {
+		t.Fatalf("json: exit %d", code)
+	}
+	var got struct {
+		Methods []struct {
+			Criticality    string `json:"criticality"`
+			CriticalitySet bool   `json:"criticalitySet"`
+		} `json:"methods"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Methods) != 2 || got.Methods[0].Criticality != "SHEDDABLE_PLUS" || !got.Methods[0].CriticalitySet ||
+		got.Methods[1].Criticality != "CRITICAL" || got.Methods[1].CriticalitySet {
+		t.Errorf("json methods %+v\n%s", got.Methods, out)
+	}
+}
