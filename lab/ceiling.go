@@ -40,7 +40,7 @@ func Ceiling(cfg Config) float64 {
 	in := CeilingInput{Starts: callStarts(&cfg), Capacity: float64(cfg.Capacity), CallTimeout: cfg.CallTimeout,
 		OutageStart: cfg.OutageStart, OutageEnd: cfg.OutageEnd}
 	switch {
-	case cfg.Scenario == ScenarioOverload:
+	case cfg.Scenario.overloaded():
 		in.OutageCapacity = cfg.ReducedCapacity()
 	case cfg.Scenario.slowed():
 		in.OutageCapacity = float64(cfg.Capacity) / cfg.Slow

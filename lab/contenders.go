@@ -406,6 +406,31 @@ func OverloadContenders() []Contender {
 	return append(Contenders(), only...)
 }
 
+// MixedCriticalityContenders lists the contenders of
+// ScenarioMixedCriticality: every one of Contenders, then
+// stagger-criticality, stagger with the default budget that says each
+// call's criticality (the header the server side reads, and the budget's
+// and the gate's admission by criticality). The others' calls all count
+// as CRITICAL: stagger's without the criticality, the peers' for want of
+// a way to say it.
+func MixedCriticalityContenders() []Contender {
+	stg, _ := contenderByName(ScenarioUnavailable, "stagger")
+	return append(Contenders(), Contender{
+		Name: "stagger-criticality",
+		Gets: func(c Config) string {
+			return stg.Gets(c) + fmt.Sprintf("; says each call's criticality (%.0f %% CRITICAL, the others SHEDDABLE)", 100*CriticalShare)
+		},
+		dialOptions: func(c *Config) ([]grpc.DialOption, error) {
+			dopts, err := stg.dialOptions(c)
+			if err != nil {
+				return nil, err
+			}
+			// Outermost, so that stagger's interceptor sees the level.
+			return append([]grpc.DialOption{grpc.WithChainUnaryInterceptor(sayCriticality)}, dopts...), nil
+		},
+	})
+}
+
 // ContenderNames lists the names of Contenders, in order.
 func ContenderNames() []string { return namesOf(Contenders()) }
 
@@ -435,6 +460,8 @@ func contendersFor(s Scenario) []Contender {
 		return HedgingStreamContenders()
 	case ScenarioOverload:
 		return OverloadContenders()
+	case ScenarioMixedCriticality:
+		return MixedCriticalityContenders()
 	case ScenarioChain:
 		return ChainContenders()
 	case ScenarioBadReplica:

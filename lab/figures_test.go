@@ -92,6 +92,10 @@ func writeFigures(md *strings.Builder, reps []*Report) {
 	if trigger {
 		head = append(head, "load in trigger ÷ cap", "recover_s", "success_after", "wasted", "goodput")
 	}
+	mixed := cfg.Scenario == ScenarioMixedCriticality
+	if mixed {
+		head = append(head, "critical_success", "sheddable_success")
+	}
 	fmt.Fprintf(md, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
 	for i, name := range cfg.Contenders {
 		var rs []Result
@@ -143,6 +147,11 @@ func writeFigures(md *strings.Builder, reps []*Report) {
 				fig(func(r Result) float64 { return r.SuccessAfter }, 100, 1, " %"),
 				fig(func(r Result) float64 { return r.Wasted }, 100, 1, " %"),
 				fig(func(r Result) float64 { return r.Goodput }, 1, 2, ""))
+		}
+		if mixed {
+			row = append(row,
+				fig(func(r Result) float64 { return r.CriticalSuccess }, 100, 1, " %"),
+				fig(func(r Result) float64 { return r.SheddableSuccess }, 100, 1, " %"))
 		}
 		fmt.Fprintf(md, "| %s |\n", strings.Join(row, " | "))
 	}

@@ -100,7 +100,22 @@ const (
 	// Result.HedgeRepeats counts the calls that sent a hedge to the replica
 	// their first attempt went to, from the replicas' records.
 	ScenarioSlowReplica3 Scenario = "slow-replica-3"
+	// ScenarioMixedCriticality is ScenarioOverload with calls of two
+	// criticalities: CriticalShare (30 %) of every client's calls are
+	// CRITICAL, the others SHEDDABLE (package criticality). The server
+	// runs stagger's server side in front of its workers, a concurrency
+	// limit of Workers + Queue/2 that keeps a share for the more critical
+	// (server.WithConcurrencyLimit, server.WithCriticalityShares), for
+	// every contender alike; only stagger-criticality says its calls'
+	// criticality (the peers cannot tell them apart), and stagger is the
+	// same retry layer without it. Result.CriticalSuccess and
+	// SheddableSuccess split the success rate by criticality.
+	ScenarioMixedCriticality Scenario = "mixed-criticality"
 )
+
+// CriticalShare is the share of ScenarioMixedCriticality's calls that are
+// CRITICAL: the third, seventh and tenth of every ten a client makes.
+const CriticalShare = 0.3
 
 // FlakyFailAttempts is how many attempts of every call fail in
 // ScenarioFlakyQuiet.
@@ -110,7 +125,7 @@ const FlakyFailAttempts = 2
 func Scenarios() []Scenario {
 	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioOverload, ScenarioChain,
 		ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable, ScenarioBadReplica,
-		ScenarioSlowReplica3}
+		ScenarioSlowReplica3, ScenarioMixedCriticality}
 }
 
 // HasTrigger reports whether scenario s has a trigger, from OutageStart to
@@ -129,6 +144,10 @@ func (s Scenario) HasTrigger() bool {
 // its work (testserver.Workers): every scenario with a trigger but the
 // chain, whose servers do not limit their attempts.
 func (s Scenario) workerServer() bool { return s.HasTrigger() && s != ScenarioChain }
+
+// overloaded reports whether s's trigger is ScenarioOverload's: half the
+// workers gone.
+func (s Scenario) overloaded() bool { return s == ScenarioOverload || s == ScenarioMixedCriticality }
 
 // slowed reports whether s's trigger is a slowdown of the service time.
 func (s Scenario) slowed() bool { return s == ScenarioSlowdown || s == ScenarioSlowdown90 }
@@ -260,7 +279,7 @@ func (c Config) Defaults() Config {
 	if c.Duration == 0 {
 		c.Duration = 8 * time.Second
 		switch c.Scenario {
-		case ScenarioOverload:
+		case ScenarioOverload, ScenarioMixedCriticality:
 			c.Duration = 10 * time.Second
 		case ScenarioChain, ScenarioFlakyQuiet, ScenarioBadReplica, ScenarioSlowReplica3:
 			c.Duration = 4 * time.Second
@@ -275,7 +294,7 @@ func (c Config) Defaults() Config {
 		switch c.Scenario {
 		case ScenarioBlip:
 			c.OutageEnd = 3500 * time.Millisecond
-		case ScenarioOverload:
+		case ScenarioOverload, ScenarioMixedCriticality:
 			c.OutageEnd = 6 * time.Second
 		case ScenarioChain:
 			c.OutageStart, c.OutageEnd = time.Second, 3*time.Second
@@ -480,7 +499,7 @@ func (c Config) CapacityAt(t time.Duration) float64 {
 		return float64(c.Capacity)
 	}
 	switch {
-	case s == ScenarioOverload:
+	case s.overloaded():
 		return c.ReducedCapacity()
 	case s.slowed():
 		return float64(c.Capacity) / c.Slow
@@ -585,6 +604,12 @@ type Result struct {
 	// (the first is the one that arrived first); every replica is READY
 	// throughout, so another one always was.
 	HedgeRepeats int
+	// CriticalSuccess and SheddableSuccess, in ScenarioMixedCriticality
+	// only (0 in the others), are the success rates of the CRITICAL calls
+	// and of the SHEDDABLE ones; CriticalCalls and SheddableCalls count
+	// them.
+	CriticalSuccess, SheddableSuccess float64
+	CriticalCalls, SheddableCalls     int
 	// FirstP50, FirstP99 and FirstP999, in ScenarioSlowReplicaStream only
 	// (zero in the others), are percentiles of the time from a successful
 	// call's start to its first message.

@@ -120,7 +120,7 @@ func writePlot(w io.Writer, rep *Report, format string) error {
 // triggerName is the legend of the shaded trigger.
 func triggerName(s Scenario) string {
 	switch {
-	case s == ScenarioOverload:
+	case s.overloaded():
 		return "overload (half the workers)"
 	case s.slowed():
 		return "slowdown"

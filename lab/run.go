@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/stagger-go/stagger/criticality"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
 )
@@ -204,6 +205,9 @@ type callLog struct {
 	firsts     []time.Duration // to the first message, of successful streams
 	all        []loggedCall
 	keyedCalls []keyedCall
+	// levels counts the calls by the criticality the lab gave them
+	// (ScenarioMixedCriticality), by criticality.Level.Index.
+	levels [4]levelCount
 }
 
 // loggedCall is one call: when it began and returned, and whether it
@@ -278,6 +282,13 @@ func runContender(ctx context.Context, cfg *Config, c Contender, label string) (
 		}
 		if tcp {
 			opts = append(opts, testserver.WithTCP())
+		}
+		if cfg.Scenario == ScenarioMixedCriticality {
+			o, err := mixedServerSide(cfg, &srv)
+			if err != nil {
+				return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
+			}
+			opts = append(opts, o)
 		}
 		srv = testserver.New(opts...)
 		defer srv.Close()
@@ -372,7 +383,7 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 		}()
 	}
 	switch {
-	case cfg.Scenario == ScenarioOverload:
+	case cfg.Scenario.overloaded():
 		srv.SetWorkers(overloadWorkers(cfg, from, to))
 	case cfg.Scenario.slowed():
 		w := workers(cfg)
@@ -424,6 +435,11 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 					seq++
 					sc.Key, sc.FailAttempts = fmt.Sprintf("c%d-%d", i, seq), FlakyFailAttempts
 				}
+				callCtx := runCtx
+				if cfg.Scenario == ScenarioMixedCriticality {
+					seq++
+					callCtx = withLevel(runCtx, callLevel(seq))
+				}
 				calls.Add(1)
 				go func() {
 					defer calls.Done()
@@ -431,7 +447,7 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 						oneStream(runCtx, client, sc, cfg.CallTimeout, log, counter)
 						return
 					}
-					oneCall(runCtx, client, sc, cfg.CallTimeout, log, counter)
+					oneCall(callCtx, client, sc, cfg.CallTimeout, log, counter)
 				}()
 			})
 		}()
@@ -655,6 +671,15 @@ func oneCall(ctx context.Context, client testingv1.TestServiceClient, sc *testin
 	begin := time.Now()
 	_, err := client.Get(ctx, &testingv1.GetRequest{Script: sc})
 	log.add(sc.GetKey(), err == nil, begin, time.Now())
+	if l := levelOf(ctx); l != criticality.Unset {
+		log.mu.Lock()
+		c := &log.levels[l.Index()]
+		c.calls++
+		if err == nil {
+			c.ok++
+		}
+		log.mu.Unlock()
+	}
 }
 
 // oneStream makes one ListItems call of SlowStreamMessages messages and
@@ -723,6 +748,9 @@ func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, 
 		r.SuccessRate = float64(r.Successes) / float64(r.Calls)
 	}
 	r.OutageLoad = outageLoad(cfg, r.OutageAttempts)
+	crit, shed := log.levels[criticality.Critical.Index()], log.levels[criticality.Sheddable.Index()]
+	r.CriticalCalls, r.CriticalSuccess = crit.calls, crit.rate()
+	r.SheddableCalls, r.SheddableSuccess = shed.calls, shed.rate()
 	r.Goodput = goodput(cfg, log.all, t0)
 	if st.Work > 0 {
 		r.Wasted = float64(st.Wasted) / float64(st.Work)
@@ -878,7 +906,7 @@ func goodput(cfg *Config, calls []loggedCall, t0 time.Time) float64 {
 func outageLoad(cfg *Config, attempts int) float64 {
 	capacity := float64(cfg.Capacity)
 	switch {
-	case cfg.Scenario == ScenarioOverload:
+	case cfg.Scenario.overloaded():
 		capacity = cfg.ReducedCapacity()
 	case cfg.Scenario.slowed():
 		capacity /= cfg.Slow

@@ -111,13 +111,9 @@ func firstJoined(md metadata.MD, name string) string {
 	return strings.Join(md.Get(name), ",")
 }
 
-// arrive records an attempt's arrival and returns its number among its key's
-// attempts (1 when key is empty).
-func (s *Server) arrive(ctx context.Context, method, key string, at time.Time) *attempt {
-	md, _ := metadata.FromIncomingContext(ctx)
-	a := &attempt{s: s, method: method, key: key}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// countArrivalLocked counts an attempt that arrived at `at` in
+// Stats.Received and in its arrival bucket. s.mu is held.
+func (s *Server) countArrivalLocked(at time.Time) {
 	s.stats.Received++
 	idx := int64(0)
 	if d := at.Sub(s.start); d > 0 {
@@ -130,6 +126,34 @@ func (s *Server) arrive(ctx context.Context, method, key string, at time.Time) *
 		s.arrivals = append(s.arrivals, 0)
 	}
 	s.arrivals[idx]++
+}
+
+// Refused records an attempt that a server-side layer in front of the
+// test service refused before it reached a handler (a concurrency limit
+// installed with WithServerOptions): it arrived (Stats.Received,
+// Arrivals) and was rejected (Stats.Rejected), and under the Workers mode
+// it costs a rejection's worker time (Workers.RejectionCost), as reading
+// and refusing a request is work the serving threads do.
+func (s *Server) Refused() {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.countArrivalLocked(now)
+	s.stats.Rejected++
+	if s.workers.on() {
+		s.workers.advance(now)
+		s.workers.reject()
+	}
+}
+
+// arrive records an attempt's arrival and returns its number among its key's
+// attempts (1 when key is empty).
+func (s *Server) arrive(ctx context.Context, method, key string, at time.Time) *attempt {
+	md, _ := metadata.FromIncomingContext(ctx)
+	a := &attempt{s: s, method: method, key: key}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.countArrivalLocked(at)
 	if key == "" {
 		return a
 	}

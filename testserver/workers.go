@@ -53,8 +53,9 @@ import (
 // So the server serves at most Count ÷ Service attempts per second (Reduced
 // ÷ Service during the reduction, Count ÷ (Slow × Service) during the
 // slowdown), less a tenth of Service for every rejection and dropped
-// attempt. Rejections by the other server-wide modes (outage, Capacity,
-// failure rate) cost nothing.
+// attempt, and for every attempt a layer in front of the service refused
+// (Server.Refused records those). Rejections by the other server-wide
+// modes (outage, Capacity, failure rate) cost nothing.
 //
 // Work done for a caller that had gone is wasted (Stats.Wasted): an
 // attempt dropped because its deadline had passed, one whose deadline
@@ -329,6 +330,14 @@ func (j *job) wakeUp() {
 	}
 }
 
+// reject charges a rejection made now (p.now): a worker spends
+// RejectionCost on it before the queue's next attempt.
+func (p *workerPool) reject() {
+	p.rejections = append(p.rejections, p.now)
+	p.afterLast = p.takeRejection(p.after, p.afterLast, p.now)
+	p.replan()
+}
+
 // admit brings the pool up to at and queues an attempt that arrived then
 // (deadline zero for none), or rejects it when it would wait behind a full
 // queue.
@@ -343,9 +352,7 @@ func (p *workerPool) admit(at, deadline time.Time) (*job, *rejection) {
 			free[w], last = start.Add(cost), start
 		}
 		if _, start := p.next(free, last, at); start.After(p.now) {
-			p.rejections = append(p.rejections, p.now)
-			p.afterLast = p.takeRejection(p.after, p.afterLast, p.now)
-			p.replan()
+			p.reject()
 			return nil, &rejection{st: status.Newf(codes.ResourceExhausted,
 				"testserver: queue full: %d attempts waiting for %d workers", len(p.queue), p.cfg.Count)}
 		}

@@ -112,6 +112,34 @@ func TestWorkersQueueAndRejections(t *testing.T) {
 	})
 }
 
+// One worker, 100 ms per attempt: an attempt a layer in front of the
+// service refused (Refused) while a is served costs a tenth, which the
+// worker spends before it takes b; it counts as an arrival and a
+// rejection. Without the Workers mode it costs nothing.
+func TestWorkersRefusedInFront(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, c := newWorkerCalls(t, testserver.Workers{Count: 1, Queue: 2, Service: 100 * ms})
+		c.call("a", 0) // [0, 100)
+		s.Refused()    // [100, 110)
+		c.call("b", 0) // [110, 210)
+		if st := s.Stats(); st.Received != 3 || st.Rejected != 1 || st.Queued != 1 {
+			t.Errorf("stats %+v, want 3 received, 1 rejected, 1 queued", st)
+		}
+		if got := s.Arrivals(); len(got) != 1 || got[0] != 3 {
+			t.Errorf("arrivals %v, want [3]", got)
+		}
+		ok := codes.OK
+		c.want(map[string]workerCall{"a": {ok, 100 * ms}, "b": {ok, 210 * ms}})
+		if st := s.Stats(); st.Work != 210*ms {
+			t.Errorf("work %v, want 210ms (2 attempts, 1 refusal)", st.Work)
+		}
+		s.SetWorkers(testserver.Workers{})
+		s.Refused()
+		c.call("c", 0)
+		c.want(map[string]workerCall{"c": {ok, 210 * ms}})
+	})
+}
+
 // From 1 s to 2 s one worker of two takes attempts: the other finishes
 // what it began before and idles until 2 s.
 func TestWorkersReduced(t *testing.T) {

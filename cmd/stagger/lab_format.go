@@ -78,6 +78,13 @@ type labJSON struct {
 	// The slow-replica-3 scenario's records only: lab.Result.HedgeRepeats
 	// (calls that sent a hedge to the replica their first attempt went to).
 	HedgeRepeats *int `json:"hedge_repeats,omitempty"`
+	// The mixed-criticality scenario's records only: lab.Result's success
+	// rates of the CRITICAL calls and of the SHEDDABLE ones, and their
+	// counts.
+	CriticalSuccess  *float64 `json:"critical_success,omitempty"`
+	SheddableSuccess *float64 `json:"sheddable_success,omitempty"`
+	CriticalCalls    *int     `json:"critical_calls,omitempty"`
+	SheddableCalls   *int     `json:"sheddable_calls,omitempty"`
 }
 
 // labSecondJSON is one second of a contender's run (lab.Second), with
@@ -171,6 +178,10 @@ func writeLabJSON(w io.Writer, reps []*lab.Report) error {
 			if rep.Config.Scenario == lab.ScenarioSlowReplica3 {
 				rec.HedgeRepeats = &r.HedgeRepeats
 			}
+			if rep.Config.Scenario == lab.ScenarioMixedCriticality {
+				rec.CriticalSuccess, rec.SheddableSuccess = &r.CriticalSuccess, &r.SheddableSuccess
+				rec.CriticalCalls, rec.SheddableCalls = &r.CriticalCalls, &r.SheddableCalls
+			}
 			if rep.Config.Scenario == lab.ScenarioSlowReplicaStream {
 				rec := &out[len(out)-1]
 				p50, p99, p999 := msFloat(r.FirstP50), msFloat(r.FirstP99), msFloat(r.FirstP999)
@@ -215,7 +226,8 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	c := rep.Config
 	stream := c.Scenario == lab.ScenarioSlowReplicaStream
 	slow := c.Scenario == lab.ScenarioSlowReplica || stream
-	overload := c.Scenario == lab.ScenarioOverload
+	mixed := c.Scenario == lab.ScenarioMixedCriticality
+	overload := c.Scenario == lab.ScenarioOverload || mixed
 	chain := c.Scenario == lab.ScenarioChain
 	slowdown := c.Scenario == lab.ScenarioSlowdown || c.Scenario == lab.ScenarioSlowdown90
 	metastable := c.Scenario == lab.ScenarioMetastable
@@ -235,6 +247,10 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		fmt.Fprintf(w, "scenario %s: %d workers, %v per attempt (%v per rejection), queue %d; capacity %d attempts/s, %.0f with %d workers in the overload [%v, %v) of %v; %.0f calls/s from %d clients per contender, call deadline %v\n",
 			c.Scenario, c.Workers, c.ServiceTime(), c.ServiceTime()/10, c.Queue, c.Capacity, c.ReducedCapacity(), c.Workers/2,
 			c.OutageStart, c.OutageEnd, c.Duration, c.Rate, c.Clients, c.CallTimeout)
+		if mixed {
+			fmt.Fprintf(w, "%.0f%% of every client's calls CRITICAL, the others SHEDDABLE; in front of the workers stagger's server side limits the calls in the server to %d (its refusals cost a rejection each); CRITICAL and SHEDDABLE: success of each\n",
+				100*lab.CriticalShare, c.ConcurrencyLimit())
+		}
 	case slowdown:
 		fmt.Fprintf(w, "scenario %s: capacity %d attempts/s (%s), %.0f while %g× slower in [%v, %v) of %v; %.0f calls/s (%.0f%% of capacity) from %d clients per contender, call deadline %v, per-attempt timeout %v (grpc-go has none)\n",
 			c.Scenario, c.Capacity, server, float64(c.Capacity)/c.Slow, c.Slow, c.OutageStart, c.OutageEnd, c.Duration,
@@ -319,6 +335,10 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		case bad:
 			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 3), pct(r.SuccessRate), strconv.Itoa(r.BadCalls), strconv.Itoa(r.BadRepeats),
 				ms(r.P50), ms(r.P99), ms(r.FailP50), ms(r.FailP99), bar(r.AttemptsPerCall, maxPer, 16)}
+		case mixed:
+			rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 2), pct(r.SuccessRate), pct(r.CriticalSuccess), pct(r.SheddableSuccess),
+				fmtFloat(r.Goodput, 2), pct(r.Wasted), ms(r.P50), ms(r.P99), ms(r.FailP50), ms(r.FailP99), fmtFloat(r.OutageLoad, 2) + "×",
+				bar(r.AttemptsPerCall, maxPer, 16)}
 		case chain:
 			rows[i] = []string{r.Contender, fmtFloat(r.BottomAttemptsPerCall, 2), fmtFloat(r.MiddleAttemptsPerCall, 2),
 				fmtFloat(r.TopAttemptsPerCall, 2), strconv.Itoa(r.OutageCalls), pct(r.SuccessAfter),
@@ -345,6 +365,9 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	case chain:
 		header = []string{"CONTENDER", "AT C/CALL", "AT B/CALL", "AT A/CALL", "OUTAGE CALLS", "SUCCESS AFTER", "SUCCESS",
 			"P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)", "PEAK IN FLIGHT", "PEAK GOROUTINES", "ATTEMPTS AT C PER CALL"}
+	case mixed:
+		header = []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "CRITICAL", "SHEDDABLE", "GOODPUT", "WASTED",
+			"P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)", "OVERLOAD ATTEMPTS ÷ CAP", "ATTEMPTS PER CALL"}
 	case overload:
 		// The attempts in the overload are ÷ the reduced capacity.
 		header[11] = "OVERLOAD ATTEMPTS ÷ CAP"
