@@ -126,9 +126,8 @@ type Deferrer interface {
 	// Wait blocks the calling goroutine until the retry r, which Allow
 	// refused, is admitted, no sooner than pause from now. It returns how,
 	// or an error: ErrTooManyWaiting at once when the bound is reached,
-	// ErrEvicted when a more critical retry later took its place, ErrShed
-	// at once for a SHEDDABLE retry in an outage (Gate, rule 7),
-	// ErrWaitLimit when a call without a deadline waited MaxWait, the
+	// ErrEvicted when a more critical retry later took its place (Gate,
+	// rule 7), ErrWaitLimit when a call without a deadline waited MaxWait, the
 	// context's error when ctx ends (its deadline is treated as reached a
 	// millisecond early: no retry starts with less left).
 	Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error)
@@ -157,9 +156,6 @@ var (
 	// critical retry took this one's place (Gate, rule 7). It wraps
 	// ErrTooManyWaiting.
 	ErrEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
-	// ErrShed: a SHEDDABLE retry does not wait while the Gate is in an
-	// outage (Gate, rule 7).
-	ErrShed = errors.New("budget: a SHEDDABLE retry does not wait in an outage")
 	// ErrWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
 	ErrWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
 )

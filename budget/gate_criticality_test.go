@@ -90,40 +90,6 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 	}
 }
 
-// Rule 7, in an outage: a SHEDDABLE retry does not wait; the others do,
-// and SHEDDABLE ones wait again once the outage is over.
-func TestGateShedsSheddableInAnOutage(t *testing.T) {
-	clk := &manualClock{now: t0}
-	g := retriesFail(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	if w, err := g.Enter(retryAt(shed), 0, time.Time{}); err != nil {
-		t.Fatalf("SHEDDABLE, no outage: %v", err)
-	} else {
-		w.Leave()
-	}
-	for range outageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
-	if _, err := g.Enter(retryAt(shed), 0, time.Time{}); !errors.Is(err, ErrShed) {
-		t.Fatalf("SHEDDABLE in an outage: %v, want ErrShed", err)
-	}
-	for _, l := range []criticality.Level{shedP, unset, crit, critP} {
-		w, err := g.Enter(retryAt(l), 0, time.Time{})
-		if err != nil {
-			t.Fatalf("%v in an outage: %v", l, err)
-		}
-		w.Leave()
-	}
-	g.Record(Attempt{Number: 1, Outcome: Success})
-	w, err := g.Enter(retryAt(shed), 0, time.Time{})
-	if err != nil {
-		t.Fatalf("SHEDDABLE after the outage: %v", err)
-	}
-	w.Leave()
-	if st := g.State(); st.DeferGaveUp != 1 || st.Deferred != 6 {
-		t.Fatalf("State: %d gave up, %d deferred; want 1 and 6", st.DeferGaveUp, st.Deferred)
-	}
-}
-
 // Rule 7, admissions: a release, a probe or a last chance that a less
 // critical waiter's Poll finds due goes to the most critical waiter that
 // may go now (the oldest of its level), which its own Poll then returns;

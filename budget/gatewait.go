@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-
-	"github.com/stagger-go/stagger/criticality"
 )
 
 // Waiter is one deferred retry, for code that cannot block (a simulator on a
@@ -65,7 +63,6 @@ func (q *waitQueue) remove(w *Waiter) {
 
 // Enter registers a deferred retry r that must not go sooner than pause
 // from now, of a call whose deadline is deadline (zero: none). It fails
-// with ErrShed for a SHEDDABLE retry while the gate is in an outage, and
 // with ErrTooManyWaiting when the bound is reached and no less critical
 // retry waits (else the least critical, latest to enter, is evicted: rule
 // 7).
@@ -76,10 +73,6 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	defer g.mu.Unlock()
 	if g.nWaiting == 0 {
 		g.forgetLocked(now)
-	}
-	if r.Criticality == criticality.Sheddable && g.st.phase == phaseOutage {
-		g.gaveUp++
-		return nil, ErrShed
 	}
 	if g.nWaiting >= g.s.MaxWaiting {
 		v := g.victimLocked(level)

@@ -254,7 +254,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	case errors.Is(callCtx.Err(), context.Canceled):
 		last = status.Error(codes.Canceled, context.Canceled.Error())
 		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
-	case errors.Is(err, budget.ErrTooManyWaiting), errors.Is(err, budget.ErrShed):
+	case errors.Is(err, budget.ErrTooManyWaiting):
 		e.Reason = policy.ReasonBudget
 	default:
 		e.Reason = policy.ReasonDeferred
