@@ -189,6 +189,22 @@
 //
 // Its ceiling reckons with the reduced capacity during the overload.
 //
+// ScenarioMixedCriticality is ScenarioOverload with calls of two
+// criticalities (package criticality): of every ten calls a client makes,
+// three are CRITICAL (CriticalShare) and seven SHEDDABLE. In front of the
+// workers the server runs stagger's server side with a concurrency limit
+// of Config.ConcurrencyLimit (Workers + Queue/2, 35 by default) and its
+// default criticality shares, the same for every contender; an attempt the
+// limit refuses costs the workers a rejection, as one the queue refuses
+// does (testserver.Server.Refused), so that a limit in front does not
+// make storms free. Only stagger-criticality says its calls' criticality
+// (criticality.NewContext, as a user would); the others' calls all arrive
+// as CRITICAL, stagger's because it is the same layer without it, the
+// peers' for want of a way to say it. Result.CriticalSuccess and
+// SheddableSuccess are each level's success (the peers' printed beside:
+// they serve both alike); goodput says whether serving the CRITICAL first
+// cost the server work. The contenders are MixedCriticalityContenders.
+//
 // ScenarioChain is a call chain, over bufconn: the users call A, A calls
 // B, B calls C, three in-process testservers, A and B relaying every call
 // to the next (testserver.WithRelay) under the handler's context, each

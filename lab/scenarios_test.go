@@ -3,6 +3,7 @@
 package lab
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -156,5 +157,35 @@ func TestRunFlakyQuietRandom(t *testing.T) {
 	}
 	if r := res["no-retry"]; r.SuccessRate < 0.4 || r.SuccessRate > 0.6 {
 		t.Errorf("no-retry: success %.3f, want 0.4-0.6", r.SuccessRate)
+	}
+}
+
+// TestRunMixedCriticality: in the overload, three calls in ten CRITICAL,
+// the others SHEDDABLE. The retry layers that cannot say a call's
+// criticality serve both alike; stagger-criticality, which says it, serves
+// nearly every CRITICAL call (the server side sheds SHEDDABLE first, the
+// budget keeps a reserve, the gate hands its admissions to the CRITICAL
+// first) at no cost in goodput against stagger without it.
+func TestRunMixedCriticality(t *testing.T) {
+	cfg := Config{Scenario: ScenarioMixedCriticality, Contenders: []string{"stagger", "stagger-criticality", "grpc-go", "no-retry"}}
+	res := runTiny(t, cfg)
+	logResults(t, res)
+	for name, r := range res {
+		t.Logf("%-20s critical %.3f of %d, sheddable %.3f of %d", name, r.CriticalSuccess, r.CriticalCalls, r.SheddableSuccess, r.SheddableCalls)
+		if share := float64(r.CriticalCalls) / float64(r.CriticalCalls+r.SheddableCalls); r.CriticalCalls+r.SheddableCalls != r.Calls || share < 0.29 || share > 0.31 {
+			t.Errorf("%s: %d CRITICAL and %d SHEDDABLE of %d calls, want 30 %% CRITICAL", name, r.CriticalCalls, r.SheddableCalls, r.Calls)
+		}
+	}
+	for _, name := range []string{"stagger", "grpc-go", "no-retry"} {
+		if r := res[name]; math.Abs(r.CriticalSuccess-r.SheddableSuccess) > 0.04 {
+			t.Errorf("%s cannot tell the calls apart, yet CRITICAL %.3f, SHEDDABLE %.3f", name, r.CriticalSuccess, r.SheddableSuccess)
+		}
+	}
+	crit, plain := res["stagger-criticality"], res["stagger"]
+	if crit.CriticalSuccess < 0.98 || crit.CriticalSuccess < plain.CriticalSuccess+0.08 {
+		t.Errorf("stagger-criticality: CRITICAL success %.3f, want at least 0.98 and stagger's %.3f + 0.08", crit.CriticalSuccess, plain.CriticalSuccess)
+	}
+	if crit.Goodput < plain.Goodput-0.01 {
+		t.Errorf("stagger-criticality: goodput %.3f, want at least stagger's %.3f - 0.01", crit.Goodput, plain.Goodput)
 	}
 }

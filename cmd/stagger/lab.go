@@ -81,6 +81,12 @@ Scenarios (-scenario, comma-separated to run several one after another):
   overload     no outage, but half the workers from 2s to 6s of 10s (the
                scenario's defaults), so the offered 80% of -capacity is
                160% of what is left (bufconn)
+  mixed-criticality
+               overload with 3 calls in 10 CRITICAL, 7 SHEDDABLE; stagger's
+               server side limits the calls in the server to 35 (its
+               refusals cost a rejection), for everyone; only
+               stagger-criticality says each call's criticality: the
+               success of each level and goodput
   chain        users → A → B → C, three servers (bufconn), every hop
                retrying (3 attempts by default, no budget), C answering
                UNAVAILABLE from 1s to 3s of 4s, 100 calls/s: attempts
@@ -167,9 +173,9 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	d := lab.Config{}.Defaults()
 	scenarios := stringList{string(lab.ScenarioUnavailable)}
 	fs.Var(&scenarios, "scenario", "scenarios to run, comma-separated: "+strings.Join(labScenarioNames(), ", "))
-	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload, flaky-quiet-random: 10s; chain, flaky-quiet, bad-replica, slow-replica-3: 4s; metastable: 14s)")
+	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload, mixed-criticality, flaky-quiet-random: 10s; chain, flaky-quiet, bad-replica, slow-replica-3: 4s; metastable: 14s)")
 	start := fs.Duration("outage-start", d.OutageStart, "when the trigger (outage; overload: half the workers; slowdown) starts (chain: 1s)")
-	end := fs.Duration("outage-end", d.OutageEnd, "when the trigger ends (blip: 3.5s; overload: 6s; chain, slowdown, slowdown-90, metastable: 3s)")
+	end := fs.Duration("outage-end", d.OutageEnd, "when the trigger ends (blip: 3.5s; overload, mixed-criticality: 6s; chain, slowdown, slowdown-90, metastable: 3s)")
 	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget (flaky-quiet: 1; flaky-quiet-random, bad-replica, slow-replica-3: 4)")
 	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server serves with all its workers")
 	workers := fs.Int("workers", d.Workers, "workers of the server (an attempt costs one -workers ÷ -capacity)")
@@ -187,7 +193,8 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"; for slow-replica-stream: "+strings.Join(labNames(lab.HedgingStreamContenders()), ", ")+
 		"; for chain: "+strings.Join(labNames(lab.ChainContenders()), ", ")+
 		"; for bad-replica: "+strings.Join(labNames(lab.BadReplicaContenders()), ", ")+
-		"; for slow-replica-3: "+strings.Join(labNames(lab.SlowReplica3Contenders()), ", "))
+		"; for slow-replica-3: "+strings.Join(labNames(lab.SlowReplica3Contenders()), ", ")+
+		labOnly(lab.ScenarioMixedCriticality))
 	out := format("table")
 	fs.Var(&out, "format", "output: table, csv or json")
 	if err := parseFlags(fs, args); err != nil {
