@@ -15,6 +15,7 @@ import (
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
 )
@@ -182,5 +183,36 @@ func TestCriticalityEveryAttempt(t *testing.T) {
 			_ = b.get(criticality.NewContext(context.Background(), criticality.Sheddable), &testingv1.Script{Key: "k", FailAttempts: 2}, interceptor.Disable())
 			check(t, b.attempts(t, "k"), 1)
 		})
+	})
+}
+
+// TestCriticalityBudgetReserve: through the interceptor, a token bucket
+// that holds 20 of 100 tokens pays a CRITICAL call's retries (5 each) and
+// refuses a SHEDDABLE call's first retry, which must leave a quarter of
+// the bucket: the SHEDDABLE call ends after one attempt, for the budget,
+// and the bucket is spent only by the CRITICAL call.
+func TestCriticalityBudgetReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tb, err := budget.NewTokenBucket(budget.TokenBucketSettings{Capacity: 100, Initial: 20, RetryCost: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, retryFile)), interceptor.WithBudget(tb)})
+		var shedRep, critRep interceptor.Report
+		err = b.get(context.Background(), &testingv1.Script{Key: "shed", FailAttempts: 2},
+			interceptor.WithCriticality(criticality.Sheddable), interceptor.WithReport(&shedRep))
+		if err == nil || shedRep.Attempts != 1 || shedRep.Reason != policy.ReasonBudget {
+			t.Fatalf("SHEDDABLE: err %v after %d attempts (%s), want a failure after 1 attempt for the budget", err, shedRep.Attempts, shedRep.Reason)
+		}
+		if lvl := tb.State().Level; lvl != 20 {
+			t.Fatalf("bucket at %v after the SHEDDABLE call, want 20 (nothing spent)", lvl)
+		}
+		if err := b.get(context.Background(), &testingv1.Script{Key: "crit", FailAttempts: 2},
+			interceptor.WithCriticality(criticality.Critical), interceptor.WithReport(&critRep)); err != nil || critRep.Attempts != 3 {
+			t.Fatalf("CRITICAL: err %v after %d attempts, want success on the third", err, critRep.Attempts)
+		}
+		if lvl := tb.State().Level; lvl != 15 {
+			t.Fatalf("bucket at %v after the CRITICAL call, want 15 (two retries of 5, the one that succeeded refunded)", lvl)
+		}
 	})
 }
