@@ -21,7 +21,7 @@ func TestValidate(t *testing.T) {
 		want string // in the error; "" means valid
 	}{
 		{"defaults", Config{}, ""},
-		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, slow-replica-stream, overload, chain, flaky-quiet, flaky-quiet-random, slowdown, slowdown-90, metastable, bad-replica, slow-replica-3, got "flood"`},
+		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, slow-replica-stream, overload, chain, flaky-quiet, flaky-quiet-random, slowdown, slowdown-90, metastable, bad-replica, slow-replica-3, mixed-criticality, got "flood"`},
 		{"negative duration", Config{Duration: -time.Second}, "lab: Duration: must be > 0, got -1s"},
 		{"outage past the end", Config{Duration: 3 * time.Second, OutageStart: time.Second, OutageEnd: 4 * time.Second}, "lab: OutageStart/OutageEnd: must satisfy 0 <= start < end <= Duration, got [1s, 4s) of 3s"},
 		{"outage reversed", Config{OutageStart: 3 * time.Second, OutageEnd: 2 * time.Second}, "OutageStart/OutageEnd"},
