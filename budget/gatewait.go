@@ -15,6 +15,7 @@ type Waiter struct {
 	view     waiterView
 	earliest time.Time
 	left     bool
+	ended    bool
 }
 
 // Enter registers a deferred retry r that must not go sooner than pause
@@ -35,9 +36,8 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.waiting.Store(int32(g.nWaiting))
 	g.deferred++
 	pause = max(pause, 0)
-	healable := g.st.phase != phaseOutage
 	g.st.enter(now, pause)
-	return &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, healable: healable}, earliest: now.Add(pause)}, nil
+	return &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, holdAt: now.Add(pause + time.Duration(holdSlack*float64(pause)))}, earliest: now.Add(pause)}, nil
 }
 
 // Changed returns a channel closed the next time the gate learns something.
@@ -48,9 +48,13 @@ func (g *Gate) Changed() <-chan struct{} {
 }
 
 // Poll asks, now, whether w may go. When it may not, next is when asking
-// again could change the answer without news (zero: only news will).
+// again could change the answer without news (zero: only news will), or
+// the wait ended (Ended).
 func (w *Waiter) Poll() (a Admission, next time.Time) {
 	g := w.g
+	if w.ended {
+		return AdmitNone, time.Time{}
+	}
 	now := g.now()
 	if now.Before(w.earliest) {
 		return AdmitNone, w.earliest
@@ -69,26 +73,43 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 // call unlocked.
 func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 	g := w.g
-	how, next := g.st.candidate(now, w.view)
+	guard := w.r.Guard
+	// Whether the guard is open (rule 4) is read before it is asked:
+	// asking may change its state.
+	open := guard != nil && !guard.Closed()
+	how, next := g.st.candidate(now, &w.view)
+	if open && (how == AdmitNone || how == admitEnd) {
+		// While the guard is open it alone says when the retry goes (its
+		// half-open probe), and the gate holds the wait.
+		how, w.view.held = AdmitProbe, true
+	}
 	if how == AdmitNone {
 		return AdmitNone, next, nil
 	}
-	guard := w.r.Guard
-	// Whether a closed guard judges the server (rule 4) is read before the
-	// guard is asked: asking may change its state.
-	paidOnly := (how == AdmitProbe || how == AdmitLast) && guard != nil && guard.Closed()
+	if how == admitEnd {
+		w.ended = true
+		return AdmitNone, time.Time{}, nil
+	}
+	// A wait past its hold time that the gate does not hold goes now as a
+	// probe or ends (rule 6).
+	pastHold := !w.view.held && !now.Before(w.view.holdAt)
+	// A closed guard judges the server: rules 1 and 2 let only a paid
+	// retry go.
+	paidOnly := (how == AdmitProbe || how == AdmitLast) && guard != nil && !open
 	var tell func()
-	if guard != nil && !guard.Closed() {
+	if open {
 		// Asked last, when the gate would let the retry go: the guard's
 		// half-open probe slot is taken only by a retry that goes.
 		var ok bool
 		ok, next, tell = guard.AllowRetry()
 		if !ok {
+			w.view.held = w.view.held || pastHold
 			return AdmitNone, next, tell
 		}
 	}
 	if paidOnly && !g.b.Allow(w.r) {
 		// Wait for a release, a paid admission or the deadline.
+		w.ended = pastHold
 		return AdmitNone, time.Time{}, tell
 	}
 	if (how == AdmitProbe || how == AdmitLast) && (paidOnly || g.b.Allow(w.r)) {
@@ -96,10 +117,14 @@ func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 		// cannot both take its tokens).
 		how = AdmitBudget
 	}
-	g.st.admit(now, w.view, how)
+	g.st.admit(now, &w.view, how)
 	g.admitted++
 	return how, time.Time{}, tell
 }
+
+// Ended reports whether the gate ended w's wait: it will not go (see Gate,
+// rule 6). Leave, and end the call with its last status.
+func (w *Waiter) Ended() bool { return w.ended }
 
 // Leave unregisters w; call it once, admitted or not.
 func (w *Waiter) Leave() {
@@ -144,6 +169,10 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 		a, next := w.Poll()
 		if a != AdmitNone {
 			return a, nil
+		}
+		if w.ended {
+			g.giveUp()
+			return AdmitNone, ErrWaitEnded
 		}
 		now := g.now()
 		if !now.Before(limit) {

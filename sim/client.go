@@ -87,8 +87,10 @@ type waiter struct {
 	w *budget.Waiter
 	// wake is the time of the poll event pending (-1: none).
 	wake time.Duration
-	// admit sends the retry with the admission Poll returned.
-	admit func(budget.Admission)
+	// admit sends the retry with the admission Poll returned; giveUp
+	// ends the call when the gate ends the wait.
+	admit  func(budget.Admission)
+	giveUp func()
 	// gone: admitted or given up; dropped from proc.waiters.
 	gone bool
 }
@@ -173,6 +175,12 @@ func (p *proc) poll(w *waiter) {
 		w.admit(a)
 		return
 	}
+	if w.w.Ended() {
+		w.gone = true
+		w.w.Leave()
+		w.giveUp()
+		return
+	}
 	if next.IsZero() {
 		return
 	}
@@ -211,7 +219,7 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 	if limit < 0 {
 		limit = p.s.now + p.gate.Settings().MaxWait
 	}
-	w := &waiter{w: bw, wake: -1, admit: admit}
+	w := &waiter{w: bw, wake: -1, admit: admit, giveUp: giveUp}
 	p.waiters = append(p.waiters, w)
 	p.s.At(limit, func() {
 		if w.gone {
@@ -308,7 +316,7 @@ func (p *proc) call() {
 				if !ok {
 					brOut = budget.Failure
 				}
-				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: adm}, brOut)
+				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: adm, Final: !v.Retry}, brOut)
 				if !v.Retry {
 					finish(ok)
 					return
