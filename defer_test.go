@@ -7,6 +7,7 @@ import (
 
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -57,16 +58,45 @@ func deferClient(t *testing.T, srv *testserver.Server, hooks ...func(interceptor
 	return testingv1.NewTestServiceClient(srv.ClientConn(t, stagger.DialOptions(parse(t, deferFile), opts...)...))
 }
 
-// checkFourFailures makes one call, with ctx, to a server that fails its
-// first four attempts, in a synctest bubble, and checks that it succeeds on
-// the fifth with the gaps between attempts and the retries' admissions
-// given.
-func checkFourFailures(t *testing.T, ctx context.Context, key string, wantGaps []time.Duration, wantAdm []budget.Admission) {
+// warmClient is deferClient after a call that succeeded a second ago: the
+// server has served, and failures from now on make an outage (budget.Gate,
+// rule 5). The hooks hear from the next call on.
+func warmClient(t *testing.T, srv *testserver.Server, hooks ...func(interceptor.Event)) testingv1.TestServiceClient {
+	t.Helper()
+	var on atomic.Bool
+	var hs []func(interceptor.Event)
+	for _, h := range hooks {
+		hs = append(hs, func(e interceptor.Event) {
+			if on.Load() {
+				h(e)
+			}
+		})
+	}
+	client := deferClient(t, srv, hs...)
+	if _, err := client.Write(context.Background(), &testingv1.WriteRequest{Script: &testingv1.Script{Key: "warm"}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	on.Store(true)
+	return client
+}
+
+// checkFourFailures makes one call, with a deadline timeout away (0: none),
+// from a warm client to a server that fails its first four attempts, in a
+// synctest bubble, and checks that it succeeds on the fifth with the gaps
+// between attempts and the retries' admissions given.
+func checkFourFailures(t *testing.T, timeout time.Duration, key string, wantGaps []time.Duration, wantAdm []budget.Admission) {
 	t.Helper()
 	srv := testserver.New()
 	defer srv.Close()
 	var hooks hookLog
-	client := deferClient(t, srv, hooks.hook)
+	client := warmClient(t, srv, hooks.hook)
+	ctx := context.Background()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	_, err := client.Write(ctx, &testingv1.WriteRequest{Script: &testingv1.Script{Key: key, FailAttempts: 4}})
 	if err != nil {
 		t.Fatalf("call: %v (reason %q), want OK on the fifth attempt", err, reasonOf(err))
@@ -79,16 +109,18 @@ func checkFourFailures(t *testing.T, ctx context.Context, key string, wantGaps [
 	}
 }
 
-// A quiet process retries as gRFC A6 says, every attempt of maxAttempts:
-// the default budget admits one retry to a fresh process, and the rest wait
-// and go as probes (nothing else reaches the server), the first its pause
-// after the attempt before, then twice as long after each failure (the
-// evidence that the server is still down grows).
+// A quiet process whose server was serving retries as gRFC A6 says, every
+// attempt of maxAttempts, when the server goes down: the default budget
+// admits two retries (one more for the earlier call's success), and once
+// two retries failed the rest wait, held in the outage, and go as probes
+// (nothing else reaches the server), the first its pause after the attempt
+// before, then twice as long after each failure (the evidence that the
+// server is still down grows).
 func TestDeferQuietProcessRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		checkFourFailures(t, context.Background(), "quiet",
-			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond},
-			[]budget.Admission{budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe, budget.AdmitProbe})
+		checkFourFailures(t, 0, "quiet",
+			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond},
+			[]budget.Admission{budget.AdmitNone, budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe})
 	})
 }
 
@@ -97,13 +129,49 @@ func TestDeferQuietProcessRetries(t *testing.T) {
 // deadline (a server that comes back meanwhile heals the call).
 func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		// 0 and 10ms (the budget's retry), probes at 20ms and 40ms, the
-		// last chance at 950ms.
-		checkFourFailures(t, ctx, "last",
-			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, time.Second - budget.Rules().LastChanceLead - 40*time.Millisecond},
-			[]budget.Admission{budget.AdmitNone, budget.AdmitProbe, budget.AdmitProbe, budget.AdmitLast})
+		// 0, then the budget's retries at 10ms and 20ms, a probe at 30ms,
+		// the last chance at 950ms.
+		checkFourFailures(t, time.Second, "last",
+			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, time.Second - budget.Rules().LastChanceLead - 30*time.Millisecond},
+			[]budget.Admission{budget.AdmitNone, budget.AdmitNone, budget.AdmitProbe, budget.AdmitLast})
+	})
+}
+
+// A fresh process whose server never served does not know whether retries
+// heal: after the one retry its budget pays for, its other retries do not
+// wait for a server that may be down, they end a tenth past their pause
+// (reason deferred); the call's last attempt still goes, as a probe (its
+// outcome tells whether retries heal), so a flaky server that serves the
+// last attempt is found out.
+func TestDeferFreshProcessDoesNotStorm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.New()
+		defer srv.Close()
+		client := deferClient(t, srv)
+		start := time.Now()
+		_, err := client.Write(context.Background(), &testingv1.WriteRequest{Script: &testingv1.Script{Key: "fresh", FailAttempts: 4}})
+		if status.Code(err) != codes.Unavailable || reasonOf(err) != policy.ReasonDeferred.String() {
+			t.Fatalf("call: %v (reason %q), want the last UNAVAILABLE, reason deferred", err, reasonOf(err))
+		}
+		// Attempts at 0 and 10ms; the third waits 11ms.
+		if d := time.Since(start); d != 21*time.Millisecond {
+			t.Fatalf("returned after %v, want 21ms", d)
+		}
+		if n := len(srv.Attempts("fresh")); n != 2 {
+			t.Fatalf("%d attempts, want 2", n)
+		}
+
+		// Three attempts: the budget pays for the second, the third is the
+		// last, and probes.
+		var hooks hookLog
+		client = deferClient(t, srv, hooks.hook)
+		_, err = client.Write(context.Background(), &testingv1.WriteRequest{Script: &testingv1.Script{Key: "flaky", FailAttempts: 2}}, interceptor.WithMaxAttempts(3))
+		if err != nil {
+			t.Fatalf("flaky: %v (reason %q), want OK on the last attempt", err, reasonOf(err))
+		}
+		if adm := retryAdmissions(&hooks); fmt.Sprint(adm) != fmt.Sprint([]budget.Admission{budget.AdmitNone, budget.AdmitProbe}) {
+			t.Fatalf("flaky's retries admitted by %v, want [none probe]", adm)
+		}
 	})
 }
 
@@ -115,27 +183,27 @@ func TestDeferEndsAtDeadlineOrCancel(t *testing.T) {
 		srv := testserver.New()
 		defer srv.Close()
 		var hooks hookLog
-		client := deferClient(t, srv, hooks.hook)
-		// Attempts at 0 and 10ms (the budget's one retry), probes at 20ms
-		// and 40ms (the gap doubles after a failed probe); the next is due
-		// at 80ms, past the deadline.
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+		client := warmClient(t, srv, hooks.hook)
+		// Attempts at 0, 10ms and 20ms (the budget's two retries), a probe
+		// at 30ms; the last attempt's last chance is due at 50ms (its gap
+		// doubled by the failed probe), past the deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Millisecond)
 		defer cancel()
 		start := time.Now()
 		_, err := client.Write(ctx, &testingv1.WriteRequest{Script: &testingv1.Script{Key: "deadline", FailAttempts: 10}})
 		if status.Code(err) != codes.Unavailable || reasonOf(err) != policy.ReasonDeferred.String() {
 			t.Fatalf("call: %v (reason %q), want the last UNAVAILABLE, reason deferred", err, reasonOf(err))
 		}
-		if d := time.Since(start); d != 59*time.Millisecond {
-			t.Fatalf("returned after %v, want 59ms", d)
+		if d := time.Since(start); d != 44*time.Millisecond {
+			t.Fatalf("returned after %v, want 44ms", d)
 		}
 		if n := len(srv.Attempts("deadline")); n != 4 {
 			t.Fatalf("%d attempts, want 4", n)
 		}
 		last := hooks.last()
-		// Deferred from 10ms to 20ms, 20ms to 40ms and 40ms to 59ms.
-		if last.Kind != interceptor.EventGiveUp || last.Deferred != 49*time.Millisecond {
-			t.Fatalf("last event %+v, want a give-up after 49ms deferred in all", last)
+		// Deferred from 20ms to 30ms and 30ms to 44ms.
+		if last.Kind != interceptor.EventGiveUp || last.Deferred != 24*time.Millisecond {
+			t.Fatalf("last event %+v, want a give-up after 24ms deferred in all", last)
 		}
 
 		ctx, cancel = context.WithCancel(context.Background())
@@ -153,11 +221,11 @@ func TestDeferEndsAtDeadlineOrCancel(t *testing.T) {
 
 // An outage: calls keep coming (one every 10ms), the budget runs dry, and
 // the calls made during the outage wait instead of failing; when the server
-// is back, they are released a few at a time (the first at once, then 2/s
-// and a share of the new calls' successes that grows to a quarter), and
+// is back, they go back a pause after it (each call has a deadline), and
 // every call succeeds. While the outage lasts, the waiting calls add almost
 // nothing to the load: the new calls' own attempts are the evidence; after
-// it, the releases add at most half of the new calls' load to any 100ms.
+// it, the calls that waited add at most half of the new calls' load to any
+// 100ms.
 func TestDeferHealsAnOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := testserver.New()
@@ -168,8 +236,8 @@ func TestDeferHealsAnOutage(t *testing.T) {
 		const (
 			calls    = 300
 			interval = 10 * time.Millisecond
-			down     = 200 * time.Millisecond
-			up       = 500 * time.Millisecond
+			down     = 700 * time.Millisecond
+			up       = time.Second
 		)
 		start := time.Now()
 		srv.SetOutageWindow(start.Add(down), start.Add(up))
@@ -192,9 +260,9 @@ func TestDeferHealsAnOutage(t *testing.T) {
 		for _, r := range reasons {
 			t.Error(r)
 		}
-		// Arrivals during the outage: the 30 new calls, the budget's one
-		// retry, and the probes, at most one per 10ms pause (fewer: the new
-		// calls' attempts keep the process from being quiet).
+		// Arrivals during the outage: the 30 new calls, the budget's
+		// retries, and the probes, at most one per 10ms pause (fewer: the
+		// new calls' attempts keep the process from being quiet).
 		arr := srv.Arrivals()
 		bucket := srv.ArrivalBucket()
 		var during int64
@@ -203,12 +271,16 @@ func TestDeferHealsAnOutage(t *testing.T) {
 				during += n
 			}
 		}
-		if during > 30+1+5 {
-			t.Errorf("%d attempts arrived during the outage, want at most 36 (30 new calls, the budget's retry, a few probes)", during)
+		if during > 30+2+5 {
+			t.Errorf("%d attempts arrived during the outage, want at most 37 (30 new calls, the budget's retries, a few probes)", during)
 		}
+		// After it, each call that waited goes back once, its pause after
+		// the recovery (all 10ms here): the first 100ms get them and the
+		// new calls, the next only the new calls.
 		for i, n := range arr {
-			if at := time.Duration(i) * bucket; at >= up && n > 15 {
-				t.Errorf("%d attempts arrived in the 100ms from %v, want at most 15 (10 new calls, releases)", n, at)
+			at := time.Duration(i) * bucket
+			if at == up && n > 10+30 || at > up && n > 10 {
+				t.Errorf("%d attempts arrived in the 100ms from %v, want at most %d", n, at, map[bool]int{true: 40, false: 10}[at == up])
 			}
 		}
 		t.Logf("arrivals per %v: %v", bucket, arr)
@@ -225,21 +297,21 @@ func TestDeferAbandonedStreamProbeSettles(t *testing.T) {
 		srv := testserver.New()
 		defer srv.Close()
 		var hooks hookLog
-		client := deferClient(t, srv, hooks.hook)
+		client := warmClient(t, srv, hooks.hook)
 
-		// Two failures in a row (an outage; the second attempt is the one
-		// retry the fresh bucket pays for), then the third goes as the
+		// Three failures in a row (an outage; the second and third attempts
+		// are the retries the bucket pays for), then the fourth goes as the
 		// probe, and the server serves it.
 		ctx, cancel := context.WithCancel(context.Background())
-		st, err := client.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "abandoned", FailAttempts: 2, ResponseCount: 5}})
+		st, err := client.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "abandoned", FailAttempts: 3, ResponseCount: 5}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.Recv(); err != nil {
 			t.Fatalf("first message: %v", err)
 		}
-		if adm := retryAdmissions(&hooks); fmt.Sprint(adm) != fmt.Sprint([]budget.Admission{budget.AdmitNone, budget.AdmitProbe}) {
-			t.Fatalf("the stream's retries went by %v, want [none probe]", adm)
+		if adm := retryAdmissions(&hooks); fmt.Sprint(adm) != fmt.Sprint([]budget.Admission{budget.AdmitNone, budget.AdmitNone, budget.AdmitProbe}) {
+			t.Fatalf("the stream's retries went by %v, want [none none probe]", adm)
 		}
 		cancel() // committed, abandoned: never read again
 		synctest.Wait()

@@ -254,3 +254,43 @@ func TestHedgeOnPerTryTimeoutCannotRetry(t *testing.T) {
 		}
 	})
 }
+
+// TestBudgetHearsSlowAndFinal: the budget hears a success that answered
+// after a quarter of its per-attempt timeout (1s) as a sign of overload
+// (rising latency), a quicker one not; and which attempt was its call's
+// final one.
+func TestBudgetHearsSlowAndFinal(t *testing.T) {
+	tests := []struct {
+		name   string
+		script *testingv1.Script
+		want   []budget.Attempt
+	}{
+		{"quick success", &testingv1.Script{Key: "quick", AttemptDelays: delays(200 * time.Millisecond)},
+			[]budget.Attempt{{Number: 1, Outcome: budget.Success, Final: true}}},
+		{"slow success", &testingv1.Script{Key: "slow", AttemptDelays: delays(250 * time.Millisecond)},
+			[]budget.Attempt{{Number: 1, Outcome: budget.Success, Overload: true, Final: true}}},
+		{"every attempt fails", &testingv1.Script{Key: "down", FailAttempts: 3, Code: int32(codes.Unavailable)},
+			[]budget.Attempt{{Number: 1, Outcome: budget.Failure}, {Number: 2, Outcome: budget.Failure}, {Number: 3, Outcome: budget.Failure, Final: true}}},
+		{"not retried", &testingv1.Script{Key: "bad", FailAttempts: 1, Code: int32(codes.InvalidArgument)},
+			[]budget.Attempt{{Number: 1, Outcome: budget.Other, Final: true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rb := &refusingBudget{allow: 10}
+				b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, perAttemptFile)), interceptor.WithBudget(rb)})
+				_ = b.get(context.Background(), tt.script)
+				rb.mu.Lock()
+				defer rb.mu.Unlock()
+				if len(rb.recorded) != len(tt.want) {
+					t.Fatalf("budget heard %+v, want %+v", rb.recorded, tt.want)
+				}
+				for i, a := range rb.recorded {
+					if a != tt.want[i] {
+						t.Errorf("attempt %d: budget heard %+v, want %+v", i+1, a, tt.want[i])
+					}
+				}
+			})
+		})
+	}
+}

@@ -69,13 +69,23 @@ type Attempt struct {
 	Hedge bool
 	// Overload: the attempt's end says the server is overloaded: a
 	// RESOURCE_EXHAUSTED it sent, a pushback, or stagger's per-attempt
-	// timer cut the attempt off. A Gate then stops healing retries for a
-	// while (see Gate, rule 0).
+	// timer cut the attempt off; or, for a success, it answered late (the
+	// interceptors: after a quarter of its per-attempt timeout, a sign of
+	// rising latency). A Gate then refuses retries after a per-attempt
+	// timeout for a while, and after a failure for overload stops healing
+	// retries and may take the server for one in an outage (see Gate,
+	// rules 0 and 5).
 	Overload bool
 	// Admission: how a Deferrer let this attempt go after the budget had
 	// refused it (AdmitNone for every other attempt). A Gate paces its
 	// releases and probes by how these end.
 	Admission Admission
+	// Final: the call's policy sends no attempt after this one (its
+	// attempts are spent, no pause fits before its deadline, or the code
+	// is not retried; a retry the budget then refuses does not count). A
+	// Gate counts a call whose final retry failed as one that retrying did
+	// not heal (see Gate).
+	Final bool
 }
 
 // Request asks for one more attempt.
@@ -114,7 +124,7 @@ type Request struct {
 	// 6.25 tokens and CRITICAL_PLUS ones above 4; a ratio whose window
 	// allows 20 retries gives SHEDDABLE 15 of them and CRITICAL_PLUS 24.
 	// The shares are tuning, not settings (a release may retune them). A
-	// Gate also admits its waiting retries by criticality (Gate, rule 7).
+	// Gate also admits its waiting retries by criticality (Gate, rule 8).
 	Criticality criticality.Level
 }
 

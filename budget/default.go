@@ -46,13 +46,13 @@ var defaultBudget = sync.OnceValue(func() Budget {
 //	1000       1.099-1.101           99.64-99.84%
 //
 // These are the bucket's own Allow. New (and so Default) wraps it in a
-// Gate: a retry it refuses waits and goes later, as a probe, as its call's
-// last chance or as a paced release (see Gate), so
-// a process making only a few calls still gets every attempt its policy
-// allows. With deferral, `stagger sim failrate` measures amplification at
-// p = 1 of 1.003 (10 processes), 1.031 (100) and 1.48 (1000: a process
-// making about ten calls in the run spends its first failing call's
-// attempts at its backoff's pace, as gRFC A6 says a quiet process does,
-// and its waiting calls probe again once the run's calls stop), and
-// success at p = 0.1 and 0.2 of 99.78-99.99 % (BENCHMARKS.md).
+// Gate: a retry it refuses waits and goes later, after its pause while
+// retries heal, or as a probe, as its call's last chance or as a paced
+// release in an outage (see Gate), so a process making only a few calls
+// still gets every attempt its policy allows from a flaky server. With
+// deferral, `stagger sim failrate` (seeds 1-3) measures amplification at
+// p = 1 of 1.001 (10 processes), 1.010 (100) and 1.099-1.102 (1000: a
+// fresh process whose one paid retry failed sends nothing more until a
+// call tells it whether retries heal, and ends its waits a tenth past
+// their pause), and success at p = 0.1 of 99.98-100 % (BENCHMARKS.md).
 func Default() Budget { return defaultBudget() }

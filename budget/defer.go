@@ -88,7 +88,8 @@ const (
 	// AdmitBudget: the budget's own Allow admitted it, asked again.
 	AdmitBudget
 	// AdmitRelease: released after the server came back, at the pace of the
-	// successes the process sees (see Gate).
+	// successes the process sees, or its own pause after it for a call
+	// with a deadline that waited through the outage (see Gate).
 	AdmitRelease
 	// AdmitProbe: sent as a probe: nothing reached the server for as long
 	// as the quiet time (see Gate), and no other probe was out.
@@ -96,9 +97,9 @@ const (
 	// AdmitLast: sent as its call's last chance, just before the deadline,
 	// while attempts fail: a probe that the call itself needs.
 	AdmitLast
-	// AdmitHeal: sent after its pause because the process's recent retries
-	// mostly succeeded and nothing says the server is overloaded: the
-	// server is flaky, not down (see Gate, rule 0).
+	// AdmitHeal: sent after its pause because retrying healed enough of
+	// the process's recent calls that retried and nothing says the server
+	// is overloaded: the server is flaky, not down (see Gate, rule 0).
 	AdmitHeal
 )
 
@@ -127,7 +128,8 @@ type Deferrer interface {
 	// refused, is admitted, no sooner than pause from now. It returns how,
 	// or an error: ErrTooManyWaiting at once when the bound is reached,
 	// ErrEvicted when a more critical retry later took its place (Gate,
-	// rule 7), ErrWaitLimit when a call without a deadline waited MaxWait, the
+	// rule 8), ErrWaitLimit when a call without a deadline waited MaxWait,
+	// ErrWaitEnded when a Gate does not hold the retry past its pause, the
 	// context's error when ctx ends (its deadline is treated as reached a
 	// millisecond early: no retry starts with less left).
 	Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error)
@@ -153,9 +155,13 @@ var (
 	// ErrTooManyWaiting: the budget's bound of waiting calls is reached.
 	ErrTooManyWaiting = errors.New("budget: too many calls waiting for a retry")
 	// ErrEvicted: the bound of waiting calls was reached and a more
-	// critical retry took this one's place (Gate, rule 7). It wraps
+	// critical retry took this one's place (Gate, rule 8). It wraps
 	// ErrTooManyWaiting.
 	ErrEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
 	// ErrWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
 	ErrWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
+	// ErrWaitEnded: the Gate ended the wait a tenth past the retry's
+	// pause: no rule let it go, and the server is neither in an outage nor
+	// overloaded, so waiting longer is not worth it (see Gate, rule 6).
+	ErrWaitEnded = errors.New("budget: a deferred retry was not let go by its pause, and the gate does not hold it (no outage, no overload)")
 )

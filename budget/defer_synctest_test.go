@@ -20,6 +20,11 @@ func TestGateWaitEnds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// An outage, so that the gate holds the waits (rule 6).
+		downServer(g)
+		for range outageStreak {
+			g.Record(Attempt{Number: 1, Outcome: Failure})
+		}
 		// Keep a probe out, so nothing admits the waits below.
 		w, _ := g.Enter(retry2, 0, time.Time{})
 		if a, _ := w.Poll(); a != AdmitProbe {
@@ -71,6 +76,31 @@ func TestGateWaitEnds(t *testing.T) {
 		}
 		if st := g.State(); st.Waiting != 0 {
 			t.Fatalf("%d still waiting", st.Waiting)
+		}
+	})
+}
+
+// A wait the gate does not hold ends at its pause and a tenth: a fresh
+// process, whose server never served, sends no retry its budget does not
+// pay for (rule 6).
+func TestGateWaitNotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := Deferring(&switchBudget{}, DeferSettings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := g.Wait(ctx, retry2, 100*time.Millisecond); !errors.Is(err, ErrWaitEnded) {
+			t.Fatalf("Wait: %v, want ErrWaitEnded", err)
+		}
+		if d := time.Since(start); d != 110*time.Millisecond {
+			t.Fatalf("Wait returned after %v, want the pause and a tenth", d)
+		}
+		if st := g.State(); st.Waiting != 0 || st.DeferGaveUp != 1 {
+			t.Fatalf("State = %+v, want none waiting, 1 given up", st)
 		}
 	})
 }

@@ -40,11 +40,13 @@ func (b *switchBudget) Record(Attempt)     {}
 func (b *switchBudget) Allow(Request) bool { return b.open.Load() }
 func (b *switchBudget) State() State       { return State{Kind: "switch"} }
 
-// retriesFail gives g the evidence that retries do not heal (rule 0), so
-// that failures in a row make an outage.
-func retriesFail(g *Gate) *Gate {
+// downServer gives g a server that served for healthyGap and whose latest
+// calls that retried were none healed (rule 0), so that failures in a row
+// make an outage (rule 5).
+func downServer(g *Gate) *Gate {
+	g.first.Store(true)
 	g.mu.Lock()
-	g.st.healN = healMinSamples
+	g.st.healN, g.st.seen, g.st.lastFail = healWindow, true, g.now().Add(-healthyGap)
 	g.mu.Unlock()
 	return g
 }
@@ -71,9 +73,13 @@ func poll(t *testing.T, w *Waiter, want Admission) time.Time {
 
 func TestGateProbesWhenQuiet(t *testing.T) {
 	clk := &manualClock{now: t0}
-	// Retries are known not to heal: first attempts' failures are
-	// evidence too (see TestGateProbesUntilRetriesAreKnown).
-	g := retriesFail(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	// Retries are known not to heal, and the server served: failures in
+	// a row are an outage, and first attempts' failures are evidence too
+	// (see TestGateProbesUntilRetriesAreKnown).
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
 	const pause = 100 * time.Millisecond
 	w, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
@@ -87,13 +93,18 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	// Another call's attempt failed at 60ms: fresher evidence than the
 	// retry would bring, and one more failure: the probe gap doubles from
 	// the pause (200ms), and the probe is due that quiet time after it.
+	// Before, at its pause and a tenth, the gate holds the wait (rule 6).
 	clk.advance(60 * time.Millisecond)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	clk.advance(40 * time.Millisecond)
-	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(260 * time.Millisecond)) {
-		t.Fatalf("next = %v, want 260ms", next.Sub(t0))
+	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(110 * time.Millisecond)) {
+		t.Fatalf("next = %v, want the hold time, 110ms", next.Sub(t0))
 	}
-	clk.advance(160 * time.Millisecond)
+	clk.advance(10 * time.Millisecond)
+	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(260 * time.Millisecond)) {
+		t.Fatalf("held: next = %v, want 260ms", next.Sub(t0))
+	}
+	clk.advance(150 * time.Millisecond)
 	poll(t, w, AdmitProbe)
 
 	// One deferred retry out at a time.
@@ -104,7 +115,7 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	defer w2.Leave()
 	clk.advance(time.Second)
 	// The probe's call has no deadline: its slot expires probeGapMax after
-	// it went, unless it reports (rule 6).
+	// it went, unless it reports (rule 7).
 	if next := poll(t, w2, AdmitNone); !next.Equal(t0.Add(260*time.Millisecond + probeGapMax)) {
 		t.Fatalf("with a probe out, next = %v, want when the probe's slot expires", next.Sub(t0))
 	}
@@ -139,22 +150,26 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	}()
 	// An outage: outageStreak failures in a row. Each doubles the probe
 	// gap from the pause (1s), up to quietGapMax.
-	retriesFail(g)
+	downServer(g)
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	if g.Allow(retry2) {
 		t.Fatal("Allow admitted a retry while calls wait during an outage")
 	}
+	// At their pause and a tenth, the gate holds the waits (rule 6).
 	gap := min(time.Second<<outageStreak, quietGapMax)
-	clk.advance(time.Second)
-	if next := poll(t, ws[0], AdmitNone); !next.Equal(t0.Add(gap)) {
-		t.Fatalf("probe due %v, want %v", next.Sub(t0), gap)
+	clk.advance(1100 * time.Millisecond)
+	for _, w := range ws {
+		if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(gap)) {
+			t.Fatalf("probe due %v, want %v", next.Sub(t0), gap)
+		}
 	}
-	clk.advance(gap - time.Second)
+	clk.set(t0.Add(gap))
 	poll(t, ws[0], AdmitProbe)
 	// The probe succeeds: the server is back, and the probe earned one
-	// release at once; the next are paced.
+	// release at once; the next are paced (one healed call of the latest
+	// eight is not enough to heal).
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
 	if g.outageNow.Load() {
 		t.Fatal("the outage did not end with a success")
@@ -173,10 +188,9 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	poll(t, ws[2], AdmitNone)
 	clk.advance(perCredit/2 + time.Millisecond)
 	poll(t, ws[2], AdmitRelease)
-	// A released retry that fails: back to one at a time after a quiet
-	// time (its pause, longer than the gap the successes halved). A
-	// retry that fails after an overload sign (no healing: rule 0, though
-	// one of the two retries recorded succeeded).
+	// A released retry that fails for overload: back to one at a time
+	// after a quiet time (its pause, longer than the gap the successes
+	// halved).
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitRelease, Overload: true})
 	if a, next := ws[3].Poll(); a != AdmitNone || !next.Equal(clk.Now().Add(time.Second)) {
 		t.Fatalf("Poll = %v, next %v from now; want none, a quiet time (1s) away", a, next.Sub(clk.Now()))
@@ -195,13 +209,17 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	clk := &manualClock{now: t0}
 	sb := &switchBudget{}
 	g := newGate(t, sb, DeferSettings{}, clk)
-	w, err := g.Enter(retry2, 0, time.Time{})
+	// A call waits (a long pause: it is not asked again here), from after
+	// an outage with half a credit.
+	w, err := g.Enter(retry2, time.Minute, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
-	g.Record(Attempt{Number: 1, Outcome: Success})
-	clk.advance(time.Second / 2)
+	g.mu.Lock()
+	g.st.phase, g.st.credits, g.st.creditAt = phaseRecovering, 0.5, t0
+	g.mu.Unlock()
+	clk.advance(time.Second / 4)
 	for range outageStreak - 1 {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
@@ -210,14 +228,14 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 		t.Fatal("Allow refused after random failures")
 	}
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	// Half a second of credits, plus two successes' gain: not yet one.
-	have := releasePerSecond/2 + 2*releaseGainStart
-	if have >= 1 {
-		t.Fatalf("test assumes less than a credit, have %v", have)
+	// Half a credit, a quarter of a second's, plus one success's gain.
+	g.mu.Lock()
+	g.st.accrue(clk.Now(), 0)
+	credits := g.st.credits
+	g.mu.Unlock()
+	if want := 0.5 + releasePerSecond/4 + releaseGainStart; math.Abs(credits-want) > 1e-9 {
+		t.Fatalf("credits %v, want %v", credits, want)
 	}
-	poll(t, w, AdmitNone)
-	clk.advance(time.Duration(math.Ceil((1 - have) / releasePerSecond * float64(time.Second))))
-	poll(t, w, AdmitRelease)
 }
 
 // TestGateLastChance: a waiting retry that the quiet time would hold past
@@ -226,7 +244,7 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 func TestGateLastChance(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
-	retriesFail(g)
+	downServer(g)
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
@@ -237,11 +255,11 @@ func TestGateLastChance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Leave()
-	clk.advance(100 * time.Millisecond)
+	clk.advance(110 * time.Millisecond)
 	if next := poll(t, w, AdmitNone); !next.Equal(deadline.Add(-lastChanceLead)) {
 		t.Fatalf("next = %v, want the last chance at %v", next.Sub(t0), (time.Second - lastChanceLead))
 	}
-	clk.advance(time.Second - lastChanceLead - 100*time.Millisecond)
+	clk.advance(time.Second - lastChanceLead - 110*time.Millisecond)
 	poll(t, w, AdmitLast)
 	// It failed: the next last chance waits the doubled gap (200ms) after
 	// it, whatever the deadline.
@@ -261,14 +279,19 @@ func TestGateLastChance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w3.Leave()
+	poll(t, w3, AdmitNone)
 	clk.advance(time.Hour)
 	poll(t, w3, AdmitProbe)
 }
 
+// A probe asks the budget first: paid, it goes as AdmitBudget.
 func TestGateAsksTheBudgetFirst(t *testing.T) {
 	clk := &manualClock{now: t0}
 	sb := &switchBudget{}
-	g := newGate(t, sb, DeferSettings{}, clk)
+	g := downServer(newGate(t, sb, DeferSettings{}, clk))
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
 	w, err := g.Enter(retry2, 10*time.Millisecond, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -356,15 +379,18 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := g.Enter(retry2, 0, time.Time{})
+	w, err := g.Enter(retry2, time.Second, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
-	retriesFail(g)
+	downServer(g)
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
+	// Held in the outage (rule 6), its probe not due yet.
+	clk.advance(1100 * time.Millisecond)
+	poll(t, w, AdmitNone)
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	have := drawn + releaseGainStart
 	want := clk.Now().Add(time.Duration(math.Ceil((1 - have) / releasePerSecond * float64(time.Second))))
@@ -373,19 +399,79 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 	}
 }
 
-// Until the process knows whether retries heal, new calls' first attempts
-// failing do not hold a probe back: only a retry can tell.
+// Until the process knows whether retries heal, a call's last attempt
+// probes, and new calls' first attempts failing do not hold it back: only a
+// retry can tell. Other retries do not probe: a fresh process whose server
+// never served ends their waits at their pause and a tenth (rule 6).
 func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
 	const pause = 100 * time.Millisecond
-	w, err := g.Enter(retry2, pause, time.Time{})
+	w, err := g.Enter(Request{Number: 3, Last: true}, pause, t0.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
+	other, err := g.Enter(retry2, pause, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Leave()
 	clk.advance(60 * time.Millisecond)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	clk.advance(40 * time.Millisecond)
+	if next := poll(t, other, AdmitNone); !next.Equal(t0.Add(110 * time.Millisecond)) {
+		t.Fatalf("another retry: next %v, want its hold time, 110ms", next.Sub(t0))
+	}
 	poll(t, w, AdmitProbe)
+	clk.advance(10 * time.Millisecond)
+	poll(t, other, AdmitNone)
+	if !errors.Is(other.Err(), ErrWaitEnded) {
+		t.Fatal("the other retry's wait did not end at its hold time")
+	}
+}
+
+// Rule 6: a wait the gate does not hold ends at its pause and a tenth, or
+// goes then as a probe when the server served; Wait returns ErrWaitEnded.
+func TestGateHold(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	// Served, then failing a share of the attempts: no outage.
+	clk.advance(100 * time.Millisecond)
+	g.Record(Attempt{Number: 1, Outcome: Failure})
+	g.Record(Attempt{Number: 2, Outcome: Failure})
+	g.Record(Attempt{Number: 2, Outcome: Failure})
+	const pause = 100 * time.Millisecond
+	a, err := g.Enter(retry2, pause, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Leave()
+	b, err := g.Enter(retry2, pause, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Leave()
+	clk.advance(pause + pause/10)
+	poll(t, a, AdmitProbe)
+	poll(t, b, AdmitNone)
+	if a.Err() != nil || !errors.Is(b.Err(), ErrWaitEnded) {
+		t.Fatalf("ended: probe %v, other %v; want false, true", a.Err() != nil, b.Err() != nil)
+	}
+	if a, _ := b.Poll(); a != AdmitNone {
+		t.Fatalf("an ended wait polled again: %v", a)
+	}
+	// An overload holds the waits.
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe, Overload: true})
+	c, err := g.Enter(retry2, pause, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Leave()
+	clk.advance(pause + pause/10)
+	poll(t, c, AdmitNone)
+	if c.Err() != nil {
+		t.Fatal("a wait ended under overload")
+	}
 }

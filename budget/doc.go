@@ -54,8 +54,8 @@
 // first and CRITICAL_PLUS may dip below where the others stop
 // (Request.Criticality states the shares), and a Gate hands its releases,
 // probes and last chances to the most critical waiting retries first,
-// evicts the least critical when its waiting room is full, and lets no
-// SHEDDABLE retry wait in an outage (Gate, rule 7). A request that names
+// and evicts the least critical when its waiting room is full (Gate, rule
+// 8). A request that names
 // none counts as CRITICAL, which every kind treats exactly as it treated
 // every request before levels existed (gRFC A6's throttle included).
 //

@@ -12,28 +12,33 @@ import (
 // below admits it. The gate asks every time it learns something (an attempt
 // recorded) and when a wait falls due. Its numbers are in Rules.
 //
+// The gate learns from the calls that retried whether retrying heals them.
+// A call counts once, when it ends after retrying: healed when a retry
+// succeeded, unhealed when its final retry failed (Attempt.Final); a call
+// still retrying does not count yet. Retries heal while, of the latest
+// eight such calls, at least one and a third were healed; until two ended
+// or one healed, while the server has served an attempt and not two
+// retries in a row failed since. The process knows whether retries heal
+// once two such calls ended, one healed, or two retries in a row failed
+// with no success since; before that (a fresh process) it knows nothing.
+// Judging calls rather than attempts keeps the evidence fair whichever
+// retries the gate lets go: a server that fails every call's first two
+// attempts and serves the third heals every call.
+//
 // The gate stands in one of four phases: quiet (nothing failed since the
 // last success seen while nobody waited), failing (the last attempt that
-// reached the server failed), outage (OutageStreak failures in a row, no
-// success between, and retries known not to heal: rule 0) and recovering (an attempt succeeded after failures).
-// The rules:
+// reached the server failed), outage (rule 5) and recovering (an attempt
+// succeeded after failures). The rules:
 //
-//  0. Heal. While the process's latest retries heal (a third at least of
-//     the latest eight succeeded, two retries at least) and no attempt said the
-//     server is overloaded for five seconds (Attempt.Overload), a waiting
-//     retry goes after its own pause (AdmitHeal), unless the gate is in
-//     an outage or recovering from one, or the retry began to wait in an
-//     outage (those go back paced, rule 3); and failures in a row do not
-//     make an outage, nor do they before two retries were recorded (a
-//     fresh process does not take a flaky server for a down one before a
-//     retry had its chance). A flaky server heals on retry and a retry is worth its
-//     load; a down one (no retry succeeds) or an overloaded one gets the
-//     rules below.
+//  0. Heal. While retries heal and no attempt failed for overload for five
+//     seconds (Attempt.Overload), a waiting retry goes after its own pause
+//     (AdmitHeal), unless the gate is in an outage or held the wait (rule
+//     6: those go back paced, rule 3). A flaky server heals on retry and a
+//     retry is worth its load; a down one (no retry heals) or an
+//     overloaded one gets the rules below.
 //  1. Probe. While failing or in an outage, one deferred retry at a time
 //     goes, when nothing reached the server for the quiet time: the longer
-//     of the retry's own pause and the probe gap (until two retries were
-//     recorded, only retries count as reaching it: first attempts that fail
-//     say nothing of whether a retry heals). The gap starts at the
+//     of the retry's own pause and the probe gap. The gap starts at the
 //     first waiting retry's pause, doubles with every attempt that fails,
 //     the new calls' first attempts included (up to QuietGapMax; a probe
 //     that fails doubles it up to ProbeGapMax, and to no less than its own
@@ -42,7 +47,12 @@ import (
 //     backoff's pace, slowed by every failure. It goes as AdmitBudget when
 //     the budget's Allow pays for it now, else as AdmitProbe. The last
 //     attempt of a call with a deadline (Request.Last) is not spent on a
-//     probe: it waits for rule 2.
+//     probe: it waits for rule 2. Until the process knows whether retries
+//     heal it is the other way round: only a call's last attempt probes (its
+//     outcome settles a call either way), and only retries' outcomes hold
+//     it back and stretch the gap (first attempts that fail say nothing of
+//     whether a retry heals). So a fleet of fresh quiet processes sends a
+//     down server no retry beyond what their budgets pay for.
 //  2. Last chance. While failing or in an outage, a retry whose call has a
 //     deadline goes as that call's last chance (AdmitLast, or AdmitBudget
 //     when paid) at the deadline less LastChanceLead (or twice the latest
@@ -62,29 +72,51 @@ import (
 //     random (processes that saw the recovery together must not release
 //     together), or is a whole one when a deferred retry found the server
 //     back (the waiting call whose last chance would have come next must
-//     not lose it to the probe that came first).
+//     not lose it to the probe that came first). A wait held through the
+//     outage whose call has a deadline goes back its own pause after the
+//     outage ended, without a credit, unless an attempt failed for
+//     overload within five seconds: it cannot wait for a credit, and the
+//     pauses of the calls that waited spread them.
 //  4. Guard. A retry whose Request names a Guard (a circuit breaker) goes
 //     only when the guard allows it too, so the guard's half-open probe and
-//     the gate's probe are one attempt. While the guard is closed it is the
+//     the gate's probe are one attempt. While the guard is open it alone
+//     says when a waiting retry goes (as its probe), and the gate holds the
+//     wait (rule 6). While the guard is closed it is the
 //     judge of whether the server fails: rules 1 and 2 then let only a
 //     retry the budget pays for go (a free probe would only repeat a call
 //     that failed, such as a key that always fails).
-//  5. Outage queue. In an outage, Allow refuses every retry (not hedges)
-//     without asking the budget: the retry waits and goes by the rules
-//     above, so budget-paid retries cannot burn a call's attempts against
-//     a server known to be down, or pile onto one that is back but full
-//     (the lab's metastable scenario: load in the outage 1.16× capacity
-//     when this held only while calls waited, 1.04× since). Within five seconds
-//     of a sign of overload, Allow also refuses a retry after a
-//     per-attempt timeout (Request.AfterTimeout): the interceptors then let
-//     the slow attempt run on instead of cutting it off, since the retry
-//     would only join the queue that made it slow.
-//  6. Settling. No retry is admitted sooner than its pause. A probe or last
+//  5. Outage and overload. OutageStreak failures in a row, no success
+//     between, make an outage when the process knows that retries do not
+//     heal, and either the server looked healthy before them (an attempt
+//     had succeeded, and none failed for half a second before the first of
+//     them, counted from the first attempt recorded) or an attempt failed for
+//     overload within five seconds: a server that fails a share of its
+//     attempts all along is flaky, not down. In an outage Allow refuses
+//     every retry (not hedges) without asking the budget: the retry waits
+//     and goes by the rules above, so budget-paid retries cannot burn a
+//     call's attempts against a server known to be down, or pile onto one
+//     that is back but full (the lab's metastable scenario: load in the
+//     outage 1.16× capacity when this held only while calls waited, 1.04×
+//     since). Within five seconds of a sign of overload (a slow success
+//     included), Allow also refuses a retry after a per-attempt timeout
+//     (Request.AfterTimeout): the interceptors then let the slow attempt
+//     run on instead of cutting it off, since the retry would only join the
+//     queue that made it slow.
+//  6. Hold. A waiting retry that no rule lets go by its pause and a tenth
+//     is held: it waits for the rules above, within its deadline, while the
+//     gate is in an outage or an attempt failed for overload within five
+//     seconds, and once held stays so. Otherwise it goes then as a probe,
+//     when the server has served an attempt and no other probe is out, or
+//     its wait ends (Waiter.Err is ErrWaitEnded; so is Wait's error) and the call
+//     ends with its last status: a wait is worth it only for a server that
+//     was serving and now is down or overloaded, and a call that was not
+//     held waits no longer than its pause and a tenth.
+//  7. Settling. No retry is admitted sooner than its pause. A probe or last
 //     chance that never reports (its attempt lost) frees its slot a second
 //     after its call's deadline, or ProbeGapMax after it went for a call
 //     without one; a probe that reports after that is still counted as an
 //     outcome.
-//  7. Criticality (Request.Criticality; Unset counts as CRITICAL, so a
+//  8. Criticality (Request.Criticality; Unset counts as CRITICAL, so a
 //     process whose calls name none is unaffected). A release credit, a
 //     probe or a last chance that rules 1 to 3 give a waiting retry goes
 //     instead to the most critical waiting retry that they, its guard and
@@ -97,8 +129,8 @@ import (
 //     SHEDDABLE retry waits in an outage like any other: refusing it at
 //     once there ended its calls sooner but cost goodput (the lab's
 //     mixed-criticality: 0.87 against 0.89 without the refusal, CRITICAL
-//     success 99.8 % and 99.6 %). The budget itself keeps a reserve for the more critical (see
-//     Request.Criticality).
+//     success 99.8 % and 99.6 %). The budget itself keeps a reserve for
+//     the more critical (see Request.Criticality).
 //
 // The waiting calls are bounded (DeferSettings.MaxWaiting); a call without
 // a deadline waits at most MaxWait. Waiting costs the caller's goroutine
@@ -107,9 +139,9 @@ import (
 // A Gate is a Budget: Record and Allow pass through to the budget it wraps
 // (Allow counts in the budget's State like any other; the retries rule 5
 // refuses count in State.Refused). When nobody waits, recording a first
-// attempt's success costs one atomic load beyond the budget's own; a
-// failure, or a retry's outcome (rule 0's evidence), takes the gate's lock
-// and reads the clock. A Gate is safe for
+// attempt's success costs two atomic loads beyond the budget's own; a
+// failure, or a retry's outcome (the evidence of whether retries heal),
+// takes the gate's lock and reads the clock. A Gate is safe for
 // concurrent use; build it with Deferring (or New).
 type Gate struct {
 	b    Budget
@@ -126,18 +158,21 @@ type Gate struct {
 	succeeded atomic.Bool
 	// outageNow mirrors st.phase == phaseOutage, for Allow.
 	outageNow atomic.Bool
-	// overloadUntil mirrors st.overloadUntil (Unix nanoseconds), for
+	// slowUntil mirrors st.slowUntil (Unix nanoseconds), for
 	// Allow (rule 5).
-	overloadUntil atomic.Int64
+	slowUntil atomic.Int64
 	// refused counts the retries Allow refused without asking the budget
 	// (rule 5), added to its State's Refused.
 	refused atomic.Uint64
+	// first: an attempt was recorded (Record reads the clock once for
+	// the first).
+	first atomic.Bool
 
 	mu       sync.Mutex
 	st       gateState
 	nWaiting int
 	// queue holds the waiting retries that compete for admissions, by
-	// level (criticality's index), for rule 7.
+	// level (criticality's index), for rule 8.
 	queue   [4]waitQueue
 	changed chan struct{}
 	// counters for State.
@@ -168,7 +203,7 @@ func (g *Gate) Settings() DeferSettings { return g.s }
 // timeout (rule 5; hedges are asked as usual).
 func (g *Gate) Allow(r Request) bool {
 	if !r.Hedge && g.outageNow.Load() ||
-		r.AfterTimeout && g.overloadUntil.Load() != 0 && g.now().UnixNano() < g.overloadUntil.Load() {
+		r.AfterTimeout && g.slowUntil.Load() != 0 && g.now().UnixNano() < g.slowUntil.Load() {
 		g.refused.Add(1)
 		return false
 	}
@@ -178,6 +213,14 @@ func (g *Gate) Allow(r Request) bool {
 // Record tells the wrapped budget, then the gate, how an attempt ended.
 func (g *Gate) Record(a Attempt) {
 	g.b.Record(a)
+	if !g.first.Load() && g.first.CompareAndSwap(false, true) {
+		// Failures that make an outage must follow healthyGap without
+		// failures, from the first attempt on (rule 5).
+		now := g.now()
+		g.mu.Lock()
+		g.st.lastFail = now
+		g.mu.Unlock()
+	}
 	if a.Outcome != Failure && a.Admission == AdmitNone && g.waiting.Load() == 0 {
 		if a.Number > 1 || a.Overload {
 			// Evidence for rule 0 only; the phases move as on the
@@ -203,10 +246,10 @@ func (g *Gate) Record(a Attempt) {
 	g.notifyLocked()
 }
 
-// mirrorOverload copies st.overloadUntil for Allow (0: never).
+// mirrorOverload copies st.slowUntil for Allow (0: never).
 func (g *Gate) mirrorOverload() {
-	if !g.st.overloadUntil.IsZero() {
-		g.overloadUntil.Store(g.st.overloadUntil.UnixNano())
+	if !g.st.slowUntil.IsZero() {
+		g.slowUntil.Store(g.st.slowUntil.UnixNano())
 	}
 }
 

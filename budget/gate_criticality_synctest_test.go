@@ -15,7 +15,7 @@ import (
 	"github.com/stagger-go/stagger/criticality"
 )
 
-// Rule 7 on the real clock's Wait, on virtual time: three calls wait
+// Rule 8 on the real clock's Wait, on virtual time: three calls wait
 // through a failure; once the server is back, the release credits go to
 // the most critical first, one a second, whichever goroutine wakes first.
 func TestGateReleasesTheMostCriticalFirst(t *testing.T) {
@@ -34,7 +34,7 @@ func equalLevels(a, b []criticality.Level) bool {
 	return true
 }
 
-// Rule 7 on the real clock's Wait: an evicted call's Wait returns
+// Rule 8 on the real clock's Wait: an evicted call's Wait returns
 // ErrEvicted at once, not at its deadline.
 func TestGateEvictionEndsTheWaitAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -42,7 +42,7 @@ func TestGateEvictionEndsTheWaitAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		retriesFail(g)
+		downServer(g)
 		done := make(chan error, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -20,7 +20,7 @@ const (
 
 func retryAt(l criticality.Level) Request { return Request{Number: 2, Criticality: l} }
 
-// Rule 7, a full gate: the arrival evicts the least critical waiting
+// Rule 8, a full gate: the arrival evicts the least critical waiting
 // retry below its level, the latest of that level to enter, or is refused
 // when none is less critical. Unset counts as CRITICAL.
 func TestGateEvictsTheLeastCritical(t *testing.T) {
@@ -90,7 +90,7 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 	}
 }
 
-// Rule 7, admissions: a release, a probe or a last chance that a less
+// Rule 8, admissions: a release, a probe or a last chance that a less
 // critical waiter's Poll finds due goes to the most critical waiter that
 // may go now (the oldest of its level), which its own Poll then returns;
 // a more critical waiter whose pause has not ended, or whose own last
@@ -129,7 +129,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &manualClock{now: t0}
-			g := retriesFail(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+			g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
 			ws := make([]*Waiter, len(tt.waiting))
 			for i, e := range tt.waiting {
 				r := retryAt(e.level)
@@ -173,7 +173,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 // caller gave up) is given back: the probe slot is free again.
 func TestGateTakesBackAnUntakenHandOff(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := retriesFail(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
@@ -197,11 +197,11 @@ func (g *refusingGuard) AllowRetry() (bool, time.Time, func()) {
 	return false, time.Time{}, nil
 }
 
-// Rule 7 with rule 4: a more critical waiter whose guard refuses does not
+// Rule 8 with rule 4: a more critical waiter whose guard refuses does not
 // hold the admission back; the less critical waiter takes it.
 func TestGateHandOffAsksTheGuard(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := retriesFail(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
@@ -239,7 +239,11 @@ func checkReleaseOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	retriesFail(g)
+	// An outage, so that the gate holds the waits (rule 6).
+	downServer(g)
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
 	w, _ := g.Enter(retry2, 0, time.Time{})
 	if a, _ := w.Poll(); a != AdmitProbe {
 		t.Fatalf("first Poll = %v, want a probe", a)
@@ -257,7 +261,10 @@ func checkReleaseOrder(t *testing.T) {
 			got <- l
 		}()
 	}
-	for g.State().Waiting < 3 {
+	for i := 0; g.State().Waiting < 3; i++ {
+		if i == 5000 {
+			t.Fatalf("%d calls wait after 5 s, want 3", g.State().Waiting)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})

@@ -5,14 +5,22 @@ import (
 	"time"
 )
 
+// downState is a gateState at t0 whose server served for healthyGap and
+// whose latest calls that retried were none healed: failures in a row
+// make an outage (rule 5).
+func downState() gateState {
+	s := newGateState(t0, func() float64 { return 0.5 })
+	s.healN, s.seen, s.lastFail = healWindow, true, t0.Add(-healthyGap)
+	return s
+}
+
 // stateIn returns a gateState in phase p at t0, as the Gate's own
 // transitions leave it: failing after one failure, an outage after
 // outageStreak, recovering after an outage and a success.
 func stateIn(p phase) gateState {
 	s := newGateState(t0, func() float64 { return 0.5 })
 	if p != phaseQuiet {
-		// Retries are known not to heal: failures in a row are an outage.
-		s.healN = healMinSamples
+		s = downState()
 	}
 	fail := Attempt{Number: 1, Outcome: Failure}
 	switch p {
@@ -100,40 +108,67 @@ func TestGateTransitionEffects(t *testing.T) {
 	}
 }
 
-// Every admission a rule can give, from every phase, and the slot it takes.
+// waiting is the view of a retry that began to wait at t0 with pause.
+func waiting(pause time.Duration, deadline time.Time, last bool) waiterView {
+	return waiterView{pause: pause, deadline: deadline, last: last, holdAt: t0.Add(pause + time.Duration(holdSlack*float64(pause)))}
+}
+
+// heldThrough is the view of a retry the gate held through an outage that
+// ended at t0.
+func heldThrough(pause time.Duration, deadline time.Time) waiterView {
+	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true}
+}
+
+// Every admission a rule can give, from every phase, and the slot it takes;
+// and what rule 6 does with a wait past its hold time.
 func TestGateAdmissions(t *testing.T) {
 	deadline := t0.Add(2 * time.Second)
+	const pause = 100 * time.Millisecond
+	holdAt := t0.Add(110 * time.Millisecond)
+	overloaded := stateIn(phaseFailing)
+	overloaded.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+	fresh := newGateState(t0, func() float64 { return 0.5 })
+	fresh.enter(t0, pause)
 	tests := []struct {
-		name string
-		s    gateState
-		at   time.Time
-		w    waiterView
-		want Admission
-		next time.Time
+		name     string
+		s        gateState
+		at       time.Time
+		w        waiterView
+		want     Admission
+		next     time.Time
+		wantHeld bool
 	}{
-		{"quiet, credit due", withCredits(stateIn(phaseQuiet), 1), t0, waiterView{}, AdmitRelease, time.Time{}},
-		{"recovering, half a credit", withCredits(stateIn(phaseRecovering), 0.5), t0, waiterView{}, AdmitNone, t0.Add(500 * time.Millisecond)},
-		{"failing, before the quiet time", stateIn(phaseFailing), t0.Add(50 * time.Millisecond), waiterView{pause: 100 * time.Millisecond}, AdmitNone, t0.Add(100 * time.Millisecond)},
-		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiterView{pause: 100 * time.Millisecond}, AdmitProbe, time.Time{}},
-		{"outage, last attempt waits for its last chance", stateIn(phaseOutage), t0.Add(time.Second), waiterView{pause: 100 * time.Millisecond, deadline: deadline, last: true}, AdmitNone, deadline.Add(-lastChanceLead)},
-		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-lastChanceLead), waiterView{pause: 100 * time.Millisecond, deadline: deadline, last: true}, AdmitLast, time.Time{}},
-		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiterView{}, AdmitNone, t0.Add(5 * time.Second)},
-		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiterView{}, AdmitProbe, time.Time{}},
+		{"quiet, credit due", withCredits(stateIn(phaseQuiet), 1), t0, waiting(pause, time.Time{}, false), AdmitRelease, time.Time{}, false},
+		{"recovering, half a credit: asked again at its hold time", withCredits(stateIn(phaseRecovering), 0.5), t0, waiting(pause, time.Time{}, false), AdmitNone, holdAt, false},
+		{"failing, before the quiet time", stateIn(phaseFailing), t0.Add(50 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitNone, t0.Add(100 * time.Millisecond), false},
+		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false},
+		{"outage, last attempt waits for its last chance, held", stateIn(phaseOutage), t0.Add(time.Second), waiting(pause, deadline, true), AdmitNone, deadline.Add(-lastChanceLead), true},
+		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-lastChanceLead), waiting(pause, deadline, true), AdmitLast, time.Time{}, true},
+		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiting(0, time.Time{}, false), AdmitNone, t0.Add(5 * time.Second), true},
+		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), AdmitProbe, time.Time{}, true},
+		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), AdmitProbe, time.Time{}, false},
+		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"fresh process, past its hold time: the wait ends", fresh, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, true},
+		{"after an outage, held with a deadline: back after its pause", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), heldThrough(pause, deadline), AdmitNone, t0.Add(pause), true},
+		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), AdmitRelease, time.Time{}, true},
 	}
 	for _, tt := range tests {
-		s := tt.s
-		got, next := s.candidate(tt.at, tt.w)
-		if got != tt.want || !next.Equal(tt.next) {
-			t.Errorf("%s: candidate = %v, next %v; want %v, next %v", tt.name, got, next.Sub(t0), tt.want, tt.next.Sub(t0))
+		s, w := tt.s, tt.w
+		got, next := s.candidate(tt.at, &w)
+		if got != tt.want || !next.Equal(tt.next) || w.held != tt.wantHeld {
+			t.Errorf("%s: candidate = %v, next %v, held %v; want %v, next %v, held %v", tt.name, got, next.Sub(t0), w.held, tt.want, tt.next.Sub(t0), tt.wantHeld)
 			continue
 		}
-		if got == AdmitNone {
+		if got == AdmitNone || got == admitEnd {
 			continue
 		}
 		credits := s.credits
-		s.admit(tt.at, tt.w, got)
+		s.admit(tt.at, &w, got)
 		switch {
-		case got == AdmitRelease && s.credits != credits-1:
+		case got == AdmitRelease && credits < 1 && s.credits != credits:
+			t.Errorf("%s: a release without a credit left credits %v, want %v", tt.name, s.credits, credits)
+		case got == AdmitRelease && credits >= 1 && s.credits != credits-1:
 			t.Errorf("%s: a release left credits %v, want %v", tt.name, s.credits, credits-1)
 		case got != AdmitRelease && s.probesOut != 1:
 			t.Errorf("%s: a probe left %d out, want 1", tt.name, s.probesOut)
@@ -155,7 +190,9 @@ func withProbeOut(s gateState, until time.Time) gateState {
 // slot once its call's deadline has passed: the next outage gets probes.
 func TestGateSettlesALostProbe(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	g.Record(Attempt{Number: 1, Outcome: Failure})
+	g.Record(Attempt{Number: 1, Outcome: Failure})
 	deadline := t0.Add(time.Second)
 	w, err := g.Enter(retry2, 0, deadline)
 	if err != nil {
@@ -164,7 +201,7 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	poll(t, w, AdmitProbe)
 	w.Leave() // and its attempt is never recorded
 
-	// Much later, a new outage; a new call's retry waits.
+	// Much later, the outage goes on; a new call's retry waits.
 	clk.advance(time.Minute)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	g.Record(Attempt{Number: 1, Outcome: Failure})
@@ -178,47 +215,90 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	}
 }
 
-// Rule 0: retries that heal go after their pause; a sign of overload, an
-// outage, or a wait begun in an outage keeps them to the other rules.
+// Rule 0: retries that heal go after their pause; a failure for overload
+// or an outage keeps them to the other rules. The evidence is the calls':
+// a call whose second attempt fails and third succeeds was healed.
 func TestGateHeals(t *testing.T) {
-	retryFailed := Attempt{Number: 2, Outcome: Failure}
-	retryWon := Attempt{Number: 3, Outcome: Success}
+	secondFailed := Attempt{Number: 2, Outcome: Failure}
+	thirdWon := Attempt{Number: 3, Outcome: Success}
 	flaky := func() gateState {
 		s := newGateState(t0, func() float64 { return 0.5 })
-		s.learn(t0, retryFailed)
-		s.learn(t0, retryWon)
+		s.learn(t0, secondFailed)
+		s.learn(t0, thirdWon)
 		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
 		return s
 	}
 	s := flaky()
+	if won := s.healed(); won != 1 || s.healN != 1 {
+		t.Fatalf("one call healed on its third attempt: healed %d of %d, want 1 of 1", won, s.healN)
+	}
 	// Two failures in a row are no outage while retries heal.
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
 	if s.phase != phaseFailing {
 		t.Fatalf("flaky server, two failures in a row: %v, want failing", s.phase)
 	}
-	w := waiterView{pause: 10 * time.Millisecond, deadline: t0.Add(2 * time.Second), last: true, healable: true}
-	if a, _ := s.candidate(t0, w); a != AdmitHeal {
+	w := waiting(10*time.Millisecond, t0.Add(2*time.Second), true)
+	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
 		t.Fatalf("flaky server: %v, want heal", a)
 	}
-	if a, _ := s.candidate(t0, waiterView{healable: false}); a == AdmitHeal {
-		t.Fatal("a retry that began to wait in an outage was healed")
+	// Calls still retrying do not count against healing: second attempts
+	// that failed (the gate let those go) leave the share whole.
+	for range 2 * healWindow {
+		s.learn(t0, secondFailed)
 	}
+	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
+		t.Fatalf("after pending calls: %v, want heal", a)
+	}
+	// Not in an outage.
+	o := stateIn(phaseOutage)
+	o.learn(t0, secondFailed)
+	o.learn(t0, thirdWon)
+	for range 3 {
+		o.learn(t0, Attempt{Number: 2, Outcome: Success})
+	}
+	if !o.heals(t0) {
+		t.Fatal("four calls of the latest eight healed: retries should heal")
+	}
+	if a, _ := o.candidate(t0, &w); a == AdmitHeal {
+		t.Fatal("healed in an outage")
+	}
+	// A failure for overload stops healing for overloadHold; a slow success
+	// does not.
 	s = flaky()
-	s.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
-	if a, _ := s.candidate(t0.Add(overloadHold-time.Millisecond), w); a == AdmitHeal {
-		t.Fatal("healed within overloadHold of a sign of overload")
+	s.learn(t0, Attempt{Number: 1, Outcome: Success, Overload: true})
+	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
+		t.Fatalf("after a slow success: %v, want heal", a)
 	}
-	if a, _ := s.candidate(t0.Add(overloadHold), w); a != AdmitHeal {
+	s.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+	w1, w2 := w, w
+	if a, _ := s.candidate(t0.Add(overloadHold-time.Millisecond), &w1); a == AdmitHeal || !w1.held {
+		t.Fatalf("within overloadHold of a failure for overload: %v, held %v; want no heal, and held", a, w1.held)
+	}
+	if a, _ := s.candidate(t0.Add(overloadHold), &w2); a != AdmitHeal {
 		t.Fatalf("after overloadHold: %v, want heal", a)
 	}
-	// A down server: retries never succeed.
+	// A wait held through an overload or an outage goes back paced.
+	if a, _ := s.candidate(t0.Add(overloadHold), &w1); a == AdmitHeal {
+		t.Fatal("a held wait was healed")
+	}
+	// A down server: every call's final retry fails.
 	s = newGateState(t0, func() float64 { return 0.5 })
+	s.seen = true
 	for range healWindow {
-		s.learn(t0, retryFailed)
+		s.learn(t0, Attempt{Number: 2, Outcome: Failure, Final: true})
 	}
 	s.observe(t0, Attempt{Number: 1, Outcome: Failure})
-	if a, _ := s.candidate(t0, w); a == AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a == AdmitHeal {
 		t.Fatal("healed retries of a server whose retries all fail")
+	}
+	// A call that failed its first retries and then its final one is one
+	// unhealed call, not three.
+	s = newGateState(t0, func() float64 { return 0.5 })
+	s.learn(t0, secondFailed)
+	s.learn(t0, Attempt{Number: 3, Outcome: Failure})
+	s.learn(t0, Attempt{Number: 4, Outcome: Failure, Final: true})
+	if won := s.healed(); won != 0 || s.healN != 1 {
+		t.Fatalf("one call failed three retries: healed %d of %d, want 0 of 1", won, s.healN)
 	}
 	// Hedges and first attempts are no evidence.
 	s = newGateState(t0, func() float64 { return 0.5 })
@@ -229,8 +309,37 @@ func TestGateHeals(t *testing.T) {
 	}
 }
 
-// Rule 5: after a sign of overload, a retry after a per-attempt timeout is
-// refused for overloadHold (the interceptors let the slow attempt run on).
+// Until calls say whether retries heal, they heal while the server has
+// served and not two retries in a row failed since; the process knows once
+// two calls ended, one healed, or two retries failed in a row.
+func TestGateHealsBeforeCallsSay(t *testing.T) {
+	w := waiting(10*time.Millisecond, time.Time{}, false)
+	s := newGateState(t0, func() float64 { return 0.5 })
+	s.enter(t0, 10*time.Millisecond)
+	if s.heals(t0) || s.known() {
+		t.Fatal("a fresh process heals or knows")
+	}
+	s.observe(t0, Attempt{Number: 1, Outcome: Success})
+	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
+	if !s.heals(t0) || s.known() {
+		t.Fatalf("served, one retry failed: heals %v, known %v; want true, false", s.heals(t0), s.known())
+	}
+	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
+		t.Fatalf("served, one retry failed: %v, want heal", a)
+	}
+	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
+	if s.heals(t0) || !s.known() {
+		t.Fatalf("two retries in a row failed: heals %v, known %v; want false, true", s.heals(t0), s.known())
+	}
+	s.observe(t0, Attempt{Number: 1, Outcome: Success})
+	if !s.heals(t0) || s.known() {
+		t.Fatal("a success after them: want retries to heal again, and the process not to know")
+	}
+}
+
+// Rule 5: after a sign of overload (a slow success included), a retry after
+// a per-attempt timeout is refused for overloadHold (the interceptors let
+// the slow attempt run on).
 func TestGateRefusesTimeoutRetriesUnderOverload(t *testing.T) {
 	clk := &manualClock{now: t0}
 	open := &switchBudget{}
@@ -256,22 +365,62 @@ func TestGateRefusesTimeoutRetriesUnderOverload(t *testing.T) {
 	if g.Allow(afterTimeout) {
 		t.Fatal("a sign of overload on the fast path was missed")
 	}
+	// So does a slow success.
+	clk.advance(overloadHold)
+	g.Record(Attempt{Number: 1, Outcome: Success, Overload: true})
+	if g.Allow(afterTimeout) {
+		t.Fatal("admitted a timeout retry right after a slow success")
+	}
 }
 
-// Failures in a row make an outage only once retries are known not to
-// heal: a fresh process does not take a flaky server for a down one before
-// a retry had its chance.
+// Rule 5: failures in a row make an outage only when retries are known not
+// to heal and the server looked healthy before them (a success, and a
+// second without failures, counted from the first attempt), or failed for
+// overload: a fresh process does not take a flaky server for a down one,
+// nor does a process whose server failed a share of its attempts all along.
 func TestGateOutageNeedsEvidence(t *testing.T) {
-	s := newGateState(t0, func() float64 { return 0.5 })
-	for range outageStreak + 1 {
-		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
+	fail := Attempt{Number: 1, Outcome: Failure}
+	tests := []struct {
+		name string
+		s    func() gateState
+		want phase
+	}{
+		{"no retry recorded", func() gateState {
+			s := downState()
+			s.healN = 0
+			return s
+		}, phaseFailing},
+		{"two retries failed", func() gateState {
+			s := downState()
+			s.healN = 0
+			s.observe(t0, Attempt{Number: 2, Outcome: Failure})
+			s.observe(t0, Attempt{Number: 3, Outcome: Failure})
+			return s
+		}, phaseOutage},
+		{"never served", func() gateState {
+			s := downState()
+			s.seen = false
+			return s
+		}, phaseFailing},
+		{"a failure within healthyGap before", func() gateState {
+			s := downState()
+			s.lastFail = t0.Add(-healthyGap + time.Millisecond)
+			return s
+		}, phaseFailing},
+		{"a failure within healthyGap, overloaded", func() gateState {
+			s := downState()
+			s.lastFail = t0.Add(-healthyGap + time.Millisecond)
+			s.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+			return s
+		}, phaseOutage},
 	}
-	if s.phase != phaseFailing {
-		t.Fatalf("no retry recorded yet: %v, want failing", s.phase)
-	}
-	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
-	s.observe(t0, Attempt{Number: 3, Outcome: Failure})
-	if s.phase != phaseOutage {
-		t.Fatalf("two retries failed: %v, want outage", s.phase)
+	for _, tt := range tests {
+		s := tt.s()
+		for range outageStreak {
+			s.observe(t0, fail)
+		}
+		if s.phase != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, s.phase, tt.want)
+		}
 	}
 }

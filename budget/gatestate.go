@@ -19,10 +19,11 @@ const (
 	// outageStreak in a row.
 	phaseFailing
 	// phaseOutage: outageStreak or more failures in a row, no success
-	// between.
+	// between, retries known not to heal, and the server looked healthy
+	// before them or failed for overload (rule 5).
 	phaseOutage
 	// phaseRecovering: an attempt succeeded after failures; waiting
-	// retries go on release credits.
+	// retries go on release credits, or heal (rule 0).
 	phaseRecovering
 )
 
@@ -48,7 +49,7 @@ type gateState struct {
 	lastRetry   time.Time
 	// probesOut: deferred retries out as probes or last chances (rules 1
 	// and 2: at most one at a time), sent at probeAt with pause probePause;
-	// the slot is free again at probeUntil if it never reports (rule 6).
+	// the slot is free again at probeUntil if it never reports (rule 7).
 	probesOut  int
 	probeAt    time.Time
 	probePause time.Duration
@@ -61,16 +62,29 @@ type gateState struct {
 	// pause of the latest retry to begin waiting.
 	probeGap, lastGap time.Duration
 	enterPause        time.Duration
-	// credits, accrued up to creditAt, and gain are rule 3's.
+	// credits, accrued up to creditAt, and gain are rule 3's; backAt is
+	// when the latest outage ended while the server was not overloaded.
 	credits  float64
 	creditAt time.Time
 	gain     float64
-	// healBits holds the outcomes of the latest healN retries (bit 0 the
-	// latest; 1: it succeeded); no retry heals before overloadUntil (rule
-	// 0).
-	healBits      uint8
-	healN         int
-	overloadUntil time.Time
+	backAt   time.Time
+	// healBits holds the outcomes of the latest healN calls that retried
+	// and ended (bit 0 the latest; 1: a retry succeeded, 0: the final one
+	// failed).
+	healBits uint8
+	healN    int
+	// retryFails counts the retries that failed since an attempt last
+	// succeeded; seen: an attempt ever succeeded.
+	retryFails int
+	seen       bool
+	// An attempt failed for overload, or one succeeded slowly, until
+	// overloadUntil and slowUntil (rules 0, 5 and 6).
+	overloadUntil, slowUntil time.Time
+	// lastFail is when an attempt last failed (at first, when the first
+	// was recorded); healthy: the streak of failures began after a
+	// success and healthyGap without failures (rule 5).
+	lastFail time.Time
+	healthy  bool
 }
 
 func newGateState(now time.Time, rand func() float64) gateState {
@@ -83,44 +97,100 @@ func newGateState(now time.Time, rand func() float64) gateState {
 func (s *gateState) forget(now time.Time) {
 	s.gain, s.probeGap, s.lastGap = releaseGainStart, 0, 0
 	s.streak = 0
+	s.retryFails, s.seen = 0, true
 	if s.phase == phaseOutage {
 		s.credits, s.creditAt = s.rand(), now
+		s.back(now)
 	}
 	s.phase = phaseQuiet
+}
+
+// back: an outage ended now. Unless the server is overloaded, the calls
+// held through it that have a deadline go back after their pause (rule 3).
+func (s *gateState) back(now time.Time) {
+	if !s.overloaded(now) {
+		s.backAt = now
+	}
 }
 
 // learn keeps what a says of whether retries heal and of overload (rule
 // 0); it changes no phase.
 func (s *gateState) learn(now time.Time, a Attempt) {
 	if a.Overload {
-		s.overloadUntil = now.Add(overloadHold)
+		// A slow success holds timeout retries back (rule 5); a failure
+		// for overload, retries that heal too (rule 0).
+		s.slowUntil = now.Add(overloadHold)
+		if a.Outcome != Success {
+			s.overloadUntil = s.slowUntil
+		}
 	}
 	if a.Number > 1 && !a.Hedge && (a.Outcome == Success || a.Outcome == Failure) {
 		s.lastRetry = now
-		s.healBits <<= 1
-		if a.Outcome == Success {
-			s.healBits |= 1
+		if a.Outcome == Failure {
+			s.retryFails++
 		}
-		s.healN = min(s.healN+1, healWindow)
+		// A call's outcome, once: healed by the retry that succeeded,
+		// or not by the final one that failed. A failed retry with
+		// attempts left says nothing yet, so the evidence does not
+		// depend on which retries the gate lets go.
+		if a.Outcome == Success || a.Final {
+			s.healBits <<= 1
+			if a.Outcome == Success {
+				s.healBits |= 1
+			}
+			s.healN = min(s.healN+1, healWindow)
+		}
+	}
+	if a.Outcome == Success {
+		s.retryFails, s.seen = 0, true
 	}
 }
 
-// heals reports whether rule 0 lets retries go after their pause: enough
-// recent retries succeeded, and no sign of overload is recent.
+// healed is how many of the latest healN calls that retried were healed.
+func (s *gateState) healed() int {
+	return bits.OnesCount8(s.healBits & uint8(1<<s.healN-1))
+}
+
+// heals reports whether rule 0 lets retries go after their pause, when
+// no failure for overload is recent: of the latest calls that retried and
+// ended, at least one and a third were healed; or, until calls say
+// (callsKnown), the server served an attempt and not two retries in a row
+// failed since.
 func (s *gateState) heals(now time.Time) bool {
-	if s.healN < healMinSamples || now.Before(s.overloadUntil) {
+	if s.overloaded(now) {
 		return false
 	}
-	won := bits.OnesCount8(s.healBits & uint8(1<<s.healN-1))
-	return float64(won) >= healMinShare*float64(s.healN)
+	if !s.callsKnown() {
+		return s.seen && s.retryFails < healMinSamples
+	}
+	won := s.healed()
+	return won > 0 && float64(won) >= healMinShare*float64(s.healN)
 }
 
-// down reports whether failures in a row make an outage: unless retries
-// heal, or nothing says yet whether they do (too few retries recorded, as
-// in a fresh process: a flaky server is not taken for a down one before a
-// retry had its chance).
+// callsKnown reports whether the calls that retried say whether retrying
+// heals: one was healed, or healMinSamples ended.
+func (s *gateState) callsKnown() bool {
+	return s.healN >= healMinSamples || s.healed() > 0
+}
+
+// known reports whether the process knows whether retrying heals: the
+// calls say, or the latest healMinSamples retries failed and nothing
+// succeeded since.
+func (s *gateState) known() bool {
+	return s.callsKnown() || s.retryFails >= healMinSamples
+}
+
+// down reports whether the process knows that retries do not heal (a
+// fresh process does not take a flaky server for a down one before a retry
+// had its chance).
 func (s *gateState) down(now time.Time) bool {
-	return s.healN >= healMinSamples && !s.heals(now)
+	return s.known() && !s.heals(now)
+}
+
+// overloaded reports whether an attempt failed for overload within
+// overloadHold.
+func (s *gateState) overloaded(now time.Time) bool {
+	return now.Before(s.overloadUntil)
 }
 
 // observe: an attempt ended with outcome a.
@@ -138,6 +208,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		if s.phase == phaseOutage {
 			// The server is back: release slowly, from a credit drawn at
 			// random, or at once when a deferred retry found it back.
+			s.back(now)
 			s.gain = releaseGainStart
 			s.credits, s.creditAt = s.rand(), now
 			if probing {
@@ -157,9 +228,15 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		s.accrue(now, s.gain)
 	case Failure:
 		s.lastReached = now
-		// Failures in a row make an outage, unless retries heal: a flaky
-		// server fails several attempts in a row as a matter of course.
-		if s.streak++; s.streak >= outageStreak && s.down(now) {
+		if s.streak == 0 {
+			s.healthy = s.seen && now.Sub(s.lastFail) >= healthyGap
+		}
+		s.lastFail = now
+		// Failures in a row make an outage (rule 5), unless retries heal
+		// (a flaky server fails several attempts in a row as a matter of
+		// course), or the server was failing a share of its attempts all
+		// along and is not overloaded.
+		if s.streak++; s.streak >= outageStreak && (s.healthy || s.overloaded(now)) && s.down(now) {
 			s.phase = phaseOutage
 			s.credits = 0
 		} else if s.phase != phaseOutage {
@@ -170,9 +247,10 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			s.probeGap = min(max(2*s.probeGap, base), probeGapMax)
 			s.lastGap = min(max(2*s.lastGap, base), probeGapMax)
 			s.probeFailed = now
-		} else if s.probeGap < quietGapMax {
+		} else if s.probeGap < quietGapMax && (a.Number > 1 || s.known()) {
 			// From the latest waiting retry's pause when successes
-			// halved the gap to nothing.
+			// halved the gap to nothing. Until the process knows whether
+			// retries heal, first attempts that fail say nothing of it.
 			s.probeGap = min(max(2*s.probeGap, s.enterPause), quietGapMax)
 		}
 		if a.Admission == AdmitRelease || a.Admission == AdmitBudget || a.Admission == AdmitHeal {
@@ -192,7 +270,7 @@ func (s *gateState) enter(now time.Time, pause time.Duration) {
 }
 
 // expire frees the slot of a probe or last chance that did not report in
-// time (rule 6).
+// time (rule 7).
 func (s *gateState) expire(now time.Time) {
 	if s.probesOut > 0 && !now.Before(s.probeUntil) {
 		s.probesOut = 0
@@ -219,20 +297,45 @@ type waiterView struct {
 	pause    time.Duration
 	deadline time.Time
 	last     bool
-	// healable: it began to wait outside an outage, so rule 0 may let it
-	// go; the calls that waited through an outage go back paced (rule 3).
-	healable bool
+	// holdAt is when the wait ends unless the gate holds it (rule 6);
+	// held: it did.
+	holdAt time.Time
+	held   bool
 }
 
-// candidate says how a waiting retry w could go now by rules 1 to 3
-// (AdmitRelease, AdmitProbe or AdmitLast), before the guard and the budget
-// are asked; AdmitNone with when asking again could change the answer
-// without news (zero: only news will). It changes nothing but the credits'
-// accrual and expired slots.
-func (s *gateState) candidate(now time.Time, w waiterView) (Admission, time.Time) {
-	if w.healable && (s.phase == phaseFailing || s.phase == phaseQuiet) && s.heals(now) {
+// admitEnd is candidate's answer for a wait that ends without admission
+// (rule 6); never an Attempt's.
+const admitEnd Admission = 255
+
+// candidate says how a waiting retry w could go now by rules 0 to 3
+// (AdmitHeal, AdmitRelease, AdmitProbe or AdmitLast), before the guard and
+// the budget are asked; AdmitNone with when asking again could change the
+// answer without news (zero: only news will); or admitEnd when its wait
+// ends (rule 6). It changes nothing but w's hold, the credits' accrual and
+// expired slots.
+func (s *gateState) candidate(now time.Time, w *waiterView) (Admission, time.Time) {
+	if !w.held && s.phase != phaseOutage && s.heals(now) {
 		return AdmitHeal, time.Time{}
 	}
+	if !w.held && !now.Before(w.holdAt) {
+		if s.phase != phaseOutage && !s.overloaded(now) {
+			s.expire(now)
+			if s.seen && s.probesOut == 0 {
+				return AdmitProbe, time.Time{}
+			}
+			return admitEnd, time.Time{}
+		}
+		w.held = true
+	}
+	how, next := s.rules(now, w)
+	if how == AdmitNone && !w.held && (next.IsZero() || next.After(w.holdAt)) {
+		next = w.holdAt
+	}
+	return how, next
+}
+
+// rules is candidate's rules 1 to 3.
+func (s *gateState) rules(now time.Time, w *waiterView) (Admission, time.Time) {
 	if !s.phase.failing() {
 		s.accrue(now, 0)
 		if s.credits >= 1 {
@@ -240,7 +343,17 @@ func (s *gateState) candidate(now time.Time, w waiterView) (Admission, time.Time
 		}
 		// Rounded up, and at least a millisecond: a wait of 0 would spin.
 		d := time.Duration(math.Ceil((1 - s.credits) / releasePerSecond * float64(time.Second)))
-		return AdmitNone, now.Add(max(d, time.Millisecond))
+		next := now.Add(max(d, time.Millisecond))
+		if w.held && !w.deadline.IsZero() && w.holdAt.Before(s.backAt) {
+			// Held through an outage, with a deadline: its own pause
+			// after the server came back.
+			if back := s.backAt.Add(w.pause); !now.Before(back) {
+				return AdmitRelease, time.Time{}
+			} else if back.Before(next) {
+				next = back
+			}
+		}
+		return AdmitNone, next
 	}
 	s.expire(now)
 	if s.probesOut > 0 {
@@ -248,14 +361,16 @@ func (s *gateState) candidate(now time.Time, w waiterView) (Admission, time.Time
 	}
 	// Until the process knows whether retries heal (rule 0), first
 	// attempts that fail say nothing about it: only retries' own outcomes
-	// hold a probe back.
+	// hold a probe back, and only a call's last attempt probes, as its
+	// outcome settles the call either way.
 	reached := s.lastReached
-	if s.healN < healMinSamples {
+	known := s.known()
+	if !known {
 		reached = s.lastRetry
 	}
 	var due time.Time
 	how := AdmitNone
-	if !w.last || w.deadline.IsZero() {
+	if known && (!w.last || w.deadline.IsZero()) || !known && w.last {
 		due, how = reached.Add(max(w.pause, s.probeGap)), AdmitProbe
 	}
 	if !w.deadline.IsZero() {
@@ -272,10 +387,13 @@ func (s *gateState) candidate(now time.Time, w waiterView) (Admission, time.Time
 
 // admit: the waiting retry w goes now as how (a candidate's answer, or
 // AdmitBudget for a probe or last chance the budget paid for).
-func (s *gateState) admit(now time.Time, w waiterView, how Admission) {
+func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 	switch how {
 	case AdmitRelease:
-		s.credits--
+		// A call held through an outage goes back without a credit.
+		if s.credits >= 1 {
+			s.credits--
+		}
 		return
 	case AdmitHeal:
 		return

@@ -23,12 +23,14 @@ type Waiter struct {
 	level      int
 	prev, next *Waiter
 	queued     bool
-	// granted: a less critical waiter's Poll admitted this one (rule 7),
+	// granted: a less critical waiter's Poll admitted this one (rule 8),
 	// taken once its own Poll returned it. evicted: a more critical
-	// retry took its place (rule 7).
+	// retry took its place (rule 8).
 	granted Admission
 	taken   bool
 	evicted atomic.Bool
+	// ended: the gate ended the wait (rule 6); set only by w's own Poll.
+	ended bool
 }
 
 // waitQueue is the waiting retries of one level, oldest first.
@@ -86,9 +88,9 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.waiting.Store(int32(g.nWaiting))
 	g.deferred++
 	pause = max(pause, 0)
-	healable := g.st.phase != phaseOutage
 	g.st.enter(now, pause)
-	w := &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, healable: healable}, earliest: now.Add(pause), level: level}
+	w := &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, holdAt: now.Add(pause + time.Duration(holdSlack*float64(pause)))},
+		earliest: now.Add(pause), level: level}
 	g.queue[level].push(w)
 	return w, nil
 }
@@ -117,10 +119,14 @@ func (g *Gate) evictLocked(v *Waiter) {
 }
 
 // Err returns ErrEvicted once a more critical retry took w's place (rule
-// 7): w will never be admitted, and its call ends with its last status.
+// 7), or ErrWaitEnded once the gate ended w's wait (rule 6): w will never
+// be admitted, and its call ends with its last status. Leave it then.
 func (w *Waiter) Err() error {
-	if w.evicted.Load() {
+	switch {
+	case w.evicted.Load():
 		return ErrEvicted
+	case w.ended:
+		return ErrWaitEnded
 	}
 	return nil
 }
@@ -133,10 +139,11 @@ func (g *Gate) Changed() <-chan struct{} {
 }
 
 // Poll asks, now, whether w may go. When it may not, next is when asking
-// again could change the answer without news (zero: only news will).
+// again could change the answer without news (zero: only news will), or
+// the wait is over (Err).
 func (w *Waiter) Poll() (a Admission, next time.Time) {
 	g := w.g
-	if w.evicted.Load() {
+	if w.ended || w.evicted.Load() {
 		return AdmitNone, time.Time{}
 	}
 	now := g.now()
@@ -154,7 +161,7 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 
 // pollLocked is Poll under the gate's lock: an admission a less critical
 // waiter granted w, or the rules' candidate, handed to the more critical
-// waiters first (rule 7), then the guard (rule 4) and the budget. It
+// waiters first (rule 8), then the guard (rule 4) and the budget. It
 // returns the guards' tells, for Poll to call unlocked.
 func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 	g := w.g
@@ -162,7 +169,7 @@ func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 		w.taken = true
 		return w.granted, time.Time{}, nil
 	}
-	how, next := g.st.candidate(now, w.view)
+	how, next := w.candidateLocked(now)
 	var tells []func()
 	for scarce(how) {
 		v, vhow, tell := g.handOffLocked(now, w.level)
@@ -174,11 +181,15 @@ func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 		}
 		v.granted = vhow
 		g.notifyLocked()
-		how, next = g.st.candidate(now, w.view)
+		how, next = w.candidateLocked(now)
+	}
+	if how == admitEnd {
+		w.endLocked()
+		return AdmitNone, time.Time{}, joinTells(tells)
 	}
 	if how != AdmitNone {
 		var tell func()
-		how, next, tell = w.admitLocked(now, how)
+		how, next, tell = w.admitLocked(now, how, true)
 		if tell != nil {
 			tells = append(tells, tell)
 		}
@@ -187,7 +198,7 @@ func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 }
 
 // scarce reports whether an admission the rules give is one that a more
-// critical waiter takes first (rule 7): a release credit or the probe slot.
+// critical waiter takes first (rule 8): a release credit or the probe slot.
 // A heal is every healable waiter's own.
 func scarce(how Admission) bool {
 	return how == AdmitRelease || how == AdmitProbe || how == AdmitLast
@@ -204,11 +215,11 @@ func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission, func
 			if now.Before(v.earliest) {
 				continue
 			}
-			how, _ := g.st.candidate(now, v.view)
+			how, _ := v.candidateLocked(now)
 			if !scarce(how) {
 				continue
 			}
-			how, _, tell := v.admitLocked(now, how)
+			how, _, tell := v.admitLocked(now, how, false)
 			if tell != nil {
 				tells = append(tells, tell)
 			}
@@ -234,28 +245,57 @@ func joinTells(tells []func()) func() {
 	}
 }
 
+// candidateLocked is the rules' candidate for w (gateState.candidate),
+// except that while w's guard is open it alone says when the retry goes
+// (its half-open probe, rule 4), and the gate holds the wait.
+func (w *Waiter) candidateLocked(now time.Time) (Admission, time.Time) {
+	how, next := w.g.st.candidate(now, &w.view)
+	if guard := w.r.Guard; guard != nil && !guard.Closed() && (how == AdmitNone || how == admitEnd) {
+		how, w.view.held = AdmitProbe, true
+	}
+	return how, next
+}
+
+// endLocked ends w's wait (rule 6): it leaves the queue, and its Poll
+// says so from now on (Err).
+func (w *Waiter) endLocked() {
+	w.ended = true
+	w.g.queue[w.level].remove(w)
+}
+
 // admitLocked asks w's guard (rule 4) and the budget whether w may go now
 // as how, the rules' candidate, and admits it when it may: it leaves the
-// queue. It returns the guard's tell, for the caller to call unlocked.
-func (w *Waiter) admitLocked(now time.Time, how Admission) (Admission, time.Time, func()) {
+// queue. A wait past its hold time that the gate does not hold goes now or
+// ends (rule 6): own says the asking is w's own Poll, which may end it. It
+// returns the guard's tell, for the caller to call unlocked.
+func (w *Waiter) admitLocked(now time.Time, how Admission, own bool) (Admission, time.Time, func()) {
 	g := w.g
 	var next time.Time
 	guard := w.r.Guard
-	// Whether a closed guard judges the server (rule 4) is read before the
-	// guard is asked: asking may change its state.
-	paidOnly := (how == AdmitProbe || how == AdmitLast) && guard != nil && guard.Closed()
+	// Whether the guard is open (rule 4) is read before it is asked:
+	// asking may change its state.
+	open := guard != nil && !guard.Closed()
+	pastHold := !w.view.held && !now.Before(w.view.holdAt)
+	// A closed guard judges the server: rules 1 and 2 let only a paid
+	// retry go.
+	paidOnly := (how == AdmitProbe || how == AdmitLast) && guard != nil && !open
 	var tell func()
-	if guard != nil && !guard.Closed() {
+	if open {
 		// Asked last, when the gate would let the retry go: the guard's
 		// half-open probe slot is taken only by a retry that goes.
 		var ok bool
 		ok, next, tell = guard.AllowRetry()
 		if !ok {
+			w.view.held = w.view.held || pastHold
 			return AdmitNone, next, tell
 		}
 	}
 	if paidOnly && !g.b.Allow(w.r) {
-		// Wait for a release, a paid admission or the deadline.
+		// Wait for a release, a paid admission or the deadline, unless the
+		// wait is past its hold time.
+		if own && pastHold {
+			w.endLocked()
+		}
 		return AdmitNone, time.Time{}, tell
 	}
 	if (how == AdmitProbe || how == AdmitLast) && (paidOnly || g.b.Allow(w.r)) {
@@ -263,7 +303,7 @@ func (w *Waiter) admitLocked(now time.Time, how Admission) (Admission, time.Time
 		// cannot both take its tokens).
 		how = AdmitBudget
 	}
-	g.st.admit(now, w.view, how)
+	g.st.admit(now, &w.view, how)
 	g.admitted++
 	g.queue[w.level].remove(w)
 	return how, time.Time{}, tell
@@ -332,6 +372,9 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 			return a, nil
 		}
 		if err := w.Err(); err != nil {
+			if w.ended {
+				g.giveUp() // an eviction was counted when it was made
+			}
 			return AdmitNone, err
 		}
 		now := g.now()

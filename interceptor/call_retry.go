@@ -35,9 +35,10 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.attempt+c.before == 1, c.crit, c.o)
 	}
 	if err == nil {
-		// Decide's answer for a success is fixed: record it, stop.
+		// Decide's answer for a success is fixed: record it, stop. A slow
+		// success is a sign of overload (rising latency).
 		if c.budget != nil {
-			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout, Admission: admission})
+			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout, Admission: admission, Overload: c.slow, Final: true})
 		}
 		c.reason = policy.ReasonSuccess
 		return false, 0
@@ -65,15 +66,15 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		a := c.attemptFacts(callCtx, err, trailer, committed, timedOut)
 		v = c.pol.Decide(&a)
 	}
+	if v.Retry && !admitted && chain.RetriedRequest(c.ctx) {
+		// Served for a caller that is retrying already: retry at one layer.
+		v.Retry, v.Reason = false, policy.ReasonRetriedRequest
+	}
 	if c.budget != nil {
 		// Overload: the server said so (RESOURCE_EXHAUSTED it sent, a
 		// pushback), or stagger's timer cut the attempt off.
 		overload := timedOut || v.Pushback || status.Code(err) == codes.ResourceExhausted && trailer != nil
-		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload})
-	}
-	if v.Retry && !admitted && chain.RetriedRequest(c.ctx) {
-		// Served for a caller that is retrying already: retry at one layer.
-		v.Retry, v.Reason = false, policy.ReasonRetriedRequest
+		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload, Final: !v.Retry})
 	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
 	if err != nil && c.hedged == nil && !c.hedgeOnTimeout {

@@ -151,7 +151,7 @@ func TestBudgetRecordsEveryAttempt(t *testing.T) {
 		s := &script{errs: []error{errUnavailable}}
 		icpt := interceptor.UnaryClientInterceptor(zeroPause(3), interceptor.WithRandom(zero), interceptor.WithBudget(b))
 		err := icpt(context.Background(), method, nil, nil, nil, s.invoke)
-		wantRecords := []budget.Attempt{{Number: 1, Outcome: budget.Failure}, {Number: 2, Outcome: budget.Success}}
+		wantRecords := []budget.Attempt{{Number: 1, Outcome: budget.Failure}, {Number: 2, Outcome: budget.Success, Final: true}}
 		if !allow {
 			wantRecords = wantRecords[:1]
 			if interceptor.Attempts(err) != 1 {

@@ -253,7 +253,7 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 // pollIfChanged polls every waiter, as a later event at the same time,
 // when changed (the gate's Changed channel before a step) has closed:
 // Poll and Enter change the gate only for calls of different criticality
-// (Gate, rule 7), which the models here do not make.
+// (Gate, rule 8), which the models here do not make.
 func (p *proc) pollIfChanged(changed <-chan struct{}) {
 	select {
 	case <-changed:
@@ -341,7 +341,7 @@ func (p *proc) call() {
 				if !ok {
 					brOut = budget.Failure
 				}
-				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: adm}, brOut)
+				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: adm, Final: !v.Retry}, brOut)
 				if !v.Retry {
 					finish(ok)
 					return

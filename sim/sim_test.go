@@ -485,9 +485,10 @@ func (g *recGate) Record(a budget.Attempt) {
 }
 
 // deferModel runs one process with the default budget (a Gate) but a
-// defer.maxWait of 30s: a call every 50 ms for 0.9 s against a server down
-// until 1 s, each call with the given timeout (0: none). The process's
-// traffic stops while the server is down: its waiting retries probe after
+// defer.maxWait of 30s: a call every 50 ms for 1.5 s against a server that
+// serves until 0.6 s and is down from then until 2 s, each call with the
+// given timeout (0: none). The process's traffic stops while the server is
+// down: its waiting retries, held in the outage, probe after
 // budget.QuietGapMax, and are released a few per second after that.
 func deferModel(t *testing.T, seed uint64, timeout time.Duration) (callTotals, []budget.Admission) {
 	t.Helper()
@@ -505,8 +506,8 @@ func deferModel(t *testing.T, seed uint64, timeout time.Duration) (callTotals, [
 	rg := &recGate{Gate: g}
 	var totals callTotals
 	pol := RetryPolicy(4)
-	p := &proc{s: s, pol: &pol, b: rg, gate: rg, totals: &totals, timeout: timeout, serve: func(float64) bool { return s.now >= time.Second }}
-	for i := 0; i < 18; i++ {
+	p := &proc{s: s, pol: &pol, b: rg, gate: rg, totals: &totals, timeout: timeout, serve: func(float64) bool { return s.now < 600*time.Millisecond || s.now >= 2*time.Second }}
+	for i := 0; i < 30; i++ {
 		s.At(time.Duration(i)*50*time.Millisecond, p.call)
 	}
 	s.Run()
@@ -525,8 +526,8 @@ func TestDeferredRetryWaitsAndSucceeds(t *testing.T) {
 	totals, adm := deferModel(t, 1, 0)
 	// The budget refuses after the first retries; the refused retries wait
 	// (up to defer.maxWait) and go once the server is back.
-	if totals.calls != 18 || totals.successes != 18 {
-		t.Fatalf("%d of %d calls succeeded, want all 18", totals.successes, totals.calls)
+	if totals.calls != 30 || totals.successes != 30 {
+		t.Fatalf("%d of %d calls succeeded, want all 30", totals.successes, totals.calls)
 	}
 	if len(adm) != totals.attempts {
 		t.Errorf("%d attempts recorded, %d sent", len(adm), totals.attempts)
@@ -543,12 +544,12 @@ func TestDeferredRetryWaitsAndSucceeds(t *testing.T) {
 		t.Errorf("%d attempts for %d calls: want the budget to hold the retries", totals.attempts, totals.calls)
 	}
 
-	// With a 300 ms deadline, no call started before 0.7 s can wait for the
-	// recovery: each leaves the gate a millisecond before its deadline and
-	// fails.
+	// With a 300 ms deadline, no call started in the outage can wait for
+	// the recovery: each leaves the gate a millisecond before its deadline
+	// and fails.
 	totals, _ = deferModel(t, 1, 300*time.Millisecond)
-	if totals.successes > 18-14 {
-		t.Errorf("300 ms deadline: %d of %d calls succeeded, want at most 4", totals.successes, totals.calls)
+	if totals.successes > 12 {
+		t.Errorf("300 ms deadline: %d of %d calls succeeded, want at most the 12 made before the outage", totals.successes, totals.calls)
 	}
 }
 

@@ -833,13 +833,16 @@ func explainDeferral(s budget.Settings) string {
 		return out
 	}
 	d, r := s.Defer.WithDefaults(), budget.Rules()
-	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), then goes: "+
-		"while attempts fail, one at a time: as a probe when no attempt has reached the server for a quiet time (the retry's pause, doubled by every failure: up to %v by the new calls' failures, %v by failed probes), "+
+	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one): "+
+		"while retrying heals the calls that retried (a third of the latest eight) and no attempt failed for overload, it goes after its own pause; "+
+		"otherwise the wait is held only in an outage (%d failures in a row, after the server looked healthy, of a server whose retries do not heal) or an overload, "+
+		"else it goes as a probe or ends a tenth past its pause (reason deferred); "+
+		"a held retry goes one at a time: as a probe when no attempt has reached the server for a quiet time (the retry's pause, doubled by every failure: up to %v by the new calls' failures, %v by failed probes), "+
 		"or as its call's last chance %v before the deadline (the last attempt of a call with a deadline is kept for that); paid by the budget when it admits it; "+
-		"during an outage (%d failures in a row) retries the budget would admit wait with them; "+
-		"once an attempt succeeds again, released one at a time, %v per second plus %v of each success, growing to %v while released retries succeed; "+
+		"during an outage retries the budget would admit wait with them; "+
+		"once an attempt succeeds again, released one at a time, %v per second plus %v of each success, growing to %v while released retries succeed (a call with a deadline: its own pause after the outage); "+
 		`a call that finds no admission before its deadline ends with its last status (reason deferred). "defer": false ends refused calls at once`,
-		d.MaxWaiting, d.MaxWait, r.QuietGapMax, r.ProbeGapMax, r.LastChanceLead, r.OutageStreak, r.ReleasePerSecond, r.ReleaseGainStart, r.ReleaseGainMax)
+		d.MaxWaiting, d.MaxWait, r.OutageStreak, r.QuietGapMax, r.ProbeGapMax, r.LastChanceLead, r.ReleasePerSecond, r.ReleaseGainStart, r.ReleaseGainMax)
 }
 
 // explainBudget works out the most attempts per call the budget lets
