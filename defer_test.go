@@ -236,8 +236,8 @@ func TestDeferHealsAnOutage(t *testing.T) {
 		const (
 			calls    = 300
 			interval = 10 * time.Millisecond
-			down     = 700 * time.Millisecond
-			up       = time.Second
+			down     = 1200 * time.Millisecond
+			up       = 1500 * time.Millisecond
 		)
 		start := time.Now()
 		srv.SetOutageWindow(start.Add(down), start.Add(up))

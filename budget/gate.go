@@ -86,22 +86,25 @@ import (
 //     retry the budget pays for go (a free probe would only repeat a call
 //     that failed, such as a key that always fails).
 //  5. Outage and overload. OutageStreak failures in a row, no success
-//     between, make an outage when the process knows that retries do not
-//     heal, and either the server looked healthy before them (an attempt
-//     had succeeded, and none failed for half a second before the first of
-//     them, counted from the first attempt recorded) or an attempt failed for
-//     overload within five seconds: a server that fails a share of its
-//     attempts all along is flaky, not down. In an outage Allow refuses
-//     every retry (not hedges) without asking the budget: the retry waits
-//     and goes by the rules above, so budget-paid retries cannot burn a
-//     call's attempts against a server known to be down, or pile onto one
-//     that is back but full (the lab's metastable scenario: load in the
-//     outage 1.16× capacity when this held only while calls waited, 1.04×
-//     since). Within five seconds of a sign of overload (a slow success
-//     included), Allow also refuses a retry after a per-attempt timeout
-//     (Request.AfterTimeout): the interceptors then let the slow attempt
-//     run on instead of cutting it off, since the retry would only join the
-//     queue that made it slow.
+//     between, make an outage when retries do not heal (none of the latest
+//     calls that retried was healed, two at least, or the latest two
+//     retries failed with no success since), and either the server looked
+//     healthy before them (an attempt had succeeded, and none failed for a
+//     second before the first of them, counted from the first attempt
+//     recorded) or an attempt failed for overload within five seconds: a
+//     server that fails a share of its attempts all along is flaky, not
+//     down. In an outage, and within five
+//     seconds of a failure for overload, Allow refuses every retry (not
+//     hedges) without asking the budget: the retry waits and goes by the
+//     rules above, so budget-paid retries cannot burn a call's attempts
+//     against a server known to be down, or pile onto one that is full
+//     (the lab's metastable scenario: load in the outage 1.16× capacity
+//     when this held only while calls waited, 1.04× since; overload
+//     86.3 -> 87.4 % when overload refused them too). Within five seconds
+//     of a slow success, Allow also refuses a retry after a per-attempt
+//     timeout (Request.AfterTimeout): the interceptors then let the slow
+//     attempt run on instead of cutting it off, since the retry would only
+//     join the queue that made it slow.
 //  6. Hold. A waiting retry that no rule lets go by its pause and a tenth
 //     is held: it waits for the rules above, within its deadline, while the
 //     gate is in an outage or an attempt failed for overload within five
@@ -158,9 +161,9 @@ type Gate struct {
 	succeeded atomic.Bool
 	// outageNow mirrors st.phase == phaseOutage, for Allow.
 	outageNow atomic.Bool
-	// slowUntil mirrors st.slowUntil (Unix nanoseconds), for
+	// overloadUntil and slowUntil mirror st's (Unix nanoseconds), for
 	// Allow (rule 5).
-	slowUntil atomic.Int64
+	overloadUntil, slowUntil atomic.Int64
 	// refused counts the retries Allow refused without asking the budget
 	// (rule 5), added to its State's Refused.
 	refused atomic.Uint64
@@ -198,12 +201,12 @@ func (g *Gate) Unwrap() Budget { return g.b }
 // Settings returns the gate's settings, defaults applied.
 func (g *Gate) Settings() DeferSettings { return g.s }
 
-// Allow asks the wrapped budget, except that in an outage it refuses every
-// retry, and after a sign of overload every retry after a per-attempt
-// timeout (rule 5; hedges are asked as usual).
+// Allow asks the wrapped budget, except that in an outage, and after a
+// failure for overload, it refuses every retry, and after a slow success
+// every retry after a per-attempt timeout (rule 5; hedges are asked as
+// usual).
 func (g *Gate) Allow(r Request) bool {
-	if !r.Hedge && g.outageNow.Load() ||
-		r.AfterTimeout && g.slowUntil.Load() != 0 && g.now().UnixNano() < g.slowUntil.Load() {
+	if !r.Hedge && (g.outageNow.Load() || g.until(&g.overloadUntil)) || r.AfterTimeout && g.until(&g.slowUntil) {
 		g.refused.Add(1)
 		return false
 	}
@@ -246,11 +249,21 @@ func (g *Gate) Record(a Attempt) {
 	g.notifyLocked()
 }
 
-// mirrorOverload copies st.slowUntil for Allow (0: never).
+// mirrorOverload copies st.overloadUntil and st.slowUntil for Allow (0:
+// never).
 func (g *Gate) mirrorOverload() {
 	if !g.st.slowUntil.IsZero() {
 		g.slowUntil.Store(g.st.slowUntil.UnixNano())
 	}
+	if !g.st.overloadUntil.IsZero() {
+		g.overloadUntil.Store(g.st.overloadUntil.UnixNano())
+	}
+}
+
+// until reports whether now is before the time t mirrors (0: never).
+func (g *Gate) until(t *atomic.Int64) bool {
+	u := t.Load()
+	return u != 0 && g.now().UnixNano() < u
 }
 
 // forgetLocked runs gateState.forget when successes were recorded while

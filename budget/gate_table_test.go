@@ -337,39 +337,43 @@ func TestGateHealsBeforeCallsSay(t *testing.T) {
 	}
 }
 
-// Rule 5: after a sign of overload (a slow success included), a retry after
-// a per-attempt timeout is refused for overloadHold (the interceptors let
-// the slow attempt run on).
-func TestGateRefusesTimeoutRetriesUnderOverload(t *testing.T) {
+// Rule 5: after a failure for overload every retry is refused for
+// overloadHold, and after a slow success a retry after a per-attempt
+// timeout (the interceptors let the slow attempt run on).
+func TestGateRefusesRetriesUnderOverload(t *testing.T) {
 	clk := &manualClock{now: t0}
 	open := &switchBudget{}
 	open.open.Store(true)
 	g := newGate(t, open, DeferSettings{}, clk)
 	afterTimeout := Request{Number: 2, AfterTimeout: true}
-	if !g.Allow(afterTimeout) {
-		t.Fatal("refused a timeout retry with no sign of overload")
+	hedge := Request{Number: 2, Hedge: true}
+	if !g.Allow(afterTimeout) || !g.Allow(retry2) {
+		t.Fatal("refused a retry with no sign of overload")
 	}
 	g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true})
-	if g.Allow(afterTimeout) {
-		t.Fatal("admitted a timeout retry right after a sign of overload")
+	if g.Allow(afterTimeout) || g.Allow(retry2) {
+		t.Fatal("admitted a retry right after a failure for overload")
 	}
-	if !g.Allow(retry2) {
-		t.Fatal("refused a retry after a plain failure")
+	if !g.Allow(hedge) {
+		t.Fatal("refused a hedge: the budget decides those")
 	}
 	clk.advance(overloadHold)
-	if !g.Allow(afterTimeout) {
-		t.Fatal("still refusing timeout retries overloadHold after the sign")
+	if !g.Allow(afterTimeout) || !g.Allow(retry2) {
+		t.Fatal("still refusing retries overloadHold after the sign")
 	}
 	// A sign recorded on the fast path (an Other outcome) counts too.
 	g.Record(Attempt{Number: 1, Outcome: Other, Overload: true})
-	if g.Allow(afterTimeout) {
+	if g.Allow(afterTimeout) || g.Allow(retry2) {
 		t.Fatal("a sign of overload on the fast path was missed")
 	}
-	// So does a slow success.
+	// A slow success refuses timeout retries only.
 	clk.advance(overloadHold)
 	g.Record(Attempt{Number: 1, Outcome: Success, Overload: true})
 	if g.Allow(afterTimeout) {
 		t.Fatal("admitted a timeout retry right after a slow success")
+	}
+	if !g.Allow(retry2) {
+		t.Fatal("refused a retry after a plain failure, after a slow success")
 	}
 }
 
@@ -407,6 +411,18 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 			s.lastFail = t0.Add(-healthyGap + time.Millisecond)
 			return s
 		}, phaseFailing},
+		{"retries heal a call of eight: not healing, not down", func() gateState {
+			s := downState()
+			s.healBits = 1
+			return s
+		}, phaseFailing},
+		{"and then two retries fail in a row", func() gateState {
+			s := downState()
+			s.healBits = 1
+			s.learn(t0, Attempt{Number: 2, Outcome: Failure})
+			s.learn(t0, Attempt{Number: 2, Outcome: Failure})
+			return s
+		}, phaseOutage},
 		{"a failure within healthyGap, overloaded", func() gateState {
 			s := downState()
 			s.lastFail = t0.Add(-healthyGap + time.Millisecond)

@@ -180,11 +180,14 @@ func (s *gateState) known() bool {
 	return s.callsKnown() || s.retryFails >= healMinSamples
 }
 
-// down reports whether the process knows that retries do not heal (a
-// fresh process does not take a flaky server for a down one before a retry
-// had its chance).
+// down reports whether the process knows that retries do not heal: they do
+// not heal (rule 0), and none of the latest calls that retried (two at
+// least) was healed, or the latest two retries failed with nothing
+// succeeding since. A fresh process does not take a flaky server for a
+// down one before a retry had its chance, nor does one whose retries heal
+// some calls, fewer than a third.
 func (s *gateState) down(now time.Time) bool {
-	return s.known() && !s.heals(now)
+	return !s.heals(now) && (s.healN >= healMinSamples && s.healed() == 0 || s.retryFails >= healMinSamples)
 }
 
 // overloaded reports whether an attempt failed for overload within

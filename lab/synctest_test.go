@@ -116,11 +116,15 @@ func TestRunAccounting(t *testing.T) {
 }
 
 func TestRunBudgetCutsTheStorm(t *testing.T) {
-	res := runTiny(t, tinyConfig())
+	// The outage comes after a second and a half of service: a Gate takes
+	// failures for an outage only after a second without them.
+	cfg := tinyConfig()
+	cfg.Duration, cfg.OutageStart, cfg.OutageEnd = 3500*time.Millisecond, 1500*time.Millisecond, 2500*time.Millisecond
+	res := runTiny(t, cfg)
 	s, nb := res["stagger"], res["stagger-nobudget"]
 	// Each client's budget starts at 9 tokens, retries cost 5 and every
-	// success adds 1; a client makes at most 7 calls, all successful, before
-	// the outage, so it has at most 16 tokens: 3 retries in the outage,
+	// success adds 1; a client makes at most 10 calls, all successful,
+	// before the outage, so it has at most 19 tokens: 3 retries in the outage,
 	// where the unlimited contenders retry every outage call. The retries
 	// the budget refuses wait (budget.Gate) and go out as probes: one out
 	// at a time per client, after a quiet time that starts at the retry's

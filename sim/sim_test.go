@@ -312,7 +312,9 @@ func allNoDefer() []Contender {
 }
 
 func TestOutageSanity(t *testing.T) {
-	cfg := OutageConfig{Capacity: 500, Load: 300, Clients: 20, Duration: 4 * time.Second, OutageStart: time.Second, OutageEnd: 2 * time.Second, Seed: 2}
+	// The server serves for 2 s first: a Gate takes failures for an outage
+	// only after a second without them.
+	cfg := OutageConfig{Capacity: 500, Load: 300, Clients: 20, Duration: 5 * time.Second, OutageStart: 2 * time.Second, OutageEnd: 3 * time.Second, Seed: 2}
 	cfg.Contenders = Contenders(noDefer(Contenders()[5]))
 	res, err := Outage(cfg)
 	if err != nil {
@@ -485,8 +487,8 @@ func (g *recGate) Record(a budget.Attempt) {
 }
 
 // deferModel runs one process with the default budget (a Gate) but a
-// defer.maxWait of 30s: a call every 50 ms for 1.5 s against a server that
-// serves until 0.6 s and is down from then until 2 s, each call with the
+// defer.maxWait of 30s: a call every 50 ms for 2.1 s against a server that
+// serves until 1.2 s and is down from then until 2.6 s, each call with the
 // given timeout (0: none). The process's traffic stops while the server is
 // down: its waiting retries, held in the outage, probe after
 // budget.QuietGapMax, and are released a few per second after that.
@@ -506,8 +508,8 @@ func deferModel(t *testing.T, seed uint64, timeout time.Duration) (callTotals, [
 	rg := &recGate{Gate: g}
 	var totals callTotals
 	pol := RetryPolicy(4)
-	p := &proc{s: s, pol: &pol, b: rg, gate: rg, totals: &totals, timeout: timeout, serve: func(float64) bool { return s.now < 600*time.Millisecond || s.now >= 2*time.Second }}
-	for i := 0; i < 30; i++ {
+	p := &proc{s: s, pol: &pol, b: rg, gate: rg, totals: &totals, timeout: timeout, serve: func(float64) bool { return s.now < 1200*time.Millisecond || s.now >= 2600*time.Millisecond }}
+	for i := 0; i < 42; i++ {
 		s.At(time.Duration(i)*50*time.Millisecond, p.call)
 	}
 	s.Run()
@@ -526,8 +528,8 @@ func TestDeferredRetryWaitsAndSucceeds(t *testing.T) {
 	totals, adm := deferModel(t, 1, 0)
 	// The budget refuses after the first retries; the refused retries wait
 	// (up to defer.maxWait) and go once the server is back.
-	if totals.calls != 30 || totals.successes != 30 {
-		t.Fatalf("%d of %d calls succeeded, want all 30", totals.successes, totals.calls)
+	if totals.calls != 42 || totals.successes != 42 {
+		t.Fatalf("%d of %d calls succeeded, want all 42", totals.successes, totals.calls)
 	}
 	if len(adm) != totals.attempts {
 		t.Errorf("%d attempts recorded, %d sent", len(adm), totals.attempts)
@@ -548,8 +550,8 @@ func TestDeferredRetryWaitsAndSucceeds(t *testing.T) {
 	// the recovery: each leaves the gate a millisecond before its deadline
 	// and fails.
 	totals, _ = deferModel(t, 1, 300*time.Millisecond)
-	if totals.successes > 12 {
-		t.Errorf("300 ms deadline: %d of %d calls succeeded, want at most the 12 made before the outage", totals.successes, totals.calls)
+	if totals.successes > 24 {
+		t.Errorf("300 ms deadline: %d of %d calls succeeded, want at most the 24 made before the outage", totals.successes, totals.calls)
 	}
 }
 
