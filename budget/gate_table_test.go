@@ -116,7 +116,39 @@ func waiting(pause time.Duration, deadline time.Time, last bool) waiterView {
 // heldThrough is the view of a retry the gate held through an outage that
 // ended at t0.
 func heldThrough(pause time.Duration, deadline time.Time) waiterView {
-	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true}
+	// Its share of the time left drawn as 0: back at its pause.
+	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, drawn: true}
+}
+
+// Rule 3, after an outage: a wait held through it whose call has a
+// deadline goes back its pause after the recovery and then the share it
+// drew of what its deadline leaves before its last chance: the calls held
+// together go back spread over that time, not together. The draw is made
+// once.
+func TestGateBackSpread(t *testing.T) {
+	const pause = 100 * time.Millisecond
+	deadline := t0.Add(2 * time.Second)
+	s := stateIn(phaseRecovering) // back at t0; draws 0.5
+	lastChance := deadline.Add(-s.lead())
+	for _, tc := range []struct {
+		w    waiterView
+		want time.Time
+	}{
+		{heldThrough(pause, deadline), t0.Add(pause)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true}, t0.Add(pause + lastChance.Sub(t0.Add(pause))/2)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, drawn: true, spread: 0.999999}, lastChance},
+	} {
+		w := tc.w
+		if got := s.backAfter(&w); got.Sub(tc.want).Abs() > 10*time.Microsecond {
+			t.Errorf("spread %v: back at %v, want %v", w.spread, got.Sub(t0), tc.want.Sub(t0))
+		}
+		if !w.drawn {
+			t.Error("the share was not kept")
+		}
+		if how, _ := s.candidate(tc.want.Add(10*time.Microsecond), &w); how != AdmitRelease {
+			t.Errorf("spread %v: at its time, candidate = %v, want a release", w.spread, how)
+		}
+	}
 }
 
 // Every admission a rule can give, from every phase, and the slot it takes;

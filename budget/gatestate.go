@@ -304,6 +304,26 @@ type waiterView struct {
 	// held: it did.
 	holdAt time.Time
 	held   bool
+	// spread, uniform in [0, 1) once drawn, places the wait's return
+	// after an outage within the time its deadline leaves (backAfter).
+	spread float64
+	drawn  bool
+}
+
+// backAfter is when a wait w held through the outage that ended at backAt
+// goes back (rule 3): its own pause after it, and then a share (w.spread,
+// drawn the first time it is asked) of what the call's deadline leaves
+// before its last chance, so that the calls held together do not all go
+// back together.
+func (s *gateState) backAfter(w *waiterView) time.Time {
+	if !w.drawn {
+		w.spread, w.drawn = s.rand(), true
+	}
+	at := s.backAt.Add(w.pause)
+	if room := w.deadline.Add(-s.lead()).Sub(at); room > 0 {
+		at = at.Add(time.Duration(w.spread * float64(room)))
+	}
+	return at
 }
 
 // admitEnd is candidate's answer for a wait that ends without admission
@@ -350,7 +370,7 @@ func (s *gateState) rules(now time.Time, w *waiterView) (Admission, time.Time) {
 		if w.held && !w.deadline.IsZero() && w.holdAt.Before(s.backAt) {
 			// Held through an outage, with a deadline: its own pause
 			// after the server came back.
-			if back := s.backAt.Add(w.pause); !now.Before(back) {
+			if back := s.backAfter(w); !now.Before(back) {
 				return AdmitRelease, time.Time{}
 			} else if back.Before(next) {
 				next = back
