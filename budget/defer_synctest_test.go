@@ -16,21 +16,8 @@ import (
 
 func TestGateWaitEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, err := Deferring(&switchBudget{}, DeferSettings{MaxWait: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// An outage, so that the gate holds the waits (rule 6).
-		downServer(g)
-		for range outageStreak {
-			g.Record(Attempt{Number: 1, Outcome: Failure})
-		}
-		// Keep a probe out, so nothing admits the waits below.
-		w, _ := g.Enter(retry2, 0, time.Time{})
-		if a, _ := w.Poll(); a != AdmitProbe {
-			t.Fatalf("first Poll = %v, want a probe", a)
-		}
-		w.Leave()
+		// A probe out, so nothing admits the waits below.
+		g := outageProbed(t, DeferSettings{MaxWait: 3 * time.Second})
 
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

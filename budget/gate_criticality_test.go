@@ -241,20 +241,7 @@ func TestRealTimeGateReleasesTheMostCriticalFirst(t *testing.T) {
 // credit at once, then one a second): they must be released CRITICAL_PLUS,
 // CRITICAL, SHEDDABLE.
 func checkReleaseOrder(t *testing.T) {
-	g, err := Deferring(&switchBudget{}, DeferSettings{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// An outage, so that the gate holds the waits (rule 6).
-	downServer(g)
-	for range outageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
-	w, _ := g.Enter(retry2, 0, time.Time{})
-	if a, _ := w.Poll(); a != AdmitProbe {
-		t.Fatalf("first Poll = %v, want a probe", a)
-	}
-	w.Leave()
+	g := outageProbed(t, DeferSettings{})
 	got := make(chan criticality.Level, 3)
 	for _, l := range []criticality.Level{shed, critP, crit} {
 		go func() {
@@ -282,4 +269,25 @@ func checkReleaseOrder(t *testing.T) {
 	if want := []criticality.Level{critP, crit, shed}; !equalLevels(order, want) {
 		t.Fatalf("released %v, want %v", order, want)
 	}
+}
+
+// outageProbed returns a Gate on the time package's clock in an outage
+// (so that it holds the waits, rule 6) whose probe went out and has not
+// reported, so that nothing admits a wait until news comes.
+func outageProbed(t *testing.T, s DeferSettings) *Gate {
+	t.Helper()
+	g, err := Deferring(&switchBudget{}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	downServer(g)
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	w, _ := g.Enter(retry2, 0, time.Time{})
+	if a, _ := w.Poll(); a != AdmitProbe {
+		t.Fatalf("first Poll = %v, want a probe", a)
+	}
+	w.Leave()
+	return g
 }

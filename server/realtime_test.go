@@ -41,20 +41,7 @@ func TestRealTimeShedding(t *testing.T) {
 		return &testingv1.GetResponse{}, nil
 	}}
 	side := newSide(t, server.WithConcurrencyLimit(limit))
-	g := grpc.NewServer(side.ServerOptions()...)
-	testingv1.RegisterTestServiceServer(g, h)
-	lis, err := netListen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	defer g.Stop()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDisableRetry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	cl := testingv1.NewTestServiceClient(cc)
+	cl := serveLoopback(t, side, h)
 	var ok, shed atomic.Int64
 	for r := 0; r < rounds; r++ {
 		var wg sync.WaitGroup
@@ -101,20 +88,7 @@ func TestRealTimeCriticalShedding(t *testing.T) {
 		return &testingv1.GetResponse{}, nil
 	}}
 	side := newSide(t, server.WithConcurrencyLimit(10))
-	g := grpc.NewServer(side.ServerOptions()...)
-	testingv1.RegisterTestServiceServer(g, h)
-	lis, err := netListen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	defer g.Stop()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDisableRetry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	cl := testingv1.NewTestServiceClient(cc)
+	cl := serveLoopback(t, side, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	var criticalOK atomic.Int64
@@ -149,4 +123,24 @@ func TestRealTimeCriticalShedding(t *testing.T) {
 	if side.ShedLevel(criticality.Sheddable) == 0 || criticalOK.Load() == 0 {
 		t.Errorf("SHEDDABLE shed %d, CRITICAL admitted %d: the server was not saturated", side.ShedLevel(criticality.Sheddable), criticalOK.Load())
 	}
+}
+
+// serveLoopback serves h behind side's interceptors over loopback TCP and
+// returns a plain client of it (grpc's own retry off); both end with t.
+func serveLoopback(t *testing.T, side *server.Interceptors, h testingv1.TestServiceServer) testingv1.TestServiceClient {
+	t.Helper()
+	g := grpc.NewServer(side.ServerOptions()...)
+	testingv1.RegisterTestServiceServer(g, h)
+	lis, err := netListen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDisableRetry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return testingv1.NewTestServiceClient(cc)
 }
