@@ -14,14 +14,18 @@ import (
 
 // ChainContenders lists the contenders of ScenarioChain. Each puts a retry
 // layer on every hop of the chain (the users' calls to A, A's to B, B's to
-// C), all with MaxAttempts attempts and the Backoff, and none with a retry
-// budget or breakers, so that what they make of C's outage is propagation
-// alone:
+// C), all with MaxAttempts attempts and the Backoff. Only stagger has a
+// retry budget; the others have no budget or breakers, so that what they
+// make of C's outage is propagation alone:
 //
-//   - stagger: stagger on every hop (as stagger-nobudget has it), and
-//     stagger's server side (server.New: "do not retry" propagation) on A
-//     and B;
-//   - stagger-no-server: the same without the server side;
+//   - stagger: stagger as a user has it (as the stagger contender has it:
+//     its default budget, a fresh one per connection, with its Gate) on
+//     every hop, and stagger's server side (server.New: "do not retry"
+//     propagation) on A and B. B's Gate holds the retries through C's
+//     outage and lets them go once C serves again;
+//   - stagger-nobudget: the same without a budget, so without the Gate:
+//     propagation alone;
+//   - stagger-no-server: stagger-nobudget without the server side;
 //   - grpc-go: grpc-go's built-in retry on every hop (as the grpc-go
 //     contender has it);
 //   - grpc-middleware: go-grpc-middleware's retry on every hop (as the
@@ -34,8 +38,10 @@ import (
 func ChainContenders() []Contender {
 	propagate := func() (*server.Interceptors, error) { return server.New() }
 	oneLayer := func() (*server.Interceptors, error) { return server.New(server.WithRetryAtOneLayer()) }
+	def, _ := contenderIn(Contenders(), "stagger")
 	return []Contender{
-		chained("stagger", "stagger on every hop, %d attempts, no budget; server side on A and B", staggerNoBudget, nil, propagate),
+		chained("stagger", "stagger on every hop, %d attempts, its default budget (a fresh one per connection); server side on A and B", def.dialOptions, nil, propagate),
+		chained("stagger-nobudget", "stagger on every hop, %d attempts, no budget; server side on A and B", staggerNoBudget, nil, propagate),
 		chained("stagger-no-server", "stagger on every hop, %d attempts, no budget; no server side", staggerNoBudget, nil, nil),
 		chained("grpc-go", "grpc-go's built-in retry on every hop, maxAttempts %d, no throttling", grpcBuiltIn, nil, nil),
 		chained("grpc-middleware", "go-grpc-middleware on every hop, WithMax(%d) (ignores pushback)", grpcMiddleware, nil, nil),

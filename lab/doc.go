@@ -101,8 +101,13 @@
 // a new user would write it (stagger.DialOptions, with a default budget of
 // its own per client, as budget.Default is one per process).
 // ScenarioFlakyQuietRandom is the same with 4 clients for 10 s and a
-// server that fails each attempt with probability FailureRate (0.5; the
-// draws from a source seeded alike for every contender's server).
+// server that fails each attempt with probability FailureRate (0.5). A
+// client retries only after a failure, so it sees the draws as how many
+// of a call's first attempts fail (at least k with probability 0.5^k);
+// that number is drawn per call from the client's own seeded source and
+// scripted, so every contender meets the same failures in the same calls
+// (common random numbers: a draw per attempt arriving gave each contender
+// a sample of its own, ±2 points apart by chance alone).
 //
 // ScenarioSlowdown runs at 75 % of Capacity; from OutageStart to OutageEnd
 // (2 s to 3 s of 8 s) the work a worker begins takes Slow (3) times as
@@ -212,14 +217,16 @@
 // through the contender's retry layer with MaxAttempts attempts (default
 // 3) and the Backoff (default 10 ms doubling up to 100 ms, so that a user
 // call that makes 27 attempts at C takes about 0.4 s, far within its 2 s
-// deadline), none with a retry budget or breakers, and no server limits
-// its attempts (Capacity only scales OutageLoad and PeakAfter): what is
-// measured is how retries propagate, alone. C answers UNAVAILABLE from
+// deadline), none but stagger with a retry budget or breakers, and no
+// server limits its attempts (Capacity only scales OutageLoad and
+// PeakAfter): what is measured is how retries propagate, and (stagger
+// beside stagger-nobudget) what a budget's Gate adds to it. C answers UNAVAILABLE from
 // OutageStart to OutageEnd (default 1 s to 3 s of a 4 s run, 100 calls/s).
 // Each user call has a Script key of its own, so each server's records
 // tell which user call every attempt came from. The contenders are
 // ChainContenders: stagger on every hop with stagger's server side
-// (package server) on A and B, and without it; grpc-go's built-in retry
+// (package server) on A and B, with its default budget and without one,
+// and without the server side; grpc-go's built-in retry
 // on every hop; go-grpc-middleware on every hop; grpc-go's built-in retry
 // at the top with stagger and the server side below ("mixed": the gRFC A6
 // "do not retry" trailer works across libraries); and go-grpc-middleware

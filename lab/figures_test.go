@@ -26,6 +26,8 @@ import (
 // spread [min, max]. LAB_FIGURES_SCENARIOS (comma-separated) picks the
 // scenarios: by default every one over bufconn (the refused ones need
 // loopback TCP, which a bubble cannot run: use the stagger command).
+// LAB_FIGURES_CONTENDERS (comma-separated) picks the contenders (by
+// default each scenario's all), for quicker comparisons while tuning.
 // LAB_FIGURES_PLOT names a directory for each scenario's picture
 // (WritePlot, the first run's). `make lab-plot` runs it for metastable.
 func TestLabFigures(t *testing.T) {
@@ -51,12 +53,18 @@ func TestLabFigures(t *testing.T) {
 			}
 		}
 	}
+	var contenders []string
+	for _, c := range strings.Split(os.Getenv("LAB_FIGURES_CONTENDERS"), ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			contenders = append(contenders, c)
+		}
+	}
 	var md strings.Builder
 	for _, s := range scenarios {
 		var reps []*Report
 		for i := 0; i < runs; i++ {
 			synctest.Test(t, func(t *testing.T) {
-				rep, err := Run(context.Background(), Config{Scenario: s})
+				rep, err := Run(context.Background(), Config{Scenario: s, Contenders: contenders})
 				if err != nil {
 					t.Fatalf("%s: %v", s, err)
 				}

@@ -64,7 +64,10 @@ const (
 	ScenarioFlakyQuiet Scenario = "flaky-quiet"
 	// ScenarioFlakyQuietRandom is ScenarioFlakyQuiet with a few quiet
 	// processes (4 clients, 5 calls/s each) and a server that fails each
-	// attempt with probability FailureRate (0.5).
+	// attempt with probability FailureRate (0.5): each call's script says
+	// how many of its first attempts fail, drawn per call from its
+	// client's seeded source, so that every contender meets the same
+	// failures.
 	ScenarioFlakyQuietRandom Scenario = "flaky-quiet-random"
 	// ScenarioSlowdown: at 75 % of the capacity, the worker server's
 	// service time is Slow (3) times as long from OutageStart to OutageEnd

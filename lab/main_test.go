@@ -43,7 +43,7 @@ func TestValidate(t *testing.T) {
 		{"no contender", Config{Contenders: []string{}}, "lab: Contenders: must name at least one, got none"},
 		{"chain defaults", Config{Scenario: ScenarioChain}, ""},
 		{"retry contender in the chain", Config{Scenario: ScenarioChain, Contenders: []string{"naive"}},
-			`lab: Contenders: must be among stagger, stagger-no-server, grpc-go, grpc-middleware, mixed, grpc-middleware-top, no-retry, got "naive"`},
+			`lab: Contenders: must be among stagger, stagger-nobudget, stagger-no-server, grpc-go, grpc-middleware, mixed, grpc-middleware-top, no-retry, got "naive"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Defaults().Validate()

@@ -275,11 +275,6 @@ func runContender(ctx context.Context, cfg *Config, c Contender, label string) (
 		// The worker server's workers are set by runClients, once it
 		// knows when the trigger is.
 		opts := []testserver.Option{testserver.WithArrivalBucket(Bin)}
-		if cfg.Scenario == ScenarioFlakyQuietRandom {
-			// The same seed for every contender: their servers draw the
-			// same sequence of failures.
-			opts = append(opts, testserver.WithFailureRate(cfg.FailureRate, 1))
-		}
 		if tcp {
 			opts = append(opts, testserver.WithTCP())
 		}
@@ -408,8 +403,9 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 		// Clients are spread evenly over one interval so that the offered
 		// load is smooth, not a burst every interval.
 		first := t0.Add(firstCall(cfg, i))
-		// Each client draws its slow attempts from its own source, seeded by
-		// its index, so contenders meet the same slow attempts. ChaCha8, not
+		// Each client draws its slow attempts (or its calls' failures in
+		// ScenarioFlakyQuietRandom) from its own source, seeded by its
+		// index, so contenders meet the same slow attempts. ChaCha8, not
 		// PCG: PCG states that differ only in their low bits (seeds 1, i)
 		// gave far more triple-slow calls than the 1 in 8000 they should.
 		rng := rand.New(rand.NewChaCha8(slowSeed(i)))
@@ -434,6 +430,9 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 					// The key makes the server count the call's attempts.
 					seq++
 					sc.Key, sc.FailAttempts = fmt.Sprintf("c%d-%d", i, seq), FlakyFailAttempts
+				case cfg.Scenario == ScenarioFlakyQuietRandom:
+					seq++
+					sc.Key, sc.FailAttempts = fmt.Sprintf("c%d-%d", i, seq), leadingFailures(rng, cfg.FailureRate)
 				}
 				callCtx := runCtx
 				if cfg.Scenario == ScenarioMixedCriticality {
@@ -647,6 +646,26 @@ func slowSeed(i int) (seed [32]byte) {
 	copy(seed[8:], "stagger lab slow replica")
 	return seed
 }
+
+// leadingFailures draws how many attempts of a call fail before one is
+// served, when each fails with probability p on its own: at least k with
+// probability p^k (at most maxLeadingFailures). A client retries only
+// after a failure, so that is all it can see of independent draws; drawn
+// per call from the client's own source, every contender meets the same
+// failures in the same calls, and their success differs only by what
+// their retry layers do (a shared draw per attempt gave each contender a
+// different sample: ±2 points of pure chance over 200 calls).
+func leadingFailures(rng *rand.Rand, p float64) int32 {
+	n := int32(0)
+	for n < maxLeadingFailures && rng.Float64() < p {
+		n++
+	}
+	return n
+}
+
+// maxLeadingFailures bounds leadingFailures: beyond every retry policy the
+// lab runs.
+const maxLeadingFailures = 16
 
 // slowScript gives every attempt a call could make (3, the most hedging
 // sends) SlowBase, or SlowFactor times that with probability SlowOdds. The

@@ -56,7 +56,7 @@ func TestLabErrors(t *testing.T) {
 		// The chain's own outage, [1s, 3s), and duration, 4s.
 		{"chain's own outage", []string{"-scenario", "chain", "-duration", "2s"}, 2, "got [1s, 3s) of 2s"},
 		{"chain's own duration", []string{"-scenario", "chain", "-outage-end", "5s"}, 2, "got [1s, 5s) of 4s"},
-		{"unavailable's contender in the chain", []string{"-scenario", "chain", "-contenders", "naive"}, 2, `Contenders: must be among stagger, stagger-no-server`},
+		{"unavailable's contender in the chain", []string{"-scenario", "chain", "-contenders", "naive"}, 2, `Contenders: must be among stagger, stagger-nobudget, stagger-no-server`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runLabArgs(t, tc.args...)
