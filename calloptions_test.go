@@ -415,7 +415,9 @@ func TestWithCodesEmptyKeepsPredicateAndTimer(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			file := strings.Replace(retryFile, `"jitter": "NONE"`, `"jitter": "NONE", "perAttemptRecvTimeout": "0.1s"`, 1)
 			b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, file))})
-			err := b.get(context.Background(), &testingv1.Script{Key: "k", AttemptDelays: durations(time.Second)}, interceptor.WithCodes())
+			// Longer than the timeout and the retry's pause (1s), through
+			// which the attempt runs on.
+			err := b.get(context.Background(), &testingv1.Script{Key: "k", AttemptDelays: durations(3 * time.Second)}, interceptor.WithCodes())
 			if err != nil {
 				t.Fatalf("err = %v, want success on attempt 2", err)
 			}

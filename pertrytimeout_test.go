@@ -4,6 +4,9 @@ package stagger_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -293,4 +296,88 @@ func TestBudgetHearsSlowAndFinal(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestPerAttemptTimerSlowForAll: a busy process (a call every 200ms) and
+// a server slow for every attempt (2.5s each, against perAttemptFile's 1s
+// timer and 0.1s pause), on virtual time. A retry would only join the
+// queue the attempt waits in, so while the attempts sent after a timed-out
+// one are unanswered too the timer waits another period instead of
+// cutting it off, and one retry at a time goes as a scout, with doubling
+// gaps (1s, 2s, 4s), in case the attempts were lost rather than queued.
+// 20 calls at 0s to 3.8s: each attempt is asked about at 1.1s (it waits)
+// and 2.2s after it left (a scout may go), and answers at 2.5s. Scouts:
+// call 0 at 2.2s, call 5 at 3.2s, call 15 at 5.2s (the next may not go
+// before 9.2s). Call 19's attempt, at 4.9s, and call 15's retry, at 6.3s,
+// see nothing sent after them: nothing is known, and they are cut off and
+// retried as before. 5 attempts cut off in all, every call answered OK;
+// without the rule the timer cut off every call's first two attempts.
+//
+// Beside it, the same process with every other call's first attempt lost
+// (a minute) and the rest answering at once: the attempts sent after a
+// lost one are answered in time, so every lost one is cut off and retried
+// at its first timeout, 1.1s after it left.
+func TestPerAttemptTimerSlowForAll(t *testing.T) {
+	run := func(t *testing.T, script func(i int) *testingv1.Script) (b *bench, took []time.Duration) {
+		b = newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, perAttemptFile)), interceptor.WithBudget(nil)})
+		took = make([]time.Duration, 20)
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Duration(i) * 200 * time.Millisecond)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				start := time.Now()
+				if err := b.get(ctx, script(i)); err != nil {
+					t.Errorf("call %d: %v, want OK", i, err)
+				}
+				took[i] = time.Since(start)
+			}()
+		}
+		wg.Wait()
+		synctest.Wait()
+		return b, took
+	}
+	t.Run("slow for all", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b, _ := run(t, func(i int) *testingv1.Script {
+				return &testingv1.Script{Key: fmt.Sprint("slow-", i), Delay: durationpb.New(2500 * time.Millisecond)}
+			})
+			cut := map[int]int{}
+			total := 0
+			for i := range 20 {
+				for _, r := range b.attempts(t, fmt.Sprint("slow-", i)) {
+					if r.Cancelled {
+						cut[i]++
+						total++
+					}
+				}
+			}
+			if want := map[int]int{0: 1, 5: 1, 15: 2, 19: 1}; !maps.Equal(cut, want) {
+				t.Errorf("attempts cut off per call %v (%d in all), want %v (5)", cut, total, want)
+			}
+		})
+	})
+	t.Run("lost among answered", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b, took := run(t, func(i int) *testingv1.Script {
+				sc := &testingv1.Script{Key: fmt.Sprint("lost-", i)}
+				if i%2 == 1 {
+					sc.AttemptDelays = delays(time.Minute, 0)
+				}
+				return sc
+			})
+			for i := range 20 {
+				want, wantTook := 1, time.Duration(0)
+				if i%2 == 1 {
+					want, wantTook = 2, 1100*time.Millisecond
+				}
+				if recs := b.attempts(t, fmt.Sprint("lost-", i)); len(recs) != want || took[i] != wantTook {
+					t.Errorf("call %d: %d attempts in %v, want %d in %v", i, len(recs), took[i], want, wantTook)
+				}
+			}
+		})
+	})
 }

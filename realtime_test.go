@@ -1185,3 +1185,51 @@ func TestRealTimeHedgeOnPerTryTimeout(t *testing.T) {
 		}
 	})
 }
+
+// A busy process (a call every 20ms) and a server slow for every attempt
+// (250ms each, against rtFile's 100ms timer): while the attempts sent
+// after a timed-out one are unanswered too, the timer waits another
+// period instead of cutting it off, and a retry goes only as the method's
+// scout (one at a time, after gaps of 100ms, 200ms, 400ms...) or when
+// nothing was sent after it (the last calls). So every call is answered,
+// by an attempt that ran on in nearly every case, and at most a fifth of
+// the calls lose an attempt to the timer; without the rule every call's
+// first two attempts were cut off. The order of the real events (answers,
+// timers, sends) moves under load; the bound holds whatever it is.
+func TestRealTimeTimerSlowForAll(t *testing.T) {
+	srv, client := rtBench(t, rtFile)
+	var wg sync.WaitGroup
+	for i := range rtCalls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			key := fmt.Sprint("slow-for-all-", i)
+			sc := &testingv1.Script{Key: key, Delay: durationpb.New(250 * time.Millisecond)}
+			if _, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}); err != nil {
+				t.Errorf("call %d: %v (reason %q, %d attempts), want OK", i, err, reasonOf(err), interceptor.Attempts(err))
+			}
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	cut := 0
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range rtCalls {
+		recs, err := rtAwaitDone(wctx, srv, fmt.Sprint("slow-for-all-", i), 1)
+		if err != nil {
+			t.Fatalf("call %d: the server's records %+v: %v", i, recs, err)
+		}
+		for _, r := range recs {
+			if r.Cancelled {
+				cut++
+			}
+		}
+	}
+	t.Logf("%d attempts cut off for %d calls", cut, rtCalls)
+	if cut > rtCalls/5 {
+		t.Errorf("%d attempts cut off for %d calls, want at most %d", cut, rtCalls, rtCalls/5)
+	}
+}

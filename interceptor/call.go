@@ -83,6 +83,8 @@ type methodInfo struct {
 	// br caches the breaker of the first target the method was called on
 	// (plan.breakers'), so that a call need not look it up.
 	br atomic.Pointer[breakerRef]
+	// pace is what the method's timed attempts tell of each other.
+	pace pace
 }
 
 // breakerRef is the breaker of one target.

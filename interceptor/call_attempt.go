@@ -52,9 +52,11 @@ import (
 // (hedgestream.go).
 //
 // The per-attempt timer is the one decision taken off the call's goroutine:
-// when it fires, call.timeoutRetry (call_retry.go) runs on the timer's
-// goroutine, on a copy of the call taken by nextAttempt, and asks Decide, the
-// breaker and the budget, in afterAttempt's order, whether a retry can go
+// when it fires, call.timeoutVerdict (call_retry.go) runs on the timer's
+// goroutine, on a copy of the call taken by nextAttempt, and asks Decide
+// whether the policy would retry; if so, after the retry's pause (the
+// attempt runs on through it: attemptTimer), call.timeoutAdmit asks the
+// breaker and the budget, in afterAttempt's order, whether the retry can go
 // now. Only then does the timer cut the attempt off; stopTimer hands the
 // verdict it admitted to afterAttempt, which follows it without asking the
 // budget again (Allow spends). Otherwise the attempt runs on and ends as any
@@ -116,8 +118,14 @@ type call struct {
 	// afterTimeout: the running attempt follows one cut off by perAttempt.
 	afterTimeout bool
 	// timerVerdict is the retry the per-attempt timer admitted when it cut
-	// the attempt off (stopTimer); afterAttempt follows it.
+	// the attempt off (stopTimer); afterAttempt follows it. timerGrace is
+	// the part of its pause that the attempt ran on for before the cut:
+	// afterAttempt pauses only what is left.
 	timerVerdict policy.Verdict
+	timerGrace   time.Duration
+	// pace is the method's (methodInfo.pace): the timer asks it whether
+	// the server is slow for every attempt.
+	pace *pace
 	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies (unary
 	// calls, timeoutHedge); timerEvents is then where a timer that admitted
 	// a retry sends it, instead of cutting its attempt off.
@@ -204,6 +212,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	}
 	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
 	c.hedgeOnTimeout = pl.hedgeOnTimeout
+	c.pace = &mi.pace
 	c.retry = 1
 
 	callCtx, cancel = base, noCancel
@@ -286,20 +295,28 @@ func (c *call) stopTimer(at *attemptTimer) (cutOff bool) {
 	if at.stop() {
 		return false
 	}
-	c.timerVerdict = at.verdict
+	c.timerVerdict, c.timerGrace = at.verdict, at.grace
 	return true
 }
 
 // attemptTimer is stagger's own per-attempt timer (perAttemptRecvTimeout,
 // with grpc C-core's meaning): it fires unless it was stopped first (at the
 // first response header or message, or when the attempt ended on its own).
-// When it fires it decides, once, whether a retry can go now
-// (call.timeoutRetry, on a copy of the call as the attempt started): when
-// one can, the retry is admitted and the attempt is cut off (its context
-// cancelled); when none can, the attempt runs on, as if it had no timer,
-// and it ends on its own. Firing (with its decision) and stopping exclude
-// each other: one atomic state, and a mutex that stop waits on while the
-// decision runs. So whether the timer cut an attempt off is a fact the timer
+// When it fires it asks whether the policy would retry an attempt cut off
+// now (call.timeoutVerdict, on a copy of the call as the attempt started).
+// When it would not, the attempt runs on, as if it had no timer, and ends
+// on its own. When it would, the attempt still runs on through the retry's
+// pause (its grace: the retry could not go sooner anyway), and only at the
+// pause's end does the timer decide, once, whether the retry goes now
+// (call.timeoutAdmit: the breaker and the budget). When it goes, the
+// attempt is cut off (its context cancelled) and the retry follows at
+// once; when it does not, the attempt runs on. An attempt that answers in
+// its grace is the call's answer, and nothing was spent on a retry: a slow
+// server gets no retry of the work it is about to finish, and the budget
+// and the Gate get a pause's more evidence (other calls' slow answers,
+// rule 5) before they are asked. Firing (with its decision) and stopping
+// exclude each other: one atomic state, and a mutex that stop waits on
+// while a decision runs. So whether the timer cut an attempt off is a fact the timer
 // records, never read after the fact from ctx.Err() or a status code, which
 // races with the wire: a server's reply can arrive before a context reports
 // done, and the other way round.
@@ -310,20 +327,28 @@ func (c *call) stopTimer(at *attemptTimer) (cutOff bool) {
 type attemptTimer struct {
 	state atomic.Int32
 	// mu is held by fire while it decides; stop waits on it.
-	mu     sync.Mutex
-	t      *time.Timer
-	ctx    context.Context
-	cancel context.CancelFunc
+	mu sync.Mutex
+	// t fires the timer; graceT ends its grace (state timerGrace).
+	t, graceT *time.Timer
+	ctx       context.Context
+	cancel    context.CancelFunc
 	// callCtx is the call's context and c a copy of the call as the
 	// attempt started: what the decision reads, so that the call's
 	// goroutine and the timer's share nothing they write.
 	callCtx context.Context
 	c       call
-	// verdict is the retry admitted when the timer cut the attempt off
-	// (state timerFired); written before the state, read after it.
+	// verdict is the retry the policy would make when the timer fired
+	// (state timerGrace), and the one admitted when it cut the attempt off
+	// (state timerFired); grace is how long after firing it cut it off.
+	// Both are written before the state, read after it.
 	verdict policy.Verdict
-	// start is when the timer was armed (stopTimer measures from it).
-	start time.Time
+	grace   time.Duration
+	// waited: the timer waited a period more, the server being slow for
+	// every attempt (decide); only then may its retry go as a scout.
+	waited bool
+	// start is when the timer was armed (stopTimer measures from it), and
+	// fired when it fired.
+	start, fired time.Time
 }
 
 // errAttemptTimeout replaces the CANCELED an attempt ends with when
@@ -337,7 +362,10 @@ const (
 	timerArmed int32 = iota
 	// timerDeciding: fire is deciding, under mu.
 	timerDeciding
-	// timerFired: it fired and cut the attempt off (a retry was admitted).
+	// timerGrace: it fired, the policy would retry, and the attempt runs
+	// on through the retry's pause (until graceT fires).
+	timerGrace
+	// timerFired: it cut the attempt off (a retry was admitted).
 	timerFired
 	// timerRanOn: it fired, no retry could go, and the attempt runs on.
 	timerRanOn
@@ -348,8 +376,14 @@ const (
 // whose context derives from ctx; callCtx is the call's context.
 func startAttemptTimer(callCtx, ctx context.Context, c *call) *attemptTimer {
 	at := &attemptTimer{callCtx: callCtx, c: *c, start: time.Now()}
+	if c.pace != nil {
+		c.pace.send(at.start)
+	}
 	at.ctx, at.cancel = context.WithCancel(ctx)
+	// Under mu: fire, which waits for it, may re-arm at.t (decide).
+	at.mu.Lock()
 	at.t = time.AfterFunc(c.perAttempt, at.fire)
+	at.mu.Unlock()
 	return at
 }
 
@@ -364,24 +398,73 @@ func (at *attemptTimer) fire() {
 	if at.ctx.Err() == nil {
 		// Not for an attempt already ended from above (a hedge that lost):
 		// no retry follows it.
-		v, ok = at.c.timeoutRetry(at.callCtx)
+		v, ok = at.c.timeoutVerdict(at.callCtx)
 	}
 	next := timerRanOn
 	switch {
 	case ok && at.c.timerEvents != nil:
+		if next = at.decide(v); next != timerFired {
+			break
+		}
 		// hedgeOnPerTryTimeout: the attempt runs on beside the retry. Sent
 		// before the state leaves timerDeciding, so that the attempt's
 		// stop, which waits for the decision, comes after it: the loop
 		// hears of the retry before it hears the attempt ended.
 		at.c.timerEvents <- hedgeResult{n: at.c.attempt, fired: true, verdict: v}
+		next = timerRanOn
+	case ok && v.Pause > 0:
+		// The grace: the attempt runs on through the retry's pause.
+		at.verdict, at.fired, next = v, time.Now(), timerGrace
+		at.graceT = time.AfterFunc(v.Pause, at.cut)
 	case ok:
-		at.verdict, next = v, timerFired
+		next = at.decide(v)
 	}
 	at.state.Store(next)
 	at.mu.Unlock()
 	if next == timerFired {
 		at.cancel()
 	}
+}
+
+// cut ends the grace: the retry goes now, and the attempt is cut off, when
+// the breaker and the budget admit it; else the attempt runs on.
+func (at *attemptTimer) cut() {
+	at.mu.Lock()
+	if !at.state.CompareAndSwap(timerGrace, timerDeciding) {
+		at.mu.Unlock()
+		return
+	}
+	next := timerRanOn
+	if at.ctx.Err() == nil {
+		at.grace = time.Since(at.fired)
+		next = at.decide(at.verdict)
+	}
+	at.state.Store(next)
+	at.mu.Unlock()
+	if next == timerFired {
+		at.cancel()
+	}
+}
+
+// decide says, under mu, whether the retry v goes now, and returns the
+// timer's next state. While the server is slow for every attempt
+// (pace.slowForAll) the retry would only join the queue the attempt waits
+// in: the timer waits another period (timerArmed, re-armed), and asks again
+// then, when the evidence may have changed. Otherwise the retry goes when
+// the breaker and the budget admit it (call.timeoutAdmit: timerFired, with
+// v as the verdict), and when they do not the attempt runs on
+// (timerRanOn).
+func (at *attemptTimer) decide(v policy.Verdict) int32 {
+	if p := at.c.pace; p != nil && p.slowForAll(at.start, time.Now(), at.c.perAttempt/slowAnswer) && (!at.waited || !p.scout(time.Now(), at.c.perAttempt)) {
+		at.waited = true
+		at.t.Reset(at.c.perAttempt)
+		return timerArmed
+	}
+	if !at.c.timeoutAdmit() {
+		return timerRanOn
+	}
+	at.verdict = v
+	return timerFired
 }
 
 // stop stops the timer unless it fired first. It reports whether the
@@ -394,18 +477,31 @@ func (at *attemptTimer) stop() bool {
 	if at == nil {
 		return true
 	}
-	if at.state.CompareAndSwap(timerArmed, timerStopped) {
-		at.t.Stop()
-		return true
+	for {
+		switch st := at.state.Load(); st {
+		case timerArmed, timerGrace:
+			if at.state.CompareAndSwap(st, timerStopped) {
+				// Armed, or in its grace (graceT is then set, before
+				// the state).
+				at.t.Stop()
+				if st == timerGrace {
+					at.graceT.Stop()
+				} else if at.c.pace != nil && !at.waited && at.ctx.Err() == nil {
+					// Answered in time: before the timer fired (not in
+					// a period it waited more), and not ended from
+					// above (the caller, or a hedge that won).
+					at.c.pace.answer(at.start)
+				}
+				return true
+			}
+		case timerDeciding:
+			// Wait for the decision.
+			at.mu.Lock()
+			at.mu.Unlock() //nolint:staticcheck // SA2001: a wait, not a critical section
+		default:
+			return st != timerFired
+		}
 	}
-	st := at.state.Load()
-	if st == timerDeciding {
-		// Wait for the decision.
-		at.mu.Lock()
-		st = at.state.Load()
-		at.mu.Unlock()
-	}
-	return st != timerFired
 }
 
 // slowAnswer: an attempt that answers after a slowAnswer-th of its
@@ -415,7 +511,10 @@ func (at *attemptTimer) stop() bool {
 // In the lab's slowdown-90 (BENCHMARKS.md, issue 29) the server's work
 // wasted on attempts cut off fell from 5.5 % (no such sign) to 3.4 % at a
 // half and 2.3 % at a quarter, as more processes saw a slow success before
-// their own first timer fired (slowdown: 98.8 %, 99.9 %, 100 %).
+// their own first timer fired (slowdown: 98.8 %, 99.9 %, 100 %); pace
+// covers the processes whose first timer fires before they saw one (0.1 %
+// wasted). It is also how young an attempt sent after a timed-out one may
+// be and still say nothing of the server (pace.slowForAll's minAge).
 const slowAnswer = 4
 
 // callerDeadlineSlack is how close to the caller's deadline an attempt may

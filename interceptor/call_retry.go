@@ -56,12 +56,15 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	// included: no pause that outlasts it), then the circuit breaker, then
 	// the budget, then the wait (a budget that defers; it asks the breaker
 	// again before it lets the retry go). An attempt the per-attempt timer
-	// cut off went through the same order when the timer fired
-	// (timeoutRetry), which admitted the retry: it goes.
+	// cut off went through the same order when the timer fired and its
+	// grace ended (timeoutVerdict, timeoutAdmit), which admitted the
+	// retry: it goes, after what is left of its pause.
 	var v policy.Verdict
 	admitted := timedOut && c.timerVerdict.Retry
+	grace := time.Duration(0)
 	if admitted {
 		v, c.timerVerdict = c.timerVerdict, policy.Verdict{}
+		grace, c.timerGrace = c.timerGrace, 0
 	} else {
 		a := c.attemptFacts(callCtx, err, trailer, committed, timedOut)
 		v = c.pol.Decide(&a)
@@ -127,7 +130,9 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		c.retry, c.prev = c.retry+1, v.Pause
 	}
 	c.afterTimeout = timedOut
-	return true, v.Pause
+	// A retry the timer admitted after its grace waits what is left of
+	// its pause.
+	return true, max(v.Pause-grace, 0)
 }
 
 // attemptFacts describes the attempt that just ended, for Decide.
@@ -160,22 +165,23 @@ func (c *call) retryRequest(timedOut bool) budget.Request {
 	return req
 }
 
-// timeoutRetry decides, as the per-attempt timer of c's current attempt
-// fires, whether a retry can go now, and admits it when it can: the verdict
-// is the one afterAttempt then follows (its pause included). A retry can go
-// now when Decide retries an attempt cut off at this moment (attempts left,
-// a pause that ends before the caller's deadline, the caller still there),
-// the call is not served for a caller that retries already, the circuit
-// breaker is closed, and the budget admits it at once (Allow; a budget that
-// would defer it has not admitted it). Otherwise ok is false, nothing was
-// spent (Allow admits only a retry that then goes), and the attempt runs on:
-// its own answer is judged as if it had had no timer. It runs on the
-// timer's goroutine, on a copy of the call; it emits no event (afterAttempt
-// does, on the call's goroutine).
+// timeoutVerdict decides, as the per-attempt timer of c's current attempt
+// fires, whether the policy would retry it: the verdict is the one
+// afterAttempt then follows (its pause included), once timeoutAdmit admits
+// the retry. The policy would retry when Decide retries an attempt cut off
+// at this moment (attempts left, a pause that ends before the caller's
+// deadline, the caller still there) and the call is not served for a
+// caller that retries already. timeoutAdmit then admits the retry when the
+// circuit breaker is closed and the budget admits it at once (Allow; a
+// budget that would defer it has not admitted it). Otherwise nothing was
+// spent (Allow admits only a retry that then goes), and the attempt runs
+// on: its own answer is judged as if it had had no timer. Both run on the
+// timer's goroutine, on a copy of the call; they emit no event
+// (afterAttempt does, on the call's goroutine).
 //
 // The budget is asked before it hears how the attempt ended: the attempt
 // has not ended yet, and if it runs on it ends on its own later.
-func (c *call) timeoutRetry(callCtx context.Context) (v policy.Verdict, ok bool) {
+func (c *call) timeoutVerdict(callCtx context.Context) (v policy.Verdict, ok bool) {
 	if !c.retrying {
 		return v, false
 	}
@@ -183,13 +189,15 @@ func (c *call) timeoutRetry(callCtx context.Context) (v policy.Verdict, ok bool)
 	if v = c.pol.Decide(&a); !v.Retry {
 		return v, false
 	}
-	if chain.RetriedRequest(c.ctx) || c.br != nil && !c.br.Closed() {
-		return v, false
+	return v, !chain.RetriedRequest(c.ctx)
+}
+
+// timeoutAdmit is timeoutVerdict's second half: see there.
+func (c *call) timeoutAdmit() bool {
+	if c.br != nil && !c.br.Closed() {
+		return false
 	}
-	if c.budget != nil && !c.budget.Allow(c.retryRequest(true)) {
-		return v, false
-	}
-	return v, true
+	return c.budget == nil || c.budget.Allow(c.retryRequest(true))
 }
 
 // pause waits d before the next attempt. It returns nil when the wait ended,

@@ -50,10 +50,14 @@
 // The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
 // known to be idempotent: the Idempotent call option, else the file's
 // "idempotent", else the proto option idempotency_level. It is stagger's own
-// timer, and it cuts an attempt off only when a retry can go at once;
-// otherwise the attempt runs on and its answer is the call's, so the timer
-// never makes a call fail that would have succeeded without it.
-// UnaryClientInterceptor has its rules, and those of hedgeOnPerTryTimeout.
+// timer, and it cuts an attempt off only when a retry can go, at the end of
+// the retry's pause (the attempt runs on through it, and its answer then is
+// the call's), and only when the attempts sent after it are not all
+// unanswered too (a server slow for every attempt: the timer waits another
+// period instead); otherwise the attempt runs on and its answer is the
+// call's, so the timer never makes a call fail that would have succeeded
+// without it. UnaryClientInterceptor has its rules, and those of
+// hedgeOnPerTryTimeout.
 //
 // Ambiguous failures (a deliberate difference from gRFC A6). A call not
 // known to be safe to repeat (the method is not known to be idempotent, by

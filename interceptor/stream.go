@@ -54,8 +54,10 @@ import (
 // The per-attempt timeout (perAttemptRecvTimeout, idempotent methods only)
 // has grpc C-core's meaning for streams: it stops at the first response
 // header or message. When it fires it cuts the attempt off and retries it if
-// a retry can go now, as for unary calls (see UnaryClientInterceptor);
-// otherwise the attempt runs on and the stream is its.
+// a retry can go, by the same rules as for unary calls (the grace of the
+// retry's pause, a server slow for every attempt: see
+// UnaryClientInterceptor); otherwise the attempt runs on and the stream is
+// its.
 //
 // Header and Trailer answer for the current attempt: the committed one, or
 // the last one. Context commits the stream, as grpc-go's does: an

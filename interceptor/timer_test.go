@@ -45,11 +45,33 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	}
 	at.cancel()
 
-	// Fired first, a retry can go: the attempt's context is cancelled, stop
-	// says so, and the call takes the retry the timer admitted.
+	// Fired, the policy would retry: the attempt runs on through the
+	// retry's pause (its grace); stopped then, it was not cut off, and
+	// nothing was spent on the retry.
+	ask := &askBudget{allow: true}
 	c := timerCall(1, time.Hour)
+	c.budget = ask
 	at = startAttemptTimer(bg, bg, c)
 	at.fire()
+	if got := at.state.Load(); got != timerGrace || at.ctx.Err() != nil {
+		t.Fatalf("after fire: state %d, ctx.Err() = %v; want timerGrace (%d) and running on", got, at.ctx.Err(), timerGrace)
+	}
+	if !at.stop() || at.ctx.Err() != nil || ask.asked != 0 {
+		t.Fatalf("stopped in the grace: stop() = false, ctx.Err() = %v, or the budget asked %d times; want true, nil, 0", at.ctx.Err(), ask.asked)
+	}
+	at.cut() // a late end of the grace changes nothing
+	if !at.stop() || at.ctx.Err() != nil || ask.asked != 0 {
+		t.Fatalf("after stop then cut: ctx.Err() = %v, budget asked %d times; want nil, 0", at.ctx.Err(), ask.asked)
+	}
+	at.cancel()
+
+	// Fired, and the grace ended, a retry can go: the attempt's context is
+	// cancelled, stop says so, and the call takes the retry the timer
+	// admitted.
+	c = timerCall(1, time.Hour)
+	at = startAttemptTimer(bg, bg, c)
+	at.fire()
+	at.cut()
 	if at.stop() || at.ctx.Err() == nil {
 		t.Fatalf("after fire: stop() = true or ctx.Err() = nil (%v); want false and cancelled", at.ctx.Err())
 	}
@@ -154,9 +176,10 @@ func TestTimeoutRetry(t *testing.T) {
 				}
 				c.br = br
 			}
-			v, ok := c.timeoutRetry(ctx)
+			v, ok := c.timeoutVerdict(ctx)
+			ok = ok && c.timeoutAdmit()
 			if ok != tt.want || ok && !v.Retry {
-				t.Errorf("timeoutRetry = %+v, %v; want %v", v, ok, tt.want)
+				t.Errorf("timeoutVerdict, timeoutAdmit = %+v, %v; want %v", v, ok, tt.want)
 			}
 			if ask.asked != tt.asked {
 				t.Errorf("the budget was asked %d times, want %d", ask.asked, tt.asked)
@@ -177,14 +200,20 @@ func TestAfterAttemptFollowsTimer(t *testing.T) {
 	c.budget = ask
 	at := startAttemptTimer(bg, bg, c)
 	at.fire()
+	time.Sleep(4 * time.Millisecond)
+	at.cut() // the grace ends (its timer, stopped or not, finds it ended)
 	err, timedOut := attemptOutcome(bg, status.Error(codes.Canceled, "cancelled"), c.stopTimer(at))
 	at.cancel()
 	if !timedOut {
 		t.Fatal("not timed out")
 	}
+	if c.timerGrace < 4*time.Millisecond {
+		t.Fatalf("grace %v, want at least the 4ms it lasted", c.timerGrace)
+	}
+	grace := c.timerGrace
 	retry, pause := c.afterAttempt(bg, err, nil, false, timedOut)
-	if !retry || pause != 10*time.Millisecond {
-		t.Errorf("afterAttempt = %v, %v; want a retry after 10ms", retry, pause)
+	if want := max(10*time.Millisecond-grace, 0); !retry || pause != want {
+		t.Errorf("afterAttempt = %v, %v; want a retry after %v (10ms, less the grace %v)", retry, pause, want, grace)
 	}
 	if ask.asked != 1 || ask.records != 1 {
 		t.Errorf("budget asked %d times, told %d outcomes; want 1 and 1", ask.asked, ask.records)

@@ -20,16 +20,29 @@ import (
 // runs without it, and the logger and hooks say so once per method. It is
 // stagger's own timer, not a context deadline: the server sees only the
 // caller's deadline, so it can never answer DEADLINE_EXCEEDED for stagger's
-// timer. When the timer fires it decides, then and once, whether a retry can
-// go now: attempts are left, the retry's pause (backoff; a timed-out attempt
-// has no pushback) ends before the caller's deadline, the circuit breaker is
-// closed, and the budget admits the retry at once (a budget that would make
-// it wait, as budget.Gate does, has not admitted it). When one can, the
-// timer cancels the attempt and the retry goes after its pause (whatever
-// the listed codes; the budget paid for it as the timer fired). When none
-// can, the attempt is not cancelled: it runs on as if it had no timer, and
-// its answer is the call's, judged by the usual rules (a success ends the
-// call; a failure may still be retried as any failure is). So the timer
+// timer. When the timer fires it asks whether the policy would retry:
+// attempts are left and the retry's pause (backoff; a timed-out attempt has
+// no pushback) ends before the caller's deadline. If so, the attempt runs on
+// through that pause (its grace), and an answer in it is the call's; at the
+// pause's end the timer decides, once, whether the retry goes now: the
+// circuit breaker is closed and the budget admits the retry at once (a
+// budget that would make it wait, as budget.Gate does, has not admitted
+// it). When it goes, the timer cancels the attempt and the retry leaves at
+// once (whatever the listed codes; the budget paid for it then). When it
+// cannot, the attempt is not cancelled: it runs on as if it had no timer,
+// and its answer is the call's, judged by the usual rules (a success ends
+// the call; a failure may still be retried as any failure is). One more
+// rule tells a lost attempt from a slow server, per method: when an attempt
+// was sent after this one long enough ago (a quarter of the timeout) and no
+// attempt sent after this one was answered before its timer, the server is
+// slow for every attempt and a retry would only join its queue, so the
+// timer waits another period and asks again; after one such period the
+// retry may go as the method's scout (one at a time, the gaps between
+// scouts doubling from one timeout until an attempt sent after the latest
+// scout is answered in time), in case the attempts were lost, not queued.
+// A quiet process, which sent nothing after the attempt, retries as
+// before. (The lab's slowdown-90: 94.9 % of calls served without these
+// two rules, 96.2 % with them, against 96.1 % with no retries at all.) So the timer
 // never makes a call fail that would have succeeded without it: a slow
 // server that answers within the caller's deadline is waited for when no
 // retry could replace the slow attempt, and the last attempt always runs to

@@ -49,7 +49,7 @@
 //     the server. DEADLINE_EXCEEDED is retried only for an attempt
 //     stagger's own per-attempt timer cut off (Attempt.TimedOut), which the
 //     interceptors arm only for methods known to be idempotent. The timer
-//     cuts an attempt off only when its retry can go at once (see
+//     cuts an attempt off only when its retry can go (see
 //     Policy.PerAttemptRecvTimeout); otherwise the attempt runs on.
 //   - Whatever the codes, the caller's own cancellation or deadline is never
 //     retried, nor a committed attempt, nor a RESOURCE_EXHAUSTED that

@@ -77,10 +77,13 @@ type Policy struct {
 	// PerAttemptRecvTimeout, when > 0, cuts off an attempt that has received
 	// no response header or message after that long, and retries it whatever
 	// the codes say (grpc C-core's perAttemptRecvTimeout), when a retry can
-	// go at that moment: attempts left, a pause that ends before the
-	// caller's deadline, and the budget and circuit breaker admitting it at
-	// once. Otherwise the attempt is not cut off: it runs on, and its answer
-	// is the call's. It applies only to methods known to be idempotent.
+	// go: attempts left, a pause that ends before the caller's deadline
+	// (the attempt runs on through it, and an answer in it is the call's),
+	// and at the pause's end the budget and circuit breaker admitting it at
+	// once, and the server not slow for every attempt (the interceptors'
+	// rule: see interceptor.UnaryClientInterceptor). Otherwise the attempt
+	// is not cut off: it runs on, and its answer is the call's. It applies
+	// only to methods known to be idempotent.
 	PerAttemptRecvTimeout time.Duration
 	// HedgeOnPerTryTimeout (Envoy's hedge_on_per_try_timeout), with
 	// PerAttemptRecvTimeout: when the timer fires and a retry can go, the

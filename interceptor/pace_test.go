@@ -1,0 +1,83 @@
+package interceptor
+
+import (
+	"testing"
+	"time"
+)
+
+func TestPaceSlowForAll(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	const minAge = 25 * time.Millisecond
+	for _, tc := range []struct {
+		name     string
+		sent     []int // ms after t0, besides the attempt itself at 0
+		answered []int // starts of attempts answered in time
+		now      int
+		want     bool
+	}{
+		{"quiet: nothing sent after it", nil, nil, 110, false},
+		{"sent after it, unanswered, old enough", []int{20}, nil, 110, true},
+		{"sent after it, too recently to tell", []int{90}, nil, 110, false},
+		{"sent before it only", []int{-50}, []int{-80}, 110, false},
+		{"one sent after it was answered in time: this one is lost", []int{20, 40}, []int{40}, 110, false},
+		{"answered ones sent before it say nothing", []int{20}, []int{-10}, 110, true},
+		{"more sends than the ring keeps: the latest count", []int{10, 20, 30, 40, 50, 60, 70, 100}, nil, 110, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p pace
+			p.send(ms(0))
+			for _, s := range tc.sent {
+				p.send(ms(s))
+			}
+			for _, a := range tc.answered {
+				p.answer(ms(a))
+			}
+			if got := p.slowForAll(ms(0), ms(tc.now), minAge); got != tc.want {
+				t.Errorf("slowForAll = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPaceScout(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const per = 100 * time.Millisecond
+	var p pace
+	// The first at once; then after gaps of 100ms, 200ms, 400ms...
+	steps := []struct {
+		at   time.Duration
+		want bool
+	}{
+		{0, true}, {50 * time.Millisecond, false}, {100 * time.Millisecond, true},
+		{250 * time.Millisecond, false}, {300 * time.Millisecond, true},
+		{650 * time.Millisecond, false}, {700 * time.Millisecond, true},
+	}
+	for _, s := range steps {
+		if got := p.scout(t0.Add(s.at), per); got != s.want {
+			t.Fatalf("scout at %v = %v, want %v", s.at, got, s.want)
+		}
+	}
+	// An attempt sent after the latest scout answered in time: the gap
+	// starts again at one timeout.
+	p.answer(t0.Add(710 * time.Millisecond))
+	if p.scout(t0.Add(790*time.Millisecond), per) || !p.scout(t0.Add(800*time.Millisecond), per) {
+		t.Fatal("after an answer in time, want the next scout one timeout after the last")
+	}
+	// One sent before it says nothing.
+	p.answer(t0.Add(790 * time.Millisecond))
+	if p.scout(t0.Add(900*time.Millisecond), per) {
+		t.Fatal("an answer to an attempt older than the scout reset the gap")
+	}
+	// The gap is bounded.
+	var q pace
+	at := t0
+	for range 20 {
+		for !q.scout(at, per) {
+			at = at.Add(per)
+		}
+	}
+	if gap := time.Duration(q.scoutGap.Load()); gap != scoutGapMax*per {
+		t.Fatalf("gap after 20 scouts %v, want %v", gap, scoutGapMax*per)
+	}
+}
