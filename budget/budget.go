@@ -86,6 +86,13 @@ type Attempt struct {
 	// Gate counts a call whose final retry failed as one that retrying did
 	// not heal (see Gate).
 	Final bool
+	// Took is how long the attempt took, from when it left to its end,
+	// when its caller measured it (zero otherwise): the interceptors do
+	// for a retry a Deferrer let go (Admission not AdmitNone). A Gate
+	// ends at once a wait that a retry taking as long as the latest such
+	// retry that succeeded could not finish before its call's deadline
+	// (see Gate, rule 6).
+	Took time.Duration
 }
 
 // Request asks for one more attempt.
@@ -100,6 +107,12 @@ type Request struct {
 	// Last: the attempt asked for is its call's last (the policy's
 	// maxAttempts). A Gate does not spend it on a probe (see Gate).
 	Last bool
+	// Took is how long an attempt of the call's method took lately, when
+	// its caller knows (zero: unknown): the interceptors know it from the
+	// method's latest attempt served within five seconds, of those they
+	// time (every attempt under a per-attempt timeout, and retries). A Gate ends at once a wait that an attempt taking that
+	// long could not finish before its call's deadline (see Gate, rule 6).
+	Took time.Duration
 	// Guard, when set, guards the call besides the budget (a circuit
 	// breaker): a Gate lets the waiting retry go only when the guard allows
 	// it too (see Gate, rule 4).

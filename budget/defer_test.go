@@ -475,3 +475,65 @@ func TestGateHold(t *testing.T) {
 		t.Fatal("a wait ended under overload")
 	}
 }
+
+// Rule 6: a wait that an attempt of its method (Request.Took), or the
+// latest deferred retry that succeeded within five seconds
+// (Attempt.Took), could not finish before its call's deadline ends at
+// once, or when it comes to that: it is held in an outage or an overload
+// otherwise, and would wait out its deadline only to fail.
+func TestGateEndsHopelessWaits(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	if !g.outageNow.Load() {
+		t.Fatal("no outage")
+	}
+	const pause = 100 * time.Millisecond
+	deadline := t0.Add(time.Second)
+	// Attempts of its method take 400ms: its wait ends at 600ms.
+	// Both are their calls' last attempts, which do not probe (rule 1).
+	slow, err := g.Enter(Request{Number: 2, Last: true, Took: 400 * time.Millisecond}, pause, deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Leave()
+	// Nothing known: held to its last chance.
+	unknown, err := g.Enter(Request{Number: 2, Last: true}, pause, deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unknown.Leave()
+	clk.advance(pause)
+	if next := poll(t, slow, AdmitNone); next.After(t0.Add(600*time.Millisecond + time.Millisecond)) {
+		t.Fatalf("next poll at %v, want by 600ms, when the wait becomes hopeless", next.Sub(t0))
+	}
+	clk.advance(501 * time.Millisecond)
+	poll(t, slow, AdmitNone)
+	if !errors.Is(slow.Err(), ErrWaitEnded) {
+		t.Fatalf("at 601ms, 399ms from the deadline: Err %v, want ErrWaitEnded", slow.Err())
+	}
+	poll(t, unknown, AdmitNone)
+	if unknown.Err() != nil {
+		t.Fatalf("a wait whose method's latency is unknown ended: %v", unknown.Err())
+	}
+	// A deferred retry that succeeded after 500ms: the other wait, 400ms
+	// from its deadline, cannot end well either.
+	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe, Took: 500 * time.Millisecond})
+	poll(t, unknown, AdmitNone)
+	if !errors.Is(unknown.Err(), ErrWaitEnded) {
+		t.Fatalf("400ms left, a deferred retry took 500ms: Err %v, want ErrWaitEnded", unknown.Err())
+	}
+	// Five seconds later that evidence is stale.
+	clk.advance(overloadHold)
+	late, err := g.Enter(Request{Number: 2, Last: true}, pause, clk.Now().Add(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Leave()
+	poll(t, late, AdmitNone)
+	if late.Err() != nil {
+		t.Fatalf("stale evidence ended a wait: %v", late.Err())
+	}
+}

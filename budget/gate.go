@@ -116,7 +116,13 @@ import (
 //     its wait ends (Waiter.Err is ErrWaitEnded; so is Wait's error) and the call
 //     ends with its last status: a wait is worth it only for a server that
 //     was serving and now is down or overloaded, and a call that was not
-//     held waits no longer than its pause and a tenth.
+//     held waits no longer than its pause and a tenth. Whatever the phase, a
+//     wait ends (ErrWaitEnded) as soon as a retry could not finish before
+//     its call's deadline, taking as long as an attempt of its method
+//     takes (Request.Took) or as the latest deferred retry that succeeded
+//     within five seconds (Attempt.Took): it would wait out its deadline
+//     only to fail (the lab's slowdown-90: failed calls' p50 999 ms, the
+//     whole deadline, before; 441 ms since).
 //  7. Settling. No retry is admitted sooner than its pause. A probe or last
 //     chance that never reports (its attempt lost) frees its slot a second
 //     after its call's deadline, or ProbeGapMax after it went for a call

@@ -85,6 +85,10 @@ type gateState struct {
 	// success and healthyGap without failures (rule 5).
 	lastFail time.Time
 	healthy  bool
+	// okTook is how long the latest deferred retry that succeeded took
+	// (Attempt.Took), at okAt (rule 6).
+	okTook time.Duration
+	okAt   time.Time
 }
 
 func newGateState(now time.Time, rand func() float64) gateState {
@@ -206,6 +210,9 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 	}
 	switch a.Outcome {
 	case Success:
+		if a.Took > 0 && a.Admission != AdmitNone {
+			s.okTook, s.okAt = a.Took, now
+		}
 		s.lastReached = now
 		s.streak = 0
 		if s.phase == phaseOutage {
@@ -304,6 +311,8 @@ type waiterView struct {
 	// held: it did.
 	holdAt time.Time
 	held   bool
+	// took is Request.Took: how long an attempt of its method takes.
+	took time.Duration
 	// spread, uniform in [0, 1) once drawn, places the wait's return
 	// after an outage within the time its deadline leaves (backAfter).
 	spread float64
@@ -324,6 +333,30 @@ func (s *gateState) backAfter(w *waiterView) time.Time {
 		at = at.Add(time.Duration(w.spread * float64(room)))
 	}
 	return at
+}
+
+// hopeless reports whether w's wait cannot end well (rule 6): a retry
+// taking as long as an attempt of its method takes (Request.Took), or as
+// the latest deferred retry that succeeded within overloadHold, would not
+// finish before its call's deadline. When not, at is when it will be, if
+// the evidence stands (zero: never).
+func (s *gateState) hopeless(now time.Time, w *waiterView) (hopeless bool, at time.Time) {
+	if w.deadline.IsZero() {
+		return false, time.Time{}
+	}
+	took := w.took
+	fresh := now.Before(s.okAt.Add(overloadHold))
+	if fresh {
+		took = max(took, s.okTook)
+	}
+	if took <= 0 {
+		return false, time.Time{}
+	}
+	at = w.deadline.Add(-took).Add(1)
+	if !now.Before(at) {
+		return true, time.Time{}
+	}
+	return false, at
 }
 
 // admitEnd is candidate's answer for a wait that ends without admission

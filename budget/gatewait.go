@@ -89,7 +89,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.deferred++
 	pause = max(pause, 0)
 	g.st.enter(now, pause)
-	w := &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, holdAt: now.Add(pause + time.Duration(holdSlack*float64(pause)))},
+	w := &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), holdAt: now.Add(pause + time.Duration(holdSlack*float64(pause)))},
 		earliest: now.Add(pause), level: level}
 	g.queue[level].push(w)
 	return w, nil
@@ -249,7 +249,14 @@ func joinTells(tells []func()) func() {
 // except that while w's guard is open it alone says when the retry goes
 // (its half-open probe, rule 4), and the gate holds the wait.
 func (w *Waiter) candidateLocked(now time.Time) (Admission, time.Time) {
+	end, endAt := w.g.st.hopeless(now, &w.view)
+	if end {
+		return admitEnd, time.Time{}
+	}
 	how, next := w.g.st.candidate(now, &w.view)
+	if how == AdmitNone && !endAt.IsZero() && (next.IsZero() || endAt.Before(next)) {
+		next = endAt
+	}
 	if guard := w.r.Guard; guard != nil && !guard.Closed() && (how == AdmitNone || how == admitEnd) {
 		how, w.view.held = AdmitProbe, true
 	}

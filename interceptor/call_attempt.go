@@ -126,6 +126,10 @@ type call struct {
 	// pace is the method's (methodInfo.pace): the timer asks it whether
 	// the server is slow for every attempt.
 	pace *pace
+	// admittedAt is when a Deferrer let the running attempt go (with
+	// admission), for budget.Attempt.Took; retryStart when the running
+	// attempt, a retry without a per-attempt timer, left (served).
+	admittedAt, retryStart time.Time
 	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies (unary
 	// calls, timeoutHedge); timerEvents is then where a timer that admitted
 	// a retry sends it, instead of cutting its attempt off.
@@ -283,7 +287,25 @@ func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel
 		timer = startAttemptTimer(callCtx, ctx, c)
 		return timer.ctx, timer.cancel, timer
 	}
+	if c.attempt > 1 {
+		// A retry: the clock is read on this path already (the pause),
+		// and how long it takes tells the Gate how long one would
+		// (served, budget.Request.Took).
+		c.retryStart = time.Now()
+	}
 	return ctx, noCancel, nil
+}
+
+// served notes that the attempt that just ended, under the per-attempt
+// timer at (nil: none), was served (answered with success): see
+// attemptTimer.served; without a timer, only a retry is timed.
+func (c *call) served(at *attemptTimer) {
+	switch {
+	case at != nil:
+		at.served()
+	case c.pace != nil && c.attempt > 1 && !c.retryStart.IsZero():
+		c.pace.answer(c.retryStart)
+	}
 }
 
 // stopTimer stops the attempt's timer (see attemptTimer.stop) and reports
@@ -486,11 +508,6 @@ func (at *attemptTimer) stop() bool {
 				at.t.Stop()
 				if st == timerGrace {
 					at.graceT.Stop()
-				} else if at.c.pace != nil && !at.waited && at.ctx.Err() == nil {
-					// Answered in time: before the timer fired (not in
-					// a period it waited more), and not ended from
-					// above (the caller, or a hedge that won).
-					at.c.pace.answer(at.start)
 				}
 				return true
 			}
@@ -502,6 +519,18 @@ func (at *attemptTimer) stop() bool {
 			return st != timerFired
 		}
 	}
+}
+
+// served notes, once the attempt was answered with success (a unary reply,
+// a stream's first response header), that the server served it
+// (pace.answer): none of this method's attempts sent before it and still
+// waiting is queued in front of it, in a server that serves in order.
+// Nothing for a nil timer or an attempt cut off or ended from above.
+func (at *attemptTimer) served() {
+	if at == nil || at.c.pace == nil || at.ctx.Err() != nil || at.state.Load() == timerFired {
+		return
+	}
+	at.c.pace.answer(at.start)
 }
 
 // slowAnswer: an attempt that answers after a slowAnswer-th of its

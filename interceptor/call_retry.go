@@ -38,7 +38,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		// Decide's answer for a success is fixed: record it, stop. A slow
 		// success is a sign of overload (rising latency).
 		if c.budget != nil {
-			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout, Admission: admission, Overload: c.slow, Final: true})
+			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout, Admission: admission, Overload: c.slow, Final: true, Took: c.took(admission)})
 		}
 		c.reason = policy.ReasonSuccess
 		return false, 0
@@ -77,7 +77,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		// Overload: the server said so (RESOURCE_EXHAUSTED it sent, a
 		// pushback), or stagger's timer cut the attempt off.
 		overload := timedOut || v.Pushback || status.Code(err) == codes.ResourceExhausted && trailer != nil
-		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload, Final: !v.Retry})
+		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload, Final: !v.Retry, Took: c.took(admission)})
 	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
 	if err != nil && c.hedged == nil && !c.hedgeOnTimeout {
@@ -99,6 +99,9 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 			if defers {
 				// Wait in pause, through the Deferrer, which asks the
 				// breaker too.
+				if c.pace != nil {
+					req.Took = c.pace.latency(time.Now())
+				}
 				c.deferReq = &req
 				e.Kind = EventDeferred
 			} else {
@@ -133,6 +136,16 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	// A retry the timer admitted after its grace waits what is left of
 	// its pause.
 	return true, max(v.Pause-grace, 0)
+}
+
+// took is how long the attempt that just ended took, for the budget
+// (budget.Attempt.Took), when a Deferrer let it go (admission): the clock
+// is read on that path only.
+func (c *call) took(admission budget.Admission) time.Duration {
+	if admission == budget.AdmitNone {
+		return 0
+	}
+	return time.Since(c.admittedAt)
 }
 
 // attemptFacts describes the attempt that just ended, for Decide.
@@ -250,7 +263,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	c.deferred += waited
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
 	if err == nil {
-		c.admission = adm
+		c.admission, c.admittedAt = adm, start.Add(waited)
 		e.Kind = EventRetry
 		if c.resume {
 			e.Kind = EventResume

@@ -7,18 +7,22 @@ import (
 
 // pace is what the attempts of one method that run under stagger's
 // per-attempt timer tell of each other (methodInfo.pace): when the latest
-// few were sent, and the start of the newest one answered before its own
-// timer fired. When a timer fires and its grace ends, it tells a lost
-// attempt from a slow server:
+// few were sent, and the start of the newest one served (answered with
+// success, or a stream's first header); and how long the latest attempt
+// served took, of those timed (these, and retries), for the Gate
+// (latency, budget.Request.Took). When a timer fires and its grace
+// ends, it tells a lost attempt from a slow server:
 //
-//   - an attempt sent after this one was answered in time: this one is
-//     lost or stuck on its own (a bad connection, a stuck replica), and a
-//     retry is worth its load;
-//   - attempts were sent after this one, long enough ago that they should
-//     have been answered, and none of those sent after it was: the server
-//     is slow for every attempt (a queue), the retry would join the back
-//     of that queue and the work cut off would be wasted, so the attempt
-//     runs on (slowForAll);
+//   - an attempt sent after this one was served while this one waits: the
+//     server did not serve in order, so this one is lost or stuck on its
+//     own (a bad connection, a stuck replica), and a retry is worth its
+//     load;
+//   - attempts were sent after this one, long enough ago (a quarter of the
+//     timeout), and none of those sent after it was served: the server is
+//     slow for every attempt (a queue serves this one before them), the
+//     retry would join the back of that queue and the work cut off would
+//     be wasted, so the timer waits another period (slowForAll); a
+//     rejection (the queue full) is no service, and says the same;
 //   - nothing was sent after it (a quiet process): nothing is known, and
 //     the timer retries as it always did.
 //
@@ -31,9 +35,12 @@ type pace struct {
 	// ring indexed by next.
 	sent [paceSends]atomic.Int64
 	next atomic.Uint32
-	// answered is the latest start among the attempts answered before
-	// their timers fired (Unix nanoseconds).
+	// answered is the latest start among the attempts served (Unix
+	// nanoseconds).
 	answered atomic.Int64
+	// took is how long the latest attempt served took, served at tookAt
+	// (Unix nanoseconds), for budget.Request.Took.
+	took, tookAt atomic.Int64
 	// scoutAt is when the latest scout went (Unix nanoseconds), and
 	// scoutGap how long after it the next may go (0: perAttempt).
 	scoutAt, scoutGap atomic.Int64
@@ -45,8 +52,8 @@ const scoutGapMax = 64
 // scout reports whether a retry may go now as the method's scout while
 // the server is slow for every attempt: one at a time, the first at once,
 // then after a gap that starts at the per-attempt timeout and doubles with
-// every scout, until an attempt sent after the latest scout is answered in
-// time (answer). Without scouts, a burst of attempts all stuck at once
+// every scout, until an attempt sent after the latest scout is served
+// (answer). Without scouts, a burst of attempts all stuck at once
 // (lost by a server that answers the retries) would wait for evidence
 // that only a retry can give.
 func (p *pace) scout(now time.Time, perAttempt time.Duration) bool {
@@ -66,6 +73,19 @@ func (p *pace) scout(now time.Time, perAttempt time.Duration) bool {
 	return true
 }
 
+// latency is how long the latest attempt served took, if one was served
+// within paceFresh (zero: unknown).
+func (p *pace) latency(now time.Time) time.Duration {
+	if at := p.tookAt.Load(); at == 0 || now.UnixNano()-at > int64(paceFresh) {
+		return 0
+	}
+	return time.Duration(p.took.Load())
+}
+
+// paceFresh is how long a served attempt's latency is taken for the
+// method's: as long as the Gate's evidence of overload stands.
+const paceFresh = 5 * time.Second
+
 // paceSends is how many send times pace keeps: enough for the attempts a
 // busy process sends within a per-attempt timeout's grace.
 const paceSends = 4
@@ -76,9 +96,11 @@ func (p *pace) send(t time.Time) {
 	p.sent[i%paceSends].Store(t.UnixNano())
 }
 
-// answer notes that the attempt sent at start was answered before its
-// timer fired.
+// answer notes that the attempt sent at start was served.
 func (p *pace) answer(start time.Time) {
+	now := time.Now()
+	p.took.Store(int64(now.Sub(start)))
+	p.tookAt.Store(now.UnixNano())
 	s := start.UnixNano()
 	if s > p.scoutAt.Load() && p.scoutGap.Load() != 0 {
 		p.scoutGap.Store(0)
@@ -92,8 +114,8 @@ func (p *pace) answer(start time.Time) {
 }
 
 // slowForAll reports whether the attempt sent at start, whose timer fired,
-// waits as the others do: no attempt sent after it was answered in time,
-// and one was sent after it at least minAge before now.
+// waits as the others do: no attempt sent after it was served, and one was
+// sent after it at least minAge before now.
 func (p *pace) slowForAll(start, now time.Time, minAge time.Duration) bool {
 	s := start.UnixNano()
 	if p.answered.Load() > s {

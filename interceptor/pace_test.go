@@ -12,7 +12,7 @@ func TestPaceSlowForAll(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		sent     []int // ms after t0, besides the attempt itself at 0
-		answered []int // starts of attempts answered in time
+		answered []int // starts of attempts served
 		now      int
 		want     bool
 	}{
@@ -20,7 +20,7 @@ func TestPaceSlowForAll(t *testing.T) {
 		{"sent after it, unanswered, old enough", []int{20}, nil, 110, true},
 		{"sent after it, too recently to tell", []int{90}, nil, 110, false},
 		{"sent before it only", []int{-50}, []int{-80}, 110, false},
-		{"one sent after it was answered in time: this one is lost", []int{20, 40}, []int{40}, 110, false},
+		{"one sent after it was served: this one is lost", []int{20, 40}, []int{40}, 110, false},
 		{"answered ones sent before it say nothing", []int{20}, []int{-10}, 110, true},
 		{"more sends than the ring keeps: the latest count", []int{10, 20, 30, 40, 50, 60, 70, 100}, nil, 110, true},
 	} {
@@ -58,11 +58,11 @@ func TestPaceScout(t *testing.T) {
 			t.Fatalf("scout at %v = %v, want %v", s.at, got, s.want)
 		}
 	}
-	// An attempt sent after the latest scout answered in time: the gap
+	// An attempt sent after the latest scout was served: the gap
 	// starts again at one timeout.
 	p.answer(t0.Add(710 * time.Millisecond))
 	if p.scout(t0.Add(790*time.Millisecond), per) || !p.scout(t0.Add(800*time.Millisecond), per) {
-		t.Fatal("after an answer in time, want the next scout one timeout after the last")
+		t.Fatal("after a service, want the next scout one timeout after the last")
 	}
 	// One sent before it says nothing.
 	p.answer(t0.Add(790 * time.Millisecond))

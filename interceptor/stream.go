@@ -192,6 +192,7 @@ func (a *streamAttempt) end() {
 func (a *streamAttempt) watchHeader() {
 	if md, _ := a.cs.Header(); md != nil {
 		a.timer.stop()
+		a.timer.served()
 	}
 }
 

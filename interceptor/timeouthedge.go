@@ -169,6 +169,9 @@ func (hc *hedgeCall) runTimed(ctx context.Context, n int, out *hedgeOutputs, at 
 	start := time.Now()
 	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
 	at.stop()
+	if err == nil {
+		at.served()
+	}
 	cancel()
 	hc.results <- hedgeResult{n: n, err: err, out: out, took: time.Since(start)}
 }
