@@ -30,6 +30,14 @@ var (
 	benchThrottleFile = benchFile[:len(benchFile)-1] + `, "circuitBreaker": {}, "adaptiveThrottling": {}}`
 )
 
+// benchTimerFile is benchFile for an idempotent method with a per-attempt
+// timeout: the timer's own cost on the success path.
+const benchTimerFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+	"idempotent": true,
+	"retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",
+	"backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"], "perAttemptRecvTimeout": "1s"}}],
+	"retryThrottling": {"maxTokens": 100, "tokenRatio": 0.1}}`
+
 // BenchmarkUnarySuccess: the interceptor alone, on a call that succeeds at
 // once, beside go-grpc-middleware v2's retry interceptor, and with a
 // circuit breaker, and adaptive throttling (their check on the success
@@ -48,6 +56,10 @@ func BenchmarkUnarySuccess(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	cfgTimer, err := policy.ParseConfig([]byte(benchTimerFile))
+	if err != nil {
+		b.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		icpt grpc.UnaryClientInterceptor
@@ -58,6 +70,7 @@ func BenchmarkUnarySuccess(b *testing.B) {
 		{"stagger-throttling", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgThrottle)), nil},
 		{"stagger-criticality", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg)),
 			criticality.NewContext(context.Background(), criticality.Sheddable)},
+		{"stagger-per-attempt-timeout", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgTimer)), nil},
 		{"middleware-retry", retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable)), nil},
 	}
 	for _, c := range cases {

@@ -83,8 +83,6 @@ type methodInfo struct {
 	// br caches the breaker of the first target the method was called on
 	// (plan.breakers'), so that a call need not look it up.
 	br atomic.Pointer[breakerRef]
-	// pace is what the method's timed attempts tell of each other.
-	pace pace
 }
 
 // breakerRef is the breaker of one target.
@@ -114,6 +112,10 @@ type plan struct {
 	// methodInfo's cache of one of them (nil for a plan made per call).
 	breakers *breaker.Set
 	brCache  *atomic.Pointer[breakerRef]
+	// pace is what the method's timed attempts tell of each other, the
+	// methodInfo's (nil for a plan made per call: start takes the
+	// methodInfo's).
+	pace *pace
 	// capped is the bound WithMaxAttempts was lowered to (0: it was not):
 	// start says so once per method (EventNotice, ReasonAttempts).
 	capped int
@@ -243,6 +245,7 @@ func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 	}
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	mi.plan.brCache = &mi.br
+	mi.plan.pace = new(pace)
 	if cfg != nil && k.warned.Load() != cfg && k.warned.Swap(cfg) != cfg {
 		k.opts.logWarnings(cfg)
 	}

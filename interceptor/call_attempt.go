@@ -123,13 +123,13 @@ type call struct {
 	// afterAttempt pauses only what is left.
 	timerVerdict policy.Verdict
 	timerGrace   time.Duration
-	// pace is the method's (methodInfo.pace): the timer asks it whether
+	// pace is the method's (plan.pace): the timer asks it whether
 	// the server is slow for every attempt.
 	pace *pace
-	// admittedAt is when a Deferrer let the running attempt go (with
-	// admission), for budget.Attempt.Took; retryStart when the running
-	// attempt, a retry without a per-attempt timer, left (served).
-	admittedAt, retryStart time.Time
+	// retryStart is when the running attempt left (monoNow), if it is a
+	// retry: for budget.Attempt.Took (a retry a Deferrer let go) and
+	// served.
+	retryStart time.Duration
 	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies (unary
 	// calls, timeoutHedge); timerEvents is then where a timer that admitted
 	// a retry sends it, instead of cutting its attempt off.
@@ -212,11 +212,12 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 	pl := &mi.plan
 	if o != &k.opts {
 		p := k.plan(o, cfg, m, method)
+		p.pace = mi.plan.pace
 		pl = &p
 	}
 	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
 	c.hedgeOnTimeout = pl.hedgeOnTimeout
-	c.pace = &mi.pace
+	c.pace = pl.pace
 	c.retry = 1
 
 	callCtx, cancel = base, noCancel
@@ -283,15 +284,15 @@ func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel
 		ctx = metadata.AppendToOutgoingContext(ctx, previousAttemptsKey, strconv.Itoa(c.attempt-1))
 		ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
 	}
-	if c.perAttempt > 0 {
-		timer = startAttemptTimer(callCtx, ctx, c)
-		return timer.ctx, timer.cancel, timer
-	}
 	if c.attempt > 1 {
 		// A retry: the clock is read on this path already (the pause),
 		// and how long it takes tells the Gate how long one would
 		// (served, budget.Request.Took).
-		c.retryStart = time.Now()
+		c.retryStart = monoNow()
+	}
+	if c.perAttempt > 0 {
+		timer = startAttemptTimer(callCtx, ctx, c)
+		return timer.ctx, timer.cancel, timer
 	}
 	return ctx, noCancel, nil
 }
@@ -302,18 +303,31 @@ func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel
 func (c *call) served(at *attemptTimer) {
 	switch {
 	case at != nil:
-		at.served()
-	case c.pace != nil && c.attempt > 1 && !c.retryStart.IsZero():
-		c.pace.answer(c.retryStart)
+		// at.took: stopTimer measured it, on this goroutine.
+		at.served(at.took)
+	case c.pace != nil && c.attempt > 1 && c.retryStart != 0:
+		took := monoNow() - c.retryStart
+		c.pace.answer(monoBase.Add(c.retryStart), took)
 	}
 }
+
+// monoBase is the origin of monoNow.
+var monoBase = time.Now()
+
+// monoNow is the time since monoBase on the monotonic clock: a time in 8
+// bytes, for the fields the call struct (kept on the stack, and copied by
+// the per-attempt timer) holds.
+func monoNow() time.Duration { return time.Since(monoBase) }
 
 // stopTimer stops the attempt's timer (see attemptTimer.stop) and reports
 // whether it cut the attempt off; when it did, the retry it admitted as it
 // fired becomes c.timerVerdict, for afterAttempt. It sets c.slow: the
 // attempt ran a slowAnswer-th of its timer or longer.
 func (c *call) stopTimer(at *attemptTimer) (cutOff bool) {
-	c.slow = at != nil && time.Since(at.start) >= c.perAttempt/slowAnswer
+	if at != nil {
+		at.took = time.Since(at.start)
+	}
+	c.slow = at != nil && at.took >= c.perAttempt/slowAnswer
 	if at.stop() {
 		return false
 	}
@@ -348,6 +362,9 @@ func (c *call) stopTimer(at *attemptTimer) (cutOff bool) {
 // never answer DEADLINE_EXCEEDED for stagger's timer.
 type attemptTimer struct {
 	state atomic.Int32
+	// waited: the timer waited a period more, the server being slow for
+	// every attempt (decide); only then may its retry go as a scout.
+	waited bool
 	// mu is held by fire while it decides; stop waits on it.
 	mu sync.Mutex
 	// t fires the timer; graceT ends its grace (state timerGrace).
@@ -365,12 +382,12 @@ type attemptTimer struct {
 	// Both are written before the state, read after it.
 	verdict policy.Verdict
 	grace   time.Duration
-	// waited: the timer waited a period more, the server being slow for
-	// every attempt (decide); only then may its retry go as a scout.
-	waited bool
-	// start is when the timer was armed (stopTimer measures from it), and
-	// fired when it fired.
-	start, fired time.Time
+	// start is when the timer was armed (stopTimer measures from it);
+	// fired how long after it the timer fired, and took how long the
+	// attempt took, once stopTimer measured it (zero before; the call's
+	// goroutine's only).
+	start       time.Time
+	fired, took time.Duration
 }
 
 // errAttemptTimeout replaces the CANCELED an attempt ends with when
@@ -436,7 +453,7 @@ func (at *attemptTimer) fire() {
 		next = timerRanOn
 	case ok && v.Pause > 0:
 		// The grace: the attempt runs on through the retry's pause.
-		at.verdict, at.fired, next = v, time.Now(), timerGrace
+		at.verdict, at.fired, next = v, time.Since(at.start), timerGrace
 		at.graceT = time.AfterFunc(v.Pause, at.cut)
 	case ok:
 		next = at.decide(v)
@@ -458,7 +475,7 @@ func (at *attemptTimer) cut() {
 	}
 	next := timerRanOn
 	if at.ctx.Err() == nil {
-		at.grace = time.Since(at.fired)
+		at.grace = time.Since(at.start) - at.fired
 		next = at.decide(at.verdict)
 	}
 	at.state.Store(next)
@@ -526,11 +543,12 @@ func (at *attemptTimer) stop() bool {
 // (pace.answer): none of this method's attempts sent before it and still
 // waiting is queued in front of it, in a server that serves in order.
 // Nothing for a nil timer or an attempt cut off or ended from above.
-func (at *attemptTimer) served() {
+// took is how long the attempt took to be served.
+func (at *attemptTimer) served(took time.Duration) {
 	if at == nil || at.c.pace == nil || at.ctx.Err() != nil || at.state.Load() == timerFired {
 		return
 	}
-	at.c.pace.answer(at.start)
+	at.c.pace.answer(at.start, took)
 }
 
 // slowAnswer: an attempt that answers after a slowAnswer-th of its

@@ -145,7 +145,7 @@ func (c *call) took(admission budget.Admission) time.Duration {
 	if admission == budget.AdmitNone {
 		return 0
 	}
-	return time.Since(c.admittedAt)
+	return monoNow() - c.retryStart
 }
 
 // attemptFacts describes the attempt that just ended, for Decide.
@@ -263,7 +263,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	c.deferred += waited
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
 	if err == nil {
-		c.admission, c.admittedAt = adm, start.Add(waited)
+		c.admission = adm
 		e.Kind = EventRetry
 		if c.resume {
 			e.Kind = EventResume

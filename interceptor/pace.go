@@ -6,7 +6,7 @@ import (
 )
 
 // pace is what the attempts of one method that run under stagger's
-// per-attempt timer tell of each other (methodInfo.pace): when the latest
+// per-attempt timer tell of each other (plan.pace, one per method): when the latest
 // few were sent, and the start of the newest one served (answered with
 // success, or a stream's first header); and how long the latest attempt
 // served took, of those timed (these, and retries), for the Gate
@@ -96,12 +96,11 @@ func (p *pace) send(t time.Time) {
 	p.sent[i%paceSends].Store(t.UnixNano())
 }
 
-// answer notes that the attempt sent at start was served.
-func (p *pace) answer(start time.Time) {
-	now := time.Now()
-	p.took.Store(int64(now.Sub(start)))
-	p.tookAt.Store(now.UnixNano())
+// answer notes that the attempt sent at start was served, after took.
+func (p *pace) answer(start time.Time, took time.Duration) {
 	s := start.UnixNano()
+	p.took.Store(int64(took))
+	p.tookAt.Store(s + int64(took))
 	if s > p.scoutAt.Load() && p.scoutGap.Load() != 0 {
 		p.scoutGap.Store(0)
 	}

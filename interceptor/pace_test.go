@@ -31,7 +31,7 @@ func TestPaceSlowForAll(t *testing.T) {
 				p.send(ms(s))
 			}
 			for _, a := range tc.answered {
-				p.answer(ms(a))
+				p.answer(ms(a), 0)
 			}
 			if got := p.slowForAll(ms(0), ms(tc.now), minAge); got != tc.want {
 				t.Errorf("slowForAll = %v, want %v", got, tc.want)
@@ -60,12 +60,12 @@ func TestPaceScout(t *testing.T) {
 	}
 	// An attempt sent after the latest scout was served: the gap
 	// starts again at one timeout.
-	p.answer(t0.Add(710 * time.Millisecond))
+	p.answer(t0.Add(710*time.Millisecond), 0)
 	if p.scout(t0.Add(790*time.Millisecond), per) || !p.scout(t0.Add(800*time.Millisecond), per) {
 		t.Fatal("after a service, want the next scout one timeout after the last")
 	}
 	// One sent before it says nothing.
-	p.answer(t0.Add(790 * time.Millisecond))
+	p.answer(t0.Add(790*time.Millisecond), 0)
 	if p.scout(t0.Add(900*time.Millisecond), per) {
 		t.Fatal("an answer to an attempt older than the scout reset the gap")
 	}
@@ -79,5 +79,22 @@ func TestPaceScout(t *testing.T) {
 	}
 	if gap := time.Duration(q.scoutGap.Load()); gap != scoutGapMax*per {
 		t.Fatalf("gap after 20 scouts %v, want %v", gap, scoutGapMax*per)
+	}
+}
+
+// latency is the latest served attempt's duration while it is fresh.
+func TestPaceLatency(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var p pace
+	if got := p.latency(t0); got != 0 {
+		t.Fatalf("latency with nothing served = %v, want 0", got)
+	}
+	p.answer(t0, 300*time.Millisecond)
+	p.answer(t0.Add(-time.Second), 50*time.Millisecond) // the latest served counts, whenever it left
+	if got := p.latency(t0.Add(time.Second)); got != 50*time.Millisecond {
+		t.Fatalf("latency = %v, want the latest served's 50ms", got)
+	}
+	if got := p.latency(t0.Add(-950*time.Millisecond + paceFresh + time.Millisecond)); got != 0 {
+		t.Fatalf("latency past paceFresh = %v, want 0", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -192,7 +193,9 @@ func (a *streamAttempt) end() {
 func (a *streamAttempt) watchHeader() {
 	if md, _ := a.cs.Header(); md != nil {
 		a.timer.stop()
-		a.timer.served()
+		if a.timer != nil {
+			a.timer.served(time.Since(a.timer.start))
+		}
 	}
 }
 

@@ -170,7 +170,7 @@ func (hc *hedgeCall) runTimed(ctx context.Context, n int, out *hedgeOutputs, at 
 	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
 	at.stop()
 	if err == nil {
-		at.served()
+		at.served(time.Since(start))
 	}
 	cancel()
 	hc.results <- hedgeResult{n: n, err: err, out: out, took: time.Since(start)}

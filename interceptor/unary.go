@@ -250,7 +250,8 @@ func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, re
 		// Stop the timer before judging: an attempt that ended while it was
 		// armed ended on its own; once it fired, the attempt was cut off.
 		err, timedOut := attemptOutcome(callCtx, err, c.stopTimer(timer))
-		if err == nil {
+		if err == nil && (timer != nil || c.attempt > 1) {
+			// Timed: a first attempt without a timer is not.
 			c.served(timer)
 		}
 		acancel()
