@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"context"
 	"errors"
 	"math"
 	"sync"
@@ -535,5 +536,27 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	poll(t, late, AdmitNone)
 	if late.Err() != nil {
 		t.Fatalf("stale evidence ended a wait: %v", late.Err())
+	}
+}
+
+// On the real clock, Wait ends a wait when it becomes hopeless (rule 6),
+// not at its deadline: in an outage, with a probe out, a call's last
+// attempt whose method's attempts take 300ms, 500ms before its deadline,
+// returns ErrWaitEnded about 200ms in. The Wait's own timer against the
+// deadline, repeated.
+func TestRealTimeGateEndsHopelessWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real time")
+	}
+	for i := range 20 {
+		g := outageProbed(t, DeferSettings{})
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		start := time.Now()
+		_, err := g.Wait(ctx, Request{Number: 3, Last: true, Took: 300 * time.Millisecond}, 10*time.Millisecond)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, ErrWaitEnded) || took < 190*time.Millisecond || took > 400*time.Millisecond {
+			t.Fatalf("run %d: Wait = %v after %v; want ErrWaitEnded after about 200ms", i, err, took)
+		}
 	}
 }
