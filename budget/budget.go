@@ -109,8 +109,9 @@ type Request struct {
 	Last bool
 	// Took is how long an attempt of the call's method took lately, when
 	// its caller knows (zero: unknown): the interceptors know it from the
-	// method's latest attempt served within five seconds, of those they
-	// time (every attempt under a per-attempt timeout, and retries). A Gate ends at once a wait that an attempt taking that
+	// method's latest attempt of the call's criticality served within five
+	// seconds, of those they time (every attempt under a per-attempt
+	// timeout, and retries). A Gate ends at once a wait that an attempt taking that
 	// long could not finish before its call's deadline (see Gate, rule 6).
 	Took time.Duration
 	// Guard, when set, guards the call besides the budget (a circuit

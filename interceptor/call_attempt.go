@@ -307,7 +307,7 @@ func (c *call) served(at *attemptTimer) {
 		at.served(at.took)
 	case c.pace != nil && c.attempt > 1 && c.retryStart != 0:
 		took := monoNow() - c.retryStart
-		c.pace.answer(monoBase.Add(c.retryStart), took)
+		c.pace.answer(monoBase.Add(c.retryStart), took, c.crit.Index())
 	}
 }
 
@@ -548,7 +548,7 @@ func (at *attemptTimer) served(took time.Duration) {
 	if at == nil || at.c.pace == nil || at.ctx.Err() != nil || at.state.Load() == timerFired {
 		return
 	}
-	at.c.pace.answer(at.start, took)
+	at.c.pace.answer(at.start, took, at.c.crit.Index())
 }
 
 // slowAnswer: an attempt that answers after a slowAnswer-th of its

@@ -100,7 +100,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 				// Wait in pause, through the Deferrer, which asks the
 				// breaker too.
 				if c.pace != nil {
-					req.Took = c.pace.latency(time.Now())
+					req.Took = c.pace.latency(time.Now(), c.crit.Index())
 				}
 				c.deferReq = &req
 				e.Kind = EventDeferred

@@ -39,8 +39,10 @@ type pace struct {
 	// nanoseconds).
 	answered atomic.Int64
 	// took is how long the latest attempt served took, served at tookAt
-	// (Unix nanoseconds), for budget.Request.Took.
-	took, tookAt atomic.Int64
+	// (Unix nanoseconds), for budget.Request.Took, per criticality (its
+	// Index): a server that sheds the less critical first serves the more
+	// critical sooner.
+	took, tookAt [4]atomic.Int64
 	// scoutAt is when the latest scout went (Unix nanoseconds), and
 	// scoutGap how long after it the next may go (0: perAttempt).
 	scoutAt, scoutGap atomic.Int64
@@ -73,13 +75,13 @@ func (p *pace) scout(now time.Time, perAttempt time.Duration) bool {
 	return true
 }
 
-// latency is how long the latest attempt served took, if one was served
-// within paceFresh (zero: unknown).
-func (p *pace) latency(now time.Time) time.Duration {
-	if at := p.tookAt.Load(); at == 0 || now.UnixNano()-at > int64(paceFresh) {
+// latency is how long the latest attempt of criticality index level
+// served took, if one was served within paceFresh (zero: unknown).
+func (p *pace) latency(now time.Time, level int) time.Duration {
+	if at := p.tookAt[level].Load(); at == 0 || now.UnixNano()-at > int64(paceFresh) {
 		return 0
 	}
-	return time.Duration(p.took.Load())
+	return time.Duration(p.took[level].Load())
 }
 
 // paceFresh is how long a served attempt's latency is taken for the
@@ -96,11 +98,12 @@ func (p *pace) send(t time.Time) {
 	p.sent[i%paceSends].Store(t.UnixNano())
 }
 
-// answer notes that the attempt sent at start was served, after took.
-func (p *pace) answer(start time.Time, took time.Duration) {
+// answer notes that the attempt sent at start, of criticality index
+// level, was served, after took.
+func (p *pace) answer(start time.Time, took time.Duration, level int) {
 	s := start.UnixNano()
-	p.took.Store(int64(took))
-	p.tookAt.Store(s + int64(took))
+	p.took[level].Store(int64(took))
+	p.tookAt[level].Store(s + int64(took))
 	if s > p.scoutAt.Load() && p.scoutGap.Load() != 0 {
 		p.scoutGap.Store(0)
 	}

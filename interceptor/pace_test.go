@@ -3,6 +3,8 @@ package interceptor
 import (
 	"testing"
 	"time"
+
+	"github.com/stagger-go/stagger/criticality"
 )
 
 func TestPaceSlowForAll(t *testing.T) {
@@ -31,7 +33,7 @@ func TestPaceSlowForAll(t *testing.T) {
 				p.send(ms(s))
 			}
 			for _, a := range tc.answered {
-				p.answer(ms(a), 0)
+				p.answer(ms(a), 0, 0)
 			}
 			if got := p.slowForAll(ms(0), ms(tc.now), minAge); got != tc.want {
 				t.Errorf("slowForAll = %v, want %v", got, tc.want)
@@ -60,12 +62,12 @@ func TestPaceScout(t *testing.T) {
 	}
 	// An attempt sent after the latest scout was served: the gap
 	// starts again at one timeout.
-	p.answer(t0.Add(710*time.Millisecond), 0)
+	p.answer(t0.Add(710*time.Millisecond), 0, 0)
 	if p.scout(t0.Add(790*time.Millisecond), per) || !p.scout(t0.Add(800*time.Millisecond), per) {
 		t.Fatal("after a service, want the next scout one timeout after the last")
 	}
 	// One sent before it says nothing.
-	p.answer(t0.Add(790*time.Millisecond), 0)
+	p.answer(t0.Add(790*time.Millisecond), 0, 0)
 	if p.scout(t0.Add(900*time.Millisecond), per) {
 		t.Fatal("an answer to an attempt older than the scout reset the gap")
 	}
@@ -82,19 +84,25 @@ func TestPaceScout(t *testing.T) {
 	}
 }
 
-// latency is the latest served attempt's duration while it is fresh.
+// latency is the latest served attempt's duration while it is fresh, per
+// criticality.
 func TestPaceLatency(t *testing.T) {
 	t0 := time.Unix(1000, 0)
+	crit, shed := criticality.Critical.Index(), criticality.Sheddable.Index()
 	var p pace
-	if got := p.latency(t0); got != 0 {
+	if got := p.latency(t0, crit); got != 0 {
 		t.Fatalf("latency with nothing served = %v, want 0", got)
 	}
-	p.answer(t0, 300*time.Millisecond)
-	p.answer(t0.Add(-time.Second), 50*time.Millisecond) // the latest served counts, whenever it left
-	if got := p.latency(t0.Add(time.Second)); got != 50*time.Millisecond {
-		t.Fatalf("latency = %v, want the latest served's 50ms", got)
+	p.answer(t0, 300*time.Millisecond, crit)
+	p.answer(t0.Add(-time.Second), 50*time.Millisecond, crit) // the latest served counts, whenever it left
+	p.answer(t0, 900*time.Millisecond, shed)
+	if got := p.latency(t0.Add(time.Second), crit); got != 50*time.Millisecond {
+		t.Fatalf("CRITICAL latency = %v, want the latest served's 50ms", got)
 	}
-	if got := p.latency(t0.Add(-950*time.Millisecond + paceFresh + time.Millisecond)); got != 0 {
+	if got := p.latency(t0.Add(time.Second), shed); got != 900*time.Millisecond {
+		t.Fatalf("SHEDDABLE latency = %v, want its own 900ms", got)
+	}
+	if got := p.latency(t0.Add(-950*time.Millisecond+paceFresh+time.Millisecond), crit); got != 0 {
 		t.Fatalf("latency past paceFresh = %v, want 0", got)
 	}
 }
