@@ -129,7 +129,8 @@ type Deferrer interface {
 	// or an error: ErrTooManyWaiting at once when the bound is reached,
 	// ErrEvicted when a more critical retry later took its place (Gate,
 	// rule 8), ErrWaitLimit when a call without a deadline waited MaxWait,
-	// ErrWaitEnded when a Gate does not hold the retry past its pause, the
+	// ErrWaitEnded when a Gate ends the wait (it does not hold the retry
+	// past its pause, or no retry could finish before ctx's deadline), the
 	// context's error when ctx ends (its deadline is treated as reached a
 	// millisecond early: no retry starts with less left).
 	Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error)
@@ -160,8 +161,11 @@ var (
 	ErrEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
 	// ErrWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
 	ErrWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
-	// ErrWaitEnded: the Gate ended the wait a tenth past the retry's
-	// pause: no rule let it go, and the server is neither in an outage nor
-	// overloaded, so waiting longer is not worth it (see Gate, rule 6).
-	ErrWaitEnded = errors.New("budget: a deferred retry was not let go by its pause, and the gate does not hold it (no outage, no overload)")
+	// ErrWaitEnded: the Gate ended the wait (see Gate, rule 6): a tenth
+	// past the retry's pause, when no rule let it go and the server is
+	// neither in an outage nor overloaded, so waiting longer is not worth
+	// it; or as soon as a retry could not finish before the call's
+	// deadline, taking as long as an attempt of its method takes
+	// (Request.Took, Attempt.Took).
+	ErrWaitEnded = errors.New("budget: the gate ended a deferred retry's wait: not let go by its pause with no outage or overload to wait for, or no retry could finish before the deadline")
 )
