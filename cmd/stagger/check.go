@@ -431,7 +431,7 @@ func explainMethod(e policy.Entry, files *protoregistry.Files) checkMethod {
 		if p.PerAttemptRecvTimeout > 0 {
 			// The last attempt is never cut off: no retry can follow it.
 			worst = satAdd(worst, satMul(p.PerAttemptRecvTimeout, int64(p.MaxAttempts-1)))
-			note = "pauses plus every attempt but the last cut off by perAttemptRecvTimeout; the last runs on to its answer"
+			note = "pauses plus every attempt but the last cut off by perAttemptRecvTimeout; the last runs on to its answer (longer while the server is slow for every attempt: the timer then waits further periods)"
 		}
 		if m.Timeout > 0 && worst > m.Timeout {
 			worst = m.Timeout
@@ -904,7 +904,7 @@ func writeCheckText(w io.Writer, rep checkReport) {
 			fmt.Fprintf(w, "  retry: maxAttempts %d (%d retries) on %s\n", m.MaxAttempts, m.MaxAttempts-1, strings.Join(m.Codes, ", "))
 			fmt.Fprintf(w, "  backoff: initial %s, max %s, multiplier %v, jitter %s\n", m.Backoff.Initial, m.Backoff.Max, m.Backoff.Multiplier, m.Backoff.Jitter)
 			if m.PerAttemptRecvTimeout != "" {
-				fmt.Fprintf(w, "  perAttemptRecvTimeout: %s: an attempt with no response header or message by then is cut off and retried when a retry can go at once (attempts left, a pause that ends before the caller's deadline, the budget and the breaker admitting it); otherwise it runs on and its answer is the call's\n", m.PerAttemptRecvTimeout)
+				fmt.Fprintf(w, "  perAttemptRecvTimeout: %s: an attempt with no response header or message by then is cut off and retried when a retry can go (attempts left, a pause that ends before the caller's deadline, through which the attempt runs on, then the budget and the breaker admitting it), unless the attempts sent after it are unanswered too (a server slow for every attempt: the timer waits another period, with one scout retry at a time); otherwise it runs on and its answer is the call's\n", m.PerAttemptRecvTimeout)
 				if m.HedgeOnPerTryTimeout {
 					fmt.Fprintln(w, "  hedgeOnPerTryTimeout: an attempt whose retry goes is not cut off but keeps running beside it; the first success wins and the other attempts are cancelled (unary calls; streams are cut off)")
 				}

@@ -65,7 +65,7 @@ func TestCheckGoodExamples(t *testing.T) {
 			"        2  100ms",
 			"900ms",
 			"  worst case: 5.2s (pauses plus every attempt but the last cut off by perAttemptRecvTimeout",
-			"  perAttemptRecvTimeout: 500ms: an attempt with no response header or message by then is cut off and retried when a retry can go at once",
+			"  perAttemptRecvTimeout: 500ms: an attempt with no response header or message by then is cut off and retried when a retry can go (attempts left",
 			"decorrelated jitter bunches at maxBackoff (1s)",
 		}},
 	}
@@ -678,7 +678,7 @@ func TestCheckHedgeOnPerTryTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, _ := checkRun(t, file)
-	if code != 0 || !strings.Contains(out, "  perAttemptRecvTimeout: 500ms: an attempt with no response header or message by then is cut off and retried when a retry can go at once") ||
+	if code != 0 || !strings.Contains(out, "  perAttemptRecvTimeout: 500ms: an attempt with no response header or message by then is cut off and retried when a retry can go (attempts left") ||
 		!strings.Contains(out, "  hedgeOnPerTryTimeout: an attempt whose retry goes is not cut off but keeps running beside it; the first success wins") {
 		t.Errorf("text: exit %d\n%s", code, out)
 	}
