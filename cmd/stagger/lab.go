@@ -88,7 +88,8 @@ Scenarios (-scenario, comma-separated to run several one after another):
                stagger-criticality says each call's criticality: the
                success of each level and goodput
   chain        users → A → B → C, three servers (bufconn), every hop
-               retrying (3 attempts by default, no budget), C answering
+               retrying (3 attempts by default; only stagger with a
+               budget, its default, beside stagger-nobudget), C answering
                UNAVAILABLE from 1s to 3s of 4s, 100 calls/s: attempts
                reaching C per user call made and returned in the outage
                (27 when nothing coordinates, 3 at best), and the users'
