@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -321,22 +320,15 @@ func TestPerAttemptTimerSlowForAll(t *testing.T) {
 	run := func(t *testing.T, script func(i int) *testingv1.Script) (b *bench, took []time.Duration) {
 		b = newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, perAttemptFile)), interceptor.WithBudget(nil)})
 		took = make([]time.Duration, 20)
-		var wg sync.WaitGroup
-		for i := range 20 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				time.Sleep(time.Duration(i) * 200 * time.Millisecond)
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				start := time.Now()
-				if err := b.get(ctx, script(i)); err != nil {
-					t.Errorf("call %d: %v, want OK", i, err)
-				}
-				took[i] = time.Since(start)
-			}()
-		}
-		wg.Wait()
+		spaced(20, 200*time.Millisecond, func(i int) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			if err := b.get(ctx, script(i)); err != nil {
+				t.Errorf("call %d: %v, want OK", i, err)
+			}
+			took[i] = time.Since(start)
+		})
 		synctest.Wait()
 		return b, took
 	}

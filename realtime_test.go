@@ -124,6 +124,15 @@ func parallel(n int, f func(i int)) {
 	wg.Wait()
 }
 
+// spaced is parallel with the calls spread out: f(i) starts gap×i after
+// f(0), as a busy process sends them.
+func spaced(n int, gap time.Duration, f func(i int)) {
+	parallel(n, func(i int) {
+		time.Sleep(time.Duration(i) * gap)
+		f(i)
+	})
+}
+
 // reasonOf is the reason stagger gave for ending the call, "" when err is
 // not stagger's.
 func reasonOf(err error) string {
@@ -1198,22 +1207,15 @@ func TestRealTimeHedgeOnPerTryTimeout(t *testing.T) {
 // timers, sends) moves under load; the bound holds whatever it is.
 func TestRealTimeTimerSlowForAll(t *testing.T) {
 	srv, client := rtBench(t, rtFile)
-	var wg sync.WaitGroup
-	for i := range rtCalls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			key := fmt.Sprint("slow-for-all-", i)
-			sc := &testingv1.Script{Key: key, Delay: durationpb.New(250 * time.Millisecond)}
-			if _, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}); err != nil {
-				t.Errorf("call %d: %v (reason %q, %d attempts), want OK", i, err, reasonOf(err), interceptor.Attempts(err))
-			}
-		}()
-		time.Sleep(20 * time.Millisecond)
-	}
-	wg.Wait()
+	spaced(rtCalls, 20*time.Millisecond, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		key := fmt.Sprint("slow-for-all-", i)
+		sc := &testingv1.Script{Key: key, Delay: durationpb.New(250 * time.Millisecond)}
+		if _, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}); err != nil {
+			t.Errorf("call %d: %v (reason %q, %d attempts), want OK", i, err, reasonOf(err), interceptor.Attempts(err))
+		}
+	})
 	cut := 0
 	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
