@@ -109,6 +109,9 @@ type DeferRules struct {
 	// plus a share of each success from ReleaseGainStart up to
 	// ReleaseGainMax.
 	ReleasePerSecond, ReleaseGainStart, ReleaseGainMax float64
+	// OverloadHold is how long a failure for overload (or a slow success)
+	// counts as evidence of overload: the overload rule's hold.
+	OverloadHold time.Duration
 }
 
 // Rules returns the numbers the Gate's rules use today.
@@ -118,6 +121,7 @@ func Rules() DeferRules {
 		QuietGapMax:  quietGapMax, ProbeGapMax: probeGapMax,
 		LastChanceLead:   lastChanceLead,
 		ReleasePerSecond: releasePerSecond, ReleaseGainStart: releaseGainStart, ReleaseGainMax: releaseGainMax,
+		OverloadHold: overloadHold,
 	}
 }
 
