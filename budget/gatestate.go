@@ -204,7 +204,11 @@ func (s *gateState) overloaded(now time.Time) bool {
 func (s *gateState) observe(now time.Time, a Attempt) {
 	s.learn(now, a)
 	probing := a.Admission.probing()
-	if probing && s.probesOut > 0 {
+	// A probe that left before the one holding the slot reports late
+	// (its slot expired and went to another): an outcome, but not the
+	// slot's holder's, which stays out.
+	late := a.Took > 0 && now.Add(-a.Took).Before(s.probeAt)
+	if probing && s.probesOut > 0 && !late {
 		s.probesOut--
 		s.probeTook = now.Sub(s.probeAt)
 	}

@@ -16,7 +16,9 @@ type Waiter struct {
 	r        Request
 	view     waiterView
 	earliest time.Time
-	left     bool
+	// left: counted out of the waiting room (by Leave or the eviction);
+	// under the gate's lock.
+	left bool
 	// level is the index of r's criticality; prev and next link the
 	// waiter in the gate's queue of its level while queued (it competes
 	// for admissions: not yet admitted, evicted or gone).
@@ -320,12 +322,15 @@ func (w *Waiter) admitLocked(now time.Time, how Admission, own bool) (Admission,
 // waiter's Poll granted w that w's own Poll never returned is given back:
 // the probe slot or the release credit it took.
 func (w *Waiter) Leave() {
+	g := w.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	// left is read under the lock that the eviction writes it under: a
+	// waiter evicted while it leaves is counted out once.
 	if w.left {
 		return
 	}
 	w.left = true
-	g := w.g
-	g.mu.Lock()
 	g.queue[w.level].remove(w)
 	if w.granted != AdmitNone && !w.taken {
 		g.st.unadmit(w.granted)
@@ -334,7 +339,6 @@ func (w *Waiter) Leave() {
 	}
 	g.nWaiting--
 	g.waiting.Store(int32(g.nWaiting))
-	g.mu.Unlock()
 }
 
 // unadmit gives back what admit took for an admission never used.
