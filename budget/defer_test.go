@@ -47,7 +47,7 @@ func (b *switchBudget) State() State       { return State{Kind: "switch"} }
 func downServer(g *Gate) *Gate {
 	g.first.Store(true)
 	g.mu.Lock()
-	g.st.healN, g.st.seen, g.st.lastFail = healWindow, true, g.now().Add(-healthyGap)
+	g.st.ev.healN, g.st.ev.seen, g.st.ev.lastFail = healWindow, true, g.now().Add(-healthyGap)
 	g.mu.Unlock()
 	return g
 }
@@ -218,7 +218,7 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	}
 	defer w.Leave()
 	g.mu.Lock()
-	g.st.phase, g.st.credits, g.st.creditAt = phaseRecovering, 0.5, t0
+	g.st.phase, g.st.pace.credits, g.st.pace.creditAt = phaseRecovering, 0.5, t0
 	g.mu.Unlock()
 	clk.advance(time.Second / 4)
 	for range outageStreak - 1 {
@@ -231,8 +231,8 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	// Half a credit, a quarter of a second's, plus one success's gain.
 	g.mu.Lock()
-	g.st.accrue(clk.Now(), 0)
-	credits := g.st.credits
+	g.st.pace.accrue(clk.Now(), 0)
+	credits := g.st.pace.credits
 	g.mu.Unlock()
 	if want := 0.5 + releasePerSecond/4 + releaseGainStart; math.Abs(credits-want) > 1e-9 {
 		t.Fatalf("credits %v, want %v", credits, want)

@@ -230,7 +230,7 @@ func (g *Gate) Record(a Attempt) {
 		// failures, from the first attempt on (rule 5).
 		now := g.now()
 		g.mu.Lock()
-		g.st.lastFail = now
+		g.st.ev.lastFail = now
 		g.mu.Unlock()
 	}
 	if a.Outcome != Failure && a.Admission == AdmitNone && g.waiting.Load() == 0 {
@@ -239,7 +239,7 @@ func (g *Gate) Record(a Attempt) {
 			// fast path.
 			now := g.now()
 			g.mu.Lock()
-			g.st.learn(now, a)
+			g.st.ev.learn(now, a)
 			g.mirrorOverload()
 			g.mu.Unlock()
 		}
@@ -261,11 +261,11 @@ func (g *Gate) Record(a Attempt) {
 // mirrorOverload copies st.overloadUntil and st.slowUntil for Allow (0:
 // never).
 func (g *Gate) mirrorOverload() {
-	if !g.st.slowUntil.IsZero() {
-		g.slowUntil.Store(g.st.slowUntil.UnixNano())
+	if !g.st.ev.slowUntil.IsZero() {
+		g.slowUntil.Store(g.st.ev.slowUntil.UnixNano())
 	}
-	if !g.st.overloadUntil.IsZero() {
-		g.overloadUntil.Store(g.st.overloadUntil.UnixNano())
+	if !g.st.ev.overloadUntil.IsZero() {
+		g.overloadUntil.Store(g.st.ev.overloadUntil.UnixNano())
 	}
 }
 

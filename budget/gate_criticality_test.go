@@ -150,7 +150,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 				w.view.held = true
 			}
 			if tt.phase == phaseRecovering {
-				g.st.credits, g.st.creditAt = 1, tt.at
+				g.st.pace.credits, g.st.pace.creditAt = 1, tt.at
 			}
 			g.mu.Unlock()
 			clk.set(tt.at)

@@ -247,22 +247,12 @@ func joinTells(tells []func()) func() {
 	}
 }
 
-// candidateLocked is the rules' candidate for w (gateState.candidate),
-// except that while w's guard is open it alone says when the retry goes
-// (its half-open probe, rule 4), and the gate holds the wait.
+// candidateLocked is the rules' decision for w now (gateState.decide),
+// applied: how w could go and when asking again could change the answer.
 func (w *Waiter) candidateLocked(now time.Time) (Admission, time.Time) {
-	end, endAt := w.g.st.hopeless(now, &w.view)
-	if end {
-		return admitEnd, time.Time{}
-	}
-	how, next := w.g.st.candidate(now, &w.view)
-	if how == AdmitNone && !endAt.IsZero() && (next.IsZero() || endAt.Before(next)) {
-		next = endAt
-	}
-	if guard := w.r.Guard; guard != nil && !guard.Closed() && (how == AdmitNone || how == admitEnd) {
-		how, w.view.held = AdmitProbe, true
-	}
-	return how, next
+	guard := w.r.Guard
+	d := w.g.st.decideAndApply(now, &w.view, guard != nil && !guard.Closed())
+	return d.how, d.next
 }
 
 // endLocked ends w's wait (rule 6): it leaves the queue, and its Poll
@@ -339,16 +329,6 @@ func (w *Waiter) Leave() {
 	}
 	g.nWaiting--
 	g.waiting.Store(int32(g.nWaiting))
-}
-
-// unadmit gives back what admit took for an admission never used.
-func (s *gateState) unadmit(how Admission) {
-	switch {
-	case how == AdmitRelease:
-		s.credits = min(s.credits+1, 1)
-	case how.probing() && s.probesOut > 0:
-		s.probesOut--
-	}
 }
 
 // giveUp counts a waiter that left without admission.
