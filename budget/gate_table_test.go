@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -169,24 +170,34 @@ func TestGateAdmissions(t *testing.T) {
 		want     Admission
 		next     time.Time
 		wantHeld bool
+		by       rule
 	}{
-		{"quiet, credit due", withCredits(stateIn(phaseQuiet), 1), t0, waiting(pause, time.Time{}, false), AdmitRelease, time.Time{}, false},
-		{"recovering, half a credit: asked again at its hold time", withCredits(stateIn(phaseRecovering), 0.5), t0, waiting(pause, time.Time{}, false), AdmitNone, holdAt, false},
-		{"failing, before the quiet time", stateIn(phaseFailing), t0.Add(50 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitNone, t0.Add(100 * time.Millisecond), false},
-		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false},
-		{"outage, last attempt waits for its last chance, held", stateIn(phaseOutage), t0.Add(time.Second), waiting(pause, deadline, true), AdmitNone, deadline.Add(-lastChanceLead), true},
-		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-lastChanceLead), waiting(pause, deadline, true), AdmitLast, time.Time{}, true},
-		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiting(0, time.Time{}, false), AdmitNone, t0.Add(5 * time.Second), true},
-		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), AdmitProbe, time.Time{}, true},
-		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), AdmitProbe, time.Time{}, false},
-		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
-		{"fresh process, past its hold time: the wait ends", fresh, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
-		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, true},
-		{"after an outage, held with a deadline: back after its pause", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), heldThrough(pause, deadline), AdmitNone, t0.Add(pause), true},
-		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), AdmitRelease, time.Time{}, true},
+		{"quiet, credit due", withCredits(stateIn(phaseQuiet), 1), t0, waiting(pause, time.Time{}, false), AdmitRelease, time.Time{}, false, ruleRelease},
+		{"recovering, half a credit: asked again at its hold time", withCredits(stateIn(phaseRecovering), 0.5), t0, waiting(pause, time.Time{}, false), AdmitNone, holdAt, false, ruleRelease},
+		{"failing, before the quiet time", stateIn(phaseFailing), t0.Add(50 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitNone, t0.Add(100 * time.Millisecond), false, ruleProbe},
+		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false, ruleProbe},
+		{"outage, last attempt waits for its last chance, held", stateIn(phaseOutage), t0.Add(time.Second), waiting(pause, deadline, true), AdmitNone, deadline.Add(-lastChanceLead), true, ruleLastChance},
+		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-lastChanceLead), waiting(pause, deadline, true), AdmitLast, time.Time{}, true, ruleLastChance},
+		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiting(0, time.Time{}, false), AdmitNone, t0.Add(5 * time.Second), true, ruleSettling},
+		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), AdmitProbe, time.Time{}, true, ruleProbe},
+		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), AdmitProbe, time.Time{}, false, ruleHold},
+		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false, ruleHold},
+		{"fresh process, past its hold time: the wait ends", fresh, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false, ruleHold},
+		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, true, ruleProbe},
+		{"after an outage, held with a deadline: back after its pause", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), heldThrough(pause, deadline), AdmitNone, t0.Add(pause), true, ruleRelease},
+		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), AdmitRelease, time.Time{}, true, ruleRelease},
 	}
 	for _, tt := range tests {
 		s, w := tt.s, tt.w
+		// decide changes nothing; apply does what it says.
+		before, wBefore := s, w
+		d := s.decide(tt.at, &w, false)
+		if !sameState(s, before) || w != wBefore {
+			t.Errorf("%s: decide changed the state or the wait", tt.name)
+		}
+		if d.by != tt.by {
+			t.Errorf("%s: decided by the %v rule, want the %v rule", tt.name, d.by, tt.by)
+		}
 		got, next := s.candidate(tt.at, &w)
 		if got != tt.want || !next.Equal(tt.next) || w.held != tt.wantHeld {
 			t.Errorf("%s: candidate = %v, next %v, held %v; want %v, next %v, held %v", tt.name, got, next.Sub(t0), w.held, tt.want, tt.next.Sub(t0), tt.wantHeld)
@@ -487,4 +498,11 @@ func backAfter(s *gateState, w *waiterView) time.Time {
 		s.apply(time.Time{}, w, decision{draw: true})
 	}
 	return s.pace.backAfter(w, s.slot.lead())
+}
+
+// sameState reports whether a and b hold the same state (their random
+// sources aside, which cannot be compared).
+func sameState(a, b gateState) bool {
+	a.rand, b.rand = nil, nil
+	return reflect.DeepEqual(a, b)
 }
