@@ -24,7 +24,7 @@ func TestRealTimeGateLeaveRacesEviction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := g.Enter(retryAt(criticality.Sheddable), time.Hour, time.Time{})
+		w, err := g.enter(retryAt(criticality.Sheddable), time.Hour, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func TestRealTimeGateLeaveRacesEviction(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			if v, err := g.Enter(retryAt(criticality.Critical), time.Hour, time.Time{}); err == nil {
+			if v, err := g.enter(retryAt(criticality.Critical), time.Hour, time.Time{}); err == nil {
 				v.Leave()
 			}
 		}()
@@ -97,9 +97,9 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	admitProbe := func() *Waiter {
+	admitProbe := func() *waiter {
 		t.Helper()
-		w, err := g.Enter(retry2, 0, time.Time{})
+		w, err := g.enter(retry2, 0, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	// The first probe reports now, late: it left before the second.
 	clk.advance(time.Second)
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe, Took: clk.Now().Sub(firstLeft)})
-	w, err := g.Enter(retry2, 0, time.Time{})
+	w, err := g.enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

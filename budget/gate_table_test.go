@@ -8,7 +8,7 @@ import (
 
 // downState is a gateState at t0 whose server served for healthyGap and
 // whose latest calls that retried were none healed: failures in a row
-// make an outage (rule 5).
+// make an outage (the outage and overload rules).
 func downState() gateState {
 	s := newGateState(t0, func() float64 { return 0.5 })
 	s.ev.healN, s.ev.seen, s.ev.lastFail = healWindow, true, t0.Add(-healthyGap)
@@ -121,7 +121,7 @@ func heldThrough(pause time.Duration, deadline time.Time) waiterView {
 	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, drawn: true}
 }
 
-// Rule 3, after an outage: a wait held through it whose call has a
+// The release rule, after an outage: a wait held through it whose call has a
 // deadline goes back its pause after the recovery and then the share it
 // drew of what its deadline leaves before its last chance: the calls held
 // together go back spread over that time, not together. The draw is made
@@ -153,7 +153,7 @@ func TestGateBackSpread(t *testing.T) {
 }
 
 // Every admission a rule can give, from every phase, and the slot it takes;
-// and what rule 6 does with a wait past its hold time.
+// and what the hold and hopeless rules does with a wait past its hold time.
 func TestGateAdmissions(t *testing.T) {
 	deadline := t0.Add(2 * time.Second)
 	const pause = 100 * time.Millisecond
@@ -237,7 +237,7 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	deadline := t0.Add(time.Second)
-	w, err := g.Enter(retry2, 0, deadline)
+	w, err := g.enter(retry2, 0, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	clk.advance(time.Minute)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	g.Record(Attempt{Number: 1, Outcome: Failure})
-	w2, err := g.Enter(retry2, 0, time.Time{})
+	w2, err := g.enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	}
 }
 
-// Rule 0: retries that heal go after their pause; a failure for overload
+// The heal rule: retries that heal go after their pause; a failure for overload
 // or an outage keeps them to the other rules. The evidence is the calls':
 // a call whose second attempt fails and third succeeds was healed.
 func TestGateHeals(t *testing.T) {
@@ -380,7 +380,7 @@ func TestGateHealsBeforeCallsSay(t *testing.T) {
 	}
 }
 
-// Rule 5: after a failure for overload every retry is refused for
+// The outage and overload rules: after a failure for overload every retry is refused for
 // overloadHold, and after a slow success a retry after a per-attempt
 // timeout (the interceptors let the slow attempt run on).
 func TestGateRefusesRetriesUnderOverload(t *testing.T) {
@@ -420,7 +420,7 @@ func TestGateRefusesRetriesUnderOverload(t *testing.T) {
 	}
 }
 
-// Rule 5: failures in a row make an outage only when retries are known not
+// The outage and overload rules: failures in a row make an outage only when retries are known not
 // to heal and the server looked healthy before them (a success, and a
 // second without failures, counted from the first attempt), or failed for
 // overload: a fresh process does not take a flaky server for a down one,

@@ -402,7 +402,7 @@ func TestBudgetGauges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ratio, err := budget.NewRatio(budget.DefaultRatioSettings())
+	ratio, err := budget.NewRatio(budget.RatioSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/gateview"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -127,6 +128,14 @@ type checkBudget struct {
 	// Deferral says what happens to a retry the budget refuses, during an
 	// outage and after it.
 	Deferral string `json:"deferral,omitempty"`
+	// DeferralRules are the Gate's rules, when refused retries wait.
+	DeferralRules []checkRule `json:"deferral_rules,omitempty"`
+}
+
+// checkRule is one of the Gate's rules: its name and what it says.
+type checkRule struct {
+	Name string `json:"name"`
+	Says string `json:"says"`
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
@@ -283,11 +292,15 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	if s := cfg.BudgetSettings(); s.Kind != budget.KindNone {
 		rep.Budget = explainBudget(s, maxAttempts)
 		rep.Budget.Deferral = explainDeferral(s)
+		if s.Defers() {
+			rep.Budget.DeferralRules = deferralRules()
+		}
 	} else {
 		// What stagger.DialOptions installs: the process's default budget.
 		rep.Budget = explainBudget(budget.DefaultSettings(), maxAttempts)
 		rep.Budget.Kind = "default, " + rep.Budget.Kind + " (the file declares none: stagger.DialOptions installs budget.Default(), one per process; the bare interceptors have none)"
 		rep.Budget.Deferral = explainDeferral(budget.DefaultSettings())
+		rep.Budget.DeferralRules = deferralRules()
 	}
 	return rep
 }
@@ -832,17 +845,19 @@ func explainDeferral(s budget.Settings) string {
 		}
 		return out
 	}
-	d, r := s.Defer.WithDefaults(), budget.Rules()
-	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one): "+
-		"while retrying heals the calls that retried (a third of the latest eight) and no attempt failed for overload, it goes after its own pause; "+
-		"otherwise the wait is held only in an outage (%d failures in a row, after the server looked healthy, of a server whose retries do not heal) or an overload, "+
-		"else it goes as a probe or ends a tenth past its pause (reason deferred); "+
-		"a held retry goes one at a time: as a probe when no attempt has reached the server for a quiet time (the retry's pause, doubled by every failure: up to %v by the new calls' failures, %v by failed probes), "+
-		"or as its call's last chance %v before the deadline (the last attempt of a call with a deadline is kept for that); paid by the budget when it admits it; "+
-		"during an outage retries the budget would admit wait with them; "+
-		"once an attempt succeeds again, released one at a time, %v per second plus %v of each success, growing to %v while released retries succeed (a call with a deadline: its own pause after the outage); "+
-		`a call that finds no admission before its deadline ends with its last status (reason deferred). "defer": false ends refused calls at once`,
-		d.MaxWaiting, d.MaxWait, r.OutageStreak, r.QuietGapMax, r.ProbeGapMax, r.LastChanceLead, r.ReleasePerSecond, r.ReleaseGainStart, r.ReleaseGainMax)
+	d := s.Defer.WithDefaults()
+	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), "+
+		"and goes, or its call ends with its last status (reason deferred), by the Gate's rules below; "+
+		`"defer": false ends refused calls at once`, d.MaxWaiting, d.MaxWait)
+}
+
+// deferralRules is the Gate's rules, by name, from the package's snapshot.
+func deferralRules() []checkRule {
+	var out []checkRule
+	for _, r := range gateview.Current().Rules {
+		out = append(out, checkRule{Name: r.Name, Says: r.Says})
+	}
+	return out
 }
 
 // explainBudget works out the most attempts per call the budget lets
@@ -956,6 +971,9 @@ func writeCheckText(w io.Writer, rep checkReport) {
 		fmt.Fprintf(w, "  worst-case load amplification: %.2fx (%s)\n", rep.Budget.Amplification, rep.Budget.Explanation)
 		if rep.Budget.Deferral != "" {
 			fmt.Fprintf(w, "  refused retries: %s\n", rep.Budget.Deferral)
+			for _, r := range rep.Budget.DeferralRules {
+				fmt.Fprintf(w, "    the %s rule: %s\n", r.Name, r.Says)
+			}
 		}
 	}
 	if rep.Breaker != nil {
