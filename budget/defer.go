@@ -159,6 +159,11 @@ var (
 	// critical retry took this one's place (Gate, the criticality rule). It wraps
 	// ErrTooManyWaiting.
 	ErrEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
+	// ErrOutageLasting: the Gate fails the retry at once (see Gate, the
+	// futility rule): the server has been down for longer than the calls'
+	// deadlines, so a wait would only hold the call until it fails; only
+	// the probe waits, until one heals.
+	ErrOutageLasting = errors.New("budget: the server has been down longer than the calls' deadlines: retries fail at once until a probe heals")
 	// ErrWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
 	ErrWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
 	// ErrWaitEnded: the Gate ended the wait (see Gate, the hold and hopeless rules): a tenth

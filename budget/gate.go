@@ -128,6 +128,16 @@ import (
 //     (Attempt.Took): it would wait out its deadline only to fail (the
 //     lab's slowdown-90: failed calls' p50 999 ms, the whole deadline,
 //     before; 441 ms since).
+//   - The futility rule. Once an outage has lasted as long as the longest
+//     wait of the retries that began to wait since the server last served
+//     (what their deadlines left, or MaxWait), waiting is pure cost: a
+//     retry that would begin to wait fails at once (ErrOutageLasting) and
+//     its call ends with its last status, unless nobody waits, when it
+//     waits alone as the probe. Calls already waiting keep their chance;
+//     the first success (a healed probe, a new call's first attempt) ends
+//     the outage and the rule with it. A service whose dependency is down
+//     for minutes does not hold its own callers, goroutines and memory for
+//     each call's whole deadline.
 //   - The settling rule. No retry is admitted sooner than its pause. A
 //     probe or last chance that never reports (its attempt lost) frees its
 //     slot a second after its call's deadline, or ProbeGapMax after it
@@ -195,6 +205,9 @@ type Gate struct {
 	changed chan struct{}
 	// counters for State.
 	deferred, admitted, gaveUp uint64
+	// futile counts the retries the futility rule failed at once (in
+	// gaveUp too).
+	futile uint64
 }
 
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is

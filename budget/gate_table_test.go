@@ -60,7 +60,7 @@ func TestGateTransitions(t *testing.T) {
 		{"other", func(s *gateState) { s.observe(t0, other) }},
 		{"probe succeeded", func(s *gateState) { s.observe(t0, probeOK) }},
 		{"probe failed", func(s *gateState) { s.observe(t0, probeFailed) }},
-		{"enter", func(s *gateState) { s.enter(t0, 100*time.Millisecond) }},
+		{"enter", func(s *gateState) { s.enter(t0, 100*time.Millisecond, 0) }},
 		{"forget", func(s *gateState) { s.forget(t0) }},
 	}
 	// want[from][event] is the phase after it.
@@ -161,7 +161,7 @@ func TestGateAdmissions(t *testing.T) {
 	overloaded := stateIn(phaseFailing)
 	overloaded.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	fresh := newGateState(t0, func() float64 { return 0.5 })
-	fresh.enter(t0, pause)
+	fresh.enter(t0, pause, 0)
 	tests := []struct {
 		name     string
 		s        gateState
@@ -358,7 +358,7 @@ func TestGateHeals(t *testing.T) {
 func TestGateHealsBeforeCallsSay(t *testing.T) {
 	w := waiting(10*time.Millisecond, time.Time{}, false)
 	s := newGateState(t0, func() float64 { return 0.5 })
-	s.enter(t0, 10*time.Millisecond)
+	s.enter(t0, 10*time.Millisecond, 0)
 	if s.ev.heals(t0) || s.ev.known() {
 		t.Fatal("a fresh process heals or knows")
 	}

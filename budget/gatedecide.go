@@ -19,10 +19,11 @@ const (
 	ruleHopeless
 	ruleSettling
 	ruleCriticality
+	ruleFutility
 )
 
 func (r rule) String() string {
-	return [...]string{"none", "heal", "probe", "last-chance", "release", "guard", "outage", "overload", "hold", "hopeless", "settling", "criticality"}[r]
+	return [...]string{"none", "heal", "probe", "last-chance", "release", "guard", "outage", "overload", "hold", "hopeless", "settling", "criticality", "futility"}[r]
 }
 
 // admitEnd is a decision's answer for a wait that ends without admission

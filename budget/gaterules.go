@@ -39,6 +39,7 @@ func rules() gateview.Rules {
 			{Name: ruleOverload.String(), Says: fmt.Sprintf("for %v after a failure for overload every retry waits; after a slow success, every retry after a per-attempt timeout", overloadHold)},
 			{Name: ruleHold.String(), Says: fmt.Sprintf("a wait that no rule lets go by its pause and %v of it is held only in an outage or an overload; otherwise it goes as a probe or ends", holdSlack)},
 			{Name: ruleHopeless.String(), Says: "a wait ends as soon as a retry, taking as long as its method's attempts lately, could not finish before the call's deadline"},
+			{Name: ruleFutility.String(), Says: fmt.Sprintf("once an outage has lasted %v times the longest wait of the retries that began to wait since the server last served, a retry fails at once unless nobody waits (it then waits alone, as the probe); the first success ends it", futileFactor)},
 			{Name: ruleSettling.String(), Says: fmt.Sprintf("no retry goes sooner than its pause; a probe that never reports frees its slot %v after its call's deadline (%v without one)", probeLeaseSlack, probeGapMax)},
 			{Name: ruleCriticality.String(), Says: "releases, probes and last chances go to the most critical waiting retry first; a full waiting room evicts the least critical, latest first"},
 		},

@@ -46,9 +46,14 @@ type gateState struct {
 	// lastReached is when an attempt last reached the server (or a retry
 	// was refused after its attempt ended).
 	lastReached time.Time
-	ev          evidence
-	slot        probeSlots
-	pace        releasePace
+	// outageAt is when the latest outage began; span the longest wait
+	// (what its deadline left, or MaxWait) of the retries that began to
+	// wait since the server last served (the futility rule).
+	outageAt time.Time
+	span     time.Duration
+	ev       evidence
+	slot     probeSlots
+	pace     releasePace
 }
 
 func newGateState(now time.Time, rand func() float64) gateState {
@@ -60,7 +65,7 @@ func newGateState(now time.Time, rand func() float64) gateState {
 // the first credit is drawn at random, as the release rule says.
 func (s *gateState) forget(now time.Time) {
 	s.pace.gain, s.slot.probeGap, s.slot.lastGap = releaseGainStart, 0, 0
-	s.streak = 0
+	s.streak, s.span = 0, 0
 	s.ev.retryFails, s.ev.seen = 0, true
 	if s.phase == phaseOutage {
 		s.pace.restart(now, s.rand())
@@ -91,7 +96,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			s.ev.succeeded(now, a.Took)
 		}
 		s.lastReached = now
-		s.streak = 0
+		s.streak, s.span = 0, 0
 		if s.phase == phaseOutage {
 			// The server is back: release slowly, from a credit drawn at
 			// random, or at once when a deferred retry found it back.
@@ -118,6 +123,9 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// a matter of course), or the server was failing a share of its
 		// attempts all along and is not overloaded.
 		if s.streak++; s.streak >= outageStreak && (s.ev.healthy || s.ev.overloaded(now)) && s.ev.down(now) {
+			if s.phase != phaseOutage {
+				s.outageAt = now
+			}
 			s.phase = phaseOutage
 			s.pace.credits = 0
 		} else if s.phase != phaseOutage {
@@ -137,13 +145,23 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 }
 
 // enter: a retry refused by the budget, after its attempt ended now, begins
-// to wait with pause. Its attempt is the latest evidence, and a failure.
-func (s *gateState) enter(now time.Time, pause time.Duration) {
+// to wait with pause, at most span. Its attempt is the latest evidence, and
+// a failure.
+func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 	s.lastReached = now
+	s.span = max(s.span, span)
 	if !s.phase.failing() {
 		s.phase = phaseFailing
 	}
 	s.slot.enter(pause)
+}
+
+// futile reports whether a retry that begins to wait now would wait in
+// vain (the futility rule): the outage has lasted futileFactor times the
+// longest wait of the retries that began to wait since the server last
+// served, and no attempt has succeeded since it began.
+func (s *gateState) futile(now time.Time) bool {
+	return s.phase == phaseOutage && s.span > 0 && now.Sub(s.outageAt) >= time.Duration(futileFactor*float64(s.span))
 }
 
 // admit: the waiting retry w goes now as how (a decision's answer, or

@@ -100,6 +100,13 @@ func (g *Gate) enter(r Request, pause time.Duration, deadline time.Time) (*waite
 	if g.room.n == 0 {
 		g.forgetLocked(now)
 	}
+	// The futility rule: in an outage that outlived the calls' deadlines,
+	// only a lone waiter (the probe) waits; every other retry fails now.
+	if g.room.n > 0 && g.st.futile(now) {
+		g.gaveUp++
+		g.futile++
+		return nil, ErrOutageLasting
+	}
 	if g.room.n >= g.s.MaxWaiting {
 		v := g.room.victim(level)
 		if v == nil {
@@ -112,7 +119,11 @@ func (g *Gate) enter(r Request, pause time.Duration, deadline time.Time) (*waite
 	g.waiting.Store(int32(g.room.n))
 	g.deferred++
 	pause = max(pause, 0)
-	g.st.enter(now, pause)
+	span := g.s.MaxWait
+	if !deadline.IsZero() {
+		span = deadline.Sub(now)
+	}
+	g.st.enter(now, pause, span)
 	w := &waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), holdAt: now.Add(pause + time.Duration(holdSlack*float64(pause)))},
 		earliest: now.Add(pause), level: level}
 	g.room.queue[level].push(w)

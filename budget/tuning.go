@@ -55,6 +55,12 @@ const (
 	// interceptors record an attempt a little after its deadline ends it).
 	// A call without a deadline holds the slot at most probeGapMax.
 	probeLeaseSlack = time.Second
+	// futileFactor: a retry fails at once instead of waiting once the
+	// outage has lasted this many times the longest wait of the retries
+	// that began to wait since the server last served (the futility rule).
+	// Chosen in issue 39 over the lab's outage-length sweep: see
+	// BENCHMARKS.md.
+	futileFactor = 1.0
 	// healWindow calls that retried and ended are kept; once healMinSamples
 	// of them ended (or one healed), healMinShare of them healed say the
 	// server heals on retry (the heal rule); healMinSamples retries that failed in

@@ -278,6 +278,8 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
 	case errors.Is(err, budget.ErrTooManyWaiting):
 		e.Reason = policy.ReasonBudget
+	case errors.Is(err, budget.ErrOutageLasting):
+		e.Reason = policy.ReasonOutage
 	default:
 		e.Reason = policy.ReasonDeferred
 	}

@@ -205,9 +205,14 @@ const (
 	// the method a retry or hedging policy, so its one attempt's failure
 	// was never a candidate for a retry.
 	ReasonNoPolicy
+	// ReasonOutage: the server has been down for longer than the calls'
+	// deadlines, and the budget's Gate fails retries at once instead of
+	// holding them until they fail (budget.ErrOutageLasting, the Gate's
+	// futility rule), until a probe finds the server back.
+	ReasonOutage
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {
