@@ -29,12 +29,12 @@ import (
 // stopTimer stops the attempt's timer (see attemptTimer.stop) and reports
 // whether it cut the attempt off; when it did, the retry it admitted as it
 // fired becomes c.timerVerdict, for afterAttempt. It sets c.slow: the
-// attempt ran a slowAnswer-th of its timer or longer.
+// attempt ran a slowSuccessPart-th of its timer or longer.
 func (c *call) stopTimer(at *attemptTimer) (cutOff bool) {
 	if at != nil {
 		at.took = time.Since(at.start)
 	}
-	c.slow = at != nil && at.took >= c.perAttempt/slowAnswer
+	c.slow = at != nil && at.took >= c.perAttempt/slowSuccessPart
 	if at.stop() {
 		return false
 	}
@@ -201,7 +201,7 @@ func (at *attemptTimer) cut() {
 // v as the verdict), and when they do not the attempt runs on
 // (timerRanOn).
 func (at *attemptTimer) decide(v policy.Verdict) int32 {
-	if p := at.c.pace; p != nil && p.slowForAll(at.start, time.Now(), at.c.perAttempt/slowAnswer) && (!at.waited || !p.scout(time.Now(), at.c.perAttempt)) {
+	if p := at.c.pace; p != nil && p.slowForAll(at.start, time.Now(), at.c.perAttempt/laterSendAgePart) && (!at.waited || !p.scout(time.Now(), at.c.perAttempt)) {
 		at.waited = true
 		at.t.Reset(at.c.perAttempt)
 		return timerArmed
@@ -257,16 +257,3 @@ func (at *attemptTimer) served(took time.Duration) {
 	}
 	at.c.pace.answer(at.start, took, at.c.crit.Index())
 }
-
-// slowAnswer: an attempt that answers after a slowAnswer-th of its
-// per-attempt timeout or later is a sign of overload (rising latency) when
-// it succeeds: the Gate then refuses timeout retries for a while, so that
-// its next timer lets the slow attempt run on instead of cutting it off.
-// In the lab's slowdown-90 (BENCHMARKS.md, issue 29) the server's work
-// wasted on attempts cut off fell from 5.5 % (no such sign) to 3.4 % at a
-// half and 2.3 % at a quarter, as more processes saw a slow success before
-// their own first timer fired (slowdown: 98.8 %, 99.9 %, 100 %); pace
-// covers the processes whose first timer fires before they saw one (0.1 %
-// wasted). It is also how young an attempt sent after a timed-out one may
-// be and still say nothing of the server (pace.slowForAll's minAge).
-const slowAnswer = 4

@@ -59,8 +59,6 @@ type methodCache struct {
 	byData [methodSlots]methodSlot
 }
 
-const methodSlots = 64
-
 type methodSlot struct {
 	data *byte
 	n    int
@@ -223,10 +221,6 @@ func retryNoCode(pred policy.Predicate) policy.Predicate {
 }
 
 func retryNone(error) (retry, decided bool) { return false, true }
-
-// methodCacheMax bounds the cache: a program that makes up method names at
-// run time must not grow it without end. Past it, lookups go to the file.
-const methodCacheMax = 4096
 
 // method returns what cfg (nil: no file) says of method.
 func (k *core) method(cfg *policy.Config, method string) *methodInfo {

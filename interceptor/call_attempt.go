@@ -98,7 +98,7 @@ type call struct {
 	// retry and prev are the backoff sequence's position (policy.Attempt).
 	retry int
 	prev  time.Duration
-	// slow: the attempt that just ended ran slowAnswer-th of perAttempt or
+	// slow: the attempt that just ended ran slowSuccessPart-th of perAttempt or
 	// longer before it answered (stopTimer): a success that slow tells the
 	// budget the server's latency is rising (budget.Attempt.Overload).
 	slow bool
@@ -305,14 +305,6 @@ var monoBase = time.Now()
 // bytes, for the fields the call struct (kept on the stack, and copied by
 // the per-attempt timer) holds.
 func monoNow() time.Duration { return time.Since(monoBase) }
-
-// callerDeadlineSlack is how close to the caller's deadline an attempt may
-// end with CANCELED or DEADLINE_EXCEEDED and still be taken for the caller's
-// deadline. grpc-go rounds grpc-timeout up, so a server's DEADLINE_EXCEEDED
-// for the caller's deadline arrives after it on the client's clock; the
-// slack covers the client's own timers firing late (a loaded machine) and
-// proxies that round the other way.
-const callerDeadlineSlack = time.Millisecond
 
 // callerEnded reports whether the attempt that ended with err ended because
 // the caller's context did: it was cancelled, or its deadline passed; or err

@@ -76,11 +76,6 @@ type hedgeCall struct {
 
 var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
 
-// hedgeResultsRoom bounds a hedged call's results channel. Policies rarely
-// allow more attempts (a file's are capped at 5 unless raised), so their
-// attempts never wait to report.
-const hedgeResultsRoom = 8
-
 func getHedgeCall(maxAttempts int) *hedgeCall {
 	hc := hedgeCalls.Get().(*hedgeCall)
 	// Not pooled: a channel belongs to the testing/synctest bubble that made
@@ -270,7 +265,7 @@ func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration
 	delay = h.Delay
 	if h.Adaptive {
 		hist = k.latency(method)
-		if d, ok := hist.quantile(0.95); ok {
+		if d, ok := hist.quantile(hedgeQuantile); ok {
 			delay = d
 		}
 	}
