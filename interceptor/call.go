@@ -98,14 +98,16 @@ type plan struct {
 	retrying bool
 	budget   budget.Budget
 	// perAttempt as in call; notice: the policy sets a per-attempt timeout
-	// that is not applied because the method is not known to be idempotent.
+	// that is not applied because the call may not run twice (the method
+	// is not known to be idempotent and the call carries no idempotency
+	// key).
 	perAttempt time.Duration
 	notice     bool
 	// hedgeOnTimeout: the policy's HedgeOnPerTryTimeout, with perAttempt.
 	hedgeOnTimeout bool
 	hedged         *policy.Method
-	// repeatable as in call.
-	repeatable bool
+	// repeatable and byKey as in call.
+	repeatable, byKey bool
 	// breakers guard the method's calls (nil: none); brCache is the
 	// methodInfo's cache of one of them (nil for a plan made per call).
 	breakers *breaker.Set
@@ -177,10 +179,14 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	if !pl.retrying {
 		return pl
 	}
+	// A call with an idempotency key may run twice on the server as an
+	// idempotent one may: the server de-duplicates it (WithIdempotencyKey;
+	// a unary call's only: the stream interceptor undoes byKey's timer).
 	idempotent := k.idempotent(o, m, method)
 	pl.repeatable = idempotent || o.idemKey != ""
+	pl.byKey = !idempotent && o.idemKey != ""
 	if p.PerAttemptRecvTimeout > 0 {
-		if idempotent {
+		if pl.repeatable {
 			pl.perAttempt = p.PerAttemptRecvTimeout
 			pl.hedgeOnTimeout = p.HedgeOnPerTryTimeout
 		} else {

@@ -81,12 +81,16 @@ type call struct {
 	pol    *policy.Policy
 	budget budget.Budget
 	// perAttempt is the per-attempt timeout actually applied: 0 when the
-	// policy sets none or the method is not known to be idempotent.
+	// policy sets none or the call may not run twice (neither repeatable
+	// nor, for a stream, known to be idempotent).
 	perAttempt time.Duration
 	// repeatable: the call may run twice on the server (the method is
 	// known to be idempotent, or the call carries an idempotency key), so
 	// an ambiguous failure (wireAmbiguous) is retried as gRFC A6 says.
 	repeatable bool
+	// byKey: repeatable only because the call carries an idempotency key
+	// (the method is not known to be idempotent).
+	byKey bool
 	// attempt is the number of the attempt running or just ended.
 	attempt int
 	// before counts the attempts sent before attempt restarted at 1, and
@@ -203,7 +207,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		pl = &p
 	}
 	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
-	c.hedgeOnTimeout = pl.hedgeOnTimeout
+	c.hedgeOnTimeout, c.byKey = pl.hedgeOnTimeout, pl.byKey
 	c.pace = pl.pace
 	c.retry = 1
 
@@ -225,11 +229,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		callCtx = elsewhere.NewCallContext(callCtx)
 	}
 	if pl.notice {
-		if _, seen := k.noticed.Load(method); !seen {
-			if _, seen := k.noticed.LoadOrStore(method, struct{}{}); !seen {
-				c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonNotIdempotent})
-			}
-		}
+		k.noticeNoTimer(ctx, c)
 	}
 	if pl.capped > 0 {
 		if _, seen := k.capNoticed.LoadOrStore(method, struct{}{}); !seen {
@@ -237,6 +237,17 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		}
 	}
 	return callCtx, cancel, grpcOpts, true
+}
+
+// noticeNoTimer tells the logger and hooks, once per method and
+// interceptor, that the policy's per-attempt timeout is not applied: the
+// call may not run twice.
+func (k *core) noticeNoTimer(ctx context.Context, c *call) {
+	if _, seen := k.noticed.Load(c.method); !seen {
+		if _, seen := k.noticed.LoadOrStore(c.method, struct{}{}); !seen {
+			c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
+		}
+	}
 }
 
 // callCriticality resolves the criticality of a call of a method whose

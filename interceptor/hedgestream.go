@@ -132,7 +132,7 @@ type streamHedgeEvent struct {
 // per method): the caller then runs the stream once. grpcOpts are the
 // caller's options without stagger's.
 func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc.CallOption) grpc.ClientStream {
-	if !k.hedges(ctx, &rs.c) {
+	if !k.hedges(ctx, &rs.c, true) {
 		return nil
 	}
 	h := rs.c.hedged.Hedging
