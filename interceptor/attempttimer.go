@@ -57,7 +57,7 @@ func (c *call) stopTimer(at *attemptTimer) (cutOff bool) {
 // its grace is the call's answer, and nothing was spent on a retry: a slow
 // server gets no retry of the work it is about to finish, and the budget
 // and the Gate get a pause's more evidence (other calls' slow answers,
-// rule 5) before they are asked. Firing (with its decision) and stopping
+// for the Gate's overload rule) before they are asked. Firing (with its decision) and stopping
 // exclude each other: one atomic state, and a mutex that stop waits on
 // while a decision runs. So whether the timer cut an attempt off is a fact the timer
 // records, never read after the fact from ctx.Err() or a status code, which
