@@ -62,7 +62,7 @@ func deferClient(t *testing.T, srv *testserver.Server, hooks ...func(interceptor
 
 // warmClient is deferClient after a call that succeeded a second ago: the
 // server has served, and failures from now on make an outage (budget.Gate,
-// rule 5). The hooks hear from the next call on.
+// the outage rule). The hooks hear from the next call on.
 func warmClient(t *testing.T, srv *testserver.Server, hooks ...func(interceptor.Event)) testingv1.TestServiceClient {
 	t.Helper()
 	var on atomic.Bool
@@ -285,7 +285,7 @@ func TestDeferHealsAnOutage(t *testing.T) {
 		}
 		// After it, each call that waited goes back once, its pause after
 		// the recovery and then the share it drew of what its deadline
-		// leaves (rule 3): spread over about a second, they add at most
+		// leaves (the release rule): spread over about a second, they add at most
 		// the new calls' load (10 per 100ms) to any 100ms, where they all
 		// came in the first 100ms when they went back at their pause.
 		for i, n := range arr {

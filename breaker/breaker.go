@@ -250,10 +250,6 @@ func (b *Breaker) Admit(c criticality.Level, l Listener) error {
 	return b.admit(c.Index(), l)
 }
 
-// foldEvery is how many fast-path counts wait before they are folded into
-// the window.
-const foldEvery = 64
-
 // fold folds the fast paths' counts into the window now.
 func (b *Breaker) fold() {
 	now := b.now()

@@ -102,7 +102,6 @@ const (
 	DefaultBreakDuration     = time.Second
 	DefaultMaxBreakDuration  = 5 * time.Second
 	DefaultProbeEvery        = 10
-	maxProbeEvery            = 1000
 	DefaultThrottleK         = 2.0
 )
 

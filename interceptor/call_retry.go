@@ -252,8 +252,10 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 // when admitted (the next attempt tells the budget how it was let go), or
 // the call's final error: CANCELED when the caller cancelled; last, reason
 // deferred, when no retry could start before the deadline or a call without
-// one waited the limit; last, reason budget, when too many calls wait (or
-// a more critical retry took its place) or a SHEDDABLE retry may not wait.
+// one waited the limit; last, reason budget, when too many calls wait or a
+// more critical retry took its place (budget.ErrTooManyWaiting, which
+// ErrEvicted wraps). A retry of any criticality may wait: the Gate refuses
+// none for its level alone (see budget.Gate).
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
 	req := *c.deferReq
 	c.deferReq = nil

@@ -24,7 +24,8 @@ const (
 	EventGiveUp
 	// EventNotice: stagger did not apply part of the policy or of an
 	// Option: Reason ReasonNotIdempotent, a per-attempt timeout (hedging,
-	// when Hedging) on a method not known to be idempotent; Reason
+	// when Hedging) on a method not known to be idempotent, for a call
+	// without an idempotency key (or a stream: see WithIdempotencyKey); Reason
 	// ReasonAttempts, a WithMaxAttempts above the cap in force, lowered to
 	// Attempt attempts. Each is reported once per method and interceptor.
 	EventNotice

@@ -48,9 +48,6 @@ type pace struct {
 	scoutAt, scoutGap atomic.Int64
 }
 
-// scoutGapMax bounds the gap between scouts, in per-attempt timeouts.
-const scoutGapMax = 64
-
 // scout reports whether a retry may go now as the method's scout while
 // the server is slow for every attempt: one at a time, the first at once,
 // then after a gap that starts at the per-attempt timeout and doubles with
@@ -83,14 +80,6 @@ func (p *pace) latency(now time.Time, level int) time.Duration {
 	}
 	return time.Duration(p.took[level].Load())
 }
-
-// paceFresh is how long a served attempt's latency is taken for the
-// method's: as long as the Gate's evidence of overload stands.
-const paceFresh = 5 * time.Second
-
-// paceSends is how many send times pace keeps: enough for the attempts a
-// busy process sends within a per-attempt timeout's grace.
-const paceSends = 4
 
 // send notes an attempt sent at t.
 func (p *pace) send(t time.Time) {

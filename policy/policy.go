@@ -83,7 +83,8 @@ type Policy struct {
 	// once, and the server not slow for every attempt (the interceptors'
 	// rule: see interceptor.UnaryClientInterceptor). Otherwise the attempt
 	// is not cut off: it runs on, and its answer is the call's. It applies
-	// only to methods known to be idempotent.
+	// only to methods known to be idempotent and to unary calls with an
+	// idempotency key (interceptor.WithIdempotencyKey).
 	PerAttemptRecvTimeout time.Duration
 	// HedgeOnPerTryTimeout (Envoy's hedge_on_per_try_timeout), with
 	// PerAttemptRecvTimeout: when the timer fires and a retry can go, the
@@ -172,8 +173,9 @@ const (
 	ReasonCaller
 	// ReasonBudget: the retry budget refused (decided by the interceptor).
 	ReasonBudget
-	// ReasonNotIdempotent: the method is not known to be idempotent, so stagger
-	// does not hedge it or retry it after its own per-attempt timeout.
+	// ReasonNotIdempotent: the method is not known to be idempotent (and the
+	// call carries no idempotency key, or is a stream), so stagger does not
+	// hedge it or retry it after its own per-attempt timeout.
 	ReasonNotIdempotent
 	// ReasonStreaming: the method streams and its hedging policy is not
 	// applied. The interceptors no longer give it (they hedge streams until
