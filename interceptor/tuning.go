@@ -3,7 +3,7 @@ package interceptor
 import (
 	"time"
 
-	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/gateview"
 )
 
 // The interceptors' tuning numbers, in one place. Each is unexported on
@@ -51,9 +51,9 @@ const (
 // paceFresh is how long a served attempt's latency is taken for the
 // method's (pace.latency, budget.Request.Took): as long as the Gate takes
 // a failure for overload or a slow success as evidence (the overload
-// rule's hold, budget.Rules().OverloadHold), so that both forget a slow
+// rule's hold, from the Gate's rules snapshot), so that both forget a slow
 // server at the same time.
-var paceFresh = budget.Rules().OverloadHold
+var paceFresh = gateview.Current().OverloadHold
 
 // The per-method cache (call.go).
 const (
