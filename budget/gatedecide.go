@@ -113,14 +113,15 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool, d *de
 			return
 		}
 		d.next = now.Add(s.pace.wait(d.credits))
-		if held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt) {
+		if held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt) { // heldThrough, with held as decided
 			// Held through an outage, with a deadline: its own pause after
 			// the server came back, and a share of what its deadline leaves.
 			if !w.drawn {
 				d.draw = true
 				return
 			}
-			if back := s.pace.backAfter(w, s.slot.lead()); !now.Before(back) {
+			back := later(s.pace.backAfter(w, s.slot.lead()), s.pace.backNext)
+			if !now.Before(back) {
 				d.how, d.next = AdmitRelease, time.Time{}
 			} else if back.Before(d.next) {
 				d.next = back

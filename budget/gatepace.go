@@ -15,8 +15,16 @@ type releasePace struct {
 	// gain is the share of a credit each success adds.
 	gain float64
 	// backAt is when the latest outage ended while the server was not
-	// overloaded: the calls held through it go back from then.
-	backAt time.Time
+	// overloaded: the calls held through it go back from then, one every
+	// backEvery at most, the next no sooner than backNext.
+	backAt    time.Time
+	backEvery time.Duration
+	backNext  time.Time
+	// entered counts the retries that began to wait since enteredAt, the
+	// first of them since the latest outage ended: their pace is the
+	// process's load while the server was down.
+	entered   int
+	enteredAt time.Time
 }
 
 func newReleasePace(now time.Time) releasePace {
@@ -61,6 +69,35 @@ func (p *releasePace) shrink() { p.gain = math.Max(p.gain/2, releaseGainStart) }
 func (p *releasePace) wait(c float64) time.Duration {
 	d := time.Duration(math.Ceil((1 - c) / releasePerSecond * float64(time.Second)))
 	return max(d, time.Millisecond)
+}
+
+// enter: a retry began to wait now.
+func (p *releasePace) enter(now time.Time) {
+	if p.entered == 0 {
+		p.enteredAt = now
+	}
+	p.entered++
+}
+
+// back: an outage ended now. The calls held through it go back no faster
+// than backShare times the pace at which retries began to wait in it (the
+// process's own load while the server was down), so that the server that
+// just came back meets at most that much more than its usual load; the
+// first no sooner than a share u (uniform in [0, 1)) of that pace's gap,
+// so that processes that saw the recovery together do not send their
+// first back together.
+func (p *releasePace) back(now time.Time, u float64) {
+	p.backAt, p.backNext, p.backEvery = now, now, 0
+	if d := now.Sub(p.enteredAt); p.entered > 0 && d > 0 {
+		p.backEvery = time.Duration(float64(d) / (backShare * float64(p.entered)))
+		p.backNext = now.Add(time.Duration(u * float64(p.backEvery)))
+	}
+	p.entered = 0
+}
+
+// wentBack: a call held through the outage went back now.
+func (p *releasePace) wentBack(now time.Time) {
+	p.backNext = later(p.backNext, now).Add(p.backEvery)
 }
 
 // backAfter is when a wait w held through the outage that ended at backAt

@@ -79,7 +79,7 @@ func (s *gateState) forget(now time.Time) {
 // release rule).
 func (s *gateState) back(now time.Time) {
 	if !s.ev.overloaded(now) {
-		s.pace.backAt = now
+		s.pace.back(now, s.rand())
 	}
 }
 
@@ -150,6 +150,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 	s.lastReached = now
 	s.span = max(s.span, span)
+	s.pace.enter(now)
 	if !s.phase.failing() {
 		s.phase = phaseFailing
 	}
@@ -169,7 +170,11 @@ func (s *gateState) futile(now time.Time) bool {
 func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 	switch how {
 	case AdmitRelease:
-		// A call held through an outage goes back without a credit.
+		// A call held through an outage goes back without a credit, at
+		// the back pace.
+		if s.heldThrough(w) {
+			s.pace.wentBack(now)
+		}
 		if s.pace.credits >= 1 {
 			s.pace.credits--
 		}
@@ -178,6 +183,12 @@ func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 		return
 	}
 	s.slot.take(now, w)
+}
+
+// heldThrough reports whether w, a call with a deadline, was held through
+// the latest outage: it goes back by the release rule's back pace.
+func (s *gateState) heldThrough(w *waiterView) bool {
+	return w.held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt)
 }
 
 // unadmit gives back what admit took for an admission never used.

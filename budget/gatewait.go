@@ -101,8 +101,9 @@ func (g *Gate) enter(r Request, pause time.Duration, deadline time.Time) (*waite
 		g.forgetLocked(now)
 	}
 	// The futility rule: in an outage that outlived the calls' deadlines,
-	// only a lone waiter (the probe) waits; every other retry fails now.
-	if g.room.n > 0 && g.st.futile(now) {
+	// a lone waiter (the probe) and a share of the others wait; every
+	// other retry fails now.
+	if g.room.n > 0 && g.st.futile(now) && g.rand() >= futileHold {
 		g.gaveUp++
 		g.futile++
 		return nil, ErrOutageLasting

@@ -55,12 +55,25 @@ const (
 	// interceptors record an attempt a little after its deadline ends it).
 	// A call without a deadline holds the slot at most probeGapMax.
 	probeLeaseSlack = time.Second
+	// backShare: the calls held through an outage go back no faster than
+	// this share of the pace at which retries began to wait in it, on top
+	// of the new calls: measured in issue 39 (lab unavailable, see
+	// BENCHMARKS.md).
+	backShare = 0.4
 	// futileFactor: a retry fails at once instead of waiting once the
 	// outage has lasted this many times the longest wait of the retries
 	// that began to wait since the server last served (the futility rule).
 	// Chosen in issue 39 over the lab's outage-length sweep: see
 	// BENCHMARKS.md.
 	futileFactor = 1.0
+	// futileHold: the share of the retries that still wait in such an
+	// outage, so that the server's return finds calls to serve at once
+	// (the calls a peer's backoff saves) while most fail fast. Below a
+	// quarter, fewer than half the failed calls of a 5 s outage wait out
+	// their deadline (the calls held before the rule began: 2 s of 5),
+	// so their median is a fast failure; measured in issue 39 (lab
+	// outage sweep, BENCHMARKS.md).
+	futileHold = 0.1
 	// healWindow calls that retried and ended are kept; once healMinSamples
 	// of them ended (or one healed), healMinShare of them healed say the
 	// server heals on retry (the heal rule); healMinSamples retries that failed in
