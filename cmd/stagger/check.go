@@ -818,7 +818,7 @@ func explainBreaker(s *breaker.Settings) *checkBreaker {
 	}
 	if s.ThrottleK > 0 {
 		set = append(set, fmt.Sprintf("adaptiveThrottling: k %v, window %v", s.ThrottleK, s.SamplingWindow))
-		how = append(how, fmt.Sprintf("first attempts are rejected locally (reason throttled) with probability max(0, (requests - %v x accepts) / (requests + 1)) over the last %v: the server sees at most about %vx the attempts it answers without failing", s.ThrottleK, s.SamplingWindow, s.ThrottleK))
+		how = append(how, fmt.Sprintf("first attempts are rejected locally (reason throttled) with probability max(0, (requests - %v x accepts) / (requests + 1)) over the last %v, at most 0.8: the server sees at most about %vx the attempts it answers without failing, and at least a fifth of them and one a second, so that a recovered server gets its traffic back", s.ThrottleK, s.SamplingWindow, s.ThrottleK))
 	}
 	if !s.NoPacing {
 		how = append(how, "waitForReady calls held while their connection fails to connect go, once it is ready, one at a time at the rate the server answered over the window (at least 1/s), not all at once")
