@@ -64,11 +64,10 @@ func (w *walker) checkName(path, svc, meth string) {
 			return
 		}
 		if hint == "" {
-			hint = " (no mistake if the program registers it later; WithProtoFiles(nil) turns this check off)"
-		} else {
-			hint += " (a service is named with its proto package)"
+			w.warn(join(path, "service"), "service %q is not declared in the known proto files (no mistake if the program registers it later; WithProtoFiles(nil) turns this check off)", svc)
+			return
 		}
-		w.warn(join(path, "service"), "service %q is not declared in the known proto files%s", svc, hint)
+		w.warnTypo(join(path, "service"), "service %q is not declared in the known proto files%s (a service is named with its proto package)", svc, hint)
 		return
 	}
 	if meth == "" || sd.Methods().ByName(protoreflect.Name(meth)) != nil {
@@ -84,7 +83,9 @@ func (w *walker) checkName(path, svc, meth string) {
 		w.fail(join(path, "method"), "must be a method of "+svc+" (Strict"+hint+")", meth)
 		return
 	}
-	w.warn(join(path, "method"), "method %q is not a method of %s%s", meth, svc, hint)
+	// The service is declared: a method it lacks is a mistake, near a
+	// name or not.
+	w.warnTypo(join(path, "method"), "method %q is not a method of %s%s", meth, svc, hint)
 }
 
 // serviceSuggestions lists the services of r that svc likely means: the

@@ -243,8 +243,8 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	cfg, err := policy.LoadFile(file, opts...)
 	for _, w := range warns {
 		s := w.String()
-		if w.Line > 0 {
-			s = fmt.Sprintf("%s:%d:%d: %s", file, w.Line, w.Column, s)
+		if pos := w.Position(); pos != "" {
+			s = pos + ": " + s
 		}
 		rep.Warnings = append(rep.Warnings, s)
 	}
@@ -342,10 +342,8 @@ func errorLines(file string, err error) []string {
 		var fe *policy.FieldError
 		var pe *fs.PathError
 		switch {
-		case errors.As(e, &se) && se.File != "":
+		case errors.As(e, &se) && se.File != "", errors.As(e, &fe) && fe.File != "":
 			// Placed already.
-		case errors.As(e, &fe) && fe.Line > 0:
-			msg = fmt.Sprintf("%s:%d:%d: %s", file, fe.Line, fe.Column, msg)
 		case errors.As(e, &pe):
 			// "open FILE: no such file or directory" names the file.
 		default:
