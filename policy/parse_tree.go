@@ -44,11 +44,11 @@ type node struct {
 	// object; 0 for an array's element or the root.
 	keyLine, keyCol int
 	kind            nodeKind
-	b         bool
-	s         string // a string's value, or a number's literal
-	arr       []*node
-	keys      []string
-	vals      []*node
+	b               bool
+	s               string // a string's value, or a number's literal
+	arr             []*node
+	keys            []string
+	vals            []*node
 }
 
 // maxTreeDepth matches encoding/json's nesting limit, so a document grpc-go
