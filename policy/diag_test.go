@@ -382,3 +382,27 @@ func TestFieldErrorPlaces(t *testing.T) {
 		}
 	}
 }
+
+// TestNearlyNamed: a call the file was likely meant to cover, and does not.
+func TestNearlyNamed(t *testing.T) {
+	c := parseMust(t, `{"methodConfig": [
+	  {"name": [{"service": "grpc.testing.TestServce"}, {"service": "a.B", "method": "Gett"}, {"service": "Cart"}], "timeout": "1s"},
+	  {"name": [{"service": "a.C"}], "timeout": "2s"}, {"name": [{}], "timeout": "3s"}]}`, WithProtoFiles(nil))
+	for _, tt := range []struct{ method, want string }{
+		{"/grpc.testing.TestService/EmptyCall", "/grpc.testing.TestServce/"},
+		{"/a.B/Get", "/a.B/Gett"},
+		{"/a.B/Gett", ""},
+		{"/a.B/Put", ""},
+		{"/a.C/Get", ""}, // named: a.C's entry covers it, whatever a.B says
+		{"/shop.v1.Cart/Get", "/Cart/"},
+		{"/x.Y/Z", ""},
+		{"", ""},
+	} {
+		if got := c.NearlyNamed(tt.method); got != tt.want {
+			t.Errorf("NearlyNamed(%q) = %q, want %q", tt.method, got, tt.want)
+		}
+	}
+	if (*Config)(nil).NearlyNamed("/a.B/Get") != "" {
+		t.Error("nil Config")
+	}
+}
