@@ -723,3 +723,42 @@ func TestCheckShowsCriticality(t *testing.T) {
 		t.Errorf("json methods %+v\n%s", got.Methods, out)
 	}
 }
+
+// TestCheckWraps: -width wraps every line of the text, continuation lines
+// indented, and nothing is lost; a pipe (the default) gets one line per item.
+func TestCheckWraps(t *testing.T) {
+	for _, file := range []string{"retry.json", "hedging.yaml", "decorrelated.yaml", "breaker.json", "a6-throttle.json"} {
+		_, flat, _ := checkRun(t, checkExamples+file)
+		code, out, _ := checkRun(t, "-width", "80", checkExamples+file)
+		if code != 0 {
+			t.Fatalf("%s: exit %d", file, code)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if len(l) > 80 && strings.Contains(strings.TrimSpace(l), " ") {
+				t.Errorf("%s: a line of %d columns: %q", file, len(l), l)
+			}
+		}
+		if strings.Join(strings.Fields(out), " ") != strings.Join(strings.Fields(flat), " ") {
+			t.Errorf("%s: wrapping changed the words:\n%s", file, out)
+		}
+	}
+	if got := wrapText("  a bb "+strings.Repeat("c", 12)+" d", 8); got != "  a bb\n      cccccccccccc\n      d" {
+		t.Errorf("wrapText = %q", got)
+	}
+}
+
+// TestCheckCountsRetries: one retry is "1 retry".
+func TestCheckCountsRetries(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(file, []byte(`{"methodConfig": [{"name": [{"service": "a.S"}], "retryPolicy": {"maxAttempts": 2,
+	  "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}],
+	  "retryBudget": {"tokenBucket": {"capacity": 10, "initial": 5, "retryCost": 5}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, out, errOut := checkRun(t, file)
+	for _, want := range []string{"maxAttempts 2 (1 retry)", "pays for 1 retry,"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s%s", want, out, errOut)
+		}
+	}
+}
