@@ -46,6 +46,10 @@ type core struct {
 	// warned is the last file whose warnings went to the logger, so each
 	// file (each reload) is reported once, when a call first follows it.
 	warned atomic.Pointer[policy.Config]
+	// loud holds what went to the logger, or to slog.Default(), as a likely
+	// typo in the file (firstLoud), so each is said once; loudN counts it.
+	loud  sync.Map
+	loudN atomic.Int64
 }
 
 // methodCache is copied on write; it belongs to one *policy.Config.
@@ -247,7 +251,10 @@ func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 	mi.plan.brCache = &mi.br
 	mi.plan.pace = new(pace)
 	if cfg != nil && k.warned.Load() != cfg && k.warned.Swap(cfg) != cfg {
-		k.opts.logWarnings(cfg)
+		k.logWarnings(cfg)
+	}
+	if cfg != nil && (mc == nil || mc.cfg != cfg || len(mc.byName) < methodCacheMax) {
+		k.logNearlyNamed(cfg, method)
 	}
 	k.methodsMu.Lock()
 	defer k.methodsMu.Unlock()

@@ -67,7 +67,11 @@ func (e *Error) GaveUp() bool {
 }
 
 // Attempts returns the number of attempts stagger made for the call that
-// returned err, or 0 when err does not come from stagger (nil included).
+// returned err, or 0 when err does not come from stagger: nil (a success,
+// however many attempts it took), and the error of a call no policy covers
+// (reason no policy: it ran once, as without stagger, and its error is the
+// server's, unwrapped). WithReport counts the attempts of every call,
+// successes included.
 func Attempts(err error) int {
 	var e *Error
 	if errors.As(err, &e) {

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -134,18 +135,60 @@ func (o *options) BreakerChanged(ch breaker.Change) {
 // logWarnings tells the logger, at warning level, what the parse of cfg
 // found worth saying (a misspelt key, a service the program does not link):
 // a file with such a mistake is valid, so without this line it would fail
-// silently, matching no call or ignoring the key.
-func (o *options) logWarnings(cfg *policy.Config) {
-	if o.logger == nil {
-		return
-	}
+// silently, matching no call or ignoring the key. Without a logger, the
+// likely typos (policy.Warning.Typo) still go to slog.Default(), each once.
+func (k *core) logWarnings(cfg *policy.Config) {
 	for _, w := range cfg.Warnings() {
+		if k.opts.logger == nil && (!w.Typo || !k.firstLoud(w.Path+": "+w.Message)) {
+			continue
+		}
 		fields := []any{"stagger.field", w.Path}
 		if w.Line > 0 {
 			fields = append(fields, "stagger.line", w.Line, "stagger.column", w.Column)
 		}
-		o.logger.Log(context.Background(), logging.LevelWarn, "stagger: policy file: "+w.Message, fields...)
+		if w.File != "" {
+			fields = append(fields, "stagger.file", w.File)
+		}
+		k.opts.warnLoud("stagger: policy file: "+w.Message, fields...)
 	}
+}
+
+// logNearlyNamed says, once per method, that the file nearly names a
+// method it does not cover: a typo in the file silently leaves the method
+// without its policy.
+func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
+	name := cfg.NearlyNamed(method)
+	if name == "" || !k.firstLoud("call "+method+" "+name) {
+		return
+	}
+	k.opts.warnLoud("stagger: the policy file names "+name+", not "+method+" (a typo?): the call does not follow that entry", "grpc.method", method, "stagger.name", name)
+}
+
+// loudMax bounds the messages firstLoud remembers: a program that makes up
+// method names at run time must not grow the set without end.
+const loudMax = 1024
+
+// firstLoud reports whether msg is said for the first time.
+func (k *core) firstLoud(msg string) bool {
+	if _, seen := k.loud.Load(msg); seen || k.loudN.Load() >= loudMax {
+		return false
+	}
+	if _, seen := k.loud.LoadOrStore(msg, struct{}{}); seen {
+		return false
+	}
+	k.loudN.Add(1)
+	return true
+}
+
+// warnLoud logs at warning level through the logger, or slog.Default()
+// when none is given: for mistakes that would otherwise turn retries off
+// without a word.
+func (o *options) warnLoud(msg string, fields ...any) {
+	if o.logger != nil {
+		o.logger.Log(context.Background(), logging.LevelWarn, msg, fields...)
+		return
+	}
+	slog.Default().Warn(msg, fields...)
 }
 
 // firstAmbiguous reports whether method's ambiguous give-up is the first

@@ -194,8 +194,15 @@ func WithDefaultBudget(b budget.Budget) Option {
 // (policy.Config.Warnings: a misspelt key, a service or method the program's
 // protos do not declare, each with its "did you mean"), once per file when a
 // call first follows it, and again after a reload: "stagger: policy file:
-// ..." with stagger.field and, when known, stagger.line and stagger.column.
-// Hooks do not get them; they are not events of a call.
+// ..." with stagger.field and, when known, stagger.file, stagger.line and
+// stagger.column. Hooks do not get them; they are not events of a call.
+// Without a logger, the likely typos among them (policy.Warning.Typo: an
+// unknown key near a known one, a service or method name that a linked
+// proto nearly declares) still go to slog.Default(), each once per
+// interceptor, for a typo silently turns a method's retries off. So does a
+// call to a method the file nearly names without naming it
+// (policy.Config.NearlyNamed): "stagger: the policy file names ..., not
+// ...", once per method.
 //
 // Two failures that would otherwise make no sound reach it too: the first
 // ambiguous give-up of each method (policy.ReasonAmbiguous), at warn level

@@ -144,9 +144,10 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	format := fs.String("format", "text", "output format: text or json")
 	strict := fs.Bool("strict", false, "treat unknown keys as errors")
 	capN := fs.Int("max-attempts-cap", policy.DefaultMaxAttemptsCap, "cap on maxAttempts, at most policy.MaxAttemptsCapLimit (1000); below 2 keeps gRFC A6's 5")
+	width := fs.Int("width", textWidth(stdout), "wrap the text output to this many columns; 0 does not wrap (the default unless stdout is a terminal)")
 	descSet := fs.String("descriptor-set", "", "check service and method names, and read idempotency_level options, from this descriptor set\n(a FileDescriptorSet, as `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE` write it);\nwithout it, names are not checked")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE")
+		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-width N] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -197,7 +198,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	} else {
-		writeCheckText(stdout, rep)
+		writeCheckText(stdout, rep, *width)
 	}
 	if !rep.Valid {
 		if *format == "text" {
@@ -252,8 +253,8 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	cfg, err := policy.LoadFile(file, opts...)
 	for _, w := range warns {
 		s := w.String()
-		if w.Line > 0 {
-			s = fmt.Sprintf("%s:%d:%d: %s", file, w.Line, w.Column, s)
+		if pos := w.Position(); pos != "" {
+			s = pos + ": " + s
 		}
 		rep.Warnings = append(rep.Warnings, s)
 	}
@@ -355,10 +356,8 @@ func errorLines(file string, err error) []string {
 		var fe *policy.FieldError
 		var pe *fs.PathError
 		switch {
-		case errors.As(e, &se) && se.File != "":
+		case errors.As(e, &se) && se.File != "", errors.As(e, &fe) && fe.File != "":
 			// Placed already.
-		case errors.As(e, &fe) && fe.Line > 0:
-			msg = fmt.Sprintf("%s:%d:%d: %s", file, fe.Line, fe.Column, msg)
 		case errors.As(e, &pe):
 			// "open FILE: no such file or directory" names the file.
 		default:
@@ -882,8 +881,8 @@ func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
 		return &checkBudget{Kind: "token bucket (retryBudget.tokenBucket)",
 			Settings:      fmt.Sprintf("capacity %v, retryCost %v, timeoutRetryCost %v, successReward %v", t.Capacity, t.RetryCost, t.TimeoutRetryCost, t.SuccessReward),
 			Amplification: 1, Burst: burst,
-			Explanation: fmt.Sprintf("in an outage the bucket (%v tokens) pays for %v retries, then refills only from first-try successes: 1.0x after that; unthrottled the file allows %.0fx",
-				start, burst, unbounded)}
+			Explanation: fmt.Sprintf("in an outage the bucket (%v tokens) pays for %v, then refills only from first-try successes: 1.0x after that; unthrottled the file allows %.0fx",
+				start, retriesWord(burst), unbounded)}
 	case budget.KindRatio:
 		r := s.Ratio.WithDefaults()
 		amp := math.Min(1+r.Percent/100, unbounded)
@@ -898,7 +897,73 @@ func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
 		Explanation:   fmt.Sprintf("unlimited: in an outage every call makes up to %.0f attempts (%.0fx load); stagger.DialOptions installs stagger's default budget, the bare interceptors do not", unbounded, unbounded)}
 }
 
-func writeCheckText(w io.Writer, rep checkReport) {
+// retriesWord is "1 retry", "2 retries".
+func retriesWord(n float64) string {
+	if n == 1 {
+		return "1 retry"
+	}
+	return fmt.Sprintf("%v retries", n)
+}
+
+// checkWidth is the width `stagger check` wraps its text to on a terminal
+// whose width the environment does not give ($COLUMNS): the width of a
+// terminal split in two, wide enough for the pause table.
+const checkWidth = 100
+
+// textWidth is the -width flag's default: the terminal's width when
+// stdout is one, else 0 (no wrapping: a pipe or a file gets one line per
+// item, for grep).
+func textWidth(stdout io.Writer) int {
+	f, ok := stdout.(*os.File)
+	if !ok {
+		return 0
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return 0
+	}
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n >= 40 {
+		return n
+	}
+	return checkWidth
+}
+
+// wrapText wraps each line of text longer than width at spaces; a
+// continuation line is indented 4 more than the line it continues. A word
+// longer than the width stays whole. width 0 leaves text as it is.
+func wrapText(text string, width int) string {
+	if width <= 0 {
+		return text
+	}
+	var b strings.Builder
+	for i, line := range strings.Split(text, "\n") {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		indent := line[:len(line)-len(strings.TrimLeft(line, " "))]
+		cont, lead := indent+"    ", len(indent)
+		for len(line) > width {
+			cut := strings.LastIndexByte(line[:width+1], ' ')
+			if cut <= lead {
+				// No space within the width: cut after the long word.
+				j := strings.IndexByte(line[lead+1:], ' ')
+				if j < 0 {
+					break
+				}
+				cut = lead + 1 + j
+			}
+			b.WriteString(strings.TrimRight(line[:cut], " "))
+			b.WriteByte('\n')
+			line, lead = cont+strings.TrimLeft(line[cut:], " "), len(cont)
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+func writeCheckText(out io.Writer, rep checkReport, width int) {
+	var buf strings.Builder
+	defer func() { io.WriteString(out, wrapText(buf.String(), width)) }()
+	w := &buf
 	if !rep.Valid {
 		fmt.Fprintf(w, "%s: invalid, %d error(s) (listed on stderr)\n", rep.File, len(rep.Errors))
 		writeWarnings(w, rep.Warnings)
@@ -916,7 +981,7 @@ func writeCheckText(w io.Writer, rep checkReport) {
 		fmt.Fprintf(w, "\nmethodConfig[%d]: %s\n", m.Entry, strings.Join(m.Names, ", "))
 		switch m.Kind {
 		case "retry":
-			fmt.Fprintf(w, "  retry: maxAttempts %d (%d retries) on %s\n", m.MaxAttempts, m.MaxAttempts-1, strings.Join(m.Codes, ", "))
+			fmt.Fprintf(w, "  retry: maxAttempts %d (%s) on %s\n", m.MaxAttempts, retriesWord(float64(m.MaxAttempts-1)), strings.Join(m.Codes, ", "))
 			fmt.Fprintf(w, "  backoff: initial %s, max %s, multiplier %v, jitter %s\n", m.Backoff.Initial, m.Backoff.Max, m.Backoff.Multiplier, m.Backoff.Jitter)
 			if m.PerAttemptRecvTimeout != "" {
 				fmt.Fprintf(w, "  perAttemptRecvTimeout: %s: an attempt with no response header or message by then is cut off and retried when a retry can go (attempts left, a pause that ends before the caller's deadline, through which the attempt runs on, then the budget and the breaker admitting it), unless the attempts sent after it are unanswered too (a server slow for every attempt: the timer waits another period, with one scout retry at a time); otherwise it runs on and its answer is the call's\n", m.PerAttemptRecvTimeout)
