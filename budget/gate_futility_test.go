@@ -78,3 +78,65 @@ func TestGateFutilityWithoutDeadlines(t *testing.T) {
 		t.Fatalf("MaxWait into the outage: enter = %v, want ErrOutageLasting", err)
 	}
 }
+
+// The release rule's back pace: the calls held through an outage go back
+// no faster than backShare times the pace at which their retries began to
+// wait, however their spread draws fall.
+func TestGateBackPace(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	g.rand = func() float64 { return 0 } // every spread at its earliest
+	g.st.rand = g.rand
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	// 40 retries begin to wait over 2 s (20 a second), deadlines 10 s on.
+	var ws []*waiter
+	for range 40 {
+		w, err := g.enter(retry2, 10*time.Millisecond, clk.Now().Add(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Leave()
+		ws = append(ws, w)
+		clk.advance(50 * time.Millisecond)
+		for _, w := range ws {
+			if a, _ := w.Poll(); a != AdmitNone && a != AdmitProbe && a != AdmitLast {
+				t.Fatalf("in the outage: Poll = %v", a)
+			}
+		}
+	}
+	// A new call's first attempt finds the server back.
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	back := clk.Now()
+	var went []time.Duration
+	for clk.Now().Before(back.Add(5 * time.Second)) {
+		for _, w := range ws {
+			if w.left || w.taken {
+				continue
+			}
+			if a, _ := w.Poll(); a == AdmitRelease {
+				went = append(went, clk.Now().Sub(back))
+				w.taken = true
+			}
+		}
+		clk.advance(time.Millisecond)
+	}
+	if len(went) < 10 {
+		t.Fatalf("%d went back in 5 s, want most of 40", len(went))
+	}
+	// In any second, at most backShare of the 20 a second they came at,
+	// and one more for the release credits that accrue at a credit a
+	// second (the probe's success brought none here).
+	for i := range went {
+		n := 0
+		for _, at := range went[i:] {
+			if at-went[i] < time.Second {
+				n++
+			}
+		}
+		if limit := int(backShare*20) + 2; n > limit {
+			t.Fatalf("%d went back within a second of %v, want %d at most (backShare of the pace they came at, and credits)", n, went[i], limit)
+		}
+	}
+}

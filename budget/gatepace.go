@@ -85,10 +85,11 @@ func (p *releasePace) enter(now time.Time) {
 // just came back meets at most that much more than its usual load; the
 // first no sooner than a share u (uniform in [0, 1)) of that pace's gap,
 // so that processes that saw the recovery together do not send their
-// first back together.
+// first back together. A process that held fewer than backMinHeld sends
+// them back by their spread alone.
 func (p *releasePace) back(now time.Time, u float64) {
 	p.backAt, p.backNext, p.backEvery = now, now, 0
-	if d := now.Sub(p.enteredAt); p.entered > 0 && d > 0 {
+	if d := now.Sub(p.enteredAt); p.entered >= backMinHeld && d > 0 {
 		p.backEvery = time.Duration(float64(d) / (backShare * float64(p.entered)))
 		p.backNext = now.Add(time.Duration(u * float64(p.backEvery)))
 	}

@@ -60,6 +60,13 @@ const (
 	// of the new calls: measured in issue 39 (lab unavailable, see
 	// BENCHMARKS.md).
 	backShare = 0.4
+	// backMinHeld: a process whose retries began to wait fewer times than
+	// this in an outage sends its held calls back by their spread alone:
+	// the pace of a handful is no pace (the lab's blip, 1.5 waits per
+	// process: 100 % unpaced, 92.8 % paced, its first back up to 2.5
+	// times the outage's length late); the unavailable scenario's
+	// processes hold 16 each.
+	backMinHeld = 4
 	// futileFactor: a retry fails at once instead of waiting once the
 	// outage has lasted this many times the longest wait of the retries
 	// that began to wait since the server last served (the futility rule).
