@@ -102,6 +102,16 @@ type Request struct {
 	// AfterTimeout: the previous attempt was cut off by stagger's per-attempt
 	// timer (a token bucket charges more for such a retry).
 	AfterTimeout bool
+	// Straggler (with AfterTimeout): the attempt cut off was a straggler,
+	// not a sign of overload: its caller saw the server serve the method's
+	// other attempts fast while it waited (the interceptors: an attempt
+	// sent after it was served; or, nothing having been sent after it, the
+	// method's latest attempt served, sent after the latest earlier one
+	// whose per-attempt timer fired, took less than half its timeout). A
+	// Gate admits such a retry that its budget refuses like a healing
+	// retry, unpaid, and a slow success does not hold it back (see Gate,
+	// the heal and overload rules).
+	Straggler bool
 	// Hedge: the attempt is a hedge.
 	Hedge bool
 	// Last: the attempt asked for is its call's last (the policy's

@@ -37,6 +37,15 @@ import (
 //     wait (the hold rule: those go back paced, by the release rule). A
 //     flaky server heals on retry and a retry is worth its load; a down
 //     one (no retry heals) or an overloaded one gets the rules below.
+//     Allow admits by this rule, at once and unpaid, a straggler's retry
+//     (Request.Straggler: after a per-attempt timeout, while the method's
+//     other attempts were served fast) that the budget refuses and the
+//     outage and overload rules do not, unless the gate is in an outage:
+//     a per-attempt timer cannot wait, and one slow attempt among fast
+//     ones says nothing of overload (the default budget of a fresh
+//     process holds 9 tokens and a timeout retry costs 10: without this
+//     rule its timer cut off no straggler). Its Attempt then says
+//     AdmitHeal, so a budget does not refund what it did not pay.
 //   - The probe rule. While failing or in an outage, one deferred retry at
 //     a time goes, when nothing reached the server for the quiet time: the
 //     longer of the retry's own pause and the probe gap. The gap starts at
@@ -111,7 +120,9 @@ import (
 //     -> 87.4 %); within five seconds of a slow success, it refuses a
 //     retry after a per-attempt timeout (Request.AfterTimeout): the
 //     interceptors then let the slow attempt run on instead of cutting it
-//     off, since the retry would only join the queue that made it slow.
+//     off, since the retry would only join the queue that made it slow;
+//     but not a straggler's (Request.Straggler), whose caller saw other
+//     attempts served fast meanwhile: there is no queue to join.
 //   - The hold rule. A waiting retry that no rule lets go by its pause and
 //     a tenth is held: it waits for the rules above, within its deadline,
 //     while the gate is in an outage or an attempt failed for overload
@@ -225,14 +236,47 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 
 // Allow asks the wrapped budget, except that in an outage, and after a
 // failure for overload, it refuses every retry, and after a slow success
-// every retry after a per-attempt timeout (the outage and overload rules; hedges are asked as
-// usual).
+// every retry after a per-attempt timeout but a straggler's (the outage
+// and overload rules; hedges are asked as usual); and that it admits a
+// straggler's retry the budget refuses while retries heal (the heal
+// rule), without blocking.
 func (g *Gate) Allow(r Request) bool {
-	if !r.Hedge && (g.outageNow.Load() || g.until(&g.overloadUntil)) || r.AfterTimeout && g.until(&g.slowUntil) {
+	_, ok := g.allow(r)
+	return ok
+}
+
+// allow is Allow, and says how it admitted r: AdmitNone when the budget
+// paid, AdmitHeal when the heal rule let a straggler's retry go unpaid
+// (the caller tells the budget so in the retry's Attempt.Admission). The
+// interceptors reach it through internal/gateview.
+func (g *Gate) allow(r Request) (Admission, bool) {
+	straggler := r.Straggler && r.AfterTimeout && !r.Hedge
+	if !r.Hedge && (g.outageNow.Load() || g.until(&g.overloadUntil)) || r.AfterTimeout && !straggler && g.until(&g.slowUntil) {
 		g.refused.Add(1)
-		return false
+		return AdmitNone, false
 	}
-	return g.b.Allow(r)
+	if g.b.Allow(r) {
+		return AdmitNone, true
+	}
+	if straggler && g.heals() {
+		return AdmitHeal, true
+	}
+	return AdmitNone, false
+}
+
+// heals reports whether the heal rule lets a retry go now, outside an
+// outage. It changes nothing: successes recorded while nobody waited
+// (which gateState.forget would apply at the next slow path) count as
+// forget counts them.
+func (g *Gate) heals() bool {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ev, ph := g.st.ev, g.st.phase
+	if g.succeeded.Load() {
+		ev.retryFails, ev.seen, ph = 0, true, phaseQuiet
+	}
+	return ph != phaseOutage && ev.heals(now)
 }
 
 // Record tells the wrapped budget, then the gate, how an attempt ended.

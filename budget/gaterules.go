@@ -18,6 +18,7 @@ func init() {
 		},
 		Changed: (*Gate).changes,
 		MaxWait: func(g *Gate) time.Duration { return g.s.MaxWait },
+		Allow:   (*Gate).allow,
 	}
 	gateview.Current = rules
 }

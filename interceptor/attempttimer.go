@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,10 +37,31 @@ func (c *call) stopTimer(at *attemptTimer) (cutOff bool) {
 	}
 	c.slow = at != nil && at.took >= c.perAttempt/slowSuccessPart
 	if at.stop() {
+		if at != nil && at.refused != policy.ReasonNone {
+			c.timerRefusedRetry(at.refused)
+		}
 		return false
 	}
 	c.timerVerdict, c.timerGrace = at.verdict, at.grace
+	c.timerAdmission, c.timerStraggler = at.admission, at.straggler
 	return true
+}
+
+// timerRefusedRetry reports that the current attempt's timer fired, the policy
+// would have retried, and the breaker or the budget (reason) refused the
+// retry, so the attempt ran on: the per-attempt timeout the user set did
+// not cut it (EventTimerRanOn, Report.TimerRefused).
+func (c *call) timerRefusedRetry(reason policy.Reason) {
+	c.timerRefused++
+	c.timerReason = reason
+	if c.o == nil {
+		return
+	}
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	c.emit(ctx, Event{Kind: EventTimerRanOn, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Reason: reason})
 }
 
 // attemptTimer is stagger's own per-attempt timer (perAttemptRecvTimeout,
@@ -85,10 +107,22 @@ type attemptTimer struct {
 	c       call
 	// verdict is the retry the policy would make when the timer fired
 	// (state timerGrace), and the one admitted when it cut the attempt off
-	// (state timerFired); grace is how long after firing it cut it off.
-	// Both are written before the state, read after it.
-	verdict policy.Verdict
-	grace   time.Duration
+	// (state timerFired); grace is how long after firing it cut it off;
+	// admission how the budget admitted the retry, and straggler whether
+	// the attempt was a straggler (pace.straggler); refused, once it ran
+	// on (state timerRanOn), why the retry was refused (ReasonNone: the
+	// policy would not retry). All are written before the state, read
+	// after it.
+	verdict   policy.Verdict
+	grace     time.Duration
+	admission budget.Admission
+	straggler bool
+	refused   policy.Reason
+	// prevFired is the start of the latest attempt of the method whose
+	// timer fired before this one's first did (pace.fire; Unix
+	// nanoseconds), and firedOnce says this one's did.
+	prevFired int64
+	firedOnce bool
 	// start is when the timer was armed (stopTimer measures from it);
 	// fired how long after it the timer fired, and took how long the
 	// attempt took, once stopTimer measured it (zero before; the call's
@@ -138,6 +172,10 @@ func (at *attemptTimer) fire() {
 	if !at.state.CompareAndSwap(timerArmed, timerDeciding) {
 		at.mu.Unlock()
 		return
+	}
+	if p := at.c.pace; p != nil && !at.firedOnce {
+		at.firedOnce = true
+		at.prevFired = p.fire(at.start)
 	}
 	var v policy.Verdict
 	ok := false
@@ -198,18 +236,28 @@ func (at *attemptTimer) cut() {
 // in: the timer waits another period (timerArmed, re-armed), and asks again
 // then, when the evidence may have changed. Otherwise the retry goes when
 // the breaker and the budget admit it (call.timeoutAdmit: timerFired, with
-// v as the verdict), and when they do not the attempt runs on
-// (timerRanOn).
+// v as the verdict), a straggler's (pace.straggler) as a healing retry
+// when the budget alone would not pay for it; when they do not the
+// attempt runs on (timerRanOn), and the call says why (stopTimer).
 func (at *attemptTimer) decide(v policy.Verdict) int32 {
-	if p := at.c.pace; p != nil && p.slowForAll(at.start, time.Now(), at.c.perAttempt/laterSendAgePart) && (!at.waited || !p.scout(time.Now(), at.c.perAttempt)) {
-		at.waited = true
-		at.t.Reset(at.c.perAttempt)
-		return timerArmed
+	now := time.Now()
+	straggler := false
+	if p := at.c.pace; p != nil {
+		if p.slowForAll(at.start, now, at.c.perAttempt/laterSendAgePart) && (!at.waited || !p.scout(now, at.c.perAttempt)) {
+			at.waited = true
+			at.t.Reset(at.c.perAttempt)
+			return timerArmed
+		}
+		// Not with hedgeOnPerTryTimeout, whose retries the hedging
+		// engine records (their admission does not reach them).
+		straggler = at.c.timerEvents == nil && p.straggler(at.start, now, at.c.perAttempt, at.c.crit.Index(), at.prevFired)
 	}
-	if !at.c.timeoutAdmit() {
+	adm, refused := at.c.timeoutAdmit(straggler)
+	if refused != policy.ReasonNone {
+		at.refused = refused
 		return timerRanOn
 	}
-	at.verdict = v
+	at.verdict, at.admission, at.straggler = v, adm, straggler
 	return timerFired
 }
 

@@ -114,6 +114,16 @@ type call struct {
 	// afterAttempt pauses only what is left.
 	timerVerdict policy.Verdict
 	timerGrace   time.Duration
+	// timerAdmission is how the budget admitted that retry (AdmitHeal: a
+	// Gate let a straggler's retry go unpaid), and timerStraggler says the
+	// attempt cut off was a straggler (pace.straggler), not a sign of
+	// overload; timerRefused counts the attempts of the call whose timer
+	// fired and ran on because the breaker or the budget refused the
+	// retry (Report.TimerRefused).
+	timerAdmission budget.Admission
+	timerStraggler bool
+	timerRefused   int
+	timerReason    policy.Reason
 	// pace is the method's (plan.pace): the timer asks it whether
 	// the server is slow for every attempt.
 	pace *pace

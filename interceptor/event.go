@@ -64,12 +64,19 @@ const (
 	// EventRetry otherwise. Attempt counts since the last attempt that
 	// delivered a message (see WithResume, "Counting").
 	EventResume
+	// EventTimerRanOn: attempt Attempt's per-attempt timer fired and the
+	// policy would have retried it, but Reason (policy.ReasonBudget,
+	// ReasonBreaker) refused the retry, so the attempt ran on past the
+	// timeout the user set (Code is DEADLINE_EXCEEDED, the timer's). The
+	// attempt's own end follows as usual. A slow-for-all wait (the server
+	// slow for every attempt) is not reported: the timer asks again.
+	EventTimerRanOn
 )
 
-var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred", "breaker", "end", "resume"}
+var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred", "breaker", "end", "resume", "timer ran on"}
 
 // String returns "retry", "give up", "notice", "hedge", "hedge stop",
-// "hedge won", "deferred", "breaker", "end" or "resume".
+// "hedge won", "deferred", "breaker", "end", "resume" or "timer ran on".
 func (k EventKind) String() string {
 	if int(k) < len(eventKindNames) && k > 0 {
 		return eventKindNames[k]
@@ -255,6 +262,8 @@ func (o *options) emit(ctx context.Context, e Event) {
 		msg = "stagger: retry deferred by the budget"
 	case EventResume:
 		msg = "stagger: resuming stream"
+	case EventTimerRanOn:
+		msg = "stagger: per-attempt timeout not applied: the retry was refused, the attempt runs on"
 	case EventBreaker:
 		level, msg = logging.LevelInfo, "stagger: circuit breaker "+e.Breaker.To.String()
 		if e.Breaker.To == breaker.StateOpen {

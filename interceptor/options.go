@@ -264,6 +264,13 @@ type Report struct {
 	// criticality.Unset when nothing named one (the call is CRITICAL:
 	// Level.Effective).
 	Criticality criticality.Level
+	// TimerRefused counts the attempts whose per-attempt timer fired, the
+	// policy would have retried them, and the breaker or the budget
+	// refused the retry, so they ran on past the timeout (EventTimerRanOn);
+	// TimerReason is the latest refusal's reason (policy.ReasonBudget,
+	// ReasonBreaker), ReasonNone when none was refused.
+	TimerRefused int
+	TimerReason  policy.Reason
 }
 
 // WithReport fills r in when the call ends; meant per call. r must stay

@@ -34,6 +34,16 @@ const (
 	// with which the rule was measured (slowdown-90 94.9 → 96.2 %, wasted
 	// 2.3 → 0.1 %, BENCHMARKS.md).
 	laterSendAgePart = 4
+	// stragglerFastPart: in a quiet process (nothing sent after an
+	// attempt whose timer fired), the attempt is a straggler when the
+	// method's latest attempt served took less than a stragglerFastPart-th
+	// of the per-attempt timeout (pace.straggler). Not measured: a user
+	// sets a timeout a few times the latency they expect (the new
+	// user 150 ms against answers at once; the lab's stragglers 3×), so an
+	// answer in under half of it is one they call normal, while a server
+	// slowing down for every attempt stretches answers past half the
+	// timeout before it stretches them past all of it.
+	stragglerFastPart = 2
 	// paceSends is how many send times pace keeps. Not measured: enough for
 	// the attempts a busy process sends within a per-attempt timeout's
 	// grace, while a ring of four atomics keeps send a single atomic add
