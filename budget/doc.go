@@ -41,7 +41,10 @@
 // deadline, or released at a pace once the server is back. New wraps the
 // token bucket and the ratio in a Gate unless Settings.Defer says off, and
 // the throttle only when it says on, so that gRFC A6's retryThrottling
-// refuses at once as A6 says. The interceptors find a Deferrer by type
+// refuses at once as A6 says. A Gate holds waits for a blip and fails them fast
+// in an outage that outlives the calls' deadlines (its futility rule),
+// and sends the calls it held back at a pace the recovering server can
+// take (its release rule). The interceptors find a Deferrer by type
 // assertion on the budget; a user's own Budget keeps working as it is
 // (refusals end the call) unless wrapped with Deferring. A retry whose call
 // a circuit breaker guards names it as its Request.Guard (package breaker

@@ -92,6 +92,12 @@ import (
 //     chance. It cannot wait for a credit, and the draw spreads the calls
 //     that waited together (stagger sim outage -call-timeout 2s: peak
 //     after the outage 5.7× capacity at their pause alone, 3.4× spread).
+//     A process that held four calls or more sends them back no faster
+//     than 0.4 times the pace at which its retries began to wait in the
+//     outage, the first after a random share of that gap, so that the
+//     server that just came back meets little more than its usual load
+//     (the lab's unavailable: peak after it 2.58× capacity -> 1.42-1.50×,
+//     success 82.4 -> 83.1 %).
 //   - The guard rule. A retry whose Request names a Guard (a circuit
 //     breaker) goes only when the guard allows it too, so the guard's
 //     half-open probe and the gate's probe are one attempt. While the
@@ -144,7 +150,11 @@ import (
 //     (what their deadlines left, or MaxWait), waiting is pure cost: a
 //     retry that would begin to wait fails at once (ErrOutageLasting) and
 //     its call ends with its last status, unless nobody waits, when it
-//     waits alone as the probe. Calls already waiting keep their chance;
+//     waits alone as the probe, or a draw keeps it waiting (one in ten:
+//     the server's return then finds calls to serve, as a peer's backoff
+//     saves the calls of an outage's last moments; the lab's 5 s outage:
+//     success 68.0 % against grpc-go's 68.6 %, failed calls' p50 0 ms
+//     against its 750 ms). Calls already waiting keep their chance;
 //     the first success (a healed probe, a new call's first attempt) ends
 //     the outage and the rule with it. A service whose dependency is down
 //     for minutes does not hold its own callers, goroutines and memory for
