@@ -140,3 +140,38 @@ func TestGateBackPace(t *testing.T) {
 		}
 	}
 }
+
+// The back pace follows the recovered server: released retries answered
+// about as fast as its fastest since it came back speed it up, slower or
+// failed ones slow it down, up to maxBackEvery.
+func TestReleasePaceAnswered(t *testing.T) {
+	p := releasePace{backEvery: 100 * time.Millisecond}
+	for _, tc := range []struct {
+		took time.Duration
+		ok   bool
+		want time.Duration
+	}{
+		{20 * time.Millisecond, true, 50 * time.Millisecond},   // the fastest yet: room
+		{24 * time.Millisecond, true, 25 * time.Millisecond},   // within backSlower of it
+		{60 * time.Millisecond, true, 50 * time.Millisecond},   // queued: slower
+		{20 * time.Millisecond, false, 100 * time.Millisecond}, // failed
+		{0, true, 50 * time.Millisecond},                       // answered at once
+	} {
+		p.answered(tc.took, tc.ok)
+		if p.backEvery != tc.want {
+			t.Fatalf("after %v (ok %v): every %v, want %v", tc.took, tc.ok, p.backEvery, tc.want)
+		}
+	}
+	for range 20 {
+		p.answered(time.Second, true)
+	}
+	if p.backEvery != maxBackEvery {
+		t.Fatalf("after slow answers: every %v, want at most %v", p.backEvery, maxBackEvery)
+	}
+	// Unpaced (a process that held few) stays unpaced.
+	q := releasePace{}
+	q.answered(time.Second, false)
+	if q.backEvery != 0 {
+		t.Fatalf("unpaced: every %v after a failure, want 0", q.backEvery)
+	}
+}

@@ -20,6 +20,9 @@ type releasePace struct {
 	backAt    time.Time
 	backEvery time.Duration
 	backNext  time.Time
+	// backMin is the least a released retry took since backAt: the
+	// recovered server's latency when it has room.
+	backMin time.Duration
 	// entered counts the retries that began to wait since enteredAt, the
 	// first of them since the latest outage ended: their pace is the
 	// process's load while the server was down.
@@ -88,12 +91,32 @@ func (p *releasePace) enter(now time.Time) {
 // first back together. A process that held fewer than backMinHeld sends
 // them back by their spread alone.
 func (p *releasePace) back(now time.Time, u float64) {
-	p.backAt, p.backNext, p.backEvery = now, now, 0
+	p.backAt, p.backNext, p.backEvery, p.backMin = now, now, 0, 0
 	if d := now.Sub(p.enteredAt); p.entered >= backMinHeld && d > 0 {
 		p.backEvery = time.Duration(float64(d) / (backShare * float64(p.entered)))
 		p.backNext = now.Add(time.Duration(u * float64(p.backEvery)))
 	}
 	p.entered = 0
+}
+
+// answered: a released retry ended after took (zero: at once), ok when it
+// succeeded. While the recovered server answers as fast as it did at its
+// fastest since it came back (within backSlower times), it has room: the
+// back pace doubles; when it answers slower, or fails, the pace halves
+// (a server with room to spare serves the held calls at once; one that
+// queues them meets the pace).
+func (p *releasePace) answered(took time.Duration, ok bool) {
+	if p.backEvery == 0 {
+		return
+	}
+	if took > 0 && (p.backMin == 0 || took < p.backMin) {
+		p.backMin = took
+	}
+	if ok && took <= time.Duration(backSlower*float64(p.backMin)) {
+		p.backEvery /= 2
+		return
+	}
+	p.backEvery = min(2*p.backEvery, maxBackEvery)
 }
 
 // wentBack: a call held through the outage went back now.

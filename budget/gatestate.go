@@ -90,6 +90,9 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 	if probing {
 		s.slot.report(now, a.Took)
 	}
+	if a.Admission == AdmitRelease {
+		s.pace.answered(a.Took, a.Outcome == Success)
+	}
 	switch a.Outcome {
 	case Success:
 		if a.Took > 0 && a.Admission != AdmitNone {
