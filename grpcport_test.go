@@ -558,7 +558,7 @@ func (s *portFailingServer) counts() (unary, stream int) {
 // Differences from the original, each kept as an assertion:
 //   - grpc-go v1.85 wraps the final error as "max retries exhausted: failed
 //     after N attempts: ..." (v1.64 does not). stagger returns the server's
-//     status unchanged (STYLE.md, rule 7) and says why it stopped in the
+//     status unchanged (interceptor.Error.GRPCStatus) and says why it stopped in the
 //     *interceptor.Error: Reason attempts and Attempts N. The test checks
 //     both, and that the message is the server's own.
 //   - grpc-go's test polls until the channel has applied its service config;
