@@ -2,6 +2,7 @@ package stagger_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -100,4 +101,41 @@ func TestRealTimeOutageFailsFast(t *testing.T) {
 	if !ok {
 		t.Error("no call succeeded within a second of the server's return")
 	}
+}
+
+// A stream whose caller's context ends while the stream opens: the watch
+// on an abandoned stream may run at once on its own goroutine and finish
+// the stream while it is being set up (found by the soak: a data race on
+// the watch's stop function). Every stream ends, once, and -race sees no
+// race.
+func TestRealTimeStreamCancelledAtOpen(t *testing.T) {
+	_, client := rtBench(t, rtNoTimerFile)
+	parallel(8, func(i int) {
+		for r := range 100 {
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				time.Sleep(time.Duration((i+r)%7) * 20 * time.Microsecond)
+				cancel()
+			}()
+			st, err := client.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: fmt.Sprint("cancel-at-open-", i, "-", r), ResponseCount: 3}})
+			if err != nil {
+				continue
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					if _, err := st.Recv(); err != nil {
+						return
+					}
+				}
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Errorf("stream %d/%d: no end within 5s of its cancellation", i, r)
+				return
+			}
+		}
+	})
 }

@@ -378,9 +378,10 @@ func (s *retryStream) finishStream(final error) {
 	first := !s.done
 	s.done, s.final, s.switching = true, final, false
 	s.buf.release()
+	stop := s.stopAbandon
 	s.mu.Unlock()
-	if s.stopAbandon != nil {
-		s.stopAbandon()
+	if stop != nil {
+		stop()
 	}
 	s.cancel()
 	if first {
@@ -464,7 +465,10 @@ func (s *retryStream) attemptEnded(a *streamAttempt, err error) (next *streamAtt
 // ends the attempt with the caller's status, without reading its headers or
 // trailer (the reader may still be in RecvMsg on it).
 func (s *retryStream) watchAbandon() {
-	s.stopAbandon = context.AfterFunc(s.callCtx, func() {
+	// stopAbandon is written and read under mu: a context already done
+	// runs the watch at once on its own goroutine, which may finish the
+	// stream (and read stopAbandon) before AfterFunc has returned.
+	stop := context.AfterFunc(s.callCtx, func() {
 		s.endMu.Lock()
 		s.mu.Lock()
 		a, done := s.cur, s.done
@@ -475,6 +479,9 @@ func (s *retryStream) watchAbandon() {
 		}
 		s.settle(a, status.FromContextError(s.callCtx.Err()).Err(), true)
 	})
+	s.mu.Lock()
+	s.stopAbandon = stop
+	s.mu.Unlock()
 }
 
 // settle is attemptEnded; abandoned says that the caller's context ended
