@@ -53,17 +53,22 @@ type processKind struct {
 	room int
 	// elsewhere: the stagger_elsewhere balancer, else round_robin.
 	elsewhere bool
+	// crowd: twice the callers, shorter deadlines and more of them
+	// cancelled (crowdCancelShare), so that its full waiting room sees
+	// callers leave while more critical retries arrive.
+	crowd bool
 }
 
 // kinds are the client processes: the default budget, a breaker,
-// throttling, and two with a small waiting room (one also behind a
-// breaker), where a more critical retry evicts a less critical one.
+// throttling, and three crowds with a small waiting room (one also behind
+// a breaker), where a more critical retry evicts a less critical one.
 var kinds = []processKind{
 	{name: "default"},
 	{name: "breaker", guard: breakerPolicy, elsewhere: true},
 	{name: "throttle", guard: throttlePolicy},
-	{name: "small-room", room: smallRoom, elsewhere: true},
-	{name: "small-room-breaker", guard: breakerPolicy, room: smallRoom},
+	{name: "small-room", room: smallRoom, elsewhere: true, crowd: true},
+	{name: "small-room-2", room: smallRoom, crowd: true},
+	{name: "small-room-breaker", guard: breakerPolicy, room: smallRoom, crowd: true},
 }
 
 // process is one client process's worth of clients: its own budget (a

@@ -10,14 +10,15 @@
 // calls at once, don't-retry propagation, de-duplication of keyed writes
 // in a memory store the replicas share and, when redis-server is on PATH,
 // in a Redis store too: a write carries the key header of one of them).
-// Five client processes' worth of clients, each with its own connection to
+// Six client processes' worth of clients, each with its own connection to
 // every replica (round_robin or stagger_elsewhere), its own policy file and
 // its own budget, a Gate: the default budget; a circuit breaker; adaptive
-// throttling; and two whose Gate holds only two waiting calls (one behind a
-// breaker too), so that a more critical retry evicts a less critical one.
-// Twelve callers per process call in a loop at a random criticality with a
-// random deadline, and three in ten give up (cancel) at a random moment:
-// keyed non-idempotent Writes, hedged Gets, Puts with a per-attempt
+// throttling; and three crowds whose Gate holds only two waiting calls (one
+// behind a breaker too), so that a more critical retry evicts a less
+// critical one while callers give up. Twelve callers per process (24 per
+// crowd) call in a loop at a random criticality with a random deadline,
+// and three in ten (six in ten in a crowd) give up (cancel) at a random
+// moment: keyed non-idempotent Writes, hedged Gets, Puts with a per-attempt
 // timeout, and the three kinds of stream.
 //
 // # The faults

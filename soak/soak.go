@@ -40,8 +40,11 @@ type Result struct {
 	HeapHalf, HeapEnd                 uint64 // bytes in use after a GC
 	Redis                             bool
 	Faults                            map[string]int
-	Seed                              uint64
-	Elapsed                           time.Duration
+	// Gates says, per client process, how many retries waited in its Gate
+	// and how their waits ended.
+	Gates   []string
+	Seed    uint64
+	Elapsed time.Duration
 	// Broken is the first invariant broken ("" when none), and History
 	// the lines before it.
 	Broken, History string
@@ -66,10 +69,11 @@ type run struct {
 	brokenOnce sync.Once
 	broken     atomic.Pointer[string]
 
-	calls, ok atomic.Uint64
-	nextID    atomic.Uint64
-	pendMu    sync.Mutex
-	pending   []pendingCall
+	calls, ok  atomic.Uint64
+	redisLines atomic.Uint64
+	nextID     atomic.Uint64
+	pendMu     sync.Mutex
+	pending    []pendingCall
 }
 
 // pendingCall is a call that returned, whose EventEnd count is checked
@@ -123,7 +127,7 @@ func Run(cfg Config) (res *Result, err error) {
 		}
 		if found {
 			defer rp.kill()
-			redis.SetLogger(redisLog{r.hist}) // go-redis has one logger per process
+			redis.SetLogger(redisLog{&r.redisLines}) // go-redis has one logger per process
 			rc = redis.NewClient(&redis.Options{Addr: rp.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 				ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 			defer rc.Close()
@@ -184,23 +188,35 @@ func Run(cfg Config) (res *Result, err error) {
 			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(pi*1000+w+1)))
 			go func() { defer load.Done(); r.work(loadCtx, faultCtx, p, rng, res.Redis) }()
 		}
+		if p.kind.crowd {
+			for w := range workersPerProcess {
+				load.Add(1)
+				rng := rand.New(rand.NewPCG(cfg.Seed, uint64(pi*1000+workersPerProcess+w+1)))
+				go func() { defer load.Done(); r.work(loadCtx, faultCtx, p, rng, res.Redis) }()
+			}
+		}
 	}
 	watchDone := make(chan struct{})
 	var watch sync.WaitGroup
 	watch.Add(1)
 	go func() { defer watch.Done(); r.watch(procs, watchDone) }()
 
-	// The heap at half time, then the faults' end, then a calm tail.
+	// The heap at half time and as the faults end (both under faults),
+	// then a calm tail.
+	sampling := heapSamples * heapSampleGap
 	sleep(faultCtx, cfg.Duration/2)
 	if faultCtx.Err() == nil {
-		res.HeapHalf = heapInUse()
+		res.HeapHalf = heapInUse(faultCtx)
 		r.logf("soak: half time: %d calls, heap %.1f MB, goroutines %d", r.calls.Load(), mb(res.HeapHalf), runtime.NumGoroutine())
+	}
+	sleep(faultCtx, time.Until(r.start.Add(cfg.Duration-sampling)))
+	if faultCtx.Err() == nil {
+		res.HeapEnd = heapInUse(faultCtx)
 	}
 	<-faultCtx.Done()
 	faults.Wait()
 	r.hist.addf("faults over; calm tail of %s", calmTail)
 	sleep(ctx, calmTail)
-	res.HeapEnd = heapInUse()
 	stopLoad()
 	load.Wait()
 	close(watchDone)
@@ -209,6 +225,10 @@ func Run(cfg Config) (res *Result, err error) {
 		res.Faults[fault(f).String()] = n
 	}
 
+	for _, p := range procs {
+		st := p.gate.State()
+		res.Gates = append(res.Gates, fmt.Sprintf("%s: %d deferred, %d admitted, %d gave up", p.kind.name, st.Deferred, st.DeferAdmitted, st.DeferGaveUp))
+	}
 	if r.broken.Load() == nil {
 		r.settled(procs)
 	}
@@ -252,9 +272,13 @@ func (r *run) work(loadCtx, faultCtx context.Context, p *process, rng *rand.Rand
 	for loadCtx.Err() == nil {
 		o := pickOp(rng, redis)
 		crit := criticality.Levels[rng.IntN(len(criticality.Levels))]
-		timeout := callTimeoutMin + time.Duration(rng.Int64N(int64(callTimeoutMax-callTimeoutMin)))
+		longest, cancels := callTimeoutMax, cancelShare
+		if p.kind.crowd {
+			longest, cancels = crowdTimeoutMax, crowdCancelShare
+		}
+		timeout := callTimeoutMin + time.Duration(rng.Int64N(int64(longest-callTimeoutMin)))
 		cancelAt := time.Duration(-1)
-		if rng.Float64() < cancelShare && faultCtx.Err() == nil {
+		if rng.Float64() < cancels && faultCtx.Err() == nil {
 			cancelAt = time.Duration(rng.Int64N(int64(timeout)))
 		}
 		r.one(loadCtx, p, o, crit, timeout, cancelAt)
@@ -364,12 +388,22 @@ func (r *run) settled(procs []*process) {
 	}
 }
 
-// heapInUse is the heap's live bytes after a collection.
-func heapInUse() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
+// heapInUse is the heap's live bytes: the least of heapSamples samples,
+// each after a collection.
+func heapInUse(ctx context.Context) uint64 {
+	var least uint64
+	for i := range heapSamples {
+		if i > 0 {
+			sleep(ctx, heapSampleGap)
+		}
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		if i == 0 || m.HeapAlloc < least {
+			least = m.HeapAlloc
+		}
+	}
+	return least
 }
 
 // settleGoroutines waits up to ten seconds for the goroutines to fall to

@@ -7,15 +7,21 @@ const (
 	// replicas: the smallest fleet where a retry or a hedge can go
 	// elsewhere while one replica restarts and another is slow.
 	replicas = 3
-	// workersPerProcess calls run at once per client process: with five
-	// processes, 60 calls in flight keep two shared cores busy under -race
-	// without queueing every call behind the race detector.
+	// workersPerProcess calls run at once per client process (twice that
+	// in a crowd): 108 calls in flight over six processes keep two shared
+	// cores busy under -race without queueing every call behind the race
+	// detector.
 	workersPerProcess = 12
 	// smallRoom is MaxWaiting of the processes whose Gate is meant to be
 	// full: two places make a more critical retry evict a less critical
 	// one many times a second during an outage.
 	smallRoom = 2
 
+	// crowdTimeoutMax is the longest deadline of a crowd's call (the
+	// small rooms'): a crowd's calls end often, by deadline or cancel,
+	// while their retries wait. crowdCancelShare of them are cancelled.
+	crowdTimeoutMax  = 600 * time.Millisecond
+	crowdCancelShare = 0.6
 	// callTimeoutMin and callTimeoutMax bound a call's deadline: long
 	// enough for two or three backed-off retries, short enough that a
 	// call outlives no fault by much.
@@ -74,6 +80,11 @@ const (
 	goroutineSlack = 5
 	heapGrowth     = 0.05
 	heapMinRun     = 2 * time.Minute
+	// heapSamples samples, heapSampleGap apart, each after a collection,
+	// give the heap at half time and at the end: their least, the live
+	// heap without the calls in flight at one instant.
+	heapSamples   = 5
+	heapSampleGap = 400 * time.Millisecond
 	// historyLines is the history printed around the first broken
 	// invariant.
 	historyLines = 200
