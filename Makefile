@@ -145,13 +145,15 @@ demo:
 ## soak: stagger under random faults for SOAK_TIME (soak/: three replicas with
 ## the server side and both idempotency stores, five client processes, a
 ## seeded fault injector), with the race detector, which halts at the first
-## race; SOAK_SEED replays a seed (the run prints its own). It ends with one
+## race (SOAK_GORACE=halt_on_error=0 reports every race and runs on);
+## SOAK_SEED replays a seed (the run prints its own). It ends with one
 ## summary line and fails when an invariant broke (soak/doc.go lists them).
 SOAK_TIME ?= 10m
 SOAK_SEED ?=
 SOAK_TIMEOUT ?= 3h
+SOAK_GORACE ?= halt_on_error=1
 soak:
-	GORACE=halt_on_error=1 SOAK_TIME=$(SOAK_TIME) SOAK_SEED=$(SOAK_SEED) $(TESTGO) test -race -v -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' ./soak/
+	GORACE=$(SOAK_GORACE) SOAK_TIME=$(SOAK_TIME) SOAK_SEED=$(SOAK_SEED) $(TESTGO) test -race -v -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' ./soak/
 
 ## lab-plot: regenerate docs/metastable.svg, the picture README.md shows: the
 ## metastable scenario at its defaults, every contender, on virtual time (a

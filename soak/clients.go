@@ -53,9 +53,10 @@ type processKind struct {
 	room int
 	// elsewhere: the stagger_elsewhere balancer, else round_robin.
 	elsewhere bool
-	// crowd: twice the callers, shorter deadlines and more of them
-	// cancelled (crowdCancelShare), so that its full waiting room sees
-	// callers leave while more critical retries arrive.
+	// crowd: requests fanned out (crowdFanOut), shorter deadlines, more
+	// of them cancelled and a budget that pays for few retries, so that
+	// its full waiting room sees callers leave while more critical
+	// retries arrive.
 	crowd bool
 }
 
@@ -88,6 +89,9 @@ func dialProcess(p int, k processKind, addrs []string, hook func(context.Context
 		return nil, fmt.Errorf("soak: policy of %s: %w", k.name, err)
 	}
 	bs := budget.DefaultSettings()
+	if k.crowd {
+		bs.TokenBucket = crowdBudget
+	}
 	bs.Defer.MaxWaiting = k.room
 	b, err := budget.New(bs)
 	if err != nil {
@@ -162,6 +166,10 @@ func pickOp(rng *rand.Rand, redis bool) op {
 	}
 	return opChat
 }
+
+// crowdBudget is the default budget's token bucket, ten times smaller:
+// two paid retries when full, refilled by ten successes.
+var crowdBudget = budget.TokenBucketSettings{Capacity: 10, Initial: 5, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}
 
 var script = &testingv1.Script{Delay: durationpb.New(serviceDelay), ResponseCount: listLength}
 

@@ -15,10 +15,11 @@
 // its own budget, a Gate: the default budget; a circuit breaker; adaptive
 // throttling; and three crowds whose Gate holds only two waiting calls (one
 // behind a breaker too), so that a more critical retry evicts a less
-// critical one while callers give up. Twelve callers per process (24 per
-// crowd) call in a loop at a random criticality with a random deadline,
-// and three in ten (six in ten in a crowd) give up (cancel) at a random
-// moment: keyed non-idempotent Writes, hedged Gets, Puts with a per-attempt
+// critical one while callers give up; their budget pays for few retries,
+// so many wait. Twelve callers per process call in a loop at a random
+// criticality with a random deadline, and three in ten give up (cancel)
+// at a random moment; in a crowd each request is three calls under one
+// deadline, and six in ten give up: keyed non-idempotent Writes, hedged Gets, Puts with a per-attempt
 // timeout, and the three kinds of stream.
 //
 // # The faults

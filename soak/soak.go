@@ -188,13 +188,6 @@ func Run(cfg Config) (res *Result, err error) {
 			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(pi*1000+w+1)))
 			go func() { defer load.Done(); r.work(loadCtx, faultCtx, p, rng, res.Redis) }()
 		}
-		if p.kind.crowd {
-			for w := range workersPerProcess {
-				load.Add(1)
-				rng := rand.New(rand.NewPCG(cfg.Seed, uint64(pi*1000+workersPerProcess+w+1)))
-				go func() { defer load.Done(); r.work(loadCtx, faultCtx, p, rng, res.Redis) }()
-			}
-		}
 	}
 	watchDone := make(chan struct{})
 	var watch sync.WaitGroup
@@ -267,34 +260,43 @@ func Run(cfg Config) (res *Result, err error) {
 
 // work makes calls until loadCtx ends; while faultCtx lasts a share of its
 // callers give up early (cancel), after it none do, so that the calm tail
-// lets every breaker close.
+// lets every breaker close. A crowd's caller fans each request out into
+// crowdFanOut calls under one deadline and one cancel.
 func (r *run) work(loadCtx, faultCtx context.Context, p *process, rng *rand.Rand, redis bool) {
+	longest, cancels, fan := callTimeoutMax, cancelShare, 1
+	if p.kind.crowd {
+		longest, cancels, fan = crowdTimeoutMax, crowdCancelShare, crowdFanOut
+	}
+	var calls sync.WaitGroup
 	for loadCtx.Err() == nil {
-		o := pickOp(rng, redis)
-		crit := criticality.Levels[rng.IntN(len(criticality.Levels))]
-		longest, cancels := callTimeoutMax, cancelShare
-		if p.kind.crowd {
-			longest, cancels = crowdTimeoutMax, crowdCancelShare
-		}
 		timeout := callTimeoutMin + time.Duration(rng.Int64N(int64(longest-callTimeoutMin)))
-		cancelAt := time.Duration(-1)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(loadCtx), timeout)
+		var t *time.Timer
 		if rng.Float64() < cancels && faultCtx.Err() == nil {
-			cancelAt = time.Duration(rng.Int64N(int64(timeout)))
+			t = time.AfterFunc(time.Duration(rng.Int64N(int64(timeout))), cancel)
 		}
-		r.one(loadCtx, p, o, crit, timeout, cancelAt)
+		for i := range fan {
+			o, crit := pickOp(rng, redis), criticality.Levels[rng.IntN(len(criticality.Levels))]
+			if i == fan-1 {
+				r.one(ctx, p, o, crit)
+				break
+			}
+			calls.Add(1)
+			go func() { defer calls.Done(); r.one(ctx, p, o, crit) }()
+		}
+		calls.Wait()
+		if t != nil {
+			t.Stop()
+		}
+		cancel()
 	}
 }
 
-// one makes one call and checks how it ended.
-func (r *run) one(loadCtx context.Context, p *process, o op, crit criticality.Level, timeout, cancelAt time.Duration) {
+// one makes one call under ctx and checks how it ended.
+func (r *run) one(ctx context.Context, p *process, o op, crit criticality.Level) {
 	id := r.nextID.Add(1)
 	tr := &callTrack{}
-	ctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(loadCtx), trackKey{}, tr), timeout)
-	defer cancel()
-	if cancelAt >= 0 {
-		t := time.AfterFunc(cancelAt, cancel)
-		defer t.Stop()
-	}
+	ctx = context.WithValue(ctx, trackKey{}, tr)
 	write := o == opWriteMemory || o == opWriteRedis
 	if write {
 		r.led.register(id)

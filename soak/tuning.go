@@ -7,19 +7,22 @@ const (
 	// replicas: the smallest fleet where a retry or a hedge can go
 	// elsewhere while one replica restarts and another is slow.
 	replicas = 3
-	// workersPerProcess calls run at once per client process (twice that
-	// in a crowd): 108 calls in flight over six processes keep two shared
-	// cores busy under -race without queueing every call behind the race
-	// detector.
+	// workersPerProcess callers per client process, each with one call
+	// in flight (crowdFanOut in a crowd): 144 calls over six processes
+	// keep two shared cores busy under -race without queueing every call
+	// behind the race detector.
 	workersPerProcess = 12
 	// smallRoom is MaxWaiting of the processes whose Gate is meant to be
 	// full: two places make a more critical retry evict a less critical
 	// one many times a second during an outage.
 	smallRoom = 2
 
-	// crowdTimeoutMax is the longest deadline of a crowd's call (the
-	// small rooms'): a crowd's calls end often, by deadline or cancel,
-	// while their retries wait. crowdCancelShare of them are cancelled.
+	// A crowd (a small room's process) fans each request out into
+	// crowdFanOut calls under one deadline, at most crowdTimeoutMax, and
+	// cancels crowdCancelShare of them: calls waiting in the Gate leave
+	// together, queueing on its lock, while other retries arrive and evict.
+	// Its budget (crowdBudget) pays for few retries, so that many wait.
+	crowdFanOut      = 3
 	crowdTimeoutMax  = 600 * time.Millisecond
 	crowdCancelShare = 0.6
 	// callTimeoutMin and callTimeoutMax bound a call's deadline: long
