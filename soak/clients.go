@@ -167,9 +167,11 @@ func pickOp(rng *rand.Rand, redis bool) op {
 	return opChat
 }
 
-// crowdBudget is the default budget's token bucket, ten times smaller:
-// two paid retries when full, refilled by ten successes.
-var crowdBudget = budget.TokenBucketSettings{Capacity: 10, Initial: 5, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}
+// crowdBudget is the default budget's token bucket, ten times smaller and
+// ten times slower to refill: it starts empty and pays one retry per 50
+// calls that succeed at once, so that nearly every retry of a crowd waits
+// in its Gate.
+var crowdBudget = budget.TokenBucketSettings{Capacity: 10, Initial: 0.1, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 0.1}
 
 var script = &testingv1.Script{Delay: durationpb.New(serviceDelay), ResponseCount: listLength}
 

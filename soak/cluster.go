@@ -46,7 +46,7 @@ type replica struct {
 // (redis nil: none); led hears every write the handler applied.
 func newReplica(id int, seed uint64, mem server.Store, redis server.Store, led *ledger, hist *history) (*replica, error) {
 	r := &replica{id: id, rng: rand.New(rand.NewPCG(seed, uint64(id))), hist: hist}
-	side, err := server.New(server.WithConcurrencyLimit(16),
+	side, err := server.New(server.WithConcurrencyLimit(shedLimit),
 		server.WithIdempotency(mem, server.IdempotencyOptions{Header: memoryKeyHeader, TTL: storeTTL, Scope: oneScope}))
 	if err != nil {
 		return nil, err
@@ -140,6 +140,7 @@ func (r *replica) heal() {
 	r.ts.SetOutage(false)
 	r.ts.SetCapacity(testserver.Capacity{})
 	r.ts.SetDelayFactor(1)
+	r.ts.SetFailureRate(0)
 	r.resetting.Store(false)
 }
 

@@ -6,7 +6,7 @@
 // # The fleet
 //
 // Three replicas of the test service (package testserver) on loopback TCP,
-// each behind stagger's server side (package server: shedding past 16
+// each behind stagger's server side (package server: shedding past 48
 // calls at once, don't-retry propagation, de-duplication of keyed writes
 // in a memory store the replicas share and, when redis-server is on PATH,
 // in a Redis store too: a write carries the key header of one of them).
@@ -26,7 +26,8 @@
 //
 // A seeded injector draws, every 0.7 s on average, one fault of: a replica
 // off the network and back on its port (every connection and call cut), a
-// burst of UNAVAILABLE, of RESOURCE_EXHAUSTED with a pushback, a slowdown, a
+// burst of UNAVAILABLE, of RESOURCE_EXHAUSTED with a pushback, a share of
+// attempts failed (a flaky replica), a slowdown, a
 // burst of replies lost with their connection after the store kept them,
 // a long outage of every replica, and a restart of Redis (SIGKILL; its
 // append-only file keeps every key). Each replica also sends every

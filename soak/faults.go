@@ -21,10 +21,11 @@ const (
 	faultReset                   // a replica loses replies after it stored them
 	faultLongOutage              // every replica answers UNAVAILABLE, past the calls' deadlines
 	faultRedis                   // the Redis store restarts
+	faultFlaky                   // a replica fails a share of its attempts
 	nFaults
 )
 
-var faultNames = [...]string{"restart", "outage", "exhausted", "slow", "reset", "long-outage", "redis-restart"}
+var faultNames = [...]string{"restart", "outage", "exhausted", "slow", "reset", "long-outage", "redis-restart", "flaky"}
 
 func (f fault) String() string { return faultNames[f] }
 
@@ -64,8 +65,8 @@ func (in *injector) run(ctx context.Context) {
 		if f == faultRedis && in.redis == nil {
 			f = faultOutage
 		}
-		if f == faultLongOutage && in.rng.IntN(3) > 0 {
-			f = faultReset // long outages are the rarest: each costs seconds of calls
+		if f == faultLongOutage && in.rng.IntN(4) > 0 {
+			f = faultFlaky // long outages are the rarest: each costs seconds of calls
 		}
 		r := in.replicas[in.rng.IntN(len(in.replicas))]
 		d := in.span(faultSpanMin, faultSpanMax)
@@ -96,6 +97,9 @@ func (in *injector) apply(ctx context.Context, f fault, r *replica, d time.Durat
 	case faultSlow:
 		r.ts.SetDelayFactor(slowFactor)
 		defer r.ts.SetDelayFactor(1)
+	case faultFlaky:
+		r.ts.SetFailureRate(flakyShare)
+		defer r.ts.SetFailureRate(0)
 	case faultReset:
 		r.resetting.Store(true)
 		defer r.resetting.Store(false)

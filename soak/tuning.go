@@ -25,6 +25,13 @@ const (
 	crowdFanOut      = 3
 	crowdTimeoutMax  = 600 * time.Millisecond
 	crowdCancelShare = 0.6
+	// shedLimit is each replica's concurrency limit (server side): about
+	// the calls in flight at one replica when all three serve, so that it
+	// sheds only while a replica is slow or the others are down (at 16 it
+	// shed most calls all the time: 12 % succeeded, seed 3).
+	shedLimit = 48
+	// flakyShare of the attempts a flaky replica fails (UNAVAILABLE).
+	flakyShare = 0.3
 	// callTimeoutMin and callTimeoutMax bound a call's deadline: long
 	// enough for two or three backed-off retries, short enough that a
 	// call outlives no fault by much.
