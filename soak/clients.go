@@ -79,6 +79,7 @@ type process struct {
 	cc       *grpc.ClientConn
 	client   testingv1.TestServiceClient
 	gate     *budget.Gate
+	room     int // the Gate's MaxWaiting
 	breakers []*breaker.Set
 }
 
@@ -101,7 +102,7 @@ func dialProcess(p int, k processKind, addrs []string, hook func(context.Context
 	if !ok {
 		return nil, fmt.Errorf("soak: the default budget is a %T, not a Gate", b)
 	}
-	pr := &process{kind: k, gate: gate}
+	pr := &process{kind: k, gate: gate, room: bs.Defer.WithDefaults().MaxWaiting}
 	for _, m := range []string{testingv1.TestService_Get_FullMethodName, testingv1.TestService_Write_FullMethodName} {
 		if set := cfg.Breakers(cfg.Method(m)); set != nil && !slices.Contains(pr.breakers, set) {
 			pr.breakers = append(pr.breakers, set)

@@ -362,8 +362,8 @@ func (r *run) watch(procs []*process, done <-chan struct{}) {
 		}
 		for _, p := range procs {
 			st := p.gate.State()
-			if max := p.gate.Settings().MaxWaiting; st.Waiting < 0 || st.Waiting > max {
-				r.fail(fmt.Sprintf("%s: Gate counts %d calls waiting (bounds 0 and %d)", p.kind.name, st.Waiting, max))
+			if st.Waiting < 0 || st.Waiting > p.room {
+				r.fail(fmt.Sprintf("%s: Gate counts %d calls waiting (bounds 0 and %d)", p.kind.name, st.Waiting, p.room))
 			}
 		}
 		// A stream's EventEnd may come just after its last message:
