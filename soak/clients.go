@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -37,6 +38,10 @@ const methodsPolicy = `"methodConfig": [
   {"name": [{"service": "stagger.testing.v1.TestService"}],
    "retryPolicy": {"maxAttempts": 4, "initialBackoff": "20ms", "maxBackoff": "400ms", "backoffMultiplier": 2,
      "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]`
+
+// crowdBackoff is a crowd's: impatient callers retry at once, so that
+// their retries wait in the Gate a millisecond or two and make room.
+const crowdBackoff = `"initialBackoff": "1ms", "maxBackoff": "20ms"`
 
 // guards are the breaker and throttling sections some processes add.
 const (
@@ -85,7 +90,11 @@ type process struct {
 
 // dialProcess builds process p of kind k against the replicas' addresses.
 func dialProcess(p int, k processKind, addrs []string, hook func(context.Context, interceptor.Event)) (*process, error) {
-	cfg, err := policy.ParseConfig([]byte("{" + methodsPolicy + k.guard + "}"))
+	methods := methodsPolicy
+	if k.crowd {
+		methods = strings.ReplaceAll(methods, `"initialBackoff": "20ms", "maxBackoff": "400ms"`, crowdBackoff)
+	}
+	cfg, err := policy.ParseConfig([]byte("{" + methods + k.guard + "}"))
 	if err != nil {
 		return nil, fmt.Errorf("soak: policy of %s: %w", k.name, err)
 	}

@@ -43,10 +43,11 @@
 // twice, none acknowledged OK and not applied, every call ended exactly
 // once for the interceptor (one EventEnd), every stream's messages whole
 // and in order, every Gate's count of waiting calls within [0,
-// MaxWaiting]. Checked at the end, after a calm tail without faults:
+// MaxWaiting]. The faults pause for five seconds at half time and stop
+// five seconds before the end. Checked at the end, after that calm tail:
 // nobody waiting in a Gate, every breaker closed, goroutines back within 5
 // of where they were, and, on runs of two minutes or more, the heap up
-// less than 5 % from half time to the end. The first invariant broken
+// less than 5 % from the end of the half-time calm to the end of the tail. The first invariant broken
 // stops the run; Result carries it, the seed and the history before it.
 //
 // Run is for one caller at a time (it counts the process's goroutines and

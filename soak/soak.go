@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +33,10 @@ type Config struct {
 	Dir string
 	// Log gets the progress lines (nil: none).
 	Log io.Writer
+	// ProfileDir, when set (an absolute path), gets the heap's profile at
+	// half time and at the end (heap-1.pprof, heap-2.pprof), for `go tool
+	// pprof -base`.
+	ProfileDir string
 }
 
 // Result is what a soak counted, and the first invariant it found broken.
@@ -171,22 +178,15 @@ func Run(cfg Config) (res *Result, err error) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	r.stop = stop
-	faultCtx, stopFaults := context.WithTimeout(ctx, cfg.Duration)
-	defer stopFaults()
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
-
-	in := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa17)), replicas: reps, redis: rp, hist: r.hist, fail: r.fail}
-	var faults sync.WaitGroup
-	faults.Add(1)
-	go func() { defer faults.Done(); in.run(faultCtx) }()
 
 	var load sync.WaitGroup
 	for pi, p := range procs {
 		for w := range workersPerProcess {
 			load.Add(1)
 			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(pi*1000+w+1)))
-			go func() { defer load.Done(); r.work(loadCtx, faultCtx, p, rng, res.Redis) }()
+			go func() { defer load.Done(); r.work(loadCtx, p, rng, res.Redis) }()
 		}
 	}
 	watchDone := make(chan struct{})
@@ -194,22 +194,25 @@ func Run(cfg Config) (res *Result, err error) {
 	watch.Add(1)
 	go func() { defer watch.Done(); r.watch(procs, watchDone) }()
 
-	// The heap at half time and as the faults end (both under faults),
-	// then a calm tail.
+	// Faults for half the time, a calm window, the other half, a calm
+	// tail: the heap is measured at the end of each calm (under the same
+	// load, without faults), and the tail lets every breaker close.
+	in := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa17)), replicas: reps, redis: rp, hist: r.hist, fail: r.fail}
 	sampling := heapSamples * heapSampleGap
-	sleep(faultCtx, cfg.Duration/2)
-	if faultCtx.Err() == nil {
-		res.HeapHalf = heapInUse(faultCtx)
-		r.logf("soak: half time: %d calls, heap %.1f MB, goroutines %d", r.calls.Load(), mb(res.HeapHalf), runtime.NumGoroutine())
+	for half, d := range []time.Duration{cfg.Duration / 2, cfg.Duration - cfg.Duration/2} {
+		faultCtx, stopFaults := context.WithTimeout(ctx, d)
+		in.run(faultCtx)
+		stopFaults()
+		r.hist.addf("faults paused; calm for %s", calmTail)
+		sleep(ctx, calmTail-sampling)
+		heap := heapInUse(ctx, filepath.Join(cfg.ProfileDir, fmt.Sprintf("heap-%d.pprof", half+1)))
+		if half == 0 {
+			res.HeapHalf = heap
+			r.logf("soak: half time: %d calls, heap %.1f MB, goroutines %d", r.calls.Load(), mb(heap), runtime.NumGoroutine())
+		} else {
+			res.HeapEnd = heap
+		}
 	}
-	sleep(faultCtx, time.Until(r.start.Add(cfg.Duration-sampling)))
-	if faultCtx.Err() == nil {
-		res.HeapEnd = heapInUse(faultCtx)
-	}
-	<-faultCtx.Done()
-	faults.Wait()
-	r.hist.addf("faults over; calm tail of %s", calmTail)
-	sleep(ctx, calmTail)
 	stopLoad()
 	load.Wait()
 	close(watchDone)
@@ -258,22 +261,21 @@ func Run(cfg Config) (res *Result, err error) {
 	return res, nil
 }
 
-// work makes calls until loadCtx ends; while faultCtx lasts a share of its
-// callers give up early (cancel), after it none do, so that the calm tail
-// lets every breaker close. A crowd's caller fans each request out into
+// work makes calls until loadCtx ends; a share of its callers give up
+// early (cancel). A crowd's caller fans each request out into
 // crowdFanOut calls under one deadline and one cancel.
-func (r *run) work(loadCtx, faultCtx context.Context, p *process, rng *rand.Rand, redis bool) {
-	longest, cancels, fan := callTimeoutMax, cancelShare, 1
+func (r *run) work(loadCtx context.Context, p *process, rng *rand.Rand, redis bool) {
+	longest, cancels, fan, patience := callTimeoutMax, cancelShare, 1, callTimeoutMax
 	if p.kind.crowd {
-		longest, cancels, fan = crowdTimeoutMax, crowdCancelShare, crowdFanOut
+		longest, cancels, fan, patience = crowdTimeoutMax, crowdCancelShare, crowdFanOut, crowdPatience
 	}
 	var calls sync.WaitGroup
 	for loadCtx.Err() == nil {
 		timeout := callTimeoutMin + time.Duration(rng.Int64N(int64(longest-callTimeoutMin)))
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(loadCtx), timeout)
 		var t *time.Timer
-		if rng.Float64() < cancels && faultCtx.Err() == nil {
-			t = time.AfterFunc(time.Duration(rng.Int64N(int64(timeout))), cancel)
+		if rng.Float64() < cancels {
+			t = time.AfterFunc(time.Duration(rng.Int64N(int64(min(timeout, patience)))), cancel)
 		}
 		for i := range fan {
 			o, crit := pickOp(rng, redis), criticality.Levels[rng.IntN(len(criticality.Levels))]
@@ -391,8 +393,9 @@ func (r *run) settled(procs []*process) {
 }
 
 // heapInUse is the heap's live bytes: the least of heapSamples samples,
-// each after a collection.
-func heapInUse(ctx context.Context) uint64 {
+// each after a collection. With a profile path (a Config.ProfileDir) it
+// writes the heap's profile there too.
+func heapInUse(ctx context.Context, profile string) uint64 {
 	var least uint64
 	for i := range heapSamples {
 		if i > 0 {
@@ -403,6 +406,12 @@ func heapInUse(ctx context.Context) uint64 {
 		runtime.ReadMemStats(&m)
 		if i == 0 || m.HeapAlloc < least {
 			least = m.HeapAlloc
+		}
+	}
+	if filepath.IsAbs(profile) {
+		if f, err := os.Create(profile); err == nil {
+			_ = pprof.WriteHeapProfile(f)
+			_ = f.Close()
 		}
 	}
 	return least

@@ -8,7 +8,8 @@ import (
 )
 
 // TestSoak runs the soak for SOAK_TIME with SOAK_SEED (default: drawn from
-// the clock, and printed to replay). Without SOAK_TIME it is skipped: `make
+// the clock, and printed to replay); SOAK_PROFILE, an absolute directory,
+// gets heap profiles at half time and at the end. Without SOAK_TIME it is skipped: `make
 // soak` and CI's soak step run it alone, since beside other packages'
 // tests it would take their cores (and theirs its).
 func TestSoak(t *testing.T) {
@@ -26,7 +27,7 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("SOAK_SEED=%q: want a number", s)
 		}
 	}
-	res, err := Run(Config{Duration: d, Seed: seed, Dir: t.TempDir(), Log: os.Stderr})
+	res, err := Run(Config{Duration: d, Seed: seed, Dir: t.TempDir(), Log: os.Stderr, ProfileDir: os.Getenv("SOAK_PROFILE")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ const (
 	// together, queueing on its lock, while other retries arrive and evict.
 	// Its budget (crowdBudget) pays for few retries, so that many wait.
 	crowdFanOut      = 3
+	crowdPatience    = 50 * time.Millisecond // a cancelled crowd request gives up within it
 	crowdTimeoutMax  = 600 * time.Millisecond
 	crowdCancelShare = 0.6
 	// shedLimit is each replica's concurrency limit (server side): about
@@ -70,7 +71,8 @@ const (
 	connectionAge      = 4 * time.Second
 	connectionAgeGrace = 2 * time.Second
 
-	// calmTail is how long the load runs on after the last fault, so the
+	// calmTail is how long the load runs on without faults at half time
+	// and after the last fault: the heap is measured at its end, and the
 	// breakers close again (their break is 1 s) before the final checks.
 	calmTail = 5 * time.Second
 	// ledgerHorizon is how long the ledger keeps a write after its call
@@ -91,8 +93,9 @@ const (
 	heapGrowth     = 0.05
 	heapMinRun     = 2 * time.Minute
 	// heapSamples samples, heapSampleGap apart, each after a collection,
-	// give the heap at half time and at the end: their least, the live
-	// heap without the calls in flight at one instant.
+	// at the end of a calm window give the heap at half time and at the
+	// end: their least, the live heap without the calls in flight at one
+	// instant.
 	heapSamples   = 5
 	heapSampleGap = 400 * time.Millisecond
 	// historyLines is the history printed around the first broken
