@@ -66,6 +66,7 @@ func newReplica(id int, seed uint64, mem server.Store, redis server.Store, led *
 		grpc.ChainStreamInterceptor(side.Stream()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: connectionAge, MaxConnectionAgeGrace: connectionAgeGrace}),
 	))
+	r.ts.SetFailureRate(baseFailures)
 	if r.ts.Addr() == "" {
 		r.ts.Close()
 		return nil, fmt.Errorf("soak: replica %d: could not listen on loopback TCP", id)
@@ -140,7 +141,7 @@ func (r *replica) heal() {
 	r.ts.SetOutage(false)
 	r.ts.SetCapacity(testserver.Capacity{})
 	r.ts.SetDelayFactor(1)
-	r.ts.SetFailureRate(0)
+	r.ts.SetFailureRate(baseFailures)
 	r.resetting.Store(false)
 }
 

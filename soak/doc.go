@@ -16,7 +16,7 @@
 // throttling; and three crowds whose Gate holds only two waiting calls (one
 // behind a breaker too), so that a more critical retry evicts a less
 // critical one while callers give up; their budget pays for few retries,
-// so many wait. Twelve callers per process call in a loop at a random
+// so many wait. Twelve callers per process (24 per crowd) call in a loop at a random
 // criticality with a random deadline, and three in ten give up (cancel)
 // at a random moment; in a crowd each request is three calls under one
 // deadline, and six in ten give up: keyed non-idempotent Writes, hedged Gets, Puts with a per-attempt
@@ -24,7 +24,8 @@
 //
 // # The faults
 //
-// A seeded injector draws, every 0.7 s on average, one fault of: a replica
+// Every replica fails one attempt in ten at all times. A seeded injector
+// draws, every 0.7 s on average, one fault of: a replica
 // off the network and back on its port (every connection and call cut), a
 // burst of UNAVAILABLE, of RESOURCE_EXHAUSTED with a pushback, a share of
 // attempts failed (a flaky replica), a slowdown, a

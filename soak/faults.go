@@ -99,7 +99,7 @@ func (in *injector) apply(ctx context.Context, f fault, r *replica, d time.Durat
 		defer r.ts.SetDelayFactor(1)
 	case faultFlaky:
 		r.ts.SetFailureRate(flakyShare)
-		defer r.ts.SetFailureRate(0)
+		defer r.ts.SetFailureRate(baseFailures)
 	case faultReset:
 		r.resetting.Store(true)
 		defer r.resetting.Store(false)

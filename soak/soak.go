@@ -183,7 +183,11 @@ func Run(cfg Config) (res *Result, err error) {
 
 	var load sync.WaitGroup
 	for pi, p := range procs {
-		for w := range workersPerProcess {
+		callers := workersPerProcess
+		if p.kind.crowd {
+			callers = crowdCallers
+		}
+		for w := range callers {
 			load.Add(1)
 			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(pi*1000+w+1)))
 			go func() { defer load.Done(); r.work(loadCtx, p, rng, res.Redis) }()

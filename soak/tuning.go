@@ -8,7 +8,7 @@ const (
 	// elsewhere while one replica restarts and another is slow.
 	replicas = 3
 	// workersPerProcess callers per client process, each with one call
-	// in flight (crowdFanOut in a crowd): 144 calls over six processes
+	// in flight (crowdCallers with crowdFanOut in a crowd): 252 calls over six processes
 	// keep two shared cores busy under -race without queueing every call
 	// behind the race detector.
 	workersPerProcess = 12
@@ -22,6 +22,7 @@ const (
 	// cancels crowdCancelShare of them: calls waiting in the Gate leave
 	// together, queueing on its lock, while other retries arrive and evict.
 	// Its budget (crowdBudget) pays for few retries, so that many wait.
+	crowdCallers     = 2 * workersPerProcess
 	crowdFanOut      = 3
 	crowdPatience    = 50 * time.Millisecond // a cancelled crowd request gives up within it
 	crowdTimeoutMax  = 600 * time.Millisecond
@@ -31,8 +32,11 @@ const (
 	// sheds only while a replica is slow or the others are down (at 16 it
 	// shed most calls all the time: 12 % succeeded, seed 3).
 	shedLimit = 48
-	// flakyShare of the attempts a flaky replica fails (UNAVAILABLE).
-	flakyShare = 0.3
+	// flakyShare of the attempts a flaky replica fails (UNAVAILABLE);
+	// baseFailures, of every replica's at all times: retries are part of
+	// the load even between faults, and the crowds' wait in their Gates.
+	flakyShare   = 0.3
+	baseFailures = 0.1
 	// callTimeoutMin and callTimeoutMax bound a call's deadline: long
 	// enough for two or three backed-off retries, short enough that a
 	// call outlives no fault by much.
