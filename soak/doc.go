@@ -15,27 +15,28 @@
 // its own budget, a Gate: the default budget; a circuit breaker; adaptive
 // throttling; and three crowds whose Gate holds only two waiting calls (one
 // behind a breaker too), so that a more critical retry evicts a less
-// critical one while callers give up; their budget pays for few retries,
-// so many wait. Twelve callers per process (24 per crowd) call in a loop at a random
-// criticality with a random deadline, and three in ten give up (cancel)
-// at a random moment; in a crowd each request is three calls under one
-// deadline, and six in ten give up: keyed non-idempotent Writes, hedged Gets, Puts with a per-attempt
-// timeout, and the three kinds of stream.
+// critical one while callers give up. Twelve callers per process call in a
+// loop at a random criticality with a random deadline (up to 2 s), and
+// three in ten give up (cancel) at a random moment: keyed non-idempotent
+// Writes, hedged Gets, Puts with a per-attempt timeout, and the three kinds
+// of stream. A crowd is impatient: 24 callers, each request three calls
+// under one deadline (up to 0.6 s), six in ten cancelled within 50 ms,
+// retries after 1 ms, and a budget that pays for almost none, so that its
+// retries wait in the Gate.
 //
 // # The faults
 //
 // Every replica fails one attempt in ten at all times. A seeded injector
-// draws, every 0.7 s on average, one fault of: a replica
-// off the network and back on its port (every connection and call cut), a
-// burst of UNAVAILABLE, of RESOURCE_EXHAUSTED with a pushback, a share of
-// attempts failed (a flaky replica), a slowdown, a
-// burst of replies lost with their connection after the store kept them,
-// a long outage of every replica, and a restart of Redis (SIGKILL; its
-// append-only file keeps every key). Each replica also sends every
-// connection a GOAWAY every four seconds or so. The faults overlap. The
-// seed fixes the workload and the schedule of faults, not how goroutines
-// interleave: a replay of a seed meets the same faults and calls, and a
-// race needs the same luck again.
+// draws, every 0.7 s on average, one fault of: a replica off the network
+// and back on its port (every connection and call cut), a burst of
+// UNAVAILABLE, of RESOURCE_EXHAUSTED with a pushback, a share of attempts
+// failed (a flaky replica), a slowdown, a burst of replies lost with their
+// connection after the store kept them, a long outage of every replica,
+// and a restart of Redis (SIGKILL; its append-only file keeps every key).
+// Each replica also sends every connection a GOAWAY every four seconds or
+// so. The faults overlap. The seed fixes the workload and the schedule of
+// faults, not how goroutines interleave: a replay of a seed meets the same
+// faults and calls, and a race needs the same luck again.
 //
 // # The invariants
 //
@@ -48,8 +49,10 @@
 // five seconds before the end. Checked at the end, after that calm tail:
 // nobody waiting in a Gate, every breaker closed, goroutines back within 5
 // of where they were, and, on runs of two minutes or more, the heap up
-// less than 5 % from the end of the half-time calm to the end of the tail. The first invariant broken
-// stops the run; Result carries it, the seed and the history before it.
+// less than 5 % from the end of the half-time calm to the end of the tail.
+// The first invariant broken stops the run; Result carries it, the seed
+// and the history before it. Under `make soak` the race detector halts the
+// process at the first race it sees, after the seed was printed.
 //
 // Run is for one caller at a time (it counts the process's goroutines and
 // heap).
