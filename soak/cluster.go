@@ -66,7 +66,6 @@ func newReplica(id int, seed uint64, mem server.Store, redis server.Store, led *
 		grpc.ChainStreamInterceptor(side.Stream()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: connectionAge, MaxConnectionAgeGrace: connectionAgeGrace}),
 	))
-	r.ts.SetFailureRate(baseFailures)
 	if r.ts.Addr() == "" {
 		r.ts.Close()
 		return nil, fmt.Errorf("soak: replica %d: could not listen on loopback TCP", id)
@@ -136,12 +135,13 @@ func (r *replica) restart(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// heal ends every fault of the replica.
+// heal ends every fault of the replica, its base failures too: the calm
+// windows are calm.
 func (r *replica) heal() {
 	r.ts.SetOutage(false)
 	r.ts.SetCapacity(testserver.Capacity{})
 	r.ts.SetDelayFactor(1)
-	r.ts.SetFailureRate(baseFailures)
+	r.ts.SetFailureRate(0)
 	r.resetting.Store(false)
 }
 

@@ -26,7 +26,7 @@
 //
 // # The faults
 //
-// Every replica fails one attempt in ten at all times. A seeded injector
+// Every replica fails one attempt in ten while faults run. A seeded injector
 // draws, every 0.7 s on average, one fault of: a replica off the network
 // and back on its port (every connection and call cut), a burst of
 // UNAVAILABLE, of RESOURCE_EXHAUSTED with a pushback, a share of attempts

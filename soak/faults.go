@@ -50,6 +50,9 @@ func (in *injector) span(min, max time.Duration) time.Duration {
 // run injects faults until ctx ends, then waits for the faults under way
 // and heals every replica.
 func (in *injector) run(ctx context.Context) {
+	for _, r := range in.replicas {
+		r.ts.SetFailureRate(baseFailures)
+	}
 	defer func() {
 		in.wg.Wait()
 		for _, r := range in.replicas {
