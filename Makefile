@@ -138,12 +138,13 @@ bench: $(TOOLS)/benchstat
 	$(GO) test -p 1 -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) $(PKGS) | tee -a bench.txt
 	grep -E '^(goos|goarch|pkg|cpu|[a-z./-]+/[a-z0-9./-]+:|BenchmarkPeers)' bench.txt | benchstat -col /impl /dev/stdin
 
-## demo: the storm lab, side by side, for both kinds of outage (~25 s once built)
+## demo: the storm lab, side by side, for both kinds of outage and an outage that
+## outlives the calls' deadlines (~1 min once built)
 demo:
-	$(GO) run ./cmd/stagger lab -scenario unavailable,refused,refused-wfr
+	$(GO) run ./cmd/stagger lab -scenario unavailable,refused,refused-wfr,long-outage
 
 ## soak: stagger under random faults for SOAK_TIME (soak/: three replicas with
-## the server side and both idempotency stores, five client processes, a
+## the server side and both idempotency stores, six client processes, a
 ## seeded fault injector), with the race detector, which halts at the first
 ## race (SOAK_GORACE=halt_on_error=0 reports every race and runs on);
 ## SOAK_SEED replays a seed (the run prints its own). It ends with one
@@ -155,20 +156,23 @@ SOAK_GORACE ?= halt_on_error=1
 soak:
 	GORACE=$(SOAK_GORACE) SOAK_TIME=$(SOAK_TIME) SOAK_SEED=$(SOAK_SEED) $(TESTGO) test -race -v -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' ./soak/
 
-## lab-plot: regenerate docs/metastable.svg, the picture README.md shows: the
-## metastable scenario at its defaults, every contender, on virtual time (a
-## synctest bubble: lab/figures_test.go), so that the picture shows the retry
-## layers and not the machine (~30 s)
+## lab-plot: regenerate docs/metastable.svg, the picture README.md shows, and
+## docs/long-outage.svg: the metastable and long-outage scenarios at their
+## defaults, every contender, on virtual time (a synctest bubble:
+## lab/figures_test.go), so that the pictures show the retry layers and not the
+## machine (~2 min)
 lab-plot:
-	LAB_FIGURES=$$(mktemp) LAB_FIGURES_RUNS=1 LAB_FIGURES_SCENARIOS=metastable LAB_FIGURES_PLOT=$(CURDIR)/docs \
+	LAB_FIGURES=$$(mktemp) LAB_FIGURES_RUNS=1 LAB_FIGURES_SCENARIOS=metastable,long-outage LAB_FIGURES_PLOT=$(CURDIR)/docs \
 	  $(TESTGO) test -count=1 -run '^TestLabFigures$$' ./lab/
 
 ## lab-figures: BENCHMARKS.md's lab tables: every bufconn scenario at its
-## defaults, LAB_RUNS runs each on virtual time, medians and spreads in
-## lab-figures.md (~3 min)
+## defaults, and long-outage at every outage length of LAB_SWEEP (lab.OutageSweep),
+## LAB_RUNS runs each on virtual time, medians and spreads in lab-figures.md
+## (~10 min)
 LAB_RUNS ?= 3
+LAB_SWEEP ?= 0.5s,2s,5s,20s
 lab-figures:
-	LAB_FIGURES=$(CURDIR)/lab-figures.md LAB_FIGURES_RUNS=$(LAB_RUNS) $(TESTGO) test -count=1 -timeout 60m -run '^TestLabFigures$$' ./lab/
+	LAB_FIGURES=$(CURDIR)/lab-figures.md LAB_FIGURES_RUNS=$(LAB_RUNS) LAB_FIGURES_SWEEP=$(LAB_SWEEP) $(TESTGO) test -count=1 -timeout 60m -run '^TestLabFigures$$' ./lab/
 
 ## fuzz: every fuzz target, FUZZTIME each
 fuzz:

@@ -19,6 +19,7 @@ import (
 	"github.com/stagger-go/stagger"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/internal/gateview"
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
@@ -61,7 +62,7 @@ func deferClient(t *testing.T, srv *testserver.Server, hooks ...func(interceptor
 
 // warmClient is deferClient after a call that succeeded a second ago: the
 // server has served, and failures from now on make an outage (budget.Gate,
-// rule 5). The hooks hear from the next call on.
+// the outage rule). The hooks hear from the next call on.
 func warmClient(t *testing.T, srv *testserver.Server, hooks ...func(interceptor.Event)) testingv1.TestServiceClient {
 	t.Helper()
 	var on atomic.Bool
@@ -126,14 +127,14 @@ func TestDeferQuietProcessRetries(t *testing.T) {
 }
 
 // The last attempt of a call with a deadline is not spent on a probe: it
-// is kept for the call's last chance, budget.Rules().LastChanceLead before the
+// is kept for the call's last chance, gateview.Current().LastChanceLead before the
 // deadline (a server that comes back meanwhile heals the call).
 func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// 0, then the budget's retries at 10ms and 20ms, a probe at 30ms,
 		// the last chance at 950ms.
 		checkFourFailures(t, time.Second, "last",
-			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, time.Second - budget.Rules().LastChanceLead - 30*time.Millisecond},
+			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, time.Second - gateview.Current().LastChanceLead - 30*time.Millisecond},
 			[]budget.Admission{budget.AdmitNone, budget.AdmitNone, budget.AdmitProbe, budget.AdmitLast})
 	})
 }
@@ -284,7 +285,7 @@ func TestDeferHealsAnOutage(t *testing.T) {
 		}
 		// After it, each call that waited goes back once, its pause after
 		// the recovery and then the share it drew of what its deadline
-		// leaves (rule 3): spread over about a second, they add at most
+		// leaves (the release rule): spread over about a second, they add at most
 		// the new calls' load (10 per 100ms) to any 100ms, where they all
 		// came in the first 100ms when they went back at their pause.
 		for i, n := range arr {

@@ -613,3 +613,52 @@ func TestHedgedStreamDeadlineAware(t *testing.T) {
 		}
 	})
 }
+
+// TestHedgedStreamAbandonedSettles: a caller that cancels a hedged stream
+// after it committed, without reading it to its end, still settles every
+// admission the stream took: the budget hears the winner's attempt as it
+// heard the loser's (STYLE's rule that every admission is settled), and the
+// call ends (EventEnd, reason caller).
+func TestHedgedStreamAbandonedSettles(t *testing.T) {
+	for _, abandon := range []string{"cancel", "deadline"} {
+		t.Run(abandon, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				bud := &refusingBudget{allow: 10}
+				b := newHedgeStreamBench(t, hedgeStreamFile(t, 2, 100*time.Millisecond, ""), interceptor.WithBudget(bud))
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if abandon == "deadline" {
+					ctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+					defer cancel()
+				}
+				// The first attempt answers after 1s, the hedge at once: the
+				// hedge wins, and the caller reads one of its 3 messages.
+				st, err := b.client.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{
+					Key: "k", AttemptDelays: durations(time.Second, 0), ResponseCount: 3,
+				}})
+				if err != nil {
+					t.Fatalf("ListItems: %v", err)
+				}
+				if _, err := st.Recv(); err != nil {
+					t.Fatalf("Recv: %v", err)
+				}
+				// Abandoned: no more reads, no CloseSend.
+				if abandon == "cancel" {
+					cancel()
+				}
+				time.Sleep(5 * time.Second)
+				synctest.Wait()
+				bud.mu.Lock()
+				recorded := slices.Clone(bud.recorded)
+				bud.mu.Unlock()
+				if len(recorded) != 2 {
+					t.Errorf("budget recorded %+v, want 2 attempts (the loser and the abandoned winner)", recorded)
+				}
+				evs, _ := b.ends.all()
+				if len(evs) != 1 || evs[0].Reason != policy.ReasonCaller {
+					t.Errorf("end events %+v, want one, reason caller", evs)
+				}
+			})
+		})
+	}
+}

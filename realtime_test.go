@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
@@ -1233,5 +1234,59 @@ func TestRealTimeTimerSlowForAll(t *testing.T) {
 	t.Logf("%d attempts cut off for %d calls", cut, rtCalls)
 	if cut > rtCalls/5 {
 		t.Errorf("%d attempts cut off for %d calls, want at most %d", cut, rtCalls, rtCalls/5)
+	}
+}
+
+// TestRealTimeStragglerCut is TestStragglerCutUnpaid over loopback TCP on
+// real time: a quiet process (5 calls/s), the first attempt of calls 2, 7,
+// 12 and 17 answers after 400 ms and every other attempt at once, a 150 ms
+// per-attempt timeout, a budget that never holds the timeout retry's cost
+// (10 tokens, 9 held, a success adds 0.01). Each straggler is cut off when
+// its timer fires (the method's latest attempt was served at once) and its
+// retry goes unpaid (the Gate's heal rule): the call ends in about 170 ms,
+// not 400, and the budget refunds nothing.
+func TestRealTimeStragglerCut(t *testing.T) {
+	s := budget.DefaultSettings()
+	s.TokenBucket.Capacity, s.TokenBucket.SuccessReward = 10, 0.01
+	b, err := budget.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, client := rtBench(t, stragglerFile, interceptor.WithBudget(b))
+	const calls = 20
+	straggler := func(i int) bool { return i%5 == 2 }
+	took := make([]time.Duration, calls)
+	reports := make([]interceptor.Report, calls)
+	spaced(calls, 200*time.Millisecond, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		sc := &testingv1.Script{Key: fmt.Sprint("straggler-", i)}
+		if straggler(i) {
+			sc.AttemptDelays = delays(400*time.Millisecond, 0)
+		}
+		start := time.Now()
+		if _, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}, interceptor.WithReport(&reports[i])); err != nil {
+			t.Errorf("call %d: %v (reason %q), want OK", i, err, reasonOf(err))
+		}
+		took[i] = time.Since(start)
+	})
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range calls {
+		recs, err := rtAwaitDone(wctx, srv, fmt.Sprint("straggler-", i), 1)
+		if err != nil {
+			t.Fatalf("call %d: the server's records %+v: %v", i, recs, err)
+		}
+		if !straggler(i) {
+			continue
+		}
+		if len(recs) != 2 || !recs[0].Cancelled || reports[i].TimerRefused != 0 || took[i] >= 400*time.Millisecond {
+			t.Errorf("call %d: %d attempts (first cut off: %v), TimerRefused %d, took %v; want 2, the first cut off, 0, under 400ms", i, len(recs), len(recs) > 0 && recs[0].Cancelled, reports[i].TimerRefused, took[i])
+		}
+	}
+	// rtBench's call, 16 first attempts and 4 healed retries succeeded,
+	// 0.01 each; a refund would have filled the bucket.
+	if got, want := b.State().Level, 9+0.01*21; got < want-1e-9 || got > want+1e-9 {
+		t.Errorf("budget level %v, want %v: no refund of an unpaid retry", got, want)
 	}
 }

@@ -115,7 +115,20 @@ func total(c *window.LevelCounts, i int) uint64 {
 // current break.
 //
 // While closed with ThrottleK set, Admit rejects first attempts locally with
-// the SRE book's probability; retries are the budget's to admit.
+// the SRE book's probability; retries are the budget's to admit. Counting
+// its own rejections as requests makes "reject all" a fixed point, so three
+// rules keep something going to the server, per level:
+//
+//   - the cap: the probability is at most 0.8, as Envoy's admission
+//     control caps it by default (failsafe-go's adaptive throttler: 0.9);
+//   - the probe rule: when the throttle has let none of the level's first
+//     attempts go for a second, it lets the next one go whatever the
+//     probability, so that a quiet client too sees a recovered server
+//     within a second;
+//   - the back rule: a first attempt the server serves while the level is
+//     throttled and none of its first attempts had been served for half
+//     the window ends the throttling: the level's requests and accepts in
+//     the window, counted while the server was down, are forgotten.
 //
 // Criticality (the level each asking and Record names; Unset counts as
 // CRITICAL; a process whose calls name none behaves as before levels
@@ -190,6 +203,10 @@ type Breaker struct {
 	// breaker last opened (-1: none); halfAt: when it turned half-open.
 	topRefused int
 	halfAt     time.Time
+	// lastSent and lastAccept, per level, while throttling: when the
+	// throttle last let a first attempt go, and when the server last
+	// served one (the probe rule and the back rule; see Breaker).
+	lastSent, lastAccept [4]time.Time
 	// paceAt is the start Pace gave the latest held attempt.
 	paceAt   time.Time
 	opened   uint64
@@ -214,6 +231,11 @@ func New(key string, s Settings, onChange func(Change), opts ...Option) (*Breake
 		b.ks[criticality.Critical.Index()] = s.ThrottleK
 	}
 	b.storeMayThrottle(s.ThrottleK > 0)
+	// Counted from the breaker's birth: a new breaker has not yet gone a
+	// second without sending, nor half a window without an accept.
+	for l := range b.lastSent {
+		b.lastSent[l], b.lastAccept[l] = b.w.Start(), b.w.Start()
+	}
 	return b, nil
 }
 
@@ -250,10 +272,6 @@ func (b *Breaker) Admit(c criticality.Level, l Listener) error {
 	return b.admit(c.Index(), l)
 }
 
-// foldEvery is how many fast-path counts wait before they are folded into
-// the window.
-const foldEvery = 64
-
 // fold folds the fast paths' counts into the window now.
 func (b *Breaker) fold() {
 	now := b.now()
@@ -275,6 +293,7 @@ func (b *Breaker) foldLocked(now time.Time) {
 		}
 		if b.pendAcc[l].Load() != 0 {
 			b.w.Add(now, counter(l, brAccepts), uint64(b.pendAcc[l].Swap(0)))
+			b.lastAccept[l] = now
 		}
 	}
 	if b.s.ThrottleK > 0 {
@@ -365,13 +384,39 @@ func (b *Breaker) admitLocked(now time.Time, level int, retry bool) *Refusal {
 		}
 		return &Refusal{Key: b.key, Err: ErrOpen, Retry: next, at: now}
 	case !retry && b.s.ThrottleK > 0:
-		req, acc := float64(b.w.Sum[counter(level, brRequests)]), float64(b.w.Sum[counter(level, brAccepts)])
-		if p := (req - 1 - b.ks[level]*acc) / req; p > 0 && b.rand() < p {
+		if p := min(b.rejectionLocked(level), maxThrottleRejection); p > 0 && now.Sub(b.lastSent[level]) < throttleProbeEvery && b.rand() < p {
 			b.thrott++
 			return &Refusal{Key: b.key, Err: ErrThrottled, P: p, at: now}
 		}
+		b.lastSent[level] = now
 	}
 	return nil
+}
+
+// rejectionLocked is the SRE book's rejection probability of the level of
+// index level, from the window's counts (the asking included), before the
+// cap: (requests − 1 − K × accepts) ÷ requests; ≤ 0 when it would not
+// reject.
+func (b *Breaker) rejectionLocked(level int) float64 {
+	req, acc := float64(b.w.Sum[counter(level, brRequests)]), float64(b.w.Sum[counter(level, brAccepts)])
+	if req == 0 {
+		return 0
+	}
+	return (req - 1 - b.ks[level]*acc) / req
+}
+
+// acceptLocked counts a served first attempt of the level of index level
+// at now; while the throttle rejects the level and the server had served
+// none of its first attempts for half the window, it first forgets the
+// level's requests and accepts (the back rule).
+func (b *Breaker) acceptLocked(now time.Time, level int) {
+	if b.s.ThrottleK > 0 && b.st == StateClosed && b.rejectionLocked(level) > 0 &&
+		now.Sub(b.lastAccept[level]) >= b.s.SamplingWindow*throttleBackSlices/window.Slices {
+		b.w.Forget(counter(level, brRequests))
+		b.w.Forget(counter(level, brAccepts))
+	}
+	b.w.Add(now, counter(level, brAccepts), 1)
+	b.lastAccept[level] = now
 }
 
 // probeLocked moves an open breaker whose break is over to half-open, and
@@ -396,7 +441,9 @@ func (b *Breaker) probeLocked(now time.Time) (Change, bool) {
 // be nil) hears the state change it makes.
 func (b *Breaker) Record(o budget.Outcome, first bool, c criticality.Level, l Listener) {
 	closed := State(b.state.Load()) == StateClosed
-	if closed && o == budget.Success {
+	// A first attempt served while the throttle may reject its level takes
+	// the lock: the back rule may apply.
+	if closed && o == budget.Success && !(first && b.s.ThrottleK > 0 && b.mayThrottle[c.Index()].Load()) {
 		if b.streak.Load() != 0 {
 			b.streak.Store(0)
 		}
@@ -416,7 +463,7 @@ func (b *Breaker) Record(o budget.Outcome, first bool, c criticality.Level, l Li
 	case budget.Success:
 		b.streak.Store(0)
 		if first {
-			b.w.Add(now, counter(level, brAccepts), 1)
+			b.acceptLocked(now, level)
 		}
 		if b.st == StateHalfOpen {
 			ch, changed = b.setLocked(now, StateClosed), true

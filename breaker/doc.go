@@ -17,7 +17,13 @@
 //
 // With Settings.ThrottleK set, a closed Breaker also rejects first attempts
 // locally (ErrThrottled) with the Google SRE book's probability,
-// max(0, (requests − K × accepts) / (requests + 1)), over the same window.
+// max(0, (requests − K × accepts) / (requests + 1)), over the same window,
+// capped at 0.8; it lets a first attempt go at least once a second, and
+// forgets a long outage's counts at the first first attempt served after
+// it (Breaker states the rules), so that a recovered server gets its
+// traffic back within a second whatever the outage's length. An open
+// breaker probes at least every MaxBreakDuration (1 s by default) for the
+// same reason.
 //
 // Every asking names the call's criticality (package criticality; Unset
 // counts as CRITICAL, and a process whose calls name none sees no

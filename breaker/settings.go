@@ -33,21 +33,25 @@ type Settings struct {
 	SamplingWindow time.Duration
 	// BreakDuration is the least time the breaker stays open before it
 	// lets one probe through (half-open), in [1ms, 1h]; default 1s. Each
-	// probe that fails doubles it, up to MaxBreakDuration; closing resets
-	// it.
+	// probe that fails doubles it, up to MaxBreakDuration (at the
+	// defaults it stays 1s); closing resets it.
 	BreakDuration time.Duration
 	// ProbeEvery: the break also lasts until this many first attempts
 	// were refused since the breaker opened (each failed probe doubles
-	// it, up to 1000), so that probes stay a small share of what the
-	// client asks, however many clients there are: a client of 10 calls a
-	// second probes about every second, one of 1 call a second every 10
-	// (a thousand such clients probing every second would double the load
-	// of a server that is down). In [1, 1e6]; default 10.
+	// it, up to 1000), or until MaxBreakDuration, so that probes stay a
+	// small share of what a busy client asks; with the default
+	// MaxBreakDuration a client probes at least once a second, whatever
+	// its rate: one of 1 call a second sends every call (a longer
+	// MaxBreakDuration probes less but sees a recovered server later).
+	// In [1, 1e6]; default 10.
 	ProbeEvery int
 	// MaxBreakDuration bounds the break however few first attempts are
 	// refused (a quiet client, or only retries waiting), and the doubled
-	// BreakDuration; in [BreakDuration, 24h]; default 5s (BreakDuration when
-	// that is longer).
+	// BreakDuration, so that the breaker's probe sees a recovered server
+	// within MaxBreakDuration whatever the outage's length; in
+	// [BreakDuration, 24h]; default 1s (BreakDuration when that is
+	// longer). Until issue 39 it was 5s: after a long outage, breaks had
+	// grown to 5s, and a client met the recovered server up to 5s late.
 	MaxBreakDuration time.Duration
 	// NoTrip: the breaker never opens (adaptive throttling alone).
 	NoTrip bool
@@ -100,9 +104,8 @@ const (
 	DefaultConsecutive       = 5
 	DefaultSamplingWindow    = 10 * time.Second
 	DefaultBreakDuration     = time.Second
-	DefaultMaxBreakDuration  = 5 * time.Second
+	DefaultMaxBreakDuration  = time.Second
 	DefaultProbeEvery        = 10
-	maxProbeEvery            = 1000
 	DefaultThrottleK         = 2.0
 )
 

@@ -42,7 +42,7 @@ func (b *Breaker) Snapshot() Snapshot {
 	}
 	if c := criticality.Critical.Index(); b.s.ThrottleK > 0 && b.w.Sum[counter(c, brRequests)] > 0 {
 		req := float64(b.w.Sum[counter(c, brRequests)]) + 1
-		s.ThrottleP = math.Max(0, (req-1-b.ks[c]*float64(b.w.Sum[counter(c, brAccepts)]))/req)
+		s.ThrottleP = min(math.Max(0, (req-1-b.ks[c]*float64(b.w.Sum[counter(c, brAccepts)]))/req), maxThrottleRejection)
 	}
 	b.mu.Unlock()
 	if changed {

@@ -74,7 +74,7 @@ type Attempt struct {
 	// rising latency). A Gate then refuses retries after a per-attempt
 	// timeout for a while, and after a failure for overload stops healing
 	// retries and may take the server for one in an outage (see Gate,
-	// rules 0 and 5).
+	// the heal, outage and overload rules).
 	Overload bool
 	// Admission: how a Deferrer let this attempt go after the budget had
 	// refused it (AdmitNone for every other attempt). A Gate paces its
@@ -91,7 +91,7 @@ type Attempt struct {
 	// for a retry a Deferrer let go (Admission not AdmitNone). A Gate
 	// ends at once a wait that a retry taking as long as the latest such
 	// retry that succeeded could not finish before its call's deadline
-	// (see Gate, rule 6).
+	// (see Gate, the hopeless rule).
 	Took time.Duration
 }
 
@@ -102,6 +102,16 @@ type Request struct {
 	// AfterTimeout: the previous attempt was cut off by stagger's per-attempt
 	// timer (a token bucket charges more for such a retry).
 	AfterTimeout bool
+	// Straggler (with AfterTimeout): the attempt cut off was a straggler,
+	// not a sign of overload: its caller saw the server serve the method's
+	// other attempts fast while it waited (the interceptors: an attempt
+	// sent after it was served; or, nothing having been sent after it, the
+	// method's latest attempt served, sent after the latest earlier one
+	// whose per-attempt timer fired, took less than half its timeout). A
+	// Gate admits such a retry that its budget refuses like a healing
+	// retry, unpaid, and a slow success does not hold it back (see Gate,
+	// the heal and overload rules).
+	Straggler bool
 	// Hedge: the attempt is a hedge.
 	Hedge bool
 	// Last: the attempt asked for is its call's last (the policy's
@@ -112,11 +122,11 @@ type Request struct {
 	// method's latest attempt of the call's criticality served within five
 	// seconds, of those they time (every attempt under a per-attempt
 	// timeout, and retries). A Gate ends at once a wait that an attempt taking that
-	// long could not finish before its call's deadline (see Gate, rule 6).
+	// long could not finish before its call's deadline (see Gate, the hopeless rule).
 	Took time.Duration
 	// Guard, when set, guards the call besides the budget (a circuit
 	// breaker): a Gate lets the waiting retry go only when the guard allows
-	// it too (see Gate, rule 4).
+	// it too (see Gate, the guard rule).
 	Guard Guard
 	// Criticality is the call's criticality (Unset counts as CRITICAL).
 	// Every budget kind of this package keeps a reserve by it, so that
@@ -138,7 +148,7 @@ type Request struct {
 	// 6.25 tokens and CRITICAL_PLUS ones above 4; a ratio whose window
 	// allows 20 retries gives SHEDDABLE 15 of them and CRITICAL_PLUS 24.
 	// The shares are tuning, not settings (a release may retune them). A
-	// Gate also admits its waiting retries by criticality (Gate, rule 8).
+	// Gate also admits its waiting retries by criticality (Gate, the criticality rule).
 	Criticality criticality.Level
 }
 

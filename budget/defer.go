@@ -99,7 +99,7 @@ const (
 	AdmitLast
 	// AdmitHeal: sent after its pause because retrying healed enough of
 	// the process's recent calls that retried and nothing says the server
-	// is overloaded: the server is flaky, not down (see Gate, rule 0).
+	// is overloaded: the server is flaky, not down (see Gate, the heal rule).
 	AdmitHeal
 )
 
@@ -128,7 +128,7 @@ type Deferrer interface {
 	// refused, is admitted, no sooner than pause from now. It returns how,
 	// or an error: ErrTooManyWaiting at once when the bound is reached,
 	// ErrEvicted when a more critical retry later took its place (Gate,
-	// rule 8), ErrWaitLimit when a call without a deadline waited MaxWait,
+	// the criticality rule), ErrWaitLimit when a call without a deadline waited MaxWait,
 	// ErrWaitEnded when a Gate ends the wait (it does not hold the retry
 	// past its pause, or no retry could finish before ctx's deadline), the
 	// context's error when ctx ends (its deadline is treated as reached a
@@ -139,7 +139,7 @@ type Deferrer interface {
 // Guard is what guards a call besides the budget: a circuit breaker
 // (package breaker). A Gate asks the guard a waiting retry's Request names
 // before it lets the retry go, so that the guard's probe and the gate's are
-// one attempt (see Gate, rule 4).
+// one attempt (see Gate, the guard rule).
 type Guard interface {
 	// Closed reports whether the guard lets every attempt go now.
 	Closed() bool
@@ -156,12 +156,17 @@ var (
 	// ErrTooManyWaiting: the budget's bound of waiting calls is reached.
 	ErrTooManyWaiting = errors.New("budget: too many calls waiting for a retry")
 	// ErrEvicted: the bound of waiting calls was reached and a more
-	// critical retry took this one's place (Gate, rule 8). It wraps
+	// critical retry took this one's place (Gate, the criticality rule). It wraps
 	// ErrTooManyWaiting.
 	ErrEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
+	// ErrOutageLasting: the Gate fails the retry at once (see Gate, the
+	// futility rule): the server has been down for longer than the calls'
+	// deadlines, so a wait would only hold the call until it fails; only
+	// the probe waits, until one heals.
+	ErrOutageLasting = errors.New("budget: the server has been down longer than the calls' deadlines: retries fail at once until a probe heals")
 	// ErrWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
 	ErrWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
-	// ErrWaitEnded: the Gate ended the wait (see Gate, rule 6): a tenth
+	// ErrWaitEnded: the Gate ended the wait (see Gate, the hold and hopeless rules): a tenth
 	// past the retry's pause, when no rule let it go and the server is
 	// neither in an outage nor overloaded, so waiting longer is not worth
 	// it; or as soon as a retry could not finish before the call's

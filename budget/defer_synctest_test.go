@@ -69,7 +69,7 @@ func TestGateWaitEnds(t *testing.T) {
 
 // A wait the gate does not hold ends at its pause and a tenth: a fresh
 // process, whose server never served, sends no retry its budget does not
-// pay for (rule 6).
+// pay for (the hold and hopeless rules).
 func TestGateWaitNotHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, err := Deferring(&switchBudget{}, DeferSettings{})

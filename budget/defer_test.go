@@ -42,12 +42,12 @@ func (b *switchBudget) Allow(Request) bool { return b.open.Load() }
 func (b *switchBudget) State() State       { return State{Kind: "switch"} }
 
 // downServer gives g a server that served for healthyGap and whose latest
-// calls that retried were none healed (rule 0), so that failures in a row
-// make an outage (rule 5).
+// calls that retried were none healed (the heal rule), so that failures in a row
+// make an outage (the outage and overload rules).
 func downServer(g *Gate) *Gate {
 	g.first.Store(true)
 	g.mu.Lock()
-	g.st.healN, g.st.seen, g.st.lastFail = healWindow, true, g.now().Add(-healthyGap)
+	g.st.ev.healN, g.st.ev.seen, g.st.ev.lastFail = healWindow, true, g.now().Add(-healthyGap)
 	g.mu.Unlock()
 	return g
 }
@@ -63,7 +63,7 @@ func newGate(t *testing.T, b Budget, s DeferSettings, clk *manualClock) *Gate {
 
 var retry2 = Request{Number: 2}
 
-func poll(t *testing.T, w *Waiter, want Admission) time.Time {
+func poll(t *testing.T, w *waiter, want Admission) time.Time {
 	t.Helper()
 	got, next := w.Poll()
 	if got != want {
@@ -82,7 +82,7 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	const pause = 100 * time.Millisecond
-	w, err := g.Enter(retry2, pause, time.Time{})
+	w, err := g.enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	// Another call's attempt failed at 60ms: fresher evidence than the
 	// retry would bring, and one more failure: the probe gap doubles from
 	// the pause (200ms), and the probe is due that quiet time after it.
-	// Before, at its pause and a tenth, the gate holds the wait (rule 6).
+	// Before, at its pause and a tenth, the gate holds the wait (the hold and hopeless rules).
 	clk.advance(60 * time.Millisecond)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	clk.advance(40 * time.Millisecond)
@@ -109,14 +109,14 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	poll(t, w, AdmitProbe)
 
 	// One deferred retry out at a time.
-	w2, err := g.Enter(retry2, 0, time.Time{})
+	w2, err := g.enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w2.Leave()
 	clk.advance(time.Second)
 	// The probe's call has no deadline: its slot expires probeGapMax after
-	// it went, unless it reports (rule 7).
+	// it went, unless it reports (the settling rule).
 	if next := poll(t, w2, AdmitNone); !next.Equal(t0.Add(260*time.Millisecond + probeGapMax)) {
 		t.Fatalf("with a probe out, next = %v, want when the probe's slot expires", next.Sub(t0))
 	}
@@ -136,9 +136,9 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ws []*Waiter
+	var ws []*waiter
 	for range 4 {
-		w, err := g.Enter(retry2, time.Second, time.Time{})
+		w, err := g.enter(retry2, time.Second, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +158,7 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	if g.Allow(retry2) {
 		t.Fatal("Allow admitted a retry while calls wait during an outage")
 	}
-	// At their pause and a tenth, the gate holds the waits (rule 6).
+	// At their pause and a tenth, the gate holds the waits (the hold and hopeless rules).
 	gap := min(time.Second<<outageStreak, quietGapMax)
 	clk.advance(1100 * time.Millisecond)
 	for _, w := range ws {
@@ -212,13 +212,13 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	g := newGate(t, sb, DeferSettings{}, clk)
 	// A call waits (a long pause: it is not asked again here), from after
 	// an outage with half a credit.
-	w, err := g.Enter(retry2, time.Minute, time.Time{})
+	w, err := g.enter(retry2, time.Minute, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
 	g.mu.Lock()
-	g.st.phase, g.st.credits, g.st.creditAt = phaseRecovering, 0.5, t0
+	g.st.phase, g.st.pace.credits, g.st.pace.creditAt = phaseRecovering, 0.5, t0
 	g.mu.Unlock()
 	clk.advance(time.Second / 4)
 	for range outageStreak - 1 {
@@ -231,8 +231,8 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	// Half a credit, a quarter of a second's, plus one success's gain.
 	g.mu.Lock()
-	g.st.accrue(clk.Now(), 0)
-	credits := g.st.credits
+	g.st.pace.accrue(clk.Now(), 0)
+	credits := g.st.pace.credits
 	g.mu.Unlock()
 	if want := 0.5 + releasePerSecond/4 + releaseGainStart; math.Abs(credits-want) > 1e-9 {
 		t.Fatalf("credits %v, want %v", credits, want)
@@ -251,7 +251,7 @@ func TestGateLastChance(t *testing.T) {
 	}
 	deadline := t0.Add(time.Second)
 	last := Request{Number: 5, Last: true}
-	w, err := g.Enter(last, 100*time.Millisecond, deadline)
+	w, err := g.enter(last, 100*time.Millisecond, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestGateLastChance(t *testing.T) {
 	// It failed: the next last chance waits the doubled gap (200ms) after
 	// it, whatever the deadline.
 	g.Record(Attempt{Number: 5, Outcome: Failure, Admission: AdmitLast})
-	w2, err := g.Enter(last, 0, clk.Now().Add(lastChanceLead))
+	w2, err := g.enter(last, 0, clk.Now().Add(lastChanceLead))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestGateLastChance(t *testing.T) {
 	}
 	// Without a deadline, a last attempt has no last chance: it probes
 	// like any other.
-	w3, err := g.Enter(last, 0, time.Time{})
+	w3, err := g.enter(last, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestGateAsksTheBudgetFirst(t *testing.T) {
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	w, err := g.Enter(retry2, 10*time.Millisecond, time.Time{})
+	w, err := g.enter(retry2, 10*time.Millisecond, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,14 +307,14 @@ func TestGateAsksTheBudgetFirst(t *testing.T) {
 func TestGateBoundsTheWaiting(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{MaxWaiting: 2}, clk)
-	a, _ := g.Enter(retry2, 0, time.Time{})
-	b, _ := g.Enter(retry2, 0, time.Time{})
-	if _, err := g.Enter(retry2, 0, time.Time{}); !errors.Is(err, ErrTooManyWaiting) {
+	a, _ := g.enter(retry2, 0, time.Time{})
+	b, _ := g.enter(retry2, 0, time.Time{})
+	if _, err := g.enter(retry2, 0, time.Time{}); !errors.Is(err, ErrTooManyWaiting) {
 		t.Fatalf("third Enter: %v, want ErrTooManyWaiting", err)
 	}
 	a.Leave()
 	a.Leave() // twice is harmless
-	c, err := g.Enter(retry2, 0, time.Time{})
+	c, err := g.enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatalf("Enter after a Leave: %v", err)
 	}
@@ -380,7 +380,7 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := g.Enter(retry2, time.Second, time.Time{})
+	w, err := g.enter(retry2, time.Second, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	// Held in the outage (rule 6), its probe not due yet.
+	// Held in the outage (the hold and hopeless rules), its probe not due yet.
 	clk.advance(1100 * time.Millisecond)
 	poll(t, w, AdmitNone)
 	g.Record(Attempt{Number: 1, Outcome: Success})
@@ -403,17 +403,17 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 // Until the process knows whether retries heal, a call's last attempt
 // probes, and new calls' first attempts failing do not hold it back: only a
 // retry can tell. Other retries do not probe: a fresh process whose server
-// never served ends their waits at their pause and a tenth (rule 6).
+// never served ends their waits at their pause and a tenth (the hold and hopeless rules).
 func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
 	const pause = 100 * time.Millisecond
-	w, err := g.Enter(Request{Number: 3, Last: true}, pause, t0.Add(time.Second))
+	w, err := g.enter(Request{Number: 3, Last: true}, pause, t0.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
-	other, err := g.Enter(retry2, pause, time.Time{})
+	other, err := g.enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
 	}
 }
 
-// Rule 6: a wait the gate does not hold ends at its pause and a tenth, or
+// The hold and hopeless rules: a wait the gate does not hold ends at its pause and a tenth, or
 // goes then as a probe when the server served; Wait returns ErrWaitEnded.
 func TestGateHold(t *testing.T) {
 	clk := &manualClock{now: t0}
@@ -444,12 +444,12 @@ func TestGateHold(t *testing.T) {
 	g.Record(Attempt{Number: 2, Outcome: Failure})
 	g.Record(Attempt{Number: 2, Outcome: Failure})
 	const pause = 100 * time.Millisecond
-	a, err := g.Enter(retry2, pause, time.Time{})
+	a, err := g.enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Leave()
-	b, err := g.Enter(retry2, pause, time.Time{})
+	b, err := g.enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +465,7 @@ func TestGateHold(t *testing.T) {
 	}
 	// An overload holds the waits.
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe, Overload: true})
-	c, err := g.Enter(retry2, pause, time.Time{})
+	c, err := g.enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +477,7 @@ func TestGateHold(t *testing.T) {
 	}
 }
 
-// Rule 6: a wait that an attempt of its method (Request.Took), or the
+// The hold and hopeless rules: a wait that an attempt of its method (Request.Took), or the
 // latest deferred retry that succeeded within five seconds
 // (Attempt.Took), could not finish before its call's deadline ends at
 // once, or when it comes to that: it is held in an outage or an overload
@@ -494,14 +494,14 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	const pause = 100 * time.Millisecond
 	deadline := t0.Add(time.Second)
 	// Attempts of its method take 400ms: its wait ends at 600ms.
-	// Both are their calls' last attempts, which do not probe (rule 1).
-	slow, err := g.Enter(Request{Number: 2, Last: true, Took: 400 * time.Millisecond}, pause, deadline)
+	// Both are their calls' last attempts, which do not probe (the probe rule).
+	slow, err := g.enter(Request{Number: 2, Last: true, Took: 400 * time.Millisecond}, pause, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer slow.Leave()
 	// Nothing known: held to its last chance.
-	unknown, err := g.Enter(Request{Number: 2, Last: true}, pause, deadline)
+	unknown, err := g.enter(Request{Number: 2, Last: true}, pause, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +528,7 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	}
 	// Five seconds later that evidence is stale.
 	clk.advance(overloadHold)
-	late, err := g.Enter(Request{Number: 2, Last: true}, pause, clk.Now().Add(300*time.Millisecond))
+	late, err := g.enter(Request{Number: 2, Last: true}, pause, clk.Now().Add(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,7 +539,7 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	}
 }
 
-// On the real clock, Wait ends a wait when it becomes hopeless (rule 6),
+// On the real clock, Wait ends a wait when it becomes hopeless (the hold and hopeless rules),
 // not at its deadline: in an outage, with a probe out, a call's last
 // attempt whose method's attempts take 300ms, 500ms before its deadline,
 // returns ErrWaitEnded about 200ms in. The Wait's own timer against the

@@ -41,7 +41,10 @@
 // deadline, or released at a pace once the server is back. New wraps the
 // token bucket and the ratio in a Gate unless Settings.Defer says off, and
 // the throttle only when it says on, so that gRFC A6's retryThrottling
-// refuses at once as A6 says. The interceptors find a Deferrer by type
+// refuses at once as A6 says. A Gate holds waits for a blip and fails them fast
+// in an outage that outlives the calls' deadlines (its futility rule),
+// and sends the calls it held back at a pace the recovering server can
+// take (its release rule). The interceptors find a Deferrer by type
 // assertion on the budget; a user's own Budget keeps working as it is
 // (refusals end the call) unless wrapped with Deferring. A retry whose call
 // a circuit breaker guards names it as its Request.Guard (package breaker
@@ -54,8 +57,8 @@
 // first and CRITICAL_PLUS may dip below where the others stop
 // (Request.Criticality states the shares), and a Gate hands its releases,
 // probes and last chances to the most critical waiting retries first,
-// and evicts the least critical when its waiting room is full (Gate, rule
-// 8). A request that names
+// and evicts the least critical when its waiting room is full (Gate, the criticality
+// rule). A request that names
 // none counts as CRITICAL, which every kind treats exactly as it treated
 // every request before levels existed (gRFC A6's throttle included).
 //
@@ -71,8 +74,9 @@
 // # Concurrency and zero values
 //
 // Every budget is safe for concurrent use. A Gate takes one mutex while
-// calls wait and when it records a failure: otherwise its Record costs one
-// atomic load more than its budget's. Throttle and TokenBucket keep
+// calls wait and when it records a failure: otherwise its Record of a
+// success costs three atomic loads more than its budget's (Gate says
+// exactly). Throttle and TokenBucket keep
 // integer thousandths of a token in one atomic word and update it by
 // compare-and-swap; Ratio takes one mutex. Their zero values are not usable:
 // build them with NewThrottle, NewTokenBucket, NewRatio or New. In

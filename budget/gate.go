@@ -8,9 +8,10 @@ import (
 )
 
 // Gate adds deferral to a budget: a retry the budget refuses waits, within
-// its call's deadline, instead of ending the call, and goes when a rule
-// below admits it. The gate asks every time it learns something (an attempt
-// recorded) and when a wait falls due. Its numbers are in Rules.
+// its call's deadline, instead of ending the call, and goes when one of the
+// rules below lets it. The gate decides every time it learns something (an
+// attempt recorded) and when a wait falls due; its numbers are in
+// tuning.go, and `stagger check` prints the rules with them.
 //
 // The gate learns from the calls that retried whether retrying heals them.
 // A call counts once, when it ends after retrying: healed when a retry
@@ -27,119 +28,155 @@ import (
 //
 // The gate stands in one of four phases: quiet (nothing failed since the
 // last success seen while nobody waited), failing (the last attempt that
-// reached the server failed), outage (rule 5) and recovering (an attempt
-// succeeded after failures). The rules:
+// reached the server failed), outage (the outage rule) and recovering (an
+// attempt succeeded after failures). The rules, by name:
 //
-//  0. Heal. While retries heal and no attempt failed for overload for five
-//     seconds (Attempt.Overload), a waiting retry goes after its own pause
-//     (AdmitHeal), unless the gate is in an outage or held the wait (rule
-//     6: those go back paced, rule 3). A flaky server heals on retry and a
-//     retry is worth its load; a down one (no retry heals) or an
-//     overloaded one gets the rules below.
-//  1. Probe. While failing or in an outage, one deferred retry at a time
-//     goes, when nothing reached the server for the quiet time: the longer
-//     of the retry's own pause and the probe gap. The gap starts at the
-//     first waiting retry's pause, doubles with every attempt that fails,
-//     the new calls' first attempts included (up to QuietGapMax; a probe
-//     that fails doubles it up to ProbeGapMax, and to no less than its own
-//     pause), and halves with every success. A process that keeps sending
-//     calls learns from them instead of probing; a quiet one probes at its
-//     backoff's pace, slowed by every failure. It goes as AdmitBudget when
-//     the budget's Allow pays for it now, else as AdmitProbe. The last
-//     attempt of a call with a deadline (Request.Last) is not spent on a
-//     probe: it waits for rule 2. Until the process knows whether retries
-//     heal it is the other way round: only a call's last attempt probes (its
-//     outcome settles a call either way), and only retries' outcomes hold
-//     it back and stretch the gap (first attempts that fail say nothing of
-//     whether a retry heals). So a fleet of fresh quiet processes sends a
-//     down server no retry beyond what their budgets pay for.
-//  2. Last chance. While failing or in an outage, a retry whose call has a
-//     deadline goes as that call's last chance (AdmitLast, or AdmitBudget
-//     when paid) at the deadline less LastChanceLead (or twice the latest
-//     deferred retry's duration), when no other deferred retry is out,
-//     nothing reached the server for its pause, and the last deferred retry
-//     that failed ended at least the last-chance gap ago. That gap starts
-//     at the first waiting retry's pause, doubles with every deferred retry
-//     that fails and halves with every success: the call has nothing to
-//     lose, and a long outage does not get one more attempt per call.
-//  3. Release. While quiet or recovering, a release credit lets one waiting
-//     retry go (AdmitRelease). Credits accrue at ReleasePerSecond and by a
-//     gain with every success the process records; the gain starts at
-//     ReleaseGainStart, doubles with every deferred retry that succeeds, up
-//     to ReleaseGainMax, and halves (not below the start) with every
-//     released or paid retry that fails. At most one credit is kept: no
-//     burst. An outage drops the credits; the first after it is drawn at
-//     random (processes that saw the recovery together must not release
-//     together), or is a whole one when a deferred retry found the server
-//     back (the waiting call whose last chance would have come next must
-//     not lose it to the probe that came first). A wait held through the
-//     outage whose call has a deadline goes back without a credit, unless
-//     an attempt failed for overload within five seconds: its own pause
-//     after the outage ended, and then a share drawn at random of what its
-//     deadline leaves before its last chance. It cannot wait for a credit,
-//     and the draw spreads the calls that waited together (stagger sim
-//     outage -call-timeout 2s: peak after the outage 5.7× capacity at
-//     their pause alone, 3.4× spread).
-//  4. Guard. A retry whose Request names a Guard (a circuit breaker) goes
-//     only when the guard allows it too, so the guard's half-open probe and
-//     the gate's probe are one attempt. While the guard is open it alone
-//     says when a waiting retry goes (as its probe), and the gate holds the
-//     wait (rule 6). While the guard is closed it is the
-//     judge of whether the server fails: rules 1 and 2 then let only a
-//     retry the budget pays for go (a free probe would only repeat a call
-//     that failed, such as a key that always fails).
-//  5. Outage and overload. OutageStreak failures in a row, no success
-//     between, make an outage when retries do not heal (none of the latest
-//     calls that retried was healed, two at least, or the latest two
-//     retries failed with no success since), and either the server looked
-//     healthy before them (an attempt had succeeded, and none failed for a
-//     second before the first of them, counted from the first attempt
-//     recorded) or an attempt failed for overload within five seconds: a
-//     server that fails a share of its attempts all along is flaky, not
-//     down. In an outage, and within five
-//     seconds of a failure for overload, Allow refuses every retry (not
-//     hedges) without asking the budget: the retry waits and goes by the
-//     rules above, so budget-paid retries cannot burn a call's attempts
-//     against a server known to be down, or pile onto one that is full
-//     (the lab's metastable scenario: load in the outage 1.16× capacity
-//     when this held only while calls waited, 1.04× since; overload
-//     86.3 -> 87.4 % when overload refused them too). Within five seconds
-//     of a slow success, Allow also refuses a retry after a per-attempt
-//     timeout (Request.AfterTimeout): the interceptors then let the slow
-//     attempt run on instead of cutting it off, since the retry would only
-//     join the queue that made it slow.
-//  6. Hold. A waiting retry that no rule lets go by its pause and a tenth
-//     is held: it waits for the rules above, within its deadline, while the
-//     gate is in an outage or an attempt failed for overload within five
-//     seconds, and once held stays so. Otherwise it goes then as a probe,
-//     when the server has served an attempt and no other probe is out, or
-//     its wait ends (Waiter.Err is ErrWaitEnded; so is Wait's error) and the call
-//     ends with its last status: a wait is worth it only for a server that
-//     was serving and now is down or overloaded, and a call that was not
-//     held waits no longer than its pause and a tenth. Whatever the phase, a
-//     wait ends (ErrWaitEnded) as soon as a retry could not finish before
-//     its call's deadline, taking as long as an attempt of its method
-//     takes (Request.Took) or as the latest deferred retry that succeeded
-//     within five seconds (Attempt.Took): it would wait out its deadline
-//     only to fail (the lab's slowdown-90: failed calls' p50 999 ms, the
-//     whole deadline, before; 441 ms since).
-//  7. Settling. No retry is admitted sooner than its pause. A probe or last
-//     chance that never reports (its attempt lost) frees its slot a second
-//     after its call's deadline, or ProbeGapMax after it went for a call
-//     without one; a probe that reports after that is still counted as an
-//     outcome.
-//  8. Criticality (Request.Criticality; Unset counts as CRITICAL, so a
-//     process whose calls name none is unaffected). A release credit, a
-//     probe or a last chance that rules 1 to 3 give a waiting retry goes
+//   - The heal rule. While retries heal and no attempt failed for overload
+//     for five seconds (Attempt.Overload), a waiting retry goes after its
+//     own pause (AdmitHeal), unless the gate is in an outage or held the
+//     wait (the hold rule: those go back paced, by the release rule). A
+//     flaky server heals on retry and a retry is worth its load; a down
+//     one (no retry heals) or an overloaded one gets the rules below.
+//     Allow admits by this rule, at once and unpaid, a straggler's retry
+//     (Request.Straggler: after a per-attempt timeout, while the method's
+//     other attempts were served fast) that the budget refuses and the
+//     outage and overload rules do not, unless the gate is in an outage:
+//     a per-attempt timer cannot wait, and one slow attempt among fast
+//     ones says nothing of overload (the default budget of a fresh
+//     process holds 9 tokens and a timeout retry costs 10: without this
+//     rule its timer cut off no straggler). Its Attempt then says
+//     AdmitHeal, so a budget does not refund what it did not pay.
+//   - The probe rule. While failing or in an outage, one deferred retry at
+//     a time goes, when nothing reached the server for the quiet time: the
+//     longer of the retry's own pause and the probe gap. The gap starts at
+//     the first waiting retry's pause, doubles with every attempt that
+//     fails, the new calls' first attempts included (up to QuietGapMax; a
+//     probe that fails doubles it up to ProbeGapMax, and to no less than
+//     its own pause), and halves with every success. A process that keeps
+//     sending calls learns from them instead of probing; a quiet one
+//     probes at its backoff's pace, slowed by every failure. It goes as
+//     AdmitBudget when the budget's Allow pays for it now, else as
+//     AdmitProbe. The last attempt of a call with a deadline
+//     (Request.Last) is not spent on a probe: it waits for the last-chance
+//     rule. Until the process knows whether retries heal it is the other
+//     way round: only a call's last attempt probes (its outcome settles a
+//     call either way), and only retries' outcomes hold it back and
+//     stretch the gap (first attempts that fail say nothing of whether a
+//     retry heals). So a fleet of fresh quiet processes sends a down
+//     server no retry beyond what their budgets pay for.
+//   - The last-chance rule. While failing or in an outage, a retry whose
+//     call has a deadline goes as that call's last chance (AdmitLast, or
+//     AdmitBudget when paid) at the deadline less LastChanceLead (or twice
+//     the latest deferred retry's duration), when no other deferred retry
+//     is out, nothing reached the server for its pause, and the last
+//     deferred retry that failed ended at least the last-chance gap ago.
+//     That gap starts at the first waiting retry's pause, doubles with
+//     every deferred retry that fails and halves with every success: the
+//     call has nothing to lose, and a long outage does not get one more
+//     attempt per call.
+//   - The release rule. While quiet or recovering, a release credit lets
+//     one waiting retry go (AdmitRelease). Credits accrue at
+//     ReleasePerSecond and by a gain with every success the process
+//     records; the gain starts at ReleaseGainStart, doubles with every
+//     deferred retry that succeeds, up to ReleaseGainMax, and halves (not
+//     below the start) with every released or paid retry that fails. At
+//     most one credit is kept: no burst. An outage drops the credits; the
+//     first after it is drawn at random (processes that saw the recovery
+//     together must not release together), or is a whole one when a
+//     deferred retry found the server back (the waiting call whose last
+//     chance would have come next must not lose it to the probe that came
+//     first). A wait held through the outage whose call has a deadline
+//     goes back without a credit, unless an attempt failed for overload
+//     within five seconds: its own pause after the outage ended, and then
+//     a share drawn at random of what its deadline leaves before its last
+//     chance. It cannot wait for a credit, and the draw spreads the calls
+//     that waited together (stagger sim outage -call-timeout 2s: peak
+//     after the outage 5.7× capacity at their pause alone, 3.4× spread).
+//     A process that held four calls or more sends them back no faster
+//     than 0.4 times the pace at which its retries began to wait in the
+//     outage, the first after a random share of that gap, so that the
+//     server that just came back meets little more than its usual load
+//     (the lab's unavailable: peak after it 2.58× capacity -> 1.42-1.50×,
+//     success 82.4 -> 83.1 %).
+//   - The guard rule. A retry whose Request names a Guard (a circuit
+//     breaker) goes only when the guard allows it too, so the guard's
+//     half-open probe and the gate's probe are one attempt. While the
+//     guard is open it alone says when a waiting retry goes (as its
+//     probe), and the gate holds the wait. While the guard is closed it is
+//     the judge of whether the server fails: the probe and last-chance
+//     rules then let only a retry the budget pays for go (a free probe
+//     would only repeat a call that failed, such as a key that always
+//     fails).
+//   - The outage rule. OutageStreak failures in a row, no success between,
+//     make an outage when retries do not heal (none of the latest calls
+//     that retried was healed, two at least, or the latest two retries
+//     failed with no success since), and either the server looked healthy
+//     before them (an attempt had succeeded, and none failed for a second
+//     before the first of them, counted from the first attempt recorded)
+//     or an attempt failed for overload within five seconds: a server that
+//     fails a share of its attempts all along is flaky, not down. In an
+//     outage Allow refuses every retry (not hedges) without asking the
+//     budget: the retry waits and goes by the rules above, so budget-paid
+//     retries cannot burn a call's attempts against a server known to be
+//     down (the lab's metastable scenario: load in the outage 1.16×
+//     capacity when this held only while calls waited, 1.04× since).
+//   - The overload rule. Within five seconds of a failure for overload,
+//     Allow refuses every retry (not hedges) without asking the budget, so
+//     that retries do not pile onto a server that is full (overload 86.3
+//     -> 87.4 %); within five seconds of a slow success, it refuses a
+//     retry after a per-attempt timeout (Request.AfterTimeout): the
+//     interceptors then let the slow attempt run on instead of cutting it
+//     off, since the retry would only join the queue that made it slow;
+//     but not a straggler's (Request.Straggler), whose caller saw other
+//     attempts served fast meanwhile: there is no queue to join.
+//   - The hold rule. A waiting retry that no rule lets go by its pause and
+//     a tenth is held: it waits for the rules above, within its deadline,
+//     while the gate is in an outage or an attempt failed for overload
+//     within five seconds, and once held stays so. Otherwise it goes then
+//     as a probe, when the server has served an attempt and no other
+//     probe is out, or its wait ends (ErrWaitEnded) and the call ends with
+//     its last status: a wait is worth it only for a server that was
+//     serving and now is down or overloaded, and a call that was not held
+//     waits no longer than its pause and a tenth.
+//   - The hopeless rule. Whatever the phase, a wait ends (ErrWaitEnded) as
+//     soon as a retry could not finish before its call's deadline, taking
+//     as long as an attempt of its method takes (Request.Took) or as the
+//     latest deferred retry that succeeded within five seconds
+//     (Attempt.Took): it would wait out its deadline only to fail (the
+//     lab's slowdown-90: failed calls' p50 999 ms, the whole deadline,
+//     before; 441 ms since).
+//   - The futility rule. Once an outage has lasted as long as the longest
+//     wait of the retries that began to wait since the server last served
+//     (what their deadlines left, or MaxWait), waiting is pure cost: a
+//     retry that would begin to wait fails at once (ErrOutageLasting) and
+//     its call ends with its last status, unless nobody waits, when it
+//     waits alone as the probe, or a draw keeps it waiting (one in ten:
+//     the server's return then finds calls to serve, as a peer's backoff
+//     saves the calls of an outage's last moments; the lab's 5 s outage:
+//     success 68.0 % against grpc-go's 68.6 %, failed calls' p50 0 ms
+//     against its 750 ms). Calls already waiting keep their chance;
+//     the first success (a healed probe, a new call's first attempt) ends
+//     the outage and the rule with it. A service whose dependency is down
+//     for minutes does not hold its own callers, goroutines and memory for
+//     each call's whole deadline.
+//   - The settling rule. No retry is admitted sooner than its pause. A
+//     probe or last chance that never reports (its attempt lost) frees its
+//     slot a second after its call's deadline, or ProbeGapMax after it
+//     went for a call without one; a probe that reports after that is
+//     still counted as an outcome, and one that left before the probe now
+//     holding the slot does not free it (Attempt.Took says when it left).
+//   - The criticality rule (Request.Criticality; Unset counts as CRITICAL,
+//     so a process whose calls name none is unaffected). A release credit,
+//     a probe or a last chance that the rules give a waiting retry goes
 //     instead to the most critical waiting retry that they, its guard and
 //     the budget let go now (the oldest of its level first); only a
-//     waiting retry's own heal (rule 0) is not handed over. When the
-//     waiting calls are at their bound, a retry evicts the least critical
-//     waiting one below its level (the latest of that level to enter),
-//     which ends its call at once with its last status (ErrEvicted), and
-//     is refused (ErrTooManyWaiting) only when none is less critical. A
-//     SHEDDABLE retry waits in an outage like any other: refusing it at
-//     once there ended its calls sooner but cost goodput (the lab's
+//     waiting retry's own heal is not handed over. When the waiting calls
+//     are at their bound, a retry evicts the least critical waiting one
+//     below its level (the latest of that level to enter), which ends its
+//     call at once with its last status (ErrEvicted), and is refused
+//     (ErrTooManyWaiting) only when none is less critical. A SHEDDABLE
+//     retry waits in an outage like any other: refusing it at once there
+//     ended its calls sooner but cost goodput (the lab's
 //     mixed-criticality: 0.87 against 0.89 without the refusal, CRITICAL
 //     success 99.8 % and 99.6 %). The budget itself keeps a reserve for
 //     the more critical (see Request.Criticality).
@@ -149,12 +186,15 @@ import (
 // only: no goroutine or timer is started but the one Wait sleeps on.
 //
 // A Gate is a Budget: Record and Allow pass through to the budget it wraps
-// (Allow counts in the budget's State like any other; the retries rule 5
-// refuses count in State.Refused). When nobody waits, recording a first
-// attempt's success costs two atomic loads beyond the budget's own; a
-// failure, or a retry's outcome (the evidence of whether retries heal),
-// takes the gate's lock and reads the clock. A Gate is safe for
-// concurrent use; build it with Deferring (or New).
+// (Allow counts in the budget's State like any other; the retries the
+// outage and overload rules refuse count in State.Refused). Allow costs
+// two atomic loads beyond the budget's own (a third after a per-attempt
+// timeout, and a clock read once an overload was ever recorded). When
+// nobody waits, recording a first attempt's success costs three atomic
+// loads beyond the budget's own; a failure, or a retry's outcome (the
+// evidence of whether retries heal), takes the gate's lock and reads the
+// clock. A Gate is
+// safe for concurrent use; build it with Deferring (or New).
 type Gate struct {
 	b    Budget
 	s    DeferSettings
@@ -171,24 +211,24 @@ type Gate struct {
 	// outageNow mirrors st.phase == phaseOutage, for Allow.
 	outageNow atomic.Bool
 	// overloadUntil and slowUntil mirror st's (Unix nanoseconds), for
-	// Allow (rule 5).
+	// Allow.
 	overloadUntil, slowUntil atomic.Int64
 	// refused counts the retries Allow refused without asking the budget
-	// (rule 5), added to its State's Refused.
+	// (the outage and overload rules), added to its State's Refused.
 	refused atomic.Uint64
 	// first: an attempt was recorded (Record reads the clock once for
 	// the first).
 	first atomic.Bool
 
-	mu       sync.Mutex
-	st       gateState
-	nWaiting int
-	// queue holds the waiting retries that compete for admissions, by
-	// level (criticality's index), for rule 8.
-	queue   [4]waitQueue
+	mu      sync.Mutex
+	st      gateState
+	room    waitingRoom
 	changed chan struct{}
 	// counters for State.
 	deferred, admitted, gaveUp uint64
+	// futile counts the retries the futility rule failed at once (in
+	// gaveUp too).
+	futile uint64
 }
 
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is
@@ -204,22 +244,49 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 	return &Gate{b: b, s: s.WithDefaults(), now: o.Now, rand: o.Rand, st: newGateState(o.Now(), o.Rand), changed: make(chan struct{})}, nil
 }
 
-// Unwrap returns the budget the gate wraps.
-func (g *Gate) Unwrap() Budget { return g.b }
-
-// Settings returns the gate's settings, defaults applied.
-func (g *Gate) Settings() DeferSettings { return g.s }
-
 // Allow asks the wrapped budget, except that in an outage, and after a
 // failure for overload, it refuses every retry, and after a slow success
-// every retry after a per-attempt timeout (rule 5; hedges are asked as
-// usual).
+// every retry after a per-attempt timeout but a straggler's (the outage
+// and overload rules; hedges are asked as usual); and that it admits a
+// straggler's retry the budget refuses while retries heal (the heal
+// rule), without blocking.
 func (g *Gate) Allow(r Request) bool {
-	if !r.Hedge && (g.outageNow.Load() || g.until(&g.overloadUntil)) || r.AfterTimeout && g.until(&g.slowUntil) {
+	_, ok := g.allow(r)
+	return ok
+}
+
+// allow is Allow, and says how it admitted r: AdmitNone when the budget
+// paid, AdmitHeal when the heal rule let a straggler's retry go unpaid
+// (the caller tells the budget so in the retry's Attempt.Admission). The
+// interceptors reach it through internal/gateview.
+func (g *Gate) allow(r Request) (Admission, bool) {
+	straggler := r.Straggler && r.AfterTimeout && !r.Hedge
+	if !r.Hedge && (g.outageNow.Load() || g.until(&g.overloadUntil)) || r.AfterTimeout && !straggler && g.until(&g.slowUntil) {
 		g.refused.Add(1)
-		return false
+		return AdmitNone, false
 	}
-	return g.b.Allow(r)
+	if g.b.Allow(r) {
+		return AdmitNone, true
+	}
+	if straggler && g.heals() {
+		return AdmitHeal, true
+	}
+	return AdmitNone, false
+}
+
+// heals reports whether the heal rule lets a retry go now, outside an
+// outage. It changes nothing: successes recorded while nobody waited
+// (which gateState.forget would apply at the next slow path) count as
+// forget counts them.
+func (g *Gate) heals() bool {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ev, ph := g.st.ev, g.st.phase
+	if g.succeeded.Load() {
+		ev.retryFails, ev.seen, ph = 0, true, phaseQuiet
+	}
+	return ph != phaseOutage && ev.heals(now)
 }
 
 // Record tells the wrapped budget, then the gate, how an attempt ended.
@@ -227,19 +294,19 @@ func (g *Gate) Record(a Attempt) {
 	g.b.Record(a)
 	if !g.first.Load() && g.first.CompareAndSwap(false, true) {
 		// Failures that make an outage must follow healthyGap without
-		// failures, from the first attempt on (rule 5).
+		// failures, from the first attempt on (the outage rule).
 		now := g.now()
 		g.mu.Lock()
-		g.st.lastFail = now
+		g.st.ev.lastFail = now
 		g.mu.Unlock()
 	}
 	if a.Outcome != Failure && a.Admission == AdmitNone && g.waiting.Load() == 0 {
 		if a.Number > 1 || a.Overload {
-			// Evidence for rule 0 only; the phases move as on the
+			// Evidence for the heal rule only; the phases move as on the
 			// fast path.
 			now := g.now()
 			g.mu.Lock()
-			g.st.learn(now, a)
+			g.st.ev.learn(now, a)
 			g.mirrorOverload()
 			g.mu.Unlock()
 		}
@@ -261,11 +328,11 @@ func (g *Gate) Record(a Attempt) {
 // mirrorOverload copies st.overloadUntil and st.slowUntil for Allow (0:
 // never).
 func (g *Gate) mirrorOverload() {
-	if !g.st.slowUntil.IsZero() {
-		g.slowUntil.Store(g.st.slowUntil.UnixNano())
+	if !g.st.ev.slowUntil.IsZero() {
+		g.slowUntil.Store(g.st.ev.slowUntil.UnixNano())
 	}
-	if !g.st.overloadUntil.IsZero() {
-		g.overloadUntil.Store(g.st.overloadUntil.UnixNano())
+	if !g.st.ev.overloadUntil.IsZero() {
+		g.overloadUntil.Store(g.st.ev.overloadUntil.UnixNano())
 	}
 }
 
@@ -286,7 +353,7 @@ func (g *Gate) forgetLocked(now time.Time) {
 
 // notifyLocked wakes the waiters, if any (nobody else holds the channel).
 func (g *Gate) notifyLocked() {
-	if g.nWaiting == 0 {
+	if g.room.n == 0 {
 		return
 	}
 	close(g.changed)
@@ -299,7 +366,7 @@ func (g *Gate) State() State {
 	st := g.b.State()
 	st.Refused += g.refused.Load()
 	g.mu.Lock()
-	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp = g.nWaiting, g.deferred, g.admitted, g.gaveUp
+	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp = g.room.n, g.deferred, g.admitted, g.gaveUp
 	g.mu.Unlock()
 	return st
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/stagger-go/stagger/criticality"
 )
 
-// Rule 8 on the real clock's Wait, on virtual time: three calls wait
+// The criticality rule on the real clock's Wait, on virtual time: three calls wait
 // through a failure; once the server is back, the release credits go to
 // the most critical first, one a second, whichever goroutine wakes first.
 func TestGateReleasesTheMostCriticalFirst(t *testing.T) {
@@ -34,7 +34,7 @@ func equalLevels(a, b []criticality.Level) bool {
 	return true
 }
 
-// Rule 8 on the real clock's Wait: an evicted call's Wait returns
+// The criticality rule on the real clock's Wait: an evicted call's Wait returns
 // ErrEvicted at once, not at its deadline.
 func TestGateEvictionEndsTheWaitAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -52,7 +52,7 @@ func TestGateEvictionEndsTheWaitAtOnce(t *testing.T) {
 		}()
 		synctest.Wait()
 		start := time.Now()
-		w, err := g.Enter(retryAt(crit), time.Second, time.Time{})
+		w, err := g.enter(retryAt(crit), time.Second, time.Time{})
 		if err != nil {
 			t.Fatalf("CRITICAL into a full gate: %v", err)
 		}

@@ -20,7 +20,7 @@ const (
 
 func retryAt(l criticality.Level) Request { return Request{Number: 2, Criticality: l} }
 
-// Rule 8, a full gate: the arrival evicts the least critical waiting
+// The criticality rule, a full gate: the arrival evicts the least critical waiting
 // retry below its level, the latest of that level to enter, or is refused
 // when none is less critical. Unset counts as CRITICAL.
 func TestGateEvictsTheLeastCritical(t *testing.T) {
@@ -43,17 +43,17 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &manualClock{now: t0}
 			g := newGate(t, &switchBudget{}, DeferSettings{MaxWaiting: len(tt.waiting)}, clk)
-			ws := make([]*Waiter, len(tt.waiting))
+			ws := make([]*waiter, len(tt.waiting))
 			for i, l := range tt.waiting {
-				w, err := g.Enter(retryAt(l), time.Second, time.Time{})
+				w, err := g.enter(retryAt(l), time.Second, time.Time{})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer w.Leave()
 				ws[i] = w
 			}
-			changed := g.Changed()
-			w, err := g.Enter(retryAt(tt.arrival), time.Second, time.Time{})
+			changed := g.changes()
+			w, err := g.enter(retryAt(tt.arrival), time.Second, time.Time{})
 			if tt.evicted < 0 {
 				if !errors.Is(err, ErrTooManyWaiting) || errors.Is(err, ErrEvicted) {
 					t.Fatalf("Enter = %v, want ErrTooManyWaiting", err)
@@ -90,7 +90,7 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 	}
 }
 
-// Rule 8, admissions: a release, a probe or a last chance that a less
+// The criticality rule, admissions: a release, a probe or a last chance that a less
 // critical waiter's Poll finds due goes to the most critical waiter that
 // may go now (the oldest of its level), which its own Poll then returns;
 // a more critical waiter whose pause has not ended, or whose own last
@@ -130,11 +130,11 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &manualClock{now: t0}
 			g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-			ws := make([]*Waiter, len(tt.waiting))
+			ws := make([]*waiter, len(tt.waiting))
 			for i, e := range tt.waiting {
 				r := retryAt(e.level)
 				r.Last = e.last
-				w, err := g.Enter(r, e.pause, e.deadline)
+				w, err := g.enter(r, e.pause, e.deadline)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -146,11 +146,11 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 			g.outageNow.Store(tt.phase == phaseOutage)
 			for _, w := range ws {
 				// They waited through an outage: the gate holds them
-				// (rule 6).
+				// (the hold and hopeless rules).
 				w.view.held = true
 			}
 			if tt.phase == phaseRecovering {
-				g.st.credits, g.st.creditAt = 1, tt.at
+				g.st.pace.credits, g.st.pace.creditAt = 1, tt.at
 			}
 			g.mu.Unlock()
 			clk.set(tt.at)
@@ -182,9 +182,9 @@ func TestGateTakesBackAnUntakenHandOff(t *testing.T) {
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
+	low, _ := g.enter(retryAt(shedP), 0, time.Time{})
 	defer low.Leave()
-	high, _ := g.Enter(retryAt(critP), 0, time.Time{})
+	high, _ := g.enter(retryAt(critP), 0, time.Time{})
 	poll(t, low, AdmitNone) // handed to high
 	high.Leave()            // which never polls
 	if st := g.State(); st.DeferAdmitted != 0 {
@@ -202,7 +202,7 @@ func (g *refusingGuard) AllowRetry() (bool, time.Time, func()) {
 	return false, time.Time{}, nil
 }
 
-// Rule 8 with rule 4: a more critical waiter whose guard refuses does not
+// The criticality rule with the guard rule: a more critical waiter whose guard refuses does not
 // hold the admission back; the less critical waiter takes it.
 func TestGateHandOffAsksTheGuard(t *testing.T) {
 	clk := &manualClock{now: t0}
@@ -210,12 +210,12 @@ func TestGateHandOffAsksTheGuard(t *testing.T) {
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
+	low, _ := g.enter(retryAt(shedP), 0, time.Time{})
 	defer low.Leave()
 	guard := &refusingGuard{}
 	r := retryAt(critP)
 	r.Guard = guard
-	high, _ := g.Enter(r, 0, time.Time{})
+	high, _ := g.enter(r, 0, time.Time{})
 	defer high.Leave()
 	poll(t, low, AdmitProbe)
 	if guard.asked != 1 {
@@ -247,7 +247,7 @@ func checkReleaseOrder(t *testing.T) {
 		go func() {
 			// No deadline: a call with one that was held through the
 			// outage goes back its own pause after it, without a credit
-			// (rule 3).
+			// (the release rule).
 			a, err := g.Wait(context.Background(), retryAt(l), 0)
 			if err != nil || a != AdmitRelease {
 				t.Errorf("%v: Wait = %v, %v; want a release", l, a, err)
@@ -272,7 +272,7 @@ func checkReleaseOrder(t *testing.T) {
 }
 
 // outageProbed returns a Gate on the time package's clock in an outage
-// (so that it holds the waits, rule 6) whose probe went out and has not
+// (so that it holds the waits, the hold and hopeless rules) whose probe went out and has not
 // reported, so that nothing admits a wait until news comes.
 func outageProbed(t *testing.T, s DeferSettings) *Gate {
 	t.Helper()
@@ -284,7 +284,7 @@ func outageProbed(t *testing.T, s DeferSettings) *Gate {
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	w, _ := g.Enter(retry2, 0, time.Time{})
+	w, _ := g.enter(retry2, 0, time.Time{})
 	if a, _ := w.Poll(); a != AdmitProbe {
 		t.Fatalf("first Poll = %v, want a probe", a)
 	}

@@ -1,16 +1,17 @@
 package budget
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
 
 // downState is a gateState at t0 whose server served for healthyGap and
 // whose latest calls that retried were none healed: failures in a row
-// make an outage (rule 5).
+// make an outage (the outage and overload rules).
 func downState() gateState {
 	s := newGateState(t0, func() float64 { return 0.5 })
-	s.healN, s.seen, s.lastFail = healWindow, true, t0.Add(-healthyGap)
+	s.ev.healN, s.ev.seen, s.ev.lastFail = healWindow, true, t0.Add(-healthyGap)
 	return s
 }
 
@@ -59,7 +60,7 @@ func TestGateTransitions(t *testing.T) {
 		{"other", func(s *gateState) { s.observe(t0, other) }},
 		{"probe succeeded", func(s *gateState) { s.observe(t0, probeOK) }},
 		{"probe failed", func(s *gateState) { s.observe(t0, probeFailed) }},
-		{"enter", func(s *gateState) { s.enter(t0, 100*time.Millisecond) }},
+		{"enter", func(s *gateState) { s.enter(t0, 100*time.Millisecond, 0) }},
 		{"forget", func(s *gateState) { s.forget(t0) }},
 	}
 	// want[from][event] is the phase after it.
@@ -85,25 +86,25 @@ func TestGateTransitions(t *testing.T) {
 // credits, what a success after one gives, what forget keeps.
 func TestGateTransitionEffects(t *testing.T) {
 	s := stateIn(phaseOutage)
-	if s.credits != 0 || s.streak != outageStreak {
-		t.Fatalf("outage: credits %v, streak %d", s.credits, s.streak)
+	if s.pace.credits != 0 || s.streak != outageStreak {
+		t.Fatalf("outage: credits %v, streak %d", s.pace.credits, s.streak)
 	}
 	// A first attempt that finds the server back: a credit drawn at random.
 	s.observe(t0, Attempt{Number: 1, Outcome: Success})
-	if s.credits != 0.5+releaseGainStart {
-		t.Fatalf("after an outage, credits %v, want the draw plus one success's gain", s.credits)
+	if s.pace.credits != 0.5+releaseGainStart {
+		t.Fatalf("after an outage, credits %v, want the draw plus one success's gain", s.pace.credits)
 	}
 	// A deferred retry that finds it back: a whole credit at once.
 	s = stateIn(phaseOutage)
-	s.probesOut = 1
+	s.slot.out = 1
 	s.observe(t0, Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
-	if s.credits != 1 || s.probesOut != 0 || s.gain != 2*releaseGainStart {
-		t.Fatalf("probe found the server back: credits %v, probes out %d, gain %v", s.credits, s.probesOut, s.gain)
+	if s.pace.credits != 1 || s.slot.out != 0 || s.pace.gain != 2*releaseGainStart {
+		t.Fatalf("probe found the server back: credits %v, probes out %d, gain %v", s.pace.credits, s.slot.out, s.pace.gain)
 	}
 	// forget after an outage also draws the first credit.
 	s = stateIn(phaseOutage)
 	s.forget(t0.Add(time.Second))
-	if s.credits != 0.5 || !s.creditAt.Equal(t0.Add(time.Second)) || s.streak != 0 || s.probeGap != 0 {
+	if s.pace.credits != 0.5 || !s.pace.creditAt.Equal(t0.Add(time.Second)) || s.streak != 0 || s.slot.probeGap != 0 {
 		t.Fatalf("forget after an outage: %+v", s)
 	}
 }
@@ -120,7 +121,7 @@ func heldThrough(pause time.Duration, deadline time.Time) waiterView {
 	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, drawn: true}
 }
 
-// Rule 3, after an outage: a wait held through it whose call has a
+// The release rule, after an outage: a wait held through it whose call has a
 // deadline goes back its pause after the recovery and then the share it
 // drew of what its deadline leaves before its last chance: the calls held
 // together go back spread over that time, not together. The draw is made
@@ -129,7 +130,7 @@ func TestGateBackSpread(t *testing.T) {
 	const pause = 100 * time.Millisecond
 	deadline := t0.Add(2 * time.Second)
 	s := stateIn(phaseRecovering) // back at t0; draws 0.5
-	lastChance := deadline.Add(-s.lead())
+	lastChance := deadline.Add(-s.slot.lead())
 	for _, tc := range []struct {
 		w    waiterView
 		want time.Time
@@ -139,7 +140,7 @@ func TestGateBackSpread(t *testing.T) {
 		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, drawn: true, spread: 0.999999}, lastChance},
 	} {
 		w := tc.w
-		if got := s.backAfter(&w); got.Sub(tc.want).Abs() > 10*time.Microsecond {
+		if got := backAfter(&s, &w); got.Sub(tc.want).Abs() > 10*time.Microsecond {
 			t.Errorf("spread %v: back at %v, want %v", w.spread, got.Sub(t0), tc.want.Sub(t0))
 		}
 		if !w.drawn {
@@ -152,15 +153,15 @@ func TestGateBackSpread(t *testing.T) {
 }
 
 // Every admission a rule can give, from every phase, and the slot it takes;
-// and what rule 6 does with a wait past its hold time.
+// and what the hold and hopeless rules does with a wait past its hold time.
 func TestGateAdmissions(t *testing.T) {
 	deadline := t0.Add(2 * time.Second)
 	const pause = 100 * time.Millisecond
 	holdAt := t0.Add(110 * time.Millisecond)
 	overloaded := stateIn(phaseFailing)
-	overloaded.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+	overloaded.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	fresh := newGateState(t0, func() float64 { return 0.5 })
-	fresh.enter(t0, pause)
+	fresh.enter(t0, pause, 0)
 	tests := []struct {
 		name     string
 		s        gateState
@@ -169,24 +170,34 @@ func TestGateAdmissions(t *testing.T) {
 		want     Admission
 		next     time.Time
 		wantHeld bool
+		by       rule
 	}{
-		{"quiet, credit due", withCredits(stateIn(phaseQuiet), 1), t0, waiting(pause, time.Time{}, false), AdmitRelease, time.Time{}, false},
-		{"recovering, half a credit: asked again at its hold time", withCredits(stateIn(phaseRecovering), 0.5), t0, waiting(pause, time.Time{}, false), AdmitNone, holdAt, false},
-		{"failing, before the quiet time", stateIn(phaseFailing), t0.Add(50 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitNone, t0.Add(100 * time.Millisecond), false},
-		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false},
-		{"outage, last attempt waits for its last chance, held", stateIn(phaseOutage), t0.Add(time.Second), waiting(pause, deadline, true), AdmitNone, deadline.Add(-lastChanceLead), true},
-		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-lastChanceLead), waiting(pause, deadline, true), AdmitLast, time.Time{}, true},
-		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiting(0, time.Time{}, false), AdmitNone, t0.Add(5 * time.Second), true},
-		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), AdmitProbe, time.Time{}, true},
-		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), AdmitProbe, time.Time{}, false},
-		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
-		{"fresh process, past its hold time: the wait ends", fresh, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
-		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, true},
-		{"after an outage, held with a deadline: back after its pause", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), heldThrough(pause, deadline), AdmitNone, t0.Add(pause), true},
-		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), AdmitRelease, time.Time{}, true},
+		{"quiet, credit due", withCredits(stateIn(phaseQuiet), 1), t0, waiting(pause, time.Time{}, false), AdmitRelease, time.Time{}, false, ruleRelease},
+		{"recovering, half a credit: asked again at its hold time", withCredits(stateIn(phaseRecovering), 0.5), t0, waiting(pause, time.Time{}, false), AdmitNone, holdAt, false, ruleRelease},
+		{"failing, before the quiet time", stateIn(phaseFailing), t0.Add(50 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitNone, t0.Add(100 * time.Millisecond), false, ruleProbe},
+		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false, ruleProbe},
+		{"outage, last attempt waits for its last chance, held", stateIn(phaseOutage), t0.Add(time.Second), waiting(pause, deadline, true), AdmitNone, deadline.Add(-lastChanceLead), true, ruleLastChance},
+		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-lastChanceLead), waiting(pause, deadline, true), AdmitLast, time.Time{}, true, ruleLastChance},
+		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiting(0, time.Time{}, false), AdmitNone, t0.Add(5 * time.Second), true, ruleSettling},
+		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), AdmitProbe, time.Time{}, true, ruleProbe},
+		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), AdmitProbe, time.Time{}, false, ruleHold},
+		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false, ruleHold},
+		{"fresh process, past its hold time: the wait ends", fresh, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false, ruleHold},
+		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, true, ruleProbe},
+		{"after an outage, held with a deadline: back after its pause", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), heldThrough(pause, deadline), AdmitNone, t0.Add(pause), true, ruleRelease},
+		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), AdmitRelease, time.Time{}, true, ruleRelease},
 	}
 	for _, tt := range tests {
 		s, w := tt.s, tt.w
+		// decide changes nothing; apply does what it says.
+		before, wBefore := s, w
+		d := s.decide(tt.at, &w, false)
+		if !sameState(s, before) || w != wBefore {
+			t.Errorf("%s: decide changed the state or the wait", tt.name)
+		}
+		if d.by != tt.by {
+			t.Errorf("%s: decided by the %v rule, want the %v rule", tt.name, d.by, tt.by)
+		}
 		got, next := s.candidate(tt.at, &w)
 		if got != tt.want || !next.Equal(tt.next) || w.held != tt.wantHeld {
 			t.Errorf("%s: candidate = %v, next %v, held %v; want %v, next %v, held %v", tt.name, got, next.Sub(t0), w.held, tt.want, tt.next.Sub(t0), tt.wantHeld)
@@ -195,26 +206,26 @@ func TestGateAdmissions(t *testing.T) {
 		if got == AdmitNone || got == admitEnd {
 			continue
 		}
-		credits := s.credits
+		credits := s.pace.credits
 		s.admit(tt.at, &w, got)
 		switch {
-		case got == AdmitRelease && credits < 1 && s.credits != credits:
-			t.Errorf("%s: a release without a credit left credits %v, want %v", tt.name, s.credits, credits)
-		case got == AdmitRelease && credits >= 1 && s.credits != credits-1:
-			t.Errorf("%s: a release left credits %v, want %v", tt.name, s.credits, credits-1)
-		case got != AdmitRelease && s.probesOut != 1:
-			t.Errorf("%s: a probe left %d out, want 1", tt.name, s.probesOut)
+		case got == AdmitRelease && credits < 1 && s.pace.credits != credits:
+			t.Errorf("%s: a release without a credit left credits %v, want %v", tt.name, s.pace.credits, credits)
+		case got == AdmitRelease && credits >= 1 && s.pace.credits != credits-1:
+			t.Errorf("%s: a release left credits %v, want %v", tt.name, s.pace.credits, credits-1)
+		case got != AdmitRelease && s.slot.out != 1:
+			t.Errorf("%s: a probe left %d out, want 1", tt.name, s.slot.out)
 		}
 	}
 }
 
 func withCredits(s gateState, c float64) gateState {
-	s.credits, s.creditAt = c, t0
+	s.pace.credits, s.pace.creditAt = c, t0
 	return s
 }
 
 func withProbeOut(s gateState, until time.Time) gateState {
-	s.probesOut, s.probeUntil = 1, until
+	s.slot.out, s.slot.until = 1, until
 	return s
 }
 
@@ -226,7 +237,7 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	deadline := t0.Add(time.Second)
-	w, err := g.Enter(retry2, 0, deadline)
+	w, err := g.enter(retry2, 0, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +248,7 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	clk.advance(time.Minute)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	g.Record(Attempt{Number: 1, Outcome: Failure})
-	w2, err := g.Enter(retry2, 0, time.Time{})
+	w2, err := g.enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +258,7 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	}
 }
 
-// Rule 0: retries that heal go after their pause; a failure for overload
+// The heal rule: retries that heal go after their pause; a failure for overload
 // or an outage keeps them to the other rules. The evidence is the calls':
 // a call whose second attempt fails and third succeeds was healed.
 func TestGateHeals(t *testing.T) {
@@ -255,14 +266,14 @@ func TestGateHeals(t *testing.T) {
 	thirdWon := Attempt{Number: 3, Outcome: Success}
 	flaky := func() gateState {
 		s := newGateState(t0, func() float64 { return 0.5 })
-		s.learn(t0, secondFailed)
-		s.learn(t0, thirdWon)
+		s.ev.learn(t0, secondFailed)
+		s.ev.learn(t0, thirdWon)
 		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
 		return s
 	}
 	s := flaky()
-	if won := s.healed(); won != 1 || s.healN != 1 {
-		t.Fatalf("one call healed on its third attempt: healed %d of %d, want 1 of 1", won, s.healN)
+	if won := s.ev.healed(); won != 1 || s.ev.healN != 1 {
+		t.Fatalf("one call healed on its third attempt: healed %d of %d, want 1 of 1", won, s.ev.healN)
 	}
 	// Two failures in a row are no outage while retries heal.
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
@@ -276,19 +287,19 @@ func TestGateHeals(t *testing.T) {
 	// Calls still retrying do not count against healing: second attempts
 	// that failed (the gate let those go) leave the share whole.
 	for range 2 * healWindow {
-		s.learn(t0, secondFailed)
+		s.ev.learn(t0, secondFailed)
 	}
 	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
 		t.Fatalf("after pending calls: %v, want heal", a)
 	}
 	// Not in an outage.
 	o := stateIn(phaseOutage)
-	o.learn(t0, secondFailed)
-	o.learn(t0, thirdWon)
+	o.ev.learn(t0, secondFailed)
+	o.ev.learn(t0, thirdWon)
 	for range 3 {
-		o.learn(t0, Attempt{Number: 2, Outcome: Success})
+		o.ev.learn(t0, Attempt{Number: 2, Outcome: Success})
 	}
-	if !o.heals(t0) {
+	if !o.ev.heals(t0) {
 		t.Fatal("four calls of the latest eight healed: retries should heal")
 	}
 	if a, _ := o.candidate(t0, &w); a == AdmitHeal {
@@ -297,11 +308,11 @@ func TestGateHeals(t *testing.T) {
 	// A failure for overload stops healing for overloadHold; a slow success
 	// does not.
 	s = flaky()
-	s.learn(t0, Attempt{Number: 1, Outcome: Success, Overload: true})
+	s.ev.learn(t0, Attempt{Number: 1, Outcome: Success, Overload: true})
 	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
 		t.Fatalf("after a slow success: %v, want heal", a)
 	}
-	s.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+	s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	w1, w2 := w, w
 	if a, _ := s.candidate(t0.Add(overloadHold-time.Millisecond), &w1); a == AdmitHeal || !w1.held {
 		t.Fatalf("within overloadHold of a failure for overload: %v, held %v; want no heal, and held", a, w1.held)
@@ -315,9 +326,9 @@ func TestGateHeals(t *testing.T) {
 	}
 	// A down server: every call's final retry fails.
 	s = newGateState(t0, func() float64 { return 0.5 })
-	s.seen = true
+	s.ev.seen = true
 	for range healWindow {
-		s.learn(t0, Attempt{Number: 2, Outcome: Failure, Final: true})
+		s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure, Final: true})
 	}
 	s.observe(t0, Attempt{Number: 1, Outcome: Failure})
 	if a, _ := s.candidate(t0, &w); a == AdmitHeal {
@@ -326,18 +337,18 @@ func TestGateHeals(t *testing.T) {
 	// A call that failed its first retries and then its final one is one
 	// unhealed call, not three.
 	s = newGateState(t0, func() float64 { return 0.5 })
-	s.learn(t0, secondFailed)
-	s.learn(t0, Attempt{Number: 3, Outcome: Failure})
-	s.learn(t0, Attempt{Number: 4, Outcome: Failure, Final: true})
-	if won := s.healed(); won != 0 || s.healN != 1 {
-		t.Fatalf("one call failed three retries: healed %d of %d, want 0 of 1", won, s.healN)
+	s.ev.learn(t0, secondFailed)
+	s.ev.learn(t0, Attempt{Number: 3, Outcome: Failure})
+	s.ev.learn(t0, Attempt{Number: 4, Outcome: Failure, Final: true})
+	if won := s.ev.healed(); won != 0 || s.ev.healN != 1 {
+		t.Fatalf("one call failed three retries: healed %d of %d, want 0 of 1", won, s.ev.healN)
 	}
 	// Hedges and first attempts are no evidence.
 	s = newGateState(t0, func() float64 { return 0.5 })
-	s.learn(t0, Attempt{Number: 2, Outcome: Success, Hedge: true})
-	s.learn(t0, Attempt{Number: 1, Outcome: Success})
-	if s.healN != 0 {
-		t.Fatalf("hedges and first attempts counted as retries: %d", s.healN)
+	s.ev.learn(t0, Attempt{Number: 2, Outcome: Success, Hedge: true})
+	s.ev.learn(t0, Attempt{Number: 1, Outcome: Success})
+	if s.ev.healN != 0 {
+		t.Fatalf("hedges and first attempts counted as retries: %d", s.ev.healN)
 	}
 }
 
@@ -347,29 +358,29 @@ func TestGateHeals(t *testing.T) {
 func TestGateHealsBeforeCallsSay(t *testing.T) {
 	w := waiting(10*time.Millisecond, time.Time{}, false)
 	s := newGateState(t0, func() float64 { return 0.5 })
-	s.enter(t0, 10*time.Millisecond)
-	if s.heals(t0) || s.known() {
+	s.enter(t0, 10*time.Millisecond, 0)
+	if s.ev.heals(t0) || s.ev.known() {
 		t.Fatal("a fresh process heals or knows")
 	}
 	s.observe(t0, Attempt{Number: 1, Outcome: Success})
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
-	if !s.heals(t0) || s.known() {
-		t.Fatalf("served, one retry failed: heals %v, known %v; want true, false", s.heals(t0), s.known())
+	if !s.ev.heals(t0) || s.ev.known() {
+		t.Fatalf("served, one retry failed: heals %v, known %v; want true, false", s.ev.heals(t0), s.ev.known())
 	}
 	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
 		t.Fatalf("served, one retry failed: %v, want heal", a)
 	}
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
-	if s.heals(t0) || !s.known() {
-		t.Fatalf("two retries in a row failed: heals %v, known %v; want false, true", s.heals(t0), s.known())
+	if s.ev.heals(t0) || !s.ev.known() {
+		t.Fatalf("two retries in a row failed: heals %v, known %v; want false, true", s.ev.heals(t0), s.ev.known())
 	}
 	s.observe(t0, Attempt{Number: 1, Outcome: Success})
-	if !s.heals(t0) || s.known() {
+	if !s.ev.heals(t0) || s.ev.known() {
 		t.Fatal("a success after them: want retries to heal again, and the process not to know")
 	}
 }
 
-// Rule 5: after a failure for overload every retry is refused for
+// The outage and overload rules: after a failure for overload every retry is refused for
 // overloadHold, and after a slow success a retry after a per-attempt
 // timeout (the interceptors let the slow attempt run on).
 func TestGateRefusesRetriesUnderOverload(t *testing.T) {
@@ -409,7 +420,7 @@ func TestGateRefusesRetriesUnderOverload(t *testing.T) {
 	}
 }
 
-// Rule 5: failures in a row make an outage only when retries are known not
+// The outage and overload rules: failures in a row make an outage only when retries are known not
 // to heal and the server looked healthy before them (a success, and a
 // second without failures, counted from the first attempt), or failed for
 // overload: a fresh process does not take a flaky server for a down one,
@@ -423,42 +434,42 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 	}{
 		{"no retry recorded", func() gateState {
 			s := downState()
-			s.healN = 0
+			s.ev.healN = 0
 			return s
 		}, phaseFailing},
 		{"two retries failed", func() gateState {
 			s := downState()
-			s.healN = 0
+			s.ev.healN = 0
 			s.observe(t0, Attempt{Number: 2, Outcome: Failure})
 			s.observe(t0, Attempt{Number: 3, Outcome: Failure})
 			return s
 		}, phaseOutage},
 		{"never served", func() gateState {
 			s := downState()
-			s.seen = false
+			s.ev.seen = false
 			return s
 		}, phaseFailing},
 		{"a failure within healthyGap before", func() gateState {
 			s := downState()
-			s.lastFail = t0.Add(-healthyGap + time.Millisecond)
+			s.ev.lastFail = t0.Add(-healthyGap + time.Millisecond)
 			return s
 		}, phaseFailing},
 		{"retries heal a call of eight: not healing, not down", func() gateState {
 			s := downState()
-			s.healBits = 1
+			s.ev.healBits = 1
 			return s
 		}, phaseFailing},
 		{"and then two retries fail in a row", func() gateState {
 			s := downState()
-			s.healBits = 1
-			s.learn(t0, Attempt{Number: 2, Outcome: Failure})
-			s.learn(t0, Attempt{Number: 2, Outcome: Failure})
+			s.ev.healBits = 1
+			s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure})
+			s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure})
 			return s
 		}, phaseOutage},
 		{"a failure within healthyGap, overloaded", func() gateState {
 			s := downState()
-			s.lastFail = t0.Add(-healthyGap + time.Millisecond)
-			s.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+			s.ev.lastFail = t0.Add(-healthyGap + time.Millisecond)
+			s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 			return s
 		}, phaseOutage},
 	}
@@ -471,4 +482,27 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tt.name, s.phase, tt.want)
 		}
 	}
+}
+
+// candidate is what a waiter's Poll asks without a guard: the decision
+// for w at now, applied.
+func (s *gateState) candidate(now time.Time, w *waiterView) (Admission, time.Time) {
+	d := s.decideAndApply(now, w, false)
+	return d.how, d.next
+}
+
+// backAfter is when w goes back after an outage, its spread drawn first
+// if it was not.
+func backAfter(s *gateState, w *waiterView) time.Time {
+	if !w.drawn {
+		s.apply(time.Time{}, w, decision{draw: true})
+	}
+	return s.pace.backAfter(w, s.slot.lead())
+}
+
+// sameState reports whether a and b hold the same state (their random
+// sources aside, which cannot be compared).
+func sameState(a, b gateState) bool {
+	a.rand, b.rand = nil, nil
+	return reflect.DeepEqual(a, b)
 }

@@ -6,37 +6,61 @@ import (
 	"time"
 )
 
-// Waiter is one deferred retry, for code that cannot block (a simulator on a
+// waiter is one deferred retry, for code that cannot block (a simulator on a
 // virtual clock): Enter, then Poll whenever the gate's Changed channel
 // closes or the time Poll returned comes, until Poll admits it or Err
 // reports it evicted, and Leave once. Wait does all of it for a goroutine
-// on the real clock. A Waiter belongs to one goroutine.
-type Waiter struct {
+// on the real clock. A waiter belongs to one goroutine.
+type waiter struct {
 	g        *Gate
 	r        Request
 	view     waiterView
 	earliest time.Time
-	left     bool
+	// left: counted out of the waiting room (by Leave or the eviction);
+	// under the gate's lock.
+	left bool
 	// level is the index of r's criticality; prev and next link the
 	// waiter in the gate's queue of its level while queued (it competes
 	// for admissions: not yet admitted, evicted or gone).
 	level      int
-	prev, next *Waiter
+	prev, next *waiter
 	queued     bool
-	// granted: a less critical waiter's Poll admitted this one (rule 8),
+	// granted: a less critical waiter's Poll admitted this one (the criticality rule),
 	// taken once its own Poll returned it. evicted: a more critical
-	// retry took its place (rule 8).
+	// retry took its place (the criticality rule).
 	granted Admission
 	taken   bool
 	evicted atomic.Bool
-	// ended: the gate ended the wait (rule 6); set only by w's own Poll.
+	// ended: the gate ended the wait (the hold and hopeless rules); set only by w's own Poll.
 	ended bool
 }
 
-// waitQueue is the waiting retries of one level, oldest first.
-type waitQueue struct{ head, tail *Waiter }
+// waitingRoom holds a Gate's waiting retries: how many wait (n, mirrored
+// in Gate.waiting for the fast paths), and, by level (criticality's
+// index), the queues of those that compete for admissions (not yet
+// admitted, evicted or gone), for the criticality rule. It is owned by the
+// gate's lock.
+type waitingRoom struct {
+	n     int
+	queue [4]waitQueue
+}
 
-func (q *waitQueue) push(w *Waiter) {
+// victim returns the waiter a retry of the level of index level evicts
+// from a full room: the latest to enter of the least critical level below
+// it, or nil.
+func (r *waitingRoom) victim(level int) *waiter {
+	for l := range level {
+		if v := r.queue[l].tail; v != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+// waitQueue is the waiting retries of one level, oldest first.
+type waitQueue struct{ head, tail *waiter }
+
+func (q *waitQueue) push(w *waiter) {
 	w.prev, w.next, w.queued = q.tail, nil, true
 	if q.tail != nil {
 		q.tail.next = w
@@ -46,7 +70,7 @@ func (q *waitQueue) push(w *Waiter) {
 	q.tail = w
 }
 
-func (q *waitQueue) remove(w *Waiter) {
+func (q *waitQueue) remove(w *waiter) {
 	if !w.queued {
 		return
 	}
@@ -63,65 +87,65 @@ func (q *waitQueue) remove(w *Waiter) {
 	w.prev, w.next, w.queued = nil, nil, false
 }
 
-// Enter registers a deferred retry r that must not go sooner than pause
+// enter registers a deferred retry r that must not go sooner than pause
 // from now, of a call whose deadline is deadline (zero: none). It fails
 // with ErrTooManyWaiting when the bound is reached and no less critical
-// retry waits (else the least critical, latest to enter, is evicted: rule
-// 7).
-func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waiter, error) {
+// retry waits (else the least critical, latest to enter, is evicted: the
+// criticality rule).
+func (g *Gate) enter(r Request, pause time.Duration, deadline time.Time) (*waiter, error) {
 	now := g.now()
 	level := r.Criticality.Index()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.nWaiting == 0 {
+	if g.room.n == 0 {
 		g.forgetLocked(now)
 	}
-	if g.nWaiting >= g.s.MaxWaiting {
-		v := g.victimLocked(level)
+	// The futility rule: in an outage that outlived the calls' deadlines,
+	// a lone waiter (the probe) and a share of the others wait; every
+	// other retry fails now.
+	if g.room.n > 0 && g.st.futile(now) && g.rand() >= futileHold {
+		g.gaveUp++
+		g.futile++
+		return nil, ErrOutageLasting
+	}
+	if g.room.n >= g.s.MaxWaiting {
+		v := g.room.victim(level)
 		if v == nil {
 			g.gaveUp++
 			return nil, ErrTooManyWaiting
 		}
 		g.evictLocked(v)
 	}
-	g.nWaiting++
-	g.waiting.Store(int32(g.nWaiting))
+	g.room.n++
+	g.waiting.Store(int32(g.room.n))
 	g.deferred++
 	pause = max(pause, 0)
-	g.st.enter(now, pause)
-	w := &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), holdAt: now.Add(pause + time.Duration(holdSlack*float64(pause)))},
+	span := g.s.MaxWait
+	if !deadline.IsZero() {
+		span = deadline.Sub(now)
+	}
+	g.st.enter(now, pause, span)
+	w := &waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), holdAt: now.Add(pause + time.Duration(holdSlack*float64(pause)))},
 		earliest: now.Add(pause), level: level}
-	g.queue[level].push(w)
+	g.room.queue[level].push(w)
 	return w, nil
 }
 
-// victimLocked returns the waiter a retry of the level of index level
-// evicts from a full gate: the latest to enter of the least critical level
-// below it, or nil.
-func (g *Gate) victimLocked(level int) *Waiter {
-	for l := range level {
-		if v := g.queue[l].tail; v != nil {
-			return v
-		}
-	}
-	return nil
-}
-
 // evictLocked makes v give up (ErrEvicted) and frees its place.
-func (g *Gate) evictLocked(v *Waiter) {
-	g.queue[v.level].remove(v)
+func (g *Gate) evictLocked(v *waiter) {
+	g.room.queue[v.level].remove(v)
 	v.evicted.Store(true)
 	v.left = true // its Leave has nothing more to do
 	g.gaveUp++
 	g.notifyLocked() // while v still counts: nobody else may be waiting
-	g.nWaiting--
-	g.waiting.Store(int32(g.nWaiting))
+	g.room.n--
+	g.waiting.Store(int32(g.room.n))
 }
 
-// Err returns ErrEvicted once a more critical retry took w's place (rule
-// 7), or ErrWaitEnded once the gate ended w's wait (rule 6): w will never
+// Err returns ErrEvicted once a more critical retry took w's place (the
+// criticality rule), or ErrWaitEnded once the gate ended w's wait (the hold and hopeless rules): w will never
 // be admitted, and its call ends with its last status. Leave it then.
-func (w *Waiter) Err() error {
+func (w *waiter) Err() error {
 	switch {
 	case w.evicted.Load():
 		return ErrEvicted
@@ -131,8 +155,8 @@ func (w *Waiter) Err() error {
 	return nil
 }
 
-// Changed returns a channel closed the next time the gate learns something.
-func (g *Gate) Changed() <-chan struct{} {
+// changes returns a channel closed the next time the gate learns something.
+func (g *Gate) changes() <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.changed
@@ -141,7 +165,7 @@ func (g *Gate) Changed() <-chan struct{} {
 // Poll asks, now, whether w may go. When it may not, next is when asking
 // again could change the answer without news (zero: only news will), or
 // the wait is over (Err).
-func (w *Waiter) Poll() (a Admission, next time.Time) {
+func (w *waiter) Poll() (a Admission, next time.Time) {
 	g := w.g
 	if w.ended || w.evicted.Load() {
 		return AdmitNone, time.Time{}
@@ -161,9 +185,9 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 
 // pollLocked is Poll under the gate's lock: an admission a less critical
 // waiter granted w, or the rules' candidate, handed to the more critical
-// waiters first (rule 8), then the guard (rule 4) and the budget. It
+// waiters first (the criticality rule), then the guard (the guard rule) and the budget. It
 // returns the guards' tells, for Poll to call unlocked.
-func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
+func (w *waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 	g := w.g
 	if w.granted != AdmitNone {
 		w.taken = true
@@ -198,7 +222,7 @@ func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 }
 
 // scarce reports whether an admission the rules give is one that a more
-// critical waiter takes first (rule 8): a release credit or the probe slot.
+// critical waiter takes first (the criticality rule): a release credit or the probe slot.
 // A heal is every healable waiter's own.
 func scarce(how Admission) bool {
 	return how == AdmitRelease || how == AdmitProbe || how == AdmitLast
@@ -208,10 +232,10 @@ func scarce(how Admission) bool {
 // index level, most critical first and oldest first within a level, that
 // the rules, its guard and the budget let go now as a release, a probe or
 // a last chance, and admits it. It returns nil when none may.
-func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission, func()) {
+func (g *Gate) handOffLocked(now time.Time, level int) (*waiter, Admission, func()) {
 	var tells []func()
-	for l := len(g.queue) - 1; l > level; l-- {
-		for v := g.queue[l].head; v != nil; v = v.next {
+	for l := len(g.room.queue) - 1; l > level; l-- {
+		for v := g.room.queue[l].head; v != nil; v = v.next {
 			if now.Before(v.earliest) {
 				continue
 			}
@@ -245,45 +269,35 @@ func joinTells(tells []func()) func() {
 	}
 }
 
-// candidateLocked is the rules' candidate for w (gateState.candidate),
-// except that while w's guard is open it alone says when the retry goes
-// (its half-open probe, rule 4), and the gate holds the wait.
-func (w *Waiter) candidateLocked(now time.Time) (Admission, time.Time) {
-	end, endAt := w.g.st.hopeless(now, &w.view)
-	if end {
-		return admitEnd, time.Time{}
-	}
-	how, next := w.g.st.candidate(now, &w.view)
-	if how == AdmitNone && !endAt.IsZero() && (next.IsZero() || endAt.Before(next)) {
-		next = endAt
-	}
-	if guard := w.r.Guard; guard != nil && !guard.Closed() && (how == AdmitNone || how == admitEnd) {
-		how, w.view.held = AdmitProbe, true
-	}
-	return how, next
+// candidateLocked is the rules' decision for w now (gateState.decide),
+// applied: how w could go and when asking again could change the answer.
+func (w *waiter) candidateLocked(now time.Time) (Admission, time.Time) {
+	guard := w.r.Guard
+	d := w.g.st.decideAndApply(now, &w.view, guard != nil && !guard.Closed())
+	return d.how, d.next
 }
 
-// endLocked ends w's wait (rule 6): it leaves the queue, and its Poll
+// endLocked ends w's wait (the hold and hopeless rules): it leaves the queue, and its Poll
 // says so from now on (Err).
-func (w *Waiter) endLocked() {
+func (w *waiter) endLocked() {
 	w.ended = true
-	w.g.queue[w.level].remove(w)
+	w.g.room.queue[w.level].remove(w)
 }
 
-// admitLocked asks w's guard (rule 4) and the budget whether w may go now
+// admitLocked asks w's guard (the guard rule) and the budget whether w may go now
 // as how, the rules' candidate, and admits it when it may: it leaves the
 // queue. A wait past its hold time that the gate does not hold goes now or
-// ends (rule 6): own says the asking is w's own Poll, which may end it. It
+// ends (the hold and hopeless rules): own says the asking is w's own Poll, which may end it. It
 // returns the guard's tell, for the caller to call unlocked.
-func (w *Waiter) admitLocked(now time.Time, how Admission, own bool) (Admission, time.Time, func()) {
+func (w *waiter) admitLocked(now time.Time, how Admission, own bool) (Admission, time.Time, func()) {
 	g := w.g
 	var next time.Time
 	guard := w.r.Guard
-	// Whether the guard is open (rule 4) is read before it is asked:
+	// Whether the guard is open (the guard rule) is read before it is asked:
 	// asking may change its state.
 	open := guard != nil && !guard.Closed()
 	pastHold := !w.view.held && !now.Before(w.view.holdAt)
-	// A closed guard judges the server: rules 1 and 2 let only a paid
+	// A closed guard judges the server: the probe and last-chance rules let only a paid
 	// retry go.
 	paidOnly := (how == AdmitProbe || how == AdmitLast) && guard != nil && !open
 	var tell func()
@@ -312,39 +326,31 @@ func (w *Waiter) admitLocked(now time.Time, how Admission, own bool) (Admission,
 	}
 	g.st.admit(now, &w.view, how)
 	g.admitted++
-	g.queue[w.level].remove(w)
+	g.room.queue[w.level].remove(w)
 	return how, time.Time{}, tell
 }
 
 // Leave unregisters w; call it once, admitted or not. An admission another
 // waiter's Poll granted w that w's own Poll never returned is given back:
 // the probe slot or the release credit it took.
-func (w *Waiter) Leave() {
+func (w *waiter) Leave() {
+	g := w.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	// left is read under the lock that the eviction writes it under: a
+	// waiter evicted while it leaves is counted out once.
 	if w.left {
 		return
 	}
 	w.left = true
-	g := w.g
-	g.mu.Lock()
-	g.queue[w.level].remove(w)
+	g.room.queue[w.level].remove(w)
 	if w.granted != AdmitNone && !w.taken {
 		g.st.unadmit(w.granted)
 		g.admitted--
 		g.notifyLocked()
 	}
-	g.nWaiting--
-	g.waiting.Store(int32(g.nWaiting))
-	g.mu.Unlock()
-}
-
-// unadmit gives back what admit took for an admission never used.
-func (s *gateState) unadmit(how Admission) {
-	switch {
-	case how == AdmitRelease:
-		s.credits = min(s.credits+1, 1)
-	case how.probing() && s.probesOut > 0:
-		s.probesOut--
-	}
+	g.room.n--
+	g.waiting.Store(int32(g.room.n))
 }
 
 // giveUp counts a waiter that left without admission.
@@ -357,7 +363,7 @@ func (g *Gate) giveUp() {
 // Wait implements Deferrer on the time package's clock.
 func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error) {
 	deadline, hasDeadline := ctx.Deadline()
-	w, err := g.Enter(r, pause, deadline)
+	w, err := g.enter(r, pause, deadline)
 	if err != nil {
 		return AdmitNone, err
 	}
@@ -373,7 +379,7 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 		}
 	}()
 	for {
-		changed := g.Changed()
+		changed := g.changes()
 		a, next := w.Poll()
 		if a != AdmitNone {
 			return a, nil

@@ -18,7 +18,7 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithRandom makes a Gate draw its random numbers (the first release credit
-// after an outage: see Gate, rule 3) from f, which must return values in
+// after an outage: see Gate, the release rule) from f, which must return values in
 // [0, 1) and is called under the gate's lock; the simulator passes its
 // seeded source. A nil f means math/rand/v2's Float64.
 func WithRandom(f func() float64) Option {

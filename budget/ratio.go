@@ -42,7 +42,7 @@ const (
 )
 
 // NewRatio returns an empty ratio budget, or a *SettingsError when s breaks a
-// rule. Zero fields take their defaults (DefaultRatioSettings).
+// rule. Zero fields take their defaults (RatioSettings.WithDefaults).
 func NewRatio(s RatioSettings, opts ...Option) (*Ratio, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err

@@ -51,7 +51,7 @@ type RatioSettings struct {
 	Window time.Duration
 	// MinRetriesPerSecond is a floor so that a quiet client can still retry:
 	// the window allows at least MinRetriesPerSecond × Window retries, in
-	// [0, 1e6]. Zero takes the default, DefaultRatioSettings; a negative
+	// [0, 1e6]. Zero takes the default (RatioSettings.WithDefaults); a negative
 	// value means no floor.
 	MinRetriesPerSecond float64
 }
@@ -154,15 +154,16 @@ func (s ThrottleSettings) Validate() error {
 	return nil
 }
 
-// DefaultTokenBucketSettings returns the AWS SDKs' standard mode: capacity
-// 500 (starting full), retry cost 5, timeout retry cost 10, success reward 1.
-func DefaultTokenBucketSettings() TokenBucketSettings {
+// defaultTokenBucket is the AWS SDKs' standard mode: capacity 500
+// (starting full), retry cost 5, timeout retry cost 10, success reward 1
+// (TokenBucketSettings{}.WithDefaults()).
+func defaultTokenBucket() TokenBucketSettings {
 	return TokenBucketSettings{Capacity: 500, Initial: 500, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}
 }
 
 // WithDefaults returns s with each zero field replaced by its default.
 func (s TokenBucketSettings) WithDefaults() TokenBucketSettings {
-	d := DefaultTokenBucketSettings()
+	d := defaultTokenBucket()
 	if s.Capacity == 0 {
 		s.Capacity = d.Capacity
 	}
@@ -210,16 +211,17 @@ func (s TokenBucketSettings) Validate() error {
 	return nil
 }
 
-// DefaultRatioSettings returns 10% of requests over a 10 s window with a
-// floor of 0.1 retries per second (one retry per window), see doc.go for why.
-func DefaultRatioSettings() RatioSettings {
+// defaultRatio is 10% of requests over a 10 s window with a floor of 0.1
+// retries per second (one retry per window), see doc.go for why
+// (RatioSettings{}.WithDefaults()).
+func defaultRatio() RatioSettings {
 	return RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.1}
 }
 
 // WithDefaults returns s with each zero field replaced by its default, and a
 // negative MinRetriesPerSecond (no floor) as 0.
 func (s RatioSettings) WithDefaults() RatioSettings {
-	d := DefaultRatioSettings()
+	d := defaultRatio()
 	if s.Percent == 0 {
 		s.Percent = d.Percent
 	}

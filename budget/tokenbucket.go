@@ -33,7 +33,7 @@ type TokenBucket struct {
 
 // NewTokenBucket returns a bucket holding s.Initial tokens, or a
 // *SettingsError when s breaks a rule. Zero fields take their defaults
-// (DefaultTokenBucketSettings).
+// (TokenBucketSettings.WithDefaults).
 func NewTokenBucket(s TokenBucketSettings, opts ...Option) (*TokenBucket, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err

@@ -7,7 +7,8 @@ import (
 
 // The Gate's tuning numbers, in one place. Each is unexported on purpose:
 // a retune must not change the API. `stagger check` prints them through
-// DeferRules. Each line says what the value came from.
+// the rules' snapshot (gaterules.go). Each line says what the value came
+// from.
 const (
 	// releasePerSecond, releaseGainStart, releaseGainMax: release credits
 	// accrue at 1/s plus 1/16 of each success, the share doubling per
@@ -54,9 +55,35 @@ const (
 	// interceptors record an attempt a little after its deadline ends it).
 	// A call without a deadline holds the slot at most probeGapMax.
 	probeLeaseSlack = time.Second
+	// backShare: the calls held through an outage go back no faster than
+	// this share of the pace at which retries began to wait in it, on top
+	// of the new calls: measured in issue 39 (lab unavailable, see
+	// BENCHMARKS.md).
+	backShare = 0.4
+	// backMinHeld: a process whose retries began to wait fewer times than
+	// this in an outage sends its held calls back by their spread alone:
+	// the pace of a handful is no pace (the lab's blip, 1.5 waits per
+	// process: 100 % unpaced, 92.8 % paced, its first back up to 2.5
+	// times the outage's length late); the unavailable scenario's
+	// processes hold 16 each.
+	backMinHeld = 4
+	// futileFactor: a retry fails at once instead of waiting once the
+	// outage has lasted this many times the longest wait of the retries
+	// that began to wait since the server last served (the futility rule).
+	// Chosen in issue 39 over the lab's outage-length sweep: see
+	// BENCHMARKS.md.
+	futileFactor = 1.0
+	// futileHold: the share of the retries that still wait in such an
+	// outage, so that the server's return finds calls to serve at once
+	// (the calls a peer's backoff saves) while most fail fast. Below a
+	// quarter, fewer than half the failed calls of a 5 s outage wait out
+	// their deadline (the calls held before the rule began: 2 s of 5),
+	// so their median is a fast failure; measured in issue 39 (lab
+	// outage sweep, BENCHMARKS.md).
+	futileHold = 0.1
 	// healWindow calls that retried and ended are kept; once healMinSamples
 	// of them ended (or one healed), healMinShare of them healed say the
-	// server heals on retry (rule 0); healMinSamples retries that failed in
+	// server heals on retry (the heal rule); healMinSamples retries that failed in
 	// a row, nothing succeeding since, say it may not. A server
 	// that fails the first two attempts of each call and serves the third
 	// heals every call; one that fails half its attempts at random heals
@@ -79,47 +106,19 @@ const (
 	overloadHold = 5 * time.Second
 	// healthyGap: failures in a row make an outage only when no attempt
 	// failed for this long before them, counted from the first attempt
-	// (rule 5): a server that fails a share of its attempts all along is
+	// (the outage rule): a server that fails a share of its attempts all along is
 	// flaky, and its calls are not held for it. In flaky-quiet-random (four
 	// processes, five calls a second each, half the attempts fail) a wait
 	// held for an outage that unlucky calls suggested ended in failure in
 	// about one run of twenty at 500 ms, in none of sixty at 1 s (with
-	// rule 5 taking a server that heals some calls for not down); the
+	// the outage rule taking a server that heals some calls for not down); the
 	// outage scenarios fail after two seconds of service or more.
 	healthyGap = time.Second
 	// holdSlack: a wait the gate does not hold ends (or goes as a probe)
-	// this share of its pause after the pause (rule 6), so that a call
+	// this share of its pause after the pause (the hold rule), so that a call
 	// that fails waited in the gate little more than its backoff's pause.
 	holdSlack = 0.1
 )
-
-// DeferRules are the numbers a Gate's rules use (see Gate), for tools that
-// explain them (`stagger check`). They are not settings: a release may
-// retune them.
-type DeferRules struct {
-	// OutageStreak failures in a row make an outage.
-	OutageStreak int
-	// QuietGapMax bounds the probe gap that new calls' failures make;
-	// ProbeGapMax the one failed probes make.
-	QuietGapMax, ProbeGapMax time.Duration
-	// LastChanceLead is the least time before the deadline at which a
-	// call's last chance goes.
-	LastChanceLead time.Duration
-	// ReleasePerSecond credits accrue per second once the server is back,
-	// plus a share of each success from ReleaseGainStart up to
-	// ReleaseGainMax.
-	ReleasePerSecond, ReleaseGainStart, ReleaseGainMax float64
-}
-
-// Rules returns the numbers the Gate's rules use today.
-func Rules() DeferRules {
-	return DeferRules{
-		OutageStreak: outageStreak,
-		QuietGapMax:  quietGapMax, ProbeGapMax: probeGapMax,
-		LastChanceLead:   lastChanceLead,
-		ReleasePerSecond: releasePerSecond, ReleaseGainStart: releaseGainStart, ReleaseGainMax: releaseGainMax,
-	}
-}
 
 // The criticality reserve (Request.Criticality says the rule): the share of
 // a budget's span that a retry of each level must leave, so that the less

@@ -46,6 +46,10 @@ type core struct {
 	// warned is the last file whose warnings went to the logger, so each
 	// file (each reload) is reported once, when a call first follows it.
 	warned atomic.Pointer[policy.Config]
+	// loud holds what went to the logger, or to slog.Default(), as a likely
+	// typo in the file (firstLoud), so each is said once; loudN counts it.
+	loud  sync.Map
+	loudN atomic.Int64
 }
 
 // methodCache is copied on write; it belongs to one *policy.Config.
@@ -58,8 +62,6 @@ type methodCache struct {
 	// another string while the entry exists.
 	byData [methodSlots]methodSlot
 }
-
-const methodSlots = 64
 
 type methodSlot struct {
 	data *byte
@@ -100,14 +102,16 @@ type plan struct {
 	retrying bool
 	budget   budget.Budget
 	// perAttempt as in call; notice: the policy sets a per-attempt timeout
-	// that is not applied because the method is not known to be idempotent.
+	// that is not applied because the call may not run twice (the method
+	// is not known to be idempotent and the call carries no idempotency
+	// key).
 	perAttempt time.Duration
 	notice     bool
 	// hedgeOnTimeout: the policy's HedgeOnPerTryTimeout, with perAttempt.
 	hedgeOnTimeout bool
 	hedged         *policy.Method
-	// repeatable as in call.
-	repeatable bool
+	// repeatable and byKey as in call.
+	repeatable, byKey bool
 	// breakers guard the method's calls (nil: none); brCache is the
 	// methodInfo's cache of one of them (nil for a plan made per call).
 	breakers *breaker.Set
@@ -179,10 +183,14 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	if !pl.retrying {
 		return pl
 	}
+	// A call with an idempotency key may run twice on the server as an
+	// idempotent one may: the server de-duplicates it (WithIdempotencyKey;
+	// a unary call's only: the stream interceptor undoes byKey's timer).
 	idempotent := k.idempotent(o, m, method)
 	pl.repeatable = idempotent || o.idemKey != ""
+	pl.byKey = !idempotent && o.idemKey != ""
 	if p.PerAttemptRecvTimeout > 0 {
-		if idempotent {
+		if pl.repeatable {
 			pl.perAttempt = p.PerAttemptRecvTimeout
 			pl.hedgeOnTimeout = p.HedgeOnPerTryTimeout
 		} else {
@@ -224,10 +232,6 @@ func retryNoCode(pred policy.Predicate) policy.Predicate {
 
 func retryNone(error) (retry, decided bool) { return false, true }
 
-// methodCacheMax bounds the cache: a program that makes up method names at
-// run time must not grow it without end. Past it, lookups go to the file.
-const methodCacheMax = 4096
-
 // method returns what cfg (nil: no file) says of method.
 func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 	mc := k.methods.Load()
@@ -247,7 +251,10 @@ func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 	mi.plan.brCache = &mi.br
 	mi.plan.pace = new(pace)
 	if cfg != nil && k.warned.Load() != cfg && k.warned.Swap(cfg) != cfg {
-		k.opts.logWarnings(cfg)
+		k.logWarnings(cfg)
+	}
+	if cfg != nil && (mc == nil || mc.cfg != cfg || len(mc.byName) < methodCacheMax) {
+		k.logNearlyNamed(cfg, method)
 	}
 	k.methodsMu.Lock()
 	defer k.methodsMu.Unlock()

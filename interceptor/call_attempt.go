@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,8 +19,8 @@ import (
 )
 
 // Maintainers: the decision loop is written once, in this file (start,
-// nextAttempt, the per-attempt timer, attemptOutcome) and call_retry.go
-// (afterAttempt, pause, finish), and every engine (unary, stream, hedging)
+// nextAttempt, attemptOutcome), attempttimer.go (the per-attempt timer)
+// and call_retry.go (afterAttempt, pause, finish), and every engine (unary, stream, hedging)
 // runs it:
 //
 //	var c call
@@ -51,20 +50,8 @@ import (
 // events. A stream whose c.hedged is set goes to k.hedgeStream
 // (hedgestream.go).
 //
-// The per-attempt timer is the one decision taken off the call's goroutine:
-// when it fires, call.timeoutVerdict (call_retry.go) runs on the timer's
-// goroutine, on a copy of the call taken by nextAttempt, and asks Decide
-// whether the policy would retry; if so, after the retry's pause (the
-// attempt runs on through it: attemptTimer), call.timeoutAdmit asks the
-// breaker and the budget, in afterAttempt's order, whether the retry can go
-// now. Only then does the timer cut the attempt off; stopTimer hands the
-// verdict it admitted to afterAttempt, which follows it without asking the
-// budget again (Allow spends). Otherwise the attempt runs on and ends as any
-// attempt does. Unary and stream attempts share it through nextAttempt and
-// stopTimer. One race remains, and is accepted: a unary reply that arrives
-// as the timer cuts the attempt off is still the call's success, and the
-// retry the budget paid for does not go (as when a caller cancels in a
-// pause).
+// The per-attempt timer (attempttimer.go) is the one decision taken off
+// the call's goroutine: that file says how it decides.
 //
 // What the interceptors know of the wire, per attempt, comes from the call
 // options grpc already fills (no stats.Handler, which would cost about 15
@@ -94,12 +81,16 @@ type call struct {
 	pol    *policy.Policy
 	budget budget.Budget
 	// perAttempt is the per-attempt timeout actually applied: 0 when the
-	// policy sets none or the method is not known to be idempotent.
+	// policy sets none or the call may not run twice (neither repeatable
+	// nor, for a stream, known to be idempotent).
 	perAttempt time.Duration
 	// repeatable: the call may run twice on the server (the method is
 	// known to be idempotent, or the call carries an idempotency key), so
 	// an ambiguous failure (wireAmbiguous) is retried as gRFC A6 says.
 	repeatable bool
+	// byKey: repeatable only because the call carries an idempotency key
+	// (the method is not known to be idempotent).
+	byKey bool
 	// attempt is the number of the attempt running or just ended.
 	attempt int
 	// before counts the attempts sent before attempt restarted at 1, and
@@ -111,7 +102,7 @@ type call struct {
 	// retry and prev are the backoff sequence's position (policy.Attempt).
 	retry int
 	prev  time.Duration
-	// slow: the attempt that just ended ran slowAnswer-th of perAttempt or
+	// slow: the attempt that just ended ran slowSuccessPart-th of perAttempt or
 	// longer before it answered (stopTimer): a success that slow tells the
 	// budget the server's latency is rising (budget.Attempt.Overload).
 	slow bool
@@ -123,6 +114,16 @@ type call struct {
 	// afterAttempt pauses only what is left.
 	timerVerdict policy.Verdict
 	timerGrace   time.Duration
+	// timerAdmission is how the budget admitted that retry (AdmitHeal: a
+	// Gate let a straggler's retry go unpaid), and timerStraggler says the
+	// attempt cut off was a straggler (pace.straggler), not a sign of
+	// overload; timerRefused counts the attempts of the call whose timer
+	// fired and ran on because the breaker or the budget refused the
+	// retry (Report.TimerRefused).
+	timerAdmission budget.Admission
+	timerStraggler bool
+	timerRefused   int
+	timerReason    policy.Reason
 	// pace is the method's (plan.pace): the timer asks it whether
 	// the server is slow for every attempt.
 	pace *pace
@@ -216,7 +217,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		pl = &p
 	}
 	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
-	c.hedgeOnTimeout = pl.hedgeOnTimeout
+	c.hedgeOnTimeout, c.byKey = pl.hedgeOnTimeout, pl.byKey
 	c.pace = pl.pace
 	c.retry = 1
 
@@ -238,11 +239,7 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		callCtx = elsewhere.NewCallContext(callCtx)
 	}
 	if pl.notice {
-		if _, seen := k.noticed.Load(method); !seen {
-			if _, seen := k.noticed.LoadOrStore(method, struct{}{}); !seen {
-				c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonNotIdempotent})
-			}
-		}
+		k.noticeNoTimer(ctx, c)
 	}
 	if pl.capped > 0 {
 		if _, seen := k.capNoticed.LoadOrStore(method, struct{}{}); !seen {
@@ -250,6 +247,17 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		}
 	}
 	return callCtx, cancel, grpcOpts, true
+}
+
+// noticeNoTimer tells the logger and hooks, once per method and
+// interceptor, that the policy's per-attempt timeout is not applied: the
+// call may not run twice.
+func (k *core) noticeNoTimer(ctx context.Context, c *call) {
+	if _, seen := k.noticed.Load(c.method); !seen {
+		if _, seen := k.noticed.LoadOrStore(c.method, struct{}{}); !seen {
+			c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
+		}
+	}
 }
 
 // callCriticality resolves the criticality of a call of a method whose
@@ -318,259 +326,6 @@ var monoBase = time.Now()
 // bytes, for the fields the call struct (kept on the stack, and copied by
 // the per-attempt timer) holds.
 func monoNow() time.Duration { return time.Since(monoBase) }
-
-// stopTimer stops the attempt's timer (see attemptTimer.stop) and reports
-// whether it cut the attempt off; when it did, the retry it admitted as it
-// fired becomes c.timerVerdict, for afterAttempt. It sets c.slow: the
-// attempt ran a slowAnswer-th of its timer or longer.
-func (c *call) stopTimer(at *attemptTimer) (cutOff bool) {
-	if at != nil {
-		at.took = time.Since(at.start)
-	}
-	c.slow = at != nil && at.took >= c.perAttempt/slowAnswer
-	if at.stop() {
-		return false
-	}
-	c.timerVerdict, c.timerGrace = at.verdict, at.grace
-	return true
-}
-
-// attemptTimer is stagger's own per-attempt timer (perAttemptRecvTimeout,
-// with grpc C-core's meaning): it fires unless it was stopped first (at the
-// first response header or message, or when the attempt ended on its own).
-// When it fires it asks whether the policy would retry an attempt cut off
-// now (call.timeoutVerdict, on a copy of the call as the attempt started).
-// When it would not, the attempt runs on, as if it had no timer, and ends
-// on its own. When it would, the attempt still runs on through the retry's
-// pause (its grace: the retry could not go sooner anyway), and only at the
-// pause's end does the timer decide, once, whether the retry goes now
-// (call.timeoutAdmit: the breaker and the budget). When it goes, the
-// attempt is cut off (its context cancelled) and the retry follows at
-// once; when it does not, the attempt runs on. An attempt that answers in
-// its grace is the call's answer, and nothing was spent on a retry: a slow
-// server gets no retry of the work it is about to finish, and the budget
-// and the Gate get a pause's more evidence (other calls' slow answers,
-// rule 5) before they are asked. Firing (with its decision) and stopping
-// exclude each other: one atomic state, and a mutex that stop waits on
-// while a decision runs. So whether the timer cut an attempt off is a fact the timer
-// records, never read after the fact from ctx.Err() or a status code, which
-// races with the wire: a server's reply can arrive before a context reports
-// done, and the other way round.
-//
-// It is not a context deadline: the attempt's context keeps the caller's
-// deadline, which is all the server sees (grpc-timeout), so the server can
-// never answer DEADLINE_EXCEEDED for stagger's timer.
-type attemptTimer struct {
-	state atomic.Int32
-	// waited: the timer waited a period more, the server being slow for
-	// every attempt (decide); only then may its retry go as a scout.
-	waited bool
-	// mu is held by fire while it decides; stop waits on it.
-	mu sync.Mutex
-	// t fires the timer; graceT ends its grace (state timerGrace).
-	t, graceT *time.Timer
-	ctx       context.Context
-	cancel    context.CancelFunc
-	// callCtx is the call's context and c a copy of the call as the
-	// attempt started: what the decision reads, so that the call's
-	// goroutine and the timer's share nothing they write.
-	callCtx context.Context
-	c       call
-	// verdict is the retry the policy would make when the timer fired
-	// (state timerGrace), and the one admitted when it cut the attempt off
-	// (state timerFired); grace is how long after firing it cut it off.
-	// Both are written before the state, read after it.
-	verdict policy.Verdict
-	grace   time.Duration
-	// start is when the timer was armed (stopTimer measures from it);
-	// fired how long after it the timer fired, and took how long the
-	// attempt took, once stopTimer measured it (zero before; the call's
-	// goroutine's only).
-	start       time.Time
-	fired, took time.Duration
-}
-
-// errAttemptTimeout replaces the CANCELED an attempt ends with when
-// stagger's per-attempt timer cut it off. The call retries it; it is the
-// call's error only when the retry cannot go after all (the caller's
-// deadline passed in the pause), and then says DEADLINE_EXCEEDED, as grpc
-// C-core does.
-var errAttemptTimeout = status.Error(codes.DeadlineExceeded, "interceptor: attempt cut off by the per-attempt timeout (perAttemptRecvTimeout)")
-
-const (
-	timerArmed int32 = iota
-	// timerDeciding: fire is deciding, under mu.
-	timerDeciding
-	// timerGrace: it fired, the policy would retry, and the attempt runs
-	// on through the retry's pause (until graceT fires).
-	timerGrace
-	// timerFired: it cut the attempt off (a retry was admitted).
-	timerFired
-	// timerRanOn: it fired, no retry could go, and the attempt runs on.
-	timerRanOn
-	timerStopped
-)
-
-// startAttemptTimer arms the per-attempt timer of c's current attempt,
-// whose context derives from ctx; callCtx is the call's context.
-func startAttemptTimer(callCtx, ctx context.Context, c *call) *attemptTimer {
-	at := &attemptTimer{callCtx: callCtx, c: *c, start: time.Now()}
-	if c.pace != nil {
-		c.pace.send(at.start)
-	}
-	at.ctx, at.cancel = context.WithCancel(ctx)
-	// Under mu: fire, which waits for it, may re-arm at.t (decide).
-	at.mu.Lock()
-	at.t = time.AfterFunc(c.perAttempt, at.fire)
-	at.mu.Unlock()
-	return at
-}
-
-func (at *attemptTimer) fire() {
-	at.mu.Lock()
-	if !at.state.CompareAndSwap(timerArmed, timerDeciding) {
-		at.mu.Unlock()
-		return
-	}
-	var v policy.Verdict
-	ok := false
-	if at.ctx.Err() == nil {
-		// Not for an attempt already ended from above (a hedge that lost):
-		// no retry follows it.
-		v, ok = at.c.timeoutVerdict(at.callCtx)
-	}
-	next := timerRanOn
-	switch {
-	case ok && at.c.timerEvents != nil:
-		if next = at.decide(v); next != timerFired {
-			break
-		}
-		// hedgeOnPerTryTimeout: the attempt runs on beside the retry. Sent
-		// before the state leaves timerDeciding, so that the attempt's
-		// stop, which waits for the decision, comes after it: the loop
-		// hears of the retry before it hears the attempt ended.
-		at.c.timerEvents <- hedgeResult{n: at.c.attempt, fired: true, verdict: v}
-		next = timerRanOn
-	case ok && v.Pause > 0:
-		// The grace: the attempt runs on through the retry's pause.
-		at.verdict, at.fired, next = v, time.Since(at.start), timerGrace
-		at.graceT = time.AfterFunc(v.Pause, at.cut)
-	case ok:
-		next = at.decide(v)
-	}
-	at.state.Store(next)
-	at.mu.Unlock()
-	if next == timerFired {
-		at.cancel()
-	}
-}
-
-// cut ends the grace: the retry goes now, and the attempt is cut off, when
-// the breaker and the budget admit it; else the attempt runs on.
-func (at *attemptTimer) cut() {
-	at.mu.Lock()
-	if !at.state.CompareAndSwap(timerGrace, timerDeciding) {
-		at.mu.Unlock()
-		return
-	}
-	next := timerRanOn
-	if at.ctx.Err() == nil {
-		at.grace = time.Since(at.start) - at.fired
-		next = at.decide(at.verdict)
-	}
-	at.state.Store(next)
-	at.mu.Unlock()
-	if next == timerFired {
-		at.cancel()
-	}
-}
-
-// decide says, under mu, whether the retry v goes now, and returns the
-// timer's next state. While the server is slow for every attempt
-// (pace.slowForAll) the retry would only join the queue the attempt waits
-// in: the timer waits another period (timerArmed, re-armed), and asks again
-// then, when the evidence may have changed. Otherwise the retry goes when
-// the breaker and the budget admit it (call.timeoutAdmit: timerFired, with
-// v as the verdict), and when they do not the attempt runs on
-// (timerRanOn).
-func (at *attemptTimer) decide(v policy.Verdict) int32 {
-	if p := at.c.pace; p != nil && p.slowForAll(at.start, time.Now(), at.c.perAttempt/slowAnswer) && (!at.waited || !p.scout(time.Now(), at.c.perAttempt)) {
-		at.waited = true
-		at.t.Reset(at.c.perAttempt)
-		return timerArmed
-	}
-	if !at.c.timeoutAdmit() {
-		return timerRanOn
-	}
-	at.verdict = v
-	return timerFired
-}
-
-// stop stops the timer unless it fired first. It reports whether the
-// attempt was not cut off: true for a nil timer, for one stopped now or
-// before, and for one that fired and let the attempt run on; false once it
-// cut the attempt off. An attempt must call it before judging its outcome:
-// a failure that ends an attempt whose timer is still armed is the
-// attempt's own, even if the timer would have fired a moment later.
-func (at *attemptTimer) stop() bool {
-	if at == nil {
-		return true
-	}
-	for {
-		switch st := at.state.Load(); st {
-		case timerArmed, timerGrace:
-			if at.state.CompareAndSwap(st, timerStopped) {
-				// Armed, or in its grace (graceT is then set, before
-				// the state).
-				at.t.Stop()
-				if st == timerGrace {
-					at.graceT.Stop()
-				}
-				return true
-			}
-		case timerDeciding:
-			// Wait for the decision (an empty critical section: the wait is the point).
-			at.mu.Lock()
-			at.mu.Unlock()
-		default:
-			return st != timerFired
-		}
-	}
-}
-
-// served notes, once the attempt was answered with success (a unary reply,
-// a stream's first response header), that the server served it
-// (pace.answer): none of this method's attempts sent before it and still
-// waiting is queued in front of it, in a server that serves in order.
-// Nothing for a nil timer or an attempt cut off or ended from above.
-// took is how long the attempt took to be served.
-func (at *attemptTimer) served(took time.Duration) {
-	if at == nil || at.c.pace == nil || at.ctx.Err() != nil || at.state.Load() == timerFired {
-		return
-	}
-	at.c.pace.answer(at.start, took, at.c.crit.Index())
-}
-
-// slowAnswer: an attempt that answers after a slowAnswer-th of its
-// per-attempt timeout or later is a sign of overload (rising latency) when
-// it succeeds: the Gate then refuses timeout retries for a while, so that
-// its next timer lets the slow attempt run on instead of cutting it off.
-// In the lab's slowdown-90 (BENCHMARKS.md, issue 29) the server's work
-// wasted on attempts cut off fell from 5.5 % (no such sign) to 3.4 % at a
-// half and 2.3 % at a quarter, as more processes saw a slow success before
-// their own first timer fired (slowdown: 98.8 %, 99.9 %, 100 %); pace
-// covers the processes whose first timer fires before they saw one (0.1 %
-// wasted). It is also how young an attempt sent after a timed-out one may
-// be and still say nothing of the server (pace.slowForAll's minAge).
-const slowAnswer = 4
-
-// callerDeadlineSlack is how close to the caller's deadline an attempt may
-// end with CANCELED or DEADLINE_EXCEEDED and still be taken for the caller's
-// deadline. grpc-go rounds grpc-timeout up, so a server's DEADLINE_EXCEEDED
-// for the caller's deadline arrives after it on the client's clock; the
-// slack covers the client's own timers firing late (a loaded machine) and
-// proxies that round the other way.
-const callerDeadlineSlack = time.Millisecond
 
 // callerEnded reports whether the attempt that ended with err ended because
 // the caller's context did: it was cancelled, or its deadline passed; or err

@@ -9,6 +9,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/chain"
+	"github.com/stagger-go/stagger/internal/gateview"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -62,9 +63,14 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	var v policy.Verdict
 	admitted := timedOut && c.timerVerdict.Retry
 	grace := time.Duration(0)
+	straggler := false
 	if admitted {
 		v, c.timerVerdict = c.timerVerdict, policy.Verdict{}
 		grace, c.timerGrace = c.timerGrace, 0
+		// The retry goes as the timer's admission let it (AdmitHeal:
+		// unpaid, which its Attempt tells the budget).
+		c.admission, c.timerAdmission = c.timerAdmission, budget.AdmitNone
+		straggler, c.timerStraggler = c.timerStraggler, false
 	} else {
 		a := c.attemptFacts(callCtx, err, trailer, committed, timedOut)
 		v = c.pol.Decide(&a)
@@ -75,8 +81,9 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	if c.budget != nil {
 		// Overload: the server said so (RESOURCE_EXHAUSTED it sent, a
-		// pushback), or stagger's timer cut the attempt off.
-		overload := timedOut || v.Pushback || status.Code(err) == codes.ResourceExhausted && trailer != nil
+		// pushback), or stagger's timer cut the attempt off, unless it cut
+		// a straggler (the method's other attempts were served fast).
+		overload := timedOut && !straggler || v.Pushback || status.Code(err) == codes.ResourceExhausted && trailer != nil
 		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload, Final: !v.Retry, Took: c.took(admission)})
 	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
@@ -205,13 +212,37 @@ func (c *call) timeoutVerdict(callCtx context.Context) (v policy.Verdict, ok boo
 	return v, !chain.RetriedRequest(c.ctx)
 }
 
-// timeoutAdmit is timeoutVerdict's second half: see there.
-func (c *call) timeoutAdmit() bool {
+// timeoutAdmit is timeoutVerdict's second half: see there. straggler
+// says the attempt is a straggler (pace.straggler: the method's other
+// attempts were served fast meanwhile), which a Gate admits unpaid while
+// retries heal (budget.Request.Straggler). It returns how the retry was
+// admitted (AdmitHeal: by the Gate, unpaid; the retry's Attempt says so),
+// or, when it was not, why: ReasonBreaker or ReasonBudget.
+func (c *call) timeoutAdmit(straggler bool) (budget.Admission, policy.Reason) {
 	if c.br != nil && !c.br.Closed() {
-		return false
+		return budget.AdmitNone, policy.ReasonBreaker
 	}
-	return c.budget == nil || c.budget.Allow(c.retryRequest(true))
+	if c.budget == nil {
+		return budget.AdmitNone, policy.ReasonNone
+	}
+	req := c.retryRequest(true)
+	req.Straggler = straggler
+	ok := false
+	adm := budget.AdmitNone
+	if g, isGate := c.budget.(*budget.Gate); isGate {
+		adm, ok = gateHooks.Allow(g, req)
+	} else {
+		ok = c.budget.Allow(req)
+	}
+	if !ok {
+		return budget.AdmitNone, policy.ReasonBudget
+	}
+	return adm, policy.ReasonNone
 }
+
+// gateHooks reaches what a budget.Gate offers beyond its public API: how
+// its Allow admitted a retry.
+var gateHooks = gateview.Set.(gateview.Hooks[*budget.Gate, budget.Request, budget.Admission])
 
 // pause waits d before the next attempt. It returns nil when the wait ended,
 // or the call's final error when callCtx ended first: CANCELED when the
@@ -252,8 +283,10 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 // when admitted (the next attempt tells the budget how it was let go), or
 // the call's final error: CANCELED when the caller cancelled; last, reason
 // deferred, when no retry could start before the deadline or a call without
-// one waited the limit; last, reason budget, when too many calls wait (or
-// a more critical retry took its place) or a SHEDDABLE retry may not wait.
+// one waited the limit; last, reason budget, when too many calls wait or a
+// more critical retry took its place (budget.ErrTooManyWaiting, which
+// ErrEvicted wraps). A retry of any criticality may wait: the Gate refuses
+// none for its level alone (see budget.Gate).
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
 	req := *c.deferReq
 	c.deferReq = nil
@@ -278,6 +311,8 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
 	case errors.Is(err, budget.ErrTooManyWaiting):
 		e.Reason = policy.ReasonBudget
+	case errors.Is(err, budget.ErrOutageLasting):
+		e.Reason = policy.ReasonOutage
 	default:
 		e.Reason = policy.ReasonDeferred
 	}
@@ -455,7 +490,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 		e.Target = cc.Target()
 	}
 	if r := o.report; r != nil {
-		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality}
+		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason}
 	}
 	if len(o.callHooks) > 0 {
 		ctx := c.ctx

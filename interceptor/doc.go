@@ -48,8 +48,9 @@
 // A call returns CANCELED only when the caller cancelled it.
 //
 // The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
-// known to be idempotent: the Idempotent call option, else the file's
-// "idempotent", else the proto option idempotency_level. It is stagger's own
+// known to be idempotent (the Idempotent call option, else the file's
+// "idempotent", else the proto option idempotency_level) and to unary
+// calls that carry an idempotency key (WithIdempotencyKey). It is stagger's own
 // timer, and it cuts an attempt off only when a retry can go, at the end of
 // the retry's pause (the attempt runs on through it, and its answer then is
 // the call's), and only when the attempts sent after it are not all

@@ -48,7 +48,8 @@ func (e *Error) GRPCStatus() *status.Status { return status.Convert(e.Err) }
 
 // GaveUp reports whether stagger gave up on a failure it would otherwise
 // have retried: no attempt was left (policy.ReasonAttempts), or the budget,
-// a deferral, the circuit breaker or throttling, the caller's deadline, an
+// a deferral, an outage that outlived the deadlines (policy.ReasonOutage),
+// the circuit breaker or throttling, the caller's deadline, an
 // ambiguous failure, the server's pushback, or a retried request being
 // served (policy.ReasonRetriedRequest) stopped it. It is false for a failure
 // the policy does not retry, a committed attempt and the caller's own
@@ -59,14 +60,18 @@ func (e *Error) GaveUp() bool {
 	switch e.Reason {
 	case policy.ReasonAttempts, policy.ReasonBudget, policy.ReasonDeferred, policy.ReasonBreaker,
 		policy.ReasonThrottled, policy.ReasonDeadline, policy.ReasonAmbiguous, policy.ReasonPushback,
-		policy.ReasonRetriedRequest:
+		policy.ReasonRetriedRequest, policy.ReasonOutage:
 		return true
 	}
 	return false
 }
 
 // Attempts returns the number of attempts stagger made for the call that
-// returned err, or 0 when err does not come from stagger (nil included).
+// returned err, or 0 when err does not come from stagger: nil (a success,
+// however many attempts it took), and the error of a call no policy covers
+// (reason no policy: it ran once, as without stagger, and its error is the
+// server's, unwrapped). WithReport counts the attempts of every call,
+// successes included.
 func Attempts(err error) int {
 	var e *Error
 	if errors.As(err, &e) {

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -24,7 +25,8 @@ const (
 	EventGiveUp
 	// EventNotice: stagger did not apply part of the policy or of an
 	// Option: Reason ReasonNotIdempotent, a per-attempt timeout (hedging,
-	// when Hedging) on a method not known to be idempotent; Reason
+	// when Hedging) on a method not known to be idempotent, for a call
+	// without an idempotency key (or a stream: see WithIdempotencyKey); Reason
 	// ReasonAttempts, a WithMaxAttempts above the cap in force, lowered to
 	// Attempt attempts. Each is reported once per method and interceptor.
 	EventNotice
@@ -62,12 +64,19 @@ const (
 	// EventRetry otherwise. Attempt counts since the last attempt that
 	// delivered a message (see WithResume, "Counting").
 	EventResume
+	// EventTimerRanOn: attempt Attempt's per-attempt timer fired and the
+	// policy would have retried it, but Reason (policy.ReasonBudget,
+	// ReasonBreaker) refused the retry, so the attempt ran on past the
+	// timeout the user set (Code is DEADLINE_EXCEEDED, the timer's). The
+	// attempt's own end follows as usual. A slow-for-all wait (the server
+	// slow for every attempt) is not reported: the timer asks again.
+	EventTimerRanOn
 )
 
-var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred", "breaker", "end", "resume"}
+var eventKindNames = [...]string{"", "retry", "give up", "notice", "hedge", "hedge stop", "hedge won", "deferred", "breaker", "end", "resume", "timer ran on"}
 
 // String returns "retry", "give up", "notice", "hedge", "hedge stop",
-// "hedge won", "deferred", "breaker", "end" or "resume".
+// "hedge won", "deferred", "breaker", "end", "resume" or "timer ran on".
 func (k EventKind) String() string {
 	if int(k) < len(eventKindNames) && k > 0 {
 		return eventKindNames[k]
@@ -133,18 +142,60 @@ func (o *options) BreakerChanged(ch breaker.Change) {
 // logWarnings tells the logger, at warning level, what the parse of cfg
 // found worth saying (a misspelt key, a service the program does not link):
 // a file with such a mistake is valid, so without this line it would fail
-// silently, matching no call or ignoring the key.
-func (o *options) logWarnings(cfg *policy.Config) {
-	if o.logger == nil {
-		return
-	}
+// silently, matching no call or ignoring the key. Without a logger, the
+// likely typos (policy.Warning.Typo) still go to slog.Default(), each once.
+func (k *core) logWarnings(cfg *policy.Config) {
 	for _, w := range cfg.Warnings() {
+		if k.opts.logger == nil && (!w.Typo || !k.firstLoud(w.Path+": "+w.Message)) {
+			continue
+		}
 		fields := []any{"stagger.field", w.Path}
 		if w.Line > 0 {
 			fields = append(fields, "stagger.line", w.Line, "stagger.column", w.Column)
 		}
-		o.logger.Log(context.Background(), logging.LevelWarn, "stagger: policy file: "+w.Message, fields...)
+		if w.File != "" {
+			fields = append(fields, "stagger.file", w.File)
+		}
+		k.opts.warnLoud("stagger: policy file: "+w.Message, fields...)
 	}
+}
+
+// logNearlyNamed says, once per method, that the file nearly names a
+// method it does not cover: a typo in the file silently leaves the method
+// without its policy.
+func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
+	name := cfg.NearlyNamed(method)
+	if name == "" || !k.firstLoud("call "+method+" "+name) {
+		return
+	}
+	k.opts.warnLoud("stagger: the policy file names "+name+", not "+method+" (a typo?): the call does not follow that entry", "grpc.method", method, "stagger.name", name)
+}
+
+// loudMax bounds the messages firstLoud remembers: a program that makes up
+// method names at run time must not grow the set without end.
+const loudMax = 1024
+
+// firstLoud reports whether msg is said for the first time.
+func (k *core) firstLoud(msg string) bool {
+	if _, seen := k.loud.Load(msg); seen || k.loudN.Load() >= loudMax {
+		return false
+	}
+	if _, seen := k.loud.LoadOrStore(msg, struct{}{}); seen {
+		return false
+	}
+	k.loudN.Add(1)
+	return true
+}
+
+// warnLoud logs at warning level through the logger, or slog.Default()
+// when none is given: for mistakes that would otherwise turn retries off
+// without a word.
+func (o *options) warnLoud(msg string, fields ...any) {
+	if o.logger != nil {
+		o.logger.Log(context.Background(), logging.LevelWarn, msg, fields...)
+		return
+	}
+	slog.Default().Warn(msg, fields...)
 }
 
 // firstAmbiguous reports whether method's ambiguous give-up is the first
@@ -211,6 +262,8 @@ func (o *options) emit(ctx context.Context, e Event) {
 		msg = "stagger: retry deferred by the budget"
 	case EventResume:
 		msg = "stagger: resuming stream"
+	case EventTimerRanOn:
+		msg = "stagger: per-attempt timeout not applied: the retry was refused, the attempt runs on"
 	case EventBreaker:
 		level, msg = logging.LevelInfo, "stagger: circuit breaker "+e.Breaker.To.String()
 		if e.Breaker.To == breaker.StateOpen {

@@ -76,11 +76,6 @@ type hedgeCall struct {
 
 var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
 
-// hedgeResultsRoom bounds a hedged call's results channel. Policies rarely
-// allow more attempts (a file's are capped at 5 unless raised), so their
-// attempts never wait to report.
-const hedgeResultsRoom = 8
-
 func getHedgeCall(maxAttempts int) *hedgeCall {
 	hc := hedgeCalls.Get().(*hedgeCall)
 	// Not pooled: a channel belongs to the testing/synctest bubble that made
@@ -197,7 +192,7 @@ func (hc *hedgeCall) finished(err error) {
 // The call returns only after every attempt it sent has ended.
 func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
 	h := c.hedged.Hedging
-	if !k.hedges(callCtx, c) {
+	if !k.hedges(callCtx, c, false) {
 		c.attempt = 1
 		err := invoker(callCtx, c.method, req, reply, cc, grpcOpts...)
 		c.afterAttempt(callCtx, err, nil, false, false)
@@ -249,14 +244,18 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 }
 
 // hedges says whether c's hedging policy applies: it allows a second
-// attempt and the method may run more than once. When it may not, the
-// logger and hooks hear so, once per method.
-func (k *core) hedges(ctx context.Context, c *call) bool {
+// attempt and the call may run more than once (the method is known to be
+// idempotent, or a unary call carries an idempotency key, which the server
+// de-duplicates). When it may not, the logger and hooks hear so, once per
+// method.
+func (k *core) hedges(ctx context.Context, c *call, stream bool) bool {
 	h := c.hedged.Hedging
 	if h.MaxAttempts < 2 {
 		return false
 	}
-	if !k.idempotent(c.o, c.hedged, c.method) {
+	// The key counts for a unary call only: the server side (server.WithIdempotency)
+	// does not de-duplicate streams.
+	if !k.idempotent(c.o, c.hedged, c.method) && (c.o.idemKey == "" || stream) {
 		k.noticeUnhedged(ctx, c, policy.ReasonNotIdempotent)
 		return false
 	}
@@ -270,7 +269,7 @@ func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration
 	delay = h.Delay
 	if h.Adaptive {
 		hist = k.latency(method)
-		if d, ok := hist.quantile(0.95); ok {
+		if d, ok := hist.quantile(hedgeQuantile); ok {
 			delay = d
 		}
 	}

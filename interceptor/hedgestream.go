@@ -95,6 +95,12 @@ type hedgedStream struct {
 	// after success).
 	done  bool
 	final error
+	// endMu orders the two who may report the winner's end (RecvMsg, and
+	// the watch on an abandoned stream): the second waits for the first's
+	// report, and returns its final error.
+	endMu sync.Mutex
+	// stopAbandon stops watchAbandon's watch on the caller's context.
+	stopAbandon func() bool
 }
 
 // streamHedgeAttempt is one attempt of a hedged stream.
@@ -132,7 +138,7 @@ type streamHedgeEvent struct {
 // per method): the caller then runs the stream once. grpcOpts are the
 // caller's options without stagger's.
 func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc.CallOption) grpc.ClientStream {
-	if !k.hedges(ctx, &rs.c) {
+	if !k.hedges(ctx, &rs.c, true) {
 		return nil
 	}
 	h := rs.c.hedged.Hedging
@@ -143,6 +149,8 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 		ready:  make(chan struct{}),
 	}
 	s.hctx, s.hcancel = context.WithCancel(s.callCtx)
+	// Before the driver starts: end, which the driver may call, stops it.
+	s.watchAbandon()
 	s.buf.init(s.c.o.replaySize, s.c.o.replayLimit)
 	// As for retried streams: stagger's buffer replaces grpc-go's, first so
 	// that a caller's own setting wins; then the file's options, then the

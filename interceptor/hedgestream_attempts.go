@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"context"
 	"io"
 	"slices"
 	"time"
@@ -270,17 +271,41 @@ func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
 		}
 	}
 	s.finishOnce(err)
+	s.stopAbandon()
 	s.hcancel()
 	s.cancel()
 	s.c.end(s.cc, err)
 }
 
+// watchAbandon settles the stream when its caller's context ends (a cancel
+// or the deadline) and nobody reads it to its end: grpc-go lets a caller
+// end a stream by its context alone, and the winner's attempt, which may
+// hold the breaker's probe, would then never reach the budget or the
+// breaker. Before the commit the driver settles every attempt itself
+// (callerGone, fail); after it, the watch ends the winner with the
+// caller's status, without reading its headers or trailer (the reader may
+// still be in RecvMsg on it).
+func (s *hedgedStream) watchAbandon() {
+	s.stopAbandon = context.AfterFunc(s.callCtx, func() {
+		<-s.ready
+		s.mu.Lock()
+		w := s.winner
+		s.mu.Unlock()
+		if w != nil {
+			s.winnerEnded(w, status.FromContextError(s.callCtx.Err()).Err(), true)
+		}
+	})
+}
+
 // winnerEnded ends the stream with the end of its winner w, err (io.EOF:
-// success), and returns what RecvMsg returns.
-func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error) error {
+// success), and returns what RecvMsg returns. abandoned: the caller's
+// context ended with nobody reading (watchAbandon); w's stream is not read.
+func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error, abandoned bool) error {
 	if err == io.EOF {
 		err = nil
 	}
+	s.endMu.Lock()
+	defer s.endMu.Unlock()
 	s.mu.Lock()
 	over := s.done
 	s.mu.Unlock()
@@ -298,6 +323,9 @@ func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error) error {
 			s.c.reason = why
 			s.c.emit(s.callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: w.n, Code: status.Code(err), Err: err, Reason: why, Hedging: true})
 			err = s.c.failed(s.c.attempt, err)
+		}
+		if abandoned {
+			w = nil
 		}
 		s.end(w, err)
 	}

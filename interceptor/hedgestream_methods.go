@@ -120,11 +120,11 @@ func (s *hedgedStream) RecvMsg(m any) error {
 	if err == nil {
 		if !s.desc.ServerStreams {
 			// grpc-go has read the status too: the call succeeded.
-			s.winnerEnded(w, nil)
+			s.winnerEnded(w, nil, false)
 		}
 		return nil
 	}
-	return s.winnerEnded(w, err)
+	return s.winnerEnded(w, err, false)
 }
 
 // Header waits for the stream to commit and returns the winner's response

@@ -194,8 +194,15 @@ func WithDefaultBudget(b budget.Budget) Option {
 // (policy.Config.Warnings: a misspelt key, a service or method the program's
 // protos do not declare, each with its "did you mean"), once per file when a
 // call first follows it, and again after a reload: "stagger: policy file:
-// ..." with stagger.field and, when known, stagger.line and stagger.column.
-// Hooks do not get them; they are not events of a call.
+// ..." with stagger.field and, when known, stagger.file, stagger.line and
+// stagger.column. Hooks do not get them; they are not events of a call.
+// Without a logger, the likely typos among them (policy.Warning.Typo: an
+// unknown key near a known one, a service or method name that a linked
+// proto nearly declares) still go to slog.Default(), each once per
+// interceptor, for a typo silently turns a method's retries off. So does a
+// call to a method the file nearly names without naming it
+// (policy.Config.NearlyNamed): "stagger: the policy file names ..., not
+// ...", once per method.
 //
 // Two failures that would otherwise make no sound reach it too: the first
 // ambiguous give-up of each method (policy.ReasonAmbiguous), at warn level
@@ -257,6 +264,13 @@ type Report struct {
 	// criticality.Unset when nothing named one (the call is CRITICAL:
 	// Level.Effective).
 	Criticality criticality.Level
+	// TimerRefused counts the attempts whose per-attempt timer fired, the
+	// policy would have retried them, and the breaker or the budget
+	// refused the retry, so they ran on past the timeout (EventTimerRanOn);
+	// TimerReason is the latest refusal's reason (policy.ReasonBudget,
+	// ReasonBreaker), ReasonNone when none was refused.
+	TimerRefused int
+	TimerReason  policy.Reason
 }
 
 // WithReport fills r in when the call ends; meant per call. r must stay
@@ -277,11 +291,26 @@ const DefaultIdempotencyHeader = "idempotency-key"
 // retried write it already applied. A call whose outgoing metadata already
 // carries header keeps the caller's key (one derived from the request, say,
 // which also de-duplicates the caller's own retries) and gets none added.
-// Either way the call counts as idempotent: a failure that may have run on
-// the server is retried, with the same key, and a unary call is retried
-// after response headers too (gRFC A6 would commit it: see the package
-// documentation). The server must de-duplicate the key (server.WithIdempotency
-// does). An empty header turns it off.
+// The server must de-duplicate the key (server.WithIdempotency does, for
+// unary calls). An empty header turns it off.
+//
+// A unary call with a key counts as idempotent wherever stagger could run
+// it twice: a failure that may have run on the server is retried, with the
+// same key; an attempt is retried after response headers too (gRFC A6
+// would commit it: see the package documentation); the per-attempt timer
+// may cut an attempt off and retry it; and a hedging policy hedges it. The
+// server answers the repeats from the first request's outcome, or makes
+// them wait while it runs.
+//
+// A stream with a key does not count as idempotent for the per-attempt
+// timer and hedging, because stagger's server side does not de-duplicate
+// streams (server.WithIdempotency runs a keyed stream as it would without
+// the option): a stream of a method not known to be idempotent runs without
+// the timer and unhedged, as without a key (the logger and hooks say so
+// once per method). Only a stream's failure that may have run on the
+// server before any response (reason "ambiguous") is retried for its key,
+// as for a unary call. Mark a stream's method idempotent, or register a
+// resume function (WithResume), to retry it further.
 func WithIdempotencyKey(header string) Option {
 	return Option{apply: func(o *options) { o.idemKey = header }}
 }

@@ -23,8 +23,19 @@ import (
 //     retry would join the back of that queue and the work cut off would
 //     be wasted, so the timer waits another period (slowForAll); a
 //     rejection (the queue full) is no service, and says the same;
-//   - nothing was sent after it (a quiet process): nothing is known, and
-//     the timer retries as it always did.
+//   - nothing was sent after it (a quiet process): nothing is known of
+//     the server now, and the timer retries as it always did.
+//
+// The first case, and the quiet one when the method's latest attempt
+// served (sent after the latest earlier one whose timer fired) took less
+// than a stragglerFastPart-th of the timeout, make the attempt a
+// straggler (straggler): one slow attempt among fast ones, not an
+// overload. Its retry is then asked for as such (budget.Request.Straggler:
+// a Gate admits it unpaid while retries heal), and the attempt cut off is
+// not told to the budget as a sign of overload. A quiet process whose
+// server slows down for every attempt cuts at most one attempt as a
+// straggler: its retry's timer finds the latest attempt served older than
+// the straggler's, whose timer fired.
 //
 // In the lab's slowdown-90 (BENCHMARKS.md, issue 29) the processes whose
 // first timer fired before they had seen a slow success cut their
@@ -46,10 +57,45 @@ type pace struct {
 	// scoutAt is when the latest scout went (Unix nanoseconds), and
 	// scoutGap how long after it the next may go (0: perAttempt).
 	scoutAt, scoutGap atomic.Int64
+	// fired is the latest start among the attempts whose timer fired
+	// (Unix nanoseconds).
+	fired atomic.Int64
 }
 
-// scoutGapMax bounds the gap between scouts, in per-attempt timeouts.
-const scoutGapMax = 64
+// fire notes that the timer of the attempt sent at start fired, and
+// returns the latest start among the attempts whose timer fired before
+// (0: none).
+func (p *pace) fire(start time.Time) (prev int64) {
+	s := start.UnixNano()
+	for {
+		cur := p.fired.Load()
+		if s <= cur || p.fired.CompareAndSwap(cur, s) {
+			return cur
+		}
+	}
+}
+
+// straggler reports whether the attempt sent at start, whose timer fired,
+// of criticality index level, is a straggler (see pace): an attempt sent
+// after it was served; or nothing was sent after it, and the method's
+// latest attempt served, sent after prevFired (the latest earlier attempt
+// whose timer fired: pace.fire), took less than a stragglerFastPart-th of
+// perAttempt, within paceFresh.
+func (p *pace) straggler(start, now time.Time, perAttempt time.Duration, level int, prevFired int64) bool {
+	s := start.UnixNano()
+	answered := p.answered.Load()
+	if answered > s {
+		return true
+	}
+	for i := range p.sent {
+		if p.sent[i].Load() > s {
+			return false
+		}
+	}
+	at := p.tookAt[level].Load()
+	fresh := at != 0 && now.UnixNano()-at <= int64(paceFresh)
+	return answered > prevFired && fresh && time.Duration(p.took[level].Load()) < perAttempt/stragglerFastPart
+}
 
 // scout reports whether a retry may go now as the method's scout while
 // the server is slow for every attempt: one at a time, the first at once,
@@ -83,14 +129,6 @@ func (p *pace) latency(now time.Time, level int) time.Duration {
 	}
 	return time.Duration(p.took[level].Load())
 }
-
-// paceFresh is how long a served attempt's latency is taken for the
-// method's: as long as the Gate's evidence of overload stands.
-const paceFresh = 5 * time.Second
-
-// paceSends is how many send times pace keeps: enough for the attempts a
-// busy process sends within a per-attempt timeout's grace.
-const paceSends = 4
 
 // send notes an attempt sent at t.
 func (p *pace) send(t time.Time) {

@@ -106,3 +106,48 @@ func TestPaceLatency(t *testing.T) {
 		t.Fatalf("latency past paceFresh = %v, want 0", got)
 	}
 }
+
+// TestPaceStraggler: an attempt sent at 0 ms whose timer (100 ms) fired is
+// a straggler when an attempt sent after it was served; or when nothing
+// was sent after it and the latest attempt served, sent after the latest
+// earlier one whose timer fired, took under half the timeout.
+func TestPaceStraggler(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	const perAttempt = 100 * time.Millisecond
+	tests := []struct {
+		name      string
+		served    []int // starts (ms) of attempts served, each taking took
+		took      time.Duration
+		sent      []int // starts (ms) of attempts sent
+		prevFired int   // ms; 0: none
+		want      bool
+	}{
+		{"a newer attempt served", []int{10}, 40 * time.Millisecond, []int{0, 10}, 0, true},
+		{"a newer attempt served, slowly", []int{10}, 90 * time.Millisecond, []int{0, 10}, 0, true},
+		{"a newer attempt unserved", []int{-200}, 0, []int{-200, 0, 10}, 0, false},
+		{"quiet, nothing served", nil, 0, []int{0}, 0, false},
+		{"quiet, served fast before", []int{-200}, 5 * time.Millisecond, []int{-200, 0}, 0, true},
+		{"quiet, served in half the timeout", []int{-200}, 50 * time.Millisecond, []int{-200, 0}, 0, false},
+		{"quiet, served fast before an earlier timeout", []int{-400}, 0, []int{-400, -200, 0}, -200, false},
+		{"quiet, served fast since an earlier timeout", []int{-100}, 0, []int{-200, -100, 0}, -200, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &pace{}
+			for _, s := range tt.sent {
+				p.send(ms(s))
+			}
+			for _, s := range tt.served {
+				p.answer(ms(s), tt.took, 0)
+			}
+			prev := int64(0)
+			if tt.prevFired != 0 {
+				prev = ms(tt.prevFired).UnixNano()
+			}
+			if got := p.straggler(ms(0), ms(100), perAttempt, 0, prev); got != tt.want {
+				t.Errorf("straggler = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -24,13 +24,6 @@ const (
 	subBits      = 2
 	subBuckets   = 1 << subBits
 	latencySlots = (maxOctave-minOctave)*subBuckets + 1
-	// adaptiveMinSamples: below this many samples the policy's Delay is used;
-	// a p95 of fewer calls is mostly noise.
-	adaptiveMinSamples = 20
-	// adaptiveHalfLife: every this many samples all counts are halved, so
-	// the estimate follows a method whose latency changes (older samples
-	// weigh less) and the counters never overflow.
-	adaptiveHalfLife = 1024
 )
 
 // latencyHistogram estimates quantiles of one method's latency. It is safe

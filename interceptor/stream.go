@@ -52,7 +52,8 @@ import (
 // (the message is kept for the next attempt; RecvMsg tells the outcome), and
 // a failure to create the stream is retried inside the interceptor.
 //
-// The per-attempt timeout (perAttemptRecvTimeout, idempotent methods only)
+// The per-attempt timeout (perAttemptRecvTimeout, idempotent methods only:
+// an idempotency key does not count for a stream, see WithIdempotencyKey)
 // has grpc C-core's meaning for streams: it stops at the first response
 // header or message. When it fires it cuts the attempt off and retries it if
 // a retry can go, by the same rules as for unary calls (the grace of the
@@ -111,6 +112,13 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		return nil, err
 	}
 	s.callCtx, s.cancel = callCtx, cancel
+	if s.c.byKey && s.c.perAttempt > 0 {
+		// An idempotency key makes a unary call safe to cut off and retry
+		// (the server side de-duplicates it), not a stream: server.WithIdempotency
+		// runs a keyed stream as it would without the option.
+		s.c.perAttempt = 0
+		k.noticeNoTimer(ctx, &s.c)
+	}
 	if s.c.retrying {
 		// A resumable server stream (resume.go): its resume function says
 		// the request may be sent again.

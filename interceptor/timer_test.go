@@ -177,7 +177,10 @@ func TestTimeoutRetry(t *testing.T) {
 				c.br = br
 			}
 			v, ok := c.timeoutVerdict(ctx)
-			ok = ok && c.timeoutAdmit()
+			if ok {
+				_, refused := c.timeoutAdmit(false)
+				ok = refused == policy.ReasonNone
+			}
 			if ok != tt.want || ok && !v.Retry {
 				t.Errorf("timeoutVerdict, timeoutAdmit = %+v, %v; want %v", v, ok, tt.want)
 			}

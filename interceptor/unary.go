@@ -15,8 +15,9 @@ import (
 // StreamClientInterceptor shares except where it says otherwise.
 //
 // Per-attempt timeout. The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
-// known to be idempotent: the Idempotent call option, else the file's
-// "idempotent", else the proto option idempotency_level. Otherwise the call
+// known to be idempotent (the Idempotent call option, else the file's
+// "idempotent", else the proto option idempotency_level) and to unary calls
+// that carry an idempotency key (WithIdempotencyKey). Otherwise the call
 // runs without it, and the logger and hooks say so once per method. It is
 // stagger's own timer, not a context deadline: the server sees only the
 // caller's deadline, so it can never answer DEADLINE_EXCEEDED for stagger's
@@ -91,8 +92,9 @@ import (
 // attempt it sent has ended: no attempt outlives it. Hooks hear EventHedge,
 // EventHedgeStop and EventHedgeWon.
 //
-// Only methods known to be idempotent are hedged (as for the per-attempt
-// timeout above); others run once, and the logger and hooks say so once per
+// Only methods known to be idempotent, and unary calls that carry an
+// idempotency key, are hedged (as for the per-attempt timeout above);
+// others run once, and the logger and hooks say so once per
 // method (EventNotice with Hedging set). Each hedge of a unary call
 // unmarshals into a reply of its own, a new instance of the caller's reply
 // type, so the reply must be a proto.Message (ErrHedgeReply otherwise). The

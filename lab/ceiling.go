@@ -20,14 +20,14 @@ import (
 // during the slowdown (OutageCapacity); the ideal client never makes the
 // worker server reject or serve a caller that has gone, so no attempt
 // costs it anything but a served one's time, and none waits in its queue.
-// The slow replicas have no trigger and no limit: 1. ScenarioFlakyQuiet:
+// The slow replicas and ScenarioStragglers have no trigger and no limit: 1. ScenarioFlakyQuiet:
 // 1 (every call is served on its third attempt); ScenarioFlakyQuietRandom:
 // 1 − FailureRate^MaxAttempts, the chance that one of a call's attempts is
 // served.
 func Ceiling(cfg Config) float64 {
 	cfg = cfg.Defaults()
 	switch {
-	case cfg.Scenario == ScenarioSlowReplica || cfg.Scenario == ScenarioSlowReplicaStream, cfg.Scenario.replicated():
+	case cfg.Scenario == ScenarioSlowReplica || cfg.Scenario == ScenarioSlowReplicaStream, cfg.Scenario.replicated(), cfg.Scenario == ScenarioStragglers:
 		return 1
 	case cfg.Scenario == ScenarioFlakyQuiet:
 		if cfg.MaxAttempts > FlakyFailAttempts {

@@ -79,9 +79,10 @@
 //     per call, the same deadline. Every scenario has it (in ScenarioChain
 //     on every hop): a retry layer must never do worse.
 //
-// In ScenarioSlowdown, ScenarioSlowdown90 and ScenarioMetastable every
-// contender that has a per-attempt timeout gets PerAttemptTimeout (200 ms;
-// the call's deadline is 1 s): stagger its perAttemptRecvTimeout,
+// In ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable and
+// ScenarioStragglers every contender that has a per-attempt timeout gets
+// PerAttemptTimeout (200 ms, the call's deadline 1 s; in ScenarioStragglers
+// 3 × StragglerBase, 60 ms, the deadline 2 s): stagger its perAttemptRecvTimeout,
 // go-grpc-middleware retry.WithPerRetryTimeout, failsafe-go a timeout
 // policy inside its retry policy (which then retries timeout.ErrExceeded),
 // the naive loop a context per attempt (and retries DEADLINE_EXCEEDED).
@@ -119,6 +120,28 @@
 // same at 90 % with Slow 4. ScenarioMetastable runs at 75 % for 14 s, with
 // an UNAVAILABLE outage from 2 s to 3 s as its trigger, then the same
 // offered load for 11 s: the question is whether the server comes back.
+//
+// ScenarioLongOutage is ScenarioUnavailable with an outage that outlives
+// the calls' deadlines ten times over: UNAVAILABLE from 2 s to 22 s of a
+// 30 s run, a 2 s deadline, every contender and no-retry. A blip is healed
+// by waiting; here waiting is pure cost, which FailP50, FailP99 and
+// MeanInFlight show beside success; SuccessAfter and Recover show whether
+// each contender lets traffic back once the server serves again (a breaker
+// that stays open, a throttle that keeps rejecting). SweepConfig runs it
+// with an outage of any length from 2 s on and 8 s of run after it;
+// `make lab-figures` sweeps OutageSweep's lengths (0.5, 2, 5 and 20 s).
+//
+// ScenarioStragglers is a quiet process against a server with stragglers,
+// no trigger and no capacity limit: one client, 5 calls/s for 40 s, 3
+// attempts, a 2 s deadline; every attempt takes StragglerBase (20 ms), one
+// in ten (StragglerOdds, drawn per attempt from the client's seeded
+// source, so that every contender meets the same stragglers) StragglerFactor
+// (20) times as long. The contenders are those of the slowdowns, with a
+// per-attempt timeout of 3 × StragglerBase (60 ms): stagger's
+// perAttemptRecvTimeout under its default budget, beside
+// go-grpc-middleware's WithPerRetryTimeout. What is measured is the p99
+// and the attempts per call: a client that cuts a straggler and retries
+// ends the call in about 60 ms + its first pause + 20 ms instead of 400 ms.
 //
 // ScenarioSlowReplica has no outage and other contenders
 // (HedgingContenders, and no-retry), and no server limit: every attempt takes SlowBase, one in twenty (drawn
@@ -289,6 +312,10 @@
 // a timer (time.AfterFunc) takes the labels of whatever goroutine its
 // thread was running, if any, so a short-lived one may now and then count
 // for the wrong contender, or for none. A sample costs about 1.5 µs per goroutine in the process.
+// Beside the peaks, the mean number of calls in flight during the trigger
+// (MeanInFlight, exact from the same times): what a retry layer's waits
+// cost the caller over the outage, where a peak shows only its worst
+// moment.
 //
 // Each run also gives its scenario's ceiling (Ceiling): the success rate an
 // ideal client could reach without ever sending more than the capacity:

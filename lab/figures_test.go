@@ -28,8 +28,13 @@ import (
 // loopback TCP, which a bubble cannot run: use the stagger command).
 // LAB_FIGURES_CONTENDERS (comma-separated) picks the contenders (by
 // default each scenario's all), for quicker comparisons while tuning.
+// LAB_FIGURES_SWEEP (comma-separated durations, `make lab-figures` gives
+// OutageSweep's) adds a table per outage length: ScenarioLongOutage at
+// SweepConfig(length); the default scenarios then leave long-outage out
+// when the sweep has its 20 s, which is the same run.
 // LAB_FIGURES_PLOT names a directory for each scenario's picture
-// (WritePlot, the first run's). `make lab-plot` runs it for metastable.
+// (WritePlot, the first run's). `make lab-plot` runs it for metastable
+// and long-outage.
 func TestLabFigures(t *testing.T) {
 	out := os.Getenv("LAB_FIGURES")
 	if out == "" {
@@ -45,13 +50,31 @@ func TestLabFigures(t *testing.T) {
 			scenarios = append(scenarios, Scenario(s))
 		}
 	}
+	var sweep []time.Duration
+	for _, d := range strings.Split(os.Getenv("LAB_FIGURES_SWEEP"), ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			l, err := time.ParseDuration(d)
+			if err != nil {
+				t.Fatalf("LAB_FIGURES_SWEEP: %v", err)
+			}
+			sweep = append(sweep, l)
+		}
+	}
 	if scenarios == nil {
 		for _, s := range Scenarios() {
 			// Loopback TCP cannot run in a synctest bubble.
-			if s != ScenarioRefused && s != ScenarioRefusedWait && !s.replicated() {
+			if s != ScenarioRefused && s != ScenarioRefusedWait && !s.replicated() &&
+				!(s == ScenarioLongOutage && slices.Contains(sweep, SweepConfig(20*time.Second).OutageEnd-SweepConfig(20*time.Second).OutageStart)) {
 				scenarios = append(scenarios, s)
 			}
 		}
+	}
+	var configs []Config
+	for _, s := range scenarios {
+		configs = append(configs, Config{Scenario: s})
+	}
+	for _, d := range sweep {
+		configs = append(configs, SweepConfig(d))
 	}
 	var contenders []string
 	for _, c := range strings.Split(os.Getenv("LAB_FIGURES_CONTENDERS"), ",") {
@@ -60,11 +83,13 @@ func TestLabFigures(t *testing.T) {
 		}
 	}
 	var md strings.Builder
-	for _, s := range scenarios {
+	for _, cfg := range configs {
+		s := cfg.Scenario
+		cfg.Contenders = contenders
 		var reps []*Report
 		for i := 0; i < runs; i++ {
 			synctest.Test(t, func(t *testing.T) {
-				rep, err := Run(context.Background(), Config{Scenario: s, Contenders: contenders})
+				rep, err := Run(context.Background(), cfg)
 				if err != nil {
 					t.Fatalf("%s: %v", s, err)
 				}
@@ -72,7 +97,12 @@ func TestLabFigures(t *testing.T) {
 			})
 		}
 		if dir := os.Getenv("LAB_FIGURES_PLOT"); dir != "" {
-			f, err := os.Create(filepath.Join(dir, string(s)+".svg"))
+			name := string(s)
+			if cfg.OutageEnd != 0 {
+				// A sweep's point.
+				name += "-" + (cfg.OutageEnd - cfg.OutageStart).String()
+			}
+			f, err := os.Create(filepath.Join(dir, name+".svg"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,11 +124,15 @@ func TestLabFigures(t *testing.T) {
 // median over the runs and its spread.
 func writeFigures(md *strings.Builder, reps []*Report) {
 	cfg := reps[0].Config
-	fmt.Fprintf(md, "\n#### %s (%d runs on virtual time; ceiling %.1f %%)\n\n", cfg.Scenario, len(reps), 100*reps[0].Ceiling)
+	title := string(cfg.Scenario)
+	if cfg.Scenario == ScenarioLongOutage {
+		title += fmt.Sprintf(", outage %v of %v", cfg.OutageEnd-cfg.OutageStart, cfg.Duration)
+	}
+	fmt.Fprintf(md, "\n#### %s (%d runs on virtual time; ceiling %.1f %%)\n\n", title, len(reps), 100*reps[0].Ceiling)
 	trigger := cfg.Scenario.HasTrigger()
 	head := []string{"contender", "success", "p50 / p99 ok (ms)", "p50 / p99 failed (ms)", "attempts/call"}
 	if trigger {
-		head = append(head, "load in trigger ÷ cap", "recover_s", "success_after", "wasted", "goodput")
+		head = append(head, "load in trigger ÷ cap", "recover_s", "success_after", "wasted", "goodput", "calls in flight: mean in trigger / peak")
 	}
 	mixed := cfg.Scenario == ScenarioMixedCriticality
 	if mixed {
@@ -154,7 +188,8 @@ func writeFigures(md *strings.Builder, reps []*Report) {
 				recover,
 				fig(func(r Result) float64 { return r.SuccessAfter }, 100, 1, " %"),
 				fig(func(r Result) float64 { return r.Wasted }, 100, 1, " %"),
-				fig(func(r Result) float64 { return r.Goodput }, 1, 2, ""))
+				fig(func(r Result) float64 { return r.Goodput }, 1, 2, ""),
+				fig(func(r Result) float64 { return r.MeanInFlight }, 1, 0, "")+" / "+fig(func(r Result) float64 { return float64(r.PeakInFlight) }, 1, 0, ""))
 		}
 		if mixed {
 			row = append(row,

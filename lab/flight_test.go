@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -25,6 +26,35 @@ func TestFlightPeaks(t *testing.T) {
 	got := l.peaks()
 	if got[flightCall] != 2 || got[flightWaiting] != 1 || got[flightAttempt] != 0 {
 		t.Errorf("peaks = %v, want calls 2, attempts 0, waiting 1", got)
+	}
+}
+
+func TestFlightMean(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	var l flightLog
+	// Calls [0, 40), [10, 20), [30, 100); an attempt [0, 100) of another
+	// kind, which the mean of calls ignores.
+	l.add(flightCall, at(0), 1)
+	l.add(flightCall, at(40), -1)
+	l.add(flightCall, at(10), 1)
+	l.add(flightCall, at(20), -1)
+	l.add(flightCall, at(30), 1)
+	l.add(flightCall, at(100), -1)
+	l.add(flightAttempt, at(0), 1)
+	l.add(flightAttempt, at(100), -1)
+	for _, tc := range []struct {
+		from, to int
+		want     float64
+	}{
+		{0, 40, (40 + 10 + 10) / 40.0},
+		{5, 15, (10 + 5) / 10.0},
+		{40, 100, 1},
+		{100, 200, 0},
+		{50, 50, 0}, // an empty span
+	} {
+		if got := l.mean(flightCall, at(tc.from), at(tc.to)); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("mean over [%d, %d) ms = %v, want %v", tc.from, tc.to, got, tc.want)
+		}
 	}
 }
 

@@ -114,7 +114,51 @@ const (
 	// same retry layer without it. Result.CriticalSuccess and
 	// SheddableSuccess split the success rate by criticality.
 	ScenarioMixedCriticality Scenario = "mixed-criticality"
+	// ScenarioLongOutage is ScenarioUnavailable with an outage that
+	// outlives the calls' deadlines many times over: by default the worker
+	// server answers UNAVAILABLE from 2 s to 22 s of a 30 s run, the calls'
+	// deadline is 2 s. Every contender and no-retry. What a retry layer's
+	// waits cost the caller shows in FailP50, FailP99 and
+	// Result.MeanInFlight; whether it lets traffic back once the server
+	// serves again, in SuccessAfter and Recover. OutageSweep runs it at
+	// other outage lengths.
+	ScenarioLongOutage Scenario = "long-outage"
+	// ScenarioStragglers is a quiet process and a server with stragglers
+	// (over bufconn, no trigger, no capacity limit): one client, 5 calls/s
+	// for 40 s, 3 attempts, a 2 s deadline; every attempt takes
+	// StragglerBase, but one in StragglerOdds⁻¹ (10), drawn per attempt
+	// from the client's seeded source, takes StragglerFactor (20) times as
+	// long. Every contender that has one gets a per-attempt timeout of
+	// PerAttemptTimeout, 3 × StragglerBase by default (stagger its
+	// perAttemptRecvTimeout with the default budget, go-grpc-middleware
+	// WithPerRetryTimeout): a client that cuts the straggler and retries
+	// ends the call in about PerAttemptTimeout + the first pause +
+	// StragglerBase instead of StragglerFactor × StragglerBase.
+	ScenarioStragglers Scenario = "stragglers"
 )
+
+// StragglerBase is how long an attempt takes in ScenarioStragglers; a
+// straggler, with probability StragglerOdds per attempt, takes
+// StragglerFactor times as long.
+const (
+	StragglerBase   = 20 * time.Millisecond
+	StragglerFactor = 20
+	StragglerOdds   = 1.0 / 10
+)
+
+// OutageSweep lists the outage lengths `make lab-figures` runs
+// ScenarioLongOutage at (SweepConfig): a blip, ScenarioUnavailable's two
+// seconds, an outage that outlives the 2 s deadline a little, and
+// ScenarioLongOutage's own 20 s.
+var OutageSweep = []time.Duration{500 * time.Millisecond, 2 * time.Second, 5 * time.Second, 20 * time.Second}
+
+// SweepConfig is ScenarioLongOutage with an outage of length d from 2 s
+// on, and 8 s of run after it (SweepConfig(20 * time.Second) is
+// ScenarioLongOutage's defaults).
+func SweepConfig(d time.Duration) Config {
+	start := 2 * time.Second
+	return Config{Scenario: ScenarioLongOutage, OutageStart: start, OutageEnd: start + d, Duration: start + d + 8*time.Second}
+}
 
 // CriticalShare is the share of ScenarioMixedCriticality's calls that are
 // CRITICAL: the third, seventh and tenth of every ten a client makes.
@@ -128,7 +172,7 @@ const FlakyFailAttempts = 2
 func Scenarios() []Scenario {
 	return []Scenario{ScenarioUnavailable, ScenarioRefused, ScenarioRefusedWait, ScenarioBlip, ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioOverload, ScenarioChain,
 		ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable, ScenarioBadReplica,
-		ScenarioSlowReplica3, ScenarioMixedCriticality}
+		ScenarioSlowReplica3, ScenarioMixedCriticality, ScenarioLongOutage, ScenarioStragglers}
 }
 
 // HasTrigger reports whether scenario s has a trigger, from OutageStart to
@@ -137,7 +181,7 @@ func Scenarios() []Scenario {
 // the flaky servers and the bad replica have none.
 func (s Scenario) HasTrigger() bool {
 	switch s {
-	case ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioBadReplica, ScenarioSlowReplica3:
+	case ScenarioSlowReplica, ScenarioSlowReplicaStream, ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioBadReplica, ScenarioSlowReplica3, ScenarioStragglers:
 		return false
 	}
 	return true
@@ -156,7 +200,9 @@ func (s Scenario) overloaded() bool { return s == ScenarioOverload || s == Scena
 func (s Scenario) slowed() bool { return s == ScenarioSlowdown || s == ScenarioSlowdown90 }
 
 // timeouts reports whether s gives the contenders per-attempt timeouts.
-func (s Scenario) timeouts() bool { return s.slowed() || s == ScenarioMetastable }
+func (s Scenario) timeouts() bool {
+	return s.slowed() || s == ScenarioMetastable || s == ScenarioStragglers
+}
 
 // replicated reports whether s runs three replicas behind every client
 // connection.
@@ -164,6 +210,10 @@ func (s Scenario) replicated() bool { return s == ScenarioBadReplica || s == Sce
 
 // flaky reports whether s is one of the flaky-server scenarios.
 func (s Scenario) flaky() bool { return s == ScenarioFlakyQuiet || s == ScenarioFlakyQuietRandom }
+
+// quiet reports whether s is one of the quiet-process scenarios: one
+// client or a few, 5 calls/s each, 3 attempts.
+func (s Scenario) quiet() bool { return s.flaky() || s == ScenarioStragglers }
 
 // SlowBase is how long an attempt takes in ScenarioSlowReplica; a slow
 // attempt takes SlowFactor times as long, with probability SlowOdds, drawn
@@ -196,7 +246,8 @@ type Config struct {
 	// ScenarioOverload and ScenarioFlakyQuietRandom, 4s in ScenarioChain
 	// and ScenarioFlakyQuiet and the replicated scenarios (ScenarioBadReplica,
 	// ScenarioSlowReplica3), 14s in
-	// ScenarioMetastable).
+	// ScenarioMetastable, 30s in ScenarioLongOutage, 40s in
+	// ScenarioStragglers).
 	Duration time.Duration
 	// OutageStart and OutageEnd bound the trigger, counted from the start
 	// of the load: the outage (in ScenarioOverload the overload: the
@@ -204,12 +255,13 @@ type Config struct {
 	// ScenarioChain C's outage); defaults 2s and 4s (2s and 3.5s in
 	// ScenarioBlip, 2s and 6s in ScenarioOverload, 1s and 3s in
 	// ScenarioChain, 2s and 3s in ScenarioSlowdown, ScenarioSlowdown90 and
-	// ScenarioMetastable), taken when both are zero. The scenarios without
+	// ScenarioMetastable, 2s and 22s in ScenarioLongOutage), taken when
+	// both are zero. The scenarios without
 	// a trigger (Scenario.HasTrigger) ignore them.
 	OutageStart, OutageEnd time.Duration
 	// Clients is the number of client connections per contender, each a
 	// simulated process with its own budget; default 50 (1 in
-	// ScenarioFlakyQuiet, 4 in ScenarioFlakyQuietRandom and
+	// ScenarioFlakyQuiet and ScenarioStragglers, 4 in ScenarioFlakyQuietRandom and
 	// ScenarioBadReplica and ScenarioSlowReplica3).
 	Clients int
 	// Capacity is the attempts per second the worker server serves with
@@ -238,8 +290,9 @@ type Config struct {
 	Slow float64
 	// PerAttemptTimeout is the per-attempt timeout of every contender
 	// that has one (see the package comment) in ScenarioSlowdown,
-	// ScenarioSlowdown90 and ScenarioMetastable; default 200 ms. Other
-	// scenarios ignore it.
+	// ScenarioSlowdown90, ScenarioMetastable and ScenarioStragglers;
+	// default 200 ms (3 × StragglerBase, 60 ms, in ScenarioStragglers).
+	// Other scenarios ignore it.
 	PerAttemptTimeout time.Duration
 	// FailureRate is the probability with which ScenarioFlakyQuietRandom's
 	// server fails each attempt with UNAVAILABLE; default 0.5. Other
@@ -249,15 +302,16 @@ type Config struct {
 	// together; default 80 % of Capacity (50 % in ScenarioSlowReplica and
 	// ScenarioSlowReplicaStream; in
 	// ScenarioBlip 1 call/s per client, 50 with the default Clients; 100
-	// in ScenarioChain; 5 calls/s per client in the flaky scenarios; 75 %
+	// in ScenarioChain; 5 calls/s per client in the flaky scenarios and
+	// ScenarioStragglers; 75 %
 	// in ScenarioSlowdown and ScenarioMetastable, 90 % in
 	// ScenarioSlowdown90). In ScenarioOverload 80 % of Capacity is 160 % of
 	// the reduced capacity.
 	Rate float64
 	// MaxAttempts is every contender's attempt limit, the first attempt
 	// included; default 5 (gRFC A6's cap, which grpc-go applies), 3 in
-	// ScenarioChain, on every layer, in the flaky scenarios and in
-	// ScenarioBadReplica and ScenarioSlowReplica3.
+	// ScenarioChain, on every layer, in the flaky scenarios,
+	// ScenarioStragglers, ScenarioBadReplica and ScenarioSlowReplica3.
 	MaxAttempts int
 	// Backoff is the pause schedule the contenders share (see the package
 	// comment for what each makes of it); default Initial 50ms, Max 1s,
@@ -290,6 +344,10 @@ func (c Config) Defaults() Config {
 			c.Duration = 10 * time.Second
 		case ScenarioMetastable:
 			c.Duration = 14 * time.Second
+		case ScenarioLongOutage:
+			c.Duration = 30 * time.Second
+		case ScenarioStragglers:
+			c.Duration = 40 * time.Second
 		}
 	}
 	if c.OutageStart == 0 && c.OutageEnd == 0 {
@@ -303,12 +361,14 @@ func (c Config) Defaults() Config {
 			c.OutageStart, c.OutageEnd = time.Second, 3*time.Second
 		case ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable:
 			c.OutageEnd = 3 * time.Second
+		case ScenarioLongOutage:
+			c.OutageEnd = 22 * time.Second
 		}
 	}
 	if c.Clients == 0 {
 		c.Clients = 50
 		switch c.Scenario {
-		case ScenarioFlakyQuiet:
+		case ScenarioFlakyQuiet, ScenarioStragglers:
 			c.Clients = 1
 		case ScenarioFlakyQuietRandom, ScenarioBadReplica, ScenarioSlowReplica3:
 			c.Clients = 4
@@ -322,7 +382,7 @@ func (c Config) Defaults() Config {
 	}
 	if c.Queue == 0 {
 		c.Queue = 5 * c.Workers
-		if c.Scenario.timeouts() {
+		if c.Scenario.timeouts() && c.Scenario.workerServer() {
 			// Twice the per-attempt timeout's worth of work at full
 			// capacity.
 			pat := c.PerAttemptTimeout
@@ -340,6 +400,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.PerAttemptTimeout == 0 && c.Scenario.timeouts() {
 		c.PerAttemptTimeout = 200 * time.Millisecond
+		if c.Scenario == ScenarioStragglers {
+			c.PerAttemptTimeout = 3 * StragglerBase
+		}
 	}
 	if c.FailureRate == 0 {
 		c.FailureRate = 0.5
@@ -353,7 +416,7 @@ func (c Config) Defaults() Config {
 			c.Rate = float64(c.Clients)
 		case ScenarioChain:
 			c.Rate = 100
-		case ScenarioFlakyQuiet, ScenarioFlakyQuietRandom:
+		case ScenarioFlakyQuiet, ScenarioFlakyQuietRandom, ScenarioStragglers:
 			c.Rate = 5 * float64(c.Clients)
 		case ScenarioSlowdown, ScenarioMetastable:
 			c.Rate = 0.75 * float64(c.Capacity)
@@ -365,7 +428,7 @@ func (c Config) Defaults() Config {
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
-		if c.Scenario == ScenarioChain || c.Scenario.flaky() || c.Scenario.replicated() {
+		if c.Scenario == ScenarioChain || c.Scenario.quiet() || c.Scenario.replicated() {
 			c.MaxAttempts = 3
 		}
 	}
@@ -382,7 +445,7 @@ func (c Config) Defaults() Config {
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = 2 * time.Second
-		if c.Scenario.timeouts() {
+		if c.Scenario.timeouts() && c.Scenario != ScenarioStragglers {
 			c.CallTimeout = time.Second
 		}
 	}
@@ -623,6 +686,12 @@ type Result struct {
 	// PeakInFlight is the most calls in flight at once: made and not yet
 	// returned.
 	PeakInFlight int
+	// MeanInFlight is the mean number of calls in flight during the
+	// trigger (from OutageStart to OutageEnd; 0 in the scenarios without
+	// one): what a retry layer's waits cost the caller, in goroutines,
+	// memory and its own callers' latency, beside what a client that does
+	// not retry holds.
+	MeanInFlight float64
 	// PeakAttemptsInFlight is the most attempts in flight at once, from
 	// their stats.Begin to their stats.End (a call waiting for a ready
 	// connection is in an attempt).

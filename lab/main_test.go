@@ -21,7 +21,7 @@ func TestValidate(t *testing.T) {
 		want string // in the error; "" means valid
 	}{
 		{"defaults", Config{}, ""},
-		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, slow-replica-stream, overload, chain, flaky-quiet, flaky-quiet-random, slowdown, slowdown-90, metastable, bad-replica, slow-replica-3, mixed-criticality, got "flood"`},
+		{"unknown scenario", Config{Scenario: "flood"}, `lab: Scenario: must be one of unavailable, refused, refused-wfr, blip, slow-replica, slow-replica-stream, overload, chain, flaky-quiet, flaky-quiet-random, slowdown, slowdown-90, metastable, bad-replica, slow-replica-3, mixed-criticality, long-outage, stragglers, got "flood"`},
 		{"negative duration", Config{Duration: -time.Second}, "lab: Duration: must be > 0, got -1s"},
 		{"outage past the end", Config{Duration: 3 * time.Second, OutageStart: time.Second, OutageEnd: 4 * time.Second}, "lab: OutageStart/OutageEnd: must satisfy 0 <= start < end <= Duration, got [1s, 4s) of 3s"},
 		{"outage reversed", Config{OutageStart: 3 * time.Second, OutageEnd: 2 * time.Second}, "OutageStart/OutageEnd"},
@@ -185,6 +185,10 @@ func TestDefaultsPerScenario(t *testing.T) {
 		{Config{Scenario: ScenarioOverload}, 400, 2 * time.Second, 6 * time.Second, 10 * time.Second, 2 * time.Second},
 		{Config{Scenario: ScenarioChain}, 100, time.Second, 3 * time.Second, 4 * time.Second, 2 * time.Second},
 		{Config{Scenario: ScenarioBadReplica}, 400, 2 * time.Second, 4 * time.Second, 4 * time.Second, 2 * time.Second},
+		{Config{Scenario: ScenarioLongOutage}, 400, 2 * time.Second, 22 * time.Second, 30 * time.Second, 2 * time.Second},
+		{SweepConfig(20 * time.Second), 400, 2 * time.Second, 22 * time.Second, 30 * time.Second, 2 * time.Second},
+		{SweepConfig(500 * time.Millisecond), 400, 2 * time.Second, 2500 * time.Millisecond, 10500 * time.Millisecond, 2 * time.Second},
+		{Config{Scenario: ScenarioStragglers}, 5, 2 * time.Second, 4 * time.Second, 40 * time.Second, 2 * time.Second},
 	} {
 		d := tc.cfg.Defaults()
 		if d.Rate != tc.rate || d.OutageStart != tc.outStart || d.OutageEnd != tc.outEnd || d.Duration != tc.duration ||
@@ -263,5 +267,18 @@ func TestTimeline(t *testing.T) {
 	want := []Second{{Calls: 2, CallsSucceeded: 2, Attempts: 3, Successes: 1}, {Calls: 1, Attempts: 1, Successes: 1}, {}, {}}
 	if !slices.Equal(got, want) {
 		t.Errorf("timeline %+v, want %+v", got, want)
+	}
+}
+
+// The stragglers' quiet process: one client, 3 attempts, a per-attempt
+// timeout of three fast attempts, no trigger.
+func TestStragglersDefaults(t *testing.T) {
+	d := Config{Scenario: ScenarioStragglers}.Defaults()
+	if d.Clients != 1 || d.MaxAttempts != 3 || d.PerAttemptTimeout != 3*StragglerBase || d.Scenario.HasTrigger() || d.Scenario.workerServer() {
+		t.Errorf("stragglers defaults: clients %d, attempts %d, per-attempt timeout %v, trigger %v, worker server %v; want 1, 3, %v, false, false",
+			d.Clients, d.MaxAttempts, d.PerAttemptTimeout, d.Scenario.HasTrigger(), d.Scenario.workerServer(), 3*StragglerBase)
+	}
+	if c := Ceiling(d); c != 1 {
+		t.Errorf("Ceiling(stragglers) = %v, want 1", c)
 	}
 }

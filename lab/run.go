@@ -183,6 +183,37 @@ func (l *flightLog) peaks() [flightKinds]int {
 	return peak
 }
 
+// mean returns the mean number of intervals of kind k open over [from,
+// to), by time; 0 when the span is empty.
+func (l *flightLog) mean(k flightKind, from, to time.Time) float64 {
+	if !to.After(from) {
+		return 0
+	}
+	ev := slices.Clone(l.events)
+	slices.SortStableFunc(ev, func(x, y flightEvent) int { return x.at.Compare(y.at) })
+	open, area, at := 0, 0.0, from
+	for _, e := range ev {
+		if e.kind != k {
+			continue
+		}
+		if e.at.After(from) {
+			t := e.at
+			if t.After(to) {
+				t = to
+			}
+			if t.After(at) {
+				area += float64(open) * t.Sub(at).Seconds()
+				at = t
+			}
+		}
+		open += int(e.delta)
+	}
+	if to.After(at) {
+		area += float64(open) * to.Sub(at).Seconds()
+	}
+	return area / to.Sub(from).Seconds()
+}
+
 func (a *attemptCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
 	return ctx
 }
@@ -430,6 +461,9 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 					// The key makes the server count the call's attempts.
 					seq++
 					sc.Key, sc.FailAttempts = fmt.Sprintf("c%d-%d", i, seq), FlakyFailAttempts
+				case cfg.Scenario == ScenarioStragglers:
+					seq++
+					sc = stragglerScript(rng, fmt.Sprintf("c%d-%d", i, seq), cfg.MaxAttempts)
 				case cfg.Scenario == ScenarioFlakyQuietRandom:
 					seq++
 					sc.Key, sc.FailAttempts = fmt.Sprintf("c%d-%d", i, seq), leadingFailures(rng, cfg.FailureRate)
@@ -682,6 +716,21 @@ func slowScript(rng *rand.Rand, key string) *testingv1.Script {
 	return sc
 }
 
+// stragglerScript gives every attempt a call could make StragglerBase, or
+// StragglerFactor times that with probability StragglerOdds. The key makes
+// the server number the call's attempts.
+func stragglerScript(rng *rand.Rand, key string, attempts int) *testingv1.Script {
+	sc := &testingv1.Script{Key: key}
+	for n := 0; n < attempts; n++ {
+		d := StragglerBase
+		if rng.Float64() < StragglerOdds {
+			d *= StragglerFactor
+		}
+		sc.AttemptDelays = append(sc.AttemptDelays, durationpb.New(d))
+	}
+	return sc
+}
+
 func oneCall(ctx context.Context, client testingv1.TestServiceClient, sc *testingv1.Script, timeout time.Duration, log *callLog, counter *attemptCounter) {
 	ctx, st := counter.callStarted(ctx)
 	defer counter.callEnded(st)
@@ -808,6 +857,11 @@ func summarize(cfg *Config, name string, log *callLog, counter *attemptCounter, 
 	peaks := counter.flight.peaks()
 	counter.mu.Unlock()
 	r.PeakInFlight, r.PeakAttemptsInFlight, r.PeakWaiting = peaks[flightCall], peaks[flightAttempt], peaks[flightWaiting]
+	if cfg.Scenario.HasTrigger() {
+		counter.mu.Lock()
+		r.MeanInFlight = counter.flight.mean(flightCall, t0.Add(cfg.OutageStart), t0.Add(cfg.OutageEnd))
+		counter.mu.Unlock()
+	}
 	lat := slices.Clone(log.latencies)
 	slices.Sort(lat)
 	r.P50, r.P99, r.P999 = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 0.999)

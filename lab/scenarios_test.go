@@ -195,3 +195,44 @@ func TestRunMixedCriticality(t *testing.T) {
 		t.Errorf("stagger-criticality: goodput %.3f, want at least stagger's %.3f - 0.01", crit.Goodput, plain.Goodput)
 	}
 }
+
+// TestRunLongOutage: an outage ten times the calls' deadline, small (4
+// clients, capacity 100, 40 calls/s, down in [1 s, 7 s) of 10 s).
+// no-retry holds about one call's worth of attempts in flight, every
+// contender is back once the server serves again, and the mean in flight
+// during the outage is counted for every contender.
+func TestRunLongOutage(t *testing.T) {
+	cfg := Config{Scenario: ScenarioLongOutage, Clients: 4, Capacity: 100, Rate: 40, OutageStart: time.Second, OutageEnd: 7 * time.Second,
+		Duration: 10 * time.Second, Contenders: []string{"stagger", "grpc-go", "no-retry"}}
+	res := runTiny(t, cfg)
+	logResults(t, res)
+	for n, r := range res {
+		if r.MeanInFlight <= 0 || r.MeanInFlight > float64(r.PeakInFlight) {
+			t.Errorf("%s: mean in flight %.2f, peak %d: want in (0, peak]", n, r.MeanInFlight, r.PeakInFlight)
+		}
+		if r.CallsAfter == 0 || r.SuccessAfter < 0.99 {
+			t.Errorf("%s: success after %.3f of %d calls, want ≥ 0.99", n, r.SuccessAfter, r.CallsAfter)
+		}
+	}
+	// no-retry's calls fail at once: nearly nothing in flight.
+	if r := res["no-retry"]; r.MeanInFlight > 1 || r.FailP99 > 10*time.Millisecond {
+		t.Errorf("no-retry: mean in flight %.2f, fail p99 %v; want ≤ 1 and ≤ 10ms", r.MeanInFlight, r.FailP99)
+	}
+}
+
+// TestRunStragglers: every contender meets the same stragglers (the
+// client's seeded draws); one without a per-attempt timer waits for each
+// (its p99 is a straggler's StragglerFactor × StragglerBase), one with
+// go-grpc-middleware's WithPerRetryTimeout cuts it and retries.
+func TestRunStragglers(t *testing.T) {
+	cfg := Config{Scenario: ScenarioStragglers, Duration: 20 * time.Second, Contenders: []string{"stagger", "grpc-middleware", "no-retry"}}
+	res := runTiny(t, cfg)
+	logResults(t, res)
+	slow := StragglerFactor * StragglerBase
+	if r := res["no-retry"]; r.P99 < slow || r.AttemptsPerCall != 1 || r.SuccessRate != 1 {
+		t.Errorf("no-retry: p99 %v, attempts/call %.2f, success %.3f; want ≥ %v, 1, 1", r.P99, r.AttemptsPerCall, r.SuccessRate, slow)
+	}
+	if r := res["grpc-middleware"]; r.P99 >= slow/2 || r.AttemptsPerCall <= 1 {
+		t.Errorf("grpc-middleware: p99 %v, attempts/call %.2f; want < %v and > 1 (stragglers cut)", r.P99, r.AttemptsPerCall, slow/2)
+	}
+}

@@ -95,6 +95,11 @@
 //     breaker's state changes, with stagger.breaker (the breaker's key: the
 //     target, and the method under a per-method scope), stagger.breaker.from
 //     and stagger.breaker.to ("closed", "open", "half-open").
+//   - stagger.client.timer.refused, counter, {attempt}: an attempt whose
+//     per-attempt timeout fired and ran on past it, because the budget or
+//     the breaker refused its retry (interceptor.EventTimerRanOn), with
+//     grpc.method and stagger.reason ("budget", "breaker"): a timeout the
+//     user set that did not cut.
 //
 // Recording a call's end costs no allocation once its method and target
 // have been seen: the attribute sets are built once per method and target

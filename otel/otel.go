@@ -34,6 +34,11 @@ const (
 	MetricBudgetLevel        = "stagger.client.budget.level"
 	MetricBudgetCapacity     = "stagger.client.budget.capacity"
 	MetricBreakerTransitions = "stagger.client.breaker.transitions"
+	// MetricTimerRefused counts the attempts whose per-attempt timer fired
+	// and whose retry the budget or the breaker refused, so that the
+	// attempt ran on past the timeout (interceptor.EventTimerRanOn), by
+	// method and reason.
+	MetricTimerRefused = "stagger.client.timer.refused"
 )
 
 // The attributes' keys.
@@ -101,7 +106,7 @@ func Option(o Options) (interceptor.Option, error) {
 type recorder struct {
 	retries, transparentRetries, hedges metric.Int64Histogram
 	retryDelay, deferred                metric.Float64Histogram
-	ends, transitions                   metric.Int64Counter
+	ends, transitions, timerRefused     metric.Int64Counter
 	traces                              bool
 
 	// calls maps a callKey to its *callAttrs.
@@ -187,6 +192,7 @@ func newRecorder(o Options) (*recorder, error) {
 	r.ends = counter(MetricCallEnds, "{call}", "Calls that stagger ran, by why they ended and their final status.")
 	r.deferred = fhist(MetricCallDeferred, "s", "Time a call waited for the retry budget to admit a retry; recorded for calls that waited.", latencyBuckets)
 	r.transitions = counter(MetricBreakerTransitions, "{transition}", "Circuit breaker state changes.")
+	r.timerRefused = counter(MetricTimerRefused, "{attempt}", "Attempts whose per-attempt timeout fired and ran on because the retry budget or the circuit breaker refused the retry.")
 	if err != nil {
 		return nil, err
 	}
@@ -309,6 +315,12 @@ func (r *recorder) hook(ctx context.Context, e interceptor.Event) {
 			attribute.String(AttrBreaker, e.Breaker.Key),
 			attribute.String(AttrBreakerFrom, e.Breaker.From.String()),
 			attribute.String(AttrBreakerTo, e.Breaker.To.String()),
+		))
+	case interceptor.EventTimerRanOn:
+		// Rare (a refusal), so the attributes are built per event.
+		r.timerRefused.Add(ctx, 1, metric.WithAttributes(
+			attribute.String(AttrMethod, strings.TrimPrefix(e.Method, "/")),
+			attribute.String(AttrReason, e.Reason.String()),
 		))
 	case interceptor.EventRetry:
 		r.spanEvent(ctx, SpanEventRetry, &e)

@@ -402,7 +402,7 @@ func TestBudgetGauges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ratio, err := budget.NewRatio(budget.DefaultRatioSettings())
+	ratio, err := budget.NewRatio(budget.RatioSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -676,4 +676,30 @@ func TestCriticalityAttribute(t *testing.T) {
 		t.Fatalf("retries data points %+v, want one (the A96 attributes alone) counting 2 calls", r.DataPoints)
 	}
 	wantCallAttrs(t, MetricRetries, r.DataPoints[0].Attributes)
+}
+
+// TestTimerRefused: an attempt whose per-attempt timer fired and whose
+// retry the budget refused (interceptor.EventTimerRanOn) is counted, by
+// method and reason.
+func TestTimerRefused(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Budgets: []budget.Budget{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventTimerRanOn, Method: "/" + getMethod, Attempt: 1, Code: codes.DeadlineExceeded, Reason: policy.ReasonBudget})
+	}
+	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventTimerRanOn, Method: "/" + getMethod, Attempt: 1, Code: codes.DeadlineExceeded, Reason: policy.ReasonBreaker})
+	got := map[string]int64{}
+	for _, dp := range sum(t, collect(t, reader), MetricTimerRefused) {
+		a := attrMap(dp.Attributes)
+		if a[AttrMethod] != getMethod || len(a) != 2 {
+			t.Errorf("attributes %v, want %s=%s and %s", a, AttrMethod, getMethod, AttrReason)
+		}
+		got[a[AttrReason]] = dp.Value
+	}
+	if want := map[string]int64{"budget": 2, "breaker": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s = %v, want %v", MetricTimerRefused, got, want)
+	}
 }

@@ -53,6 +53,22 @@ type Warning struct {
 	// Line and Column place the field in the file, as in FieldError; 0
 	// when unknown.
 	Line, Column int
+	// File is the file's path, as in FieldError.
+	File string
+	// Typo: the warning is a likely typo that silently drops part of the
+	// file: an unknown key, or a service or method name that no known
+	// proto declares but one nearly does. The interceptors log such
+	// warnings even without a logger (interceptor.WithLogger).
+	Typo bool
+}
+
+// Position returns "file:line:col", leaving out what is unknown; "" when
+// the warning is not placed.
+func (w Warning) Position() string {
+	if w.Line == 0 {
+		return ""
+	}
+	return position(w.File, w.Line, w.Column)
 }
 
 // String returns "path: message".

@@ -99,7 +99,7 @@ func TestUnknownKeySuggestions(t *testing.T) {
 	}
 	_, err = ParseConfig([]byte(doc), Strict())
 	if got := join2(parseErrLines(t, err)); !strings.Contains(got, `maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?)`) ||
-		!strings.Contains(got, `methodConfig[0].retryPolicy: must hold only known keys (Strict; did you mean "jitter"?), got "jiter"`) {
+		!strings.Contains(got, `methodConfig[0].retryPolicy.jiter: must be a known key (Strict; did you mean "jitter"?), got "jiter"`) {
 		t.Errorf("Strict:\n%s", got)
 	}
 }
@@ -333,7 +333,7 @@ func BenchmarkParseConfig(b *testing.B) {
 }
 
 // TestFieldErrorPlaces: errors and warnings carry the line and column of the
-// value their path names (or of the object that lacks a required key), in
+// key their path names (or of the object that lacks a required key), in
 // JSON and YAML alike, so that a tool can print file:line:col.
 func TestFieldErrorPlaces(t *testing.T) {
 	type place struct {
@@ -346,11 +346,11 @@ func TestFieldErrorPlaces(t *testing.T) {
 		warns []place
 	}{
 		{"{\n  \"methodConfig\": [{\n    \"name\": [{\"service\": \"a.S\"}, {\"method\": \"M\"}],\n    \"retryPolicy\": {\"maxAtempts\": 3,\n      \"initialBackoff\": \"0s\", \"maxBackoff\": \"1s\", \"backoffMultiplier\": 2, \"retryableStatusCodes\": [14]}\n  }]\n}",
-			[]place{{"methodConfig[0].retryPolicy.maxAttempts", 4, 20}, {"methodConfig[0].retryPolicy.initialBackoff", 5, 25}, {"methodConfig[0].name[1].method", 3, 45}},
-			[]place{{"methodConfig[0].retryPolicy.maxAtempts", 4, 35}}},
+			[]place{{"methodConfig[0].retryPolicy.maxAttempts", 4, 20}, {"methodConfig[0].retryPolicy.initialBackoff", 5, 7}, {"methodConfig[0].name[1].method", 3, 35}},
+			[]place{{"methodConfig[0].retryPolicy.maxAtempts", 4, 21}}},
 		{"methodConfig:\n  - name: [{service: a.S}]\n    retryPolicy:\n      maxAtempts: 3\n      initialBackoff: 0s\n      maxBackoff: 1s\n      backoffMultiplier: 2\n      retryableStatusCodes: [14]\n",
-			[]place{{"methodConfig[0].retryPolicy.maxAttempts", 4, 7}, {"methodConfig[0].retryPolicy.initialBackoff", 5, 23}},
-			[]place{{"methodConfig[0].retryPolicy.maxAtempts", 4, 19}}},
+			[]place{{"methodConfig[0].retryPolicy.maxAttempts", 4, 7}, {"methodConfig[0].retryPolicy.initialBackoff", 5, 7}},
+			[]place{{"methodConfig[0].retryPolicy.maxAtempts", 4, 7}}},
 	}
 	for _, tt := range tests {
 		var warns []Warning
@@ -380,5 +380,29 @@ func TestFieldErrorPlaces(t *testing.T) {
 		if n := locate(root, p); n == nil || n.line != 1 {
 			t.Errorf("locate(%q) = %+v", p, n)
 		}
+	}
+}
+
+// TestNearlyNamed: a call the file was likely meant to cover, and does not.
+func TestNearlyNamed(t *testing.T) {
+	c := parseMust(t, `{"methodConfig": [
+	  {"name": [{"service": "grpc.testing.TestServce"}, {"service": "a.B", "method": "Gett"}, {"service": "Cart"}], "timeout": "1s"},
+	  {"name": [{"service": "a.C"}], "timeout": "2s"}, {"name": [{}], "timeout": "3s"}]}`, WithProtoFiles(nil))
+	for _, tt := range []struct{ method, want string }{
+		{"/grpc.testing.TestService/EmptyCall", "/grpc.testing.TestServce/"},
+		{"/a.B/Get", "/a.B/Gett"},
+		{"/a.B/Gett", ""},
+		{"/a.B/Put", ""},
+		{"/a.C/Get", ""}, // named: a.C's entry covers it, whatever a.B says
+		{"/shop.v1.Cart/Get", "/Cart/"},
+		{"/x.Y/Z", ""},
+		{"", ""},
+	} {
+		if got := c.NearlyNamed(tt.method); got != tt.want {
+			t.Errorf("NearlyNamed(%q) = %q, want %q", tt.method, got, tt.want)
+		}
+	}
+	if (*Config)(nil).NearlyNamed("/a.B/Get") != "" {
+		t.Error("nil Config")
 	}
 }

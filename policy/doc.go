@@ -48,7 +48,8 @@
 //     (DefaultRetryableCodes): UNAVAILABLE, and RESOURCE_EXHAUSTED sent by
 //     the server. DEADLINE_EXCEEDED is retried only for an attempt
 //     stagger's own per-attempt timer cut off (Attempt.TimedOut), which the
-//     interceptors arm only for methods known to be idempotent. The timer
+//     interceptors arm only for methods known to be idempotent and unary
+//     calls with an idempotency key. The timer
 //     cuts an attempt off only when its retry can go (see
 //     Policy.PerAttemptRecvTimeout); otherwise the attempt runs on.
 //   - Whatever the codes, the caller's own cancellation or deadline is never

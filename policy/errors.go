@@ -23,22 +23,51 @@ type FieldError struct {
 	// "0s", strings are quoted).
 	Value any
 	// Line and Column place the field in the policy file, from 1 (Column
-	// counts bytes): the value Path names, or the object that lacks it.
-	// 0 when unknown (a Validate method's errors). Error does not print
-	// them; `stagger check` prints "file:line:col: path: ...".
+	// counts bytes): the key Path names (an array's element: the element),
+	// or the object that lacks it. 0 when unknown (a Validate method's
+	// errors, ParseConfig's errors about the file as a whole).
 	Line, Column int
+	// File is the file's path as given to LoadFile or WatchFile, when the
+	// error is placed in it (Line > 0); "" otherwise.
+	File string
 }
 
-// Error returns "policy: <path>: <rule>, got <value>".
+// Position returns "file:line:col", leaving out what is unknown, as
+// SyntaxError.Position does; "" when the error is not placed.
+func (e *FieldError) Position() string { return position(e.File, e.Line, e.Column) }
+
+// Error returns "policy: <path>: <rule>, got <value>"; an error placed in a
+// file (LoadFile, WatchFile) starts with its place, as a compiler's does:
+// "policy: retry.json:4:7: <path>: <rule>, got <value>".
 func (e *FieldError) Error() string {
 	v := e.Value
 	if s, ok := v.(string); ok {
 		v = fmt.Sprintf("%q", s)
 	}
-	if e.Path == "" {
-		return fmt.Sprintf("policy: %s, got %v", e.Rule, v)
+	prefix := "policy: "
+	if e.File != "" && e.Line > 0 {
+		prefix += e.Position() + ": "
 	}
-	return fmt.Sprintf("policy: %s: %s, got %v", e.Path, e.Rule, v)
+	if e.Path == "" {
+		return fmt.Sprintf("%s%s, got %v", prefix, e.Rule, v)
+	}
+	return fmt.Sprintf("%s%s: %s, got %v", prefix, e.Path, e.Rule, v)
+}
+
+// position is "file:line:col", leaving out what is unknown ("file:line",
+// "line:col"): the one format of every place this package reports.
+func position(file string, line, col int) string {
+	var parts []string
+	if file != "" {
+		parts = append(parts, file)
+	}
+	if line > 0 {
+		parts = append(parts, strconv.Itoa(line))
+		if col > 0 {
+			parts = append(parts, strconv.Itoa(col))
+		}
+	}
+	return strings.Join(parts, ":")
 }
 
 // SyntaxError is a policy file that is not valid JSON or YAML, with the
@@ -62,19 +91,7 @@ type SyntaxError struct {
 
 // Position returns "file:line:col", leaving out what is unknown
 // ("file:line", "line:col").
-func (e *SyntaxError) Position() string {
-	var parts []string
-	if e.File != "" {
-		parts = append(parts, e.File)
-	}
-	if e.Line > 0 {
-		parts = append(parts, strconv.Itoa(e.Line))
-		if e.Column > 0 {
-			parts = append(parts, strconv.Itoa(e.Column))
-		}
-	}
-	return strings.Join(parts, ":")
-}
+func (e *SyntaxError) Position() string { return position(e.File, e.Line, e.Column) }
 
 // Error returns "policy: retry.json:3:17: invalid JSON: <message>"; without
 // a file, "policy: invalid JSON at line 3, column 17: <message>".

@@ -64,11 +64,10 @@ func (w *walker) checkName(path, svc, meth string) {
 			return
 		}
 		if hint == "" {
-			hint = " (no mistake if the program registers it later; WithProtoFiles(nil) turns this check off)"
-		} else {
-			hint += " (a service is named with its proto package)"
+			w.warn(join(path, "service"), "service %q is not declared in the known proto files (no mistake if the program registers it later; WithProtoFiles(nil) turns this check off)", svc)
+			return
 		}
-		w.warn(join(path, "service"), "service %q is not declared in the known proto files%s", svc, hint)
+		w.warnTypo(join(path, "service"), "service %q is not declared in the known proto files%s (a service is named with its proto package)", svc, hint)
 		return
 	}
 	if meth == "" || sd.Methods().ByName(protoreflect.Name(meth)) != nil {
@@ -84,7 +83,9 @@ func (w *walker) checkName(path, svc, meth string) {
 		w.fail(join(path, "method"), "must be a method of "+svc+" (Strict"+hint+")", meth)
 		return
 	}
-	w.warn(join(path, "method"), "method %q is not a method of %s%s", meth, svc, hint)
+	// The service is declared: a method it lacks is a mistake, near a
+	// name or not.
+	w.warnTypo(join(path, "method"), "method %q is not a method of %s%s", meth, svc, hint)
 }
 
 // serviceSuggestions lists the services of r that svc likely means: the
@@ -138,4 +139,71 @@ func didYouMean(names []string) string {
 		q[i] = fmt.Sprintf("%q", n)
 	}
 	return "; did you mean " + strings.Join(q, " or ") + "?"
+}
+
+// NearlyNamed returns the name of the file ("/svc/method" or "/svc/") that
+// nearly names fullMethod ("/pkg.Service/Method") without naming it: the
+// same but for case, or without its package, or within 2 edits of its
+// service or its method, so a
+// call the file was likely meant to cover and does not. "" when the file
+// names fullMethod exactly, or names nothing like it. Of several, the first
+// in sort order. A nil Config returns "".
+func (c *Config) NearlyNamed(fullMethod string) string {
+	if c == nil || fullMethod == "" {
+		return ""
+	}
+	if _, ok := c.methods[fullMethod]; ok {
+		return ""
+	}
+	svc, meth := splitFullMethod(fullMethod)
+	// A file that names the call's service spells it right: then only
+	// its methods can be near misses.
+	var nearSvc, nearMeth []string
+	svcNamed := false
+	for name := range c.methods {
+		if name == "" {
+			continue
+		}
+		nsvc, nmeth := splitFullMethod(name)
+		switch {
+		case nsvc == svc && nmeth == "":
+			return "" // the call's service is named: the call follows it
+		case nsvc == svc && nearName(nmeth, meth):
+			nearMeth = append(nearMeth, name)
+		case nsvc == svc:
+			svcNamed = true
+		case (nmeth == "" || nmeth == meth) && nearName(nsvc, svc):
+			nearSvc = append(nearSvc, name)
+		}
+	}
+	near := nearMeth
+	if len(near) == 0 && !svcNamed {
+		near = nearSvc
+	}
+	if len(near) == 0 {
+		return ""
+	}
+	sort.Strings(near)
+	return near[0]
+}
+
+// splitFullMethod splits "/svc/method" (or "/svc/") into its service and
+// method.
+func splitFullMethod(full string) (svc, meth string) {
+	full = strings.TrimPrefix(full, "/")
+	svc, meth, _ = strings.Cut(full, "/")
+	return svc, meth
+}
+
+// nearName reports whether a, a name in a file, nearly names b: equal but
+// for case, or within 2 edits and a third of a's length.
+func nearName(a, b string) bool {
+	if a == b || a == "" || b == "" {
+		return false
+	}
+	if !strings.Contains(a, ".") && strings.EqualFold(a, b[strings.LastIndexByte(b, '.')+1:]) {
+		return true // a service named without its package
+	}
+	d := editDistance(strings.ToLower(a), strings.ToLower(b))
+	return d <= 2 && 3*d <= len(a)
 }

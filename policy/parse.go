@@ -206,19 +206,21 @@ type walker struct {
 	services []string
 }
 
-// placeAll gives every error and warning the line and column of the value
-// its path names.
+// placeAll gives every error and warning the file and the place of the key
+// at fault (see place).
 func (w *walker) placeAll(root *node) {
 	for _, e := range w.errs {
 		if fe, ok := e.(*FieldError); ok {
-			if n := locate(root, fe.Path); n != nil {
-				fe.Line, fe.Column = n.line, n.col
+			fe.Line, fe.Column = place(root, fe.Path)
+			if fe.Line > 0 {
+				fe.File = w.opts.file
 			}
 		}
 	}
 	for i := range w.warns {
-		if n := locate(root, w.warns[i].Path); n != nil {
-			w.warns[i].Line, w.warns[i].Column = n.line, n.col
+		w.warns[i].Line, w.warns[i].Column = place(root, w.warns[i].Path)
+		if w.warns[i].Line > 0 {
+			w.warns[i].File = w.opts.file
 		}
 	}
 }

@@ -247,7 +247,7 @@ func TestParseWarnings(t *testing.T) {
 func TestParseOptions(t *testing.T) {
 	doc := `{"methodConfig":[{"name":[{"service":"a.S"}],"retryPolicy":{"maxAttempts":9,"initialBackoff":"1s","maxBackoff":"1s","backoffMultiplier":1,"retryableStatusCodes":[14],"maxAtempts":3}}]}`
 	_, err := ParseConfig([]byte(doc), Strict(), WithProtoFiles(nil))
-	if got := strings.Join(parseErrLines(t, err), "\n"); got != `policy: methodConfig[0].retryPolicy: must hold only known keys (Strict; did you mean "maxAttempts"?), got "maxAtempts"` {
+	if got := strings.Join(parseErrLines(t, err), "\n"); got != `policy: methodConfig[0].retryPolicy.maxAtempts: must be a known key (Strict; did you mean "maxAttempts"?), got "maxAtempts"` {
 		t.Errorf("Strict: %s", got)
 	}
 	c := parseMust(t, doc, WithMaxAttemptsCap(7))

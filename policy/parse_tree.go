@@ -40,12 +40,15 @@ type node struct {
 	// line and col place the value in the document, from 1 (col counts
 	// bytes); 0 when unknown.
 	line, col int
-	kind      nodeKind
-	b         bool
-	s         string // a string's value, or a number's literal
-	arr       []*node
-	keys      []string
-	vals      []*node
+	// keyLine and keyCol place the key that names the value in its
+	// object; 0 for an array's element or the root.
+	keyLine, keyCol int
+	kind            nodeKind
+	b               bool
+	s               string // a string's value, or a number's literal
+	arr             []*node
+	keys            []string
+	vals            []*node
 }
 
 // maxTreeDepth matches encoding/json's nesting limit, so a document grpc-go
@@ -188,6 +191,7 @@ func (r *jsonReader) readValue(depth int) (*node, error) {
 		case '{':
 			n := &node{kind: nodeObject}
 			for dec.More() {
+				kl, kc := r.place()
 				kt, err := dec.Token()
 				if err != nil {
 					return nil, err
@@ -200,6 +204,7 @@ func (r *jsonReader) readValue(depth int) (*node, error) {
 				if err != nil {
 					return nil, err
 				}
+				v.keyLine, v.keyCol = kl, kc
 				n.keys = append(n.keys, k)
 				n.vals = append(n.vals, v)
 			}
@@ -329,6 +334,7 @@ func fromYAML(y *yaml.Node, depth int, budget *int) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
+			v.keyLine, v.keyCol = kn.Line, kn.Column
 			n.keys = append(n.keys, kn.Value)
 			n.vals = append(n.vals, v)
 		}
@@ -403,6 +409,35 @@ func (n *node) field(names ...string) *node {
 		}
 	}
 	return nil
+}
+
+// place returns where the problem at path sits in the document: the key
+// that names the value at path, or the value itself when no key names it
+// (an array's element, the root), or the object that lacks a required key.
+func place(root *node, path string) (line, col int) {
+	n := locate(root, path)
+	if n == nil {
+		return 0, 0
+	}
+	if n.keyLine > 0 && locatedByKey(root, n, path) {
+		return n.keyLine, n.keyCol
+	}
+	return n.line, n.col
+}
+
+// locatedByKey reports whether locate reached n through path's last key,
+// not stopped short of it (a missing key places at its object, whose own
+// key is not the one at fault).
+func locatedByKey(root, n *node, path string) bool {
+	last := path[strings.LastIndexAny(path, ".]")+1:]
+	if last == "" || strings.HasSuffix(path, "]") {
+		return false
+	}
+	parent := root
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		parent = locate(root, path[:i])
+	}
+	return parent != nil && parent.kind == nodeObject && parent.field(last, snake(last)) == n
 }
 
 // locate returns the node at path ("methodConfig[0].retryPolicy.maxAttempts",

@@ -27,6 +27,12 @@ func (w *walker) warn(path, format string, args ...any) {
 	w.warns = append(w.warns, Warning{Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
+// warnTypo warns of a likely typo (Warning.Typo).
+func (w *walker) warnTypo(path, format string, args ...any) {
+	w.warn(path, format, args...)
+	w.warns[len(w.warns)-1].Typo = true
+}
+
 func (w *walker) wrongKind(path, rule string, n *node) {
 	var v any
 	switch n.kind {
@@ -83,10 +89,10 @@ func (w *walker) object(n *node, path string, known ...string) bool {
 			}
 		}
 		if name == "" {
-			hint, strictRule := "", "must hold only known keys (Strict)"
+			hint, strictRule := "", "must be a known key (Strict)"
 			if s := suggestKey(k, known); s != "" {
 				hint = fmt.Sprintf(" (did you mean %q?)", s)
-				strictRule = fmt.Sprintf("must hold only known keys (Strict; did you mean %q?)", s)
+				strictRule = fmt.Sprintf("must be a known key (Strict; did you mean %q?)", s)
 				if get(n, s) == nil {
 					if w.misspelt == nil {
 						w.misspelt = map[string]string{}
@@ -94,9 +100,12 @@ func (w *walker) object(n *node, path string, known ...string) bool {
 					w.misspelt[join(path, s)] = k
 				}
 			}
-			if w.opts.strict {
-				w.fail(path, strictRule, k)
-			} else {
+			switch {
+			case w.opts.strict:
+				w.fail(join(path, k), strictRule, k)
+			case hint != "":
+				w.warnTypo(join(path, k), "unknown key, ignored%s", hint)
+			default:
 				w.warn(join(path, k), "unknown key, ignored%s", hint)
 			}
 			continue

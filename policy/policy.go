@@ -83,7 +83,8 @@ type Policy struct {
 	// once, and the server not slow for every attempt (the interceptors'
 	// rule: see interceptor.UnaryClientInterceptor). Otherwise the attempt
 	// is not cut off: it runs on, and its answer is the call's. It applies
-	// only to methods known to be idempotent.
+	// only to methods known to be idempotent and to unary calls with an
+	// idempotency key (interceptor.WithIdempotencyKey).
 	PerAttemptRecvTimeout time.Duration
 	// HedgeOnPerTryTimeout (Envoy's hedge_on_per_try_timeout), with
 	// PerAttemptRecvTimeout: when the timer fires and a retry can go, the
@@ -172,8 +173,9 @@ const (
 	ReasonCaller
 	// ReasonBudget: the retry budget refused (decided by the interceptor).
 	ReasonBudget
-	// ReasonNotIdempotent: the method is not known to be idempotent, so stagger
-	// does not hedge it or retry it after its own per-attempt timeout.
+	// ReasonNotIdempotent: the method is not known to be idempotent (and the
+	// call carries no idempotency key, or is a stream), so stagger does not
+	// hedge it or retry it after its own per-attempt timeout.
 	ReasonNotIdempotent
 	// ReasonStreaming: the method streams and its hedging policy is not
 	// applied. The interceptors no longer give it (they hedge streams until
@@ -205,9 +207,14 @@ const (
 	// the method a retry or hedging policy, so its one attempt's failure
 	// was never a candidate for a retry.
 	ReasonNoPolicy
+	// ReasonOutage: the server has been down for longer than the calls'
+	// deadlines, and the budget's Gate fails retries at once instead of
+	// holding them until they fail (budget.ErrOutageLasting, the Gate's
+	// futility rule), until a probe finds the server back.
+	ReasonOutage
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {

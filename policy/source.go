@@ -16,6 +16,12 @@ import (
 // WithPollInterval says otherwise.
 const DefaultPollInterval = time.Second
 
+// reloadSettle is how long a reload that finds a broken file waits before
+// looking again: an editor's two-step write (truncate, then write) takes
+// well under a millisecond, and a wait this short is nothing beside the
+// poll interval.
+const reloadSettle = 20 * time.Millisecond
+
 // WithPollInterval sets how often WatchFile looks at its file. Zero or less
 // turns polling off: the file is then read again only when Reload is called.
 func WithPollInterval(d time.Duration) ParseOption {
@@ -51,8 +57,10 @@ type SourceEvent struct {
 	Previous *Config
 	// Err is why a new file was not used; nil when Config is new.
 	Err error
-	// BudgetKept: the new config kept the previous one's budget (and its
-	// state) because the budget settings did not change.
+	// BudgetKept: the budget in force did not change, state included,
+	// because the budget settings did not: the new config kept the
+	// previous one's budget, or neither declares one (the interceptors'
+	// own budget, stagger.DialOptions' default, stays in force).
 	BudgetKept bool
 }
 
@@ -172,6 +180,16 @@ func (s *Source) reloadLocked() (SourceEvent, bool, error) {
 	s.lastHash = h
 	cfg, err := parseConfig(data, &s.opts)
 	if err != nil {
+		// An editor that writes in two steps (truncate, then write) shows
+		// an empty or half-written file for a moment: look again once it
+		// has settled before reporting it.
+		time.Sleep(reloadSettle)
+		if again, rerr := os.ReadFile(s.path); rerr == nil && sha256.Sum256(again) != h {
+			s.lastHash = sha256.Sum256(again)
+			cfg, err = parseConfig(again, &s.opts)
+		}
+	}
+	if err != nil {
 		s.lastErr = ""
 		return s.refuse(ev, err)
 	}
@@ -227,7 +245,7 @@ func (s *Source) refuse(ev SourceEvent, err error) (SourceEvent, bool, error) {
 // same, before any caller can see it.
 func (s *Source) swap(cfg *Config) (prev *Config, kept bool) {
 	prev = s.cur.Load()
-	if prev != nil && prev.budget != nil && prev.budgetSettings == cfg.budgetSettings {
+	if prev != nil && prev.budgetSettings == cfg.budgetSettings {
 		cfg.budget = prev.budget
 		kept = true
 	}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -243,5 +244,34 @@ func TestSourceUpdate(t *testing.T) {
 	}
 	if err := src.Close(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestSourceReloadErrorPlaced: a broken file reloaded by WatchFile reports
+// file:line:col of the key at fault, as LoadFile and `stagger check` do, in
+// Reload's error and in OnReload's event alike.
+func TestSourceReloadErrorPlaced(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.json")
+	cfgWrite(t, path, cfgVersionDoc(1, ""))
+	var events cfgEvents
+	src, err := WatchFile(path, WithPollInterval(0), OnReload(events.record))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	cfgWrite(t, path, "{\n  \"methodConfig\": [{\"name\": [{\"service\": \"a.S\"}], \"timeout\": \"1s\"}],\n  \"retryThrottling\": {\"maxTokens\": 0, \"tokenRatio\": 0.1}\n}\n")
+	err = src.Reload()
+	want := "policy: " + path + ":3:23: retryThrottling.maxTokens: "
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("Reload() = %v, want an error starting %q", err, want)
+	}
+	if evs := events.list(); len(evs) != 1 || evs[0].Err == nil || evs[0].Err.Error() != err.Error() {
+		t.Fatalf("events = %+v", evs)
+	}
+	// ParseConfig knows no file: the place is in the FieldError, not the text.
+	_, err = ParseConfig([]byte("{\"retryThrottling\": {\"maxTokens\": 0, \"tokenRatio\": 0.1}}"))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Line != 1 || fe.Column != 22 || fe.File != "" || strings.Contains(err.Error(), "1:22") {
+		t.Fatalf("ParseConfig: %v (%+v)", err, fe)
 	}
 }

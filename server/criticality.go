@@ -79,14 +79,6 @@ func WithCriticalityShares(sh CriticalityShares) Option {
 	}
 }
 
-// shedPushbackFactor multiplies the pushback of a shed call by its
-// criticality (indexed by Level.Index): a call below CRITICAL finds room
-// again only once the running calls fall below its share of the limit,
-// which takes longer than one slot freeing, and its return costs the
-// overloaded server a refusal more. Not measured yet: set by that
-// argument, to be tuned on the lab's mixed-criticality scenario.
-var shedPushbackFactor = [len(criticality.Levels)]float64{2, 1.5, 1, 1}
-
 // bounds returns, per criticality (Level.Index), how many calls may run
 // when one of that criticality is admitted: limit × its share, at least 1,
 // and limit for CRITICAL_PLUS.

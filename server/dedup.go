@@ -39,9 +39,6 @@ const (
 	DefaultMaxLease            = 10 * time.Minute
 	DefaultMaxKeyLength        = 255
 	maxKeyLengthLimit          = 4096
-	leaseMargin                = time.Second
-	waitPollStart              = 2 * time.Millisecond
-	waitPollMax                = 50 * time.Millisecond
 	outcomeVersion        byte = 1
 )
 
@@ -239,7 +236,7 @@ func fingerprint(method string, req any) (Fingerprint, error) {
 	if err != nil {
 		return Fingerprint{}, status.Errorf(codes.Internal, "server: idempotency: encoding the request of %s: %v", method, err)
 	}
-	if cap(b) <= 64<<10 {
+	if cap(b) <= fpBufferKeep {
 		*bp = b
 	}
 	return sha256.Sum256(b), nil
@@ -334,7 +331,7 @@ func (d *dedup) run(ctx context.Context, key, token string, req any, handler grp
 		if !done {
 			// The handler panicked: free the key (with a context of its
 			// own: the request's may be gone), and let the panic go on.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), panicReleaseTimeout)
 			_ = d.store.Release(rctx, key, token)
 			cancel()
 		}
@@ -398,9 +395,9 @@ func (r *recorder) SetTrailer(md metadata.MD) error {
 	return nil
 }
 
-// fpBuffers hold the bytes fingerprint hashes; buffers past 64 KiB are
-// not kept.
-var fpBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+// fpBuffers hold the bytes fingerprint hashes; buffers past fpBufferKeep
+// are not kept.
+var fpBuffers = sync.Pool{New: func() any { b := make([]byte, 0, fpBufferStart); return &b }}
 
 // newToken names a claim: 128 random bits (math/rand/v2's generator is
 // seeded from the system's entropy per process), unique across replicas.
@@ -433,7 +430,7 @@ func encodeOutcome(resp any, err error, rec *recorder) ([]byte, error) {
 		if merr == nil {
 			b = appendBytes(b, body)
 		}
-		if cap(body) <= 64<<10 {
+		if cap(body) <= fpBufferKeep {
 			*bp = body[:0]
 		}
 		fpBuffers.Put(bp)

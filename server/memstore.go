@@ -13,10 +13,6 @@ const (
 	DefaultMaxBytes   = 64 << 20
 )
 
-// entryOverhead is what an entry costs beside its key and outcome, for
-// MaxBytes: the map slot and the memEntry.
-const entryOverhead = 160
-
 // MemoryOptions configure a MemoryStore; the zero value takes the defaults.
 type MemoryOptions struct {
 	// MaxEntries bounds the keys held (running and done); default

@@ -386,7 +386,7 @@ func (s *Interceptors) done(start time.Time) {
 		old := s.serviceEMA.Load()
 		next := d
 		if old > 0 {
-			next = old + (d-old)/16
+			next = old + (d-old)/serviceEMAWeight
 		}
 		if s.serviceEMA.CompareAndSwap(old, next) {
 			return
@@ -414,10 +414,10 @@ func (s *Interceptors) refuse(ctx context.Context, running int64, l criticality.
 }
 
 // pushback is when a shed call should come back: the service time's moving
-// average times U(0.5, 1.5) times factor (shedPushbackFactor), within
+// average times U(pushbackJitterMin, pushbackJitterMin+1) times factor (shedPushbackFactor), within
 // [minPB, maxPB].
 func (s *Interceptors) pushback(factor float64) time.Duration {
 	ema := time.Duration(s.serviceEMA.Load())
-	pb := time.Duration(float64(ema) * (0.5 + rand.Float64()) * factor)
+	pb := time.Duration(float64(ema) * (pushbackJitterMin + rand.Float64()) * factor)
 	return min(max(pb, s.minPB), s.maxPB)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/gateview"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -76,17 +77,13 @@ type callTotals struct {
 	calls, attempts, successes int
 }
 
-// deferrer is what the simulator needs of a budget whose refused retries
-// wait (budget.Gate): its non-blocking API, driven on the virtual clock.
-type deferrer interface {
-	Enter(r budget.Request, pause time.Duration, deadline time.Time) (*budget.Waiter, error)
-	Changed() <-chan struct{}
-	Settings() budget.DeferSettings
-}
+// gateHooks is what the simulator needs of a budget whose refused retries
+// wait (budget.Gate): its non-blocking waiter, driven on the virtual clock.
+var gateHooks = gateview.Set.(gateview.Hooks[*budget.Gate, budget.Request, budget.Admission])
 
 // waiter is one call's deferred retry on its process's gate.
 type waiter struct {
-	w *budget.Waiter
+	w gateview.Waiter[budget.Admission]
 	// wake is the time of the poll event pending (-1: none).
 	wake time.Duration
 	// admit sends the retry with the admission Poll returned; giveUp ends
@@ -106,7 +103,7 @@ type proc struct {
 	totals *callTotals
 	// gate is b when its refused retries wait (nil otherwise), and waiters
 	// its deferred retries, in the order they entered.
-	gate    deferrer
+	gate    *budget.Gate
 	waiters []*waiter
 	// timeout is each call's deadline, counted from its start; 0 means none.
 	timeout time.Duration
@@ -132,7 +129,7 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 			return nil, fmt.Errorf("sim: contender %q: %w", c.Name, err)
 		}
 	}
-	if g, ok := b.(deferrer); ok {
+	if g, ok := b.(*budget.Gate); ok {
 		p.gate = g
 	}
 	return p, nil
@@ -179,7 +176,7 @@ func (p *proc) pollWaiters() {
 // an admission to a more critical waiter), every waiter is polled again,
 // as the real clock's waiters wake on the gate's Changed channel.
 func (p *proc) poll(w *waiter) {
-	defer p.pollIfChanged(p.gate.Changed())
+	defer p.pollIfChanged(gateHooks.Changed(p.gate))
 	a, next := w.w.Poll()
 	if a != budget.AdmitNone {
 		w.gone = true
@@ -224,13 +221,13 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 	if limit >= 0 {
 		deadline = Epoch.Add(limit + time.Millisecond)
 	}
-	defer p.pollIfChanged(p.gate.Changed())
-	bw, err := p.gate.Enter(r, pause, deadline)
+	defer p.pollIfChanged(gateHooks.Changed(p.gate))
+	bw, err := gateHooks.Enter(p.gate, r, pause, deadline)
 	if err != nil {
 		return false
 	}
 	if limit < 0 {
-		limit = p.s.now + p.gate.Settings().MaxWait
+		limit = p.s.now + gateHooks.MaxWait(p.gate)
 	}
 	w := &waiter{w: bw, wake: -1, admit: admit, giveUp: giveUp}
 	p.waiters = append(p.waiters, w)
@@ -253,7 +250,7 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 // pollIfChanged polls every waiter, as a later event at the same time,
 // when changed (the gate's Changed channel before a step) has closed:
 // Poll and Enter change the gate only for calls of different criticality
-// (Gate, rule 8), which the models here do not make.
+// (Gate, the criticality rule), which the models here do not make.
 func (p *proc) pollIfChanged(changed <-chan struct{}) {
 	select {
 	case <-changed:

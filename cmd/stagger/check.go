@@ -19,6 +19,7 @@ import (
 	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/gateview"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -127,6 +128,14 @@ type checkBudget struct {
 	// Deferral says what happens to a retry the budget refuses, during an
 	// outage and after it.
 	Deferral string `json:"deferral,omitempty"`
+	// DeferralRules are the Gate's rules, when refused retries wait.
+	DeferralRules []checkRule `json:"deferral_rules,omitempty"`
+}
+
+// checkRule is one of the Gate's rules: its name and what it says.
+type checkRule struct {
+	Name string `json:"name"`
+	Says string `json:"says"`
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
@@ -135,9 +144,10 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	format := fs.String("format", "text", "output format: text or json")
 	strict := fs.Bool("strict", false, "treat unknown keys as errors")
 	capN := fs.Int("max-attempts-cap", policy.DefaultMaxAttemptsCap, "cap on maxAttempts, at most policy.MaxAttemptsCapLimit (1000); below 2 keeps gRFC A6's 5")
+	width := fs.Int("width", textWidth(stdout), "wrap the text output to this many columns; 0 does not wrap (the default unless stdout is a terminal)")
 	descSet := fs.String("descriptor-set", "", "check service and method names, and read idempotency_level options, from this descriptor set\n(a FileDescriptorSet, as `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE` write it);\nwithout it, names are not checked")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE")
+		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-width N] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -188,7 +198,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	} else {
-		writeCheckText(stdout, rep)
+		writeCheckText(stdout, rep, *width)
 	}
 	if !rep.Valid {
 		if *format == "text" {
@@ -243,8 +253,8 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	cfg, err := policy.LoadFile(file, opts...)
 	for _, w := range warns {
 		s := w.String()
-		if w.Line > 0 {
-			s = fmt.Sprintf("%s:%d:%d: %s", file, w.Line, w.Column, s)
+		if pos := w.Position(); pos != "" {
+			s = pos + ": " + s
 		}
 		rep.Warnings = append(rep.Warnings, s)
 	}
@@ -283,11 +293,15 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	if s := cfg.BudgetSettings(); s.Kind != budget.KindNone {
 		rep.Budget = explainBudget(s, maxAttempts)
 		rep.Budget.Deferral = explainDeferral(s)
+		if s.Defers() {
+			rep.Budget.DeferralRules = deferralRules()
+		}
 	} else {
 		// What stagger.DialOptions installs: the process's default budget.
 		rep.Budget = explainBudget(budget.DefaultSettings(), maxAttempts)
 		rep.Budget.Kind = "default, " + rep.Budget.Kind + " (the file declares none: stagger.DialOptions installs budget.Default(), one per process; the bare interceptors have none)"
 		rep.Budget.Deferral = explainDeferral(budget.DefaultSettings())
+		rep.Budget.DeferralRules = deferralRules()
 	}
 	return rep
 }
@@ -342,10 +356,8 @@ func errorLines(file string, err error) []string {
 		var fe *policy.FieldError
 		var pe *fs.PathError
 		switch {
-		case errors.As(e, &se) && se.File != "":
+		case errors.As(e, &se) && se.File != "", errors.As(e, &fe) && fe.File != "":
 			// Placed already.
-		case errors.As(e, &fe) && fe.Line > 0:
-			msg = fmt.Sprintf("%s:%d:%d: %s", file, fe.Line, fe.Column, msg)
 		case errors.As(e, &pe):
 			// "open FILE: no such file or directory" names the file.
 		default:
@@ -805,7 +817,7 @@ func explainBreaker(s *breaker.Settings) *checkBreaker {
 	}
 	if s.ThrottleK > 0 {
 		set = append(set, fmt.Sprintf("adaptiveThrottling: k %v, window %v", s.ThrottleK, s.SamplingWindow))
-		how = append(how, fmt.Sprintf("first attempts are rejected locally (reason throttled) with probability max(0, (requests - %v x accepts) / (requests + 1)) over the last %v: the server sees at most about %vx the attempts it answers without failing", s.ThrottleK, s.SamplingWindow, s.ThrottleK))
+		how = append(how, fmt.Sprintf("first attempts are rejected locally (reason throttled) with probability max(0, (requests - %v x accepts) / (requests + 1)) over the last %v, at most 0.8: the server sees at most about %vx the attempts it answers without failing, and at least a fifth of them and one a second, so that a recovered server gets its traffic back", s.ThrottleK, s.SamplingWindow, s.ThrottleK))
 	}
 	if !s.NoPacing {
 		how = append(how, "waitForReady calls held while their connection fails to connect go, once it is ready, one at a time at the rate the server answered over the window (at least 1/s), not all at once")
@@ -832,17 +844,19 @@ func explainDeferral(s budget.Settings) string {
 		}
 		return out
 	}
-	d, r := s.Defer.WithDefaults(), budget.Rules()
-	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one): "+
-		"while retrying heals the calls that retried (a third of the latest eight) and no attempt failed for overload, it goes after its own pause; "+
-		"otherwise the wait is held only in an outage (%d failures in a row, after the server looked healthy, of a server whose retries do not heal) or an overload, "+
-		"else it goes as a probe or ends a tenth past its pause (reason deferred); "+
-		"a held retry goes one at a time: as a probe when no attempt has reached the server for a quiet time (the retry's pause, doubled by every failure: up to %v by the new calls' failures, %v by failed probes), "+
-		"or as its call's last chance %v before the deadline (the last attempt of a call with a deadline is kept for that); paid by the budget when it admits it; "+
-		"during an outage retries the budget would admit wait with them; "+
-		"once an attempt succeeds again, released one at a time, %v per second plus %v of each success, growing to %v while released retries succeed (a call with a deadline: its own pause after the outage); "+
-		`a call that finds no admission before its deadline ends with its last status (reason deferred). "defer": false ends refused calls at once`,
-		d.MaxWaiting, d.MaxWait, r.OutageStreak, r.QuietGapMax, r.ProbeGapMax, r.LastChanceLead, r.ReleasePerSecond, r.ReleaseGainStart, r.ReleaseGainMax)
+	d := s.Defer.WithDefaults()
+	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), "+
+		"and goes, or its call ends with its last status (reason deferred), by the Gate's rules below; "+
+		`"defer": false ends refused calls at once`, d.MaxWaiting, d.MaxWait)
+}
+
+// deferralRules is the Gate's rules, by name, from the package's snapshot.
+func deferralRules() []checkRule {
+	var out []checkRule
+	for _, r := range gateview.Current().Rules {
+		out = append(out, checkRule{Name: r.Name, Says: r.Says})
+	}
+	return out
 }
 
 // explainBudget works out the most attempts per call the budget lets
@@ -867,8 +881,8 @@ func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
 		return &checkBudget{Kind: "token bucket (retryBudget.tokenBucket)",
 			Settings:      fmt.Sprintf("capacity %v, retryCost %v, timeoutRetryCost %v, successReward %v", t.Capacity, t.RetryCost, t.TimeoutRetryCost, t.SuccessReward),
 			Amplification: 1, Burst: burst,
-			Explanation: fmt.Sprintf("in an outage the bucket (%v tokens) pays for %v retries, then refills only from first-try successes: 1.0x after that; unthrottled the file allows %.0fx",
-				start, burst, unbounded)}
+			Explanation: fmt.Sprintf("in an outage the bucket (%v tokens) pays for %v, then refills only from first-try successes: 1.0x after that; unthrottled the file allows %.0fx",
+				start, retriesWord(burst), unbounded)}
 	case budget.KindRatio:
 		r := s.Ratio.WithDefaults()
 		amp := math.Min(1+r.Percent/100, unbounded)
@@ -883,7 +897,73 @@ func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
 		Explanation:   fmt.Sprintf("unlimited: in an outage every call makes up to %.0f attempts (%.0fx load); stagger.DialOptions installs stagger's default budget, the bare interceptors do not", unbounded, unbounded)}
 }
 
-func writeCheckText(w io.Writer, rep checkReport) {
+// retriesWord is "1 retry", "2 retries".
+func retriesWord(n float64) string {
+	if n == 1 {
+		return "1 retry"
+	}
+	return fmt.Sprintf("%v retries", n)
+}
+
+// checkWidth is the width `stagger check` wraps its text to on a terminal
+// whose width the environment does not give ($COLUMNS): the width of a
+// terminal split in two, wide enough for the pause table.
+const checkWidth = 100
+
+// textWidth is the -width flag's default: the terminal's width when
+// stdout is one, else 0 (no wrapping: a pipe or a file gets one line per
+// item, for grep).
+func textWidth(stdout io.Writer) int {
+	f, ok := stdout.(*os.File)
+	if !ok {
+		return 0
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return 0
+	}
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n >= 40 {
+		return n
+	}
+	return checkWidth
+}
+
+// wrapText wraps each line of text longer than width at spaces; a
+// continuation line is indented 4 more than the line it continues. A word
+// longer than the width stays whole. width 0 leaves text as it is.
+func wrapText(text string, width int) string {
+	if width <= 0 {
+		return text
+	}
+	var b strings.Builder
+	for i, line := range strings.Split(text, "\n") {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		indent := line[:len(line)-len(strings.TrimLeft(line, " "))]
+		cont, lead := indent+"    ", len(indent)
+		for len(line) > width {
+			cut := strings.LastIndexByte(line[:width+1], ' ')
+			if cut <= lead {
+				// No space within the width: cut after the long word.
+				j := strings.IndexByte(line[lead+1:], ' ')
+				if j < 0 {
+					break
+				}
+				cut = lead + 1 + j
+			}
+			b.WriteString(strings.TrimRight(line[:cut], " "))
+			b.WriteByte('\n')
+			line, lead = cont+strings.TrimLeft(line[cut:], " "), len(cont)
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+func writeCheckText(out io.Writer, rep checkReport, width int) {
+	var buf strings.Builder
+	defer func() { io.WriteString(out, wrapText(buf.String(), width)) }()
+	w := &buf
 	if !rep.Valid {
 		fmt.Fprintf(w, "%s: invalid, %d error(s) (listed on stderr)\n", rep.File, len(rep.Errors))
 		writeWarnings(w, rep.Warnings)
@@ -901,7 +981,7 @@ func writeCheckText(w io.Writer, rep checkReport) {
 		fmt.Fprintf(w, "\nmethodConfig[%d]: %s\n", m.Entry, strings.Join(m.Names, ", "))
 		switch m.Kind {
 		case "retry":
-			fmt.Fprintf(w, "  retry: maxAttempts %d (%d retries) on %s\n", m.MaxAttempts, m.MaxAttempts-1, strings.Join(m.Codes, ", "))
+			fmt.Fprintf(w, "  retry: maxAttempts %d (%s) on %s\n", m.MaxAttempts, retriesWord(float64(m.MaxAttempts-1)), strings.Join(m.Codes, ", "))
 			fmt.Fprintf(w, "  backoff: initial %s, max %s, multiplier %v, jitter %s\n", m.Backoff.Initial, m.Backoff.Max, m.Backoff.Multiplier, m.Backoff.Jitter)
 			if m.PerAttemptRecvTimeout != "" {
 				fmt.Fprintf(w, "  perAttemptRecvTimeout: %s: an attempt with no response header or message by then is cut off and retried when a retry can go (attempts left, a pause that ends before the caller's deadline, through which the attempt runs on, then the budget and the breaker admitting it), unless the attempts sent after it are unanswered too (a server slow for every attempt: the timer waits another period, with one scout retry at a time); otherwise it runs on and its answer is the call's\n", m.PerAttemptRecvTimeout)
@@ -956,6 +1036,9 @@ func writeCheckText(w io.Writer, rep checkReport) {
 		fmt.Fprintf(w, "  worst-case load amplification: %.2fx (%s)\n", rep.Budget.Amplification, rep.Budget.Explanation)
 		if rep.Budget.Deferral != "" {
 			fmt.Fprintf(w, "  refused retries: %s\n", rep.Budget.Deferral)
+			for _, r := range rep.Budget.DeferralRules {
+				fmt.Fprintf(w, "    the %s rule: %s\n", r.Name, r.Says)
+			}
 		}
 	}
 	if rep.Breaker != nil {

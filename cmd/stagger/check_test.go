@@ -90,23 +90,23 @@ func TestCheckBadExamples(t *testing.T) {
 		want []string // stderr, one error per line
 	}{
 		{"bad-names.json", []string{
-			`FILE:3:55: methodConfig[0].name[1].method: a method needs a service, got "Get"`,
+			`FILE:3:45: methodConfig[0].name[1].method: a method needs a service, got "Get"`,
 			`FILE:4:15: methodConfig[1].name[0]: duplicate name, already given in methodConfig[0], got /shop.v1.Cart/`,
 		}},
 		{"bad-retry.yaml", []string{
-			`FILE:4:20: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1`,
-			`FILE:5:23: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"`,
-			`FILE:6:19: methodConfig[0].retryPolicy.maxBackoff: must be a duration such as "0.1s" (proto3 JSON) or "100ms" (Go), got 5`,
-			`FILE:9:15: methodConfig[0].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
-			`FILE:8:29: methodConfig[0].retryPolicy.retryableStatusCodes: must not be empty (unless perAttemptRecvTimeout is set), got []`,
+			`FILE:4:7: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1`,
+			`FILE:5:7: methodConfig[0].retryPolicy.initialBackoff: must be > 0, got "0s"`,
+			`FILE:6:7: methodConfig[0].retryPolicy.maxBackoff: must be a duration such as "0.1s" (proto3 JSON) or "100ms" (Go), got 5`,
+			`FILE:9:7: methodConfig[0].retryPolicy.jitter: must be one of PROPORTIONAL, FULL, EQUAL, DECORRELATED, NONE, got "FUL"`,
+			`FILE:8:7: methodConfig[0].retryPolicy.retryableStatusCodes: must not be empty (unless perAttemptRecvTimeout is set), got []`,
 		}},
 		{"bad-retry-and-hedging.json", []string{
 			`FILE:2:20: methodConfig[0]: a method has retryPolicy or hedgingPolicy, not both (gRFC A6), got both`,
 		}},
 		{"bad-budget.json", []string{
-			`FILE:4:18: retryBudget: at most one budget per file: retryThrottling or retryBudget, not both, got both`,
-			`FILE:3:36: retryThrottling.maxTokens: must be in (0, 1000], got 1001`,
-			`FILE:3:56: retryThrottling.tokenRatio: must be at least 0.001 (gRFC A6 keeps 3 decimals), got 0.0001`,
+			`FILE:4:3: retryBudget: at most one budget per file: retryThrottling or retryBudget, not both, got both`,
+			`FILE:3:23: retryThrottling.maxTokens: must be in (0, 1000], got 1001`,
+			`FILE:3:42: retryThrottling.tokenRatio: must be at least 0.001 (gRFC A6 keeps 3 decimals), got 0.0001`,
 		}},
 	}
 	for _, tt := range tests {
@@ -190,7 +190,7 @@ func TestCheckWarnings(t *testing.T) {
 	}
 	// -strict turns the unknown key into an error; flags may follow the file.
 	code, _, errOut := checkRun(t, file, "-strict")
-	if code != 1 || !strings.Contains(errOut, `must hold only known keys (Strict; did you mean "methodConfig"?), got "methodConfg"`) {
+	if code != 1 || !strings.Contains(errOut, `methodConfg: must be a known key (Strict; did you mean "methodConfig"?), got "methodConfg"`) {
 		t.Errorf("-strict: exit %d, stderr %q", code, errOut)
 	}
 	code, out, _ = checkRun(t, "-max-attempts-cap", "9", file)
@@ -329,7 +329,7 @@ func TestCheckExplainsBreaker(t *testing.T) {
 	}
 	code, out, _ := checkRun(t, file)
 	for _, want := range []string{
-		"breaker: circuitBreaker: failureRatio 0.5, minimumThroughput 20, consecutiveFailures 5, samplingWindow 10s, breakDuration 2s, probeEvery 10, maxBreakDuration 5s, scope TARGET; adaptiveThrottling: k 3, window 10s",
+		"breaker: circuitBreaker: failureRatio 0.5, minimumThroughput 20, consecutiveFailures 5, samplingWindow 10s, breakDuration 2s, probeEvery 10, maxBreakDuration 2s, scope TARGET; adaptiveThrottling: k 3, window 10s",
 		"one breaker per target (every method of a connection target together)",
 		"first attempts fail at once with UNAVAILABLE naming the breaker",
 		"(requests - 3 x accepts) / (requests + 1)",
@@ -642,8 +642,8 @@ func TestCheckNewcomersMistakes(t *testing.T) {
 		{"YAML syntax", "p.yaml", "methodConfig:\n  - name: [{service: stagger.testing.v1.TestService}]\n    retryPolicy:\n      maxAttempts: 3\n     initialBackoff: 0.1s\n      maxBackoff: 1s\n", nil, 1,
 			`FILE:5: invalid YAML: did not find expected key (is the line indented like the keys or items it belongs with?)`},
 		{"invalid values", "p.yaml", "methodConfig:\n  - name: [{service: stagger.testing.v1.TestService}]\n    retryPolicy: {maxAttempts: 1, initialBackoff: 0.1s, maxBackoff: 1s, backoffMultiplier: 0, retryableStatusCodes: [UNAVAILABLE]}\n", nil, 1,
-			"FILE:3:32: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1\n" +
-				"FILE:3:92: methodConfig[0].retryPolicy.backoffMultiplier: must be > 0 (1 keeps every pause at initialBackoff, 2 doubles them), got 0"},
+			"FILE:3:19: methodConfig[0].retryPolicy.maxAttempts: must be at least 2 (it counts the first attempt: 2 means 1 retry), got 1\n" +
+				"FILE:3:73: methodConfig[0].retryPolicy.backoffMultiplier: must be > 0 (1 keeps every pause at initialBackoff, 2 doubles them), got 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -721,5 +721,44 @@ func TestCheckShowsCriticality(t *testing.T) {
 	if len(got.Methods) != 2 || got.Methods[0].Criticality != "SHEDDABLE_PLUS" || !got.Methods[0].CriticalitySet ||
 		got.Methods[1].Criticality != "CRITICAL" || got.Methods[1].CriticalitySet {
 		t.Errorf("json methods %+v\n%s", got.Methods, out)
+	}
+}
+
+// TestCheckWraps: -width wraps every line of the text, continuation lines
+// indented, and nothing is lost; a pipe (the default) gets one line per item.
+func TestCheckWraps(t *testing.T) {
+	for _, file := range []string{"retry.json", "hedging.yaml", "decorrelated.yaml", "breaker.json", "a6-throttle.json"} {
+		_, flat, _ := checkRun(t, checkExamples+file)
+		code, out, _ := checkRun(t, "-width", "80", checkExamples+file)
+		if code != 0 {
+			t.Fatalf("%s: exit %d", file, code)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if len(l) > 80 && strings.Contains(strings.TrimSpace(l), " ") {
+				t.Errorf("%s: a line of %d columns: %q", file, len(l), l)
+			}
+		}
+		if strings.Join(strings.Fields(out), " ") != strings.Join(strings.Fields(flat), " ") {
+			t.Errorf("%s: wrapping changed the words:\n%s", file, out)
+		}
+	}
+	if got := wrapText("  a bb "+strings.Repeat("c", 12)+" d", 8); got != "  a bb\n      cccccccccccc\n      d" {
+		t.Errorf("wrapText = %q", got)
+	}
+}
+
+// TestCheckCountsRetries: one retry is "1 retry".
+func TestCheckCountsRetries(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(file, []byte(`{"methodConfig": [{"name": [{"service": "a.S"}], "retryPolicy": {"maxAttempts": 2,
+	  "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}],
+	  "retryBudget": {"tokenBucket": {"capacity": 10, "initial": 5, "retryCost": 5}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, out, errOut := checkRun(t, file)
+	for _, want := range []string{"maxAttempts 2 (1 retry)", "pays for 1 retry,"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s%s", want, out, errOut)
+		}
 	}
 }

@@ -107,6 +107,18 @@ Scenarios (-scenario, comma-separated to run several one after another):
                (stagger-elsewhere), and no-retry: p50/p99/p99.9, and the
                calls that sent a hedge to the replica their first attempt
                went to (HEDGE REPEATS, the replicas' records)
+  long-outage  unavailable with an outage that outlives the calls' 2 s
+               deadline ten times over: UNAVAILABLE in [2s, 22s) of 30s,
+               every contender and no-retry: what the waits cost the caller
+               (FAIL P50/P99, MEAN IN FLIGHT IN TRIGGER) and whether traffic
+               comes back (SUCCESS AFTER, RECOVER). Other lengths: give
+               -outage-end and -duration (make lab-figures sweeps 0.5, 2, 5
+               and 20 s, each with 8 s after it)
+  stragglers   a quiet process (1 client, 5 calls/s for 40 s, 3 attempts,
+               deadline 2s): attempts take 20ms, one in ten 20× as long
+               (400ms); a per-attempt timeout of 60ms (3× the fast attempt)
+               for every contender that has one, as in slowdown; stagger
+               with its default budget: p50/p99/p99.9 and attempts per call
 
 Each table but chain's (no server of the chain limits its attempts) opens
 with the scenario's ceiling: the success rate an ideal client could reach
@@ -119,7 +131,8 @@ the trigger's start on ÷ what the server could serve then; WASTED, the
 share of the server's work done for callers that had gone; P50/P99 of the
 successful calls and FAIL P50/P99 of the failed ones. Peaks: calls in
 flight, calls waiting between attempts, and goroutines of its client side
-(sampled every 100 ms). -format json adds a per-second timeline (calls,
+(sampled every 100 ms), and MEAN IN FLIGHT IN TRIGGER, the mean number of
+calls in flight during the trigger: what the waits cost the caller. -format json adds a per-second timeline (calls,
 attempts, successes, the server's capacity) per contender; -plot DIR
 draws it, one SVG per scenario (DIR/SCENARIO.svg).
 
@@ -174,18 +187,18 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	d := lab.Config{}.Defaults()
 	scenarios := stringList{string(lab.ScenarioUnavailable)}
 	fs.Var(&scenarios, "scenario", "scenarios to run, comma-separated: "+strings.Join(labScenarioNames(), ", "))
-	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload, mixed-criticality, flaky-quiet-random: 10s; chain, flaky-quiet, bad-replica, slow-replica-3: 4s; metastable: 14s)")
+	duration := fs.Duration("duration", d.Duration, "how long calls are offered (overload, mixed-criticality, flaky-quiet-random: 10s; chain, flaky-quiet, bad-replica, slow-replica-3: 4s; metastable: 14s; long-outage: 30s; stragglers: 40s)")
 	start := fs.Duration("outage-start", d.OutageStart, "when the trigger (outage; overload: half the workers; slowdown) starts (chain: 1s)")
-	end := fs.Duration("outage-end", d.OutageEnd, "when the trigger ends (blip: 3.5s; overload, mixed-criticality: 6s; chain, slowdown, slowdown-90, metastable: 3s)")
-	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget (flaky-quiet: 1; flaky-quiet-random, bad-replica, slow-replica-3: 4)")
+	end := fs.Duration("outage-end", d.OutageEnd, "when the trigger ends (blip: 3.5s; overload, mixed-criticality: 6s; chain, slowdown, slowdown-90, metastable: 3s; long-outage: 22s)")
+	clients := fs.Int("clients", d.Clients, "client connections per contender, each with its own budget (flaky-quiet, stragglers: 1; flaky-quiet-random, bad-replica, slow-replica-3: 4)")
 	capacity := fs.Int("capacity", d.Capacity, "attempts per second the server serves with all its workers")
 	workers := fs.Int("workers", d.Workers, "workers of the server (an attempt costs one -workers ÷ -capacity)")
 	queue := fs.Int("queue", 0, "attempts the server lets wait for a worker (0: 5 × -workers; slowdown, slowdown-90, metastable: 0.4 s of work at -capacity)")
 	slow := fs.Float64("slow", 0, "how many times as long the service takes in the slowdown (0: 3; slowdown-90: 4)")
-	perAttempt := fs.Duration("per-attempt-timeout", 0, "per-attempt timeout in slowdown, slowdown-90 and metastable (0: 200ms)")
+	perAttempt := fs.Duration("per-attempt-timeout", 0, "per-attempt timeout in slowdown, slowdown-90, metastable and stragglers (0: 200ms; stragglers: 60ms)")
 	plotDir := fs.String("plot", "", "write one SVG picture per scenario into this directory (DIR/SCENARIO.svg)")
-	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica, slow-replica-stream, slow-replica-3: 50%; chain: 100; flaky-quiet, flaky-quiet-random: 5 per client; slowdown, metastable: 75%; slowdown-90: 90%)")
-	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5; chain, flaky-quiet, flaky-quiet-random, bad-replica, slow-replica-3: 3, on every hop)")
+	rate := fs.Float64("rate", 0, "calls per second offered per contender (0: 80% of -capacity; blip: 1 per client; slow-replica, slow-replica-stream, slow-replica-3: 50%; chain: 100; flaky-quiet, flaky-quiet-random, stragglers: 5 per client; slowdown, metastable: 75%; slowdown-90: 90%)")
+	attempts := fs.Int("attempts", d.MaxAttempts, "attempt limit of every contender, the first included (1-5; chain, flaky-quiet, flaky-quiet-random, stragglers, bad-replica, slow-replica-3: 3, on every hop)")
 	timeout := fs.Duration("call-timeout", d.CallTimeout, "deadline of each call (slowdown, slowdown-90, metastable: 1s)")
 	var contenders stringList
 	fs.Var(&contenders, "contenders", "contenders to run, comma-separated (default: all of the scenario's): "+

@@ -38,6 +38,9 @@ type labJSON struct {
 	PeakAttemptsInFlight int `json:"peak_attempts_in_flight"`
 	PeakWaiting          int `json:"peak_waiting"`
 	PeakGoroutines       int `json:"peak_goroutines"`
+	// MeanInFlight is lab.Result.MeanInFlight: the mean number of calls
+	// in flight during the trigger; none in the scenarios without one.
+	MeanInFlight *float64 `json:"mean_in_flight,omitempty"`
 	// Goodput is lab.Result.Goodput: the calls that succeeded from the
 	// trigger's start ÷ the attempts the server could serve then.
 	Goodput float64 `json:"goodput"`
@@ -167,6 +170,7 @@ func writeLabJSON(w io.Writer, reps []*lab.Report) error {
 			rec := &out[len(out)-1]
 			if rep.Config.Scenario.HasTrigger() {
 				rec.SuccessAfter, rec.CallsAfter = &r.SuccessAfter, &r.CallsAfter
+				rec.MeanInFlight = &r.MeanInFlight
 			}
 			if rep.Config.Scenario == lab.ScenarioChain {
 				rec.OutageCalls, rec.BottomAttemptsPerCall, rec.MiddleAttemptsPerCall = &r.OutageCalls, &r.BottomAttemptsPerCall, &r.MiddleAttemptsPerCall
@@ -201,8 +205,10 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 			if s == lab.ScenarioChain {
 				chain[0], chain[1] = fmtFloat(r.BottomAttemptsPerCall, 3), fmtFloat(r.MiddleAttemptsPerCall, 3)
 			}
+			mean := "" // not measured
 			if s.HasTrigger() {
 				chain[2] = fmtFloat(r.SuccessAfter, 4)
+				mean = fmtFloat(r.MeanInFlight, 1)
 			}
 			first := []string{"", "", ""} // not measured
 			if rep.Config.Scenario == lab.ScenarioSlowReplicaStream {
@@ -211,13 +217,14 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 			rows = append(rows, slices.Concat([]string{string(rep.Config.Scenario), r.Contender, strconv.Itoa(r.Calls),
 				fmtFloat(r.AttemptsPerCall, 3), fmtFloat(r.SuccessRate, 4), fmtFloat(r.OutageLoad, 3),
 				fmtFloat(r.PeakAfter, 3), ms(r.P50), ms(r.P99), ms(r.P999), fmtFloat(r.Goodput, 4)}, chain, first,
-				[]string{labRecoverText(s, r, ""), fmtFloat(r.Wasted, 4), ms(r.FailP50), ms(r.FailP99)}))
+				[]string{labRecoverText(s, r, ""), fmtFloat(r.Wasted, 4), ms(r.FailP50), ms(r.FailP99), strconv.Itoa(r.PeakInFlight), mean}))
 		}
 	}
 	return writeCSV(w, []string{"scenario", "contender", "calls", "attempts_per_call", "success_rate",
 		"outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms", "goodput",
 		"bottom_attempts_per_call", "middle_attempts_per_call", "success_after",
-		"first_p50_ms", "first_p99_ms", "first_p999_ms", "recover_s", "wasted", "fail_p50_ms", "fail_p99_ms"}, rows)
+		"first_p50_ms", "first_p99_ms", "first_p999_ms", "recover_s", "wasted", "fail_p50_ms", "fail_p99_ms",
+		"peak_in_flight", "mean_in_flight"}, rows)
 }
 
 // writeLabTable prints one scenario: what each contender gets, the table,
@@ -225,7 +232,8 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 func writeLabTable(w io.Writer, rep *lab.Report) error {
 	c := rep.Config
 	stream := c.Scenario == lab.ScenarioSlowReplicaStream
-	slow := c.Scenario == lab.ScenarioSlowReplica || stream
+	stragglers := c.Scenario == lab.ScenarioStragglers
+	slow := c.Scenario == lab.ScenarioSlowReplica || stream || stragglers
 	mixed := c.Scenario == lab.ScenarioMixedCriticality
 	overload := c.Scenario == lab.ScenarioOverload || mixed
 	chain := c.Scenario == lab.ScenarioChain
@@ -240,6 +248,9 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		fmt.Fprintf(w, "scenario %s: no capacity limit, %.0f server streams/s (%d messages each) from %d clients per contender for %v, an attempt's first message takes %v, one in %.0f takes %d× as long, call deadline %v\n",
 			c.Scenario, c.Rate, lab.SlowStreamMessages, c.Clients, c.Duration, lab.SlowBase, 1/lab.SlowOdds, lab.SlowFactor, c.CallTimeout)
 		fmt.Fprintln(w, "FIRST: time to a stream's first message; EXTRA ATTEMPTS: attempts per call − 1")
+	case stragglers:
+		fmt.Fprintf(w, "scenario %s: no capacity limit, %.0f calls/s from %d clients per contender for %v, attempts take %v, one in %.0f takes %d× as long, %d attempts, per-attempt timeout %v, call deadline %v\n",
+			c.Scenario, c.Rate, c.Clients, c.Duration, lab.StragglerBase, 1/lab.StragglerOdds, lab.StragglerFactor, c.MaxAttempts, c.PerAttemptTimeout, c.CallTimeout)
 	case slow:
 		fmt.Fprintf(w, "scenario %s: no capacity limit, %.0f calls/s from %d clients per contender for %v, attempts take %v, one in %.0f takes %d× as long, call deadline %v\n",
 			c.Scenario, c.Rate, c.Clients, c.Duration, lab.SlowBase, 1/lab.SlowOdds, lab.SlowFactor, c.CallTimeout)
@@ -314,7 +325,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 		rows[i] = []string{r.Contender, fmtFloat(r.AttemptsPerCall, 2), pct(r.SuccessRate), pct(r.SuccessAfter),
 			labRecoverText(c.Scenario, r, "never"), fmtFloat(r.Goodput, 2), pct(r.Wasted),
 			ms(r.P50), ms(r.P99), ms(r.FailP50), ms(r.FailP99), fmtFloat(r.OutageLoad, 2) + "×", fmtFloat(r.PeakAfter, 2) + "×",
-			strconv.Itoa(r.PeakInFlight), strconv.Itoa(r.PeakWaiting), strconv.Itoa(r.PeakGoroutines),
+			strconv.Itoa(r.PeakInFlight), fmtFloat(r.MeanInFlight, 1), strconv.Itoa(r.PeakWaiting), strconv.Itoa(r.PeakGoroutines),
 			bar(r.AttemptsPerCall, maxPer, 16)}
 		switch {
 		case stream:
@@ -348,7 +359,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	}
 	header := []string{"CONTENDER", "ATTEMPTS/CALL", "SUCCESS", "SUCCESS AFTER", "RECOVER (s)", "GOODPUT", "WASTED",
 		"P50 (ms)", "P99 (ms)", "FAIL P50 (ms)", "FAIL P99 (ms)",
-		"OUTAGE ATTEMPTS ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "ATTEMPTS PER CALL"}
+		"OUTAGE ATTEMPTS ÷ CAP", "PEAK/100ms AFTER ÷ CAP", "PEAK IN FLIGHT", "MEAN IN FLIGHT IN TRIGGER", "PEAK WAITING", "PEAK GOROUTINES", "ATTEMPTS PER CALL"}
 	switch {
 	case stream:
 		header = []string{"CONTENDER", "ATTEMPTS/CALL", "EXTRA ATTEMPTS", "SUCCESS", "FIRST P50 (ms)", "FIRST P99 (ms)", "FIRST P99.9 (ms)",

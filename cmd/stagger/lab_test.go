@@ -84,7 +84,7 @@ func TestLabCSV(t *testing.T) {
 	}
 	want := "scenario,contender,calls,attempts_per_call,success_rate,outage_load,peak_after,p50_ms,p99_ms,p999_ms,goodput," +
 		"bottom_attempts_per_call,middle_attempts_per_call,success_after,first_p50_ms,first_p99_ms,first_p999_ms," +
-		"recover_s,wasted,fail_p50_ms,fail_p99_ms"
+		"recover_s,wasted,fail_p50_ms,fail_p99_ms,peak_in_flight,mean_in_flight"
 	if len(rows) != 3 || strings.Join(rows[0], ",") != want {
 		t.Fatalf("got %d rows, header %v; want 3 rows under %s", len(rows), rows[0], want)
 	}
@@ -162,7 +162,7 @@ func TestLabJSONFields(t *testing.T) {
 	for _, key := range []string{"scenario", "contender", "calls", "attempts", "successes", "attempts_per_call",
 		"success_rate", "outage_load", "peak_after", "p50_ms", "p99_ms", "p999_ms", "load_per_100ms", "wall_ms", "versions",
 		"ceiling", "peak_in_flight", "peak_attempts_in_flight", "peak_waiting", "peak_goroutines",
-		"goodput", "wasted", "fail_p50_ms", "fail_p99_ms", "recover_s", "success_after", "calls_after", "timeline"} {
+		"goodput", "wasted", "fail_p50_ms", "fail_p99_ms", "recover_s", "success_after", "calls_after", "mean_in_flight", "timeline"} {
 		if _, ok := recs[0][key]; !ok {
 			t.Errorf("json record lacks %q: %v", key, recs[0])
 		}

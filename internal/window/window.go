@@ -67,6 +67,17 @@ func (w *Window[C]) Add(now time.Time, i int, n uint64) {
 	w.slices[w.tick%Slices][i] += n
 }
 
+// Start returns when the window began (its now at New).
+func (w *Window[C]) Start() time.Time { return w.epoch }
+
+// Forget forgets every count of counter i.
+func (w *Window[C]) Forget(i int) {
+	for k := range w.slices {
+		w.slices[k][i] = 0
+	}
+	w.Sum[i] = 0
+}
+
 // Reset forgets every count.
 func (w *Window[C]) Reset() {
 	var zero C

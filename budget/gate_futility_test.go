@@ -1,0 +1,142 @@
+package budget
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// The futility rule: once the outage has lasted as long as the longest wait
+// of the retries that began to wait since the server last served, a retry
+// fails at once while another waits; alone, it waits as the probe. Calls
+// already waiting keep their chance, and a success ends the rule.
+func TestGateFutility(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	const deadline = 2 * time.Second
+	early, err := g.enter(retry2, 0, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Leave()
+	// Within the calls' deadlines, retries wait.
+	clk.advance(deadline - time.Millisecond)
+	w, err := g.enter(retry2, 0, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatalf("%v into the outage: enter = %v, want a wait", deadline-time.Millisecond, err)
+	}
+	w.Leave()
+	// Past them, a retry fails at once while another waits.
+	clk.advance(time.Millisecond)
+	if _, err := g.enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+		t.Fatalf("%v into the outage, one waiting: enter = %v, want ErrOutageLasting", deadline, err)
+	}
+	// The early wait keeps its chance: here, the probe.
+	if a, _ := early.Poll(); a != AdmitProbe || early.Err() != nil {
+		t.Fatalf("the early wait: Poll = %v, Err %v; want the probe", a, early.Err())
+	}
+	early.Leave()
+	// Alone, a retry waits: it is the probe.
+	probe, err := g.enter(retry2, 0, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatalf("alone: enter = %v, want a wait", err)
+	}
+	defer probe.Leave()
+	if _, err := g.enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+		t.Fatalf("beside the probe: enter = %v, want ErrOutageLasting", err)
+	}
+	// A success (a new call's first attempt) ends the outage and the rule.
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	w2, err := g.enter(retry2, 0, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatalf("after a success: enter = %v, want a wait", err)
+	}
+	w2.Leave()
+	if st := g.State(); st.DeferGaveUp != 2 {
+		t.Fatalf("gave up %d, want the 2 failed at once", st.DeferGaveUp)
+	}
+}
+
+// A process whose calls have no deadline waits MaxWait at most: the
+// futility rule counts that as their wait.
+func TestGateFutilityWithoutDeadlines(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: time.Second}, clk))
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	w, err := g.enter(retry2, 0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	clk.advance(time.Second)
+	if _, err := g.enter(retry2, 0, time.Time{}); !errors.Is(err, ErrOutageLasting) {
+		t.Fatalf("MaxWait into the outage: enter = %v, want ErrOutageLasting", err)
+	}
+}
+
+// The release rule's back pace: the calls held through an outage go back
+// no faster than backShare times the pace at which their retries began to
+// wait, however their spread draws fall.
+func TestGateBackPace(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	g.rand = func() float64 { return 0 } // every spread at its earliest
+	g.st.rand = g.rand
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	// 40 retries begin to wait over 2 s (20 a second), deadlines 10 s on.
+	var ws []*waiter
+	for range 40 {
+		w, err := g.enter(retry2, 10*time.Millisecond, clk.Now().Add(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Leave()
+		ws = append(ws, w)
+		clk.advance(50 * time.Millisecond)
+		for _, w := range ws {
+			if a, _ := w.Poll(); a != AdmitNone && a != AdmitProbe && a != AdmitLast {
+				t.Fatalf("in the outage: Poll = %v", a)
+			}
+		}
+	}
+	// A new call's first attempt finds the server back.
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	back := clk.Now()
+	var went []time.Duration
+	for clk.Now().Before(back.Add(5 * time.Second)) {
+		for _, w := range ws {
+			if w.left || w.taken {
+				continue
+			}
+			if a, _ := w.Poll(); a == AdmitRelease {
+				went = append(went, clk.Now().Sub(back))
+				w.taken = true
+			}
+		}
+		clk.advance(time.Millisecond)
+	}
+	if len(went) < 10 {
+		t.Fatalf("%d went back in 5 s, want most of 40", len(went))
+	}
+	// In any second, at most backShare of the 20 a second they came at,
+	// and one more for the release credits that accrue at a credit a
+	// second (the probe's success brought none here).
+	for i := range went {
+		n := 0
+		for _, at := range went[i:] {
+			if at-went[i] < time.Second {
+				n++
+			}
+		}
+		if limit := int(backShare*20) + 2; n > limit {
+			t.Fatalf("%d went back within a second of %v, want %d at most (backShare of the pace they came at, and credits)", n, went[i], limit)
+		}
+	}
+}

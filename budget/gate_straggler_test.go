@@ -1,0 +1,69 @@
+package budget
+
+import (
+	"testing"
+	"time"
+)
+
+// TestGateAllowStraggler: Allow admits a straggler's retry after a
+// per-attempt timeout (Request.Straggler) that the budget refuses, unpaid
+// (AdmitHeal), while the heal rule holds and neither the outage rule nor
+// the failure-for-overload part of the overload rule refuses; a slow
+// success does not hold it back. Asking changes nothing of the gate.
+func TestGateAllowStraggler(t *testing.T) {
+	straggler := Request{Number: 2, AfterTimeout: true, Straggler: true}
+	timeout := Request{Number: 2, AfterTimeout: true}
+	served := Attempt{Number: 1, Outcome: Success, Final: true}
+	tests := []struct {
+		name    string
+		budget  bool // the budget pays
+		history []Attempt
+		outage  bool
+		r       Request
+		want    Admission
+		wantOK  bool
+	}{
+		{"fresh: nothing served, the heal rule does not hold", false, nil, false, straggler, AdmitNone, false},
+		{"served: admitted unpaid", false, []Attempt{served}, false, straggler, AdmitHeal, true},
+		{"the budget pays: paid", true, []Attempt{served}, false, straggler, AdmitNone, true},
+		{"not a straggler: refused", false, []Attempt{served}, false, timeout, AdmitNone, false},
+		{"a straggler without AfterTimeout is an ordinary retry", false, []Attempt{served}, false, Request{Number: 2, Straggler: true}, AdmitNone, false},
+		{"after a slow success: a straggler's retry goes", false, []Attempt{{Number: 1, Outcome: Success, Overload: true, Final: true}}, false, straggler, AdmitHeal, true},
+		{"after a slow success: another timeout retry is refused, paid or not", true, []Attempt{{Number: 1, Outcome: Success, Overload: true, Final: true}}, false, timeout, AdmitNone, false},
+		{"after a failure for overload: refused", true, []Attempt{served, {Number: 1, Outcome: Failure, Overload: true}}, false, straggler, AdmitNone, false},
+		{"two retries failed since the last success: refused", false, []Attempt{served, {Number: 2, Outcome: Failure}, {Number: 2, Outcome: Failure}}, false, straggler, AdmitNone, false},
+		{"a healed call: admitted", false, []Attempt{served, {Number: 2, Outcome: Success, AfterTimeout: true, Admission: AdmitHeal, Final: true}}, false, straggler, AdmitHeal, true},
+		{"in an outage: refused", true, []Attempt{served}, true, straggler, AdmitNone, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &manualClock{now: time.Unix(1000, 0)}
+			b := &switchBudget{}
+			b.open.Store(tt.budget)
+			g := newGate(t, b, DeferSettings{}, clk)
+			for _, a := range tt.history {
+				g.Record(a)
+				clk.advance(time.Millisecond)
+			}
+			if tt.outage {
+				g.outageNow.Store(true)
+			}
+			g.mu.Lock()
+			before := g.st
+			g.mu.Unlock()
+			adm, ok := g.allow(tt.r)
+			if adm != tt.want || ok != tt.wantOK {
+				t.Errorf("allow = %v, %v; want %v, %v", adm, ok, tt.want, tt.wantOK)
+			}
+			if got := g.Allow(tt.r); got != tt.wantOK {
+				t.Errorf("Allow = %v, want %v", got, tt.wantOK)
+			}
+			g.mu.Lock()
+			after := g.st
+			g.mu.Unlock()
+			if before.phase != after.phase || before.ev != after.ev || before.streak != after.streak {
+				t.Errorf("asking changed the gate: %+v -> %+v", before, after)
+			}
+		})
+	}
+}

@@ -1,0 +1,48 @@
+package budget
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/stagger-go/stagger/internal/gateview"
+)
+
+func init() {
+	gateview.Set = gateview.Hooks[*Gate, Request, Admission]{
+		Enter: func(g *Gate, r Request, pause time.Duration, deadline time.Time) (gateview.Waiter[Admission], error) {
+			w, err := g.enter(r, pause, deadline)
+			if err != nil {
+				return nil, err
+			}
+			return w, nil
+		},
+		Changed: (*Gate).changes,
+		MaxWait: func(g *Gate) time.Duration { return g.s.MaxWait },
+		Allow:   (*Gate).allow,
+	}
+	gateview.Current = rules
+}
+
+// rules is the snapshot of the Gate's rules that `stagger check` prints:
+// each rule's name and a line of what it says, with the numbers of
+// tuning.go (Gate's documentation says it in full).
+func rules() gateview.Rules {
+	return gateview.Rules{
+		OverloadHold:   overloadHold,
+		LastChanceLead: lastChanceLead,
+		Rules: []gateview.Rule{
+			{Name: ruleHeal.String(), Says: fmt.Sprintf("while retrying heals the calls that retried (at least %.2g of the latest %d) and no attempt failed for overload, a waiting retry goes after its own pause, and a retry after a per-attempt timeout of a straggler (newer attempts served) goes unpaid", healMinShare, healWindow)},
+			{Name: ruleProbe.String(), Says: fmt.Sprintf("while attempts fail, one waiting retry at a time goes when nothing reached the server for the quiet time: its pause, doubled by every failure (up to %v by new calls' failures, %v by failed probes)", quietGapMax, probeGapMax)},
+			{Name: ruleLastChance.String(), Says: fmt.Sprintf("while attempts fail, a call with a deadline keeps its last attempt for a last chance %v (or twice the latest deferred retry's duration) before the deadline", lastChanceLead)},
+			{Name: ruleRelease.String(), Says: fmt.Sprintf("once the server serves again, waiting retries go one credit at a time: %v a second plus %v of each success, growing to %v while released retries succeed; a call held through an outage goes back its own pause after it and a share of what its deadline leaves, no faster than %v of the pace its retries began to wait at (a process that held %d or more)", releasePerSecond, releaseGainStart, releaseGainMax, backShare, backMinHeld)},
+			{Name: ruleGuard.String(), Says: "a retry a circuit breaker guards goes only when the breaker allows it too; while it is open, as its half-open probe"},
+			{Name: ruleOutage.String(), Says: fmt.Sprintf("%d failures in a row, after %v without failures, of a server whose retries do not heal, make an outage: every retry waits (none is paid by the budget)", outageStreak, healthyGap)},
+			{Name: ruleOverload.String(), Says: fmt.Sprintf("for %v after a failure for overload every retry waits; after a slow success, every retry after a per-attempt timeout but a straggler's", overloadHold)},
+			{Name: ruleHold.String(), Says: fmt.Sprintf("a wait that no rule lets go by its pause and %v of it is held only in an outage or an overload; otherwise it goes as a probe or ends", holdSlack)},
+			{Name: ruleHopeless.String(), Says: "a wait ends as soon as a retry, taking as long as its method's attempts lately, could not finish before the call's deadline"},
+			{Name: ruleFutility.String(), Says: fmt.Sprintf("once an outage has lasted %v times the longest wait of the retries that began to wait since the server last served, a retry fails at once (reason outage) unless nobody waits (it then waits alone, as the probe) or a draw keeps it (%v of them); calls already waiting keep their chance; the first success ends it", futileFactor, futileHold)},
+			{Name: ruleSettling.String(), Says: fmt.Sprintf("no retry goes sooner than its pause; a probe that never reports frees its slot %v after its call's deadline (%v without one)", probeLeaseSlack, probeGapMax)},
+			{Name: ruleCriticality.String(), Says: "releases, probes and last chances go to the most critical waiting retry first; a full waiting room evicts the least critical, latest first"},
+		},
+	}
+}
