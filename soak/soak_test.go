@@ -9,9 +9,9 @@ import (
 
 // TestSoak runs the soak for SOAK_TIME with SOAK_SEED (default: drawn from
 // the clock, and printed to replay); SOAK_PROFILE, an absolute directory,
-// gets heap profiles at half time and at the end. Without SOAK_TIME it is skipped: `make
-// soak` and CI's soak step run it alone, since beside other packages'
-// tests it would take their cores (and theirs its).
+// gets heap profiles at half time and at the end. Without SOAK_TIME it is
+// skipped: `make soak` and CI's soak step run it alone, since beside other
+// packages' tests it would take their cores (and theirs its).
 func TestSoak(t *testing.T) {
 	s := os.Getenv("SOAK_TIME")
 	if s == "" {
