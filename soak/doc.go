@@ -1,0 +1,59 @@
+// Package soak runs stagger under random faults for a long time and checks,
+// while it runs and at the end, that nothing is lost, nothing runs twice and
+// nothing leaks: `make soak` (SOAK_TIME, default 10m; SOAK_SEED) runs
+// TestSoak, which calls Run.
+//
+// # The fleet
+//
+// Three replicas of the test service (package testserver) on loopback TCP,
+// each behind stagger's server side (package server: shedding past 48
+// calls at once, don't-retry propagation, de-duplication of keyed writes
+// in a memory store the replicas share and, when redis-server is on PATH,
+// in a Redis store too: a write carries the key header of one of them).
+// Six client processes' worth of clients, each with its own connection to
+// every replica (round_robin or stagger_elsewhere), its own policy file and
+// its own budget, a Gate: the default budget; a circuit breaker; adaptive
+// throttling; and three crowds whose Gate holds only two waiting calls (one
+// behind a breaker too), so that a more critical retry evicts a less
+// critical one while callers give up. Twelve callers per process call in a
+// loop at a random criticality with a random deadline (up to 2 s), and
+// three in ten give up (cancel) at a random moment: keyed non-idempotent
+// Writes, hedged Gets, Puts with a per-attempt timeout, and the three kinds
+// of stream. A crowd is impatient: 24 callers, each request three calls
+// under one deadline (up to 0.6 s), six in ten cancelled within 50 ms,
+// retries after 1 ms, and a budget that pays for almost none, so that its
+// retries wait in the Gate.
+//
+// # The faults
+//
+// Every replica fails one attempt in ten while faults run. A seeded injector
+// draws, every 0.7 s on average, one fault of: a replica off the network
+// and back on its port (every connection and call cut), a burst of
+// UNAVAILABLE, of RESOURCE_EXHAUSTED with a pushback, a share of attempts
+// failed (a flaky replica), a slowdown, a burst of replies lost with their
+// connection after the store kept them, a long outage of every replica,
+// and a restart of Redis (SIGKILL; its append-only file keeps every key).
+// Each replica also sends every connection a GOAWAY every four seconds or
+// so. The faults overlap. The seed fixes the workload and the schedule of
+// faults, not how goroutines interleave: a replay of a seed meets the same
+// faults and calls, and a race needs the same luck again.
+//
+// # The invariants
+//
+// The servers keep a ledger: the innermost interceptor records every Write
+// whose handler finished. Checked as the run goes: no keyed write applied
+// twice, none acknowledged OK and not applied, every call ended exactly
+// once for the interceptor (one EventEnd), every stream's messages whole
+// and in order, every Gate's count of waiting calls within [0,
+// MaxWaiting]. The faults pause for five seconds at half time and stop
+// five seconds before the end. Checked at the end, after that calm tail:
+// nobody waiting in a Gate, every breaker closed, goroutines back within 5
+// of where they were, and, on runs of two minutes or more, the heap up
+// less than 5 % from the end of the half-time calm to the end of the tail.
+// The first invariant broken stops the run; Result carries it, the seed
+// and the history before it. Under `make soak` the race detector halts the
+// process at the first race it sees, after the seed was printed.
+//
+// Run is for one caller at a time (it counts the process's goroutines and
+// heap).
+package soak

@@ -1,0 +1,432 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stagger-go/stagger/breaker"
+	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/server"
+	"github.com/stagger-go/stagger/server/redisstore"
+)
+
+// Config is a soak's length, seed and where it works.
+type Config struct {
+	// Duration is how long faults are injected under load; a calm tail
+	// follows (calmTail) before the final checks.
+	Duration time.Duration
+	// Seed draws the workload and the faults.
+	Seed uint64
+	// Dir holds the Redis store's files; "" runs without Redis.
+	Dir string
+	// Log gets the progress lines (nil: none).
+	Log io.Writer
+	// ProfileDir, when set (an absolute path), gets the heap's profile at
+	// half time and at the end (heap-1.pprof, heap-2.pprof), for `go tool
+	// pprof -base`.
+	ProfileDir string
+}
+
+// Result is what a soak counted, and the first invariant it found broken.
+type Result struct {
+	Calls, OK, Dup, Lost              uint64
+	Applied                           uint64
+	GoroutinesBefore, GoroutinesAfter int
+	HeapHalf, HeapEnd                 uint64 // bytes in use after a GC
+	Redis                             bool
+	Faults                            map[string]int
+	// Gates says, per client process, how many retries waited in its Gate
+	// and how their waits ended.
+	Gates   []string
+	Seed    uint64
+	Elapsed time.Duration
+	// Broken is the first invariant broken ("" when none), and History
+	// the lines before it.
+	Broken, History string
+}
+
+// Summary is the one-line summary of the run.
+func (r *Result) Summary() string {
+	return fmt.Sprintf("soak: %d calls, %d run twice, %d lost, goroutines %d->%d, heap %.1f->%.1f MB, seed %d",
+		r.Calls, r.Dup, r.Lost, r.GoroutinesBefore, r.GoroutinesAfter, mb(r.HeapHalf), mb(r.HeapEnd), r.Seed)
+}
+
+func mb(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// run is one soak under way.
+type run struct {
+	cfg   Config
+	start time.Time
+	hist  *history
+	led   *ledger
+	stop  context.CancelFunc // stops the load and the faults
+
+	brokenOnce sync.Once
+	broken     atomic.Pointer[string]
+
+	calls, ok  atomic.Uint64
+	redisLines atomic.Uint64
+	nextID     atomic.Uint64
+	pendMu     sync.Mutex
+	pending    []pendingCall
+}
+
+// pendingCall is a call that returned, whose EventEnd count is checked
+// once a stream's end has had time to reach the hook.
+type pendingCall struct {
+	track *callTrack
+	at    time.Time
+	what  string
+}
+
+// fail records the first broken invariant and stops the run.
+func (r *run) fail(msg string) {
+	r.brokenOnce.Do(func() {
+		r.hist.addf("BROKEN: %s", msg)
+		r.broken.Store(&msg)
+		r.logf("soak: invariant broken: %s", msg)
+		r.stop()
+	})
+}
+
+func (r *run) logf(format string, args ...any) {
+	if r.cfg.Log != nil {
+		fmt.Fprintf(r.cfg.Log, format+"\n", args...)
+	}
+}
+
+// Run runs a soak (see the package documentation) and returns what it
+// found; err is for a soak that could not run (a replica or Redis that
+// would not start), not for a broken invariant (Result.Broken).
+func Run(cfg Config) (res *Result, err error) {
+	res = &Result{Seed: cfg.Seed, Faults: map[string]int{}}
+	runtime.GC()
+	res.GoroutinesBefore = runtime.NumGoroutine()
+	r := &run{cfg: cfg, start: time.Now()}
+	r.hist = newHistory(r.start)
+	r.led = newLedger(r.start, r.fail)
+	r.logf("soak: seed %d, %s of faults (replay: SOAK_SEED=%d)", cfg.Seed, cfg.Duration, cfg.Seed)
+
+	mem, err := server.NewMemoryStore(server.MemoryOptions{MaxEntries: memStoreEntries})
+	if err != nil {
+		return nil, err
+	}
+	var rp *redisProcess
+	var redisStore server.Store
+	var rc *redis.Client
+	if cfg.Dir != "" {
+		var found bool
+		rp, found, err = startRedis(cfg.Dir)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			defer rp.kill()
+			redis.SetLogger(redisLog{&r.redisLines}) // go-redis has one logger per process
+			rc = redis.NewClient(&redis.Options{Addr: rp.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+				ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+			defer rc.Close()
+			if redisStore, err = redisstore.New(rc, redisstore.Options{}); err != nil {
+				return nil, err
+			}
+			res.Redis = true
+		}
+	}
+
+	var reps []*replica
+	defer func() {
+		for _, x := range reps {
+			x.ts.Close()
+		}
+	}()
+	var addrs []string
+	for i := range replicas {
+		x, err := newReplica(i, cfg.Seed, mem, redisStore, r.led, r.hist)
+		if err != nil {
+			return nil, err
+		}
+		reps = append(reps, x)
+		addrs = append(addrs, x.ts.Addr())
+	}
+
+	var procs []*process
+	defer func() {
+		for _, p := range procs {
+			_ = p.cc.Close()
+		}
+	}()
+	for i, k := range kinds {
+		p, err := dialProcess(i, k, addrs, r.hook)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	r.stop = stop
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+
+	var load sync.WaitGroup
+	for pi, p := range procs {
+		callers := workersPerProcess
+		if p.kind.crowd {
+			callers = crowdCallers
+		}
+		for w := range callers {
+			load.Add(1)
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(pi*1000+w+1)))
+			go func() { defer load.Done(); r.work(loadCtx, p, rng, res.Redis) }()
+		}
+	}
+	watchDone := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Add(1)
+	go func() { defer watch.Done(); r.watch(procs, watchDone) }()
+
+	// Faults for half the time, a calm window, the other half, a calm
+	// tail: the heap is measured at the end of each calm (under the same
+	// load, without faults), and the tail lets every breaker close.
+	in := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa17)), replicas: reps, redis: rp, hist: r.hist, fail: r.fail}
+	sampling := heapSamples * heapSampleGap
+	for half, d := range []time.Duration{cfg.Duration / 2, cfg.Duration - cfg.Duration/2} {
+		faultCtx, stopFaults := context.WithTimeout(ctx, d)
+		in.run(faultCtx)
+		stopFaults()
+		r.hist.addf("faults paused; calm for %s", calmTail)
+		sleep(ctx, calmTail-sampling)
+		heap := heapInUse(ctx, filepath.Join(cfg.ProfileDir, fmt.Sprintf("heap-%d.pprof", half+1)))
+		if half == 0 {
+			res.HeapHalf = heap
+			r.logf("soak: half time: %d calls, heap %.1f MB, goroutines %d", r.calls.Load(), mb(heap), runtime.NumGoroutine())
+		} else {
+			res.HeapEnd = heap
+		}
+	}
+	stopLoad()
+	load.Wait()
+	close(watchDone)
+	watch.Wait()
+	for f, n := range in.counts {
+		res.Faults[fault(f).String()] = n
+	}
+
+	for _, p := range procs {
+		st := p.gate.State()
+		res.Gates = append(res.Gates, fmt.Sprintf("%s: %d deferred, %d admitted, %d gave up", p.kind.name, st.Deferred, st.DeferAdmitted, st.DeferGaveUp))
+	}
+	if r.broken.Load() == nil {
+		r.settled(procs)
+	}
+	r.checkPending(time.Now().Add(time.Hour))
+
+	// Tear down, then count the goroutines left.
+	for _, p := range procs {
+		_ = p.cc.Close()
+	}
+	procs = nil
+	for _, x := range reps {
+		x.ts.Close()
+	}
+	reps = nil
+	if rc != nil {
+		_ = rc.Close()
+		rc = nil
+	}
+	res.GoroutinesAfter = settleGoroutines(res.GoroutinesBefore)
+	if r.broken.Load() == nil && res.GoroutinesAfter > res.GoroutinesBefore+goroutineSlack {
+		r.fail(fmt.Sprintf("goroutines %d after the run, %d before: more than %d left behind", res.GoroutinesAfter, res.GoroutinesBefore, goroutineSlack))
+	}
+	if r.broken.Load() == nil && cfg.Duration >= heapMinRun && res.HeapHalf > 0 &&
+		float64(res.HeapEnd) > float64(res.HeapHalf)*(1+heapGrowth) {
+		r.fail(fmt.Sprintf("heap grew from %.1f MB at half time to %.1f MB at the end: more than %.0f %%", mb(res.HeapHalf), mb(res.HeapEnd), 100*heapGrowth))
+	}
+
+	res.Calls, res.OK = r.calls.Load(), r.ok.Load()
+	res.Applied, res.Dup, res.Lost = r.led.counts()
+	res.Elapsed = time.Since(r.start)
+	if b := r.broken.Load(); b != nil {
+		res.Broken, res.History = *b, r.hist.String()
+	}
+	return res, nil
+}
+
+// work makes calls until loadCtx ends; a share of its callers give up
+// early (cancel). A crowd's caller fans each request out into
+// crowdFanOut calls under one deadline and one cancel.
+func (r *run) work(loadCtx context.Context, p *process, rng *rand.Rand, redis bool) {
+	longest, cancels, fan, patience := callTimeoutMax, cancelShare, 1, callTimeoutMax
+	if p.kind.crowd {
+		longest, cancels, fan, patience = crowdTimeoutMax, crowdCancelShare, crowdFanOut, crowdPatience
+	}
+	var calls sync.WaitGroup
+	for loadCtx.Err() == nil {
+		timeout := callTimeoutMin + time.Duration(rng.Int64N(int64(longest-callTimeoutMin)))
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(loadCtx), timeout)
+		var t *time.Timer
+		if rng.Float64() < cancels {
+			t = time.AfterFunc(time.Duration(rng.Int64N(int64(min(timeout, patience)))), cancel)
+		}
+		for i := range fan {
+			o, crit := pickOp(rng, redis), criticality.Levels[rng.IntN(len(criticality.Levels))]
+			if i == fan-1 {
+				r.one(ctx, p, o, crit)
+				break
+			}
+			calls.Add(1)
+			go func() { defer calls.Done(); r.one(ctx, p, o, crit) }()
+		}
+		calls.Wait()
+		if t != nil {
+			t.Stop()
+		}
+		cancel()
+	}
+}
+
+// one makes one call under ctx and checks how it ended.
+func (r *run) one(ctx context.Context, p *process, o op, crit criticality.Level) {
+	id := r.nextID.Add(1)
+	tr := &callTrack{}
+	ctx = context.WithValue(ctx, trackKey{}, tr)
+	write := o == opWriteMemory || o == opWriteRedis
+	if write {
+		r.led.register(id)
+	}
+	r.calls.Add(1)
+	ok, bad := p.call(ctx, o, id, crit)
+	if ok {
+		r.ok.Add(1)
+	}
+	now := time.Now()
+	if write {
+		r.led.end(id, ok, now)
+	}
+	what := fmt.Sprintf("%s %s %s call %d", p.kind.name, o, crit, id)
+	if bad != nil {
+		r.fail(what + ": " + bad.Error())
+	}
+	r.pendMu.Lock()
+	r.pending = append(r.pending, pendingCall{track: tr, at: now, what: what})
+	r.pendMu.Unlock()
+}
+
+// hook counts every call's EventEnd.
+func (r *run) hook(ctx context.Context, e interceptor.Event) {
+	if e.Kind != interceptor.EventEnd {
+		return
+	}
+	if tr, ok := ctx.Value(trackKey{}).(*callTrack); ok {
+		tr.ends.Add(1)
+	}
+}
+
+// checkPending checks the calls that returned before horizon: each ended
+// exactly once for the interceptor.
+func (r *run) checkPending(horizon time.Time) {
+	r.pendMu.Lock()
+	var due []pendingCall
+	i := 0
+	for ; i < len(r.pending) && r.pending[i].at.Before(horizon); i++ {
+	}
+	due, r.pending = r.pending[:i], append([]pendingCall(nil), r.pending[i:]...)
+	r.pendMu.Unlock()
+	for _, c := range due {
+		switch n := c.track.ends.Load(); {
+		case n == 0:
+			r.fail(c.what + ": the call returned, and never ended (no EventEnd)")
+		case n > 1:
+			r.fail(fmt.Sprintf("%s: ended %d times (EventEnd)", c.what, n))
+		}
+	}
+}
+
+// watch checks the running invariants every watchEvery until done: every
+// Gate's waiting count within [0, MaxWaiting], the calls' ends.
+func (r *run) watch(procs []*process, done <-chan struct{}) {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		for _, p := range procs {
+			st := p.gate.State()
+			if st.Waiting < 0 || st.Waiting > p.room {
+				r.fail(fmt.Sprintf("%s: Gate counts %d calls waiting (bounds 0 and %d)", p.kind.name, st.Waiting, p.room))
+			}
+		}
+		// A stream's EventEnd may come just after its last message:
+		// calls are judged a second after they returned.
+		r.checkPending(time.Now().Add(-time.Second))
+	}
+}
+
+// settled checks, after the load stopped, that nothing is held: no call
+// waiting in a Gate, every breaker closed.
+func (r *run) settled(procs []*process) {
+	for _, p := range procs {
+		if st := p.gate.State(); st.Waiting != 0 {
+			r.fail(fmt.Sprintf("%s: after the load stopped, the Gate counts %d calls waiting, want 0 (deferred %d, admitted %d, gave up %d)",
+				p.kind.name, st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp))
+		}
+		for _, set := range p.breakers {
+			for _, s := range set.Snapshots() {
+				if s.State != breaker.StateClosed {
+					r.fail(fmt.Sprintf("%s: breaker %s is %v after the calm tail, want closed", p.kind.name, s.Key, s.State))
+				}
+			}
+		}
+	}
+}
+
+// heapInUse is the heap's live bytes: the least of heapSamples samples,
+// each after a collection. With a profile path (a Config.ProfileDir) it
+// writes the heap's profile there too.
+func heapInUse(ctx context.Context, profile string) uint64 {
+	var least uint64
+	for i := range heapSamples {
+		if i > 0 {
+			sleep(ctx, heapSampleGap)
+		}
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		if i == 0 || m.HeapAlloc < least {
+			least = m.HeapAlloc
+		}
+	}
+	if filepath.IsAbs(profile) {
+		if f, err := os.Create(profile); err == nil {
+			_ = pprof.WriteHeapProfile(f)
+			_ = f.Close()
+		}
+	}
+	return least
+}
+
+// settleGoroutines waits up to ten seconds for the goroutines to fall to
+// before and goroutineSlack, and returns how many there are.
+func settleGoroutines(before int) int {
+	n := runtime.NumGoroutine()
+	for end := time.Now().Add(10 * time.Second); n > before+goroutineSlack && time.Now().Before(end); n = runtime.NumGoroutine() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return n
+}

@@ -1,0 +1,110 @@
+package soak
+
+import "time"
+
+// The soak's numbers, each with why it is what it is.
+const (
+	// replicas: the smallest fleet where a retry or a hedge can go
+	// elsewhere while one replica restarts and another is slow.
+	replicas = 3
+	// workersPerProcess callers per client process, each with one call
+	// in flight (crowdCallers with crowdFanOut in a crowd): 252 calls over six processes
+	// keep two shared cores busy under -race without queueing every call
+	// behind the race detector.
+	workersPerProcess = 12
+	// smallRoom is MaxWaiting of the processes whose Gate is meant to be
+	// full: two places make a more critical retry evict a less critical
+	// one many times a second during an outage.
+	smallRoom = 2
+
+	// A crowd (a small room's process) fans each request out into
+	// crowdFanOut calls under one deadline, at most crowdTimeoutMax, and
+	// cancels crowdCancelShare of them: calls waiting in the Gate leave
+	// together, queueing on its lock, while other retries arrive and evict.
+	// Its budget (crowdBudget) pays for few retries, so that many wait.
+	crowdCallers     = 2 * workersPerProcess
+	crowdFanOut      = 3
+	crowdPatience    = 50 * time.Millisecond // a cancelled crowd request gives up within it
+	crowdTimeoutMax  = 600 * time.Millisecond
+	crowdCancelShare = 0.6
+	// shedLimit is each replica's concurrency limit (server side): about
+	// the calls in flight at one replica when all three serve, so that it
+	// sheds only while a replica is slow or the others are down (at 16 it
+	// shed most calls all the time: 12 % succeeded, seed 3).
+	shedLimit = 48
+	// flakyShare of the attempts a flaky replica fails (UNAVAILABLE);
+	// baseFailures, of every replica's at all times: retries are part of
+	// the load even between faults, and the crowds' wait in their Gates.
+	flakyShare   = 0.3
+	baseFailures = 0.1
+	// callTimeoutMin and callTimeoutMax bound a call's deadline: long
+	// enough for two or three backed-off retries, short enough that a
+	// call outlives no fault by much.
+	callTimeoutMin = 150 * time.Millisecond
+	callTimeoutMax = 2 * time.Second
+	// cancelShare of the calls are cancelled by their caller at a random
+	// time within their deadline: callers that give up, also while their
+	// retry waits in a Gate.
+	cancelShare = 0.3
+	// serviceDelay is every attempt's scripted work; a slowdown multiplies
+	// it (testserver.SetDelayFactor).
+	serviceDelay = 2 * time.Millisecond
+	// listLength is the messages of a ListItems, Upload or Chat call.
+	listLength = 5
+
+	// faultGapMean is the mean pause between two faults (exponential):
+	// often enough that faults overlap, rarely enough that calls succeed
+	// between them.
+	faultGapMean = 700 * time.Millisecond
+	// faultSpanMin and faultSpanMax bound a short fault (a restart, a
+	// burst, a slowdown); a long outage lasts outageMin to outageMax,
+	// past the longest call deadline, so calls wait in their Gates.
+	faultSpanMin = 100 * time.Millisecond
+	faultSpanMax = 1500 * time.Millisecond
+	outageMin    = 2 * time.Second
+	outageMax    = 5 * time.Second
+	// slowFactor multiplies serviceDelay in a slowdown: 2 ms become 80 ms,
+	// past the timed method's per-attempt timeout (50 ms).
+	slowFactor = 40
+	// resetShare of the replies of a replica in a reset burst are lost
+	// after the server stored them.
+	resetShare = 0.3
+	// connectionAge makes each replica send every connection a GOAWAY
+	// after about this long (grpc-go adds ±10 %), with a grace after
+	// which streams still open are cut.
+	connectionAge      = 4 * time.Second
+	connectionAgeGrace = 2 * time.Second
+
+	// calmTail is how long the load runs on without faults at half time
+	// and after the last fault: the heap is measured at its end, and the
+	// breakers close again (their break is 1 s) before the final checks.
+	calmTail = 5 * time.Second
+	// ledgerHorizon is how long the ledger keeps a write after its call
+	// ended: past the longest lease a store grants (deadline and a second),
+	// a later run of it would be a run twice.
+	ledgerHorizon = 10 * time.Second
+	// storeTTL keeps an outcome past every retry of its call (calls end
+	// within callTimeoutMax), and the memory store's bound keeps its heap
+	// flat: at a few hundred writes a second, 4096 entries outlive a call
+	// by far.
+	storeTTL        = 30 * time.Second
+	memStoreEntries = 4096
+	// goroutineSlack and heapGrowth are the end checks' tolerances (the
+	// issue's: goroutines back within 5, heap up less than 5 % over the
+	// second half). The heap is judged only on runs of heapMinRun or
+	// more: a shorter run's halves are dominated by the fleet's warm-up.
+	goroutineSlack = 5
+	heapGrowth     = 0.05
+	heapMinRun     = 2 * time.Minute
+	// heapSamples samples, heapSampleGap apart, each after a collection,
+	// at the end of a calm window give the heap at half time and at the
+	// end: their least, the live heap without the calls in flight at one
+	// instant.
+	heapSamples   = 5
+	heapSampleGap = 400 * time.Millisecond
+	// historyLines is the history printed around the first broken
+	// invariant.
+	historyLines = 200
+	// watchEvery is how often the running checks look at every Gate.
+	watchEvery = 20 * time.Millisecond
+)
