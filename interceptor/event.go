@@ -259,7 +259,10 @@ func (o *options) emit(ctx context.Context, e Event) {
 	case EventHedgeWon:
 		msg = "stagger: hedge won"
 	case EventDeferred:
-		msg = "stagger: retry deferred by the budget"
+		// The Gate refuses every retry while the server looks down or
+		// overloaded (its outage and overload rules), however full the
+		// budget it wraps: say both, not "the budget" alone.
+		msg = "stagger: retry deferred: refused now by the budget, or by its Gate while the server looks down or overloaded"
 	case EventResume:
 		msg = "stagger: resuming stream"
 	case EventTimerRanOn:
