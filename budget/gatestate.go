@@ -51,6 +51,8 @@ type gateState struct {
 	// wait since the server last served (the futility rule).
 	outageAt time.Time
 	span     time.Duration
+	// streakAt is when the streak of failures began.
+	streakAt time.Time
 	ev       evidence
 	slot     probeSlots
 	pace     releasePace
@@ -120,6 +122,9 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		s.pace.accrue(now, s.pace.gain)
 	case Failure:
 		s.lastReached = now
+		if s.streak == 0 {
+			s.streakAt = now
+		}
 		s.ev.failed(now, s.streak == 0)
 		// Failures in a row make an outage (the outage rule), unless
 		// retries heal (a flaky server fails several attempts in a row as
@@ -127,7 +132,9 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// attempts all along and is not overloaded.
 		if s.streak++; s.streak >= outageStreak && (s.ev.healthy || s.ev.overloaded(now)) && s.ev.down(now) {
 			if s.phase != phaseOutage {
-				s.outageAt = now
+				// The outage began with the streak's first failure: the
+				// calls that failed from then on have been waiting since.
+				s.outageAt = s.streakAt
 			}
 			s.phase = phaseOutage
 			s.pace.credits = 0
