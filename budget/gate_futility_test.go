@@ -13,6 +13,9 @@ import (
 func TestGateFutility(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	draw := 0.5 // at or past futileHold: the draw does not keep a retry
+	g.rand = func() float64 { return draw }
+	g.st.rand = g.rand
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
@@ -48,6 +51,14 @@ func TestGateFutility(t *testing.T) {
 	if _, err := g.enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("beside the probe: enter = %v, want ErrOutageLasting", err)
 	}
+	// A draw under futileHold keeps a retry waiting beside it.
+	draw = futileHold / 2
+	kept, err := g.enter(retry2, 0, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatalf("a draw of %v: enter = %v, want a wait", draw, err)
+	}
+	kept.Leave()
+	draw = 0.5
 	// A success (a new call's first attempt) ends the outage and the rule.
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	w2, err := g.enter(retry2, 0, clk.Now().Add(deadline))
@@ -65,6 +76,8 @@ func TestGateFutility(t *testing.T) {
 func TestGateFutilityWithoutDeadlines(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: time.Second}, clk))
+	g.rand = func() float64 { return 0.5 } // the draw keeps no retry
+	g.st.rand = g.rand
 	for range outageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
