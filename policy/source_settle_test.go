@@ -3,7 +3,6 @@
 package policy
 
 import (
-	"path/filepath"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,13 +14,7 @@ import (
 // reported, once.
 func TestSourceReloadSettles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "policy.json")
-		cfgWrite(t, path, cfgVersionDoc(1, ""))
-		var events cfgEvents
-		src, err := WatchFile(path, WithPollInterval(0), OnReload(events.record))
-		if err != nil {
-			t.Fatal(err)
-		}
+		path, src, events := watchVersion(t, "")
 		defer src.Close()
 		cfgWrite(t, path, "")
 		go func() {

@@ -54,15 +54,24 @@ func (e *cfgEvents) list() []SourceEvent {
 	return append([]SourceEvent(nil), e.evs...)
 }
 
-func TestSourceReload(t *testing.T) {
-	const throttle = `,"retryThrottling":{"maxTokens":10,"tokenRatio":0.1}`
+// watchVersion writes version 1 of the test's file (cfgVersionDoc, with
+// extra) and watches it, polling only when asked, recording its events.
+// The caller closes the source.
+func watchVersion(t *testing.T, extra string) (string, *Source, *cfgEvents) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.json")
-	cfgWrite(t, path, cfgVersionDoc(1, throttle))
-	var events cfgEvents
+	cfgWrite(t, path, cfgVersionDoc(1, extra))
+	events := &cfgEvents{}
 	src, err := WatchFile(path, WithPollInterval(0), OnReload(events.record))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return path, src, events
+}
+
+func TestSourceReload(t *testing.T) {
+	const throttle = `,"retryThrottling":{"maxTokens":10,"tokenRatio":0.1}`
+	path, src, events := watchVersion(t, throttle)
 	defer src.Close()
 	first := src.Config()
 	if first.Method("/a.S/M").Timeout != time.Second {
@@ -251,16 +260,10 @@ func TestSourceUpdate(t *testing.T) {
 // file:line:col of the key at fault, as LoadFile and `stagger check` do, in
 // Reload's error and in OnReload's event alike.
 func TestSourceReloadErrorPlaced(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "policy.json")
-	cfgWrite(t, path, cfgVersionDoc(1, ""))
-	var events cfgEvents
-	src, err := WatchFile(path, WithPollInterval(0), OnReload(events.record))
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, src, events := watchVersion(t, "")
 	defer src.Close()
 	cfgWrite(t, path, "{\n  \"methodConfig\": [{\"name\": [{\"service\": \"a.S\"}], \"timeout\": \"1s\"}],\n  \"retryThrottling\": {\"maxTokens\": 0, \"tokenRatio\": 0.1}\n}\n")
-	err = src.Reload()
+	err := src.Reload()
 	want := "policy: " + path + ":3:23: retryThrottling.maxTokens: "
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("Reload() = %v, want an error starting %q", err, want)
