@@ -113,7 +113,7 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool, d *de
 			return
 		}
 		d.next = now.Add(s.pace.wait(d.credits))
-		if held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt) { // heldThrough, with held as decided
+		if s.heldThrough(w, held) {
 			// Held through an outage, with a deadline: its own pause after
 			// the server came back, and a share of what its deadline leaves.
 			if !w.drawn {

@@ -182,7 +182,7 @@ func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 	case AdmitRelease:
 		// A call held through an outage goes back without a credit, at
 		// the back pace.
-		if s.heldThrough(w) {
+		if s.heldThrough(w, w.held) {
 			s.pace.wentBack(now)
 		}
 		if s.pace.credits >= 1 {
@@ -195,10 +195,11 @@ func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 	s.slot.take(now, w)
 }
 
-// heldThrough reports whether w, a call with a deadline, was held through
-// the latest outage: it goes back by the release rule's back pace.
-func (s *gateState) heldThrough(w *waiterView) bool {
-	return w.held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt)
+// heldThrough reports whether w, a call with a deadline held (held: w.held,
+// or as a decision has it), was held through the latest outage: it goes
+// back by the release rule's back pace.
+func (s *gateState) heldThrough(w *waiterView, held bool) bool {
+	return held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt)
 }
 
 // unadmit gives back what admit took for an admission never used.
