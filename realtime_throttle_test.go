@@ -39,7 +39,7 @@ func TestRealTimeThrottleLetsTrafficBack(t *testing.T) {
 		return err
 	}
 	const gap = 20 * time.Millisecond // 50 first attempts a second
-	// Healthy, then down for 3.5 s, longer than the window.
+	// Healthy, then down for 4 s, longer than the window.
 	for range 25 {
 		if err := call(); err != nil {
 			t.Fatalf("before the outage: %v", err)
@@ -47,13 +47,18 @@ func TestRealTimeThrottleLetsTrafficBack(t *testing.T) {
 		time.Sleep(gap)
 	}
 	srv.SetOutage(true)
-	// Counted over the outage's last 1.5 s, once the window holds too few
-	// accepts: the cap lets a fifth go.
+	// Counted over the outage's last 1.5 s, from 2.5 s: the window (2 s in
+	// ten slices) has then let go of every accept counted before the
+	// outage (the fast path's pending accepts are folded in, stamped with
+	// the outage's first failure), so the rejection probability is at its
+	// cap and a fifth of the first attempts go, and a probe a second. From
+	// 2 s, the last slice's accepts could still hold the probability near
+	// one half for 0.2 s: 26 of 73 went in one CI run, above the bound.
 	throttled, sent := 0, 0
 	down := time.Now()
-	for end := down.Add(3500 * time.Millisecond); time.Now().Before(end); time.Sleep(gap) {
+	for end := down.Add(4 * time.Second); time.Now().Before(end); time.Sleep(gap) {
 		err := call()
-		if time.Since(down) < 2*time.Second {
+		if time.Since(down) < 2500*time.Millisecond {
 			continue
 		}
 		if errors.Is(err, breaker.ErrThrottled) {
@@ -62,9 +67,12 @@ func TestRealTimeThrottleLetsTrafficBack(t *testing.T) {
 			sent++
 		}
 	}
-	if throttled < 2*sent {
+	// At the cap, about 16 of 75 go (a binomial's deviation is about 3.5);
+	// half is far out of chance's reach and still says the throttle built
+	// up, which is all this part asks.
+	if throttled < sent {
 		// Not what the test is about: the throttle did not build up.
-		t.Fatalf("in the outage's last 1.5 s: %d first attempts throttled, %d sent; want at least two thirds throttled", throttled, sent)
+		t.Fatalf("in the outage's last 1.5 s: %d first attempts throttled, %d sent; want at least half throttled", throttled, sent)
 	}
 	srv.SetOutage(false)
 	back := time.Now()
