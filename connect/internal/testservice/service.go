@@ -1,0 +1,173 @@
+// Package testservice is a Connect handler of the test service
+// (stagger.testing.v1.TestService) that fails on demand, as each request's
+// Script says, for the connect module's tests and examples: the first
+// fail_attempts attempts of a key fail with the script's code, message,
+// pushback trailers and RetryInfo; the next reset_attempts run and then
+// reset the request (the client sees its transport fail after the request
+// left). It counts the attempts and the runs of every key.
+package testservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/stagger-go/stagger/connect/internal/proto/stagger/testing/v1/testingv1connect"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+)
+
+// PushbackTrailer is the trailer a scripted failure's pushback goes in.
+const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// Service is the handler. Safe for concurrent use.
+type Service struct {
+	testingv1connect.UnimplementedTestServiceHandler
+
+	mu      sync.Mutex
+	records map[string]*Record
+}
+
+var _ testingv1connect.TestServiceHandler = (*Service)(nil)
+
+// Record is what the service saw of one key.
+type Record struct {
+	// Attempts is the number of requests that arrived; Runs the number that
+	// ran the method (succeeded, or reset after running).
+	Attempts, Runs int
+	// Headers are each attempt's request headers.
+	Headers []http.Header
+}
+
+// New returns a Service.
+func New() *Service { return &Service{records: make(map[string]*Record)} }
+
+// Record returns a copy of what the service saw of key.
+func (s *Service) Record(key string) Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.records[key]
+	if r == nil {
+		return Record{}
+	}
+	return Record{Attempts: r.Attempts, Runs: r.Runs, Headers: append([]http.Header(nil), r.Headers...)}
+}
+
+// arrive counts an attempt of sc's key and returns its number (1: first).
+func (s *Service) arrive(sc *testingv1.Script, h http.Header) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.records[sc.GetKey()]
+	if r == nil {
+		r = new(Record)
+		s.records[sc.GetKey()] = r
+	}
+	r.Attempts++
+	r.Headers = append(r.Headers, h.Clone())
+	return r.Attempts
+}
+
+func (s *Service) ran(key string) {
+	s.mu.Lock()
+	s.records[key].Runs++
+	s.mu.Unlock()
+}
+
+// attempt plays sc for attempt n: a scripted failure's error, a reset (which
+// never returns), or nil to answer.
+func (s *Service) attempt(ctx context.Context, sc *testingv1.Script, n int) error {
+	if d := sc.GetDelay().AsDuration(); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return connect.NewError(connect.CodeOf(ctx.Err()), ctx.Err())
+		}
+	}
+	fails := int(sc.GetFailAttempts())
+	if n <= fails {
+		return Failure(sc)
+	}
+	s.ran(sc.GetKey())
+	if n <= fails+int(sc.GetResetAttempts()) {
+		// The method ran; the client hears no status: the connection
+		// drops (as the gRPC test server's resets do; an HTTP/2 stream
+		// reset would be INTERNAL, which grpc-go does not retry either).
+		if c, ok := ctx.Value(connKey{}).(net.Conn); ok {
+			_ = c.Close()
+		}
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+type connKey struct{}
+
+// ConnContext is the http.Server's ConnContext the service needs to drop a
+// connection (reset_attempts).
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// Failure returns sc's scripted failure.
+func Failure(sc *testingv1.Script) *connect.Error {
+	code := connect.Code(sc.GetCode())
+	if code == 0 {
+		code = connect.CodeUnavailable
+	}
+	err := connect.NewError(code, errors.New(sc.GetMessage()))
+	if sc.GetMessage() == "" {
+		err = connect.NewError(code, fmt.Errorf("scripted %v", code))
+	}
+	for _, p := range sc.GetPushback() {
+		err.Meta().Add(PushbackTrailer, p)
+	}
+	if d := sc.GetRetryInfoDelay(); d != nil {
+		if detail, derr := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.AsDuration())}); derr == nil {
+			err.AddDetail(detail)
+		}
+	}
+	return err
+}
+
+func (s *Service) reply(sc *testingv1.Script, n int) *testingv1.Reply {
+	return &testingv1.Reply{Key: sc.GetKey(), Attempt: int32(n), Payload: make([]byte, sc.GetPayloadBytes())}
+}
+
+// Write is not idempotent.
+func (s *Service) Write(ctx context.Context, req *connect.Request[testingv1.WriteRequest]) (*connect.Response[testingv1.WriteResponse], error) {
+	sc := req.Msg.GetScript()
+	n := s.arrive(sc, req.Header())
+	if err := s.attempt(ctx, sc, n); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&testingv1.WriteResponse{Reply: s.reply(sc, n)}), nil
+}
+
+// Get has no side effects.
+func (s *Service) Get(ctx context.Context, req *connect.Request[testingv1.GetRequest]) (*connect.Response[testingv1.GetResponse], error) {
+	sc := req.Msg.GetScript()
+	n := s.arrive(sc, req.Header())
+	if err := s.attempt(ctx, sc, n); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&testingv1.GetResponse{Reply: s.reply(sc, n)}), nil
+}
+
+// Put is idempotent.
+func (s *Service) Put(ctx context.Context, req *connect.Request[testingv1.PutRequest]) (*connect.Response[testingv1.PutResponse], error) {
+	sc := req.Msg.GetScript()
+	n := s.arrive(sc, req.Header())
+	if err := s.attempt(ctx, sc, n); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&testingv1.PutResponse{Reply: s.reply(sc, n)}), nil
+}
