@@ -3,11 +3,13 @@ package staggerconnect
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"reflect"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"connectrpc.com/connect"
@@ -45,11 +47,27 @@ func fromConnect(err error) *attemptError {
 	if !errors.As(err, &cerr) {
 		cerr = connect.NewError(connect.CodeOf(err), err)
 	}
+	if transportLost(cerr) {
+		cerr = connect.NewError(connect.CodeUnavailable, err)
+	}
 	p := &spb.Status{Code: int32(cerr.Code()), Message: cerr.Message()}
 	for _, d := range cerr.Details() {
 		p.Details = append(p.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type(), Value: d.Bytes()})
 	}
 	return &attemptError{cerr: cerr, st: status.FromProto(p)}
+}
+
+// transportLost reports whether cerr is the client's report of a
+// connection the peer reset or closed under the attempt, which connect-go
+// codes CANCELED (on a server that means the client went away) or UNKNOWN:
+// a transport failure, UNAVAILABLE as grpc-go says. A context's own end
+// keeps its code.
+func transportLost(cerr *connect.Error) bool {
+	if connect.IsWireError(cerr) || cerr.Code() == connect.CodeUnavailable ||
+		errors.Is(cerr, context.Canceled) || errors.Is(cerr, context.DeadlineExceeded) {
+		return false
+	}
+	return errors.Is(cerr, syscall.ECONNRESET) || errors.Is(cerr, syscall.EPIPE) || errors.Is(cerr, io.ErrUnexpectedEOF)
 }
 
 // toConnect returns the engine's final error err as the caller's: the last

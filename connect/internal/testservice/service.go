@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -170,4 +171,95 @@ func (s *Service) Put(ctx context.Context, req *connect.Request[testingv1.PutReq
 		return nil, err
 	}
 	return connect.NewResponse(&testingv1.PutResponse{Reply: s.reply(sc, n)}), nil
+}
+
+// ListItems sends response_count items; a failing attempt sends
+// messages_before_failure of them, then fails.
+func (s *Service) ListItems(ctx context.Context, req *connect.Request[testingv1.ListItemsRequest], st *connect.ServerStream[testingv1.ListItemsResponse]) error {
+	sc := req.Msg.GetScript()
+	n := s.arrive(sc, req.Header())
+	count := int64(sc.GetResponseCount())
+	failing := n <= int(sc.GetFailAttempts())
+	if failing {
+		count = min(count, int64(sc.GetMessagesBeforeFailure()))
+	}
+	for seq := req.Msg.GetStartAfter() + 1; seq <= count; seq++ {
+		r := s.reply(sc, n)
+		r.Seq = seq
+		if err := st.Send(&testingv1.ListItemsResponse{Reply: r}); err != nil {
+			return err
+		}
+	}
+	if failing {
+		return Failure(sc)
+	}
+	s.ran(sc.GetKey())
+	return nil
+}
+
+// Upload receives every message, then answers with the seqs it received; a
+// failing attempt fails after messages_before_failure messages (0: once the
+// client closed its side).
+func (s *Service) Upload(ctx context.Context, st *connect.ClientStream[testingv1.UploadRequest]) (*connect.Response[testingv1.UploadResponse], error) {
+	var sc *testingv1.Script
+	n := 0
+	var received []int64
+	for st.Receive() {
+		m := st.Msg()
+		if sc == nil {
+			sc = m.GetScript()
+			n = s.arrive(sc, st.RequestHeader())
+		}
+		received = append(received, m.GetSeq())
+		if n <= int(sc.GetFailAttempts()) && sc.GetMessagesBeforeFailure() > 0 && len(received) == int(sc.GetMessagesBeforeFailure()) {
+			return nil, Failure(sc)
+		}
+	}
+	if err := st.Err(); err != nil {
+		return nil, err
+	}
+	if sc == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("no message"))
+	}
+	if n <= int(sc.GetFailAttempts()) {
+		return nil, Failure(sc)
+	}
+	s.ran(sc.GetKey())
+	return connect.NewResponse(&testingv1.UploadResponse{Reply: s.reply(sc, n), Received: received}), nil
+}
+
+// Chat answers each message with its seq; a failing attempt echoes
+// messages_before_failure messages, then fails.
+func (s *Service) Chat(ctx context.Context, st *connect.BidiStream[testingv1.ChatRequest, testingv1.ChatResponse]) error {
+	var sc *testingv1.Script
+	n, echoed := 0, 0
+	for {
+		m, err := st.Receive()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if sc == nil {
+			sc = m.GetScript()
+			n = s.arrive(sc, st.RequestHeader())
+		}
+		if n <= int(sc.GetFailAttempts()) && echoed == int(sc.GetMessagesBeforeFailure()) {
+			return Failure(sc)
+		}
+		r := s.reply(sc, n)
+		r.Seq = m.GetSeq()
+		if err := st.Send(&testingv1.ChatResponse{Reply: r}); err != nil {
+			return err
+		}
+		echoed++
+	}
+	if sc != nil && n <= int(sc.GetFailAttempts()) {
+		return Failure(sc)
+	}
+	if sc != nil {
+		s.ran(sc.GetKey())
+	}
+	return nil
 }
