@@ -1,9 +1,11 @@
 package staggerconnect_test
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -69,4 +71,12 @@ func newTestServer(t *testing.T, h2c bool, wrap func(http.Handler) http.Handler,
 func (ts *testServer) testClient(p protocol, ics ...connect.Interceptor) testingv1connect.TestServiceClient {
 	opts := append([]connect.ClientOption{connect.WithInterceptors(ics...)}, p.opts...)
 	return testingv1connect.NewTestServiceClient(ts.client, ts.url, opts...)
+}
+
+func runtimeGosched() { time.Sleep(time.Millisecond) }
+
+func asConnectError(err error) (*connect.Error, bool) {
+	var cerr *connect.Error
+	ok := errors.As(err, &cerr)
+	return cerr, ok
 }

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -34,6 +35,7 @@ type Service struct {
 
 	mu      sync.Mutex
 	records map[string]*Record
+	holds   map[string]chan struct{}
 }
 
 var _ testingv1connect.TestServiceHandler = (*Service)(nil)
@@ -48,7 +50,20 @@ type Record struct {
 }
 
 // New returns a Service.
-func New() *Service { return &Service{records: make(map[string]*Record)} }
+func New() *Service {
+	return &Service{records: make(map[string]*Record), holds: make(map[string]chan struct{})}
+}
+
+// Hold makes the attempts of key wait, after they arrive, until release
+// is called (or their context ends).
+func (s *Service) Hold(key string) (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.holds[key] = ch
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
 
 // Record returns a copy of what the service saw of key.
 func (s *Service) Record(key string) Record {
@@ -84,6 +99,16 @@ func (s *Service) ran(key string) {
 // attempt plays sc for attempt n: a scripted failure's error, a reset (which
 // never returns), or nil to answer.
 func (s *Service) attempt(ctx context.Context, sc *testingv1.Script, n int) error {
+	s.mu.Lock()
+	hold := s.holds[sc.GetKey()]
+	s.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return connect.NewError(connect.CodeOf(ctx.Err()), ctx.Err())
+		}
+	}
 	if d := sc.GetDelay().AsDuration(); d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -102,6 +127,12 @@ func (s *Service) attempt(ctx context.Context, sc *testingv1.Script, n int) erro
 		// The method ran; the client hears no status: the connection
 		// drops (as the gRPC test server's resets do; an HTTP/2 stream
 		// reset would be INTERNAL, which grpc-go does not retry either).
+		// Under Middleware, once the handler's answer is written (it ran
+		// to completion, and the server side may have stored it).
+		if d, ok := ctx.Value(dropKey{}).(*drop); ok {
+			d.armed.Store(true)
+			return nil
+		}
 		if c, ok := ctx.Value(connKey{}).(net.Conn); ok {
 			_ = c.Close()
 		}
@@ -111,6 +142,56 @@ func (s *Service) attempt(ctx context.Context, sc *testingv1.Script, n int) erro
 }
 
 type connKey struct{}
+
+type dropKey struct{}
+
+// drop is a request's "drop the connection when the answer is written".
+type drop struct{ armed atomic.Bool }
+
+// Middleware wraps the service's handler so that a reset attempt runs to
+// completion, answer included, under every interceptor, and the
+// connection drops as the answer is written.
+func Middleware(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := new(drop)
+		r = r.WithContext(context.WithValue(r.Context(), dropKey{}, d))
+		h.ServeHTTP(&dropWriter{ResponseWriter: w, d: d, ctx: r.Context()}, r)
+	})
+}
+
+type dropWriter struct {
+	http.ResponseWriter
+	d   *drop
+	ctx context.Context
+}
+
+func (w *dropWriter) check() {
+	if w.d.armed.Load() {
+		if c, ok := w.ctx.Value(connKey{}).(net.Conn); ok {
+			_ = c.Close()
+		}
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (w *dropWriter) WriteHeader(code int) {
+	w.check()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *dropWriter) Write(b []byte) (int, error) {
+	w.check()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *dropWriter) Flush() {
+	w.check()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *dropWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // ConnContext is the http.Server's ConnContext the service needs to drop a
 // connection (reset_attempts).
