@@ -147,11 +147,7 @@ func TestBidiStreamRetried(t *testing.T) {
 				t.Fatal(err)
 			}
 			var seqs []int64
-			for {
-				m, err := st.Receive()
-				if errors.Is(err, io.EOF) {
-					break
-				}
+			for m, err := st.Receive(); !errors.Is(err, io.EOF); m, err = st.Receive() {
 				if err != nil {
 					t.Fatal(err)
 				}

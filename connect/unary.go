@@ -61,15 +61,7 @@ type win struct {
 // invoke is the engine's invoker: one attempt, through the rest of the
 // Connect chain.
 func (u *unaryCall) invoke(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
-	var headerAddr, trailerAddr *metadata.MD
-	for _, o := range opts {
-		switch o := o.(type) {
-		case grpc.HeaderCallOption:
-			headerAddr = o.HeaderAddr
-		case grpc.TrailerCallOption:
-			trailerAddr = o.TrailerAddr
-		}
-	}
+	headerAddr, trailerAddr := outputs(opts)
 	req := u.req
 	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md) > 0 {
 		r, err := cloneRequest(req)
@@ -122,4 +114,17 @@ func (u *unaryCall) response() (connect.AnyResponse, error) {
 		return u.wins[n-1].resp, nil
 	}
 	return nil, connect.NewError(connect.CodeInternal, errors.New("staggerconnect: the call succeeded without a response"))
+}
+
+// outputs returns the holders the engine passes an attempt for its header
+// and trailer (grpc.Header, grpc.Trailer), nil where it passes none.
+func outputs(opts []grpc.CallOption) (header, trailer *metadata.MD) {
+	for _, o := range opts {
+		if h, ok := o.(grpc.HeaderCallOption); ok {
+			header = h.HeaderAddr
+		} else if t, ok := o.(grpc.TrailerCallOption); ok {
+			trailer = t.TrailerAddr
+		}
+	}
+	return header, trailer
 }
