@@ -35,8 +35,8 @@
 //   - The criticality header, the idempotency key and
 //     grpc-previous-rpc-attempts are request headers; a header the caller's
 //     request already carries is kept (a caller's own key). Each attempt
-//     that adds headers sends a copy of the request, so the caller's is
-//     never written.
+//     of a unary call sends a copy of the request, so the caller's is
+//     never written (its HTTPMethod stays empty).
 //   - A unary call is never committed before its response: Connect shows
 //     its headers only with it.
 //   - The final error is a *connect.Error: the last attempt's own when

@@ -62,14 +62,14 @@ type win struct {
 // Connect chain.
 func (u *unaryCall) invoke(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
 	headerAddr, trailerAddr := outputs(opts)
-	req := u.req
-	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md) > 0 {
-		r, err := cloneRequest(req)
-		if err != nil {
-			return fromConnect(err)
-		}
-		addHeaders(r.Header(), md)
-		req = r
+	// Every attempt sends a copy: connect writes the request it sends (its
+	// HTTP method), and hedges run at once.
+	req, err := cloneRequest(u.req)
+	if err != nil {
+		return fromConnect(err)
+	}
+	if md, ok := metadata.FromOutgoingContext(ctx); ok {
+		addHeaders(req.Header(), md)
 	}
 	var w wire
 	resp, err := u.next(w.context(ctx), req)
