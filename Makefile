@@ -11,10 +11,10 @@ BENCHTIME ?= 200ms
 # The modules: the core (.) and the nested ones go.work joins (the lab and the
 # stagger command, which need today's grpc-go and peers; the Redis store, which
 # needs go-redis and a redis-server on PATH for its tests; the OpenTelemetry
-# adapter). In workspace mode
+# adapter; the connect-go front end). In workspace mode
 # ./... stops at a nested module's go.mod, so PKGS names each module's tree.
-MODULES := . lab cmd/stagger server/redisstore otel soak
-PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/... ./otel/... ./soak/...
+MODULES := . lab cmd/stagger server/redisstore otel soak connect
+PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/... ./otel/... ./soak/... ./connect/...
 # The modules whose versions make a lane, printed with it.
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
@@ -107,17 +107,20 @@ api-baseline: $(TOOLS)/apidiff
 	@test -n "$(RELEASE)" || { echo "usage: make api-baseline RELEASE=vX.Y.Z"; exit 2; }
 	GOWORK=off $(GO) run ./internal/apicheck -apidiff $(TOOLS)/apidiff -write -version $(RELEASE)
 
-## proto: regenerate the committed Go code from proto/ with the pinned plugins
-proto: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
+## proto: regenerate the committed Go code from proto/ with the pinned plugins;
+## the Connect code of the test service goes into the connect module
+## (connect/buf.gen.yaml), whose dependency the core module must not require
+proto: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/protoc-gen-connect-go
 	buf generate
+	buf generate --template connect/buf.gen.yaml
 
 ## proto-check: fail when the committed generated code is stale
 proto-check: proto
-	@git diff --exit-code -- proto || (echo "generated code in proto/ is stale: run 'make proto' and commit"; exit 1)
-	@test -z "$$(git status --porcelain -- proto)" || (git status --porcelain -- proto; echo "make proto added files: commit them"; exit 1)
+	@git diff --exit-code -- proto connect/internal/proto || (echo "generated code in proto/ is stale: run 'make proto' and commit"; exit 1)
+	@test -z "$$(git status --porcelain -- proto connect/internal/proto)" || (git status --porcelain -- proto connect/internal/proto; echo "make proto added files: commit them"; exit 1)
 
 ## tools: install the pinned tools into .tools/bin
-tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/staticcheck $(TOOLS)/benchstat $(TOOLS)/apidiff
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/protoc-gen-connect-go $(TOOLS)/staticcheck $(TOOLS)/benchstat $(TOOLS)/apidiff
 
 $(TOOLS)/buf:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -125,6 +128,8 @@ $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 $(TOOLS)/protoc-gen-go-grpc:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+$(TOOLS)/protoc-gen-connect-go:
+	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 $(TOOLS)/benchstat:

@@ -359,5 +359,5 @@ func (k *core) idempotent(o *options, m *policy.Method, method string) bool {
 	case m != nil && m.Idempotent != nil:
 		return *m.Idempotent
 	}
-	return policy.IdempotencyOf(method).Safe()
+	return policy.IdempotencyOf(method).Safe() || o.safe != nil && o.safe(method)
 }

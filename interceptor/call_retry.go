@@ -9,6 +9,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/chain"
+	"github.com/stagger-go/stagger/internal/frontend"
 	"github.com/stagger-go/stagger/internal/gateview"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
@@ -353,9 +354,11 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 	if c.breakers == nil {
 		return nil
 	}
-	target := ""
+	var target string
 	if cc != nil {
 		target = cc.Target()
+	} else {
+		target = frontend.Target(ctx)
 	}
 	if c.brCache != nil {
 		if r := c.brCache.Load(); r != nil && r.target == target {
@@ -466,7 +469,8 @@ func (c *call) finish(err error) error {
 // end reports the end of the call, with err its final error (nil: success),
 // to the call hooks (EventEnd; WithHook's hooks do not hear it) and to the
 // call's Report. It costs a branch when
-// neither is there. cc is the connection, nil when unknown.
+// neither is there. cc is the connection, nil for a front end without one
+// (package frontend: the target is then the context's).
 func (c *call) end(cc *grpc.ClientConn, err error) {
 	o := c.o
 	if o == nil || len(o.callHooks) == 0 && o.report == nil {
@@ -488,6 +492,8 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	}
 	if cc != nil {
 		e.Target = cc.Target()
+	} else {
+		e.Target = frontend.Target(c.ctx)
 	}
 	if r := o.report; r != nil {
 		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason}

@@ -12,6 +12,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/frontend"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -59,7 +60,10 @@ type options struct {
 	disabled bool
 	// idempotent: 0 unknown (ask the file, then the proto), 1 yes, -1 no.
 	idempotent int8
-	random     policy.Random
+	// safe, when set by a front end (frontend.IdempotencyOption), says a
+	// method is idempotent beside the proto registry.
+	safe   func(method string) bool
+	random policy.Random
 	// replaySize bounds each stream's replay buffer in bytes (0: the
 	// default); replayLimit caps the bytes held by every stream sharing it.
 	replaySize  int
@@ -457,4 +461,12 @@ func (o *options) config() *policy.Config {
 		return o.source.Config()
 	}
 	return o.cfg
+}
+
+// The option a front end without grpc-go's proto registry (package
+// frontend) passes to say which methods it knows to be idempotent.
+func init() {
+	frontend.IdempotencyOption = func(safe func(method string) bool) any {
+		return Option{apply: func(o *options) { o.safe = safe }}
+	}
 }

@@ -2,6 +2,8 @@ package lab
 
 import (
 	"context"
+
+	"connectrpc.com/connect"
 	"errors"
 	"fmt"
 	"time"
@@ -40,6 +42,10 @@ type Contender struct {
 	// serverSide builds, in ScenarioChain, stagger's server side of A or
 	// of B (one each, as two processes have); nil means none.
 	serverSide func() (*server.Interceptors, error)
+	// connect, when set, makes the contender a connect-go client (the
+	// gRPC protocol over h2c) with these interceptors, outermost first,
+	// in place of dialOptions (connect.go).
+	connect func(cfg *Config) ([]connect.Interceptor, error)
 }
 
 // retryCodes are what every contender retries.
@@ -449,7 +455,9 @@ func namesOf(cs []Contender) []string {
 // ScenarioChain, BadReplicaContenders for ScenarioBadReplica,
 // SlowReplica3Contenders for ScenarioSlowReplica3, Contenders and stagger-hedge-timeout (stagger with
 // hedgeOnPerTryTimeout) for the scenarios with per-attempt timeouts
-// (slowdown, slowdown-90, metastable), Contenders for the others.
+// (slowdown, slowdown-90, metastable), Contenders and the Connect clients
+// (stagger-connect, connect-no-retry) for unavailable, blip and
+// flaky-quiet, Contenders for the others.
 func ContendersFor(s Scenario) []Contender { return contendersFor(s) }
 
 func contendersFor(s Scenario) []Contender {
@@ -471,6 +479,10 @@ func contendersFor(s Scenario) []Contender {
 	}
 	if s.timeouts() {
 		return append(Contenders(), hedgeOnTimeoutContender())
+	}
+	switch s {
+	case ScenarioUnavailable, ScenarioBlip, ScenarioFlakyQuiet:
+		return append(Contenders(), connectContenders()...)
 	}
 	return Contenders()
 }

@@ -79,6 +79,13 @@
 //     per call, the same deadline. Every scenario has it (in ScenarioChain
 //     on every hop): a retry layer must never do worse.
 //
+// The unavailable, blip and flaky-quiet scenarios also show two connect-go
+// clients (the gRPC protocol over h2c, to the same grpc-go server over
+// bufconn; each attempt counted by an interceptor after the retry layer):
+// stagger-connect, with package staggerconnect given what the stagger row
+// gets (the same engine behind Connect's interceptor), and
+// connect-no-retry, a Connect client without a retry layer.
+//
 // In ScenarioSlowdown, ScenarioSlowdown90, ScenarioMetastable and
 // ScenarioStragglers every contender that has a per-attempt timeout gets
 // PerAttemptTimeout (200 ms, the call's deadline 1 s; in ScenarioStragglers

@@ -3,9 +3,11 @@ module github.com/stagger-go/stagger/lab
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/stagger-go/stagger v0.0.0-00010101000000-000000000000
+	github.com/stagger-go/stagger/connect v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/grpc v1.85.0
@@ -25,7 +27,9 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 )
 
 replace github.com/stagger-go/stagger => ../
+
+replace github.com/stagger-go/stagger/connect => ../connect

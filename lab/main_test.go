@@ -38,7 +38,7 @@ func TestValidate(t *testing.T) {
 		{"negative per-attempt timeout", Config{Scenario: ScenarioMetastable, PerAttemptTimeout: -time.Second}, "lab: PerAttemptTimeout: must be >= 0, got -1s"},
 		{"failure rate above 1", Config{Scenario: ScenarioFlakyQuietRandom, FailureRate: 2}, "lab: FailureRate: must be in [0, 1], got 2"},
 		{"flaky defaults, no trigger", Config{Scenario: ScenarioFlakyQuiet}, ""},
-		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, stagger-breaker, stagger-throttling, grpc-middleware, failsafe-go, grpc-go, grpc-go-throttle, naive, no-retry, got "envoy"`},
+		{"unknown contender", Config{Contenders: []string{"stagger", "envoy"}}, `lab: Contenders: must be among stagger, stagger-nobudget, stagger-breaker, stagger-throttling, grpc-middleware, failsafe-go, grpc-go, grpc-go-throttle, naive, no-retry, stagger-connect, connect-no-retry, got "envoy"`},
 		{"repeated contender", Config{Contenders: []string{"naive", "naive"}}, `lab: Contenders: must not repeat a name, got "naive"`},
 		{"no contender", Config{Contenders: []string{}}, "lab: Contenders: must name at least one, got none"},
 		{"chain defaults", Config{Scenario: ScenarioChain}, ""},

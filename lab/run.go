@@ -342,12 +342,26 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	}
 	counter := &attemptCounter{}
 	conns := make([]*grpc.ClientConn, 0, cfg.Clients)
+	callers := make([]testingv1.TestServiceClient, 0, cfg.Clients)
 	defer func() {
 		for _, cc := range conns {
 			_ = cc.Close()
 		}
 	}()
 	for i := 0; i < cfg.Clients; i++ {
+		if c.connect != nil {
+			if tcp || ch != nil || replicas != nil {
+				return Result{}, fmt.Errorf("lab: %s: %w", c.Name, errConnectScenario)
+			}
+			ics, err := c.connect(cfg)
+			if err != nil {
+				return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
+			}
+			client, closeConns := dialConnect(srv, ics, counter)
+			defer closeConns()
+			callers = append(callers, client)
+			continue
+		}
 		dopts, err := c.dialOptions(cfg)
 		if err != nil {
 			return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
@@ -369,6 +383,7 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 			return Result{}, fmt.Errorf("lab: %s: dial: %w", c.Name, err)
 		}
 		conns = append(conns, cc)
+		callers = append(callers, testingv1.NewTestServiceClient(cc))
 	}
 
 	// Connections are made before the load starts, so that the first
@@ -376,7 +391,7 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	// load starts on a whole second of the server's clock, so that the
 	// server's arrival bins (Load) and the timeline's seconds line up
 	// with the load's. That costs up to a second of waiting before the
-	// load.
+	// load. (A Connect client connects at its first call.)
 	if err := connectAll(ctx, conns); err != nil {
 		return Result{}, fmt.Errorf("lab: %s: %w", c.Name, err)
 	}
@@ -429,8 +444,7 @@ func runClients(ctx context.Context, cfg *Config, c Contender, srv *testserver.S
 	var clients sync.WaitGroup
 	interval := callInterval(cfg)
 	end := t0.Add(cfg.Duration)
-	for i, cc := range conns {
-		client := testingv1.NewTestServiceClient(cc)
+	for i, client := range callers {
 		// Clients are spread evenly over one interval so that the offered
 		// load is smooth, not a burst every interval.
 		first := t0.Add(firstCall(cfg, i))

@@ -127,6 +127,11 @@ func (s *Server) DialOption() grpc.DialOption {
 	})
 }
 
+// DialContext returns a raw connection to the bufconn listener, for a client
+// other than grpc-go's (an HTTP/2 client that speaks gRPC, such as a
+// connect-go client with the gRPC protocol over h2c).
+func (s *Server) DialContext(ctx context.Context) (net.Conn, error) { return s.buf.DialContext(ctx) }
+
 // Dial returns a client connection to the bufconn listener, without transport
 // security. opts come after the server's own, so they can add interceptors or
 // grpc.WithDisableRetry.

@@ -1,0 +1,53 @@
+// Package staggerconnect runs connect-go clients through stagger: the same
+// policy files, retry engine, budget and Gate, circuit breakers and
+// throttling, criticality, idempotency keys, hedging, events, Report and
+// metrics as package interceptor's gRPC interceptors, for the Connect, gRPC
+// and gRPC-Web protocols alike.
+//
+//	cfg, err := policy.LoadFile("stagger.json")
+//	retry, err := staggerconnect.NewClient(cfg)
+//	client := testingv1connect.NewTestServiceClient(http.DefaultClient, url,
+//		connect.WithInterceptors(retry))
+//
+// A Client is a connect.Interceptor. It drives package interceptor's
+// engine, not a copy of it: each attempt goes down the rest of the Connect
+// chain, and the engine hears what it would hear from grpc-go. So
+// everything package interceptor's documentation says of a call holds,
+// with these translations:
+//
+//   - The method is the procedure (Spec().Procedure,
+//     "/pkg.Service/Method"), the names a policy file uses; the target (the
+//     breakers' key, Event.Target) is the host the client calls
+//     (Peer().Addr).
+//   - A Connect error is the attempt's status: its code, message and
+//     details (a google.rpc.RetryInfo detail is pushback) and its metadata
+//     (the grpc-retry-pushback-ms trailer, in every protocol).
+//   - The ambiguity rule: an error the client made up (connect.IsWireError
+//     false: a reset, a closed connection) after the request's headers were
+//     written may have run on the server, which sent no status; it is
+//     retried only for a method known to be idempotent or a call with an
+//     idempotency key. One made before the request left is retried as
+//     UNAVAILABLE always is.
+//   - A method is idempotent when the call says so (WithCallOptions with
+//     interceptor.Idempotent), else the file's "idempotent", else its proto
+//     option or its Spec().IdempotencyLevel (IdempotencyNoSideEffects and
+//     IdempotencyIdempotent are safe).
+//   - The criticality header, the idempotency key and
+//     grpc-previous-rpc-attempts are request headers; a header the caller's
+//     request already carries is kept (a caller's own key). Each attempt
+//     of a unary call sends a copy of the request, so the caller's is
+//     never written (its HTTPMethod stays empty).
+//   - A unary call is never committed before its response: Connect shows
+//     its headers only with it.
+//   - The final error is a *connect.Error: the last attempt's own when
+//     stagger returned it as it was (no policy for the method), otherwise
+//     one with the same code, details and metadata whose Unwrap reaches
+//     stagger's *interceptor.Error (attempts, reason; interceptor.Attempts
+//     works on it).
+//
+// Per-call options (a Connect call has no call options) go in the call's
+// context: WithCallOptions.
+//
+// waitForReady and the message size limits of a policy file are grpc-go's
+// and do not apply to Connect calls.
+package staggerconnect

@@ -1,0 +1,387 @@
+package staggerconnect
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/stagger-go/stagger/internal/frontend"
+)
+
+// WrapStreamingClient implements connect.Interceptor: a client's stream
+// (client, server or bidi) runs through the engine, which opens each
+// attempt down the rest of the Connect chain, replays the messages sent
+// until the stream commits, and retries as package interceptor's
+// StreamClientInterceptor does. The stream starts when the application
+// first sends (or closes its side, or receives): that is when Connect sends
+// the request's headers.
+//
+// A Connect stream's response headers arrive with its first message or its
+// end (connect-go's handlers send them no sooner), so a stream commits when
+// a message arrives or the application reads the headers; a stream that
+// fails before its first message is retried as a gRPC Trailers-Only
+// failure is.
+func (c *Client) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		c.learn(spec)
+		ctx, cancel := context.WithCancel(ctx)
+		return &retryConn{
+			c: c, next: next, spec: spec, ctx: ctx, cancel: cancel,
+			header: make(http.Header),
+			desc: grpc.StreamDesc{
+				StreamName:    spec.Procedure,
+				ClientStreams: spec.StreamType&connect.StreamTypeClient != 0,
+				ServerStreams: spec.StreamType&connect.StreamTypeServer != 0,
+			},
+			reply: replyType(spec),
+		}
+	}
+}
+
+// WrapStreamingHandler implements connect.Interceptor: a handler's stream is
+// left alone.
+func (c *Client) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// replyType is the type of spec's response messages, nil when the spec has
+// no schema or the type is not in the registry.
+func replyType(spec connect.Spec) protoreflect.MessageType {
+	md, ok := spec.Schema.(protoreflect.MethodDescriptor)
+	if !ok {
+		return nil
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+	if err != nil {
+		return nil
+	}
+	return mt
+}
+
+// retryConn is the stream the application holds: the engine's stream
+// behind Connect's interface.
+type retryConn struct {
+	c      *Client
+	next   connect.StreamingClientFunc
+	spec   connect.Spec
+	ctx    context.Context
+	cancel context.CancelFunc
+	// header is the application's request header, sent with every attempt.
+	header http.Header
+	desc   grpc.StreamDesc
+	reply  protoreflect.MessageType
+
+	peerOnce sync.Once
+	peer     connect.Peer
+
+	startOnce sync.Once
+	cs        grpc.ClientStream
+	err       error
+
+	mu  sync.Mutex
+	cur *attemptStream
+}
+
+func (r *retryConn) Spec() connect.Spec { return r.spec }
+
+// Peer returns the server's address, from a connection that sends nothing
+// (connect-go's conns learn it when made).
+func (r *retryConn) Peer() connect.Peer {
+	r.peerOnce.Do(func() { r.peer = r.next(r.ctx, r.spec).Peer() })
+	return r.peer
+}
+
+func (r *retryConn) RequestHeader() http.Header { return r.header }
+
+// start opens the engine's stream, once.
+func (r *retryConn) start() error {
+	r.startOnce.Do(func() {
+		ctx := frontend.WithTarget(r.ctx, r.Peer().Addr)
+		r.cs, r.err = r.c.stream(ctx, &r.desc, nil, r.spec.Procedure, r.open, callOptions(ctx, 0)...)
+	})
+	return r.err
+}
+
+// open is the engine's streamer: one attempt, down the rest of the chain.
+func (r *retryConn) open(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+	a := &attemptStream{r: r, ctx: ctx, sent: make(chan struct{})}
+	a.conn = r.next(a.w.context(ctx), r.spec)
+	r.mu.Lock()
+	r.cur = a
+	r.mu.Unlock()
+	return a, nil
+}
+
+func (r *retryConn) Send(m any) error {
+	if err := r.start(); err != nil {
+		return toConnect(err)
+	}
+	return streamErr(r.cs.SendMsg(m))
+}
+
+func (r *retryConn) CloseRequest() error {
+	if err := r.start(); err != nil {
+		return toConnect(err)
+	}
+	return streamErr(r.cs.CloseSend())
+}
+
+func (r *retryConn) Receive(m any) error {
+	if err := r.start(); err != nil {
+		return toConnect(err)
+	}
+	return streamErr(r.cs.RecvMsg(m))
+}
+
+func (r *retryConn) ResponseHeader() http.Header {
+	if r.start() != nil {
+		return make(http.Header)
+	}
+	md, _ := r.cs.Header()
+	return fromMD(md)
+}
+
+func (r *retryConn) ResponseTrailer() http.Header {
+	if r.start() != nil {
+		return make(http.Header)
+	}
+	return fromMD(r.cs.Trailer())
+}
+
+// CloseResponse ends the stream: the engine's (its context) and the
+// current attempt's.
+func (r *retryConn) CloseResponse() error {
+	r.cancel()
+	r.mu.Lock()
+	a := r.cur
+	r.mu.Unlock()
+	if a != nil {
+		a.closeResponse()
+	}
+	return nil
+}
+
+// streamErr returns a stream method's error as Connect's: io.EOF stays.
+func streamErr(err error) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	return toConnect(err)
+}
+
+// attemptStream is one attempt's Connect stream as the engine's
+// grpc.ClientStream.
+type attemptStream struct {
+	r    *retryConn
+	ctx  context.Context
+	conn connect.StreamingClientConn
+	w    wire
+
+	sendOnce sync.Once
+	sent     chan struct{}
+
+	// recvMu serializes the receiving side (Receive, and Header's look
+	// ahead at the first message).
+	recvMu sync.Mutex
+	// looked: Header looked ahead; ahead is the first message it
+	// received (nil: the stream ended, with aheadErr).
+	looked   bool
+	ahead    proto.Message
+	aheadErr error
+	gotMsg   bool
+	// ended: the attempt ended with end (nil: success); header and trailer
+	// are its metadata then.
+	ended           bool
+	end             error
+	header, trailer metadata.MD
+	closeOnce       sync.Once
+}
+
+// begin sends the request headers' additions, once, before the attempt's
+// first send: the application's header and the engine's outgoing metadata
+// (criticality, idempotency key, grpc-previous-rpc-attempts).
+func (a *attemptStream) begin() {
+	a.sendOnce.Do(func() {
+		h := a.conn.RequestHeader()
+		for k, vs := range a.r.header {
+			h[k] = append(h[k], vs...)
+		}
+		if md, ok := metadata.FromOutgoingContext(a.ctx); ok {
+			addHeaders(h, md)
+		}
+		close(a.sent)
+	})
+}
+
+func (a *attemptStream) SendMsg(m any) error {
+	a.begin()
+	return attemptErr(a.conn.Send(m))
+}
+
+func (a *attemptStream) CloseSend() error {
+	a.begin()
+	return attemptErr(a.conn.CloseRequest())
+}
+
+func (a *attemptStream) Context() context.Context { return a.ctx }
+
+// RecvMsg receives the next message (m nil: only the stream's end, as the
+// engine asks of an attempt without headers). For a method whose server
+// sends one message it also reads the end, as grpc-go does.
+func (a *attemptStream) RecvMsg(m any) error {
+	a.recvMu.Lock()
+	defer a.recvMu.Unlock()
+	if a.ended {
+		return a.end
+	}
+	var err error
+	switch {
+	case a.looked && a.ahead != nil:
+		if pm, ok := m.(proto.Message); ok {
+			proto.Reset(pm)
+			proto.Merge(pm, a.ahead)
+		}
+		a.ahead = nil
+	case a.looked:
+		return a.finish(a.aheadErr)
+	default:
+		if m == nil {
+			m = a.scratch()
+		}
+		err = a.conn.Receive(m)
+	}
+	if err != nil {
+		return a.finish(err)
+	}
+	a.gotMsg = true
+	if a.r.desc.ServerStreams {
+		return nil
+	}
+	if err := a.conn.Receive(a.scratch()); err == nil {
+		return a.finish(connect.NewError(connect.CodeUnimplemented, errors.New("staggerconnect: a unary response stream sent more than one message")))
+	} else if !errors.Is(err, io.EOF) {
+		return a.finish(err)
+	}
+	a.finish(io.EOF)
+	return nil
+}
+
+// scratch is a message to receive into and drop.
+func (a *attemptStream) scratch() any {
+	if a.r.reply != nil {
+		return a.r.reply.New().Interface()
+	}
+	return new(emptypb.Empty)
+}
+
+// finish ends the attempt with err (io.EOF: success), keeps its metadata
+// and closes its response; it returns the engine's error.
+func (a *attemptStream) finish(err error) error {
+	a.ended = true
+	if errors.Is(err, io.EOF) {
+		a.end = io.EOF
+		if a.gotMsg {
+			a.header = toMD(a.conn.ResponseHeader(), 0)
+		}
+		a.trailer = toMD(a.conn.ResponseTrailer(), 0)
+	} else {
+		ae := fromConnect(err)
+		a.end = ae
+		if a.gotMsg {
+			a.header = toMD(a.conn.ResponseHeader(), 0)
+		}
+		a.trailer = a.w.trailer(ae)
+		if a.trailer != nil {
+			for k, vs := range toMD(a.conn.ResponseTrailer(), 0) {
+				if len(a.trailer[k]) == 0 {
+					a.trailer[k] = vs
+				}
+			}
+		}
+	}
+	a.closeResponse()
+	return a.end
+}
+
+func (a *attemptStream) closeResponse() {
+	a.closeOnce.Do(func() { _ = a.conn.CloseResponse() })
+}
+
+// Header returns the attempt's response headers once its first message
+// arrived, nil when it ended without one (a failure the engine may retry,
+// as a Trailers-Only one): it looks ahead at the first message, which
+// RecvMsg then returns. Without the response type (no schema in the spec)
+// it cannot, and returns the headers when they arrive.
+func (a *attemptStream) Header() (metadata.MD, error) {
+	select {
+	case <-a.sent:
+	case <-a.ctx.Done():
+		return nil, nil
+	}
+	a.recvMu.Lock()
+	defer a.recvMu.Unlock()
+	if a.ended || a.looked {
+		if a.gotMsg || a.ahead != nil {
+			return toMD(a.conn.ResponseHeader(), 0), nil
+		}
+		return a.header, nil
+	}
+	if a.gotMsg {
+		return toMD(a.conn.ResponseHeader(), 0), nil
+	}
+	if a.r.reply == nil {
+		return toMD(a.conn.ResponseHeader(), 0), nil
+	}
+	m := a.r.reply.New().Interface()
+	a.looked = true
+	if err := a.conn.Receive(m); err != nil {
+		a.aheadErr = err
+		return nil, nil
+	}
+	a.ahead = m
+	return toMD(a.conn.ResponseHeader(), 0), nil
+}
+
+func (a *attemptStream) Trailer() metadata.MD {
+	a.recvMu.Lock()
+	defer a.recvMu.Unlock()
+	return a.trailer
+}
+
+// attemptErr returns a send's error as the engine's: io.EOF stays (the
+// status is RecvMsg's).
+func attemptErr(err error) error {
+	if err == nil || errors.Is(err, io.EOF) {
+		if err != nil {
+			return io.EOF
+		}
+		return nil
+	}
+	return fromConnect(err)
+}
+
+// fromMD returns md as an http.Header (binary values encoded).
+func fromMD(md metadata.MD) http.Header {
+	h := make(http.Header, len(md))
+	for k, vs := range md {
+		binary := strings.HasSuffix(k, "-bin")
+		for _, v := range vs {
+			if binary {
+				v = connect.EncodeBinaryHeader([]byte(v))
+			}
+			h.Add(k, v)
+		}
+	}
+	return h
+}

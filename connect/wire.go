@@ -1,0 +1,217 @@
+package staggerconnect
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"connectrpc.com/connect"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+)
+
+// This file translates between Connect and the engine's grpc-go shapes: an
+// attempt's Connect error into a gRPC status error with the same code,
+// message and details; its headers and trailers into the metadata the
+// engine reads its wire facts from; the engine's outgoing metadata into
+// request headers; and the call's final error back into a *connect.Error.
+
+// attemptError is one attempt's Connect error as the engine sees it: a
+// gRPC status with the Connect error's code, message and details.
+type attemptError struct {
+	cerr *connect.Error
+	st   *status.Status
+}
+
+// Error returns the Connect error's message: the final error puts the code
+// in front of it.
+func (e *attemptError) Error() string              { return e.cerr.Message() }
+func (e *attemptError) GRPCStatus() *status.Status { return e.st }
+func (e *attemptError) Unwrap() error              { return e.cerr }
+
+// fromConnect returns err, an attempt's error, as an *attemptError.
+func fromConnect(err error) *attemptError {
+	var cerr *connect.Error
+	if !errors.As(err, &cerr) {
+		cerr = connect.NewError(connect.CodeOf(err), err)
+	}
+	if transportLost(cerr) {
+		cerr = connect.NewError(connect.CodeUnavailable, err)
+	}
+	p := &spb.Status{Code: int32(cerr.Code()), Message: cerr.Message()}
+	for _, d := range cerr.Details() {
+		p.Details = append(p.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type(), Value: d.Bytes()})
+	}
+	return &attemptError{cerr: cerr, st: status.FromProto(p)}
+}
+
+// transportLost reports whether cerr is the client's report of a
+// connection the peer reset or closed under the attempt, which connect-go
+// codes CANCELED (on a server that means the client went away) or UNKNOWN:
+// a transport failure, UNAVAILABLE as grpc-go says. A context's own end
+// keeps its code.
+func transportLost(cerr *connect.Error) bool {
+	if connect.IsWireError(cerr) || cerr.Code() == connect.CodeUnavailable ||
+		errors.Is(cerr, context.Canceled) || errors.Is(cerr, context.DeadlineExceeded) {
+		return false
+	}
+	return errors.Is(cerr, syscall.ECONNRESET) || errors.Is(cerr, syscall.EPIPE) || errors.Is(cerr, io.ErrUnexpectedEOF)
+}
+
+// toConnect returns the engine's final error err as the caller's: the last
+// attempt's *connect.Error itself when the engine returned it as it was;
+// otherwise a *connect.Error with the status's code whose Unwrap reaches
+// the engine's error (an *interceptor.Error: attempts and reason), and, when
+// an attempt's Connect error is inside, its details and metadata. Its
+// message is the attempt's, with the note stagger adds to an ambiguous
+// failure it did not retry (interceptor.Error.Error).
+func toConnect(err error) error {
+	var ae *attemptError
+	inner := errors.As(err, &ae)
+	if inner && err == error(ae) {
+		return ae.cerr
+	}
+	st := status.Convert(err)
+	msg := st.Message()
+	var ie *interceptor.Error
+	if inner && errors.As(err, &ie) && ie.Reason == policy.ReasonAmbiguous {
+		msg = ie.Error()
+	}
+	out := connect.NewError(connect.Code(st.Code()), &engineError{msg: msg, err: err})
+	if inner {
+		for _, d := range ae.cerr.Details() {
+			out.AddDetail(d)
+		}
+		for k, vs := range ae.cerr.Meta() {
+			out.Meta()[k] = vs
+		}
+	}
+	return out
+}
+
+// engineError is the engine's final error under the *connect.Error toConnect
+// returns: msg is the message the caller sees.
+type engineError struct {
+	msg string
+	err error
+}
+
+func (e *engineError) Error() string { return e.msg }
+func (e *engineError) Unwrap() error { return e.err }
+
+// wire records what an attempt's HTTP request did on the wire: whether its
+// headers were written (the request left the client, so the server may have
+// run it).
+type wire struct {
+	wrote atomic.Bool
+}
+
+// context returns ctx with a trace that records the attempt's wire facts.
+func (w *wire) context(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { w.wrote.Store(true) }})
+}
+
+// trailer is the attempt's trailer metadata, as the engine reads it (see
+// the engine's wire facts): a status from the server (a wire error) carries
+// its metadata and content-type, so that it is never taken for a reset; a
+// failure the client made up after the request left is an empty trailer
+// (ambiguous: the server may have run it and sent no status); one before
+// the request left is nil (it never left the client).
+func (w *wire) trailer(ae *attemptError) metadata.MD {
+	if connect.IsWireError(ae.cerr) {
+		md := toMD(ae.cerr.Meta(), 1)
+		if len(md["content-type"]) == 0 {
+			md["content-type"] = []string{"application/connect"}
+		}
+		return md
+	}
+	if w.wrote.Load() {
+		return metadata.MD{}
+	}
+	return nil
+}
+
+// toMD returns h as metadata (lower-case keys; binary values decoded), with
+// room for extra more keys. It is never nil.
+func toMD(h http.Header, extra int) metadata.MD {
+	md := make(metadata.MD, len(h)+extra)
+	for k, vs := range h {
+		k = strings.ToLower(k)
+		if strings.HasSuffix(k, "-bin") {
+			for _, v := range vs {
+				if b, err := connect.DecodeBinaryHeader(v); err == nil {
+					md[k] = append(md[k], string(b))
+				}
+			}
+			continue
+		}
+		md[k] = vs
+	}
+	return md
+}
+
+// addHeaders adds the outgoing metadata md to h: criticality, idempotency
+// key, grpc-previous-rpc-attempts. A key h has already is the caller's and
+// kept (a caller's own idempotency key, as the gRPC interceptors keep one).
+func addHeaders(h http.Header, md metadata.MD) {
+	for k, vs := range md {
+		if len(h.Values(k)) > 0 {
+			continue
+		}
+		binary := strings.HasSuffix(k, "-bin")
+		for _, v := range vs {
+			if binary {
+				v = connect.EncodeBinaryHeader([]byte(v))
+			}
+			h.Add(k, v)
+		}
+	}
+}
+
+// headerType is the type of a connect.Request's header field.
+var headerType = reflect.TypeFor[http.Header]()
+
+// cloneRequest returns a copy of r (a *connect.Request[T]) with a header of
+// its own, so that an attempt may add headers without writing the caller's
+// request, and attempts that run at once (hedges) do not share one: connect
+// sends a request's header map as the HTTP request's, and writes the
+// request's HTTP method into it. connect offers no copy, so this one copies
+// the struct and gives the copy a clone of the header through reflection.
+func cloneRequest(r connect.AnyRequest) (connect.AnyRequest, error) {
+	v := reflect.ValueOf(r)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil, errUncopyable(r)
+	}
+	c := reflect.New(v.Elem().Type())
+	c.Elem().Set(v.Elem())
+	f := c.Elem().FieldByName("header")
+	if !f.IsValid() || f.Type() != headerType {
+		return nil, errUncopyable(r)
+	}
+	h := (*http.Header)(unsafe.Pointer(f.UnsafeAddr()))
+	*h = h.Clone()
+	if *h == nil {
+		*h = make(http.Header)
+	}
+	out, ok := c.Interface().(connect.AnyRequest)
+	if !ok {
+		return nil, errUncopyable(r)
+	}
+	return out, nil
+}
+
+func errUncopyable(r connect.AnyRequest) error {
+	return connect.NewError(connect.CodeInternal, errors.New("staggerconnect: cannot copy a request of type "+reflect.TypeOf(r).String()))
+}

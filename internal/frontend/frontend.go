@@ -1,0 +1,55 @@
+// Package frontend is the seam between stagger's retry engine (package
+// interceptor) and a front end other than grpc-go's interceptors (the
+// connect-go front end, module connect). The engine talks to its transport
+// through grpc-go's own shapes: an invoker or streamer it is given, the
+// grpc.Header and grpc.Trailer call options it reads the wire facts from,
+// and the *grpc.ClientConn, which such a front end does not have (it passes
+// nil). What the ClientConn gave the engine, and what grpc-go's registry
+// cannot, passes here:
+//
+//   - the target, which keys the circuit breakers and names the call in
+//     events (WithTarget, on the call's context);
+//   - the idempotency a front end knows of a method beside the proto
+//     registry's (connect-go's Spec().IdempotencyLevel, which a client may
+//     set without a proto option): IdempotencyOption, which package
+//     interceptor sets when it loads.
+//
+// Neither the engine nor the front end imports the other through here.
+package frontend
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+type targetKey struct{}
+
+// inUse: WithTarget was called in this process. Until then Target answers
+// "" without looking at the context, so that a grpc-go call made without
+// a ClientConn (a test's, a benchmark's) costs what it did before the seam.
+var inUse atomic.Bool
+
+// WithTarget returns ctx carrying the target of a call made without a
+// *grpc.ClientConn.
+func WithTarget(ctx context.Context, target string) context.Context {
+	if !inUse.Load() {
+		inUse.Store(true)
+	}
+	return context.WithValue(ctx, targetKey{}, target)
+}
+
+// Target returns the target WithTarget put in ctx, or "".
+func Target(ctx context.Context) string {
+	if ctx == nil || !inUse.Load() {
+		return ""
+	}
+	t, _ := ctx.Value(targetKey{}).(string)
+	return t
+}
+
+// IdempotencyOption, set by package interceptor when it loads, returns an
+// interceptor.Option (as any: this package cannot name the type) that makes
+// the engine ask safe whether a method is idempotent when neither the call
+// nor the file says, beside the proto registry: a method is safe when
+// either says so.
+var IdempotencyOption func(safe func(method string) bool) any
