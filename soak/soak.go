@@ -296,13 +296,13 @@ func Run(cfg Config) (res *Result, err error) {
 // work makes calls until loadCtx ends; a share of its callers give up
 // early (cancel). A crowd's caller fans each request out into
 // crowdFanOut calls under one deadline and one cancel; the churn
-// process's, into churnFanOut Gets, cancelled within churnPatience or as
-// soon as one of them is deferred (cancelOnDefer).
+// process's, into churnFanOut Gets, cancelled when one of their retries
+// is deferred (givingUp).
 func (r *run) work(loadCtx context.Context, p *process, rng *rand.Rand, redis bool) {
 	shortest, longest, cancels, fan, patience := callTimeoutMin, callTimeoutMax, cancelShare, 1, callTimeoutMax
 	switch {
 	case p.kind.churn:
-		shortest, longest, cancels, fan, patience = churnTimeoutMin, churnTimeoutMax, churnCancelShare, churnFanOut, churnPatience
+		shortest, longest, cancels, fan = churnTimeoutMin, churnTimeoutMax, 0, churnFanOut
 	case p.kind.crowd:
 		longest, cancels, fan, patience = crowdTimeoutMax, crowdCancelShare, crowdFanOut, crowdPatience
 	}
@@ -314,8 +314,13 @@ func (r *run) work(loadCtx context.Context, p *process, rng *rand.Rand, redis bo
 		if rng.Float64() < cancels {
 			t = time.AfterFunc(time.Duration(rng.Int64N(int64(min(timeout, patience)))), cancel)
 		}
-		if p.kind.churn && rng.Float64() < churnDeferCancelShare {
-			ctx = context.WithValue(ctx, cancelOnDefer{}, cancel)
+		var gu *givingUp
+		if p.kind.churn {
+			gu = &givingUp{cancel: cancel}
+			if rng.Float64() >= churnCancelAtOnce {
+				gu.after = time.Duration(rng.Int64N(int64(churnPatience)))
+			}
+			ctx = context.WithValue(ctx, givingUpKey{}, gu)
 		}
 		for i := range fan {
 			o := pickOp(rng, redis)
@@ -337,15 +342,49 @@ func (r *run) work(loadCtx context.Context, p *process, rng *rand.Rand, redis bo
 		if t != nil {
 			t.Stop()
 		}
+		gu.stop()
 		cancel()
 	}
 }
 
-// cancelOnDefer is the context key of a churn request's cancel, which the
-// hook calls when one of its calls' retries is deferred: the caller gives
-// up on the request just as that retry enters the Gate, and may evict
-// another of the request's calls that waits there and is leaving.
-type cancelOnDefer struct{}
+// givingUp is how a churn request's caller gives up: when the first of
+// its calls' retries is deferred (the hook's deferred), at once or after
+// a moment within churnPatience. At once, the caller cancels just as that
+// retry enters the Gate, where it may evict another call of the request
+// that waits there and is leaving.
+type givingUp struct {
+	cancel context.CancelFunc
+	after  time.Duration
+	once   sync.Once
+	mu     sync.Mutex
+	timer  *time.Timer
+}
+
+type givingUpKey struct{}
+
+func (g *givingUp) deferred() {
+	g.once.Do(func() {
+		if g.after == 0 {
+			g.cancel()
+			return
+		}
+		g.mu.Lock()
+		g.timer = time.AfterFunc(g.after, g.cancel)
+		g.mu.Unlock()
+	})
+}
+
+// stop stops the timer deferred started, if any (nil: not a churn request).
+func (g *givingUp) stop() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.mu.Unlock()
+}
 
 // one makes one call under ctx and checks how it ended.
 func (r *run) one(ctx context.Context, p *process, o op, crit criticality.Level) {
@@ -374,12 +413,12 @@ func (r *run) one(ctx context.Context, p *process, o op, crit criticality.Level)
 	r.pendMu.Unlock()
 }
 
-// hook counts every call's EventEnd, and cancels a churn request whose
-// call was deferred (cancelOnDefer).
+// hook counts every call's EventEnd, and tells a churn request that one
+// of its calls' retries was deferred (givingUp).
 func (r *run) hook(ctx context.Context, e interceptor.Event) {
 	if e.Kind == interceptor.EventDeferred {
-		if cancel, ok := ctx.Value(cancelOnDefer{}).(context.CancelFunc); ok {
-			cancel()
+		if gu, ok := ctx.Value(givingUpKey{}).(*givingUp); ok {
+			gu.deferred()
 		}
 		return
 	}

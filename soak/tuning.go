@@ -35,19 +35,22 @@ const (
 	// each request out into churnFanOut Gets at random criticalities,
 	// churnFailShare of them failing every attempt (retried a millisecond
 	// apart: churnPolicy), under a deadline of churnTimeoutMin to
-	// churnTimeoutMax; churnCancelShare of the requests are cancelled
-	// within churnPatience, and churnDeferCancelShare as soon as one of
-	// their retries is deferred, just as it enters the Gate and may evict
-	// a call of the same request that is leaving.
-	churnRoom             = 1
-	churnCallers          = 2 * workersPerProcess
-	churnFanOut           = 3
-	churnFailShare        = 0.5
-	churnTimeoutMin       = 5 * time.Millisecond
-	churnTimeoutMax       = 50 * time.Millisecond
-	churnPatience         = 3 * time.Millisecond
-	churnCancelShare      = 0.5
-	churnDeferCancelShare = 0.3
+	// churnTimeoutMax, longer than an attempt takes on the loaded fleet
+	// (a few milliseconds to a few hundred under -race: shorter ones,
+	// and cancels timed from the request's start, ended most requests
+	// before any retry reached the Gate). The caller gives up when the
+	// first retry of its request is deferred: churnCancelAtOnce of the
+	// requests at once, as that retry enters the Gate and may evict
+	// another of the request's calls that is leaving, the others within
+	// churnPatience.
+	churnRoom         = 1
+	churnCallers      = 2 * workersPerProcess
+	churnFanOut       = 3
+	churnFailShare    = 0.5
+	churnTimeoutMin   = 50 * time.Millisecond
+	churnTimeoutMax   = 500 * time.Millisecond
+	churnPatience     = 3 * time.Millisecond
+	churnCancelAtOnce = 0.5
 	// shedLimit is each replica's concurrency limit (server side): about
 	// the calls in flight at one replica when all three serve, so that it
 	// sheds only while a replica is slow or the others are down (at 16 it
