@@ -144,7 +144,7 @@ demo:
 	$(GO) run ./cmd/stagger lab -scenario unavailable,refused,refused-wfr,long-outage
 
 ## soak: stagger under random faults for SOAK_TIME (soak/: three replicas with
-## the server side and both idempotency stores, six client processes, a
+## the server side and both idempotency stores, seven client processes, a
 ## seeded fault injector), with the race detector, which halts at the first
 ## race (SOAK_GORACE=halt_on_error=0 reports every race and runs on);
 ## SOAK_SEED replays a seed (the run prints its own). It ends with one
