@@ -23,12 +23,13 @@
 // is impatient: 24 callers, each request three calls under one deadline
 // (up to 0.6 s), six in ten cancelled within 50 ms, retries after 1 ms,
 // and a budget that pays for almost none, so that its retries wait in the
-// Gate. The churn process's 24 callers each send three Gets at random
-// criticalities under one deadline (50 to 500 ms), half of them failing
-// every attempt and retried a millisecond apart, and give up on the
-// request when one of its retries is deferred: half at that moment, as
-// the retry enters the Gate and may evict a call of the same request that
-// is leaving, the others within 3 ms. That is the race between a
+// Gate. The churn process's 24 callers each send four Gets at random
+// criticalities under one deadline (50 to 500 ms); every Get of half the
+// requests fails every attempt, retried a millisecond apart, so that the
+// request's retries reach the Gate together; the caller gives up on the
+// request when one of its retries is deferred: half the time at that
+// moment, as the other retries enter the Gate and may evict a call of the
+// same request that is leaving, else within 3 ms. That is the race between a
 // waiter's Leave and its eviction (issue 38), which the crowds alone met
 // too rarely to find.
 //

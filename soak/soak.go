@@ -315,20 +315,23 @@ func (r *run) work(loadCtx context.Context, p *process, rng *rand.Rand, redis bo
 			t = time.AfterFunc(time.Duration(rng.Int64N(int64(min(timeout, patience)))), cancel)
 		}
 		var gu *givingUp
+		churnOp := opGet
 		if p.kind.churn {
 			gu = &givingUp{cancel: cancel}
 			if rng.Float64() >= churnCancelAtOnce {
 				gu.after = time.Duration(rng.Int64N(int64(churnPatience)))
 			}
 			ctx = context.WithValue(ctx, givingUpKey{}, gu)
+			if rng.Float64() < churnFailShare {
+				// Every call of the request fails at once: their retries
+				// reach the Gate together.
+				churnOp = opGetFailing
+			}
 		}
 		for i := range fan {
 			o := pickOp(rng, redis)
 			if p.kind.churn {
-				o = opGet
-				if rng.Float64() < churnFailShare {
-					o = opGetFailing
-				}
+				o = churnOp
 			}
 			crit := criticality.Levels[rng.IntN(len(criticality.Levels))]
 			if i == fan-1 {

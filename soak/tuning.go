@@ -32,9 +32,10 @@ const (
 	// issue 38): the crowds above reach 15-25 deferrals a second, which
 	// found it in none of 6 seeds (~32 min). churnRoom, one place, makes
 	// every more critical retry evict the waiter; churnCallers callers fan
-	// each request out into churnFanOut Gets at random criticalities,
-	// churnFailShare of them failing every attempt (retried a millisecond
-	// apart: churnPolicy), under a deadline of churnTimeoutMin to
+	// each request out into churnFanOut Gets at random criticalities;
+	// every Get of churnFailShare of the requests fails every attempt
+	// (retried a millisecond apart: churnPolicy), so that the request's
+	// retries reach the Gate together, under a deadline of churnTimeoutMin to
 	// churnTimeoutMax, longer than an attempt takes on the loaded fleet
 	// (a few milliseconds to a few hundred under -race: shorter ones,
 	// and cancels timed from the request's start, ended most requests
@@ -45,7 +46,7 @@ const (
 	// churnPatience.
 	churnRoom         = 1
 	churnCallers      = 2 * workersPerProcess
-	churnFanOut       = 3
+	churnFanOut       = 4
 	churnFailShare    = 0.5
 	churnTimeoutMin   = 50 * time.Millisecond
 	churnTimeoutMax   = 500 * time.Millisecond
