@@ -229,6 +229,12 @@ func Run(cfg Config) (res *Result, err error) {
 		stopLoad()
 		load.Wait()
 		r.hist.addf("load stopped")
+		if cfg.Duration >= heapMinRun {
+			// The heap is judged: the ledger first forgets what it keeps
+			// for the writes that ended (settle).
+			sleep(ctx, ledgerHorizon)
+			r.led.settle(time.Now())
+		}
 		heap := heapInUse(ctx, filepath.Join(cfg.ProfileDir, fmt.Sprintf("heap-%d.pprof", half+1)))
 		if half == 0 {
 			res.HeapHalf = heap
