@@ -57,8 +57,9 @@
 // MaxWaiting]. The faults pause for five seconds at half time and stop
 // five seconds before the end; at the end of each calm window the load
 // stops and the heap is measured with no call in flight (after two
-// collections, the least of three samples); at half time the load then
-// resumes. After the last, every process sends calls of every method,
+// collections, the least of three samples; on runs that judge the heap,
+// ten seconds later, once the ledger forgot the writes that ended); at
+// half time the load then resumes. After the last, every process sends calls of every method,
 // CRITICAL_PLUS with a 5 s deadline, one at a time, until its breakers are
 // closed (10 s at most): under the load a half-open breaker's probe may
 // end by its caller's cancellation, which says nothing of the server, and
