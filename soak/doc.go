@@ -69,7 +69,10 @@
 // heap up less than 5 % from half time to the end. The first invariant
 // broken stops the run; Result carries it, the seed and the history before
 // it. Under `make soak` the race detector halts the process at the first
-// race it sees, after the seed was printed. CI runs a 40 s soak under
+// race it sees, after the seed was printed, and GOMAXPROCS is twice the
+// CPUs (SOAK_CPU): the system then preempts goroutines at any instruction,
+// which opens the windows of races between real events (at GOMAXPROCS=2
+// on two CPUs the race above went unfound in ten minutes of one seed). CI runs a 40 s soak under
 // -race on every change (.ci/run), its seed taken from the commit.
 //
 // Run is for one caller at a time (it counts the process's goroutines and
