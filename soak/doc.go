@@ -72,8 +72,9 @@
 // race it sees, after the seed was printed, and GOMAXPROCS is twice the
 // CPUs (SOAK_CPU): the system then preempts goroutines at any instruction,
 // which opens the windows of races between real events (at GOMAXPROCS=2
-// on two CPUs the race above went unfound in ten minutes of one seed). CI runs a 40 s soak under
-// -race on every change (.ci/run), its seed taken from the commit.
+// on two CPUs two five-minute runs of one seed did not find the race
+// above). CI runs a 40 s soak under -race on every change (.ci/run), its
+// seed taken from the commit.
 //
 // Run is for one caller at a time (it counts the process's goroutines and
 // heap).
