@@ -72,19 +72,18 @@ type processKind struct {
 	// its full waiting room sees callers leave while more critical
 	// retries arrive.
 	crowd bool
-	// churn: the waiting room's churn (churnPolicy, churnRequest): Gets
-	// only, half of them failing every attempt, requests cancelled within
-	// churnPatience or when one of their retries is deferred, so that
-	// thousands of retries a second enter a room of one, a more critical
-	// one evicting the waiter while the waiter's caller gives up.
+	// churn: Gets only (churnPolicy), every Get of half the requests
+	// failing every attempt, requests given up when one of their retries
+	// is deferred (givingUp), so that retries enter a room of one
+	// together, a more critical one evicting the waiter while the
+	// waiter's caller gives up (the numbers: churnRoom and after).
 	churn bool
 }
 
 // kinds are the client processes: the default budget, a breaker,
 // throttling, three crowds with a small waiting room (one also behind a
 // breaker), where a more critical retry evicts a less critical one, and
-// the churn process, whose room of one sees that thousands of times a
-// second.
+// the churn process, whose room of one sees that many times a second.
 var kinds = []processKind{
 	{name: "default"},
 	{name: "breaker", guard: breakerPolicy, elsewhere: true},
