@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1239,12 +1240,15 @@ func TestRealTimeTimerSlowForAll(t *testing.T) {
 
 // TestRealTimeStragglerCut is TestStragglerCutUnpaid over loopback TCP on
 // real time: a quiet process (5 calls/s), the first attempt of calls 2, 7,
-// 12 and 17 answers after 400 ms and every other attempt at once, a 150 ms
+// 12 and 17 answers after 900 ms and every other attempt at once, a 300 ms
 // per-attempt timeout, a budget that never holds the timeout retry's cost
 // (10 tokens, 9 held, a success adds 0.01). Each straggler is cut off when
 // its timer fires (the method's latest attempt was served at once) and its
-// retry goes unpaid (the Gate's heal rule): the call ends in about 170 ms,
-// not 400, and the budget refunds nothing.
+// retry goes unpaid (the Gate's heal rule): the call ends in about 320 ms,
+// not 900, and the budget refunds nothing. The times are twice
+// stragglerFile's: an answer "at once" must take under half the timeout
+// (stragglerFastPart), and at -cpu=1 beside a CPU hog with the race
+// detector, one of loopback took over 75 ms in about one run in three.
 func TestRealTimeStragglerCut(t *testing.T) {
 	s := budget.DefaultSettings()
 	s.TokenBucket.Capacity, s.TokenBucket.SuccessReward = 10, 0.01
@@ -1252,7 +1256,7 @@ func TestRealTimeStragglerCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, client := rtBench(t, stragglerFile, interceptor.WithBudget(b))
+	srv, client := rtBench(t, strings.Replace(stragglerFile, `"0.15s"`, `"0.3s"`, 1), interceptor.WithBudget(b))
 	const calls = 20
 	straggler := func(i int) bool { return i%5 == 2 }
 	took := make([]time.Duration, calls)
@@ -1262,7 +1266,7 @@ func TestRealTimeStragglerCut(t *testing.T) {
 		defer cancel()
 		sc := &testingv1.Script{Key: fmt.Sprint("straggler-", i)}
 		if straggler(i) {
-			sc.AttemptDelays = delays(400*time.Millisecond, 0)
+			sc.AttemptDelays = delays(900*time.Millisecond, 0)
 		}
 		start := time.Now()
 		if _, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}, interceptor.WithReport(&reports[i])); err != nil {
@@ -1280,8 +1284,8 @@ func TestRealTimeStragglerCut(t *testing.T) {
 		if !straggler(i) {
 			continue
 		}
-		if len(recs) != 2 || !recs[0].Cancelled || reports[i].TimerRefused != 0 || took[i] >= 400*time.Millisecond {
-			t.Errorf("call %d: %d attempts (first cut off: %v), TimerRefused %d, took %v; want 2, the first cut off, 0, under 400ms", i, len(recs), len(recs) > 0 && recs[0].Cancelled, reports[i].TimerRefused, took[i])
+		if len(recs) != 2 || !recs[0].Cancelled || reports[i].TimerRefused != 0 || took[i] >= 900*time.Millisecond {
+			t.Errorf("call %d: %d attempts (first cut off: %v), TimerRefused %d, took %v; want 2, the first cut off, 0, under 900ms", i, len(recs), len(recs) > 0 && recs[0].Cancelled, reports[i].TimerRefused, took[i])
 		}
 	}
 	// rtBench's call, 16 first attempts and 4 healed retries succeeded,
