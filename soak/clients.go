@@ -43,6 +43,15 @@ const methodsPolicy = `"methodConfig": [
 // their retries wait in the Gate a millisecond or two and make room.
 const crowdBackoff = `"initialBackoff": "1ms", "maxBackoff": "20ms"`
 
+// churnPolicy is the churn process's: Get retried (not hedged: a hedge
+// does not wait in the Gate) up to five attempts, a millisecond apart, so
+// that a failing Get enters the Gate again and again within its short
+// deadline.
+const churnPolicy = `"methodConfig": [
+  {"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}],
+   "retryPolicy": {"maxAttempts": 5, "initialBackoff": "1ms", "maxBackoff": "2ms", "backoffMultiplier": 2,
+     "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]`
+
 // guards are the breaker and throttling sections some processes add.
 const (
 	breakerPolicy  = `, "circuitBreaker": {"failureRatio": 0.5, "minimumThroughput": 20, "samplingWindow": "5s", "breakDuration": "1s", "maxBreakDuration": "2s"}`
@@ -63,11 +72,18 @@ type processKind struct {
 	// its full waiting room sees callers leave while more critical
 	// retries arrive.
 	crowd bool
+	// churn: Gets only (churnPolicy), every Get of half the requests
+	// failing every attempt, requests given up when one of their retries
+	// is deferred (givingUp), so that retries enter a room of one
+	// together, a more critical one evicting the waiter while the
+	// waiter's caller gives up (the numbers: churnRoom and after).
+	churn bool
 }
 
 // kinds are the client processes: the default budget, a breaker,
-// throttling, and three crowds with a small waiting room (one also behind
-// a breaker), where a more critical retry evicts a less critical one.
+// throttling, three crowds with a small waiting room (one also behind a
+// breaker), where a more critical retry evicts a less critical one, and
+// the churn process, whose room of one sees that many times a second.
 var kinds = []processKind{
 	{name: "default"},
 	{name: "breaker", guard: breakerPolicy, elsewhere: true},
@@ -75,6 +91,7 @@ var kinds = []processKind{
 	{name: "small-room", room: smallRoom, elsewhere: true, crowd: true},
 	{name: "small-room-2", room: smallRoom, crowd: true},
 	{name: "small-room-breaker", guard: breakerPolicy, room: smallRoom, crowd: true},
+	{name: "churn", room: churnRoom, crowd: true, churn: true},
 }
 
 // process is one client process's worth of clients: its own budget (a
@@ -88,11 +105,29 @@ type process struct {
 	breakers []*breaker.Set
 }
 
+// openBreakers lists the process's breakers that are not closed now, each
+// as its key and state.
+func (p *process) openBreakers() []string {
+	var out []string
+	for _, set := range p.breakers {
+		for _, s := range set.Snapshots() {
+			if s.State != breaker.StateClosed {
+				out = append(out, fmt.Sprintf("%s is %v", s.Key, s.State))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // dialProcess builds process p of kind k against the replicas' addresses.
 func dialProcess(p int, k processKind, addrs []string, hook func(context.Context, interceptor.Event)) (*process, error) {
 	methods := methodsPolicy
 	if k.crowd {
 		methods = strings.ReplaceAll(methods, `"initialBackoff": "20ms", "maxBackoff": "400ms"`, crowdBackoff)
+	}
+	if k.churn {
+		methods = churnPolicy
 	}
 	cfg, err := policy.ParseConfig([]byte("{" + methods + k.guard + "}"))
 	if err != nil {
@@ -148,9 +183,10 @@ const (
 	opList                  // server stream
 	opUpload                // client stream
 	opChat                  // bidi stream
+	opGetFailing            // a Get whose every attempt fails (the churn process)
 )
 
-var opNames = [...]string{"write-memory", "write-redis", "get", "put", "list", "upload", "chat"}
+var opNames = [...]string{"write-memory", "write-redis", "get", "put", "list", "upload", "chat", "get-failing"}
 
 func (o op) String() string { return opNames[o] }
 
@@ -185,6 +221,10 @@ var crowdBudget = budget.TokenBucketSettings{Capacity: 10, Initial: 0.1, RetryCo
 
 var script = &testingv1.Script{Delay: durationpb.New(serviceDelay), ResponseCount: listLength}
 
+// failingScript fails every attempt of a call at once (UNAVAILABLE): with
+// no key, the server counts each attempt as the first.
+var failingScript = &testingv1.Script{FailAttempts: 1}
+
 // callTrack counts the EventEnd the interceptor gave one call.
 type callTrack struct{ ends atomic.Int32 }
 
@@ -206,6 +246,8 @@ func (p *process) call(ctx context.Context, o op, id uint64, crit criticality.Le
 		_, err = c.Write(ctx, &testingv1.WriteRequest{Script: script, Payload: writePayload(id)}, append(co, interceptor.WithIdempotencyKey(h))...)
 	case opGet:
 		_, err = c.Get(ctx, &testingv1.GetRequest{Script: script}, co...)
+	case opGetFailing:
+		_, err = c.Get(ctx, &testingv1.GetRequest{Script: failingScript}, co...)
 	case opPut:
 		_, err = c.Put(ctx, &testingv1.PutRequest{Script: script}, co...)
 	case opList:

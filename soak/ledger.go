@@ -149,6 +149,26 @@ func (l *ledger) rotateLocked(now time.Time) {
 	l.prev, l.cur, l.rotated = l.cur, next, now
 }
 
+// settle forgets, with no call running, every write that ended at least
+// ledgerHorizon ago: two rotations, at now, which must be ledgerHorizon
+// or more after the last call ended. What the ledger keeps then does not
+// depend on the throughput before (it held 10 to 20 s of writes, a few
+// hundred kilobytes that followed the machine's speed), so that two
+// measures of the heap compare what the fleet keeps.
+func (l *ledger) settle(now time.Time) {
+	l.mu.Lock()
+	l.rotateLocked(now)
+	l.rotateLocked(now)
+	l.mu.Unlock()
+}
+
+// size is the writes the ledger keeps.
+func (l *ledger) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.cur) + len(l.prev)
+}
+
 // counts returns the applies, the writes run twice and those lost.
 func (l *ledger) counts() (applies, dup, lost uint64) {
 	l.mu.Lock()

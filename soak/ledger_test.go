@@ -32,6 +32,16 @@ func TestLedger(t *testing.T) {
 			l.end(3, false, t0.Add(2*ledgerHorizon)) // rotation: 1 is forgotten
 			l.apply(1)
 		}, "after its call ended"},
+		{"settled: an ended write forgotten, a running one kept", func(l *ledger) {
+			l.register(1)
+			l.apply(1)
+			l.end(1, true, t0)
+			l.register(2)
+			l.settle(t0.Add(ledgerHorizon))
+			l.apply(2)
+			l.end(2, true, t0.Add(ledgerHorizon))
+			l.apply(1)
+		}, "after its call ended"},
 		{"running across rotations", func(l *ledger) {
 			l.register(1)
 			l.register(2)
@@ -54,6 +64,23 @@ func TestLedger(t *testing.T) {
 				t.Fatalf("broken: %q, want one containing %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLedgerSettle: settle keeps only the writes still running.
+func TestLedgerSettle(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	l := newLedger(t0, func(msg string) { t.Errorf("broken: %s", msg) })
+	for id := range uint64(10) {
+		l.register(id)
+		if id%2 == 0 {
+			l.apply(id)
+			l.end(id, true, t0)
+		}
+	}
+	l.settle(t0.Add(ledgerHorizon))
+	if n := l.size(); n != 5 {
+		t.Fatalf("%d writes kept after settle, want 5 (the running ones)", n)
 	}
 }
 

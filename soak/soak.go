@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/server"
@@ -44,9 +43,12 @@ type Result struct {
 	Calls, OK, Dup, Lost              uint64
 	Applied                           uint64
 	GoroutinesBefore, GoroutinesAfter int
-	HeapHalf, HeapEnd                 uint64 // bytes in use after a GC
-	Redis                             bool
-	Faults                            map[string]int
+	HeapHalf, HeapEnd                 uint64 // bytes in use after a GC, no call in flight
+	// NotClosed lists the breakers that were not closed when the load
+	// stopped, which the tail's probes (probeBreakers) then closed.
+	NotClosed []string
+	Redis     bool
+	Faults    map[string]int
 	// Gates says, per client process, how many retries waited in its Gate
 	// and how their waits ended.
 	Gates   []string
@@ -136,7 +138,7 @@ func Run(cfg Config) (res *Result, err error) {
 			defer rp.kill()
 			redis.SetLogger(redisLog{&r.redisLines}) // go-redis has one logger per process
 			rc = redis.NewClient(&redis.Options{Addr: rp.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
-				ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+				ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, PoolSize: redisPoolSize})
 			defer rc.Close()
 			if redisStore, err = redisstore.New(rc, redisstore.Options{}); err != nil {
 				return nil, err
@@ -178,47 +180,76 @@ func Run(cfg Config) (res *Result, err error) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	r.stop = stop
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
 
-	var load sync.WaitGroup
+	// Every caller keeps its random source across the pause at half time.
+	var rngs [][]*rand.Rand
 	for pi, p := range procs {
 		callers := workersPerProcess
-		if p.kind.crowd {
+		switch {
+		case p.kind.churn:
+			callers = churnCallers
+		case p.kind.crowd:
 			callers = crowdCallers
 		}
+		var rs []*rand.Rand
 		for w := range callers {
-			load.Add(1)
-			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(pi*1000+w+1)))
-			go func() { defer load.Done(); r.work(loadCtx, p, rng, res.Redis) }()
+			rs = append(rs, rand.New(rand.NewPCG(cfg.Seed, uint64(pi*1000+w+1))))
 		}
+		rngs = append(rngs, rs)
 	}
+	var load sync.WaitGroup
+	startLoad := func() context.CancelFunc {
+		loadCtx, stopLoad := context.WithCancel(ctx)
+		for pi, p := range procs {
+			for _, rng := range rngs[pi] {
+				load.Add(1)
+				go func() { defer load.Done(); r.work(loadCtx, p, rng, res.Redis) }()
+			}
+		}
+		return stopLoad
+	}
+	stopLoad := startLoad()
+	defer func() { stopLoad(); load.Wait() }()
 	watchDone := make(chan struct{})
 	var watch sync.WaitGroup
 	watch.Add(1)
 	go func() { defer watch.Done(); r.watch(procs, watchDone) }()
 
 	// Faults for half the time, a calm window, the other half, a calm
-	// tail: the heap is measured at the end of each calm (under the same
-	// load, without faults), and the tail lets every breaker close.
+	// tail: the load stops at the end of each calm and the heap is
+	// measured with no call in flight (heapInUse), so that the two
+	// measures see the same state: what the fleet keeps between calls.
 	in := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa17)), replicas: reps, redis: rp, hist: r.hist, fail: r.fail}
-	sampling := heapSamples * heapSampleGap
 	for half, d := range []time.Duration{cfg.Duration / 2, cfg.Duration - cfg.Duration/2} {
 		faultCtx, stopFaults := context.WithTimeout(ctx, d)
 		in.run(faultCtx)
 		stopFaults()
 		r.hist.addf("faults paused; calm for %s", calmTail)
-		sleep(ctx, calmTail-sampling)
+		sleep(ctx, calmTail)
+		stopLoad()
+		load.Wait()
+		r.hist.addf("load stopped")
+		if cfg.Duration >= heapMinRun {
+			// The heap is judged: the ledger first forgets what it keeps
+			// for the writes that ended (settle).
+			sleep(ctx, ledgerHorizon)
+			r.led.settle(time.Now())
+		}
 		heap := heapInUse(ctx, filepath.Join(cfg.ProfileDir, fmt.Sprintf("heap-%d.pprof", half+1)))
 		if half == 0 {
 			res.HeapHalf = heap
 			r.logf("soak: half time: %d calls, heap %.1f MB, goroutines %d", r.calls.Load(), mb(heap), runtime.NumGoroutine())
+			if ctx.Err() == nil {
+				stopLoad = startLoad()
+				r.hist.addf("load resumed")
+			}
 		} else {
 			res.HeapEnd = heap
 		}
 	}
-	stopLoad()
-	load.Wait()
+	if r.broken.Load() == nil {
+		res.NotClosed = r.probeBreakers(ctx, procs, res.Redis)
+	}
 	close(watchDone)
 	watch.Wait()
 	for f, n := range in.counts {
@@ -231,6 +262,9 @@ func Run(cfg Config) (res *Result, err error) {
 	}
 	if r.broken.Load() == nil {
 		r.settled(procs)
+		// The watch judges a call a second after it returned: a stream's
+		// EventEnd may come just after its last message.
+		time.Sleep(time.Second)
 	}
 	r.checkPending(time.Now().Add(time.Hour))
 
@@ -267,22 +301,45 @@ func Run(cfg Config) (res *Result, err error) {
 
 // work makes calls until loadCtx ends; a share of its callers give up
 // early (cancel). A crowd's caller fans each request out into
-// crowdFanOut calls under one deadline and one cancel.
+// crowdFanOut calls under one deadline and one cancel; the churn
+// process's, into churnFanOut Gets, cancelled when one of their retries
+// is deferred (givingUp).
 func (r *run) work(loadCtx context.Context, p *process, rng *rand.Rand, redis bool) {
-	longest, cancels, fan, patience := callTimeoutMax, cancelShare, 1, callTimeoutMax
-	if p.kind.crowd {
+	shortest, longest, cancels, fan, patience := callTimeoutMin, callTimeoutMax, cancelShare, 1, callTimeoutMax
+	switch {
+	case p.kind.churn:
+		shortest, longest, cancels, fan = churnTimeoutMin, churnTimeoutMax, 0, churnFanOut
+	case p.kind.crowd:
 		longest, cancels, fan, patience = crowdTimeoutMax, crowdCancelShare, crowdFanOut, crowdPatience
 	}
 	var calls sync.WaitGroup
 	for loadCtx.Err() == nil {
-		timeout := callTimeoutMin + time.Duration(rng.Int64N(int64(longest-callTimeoutMin)))
+		timeout := shortest + time.Duration(rng.Int64N(int64(longest-shortest)))
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(loadCtx), timeout)
 		var t *time.Timer
 		if rng.Float64() < cancels {
 			t = time.AfterFunc(time.Duration(rng.Int64N(int64(min(timeout, patience)))), cancel)
 		}
+		var gu *givingUp
+		churnOp := opGet
+		if p.kind.churn {
+			gu = &givingUp{cancel: cancel}
+			if rng.Float64() >= churnCancelAtOnce {
+				gu.after = time.Duration(rng.Int64N(int64(churnPatience)))
+			}
+			ctx = context.WithValue(ctx, givingUpKey{}, gu)
+			if rng.Float64() < churnFailShare {
+				// Every call of the request fails at once: their retries
+				// reach the Gate together.
+				churnOp = opGetFailing
+			}
+		}
 		for i := range fan {
-			o, crit := pickOp(rng, redis), criticality.Levels[rng.IntN(len(criticality.Levels))]
+			o := pickOp(rng, redis)
+			if p.kind.churn {
+				o = churnOp
+			}
+			crit := criticality.Levels[rng.IntN(len(criticality.Levels))]
 			if i == fan-1 {
 				r.one(ctx, p, o, crit)
 				break
@@ -294,8 +351,48 @@ func (r *run) work(loadCtx context.Context, p *process, rng *rand.Rand, redis bo
 		if t != nil {
 			t.Stop()
 		}
+		gu.stop()
 		cancel()
 	}
+}
+
+// givingUp is how a churn request's caller gives up: when the first of
+// its calls' retries is deferred (the hook's deferred), at once or after
+// a moment within churnPatience. At once, the caller cancels just as that
+// retry enters the Gate, where it may evict another call of the request
+// that waits there and is leaving.
+type givingUp struct {
+	cancel context.CancelFunc
+	after  time.Duration
+	once   sync.Once
+	mu     sync.Mutex
+	timer  *time.Timer
+}
+
+type givingUpKey struct{}
+
+func (g *givingUp) deferred() {
+	g.once.Do(func() {
+		if g.after == 0 {
+			g.cancel()
+			return
+		}
+		g.mu.Lock()
+		g.timer = time.AfterFunc(g.after, g.cancel)
+		g.mu.Unlock()
+	})
+}
+
+// stop stops the timer deferred started, if any (nil: not a churn request).
+func (g *givingUp) stop() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.mu.Unlock()
 }
 
 // one makes one call under ctx and checks how it ended.
@@ -325,8 +422,15 @@ func (r *run) one(ctx context.Context, p *process, o op, crit criticality.Level)
 	r.pendMu.Unlock()
 }
 
-// hook counts every call's EventEnd.
+// hook counts every call's EventEnd, and tells a churn request that one
+// of its calls' retries was deferred (givingUp).
 func (r *run) hook(ctx context.Context, e interceptor.Event) {
+	if e.Kind == interceptor.EventDeferred {
+		if gu, ok := ctx.Value(givingUpKey{}).(*givingUp); ok {
+			gu.deferred()
+		}
+		return
+	}
 	if e.Kind != interceptor.EventEnd {
 		return
 	}
@@ -378,33 +482,33 @@ func (r *run) watch(procs []*process, done <-chan struct{}) {
 	}
 }
 
-// settled checks, after the load stopped, that nothing is held: no call
-// waiting in a Gate, every breaker closed.
+// settled checks, after the load stopped and the tail's probes
+// (probeBreakers), that nothing is held: no call waiting in a Gate, every
+// breaker closed.
 func (r *run) settled(procs []*process) {
 	for _, p := range procs {
 		if st := p.gate.State(); st.Waiting != 0 {
 			r.fail(fmt.Sprintf("%s: after the load stopped, the Gate counts %d calls waiting, want 0 (deferred %d, admitted %d, gave up %d)",
 				p.kind.name, st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp))
 		}
-		for _, set := range p.breakers {
-			for _, s := range set.Snapshots() {
-				if s.State != breaker.StateClosed {
-					r.fail(fmt.Sprintf("%s: breaker %s is %v after the calm tail, want closed", p.kind.name, s.Key, s.State))
-				}
-			}
+		for _, key := range p.openBreakers() {
+			r.fail(fmt.Sprintf("%s: breaker %s after the calm tail and its probes, want closed", p.kind.name, key))
 		}
 	}
 }
 
-// heapInUse is the heap's live bytes: the least of heapSamples samples,
-// each after a collection. With a profile path (a Config.ProfileDir) it
-// writes the heap's profile there too.
+// heapInUse is the heap's live bytes while no call is in flight: the
+// least of heapSamples samples, heapSampleGap apart, each after two
+// collections (the first frees what the finalizers of the last cycle
+// let go). With a profile path (a Config.ProfileDir) it writes the
+// heap's profile there too.
 func heapInUse(ctx context.Context, profile string) uint64 {
 	var least uint64
 	for i := range heapSamples {
 		if i > 0 {
 			sleep(ctx, heapSampleGap)
 		}
+		runtime.GC()
 		runtime.GC()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
@@ -419,6 +523,47 @@ func heapInUse(ctx context.Context, profile string) uint64 {
 		}
 	}
 	return least
+}
+
+// probeBreakers sends, after the load stopped, calls of every method
+// through every process, CRITICAL_PLUS with a long deadline, one at a
+// time per process, until every breaker of the process is closed or
+// probeSpan passed; it returns the breakers that were not closed when it
+// began. Under the load a half-open breaker's probe may never be answered
+// in time: the caller gives up first (a crowd's patience is 50 ms, and a
+// Chat under -race on loaded cores takes longer), and a probe that ends by
+// its caller's cancellation says nothing of the server (budget.Other), so
+// the breaker rightly stays half-open. These calls give every breaker a
+// probe that can finish; settled then requires every breaker closed.
+func (r *run) probeBreakers(ctx context.Context, procs []*process, redis bool) []string {
+	var notClosed []string
+	for _, p := range procs {
+		for _, key := range p.openBreakers() {
+			notClosed = append(notClosed, p.kind.name+": "+key)
+		}
+	}
+	ops := []op{opWriteMemory, opGet, opPut, opList, opUpload, opChat}
+	if redis {
+		ops = append(ops, opWriteRedis)
+	}
+	end := time.Now().Add(probeSpan)
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for len(p.openBreakers()) > 0 && time.Now().Before(end) && ctx.Err() == nil {
+				for _, o := range ops {
+					callCtx, cancel := context.WithTimeout(ctx, probeCallTimeout)
+					r.one(callCtx, p, o, criticality.CriticalPlus)
+					cancel()
+				}
+				sleep(ctx, probeGap)
+			}
+		}()
+	}
+	wg.Wait()
+	return notClosed
 }
 
 // settleGoroutines waits up to ten seconds for the goroutines to fall to

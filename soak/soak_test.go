@@ -35,6 +35,9 @@ func TestSoak(t *testing.T) {
 	for _, g := range res.Gates {
 		t.Logf("Gate of %s", g)
 	}
+	for _, b := range res.NotClosed {
+		t.Logf("breaker not closed when the load stopped (the tail's probes closed it): %s", b)
+	}
 	// The summary goes to stderr as well: a test's log is shown only on
 	// failure or with -v.
 	os.Stderr.WriteString(res.Summary() + "\n")
