@@ -73,8 +73,8 @@
 // CPUs (SOAK_CPU): the system then preempts goroutines at any instruction,
 // which opens the windows of races between real events (at GOMAXPROCS=2
 // on two CPUs two five-minute runs of one seed did not find the race
-// above). CI runs a 40 s soak under -race on every change (.ci/run), its
-// seed taken from the commit.
+// above). CI runs a 40 s soak under -race on every change (.ci/run), with
+// seed 1 each time, so that it judges the change, not a new seed's luck.
 //
 // Run is for one caller at a time (it counts the process's goroutines and
 // heap).
