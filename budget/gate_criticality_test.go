@@ -291,3 +291,24 @@ func outageProbed(t *testing.T, s DeferSettings) *Gate {
 	w.Leave()
 	return g
 }
+
+// TestGateEnterHeldBeforePoll: a retry with no pause that begins to wait
+// in an outage is held from its entry, even when the news that ends the
+// outage (the probe served) comes before its first decision: it goes back
+// by the release rule (the probe's credit), not at once as a probe by the
+// hold rule. Before the fix the wait was held only at its first Poll, and
+// a goroutine preempted between entering and polling went as a probe
+// (TestRealTimeGateReleasesTheMostCriticalFirst failed so in one CI run:
+// "CRITICAL: Wait = probe").
+func TestGateEnterHeldBeforePoll(t *testing.T) {
+	g := outageProbed(t, DeferSettings{})
+	w, err := g.enter(retryAt(crit), 0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
+	if a, _ := w.Poll(); a != AdmitRelease {
+		t.Fatalf("first Poll after the probe was served = %v, want a release", a)
+	}
+}

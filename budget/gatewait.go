@@ -127,6 +127,15 @@ func (g *Gate) enter(r Request, pause time.Duration, deadline time.Time) (*waite
 	g.st.enter(now, pause, span)
 	w := &waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), holdAt: now.Add(pause + time.Duration(holdSlack*float64(pause)))},
 		earliest: now.Add(pause), level: level}
+	// A wait already past its hold time (no pause) that begins while the
+	// gate holds waits (an outage, an overload) is held from now, as its
+	// first decision would hold it: otherwise news that ends the outage
+	// between enter and that decision (its caller's goroutine preempted)
+	// left it unheld, and the hold rule sent it at once as a probe, past
+	// the release rule's pace and order (TestGateEnterHeldBeforePoll).
+	if d := g.st.decideRules(now, &w.view); d.hold {
+		w.view.held = true
+	}
 	g.room.queue[level].push(w)
 	return w, nil
 }
