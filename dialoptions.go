@@ -21,10 +21,14 @@ import (
 // is then not applied by grpc-go; put it in cfg instead.
 //
 // DialOptions is safe by default: when the file declares no budget and opts
-// give none (interceptor.WithBudget), calls use budget.Default(), one per
-// process, shared by every connection made this way; a retry it refuses
-// waits, within the call's deadline, for the server to come back (deferral:
-// budget.Gate) instead of ending the call. opts are applied to both
+// give none (interceptor.WithBudget), calls use budget.DefaultBackends():
+// stagger's default budget, one per backend (the connection's target),
+// shared by every connection of the process to that target; a retry it
+// refuses waits, within the call's deadline, for the server to come back
+// (deferral: budget.Gate, one per method of the backend) instead of ending
+// the call. A file's budget is kept per backend too. So one cfg may dial
+// every connection of a process: a down backend's retries are judged and
+// paid by that backend alone. opts are applied to both
 // interceptors after cfg, so they can override it (interceptor.WithBudget(nil)
 // means unlimited).
 //
@@ -39,7 +43,7 @@ import (
 //
 // For a file that changes while the program runs, use DialOptionsFromSource.
 func DialOptions(cfg *policy.Config, opts ...interceptor.Option) []grpc.DialOption {
-	return dialOptions(interceptor.WithConfig(cfg), budget.Default(), opts)
+	return dialOptions(interceptor.WithConfig(cfg), budget.DefaultBackends(), opts)
 }
 
 // DialOptionsFromSource is DialOptions for a policy file that can change
@@ -56,18 +60,19 @@ func DialOptions(cfg *policy.Config, opts ...interceptor.Option) []grpc.DialOpti
 //	conn, err := grpc.NewClient(target, opts...)
 //
 // The safety is DialOptions': grpc-go's own retry is off, and a call whose
-// current config declares no budget uses budget.Default(). The budget is
-// chosen per call, from the config the call starts with, so a reload moves
-// calls between budgets:
+// current config declares no budget uses budget.DefaultBackends(). The
+// budget is chosen per call (and per backend), from the config the call
+// starts with, so a reload moves calls between budgets:
 //
 //   - a file that adds a budget: the next calls use the file's, new and
 //     with the state a fresh budget of its settings has; the calls already
 //     running, or waiting in the default budget (deferral), stay with it;
-//   - a file that removes its budget: the next calls use budget.Default(),
-//     never unlimited;
+//   - a file that removes its budget: the next calls use
+//     budget.DefaultBackends(), never unlimited;
 //   - a file whose budget settings are unchanged (only the methods changed):
-//     the same budget, state included (policy.Source keeps it);
-//   - changed settings: a new budget, and the old one's state is dropped.
+//     the same budgets, every backend's state included (policy.Source
+//     keeps them);
+//   - changed settings: new budgets, and the old ones' state is dropped.
 //
 // interceptor.WithBudget in opts overrides every file's budget, so the
 // budget then stays the same across reloads whatever the files declare.
@@ -85,14 +90,14 @@ func DialOptionsFromSource(src interceptor.ConfigSource, opts ...interceptor.Opt
 	if isNilSource(src) {
 		return nilSourceDialOptions()
 	}
-	return dialOptions(interceptor.WithConfigSource(src), budget.Default(), opts)
+	return dialOptions(interceptor.WithConfigSource(src), budget.DefaultBackends(), opts)
 }
 
 // dialOptions builds the dial options for a config option (a file or a
-// source) with fallback as the budget of calls whose file declares none.
-func dialOptions(config interceptor.Option, fallback budget.Budget, opts []interceptor.Option) []grpc.DialOption {
+// source) with fallback as the budgets of calls whose file declares none.
+func dialOptions(config interceptor.Option, fallback *budget.Backends, opts []interceptor.Option) []grpc.DialOption {
 	all := make([]interceptor.Option, 0, len(opts)+2)
-	all = append(all, config, interceptor.WithDefaultBudget(fallback))
+	all = append(all, config, interceptor.WithDefaultBudgets(fallback))
 	all = append(all, opts...)
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(all...)),

@@ -898,15 +898,15 @@ func TestDialOptions(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cc.Close()
-			before := budget.Default().State()
+			before := defaultBudgetState(cc)
 			if _, err := testingv1.NewTestServiceClient(cc).Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 1}}); err != nil {
 				t.Fatal(err)
 			}
 			if n := len(srv.Attempts("k")); n != 2 {
 				t.Errorf("%d attempts, want 2", n)
 			}
-			if after := budget.Default().State(); after.Allowed != before.Allowed+1 {
-				t.Errorf("default budget allowed %d -> %d, want one more: DialOptions did not install it", before.Allowed, after.Allowed)
+			if after := defaultBudgetState(cc); after.Allowed != before.Allowed+1 {
+				t.Errorf("default budget allowed %d -> %d, want one more: DialOptions did not install it for the connection's target", before.Allowed, after.Allowed)
 			}
 		})
 	})
@@ -967,4 +967,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) { benchGets(b, c.dial) })
 	}
+}
+
+// defaultBudgetState is the state of stagger's default budget for the Get
+// method of cc's target (budget.DefaultBackends): its Allowed and Refused
+// are the target's tokens'.
+func defaultBudgetState(cc *grpc.ClientConn) budget.State {
+	return budget.DefaultBackends().Get(cc.Target(), testingv1.TestService_Get_FullMethodName).State()
 }

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger"
-	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
@@ -138,12 +137,12 @@ func TestDialOptionsFromSourceBudgetFollowsReload(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			before := budget.Default().State().Allowed
+			before := defaultBudgetState(cc).Allowed
 			n, err := getAttempts(t, srv, st.cc, "step"+strconv.Itoa(i), 1)
 			if status.Code(err) != st.wantErr || n != st.wantN {
 				t.Errorf("%s: %v after %d attempts, want %v after %d", st.name, err, n, st.wantErr, st.wantN)
 			}
-			admitted := budget.Default().State().Allowed - before
+			admitted := defaultBudgetState(cc).Allowed - before
 			if want := map[bool]uint64{true: 1, false: 0}[st.deflt]; admitted != want {
 				t.Errorf("%s: the default budget admitted %d retries, want %d", st.name, admitted, want)
 			}

@@ -83,8 +83,17 @@ type methodInfo struct {
 	// so that a call without per-call Options copies it and decides nothing.
 	plan plan
 	// br caches the breaker of the first target the method was called on
-	// (plan.breakers'), so that a call need not look it up.
-	br atomic.Pointer[breakerRef]
+	// (plan.breakers'), so that a call need not look it up; bud does the
+	// same for the method's budget of one budget.Backends.
+	br  atomic.Pointer[breakerRef]
+	bud atomic.Pointer[budgetRef]
+}
+
+// budgetRef is the budget of one target in one budget.Backends.
+type budgetRef struct {
+	set    *budget.Backends
+	target string
+	b      budget.Budget
 }
 
 // breakerRef is the breaker of one target.
@@ -100,7 +109,10 @@ type plan struct {
 	// the method has none. It is shared and never modified.
 	pol      *policy.Policy
 	retrying bool
-	budget   budget.Budget
+	// budget is the calls' budget, or budgets keeps it per backend (the
+	// call looks its own up: callBudget).
+	budget  budget.Budget
+	budgets *budget.Backends
 	// perAttempt as in call; notice: the policy sets a per-attempt timeout
 	// that is not applied because the call may not run twice (the method
 	// is not known to be idempotent and the call carries no idempotency
@@ -129,9 +141,14 @@ type plan struct {
 // (nil when none matches) makes it do.
 func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method string) plan {
 	var pl plan
-	if o.budgetSet {
+	switch {
+	case o.budgetSet:
 		pl.budget = o.budget
-	} else if pl.budget = cfg.Budget(); pl.budget == nil {
+	case cfg.Budgets() != nil:
+		pl.budgets = cfg.Budgets()
+	case o.fallbacks != nil:
+		pl.budgets = o.fallbacks
+	default:
 		pl.budget = o.fallback
 	}
 	if o.breakersSet {

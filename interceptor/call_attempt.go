@@ -11,6 +11,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/frontend"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,7 +25,7 @@ import (
 // runs it:
 //
 //	var c call
-//	callCtx, cancel, grpcOpts, run := k.start(ctx, method, opts, &c) // k *core from newCore(opts)
+//	callCtx, cancel, grpcOpts, run := k.start(ctx, cc, method, opts, &c) // k *core from newCore(opts)
 //	defer cancel()
 //	if !run { /* disabled: pass through on callCtx with grpcOpts */ }
 //	for {
@@ -171,6 +172,31 @@ type call struct {
 	crit criticality.Level
 }
 
+// budget returns the budget of a call of the method on target from bs,
+// through the method's cache of the first target it was called on.
+func (mi *methodInfo) budget(bs *budget.Backends, target, method string) budget.Budget {
+	if r := mi.bud.Load(); r != nil && r.set == bs && r.target == target {
+		return r.b
+	}
+	b := bs.Get(target, method)
+	if r := mi.bud.Load(); r == nil || r.set != bs {
+		// The first target only (and the set of the current file): a
+		// method called on several targets looks the others up, rather
+		// than allocate on every switch.
+		mi.bud.CompareAndSwap(r, &budgetRef{set: bs, target: target, b: b})
+	}
+	return b
+}
+
+// callTarget is the backend of a call: cc's target, or, for a front end
+// that has no ClientConn, the one it named (internal/frontend).
+func callTarget(ctx context.Context, cc *grpc.ClientConn) string {
+	if cc != nil {
+		return cc.Target()
+	}
+	return frontend.Target(ctx)
+}
+
 // noCancel stands in for a cancel func when no context was made.
 func noCancel() {}
 
@@ -184,7 +210,7 @@ func noCancel() {}
 //
 // With no per-call Option, no criticality, no timeout, no idempotency key
 // and no limits in the file, start allocates nothing.
-func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
+func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
 	o := &k.opts
 	grpcOpts = opts
 	for i, opt := range opts {
@@ -217,6 +243,9 @@ func (k *core) start(ctx context.Context, method string, opts []grpc.CallOption,
 		pl = &p
 	}
 	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
+	if pl.budgets != nil {
+		c.budget = mi.budget(pl.budgets, callTarget(ctx, cc), method)
+	}
 	c.hedgeOnTimeout, c.byKey = pl.hedgeOnTimeout, pl.byKey
 	c.pace = pl.pace
 	c.retry = 1

@@ -9,7 +9,6 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/chain"
-	"github.com/stagger-go/stagger/internal/frontend"
 	"github.com/stagger-go/stagger/internal/gateview"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
@@ -354,12 +353,7 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 	if c.breakers == nil {
 		return nil
 	}
-	var target string
-	if cc != nil {
-		target = cc.Target()
-	} else {
-		target = frontend.Target(ctx)
-	}
+	target := callTarget(ctx, cc)
 	if c.brCache != nil {
 		if r := c.brCache.Load(); r != nil && r.target == target {
 			c.br = r.b
@@ -490,11 +484,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	if c.hedged == nil {
 		e.Delay = c.paused + c.deferred
 	}
-	if cc != nil {
-		e.Target = cc.Target()
-	} else {
-		e.Target = frontend.Target(c.ctx)
-	}
+	e.Target = callTarget(c.ctx, cc)
 	if r := o.report; r != nil {
 		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason}
 	}

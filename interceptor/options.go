@@ -43,8 +43,10 @@ type options struct {
 	policy    *policy.Policy
 	budget    budget.Budget
 	budgetSet bool
-	// fallback is the budget when neither WithBudget nor the file gives one.
+	// fallback (one for every backend) or fallbacks (one per backend) is
+	// the budget when neither WithBudget nor the file gives one.
 	fallback  budget.Budget
+	fallbacks *budget.Backends
 	logger    logging.Logger
 	hooks     []func(Event)
 	callHooks []func(context.Context, Event)
@@ -104,9 +106,17 @@ func WithPolicy(p policy.Policy) Option {
 	return Option{apply: func(o *options) { o.policy = &p }}
 }
 
-// WithBudget makes b the retry budget, in place of the one the file declares;
-// a nil b means unlimited. Share one b between interceptors and connections:
-// a budget protects the servers only if it sees all the process's calls.
+// WithBudget makes b the retry budget of every call, whatever its backend,
+// in place of the budgets the file declares; a nil b means unlimited.
+//
+// The file's budgets and stagger.DialOptions' default are kept per backend
+// (budget.Backends: each target its tokens, each of its methods its Gate),
+// as grpc-go keeps one throttle per channel and Envoy one budget per
+// cluster: with one budget for the process, a healthy flaky backend's
+// healed retries paid for a retry storm on a down one beside it
+// (BENCHMARKS.md, "Per backend"). One b across backends is an explicit
+// choice: its tokens and, for a Gate, what it learns of the servers'
+// health are then shared by every backend the calls go to.
 func WithBudget(b budget.Budget) Option {
 	return Option{apply: func(o *options) { o.budget, o.budgetSet = b, true }}
 }
@@ -170,9 +180,18 @@ func WithBreakers(bs *breaker.Set) Option {
 
 // WithDefaultBudget makes b the budget of calls whose file declares none
 // (read per call, so it follows a reloaded file) when WithBudget is not
-// given. stagger.DialOptions uses it to install budget.Default.
+// given, one b for every backend (see WithBudget). WithDefaultBudgets keeps
+// one per backend.
 func WithDefaultBudget(b budget.Budget) Option {
-	return Option{apply: func(o *options) { o.fallback = b }}
+	return Option{apply: func(o *options) { o.fallback, o.fallbacks = b, nil }}
+}
+
+// WithDefaultBudgets makes bs's budgets, one per backend, the budgets of
+// calls whose file declares none (read per call, so it follows a reloaded
+// file) when WithBudget is not given. stagger.DialOptions uses it to
+// install budget.DefaultBackends. A nil bs means unlimited.
+func WithDefaultBudgets(bs *budget.Backends) Option {
+	return Option{apply: func(o *options) { o.fallback, o.fallbacks = nil, bs }}
 }
 
 // WithLogger logs what stagger does through l: any go-grpc-middleware v2

@@ -102,7 +102,7 @@ var errSendAfterClose = status.Error(codes.Internal, "SendMsg called after Close
 
 func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption) (grpc.ClientStream, error) {
 	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer}
-	callCtx, cancel, grpcOpts, run := k.start(ctx, method, opts, &s.c)
+	callCtx, cancel, grpcOpts, run := k.start(ctx, cc, method, opts, &s.c)
 	if !run {
 		return streamer(callCtx, desc, cc, method, grpcOpts...)
 	}

@@ -143,7 +143,7 @@ var unaryAttempts = sync.Pool{New: func() any {
 
 func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	var c call
-	callCtx, cancel, grpcOpts, run := k.start(ctx, method, opts, &c)
+	callCtx, cancel, grpcOpts, run := k.start(ctx, cc, method, opts, &c)
 	defer cancel()
 	if !run {
 		return invoker(callCtx, method, req, reply, cc, grpcOpts...)

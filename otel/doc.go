@@ -89,7 +89,8 @@
 // on stagger's own metrics only.
 //   - stagger.client.budget.level and stagger.client.budget.capacity,
 //     asynchronous gauges, {retry}, with stagger.budget.kind: each budget of
-//     Options.Budgets (budget.Default() when nil), read by its State() when
+//     Options.Budgets and Options.Backends (budget.DefaultBackends() when
+//     both are nil; per target, attribute grpc.target), read by State() when
 //     the metrics are collected.
 //   - stagger.client.breaker.transitions, counter, {transition}: a circuit
 //     breaker's state changes, with stagger.breaker (the breaker's key: the

@@ -78,10 +78,15 @@ type Options struct {
 	// MeterProvider records the metrics; nil: otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 	// Budgets are observed as gauges (level, capacity) with attribute
-	// stagger.budget.kind; nil: budget.Default() only. Give at most one
-	// budget of each kind: two of the same kind report under the same
-	// attributes.
+	// stagger.budget.kind. Give at most one budget of each kind: two of
+	// the same kind report under the same attributes.
 	Budgets []budget.Budget
+	// Backends are observed as the same gauges, once per target, with
+	// attributes stagger.budget.kind and grpc.target (the tokens of one
+	// target, which its methods' Gates share). When both Budgets and
+	// Backends are nil: budget.DefaultBackends(), stagger.DialOptions'
+	// default. A policy file's are its Config.Budgets().
+	Backends []*budget.Backends
 	// NoTraces turns off the span events.
 	NoTraces bool
 }
@@ -206,18 +211,31 @@ func newRecorder(o Options) (*recorder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("staggerotel: instrument %s: %w", MetricBudgetCapacity, err)
 	}
-	budgets := o.Budgets
-	if budgets == nil {
-		budgets = []budget.Budget{budget.Default()}
+	budgets, backends := o.Budgets, o.Backends
+	if budgets == nil && backends == nil {
+		backends = []*budget.Backends{budget.DefaultBackends()}
 	}
 	budgets = uniqueBudgets(budgets)
-	if len(budgets) > 0 {
+	if len(budgets) > 0 || len(backends) > 0 {
 		_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 			for _, b := range budgets {
 				st := b.State()
 				opt := metric.WithAttributes(attribute.String(AttrBudgetKind, st.Kind))
 				obs.ObserveFloat64(level, st.Level, opt)
 				obs.ObserveFloat64(capacity, st.Capacity, opt)
+			}
+			for _, bs := range backends {
+				last := ""
+				for i, st := range bs.States() {
+					if i > 0 && st.Target == last {
+						// The target's other methods' Gates: the same tokens.
+						continue
+					}
+					last = st.Target
+					opt := metric.WithAttributes(attribute.String(AttrBudgetKind, st.Kind), attribute.String(AttrTarget, st.Target))
+					obs.ObserveFloat64(level, st.Level, opt)
+					obs.ObserveFloat64(capacity, st.Capacity, opt)
+				}
 			}
 			return nil
 		}, level, capacity)

@@ -12,8 +12,9 @@ import (
 // ParseConfig or LoadFile.
 //
 // A Config is immutable once built and safe for concurrent use; the *Method
-// values it returns are shared and must not be modified. Its Budget is
-// shared by every caller, as the budget of the file.
+// values it returns are shared and must not be modified. Its Budgets hold
+// one budget per backend (target), made on first use and shared by every
+// interceptor built from the Config.
 type Config struct {
 	methods        map[string]*Method // "/svc/method", "/svc/", "" (the default entry)
 	defaultMethod  *Method
@@ -21,7 +22,7 @@ type Config struct {
 	warnings       []Warning
 	budgetSettings budget.Settings
 	budgetPath     string
-	budget         budget.Budget
+	budgets        *budget.Backends
 	lbPolicy       string
 	// breaker is the file's top-level circuitBreaker/adaptiveThrottling;
 	// breakers holds one set of breakers per distinct settings in use.
@@ -98,15 +99,17 @@ func (c *Config) Method(fullMethod string) *Method {
 	return c.defaultMethod
 }
 
-// Budget returns the budget the file declares (retryThrottling or
-// retryBudget), built once when the file was parsed: every interceptor built
-// from this Config shares it, across connections. nil means the file
-// declares none (unlimited, as in grpc-go).
-func (c *Config) Budget() budget.Budget {
+// Budgets returns the budgets the file declares (retryThrottling or
+// retryBudget): one per backend, as grpc-go keeps one throttle per channel,
+// made on first use from the file's settings (budget.Backends), shared by
+// every interceptor built from this Config and kept by a reload that does
+// not change the settings (Source). nil means the file declares none
+// (unlimited, as in grpc-go).
+func (c *Config) Budgets() *budget.Backends {
 	if c == nil {
 		return nil
 	}
-	return c.budget
+	return c.budgets
 }
 
 // BudgetSettings returns the budget as the file declares it; Kind is

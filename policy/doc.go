@@ -147,9 +147,12 @@
 // ("/pkg.Service/Method"): the entry naming that method, else the entry
 // naming its service ("/pkg.Service/"), else the default entry ({}), else
 // nil. The budget the file declares (retryThrottling or retryBudget) is
-// built once, when the file is parsed, and belongs to the Config: every
-// interceptor built from the Config shares it, across connections, rather
-// than getting one per connection or per method.
+// kept per backend, as grpc-go keeps one throttle per channel: the Config
+// holds a budget.Backends, empty until a call asks, that makes each target
+// its own tokens (and, where the budget defers, each method of the target
+// its own Gate over them) on first use. Every interceptor built from the
+// Config shares it, so two connections to one target share that target's
+// tokens, and a down backend never spends or refills another's.
 //
 // A Source follows a file that may change: WatchFile loads it (the first load
 // must succeed) and polls it every DefaultPollInterval, or as
@@ -157,9 +160,9 @@
 // already seen is not parsed again. A new file that fails to read or parse
 // leaves the last good Config in use and is reported through OnReload; a good
 // one replaces the Config atomically. When the new file declares the same
-// budget settings, the new Config takes over the old one's budget, state
-// included (SourceEvent.BudgetKept), so a reload that only touches methods
-// neither refills nor empties the budget. NewSource and Update do the same
+// budget settings, the new Config takes over the old one's budgets, every
+// backend's state included (SourceEvent.BudgetKept), so a reload that only
+// touches methods neither refills nor empties them. NewSource and Update do the same
 // for configs built elsewhere.
 //
 // # Concurrency

@@ -178,11 +178,11 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 	}
 	c.warnings = w.warns
 	if c.budgetSettings.Kind != budget.KindNone {
-		b, err := budget.New(c.budgetSettings, o.budgetOpts...)
+		b, err := budget.NewBackends(c.budgetSettings, o.budgetOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("policy: %s: %w", c.budgetPath, err)
 		}
-		c.budget = b
+		c.budgets = b
 	}
 	if err := c.buildBreakers(o.breakerOpts); err != nil {
 		return nil, fmt.Errorf("policy: circuitBreaker: %w", err)

@@ -96,7 +96,7 @@ func TestParseFullExample(t *testing.T) {
 	if got := c.BudgetSettings(); got.Kind != budget.KindRatio || got.Ratio.Percent != 10 || got.Ratio.Window != 10*time.Second {
 		t.Errorf("BudgetSettings = %+v", got)
 	}
-	if c.Budget() == nil || c.Budget() != c.Budget() {
+	if c.Budgets() == nil || c.Budgets() != c.Budgets() {
 		t.Error("Budget should be built once")
 	}
 	if len(c.Warnings()) != 0 {
@@ -129,7 +129,7 @@ func TestParseMethodMatching(t *testing.T) {
 		}
 	}
 	var nilCfg *Config
-	if nilCfg.Method("/a.S/M") != nil || nilCfg.Budget() != nil {
+	if nilCfg.Method("/a.S/M") != nil || nilCfg.Budgets() != nil {
 		t.Error("a nil Config should match nothing")
 	}
 }

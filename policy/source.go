@@ -246,7 +246,7 @@ func (s *Source) refuse(ev SourceEvent, err error) (SourceEvent, bool, error) {
 func (s *Source) swap(cfg *Config) (prev *Config, kept bool) {
 	prev = s.cur.Load()
 	if prev != nil && prev.budgetSettings == cfg.budgetSettings {
-		cfg.budget = prev.budget
+		cfg.budgets = prev.budgets
 		kept = true
 	}
 	if prev != nil && len(prev.breakers) > 0 && len(cfg.breakers) > 0 {

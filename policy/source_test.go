@@ -77,7 +77,7 @@ func TestSourceReload(t *testing.T) {
 	if first.Method("/a.S/M").Timeout != time.Second {
 		t.Fatal("first config not loaded")
 	}
-	firstBudget := first.Budget()
+	firstBudget := first.Budgets()
 	if firstBudget == nil {
 		t.Fatal("no budget")
 	}
@@ -115,7 +115,7 @@ func TestSourceReload(t *testing.T) {
 		if evs := events.list(); len(evs) != st.wantEvents {
 			t.Fatalf("%s: %d events, want %d: %+v", st.name, len(evs), st.wantEvents, evs)
 		}
-		if kept := c.Budget() == firstBudget; kept != st.budgetKept {
+		if kept := c.Budgets() == firstBudget; kept != st.budgetKept {
 			t.Fatalf("%s: budget kept = %v, want %v", st.name, kept, st.budgetKept)
 		}
 	}
@@ -236,10 +236,10 @@ func TestSourceUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := src.Config()
-	if got.Method("/a.S/M").Timeout != 2*time.Second || got.Budget() != a.Budget() {
+	if got.Method("/a.S/M").Timeout != 2*time.Second || got.Budgets() != a.Budgets() {
 		t.Error("Update should swap the config and keep the unchanged budget")
 	}
-	if b.Budget() == a.Budget() {
+	if b.Budgets() == a.Budgets() {
 		t.Error("Update must not modify the caller's Config")
 	}
 	if err := src.Update(nil); err == nil {

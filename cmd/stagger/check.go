@@ -299,7 +299,7 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	} else {
 		// What stagger.DialOptions installs: the process's default budget.
 		rep.Budget = explainBudget(budget.DefaultSettings(), maxAttempts)
-		rep.Budget.Kind = "default, " + rep.Budget.Kind + " (the file declares none: stagger.DialOptions installs budget.Default(), one per process; the bare interceptors have none)"
+		rep.Budget.Kind = "default, " + rep.Budget.Kind + " (the file declares none: stagger.DialOptions installs budget.DefaultBackends(), one per backend; the bare interceptors have none)"
 		rep.Budget.Deferral = explainDeferral(budget.DefaultSettings())
 		rep.Budget.DeferralRules = deferralRules()
 	}
