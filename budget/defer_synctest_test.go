@@ -67,9 +67,9 @@ func TestGateWaitEnds(t *testing.T) {
 	})
 }
 
-// A wait the gate does not hold ends at its pause and a tenth: a fresh
-// process, whose server never served, sends no retry its budget does not
-// pay for (the hold and hopeless rules).
+// A wait the gate does not hold ends at its pause and a tenth: a process
+// whose server never served, and whose retry failed, sends no retry its
+// budget does not pay for (the hold and hopeless rules).
 func TestGateWaitNotHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, err := Deferring(&switchBudget{}, DeferSettings{})
@@ -77,6 +77,7 @@ func TestGateWaitNotHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 		g.Record(Attempt{Number: 1, Outcome: Failure})
+		g.Record(Attempt{Number: 2, Outcome: Failure})
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -88,6 +89,34 @@ func TestGateWaitNotHeld(t *testing.T) {
 		}
 		if st := g.State(); st.Waiting != 0 || st.DeferGaveUp != 1 {
 			t.Fatalf("State = %+v, want none waiting, 1 given up", st)
+		}
+	})
+}
+
+// A fresh process, which no retry has told whether retrying heals, lets
+// one waiting retry go as a probe at its pause and a tenth, rather than
+// end it: otherwise a process whose first call's retry got an answer that
+// is not retried would never learn (the hold rule).
+func TestGateFreshProcessProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := Deferring(&switchBudget{}, DeferSettings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		adm, err := g.Wait(ctx, retry2, 100*time.Millisecond)
+		if err != nil || adm != AdmitProbe {
+			t.Fatalf("Wait = %v, %v; want a probe", adm, err)
+		}
+		if d := time.Since(start); d != 110*time.Millisecond {
+			t.Fatalf("Wait returned after %v, want the pause and a tenth", d)
+		}
+		g.Record(Attempt{Number: 2, Outcome: Success, Admission: adm, Final: true})
+		if st := g.State(); st.Waiting != 0 || st.DeferAdmitted != 1 {
+			t.Fatalf("State = %+v, want none waiting, 1 admitted", st)
 		}
 	})
 }

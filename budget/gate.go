@@ -314,7 +314,10 @@ func (g *Gate) Record(a Attempt) {
 			g.mu.Unlock()
 		}
 		if a.Outcome == Success && !g.succeeded.Load() {
+			// The next slow path forgets the failures (forgetLocked), and
+			// the outage with them: Allow must not wait for it.
 			g.succeeded.Store(true)
+			g.outageNow.Store(false)
 		}
 		return
 	}

@@ -162,6 +162,8 @@ func TestGateAdmissions(t *testing.T) {
 	overloaded.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	fresh := newGateState(t0, func() float64 { return 0.5 })
 	fresh.enter(t0, pause, 0)
+	told := fresh
+	told.ev.retryFails = 1
 	tests := []struct {
 		name     string
 		s        gateState
@@ -182,7 +184,8 @@ func TestGateAdmissions(t *testing.T) {
 		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), AdmitProbe, time.Time{}, true, ruleProbe},
 		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), AdmitProbe, time.Time{}, false, ruleHold},
 		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false, ruleHold},
-		{"fresh process, past its hold time: the wait ends", fresh, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false, ruleHold},
+		{"fresh process, past its hold time: no retry told it anything, it probes", fresh, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false, ruleHold},
+		{"retries failed, never served, past its hold time: the wait ends", told, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false, ruleHold},
 		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, true, ruleProbe},
 		{"after an outage, held with a deadline: back after its pause", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), heldThrough(pause, deadline), AdmitNone, t0.Add(pause), true, ruleRelease},
 		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), AdmitRelease, time.Time{}, true, ruleRelease},

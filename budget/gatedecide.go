@@ -81,10 +81,17 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 	if !held && !now.Before(w.holdAt) {
 		if s.phase != phaseOutage && !s.ev.overloaded(now) {
 			// Past its hold time, with no outage or overload to wait
-			// for: a probe, or the end of the wait.
+			// for: a probe, or the end of the wait. It probes a server
+			// that has served, and one that has not while no retry has
+			// told the process anything (none failed or settled a
+			// call): otherwise a process that never saw a success (a
+			// server that fails every first attempt and serves
+			// retries, once a retry that got a non-retryable answer
+			// spent its budget) would never send the retry that tells.
 			d.free = s.slot.lapsed(now)
 			d.by = ruleHold
-			if s.ev.seen && (s.slot.out == 0 || d.free) {
+			mayProbe := s.ev.seen || s.ev.untold()
+			if mayProbe && (s.slot.out == 0 || d.free) {
 				d.how = AdmitProbe
 			} else {
 				d.how = admitEnd

@@ -106,6 +106,10 @@ func (e *evidence) callsKnown() bool {
 	return e.healN >= healMinSamples || e.healed() > 0
 }
 
+// untold reports whether no retry has told anything of whether retrying
+// heals: none failed, and no call that retried ended.
+func (e *evidence) untold() bool { return e.retryFails == 0 && e.healN == 0 }
+
 // known reports whether the process knows whether retrying heals: the
 // calls say, or the latest healMinSamples retries failed and nothing
 // succeeded since.

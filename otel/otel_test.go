@@ -449,16 +449,36 @@ func TestBudgetGauges(t *testing.T) {
 	check(15) // a retry costs 5 tokens
 }
 
-func TestDefaultBudgetGauges(t *testing.T) {
+func TestBackendsGauges(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
-	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}); err != nil {
+	bs, err := budget.NewBackends(budget.DefaultSettings())
+	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}}); err != nil {
+		t.Fatal(err)
+	}
+	// Two methods of one target share its tokens: one point per target.
+	const target = "dns:///gauges.test:443"
+	bs.Get(target, "/a.S/M")
+	bs.Get(target, "/a.S/N")
+	bs.Get("dns:///other.test:443", "/a.S/M")
+	st := bs.Get(target, "/a.S/M").State()
 	ms := collect(t, reader)
 	g := ms[MetricBudgetCapacity].Data.(metricdata.Gauge[float64])
-	st := budget.Default().State()
-	if len(g.DataPoints) != 1 || g.DataPoints[0].Value != st.Capacity || attrMap(g.DataPoints[0].Attributes)[AttrBudgetKind] != st.Kind {
-		t.Errorf("capacity %+v, want budget.Default()'s %s %g", g.DataPoints, st.Kind, st.Capacity)
+	n := 0
+	for _, p := range g.DataPoints {
+		a := attrMap(p.Attributes)
+		if a[AttrTarget] != target {
+			continue
+		}
+		n++
+		if p.Value != st.Capacity || a[AttrBudgetKind] != st.Kind {
+			t.Errorf("capacity %+v, want budget.DefaultBackends()'s %s %g", p, st.Kind, st.Capacity)
+		}
+	}
+	if n != 1 || len(g.DataPoints) != 2 {
+		t.Errorf("%d points for %s, want 1 (the target's tokens), and 2 in all: %+v", n, target, g.DataPoints)
 	}
 }
 

@@ -182,7 +182,7 @@ func TestCheckWarnings(t *testing.T) {
 		"methodConfig[0].hedgingPolicy: needs an idempotent method, and /a.S/Get is not marked idempotent",
 		"methodConfig[1].retryPolicy.perAttemptRecvTimeout: needs an idempotent method, and /b.S/ is not marked idempotent",
 		"methodConfig[0].hedgingPolicy: the load-balancing policy is pick_first, so every hedge goes to the same backend",
-		"budget: default, token bucket (retryBudget.tokenBucket) (the file declares none: stagger.DialOptions installs budget.Default()",
+		"budget: default, token bucket (retryBudget.tokenBucket) (the file declares none: stagger.DialOptions installs budget.DefaultBackends()",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
