@@ -1,0 +1,209 @@
+package stagger_test
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+)
+
+// countAttempts counts the attempts a connection sends (installed after
+// stagger's interceptors, it sees every attempt).
+func countAttempts(n *atomic.Int64) grpc.DialOption {
+	return grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		n.Add(1)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+}
+
+// backendRun is what one backend's calls saw.
+type backendRun struct {
+	calls, ok     int
+	attempts      int64
+	failedLatency []time.Duration
+}
+
+func (r *backendRun) success() float64 { return float64(r.ok) / float64(r.calls) }
+
+func p50(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+// Two backends dialed with one policy file and stagger's defaults: a
+// flaky one (a fifth of its attempts fail; a twentieth under the A6
+// throttle, whose arithmetic stops retrying a fifth) and one that goes down for
+// three seconds, longer than its calls' one-second deadline. With one
+// budget and one Gate for the process, the flaky backend's healed retries
+// paid for 2.9 attempts per call on the down one for its whole outage.
+// Per backend, the down one gets no more than 1.15 attempts per call, its
+// calls fail fast once the outage has outlived their deadline, and the
+// flaky one does as well as a process that calls it alone (run beside it
+// on a server of its own). On real time over loopback TCP; once with the
+// default budget and once with a retryThrottling file dialed for both.
+func TestRealTimeTwoBackends(t *testing.T) {
+	for _, tt := range []struct {
+		name, file string
+		flaky      float64
+	}{
+		{"default budget", rtNoTimerFile, 0.2},
+		{"retryThrottling", `{"methodConfig": [{
+			"name": [{"service": "stagger.testing.v1.TestService"}],
+			"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s",
+				"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "jitter": "NONE"}
+		}], "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}`, 0.05},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			inv, alone, pay := twoBackendsRun(t, tt.file, tt.flaky)
+			t.Logf("inventory: %d calls, %.1f %% (alone %.1f %%); payments in its outage: %d calls, %.2f attempts per call, failed p50 %v after the first deadline",
+				inv.calls, 100*inv.success(), 100*alone.success(), pay.calls, float64(pay.attempts)/float64(pay.calls), p50(pay.failedLatency))
+			if got := float64(pay.attempts) / float64(pay.calls); got > 1.15 {
+				t.Errorf("the down backend got %.2f attempts per call in its outage, want 1.15 at most", got)
+			}
+			if got := p50(pay.failedLatency); got > 100*time.Millisecond {
+				t.Errorf("the down backend's failed calls took %v at p50 once the outage outlived the deadline, want 100ms at most", got)
+			}
+			if inv.success() < alone.success()-0.02 {
+				t.Errorf("the flaky backend's success %.1f %%, alone %.1f %%: more than 2 points lost to the down one", 100*inv.success(), 100*alone.success())
+			}
+		})
+	}
+}
+
+// twoBackendsRun runs the scenario for 6 s: inventory (a share flaky of
+// its attempts fail, 2 workers calling back to back) and payments (down from 2 s to
+// 5 s, 50 calls a second, deadline 1 s) through one client made with
+// file; beside it, inventory alone through a client of its own. It returns
+// inventory's calls, inventory alone's, and payments' calls made in its
+// outage (attempts counted then; failed latency of those made after its
+// first second). Payments serves for its first 2 s: the Gate takes
+// failures in a row for an outage only after a server looked healthy
+// for a second (its outage rule).
+func twoBackendsRun(t *testing.T, file string, flaky float64) (inv, alone, pay backendRun) {
+	t.Helper()
+	const (
+		run      = 6 * time.Second
+		downFrom = 2 * time.Second
+		downTo   = 5 * time.Second
+		deadline = time.Second
+	)
+	newServer := func(seed int64) *testserver.Server {
+		srv := testserver.New(testserver.WithTCP(), testserver.WithFailureRate(flaky, seed))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	invSrv, aloneSrv := newServer(1), newServer(2)
+	paySrv := testserver.New(testserver.WithTCP())
+	t.Cleanup(paySrv.Close)
+	dial := func(srv *testserver.Server, cfg *policy.Config, bs *budget.Backends, n *atomic.Int64) testingv1.TestServiceClient {
+		cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, interceptor.WithDefaultBudgets(bs)), countAttempts(n))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return testingv1.NewTestServiceClient(cc)
+	}
+	fresh := func() *budget.Backends {
+		bs, err := budget.NewBackends(budget.DefaultSettings())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bs
+	}
+	// One file, one process's defaults, both backends.
+	cfg, process := rtConfig(t, file), fresh()
+	var invN, aloneN, payN atomic.Int64
+	invClient := dial(invSrv, cfg, process, &invN)
+	payClient := dial(paySrv, cfg, process, &payN)
+	aloneClient := dial(aloneSrv, rtConfig(t, file), fresh(), &aloneN)
+
+	start := time.Now()
+	end := start.Add(run)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	call := func(c testingv1.TestServiceClient) (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		t0 := time.Now()
+		_, err := c.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}})
+		return time.Since(t0), err
+	}
+	worker := func(c testingv1.TestServiceClient, r *backendRun) {
+		defer wg.Done()
+		for time.Now().Before(end) {
+			_, err := call(c)
+			mu.Lock()
+			r.calls++
+			if err == nil {
+				r.ok++
+			}
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for range 2 {
+		wg.Add(2)
+		go worker(invClient, &inv)
+		go worker(aloneClient, &alone)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		down, up := false, false
+		var calls sync.WaitGroup
+		defer calls.Wait()
+		for now := range tick.C {
+			at := now.Sub(start)
+			if at >= run {
+				return
+			}
+			if !down && at >= downFrom {
+				paySrv.SetOutage(true)
+				payN.Store(0)
+				down = true
+			}
+			if down && !up && at >= downTo {
+				paySrv.SetOutage(false)
+				up = true
+				calls.Wait()
+				mu.Lock()
+				pay.attempts = payN.Load()
+				mu.Unlock()
+			}
+			inOutage := down && !up
+			calls.Add(1)
+			go func() {
+				defer calls.Done()
+				took, err := call(payClient)
+				if !inOutage {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				pay.calls++
+				if err != nil && at >= downFrom+deadline {
+					pay.failedLatency = append(pay.failedLatency, took)
+				}
+			}()
+		}
+	}()
+	wg.Wait()
+	return inv, alone, pay
+}
