@@ -2,6 +2,7 @@ package stagger_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger"
 	"github.com/stagger-go/stagger/budget"
@@ -206,4 +209,153 @@ func twoBackendsRun(t *testing.T, file string, flaky float64) (inv, alone, pay b
 	}()
 	wg.Wait()
 	return inv, alone, pay
+}
+
+// One server whose Put is down for 3 s (a broken dependency behind it)
+// while a fifth of its Get attempts fail at random, both called through
+// one connection: the Gates are per method, so the down method does not
+// borrow the flaky one's healed retries (it got 2.42 attempts per call with
+// one Gate for the process), and the flaky one does as well as alone,
+// beside the down one, as through a connection of its own to a server of
+// its own.
+func TestRealTimeDownMethodBesideAFlakyOne(t *testing.T) {
+	const (
+		run      = 6 * time.Second
+		downFrom = 2 * time.Second
+		downTo   = 5 * time.Second
+		deadline = time.Second
+	)
+	var down atomic.Bool
+	faults := func(seed uint64) grpc.ServerOption {
+		var mu sync.Mutex
+		rnd := rand.New(rand.NewPCG(seed, seed))
+		return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			switch info.FullMethod {
+			case testingv1.TestService_Put_FullMethodName:
+				if down.Load() {
+					return nil, status.Error(codes.Unavailable, "Put's dependency is down")
+				}
+			case testingv1.TestService_Get_FullMethodName:
+				mu.Lock()
+				fail := rnd.Float64() < 0.2
+				mu.Unlock()
+				if fail {
+					return nil, status.Error(codes.Unavailable, "flaky")
+				}
+			}
+			return handler(ctx, req)
+		})
+	}
+	srv := testserver.New(testserver.WithTCP(), testserver.WithServerOptions(faults(1)))
+	t.Cleanup(srv.Close)
+	aloneSrv := testserver.New(testserver.WithTCP(), testserver.WithServerOptions(faults(2)))
+	t.Cleanup(aloneSrv.Close)
+	byMethod := func(counts map[string]*atomic.Int64) grpc.DialOption {
+		return grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if n := counts[method]; n != nil {
+				n.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})
+	}
+	var putN atomic.Int64
+	dial := func(srv *testserver.Server, counts map[string]*atomic.Int64) testingv1.TestServiceClient {
+		bs, err := budget.NewBackends(budget.DefaultSettings())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := srv.DialTCP(append(stagger.DialOptions(rtConfig(t, rtNoTimerFile), interceptor.WithDefaultBudgets(bs)), byMethod(counts))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return testingv1.NewTestServiceClient(cc)
+	}
+	client := dial(srv, map[string]*atomic.Int64{testingv1.TestService_Put_FullMethodName: &putN})
+	aloneClient := dial(aloneSrv, nil)
+
+	var (
+		mu              sync.Mutex
+		wg              sync.WaitGroup
+		flaky, alone    backendRun
+		downRun         backendRun
+		start           = time.Now()
+		end             = start.Add(run)
+		ctxWithDeadline = func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), deadline)
+		}
+	)
+	worker := func(c testingv1.TestServiceClient, r *backendRun) {
+		defer wg.Done()
+		for time.Now().Before(end) {
+			ctx, cancel := ctxWithDeadline()
+			_, err := c.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}})
+			cancel()
+			mu.Lock()
+			r.calls++
+			if err == nil {
+				r.ok++
+			}
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for range 2 {
+		wg.Add(2)
+		go worker(client, &flaky)
+		go worker(aloneClient, &alone)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	var calls sync.WaitGroup
+	for now := range tick.C {
+		at := now.Sub(start)
+		if at >= run {
+			break
+		}
+		if at >= downFrom && at < downTo && !down.Load() {
+			down.Store(true)
+			putN.Store(0)
+		}
+		if at >= downTo && down.Load() {
+			down.Store(false)
+			calls.Wait()
+			mu.Lock()
+			downRun.attempts = putN.Load()
+			mu.Unlock()
+		}
+		inOutage := down.Load()
+		calls.Add(1)
+		go func() {
+			defer calls.Done()
+			ctx, cancel := ctxWithDeadline()
+			defer cancel()
+			t0 := time.Now()
+			_, err := client.Put(ctx, &testingv1.PutRequest{Script: &testingv1.Script{}})
+			took := time.Since(t0)
+			if !inOutage {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			downRun.calls++
+			if err != nil && at >= downFrom+deadline {
+				downRun.failedLatency = append(downRun.failedLatency, took)
+			}
+		}()
+	}
+	tick.Stop()
+	calls.Wait()
+	wg.Wait()
+	perCall := float64(downRun.attempts) / float64(downRun.calls)
+	t.Logf("flaky Get: %d calls, %.1f %% (alone %.1f %%); Put in its outage: %d calls, %.2f attempts per call, failed p50 %v after the first deadline",
+		flaky.calls, 100*flaky.success(), 100*alone.success(), downRun.calls, perCall, p50(downRun.failedLatency))
+	if perCall > 1.15 {
+		t.Errorf("the down method got %.2f attempts per call in its outage, want 1.15 at most", perCall)
+	}
+	if got := p50(downRun.failedLatency); got > 100*time.Millisecond {
+		t.Errorf("the down method's failed calls took %v at p50 once the outage outlived the deadline, want 100ms at most", got)
+	}
+	if flaky.success() < alone.success()-0.02 {
+		t.Errorf("the flaky method's success %.1f %%, alone %.1f %%: more than 2 points lost to the down one", 100*flaky.success(), 100*alone.success())
+	}
 }
