@@ -8,8 +8,10 @@ import (
 )
 
 // Budget decides whether the process can afford one more attempt of a call (a
-// retry or a hedge). One Budget is shared by every method, both interceptors and
-// any number of connections. A nil Budget means unlimited.
+// retry or a hedge) to one backend. The interceptors share one Budget among
+// every call to a backend (Backends keeps one per backend), or, given one
+// with interceptor.WithBudget, among every call. A nil Budget means
+// unlimited.
 //
 // Implementations must be safe for concurrent use. The interface has no hidden
 // methods: users may implement it.

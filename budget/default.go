@@ -23,9 +23,11 @@ var defaultBudget = sync.OnceValue(func() Budget {
 	return b
 })
 
-// Default returns stagger's default budget, the one stagger.DialOptions
-// installs when a policy file declares none. There is one per process, built
-// on first use and shared by every caller, on the real clock.
+// Default returns one budget of DefaultSettings for the whole process,
+// built on first use and shared by every caller, on the real clock: one
+// budget across every backend is an explicit choice
+// (interceptor.WithBudget(budget.Default())). stagger.DialOptions installs
+// DefaultBackends instead, the same settings per backend.
 //
 // It is a token bucket (DefaultSettings): capacity 100, starting at 9,
 // retry cost 5, timeout retry cost 10, success reward 1. At p = 1 nothing

@@ -1,8 +1,11 @@
 // Package budget holds stagger's retry budgets: one Budget interface and three
 // kinds, the gRFC A6 throttle, a token bucket (the AWS SDKs' standard mode) and
 // a ratio of retries to requests over a sliding window, and the Gate that
-// lets a refused retry wait instead of failing. One budget is shared by every
-// call of a process, so that retries cannot multiply an outage's load.
+// lets a refused retry wait instead of failing. A budget is shared by every
+// call to one backend, so that retries cannot multiply an outage's load;
+// Backends keeps one per backend (each target its tokens, each of its
+// methods its Gate over them), so that what one backend does never spends,
+// refills or judges another's retries.
 //
 // # Model
 //
@@ -64,7 +67,7 @@
 //
 // # Stagger's default budget
 //
-// Default (DefaultSettings) is a token bucket with the AWS costs and reward
+// DefaultBackends (DefaultSettings, per backend) is a token bucket with the AWS costs and reward
 // but a capacity of 100 that starts at 9 tokens, wrapped in a Gate: while
 // everything fails, a fresh process gets one retry paid by the bucket and
 // then needs a success for each next one (the retries it refuses meanwhile

@@ -107,7 +107,8 @@
 // grpc.CallOption on a single call; a call that succeeds at once, with no
 // per-call option and no criticality, allocates nothing in the interceptor.
 // Defaults: no file, no policy in code (no retries), no budget (unlimited;
-// stagger.DialOptions installs budget.Default instead), no logger, no hooks,
+// stagger.DialOptions installs budget.DefaultBackends instead, one per
+// backend), no logger, no hooks,
 // no idempotency key, no criticality (CRITICAL, nothing sent), jitter from
 // math/rand/v2. Per call, WithMaxAttempts and WithCodes replace the
 // maxAttempts and the codes of the method's retry or hedging policy, and

@@ -86,9 +86,9 @@ type options struct {
 }
 
 // WithConfig makes the interceptor follow the policy file cfg: each method's
-// retry policy, timeout, waitForReady and message size limits, and the budget
-// the file declares (shared by every interceptor built from cfg). A nil cfg
-// means no file.
+// retry policy, timeout, waitForReady and message size limits, and the
+// budgets the file declares (one per backend, shared by every interceptor
+// built from cfg: policy.Config.Budgets). A nil cfg means no file.
 func WithConfig(cfg *policy.Config) Option {
 	return Option{apply: func(o *options) { o.cfg, o.source = cfg, nil }}
 }
