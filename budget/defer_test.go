@@ -438,7 +438,14 @@ func TestGateHold(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	// Served, then failing a share of the attempts: no outage.
+	// Served, then failing a share of the attempts (runs of two failures
+	// in a row that successes end): no outage.
+	for range 3 {
+		clk.advance(10 * time.Millisecond)
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+		g.Record(Attempt{Number: 1, Outcome: Success})
+	}
 	clk.advance(100 * time.Millisecond)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	g.Record(Attempt{Number: 2, Outcome: Failure})

@@ -455,6 +455,7 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 		{"a failure within healthyGap before", func() gateState {
 			s := downState()
 			s.ev.lastFail = t0.Add(-healthyGap + time.Millisecond)
+			s.ev.ended(1)
 			return s
 		}, phaseFailing},
 		{"retries heal a call of eight: not healing, not down", func() gateState {
@@ -472,6 +473,7 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 		{"a failure within healthyGap, overloaded", func() gateState {
 			s := downState()
 			s.ev.lastFail = t0.Add(-healthyGap + time.Millisecond)
+			s.ev.ended(1)
 			s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 			return s
 		}, phaseOutage},
@@ -484,6 +486,34 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 		if s.phase != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, s.phase, tt.want)
 		}
+	}
+}
+
+// A server that failed a share of its attempts all along (runs of one
+// or two failures that successes ended) and then fails every attempt is
+// in an outage once the streak is beyond what its flakiness makes: twice
+// its longest recent run, plus outageStreak (the outage rule). A flaky
+// server that went down got every call's every retry for its whole outage.
+func TestGateOutageBeyondFlakyRuns(t *testing.T) {
+	s := downState()
+	s.ev.lastFail = t0.Add(-healthyGap + time.Millisecond)
+	s.ev.ended(1)
+	s.ev.ended(2)
+	want := int(2*s.ev.runs) + outageStreak
+	for i := 1; i <= want; i++ {
+		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
+		if got := s.phase == phaseOutage; got != (i >= want) {
+			t.Fatalf("after %d failures in a row (runs %.1f): %v", i, s.ev.runs, s.phase)
+		}
+	}
+	// Runs decay: an early unlucky run does not hide outages for long.
+	s = downState()
+	s.ev.ended(6)
+	for range 20 {
+		s.ev.ended(1)
+	}
+	if s.ev.runs > 1 {
+		t.Errorf("runs %.2f after twenty runs of one, want 1", s.ev.runs)
 	}
 }
 

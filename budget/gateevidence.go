@@ -30,6 +30,10 @@ type evidence struct {
 	// success and healthyGap without failures.
 	lastFail time.Time
 	healthy  bool
+	// runs is the longest streak of failures that a success ended,
+	// decaying by runDecay with each such streak: how many failures in a
+	// row the server's flakiness makes.
+	runs float64
 	// okTook is how long the latest deferred retry that succeeded took
 	// (Attempt.Took), at okAt.
 	okTook time.Duration
@@ -77,6 +81,21 @@ func (e *evidence) failed(now time.Time, first bool) {
 		e.healthy = e.seen && now.Sub(e.lastFail) >= healthyGap
 	}
 	e.lastFail = now
+}
+
+// ended: a success ended a streak of n failures in a row.
+func (e *evidence) ended(n int) {
+	if n > 0 {
+		e.runs = max(float64(n), e.runs*runDecay)
+	}
+}
+
+// beyond reports whether a streak of n failures in a row is longer than
+// the server's flakiness makes them: more than twice its longest recent
+// run, plus outageStreak. A server that fails a share of its attempts
+// all along and then goes down is down, not flaky.
+func (e *evidence) beyond(n int) bool {
+	return e.seen && float64(n) >= 2*e.runs+outageStreak
 }
 
 // healed is how many of the latest healN calls that retried were healed.

@@ -66,6 +66,7 @@ func newGateState(now time.Time, rand func() float64) gateState {
 // before it left (gaps, gain, streak) no longer counts. After an outage
 // the first credit is drawn at random, as the release rule says.
 func (s *gateState) forget(now time.Time) {
+	s.ev.ended(s.streak)
 	s.pace.gain, s.slot.probeGap, s.slot.lastGap = releaseGainStart, 0, 0
 	s.streak, s.span = 0, 0
 	s.ev.retryFails, s.ev.seen = 0, true
@@ -101,6 +102,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			s.ev.succeeded(now, a.Took)
 		}
 		s.lastReached = now
+		s.ev.ended(s.streak)
 		s.streak, s.span = 0, 0
 		if s.phase == phaseOutage {
 			// The server is back: release slowly, from a credit drawn at
@@ -129,8 +131,9 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// Failures in a row make an outage (the outage rule), unless
 		// retries heal (a flaky server fails several attempts in a row as
 		// a matter of course), or the server was failing a share of its
-		// attempts all along and is not overloaded.
-		if s.streak++; s.streak >= outageStreak && (s.ev.healthy || s.ev.overloaded(now)) && s.ev.down(now) {
+		// attempts all along, is not overloaded, and the streak is not
+		// beyond what its flakiness makes.
+		if s.streak++; s.streak >= outageStreak && (s.ev.healthy || s.ev.overloaded(now) || s.ev.beyond(s.streak)) && s.ev.down(now) {
 			if s.phase != phaseOutage {
 				// The outage began with the streak's first failure: the
 				// calls that failed from then on have been waiting since.
