@@ -230,8 +230,10 @@ type Gate struct {
 	// counters for State.
 	deferred, admitted, gaveUp uint64
 	// futile counts the retries the futility rule failed at once (in
-	// gaveUp too).
+	// gaveUp too); polls the waiters' decisions asked (tests and
+	// benchmarks read it).
 	futile uint64
+	polls  uint64
 }
 
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is
@@ -325,10 +327,13 @@ func (g *Gate) Record(a Attempt) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.forgetLocked(now)
+	before := g.st.outlook(now)
 	g.st.observe(now, a)
 	g.outageNow.Store(g.st.phase == phaseOutage)
 	g.mirrorOverload()
-	g.notifyLocked()
+	if a.Outcome == Success || a.Admission != AdmitNone || g.st.outlook(now) != before {
+		g.notifyLocked()
+	}
 }
 
 // mirrorOverload copies st.overloadUntil and st.slowUntil for Allow (0:

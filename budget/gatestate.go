@@ -157,6 +157,21 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 	}
 }
 
+// outlook is what a failure can change of the waiting retries' decisions
+// other than putting them off: a failure that leaves it as it was (the
+// phase, whether retries heal or are known to, overload) only moves the
+// probe and last-chance times later (lastReached, the gaps), so the
+// waiters need not be woken: each asks again at its own next time. With
+// a thousand retries waiting in an outage, every failure woke them all.
+type outlook struct {
+	phase                     phase
+	heals, known, untold, ovl bool
+}
+
+func (s *gateState) outlook(now time.Time) outlook {
+	return outlook{s.phase, s.ev.heals(now), s.ev.known(), s.ev.untold(), s.ev.overloaded(now)}
+}
+
 // enter: a retry refused by the budget, after its attempt ended now, begins
 // to wait with pause, at most span. Its attempt is the latest evidence, and
 // a failure.

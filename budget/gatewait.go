@@ -184,6 +184,7 @@ func (w *waiter) Poll() (a Admission, next time.Time) {
 		return AdmitNone, w.earliest
 	}
 	g.mu.Lock()
+	g.polls++
 	a, next, tell := w.pollLocked(now)
 	g.mu.Unlock()
 	if tell != nil {

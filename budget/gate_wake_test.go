@@ -1,0 +1,102 @@
+//go:build go1.25
+
+package budget
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// waitingInOutage starts n retries waiting in g, in an outage, on
+// goroutines that end when ctx does.
+func waitingInOutage(t testing.TB, g *Gate, n int, ctx context.Context, wg *sync.WaitGroup) {
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	if !g.outageNow.Load() {
+		t.Fatal("no outage")
+	}
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = g.Wait(ctx, Request{Number: 2, Last: true}, 0)
+		}()
+	}
+}
+
+func (g *Gate) pollCount() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.polls
+}
+
+// A failure that changes nothing but the probe and last-chance times (the
+// outage goes on) wakes none of the retries waiting in it: each asks again
+// at its own next time. Every failure used to wake every waiter: with a
+// thousand waiting, 930-984 polls per failure.
+func TestGateFailureInAnOutageWakesNobody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := downServer(newGateOnTime(t))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		var wg sync.WaitGroup
+		waitingInOutage(t, g, 1000, ctx, &wg)
+		synctest.Wait()
+		before := g.pollCount()
+		const failures = 100
+		for range failures {
+			g.Record(Attempt{Number: 1, Outcome: Failure})
+			synctest.Wait()
+		}
+		if per := float64(g.pollCount()-before) / failures; per > 10 {
+			t.Errorf("%.1f polls per recorded failure with 1,000 waiting, want 10 at most", per)
+		}
+		// News that matters still wakes them: the server is back.
+		g.Record(Attempt{Number: 1, Outcome: Success})
+		synctest.Wait()
+		if g.pollCount()-before < 1000 {
+			t.Errorf("a success woke %d of 1,000 waiters", g.pollCount()-before)
+		}
+		cancel()
+		wg.Wait()
+	})
+}
+
+func newGateOnTime(t testing.TB) *Gate {
+	g, err := Deferring(&switchBudget{}, DeferSettings{MaxWaiting: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// CPU and polls per recorded failure in an outage with 10 and with 1,000
+// retries waiting.
+func BenchmarkGateFailureWithWaiters(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		b.Run(map[int]string{10: "waiting=10", 1000: "waiting=1000"}[n], func(b *testing.B) {
+			b.ReportAllocs()
+			g := downServer(newGateOnTime(b))
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			waitingInOutage(b, g, n, ctx, &wg)
+			for g.State().Waiting < n-1 {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(10 * time.Millisecond)
+			before := g.pollCount()
+			b.ResetTimer()
+			for b.Loop() {
+				g.Record(Attempt{Number: 1, Outcome: Failure})
+			}
+			b.StopTimer()
+			time.Sleep(10 * time.Millisecond)
+			b.ReportMetric(float64(g.pollCount()-before)/float64(b.N), "polls/op")
+			cancel()
+			wg.Wait()
+		})
+	}
+}
