@@ -136,6 +136,19 @@ type Deferrer interface {
 	Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error)
 }
 
+// Admitter is a Budget whose Allow may admit a retry without the budget
+// paying for it (a Gate: the heal rule lets a straggler's retry go
+// unpaid). The interceptors ask a budget that implements it through Admit
+// instead of Allow, and tell it in the retry's Attempt.Admission, so that a
+// token bucket does not refund what it never took. A user's budget that
+// wraps a Gate implements it by passing Admit through.
+type Admitter interface {
+	Budget
+	// Admit is Allow, and says how it admitted r: AdmitNone when the
+	// budget paid, another Admission when it let r go unpaid.
+	Admit(r Request) (Admission, bool)
+}
+
 // Guard is what guards a call besides the budget: a circuit breaker
 // (package breaker). A Gate asks the guard a waiting retry's Request names
 // before it lets the retry go, so that the guard's probe and the gate's are

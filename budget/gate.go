@@ -260,10 +260,12 @@ func (g *Gate) Allow(r Request) bool {
 	return ok
 }
 
-// allow is Allow, and says how it admitted r: AdmitNone when the budget
+// Admit is Allow, and says how it admitted r: AdmitNone when the budget
 // paid, AdmitHeal when the heal rule let a straggler's retry go unpaid
-// (the caller tells the budget so in the retry's Attempt.Admission). The
-// interceptors reach it through internal/gateview.
+// (the caller tells the budget so in the retry's Attempt.Admission). It
+// implements Admitter.
+func (g *Gate) Admit(r Request) (Admission, bool) { return g.allow(r) }
+
 func (g *Gate) allow(r Request) (Admission, bool) {
 	straggler := r.Straggler && r.AfterTimeout && !r.Hedge
 	if !r.Hedge && (g.outageNow.Load() || g.until(&g.overloadUntil)) || r.AfterTimeout && !straggler && g.until(&g.slowUntil) {

@@ -30,3 +30,7 @@ func TestGateAllowAfterOutageEndsWhileNobodyWaits(t *testing.T) {
 		t.Error("Allow refused a retry after a per-attempt timeout once the outage ended")
 	}
 }
+
+// The interceptors find how a Gate admitted a retry through Admitter, an
+// interface a user's wrapper can implement too.
+var _ Admitter = (*Gate)(nil)

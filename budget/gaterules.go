@@ -18,7 +18,6 @@ func init() {
 		},
 		Changed: (*Gate).changes,
 		MaxWait: func(g *Gate) time.Duration { return g.s.MaxWait },
-		Allow:   (*Gate).allow,
 	}
 	gateview.Current = rules
 }

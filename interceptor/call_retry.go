@@ -9,7 +9,6 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/chain"
-	"github.com/stagger-go/stagger/internal/gateview"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -229,8 +228,8 @@ func (c *call) timeoutAdmit(straggler bool) (budget.Admission, policy.Reason) {
 	req.Straggler = straggler
 	ok := false
 	adm := budget.AdmitNone
-	if g, isGate := c.budget.(*budget.Gate); isGate {
-		adm, ok = gateHooks.Allow(g, req)
+	if ad, admits := c.budget.(budget.Admitter); admits {
+		adm, ok = ad.Admit(req)
 	} else {
 		ok = c.budget.Allow(req)
 	}
@@ -239,10 +238,6 @@ func (c *call) timeoutAdmit(straggler bool) (budget.Admission, policy.Reason) {
 	}
 	return adm, policy.ReasonNone
 }
-
-// gateHooks reaches what a budget.Gate offers beyond its public API: how
-// its Allow admitted a retry.
-var gateHooks = gateview.Set.(gateview.Hooks[*budget.Gate, budget.Request, budget.Admission])
 
 // pause waits d before the next attempt. It returns nil when the wait ended,
 // or the call's final error when callCtx ended first: CANCELED when the

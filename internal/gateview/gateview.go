@@ -1,7 +1,6 @@
 // Package gateview gives the code of this repository what it needs of a
 // budget.Gate beyond its public API: the waiter that does not block, for
-// the simulator's virtual clock; how Allow admitted a retry, for the
-// interceptors' per-attempt timer; and a snapshot of the Gate's rules
+// the simulator's virtual clock; and a snapshot of the Gate's rules
 // (their names, what each says, and the numbers they use), for `stagger
 // check` and the interceptors. Package budget sets Hooks in its init; this package
 // imports nothing of budget's, so that budget can import it, and its users
@@ -39,11 +38,6 @@ type Hooks[G any, R any, A comparable] struct {
 	Changed func(g G) <-chan struct{}
 	// MaxWait is how long g holds a call without a deadline.
 	MaxWait func(g G) time.Duration
-	// Allow is g.Allow(r), and says how it admitted r: the zero admission
-	// when the budget paid, budget.AdmitHeal when the Gate let a
-	// straggler's retry go unpaid (budget.Request.Straggler), which the
-	// retry's Attempt must then say.
-	Allow func(g G, r R) (a A, ok bool)
 }
 
 // Rule is one of a Gate's rules: its name and what it says, with its
