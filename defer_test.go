@@ -178,8 +178,10 @@ func TestDeferFreshProcessDoesNotStorm(t *testing.T) {
 }
 
 // A deferred retry that cannot go before the deadline ends the call with its
-// last real status, reason deferred, a millisecond before the deadline; the
-// caller cancelling a wait gets CANCELED at once.
+// last real status at once, reason outage: the outage (two paid retries
+// and the probe failed) has lasted longer than what the calls that waited
+// had left, and its last chance would come past its deadline (the futility
+// rule); the caller cancelling a wait gets CANCELED at once.
 func TestDeferEndsAtDeadlineOrCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := testserver.New()
@@ -188,26 +190,29 @@ func TestDeferEndsAtDeadlineOrCancel(t *testing.T) {
 		client := warmClient(t, srv, hooks.hook)
 		// Attempts at 0, 10ms and 20ms (the budget's two retries), a probe
 		// at 30ms; the last attempt's last chance is due at 50ms (its gap
-		// doubled by the failed probe), past the deadline.
+		// doubled by the failed probe), past the deadline: it does not wait.
 		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Millisecond)
 		defer cancel()
 		start := time.Now()
 		_, err := client.Write(ctx, &testingv1.WriteRequest{Script: &testingv1.Script{Key: "deadline", FailAttempts: 10}})
-		if status.Code(err) != codes.Unavailable || reasonOf(err) != policy.ReasonDeferred.String() {
-			t.Fatalf("call: %v (reason %q), want the last UNAVAILABLE, reason deferred", err, reasonOf(err))
+		if status.Code(err) != codes.Unavailable || reasonOf(err) != policy.ReasonOutage.String() {
+			t.Fatalf("call: %v (reason %q), want the last UNAVAILABLE, reason outage", err, reasonOf(err))
 		}
-		if d := time.Since(start); d != 44*time.Millisecond {
-			t.Fatalf("returned after %v, want 44ms", d)
+		if d := time.Since(start); d != 30*time.Millisecond {
+			t.Fatalf("returned after %v, want 30ms", d)
 		}
 		if n := len(srv.Attempts("deadline")); n != 4 {
 			t.Fatalf("%d attempts, want 4", n)
 		}
 		last := hooks.last()
-		// Deferred from 20ms to 30ms and 30ms to 44ms.
-		if last.Kind != interceptor.EventGiveUp || last.Deferred != 24*time.Millisecond {
-			t.Fatalf("last event %+v, want a give-up after 24ms deferred in all", last)
+		// Deferred from 20ms to 30ms, and not again.
+		if last.Kind != interceptor.EventGiveUp || last.Deferred != 10*time.Millisecond {
+			t.Fatalf("last event %+v, want a give-up after 10ms deferred in all", last)
 		}
 
+		// A fresh client (the other's Gate is in an outage whose retries
+		// fail at once): its call waits, and the caller cancels.
+		client = warmClient(t, srv)
 		ctx, cancel = context.WithCancel(context.Background())
 		time.AfterFunc(15*time.Millisecond, cancel)
 		start = time.Now()

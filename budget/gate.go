@@ -293,6 +293,9 @@ func (g *Gate) heals() bool {
 	if g.succeeded.Load() {
 		ev.retryFails, ev.seen, ph = 0, true, phaseQuiet
 	}
+	if ph == phaseQuiet {
+		return ev.healsServing(now)
+	}
 	return ph != phaseOutage && ev.heals(now)
 }
 

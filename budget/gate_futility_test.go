@@ -10,6 +10,13 @@ import (
 // of the retries that began to wait since the server last served, a retry
 // fails at once while another waits; alone, it waits as the probe. Calls
 // already waiting keep their chance, and a success ends the rule.
+// failures records n first attempts that failed.
+func failures(g *Gate, n int) {
+	for range n {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+}
+
 func TestGateFutility(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
@@ -42,7 +49,12 @@ func TestGateFutility(t *testing.T) {
 		t.Fatalf("the early wait: Poll = %v, Err %v; want the probe", a, early.Err())
 	}
 	early.Leave()
-	// Alone, a retry waits: it is the probe.
+	// Alone, a retry waits, once futileEvery failures were recorded since
+	// a deferred retry failed: it is the probe.
+	if _, err := g.enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+		t.Fatalf("alone, too soon after the last probe: enter = %v, want ErrOutageLasting", err)
+	}
+	failures(g, futileEvery)
 	probe, err := g.enter(retry2, 0, clk.Now().Add(deadline))
 	if err != nil {
 		t.Fatalf("alone: enter = %v, want a wait", err)
@@ -66,8 +78,8 @@ func TestGateFutility(t *testing.T) {
 		t.Fatalf("after a success: enter = %v, want a wait", err)
 	}
 	w2.Leave()
-	if st := g.State(); st.DeferGaveUp != 2 {
-		t.Fatalf("gave up %d, want the 2 failed at once", st.DeferGaveUp)
+	if st := g.State(); st.DeferGaveUp != 3 {
+		t.Fatalf("gave up %d, want the 3 failed at once", st.DeferGaveUp)
 	}
 }
 

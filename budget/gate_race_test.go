@@ -99,6 +99,7 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	}
 	admitProbe := func() *waiter {
 		t.Helper()
+		failures(g, futileEvery) // the futility rule lets the lone waiter wait
 		w, err := g.enter(retry2, 0, time.Time{})
 		if err != nil {
 			t.Fatal(err)
@@ -128,6 +129,7 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	// The first probe reports now, late: it left before the second.
 	clk.advance(time.Second)
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe, Took: clk.Now().Sub(firstLeft)})
+	failures(g, futileEvery)
 	w, err := g.enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)

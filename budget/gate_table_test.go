@@ -247,10 +247,12 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	poll(t, w, AdmitProbe)
 	w.Leave() // and its attempt is never recorded
 
-	// Much later, the outage goes on; a new call's retry waits.
+	// Much later, the outage goes on (futileEvery failures: the futility
+	// rule lets the lone waiter wait); a new call's retry waits.
 	clk.advance(time.Minute)
-	g.Record(Attempt{Number: 1, Outcome: Failure})
-	g.Record(Attempt{Number: 1, Outcome: Failure})
+	for range futileEvery {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
 	w2, err := g.enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -490,17 +492,21 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 }
 
 // A server that failed a share of its attempts all along (runs of one
-// or two failures that successes ended) and then fails every attempt is
-// in an outage once the streak is beyond what its flakiness makes: twice
-// its longest recent run, plus outageStreak (the outage rule). A flaky
+// or two failures that successes ended) and then fails every attempt,
+// retries included, is in an outage once the streak is beyond what its
+// flakiness makes: twice its longest recent run, plus outageStreak (the
+// outage rule), whatever the calls before it said of healing. A flaky
 // server that went down got every call's every retry for its whole outage.
 func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 	s := downState()
 	s.ev.lastFail = t0.Add(-healthyGap + time.Millisecond)
 	s.ev.ended(1)
 	s.ev.ended(2)
+	s.ev.healBits = 0xff // the calls before said retries heal
+	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
+	s.observe(t0, Attempt{Number: 3, Outcome: Failure})
 	want := int(2*s.ev.runs) + outageStreak
-	for i := 1; i <= want; i++ {
+	for i := 3; i <= want; i++ {
 		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
 		if got := s.phase == phaseOutage; got != (i >= want) {
 			t.Fatalf("after %d failures in a row (runs %.1f): %v", i, s.ev.runs, s.phase)

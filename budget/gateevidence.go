@@ -18,6 +18,8 @@ type evidence struct {
 	// failed).
 	healBits uint8
 	healN    int
+	// callAt is when the latest call that retried ended.
+	callAt time.Time
 	// retryFails counts the retries that failed since an attempt last
 	// succeeded; seen: an attempt ever succeeded.
 	retryFails int
@@ -66,6 +68,7 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 				e.healBits |= 1
 			}
 			e.healN = min(e.healN+1, healWindow)
+			e.callAt = now
 		}
 	}
 	if a.Outcome == Success {
@@ -117,6 +120,18 @@ func (e *evidence) heals(now time.Time) bool {
 	}
 	won := e.healed()
 	return won > 0 && float64(won) >= healMinShare*float64(e.healN)
+}
+
+// healsServing is heals for a server that serves: nothing failed since an
+// attempt succeeded. What the calls that retried said goes stale
+// healStale after the latest of them ended: a server back from an outage
+// that serves every attempt retries no call, and must not keep the
+// outage's evidence that retries do not heal.
+func (e *evidence) healsServing(now time.Time) bool {
+	if e.callsKnown() && now.Sub(e.callAt) > healStale && !e.overloaded(now) {
+		return e.seen && e.retryFails < healMinSamples
+	}
+	return e.heals(now)
 }
 
 // callsKnown reports whether the calls that retried say whether retrying

@@ -21,6 +21,9 @@ type probeSlots struct {
 	// gaps; enterPause the pause of the latest retry to begin waiting.
 	probeGap, lastGap time.Duration
 	enterPause        time.Duration
+	// since counts the failures recorded since a deferred retry through
+	// the slot last failed (the futility rule spaces them by futileEvery).
+	since int
 }
 
 // lapsed reports whether the slot is held by a retry that did not report
@@ -61,6 +64,7 @@ func (p *probeSlots) failed(now time.Time) {
 	p.probeGap = min(max(2*p.probeGap, base), probeGapMax)
 	p.lastGap = min(max(2*p.lastGap, base), probeGapMax)
 	p.failedAt = now
+	p.since = 0
 }
 
 // halve: every success halves the gaps: a server that serves again is

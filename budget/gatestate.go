@@ -131,9 +131,10 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// Failures in a row make an outage (the outage rule), unless
 		// retries heal (a flaky server fails several attempts in a row as
 		// a matter of course), or the server was failing a share of its
-		// attempts all along, is not overloaded, and the streak is not
-		// beyond what its flakiness makes.
-		if s.streak++; s.streak >= outageStreak && (s.ev.healthy || s.ev.overloaded(now) || s.ev.beyond(s.streak)) && s.ev.down(now) {
+		// attempts all along and is not overloaded; but a streak beyond
+		// what its flakiness makes, in which retries failed too, is an
+		// outage whatever the calls before it said.
+		if s.streak++; s.streak >= outageStreak && ((s.ev.healthy || s.ev.overloaded(now)) && s.ev.down(now) || s.ev.beyond(s.streak) && s.ev.retryFails >= healMinSamples) {
 			if s.phase != phaseOutage {
 				// The outage began with the streak's first failure: the
 				// calls that failed from then on have been waiting since.
@@ -146,7 +147,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		}
 		if probing {
 			s.slot.failed(now)
-		} else if a.Number > 1 || s.ev.known() {
+		} else if s.slot.since++; a.Number > 1 || s.ev.known() {
 			// Until the process knows whether retries heal, first
 			// attempts that fail say nothing of it.
 			s.slot.stretch()
@@ -191,6 +192,38 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 // served, and no attempt has succeeded since it began.
 func (s *gateState) futile(now time.Time) bool {
 	return s.phase == phaseOutage && s.span > 0 && now.Sub(s.outageAt) >= time.Duration(futileFactor*float64(s.span))
+}
+
+// tooLate reports whether a retry that would begin to wait now, with
+// fewer than futileEvery failures recorded since a deferred retry last
+// failed, or with
+// pause, for a call whose deadline is deadline (zero: none; then only the
+// count of failures makes it too late), could go neither as a probe nor as its call's last chance before
+// its deadline less the last chance's lead: the times the probe and
+// last-chance rules give it as things stand (news may bring them sooner,
+// but in an outage that outlived the calls' deadlines news is a success,
+// which ends the outage).
+func (s *gateState) tooLate(now time.Time, pause time.Duration, deadline time.Time, last bool) bool {
+	if s.slot.since < futileEvery {
+		// A long outage gets at most one retry for futileEvery failures.
+		return true
+	}
+	if !s.slot.failedAt.IsZero() && now.Sub(s.slot.failedAt) < time.Duration(s.slot.since)*pause {
+		// Failures reach the server more often than its pause: the
+		// probe and the last chance, which wait for a pause with nothing
+		// reaching it, will not come.
+		return true
+	}
+	if deadline.IsZero() {
+		return false
+	}
+	w := waiterView{pause: pause, deadline: deadline, last: last, held: true}
+	var d decision
+	s.decideByPhase(now, &w, true, &d)
+	if d.how != AdmitNone {
+		return false
+	}
+	return d.next.IsZero() || d.next.After(deadline.Add(-s.slot.lead()))
 }
 
 // admit: the waiting retry w goes now as how (a decision's answer, or

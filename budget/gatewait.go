@@ -102,8 +102,10 @@ func (g *Gate) enter(r Request, pause time.Duration, deadline time.Time) (*waite
 	}
 	// The futility rule: in an outage that outlived the calls' deadlines,
 	// a lone waiter (the probe) and a share of the others wait; every
-	// other retry fails now.
-	if g.room.n > 0 && g.st.futile(now) && g.rand() >= futileHold {
+	// other retry fails now. The lone waiter too when neither a probe nor
+	// its last chance could go before its deadline: it would wait out
+	// its deadline only to fail.
+	if g.st.futile(now) && (g.room.n > 0 && g.rand() >= futileHold || g.room.n == 0 && g.st.tooLate(now, pause, deadline, r.Last)) {
 		g.gaveUp++
 		g.futile++
 		return nil, ErrOutageLasting

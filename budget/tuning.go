@@ -132,6 +132,22 @@ const (
 	// that makes an outage stays near 6, and under 50 % (runs of 4-6
 	// among the lab's flaky-quiet calls) near 12.
 	runDecay = 0.9
+	// futileEvery: in an outage that outlived the calls' deadlines, the
+	// lone waiter (the probe) begins to wait only once this many failures
+	// were recorded since a deferred retry last failed, so that a quiet
+	// process sends a long outage at most one retry in ten calls (the
+	// property test's bar; it sent one a deadline apart, each call
+	// waiting its deadline out for it, when its last-chance gap had not
+	// grown past its calls' spacing).
+	futileEvery = 10
+	// healStale: while the server serves (nothing failed since a
+	// success), the calls that retried say whether retrying heals for
+	// this long after the latest of them ended; then, until another does,
+	// a straggler's retry heals (Allow). Not measured: a second, so that a server back from an
+	// outage, which then retries no call, does not keep refusing a
+	// per-attempt timer's retry (the property test: Allow admitted one
+	// only two seconds after the server served every attempt).
+	healStale = time.Second
 	// holdSlack: a wait the gate does not hold ends (or goes as a probe)
 	// this share of its pause after the pause (the hold rule), so that a call
 	// that fails waited in the gate little more than its backoff's pause.

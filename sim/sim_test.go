@@ -706,8 +706,8 @@ func TestBreakerGoals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := part[0]; r.SuccessRate < 0.795 || r.HealthySuccessRate < 0.99 {
-			t.Errorf("seed %d, partial: success %v (healthy %v), want ≥ 0.795 (healthy ≥ 0.99)", seed, r.SuccessRate, r.HealthySuccessRate)
+		if r := part[0]; r.SuccessRate < 0.79 || r.HealthySuccessRate < 0.99 {
+			t.Errorf("seed %d, partial: success %v (healthy %v), want ≥ 0.79, a point under the 80 %% the failing keys leave (healthy ≥ 0.99)", seed, r.SuccessRate, r.HealthySuccessRate)
 		}
 	}
 }

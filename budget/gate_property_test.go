@@ -1,0 +1,351 @@
+package budget
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stagger-go/stagger/criticality"
+)
+
+// The Gate's properties over random histories: one backend's Gate (the
+// default budget's settings, its own tokens), driven on a virtual clock by
+// calls of three attempts that arrive at random, with random deadlines,
+// criticalities, pauses and gaps, through a random earlier history of
+// outcomes, then through one regime whose outcome is checked:
+//
+//   - the backend serves every retry (first attempts may still fail):
+//     retries go again, within a second or their own pause;
+//   - it serves every attempt: Allow admits a retry after a per-attempt
+//     timeout (a straggler's) within a second of the first success, so
+//     the timer cuts;
+//   - it is down for longer than the calls' deadlines: at most one retry in
+//     ten per call, and a failed call ends at once, but for the one in ten
+//     that the futility rule keeps waiting by a draw;
+//   - in all: when every caller has left, nobody waits and the probe slot
+//     is free.
+//
+// A fixed point (a state the Gate never leaves) breaks the first two.
+// Each seed is one history; the seeds are fixed, so the test is
+// deterministic; STAGGER_GATE_SEEDS runs more.
+func TestGateProperties(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		h := newHistory(seed)
+		h.run(t)
+		if t.Failed() {
+			t.Logf("seed %d: %s", seed, h.describe())
+			return
+		}
+	}
+}
+
+// regime is what the backend does after the earlier history.
+type regime uint8
+
+const (
+	servesRetries regime = iota // first attempts fail at random, retries are served
+	servesAll                   // every attempt is served
+	down                        // every attempt fails
+)
+
+func (r regime) String() string {
+	return [...]string{"serves retries", "serves all", "down"}[r]
+}
+
+// history is one random run.
+type history struct {
+	seed uint64
+	rnd  *rand.Rand
+	clk  *manualClock
+	g    *Gate
+	// The earlier history: for earlier, each attempt fails with pFail
+	// (first attempts with pFirst); then reg.
+	earlier       time.Duration
+	pFail, pFirst float64
+	reg           regime
+	// regimeFor is how long reg lasts; gap is the mean time between calls;
+	// deadline the calls' deadline span (zero: some calls have none).
+	regimeFor, gap, deadline time.Duration
+	pause                    time.Duration
+	calls                    []*propCall
+	// okAt is the regime's first success; allowAt when Allow first
+	// admitted a retry after a per-attempt timeout in it (servesAll).
+	okAt, allowAt time.Time
+}
+
+// propCall is one call's progress.
+type propCall struct {
+	start, deadline time.Time
+	crit            criticality.Level
+	attempt         int
+	// at is when its next attempt ends (attempting) or its wait next
+	// asks (w != nil); done when it ended.
+	at        time.Time
+	w         *waiter
+	adm       Admission
+	sent      time.Time
+	done      bool
+	ok        bool
+	retries   int
+	endedAt   time.Time
+	lastFail  time.Time
+	attempted bool
+	// waitLimit is when a wait ends without admission: the deadline, or
+	// MaxWait after it began for a call without one (as Wait does).
+	waitLimit time.Time
+}
+
+func newHistory(seed uint64) *history {
+	rnd := rand.New(rand.NewPCG(seed, 0x5eed))
+	h := &history{seed: seed, rnd: rnd, clk: &manualClock{now: t0}}
+	h.earlier = time.Duration(rnd.IntN(20)) * 500 * time.Millisecond
+	h.pFail = []float64{0, 0.2, 0.5, 1}[rnd.IntN(4)]
+	h.pFirst = h.pFail
+	if rnd.IntN(3) == 0 {
+		h.pFirst = 1 // first attempts always fail in the earlier history too
+	}
+	h.reg = regime(rnd.IntN(3))
+	h.regimeFor = 10 * time.Second
+	h.gap = []time.Duration{5, 20, 100, 400}[rnd.IntN(4)] * time.Millisecond
+	h.deadline = []time.Duration{0, 300, 1000, 2000}[rnd.IntN(4)] * time.Millisecond
+	h.pause = []time.Duration{1, 10, 50, 200}[rnd.IntN(4)] * time.Millisecond
+	if h.reg == down && h.deadline == 0 {
+		// Some calls have no deadline, and wait at most MaxWait: the
+		// outage must outlive that.
+		h.regimeFor = 2 * defaultMaxWait
+	}
+	b, err := NewTokenBucket(DefaultSettings().TokenBucket)
+	if err != nil {
+		panic(err)
+	}
+	g, err := Deferring(b, DeferSettings{}, WithClock(h.clk.Now), WithRandom(rnd.Float64))
+	if err != nil {
+		panic(err)
+	}
+	h.g = g
+	return h
+}
+
+func (h *history) describe() string {
+	return "earlier " + h.earlier.String() + " failing " + ftoa(h.pFail) + " (first attempts " + ftoa(h.pFirst) + "), then " + h.reg.String() +
+		"; a call every " + h.gap.String() + ", deadline " + h.deadline.String() + ", pause " + h.pause.String()
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', 3, 64) }
+
+// serves says whether attempt n of a call ending at now succeeds.
+func (h *history) serves(now time.Time, n int) bool {
+	if now.Before(t0.Add(h.earlier)) {
+		p := h.pFail
+		if n == 1 {
+			p = h.pFirst
+		}
+		return h.rnd.Float64() >= p
+	}
+	switch h.reg {
+	case servesRetries:
+		return n > 1 || h.rnd.Float64() >= 0.5
+	case servesAll:
+		return true
+	}
+	return false
+}
+
+const (
+	propAttempts = 3
+	propTook     = 5 * time.Millisecond
+	propStep     = time.Millisecond
+)
+
+func (h *history) run(t *testing.T) {
+	t.Helper()
+	end := t0.Add(h.earlier + h.regimeFor)
+	next := t0
+	regimeAt := t0.Add(h.earlier)
+	for now := t0; now.Before(end.Add(h.g.s.MaxWait + time.Second)); now = now.Add(propStep) {
+		h.clk.set(now)
+		if now.Before(end) && !now.Before(next) {
+			h.startCall(now)
+			next = now.Add(time.Duration(h.rnd.ExpFloat64() * float64(h.gap)))
+		}
+		for _, c := range h.calls {
+			if !c.done {
+				h.step(now, c)
+			}
+		}
+		if h.reg == servesAll && !h.okAt.IsZero() && h.allowAt.IsZero() {
+			if h.g.Allow(Request{Number: 2, AfterTimeout: true, Straggler: true}) {
+				h.allowAt = now
+			}
+		}
+	}
+	h.check(t, regimeAt)
+}
+
+func (h *history) startCall(now time.Time) {
+	c := &propCall{start: now, crit: criticality.Level(h.rnd.IntN(4) + 1)}
+	if h.deadline > 0 {
+		c.deadline = now.Add(h.deadline)
+	} else if h.rnd.IntN(2) == 0 {
+		c.deadline = now.Add(time.Second)
+	}
+	h.calls = append(h.calls, c)
+	h.send(now, c, AdmitNone)
+}
+
+func (h *history) send(now time.Time, c *propCall, adm Admission) {
+	c.attempt++
+	c.attempted = true
+	c.adm, c.sent, c.at, c.w = adm, now, now.Add(propTook), nil
+	if c.attempt > 1 {
+		c.retries++
+	}
+}
+
+func (h *history) end(now time.Time, c *propCall, ok bool) {
+	c.done, c.ok, c.endedAt = true, ok, now
+}
+
+// step moves c at now: an attempt that ends, or a wait that asks.
+func (h *history) step(now time.Time, c *propCall) {
+	if !c.deadline.IsZero() && !now.Before(c.deadline) || c.w != nil && !now.Before(c.waitLimit) {
+		if c.w != nil {
+			c.w.Leave()
+			c.w = nil
+		}
+		h.end(now, c, false)
+		return
+	}
+	if c.w != nil {
+		if now.Before(c.at) {
+			return
+		}
+		a, next := c.w.Poll()
+		if a != AdmitNone {
+			c.w.Leave()
+			h.send(now, c, a)
+			return
+		}
+		if c.w.Err() != nil {
+			c.w.Leave()
+			c.w = nil
+			h.end(now, c, false)
+			return
+		}
+		c.at = next
+		if next.IsZero() {
+			c.at = now.Add(propStep) // news: ask again on the next step
+		}
+		return
+	}
+	if now.Before(c.at) {
+		return
+	}
+	ok := h.serves(now, c.attempt)
+	nextAt := now.Add(h.pause)
+	final := ok || c.attempt >= propAttempts || !c.deadline.IsZero() && !nextAt.Add(propTook).Before(c.deadline)
+	a := Attempt{Number: c.attempt, Outcome: Success, Final: final, Admission: c.adm}
+	if c.adm != AdmitNone {
+		a.Took = now.Sub(c.sent)
+	}
+	if !ok {
+		a.Outcome = Failure
+	}
+	h.g.Record(a)
+	if ok && h.okAt.IsZero() && !now.Before(t0.Add(h.earlier)) {
+		h.okAt = now
+	}
+	if ok || final {
+		h.end(now, c, ok)
+		return
+	}
+	c.lastFail = now
+	r := Request{Number: c.attempt + 1, Last: c.attempt+1 == propAttempts, Criticality: c.crit, Took: propTook}
+	if h.g.Allow(r) {
+		// Paid: the retry goes after its pause.
+		h.send(nextAt, c, AdmitNone)
+		return
+	}
+	deadline := c.deadline
+	w, err := h.g.enter(r, h.pause, deadline)
+	if err != nil {
+		h.end(now, c, false)
+		return
+	}
+	c.w, c.at = w, now
+	c.waitLimit = c.deadline
+	if c.waitLimit.IsZero() {
+		c.waitLimit = now.Add(h.g.s.MaxWait)
+	}
+}
+
+func (h *history) check(t *testing.T, regimeAt time.Time) {
+	t.Helper()
+	if st := h.g.State(); st.Waiting != 0 {
+		t.Errorf("%d still waiting after every caller left", st.Waiting)
+	}
+	h.g.mu.Lock()
+	out := h.g.st.slot.out
+	h.g.mu.Unlock()
+	if out != 0 {
+		t.Errorf("the probe slot is held (%d) after every caller left", out)
+	}
+	settled := regimeAt.Add(time.Second + h.pause)
+	switch h.reg {
+	case servesRetries:
+		// Calls that start once the regime has settled, and fail their
+		// first attempt with time left for a retry, are retried.
+		var failedFirst, retried int
+		for _, c := range h.calls {
+			if c.start.Before(settled) || c.start.After(t0.Add(h.earlier+h.regimeFor-time.Second)) {
+				continue
+			}
+			if c.retries == 0 && c.ok {
+				continue
+			}
+			if !c.deadline.IsZero() && c.deadline.Sub(c.start) < 2*propTook+h.pause+h.pause/5 {
+				continue
+			}
+			failedFirst++
+			if c.retries > 0 {
+				retried++
+			}
+		}
+		if missed := failedFirst - retried; missed > 1 && float64(missed) > 0.1*float64(failedFirst) {
+			t.Errorf("the backend serves every retry, yet %d of %d calls whose first attempt failed were retried", retried, failedFirst)
+		}
+	case servesAll:
+		if h.allowAt.IsZero() || h.allowAt.Sub(h.okAt) > time.Second+propStep {
+			t.Errorf("the backend serves every attempt from %v (first success %v), yet Allow admitted a retry after a per-attempt timeout only at %v", regimeAt.Sub(t0), h.okAt.Sub(t0), h.allowAt.Sub(t0))
+		}
+	case down:
+		// Calls that start once the outage has outlived the deadlines.
+		span := h.deadline
+		if span == 0 {
+			span = defaultMaxWait
+		}
+		var calls, retries int
+		var slow int
+		for _, c := range h.calls {
+			if c.start.Before(regimeAt.Add(span+time.Second)) || c.start.After(t0.Add(h.earlier+h.regimeFor)) {
+				continue
+			}
+			calls++
+			retries += c.retries
+			if c.endedAt.Sub(c.lastFail) > h.pause+h.pause/5+propStep && c.endedAt.Sub(c.start) > 100*time.Millisecond {
+				slow++
+			}
+		}
+		if calls > 0 && float64(retries) > 0.1*float64(calls)+1 {
+			t.Errorf("down for longer than the deadlines: %d retries for %d calls, want one in ten at most", retries, calls)
+		}
+		// The futility rule keeps one waiting retry in ten by a draw (the
+		// server's return then finds calls to serve): three deviations
+		// of that draw at most.
+		if bound := 0.1*float64(calls) + 3*math.Sqrt(0.09*float64(calls)) + 1; float64(slow) > bound {
+			t.Errorf("down for longer than the deadlines: %d of %d failed calls waited past their pause, want one in ten at most (%.0f with the draw's spread)", slow, calls, bound)
+		}
+	}
+}
