@@ -51,7 +51,7 @@ func p50(ds []time.Duration) time.Duration {
 // Two backends dialed with one policy file and stagger's defaults: a
 // flaky one (a fifth of its attempts fail; a twentieth under the A6
 // throttle, whose arithmetic stops retrying a fifth) and one that goes down for
-// three seconds, longer than its calls' one-second deadline. With one
+// two and a half seconds, longer than its calls' one-second deadline. With one
 // budget and one Gate for the process, the flaky backend's healed retries
 // paid for 2.9 attempts per call on the down one for its whole outage.
 // Per backend, the down one gets no more than 1.15 attempts per call, its
@@ -61,18 +61,22 @@ func p50(ds []time.Duration) time.Duration {
 // default budget and once with a retryThrottling file dialed for both.
 func TestRealTimeTwoBackends(t *testing.T) {
 	for _, tt := range []struct {
-		name, file string
-		flaky      float64
+		name, file      string
+		flaky, payFlaky float64
 	}{
-		{"default budget", rtNoTimerFile, 0.2},
+		{"default budget", rtNoTimerFile, 0.2, 0},
+		// Payments fails a fifth of its attempts before its outage too:
+		// a flaky server that goes down got every call's every retry for
+		// its whole outage (3.00 attempts per call).
+		{"default budget, payments flaky before", rtNoTimerFile, 0.2, 0.2},
 		{"retryThrottling", `{"methodConfig": [{
 			"name": [{"service": "stagger.testing.v1.TestService"}],
 			"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s",
 				"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "jitter": "NONE"}
-		}], "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}`, 0.05},
+		}], "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}`, 0.05, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			inv, alone, pay := twoBackendsRun(t, tt.file, tt.flaky)
+			inv, alone, pay := twoBackendsRun(t, tt.file, tt.flaky, tt.payFlaky)
 			t.Logf("inventory: %d calls, %.1f %% (alone %.1f %%); payments in its outage: %d calls, %.2f attempts per call, failed p50 %v after the first deadline",
 				inv.calls, 100*inv.success(), 100*alone.success(), pay.calls, float64(pay.attempts)/float64(pay.calls), p50(pay.failedLatency))
 			if got := float64(pay.attempts) / float64(pay.calls); got > 1.15 {
@@ -88,21 +92,21 @@ func TestRealTimeTwoBackends(t *testing.T) {
 	}
 }
 
-// twoBackendsRun runs the scenario for 6 s: inventory (a share flaky of
-// its attempts fail, 2 workers calling back to back) and payments (down from 2 s to
-// 5 s, 50 calls a second, deadline 1 s) through one client made with
-// file; beside it, inventory alone through a client of its own. It returns
+// twoBackendsRun runs the scenario for 4.5 s: inventory (a share flaky of
+// its attempts fail, 2 workers calling back to back) and payments (a share
+// payFlaky of its attempts fail, and all from 1.5 s to 4 s; 50 calls a
+// second, deadline 1 s) through one client made with file; beside it, inventory alone through a client of its own. It returns
 // inventory's calls, inventory alone's, and payments' calls made in its
 // outage (attempts counted then; failed latency of those made after its
-// first second). Payments serves for its first 2 s: the Gate takes
+// first second). Payments serves for its first 1.5 s: the Gate takes
 // failures in a row for an outage only after a server looked healthy
 // for a second (its outage rule).
-func twoBackendsRun(t *testing.T, file string, flaky float64) (inv, alone, pay backendRun) {
+func twoBackendsRun(t *testing.T, file string, flaky, payFlaky float64) (inv, alone, pay backendRun) {
 	t.Helper()
 	const (
-		run      = 6 * time.Second
-		downFrom = 2 * time.Second
-		downTo   = 5 * time.Second
+		run      = 4500 * time.Millisecond
+		downFrom = 1500 * time.Millisecond
+		downTo   = 4 * time.Second
 		deadline = time.Second
 	)
 	newServer := func(seed int64) *testserver.Server {
@@ -111,7 +115,7 @@ func twoBackendsRun(t *testing.T, file string, flaky float64) (inv, alone, pay b
 		return srv
 	}
 	invSrv, aloneSrv := newServer(1), newServer(2)
-	paySrv := testserver.New(testserver.WithTCP())
+	paySrv := testserver.New(testserver.WithTCP(), testserver.WithFailureRate(payFlaky, 3))
 	t.Cleanup(paySrv.Close)
 	dial := func(srv *testserver.Server, cfg *policy.Config, bs *budget.Backends, n *atomic.Int64) testingv1.TestServiceClient {
 		cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, interceptor.WithDefaultBudgets(bs)), countAttempts(n))...)
@@ -211,7 +215,7 @@ func twoBackendsRun(t *testing.T, file string, flaky float64) (inv, alone, pay b
 	return inv, alone, pay
 }
 
-// One server whose Put is down for 3 s (a broken dependency behind it)
+// One server whose Put is down for 2.5 s (a broken dependency behind it)
 // while a fifth of its Get attempts fail at random, both called through
 // one connection: the Gates are per method, so the down method does not
 // borrow the flaky one's healed retries (it got 2.42 attempts per call with
@@ -220,9 +224,9 @@ func twoBackendsRun(t *testing.T, file string, flaky float64) (inv, alone, pay b
 // its own.
 func TestRealTimeDownMethodBesideAFlakyOne(t *testing.T) {
 	const (
-		run      = 6 * time.Second
-		downFrom = 2 * time.Second
-		downTo   = 5 * time.Second
+		run      = 4500 * time.Millisecond
+		downFrom = 1500 * time.Millisecond
+		downTo   = 4 * time.Second
 		deadline = time.Second
 	)
 	var down atomic.Bool
