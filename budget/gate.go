@@ -9,9 +9,13 @@ import (
 
 // Gate adds deferral to a budget: a retry the budget refuses waits, within
 // its call's deadline, instead of ending the call, and goes when one of the
-// rules below lets it. The gate decides every time it learns something (an
-// attempt recorded) and when a wait falls due; its numbers are in
-// tuning.go, and `stagger check` prints the rules with them.
+// rules below lets it. The gate decides when it learns something that can
+// change a waiting retry's answer (a success, a deferred retry's outcome,
+// a change of phase, of whether retries heal or of overload; a failure
+// that changes none of them only puts the waits' times off, and wakes
+// nobody) and when a wait falls due; its numbers are in tuning.go, and
+// `stagger check` prints the rules with them. What it learns is one
+// server's: Backends keeps a Gate per method of each backend.
 //
 // The gate learns from the calls that retried whether retrying heals them.
 // A call counts once, when it ends after retrying: healed when a retry
@@ -117,7 +121,11 @@ import (
 //     before them (an attempt had succeeded, and none failed for a second
 //     before the first of them, counted from the first attempt recorded)
 //     or an attempt failed for overload within five seconds: a server that
-//     fails a share of its attempts all along is flaky, not down. In an
+//     fails a share of its attempts all along is flaky, not down. But a
+//     streak beyond what its flakiness makes (twice the longest recent run
+//     of failures that a success ended, plus two), in which two retries
+//     failed, is an outage whatever the calls before it said: a flaky
+//     server that went down got every call's every retry. In an
 //     outage Allow refuses every retry (not hedges) without asking the
 //     budget: the retry waits and goes by the rules above, so budget-paid
 //     retries cannot burn a call's attempts against a server known to be
@@ -136,8 +144,11 @@ import (
 //     a tenth is held: it waits for the rules above, within its deadline,
 //     while the gate is in an outage or an attempt failed for overload
 //     within five seconds, and once held stays so. Otherwise it goes then
-//     as a probe, when the server has served an attempt and no other
-//     probe is out, or its wait ends (ErrWaitEnded) and the call ends with
+//     as a probe, when no other probe is out and the server has served an
+//     attempt or no retry has yet told the process anything (none failed
+//     or ended a call: without that probe, a process whose first call's
+//     retry got an answer not retried never sent the retry that tells
+//     whether retries heal), or its wait ends (ErrWaitEnded) and the call ends with
 //     its last status: a wait is worth it only for a server that was
 //     serving and now is down or overloaded, and a call that was not held
 //     waits no longer than its pause and a tenth.
@@ -153,7 +164,12 @@ import (
 //     (what their deadlines left, or MaxWait), waiting is pure cost: a
 //     retry that would begin to wait fails at once (ErrOutageLasting) and
 //     its call ends with its last status, unless nobody waits, when it
-//     waits alone as the probe, or a draw keeps it waiting (one in ten:
+//     waits alone as the probe (but only once ten failures were recorded
+//     since a deferred retry last failed, failures do not reach the
+//     server more often than its pause, and a probe or its last chance
+//     could go before its deadline: a long outage gets at most one retry
+//     in ten calls, and no call waits its deadline out for a chance that
+//     will not come), or a draw keeps it waiting (one in ten:
 //     the server's return then finds calls to serve, as a peer's backoff
 //     saves the calls of an outage's last moments; the lab's 5 s outage:
 //     success 68.0 % against grpc-go's 68.6 %, failed calls' p50 0 ms
