@@ -312,3 +312,30 @@ func TestGateEnterHeldBeforePoll(t *testing.T) {
 		t.Fatalf("first Poll after the probe was served = %v, want a release", a)
 	}
 }
+
+// A probe the budget paid for, handed to a more critical waiter that
+// leaves before it polls, gives the tokens back: every admission is
+// settled.
+func TestGateRefundsAnUntakenPaidHandOff(t *testing.T) {
+	clk := &manualClock{now: t0}
+	tb, err := NewTokenBucket(DefaultSettings().TokenBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := downServer(newGate(t, tb, DeferSettings{}, clk))
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	before := tb.State().Level
+	low, _ := g.enter(retryAt(shedP), 0, time.Time{})
+	defer low.Leave()
+	high, _ := g.enter(retryAt(critP), 0, time.Time{})
+	poll(t, low, AdmitNone) // handed to high, paid by the bucket
+	if got := tb.State().Level; got != before-DefaultSettings().TokenBucket.RetryCost {
+		t.Fatalf("tokens %v after the paid hand-off, want %v", got, before-DefaultSettings().TokenBucket.RetryCost)
+	}
+	high.Leave() // which never polls
+	if got := tb.State().Level; got != before {
+		t.Errorf("tokens %v after the hand-off was given back, want %v", got, before)
+	}
+}

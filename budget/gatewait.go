@@ -358,12 +358,21 @@ func (w *waiter) Leave() {
 	g.room.queue[w.level].remove(w)
 	if w.granted != AdmitNone && !w.taken {
 		g.st.unadmit(w.granted)
+		if rf, ok := g.b.(refunder); ok && w.granted == AdmitBudget {
+			// The budget paid for a retry that is not sent.
+			rf.refund(w.r)
+		}
 		g.admitted--
 		g.notifyLocked()
 	}
 	g.room.n--
 	g.waiting.Store(int32(g.room.n))
 }
+
+// refunder is a budget of this package that can give back what its Allow
+// took (the token bucket; the throttle's Allow takes nothing, and the
+// ratio's window cannot take a retry back).
+type refunder interface{ refund(r Request) }
 
 // giveUp counts a waiter that left without admission.
 func (g *Gate) giveUp() {
