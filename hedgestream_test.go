@@ -108,7 +108,7 @@ func TestHedgedStreamSlowFirstAttemptLoses(t *testing.T) {
 				if won := b.hooks.kinds(interceptor.EventHedgeWon); len(won) != 1 || won[0].Attempt != 2 {
 					t.Errorf("hedge-won events = %+v, want one for attempt 2", won)
 				}
-				want := interceptor.Report{Attempts: 2, Hedges: 1, Reason: policy.ReasonSuccess, Code: codes.OK}
+				want := interceptor.Report{Attempts: 2, Hedges: 1, Reason: policy.ReasonSuccess, Code: codes.OK, Target: testserver.BufnetTarget}
 				if rep != want {
 					t.Errorf("report %+v, want %+v", rep, want)
 				}

@@ -151,7 +151,7 @@ func TestUncoveredMethodReportsNoPolicy(t *testing.T) {
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("%v, want UNAVAILABLE", err)
 		}
-		if want := (interceptor.Report{Attempts: 1, Reason: policy.ReasonNoPolicy, Code: codes.Unavailable}); r != want {
+		if want := (interceptor.Report{Attempts: 1, Reason: policy.ReasonNoPolicy, Code: codes.Unavailable, Target: testserver.BufnetTarget}); r != want {
 			t.Errorf("report %+v, want %+v", r, want)
 		}
 		if evs, _ := got.all(); len(evs) != 1 || evs[0].Reason != policy.ReasonNoPolicy {

@@ -117,8 +117,8 @@ func twoBackendsRun(t *testing.T, file string, flaky, payFlaky float64) (inv, al
 	invSrv, aloneSrv := newServer(1), newServer(2)
 	paySrv := testserver.New(testserver.WithTCP(), testserver.WithFailureRate(payFlaky, 3))
 	t.Cleanup(paySrv.Close)
-	dial := func(srv *testserver.Server, cfg *policy.Config, bs *budget.Backends, n *atomic.Int64) testingv1.TestServiceClient {
-		cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, interceptor.WithDefaultBudgets(bs)), countAttempts(n))...)
+	dial := func(srv *testserver.Server, cfg *policy.Config, bs *budget.Backends, n *atomic.Int64, opts ...interceptor.Option) testingv1.TestServiceClient {
+		cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, append(opts, interceptor.WithDefaultBudgets(bs))...), countAttempts(n))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,32 @@ func twoBackendsRun(t *testing.T, file string, flaky, payFlaky float64) (inv, al
 	cfg, process := rtConfig(t, file), fresh()
 	var invN, aloneN, payN atomic.Int64
 	invClient := dial(invSrv, cfg, process, &invN)
-	payClient := dial(paySrv, cfg, process, &payN)
+	// A refused retry's event names its backend and the Gate's view of it.
+	var refusedMu sync.Mutex
+	var refused []interceptor.Event
+	payClient := dial(paySrv, cfg, process, &payN, interceptor.WithHook(func(e interceptor.Event) {
+		if e.Kind == interceptor.EventGiveUp && e.Reason == policy.ReasonOutage {
+			refusedMu.Lock()
+			refused = append(refused, e)
+			refusedMu.Unlock()
+		}
+	}))
+	t.Cleanup(func() {
+		refusedMu.Lock()
+		defer refusedMu.Unlock()
+		if len(refused) == 0 {
+			if cfg.BudgetSettings().Defers() || cfg.BudgetSettings().Kind == budget.KindNone {
+				t.Error("no payments call ended for its outage (reason outage)")
+			}
+			return
+		}
+		for _, e := range refused {
+			if e.Target != "passthrough:///"+paySrv.Addr() || e.Budget.Health != "outage" {
+				t.Errorf("a call that gave up for the outage names target %q, Gate %q; want payments' %q, outage", e.Target, e.Budget.Health, "passthrough:///"+paySrv.Addr())
+				return
+			}
+		}
+	})
 	aloneClient := dial(aloneSrv, rtConfig(t, file), fresh(), &aloneN)
 
 	start := time.Now()

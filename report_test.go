@@ -14,6 +14,7 @@ import (
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
 )
 
 // ends collects the EventEnd a call hook receives, with the context value
@@ -55,7 +56,7 @@ func TestEndEventAndReport(t *testing.T) {
 		if err := b.get(ctx, &testingv1.Script{Key: "healed", FailAttempts: 2}, interceptor.WithReport(&r)); err != nil {
 			t.Fatal(err)
 		}
-		want := interceptor.Report{Attempts: 3, Retries: 2, Delay: 3 * time.Second, Reason: policy.ReasonSuccess, Code: codes.OK}
+		want := interceptor.Report{Attempts: 3, Retries: 2, Delay: 3 * time.Second, Reason: policy.ReasonSuccess, Code: codes.OK, Target: testserver.BufnetTarget}
 		if r != want {
 			t.Errorf("report %+v, want %+v", r, want)
 		}
@@ -63,12 +64,12 @@ func TestEndEventAndReport(t *testing.T) {
 		if err := b.get(ctx, &testingv1.Script{Key: "first"}, interceptor.WithReport(&plain)); err != nil {
 			t.Fatal(err)
 		}
-		if want := (interceptor.Report{Attempts: 1, Reason: policy.ReasonSuccess, Code: codes.OK}); plain != want {
+		if want := (interceptor.Report{Attempts: 1, Reason: policy.ReasonSuccess, Code: codes.OK, Target: testserver.BufnetTarget}); plain != want {
 			t.Errorf("report of a first-time success %+v, want %+v", plain, want)
 		}
 		var failed interceptor.Report
 		_ = b.get(ctx, &testingv1.Script{Key: "failed", FailAttempts: 9}, interceptor.WithReport(&failed))
-		if want := (interceptor.Report{Attempts: 4, Retries: 3, Delay: 7 * time.Second, Reason: policy.ReasonAttempts, Code: codes.Unavailable}); failed != want {
+		if want := (interceptor.Report{Attempts: 4, Retries: 3, Delay: 7 * time.Second, Reason: policy.ReasonAttempts, Code: codes.Unavailable, Target: testserver.BufnetTarget}); failed != want {
 			t.Errorf("report of a call out of attempts %+v, want %+v", failed, want)
 		}
 		evs, vals := got.all()
@@ -99,7 +100,7 @@ func TestEndEventHedges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := (interceptor.Report{Attempts: 3, Hedges: 2, Reason: policy.ReasonSuccess, Code: codes.OK}); r != want {
+		if want := (interceptor.Report{Attempts: 3, Hedges: 2, Reason: policy.ReasonSuccess, Code: codes.OK, Target: testserver.BufnetTarget}); r != want {
 			t.Errorf("report %+v, want %+v", r, want)
 		}
 		if evs, _ := got.all(); len(evs) != 1 || evs[0].Hedges != 2 || evs[0].Retries != 0 {
@@ -121,7 +122,7 @@ func TestEndEventStream(t *testing.T) {
 				if r.err != nil {
 					t.Fatal(r.err)
 				}
-				if want := (interceptor.Report{Attempts: 2, Retries: 1, Delay: time.Second, Reason: policy.ReasonSuccess, Code: codes.OK}); rep != want {
+				if want := (interceptor.Report{Attempts: 2, Retries: 1, Delay: time.Second, Reason: policy.ReasonSuccess, Code: codes.OK, Target: testserver.BufnetTarget}); rep != want {
 					t.Errorf("report %+v, want %+v", rep, want)
 				}
 				if evs, _ := got.all(); len(evs) != 1 || evs[0].Retries != 1 {

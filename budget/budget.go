@@ -174,6 +174,10 @@ type State struct {
 	// too many waiting). Zero for a budget without deferral.
 	Waiting                              int
 	Deferred, DeferAdmitted, DeferGaveUp uint64
+	// Health is a Gate's view of its server: "quiet" (nothing failed
+	// since a success), "failing", "outage" or "recovering" (see Gate);
+	// "" for a budget without a Gate.
+	Health string
 	// At is when the snapshot was taken, on the budget's clock.
 	At time.Time
 }

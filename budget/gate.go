@@ -399,6 +399,10 @@ func (g *Gate) State() State {
 	st.Refused += g.refused.Load()
 	g.mu.Lock()
 	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp = g.room.n, g.deferred, g.admitted, g.gaveUp
+	st.Health = g.st.phase.String()
+	if g.succeeded.Load() {
+		st.Health = phaseQuiet.String()
+	}
 	g.mu.Unlock()
 	return st
 }

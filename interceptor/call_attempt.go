@@ -166,6 +166,8 @@ type call struct {
 	// call is made under stagger's server side (internal/chain), is found
 	// through it only when an attempt fails.
 	ctx context.Context
+	// target is the call's backend (callTarget).
+	target string
 	// crit is the call's criticality as named, resolved once by start
 	// (see WithCriticality); Unset, which counts as Critical, when
 	// nothing names one. The budget and the breaker admit the call by it.
@@ -243,8 +245,9 @@ func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, op
 		pl = &p
 	}
 	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
+	c.target = callTarget(ctx, cc)
 	if pl.budgets != nil {
-		c.budget = mi.budget(pl.budgets, callTarget(ctx, cc), method)
+		c.budget = mi.budget(pl.budgets, c.target, method)
 	}
 	c.hedgeOnTimeout, c.byKey = pl.hedgeOnTimeout, pl.byKey
 	c.pace = pl.pace

@@ -479,9 +479,9 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	if c.hedged == nil {
 		e.Delay = c.paused + c.deferred
 	}
-	e.Target = callTarget(c.ctx, cc)
+	e.Target = c.target
 	if r := o.report; r != nil {
-		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason}
+		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target}
 	}
 	if len(o.callHooks) > 0 {
 		ctx := c.ctx

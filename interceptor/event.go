@@ -122,10 +122,18 @@ type Event struct {
 	// EventDeferred, EventGiveUp, EventResume). Hedged calls' events leave it
 	// empty: their attempts run at once.
 	Backend string
-	// Retries, Hedges, Delay and Target: EventEnd only (see Report).
+	// Retries, Hedges and Delay: EventEnd only (see Report).
 	Retries, Hedges int
 	Delay           time.Duration
-	Target          string
+	// Target is the call's backend: its ClientConn's target (or its front
+	// end's), in every event of a call; the budget and the Gate it retries
+	// under are that backend's (budget.Backends).
+	Target string
+	// Budget is the state of the call's budget when it refused or
+	// deferred a retry (EventDeferred, and EventGiveUp for reasons budget,
+	// deferred and outage): its tokens (Level) and its Gate's health
+	// (Health) for that backend and method. Zero otherwise.
+	Budget budget.State
 	// Criticality is the call's criticality as named (WithCriticality), in
 	// every event of a call; criticality.Unset when nothing named one (the
 	// call is CRITICAL: Level.Effective) and in an EventBreaker, which
@@ -215,6 +223,12 @@ func (o *options) firstAmbiguous(method string) bool {
 // logger.
 func (c *call) emit(ctx context.Context, e Event) {
 	e.Criticality = c.crit
+	if e.Target == "" {
+		e.Target = c.target
+	}
+	if c.budget != nil && (e.Kind == EventDeferred || e.Kind == EventGiveUp && (e.Reason == policy.ReasonBudget || e.Reason == policy.ReasonDeferred || e.Reason == policy.ReasonOutage)) {
+		e.Budget = c.budget.State()
+	}
 	c.o.emit(ctx, e)
 }
 
@@ -306,6 +320,15 @@ func (o *options) emit(ctx context.Context, e Event) {
 	}
 	if e.Deferred > 0 || e.Admission != budget.AdmitNone {
 		fields = append(fields, "stagger.deferred", e.Deferred.String(), "stagger.admission", e.Admission.String())
+	}
+	if e.Target != "" && e.Kind != EventRetry && e.Kind != EventHedge {
+		fields = append(fields, "grpc.target", e.Target)
+	}
+	if e.Budget.Kind != "" {
+		fields = append(fields, "stagger.budget.level", e.Budget.Level)
+		if e.Budget.Health != "" {
+			fields = append(fields, "stagger.gate", e.Budget.Health)
+		}
 	}
 	o.logger.Log(ctx, level, msg, fields...)
 }

@@ -294,6 +294,9 @@ type Report struct {
 	// ReasonBreaker), ReasonNone when none was refused.
 	TimerRefused int
 	TimerReason  policy.Reason
+	// Target is the call's backend (its ClientConn's target), whose budget
+	// and Gate the call's retries went through (budget.Backends).
+	Target string
 }
 
 // WithReport fills r in when the call ends; meant per call. r must stay
