@@ -96,8 +96,10 @@ func TestParseFullExample(t *testing.T) {
 	if got := c.BudgetSettings(); got.Kind != budget.KindRatio || got.Ratio.Percent != 10 || got.Ratio.Window != 10*time.Second {
 		t.Errorf("BudgetSettings = %+v", got)
 	}
-	if c.Budgets() == nil || c.Budgets() != c.Budgets() {
-		t.Error("Budget should be built once")
+	if bs := c.Budgets(); bs == nil {
+		t.Error("no budgets")
+	} else if a := bs.Get("dns:///a:443", "/a.S/M"); a == nil || a != bs.Get("dns:///a:443", "/a.S/M") || a == bs.Get("dns:///b:443", "/a.S/M") {
+		t.Error("a backend's budget should be made once, and each backend its own")
 	}
 	if len(c.Warnings()) != 0 {
 		t.Errorf("Warnings = %v, want none", c.Warnings())
