@@ -39,6 +39,29 @@ type backendRun struct {
 
 func (r *backendRun) success() float64 { return float64(r.ok) / float64(r.calls) }
 
+// backToBack starts two workers that call c's Get back to back until end,
+// each call with deadline, and counts them in r under mu.
+func backToBack(wg *sync.WaitGroup, mu *sync.Mutex, c testingv1.TestServiceClient, r *backendRun, end time.Time, deadline time.Duration) {
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				_, err := c.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}})
+				cancel()
+				mu.Lock()
+				r.calls++
+				if err == nil {
+					r.ok++
+				}
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+}
+
 func p50(ds []time.Duration) time.Duration {
 	if len(ds) == 0 {
 		return 0
@@ -175,24 +198,8 @@ func twoBackendsRun(t *testing.T, file string, flaky, payFlaky float64) (inv, al
 		_, err := c.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}})
 		return time.Since(t0), err
 	}
-	worker := func(c testingv1.TestServiceClient, r *backendRun) {
-		defer wg.Done()
-		for time.Now().Before(end) {
-			_, err := call(c)
-			mu.Lock()
-			r.calls++
-			if err == nil {
-				r.ok++
-			}
-			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	for range 2 {
-		wg.Add(2)
-		go worker(invClient, &inv)
-		go worker(aloneClient, &alone)
-	}
+	backToBack(&wg, &mu, invClient, &inv, end, deadline)
+	backToBack(&wg, &mu, aloneClient, &alone, end, deadline)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -314,26 +321,8 @@ func TestRealTimeDownMethodBesideAFlakyOne(t *testing.T) {
 			return context.WithTimeout(context.Background(), deadline)
 		}
 	)
-	worker := func(c testingv1.TestServiceClient, r *backendRun) {
-		defer wg.Done()
-		for time.Now().Before(end) {
-			ctx, cancel := ctxWithDeadline()
-			_, err := c.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}})
-			cancel()
-			mu.Lock()
-			r.calls++
-			if err == nil {
-				r.ok++
-			}
-			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	for range 2 {
-		wg.Add(2)
-		go worker(client, &flaky)
-		go worker(aloneClient, &alone)
-	}
+	backToBack(&wg, &mu, client, &flaky, end, deadline)
+	backToBack(&wg, &mu, aloneClient, &alone, end, deadline)
 	tick := time.NewTicker(20 * time.Millisecond)
 	var calls sync.WaitGroup
 	for now := range tick.C {
