@@ -82,7 +82,12 @@ func p50(ds []time.Duration) time.Duration {
 // flaky one does as well as a process that calls it alone (run beside it
 // on a server of its own). On real time over loopback TCP; once with the
 // default budget and once with a retryThrottling file dialed for both.
-func TestRealTimeTwoBackends(t *testing.T) {
+//
+// The two tests of this file run on real time over loopback TCP for about
+// 20 s in all, so they run once per lane (make test) rather than in the
+// real-time lane's repetitions; they passed three runs of three at
+// -cpu=1 beside three busy loops (BENCHMARKS.md, "Issue 45").
+func TestPerBackendTwoBackends(t *testing.T) {
 	for _, tt := range []struct {
 		name, file      string
 		flaky, payFlaky float64
@@ -254,7 +259,7 @@ func twoBackendsRun(t *testing.T, file string, flaky, payFlaky float64) (inv, al
 // one Gate for the process), and the flaky one does as well as alone,
 // beside the down one, as through a connection of its own to a server of
 // its own.
-func TestRealTimeDownMethodBesideAFlakyOne(t *testing.T) {
+func TestPerBackendDownMethodBesideAFlakyOne(t *testing.T) {
 	const (
 		run      = 4500 * time.Millisecond
 		downFrom = 1500 * time.Millisecond
