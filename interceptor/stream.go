@@ -227,6 +227,10 @@ type retryStream struct {
 	streamer grpc.Streamer
 	opts     []grpc.CallOption
 	first    streamAttempt
+	// recvMu is held by RecvMsg, and by Header while it reads the status
+	// of an attempt that ended without headers: grpc-go's RecvMsg is not
+	// for two goroutines at once.
+	recvMu sync.Mutex
 	// The caller's grpc.OnFinish functions, run once.
 	onFinishOnce
 	// endMu makes attemptEnded one at a time: the reader's goroutine and

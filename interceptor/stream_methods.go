@@ -74,6 +74,8 @@ func (s *retryStream) CloseSend() error {
 // is retried here, transparently: the caller sees the next message or the
 // final status. A message received commits the stream.
 func (s *retryStream) RecvMsg(m any) error {
+	s.recvMu.Lock()
+	defer s.recvMu.Unlock()
 	s.mu.Lock()
 	if s.done {
 		err := s.final
@@ -114,30 +116,59 @@ func (s *retryStream) RecvMsg(m any) error {
 	}
 }
 
-// Header returns the response headers of the current attempt: the committed
-// one once there is one. Headers that arrive commit the stream. As with
-// grpc-go, it may return nil, nil when the attempt failed without headers;
-// RecvMsg then reports the outcome.
+// Header returns the response headers of the attempt the stream commits
+// to, as grpc-go's own retry does: an attempt that ended without headers
+// (a Trailers-Only failure) is retried underneath, as RecvMsg would, and
+// Header returns the headers of the attempt whose messages follow. Headers
+// that arrive commit the stream. When the call ends without headers (its
+// final status, or a success with none), Header returns nil, nil, as
+// grpc-go does, and RecvMsg reports the status; so it does while another
+// goroutine is in RecvMsg, which then retries. Headers of an attempt the
+// per-attempt timer had already cut off belong to an attempt that will not
+// be used: nil, nil too, and RecvMsg tells the outcome.
 func (s *retryStream) Header() (metadata.MD, error) {
-	s.mu.Lock()
-	a := s.cur
-	s.mu.Unlock()
-	md, err := a.cs.Header()
-	if md != nil && !a.timer.stop() {
-		// The timer cut the attempt off before its headers arrived: they
-		// belong to an attempt that will not be used. As for an attempt
-		// that failed without headers, RecvMsg tells the outcome.
-		return nil, nil
-	}
-	if md != nil {
+	for {
 		s.mu.Lock()
-		if s.cur == a && !s.committed && !s.switching {
-			s.commitLocked()
-		}
+		a, committed, done := s.cur, s.committed || s.overflow, s.done
 		s.mu.Unlock()
+		md, err := a.cs.Header()
+		if md != nil && !a.timer.stop() {
+			return nil, nil
+		}
+		if md != nil {
+			s.mu.Lock()
+			if s.cur == a && !s.committed && !s.switching {
+				s.commitLocked()
+			}
+			s.mu.Unlock()
+			return md, err
+		}
+		if err != nil || committed || done {
+			return md, err
+		}
+		// The attempt ended without headers: in gRPC no message comes
+		// without them, so RecvMsg returns its status at once, and the
+		// stream judges it as RecvMsg's caller would. While the caller is
+		// in RecvMsg itself (another goroutine), that RecvMsg does it.
+		if !s.recvMu.TryLock() {
+			return nil, nil
+		}
+		rerr := a.cs.RecvMsg(&noMessage{})
+		s.recvMu.Unlock()
+		if rerr == nil {
+			// Cannot happen (a message without headers); leave it to
+			// RecvMsg's caller rather than drop it.
+			return nil, nil
+		}
+		if next, _ := s.attemptEnded(a, rerr); next == nil {
+			return nil, nil
+		}
 	}
-	return md, err
 }
+
+// noMessage is what Header hands RecvMsg to read the status of an attempt
+// that ended without headers: no message can arrive there.
+type noMessage struct{}
 
 // Trailer returns the trailer metadata of the current (last) attempt. As with
 // grpc-go, call it after RecvMsg returned an error (io.EOF included).
