@@ -2,8 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -19,11 +17,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// ErrHedgeReply is what a hedged call returns (inside an *Error) when its
-// reply is not a protobuf message: concurrent attempts each need a reply of
-// their own, and stagger makes one only for a proto.Message. Such a call
-// sends no attempt; disable hedging for it (Disable, or no hedgingPolicy).
-var ErrHedgeReply = errors.New("interceptor: cannot hedge: the reply is not a proto.Message")
 
 // hedgeOutputs is what grpc writes for one attempt. The first attempt writes
 // into the caller's own reply and holders (nothing to copy when it wins, the
@@ -200,7 +193,15 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 	}
 	callerReply, ok := reply.(proto.Message)
 	if !ok || callerReply == nil {
-		return &Error{Reason: policy.ReasonNotRetryable, Err: fmt.Errorf("%w: %s replies with %T", ErrHedgeReply, c.method, reply)}
+		// Concurrent attempts each need a reply of their own, and stagger
+		// makes one only for a proto.Message: the call goes once, as it
+		// would without stagger, and the logger and hooks hear why, once
+		// per method.
+		k.noticeUnhedged(callCtx, c, policy.ReasonReplyType)
+		c.attempt = 1
+		err := invoker(callCtx, c.method, req, reply, cc, grpcOpts...)
+		c.afterAttempt(callCtx, err, nil, false, false)
+		return err
 	}
 
 	delay, hist := k.hedgeDelay(c.method, h)
@@ -563,7 +564,7 @@ func (k *core) latency(method string) *latencyHistogram {
 
 // noticeUnhedged tells the logger and hooks, once per method and
 // interceptor, that the method's hedging policy is not applied, and why
-// (policy.ReasonNotIdempotent). The stream engine calls it too, for a
+// (policy.ReasonNotIdempotent, ReasonReplyType). The stream engine calls it too, for a
 // stream whose method hedges but may not run twice.
 func (k *core) noticeUnhedged(ctx context.Context, c *call, why policy.Reason) {
 	if _, seen := k.noticed.Load(c.method); seen {

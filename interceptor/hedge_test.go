@@ -2,12 +2,13 @@ package interceptor_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
@@ -32,28 +33,39 @@ func hedgeOK(_ context.Context, _ string, _, reply any, _ *grpc.ClientConn, opts
 	return nil
 }
 
-func TestHedgeRefusesNonProtoReply(t *testing.T) {
+// A hedged method whose call's reply is not a protobuf message (each
+// concurrent attempt needs a reply of its own) goes once, as it would
+// without stagger, with the invoker's own answer; the hooks hear why, once
+// per method (grpc-go's interop case DoUnimplementedMethod, a nil reply,
+// failed with "cannot hedge" instead of the server's UNIMPLEMENTED).
+func TestHedgeNonProtoReplyGoesOnce(t *testing.T) {
 	cfg, err := policy.ParseConfig([]byte(hedgeFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	icpt := interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg))
-	called := false
+	var notices []interceptor.Event
+	icpt := interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg), interceptor.WithHook(func(e interceptor.Event) {
+		if e.Kind == interceptor.EventNotice {
+			notices = append(notices, e)
+		}
+	}))
+	calls := 0
+	unimplemented := status.Error(codes.Unimplemented, "unknown method")
 	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
-		called = true
-		return nil
+		calls++
+		return unimplemented
 	}
-	var reply struct{ N int }
-	err = icpt(context.Background(), hedgedMethod, nil, &reply, nil, invoker)
-	if !errors.Is(err, interceptor.ErrHedgeReply) {
-		t.Fatalf("err = %v, want ErrHedgeReply", err)
+	for _, reply := range []any{&struct{ N int }{}, nil} {
+		err = icpt(context.Background(), hedgedMethod, nil, reply, nil, invoker)
+		if status.Code(err) != codes.Unimplemented {
+			t.Fatalf("reply %T: err = %v, want the server's UNIMPLEMENTED", reply, err)
+		}
 	}
-	if called {
-		t.Error("an attempt was sent")
+	if calls != 2 {
+		t.Errorf("%d attempts for two calls, want one each", calls)
 	}
-	// Disable lets such a call through, unhedged.
-	if err := icpt(context.Background(), hedgedMethod, nil, &reply, nil, invoker, interceptor.Disable()); err != nil || !called {
-		t.Errorf("with Disable: err = %v, called = %v; want nil, true", err, called)
+	if len(notices) != 1 || notices[0].Reason != policy.ReasonReplyType || !notices[0].Hedging {
+		t.Errorf("notices %+v, want one, hedging, reason %v", notices, policy.ReasonReplyType)
 	}
 }
 

@@ -97,7 +97,9 @@ import (
 // others run once, and the logger and hooks say so once per
 // method (EventNotice with Hedging set). Each hedge of a unary call
 // unmarshals into a reply of its own, a new instance of the caller's reply
-// type, so the reply must be a proto.Message (ErrHedgeReply otherwise). The
+// type, so the reply must be a proto.Message: a call with another reply
+// (a codec of the caller's, a nil reply) goes once, unhedged, and the
+// logger and hooks say why once per method (policy.ReasonReplyType). The
 // caller's grpc.OnFinish runs once.
 //
 // Hedges reach distinct backends only as the load-balancing policy allows:

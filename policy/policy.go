@@ -212,9 +212,14 @@ const (
 	// holding them until they fail (budget.ErrOutageLasting, the Gate's
 	// futility rule), until a probe finds the server back.
 	ReasonOutage
+	// ReasonReplyType: the method hedges, but the call's reply is not a
+	// protobuf message (a codec of the caller's, or a nil reply), and each
+	// concurrent attempt needs a reply of its own: the call goes once,
+	// unhedged, as it would without stagger (EventNotice, once per method).
+	ReasonReplyType
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage", "reply type"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {
