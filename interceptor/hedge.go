@@ -17,7 +17,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-
 // hedgeOutputs is what grpc writes for one attempt. The first attempt writes
 // into the caller's own reply and holders (nothing to copy when it wins, the
 // common case); every hedge writes into its own, and only a winner's are
