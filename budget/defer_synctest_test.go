@@ -95,9 +95,11 @@ func TestGateWaitNotHeld(t *testing.T) {
 }
 
 // A fresh process, which no retry has told whether retrying heals, lets
-// one waiting retry go as a probe at its pause and a tenth, rather than
-// end it: otherwise a process whose first call's retry got an answer that
-// is not retried would never learn (the hold rule).
+// one waiting retry go as a probe at its pause, rather than end it at its
+// pause and a tenth: otherwise a process whose first call's retry got an
+// answer that is not retried would never learn (the probe and hold
+// rules), and a first call refused with a pushback waited for its last
+// chance.
 func TestGateFreshProcessProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, err := Deferring(&switchBudget{}, DeferSettings{})
@@ -112,8 +114,8 @@ func TestGateFreshProcessProbes(t *testing.T) {
 		if err != nil || adm != AdmitProbe {
 			t.Fatalf("Wait = %v, %v; want a probe", adm, err)
 		}
-		if d := time.Since(start); d != 110*time.Millisecond {
-			t.Fatalf("Wait returned after %v, want the pause and a tenth", d)
+		if d := time.Since(start); d != 100*time.Millisecond {
+			t.Fatalf("Wait returned after %v, want the pause", d)
 		}
 		g.Record(Attempt{Number: 2, Outcome: Success, Admission: adm, Final: true})
 		if st := g.State(); st.Waiting != 0 || st.DeferAdmitted != 1 {

@@ -402,11 +402,13 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 
 // Until the process knows whether retries heal, a call's last attempt
 // probes, and new calls' first attempts failing do not hold it back: only a
-// retry can tell. Other retries do not probe: a fresh process whose server
-// never served ends their waits at their pause and a tenth (the hold and hopeless rules).
+// retry can tell. Once a retry has failed, other retries do not probe: a
+// process whose server never served ends their waits at their pause and a
+// tenth (the hold and hopeless rules).
 func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	g.Record(Attempt{Number: 2, Outcome: Failure}) // a retry told it something
 	const pause = 100 * time.Millisecond
 	w, err := g.enter(Request{Number: 3, Last: true}, pause, t0.Add(time.Second))
 	if err != nil {

@@ -144,14 +144,17 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool, d *de
 	// Until the process knows whether retries heal (the heal rule), first
 	// attempts that fail say nothing about it: only retries' own outcomes
 	// hold a probe back, and only a call's last attempt probes, as its
-	// outcome settles the call either way.
+	// outcome settles the call either way; but while no retry has told
+	// the process anything, any retry may be that probe (a first call
+	// refused with a pushback waited for its last chance, its deadline
+	// less 50 ms, when the server asked for a retry 20 ms later).
 	reached := s.lastReached
 	known := s.ev.known()
 	if !known {
 		reached = s.ev.lastRetry
 	}
 	var due time.Time
-	if known && (!w.last || w.deadline.IsZero()) || !known && w.last {
+	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold()) {
 		due, d.how, d.by = reached.Add(max(w.pause, s.slot.probeGap)), AdmitProbe, ruleProbe
 	}
 	if !w.deadline.IsZero() {
