@@ -11,10 +11,11 @@ BENCHTIME ?= 200ms
 # The modules: the core (.) and the nested ones go.work joins (the lab and the
 # stagger command, which need today's grpc-go and peers; the Redis store, which
 # needs go-redis and a redis-server on PATH for its tests; the OpenTelemetry
-# adapter; the connect-go front end). In workspace mode
+# adapter; the connect-go front end; grpc-go's interop cases run through
+# stagger, which import grpc-go's interop package). In workspace mode
 # ./... stops at a nested module's go.mod, so PKGS names each module's tree.
-MODULES := . lab cmd/stagger server/redisstore otel soak connect
-PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/... ./otel/... ./soak/... ./connect/...
+MODULES := . lab cmd/stagger server/redisstore otel soak connect interop
+PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/... ./otel/... ./soak/... ./connect/... ./interop/...
 # The modules whose versions make a lane, printed with it.
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
@@ -43,10 +44,12 @@ TESTGO = $(shell if GOTOOLCHAIN=$(TEST_TOOLCHAIN) $(GO) version >/dev/null 2>&1;
 test: test-oldest test-newest
 
 ## test-oldest: the core module alone (GOWORK=off), on the oldest grpc-go and
-## protobuf its go.mod requires, as a user who adopts it without upgrading
+## protobuf its go.mod requires, as a user who adopts it without upgrading;
+## then grpc-go's interop cases (interop/, GOWORK=off: the same oldest grpc-go)
 test-oldest:
 	@echo "== lane oldest (GOWORK=off, core module): $(call lane_versions,GOWORK=off)"
 	GOWORK=off $(TESTGO) test -race -count=1 ./...
+	cd interop && GOWORK=off $(TESTGO) test -race -count=1 ./...
 
 ## test-newest: every module of the workspace (go.work), on the newest
 ## releases the nested modules require (today's grpc-go and peers)

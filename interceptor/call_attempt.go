@@ -144,6 +144,14 @@ type call struct {
 	deferReq  *budget.Request
 	admission budget.Admission
 	deferred  time.Duration
+	// waitedHedge is the hedge that waited in the budget's Deferrer as a
+	// retry (hedgeState.waitHedge), 0 if none, and waitedAdmission how it
+	// was let go: it tells the budget it ended as a retry.
+	waitedHedge     int
+	waitedAdmission budget.Admission
+	// callerEnd, when set, is the call's final error: the caller left as
+	// an attempt failed that the policy would have retried (afterAttempt).
+	callerEnd error
 	// paused is the time spent in pauses between attempts (backoff,
 	// pushback), for EventEnd's Delay.
 	paused time.Duration

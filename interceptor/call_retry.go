@@ -73,6 +73,17 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	} else {
 		a := c.attemptFacts(callCtx, err, trailer, committed, timedOut)
 		v = c.pol.Decide(&a)
+		if v.Reason == policy.ReasonCaller && !contextCode(err) {
+			// The server's failure came as the caller left. Had the
+			// policy retried it, the caller's leaving ended the call
+			// (in grpc-go, during the backoff): it ends with the
+			// caller's status, CANCELED or DEADLINE_EXCEEDED, not the
+			// failure a retry would have hidden.
+			a.CallerDone = false
+			if c.pol.Decide(&a).Retry {
+				c.callerEnd = callerErr(callCtx, err)
+			}
+		}
 	}
 	if v.Retry && !admitted && chain.RetriedRequest(c.ctx) {
 		// Served for a caller that is retrying already: retry at one layer.
@@ -447,10 +458,15 @@ func (e *refusedError) GRPCStatus() *status.Status { return e.st }
 func (e *refusedError) Unwrap() error              { return e.err }
 
 // finish returns the call's final error: nil, err itself when stagger did not
-// retry the method, or an *Error carrying it and the number of attempts.
+// retry the method, or an *Error carrying it (or, when the caller left as
+// a retryable failure came, the caller's status: callerEnd) and the number
+// of attempts.
 func (c *call) finish(err error) error {
 	if err == nil || !c.retrying {
 		return err
+	}
+	if c.callerEnd != nil {
+		err = c.callerEnd
 	}
 	return c.failed(c.attempt+c.before, err)
 }

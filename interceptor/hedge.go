@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -151,12 +152,12 @@ func (hc *hedgeCall) run(ctx context.Context, n int, out *hedgeOutputs) {
 
 // adopt copies the winner's outputs into the caller's reply and holders.
 // Every attempt has ended: nothing writes them any more.
-func (hc *hedgeCall) adopt(reply proto.Message, out *hedgeOutputs) {
+func (hc *hedgeCall) adopt(reply any, out *hedgeOutputs) {
 	if out == &hc.first {
 		return // it wrote into the caller's own
 	}
-	proto.Reset(reply)
-	proto.Merge(reply, out.reply.(proto.Message))
+	proto.Reset(reply.(proto.Message))
+	proto.Merge(reply.(proto.Message), out.reply.(proto.Message))
 	if hc.callerHeader != nil {
 		*hc.callerHeader = out.header
 	}
@@ -190,20 +191,22 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 		c.afterAttempt(callCtx, err, nil, false, false)
 		return err
 	}
-	callerReply, ok := reply.(proto.Message)
-	if !ok || callerReply == nil {
-		// Concurrent attempts each need a reply of their own, and stagger
-		// makes one only for a proto.Message: the call goes once, as it
-		// would without stagger, and the logger and hooks hear why, once
-		// per method.
-		k.noticeUnhedged(callCtx, c, policy.ReasonReplyType)
-		c.attempt = 1
-		err := invoker(callCtx, c.method, req, reply, cc, grpcOpts...)
-		c.afterAttempt(callCtx, err, nil, false, false)
-		return err
-	}
-
 	delay, hist := k.hedgeDelay(c.method, h)
+	var replyType protoreflect.MessageType
+	if m, ok := reply.(proto.Message); ok && m != nil {
+		// The reply type, read before the first attempt writes into the
+		// caller's reply: a hedge made later must not read that message
+		// (grpc resets it to unmarshal, racing with ProtoReflect).
+		replyType = m.ProtoReflect().Type()
+	} else {
+		// Concurrent attempts each need a reply of their own, and stagger
+		// makes one only for a proto.Message: the attempts go one at a
+		// time into the caller's reply, the next only after a non-fatal
+		// failure (as grpc-go's retry would, with the hedging policy's
+		// codes), and the logger and hooks hear why, once per method.
+		k.noticeUnhedged(callCtx, c, policy.ReasonReplyType)
+		delay, hist = -1, nil
+	}
 
 	hc := getHedgeCall(h.MaxAttempts)
 	defer putHedgeCall(hc)
@@ -211,24 +214,21 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 	hc.base = hc.split(hc.base, grpcOpts, &hc.onFinish)
 	hctx, hcancel := context.WithCancel(callCtx)
 	defer hcancel()
-	// The reply type, read before the first attempt writes into the
-	// caller's reply: a hedge made later must not read that message (grpc
-	// resets it to unmarshal, racing with ProtoReflect).
-	s := hedgeState{k: k, c: c, hc: hc, h: h, hctx: hctx, hcancel: hcancel, delay: delay, replyType: callerReply.ProtoReflect().Type()}
+	s := hedgeState{k: k, c: c, hc: hc, h: h, hctx: hctx, hcancel: hcancel, delay: delay, replyType: replyType}
 	// The attempts sent, for the call's end (EventEnd).
 	defer func() { c.attempt = s.sent }()
 	s.deadline, s.hasDeadline = callCtx.Deadline()
 	s.due = true
 	done := callCtx.Done()
 	for {
-		s.sendDue(callCtx, callerReply)
+		s.sendDue(callCtx, reply)
 		if s.inFlight == 0 && s.timerC == nil {
 			return s.end(callCtx, s.stopped)
 		}
 		select {
 		case r := <-hc.results:
 			s.inFlight--
-			if err, over := s.ended(callCtx, r, callerReply, hist); over {
+			if err, over := s.ended(callCtx, r, reply, hist); over {
 				return err
 			}
 		case <-s.timerC:
@@ -285,7 +285,9 @@ type hedgeState struct {
 	hctx    context.Context
 	hcancel context.CancelFunc
 	delay   time.Duration
-	// replyType makes each hedge's reply.
+	// replyType makes each hedge's reply; nil when the caller's reply is
+	// not a proto.Message, and the attempts then go one at a time into it
+	// (delay < 0: no hedge is sent while an attempt is in flight).
 	replyType protoreflect.MessageType
 
 	deadline    time.Time
@@ -309,24 +311,26 @@ type hedgeState struct {
 
 // sendDue sends the attempts that are due: one, or all that are left when the
 // delay is 0.
-func (s *hedgeState) sendDue(callCtx context.Context, callerReply proto.Message) {
+func (s *hedgeState) sendDue(callCtx context.Context, callerReply any) {
 	for s.due {
 		n := s.next(callCtx)
 		if n == 0 {
 			return
 		}
 		if !s.c.allowHedge(n) {
-			s.stop(callCtx, n, policy.ReasonBudget)
-			return
+			if why := s.waitHedge(callCtx, n); why != policy.ReasonNone {
+				s.stop(callCtx, n, why)
+				return
+			}
 		}
 		var out *hedgeOutputs
-		if n == 1 {
+		if n == 1 || s.replyType == nil {
 			out = &s.hc.first
 			out.reply = callerReply
 		} else {
 			out = &hedgeOutputs{reply: s.replyType.New().Interface()}
 		}
-		s.hc.prepare(out, n == 1)
+		s.hc.prepare(out, out == &s.hc.first)
 		// nextAttempt numbers the attempt and, from the second on, adds the
 		// grpc-previous-rpc-attempts header and the attempt to the context.
 		actx, _, _ := s.c.nextAttempt(s.hctx)
@@ -367,6 +371,40 @@ func (c *call) allowHedge(n int) bool {
 	return n == 1 || c.budget == nil || c.budget.Allow(budget.Request{Number: n, Hedge: true, Criticality: c.crit})
 }
 
+// waitHedge is a hedge (attempt n) the budget refused. With an attempt in
+// flight it goes no further (ReasonBudget). With none, every earlier
+// attempt failed and the hedge is a retry: it waits, as a retry would, in
+// the budget's Deferrer (a Gate), which lets it go as a probe, at its
+// call's last chance or when retries heal. It returns ReasonNone when the
+// hedge may go now, or why not (budget, outage or deferred, as for a
+// retry). The attempt it admits tells the budget how it went as a retry
+// (recordHedge), so that a Gate settles its probe and learns whether
+// retries heal. It blocks only the hedging loop, which has no attempt to
+// watch meanwhile; the caller's context ends the wait.
+func (s *hedgeState) waitHedge(callCtx context.Context, n int) policy.Reason {
+	d, ok := s.c.budget.(budget.Deferrer)
+	if !ok || s.inFlight > 0 || n < 2 {
+		return policy.ReasonBudget
+	}
+	s.c.emit(callCtx, Event{Kind: EventDeferred, Method: s.c.method, Attempt: n - 1, Hedging: true})
+	start := time.Now()
+	adm, err := d.Wait(callCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
+	s.c.deferred += time.Since(start)
+	switch {
+	case err == nil:
+		s.c.waitedHedge, s.c.waitedAdmission = n, adm
+		return policy.ReasonNone
+	case callCtx.Err() != nil:
+		return policy.ReasonCaller
+	case errors.Is(err, budget.ErrTooManyWaiting):
+		return policy.ReasonBudget
+	case errors.Is(err, budget.ErrOutageLasting):
+		return policy.ReasonOutage
+	default:
+		return policy.ReasonDeferred
+	}
+}
+
 // launched accounts for attempt n, sent at now, and tells the hooks of a
 // hedge (with the non-fatal failure or the pushback that made it due).
 func (s *hedgeState) launched(callCtx context.Context, n int, now time.Time) {
@@ -387,6 +425,8 @@ func (s *hedgeState) schedule(callCtx context.Context, n int) {
 	switch {
 	case n == s.h.MaxAttempts:
 		s.disarm()
+	case s.delay < 0:
+		// One at a time: the next goes after a non-fatal failure only.
 	case s.delay == 0:
 		s.due = true
 	default:
@@ -447,7 +487,7 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 
 // ended handles the result of one attempt. over says the call is over, with
 // err its result.
-func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply proto.Message, hist *latencyHistogram) (err error, over bool) {
+func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply any, hist *latencyHistogram) (err error, over bool) {
 	if r.err == nil {
 		s.c.recordHedge(r.n, budget.Success, budget.Success)
 		s.drain()
@@ -466,7 +506,7 @@ func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply p
 	var why policy.Reason
 	switch {
 	case callCtx.Err() != nil:
-		why = policy.ReasonCaller
+		why, s.last = policy.ReasonCaller, s.callerLeft(callCtx, r.err)
 	case *r.out.headerAddr != nil:
 		// Headers arrived before the failure: the attempt had committed the
 		// call (gRFC A6), as a retry would be refused.
@@ -480,6 +520,18 @@ func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply p
 	}
 	s.nonFatal(callCtx, r.n, r.err, *r.out.trailerAddr)
 	return nil, false
+}
+
+// callerLeft is the error a hedged call ends with when its caller's
+// context ended as an attempt failed with err: a non-fatal failure, which
+// the next hedge would have hidden, gives way to the caller's status
+// (CANCELED or DEADLINE_EXCEEDED), as a retried call's does (afterAttempt);
+// another stays the call's.
+func (s *hedgeState) callerLeft(callCtx context.Context, err error) error {
+	if !contextCode(err) && s.h.NonFatalCodes.Has(status.Code(err)) {
+		return callerErr(callCtx, err)
+	}
+	return err
 }
 
 // nonFatal handles attempt n's non-fatal failure err, with its trailer: the
@@ -529,7 +581,12 @@ func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
 		c.br.Record(breakerO, n == 1, c.crit, c.o)
 	}
 	if b := c.budget; b != nil {
-		b.Record(budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1})
+		a := budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1}
+		if n == c.waitedHedge {
+			// A hedge that waited as a retry (waitHedge) ends as one.
+			a.Hedge, a.Admission = false, c.waitedAdmission
+		}
+		b.Record(a)
 	}
 }
 

@@ -3,7 +3,9 @@ package interceptor_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,10 +36,12 @@ func hedgeOK(_ context.Context, _ string, _, reply any, _ *grpc.ClientConn, opts
 }
 
 // A hedged method whose call's reply is not a protobuf message (each
-// concurrent attempt needs a reply of its own) goes once, as it would
-// without stagger, with the invoker's own answer; the hooks hear why, once
+// concurrent attempt needs a reply of its own) is not hedged: its attempts
+// go one at a time into the caller's reply, the next only after a
+// non-fatal failure, as grpc-go's retry would; the hooks hear why, once
 // per method (grpc-go's interop case DoUnimplementedMethod, a nil reply,
-// failed with "cannot hedge" instead of the server's UNIMPLEMENTED).
+// failed with "cannot hedge" instead of the server's UNIMPLEMENTED, and
+// with its first attempt failed ended UNAVAILABLE).
 func TestHedgeNonProtoReplyGoesOnce(t *testing.T) {
 	cfg, err := policy.ParseConfig([]byte(hedgeFile))
 	if err != nil {
@@ -66,6 +70,30 @@ func TestHedgeNonProtoReplyGoesOnce(t *testing.T) {
 	}
 	if len(notices) != 1 || notices[0].Reason != policy.ReasonReplyType || !notices[0].Hedging {
 		t.Errorf("notices %+v, want one, hedging, reason %v", notices, policy.ReasonReplyType)
+	}
+
+	// The first attempt fails UNAVAILABLE (non-fatal) after more than the
+	// hedging delay; the second, sent only then, answers into the
+	// caller's own reply.
+	var inFlight, most atomic.Int32
+	calls = 0
+	flaky := func(ctx context.Context, _ string, _, reply any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+		calls++
+		most.Store(max(most.Load(), inFlight.Add(1)))
+		defer inFlight.Add(-1)
+		if calls == 1 {
+			time.Sleep(100 * time.Millisecond) // twice the hedging delay
+			return status.Error(codes.Unavailable, "down")
+		}
+		reply.(*struct{ N int }).N = calls
+		return nil
+	}
+	reply := &struct{ N int }{}
+	if err := icpt(context.Background(), hedgedMethod, nil, reply, nil, flaky); err != nil {
+		t.Fatalf("err = %v, want the second attempt's success", err)
+	}
+	if calls != 2 || reply.N != 2 || most.Load() != 1 {
+		t.Errorf("%d attempts, reply %d, %d at once; want 2 attempts one at a time, the second's reply", calls, reply.N, most.Load())
 	}
 }
 
@@ -111,5 +139,40 @@ func BenchmarkHedgedFirstAttemptWins(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A retryable failure that comes as the caller cancels ends the call with
+// the caller's CANCELED, as grpc-go's retry ends it (its backoff sees the
+// context end), not with the failure a retry would have hidden; a failure
+// the policy would not retry stays the server's. The same for a hedged
+// call's non-fatal failure (grpc-go's interop case DoCancelAfterBegin, its
+// first attempt refused, got UNAVAILABLE).
+func TestCallerLeftAsARetryableFailureCame(t *testing.T) {
+	for _, c := range []struct {
+		file       string
+		code, want codes.Code
+	}{
+		{benchFile, codes.Unavailable, codes.Canceled},
+		{benchFile, codes.NotFound, codes.NotFound},
+		{hedgeFile, codes.Unavailable, codes.Canceled},
+		{hedgeFile, codes.NotFound, codes.NotFound},
+	} {
+		cfg, err := policy.ParseConfig([]byte(c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		icpt := interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg))
+		ctx, cancel := context.WithCancel(context.Background())
+		calls := 0
+		invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+			calls++
+			cancel() // the caller leaves as the server's answer comes
+			return status.Error(c.code, "server")
+		}
+		err = icpt(ctx, hedgedMethod, nil, &testingv1.GetResponse{}, nil, invoker)
+		if status.Code(err) != c.want || calls != 1 {
+			t.Errorf("%v as the caller cancelled (hedging %v): %v after %d attempts, want %v after 1", c.code, c.file == hedgeFile, err, calls, c.want)
+		}
 	}
 }

@@ -265,12 +265,16 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 			s.mu.Unlock()
 			return
 		}
-		if !s.c.allowHedge(n) {
-			s.mu.Unlock()
-			st.stop(s.callCtx, n, policy.ReasonBudget)
-			return
-		}
+		allowed := s.c.allowHedge(n)
 		s.mu.Unlock()
+		// Outside mu: waitHedge may wait, and with nothing in flight
+		// nothing can commit meanwhile.
+		if !allowed {
+			if why := st.waitHedge(s.callCtx, n); why != policy.ReasonNone {
+				st.stop(s.callCtx, n, why)
+				return
+			}
+		}
 		a := s.launch(st, n)
 		go func() {
 			if cs, err := s.open(a); err == nil {

@@ -162,7 +162,7 @@ func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
 	var why policy.Reason
 	switch {
 	case s.callCtx.Err() != nil:
-		why = policy.ReasonCaller
+		why, st.last = policy.ReasonCaller, st.callerLeft(s.callCtx, ev.err)
 	case !st.h.NonFatalCodes.Has(status.Code(ev.err)):
 		why = policy.ReasonNotRetryable
 	}

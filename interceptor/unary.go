@@ -98,8 +98,12 @@ import (
 // method (EventNotice with Hedging set). Each hedge of a unary call
 // unmarshals into a reply of its own, a new instance of the caller's reply
 // type, so the reply must be a proto.Message: a call with another reply
-// (a codec of the caller's, a nil reply) goes once, unhedged, and the
-// logger and hooks say why once per method (policy.ReasonReplyType). The
+// (a codec of the caller's, a nil reply) is not hedged: its attempts go one
+// at a time into the caller's reply, the next at once after a non-fatal
+// failure (after a pushback, if one came), as grpc-go's retry would, and
+// the logger and hooks say why once per method (policy.ReasonReplyType).
+// A hedge the budget refuses while no attempt is in flight is a retry:
+// with a budget that defers (a Gate) it waits as a retry would. The
 // caller's grpc.OnFinish runs once.
 //
 // Hedges reach distinct backends only as the load-balancing policy allows:

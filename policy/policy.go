@@ -214,8 +214,9 @@ const (
 	ReasonOutage
 	// ReasonReplyType: the method hedges, but the call's reply is not a
 	// protobuf message (a codec of the caller's, or a nil reply), and each
-	// concurrent attempt needs a reply of its own: the call goes once,
-	// unhedged, as it would without stagger (EventNotice, once per method).
+	// concurrent attempt needs a reply of its own: the call is not hedged,
+	// its attempts go one at a time, the next after a non-fatal failure
+	// (EventNotice, once per method).
 	ReasonReplyType
 )
 
