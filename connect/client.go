@@ -40,12 +40,15 @@ var ErrNilConfig = errors.New("staggerconnect: nil policy config")
 // options of package interceptor (WithBudget, WithBreakers,
 // WithIdempotencyKey, WithCriticality, WithCallHook, ...; staggerotel.Option
 // for the OpenTelemetry metrics): the same file and options decide as they
-// would for a grpc-go client. A nil cfg is ErrNilConfig.
+// would for a grpc-go client. A nil cfg is ErrNilConfig. It fails, naming
+// the reason, when the connect-go it is built with has a connect.Request
+// that staggerconnect cannot copy (a copy gives each attempt a header of its
+// own; see cloneRequest).
 func NewClient(cfg *policy.Config, opts ...interceptor.Option) (*Client, error) {
 	if cfg == nil {
 		return nil, ErrNilConfig
 	}
-	return newClient(interceptor.WithConfig(cfg), opts), nil
+	return newClient(interceptor.WithConfig(cfg), opts)
 }
 
 // NewClientFromSource returns a Client that follows src, a reloading policy
@@ -58,10 +61,16 @@ func NewClientFromSource(src interceptor.ConfigSource, opts ...interceptor.Optio
 	if v := reflect.ValueOf(src); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, ErrNilConfig
 	}
-	return newClient(interceptor.WithConfigSource(src), opts), nil
+	return newClient(interceptor.WithConfigSource(src), opts)
 }
 
-func newClient(cfg interceptor.Option, opts []interceptor.Option) *Client {
+// newClient builds a Client, once connect-go's request is known to copy
+// (requestCopies): a connect-go whose Request changed fails here, with
+// the reason, rather than every call.
+func newClient(cfg interceptor.Option, opts []interceptor.Option) (*Client, error) {
+	if err := requestCopies(); err != nil {
+		return nil, err
+	}
 	c := new(Client)
 	all := make([]interceptor.Option, 0, len(opts)+2)
 	all = append(all, cfg)
@@ -69,7 +78,7 @@ func newClient(cfg interceptor.Option, opts []interceptor.Option) *Client {
 	all = append(all, frontend.IdempotencyOption(c.idempotent).(interceptor.Option))
 	c.unary = interceptor.UnaryClientInterceptor(all...)
 	c.stream = interceptor.StreamClientInterceptor(all...)
-	return c
+	return c, nil
 }
 
 // idempotent reports whether a procedure's Spec said it is safe to run

@@ -207,3 +207,4 @@ func TestNilConfig(t *testing.T) {
 		t.Errorf("NewClientFromSource((*policy.Source)(nil)): %v, want ErrNilConfig", err)
 	}
 }
+

@@ -3,11 +3,13 @@ package staggerconnect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
@@ -210,6 +213,36 @@ func cloneRequest(r connect.AnyRequest) (connect.AnyRequest, error) {
 		return nil, errUncopyable(r)
 	}
 	return out, nil
+}
+
+// requestCopies reports, once per process, whether cloneRequest copies
+// this connect-go's requests: a copy of a sample request must have the
+// sample's message and procedure, and a header of its own (ErrRequestCopy
+// when not, with the reason). NewClient asks it, so that a connect-go
+// whose Request changed fails there, not on every call.
+var requestCopies = sync.OnceValue(func() error {
+	return checkCopy(connect.NewRequest(&emptypb.Empty{}))
+})
+
+// ErrRequestCopy is the error NewClient returns, wrapped with the reason,
+// when the connect-go it is built with has a connect.Request that
+// staggerconnect cannot copy: it needs a newer staggerconnect.
+var ErrRequestCopy = errors.New("staggerconnect: this connect-go's connect.Request cannot be copied (upgrade staggerconnect)")
+
+// checkCopy copies sample, a fresh request, and checks the copy.
+func checkCopy(sample connect.AnyRequest) error {
+	c, err := cloneRequest(sample)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRequestCopy, err)
+	}
+	c.Header().Set("stagger-copy-check", "1")
+	switch {
+	case sample.Header().Get("stagger-copy-check") != "":
+		return fmt.Errorf("%w: the copy shares the request's header", ErrRequestCopy)
+	case c.Any() != sample.Any() || c.Spec() != sample.Spec():
+		return fmt.Errorf("%w: the copy lost the request's message or spec", ErrRequestCopy)
+	}
+	return nil
 }
 
 func errUncopyable(r connect.AnyRequest) error {
