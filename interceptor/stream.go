@@ -61,10 +61,21 @@ import (
 // UnaryClientInterceptor); otherwise the attempt runs on and the stream is
 // its.
 //
-// Header and Trailer answer for the current attempt: the committed one, or
-// the last one. Context commits the stream, as grpc-go's does: an
-// application that holds the stream's context (to watch it, or to read the
-// peer) must not see it cancelled by a later retry, so there is none.
+// What the caller sees is one call's, as with grpc-go's retry: Header
+// returns the headers of the attempt the stream commits to (a Trailers-Only
+// failure is retried underneath it, as RecvMsg would, and the headers
+// returned are those of the attempt whose messages follow), or nil, nil
+// when the call ends without any; Trailer, after RecvMsg returned an
+// error, is the final attempt's; the messages are the committed attempt's
+// only. A retryable failure that comes as the caller cancels (or as its
+// deadline passes) ends the stream with the caller's CANCELED (or
+// DEADLINE_EXCEEDED), as grpc-go's backoff would; where no retry could end
+// before the deadline, the last real status comes at once, where grpc-go
+// waits out the deadline (DESIGN.md, deadline awareness). Context commits
+// the stream, as grpc-go's does: an application that holds the stream's
+// context (to watch it, or to read the peer) must not see it cancelled by
+// a later retry, so there is none. The interop module runs grpc-go's own
+// interop cases through these streams, with failures injected.
 //
 // Hedging. Streams (server, client and bidi) are hedged until they commit,
 // each attempt on a goroutine of its own, as gRFC A6 says: hedges start every hedgingDelay, up to maxAttempts, and race
@@ -76,7 +87,9 @@ import (
 // is final. Before the commit the rules are the unary call's: a non-fatal
 // code sends the next hedge at once (or after a valid pushback), a fatal
 // one ends the stream with it, the budget is asked before every hedge, and
-// a stream whose attempts all failed ends with the last status. Every
+// a stream whose attempts all failed ends with the last status; a hedge
+// the budget refuses while no attempt is in flight is a retry, and waits
+// as one in a Gate (see UnaryClientInterceptor). Every
 // message sent before the commit (and CloseSend) is kept in the replay
 // buffer (Replay, above) and sent to every attempt: to those
 // open as it is sent, in turn, and to each later hedge when it starts, in
