@@ -33,9 +33,13 @@
 //		grpc.WithDefaultServiceConfig(elsewhere.ServiceConfig),
 //		grpc.WithTransportCredentials(creds))
 //
-// The packages: policy (decisions, policy files), budget (retry budgets),
-// interceptor (the interceptors, their options and events), balancer/elsewhere
-// (the load-balancing policy above), server (the server side for services that
-// are also clients: "do not retry" propagated up a call chain, load shedding
-// with pushback).
+// The packages: policy (decisions, policy files), budget (retry budgets,
+// per backend, and the Gate that defers what they refuse), breaker (circuit
+// breakers and adaptive throttling), criticality (a call's criticality, which
+// orders what budgets refuse first), interceptor (the interceptors, their
+// options and events), balancer/elsewhere (the load-balancing policy above),
+// server (the server side for services that are also clients: "do not retry"
+// propagated up a call chain, load shedding with pushback). Nested modules:
+// connect (staggerconnect, the connect-go front end), otel (OpenTelemetry
+// metrics), server/redisstore (a Redis idempotency store).
 package stagger

@@ -54,8 +54,8 @@ import (
 //     a time goes, when nothing reached the server for the quiet time: the
 //     longer of the retry's own pause and the probe gap. The gap starts at
 //     the first waiting retry's pause, doubles with every attempt that
-//     fails, the new calls' first attempts included (up to QuietGapMax; a
-//     probe that fails doubles it up to ProbeGapMax, and to no less than
+//     fails, the new calls' first attempts included (up to 4 s; a
+//     probe that fails doubles it up to 30 s, and to no less than
 //     its own pause), and halves with every success. A process that keeps
 //     sending calls learns from them instead of probing; a quiet one
 //     probes at its backoff's pace, slowed by every failure. It goes as
@@ -64,13 +64,14 @@ import (
 //     (Request.Last) is not spent on a probe: it waits for the last-chance
 //     rule. Until the process knows whether retries heal it is the other
 //     way round: only a call's last attempt probes (its outcome settles a
-//     call either way), and only retries' outcomes hold it back and
+//     call either way), or, while no retry has told the process anything,
+//     any waiting retry at its pause; and only retries' outcomes hold it back and
 //     stretch the gap (first attempts that fail say nothing of whether a
 //     retry heals). So a fleet of fresh quiet processes sends a down
 //     server no retry beyond what their budgets pay for.
 //   - The last-chance rule. While failing or in an outage, a retry whose
 //     call has a deadline goes as that call's last chance (AdmitLast, or
-//     AdmitBudget when paid) at the deadline less LastChanceLead (or twice
+//     AdmitBudget when paid) at the deadline less 50 ms (or twice
 //     the latest deferred retry's duration), when no other deferred retry
 //     is out, nothing reached the server for its pause, and the last
 //     deferred retry that failed ended at least the last-chance gap ago.
@@ -80,9 +81,10 @@ import (
 //     attempt per call.
 //   - The release rule. While quiet or recovering, a release credit lets
 //     one waiting retry go (AdmitRelease). Credits accrue at
-//     ReleasePerSecond and by a gain with every success the process
-//     records; the gain starts at ReleaseGainStart, doubles with every
-//     deferred retry that succeeds, up to ReleaseGainMax, and halves (not
+//     one a second and by a gain with every success the process
+//     records; the gain starts at 1/16, doubles with every
+//     deferred retry that succeeds (or is admitted by the heal rule), up
+//     to 3/16, and halves (not
 //     below the start) with every released or paid retry that fails. At
 //     most one credit is kept: no burst. An outage drops the credits; the
 //     first after it is drawn at random (processes that saw the recovery
@@ -102,9 +104,9 @@ import (
 //     server that just came back meets little more than its usual load;
 //     the pace doubles with every released retry the server answers
 //     about as fast as its fastest since it came back (it has room), and
-//     halves with one slower or failed (it queues them). The lab's
-//     unavailable: peak after it 2.58× capacity -> 1.44×, success 82.4 ->
-//     82.8 %; chain, whose C has room: 98.8 % (99.2 % unpaced).
+//     halves with one slower or failed (it queues them): the recovering
+//     server's peak load falls, and so do its failures (BENCHMARKS.md,
+//     "Issue 29": the lab's unavailable and chain).
 //   - The guard rule. A retry whose Request names a Guard (a circuit
 //     breaker) goes only when the guard allows it too, so the guard's
 //     half-open probe and the gate's probe are one attempt. While the
@@ -114,7 +116,8 @@ import (
 //     rules then let only a retry the budget pays for go (a free probe
 //     would only repeat a call that failed, such as a key that always
 //     fails).
-//   - The outage rule. OutageStreak failures in a row, no success between,
+//   - The outage rule. Failures in a row, no success between, two more than
+//     twice the longest recent run of failures (a flaky server's runs),
 //     make an outage when retries do not heal (none of the latest calls
 //     that retried was healed, two at least, or the latest two retries
 //     failed with no success since), and either the server looked healthy
@@ -171,16 +174,16 @@ import (
 //     in ten calls, and no call waits its deadline out for a chance that
 //     will not come), or a draw keeps it waiting (one in ten:
 //     the server's return then finds calls to serve, as a peer's backoff
-//     saves the calls of an outage's last moments; the lab's 5 s outage:
-//     success 68.0 % against grpc-go's 68.6 %, failed calls' p50 0 ms
-//     against its 750 ms). Calls already waiting keep their chance;
+//     saves the calls of an outage's last moments; BENCHMARKS.md, "Issue
+//     45", long-outage 5 s, has the figures). Calls already waiting keep
+//     their chance;
 //     the first success (a healed probe, a new call's first attempt) ends
 //     the outage and the rule with it. A service whose dependency is down
 //     for minutes does not hold its own callers, goroutines and memory for
 //     each call's whole deadline.
 //   - The settling rule. No retry is admitted sooner than its pause. A
 //     probe or last chance that never reports (its attempt lost) frees its
-//     slot a second after its call's deadline, or ProbeGapMax after it
+//     slot a second after its call's deadline, or 30 s after it
 //     went for a call without one; a probe that reports after that is
 //     still counted as an outcome, and one that left before the probe now
 //     holding the slot does not free it (Attempt.Took says when it left).

@@ -207,4 +207,3 @@ func TestNilConfig(t *testing.T) {
 		t.Errorf("NewClientFromSource((*policy.Source)(nil)): %v, want ErrNilConfig", err)
 	}
 }
-

@@ -21,10 +21,15 @@
 // for a later admission instead of ending (EventDeferred; see budget.Gate):
 // no sooner than its pause, no later than a millisecond before its deadline
 // (a call without one waits at most the budget's MaxWait), on the caller's
-// goroutine; it then retries or ends with the last attempt's status, reason
-// "deferred". A budget that is not a Deferrer (the gRFC A6 throttle, a
-// user's own) ends the call at once, reason "budget". Hedges are never
-// deferred: a refused hedge is not sent.
+// goroutine; it then retries or ends with the last attempt's status:
+// reason "deferred" when the Gate ended the wait (no retry could go before
+// the deadline, or its rules would not hold the retry past its pause),
+// "outage" when the backend is in an outage that outlived the calls'
+// deadlines, "budget" when too many calls wait or a more critical retry
+// took its place. A budget that is not a Deferrer (the gRFC A6 throttle by
+// default, a user's own) ends the call at once, reason "budget". A refused
+// hedge is not sent while another attempt is in flight; with none, it is a
+// retry, and waits as one.
 //
 // Which policy applies: the file's entry for the method (WithConfig or
 // WithConfigSource), else the policy given in code (WithPolicy), else none:

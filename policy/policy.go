@@ -187,9 +187,12 @@ const (
 	// safe to repeat (not idempotent, no idempotency key): a retry could run
 	// it twice (Attempt.Ambiguous).
 	ReasonAmbiguous
-	// ReasonDeferred: the budget refused the retry, and the call waited for
-	// a later admission (budget.Deferrer) until no retry could start before
-	// its deadline, or until the wait limit of a call without one.
+	// ReasonDeferred: the budget refused the retry, the call waited for a
+	// later admission (budget.Deferrer), and the wait ended without one:
+	// no retry could start (and finish, by the method's recent latency)
+	// before its deadline, a Gate's rules did not hold the retry past its
+	// pause, or a call without a deadline reached the wait limit. The
+	// Report and the EventGiveUp's Budget say the backend's state.
 	ReasonDeferred
 	// ReasonBreaker: the circuit breaker that guards the call is open: its
 	// first attempt failed fast, or a retry it refused could not wait for
