@@ -315,16 +315,27 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	case errors.Is(callCtx.Err(), context.Canceled):
 		last = status.Error(codes.Canceled, context.Canceled.Error())
 		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
-	case errors.Is(err, budget.ErrTooManyWaiting):
-		e.Reason = policy.ReasonBudget
-	case errors.Is(err, budget.ErrOutageLasting):
-		e.Reason = policy.ReasonOutage
 	default:
-		e.Reason = policy.ReasonDeferred
+		e.Reason = waitEnded(err)
 	}
 	c.reason = e.Reason
 	c.emit(callCtx, e)
 	return c.finish(last)
+}
+
+// waitEnded is why a wait in a budget's Deferrer ended with err, the
+// caller still there: too many calls wait or a more critical retry took
+// the place (budget), an outage outlived the calls' deadlines (outage), or
+// the Gate ended it (deferred).
+func waitEnded(err error) policy.Reason {
+	switch {
+	case errors.Is(err, budget.ErrTooManyWaiting):
+		return policy.ReasonBudget
+	case errors.Is(err, budget.ErrOutageLasting):
+		return policy.ReasonOutage
+	default:
+		return policy.ReasonDeferred
+	}
 }
 
 // breakerOutcome is what an attempt that ended with err tells a circuit

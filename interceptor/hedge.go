@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -396,12 +395,8 @@ func (s *hedgeState) waitHedge(callCtx context.Context, n int) policy.Reason {
 		return policy.ReasonNone
 	case callCtx.Err() != nil:
 		return policy.ReasonCaller
-	case errors.Is(err, budget.ErrTooManyWaiting):
-		return policy.ReasonBudget
-	case errors.Is(err, budget.ErrOutageLasting):
-		return policy.ReasonOutage
 	default:
-		return policy.ReasonDeferred
+		return waitEnded(err)
 	}
 }
 
