@@ -20,7 +20,7 @@ PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/... ./otel/... ./s
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
 
-.PHONY: all test soak test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo lab-plot lab-figures fuzz clean api-check api-check-selftest api-baseline
+.PHONY: all test conformance soak test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo lab-plot lab-figures fuzz clean api-check api-check-selftest api-baseline
 
 all: lint test
 
@@ -77,6 +77,15 @@ test-realtime:
 	trap 'kill $$hogs' EXIT; \
 	GOWORK=off $(TESTGO) test -p 1 $(RT_HOG_RUN) -cpu=1 . ./server && $(TESTGO) test -p 1 $(RT_HOG_RUN) -cpu=1 . ./server
 
+## conformance: the Connect conformance suite (connectconformance
+## $(CONNECTCONFORMANCE_VERSION), client mode, its whole default suite: 4,618
+## cases) through connect/internal/conformance's client, with the race
+## detector: without stagger, then with every code retried, then hedged;
+## each case must end as it expects, a retry or hedge the only difference
+## (TestConformanceSuite says how it is judged; about 2 minutes)
+conformance: $(TOOLS)/connectconformance
+	CONNECTCONFORMANCE=$(TOOLS)/connectconformance $(TESTGO) test -race -count=1 -timeout 20m -v -run '^TestConformanceSuite$$' ./connect/internal/conformance/
+
 ## tidy-check: every module's go.mod and go.sum are tidy
 tidy-check:
 	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go.mod or go.sum of module $$m is not tidy: run 'go mod tidy' in $$m"; exit 1; }; done
@@ -112,18 +121,22 @@ api-baseline: $(TOOLS)/apidiff
 
 ## proto: regenerate the committed Go code from proto/ with the pinned plugins;
 ## the Connect code of the test service goes into the connect module
-## (connect/buf.gen.yaml), whose dependency the core module must not require
+## (connect/buf.gen.yaml), whose dependency the core module must not require;
+## the Connect conformance protocol's code into its client
+## (connect/internal/conformance/buf.gen.yaml)
+GENERATED := proto connect/internal/proto connect/internal/conformance/gen
 proto: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/protoc-gen-connect-go
 	buf generate
 	buf generate --template connect/buf.gen.yaml
+	buf generate --template connect/internal/conformance/buf.gen.yaml
 
 ## proto-check: fail when the committed generated code is stale
 proto-check: proto
-	@git diff --exit-code -- proto connect/internal/proto || (echo "generated code in proto/ is stale: run 'make proto' and commit"; exit 1)
-	@test -z "$$(git status --porcelain -- proto connect/internal/proto)" || (git status --porcelain -- proto connect/internal/proto; echo "make proto added files: commit them"; exit 1)
+	@git diff --exit-code -- $(GENERATED) || (echo "generated code is stale: run 'make proto' and commit"; exit 1)
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "make proto added files: commit them"; exit 1)
 
 ## tools: install the pinned tools into .tools/bin
-tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/protoc-gen-connect-go $(TOOLS)/staticcheck $(TOOLS)/benchstat $(TOOLS)/apidiff
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/protoc-gen-connect-go $(TOOLS)/staticcheck $(TOOLS)/benchstat $(TOOLS)/apidiff $(TOOLS)/connectconformance
 
 $(TOOLS)/buf:
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -139,6 +152,8 @@ $(TOOLS)/benchstat:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 $(TOOLS)/apidiff:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
+$(TOOLS)/connectconformance:
+	GOBIN=$(TOOLS) $(GO) install connectrpc.com/conformance/cmd/connectconformance@$(CONNECTCONFORMANCE_VERSION)
 
 ## bench: micro-benchmarks of every package and the side-by-side peers
 ## (lab/peers_bench_test.go), one package at a time (-p 1: packages benchmarked in

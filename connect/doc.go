@@ -41,9 +41,19 @@
 //     its headers only with it.
 //   - The final error is a *connect.Error: the last attempt's own when
 //     stagger returned it as it was (no policy for the method), otherwise
-//     one with the same code, details and metadata whose Unwrap reaches
-//     stagger's *interceptor.Error (attempts, reason; interceptor.Attempts
-//     works on it).
+//     one with that attempt's code, message, details and metadata as
+//     connect-go gave them (a lost transport stagger retried as
+//     UNAVAILABLE keeps connect-go's code), whose Unwrap reaches stagger's
+//     *interceptor.Error (attempts, reason, and the note on an ambiguous
+//     failure it did not retry; interceptor.Attempts works on it). When
+//     stagger decided the status (the caller left), its code and message.
+//   - A stream's ResponseHeader and ResponseTrailer are those of the
+//     attempt it committed to, or of its last attempt once it ended, as
+//     connect-go's stream gives them: a failed attempt that sent headers
+//     and no message has them, though stagger retried it as a gRPC
+//     Trailers-Only failure. The Connect conformance suite runs through a
+//     Client with every code retried, and with every code hedged, and each
+//     case ends as it does without stagger (make conformance).
 //
 // Per-call options (a Connect call has no call options) go in the call's
 // context: WithCallOptions.

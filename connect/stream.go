@@ -91,6 +91,10 @@ type retryConn struct {
 
 	mu  sync.Mutex
 	cur *attemptStream
+	// asked is the attempt whose Header or Trailer the engine read last:
+	// the one whose metadata the engine's answer is (the committed
+	// attempt, or the last to end).
+	asked *attemptStream
 }
 
 func (r *retryConn) Spec() connect.Spec { return r.spec }
@@ -144,19 +148,55 @@ func (r *retryConn) Receive(m any) error {
 	return streamErr(r.cs.RecvMsg(m))
 }
 
+// ResponseHeader returns the response headers of the attempt the stream
+// committed to, or of its last attempt once it ended: what connect-go's own
+// stream would return for that attempt, read from it (the engine decides
+// which attempt, retrying underneath as grpc-go's Header does, and its
+// gRPC metadata is not the Connect headers: an attempt that failed before
+// its first message had headers all the same).
 func (r *retryConn) ResponseHeader() http.Header {
 	if r.start() != nil {
 		return make(http.Header)
 	}
 	md, _ := r.cs.Header()
+	if a := r.lastAsked(); a != nil && (md != nil || a.hasEnded()) {
+		return a.conn.ResponseHeader()
+	}
 	return fromMD(md)
 }
 
+// ResponseTrailer returns the response trailers of the attempt whose
+// headers ResponseHeader returns, as connect-go's stream returns them.
 func (r *retryConn) ResponseTrailer() http.Header {
 	if r.start() != nil {
 		return make(http.Header)
 	}
-	return fromMD(r.cs.Trailer())
+	md := r.cs.Trailer()
+	if a := r.lastAsked(); a != nil && a.hasEnded() {
+		return a.conn.ResponseTrailer()
+	}
+	return fromMD(md)
+}
+
+// lastAsked returns the attempt whose metadata the engine read last.
+func (r *retryConn) lastAsked() *attemptStream {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.asked
+}
+
+// ask records that the engine reads a's metadata.
+func (a *attemptStream) ask() {
+	a.r.mu.Lock()
+	a.r.asked = a
+	a.r.mu.Unlock()
+}
+
+// hasEnded reports whether the attempt's response has ended.
+func (a *attemptStream) hasEnded() bool {
+	a.recvMu.Lock()
+	defer a.recvMu.Unlock()
+	return a.ended
 }
 
 // CloseResponse ends the stream: the engine's (its context) and the
@@ -252,7 +292,8 @@ func (a *attemptStream) RecvMsg(m any) error {
 			proto.Reset(pm)
 			proto.Merge(pm, a.ahead)
 		}
-		a.ahead = nil
+		// Given back: the next message comes from the conn.
+		a.ahead, a.looked = nil, false
 	case a.looked:
 		return a.finish(a.aheadErr)
 	default:
@@ -324,6 +365,7 @@ func (a *attemptStream) closeResponse() {
 // RecvMsg then returns. Without the response type (no schema in the spec)
 // it cannot, and returns the headers when they arrive.
 func (a *attemptStream) Header() (metadata.MD, error) {
+	a.ask()
 	select {
 	case <-a.sent:
 	case <-a.ctx.Done():
@@ -354,6 +396,7 @@ func (a *attemptStream) Header() (metadata.MD, error) {
 }
 
 func (a *attemptStream) Trailer() metadata.MD {
+	a.ask()
 	a.recvMu.Lock()
 	defer a.recvMu.Unlock()
 	return a.trailer

@@ -20,9 +20,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/emptypb"
-
-	"github.com/stagger-go/stagger/interceptor"
-	"github.com/stagger-go/stagger/policy"
 )
 
 // This file translates between Connect and the engine's grpc-go shapes: an
@@ -32,7 +29,10 @@ import (
 // request headers; and the call's final error back into a *connect.Error.
 
 // attemptError is one attempt's Connect error as the engine sees it: a
-// gRPC status with the Connect error's code, message and details.
+// gRPC status with the Connect error's code, message and details, except
+// that a lost transport connect-go codes otherwise is UNAVAILABLE to the
+// engine (transportLost). cerr is the error as connect-go returned it,
+// which the caller gets back.
 type attemptError struct {
 	cerr *connect.Error
 	st   *status.Status
@@ -50,10 +50,11 @@ func fromConnect(err error) *attemptError {
 	if !errors.As(err, &cerr) {
 		cerr = connect.NewError(connect.CodeOf(err), err)
 	}
+	code := cerr.Code()
 	if transportLost(cerr) {
-		cerr = connect.NewError(connect.CodeUnavailable, err)
+		code = connect.CodeUnavailable
 	}
-	p := &spb.Status{Code: int32(cerr.Code()), Message: cerr.Message()}
+	p := &spb.Status{Code: int32(code), Message: cerr.Message()}
 	for _, d := range cerr.Details() {
 		p.Details = append(p.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type(), Value: d.Bytes()})
 	}
@@ -75,11 +76,14 @@ func transportLost(cerr *connect.Error) bool {
 
 // toConnect returns the engine's final error err as the caller's: the last
 // attempt's *connect.Error itself when the engine returned it as it was;
-// otherwise a *connect.Error with the status's code whose Unwrap reaches
-// the engine's error (an *interceptor.Error: attempts and reason), and, when
-// an attempt's Connect error is inside, its details and metadata. Its
-// message is the attempt's, with the note stagger adds to an ambiguous
-// failure it did not retry (interceptor.Error.Error).
+// otherwise a *connect.Error whose Unwrap reaches the engine's error (an
+// *interceptor.Error: attempts, reason). When the engine ended the call on
+// an attempt's failure (the status is that attempt's), the caller's error
+// has that attempt's code, message, details and metadata as connect-go gave
+// them, so that a call stagger retried reads as one that never failed
+// (stagger's note on an ambiguous failure is the *interceptor.Error's
+// Error, not the message); when the engine decided the status (the caller
+// left, a refusal before any attempt), its code and message.
 func toConnect(err error) error {
 	var ae *attemptError
 	inner := errors.As(err, &ae)
@@ -87,19 +91,15 @@ func toConnect(err error) error {
 		return ae.cerr
 	}
 	st := status.Convert(err)
-	msg := st.Message()
-	var ie *interceptor.Error
-	if inner && errors.As(err, &ie) && ie.Reason == policy.ReasonAmbiguous {
-		msg = ie.Error()
+	if !inner || st.Code() != ae.st.Code() {
+		return connect.NewError(connect.Code(st.Code()), &engineError{msg: st.Message(), err: err})
 	}
-	out := connect.NewError(connect.Code(st.Code()), &engineError{msg: msg, err: err})
-	if inner {
-		for _, d := range ae.cerr.Details() {
-			out.AddDetail(d)
-		}
-		for k, vs := range ae.cerr.Meta() {
-			out.Meta()[k] = vs
-		}
+	out := connect.NewError(ae.cerr.Code(), &engineError{msg: ae.cerr.Message(), err: err})
+	for _, d := range ae.cerr.Details() {
+		out.AddDetail(d)
+	}
+	for k, vs := range ae.cerr.Meta() {
+		out.Meta()[k] = vs
 	}
 	return out
 }
