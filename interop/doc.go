@@ -11,8 +11,12 @@
 // attempt failed make one retry); RESOURCE_EXHAUSTED with a 20 ms
 // pushback; the first connection reset before the handler; the first
 // connection's server sending GOAWAY and draining after failing the first
-// attempt. A pattern that injected nothing fails its case, except in the
-// three cases whose calls end before the server's interceptors run.
+// attempt; and, for server_streaming under the retry policy with the
+// stream made resumable (interceptor.WithResume), the connection reset
+// after two of the four messages, which the client must resume from the
+// last message it received. A pattern that injected nothing fails its
+// case, except in the three cases whose calls end before the server's
+// interceptors run.
 //
 // It is a module of its own so that the core module does not require the
 // interop package's dependencies. Its go.mod requires the oldest grpc-go

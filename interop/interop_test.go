@@ -17,10 +17,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/interop"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -53,6 +57,11 @@ type pattern struct {
 	// attempt failed make one retry (budget.Default), and the pattern
 	// needs two.
 	throttle bool
+	// only, when set, is the one case/config the pattern applies to.
+	only string
+	// resume makes the client resume server_streaming's stream
+	// (interceptor.WithResume) and requires that it did.
+	resume bool
 }
 
 var patterns = map[string]pattern{
@@ -87,7 +96,35 @@ var patterns = map[string]pattern{
 	// connection (or, if it beat the GOAWAY, is refused by the draining
 	// server and retried by grpc-go).
 	"goaway": {conn: "goaway", fail: func(int) error { return nil }},
+	// A resumable server stream: the first call's connection is reset
+	// after the server sent two of its four messages; the client resumes
+	// the stream from the last message it received (interceptor.WithResume)
+	// over a new connection, and the case reads the four in order.
+	"resume-reset": {conn: "reset-after", only: "server_streaming/retry", resume: true, fail: func(int) error { return nil }},
 }
+
+// resumeAfter is how many messages resume-reset lets through before the
+// reset, and resumeFlush how long it waits for them to reach the client.
+const (
+	resumeAfter = 2
+	resumeFlush = 100 * time.Millisecond
+)
+
+// resumeStreaming continues grpc-go's interop StreamingOutputCall after
+// last: the responses are the request's response_parameters in order,
+// each its own size (DoServerStreaming's sizes differ), so the next
+// request asks for those after last's.
+var resumeStreaming = interceptor.TypedResume(func(req *testpb.StreamingOutputCallRequest, last *testpb.StreamingOutputCallResponse) (*testpb.StreamingOutputCallRequest, error) {
+	size := len(last.GetPayload().GetBody())
+	for i, p := range req.GetResponseParameters() {
+		if int(p.GetSize()) == size {
+			next := proto.Clone(req).(*testpb.StreamingOutputCallRequest)
+			next.ResponseParameters = next.ResponseParameters[i+1:]
+			return next, nil
+		}
+	}
+	return nil, interceptor.ErrCannotResume
+})
 
 var errPushback = status.Error(codes.ResourceExhausted, "interop: overloaded, retry in 20ms")
 
@@ -152,6 +189,9 @@ func TestInterop(t *testing.T) {
 	for name := range cases {
 		for cfg := range configs {
 			for pat := range patterns {
+				if only := patterns[pat].only; only != "" && only != name+"/"+cfg {
+					continue
+				}
 				t.Run(name+"/"+cfg+"/"+pat, func(t *testing.T) {
 					t.Parallel()
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -205,7 +245,17 @@ func TestInteropCase(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := serve(t, pat)
-	cc, err := grpc.NewClient("passthrough:///"+addr, append(stagger.DialOptions(cfg), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	var resumes atomic.Int32
+	var opts []interceptor.Option
+	if pat.resume {
+		opts = append(opts, interceptor.WithResume(testgrpc.TestService_StreamingOutputCall_FullMethodName, resumeStreaming),
+			interceptor.WithHook(func(e interceptor.Event) {
+				if e.Kind == interceptor.EventResume {
+					resumes.Add(1)
+				}
+			}))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr, append(stagger.DialOptions(cfg, opts...), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,6 +265,9 @@ func TestInteropCase(t *testing.T) {
 	run(ctx, cc)
 	if os.Getenv(envPattern) != "plain" && !unserved[name] && injected.Load() == 0 {
 		t.Errorf("pattern %s injected nothing: the case proves nothing of it", os.Getenv(envPattern))
+	}
+	if pat.resume && resumes.Load() == 0 {
+		t.Errorf("pattern %s: the stream was not resumed", os.Getenv(envPattern))
 	}
 }
 
@@ -306,6 +359,9 @@ func serve(t *testing.T, pat pattern) string {
 				if err := inject(ss.Context(), ss.SetTrailer); err != nil {
 					return err
 				}
+				if pat.conn == "reset-after" && !first.once.Load() {
+					ss = &resetAfter{ServerStream: ss, l: first}
+				}
 				return h(srv, ss)
 			}),
 		)
@@ -322,6 +378,28 @@ func serve(t *testing.T, pat pattern) string {
 		s2.Stop()
 	})
 	return lis.Addr().String()
+}
+
+// resetAfter is a server stream that resets its listener's connections
+// (once per listener) after it sent resumeAfter messages and gave them
+// resumeFlush to reach the client.
+type resetAfter struct {
+	grpc.ServerStream
+	l    *connListener
+	sent int
+}
+
+func (s *resetAfter) SendMsg(m any) error {
+	if err := s.ServerStream.SendMsg(m); err != nil {
+		return err
+	}
+	if s.sent++; s.sent == resumeAfter && s.l.once.CompareAndSwap(false, true) {
+		time.Sleep(resumeFlush)
+		injected.Add(1)
+		s.l.reset()
+		return status.Error(codes.Unavailable, "interop: connection reset after "+strconv.Itoa(resumeAfter)+" messages")
+	}
+	return nil
 }
 
 // connListener is a net.Listener fed the connections of one real listener
