@@ -185,7 +185,7 @@
 //
 // ScenarioSlowReplica3 is the same three replicas, none failing, of which
 // the first is slow: every attempt takes SlowBase on the others and
-// SlowFactor times as long on it (testserver.SetDelayFactor); 4 clients,
+// SlowFactor times as long on it (testserver.Server.SetDelayFactor); 4 clients,
 // 250 calls/s in all, 4 s. The contenders (SlowReplica3Contenders) are
 // stagger hedging (3 attempts, SlowHedgeDelay apart) over round_robin and
 // over the stagger_elsewhere policy (stagger-elsewhere), and no-retry. A

@@ -95,7 +95,7 @@ const (
 	// ScenarioSlowReplica3: three replicas over loopback TCP behind every
 	// client connection, as in ScenarioBadReplica, of which the first is
 	// slow: each attempt takes SlowBase on the others and SlowFactor times
-	// as long on it, every attempt (testserver.SetDelayFactor); no
+	// as long on it, every attempt (testserver.Server.SetDelayFactor); no
 	// trigger, no capacity limit; 4 clients, 250 calls/s in all, 4 s.
 	// The contenders (SlowReplica3Contenders) hedge with 3 attempts
 	// SlowHedgeDelay apart over round_robin (stagger) and over the

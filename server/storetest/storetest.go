@@ -1,6 +1,6 @@
 // Package storetest checks that a server.Store keeps its contract: the
 // same tests run against the in-memory store and against Redis (a real
-// redis-server), so that both mean the same thing to server.Dedup.
+// redis-server), so that both mean the same thing to server.WithIdempotency.
 package storetest
 
 import (
