@@ -420,3 +420,54 @@ func commandFlags(t *testing.T) map[string]map[string]bool {
 	}
 	return out
 }
+
+// TestDocsModuleRequirements: each nested module a user adopts says in its
+// README what it requires: the Go version and every direct requirement of
+// its go.mod, at the version go.mod gives.
+func TestDocsModuleRequirements(t *testing.T) {
+	require := regexp.MustCompile(`^(?:require\s+)?([a-z][\w./-]*)\s+(v\S+)$`)
+	listed := regexp.MustCompile("(?m)^- `([^`]+)` (v\\S+)$")
+	for _, m := range []string{"otel", "server/redisstore", "connect", "cmd/stagger"} {
+		mod, err := os.ReadFile(filepath.Join(m, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readme, err := os.ReadFile(filepath.Join(m, "README.md"))
+		if err != nil {
+			t.Errorf("%s has no README.md", m)
+			continue
+		}
+		text := string(readme)
+		_, section, ok := strings.Cut(text, "## Requirements")
+		if !ok {
+			t.Errorf("%s/README.md has no Requirements section", m)
+			continue
+		}
+		want := make(map[string]string)
+		for _, line := range strings.Split(string(mod), "\n") {
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "go "); ok {
+				if minor := strings.Join(strings.Split(v, ".")[:2], "."); !strings.Contains(section, "Go "+minor+" ") {
+					t.Errorf("%s/README.md: Requirements do not say Go %s (go.mod: go %s)", m, minor, v)
+				}
+			}
+			if rm := require.FindStringSubmatch(line); rm != nil && !strings.Contains(rm[1], "stagger-go/stagger") {
+				want[rm[1]] = rm[2]
+			}
+		}
+		got := make(map[string]string)
+		for _, lm := range listed.FindAllStringSubmatch(section, -1) {
+			got[lm[1]] = lm[2]
+		}
+		for p, v := range want {
+			if got[p] != v {
+				t.Errorf("%s/README.md: Requirements give %s %q, go.mod %s", m, p, got[p], v)
+			}
+		}
+		for p := range got {
+			if _, ok := want[p]; !ok {
+				t.Errorf("%s/README.md: Requirements list %s, which go.mod does not require directly", m, p)
+			}
+		}
+	}
+}

@@ -171,8 +171,8 @@ func TestDocsGoSnippetsMatchExamples(t *testing.T) {
 	}
 }
 
-// exampleBody returns the trimmed lines of the body of function name in
-// the Go file path.
+// exampleBody returns the trimmed lines of the Go file path's imports,
+// then of the body of its function name.
 func exampleBody(t *testing.T, path, name string) []string {
 	t.Helper()
 	src, err := os.ReadFile(path)
@@ -184,10 +184,19 @@ func exampleBody(t *testing.T, path, name string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The file's imports come first: a snippet may open with them, so
+	// that it compiles as shown.
+	var lines []string
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.IMPORT {
+			for _, l := range strings.Split(string(src[fset.Position(g.Pos()).Offset:fset.Position(g.End()).Offset]), "\n") {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+	}
 	for _, d := range f.Decls {
 		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == name && fn.Body != nil {
 			text := string(src[fset.Position(fn.Body.Lbrace).Offset+1 : fset.Position(fn.Body.Rbrace).Offset])
-			var lines []string
 			for _, l := range strings.Split(text, "\n") {
 				lines = append(lines, strings.TrimSpace(l))
 			}

@@ -41,15 +41,17 @@ func ExampleOption() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := testserver.New() // a test server on bufconn
+	// The server: here a test server on bufconn; yours is its target and
+	// the dial options it needs (credentials).
+	srv := testserver.New()
 	defer srv.Close()
+	target, dial := testserver.BufnetTarget, []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), srv.DialOption()}
 
 	metrics, err := staggerotel.Option(staggerotel.Options{MeterProvider: mp})
 	if err != nil {
 		log.Fatal(err)
 	}
-	conn, err := grpc.NewClient(testserver.BufnetTarget, append(stagger.DialOptions(cfg, metrics),
-		grpc.WithTransportCredentials(insecure.NewCredentials()), srv.DialOption())...)
+	conn, err := grpc.NewClient(target, append(stagger.DialOptions(cfg, metrics), dial...)...)
 	if err != nil {
 		log.Fatal(err)
 	}
