@@ -1,6 +1,8 @@
 package breaker
 
 import (
+	"github.com/stagger-go/stagger/internal/clock"
+
 	"errors"
 	"fmt"
 	"strconv"
@@ -374,7 +376,7 @@ func (b *Breaker) admitLocked(now time.Time, level int, retry bool) *Refusal {
 		b.topRefused = max(b.topRefused, level)
 		next := b.retryAt
 		if b.refusedOpen < b.probeEvery {
-			next = later(next, b.openedAt.Add(b.s.MaxBreakDuration))
+			next = clock.Later(next, b.openedAt.Add(b.s.MaxBreakDuration))
 		}
 		if b.st == StateHalfOpen {
 			next = b.probeAt.Add(b.breakFor)
@@ -510,7 +512,7 @@ func (b *Breaker) tripsLocked() bool {
 		return false
 	}
 	// The most critical level with enough answers must fail too.
-	for l := len(criticality.Levels) - 1; l >= 0; l-- {
+	for l := criticality.NumLevels - 1; l >= 0; l-- {
 		lf := sum[counter(l, brFailures)]
 		la := lf + sum[counter(l, brAccepts)]
 		if la >= uint64(b.s.MinimumThroughput) {

@@ -56,7 +56,7 @@ func TestThrottleKByLevel(t *testing.T) {
 		}
 		for i, want := range tt.want {
 			if got := b.ks[i]; got != want && !(i != 2 && abs(got-want) < 1e-12) {
-				t.Errorf("ThrottleK %v: K of %v = %v, want %v", tt.k, criticality.Levels[i], got, want)
+				t.Errorf("ThrottleK %v: K of %v = %v, want %v", tt.k, criticality.Levels()[i], got, want)
 			}
 		}
 	}

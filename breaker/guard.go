@@ -34,12 +34,3 @@ func (g guard) AllowRetry() (bool, time.Time, func()) {
 	}
 	return ok, next, func() { g.b.tell(ch, g.l) }
 }
-
-func later(a time.Time, bs ...time.Time) time.Time {
-	for _, b := range bs {
-		if b.After(a) {
-			a = b
-		}
-	}
-	return a
-}

@@ -1,6 +1,10 @@
 package budget
 
-import "time"
+import (
+	"time"
+
+	"github.com/stagger-go/stagger/internal/clock"
+)
 
 // rule names a Gate's rule (see Gate): the one that decided, in a
 // decision, and the names `stagger check` prints.
@@ -127,7 +131,7 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool, d *de
 				d.draw = true
 				return
 			}
-			back := later(s.pace.backAfter(w, s.slot.lead()), s.pace.backNext)
+			back := clock.Later(s.pace.backAfter(w, s.slot.lead()), s.pace.backNext)
 			if !now.Before(back) {
 				d.how, d.next = AdmitRelease, time.Time{}
 			} else if back.Before(d.next) {
@@ -158,7 +162,7 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool, d *de
 		due, d.how, d.by = reached.Add(max(w.pause, s.slot.probeGap)), AdmitProbe, ruleProbe
 	}
 	if !w.deadline.IsZero() {
-		last := later(w.deadline.Add(-s.slot.lead()), s.slot.failedAt.Add(s.slot.lastGap), reached.Add(w.pause))
+		last := clock.Later(w.deadline.Add(-s.slot.lead()), s.slot.failedAt.Add(s.slot.lastGap), reached.Add(w.pause))
 		if d.how == AdmitNone || last.Before(due) {
 			due, d.how, d.by = last, AdmitLast, ruleLastChance
 		}

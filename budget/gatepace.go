@@ -1,6 +1,8 @@
 package budget
 
 import (
+	"github.com/stagger-go/stagger/internal/clock"
+
 	"math"
 	"time"
 )
@@ -121,7 +123,7 @@ func (p *releasePace) answered(took time.Duration, ok bool) {
 
 // wentBack: a call held through the outage went back now.
 func (p *releasePace) wentBack(now time.Time) {
-	p.backNext = later(p.backNext, now).Add(p.backEvery)
+	p.backNext = clock.Later(p.backNext, now).Add(p.backEvery)
 }
 
 // backAfter is when a wait w held through the outage that ended at backAt

@@ -286,12 +286,3 @@ type waiterView struct {
 	spread float64
 	drawn  bool
 }
-
-func later(a time.Time, bs ...time.Time) time.Time {
-	for _, b := range bs {
-		if b.After(a) {
-			a = b
-		}
-	}
-	return a
-}

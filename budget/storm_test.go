@@ -106,7 +106,7 @@ func (m stormModel) run(t testing.TB, build func(now func() time.Time) Budget) s
 			level := criticality.Unset
 			if m.Mix != ([4]float64{}) {
 				u := rng.Float64()
-				for _, l := range criticality.Levels {
+				for _, l := range criticality.Levels() {
 					if level = l; u < m.Mix[l.Index()] {
 						break
 					}

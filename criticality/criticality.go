@@ -37,8 +37,15 @@ const (
 	CriticalPlus
 )
 
-// Levels lists the levels from the least critical to the most.
-var Levels = [...]Level{Sheddable, SheddablePlus, Critical, CriticalPlus}
+// NumLevels is how many levels there are: Levels' length, for arrays
+// indexed by Level.Index.
+const NumLevels = 4
+
+// Levels returns the levels from the least critical to the most (a copy:
+// the caller may change it).
+func Levels() [NumLevels]Level {
+	return [NumLevels]Level{Sheddable, SheddablePlus, Critical, CriticalPlus}
+}
 
 // Header is the metadata key a call's criticality travels in, its value one
 // of the names String returns.

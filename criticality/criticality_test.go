@@ -7,7 +7,7 @@ import (
 )
 
 func TestParseRoundTrip(t *testing.T) {
-	for _, l := range Levels {
+	for _, l := range Levels() {
 		got, err := Parse(l.String())
 		if err != nil || got != l {
 			t.Errorf("Parse(%q) = %v, %v; want %v", l.String(), got, err, l)
@@ -24,15 +24,15 @@ func TestParseRoundTrip(t *testing.T) {
 }
 
 func TestOrderAndEffective(t *testing.T) {
-	for i := 1; i < len(Levels); i++ {
-		if !(Levels[i-1] < Levels[i]) {
+	for i := 1; i < NumLevels; i++ {
+		if !(Levels()[i-1] < Levels()[i]) {
 			t.Fatalf("Levels not ascending at %d", i)
 		}
 	}
 	if Unset.Effective() != Critical || Level(9).Effective() != Critical || Sheddable.Effective() != Sheddable {
 		t.Fatal("Effective")
 	}
-	for i, l := range Levels {
+	for i, l := range Levels() {
 		if l.Index() != i {
 			t.Errorf("%v.Index() = %d, want %d", l, l.Index(), i)
 		}

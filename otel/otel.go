@@ -137,8 +137,8 @@ type callAttrs struct {
 	method, target string
 	record         []metric.RecordOption
 	// deferred and success are per criticality (Level.Index).
-	deferred [len(criticality.Levels)][]metric.RecordOption
-	success  [len(criticality.Levels)][]metric.AddOption
+	deferred [criticality.NumLevels][]metric.RecordOption
+	success  [criticality.NumLevels][]metric.AddOption
 	// ends maps an endKey to its []metric.AddOption (success excepted).
 	ends sync.Map
 }
@@ -287,7 +287,7 @@ func (r *recorder) attrs(method, target string) *callAttrs {
 		target: k.target,
 		record: []metric.RecordOption{metric.WithAttributeSet(set)},
 	}
-	for i, l := range criticality.Levels {
+	for i, l := range criticality.Levels() {
 		a.deferred[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
 			attribute.String(AttrMethod, k.method),
 			attribute.String(AttrTarget, k.target),

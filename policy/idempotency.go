@@ -64,9 +64,8 @@ func IdempotencyOf(fullMethod string) Idempotency {
 
 // idempotencyCacheMax bounds the cache: method names come from the program's
 // own stubs, but a program that builds names at run time must not grow it
-// without end. Past the bound, lookups still answer, uncached. A variable so
-// a test can lower it.
-var idempotencyCacheMax = 4096
+// without end. Past the bound, lookups still answer, uncached.
+const idempotencyCacheMax = 4096
 
 var (
 	// idempotencyCache is copied on write: reads are one atomic load and a
@@ -76,13 +75,19 @@ var (
 )
 
 func idempotencyStore(fullMethod string, v Idempotency) {
+	idempotencyStoreBounded(fullMethod, v, idempotencyCacheMax)
+}
+
+// idempotencyStoreBounded caches v for fullMethod unless the cache holds
+// max methods.
+func idempotencyStoreBounded(fullMethod string, v Idempotency, max int) {
 	idempotencyMu.Lock()
 	defer idempotencyMu.Unlock()
 	var old map[string]Idempotency
 	if p := idempotencyCache.Load(); p != nil {
 		old = *p
 	}
-	if _, ok := old[fullMethod]; ok || len(old) >= idempotencyCacheMax {
+	if _, ok := old[fullMethod]; ok || len(old) >= max {
 		return
 	}
 	m := make(map[string]Idempotency, len(old)+1)

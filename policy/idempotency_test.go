@@ -71,15 +71,16 @@ func TestIdempotencyOfConcurrent(t *testing.T) {
 }
 
 func TestIdempotencyCacheBounded(t *testing.T) {
-	saved, savedMax := idempotencyCache.Load(), idempotencyCacheMax
-	t.Cleanup(func() { idempotencyCache.Store(saved); idempotencyCacheMax = savedMax })
+	saved := idempotencyCache.Load()
+	t.Cleanup(func() { idempotencyCache.Store(saved) })
 	idempotencyCache.Store(nil)
-	idempotencyCacheMax = 64
-	for i := 0; i < idempotencyCacheMax+10; i++ {
-		IdempotencyOf(fmt.Sprintf("/bounded.S/M%d", i))
+	const max = 64
+	for i := 0; i < max+10; i++ {
+		m := fmt.Sprintf("/bounded.S/M%d", i)
+		idempotencyStoreBounded(m, lookupIdempotency(m), max)
 	}
-	if n := len(*idempotencyCache.Load()); n > idempotencyCacheMax {
-		t.Errorf("cache holds %d methods, want at most %d", n, idempotencyCacheMax)
+	if n := len(*idempotencyCache.Load()); n != max {
+		t.Errorf("cache holds %d methods, want %d", n, max)
 	}
 	// Past the bound, answers stay right.
 	if got := IdempotencyOf("/stagger.testing.v1.TestService/Get"); got != IdempotencyNoSideEffects {

@@ -82,11 +82,11 @@ func WithCriticalityShares(sh CriticalityShares) Option {
 // bounds returns, per criticality (Level.Index), how many calls may run
 // when one of that criticality is admitted: limit × its share, at least 1,
 // and limit for CRITICAL_PLUS.
-func bounds(limit int64, sh CriticalityShares) [len(criticality.Levels)]int64 {
+func bounds(limit int64, sh CriticalityShares) [criticality.NumLevels]int64 {
 	if sh == (CriticalityShares{}) {
 		sh = CriticalityShares{defaultShareSheddable, defaultShareSheddablePlus, defaultShareCritical}
 	}
-	var b [len(criticality.Levels)]int64
+	var b [criticality.NumLevels]int64
 	for i, share := range [...]float64{sh.Sheddable, sh.SheddablePlus, sh.Critical, 1} {
 		// The epsilon keeps 0.7 × 10 at 7 despite the float's rounding.
 		b[i] = max(1, int64(math.Floor(float64(limit)*share+1e-9)))

@@ -101,7 +101,7 @@ func TestShedByCriticality(t *testing.T) {
 								t.Errorf("refusal %v", st)
 							}
 						}
-						for k, kl := range criticality.Levels {
+						for k, kl := range criticality.Levels() {
 							if got := side.ShedLevel(kl); got != want[k] {
 								t.Errorf("ShedLevel(%v) = %d, want %d", kl, got, want[k])
 							}

@@ -55,14 +55,14 @@ type Interceptors struct {
 	// unary calls running under it; bound is, per criticality
 	// (Level.Index), how many may run when one of it is admitted.
 	limit      int64
-	bound      [len(criticality.Levels)]int64
+	bound      [criticality.NumLevels]int64
 	inFlight   atomic.Int64
 	minPB      time.Duration
 	maxPB      time.Duration
 	exempt     map[string]bool
 	serviceEMA atomic.Int64 // nanoseconds; 0 before the first observation
 	// shed counts the refused calls per criticality (Level.Index).
-	shed [len(criticality.Levels)]atomic.Uint64
+	shed [criticality.NumLevels]atomic.Uint64
 	// badCriticality: a request with an invalid criticality header was
 	// logged.
 	badCriticality atomic.Bool

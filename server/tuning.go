@@ -70,4 +70,4 @@ const (
 // which takes longer than one slot freeing, and its return costs the
 // overloaded server a refusal more. Not measured yet: set by that
 // argument, to be tuned on the lab's mixed-criticality scenario.
-var shedPushbackFactor = [len(criticality.Levels)]float64{2, 1.5, 1, 1}
+var shedPushbackFactor = [criticality.NumLevels]float64{2, 1.5, 1, 1}

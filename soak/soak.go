@@ -339,7 +339,7 @@ func (r *run) work(loadCtx context.Context, p *process, rng *rand.Rand, redis bo
 			if p.kind.churn {
 				o = churnOp
 			}
-			crit := criticality.Levels[rng.IntN(len(criticality.Levels))]
+			crit := criticality.Levels()[rng.IntN(criticality.NumLevels)]
 			if i == fan-1 {
 				r.one(ctx, p, o, crit)
 				break

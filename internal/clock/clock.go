@@ -39,3 +39,13 @@ func Build[O ~func(*Options)](opts []O) Options {
 	}
 	return o
 }
+
+// Later returns the latest of a and bs.
+func Later(a time.Time, bs ...time.Time) time.Time {
+	for _, b := range bs {
+		if b.After(a) {
+			a = b
+		}
+	}
+	return a
+}
