@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,13 +197,34 @@ func twoBackendsRun(t *testing.T, file string, flaky, payFlaky float64) (inv, al
 	end := start.Add(run)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	call := func(c testingv1.TestServiceClient) (time.Duration, error) {
+	call := func(c testingv1.TestServiceClient, opts ...grpc.CallOption) (time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
 		t0 := time.Now()
-		_, err := c.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}})
+		_, err := c.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}}, opts...)
 		return time.Since(t0), err
 	}
+	// A payments call that its budget ended says so in its Report: the
+	// backend, and the state that decided.
+	var reportMu sync.Mutex
+	var budgetEnded []interceptor.Report
+	t.Cleanup(func() {
+		reportMu.Lock()
+		defer reportMu.Unlock()
+		if len(budgetEnded) > 0 {
+			t.Logf("a payments call its budget ended: %s", budgetEnded[len(budgetEnded)-1])
+		}
+		for _, r := range budgetEnded {
+			if r.Target != "passthrough:///"+paySrv.Addr() || r.Budget.Kind == "" || !strings.Contains(r.String(), r.Target) {
+				t.Errorf("a payments call its budget ended reports %q (budget %+v): want the backend and the budget's state", r.String(), r.Budget)
+				return
+			}
+			if r.Budget.Health == "" && cfg.BudgetSettings().Defers() {
+				t.Errorf("a payments call its budget ended reports %q: no Gate state", r.String())
+				return
+			}
+		}
+	})
 	backToBack(&wg, &mu, invClient, &inv, end, deadline)
 	backToBack(&wg, &mu, aloneClient, &alone, end, deadline)
 	wg.Add(1)
@@ -235,7 +257,13 @@ func twoBackendsRun(t *testing.T, file string, flaky, payFlaky float64) (inv, al
 			calls.Add(1)
 			go func() {
 				defer calls.Done()
-				took, err := call(payClient)
+				var rep interceptor.Report
+				took, err := call(payClient, interceptor.WithReport(&rep))
+				if rep.Reason == policy.ReasonBudget || rep.Reason == policy.ReasonDeferred || rep.Reason == policy.ReasonOutage {
+					reportMu.Lock()
+					budgetEnded = append(budgetEnded, rep)
+					reportMu.Unlock()
+				}
 				if !inOutage {
 					return
 				}

@@ -509,6 +509,9 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	e.Target = c.target
 	if r := o.report; r != nil {
 		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target}
+		if c.budget != nil && budgetEnded(e.Reason) {
+			r.Budget = c.budget.State()
+		}
 	}
 	if len(o.callHooks) > 0 {
 		ctx := c.ctx

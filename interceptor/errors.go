@@ -28,7 +28,10 @@ type Error struct {
 // stagger did not retry an ambiguous failure (policy.ReasonAmbiguous), it
 // adds why: the status alone (UNAVAILABLE, a code the file may well list)
 // does not say that the call was not retried on purpose. GRPCStatus keeps
-// the server's message unchanged either way.
+// the server's message unchanged either way. Other reasons are not added:
+// programs compare err.Error() with what grpc-go gives (grpc-go's own
+// interop case DoSpecialStatusMessage does), so the text stays grpc-go's;
+// the Report (Report.String), the log and the Error's fields say why.
 func (e *Error) Error() string {
 	if e.Reason == policy.ReasonAmbiguous {
 		return e.Err.Error() + ambiguousNote

@@ -226,10 +226,28 @@ func (c *call) emit(ctx context.Context, e Event) {
 	if e.Target == "" {
 		e.Target = c.target
 	}
-	if c.budget != nil && (e.Kind == EventDeferred || e.Kind == EventGiveUp && (e.Reason == policy.ReasonBudget || e.Reason == policy.ReasonDeferred || e.Reason == policy.ReasonOutage)) {
+	if c.budget != nil && (e.Kind == EventDeferred || e.Kind == EventGiveUp && budgetEnded(e.Reason)) {
 		e.Budget = c.budget.State()
 	}
 	c.o.emit(ctx, e)
+}
+
+// deferredWhy says why a retry waits: the backend, and its budget's state.
+func deferredWhy(e Event) string {
+	who := "the backend"
+	if e.Target != "" {
+		who = "backend " + e.Target
+	}
+	if e.Budget.Kind == "" {
+		return "refused now by the budget of " + who
+	}
+	return who + ": " + budgetPhrase(e.Budget)
+}
+
+// budgetEnded reports whether a call that ended for reason r ended because
+// its budget refused or deferred a retry.
+func budgetEnded(r policy.Reason) bool {
+	return r == policy.ReasonBudget || r == policy.ReasonDeferred || r == policy.ReasonOutage
 }
 
 // emit runs the hooks and the logger. The caller holds no lock.
@@ -273,10 +291,10 @@ func (o *options) emit(ctx context.Context, e Event) {
 	case EventHedgeWon:
 		msg = "stagger: hedge won"
 	case EventDeferred:
-		// The Gate refuses every retry while the server looks down or
-		// overloaded (its outage and overload rules), however full the
-		// budget it wraps: say both, not "the budget" alone.
-		msg = "stagger: retry deferred: refused now by the budget, or by its Gate while the server looks down or overloaded"
+		// One sentence: which backend, and what it looks like to its
+		// budget and Gate (the Gate holds every retry while the backend
+		// looks down or overloaded, however full the budget it wraps).
+		msg = "stagger: retry deferred: " + deferredWhy(e)
 	case EventResume:
 		msg = "stagger: resuming stream"
 	case EventTimerRanOn:

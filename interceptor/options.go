@@ -2,6 +2,8 @@ package interceptor
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -297,6 +299,65 @@ type Report struct {
 	// Target is the call's backend (its ClientConn's target), whose budget
 	// and Gate the call's retries went through (budget.Backends).
 	Target string
+	// Budget is the state of the backend's budget when the call ended
+	// because it refused or deferred a retry (Reason budget, deferred or
+	// outage): its tokens (Level of Capacity) and its Gate's view of the
+	// backend (Health); zero otherwise.
+	Budget budget.State
+}
+
+// String is the Report in one line, naming only what happened: "" for a
+// zero Report (no call ended into it); the timer's refusals only when
+// there were some; the budget's state only when it ended the call.
+func (r Report) String() string {
+	if r == (Report{}) {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d attempts", r.Attempts)
+	switch {
+	case r.Retries > 0:
+		fmt.Fprintf(&b, " (%d retries)", r.Retries)
+	case r.Hedges > 0:
+		fmt.Fprintf(&b, " (%d hedges)", r.Hedges)
+	}
+	fmt.Fprintf(&b, ", ended: %s, code %s", r.Reason, r.Code)
+	if r.Target != "" {
+		fmt.Fprintf(&b, ", backend %s", r.Target)
+	}
+	if r.Budget.Kind != "" {
+		b.WriteString(" (" + budgetPhrase(r.Budget) + ")")
+	}
+	if r.Delay > 0 {
+		fmt.Fprintf(&b, ", paused %v", r.Delay)
+	}
+	if r.Criticality.Valid() {
+		fmt.Fprintf(&b, ", criticality %s", r.Criticality)
+	}
+	if r.TimerRefused > 0 {
+		fmt.Fprintf(&b, ", %d attempts ran past their timeout (%s refused the retry)", r.TimerRefused, r.TimerReason)
+	}
+	return b.String()
+}
+
+// budgetPhrase names a budget's state in a few words: the Gate's view of
+// the backend, if it has one, then the tokens.
+func budgetPhrase(s budget.State) string {
+	var b strings.Builder
+	switch s.Health {
+	case "":
+	case "quiet":
+		b.WriteString("its Gate sees it healthy, ")
+	case "outage":
+		b.WriteString("its Gate sees it down, ")
+	default: // failing, recovering
+		fmt.Fprintf(&b, "its Gate sees it %s, ", s.Health)
+	}
+	fmt.Fprintf(&b, "budget %.1f of %.0f", s.Level, s.Capacity)
+	if s.Waiting > 0 {
+		fmt.Fprintf(&b, ", %d calls waiting", s.Waiting)
+	}
+	return b.String()
 }
 
 // WithReport fills r in when the call ends; meant per call. r must stay

@@ -1,0 +1,50 @@
+package interceptor
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/policy"
+)
+
+// TestReportString: a Report prints what happened and nothing else; a
+// zero one prints nothing (its zero TimerReason is not "retry").
+func TestReportString(t *testing.T) {
+	if got := fmt.Sprint(Report{}); got != "" {
+		t.Errorf("zero Report prints %q, want nothing", got)
+	}
+	if got := fmt.Sprintf("%+v", Report{Attempts: 1, Reason: policy.ReasonSuccess}); strings.Contains(got, "timeout") || strings.Contains(got, "retry") {
+		t.Errorf("a call whose timer refused nothing prints %q", got)
+	}
+	r := Report{
+		Attempts: 2, Retries: 1, Delay: 30 * time.Millisecond, Reason: policy.ReasonDeferred, Code: codes.Unavailable,
+		Target: "dns:///payments:443", Criticality: criticality.Sheddable,
+		Budget: budget.State{Kind: "token-bucket", Level: 0.4, Capacity: 10, Health: "outage", Waiting: 3},
+	}
+	want := "2 attempts (1 retries), ended: deferred, code Unavailable, backend dns:///payments:443 (its Gate sees it down, budget 0.4 of 10, 3 calls waiting), paused 30ms, criticality SHEDDABLE"
+	if got := r.String(); got != want {
+		t.Errorf("Report prints\n%q, want\n%q", got, want)
+	}
+	r = Report{Attempts: 1, Reason: policy.ReasonSuccess, TimerRefused: 1, TimerReason: policy.ReasonBudget}
+	if got := r.String(); !strings.Contains(got, "1 attempts ran past their timeout (budget refused the retry)") {
+		t.Errorf("Report prints %q: no word of the timer's refusal", got)
+	}
+}
+
+// TestDeferredLogLine: the log line of a deferred retry names the backend
+// and what its budget and Gate make of it, in one sentence.
+func TestDeferredLogLine(t *testing.T) {
+	e := Event{Kind: EventDeferred, Target: "dns:///payments:443", Budget: budget.State{Kind: "token-bucket", Level: 2, Capacity: 10, Health: "failing"}}
+	if got, want := deferredWhy(e), "backend dns:///payments:443: its Gate sees it failing, budget 2.0 of 10"; got != want {
+		t.Errorf("deferred: %q, want %q", got, want)
+	}
+	if got := deferredWhy(Event{Kind: EventDeferred}); got != "refused now by the budget of the backend" {
+		t.Errorf("deferred without a state: %q", got)
+	}
+}
