@@ -209,6 +209,7 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"; for bad-replica: "+strings.Join(labNames(lab.BadReplicaContenders()), ", ")+
 		"; for slow-replica-3: "+strings.Join(labNames(lab.SlowReplica3Contenders()), ", ")+
 		labOnly(lab.ScenarioMixedCriticality))
+	fullTable := fs.Bool("full", false, "print every column of the table and what each contender is, as wide as it takes (default: the main columns, 100 wide)")
 	out := format("table")
 	fs.Var(&out, "format", "output: table, csv or json")
 	if err := parseFlags(fs, args); err != nil {
@@ -284,7 +285,7 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 		}
 		if out == "table" {
-			if err := writeLabTable(stdout, rep); err != nil {
+			if err := writeLabTable(stdout, rep, *fullTable); err != nil {
 				return err
 			}
 			continue

@@ -229,7 +229,11 @@ func writeLabCSV(w io.Writer, reps []*lab.Report) error {
 
 // writeLabTable prints one scenario: what each contender gets, the table,
 // and the load chart, in the style of "stagger sim outage".
-func writeLabTable(w io.Writer, rep *lab.Report) error {
+func writeLabTable(out io.Writer, rep *lab.Report, full bool) error {
+	// The prose above the table goes through intro: wrapped at labWidth
+	// columns unless full.
+	var intro strings.Builder
+	w := io.Writer(&intro)
 	c := rep.Config
 	stream := c.Scenario == lab.ScenarioSlowReplicaStream
 	stragglers := c.Scenario == lab.ScenarioStragglers
@@ -297,7 +301,7 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	}
 	if !chain {
 		// No server of the chain limits its attempts.
-		fmt.Fprintf(w, "ceiling %s%%: the success an ideal client could reach without ever sending more than the capacity\n", fmtFloat(100*rep.Ceiling, 1))
+		fmt.Fprintf(w, "reference %s%%: the success of the lab's ideal client (lab.Ceiling: never more than the capacity, nothing into the outage), a yardstick and not an upper bound\n", fmtFloat(100*rep.Ceiling, 1))
 	}
 	if c.Scenario.HasTrigger() && !chain {
 		fmt.Fprintf(w, "SUCCESS AFTER: calls made from %v after the trigger's end; RECOVER: seconds from the trigger's end until every later second succeeds at ≥ %.0f%%; GOODPUT: calls that succeeded from the trigger's start ÷ what the server could serve; WASTED: the server's work done for callers that had gone\n",
@@ -308,12 +312,20 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	for _, r := range rep.Results {
 		nameW = max(nameW, len(r.Contender))
 	}
-	for _, r := range rep.Results {
-		if con, ok := lab.ContenderByName(c.Scenario, r.Contender); ok {
-			fmt.Fprintf(w, "  %-*s  %s\n", nameW, r.Contender, con.Gets(c))
+	if full {
+		for _, r := range rep.Results {
+			if con, ok := lab.ContenderByName(c.Scenario, r.Contender); ok {
+				fmt.Fprintf(w, "  %-*s  %s\n", nameW, r.Contender, con.Gets(c))
+			}
 		}
 	}
 	fmt.Fprintln(w)
+	if full {
+		io.WriteString(out, intro.String())
+	} else {
+		io.WriteString(out, wrapText(intro.String(), labWidth))
+	}
+	w = out
 	var maxPer, maxBottom float64
 	for _, r := range rep.Results {
 		maxPer = max(maxPer, r.AttemptsPerCall)
@@ -385,8 +397,14 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	case slowdown:
 		header[11] = "SLOWDOWN ATTEMPTS ÷ CAP"
 	}
+	if !full {
+		header, rows = compactColumns(header, rows)
+	}
 	if err := writeTable(w, header, rows); err != nil {
 		return err
+	}
+	if v := labVerdict(rep); v != "" {
+		io.WriteString(w, wrapText(v+"\n", labWidth))
 	}
 	if slow || bad || slow3 {
 		fmt.Fprintf(w, "wall time %s\n\n", labSeconds(rep.Wall))
@@ -395,29 +413,44 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	// One column per 100 ms bin, on one scale for every contender so that
 	// heights compare; the ruler marks the trigger.
 	top, width := 0, 0
-	for _, r := range rep.Results {
-		for _, n := range r.Load {
-			top = max(top, n)
-		}
+	// Compact: bins merged (their largest) so that a line fits labWidth.
+	group := 1
+	loads := make([][]int, len(rep.Results))
+	for i, r := range rep.Results {
+		loads[i] = r.Load
 		width = max(width, len(r.Load))
 	}
+	if room := labWidth - nameW - 3; !full && width > room {
+		group = (width + room - 1) / room
+		for i := range loads {
+			loads[i] = mergeBins(loads[i], group)
+		}
+		width = (width + group - 1) / group
+	}
+	for _, l := range loads {
+		for _, n := range l {
+			top = max(top, n)
+		}
+	}
+	bin := lab.Bin * time.Duration(group)
+	per := strconv.FormatInt(bin.Milliseconds(), 10) + " ms"
 	switch {
 	case chain:
-		fmt.Fprintf(w, "\nattempts C received per 100 ms (full block = %d)\n", top)
+		fmt.Fprintf(w, "\nattempts C received per %s (full block = %d)\n", per, top)
 	case flaky:
-		fmt.Fprintf(w, "\nattempts the server received per 100 ms (full block = %d)\n", top)
+		fmt.Fprintf(w, "\nattempts the server received per %s (full block = %d)\n", per, top)
 	default:
-		fmt.Fprintf(w, "\nattempts the server received per 100 ms (full block = %d, capacity = %.0f)\n", top, float64(c.Capacity)*lab.Bin.Seconds())
+		fmt.Fprintf(w, "\nattempts the server received per %s (full block = %d, capacity = %.0f)\n", per, top, float64(c.Capacity)*bin.Seconds())
 	}
-	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%-*s │%s\n", nameW, r.Contender, spark(r.Load, top))
+	for i, r := range rep.Results {
+		fmt.Fprintf(w, "%-*s │%s\n", nameW, r.Contender, spark(loads[i], top))
 	}
 	if flaky {
-		fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, lab.Bin, 0, 0))
-		fmt.Fprintf(w, "%-*s  one column per 100 ms, ┴ every second; wall time %s\n\n", nameW, "", labSeconds(rep.Wall))
+		fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, bin, 0, 0))
+		fmt.Fprintf(w, "%-*s  one column per %s, ┴ every second; wall time %s\n\n", nameW, "", per, labSeconds(rep.Wall))
 		return nil
 	}
-	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, lab.Bin, c.OutageStart, c.OutageEnd))
+	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, bin, c.OutageStart, c.OutageEnd))
 	what := "outage"
 	switch {
 	case overload:
@@ -429,6 +462,117 @@ func writeLabTable(w io.Writer, rep *lab.Report) error {
 	case chain:
 		what = "C's outage"
 	}
-	fmt.Fprintf(w, "%-*s  ▔ = %s; one column per 100 ms, ┴ every second; wall time %s\n\n", nameW, "", what, labSeconds(rep.Wall))
+	legend := fmt.Sprintf("%-*s  ▔ = %s; one column per %s, ┴ every second; wall time %s\n\n", nameW, "", what, per, labSeconds(rep.Wall))
+	if !full {
+		legend = wrapText(legend, labWidth)
+	}
+	io.WriteString(w, legend)
 	return nil
+}
+
+// labWidth is how wide the default table is (-full: as wide as it takes).
+const labWidth = 100
+
+// mergeBins returns counts with every group bins merged into one, their
+// largest.
+func mergeBins(counts []int, group int) []int {
+	out := make([]int, 0, (len(counts)+group-1)/group)
+	for i := 0; i < len(counts); i += group {
+		m := 0
+		for _, n := range counts[i:min(i+group, len(counts))] {
+			m = max(m, n)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// compactNames are the columns of the default table, by the full table's
+// header, with their short names: success, failed calls' wait, calls held,
+// load on the server, recovery, and what a scenario is about (hedges,
+// criticality, the chain's hops).
+var compactNames = map[string]string{
+	"CONTENDER": "CONTENDER", "ATTEMPTS/CALL": "ATT/CALL", "SUCCESS": "SUCCESS", "SUCCESS AFTER": "AFTER",
+	"RECOVER (s)": "RECOVER (s)", "FAIL P50 (ms)": "FAIL P50", "MEAN IN FLIGHT IN TRIGGER": "HELD",
+	"OUTAGE ATTEMPTS ÷ CAP": "LOAD", "OVERLOAD ATTEMPTS ÷ CAP": "LOAD", "SLOWDOWN ATTEMPTS ÷ CAP": "LOAD",
+	"CRITICAL": "CRITICAL", "SHEDDABLE": "SHEDDABLE", "AT C/CALL": "AT C/CALL", "AT B/CALL": "AT B/CALL",
+	"MET BAD": "MET BAD", "BAD REPEATS": "REPEATS", "HEDGE REPEATS": "REPEATS",
+	"FIRST P99 (ms)": "FIRST P99", "P50 (ms)": "P50", "P99 (ms)": "P99", "P99.9 (ms)": "P99.9",
+}
+
+// compactLatency: the columns of successes' latency are kept only where
+// latency is what the scenario measures (no failure trigger: the slow
+// replicas, the stragglers).
+func compactColumns(header []string, rows [][]string) ([]string, [][]string) {
+	latency := true
+	for _, h := range header {
+		if h == "FAIL P50 (ms)" {
+			continue
+		}
+		if strings.HasSuffix(h, "÷ CAP") || h == "AT C/CALL" || h == "GOODPUT" {
+			latency = false
+		}
+	}
+	var keep []int
+	var out []string
+	for i, h := range header {
+		name, ok := compactNames[h]
+		if !ok || !latency && (h == "P50 (ms)" || h == "P99 (ms)" || h == "P99.9 (ms)") {
+			continue
+		}
+		keep = append(keep, i)
+		out = append(out, name)
+	}
+	rs := make([][]string, len(rows))
+	for j, r := range rows {
+		for _, i := range keep {
+			rs[j] = append(rs[j], r[i])
+		}
+	}
+	return out, rs
+}
+
+// labVerdict is a scenario's one line: stagger against no retry and the
+// best of the other retry layers, on what the scenario is about. "" when
+// the run has no stagger or no no-retry row.
+func labVerdict(rep *lab.Report) string {
+	var stg, none *lab.Result
+	var best *lab.Result
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		switch {
+		case r.Contender == "stagger":
+			stg = r
+		case r.Contender == "no-retry":
+			none = r
+		case strings.HasPrefix(r.Contender, "stagger"):
+		default:
+			if best == nil || r.SuccessRate > best.SuccessRate {
+				best = r
+			}
+		}
+	}
+	if stg == nil || none == nil {
+		return ""
+	}
+	pct := func(v float64) string { return fmtFloat(100*v, 1) + "%" }
+	c := rep.Config
+	switch c.Scenario {
+	case lab.ScenarioChain:
+		return fmt.Sprintf("verdict: stagger sent C %s attempts per call in its outage (no retry %s); %s of the calls after it succeeded (no retry %s)",
+			fmtFloat(stg.BottomAttemptsPerCall, 2), fmtFloat(none.BottomAttemptsPerCall, 2), pct(stg.SuccessAfter), pct(none.SuccessAfter))
+	case lab.ScenarioSlowReplica, lab.ScenarioSlowReplicaStream, lab.ScenarioSlowReplica3, lab.ScenarioStragglers:
+		return fmt.Sprintf("verdict: stagger's p99 %s ms with %s attempts per call (no retry %s ms)",
+			ms(stg.P99), fmtFloat(stg.AttemptsPerCall, 2), ms(none.P99))
+	}
+	v := fmt.Sprintf("verdict: stagger %s success (no retry %s", pct(stg.SuccessRate), pct(none.SuccessRate))
+	if best != nil {
+		v += fmt.Sprintf(", best other %s %s", best.Contender, pct(best.SuccessRate))
+	}
+	v += fmt.Sprintf("); its failed calls took %s ms at p50 (no retry %s ms)", ms(stg.FailP50), ms(none.FailP50))
+	if c.Scenario.HasTrigger() {
+		v += fmt.Sprintf(", %s calls held in the trigger (no retry %s), load %s× the capacity (no retry %s×)",
+			fmtFloat(stg.MeanInFlight, 1), fmtFloat(none.MeanInFlight, 1), fmtFloat(stg.OutageLoad, 2), fmtFloat(none.OutageLoad, 2))
+	}
+	return v
 }

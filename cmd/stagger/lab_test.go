@@ -12,8 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"go.uber.org/goleak"
+
+	"github.com/stagger-go/stagger/lab"
 )
 
 func runLabArgs(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -106,15 +110,24 @@ func TestLabCSV(t *testing.T) {
 
 func TestLabTableAndJSON(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	code, stdout, stderr := runLabArgs(t, tinyLab...)
+	code, stdout, stderr := runLabArgs(t, append(tinyLab, "-full")...)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	for _, want := range []string{"scenario unavailable: capacity 50 attempts/s (10 workers of 200ms (20ms per rejection), queue 50)", "\nceiling 87.5%: ",
+	for _, want := range []string{"scenario unavailable: capacity 50 attempts/s (10 workers of 200ms (20ms per rejection), queue 50)", "\nreference 87.5%: ",
 		"CONTENDER", "ATTEMPTS/CALL", "SUCCESS AFTER", "RECOVER (s)", "GOODPUT", "WASTED", "FAIL P50 (ms)", "FAIL P99 (ms)",
 		"PEAK IN FLIGHT", "PEAK WAITING", "PEAK GOROUTINES", "stagger │", "naive   │", "▔ = outage"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	code, stdout, stderr = runLabArgs(t, tinyLab...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"CONTENDER", "ATT/CALL", "SUCCESS", "RECOVER (s)", "FAIL P50", "LOAD", "HELD", "stagger │"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("default table lacks %q:\n%s", want, stdout)
 		}
 	}
 	var out bytes.Buffer
@@ -227,7 +240,7 @@ func TestLabOverload(t *testing.T) {
 			t.Errorf("record %v: want overload, 48 calls (80/s for 0.6 s), goodput within [0, 1.5]", r)
 		}
 	}
-	code, stdout, stderr := runLabArgs(t, tinyOverload...)
+	code, stdout, stderr := runLabArgs(t, append(tinyOverload, "-full")...)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
@@ -274,7 +287,7 @@ func TestLabChain(t *testing.T) {
 			}
 		}
 	}
-	code, stdout, stderr := runLabArgs(t, tinyChain...)
+	code, stdout, stderr := runLabArgs(t, append(tinyChain, "-full")...)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
@@ -310,7 +323,7 @@ func TestLabSlowReplicaStream(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	args := []string{"-scenario", "slow-replica-stream", "-duration", "600ms", "-outage-start", "200ms", "-outage-end", "400ms", "-clients", "2", "-capacity", "50",
 		"-call-timeout", "1s", "-contenders", "stagger-nohedge,stagger-hedge"}
-	code, stdout, stderr := runLabArgs(t, args...)
+	code, stdout, stderr := runLabArgs(t, append(args, "-full")...)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
@@ -343,7 +356,7 @@ func TestLabSlowReplicaStream(t *testing.T) {
 func TestLabBadReplica(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	args := []string{"-scenario", "bad-replica", "-duration", "1s", "-rate", "100", "-contenders", "stagger,stagger-elsewhere"}
-	code, stdout, stderr := runLabArgs(t, args...)
+	code, stdout, stderr := runLabArgs(t, append(args, "-full")...)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
@@ -371,7 +384,7 @@ func TestLabBadReplica(t *testing.T) {
 func TestLabSlowReplica3(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	args := []string{"-scenario", "slow-replica-3", "-duration", "1s", "-rate", "100", "-contenders", "stagger,stagger-elsewhere"}
-	code, stdout, stderr := runLabArgs(t, args...)
+	code, stdout, stderr := runLabArgs(t, append(args, "-full")...)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
@@ -401,7 +414,7 @@ func TestLabMetastablePlot(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"-scenario", "metastable", "-duration", "1200ms", "-outage-start", "200ms", "-outage-end", "400ms",
 		"-clients", "2", "-capacity", "100", "-workers", "4", "-contenders", "stagger,grpc-middleware,no-retry", "-plot", dir}
-	code, stdout, stderr := runLabArgs(t, args...)
+	code, stdout, stderr := runLabArgs(t, append(args, "-full")...)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
@@ -449,6 +462,47 @@ func TestLabMetastablePlot(t *testing.T) {
 		"no-retry attempts", "no-retry successes"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("metastable.svg lacks the series %q; its texts:\n%s", want, all)
+		}
+	}
+}
+
+// TestLabTableFits: the default table of every scenario fits 100 columns,
+// prose and picture included, and ends its table with a verdict; -full
+// keeps every column. Synthetic reports with wide figures (a run of each
+// scenario would take minutes).
+func TestLabTableFits(t *testing.T) {
+	for _, name := range labScenarioNames() {
+		cfg := lab.Config{Scenario: lab.Scenario(name)}.Defaults()
+		rep := &lab.Report{Config: cfg, Ceiling: 0.9, Wall: 42 * time.Second}
+		for _, c := range []string{"stagger", "stagger-throttling", "grpc-middleware", "no-retry", "failsafe-go"} {
+			load := make([]int, int(cfg.Duration/lab.Bin)+10)
+			for i := range load {
+				load[i] = 100 + i%900
+			}
+			rep.Results = append(rep.Results, lab.Result{Contender: c, AttemptsPerCall: 2.345, SuccessRate: 0.998, SuccessAfter: 1,
+				Goodput: 1.23, Wasted: 0.5, P50: 1234 * time.Millisecond, P99: 12345 * time.Millisecond, P999: 12345 * time.Millisecond,
+				FailP50: 12345 * time.Millisecond, FailP99: 12345 * time.Millisecond, FirstP99: 12345 * time.Millisecond,
+				OutageLoad: 12.34, PeakAfter: 12.34, PeakInFlight: 12345, MeanInFlight: 1234.5, PeakWaiting: 12345, PeakGoroutines: 12345,
+				BottomAttemptsPerCall: 27, MiddleAttemptsPerCall: 9, TopAttemptsPerCall: 3, OutageCalls: 12345,
+				CriticalSuccess: 0.999, SheddableSuccess: 0.5, BadCalls: 12345, BadRepeats: 12345, HedgeRepeats: 12345, Load: load})
+		}
+		var compact, full bytes.Buffer
+		if err := writeLabTable(&compact, rep, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeLabTable(&full, rep, true); err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(compact.String(), "\n") {
+			if n := utf8.RuneCountInString(line); n > 100 {
+				t.Errorf("%s: line %d is %d columns:\n%s", name, i+1, n, line)
+			}
+		}
+		if !strings.Contains(compact.String(), "verdict: stagger") {
+			t.Errorf("%s: no verdict:\n%s", name, compact.String())
+		}
+		if full.Len() <= compact.Len() {
+			t.Errorf("%s: -full is no fuller than the default", name)
 		}
 	}
 }
