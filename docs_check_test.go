@@ -471,3 +471,50 @@ func TestDocsModuleRequirements(t *testing.T) {
 		}
 	}
 }
+
+// TestFiguresLiveInBenchmarks: a figure a code comment quotes (a
+// percentage with a decimal: a lab's, a sim's, a benchmark's) is one
+// BENCHMARKS.md has, where a retune replaces it; the comment states its
+// reason and names the section. Figures in comments went stale at every
+// retune (issue 47).
+func TestFiguresLiveInBenchmarks(t *testing.T) {
+	bench, err := os.ReadFile("BENCHMARKS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	figure := regexp.MustCompile(`\b\d+\.\d+ ?%`)
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "gen") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.HasSuffix(path, ".pb.go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			at := strings.Index(line, "//")
+			if at < 0 {
+				continue
+			}
+			for _, f := range figure.FindAllString(line[at:], -1) {
+				spaced := strings.TrimSuffix(strings.TrimSpace(strings.TrimSuffix(f, "%")), " ") + " %"
+				if !strings.Contains(string(bench), spaced) && !strings.Contains(string(bench), strings.ReplaceAll(f, " ", "")) {
+					t.Errorf("%s:%d: %s is not in BENCHMARKS.md: name the section there instead", path, i+1, f)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -32,11 +32,8 @@ const (
 	// reached it after a long outage lets nothing through to learn that the
 	// server is back. Envoy's admission control caps it at 0.8 by default
 	// (max_rejection_probability), failsafe-go's adaptive throttler at 0.9
-	// (its maximum rejection rate). The lab (3 runs on virtual time,
-	// stagger-throttling, with the probe and back rules): 20-s outage
-	// success 33.7 % at 0.8, 32.9 % at 0.9 (no-retry 33.3 %), both back
-	// within 1 s; 5-s outage, overload and mixed-criticality equal within
-	// 0.3 points. Envoy's default, then.
+	// (its maximum rejection rate). In the lab 0.8 did as well as 0.9 or
+	// better (BENCHMARKS.md, "Figures behind the code's choices"): Envoy's default, then.
 	maxThrottleRejection = 0.8
 	// throttleProbeEvery: whatever the rejection probability, a level whose
 	// first attempts the throttle has let none through for this long lets

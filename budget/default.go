@@ -38,23 +38,12 @@ var defaultBudget = sync.OnceValue(func() Budget {
 // the second. Capacity 100 (20 retries) bounds the burst a process sends
 // when a healthy server goes down, a fifth of the AWS SDKs' 500.
 //
-// Measured with the random-failures model (M. Brooker, 2022; storm_test.go:
-// 1000 calls/s split across N processes for 10 s, 3 attempts, seeds 1-6,
-// attempt latency 0 and 20 ms), warm-up included:
-//
-//	processes  amplification at p=1  success at p=0.1
-//	10         1.001                 99.85-99.92%
-//	100        1.010                 99.83-99.92%
-//	1000       1.099-1.101           99.64-99.84%
-//
-// These are the bucket's own Allow. New (and so Default) wraps it in a
+// Measured with the random-failures model (M. Brooker, 2022; storm_test.go)
+// (BENCHMARKS.md, "Figures behind the code's choices"): amplification near 1.0 at p = 1, the success near 100 % at
+// p = 0.1, from 10 to 1000 processes. New (and so Default) wraps it in a
 // Gate: a retry it refuses waits and goes later, after its pause while
 // retries heal, or as a probe, as its call's last chance or as a paced
 // release in an outage (see Gate), so a process making only a few calls
-// still gets every attempt its policy allows from a flaky server. With
-// deferral, `stagger sim failrate` (seeds 1-3) measures amplification at
-// p = 1 of 1.001 (10 processes), 1.010 (100) and 1.099-1.102 (1000: a
-// fresh process whose one paid retry failed sends nothing more until a
-// call tells it whether retries heal, and ends its waits a tenth past
-// their pause), and success at p = 0.1 of 99.98-100 % (BENCHMARKS.md).
+// still gets every attempt its policy allows from a flaky server;
+// `stagger sim failrate` measures it with deferral (BENCHMARKS.md, "Figures behind the code's choices").
 func Default() Budget { return defaultBudget() }

@@ -21,9 +21,8 @@ const (
 	releaseGainStart = 1.0 / 16
 	releaseGainMax   = 3.0 / 16
 	// outageStreak failures in a row, with no success between, make an
-	// outage: under 10–20 % random failures two in a row come once in 25–100
-	// attempts, so a serving server is rarely taken for a down one, and a
-	// down one is seen on the second failure.
+	// outage: under a server's random failures two in a row are rare, and
+	// a down server is seen on the second failure (BENCHMARKS.md, "Figures behind the code's choices").
 	outageStreak = 2
 	// probeGapMax bounds the probe and last-chance gaps that failed probes
 	// double: not measured, a bound so that a long outage is still probed
@@ -40,8 +39,7 @@ const (
 	// a waiting retry goes as the call's last chance; lastChanceFactor
 	// times the latest deferred attempt's duration when that is longer, so
 	// that the attempt can come back before the deadline. 50 ms covers an
-	// attempt on a LAN; the lab's blip (1.5 s outage) went from 90 % to
-	// 100 % with it (BENCHMARKS.md, issue 13 second pass).
+	// attempt on a LAN; the lab's blip heals with it (BENCHMARKS.md, "Figures behind the code's choices").
 	lastChanceLead   = 50 * time.Millisecond
 	lastChanceFactor = 2
 	// waitSlack: no retry starts with less than this before its deadline
@@ -62,19 +60,14 @@ const (
 	backShare = 0.4
 	// backMinHeld: a process whose retries began to wait fewer times than
 	// this in an outage sends its held calls back by their spread alone:
-	// the pace of a handful is no pace (the lab's blip, 1.5 waits per
-	// process: 100 % unpaced, 92.8 % paced, its first back up to 2.5
-	// times the outage's length late); the unavailable scenario's
-	// processes hold 16 each.
+	// the pace of a handful is no pace: pacing them cost the lab's blip
+	// its successes (BENCHMARKS.md, "Figures behind the code's choices").
 	backMinHeld = 4
 	// backSlower: a released retry answered within this many times the
 	// fastest since the server came back says the server has room, and
 	// the back pace doubles; slower, or failed, it halves (TCP Vegas'
 	// test of a queue in the path). Measured in issue 39 on the lab's
-	// chain (C, with room to spare, back after 2 s) and unavailable (a
-	// worker server at 80 % of its capacity): a fixed pace 99.2 -> 69.5 %
-	// and 1.42-1.50× after; 2, doubling: 98.5 % and 1.64×; 1.5, ×4/3:
-	// 97.8 % and 1.40×; 1.25, doubling: 98.8 % and 1.44×.
+	// chain and unavailable (BENCHMARKS.md, "Figures behind the code's choices").
 	backSlower = 1.25
 	// maxBackEvery bounds how slow the back pace gets.
 	maxBackEvery = time.Second
@@ -99,13 +92,9 @@ const (
 	// that fails the first two attempts of each call and serves the third
 	// heals every call; one that fails half its attempts at random heals
 	// three calls in four (3 attempts); a down one none; a key that always
-	// fails (partial failure) none. In the lab (BENCHMARKS.md, issue 29):
-	// flaky-quiet 50 % -> 100 %, flaky-quiet-random 83 % -> 87.5 % (grpc-go
-	// 88.5 %); judged per attempt, the retries the gate let go (second
-	// attempts, which fail in flaky-quiet) taught it that retries never
-	// heal. Two retries in a row stop paid retries as soon as before
-	// (metastable: load in the outage 1.04× capacity; counted per call,
-	// 1.16×).
+	// fails (partial failure) none. Judged per call, not per attempt: per
+	// attempt, the retries the gate let go (second attempts, which fail in
+	// flaky-quiet) taught it that retries never heal (BENCHMARKS.md, "Figures behind the code's choices").
 	healWindow     = 8
 	healMinSamples = 2
 	healMinShare   = 1.0 / 3
@@ -118,19 +107,15 @@ const (
 	// healthyGap: failures in a row make an outage only when no attempt
 	// failed for this long before them, counted from the first attempt
 	// (the outage rule): a server that fails a share of its attempts all along is
-	// flaky, and its calls are not held for it. In flaky-quiet-random (four
-	// processes, five calls a second each, half the attempts fail) a wait
-	// held for an outage that unlucky calls suggested ended in failure in
-	// about one run of twenty at 500 ms, in none of sixty at 1 s (with
-	// the outage rule taking a server that heals some calls for not down); the
-	// outage scenarios fail after two seconds of service or more.
+	// flaky, and its calls are not held for it; a second, not less, so
+	// that unlucky runs of a flaky server's failures are not taken for an
+	// outage (BENCHMARKS.md, "Figures behind the code's choices").
 	healthyGap = time.Second
 	// runDecay: the longest run of failures a success ended shrinks by
 	// this with each later run, so that an early unlucky run does not
-	// hide an outage for long. Not measured: chosen so that under 20 %
-	// random failures (runs of 3 once in about 150 attempts) the streak
-	// that makes an outage stays near 6, and under 50 % (runs of 4-6
-	// among the lab's flaky-quiet calls) near 12.
+	// hide an outage for long. Not measured: chosen so that the streak
+	// that makes an outage stays a few failures past a flaky server's
+	// usual runs (BENCHMARKS.md, "Figures behind the code's choices").
 	runDecay = 0.9
 	// futileEvery: in an outage that outlived the calls' deadlines, the
 	// lone waiter (the probe) begins to wait only once this many failures
@@ -159,27 +144,18 @@ const (
 // critical are refused first and CRITICAL_PLUS has a reserve of its own.
 // CRITICAL (and a call that names none) leaves nothing, as before
 // criticality existed: gRFC A6's arithmetic is unchanged for it. Chosen
-// with TestStormCriticality (`go test -v -run StormCriticality ./budget`:
-// model 2, 100 clients, 30 % CRITICAL and 70 % SHEDDABLE calls).
+// with TestStormCriticality (`go test -v -run StormCriticality ./budget`),
+// which measures them (BENCHMARKS.md, "Figures behind the code's choices").
 const (
-	// reserveSheddable: a quarter. At p = 0.3-0.5 it gives CRITICAL calls
-	// most of what any reserve gives them (default budget: 93.9 -> 96.6 %
-	// at p = 0.3, 61.0 -> 78.4 % at p = 0.5; a half gave no more; ratio:
-	// 77.3 -> 85.1 %, a half 87.4 %), at half a half's cost to SHEDDABLE
-	// calls where the budget binds at p = 0.1 (default, which starts at 9
-	// of 100 tokens: 99.9 -> 97.6 %, a half 94.8 %; ratio: 96.6 -> 94.3 %,
-	// a half 92.1 %). A full AWS bucket never comes near it at p <= 0.5.
+	// reserveSheddable: a quarter: it gives CRITICAL calls most of what
+	// any reserve gives them, at half a half's cost to SHEDDABLE calls.
 	reserveSheddable = 0.25
-	// reserveSheddablePlus: half of SHEDDABLE's, between it and CRITICAL
-	// (four levels at p = 0.3, default budget: 72.5, 83.3, 96.7, 96.7 %).
+	// reserveSheddablePlus: half of SHEDDABLE's, between it and CRITICAL.
 	reserveSheddablePlus = reserveSheddable / 2
 	// reserveCriticalPlus: CRITICAL_PLUS may spend a fifth of the span
 	// below CRITICAL's floor (a token bucket in debt, a ratio over its
-	// allowance). With 5 % CRITICAL_PLUS calls at p = 0.5 its success
-	// rises from 73.7 to 82.5 % (default) and 62.5 to 70.0 % (ratio),
-	// where 0.3 gave the default nothing more and cost the ratio's
-	// CRITICAL calls 3.6 points; at p = 1 over 1000 clients the default's
-	// amplification goes from 1.095 to 1.135, within issue 7's 1.15.
+	// allowance): more gave the default budget nothing and cost the ratio's
+	// CRITICAL calls, and the amplification at p = 1 stays within 1.15.
 	reserveCriticalPlus = 0.2
 )
 

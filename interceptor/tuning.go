@@ -17,13 +17,10 @@ const (
 	// of its per-attempt timeout or later is a sign of overload (rising
 	// latency), told to the budget (budget.Attempt.Overload): the Gate then
 	// refuses timeout retries for a while, so that the next timer lets a
-	// slow attempt run on instead of cutting it off. In the lab's
-	// slowdown-90 (BENCHMARKS.md, issue 29) the server's work wasted on
-	// attempts cut off fell from 5.5 % (no such sign) to 3.4 % at a half
-	// and 2.3 % at a quarter, as more processes saw a slow success before
-	// their own first timer fired (slowdown: 98.8 %, 99.9 %, 100 %); pace
-	// covers the processes whose first timer fires before they saw one
-	// (0.1 % wasted).
+	// slow attempt run on instead of cutting it off. A quarter wasted the
+	// least of the lab's slowdown-90 server's work on attempts cut off, as
+	// more processes saw a slow success before their own first timer
+	// fired; pace covers the others (BENCHMARKS.md, "Figures behind the code's choices").
 	slowSuccessPart = 4
 	// laterSendAgePart: an attempt sent after a timed-out one says the
 	// server is slow for every attempt (pace.slowForAll, the slow-for-all

@@ -43,8 +43,8 @@ import (
 // scouts doubling from one timeout until an attempt sent after the latest
 // scout is served), in case the attempts were lost, not queued.
 // A quiet process, which sent nothing after the attempt, retries as
-// before. (The lab's slowdown-90: 94.9 % of calls served without these
-// two rules, 96.2 % with them, against 96.1 % with no retries at all.) So the timer
+// before (they keep the lab's slowdown-90 level with no retry at all:
+// BENCHMARKS.md, "Figures behind the code's choices"). So the timer
 // never makes a call fail that would have succeeded without it: a slow
 // server that answers within the caller's deadline is waited for when no
 // retry could replace the slow attempt, and the last attempt always runs to
