@@ -429,3 +429,28 @@ type switchBudget struct{ open atomic.Bool }
 func (b *switchBudget) Record(budget.Attempt)     {}
 func (b *switchBudget) Allow(budget.Request) bool { return b.open.Load() }
 func (b *switchBudget) State() budget.State       { return budget.State{Kind: "switch"} }
+
+// TestGuardReturnRetry: a half-open breaker's probe slot, taken through its
+// budget.Guard by a retry that is not sent, is free again at once once the
+// Gate gives it back (a hand-off whose call left), not after a break.
+func TestGuardReturnRetry(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []Change
+	b := newTestBreaker(t, Settings{ConsecutiveFailures: 3, ProbeEvery: 1}, clk, &changes)
+	admitN(t, b, budget.Failure, 3)
+	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, time.Time{})
+	clk.advance(DefaultBreakDuration)
+	g := b.Guard(criticality.Unset, nil)
+	if ok, _, tell := g.AllowRetry(); !ok {
+		t.Fatal("no probe")
+	} else if tell != nil {
+		tell()
+	}
+	if ok, _, _ := g.AllowRetry(); ok {
+		t.Fatal("two probes out at once")
+	}
+	g.ReturnRetry()
+	if ok, _, _ := g.AllowRetry(); !ok {
+		t.Fatal("the probe given back is not free again")
+	}
+}

@@ -24,6 +24,10 @@ type guard struct {
 
 func (g guard) Closed() bool { return g.b.Closed() }
 
+// ReturnRetry frees the half-open probe slot that AllowRetry gave a retry
+// that is not sent.
+func (g guard) ReturnRetry() { g.b.returnProbe() }
+
 func (g guard) AllowRetry() (bool, time.Time, func()) {
 	if g.b.Closed() {
 		return true, time.Time{}, nil

@@ -163,6 +163,12 @@ type Guard interface {
 	// nil, once it holds no lock: tell reports a state change the asking
 	// made to whoever listens.
 	AllowRetry() (ok bool, next time.Time, tell func())
+	// ReturnRetry gives back a retry AllowRetry let go that will not be
+	// sent (a waiter admitted by another's Poll whose call then left): a
+	// breaker frees its half-open probe slot for the next retry at once,
+	// rather than after a break without news. The Gate calls it holding
+	// no lock.
+	ReturnRetry()
 }
 
 var (

@@ -197,6 +197,7 @@ func TestGateTakesBackAnUntakenHandOff(t *testing.T) {
 type refusingGuard struct{ asked int }
 
 func (g *refusingGuard) Closed() bool { return false }
+func (g *refusingGuard) ReturnRetry()  {}
 func (g *refusingGuard) AllowRetry() (bool, time.Time, func()) {
 	g.asked++
 	return false, time.Time{}, nil
@@ -337,5 +338,56 @@ func TestGateRefundsAnUntakenPaidHandOff(t *testing.T) {
 	high.Leave() // which never polls
 	if got := tb.State().Level; got != before {
 		t.Errorf("tokens %v after the hand-off was given back, want %v", got, before)
+	}
+}
+
+// probeGuard is a Guard that is open and has one probe slot, as a
+// half-open breaker has (breaker's TestGuardReturnRetry runs the real
+// one): AllowRetry takes the slot, ReturnRetry gives it back.
+type probeGuard struct{ out, returned int }
+
+func (g *probeGuard) Closed() bool { return false }
+func (g *probeGuard) AllowRetry() (bool, time.Time, func()) {
+	if g.out > 0 {
+		return false, time.Time{}, nil
+	}
+	g.out++
+	return true, time.Time{}, nil
+}
+func (g *probeGuard) ReturnRetry() { g.out--; g.returned++ }
+
+// A probe handed to a more critical waiter whose guard let it go, and
+// that leaves before it polls, gives the guard's slot back (the breaker's
+// half-open probe), at once: every admission is settled, the guard's too.
+func TestGateReturnsTheGuardOfAnUntakenHandOff(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	low, _ := g.enter(retryAt(shedP), 0, time.Time{})
+	defer low.Leave()
+	guard := &probeGuard{}
+	r := retryAt(critP)
+	r.Guard = guard
+	high, _ := g.enter(r, 0, time.Time{})
+	poll(t, low, AdmitNone) // handed to high, whose guard let it go
+	if guard.out != 1 {
+		t.Fatalf("the guard's slot: %d out after the hand-off, want 1", guard.out)
+	}
+	high.Leave() // which never polls
+	if guard.out != 0 || guard.returned != 1 {
+		t.Errorf("after the hand-off was given back: %d out, %d returned; want 0 and 1", guard.out, guard.returned)
+	}
+	// A waiter that took its admission keeps the slot: its retry is sent.
+	again, _ := g.enter(r, 0, time.Time{})
+	defer again.Leave()
+	clk.advance(time.Minute)
+	if a, _ := again.Poll(); a == AdmitNone {
+		t.Fatal("the returned slot was not given to the next retry")
+	}
+	again.Leave()
+	if guard.returned != 1 {
+		t.Errorf("a taken admission's slot was returned (%d returns)", guard.returned)
 	}
 }

@@ -30,6 +30,9 @@ type waiter struct {
 	// retry took its place (the criticality rule).
 	granted Admission
 	taken   bool
+	// guarded: the guard's AllowRetry let w's admission go (it holds the
+	// guard's probe slot until the retry is sent or given back).
+	guarded bool
 	evicted atomic.Bool
 	// ended: the gate ended the wait (the hold and hopeless rules); set only by w's own Poll.
 	ended bool
@@ -322,10 +325,12 @@ func (w *waiter) admitLocked(now time.Time, how Admission, own bool) (Admission,
 			w.view.held = w.view.held || pastHold
 			return AdmitNone, next, tell
 		}
+		w.guarded = true
 	}
 	if paidOnly && !g.b.Allow(w.r) {
 		// Wait for a release, a paid admission or the deadline, unless the
-		// wait is past its hold time.
+		// wait is past its hold time. An open guard never gets here: its
+		// retry is paid by its own probe slot (paidOnly needs it closed).
 		if own && pastHold {
 			w.endLocked()
 		}
@@ -346,13 +351,23 @@ func (w *waiter) admitLocked(now time.Time, how Admission, own bool) (Admission,
 // waiter's Poll granted w that w's own Poll never returned is given back:
 // the probe slot or the release credit it took.
 func (w *waiter) Leave() {
+	if w.leave() {
+		// The guard's probe slot, given back unlocked (no foreign code
+		// under the gate's lock).
+		w.r.Guard.ReturnRetry()
+	}
+}
+
+// leave is Leave under the gate's lock; it reports whether the guard's
+// admission is to be given back.
+func (w *waiter) leave() (returnGuard bool) {
 	g := w.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	// left is read under the lock that the eviction writes it under: a
 	// waiter evicted while it leaves is counted out once.
 	if w.left {
-		return
+		return false
 	}
 	w.left = true
 	g.room.queue[w.level].remove(w)
@@ -362,11 +377,13 @@ func (w *waiter) Leave() {
 			// The budget paid for a retry that is not sent.
 			rf.refund(w.r)
 		}
+		returnGuard = w.guarded && w.r.Guard != nil
 		g.admitted--
 		g.notifyLocked()
 	}
 	g.room.n--
 	g.waiting.Store(int32(g.room.n))
+	return returnGuard
 }
 
 // refunder is a budget of this package that can give back what its Allow
