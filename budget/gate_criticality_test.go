@@ -197,7 +197,7 @@ func TestGateTakesBackAnUntakenHandOff(t *testing.T) {
 type refusingGuard struct{ asked int }
 
 func (g *refusingGuard) Closed() bool { return false }
-func (g *refusingGuard) ReturnRetry()  {}
+func (g *refusingGuard) ReturnRetry() {}
 func (g *refusingGuard) AllowRetry() (bool, time.Time, func()) {
 	g.asked++
 	return false, time.Time{}, nil
