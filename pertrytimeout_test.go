@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -371,5 +372,50 @@ func TestPerAttemptTimerSlowForAll(t *testing.T) {
 				}
 			}
 		})
+	})
+}
+
+// admitRecorder is a budget that admits every retry as a paid one
+// (budget.Admitter, as a Gate answers) and records what it is told.
+type admitRecorder struct {
+	mu      sync.Mutex
+	records []budget.Attempt
+}
+
+func (b *admitRecorder) Allow(budget.Request) bool { return true }
+func (b *admitRecorder) Admit(budget.Request) (budget.Admission, bool) {
+	return budget.AdmitBudget, true
+}
+func (b *admitRecorder) State() budget.State { return budget.State{Kind: "admit-recorder"} }
+func (b *admitRecorder) Record(a budget.Attempt) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.records = append(b.records, a)
+}
+
+// TestHedgeOnPerTryTimeoutAdmissionPerAttempt: under hedgeOnPerTryTimeout
+// attempts overlap, and each tells the budget the admission it went with:
+// the retry the timer admitted (paid) is recorded with it, the first
+// attempt (cancelled when the retry won) without. The call had one
+// admission field, recorded against whichever attempt ended: the retry's
+// was lost (a Gate's probe slot would have stayed out).
+func TestHedgeOnPerTryTimeoutAdmissionPerAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &admitRecorder{}
+		b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, hedgeTimerFile)), interceptor.WithBudget(rec)})
+		_, err := b.client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "k", AttemptDelays: delays(5*time.Second, 200*time.Millisecond)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		got := map[int]budget.Admission{}
+		for _, a := range rec.records {
+			got[a.Number] = a.Admission
+		}
+		if len(rec.records) != 2 || got[1] != budget.AdmitNone || got[2] != budget.AdmitBudget {
+			t.Errorf("the budget heard %+v; want attempt 1 without an admission, attempt 2 paid", rec.records)
+		}
 	})
 }

@@ -194,7 +194,7 @@ func (at *attemptTimer) fire() {
 		// before the state leaves timerDeciding, so that the attempt's
 		// stop, which waits for the decision, comes after it: the loop
 		// hears of the retry before it hears the attempt ended.
-		at.c.timerEvents <- hedgeResult{n: at.c.attempt, fired: true, verdict: v}
+		at.c.timerEvents <- hedgeResult{n: at.c.attempt, fired: true, verdict: v, admission: at.admission}
 		next = timerRanOn
 	case ok && v.Pause > 0:
 		// The grace: the attempt runs on through the retry's pause.
@@ -248,8 +248,8 @@ func (at *attemptTimer) decide(v policy.Verdict) int32 {
 			at.t.Reset(at.c.perAttempt)
 			return timerArmed
 		}
-		// Not with hedgeOnPerTryTimeout, whose retries the hedging
-		// engine records (their admission does not reach them).
+		// Not with hedgeOnPerTryTimeout: its retry runs beside the
+		// attempt rather than in place of a straggler.
 		straggler = at.c.timerEvents == nil && p.straggler(at.start, now, at.c.perAttempt, at.c.crit.Index(), at.prevFired)
 	}
 	adm, refused := at.c.timeoutAdmit(straggler)

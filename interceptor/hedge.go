@@ -42,6 +42,9 @@ type hedgeResult struct {
 	// timeouthedge.go).
 	fired   bool
 	verdict policy.Verdict
+	// admission is how the budget admitted attempt n, under
+	// hedgeOnPerTryTimeout, where each attempt tells the budget its own.
+	admission budget.Admission
 }
 
 // hedgeCall is one hedged call's shared state. Pooled: a hedged call that

@@ -8,7 +8,6 @@ import (
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -56,7 +55,7 @@ func (k *core) timeoutHedge(callCtx context.Context, c *call, callerReply proto.
 			if r.fired {
 				// Attempt r.n's timer admitted a retry: it goes after its
 				// pause, beside the attempts running.
-				c.retryBeside(callCtx, r.verdict)
+				c.retryBeside(callCtx, r.verdict, r.admission)
 				if r.verdict.Pause <= 0 {
 					th.launch(callerReply)
 					continue
@@ -68,10 +67,15 @@ func (k *core) timeoutHedge(callCtx context.Context, c *call, callerReply proto.
 			th.inFlight--
 			err, _ := attemptOutcome(callCtx, r.err, false)
 			if err == nil {
+				if pending != nil {
+					c.settleUnsent()
+				}
 				stopPause()
 				hcancel()
 				th.drain()
 				hc.adopt(callerReply, r.out)
+				// The budget hears the attempt's own admission.
+				c.admission = r.admission
 				c.afterAttempt(callCtx, nil, nil, false, false)
 				hc.finished(nil)
 				return nil
@@ -80,11 +84,12 @@ func (k *core) timeoutHedge(callCtx context.Context, c *call, callerReply proto.
 			if th.inFlight > 0 || pending != nil {
 				// Another attempt may still succeed: this failure ends
 				// nothing.
-				c.recordBeside(callCtx, r.n, err, *r.out.trailerAddr, committed)
+				c.recordBeside(callCtx, r, err, committed)
 				th.last = err
 				continue
 			}
 			hc.adoptMeta(r.out)
+			c.admission = r.admission
 			retry, d := c.afterAttempt(callCtx, err, *r.out.trailerAddr, committed, false)
 			if !retry {
 				hc.finished(err)
@@ -104,6 +109,7 @@ func (k *core) timeoutHedge(callCtx context.Context, c *call, callerReply proto.
 				// The attempts running end with the caller's status.
 				continue
 			}
+			c.settleUnsent()
 			stopPause()
 			if th.inFlight == 0 {
 				// Only the pause was left: end as a pause the caller
@@ -142,7 +148,11 @@ func (th *timeoutHedgeState) launch(callerReply proto.Message) {
 	hc.prepare(out, first)
 	actx, acancel, at := c.nextAttempt(th.hctx)
 	th.inFlight++
-	go hc.runTimed(actx, c.attempt, out, at, acancel)
+	// The attempt carries its admission to its end: attempts overlap, and
+	// the next retry's admission must not be recorded against this one.
+	adm := c.admission
+	c.admission = budget.AdmitNone
+	go hc.runTimed(actx, c.attempt, adm, out, at, acancel)
 }
 
 // drain waits for every attempt still running (cancelled by now), telling
@@ -158,14 +168,14 @@ func (th *timeoutHedgeState) drain() {
 		if r.err == nil {
 			o = budget.Success
 		}
-		th.c.recordAttempt(r.n, o, o)
+		th.c.recordAttempt(r, o, o)
 	}
 }
 
 // runTimed is one attempt's goroutine under timeoutHedge: the attempt, then
 // its timer stopped (which waits for a decision under way, so that a retry
 // the timer admitted reaches the loop before the end does), then its end.
-func (hc *hedgeCall) runTimed(ctx context.Context, n int, out *hedgeOutputs, at *attemptTimer, cancel context.CancelFunc) {
+func (hc *hedgeCall) runTimed(ctx context.Context, n int, adm budget.Admission, out *hedgeOutputs, at *attemptTimer, cancel context.CancelFunc) {
 	start := time.Now()
 	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
 	at.stop()
@@ -173,7 +183,7 @@ func (hc *hedgeCall) runTimed(ctx context.Context, n int, out *hedgeOutputs, at 
 		at.served(time.Since(start))
 	}
 	cancel()
-	hc.results <- hedgeResult{n: n, err: err, out: out, took: time.Since(start)}
+	hc.results <- hedgeResult{n: n, err: err, out: out, took: time.Since(start), admission: adm}
 }
 
 // adoptMeta gives the caller the headers, trailer and peer of out, an
@@ -197,28 +207,47 @@ func (hc *hedgeCall) adoptMeta(out *hedgeOutputs) {
 // attempt runs on (hedgeOnPerTryTimeout): as afterAttempt does for a retry
 // after an attempt cut off, but the attempt, still running, is recorded
 // when it ends.
-func (c *call) retryBeside(callCtx context.Context, v policy.Verdict) {
+func (c *call) retryBeside(callCtx context.Context, v policy.Verdict, adm budget.Admission) {
 	c.emit(callCtx, Event{Kind: EventRetry, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Err: errAttemptTimeout, Pause: v.Pause})
 	c.retry, c.prev = c.retry+1, v.Pause
 	c.afterTimeout = true
+	// The retry goes as the timer's admission let it: launch hands it to
+	// the attempt.
+	c.admission = adm
 }
 
-// recordBeside tells the breaker and the budget how attempt n ended when its
-// failure err decides nothing (another attempt runs, or a retry waits): what
-// afterAttempt would tell them.
-func (c *call) recordBeside(callCtx context.Context, n int, err error, trailer metadata.MD, committed bool) {
-	a := c.attemptFacts(callCtx, err, trailer, committed, false)
-	a.Number = n
-	c.recordAttempt(n, c.pol.Decide(&a).Record, breakerOutcome(callCtx, err, false))
+// settleUnsent tells the budget that the retry the timer admitted, which
+// waits out its pause, will not be sent (the call ended first): its
+// admission is settled (a Gate's probe slot freed), as an attempt that
+// said nothing of the server.
+func (c *call) settleUnsent() {
+	if c.budget != nil && c.admission != budget.AdmitNone {
+		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: c.admission})
+	}
+	c.admission = budget.AdmitNone
+}
+
+// recordBeside tells the breaker and the budget how attempt r.n ended when
+// its failure err decides nothing (another attempt runs, or a retry waits):
+// what afterAttempt would tell them.
+func (c *call) recordBeside(callCtx context.Context, r hedgeResult, err error, committed bool) {
+	a := c.attemptFacts(callCtx, err, *r.out.trailerAddr, committed, false)
+	a.Number = r.n
+	c.recordAttempt(r, c.pol.Decide(&a).Record, breakerOutcome(callCtx, err, false))
 }
 
 // recordAttempt tells c's breaker (first: a Gate's waiters must find its new
-// state) and budget how attempt n, which decides nothing, ended.
-func (c *call) recordAttempt(n int, budgetO, breakerO budget.Outcome) {
+// state) and budget how attempt r.n, which decides nothing, ended, with
+// the admission it went with (a probe's end frees the Gate's probe slot).
+func (c *call) recordAttempt(r hedgeResult, budgetO, breakerO budget.Outcome) {
 	if c.br != nil {
-		c.br.Record(breakerO, n+c.before == 1, c.crit, c.o)
+		c.br.Record(breakerO, r.n+c.before == 1, c.crit, c.o)
 	}
 	if c.budget != nil {
-		c.budget.Record(budget.Attempt{Number: n, Outcome: budgetO})
+		a := budget.Attempt{Number: r.n, Outcome: budgetO, Admission: r.admission}
+		if r.admission != budget.AdmitNone {
+			a.Took = r.took
+		}
+		c.budget.Record(a)
 	}
 }
