@@ -52,10 +52,13 @@ test-oldest:
 	cd interop && GOWORK=off $(TESTGO) test -race -count=1 ./...
 
 ## test-newest: every module of the workspace (go.work), on the newest
-## releases the nested modules require (today's grpc-go and peers)
+## releases the nested modules require (today's grpc-go and peers); the
+## interop cases without the race detector here (the oldest lane runs them
+## under it: 96 s against 6 s, and the engine's code is the same)
 test-newest:
 	@echo "== lane newest (go.work, every module): $(call lane_versions,)"
-	$(TESTGO) test -race -count=1 $(PKGS)
+	$(TESTGO) test -race -count=1 $(filter-out ./interop/...,$(PKGS))
+	$(TESTGO) test -count=1 ./interop/...
 
 ## test-realtime: the real-time lane (realtime_test.go of the root and server
 ## packages: loopback TCP, real time, many calls at once per run), in both lanes: RT_COUNT runs at

@@ -403,9 +403,7 @@ func (r *run) addHeaders(h http.Header) {
 	}
 }
 
-// unary runs a unary method. On an error connect-go gives headers and
-// trailers as one bag (the error's Meta); the suite accepts them recorded
-// as trailers.
+// unary runs a unary method.
 func unary[Req, Res any, PReq interface {
 	*Req
 	proto.Message
@@ -431,14 +429,10 @@ func unary[Req, Res any, PReq interface {
 		defer t.Stop()
 	}
 	resp, err := call(ctx, creq)
-	result := new(conformancev1.ClientResponseResult)
 	if err != nil {
-		result.Error = protoError(err)
-		if cerr := new(connect.Error); errors.As(err, &cerr) {
-			result.ResponseTrailers = protoHeaders(cerr.Meta())
-		}
-		return result, nil
+		return errorResult(err), nil
 	}
+	result := new(conformancev1.ClientResponseResult)
 	result.ResponseHeaders = protoHeaders(resp.Header())
 	result.ResponseTrailers = protoHeaders(resp.Trailer())
 	result.Payloads = append(result.Payloads, orEmpty(payload(resp.Msg)))
@@ -457,15 +451,11 @@ func (r *run) serverStream(ctx context.Context, svc conformancev1connect.Conform
 	defer cancel()
 	creq := connect.NewRequest(msg)
 	r.addHeaders(creq.Header())
-	result := new(conformancev1.ClientResponseResult)
 	stream, err := svc.ServerStream(ctx, creq)
 	if err != nil {
-		result.Error = protoError(err)
-		if cerr := new(connect.Error); errors.As(err, &cerr) {
-			result.ResponseTrailers = protoHeaders(cerr.Meta())
-		}
-		return result, nil
+		return errorResult(err), nil
 	}
+	result := new(conformancev1.ClientResponseResult)
 	if r.timing.afterCloseSendMs >= 0 {
 		time.Sleep(time.Duration(r.timing.afterCloseSendMs) * time.Millisecond)
 		cancel()
@@ -512,11 +502,9 @@ func (r *run) clientStream(ctx context.Context, svc conformancev1connect.Conform
 	}
 	resp, err := stream.CloseAndReceive()
 	if err != nil {
-		result.Error = protoError(err)
-		if cerr := new(connect.Error); errors.As(err, &cerr) {
-			result.ResponseTrailers = protoHeaders(cerr.Meta())
-		}
-		return result, nil
+		r := errorResult(err)
+		r.NumUnsentRequests = result.NumUnsentRequests
+		return r, nil
 	}
 	result.ResponseHeaders = protoHeaders(resp.Header())
 	result.ResponseTrailers = protoHeaders(resp.Trailer())
@@ -622,6 +610,17 @@ func orEmpty(p *conformancev1.ConformancePayload) *conformancev1.ConformancePayl
 		return new(conformancev1.ConformancePayload)
 	}
 	return p
+}
+
+// errorResult is the result of a call that failed with err before any
+// response: connect-go gives its headers and trailers as one bag (the
+// error's Meta), which the suite accepts recorded as trailers.
+func errorResult(err error) *conformancev1.ClientResponseResult {
+	r := &conformancev1.ClientResponseResult{Error: protoError(err)}
+	if cerr := new(connect.Error); errors.As(err, &cerr) {
+		r.ResponseTrailers = protoHeaders(cerr.Meta())
+	}
+	return r
 }
 
 // protoError is err as the suite's Error: a *connect.Error's code, message
