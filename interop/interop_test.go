@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/interop"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -114,11 +113,11 @@ const (
 // last: the responses are the request's response_parameters in order,
 // each its own size (DoServerStreaming's sizes differ), so the next
 // request asks for those after last's.
-var resumeStreaming = interceptor.TypedResume(func(req *testpb.StreamingOutputCallRequest, last *testpb.StreamingOutputCallResponse) (*testpb.StreamingOutputCallRequest, error) {
+var resumeStreaming = interceptor.TypedResume(func(req *testgrpc.StreamingOutputCallRequest, last *testgrpc.StreamingOutputCallResponse) (*testgrpc.StreamingOutputCallRequest, error) {
 	size := len(last.GetPayload().GetBody())
 	for i, p := range req.GetResponseParameters() {
 		if int(p.GetSize()) == size {
-			next := proto.Clone(req).(*testpb.StreamingOutputCallRequest)
+			next := proto.Clone(req).(*testgrpc.StreamingOutputCallRequest)
 			next.ResponseParameters = next.ResponseParameters[i+1:]
 			return next, nil
 		}

@@ -178,12 +178,11 @@ type client struct {
 }
 
 type transportKey struct {
-	version          conformancev1.HTTPVersion
-	serverCert       string
-	clientCert       string
-	clientKey        string
-	noKeepAlive      bool
-	halfDuplexHTTP11 bool
+	version     conformancev1.HTTPVersion
+	serverCert  string
+	clientCert  string
+	clientKey   string
+	noKeepAlive bool
 }
 
 func (c *client) invoke(ctx context.Context, req *conformancev1.ClientCompatRequest) (*conformancev1.ClientResponseResult, error) {
