@@ -19,7 +19,8 @@ import (
 // run (the package documentation has the model). Build one per set of
 // options and pass it to every client (connect.WithInterceptors): like the
 // gRPC interceptors built from one Config, the clients then share the
-// file's budget, its breakers and the process's Gate.
+// file's budgets, kept per backend (the host a call goes to: its tokens,
+// a Gate per method), and its breakers.
 //
 // A Client is safe for concurrent use.
 type Client struct {
