@@ -73,7 +73,12 @@ func TestBreakerOpensFailsFastAndCloses(t *testing.T) {
 		if got := breakerKinds(&hooks); got != "open" {
 			t.Fatalf("breaker events %q, want open", got)
 		}
-		// Open: fail fast.
+		// Open: fail fast. The Report names the backend and the breaker's state.
+		var rep interceptor.Report
+		_, _ = client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "c3r"}}, interceptor.WithReport(&rep))
+		if rep.Breaker.State != breaker.StateOpen || !strings.Contains(rep.String(), "breaker open") {
+			t.Fatalf("report of a call the open breaker refused: %q", rep.String())
+		}
 		err := get("c3")
 		var r *breaker.Refusal
 		if status.Code(err) != codes.Unavailable || !errors.Is(err, breaker.ErrOpen) || !errors.As(err, &r) ||

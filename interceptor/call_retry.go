@@ -512,6 +512,9 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 		if c.budget != nil && budgetEnded(e.Reason) {
 			r.Budget = c.budget.State()
 		}
+		if c.br != nil && (e.Reason == policy.ReasonBreaker || e.Reason == policy.ReasonThrottled) {
+			r.Breaker = c.br.Snapshot()
+		}
 	}
 	if len(o.callHooks) > 0 {
 		ctx := c.ctx

@@ -304,6 +304,10 @@ type Report struct {
 	// outage): its tokens (Level of Capacity) and its Gate's view of the
 	// backend (Health); zero otherwise.
 	Budget budget.State
+	// Breaker is the state of the call's circuit breaker when it ended the
+	// call (Reason breaker or throttled): open or half-open, its window's
+	// counts, the throttle's rejection probability; zero otherwise.
+	Breaker breaker.Snapshot
 }
 
 // String is the Report in one line, naming only what happened: "" for a
@@ -327,6 +331,13 @@ func (r Report) String() string {
 	}
 	if r.Budget.Kind != "" {
 		b.WriteString(" (" + budgetPhrase(r.Budget) + ")")
+	}
+	if r.Breaker.Key != "" {
+		fmt.Fprintf(&b, " (breaker %s, %d of %d first attempts failed in its window", r.Breaker.State, r.Breaker.Failures, r.Breaker.Requests)
+		if r.Breaker.ThrottleP > 0 {
+			fmt.Fprintf(&b, ", throttling %.0f%% of first attempts", 100*r.Breaker.ThrottleP)
+		}
+		b.WriteString(")")
 	}
 	if r.Delay > 0 {
 		fmt.Fprintf(&b, ", paused %v", r.Delay)

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/policy"
@@ -46,5 +47,14 @@ func TestDeferredLogLine(t *testing.T) {
 	}
 	if got := deferredWhy(Event{Kind: EventDeferred}); got != "refused now by the budget of the backend" {
 		t.Errorf("deferred without a state: %q", got)
+	}
+}
+
+// TestReportStringBreaker: a call a breaker ended reports its state.
+func TestReportStringBreaker(t *testing.T) {
+	r := Report{Attempts: 0, Reason: policy.ReasonBreaker, Code: codes.Unavailable, Target: "dns:///payments:443",
+		Breaker: breaker.Snapshot{Key: "dns:///payments:443 /shop.Pay/Get", State: breaker.StateOpen, Requests: 20, Failures: 12}}
+	if got, want := r.String(), "0 attempts, ended: breaker, code Unavailable, backend dns:///payments:443 (breaker open, 12 of 20 first attempts failed in its window)"; got != want {
+		t.Errorf("Report prints\n%q, want\n%q", got, want)
 	}
 }
