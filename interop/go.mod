@@ -8,6 +8,7 @@ require (
 	github.com/stagger-go/stagger v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.64.1
+	google.golang.org/protobuf v1.33.0
 )
 
 require (
@@ -24,5 +25,4 @@ require (
 	golang.org/x/text v0.16.0 // indirect
 	google.golang.org/appengine v1.6.8 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240318140521-94a12d6c2237 // indirect
-	google.golang.org/protobuf v1.33.0 // indirect
 )
