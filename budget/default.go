@@ -38,12 +38,14 @@ var defaultBudget = sync.OnceValue(func() Budget {
 // the second. Capacity 100 (20 retries) bounds the burst a process sends
 // when a healthy server goes down, a fifth of the AWS SDKs' 500.
 //
-// Measured with the random-failures model (M. Brooker, 2022; storm_test.go)
-// (BENCHMARKS.md, "Figures behind the code's choices"): amplification near 1.0 at p = 1, the success near 100 % at
-// p = 0.1, from 10 to 1000 processes. New (and so Default) wraps it in a
+// Measured with the random-failures model (M. Brooker, 2022; storm_test.go):
+// amplification near 1.0 at p = 1, success near 100 % at p = 0.1, from 10
+// to 1000 processes (BENCHMARKS.md, "Figures behind the code's choices").
+// New (and so Default) wraps it in a
 // Gate: a retry it refuses waits and goes later, after its pause while
 // retries heal, or as a probe, as its call's last chance or as a paced
 // release in an outage (see Gate), so a process making only a few calls
 // still gets every attempt its policy allows from a flaky server;
-// `stagger sim failrate` measures it with deferral (BENCHMARKS.md, "Figures behind the code's choices").
+// `stagger sim failrate` measures it with deferral (BENCHMARKS.md,
+// "Figures behind the code's choices").
 func Default() Budget { return defaultBudget() }

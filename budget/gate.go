@@ -137,7 +137,7 @@ import (
 //   - The overload rule. Within five seconds of a failure for overload,
 //     Allow refuses every retry (not hedges) without asking the budget, so
 //     that retries do not pile onto a server that is full (the lab's
-//     overload, (BENCHMARKS.md, "Figures behind the code's choices")); within five seconds of a slow success, it refuses a
+//     overload: BENCHMARKS.md, "Figures behind the code's choices"); within five seconds of a slow success, it refuses a
 //     retry after a per-attempt timeout (Request.AfterTimeout): the
 //     interceptors then let the slow attempt run on instead of cutting it
 //     off, since the retry would only join the queue that made it slow;
@@ -199,7 +199,8 @@ import (
 //     (ErrTooManyWaiting) only when none is less critical. A SHEDDABLE
 //     retry waits in an outage like any other: refusing it at once there
 //     ended its calls sooner but cost goodput (the lab's
-//     mixed-criticality, (BENCHMARKS.md, "Figures behind the code's choices")). The budget itself keeps a reserve for
+//     mixed-criticality: BENCHMARKS.md, "Figures behind the code's
+//     choices"). The budget itself keeps a reserve for
 //     the more critical (see Request.Criticality).
 //
 // The waiting calls are bounded (DeferSettings.MaxWaiting); a call without

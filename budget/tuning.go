@@ -22,7 +22,8 @@ const (
 	releaseGainMax   = 3.0 / 16
 	// outageStreak failures in a row, with no success between, make an
 	// outage: under a server's random failures two in a row are rare, and
-	// a down server is seen on the second failure (BENCHMARKS.md, "Figures behind the code's choices").
+	// a down server is seen on the second failure
+	// (BENCHMARKS.md, "Figures behind the code's choices").
 	outageStreak = 2
 	// probeGapMax bounds the probe and last-chance gaps that failed probes
 	// double: not measured, a bound so that a long outage is still probed
@@ -39,7 +40,8 @@ const (
 	// a waiting retry goes as the call's last chance; lastChanceFactor
 	// times the latest deferred attempt's duration when that is longer, so
 	// that the attempt can come back before the deadline. 50 ms covers an
-	// attempt on a LAN; the lab's blip heals with it (BENCHMARKS.md, "Figures behind the code's choices").
+	// attempt on a LAN; the lab's blip heals with it
+	// (BENCHMARKS.md, "Figures behind the code's choices").
 	lastChanceLead   = 50 * time.Millisecond
 	lastChanceFactor = 2
 	// waitSlack: no retry starts with less than this before its deadline
@@ -94,7 +96,8 @@ const (
 	// three calls in four (3 attempts); a down one none; a key that always
 	// fails (partial failure) none. Judged per call, not per attempt: per
 	// attempt, the retries the gate let go (second attempts, which fail in
-	// flaky-quiet) taught it that retries never heal (BENCHMARKS.md, "Figures behind the code's choices").
+	// flaky-quiet) taught it that retries never heal
+	// (BENCHMARKS.md, "Figures behind the code's choices").
 	healWindow     = 8
 	healMinSamples = 2
 	healMinShare   = 1.0 / 3
