@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -389,5 +390,80 @@ func TestGateReturnsTheGuardOfAnUntakenHandOff(t *testing.T) {
 	again.Leave()
 	if guard.returned != 1 {
 		t.Errorf("a taken admission's slot was returned (%d returns)", guard.returned)
+	}
+}
+
+// lockedProbeGuard is probeGuard safe for the goroutines of a Gate: its
+// AllowRetry runs under the gate's lock, its ReturnRetry without, and a
+// sent retry's report (done) from the caller's goroutine.
+type lockedProbeGuard struct {
+	mu       sync.Mutex
+	out, max int
+}
+
+func (g *lockedProbeGuard) Closed() bool { return false }
+func (g *lockedProbeGuard) AllowRetry() (bool, time.Time, func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.out > 0 {
+		return false, time.Time{}, nil
+	}
+	g.out++
+	g.max = max(g.max, g.out)
+	return true, time.Time{}, nil
+}
+func (g *lockedProbeGuard) ReturnRetry() { g.done() }
+func (g *lockedProbeGuard) done() {
+	g.mu.Lock()
+	g.out--
+	g.mu.Unlock()
+}
+
+// Goroutines of every criticality meet on one Gate and one guard's probe
+// slot (under -race): each enters, polls, and either sends what it was
+// admitted (then reports it to the guard, as a breaker's Record frees its
+// probe) or leaves at once, untaken hand-offs included. When all have
+// left, the slot is free: no admission of the guard is lost, none given
+// back twice.
+func TestGateGuardSlotSettledUnderConcurrency(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	for range outageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	guard := &lockedProbeGuard{}
+	levels := criticality.Levels()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 300 {
+				r := retryAt(levels[(i+j)%len(levels)])
+				r.Guard = guard
+				w, err := g.enter(r, 0, time.Time{})
+				if err != nil {
+					continue
+				}
+				if (i+j)%3 == 0 {
+					w.Leave() // left at once: a hand-off it got is given back
+					continue
+				}
+				clk.advance(time.Millisecond)
+				if a, _ := w.Poll(); a != AdmitNone {
+					w.Leave()
+					guard.done() // the retry went, and reported
+					g.Record(Attempt{Number: 2, Outcome: Failure, Admission: a})
+					continue
+				}
+				w.Leave()
+			}
+		}()
+	}
+	wg.Wait()
+	guard.mu.Lock()
+	defer guard.mu.Unlock()
+	if guard.out != 0 || guard.max > 1 {
+		t.Errorf("guard's slot: %d out after every waiter left (at most %d at once); want 0, and never 2", guard.out, guard.max)
 	}
 }
