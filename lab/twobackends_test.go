@@ -32,9 +32,11 @@ import (
 // once the outage has outlived their deadline, and inventory's success
 // beside the down backend against alone.
 //
-// It runs twice: inventory busy, and quiet (one call every 200 ms, half
-// its attempts fail: a process whose few calls teach its budget little).
-// LAB_TWO_BACKENDS=N runs it N times (about 3 min a run) and prints a
+// It runs in three variants (twoBackendVariants): inventory busy, and
+// quiet (one call every 200 ms, half its attempts fail: a process whose
+// few calls teach its budget little), beside the 8 s outage; and busy
+// beside a 0.5 s outage, shorter than the deadline, where retries heal.
+// LAB_TWO_BACKENDS=N runs it N times (about 4.5 min a run) and prints a
 // BENCHMARKS.md table, medians and spreads; without it the test is
 // skipped (the root module's TestPerBackendTwoBackends checks stagger's
 // bars in every make test).
@@ -43,31 +45,45 @@ func TestTwoBackendsFigures(t *testing.T) {
 	if runs <= 0 {
 		t.Skip("LAB_TWO_BACKENDS=N runs the two-backends figures N times")
 	}
-	for _, quiet := range []bool{false, true} {
-		name := "busy"
-		if quiet {
-			name = "quiet"
-		}
-		t.Run(name, func(t *testing.T) { twoBackendsFigures(t, runs, quiet) })
+	for _, v := range twoBackendVariants {
+		t.Run(v.name, func(t *testing.T) { twoBackendsFigures(t, runs, v) })
 	}
 }
 
-// twoBackendsFigures runs every layer runs times, inventory busy (two
-// workers back to back, a fifth of its attempts fail) or quiet (a call
-// every 200 ms, half its attempts fail), and logs the table.
-func twoBackendsFigures(t *testing.T, runs int, quiet bool) {
+// twoBackendVariant is one shape of the scenario: inventory's load and
+// failures, and payments' outage.
+type twoBackendVariant struct {
+	name             string
+	flaky            float64       // inventory's share of attempts that fail
+	workers          int           // inventory's callers, back to back
+	gap              time.Duration // between a caller's calls
+	downFrom, downTo time.Duration // payments' outage
+}
+
+// twoBackendVariants: busy and quiet inventory beside payments down for
+// 8 s (eight deadlines), and busy inventory beside payments down for
+// 0.5 s (half a deadline: retries can heal its calls).
+var twoBackendVariants = []twoBackendVariant{
+	{"busy, long outage", 0.2, 2, 5 * time.Millisecond, 2 * time.Second, 10 * time.Second},
+	{"quiet, long outage", 0.5, 1, 200 * time.Millisecond, 2 * time.Second, 10 * time.Second},
+	{"busy, short outage", 0.2, 2, 5 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond},
+}
+
+// twoBackendsFigures runs every layer runs times in variant v and logs the
+// table.
+func twoBackendsFigures(t *testing.T, runs int, v twoBackendVariant) {
 	layers := twoBackendLayers(t)
 	results := make(map[string][]twoBackendResult)
 	for i := range runs {
 		for _, l := range layers {
-			r := runTwoBackends(t, l, int64(i), quiet)
+			r := runTwoBackends(t, l, int64(i), v)
 			results[l.name] = append(results[l.name], r)
-			t.Logf("run %d %s: inventory %.1f %% (alone %.1f %%); payments %.2f attempts per call in its outage, failed p50 %v p99 %v",
-				i+1, l.name, 100*r.invSuccess, 100*r.aloneSuccess, r.payPerCall, r.payFailP50, r.payFailP99)
+			t.Logf("run %d %s: inventory %.1f %% (alone %.1f %%); payments %.2f attempts per call in its outage, %.1f %% served, failed p50 %v p99 %v",
+				i+1, l.name, 100*r.invSuccess, 100*r.aloneSuccess, r.payPerCall, 100*r.paySuccess, r.payFail.p50, r.payFail.p99)
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| layer | inventory success beside / alone | payments attempts/call in outage | payments failed p50 / p99 (ms) |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| layer | inventory success beside / alone | inventory ok p50 / p99 (ms) | payments attempts/call in outage | payments served in outage | payments ok p50 / p99 (ms) | payments failed p50 / p99 (ms) |\n|---|---|---|---|---|---|---|\n")
 	for _, l := range layers {
 		rs := results[l.name]
 		pick := func(f func(twoBackendResult) float64, scale float64, digits int) string {
@@ -77,14 +93,22 @@ func twoBackendsFigures(t *testing.T, runs int, quiet bool) {
 			}
 			return medianSpread(v, digits)
 		}
-		fmt.Fprintf(&b, "| %s | %s %% / %s %% | %s | %s / %s |\n", l.name,
+		ms := func(f func(twoBackendResult) time.Duration) string {
+			return pick(func(r twoBackendResult) float64 { return float64(f(r)) / 1e6 }, 1, 0)
+		}
+		fmt.Fprintf(&b, "| %s | %s %% / %s %% | %s / %s | %s | %s %% | %s / %s | %s / %s |\n", l.name,
 			pick(func(r twoBackendResult) float64 { return r.invSuccess }, 100, 1),
 			pick(func(r twoBackendResult) float64 { return r.aloneSuccess }, 100, 1),
+			ms(func(r twoBackendResult) time.Duration { return r.invOK.p50 }),
+			ms(func(r twoBackendResult) time.Duration { return r.invOK.p99 }),
 			pick(func(r twoBackendResult) float64 { return r.payPerCall }, 1, 2),
-			pick(func(r twoBackendResult) float64 { return float64(r.payFailP50) / 1e6 }, 1, 0),
-			pick(func(r twoBackendResult) float64 { return float64(r.payFailP99) / 1e6 }, 1, 0))
+			pick(func(r twoBackendResult) float64 { return r.paySuccess }, 100, 1),
+			ms(func(r twoBackendResult) time.Duration { return r.payOK.p50 }),
+			ms(func(r twoBackendResult) time.Duration { return r.payOK.p99 }),
+			ms(func(r twoBackendResult) time.Duration { return r.payFail.p50 }),
+			ms(func(r twoBackendResult) time.Duration { return r.payFail.p99 }))
 	}
-	t.Logf("%d runs:\n%s", runs, b.String())
+	t.Logf("%s, %d runs:\n%s", v.name, runs, b.String())
 }
 
 // medianSpread is the median of v and, when the runs differ, [min, max].
@@ -155,22 +179,36 @@ func twoBackendLayers(t *testing.T) []twoBackendLayer {
 
 type twoBackendResult struct {
 	invSuccess, aloneSuccess float64
-	payPerCall               float64
-	payFailP50, payFailP99   time.Duration
+	invOK                    quantiles
+	payPerCall, paySuccess   float64
+	payOK, payFail           quantiles
+}
+
+// quantiles are the p50 and p99 of some calls' latency (0 for none).
+type quantiles struct{ p50, p99 time.Duration }
+
+func quantilesOf(ds []time.Duration) quantiles {
+	if len(ds) == 0 {
+		return quantiles{}
+	}
+	slices.Sort(ds)
+	q := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
+	return quantiles{q(0.5), q(0.99)}
 }
 
 // runTwoBackends runs the scenario once for layer l.
-func runTwoBackends(t *testing.T, l twoBackendLayer, seed int64, quiet bool) twoBackendResult {
+func runTwoBackends(t *testing.T, l twoBackendLayer, seed int64, v twoBackendVariant) twoBackendResult {
 	t.Helper()
 	const (
 		run      = 12 * time.Second
-		downFrom = 2 * time.Second
-		downTo   = 10 * time.Second
 		deadline = time.Second
 	)
-	flaky, workers, gap := 0.2, 2, 5*time.Millisecond
-	if quiet {
-		flaky, workers, gap = 0.5, 1, 200*time.Millisecond
+	flaky, workers, gap, downFrom, downTo := v.flaky, v.workers, v.gap, v.downFrom, v.downTo
+	// The failed calls measured: in a long outage those made once it had
+	// outlived their deadline; in a short one, all made in it.
+	failFrom := downFrom + deadline
+	if downTo-downFrom < 2*deadline {
+		failFrom = downFrom
 	}
 	newServer := func(p float64, seed int64) *testserver.Server {
 		srv := testserver.New(testserver.WithTCP(), testserver.WithFailureRate(p, seed))
@@ -202,17 +240,19 @@ func runTwoBackends(t *testing.T, l twoBackendLayer, seed int64, quiet bool) two
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var invCalls, invOK, aloneCalls, aloneOK int
-	worker := func(c testingv1.TestServiceClient, calls, ok *int) {
+	var invLatency, ignored []time.Duration
+	worker := func(c testingv1.TestServiceClient, calls, ok *int, okLatency *[]time.Duration) {
 		for range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for time.Now().Before(end) {
-					_, err := call(c)
+					took, err := call(c)
 					mu.Lock()
 					*calls++
 					if err == nil {
 						*ok++
+						*okLatency = append(*okLatency, took)
 					}
 					mu.Unlock()
 					time.Sleep(gap)
@@ -220,12 +260,12 @@ func runTwoBackends(t *testing.T, l twoBackendLayer, seed int64, quiet bool) two
 			}()
 		}
 	}
-	worker(inv, &invCalls, &invOK)
-	worker(alone, &aloneCalls, &aloneOK)
+	worker(inv, &invCalls, &invOK, &invLatency)
+	worker(alone, &aloneCalls, &aloneOK, &ignored)
 
-	var payCalls int
+	var payCalls, payOK int
 	var attemptsAtStart, attemptsInOutage int64
-	var failed []time.Duration
+	var failed, served []time.Duration
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -261,24 +301,23 @@ func runTwoBackends(t *testing.T, l twoBackendLayer, seed int64, quiet bool) two
 				mu.Lock()
 				defer mu.Unlock()
 				payCalls++
-				if err != nil && at >= downFrom+deadline {
+				switch {
+				case err == nil:
+					payOK++
+					served = append(served, took)
+				case at >= failFrom:
 					failed = append(failed, took)
 				}
 			}()
 		}
 	}()
 	wg.Wait()
-	slices.Sort(failed)
-	q := func(p float64) time.Duration {
-		if len(failed) == 0 {
-			return 0
-		}
-		return failed[min(len(failed)-1, int(p*float64(len(failed))))]
-	}
 	return twoBackendResult{
 		invSuccess:   float64(invOK) / float64(invCalls),
 		aloneSuccess: float64(aloneOK) / float64(aloneCalls),
+		invOK:        quantilesOf(invLatency),
 		payPerCall:   float64(attemptsInOutage) / float64(payCalls),
-		payFailP50:   q(0.5), payFailP99: q(0.99),
+		paySuccess:   float64(payOK) / float64(payCalls),
+		payOK:        quantilesOf(served), payFail: quantilesOf(failed),
 	}
 }
