@@ -27,7 +27,12 @@ type Snapshot struct {
 }
 
 // Snapshot returns the breaker's state now.
-func (b *Breaker) Snapshot() Snapshot {
+func (b *Breaker) Snapshot() Snapshot { return b.SnapshotFor(nil) }
+
+// SnapshotFor is Snapshot for a call whose listener l (may be nil) hears
+// the state change that reading the breaker may make (an open breaker whose
+// break is over goes half-open), as Admit's and Record's callers hear theirs.
+func (b *Breaker) SnapshotFor(l Listener) Snapshot {
 	now := b.now()
 	b.mu.Lock()
 	ch, changed := b.probeLocked(now)
@@ -46,7 +51,7 @@ func (b *Breaker) Snapshot() Snapshot {
 	}
 	b.mu.Unlock()
 	if changed {
-		b.tell(ch, nil)
+		b.tell(ch, l)
 	}
 	return s
 }

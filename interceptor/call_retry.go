@@ -513,7 +513,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 			r.Budget = c.budget.State()
 		}
 		if c.br != nil && (e.Reason == policy.ReasonBreaker || e.Reason == policy.ReasonThrottled) {
-			r.Breaker = c.br.Snapshot()
+			r.Breaker = c.br.SnapshotFor(c.o)
 		}
 	}
 	if len(o.callHooks) > 0 {
