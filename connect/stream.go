@@ -185,8 +185,14 @@ func (r *retryConn) lastAsked() *attemptStream {
 	return r.asked
 }
 
-// ask records that the engine reads a's metadata.
+// ask records that the engine reads a's metadata. A hedge that lost
+// (cancelled when the stream committed to another, and not ended) is not
+// recorded: its watcher may ask after the caller's own question, and its
+// metadata is not the stream's.
 func (a *attemptStream) ask() {
+	if a.ctx.Err() != nil && !a.hasEnded() {
+		return
+	}
 	a.r.mu.Lock()
 	a.r.asked = a
 	a.r.mu.Unlock()
