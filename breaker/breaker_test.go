@@ -11,7 +11,6 @@ import (
 
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
-	"github.com/stagger-go/stagger/internal/gateview"
 )
 
 func newTestBreaker(t *testing.T, s Settings, clk *manualClock, changes *[]Change, opts ...Option) *Breaker {
@@ -379,8 +378,7 @@ func TestGateWaitsForTheBreaker(t *testing.T) {
 	admitN(t, br, budget.Failure, 2)
 	wantRefusal(t, br.Admit(criticality.Unset, nil), ErrOpen, t0.Add(time.Second))
 	g.Record(budget.Attempt{Number: 1, Outcome: budget.Failure})
-	gate := gateview.Set.(gateview.Hooks[*budget.Gate, budget.Request, budget.Admission])
-	w, err := gate.Enter(g, budget.Request{Number: 2, Guard: br.Guard(criticality.Unset, nil)}, 100*time.Millisecond, time.Time{})
+	w, err := g.Enter(budget.Request{Number: 2, Guard: br.Guard(criticality.Unset, nil)}, 100*time.Millisecond, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

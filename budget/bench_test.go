@@ -73,7 +73,7 @@ func BenchmarkGateEnterPollLeave(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		w, err := g.enter(Request{Number: 2}, 0, time.Time{})
+		w, err := g.Enter(Request{Number: 2}, 0, time.Time{})
 		if err != nil {
 			b.Fatal(err)
 		}

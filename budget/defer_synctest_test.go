@@ -9,6 +9,7 @@ package budget
 import (
 	"context"
 	"errors"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -25,8 +26,8 @@ func TestGateWaitEnds(t *testing.T) {
 		if _, err := g.Wait(ctx, retry2, 0); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Wait past the deadline: %v", err)
 		}
-		if d := time.Since(start); d != time.Second-waitSlack {
-			t.Fatalf("Wait returned after %v, want %v (the deadline less the slack)", d, time.Second-waitSlack)
+		if d := time.Since(start); d != time.Second-tune.WaitSlack {
+			t.Fatalf("Wait returned after %v, want %v (the deadline less the slack)", d, time.Second-tune.WaitSlack)
 		}
 
 		start = time.Now()
@@ -37,7 +38,7 @@ func TestGateWaitEnds(t *testing.T) {
 			t.Fatalf("Wait returned after %v, want MaxWait", d)
 		}
 
-		failures(g, futileEvery) // the futility rule lets the lone waiter wait
+		failures(g, tune.FutileEvery) // the futility rule lets the lone waiter wait
 		ctx, cancel = context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start = time.Now()

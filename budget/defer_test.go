@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -41,13 +42,13 @@ func (b *switchBudget) Record(Attempt)     {}
 func (b *switchBudget) Allow(Request) bool { return b.open.Load() }
 func (b *switchBudget) State() State       { return State{Kind: "switch"} }
 
-// downServer gives g a server that served for healthyGap and whose latest
+// downServer gives g a server that served for tune.HealthyGap and whose latest
 // calls that retried were none healed (the heal rule), so that failures in a row
 // make an outage (the outage and overload rules).
 func downServer(g *Gate) *Gate {
 	g.first.Store(true)
 	g.mu.Lock()
-	g.st.ev.healN, g.st.ev.seen, g.st.ev.lastFail = healWindow, true, g.now().Add(-healthyGap)
+	g.st.ev.healN, g.st.ev.seen, g.st.ev.lastFail = tune.HealWindow, true, g.now().Add(-tune.HealthyGap)
 	g.mu.Unlock()
 	return g
 }
@@ -63,7 +64,7 @@ func newGate(t *testing.T, b Budget, s DeferSettings, clk *manualClock) *Gate {
 
 var retry2 = Request{Number: 2}
 
-func poll(t *testing.T, w *waiter, want Admission) time.Time {
+func poll(t *testing.T, w *Waiter, want Admission) time.Time {
 	t.Helper()
 	got, next := w.Poll()
 	if got != want {
@@ -78,11 +79,11 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	// a row are an outage, and first attempts' failures are evidence too
 	// (see TestGateProbesUntilRetriesAreKnown).
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	const pause = 100 * time.Millisecond
-	w, err := g.enter(retry2, pause, time.Time{})
+	w, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,15 +110,15 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	poll(t, w, AdmitProbe)
 
 	// One deferred retry out at a time.
-	w2, err := g.enter(retry2, 0, time.Time{})
+	w2, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w2.Leave()
 	clk.advance(time.Second)
-	// The probe's call has no deadline: its slot expires probeGapMax after
+	// The probe's call has no deadline: its slot expires tune.ProbeGapMax after
 	// it went, unless it reports (the settling rule).
-	if next := poll(t, w2, AdmitNone); !next.Equal(t0.Add(260*time.Millisecond + probeGapMax)) {
+	if next := poll(t, w2, AdmitNone); !next.Equal(t0.Add(260*time.Millisecond + tune.ProbeGapMax)) {
 		t.Fatalf("with a probe out, next = %v, want when the probe's slot expires", next.Sub(t0))
 	}
 	// The probe failed: the quiet time doubles (400ms).
@@ -136,9 +137,9 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ws []*waiter
+	var ws []*Waiter
 	for range 4 {
-		w, err := g.enter(retry2, time.Second, time.Time{})
+		w, err := g.Enter(retry2, time.Second, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,17 +150,17 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 			w.Leave()
 		}
 	}()
-	// An outage: outageStreak failures in a row. Each doubles the probe
-	// gap from the pause (1s), up to quietGapMax.
+	// An outage: tune.OutageStreak failures in a row. Each doubles the probe
+	// gap from the pause (1s), up to tune.QuietGapMax.
 	downServer(g)
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	if g.Allow(retry2) {
 		t.Fatal("Allow admitted a retry while calls wait during an outage")
 	}
 	// At their pause and a tenth, the gate holds the waits (the hold and hopeless rules).
-	gap := min(time.Second<<outageStreak, quietGapMax)
+	gap := min(time.Second<<tune.OutageStreak, tune.QuietGapMax)
 	clk.advance(1100 * time.Millisecond)
 	for _, w := range ws {
 		if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(gap)) {
@@ -176,13 +177,13 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 		t.Fatal("the outage did not end with a success")
 	}
 	poll(t, ws[1], AdmitRelease)
-	perCredit := time.Duration(math.Ceil(float64(time.Second) / releasePerSecond))
+	perCredit := time.Duration(math.Ceil(float64(time.Second) / tune.ReleasePerSecond))
 	if next := poll(t, ws[2], AdmitNone); !next.Equal(clk.Now().Add(perCredit)) {
 		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), perCredit)
 	}
 	// Successes add gain (doubled by the probe's success): half a credit
 	// from them, half from time.
-	n := int(math.Ceil(0.5 / (2 * releaseGainStart)))
+	n := int(math.Ceil(0.5 / (2 * tune.ReleaseGainStart)))
 	for range n {
 		g.Record(Attempt{Number: 1, Outcome: Success})
 	}
@@ -203,7 +204,7 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	}
 }
 
-// TestGateRandomFailuresKeepCredits: fewer than outageStreak failures in a
+// TestGateRandomFailuresKeepCredits: fewer than tune.OutageStreak failures in a
 // row are a serving server's random failures: the credits stay, and Allow
 // keeps asking the budget.
 func TestGateRandomFailuresKeepCredits(t *testing.T) {
@@ -212,7 +213,7 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	g := newGate(t, sb, DeferSettings{}, clk)
 	// A call waits (a long pause: it is not asked again here), from after
 	// an outage with half a credit.
-	w, err := g.enter(retry2, time.Minute, time.Time{})
+	w, err := g.Enter(retry2, time.Minute, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	g.st.phase, g.st.pace.credits, g.st.pace.creditAt = phaseRecovering, 0.5, t0
 	g.mu.Unlock()
 	clk.advance(time.Second / 4)
-	for range outageStreak - 1 {
+	for range tune.OutageStreak - 1 {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	sb.open.Store(true)
@@ -234,38 +235,38 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	g.st.pace.accrue(clk.Now(), 0)
 	credits := g.st.pace.credits
 	g.mu.Unlock()
-	if want := 0.5 + releasePerSecond/4 + releaseGainStart; math.Abs(credits-want) > 1e-9 {
+	if want := 0.5 + tune.ReleasePerSecond/4 + tune.ReleaseGainStart; math.Abs(credits-want) > 1e-9 {
 		t.Fatalf("credits %v, want %v", credits, want)
 	}
 }
 
 // TestGateLastChance: a waiting retry that the quiet time would hold past
-// its call's deadline goes as its last chance, lastChanceLead before it;
+// its call's deadline goes as its last chance, tune.LastChanceLead before it;
 // the last attempt of a call with a deadline never goes as a probe.
 func TestGateLastChance(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
 	downServer(g)
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	deadline := t0.Add(time.Second)
 	last := Request{Number: 5, Last: true}
-	w, err := g.enter(last, 100*time.Millisecond, deadline)
+	w, err := g.Enter(last, 100*time.Millisecond, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
 	clk.advance(110 * time.Millisecond)
-	if next := poll(t, w, AdmitNone); !next.Equal(deadline.Add(-lastChanceLead)) {
-		t.Fatalf("next = %v, want the last chance at %v", next.Sub(t0), (time.Second - lastChanceLead))
+	if next := poll(t, w, AdmitNone); !next.Equal(deadline.Add(-tune.LastChanceLead)) {
+		t.Fatalf("next = %v, want the last chance at %v", next.Sub(t0), (time.Second - tune.LastChanceLead))
 	}
-	clk.advance(time.Second - lastChanceLead - 110*time.Millisecond)
+	clk.advance(time.Second - tune.LastChanceLead - 110*time.Millisecond)
 	poll(t, w, AdmitLast)
 	// It failed: the next last chance waits the doubled gap (200ms) after
 	// it, whatever the deadline.
 	g.Record(Attempt{Number: 5, Outcome: Failure, Admission: AdmitLast})
-	w2, err := g.enter(last, 0, clk.Now().Add(lastChanceLead))
+	w2, err := g.Enter(last, 0, clk.Now().Add(tune.LastChanceLead))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func TestGateLastChance(t *testing.T) {
 	}
 	// Without a deadline, a last attempt has no last chance: it probes
 	// like any other.
-	w3, err := g.enter(last, 0, time.Time{})
+	w3, err := g.Enter(last, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,10 +291,10 @@ func TestGateAsksTheBudgetFirst(t *testing.T) {
 	clk := &manualClock{now: t0}
 	sb := &switchBudget{}
 	g := downServer(newGate(t, sb, DeferSettings{}, clk))
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	w, err := g.enter(retry2, 10*time.Millisecond, time.Time{})
+	w, err := g.Enter(retry2, 10*time.Millisecond, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,14 +308,14 @@ func TestGateAsksTheBudgetFirst(t *testing.T) {
 func TestGateBoundsTheWaiting(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{MaxWaiting: 2}, clk)
-	a, _ := g.enter(retry2, 0, time.Time{})
-	b, _ := g.enter(retry2, 0, time.Time{})
-	if _, err := g.enter(retry2, 0, time.Time{}); !errors.Is(err, ErrTooManyWaiting) {
+	a, _ := g.Enter(retry2, 0, time.Time{})
+	b, _ := g.Enter(retry2, 0, time.Time{})
+	if _, err := g.Enter(retry2, 0, time.Time{}); !errors.Is(err, ErrTooManyWaiting) {
 		t.Fatalf("third Enter: %v, want ErrTooManyWaiting", err)
 	}
 	a.Leave()
 	a.Leave() // twice is harmless
-	c, err := g.enter(retry2, 0, time.Time{})
+	c, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatalf("Enter after a Leave: %v", err)
 	}
@@ -380,21 +381,21 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := g.enter(retry2, time.Second, time.Time{})
+	w, err := g.Enter(retry2, time.Second, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
 	downServer(g)
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	// Held in the outage (the hold and hopeless rules), its probe not due yet.
 	clk.advance(1100 * time.Millisecond)
 	poll(t, w, AdmitNone)
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	have := drawn + releaseGainStart
-	want := clk.Now().Add(time.Duration(math.Ceil((1 - have) / releasePerSecond * float64(time.Second))))
+	have := drawn + tune.ReleaseGainStart
+	want := clk.Now().Add(time.Duration(math.Ceil((1 - have) / tune.ReleasePerSecond * float64(time.Second))))
 	if next := poll(t, w, AdmitNone); !next.Equal(want) {
 		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), want.Sub(clk.Now()))
 	}
@@ -410,12 +411,12 @@ func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
 	g.Record(Attempt{Number: 2, Outcome: Failure}) // a retry told it something
 	const pause = 100 * time.Millisecond
-	w, err := g.enter(Request{Number: 3, Last: true}, pause, t0.Add(time.Second))
+	w, err := g.Enter(Request{Number: 3, Last: true}, pause, t0.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
-	other, err := g.enter(retry2, pause, time.Time{})
+	other, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,12 +454,12 @@ func TestGateHold(t *testing.T) {
 	g.Record(Attempt{Number: 2, Outcome: Failure})
 	g.Record(Attempt{Number: 2, Outcome: Failure})
 	const pause = 100 * time.Millisecond
-	a, err := g.enter(retry2, pause, time.Time{})
+	a, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Leave()
-	b, err := g.enter(retry2, pause, time.Time{})
+	b, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +475,7 @@ func TestGateHold(t *testing.T) {
 	}
 	// An overload holds the waits.
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe, Overload: true})
-	c, err := g.enter(retry2, pause, time.Time{})
+	c, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +495,7 @@ func TestGateHold(t *testing.T) {
 func TestGateEndsHopelessWaits(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	if !g.outageNow.Load() {
@@ -504,13 +505,13 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	deadline := t0.Add(time.Second)
 	// Attempts of its method take 400ms: its wait ends at 600ms.
 	// Both are their calls' last attempts, which do not probe (the probe rule).
-	slow, err := g.enter(Request{Number: 2, Last: true, Took: 400 * time.Millisecond}, pause, deadline)
+	slow, err := g.Enter(Request{Number: 2, Last: true, Took: 400 * time.Millisecond}, pause, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer slow.Leave()
 	// Nothing known: held to its last chance.
-	unknown, err := g.enter(Request{Number: 2, Last: true}, pause, deadline)
+	unknown, err := g.Enter(Request{Number: 2, Last: true}, pause, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,8 +537,8 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 		t.Fatalf("400ms left, a deferred retry took 500ms: Err %v, want ErrWaitEnded", unknown.Err())
 	}
 	// Five seconds later that evidence is stale.
-	clk.advance(overloadHold)
-	late, err := g.enter(Request{Number: 2, Last: true}, pause, clk.Now().Add(300*time.Millisecond))
+	clk.advance(tune.OverloadHold)
+	late, err := g.Enter(Request{Number: 2, Last: true}, pause, clk.Now().Add(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

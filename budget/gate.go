@@ -322,7 +322,7 @@ func (g *Gate) heals() bool {
 func (g *Gate) Record(a Attempt) {
 	g.b.Record(a)
 	if !g.first.Load() && g.first.CompareAndSwap(false, true) {
-		// Failures that make an outage must follow healthyGap without
+		// Failures that make an outage must follow tune.HealthyGap without
 		// failures, from the first attempt on (the outage rule).
 		now := g.now()
 		g.mu.Lock()

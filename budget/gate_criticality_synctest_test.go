@@ -52,7 +52,7 @@ func TestGateEvictionEndsTheWaitAtOnce(t *testing.T) {
 		}()
 		synctest.Wait()
 		start := time.Now()
-		w, err := g.enter(retryAt(crit), time.Second, time.Time{})
+		w, err := g.Enter(retryAt(crit), time.Second, time.Time{})
 		if err != nil {
 			t.Fatalf("CRITICAL into a full gate: %v", err)
 		}

@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"sync"
 	"testing"
 	"time"
@@ -44,17 +45,17 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &manualClock{now: t0}
 			g := newGate(t, &switchBudget{}, DeferSettings{MaxWaiting: len(tt.waiting)}, clk)
-			ws := make([]*waiter, len(tt.waiting))
+			ws := make([]*Waiter, len(tt.waiting))
 			for i, l := range tt.waiting {
-				w, err := g.enter(retryAt(l), time.Second, time.Time{})
+				w, err := g.Enter(retryAt(l), time.Second, time.Time{})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer w.Leave()
 				ws[i] = w
 			}
-			changed := g.changes()
-			w, err := g.enter(retryAt(tt.arrival), time.Second, time.Time{})
+			changed := g.Changed()
+			w, err := g.Enter(retryAt(tt.arrival), time.Second, time.Time{})
 			if tt.evicted < 0 {
 				if !errors.Is(err, ErrTooManyWaiting) || errors.Is(err, ErrEvicted) {
 					t.Fatalf("Enter = %v, want ErrTooManyWaiting", err)
@@ -120,22 +121,22 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 		{"release, same level keeps it", phaseRecovering, t0, []entry{{level: crit}, {level: crit}}, 1, 1, AdmitRelease},
 		{"probe to CRITICAL", phaseOutage, t0, []entry{{level: shedP}, {level: crit}}, 0, 1, AdmitProbe},
 		{"release, CRITICAL's pause not over", phaseRecovering, t0, []entry{{level: shedP}, {level: crit, pause: time.Second}}, 0, 0, AdmitRelease},
-		{"last chance to CRITICAL", phaseOutage, deadline.Add(-lastChanceLead), []entry{
+		{"last chance to CRITICAL", phaseOutage, deadline.Add(-tune.LastChanceLead), []entry{
 			{level: shedP, last: true, deadline: deadline}, {level: crit, last: true, deadline: deadline}}, 0, 1, AdmitLast},
-		{"last chance, CRITICAL's not due", phaseOutage, deadline.Add(-lastChanceLead), []entry{
+		{"last chance, CRITICAL's not due", phaseOutage, deadline.Add(-tune.LastChanceLead), []entry{
 			{level: shedP, last: true, deadline: deadline}, {level: crit, last: true, deadline: deadline.Add(time.Second)}}, 0, 0, AdmitLast},
-		{"probe over a last chance", phaseOutage, deadline.Add(-lastChanceLead), []entry{
+		{"probe over a last chance", phaseOutage, deadline.Add(-tune.LastChanceLead), []entry{
 			{level: shedP, last: true, deadline: deadline}, {level: critP}}, 0, 1, AdmitProbe},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &manualClock{now: t0}
 			g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-			ws := make([]*waiter, len(tt.waiting))
+			ws := make([]*Waiter, len(tt.waiting))
 			for i, e := range tt.waiting {
 				r := retryAt(e.level)
 				r.Last = e.last
-				w, err := g.enter(r, e.pause, e.deadline)
+				w, err := g.Enter(r, e.pause, e.deadline)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -180,12 +181,12 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 func TestGateTakesBackAnUntakenHandOff(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	low, _ := g.enter(retryAt(shedP), 0, time.Time{})
+	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
 	defer low.Leave()
-	high, _ := g.enter(retryAt(critP), 0, time.Time{})
+	high, _ := g.Enter(retryAt(critP), 0, time.Time{})
 	poll(t, low, AdmitNone) // handed to high
 	high.Leave()            // which never polls
 	if st := g.State(); st.DeferAdmitted != 0 {
@@ -209,15 +210,15 @@ func (g *refusingGuard) AllowRetry() (bool, time.Time, func()) {
 func TestGateHandOffAsksTheGuard(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	low, _ := g.enter(retryAt(shedP), 0, time.Time{})
+	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
 	defer low.Leave()
 	guard := &refusingGuard{}
 	r := retryAt(critP)
 	r.Guard = guard
-	high, _ := g.enter(r, 0, time.Time{})
+	high, _ := g.Enter(r, 0, time.Time{})
 	defer high.Leave()
 	poll(t, low, AdmitProbe)
 	if guard.asked != 1 {
@@ -283,10 +284,10 @@ func outageProbed(t *testing.T, s DeferSettings) *Gate {
 		t.Fatal(err)
 	}
 	downServer(g)
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	w, _ := g.enter(retry2, 0, time.Time{})
+	w, _ := g.Enter(retry2, 0, time.Time{})
 	if a, _ := w.Poll(); a != AdmitProbe {
 		t.Fatalf("first Poll = %v, want a probe", a)
 	}
@@ -304,7 +305,7 @@ func outageProbed(t *testing.T, s DeferSettings) *Gate {
 // "CRITICAL: Wait = probe").
 func TestGateEnterHeldBeforePoll(t *testing.T) {
 	g := outageProbed(t, DeferSettings{})
-	w, err := g.enter(retryAt(crit), 0, time.Time{})
+	w, err := g.Enter(retryAt(crit), 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,13 +326,13 @@ func TestGateRefundsAnUntakenPaidHandOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := downServer(newGate(t, tb, DeferSettings{}, clk))
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	before := tb.State().Level
-	low, _ := g.enter(retryAt(shedP), 0, time.Time{})
+	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
 	defer low.Leave()
-	high, _ := g.enter(retryAt(critP), 0, time.Time{})
+	high, _ := g.Enter(retryAt(critP), 0, time.Time{})
 	poll(t, low, AdmitNone) // handed to high, paid by the bucket
 	if got := tb.State().Level; got != before-DefaultSettings().TokenBucket.RetryCost {
 		t.Fatalf("tokens %v after the paid hand-off, want %v", got, before-DefaultSettings().TokenBucket.RetryCost)
@@ -363,15 +364,15 @@ func (g *probeGuard) ReturnRetry() { g.out--; g.returned++ }
 func TestGateReturnsTheGuardOfAnUntakenHandOff(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	low, _ := g.enter(retryAt(shedP), 0, time.Time{})
+	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
 	defer low.Leave()
 	guard := &probeGuard{}
 	r := retryAt(critP)
 	r.Guard = guard
-	high, _ := g.enter(r, 0, time.Time{})
+	high, _ := g.Enter(r, 0, time.Time{})
 	poll(t, low, AdmitNone) // handed to high, whose guard let it go
 	if guard.out != 1 {
 		t.Fatalf("the guard's slot: %d out after the hand-off, want 1", guard.out)
@@ -381,7 +382,7 @@ func TestGateReturnsTheGuardOfAnUntakenHandOff(t *testing.T) {
 		t.Errorf("after the hand-off was given back: %d out, %d returned; want 0 and 1", guard.out, guard.returned)
 	}
 	// A waiter that took its admission keeps the slot: its retry is sent.
-	again, _ := g.enter(r, 0, time.Time{})
+	again, _ := g.Enter(r, 0, time.Time{})
 	defer again.Leave()
 	clk.advance(time.Minute)
 	if a, _ := again.Poll(); a == AdmitNone {
@@ -428,7 +429,7 @@ func (g *lockedProbeGuard) done() {
 func TestGateGuardSlotSettledUnderConcurrency(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	guard := &lockedProbeGuard{}
@@ -441,7 +442,7 @@ func TestGateGuardSlotSettledUnderConcurrency(t *testing.T) {
 			for j := range 300 {
 				r := retryAt(levels[(i+j)%len(levels)])
 				r.Guard = guard
-				w, err := g.enter(r, 0, time.Time{})
+				w, err := g.Enter(r, 0, time.Time{})
 				if err != nil {
 					continue
 				}

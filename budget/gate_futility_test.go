@@ -2,6 +2,7 @@ package budget
 
 import (
 	"errors"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"testing"
 	"time"
 )
@@ -20,28 +21,28 @@ func failures(g *Gate, n int) {
 func TestGateFutility(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	draw := 0.5 // at or past futileHold: the draw does not keep a retry
+	draw := 0.5 // at or past tune.FutileHold: the draw does not keep a retry
 	g.rand = func() float64 { return draw }
 	g.st.rand = g.rand
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	const deadline = 2 * time.Second
-	early, err := g.enter(retry2, 0, clk.Now().Add(deadline))
+	early, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer early.Leave()
 	// Within the calls' deadlines, retries wait.
 	clk.advance(deadline - time.Millisecond)
-	w, err := g.enter(retry2, 0, clk.Now().Add(deadline))
+	w, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
 	if err != nil {
 		t.Fatalf("%v into the outage: enter = %v, want a wait", deadline-time.Millisecond, err)
 	}
 	w.Leave()
 	// Past them, a retry fails at once while another waits.
 	clk.advance(time.Millisecond)
-	if _, err := g.enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("%v into the outage, one waiting: enter = %v, want ErrOutageLasting", deadline, err)
 	}
 	// The early wait keeps its chance: here, the probe.
@@ -49,23 +50,23 @@ func TestGateFutility(t *testing.T) {
 		t.Fatalf("the early wait: Poll = %v, Err %v; want the probe", a, early.Err())
 	}
 	early.Leave()
-	// Alone, a retry waits, once futileEvery failures were recorded since
+	// Alone, a retry waits, once tune.FutileEvery failures were recorded since
 	// a deferred retry failed: it is the probe.
-	if _, err := g.enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("alone, too soon after the last probe: enter = %v, want ErrOutageLasting", err)
 	}
-	failures(g, futileEvery)
-	probe, err := g.enter(retry2, 0, clk.Now().Add(deadline))
+	failures(g, tune.FutileEvery)
+	probe, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
 	if err != nil {
 		t.Fatalf("alone: enter = %v, want a wait", err)
 	}
 	defer probe.Leave()
-	if _, err := g.enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("beside the probe: enter = %v, want ErrOutageLasting", err)
 	}
-	// A draw under futileHold keeps a retry waiting beside it.
-	draw = futileHold / 2
-	kept, err := g.enter(retry2, 0, clk.Now().Add(deadline))
+	// A draw under tune.FutileHold keeps a retry waiting beside it.
+	draw = tune.FutileHold / 2
+	kept, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
 	if err != nil {
 		t.Fatalf("a draw of %v: enter = %v, want a wait", draw, err)
 	}
@@ -73,7 +74,7 @@ func TestGateFutility(t *testing.T) {
 	draw = 0.5
 	// A success (a new call's first attempt) ends the outage and the rule.
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	w2, err := g.enter(retry2, 0, clk.Now().Add(deadline))
+	w2, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
 	if err != nil {
 		t.Fatalf("after a success: enter = %v, want a wait", err)
 	}
@@ -90,35 +91,35 @@ func TestGateFutilityWithoutDeadlines(t *testing.T) {
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: time.Second}, clk))
 	g.rand = func() float64 { return 0.5 } // the draw keeps no retry
 	g.st.rand = g.rand
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	w, err := g.enter(retry2, 0, time.Time{})
+	w, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
 	clk.advance(time.Second)
-	if _, err := g.enter(retry2, 0, time.Time{}); !errors.Is(err, ErrOutageLasting) {
+	if _, err := g.Enter(retry2, 0, time.Time{}); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("MaxWait into the outage: enter = %v, want ErrOutageLasting", err)
 	}
 }
 
 // The release rule's back pace: the calls held through an outage go back
-// no faster than backShare times the pace at which their retries began to
+// no faster than tune.BackShare times the pace at which their retries began to
 // wait, however their spread draws fall.
 func TestGateBackPace(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
 	g.rand = func() float64 { return 0 } // every spread at its earliest
 	g.st.rand = g.rand
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	// 40 retries begin to wait over 2 s (20 a second), deadlines 10 s on.
-	var ws []*waiter
+	var ws []*Waiter
 	for range 40 {
-		w, err := g.enter(retry2, 10*time.Millisecond, clk.Now().Add(10*time.Second))
+		w, err := g.Enter(retry2, 10*time.Millisecond, clk.Now().Add(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +151,7 @@ func TestGateBackPace(t *testing.T) {
 	if len(went) < 10 {
 		t.Fatalf("%d went back in 5 s, want most of 40", len(went))
 	}
-	// In any second, at most backShare of the 20 a second they came at,
+	// In any second, at most tune.BackShare of the 20 a second they came at,
 	// and one more for the release credits that accrue at a credit a
 	// second (the probe's success brought none here).
 	for i := range went {
@@ -160,15 +161,15 @@ func TestGateBackPace(t *testing.T) {
 				n++
 			}
 		}
-		if limit := int(backShare*20) + 2; n > limit {
-			t.Fatalf("%d went back within a second of %v, want %d at most (backShare of the pace they came at, and credits)", n, went[i], limit)
+		if limit := int(tune.BackShare*20) + 2; n > limit {
+			t.Fatalf("%d went back within a second of %v, want %d at most (tune.BackShare of the pace they came at, and credits)", n, went[i], limit)
 		}
 	}
 }
 
 // The back pace follows the recovered server: released retries answered
 // about as fast as its fastest since it came back speed it up, slower or
-// failed ones slow it down, up to maxBackEvery.
+// failed ones slow it down, up to tune.MaxBackEvery.
 func TestReleasePaceAnswered(t *testing.T) {
 	p := releasePace{backEvery: 100 * time.Millisecond}
 	for _, tc := range []struct {
@@ -177,7 +178,7 @@ func TestReleasePaceAnswered(t *testing.T) {
 		want time.Duration
 	}{
 		{20 * time.Millisecond, true, 50 * time.Millisecond},   // the fastest yet: room
-		{24 * time.Millisecond, true, 25 * time.Millisecond},   // within backSlower of it
+		{24 * time.Millisecond, true, 25 * time.Millisecond},   // within tune.BackSlower of it
 		{60 * time.Millisecond, true, 50 * time.Millisecond},   // queued: slower
 		{20 * time.Millisecond, false, 100 * time.Millisecond}, // failed
 		{0, true, 50 * time.Millisecond},                       // answered at once
@@ -190,8 +191,8 @@ func TestReleasePaceAnswered(t *testing.T) {
 	for range 20 {
 		p.answered(time.Second, true)
 	}
-	if p.backEvery != maxBackEvery {
-		t.Fatalf("after slow answers: every %v, want at most %v", p.backEvery, maxBackEvery)
+	if p.backEvery != tune.MaxBackEvery {
+		t.Fatalf("after slow answers: every %v, want at most %v", p.backEvery, tune.MaxBackEvery)
 	}
 	// Unpaced (a process that held few) stays unpaced.
 	q := releasePace{}

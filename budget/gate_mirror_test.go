@@ -1,6 +1,7 @@
 package budget
 
 import (
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"testing"
 	"time"
 )
@@ -15,7 +16,7 @@ func TestGateAllowAfterOutageEndsWhileNobodyWaits(t *testing.T) {
 	open := &switchBudget{}
 	open.open.Store(true)
 	g := downServer(newGate(t, open, DeferSettings{}, clk))
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	if g.Allow(retry2) {

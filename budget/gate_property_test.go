@@ -87,7 +87,7 @@ type propCall struct {
 	// at is when its next attempt ends (attempting) or its wait next
 	// asks (w != nil); done when it ended.
 	at        time.Time
-	w         *waiter
+	w         *Waiter
 	adm       Admission
 	sent      time.Time
 	done      bool
@@ -273,7 +273,7 @@ func (h *history) step(now time.Time, c *propCall) {
 		return
 	}
 	deadline := c.deadline
-	w, err := h.g.enter(r, h.pause, deadline)
+	w, err := h.g.Enter(r, h.pause, deadline)
 	if err != nil {
 		h.end(now, c, false)
 		return

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func TestRealTimeGateLeaveRacesEviction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := g.enter(retryAt(criticality.Sheddable), time.Hour, time.Time{})
+		w, err := g.Enter(retryAt(criticality.Sheddable), time.Hour, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +40,7 @@ func TestRealTimeGateLeaveRacesEviction(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			if v, err := g.enter(retryAt(criticality.Critical), time.Hour, time.Time{}); err == nil {
+			if v, err := g.Enter(retryAt(criticality.Critical), time.Hour, time.Time{}); err == nil {
 				v.Leave()
 			}
 		}()
@@ -94,13 +95,13 @@ func TestRealTimeGateWaitersGiveUpUnderEviction(t *testing.T) {
 func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	admitProbe := func() *waiter {
+	admitProbe := func() *Waiter {
 		t.Helper()
-		failures(g, futileEvery) // the futility rule lets the lone waiter wait
-		w, err := g.enter(retry2, 0, time.Time{})
+		failures(g, tune.FutileEvery) // the futility rule lets the lone waiter wait
+		w, err := g.Enter(retry2, 0, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,21 +122,21 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	firstLeft := clk.Now()
 	first.Leave()
 	// The first probe's call has no deadline: its slot expires
-	// probeGapMax after it went, and a second probe goes.
-	clk.advance(probeGapMax)
+	// tune.ProbeGapMax after it went, and a second probe goes.
+	clk.advance(tune.ProbeGapMax)
 	second := admitProbe()
 	second.Leave()
 	secondLeft := clk.Now()
 	// The first probe reports now, late: it left before the second.
 	clk.advance(time.Second)
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe, Took: clk.Now().Sub(firstLeft)})
-	failures(g, futileEvery)
-	w, err := g.enter(retry2, 0, time.Time{})
+	failures(g, tune.FutileEvery)
+	w, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Leave()
-	for clk.Now().Before(secondLeft.Add(probeGapMax)) {
+	for clk.Now().Before(secondLeft.Add(tune.ProbeGapMax)) {
 		a, next := w.Poll()
 		if a != AdmitNone {
 			t.Fatalf("at %v, with the second probe out: Poll = %v, want none", clk.Now().Sub(secondLeft), a)

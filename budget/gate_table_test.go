@@ -1,23 +1,24 @@
 package budget
 
 import (
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"reflect"
 	"testing"
 	"time"
 )
 
-// downState is a gateState at t0 whose server served for healthyGap and
+// downState is a gateState at t0 whose server served for tune.HealthyGap and
 // whose latest calls that retried were none healed: failures in a row
 // make an outage (the outage and overload rules).
 func downState() gateState {
 	s := newGateState(t0, func() float64 { return 0.5 })
-	s.ev.healN, s.ev.seen, s.ev.lastFail = healWindow, true, t0.Add(-healthyGap)
+	s.ev.healN, s.ev.seen, s.ev.lastFail = tune.HealWindow, true, t0.Add(-tune.HealthyGap)
 	return s
 }
 
 // stateIn returns a gateState in phase p at t0, as the Gate's own
 // transitions leave it: failing after one failure, an outage after
-// outageStreak, recovering after an outage and a success.
+// tune.OutageStreak, recovering after an outage and a success.
 func stateIn(p phase) gateState {
 	s := newGateState(t0, func() float64 { return 0.5 })
 	if p != phaseQuiet {
@@ -28,11 +29,11 @@ func stateIn(p phase) gateState {
 	case phaseFailing:
 		s.observe(t0, fail)
 	case phaseOutage:
-		for range outageStreak {
+		for range tune.OutageStreak {
 			s.observe(t0, fail)
 		}
 	case phaseRecovering:
-		for range outageStreak {
+		for range tune.OutageStreak {
 			s.observe(t0, fail)
 		}
 		s.observe(t0, Attempt{Number: 1, Outcome: Success})
@@ -86,19 +87,19 @@ func TestGateTransitions(t *testing.T) {
 // credits, what a success after one gives, what forget keeps.
 func TestGateTransitionEffects(t *testing.T) {
 	s := stateIn(phaseOutage)
-	if s.pace.credits != 0 || s.streak != outageStreak {
+	if s.pace.credits != 0 || s.streak != tune.OutageStreak {
 		t.Fatalf("outage: credits %v, streak %d", s.pace.credits, s.streak)
 	}
 	// A first attempt that finds the server back: a credit drawn at random.
 	s.observe(t0, Attempt{Number: 1, Outcome: Success})
-	if s.pace.credits != 0.5+releaseGainStart {
+	if s.pace.credits != 0.5+tune.ReleaseGainStart {
 		t.Fatalf("after an outage, credits %v, want the draw plus one success's gain", s.pace.credits)
 	}
 	// A deferred retry that finds it back: a whole credit at once.
 	s = stateIn(phaseOutage)
 	s.slot.out = 1
 	s.observe(t0, Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
-	if s.pace.credits != 1 || s.slot.out != 0 || s.pace.gain != 2*releaseGainStart {
+	if s.pace.credits != 1 || s.slot.out != 0 || s.pace.gain != 2*tune.ReleaseGainStart {
 		t.Fatalf("probe found the server back: credits %v, probes out %d, gain %v", s.pace.credits, s.slot.out, s.pace.gain)
 	}
 	// forget after an outage also draws the first credit.
@@ -111,7 +112,7 @@ func TestGateTransitionEffects(t *testing.T) {
 
 // waiting is the view of a retry that began to wait at t0 with pause.
 func waiting(pause time.Duration, deadline time.Time, last bool) waiterView {
-	return waiterView{pause: pause, deadline: deadline, last: last, holdAt: t0.Add(pause + time.Duration(holdSlack*float64(pause)))}
+	return waiterView{pause: pause, deadline: deadline, last: last, holdAt: t0.Add(pause + time.Duration(tune.HoldSlack*float64(pause)))}
 }
 
 // heldThrough is the view of a retry the gate held through an outage that
@@ -178,8 +179,8 @@ func TestGateAdmissions(t *testing.T) {
 		{"recovering, half a credit: asked again at its hold time", withCredits(stateIn(phaseRecovering), 0.5), t0, waiting(pause, time.Time{}, false), AdmitNone, holdAt, false, ruleRelease},
 		{"failing, before the quiet time", stateIn(phaseFailing), t0.Add(50 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitNone, t0.Add(100 * time.Millisecond), false, ruleProbe},
 		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false, ruleProbe},
-		{"outage, last attempt waits for its last chance, held", stateIn(phaseOutage), t0.Add(time.Second), waiting(pause, deadline, true), AdmitNone, deadline.Add(-lastChanceLead), true, ruleLastChance},
-		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-lastChanceLead), waiting(pause, deadline, true), AdmitLast, time.Time{}, true, ruleLastChance},
+		{"outage, last attempt waits for its last chance, held", stateIn(phaseOutage), t0.Add(time.Second), waiting(pause, deadline, true), AdmitNone, deadline.Add(-tune.LastChanceLead), true, ruleLastChance},
+		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-tune.LastChanceLead), waiting(pause, deadline, true), AdmitLast, time.Time{}, true, ruleLastChance},
 		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiting(0, time.Time{}, false), AdmitNone, t0.Add(5 * time.Second), true, ruleSettling},
 		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), AdmitProbe, time.Time{}, true, ruleProbe},
 		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), AdmitProbe, time.Time{}, false, ruleHold},
@@ -240,20 +241,20 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	deadline := t0.Add(time.Second)
-	w, err := g.enter(retry2, 0, deadline)
+	w, err := g.Enter(retry2, 0, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
 	poll(t, w, AdmitProbe)
 	w.Leave() // and its attempt is never recorded
 
-	// Much later, the outage goes on (futileEvery failures: the futility
+	// Much later, the outage goes on (tune.FutileEvery failures: the futility
 	// rule lets the lone waiter wait); a new call's retry waits.
 	clk.advance(time.Minute)
-	for range futileEvery {
+	for range tune.FutileEvery {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	w2, err := g.enter(retry2, 0, time.Time{})
+	w2, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +292,7 @@ func TestGateHeals(t *testing.T) {
 	}
 	// Calls still retrying do not count against healing: second attempts
 	// that failed (the gate let those go) leave the share whole.
-	for range 2 * healWindow {
+	for range 2 * tune.HealWindow {
 		s.ev.learn(t0, secondFailed)
 	}
 	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
@@ -310,7 +311,7 @@ func TestGateHeals(t *testing.T) {
 	if a, _ := o.candidate(t0, &w); a == AdmitHeal {
 		t.Fatal("healed in an outage")
 	}
-	// A failure for overload stops healing for overloadHold; a slow success
+	// A failure for overload stops healing for tune.OverloadHold; a slow success
 	// does not.
 	s = flaky()
 	s.ev.learn(t0, Attempt{Number: 1, Outcome: Success, Overload: true})
@@ -319,20 +320,20 @@ func TestGateHeals(t *testing.T) {
 	}
 	s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	w1, w2 := w, w
-	if a, _ := s.candidate(t0.Add(overloadHold-time.Millisecond), &w1); a == AdmitHeal || !w1.held {
-		t.Fatalf("within overloadHold of a failure for overload: %v, held %v; want no heal, and held", a, w1.held)
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == AdmitHeal || !w1.held {
+		t.Fatalf("within tune.OverloadHold of a failure for overload: %v, held %v; want no heal, and held", a, w1.held)
 	}
-	if a, _ := s.candidate(t0.Add(overloadHold), &w2); a != AdmitHeal {
-		t.Fatalf("after overloadHold: %v, want heal", a)
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w2); a != AdmitHeal {
+		t.Fatalf("after tune.OverloadHold: %v, want heal", a)
 	}
 	// A wait held through an overload or an outage goes back paced.
-	if a, _ := s.candidate(t0.Add(overloadHold), &w1); a == AdmitHeal {
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w1); a == AdmitHeal {
 		t.Fatal("a held wait was healed")
 	}
 	// A down server: every call's final retry fails.
 	s = newGateState(t0, func() float64 { return 0.5 })
 	s.ev.seen = true
-	for range healWindow {
+	for range tune.HealWindow {
 		s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure, Final: true})
 	}
 	s.observe(t0, Attempt{Number: 1, Outcome: Failure})
@@ -386,7 +387,7 @@ func TestGateHealsBeforeCallsSay(t *testing.T) {
 }
 
 // The outage and overload rules: after a failure for overload every retry is refused for
-// overloadHold, and after a slow success a retry after a per-attempt
+// tune.OverloadHold, and after a slow success a retry after a per-attempt
 // timeout (the interceptors let the slow attempt run on).
 func TestGateRefusesRetriesUnderOverload(t *testing.T) {
 	clk := &manualClock{now: t0}
@@ -405,9 +406,9 @@ func TestGateRefusesRetriesUnderOverload(t *testing.T) {
 	if !g.Allow(hedge) {
 		t.Fatal("refused a hedge: the budget decides those")
 	}
-	clk.advance(overloadHold)
+	clk.advance(tune.OverloadHold)
 	if !g.Allow(afterTimeout) || !g.Allow(retry2) {
-		t.Fatal("still refusing retries overloadHold after the sign")
+		t.Fatal("still refusing retries tune.OverloadHold after the sign")
 	}
 	// A sign recorded on the fast path (an Other outcome) counts too.
 	g.Record(Attempt{Number: 1, Outcome: Other, Overload: true})
@@ -415,7 +416,7 @@ func TestGateRefusesRetriesUnderOverload(t *testing.T) {
 		t.Fatal("a sign of overload on the fast path was missed")
 	}
 	// A slow success refuses timeout retries only.
-	clk.advance(overloadHold)
+	clk.advance(tune.OverloadHold)
 	g.Record(Attempt{Number: 1, Outcome: Success, Overload: true})
 	if g.Allow(afterTimeout) {
 		t.Fatal("admitted a timeout retry right after a slow success")
@@ -454,9 +455,9 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 			s.ev.seen = false
 			return s
 		}, phaseFailing},
-		{"a failure within healthyGap before", func() gateState {
+		{"a failure within tune.HealthyGap before", func() gateState {
 			s := downState()
-			s.ev.lastFail = t0.Add(-healthyGap + time.Millisecond)
+			s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
 			s.ev.ended(1)
 			return s
 		}, phaseFailing},
@@ -472,9 +473,9 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 			s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure})
 			return s
 		}, phaseOutage},
-		{"a failure within healthyGap, overloaded", func() gateState {
+		{"a failure within tune.HealthyGap, overloaded", func() gateState {
 			s := downState()
-			s.ev.lastFail = t0.Add(-healthyGap + time.Millisecond)
+			s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
 			s.ev.ended(1)
 			s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 			return s
@@ -482,7 +483,7 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s := tt.s()
-		for range outageStreak {
+		for range tune.OutageStreak {
 			s.observe(t0, fail)
 		}
 		if s.phase != tt.want {
@@ -494,18 +495,18 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 // A server that failed a share of its attempts all along (runs of one
 // or two failures that successes ended) and then fails every attempt,
 // retries included, is in an outage once the streak is beyond what its
-// flakiness makes: twice its longest recent run, plus outageStreak (the
+// flakiness makes: twice its longest recent run, plus tune.OutageStreak (the
 // outage rule), whatever the calls before it said of healing. A flaky
 // server that went down got every call's every retry for its whole outage.
 func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 	s := downState()
-	s.ev.lastFail = t0.Add(-healthyGap + time.Millisecond)
+	s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
 	s.ev.ended(1)
 	s.ev.ended(2)
 	s.ev.healBits = 0xff // the calls before said retries heal
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
 	s.observe(t0, Attempt{Number: 3, Outcome: Failure})
-	want := int(2*s.ev.runs) + outageStreak
+	want := int(2*s.ev.runs) + tune.OutageStreak
 	for i := 3; i <= want; i++ {
 		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
 		if got := s.phase == phaseOutage; got != (i >= want) {

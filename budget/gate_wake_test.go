@@ -4,6 +4,7 @@ package budget
 
 import (
 	"context"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -13,7 +14,7 @@ import (
 // waitingInOutage starts n retries waiting in g, in an outage, on
 // goroutines that end when ctx does.
 func waitingInOutage(t testing.TB, g *Gate, n int, ctx context.Context, wg *sync.WaitGroup) {
-	for range outageStreak {
+	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	if !g.outageNow.Load() {

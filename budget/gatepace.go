@@ -2,6 +2,7 @@ package budget
 
 import (
 	"github.com/stagger-go/stagger/internal/clock"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 
 	"math"
 	"time"
@@ -33,7 +34,7 @@ type releasePace struct {
 }
 
 func newReleasePace(now time.Time) releasePace {
-	return releasePace{gain: releaseGainStart, creditAt: now}
+	return releasePace{gain: tune.ReleaseGainStart, creditAt: now}
 }
 
 // at is the credits at now: those kept, plus what accrued since creditAt,
@@ -41,7 +42,7 @@ func newReleasePace(now time.Time) releasePace {
 func (p *releasePace) at(now time.Time) float64 {
 	c := p.credits
 	if d := now.Sub(p.creditAt); d > 0 {
-		c += releasePerSecond * d.Seconds()
+		c += tune.ReleasePerSecond * d.Seconds()
 	}
 	return math.Min(c, 1)
 }
@@ -50,7 +51,7 @@ func (p *releasePace) at(now time.Time) float64 {
 // kept.
 func (p *releasePace) accrue(now time.Time, extra float64) {
 	if d := now.Sub(p.creditAt); d > 0 {
-		p.credits += releasePerSecond * d.Seconds()
+		p.credits += tune.ReleasePerSecond * d.Seconds()
 	}
 	p.creditAt = now
 	p.credits = math.Min(p.credits+extra, 1)
@@ -62,17 +63,17 @@ func (p *releasePace) restart(now time.Time, first float64) {
 	p.credits, p.creditAt = first, now
 }
 
-// grow doubles the gain, up to releaseGainMax: a deferred retry succeeded.
-func (p *releasePace) grow() { p.gain = math.Min(2*p.gain, releaseGainMax) }
+// grow doubles the gain, up to tune.ReleaseGainMax: a deferred retry succeeded.
+func (p *releasePace) grow() { p.gain = math.Min(2*p.gain, tune.ReleaseGainMax) }
 
-// shrink halves the gain, not below releaseGainStart: a released or paid
+// shrink halves the gain, not below tune.ReleaseGainStart: a released or paid
 // retry failed.
-func (p *releasePace) shrink() { p.gain = math.Max(p.gain/2, releaseGainStart) }
+func (p *releasePace) shrink() { p.gain = math.Max(p.gain/2, tune.ReleaseGainStart) }
 
 // wait is how long until the credits reach one, from c at now: rounded
 // up, and at least a millisecond (a wait of 0 would spin).
 func (p *releasePace) wait(c float64) time.Duration {
-	d := time.Duration(math.Ceil((1 - c) / releasePerSecond * float64(time.Second)))
+	d := time.Duration(math.Ceil((1 - c) / tune.ReleasePerSecond * float64(time.Second)))
 	return max(d, time.Millisecond)
 }
 
@@ -85,17 +86,17 @@ func (p *releasePace) enter(now time.Time) {
 }
 
 // back: an outage ended now. The calls held through it go back no faster
-// than backShare times the pace at which retries began to wait in it (the
+// than tune.BackShare times the pace at which retries began to wait in it (the
 // process's own load while the server was down), so that the server that
 // just came back meets at most that much more than its usual load; the
 // first no sooner than a share u (uniform in [0, 1)) of that pace's gap,
 // so that processes that saw the recovery together do not send their
-// first back together. A process that held fewer than backMinHeld sends
+// first back together. A process that held fewer than tune.BackMinHeld sends
 // them back by their spread alone.
 func (p *releasePace) back(now time.Time, u float64) {
 	p.backAt, p.backNext, p.backEvery, p.backMin = now, now, 0, 0
-	if d := now.Sub(p.enteredAt); p.entered >= backMinHeld && d > 0 {
-		p.backEvery = time.Duration(float64(d) / (backShare * float64(p.entered)))
+	if d := now.Sub(p.enteredAt); p.entered >= tune.BackMinHeld && d > 0 {
+		p.backEvery = time.Duration(float64(d) / (tune.BackShare * float64(p.entered)))
 		p.backNext = now.Add(time.Duration(u * float64(p.backEvery)))
 	}
 	p.entered = 0
@@ -103,7 +104,7 @@ func (p *releasePace) back(now time.Time, u float64) {
 
 // answered: a released retry ended after took (zero: at once), ok when it
 // succeeded. While the recovered server answers as fast as it did at its
-// fastest since it came back (within backSlower times), it has room: the
+// fastest since it came back (within tune.BackSlower times), it has room: the
 // back pace doubles; when it answers slower, or fails, the pace halves
 // (a server with room to spare serves the held calls at once; one that
 // queues them meets the pace).
@@ -114,11 +115,11 @@ func (p *releasePace) answered(took time.Duration, ok bool) {
 	if took > 0 && (p.backMin == 0 || took < p.backMin) {
 		p.backMin = took
 	}
-	if ok && took <= time.Duration(backSlower*float64(p.backMin)) {
+	if ok && took <= time.Duration(tune.BackSlower*float64(p.backMin)) {
 		p.backEvery /= 2
 		return
 	}
-	p.backEvery = min(2*p.backEvery, maxBackEvery)
+	p.backEvery = min(2*p.backEvery, tune.MaxBackEvery)
 }
 
 // wentBack: a call held through the outage went back now.

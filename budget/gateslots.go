@@ -1,6 +1,9 @@
 package budget
 
-import "time"
+import (
+	tune "github.com/stagger-go/stagger/internal/gatetune"
+	"time"
+)
 
 // probeSlots is the probe rule's and the last-chance rule's one slot, and
 // the gaps that space what goes through it. Its fields are owned by the
@@ -22,7 +25,7 @@ type probeSlots struct {
 	probeGap, lastGap time.Duration
 	enterPause        time.Duration
 	// since counts the failures recorded since a deferred retry through
-	// the slot last failed (the futility rule spaces them by futileEvery).
+	// the slot last failed (the futility rule spaces them by tune.FutileEvery).
 	since int
 }
 
@@ -37,9 +40,9 @@ func (p *probeSlots) take(now time.Time, w *waiterView) {
 	p.out++
 	p.at, p.pause = now, w.pause
 	if w.deadline.IsZero() {
-		p.until = now.Add(probeGapMax)
+		p.until = now.Add(tune.ProbeGapMax)
 	} else {
-		p.until = w.deadline.Add(probeLeaseSlack)
+		p.until = w.deadline.Add(tune.ProbeLeaseSlack)
 	}
 }
 
@@ -58,11 +61,11 @@ func (p *probeSlots) report(now time.Time, took time.Duration) bool {
 }
 
 // failed: a deferred retry through the slot failed now; both gaps double,
-// from its pause (or gapFloor) at least, up to probeGapMax.
+// from its pause (or tune.GapFloor) at least, up to tune.ProbeGapMax.
 func (p *probeSlots) failed(now time.Time) {
-	base := max(p.pause, gapFloor)
-	p.probeGap = min(max(2*p.probeGap, base), probeGapMax)
-	p.lastGap = min(max(2*p.lastGap, base), probeGapMax)
+	base := max(p.pause, tune.GapFloor)
+	p.probeGap = min(max(2*p.probeGap, base), tune.ProbeGapMax)
+	p.lastGap = min(max(2*p.lastGap, base), tune.ProbeGapMax)
 	p.failedAt = now
 	p.since = 0
 }
@@ -73,10 +76,10 @@ func (p *probeSlots) failed(now time.Time) {
 func (p *probeSlots) halve() { p.probeGap, p.lastGap = p.probeGap/2, p.lastGap/2 }
 
 // stretch: a new call's attempt failed; the probe gap doubles from the
-// latest waiting retry's pause, up to quietGapMax.
+// latest waiting retry's pause, up to tune.QuietGapMax.
 func (p *probeSlots) stretch() {
-	if p.probeGap < quietGapMax {
-		p.probeGap = min(max(2*p.probeGap, p.enterPause), quietGapMax)
+	if p.probeGap < tune.QuietGapMax {
+		p.probeGap = min(max(2*p.probeGap, p.enterPause), tune.QuietGapMax)
 	}
 }
 
@@ -87,5 +90,5 @@ func (p *probeSlots) enter(pause time.Duration) {
 
 // lead is how long before its deadline a last chance goes.
 func (p *probeSlots) lead() time.Duration {
-	return max(lastChanceLead, lastChanceFactor*p.took)
+	return max(tune.LastChanceLead, tune.LastChanceFactor*p.took)
 }

@@ -1,6 +1,9 @@
 package budget
 
-import "time"
+import (
+	tune "github.com/stagger-go/stagger/internal/gatetune"
+	"time"
+)
 
 // phase is where a Gate stands (see Gate). gateState's event methods
 // (observe, enter, forget) are its only transitions; gate_table_test.go
@@ -13,9 +16,9 @@ const (
 	phaseQuiet phase = iota
 	// phaseFailing: the last attempt that reached the server failed (or a
 	// retry was just refused after its attempt failed), fewer than
-	// outageStreak in a row.
+	// tune.OutageStreak in a row.
 	phaseFailing
-	// phaseOutage: outageStreak or more failures in a row, no success
+	// phaseOutage: tune.OutageStreak or more failures in a row, no success
 	// between, retries known not to heal, and the server looked healthy
 	// before them or failed for overload (the outage rule).
 	phaseOutage
@@ -67,7 +70,7 @@ func newGateState(now time.Time, rand func() float64) gateState {
 // the first credit is drawn at random, as the release rule says.
 func (s *gateState) forget(now time.Time) {
 	s.ev.ended(s.streak)
-	s.pace.gain, s.slot.probeGap, s.slot.lastGap = releaseGainStart, 0, 0
+	s.pace.gain, s.slot.probeGap, s.slot.lastGap = tune.ReleaseGainStart, 0, 0
 	s.streak, s.span = 0, 0
 	s.ev.retryFails, s.ev.seen = 0, true
 	if s.phase == phaseOutage {
@@ -108,7 +111,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			// The server is back: release slowly, from a credit drawn at
 			// random, or at once when a deferred retry found it back.
 			s.back(now)
-			s.pace.gain = releaseGainStart
+			s.pace.gain = tune.ReleaseGainStart
 			s.pace.restart(now, s.rand())
 			if probing {
 				s.pace.credits = 1
@@ -134,7 +137,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// attempts all along and is not overloaded; but a streak beyond
 		// what its flakiness makes, in which retries failed too, is an
 		// outage whatever the calls before it said.
-		if s.streak++; s.streak >= outageStreak && ((s.ev.healthy || s.ev.overloaded(now)) && s.ev.down(now) || s.ev.beyond(s.streak) && s.ev.retryFails >= healMinSamples) {
+		if s.streak++; s.streak >= tune.OutageStreak && ((s.ev.healthy || s.ev.overloaded(now)) && s.ev.down(now) || s.ev.beyond(s.streak) && s.ev.retryFails >= tune.HealMinSamples) {
 			if s.phase != phaseOutage {
 				// The outage began with the streak's first failure: the
 				// calls that failed from then on have been waiting since.
@@ -187,15 +190,15 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 }
 
 // futile reports whether a retry that begins to wait now would wait in
-// vain (the futility rule): the outage has lasted futileFactor times the
+// vain (the futility rule): the outage has lasted tune.FutileFactor times the
 // longest wait of the retries that began to wait since the server last
 // served, and no attempt has succeeded since it began.
 func (s *gateState) futile(now time.Time) bool {
-	return s.phase == phaseOutage && s.span > 0 && now.Sub(s.outageAt) >= time.Duration(futileFactor*float64(s.span))
+	return s.phase == phaseOutage && s.span > 0 && now.Sub(s.outageAt) >= time.Duration(tune.FutileFactor*float64(s.span))
 }
 
 // tooLate reports whether a retry that would begin to wait now, with
-// fewer than futileEvery failures recorded since a deferred retry last
+// fewer than tune.FutileEvery failures recorded since a deferred retry last
 // failed, or with
 // pause, for a call whose deadline is deadline (zero: none; then only the
 // count of failures makes it too late), could go neither as a probe nor as its call's last chance before
@@ -204,8 +207,8 @@ func (s *gateState) futile(now time.Time) bool {
 // but in an outage that outlived the calls' deadlines news is a success,
 // which ends the outage).
 func (s *gateState) tooLate(now time.Time, pause time.Duration, deadline time.Time, last bool) bool {
-	if s.slot.since < futileEvery {
-		// A long outage gets at most one retry for futileEvery failures.
+	if s.slot.since < tune.FutileEvery {
+		// A long outage gets at most one retry for tune.FutileEvery failures.
 		return true
 	}
 	if !s.slot.failedAt.IsZero() && now.Sub(s.slot.failedAt) < time.Duration(s.slot.since)*pause {

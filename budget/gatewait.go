@@ -2,16 +2,17 @@ package budget
 
 import (
 	"context"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"sync/atomic"
 	"time"
 )
 
-// waiter is one deferred retry, for code that cannot block (a simulator on a
-// virtual clock): Enter, then Poll whenever the gate's Changed channel
-// closes or the time Poll returned comes, until Poll admits it or Err
-// reports it evicted, and Leave once. Wait does all of it for a goroutine
-// on the real clock. A waiter belongs to one goroutine.
-type waiter struct {
+// Waiter is one deferred retry, for code that cannot block (package sim,
+// on its virtual clock): Enter, then Poll whenever the gate's Changed
+// channel closes or the time Poll returned comes, until Poll admits it or
+// Err says the wait is over, and Leave once. Wait does all of it for a
+// goroutine on the real clock. A Waiter belongs to one goroutine.
+type Waiter struct {
 	g        *Gate
 	r        Request
 	view     waiterView
@@ -23,7 +24,7 @@ type waiter struct {
 	// waiter in the gate's queue of its level while queued (it competes
 	// for admissions: not yet admitted, evicted or gone).
 	level      int
-	prev, next *waiter
+	prev, next *Waiter
 	queued     bool
 	// granted: a less critical waiter's Poll admitted this one (the criticality rule),
 	// taken once its own Poll returned it. evicted: a more critical
@@ -51,7 +52,7 @@ type waitingRoom struct {
 // victim returns the waiter a retry of the level of index level evicts
 // from a full room: the latest to enter of the least critical level below
 // it, or nil.
-func (r *waitingRoom) victim(level int) *waiter {
+func (r *waitingRoom) victim(level int) *Waiter {
 	for l := range level {
 		if v := r.queue[l].tail; v != nil {
 			return v
@@ -61,9 +62,9 @@ func (r *waitingRoom) victim(level int) *waiter {
 }
 
 // waitQueue is the waiting retries of one level, oldest first.
-type waitQueue struct{ head, tail *waiter }
+type waitQueue struct{ head, tail *Waiter }
 
-func (q *waitQueue) push(w *waiter) {
+func (q *waitQueue) push(w *Waiter) {
 	w.prev, w.next, w.queued = q.tail, nil, true
 	if q.tail != nil {
 		q.tail.next = w
@@ -73,7 +74,7 @@ func (q *waitQueue) push(w *waiter) {
 	q.tail = w
 }
 
-func (q *waitQueue) remove(w *waiter) {
+func (q *waitQueue) remove(w *Waiter) {
 	if !w.queued {
 		return
 	}
@@ -90,12 +91,12 @@ func (q *waitQueue) remove(w *waiter) {
 	w.prev, w.next, w.queued = nil, nil, false
 }
 
-// enter registers a deferred retry r that must not go sooner than pause
+// Enter registers a deferred retry r that must not go sooner than pause
 // from now, of a call whose deadline is deadline (zero: none). It fails
 // with ErrTooManyWaiting when the bound is reached and no less critical
 // retry waits (else the least critical, latest to enter, is evicted: the
 // criticality rule).
-func (g *Gate) enter(r Request, pause time.Duration, deadline time.Time) (*waiter, error) {
+func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waiter, error) {
 	now := g.now()
 	level := r.Criticality.Index()
 	g.mu.Lock()
@@ -108,7 +109,7 @@ func (g *Gate) enter(r Request, pause time.Duration, deadline time.Time) (*waite
 	// other retry fails now. The lone waiter too when neither a probe nor
 	// its last chance could go before its deadline: it would wait out
 	// its deadline only to fail.
-	if g.st.futile(now) && (g.room.n > 0 && g.rand() >= futileHold || g.room.n == 0 && g.st.tooLate(now, pause, deadline, r.Last)) {
+	if g.st.futile(now) && (g.room.n > 0 && g.rand() >= tune.FutileHold || g.room.n == 0 && g.st.tooLate(now, pause, deadline, r.Last)) {
 		g.gaveUp++
 		g.futile++
 		return nil, ErrOutageLasting
@@ -130,7 +131,7 @@ func (g *Gate) enter(r Request, pause time.Duration, deadline time.Time) (*waite
 		span = deadline.Sub(now)
 	}
 	g.st.enter(now, pause, span)
-	w := &waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), holdAt: now.Add(pause + time.Duration(holdSlack*float64(pause)))},
+	w := &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), holdAt: now.Add(pause + time.Duration(tune.HoldSlack*float64(pause)))},
 		earliest: now.Add(pause), level: level}
 	// A wait already past its hold time (no pause) that begins while the
 	// gate holds waits (an outage, an overload) is held from now, as its
@@ -146,7 +147,7 @@ func (g *Gate) enter(r Request, pause time.Duration, deadline time.Time) (*waite
 }
 
 // evictLocked makes v give up (ErrEvicted) and frees its place.
-func (g *Gate) evictLocked(v *waiter) {
+func (g *Gate) evictLocked(v *Waiter) {
 	g.room.queue[v.level].remove(v)
 	v.evicted.Store(true)
 	v.left = true // its Leave has nothing more to do
@@ -159,7 +160,7 @@ func (g *Gate) evictLocked(v *waiter) {
 // Err returns ErrEvicted once a more critical retry took w's place (the
 // criticality rule), or ErrWaitEnded once the gate ended w's wait (the hold and hopeless rules): w will never
 // be admitted, and its call ends with its last status. Leave it then.
-func (w *waiter) Err() error {
+func (w *Waiter) Err() error {
 	switch {
 	case w.evicted.Load():
 		return ErrEvicted
@@ -169,8 +170,8 @@ func (w *waiter) Err() error {
 	return nil
 }
 
-// changes returns a channel closed the next time the gate learns something.
-func (g *Gate) changes() <-chan struct{} {
+// Changed returns a channel closed the next time the gate learns something.
+func (g *Gate) Changed() <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.changed
@@ -179,7 +180,7 @@ func (g *Gate) changes() <-chan struct{} {
 // Poll asks, now, whether w may go. When it may not, next is when asking
 // again could change the answer without news (zero: only news will), or
 // the wait is over (Err).
-func (w *waiter) Poll() (a Admission, next time.Time) {
+func (w *Waiter) Poll() (a Admission, next time.Time) {
 	g := w.g
 	if w.ended || w.evicted.Load() {
 		return AdmitNone, time.Time{}
@@ -202,7 +203,7 @@ func (w *waiter) Poll() (a Admission, next time.Time) {
 // waiter granted w, or the rules' candidate, handed to the more critical
 // waiters first (the criticality rule), then the guard (the guard rule) and the budget. It
 // returns the guards' tells, for Poll to call unlocked.
-func (w *waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
+func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
 	g := w.g
 	if w.granted != AdmitNone {
 		w.taken = true
@@ -247,7 +248,7 @@ func scarce(how Admission) bool {
 // index level, most critical first and oldest first within a level, that
 // the rules, its guard and the budget let go now as a release, a probe or
 // a last chance, and admits it. It returns nil when none may.
-func (g *Gate) handOffLocked(now time.Time, level int) (*waiter, Admission, func()) {
+func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission, func()) {
 	var tells []func()
 	for l := len(g.room.queue) - 1; l > level; l-- {
 		for v := g.room.queue[l].head; v != nil; v = v.next {
@@ -286,7 +287,7 @@ func joinTells(tells []func()) func() {
 
 // candidateLocked is the rules' decision for w now (gateState.decide),
 // applied: how w could go and when asking again could change the answer.
-func (w *waiter) candidateLocked(now time.Time) (Admission, time.Time) {
+func (w *Waiter) candidateLocked(now time.Time) (Admission, time.Time) {
 	guard := w.r.Guard
 	d := w.g.st.decideAndApply(now, &w.view, guard != nil && !guard.Closed())
 	return d.how, d.next
@@ -294,7 +295,7 @@ func (w *waiter) candidateLocked(now time.Time) (Admission, time.Time) {
 
 // endLocked ends w's wait (the hold and hopeless rules): it leaves the queue, and its Poll
 // says so from now on (Err).
-func (w *waiter) endLocked() {
+func (w *Waiter) endLocked() {
 	w.ended = true
 	w.g.room.queue[w.level].remove(w)
 }
@@ -304,7 +305,7 @@ func (w *waiter) endLocked() {
 // queue. A wait past its hold time that the gate does not hold goes now or
 // ends (the hold and hopeless rules): own says the asking is w's own Poll, which may end it. It
 // returns the guard's tell, for the caller to call unlocked.
-func (w *waiter) admitLocked(now time.Time, how Admission, own bool) (Admission, time.Time, func()) {
+func (w *Waiter) admitLocked(now time.Time, how Admission, own bool) (Admission, time.Time, func()) {
 	g := w.g
 	var next time.Time
 	guard := w.r.Guard
@@ -350,7 +351,7 @@ func (w *waiter) admitLocked(now time.Time, how Admission, own bool) (Admission,
 // Leave unregisters w; call it once, admitted or not. An admission another
 // waiter's Poll granted w that w's own Poll never returned is given back:
 // the probe slot or the release credit it took.
-func (w *waiter) Leave() {
+func (w *Waiter) Leave() {
 	if w.leave() {
 		// The guard's probe slot, given back unlocked (no foreign code
 		// under the gate's lock).
@@ -360,7 +361,7 @@ func (w *waiter) Leave() {
 
 // leave is Leave under the gate's lock; it reports whether the guard's
 // admission is to be given back.
-func (w *waiter) leave() (returnGuard bool) {
+func (w *Waiter) leave() (returnGuard bool) {
 	g := w.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -401,12 +402,12 @@ func (g *Gate) giveUp() {
 // Wait implements Deferrer on the time package's clock.
 func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error) {
 	deadline, hasDeadline := ctx.Deadline()
-	w, err := g.enter(r, pause, deadline)
+	w, err := g.Enter(r, pause, deadline)
 	if err != nil {
 		return AdmitNone, err
 	}
 	defer w.Leave()
-	limit := deadline.Add(-waitSlack)
+	limit := deadline.Add(-tune.WaitSlack)
 	if !hasDeadline {
 		limit = g.now().Add(g.s.MaxWait)
 	}
@@ -417,7 +418,7 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 		}
 	}()
 	for {
-		changed := g.changes()
+		changed := g.Changed()
 		a, next := w.Poll()
 		if a != AdmitNone {
 			return a, nil

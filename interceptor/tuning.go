@@ -3,7 +3,7 @@ package interceptor
 import (
 	"time"
 
-	"github.com/stagger-go/stagger/internal/gateview"
+	"github.com/stagger-go/stagger/internal/gatetune"
 )
 
 // The interceptors' tuning numbers, in one place. Each is unexported on
@@ -60,7 +60,7 @@ const (
 // a failure for overload or a slow success as evidence (the overload
 // rule's hold, from the Gate's rules snapshot), so that both forget a slow
 // server at the same time.
-var paceFresh = gateview.Current().OverloadHold
+var paceFresh = gatetune.OverloadHold
 
 // The per-method cache (call.go).
 const (

@@ -7,7 +7,6 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
-	"github.com/stagger-go/stagger/internal/gateview"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -77,13 +76,9 @@ type callTotals struct {
 	calls, attempts, successes int
 }
 
-// gateHooks is what the simulator needs of a budget whose refused retries
-// wait (budget.Gate): its non-blocking waiter, driven on the virtual clock.
-var gateHooks = gateview.Set.(gateview.Hooks[*budget.Gate, budget.Request, budget.Admission])
-
 // waiter is one call's deferred retry on its process's gate.
 type waiter struct {
-	w gateview.Waiter[budget.Admission]
+	w *budget.Waiter
 	// wake is the time of the poll event pending (-1: none).
 	wake time.Duration
 	// admit sends the retry with the admission Poll returned; giveUp ends
@@ -101,8 +96,10 @@ type proc struct {
 	b      budget.Budget
 	br     *breaker.Breaker
 	totals *callTotals
-	// gate is b when its refused retries wait (nil otherwise), and waiters
-	// its deferred retries, in the order they entered.
+	// gate is b when its refused retries wait (nil otherwise), waiters
+	// its deferred retries, in the order they entered, and maxWait how
+	// long it holds a call without a deadline.
+	maxWait time.Duration
 	gate    *budget.Gate
 	waiters []*waiter
 	// timeout is each call's deadline, counted from its start; 0 means none.
@@ -130,7 +127,7 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 		}
 	}
 	if g, ok := b.(*budget.Gate); ok {
-		p.gate = g
+		p.gate, p.maxWait = g, c.Budget.Defer.WithDefaults().MaxWait
 	}
 	return p, nil
 }
@@ -176,7 +173,7 @@ func (p *proc) pollWaiters() {
 // an admission to a more critical waiter), every waiter is polled again,
 // as the real clock's waiters wake on the gate's Changed channel.
 func (p *proc) poll(w *waiter) {
-	defer p.pollIfChanged(gateHooks.Changed(p.gate))
+	defer p.pollIfChanged(p.gate.Changed())
 	a, next := w.w.Poll()
 	if a != budget.AdmitNone {
 		w.gone = true
@@ -221,13 +218,13 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 	if limit >= 0 {
 		deadline = Epoch.Add(limit + time.Millisecond)
 	}
-	defer p.pollIfChanged(gateHooks.Changed(p.gate))
-	bw, err := gateHooks.Enter(p.gate, r, pause, deadline)
+	defer p.pollIfChanged(p.gate.Changed())
+	bw, err := p.gate.Enter(r, pause, deadline)
 	if err != nil {
 		return false
 	}
 	if limit < 0 {
-		limit = p.s.now + gateHooks.MaxWait(p.gate)
+		limit = p.s.now + p.maxWait
 	}
 	w := &waiter{w: bw, wake: -1, admit: admit, giveUp: giveUp}
 	p.waiters = append(p.waiters, w)

@@ -19,7 +19,7 @@ import (
 	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/internal/gateview"
+	"github.com/stagger-go/stagger/internal/gatetune"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -853,7 +853,7 @@ func explainDeferral(s budget.Settings) string {
 // deferralRules is the Gate's rules, by name, from the package's snapshot.
 func deferralRules() []checkRule {
 	var out []checkRule
-	for _, r := range gateview.Current().Rules {
+	for _, r := range gatetune.Current().Rules {
 		out = append(out, checkRule{Name: r.Name, Says: r.Says})
 	}
 	return out
