@@ -133,10 +133,12 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 func TestGateReleasesAfterRecovery(t *testing.T) {
 	clk := &manualClock{now: t0}
 	const drawn = 0.25
-	g, err := Deferring(&switchBudget{}, DeferSettings{}, WithClock(clk.Now), WithRandom(func() float64 { return drawn }))
+	g, err := Deferring(&switchBudget{}, DeferSettings{}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.rand = func() float64 { return drawn }
+	g.st.rand = g.rand
 	var ws []*Waiter
 	for range 4 {
 		w, err := g.Enter(retry2, time.Second, time.Time{})
@@ -377,10 +379,12 @@ func TestNewDefers(t *testing.T) {
 func TestGateDrawsTheFirstCredit(t *testing.T) {
 	clk := &manualClock{now: t0}
 	const drawn = 0.75
-	g, err := Deferring(&switchBudget{}, DeferSettings{}, WithClock(clk.Now), WithRandom(func() float64 { return drawn }))
+	g, err := Deferring(&switchBudget{}, DeferSettings{}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.rand = func() float64 { return drawn }
+	g.st.rand = g.rand
 	w, err := g.Enter(retry2, time.Second, time.Time{})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package budget
 
 import (
 	"errors"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,7 +267,10 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 		return nil, err
 	}
 	o := buildOptions(opts)
-	return &Gate{b: b, s: s.WithDefaults(), now: o.Now, rand: o.Rand, st: newGateState(o.Now(), o.Rand), changed: make(chan struct{})}, nil
+	// The gate's own generator, seeded by two draws of the source the
+	// options give: it runs under the gate's lock, the source never does.
+	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
+	return &Gate{b: b, s: s.WithDefaults(), now: o.Now, rand: rnd, st: newGateState(o.Now(), rnd), changed: make(chan struct{})}, nil
 }
 
 // Allow asks the wrapped budget, except that in an outage, and after a

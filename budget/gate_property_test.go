@@ -25,7 +25,8 @@ import (
 //     ten per call, and a failed call ends at once, but for the one in ten
 //     that the futility rule keeps waiting by a draw;
 //   - in all: when every caller has left, nobody waits and the probe slot
-//     is free.
+//     is free, or lapsed by the settling rule (a call that ended with its
+//     attempt in flight never reports it: a lost attempt).
 //
 // A fixed point (a state the Gate never leaves) breaks the first two.
 // Each seed is one history; the seeds are fixed, so the test is
@@ -292,8 +293,9 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 	}
 	h.g.mu.Lock()
 	out := h.g.st.slot.out
+	lapsed := h.g.st.slot.lapsed(h.clk.Now())
 	h.g.mu.Unlock()
-	if out != 0 {
+	if out != 0 && !lapsed {
 		t.Errorf("the probe slot is held (%d) after every caller left", out)
 	}
 	settled := regimeAt.Add(time.Second + h.pause)
@@ -342,7 +344,11 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 				slow++
 			}
 		}
-		if calls > 0 && float64(retries) > 0.1*float64(calls)+1 {
+		// The calls the futility rule keeps waiting by its draw may take
+		// their last chance: three deviations of that draw at most, as
+		// below (a bound without them failed 1 to 3 seeds in 200 on other
+		// draws of the Gate's generator, never beyond the spread).
+		if calls > 0 && float64(retries) > 0.1*float64(calls)+3*math.Sqrt(0.09*float64(calls))+1 {
 			t.Errorf("down for longer than the deadlines: %d retries for %d calls, want one in ten at most", retries, calls)
 		}
 		// The futility rule keeps one waiting retry in ten by a draw (the

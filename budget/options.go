@@ -17,10 +17,12 @@ func WithClock(now func() time.Time) Option {
 	return func(o *clock.Options) { o.SetNow(now) }
 }
 
-// WithRandom makes a Gate draw its random numbers (the first release credit
-// after an outage: see Gate, the release rule) from f, which must return values in
-// [0, 1) and is called under the gate's lock; the simulator passes its
-// seeded source. A nil f means math/rand/v2's Float64.
+// WithRandom makes a Gate seed the generator it draws its random numbers
+// from (see Gate, the release and futility rules) with two draws of f,
+// which must return values in [0, 1), when the Gate is built: f is never
+// called after, nor under the gate's lock. The simulator passes its seeded
+// source, so that a run is the same for the same seed. A nil f means
+// math/rand/v2's Float64.
 func WithRandom(f func() float64) Option {
 	return func(o *clock.Options) { o.SetRand(f) }
 }
