@@ -46,7 +46,6 @@ func (b *switchBudget) State() State       { return State{Kind: "switch"} }
 // calls that retried were none healed (the heal rule), so that failures in a row
 // make an outage (the outage and overload rules).
 func downServer(g *Gate) *Gate {
-	g.first.Store(true)
 	g.mu.Lock()
 	g.st.ev.healN, g.st.ev.seen, g.st.ev.lastFail = tune.HealWindow, true, g.now().Add(-tune.HealthyGap)
 	g.mu.Unlock()
@@ -175,7 +174,7 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	// release at once; the next are paced (one healed call of the latest
 	// eight is not enough to heal).
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
-	if g.outageNow.Load() {
+	if g.health() == phaseOutage {
 		t.Fatal("the outage did not end with a success")
 	}
 	poll(t, ws[1], AdmitRelease)
@@ -502,7 +501,7 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	if !g.outageNow.Load() {
+	if g.health() != phaseOutage {
 		t.Fatal("no outage")
 	}
 	const pause = 100 * time.Millisecond
@@ -573,4 +572,11 @@ func TestRealTimeGateEndsHopelessWait(t *testing.T) {
 			t.Fatalf("run %d: Wait = %v after %v; want ErrWaitEnded after about 200ms", i, err, took)
 		}
 	}
+}
+
+// health is g's phase, read under its lock.
+func (g *Gate) health() phase {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.st.phase
 }

@@ -145,7 +145,6 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 			}
 			g.mu.Lock()
 			g.st.phase = tt.phase
-			g.outageNow.Store(tt.phase == phaseOutage)
 			for _, w := range ws {
 				// They waited through an outage: the gate holds them
 				// (the hold and hopeless rules).

@@ -46,7 +46,9 @@ func TestGateAllowStraggler(t *testing.T) {
 				clk.advance(time.Millisecond)
 			}
 			if tt.outage {
-				g.outageNow.Store(true)
+				g.mu.Lock()
+				g.st.phase = phaseOutage
+				g.mu.Unlock()
 			}
 			g.mu.Lock()
 			before := g.st

@@ -17,7 +17,7 @@ func waitingInOutage(t testing.TB, g *Gate, n int, ctx context.Context, wg *sync
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	if !g.outageNow.Load() {
+	if g.health() != phaseOutage {
 		t.Fatal("no outage")
 	}
 	for range n {

@@ -80,6 +80,14 @@ func (s *gateState) forget(now time.Time) {
 	s.phase = phaseQuiet
 }
 
+// settled reports whether a first attempt's success, recorded while nobody
+// waits, would change nothing: forget would leave the state as it is, and
+// no overload is recent (Record's fast path).
+func (s *gateState) settled() bool {
+	return s.phase == phaseQuiet && s.streak == 0 && s.span == 0 && s.ev.seen && s.ev.retryFails == 0 &&
+		s.pace.gain == tune.ReleaseGainStart && s.slot.probeGap == 0 && s.slot.lastGap == 0
+}
+
 // back: an outage ended now. Unless the server is overloaded, the calls
 // held through it that have a deadline go back after their pause (the
 // release rule).

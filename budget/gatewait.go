@@ -51,7 +51,10 @@ type waitingRoom struct {
 
 // victim returns the waiter a retry of the level of index level evicts
 // from a full room: the latest to enter of the least critical level below
-// it, or nil.
+// it, or nil. A SHEDDABLE retry otherwise waits in an outage like any
+// other: refusing it at once there ended its calls sooner but cost
+// goodput (the lab's mixed-criticality; BENCHMARKS.md, "Figures behind the
+// code's choices").
 func (r *waitingRoom) victim(level int) *Waiter {
 	for l := range level {
 		if v := r.queue[l].tail; v != nil {
@@ -101,9 +104,6 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	level := r.Criticality.Index()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.room.n == 0 {
-		g.forgetLocked(now)
-	}
 	// The futility rule: in an outage that outlived the calls' deadlines,
 	// a lone waiter (the probe) and a share of the others wait; every
 	// other retry fails now. The lone waiter too when neither a probe nor
@@ -123,7 +123,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		g.evictLocked(v)
 	}
 	g.room.n++
-	g.waiting.Store(int32(g.room.n))
+	g.settled.Store(false)
 	g.deferred++
 	pause = max(pause, 0)
 	span := g.s.MaxWait
@@ -154,7 +154,7 @@ func (g *Gate) evictLocked(v *Waiter) {
 	g.gaveUp++
 	g.notifyLocked() // while v still counts: nobody else may be waiting
 	g.room.n--
-	g.waiting.Store(int32(g.room.n))
+	g.settle()
 }
 
 // Err returns ErrEvicted once a more critical retry took w's place (the
@@ -383,7 +383,7 @@ func (w *Waiter) leave() (returnGuard bool) {
 		g.notifyLocked()
 	}
 	g.room.n--
-	g.waiting.Store(int32(g.room.n))
+	g.settle()
 	return returnGuard
 }
 
