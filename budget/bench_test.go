@@ -89,3 +89,37 @@ type refuseAll struct{}
 func (refuseAll) Record(Attempt)     {}
 func (refuseAll) Allow(Request) bool { return false }
 func (refuseAll) State() State       { return State{Kind: "refuse"} }
+
+// The paths a Gate adds to every call and every retry, from two goroutines
+// at once: a first attempt's success recorded while the gate is settled
+// (one atomic load), and a retry asked for (the gate's lock, then the
+// budget's).
+func BenchmarkGateHotPaths(b *testing.B) {
+	g, err := Deferring(&tokenOnly{}, DeferSettings{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	b.Run("record-success", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				g.Record(Attempt{Number: 1, Outcome: Success})
+			}
+		})
+	})
+	b.Run("allow-retry", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				g.Allow(Request{Number: 2})
+			}
+		})
+	})
+}
+
+// tokenOnly is a budget that costs nothing and admits every retry: the
+// benchmark measures the gate alone.
+type tokenOnly struct{}
+
+func (tokenOnly) Record(Attempt)     {}
+func (tokenOnly) Allow(Request) bool { return true }
+func (tokenOnly) State() State       { return State{} }

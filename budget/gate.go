@@ -56,14 +56,14 @@ import (
 //   - criticality: releases, probes and last chances go to the most
 //     critical waiting retry first; a full room evicts the least critical.
 //
-// Each rule's reasons and figures are beside its code. The waiting calls
-// are bounded (DeferSettings.MaxWaiting); a call without a deadline waits
-// at most MaxWait; waiting costs the caller's goroutine only.
+// Each rule's reasons are beside its code. The waiting calls are bounded
+// (DeferSettings.MaxWaiting), a call without a deadline waits MaxWait.
 //
 // A Gate is a Budget: Record and Allow pass through to the budget it wraps
 // (the retries the outage and overload rules refuse count in
-// State.Refused). Allow takes the gate's lock; Record of a first attempt
-// that did not fail reads one atomic word while nothing is to be learnt.
+// State.Refused). While the gate is settled (nobody waits, nothing failed
+// since a success, no overload), Allow and Record of a first attempt that
+// did not fail read one atomic word beyond the budget's own work.
 // WithRandom's source, Allow's ask of the wrapped budget, a Guard's tells
 // and ReturnRetry run outside the gate's lock; admitting a waiting retry
 // asks its Guard (Closed, AllowRetry) and the budget's Allow under it, so
@@ -75,9 +75,11 @@ type Gate struct {
 	now  func() time.Time
 	rand func() float64
 
-	// settled is the one word Record's fast path reads: nobody waits and
-	// a first attempt's success would change nothing (gateState.settled).
-	// Written under mu.
+	// settled is the one word the fast paths read: nobody waits, a first
+	// attempt's success would change nothing, and nothing makes Allow
+	// refuse a retry without asking the budget (gateState.settled).
+	// Written under mu; time only makes a gate more settled, so a stale
+	// false costs a lock, never a wrong answer.
 	settled atomic.Bool
 
 	mu      sync.Mutex
@@ -134,30 +136,42 @@ func (g *Gate) Admit(r Request) (Admission, bool) { return g.allow(r) }
 
 func (g *Gate) allow(r Request) (Admission, bool) {
 	straggler := r.Straggler && r.AfterTimeout && !r.Hedge
-	now := g.now()
-	g.mu.Lock()
-	ev := &g.st.ev
-	refuse := !r.Hedge && (g.st.phase == phaseOutage || ev.overloaded(now)) || r.AfterTimeout && !straggler && now.Before(ev.slowUntil)
-	if refuse {
-		g.refused++
-	}
-	// The heal rule, for a straggler the budget may refuse below: a
-	// per-attempt timer cannot wait, and one slow attempt among fast ones
-	// says nothing of overload (the default budget of a fresh process
-	// holds 9 tokens and a timeout retry costs 10: without this its timer
-	// cut off no straggler).
-	heals := straggler && (g.st.phase == phaseQuiet && ev.healsServing(now) || g.st.phase != phaseOutage && g.st.phase != phaseQuiet && ev.heals(now))
-	g.mu.Unlock()
-	if refuse {
-		return AdmitNone, false
+	if !g.settled.Load() {
+		now := g.now()
+		g.mu.Lock()
+		ev := &g.st.ev
+		refuse := !r.Hedge && (g.st.phase == phaseOutage || ev.overloaded(now)) || r.AfterTimeout && !straggler && now.Before(ev.slowUntil)
+		if refuse {
+			g.refused++
+		}
+		g.settle(now) // an overload may have passed
+		g.mu.Unlock()
+		if refuse {
+			return AdmitNone, false
+		}
 	}
 	if g.b.Allow(r) {
 		return AdmitNone, true
 	}
-	if heals {
+	if straggler && g.heals() {
 		return AdmitHeal, true
 	}
 	return AdmitNone, false
+}
+
+// heals reports whether the heal rule lets a straggler's retry go now,
+// outside an outage: a per-attempt timer cannot wait, and one slow attempt
+// among fast ones says nothing of overload (the default budget of a fresh
+// process holds 9 tokens and a timeout retry costs 10: without this its
+// timer cut off no straggler).
+func (g *Gate) heals() bool {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.st.phase == phaseQuiet {
+		return g.st.ev.healsServing(now)
+	}
+	return g.st.phase != phaseOutage && g.st.ev.heals(now)
 }
 
 // Record tells the wrapped budget, then the gate, how an attempt ended.
@@ -172,7 +186,7 @@ func (g *Gate) Record(a Attempt) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	defer g.settle()
+	defer g.settle(now)
 	if a.Outcome != Failure && a.Admission == AdmitNone && g.room.n == 0 {
 		// Nobody waits: the evidence learns, and a success forgets what
 		// the failures before it left (gateState.forget).
@@ -189,8 +203,8 @@ func (g *Gate) Record(a Attempt) {
 	}
 }
 
-// settle sets the settled word; under mu.
-func (g *Gate) settle() { g.settled.Store(g.room.n == 0 && g.st.settled()) }
+// settle sets the settled word at now; under mu.
+func (g *Gate) settle(now time.Time) { g.settled.Store(g.room.n == 0 && g.st.settled(now)) }
 
 // notifyLocked wakes the waiters, if any (nobody else holds the channel).
 func (g *Gate) notifyLocked() {

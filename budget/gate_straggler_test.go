@@ -48,6 +48,7 @@ func TestGateAllowStraggler(t *testing.T) {
 			if tt.outage {
 				g.mu.Lock()
 				g.st.phase = phaseOutage
+				g.settle(clk.Now())
 				g.mu.Unlock()
 			}
 			g.mu.Lock()

@@ -81,10 +81,11 @@ func (s *gateState) forget(now time.Time) {
 }
 
 // settled reports whether a first attempt's success, recorded while nobody
-// waits, would change nothing: forget would leave the state as it is, and
-// no overload is recent (Record's fast path).
-func (s *gateState) settled() bool {
-	return s.phase == phaseQuiet && s.streak == 0 && s.span == 0 && s.ev.seen && s.ev.retryFails == 0 &&
+// waits, would change nothing (forget would leave the state as it is), and
+// Allow would refuse no retry without asking the budget (no outage, no
+// recent overload or slow success): the Gate's fast paths.
+func (s *gateState) settled(now time.Time) bool {
+	return !now.Before(s.ev.slowUntil) && s.phase == phaseQuiet && s.streak == 0 && s.span == 0 && s.ev.seen && s.ev.retryFails == 0 &&
 		s.pace.gain == tune.ReleaseGainStart && s.slot.probeGap == 0 && s.slot.lastGap == 0
 }
 

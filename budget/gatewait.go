@@ -120,7 +120,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 			g.gaveUp++
 			return nil, ErrTooManyWaiting
 		}
-		g.evictLocked(v)
+		g.evictLocked(v, now)
 	}
 	g.room.n++
 	g.settled.Store(false)
@@ -147,14 +147,14 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 }
 
 // evictLocked makes v give up (ErrEvicted) and frees its place.
-func (g *Gate) evictLocked(v *Waiter) {
+func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	g.room.queue[v.level].remove(v)
 	v.evicted.Store(true)
 	v.left = true // its Leave has nothing more to do
 	g.gaveUp++
 	g.notifyLocked() // while v still counts: nobody else may be waiting
 	g.room.n--
-	g.settle()
+	g.settle(now)
 }
 
 // Err returns ErrEvicted once a more critical retry took w's place (the
@@ -363,6 +363,7 @@ func (w *Waiter) Leave() {
 // admission is to be given back.
 func (w *Waiter) leave() (returnGuard bool) {
 	g := w.g
+	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	// left is read under the lock that the eviction writes it under: a
@@ -383,7 +384,7 @@ func (w *Waiter) leave() (returnGuard bool) {
 		g.notifyLocked()
 	}
 	g.room.n--
-	g.settle()
+	g.settle(now)
 	return returnGuard
 }
 
