@@ -323,16 +323,6 @@ func (b *Breaker) AllowRetry(c criticality.Level, l Listener) (bool, time.Time) 
 	return ok, next
 }
 
-// returnProbe frees the half-open probe slot: the retry that took it is
-// not sent.
-func (b *Breaker) returnProbe() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.st == StateHalfOpen {
-		b.probeOut = false
-	}
-}
-
 // Closed reports whether the breaker is closed now (one atomic load).
 func (b *Breaker) Closed() bool { return State(b.state.Load()) == StateClosed }
 

@@ -428,27 +428,33 @@ func (b *switchBudget) Record(budget.Attempt)     {}
 func (b *switchBudget) Allow(budget.Request) bool { return b.open.Load() }
 func (b *switchBudget) State() budget.State       { return budget.State{Kind: "switch"} }
 
-// TestGuardReturnRetry: a half-open breaker's probe slot, taken through its
-// budget.Guard by a retry that is not sent, is free again at once once the
-// Gate gives it back (a hand-off whose call left), not after a break.
-func TestGuardReturnRetry(t *testing.T) {
+// TestGuardAllowRetry: a half-open breaker's probe slot, asked through its
+// budget.Guard, goes to one retry at a time, and the asking tells the
+// listener the state change it made.
+func TestGuardAllowRetry(t *testing.T) {
 	clk := &manualClock{now: t0}
 	var changes []Change
 	b := newTestBreaker(t, Settings{ConsecutiveFailures: 3, ProbeEvery: 1}, clk, &changes)
 	admitN(t, b, budget.Failure, 3)
 	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, time.Time{})
 	clk.advance(DefaultBreakDuration)
-	g := b.Guard(criticality.Unset, nil)
-	if ok, _, tell := g.AllowRetry(); !ok {
-		t.Fatal("no probe")
-	} else if tell != nil {
-		tell()
+	var heard []Change
+	g := b.Guard(criticality.Unset, listenerFunc(func(c Change) { heard = append(heard, c) }))
+	if g.Closed() {
+		t.Fatal("guard closed while the breaker is open")
 	}
-	if ok, _, _ := g.AllowRetry(); ok {
+	if ok, _ := g.AllowRetry(); !ok {
+		t.Fatal("no probe")
+	}
+	if ok, _ := g.AllowRetry(); ok {
 		t.Fatal("two probes out at once")
 	}
-	g.ReturnRetry()
-	if ok, _, _ := g.AllowRetry(); !ok {
-		t.Fatal("the probe given back is not free again")
+	if len(heard) != 1 || heard[0].To != StateHalfOpen {
+		t.Errorf("the listener heard %v, want the change to half-open", heard)
 	}
 }
+
+// listenerFunc is a Listener made of a function.
+type listenerFunc func(Change)
+
+func (f listenerFunc) BreakerChanged(c Change) { f(c) }

@@ -216,7 +216,7 @@ func TestBreakerProbeGoesToTheMostCritical(t *testing.T) {
 		wantRefusal(t, b.Admit(crit, nil), ErrOpen, t0.Add(2*time.Second))
 		clk.advance(time.Second)
 		g := b.Guard(shed, nil)
-		if ok, _, _ := g.AllowRetry(); !ok {
+		if ok, _ := g.AllowRetry(); !ok {
 			t.Fatal("after the hold a SHEDDABLE retry could not probe")
 		}
 	})

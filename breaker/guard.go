@@ -13,28 +13,15 @@ import (
 // are then one attempt). l (may be nil) hears the state changes the asking
 // makes.
 func (b *Breaker) Guard(c criticality.Level, l Listener) budget.Guard {
-	return guard{b: b, l: l, level: c.Index()}
+	return guard{b: b, l: l, c: c}
 }
 
 type guard struct {
-	b     *Breaker
-	l     Listener
-	level int
+	b *Breaker
+	l Listener
+	c criticality.Level
 }
 
 func (g guard) Closed() bool { return g.b.Closed() }
 
-// ReturnRetry frees the half-open probe slot that AllowRetry gave a retry
-// that is not sent.
-func (g guard) ReturnRetry() { g.b.returnProbe() }
-
-func (g guard) AllowRetry() (bool, time.Time, func()) {
-	if g.b.Closed() {
-		return true, time.Time{}, nil
-	}
-	ok, next, ch, changed := g.b.allowRetry(g.b.now(), g.level)
-	if !changed {
-		return ok, next, nil
-	}
-	return ok, next, func() { g.b.tell(ch, g.l) }
-}
+func (g guard) AllowRetry() (bool, time.Time) { return g.b.AllowRetry(g.c, g.l) }

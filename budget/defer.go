@@ -159,16 +159,9 @@ type Guard interface {
 	// AllowRetry asks for one retry now: ok when it may go (then the guard
 	// has counted it, and its outcome must reach the guard); else next is
 	// when asking again could change the answer without news (zero: only
-	// news will). The Gate calls it under its lock and calls tell, when not
-	// nil, once it holds no lock: tell reports a state change the asking
-	// made to whoever listens.
-	AllowRetry() (ok bool, next time.Time, tell func())
-	// ReturnRetry gives back a retry AllowRetry let go that will not be
-	// sent (a waiter admitted by another's Poll whose call then left): a
-	// breaker frees its half-open probe slot for the next retry at once,
-	// rather than after a break without news. The Gate calls it holding
-	// no lock.
-	ReturnRetry()
+	// news will). The Gate asks it holding no lock, only for a retry its
+	// rules let go, and sends the retry when it says ok.
+	AllowRetry() (ok bool, next time.Time)
 }
 
 var (

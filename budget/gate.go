@@ -63,12 +63,11 @@ import (
 // (the retries the outage and overload rules refuse count in
 // State.Refused). While the gate is settled (nobody waits, nothing failed
 // since a success, no overload), Allow and Record of a first attempt that
-// did not fail read one atomic word beyond the budget's own work.
-// WithRandom's source, Allow's ask of the wrapped budget, a Guard's tells
-// and ReturnRetry run outside the gate's lock; admitting a waiting retry
-// asks its Guard (Closed, AllowRetry) and the budget's Allow under it, so
-// that two waiters cannot take one token or one probe. Build it with
-// Deferring (or New).
+// did not fail read one atomic word beyond the budget's own work. Nothing
+// foreign runs under the gate's lock (not WithRandom's source, the wrapped
+// budget or a Guard): a waiting retry the rules let go holds its
+// admission while its Poll asks its Guard and the budget, and gives it
+// back if they refuse. Build it with Deferring (or New).
 type Gate struct {
 	b    Budget
 	s    DeferSettings
@@ -89,6 +88,9 @@ type Gate struct {
 	// counters for State: refused counts the retries Allow refused
 	// without asking the budget (the outage and overload rules).
 	deferred, admitted, gaveUp, refused uint64
+	// asking counts the waiters whose Poll holds an admission while it
+	// asks their guard and the budget (Waiter.asking).
+	asking int
 	// futile counts the retries the futility rule failed at once (in
 	// gaveUp too); polls the waiters' decisions asked (tests and
 	// benchmarks read it).

@@ -194,19 +194,20 @@ func TestGateTakesBackAnUntakenHandOff(t *testing.T) {
 	poll(t, low, AdmitProbe)
 }
 
-// fakeGuard is a Guard that is not closed and refuses every retry.
+// refusingGuard is a Guard that is not closed and refuses every retry.
 type refusingGuard struct{ asked int }
 
 func (g *refusingGuard) Closed() bool { return false }
-func (g *refusingGuard) ReturnRetry() {}
-func (g *refusingGuard) AllowRetry() (bool, time.Time, func()) {
+func (g *refusingGuard) AllowRetry() (bool, time.Time) {
 	g.asked++
-	return false, time.Time{}, nil
+	return false, time.Time{}
 }
 
-// The criticality rule with the guard rule: a more critical waiter whose guard refuses does not
-// hold the admission back; the less critical waiter takes it.
-func TestGateHandOffAsksTheGuard(t *testing.T) {
+// The criticality rule with the guard rule: a more critical waiter with a
+// guard gets no hand-off (its guard must be asked first, and is asked only
+// by its own Poll); the less critical waiter takes the admission, and the
+// guarded one's Poll asks its guard.
+func TestGateHandOffSkipsAGuardedWaiter(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
 	for range tune.OutageStreak {
@@ -220,10 +221,13 @@ func TestGateHandOffAsksTheGuard(t *testing.T) {
 	high, _ := g.Enter(r, 0, time.Time{})
 	defer high.Leave()
 	poll(t, low, AdmitProbe)
-	if guard.asked != 1 {
-		t.Fatalf("the guard was asked %d times, want once", guard.asked)
+	if guard.asked != 0 {
+		t.Fatalf("the guard was asked %d times by another's Poll, want never", guard.asked)
 	}
 	poll(t, high, AdmitNone)
+	if guard.asked != 1 {
+		t.Fatalf("the guard was asked %d times by its waiter's Poll, want once", guard.asked)
+	}
 }
 
 // TestRealTimeGateReleasesTheMostCriticalFirst is
@@ -315,10 +319,11 @@ func TestGateEnterHeldBeforePoll(t *testing.T) {
 	}
 }
 
-// A probe the budget paid for, handed to a more critical waiter that
-// leaves before it polls, gives the tokens back: every admission is
-// settled.
-func TestGateRefundsAnUntakenPaidHandOff(t *testing.T) {
+// A probe handed to a more critical waiter takes no tokens: the budget is
+// asked when the waiter's Poll takes it. One that leaves before it polls
+// gives the probe slot back and leaves the tokens as they were; one that
+// polls is paid for: every admission is settled.
+func TestGateHandOffIsPaidWhenTaken(t *testing.T) {
 	clk := &manualClock{now: t0}
 	tb, err := NewTokenBucket(DefaultSettings().TokenBucket)
 	if err != nil {
@@ -332,106 +337,131 @@ func TestGateRefundsAnUntakenPaidHandOff(t *testing.T) {
 	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
 	defer low.Leave()
 	high, _ := g.Enter(retryAt(critP), 0, time.Time{})
-	poll(t, low, AdmitNone) // handed to high, paid by the bucket
-	if got := tb.State().Level; got != before-DefaultSettings().TokenBucket.RetryCost {
-		t.Fatalf("tokens %v after the paid hand-off, want %v", got, before-DefaultSettings().TokenBucket.RetryCost)
-	}
-	high.Leave() // which never polls
+	poll(t, low, AdmitNone) // handed to high
+	high.Leave()            // which never polls
 	if got := tb.State().Level; got != before {
-		t.Errorf("tokens %v after the hand-off was given back, want %v", got, before)
+		t.Errorf("tokens %v after an untaken hand-off, want %v", got, before)
+	}
+	high, _ = g.Enter(retryAt(critP), 0, time.Time{})
+	defer high.Leave()
+	poll(t, low, AdmitNone) // the slot given back is handed to the new one
+	poll(t, high, AdmitBudget)
+	if got, want := tb.State().Level, before-DefaultSettings().TokenBucket.RetryCost; got != want {
+		t.Errorf("tokens %v after the hand-off was taken, want %v", got, want)
 	}
 }
 
-// probeGuard is a Guard that is open and has one probe slot, as a
-// half-open breaker has (breaker's TestGuardReturnRetry runs the real
-// one): AllowRetry takes the slot, ReturnRetry gives it back.
-type probeGuard struct{ out, returned int }
-
-func (g *probeGuard) Closed() bool { return false }
-func (g *probeGuard) AllowRetry() (bool, time.Time, func()) {
-	if g.out > 0 {
-		return false, time.Time{}, nil
-	}
-	g.out++
-	return true, time.Time{}, nil
+// reentrantGuard is a Guard whose every method calls back into the Gate
+// (State, Changed), as a guard that logs the gate's state would: it
+// deadlocks if the gate asks it under its lock. It has one probe slot, as
+// a half-open breaker has.
+type reentrantGuard struct {
+	g     *Gate
+	mu    sync.Mutex
+	out   int
+	max   int
+	asked int
 }
-func (g *probeGuard) ReturnRetry() { g.out--; g.returned++ }
 
-// A probe handed to a more critical waiter whose guard let it go, and
-// that leaves before it polls, gives the guard's slot back (the breaker's
-// half-open probe), at once: every admission is settled, the guard's too.
-func TestGateReturnsTheGuardOfAnUntakenHandOff(t *testing.T) {
+func (r *reentrantGuard) Closed() bool {
+	r.g.State()
+	return false
+}
+
+func (r *reentrantGuard) AllowRetry() (bool, time.Time) {
+	r.g.State()
+	<-r.g.changedOrNil()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked++
+	if r.out > 0 {
+		return false, time.Time{}
+	}
+	r.out++
+	r.max = max(r.max, r.out)
+	return true, time.Time{}
+}
+
+func (r *reentrantGuard) done() {
+	r.mu.Lock()
+	r.out--
+	r.mu.Unlock()
+}
+
+// changedOrNil is a closed channel: the guard reads Changed only to take
+// the gate's lock.
+func (g *Gate) changedOrNil() <-chan struct{} {
+	g.Changed()
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// reentrantBudget is a Budget whose Allow calls back into the Gate.
+type reentrantBudget struct {
+	switchBudget
+	g *Gate
+}
+
+func (b *reentrantBudget) Allow(r Request) bool {
+	b.g.State()
+	return b.switchBudget.Allow(r)
+}
+
+// A guard and a budget that call back into the Gate while it admits a
+// waiting retry: nothing foreign runs under the gate's lock, so neither
+// deadlocks; the guard's probe slot is taken only by the retry that goes.
+func TestGateAsksNothingForeignUnderItsLock(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	b := &reentrantBudget{}
+	g := downServer(newGate(t, b, DeferSettings{}, clk))
+	b.g = g
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
-	defer low.Leave()
-	guard := &probeGuard{}
-	r := retryAt(critP)
-	r.Guard = guard
-	high, _ := g.Enter(r, 0, time.Time{})
-	poll(t, low, AdmitNone) // handed to high, whose guard let it go
-	if guard.out != 1 {
-		t.Fatalf("the guard's slot: %d out after the hand-off, want 1", guard.out)
+	guard := &reentrantGuard{g: g}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r := retryAt(crit)
+		r.Guard = guard
+		w, _ := g.Enter(r, 0, time.Time{})
+		defer w.Leave()
+		plain, _ := g.Enter(retryAt(crit), 0, time.Time{})
+		defer plain.Leave()
+		if a, _ := w.Poll(); a != AdmitProbe {
+			t.Errorf("guarded Poll = %v, want a probe", a)
+		}
+		b.open.Store(true)
+		g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
+		clk.advance(time.Minute)
+		if a, _ := plain.Poll(); a != AdmitBudget {
+			t.Errorf("unguarded Poll with the budget open = %v, want a paid probe", a)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("deadlock: the Gate asked its guard or budget under its lock")
 	}
-	high.Leave() // which never polls
-	if guard.out != 0 || guard.returned != 1 {
-		t.Errorf("after the hand-off was given back: %d out, %d returned; want 0 and 1", guard.out, guard.returned)
+	if guard.out != 1 || guard.asked != 1 {
+		t.Errorf("guard: %d out, asked %d times; want 1 and 1", guard.out, guard.asked)
 	}
-	// A waiter that took its admission keeps the slot: its retry is sent.
-	again, _ := g.Enter(r, 0, time.Time{})
-	defer again.Leave()
-	clk.advance(time.Minute)
-	if a, _ := again.Poll(); a == AdmitNone {
-		t.Fatal("the returned slot was not given to the next retry")
-	}
-	again.Leave()
-	if guard.returned != 1 {
-		t.Errorf("a taken admission's slot was returned (%d returns)", guard.returned)
-	}
-}
-
-// lockedProbeGuard is probeGuard safe for the goroutines of a Gate: its
-// AllowRetry runs under the gate's lock, its ReturnRetry without, and a
-// sent retry's report (done) from the caller's goroutine.
-type lockedProbeGuard struct {
-	mu       sync.Mutex
-	out, max int
-}
-
-func (g *lockedProbeGuard) Closed() bool { return false }
-func (g *lockedProbeGuard) AllowRetry() (bool, time.Time, func()) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.out > 0 {
-		return false, time.Time{}, nil
-	}
-	g.out++
-	g.max = max(g.max, g.out)
-	return true, time.Time{}, nil
-}
-func (g *lockedProbeGuard) ReturnRetry() { g.done() }
-func (g *lockedProbeGuard) done() {
-	g.mu.Lock()
-	g.out--
-	g.mu.Unlock()
 }
 
 // Goroutines of every criticality meet on one Gate and one guard's probe
-// slot (under -race): each enters, polls, and either sends what it was
-// admitted (then reports it to the guard, as a breaker's Record frees its
-// probe) or leaves at once, untaken hand-offs included. When all have
-// left, the slot is free: no admission of the guard is lost, none given
-// back twice.
+// slot (under -race), the guard calling back into the gate: each enters,
+// polls, and either sends what it was admitted (then reports it to the
+// guard, as a breaker's Record frees its probe) or leaves at once. When
+// all have left, the slot is free: the guard's slot went only to retries
+// that were sent, never two at once.
 func TestGateGuardSlotSettledUnderConcurrency(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	guard := &lockedProbeGuard{}
+	guard := &reentrantGuard{g: g}
 	levels := criticality.Levels()
 	var wg sync.WaitGroup
 	for i := range 8 {

@@ -265,11 +265,14 @@ func (s *gateState) heldThrough(w *waiterView, held bool) bool {
 	return held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt)
 }
 
-// unadmit gives back what admit took for an admission never used.
-func (s *gateState) unadmit(how Admission) {
+// unadmit gives back what admit took for w's admission how, never used.
+func (s *gateState) unadmit(w *waiterView, how Admission) {
 	switch {
 	case how == AdmitRelease:
 		s.pace.credits = min(s.pace.credits+1, 1)
+		if s.heldThrough(w, w.held) {
+			s.pace.backNext = s.pace.backNext.Add(-s.pace.backEvery)
+		}
 	case how.probing() && s.slot.out > 0:
 		s.slot.out--
 	}

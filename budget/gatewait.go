@@ -31,10 +31,10 @@ type Waiter struct {
 	// retry took its place (the criticality rule).
 	granted Admission
 	taken   bool
-	// guarded: the guard's AllowRetry let w's admission go (it holds the
-	// guard's probe slot until the retry is sent or given back).
-	guarded bool
 	evicted atomic.Bool
+	// asking: w's Poll holds an admission while it asks w's guard and the
+	// budget without the gate's lock; no hand-off or eviction takes w then.
+	asking bool
 	// ended: the gate ended the wait (the hold and hopeless rules); set only by w's own Poll.
 	ended bool
 }
@@ -57,8 +57,10 @@ type waitingRoom struct {
 // code's choices").
 func (r *waitingRoom) victim(level int) *Waiter {
 	for l := range level {
-		if v := r.queue[l].tail; v != nil {
-			return v
+		for v := r.queue[l].tail; v != nil; v = v.prev {
+			if !v.asking {
+				return v
+			}
 		}
 	}
 	return nil
@@ -180,6 +182,11 @@ func (g *Gate) Changed() <-chan struct{} {
 // Poll asks, now, whether w may go. When it may not, next is when asking
 // again could change the answer without news (zero: only news will), or
 // the wait is over (Err).
+//
+// The gate's lock is held while the rules decide and an admission is
+// taken, never while w's guard or the budget is asked: a retry the rules
+// let go holds its admission (the probe slot or a release credit) while
+// Poll asks them unlocked, and gives it back when they refuse.
 func (w *Waiter) Poll() (a Admission, next time.Time) {
 	g := w.g
 	if w.ended || w.evicted.Load() {
@@ -189,52 +196,106 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 	if now.Before(w.earliest) {
 		return AdmitNone, w.earliest
 	}
+	guard := w.r.Guard
+	// Whether the guard is open (the guard rule) is read before it is
+	// asked: asking may change its state.
+	open := guard != nil && !guard.Closed()
 	g.mu.Lock()
 	g.polls++
-	a, next, tell := w.pollLocked(now)
+	how, next := w.pollLocked(now, open)
 	g.mu.Unlock()
-	if tell != nil {
-		tell()
+	if !how.probing() && !w.asking {
+		return how, next
 	}
-	return a, next
+	ok := true
+	if open {
+		// Asked last, when the gate would let the retry go: the guard's
+		// half-open probe slot is taken only by a retry that goes.
+		ok, next = guard.AllowRetry()
+	}
+	if ok && how.probing() && g.b.Allow(w.r) {
+		// The budget pays for the probe or the last chance.
+		how = AdmitBudget
+	}
+	if !w.asking {
+		return how, time.Time{}
+	}
+	// A closed guard judges the server: the probe and last-chance rules let
+	// only a paid retry go; a release goes unpaid.
+	ok = ok && (open || how == AdmitBudget || how == AdmitRelease)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return w.settleLocked(now, how, next, ok, open)
 }
 
 // pollLocked is Poll under the gate's lock: an admission a less critical
 // waiter granted w, or the rules' candidate, handed to the more critical
-// waiters first (the criticality rule), then the guard (the guard rule) and the budget. It
-// returns the guards' tells, for Poll to call unlocked.
-func (w *Waiter) pollLocked(now time.Time) (Admission, time.Time, func()) {
+// waiters first (the criticality rule), then taken. A guarded waiter's
+// admission is held (w.asking) until its guard and the budget have been
+// asked (settleLocked).
+func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 	g := w.g
 	if w.granted != AdmitNone {
 		w.taken = true
-		return w.granted, time.Time{}, nil
+		return w.granted, time.Time{}
 	}
-	how, next := w.candidateLocked(now)
-	var tells []func()
+	how, next := w.candidateLocked(now, open)
 	for scarce(how) {
-		v, vhow, tell := g.handOffLocked(now, w.level)
-		if tell != nil {
-			tells = append(tells, tell)
-		}
+		v, vhow := g.handOffLocked(now, w.level)
 		if v == nil {
 			break
 		}
 		v.granted = vhow
 		g.notifyLocked()
-		how, next = w.candidateLocked(now)
+		how, next = w.candidateLocked(now, open)
 	}
-	if how == admitEnd {
+	switch {
+	case how == admitEnd:
 		w.endLocked()
-		return AdmitNone, time.Time{}, joinTells(tells)
-	}
-	if how != AdmitNone {
-		var tell func()
-		how, next, tell = w.admitLocked(now, how, true)
-		if tell != nil {
-			tells = append(tells, tell)
+		return AdmitNone, time.Time{}
+	case how == AdmitNone:
+		if g.asking > 0 && (next.IsZero() || next.After(now.Add(time.Millisecond))) {
+			// Another waiter holds an admission while its guard or the
+			// budget is asked, and gives it back without news if they
+			// refuse: ask again soon rather than wait for news.
+			next = now.Add(time.Millisecond)
 		}
+		return AdmitNone, next
 	}
-	return how, next, joinTells(tells)
+	w.takeLocked(now, how)
+	if open || w.r.Guard != nil && how.probing() {
+		w.asking = true
+		g.asking++
+	} else {
+		g.room.queue[w.level].remove(w)
+	}
+	return how, time.Time{}
+}
+
+// settleLocked ends w's asking: the admission how goes when ok, else it
+// is given back, and the wait goes on (held, past its hold time, while the
+// guard is open) or ends (past its hold time, a closed guard and an unpaid
+// probe: the hold and hopeless rules).
+func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, open bool) (Admission, time.Time) {
+	g := w.g
+	w.asking = false
+	g.asking--
+	if ok {
+		g.room.queue[w.level].remove(w)
+		return how, time.Time{}
+	}
+	g.st.unadmit(&w.view, how)
+	g.admitted--
+	pastHold := !w.view.held && !now.Before(w.view.holdAt)
+	if open {
+		w.view.held = w.view.held || pastHold
+		return AdmitNone, next
+	}
+	if pastHold {
+		w.endLocked()
+	}
+	// Wait for a release, a paid admission or the deadline.
+	return AdmitNone, time.Time{}
 }
 
 // scarce reports whether an admission the rules give is one that a more
@@ -246,50 +307,33 @@ func scarce(how Admission) bool {
 
 // handOffLocked finds the first waiter more critical than the level of
 // index level, most critical first and oldest first within a level, that
-// the rules, its guard and the budget let go now as a release, a probe or
-// a last chance, and admits it. It returns nil when none may.
-func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission, func()) {
-	var tells []func()
+// the rules let go now as a release, a probe or a last chance, and admits
+// it; the budget is asked whether it pays when that waiter's Poll takes
+// the admission. A waiter with a guard, or asking, is left to its own
+// Poll: its guard must be asked before its admission is taken. It returns
+// nil when none may go.
+func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission) {
 	for l := len(g.room.queue) - 1; l > level; l-- {
 		for v := g.room.queue[l].head; v != nil; v = v.next {
-			if now.Before(v.earliest) {
+			if now.Before(v.earliest) || v.r.Guard != nil || v.asking {
 				continue
 			}
-			how, _ := v.candidateLocked(now)
+			how, _ := v.candidateLocked(now, false)
 			if !scarce(how) {
 				continue
 			}
-			how, _, tell := v.admitLocked(now, how, false)
-			if tell != nil {
-				tells = append(tells, tell)
-			}
-			if how != AdmitNone {
-				return v, how, joinTells(tells)
-			}
+			v.takeLocked(now, how)
+			g.room.queue[l].remove(v)
+			return v, how
 		}
 	}
-	return nil, AdmitNone, joinTells(tells)
-}
-
-func joinTells(tells []func()) func() {
-	switch len(tells) {
-	case 0:
-		return nil
-	case 1:
-		return tells[0]
-	}
-	return func() {
-		for _, tell := range tells {
-			tell()
-		}
-	}
+	return nil, AdmitNone
 }
 
 // candidateLocked is the rules' decision for w now (gateState.decide),
 // applied: how w could go and when asking again could change the answer.
-func (w *Waiter) candidateLocked(now time.Time) (Admission, time.Time) {
-	guard := w.r.Guard
-	d := w.g.st.decideAndApply(now, &w.view, guard != nil && !guard.Closed())
+func (w *Waiter) candidateLocked(now time.Time, guardOpen bool) (Admission, time.Time) {
+	d := w.g.st.decideAndApply(now, &w.view, guardOpen)
 	return d.how, d.next
 }
 
@@ -300,68 +344,18 @@ func (w *Waiter) endLocked() {
 	w.g.room.queue[w.level].remove(w)
 }
 
-// admitLocked asks w's guard (the guard rule) and the budget whether w may go now
-// as how, the rules' candidate, and admits it when it may: it leaves the
-// queue. A wait past its hold time that the gate does not hold goes now or
-// ends (the hold and hopeless rules): own says the asking is w's own Poll, which may end it. It
-// returns the guard's tell, for the caller to call unlocked.
-func (w *Waiter) admitLocked(now time.Time, how Admission, own bool) (Admission, time.Time, func()) {
-	g := w.g
-	var next time.Time
-	guard := w.r.Guard
-	// Whether the guard is open (the guard rule) is read before it is asked:
-	// asking may change its state.
-	open := guard != nil && !guard.Closed()
-	pastHold := !w.view.held && !now.Before(w.view.holdAt)
-	// A closed guard judges the server: the probe and last-chance rules let only a paid
-	// retry go.
-	paidOnly := (how == AdmitProbe || how == AdmitLast) && guard != nil && !open
-	var tell func()
-	if open {
-		// Asked last, when the gate would let the retry go: the guard's
-		// half-open probe slot is taken only by a retry that goes.
-		var ok bool
-		ok, next, tell = guard.AllowRetry()
-		if !ok {
-			w.view.held = w.view.held || pastHold
-			return AdmitNone, next, tell
-		}
-		w.guarded = true
-	}
-	if paidOnly && !g.b.Allow(w.r) {
-		// Wait for a release, a paid admission or the deadline, unless the
-		// wait is past its hold time. An open guard never gets here: its
-		// retry is paid by its own probe slot (paidOnly needs it closed).
-		if own && pastHold {
-			w.endLocked()
-		}
-		return AdmitNone, time.Time{}, tell
-	}
-	if (how == AdmitProbe || how == AdmitLast) && (paidOnly || g.b.Allow(w.r)) {
-		// Paid by the budget (asked under the lock, so that two waiters
-		// cannot both take its tokens).
-		how = AdmitBudget
-	}
-	g.st.admit(now, &w.view, how)
-	g.admitted++
-	g.room.queue[w.level].remove(w)
-	return how, time.Time{}, tell
+// takeLocked takes, for w, the admission how the rules gave it.
+func (w *Waiter) takeLocked(now time.Time, how Admission) {
+	w.g.st.admit(now, &w.view, how)
+	w.g.admitted++
 }
 
 // Leave unregisters w; call it once, admitted or not. An admission another
 // waiter's Poll granted w that w's own Poll never returned is given back:
-// the probe slot or the release credit it took.
+// the probe slot or the release credit it took (a hand-off takes nothing
+// else: the budget is asked when the admission is taken, and a waiter with
+// a guard gets no hand-off).
 func (w *Waiter) Leave() {
-	if w.leave() {
-		// The guard's probe slot, given back unlocked (no foreign code
-		// under the gate's lock).
-		w.r.Guard.ReturnRetry()
-	}
-}
-
-// leave is Leave under the gate's lock; it reports whether the guard's
-// admission is to be given back.
-func (w *Waiter) leave() (returnGuard bool) {
 	g := w.g
 	now := g.now()
 	g.mu.Lock()
@@ -369,29 +363,18 @@ func (w *Waiter) leave() (returnGuard bool) {
 	// left is read under the lock that the eviction writes it under: a
 	// waiter evicted while it leaves is counted out once.
 	if w.left {
-		return false
+		return
 	}
 	w.left = true
 	g.room.queue[w.level].remove(w)
 	if w.granted != AdmitNone && !w.taken {
-		g.st.unadmit(w.granted)
-		if rf, ok := g.b.(refunder); ok && w.granted == AdmitBudget {
-			// The budget paid for a retry that is not sent.
-			rf.refund(w.r)
-		}
-		returnGuard = w.guarded && w.r.Guard != nil
+		g.st.unadmit(&w.view, w.granted)
 		g.admitted--
 		g.notifyLocked()
 	}
 	g.room.n--
 	g.settle(now)
-	return returnGuard
 }
-
-// refunder is a budget of this package that can give back what its Allow
-// took (the token bucket; the throttle's Allow takes nothing, and the
-// ratio's window cannot take a retry back).
-type refunder interface{ refund(r Request) }
 
 // giveUp counts a waiter that left without admission.
 func (g *Gate) giveUp() {

@@ -100,16 +100,6 @@ func (b *TokenBucket) Allow(r Request) bool {
 	}
 }
 
-// refund gives back what Allow took for r, when the retry it paid for was
-// never sent (a Gate's hand-off to a waiter that left first).
-func (b *TokenBucket) refund(r Request) {
-	cost := b.cost
-	if r.AfterTimeout {
-		cost = b.timeoutCost
-	}
-	addClamped(&b.tokens, cost, b.capacity)
-}
-
 // State reports the tokens (Level) out of Capacity, stamped with the
 // budget's clock. Level is below 0 while CRITICAL_PLUS retries are in debt.
 func (b *TokenBucket) State() State {
