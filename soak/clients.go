@@ -94,15 +94,37 @@ var kinds = []processKind{
 	{name: "churn", room: churnRoom, crowd: true, churn: true},
 }
 
-// process is one client process's worth of clients: its own budget (a
-// Gate), breakers and connection to every replica.
+// process is one client process's worth of clients: its own budgets (one
+// per backend, each method's a Gate), breakers, connection to every
+// replica and connection to payments, dialed with the same options.
 type process struct {
-	kind     processKind
-	cc       *grpc.ClientConn
-	client   testingv1.TestServiceClient
-	gate     *budget.Gate
-	room     int // the Gate's MaxWaiting
-	breakers []*breaker.Set
+	kind      processKind
+	cc, payCC *grpc.ClientConn
+	client    testingv1.TestServiceClient
+	payClient testingv1.TestServiceClient
+	budgets   *budget.Backends
+	room      int // each Gate's MaxWaiting
+	breakers  []*breaker.Set
+}
+
+// gates sums the process's Gates' states: the calls waiting now, and how
+// many waited and how their waits ended.
+func (p *process) gates() (sum budget.State) {
+	for _, st := range p.budgets.States() {
+		sum.Waiting += st.Waiting
+		sum.Deferred += st.Deferred
+		sum.DeferAdmitted += st.DeferAdmitted
+		sum.DeferGaveUp += st.DeferGaveUp
+	}
+	return sum
+}
+
+// close closes the process's connections.
+func (p *process) close() {
+	_ = p.cc.Close()
+	if p.payCC != nil {
+		_ = p.payCC.Close()
+	}
 }
 
 // openBreakers lists the process's breakers that are not closed now, each
@@ -120,8 +142,9 @@ func (p *process) openBreakers() []string {
 	return out
 }
 
-// dialProcess builds process p of kind k against the replicas' addresses.
-func dialProcess(p int, k processKind, addrs []string, hook func(context.Context, interceptor.Event)) (*process, error) {
+// dialProcess builds process p of kind k against the replicas' addresses
+// and payments' (payAddr).
+func dialProcess(p int, k processKind, addrs []string, payAddr string, hook func(context.Context, interceptor.Event)) (*process, error) {
 	methods := methodsPolicy
 	if k.crowd {
 		methods = strings.ReplaceAll(methods, `"initialBackoff": "20ms", "maxBackoff": "400ms"`, crowdBackoff)
@@ -138,16 +161,15 @@ func dialProcess(p int, k processKind, addrs []string, hook func(context.Context
 		bs.TokenBucket = crowdBudget
 	}
 	bs.Defer.MaxWaiting = k.room
-	b, err := budget.New(bs)
+	budgets, err := budget.NewBackends(bs)
 	if err != nil {
 		return nil, err
 	}
-	gate, ok := b.(*budget.Gate)
-	if !ok {
-		return nil, fmt.Errorf("soak: the default budget is a %T, not a Gate", b)
+	if !bs.Defers() {
+		return nil, fmt.Errorf("soak: the budget of %s does not defer", k.name)
 	}
-	pr := &process{kind: k, gate: gate, room: bs.Defer.WithDefaults().MaxWaiting}
-	for _, m := range []string{testingv1.TestService_Get_FullMethodName, testingv1.TestService_Write_FullMethodName} {
+	pr := &process{kind: k, budgets: budgets, room: bs.Defer.WithDefaults().MaxWaiting}
+	for _, m := range []string{testingv1.TestService_Get_FullMethodName, testingv1.TestService_Write_FullMethodName, testingv1.TestService_Put_FullMethodName} {
 		if set := cfg.Breakers(cfg.Method(m)); set != nil && !slices.Contains(pr.breakers, set) {
 			pr.breakers = append(pr.breakers, set)
 		}
@@ -162,13 +184,18 @@ func dialProcess(p int, k processKind, addrs []string, hook func(context.Context
 	if k.elsewhere {
 		lb = elsewhere.ServiceConfig
 	}
-	opts := append(stagger.DialOptions(cfg, interceptor.WithBudget(gate), interceptor.WithCallHook(hook)),
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(res), grpc.WithDefaultServiceConfig(lb))
-	pr.cc, err = grpc.NewClient(res.Scheme()+":///replicas", opts...)
+	dial := append(stagger.DialOptions(cfg, interceptor.WithDefaultBudgets(budgets), interceptor.WithCallHook(hook)),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	pr.cc, err = grpc.NewClient(res.Scheme()+":///replicas", append(dial, grpc.WithResolvers(res), grpc.WithDefaultServiceConfig(lb))...)
 	if err != nil {
 		return nil, err
 	}
 	pr.client = testingv1.NewTestServiceClient(pr.cc)
+	if pr.payCC, err = grpc.NewClient("passthrough:///"+payAddr, dial...); err != nil {
+		_ = pr.cc.Close()
+		return nil, err
+	}
+	pr.payClient = testingv1.NewTestServiceClient(pr.payCC)
 	return pr, nil
 }
 
@@ -184,9 +211,10 @@ const (
 	opUpload                // client stream
 	opChat                  // bidi stream
 	opGetFailing            // a Get whose every attempt fails (the churn process)
+	opPayments              // a Put to payments, the second backend
 )
 
-var opNames = [...]string{"write-memory", "write-redis", "get", "put", "list", "upload", "chat", "get-failing"}
+var opNames = [...]string{"write-memory", "write-redis", "get", "put", "list", "upload", "chat", "get-failing", "payments"}
 
 func (o op) String() string { return opNames[o] }
 
@@ -250,6 +278,8 @@ func (p *process) call(ctx context.Context, o op, id uint64, crit criticality.Le
 		_, err = c.Get(ctx, &testingv1.GetRequest{Script: failingScript}, co...)
 	case opPut:
 		_, err = c.Put(ctx, &testingv1.PutRequest{Script: script}, co...)
+	case opPayments:
+		_, err = p.payClient.Put(ctx, &testingv1.PutRequest{Script: script}, co...)
 	case opList:
 		err, bad = list(ctx, c, co)
 	case opUpload:

@@ -44,14 +44,16 @@ type replica struct {
 
 // newReplica starts replica id. mem and redis are the shared stores
 // (redis nil: none); led hears every write the handler applied.
-func newReplica(id int, seed uint64, mem server.Store, redis server.Store, led *ledger, hist *history) (*replica, error) {
+// down counts the attempts it receives while every replica is down.
+func newReplica(id int, seed uint64, mem server.Store, redis server.Store, led *ledger, hist *history, down *downLedger) (*replica, error) {
 	r := &replica{id: id, rng: rand.New(rand.NewPCG(seed, uint64(id))), hist: hist}
 	side, err := server.New(server.WithConcurrencyLimit(shedLimit),
 		server.WithIdempotency(mem, server.IdempotencyOptions{Header: memoryKeyHeader, TTL: storeTTL, Scope: oneScope}))
 	if err != nil {
 		return nil, err
 	}
-	chain := []grpc.UnaryServerInterceptor{r.lose, side.Unary()}
+	countUnary, countStream := counting(down)
+	chain := []grpc.UnaryServerInterceptor{countUnary, r.lose, side.Unary()}
 	if redis != nil {
 		redisSide, err := server.New(server.WithoutPropagation(),
 			server.WithIdempotency(redis, server.IdempotencyOptions{Header: redisKeyHeader, TTL: storeTTL, Scope: oneScope}))
@@ -63,7 +65,7 @@ func newReplica(id int, seed uint64, mem server.Store, redis server.Store, led *
 	chain = append(chain, applied(led))
 	r.ts = testserver.New(testserver.WithTCP(), testserver.WithServerOptions(
 		grpc.ChainUnaryInterceptor(chain...),
-		grpc.ChainStreamInterceptor(side.Stream()),
+		grpc.ChainStreamInterceptor(countStream, side.Stream()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: connectionAge, MaxConnectionAgeGrace: connectionAgeGrace}),
 	))
 	if r.ts.Addr() == "" {

@@ -10,9 +10,12 @@
 // calls at once, don't-retry propagation, de-duplication of keyed writes
 // in a memory store the replicas share and, when redis-server is on PATH,
 // in a Redis store too: a write carries the key header of one of them).
-// Seven client processes' worth of clients, each with its own connection
-// to every replica (round_robin or stagger_elsewhere), its own policy file
-// and its own budget, a Gate: the default budget; a circuit breaker;
+// Beside them a second backend, payments: one testserver of its own, with
+// faults of its own. Seven client processes' worth of clients, each with
+// its own connection to every replica (round_robin or stagger_elsewhere)
+// and one to payments, its own policy file and its own budgets, one per
+// backend (budget.Backends, each method's a Gate over its backend's
+// tokens): the default budget; a circuit breaker;
 // adaptive throttling; three crowds whose Gate holds only two waiting
 // calls (one behind a breaker too), so that a more critical retry evicts a
 // less critical one while callers give up; and the churn process, whose
@@ -31,7 +34,8 @@
 // moment, as the other retries enter the Gate and may evict a call of the
 // same request that is leaving, else within 3 ms. That is the race between a
 // waiter's Leave and its eviction (issue 38), which the crowds alone met
-// too rarely to find.
+// too rarely to find. Two callers per process call payments (Put), one
+// call every 70 ms each.
 //
 // # The faults
 //
@@ -43,7 +47,9 @@
 // connection after the store kept them, a long outage of every replica,
 // and a restart of Redis (SIGKILL; its append-only file keeps every key).
 // Each replica also sends every connection a GOAWAY every four seconds or
-// so. The faults overlap. The seed fixes the workload and the schedule of
+// so. The faults overlap. Payments' faults come from a source of their
+// own, one at a time, every three seconds on average: an outage of 2 to
+// 5 s, past every deadline, or a flaky spell. The seed fixes the workload and the schedule of
 // faults, not how goroutines interleave: a replay of a seed meets the same
 // faults and calls, and a race needs the same luck again.
 //
@@ -54,7 +60,10 @@
 // twice, none acknowledged OK and not applied, every call ended exactly
 // once for the interceptor (one EventEnd), every stream's messages whole
 // and in order, every Gate's count of waiting calls within [0,
-// MaxWaiting]. The faults pause for five seconds at half time and stop
+// MaxWaiting]. Each backend counts the calls made and the attempts it
+// received while it was down for longer than any call's deadline (the
+// replicas in a long outage, payments in its own): at the end, over 50
+// calls or more, more than 1.5 attempts per call is a retry storm. The faults pause for five seconds at half time and stop
 // five seconds before the end; at the end of each calm window the load
 // stops and the heap is measured with no call in flight (after two
 // collections, the least of three samples; on runs that judge the heap,

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stagger-go/stagger/testserver"
@@ -41,6 +42,10 @@ type injector struct {
 	wg       sync.WaitGroup
 	redisMu  sync.Mutex // one Redis restart at a time
 	counts   [nFaults]int
+	// down counts the calls and attempts while every replica is down (a
+	// long outage); longOut: one is under way (they do not overlap).
+	down    *downLedger
+	longOut atomic.Bool
 }
 
 func (in *injector) span(min, max time.Duration) time.Duration {
@@ -68,11 +73,14 @@ func (in *injector) run(ctx context.Context) {
 		if f == faultRedis && in.redis == nil {
 			f = faultOutage
 		}
-		if f == faultLongOutage && in.rng.IntN(4) > 0 {
+		if f == faultLongOutage && (in.rng.IntN(4) > 0 || in.longOut.Load()) {
 			f = faultFlaky // long outages are the rarest: each costs seconds of calls
 		}
 		r := in.replicas[in.rng.IntN(len(in.replicas))]
 		d := in.span(faultSpanMin, faultSpanMax)
+		if f == faultLongOutage {
+			in.longOut.Store(true)
+		}
 		in.counts[f]++
 		in.hist.addf("fault %s replica %d for %s", f, r.id, d.Round(time.Millisecond))
 		in.wg.Add(1)
@@ -110,10 +118,13 @@ func (in *injector) apply(ctx context.Context, f fault, r *replica, d time.Durat
 		for _, x := range in.replicas {
 			x.ts.SetOutage(true)
 		}
+		in.down.set(true, time.Now())
 		defer func() {
+			in.down.set(false, time.Now())
 			for _, x := range in.replicas {
 				x.ts.SetOutage(false)
 			}
+			in.longOut.Store(false)
 		}()
 		d = outageMin + d*(outageMax-outageMin)/faultSpanMax
 	case faultRedis:

@@ -49,9 +49,12 @@ type Result struct {
 	NotClosed []string
 	Redis     bool
 	Faults    map[string]int
-	// Gates says, per client process, how many retries waited in its Gate
-	// and how their waits ended.
-	Gates   []string
+	// Gates says, per client process, how many retries waited in its
+	// Gates and how their waits ended.
+	Gates []string
+	// Down says, per backend (the replicas, payments), the calls made and
+	// the attempts it received while it was down past every deadline.
+	Down    []string
 	Seed    uint64
 	Elapsed time.Duration
 	// Broken is the first invariant broken ("" when none), and History
@@ -77,6 +80,11 @@ type run struct {
 
 	brokenOnce sync.Once
 	broken     atomic.Pointer[string]
+
+	// repDown and pay.down count the calls and attempts while a backend
+	// is down past every deadline (the replicas in a long outage; payments).
+	repDown *downLedger
+	pay     *payments
 
 	calls, ok  atomic.Uint64
 	redisLines atomic.Uint64
@@ -153,9 +161,18 @@ func Run(cfg Config) (res *Result, err error) {
 			x.ts.Close()
 		}
 	}()
+	r.repDown = &downLedger{name: "replicas"}
+	if r.pay, err = newPayments(cfg.Seed, r.hist); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r.pay != nil {
+			r.pay.ts.Close()
+		}
+	}()
 	var addrs []string
 	for i := range replicas {
-		x, err := newReplica(i, cfg.Seed, mem, redisStore, r.led, r.hist)
+		x, err := newReplica(i, cfg.Seed, mem, redisStore, r.led, r.hist, r.repDown)
 		if err != nil {
 			return nil, err
 		}
@@ -166,11 +183,11 @@ func Run(cfg Config) (res *Result, err error) {
 	var procs []*process
 	defer func() {
 		for _, p := range procs {
-			_ = p.cc.Close()
+			p.close()
 		}
 	}()
 	for i, k := range kinds {
-		p, err := dialProcess(i, k, addrs, r.hook)
+		p, err := dialProcess(i, k, addrs, r.pay.ts.Addr(), r.hook)
 		if err != nil {
 			return nil, err
 		}
@@ -192,7 +209,7 @@ func Run(cfg Config) (res *Result, err error) {
 			callers = crowdCallers
 		}
 		var rs []*rand.Rand
-		for w := range callers {
+		for w := range callers + paymentsCallers {
 			rs = append(rs, rand.New(rand.NewPCG(cfg.Seed, uint64(pi*1000+w+1))))
 		}
 		rngs = append(rngs, rs)
@@ -201,8 +218,12 @@ func Run(cfg Config) (res *Result, err error) {
 	startLoad := func() context.CancelFunc {
 		loadCtx, stopLoad := context.WithCancel(ctx)
 		for pi, p := range procs {
-			for _, rng := range rngs[pi] {
+			for i, rng := range rngs[pi] {
 				load.Add(1)
+				if i < paymentsCallers {
+					go func() { defer load.Done(); r.payWork(loadCtx, p, rng) }()
+					continue
+				}
 				go func() { defer load.Done(); r.work(loadCtx, p, rng, res.Redis) }()
 			}
 		}
@@ -219,10 +240,14 @@ func Run(cfg Config) (res *Result, err error) {
 	// tail: the load stops at the end of each calm and the heap is
 	// measured with no call in flight (heapInUse), so that the two
 	// measures see the same state: what the fleet keeps between calls.
-	in := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa17)), replicas: reps, redis: rp, hist: r.hist, fail: r.fail}
+	in := &injector{rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa17)), replicas: reps, redis: rp, hist: r.hist, fail: r.fail, down: r.repDown}
 	for half, d := range []time.Duration{cfg.Duration / 2, cfg.Duration - cfg.Duration/2} {
 		faultCtx, stopFaults := context.WithTimeout(ctx, d)
+		var payFaults sync.WaitGroup
+		payFaults.Add(1)
+		go r.pay.run(faultCtx, &payFaults)
 		in.run(faultCtx)
+		payFaults.Wait()
 		stopFaults()
 		r.hist.addf("faults paused; calm for %s", calmTail)
 		sleep(ctx, calmTail)
@@ -255,9 +280,14 @@ func Run(cfg Config) (res *Result, err error) {
 	for f, n := range in.counts {
 		res.Faults[fault(f).String()] = n
 	}
+	res.Faults["payments-outage"], res.Faults["payments-flaky"] = r.pay.outages, r.pay.flaky
+	for _, d := range []*downLedger{r.repDown, r.pay.down} {
+		res.Down = append(res.Down, d.String())
+		d.check(r.fail)
+	}
 
 	for _, p := range procs {
-		st := p.gate.State()
+		st := p.gates()
 		res.Gates = append(res.Gates, fmt.Sprintf("%s: %d deferred, %d admitted, %d gave up", p.kind.name, st.Deferred, st.DeferAdmitted, st.DeferGaveUp))
 	}
 	if r.broken.Load() == nil {
@@ -270,13 +300,15 @@ func Run(cfg Config) (res *Result, err error) {
 
 	// Tear down, then count the goroutines left.
 	for _, p := range procs {
-		_ = p.cc.Close()
+		p.close()
 	}
 	procs = nil
 	for _, x := range reps {
 		x.ts.Close()
 	}
 	reps = nil
+	r.pay.ts.Close()
+	r.pay = nil
 	if rc != nil {
 		_ = rc.Close()
 		rc = nil
@@ -356,6 +388,20 @@ func (r *run) work(loadCtx context.Context, p *process, rng *rand.Rand, redis bo
 	}
 }
 
+// payWork calls payments until loadCtx ends, one call every paymentsEvery
+// (or back to back, when a call takes longer), each with a random deadline
+// and criticality.
+func (r *run) payWork(loadCtx context.Context, p *process, rng *rand.Rand) {
+	for loadCtx.Err() == nil {
+		start := time.Now()
+		timeout := callTimeoutMin + time.Duration(rng.Int64N(int64(callTimeoutMax-callTimeoutMin)))
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(loadCtx), timeout)
+		r.one(ctx, p, opPayments, criticality.Levels()[rng.IntN(criticality.NumLevels)])
+		cancel()
+		sleep(loadCtx, paymentsEvery-time.Since(start))
+	}
+}
+
 // givingUp is how a churn request's caller gives up: when the first of
 // its calls' retries is deferred (the hook's deferred), at once or after
 // a moment within churnPatience. At once, the caller cancels just as that
@@ -405,6 +451,11 @@ func (r *run) one(ctx context.Context, p *process, o op, crit criticality.Level)
 		r.led.register(id)
 	}
 	r.calls.Add(1)
+	if o == opPayments {
+		r.pay.down.call(time.Now())
+	} else {
+		r.repDown.call(time.Now())
+	}
 	ok, bad := p.call(ctx, o, id, crit)
 	if ok {
 		r.ok.Add(1)
@@ -471,9 +522,10 @@ func (r *run) watch(procs []*process, done <-chan struct{}) {
 		case <-t.C:
 		}
 		for _, p := range procs {
-			st := p.gate.State()
-			if st.Waiting < 0 || st.Waiting > p.room {
-				r.fail(fmt.Sprintf("%s: Gate counts %d calls waiting (bounds 0 and %d)", p.kind.name, st.Waiting, p.room))
+			for _, st := range p.budgets.States() {
+				if st.Waiting < 0 || st.Waiting > p.room {
+					r.fail(fmt.Sprintf("%s: the Gate of %s %s counts %d calls waiting (bounds 0 and %d)", p.kind.name, st.Target, st.Method, st.Waiting, p.room))
+				}
 			}
 		}
 		// A stream's EventEnd may come just after its last message:
@@ -487,7 +539,7 @@ func (r *run) watch(procs []*process, done <-chan struct{}) {
 // breaker closed.
 func (r *run) settled(procs []*process) {
 	for _, p := range procs {
-		if st := p.gate.State(); st.Waiting != 0 {
+		if st := p.gates(); st.Waiting != 0 {
 			r.fail(fmt.Sprintf("%s: after the load stopped, the Gate counts %d calls waiting, want 0 (deferred %d, admitted %d, gave up %d)",
 				p.kind.name, st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp))
 		}
@@ -542,7 +594,7 @@ func (r *run) probeBreakers(ctx context.Context, procs []*process, redis bool) [
 			notClosed = append(notClosed, p.kind.name+": "+key)
 		}
 	}
-	ops := []op{opWriteMemory, opGet, opPut, opList, opUpload, opChat}
+	ops := []op{opWriteMemory, opGet, opPut, opList, opUpload, opChat, opPayments}
 	if redis {
 		ops = append(ops, opWriteRedis)
 	}

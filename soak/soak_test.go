@@ -35,6 +35,9 @@ func TestSoak(t *testing.T) {
 	for _, g := range res.Gates {
 		t.Logf("Gate of %s", g)
 	}
+	for _, d := range res.Down {
+		t.Logf("down: %s", d)
+	}
 	for _, b := range res.NotClosed {
 		t.Logf("breaker not closed when the load stopped (the tail's probes closed it): %s", b)
 	}

@@ -141,6 +141,21 @@ const (
 	probeSpan        = 10 * time.Second
 	probeCallTimeout = 5 * time.Second
 	probeGap         = 100 * time.Millisecond
+	// payments, the second backend: paymentsCallers per process call it,
+	// one call every paymentsEvery each (98 calls a second over seven
+	// processes, the lab's two-backends scale); its faults, an outage
+	// past every deadline or a flaky spell, come one at a time, one every
+	// paymentsFaultGap on average after the last ended.
+	paymentsCallers  = 2
+	paymentsEvery    = 70 * time.Millisecond
+	paymentsFaultGap = 3 * time.Second
+	// downAttemptsMax is the most attempts per call a backend may receive
+	// while down past every deadline, judged over downMinCalls calls or
+	// more: one retry in ten goes (the Gate's futility rule) and a call
+	// that began just before the outage had its retries in it. A storm
+	// (every retry sent) is 3 to 4.
+	downAttemptsMax = 1.5
+	downMinCalls    = 50
 	// historyLines is the history printed around the first broken
 	// invariant.
 	historyLines = 200
