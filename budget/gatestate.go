@@ -49,12 +49,12 @@ type gateState struct {
 	// lastReached is when an attempt last reached the server (or a retry
 	// was refused after its attempt ended).
 	lastReached time.Time
-	// outageAt is when the latest outage began; span the longest wait
-	// (what its deadline left, or MaxWait) of the retries that began to
-	// wait since the server last served (the futility rule).
-	outageAt time.Time
-	span     time.Duration
-	// streakAt is when the streak of failures began.
+	// span is the longest wait (what its deadline left, or MaxWait) of the
+	// retries that began to wait since the server last served (the
+	// futility rule).
+	span time.Duration
+	// streakAt is when the streak of failures began; in an outage, when
+	// the outage began (its streak ends only with it).
 	streakAt time.Time
 	ev       evidence
 	slot     probeSlots
@@ -147,11 +147,8 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// what its flakiness makes, in which retries failed too, is an
 		// outage whatever the calls before it said.
 		if s.streak++; s.streak >= tune.OutageStreak && ((s.ev.healthy || s.ev.overloaded(now)) && s.ev.down(now) || s.ev.beyond(s.streak) && s.ev.retryFails >= tune.HealMinSamples) {
-			if s.phase != phaseOutage {
-				// The outage began with the streak's first failure: the
-				// calls that failed from then on have been waiting since.
-				s.outageAt = s.streakAt
-			}
+			// The outage began with the streak's first failure (streakAt):
+			// the calls that failed from then on have been waiting since.
 			s.phase = phaseOutage
 			s.pace.credits = 0
 		} else if s.phase != phaseOutage {
@@ -203,7 +200,7 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 // longest wait of the retries that began to wait since the server last
 // served, and no attempt has succeeded since it began.
 func (s *gateState) futile(now time.Time) bool {
-	return s.phase == phaseOutage && s.span > 0 && now.Sub(s.outageAt) >= time.Duration(tune.FutileFactor*float64(s.span))
+	return s.phase == phaseOutage && s.span > 0 && now.Sub(s.streakAt) >= time.Duration(tune.FutileFactor*float64(s.span))
 }
 
 // tooLate reports whether a retry that would begin to wait now, with
