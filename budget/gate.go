@@ -91,11 +91,9 @@ type Gate struct {
 	// asking counts the waiters whose Poll holds an admission while it
 	// asks their guard and the budget (Waiter.asking).
 	asking int
-	// futile counts the retries the futility rule failed at once (in
-	// gaveUp too); polls the waiters' decisions asked (tests and
-	// benchmarks read it).
-	futile uint64
-	polls  uint64
+	// polls counts the waiters' decisions asked (tests and benchmarks
+	// read it).
+	polls uint64
 }
 
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is

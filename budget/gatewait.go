@@ -113,7 +113,6 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	// its deadline only to fail.
 	if g.st.futile(now) && (g.room.n > 0 && g.rand() >= tune.FutileHold || g.room.n == 0 && g.st.tooLate(now, pause, deadline, r.Last)) {
 		g.gaveUp++
-		g.futile++
 		return nil, ErrOutageLasting
 	}
 	if g.room.n >= g.s.MaxWaiting {
