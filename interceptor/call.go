@@ -87,6 +87,17 @@ type methodInfo struct {
 	// same for the method's budget of one budget.Backends.
 	br  atomic.Pointer[breakerRef]
 	bud atomic.Pointer[budgetRef]
+	// attempt is the method's own unaryAttempt, for one call that may
+	// retry at a time (attemptHeld: 1 while a call holds it; the others
+	// take the pool's): taking it and giving it back is a compare-and-swap
+	// and a store, where the pool's Get and Put cost about three times as
+	// much (BENCHMARKS.md, "Issue 45: the success path"). On cache lines
+	// of their own: calls write them, and every call reads the fields
+	// around them.
+	_           [cacheLine]byte
+	attemptHeld atomic.Uint32
+	attempt     unaryAttempt
+	_           [cacheLine]byte
 	// fast: a call under the interceptor's own options needs nothing
 	// only unarySlow does (fastUnary), so it may take unaryFast; timeout:
 	// the file sets the method a timeout (policy.Method.Timeout).
@@ -289,6 +300,7 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi.plan.brCache = &mi.br
 	mi.plan.pace = new(pace)
 	mi.fast = mi.fastUnary(&k.opts)
+	mi.attempt.init()
 	mi.timeout = mi.m != nil && mi.m.Timeout > 0
 	if cfg != nil && k.warned.Load() != cfg && k.warned.Swap(cfg) != cfg {
 		k.logWarnings(cfg)

@@ -132,13 +132,26 @@ import (
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	k := newCore(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		return k.unary(ctx, method, req, reply, cc, invoker, opts)
+		o, grpcOpts := &k.opts, opts
+		if len(opts) > 0 {
+			o, grpcOpts = k.callOptions(opts)
+		}
+		cfg := o.config()
+		if k.refusals != nil {
+			k.logRefusal()
+		}
+		mi := k.method(cfg, method)
+		if o == &k.opts && mi.fast {
+			return k.unaryFast(ctx, method, req, reply, cc, invoker, grpcOpts, mi)
+		}
+		return k.unarySlow(ctx, method, req, reply, cc, invoker, o, grpcOpts, cfg, mi)
 	}
 }
 
 // unaryAttempt holds what each attempt hands to grpc to learn of headers and
-// trailers. Pooled: the addresses escape into grpc, and the success path must
-// not allocate. own holds grpc.Header and grpc.Trailer pointing at header and
+// trailers. Each method keeps one (methodInfo.attempt), and a pool serves
+// the calls that find it held: the addresses escape into grpc, and the
+// success path must not allocate. own holds grpc.Header and grpc.Trailer pointing at header and
 // trailer, built once per pooled value, so that a call without options of its
 // own passes own as is.
 type unaryAttempt struct {
@@ -149,20 +162,44 @@ type unaryAttempt struct {
 
 var unaryAttempts = sync.Pool{New: func() any {
 	ua := new(unaryAttempt)
-	ua.own = [2]grpc.CallOption{grpc.Header(&ua.header), grpc.Trailer(&ua.trailer)}
+	ua.init()
 	return ua
 }}
 
-// release gives ua back to the pool, holding nothing of the call.
-func (ua *unaryAttempt) release() {
-	if len(ua.opts) > 0 {
-		clear(ua.opts)
-		ua.opts = ua.opts[:0]
+// takeAttempt returns a unaryAttempt for a call of mi's method that may
+// retry: the method's own (mi.attempt) when no other call holds it, else
+// the pool's.
+func (mi *methodInfo) takeAttempt() *unaryAttempt {
+	if mi.attemptHeld.Load() == 0 && mi.attemptHeld.CompareAndSwap(0, 1) {
+		return &mi.attempt
 	}
-	if ua.header != nil || ua.trailer != nil {
-		ua.header, ua.trailer = nil, nil
+	return unaryAttempts.Get().(*unaryAttempt)
+}
+
+// giveAttempt gives back ua, which takeAttempt returned, holding nothing
+// of the call.
+func (mi *methodInfo) giveAttempt(ua *unaryAttempt) {
+	if ua.header != nil || ua.trailer != nil || len(ua.opts) > 0 {
+		ua.reset()
 	}
-	unaryAttempts.Put(ua)
+	if ua != &mi.attempt {
+		unaryAttempts.Put(ua)
+		return
+	}
+	mi.attemptHeld.Store(0)
+}
+
+// reset makes ua hold nothing of the call that used it.
+func (ua *unaryAttempt) reset() {
+	clear(ua.opts)
+	ua.opts = ua.opts[:0]
+	ua.header, ua.trailer = nil, nil
+}
+
+// init makes ua ready to use: own points at its header and
+// trailer.
+func (ua *unaryAttempt) init() {
+	ua.own = [2]grpc.CallOption{grpc.Header(&ua.header), grpc.Trailer(&ua.trailer)}
 }
 
 // prepare returns the options every attempt of a call that may retry
@@ -205,19 +242,6 @@ func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) (attemptOp
 		ua.opts = append(ua.opts, ua.own[1])
 	}
 	return ua.opts, headerAddr, trailerAddr
-}
-
-func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
-	o, grpcOpts := k.callOptions(opts)
-	cfg := o.config()
-	if k.refusals != nil {
-		k.logRefusal()
-	}
-	mi := k.method(cfg, method)
-	if o == &k.opts && mi.fast {
-		return k.unaryFast(ctx, method, req, reply, cc, invoker, grpcOpts, mi)
-	}
-	return k.unarySlow(ctx, method, req, reply, cc, invoker, o, grpcOpts, cfg, mi)
 }
 
 // unaryFast runs a call that needs nothing only unarySlow does (mi.fast)
@@ -264,7 +288,7 @@ func (k *core) unaryFast(ctx context.Context, method string, req, reply any, cc 
 		}
 	}
 	if pl.retrying {
-		ua := unaryAttempts.Get().(*unaryAttempt)
+		ua := mi.takeAttempt()
 		attemptOpts, headerAddr, trailerAddr := ua.own[:], &ua.header, &ua.trailer
 		if len(mi.opts)+len(grpcOpts) > 0 {
 			attemptOpts, headerAddr, trailerAddr = ua.prepare(mi.opts, grpcOpts)
@@ -273,10 +297,10 @@ func (k *core) unaryFast(ctx context.Context, method string, req, reply any, cc 
 		err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
 		if err != nil {
 			err = k.unaryRetries(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, req, reply, invoker, err, attemptOpts, headerAddr, trailerAddr)
-			ua.release()
+			mi.giveAttempt(ua)
 			return err
 		}
-		ua.release()
+		mi.giveAttempt(ua)
 	} else {
 		if len(mi.opts) > 0 {
 			grpcOpts = append(mi.opts[:len(mi.opts):len(mi.opts)], grpcOpts...)
@@ -285,7 +309,9 @@ func (k *core) unaryFast(ctx context.Context, method string, req, reply any, cc 
 			return k.unaryOnlyFailed(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, err)
 		}
 	}
-	recordFirstSuccess(br, b, crit, o)
+	if br != nil || b != nil {
+		recordFirstSuccess(br, b, crit, o)
+	}
 	if len(o.callHooks) > 0 || o.report != nil {
 		k.unaryEnd(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method)
 	}
@@ -422,10 +448,10 @@ func (k *core) unarySlow(ctx context.Context, method string, req, reply any, cc 
 		}
 	}
 
-	ua := unaryAttempts.Get().(*unaryAttempt)
+	ua := mi.takeAttempt()
 	attemptOpts, headerAddr, trailerAddr := ua.prepare(c.fileOpts, grpcOpts)
 	err := k.unaryAttempts(&c, callCtx, method, req, reply, cc, invoker, attemptOpts, headerAddr, trailerAddr)
-	ua.release()
+	mi.giveAttempt(ua)
 	c.end(cc, err)
 	return err
 }
