@@ -99,13 +99,14 @@ type methodInfo struct {
 	attempt     unaryAttempt
 	_           [cacheLine]byte
 	// fast: a call under the interceptor's own options needs nothing
-	// only unarySlow does (fastUnary), so it may take unaryFast; timeout:
+	// only unarySlow does (fastUnary), so it may take the fast path
+	// (unaryInterceptor); timeout:
 	// the file sets the method a timeout (policy.Method.Timeout).
 	fast, timeout bool
 }
 
 // fastUnary reports whether a unary call of mi's method under the
-// interceptor's own options o may take unaryFast: it is not disabled,
+// interceptor's own options o may take the fast path (unaryInterceptor): it is not disabled,
 // carries no idempotency key, is not hedged (nor hedged on the per-attempt
 // timeout), has no per-attempt timer and no notice to give.
 func (mi *methodInfo) fastUnary(o *options) bool {

@@ -53,7 +53,7 @@ import (
 //
 // The unary interceptor runs a call that needs no more than this loop
 // (no hedging, no per-attempt timer, no Options of its own: methodInfo.fast)
-// without a call until its first attempt ends (unaryFast): only a failure
+// without a call until its first attempt ends (unaryInterceptor): only a failure
 // builds one, as start would, and goes on in the loop. A first attempt's
 // success is recorded there as afterAttempt records it, and
 // TestUnaryFastPathMatchesGeneralPath holds the two paths alike.

@@ -37,7 +37,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	if err == nil {
 		// Decide's answer for a success is fixed: record it, stop. A slow
-		// success is a sign of overload (rising latency). unaryFast records
+		// success is a sign of overload (rising latency). The fast path (unaryInterceptor) records
 		// a first attempt's success without a call (recordFirstSuccess):
 		// what changes here changes there.
 		if c.budget != nil {

@@ -130,30 +130,15 @@ import (
 // calls were seen. It learns from winning attempts only, which hedging makes
 // faster, so it errs toward hedging sooner; the budget bounds the cost.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
-	k := newCore(opts)
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		o, grpcOpts := &k.opts, opts
-		if len(opts) > 0 {
-			o, grpcOpts = k.callOptions(opts)
-		}
-		cfg := o.config()
-		if k.refusals != nil {
-			k.logRefusal()
-		}
-		mi := k.method(cfg, method)
-		if o == &k.opts && mi.fast {
-			return k.unaryFast(ctx, method, req, reply, cc, invoker, grpcOpts, mi)
-		}
-		return k.unarySlow(ctx, method, req, reply, cc, invoker, o, grpcOpts, cfg, mi)
-	}
+	return newCore(opts).unaryInterceptor()
 }
 
-// unaryAttempt holds what each attempt hands to grpc to learn of headers and
-// trailers. Each method keeps one (methodInfo.attempt), and a pool serves
-// the calls that find it held: the addresses escape into grpc, and the
-// success path must not allocate. own holds grpc.Header and grpc.Trailer pointing at header and
-// trailer, built once per pooled value, so that a call without options of its
-// own passes own as is.
+// unaryAttempt holds what each attempt hands to grpc to learn of headers
+// and trailers: the addresses escape into grpc, and the success path must
+// not allocate, so each method keeps one (methodInfo.attempt) and a pool
+// serves the calls that find it held. own holds grpc.Header and
+// grpc.Trailer pointing at header and trailer, built once per value, so
+// that a call without options of its own passes own as is.
 type unaryAttempt struct {
 	header, trailer metadata.MD
 	own             [2]grpc.CallOption
@@ -168,25 +153,46 @@ var unaryAttempts = sync.Pool{New: func() any {
 
 // takeAttempt returns a unaryAttempt for a call of mi's method that may
 // retry: the method's own (mi.attempt) when no other call holds it, else
-// the pool's.
+// the pool's. giveAttempt gives it back.
 func (mi *methodInfo) takeAttempt() *unaryAttempt {
+	if ua := mi.ownAttempt(); ua != nil {
+		return ua
+	}
+	return unaryAttempts.Get().(*unaryAttempt)
+}
+
+// ownAttempt is takeAttempt when no other call holds mi.attempt, else nil;
+// it inlines, takeAttempt does not.
+func (mi *methodInfo) ownAttempt() *unaryAttempt {
 	if mi.attemptHeld.Load() == 0 && mi.attemptHeld.CompareAndSwap(0, 1) {
 		return &mi.attempt
 	}
-	return unaryAttempts.Get().(*unaryAttempt)
+	return nil
 }
 
 // giveAttempt gives back ua, which takeAttempt returned, holding nothing
 // of the call.
 func (mi *methodInfo) giveAttempt(ua *unaryAttempt) {
-	if ua.header != nil || ua.trailer != nil || len(ua.opts) > 0 {
-		ua.reset()
+	if mi.giveOwnClean(ua) {
+		return
 	}
+	ua.reset()
 	if ua != &mi.attempt {
 		unaryAttempts.Put(ua)
 		return
 	}
 	mi.attemptHeld.Store(0)
+}
+
+// giveOwnClean is giveAttempt for mi.attempt when it holds nothing of the
+// call (no caller's options, no header or trailer): it reports whether ua
+// was that, and it inlines.
+func (mi *methodInfo) giveOwnClean(ua *unaryAttempt) bool {
+	if ua != &mi.attempt || ua.header != nil || ua.trailer != nil || len(ua.opts) > 0 {
+		return false
+	}
+	mi.attemptHeld.Store(0)
+	return true
 }
 
 // reset makes ua hold nothing of the call that used it.
@@ -244,78 +250,101 @@ func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) (attemptOp
 	return ua.opts, headerAddr, trailerAddr
 }
 
-// unaryFast runs a call that needs nothing only unarySlow does (mi.fast)
-// up to the end of its first attempt with no call state: the call is built
-// (as start builds it) only when that attempt fails or the call hooks must
-// hear EventEnd, and then goes on as in unarySlow. Whatever it decides, it
-// decides as start, admitFirst and afterAttempt do, in their order; a
-// first attempt's success is recorded as afterAttempt records it (see
-// recordFirstSuccess).
-func (k *core) unaryFast(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo) error {
-	o, pl := &k.opts, &mi.plan
-	crit := callCriticality(ctx, o, mi.m)
-	callCtx := ctx
-	if crit != criticality.Unset {
-		callCtx = metadata.AppendToOutgoingContext(ctx, criticality.Header, crit.String())
-	}
-	// The target only when something keyed by it needs it before the
-	// attempt; the end of the call (fill) finds the same.
-	var target string
-	var b budget.Budget
-	var br *breaker.Breaker
-	if pl.budgets != nil || pl.breakers != nil {
-		target = callTarget(ctx, cc)
-	}
-	b = pl.budget
-	if pl.budgets != nil {
-		b = mi.budget(pl.budgets, target, method)
-	}
-	if mi.timeout {
-		var cancel context.CancelFunc
-		callCtx, cancel = withMethodTimeout(ctx, callCtx, mi.m)
-		defer cancel()
-	}
-	if pl.retrying {
-		callCtx = elsewhere.NewCallContext(callCtx)
-	}
-	if pl.breakers != nil {
-		br = findBreaker(pl.breakers, pl.brCache, target, method)
-		if err := br.Admit(crit, o); err != nil {
-			return k.unaryRefused(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, err)
+// unaryInterceptor returns the interceptor's function. Its body is the fast
+// path: a call that needs nothing only unarySlow does (mi.fast) runs up to
+// the end of its first attempt with no call state; the call is built (as
+// start builds it) only when that attempt fails, the breaker refuses it or
+// the call hooks must hear EventEnd, and then goes on as in unarySlow.
+// Whatever it decides, it decides as start, admitFirst and afterAttempt
+// do, in their order; a first attempt's success is recorded as
+// afterAttempt records it (see recordFirstSuccess). It is written in the
+// function grpc calls, not in a method that function calls, because the
+// call frame that saves is a tenth of the success path (BENCHMARKS.md,
+// "Issue 45: the success path").
+func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		o, grpcOpts := &k.opts, opts
+		if len(opts) > 0 {
+			o, grpcOpts = k.callOptions(opts)
 		}
-		if cc != nil && !br.Settings().NoPacing && waitsForReady(mi.opts, grpcOpts) {
-			holdUntilReady(callCtx, cc, br)
+		cfg := o.config()
+		if k.refusals != nil {
+			k.logRefusal()
 		}
+		mi := k.method(cfg, method)
+		if o == &k.opts && mi.fast {
+			pl := &mi.plan
+			crit := callCriticality(ctx, o, mi.m)
+			callCtx := ctx
+			if crit != criticality.Unset {
+				callCtx = metadata.AppendToOutgoingContext(ctx, criticality.Header, crit.String())
+			}
+			// The target only when something keyed by it needs it before the
+			// attempt; the end of the call (fill) finds the same.
+			var target string
+			var b budget.Budget
+			var br *breaker.Breaker
+			if pl.budgets != nil || pl.breakers != nil {
+				target = callTarget(ctx, cc)
+			}
+			b = pl.budget
+			if pl.budgets != nil {
+				b = mi.budget(pl.budgets, target, method)
+			}
+			if mi.timeout {
+				var cancel context.CancelFunc
+				callCtx, cancel = withMethodTimeout(ctx, callCtx, mi.m)
+				defer cancel()
+			}
+			if pl.retrying {
+				callCtx = elsewhere.NewCallContext(callCtx)
+			}
+			if pl.breakers != nil {
+				br = findBreaker(pl.breakers, pl.brCache, target, method)
+				if err := br.Admit(crit, o); err != nil {
+					return k.unaryRefused(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, err)
+				}
+				if cc != nil && !br.Settings().NoPacing && waitsForReady(mi.opts, grpcOpts) {
+					holdUntilReady(callCtx, cc, br)
+				}
+			}
+			if pl.retrying {
+				ua := mi.ownAttempt()
+				if ua == nil {
+					ua = unaryAttempts.Get().(*unaryAttempt)
+				}
+				attemptOpts, headerAddr, trailerAddr := ua.own[:], &ua.header, &ua.trailer
+				if len(mi.opts)+len(grpcOpts) > 0 {
+					attemptOpts, headerAddr, trailerAddr = ua.prepare(mi.opts, grpcOpts)
+					*headerAddr, *trailerAddr = nil, nil
+				}
+				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
+				if err != nil {
+					err = k.unaryRetries(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, req, reply, invoker, err, attemptOpts, headerAddr, trailerAddr)
+					mi.giveAttempt(ua)
+					return err
+				}
+				if !mi.giveOwnClean(ua) {
+					mi.giveAttempt(ua)
+				}
+			} else {
+				if len(mi.opts) > 0 {
+					grpcOpts = append(mi.opts[:len(mi.opts):len(mi.opts)], grpcOpts...)
+				}
+				if err := invoker(callCtx, method, req, reply, cc, grpcOpts...); err != nil {
+					return k.unaryOnlyFailed(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, err)
+				}
+			}
+			if br != nil || b != nil {
+				recordFirstSuccess(br, b, crit, o)
+			}
+			if len(o.callHooks) > 0 || o.report != nil {
+				k.unaryEnd(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method)
+			}
+			return nil
+		}
+		return k.unarySlow(ctx, method, req, reply, cc, invoker, o, grpcOpts, cfg, mi)
 	}
-	if pl.retrying {
-		ua := mi.takeAttempt()
-		attemptOpts, headerAddr, trailerAddr := ua.own[:], &ua.header, &ua.trailer
-		if len(mi.opts)+len(grpcOpts) > 0 {
-			attemptOpts, headerAddr, trailerAddr = ua.prepare(mi.opts, grpcOpts)
-			*headerAddr, *trailerAddr = nil, nil
-		}
-		err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
-		if err != nil {
-			err = k.unaryRetries(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, req, reply, invoker, err, attemptOpts, headerAddr, trailerAddr)
-			mi.giveAttempt(ua)
-			return err
-		}
-		mi.giveAttempt(ua)
-	} else {
-		if len(mi.opts) > 0 {
-			grpcOpts = append(mi.opts[:len(mi.opts):len(mi.opts)], grpcOpts...)
-		}
-		if err := invoker(callCtx, method, req, reply, cc, grpcOpts...); err != nil {
-			return k.unaryOnlyFailed(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, err)
-		}
-	}
-	if br != nil || b != nil {
-		recordFirstSuccess(br, b, crit, o)
-	}
-	if len(o.callHooks) > 0 || o.report != nil {
-		k.unaryEnd(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method)
-	}
-	return nil
 }
 
 // recordFirstSuccess tells br and b (nil: none) that the first attempt of a
@@ -331,7 +360,7 @@ func recordFirstSuccess(br *breaker.Breaker, b budget.Budget, crit criticality.L
 	}
 }
 
-// firstAttempt is what unaryFast resolved before the first attempt, from
+// firstAttempt is what the fast path (unaryInterceptor) resolved before the first attempt, from
 // which it builds the call when it needs one (fill).
 type firstAttempt struct {
 	// ctx is the caller's context, callCtx the one the attempts derive
@@ -351,7 +380,7 @@ func (f *firstAttempt) fill(c *call, o *options, cc *grpc.ClientConn, method str
 	c.br = f.br
 }
 
-// unaryRefused ends a call of unaryFast whose breaker refused the first
+// unaryRefused ends a call of the fast path whose breaker refused the first
 // attempt with err, as unarySlow does.
 func (k *core) unaryRefused(f *firstAttempt, cc *grpc.ClientConn, method string, err error) error {
 	var c call
@@ -361,7 +390,7 @@ func (k *core) unaryRefused(f *firstAttempt, cc *grpc.ClientConn, method string,
 	return err
 }
 
-// unaryOnlyFailed ends a call of unaryFast that does not retry, whose one
+// unaryOnlyFailed ends a call of the fast path that does not retry, whose one
 // attempt failed with err, as unarySlow does.
 func (k *core) unaryOnlyFailed(f *firstAttempt, cc *grpc.ClientConn, method string, err error) error {
 	var c call
@@ -372,7 +401,7 @@ func (k *core) unaryOnlyFailed(f *firstAttempt, cc *grpc.ClientConn, method stri
 	return err
 }
 
-// unaryRetries goes on with a call of unaryFast that may retry, whose first
+// unaryRetries goes on with a call of the fast path that may retry, whose first
 // attempt failed with err, as unarySlow's unaryAttempts goes on after it.
 func (k *core) unaryRetries(f *firstAttempt, cc *grpc.ClientConn, method string, req, reply any, invoker grpc.UnaryInvoker, err error, attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD) error {
 	var c call
@@ -388,7 +417,7 @@ func (k *core) unaryRetries(f *firstAttempt, cc *grpc.ClientConn, method string,
 }
 
 // unaryEnd tells the call hooks and the report of the end of a call of
-// unaryFast whose first attempt succeeded, as unarySlow does.
+// the fast path whose first attempt succeeded, as unarySlow does.
 func (k *core) unaryEnd(f *firstAttempt, cc *grpc.ClientConn, method string) {
 	var c call
 	f.fill(&c, &k.opts, cc, method)
@@ -396,7 +425,7 @@ func (k *core) unaryEnd(f *firstAttempt, cc *grpc.ClientConn, method string) {
 	c.end(cc, nil)
 }
 
-// unarySlow runs every call unaryFast does not: the engines of hedging and
+// unarySlow runs every call the fast path (unaryInterceptor) does not: the engines of hedging and
 // of hedgeOnPerTryTimeout, the per-attempt timer, a call with Options of
 // its own, and a disabled one.
 func (k *core) unarySlow(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o *options, grpcOpts []grpc.CallOption, cfg *policy.Config, mi *methodInfo) error {
