@@ -90,10 +90,9 @@ type methodInfo struct {
 	// attempt is the method's own unaryAttempt, for one call that may
 	// retry at a time (attemptHeld: 1 while a call holds it; the others
 	// take the pool's): taking it and giving it back is a compare-and-swap
-	// and a store, where the pool's Get and Put cost about three times as
-	// much (BENCHMARKS.md, "Issue 45: the success path"). On cache lines
-	// of their own: calls write them, and every call reads the fields
-	// around them.
+	// and a store, cheaper than the pool's Get and Put (BENCHMARKS.md,
+	// "Issue 45: the success path"). On cache lines of their own: calls
+	// write them, and every call reads the fields around them.
 	_           [cacheLine]byte
 	attemptHeld atomic.Uint32
 	attempt     unaryAttempt

@@ -258,9 +258,8 @@ func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) (attemptOp
 // Whatever it decides, it decides as start, admitFirst and afterAttempt
 // do, in their order; a first attempt's success is recorded as
 // afterAttempt records it (see recordFirstSuccess). It is written in the
-// function grpc calls, not in a method that function calls, because the
-// call frame that saves is a tenth of the success path (BENCHMARKS.md,
-// "Issue 45: the success path").
+// function grpc calls, not in a method that function calls: the call
+// frame that saves shows (BENCHMARKS.md, "Issue 45: the success path").
 func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		o, grpcOpts := &k.opts, opts
