@@ -43,12 +43,15 @@ func TestUnaryFastPathMatchesGeneralPath(t *testing.T) {
 		nil,
 	}
 	newSet := func(t *testing.T, s breaker.Settings) *breaker.Set {
-		// Throttling draws: a fixed sequence, the same on both paths.
+		// Throttling draws: a fixed sequence, the same on both paths; and a
+		// clock that stands still, so that a refusal's message (the next
+		// probe's time) is the same too.
 		var draws int
+		now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 		bs, err := breaker.NewSet(s, nil, breaker.WithRandom(func() float64 {
 			draws++
 			return float64(draws%10) / 10
-		}))
+		}), breaker.WithClock(func() time.Time { return now }))
 		if err != nil {
 			t.Fatal(err)
 		}
