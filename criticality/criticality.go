@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 )
 
 // Level is a call's criticality. The zero Level is unset, and counts as
@@ -102,6 +103,14 @@ func Parse(s string) (Level, error) {
 
 type key struct{}
 
+// inUse: NewContext gave a context a level in this process. Until then
+// FromContext answers without asking the context (a look-up that walks
+// every value the context carries), so that a process that names no
+// criticality pays nothing for it on every call. A context NewContext
+// made reaches another goroutine only through something that orders the
+// store before that goroutine's load.
+var inUse atomic.Bool
+
 // NewContext returns a copy of parent that carries l. Calls made under it
 // carry l, unless a call option names another. An invalid l (Unset
 // included) returns parent unchanged.
@@ -109,11 +118,17 @@ func NewContext(parent context.Context, l Level) context.Context {
 	if !l.Valid() {
 		return parent
 	}
+	if !inUse.Load() {
+		inUse.Store(true)
+	}
 	return context.WithValue(parent, key{}, l)
 }
 
 // FromContext returns the level ctx carries, and whether it carries one.
 func FromContext(ctx context.Context) (Level, bool) {
+	if !inUse.Load() {
+		return Unset, false
+	}
 	l, ok := ctx.Value(key{}).(Level)
 	return l, ok
 }

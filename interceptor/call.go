@@ -87,6 +87,30 @@ type methodInfo struct {
 	// same for the method's budget of one budget.Backends.
 	br  atomic.Pointer[breakerRef]
 	bud atomic.Pointer[budgetRef]
+	// attempt is the method's own unaryAttempt, for one call that may
+	// retry at a time (attemptHeld: 1 while a call holds it; the others
+	// take the pool's): taking it and giving it back is a compare-and-swap
+	// and a store, cheaper than the pool's Get and Put (BENCHMARKS.md,
+	// "Issue 45: the success path"). On cache lines of their own: calls
+	// write them, and every call reads the fields around them.
+	_           [cacheLine]byte
+	attemptHeld atomic.Uint32
+	attempt     unaryAttempt
+	_           [cacheLine]byte
+	// fast: a call under the interceptor's own options needs nothing
+	// only unarySlow does (fastUnary), so it may take the fast path
+	// (unaryInterceptor); timeout:
+	// the file sets the method a timeout (policy.Method.Timeout).
+	fast, timeout bool
+}
+
+// fastUnary reports whether a unary call of mi's method under the
+// interceptor's own options o may take the fast path (unaryInterceptor): it is not disabled,
+// carries no idempotency key, is not hedged (nor hedged on the per-attempt
+// timeout), has no per-attempt timer and no notice to give.
+func (mi *methodInfo) fastUnary(o *options) bool {
+	pl := &mi.plan
+	return !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0
 }
 
 // budgetRef is the budget of one target in one budget.Backends.
@@ -249,13 +273,21 @@ func retryNoCode(pred policy.Predicate) policy.Predicate {
 
 func retryNone(error) (retry, decided bool) { return false, true }
 
-// method returns what cfg (nil: no file) says of method.
+// method returns what cfg (nil: no file) says of method. A method found
+// where its name's bytes live costs no call (methodMiss looks the others up).
 func (k *core) method(cfg *policy.Config, method string) *methodInfo {
-	mc := k.methods.Load()
-	if mc != nil && mc.cfg == cfg {
+	if mc := k.methods.Load(); mc != nil && mc.cfg == cfg {
 		if e := &mc.byData[slotOf(method)]; e.data == unsafe.StringData(method) && e.n == len(method) && e.data != nil {
 			return e.mi
 		}
+	}
+	return k.methodMiss(cfg, method)
+}
+
+// methodMiss is method for a name not found by where its bytes live.
+func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
+	mc := k.methods.Load()
+	if mc != nil && mc.cfg == cfg {
 		if mi, ok := mc.byName[method]; ok {
 			return mi
 		}
@@ -267,6 +299,9 @@ func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	mi.plan.brCache = &mi.br
 	mi.plan.pace = new(pace)
+	mi.fast = mi.fastUnary(&k.opts)
+	mi.attempt.init()
+	mi.timeout = mi.m != nil && mi.m.Timeout > 0
 	if cfg != nil && k.warned.Load() != cfg && k.warned.Swap(cfg) != cfg {
 		k.logWarnings(cfg)
 	}

@@ -51,6 +51,13 @@ import (
 // events. A stream whose c.hedged is set goes to k.hedgeStream
 // (hedgestream.go).
 //
+// The unary interceptor runs a call that needs no more than this loop
+// (no hedging, no per-attempt timer, no Options of its own: methodInfo.fast)
+// without a call until its first attempt ends (unaryInterceptor): only a failure
+// builds one, as start would, and goes on in the loop. A first attempt's
+// success is recorded there as afterAttempt records it, and
+// TestUnaryFastPathMatchesGeneralPath holds the two paths alike.
+//
 // The per-attempt timer (attempttimer.go) is the one decision taken off
 // the call's goroutine: that file says how it decides.
 //
@@ -221,20 +228,29 @@ func noCancel() {}
 // With no per-call Option, no criticality, no timeout, no idempotency key
 // and no limits in the file, start allocates nothing.
 func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
-	o := &k.opts
-	grpcOpts = opts
-	for i, opt := range opts {
-		if _, ok := opt.(Option); ok {
-			o, grpcOpts = perCall(o, opts, i)
-			break
-		}
-	}
-	c.o, c.method, c.ctx = o, method, ctx
+	o, grpcOpts := k.callOptions(opts)
 	cfg := o.config()
 	if k.refusals != nil {
 		k.logRefusal()
 	}
-	mi := k.method(cfg, method)
+	return k.startWith(ctx, cc, method, o, grpcOpts, cfg, k.method(cfg, method), c)
+}
+
+// callOptions returns the call's options (the interceptor's, or a copy with
+// the call's Options applied) and its grpc options without them.
+func (k *core) callOptions(opts []grpc.CallOption) (*options, []grpc.CallOption) {
+	for i, opt := range opts {
+		if _, ok := opt.(Option); ok {
+			return perCall(&k.opts, opts, i)
+		}
+	}
+	return &k.opts, opts
+}
+
+// startWith is start once the call's options o, its grpc options, the file
+// cfg and the method's entry mi (k.method(cfg, method)) are resolved.
+func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string, o *options, grpcOpts []grpc.CallOption, cfg *policy.Config, mi *methodInfo, c *call) (callCtx context.Context, cancel context.CancelFunc, _ []grpc.CallOption, run bool) {
+	c.o, c.method, c.ctx = o, method, ctx
 	m := mi.m
 	// base is what every attempt's context derives from: the caller's,
 	// with the call's criticality header when something named one.
@@ -245,30 +261,20 @@ func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, op
 	if o.disabled {
 		return base, noCancel, grpcOpts, false
 	}
-	c.fileOpts = mi.opts
 	pl := &mi.plan
 	if o != &k.opts {
 		p := k.plan(o, cfg, m, method)
 		p.pace = mi.plan.pace
 		pl = &p
 	}
-	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, pl.budget, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
-	c.target = callTarget(ctx, cc)
+	target := callTarget(ctx, cc)
+	b := pl.budget
 	if pl.budgets != nil {
-		c.budget = mi.budget(pl.budgets, c.target, method)
+		b = mi.budget(pl.budgets, target, method)
 	}
-	c.hedgeOnTimeout, c.byKey = pl.hedgeOnTimeout, pl.byKey
-	c.pace = pl.pace
-	c.retry = 1
+	c.follow(mi, pl, target, b)
 
-	callCtx, cancel = base, noCancel
-	if m != nil {
-		if m.Timeout > 0 {
-			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > m.Timeout {
-				callCtx, cancel = context.WithTimeout(base, m.Timeout)
-			}
-		}
-	}
+	callCtx, cancel = withMethodTimeout(ctx, base, m)
 	if o.idemKey != "" && !hasOutgoing(callCtx, o.idemKey) {
 		callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
 	}
@@ -287,6 +293,29 @@ func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, op
 		}
 	}
 	return callCtx, cancel, grpcOpts, true
+}
+
+// follow fills in what c takes from its plan pl (mi's, or one made for the
+// call's own Options), its target and its budget b (pl.budget, or the
+// target's in pl.budgets); c.o, c.method, c.ctx and c.crit are set already.
+func (c *call) follow(mi *methodInfo, pl *plan, target string, b budget.Budget) {
+	c.fileOpts = mi.opts
+	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, b, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
+	c.target = target
+	c.hedgeOnTimeout, c.byKey = pl.hedgeOnTimeout, pl.byKey
+	c.pace = pl.pace
+	c.retry = 1
+}
+
+// withMethodTimeout applies the file's timeout for the method (m; nil:
+// none) to base, a context derived from ctx, unless ctx ends sooner.
+func withMethodTimeout(ctx, base context.Context, m *policy.Method) (context.Context, context.CancelFunc) {
+	if m != nil && m.Timeout > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > m.Timeout {
+			return context.WithTimeout(base, m.Timeout)
+		}
+	}
+	return base, noCancel
 }
 
 // noticeNoTimer tells the logger and hooks, once per method and

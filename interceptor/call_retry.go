@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/stagger-go/stagger/balancer/elsewhere"
@@ -36,7 +37,9 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	if err == nil {
 		// Decide's answer for a success is fixed: record it, stop. A slow
-		// success is a sign of overload (rising latency).
+		// success is a sign of overload (rising latency). The fast path (unaryInterceptor) records
+		// a first attempt's success without a call (recordFirstSuccess):
+		// what changes here changes there.
 		if c.budget != nil {
 			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout, Admission: admission, Overload: c.slow, Final: true, Took: c.took(admission)})
 		}
@@ -370,27 +373,38 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 	if c.breakers == nil {
 		return nil
 	}
-	target := callTarget(ctx, cc)
-	if c.brCache != nil {
-		if r := c.brCache.Load(); r != nil && r.target == target {
-			c.br = r.b
-		}
-	}
-	if c.br == nil {
-		c.br = c.breakers.Get(target, c.method)
-		if c.brCache != nil {
-			// The first target only: a method called on several targets
-			// looks the others up, rather than allocate on every switch.
-			c.brCache.CompareAndSwap(nil, &breakerRef{target: target, b: c.br})
-		}
-	}
+	c.br = findBreaker(c.breakers, c.brCache, callTarget(ctx, cc), c.method)
 	err := c.br.Admit(c.crit, c.o)
 	if err == nil {
 		if cc != nil && !c.br.Settings().NoPacing && waitsForReady(c.fileOpts, grpcOpts) {
-			c.holdUntilReady(ctx, cc)
+			holdUntilReady(ctx, cc, c.br)
 		}
 		return nil
 	}
+	return c.refused(ctx, err)
+}
+
+// findBreaker returns the breaker in bs of a call of method on target,
+// through cache (nil: none), the method's cache of the first target it
+// was called on.
+func findBreaker(bs *breaker.Set, cache *atomic.Pointer[breakerRef], target, method string) *breaker.Breaker {
+	if cache != nil {
+		if r := cache.Load(); r != nil && r.target == target {
+			return r.b
+		}
+	}
+	br := bs.Get(target, method)
+	if cache != nil {
+		// The first target only: a method called on several targets
+		// looks the others up, rather than allocate on every switch.
+		cache.CompareAndSwap(nil, &breakerRef{target: target, b: br})
+	}
+	return br
+}
+
+// refused returns the final error of a call whose breaker (c.br) refused
+// its first attempt with err, and tells the hooks and the logger.
+func (c *call) refused(ctx context.Context, err error) error {
 	reason := policy.ReasonBreaker
 	if errors.Is(err, breaker.ErrThrottled) {
 		reason = policy.ReasonThrottled
@@ -419,12 +433,12 @@ func waitsForReady(fileOpts, opts []grpc.CallOption) bool {
 // holdUntilReady holds a waitForReady call's first attempt until cc is
 // ready, as grpc would; when the wait saw a connection attempt fail
 // (TRANSIENT_FAILURE: the server was gone, not a first connection), it then
-// holds it for the start c.br.Pace gives it, so that the calls that queued
+// holds it for the start br.Pace gives it, so that the calls that queued
 // during an outage reach the recovering server at the pace the process sent
 // them instead of all at once. An idle connection is asked to connect. It
 // returns when the attempt may go, or when ctx ends (the attempt then fails
 // at once with the caller's status, as it would in grpc).
-func (c *call) holdUntilReady(ctx context.Context, cc *grpc.ClientConn) {
+func holdUntilReady(ctx context.Context, cc *grpc.ClientConn, br *breaker.Breaker) {
 	held := false
 	for {
 		s := cc.GetState()
@@ -447,7 +461,7 @@ func (c *call) holdUntilReady(ctx context.Context, cc *grpc.ClientConn) {
 	if !held {
 		return
 	}
-	if d := c.br.Pace(); d > 0 {
+	if d := br.Pace(); d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {

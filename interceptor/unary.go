@@ -7,6 +7,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/stagger-go/stagger/balancer/elsewhere"
+	"github.com/stagger-go/stagger/breaker"
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/policy"
 )
 
 // UnaryClientInterceptor returns the retrying unary client interceptor. The
@@ -124,17 +130,15 @@ import (
 // calls were seen. It learns from winning attempts only, which hedging makes
 // faster, so it errs toward hedging sooner; the budget bounds the cost.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
-	k := newCore(opts)
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		return k.unary(ctx, method, req, reply, cc, invoker, opts)
-	}
+	return newCore(opts).unaryInterceptor()
 }
 
-// unaryAttempt holds what each attempt hands to grpc to learn of headers and
-// trailers. Pooled: the addresses escape into grpc, and the success path must
-// not allocate. own holds grpc.Header and grpc.Trailer pointing at header and
-// trailer, built once per pooled value, so that a call without options of its
-// own passes own as is.
+// unaryAttempt holds what each attempt hands to grpc to learn of headers
+// and trailers: the addresses escape into grpc, and the success path must
+// not allocate, so each method keeps one (methodInfo.attempt) and a pool
+// serves the calls that find it held. own holds grpc.Header and
+// grpc.Trailer pointing at header and trailer, built once per value, so
+// that a call without options of its own passes own as is.
 type unaryAttempt struct {
 	header, trailer metadata.MD
 	own             [2]grpc.CallOption
@@ -143,13 +147,289 @@ type unaryAttempt struct {
 
 var unaryAttempts = sync.Pool{New: func() any {
 	ua := new(unaryAttempt)
-	ua.own = [2]grpc.CallOption{grpc.Header(&ua.header), grpc.Trailer(&ua.trailer)}
+	ua.init()
 	return ua
 }}
 
-func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+// takeAttempt returns a unaryAttempt for a call of mi's method that may
+// retry: the method's own (mi.attempt) when no other call holds it, else
+// the pool's. giveAttempt gives it back.
+func (mi *methodInfo) takeAttempt() *unaryAttempt {
+	if ua := mi.ownAttempt(); ua != nil {
+		return ua
+	}
+	return unaryAttempts.Get().(*unaryAttempt)
+}
+
+// ownAttempt is takeAttempt when no other call holds mi.attempt, else nil;
+// it inlines, takeAttempt does not.
+func (mi *methodInfo) ownAttempt() *unaryAttempt {
+	if mi.attemptHeld.Load() == 0 && mi.attemptHeld.CompareAndSwap(0, 1) {
+		return &mi.attempt
+	}
+	return nil
+}
+
+// giveAttempt gives back ua, which takeAttempt returned, holding nothing
+// of the call.
+func (mi *methodInfo) giveAttempt(ua *unaryAttempt) {
+	if mi.giveOwnClean(ua) {
+		return
+	}
+	ua.reset()
+	if ua != &mi.attempt {
+		unaryAttempts.Put(ua)
+		return
+	}
+	mi.attemptHeld.Store(0)
+}
+
+// giveOwnClean is giveAttempt for mi.attempt when it holds nothing of the
+// call (no caller's options, no header or trailer): it reports whether ua
+// was that, and it inlines.
+func (mi *methodInfo) giveOwnClean(ua *unaryAttempt) bool {
+	if ua != &mi.attempt || ua.header != nil || ua.trailer != nil || len(ua.opts) > 0 {
+		return false
+	}
+	mi.attemptHeld.Store(0)
+	return true
+}
+
+// reset makes ua hold nothing of the call that used it.
+func (ua *unaryAttempt) reset() {
+	clear(ua.opts)
+	ua.opts = ua.opts[:0]
+	ua.header, ua.trailer = nil, nil
+}
+
+// init makes ua ready to use: own points at its header and
+// trailer.
+func (ua *unaryAttempt) init() {
+	ua.own = [2]grpc.CallOption{grpc.Header(&ua.header), grpc.Trailer(&ua.trailer)}
+}
+
+// prepare returns the options every attempt of a call that may retry
+// passes: the file's (fileOpts), then the caller's (grpcOpts), then ua's
+// Header and Trailer unless the caller passed its own; and where grpc
+// writes each attempt's header and trailer.
+//
+// Why every attempt pays for them, even one that succeeds: the header is
+// the only sign, in grpc-go's API, that an attempt was committed (a
+// Trailers-Only failure leaves it nil), and the trailer carries
+// grpc-retry-pushback-ms; neither can be asked for after the attempt,
+// only before, and grpc's HeaderCallOption and TrailerCallOption copy the
+// stream's metadata (metadata.MD.Copy) whatever the outcome. A
+// CallOption with methods of its own cannot be written outside grpc
+// (unexported methods), OnFinish hears only the error, and a
+// stats.Handler's InHeader copies the header too and needs a dial
+// option. So a successful call over a real connection costs the copies
+// of its header and trailer: with a grpc-go server, 3 and 1 allocations.
+func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) (attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD) {
+	// The caller's own Header and Trailer options serve when it passed
+	// them (grpc fills them per attempt, so the caller ends with the last
+	// attempt's).
+	headerAddr, trailerAddr = &ua.header, &ua.trailer
+	for _, opt := range grpcOpts {
+		switch o := opt.(type) {
+		case grpc.HeaderCallOption:
+			headerAddr = o.HeaderAddr
+		case grpc.TrailerCallOption:
+			trailerAddr = o.TrailerAddr
+		}
+	}
+	if len(fileOpts)+len(grpcOpts) == 0 {
+		return ua.own[:], headerAddr, trailerAddr
+	}
+	ua.opts = append(append(ua.opts, fileOpts...), grpcOpts...)
+	if headerAddr == &ua.header {
+		ua.opts = append(ua.opts, ua.own[0])
+	}
+	if trailerAddr == &ua.trailer {
+		ua.opts = append(ua.opts, ua.own[1])
+	}
+	return ua.opts, headerAddr, trailerAddr
+}
+
+// unaryInterceptor returns the interceptor's function. Its body is the fast
+// path: a call that needs nothing only unarySlow does (mi.fast) runs up to
+// the end of its first attempt with no call state; the call is built (as
+// start builds it) only when that attempt fails, the breaker refuses it or
+// the call hooks must hear EventEnd, and then goes on as in unarySlow.
+// Whatever it decides, it decides as start, admitFirst and afterAttempt
+// do, in their order; a first attempt's success is recorded as
+// afterAttempt records it (see recordFirstSuccess). It is written in the
+// function grpc calls, not in a method that function calls: the call
+// frame that saves shows (BENCHMARKS.md, "Issue 45: the success path").
+func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		o, grpcOpts := &k.opts, opts
+		if len(opts) > 0 {
+			o, grpcOpts = k.callOptions(opts)
+		}
+		cfg := o.config()
+		if k.refusals != nil {
+			k.logRefusal()
+		}
+		mi := k.method(cfg, method)
+		if o == &k.opts && mi.fast {
+			pl := &mi.plan
+			crit := callCriticality(ctx, o, mi.m)
+			callCtx := ctx
+			if crit != criticality.Unset {
+				callCtx = metadata.AppendToOutgoingContext(ctx, criticality.Header, crit.String())
+			}
+			// The target only when something keyed by it needs it before the
+			// attempt; the end of the call (fill) finds the same.
+			var target string
+			var b budget.Budget
+			var br *breaker.Breaker
+			if pl.budgets != nil || pl.breakers != nil {
+				target = callTarget(ctx, cc)
+			}
+			b = pl.budget
+			if pl.budgets != nil {
+				b = mi.budget(pl.budgets, target, method)
+			}
+			if mi.timeout {
+				var cancel context.CancelFunc
+				callCtx, cancel = withMethodTimeout(ctx, callCtx, mi.m)
+				defer cancel()
+			}
+			if pl.retrying {
+				callCtx = elsewhere.NewCallContext(callCtx)
+			}
+			if pl.breakers != nil {
+				br = findBreaker(pl.breakers, pl.brCache, target, method)
+				if err := br.Admit(crit, o); err != nil {
+					return k.unaryRefused(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, err)
+				}
+				if cc != nil && !br.Settings().NoPacing && waitsForReady(mi.opts, grpcOpts) {
+					holdUntilReady(callCtx, cc, br)
+				}
+			}
+			if pl.retrying {
+				ua := mi.ownAttempt()
+				if ua == nil {
+					ua = unaryAttempts.Get().(*unaryAttempt)
+				}
+				attemptOpts, headerAddr, trailerAddr := ua.own[:], &ua.header, &ua.trailer
+				if len(mi.opts)+len(grpcOpts) > 0 {
+					attemptOpts, headerAddr, trailerAddr = ua.prepare(mi.opts, grpcOpts)
+					*headerAddr, *trailerAddr = nil, nil
+				}
+				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
+				if err != nil {
+					err = k.unaryRetries(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, req, reply, invoker, err, attemptOpts, headerAddr, trailerAddr)
+					mi.giveAttempt(ua)
+					return err
+				}
+				if !mi.giveOwnClean(ua) {
+					mi.giveAttempt(ua)
+				}
+			} else {
+				if len(mi.opts) > 0 {
+					grpcOpts = append(mi.opts[:len(mi.opts):len(mi.opts)], grpcOpts...)
+				}
+				if err := invoker(callCtx, method, req, reply, cc, grpcOpts...); err != nil {
+					return k.unaryOnlyFailed(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, err)
+				}
+			}
+			if br != nil || b != nil {
+				recordFirstSuccess(br, b, crit, o)
+			}
+			if len(o.callHooks) > 0 || o.report != nil {
+				k.unaryEnd(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method)
+			}
+			return nil
+		}
+		return k.unarySlow(ctx, method, req, reply, cc, invoker, o, grpcOpts, cfg, mi)
+	}
+}
+
+// recordFirstSuccess tells br and b (nil: none) that the first attempt of a
+// call of criticality crit under o succeeded, as afterAttempt does: the
+// breaker first, then the budget (an attempt that was not deferred, not
+// timed, not after a timeout, and the call's last).
+func recordFirstSuccess(br *breaker.Breaker, b budget.Budget, crit criticality.Level, o *options) {
+	if br != nil {
+		br.Record(budget.Success, true, crit, o)
+	}
+	if b != nil {
+		b.Record(budget.Attempt{Number: 1, Outcome: budget.Success, Final: true})
+	}
+}
+
+// firstAttempt is what the fast path (unaryInterceptor) resolved before the first attempt, from
+// which it builds the call when it needs one (fill).
+type firstAttempt struct {
+	// ctx is the caller's context, callCtx the one the attempts derive
+	// from (start's callCtx).
+	ctx, callCtx context.Context
+	mi           *methodInfo
+	crit         criticality.Level
+	budget       budget.Budget
+	br           *breaker.Breaker
+}
+
+// fill makes c the call start and admitFirst would have made for f, a
+// call of method on cc under the interceptor's options o.
+func (f *firstAttempt) fill(c *call, o *options, cc *grpc.ClientConn, method string) {
+	c.o, c.method, c.ctx, c.crit = o, method, f.ctx, f.crit
+	c.follow(f.mi, &f.mi.plan, callTarget(f.ctx, cc), f.budget)
+	c.br = f.br
+}
+
+// unaryRefused ends a call of the fast path whose breaker refused the first
+// attempt with err, as unarySlow does.
+func (k *core) unaryRefused(f *firstAttempt, cc *grpc.ClientConn, method string, err error) error {
 	var c call
-	callCtx, cancel, grpcOpts, run := k.start(ctx, cc, method, opts, &c)
+	f.fill(&c, &k.opts, cc, method)
+	err = c.refused(f.callCtx, err)
+	c.end(cc, err)
+	return err
+}
+
+// unaryOnlyFailed ends a call of the fast path that does not retry, whose one
+// attempt failed with err, as unarySlow does.
+func (k *core) unaryOnlyFailed(f *firstAttempt, cc *grpc.ClientConn, method string, err error) error {
+	var c call
+	f.fill(&c, &k.opts, cc, method)
+	c.attempt = 1
+	err = c.afterOnlyAttempt(f.callCtx, err)
+	c.end(cc, err)
+	return err
+}
+
+// unaryRetries goes on with a call of the fast path that may retry, whose first
+// attempt failed with err, as unarySlow's unaryAttempts goes on after it.
+func (k *core) unaryRetries(f *firstAttempt, cc *grpc.ClientConn, method string, req, reply any, invoker grpc.UnaryInvoker, err error, attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD) error {
+	var c call
+	f.fill(&c, &k.opts, cc, method)
+	c.attempt = 1
+	err, timedOut := attemptOutcome(f.callCtx, err, c.stopTimer(nil))
+	done, err := c.afterUnaryAttempt(f.callCtx, err, *headerAddr, *trailerAddr, timedOut)
+	if !done {
+		err = k.unaryAttempts(&c, f.callCtx, method, req, reply, cc, invoker, attemptOpts, headerAddr, trailerAddr)
+	}
+	c.end(cc, err)
+	return err
+}
+
+// unaryEnd tells the call hooks and the report of the end of a call of
+// the fast path whose first attempt succeeded, as unarySlow does.
+func (k *core) unaryEnd(f *firstAttempt, cc *grpc.ClientConn, method string) {
+	var c call
+	f.fill(&c, &k.opts, cc, method)
+	c.attempt, c.reason = 1, policy.ReasonSuccess
+	c.end(cc, nil)
+}
+
+// unarySlow runs every call the fast path (unaryInterceptor) does not: the engines of hedging and
+// of hedgeOnPerTryTimeout, the per-attempt timer, a call with Options of
+// its own, and a disabled one.
+func (k *core) unarySlow(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o *options, grpcOpts []grpc.CallOption, cfg *policy.Config, mi *methodInfo) error {
+	var c call
+	callCtx, cancel, grpcOpts, run := k.startWith(ctx, cc, method, o, grpcOpts, cfg, mi, &c)
 	defer cancel()
 	if !run {
 		return invoker(callCtx, method, req, reply, cc, grpcOpts...)
@@ -175,10 +455,7 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 			grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
 		}
 		err := invoker(callCtx, method, req, reply, cc, grpcOpts...)
-		if contextCode(err) && callerEnded(callCtx, err) {
-			err = callerErr(callCtx, err)
-		}
-		c.afterAttempt(callCtx, err, nil, false, false)
+		err = c.afterOnlyAttempt(callCtx, err)
 		c.end(cc, err)
 		return err
 	}
@@ -199,56 +476,29 @@ func (k *core) unary(ctx context.Context, method string, req, reply any, cc *grp
 		}
 	}
 
-	ua := unaryAttempts.Get().(*unaryAttempt)
-	err := k.unaryAttempts(&c, callCtx, method, req, reply, cc, invoker, grpcOpts, ua)
-	if len(ua.opts) > 0 {
-		clear(ua.opts)
-		ua.opts = ua.opts[:0]
-	}
-	ua.header, ua.trailer = nil, nil
-	unaryAttempts.Put(ua)
+	ua := mi.takeAttempt()
+	attemptOpts, headerAddr, trailerAddr := ua.prepare(c.fileOpts, grpcOpts)
+	err := k.unaryAttempts(&c, callCtx, method, req, reply, cc, invoker, attemptOpts, headerAddr, trailerAddr)
+	mi.giveAttempt(ua)
 	c.end(cc, err)
 	return err
 }
 
-// unaryAttempts runs the attempts of a call that may retry.
-func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, ua *unaryAttempt) error {
-	// Learn of headers and trailers through the caller's own Header and
-	// Trailer options when it passed them (grpc fills them per attempt, so
-	// the caller ends with the last attempt's), else through ours.
-	//
-	// Why every attempt pays for them, even one that succeeds: the header is
-	// the only sign, in grpc-go's API, that an attempt was committed (a
-	// Trailers-Only failure leaves it nil), and the trailer carries
-	// grpc-retry-pushback-ms; neither can be asked for after the attempt,
-	// only before, and grpc's HeaderCallOption and TrailerCallOption copy the
-	// stream's metadata (metadata.MD.Copy) whatever the outcome. A
-	// CallOption with methods of its own cannot be written outside grpc
-	// (unexported methods), OnFinish hears only the error, and a
-	// stats.Handler's InHeader copies the header too and needs a dial
-	// option. So a successful call over a real connection costs the copies
-	// of its header and trailer: with a grpc-go server, 3 and 1 allocations.
-	headerAddr, trailerAddr := &ua.header, &ua.trailer
-	for _, opt := range grpcOpts {
-		switch o := opt.(type) {
-		case grpc.HeaderCallOption:
-			headerAddr = o.HeaderAddr
-		case grpc.TrailerCallOption:
-			trailerAddr = o.TrailerAddr
-		}
+// afterOnlyAttempt ends the one attempt of a call that does not retry
+// (c.retrying false), which ended with err: the budget and the breaker
+// hear of it. It returns the call's error.
+func (c *call) afterOnlyAttempt(callCtx context.Context, err error) error {
+	if contextCode(err) && callerEnded(callCtx, err) {
+		err = callerErr(callCtx, err)
 	}
-	attemptOpts := ua.own[:]
-	if len(c.fileOpts)+len(grpcOpts) > 0 {
-		ua.opts = append(append(ua.opts, c.fileOpts...), grpcOpts...)
-		if headerAddr == &ua.header {
-			ua.opts = append(ua.opts, ua.own[0])
-		}
-		if trailerAddr == &ua.trailer {
-			ua.opts = append(ua.opts, ua.own[1])
-		}
-		attemptOpts = ua.opts
-	}
+	c.afterAttempt(callCtx, err, nil, false, false)
+	return err
+}
 
+// unaryAttempts runs the attempts of a call that may retry, each with
+// attemptOpts; grpc writes each attempt's header and trailer at headerAddr
+// and trailerAddr (unaryAttempt.prepare).
+func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD) error {
 	for {
 		actx, acancel, timer := c.nextAttempt(callCtx)
 		// grpc writes these only when the attempt got a stream; a stale value
@@ -263,21 +513,32 @@ func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, re
 			c.served(timer)
 		}
 		acancel()
-		// A Trailers-Only response leaves the header nil; headers that
-		// arrived, even with no entries, leave it non-nil: committed.
-		// Except for a call with an idempotency key: a unary call shows
-		// the application nothing of an attempt before the call returns,
-		// so commitment protects nothing there but the server from running
-		// the request twice, and the key does that (the server replays the
-		// first run's outcome). Such a call is retried after headers as
-		// before them: a reset after the server ran it heals.
-		committed := *headerAddr != nil && c.o.idemKey == ""
-		retry, pause := c.afterAttempt(callCtx, err, *trailerAddr, committed, timedOut)
-		if !retry {
-			return c.finish(err)
-		}
-		if perr := c.pause(callCtx, pause, err); perr != nil {
-			return perr
+		if done, err := c.afterUnaryAttempt(callCtx, err, *headerAddr, *trailerAddr, timedOut); done {
+			return err
 		}
 	}
+}
+
+// afterUnaryAttempt judges the attempt of a call that may retry that just
+// ended with err (after attemptOutcome), with header and trailer what grpc
+// wrote of it, and waits out the pause before a retry. done says the call
+// ends, with error err.
+func (c *call) afterUnaryAttempt(callCtx context.Context, err error, header, trailer metadata.MD, timedOut bool) (done bool, _ error) {
+	// A Trailers-Only response leaves the header nil; headers that
+	// arrived, even with no entries, leave it non-nil: committed.
+	// Except for a call with an idempotency key: a unary call shows
+	// the application nothing of an attempt before the call returns,
+	// so commitment protects nothing there but the server from running
+	// the request twice, and the key does that (the server replays the
+	// first run's outcome). Such a call is retried after headers as
+	// before them: a reset after the server ran it heals.
+	committed := header != nil && c.o.idemKey == ""
+	retry, pause := c.afterAttempt(callCtx, err, trailer, committed, timedOut)
+	if !retry {
+		return true, c.finish(err)
+	}
+	if perr := c.pause(callCtx, pause, err); perr != nil {
+		return true, perr
+	}
+	return false, nil
 }
