@@ -24,9 +24,23 @@ func (s *hedgedStream) watch(a *streamHedgeAttempt, cs grpc.ClientStream) {
 		// RecvMsg waits for it, and a hop between goroutines less is
 		// latency less.
 		s.mu.Lock()
-		sent, won := 0, s.winner == nil && !s.failed
+		open := s.winner == nil && !s.failed
+		sent, won := 0, open && s.callCtx.Err() == nil
 		if won {
 			sent = s.commitLocked(a)
+		} else if open {
+			// The caller gave up before this goroutine saw the headers:
+			// the attempt ends with the caller's status, as grpc-go's own
+			// stream ends when its reader finds the context done with
+			// nothing received. Committing would give the caller a reply
+			// the cancelled stream got only because its cancel had not
+			// yet reached the transport: grpc-go's interop case
+			// cancel_after_begin under hedging, on a loaded machine, got
+			// OK from CloseAndRecv (the server answered the CloseSend
+			// sent after the cancel, and RecvMsg waits for the commit).
+			ev.headers = false
+			ev.err = status.FromContextError(s.callCtx.Err()).Err()
+			a.ended, a.endErr = true, ev.err
 		}
 		s.mu.Unlock()
 		if won {

@@ -40,6 +40,8 @@ type fakeAttempt struct {
 	header  metadata.MD
 	// waitClose: RecvMsg ends only after CloseSend (or the attempt's end).
 	waitClose bool
+	// headerGate, when set, holds Header until it is closed.
+	headerGate chan struct{}
 	closedCh  chan struct{}
 
 	mu     sync.Mutex
@@ -90,7 +92,12 @@ func (f *fakeAttempt) CloseSend() error {
 	return nil
 }
 
-func (f *fakeAttempt) Header() (metadata.MD, error) { return f.header, nil }
+func (f *fakeAttempt) Header() (metadata.MD, error) {
+	if f.headerGate != nil {
+		<-f.headerGate
+	}
+	return f.header, nil
+}
 func (f *fakeAttempt) Trailer() metadata.MD         { return nil }
 func (f *fakeAttempt) Context() context.Context     { return f.ctx }
 
@@ -521,5 +528,42 @@ func BenchmarkStreamUncommittedSend(b *testing.B) {
 		if err := cs.SendMsg(m); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A hedged client stream whose caller cancelled before the attempt's
+// headers were seen ends Canceled, not with the reply: the headers here
+// reach the attempt's goroutine only after the cancel, as a server's
+// answer to a CloseSend sent after the cancel did on a loaded machine
+// (grpc-go's interop case cancel_after_begin under hedging got OK from
+// CloseAndRecv). grpc-go's own stream ends so when its reader finds the
+// context done with nothing received.
+func TestHedgedStreamCancelledBeforeHeadersEndsCancelled(t *testing.T) {
+	cfg, err := policy.ParseConfig([]byte(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+	"idempotent": true, "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "10s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	fs := &fakeStreamer{plan: []func(*fakeAttempt) error{func(a *fakeAttempt) error {
+		a.header, a.headerGate, a.recvN = metadata.MD{}, release, 1
+		return nil
+	}}}
+	upload := &grpc.StreamDesc{StreamName: "Upload", ClientStreams: true}
+	ctx, cancel := context.WithCancel(context.Background())
+	cs, err := StreamClientInterceptor(WithConfig(cfg), WithBudget(nil))(ctx, upload, nil, "/stagger.testing.v1.TestService/Upload", fs.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cs.(*hedgedStream); !ok {
+		t.Fatalf("the stream is a %T, not hedged", cs)
+	}
+	cancel()
+	close(release) // the headers come after the cancel
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.RecvMsg(new(wrapperspb.StringValue)); status.Code(err) != codes.Canceled {
+		t.Fatalf("CloseAndRecv after the caller's cancel = %v, want Canceled", err)
 	}
 }
