@@ -42,7 +42,7 @@ type fakeAttempt struct {
 	waitClose bool
 	// headerGate, when set, holds Header until it is closed.
 	headerGate chan struct{}
-	closedCh  chan struct{}
+	closedCh   chan struct{}
 
 	mu     sync.Mutex
 	sent   []any
@@ -98,8 +98,8 @@ func (f *fakeAttempt) Header() (metadata.MD, error) {
 	}
 	return f.header, nil
 }
-func (f *fakeAttempt) Trailer() metadata.MD         { return nil }
-func (f *fakeAttempt) Context() context.Context     { return f.ctx }
+func (f *fakeAttempt) Trailer() metadata.MD     { return nil }
+func (f *fakeAttempt) Context() context.Context { return f.ctx }
 
 func (f *fakeAttempt) values() []string {
 	f.mu.Lock()
