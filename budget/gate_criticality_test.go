@@ -352,7 +352,7 @@ func TestGateHandOffIsPaidWhenTaken(t *testing.T) {
 }
 
 // reentrantGuard is a Guard whose every method calls back into the Gate
-// (State, Changed), as a guard that logs the gate's state would: it
+// (State; AllowRetry Changed too), as a guard that logs the gate's state would: it
 // deadlocks if the gate asks it under its lock. It has one probe slot, as
 // a half-open breaker has.
 type reentrantGuard struct {
@@ -370,7 +370,7 @@ func (r *reentrantGuard) Closed() bool {
 
 func (r *reentrantGuard) AllowRetry() (bool, time.Time) {
 	r.g.State()
-	<-r.g.changedOrNil()
+	r.g.Changed()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.asked++
@@ -386,15 +386,6 @@ func (r *reentrantGuard) done() {
 	r.mu.Lock()
 	r.out--
 	r.mu.Unlock()
-}
-
-// changedOrNil is a closed channel: the guard reads Changed only to take
-// the gate's lock.
-func (g *Gate) changedOrNil() <-chan struct{} {
-	g.Changed()
-	c := make(chan struct{})
-	close(c)
-	return c
 }
 
 // reentrantBudget is a Budget whose Allow calls back into the Gate.
