@@ -198,7 +198,7 @@ func TestInterop(t *testing.T) {
 					cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestInteropCase$", "-test.v", "-test.count=1")
 					cmd.Env = append(os.Environ(), envCase+"="+name, envConfig+"="+cfg, envPattern+"="+pat)
 					out, err := cmd.CombinedOutput()
-					if name == "timeout_on_sleeping_server" && deadlineAware(string(out)) {
+					if name == "timeout_on_sleeping_server" && deadlineAware(string(out), patterns[pat]) {
 						t.Logf("the injected failure came before the 1 ms deadline, and stagger returned it at once: %s", out)
 						return
 					}
@@ -214,12 +214,18 @@ func TestInterop(t *testing.T) {
 // deadlineAware reports whether a case failed only by stagger's
 // deliberate difference from grpc-go (DESIGN.md, deadline awareness): it
 // wanted DEADLINE_EXCEEDED (DoTimeoutOnSleepingServer, 1 ms deadline), and
-// got the failure serve injected, which came before the deadline and which
+// got the failure pat injected, which came before the deadline and which
 // stagger returns at once when no retry can end before the deadline,
-// where grpc-go waits out the deadline. Without a retry layer the call
+// where grpc-go waits out the deadline: a status serve returned
+// ("interop: ..."), or, for a pattern that acts on the connection, the
+// UNAVAILABLE of the reset or GOAWAY itself (grpc-go's reader sees the
+// reset before the status serve returns). Without a retry layer the call
 // ends the same.
-func deadlineAware(out string) bool {
-	return strings.Contains(out, "want error code 4") && strings.Contains(out, "desc = interop: ")
+func deadlineAware(out string, pat pattern) bool {
+	if !strings.Contains(out, "want error code 4") {
+		return false
+	}
+	return strings.Contains(out, "desc = interop: ") || (pat.conn != "" && strings.Contains(out, "code = Unavailable desc = "))
 }
 
 // TestInteropCase is one case's process: grpc-go's interop server on
