@@ -47,7 +47,7 @@ func (b *switchBudget) State() State       { return State{Kind: "switch"} }
 // make an outage (the outage and overload rules).
 func downServer(g *Gate) *Gate {
 	g.mu.Lock()
-	g.st.ev.healN, g.st.ev.seen, g.st.ev.lastFail = tune.HealWindow, true, g.now().Add(-tune.HealthyGap)
+	g.st.ev.calls, g.st.ev.seen, g.st.ev.lastFail = 1<<tune.HealWindow, true, g.now().Add(-tune.HealthyGap)
 	g.mu.Unlock()
 	return g
 }
@@ -136,8 +136,7 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.rand = func() float64 { return drawn }
-	g.st.rand = g.rand
+	g.st.rand = func() float64 { return drawn }
 	var ws []*Waiter
 	for range 4 {
 		w, err := g.Enter(retry2, time.Second, time.Time{})
@@ -220,7 +219,8 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	}
 	defer w.Leave()
 	g.mu.Lock()
-	g.st.phase, g.st.pace.credits, g.st.pace.creditAt = phaseRecovering, 0.5, t0
+	g.st.phase = phaseRecovering
+	g.st.pace.set(t0, 0.5)
 	g.mu.Unlock()
 	clk.advance(time.Second / 4)
 	for range tune.OutageStreak - 1 {
@@ -233,8 +233,7 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	// Half a credit, a quarter of a second's, plus one success's gain.
 	g.mu.Lock()
-	g.st.pace.accrue(clk.Now(), 0)
-	credits := g.st.pace.credits
+	credits := g.st.pace.credits(clk.Now())
 	g.mu.Unlock()
 	if want := 0.5 + tune.ReleasePerSecond/4 + tune.ReleaseGainStart; math.Abs(credits-want) > 1e-9 {
 		t.Fatalf("credits %v, want %v", credits, want)
@@ -382,8 +381,7 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.rand = func() float64 { return drawn }
-	g.st.rand = g.rand
+	g.st.rand = func() float64 { return drawn }
 	w, err := g.Enter(retry2, time.Second, time.Time{})
 	if err != nil {
 		t.Fatal(err)

@@ -69,31 +69,25 @@ import (
 // admission while its Poll asks its Guard and the budget, and gives it
 // back if they refuse. Build it with Deferring (or New).
 type Gate struct {
-	b    Budget
-	s    DeferSettings
-	now  func() time.Time
-	rand func() float64
+	b   Budget
+	s   DeferSettings
+	now func() time.Time
 
-	// settled is the one word the fast paths read: nobody waits, a first
-	// attempt's success would change nothing, and nothing makes Allow
-	// refuse a retry without asking the budget (gateState.settled).
-	// Written under mu; time only makes a gate more settled, so a stale
-	// false costs a lock, never a wrong answer.
+	// settled is the one word the fast paths read (gateState.settled, and
+	// nobody waits). Written under mu; time only makes a gate more
+	// settled, so a stale false costs a lock, never a wrong answer.
 	settled atomic.Bool
 
 	mu      sync.Mutex
 	st      gateState
 	room    waitingRoom
 	changed chan struct{}
-	// counters for State: refused counts the retries Allow refused
-	// without asking the budget (the outage and overload rules).
-	deferred, admitted, gaveUp, refused uint64
+	// State's counters (refused: retries Allow refused without asking
+	// the budget) and polls, the decisions asked (tests read it).
+	deferred, admitted, gaveUp, refused, polls uint64
 	// asking counts the waiters whose Poll holds an admission while it
-	// asks their guard and the budget (Waiter.asking).
+	// asks their guard and the budget unlocked.
 	asking int
-	// polls counts the waiters' decisions asked (tests and benchmarks
-	// read it).
-	polls uint64
 }
 
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is
@@ -106,32 +100,25 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 		return nil, err
 	}
 	o := buildOptions(opts)
-	// The gate's own generator, seeded by two draws of the source the
-	// options give: it runs under the gate's lock, the source never does.
+	// Its own generator, seeded by two draws of the options' source: it
+	// runs under the lock, the source never does.
 	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
-	g := &Gate{b: b, s: s.WithDefaults(), now: o.Now, rand: rnd, changed: make(chan struct{})}
+	g := &Gate{b: b, s: s.WithDefaults(), now: o.Now, changed: make(chan struct{})}
 	g.st = newGateState(o.Now(), rnd)
-	// Failures that make an outage must follow tune.HealthyGap without
-	// failures, counted from the gate's start (the outage rule).
-	g.st.ev.lastFail = o.Now()
 	return g, nil
 }
 
-// Allow asks the wrapped budget, except that in an outage, and after a
-// failure for overload, it refuses every retry, and after a slow success
-// every retry after a per-attempt timeout but a straggler's (the outage
-// and overload rules; hedges are asked as usual); and that it admits a
-// straggler's retry the budget refuses while retries heal (the heal
-// rule), without blocking.
+// Allow asks the wrapped budget, but for the outage and overload rules
+// (it refuses) and the heal rule (it admits a straggler's retry unpaid).
+// It never blocks.
 func (g *Gate) Allow(r Request) bool {
 	_, ok := g.allow(r)
 	return ok
 }
 
 // Admit is Allow, and says how it admitted r: AdmitNone when the budget
-// paid, AdmitHeal when the heal rule let a straggler's retry go unpaid
-// (the caller tells the budget so in the retry's Attempt.Admission). It
-// implements Admitter.
+// paid, AdmitHeal when the heal rule let it go unpaid. It implements
+// Admitter.
 func (g *Gate) Admit(r Request) (Admission, bool) { return g.allow(r) }
 
 func (g *Gate) allow(r Request) (Admission, bool) {
@@ -159,11 +146,10 @@ func (g *Gate) allow(r Request) (Admission, bool) {
 	return AdmitNone, false
 }
 
-// heals reports whether the heal rule lets a straggler's retry go now,
-// outside an outage: a per-attempt timer cannot wait, and one slow attempt
-// among fast ones says nothing of overload (the default budget of a fresh
-// process holds 9 tokens and a timeout retry costs 10: without this its
-// timer cut off no straggler).
+// heals reports whether the heal rule lets a straggler's retry go unpaid
+// now: a per-attempt timer cannot wait (a fresh default budget holds 9
+// tokens, a timeout retry costs 10), and one slow attempt among fast ones
+// says nothing of overload.
 func (g *Gate) heals() bool {
 	now := g.now()
 	g.mu.Lock()
@@ -188,8 +174,7 @@ func (g *Gate) Record(a Attempt) {
 	defer g.mu.Unlock()
 	defer g.settle(now)
 	if a.Outcome != Failure && a.Admission == AdmitNone && g.room.n == 0 {
-		// Nobody waits: the evidence learns, and a success forgets what
-		// the failures before it left (gateState.forget).
+		// Nobody waits: a success forgets what failures left.
 		g.st.ev.learn(now, a)
 		if a.Outcome == Success {
 			g.st.forget(now)
@@ -206,7 +191,7 @@ func (g *Gate) Record(a Attempt) {
 // settle sets the settled word at now; under mu.
 func (g *Gate) settle(now time.Time) { g.settled.Store(g.room.n == 0 && g.st.settled(now)) }
 
-// notifyLocked wakes the waiters, if any (nobody else holds the channel).
+// notifyLocked wakes the waiters, if any.
 func (g *Gate) notifyLocked() {
 	if g.room.n == 0 {
 		return

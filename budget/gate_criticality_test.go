@@ -151,7 +151,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 				w.view.held = true
 			}
 			if tt.phase == phaseRecovering {
-				g.st.pace.credits, g.st.pace.creditAt = 1, tt.at
+				g.st.pace.set(tt.at, 1)
 			}
 			g.mu.Unlock()
 			clk.set(tt.at)

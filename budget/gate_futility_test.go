@@ -22,8 +22,7 @@ func TestGateFutility(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
 	draw := 0.5 // at or past tune.FutileHold: the draw does not keep a retry
-	g.rand = func() float64 { return draw }
-	g.st.rand = g.rand
+	g.st.rand = func() float64 { return draw }
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
@@ -89,8 +88,7 @@ func TestGateFutility(t *testing.T) {
 func TestGateFutilityWithoutDeadlines(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: time.Second}, clk))
-	g.rand = func() float64 { return 0.5 } // the draw keeps no retry
-	g.st.rand = g.rand
+	g.st.rand = func() float64 { return 0.5 } // the draw keeps no retry
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
@@ -111,8 +109,7 @@ func TestGateFutilityWithoutDeadlines(t *testing.T) {
 func TestGateBackPace(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	g.rand = func() float64 { return 0 } // every spread at its earliest
-	g.st.rand = g.rand
+	g.st.rand = func() float64 { return 0 } // every spread at its earliest
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}

@@ -2,6 +2,7 @@ package budget
 
 import (
 	tune "github.com/stagger-go/stagger/internal/gatetune"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 // make an outage (the outage and overload rules).
 func downState() gateState {
 	s := newGateState(t0, func() float64 { return 0.5 })
-	s.ev.healN, s.ev.seen, s.ev.lastFail = tune.HealWindow, true, t0.Add(-tune.HealthyGap)
+	s.ev.calls, s.ev.seen, s.ev.lastFail = 1<<tune.HealWindow, true, t0.Add(-tune.HealthyGap)
 	return s
 }
 
@@ -87,25 +88,25 @@ func TestGateTransitions(t *testing.T) {
 // credits, what a success after one gives, what forget keeps.
 func TestGateTransitionEffects(t *testing.T) {
 	s := stateIn(phaseOutage)
-	if s.pace.credits != 0 || s.streak != tune.OutageStreak {
-		t.Fatalf("outage: credits %v, streak %d", s.pace.credits, s.streak)
+	if c := s.pace.credits(t0); !near(c, 0) || s.streak != tune.OutageStreak {
+		t.Fatalf("outage: credits %v, streak %d", c, s.streak)
 	}
 	// A first attempt that finds the server back: a credit drawn at random.
 	s.observe(t0, Attempt{Number: 1, Outcome: Success})
-	if s.pace.credits != 0.5+tune.ReleaseGainStart {
-		t.Fatalf("after an outage, credits %v, want the draw plus one success's gain", s.pace.credits)
+	if c := s.pace.credits(t0); !near(c, 0.5+tune.ReleaseGainStart) {
+		t.Fatalf("after an outage, credits %v, want the draw plus one success's gain", c)
 	}
 	// A deferred retry that finds it back: a whole credit at once.
 	s = stateIn(phaseOutage)
 	s.slot.out = 1
 	s.observe(t0, Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
-	if s.pace.credits != 1 || s.slot.out != 0 || s.pace.gain != 2*tune.ReleaseGainStart {
-		t.Fatalf("probe found the server back: credits %v, probes out %d, gain %v", s.pace.credits, s.slot.out, s.pace.gain)
+	if c := s.pace.credits(t0); c != 1 || s.slot.out != 0 || s.pace.gain != 2*tune.ReleaseGainStart {
+		t.Fatalf("probe found the server back: credits %v, probes out %d, gain %v", c, s.slot.out, s.pace.gain)
 	}
 	// forget after an outage also draws the first credit.
 	s = stateIn(phaseOutage)
 	s.forget(t0.Add(time.Second))
-	if s.pace.credits != 0.5 || !s.pace.creditAt.Equal(t0.Add(time.Second)) || s.streak != 0 || s.slot.probeGap != 0 {
+	if c := s.pace.credits(t0.Add(time.Second)); !near(c, 0.5) || s.streak != 0 || s.slot.probeGap != 0 {
 		t.Fatalf("forget after an outage: %+v", s)
 	}
 }
@@ -210,13 +211,13 @@ func TestGateAdmissions(t *testing.T) {
 		if got == AdmitNone || got == admitEnd {
 			continue
 		}
-		credits := s.pace.credits
+		credits := s.pace.credits(tt.at)
 		s.admit(tt.at, &w, got)
-		switch {
-		case got == AdmitRelease && credits < 1 && s.pace.credits != credits:
-			t.Errorf("%s: a release without a credit left credits %v, want %v", tt.name, s.pace.credits, credits)
-		case got == AdmitRelease && credits >= 1 && s.pace.credits != credits-1:
-			t.Errorf("%s: a release left credits %v, want %v", tt.name, s.pace.credits, credits-1)
+		switch after := s.pace.credits(tt.at); {
+		case got == AdmitRelease && credits < 1 && !near(after, credits):
+			t.Errorf("%s: a release without a credit left credits %v, want %v", tt.name, after, credits)
+		case got == AdmitRelease && credits >= 1 && !near(after, credits-1):
+			t.Errorf("%s: a release left credits %v, want %v", tt.name, after, credits-1)
 		case got != AdmitRelease && s.slot.out != 1:
 			t.Errorf("%s: a probe left %d out, want 1", tt.name, s.slot.out)
 		}
@@ -224,9 +225,13 @@ func TestGateAdmissions(t *testing.T) {
 }
 
 func withCredits(s gateState, c float64) gateState {
-	s.pace.credits, s.pace.creditAt = c, t0
+	s.pace.set(t0, c)
 	return s
 }
+
+// near reports whether credits a and b differ by less than a nanosecond's
+// accrual (the pace keeps them as a time).
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-8 }
 
 func withProbeOut(s gateState, until time.Time) gateState {
 	s.slot.out, s.slot.until = 1, until
@@ -278,8 +283,8 @@ func TestGateHeals(t *testing.T) {
 		return s
 	}
 	s := flaky()
-	if won := s.ev.healed(); won != 1 || s.ev.healN != 1 {
-		t.Fatalf("one call healed on its third attempt: healed %d of %d, want 1 of 1", won, s.ev.healN)
+	if won := s.ev.healed(); won != 1 || s.ev.callsN() != 1 {
+		t.Fatalf("one call healed on its third attempt: healed %d of %d, want 1 of 1", won, s.ev.callsN())
 	}
 	// Two failures in a row are no outage while retries heal.
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
@@ -346,15 +351,15 @@ func TestGateHeals(t *testing.T) {
 	s.ev.learn(t0, secondFailed)
 	s.ev.learn(t0, Attempt{Number: 3, Outcome: Failure})
 	s.ev.learn(t0, Attempt{Number: 4, Outcome: Failure, Final: true})
-	if won := s.ev.healed(); won != 0 || s.ev.healN != 1 {
-		t.Fatalf("one call failed three retries: healed %d of %d, want 0 of 1", won, s.ev.healN)
+	if won := s.ev.healed(); won != 0 || s.ev.callsN() != 1 {
+		t.Fatalf("one call failed three retries: healed %d of %d, want 0 of 1", won, s.ev.callsN())
 	}
 	// Hedges and first attempts are no evidence.
 	s = newGateState(t0, func() float64 { return 0.5 })
 	s.ev.learn(t0, Attempt{Number: 2, Outcome: Success, Hedge: true})
 	s.ev.learn(t0, Attempt{Number: 1, Outcome: Success})
-	if s.ev.healN != 0 {
-		t.Fatalf("hedges and first attempts counted as retries: %d", s.ev.healN)
+	if s.ev.callsN() != 0 {
+		t.Fatalf("hedges and first attempts counted as retries: %d", s.ev.callsN())
 	}
 }
 
@@ -440,12 +445,12 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 	}{
 		{"no retry recorded", func() gateState {
 			s := downState()
-			s.ev.healN = 0
+			s.ev.calls = 0
 			return s
 		}, phaseFailing},
 		{"two retries failed", func() gateState {
 			s := downState()
-			s.ev.healN = 0
+			s.ev.calls = 0
 			s.observe(t0, Attempt{Number: 2, Outcome: Failure})
 			s.observe(t0, Attempt{Number: 3, Outcome: Failure})
 			return s
@@ -463,12 +468,12 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 		}, phaseFailing},
 		{"retries heal a call of eight: not healing, not down", func() gateState {
 			s := downState()
-			s.ev.healBits = 1
+			s.ev.calls = 1<<tune.HealWindow | 1
 			return s
 		}, phaseFailing},
 		{"and then two retries fail in a row", func() gateState {
 			s := downState()
-			s.ev.healBits = 1
+			s.ev.calls = 1<<tune.HealWindow | 1
 			s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure})
 			s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure})
 			return s
@@ -503,7 +508,7 @@ func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 	s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
 	s.ev.ended(1)
 	s.ev.ended(2)
-	s.ev.healBits = 0xff // the calls before said retries heal
+	s.ev.calls = 1<<tune.HealWindow | 0xff // the calls before said retries heal
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
 	s.observe(t0, Attempt{Number: 3, Outcome: Failure})
 	want := int(2*s.ev.runs) + tune.OutageStreak

@@ -50,9 +50,6 @@ type decision struct {
 	hold bool
 	// free: the probe slot lapsed (the settling rule); free it.
 	free bool
-	// accrue: the release pace is brought up to now, at credits.
-	accrue  bool
-	credits float64
 	// draw: the wait's spread is needed and not drawn: apply draws it, and
 	// the decision is taken again.
 	draw bool
@@ -118,12 +115,12 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 // by the probe and last-chance rules while it fails.
 func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool, d *decision) {
 	if !s.phase.failing() {
-		d.accrue, d.credits, d.by = true, s.pace.at(now), ruleRelease
-		if d.credits >= 1 {
+		d.by = ruleRelease
+		if !now.Before(s.pace.full) {
 			d.how = AdmitRelease
 			return
 		}
-		d.next = now.Add(s.pace.wait(d.credits))
+		d.next = s.pace.full
 		if s.heldThrough(w, held) {
 			// Held through an outage, with a deadline: its own pause after
 			// the server came back, and a share of what its deadline leaves.
@@ -180,9 +177,6 @@ func (s *gateState) apply(now time.Time, w *waiterView, d decision) {
 	}
 	if d.free {
 		s.slot.out = 0
-	}
-	if d.accrue {
-		s.pace.credits, s.pace.creditAt = d.credits, now
 	}
 	if d.draw {
 		w.spread, w.drawn = s.rand(), true

@@ -8,13 +8,12 @@ import (
 	"time"
 )
 
-// releasePace is the release rule's pace: the credits a Gate lets waiting
-// retries go on once the server serves again, and when the latest outage
-// ended. Its fields are owned by the gate's lock.
+// releasePace is the release rule's pace, owned by the gate's lock.
 type releasePace struct {
-	// credits, accrued up to creditAt: at most one is kept (no burst).
-	credits  float64
-	creditAt time.Time
+	// full is when the credits reach one: they accrue at
+	// tune.ReleasePerSecond and at most one is kept (no burst), so one time
+	// says how many there are (the generic cell rate algorithm).
+	full time.Time
 	// gain is the share of a credit each success adds.
 	gain float64
 	// backAt is when the latest outage ended while the server was not
@@ -27,40 +26,24 @@ type releasePace struct {
 	// recovered server's latency when it has room.
 	backMin time.Duration
 	// entered counts the retries that began to wait since enteredAt, the
-	// first of them since the latest outage ended: their pace is the
-	// process's load while the server was down.
+	// first of them since the latest outage ended: the process's load
+	// while the server was down.
 	entered   int
 	enteredAt time.Time
 }
 
 func newReleasePace(now time.Time) releasePace {
-	return releasePace{gain: tune.ReleaseGainStart, creditAt: now}
+	return releasePace{gain: tune.ReleaseGainStart, full: now.Add(time.Second / tune.ReleasePerSecond)}
 }
 
-// at is the credits at now: those kept, plus what accrued since creditAt,
-// at most one. It changes nothing (accrue keeps the same value).
-func (p *releasePace) at(now time.Time) float64 {
-	c := p.credits
-	if d := now.Sub(p.creditAt); d > 0 {
-		c += tune.ReleasePerSecond * d.Seconds()
-	}
-	return math.Min(c, 1)
+// credits is how many credits there are at now, at most one.
+func (p *releasePace) credits(now time.Time) float64 {
+	return math.Min(1-p.full.Sub(now).Seconds()*tune.ReleasePerSecond, 1)
 }
 
-// accrue adds the credits earned since creditAt, and extra; at most one is
-// kept.
-func (p *releasePace) accrue(now time.Time, extra float64) {
-	if d := now.Sub(p.creditAt); d > 0 {
-		p.credits += tune.ReleasePerSecond * d.Seconds()
-	}
-	p.creditAt = now
-	p.credits = math.Min(p.credits+extra, 1)
-}
-
-// restart: the server is back after an outage; the first credit is first
-// (drawn at random, or a whole one), the gain starts again.
-func (p *releasePace) restart(now time.Time, first float64) {
-	p.credits, p.creditAt = first, now
+// set makes the credits c at now (at most one is kept).
+func (p *releasePace) set(now time.Time, c float64) {
+	p.full = now.Add(time.Duration(math.Ceil((1 - math.Min(c, 1)) / tune.ReleasePerSecond * float64(time.Second))))
 }
 
 // grow doubles the gain, up to tune.ReleaseGainMax: a deferred retry succeeded.
@@ -69,13 +52,6 @@ func (p *releasePace) grow() { p.gain = math.Min(2*p.gain, tune.ReleaseGainMax) 
 // shrink halves the gain, not below tune.ReleaseGainStart: a released or paid
 // retry failed.
 func (p *releasePace) shrink() { p.gain = math.Max(p.gain/2, tune.ReleaseGainStart) }
-
-// wait is how long until the credits reach one, from c at now: rounded
-// up, and at least a millisecond (a wait of 0 would spin).
-func (p *releasePace) wait(c float64) time.Duration {
-	d := time.Duration(math.Ceil((1 - c) / tune.ReleasePerSecond * float64(time.Second)))
-	return max(d, time.Millisecond)
-}
 
 // enter: a retry began to wait now.
 func (p *releasePace) enter(now time.Time) {
@@ -86,13 +62,10 @@ func (p *releasePace) enter(now time.Time) {
 }
 
 // back: an outage ended now. The calls held through it go back no faster
-// than tune.BackShare times the pace at which retries began to wait in it (the
-// process's own load while the server was down), so that the server that
-// just came back meets at most that much more than its usual load; the
-// first no sooner than a share u (uniform in [0, 1)) of that pace's gap,
-// so that processes that saw the recovery together do not send their
-// first back together. A process that held fewer than tune.BackMinHeld sends
-// them back by their spread alone.
+// than tune.BackShare times the pace their retries began to wait at (so
+// the server meets at most that much more than its usual load), the first
+// after a share u (uniform in [0, 1)) of that gap, so that processes that
+// saw the recovery together do not send theirs together.
 func (p *releasePace) back(now time.Time, u float64) {
 	p.backAt, p.backNext, p.backEvery, p.backMin = now, now, 0, 0
 	if d := now.Sub(p.enteredAt); p.entered >= tune.BackMinHeld && d > 0 {
@@ -102,12 +75,10 @@ func (p *releasePace) back(now time.Time, u float64) {
 	p.entered = 0
 }
 
-// answered: a released retry ended after took (zero: at once), ok when it
-// succeeded. While the recovered server answers as fast as it did at its
-// fastest since it came back (within tune.BackSlower times), it has room: the
-// back pace doubles; when it answers slower, or fails, the pace halves
-// (a server with room to spare serves the held calls at once; one that
-// queues them meets the pace).
+// answered: a released retry ended after took, ok when it succeeded.
+// Answered about as fast as the fastest since the server came back, it
+// says the server has room and the back pace doubles; slower, or failed,
+// it halves.
 func (p *releasePace) answered(took time.Duration, ok bool) {
 	if p.backEvery == 0 {
 		return
@@ -127,11 +98,9 @@ func (p *releasePace) wentBack(now time.Time) {
 	p.backNext = clock.Later(p.backNext, now).Add(p.backEvery)
 }
 
-// backAfter is when a wait w held through the outage that ended at backAt
-// goes back (the release rule): its own pause after it, and then a share
-// (w.spread, drawn before it is asked) of what the call's deadline leaves
-// before its last chance at lead, so that the calls held together do not
-// all go back together.
+// backAfter is when w, held through the outage that ended at backAt, goes
+// back: its own pause after it, and its spread's share of what its
+// deadline leaves before its last chance at lead.
 func (p *releasePace) backAfter(w *waiterView, lead time.Duration) time.Time {
 	at := p.backAt.Add(w.pause)
 	if room := w.deadline.Add(-lead).Sub(at); room > 0 {

@@ -5,93 +5,75 @@ import (
 	"time"
 )
 
-// phase is where a Gate stands (see Gate). gateState's event methods
-// (observe, enter, forget) are its only transitions; gate_table_test.go
-// tests every one.
+// phase is where a Gate stands (see Gate). observe, enter and forget are
+// its only transitions; gate_table_test.go tests every one.
 type phase uint8
 
 const (
-	// phaseQuiet: nothing failed since the last success seen while nobody
-	// waited (or ever); what earlier failures left is forgotten.
-	phaseQuiet phase = iota
-	// phaseFailing: the last attempt that reached the server failed (or a
-	// retry was just refused after its attempt failed), fewer than
-	// tune.OutageStreak in a row.
-	phaseFailing
-	// phaseOutage: tune.OutageStreak or more failures in a row, no success
-	// between, retries known not to heal, and the server looked healthy
-	// before them or failed for overload (the outage rule).
-	phaseOutage
-	// phaseRecovering: an attempt succeeded after failures; waiting
-	// retries go on release credits (the release rule), or heal.
-	phaseRecovering
+	phaseQuiet      phase = iota // nothing failed since a success seen while nobody waited
+	phaseFailing                 // the last attempt that reached the server failed
+	phaseOutage                  // the outage rule's streak of failures
+	phaseRecovering              // a success after failures: the release rule
 )
 
 func (p phase) String() string {
 	return [...]string{"quiet", "failing", "outage", "recovering"}[p]
 }
 
-// failing reports whether the last attempt that reached the server failed
-// (the probe and last-chance rules apply; else the release rule).
+// failing reports whether the probe and last-chance rules apply (else
+// the release rule).
 func (p phase) failing() bool { return p == phaseFailing || p == phaseOutage }
 
-// gateState is a Gate's state under its lock, in named parts: the phase
-// and the streak of failures that moves it; the evidence (heal, overload,
-// health); the probe slot and its gaps; the release pace. Its event
-// methods take the time and start no goroutine; a waiting retry's
-// decision is computed by decide, which changes nothing, and applied by
-// apply (gatedecide.go).
+// gateState is the estimator's and the scheduler's state, owned by the
+// gate's lock: the phase and its streak, the evidence, the probe slot, the
+// release pace. A waiting retry's decision is computed by decide, which
+// changes nothing, and applied by apply (gatedecide.go).
 type gateState struct {
 	phase phase
 	rand  func() float64
-	// streak counts the failures since the last success.
-	streak int
+	// streak counts the failures since the last success, from streakAt.
+	streak   int
+	streakAt time.Time
 	// lastReached is when an attempt last reached the server (or a retry
 	// was refused after its attempt ended).
 	lastReached time.Time
-	// span is the longest wait (what its deadline left, or MaxWait) of the
-	// retries that began to wait since the server last served (the
-	// futility rule).
+	// span is the longest wait of the retries that began to wait since
+	// the server last served (the futility rule).
 	span time.Duration
-	// streakAt is when the streak of failures began; in an outage, when
-	// the outage began (its streak ends only with it).
-	streakAt time.Time
-	ev       evidence
-	slot     probeSlots
-	pace     releasePace
+	ev   evidence
+	slot probeSlots
+	pace releasePace
 }
 
+// newGateState starts at now: failures that make an outage must follow
+// tune.HealthyGap without failures, counted from the start.
 func newGateState(now time.Time, rand func() float64) gateState {
-	return gateState{rand: rand, pace: newReleasePace(now)}
+	return gateState{rand: rand, pace: newReleasePace(now), ev: evidence{lastFail: now}}
 }
 
-// forget: a success was seen while nobody waited, so what the failures
-// before it left (gaps, gain, streak) no longer counts. After an outage
-// the first credit is drawn at random, as the release rule says.
+// forget: a success was seen while nobody waited; what the failures
+// before it left no longer counts.
 func (s *gateState) forget(now time.Time) {
 	s.ev.ended(s.streak)
 	s.pace.gain, s.slot.probeGap, s.slot.lastGap = tune.ReleaseGainStart, 0, 0
 	s.streak, s.span = 0, 0
 	s.ev.retryFails, s.ev.seen = 0, true
 	if s.phase == phaseOutage {
-		s.pace.restart(now, s.rand())
+		s.pace.set(now, s.rand())
 		s.back(now)
 	}
 	s.phase = phaseQuiet
 }
 
-// settled reports whether a first attempt's success, recorded while nobody
-// waits, would change nothing (forget would leave the state as it is), and
-// Allow would refuse no retry without asking the budget (no outage, no
-// recent overload or slow success): the Gate's fast paths.
+// settled reports whether forget would change nothing and Allow would
+// refuse no retry without asking the budget: the Gate's fast paths.
 func (s *gateState) settled(now time.Time) bool {
 	return !now.Before(s.ev.slowUntil) && s.phase == phaseQuiet && s.streak == 0 && s.span == 0 && s.ev.seen && s.ev.retryFails == 0 &&
 		s.pace.gain == tune.ReleaseGainStart && s.slot.probeGap == 0 && s.slot.lastGap == 0
 }
 
-// back: an outage ended now. Unless the server is overloaded, the calls
-// held through it that have a deadline go back after their pause (the
-// release rule).
+// back: an outage ended now; unless the server is overloaded, the calls
+// held through it go back (the release rule).
 func (s *gateState) back(now time.Time) {
 	if !s.ev.overloaded(now) {
 		s.pace.back(now, s.rand())
@@ -117,13 +99,13 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		s.ev.ended(s.streak)
 		s.streak, s.span = 0, 0
 		if s.phase == phaseOutage {
-			// The server is back: release slowly, from a credit drawn at
-			// random, or at once when a deferred retry found it back.
+			// Release from a credit drawn at random, or a whole one when
+			// a deferred retry found the server back.
 			s.back(now)
 			s.pace.gain = tune.ReleaseGainStart
-			s.pace.restart(now, s.rand())
+			s.pace.set(now, s.rand())
 			if probing {
-				s.pace.credits = 1
+				s.pace.set(now, 1)
 			}
 		}
 		if s.phase.failing() {
@@ -133,32 +115,26 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			s.pace.grow()
 		}
 		s.slot.halve()
-		s.pace.accrue(now, s.pace.gain)
+		s.pace.set(now, s.pace.credits(now)+s.pace.gain)
 	case Failure:
 		s.lastReached = now
 		if s.streak == 0 {
 			s.streakAt = now
 		}
 		s.ev.failed(now, s.streak == 0)
-		// Failures in a row make an outage (the outage rule), unless
-		// retries heal (a flaky server fails several attempts in a row as
-		// a matter of course), or the server was failing a share of its
-		// attempts all along and is not overloaded; but a streak beyond
-		// what its flakiness makes, in which retries failed too, is an
-		// outage whatever the calls before it said.
+		// The outage rule: a streak after calm, of a server whose retries
+		// do not heal (or that is overloaded), or beyond its flakiness.
 		if s.streak++; s.streak >= tune.OutageStreak && ((s.ev.healthy || s.ev.overloaded(now)) && s.ev.down(now) || s.ev.beyond(s.streak) && s.ev.retryFails >= tune.HealMinSamples) {
-			// The outage began with the streak's first failure (streakAt):
-			// the calls that failed from then on have been waiting since.
 			s.phase = phaseOutage
-			s.pace.credits = 0
+			s.pace.set(now, 0)
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing
 		}
 		if probing {
 			s.slot.failed(now)
 		} else if s.slot.since++; a.Number > 1 || s.ev.known() {
-			// Until the process knows whether retries heal, first
-			// attempts that fail say nothing of it.
+			// Until retries are known to heal or not, a failed first
+			// attempt says nothing of it.
 			s.slot.stretch()
 		}
 		if a.Admission == AdmitRelease || a.Admission == AdmitBudget || a.Admission == AdmitHeal {
@@ -168,11 +144,9 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 }
 
 // outlook is what a failure can change of the waiting retries' decisions
-// other than putting them off: a failure that leaves it as it was (the
-// phase, whether retries heal or are known to, overload) only moves the
-// probe and last-chance times later (lastReached, the gaps), so the
-// waiters need not be woken: each asks again at its own next time. With
-// a thousand retries waiting in an outage, every failure woke them all.
+// other than putting them off: a failure that leaves it as it was wakes
+// nobody, each asks again at its own next time (with a thousand waiting,
+// every failure woke them all).
 type outlook struct {
 	phase                     phase
 	heals, known, untold, ovl bool
@@ -182,9 +156,8 @@ func (s *gateState) outlook(now time.Time) outlook {
 	return outlook{s.phase, s.ev.heals(now), s.ev.known(), s.ev.untold(), s.ev.overloaded(now)}
 }
 
-// enter: a retry refused by the budget, after its attempt ended now, begins
-// to wait with pause, at most span. Its attempt is the latest evidence, and
-// a failure.
+// enter: a retry refused after its attempt failed now begins to wait
+// with pause, at most span.
 func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 	s.lastReached = now
 	s.span = max(s.span, span)
@@ -196,31 +169,18 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 }
 
 // futile reports whether a retry that begins to wait now would wait in
-// vain (the futility rule): the outage has lasted tune.FutileFactor times the
-// longest wait of the retries that began to wait since the server last
-// served, and no attempt has succeeded since it began.
+// vain (the futility rule).
 func (s *gateState) futile(now time.Time) bool {
 	return s.phase == phaseOutage && s.span > 0 && now.Sub(s.streakAt) >= time.Duration(tune.FutileFactor*float64(s.span))
 }
 
-// tooLate reports whether a retry that would begin to wait now, with
-// fewer than tune.FutileEvery failures recorded since a deferred retry last
-// failed, or with
-// pause, for a call whose deadline is deadline (zero: none; then only the
-// count of failures makes it too late), could go neither as a probe nor as its call's last chance before
-// its deadline less the last chance's lead: the times the probe and
-// last-chance rules give it as things stand (news may bring them sooner,
-// but in an outage that outlived the calls' deadlines news is a success,
-// which ends the outage).
+// tooLate reports whether the futility rule's lone waiter, with pause and
+// deadline (zero: none), would wait in vain: fewer than tune.FutileEvery
+// failures since a probe failed, failures arriving faster than its pause
+// (no quiet time will come), or no probe or last chance before its
+// deadline as things stand.
 func (s *gateState) tooLate(now time.Time, pause time.Duration, deadline time.Time, last bool) bool {
-	if s.slot.since < tune.FutileEvery {
-		// A long outage gets at most one retry for tune.FutileEvery failures.
-		return true
-	}
-	if !s.slot.failedAt.IsZero() && now.Sub(s.slot.failedAt) < time.Duration(s.slot.since)*pause {
-		// Failures reach the server more often than its pause: the
-		// probe and the last chance, which wait for a pause with nothing
-		// reaching it, will not come.
+	if s.slot.since < tune.FutileEvery || !s.slot.failedAt.IsZero() && now.Sub(s.slot.failedAt) < time.Duration(s.slot.since)*pause {
 		return true
 	}
 	if deadline.IsZero() {
@@ -240,13 +200,11 @@ func (s *gateState) tooLate(now time.Time, pause time.Duration, deadline time.Ti
 func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 	switch how {
 	case AdmitRelease:
-		// A call held through an outage goes back without a credit, at
-		// the back pace.
 		if s.heldThrough(w, w.held) {
 			s.pace.wentBack(now)
 		}
-		if s.pace.credits >= 1 {
-			s.pace.credits--
+		if c := s.pace.credits(now); c >= 1 {
+			s.pace.set(now, c-1)
 		}
 		return
 	case AdmitHeal:
@@ -255,18 +213,18 @@ func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 	s.slot.take(now, w)
 }
 
-// heldThrough reports whether w, a call with a deadline held (held: w.held,
-// or as a decision has it), was held through the latest outage: it goes
-// back by the release rule's back pace.
+// heldThrough reports whether w, a call with a deadline held (as held
+// says), was held through the latest outage: it goes back at the back
+// pace, without a credit.
 func (s *gateState) heldThrough(w *waiterView, held bool) bool {
 	return held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt)
 }
 
 // unadmit gives back what admit took for w's admission how, never used.
-func (s *gateState) unadmit(w *waiterView, how Admission) {
+func (s *gateState) unadmit(now time.Time, w *waiterView, how Admission) {
 	switch {
 	case how == AdmitRelease:
-		s.pace.credits = min(s.pace.credits+1, 1)
+		s.pace.set(now, 1)
 		if s.heldThrough(w, w.held) {
 			s.pace.backNext = s.pace.backNext.Add(-s.pace.backEvery)
 		}
@@ -275,8 +233,7 @@ func (s *gateState) unadmit(w *waiterView, how Admission) {
 	}
 }
 
-// probing reports whether a deferred retry let go this way held the one
-// probe slot (the probe and last-chance rules).
+// probing reports whether an admission holds the probe slot.
 func (a Admission) probing() bool {
 	return a == AdmitProbe || a == AdmitBudget || a == AdmitLast
 }
@@ -286,15 +243,13 @@ type waiterView struct {
 	pause    time.Duration
 	deadline time.Time
 	last     bool
-	// holdAt is when the wait ends unless the gate holds it (the hold
-	// rule); held: it did.
+	// holdAt is when the wait ends unless held (the hold rule).
 	holdAt time.Time
 	held   bool
-	// took is Request.Took: how long an attempt of its method takes.
+	// took is Request.Took.
 	took time.Duration
-	// spread, uniform in [0, 1) once drawn, places the wait's return
-	// after an outage within the time its deadline leaves (the release
-	// rule).
+	// spread, uniform in [0, 1) once drawn, places the call's return
+	// after an outage within what its deadline leaves.
 	spread float64
 	drawn  bool
 }

@@ -111,7 +111,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	// other retry fails now. The lone waiter too when neither a probe nor
 	// its last chance could go before its deadline: it would wait out
 	// its deadline only to fail.
-	if g.st.futile(now) && (g.room.n > 0 && g.rand() >= tune.FutileHold || g.room.n == 0 && g.st.tooLate(now, pause, deadline, r.Last)) {
+	if g.st.futile(now) && (g.room.n > 0 && g.st.rand() >= tune.FutileHold || g.room.n == 0 && g.st.tooLate(now, pause, deadline, r.Last)) {
 		g.gaveUp++
 		return nil, ErrOutageLasting
 	}
@@ -283,7 +283,7 @@ func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, 
 		g.room.queue[w.level].remove(w)
 		return how, time.Time{}
 	}
-	g.st.unadmit(&w.view, how)
+	g.st.unadmit(now, &w.view, how)
 	g.admitted--
 	pastHold := !w.view.held && !now.Before(w.view.holdAt)
 	if open {
@@ -367,7 +367,7 @@ func (w *Waiter) Leave() {
 	w.left = true
 	g.room.queue[w.level].remove(w)
 	if w.granted != AdmitNone && !w.taken {
-		g.st.unadmit(&w.view, w.granted)
+		g.st.unadmit(now, &w.view, w.granted)
 		g.admitted--
 		g.notifyLocked()
 	}
