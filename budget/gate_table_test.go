@@ -98,10 +98,10 @@ func TestGateTransitionEffects(t *testing.T) {
 	}
 	// A deferred retry that finds it back: a whole credit at once.
 	s = stateIn(phaseOutage)
-	s.slot.out = 1
+	s.slot.until = t0.Add(time.Hour)
 	s.observe(t0, Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
-	if c := s.pace.credits(t0); c != 1 || s.slot.out != 0 || s.pace.gain != 2*tune.ReleaseGainStart {
-		t.Fatalf("probe found the server back: credits %v, probes out %d, gain %v", c, s.slot.out, s.pace.gain)
+	if c := s.pace.credits(t0); c != 1 || s.slot.held(t0) || s.pace.gain != 2*tune.ReleaseGainStart {
+		t.Fatalf("probe found the server back: credits %v, slot held %v, gain %v", c, s.slot.held(t0), s.pace.gain)
 	}
 	// forget after an outage also draws the first credit.
 	s = stateIn(phaseOutage)
@@ -120,14 +120,13 @@ func waiting(pause time.Duration, deadline time.Time, last bool) waiterView {
 // ended at t0.
 func heldThrough(pause time.Duration, deadline time.Time) waiterView {
 	// Its share of the time left drawn as 0: back at its pause.
-	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, drawn: true}
+	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true}
 }
 
 // The release rule, after an outage: a wait held through it whose call has a
 // deadline goes back its pause after the recovery and then the share it
 // drew of what its deadline leaves before its last chance: the calls held
-// together go back spread over that time, not together. The draw is made
-// once.
+// together go back spread over that time, not together.
 func TestGateBackSpread(t *testing.T) {
 	const pause = 100 * time.Millisecond
 	deadline := t0.Add(2 * time.Second)
@@ -138,15 +137,12 @@ func TestGateBackSpread(t *testing.T) {
 		want time.Time
 	}{
 		{heldThrough(pause, deadline), t0.Add(pause)},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true}, t0.Add(pause + lastChance.Sub(t0.Add(pause))/2)},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, drawn: true, spread: 0.999999}, lastChance},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.5}, t0.Add(pause + lastChance.Sub(t0.Add(pause))/2)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, lastChance},
 	} {
 		w := tc.w
-		if got := backAfter(&s, &w); got.Sub(tc.want).Abs() > 10*time.Microsecond {
+		if got := s.pace.backAfter(&w, s.slot.lead()); got.Sub(tc.want).Abs() > 10*time.Microsecond {
 			t.Errorf("spread %v: back at %v, want %v", w.spread, got.Sub(t0), tc.want.Sub(t0))
-		}
-		if !w.drawn {
-			t.Error("the share was not kept")
 		}
 		if how, _ := s.candidate(tc.want.Add(10*time.Microsecond), &w); how != AdmitRelease {
 			t.Errorf("spread %v: at its time, candidate = %v, want a release", w.spread, how)
@@ -174,34 +170,30 @@ func TestGateAdmissions(t *testing.T) {
 		want     Admission
 		next     time.Time
 		wantHeld bool
-		by       rule
 	}{
-		{"quiet, credit due", withCredits(stateIn(phaseQuiet), 1), t0, waiting(pause, time.Time{}, false), AdmitRelease, time.Time{}, false, ruleRelease},
-		{"recovering, half a credit: asked again at its hold time", withCredits(stateIn(phaseRecovering), 0.5), t0, waiting(pause, time.Time{}, false), AdmitNone, holdAt, false, ruleRelease},
-		{"failing, before the quiet time", stateIn(phaseFailing), t0.Add(50 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitNone, t0.Add(100 * time.Millisecond), false, ruleProbe},
-		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false, ruleProbe},
-		{"outage, last attempt waits for its last chance, held", stateIn(phaseOutage), t0.Add(time.Second), waiting(pause, deadline, true), AdmitNone, deadline.Add(-tune.LastChanceLead), true, ruleLastChance},
-		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-tune.LastChanceLead), waiting(pause, deadline, true), AdmitLast, time.Time{}, true, ruleLastChance},
-		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiting(0, time.Time{}, false), AdmitNone, t0.Add(5 * time.Second), true, ruleSettling},
-		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), AdmitProbe, time.Time{}, true, ruleProbe},
-		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), AdmitProbe, time.Time{}, false, ruleHold},
-		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false, ruleHold},
-		{"fresh process, past its hold time: no retry told it anything, it probes", fresh, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false, ruleHold},
-		{"retries failed, never served, past its hold time: the wait ends", told, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false, ruleHold},
-		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, true, ruleProbe},
-		{"after an outage, held with a deadline: back after its pause", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), heldThrough(pause, deadline), AdmitNone, t0.Add(pause), true, ruleRelease},
-		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), AdmitRelease, time.Time{}, true, ruleRelease},
+		{"quiet, credit due", withCredits(stateIn(phaseQuiet), 1), t0, waiting(pause, time.Time{}, false), AdmitRelease, time.Time{}, false},
+		{"recovering, half a credit: asked again at its hold time", withCredits(stateIn(phaseRecovering), 0.5), t0, waiting(pause, time.Time{}, false), AdmitNone, holdAt, false},
+		{"failing, before the quiet time", stateIn(phaseFailing), t0.Add(50 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitNone, t0.Add(100 * time.Millisecond), false},
+		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false},
+		{"outage, last attempt waits for its last chance, held", stateIn(phaseOutage), t0.Add(time.Second), waiting(pause, deadline, true), AdmitNone, deadline.Add(-tune.LastChanceLead), true},
+		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-tune.LastChanceLead), waiting(pause, deadline, true), AdmitLast, time.Time{}, true},
+		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiting(0, time.Time{}, false), AdmitNone, t0.Add(5 * time.Second), true},
+		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), AdmitProbe, time.Time{}, true},
+		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), AdmitProbe, time.Time{}, false},
+		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"fresh process, past its hold time: no retry told it anything, it probes", fresh, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false},
+		{"retries failed, never served, past its hold time: the wait ends", told, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, true},
+		{"after an outage, held with a deadline: back after its pause", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), heldThrough(pause, deadline), AdmitNone, t0.Add(pause), true},
+		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), AdmitRelease, time.Time{}, true},
 	}
 	for _, tt := range tests {
 		s, w := tt.s, tt.w
 		// decide changes nothing; apply does what it says.
 		before, wBefore := s, w
-		d := s.decide(tt.at, &w, false)
+		s.decide(tt.at, &w, false)
 		if !sameState(s, before) || w != wBefore {
 			t.Errorf("%s: decide changed the state or the wait", tt.name)
-		}
-		if d.by != tt.by {
-			t.Errorf("%s: decided by the %v rule, want the %v rule", tt.name, d.by, tt.by)
 		}
 		got, next := s.candidate(tt.at, &w)
 		if got != tt.want || !next.Equal(tt.next) || w.held != tt.wantHeld {
@@ -218,8 +210,8 @@ func TestGateAdmissions(t *testing.T) {
 			t.Errorf("%s: a release without a credit left credits %v, want %v", tt.name, after, credits)
 		case got == AdmitRelease && credits >= 1 && !near(after, credits-1):
 			t.Errorf("%s: a release left credits %v, want %v", tt.name, after, credits-1)
-		case got != AdmitRelease && s.slot.out != 1:
-			t.Errorf("%s: a probe left %d out, want 1", tt.name, s.slot.out)
+		case got != AdmitRelease && !s.slot.held(tt.at):
+			t.Errorf("%s: a probe left the slot free", tt.name)
 		}
 	}
 }
@@ -234,7 +226,7 @@ func withCredits(s gateState, c float64) gateState {
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-8 }
 
 func withProbeOut(s gateState, until time.Time) gateState {
-	s.slot.out, s.slot.until = 1, until
+	s.slot.until = until
 	return s
 }
 
@@ -534,15 +526,6 @@ func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 func (s *gateState) candidate(now time.Time, w *waiterView) (Admission, time.Time) {
 	d := s.decideAndApply(now, w, false)
 	return d.how, d.next
-}
-
-// backAfter is when w goes back after an outage, its spread drawn first
-// if it was not.
-func backAfter(s *gateState, w *waiterView) time.Time {
-	if !w.drawn {
-		s.apply(time.Time{}, w, decision{draw: true})
-	}
-	return s.pace.backAfter(w, s.slot.lead())
 }
 
 // sameState reports whether a and b hold the same state (their random

@@ -6,64 +6,30 @@ import (
 	"github.com/stagger-go/stagger/internal/clock"
 )
 
-// rule names a Gate's rule (see Gate): the one that decided, in a
-// decision, and the names `stagger check` prints.
-type rule uint8
-
-const (
-	ruleNone rule = iota
-	ruleHeal
-	ruleProbe
-	ruleLastChance
-	ruleRelease
-	ruleGuard
-	ruleOutage
-	ruleOverload
-	ruleHold
-	ruleHopeless
-	ruleSettling
-	ruleCriticality
-	ruleFutility
-)
-
-func (r rule) String() string {
-	return [...]string{"none", "heal", "probe", "last-chance", "release", "guard", "outage", "overload", "hold", "hopeless", "settling", "criticality", "futility"}[r]
-}
-
 // admitEnd is a decision's answer for a wait that ends without admission
 // (the hold and hopeless rules); never an Attempt's.
 const admitEnd Admission = 255
 
-// decision is what the rules say of one waiting retry at one moment, and
-// what the state must do to stand by it (apply does it). decide computes
-// it without changing anything.
+// decision is what the rules say of one waiting retry at one moment: how it
+// goes now (AdmitHeal, AdmitRelease, AdmitProbe, AdmitLast, before its
+// guard and the budget are asked; admitEnd: its wait ends), or AdmitNone
+// with next, when asking again could change the answer without news
+// (zero: only news will); hold: the wait is held from now on (the hold
+// rule, or an open guard). decide computes it and changes nothing; the
+// caller sets w.held when hold says so.
 type decision struct {
-	// how the retry goes now (AdmitHeal, AdmitRelease, AdmitProbe,
-	// AdmitLast), before the guard and the budget are asked; AdmitNone
-	// when not now, with next when asking again could change the answer
-	// without news (zero: only news will); admitEnd when its wait ends.
 	how  Admission
 	next time.Time
-	// by is the rule that decided.
-	by rule
-	// hold: the hold rule (or an open guard) holds the wait from now on.
 	hold bool
-	// free: the probe slot lapsed (the settling rule); free it.
-	free bool
-	// draw: the wait's spread is needed and not drawn: apply draws it, and
-	// the decision is taken again.
-	draw bool
 }
 
 // decide is the rules' decision for the waiting retry w at now, whose
-// guard is open when guardOpen. It reads the state and w and changes
-// neither.
+// guard is open when guardOpen: while it is open the guard alone says
+// when the retry goes, and the gate holds the wait (the guard rule).
 func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decision {
 	d := s.decideRules(now, w)
 	if guardOpen && (d.how == AdmitNone || d.how == admitEnd) {
-		// While the guard is open it alone says when the retry goes (its
-		// half-open probe), and the gate holds the wait (the guard rule).
-		d.how, d.next, d.by, d.hold = AdmitProbe, time.Time{}, ruleGuard, true
+		d = decision{how: AdmitProbe, hold: true}
 	}
 	return d
 }
@@ -72,36 +38,26 @@ func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decisio
 func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 	end, endAt := s.hopeless(now, w)
 	if end {
-		return decision{how: admitEnd, by: ruleHopeless}
+		return decision{how: admitEnd}
 	}
 	var d decision
 	held := w.held
 	if !held && s.phase != phaseOutage && s.ev.heals(now) {
-		return decision{how: AdmitHeal, by: ruleHeal}
+		return decision{how: AdmitHeal}
 	}
 	if !held && !now.Before(w.holdAt) {
 		if s.phase != phaseOutage && !s.ev.overloaded(now) {
-			// Past its hold time, with no outage or overload to wait
-			// for: a probe, or the end of the wait. It probes a server
-			// that has served, and one that has not while no retry has
-			// told the process anything (none failed or settled a
-			// call): otherwise a process that never saw a success (a
-			// server that fails every first attempt and serves
-			// retries, once a retry that got a non-retryable answer
-			// spent its budget) would never send the retry that tells.
-			d.free = s.slot.lapsed(now)
-			d.by = ruleHold
-			mayProbe := s.ev.seen || s.ev.untold()
-			if mayProbe && (s.slot.out == 0 || d.free) {
-				d.how = AdmitProbe
-			} else {
-				d.how = admitEnd
+			// The hold rule: a probe, or the end of the wait. A process
+			// that no retry told anything probes too: else one whose
+			// only retry got a non-retryable answer never learns.
+			if (s.ev.seen || s.ev.untold()) && !s.slot.held(now) {
+				return decision{how: AdmitProbe}
 			}
-			return d
+			return decision{how: admitEnd}
 		}
 		held, d.hold = true, true
 	}
-	s.decideByPhase(now, w, held, &d)
+	d.how, d.next = s.decideByPhase(now, w, held)
 	if d.how == AdmitNone && !held && (d.next.IsZero() || d.next.After(w.holdAt)) {
 		d.next = w.holdAt
 	}
@@ -111,105 +67,68 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 	return d
 }
 
-// decideByPhase fills d by the release rule while the server serves, and
-// by the probe and last-chance rules while it fails.
-func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool, d *decision) {
+// decideByPhase is the release rule while the server serves, the probe and
+// last-chance rules while it fails.
+func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admission, time.Time) {
 	if !s.phase.failing() {
-		d.by = ruleRelease
 		if !now.Before(s.pace.full) {
-			d.how = AdmitRelease
-			return
+			return AdmitRelease, time.Time{}
 		}
-		d.next = s.pace.full
+		next := s.pace.full
 		if s.heldThrough(w, held) {
-			// Held through an outage, with a deadline: its own pause after
-			// the server came back, and a share of what its deadline leaves.
-			if !w.drawn {
-				d.draw = true
-				return
-			}
 			back := clock.Later(s.pace.backAfter(w, s.slot.lead()), s.pace.backNext)
 			if !now.Before(back) {
-				d.how, d.next = AdmitRelease, time.Time{}
-			} else if back.Before(d.next) {
-				d.next = back
+				return AdmitRelease, time.Time{}
+			}
+			if back.Before(next) {
+				next = back
 			}
 		}
-		return
+		return AdmitNone, next
 	}
-	d.free = s.slot.lapsed(now)
-	if s.slot.out > 0 && !d.free {
-		d.next, d.by = s.slot.until, ruleSettling
-		return
+	if s.slot.held(now) {
+		return AdmitNone, s.slot.until // the settling rule
 	}
-	// Until the process knows whether retries heal (the heal rule), first
-	// attempts that fail say nothing about it: only retries' own outcomes
-	// hold a probe back, and only a call's last attempt probes, as its
-	// outcome settles the call either way; but while no retry has told
-	// the process anything, any retry may be that probe (a first call
-	// refused with a pushback waited for its last chance, its deadline
-	// less 50 ms, when the server asked for a retry 20 ms later).
-	reached := s.lastReached
-	known := s.ev.known()
+	// Until retries are known to heal or not, a failed first attempt says
+	// nothing: only retries' own outcomes space the probes, and only a
+	// call's last attempt probes (its outcome settles the call), or any
+	// retry while none has told anything yet.
+	reached, known := s.lastReached, s.ev.known()
 	if !known {
 		reached = s.ev.lastRetry
 	}
-	var due time.Time
+	how, due := AdmitNone, time.Time{}
 	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold()) {
-		due, d.how, d.by = reached.Add(max(w.pause, s.slot.probeGap)), AdmitProbe, ruleProbe
+		how, due = AdmitProbe, reached.Add(max(w.pause, s.slot.probeGap))
 	}
 	if !w.deadline.IsZero() {
 		last := clock.Later(w.deadline.Add(-s.slot.lead()), s.slot.failedAt.Add(s.slot.lastGap), reached.Add(w.pause))
-		if d.how == AdmitNone || last.Before(due) {
-			due, d.how, d.by = last, AdmitLast, ruleLastChance
+		if how == AdmitNone || last.Before(due) {
+			how, due = AdmitLast, last
 		}
 	}
 	if now.Before(due) {
-		d.how, d.next = AdmitNone, due
+		return AdmitNone, due
 	}
+	return how, time.Time{}
 }
 
-// apply makes the state and w stand by d, decided at now: the one place a
-// decision changes anything.
-func (s *gateState) apply(now time.Time, w *waiterView, d decision) {
-	if d.hold {
-		w.held = true
-	}
-	if d.free {
-		s.slot.out = 0
-	}
-	if d.draw {
-		w.spread, w.drawn = s.rand(), true
-	}
-}
-
-// decideAndApply decides for w at now, applies the decision and, when it
-// needed w's spread drawn, decides again with it.
+// decideAndApply decides for w at now and applies the decision.
 func (s *gateState) decideAndApply(now time.Time, w *waiterView, guardOpen bool) decision {
 	d := s.decide(now, w, guardOpen)
-	s.apply(now, w, d)
-	if d.draw {
-		d = s.decide(now, w, guardOpen)
-		s.apply(now, w, d)
-	}
+	w.held = w.held || d.hold
 	return d
 }
 
 // hopeless reports whether w's wait cannot end well (the hopeless rule): a
-// retry taking as long as the evidence says (evidence.retryTakes) would
-// not finish before its call's deadline. When not, at is when it will be,
-// if the evidence stands (zero: never).
+// retry taking as long as the evidence says would not finish before the
+// deadline. When not, at is when it will be, if the evidence stands (zero:
+// never).
 func (s *gateState) hopeless(now time.Time, w *waiterView) (hopeless bool, at time.Time) {
-	if w.deadline.IsZero() {
-		return false, time.Time{}
-	}
 	took := s.ev.retryTakes(now, w)
-	if took <= 0 {
+	if w.deadline.IsZero() || took <= 0 {
 		return false, time.Time{}
 	}
 	at = w.deadline.Add(-took).Add(1)
-	if !now.Before(at) {
-		return true, time.Time{}
-	}
-	return false, at
+	return !now.Before(at), at
 }

@@ -5,63 +5,53 @@ import (
 	"time"
 )
 
-// probeSlots is the probe rule's and the last-chance rule's one slot, and
-// the gaps that space what goes through it. Its fields are owned by the
-// gate's lock.
+// probeSlots is the probe and last-chance rules' one slot and the gaps
+// that space what goes through it. Owned by the gate's lock.
 type probeSlots struct {
-	// out: deferred retries out as probes or last chances (at most one at
-	// a time), the latest sent at at with pause pause; the slot is free
-	// again at until if it never reports (the settling rule).
-	out   int
+	// until: the slot is held until then, unless its holder reports first
+	// (the settling rule frees a holder that never reports); at is when
+	// the holder went, with pause.
+	until time.Time
 	at    time.Time
 	pause time.Duration
-	until time.Time
-	// took is how long the latest deferred retry that reported took;
-	// failedAt when the latest one failed.
+	// took is how long the latest holder that reported took; failedAt
+	// when the latest one failed.
 	took     time.Duration
 	failedAt time.Time
-	// probeGap and lastGap are the probe rule's and the last-chance rule's
-	// gaps; enterPause the pause of the latest retry to begin waiting.
+	// probeGap and lastGap space the probes and the last chances;
+	// enterPause is the pause of the latest retry to begin waiting.
 	probeGap, lastGap time.Duration
 	enterPause        time.Duration
-	// since counts the failures recorded since a deferred retry through
-	// the slot last failed (the futility rule spaces them by tune.FutileEvery).
+	// since counts the failures recorded since a holder last failed (the
+	// futility rule).
 	since int
 }
 
-// lapsed reports whether the slot is held by a retry that did not report
-// in time (the settling rule): free it.
-func (p *probeSlots) lapsed(now time.Time) bool {
-	return p.out > 0 && !now.Before(p.until)
-}
+// held reports whether the slot is held at now.
+func (p *probeSlots) held(now time.Time) bool { return now.Before(p.until) }
 
 // take: a deferred retry of a wait w goes now through the slot.
 func (p *probeSlots) take(now time.Time, w *waiterView) {
-	p.out++
 	p.at, p.pause = now, w.pause
+	p.until = w.deadline.Add(tune.ProbeLeaseSlack)
 	if w.deadline.IsZero() {
 		p.until = now.Add(tune.ProbeGapMax)
-	} else {
-		p.until = w.deadline.Add(tune.ProbeLeaseSlack)
 	}
 }
 
-// report: a deferred retry that held the slot ended now, after took
-// (zero: unknown). One that left before the slot's holder did reports late
-// (its slot lapsed and went to another): an outcome, but the holder stays
-// out. It reports whether the report was the holder's.
-func (p *probeSlots) report(now time.Time, took time.Duration) bool {
-	late := took > 0 && now.Add(-took).Before(p.at)
-	if p.out == 0 || late {
-		return false
+// report: a deferred retry that held the slot ended now, after took (zero:
+// unknown). One that went before the holder did reports late (its slot
+// lapsed and went to another): the holder keeps it.
+func (p *probeSlots) report(now time.Time, took time.Duration) {
+	if p.until.IsZero() || took > 0 && now.Add(-took).Before(p.at) {
+		return
 	}
-	p.out--
+	p.until = time.Time{}
 	p.took = now.Sub(p.at)
-	return true
 }
 
-// failed: a deferred retry through the slot failed now; both gaps double,
-// from its pause (or tune.GapFloor) at least, up to tune.ProbeGapMax.
+// failed: a holder failed now; both gaps double, from its pause (or
+// tune.GapFloor) at least, up to tune.ProbeGapMax.
 func (p *probeSlots) failed(now time.Time) {
 	base := max(p.pause, tune.GapFloor)
 	p.probeGap = min(max(2*p.probeGap, base), tune.ProbeGapMax)
@@ -70,9 +60,8 @@ func (p *probeSlots) failed(now time.Time) {
 	p.since = 0
 }
 
-// halve: every success halves the gaps: a server that serves again is
-// probed sooner when it fails again, one that fails most attempts
-// (overloaded) is not probed back to back.
+// halve: a success halves the gaps, so a server that serves again is
+// probed sooner when it fails again.
 func (p *probeSlots) halve() { p.probeGap, p.lastGap = p.probeGap/2, p.lastGap/2 }
 
 // stretch: a new call's attempt failed; the probe gap doubles from the

@@ -187,12 +187,8 @@ func (s *gateState) tooLate(now time.Time, pause time.Duration, deadline time.Ti
 		return false
 	}
 	w := waiterView{pause: pause, deadline: deadline, last: last, held: true}
-	var d decision
-	s.decideByPhase(now, &w, true, &d)
-	if d.how != AdmitNone {
-		return false
-	}
-	return d.next.IsZero() || d.next.After(deadline.Add(-s.slot.lead()))
+	how, next := s.decideByPhase(now, &w, true)
+	return how == AdmitNone && (next.IsZero() || next.After(deadline.Add(-s.slot.lead())))
 }
 
 // admit: the waiting retry w goes now as how (a decision's answer, or
@@ -228,8 +224,8 @@ func (s *gateState) unadmit(now time.Time, w *waiterView, how Admission) {
 		if s.heldThrough(w, w.held) {
 			s.pace.backNext = s.pace.backNext.Add(-s.pace.backEvery)
 		}
-	case how.probing() && s.slot.out > 0:
-		s.slot.out--
+	case how.probing():
+		s.slot.until = time.Time{}
 	}
 }
 
@@ -248,8 +244,7 @@ type waiterView struct {
 	held   bool
 	// took is Request.Took.
 	took time.Duration
-	// spread, uniform in [0, 1) once drawn, places the call's return
-	// after an outage within what its deadline leaves.
+	// spread, uniform in [0, 1), places the call's return after an outage
+	// within what its deadline leaves.
 	spread float64
-	drawn  bool
 }

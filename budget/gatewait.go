@@ -132,7 +132,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		span = deadline.Sub(now)
 	}
 	g.st.enter(now, pause, span)
-	w := &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), holdAt: now.Add(pause + time.Duration(tune.HoldSlack*float64(pause)))},
+	w := &Waiter{g: g, r: r, view: waiterView{pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), spread: g.st.rand(), holdAt: now.Add(pause + time.Duration(tune.HoldSlack*float64(pause)))},
 		earliest: now.Add(pause), level: level}
 	// A wait already past its hold time (no pause) that begins while the
 	// gate holds waits (an outage, an overload) is held from now, as its
