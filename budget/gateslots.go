@@ -18,10 +18,8 @@ type probeSlots struct {
 	// when the latest one failed.
 	took     time.Duration
 	failedAt time.Time
-	// probeGap and lastGap space the probes and the last chances;
-	// enterPause is the pause of the latest retry to begin waiting.
+	// probeGap and lastGap space the probes and the last chances.
 	probeGap, lastGap time.Duration
-	enterPause        time.Duration
 	// since counts the failures recorded since a holder last failed (the
 	// futility rule).
 	since int
@@ -64,17 +62,17 @@ func (p *probeSlots) failed(now time.Time) {
 // probed sooner when it fails again.
 func (p *probeSlots) halve() { p.probeGap, p.lastGap = p.probeGap/2, p.lastGap/2 }
 
-// stretch: a new call's attempt failed; the probe gap doubles from the
-// latest waiting retry's pause, up to tune.QuietGapMax.
+// stretch: a new call's attempt failed; the probe gap doubles, up to
+// tune.QuietGapMax.
 func (p *probeSlots) stretch() {
 	if p.probeGap < tune.QuietGapMax {
-		p.probeGap = min(max(2*p.probeGap, p.enterPause), tune.QuietGapMax)
+		p.probeGap = min(max(2*p.probeGap, p.pause), tune.QuietGapMax)
 	}
 }
 
 // enter: a retry begins to wait with pause; the gaps are at least it.
 func (p *probeSlots) enter(pause time.Duration) {
-	p.probeGap, p.lastGap, p.enterPause = max(p.probeGap, pause), max(p.lastGap, pause), pause
+	p.probeGap, p.lastGap = max(p.probeGap, pause), max(p.lastGap, pause)
 }
 
 // lead is how long before its deadline a last chance goes.
