@@ -106,7 +106,7 @@ func TestGateTransitionEffects(t *testing.T) {
 	// forget after an outage also draws the first credit.
 	s = stateIn(phaseOutage)
 	s.forget(t0.Add(time.Second))
-	if c := s.pace.credits(t0.Add(time.Second)); !near(c, 0.5) || s.streak != 0 || s.slot.probeGap != 0 {
+	if c := s.pace.credits(t0.Add(time.Second)); !near(c, 0.5) || s.streak != 0 || s.slot.gap != 0 {
 		t.Fatalf("forget after an outage: %+v", s)
 	}
 }

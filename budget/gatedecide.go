@@ -99,10 +99,10 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 	}
 	how, due := AdmitNone, time.Time{}
 	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold()) {
-		how, due = AdmitProbe, reached.Add(max(w.pause, s.slot.probeGap))
+		how, due = AdmitProbe, reached.Add(max(w.pause, s.slot.gap))
 	}
 	if !w.deadline.IsZero() {
-		last := clock.Later(w.deadline.Add(-s.slot.lead()), s.slot.failedAt.Add(s.slot.lastGap), reached.Add(w.pause))
+		last := clock.Later(w.deadline.Add(-s.slot.lead()), s.slot.failedAt.Add(s.slot.gap), reached.Add(w.pause))
 		if how == AdmitNone || last.Before(due) {
 			how, due = AdmitLast, last
 		}

@@ -18,8 +18,8 @@ type probeSlots struct {
 	// when the latest one failed.
 	took     time.Duration
 	failedAt time.Time
-	// probeGap and lastGap space the probes and the last chances.
-	probeGap, lastGap time.Duration
+	// gap spaces the probes and the last chances.
+	gap time.Duration
 	// since counts the failures recorded since a holder last failed (the
 	// futility rule).
 	since int
@@ -52,27 +52,26 @@ func (p *probeSlots) report(now time.Time, took time.Duration) {
 // tune.GapFloor) at least, up to tune.ProbeGapMax.
 func (p *probeSlots) failed(now time.Time) {
 	base := max(p.pause, tune.GapFloor)
-	p.probeGap = min(max(2*p.probeGap, base), tune.ProbeGapMax)
-	p.lastGap = min(max(2*p.lastGap, base), tune.ProbeGapMax)
+	p.gap = min(max(2*p.gap, base), tune.ProbeGapMax)
 	p.failedAt = now
 	p.since = 0
 }
 
 // halve: a success halves the gaps, so a server that serves again is
 // probed sooner when it fails again.
-func (p *probeSlots) halve() { p.probeGap, p.lastGap = p.probeGap/2, p.lastGap/2 }
+func (p *probeSlots) halve() { p.gap /= 2 }
 
 // stretch: a new call's attempt failed; the probe gap doubles, up to
 // tune.QuietGapMax.
 func (p *probeSlots) stretch() {
-	if p.probeGap < tune.QuietGapMax {
-		p.probeGap = min(max(2*p.probeGap, p.pause), tune.QuietGapMax)
+	if p.gap < tune.QuietGapMax {
+		p.gap = min(max(2*p.gap, p.pause), tune.QuietGapMax)
 	}
 }
 
 // enter: a retry begins to wait with pause; the gaps are at least it.
 func (p *probeSlots) enter(pause time.Duration) {
-	p.probeGap, p.lastGap = max(p.probeGap, pause), max(p.lastGap, pause)
+	p.gap = max(p.gap, pause)
 }
 
 // lead is how long before its deadline a last chance goes.

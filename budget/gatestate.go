@@ -55,7 +55,7 @@ func newGateState(now time.Time, rand func() float64) gateState {
 // before it left no longer counts.
 func (s *gateState) forget(now time.Time) {
 	s.ev.ended(s.streak)
-	s.pace.gain, s.slot.probeGap, s.slot.lastGap = tune.ReleaseGainStart, 0, 0
+	s.pace.gain, s.slot.gap = tune.ReleaseGainStart, 0
 	s.streak, s.span = 0, 0
 	s.ev.retryFails, s.ev.seen = 0, true
 	if s.phase == phaseOutage {
@@ -69,7 +69,7 @@ func (s *gateState) forget(now time.Time) {
 // refuse no retry without asking the budget: the Gate's fast paths.
 func (s *gateState) settled(now time.Time) bool {
 	return !now.Before(s.ev.slowUntil) && s.phase == phaseQuiet && s.streak == 0 && s.span == 0 && s.ev.seen && s.ev.retryFails == 0 &&
-		s.pace.gain == tune.ReleaseGainStart && s.slot.probeGap == 0 && s.slot.lastGap == 0
+		s.pace.gain == tune.ReleaseGainStart && s.slot.gap == 0
 }
 
 // back: an outage ended now; unless the server is overloaded, the calls
