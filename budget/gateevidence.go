@@ -13,9 +13,8 @@ type evidence struct {
 	lastRetry time.Time
 	// calls holds the outcomes of the latest tune.HealWindow calls that
 	// retried and ended, bit 0 the latest (1: healed), below a marker bit
-	// that counts them (zero: none yet); callAt is when the latest ended.
-	calls  uint16
-	callAt time.Time
+	// that counts them (zero: none yet).
+	calls uint16
 	// retryFails counts the retries that failed since an attempt last
 	// succeeded; seen: an attempt ever succeeded.
 	retryFails int
@@ -57,7 +56,6 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		// the gate lets go.
 		if a.Outcome == Success || a.Final {
 			e.called(a.Outcome == Success)
-			e.callAt = now
 		}
 	}
 	if a.Outcome == Success {
@@ -119,10 +117,10 @@ func (e *evidence) heals(now time.Time) bool {
 }
 
 // healsServing is heals for a server that serves: what the calls said
-// goes stale tune.HealStale after the latest (a server back from an
+// goes stale tune.HealStale after the latest retry (a server back from an
 // outage retries no call, and must not keep the outage's evidence).
 func (e *evidence) healsServing(now time.Time) bool {
-	if e.callsKnown() && now.Sub(e.callAt) > tune.HealStale && !e.overloaded(now) {
+	if e.callsKnown() && now.Sub(e.lastRetry) > tune.HealStale && !e.overloaded(now) {
 		return e.seen && e.retryFails < tune.HealMinSamples
 	}
 	return e.heals(now)

@@ -25,11 +25,9 @@ type releasePace struct {
 	// backMin is the least a released retry took since backAt: the
 	// recovered server's latency when it has room.
 	backMin time.Duration
-	// entered counts the retries that began to wait since enteredAt, the
-	// first of them since the latest outage ended: the process's load
-	// while the server was down.
-	entered   int
-	enteredAt time.Time
+	// entered counts the retries that began to wait since the streak of
+	// failures began: the process's load while the server was down.
+	entered int
 }
 
 func newReleasePace(now time.Time) releasePace {
@@ -53,22 +51,15 @@ func (p *releasePace) grow() { p.gain = math.Min(2*p.gain, tune.ReleaseGainMax) 
 // retry failed.
 func (p *releasePace) shrink() { p.gain = math.Max(p.gain/2, tune.ReleaseGainStart) }
 
-// enter: a retry began to wait now.
-func (p *releasePace) enter(now time.Time) {
-	if p.entered == 0 {
-		p.enteredAt = now
-	}
-	p.entered++
-}
-
-// back: an outage ended now. The calls held through it go back no faster
-// than tune.BackShare times the pace their retries began to wait at (so
+// back: an outage whose failures began at since ended now. The calls held
+// through it go back no faster than tune.BackShare times the pace their
+// retries began to wait at (so
 // the server meets at most that much more than its usual load), the first
 // after a share u (uniform in [0, 1)) of that gap, so that processes that
 // saw the recovery together do not send theirs together.
-func (p *releasePace) back(now time.Time, u float64) {
+func (p *releasePace) back(now, since time.Time, u float64) {
 	p.backAt, p.backNext, p.backEvery, p.backMin = now, now, 0, 0
-	if d := now.Sub(p.enteredAt); p.entered >= tune.BackMinHeld && d > 0 {
+	if d := now.Sub(since); p.entered >= tune.BackMinHeld && d > 0 {
 		p.backEvery = time.Duration(float64(d) / (tune.BackShare * float64(p.entered)))
 		p.backNext = now.Add(time.Duration(u * float64(p.backEvery)))
 	}

@@ -76,7 +76,7 @@ func (s *gateState) settled(now time.Time) bool {
 // held through it go back (the release rule).
 func (s *gateState) back(now time.Time) {
 	if !s.ev.overloaded(now) {
-		s.pace.back(now, s.rand())
+		s.pace.back(now, s.streakAt, s.rand())
 	}
 }
 
@@ -119,7 +119,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 	case Failure:
 		s.lastReached = now
 		if s.streak == 0 {
-			s.streakAt = now
+			s.streakAt, s.pace.entered = now, 0
 		}
 		s.ev.failed(now, s.streak == 0)
 		// The outage rule: a streak after calm, of a server whose retries
@@ -161,7 +161,7 @@ func (s *gateState) outlook(now time.Time) outlook {
 func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 	s.lastReached = now
 	s.span = max(s.span, span)
-	s.pace.enter(now)
+	s.pace.entered++
 	if !s.phase.failing() {
 		s.phase = phaseFailing
 	}
