@@ -87,19 +87,13 @@ const (
 	AdmitNone Admission = iota
 	// AdmitBudget: the budget's own Allow admitted it, asked again.
 	AdmitBudget
-	// AdmitRelease: released after the server came back, at the pace of the
-	// successes the process sees, or its own pause after it for a call
-	// with a deadline that waited through the outage (see Gate).
+	// AdmitRelease: by the release rule (see Gate).
 	AdmitRelease
-	// AdmitProbe: sent as a probe: nothing reached the server for as long
-	// as the quiet time (see Gate), and no other probe was out.
+	// AdmitProbe: as the probe (see Gate, the probe and hold rules).
 	AdmitProbe
-	// AdmitLast: sent as its call's last chance, just before the deadline,
-	// while attempts fail: a probe that the call itself needs.
+	// AdmitLast: as its call's last chance (see Gate).
 	AdmitLast
-	// AdmitHeal: sent after its pause because retrying healed enough of
-	// the process's recent calls that retried and nothing says the server
-	// is overloaded: the server is flaky, not down (see Gate, the heal rule).
+	// AdmitHeal: by the heal rule (see Gate): the server is flaky, not down.
 	AdmitHeal
 )
 
@@ -126,13 +120,9 @@ type Deferrer interface {
 	Budget
 	// Wait blocks the calling goroutine until the retry r, which Allow
 	// refused, is admitted, no sooner than pause from now. It returns how,
-	// or an error: ErrTooManyWaiting at once when the bound is reached,
-	// ErrEvicted when a more critical retry later took its place (Gate,
-	// the criticality rule), ErrWaitLimit when a call without a deadline waited MaxWait,
-	// ErrWaitEnded when a Gate ends the wait (it does not hold the retry
-	// past its pause, or no retry could finish before ctx's deadline), the
-	// context's error when ctx ends (its deadline is treated as reached a
-	// millisecond early: no retry starts with less left).
+	// or why not: ErrTooManyWaiting, ErrEvicted, ErrOutageLasting,
+	// ErrWaitLimit, ErrWaitEnded, or the context's error (its deadline
+	// counts as reached a millisecond early: no retry starts with less).
 	Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error)
 }
 
@@ -167,22 +157,15 @@ type Guard interface {
 var (
 	// ErrTooManyWaiting: the budget's bound of waiting calls is reached.
 	ErrTooManyWaiting = errors.New("budget: too many calls waiting for a retry")
-	// ErrEvicted: the bound of waiting calls was reached and a more
-	// critical retry took this one's place (Gate, the criticality rule). It wraps
-	// ErrTooManyWaiting.
+	// ErrEvicted: a more critical retry took this one's place in a full
+	// room (Gate, the criticality rule). It wraps ErrTooManyWaiting.
 	ErrEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
-	// ErrOutageLasting: the Gate fails the retry at once (see Gate, the
-	// futility rule): the server has been down for longer than the calls'
-	// deadlines, so a wait would only hold the call until it fails; only
-	// the probe waits, until one heals.
+	// ErrOutageLasting: the server has been down longer than the calls'
+	// deadlines, and the retry fails at once (Gate, the futility rule).
 	ErrOutageLasting = errors.New("budget: the server has been down longer than the calls' deadlines: retries fail at once until a probe heals")
 	// ErrWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
 	ErrWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
-	// ErrWaitEnded: the Gate ended the wait (see Gate, the hold and hopeless rules): a tenth
-	// past the retry's pause, when no rule let it go and the server is
-	// neither in an outage nor overloaded, so waiting longer is not worth
-	// it; or as soon as a retry could not finish before the call's
-	// deadline, taking as long as an attempt of its method takes
-	// (Request.Took, Attempt.Took).
+	// ErrWaitEnded: the Gate ended the wait (Gate, the hold and hopeless
+	// rules).
 	ErrWaitEnded = errors.New("budget: the gate ended a deferred retry's wait: not let go by its pause with no outage or overload to wait for, or no retry could finish before the deadline")
 )

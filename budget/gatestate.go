@@ -26,8 +26,8 @@ func (p phase) failing() bool { return p == phaseFailing || p == phaseOutage }
 
 // gateState is the estimator's and the scheduler's state, owned by the
 // gate's lock: the phase and its streak, the evidence, the probe slot, the
-// release pace. A waiting retry's decision is computed by decide, which
-// changes nothing, and applied by apply (gatedecide.go).
+// release pace. A waiting retry's decision is computed by decide
+// (gatedecide.go), which changes nothing.
 type gateState struct {
 	phase phase
 	rand  func() float64
@@ -103,9 +103,10 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			// a deferred retry found the server back.
 			s.back(now)
 			s.pace.gain = tune.ReleaseGainStart
-			s.pace.set(now, s.rand())
-			if probing {
+			if c := s.rand(); probing {
 				s.pace.set(now, 1)
+			} else {
+				s.pace.set(now, c)
 			}
 		}
 		if s.phase.failing() {
@@ -126,7 +127,6 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// do not heal (or that is overloaded), or beyond its flakiness.
 		if s.streak++; s.streak >= tune.OutageStreak && ((s.ev.healthy || s.ev.overloaded(now)) && s.ev.down(now) || s.ev.beyond(s.streak) && s.ev.retryFails >= tune.HealMinSamples) {
 			s.phase = phaseOutage
-			s.pace.set(now, 0)
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing
 		}
