@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
 // Gate adds deferral to a budget: a retry the budget refuses waits, within
@@ -17,13 +19,10 @@ import (
 // The estimator (gatestate.go, gateevidence.go) keeps the server's phase,
 // moved by recorded attempts and the time: quiet (nothing failed since a
 // success seen while nobody waited), failing (the last attempt that
-// reached the server failed), outage (a streak of failures of a server
-// whose retries do not heal, after it looked healthy or while it is
-// overloaded) and recovering (a success after failures). Beside the phase
-// it keeps the evidence: whether retrying heals the calls that retried (of
-// the latest eight that ended after retrying, a third healed), whether an
-// attempt failed for overload within five seconds, how long attempts take.
-// gate_table_test.go drives every phase through every event.
+// reached the server failed), outage (the outage rule) and recovering (a
+// success after failures); and the evidence: whether retrying heals the
+// calls that retried (a third of the latest eight), whether an attempt
+// failed for overload within five seconds, how long attempts take.
 //
 // The scheduler (gatedecide.go) gives each waiting retry, from its own
 // pause, its deadline, its criticality and that state, how and when it
@@ -44,11 +43,15 @@ import (
 //     server's answers set;
 //   - guard: a retry a circuit breaker guards goes only when the breaker
 //     allows it too; while the breaker is open, as its half-open probe;
-//   - outage and overload: in an outage, and after a failure for
-//     overload, Allow refuses every retry (not hedges): they wait;
+//   - outage and overload: failures in a row after a calm second, of a
+//     server whose retries do not heal, or beyond its flakiness, are an
+//     outage; in it, and after a failure for overload, Allow refuses
+//     every retry (not hedges): they wait;
 //   - hold and hopeless: a wait no rule lets go by its pause and a tenth
-//     ends (or probes) unless the server is down or overloaded; a wait ends
-//     as soon as a retry could not finish before its deadline;
+//     probes (a server that served, or a process no retry told anything,
+//     none paid for being out) or ends, unless the server is down or
+//     overloaded; a wait ends as soon as a retry could not finish before
+//     its deadline;
 //   - futility: once an outage outlived the waits of its retries, a retry
 //     fails at once (ErrOutageLasting) but for one in ten and a lone probe;
 //   - settling: no retry goes before its pause; a probe that never
@@ -123,8 +126,10 @@ func (g *Gate) Admit(r Request) (Admission, bool) { return g.allow(r) }
 
 func (g *Gate) allow(r Request) (Admission, bool) {
 	straggler := r.Straggler && r.AfterTimeout && !r.Hedge
-	if !g.settled.Load() {
-		now := g.now()
+	var now time.Time
+	settled := g.settled.Load()
+	if !settled {
+		now = g.now()
 		g.mu.Lock()
 		ev := &g.st.ev
 		refuse := !r.Hedge && (g.st.phase == phaseOutage || ev.overloaded(now)) || r.AfterTimeout && !straggler && now.Before(ev.slowUntil)
@@ -138,6 +143,11 @@ func (g *Gate) allow(r Request) (Admission, bool) {
 		}
 	}
 	if g.b.Allow(r) {
+		if !settled && r.Number > 1 && !r.Hedge {
+			g.mu.Lock()
+			g.st.ev.retryOut = now.Add(tune.ProbeLeaseSlack)
+			g.mu.Unlock()
+		}
 		return AdmitNone, true
 	}
 	if straggler && g.heals() {

@@ -50,8 +50,12 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 			// The hold rule: a probe, or the end of the wait. A process
 			// that no retry told anything probes too: else one whose
 			// only retry got a non-retryable answer never learns.
-			if (s.ev.seen || s.ev.untold()) && !s.slot.held(now) {
+			if (s.ev.seen || s.ev.untold(now)) && !s.slot.held(now) {
 				return decision{how: AdmitProbe}
+			}
+			if !s.ev.seen && now.Before(s.ev.retryOut) {
+				// A paid retry is out: wait for what it tells.
+				return decision{next: clock.Earlier(s.ev.retryOut, endAt)}
 			}
 			return decision{how: admitEnd}
 		}
@@ -98,7 +102,7 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 		reached = s.ev.lastRetry
 	}
 	how, due := AdmitNone, time.Time{}
-	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold()) {
+	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
 		how, due = AdmitProbe, reached.Add(max(w.pause, s.slot.gap))
 	}
 	if !w.deadline.IsZero() {

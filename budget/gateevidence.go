@@ -15,6 +15,9 @@ type evidence struct {
 	// retried and ended, bit 0 the latest (1: healed), below a marker bit
 	// that counts them (zero: none yet).
 	calls uint16
+	// retryOut: a retry the budget paid for is out until then, unless its
+	// attempt is recorded first.
+	retryOut time.Time
 	// retryFails counts the retries that failed since an attempt last
 	// succeeded; seen: an attempt ever succeeded.
 	retryFails int
@@ -45,6 +48,9 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		if a.Outcome != Success {
 			e.overloadUntil = e.slowUntil
 		}
+	}
+	if a.Number > 1 && !a.Hedge {
+		e.retryOut = time.Time{}
 	}
 	if a.Number > 1 && !a.Hedge && (a.Outcome == Success || a.Outcome == Failure) {
 		e.lastRetry = now
@@ -131,8 +137,13 @@ func (e *evidence) callsKnown() bool {
 	return e.callsN() >= tune.HealMinSamples || e.healed() > 0
 }
 
-// untold reports whether no retry has told anything yet.
-func (e *evidence) untold() bool { return e.retryFails == 0 && e.calls <= 1 }
+// untold reports whether no retry has told anything yet, nor is about to:
+// while a paid retry is out, another would only probe what it will tell
+// (at p = 1 and a thousand processes, each sent such probes beside its
+// one paid retry).
+func (e *evidence) untold(now time.Time) bool {
+	return e.retryFails == 0 && e.calls <= 1 && !now.Before(e.retryOut)
+}
 
 // known reports whether the process knows whether retrying heals.
 func (e *evidence) known() bool {

@@ -148,12 +148,12 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 // nobody, each asks again at its own next time (with a thousand waiting,
 // every failure woke them all).
 type outlook struct {
-	phase                     phase
-	heals, known, untold, ovl bool
+	phase                          phase
+	heals, known, untold, ovl, out bool
 }
 
 func (s *gateState) outlook(now time.Time) outlook {
-	return outlook{s.phase, s.ev.heals(now), s.ev.known(), s.ev.untold(), s.ev.overloaded(now)}
+	return outlook{s.phase, s.ev.heals(now), s.ev.known(), s.ev.untold(now), s.ev.overloaded(now), now.Before(s.ev.retryOut)}
 }
 
 // enter: a retry refused after its attempt failed now begins to wait

@@ -49,3 +49,11 @@ func Later(a time.Time, bs ...time.Time) time.Time {
 	}
 	return a
 }
+
+// Earlier returns the earlier of a and b, a zero time counting as none.
+func Earlier(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
