@@ -3,6 +3,7 @@
 package stagger_test
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
 )
 
@@ -212,6 +214,32 @@ func TestReloadKeepsBreakers(t *testing.T) {
 		call()
 		if next := one("new settings"); next == first || next.Settings().FailureRatio != 0.7 {
 			t.Errorf("a reload with new breaker settings kept the old breakers (failure ratio %g)", next.Settings().FailureRatio)
+		}
+	})
+}
+
+// stagger.DialOptions gives its unary and stream interceptors one State: a
+// target's stream calls spend the tokens its unary calls spend.
+func TestDialOptionsUnaryAndStreamShareTheBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.New()
+		defer srv.Close()
+		cc := dialAs(t, srv, "a", stagger.DialOptions(parse(t, sourceFile(4, throttleOf(4)))))
+		for i := range 2 {
+			if got, _ := getAttempts(t, srv, cc, "unary"+strconv.Itoa(i), 1); got != 2 {
+				t.Fatalf("unary call %d made %d attempts, want 2", i, got)
+			}
+		}
+		stream, err := testingv1.NewTestServiceClient(cc).ListItems(context.Background(),
+			&testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "stream", FailAttempts: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for err == nil {
+			_, err = stream.Recv()
+		}
+		if n := len(srv.Attempts("stream")); n != 1 {
+			t.Errorf("the stream made %d attempts, want 1: the unary calls spent the target's tokens", n)
 		}
 	})
 }
