@@ -135,9 +135,9 @@ func TestDialOptionsStatePerInterceptorSet(t *testing.T) {
 		first, second := dialAs(t, srv, "a", opts), dialAs(t, srv, "a", opts)
 		other := dialAs(t, srv, "b", opts)
 		apart := dialAs(t, srv, "a", stagger.DialOptions(cfg))
-		st := interceptor.NewState()
-		sharedA := dialAs(t, srv, "a", stagger.DialOptions(cfg, interceptor.WithState(st)))
-		sharedB := dialAs(t, srv, "a", stagger.DialOptions(cfg, interceptor.WithState(st)))
+		var st interceptor.State // the zero value is ready to use
+		sharedA := dialAs(t, srv, "a", stagger.DialOptions(cfg, interceptor.WithState(&st)))
+		sharedB := dialAs(t, srv, "a", stagger.DialOptions(cfg, interceptor.WithState(&st)))
 		n := 0
 		call := func(cc *grpc.ClientConn) int {
 			n++

@@ -9,13 +9,6 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// stateCap bounds the settings one State keeps budgets (and, apart, breakers)
-// for. A Source's reloads drop what they no longer use, so only configs given
-// per call or many fixed configs sharing one State can reach it; past it a
-// config's budgets and breakers are built for the call that needs them and
-// not kept. Not measured: a process has a few files, not dozens.
-const stateCap = 64
-
 // State holds the live state that the interceptors build from a policy
 // file's settings: the budgets (one budget.Backends per budget settings,
 // which keeps each target its own tokens and Gates) and the circuit breakers
@@ -47,8 +40,8 @@ const stateCap = 64
 // settings; past that, a config's are built for the call that needs them
 // and not kept.
 //
-// The zero value is not usable; build one with NewState. A State is safe
-// for concurrent use.
+// The zero value is an empty State, ready to use, as NewState's is. A State
+// is safe for concurrent use and must not be copied after first use.
 type State struct {
 	// cur is the state in use, copied on write under mu; a call reads it
 	// with one atomic load.
@@ -62,10 +55,17 @@ type stateMaps struct {
 }
 
 // NewState returns an empty State.
-func NewState() *State {
-	s := new(State)
-	s.cur.Store(&stateMaps{})
-	return s
+func NewState() *State { return new(State) }
+
+// noState is what an empty State holds.
+var noState = &stateMaps{}
+
+// maps returns what s holds now.
+func (s *State) maps() *stateMaps {
+	if m := s.cur.Load(); m != nil {
+		return m
+	}
+	return noState
 }
 
 // WithState makes the interceptor keep its budgets and breakers in st,
@@ -82,7 +82,7 @@ func (s *State) Budgets() []*budget.Backends {
 	if s == nil {
 		return nil
 	}
-	m := s.cur.Load()
+	m := s.maps()
 	out := make([]*budget.Backends, 0, len(m.budgets))
 	for _, bs := range m.budgets {
 		out = append(out, bs)
@@ -97,7 +97,7 @@ func (s *State) Breakers() []*breaker.Set {
 	if s == nil {
 		return nil
 	}
-	m := s.cur.Load()
+	m := s.maps()
 	out := make([]*breaker.Set, 0, len(m.breakers))
 	for _, bs := range m.breakers {
 		out = append(out, bs)
@@ -112,12 +112,12 @@ func (s *State) budgets(cfg *policy.Config) *budget.Backends {
 	if key.Kind == budget.KindNone {
 		return nil
 	}
-	if bs, ok := s.cur.Load().budgets[key]; ok {
+	if bs, ok := s.maps().budgets[key]; ok {
 		return bs
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.cur.Load()
+	m := s.maps()
 	if bs, ok := m.budgets[key]; ok {
 		return bs
 	}
@@ -146,12 +146,12 @@ func (s *State) breakers(cfg *policy.Config, m *policy.Method) *breaker.Set {
 		return nil
 	}
 	key := *st
-	if bs, ok := s.cur.Load().breakers[key]; ok {
+	if bs, ok := s.maps().breakers[key]; ok {
 		return bs
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur := s.cur.Load()
+	cur := s.maps()
 	if bs, ok := cur.breakers[key]; ok {
 		return bs
 	}
@@ -182,7 +182,7 @@ func (s *State) moved(prev, next *policy.Config) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur := s.cur.Load()
+	cur := s.maps()
 	out := &stateMaps{budgets: cur.budgets, breakers: cur.breakers}
 	if old := prev.BudgetSettings(); old != next.BudgetSettings() {
 		if _, ok := cur.budgets[old]; ok {
