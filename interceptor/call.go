@@ -168,11 +168,14 @@ type plan struct {
 // (nil when none matches) makes it do.
 func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method string) plan {
 	var pl plan
+	// A call that read its source's config just before a reload keeps the
+	// State from building (and keeping) what the reload dropped.
+	keep := o.source == nil || cfg == o.source.Config()
 	switch {
 	case o.budgetSet:
 		pl.budget = o.budget
 	case cfg.BudgetSettings().Kind != budget.KindNone:
-		pl.budgets = k.stateOf(o).budgets(cfg)
+		pl.budgets = k.stateOf(o).budgets(cfg, keep)
 	case o.fallbacks != nil:
 		pl.budgets = o.fallbacks
 	default:
@@ -181,7 +184,7 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	if o.breakersSet {
 		pl.breakers = o.breakers
 	} else {
-		pl.breakers = k.stateOf(o).breakers(cfg, m)
+		pl.breakers = k.stateOf(o).breakers(cfg, m, keep)
 	}
 	p := o.policy
 	switch {

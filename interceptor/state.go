@@ -31,8 +31,9 @@ import (
 // one's (policy.Config.BudgetSettings) uses the same budgets, every
 // backend's tokens and Gates included; a file that changes them gets new
 // budgets, and the State drops the old ones when the first call follows the
-// new file (calls in flight keep theirs), so a file that goes back to the
-// old settings starts afresh too. The breakers follow the same rule per
+// new file (calls in flight keep theirs, and a call that read the old file
+// just before the reload gets budgets of its own, not kept), so a file that
+// goes back to the old settings starts afresh too. The breakers follow the same rule per
 // breaker settings. Settings are the key: configs with equal settings
 // share the state, and another interceptor sharing the State whose config
 // still uses the dropped settings starts afresh with them. A State keeps
@@ -105,9 +106,9 @@ func (s *State) Breakers() []*breaker.Set {
 	return out
 }
 
-// budgets returns the budgets of cfg's budget settings, made on first use;
-// nil when cfg declares none.
-func (s *State) budgets(cfg *policy.Config) *budget.Backends {
+// budgets returns the budgets of cfg's budget settings, made on first use
+// and kept when keep says so; nil when cfg declares none.
+func (s *State) budgets(cfg *policy.Config, keep bool) *budget.Backends {
 	key := cfg.BudgetSettings()
 	if key.Kind == budget.KindNone {
 		return nil
@@ -126,7 +127,7 @@ func (s *State) budgets(cfg *policy.Config) *budget.Backends {
 		// The parse checked the settings with the same options.
 		return nil
 	}
-	if len(m.budgets) >= stateCap {
+	if !keep || len(m.budgets) >= stateCap {
 		return bs
 	}
 	next := &stateMaps{budgets: make(map[budget.Settings]*budget.Backends, len(m.budgets)+1), breakers: m.breakers}
@@ -139,8 +140,9 @@ func (s *State) budgets(cfg *policy.Config) *budget.Backends {
 }
 
 // breakers returns the breakers that guard cfg's calls matched to m (nil:
-// no entry matched), made on first use; nil when none guard them.
-func (s *State) breakers(cfg *policy.Config, m *policy.Method) *breaker.Set {
+// no entry matched), made on first use and kept when keep says so; nil
+// when none guard them.
+func (s *State) breakers(cfg *policy.Config, m *policy.Method, keep bool) *breaker.Set {
 	st := cfg.BreakerSettingsFor(m)
 	if st == nil {
 		return nil
@@ -160,7 +162,7 @@ func (s *State) breakers(cfg *policy.Config, m *policy.Method) *breaker.Set {
 		// The parse checked the settings.
 		return nil
 	}
-	if len(cur.breakers) >= stateCap {
+	if !keep || len(cur.breakers) >= stateCap {
 		return bs
 	}
 	next := &stateMaps{budgets: cur.budgets, breakers: make(map[breaker.Settings]*breaker.Set, len(cur.breakers)+1)}
