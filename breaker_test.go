@@ -213,12 +213,9 @@ func TestThrottlingRejectsLocally(t *testing.T) {
 // The breaker's check adds no allocation to a successful call.
 func TestBreakerSuccessPathAllocs(t *testing.T) {
 	cfg := parse(t, breakerFile)
-	bs := cfg.Breakers(nil)
-	if bs == nil {
-		t.Fatal("no breakers")
-	}
+	st := interceptor.NewState()
 	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
-	with := interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg), interceptor.WithBudget(nil))
+	with := interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg), interceptor.WithBudget(nil), interceptor.WithState(st))
 	without := interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg), interceptor.WithBudget(nil), interceptor.WithBreakers(nil))
 	ctx := context.Background()
 	const m = "/stagger.testing.v1.TestService/Get"
@@ -227,7 +224,7 @@ func TestBreakerSuccessPathAllocs(t *testing.T) {
 	if a != b {
 		t.Fatalf("%v allocations per call with the breaker, %v without", a, b)
 	}
-	if len(bs.Snapshots()) != 1 {
+	if sets := st.Breakers(); len(sets) != 1 || len(sets[0].Snapshots()) != 1 {
 		t.Fatal("the calls did not go through the breaker")
 	}
 }

@@ -26,9 +26,14 @@ import (
 // shared by every connection of the process to that target; a retry it
 // refuses waits, within the call's deadline, for the server to come back
 // (deferral: budget.Gate, one per method of the backend) instead of ending
-// the call. A file's budget is kept per backend too. So one cfg may dial
-// every connection of a process: a down backend's retries are judged and
-// paid by that backend alone. opts are applied to both
+// the call. A file's budgets and circuit breakers are kept per backend too,
+// built from its settings by the two interceptors DialOptions returns, in
+// one interceptor.State they share: every connection dialed with this
+// result shares them per target, and a second DialOptions call has its own
+// (as grpc-go keeps one throttle per channel; interceptor.WithState in opts
+// shares one State between calls, and exposes it for metrics). So one cfg
+// may dial every connection of a process: a down backend's retries are
+// judged and paid by that backend alone. opts are applied to both
 // interceptors after cfg, so they can override it (interceptor.WithBudget(nil)
 // means unlimited).
 //
@@ -70,8 +75,8 @@ func DialOptions(cfg *policy.Config, opts ...interceptor.Option) []grpc.DialOpti
 //   - a file that removes its budget: the next calls use
 //     budget.DefaultBackends(), never unlimited;
 //   - a file whose budget settings are unchanged (only the methods changed):
-//     the same budgets, every backend's state included (policy.Source
-//     keeps them);
+//     the same budgets, every backend's state included (the interceptors'
+//     interceptor.State keeps them);
 //   - changed settings: new budgets, and the old ones' state is dropped.
 //
 // interceptor.WithBudget in opts overrides every file's budget, so the
@@ -96,8 +101,10 @@ func DialOptionsFromSource(src interceptor.ConfigSource, opts ...interceptor.Opt
 // dialOptions builds the dial options for a config option (a file or a
 // source) with fallback as the budgets of calls whose file declares none.
 func dialOptions(config interceptor.Option, fallback *budget.Backends, opts []interceptor.Option) []grpc.DialOption {
-	all := make([]interceptor.Option, 0, len(opts)+2)
-	all = append(all, config, interceptor.WithDefaultBudgets(fallback))
+	all := make([]interceptor.Option, 0, len(opts)+3)
+	// One State for both interceptors: a target's unary and stream calls
+	// spend the same tokens.
+	all = append(all, config, interceptor.WithDefaultBudgets(fallback), interceptor.WithState(interceptor.NewState()))
 	all = append(all, opts...)
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(all...)),

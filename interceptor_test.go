@@ -545,6 +545,11 @@ func TestLocalResourceExhaustedNotRetried(t *testing.T) {
 	})
 }
 
+// A file's budget lives in the interceptors' State (interceptor.State), one
+// per target: interceptors given one State share it across methods and
+// connections, whichever Config of the same settings they follow; without
+// a shared State each set of interceptors has its own, as grpc-go keeps
+// one throttle per channel.
 func TestBudgetSharedAcrossMethodsAndConnections(t *testing.T) {
 	// A6 throttle of 10 tokens: retries allowed while tokens > 5; each
 	// failure takes one.
@@ -553,25 +558,32 @@ func TestBudgetSharedAcrossMethodsAndConnections(t *testing.T) {
 		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}],
 		"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}`
 	tests := []struct {
-		name          string
-		second        func(cfg *policy.Config) []interceptor.Option
-		wantSecond    int
-		wantReason    policy.Reason
-		secondOwnFile bool
+		name string
+		// second returns the second interceptor's options, given the
+		// first's Config and State.
+		second     func(t *testing.T, cfg *policy.Config, st *interceptor.State) []interceptor.Option
+		wantSecond int
+		wantReason policy.Reason
 	}{
-		{"same Config shares the budget", func(cfg *policy.Config) []interceptor.Option {
+		{"same State shares the budget", func(_ *testing.T, cfg *policy.Config, st *interceptor.State) []interceptor.Option {
+			return []interceptor.Option{interceptor.WithConfig(cfg), interceptor.WithState(st)}
+		}, 1, policy.ReasonBudget},
+		{"same State, a Config parsed again: the same settings, the same budget", func(t *testing.T, _ *policy.Config, st *interceptor.State) []interceptor.Option {
+			return []interceptor.Option{interceptor.WithConfig(parse(t, file)), interceptor.WithState(st)}
+		}, 1, policy.ReasonBudget},
+		{"same Config, a State of its own: its own budget", func(_ *testing.T, cfg *policy.Config, _ *interceptor.State) []interceptor.Option {
 			return []interceptor.Option{interceptor.WithConfig(cfg)}
-		}, 1, policy.ReasonBudget, false},
-		{"a Config parsed again has its own", nil, 5, policy.ReasonAttempts, true},
-		{"WithBudget(nil) overrides: unlimited", func(cfg *policy.Config) []interceptor.Option {
-			return []interceptor.Option{interceptor.WithConfig(cfg), interceptor.WithBudget(nil)}
-		}, 5, policy.ReasonAttempts, false},
+		}, 5, policy.ReasonAttempts},
+		{"WithBudget(nil) overrides: unlimited", func(_ *testing.T, cfg *policy.Config, st *interceptor.State) []interceptor.Option {
+			return []interceptor.Option{interceptor.WithConfig(cfg), interceptor.WithState(st), interceptor.WithBudget(nil)}
+		}, 5, policy.ReasonAttempts},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := parse(t, file)
-				b1 := newBench(t, []interceptor.Option{interceptor.WithConfig(cfg)})
+				st := interceptor.NewState()
+				b1 := newBench(t, []interceptor.Option{interceptor.WithConfig(cfg), interceptor.WithState(st)})
 				// Call 1 (Get, connection 1): 5 failed attempts, tokens 10 -> 5.
 				if err := b1.get(context.Background(), &testingv1.Script{Key: "a", FailAttempts: 10}); status.Code(err) != codes.Unavailable {
 					t.Fatalf("first call: %v", err)
@@ -579,12 +591,8 @@ func TestBudgetSharedAcrossMethodsAndConnections(t *testing.T) {
 				if n := len(b1.attempts(t, "a")); n != 5 {
 					t.Fatalf("first call made %d attempts, want 5", n)
 				}
-				opts := []interceptor.Option{interceptor.WithConfig(parse(t, file))}
-				if !tt.secondOwnFile {
-					opts = tt.second(cfg)
-				}
 				var h hookLog
-				b2 := newBench(t, append(opts, interceptor.WithHook(h.hook)))
+				b2 := newBench(t, append(tt.second(t, cfg, st), interceptor.WithHook(h.hook)))
 				// Call 2: another method on another connection and interceptor.
 				_, err := b2.client.Put(context.Background(), &testingv1.PutRequest{Script: &testingv1.Script{Key: "b", FailAttempts: 10}})
 				if status.Code(err) != codes.Unavailable {

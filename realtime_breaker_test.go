@@ -42,7 +42,8 @@ func TestRealTimeBreakerProbeThroughWaitingRetries(t *testing.T) {
 	}
 	srv := testserver.New(testserver.WithTCP(), testserver.WithServerOptions(grpc.ChainUnaryInterceptor(count)))
 	defer srv.Close()
-	cc, err := srv.DialTCP(stagger.DialOptions(cfg, interceptor.WithDefaultBudgets(bs))...)
+	st := interceptor.NewState()
+	cc, err := srv.DialTCP(stagger.DialOptions(cfg, interceptor.WithDefaultBudgets(bs), interceptor.WithState(st))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,10 +88,11 @@ func TestRealTimeBreakerProbeThroughWaitingRetries(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	srv.SetOutage(true)
 	down := time.Now()
-	set := cfg.Breakers(cfg.Method(testingv1.TestService_Get_FullMethodName))
 	for open := false; !open; time.Sleep(5 * time.Millisecond) {
-		for _, s := range set.Snapshots() {
-			open = open || s.State != breaker.StateClosed
+		for _, set := range st.Breakers() {
+			for _, s := range set.Snapshots() {
+				open = open || s.State != breaker.StateClosed
+			}
 		}
 		if time.Since(down) > 5*time.Second {
 			t.Fatal("the breaker did not open in 5 s of outage")
@@ -126,9 +128,11 @@ func TestRealTimeBreakerProbeThroughWaitingRetries(t *testing.T) {
 	if lateAll == 0 || float64(lateOK) < 0.95*float64(lateAll) {
 		t.Errorf("from 1 s after the server was back: %d of %d calls succeeded; want 95 %%", lateOK, lateAll)
 	}
-	for _, s := range set.Snapshots() {
-		if s.State != breaker.StateClosed {
-			t.Errorf("breaker %s is %v 1.5 s after the server was back; want closed", s.Key, s.State)
+	for _, set := range st.Breakers() {
+		for _, s := range set.Snapshots() {
+			if s.State != breaker.StateClosed {
+				t.Errorf("breaker %s is %v 1.5 s after the server was back; want closed", s.Key, s.State)
+			}
 		}
 	}
 	for _, st := range bs.States() {

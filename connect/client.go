@@ -73,8 +73,10 @@ func newClient(cfg interceptor.Option, opts []interceptor.Option) (*Client, erro
 		return nil, err
 	}
 	c := new(Client)
-	all := make([]interceptor.Option, 0, len(opts)+2)
-	all = append(all, cfg)
+	all := make([]interceptor.Option, 0, len(opts)+3)
+	// One State for both interceptors (interceptor.State): a target's
+	// unary and stream calls spend the same tokens.
+	all = append(all, cfg, interceptor.WithState(interceptor.NewState()))
 	all = append(all, opts...)
 	all = append(all, frontend.IdempotencyOption(c.idempotent).(interceptor.Option))
 	c.unary = interceptor.UnaryClientInterceptor(all...)

@@ -17,8 +17,10 @@
 //
 //   - The method is the procedure (Spec().Procedure,
 //     "/pkg.Service/Method"), the names a policy file uses; the target (the
-//     breakers' key, Event.Target) is the host the client calls
-//     (Peer().Addr).
+//     budgets' and breakers' key, Event.Target) is the host the client
+//     calls (Peer().Addr). A Client keeps the file's budgets and breakers
+//     in an interceptor.State of its own, as one stagger.DialOptions result
+//     does; interceptor.WithState shares one between Clients.
 //   - A Connect error is the attempt's status: its code, message and
 //     details (a google.rpc.RetryInfo detail is pushback) and its metadata
 //     (the grpc-retry-pushback-ms trailer, in every protocol).

@@ -50,6 +50,9 @@ type core struct {
 	// typo in the file (firstLoud), so each is said once; loudN counts it.
 	loud  sync.Map
 	loudN atomic.Int64
+	// followed is the last config of the interceptor's own source that a
+	// call followed, so that a reload is seen once (State.moved).
+	followed atomic.Pointer[policy.Config]
 }
 
 // methodCache is copied on write; it belongs to one *policy.Config.
@@ -165,11 +168,14 @@ type plan struct {
 // (nil when none matches) makes it do.
 func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method string) plan {
 	var pl plan
+	// A call that read its source's config just before a reload keeps the
+	// State from building (and keeping) what the reload dropped.
+	keep := o.source == nil || cfg == o.source.Config()
 	switch {
 	case o.budgetSet:
 		pl.budget = o.budget
-	case cfg.Budgets() != nil:
-		pl.budgets = cfg.Budgets()
+	case cfg.BudgetSettings().Kind != budget.KindNone:
+		pl.budgets = k.stateOf(o).budgets(cfg, keep)
 	case o.fallbacks != nil:
 		pl.budgets = o.fallbacks
 	default:
@@ -178,7 +184,7 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	if o.breakersSet {
 		pl.breakers = o.breakers
 	} else {
-		pl.breakers = cfg.Breakers(m)
+		pl.breakers = k.stateOf(o).breakers(cfg, m, keep)
 	}
 	p := o.policy
 	switch {
@@ -292,6 +298,9 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 			return mi
 		}
 	}
+	if k.opts.source != nil {
+		k.follow()
+	}
 	mi := &methodInfo{m: cfg.Method(method)}
 	if mi.m != nil {
 		mi.opts = methodCallOptions(mi.m, nil)
@@ -337,10 +346,35 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 func newCore(opts []Option) *core {
 	k := &core{opts: buildOptions(opts)}
 	k.opts.ambiguous = &k.ambiguous
+	if k.opts.state == nil {
+		k.opts.state = NewState()
+	}
 	if k.opts.logger != nil {
 		k.refusals, _ = k.opts.source.(refusalSource)
 	}
 	return k
+}
+
+// stateOf returns the State a call with options o keeps its file's budgets
+// and breakers in: its own WithState's, else the interceptor's.
+func (k *core) stateOf(o *options) *State {
+	if o.state != nil {
+		return o.state
+	}
+	return k.opts.state
+}
+
+// follow tells the State when the interceptor's own source moved to a new
+// config, so that what the old one used and the new one does not is
+// dropped. A call that follows a new config first misses the method cache
+// (methodMiss), which calls it: nothing on the path of the others.
+func (k *core) follow() {
+	next := k.opts.source.Config()
+	prev := k.followed.Load()
+	if next == prev || next == nil || !k.followed.CompareAndSwap(prev, next) {
+		return
+	}
+	k.opts.state.moved(prev, next)
 }
 
 // refusalSource is the part of policy.Source that says which reloads it

@@ -119,6 +119,18 @@
 // maxAttempts and the codes of the method's retry or hedging policy, and
 // nothing else.
 //
+// # State
+//
+// A policy file (policy.Config) is data. The budgets and circuit breakers
+// it declares are built by the interceptors from its settings, per backend
+// (the connection's target), on first use, and kept in a State: one per
+// interceptor unless WithState gives several interceptors one to share, as
+// stagger.DialOptions does for its unary and stream interceptors. A reload
+// through a policy.Source that keeps a budget's settings keeps every
+// backend's tokens and Gates; one that changes them starts afresh. State
+// has the rules; State.Budgets gives the budgets to metrics (the otel
+// module's Options.States).
+//
 // # Criticality
 //
 // Every call has a criticality (package criticality: SHEDDABLE,

@@ -75,6 +75,9 @@ type options struct {
 	// breakers, when breakersSet, replace the file's circuit breakers.
 	breakers    *breaker.Set
 	breakersSet bool
+	// state keeps the file's budgets and breakers (WithState; newCore
+	// makes one when none is given).
+	state *State
 	// resume holds the resume functions by method (WithResume); copied on
 	// write, so calls may share it.
 	resume map[string]ResumeFunc
@@ -89,15 +92,18 @@ type options struct {
 
 // WithConfig makes the interceptor follow the policy file cfg: each method's
 // retry policy, timeout, waitForReady and message size limits, and the
-// budgets the file declares (one per backend, shared by every interceptor
-// built from cfg: policy.Config.Budgets). A nil cfg means no file.
+// budgets and circuit breakers the file declares, built from its settings
+// on first use, per backend, and kept in the interceptor's State
+// (WithState). A nil cfg means no file.
 func WithConfig(cfg *policy.Config) Option {
 	return Option{apply: func(o *options) { o.cfg, o.source = cfg, nil }}
 }
 
 // WithConfigSource is WithConfig for a file that can change: src.Config() is
 // read at the start of every call, so a reload applies to the next call and
-// never to a call in flight. src.Config() may return nil (no file).
+// never to a call in flight. src.Config() may return nil (no file). A reload
+// that keeps the budget settings keeps every backend's budget state, and one
+// that changes them starts afresh (State).
 func WithConfigSource(src ConfigSource) Option {
 	return Option{apply: func(o *options) { o.cfg, o.source = nil, src }}
 }
@@ -134,8 +140,9 @@ func WithBudget(b budget.Budget) Option {
 // method (scope METHOD, the default: one failing method, or one whose keys
 // fail, does not stop the others; M. Brooker measured breakers turning
 // such partial failures into complete ones) or one per target (scope
-// TARGET). The breakers belong to the Config, as its budget does, shared by
-// every interceptor built from it and kept across reloads with unchanged
+// TARGET). The file's breakers are built from its settings by the
+// interceptors and kept in their State, as its budgets are, shared by the
+// interceptors that share the State and kept across reloads with unchanged
 // settings. Per-backend ejection is gRPC's outlier detection
 // load-balancing policy (gRFC A50), configured in the service config's
 // loadBalancingConfig for grpc-go to apply; stagger does not re-implement

@@ -115,3 +115,11 @@ const (
 // ends an attempt more than a millisecond before the deadline is still the
 // attempt's own.
 const callerDeadlineSlack = time.Millisecond
+
+// stateCap bounds the distinct settings one State keeps budgets (and,
+// apart, breakers) for (state.go). A Source's reloads drop what they no
+// longer use, so only configs given per call or many fixed configs sharing
+// one State can reach it; past it a config's budgets and breakers are
+// built for the plan that needs them and not kept. Not measured: a process
+// has a few policy files, not dozens.
+const stateCap = 64

@@ -89,9 +89,11 @@
 // on stagger's own metrics only.
 //   - stagger.client.budget.level and stagger.client.budget.capacity,
 //     asynchronous gauges, {retry}, with stagger.budget.kind: each budget of
-//     Options.Budgets and Options.Backends (budget.DefaultBackends() when
-//     both are nil; per target, attribute grpc.target), read by State() when
-//     the metrics are collected.
+//     Options.Budgets, Options.Backends and the budgets that
+//     Options.States' interceptor States hold then (a policy file's;
+//     budget.DefaultBackends() when all three are nil; per target,
+//     attribute grpc.target), read by State() when the metrics are
+//     collected.
 //   - stagger.client.breaker.transitions, counter, {transition}: a circuit
 //     breaker's state changes, with stagger.breaker (the breaker's key: the
 //     target, and the method under a per-method scope), stagger.breaker.from

@@ -83,10 +83,21 @@ type Options struct {
 	Budgets []budget.Budget
 	// Backends are observed as the same gauges, once per target, with
 	// attributes stagger.budget.kind and grpc.target (the tokens of one
-	// target, which its methods' Gates share). When both Budgets and
-	// Backends are nil: budget.DefaultBackends(), stagger.DialOptions'
-	// default. A policy file's are its Config.Budgets().
+	// target, which its methods' Gates share).
 	Backends []*budget.Backends
+	// States are the interceptors' States (interceptor.State): the budgets
+	// a policy file declares live there, built by the interceptors from
+	// the file's settings. Each collection observes those a State holds
+	// then, as Backends, so the gauges follow a reloaded file. Give the
+	// same State to the interceptors with interceptor.WithState:
+	//
+	//	st := interceptor.NewState()
+	//	rec, err := staggerotel.Option(staggerotel.Options{States: []*interceptor.State{st}})
+	//	opts := stagger.DialOptions(cfg, interceptor.WithState(st), rec)
+	//
+	// When Budgets, Backends and States are all nil:
+	// budget.DefaultBackends(), stagger.DialOptions' default.
+	States []*interceptor.State
 	// NoTraces turns off the span events.
 	NoTraces bool
 }
@@ -211,12 +222,12 @@ func newRecorder(o Options) (*recorder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("staggerotel: instrument %s: %w", MetricBudgetCapacity, err)
 	}
-	budgets, backends := o.Budgets, o.Backends
-	if budgets == nil && backends == nil {
+	budgets, backends, states := o.Budgets, o.Backends, o.States
+	if budgets == nil && backends == nil && states == nil {
 		backends = []*budget.Backends{budget.DefaultBackends()}
 	}
 	budgets = uniqueBudgets(budgets)
-	if len(budgets) > 0 || len(backends) > 0 {
+	if len(budgets) > 0 || len(backends) > 0 || len(states) > 0 {
 		_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 			for _, b := range budgets {
 				st := b.State()
@@ -224,7 +235,11 @@ func newRecorder(o Options) (*recorder, error) {
 				obs.ObserveFloat64(level, st.Level, opt)
 				obs.ObserveFloat64(capacity, st.Capacity, opt)
 			}
-			for _, bs := range backends {
+			all := backends
+			for _, st := range states {
+				all = append(all[:len(all):len(all)], st.Budgets()...)
+			}
+			for _, bs := range all {
 				last := ""
 				for i, st := range bs.States() {
 					if i > 0 && st.Target == last {

@@ -482,6 +482,60 @@ func TestBackendsGauges(t *testing.T) {
 	}
 }
 
+// A policy file's budgets live in the interceptors' State: the gauges read
+// the ones it holds at each collection, per target, and follow a reload
+// that changes the file's budget.
+func TestStatesGauges(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	st := interceptor.NewState()
+	rec, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), States: []*interceptor.State{st}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := func(maxTokens int) *policy.Config {
+		return parseConfig(t, fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
+			"retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.001s", "maxBackoff": "0.001s", "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}],
+			"retryThrottling": {"maxTokens": %d, "tokenRatio": 0.1}}`, maxTokens))
+	}
+	src := policy.NewSource(file(10))
+	srv := testserver.New()
+	defer srv.Close()
+	cc := srv.ClientConn(t, stagger.DialOptionsFromSource(src, interceptor.WithState(st), rec)...)
+	client := testingv1.NewTestServiceClient(cc)
+	capacity := func() map[string]float64 {
+		out := map[string]float64{}
+		ms := collect(t, reader)
+		g, ok := ms[MetricBudgetCapacity].Data.(metricdata.Gauge[float64])
+		if !ok {
+			return out
+		}
+		for _, p := range g.DataPoints {
+			a := attrMap(p.Attributes)
+			if a[AttrBudgetKind] != "throttle" {
+				t.Errorf("point %+v, want the file's throttle alone", p)
+			}
+			out[a[AttrTarget]] = p.Value
+		}
+		return out
+	}
+	if got := capacity(); len(got) != 0 {
+		t.Errorf("before any call: %v, want no budget yet", got)
+	}
+	for i, maxTokens := range []int{10, 20} {
+		if i > 0 {
+			if err := src.Update(file(maxTokens)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := client.Get(context.Background(), &testingv1.GetRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := capacity(); len(got) != 1 || got[cc.Target()] != float64(maxTokens) {
+			t.Errorf("capacity by target %v, want %s: %d", got, cc.Target(), maxTokens)
+		}
+	}
+}
+
 func TestSpanEvents(t *testing.T) {
 	for _, noTraces := range []bool{false, true} {
 		t.Run(fmt.Sprint("NoTraces=", noTraces), func(t *testing.T) {

@@ -1,20 +1,26 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 )
 
-// Config is a parsed policy file: a Method per method name, the budget the
-// file declares, and the warnings found while parsing. Build one with
-// ParseConfig or LoadFile.
+// Config is a parsed policy file: a Method per method name, the settings of
+// the budget and the circuit breakers the file declares, and the warnings
+// found while parsing. Build one with ParseConfig or LoadFile.
+//
+// A Config is data: it holds no budget tokens, Gate or breaker state. The
+// interceptors build those from its settings where the backend is known
+// (interceptor.State: per target, on first use) and keep them across
+// reloads that do not change the settings. Two Configs parsed from the same
+// file are equal (reflect.DeepEqual) unless WithBudgetOptions or
+// WithBreakerOptions gave them functions.
 //
 // A Config is immutable once built and safe for concurrent use; the *Method
-// values it returns are shared and must not be modified. Its Budgets hold
-// one budget per backend (target), made on first use and shared by every
-// interceptor built from the Config.
+// values it returns are shared and must not be modified.
 type Config struct {
 	methods        map[string]*Method // "/svc/method", "/svc/", "" (the default entry)
 	defaultMethod  *Method
@@ -22,12 +28,13 @@ type Config struct {
 	warnings       []Warning
 	budgetSettings budget.Settings
 	budgetPath     string
-	budgets        *budget.Backends
 	lbPolicy       string
-	// breaker is the file's top-level circuitBreaker/adaptiveThrottling;
-	// breakers holds one set of breakers per distinct settings in use.
-	breaker  *breaker.Settings
-	breakers map[breaker.Settings]*breaker.Set
+	// breaker is the file's top-level circuitBreaker/adaptiveThrottling.
+	breaker *breaker.Settings
+	// budgetOpts and breakerOpts are the parse's WithBudgetOptions and
+	// WithBreakerOptions, for NewBudgets and NewBreakers.
+	budgetOpts  []budget.Option
+	breakerOpts []breaker.Option
 	// maxAttemptsCap is the cap the file was parsed with.
 	maxAttemptsCap int
 }
@@ -99,21 +106,29 @@ func (c *Config) Method(fullMethod string) *Method {
 	return c.defaultMethod
 }
 
-// Budgets returns the budgets the file declares (retryThrottling or
-// retryBudget): one per backend, as grpc-go keeps one throttle per channel,
-// made on first use from the file's settings (budget.Backends), shared by
-// every interceptor built from this Config and kept by a reload that does
-// not change the settings (Source). nil means the file declares none
-// (unlimited, as in grpc-go).
-func (c *Config) Budgets() *budget.Backends {
-	if c == nil {
-		return nil
+// NewBudgets returns new, empty budgets of the file's budget settings
+// (BudgetSettings), built with the parse's WithBudgetOptions: a
+// budget.Backends, which makes each backend (target) its own tokens on first
+// use. (nil, nil) when the file declares no budget (unlimited, as in
+// grpc-go). Each call returns a new value that shares nothing with the
+// others; the interceptors call it once per settings and keep the result
+// (interceptor.State). The settings were checked by the parse, so a Config
+// from ParseConfig, LoadFile or a Source never returns an error.
+func (c *Config) NewBudgets() (*budget.Backends, error) {
+	if c == nil || c.budgetSettings.Kind == budget.KindNone {
+		return nil, nil
 	}
-	return c.budgets
+	bs, err := budget.NewBackends(c.budgetSettings, c.budgetOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %s: %w", c.budgetPath, err)
+	}
+	return bs, nil
 }
 
 // BudgetSettings returns the budget as the file declares it; Kind is
-// budget.KindNone when it declares none.
+// budget.KindNone when it declares none. Two Configs whose BudgetSettings
+// are equal (==) declare the same budget: a reload between them keeps every
+// backend's tokens and Gates (interceptor.State).
 func (c *Config) BudgetSettings() budget.Settings {
 	if c == nil {
 		return budget.Settings{}

@@ -94,7 +94,7 @@
 // "paceReconnect": true}, every field optional) and adaptiveThrottling
 // ({"k": 2, "window": "10s"}) at the top level, which a methodConfig entry
 // may override field by field or turn off with false (see
-// breaker.Settings and Config.Breakers). They count over one window:
+// breaker.Settings and Config.BreakerSettingsFor). They count over one window:
 // adaptiveThrottling's window must equal circuitBreaker's samplingWindow.
 // A breaker field given as 0 is an error, not the default.
 //
@@ -146,13 +146,17 @@
 // A Config is the parsed file. Config.Method resolves a full method name
 // ("/pkg.Service/Method"): the entry naming that method, else the entry
 // naming its service ("/pkg.Service/"), else the default entry ({}), else
-// nil. The budget the file declares (retryThrottling or retryBudget) is
-// kept per backend, as grpc-go keeps one throttle per channel: the Config
-// holds a budget.Backends, empty until a call asks, that makes each target
-// its own tokens (and, where the budget defers, each method of the target
-// its own Gate over them) on first use. Every interceptor built from the
-// Config shares it, so two connections to one target share that target's
-// tokens, and a down backend never spends or refills another's.
+// nil. A Config is data: it holds the settings of the budget the file
+// declares (retryThrottling or retryBudget: BudgetSettings) and of its
+// circuit breakers (BreakerSettingsFor), never their tokens or state, so
+// parsing a file builds nothing live and two parses of one file are equal.
+// The interceptors build the budgets where the backend is known
+// (NewBudgets, a budget.Backends: each target its own tokens and, where the
+// budget defers, each method of the target its own Gate over them, on first
+// use) and the breakers likewise (NewBreakers), and keep them
+// (interceptor.State), so a down backend never spends or refills another's.
+// WithBudgetOptions and WithBreakerOptions (a clock, ...) travel in the
+// Config to where they are built.
 //
 // A Source follows a file that may change: WatchFile loads it (the first load
 // must succeed) and polls it every DefaultPollInterval, or as
@@ -160,10 +164,10 @@
 // already seen is not parsed again. A new file that fails to read or parse
 // leaves the last good Config in use and is reported through OnReload; a good
 // one replaces the Config atomically. When the new file declares the same
-// budget settings, the new Config takes over the old one's budgets, every
-// backend's state included (SourceEvent.BudgetKept), so a reload that only
-// touches methods neither refills nor empties them. NewSource and Update do the same
-// for configs built elsewhere.
+// budget settings (SourceEvent.BudgetKept), the interceptors that follow
+// the Source keep every backend's budget state, so a reload that only
+// touches methods neither refills nor empties them; new settings start
+// afresh. NewSource and Update do the same for configs built elsewhere.
 //
 // # Concurrency
 //
@@ -176,8 +180,9 @@
 // simulator, not a busy process.
 //
 // A Config is immutable once built and safe for concurrent use; the *Method
-// values it returns are shared and must not be modified, and its Budget is
-// itself safe for concurrent use. A Source is safe for concurrent use: Config
+// values it returns are shared and must not be modified; NewBudgets and
+// NewBreakers may be called from any goroutine, and what they return is
+// safe for concurrent use. A Source is safe for concurrent use: Config
 // is one atomic load, so a caller sees the old Config or the new one, never a
 // mix; reloads are serialised by a mutex, and the OnReload callback runs
 // outside it, on the goroutine that reloaded (the polling goroutine, or the

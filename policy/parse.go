@@ -91,14 +91,17 @@ func OnWarnings(fn func([]Warning)) ParseOption {
 	return func(o *parseOptions) { o.onWarnings = fn }
 }
 
-// WithBudgetOptions passes options (a clock, ...) to the budget that a file
-// declares, when the Config builds it.
+// WithBudgetOptions passes options (a clock, ...) to the budgets that a
+// file declares, wherever they are built from the Config (Config.NewBudgets:
+// the interceptors build them on first use). The Config keeps the options.
 func WithBudgetOptions(opts ...budget.Option) ParseOption {
 	return func(o *parseOptions) { o.budgetOpts = append(o.budgetOpts, opts...) }
 }
 
 // WithBreakerOptions passes options (a clock, ...) to the circuit breakers
-// that a file declares, when the Config builds them.
+// that a file declares, wherever they are built from the Config
+// (Config.NewBreakers: the interceptors build them on first use). The
+// Config keeps the options.
 func WithBreakerOptions(opts ...breaker.Option) ParseOption {
 	return func(o *parseOptions) { o.breakerOpts = append(o.breakerOpts, opts...) }
 }
@@ -177,14 +180,14 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 		return nil, err
 	}
 	c.warnings = w.warns
-	if c.budgetSettings.Kind != budget.KindNone {
-		b, err := budget.NewBackends(c.budgetSettings, o.budgetOpts...)
-		if err != nil {
-			return nil, fmt.Errorf("policy: %s: %w", c.budgetPath, err)
-		}
-		c.budgets = b
+	c.budgetOpts, c.breakerOpts = o.budgetOpts, o.breakerOpts
+	// The settings and options are checked here, once, so that what the
+	// interceptors build from them later cannot fail; the budgets built to
+	// check them are dropped, empty.
+	if _, err := c.NewBudgets(); err != nil {
+		return nil, err
 	}
-	if err := c.buildBreakers(o.breakerOpts); err != nil {
+	if err := c.checkBreakers(); err != nil {
 		return nil, fmt.Errorf("policy: circuitBreaker: %w", err)
 	}
 	return c, nil

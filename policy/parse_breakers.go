@@ -280,54 +280,49 @@ func overlay(s *breaker.Settings, part breaker.Settings) {
 	}
 }
 
-// buildBreakers makes one breaker.Set per distinct settings the file
-// uses, shared by the methods that use them.
-func (c *Config) buildBreakers(opts []breaker.Option) error {
-	add := func(s *breaker.Settings) error {
-		if s == nil {
-			return nil
-		}
-		if _, ok := c.breakers[*s]; ok {
-			return nil
-		}
-		bs, err := breaker.NewSet(*s, nil, opts...)
-		if err != nil {
+// checkBreakers checks every breaker settings the file uses.
+func (c *Config) checkBreakers() error {
+	if c.breaker != nil {
+		if err := c.breaker.Validate(); err != nil {
 			return err
 		}
-		if c.breakers == nil {
-			c.breakers = map[breaker.Settings]*breaker.Set{}
-		}
-		c.breakers[*s] = bs
-		return nil
-	}
-	if err := add(c.breaker); err != nil {
-		return err
 	}
 	for _, e := range c.entries {
-		if err := add(e.Method.Breaker); err != nil {
-			return err
+		if e.Method.Breaker != nil {
+			if err := e.Method.Breaker.Validate(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// Breakers returns the circuit breakers (and adaptive throttling) that
-// guard calls matched to m, where m is what Method returned (nil: a method
-// no entry names, guarded by the file's top-level sections). nil means
-// none. Every interceptor built from this Config shares them; a reload
-// keeps those whose settings did not change.
-func (c *Config) Breakers(m *Method) *breaker.Set {
+// BreakerSettingsFor returns the settings of the circuit breakers (and
+// adaptive throttling) that guard calls matched to m, where m is what
+// Method returned (nil: a method no entry names, guarded by the file's
+// top-level sections), or nil when none guard them. Methods whose settings
+// are equal share one breaker.Set in the interceptors.
+func (c *Config) BreakerSettingsFor(m *Method) *breaker.Settings {
 	if c == nil {
 		return nil
 	}
-	s := c.breaker
 	if m != nil {
-		s = m.Breaker
+		return m.Breaker
 	}
-	if s == nil {
-		return nil
+	return c.breaker
+}
+
+// NewBreakers returns a new, empty breaker.Set of s (one breaker per target
+// and method, or per target, made on first use), built with the parse's
+// WithBreakerOptions, or s's *breaker.SettingsError. Each call returns a
+// new value; the interceptors call it once per settings and keep the result
+// (interceptor.State).
+func (c *Config) NewBreakers(s breaker.Settings) (*breaker.Set, error) {
+	var opts []breaker.Option
+	if c != nil {
+		opts = c.breakerOpts
 	}
-	return c.breakers[*s]
+	return breaker.NewSet(s, nil, opts...)
 }
 
 // BreakerSettings returns the file's top-level circuitBreaker and

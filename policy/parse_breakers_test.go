@@ -36,18 +36,25 @@ func TestParseBreakerSections(t *testing.T) {
 	if got := c.Method("/c.C/X").Breaker; got != nil {
 		t.Fatalf("c.C = %+v, want none", got)
 	}
-	// Same settings, same breakers: an entry that says nothing shares the
-	// file's, and so does a method no entry names.
-	if c.Breakers(c.Method("/d.D/X")) != c.Breakers(nil) || c.Breakers(nil) == nil {
-		t.Fatal("d.D and unnamed methods must share the file's breakers")
+	// Same settings, same breakers (the interceptors keep one set per
+	// settings): an entry that says nothing has the file's, and so does a
+	// method no entry names.
+	if d, f := c.BreakerSettingsFor(c.Method("/d.D/X")), c.BreakerSettingsFor(nil); d == nil || f == nil || *d != *f {
+		t.Fatal("d.D and unnamed methods must have the file's breakers")
 	}
-	if c.Breakers(c.Method("/a.A/X")) == c.Breakers(nil) || c.Breakers(c.Method("/c.C/X")) != nil {
+	if a, f := c.BreakerSettingsFor(c.Method("/a.A/X")), c.BreakerSettingsFor(nil); *a == *f || c.BreakerSettingsFor(c.Method("/c.C/X")) != nil {
 		t.Fatal("a.A must have its own breakers, c.C none")
+	}
+	if bs, err := c.NewBreakers(*c.BreakerSettingsFor(nil)); err != nil || bs.Settings() != file {
+		t.Fatalf("NewBreakers = %v, %v", bs, err)
+	}
+	if _, err := c.NewBreakers(breaker.Settings{FailureRatio: 2}); err == nil {
+		t.Fatal("NewBreakers of invalid settings must fail")
 	}
 
 	// An entry may have a breaker where the file has none.
 	c = parseMust(t, `{"methodConfig": [{"name": [{"service": "a.A"}], "circuitBreaker": {}}, {"name": [{}]}]}`)
-	if c.Breakers(nil) != nil || c.Breakers(c.Method("/z.Z/X")) != nil {
+	if c.BreakerSettingsFor(nil) != nil || c.BreakerSettingsFor(c.Method("/z.Z/X")) != nil {
 		t.Fatal("no file-level breaker: unnamed methods are unguarded")
 	}
 	if got := c.Method("/a.A/X").Breaker; got == nil || *got != (breaker.Settings{}).WithDefaults() {
@@ -87,26 +94,5 @@ func TestParseBreakerErrors(t *testing.T) {
 	c := parseMust(t, `{"circuitBreaker": {"failureRatoi": 0.5}}`)
 	if len(c.Warnings()) != 1 || !strings.Contains(c.Warnings()[0].String(), "circuitBreaker.failureRatoi") {
 		t.Fatalf("warnings %v", c.Warnings())
-	}
-}
-
-func TestReloadKeepsBreakers(t *testing.T) {
-	first := parseMust(t, `{"circuitBreaker": {}, "methodConfig": [{"name": [{"service": "a.A"}], "circuitBreaker": {"failureRatio": 0.9}}]}`)
-	src := NewSource(first)
-	defer src.Close()
-	keep := first.Breakers(nil)
-	next := parseMust(t, `{"circuitBreaker": {}, "methodConfig": [{"name": [{"service": "a.A"}], "circuitBreaker": {"failureRatio": 0.8}}]}`)
-	if err := src.Update(next); err != nil {
-		t.Fatal(err)
-	}
-	cur := src.Config()
-	if cur.Breakers(nil) != keep {
-		t.Fatal("a reload with unchanged settings lost the breakers' state")
-	}
-	if cur.Breakers(cur.Method("/a.A/X")) == first.Breakers(first.Method("/a.A/X")) {
-		t.Fatal("changed settings kept the old breakers")
-	}
-	if next.Breakers(nil) == keep {
-		t.Fatal("Update changed the caller's Config")
 	}
 }

@@ -28,7 +28,7 @@ retryBudget:
 	m := cfg.Method("/shop.v1.Cart/Checkout")
 	fmt.Println(m.Retry.MaxAttempts, m.Retry.Backoff.Initial, m.Retry.Backoff.Jitter)
 	fmt.Println(cfg.Method("/shop.v1.Pay/Get") == nil)
-	fmt.Println(cfg.Budgets().Get("dns:///pay.example:443", "/shop.v1.Pay/Get").State().Kind)
+	fmt.Println(cfg.BudgetSettings().Kind)
 	for _, w := range cfg.Warnings() {
 		fmt.Println(w)
 	}

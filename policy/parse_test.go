@@ -96,10 +96,12 @@ func TestParseFullExample(t *testing.T) {
 	if got := c.BudgetSettings(); got.Kind != budget.KindRatio || got.Ratio.Percent != 10 || got.Ratio.Window != 10*time.Second {
 		t.Errorf("BudgetSettings = %+v", got)
 	}
-	if bs := c.Budgets(); bs == nil {
-		t.Error("no budgets")
+	if bs, err := c.NewBudgets(); err != nil || bs == nil {
+		t.Errorf("NewBudgets() = %v, %v", bs, err)
 	} else if a := bs.Get("dns:///a:443", "/a.S/M"); a == nil || a != bs.Get("dns:///a:443", "/a.S/M") || a == bs.Get("dns:///b:443", "/a.S/M") {
 		t.Error("a backend's budget should be made once, and each backend its own")
+	} else if again, _ := c.NewBudgets(); again == bs || again.Get("dns:///a:443", "/a.S/M") == a {
+		t.Error("each NewBudgets should be new and share nothing")
 	}
 	if len(c.Warnings()) != 0 {
 		t.Errorf("Warnings = %v, want none", c.Warnings())
@@ -131,7 +133,7 @@ func TestParseMethodMatching(t *testing.T) {
 		}
 	}
 	var nilCfg *Config
-	if nilCfg.Method("/a.S/M") != nil || nilCfg.Budgets() != nil {
+	if bs, err := nilCfg.NewBudgets(); nilCfg.Method("/a.S/M") != nil || bs != nil || err != nil || nilCfg.BreakerSettingsFor(nil) != nil {
 		t.Error("a nil Config should match nothing")
 	}
 }

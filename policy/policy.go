@@ -140,8 +140,8 @@ type Method struct {
 	// Breaker is the circuit breaker and adaptive throttling that guard
 	// the method: the file's top-level circuitBreaker and
 	// adaptiveThrottling with the entry's own fields over them (defaults
-	// applied); nil when none applies. Config.Breakers returns the
-	// breakers themselves.
+	// applied); nil when none applies. The interceptors build the
+	// breakers themselves from it (Config.NewBreakers).
 	Breaker *breaker.Settings
 	// Criticality is the entry's "criticality" (a stagger extension):
 	// the criticality of the method's calls that no call option and no

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/stagger-go/stagger/breaker"
 )
 
 // DefaultPollInterval is how often WatchFile looks at its file unless
@@ -57,18 +55,22 @@ type SourceEvent struct {
 	Previous *Config
 	// Err is why a new file was not used; nil when Config is new.
 	Err error
-	// BudgetKept: the budget in force did not change, state included,
-	// because the budget settings did not: the new config kept the
-	// previous one's budget, or neither declares one (the interceptors'
-	// own budget, stagger.DialOptions' default, stays in force).
+	// BudgetKept: the budget settings did not change (Config.BudgetSettings
+	// are equal), so the interceptors following the Source keep every
+	// backend's tokens and Gates (interceptor.State); or neither config
+	// declares a budget (the interceptors' own budget, stagger.DialOptions'
+	// default, stays in force). False after an error.
 	BudgetKept bool
 }
 
 // Source holds the current Config of a policy file and swaps in a new one
 // when the file changes, atomically: a caller sees the old Config or the new
 // one, never a mix. A file that fails to parse leaves the last good Config in
-// place and is reported through OnReload. When the new file declares the same
-// budget settings, the new Config keeps the old one's budget, state included.
+// place and is reported through OnReload. A Config is data: the budgets and
+// breakers live in the interceptors that follow the Source
+// (interceptor.State), which keep each backend's state when the new file
+// declares the same settings (SourceEvent.BudgetKept) and start afresh when
+// it changes them.
 //
 // A Source is safe for concurrent use. Close stops its polling goroutine.
 type Source struct {
@@ -88,7 +90,7 @@ type Source struct {
 }
 
 // NewSource returns a Source holding cfg, not backed by a file: Update swaps
-// configs in. Only OnReload and WithBudgetOptions matter among opts.
+// configs in. Only OnReload matters among opts.
 func NewSource(cfg *Config, opts ...ParseOption) *Source {
 	s := &Source{opts: buildParseOptions(opts)}
 	s.cur.Store(cfg)
@@ -241,41 +243,19 @@ func (s *Source) refuse(ev SourceEvent, err error) (SourceEvent, bool, error) {
 	return ev, true, err
 }
 
-// swap publishes cfg, giving it the current budget when its settings are the
-// same, before any caller can see it.
+// swap publishes cfg and says whether its budget settings are the previous
+// config's.
 func (s *Source) swap(cfg *Config) (prev *Config, kept bool) {
-	prev = s.cur.Load()
-	if prev != nil && prev.budgetSettings == cfg.budgetSettings {
-		cfg.budgets = prev.budgets
-		kept = true
-	}
-	if prev != nil && len(prev.breakers) > 0 && len(cfg.breakers) > 0 {
-		// Breakers whose settings are unchanged keep their state. A new
-		// map: cfg's may be shared with the caller's Config (Update).
-		m := make(map[breaker.Settings]*breaker.Set, len(cfg.breakers))
-		for k, v := range cfg.breakers {
-			if old, ok := prev.breakers[k]; ok {
-				v = old
-			}
-			m[k] = v
-		}
-		cfg.breakers = m
-	}
-	s.cur.Store(cfg)
-	return prev, kept
+	prev = s.cur.Swap(cfg)
+	return prev, prev != nil && prev.budgetSettings == cfg.budgetSettings
 }
 
-// Update swaps cfg in, as a reload of a file would, keeping the budget when
-// its settings are unchanged; OnReload hears of it. It is meant for a Source
-// made by NewSource. A nil cfg is refused.
+// Update swaps cfg in, as a reload of a file would; OnReload hears of it.
+// It is meant for a Source made by NewSource. A nil cfg is refused.
 func (s *Source) Update(cfg *Config) error {
 	if cfg == nil {
 		return errors.New("policy: Source.Update: nil Config")
 	}
-	// swap may hand the current budget to cfg: work on a copy so the
-	// caller's Config, perhaps in use elsewhere, never changes.
-	c := *cfg
-	cfg = &c
 	s.mu.Lock()
 	prev, kept := s.swap(cfg)
 	s.mu.Unlock()

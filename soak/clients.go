@@ -95,8 +95,9 @@ var kinds = []processKind{
 }
 
 // process is one client process's worth of clients: its own budgets (one
-// per backend, each method's a Gate), breakers, connection to every
-// replica and connection to payments, dialed with the same options.
+// per backend, each method's a Gate), breakers (in state, the interceptors'
+// State), connection to every replica and connection to payments, dialed
+// with the same options.
 type process struct {
 	kind      processKind
 	cc, payCC *grpc.ClientConn
@@ -104,7 +105,7 @@ type process struct {
 	payClient testingv1.TestServiceClient
 	budgets   *budget.Backends
 	room      int // each Gate's MaxWaiting
-	breakers  []*breaker.Set
+	state     *interceptor.State
 }
 
 // gates sums the process's Gates' states: the calls waiting now, and how
@@ -131,7 +132,7 @@ func (p *process) close() {
 // as its key and state.
 func (p *process) openBreakers() []string {
 	var out []string
-	for _, set := range p.breakers {
+	for _, set := range p.state.Breakers() {
 		for _, s := range set.Snapshots() {
 			if s.State != breaker.StateClosed {
 				out = append(out, fmt.Sprintf("%s is %v", s.Key, s.State))
@@ -168,12 +169,7 @@ func dialProcess(p int, k processKind, addrs []string, payAddr string, hook func
 	if !bs.Defers() {
 		return nil, fmt.Errorf("soak: the budget of %s does not defer", k.name)
 	}
-	pr := &process{kind: k, budgets: budgets, room: bs.Defer.WithDefaults().MaxWaiting}
-	for _, m := range []string{testingv1.TestService_Get_FullMethodName, testingv1.TestService_Write_FullMethodName, testingv1.TestService_Put_FullMethodName} {
-		if set := cfg.Breakers(cfg.Method(m)); set != nil && !slices.Contains(pr.breakers, set) {
-			pr.breakers = append(pr.breakers, set)
-		}
-	}
+	pr := &process{kind: k, budgets: budgets, room: bs.Defer.WithDefaults().MaxWaiting, state: interceptor.NewState()}
 	res := manual.NewBuilderWithScheme(fmt.Sprintf("soak%d", p))
 	var as []resolver.Address
 	for _, a := range addrs {
@@ -184,7 +180,7 @@ func dialProcess(p int, k processKind, addrs []string, payAddr string, hook func
 	if k.elsewhere {
 		lb = elsewhere.ServiceConfig
 	}
-	dial := append(stagger.DialOptions(cfg, interceptor.WithDefaultBudgets(budgets), interceptor.WithCallHook(hook)),
+	dial := append(stagger.DialOptions(cfg, interceptor.WithDefaultBudgets(budgets), interceptor.WithCallHook(hook), interceptor.WithState(pr.state)),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	pr.cc, err = grpc.NewClient(res.Scheme()+":///replicas", append(dial, grpc.WithResolvers(res), grpc.WithDefaultServiceConfig(lb))...)
 	if err != nil {

@@ -1,0 +1,235 @@
+package interceptor
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/stagger-go/stagger/breaker"
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
+)
+
+// State holds the live state that the interceptors build from a policy
+// file's settings: the budgets (one budget.Backends per budget settings,
+// which keeps each target its own tokens and Gates) and the circuit breakers
+// (one breaker.Set per breaker settings, which keeps one breaker per target
+// and method, or per target). A policy.Config is data; its budgets and
+// breakers live here, built on first use (policy.Config.NewBudgets,
+// policy.Config.NewBreakers).
+//
+// The unary and stream interceptors built with the same State share it;
+// without WithState each interceptor has its own, and stagger.DialOptions
+// makes one for the two interceptors it returns. So every connection dialed
+// with one DialOptions result shares the state, per target: two connections
+// to one target share that target's tokens and breakers, and connections to
+// two targets have their own. Connections dialed with two DialOptions calls
+// share nothing, as grpc-go keeps one retry throttle per channel, unless
+// both are given the same State (WithState).
+//
+// Interceptors that follow a policy.Source (WithConfigSource) keep the state
+// across reloads: a new file whose budget settings are equal to the last
+// one's (policy.Config.BudgetSettings) uses the same budgets, every
+// backend's tokens and Gates included; a file that changes them gets new
+// budgets, and the State drops the old ones when the first call follows the
+// new file (calls in flight keep theirs, and a call that read the old file
+// just before the reload gets budgets of its own, not kept), so a file that
+// goes back to the old settings starts afresh too. The breakers follow the same rule per
+// breaker settings. Settings are the key: configs with equal settings
+// share the state, and another interceptor sharing the State whose config
+// still uses the dropped settings starts afresh with them. A State keeps
+// the state of at most 64 distinct budget settings and 64 breaker
+// settings; past that, a config's are built for the call that needs them
+// and not kept.
+//
+// The zero value is an empty State, ready to use, as NewState's is. A State
+// is safe for concurrent use and must not be copied after first use.
+type State struct {
+	// cur is the state in use, copied on write under mu; a call reads it
+	// with one atomic load.
+	cur atomic.Pointer[stateMaps]
+	mu  sync.Mutex
+}
+
+type stateMaps struct {
+	budgets  map[budget.Settings]*budget.Backends
+	breakers map[breaker.Settings]*breaker.Set
+}
+
+// NewState returns an empty State.
+func NewState() *State { return new(State) }
+
+// noState is what an empty State holds.
+var noState = &stateMaps{}
+
+// maps returns what s holds now.
+func (s *State) maps() *stateMaps {
+	if m := s.cur.Load(); m != nil {
+		return m
+	}
+	return noState
+}
+
+// WithState makes the interceptor keep its budgets and breakers in st,
+// shared with every interceptor given the same st (see State). A nil st
+// gives the interceptor a State of its own, as without the option.
+func WithState(st *State) Option {
+	return Option{apply: func(o *options) { o.state = st }}
+}
+
+// Budgets returns the budgets the State holds, one budget.Backends per
+// budget settings in use, in no particular order; for metrics (the otel
+// module's Options.States reads it at each collection).
+func (s *State) Budgets() []*budget.Backends {
+	if s == nil {
+		return nil
+	}
+	m := s.maps()
+	out := make([]*budget.Backends, 0, len(m.budgets))
+	for _, bs := range m.budgets {
+		out = append(out, bs)
+	}
+	return out
+}
+
+// Breakers returns the breaker sets the State holds, one per breaker
+// settings in use, in no particular order; for metrics and checks
+// (breaker.Set.Snapshots).
+func (s *State) Breakers() []*breaker.Set {
+	if s == nil {
+		return nil
+	}
+	m := s.maps()
+	out := make([]*breaker.Set, 0, len(m.breakers))
+	for _, bs := range m.breakers {
+		out = append(out, bs)
+	}
+	return out
+}
+
+// budgets returns the budgets of cfg's budget settings, made on first use
+// and kept when keep says so; nil when cfg declares none.
+func (s *State) budgets(cfg *policy.Config, keep bool) *budget.Backends {
+	key := cfg.BudgetSettings()
+	if key.Kind == budget.KindNone {
+		return nil
+	}
+	if bs, ok := s.maps().budgets[key]; ok {
+		return bs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.maps()
+	if bs, ok := m.budgets[key]; ok {
+		return bs
+	}
+	bs, err := cfg.NewBudgets()
+	if err != nil || bs == nil {
+		// The parse checked the settings with the same options.
+		return nil
+	}
+	if !keep || len(m.budgets) >= stateCap {
+		return bs
+	}
+	next := &stateMaps{budgets: make(map[budget.Settings]*budget.Backends, len(m.budgets)+1), breakers: m.breakers}
+	for k, v := range m.budgets {
+		next.budgets[k] = v
+	}
+	next.budgets[key] = bs
+	s.cur.Store(next)
+	return bs
+}
+
+// breakers returns the breakers that guard cfg's calls matched to m (nil:
+// no entry matched), made on first use and kept when keep says so; nil
+// when none guard them.
+func (s *State) breakers(cfg *policy.Config, m *policy.Method, keep bool) *breaker.Set {
+	st := cfg.BreakerSettingsFor(m)
+	if st == nil {
+		return nil
+	}
+	key := *st
+	if bs, ok := s.maps().breakers[key]; ok {
+		return bs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.maps()
+	if bs, ok := cur.breakers[key]; ok {
+		return bs
+	}
+	bs, err := cfg.NewBreakers(key)
+	if err != nil {
+		// The parse checked the settings.
+		return nil
+	}
+	if !keep || len(cur.breakers) >= stateCap {
+		return bs
+	}
+	next := &stateMaps{budgets: cur.budgets, breakers: make(map[breaker.Settings]*breaker.Set, len(cur.breakers)+1)}
+	for k, v := range cur.breakers {
+		next.breakers[k] = v
+	}
+	next.breakers[key] = bs
+	s.cur.Store(next)
+	return bs
+}
+
+// moved drops the state that prev (a Source's last config) used and next
+// (its new one) does not: a reload that changes the settings starts afresh,
+// and one that goes back to earlier settings does not find their old state.
+// Calls in flight keep what they hold.
+func (s *State) moved(prev, next *policy.Config) {
+	if prev == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.maps()
+	out := &stateMaps{budgets: cur.budgets, breakers: cur.breakers}
+	if old := prev.BudgetSettings(); old != next.BudgetSettings() {
+		if _, ok := cur.budgets[old]; ok {
+			out.budgets = make(map[budget.Settings]*budget.Backends, len(cur.budgets))
+			for k, v := range cur.budgets {
+				if k != old {
+					out.budgets[k] = v
+				}
+			}
+		}
+	}
+	unused := map[breaker.Settings]bool{}
+	for _, st := range breakerSettings(prev) {
+		unused[st] = true
+	}
+	for _, st := range breakerSettings(next) {
+		delete(unused, st)
+	}
+	drop := false
+	for st := range unused {
+		if _, ok := cur.breakers[st]; ok {
+			drop = true
+		}
+	}
+	if drop {
+		out.breakers = make(map[breaker.Settings]*breaker.Set, len(cur.breakers))
+		for k, v := range cur.breakers {
+			if !unused[k] {
+				out.breakers[k] = v
+			}
+		}
+	}
+	s.cur.Store(out)
+}
+
+// breakerSettings lists every breaker settings cfg uses.
+func breakerSettings(cfg *policy.Config) []breaker.Settings {
+	var out []breaker.Settings
+	if st := cfg.BreakerSettingsFor(nil); st != nil {
+		out = append(out, *st)
+	}
+	for _, e := range cfg.Entries() {
+		if st := e.Method.Breaker; st != nil {
+			out = append(out, *st)
+		}
+	}
+	return out
+}
