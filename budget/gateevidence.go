@@ -25,10 +25,9 @@ type evidence struct {
 	// An attempt failed for overload, or one succeeded slowly, until
 	// overloadUntil and slowUntil.
 	overloadUntil, slowUntil time.Time
-	// lastFail is when an attempt last failed; healthy: the streak of
-	// failures began after a success and tune.HealthyGap without failures.
+	// lastFail is when the latest streak of failures a success ended
+	// last reached the server (at first, the start).
 	lastFail time.Time
-	healthy  bool
 	// runs is how many failures in a row the server's flakiness makes: the
 	// longest streak a success ended, decaying by tune.RunDecay.
 	runs float64
@@ -67,14 +66,6 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 	if a.Outcome == Success {
 		e.retryFails, e.seen = 0, true
 	}
-}
-
-// failed: an attempt failed now, the first of a streak when first.
-func (e *evidence) failed(now time.Time, first bool) {
-	if first {
-		e.healthy = e.seen && now.Sub(e.lastFail) >= tune.HealthyGap
-	}
-	e.lastFail = now
 }
 
 // ended: a success ended a streak of n failures in a row.

@@ -54,7 +54,7 @@ func newGateState(now time.Time, rand func() float64) gateState {
 // forget: a success was seen while nobody waited; what the failures
 // before it left no longer counts.
 func (s *gateState) forget(now time.Time) {
-	s.ev.ended(s.streak)
+	s.ended()
 	s.pace.gain, s.slot.gap = tune.ReleaseGainStart, 0
 	s.streak, s.span = 0, 0
 	s.ev.retryFails, s.ev.seen = 0, true
@@ -63,6 +63,14 @@ func (s *gateState) forget(now time.Time) {
 		s.back(now)
 	}
 	s.phase = phaseQuiet
+}
+
+// ended: a success ends the streak of failures, if any.
+func (s *gateState) ended() {
+	if s.streak > 0 {
+		s.ev.ended(s.streak)
+		s.ev.lastFail = s.lastReached
+	}
 }
 
 // settled reports whether forget would change nothing and Allow would
@@ -95,8 +103,8 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		if a.Took > 0 && a.Admission != AdmitNone {
 			s.ev.succeeded(now, a.Took)
 		}
+		s.ended()
 		s.lastReached = now
-		s.ev.ended(s.streak)
 		s.streak, s.span = 0, 0
 		if s.phase == phaseOutage {
 			// Release from a credit drawn at random, or a whole one when
@@ -122,10 +130,12 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		if s.streak == 0 {
 			s.streakAt, s.pace.entered = now, 0
 		}
-		s.ev.failed(now, s.streak == 0)
 		// The outage rule: a streak after calm, of a server whose retries
 		// do not heal (or that is overloaded), or beyond its flakiness.
-		if s.streak++; s.streak >= tune.OutageStreak && ((s.ev.healthy || s.ev.overloaded(now)) && s.ev.down(now) || s.ev.beyond(s.streak) && s.ev.retryFails >= tune.HealMinSamples) {
+		// Healthy: a success was seen, and the streak began tune.HealthyGap
+		// after the one before it ended.
+		healthy := s.ev.seen && s.streakAt.Sub(s.ev.lastFail) >= tune.HealthyGap
+		if s.streak++; s.streak >= tune.OutageStreak && ((healthy || s.ev.overloaded(now)) && s.ev.down(now) || s.ev.beyond(s.streak) && s.ev.retryFails >= tune.HealMinSamples) {
 			s.phase = phaseOutage
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing
