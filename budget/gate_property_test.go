@@ -169,7 +169,9 @@ func (h *history) run(t *testing.T) {
 	end := t0.Add(h.earlier + h.regimeFor)
 	next := t0
 	regimeAt := t0.Add(h.earlier)
-	for now := t0; now.Before(end.Add(h.g.s.MaxWait + time.Second)); now = now.Add(propStep) {
+	// Past every lease, and until every call has ended: one without a
+	// deadline may wait MaxWait before each of its retries.
+	for now := t0; now.Before(end.Add(h.g.s.MaxWait+time.Second)) || h.pending() && now.Before(end.Add(propAttempts*h.g.s.MaxWait+time.Second)); now = now.Add(propStep) {
 		h.clk.set(now)
 		if now.Before(end) && !now.Before(next) {
 			h.startCall(now)
@@ -187,6 +189,16 @@ func (h *history) run(t *testing.T) {
 		}
 	}
 	h.check(t, regimeAt)
+}
+
+// pending reports whether a call has not ended.
+func (h *history) pending() bool {
+	for _, c := range h.calls {
+		if !c.done {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *history) startCall(now time.Time) {
