@@ -113,11 +113,12 @@ func (e *evidence) heals(now time.Time) bool {
 	return won > 0 && float64(won) >= tune.HealMinShare*float64(e.callsN())
 }
 
-// healsServing is heals for a server that serves: what the calls said
-// goes stale tune.HealStale after the latest retry (a server back from an
-// outage retries no call, and must not keep the outage's evidence).
+// healsServing is heals for a server that serves (nothing failed since a
+// success): what the calls said goes stale tune.HealStale after the latest
+// streak of failures ended (a server back from an outage must not keep the
+// outage's evidence, whatever retries it serves since).
 func (e *evidence) healsServing(now time.Time) bool {
-	if e.callsKnown() && now.Sub(e.lastRetry) > tune.HealStale && !e.overloaded(now) {
+	if e.callsKnown() && now.Sub(e.lastFail) > tune.HealStale && !e.overloaded(now) {
 		return e.seen && e.retryFails < tune.HealMinSamples
 	}
 	return e.heals(now)
