@@ -75,9 +75,9 @@ const (
 	// RunDecay: a flaky server's longest run of failures shrinks by 0.9 per
 	// later run, so an early unlucky run does not hide an outage for long.
 	RunDecay = 0.9
-	// HealStale: a second after the latest call that retried, a server that
-	// serves every attempt heals a straggler's retry again (the property
-	// test: after an outage the timer cut nothing for two seconds).
+	// HealStale: a second after its latest streak of failures ended, a
+	// server that serves every attempt heals a straggler's retry again (the
+	// issue 45 bar: a timer cuts within a second of the first success).
 	HealStale = time.Second
 	// HoldSlack: a wait no rule holds ends a tenth of its pause after it,
 	// so a failing call waits little more than its backoff.
