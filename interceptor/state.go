@@ -83,12 +83,7 @@ func (s *State) Budgets() []*budget.Backends {
 	if s == nil {
 		return nil
 	}
-	m := s.maps()
-	out := make([]*budget.Backends, 0, len(m.budgets))
-	for _, bs := range m.budgets {
-		out = append(out, bs)
-	}
-	return out
+	return values(s.maps().budgets)
 }
 
 // Breakers returns the breaker sets the State holds, one per breaker
@@ -98,10 +93,14 @@ func (s *State) Breakers() []*breaker.Set {
 	if s == nil {
 		return nil
 	}
-	m := s.maps()
-	out := make([]*breaker.Set, 0, len(m.breakers))
-	for _, bs := range m.breakers {
-		out = append(out, bs)
+	return values(s.maps().breakers)
+}
+
+// values returns m's values, in no particular order.
+func values[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
 	}
 	return out
 }
