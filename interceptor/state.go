@@ -112,30 +112,8 @@ func (s *State) budgets(cfg *policy.Config, keep bool) *budget.Backends {
 	if key.Kind == budget.KindNone {
 		return nil
 	}
-	if bs, ok := s.maps().budgets[key]; ok {
-		return bs
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.maps()
-	if bs, ok := m.budgets[key]; ok {
-		return bs
-	}
-	bs, err := cfg.NewBudgets()
-	if err != nil || bs == nil {
-		// The parse checked the settings with the same options.
-		return nil
-	}
-	if !keep || len(m.budgets) >= stateCap {
-		return bs
-	}
-	next := &stateMaps{budgets: make(map[budget.Settings]*budget.Backends, len(m.budgets)+1), breakers: m.breakers}
-	for k, v := range m.budgets {
-		next.budgets[k] = v
-	}
-	next.budgets[key] = bs
-	s.cur.Store(next)
-	return bs
+	budgets := func(m *stateMaps) *map[budget.Settings]*budget.Backends { return &m.budgets }
+	return held(s, budgets, key, cfg.NewBudgets, keep)
 }
 
 // breakers returns the breakers that guard cfg's calls matched to m (nil:
@@ -146,31 +124,41 @@ func (s *State) breakers(cfg *policy.Config, m *policy.Method, keep bool) *break
 	if st == nil {
 		return nil
 	}
-	key := *st
-	if bs, ok := s.maps().breakers[key]; ok {
-		return bs
+	breakers := func(m *stateMaps) *map[breaker.Settings]*breaker.Set { return &m.breakers }
+	return held(s, breakers, *st, func() (*breaker.Set, error) { return cfg.NewBreakers(*st) }, keep)
+}
+
+// held returns what the map of s that field picks holds for key, else
+// build's, kept (copied on write) when keep says so and the map has room.
+// An error from build gives the zero value: the parse checked the settings
+// with the same options.
+func held[K comparable, V any](s *State, field func(*stateMaps) *map[K]V, key K, build func() (V, error), keep bool) V {
+	if v, ok := (*field(s.maps()))[key]; ok {
+		return v
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.maps()
-	if bs, ok := cur.breakers[key]; ok {
-		return bs
+	if v, ok := (*field(cur))[key]; ok {
+		return v
 	}
-	bs, err := cfg.NewBreakers(key)
+	v, err := build()
 	if err != nil {
-		// The parse checked the settings.
-		return nil
+		var zero V
+		return zero
 	}
-	if !keep || len(cur.breakers) >= stateCap {
-		return bs
+	if !keep || len(*field(cur)) >= stateCap {
+		return v
 	}
-	next := &stateMaps{budgets: cur.budgets, breakers: make(map[breaker.Settings]*breaker.Set, len(cur.breakers)+1)}
-	for k, v := range cur.breakers {
-		next.breakers[k] = v
+	next := *cur
+	m := make(map[K]V, len(*field(cur))+1)
+	for k, x := range *field(cur) {
+		m[k] = x
 	}
-	next.breakers[key] = bs
-	s.cur.Store(next)
-	return bs
+	m[key] = v
+	*field(&next) = m
+	s.cur.Store(&next)
+	return v
 }
 
 // moved drops the state that prev (a Source's last config) used and next
