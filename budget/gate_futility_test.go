@@ -133,14 +133,15 @@ func TestGateBackPace(t *testing.T) {
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	back := clk.Now()
 	var went []time.Duration
+	gone := map[*Waiter]bool{}
 	for clk.Now().Before(back.Add(5 * time.Second)) {
 		for _, w := range ws {
-			if w.left || w.taken {
+			if w.left || gone[w] {
 				continue
 			}
 			if a, _ := w.Poll(); a == AdmitRelease {
 				went = append(went, clk.Now().Sub(back))
-				w.taken = true
+				gone[w] = true
 			}
 		}
 		clk.advance(time.Millisecond)

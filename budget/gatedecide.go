@@ -10,65 +10,53 @@ import (
 // (the hold and hopeless rules); never an Attempt's.
 const admitEnd Admission = 255
 
-// decision is what the rules say of one waiting retry at one moment: how it
-// goes now (AdmitHeal, AdmitRelease, AdmitProbe, AdmitLast, before its
-// guard and the budget are asked; admitEnd: its wait ends), or AdmitNone
-// with next, when asking again could change the answer without news
-// (zero: only news will); hold: the wait is held from now on (the hold
-// rule, or an open guard). decide computes it and changes nothing; the
-// caller sets w.held when hold says so.
-type decision struct {
-	how  Admission
-	next time.Time
-	hold bool
-}
-
-// decide is the rules' decision for the waiting retry w at now, whose
-// guard is open when guardOpen: while it is open the guard alone says
-// when the retry goes, and the gate holds the wait (the guard rule).
-func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decision {
-	d := s.decideRules(now, w)
-	if guardOpen && (d.how == AdmitNone || d.how == admitEnd) {
-		d = decision{how: AdmitProbe, hold: true}
+// decide is the rules' answer for the waiting retry w at now: how it goes
+// now (AdmitHeal, AdmitRelease, AdmitProbe, AdmitLast, before its guard
+// and the budget are asked; admitEnd: its wait ends), or AdmitNone with
+// next, when asking again could change the answer without news (zero:
+// only news will). It changes nothing but w.held, set when the hold rule
+// holds the wait, or the guard rule: while w's guard is open (guardOpen)
+// the guard alone says when the retry goes.
+func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) (Admission, time.Time) {
+	how, next := s.decideRules(now, w)
+	if guardOpen && (how == AdmitNone || how == admitEnd) {
+		how, next, w.held = AdmitProbe, time.Time{}, true
 	}
-	return d
+	return how, next
 }
 
-// decideRules is decide before the guard rule.
-func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
+func (s *gateState) decideRules(now time.Time, w *waiterView) (Admission, time.Time) {
 	end, endAt := s.hopeless(now, w)
 	if end {
-		return decision{how: admitEnd}
+		return admitEnd, time.Time{}
 	}
-	var d decision
-	held := w.held
-	if !held && s.phase != phaseOutage && s.ev.heals(now) {
-		return decision{how: AdmitHeal}
+	if !w.held && s.phase != phaseOutage && s.ev.heals(now) {
+		return AdmitHeal, time.Time{}
 	}
-	if !held && !now.Before(w.holdAt) {
+	if !w.held && !now.Before(w.holdAt) {
 		if s.phase != phaseOutage && !s.ev.overloaded(now) {
 			// The hold rule: a probe, or the end of the wait. A process
 			// that no retry told anything probes too: else one whose
 			// only retry got a non-retryable answer never learns.
 			if (s.ev.seen || s.ev.untold(now)) && !s.slot.held(now) {
-				return decision{how: AdmitProbe}
+				return AdmitProbe, time.Time{}
 			}
 			if !s.ev.seen && now.Before(s.ev.retryOut) {
 				// A paid retry is out: wait for what it tells.
-				return decision{next: clock.Earlier(s.ev.retryOut, endAt)}
+				return AdmitNone, clock.Earlier(s.ev.retryOut, endAt)
 			}
-			return decision{how: admitEnd}
+			return admitEnd, time.Time{}
 		}
-		held, d.hold = true, true
+		w.held = true
 	}
-	d.how, d.next = s.decideByPhase(now, w, held)
-	if d.how == AdmitNone && !held && (d.next.IsZero() || d.next.After(w.holdAt)) {
-		d.next = w.holdAt
+	how, next := s.decideByPhase(now, w, w.held)
+	if how == AdmitNone {
+		if !w.held {
+			next = clock.Earlier(next, w.holdAt)
+		}
+		next = clock.Earlier(next, endAt)
 	}
-	if d.how == AdmitNone && !endAt.IsZero() && (d.next.IsZero() || endAt.Before(d.next)) {
-		d.next = endAt
-	}
-	return d
+	return how, next
 }
 
 // decideByPhase is the release rule while the server serves, the probe and
@@ -115,13 +103,6 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 		return AdmitNone, due
 	}
 	return how, time.Time{}
-}
-
-// decideAndApply decides for w at now and applies the decision.
-func (s *gateState) decideAndApply(now time.Time, w *waiterView, guardOpen bool) decision {
-	d := s.decide(now, w, guardOpen)
-	w.held = w.held || d.hold
-	return d
 }
 
 // hopeless reports whether w's wait cannot end well (the hopeless rule): a

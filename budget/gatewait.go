@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"container/list"
 	"context"
 	"sync/atomic"
 	"time"
@@ -19,30 +20,25 @@ type Waiter struct {
 	view     waiterView
 	earliest time.Time
 	// Under the gate's lock: left, counted out of the room (by Leave or
-	// an eviction); level, the index of r's criticality, and prev and
-	// next in its queue while queued (competing for admissions); granted,
-	// an admission a less critical waiter's Poll handed it, taken once its
-	// own Poll returned it; asking, its Poll holds an admission while it
+	// an eviction); level, the index of r's criticality, and elem its
+	// place in that queue while it competes for admissions; granted, an
+	// admission a less critical waiter's Poll handed it and its own Poll
+	// has not returned yet; asking, its Poll holds an admission while it
 	// asks the guard and the budget unlocked (no hand-off or eviction
-	// takes it then).
-	left       bool
-	level      int
-	prev, next *Waiter
-	queued     bool
-	granted    Admission
-	taken      bool
-	asking     bool
-	// evicted: a more critical retry took its place. ended: the hold or
-	// hopeless rule ended the wait (set only by its own Poll).
+	// takes it then); ended, the hold or hopeless rule ended the wait.
+	left, asking, ended bool
+	level               int
+	elem                *list.Element
+	granted             Admission
+	// evicted: a more critical retry took its place.
 	evicted atomic.Bool
-	ended   bool
 }
 
 // waitingRoom is how many wait, and by criticality the queues of those
 // that compete for admissions, oldest first. Owned by the gate's lock.
 type waitingRoom struct {
 	n     int
-	queue [4]waitQueue
+	queue [4]list.List
 }
 
 // victim is the waiter a retry of level evicts from a full room: the
@@ -50,8 +46,8 @@ type waitingRoom struct {
 // retries at once in an outage cost the lab's mixed-criticality goodput.)
 func (r *waitingRoom) victim(level int) *Waiter {
 	for l := range level {
-		for v := r.queue[l].tail; v != nil; v = v.prev {
-			if !v.asking {
+		for e := r.queue[l].Back(); e != nil; e = e.Prev() {
+			if v := e.Value.(*Waiter); !v.asking {
 				return v
 			}
 		}
@@ -59,33 +55,12 @@ func (r *waitingRoom) victim(level int) *Waiter {
 	return nil
 }
 
-type waitQueue struct{ head, tail *Waiter }
-
-func (q *waitQueue) push(w *Waiter) {
-	w.prev, w.next, w.queued = q.tail, nil, true
-	if q.tail != nil {
-		q.tail.next = w
-	} else {
-		q.head = w
+// dequeue takes w out of its queue, if it is in it.
+func (r *waitingRoom) dequeue(w *Waiter) {
+	if w.elem != nil {
+		r.queue[w.level].Remove(w.elem)
+		w.elem = nil
 	}
-	q.tail = w
-}
-
-func (q *waitQueue) remove(w *Waiter) {
-	if !w.queued {
-		return
-	}
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		q.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		q.tail = w.prev
-	}
-	w.prev, w.next, w.queued = nil, nil, false
 }
 
 // Enter registers a deferred retry r that must not go sooner than pause
@@ -125,14 +100,14 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	// Held from now if its first decision would hold it: news between
 	// here and that decision must not find it unheld (the hold rule
 	// would send it at once, past the release rule's pace).
-	w.view.held = g.st.decideRules(now, &w.view).hold
-	g.room.queue[level].push(w)
+	g.st.decide(now, &w.view, false)
+	w.elem = g.room.queue[level].PushBack(w)
 	return w, nil
 }
 
 // evictLocked makes v give up (ErrEvicted) and frees its place.
 func (g *Gate) evictLocked(v *Waiter, now time.Time) {
-	g.room.queue[v.level].remove(v)
+	g.room.dequeue(v)
 	v.evicted.Store(true)
 	v.left = true
 	g.gaveUp++
@@ -209,11 +184,11 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 // until settleLocked.
 func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 	g := w.g
-	if w.granted != AdmitNone {
-		w.taken = true
-		return w.granted, time.Time{}
+	if how := w.granted; how != AdmitNone {
+		w.granted = AdmitNone
+		return how, time.Time{}
 	}
-	how, next := w.candidateLocked(now, open)
+	how, next := g.st.decide(now, &w.view, open)
 	for scarce(how) {
 		v, vhow := g.handOffLocked(now, w.level)
 		if v == nil {
@@ -221,7 +196,7 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 		}
 		v.granted = vhow
 		g.notifyLocked()
-		how, next = w.candidateLocked(now, open)
+		how, next = g.st.decide(now, &w.view, open)
 	}
 	switch {
 	case how == admitEnd:
@@ -239,7 +214,7 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 		w.asking = true
 		g.asking++
 	} else {
-		g.room.queue[w.level].remove(w)
+		g.room.dequeue(w)
 	}
 	return how, time.Time{}
 }
@@ -252,7 +227,7 @@ func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, 
 	w.asking = false
 	g.asking--
 	if ok {
-		g.room.queue[w.level].remove(w)
+		g.room.dequeue(w)
 		return how, time.Time{}
 	}
 	g.st.unadmit(now, &w.view, how)
@@ -280,13 +255,14 @@ func scarce(how Admission) bool {
 // are left to their own Poll (the guard is asked first).
 func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission) {
 	for l := len(g.room.queue) - 1; l > level; l-- {
-		for v := g.room.queue[l].head; v != nil; v = v.next {
+		for e := g.room.queue[l].Front(); e != nil; e = e.Next() {
+			v := e.Value.(*Waiter)
 			if now.Before(v.earliest) || v.r.Guard != nil || v.asking {
 				continue
 			}
-			if how, _ := v.candidateLocked(now, false); scarce(how) {
+			if how, _ := g.st.decide(now, &v.view, false); scarce(how) {
 				v.takeLocked(now, how)
-				g.room.queue[l].remove(v)
+				g.room.dequeue(v)
 				return v, how
 			}
 		}
@@ -294,14 +270,9 @@ func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission) {
 	return nil, AdmitNone
 }
 
-func (w *Waiter) candidateLocked(now time.Time, guardOpen bool) (Admission, time.Time) {
-	d := w.g.st.decideAndApply(now, &w.view, guardOpen)
-	return d.how, d.next
-}
-
 func (w *Waiter) endLocked() {
 	w.ended = true
-	w.g.room.queue[w.level].remove(w)
+	w.g.room.dequeue(w)
 }
 
 func (w *Waiter) takeLocked(now time.Time, how Admission) {
@@ -320,8 +291,8 @@ func (w *Waiter) Leave() {
 		return
 	}
 	w.left = true
-	g.room.queue[w.level].remove(w)
-	if w.granted != AdmitNone && !w.taken {
+	g.room.dequeue(w)
+	if w.granted != AdmitNone {
 		g.st.unadmit(now, &w.view, w.granted)
 		g.admitted--
 		g.notifyLocked()
