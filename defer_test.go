@@ -127,14 +127,14 @@ func TestDeferQuietProcessRetries(t *testing.T) {
 }
 
 // The last attempt of a call with a deadline is not spent on a probe: it
-// is kept for the call's last chance, gatetune.Current().LastChanceLead before the
+// is kept for the call's last chance, gatetune.LastChanceLead before the
 // deadline (a server that comes back meanwhile heals the call).
 func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// 0, then the budget's retries at 10ms and 20ms, a probe at 30ms,
 		// the last chance at 950ms.
 		checkFourFailures(t, time.Second, "last",
-			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, time.Second - gatetune.Current().LastChanceLead - 30*time.Millisecond},
+			[]time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, time.Second - gatetune.LastChanceLead - 30*time.Millisecond},
 			[]budget.Admission{budget.AdmitNone, budget.AdmitNone, budget.AdmitProbe, budget.AdmitLast})
 	})
 }

@@ -99,19 +99,10 @@ const (
 
 // String returns "none", "budget", "release", "probe", "last" or "heal".
 func (a Admission) String() string {
-	switch a {
-	case AdmitLast:
-		return "last"
-	case AdmitBudget:
-		return "budget"
-	case AdmitRelease:
-		return "release"
-	case AdmitProbe:
-		return "probe"
-	case AdmitHeal:
-		return "heal"
+	if a > AdmitHeal {
+		return "none"
 	}
-	return "none"
+	return [...]string{"none", "budget", "release", "probe", "last", "heal"}[a]
 }
 
 // Deferrer is a Budget whose refused retries may wait for a later admission

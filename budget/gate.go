@@ -85,9 +85,10 @@ type Gate struct {
 	st      gateState
 	room    waitingRoom
 	changed chan struct{}
-	// State's counters (refused: retries Allow refused without asking
-	// the budget) and polls, the decisions asked (tests read it).
-	deferred, admitted, gaveUp, refused, polls uint64
+	// counts holds State's counters (Refused: the retries Allow refused
+	// without asking the budget); polls, the decisions asked (tests read it).
+	counts State
+	polls  uint64
 	// asking counts the waiters whose Poll holds an admission while it
 	// asks their guard and the budget unlocked.
 	asking int
@@ -134,7 +135,7 @@ func (g *Gate) allow(r Request) (Admission, bool) {
 		ev := &g.st.ev
 		refuse := !r.Hedge && (g.st.phase == phaseOutage || ev.overloaded(now)) || r.AfterTimeout && !straggler && now.Before(ev.slowUntil)
 		if refuse {
-			g.refused++
+			g.counts.Refused++
 		}
 		g.settle(now) // an overload may have passed
 		g.mu.Unlock()
@@ -215,8 +216,8 @@ func (g *Gate) notifyLocked() {
 func (g *Gate) State() State {
 	st := g.b.State()
 	g.mu.Lock()
-	st.Refused += g.refused
-	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp = g.room.n, g.deferred, g.admitted, g.gaveUp
+	st.Refused += g.counts.Refused
+	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp = g.room.n, g.counts.Deferred, g.counts.DeferAdmitted, g.counts.DeferGaveUp
 	st.Health = g.st.phase.String()
 	g.mu.Unlock()
 	return st

@@ -73,20 +73,20 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.st.futile(now) && (g.room.n > 0 && g.st.rand() >= tune.FutileHold || g.room.n == 0 && g.st.tooLate(now, pause, deadline, r.Last)) {
-		g.gaveUp++
+		g.counts.DeferGaveUp++
 		return nil, ErrOutageLasting
 	}
 	if g.room.n >= g.s.MaxWaiting {
 		v := g.room.victim(level)
 		if v == nil {
-			g.gaveUp++
+			g.counts.DeferGaveUp++
 			return nil, ErrTooManyWaiting
 		}
 		g.evictLocked(v, now)
 	}
 	g.room.n++
 	g.settled.Store(false)
-	g.deferred++
+	g.counts.Deferred++
 	pause = max(pause, 0)
 	span := g.s.MaxWait
 	if !deadline.IsZero() {
@@ -110,7 +110,7 @@ func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	g.room.dequeue(v)
 	v.evicted.Store(true)
 	v.left = true
-	g.gaveUp++
+	g.counts.DeferGaveUp++
 	g.notifyLocked() // while v still counts: nobody else may be waiting
 	g.room.n--
 	g.settle(now)
@@ -231,7 +231,7 @@ func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, 
 		return how, time.Time{}
 	}
 	g.st.unadmit(now, &w.view, how)
-	g.admitted--
+	g.counts.DeferAdmitted--
 	pastHold := !w.view.held && !now.Before(w.view.holdAt)
 	if open {
 		w.view.held = w.view.held || pastHold
@@ -277,7 +277,7 @@ func (w *Waiter) endLocked() {
 
 func (w *Waiter) takeLocked(now time.Time, how Admission) {
 	w.g.st.admit(now, &w.view, how)
-	w.g.admitted++
+	w.g.counts.DeferAdmitted++
 }
 
 // Leave unregisters w; call it once, admitted or not. An admission handed
@@ -294,7 +294,7 @@ func (w *Waiter) Leave() {
 	g.room.dequeue(w)
 	if w.granted != AdmitNone {
 		g.st.unadmit(now, &w.view, w.granted)
-		g.admitted--
+		g.counts.DeferAdmitted--
 		g.notifyLocked()
 	}
 	g.room.n--
@@ -352,6 +352,6 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 // giveUp counts a waiter that left without admission.
 func (g *Gate) giveUp() {
 	g.mu.Lock()
-	g.gaveUp++
+	g.counts.DeferGaveUp++
 	g.mu.Unlock()
 }

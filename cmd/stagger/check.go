@@ -853,7 +853,7 @@ func explainDeferral(s budget.Settings) string {
 // deferralRules is the Gate's rules, by name, from the package's snapshot.
 func deferralRules() []checkRule {
 	var out []checkRule
-	for _, r := range gatetune.Current().Rules {
+	for _, r := range gatetune.Current() {
 		out = append(out, checkRule{Name: r.Name, Says: r.Says})
 	}
 	return out

@@ -1,9 +1,6 @@
 package gatetune
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // Rule is one of the Gate's rules: its name and what it says, with its
 // numbers.
@@ -11,39 +8,22 @@ type Rule struct {
 	Name, Says string
 }
 
-// Rules is a snapshot of the Gate's rules and of the numbers they use. They
-// are not settings: a release may retune them.
-type Rules struct {
-	// Rules in the order the Gate's documentation gives them.
-	Rules []Rule
-	// OverloadHold is how long a failure for overload, or a slow success,
-	// counts as evidence of overload (the overload rule).
-	OverloadHold time.Duration
-	// LastChanceLead is the least time before the deadline at which a
-	// call's last chance goes (the last-chance rule).
-	LastChanceLead time.Duration
-}
-
-// Current is the snapshot of the Gate's rules that `stagger check` prints:
-// each rule's name and a line of what it says, with the numbers of
-// tuning.go (Gate's documentation says it in full).
-func Current() Rules {
-	return Rules{
-		OverloadHold:   OverloadHold,
-		LastChanceLead: LastChanceLead,
-		Rules: []Rule{
-			{Name: "heal", Says: fmt.Sprintf("while retrying heals the calls that retried (at least %.2g of the latest %d) and no attempt failed for overload, a waiting retry goes after its own pause, and a retry after a per-attempt timeout of a straggler (newer attempts served) goes unpaid", HealMinShare, HealWindow)},
-			{Name: "probe", Says: fmt.Sprintf("while attempts fail, one waiting retry at a time goes when nothing reached the server for the quiet time: its pause, doubled by every failure (up to %v by new calls' failures, %v by failed probes)", QuietGapMax, ProbeGapMax)},
-			{Name: "last-chance", Says: fmt.Sprintf("while attempts fail, a call with a deadline keeps its last attempt for a last chance %v (or twice the latest deferred retry's duration) before the deadline", LastChanceLead)},
-			{Name: "release", Says: fmt.Sprintf("once the server serves again, waiting retries go one credit at a time: %v a second plus %v of each success, growing to %v while released retries succeed; a call held through an outage goes back its own pause after it and a share of what its deadline leaves, at first no faster than %v of the pace its retries began to wait at (a process that held %d or more), faster while the server answers them fast", ReleasePerSecond, ReleaseGainStart, ReleaseGainMax, BackShare, BackMinHeld)},
-			{Name: "guard", Says: "a retry a circuit breaker guards goes only when the breaker allows it too; while it is open, as its half-open probe"},
-			{Name: "outage", Says: fmt.Sprintf("%d failures in a row, after %v without failures, of a server whose retries do not heal, make an outage, and so does a streak longer than twice the server's longest recent run of failures plus %[1]d in which two retries failed: every retry waits (none is paid by the budget)", OutageStreak, HealthyGap)},
-			{Name: "overload", Says: fmt.Sprintf("for %v after a failure for overload every retry waits; after a slow success, every retry after a per-attempt timeout but a straggler's", OverloadHold)},
-			{Name: "hold", Says: fmt.Sprintf("a wait that no rule lets go by its pause and %v of it is held only in an outage or an overload; otherwise it goes as a probe (a server that served, or a process no retry has told anything yet, none the budget paid for being out) or ends", HoldSlack)},
-			{Name: "hopeless", Says: "a wait ends as soon as a retry, taking as long as its method's attempts lately, could not finish before the call's deadline"},
-			{Name: "futility", Says: fmt.Sprintf("once an outage has lasted %v times the longest wait of the retries that began to wait since the server last served, a retry fails at once (reason outage) unless nobody waits (it then waits alone, as the probe, once %v failures were recorded since a probe failed and a probe or its last chance could go before its deadline) or a draw keeps it (%v of them); calls already waiting keep their chance; the first success ends it", FutileFactor, FutileEvery, FutileHold)},
-			{Name: "settling", Says: fmt.Sprintf("no retry goes sooner than its pause; a probe that never reports frees its slot %v after its call's deadline (%v without one)", ProbeLeaseSlack, ProbeGapMax)},
-			{Name: "criticality", Says: "releases, probes and last chances go to the most critical waiting retry first; a full waiting room evicts the least critical, latest first"},
-		},
+// Current is the snapshot of the Gate's rules that `stagger check` prints,
+// in the order the Gate's documentation gives them, with the numbers of
+// gatetune.go. They are not settings: a release may retune them.
+func Current() []Rule {
+	return []Rule{
+		{Name: "heal", Says: fmt.Sprintf("while retrying heals the calls that retried (at least %.2g of the latest %d) and no attempt failed for overload, a waiting retry goes after its own pause, and a retry after a per-attempt timeout of a straggler (newer attempts served) goes unpaid", HealMinShare, HealWindow)},
+		{Name: "probe", Says: fmt.Sprintf("while attempts fail, one waiting retry at a time goes when nothing reached the server for the quiet time: its pause, doubled by every failure (up to %v by new calls' failures, %v by failed probes)", QuietGapMax, ProbeGapMax)},
+		{Name: "last-chance", Says: fmt.Sprintf("while attempts fail, a call with a deadline keeps its last attempt for a last chance %v (or twice the latest deferred retry's duration) before the deadline", LastChanceLead)},
+		{Name: "release", Says: fmt.Sprintf("once the server serves again, waiting retries go one credit at a time: %v a second plus %v of each success, growing to %v while released retries succeed; a call held through an outage goes back its own pause after it and a share of what its deadline leaves, at first no faster than %v of the pace its retries began to wait at (a process that held %d or more), faster while the server answers them fast", ReleasePerSecond, ReleaseGainStart, ReleaseGainMax, BackShare, BackMinHeld)},
+		{Name: "guard", Says: "a retry a circuit breaker guards goes only when the breaker allows it too; while it is open, as its half-open probe"},
+		{Name: "outage", Says: fmt.Sprintf("%d failures in a row, after %v without failures, of a server whose retries do not heal, make an outage, and so does a streak longer than twice the server's longest recent run of failures plus %[1]d in which two retries failed: every retry waits (none is paid by the budget)", OutageStreak, HealthyGap)},
+		{Name: "overload", Says: fmt.Sprintf("for %v after a failure for overload every retry waits; after a slow success, every retry after a per-attempt timeout but a straggler's", OverloadHold)},
+		{Name: "hold", Says: fmt.Sprintf("a wait that no rule lets go by its pause and %v of it is held only in an outage or an overload; otherwise it goes as a probe (a server that served, or a process no retry has told anything yet, none the budget paid for being out) or ends", HoldSlack)},
+		{Name: "hopeless", Says: "a wait ends as soon as a retry, taking as long as its method's attempts lately, could not finish before the call's deadline"},
+		{Name: "futility", Says: fmt.Sprintf("once an outage has lasted %v times the longest wait of the retries that began to wait since the server last served, a retry fails at once (reason outage) unless nobody waits (it then waits alone, as the probe, once %v failures were recorded since a probe failed and a probe or its last chance could go before its deadline) or a draw keeps it (%v of them); calls already waiting keep their chance; the first success ends it", FutileFactor, FutileEvery, FutileHold)},
+		{Name: "settling", Says: fmt.Sprintf("no retry goes sooner than its pause; a probe that never reports frees its slot %v after its call's deadline (%v without one)", ProbeLeaseSlack, ProbeGapMax)},
+		{Name: "criticality", Says: "releases, probes and last chances go to the most critical waiting retry first; a full waiting room evicts the least critical, latest first"},
 	}
 }
