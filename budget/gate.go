@@ -44,9 +44,9 @@ import (
 //   - guard: a retry a circuit breaker guards goes only when the breaker
 //     allows it too; while the breaker is open, as its half-open probe;
 //   - outage and overload: failures in a row after a calm second, of a
-//     server whose retries do not heal, or beyond its flakiness, are an
-//     outage; in it, and after a failure for overload, Allow refuses
-//     every retry (not hedges): they wait;
+//     server whose retries do not heal, or beyond its flakiness or the
+//     calls' waits, are an outage; in it, and after a failure for
+//     overload, Allow refuses every retry (not hedges): they wait;
 //   - hold and hopeless: a wait no rule lets go by its pause and a tenth
 //     probes (a server that served, or a process no retry told anything,
 //     none paid for being out) or ends, unless the server is down or

@@ -41,7 +41,7 @@ func TestGateProperties(t *testing.T) {
 	// the heal evidence going stale only a second after the latest retry,
 	// which the recovered server served), 672, 1396 and 2023 (the history
 	// ended before a call without a deadline did).
-	for _, seed := range append(seqSeeds(seeds), 672, 816, 1396, 2023, 2410, 2863) {
+	for _, seed := range append(seqSeeds(seeds), 672, 810, 816, 1396, 2023, 2410, 2863) {
 		h := newHistory(seed)
 		h.run(t)
 		if t.Failed() {

@@ -488,6 +488,47 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 	}
 }
 
+// A server that served, then fails every call for longer than the calls'
+// waits, retries included, is in an outage, however long the flaky runs
+// before it were and whatever the calls before it said of healing (seed
+// 810 of the property test: a server whose every first attempt failed
+// went down, and its calls' retries went unpaid by the heal rule for 5 s).
+// Not a server never seen serving (its probes find it back), not a streak
+// of first attempts alone, not a streak shorter than the waits.
+func TestGateOutageOutlastingTheWaits(t *testing.T) {
+	wait := time.Second
+	tests := []struct {
+		name          string
+		seen, retries bool
+		lasted        time.Duration
+		want          phase
+	}{
+		{"served, retries failed, lasted the waits", true, true, wait, phaseOutage},
+		{"shorter than the waits", true, true, wait - time.Millisecond, phaseFailing},
+		{"first attempts alone", true, false, wait, phaseFailing},
+		{"never served", false, true, wait, phaseFailing},
+	}
+	for _, tt := range tests {
+		s := downState()
+		s.ev.seen = tt.seen
+		s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond) // not after calm
+		s.ev.ended(11)                                              // long flaky runs
+		s.ev.calls = 1<<tune.HealWindow | 0xff                      // retries healed
+		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
+		s.enter(t0, 50*time.Millisecond, wait)
+		for i := range 2 {
+			a := Attempt{Number: 1, Outcome: Failure}
+			if tt.retries {
+				a.Number = i + 2
+			}
+			s.observe(t0.Add(tt.lasted), a)
+		}
+		if s.phase != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, s.phase, tt.want)
+		}
+	}
+}
+
 // A server that failed a share of its attempts all along (runs of one
 // or two failures that successes ended) and then fails every attempt,
 // retries included, is in an outage once the streak is beyond what its
