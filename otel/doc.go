@@ -93,7 +93,8 @@
 //     Options.States' interceptor States hold then (a policy file's;
 //     budget.DefaultBackends() when all three are nil; per target,
 //     attribute grpc.target), read by State() when the metrics are
-//     collected.
+//     collected; budgets of one kind for one target add up (the tokens
+//     the process holds for it), each read once.
 //   - stagger.client.breaker.transitions, counter, {transition}: a circuit
 //     breaker's state changes, with stagger.breaker (the breaker's key: the
 //     target, and the method under a per-method scope), stagger.breaker.from

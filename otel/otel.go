@@ -78,12 +78,13 @@ type Options struct {
 	// MeterProvider records the metrics; nil: otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 	// Budgets are observed as gauges (level, capacity) with attribute
-	// stagger.budget.kind. Give at most one budget of each kind: two of
-	// the same kind report under the same attributes.
+	// stagger.budget.kind; two of the same kind add up.
 	Budgets []budget.Budget
 	// Backends are observed as the same gauges, once per target, with
 	// attributes stagger.budget.kind and grpc.target (the tokens of one
-	// target, which its methods' Gates share).
+	// target, which its methods' Gates share). Two budgets of one kind
+	// for one target (two States', or a State's and the default's) add
+	// up: the gauge is what the process holds for that target.
 	Backends []*budget.Backends
 	// States are the interceptors' States (interceptor.State): the budgets
 	// a policy file declares live there, built by the interceptors from
@@ -229,28 +230,14 @@ func newRecorder(o Options) (*recorder, error) {
 	budgets = uniqueBudgets(budgets)
 	if len(budgets) > 0 || len(backends) > 0 || len(states) > 0 {
 		_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
-			for _, b := range budgets {
-				st := b.State()
-				opt := metric.WithAttributes(attribute.String(AttrBudgetKind, st.Kind))
-				obs.ObserveFloat64(level, st.Level, opt)
-				obs.ObserveFloat64(capacity, st.Capacity, opt)
-			}
-			all := backends
-			for _, st := range states {
-				all = append(all[:len(all):len(all)], st.Budgets()...)
-			}
-			for _, bs := range all {
-				last := ""
-				for i, st := range bs.States() {
-					if i > 0 && st.Target == last {
-						// The target's other methods' Gates: the same tokens.
-						continue
-					}
-					last = st.Target
-					opt := metric.WithAttributes(attribute.String(AttrBudgetKind, st.Kind), attribute.String(AttrTarget, st.Target))
-					obs.ObserveFloat64(level, st.Level, opt)
-					obs.ObserveFloat64(capacity, st.Capacity, opt)
+			for k, v := range budgetSums(budgets, backends, states) {
+				attrs := []attribute.KeyValue{attribute.String(AttrBudgetKind, k.kind)}
+				if k.backend {
+					attrs = append(attrs, attribute.String(AttrTarget, k.target))
 				}
+				opt := metric.WithAttributes(attrs...)
+				obs.ObserveFloat64(level, v.level, opt)
+				obs.ObserveFloat64(capacity, v.capacity, opt)
 			}
 			return nil
 		}, level, capacity)
@@ -259,6 +246,55 @@ func newRecorder(o Options) (*recorder, error) {
 		}
 	}
 	return r, nil
+}
+
+// gaugeKey is one point of the budget gauges: a kind, and for a backend's
+// budget its target.
+type gaugeKey struct {
+	kind, target string
+	backend      bool
+}
+
+// gaugeSum is the level and capacity of the budgets under one gaugeKey.
+type gaugeSum struct{ level, capacity float64 }
+
+// budgetSums reads every budget once and adds up those under one key: two
+// budgets of one kind for one target (two States, each holding a file's
+// budget for it, or a State and budget.DefaultBackends()) are two sets of
+// tokens the process spends on that target, and an SDK keeps one of two
+// observations under the same attributes, so each would hide the other.
+// A Backends named twice counts once; a target's methods' Gates share its
+// tokens and count once.
+func budgetSums(budgets []budget.Budget, backends []*budget.Backends, states []*interceptor.State) map[gaugeKey]gaugeSum {
+	sums := map[gaugeKey]gaugeSum{}
+	add := func(k gaugeKey, st budget.State) {
+		v := sums[k]
+		sums[k] = gaugeSum{v.level + st.Level, v.capacity + st.Capacity}
+	}
+	for _, b := range budgets {
+		st := b.State()
+		add(gaugeKey{kind: st.Kind}, st)
+	}
+	all := backends
+	for _, st := range states {
+		all = append(all[:len(all):len(all)], st.Budgets()...)
+	}
+	seen := map[*budget.Backends]bool{}
+	for _, bs := range all {
+		if bs == nil || seen[bs] {
+			continue
+		}
+		seen[bs] = true
+		last := ""
+		for i, st := range bs.States() {
+			if i > 0 && st.Target == last {
+				continue // the target's other methods' Gates: the same tokens
+			}
+			last = st.Target
+			add(gaugeKey{st.Kind, st.Target, true}, st.State)
+		}
+	}
+	return sums
 }
 
 // uniqueBudgets returns bs without nil budgets and repeats.

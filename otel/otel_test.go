@@ -482,6 +482,39 @@ func TestBackendsGauges(t *testing.T) {
 	}
 }
 
+// Two sets of tokens for one target (two DialOptions calls' States, or a
+// State's and the default's) are what the process holds for it: their
+// points add up, where an SDK would keep one of two points under the same
+// attributes; a Backends named twice counts once.
+func TestBackendsGaugesAddUpPerTarget(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	var sets []*budget.Backends
+	for range 2 {
+		bs, err := budget.NewBackends(budget.DefaultSettings())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets = append(sets, bs)
+	}
+	const target = "dns:///sum.test:443"
+	one := sets[0].Get(target, "/a.S/M")
+	sets[1].Get(target, "/a.S/M")
+	if !one.Allow(budget.Request{Number: 2}) {
+		t.Fatal("a fresh default budget refused a retry")
+	}
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{sets[0], sets[1], sets[0]}}); err != nil {
+		t.Fatal(err)
+	}
+	st0, st1 := sets[0].Get(target, "/a.S/M").State(), sets[1].Get(target, "/a.S/M").State()
+	ms := collect(t, reader)
+	for name, want := range map[string]float64{MetricBudgetLevel: st0.Level + st1.Level, MetricBudgetCapacity: st0.Capacity + st1.Capacity} {
+		g := ms[name].Data.(metricdata.Gauge[float64])
+		if len(g.DataPoints) != 1 || g.DataPoints[0].Value != want {
+			t.Errorf("%s: %+v, want one point, %g", name, g.DataPoints, want)
+		}
+	}
+}
+
 // A policy file's budgets live in the interceptors' State: the gauges read
 // the ones it holds at each collection, per target, and follow a reload
 // that changes the file's budget.
