@@ -144,8 +144,8 @@ func TestGateBackSpread(t *testing.T) {
 		if got := s.pace.backAfter(&w, s.slot.lead()); got.Sub(tc.want).Abs() > 10*time.Microsecond {
 			t.Errorf("spread %v: back at %v, want %v", w.spread, got.Sub(t0), tc.want.Sub(t0))
 		}
-		if how, _ := s.decide(tc.want.Add(10*time.Microsecond), &w, false); how != AdmitRelease {
-			t.Errorf("spread %v: at its time, decide = %v, want a release", w.spread, how)
+		if how, _ := s.candidate(tc.want.Add(10*time.Microsecond), &w); how != AdmitRelease {
+			t.Errorf("spread %v: at its time, candidate = %v, want a release", w.spread, how)
 		}
 	}
 }
@@ -189,14 +189,15 @@ func TestGateAdmissions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s, w := tt.s, tt.w
-		// decide changes nothing but the wait's held.
+		// decide changes nothing; apply does what it says.
 		before, wBefore := s, w
-		got, next := s.decide(tt.at, &w, false)
-		if wBefore.held = w.held; !sameState(s, before) || w != wBefore {
+		s.decide(tt.at, &w, false)
+		if !sameState(s, before) || w != wBefore {
 			t.Errorf("%s: decide changed the state or the wait", tt.name)
 		}
+		got, next := s.candidate(tt.at, &w)
 		if got != tt.want || !next.Equal(tt.next) || w.held != tt.wantHeld {
-			t.Errorf("%s: decide = %v, next %v, held %v; want %v, next %v, held %v", tt.name, got, next.Sub(t0), w.held, tt.want, tt.next.Sub(t0), tt.wantHeld)
+			t.Errorf("%s: candidate = %v, next %v, held %v; want %v, next %v, held %v", tt.name, got, next.Sub(t0), w.held, tt.want, tt.next.Sub(t0), tt.wantHeld)
 			continue
 		}
 		if got == AdmitNone || got == admitEnd {
@@ -283,7 +284,7 @@ func TestGateHeals(t *testing.T) {
 		t.Fatalf("flaky server, two failures in a row: %v, want failing", s.phase)
 	}
 	w := waiting(10*time.Millisecond, t0.Add(2*time.Second), true)
-	if a, _ := s.decide(t0, &w, false); a != AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
 		t.Fatalf("flaky server: %v, want heal", a)
 	}
 	// Calls still retrying do not count against healing: second attempts
@@ -291,7 +292,7 @@ func TestGateHeals(t *testing.T) {
 	for range 2 * tune.HealWindow {
 		s.ev.learn(t0, secondFailed)
 	}
-	if a, _ := s.decide(t0, &w, false); a != AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
 		t.Fatalf("after pending calls: %v, want heal", a)
 	}
 	// Not in an outage.
@@ -304,26 +305,26 @@ func TestGateHeals(t *testing.T) {
 	if !o.ev.heals(t0) {
 		t.Fatal("four calls of the latest eight healed: retries should heal")
 	}
-	if a, _ := o.decide(t0, &w, false); a == AdmitHeal {
+	if a, _ := o.candidate(t0, &w); a == AdmitHeal {
 		t.Fatal("healed in an outage")
 	}
 	// A failure for overload stops healing for tune.OverloadHold; a slow success
 	// does not.
 	s = flaky()
 	s.ev.learn(t0, Attempt{Number: 1, Outcome: Success, Overload: true})
-	if a, _ := s.decide(t0, &w, false); a != AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
 		t.Fatalf("after a slow success: %v, want heal", a)
 	}
 	s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	w1, w2 := w, w
-	if a, _ := s.decide(t0.Add(tune.OverloadHold-time.Millisecond), &w1, false); a == AdmitHeal || !w1.held {
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == AdmitHeal || !w1.held {
 		t.Fatalf("within tune.OverloadHold of a failure for overload: %v, held %v; want no heal, and held", a, w1.held)
 	}
-	if a, _ := s.decide(t0.Add(tune.OverloadHold), &w2, false); a != AdmitHeal {
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w2); a != AdmitHeal {
 		t.Fatalf("after tune.OverloadHold: %v, want heal", a)
 	}
 	// A wait held through an overload or an outage goes back paced.
-	if a, _ := s.decide(t0.Add(tune.OverloadHold), &w1, false); a == AdmitHeal {
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w1); a == AdmitHeal {
 		t.Fatal("a held wait was healed")
 	}
 	// A down server: every call's final retry fails.
@@ -333,7 +334,7 @@ func TestGateHeals(t *testing.T) {
 		s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure, Final: true})
 	}
 	s.observe(t0, Attempt{Number: 1, Outcome: Failure})
-	if a, _ := s.decide(t0, &w, false); a == AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a == AdmitHeal {
 		t.Fatal("healed retries of a server whose retries all fail")
 	}
 	// A call that failed its first retries and then its final one is one
@@ -369,7 +370,7 @@ func TestGateHealsBeforeCallsSay(t *testing.T) {
 	if !s.ev.heals(t0) || s.ev.known() {
 		t.Fatalf("served, one retry failed: heals %v, known %v; want true, false", s.ev.heals(t0), s.ev.known())
 	}
-	if a, _ := s.decide(t0, &w, false); a != AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
 		t.Fatalf("served, one retry failed: %v, want heal", a)
 	}
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
@@ -559,6 +560,14 @@ func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 	if s.ev.runs > 1 {
 		t.Errorf("runs %.2f after twenty runs of one, want 1", s.ev.runs)
 	}
+}
+
+// candidate is what a waiter's Poll asks without a guard: the decision
+// for w at now, applied.
+func (s *gateState) candidate(now time.Time, w *waiterView) (Admission, time.Time) {
+	d := s.decide(now, w, false)
+	w.held = w.held || d.hold
+	return d.how, d.next
 }
 
 // sameState reports whether a and b hold the same state (their random

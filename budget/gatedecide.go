@@ -10,53 +10,63 @@ import (
 // (the hold and hopeless rules); never an Attempt's.
 const admitEnd Admission = 255
 
-// decide is the rules' answer for the waiting retry w at now: how it goes
-// now (AdmitHeal, AdmitRelease, AdmitProbe, AdmitLast, before its guard
-// and the budget are asked; admitEnd: its wait ends), or AdmitNone with
-// next, when asking again could change the answer without news (zero:
-// only news will). It changes nothing but w.held, set when the hold rule
-// holds the wait, or the guard rule: while w's guard is open (guardOpen)
-// the guard alone says when the retry goes.
-func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) (Admission, time.Time) {
-	how, next := s.decideRules(now, w)
-	if guardOpen && (how == AdmitNone || how == admitEnd) {
-		how, next, w.held = AdmitProbe, time.Time{}, true
-	}
-	return how, next
+// decision is what the rules say of one waiting retry at one moment: how it
+// goes now (AdmitHeal, AdmitRelease, AdmitProbe, AdmitLast, before its
+// guard and the budget are asked; admitEnd: its wait ends), or AdmitNone
+// with next, when asking again could change the answer without news
+// (zero: only news will); hold: the wait is held from now on (the hold
+// rule, or an open guard).
+type decision struct {
+	how  Admission
+	next time.Time
+	hold bool
 }
 
-func (s *gateState) decideRules(now time.Time, w *waiterView) (Admission, time.Time) {
+// decide is the rules' decision for the waiting retry w at now, whose
+// guard is open when guardOpen: while it is open the guard alone says
+// when the retry goes, and the gate holds the wait (the guard rule). It
+// changes nothing: Waiter.decideLocked applies it.
+func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decision {
+	d := s.decideRules(now, w)
+	if guardOpen && (d.how == AdmitNone || d.how == admitEnd) {
+		d = decision{how: AdmitProbe, hold: true}
+	}
+	return d
+}
+
+func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 	end, endAt := s.hopeless(now, w)
 	if end {
-		return admitEnd, time.Time{}
+		return decision{how: admitEnd}
 	}
-	if !w.held && s.phase != phaseOutage && s.ev.heals(now) {
-		return AdmitHeal, time.Time{}
+	held := w.held
+	if !held && s.phase != phaseOutage && s.ev.heals(now) {
+		return decision{how: AdmitHeal}
 	}
-	if !w.held && !now.Before(w.holdAt) {
+	if !held && !now.Before(w.holdAt) {
 		if s.phase != phaseOutage && !s.ev.overloaded(now) {
 			// The hold rule: a probe, or the end of the wait. A process
 			// that no retry told anything probes too: else one whose
 			// only retry got a non-retryable answer never learns.
 			if (s.ev.seen || s.ev.untold(now)) && !s.slot.held(now) {
-				return AdmitProbe, time.Time{}
+				return decision{how: AdmitProbe}
 			}
 			if !s.ev.seen && now.Before(s.ev.retryOut) {
 				// A paid retry is out: wait for what it tells.
-				return AdmitNone, clock.Earlier(s.ev.retryOut, endAt)
+				return decision{next: clock.Earlier(s.ev.retryOut, endAt)}
 			}
-			return admitEnd, time.Time{}
+			return decision{how: admitEnd}
 		}
-		w.held = true
+		held = true
 	}
-	how, next := s.decideByPhase(now, w, w.held)
-	if how == AdmitNone {
-		if !w.held {
-			next = clock.Earlier(next, w.holdAt)
+	d := decision{hold: held && !w.held}
+	if d.how, d.next = s.decideByPhase(now, w, held); d.how == AdmitNone {
+		if !held {
+			d.next = clock.Earlier(d.next, w.holdAt)
 		}
-		next = clock.Earlier(next, endAt)
+		d.next = clock.Earlier(d.next, endAt)
 	}
-	return how, next
+	return d
 }
 
 // decideByPhase is the release rule while the server serves, the probe and

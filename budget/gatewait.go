@@ -100,7 +100,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	// Held from now if its first decision would hold it: news between
 	// here and that decision must not find it unheld (the hold rule
 	// would send it at once, past the release rule's pace).
-	g.st.decide(now, &w.view, false)
+	w.decideLocked(now, false)
 	w.elem = g.room.queue[level].PushBack(w)
 	return w, nil
 }
@@ -188,7 +188,7 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 		w.granted = AdmitNone
 		return how, time.Time{}
 	}
-	how, next := g.st.decide(now, &w.view, open)
+	how, next := w.decideLocked(now, open)
 	for scarce(how) {
 		v, vhow := g.handOffLocked(now, w.level)
 		if v == nil {
@@ -196,7 +196,7 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 		}
 		v.granted = vhow
 		g.notifyLocked()
-		how, next = g.st.decide(now, &w.view, open)
+		how, next = w.decideLocked(now, open)
 	}
 	switch {
 	case how == admitEnd:
@@ -260,7 +260,7 @@ func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission) {
 			if now.Before(v.earliest) || v.r.Guard != nil || v.asking {
 				continue
 			}
-			if how, _ := g.st.decide(now, &v.view, false); scarce(how) {
+			if how, _ := v.decideLocked(now, false); scarce(how) {
 				v.takeLocked(now, how)
 				g.room.dequeue(v)
 				return v, how
@@ -268,6 +268,14 @@ func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission) {
 		}
 	}
 	return nil, AdmitNone
+}
+
+// decideLocked is the rules' decision for w at now, applied: the one place
+// a decision changes a wait.
+func (w *Waiter) decideLocked(now time.Time, guardOpen bool) (Admission, time.Time) {
+	d := w.g.st.decide(now, &w.view, guardOpen)
+	w.view.held = w.view.held || d.hold
+	return d.how, d.next
 }
 
 func (w *Waiter) endLocked() {
