@@ -8,13 +8,17 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/clock"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
 // The Gate's properties over random histories: one backend's Gate (the
 // default budget's settings, its own tokens), driven on a virtual clock by
 // calls of three attempts that arrive at random, with random deadlines,
 // criticalities, pauses and gaps, through a random earlier history of
-// outcomes, then through one regime whose outcome is checked:
+// outcomes (failures, non-retryable answers that end a call, failures for
+// overload), then through one regime whose outcome is checked, from the
+// end of the overload rule's hold when the earlier history had overload:
 //
 //   - the backend serves every retry (first attempts may still fail):
 //     retries go again, within a second or their own pause;
@@ -36,12 +40,16 @@ func TestGateProperties(t *testing.T) {
 	if raceOn {
 		seeds = 50 // the histories have no goroutines to race
 	}
-	// And seeds past them that once failed: 816, 2410 and 2863 (Allow
-	// admitted a per-attempt timer's retry 1.2 s after the first success,
-	// the heal evidence going stale only a second after the latest retry,
-	// which the recovered server served), 672, 1396 and 2023 (the history
-	// ended before a call without a deadline did).
-	for _, seed := range append(seqSeeds(seeds), 672, 810, 816, 1396, 2023, 2410, 2863) {
+	// And seeds past them that once failed: 726 and 1889 (the futility
+	// rule's lone waiter waited its deadline out while new calls failed
+	// faster than its pause, no probe having failed yet), 810 (a flaky
+	// server gone down had its retries healed unpaid until a streak
+	// outgrew its flakiness), 816, 2410 and 2863 (Allow admitted a
+	// per-attempt timer's retry 1.2 s after the first success, the heal
+	// evidence going stale only a second after the latest retry, which the
+	// recovered server served), 672, 1396 and 2023 (the history ended
+	// before a call without a deadline did).
+	for _, seed := range append(seqSeeds(seeds), 672, 726, 810, 816, 1396, 1889, 2023, 2410, 2863) {
 		h := newHistory(seed)
 		h.run(t)
 		if t.Failed() {
@@ -83,7 +91,13 @@ type history struct {
 	// (first attempts with pFirst); then reg.
 	earlier       time.Duration
 	pFail, pFirst float64
-	reg           regime
+	// In the earlier history, a failed attempt is a non-retryable answer
+	// (Outcome Other: its call ends) with pOther, and says overload with
+	// pOverload; drawn from extra, so that histories without them are
+	// the ones they were before these were added.
+	pOther, pOverload float64
+	extra             *rand.Rand
+	reg               regime
 	// regimeFor is how long reg lasts; gap is the mean time between calls;
 	// deadline the calls' deadline span (zero: some calls have none).
 	regimeFor, gap, deadline time.Duration
@@ -92,6 +106,10 @@ type history struct {
 	// okAt is the regime's first success; allowAt when Allow first
 	// admitted a retry after a per-attempt timeout in it (servesAll).
 	okAt, allowAt time.Time
+	// overloadAt is the earlier history's latest failure for overload:
+	// the overload rule holds retries back tune.OverloadHold after it, on
+	// purpose, so the first two properties count from its end.
+	overloadAt time.Time
 }
 
 // propCall is one call's progress.
@@ -125,6 +143,9 @@ func newHistory(seed uint64) *history {
 	if rnd.IntN(3) == 0 {
 		h.pFirst = 1 // first attempts always fail in the earlier history too
 	}
+	h.extra = rand.New(rand.NewPCG(seed, 0x07e4))
+	h.pOther = []float64{0, 0, 0.3, 1}[h.extra.IntN(4)]
+	h.pOverload = []float64{0, 0, 0, 0.5}[h.extra.IntN(4)]
 	h.reg = regime(rnd.IntN(3))
 	h.regimeFor = 10 * time.Second
 	h.gap = []time.Duration{5, 20, 100, 400}[rnd.IntN(4)] * time.Millisecond
@@ -148,7 +169,7 @@ func newHistory(seed uint64) *history {
 }
 
 func (h *history) describe() string {
-	return "earlier " + h.earlier.String() + " failing " + ftoa(h.pFail) + " (first attempts " + ftoa(h.pFirst) + "), then " + h.reg.String() +
+	return "earlier " + h.earlier.String() + " failing " + ftoa(h.pFail) + " (first attempts " + ftoa(h.pFirst) + "; non-retryable " + ftoa(h.pOther) + ", overload " + ftoa(h.pOverload) + "), then " + h.reg.String() +
 		"; a call every " + h.gap.String() + ", deadline " + h.deadline.String() + ", pause " + h.pause.String()
 }
 
@@ -283,6 +304,14 @@ func (h *history) step(now time.Time, c *propCall) {
 	}
 	if !ok {
 		a.Outcome = Failure
+		if now.Before(t0.Add(h.earlier)) {
+			if h.pOther > 0 && h.extra.Float64() < h.pOther {
+				a.Outcome, a.Final, final = Other, true, true
+			}
+			if a.Overload = h.pOverload > 0 && h.extra.Float64() < h.pOverload; a.Overload {
+				h.overloadAt = now
+			}
+		}
 	}
 	h.g.Record(a)
 	if ok && h.okAt.IsZero() && !now.Before(t0.Add(h.earlier)) {
@@ -323,7 +352,8 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 	if held {
 		t.Error("the probe slot is held after every caller left")
 	}
-	settled := regimeAt.Add(time.Second + h.pause)
+	from := clock.Later(regimeAt, h.overloadAt.Add(tune.OverloadHold))
+	settled := from.Add(time.Second + h.pause)
 	switch h.reg {
 	case servesRetries:
 		// Calls that start once the regime has settled, and fail their
@@ -348,7 +378,7 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 			t.Errorf("the backend serves every retry, yet %d of %d calls whose first attempt failed were retried", retried, failedFirst)
 		}
 	case servesAll:
-		if h.allowAt.IsZero() || h.allowAt.Sub(h.okAt) > time.Second+propStep {
+		if h.allowAt.IsZero() || h.allowAt.Sub(clock.Later(h.okAt, from)) > time.Second+propStep {
 			t.Errorf("the backend serves every attempt from %v (first success %v), yet Allow admitted a retry after a per-attempt timeout only at %v", regimeAt.Sub(t0), h.okAt.Sub(t0), h.allowAt.Sub(t0))
 		}
 	case down:
@@ -360,7 +390,7 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 		var calls, retries int
 		var slow int
 		for _, c := range h.calls {
-			if c.start.Before(regimeAt.Add(span+time.Second)) || c.start.After(t0.Add(h.earlier+h.regimeFor)) {
+			if c.start.Before(from.Add(span+time.Second)) || c.start.After(t0.Add(h.earlier+h.regimeFor)) {
 				continue
 			}
 			calls++

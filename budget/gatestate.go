@@ -189,11 +189,11 @@ func (s *gateState) futile(now time.Time) bool {
 
 // tooLate reports whether the futility rule's lone waiter, with pause and
 // deadline (zero: none), would wait in vain: fewer than tune.FutileEvery
-// failures since a probe failed, failures arriving faster than its pause
-// (no quiet time will come), or no probe or last chance before its
-// deadline as things stand.
+// failures since a probe failed, the streak's failures arriving faster
+// than its pause (no quiet time will come: each puts its probe off), or
+// no probe or last chance before its deadline as things stand.
 func (s *gateState) tooLate(now time.Time, pause time.Duration, deadline time.Time, last bool) bool {
-	if s.slot.since < tune.FutileEvery || !s.slot.failedAt.IsZero() && now.Sub(s.slot.failedAt) < time.Duration(s.slot.since)*pause {
+	if s.slot.since < tune.FutileEvery || now.Sub(s.streakAt) < time.Duration(s.streak)*pause {
 		return true
 	}
 	if deadline.IsZero() {
