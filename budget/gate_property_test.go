@@ -17,8 +17,9 @@ import (
 // calls of three attempts that arrive at random, with random deadlines,
 // criticalities, pauses and gaps, through a random earlier history of
 // outcomes (failures, non-retryable answers that end a call, failures for
-// overload), then through one regime whose outcome is checked, from the
-// end of the overload rule's hold when the earlier history had overload:
+// overload), then through one regime whose outcome is checked (the first
+// two from the end of the overload rule's hold, which holds retries back
+// on purpose, when the earlier history had overload):
 //
 //   - the backend serves every retry (first attempts may still fail):
 //     retries go again, within a second or their own pause;
@@ -390,7 +391,7 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 		var calls, retries int
 		var slow int
 		for _, c := range h.calls {
-			if c.start.Before(from.Add(span+time.Second)) || c.start.After(t0.Add(h.earlier+h.regimeFor)) {
+			if c.start.Before(regimeAt.Add(span+time.Second)) || c.start.After(t0.Add(h.earlier+h.regimeFor)) {
 				continue
 			}
 			calls++

@@ -495,19 +495,23 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 // 810 of the property test: a server whose every first attempt failed
 // went down, and its calls' retries went unpaid by the heal rule for 5 s).
 // Not a server never seen serving (its probes find it back), not a streak
-// of first attempts alone, not a streak shorter than the waits.
+// of first attempts alone (unless the overload rule holds every retry, so
+// that none can fail: a server overloaded, then down, had every call wait
+// its deadline out for the hold's 5 s), not a streak shorter than the
+// waits.
 func TestGateOutageOutlastingTheWaits(t *testing.T) {
 	wait := time.Second
 	tests := []struct {
-		name          string
-		seen, retries bool
-		lasted        time.Duration
-		want          phase
+		name               string
+		seen, retries, ovl bool
+		lasted             time.Duration
+		want               phase
 	}{
-		{"served, retries failed, lasted the waits", true, true, wait, phaseOutage},
-		{"shorter than the waits", true, true, wait - time.Millisecond, phaseFailing},
-		{"first attempts alone", true, false, wait, phaseFailing},
-		{"never served", false, true, wait, phaseFailing},
+		{"served, retries failed, lasted the waits", true, true, false, wait, phaseOutage},
+		{"shorter than the waits", true, true, false, wait - time.Millisecond, phaseFailing},
+		{"first attempts alone", true, false, false, wait, phaseFailing},
+		{"first attempts alone, overloaded", true, false, true, wait, phaseOutage},
+		{"never served", false, true, false, wait, phaseFailing},
 	}
 	for _, tt := range tests {
 		s := downState()
@@ -515,7 +519,7 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 		s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond) // not after calm
 		s.ev.ended(11)                                              // long flaky runs
 		s.ev.calls = 1<<tune.HealWindow | 0xff                      // retries healed
-		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
+		s.observe(t0, Attempt{Number: 1, Outcome: Failure, Overload: tt.ovl})
 		s.enter(t0, 50*time.Millisecond, wait)
 		for i := range 2 {
 			a := Attempt{Number: 1, Outcome: Failure}

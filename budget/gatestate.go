@@ -133,12 +133,13 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// The outage rule: a streak after calm, of a server whose retries
 		// do not heal (or that is overloaded), or, with retries failing in
 		// it, beyond its flakiness or lasting longer than the calls' waits
-		// (a server that served, then failed every call for a deadline).
+		// (a server that served, then failed every call for a deadline;
+		// under overload no retry goes to fail, and the streak suffices).
 		// Healthy: a success was seen, and the streak began tune.HealthyGap
 		// after the one before it ended.
 		healthy := s.ev.seen && s.streakAt.Sub(s.ev.lastFail) >= tune.HealthyGap
 		lasting := s.ev.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span
-		if s.streak++; s.streak >= tune.OutageStreak && ((healthy || s.ev.overloaded(now)) && s.ev.down(now) || (s.ev.beyond(s.streak) || lasting) && s.ev.retryFails >= tune.HealMinSamples) {
+		if s.streak++; s.streak >= tune.OutageStreak && ((healthy || s.ev.overloaded(now)) && s.ev.down(now) || (s.ev.beyond(s.streak) || lasting) && (s.ev.retryFails >= tune.HealMinSamples || lasting && s.ev.overloaded(now))) {
 			s.phase = phaseOutage
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing
