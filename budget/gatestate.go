@@ -137,9 +137,10 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// under overload no retry goes to fail, and the streak suffices).
 		// Healthy: a success was seen, and the streak began tune.HealthyGap
 		// after the one before it ended.
+		ovl, retriesFailed := s.ev.overloaded(now), s.ev.retryFails >= tune.HealMinSamples
 		healthy := s.ev.seen && s.streakAt.Sub(s.ev.lastFail) >= tune.HealthyGap
-		lasting := s.ev.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span
-		if s.streak++; s.streak >= tune.OutageStreak && ((healthy || s.ev.overloaded(now)) && s.ev.down(now) || (s.ev.beyond(s.streak) || lasting) && (s.ev.retryFails >= tune.HealMinSamples || lasting && s.ev.overloaded(now))) {
+		lasting := s.ev.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span && (retriesFailed || ovl)
+		if s.streak++; s.streak >= tune.OutageStreak && ((healthy || ovl) && s.ev.down(now) || s.ev.beyond(s.streak) && retriesFailed || lasting) {
 			s.phase = phaseOutage
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing
