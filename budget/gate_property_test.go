@@ -22,7 +22,9 @@ import (
 // on purpose, when the earlier history had overload):
 //
 //   - the backend serves every retry (first attempts may still fail):
-//     retries go again, within a second or their own pause;
+//     retries go again, within a second or their own pause (of the
+//     regime's first success, for a process that never saw the backend
+//     serve: until then it cannot tell this from an outage);
 //   - it serves every attempt: Allow admits a retry after a per-attempt
 //     timeout (a straggler's) within a second of the first success, so
 //     the timer cuts;
@@ -49,8 +51,10 @@ func TestGateProperties(t *testing.T) {
 	// per-attempt timer's retry 1.2 s after the first success, the heal
 	// evidence going stale only a second after the latest retry, which the
 	// recovered server served), 672, 1396 and 2023 (the history ended
-	// before a call without a deadline did).
-	for _, seed := range append(seqSeeds(seeds), 672, 726, 810, 816, 1396, 1889, 2023, 2410, 2863) {
+	// before a call without a deadline did), 228 and 1190 (down all its
+	// life, then serving retries: the process probed one call in ten, as
+	// the down property asks, and took 3 s to see a success).
+	for _, seed := range append(seqSeeds(seeds), 228, 672, 726, 810, 816, 1190, 1396, 1889, 2023, 2410, 2863) {
 		h := newHistory(seed)
 		h.run(t)
 		if t.Failed() {
@@ -105,8 +109,10 @@ type history struct {
 	pause                    time.Duration
 	calls                    []*propCall
 	// okAt is the regime's first success; allowAt when Allow first
-	// admitted a retry after a per-attempt timeout in it (servesAll).
+	// admitted a retry after a per-attempt timeout in it (servesAll);
+	// servedEarlier, whether an attempt succeeded in the earlier history.
 	okAt, allowAt time.Time
+	servedEarlier bool
 	// overloadAt is the earlier history's latest failure for overload:
 	// the overload rule holds retries back tune.OverloadHold after it, on
 	// purpose, so the first two properties count from its end.
@@ -318,6 +324,7 @@ func (h *history) step(now time.Time, c *propCall) {
 	if ok && h.okAt.IsZero() && !now.Before(t0.Add(h.earlier)) {
 		h.okAt = now
 	}
+	h.servedEarlier = h.servedEarlier || ok && now.Before(t0.Add(h.earlier))
 	if ok || final {
 		h.end(now, c, ok)
 		return
@@ -358,7 +365,15 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 	switch h.reg {
 	case servesRetries:
 		// Calls that start once the regime has settled, and fail their
-		// first attempt with time left for a retry, are retried.
+		// first attempt with time left for a retry, are retried. A
+		// process that never saw the backend serve cannot tell this regime
+		// from an outage until a retry or a first attempt succeeds: the
+		// down property allows one retry in ten calls, which at a call
+		// every 400 ms is one in 4 s (seeds 228 and 1190), so its second
+		// counts from the regime's first success.
+		if h.earlier > 0 && !h.servedEarlier {
+			settled = clock.Later(from, h.okAt).Add(time.Second + h.pause)
+		}
 		var failedFirst, retried int
 		for _, c := range h.calls {
 			if c.start.Before(settled) || c.start.After(t0.Add(h.earlier+h.regimeFor-time.Second)) {
