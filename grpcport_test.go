@@ -491,7 +491,7 @@ func TestGRPCRetryUnaryPort(t *testing.T) {
 
 // TestGRPCRetryThrottlingPort ports grpc-go's TestRetryThrottling: the
 // file's retryThrottling is the budget, with grpc-go's exact arithmetic
-// (tokenRatio kept to 3 decimals; budget.Throttle's doc).
+// (tokenRatio kept to 3 decimals; budget.ThrottleSettings).
 func TestGRPCRetryThrottlingPort(t *testing.T) {
 	file := portServiceConfig("UNAVAILABLE", `,
     "retryThrottling": {

@@ -13,15 +13,15 @@ func benchBudgets(b *testing.B) []struct {
 	name string
 	bud  Budget
 } {
-	th, err := NewThrottle(ThrottleSettings{MaxTokens: 100, TokenRatio: 1})
+	th, err := newThrottle(ThrottleSettings{MaxTokens: 100, TokenRatio: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	tb, err := NewTokenBucket(TokenBucketSettings{})
+	tb, err := newTokenBucket(TokenBucketSettings{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	ra, err := NewRatio(RatioSettings{})
+	ra, err := newRatio(RatioSettings{})
 	if err != nil {
 		b.Fatal(err)
 	}

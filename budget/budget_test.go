@@ -51,7 +51,7 @@ func rec(n, number int, o Outcome) step {
 // tokens > 5.
 func TestThrottleA6(t *testing.T) {
 	clk := &manualClock{now: t0}
-	b, err := NewThrottle(ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1239}, WithClock(clk.Now))
+	b, err := newThrottle(ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1239}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func withLevel(s step, level float64) step { s.Level = level; return s }
 
 func TestTokenBucketScript(t *testing.T) {
 	clk := &manualClock{now: t0}
-	b, err := NewTokenBucket(TokenBucketSettings{Capacity: 20, Initial: 12, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}, WithClock(clk.Now))
+	b, err := newTokenBucket(TokenBucketSettings{Capacity: 20, Initial: 12, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestTokenBucketScript(t *testing.T) {
 }
 
 func TestTokenBucketDefaultsAWS(t *testing.T) {
-	b, err := NewTokenBucket(TokenBucketSettings{})
+	b, err := newTokenBucket(TokenBucketSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestRatioScript(t *testing.T) {
 	clk := &manualClock{now: t0}
 	// 10% of requests, floor 0.2/s over 10 s = 2 retries per window; the
 	// window moves 1 s at a time.
-	b, err := NewRatio(RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.2}, WithClock(clk.Now))
+	b, err := newRatio(RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.2}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestRatioScript(t *testing.T) {
 
 func TestRatioNoFloor(t *testing.T) {
 	clk := &manualClock{now: t0}
-	b, err := NewRatio(RatioSettings{Percent: 50, MinRetriesPerSecond: -1}, WithClock(clk.Now))
+	b, err := newRatio(RatioSettings{Percent: 50, MinRetriesPerSecond: -1}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,11 +343,11 @@ func TestConcurrentInvariants(t *testing.T) {
 // TestConcurrentExactSpend: goroutines racing for a bucket's last tokens get
 // exactly what it holds, no more (a lost compare-and-swap would overspend).
 func TestConcurrentExactSpend(t *testing.T) {
-	b, err := NewTokenBucket(TokenBucketSettings{Capacity: 500})
+	b, err := newTokenBucket(TokenBucketSettings{Capacity: 500})
 	if err != nil {
 		t.Fatal(err)
 	}
-	th, err := NewThrottle(ThrottleSettings{MaxTokens: 1000, TokenRatio: 1})
+	th, err := newThrottle(ThrottleSettings{MaxTokens: 1000, TokenRatio: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

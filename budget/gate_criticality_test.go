@@ -325,7 +325,7 @@ func TestGateEnterHeldBeforePoll(t *testing.T) {
 // polls is paid for: every admission is settled.
 func TestGateHandOffIsPaidWhenTaken(t *testing.T) {
 	clk := &manualClock{now: t0}
-	tb, err := NewTokenBucket(DefaultSettings().TokenBucket)
+	tb, err := newTokenBucket(DefaultSettings().TokenBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,7 +157,7 @@ func newHistory(seed uint64) *history {
 		// outage must outlive that.
 		h.regimeFor = 2 * defaultMaxWait
 	}
-	b, err := NewTokenBucket(DefaultSettings().TokenBucket)
+	b, err := newTokenBucket(DefaultSettings().TokenBucket)
 	if err != nil {
 		panic(err)
 	}

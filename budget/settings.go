@@ -307,19 +307,19 @@ func newKind(s Settings, opts []Option) (Budget, error) {
 	case KindThrottle:
 		// Each case returns its own nil so that an error never comes with a
 		// non-nil Budget holding a nil pointer.
-		t, err := NewThrottle(s.Throttle, opts...)
+		t, err := newThrottle(s.Throttle, opts...)
 		if err != nil {
 			return nil, err
 		}
 		return t, nil
 	case KindTokenBucket:
-		b, err := NewTokenBucket(s.TokenBucket, opts...)
+		b, err := newTokenBucket(s.TokenBucket, opts...)
 		if err != nil {
 			return nil, err
 		}
 		return b, nil
 	case KindRatio:
-		r, err := NewRatio(s.Ratio, opts...)
+		r, err := newRatio(s.Ratio, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -328,7 +328,7 @@ func newKind(s Settings, opts []Option) (Budget, error) {
 	return nil, s.Validate()
 }
 
-// tokenCounts is the state the two token kinds (Throttle, TokenBucket) share:
+// tokenCounts is the state the two token kinds (throttle, tokenBucket) share:
 // tokens in thousandths, updated by compare-and-swap, and the Allow counters.
 type tokenCounts struct {
 	tokens  atomic.Int64 // thousandths of a token
