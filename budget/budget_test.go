@@ -240,6 +240,40 @@ func TestNewKinds(t *testing.T) {
 	}
 }
 
+func TestSettingsWithDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		s    Settings
+		want Settings
+	}{
+		{"zero", Settings{}, Settings{
+			TokenBucket: TokenBucketSettings{Capacity: 500, Initial: 500, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1},
+			Ratio:       RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.1},
+			Defer:       DeferSettings{MaxWaiting: 1024, MaxWait: 10 * time.Second},
+		}},
+		{"set fields kept, no floor as 0, initial follows capacity", Settings{
+			Kind:        KindRatio,
+			Throttle:    ThrottleSettings{MaxTokens: 10},
+			TokenBucket: TokenBucketSettings{Capacity: 50, RetryCost: 2},
+			Ratio:       RatioSettings{Percent: 20, MinRetriesPerSecond: -1},
+			Defer:       DeferSettings{Mode: DeferOff, MaxWait: time.Second},
+		}, Settings{
+			Kind:        KindRatio,
+			Throttle:    ThrottleSettings{MaxTokens: 10},
+			TokenBucket: TokenBucketSettings{Capacity: 50, Initial: 50, RetryCost: 2, TimeoutRetryCost: 10, SuccessReward: 1},
+			Ratio:       RatioSettings{Percent: 20, Window: 10 * time.Second},
+			Defer:       DeferSettings{Mode: DeferOff, MaxWaiting: 1024, MaxWait: time.Second},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.s.WithDefaults(); got != tt.want {
+				t.Fatalf("WithDefaults() = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestDefault(t *testing.T) {
 	if Default() != Default() {
 		t.Fatal("Default returned two budgets; want one per process")

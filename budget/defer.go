@@ -41,8 +41,8 @@ const (
 	defaultMaxWait    = 10 * time.Second
 )
 
-// WithDefaults returns s with each zero field replaced by its default.
-func (s DeferSettings) WithDefaults() DeferSettings {
+// withDefaults returns s with each zero field replaced by its default.
+func (s DeferSettings) withDefaults() DeferSettings {
 	if s.MaxWaiting == 0 {
 		s.MaxWaiting = defaultMaxWaiting
 	}
@@ -52,9 +52,9 @@ func (s DeferSettings) WithDefaults() DeferSettings {
 	return s
 }
 
-// Validate reports the first setting that breaks its rule, as a
+// validate reports the first setting that breaks its rule, as a
 // *SettingsError naming the setting.
-func (s DeferSettings) Validate() error {
+func (s DeferSettings) validate() error {
 	if s.Mode > DeferOff {
 		return &SettingsError{Field: "Mode", Rule: "must be auto, on or off", Value: s.Mode}
 	}

@@ -41,12 +41,12 @@ const (
 )
 
 // newRatio returns an empty ratio budget, or a *SettingsError when s breaks a
-// rule. Zero fields take their defaults (RatioSettings.WithDefaults).
+// rule. Zero fields take their defaults (Settings.WithDefaults).
 func newRatio(s RatioSettings, opts ...Option) (*ratio, error) {
-	if err := s.Validate(); err != nil {
+	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	s = s.WithDefaults()
+	s = s.withDefaults()
 	o := buildOptions(opts)
 	r := &ratio{
 		w:     window.New[window.Counts](o.Now(), s.Window),

@@ -27,7 +27,7 @@ type throttle struct {
 
 // newThrottle returns a full throttle, or a *SettingsError when s breaks a rule.
 func newThrottle(s ThrottleSettings, opts ...Option) (*throttle, error) {
-	if err := s.Validate(); err != nil {
+	if err := s.validate(); err != nil {
 		return nil, err
 	}
 	o := buildOptions(opts)

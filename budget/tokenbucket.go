@@ -32,12 +32,12 @@ type tokenBucket struct {
 
 // newTokenBucket returns a bucket holding s.Initial tokens, or a
 // *SettingsError when s breaks a rule. Zero fields take their defaults
-// (TokenBucketSettings.WithDefaults).
+// (Settings.WithDefaults).
 func newTokenBucket(s TokenBucketSettings, opts ...Option) (*tokenBucket, error) {
-	if err := s.Validate(); err != nil {
+	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	s = s.WithDefaults()
+	s = s.withDefaults()
 	o := buildOptions(opts)
 	b := &tokenBucket{
 		capacity:    toMilli(s.Capacity),

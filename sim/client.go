@@ -127,7 +127,7 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 		}
 	}
 	if g, ok := b.(*budget.Gate); ok {
-		p.gate, p.maxWait = g, c.Budget.Defer.WithDefaults().MaxWait
+		p.gate, p.maxWait = g, c.Budget.WithDefaults().Defer.MaxWait
 	}
 	return p, nil
 }

@@ -844,7 +844,7 @@ func explainDeferral(s budget.Settings) string {
 		}
 		return out
 	}
-	d := s.Defer.WithDefaults()
+	d := s.WithDefaults().Defer
 	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), "+
 		"and goes, or its call ends with its last status (reason deferred), by the Gate's rules below; "+
 		`"defer": false ends refused calls at once`, d.MaxWaiting, d.MaxWait)
@@ -872,7 +872,7 @@ func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
 			Explanation: fmt.Sprintf("each failed attempt costs 1 token and retries stop at %v tokens or fewer: in an outage about %v retries go out, then only first attempts (1.0x); unthrottled the file allows %.0fx",
 				t.MaxTokens/2, math.Ceil(t.MaxTokens/2), unbounded)}
 	case budget.KindTokenBucket:
-		t := s.TokenBucket.WithDefaults()
+		t := s.WithDefaults().TokenBucket
 		start := t.Capacity
 		if t.Initial > 0 {
 			start = t.Initial
@@ -884,7 +884,7 @@ func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
 			Explanation: fmt.Sprintf("in an outage the bucket (%v tokens) pays for %v, then refills only from first-try successes: 1.0x after that; unthrottled the file allows %.0fx",
 				start, retriesWord(burst), unbounded)}
 	case budget.KindRatio:
-		r := s.Ratio.WithDefaults()
+		r := s.WithDefaults().Ratio
 		amp := math.Min(1+r.Percent/100, unbounded)
 		return &checkBudget{Kind: "ratio (retryBudget.ratio)",
 			Settings:      fmt.Sprintf("percent %v, window %v, minRetriesPerSecond %v", r.Percent, r.Window, r.MinRetriesPerSecond),
