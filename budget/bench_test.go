@@ -77,7 +77,7 @@ func BenchmarkGateEnterPollLeave(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if a, _ := w.Poll(); a == AdmitProbe {
+		if a, _, _ := w.Poll(); a == AdmitProbe {
 			g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
 		}
 		w.Leave()

@@ -65,7 +65,7 @@ var retry2 = Request{Number: 2}
 
 func poll(t *testing.T, w *Waiter, want Admission) time.Time {
 	t.Helper()
-	got, next := w.Poll()
+	got, next, _ := w.Poll()
 	if got != want {
 		t.Fatalf("Poll = %v, want %v", got, want)
 	}
@@ -194,7 +194,7 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	// after a quiet time (its pause, longer than the gap the successes
 	// halved).
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitRelease, Overload: true})
-	if a, next := ws[3].Poll(); a != AdmitNone || !next.Equal(clk.Now().Add(time.Second)) {
+	if a, next, _ := ws[3].Poll(); a != AdmitNone || !next.Equal(clk.Now().Add(time.Second)) {
 		t.Fatalf("Poll = %v, next %v from now; want none, a quiet time (1s) away", a, next.Sub(clk.Now()))
 	}
 	clk.advance(time.Second)
@@ -431,7 +431,7 @@ func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
 	poll(t, w, AdmitProbe)
 	clk.advance(10 * time.Millisecond)
 	poll(t, other, AdmitNone)
-	if !errors.Is(other.Err(), ErrWaitEnded) {
+	if !errors.Is(other.err(), ErrWaitEnded) {
 		t.Fatal("the other retry's wait did not end at its hold time")
 	}
 }
@@ -468,10 +468,10 @@ func TestGateHold(t *testing.T) {
 	clk.advance(pause + pause/10)
 	poll(t, a, AdmitProbe)
 	poll(t, b, AdmitNone)
-	if a.Err() != nil || !errors.Is(b.Err(), ErrWaitEnded) {
-		t.Fatalf("ended: probe %v, other %v; want false, true", a.Err() != nil, b.Err() != nil)
+	if a.err() != nil || !errors.Is(b.err(), ErrWaitEnded) {
+		t.Fatalf("ended: probe %v, other %v; want false, true", a.err() != nil, b.err() != nil)
 	}
-	if a, _ := b.Poll(); a != AdmitNone {
+	if a, _, _ := b.Poll(); a != AdmitNone {
 		t.Fatalf("an ended wait polled again: %v", a)
 	}
 	// An overload holds the waits.
@@ -483,7 +483,7 @@ func TestGateHold(t *testing.T) {
 	defer c.Leave()
 	clk.advance(pause + pause/10)
 	poll(t, c, AdmitNone)
-	if c.Err() != nil {
+	if c.err() != nil {
 		t.Fatal("a wait ended under overload")
 	}
 }
@@ -523,19 +523,19 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	}
 	clk.advance(501 * time.Millisecond)
 	poll(t, slow, AdmitNone)
-	if !errors.Is(slow.Err(), ErrWaitEnded) {
-		t.Fatalf("at 601ms, 399ms from the deadline: Err %v, want ErrWaitEnded", slow.Err())
+	if !errors.Is(slow.err(), ErrWaitEnded) {
+		t.Fatalf("at 601ms, 399ms from the deadline: Err %v, want ErrWaitEnded", slow.err())
 	}
 	poll(t, unknown, AdmitNone)
-	if unknown.Err() != nil {
-		t.Fatalf("a wait whose method's latency is unknown ended: %v", unknown.Err())
+	if unknown.err() != nil {
+		t.Fatalf("a wait whose method's latency is unknown ended: %v", unknown.err())
 	}
 	// A deferred retry that succeeded after 500ms: the other wait, 400ms
 	// from its deadline, cannot end well either.
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe, Took: 500 * time.Millisecond})
 	poll(t, unknown, AdmitNone)
-	if !errors.Is(unknown.Err(), ErrWaitEnded) {
-		t.Fatalf("400ms left, a deferred retry took 500ms: Err %v, want ErrWaitEnded", unknown.Err())
+	if !errors.Is(unknown.err(), ErrWaitEnded) {
+		t.Fatalf("400ms left, a deferred retry took 500ms: Err %v, want ErrWaitEnded", unknown.err())
 	}
 	// Five seconds later that evidence is stale.
 	clk.advance(tune.OverloadHold)
@@ -545,8 +545,8 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	}
 	defer late.Leave()
 	poll(t, late, AdmitNone)
-	if late.Err() != nil {
-		t.Fatalf("stale evidence ended a wait: %v", late.Err())
+	if late.err() != nil {
+		t.Fatalf("stale evidence ended a wait: %v", late.err())
 	}
 }
 

@@ -72,12 +72,12 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 				}
 			}
 			for i, v := range ws {
-				err := v.Err()
+				err := v.err()
 				if i == tt.evicted {
 					if !errors.Is(err, ErrEvicted) || !errors.Is(err, ErrTooManyWaiting) {
 						t.Errorf("waiter %d (%v): Err = %v, want ErrEvicted", i, tt.waiting[i], err)
 					}
-					if a, next := v.Poll(); a != AdmitNone || !next.IsZero() {
+					if a, next, _ := v.Poll(); a != AdmitNone || !next.IsZero() {
 						t.Errorf("evicted waiter: Poll = %v, %v", a, next)
 					}
 				} else if err != nil {
@@ -159,7 +159,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 				// The first to poll, then the others in order.
 				w := ws[(tt.poller+i)%len(ws)]
 				idx := (tt.poller + i) % len(ws)
-				a, _ := w.Poll()
+				a, _, _ := w.Poll()
 				want := AdmitNone
 				if idx == tt.want {
 					want = tt.how
@@ -291,7 +291,7 @@ func outageProbed(t *testing.T, s DeferSettings) *Gate {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	w, _ := g.Enter(retry2, 0, time.Time{})
-	if a, _ := w.Poll(); a != AdmitProbe {
+	if a, _, _ := w.Poll(); a != AdmitProbe {
 		t.Fatalf("first Poll = %v, want a probe", a)
 	}
 	w.Leave()
@@ -314,7 +314,7 @@ func TestGateEnterHeldBeforePoll(t *testing.T) {
 	}
 	defer w.Leave()
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
-	if a, _ := w.Poll(); a != AdmitRelease {
+	if a, _, _ := w.Poll(); a != AdmitRelease {
 		t.Fatalf("first Poll after the probe was served = %v, want a release", a)
 	}
 }
@@ -420,13 +420,13 @@ func TestGateAsksNothingForeignUnderItsLock(t *testing.T) {
 		defer w.Leave()
 		plain, _ := g.Enter(retryAt(crit), 0, time.Time{})
 		defer plain.Leave()
-		if a, _ := w.Poll(); a != AdmitProbe {
+		if a, _, _ := w.Poll(); a != AdmitProbe {
 			t.Errorf("guarded Poll = %v, want a probe", a)
 		}
 		b.open.Store(true)
 		g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
 		clk.advance(time.Minute)
-		if a, _ := plain.Poll(); a != AdmitBudget {
+		if a, _, _ := plain.Poll(); a != AdmitBudget {
 			t.Errorf("unguarded Poll with the budget open = %v, want a paid probe", a)
 		}
 	}()
@@ -471,7 +471,7 @@ func TestGateGuardSlotSettledUnderConcurrency(t *testing.T) {
 					continue
 				}
 				clk.advance(time.Millisecond)
-				if a, _ := w.Poll(); a != AdmitNone {
+				if a, _, _ := w.Poll(); a != AdmitNone {
 					w.Leave()
 					guard.done() // the retry went, and reported
 					g.Record(Attempt{Number: 2, Outcome: Failure, Admission: a})

@@ -275,13 +275,13 @@ func (h *history) step(now time.Time, c *propCall) {
 		if now.Before(c.at) {
 			return
 		}
-		a, next := c.w.Poll()
+		a, next, _ := c.w.Poll()
 		if a != AdmitNone {
 			c.w.Leave()
 			h.send(now, c, a)
 			return
 		}
-		if c.w.Err() != nil {
+		if c.w.err() != nil {
 			c.w.Leave()
 			c.w = nil
 			h.end(now, c, false)

@@ -106,7 +106,7 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 100 {
-			a, next := w.Poll()
+			a, next, _ := w.Poll()
 			if a == AdmitProbe {
 				return w
 			}
@@ -137,7 +137,7 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	}
 	defer w.Leave()
 	for clk.Now().Before(secondLeft.Add(tune.ProbeGapMax)) {
-		a, next := w.Poll()
+		a, next, _ := w.Poll()
 		if a != AdmitNone {
 			t.Fatalf("at %v, with the second probe out: Poll = %v, want none", clk.Now().Sub(secondLeft), a)
 		}
@@ -148,7 +148,7 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	}
 	// The second probe reports: the slot is free, and the wait probes.
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe, Took: clk.Now().Sub(secondLeft)})
-	if a, next := w.Poll(); a == AdmitNone && next.IsZero() {
+	if a, next, _ := w.Poll(); a == AdmitNone && next.IsZero() {
 		t.Fatal("after the second probe reported, the wait has nothing to wait for")
 	}
 }

@@ -256,7 +256,7 @@ func TestGateSettlesALostProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w2.Leave()
-	if a, _ := w2.Poll(); a != AdmitProbe {
+	if a, _, _ := w2.Poll(); a != AdmitProbe {
 		t.Fatalf("the new outage's retry: %v, want a probe (the lost one's slot expired)", a)
 	}
 }

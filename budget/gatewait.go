@@ -12,7 +12,7 @@ import (
 // Waiter is one deferred retry, for code that cannot block (package sim,
 // on its virtual clock): Enter, then Poll whenever the gate's Changed
 // channel closes or the time Poll returned comes, until Poll admits it or
-// Err says the wait is over, and Leave once. Wait does all of it for a
+// says the wait is over, and Leave once. Wait does all of it for a
 // goroutine on the real clock. A Waiter belongs to one goroutine.
 type Waiter struct {
 	g        *Gate
@@ -116,9 +116,8 @@ func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	g.settle(now)
 }
 
-// Err returns ErrEvicted or ErrWaitEnded once w will never be admitted:
-// its call ends with its last status. Leave it then.
-func (w *Waiter) Err() error {
+// err returns ErrEvicted or ErrWaitEnded once w will never be admitted.
+func (w *Waiter) err() error {
 	switch {
 	case w.evicted.Load():
 		return ErrEvicted
@@ -136,11 +135,20 @@ func (g *Gate) Changed() <-chan struct{} {
 }
 
 // Poll asks, now, whether w may go. When it may not, next is when asking
-// again could change the answer without news (zero: only news will), or
-// the wait is over (Err). The rules decide and the admission is taken
-// under the gate's lock; w's guard and the budget are asked unlocked, and
-// the admission is given back when they refuse.
-func (w *Waiter) Poll() (a Admission, next time.Time) {
+// again could change the answer without news (zero: only news will), and
+// err, once w will never be admitted, is ErrEvicted or ErrWaitEnded: its
+// call ends with its last status (Leave w then). The rules decide and the
+// admission is taken under the gate's lock; w's guard and the budget are
+// asked unlocked, and the admission is given back when they refuse.
+func (w *Waiter) Poll() (a Admission, next time.Time, err error) {
+	if a, next = w.poll(); a == AdmitNone {
+		err = w.err()
+	}
+	return a, next, err
+}
+
+// poll is Poll but for its err.
+func (w *Waiter) poll() (a Admission, next time.Time) {
 	g := w.g
 	if w.ended || w.evicted.Load() {
 		return AdmitNone, time.Time{}
@@ -325,11 +333,10 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 	defer t.Stop()
 	for {
 		changed := g.Changed()
-		a, next := w.Poll()
+		a, next, err := w.Poll()
 		if a != AdmitNone {
 			return a, nil
 		}
-		err := w.Err()
 		now := g.now()
 		if err == nil && !now.Before(limit) {
 			err = end

@@ -174,14 +174,14 @@ func (p *proc) pollWaiters() {
 // as the real clock's waiters wake on the gate's Changed channel.
 func (p *proc) poll(w *waiter) {
 	defer p.pollIfChanged(p.gate.Changed())
-	a, next := w.w.Poll()
+	a, next, err := w.w.Poll()
 	if a != budget.AdmitNone {
 		w.gone = true
 		w.w.Leave()
 		w.admit(a)
 		return
 	}
-	if w.w.Err() != nil {
+	if err != nil {
 		w.gone = true
 		w.w.Leave()
 		w.giveUp()
