@@ -110,10 +110,16 @@ func (a Admission) String() string {
 type Deferrer interface {
 	Budget
 	// Wait blocks the calling goroutine until the retry r, which Allow
-	// refused, is admitted, no sooner than pause from now. It returns how,
-	// or why not: ErrTooManyWaiting, ErrEvicted, ErrOutageLasting,
-	// ErrWaitLimit, ErrWaitEnded, or the context's error (its deadline
-	// counts as reached a millisecond early: no retry starts with less).
+	// refused, is admitted, no sooner than pause from now, and returns
+	// how. Otherwise it returns why not: ErrTooManyWaiting (too many wait,
+	// or a more critical retry took r's place), ErrOutageLasting, the
+	// context's error (its deadline counts as reached a millisecond early:
+	// no retry starts with less), or another error when the wait ended
+	// otherwise (a Gate's hold and hopeless rules, or DeferSettings.MaxWait
+	// for a call without a deadline). The interceptors end the call with
+	// its last status on every error (CANCELED when its caller cancelled
+	// it), for the reason budget after ErrTooManyWaiting, outage after
+	// ErrOutageLasting and deferred after any other.
 	Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error)
 }
 
@@ -145,18 +151,25 @@ type Guard interface {
 	AllowRetry() (ok bool, next time.Time)
 }
 
+// The errors of Deferrer.Wait that the interceptors tell apart (reasons
+// budget and outage).
 var (
-	// ErrTooManyWaiting: the budget's bound of waiting calls is reached.
+	// ErrTooManyWaiting: the budget's bound of waiting calls is reached
+	// (or, wrapped, a more critical retry took this one's place).
 	ErrTooManyWaiting = errors.New("budget: too many calls waiting for a retry")
-	// ErrEvicted: a more critical retry took this one's place in a full
-	// room (Gate, the criticality rule). It wraps ErrTooManyWaiting.
-	ErrEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
 	// ErrOutageLasting: the server has been down longer than the calls'
 	// deadlines, and the retry fails at once (Gate, the futility rule).
 	ErrOutageLasting = errors.New("budget: the server has been down longer than the calls' deadlines: retries fail at once until a probe heals")
-	// ErrWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
-	ErrWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
-	// ErrWaitEnded: the Gate ended the wait (Gate, the hold and hopeless
+)
+
+// The other ends of a Gate's wait, which the interceptors treat alike.
+var (
+	// errEvicted: a more critical retry took this one's place in a full
+	// room (Gate, the criticality rule). It wraps ErrTooManyWaiting.
+	errEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
+	// errWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
+	errWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
+	// errWaitEnded: the Gate ended the wait (Gate, the hold and hopeless
 	// rules).
-	ErrWaitEnded = errors.New("budget: the gate ended a deferred retry's wait: not let go by its pause with no outage or overload to wait for, or no retry could finish before the deadline")
+	errWaitEnded = errors.New("budget: the gate ended a deferred retry's wait: not let go by its pause with no outage or overload to wait for, or no retry could finish before the deadline")
 )

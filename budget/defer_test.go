@@ -431,13 +431,13 @@ func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
 	poll(t, w, AdmitProbe)
 	clk.advance(10 * time.Millisecond)
 	poll(t, other, AdmitNone)
-	if !errors.Is(other.err(), ErrWaitEnded) {
+	if !errors.Is(other.err(), errWaitEnded) {
 		t.Fatal("the other retry's wait did not end at its hold time")
 	}
 }
 
 // The hold and hopeless rules: a wait the gate does not hold ends at its pause and a tenth, or
-// goes then as a probe when the server served; Wait returns ErrWaitEnded.
+// goes then as a probe when the server served; Wait returns errWaitEnded.
 func TestGateHold(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
@@ -468,7 +468,7 @@ func TestGateHold(t *testing.T) {
 	clk.advance(pause + pause/10)
 	poll(t, a, AdmitProbe)
 	poll(t, b, AdmitNone)
-	if a.err() != nil || !errors.Is(b.err(), ErrWaitEnded) {
+	if a.err() != nil || !errors.Is(b.err(), errWaitEnded) {
 		t.Fatalf("ended: probe %v, other %v; want false, true", a.err() != nil, b.err() != nil)
 	}
 	if a, _, _ := b.Poll(); a != AdmitNone {
@@ -523,8 +523,8 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	}
 	clk.advance(501 * time.Millisecond)
 	poll(t, slow, AdmitNone)
-	if !errors.Is(slow.err(), ErrWaitEnded) {
-		t.Fatalf("at 601ms, 399ms from the deadline: Err %v, want ErrWaitEnded", slow.err())
+	if !errors.Is(slow.err(), errWaitEnded) {
+		t.Fatalf("at 601ms, 399ms from the deadline: Err %v, want errWaitEnded", slow.err())
 	}
 	poll(t, unknown, AdmitNone)
 	if unknown.err() != nil {
@@ -534,8 +534,8 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	// from its deadline, cannot end well either.
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe, Took: 500 * time.Millisecond})
 	poll(t, unknown, AdmitNone)
-	if !errors.Is(unknown.err(), ErrWaitEnded) {
-		t.Fatalf("400ms left, a deferred retry took 500ms: Err %v, want ErrWaitEnded", unknown.err())
+	if !errors.Is(unknown.err(), errWaitEnded) {
+		t.Fatalf("400ms left, a deferred retry took 500ms: Err %v, want errWaitEnded", unknown.err())
 	}
 	// Five seconds later that evidence is stale.
 	clk.advance(tune.OverloadHold)
@@ -553,7 +553,7 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 // On the real clock, Wait ends a wait when it becomes hopeless (the hold and hopeless rules),
 // not at its deadline: in an outage, with a probe out, a call's last
 // attempt whose method's attempts take 300ms, 500ms before its deadline,
-// returns ErrWaitEnded about 200ms in. The Wait's own timer against the
+// returns errWaitEnded about 200ms in. The Wait's own timer against the
 // deadline, repeated.
 func TestRealTimeGateEndsHopelessWait(t *testing.T) {
 	if testing.Short() {
@@ -566,8 +566,8 @@ func TestRealTimeGateEndsHopelessWait(t *testing.T) {
 		_, err := g.Wait(ctx, Request{Number: 3, Last: true, Took: 300 * time.Millisecond}, 10*time.Millisecond)
 		took := time.Since(start)
 		cancel()
-		if !errors.Is(err, ErrWaitEnded) || took < 190*time.Millisecond || took > 400*time.Millisecond {
-			t.Fatalf("run %d: Wait = %v after %v; want ErrWaitEnded after about 200ms", i, err, took)
+		if !errors.Is(err, errWaitEnded) || took < 190*time.Millisecond || took > 400*time.Millisecond {
+			t.Fatalf("run %d: Wait = %v after %v; want errWaitEnded after about 200ms", i, err, took)
 		}
 	}
 }

@@ -57,7 +57,7 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 			changed := g.Changed()
 			w, err := g.Enter(retryAt(tt.arrival), time.Second, time.Time{})
 			if tt.evicted < 0 {
-				if !errors.Is(err, ErrTooManyWaiting) || errors.Is(err, ErrEvicted) {
+				if !errors.Is(err, ErrTooManyWaiting) || errors.Is(err, errEvicted) {
 					t.Fatalf("Enter = %v, want ErrTooManyWaiting", err)
 				}
 			} else {
@@ -74,8 +74,8 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 			for i, v := range ws {
 				err := v.err()
 				if i == tt.evicted {
-					if !errors.Is(err, ErrEvicted) || !errors.Is(err, ErrTooManyWaiting) {
-						t.Errorf("waiter %d (%v): Err = %v, want ErrEvicted", i, tt.waiting[i], err)
+					if !errors.Is(err, errEvicted) || !errors.Is(err, ErrTooManyWaiting) {
+						t.Errorf("waiter %d (%v): Err = %v, want errEvicted", i, tt.waiting[i], err)
 					}
 					if a, next, _ := v.Poll(); a != AdmitNone || !next.IsZero() {
 						t.Errorf("evicted waiter: Poll = %v, %v", a, next)

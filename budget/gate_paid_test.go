@@ -51,8 +51,8 @@ func TestGateWaitsForThePaidRetry(t *testing.T) {
 				t.Fatal("the paid retry's answer woke nobody")
 			}
 			poll(t, w, tt.want)
-			if tt.want == AdmitNone && w.err() != ErrWaitEnded {
-				t.Fatalf("after the paid retry failed, Err = %v, want ErrWaitEnded", w.err())
+			if tt.want == AdmitNone && w.err() != errWaitEnded {
+				t.Fatalf("after the paid retry failed, Err = %v, want errWaitEnded", w.err())
 			}
 		})
 	}

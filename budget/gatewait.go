@@ -105,7 +105,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	return w, nil
 }
 
-// evictLocked makes v give up (ErrEvicted) and frees its place.
+// evictLocked makes v give up (errEvicted) and frees its place.
 func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	g.room.dequeue(v)
 	v.evicted.Store(true)
@@ -116,13 +116,13 @@ func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	g.settle(now)
 }
 
-// err returns ErrEvicted or ErrWaitEnded once w will never be admitted.
+// err returns errEvicted or errWaitEnded once w will never be admitted.
 func (w *Waiter) err() error {
 	switch {
 	case w.evicted.Load():
-		return ErrEvicted
+		return errEvicted
 	case w.ended:
-		return ErrWaitEnded
+		return errWaitEnded
 	}
 	return nil
 }
@@ -136,10 +136,12 @@ func (g *Gate) Changed() <-chan struct{} {
 
 // Poll asks, now, whether w may go. When it may not, next is when asking
 // again could change the answer without news (zero: only news will), and
-// err, once w will never be admitted, is ErrEvicted or ErrWaitEnded: its
-// call ends with its last status (Leave w then). The rules decide and the
-// admission is taken under the gate's lock; w's guard and the budget are
-// asked unlocked, and the admission is given back when they refuse.
+// err, once w will never be admitted, says why (a more critical retry
+// took its place, which wraps ErrTooManyWaiting, or the Gate ended the
+// wait): its call ends with its last status (Leave w then). The rules
+// decide and the admission is taken under the gate's lock; w's guard and
+// the budget are asked unlocked, and the admission is given back when they
+// refuse.
 func (w *Waiter) Poll() (a Admission, next time.Time, err error) {
 	if a, next = w.poll(); a == AdmitNone {
 		err = w.err()
@@ -327,7 +329,7 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 	defer w.Leave()
 	limit, end := deadline.Add(-tune.WaitSlack), context.DeadlineExceeded
 	if !hasDeadline {
-		limit, end = g.now().Add(g.s.MaxWait), ErrWaitLimit
+		limit, end = g.now().Add(g.s.MaxWait), errWaitLimit
 	}
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
@@ -342,7 +344,7 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 			err = end
 		}
 		if err != nil {
-			if err != ErrEvicted { // an eviction was counted when made
+			if err != errEvicted { // an eviction was counted when made
 				g.giveUp()
 			}
 			return AdmitNone, err

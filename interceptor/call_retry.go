@@ -293,8 +293,8 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 // the call's final error: CANCELED when the caller cancelled; last, reason
 // deferred, when no retry could start before the deadline or a call without
 // one waited the limit; last, reason budget, when too many calls wait or a
-// more critical retry took its place (budget.ErrTooManyWaiting, which
-// ErrEvicted wraps). A retry of any criticality may wait: the Gate refuses
+// more critical retry took its place (budget.ErrTooManyWaiting, wrapped
+// for the latter). A retry of any criticality may wait: the Gate refuses
 // none for its level alone (see budget.Gate).
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
 	req := *c.deferReq
