@@ -37,7 +37,7 @@ func retryAdmissions(hooks *hookLog) []budget.Admission {
 }
 
 // Deferral end to end: stagger.DialOptions with a budget of the default
-// settings (a fresh one per test: budget.Default is one per process), over
+// settings (a fresh one per test: budget.DefaultBackends is one per process), over
 // bufconn in a synctest bubble.
 
 // deferFile retries UNAVAILABLE up to 5 attempts, pauses of exactly 10ms.

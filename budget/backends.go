@@ -217,6 +217,7 @@ var defaultBackends = sync.OnceValue(func() *Backends {
 // DefaultBackends returns stagger's default budgets, the ones
 // stagger.DialOptions installs when a policy file declares none: one
 // default budget (DefaultSettings) per backend, on the real clock, shared
-// by every connection of the process to that backend. Default says how the
-// settings were chosen.
+// by every connection of the process to that backend. DefaultSettings says
+// how the settings were chosen, and how to share one budget across backends
+// instead.
 func DefaultBackends() *Backends { return defaultBackends() }

@@ -275,21 +275,21 @@ func TestSettingsWithDefaults(t *testing.T) {
 }
 
 func TestDefault(t *testing.T) {
-	if Default() != Default() {
-		t.Fatal("Default returned two budgets; want one per process")
+	if first, again := DefaultBackends(), DefaultBackends(); first != again {
+		t.Fatal("DefaultBackends returned two sets; want one per process")
 	}
 	if err := DefaultSettings().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if s := Default().State(); s.Kind != DefaultSettings().Kind.String() || s.Level != 9 || s.Capacity != 100 {
-		t.Fatalf("Default().State() = %+v", s)
-	}
-	// Nearly empty at start: while everything fails a fresh process gets one
-	// retry, then waits for a success.
 	b, err := New(DefaultSettings(), WithClock(func() time.Time { return t0 }))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s := b.State(); s.Kind != DefaultSettings().Kind.String() || s.Level != 9 || s.Capacity != 100 {
+		t.Fatalf("New(DefaultSettings()).State() = %+v", s)
+	}
+	// Nearly empty at start: while everything fails a fresh process gets one
+	// retry, then waits for a success.
 	if !b.Allow(Request{Number: 2}) || b.Allow(Request{Number: 2}) {
 		t.Fatal("a fresh default budget should allow exactly one retry")
 	}

@@ -72,7 +72,7 @@
 // everything fails, a fresh process gets one retry paid by the bucket and
 // then needs a success for each next one (the retries it refuses meanwhile
 // wait in the Gate); while a few attempts fail, refunds and rewards keep it
-// full. Default says how it was chosen.
+// full. DefaultSettings says how it was chosen.
 //
 // # Concurrency and zero values
 //

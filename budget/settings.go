@@ -25,7 +25,7 @@ type TokenBucketSettings struct {
 	Capacity float64
 	// Initial is where the bucket starts, in (0, Capacity]. Zero means full
 	// (Capacity), as in the AWS SDKs. Stagger's default budget starts low:
-	// see Default.
+	// see DefaultSettings.
 	Initial float64
 	// RetryCost is what a retry (or a hedge) takes, in (0, Capacity].
 	// Default 5.
