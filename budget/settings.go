@@ -297,7 +297,7 @@ func New(s Settings, opts ...Option) (Budget, error) {
 		return nil, err
 	}
 	b, err := newKind(s, opts)
-	if err != nil || b == nil || !s.Defers() {
+	if err != nil || b == nil || !s.defers() {
 		return b, err
 	}
 	g, err := Deferring(b, s.Defer, opts...)
@@ -307,10 +307,10 @@ func New(s Settings, opts ...Option) (Budget, error) {
 	return g, nil
 }
 
-// Defers reports whether the budget s describes defers refused retries
+// defers reports whether the budget s describes defers refused retries
 // (New wraps it in a Gate): by s.Defer, and by default for the token bucket
 // and the ratio, not the throttle.
-func (s Settings) Defers() bool {
+func (s Settings) defers() bool {
 	return s.Kind != KindNone && s.Defer.on(s.Kind)
 }
 

@@ -293,7 +293,7 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	if s := cfg.BudgetSettings(); s.Kind != budget.KindNone {
 		rep.Budget = explainBudget(s, maxAttempts)
 		rep.Budget.Deferral = explainDeferral(s)
-		if s.Defers() {
+		if defers(s) {
 			rep.Budget.DeferralRules = deferralRules()
 		}
 	} else {
@@ -832,12 +832,20 @@ func scopeWhat(s breaker.Scope) string {
 	return "target and method"
 }
 
+// defers reports whether a budget of s defers the retries it refuses:
+// whether budget.New puts it behind a Gate, a budget.Deferrer.
+func defers(s budget.Settings) bool {
+	b, err := budget.New(s)
+	_, ok := b.(budget.Deferrer)
+	return err == nil && ok
+}
+
 // explainDeferral says what a refused retry does under s (budget.Gate).
 func explainDeferral(s budget.Settings) string {
 	if s.Kind == budget.KindNone {
 		return "no budget: nothing is refused (stagger.DialOptions installs the default budget, whose refused retries wait as a retryBudget's do)"
 	}
-	if !s.Defers() {
+	if !defers(s) {
 		out := "a retry the budget refuses ends its call at once (reason budget)"
 		if s.Kind == budget.KindThrottle {
 			out += `, as gRFC A6 says; "defer": true makes refused retries wait for the server to come back instead`
