@@ -77,8 +77,8 @@ func BenchmarkGateEnterPollLeave(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if a, _, _ := w.Poll(); a == AdmitProbe {
-			g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
+		if a, _, _ := w.Poll(); a == admitProbe {
+			g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
 		}
 		w.Leave()
 	}

@@ -78,7 +78,10 @@ func (s DeferSettings) on(k Kind) bool {
 	return k == KindTokenBucket || k == KindRatio
 }
 
-// Admission says how a deferred retry was let go.
+// Admission says how a deferred retry was let go: AdmitNone and AdmitBudget
+// when its budget paid for it; the other admissions are a Gate's, by its
+// rules, unpaid (String names them: "release", "probe", "last" for its
+// call's last chance, "heal"; see Gate).
 type Admission uint8
 
 const (
@@ -87,19 +90,19 @@ const (
 	AdmitNone Admission = iota
 	// AdmitBudget: the budget's own Allow admitted it, asked again.
 	AdmitBudget
-	// AdmitRelease: by the release rule (see Gate).
-	AdmitRelease
-	// AdmitProbe: as the probe (see Gate, the probe and hold rules).
-	AdmitProbe
-	// AdmitLast: as its call's last chance (see Gate).
-	AdmitLast
-	// AdmitHeal: by the heal rule (see Gate): the server is flaky, not down.
-	AdmitHeal
+	// admitRelease: by the release rule (see Gate).
+	admitRelease
+	// admitProbe: as the probe (see Gate, the probe and hold rules).
+	admitProbe
+	// admitLast: as its call's last chance (see Gate).
+	admitLast
+	// admitHeal: by the heal rule (see Gate): the server is flaky, not down.
+	admitHeal
 )
 
 // String returns "none", "budget", "release", "probe", "last" or "heal".
 func (a Admission) String() string {
-	if a > AdmitHeal {
+	if a > admitHeal {
 		return "none"
 	}
 	return [...]string{"none", "budget", "release", "probe", "last", "heal"}[a]

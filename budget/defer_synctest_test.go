@@ -56,11 +56,11 @@ func TestGateWaitEnds(t *testing.T) {
 			done <- a
 		}()
 		synctest.Wait()
-		g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
+		g.Record(Attempt{Number: 2, Outcome: Success, Admission: admitProbe})
 		for range 3 {
 			g.Record(Attempt{Number: 1, Outcome: Success})
 		}
-		if a := <-done; a != AdmitRelease {
+		if a := <-done; a != admitRelease {
 			t.Fatalf("Wait = %v, want a release", a)
 		}
 		if st := g.State(); st.Waiting != 0 {
@@ -112,7 +112,7 @@ func TestGateFreshProcessProbes(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		adm, err := g.Wait(ctx, retry2, 100*time.Millisecond)
-		if err != nil || adm != AdmitProbe {
+		if err != nil || adm != admitProbe {
 			t.Fatalf("Wait = %v, %v; want a probe", adm, err)
 		}
 		if d := time.Since(start); d != 100*time.Millisecond {

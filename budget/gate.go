@@ -121,7 +121,7 @@ func (g *Gate) Allow(r Request) bool {
 }
 
 // Admit is Allow, and says how it admitted r: AdmitNone when the budget
-// paid, AdmitHeal when the heal rule let it go unpaid. It implements
+// paid, "heal" when the heal rule let it go unpaid. It implements
 // Admitter.
 func (g *Gate) Admit(r Request) (Admission, bool) { return g.allow(r) }
 
@@ -152,7 +152,7 @@ func (g *Gate) allow(r Request) (Admission, bool) {
 		return AdmitNone, true
 	}
 	if straggler && g.heals() {
-		return AdmitHeal, true
+		return admitHeal, true
 	}
 	return AdmitNone, false
 }

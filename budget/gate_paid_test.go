@@ -17,9 +17,9 @@ func TestGateWaitsForThePaidRetry(t *testing.T) {
 		outcome Outcome
 		want    Admission
 	}{
-		{"the paid retry succeeds: retries heal", Success, AdmitHeal},
+		{"the paid retry succeeds: retries heal", Success, admitHeal},
 		{"the paid retry fails", Failure, AdmitNone},
-		{"the paid retry gets a non-retryable answer", Other, AdmitProbe},
+		{"the paid retry gets a non-retryable answer", Other, admitProbe},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &manualClock{now: t0}
@@ -78,5 +78,5 @@ func TestGatePaidRetryLostIsForgotten(t *testing.T) {
 		t.Fatalf("asked again only at %v", next.Sub(t0))
 	}
 	clk.set(next)
-	poll(t, w, AdmitProbe)
+	poll(t, w, admitProbe)
 }

@@ -182,7 +182,7 @@ func (w *Waiter) poll() (a Admission, next time.Time) {
 	}
 	// A closed guard judges the server: only a paid probe or last chance
 	// goes, and a release.
-	ok = ok && (open || how == AdmitBudget || how == AdmitRelease)
+	ok = ok && (open || how == AdmitBudget || how == admitRelease)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return w.settleLocked(now, how, next, ok, open)
@@ -256,7 +256,7 @@ func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, 
 // scarce reports whether a more critical waiter takes an admission first:
 // a release credit or the probe slot (a heal is every waiter's own).
 func scarce(how Admission) bool {
-	return how == AdmitRelease || how == AdmitProbe || how == AdmitLast
+	return how == admitRelease || how == admitProbe || how == admitLast
 }
 
 // handOffLocked admits the first waiter more critical than level (most
