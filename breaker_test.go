@@ -169,7 +169,7 @@ func TestBreakerRetryWaitsForItsProbe(t *testing.T) {
 		// Retries heal (x1's did): once the breaker let it, the waiting
 		// retry went as healed.
 		adm := retryAdmissions(&hooks)
-		if len(adm) == 0 || adm[len(adm)-1] != budget.AdmitHeal {
+		if len(adm) == 0 || adm[len(adm)-1].String() != "heal" {
 			t.Fatalf("the waiting retry was admitted by %v, want heal", adm)
 		}
 	})

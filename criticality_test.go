@@ -193,7 +193,9 @@ func TestCriticalityEveryAttempt(t *testing.T) {
 // and the bucket is spent only by the CRITICAL call.
 func TestCriticalityBudgetReserve(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tb, err := budget.NewTokenBucket(budget.TokenBucketSettings{Capacity: 100, Initial: 20, RetryCost: 5})
+		tb, err := budget.New(budget.Settings{Kind: budget.KindTokenBucket,
+			TokenBucket: budget.TokenBucketSettings{Capacity: 100, Initial: 20, RetryCost: 5},
+			Defer:       budget.DeferSettings{Mode: budget.DeferOff}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,7 @@ import (
 )
 
 // The docs check: what the docs name must exist. Every Go identifier a
-// document names in backquotes with its package (`budget.Default`,
+// document names in backquotes with its package (`budget.DefaultBackends`,
 // `policy.Config.Budgets`, `interceptor.Report.Target`) resolves in this
 // repository's package of that name; every `make TARGET` names a target of
 // the Makefile; every flag of a `stagger CMD -flag` the command defines.

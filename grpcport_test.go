@@ -433,7 +433,7 @@ type portUnaryCase struct {
 
 // runPortUnary runs cases, with no budget when budgetOff, else with a budget
 // of budget.DefaultSettings, the one stagger.DialOptions installs (a fresh
-// one, inside the bubble: budget.Default is one per process, and its
+// one, inside the bubble: budget.DefaultBackends is one per process, and its
 // deferral would wait on channels made outside the bubble).
 func runPortUnary(t *testing.T, file string, budgetOff bool, answer func(int) error, cases []portUnaryCase) {
 	t.Helper()
@@ -491,7 +491,7 @@ func TestGRPCRetryUnaryPort(t *testing.T) {
 
 // TestGRPCRetryThrottlingPort ports grpc-go's TestRetryThrottling: the
 // file's retryThrottling is the budget, with grpc-go's exact arithmetic
-// (tokenRatio kept to 3 decimals; budget.Throttle's doc).
+// (tokenRatio kept to 3 decimals; budget.ThrottleSettings).
 func TestGRPCRetryThrottlingPort(t *testing.T) {
 	file := portServiceConfig("UNAVAILABLE", `,
     "retryThrottling": {

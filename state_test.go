@@ -104,8 +104,8 @@ func TestReloadKeepsEachBackendsBudget(t *testing.T) {
 		if got := call(a); got != 2 {
 			t.Errorf("after a reload that changed the budget, a's call made %d attempts, want 2 (fresh tokens)", got)
 		}
-		if s := st.Budgets()[0].Settings(); s.Throttle.MaxTokens != 5 {
-			t.Errorf("the State holds the budget of %+v, want maxTokens 5 alone", s)
+		if bss := st.Budgets(); len(bss) != 1 || len(bss[0].States()) != 1 || bss[0].States()[0].Capacity != 5 {
+			t.Errorf("the State holds %d budgets, want one of maxTokens 5", len(bss))
 		}
 
 		// Back to the first settings: not the old tokens, new ones.
@@ -163,7 +163,7 @@ func TestDialOptionsStatePerInterceptorSet(t *testing.T) {
 				t.Errorf("%s: %d attempts, want %d", c.name, got, c.want)
 			}
 		}
-		if bss := st.Budgets(); len(bss) != 1 || len(bss[0].States()) != 1 || bss[0].Settings().Kind != budget.KindThrottle {
+		if bss := st.Budgets(); len(bss) != 1 || len(bss[0].States()) != 1 || bss[0].States()[0].Kind != budget.KindThrottle.String() {
 			t.Errorf("the shared State holds %d budgets, want one throttle with one target", len(bss))
 		}
 	})

@@ -385,11 +385,11 @@ func TestGateWaitsForTheBreaker(t *testing.T) {
 	defer w.Leave()
 	// The gate would probe after its quiet time; the breaker says when.
 	clk.advance(200 * time.Millisecond)
-	if a, next := w.Poll(); a != budget.AdmitNone || !next.Equal(t0.Add(time.Second)) {
+	if a, next, _ := w.Poll(); a != budget.AdmitNone || !next.Equal(t0.Add(time.Second)) {
 		t.Fatalf("Poll = %v, next %v; want none until the break's end", a, next)
 	}
 	clk.advance(800 * time.Millisecond)
-	if a, _ := w.Poll(); a != budget.AdmitBudget {
+	if a, _, _ := w.Poll(); a != budget.AdmitBudget {
 		t.Fatalf("Poll at the break's end = %v, want budget", a)
 	}
 	if err := br.Admit(criticality.Unset, nil); !errors.Is(err, ErrOpen) {

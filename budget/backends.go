@@ -22,12 +22,13 @@ const (
 // or a front end's), made on first use.
 //
 // Each target holds its own tokens (the kind Settings describes: a
-// throttle, a token bucket or a ratio). When the settings defer (Settings.
-// Defers), each method of the target has its own Gate over the target's
-// tokens: whether retries heal, whether the server is down or overloaded,
-// is learnt per method, so a method that is down (a broken dependency
-// behind it) does not borrow the healed retries of a flaky one beside it on
-// the same connection, while both spend and refill the backend's tokens.
+// throttle, a token bucket or a ratio). When the settings defer (see
+// Settings.Defer), each method of the target has its own Gate over the
+// target's tokens: whether retries heal, whether the server is down or
+// overloaded, is learnt per method, so a method that is down (a broken
+// dependency behind it) does not borrow the healed retries of a flaky one
+// beside it on the same connection, while both spend and refill the
+// backend's tokens.
 //
 // Backends are bounded: at most 1,024 targets and 256 methods per target
 // are kept; past that, new targets share one overflow budget, and a
@@ -64,9 +65,6 @@ func NewBackends(s Settings, opts ...Option) (*Backends, error) {
 	}
 	return &Backends{s: s, opts: opts, targets: make(map[string]*backend)}, nil
 }
-
-// Settings returns the settings every budget of the set is built from.
-func (bs *Backends) Settings() Settings { return bs.s }
 
 // Get returns the budget of a call of method on target: the target's
 // tokens, behind the method's Gate when the settings defer. nil when the
@@ -132,7 +130,7 @@ func (bs *Backends) newBackend() *backend {
 		panic("budget: " + err.Error())
 	}
 	b := &backend{tokens: tokens}
-	if bs.s.Defers() {
+	if bs.s.defers() {
 		b.gates = make(map[string]*Gate)
 	}
 	return b
@@ -217,6 +215,7 @@ var defaultBackends = sync.OnceValue(func() *Backends {
 // DefaultBackends returns stagger's default budgets, the ones
 // stagger.DialOptions installs when a policy file declares none: one
 // default budget (DefaultSettings) per backend, on the real clock, shared
-// by every connection of the process to that backend. Default says how the
-// settings were chosen.
+// by every connection of the process to that backend. DefaultSettings says
+// how the settings were chosen, and how to share one budget across backends
+// instead.
 func DefaultBackends() *Backends { return defaultBackends() }

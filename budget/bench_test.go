@@ -13,15 +13,15 @@ func benchBudgets(b *testing.B) []struct {
 	name string
 	bud  Budget
 } {
-	th, err := NewThrottle(ThrottleSettings{MaxTokens: 100, TokenRatio: 1})
+	th, err := newThrottle(ThrottleSettings{MaxTokens: 100, TokenRatio: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	tb, err := NewTokenBucket(TokenBucketSettings{})
+	tb, err := newTokenBucket(TokenBucketSettings{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	ra, err := NewRatio(RatioSettings{})
+	ra, err := newRatio(RatioSettings{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,8 +77,8 @@ func BenchmarkGateEnterPollLeave(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if a, _ := w.Poll(); a == AdmitProbe {
-			g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
+		if a, _, _ := w.Poll(); a == admitProbe {
+			g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
 		}
 		w.Leave()
 	}

@@ -51,7 +51,7 @@ func rec(n, number int, o Outcome) step {
 // tokens > 5.
 func TestThrottleA6(t *testing.T) {
 	clk := &manualClock{now: t0}
-	b, err := NewThrottle(ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1239}, WithClock(clk.Now))
+	b, err := newThrottle(ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1239}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func withLevel(s step, level float64) step { s.Level = level; return s }
 
 func TestTokenBucketScript(t *testing.T) {
 	clk := &manualClock{now: t0}
-	b, err := NewTokenBucket(TokenBucketSettings{Capacity: 20, Initial: 12, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}, WithClock(clk.Now))
+	b, err := newTokenBucket(TokenBucketSettings{Capacity: 20, Initial: 12, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestTokenBucketScript(t *testing.T) {
 }
 
 func TestTokenBucketDefaultsAWS(t *testing.T) {
-	b, err := NewTokenBucket(TokenBucketSettings{})
+	b, err := newTokenBucket(TokenBucketSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestRatioScript(t *testing.T) {
 	clk := &manualClock{now: t0}
 	// 10% of requests, floor 0.2/s over 10 s = 2 retries per window; the
 	// window moves 1 s at a time.
-	b, err := NewRatio(RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.2}, WithClock(clk.Now))
+	b, err := newRatio(RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.2}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestRatioScript(t *testing.T) {
 
 func TestRatioNoFloor(t *testing.T) {
 	clk := &manualClock{now: t0}
-	b, err := NewRatio(RatioSettings{Percent: 50, MinRetriesPerSecond: -1}, WithClock(clk.Now))
+	b, err := newRatio(RatioSettings{Percent: 50, MinRetriesPerSecond: -1}, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,22 +240,56 @@ func TestNewKinds(t *testing.T) {
 	}
 }
 
+func TestSettingsWithDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		s    Settings
+		want Settings
+	}{
+		{"zero", Settings{}, Settings{
+			TokenBucket: TokenBucketSettings{Capacity: 500, Initial: 500, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1},
+			Ratio:       RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.1},
+			Defer:       DeferSettings{MaxWaiting: 1024, MaxWait: 10 * time.Second},
+		}},
+		{"set fields kept, no floor as 0, initial follows capacity", Settings{
+			Kind:        KindRatio,
+			Throttle:    ThrottleSettings{MaxTokens: 10},
+			TokenBucket: TokenBucketSettings{Capacity: 50, RetryCost: 2},
+			Ratio:       RatioSettings{Percent: 20, MinRetriesPerSecond: -1},
+			Defer:       DeferSettings{Mode: DeferOff, MaxWait: time.Second},
+		}, Settings{
+			Kind:        KindRatio,
+			Throttle:    ThrottleSettings{MaxTokens: 10},
+			TokenBucket: TokenBucketSettings{Capacity: 50, Initial: 50, RetryCost: 2, TimeoutRetryCost: 10, SuccessReward: 1},
+			Ratio:       RatioSettings{Percent: 20, Window: 10 * time.Second},
+			Defer:       DeferSettings{Mode: DeferOff, MaxWaiting: 1024, MaxWait: time.Second},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.s.WithDefaults(); got != tt.want {
+				t.Fatalf("WithDefaults() = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestDefault(t *testing.T) {
-	if Default() != Default() {
-		t.Fatal("Default returned two budgets; want one per process")
+	if first, again := DefaultBackends(), DefaultBackends(); first != again {
+		t.Fatal("DefaultBackends returned two sets; want one per process")
 	}
 	if err := DefaultSettings().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if s := Default().State(); s.Kind != DefaultSettings().Kind.String() || s.Level != 9 || s.Capacity != 100 {
-		t.Fatalf("Default().State() = %+v", s)
-	}
-	// Nearly empty at start: while everything fails a fresh process gets one
-	// retry, then waits for a success.
 	b, err := New(DefaultSettings(), WithClock(func() time.Time { return t0 }))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s := b.State(); s.Kind != DefaultSettings().Kind.String() || s.Level != 9 || s.Capacity != 100 {
+		t.Fatalf("New(DefaultSettings()).State() = %+v", s)
+	}
+	// Nearly empty at start: while everything fails a fresh process gets one
+	// retry, then waits for a success.
 	if !b.Allow(Request{Number: 2}) || b.Allow(Request{Number: 2}) {
 		t.Fatal("a fresh default budget should allow exactly one retry")
 	}
@@ -343,11 +377,11 @@ func TestConcurrentInvariants(t *testing.T) {
 // TestConcurrentExactSpend: goroutines racing for a bucket's last tokens get
 // exactly what it holds, no more (a lost compare-and-swap would overspend).
 func TestConcurrentExactSpend(t *testing.T) {
-	b, err := NewTokenBucket(TokenBucketSettings{Capacity: 500})
+	b, err := newTokenBucket(TokenBucketSettings{Capacity: 500})
 	if err != nil {
 		t.Fatal(err)
 	}
-	th, err := NewThrottle(ThrottleSettings{MaxTokens: 1000, TokenRatio: 1})
+	th, err := newThrottle(ThrottleSettings{MaxTokens: 1000, TokenRatio: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

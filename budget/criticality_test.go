@@ -30,7 +30,7 @@ func TestBudgetReserveByLevel(t *testing.T) {
 				tokens float64
 				want   bool
 			}{{least[l], true}, {least[l] - 0.001, false}} {
-				b, err := NewTokenBucket(TokenBucketSettings{Capacity: 100, RetryCost: 5})
+				b, err := newTokenBucket(TokenBucketSettings{Capacity: 100, RetryCost: 5})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -53,7 +53,7 @@ func TestBudgetReserveByLevel(t *testing.T) {
 				tokens float64
 				want   bool
 			}{{above[l] + 0.001, true}, {above[l], false}} {
-				b, err := NewThrottle(ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1})
+				b, err := newThrottle(ThrottleSettings{MaxTokens: 10, TokenRatio: 0.1})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -74,7 +74,7 @@ func TestBudgetReserveByLevel(t *testing.T) {
 		}
 		for _, l := range levelsUnset {
 			clk := &manualClock{now: t0}
-			b, err := NewRatio(RatioSettings{Percent: 10}, WithClock(clk.Now))
+			b, err := newRatio(RatioSettings{Percent: 10}, WithClock(clk.Now))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +101,7 @@ func TestBudgetReserveByLevel(t *testing.T) {
 // A token bucket's CRITICAL_PLUS debt: successes pay it back (a reward is
 // not lost to the clamp at 0), and no other level spends until it is paid.
 func TestTokenBucketCriticalPlusDebt(t *testing.T) {
-	b, err := NewTokenBucket(TokenBucketSettings{Capacity: 100, Initial: 5, RetryCost: 5, SuccessReward: 1})
+	b, err := newTokenBucket(TokenBucketSettings{Capacity: 100, Initial: 5, RetryCost: 5, SuccessReward: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

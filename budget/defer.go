@@ -41,8 +41,8 @@ const (
 	defaultMaxWait    = 10 * time.Second
 )
 
-// WithDefaults returns s with each zero field replaced by its default.
-func (s DeferSettings) WithDefaults() DeferSettings {
+// withDefaults returns s with each zero field replaced by its default.
+func (s DeferSettings) withDefaults() DeferSettings {
 	if s.MaxWaiting == 0 {
 		s.MaxWaiting = defaultMaxWaiting
 	}
@@ -52,9 +52,9 @@ func (s DeferSettings) WithDefaults() DeferSettings {
 	return s
 }
 
-// Validate reports the first setting that breaks its rule, as a
+// validate reports the first setting that breaks its rule, as a
 // *SettingsError naming the setting.
-func (s DeferSettings) Validate() error {
+func (s DeferSettings) validate() error {
 	if s.Mode > DeferOff {
 		return &SettingsError{Field: "Mode", Rule: "must be auto, on or off", Value: s.Mode}
 	}
@@ -78,7 +78,10 @@ func (s DeferSettings) on(k Kind) bool {
 	return k == KindTokenBucket || k == KindRatio
 }
 
-// Admission says how a deferred retry was let go.
+// Admission says how a deferred retry was let go: AdmitNone and AdmitBudget
+// when its budget paid for it; the other admissions are a Gate's, by its
+// rules, unpaid (String names them: "release", "probe", "last" for its
+// call's last chance, "heal"; see Gate).
 type Admission uint8
 
 const (
@@ -87,19 +90,19 @@ const (
 	AdmitNone Admission = iota
 	// AdmitBudget: the budget's own Allow admitted it, asked again.
 	AdmitBudget
-	// AdmitRelease: by the release rule (see Gate).
-	AdmitRelease
-	// AdmitProbe: as the probe (see Gate, the probe and hold rules).
-	AdmitProbe
-	// AdmitLast: as its call's last chance (see Gate).
-	AdmitLast
-	// AdmitHeal: by the heal rule (see Gate): the server is flaky, not down.
-	AdmitHeal
+	// admitRelease: by the release rule (see Gate).
+	admitRelease
+	// admitProbe: as the probe (see Gate, the probe and hold rules).
+	admitProbe
+	// admitLast: as its call's last chance (see Gate).
+	admitLast
+	// admitHeal: by the heal rule (see Gate): the server is flaky, not down.
+	admitHeal
 )
 
 // String returns "none", "budget", "release", "probe", "last" or "heal".
 func (a Admission) String() string {
-	if a > AdmitHeal {
+	if a > admitHeal {
 		return "none"
 	}
 	return [...]string{"none", "budget", "release", "probe", "last", "heal"}[a]
@@ -110,10 +113,16 @@ func (a Admission) String() string {
 type Deferrer interface {
 	Budget
 	// Wait blocks the calling goroutine until the retry r, which Allow
-	// refused, is admitted, no sooner than pause from now. It returns how,
-	// or why not: ErrTooManyWaiting, ErrEvicted, ErrOutageLasting,
-	// ErrWaitLimit, ErrWaitEnded, or the context's error (its deadline
-	// counts as reached a millisecond early: no retry starts with less).
+	// refused, is admitted, no sooner than pause from now, and returns
+	// how. Otherwise it returns why not: ErrTooManyWaiting (too many wait,
+	// or a more critical retry took r's place), ErrOutageLasting, the
+	// context's error (its deadline counts as reached a millisecond early:
+	// no retry starts with less), or another error when the wait ended
+	// otherwise (a Gate's hold and hopeless rules, or DeferSettings.MaxWait
+	// for a call without a deadline). The interceptors end the call with
+	// its last status on every error (CANCELED when its caller cancelled
+	// it), for the reason budget after ErrTooManyWaiting, outage after
+	// ErrOutageLasting and deferred after any other.
 	Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error)
 }
 
@@ -145,18 +154,25 @@ type Guard interface {
 	AllowRetry() (ok bool, next time.Time)
 }
 
+// The errors of Deferrer.Wait that the interceptors tell apart (reasons
+// budget and outage).
 var (
-	// ErrTooManyWaiting: the budget's bound of waiting calls is reached.
+	// ErrTooManyWaiting: the budget's bound of waiting calls is reached
+	// (or, wrapped, a more critical retry took this one's place).
 	ErrTooManyWaiting = errors.New("budget: too many calls waiting for a retry")
-	// ErrEvicted: a more critical retry took this one's place in a full
-	// room (Gate, the criticality rule). It wraps ErrTooManyWaiting.
-	ErrEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
 	// ErrOutageLasting: the server has been down longer than the calls'
 	// deadlines, and the retry fails at once (Gate, the futility rule).
 	ErrOutageLasting = errors.New("budget: the server has been down longer than the calls' deadlines: retries fail at once until a probe heals")
-	// ErrWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
-	ErrWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
-	// ErrWaitEnded: the Gate ended the wait (Gate, the hold and hopeless
+)
+
+// The other ends of a Gate's wait, which the interceptors treat alike.
+var (
+	// errEvicted: a more critical retry took this one's place in a full
+	// room (Gate, the criticality rule). It wraps ErrTooManyWaiting.
+	errEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
+	// errWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
+	errWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
+	// errWaitEnded: the Gate ended the wait (Gate, the hold and hopeless
 	// rules).
-	ErrWaitEnded = errors.New("budget: the gate ended a deferred retry's wait: not let go by its pause with no outage or overload to wait for, or no retry could finish before the deadline")
+	errWaitEnded = errors.New("budget: the gate ended a deferred retry's wait: not let go by its pause with no outage or overload to wait for, or no retry could finish before the deadline")
 )

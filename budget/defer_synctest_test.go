@@ -31,7 +31,7 @@ func TestGateWaitEnds(t *testing.T) {
 		}
 
 		start = time.Now()
-		if _, err := g.Wait(context.Background(), retry2, 0); !errors.Is(err, ErrWaitLimit) {
+		if _, err := g.Wait(context.Background(), retry2, 0); !errors.Is(err, errWaitLimit) {
 			t.Fatalf("Wait without a deadline: %v", err)
 		}
 		if d := time.Since(start); d != 3*time.Second {
@@ -56,11 +56,11 @@ func TestGateWaitEnds(t *testing.T) {
 			done <- a
 		}()
 		synctest.Wait()
-		g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
+		g.Record(Attempt{Number: 2, Outcome: Success, Admission: admitProbe})
 		for range 3 {
 			g.Record(Attempt{Number: 1, Outcome: Success})
 		}
-		if a := <-done; a != AdmitRelease {
+		if a := <-done; a != admitRelease {
 			t.Fatalf("Wait = %v, want a release", a)
 		}
 		if st := g.State(); st.Waiting != 0 {
@@ -83,8 +83,8 @@ func TestGateWaitNotHeld(t *testing.T) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if _, err := g.Wait(ctx, retry2, 100*time.Millisecond); !errors.Is(err, ErrWaitEnded) {
-			t.Fatalf("Wait: %v, want ErrWaitEnded", err)
+		if _, err := g.Wait(ctx, retry2, 100*time.Millisecond); !errors.Is(err, errWaitEnded) {
+			t.Fatalf("Wait: %v, want errWaitEnded", err)
 		}
 		if d := time.Since(start); d != 110*time.Millisecond {
 			t.Fatalf("Wait returned after %v, want the pause and a tenth", d)
@@ -112,7 +112,7 @@ func TestGateFreshProcessProbes(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		adm, err := g.Wait(ctx, retry2, 100*time.Millisecond)
-		if err != nil || adm != AdmitProbe {
+		if err != nil || adm != admitProbe {
 			t.Fatalf("Wait = %v, %v; want a probe", adm, err)
 		}
 		if d := time.Since(start); d != 100*time.Millisecond {

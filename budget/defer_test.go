@@ -65,7 +65,7 @@ var retry2 = Request{Number: 2}
 
 func poll(t *testing.T, w *Waiter, want Admission) time.Time {
 	t.Helper()
-	got, next := w.Poll()
+	got, next, _ := w.Poll()
 	if got != want {
 		t.Fatalf("Poll = %v, want %v", got, want)
 	}
@@ -106,7 +106,7 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 		t.Fatalf("held: next = %v, want 260ms", next.Sub(t0))
 	}
 	clk.advance(150 * time.Millisecond)
-	poll(t, w, AdmitProbe)
+	poll(t, w, admitProbe)
 
 	// One deferred retry out at a time.
 	w2, err := g.Enter(retry2, 0, time.Time{})
@@ -121,12 +121,12 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 		t.Fatalf("with a probe out, next = %v, want when the probe's slot expires", next.Sub(t0))
 	}
 	// The probe failed: the quiet time doubles (400ms).
-	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
 	if next := poll(t, w2, AdmitNone); !next.Equal(clk.Now().Add(400 * time.Millisecond)) {
 		t.Fatalf("after a failed probe, next = %v from now, want 400ms", next.Sub(clk.Now()))
 	}
 	clk.advance(400 * time.Millisecond)
-	poll(t, w2, AdmitProbe)
+	poll(t, w2, admitProbe)
 }
 
 func TestGateReleasesAfterRecovery(t *testing.T) {
@@ -168,15 +168,15 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 		}
 	}
 	clk.set(t0.Add(gap))
-	poll(t, ws[0], AdmitProbe)
+	poll(t, ws[0], admitProbe)
 	// The probe succeeds: the server is back, and the probe earned one
 	// release at once; the next are paced (one healed call of the latest
 	// eight is not enough to heal).
-	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
+	g.Record(Attempt{Number: 2, Outcome: Success, Admission: admitProbe})
 	if g.health() == phaseOutage {
 		t.Fatal("the outage did not end with a success")
 	}
-	poll(t, ws[1], AdmitRelease)
+	poll(t, ws[1], admitRelease)
 	perCredit := time.Duration(math.Ceil(float64(time.Second) / tune.ReleasePerSecond))
 	if next := poll(t, ws[2], AdmitNone); !next.Equal(clk.Now().Add(perCredit)) {
 		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), perCredit)
@@ -189,16 +189,16 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	}
 	poll(t, ws[2], AdmitNone)
 	clk.advance(perCredit/2 + time.Millisecond)
-	poll(t, ws[2], AdmitRelease)
+	poll(t, ws[2], admitRelease)
 	// A released retry that fails for overload: back to one at a time
 	// after a quiet time (its pause, longer than the gap the successes
 	// halved).
-	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitRelease, Overload: true})
-	if a, next := ws[3].Poll(); a != AdmitNone || !next.Equal(clk.Now().Add(time.Second)) {
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitRelease, Overload: true})
+	if a, next, _ := ws[3].Poll(); a != AdmitNone || !next.Equal(clk.Now().Add(time.Second)) {
 		t.Fatalf("Poll = %v, next %v from now; want none, a quiet time (1s) away", a, next.Sub(clk.Now()))
 	}
 	clk.advance(time.Second)
-	poll(t, ws[3], AdmitProbe)
+	poll(t, ws[3], admitProbe)
 	if st := g.State(); st.Waiting != 4 || st.Deferred != 4 || st.DeferAdmitted != 4 {
 		t.Fatalf("State = %+v, want 4 waiting, 4 deferred, 4 admitted", st)
 	}
@@ -262,10 +262,10 @@ func TestGateLastChance(t *testing.T) {
 		t.Fatalf("next = %v, want the last chance at %v", next.Sub(t0), (time.Second - tune.LastChanceLead))
 	}
 	clk.advance(time.Second - tune.LastChanceLead - 110*time.Millisecond)
-	poll(t, w, AdmitLast)
+	poll(t, w, admitLast)
 	// It failed: the next last chance waits the doubled gap (200ms) after
 	// it, whatever the deadline.
-	g.Record(Attempt{Number: 5, Outcome: Failure, Admission: AdmitLast})
+	g.Record(Attempt{Number: 5, Outcome: Failure, Admission: admitLast})
 	w2, err := g.Enter(last, 0, clk.Now().Add(tune.LastChanceLead))
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ func TestGateLastChance(t *testing.T) {
 	defer w3.Leave()
 	poll(t, w3, AdmitNone)
 	clk.advance(time.Hour)
-	poll(t, w3, AdmitProbe)
+	poll(t, w3, admitProbe)
 }
 
 // A probe asks the budget first: paid, it goes as AdmitBudget.
@@ -428,16 +428,16 @@ func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
 	if next := poll(t, other, AdmitNone); !next.Equal(t0.Add(110 * time.Millisecond)) {
 		t.Fatalf("another retry: next %v, want its hold time, 110ms", next.Sub(t0))
 	}
-	poll(t, w, AdmitProbe)
+	poll(t, w, admitProbe)
 	clk.advance(10 * time.Millisecond)
 	poll(t, other, AdmitNone)
-	if !errors.Is(other.Err(), ErrWaitEnded) {
+	if !errors.Is(other.err(), errWaitEnded) {
 		t.Fatal("the other retry's wait did not end at its hold time")
 	}
 }
 
 // The hold and hopeless rules: a wait the gate does not hold ends at its pause and a tenth, or
-// goes then as a probe when the server served; Wait returns ErrWaitEnded.
+// goes then as a probe when the server served; Wait returns errWaitEnded.
 func TestGateHold(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
@@ -466,16 +466,16 @@ func TestGateHold(t *testing.T) {
 	}
 	defer b.Leave()
 	clk.advance(pause + pause/10)
-	poll(t, a, AdmitProbe)
+	poll(t, a, admitProbe)
 	poll(t, b, AdmitNone)
-	if a.Err() != nil || !errors.Is(b.Err(), ErrWaitEnded) {
-		t.Fatalf("ended: probe %v, other %v; want false, true", a.Err() != nil, b.Err() != nil)
+	if a.err() != nil || !errors.Is(b.err(), errWaitEnded) {
+		t.Fatalf("ended: probe %v, other %v; want false, true", a.err() != nil, b.err() != nil)
 	}
-	if a, _ := b.Poll(); a != AdmitNone {
+	if a, _, _ := b.Poll(); a != AdmitNone {
 		t.Fatalf("an ended wait polled again: %v", a)
 	}
 	// An overload holds the waits.
-	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe, Overload: true})
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe, Overload: true})
 	c, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -483,7 +483,7 @@ func TestGateHold(t *testing.T) {
 	defer c.Leave()
 	clk.advance(pause + pause/10)
 	poll(t, c, AdmitNone)
-	if c.Err() != nil {
+	if c.err() != nil {
 		t.Fatal("a wait ended under overload")
 	}
 }
@@ -523,19 +523,19 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	}
 	clk.advance(501 * time.Millisecond)
 	poll(t, slow, AdmitNone)
-	if !errors.Is(slow.Err(), ErrWaitEnded) {
-		t.Fatalf("at 601ms, 399ms from the deadline: Err %v, want ErrWaitEnded", slow.Err())
+	if !errors.Is(slow.err(), errWaitEnded) {
+		t.Fatalf("at 601ms, 399ms from the deadline: Err %v, want errWaitEnded", slow.err())
 	}
 	poll(t, unknown, AdmitNone)
-	if unknown.Err() != nil {
-		t.Fatalf("a wait whose method's latency is unknown ended: %v", unknown.Err())
+	if unknown.err() != nil {
+		t.Fatalf("a wait whose method's latency is unknown ended: %v", unknown.err())
 	}
 	// A deferred retry that succeeded after 500ms: the other wait, 400ms
 	// from its deadline, cannot end well either.
-	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe, Took: 500 * time.Millisecond})
+	g.Record(Attempt{Number: 2, Outcome: Success, Admission: admitProbe, Took: 500 * time.Millisecond})
 	poll(t, unknown, AdmitNone)
-	if !errors.Is(unknown.Err(), ErrWaitEnded) {
-		t.Fatalf("400ms left, a deferred retry took 500ms: Err %v, want ErrWaitEnded", unknown.Err())
+	if !errors.Is(unknown.err(), errWaitEnded) {
+		t.Fatalf("400ms left, a deferred retry took 500ms: Err %v, want errWaitEnded", unknown.err())
 	}
 	// Five seconds later that evidence is stale.
 	clk.advance(tune.OverloadHold)
@@ -545,15 +545,15 @@ func TestGateEndsHopelessWaits(t *testing.T) {
 	}
 	defer late.Leave()
 	poll(t, late, AdmitNone)
-	if late.Err() != nil {
-		t.Fatalf("stale evidence ended a wait: %v", late.Err())
+	if late.err() != nil {
+		t.Fatalf("stale evidence ended a wait: %v", late.err())
 	}
 }
 
 // On the real clock, Wait ends a wait when it becomes hopeless (the hold and hopeless rules),
 // not at its deadline: in an outage, with a probe out, a call's last
 // attempt whose method's attempts take 300ms, 500ms before its deadline,
-// returns ErrWaitEnded about 200ms in. The Wait's own timer against the
+// returns errWaitEnded about 200ms in. The Wait's own timer against the
 // deadline, repeated.
 func TestRealTimeGateEndsHopelessWait(t *testing.T) {
 	if testing.Short() {
@@ -566,8 +566,8 @@ func TestRealTimeGateEndsHopelessWait(t *testing.T) {
 		_, err := g.Wait(ctx, Request{Number: 3, Last: true, Took: 300 * time.Millisecond}, 10*time.Millisecond)
 		took := time.Since(start)
 		cancel()
-		if !errors.Is(err, ErrWaitEnded) || took < 190*time.Millisecond || took > 400*time.Millisecond {
-			t.Fatalf("run %d: Wait = %v after %v; want ErrWaitEnded after about 200ms", i, err, took)
+		if !errors.Is(err, errWaitEnded) || took < 190*time.Millisecond || took > 400*time.Millisecond {
+			t.Fatalf("run %d: Wait = %v after %v; want errWaitEnded after about 200ms", i, err, took)
 		}
 	}
 }

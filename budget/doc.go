@@ -14,17 +14,17 @@
 // retries. A nil Budget means unlimited: the interceptors check for nil, and
 // New returns nil for KindNone. Users may implement Budget.
 //
-//   - Throttle (gRFC A6 retryThrottling): tokens start at maxTokens; a
-//     retryable failure takes 1 (even on a call's last attempt), a success
-//     gives tokenRatio (kept to 3 decimals); retries pass while
-//     tokens > maxTokens/2. Allow spends nothing.
-//   - TokenBucket (AWS SDK standard mode): a retry pays retryCost up front
-//     (timeoutRetryCost after a per-attempt timeout) or is refused; a
-//     successful retry is refunded; a first-try success adds successReward.
-//     Defaults 500 / 5 / 10 / 1, starting full.
-//   - Ratio (Finagle, Google SRE book): over the last window (default 10 s),
-//     retries + 1 ≤ max(percent × first attempts, minRetriesPerSecond ×
-//     window). Defaults 10% and 0.1 retries/s: the floor is one retry per
+//   - The throttle (KindThrottle, gRFC A6 retryThrottling): tokens start at
+//     maxTokens; a retryable failure takes 1 (even on a call's last
+//     attempt), a success gives tokenRatio (kept to 3 decimals); retries
+//     pass while tokens > maxTokens/2. Allow spends nothing.
+//   - The token bucket (KindTokenBucket, AWS SDK standard mode): a retry
+//     pays retryCost up front (timeoutRetryCost after a per-attempt
+//     timeout) or is refused; a successful retry is refunded; a first-try
+//     success adds successReward. Defaults 500 / 5 / 10 / 1, starting full.
+//   - The ratio (KindRatio, Finagle, Google SRE book): over the last window
+//     (default 10 s), retries + 1 ≤ max(percent × first attempts,
+//     minRetriesPerSecond × window). Defaults 10% and 0.1 retries/s: the floor is one retry per
 //     window, which is 10% of a client making one call a second, so it only
 //     lifts clients quieter than that, and by at most one retry per 10 s.
 //
@@ -72,17 +72,17 @@
 // everything fails, a fresh process gets one retry paid by the bucket and
 // then needs a success for each next one (the retries it refuses meanwhile
 // wait in the Gate); while a few attempts fail, refunds and rewards keep it
-// full. Default says how it was chosen.
+// full. DefaultSettings says how it was chosen.
 //
 // # Concurrency and zero values
 //
 // Every budget is safe for concurrent use. A Gate takes one mutex while
 // calls wait and when it records a failure: otherwise its Record of a
 // success costs three atomic loads more than its budget's (Gate says
-// exactly). Throttle and TokenBucket keep
-// integer thousandths of a token in one atomic word and update it by
-// compare-and-swap; Ratio takes one mutex. Their zero values are not usable:
-// build them with NewThrottle, NewTokenBucket, NewRatio or New. In
+// exactly). The throttle and the token bucket keep integer thousandths of
+// a token in one atomic word and update it by compare-and-swap; the ratio
+// takes one mutex. New builds every kind; a Gate's zero value is not
+// usable (New or Deferring builds one). In
 // TokenBucketSettings and RatioSettings a zero field takes its default;
 // ThrottleSettings has no defaults (a policy file must give both fields, as
 // in gRFC A6). Errors are *SettingsError and name the setting, the rule and

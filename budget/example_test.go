@@ -94,9 +94,9 @@ func TestUserBudget(t *testing.T) {
 	}
 }
 
-func ExampleNewThrottle() {
+func ExampleNew_throttle() {
 	// gRFC A6: retries stop once failures bring the tokens down to half.
-	t, err := budget.NewThrottle(budget.ThrottleSettings{MaxTokens: 4, TokenRatio: 0.5})
+	t, err := budget.New(budget.Settings{Kind: budget.KindThrottle, Throttle: budget.ThrottleSettings{MaxTokens: 4, TokenRatio: 0.5}})
 	if err != nil {
 		panic(err)
 	}

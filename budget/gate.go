@@ -100,14 +100,14 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 	if b == nil {
 		return nil, errors.New("budget: Deferring: nil budget (a nil budget is unlimited and never refuses)")
 	}
-	if err := s.Validate(); err != nil {
+	if err := s.validate(); err != nil {
 		return nil, err
 	}
 	o := buildOptions(opts)
 	// Its own generator, seeded by two draws of the options' source: it
 	// runs under the lock, the source never does.
 	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
-	g := &Gate{b: b, s: s.WithDefaults(), now: o.Now, changed: make(chan struct{})}
+	g := &Gate{b: b, s: s.withDefaults(), now: o.Now, changed: make(chan struct{})}
 	g.st = newGateState(o.Now(), rnd)
 	return g, nil
 }
@@ -121,7 +121,7 @@ func (g *Gate) Allow(r Request) bool {
 }
 
 // Admit is Allow, and says how it admitted r: AdmitNone when the budget
-// paid, AdmitHeal when the heal rule let it go unpaid. It implements
+// paid, "heal" when the heal rule let it go unpaid. It implements
 // Admitter.
 func (g *Gate) Admit(r Request) (Admission, bool) { return g.allow(r) }
 
@@ -152,7 +152,7 @@ func (g *Gate) allow(r Request) (Admission, bool) {
 		return AdmitNone, true
 	}
 	if straggler && g.heals() {
-		return AdmitHeal, true
+		return admitHeal, true
 	}
 	return AdmitNone, false
 }

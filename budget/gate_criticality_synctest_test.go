@@ -35,7 +35,7 @@ func equalLevels(a, b []criticality.Level) bool {
 }
 
 // The criticality rule on the real clock's Wait: an evicted call's Wait returns
-// ErrEvicted at once, not at its deadline.
+// errEvicted at once, not at its deadline.
 func TestGateEvictionEndsTheWaitAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, err := Deferring(&switchBudget{}, DeferSettings{MaxWaiting: 1})
@@ -57,8 +57,8 @@ func TestGateEvictionEndsTheWaitAtOnce(t *testing.T) {
 			t.Fatalf("CRITICAL into a full gate: %v", err)
 		}
 		defer w.Leave()
-		if err := <-done; !errors.Is(err, ErrEvicted) {
-			t.Fatalf("evicted Wait: %v, want ErrEvicted", err)
+		if err := <-done; !errors.Is(err, errEvicted) {
+			t.Fatalf("evicted Wait: %v, want errEvicted", err)
 		}
 		if d := time.Since(start); d != 0 {
 			t.Fatalf("the evicted Wait returned after %v, want at once", d)

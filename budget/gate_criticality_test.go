@@ -57,7 +57,7 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 			changed := g.Changed()
 			w, err := g.Enter(retryAt(tt.arrival), time.Second, time.Time{})
 			if tt.evicted < 0 {
-				if !errors.Is(err, ErrTooManyWaiting) || errors.Is(err, ErrEvicted) {
+				if !errors.Is(err, ErrTooManyWaiting) || errors.Is(err, errEvicted) {
 					t.Fatalf("Enter = %v, want ErrTooManyWaiting", err)
 				}
 			} else {
@@ -72,12 +72,12 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 				}
 			}
 			for i, v := range ws {
-				err := v.Err()
+				err := v.err()
 				if i == tt.evicted {
-					if !errors.Is(err, ErrEvicted) || !errors.Is(err, ErrTooManyWaiting) {
-						t.Errorf("waiter %d (%v): Err = %v, want ErrEvicted", i, tt.waiting[i], err)
+					if !errors.Is(err, errEvicted) || !errors.Is(err, ErrTooManyWaiting) {
+						t.Errorf("waiter %d (%v): Err = %v, want errEvicted", i, tt.waiting[i], err)
 					}
-					if a, next := v.Poll(); a != AdmitNone || !next.IsZero() {
+					if a, next, _ := v.Poll(); a != AdmitNone || !next.IsZero() {
 						t.Errorf("evicted waiter: Poll = %v, %v", a, next)
 					}
 				} else if err != nil {
@@ -114,19 +114,19 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 		want    int // the waiter admitted
 		how     Admission
 	}{
-		{"release to CRITICAL_PLUS", phaseRecovering, t0, []entry{{level: shed}, {level: crit}, {level: critP}}, 0, 2, AdmitRelease},
-		{"release, the oldest of the level", phaseRecovering, t0, []entry{{level: shed}, {level: crit}, {level: crit}}, 0, 1, AdmitRelease},
-		{"release, Unset as CRITICAL", phaseRecovering, t0, []entry{{level: shedP}, {level: unset}}, 0, 1, AdmitRelease},
-		{"release, no one more critical", phaseRecovering, t0, []entry{{level: crit}, {level: shed}}, 0, 0, AdmitRelease},
-		{"release, same level keeps it", phaseRecovering, t0, []entry{{level: crit}, {level: crit}}, 1, 1, AdmitRelease},
-		{"probe to CRITICAL", phaseOutage, t0, []entry{{level: shedP}, {level: crit}}, 0, 1, AdmitProbe},
-		{"release, CRITICAL's pause not over", phaseRecovering, t0, []entry{{level: shedP}, {level: crit, pause: time.Second}}, 0, 0, AdmitRelease},
+		{"release to CRITICAL_PLUS", phaseRecovering, t0, []entry{{level: shed}, {level: crit}, {level: critP}}, 0, 2, admitRelease},
+		{"release, the oldest of the level", phaseRecovering, t0, []entry{{level: shed}, {level: crit}, {level: crit}}, 0, 1, admitRelease},
+		{"release, Unset as CRITICAL", phaseRecovering, t0, []entry{{level: shedP}, {level: unset}}, 0, 1, admitRelease},
+		{"release, no one more critical", phaseRecovering, t0, []entry{{level: crit}, {level: shed}}, 0, 0, admitRelease},
+		{"release, same level keeps it", phaseRecovering, t0, []entry{{level: crit}, {level: crit}}, 1, 1, admitRelease},
+		{"probe to CRITICAL", phaseOutage, t0, []entry{{level: shedP}, {level: crit}}, 0, 1, admitProbe},
+		{"release, CRITICAL's pause not over", phaseRecovering, t0, []entry{{level: shedP}, {level: crit, pause: time.Second}}, 0, 0, admitRelease},
 		{"last chance to CRITICAL", phaseOutage, deadline.Add(-tune.LastChanceLead), []entry{
-			{level: shedP, last: true, deadline: deadline}, {level: crit, last: true, deadline: deadline}}, 0, 1, AdmitLast},
+			{level: shedP, last: true, deadline: deadline}, {level: crit, last: true, deadline: deadline}}, 0, 1, admitLast},
 		{"last chance, CRITICAL's not due", phaseOutage, deadline.Add(-tune.LastChanceLead), []entry{
-			{level: shedP, last: true, deadline: deadline}, {level: crit, last: true, deadline: deadline.Add(time.Second)}}, 0, 0, AdmitLast},
+			{level: shedP, last: true, deadline: deadline}, {level: crit, last: true, deadline: deadline.Add(time.Second)}}, 0, 0, admitLast},
 		{"probe over a last chance", phaseOutage, deadline.Add(-tune.LastChanceLead), []entry{
-			{level: shedP, last: true, deadline: deadline}, {level: critP}}, 0, 1, AdmitProbe},
+			{level: shedP, last: true, deadline: deadline}, {level: critP}}, 0, 1, admitProbe},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -159,7 +159,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 				// The first to poll, then the others in order.
 				w := ws[(tt.poller+i)%len(ws)]
 				idx := (tt.poller + i) % len(ws)
-				a, _ := w.Poll()
+				a, _, _ := w.Poll()
 				want := AdmitNone
 				if idx == tt.want {
 					want = tt.how
@@ -191,7 +191,7 @@ func TestGateTakesBackAnUntakenHandOff(t *testing.T) {
 	if st := g.State(); st.DeferAdmitted != 0 {
 		t.Fatalf("%d admitted after the hand-off was given back, want 0", st.DeferAdmitted)
 	}
-	poll(t, low, AdmitProbe)
+	poll(t, low, admitProbe)
 }
 
 // refusingGuard is a Guard that is not closed and refuses every retry.
@@ -220,7 +220,7 @@ func TestGateHandOffSkipsAGuardedWaiter(t *testing.T) {
 	r.Guard = guard
 	high, _ := g.Enter(r, 0, time.Time{})
 	defer high.Leave()
-	poll(t, low, AdmitProbe)
+	poll(t, low, admitProbe)
 	if guard.asked != 0 {
 		t.Fatalf("the guard was asked %d times by another's Poll, want never", guard.asked)
 	}
@@ -255,7 +255,7 @@ func checkReleaseOrder(t *testing.T) {
 			// outage goes back its own pause after it, without a credit
 			// (the release rule).
 			a, err := g.Wait(context.Background(), retryAt(l), 0)
-			if err != nil || a != AdmitRelease {
+			if err != nil || a != admitRelease {
 				t.Errorf("%v: Wait = %v, %v; want a release", l, a, err)
 			}
 			got <- l
@@ -267,7 +267,7 @@ func checkReleaseOrder(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
+	g.Record(Attempt{Number: 2, Outcome: Success, Admission: admitProbe})
 	var order []criticality.Level
 	for range 3 {
 		order = append(order, <-got)
@@ -291,7 +291,7 @@ func outageProbed(t *testing.T, s DeferSettings) *Gate {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	w, _ := g.Enter(retry2, 0, time.Time{})
-	if a, _ := w.Poll(); a != AdmitProbe {
+	if a, _, _ := w.Poll(); a != admitProbe {
 		t.Fatalf("first Poll = %v, want a probe", a)
 	}
 	w.Leave()
@@ -313,8 +313,8 @@ func TestGateEnterHeldBeforePoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Leave()
-	g.Record(Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
-	if a, _ := w.Poll(); a != AdmitRelease {
+	g.Record(Attempt{Number: 2, Outcome: Success, Admission: admitProbe})
+	if a, _, _ := w.Poll(); a != admitRelease {
 		t.Fatalf("first Poll after the probe was served = %v, want a release", a)
 	}
 }
@@ -325,7 +325,7 @@ func TestGateEnterHeldBeforePoll(t *testing.T) {
 // polls is paid for: every admission is settled.
 func TestGateHandOffIsPaidWhenTaken(t *testing.T) {
 	clk := &manualClock{now: t0}
-	tb, err := NewTokenBucket(DefaultSettings().TokenBucket)
+	tb, err := newTokenBucket(DefaultSettings().TokenBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,13 +420,13 @@ func TestGateAsksNothingForeignUnderItsLock(t *testing.T) {
 		defer w.Leave()
 		plain, _ := g.Enter(retryAt(crit), 0, time.Time{})
 		defer plain.Leave()
-		if a, _ := w.Poll(); a != AdmitProbe {
+		if a, _, _ := w.Poll(); a != admitProbe {
 			t.Errorf("guarded Poll = %v, want a probe", a)
 		}
 		b.open.Store(true)
-		g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe})
+		g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
 		clk.advance(time.Minute)
-		if a, _ := plain.Poll(); a != AdmitBudget {
+		if a, _, _ := plain.Poll(); a != AdmitBudget {
 			t.Errorf("unguarded Poll with the budget open = %v, want a paid probe", a)
 		}
 	}()
@@ -471,7 +471,7 @@ func TestGateGuardSlotSettledUnderConcurrency(t *testing.T) {
 					continue
 				}
 				clk.advance(time.Millisecond)
-				if a, _ := w.Poll(); a != AdmitNone {
+				if a, _, _ := w.Poll(); a != AdmitNone {
 					w.Leave()
 					guard.done() // the retry went, and reported
 					g.Record(Attempt{Number: 2, Outcome: Failure, Admission: a})

@@ -45,8 +45,8 @@ func TestGateFutility(t *testing.T) {
 		t.Fatalf("%v into the outage, one waiting: enter = %v, want ErrOutageLasting", deadline, err)
 	}
 	// The early wait keeps its chance: here, the probe.
-	if a, _ := early.Poll(); a != AdmitProbe || early.Err() != nil {
-		t.Fatalf("the early wait: Poll = %v, Err %v; want the probe", a, early.Err())
+	if a, _, _ := early.Poll(); a != admitProbe || early.err() != nil {
+		t.Fatalf("the early wait: Poll = %v, Err %v; want the probe", a, early.err())
 	}
 	early.Leave()
 	// Alone, a retry waits, once tune.FutileEvery failures were recorded since
@@ -163,7 +163,7 @@ func TestGateBackPace(t *testing.T) {
 		ws = append(ws, w)
 		clk.advance(50 * time.Millisecond)
 		for _, w := range ws {
-			if a, _ := w.Poll(); a != AdmitNone && a != AdmitProbe && a != AdmitLast {
+			if a, _, _ := w.Poll(); a != AdmitNone && a != admitProbe && a != admitLast {
 				t.Fatalf("in the outage: Poll = %v", a)
 			}
 		}
@@ -178,7 +178,7 @@ func TestGateBackPace(t *testing.T) {
 			if w.left || gone[w] {
 				continue
 			}
-			if a, _ := w.Poll(); a == AdmitRelease {
+			if a, _, _ := w.Poll(); a == admitRelease {
 				went = append(went, clk.Now().Sub(back))
 				gone[w] = true
 			}

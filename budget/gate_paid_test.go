@@ -17,9 +17,9 @@ func TestGateWaitsForThePaidRetry(t *testing.T) {
 		outcome Outcome
 		want    Admission
 	}{
-		{"the paid retry succeeds: retries heal", Success, AdmitHeal},
+		{"the paid retry succeeds: retries heal", Success, admitHeal},
 		{"the paid retry fails", Failure, AdmitNone},
-		{"the paid retry gets a non-retryable answer", Other, AdmitProbe},
+		{"the paid retry gets a non-retryable answer", Other, admitProbe},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &manualClock{now: t0}
@@ -40,8 +40,8 @@ func TestGateWaitsForThePaidRetry(t *testing.T) {
 			defer w.Leave()
 			clk.advance(2 * pause) // past its hold time
 			next := poll(t, w, AdmitNone)
-			if w.Err() != nil || next.IsZero() {
-				t.Fatalf("the wait ended (%v) or waits for nothing while the paid retry is out", w.Err())
+			if w.err() != nil || next.IsZero() {
+				t.Fatalf("the wait ended (%v) or waits for nothing while the paid retry is out", w.err())
 			}
 			changed := g.Changed()
 			g.Record(Attempt{Number: 2, Outcome: tt.outcome, Final: true})
@@ -51,8 +51,8 @@ func TestGateWaitsForThePaidRetry(t *testing.T) {
 				t.Fatal("the paid retry's answer woke nobody")
 			}
 			poll(t, w, tt.want)
-			if tt.want == AdmitNone && w.Err() != ErrWaitEnded {
-				t.Fatalf("after the paid retry failed, Err = %v, want ErrWaitEnded", w.Err())
+			if tt.want == AdmitNone && w.err() != errWaitEnded {
+				t.Fatalf("after the paid retry failed, Err = %v, want errWaitEnded", w.err())
 			}
 		})
 	}
@@ -78,5 +78,5 @@ func TestGatePaidRetryLostIsForgotten(t *testing.T) {
 		t.Fatalf("asked again only at %v", next.Sub(t0))
 	}
 	clk.set(next)
-	poll(t, w, AdmitProbe)
+	poll(t, w, admitProbe)
 }

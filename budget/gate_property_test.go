@@ -163,7 +163,7 @@ func newHistory(seed uint64) *history {
 		// outage must outlive that.
 		h.regimeFor = 2 * defaultMaxWait
 	}
-	b, err := NewTokenBucket(DefaultSettings().TokenBucket)
+	b, err := newTokenBucket(DefaultSettings().TokenBucket)
 	if err != nil {
 		panic(err)
 	}
@@ -281,13 +281,13 @@ func (h *history) step(now time.Time, c *propCall) {
 		if now.Before(c.at) {
 			return
 		}
-		a, next := c.w.Poll()
+		a, next, _ := c.w.Poll()
 		if a != AdmitNone {
 			c.w.Leave()
 			h.send(now, c, a)
 			return
 		}
-		if c.w.Err() != nil {
+		if c.w.err() != nil {
 			c.w.Leave()
 			c.w = nil
 			h.end(now, c, false)

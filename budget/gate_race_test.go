@@ -98,7 +98,7 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	admitProbe := func() *Waiter {
+	waitForProbe := func() *Waiter {
 		t.Helper()
 		failures(g, tune.FutileEvery) // the futility rule lets the lone waiter wait
 		w, err := g.Enter(retry2, 0, time.Time{})
@@ -106,8 +106,8 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 100 {
-			a, next := w.Poll()
-			if a == AdmitProbe {
+			a, next, _ := w.Poll()
+			if a == admitProbe {
 				return w
 			}
 			if a != AdmitNone || next.IsZero() {
@@ -118,18 +118,18 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 		t.Fatal("no probe after 100 polls")
 		return nil
 	}
-	first := admitProbe()
+	first := waitForProbe()
 	firstLeft := clk.Now()
 	first.Leave()
 	// The first probe's call has no deadline: its slot expires
 	// tune.ProbeGapMax after it went, and a second probe goes.
 	clk.advance(tune.ProbeGapMax)
-	second := admitProbe()
+	second := waitForProbe()
 	second.Leave()
 	secondLeft := clk.Now()
 	// The first probe reports now, late: it left before the second.
 	clk.advance(time.Second)
-	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe, Took: clk.Now().Sub(firstLeft)})
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe, Took: clk.Now().Sub(firstLeft)})
 	failures(g, tune.FutileEvery)
 	w, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
@@ -137,7 +137,7 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	}
 	defer w.Leave()
 	for clk.Now().Before(secondLeft.Add(tune.ProbeGapMax)) {
-		a, next := w.Poll()
+		a, next, _ := w.Poll()
 		if a != AdmitNone {
 			t.Fatalf("at %v, with the second probe out: Poll = %v, want none", clk.Now().Sub(secondLeft), a)
 		}
@@ -147,8 +147,8 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 		clk.set(next)
 	}
 	// The second probe reports: the slot is free, and the wait probes.
-	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe, Took: clk.Now().Sub(secondLeft)})
-	if a, next := w.Poll(); a == AdmitNone && next.IsZero() {
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe, Took: clk.Now().Sub(secondLeft)})
+	if a, next, _ := w.Poll(); a == AdmitNone && next.IsZero() {
 		t.Fatal("after the second probe reported, the wait has nothing to wait for")
 	}
 }

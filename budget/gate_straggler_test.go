@@ -7,7 +7,7 @@ import (
 
 // TestGateAllowStraggler: Allow admits a straggler's retry after a
 // per-attempt timeout (Request.Straggler) that the budget refuses, unpaid
-// (AdmitHeal), while the heal rule holds and neither the outage rule nor
+// (admitHeal), while the heal rule holds and neither the outage rule nor
 // the failure-for-overload part of the overload rule refuses; a slow
 // success does not hold it back. Asking changes nothing of the gate.
 func TestGateAllowStraggler(t *testing.T) {
@@ -24,15 +24,15 @@ func TestGateAllowStraggler(t *testing.T) {
 		wantOK  bool
 	}{
 		{"fresh: nothing served, the heal rule does not hold", false, nil, false, straggler, AdmitNone, false},
-		{"served: admitted unpaid", false, []Attempt{served}, false, straggler, AdmitHeal, true},
+		{"served: admitted unpaid", false, []Attempt{served}, false, straggler, admitHeal, true},
 		{"the budget pays: paid", true, []Attempt{served}, false, straggler, AdmitNone, true},
 		{"not a straggler: refused", false, []Attempt{served}, false, timeout, AdmitNone, false},
 		{"a straggler without AfterTimeout is an ordinary retry", false, []Attempt{served}, false, Request{Number: 2, Straggler: true}, AdmitNone, false},
-		{"after a slow success: a straggler's retry goes", false, []Attempt{{Number: 1, Outcome: Success, Overload: true, Final: true}}, false, straggler, AdmitHeal, true},
+		{"after a slow success: a straggler's retry goes", false, []Attempt{{Number: 1, Outcome: Success, Overload: true, Final: true}}, false, straggler, admitHeal, true},
 		{"after a slow success: another timeout retry is refused, paid or not", true, []Attempt{{Number: 1, Outcome: Success, Overload: true, Final: true}}, false, timeout, AdmitNone, false},
 		{"after a failure for overload: refused", true, []Attempt{served, {Number: 1, Outcome: Failure, Overload: true}}, false, straggler, AdmitNone, false},
 		{"two retries failed since the last success: refused", false, []Attempt{served, {Number: 2, Outcome: Failure}, {Number: 2, Outcome: Failure}}, false, straggler, AdmitNone, false},
-		{"a healed call: admitted", false, []Attempt{served, {Number: 2, Outcome: Success, AfterTimeout: true, Admission: AdmitHeal, Final: true}}, false, straggler, AdmitHeal, true},
+		{"a healed call: admitted", false, []Attempt{served, {Number: 2, Outcome: Success, AfterTimeout: true, Admission: admitHeal, Final: true}}, false, straggler, admitHeal, true},
 		{"in an outage: refused", true, []Attempt{served}, true, straggler, AdmitNone, false},
 	}
 	for _, tt := range tests {

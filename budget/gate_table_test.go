@@ -51,8 +51,8 @@ func TestGateTransitions(t *testing.T) {
 	success := Attempt{Number: 1, Outcome: Success}
 	failure := Attempt{Number: 1, Outcome: Failure}
 	other := Attempt{Number: 1, Outcome: Other}
-	probeOK := Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe}
-	probeFailed := Attempt{Number: 2, Outcome: Failure, Admission: AdmitProbe}
+	probeOK := Attempt{Number: 2, Outcome: Success, Admission: admitProbe}
+	probeFailed := Attempt{Number: 2, Outcome: Failure, Admission: admitProbe}
 	events := []struct {
 		name string
 		do   func(s *gateState)
@@ -99,7 +99,7 @@ func TestGateTransitionEffects(t *testing.T) {
 	// A deferred retry that finds it back: a whole credit at once.
 	s = stateIn(phaseOutage)
 	s.slot.until = t0.Add(time.Hour)
-	s.observe(t0, Attempt{Number: 2, Outcome: Success, Admission: AdmitProbe})
+	s.observe(t0, Attempt{Number: 2, Outcome: Success, Admission: admitProbe})
 	if c := s.pace.credits(t0); c != 1 || s.slot.held(t0) || s.pace.gain != 2*tune.ReleaseGainStart {
 		t.Fatalf("probe found the server back: credits %v, slot held %v, gain %v", c, s.slot.held(t0), s.pace.gain)
 	}
@@ -144,7 +144,7 @@ func TestGateBackSpread(t *testing.T) {
 		if got := s.pace.backAfter(&w, s.slot.lead()); got.Sub(tc.want).Abs() > 10*time.Microsecond {
 			t.Errorf("spread %v: back at %v, want %v", w.spread, got.Sub(t0), tc.want.Sub(t0))
 		}
-		if how, _ := s.candidate(tc.want.Add(10*time.Microsecond), &w); how != AdmitRelease {
+		if how, _ := s.candidate(tc.want.Add(10*time.Microsecond), &w); how != admitRelease {
 			t.Errorf("spread %v: at its time, candidate = %v, want a release", w.spread, how)
 		}
 	}
@@ -171,21 +171,21 @@ func TestGateAdmissions(t *testing.T) {
 		next     time.Time
 		wantHeld bool
 	}{
-		{"quiet, credit due", withCredits(stateIn(phaseQuiet), 1), t0, waiting(pause, time.Time{}, false), AdmitRelease, time.Time{}, false},
+		{"quiet, credit due", withCredits(stateIn(phaseQuiet), 1), t0, waiting(pause, time.Time{}, false), admitRelease, time.Time{}, false},
 		{"recovering, half a credit: asked again at its hold time", withCredits(stateIn(phaseRecovering), 0.5), t0, waiting(pause, time.Time{}, false), AdmitNone, holdAt, false},
 		{"failing, before the quiet time", stateIn(phaseFailing), t0.Add(50 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitNone, t0.Add(100 * time.Millisecond), false},
-		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false},
+		{"failing, quiet time over", stateIn(phaseFailing), t0.Add(100 * time.Millisecond), waiting(pause, time.Time{}, false), admitProbe, time.Time{}, false},
 		{"outage, last attempt waits for its last chance, held", stateIn(phaseOutage), t0.Add(time.Second), waiting(pause, deadline, true), AdmitNone, deadline.Add(-tune.LastChanceLead), true},
-		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-tune.LastChanceLead), waiting(pause, deadline, true), AdmitLast, time.Time{}, true},
+		{"outage, last chance", stateIn(phaseOutage), deadline.Add(-tune.LastChanceLead), waiting(pause, deadline, true), admitLast, time.Time{}, true},
 		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiting(0, time.Time{}, false), AdmitNone, t0.Add(5 * time.Second), true},
-		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), AdmitProbe, time.Time{}, true},
-		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), AdmitProbe, time.Time{}, false},
+		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), admitProbe, time.Time{}, true},
+		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), admitProbe, time.Time{}, false},
 		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
-		{"fresh process, past its hold time: no retry told it anything, it probes", fresh, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, false},
+		{"fresh process, past its hold time: no retry told it anything, it probes", fresh, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, false},
 		{"retries failed, never served, past its hold time: the wait ends", told, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
-		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), AdmitProbe, time.Time{}, true},
+		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, true},
 		{"after an outage, held with a deadline: back after its pause", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), heldThrough(pause, deadline), AdmitNone, t0.Add(pause), true},
-		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), AdmitRelease, time.Time{}, true},
+		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), admitRelease, time.Time{}, true},
 	}
 	for _, tt := range tests {
 		s, w := tt.s, tt.w
@@ -206,11 +206,11 @@ func TestGateAdmissions(t *testing.T) {
 		credits := s.pace.credits(tt.at)
 		s.admit(tt.at, &w, got)
 		switch after := s.pace.credits(tt.at); {
-		case got == AdmitRelease && credits < 1 && !near(after, credits):
+		case got == admitRelease && credits < 1 && !near(after, credits):
 			t.Errorf("%s: a release without a credit left credits %v, want %v", tt.name, after, credits)
-		case got == AdmitRelease && credits >= 1 && !near(after, credits-1):
+		case got == admitRelease && credits >= 1 && !near(after, credits-1):
 			t.Errorf("%s: a release left credits %v, want %v", tt.name, after, credits-1)
-		case got != AdmitRelease && !s.slot.held(tt.at):
+		case got != admitRelease && !s.slot.held(tt.at):
 			t.Errorf("%s: a probe left the slot free", tt.name)
 		}
 	}
@@ -242,7 +242,7 @@ func TestGateSettlesALostProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, w, AdmitProbe)
+	poll(t, w, admitProbe)
 	w.Leave() // and its attempt is never recorded
 
 	// Much later, the outage goes on (tune.FutileEvery failures: the futility
@@ -256,7 +256,7 @@ func TestGateSettlesALostProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w2.Leave()
-	if a, _ := w2.Poll(); a != AdmitProbe {
+	if a, _, _ := w2.Poll(); a != admitProbe {
 		t.Fatalf("the new outage's retry: %v, want a probe (the lost one's slot expired)", a)
 	}
 }
@@ -284,7 +284,7 @@ func TestGateHeals(t *testing.T) {
 		t.Fatalf("flaky server, two failures in a row: %v, want failing", s.phase)
 	}
 	w := waiting(10*time.Millisecond, t0.Add(2*time.Second), true)
-	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("flaky server: %v, want heal", a)
 	}
 	// Calls still retrying do not count against healing: second attempts
@@ -292,7 +292,7 @@ func TestGateHeals(t *testing.T) {
 	for range 2 * tune.HealWindow {
 		s.ev.learn(t0, secondFailed)
 	}
-	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("after pending calls: %v, want heal", a)
 	}
 	// Not in an outage.
@@ -305,26 +305,26 @@ func TestGateHeals(t *testing.T) {
 	if !o.ev.heals(t0) {
 		t.Fatal("four calls of the latest eight healed: retries should heal")
 	}
-	if a, _ := o.candidate(t0, &w); a == AdmitHeal {
+	if a, _ := o.candidate(t0, &w); a == admitHeal {
 		t.Fatal("healed in an outage")
 	}
 	// A failure for overload stops healing for tune.OverloadHold; a slow success
 	// does not.
 	s = flaky()
 	s.ev.learn(t0, Attempt{Number: 1, Outcome: Success, Overload: true})
-	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("after a slow success: %v, want heal", a)
 	}
 	s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	w1, w2 := w, w
-	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == AdmitHeal || !w1.held {
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == admitHeal || !w1.held {
 		t.Fatalf("within tune.OverloadHold of a failure for overload: %v, held %v; want no heal, and held", a, w1.held)
 	}
-	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w2); a != AdmitHeal {
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w2); a != admitHeal {
 		t.Fatalf("after tune.OverloadHold: %v, want heal", a)
 	}
 	// A wait held through an overload or an outage goes back paced.
-	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w1); a == AdmitHeal {
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w1); a == admitHeal {
 		t.Fatal("a held wait was healed")
 	}
 	// A down server: every call's final retry fails.
@@ -334,7 +334,7 @@ func TestGateHeals(t *testing.T) {
 		s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure, Final: true})
 	}
 	s.observe(t0, Attempt{Number: 1, Outcome: Failure})
-	if a, _ := s.candidate(t0, &w); a == AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a == admitHeal {
 		t.Fatal("healed retries of a server whose retries all fail")
 	}
 	// A call that failed its first retries and then its final one is one
@@ -370,7 +370,7 @@ func TestGateHealsBeforeCallsSay(t *testing.T) {
 	if !s.ev.heals(t0) || s.ev.known() {
 		t.Fatalf("served, one retry failed: heals %v, known %v; want true, false", s.ev.heals(t0), s.ev.known())
 	}
-	if a, _ := s.candidate(t0, &w); a != AdmitHeal {
+	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("served, one retry failed: %v, want heal", a)
 	}
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})

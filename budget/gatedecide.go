@@ -11,7 +11,7 @@ import (
 const admitEnd Admission = 255
 
 // decision is what the rules say of one waiting retry at one moment: how it
-// goes now (AdmitHeal, AdmitRelease, AdmitProbe, AdmitLast, before its
+// goes now (admitHeal, admitRelease, admitProbe, admitLast, before its
 // guard and the budget are asked; admitEnd: its wait ends), or AdmitNone
 // with next, when asking again could change the answer without news
 // (zero: only news will); hold: the wait is held from now on (the hold
@@ -29,7 +29,7 @@ type decision struct {
 func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decision {
 	d := s.decideRules(now, w)
 	if guardOpen && (d.how == AdmitNone || d.how == admitEnd) {
-		d = decision{how: AdmitProbe, hold: true}
+		d = decision{how: admitProbe, hold: true}
 	}
 	return d
 }
@@ -41,7 +41,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 	}
 	held := w.held
 	if !held && s.phase != phaseOutage && s.ev.heals(now) {
-		return decision{how: AdmitHeal}
+		return decision{how: admitHeal}
 	}
 	if !held && !now.Before(w.holdAt) {
 		if s.phase != phaseOutage && !s.ev.overloaded(now) {
@@ -49,7 +49,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 			// that no retry told anything probes too: else one whose
 			// only retry got a non-retryable answer never learns.
 			if (s.ev.seen || s.ev.untold(now)) && !s.slot.held(now) {
-				return decision{how: AdmitProbe}
+				return decision{how: admitProbe}
 			}
 			if !s.ev.seen && now.Before(s.ev.retryOut) {
 				// A paid retry is out: wait for what it tells.
@@ -74,13 +74,13 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admission, time.Time) {
 	if !s.phase.failing() {
 		if !now.Before(s.pace.full) {
-			return AdmitRelease, time.Time{}
+			return admitRelease, time.Time{}
 		}
 		next := s.pace.full
 		if s.heldThrough(w, held) {
 			back := clock.Later(s.pace.backAfter(w, s.slot.lead()), s.pace.backNext)
 			if !now.Before(back) {
-				return AdmitRelease, time.Time{}
+				return admitRelease, time.Time{}
 			}
 			if back.Before(next) {
 				next = back
@@ -101,12 +101,12 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 	}
 	how, due := AdmitNone, time.Time{}
 	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
-		how, due = AdmitProbe, reached.Add(max(w.pause, s.slot.gap))
+		how, due = admitProbe, reached.Add(max(w.pause, s.slot.gap))
 	}
 	if !w.deadline.IsZero() {
 		last := clock.Later(w.deadline.Add(-s.slot.lead()), s.slot.failedAt.Add(s.slot.gap), reached.Add(w.pause))
 		if how == AdmitNone || last.Before(due) {
-			how, due = AdmitLast, last
+			how, due = admitLast, last
 		}
 	}
 	if now.Before(due) {

@@ -95,7 +95,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 	if probing {
 		s.slot.report(now, a.Took)
 	}
-	if a.Admission == AdmitRelease {
+	if a.Admission == admitRelease {
 		s.pace.answered(a.Took, a.Outcome == Success)
 	}
 	switch a.Outcome {
@@ -152,7 +152,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			// attempt says nothing of it.
 			s.slot.stretch()
 		}
-		if a.Admission == AdmitRelease || a.Admission == AdmitBudget || a.Admission == AdmitHeal {
+		if a.Admission == admitRelease || a.Admission == AdmitBudget || a.Admission == admitHeal {
 			s.pace.shrink()
 		}
 	}
@@ -210,7 +210,7 @@ func (s *gateState) tooLate(now time.Time, pause time.Duration, deadline time.Ti
 // AdmitBudget for a probe or last chance the budget paid for).
 func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 	switch how {
-	case AdmitRelease:
+	case admitRelease:
 		if s.heldThrough(w, w.held) {
 			s.pace.wentBack(now)
 		}
@@ -218,7 +218,7 @@ func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 			s.pace.set(now, c-1)
 		}
 		return
-	case AdmitHeal:
+	case admitHeal:
 		return
 	}
 	s.slot.take(now, w)
@@ -234,7 +234,7 @@ func (s *gateState) heldThrough(w *waiterView, held bool) bool {
 // unadmit gives back what admit took for w's admission how, never used.
 func (s *gateState) unadmit(now time.Time, w *waiterView, how Admission) {
 	switch {
-	case how == AdmitRelease:
+	case how == admitRelease:
 		s.pace.set(now, 1)
 		if s.heldThrough(w, w.held) {
 			s.pace.backNext = s.pace.backNext.Add(-s.pace.backEvery)
@@ -246,7 +246,7 @@ func (s *gateState) unadmit(now time.Time, w *waiterView, how Admission) {
 
 // probing reports whether an admission holds the probe slot.
 func (a Admission) probing() bool {
-	return a == AdmitProbe || a == AdmitBudget || a == AdmitLast
+	return a == admitProbe || a == AdmitBudget || a == admitLast
 }
 
 // waiterView is what the rules read of a waiting retry.

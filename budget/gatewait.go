@@ -12,7 +12,7 @@ import (
 // Waiter is one deferred retry, for code that cannot block (package sim,
 // on its virtual clock): Enter, then Poll whenever the gate's Changed
 // channel closes or the time Poll returned comes, until Poll admits it or
-// Err says the wait is over, and Leave once. Wait does all of it for a
+// says the wait is over, and Leave once. Wait does all of it for a
 // goroutine on the real clock. A Waiter belongs to one goroutine.
 type Waiter struct {
 	g        *Gate
@@ -105,7 +105,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	return w, nil
 }
 
-// evictLocked makes v give up (ErrEvicted) and frees its place.
+// evictLocked makes v give up (errEvicted) and frees its place.
 func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	g.room.dequeue(v)
 	v.evicted.Store(true)
@@ -116,14 +116,13 @@ func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	g.settle(now)
 }
 
-// Err returns ErrEvicted or ErrWaitEnded once w will never be admitted:
-// its call ends with its last status. Leave it then.
-func (w *Waiter) Err() error {
+// err returns errEvicted or errWaitEnded once w will never be admitted.
+func (w *Waiter) err() error {
 	switch {
 	case w.evicted.Load():
-		return ErrEvicted
+		return errEvicted
 	case w.ended:
-		return ErrWaitEnded
+		return errWaitEnded
 	}
 	return nil
 }
@@ -136,11 +135,22 @@ func (g *Gate) Changed() <-chan struct{} {
 }
 
 // Poll asks, now, whether w may go. When it may not, next is when asking
-// again could change the answer without news (zero: only news will), or
-// the wait is over (Err). The rules decide and the admission is taken
-// under the gate's lock; w's guard and the budget are asked unlocked, and
-// the admission is given back when they refuse.
-func (w *Waiter) Poll() (a Admission, next time.Time) {
+// again could change the answer without news (zero: only news will), and
+// err, once w will never be admitted, says why (a more critical retry
+// took its place, which wraps ErrTooManyWaiting, or the Gate ended the
+// wait): its call ends with its last status (Leave w then). The rules
+// decide and the admission is taken under the gate's lock; w's guard and
+// the budget are asked unlocked, and the admission is given back when they
+// refuse.
+func (w *Waiter) Poll() (a Admission, next time.Time, err error) {
+	if a, next = w.poll(); a == AdmitNone {
+		err = w.err()
+	}
+	return a, next, err
+}
+
+// poll is Poll but for its err.
+func (w *Waiter) poll() (a Admission, next time.Time) {
 	g := w.g
 	if w.ended || w.evicted.Load() {
 		return AdmitNone, time.Time{}
@@ -172,7 +182,7 @@ func (w *Waiter) Poll() (a Admission, next time.Time) {
 	}
 	// A closed guard judges the server: only a paid probe or last chance
 	// goes, and a release.
-	ok = ok && (open || how == AdmitBudget || how == AdmitRelease)
+	ok = ok && (open || how == AdmitBudget || how == admitRelease)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return w.settleLocked(now, how, next, ok, open)
@@ -246,7 +256,7 @@ func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, 
 // scarce reports whether a more critical waiter takes an admission first:
 // a release credit or the probe slot (a heal is every waiter's own).
 func scarce(how Admission) bool {
-	return how == AdmitRelease || how == AdmitProbe || how == AdmitLast
+	return how == admitRelease || how == admitProbe || how == admitLast
 }
 
 // handOffLocked admits the first waiter more critical than level (most
@@ -319,23 +329,22 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 	defer w.Leave()
 	limit, end := deadline.Add(-tune.WaitSlack), context.DeadlineExceeded
 	if !hasDeadline {
-		limit, end = g.now().Add(g.s.MaxWait), ErrWaitLimit
+		limit, end = g.now().Add(g.s.MaxWait), errWaitLimit
 	}
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		changed := g.Changed()
-		a, next := w.Poll()
+		a, next, err := w.Poll()
 		if a != AdmitNone {
 			return a, nil
 		}
-		err := w.Err()
 		now := g.now()
 		if err == nil && !now.Before(limit) {
 			err = end
 		}
 		if err != nil {
-			if err != ErrEvicted { // an eviction was counted when made
+			if err != errEvicted { // an eviction was counted when made
 				g.giveUp()
 			}
 			return AdmitNone, err

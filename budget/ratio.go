@@ -8,7 +8,7 @@ import (
 	"github.com/stagger-go/stagger/internal/window"
 )
 
-// Ratio keeps retries under a share of requests over a sliding window, in the
+// ratio keeps retries under a share of requests over a sliding window, in the
 // manner of Finagle's RetryBudget and the Google SRE book's per-client retry
 // budget. A request is a first attempt (Attempt.Number == 1), counted when
 // Record sees it end; a retry or a hedge is counted when Allow grants it.
@@ -19,9 +19,9 @@ import (
 // The window is a ring of 10 slices of Window/10, brought up to date lazily
 // when the budget is used; there is no goroutine and no timer.
 //
-// The zero value is not usable: build one with NewRatio. A Ratio is safe for
-// concurrent use; its operations take one mutex.
-type Ratio struct {
+// New builds one for KindRatio. It is safe for concurrent use; its
+// operations take one mutex.
+type ratio struct {
 	mu sync.Mutex
 	// w counts requests (ratioRequests) and retries (ratioRetries).
 	w     window.Window[window.Counts]
@@ -29,11 +29,10 @@ type Ratio struct {
 	floor float64 // retries the window always allows
 	// spend[l.Index()] is the share of the allowance a retry of level l
 	// may take (1 for CRITICAL; see Request.Criticality).
-	spend    [4]float64
-	allowed  uint64
-	refused  uint64
-	now      func() time.Time
-	settings RatioSettings
+	spend   [4]float64
+	allowed uint64
+	refused uint64
+	now     func() time.Time
 }
 
 const (
@@ -41,20 +40,19 @@ const (
 	ratioRetries
 )
 
-// NewRatio returns an empty ratio budget, or a *SettingsError when s breaks a
-// rule. Zero fields take their defaults (RatioSettings.WithDefaults).
-func NewRatio(s RatioSettings, opts ...Option) (*Ratio, error) {
-	if err := s.Validate(); err != nil {
+// newRatio returns an empty ratio budget, or a *SettingsError when s breaks a
+// rule. Zero fields take their defaults (Settings.WithDefaults).
+func newRatio(s RatioSettings, opts ...Option) (*ratio, error) {
+	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	s = s.WithDefaults()
+	s = s.withDefaults()
 	o := buildOptions(opts)
-	r := &Ratio{
-		w:        window.New[window.Counts](o.Now(), s.Window),
-		share:    s.Percent / 100,
-		floor:    s.MinRetriesPerSecond * s.Window.Seconds(),
-		now:      o.Now,
-		settings: s,
+	r := &ratio{
+		w:     window.New[window.Counts](o.Now(), s.Window),
+		share: s.Percent / 100,
+		floor: s.MinRetriesPerSecond * s.Window.Seconds(),
+		now:   o.Now,
 	}
 	for i, f := range reserveShares {
 		r.spend[i] = 1 - f
@@ -62,17 +60,14 @@ func NewRatio(s RatioSettings, opts ...Option) (*Ratio, error) {
 	return r, nil
 }
 
-// Settings returns the settings r was built with, defaults filled in.
-func (r *Ratio) Settings() RatioSettings { return r.settings }
-
-func (r *Ratio) allowance() float64 {
+func (r *ratio) allowance() float64 {
 	return math.Max(r.share*float64(r.w.Sum[ratioRequests]), r.floor)
 }
 
 // Record counts a request for every first attempt, however it ended; other
 // attempts were counted as retries when they were allowed (and do not read
 // the clock).
-func (r *Ratio) Record(a Attempt) {
+func (r *ratio) Record(a Attempt) {
 	if a.Number > 1 {
 		return
 	}
@@ -86,7 +81,7 @@ func (r *Ratio) Record(a Attempt) {
 // retries stay within its allowance, less the reserve the request's
 // criticality leaves (Request.Criticality: none for CRITICAL; a
 // CRITICAL_PLUS retry may pass the allowance by the reserve).
-func (r *Ratio) Allow(req Request) bool {
+func (r *ratio) Allow(req Request) bool {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -102,7 +97,7 @@ func (r *Ratio) Allow(req Request) bool {
 
 // State reports the retries the window would allow now (Level) out of all
 // it allows (Capacity): both move with the requests in the window.
-func (r *Ratio) State() State {
+func (r *ratio) State() State {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -25,7 +25,7 @@ type TokenBucketSettings struct {
 	Capacity float64
 	// Initial is where the bucket starts, in (0, Capacity]. Zero means full
 	// (Capacity), as in the AWS SDKs. Stagger's default budget starts low:
-	// see Default.
+	// see DefaultSettings.
 	Initial float64
 	// RetryCost is what a retry (or a hedge) takes, in (0, Capacity].
 	// Default 5.
@@ -51,7 +51,7 @@ type RatioSettings struct {
 	Window time.Duration
 	// MinRetriesPerSecond is a floor so that a quiet client can still retry:
 	// the window allows at least MinRetriesPerSecond × Window retries, in
-	// [0, 1e6]. Zero takes the default (RatioSettings.WithDefaults); a negative
+	// [0, 1e6]. Zero takes the default (Settings.WithDefaults); a negative
 	// value means no floor.
 	MinRetriesPerSecond float64
 }
@@ -136,9 +136,9 @@ func addClamped(tokens *atomic.Int64, delta, ceiling int64) {
 	}
 }
 
-// Validate reports the first setting that breaks its rule, as a
+// validate reports the first setting that breaks its rule, as a
 // *SettingsError naming the setting.
-func (s ThrottleSettings) Validate() error {
+func (s ThrottleSettings) validate() error {
 	if !(s.MaxTokens > 0 && s.MaxTokens <= 1000) {
 		return &SettingsError{Field: "MaxTokens", Rule: "must be in (0, 1000]", Value: s.MaxTokens}
 	}
@@ -156,13 +156,13 @@ func (s ThrottleSettings) Validate() error {
 
 // defaultTokenBucket is the AWS SDKs' standard mode: capacity 500
 // (starting full), retry cost 5, timeout retry cost 10, success reward 1
-// (TokenBucketSettings{}.WithDefaults()).
+// (Settings{}.WithDefaults().TokenBucket).
 func defaultTokenBucket() TokenBucketSettings {
 	return TokenBucketSettings{Capacity: 500, Initial: 500, RetryCost: 5, TimeoutRetryCost: 10, SuccessReward: 1}
 }
 
-// WithDefaults returns s with each zero field replaced by its default.
-func (s TokenBucketSettings) WithDefaults() TokenBucketSettings {
+// withDefaults returns s with each zero field replaced by its default.
+func (s TokenBucketSettings) withDefaults() TokenBucketSettings {
 	d := defaultTokenBucket()
 	if s.Capacity == 0 {
 		s.Capacity = d.Capacity
@@ -182,10 +182,10 @@ func (s TokenBucketSettings) WithDefaults() TokenBucketSettings {
 	return s
 }
 
-// Validate reports the first setting that breaks its rule, after zero fields
+// validate reports the first setting that breaks its rule, after zero fields
 // took their defaults, as a *SettingsError naming the setting.
-func (s TokenBucketSettings) Validate() error {
-	s = s.WithDefaults()
+func (s TokenBucketSettings) validate() error {
+	s = s.withDefaults()
 	if !(s.Capacity >= 0.001 && s.Capacity <= 1e9) {
 		return &SettingsError{Field: "Capacity", Rule: "must be in [0.001, 1e9]", Value: s.Capacity}
 	}
@@ -213,14 +213,14 @@ func (s TokenBucketSettings) Validate() error {
 
 // defaultRatio is 10% of requests over a 10 s window with a floor of 0.1
 // retries per second (one retry per window), see doc.go for why
-// (RatioSettings{}.WithDefaults()).
+// (Settings{}.WithDefaults().Ratio).
 func defaultRatio() RatioSettings {
 	return RatioSettings{Percent: 10, Window: 10 * time.Second, MinRetriesPerSecond: 0.1}
 }
 
-// WithDefaults returns s with each zero field replaced by its default, and a
+// withDefaults returns s with each zero field replaced by its default, and a
 // negative MinRetriesPerSecond (no floor) as 0.
-func (s RatioSettings) WithDefaults() RatioSettings {
+func (s RatioSettings) withDefaults() RatioSettings {
 	d := defaultRatio()
 	if s.Percent == 0 {
 		s.Percent = d.Percent
@@ -237,9 +237,9 @@ func (s RatioSettings) WithDefaults() RatioSettings {
 	return s
 }
 
-// Validate reports the first setting that breaks its rule, after zero fields
+// validate reports the first setting that breaks its rule, after zero fields
 // took their defaults, as a *SettingsError naming the setting.
-func (s RatioSettings) Validate() error {
+func (s RatioSettings) validate() error {
 	if !(s.Percent > 0 && s.Percent <= 100) && s.Percent != 0 {
 		return &SettingsError{Field: "Percent", Rule: "must be in (0, 100]", Value: s.Percent}
 	}
@@ -252,11 +252,14 @@ func (s RatioSettings) Validate() error {
 	return nil
 }
 
-// Validate checks the settings of s.Kind and Defer; the other kinds' fields
-// are ignored.
+// Validate checks the settings of s.Kind and Defer, after zero fields took
+// their defaults; the other kinds' fields are ignored. It returns the first
+// setting that breaks its rule as a *SettingsError whose Field is the
+// setting's name within its part (MaxTokens, Capacity, Window), or within
+// Defer for Defer's (Defer.MaxWait).
 func (s Settings) Validate() error {
 	if s.Kind != KindNone {
-		if err := s.Defer.Validate(); err != nil {
+		if err := s.Defer.validate(); err != nil {
 			if se, ok := err.(*SettingsError); ok {
 				return &SettingsError{Field: "Defer." + se.Field, Rule: se.Rule, Value: se.Value}
 			}
@@ -267,23 +270,34 @@ func (s Settings) Validate() error {
 	case KindNone:
 		return nil
 	case KindThrottle:
-		return s.Throttle.Validate()
+		return s.Throttle.validate()
 	case KindTokenBucket:
-		return s.TokenBucket.Validate()
+		return s.TokenBucket.validate()
 	case KindRatio:
-		return s.Ratio.Validate()
+		return s.Ratio.validate()
 	}
 	return &SettingsError{Field: "Kind", Rule: "must be none, throttle, token-bucket or ratio", Value: s.Kind}
+}
+
+// WithDefaults returns s with each zero field of its parts (TokenBucket,
+// Ratio, Defer) replaced by the default written beside it, and a negative
+// Ratio.MinRetriesPerSecond (no floor) as 0: the settings New builds from.
+// Throttle has no defaults.
+func (s Settings) WithDefaults() Settings {
+	s.TokenBucket = s.TokenBucket.withDefaults()
+	s.Ratio = s.Ratio.withDefaults()
+	s.Defer = s.Defer.withDefaults()
+	return s
 }
 
 // New builds the budget s describes, wrapped in a Gate when it defers
 // (s.Defer). KindNone returns (nil, nil): a nil Budget means unlimited.
 func New(s Settings, opts ...Option) (Budget, error) {
-	if err := s.Defer.Validate(); err != nil && s.Kind != KindNone {
+	if err := s.Defer.validate(); err != nil && s.Kind != KindNone {
 		return nil, err
 	}
 	b, err := newKind(s, opts)
-	if err != nil || b == nil || !s.Defers() {
+	if err != nil || b == nil || !s.defers() {
 		return b, err
 	}
 	g, err := Deferring(b, s.Defer, opts...)
@@ -293,10 +307,10 @@ func New(s Settings, opts ...Option) (Budget, error) {
 	return g, nil
 }
 
-// Defers reports whether the budget s describes defers refused retries
+// defers reports whether the budget s describes defers refused retries
 // (New wraps it in a Gate): by s.Defer, and by default for the token bucket
 // and the ratio, not the throttle.
-func (s Settings) Defers() bool {
+func (s Settings) defers() bool {
 	return s.Kind != KindNone && s.Defer.on(s.Kind)
 }
 
@@ -307,19 +321,19 @@ func newKind(s Settings, opts []Option) (Budget, error) {
 	case KindThrottle:
 		// Each case returns its own nil so that an error never comes with a
 		// non-nil Budget holding a nil pointer.
-		t, err := NewThrottle(s.Throttle, opts...)
+		t, err := newThrottle(s.Throttle, opts...)
 		if err != nil {
 			return nil, err
 		}
 		return t, nil
 	case KindTokenBucket:
-		b, err := NewTokenBucket(s.TokenBucket, opts...)
+		b, err := newTokenBucket(s.TokenBucket, opts...)
 		if err != nil {
 			return nil, err
 		}
 		return b, nil
 	case KindRatio:
-		r, err := NewRatio(s.Ratio, opts...)
+		r, err := newRatio(s.Ratio, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -328,7 +342,7 @@ func newKind(s Settings, opts []Option) (Budget, error) {
 	return nil, s.Validate()
 }
 
-// tokenCounts is the state the two token kinds (Throttle, TokenBucket) share:
+// tokenCounts is the state the two token kinds (throttle, tokenBucket) share:
 // tokens in thousandths, updated by compare-and-swap, and the Allow counters.
 type tokenCounts struct {
 	tokens  atomic.Int64 // thousandths of a token

@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// Throttle is gRFC A6's retryThrottling, token for token. Tokens start at
+// throttle is gRFC A6's retryThrottling, token for token. Tokens start at
 // MaxTokens and stay in [0, MaxTokens]. Every attempt that fails in a way the
 // policy retries takes one token, even the last attempt of a call; every
 // successful attempt gives back TokenRatio, kept to 3 decimals (0.1239 counts
@@ -13,26 +13,25 @@ import (
 // successes by about 1/TokenRatio to 1, and lets them through again as soon
 // as successes bring the tokens back above half.
 //
-// The zero value is not usable: build one with NewThrottle. A Throttle is safe
-// for concurrent use; its operations are lock-free.
-type Throttle struct {
+// New builds one for KindThrottle. It is safe for concurrent use; its
+// operations are lock-free.
+type throttle struct {
 	tokenCounts
 	max   int64
 	ratio int64
 	// above[l.Index()]: a retry of level l is allowed while 2 × tokens >
 	// above (max for CRITICAL: gRFC A6's tokens > maxTokens/2).
-	above    [4]int64
-	now      func() time.Time
-	settings ThrottleSettings
+	above [4]int64
+	now   func() time.Time
 }
 
-// NewThrottle returns a full throttle, or a *SettingsError when s breaks a rule.
-func NewThrottle(s ThrottleSettings, opts ...Option) (*Throttle, error) {
-	if err := s.Validate(); err != nil {
+// newThrottle returns a full throttle, or a *SettingsError when s breaks a rule.
+func newThrottle(s ThrottleSettings, opts ...Option) (*throttle, error) {
+	if err := s.validate(); err != nil {
 		return nil, err
 	}
 	o := buildOptions(opts)
-	t := &Throttle{max: toMilli(s.MaxTokens), ratio: toMilli(s.TokenRatio), now: o.Now, settings: s}
+	t := &throttle{max: toMilli(s.MaxTokens), ratio: toMilli(s.TokenRatio), now: o.Now}
 	// A ratio above MaxTokens fills the throttle just the same; clamping it
 	// keeps tokens+ratio far from overflowing.
 	t.ratio = min(t.ratio, t.max)
@@ -43,13 +42,10 @@ func NewThrottle(s ThrottleSettings, opts ...Option) (*Throttle, error) {
 	return t, nil
 }
 
-// Settings returns the settings t was built with.
-func (t *Throttle) Settings() ThrottleSettings { return t.settings }
-
 // Record takes a token for a Failure and gives back TokenRatio for a
 // Success; Other changes nothing. It does not read the clock: the tokens do
 // not depend on time.
-func (t *Throttle) Record(a Attempt) {
+func (t *throttle) Record(a Attempt) {
 	switch a.Outcome {
 	case Failure:
 		addClamped(&t.tokens, -milli, t.max)
@@ -63,7 +59,7 @@ func (t *Throttle) Record(a Attempt) {
 // for CRITICAL, as in gRFC A6). It spends nothing: in gRFC A6 the retry
 // pays when it fails, through Record. Like Record, it does not read the
 // clock.
-func (t *Throttle) Allow(r Request) bool {
+func (t *throttle) Allow(r Request) bool {
 	if 2*t.tokens.Load() > t.above[r.Criticality.Index()] {
 		t.allowed.Add(1)
 		return true
@@ -74,6 +70,6 @@ func (t *Throttle) Allow(r Request) bool {
 
 // State reports the tokens (Level) out of MaxTokens (Capacity), stamped
 // with the budget's clock.
-func (t *Throttle) State() State {
+func (t *throttle) State() State {
 	return t.snapshot(kindThrottle, t.max, t.now())
 }

@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// TokenBucket is the AWS SDKs' standard-mode retry quota. The bucket holds at
+// tokenBucket is the AWS SDKs' standard-mode retry quota. The bucket holds at
 // most Capacity tokens and starts at Initial (full unless set). A retry or a
 // hedge must pay RetryCost up front, TimeoutRetryCost when it follows an
 // attempt cut off by the per-attempt timer; Allow refuses when the bucket
@@ -16,9 +16,9 @@ import (
 // retries and then stops until something succeeds; while it fails a few
 // attempts, the refunds and rewards keep the bucket nearly full.
 //
-// The zero value is not usable: build one with NewTokenBucket. A TokenBucket
-// is safe for concurrent use; its operations are lock-free.
-type TokenBucket struct {
+// New builds one for KindTokenBucket. It is safe for concurrent use; its
+// operations are lock-free.
+type tokenBucket struct {
 	tokenCounts
 	capacity    int64
 	cost        int64
@@ -26,35 +26,30 @@ type TokenBucket struct {
 	reward      int64
 	// floors are what a retry of each level must leave, in thousandths
 	// (see Request.Criticality).
-	floors   [4]int64
-	now      func() time.Time
-	settings TokenBucketSettings
+	floors [4]int64
+	now    func() time.Time
 }
 
-// NewTokenBucket returns a bucket holding s.Initial tokens, or a
+// newTokenBucket returns a bucket holding s.Initial tokens, or a
 // *SettingsError when s breaks a rule. Zero fields take their defaults
-// (TokenBucketSettings.WithDefaults).
-func NewTokenBucket(s TokenBucketSettings, opts ...Option) (*TokenBucket, error) {
-	if err := s.Validate(); err != nil {
+// (Settings.WithDefaults).
+func newTokenBucket(s TokenBucketSettings, opts ...Option) (*tokenBucket, error) {
+	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	s = s.WithDefaults()
+	s = s.withDefaults()
 	o := buildOptions(opts)
-	b := &TokenBucket{
+	b := &tokenBucket{
 		capacity:    toMilli(s.Capacity),
 		cost:        toMilli(s.RetryCost),
 		timeoutCost: toMilli(s.TimeoutRetryCost),
 		reward:      toMilli(s.SuccessReward),
 		now:         o.Now,
-		settings:    s,
 	}
 	b.floors = reserveFloors(b.capacity)
 	b.tokens.Store(min(b.capacity, toMilli(s.Initial)))
 	return b, nil
 }
-
-// Settings returns the settings b was built with, defaults filled in.
-func (b *TokenBucket) Settings() TokenBucketSettings { return b.settings }
 
 // Record adds SuccessReward for a first attempt that succeeded and refunds
 // the cost of a later attempt (a retry or a hedge) that succeeded, never
@@ -62,7 +57,7 @@ func (b *TokenBucket) Settings() TokenBucketSettings { return b.settings }
 // probe, a release, a last chance) was not paid for: its success adds
 // SuccessReward, like a first attempt's. Failures and Other change nothing.
 // It does not read the clock: the tokens do not depend on time.
-func (b *TokenBucket) Record(a Attempt) {
+func (b *tokenBucket) Record(a Attempt) {
 	if a.Outcome != Success {
 		return
 	}
@@ -81,7 +76,7 @@ func (b *TokenBucket) Record(a Attempt) {
 // request's criticality leaves (Request.Criticality: none for CRITICAL; a
 // CRITICAL_PLUS retry may take the bucket below 0, into a debt that
 // successes pay back before any other retry is allowed).
-func (b *TokenBucket) Allow(r Request) bool {
+func (b *tokenBucket) Allow(r Request) bool {
 	cost := b.cost
 	if r.AfterTimeout {
 		cost = b.timeoutCost
@@ -102,6 +97,6 @@ func (b *TokenBucket) Allow(r Request) bool {
 
 // State reports the tokens (Level) out of Capacity, stamped with the
 // budget's clock. Level is below 0 while CRITICAL_PLUS retries are in debt.
-func (b *TokenBucket) State() State {
+func (b *tokenBucket) State() State {
 	return b.snapshot(kindTokenBucket, b.capacity, b.now())
 }

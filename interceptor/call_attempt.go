@@ -122,7 +122,7 @@ type call struct {
 	// afterAttempt pauses only what is left.
 	timerVerdict policy.Verdict
 	timerGrace   time.Duration
-	// timerAdmission is how the budget admitted that retry (AdmitHeal: a
+	// timerAdmission is how the budget admitted that retry (heal: a
 	// Gate let a straggler's retry go unpaid), and timerStraggler says the
 	// attempt cut off was a straggler (pace.straggler), not a sign of
 	// overload; timerRefused counts the attempts of the call whose timer

@@ -69,7 +69,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	if admitted {
 		v, c.timerVerdict = c.timerVerdict, policy.Verdict{}
 		grace, c.timerGrace = c.timerGrace, 0
-		// The retry goes as the timer's admission let it (AdmitHeal:
+		// The retry goes as the timer's admission let it (heal:
 		// unpaid, which its Attempt tells the budget).
 		c.admission, c.timerAdmission = c.timerAdmission, budget.AdmitNone
 		straggler, c.timerStraggler = c.timerStraggler, false
@@ -229,7 +229,7 @@ func (c *call) timeoutVerdict(callCtx context.Context) (v policy.Verdict, ok boo
 // says the attempt is a straggler (pace.straggler: the method's other
 // attempts were served fast meanwhile), which a Gate admits unpaid while
 // retries heal (budget.Request.Straggler). It returns how the retry was
-// admitted (AdmitHeal: by the Gate, unpaid; the retry's Attempt says so),
+// admitted (heal: by the Gate, unpaid; the retry's Attempt says so),
 // or, when it was not, why: ReasonBreaker or ReasonBudget.
 func (c *call) timeoutAdmit(straggler bool) (budget.Admission, policy.Reason) {
 	if c.br != nil && !c.br.Closed() {
@@ -293,8 +293,8 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 // the call's final error: CANCELED when the caller cancelled; last, reason
 // deferred, when no retry could start before the deadline or a call without
 // one waited the limit; last, reason budget, when too many calls wait or a
-// more critical retry took its place (budget.ErrTooManyWaiting, which
-// ErrEvicted wraps). A retry of any criticality may wait: the Gate refuses
+// more critical retry took its place (budget.ErrTooManyWaiting, wrapped
+// for the latter). A retry of any criticality may wait: the Gate refuses
 // none for its level alone (see budget.Gate).
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
 	req := *c.deferReq

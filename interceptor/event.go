@@ -105,8 +105,8 @@ type Event struct {
 	Reason policy.Reason
 	// Deferred is how long the call waited for the budget before this
 	// retry (EventRetry) or before giving up (EventGiveUp); Admission says
-	// what let the retry go (budget.AdmitBudget, AdmitRelease, AdmitProbe,
-	// AdmitLast, AdmitHeal).
+	// what let the retry go (budget.AdmitBudget, or a Gate's rule, which
+	// its String names: release, probe, last or heal).
 	Deferred  time.Duration
 	Admission budget.Admission
 	// Hedging: the event comes from a method whose policy hedges (the three

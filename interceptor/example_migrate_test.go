@@ -82,7 +82,7 @@ var printRetries = interceptor.WithHook(func(e interceptor.Event) {
 //
 // stagger: the same policy in a file, installed by stagger.DialOptions
 // (both interceptors, grpc-go's own retry off). The middleware has no retry
-// budget; stagger.DialOptions installs budget.Default unless the file
+// budget; stagger.DialOptions installs budget.DefaultBackends unless the file
 // declares one, as this one does: gRFC A6's retryThrottling.
 func Example_migrate() {
 	srv := testserver.New()

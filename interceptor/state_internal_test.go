@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -27,13 +28,15 @@ func TestStateDropsWhatAReloadLeft(t *testing.T) {
 	a, b := file(4), file(5)
 	src := policy.NewSource(a)
 	k := newCore([]Option{WithConfigSource(src)})
+	// A throttle's capacity is its maxTokens.
+	capacity := func(bs *budget.Backends) float64 { return bs.Get("t", "/a.S/M").State().Capacity }
 	only := func(when string, maxTokens float64) {
 		t.Helper()
 		bss := k.opts.state.Budgets()
-		if len(bss) != 1 || bss[0].Settings().Throttle.MaxTokens != maxTokens {
+		if len(bss) != 1 || capacity(bss[0]) != maxTokens {
 			var got []float64
 			for _, bs := range bss {
-				got = append(got, bs.Settings().Throttle.MaxTokens)
+				got = append(got, capacity(bs))
 			}
 			t.Fatalf("%s: the State holds budgets of maxTokens %v, want %g alone", when, got, maxTokens)
 		}
@@ -45,7 +48,7 @@ func TestStateDropsWhatAReloadLeft(t *testing.T) {
 	}
 	k.method(b, "/a.S/M")
 	only("the first call following the new file", 5)
-	if mi := k.method(a, "/a.S/N"); mi.plan.budgets == nil || mi.plan.budgets.Settings().Throttle.MaxTokens != 4 {
+	if mi := k.method(a, "/a.S/N"); mi.plan.budgets == nil || capacity(mi.plan.budgets) != 4 {
 		t.Fatal("a call that read the old file should still get the old file's budget")
 	}
 	only("a call that read the old file before the reload", 5)

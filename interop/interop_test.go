@@ -53,7 +53,7 @@ type pattern struct {
 	conn string
 	// throttle adds grpc-go's retryThrottling (10 tokens, ratio 0.1) to
 	// the config: the default budget lets a fresh process whose every
-	// attempt failed make one retry (budget.Default), and the pattern
+	// attempt failed make one retry (budget.DefaultSettings), and the pattern
 	// needs two.
 	throttle bool
 	// only, when set, is the one case/config the pattern applies to.

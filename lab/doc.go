@@ -53,8 +53,8 @@
 //
 //   - stagger: stagger.DialOptions with a policy.Policy of Backoff (gRFC A6
 //     proportional jitter, ×U(0.8, 1.2)) and the default retry budget
-//     (budget.DefaultSettings), one budget per client, as budget.Default is
-//     one per process; budget.New makes it defer (budget.Gate): a retry it
+//     (budget.DefaultSettings), one budget per client, as
+//     budget.DefaultBackends is one per process; budget.New makes it defer (budget.Gate): a retry it
 //     refuses waits, within the call's deadline, for a later admission;
 //   - stagger-nobudget: the same without a budget;
 //   - grpc-middleware: go-grpc-middleware v2's retry interceptor, WithMax,
@@ -107,7 +107,7 @@
 // is served, so a client that retries heals every call in about 0.3 s.
 // stagger gets its policy from a policy file that declares no budget, as
 // a new user would write it (stagger.DialOptions, with a default budget of
-// its own per client, as budget.Default is one per process).
+// its own per client, as budget.DefaultBackends is one per process).
 // ScenarioFlakyQuietRandom is the same with 4 clients for 10 s and a
 // server that fails each attempt with probability FailureRate (0.5). A
 // client retries only after a failure, so it sees the draws as how many

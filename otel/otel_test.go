@@ -398,11 +398,12 @@ func TestHedgedCall(t *testing.T) {
 }
 
 func TestBudgetGauges(t *testing.T) {
-	tb, err := budget.NewTokenBucket(budget.TokenBucketSettings{Capacity: 50, Initial: 20})
+	off := budget.DeferSettings{Mode: budget.DeferOff}
+	tb, err := budget.New(budget.Settings{Kind: budget.KindTokenBucket, TokenBucket: budget.TokenBucketSettings{Capacity: 50, Initial: 20}, Defer: off})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ratio, err := budget.NewRatio(budget.RatioSettings{})
+	ratio, err := budget.New(budget.Settings{Kind: budget.KindRatio, Defer: off})
 	if err != nil {
 		t.Fatal(err)
 	}

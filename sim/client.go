@@ -127,7 +127,7 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 		}
 	}
 	if g, ok := b.(*budget.Gate); ok {
-		p.gate, p.maxWait = g, c.Budget.Defer.WithDefaults().MaxWait
+		p.gate, p.maxWait = g, c.Budget.WithDefaults().Defer.MaxWait
 	}
 	return p, nil
 }
@@ -174,14 +174,14 @@ func (p *proc) pollWaiters() {
 // as the real clock's waiters wake on the gate's Changed channel.
 func (p *proc) poll(w *waiter) {
 	defer p.pollIfChanged(p.gate.Changed())
-	a, next := w.w.Poll()
+	a, next, err := w.w.Poll()
 	if a != budget.AdmitNone {
 		w.gone = true
 		w.w.Leave()
 		w.admit(a)
 		return
 	}
-	if w.w.Err() != nil {
+	if err != nil {
 		w.gone = true
 		w.w.Leave()
 		w.giveUp()

@@ -166,10 +166,11 @@ func dialProcess(p int, k processKind, addrs []string, payAddr string, hook func
 	if err != nil {
 		return nil, err
 	}
-	if !bs.Defers() {
+	one, _ := budget.New(bs) // bs is valid: NewBackends took it
+	if _, ok := one.(budget.Deferrer); !ok {
 		return nil, fmt.Errorf("soak: the budget of %s does not defer", k.name)
 	}
-	pr := &process{kind: k, budgets: budgets, room: bs.Defer.WithDefaults().MaxWaiting, state: interceptor.NewState()}
+	pr := &process{kind: k, budgets: budgets, room: bs.WithDefaults().Defer.MaxWaiting, state: interceptor.NewState()}
 	res := manual.NewBuilderWithScheme(fmt.Sprintf("soak%d", p))
 	var as []resolver.Address
 	for _, a := range addrs {

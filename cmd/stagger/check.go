@@ -293,7 +293,7 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	if s := cfg.BudgetSettings(); s.Kind != budget.KindNone {
 		rep.Budget = explainBudget(s, maxAttempts)
 		rep.Budget.Deferral = explainDeferral(s)
-		if s.Defers() {
+		if defers(s) {
 			rep.Budget.DeferralRules = deferralRules()
 		}
 	} else {
@@ -832,19 +832,27 @@ func scopeWhat(s breaker.Scope) string {
 	return "target and method"
 }
 
+// defers reports whether a budget of s defers the retries it refuses:
+// whether budget.New puts it behind a Gate, a budget.Deferrer.
+func defers(s budget.Settings) bool {
+	b, err := budget.New(s)
+	_, ok := b.(budget.Deferrer)
+	return err == nil && ok
+}
+
 // explainDeferral says what a refused retry does under s (budget.Gate).
 func explainDeferral(s budget.Settings) string {
 	if s.Kind == budget.KindNone {
 		return "no budget: nothing is refused (stagger.DialOptions installs the default budget, whose refused retries wait as a retryBudget's do)"
 	}
-	if !s.Defers() {
+	if !defers(s) {
 		out := "a retry the budget refuses ends its call at once (reason budget)"
 		if s.Kind == budget.KindThrottle {
 			out += `, as gRFC A6 says; "defer": true makes refused retries wait for the server to come back instead`
 		}
 		return out
 	}
-	d := s.Defer.WithDefaults()
+	d := s.WithDefaults().Defer
 	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), "+
 		"and goes, or its call ends with its last status (reason deferred), by the Gate's rules below; "+
 		`"defer": false ends refused calls at once`, d.MaxWaiting, d.MaxWait)
@@ -872,7 +880,7 @@ func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
 			Explanation: fmt.Sprintf("each failed attempt costs 1 token and retries stop at %v tokens or fewer: in an outage about %v retries go out, then only first attempts (1.0x); unthrottled the file allows %.0fx",
 				t.MaxTokens/2, math.Ceil(t.MaxTokens/2), unbounded)}
 	case budget.KindTokenBucket:
-		t := s.TokenBucket.WithDefaults()
+		t := s.WithDefaults().TokenBucket
 		start := t.Capacity
 		if t.Initial > 0 {
 			start = t.Initial
@@ -884,7 +892,7 @@ func explainBudget(s budget.Settings, maxAttempts int) *checkBudget {
 			Explanation: fmt.Sprintf("in an outage the bucket (%v tokens) pays for %v, then refills only from first-try successes: 1.0x after that; unthrottled the file allows %.0fx",
 				start, retriesWord(burst), unbounded)}
 	case budget.KindRatio:
-		r := s.Ratio.WithDefaults()
+		r := s.WithDefaults().Ratio
 		amp := math.Min(1+r.Percent/100, unbounded)
 		return &checkBudget{Kind: "ratio (retryBudget.ratio)",
 			Settings:      fmt.Sprintf("percent %v, window %v, minRetriesPerSecond %v", r.Percent, r.Window, r.MinRetriesPerSecond),
