@@ -165,10 +165,7 @@ func (g *Gate) heals() bool {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.st.phase == phaseQuiet {
-		return g.st.ev.healsServing(now)
-	}
-	return g.st.phase != phaseOutage && g.st.ev.heals(now)
+	return g.st.phase != phaseOutage && g.st.ev.heals(now, g.st.phase == phaseQuiet)
 }
 
 // Record tells the wrapped budget, then the gate, how an attempt ended.

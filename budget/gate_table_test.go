@@ -302,7 +302,7 @@ func TestGateHeals(t *testing.T) {
 	for range 3 {
 		o.ev.learn(t0, Attempt{Number: 2, Outcome: Success})
 	}
-	if !o.ev.heals(t0) {
+	if !o.ev.heals(t0, false) {
 		t.Fatal("four calls of the latest eight healed: retries should heal")
 	}
 	if a, _ := o.candidate(t0, &w); a == admitHeal {
@@ -362,23 +362,23 @@ func TestGateHealsBeforeCallsSay(t *testing.T) {
 	w := waiting(10*time.Millisecond, time.Time{}, false)
 	s := newGateState(t0, func() float64 { return 0.5 })
 	s.enter(t0, 10*time.Millisecond, 0)
-	if s.ev.heals(t0) || s.ev.known() {
+	if s.ev.heals(t0, false) || s.ev.known() {
 		t.Fatal("a fresh process heals or knows")
 	}
 	s.observe(t0, Attempt{Number: 1, Outcome: Success})
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
-	if !s.ev.heals(t0) || s.ev.known() {
-		t.Fatalf("served, one retry failed: heals %v, known %v; want true, false", s.ev.heals(t0), s.ev.known())
+	if !s.ev.heals(t0, false) || s.ev.known() {
+		t.Fatalf("served, one retry failed: heals %v, known %v; want true, false", s.ev.heals(t0, false), s.ev.known())
 	}
 	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("served, one retry failed: %v, want heal", a)
 	}
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
-	if s.ev.heals(t0) || !s.ev.known() {
-		t.Fatalf("two retries in a row failed: heals %v, known %v; want false, true", s.ev.heals(t0), s.ev.known())
+	if s.ev.heals(t0, false) || !s.ev.known() {
+		t.Fatalf("two retries in a row failed: heals %v, known %v; want false, true", s.ev.heals(t0, false), s.ev.known())
 	}
 	s.observe(t0, Attempt{Number: 1, Outcome: Success})
-	if !s.ev.heals(t0) || s.ev.known() {
+	if !s.ev.heals(t0, false) || s.ev.known() {
 		t.Fatal("a success after them: want retries to heal again, and the process not to know")
 	}
 }

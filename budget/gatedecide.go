@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/internal/clock"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
 // admitEnd is a decision's answer for a wait that ends without admission
@@ -11,11 +12,10 @@ import (
 const admitEnd Admission = 255
 
 // decision is what the rules say of one waiting retry at one moment: how it
-// goes now (admitHeal, admitRelease, admitProbe, admitLast, before its
-// guard and the budget are asked; admitEnd: its wait ends), or AdmitNone
-// with next, when asking again could change the answer without news
-// (zero: only news will); hold: the wait is held from now on (the hold
-// rule, or an open guard).
+// goes now (before its guard and the budget are asked; admitEnd: its wait
+// ends), or AdmitNone with next, when asking again could change the answer
+// without news (zero: only news will); hold: the wait is held from now on
+// (the hold rule, or an open guard).
 type decision struct {
 	how  Admission
 	next time.Time
@@ -27,20 +27,27 @@ type decision struct {
 // when the retry goes, and the gate holds the wait (the guard rule). It
 // changes nothing: Waiter.decideLocked applies it.
 func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decision {
-	d := s.decideRules(now, w)
-	if guardOpen && (d.how == AdmitNone || d.how == admitEnd) {
-		d = decision{how: admitProbe, hold: true}
+	if d := s.decideRules(now, w); !guardOpen || d.how != AdmitNone && d.how != admitEnd {
+		return d
 	}
-	return d
+	return decision{how: admitProbe, hold: true}
 }
 
 func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
-	end, endAt := s.hopeless(now, w)
-	if end {
-		return decision{how: admitEnd}
+	// The hopeless rule: a retry taking as long as its method's latest
+	// attempt, or the latest deferred retry that succeeded (within
+	// tune.OverloadHold) when longer, would not finish before the deadline.
+	took, endAt := w.took, time.Time{}
+	if now.Before(s.ev.okAt.Add(tune.OverloadHold)) {
+		took = max(took, s.ev.okTook)
+	}
+	if !w.deadline.IsZero() && took > 0 {
+		if endAt = w.deadline.Add(-took).Add(1); !now.Before(endAt) {
+			return decision{how: admitEnd}
+		}
 	}
 	held := w.held
-	if !held && s.phase != phaseOutage && s.ev.heals(now) {
+	if !held && s.phase != phaseOutage && s.ev.heals(now, false) {
 		return decision{how: admitHeal}
 	}
 	if !held && !now.Before(w.holdAt) {
@@ -73,18 +80,12 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 // last-chance rules while it fails.
 func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admission, time.Time) {
 	if !s.phase.failing() {
-		if !now.Before(s.pace.full) {
-			return admitRelease, time.Time{}
-		}
 		next := s.pace.full
 		if s.heldThrough(w, held) {
-			back := clock.Later(s.pace.backAfter(w, s.slot.lead()), s.pace.backNext)
-			if !now.Before(back) {
-				return admitRelease, time.Time{}
-			}
-			if back.Before(next) {
-				next = back
-			}
+			next = clock.Earlier(next, clock.Later(s.pace.backAfter(w, s.slot.lead()), s.pace.backNext))
+		}
+		if !now.Before(next) {
+			return admitRelease, time.Time{}
 		}
 		return AdmitNone, next
 	}
@@ -113,17 +114,4 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 		return AdmitNone, due
 	}
 	return how, time.Time{}
-}
-
-// hopeless reports whether w's wait cannot end well (the hopeless rule): a
-// retry taking as long as the evidence says would not finish before the
-// deadline. When not, at is when it will be, if the evidence stands (zero:
-// never).
-func (s *gateState) hopeless(now time.Time, w *waiterView) (hopeless bool, at time.Time) {
-	took := s.ev.retryTakes(now, w)
-	if w.deadline.IsZero() || took <= 0 {
-		return false, time.Time{}
-	}
-	at = w.deadline.Add(-took).Add(1)
-	return !now.Before(at), at
 }

@@ -1,30 +1,26 @@
 package budget
 
 import (
-	"github.com/stagger-go/stagger/internal/clock"
-	tune "github.com/stagger-go/stagger/internal/gatetune"
-
 	"math"
 	"time"
+
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
-// releasePace is the release rule's pace, owned by the gate's lock.
+// releasePace is the release rule's pace.
 type releasePace struct {
 	// full is when the credits reach one: they accrue at
-	// tune.ReleasePerSecond and at most one is kept (no burst), so one time
+	// tune.ReleasePerSecond, at most one is kept (no burst), so one time
 	// says how many there are (the generic cell rate algorithm).
 	full time.Time
 	// gain is the share of a credit each success adds.
 	gain float64
-	// backAt is when the latest outage ended while the server was not
-	// overloaded: the calls held through it go back from then, one every
-	// backEvery at most, the next no sooner than backNext.
-	backAt    time.Time
-	backEvery time.Duration
-	backNext  time.Time
-	// backMin is the least a released retry took since backAt: the
-	// recovered server's latency when it has room.
-	backMin time.Duration
+	// The calls held through the outage that ended at backAt go back one
+	// every backEvery at most, the next no sooner than backNext; backMin is
+	// the least a released retry took since (the server's latency when it
+	// has room).
+	backAt, backNext   time.Time
+	backEvery, backMin time.Duration
 	// entered counts the retries that began to wait since the streak of
 	// failures began: the process's load while the server was down.
 	entered int
@@ -44,19 +40,11 @@ func (p *releasePace) set(now time.Time, c float64) {
 	p.full = now.Add(time.Duration(math.Ceil((1 - math.Min(c, 1)) / tune.ReleasePerSecond * float64(time.Second))))
 }
 
-// grow doubles the gain, up to tune.ReleaseGainMax: a deferred retry succeeded.
-func (p *releasePace) grow() { p.gain = math.Min(2*p.gain, tune.ReleaseGainMax) }
-
-// shrink halves the gain, not below tune.ReleaseGainStart: a released or paid
-// retry failed.
-func (p *releasePace) shrink() { p.gain = math.Max(p.gain/2, tune.ReleaseGainStart) }
-
 // back: an outage whose failures began at since ended now. The calls held
 // through it go back no faster than tune.BackShare times the pace their
-// retries began to wait at (so
-// the server meets at most that much more than its usual load), the first
-// after a share u (uniform in [0, 1)) of that gap, so that processes that
-// saw the recovery together do not send theirs together.
+// retries began to wait at, the first after a share u (uniform in [0, 1))
+// of that gap, so that processes that saw the recovery together do not
+// send theirs together.
 func (p *releasePace) back(now, since time.Time, u float64) {
 	p.backAt, p.backNext, p.backEvery, p.backMin = now, now, 0, 0
 	if d := now.Sub(since); p.entered >= tune.BackMinHeld && d > 0 {
@@ -66,10 +54,9 @@ func (p *releasePace) back(now, since time.Time, u float64) {
 	p.entered = 0
 }
 
-// answered: a released retry ended after took, ok when it succeeded.
-// Answered about as fast as the fastest since the server came back, it
-// says the server has room and the back pace doubles; slower, or failed,
-// it halves.
+// answered: a released retry ended after took, ok when it succeeded. As
+// fast as the fastest since the server came back, it says the server has
+// room, and the back pace doubles; slower, or failed, it halves.
 func (p *releasePace) answered(took time.Duration, ok bool) {
 	if p.backEvery == 0 {
 		return
@@ -84,11 +71,6 @@ func (p *releasePace) answered(took time.Duration, ok bool) {
 	p.backEvery = min(2*p.backEvery, tune.MaxBackEvery)
 }
 
-// wentBack: a call held through the outage went back now.
-func (p *releasePace) wentBack(now time.Time) {
-	p.backNext = clock.Later(p.backNext, now).Add(p.backEvery)
-}
-
 // backAfter is when w, held through the outage that ended at backAt, goes
 // back: its own pause after it, and its spread's share of what its
 // deadline leaves before its last chance at lead.
@@ -98,4 +80,52 @@ func (p *releasePace) backAfter(w *waiterView, lead time.Duration) time.Time {
 		at = at.Add(time.Duration(w.spread * float64(room)))
 	}
 	return at
+}
+
+// probeSlot is the probe and last-chance rules' one slot, and the gap that
+// spaces what goes through it.
+type probeSlot struct {
+	// until: the slot is held until then, unless its holder reports first
+	// (the settling rule frees a holder that never reports); at: when the
+	// holder went, with pause.
+	until, at time.Time
+	pause     time.Duration
+	// took is how long the latest holder that reported took; failedAt,
+	// when the latest one failed.
+	took     time.Duration
+	failedAt time.Time
+	gap      time.Duration
+	// since counts the failures since a holder last failed (the futility
+	// rule).
+	since int
+}
+
+func (p *probeSlot) held(now time.Time) bool { return now.Before(p.until) }
+
+// take: the waiting retry w goes now through the slot.
+func (p *probeSlot) take(now time.Time, w *waiterView) {
+	p.at, p.pause = now, w.pause
+	p.until = w.deadline.Add(tune.ProbeLeaseSlack)
+	if w.deadline.IsZero() {
+		p.until = now.Add(tune.ProbeGapMax)
+	}
+}
+
+// report: a holder ended now after took (zero: unknown). One that went
+// before the holder did reports late (its slot lapsed and went to
+// another): the holder keeps it. A holder that failed doubles the gap,
+// from its pause (or tune.GapFloor) at least, up to tune.ProbeGapMax.
+func (p *probeSlot) report(now time.Time, took time.Duration, failed bool) {
+	if !p.until.IsZero() && (took <= 0 || !now.Add(-took).Before(p.at)) {
+		p.until, p.took = time.Time{}, now.Sub(p.at)
+	}
+	if failed {
+		p.gap = min(max(2*p.gap, p.pause, tune.GapFloor), tune.ProbeGapMax)
+		p.failedAt, p.since = now, 0
+	}
+}
+
+// lead is how long before its deadline a last chance goes.
+func (p *probeSlot) lead() time.Duration {
+	return max(tune.LastChanceLead, tune.LastChanceFactor*p.took)
 }

@@ -1,8 +1,10 @@
 package budget
 
 import (
-	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"time"
+
+	"github.com/stagger-go/stagger/internal/clock"
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
 // phase is where a Gate stands (see Gate). observe, enter and forget are
@@ -16,18 +18,14 @@ const (
 	phaseRecovering              // a success after failures: the release rule
 )
 
-func (p phase) String() string {
-	return [...]string{"quiet", "failing", "outage", "recovering"}[p]
-}
+func (p phase) String() string { return [...]string{"quiet", "failing", "outage", "recovering"}[p] }
 
-// failing reports whether the probe and last-chance rules apply (else
-// the release rule).
+// failing reports whether the probe and last-chance rules apply (else the
+// release rule).
 func (p phase) failing() bool { return p == phaseFailing || p == phaseOutage }
 
 // gateState is the estimator's and the scheduler's state, owned by the
-// gate's lock: the phase and its streak, the evidence, the probe slot, the
-// release pace. A waiting retry's decision is computed by decide
-// (gatedecide.go), which changes nothing.
+// gate's lock. decide (gatedecide.go) reads it and changes nothing.
 type gateState struct {
 	phase phase
 	rand  func() float64
@@ -41,7 +39,7 @@ type gateState struct {
 	// the server last served (the futility rule).
 	span time.Duration
 	ev   evidence
-	slot probeSlots
+	slot probeSlot
 	pace releasePace
 }
 
@@ -93,7 +91,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 	s.ev.learn(now, a)
 	probing := a.Admission.probing()
 	if probing {
-		s.slot.report(now, a.Took)
+		s.slot.report(now, a.Took, a.Outcome == Failure)
 	}
 	if a.Admission == admitRelease {
 		s.pace.answered(a.Took, a.Outcome == Success)
@@ -101,7 +99,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 	switch a.Outcome {
 	case Success:
 		if a.Took > 0 && a.Admission != AdmitNone {
-			s.ev.succeeded(now, a.Took)
+			s.ev.okTook, s.ev.okAt = a.Took, now
 		}
 		s.ended()
 		s.lastReached = now
@@ -121,9 +119,9 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			s.phase = phaseRecovering
 		}
 		if a.Admission != AdmitNone {
-			s.pace.grow()
+			s.pace.gain = min(2*s.pace.gain, tune.ReleaseGainMax)
 		}
-		s.slot.halve()
+		s.slot.gap /= 2 // a server that serves again is probed sooner
 		s.pace.set(now, s.pace.credits(now)+s.pace.gain)
 	case Failure:
 		s.lastReached = now
@@ -135,40 +133,41 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// it, beyond its flakiness or lasting longer than the calls' waits
 		// (a server that served, then failed every call for a deadline;
 		// under overload no retry goes to fail, and the streak suffices).
-		// Healthy: a success was seen, and the streak began tune.HealthyGap
-		// after the one before it ended.
-		ovl, retriesFailed := s.ev.overloaded(now), s.ev.retryFails >= tune.HealMinSamples
-		healthy := s.ev.seen && s.streakAt.Sub(s.ev.lastFail) >= tune.HealthyGap
-		lasting := s.ev.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span && (retriesFailed || ovl)
-		if s.streak++; s.streak >= tune.OutageStreak && ((healthy || ovl) && s.ev.down(now) || s.ev.beyond(s.streak) && retriesFailed || lasting) {
+		e := &s.ev
+		ovl, retriesFailed := e.overloaded(now), e.retryFails >= tune.HealMinSamples
+		healthy := e.seen && s.streakAt.Sub(e.lastFail) >= tune.HealthyGap
+		down := !e.heals(now, false) && (e.callsN() >= tune.HealMinSamples && e.healed() == 0 || retriesFailed)
+		beyond := e.seen && float64(s.streak+1) >= 2*e.runs+tune.OutageStreak
+		lasting := e.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span && (retriesFailed || ovl)
+		if s.streak++; s.streak >= tune.OutageStreak && ((healthy || ovl) && down || beyond && retriesFailed || lasting) {
 			s.phase = phaseOutage
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing
 		}
-		if probing {
-			s.slot.failed(now)
-		} else if s.slot.since++; a.Number > 1 || s.ev.known() {
-			// Until retries are known to heal or not, a failed first
-			// attempt says nothing of it.
-			s.slot.stretch()
+		if !probing {
+			// A new call's attempt failed: the probe gap doubles, up to
+			// tune.QuietGapMax (until retries are known to heal or not, a
+			// failed first attempt says nothing of it).
+			if s.slot.since++; (a.Number > 1 || e.known()) && s.slot.gap < tune.QuietGapMax {
+				s.slot.gap = min(max(2*s.slot.gap, s.slot.pause), tune.QuietGapMax)
+			}
 		}
 		if a.Admission == admitRelease || a.Admission == AdmitBudget || a.Admission == admitHeal {
-			s.pace.shrink()
+			s.pace.gain = max(s.pace.gain/2, tune.ReleaseGainStart)
 		}
 	}
 }
 
 // outlook is what a failure can change of the waiting retries' decisions
 // other than putting them off: a failure that leaves it as it was wakes
-// nobody, each asks again at its own next time (with a thousand waiting,
-// every failure woke them all).
+// nobody (with a thousand waiting, every failure woke them all).
 type outlook struct {
 	phase                          phase
 	heals, known, untold, ovl, out bool
 }
 
 func (s *gateState) outlook(now time.Time) outlook {
-	return outlook{s.phase, s.ev.heals(now), s.ev.known(), s.ev.untold(now), s.ev.overloaded(now), now.Before(s.ev.retryOut)}
+	return outlook{s.phase, s.ev.heals(now, false), s.ev.known(), s.ev.untold(now), s.ev.overloaded(now), now.Before(s.ev.retryOut)}
 }
 
 // enter: a retry refused after its attempt failed now begins to wait
@@ -180,21 +179,22 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 	if !s.phase.failing() {
 		s.phase = phaseFailing
 	}
-	s.slot.enter(pause)
+	s.slot.gap = max(s.slot.gap, pause)
 }
 
-// futile reports whether a retry that begins to wait now would wait in
-// vain (the futility rule).
-func (s *gateState) futile(now time.Time) bool {
-	return s.phase == phaseOutage && s.span > 0 && now.Sub(s.streakAt) >= time.Duration(tune.FutileFactor*float64(s.span))
-}
-
-// tooLate reports whether the futility rule's lone waiter, with pause and
-// deadline (zero: none), would wait in vain: fewer than tune.FutileEvery
-// failures since a probe failed, the streak's failures arriving faster
-// than its pause (no quiet time will come: each puts its probe off), or
-// no probe or last chance before its deadline as things stand.
-func (s *gateState) tooLate(now time.Time, pause time.Duration, deadline time.Time, last bool) bool {
+// futile reports whether a retry that begins to wait now, with pause,
+// deadline (zero: none) and last, would wait in vain (the futility rule):
+// others wait (unless a draw keeps it); or it would wait alone, but
+// fewer than tune.FutileEvery failures came since a probe failed, the
+// streak's failures come faster than its pause (each puts its probe
+// off), or no probe or last chance could go before its deadline.
+func (s *gateState) futile(now time.Time, pause time.Duration, deadline time.Time, last bool, others bool) bool {
+	if s.phase != phaseOutage || s.span <= 0 || now.Sub(s.streakAt) < time.Duration(tune.FutileFactor*float64(s.span)) {
+		return false
+	}
+	if others {
+		return s.rand() >= tune.FutileHold
+	}
 	if s.slot.since < tune.FutileEvery || now.Sub(s.streakAt) < time.Duration(s.streak)*pause {
 		return true
 	}
@@ -207,31 +207,23 @@ func (s *gateState) tooLate(now time.Time, pause time.Duration, deadline time.Ti
 }
 
 // admit: the waiting retry w goes now as how (a decision's answer, or
-// AdmitBudget for a probe or last chance the budget paid for).
+// AdmitBudget for a probe or last chance the budget paid for); unadmit
+// gives back what admit took, never used.
 func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 	switch how {
 	case admitRelease:
 		if s.heldThrough(w, w.held) {
-			s.pace.wentBack(now)
+			s.pace.backNext = clock.Later(s.pace.backNext, now).Add(s.pace.backEvery)
 		}
 		if c := s.pace.credits(now); c >= 1 {
 			s.pace.set(now, c-1)
 		}
-		return
 	case admitHeal:
-		return
+	default:
+		s.slot.take(now, w)
 	}
-	s.slot.take(now, w)
 }
 
-// heldThrough reports whether w, a call with a deadline held (as held
-// says), was held through the latest outage: it goes back at the back
-// pace, without a credit.
-func (s *gateState) heldThrough(w *waiterView, held bool) bool {
-	return held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt)
-}
-
-// unadmit gives back what admit took for w's admission how, never used.
 func (s *gateState) unadmit(now time.Time, w *waiterView, how Admission) {
 	switch {
 	case how == admitRelease:
@@ -244,10 +236,15 @@ func (s *gateState) unadmit(now time.Time, w *waiterView, how Admission) {
 	}
 }
 
-// probing reports whether an admission holds the probe slot.
-func (a Admission) probing() bool {
-	return a == admitProbe || a == AdmitBudget || a == admitLast
+// heldThrough reports whether w, a call with a deadline held (as held
+// says), was held through the latest outage: it goes back at the back
+// pace, without a credit.
+func (s *gateState) heldThrough(w *waiterView, held bool) bool {
+	return held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt)
 }
+
+// probing reports whether an admission holds the probe slot.
+func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget || a == admitLast }
 
 // waiterView is what the rules read of a waiting retry.
 type waiterView struct {

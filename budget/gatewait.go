@@ -72,7 +72,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	level := r.Criticality.Index()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.st.futile(now) && (g.room.n > 0 && g.st.rand() >= tune.FutileHold || g.room.n == 0 && g.st.tooLate(now, pause, deadline, r.Last)) {
+	if g.st.futile(now, pause, deadline, r.Last, g.room.n > 0) {
 		g.counts.DeferGaveUp++
 		return nil, ErrOutageLasting
 	}
@@ -116,17 +116,6 @@ func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	g.settle(now)
 }
 
-// err returns errEvicted or errWaitEnded once w will never be admitted.
-func (w *Waiter) err() error {
-	switch {
-	case w.evicted.Load():
-		return errEvicted
-	case w.ended:
-		return errWaitEnded
-	}
-	return nil
-}
-
 // Changed returns a channel closed the next time the gate learns something.
 func (g *Gate) Changed() <-chan struct{} {
 	g.mu.Lock()
@@ -149,7 +138,16 @@ func (w *Waiter) Poll() (a Admission, next time.Time, err error) {
 	return a, next, err
 }
 
-// poll is Poll but for its err.
+// err returns errEvicted or errWaitEnded once w will never be admitted.
+func (w *Waiter) err() error {
+	if w.evicted.Load() {
+		return errEvicted
+	} else if w.ended {
+		return errWaitEnded
+	}
+	return nil
+}
+
 func (w *Waiter) poll() (a Admission, next time.Time) {
 	g := w.g
 	if w.ended || w.evicted.Load() {
