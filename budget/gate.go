@@ -62,15 +62,15 @@ import (
 // Each rule's reasons are beside its code. The waiting calls are bounded
 // (DeferSettings.MaxWaiting), a call without a deadline waits MaxWait.
 //
-// A Gate is a Budget: Record and Allow pass through to the budget it wraps
-// (the retries the outage and overload rules refuse count in
-// State.Refused). While the gate is settled (nobody waits, nothing failed
-// since a success, no overload), Allow and Record of a first attempt that
-// did not fail read one atomic word beyond the budget's own work. Nothing
-// foreign runs under the gate's lock (not WithRandom's source, the wrapped
-// budget or a Guard): a waiting retry the rules let go holds its
-// admission while its Poll asks its Guard and the budget, and gives it
-// back if they refuse. Build it with Deferring (or New).
+// A Gate is a Budget, safe for concurrent use; build it with Deferring (or
+// New). Record and Allow pass through to the budget it wraps (the retries
+// the outage and overload rules refuse count in State.Refused). While the
+// gate is settled (nobody waits, nothing failed since a success, no
+// overload), Allow and Record of a first attempt that did not fail read
+// one atomic word beyond the budget's own work. Nothing foreign runs under
+// the gate's lock (not WithRandom's source, the wrapped budget or a
+// Guard): a waiting retry the rules let go holds its admission while its
+// Poll asks its Guard and the budget, and gives it back if they refuse.
 type Gate struct {
 	b   Budget
 	s   DeferSettings
