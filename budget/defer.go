@@ -39,6 +39,7 @@ type DeferSettings struct {
 const (
 	defaultMaxWaiting = 1024
 	defaultMaxWait    = 10 * time.Second
+	maxMaxWait        = time.Hour
 )
 
 // withDefaults returns s with each zero field replaced by its default.
@@ -61,7 +62,7 @@ func (s DeferSettings) validate() error {
 	if s.MaxWaiting < 0 || s.MaxWaiting > 1e6 {
 		return &SettingsError{Field: "MaxWaiting", Rule: "must be in [1, 1e6]", Value: s.MaxWaiting}
 	}
-	if s.MaxWait != 0 && (s.MaxWait < time.Millisecond || s.MaxWait > time.Hour) {
+	if s.MaxWait != 0 && (s.MaxWait < time.Millisecond || s.MaxWait > maxMaxWait) {
 		return &SettingsError{Field: "MaxWait", Rule: "must be in [1ms, 1h]", Value: s.MaxWait}
 	}
 	return nil

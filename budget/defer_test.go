@@ -47,7 +47,7 @@ func (b *switchBudget) State() State       { return State{Kind: "switch"} }
 // make an outage (the outage and overload rules).
 func downServer(g *Gate) *Gate {
 	g.mu.Lock()
-	g.st.ev.calls, g.st.ev.seen, g.st.ev.lastFail = 1<<tune.HealWindow, true, g.now().Add(-tune.HealthyGap)
+	g.st.ev.calls, g.st.ev.seen, g.st.ev.lastFail, g.st.ev.lastRetry = 1<<tune.HealWindow, true, g.now().Add(-tune.HealthyGap), g.now()
 	g.mu.Unlock()
 	return g
 }

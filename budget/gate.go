@@ -2,8 +2,10 @@ package budget
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,8 +99,13 @@ type Gate struct {
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is
 // not consulted: the caller chose to defer.
 func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
-	if b == nil {
+	if b == nil || isNilPointer(b) {
 		return nil, errors.New("budget: Deferring: nil budget (a nil budget is unlimited and never refuses)")
+	}
+	if _, ok := b.(Deferrer); ok {
+		// A Gate over a Gate would refund, as the outer one's, retries the
+		// inner one let go unpaid.
+		return nil, fmt.Errorf("budget: Deferring: the budget (%T) defers already", b)
 	}
 	if err := s.validate(); err != nil {
 		return nil, err
@@ -132,6 +139,7 @@ func (g *Gate) allow(r Request) (Admission, bool) {
 	if !settled {
 		now = g.now()
 		g.mu.Lock()
+		g.ageLocked(now)
 		ev := &g.st.ev
 		refuse := !r.Hedge && (g.st.phase == phaseOutage || ev.overloaded(now)) || r.AfterTimeout && !straggler && now.Before(ev.slowUntil)
 		if refuse {
@@ -181,6 +189,7 @@ func (g *Gate) Record(a Attempt) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	defer g.settle(now)
+	g.ageLocked(now)
 	if a.Outcome != Failure && a.Admission == AdmitNone && g.room.n == 0 {
 		// Nobody waits: a success forgets what failures left.
 		g.st.ev.learn(now, a)
@@ -193,6 +202,13 @@ func (g *Gate) Record(a Attempt) {
 	g.st.observe(now, a)
 	if a.Outcome == Success || a.Admission != AdmitNone || g.st.outlook(now) != before {
 		g.notifyLocked()
+	}
+}
+
+// ageLocked lets the state age (gateState.age) while nobody waits.
+func (g *Gate) ageLocked(now time.Time) {
+	if g.room.n == 0 && g.asking == 0 {
+		g.st.age(now)
 	}
 }
 
@@ -218,4 +234,14 @@ func (g *Gate) State() State {
 	st.Health = g.st.phase.String()
 	g.mu.Unlock()
 	return st
+}
+
+// isNilPointer reports whether b is a typed nil (a nil pointer, map, func,
+// chan or slice in a non-nil interface): its methods would panic on first use.
+func isNilPointer(b Budget) bool {
+	switch v := reflect.ValueOf(b); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }

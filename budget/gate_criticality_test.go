@@ -225,8 +225,13 @@ func TestGateHandOffSkipsAGuardedWaiter(t *testing.T) {
 		t.Fatalf("the guard was asked %d times by another's Poll, want never", guard.asked)
 	}
 	poll(t, high, AdmitNone)
+	if guard.asked != 0 {
+		t.Fatalf("the guard was asked %d times while another's probe was out, want never", guard.asked)
+	}
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
+	poll(t, high, AdmitNone)
 	if guard.asked != 1 {
-		t.Fatalf("the guard was asked %d times by its waiter's Poll, want once", guard.asked)
+		t.Fatalf("the guard was asked %d times by its waiter's Poll once the probe reported, want once", guard.asked)
 	}
 }
 

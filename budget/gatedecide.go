@@ -23,28 +23,44 @@ type decision struct {
 }
 
 // decide is the rules' decision for the waiting retry w at now, whose
-// guard is open when guardOpen: while it is open the guard alone says
-// when the retry goes, and the gate holds the wait (the guard rule). It
-// changes nothing: Waiter.decideLocked applies it.
+// guard is open when guardOpen: while it is open the guard says when the
+// retry goes, as the gate's probe once the probe slot is free, and the
+// gate holds the wait (the guard rule); a wait the hopeless rule ends
+// ends all the same. It changes nothing: Waiter.decideLocked applies it.
 func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decision {
-	if d := s.decideRules(now, w); !guardOpen || d.how != AdmitNone && d.how != admitEnd {
+	d := s.decideRules(now, w)
+	if !guardOpen || d.how != AdmitNone && d.how != admitEnd {
 		return d
+	}
+	end := s.giveUpAt(now, w)
+	if !end.IsZero() && !now.Before(end) {
+		return decision{how: admitEnd}
+	}
+	if s.slot.held(now) {
+		return decision{next: clock.Earlier(s.slot.until, end), hold: true}
 	}
 	return decision{how: admitProbe, hold: true}
 }
 
-func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
-	// The hopeless rule: a retry taking as long as its method's latest
-	// attempt, or the latest deferred retry that succeeded (within
-	// tune.OverloadHold) when longer, would not finish before the deadline.
-	took, endAt := w.took, time.Time{}
+// giveUpAt is when w's wait ends by the hopeless rule (zero: never): when a
+// retry taking as long as its method's latest attempt, or the latest
+// deferred retry that succeeded (within tune.OverloadHold) when longer,
+// would no longer finish before the deadline.
+func (s *gateState) giveUpAt(now time.Time, w *waiterView) time.Time {
+	took := w.took
 	if now.Before(s.ev.okAt.Add(tune.OverloadHold)) {
 		took = max(took, s.ev.okTook)
 	}
-	if !w.deadline.IsZero() && took > 0 {
-		if endAt = w.deadline.Add(-took).Add(1); !now.Before(endAt) {
-			return decision{how: admitEnd}
-		}
+	if w.deadline.IsZero() || took <= 0 {
+		return time.Time{}
+	}
+	return w.deadline.Add(-took).Add(1)
+}
+
+func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
+	endAt := s.giveUpAt(now, w) // the hopeless rule
+	if !endAt.IsZero() && !now.Before(endAt) {
+		return decision{how: admitEnd}
 	}
 	held := w.held
 	if !held && s.phase != phaseOutage && s.ev.heals(now, false) {

@@ -102,12 +102,14 @@ type probeSlot struct {
 
 func (p *probeSlot) held(now time.Time) bool { return now.Before(p.until) }
 
-// take: the waiting retry w goes now through the slot.
+// take: the waiting retry w goes now through the slot, held until a
+// second past its deadline, and tune.ProbeGapMax at most (the settling
+// rule: a holder that never reports must not keep the slot for long).
 func (p *probeSlot) take(now time.Time, w *waiterView) {
 	p.at, p.pause = now, w.pause
-	p.until = w.deadline.Add(tune.ProbeLeaseSlack)
-	if w.deadline.IsZero() {
-		p.until = now.Add(tune.ProbeGapMax)
+	p.until = now.Add(tune.ProbeGapMax)
+	if !w.deadline.IsZero() && w.deadline.Add(tune.ProbeLeaseSlack).Before(p.until) {
+		p.until = w.deadline.Add(tune.ProbeLeaseSlack)
 	}
 }
 

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"math"
 	"time"
 
 	"github.com/stagger-go/stagger/internal/clock"
@@ -46,7 +47,23 @@ type gateState struct {
 // newGateState starts at now: failures that make an outage must follow
 // tune.HealthyGap without failures, counted from the start.
 func newGateState(now time.Time, rand func() float64) gateState {
-	return gateState{rand: rand, pace: newReleasePace(now), ev: evidence{lastFail: now}}
+	return gateState{rand: rand, lastReached: now, pace: newReleasePace(now), ev: evidence{lastFail: now}}
+}
+
+// age forgets, at now, what no attempt has confirmed for longer than
+// tune.ForgetAfter and the longest wait it judged (the ageing rule): a
+// state not settled falls back to a new Gate's (the next retry finds out,
+// as in a new process), and the evidence of whether retries heal goes.
+// The Gate calls it only while nobody waits and no probe is out.
+func (s *gateState) age(now time.Time) {
+	bound := max(s.span, tune.ForgetAfter)
+	switch {
+	case s.slot.held(now):
+	case !s.settled(now) && now.Sub(s.lastReached) > bound:
+		*s = newGateState(now, s.rand)
+	case s.ev.calls != 0 && now.Sub(s.ev.lastRetry) > bound:
+		s.ev.calls, s.ev.retryFails = 0, 0
+	}
 }
 
 // forget: a success was seen while nobody waited; what the failures
@@ -179,7 +196,7 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 	if !s.phase.failing() {
 		s.phase = phaseFailing
 	}
-	s.slot.gap = max(s.slot.gap, pause)
+	s.slot.gap = max(s.slot.gap, min(pause, tune.ProbeGapMax))
 }
 
 // futile reports whether a retry that begins to wait now, with pause,
@@ -195,7 +212,7 @@ func (s *gateState) futile(now time.Time, pause time.Duration, deadline time.Tim
 	if others {
 		return s.rand() >= tune.FutileHold
 	}
-	if s.slot.since < tune.FutileEvery || now.Sub(s.streakAt) < time.Duration(s.streak)*pause {
+	if s.slot.since < tune.FutileEvery || now.Sub(s.streakAt) < mulSat(s.streak, pause) {
 		return true
 	}
 	if deadline.IsZero() {
@@ -217,6 +234,7 @@ func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 		}
 		if c := s.pace.credits(now); c >= 1 {
 			s.pace.set(now, c-1)
+			w.credit = true
 		}
 	case admitHeal:
 	default:
@@ -227,7 +245,10 @@ func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
 func (s *gateState) unadmit(now time.Time, w *waiterView, how Admission) {
 	switch {
 	case how == admitRelease:
-		s.pace.set(now, 1)
+		if w.credit {
+			s.pace.set(now, s.pace.credits(now)+1)
+			w.credit = false
+		}
 		if s.heldThrough(w, w.held) {
 			s.pace.backNext = s.pace.backNext.Add(-s.pace.backEvery)
 		}
@@ -256,7 +277,25 @@ type waiterView struct {
 	held   bool
 	// took is Request.Took.
 	took time.Duration
+	// credit: its release took a credit (given back when unadmitted).
+	credit bool
 	// spread, uniform in [0, 1), places the call's return after an outage
 	// within what its deadline leaves.
 	spread float64
+}
+
+// addSat is a+b and mulSat n×d (none negative), at most the longest
+// Duration: a caller's pause may be anything.
+func addSat(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func mulSat(n int, d time.Duration) time.Duration {
+	if n > 0 && d > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * d
 }

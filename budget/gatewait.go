@@ -32,6 +32,8 @@ type Waiter struct {
 	granted             Admission
 	// evicted: a more critical retry took its place.
 	evicted atomic.Bool
+	// done is Wait's context's Done channel (nil: never done).
+	done <-chan struct{}
 }
 
 // waitingRoom is how many wait, and by criticality the queues of those
@@ -72,6 +74,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	level := r.Criticality.Index()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.ageLocked(now)
 	if g.st.futile(now, pause, deadline, r.Last, g.room.n > 0) {
 		g.counts.DeferGaveUp++
 		return nil, ErrOutageLasting
@@ -90,12 +93,14 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	pause = max(pause, 0)
 	span := g.s.MaxWait
 	if !deadline.IsZero() {
-		span = deadline.Sub(now)
+		// A wait longer than the longest MaxWait is judged as that long,
+		// so that a deadline centuries away overflows no arithmetic.
+		span = min(deadline.Sub(now), maxMaxWait)
 	}
 	g.st.enter(now, pause, span)
 	w := &Waiter{g: g, r: r, earliest: now.Add(pause), level: level, view: waiterView{
 		pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), spread: g.st.rand(),
-		holdAt: now.Add(pause + time.Duration(tune.HoldSlack*float64(pause))),
+		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))),
 	}}
 	// Held from now if its first decision would hold it: news between
 	// here and that decision must not find it unheld (the hold rule
@@ -166,6 +171,25 @@ func (w *Waiter) poll() (a Admission, next time.Time) {
 	if !how.probing() && !w.asking {
 		return how, next
 	}
+	if w.callerGone() {
+		// Nothing is asked for a caller that left: its admission goes
+		// back to the next waiter.
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		w.giveBackLocked(now, how)
+		return AdmitNone, time.Time{}
+	}
+	asking := w.asking
+	settled := false
+	if asking {
+		defer func() {
+			if !settled { // the guard or the budget panicked
+				g.mu.Lock()
+				w.settleLocked(now, how, time.Time{}, false, open)
+				g.mu.Unlock()
+			}
+		}()
+	}
 	ok := true
 	if open {
 		// Asked last: the guard's half-open slot goes only to a retry
@@ -175,7 +199,7 @@ func (w *Waiter) poll() (a Admission, next time.Time) {
 	if ok && how.probing() && g.b.Allow(w.r) {
 		how = AdmitBudget
 	}
-	if !w.asking {
+	if !asking {
 		return how, time.Time{}
 	}
 	// A closed guard judges the server: only a paid probe or last chance
@@ -183,7 +207,33 @@ func (w *Waiter) poll() (a Admission, next time.Time) {
 	ok = ok && (open || how == AdmitBudget || how == admitRelease)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	settled = true
 	return w.settleLocked(now, how, next, ok, open)
+}
+
+// callerGone reports whether the caller of Wait left (its context ended).
+func (w *Waiter) callerGone() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// giveBackLocked gives back the admission how that Poll took for w, whose
+// caller left, so that the next waiter may take it; w's wait is over.
+func (w *Waiter) giveBackLocked(now time.Time, how Admission) {
+	g := w.g
+	if w.asking {
+		w.asking = false
+		g.asking--
+	}
+	g.room.dequeue(w)
+	w.ended = true
+	g.st.unadmit(now, &w.view, how)
+	g.counts.DeferAdmitted--
+	g.notifyLocked()
 }
 
 // pollLocked is Poll under the lock: an admission handed to w, or the
@@ -319,11 +369,16 @@ func (w *Waiter) Leave() {
 
 // Wait implements Deferrer on the time package's clock.
 func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admission, error) {
+	if err := ctx.Err(); err != nil {
+		// A caller that left takes nothing, pays nothing.
+		return AdmitNone, err
+	}
 	deadline, hasDeadline := ctx.Deadline()
 	w, err := g.Enter(r, pause, deadline)
 	if err != nil {
 		return AdmitNone, err
 	}
+	w.done = ctx.Done()
 	defer w.Leave()
 	limit, end := deadline.Add(-tune.WaitSlack), context.DeadlineExceeded
 	if !hasDeadline {
@@ -335,13 +390,25 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 		changed := g.Changed()
 		a, next, err := w.Poll()
 		if a != AdmitNone {
-			return a, nil
+			if ctx.Err() == nil {
+				return a, nil
+			}
+			// The admission raced the caller's leaving: it goes back (a
+			// budget that paid for it keeps what it took).
+			g.mu.Lock()
+			w.giveBackLocked(g.now(), a)
+			g.counts.DeferGaveUp++
+			g.mu.Unlock()
+			return AdmitNone, ctx.Err()
 		}
 		now := g.now()
 		if err == nil && !now.Before(limit) {
 			err = end
 		}
 		if err != nil {
+			if cerr := ctx.Err(); cerr != nil && err == errWaitEnded {
+				err = cerr // Poll saw the caller leave
+			}
 			if err != errEvicted { // an eviction was counted when made
 				g.giveUp()
 			}

@@ -79,6 +79,10 @@ const (
 	// server that serves every attempt heals a straggler's retry again (the
 	// issue 45 bar: a timer cuts within a second of the first success).
 	HealStale = time.Second
+	// ForgetAfter: what no attempt confirmed for 30 s (the longest probe
+	// gap) and for the longest wait it judged is forgotten: a Gate left in
+	// an outage when its traffic stopped refused the first retry hours later.
+	ForgetAfter = 30 * time.Second
 	// HoldSlack: a wait no rule holds ends a tenth of its pause after it,
 	// so a failing call waits little more than its backoff.
 	HoldSlack = 0.1
