@@ -38,7 +38,9 @@ func TestGateWaitEnds(t *testing.T) {
 			t.Fatalf("Wait returned after %v, want MaxWait", d)
 		}
 
-		failures(g, tune.FutileEvery) // the futility rule lets the lone waiter wait
+		// A young outage (the futility rule fails new retries at once in
+		// one that outlived their waits).
+		g = outageProbed(t, DeferSettings{MaxWait: 3 * time.Second})
 		ctx, cancel = context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start = time.Now()

@@ -21,8 +21,6 @@ func failures(g *Gate, n int) {
 func TestGateFutility(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	draw := 0.5 // at or past tune.FutileHold: the draw does not keep a retry
-	g.st.rand = func() float64 { return draw }
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
@@ -49,28 +47,23 @@ func TestGateFutility(t *testing.T) {
 		t.Fatalf("the early wait: Poll = %v, Err %v; want the probe", a, early.err())
 	}
 	early.Leave()
-	// Alone, a retry waits, once tune.FutileEvery failures were recorded since
-	// a deferred retry failed: it is the probe.
+	// Alone, a retry goes as the probe once tune.FutileEvery failures
+	// were recorded since a deferred retry failed and nothing reached the
+	// server for the probe gap; else it fails at once.
 	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("alone, too soon after the last probe: enter = %v, want ErrOutageLasting", err)
 	}
 	failures(g, tune.FutileEvery)
+	clk.advance(tune.QuietGapMax)
 	probe, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
 	if err != nil {
-		t.Fatalf("alone: enter = %v, want a wait", err)
+		t.Fatalf("alone, after the probe gap: enter = %v, want a wait", err)
 	}
 	defer probe.Leave()
+	poll(t, probe, admitProbe)
 	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("beside the probe: enter = %v, want ErrOutageLasting", err)
 	}
-	// A draw under tune.FutileHold keeps a retry waiting beside it.
-	draw = tune.FutileHold / 2
-	kept, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
-	if err != nil {
-		t.Fatalf("a draw of %v: enter = %v, want a wait", draw, err)
-	}
-	kept.Leave()
-	draw = 0.5
 	// A success (a new call's first attempt) ends the outage and the rule.
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	w2, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
@@ -83,24 +76,23 @@ func TestGateFutility(t *testing.T) {
 	}
 }
 
-// The futility rule's lone waiter waits only for a quiet time that can
-// come: while new calls fail faster than its pause, each failure puts its
-// probe off, and it would wait out its deadline for nothing. The rate is
-// the streak's, so it holds before any probe failed (property-test seed
-// 726: 60 of 398 failed calls waited their deadline out, one in ten the
-// bar).
+// The futility rule's lone waiter goes only as a probe that is due when
+// its pause ends: while new calls fail, each failure puts the probe off
+// (they find the server's return themselves), and it would wait its
+// deadline out for nothing (property-test seed 726: 60 of 398 failed calls
+// waited their deadline out).
 func TestGateFutilityLoneWaiterFacesTheRate(t *testing.T) {
 	const pause, deadline = 200 * time.Millisecond, 2 * time.Second
 	for _, tt := range []struct {
-		every time.Duration
-		waits bool
+		every, quiet time.Duration
+		waits        bool
 	}{
-		{20 * time.Millisecond, false}, // faster than its pause
-		{400 * time.Millisecond, true}, // slower: quiet time will come
+		{20 * time.Millisecond, 0, false},  // faster than its pause
+		{400 * time.Millisecond, 0, true},  // slower: quiet time will come
+		{400 * time.Millisecond, time.Second, true},
 	} {
 		clk := &manualClock{now: t0}
 		g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-		g.st.rand = func() float64 { return 0.5 } // the draw keeps no retry
 		failures(g, tune.OutageStreak)
 		early, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
 		if err != nil {
@@ -112,9 +104,10 @@ func TestGateFutilityLoneWaiterFacesTheRate(t *testing.T) {
 			clk.advance(tt.every)
 			failures(g, 1)
 		}
+		clk.advance(tt.quiet)
 		w, err := g.Enter(retry2, pause, clk.Now().Add(deadline))
 		if got := err == nil; got != tt.waits || err != nil && !errors.Is(err, ErrOutageLasting) {
-			t.Errorf("failures every %v, pause %v: enter = %v, want a wait %v", tt.every, pause, err, tt.waits)
+			t.Errorf("failures every %v, then quiet %v, pause %v: enter = %v, want a wait %v", tt.every, tt.quiet, pause, err, tt.waits)
 		}
 		if err == nil {
 			w.Leave()
@@ -127,7 +120,6 @@ func TestGateFutilityLoneWaiterFacesTheRate(t *testing.T) {
 func TestGateFutilityWithoutDeadlines(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: time.Second}, clk))
-	g.st.rand = func() float64 { return 0.5 } // the draw keeps no retry
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	"errors"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"sync"
 	"testing"
@@ -131,24 +132,21 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	clk.advance(time.Second)
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe, Took: clk.Now().Sub(firstLeft)})
 	failures(g, tune.FutileEvery)
-	w, err := g.Enter(retry2, 0, time.Time{})
-	if err != nil {
-		t.Fatal(err)
+	slotHeld := func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.st.slot.held(clk.Now())
 	}
-	defer w.Leave()
-	for clk.Now().Before(secondLeft.Add(tune.ProbeGapMax)) {
-		a, next, _ := w.Poll()
-		if a != AdmitNone {
-			t.Fatalf("at %v, with the second probe out: Poll = %v, want none", clk.Now().Sub(secondLeft), a)
-		}
-		if next.IsZero() {
-			break
-		}
-		clk.set(next)
+	if !slotHeld() {
+		t.Fatal("the first probe's late report freed the second probe's slot")
 	}
-	// The second probe reports: the slot is free, and the wait probes.
+	// Beside the probe out, a new retry of the lasting outage fails at once.
+	if _, err := g.Enter(retry2, 0, time.Time{}); !errors.Is(err, ErrOutageLasting) {
+		t.Fatalf("beside the second probe: enter = %v, want ErrOutageLasting", err)
+	}
+	// The second probe reports: the slot is free.
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe, Took: clk.Now().Sub(secondLeft)})
-	if a, next, _ := w.Poll(); a == AdmitNone && next.IsZero() {
-		t.Fatal("after the second probe reported, the wait has nothing to wait for")
+	if slotHeld() {
+		t.Fatal("after the second probe reported, its slot is still held")
 	}
 }

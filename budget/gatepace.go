@@ -55,8 +55,9 @@ func (p *releasePace) back(now, since time.Time, u float64) {
 }
 
 // answered: a released retry ended after took, ok when it succeeded. As
-// fast as the fastest since the server came back, it says the server has
-// room, and the back pace doubles; slower, or failed, it halves.
+// fast as the fastest since the server came back (within tune.BackSlack),
+// it says the server has room, and the back pace doubles; slower, or
+// failed, it halves.
 func (p *releasePace) answered(took time.Duration, ok bool) {
 	if p.backEvery == 0 {
 		return
@@ -64,7 +65,7 @@ func (p *releasePace) answered(took time.Duration, ok bool) {
 	if took > 0 && (p.backMin == 0 || took < p.backMin) {
 		p.backMin = took
 	}
-	if ok && took <= time.Duration(tune.BackSlower*float64(p.backMin)) {
+	if ok && took <= time.Duration(tune.BackSlower*float64(p.backMin))+tune.BackSlack {
 		p.backEvery /= 2
 		return
 	}
@@ -76,6 +77,9 @@ func (p *releasePace) answered(took time.Duration, ok bool) {
 // deadline leaves before its last chance at lead.
 func (p *releasePace) backAfter(w *waiterView, lead time.Duration) time.Time {
 	at := p.backAt.Add(w.pause)
+	if w.deadline.IsZero() {
+		return at // the back pace alone spaces calls without a deadline
+	}
 	if room := w.deadline.Add(-lead).Sub(at); room > 0 {
 		at = at.Add(time.Duration(w.spread * float64(room)))
 	}

@@ -201,26 +201,25 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 
 // futile reports whether a retry that begins to wait now, with pause,
 // deadline (zero: none) and last, would wait in vain (the futility rule):
-// others wait (unless a draw keeps it); or it would wait alone, but
-// fewer than tune.FutileEvery failures came since a probe failed, the
-// streak's failures come faster than its pause (each puts its probe
-// off), or no probe or last chance could go before its deadline.
+// the outage has lasted tune.FutileFactor times the longest wait of its
+// retries, and the retry could not go as the probe once its pause ends
+// (nobody else waits, tune.FutileEvery failures came since a probe
+// failed, the streak's failures come slower than its pause, and nothing
+// will have reached the server for the probe gap). So a failed
+// call ends at once, and the new calls' first attempts, or a rare probe,
+// find the server's return.
 func (s *gateState) futile(now time.Time, pause time.Duration, deadline time.Time, last bool, others bool) bool {
 	if s.phase != phaseOutage || s.span <= 0 || now.Sub(s.streakAt) < time.Duration(tune.FutileFactor*float64(s.span)) {
 		return false
 	}
-	if others {
-		return s.rand() >= tune.FutileHold
-	}
-	if s.slot.since < tune.FutileEvery || now.Sub(s.streakAt) < mulSat(s.streak, pause) {
+	if others || s.slot.since < tune.FutileEvery || now.Sub(s.streakAt) < mulSat(s.streak, pause) {
+		// Failures that come faster than its pause would put the probe
+		// off, each reaching the server.
 		return true
 	}
-	if deadline.IsZero() {
-		return false
-	}
 	w := waiterView{pause: pause, deadline: deadline, last: last, held: true}
-	how, next := s.decideByPhase(now, &w, true)
-	return how == AdmitNone && (next.IsZero() || next.After(deadline.Add(-s.slot.lead())))
+	how, _ := s.decideByPhase(now.Add(pause), &w, true)
+	return how == AdmitNone
 }
 
 // admit: the waiting retry w goes now as how (a decision's answer, or
@@ -257,11 +256,10 @@ func (s *gateState) unadmit(now time.Time, w *waiterView, how Admission) {
 	}
 }
 
-// heldThrough reports whether w, a call with a deadline held (as held
-// says), was held through the latest outage: it goes back at the back
-// pace, without a credit.
+// heldThrough reports whether w, held (as held says), was held through
+// the latest outage: it goes back at the back pace, without a credit.
 func (s *gateState) heldThrough(w *waiterView, held bool) bool {
-	return held && !w.deadline.IsZero() && w.holdAt.Before(s.pace.backAt)
+	return held && w.holdAt.Before(s.pace.backAt)
 }
 
 // probing reports whether an admission holds the probe slot.
