@@ -87,8 +87,8 @@ func TestGateFutilityLoneWaiterFacesTheRate(t *testing.T) {
 		every, quiet time.Duration
 		waits        bool
 	}{
-		{20 * time.Millisecond, 0, false},  // faster than its pause
-		{400 * time.Millisecond, 0, true},  // slower: quiet time will come
+		{20 * time.Millisecond, 0, false}, // faster than its pause
+		{400 * time.Millisecond, 0, true}, // slower: quiet time will come
 		{400 * time.Millisecond, time.Second, true},
 	} {
 		clk := &manualClock{now: t0}
