@@ -83,17 +83,13 @@ type Gate struct {
 	// settled, so a stale false costs a lock, never a wrong answer.
 	settled atomic.Bool
 
-	mu      sync.Mutex
-	st      gateState
-	room    waitingRoom
-	changed chan struct{}
+	mu   sync.Mutex
+	st   gateState
+	room waitingRoom
 	// counts holds State's counters (Refused: the retries Allow refused
 	// without asking the budget); polls, the decisions asked (tests read it).
 	counts State
 	polls  uint64
-	// asking counts the waiters whose Poll holds an admission while it
-	// asks their guard and the budget unlocked.
-	asking int
 }
 
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is
@@ -114,7 +110,7 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 	// Its own generator, seeded by two draws of the options' source: it
 	// runs under the lock, the source never does.
 	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
-	g := &Gate{b: b, s: s.withDefaults(), now: o.Now, changed: make(chan struct{})}
+	g := &Gate{b: b, s: s.withDefaults(), now: o.Now}
 	g.st = newGateState(o.Now(), rnd)
 	return g, nil
 }
@@ -201,13 +197,13 @@ func (g *Gate) Record(a Attempt) {
 	before := g.st.outlook(now)
 	g.st.observe(now, a)
 	if a.Outcome == Success || a.Admission != AdmitNone || g.st.outlook(now) != before {
-		g.notifyLocked()
+		g.dispatchLocked(now, true)
 	}
 }
 
 // ageLocked lets the state age (gateState.age) while nobody waits.
 func (g *Gate) ageLocked(now time.Time) {
-	if g.room.n == 0 && g.asking == 0 {
+	if g.room.n == 0 {
 		g.st.age(now)
 	}
 }
@@ -215,13 +211,52 @@ func (g *Gate) ageLocked(now time.Time) {
 // settle sets the settled word at now; under mu.
 func (g *Gate) settle(now time.Time) { g.settled.Store(g.room.n == 0 && g.st.settled(now)) }
 
-// notifyLocked wakes the waiters, if any.
-func (g *Gate) notifyLocked() {
-	if g.room.n == 0 {
-		return
+// dispatchLocked runs on news (a record: news) and when an admission was
+// given back: it walks the waiters, most critical first, and wakes only
+// those whose decision at now would change what they do: an admission or
+// the end of the wait (of the release, probe and last-chance admissions,
+// which one retry takes at a time, the first only), or a next time
+// earlier than the one their goroutine sleeps to (the first such only:
+// the others follow it). A guarded waiter is woken on all news: its guard
+// is asked by its own Poll. A waiter refused since the last news is not
+// woken by a give-back; one that holds its admission, or asks its guard,
+// is not woken at all. Every other waiter sleeps to its own next time.
+func (g *Gate) dispatchLocked(now time.Time, news bool) {
+	scarceTaken, retimed := false, false
+	for l := len(g.room.queue) - 1; l >= 0; l-- {
+		for e := g.room.queue[l].Front(); e != nil; e = e.Next() {
+			w := e.Value.(*Waiter)
+			if news {
+				w.refused = false
+			}
+			switch {
+			case w.asking || w.refused:
+				continue
+			case w.granted != AdmitNone || w.r.Guard != nil && news:
+				w.signal()
+				continue
+			case w.r.Guard != nil:
+				continue
+			case now.Before(w.earliest):
+				continue // it sleeps to its pause's end
+			}
+			d := g.st.decide(now, &w.view, false)
+			switch {
+			case d.how == AdmitNone && !d.next.IsZero() && (w.due.IsZero() || d.next.Before(w.due)):
+				if !retimed {
+					retimed = true
+					w.signal()
+				}
+			case scarce(d.how):
+				if !scarceTaken {
+					scarceTaken = true
+					w.signal()
+				}
+			case d.how != AdmitNone:
+				w.signal()
+			}
+		}
 	}
-	close(g.changed)
-	g.changed = make(chan struct{})
 }
 
 // State returns the wrapped budget's state, with the calls waiting now and

@@ -54,7 +54,6 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 				defer w.Leave()
 				ws[i] = w
 			}
-			changed := g.Changed()
 			w, err := g.Enter(retryAt(tt.arrival), time.Second, time.Time{})
 			if tt.evicted < 0 {
 				if !errors.Is(err, ErrTooManyWaiting) || errors.Is(err, errEvicted) {
@@ -66,9 +65,9 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 				}
 				defer w.Leave()
 				select {
-				case <-changed:
+				case <-ws[tt.evicted].Ready():
 				default:
-					t.Fatal("an eviction did not wake the waiters")
+					t.Fatal("an eviction did not wake the waiter evicted")
 				}
 			}
 			for i, v := range ws {
@@ -375,7 +374,7 @@ func (r *reentrantGuard) Closed() bool {
 
 func (r *reentrantGuard) AllowRetry() (bool, time.Time) {
 	r.g.State()
-	r.g.Changed()
+	r.g.Allow(retry2)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.asked++

@@ -76,43 +76,44 @@ func TestGateFutility(t *testing.T) {
 	}
 }
 
-// The futility rule's lone waiter goes only as a probe that is due when
-// its pause ends: while new calls fail, each failure puts the probe off
-// (they find the server's return themselves), and it would wait its
-// deadline out for nothing (property-test seed 726: 60 of 398 failed calls
-// waited their deadline out).
-func TestGateFutilityLoneWaiterFacesTheRate(t *testing.T) {
+// The futility rule's lone probe goes when its pause ends, however fast
+// new calls fail (each failure used to put it off, and it waited its
+// deadline out: property-test seed 726), and lone probes are spaced by
+// the probe gap, at least the calls' longest wait.
+func TestGateFutilityLoneProbe(t *testing.T) {
 	const pause, deadline = 200 * time.Millisecond, 2 * time.Second
-	for _, tt := range []struct {
-		every, quiet time.Duration
-		waits        bool
-	}{
-		{20 * time.Millisecond, 0, false}, // faster than its pause
-		{400 * time.Millisecond, 0, true}, // slower: quiet time will come
-		{400 * time.Millisecond, time.Second, true},
-	} {
-		clk := &manualClock{now: t0}
-		g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-		failures(g, tune.OutageStreak)
-		early, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
-		if err != nil {
-			t.Fatal(err)
-		}
-		early.Leave()
-		clk.advance(deadline)
-		for range tune.FutileEvery + 2 {
-			clk.advance(tt.every)
-			failures(g, 1)
-		}
-		clk.advance(tt.quiet)
-		w, err := g.Enter(retry2, pause, clk.Now().Add(deadline))
-		if got := err == nil; got != tt.waits || err != nil && !errors.Is(err, ErrOutageLasting) {
-			t.Errorf("failures every %v, then quiet %v, pause %v: enter = %v, want a wait %v", tt.every, tt.quiet, pause, err, tt.waits)
-		}
-		if err == nil {
-			w.Leave()
-		}
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	failures(g, tune.OutageStreak)
+	early, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatal(err)
 	}
+	early.Leave()
+	clk.advance(deadline)
+	failures(g, tune.FutileEvery)
+	w, err := g.Enter(retry2, pause, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatalf("alone: enter = %v, want the lone probe", err)
+	}
+	for range 10 {
+		clk.advance(pause / 10)
+		failures(g, 1) // new calls fail every 20 ms
+	}
+	poll(t, w, admitProbe)
+	w.Leave()
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
+	// The next lone probe: FutileEvery failures and the gap after it.
+	failures(g, tune.FutileEvery)
+	if _, err := g.Enter(retry2, pause, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+		t.Fatalf("within the probe gap of a failed probe: enter = %v, want ErrOutageLasting", err)
+	}
+	clk.advance(tune.ProbeGapMax)
+	w, err = g.Enter(retry2, pause, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatalf("the longest probe gap after the failed probe: enter = %v, want the lone probe", err)
+	}
+	w.Leave()
 }
 
 // A process whose calls have no deadline waits MaxWait at most: the

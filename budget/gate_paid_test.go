@@ -43,12 +43,11 @@ func TestGateWaitsForThePaidRetry(t *testing.T) {
 			if w.err() != nil || next.IsZero() {
 				t.Fatalf("the wait ended (%v) or waits for nothing while the paid retry is out", w.err())
 			}
-			changed := g.Changed()
 			g.Record(Attempt{Number: 2, Outcome: tt.outcome, Final: true})
 			select {
-			case <-changed:
+			case <-w.Ready():
 			default:
-				t.Fatal("the paid retry's answer woke nobody")
+				t.Fatal("the paid retry's answer did not wake the wait it changed")
 			}
 			poll(t, w, tt.want)
 			if tt.want == AdmitNone && w.err() != errWaitEnded {

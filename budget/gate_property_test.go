@@ -3,7 +3,9 @@ package budget
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +45,21 @@ func TestGateProperties(t *testing.T) {
 	if raceOn {
 		seeds = 50 // the histories have no goroutines to race
 	}
+	from := uint64(1)
+	if env := os.Getenv("GATE_PROP_SEEDS"); env != "" {
+		// GATE_PROP_SEEDS=3000: the wide sweep; =A-B: seeds A to B.
+		lo, hi, ok := strings.Cut(env, "-")
+		a, errA := strconv.ParseUint(lo, 10, 64)
+		b, errB := strconv.ParseUint(hi, 10, 64)
+		switch {
+		case !ok && errA == nil:
+			seeds = a
+		case ok && errA == nil && errB == nil && a <= b:
+			from, seeds = a, b-a+1
+		default:
+			t.Fatalf("GATE_PROP_SEEDS=%q: want N or A-B", env)
+		}
+	}
 	// And seeds past them that once failed: 726 and 1889 (the futility
 	// rule's lone waiter waited its deadline out while new calls failed
 	// faster than its pause, no probe having failed yet), 810 (a flaky
@@ -54,7 +71,7 @@ func TestGateProperties(t *testing.T) {
 	// before a call without a deadline did), 228 and 1190 (down all its
 	// life, then serving retries: the process probed one call in ten, as
 	// the down property asks, and took 3 s to see a success).
-	for _, seed := range append(seqSeeds(seeds), 228, 672, 726, 810, 816, 1190, 1396, 1889, 2023, 2410, 2863) {
+	for _, seed := range append(seqSeeds(from, seeds), 228, 672, 726, 810, 816, 1190, 1396, 1889, 2023, 2410, 2863) {
 		h := newHistory(seed)
 		h.run(t)
 		if t.Failed() {
@@ -64,11 +81,11 @@ func TestGateProperties(t *testing.T) {
 	}
 }
 
-// seqSeeds returns the seeds 1 to n.
-func seqSeeds(n uint64) []uint64 {
+// seqSeeds returns n seeds from from on.
+func seqSeeds(from, n uint64) []uint64 {
 	out := make([]uint64, n)
 	for i := range out {
-		out[i] = uint64(i) + 1
+		out[i] = from + uint64(i)
 	}
 	return out
 }
@@ -117,6 +134,13 @@ type history struct {
 	// the overload rule holds retries back tune.OverloadHold after it, on
 	// purpose, so the first two properties count from its end.
 	overloadAt time.Time
+	// idle is a gap without new calls between the earlier history and the
+	// regime (the ageing rule); a call's caller leaves at a random time
+	// with pCancel. Both drawn from life, so that histories without them
+	// are the ones they were before these were added.
+	idle    time.Duration
+	pCancel float64
+	life    *rand.Rand
 }
 
 // propCall is one call's progress.
@@ -139,6 +163,9 @@ type propCall struct {
 	// waitLimit is when a wait ends without admission: the deadline, or
 	// MaxWait after it began for a call without one (as Wait does).
 	waitLimit time.Time
+	// cancelAt is when its caller leaves (zero: never); cancelled, it did.
+	cancelAt  time.Time
+	cancelled bool
 }
 
 func newHistory(seed uint64) *history {
@@ -153,6 +180,9 @@ func newHistory(seed uint64) *history {
 	h.extra = rand.New(rand.NewPCG(seed, 0x07e4))
 	h.pOther = []float64{0, 0, 0.3, 1}[h.extra.IntN(4)]
 	h.pOverload = []float64{0, 0, 0, 0.5}[h.extra.IntN(4)]
+	h.life = rand.New(rand.NewPCG(seed, 0x11fe))
+	h.idle = []time.Duration{0, 0, 40 * time.Second, 3 * time.Hour}[h.life.IntN(4)]
+	h.pCancel = []float64{0, 0, 0.1, 0.3}[h.life.IntN(4)]
 	h.reg = regime(rnd.IntN(3))
 	h.regimeFor = 10 * time.Second
 	h.gap = []time.Duration{5, 20, 100, 400}[rnd.IntN(4)] * time.Millisecond
@@ -176,15 +206,15 @@ func newHistory(seed uint64) *history {
 }
 
 func (h *history) describe() string {
-	return "earlier " + h.earlier.String() + " failing " + ftoa(h.pFail) + " (first attempts " + ftoa(h.pFirst) + "; non-retryable " + ftoa(h.pOther) + ", overload " + ftoa(h.pOverload) + "), then " + h.reg.String() +
-		"; a call every " + h.gap.String() + ", deadline " + h.deadline.String() + ", pause " + h.pause.String()
+	return "earlier " + h.earlier.String() + " failing " + ftoa(h.pFail) + " (first attempts " + ftoa(h.pFirst) + "; non-retryable " + ftoa(h.pOther) + ", overload " + ftoa(h.pOverload) + "), idle " + h.idle.String() + ", then " + h.reg.String() +
+		"; a call every " + h.gap.String() + ", deadline " + h.deadline.String() + ", pause " + h.pause.String() + ", callers leave " + ftoa(h.pCancel)
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', 3, 64) }
 
 // serves says whether attempt n of a call ending at now succeeds.
 func (h *history) serves(now time.Time, n int) bool {
-	if now.Before(t0.Add(h.earlier)) {
+	if now.Before(t0.Add(h.earlier + h.idle)) {
 		p := h.pFail
 		if n == 1 {
 			p = h.pFirst
@@ -208,12 +238,19 @@ const (
 
 func (h *history) run(t *testing.T) {
 	t.Helper()
-	end := t0.Add(h.earlier + h.regimeFor)
+	end := t0.Add(h.earlier + h.idle + h.regimeFor)
 	next := t0
-	regimeAt := t0.Add(h.earlier)
+	regimeAt := t0.Add(h.earlier + h.idle)
+	idleFrom := t0.Add(h.earlier)
 	// Past every lease, and until every call has ended: one without a
 	// deadline may wait MaxWait before each of its retries.
 	for now := t0; now.Before(end.Add(h.g.s.MaxWait+time.Second)) || h.pending() && now.Before(end.Add(propAttempts*h.g.s.MaxWait+time.Second)); now = now.Add(propStep) {
+		if !now.Before(idleFrom) && now.Before(regimeAt) {
+			if !h.pending() {
+				now = regimeAt // nothing happens while nothing is called
+			}
+			next = regimeAt
+		}
 		h.clk.set(now)
 		if now.Before(end) && !now.Before(next) {
 			h.startCall(now)
@@ -250,6 +287,9 @@ func (h *history) startCall(now time.Time) {
 	} else if h.rnd.IntN(2) == 0 {
 		c.deadline = now.Add(time.Second)
 	}
+	if h.pCancel > 0 && h.life.Float64() < h.pCancel {
+		c.cancelAt = now.Add(time.Duration(h.life.Float64() * float64(2*time.Second)))
+	}
 	h.calls = append(h.calls, c)
 	h.send(now, c, AdmitNone)
 }
@@ -269,6 +309,19 @@ func (h *history) end(now time.Time, c *propCall, ok bool) {
 
 // step moves c at now: an attempt that ends, or a wait that asks.
 func (h *history) step(now time.Time, c *propCall) {
+	if !c.cancelAt.IsZero() && !now.Before(c.cancelAt) {
+		// The caller leaves: a wait is left, an attempt in flight ends
+		// as the caller's (Outcome Other), and the call ends.
+		if c.w != nil {
+			c.w.Leave()
+			c.w = nil
+		} else if now.Before(c.at) {
+			h.g.Record(Attempt{Number: c.attempt, Outcome: Other, Final: true, Admission: c.adm})
+		}
+		c.cancelled = true
+		h.end(now, c, false)
+		return
+	}
 	if !c.deadline.IsZero() && !now.Before(c.deadline) || c.w != nil && !now.Before(c.waitLimit) {
 		if c.w != nil {
 			c.w.Leave()
@@ -311,7 +364,7 @@ func (h *history) step(now time.Time, c *propCall) {
 	}
 	if !ok {
 		a.Outcome = Failure
-		if now.Before(t0.Add(h.earlier)) {
+		if now.Before(t0.Add(h.earlier + h.idle)) {
 			if h.pOther > 0 && h.extra.Float64() < h.pOther {
 				a.Outcome, a.Final, final = Other, true, true
 			}
@@ -321,10 +374,10 @@ func (h *history) step(now time.Time, c *propCall) {
 		}
 	}
 	h.g.Record(a)
-	if ok && h.okAt.IsZero() && !now.Before(t0.Add(h.earlier)) {
+	if ok && h.okAt.IsZero() && !now.Before(t0.Add(h.earlier+h.idle)) {
 		h.okAt = now
 	}
-	h.servedEarlier = h.servedEarlier || ok && now.Before(t0.Add(h.earlier))
+	h.servedEarlier = h.servedEarlier || ok && now.Before(t0.Add(h.earlier+h.idle))
 	if ok || final {
 		h.end(now, c, ok)
 		return
@@ -351,6 +404,7 @@ func (h *history) step(now time.Time, c *propCall) {
 
 func (h *history) check(t *testing.T, regimeAt time.Time) {
 	t.Helper()
+	end := t0.Add(h.earlier + h.idle + h.regimeFor)
 	if st := h.g.State(); st.Waiting != 0 {
 		t.Errorf("%d still waiting after every caller left", st.Waiting)
 	}
@@ -376,10 +430,10 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 		}
 		var failedFirst, retried int
 		for _, c := range h.calls {
-			if c.start.Before(settled) || c.start.After(t0.Add(h.earlier+h.regimeFor-time.Second)) {
+			if c.start.Before(settled) || c.start.After(end.Add(-time.Second)) {
 				continue
 			}
-			if c.retries == 0 && c.ok {
+			if c.retries == 0 && c.ok || c.cancelled {
 				continue
 			}
 			if !c.deadline.IsZero() && c.deadline.Sub(c.start) < 2*propTook+h.pause+h.pause/5 {
@@ -406,7 +460,7 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 		var calls, retries int
 		var slow int
 		for _, c := range h.calls {
-			if c.start.Before(regimeAt.Add(span+time.Second)) || c.start.After(t0.Add(h.earlier+h.regimeFor)) {
+			if c.start.Before(regimeAt.Add(span+time.Second)) || c.start.After(end) || c.cancelled {
 				continue
 			}
 			calls++

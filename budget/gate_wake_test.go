@@ -55,11 +55,19 @@ func TestGateFailureInAnOutageWakesNobody(t *testing.T) {
 		if per := float64(g.pollCount()-before) / failures; per > 10 {
 			t.Errorf("%.1f polls per recorded failure with 1,000 waiting, want 10 at most", per)
 		}
-		// News that matters still wakes them: the server is back.
+		// News that lets some go wakes those, not everyone (every
+		// waiter polled on every success): the server is back, and the
+		// held retries go back one at a time, each woken when it may.
+		before = g.pollCount()
 		g.Record(Attempt{Number: 1, Outcome: Success})
 		synctest.Wait()
-		if g.pollCount()-before < 1000 {
-			t.Errorf("a success woke %d of 1,000 waiters", g.pollCount()-before)
+		if woke := g.pollCount() - before; woke > 10 {
+			t.Errorf("a success woke %d of 1,000 waiters, want 10 at most", woke)
+		}
+		before = g.State().DeferAdmitted
+		time.Sleep(time.Second)
+		if went := g.State().DeferAdmitted - before; went == 0 {
+			t.Error("no held retry went back in the second after the server's return")
 		}
 		cancel()
 		wg.Wait()

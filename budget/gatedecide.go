@@ -108,6 +108,9 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 	if s.slot.held(now) {
 		return AdmitNone, s.slot.until // the settling rule
 	}
+	if w.lone {
+		return admitProbe, time.Time{} // the futility rule's lone probe
+	}
 	// Until retries are known to heal or not, a failed first attempt says
 	// nothing: only retries' own outcomes space the probes, and only a
 	// call's last attempt probes (its outcome settles the call), or any

@@ -200,26 +200,23 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 }
 
 // futile reports whether a retry that begins to wait now, with pause,
-// deadline (zero: none) and last, would wait in vain (the futility rule):
-// the outage has lasted tune.FutileFactor times the longest wait of its
-// retries, and the retry could not go as the probe once its pause ends
-// (nobody else waits, tune.FutileEvery failures came since a probe
-// failed, the streak's failures come slower than its pause, and nothing
-// will have reached the server for the probe gap). So a failed
-// call ends at once, and the new calls' first attempts, or a rare probe,
-// find the server's return.
-func (s *gateState) futile(now time.Time, pause time.Duration, deadline time.Time, last bool, others bool) bool {
+// would wait in vain (the futility rule): the outage has lasted
+// tune.FutileFactor times the longest wait of its retries, and the retry
+// cannot go as the lone probe: others wait, fewer than tune.FutileEvery
+// failures came since a probe failed, or a probe failed less than the
+// probe gap (at least that longest wait) ago. A lone probe goes as soon
+// as its pause ends (Gate.Enter marks it): failed calls end at once, and
+// the new calls' first attempts, or a rare probe, find the server's
+// return.
+func (s *gateState) futile(now time.Time, pause time.Duration, others bool) (futile, lone bool) {
 	if s.phase != phaseOutage || s.span <= 0 || now.Sub(s.streakAt) < time.Duration(tune.FutileFactor*float64(s.span)) {
-		return false
+		return false, false
 	}
-	if others || s.slot.since < tune.FutileEvery || now.Sub(s.streakAt) < mulSat(s.streak, pause) {
-		// Failures that come faster than its pause would put the probe
-		// off, each reaching the server.
-		return true
+	at := now.Add(pause)
+	if others || s.slot.since < tune.FutileEvery || s.slot.held(at) || at.Before(s.slot.failedAt.Add(max(s.slot.gap, s.span))) {
+		return true, false
 	}
-	w := waiterView{pause: pause, deadline: deadline, last: last, held: true}
-	how, _ := s.decideByPhase(now.Add(pause), &w, true)
-	return how == AdmitNone
+	return false, true
 }
 
 // admit: the waiting retry w goes now as how (a decision's answer, or
@@ -275,25 +272,19 @@ type waiterView struct {
 	held   bool
 	// took is Request.Took.
 	took time.Duration
-	// credit: its release took a credit (given back when unadmitted).
-	credit bool
+	// credit: its release took a credit (given back when unadmitted);
+	// lone: the futility rule let it wait as the lone probe.
+	credit, lone bool
 	// spread, uniform in [0, 1), places the call's return after an outage
 	// within what its deadline leaves.
 	spread float64
 }
 
-// addSat is a+b and mulSat n×d (none negative), at most the longest
-// Duration: a caller's pause may be anything.
+// addSat is a+b (neither negative), at most the longest Duration: a
+// caller's pause may be anything.
 func addSat(a, b time.Duration) time.Duration {
 	if a > math.MaxInt64-b {
 		return math.MaxInt64
 	}
 	return a + b
-}
-
-func mulSat(n int, d time.Duration) time.Duration {
-	if n > 0 && d > math.MaxInt64/time.Duration(n) {
-		return math.MaxInt64
-	}
-	return time.Duration(n) * d
 }

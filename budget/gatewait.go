@@ -34,6 +34,27 @@ type Waiter struct {
 	evicted atomic.Bool
 	// done is Wait's context's Done channel (nil: never done).
 	done <-chan struct{}
+	// ready holds a wake-up from the gate's dispatcher (Ready); due, under
+	// the gate's lock, is the next time Poll said to ask again (zero: on
+	// news only), to which its goroutine sleeps.
+	ready chan struct{}
+	due   time.Time
+	// refused: its guard or the budget refused what the rules let go,
+	// since the last news.
+	refused bool
+}
+
+// Ready returns a channel that receives when the gate has news that may
+// change what Poll says for w (an admission for it, or an earlier time to
+// ask again); between news, ask again at the time Poll returned.
+func (w *Waiter) Ready() <-chan struct{} { return w.ready }
+
+// signal wakes w's goroutine, if it is not woken already.
+func (w *Waiter) signal() {
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
 }
 
 // waitingRoom is how many wait, and by criticality the queues of those
@@ -75,7 +96,8 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.ageLocked(now)
-	if g.st.futile(now, pause, deadline, r.Last, g.room.n > 0) {
+	futile, lone := g.st.futile(now, max(pause, 0), g.room.n > 0)
+	if futile {
 		g.counts.DeferGaveUp++
 		return nil, ErrOutageLasting
 	}
@@ -98,9 +120,9 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		span = min(deadline.Sub(now), maxMaxWait)
 	}
 	g.st.enter(now, pause, span)
-	w := &Waiter{g: g, r: r, earliest: now.Add(pause), level: level, view: waiterView{
+	w := &Waiter{g: g, r: r, earliest: now.Add(pause), level: level, ready: make(chan struct{}, 1), view: waiterView{
 		pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), spread: g.st.rand(),
-		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))),
+		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))), lone: lone,
 	}}
 	// Held from now if its first decision would hold it: news between
 	// here and that decision must not find it unheld (the hold rule
@@ -116,16 +138,9 @@ func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	v.evicted.Store(true)
 	v.left = true
 	g.counts.DeferGaveUp++
-	g.notifyLocked() // while v still counts: nobody else may be waiting
+	v.signal()
 	g.room.n--
 	g.settle(now)
-}
-
-// Changed returns a channel closed the next time the gate learns something.
-func (g *Gate) Changed() <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.changed
 }
 
 // Poll asks, now, whether w may go. When it may not, next is when asking
@@ -225,15 +240,12 @@ func (w *Waiter) callerGone() bool {
 // caller left, so that the next waiter may take it; w's wait is over.
 func (w *Waiter) giveBackLocked(now time.Time, how Admission) {
 	g := w.g
-	if w.asking {
-		w.asking = false
-		g.asking--
-	}
+	w.asking = false
 	g.room.dequeue(w)
 	w.ended = true
 	g.st.unadmit(now, &w.view, how)
 	g.counts.DeferAdmitted--
-	g.notifyLocked()
+	g.dispatchLocked(now, false)
 }
 
 // pollLocked is Poll under the lock: an admission handed to w, or the
@@ -253,7 +265,7 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 			break
 		}
 		v.granted = vhow
-		g.notifyLocked()
+		v.signal()
 		how, next = w.decideLocked(now, open)
 	}
 	switch {
@@ -261,18 +273,14 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 		w.endLocked()
 		return AdmitNone, time.Time{}
 	case how == AdmitNone:
-		if g.asking > 0 && (next.IsZero() || next.After(now.Add(time.Millisecond))) {
-			// Another waiter may give its admission back without news.
-			next = now.Add(time.Millisecond)
-		}
+		w.due = next
 		return AdmitNone, next
 	}
 	w.takeLocked(now, how)
 	if open || w.r.Guard != nil && how.probing() {
 		w.asking = true
-		g.asking++
 	} else {
-		g.room.dequeue(w)
+		w.wentLocked(now, how)
 	}
 	return how, time.Time{}
 }
@@ -283,13 +291,17 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, open bool) (Admission, time.Time) {
 	g := w.g
 	w.asking = false
-	g.asking--
 	if ok {
-		g.room.dequeue(w)
+		w.wentLocked(now, how)
 		return how, time.Time{}
 	}
 	g.st.unadmit(now, &w.view, how)
 	g.counts.DeferAdmitted--
+	// What it gave back may go to another waiter, never to one refused
+	// since the last news (two refused waiters would hand it back and
+	// forth); w asks again at next, or on news.
+	w.refused, w.due = true, next
+	g.dispatchLocked(now, false)
 	pastHold := !w.view.held && !now.Before(w.view.holdAt)
 	if open {
 		w.view.held = w.view.held || pastHold
@@ -299,6 +311,16 @@ func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, 
 		w.endLocked()
 	}
 	return AdmitNone, time.Time{}
+}
+
+// wentLocked: w goes with its admission how. When it took one that a
+// single retry takes at a time, the next in line is woken if it may go
+// too (the dispatcher woke only the first).
+func (w *Waiter) wentLocked(now time.Time, how Admission) {
+	w.g.room.dequeue(w)
+	if scarce(how) || how == AdmitBudget {
+		w.g.dispatchLocked(now, false)
+	}
 }
 
 // scarce reports whether a more critical waiter takes an admission first:
@@ -358,10 +380,14 @@ func (w *Waiter) Leave() {
 	}
 	w.left = true
 	g.room.dequeue(w)
+	if len(w.ready) > 0 && w.granted == AdmitNone {
+		// A wake-up it never took may have been another's to take.
+		g.dispatchLocked(now, false)
+	}
 	if w.granted != AdmitNone {
 		g.st.unadmit(now, &w.view, w.granted)
 		g.counts.DeferAdmitted--
-		g.notifyLocked()
+		g.dispatchLocked(now, false)
 	}
 	g.room.n--
 	g.settle(now)
@@ -387,7 +413,6 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		changed := g.Changed()
 		a, next, err := w.Poll()
 		if a != AdmitNone {
 			if ctx.Err() == nil {
@@ -421,7 +446,7 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 		// an older one's stale tick costs one more Poll.
 		t.Reset(next.Sub(now))
 		select {
-		case <-changed:
+		case <-w.ready:
 			t.Stop()
 		case <-t.C:
 		case <-ctx.Done():

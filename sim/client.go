@@ -173,7 +173,11 @@ func (p *proc) pollWaiters() {
 // an admission to a more critical waiter), every waiter is polled again,
 // as the real clock's waiters wake on the gate's Changed channel.
 func (p *proc) poll(w *waiter) {
-	defer p.pollIfChanged(p.gate.Changed())
+	defer p.pollIfReady()
+	select {
+	case <-w.w.Ready(): // this poll answers it
+	default:
+	}
 	a, next, err := w.w.Poll()
 	if a != budget.AdmitNone {
 		w.gone = true
@@ -218,7 +222,7 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 	if limit >= 0 {
 		deadline = Epoch.Add(limit + time.Millisecond)
 	}
-	defer p.pollIfChanged(p.gate.Changed())
+	defer p.pollIfReady()
 	bw, err := p.gate.Enter(r, pause, deadline)
 	if err != nil {
 		return false
@@ -244,15 +248,22 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 	return true
 }
 
-// pollIfChanged polls every waiter, as a later event at the same time,
-// when changed (the gate's Changed channel before a step) has closed:
-// Poll and Enter change the gate only for calls of different criticality
-// (Gate, the criticality rule), which the models here do not make.
-func (p *proc) pollIfChanged(changed <-chan struct{}) {
-	select {
-	case <-changed:
-		p.s.At(p.s.now, p.pollWaiters)
-	default:
+// pollIfReady polls every waiter, as a later event at the same time,
+// when the gate woke one (its Ready channel): Poll and Enter wake another
+// waiter only for calls of different criticality (Gate, the criticality
+// rule), which the models here do not make, or when an admission was
+// given back.
+func (p *proc) pollIfReady() {
+	for _, w := range p.waiters {
+		if w.gone {
+			continue
+		}
+		select {
+		case <-w.w.Ready():
+			p.s.At(p.s.now, p.pollWaiters)
+			return
+		default:
+		}
 	}
 }
 
