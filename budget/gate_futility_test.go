@@ -207,11 +207,12 @@ func TestReleasePaceAnswered(t *testing.T) {
 		ok   bool
 		want time.Duration
 	}{
-		{20 * time.Millisecond, true, 50 * time.Millisecond},   // the fastest yet: room
-		{24 * time.Millisecond, true, 25 * time.Millisecond},   // within tune.BackSlower of it
-		{60 * time.Millisecond, true, 50 * time.Millisecond},   // queued: slower
-		{20 * time.Millisecond, false, 100 * time.Millisecond}, // failed
-		{0, true, 50 * time.Millisecond},                       // answered at once
+		{20 * time.Millisecond, true, 80 * time.Millisecond},      // the fastest yet: room
+		{24 * time.Millisecond, true, 64 * time.Millisecond},      // within tune.BackSlower of it
+		{29 * time.Millisecond, true, 51200 * time.Microsecond},   // within tune.BackSlack of that
+		{60 * time.Millisecond, true, 102400 * time.Microsecond},  // queued: slower
+		{20 * time.Millisecond, false, 204800 * time.Microsecond}, // failed
+		{0, true, 163840 * time.Microsecond},                      // answered at once
 	} {
 		p.answered(tc.took, tc.ok)
 		if p.backEvery != tc.want {

@@ -56,8 +56,8 @@ func (p *releasePace) back(now, since time.Time, u float64) {
 
 // answered: a released retry ended after took, ok when it succeeded. As
 // fast as the fastest since the server came back (within tune.BackSlack),
-// it says the server has room, and the back pace doubles; slower, or
-// failed, it halves.
+// it says the server has room, and the back pace quickens by
+// tune.BackFaster; slower, or failed, it halves.
 func (p *releasePace) answered(took time.Duration, ok bool) {
 	if p.backEvery == 0 {
 		return
@@ -66,7 +66,7 @@ func (p *releasePace) answered(took time.Duration, ok bool) {
 		p.backMin = took
 	}
 	if ok && took <= time.Duration(tune.BackSlower*float64(p.backMin))+tune.BackSlack {
-		p.backEvery /= 2
+		p.backEvery = time.Duration(tune.BackFaster * float64(p.backEvery))
 		return
 	}
 	p.backEvery = min(2*p.backEvery, tune.MaxBackEvery)

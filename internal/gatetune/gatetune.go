@@ -47,6 +47,11 @@ const (
 	// the server came back says it has room (TCP Vegas' queue test; lab
 	// chain and unavailable).
 	BackSlower = 1.25
+	// BackFaster: each fast answer shortens the back pace's interval by a
+	// fifth (halving it let a hundred processes' held calls return at 3x
+	// capacity in sim outage; a fifth: 2.3x, and their success 92 %
+	// against 90 %, while 160 held calls still go back within a second).
+	BackFaster = 0.8
 	// BackSlack: an answer within 5 ms of that is as fast: on loopback the
 	// fastest took 0.3 ms and the noise of a scheduler's wake-up alone made
 	// half the answers "slow", so held calls went back at a random walk's
