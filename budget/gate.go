@@ -14,65 +14,65 @@ import (
 )
 
 // Gate adds deferral to a budget: a retry the budget refuses waits, within
-// its call's deadline, instead of ending the call, and goes when the
-// Gate's schedule says. What it learns is one server's: Backends keeps a
-// Gate per method of each backend. It has two parts, under one lock.
+// its call's deadline, instead of ending the call. What it learns is one
+// backend's: Backends keeps a Gate per method of each backend. A Gate is a
+// Budget, safe for concurrent use; build it with Deferring (or New).
 //
-// The estimator (gatestate.go, gateevidence.go) keeps the server's phase,
-// moved by recorded attempts and the time: quiet (nothing failed since a
-// success seen while nobody waited), failing (the last attempt that
-// reached the server failed), outage (the outage rule) and recovering (a
-// success after failures); and the evidence: whether retrying heals the
-// calls that retried (a third of the latest eight), whether an attempt
-// failed for overload within five seconds, how long attempts take.
+// The wait contract, by rule (`stagger check` prints it with its numbers):
 //
-// The scheduler (gatedecide.go) gives each waiting retry, from its own
-// pause, its deadline, its criticality and that state, how and when it
-// goes (a decision: an admission now, or the time to ask again), and is
-// asked again only at that time or when the state changes what it would
-// say (a failure that changes nothing wakes nobody). The rules it applies,
-// by name (`stagger check` prints them with their numbers):
+//   - A retry waits at most until its call's deadline (less a millisecond),
+//     or DeferSettings.MaxWait without one, and never less than its pause
+//     (settling); it ends at once when a retry taking as long as its
+//     method's attempts lately could not finish before the deadline
+//     (hopeless).
+//   - While retrying heals the backend's calls, it goes after its pause
+//     (heal). While the backend fails, one waiting retry at a time goes as
+//     the probe once nothing reached the backend for the probe gap (probe),
+//     a call with a deadline keeps its last attempt for just before it
+//     (last chance), and a wait nothing lets go ends a tenth past its pause
+//     (hold), unless the backend is down or overloaded.
+//   - Down (outage: failures in a row, after a calm second, where retries
+//     do not heal), or 5 s after a failure for overload (overload), waits
+//     are held; once an outage has lasted longer than the longest wait of
+//     its retries, a new retry fails at once (futility) but for a rare lone
+//     probe, which goes when its pause ends: the new calls' first attempts
+//     and those probes find the backend's return.
+//   - Once it serves again, held calls go back at the back pace: from 0.4
+//     times the pace their retries came at, quickening by a fifth with each
+//     answer as fast as the fastest, halving with a slow or failed one (a
+//     backend with room to spare has them all back within about a second);
+//     a call with a deadline at a random share of what its deadline leaves.
+//     Other waits go on credits, one a second and a share of each success
+//     (release). A retry a circuit breaker guards goes only when it allows
+//     (guard). The most critical goes first; a full room evicts the least
+//     critical (criticality).
 //
-//   - heal: while retries heal and nothing is overloaded, a retry goes
-//     after its own pause (and Allow admits a straggler's retry unpaid);
-//   - probe and last-chance: while the server fails, one retry at a time
-//     goes once nothing reached it for the probe gap (its pause, doubled by
-//     failures), and a call with a deadline keeps its last attempt for
-//     just before it;
-//   - release: once the server serves again, waiting retries go on credits
-//     that accrue with time and successes; calls held through an outage go
-//     back spread over what their deadlines leave, at a pace the recovering
-//     server's answers set;
-//   - guard: a retry a circuit breaker guards goes only when the breaker
-//     allows it too; while the breaker is open, as its half-open probe;
-//   - outage and overload: failures in a row after a calm second, of a
-//     server whose retries do not heal, or beyond its flakiness or the
-//     calls' waits, are an outage; in it, and after a failure for
-//     overload, Allow refuses every retry (not hedges): they wait;
-//   - hold and hopeless: a wait no rule lets go by its pause and a tenth
-//     probes (a server that served, or a process no retry told anything,
-//     none paid for being out) or ends, unless the server is down or
-//     overloaded; a wait ends as soon as a retry could not finish before
-//     its deadline;
-//   - futility: once an outage outlived the waits of its retries, a retry
-//     fails at once (ErrOutageLasting) but for one in ten and a lone probe;
-//   - settling: no retry goes before its pause; a probe that never
-//     reports frees its slot a second after its call's deadline;
-//   - criticality: releases, probes and last chances go to the most
-//     critical waiting retry first; a full room evicts the least critical.
+// How it works, file by file: the estimator keeps the backend's phase
+// (quiet, failing, outage, recovering; gatestate.go) and its evidence
+// (whether retries heal, overload, how long attempts take;
+// gateevidence.go). The scheduler gives each waiting retry a decision
+// from its pause, deadline and criticality and that state: an admission,
+// the end of its wait, or when to ask again (gatedecide.go), with the
+// probe slot and the paces (gatepace.go). The waiting room (gatewait.go)
+// gives each waiter its own Ready channel; on news (a record, an admission
+// given back) one dispatcher walks the waiters, most critical first, and
+// wakes only those whose decision changes; the others sleep to their own
+// time. A woken waiter takes its admission under the lock, asks its Guard
+// and the budget unlocked, and gives it back if they refuse (internal/gatetune
+// has the numbers).
 //
-// Each rule's reasons are beside its code. The waiting calls are bounded
-// (DeferSettings.MaxWaiting), a call without a deadline waits MaxWait.
+// What it remembers: the phase until a success ends the failures; whether
+// retries heal, from the latest 8 calls that retried (one that saw the
+// backend serve, and no such call yet, heals retries until two fail). What
+// no attempt confirmed for 30 s, and for longer than the longest wait it
+// judged, is forgotten (ageing): the next retry finds out, as in a new
+// process, whose first waiting retry goes as a probe.
 //
-// A Gate is a Budget, safe for concurrent use; build it with Deferring (or
-// New). Record and Allow pass through to the budget it wraps (the retries
-// the outage and overload rules refuse count in State.Refused). While the
-// gate is settled (nobody waits, nothing failed since a success, no
-// overload), Allow and Record of a first attempt that did not fail read
+// Record and Allow pass through to the wrapped budget (retries the outage
+// and overload rules refuse count in State.Refused). While nobody waits and
+// all is well, Allow and Record of a first attempt that did not fail read
 // one atomic word beyond the budget's own work. Nothing foreign runs under
-// the gate's lock (not WithRandom's source, the wrapped budget or a
-// Guard): a waiting retry the rules let go holds its admission while its
-// Poll asks its Guard and the budget, and gives it back if they refuse.
+// the gate's lock (not WithRandom's source, the budget or a Guard).
 type Gate struct {
 	b   Budget
 	s   DeferSettings

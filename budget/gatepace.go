@@ -57,7 +57,7 @@ func (p *releasePace) back(now, since time.Time, u float64) {
 // answered: a released retry ended after took, ok when it succeeded. As
 // fast as the fastest since the server came back (within tune.BackSlack),
 // it says the server has room, and the back pace quickens by
-// tune.BackFaster; slower, or failed, it halves.
+// tune.BackFaster; served slower, it stays; failed, it halves.
 func (p *releasePace) answered(took time.Duration, ok bool) {
 	if p.backEvery == 0 {
 		return
@@ -65,11 +65,12 @@ func (p *releasePace) answered(took time.Duration, ok bool) {
 	if took > 0 && (p.backMin == 0 || took < p.backMin) {
 		p.backMin = took
 	}
-	if ok && took <= time.Duration(tune.BackSlower*float64(p.backMin))+tune.BackSlack {
+	switch {
+	case !ok:
+		p.backEvery = min(2*p.backEvery, tune.MaxBackEvery)
+	case took <= time.Duration(tune.BackSlower*float64(p.backMin))+tune.BackSlack:
 		p.backEvery = time.Duration(tune.BackFaster * float64(p.backEvery))
-		return
 	}
-	p.backEvery = min(2*p.backEvery, tune.MaxBackEvery)
 }
 
 // backAfter is when w, held through the outage that ended at backAt, goes

@@ -312,3 +312,31 @@ func runOrders(t *testing.T, l twoBackendLayer, seed int64, v ordersVariant) ord
 	r.failedCalls = len(failed)
 	return r
 }
+
+// TestOrdersContract checks the wait contract on the orders scenario, stagger
+// alone, once per variant (about 30 s on real time): without a deadline no
+// failed call ends more than a second after payments serves again; with a 1 s
+// deadline the failed calls made once the outage has outlived two deadlines
+// end within 100 ms at p99; payments gets at most 1.15 attempts per call
+// while down.
+func TestOrdersContract(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real time: about 30 s")
+	}
+	l := ordersLayers(t)[0]
+	for _, v := range ordersVariants {
+		t.Run(v.name, func(t *testing.T) {
+			r := runOrders(t, l, 1, v)
+			t.Log(r)
+			if r.payPerCall > 1.15 {
+				t.Errorf("payments got %.2f attempts per call while down, want 1.15 at most", r.payPerCall)
+			}
+			if v.deadline == 0 && r.pastReturn > time.Second {
+				t.Errorf("a failed call ended %v after payments served again, want a second at most", r.pastReturn)
+			}
+			if v.deadline > 0 && r.lateFail.p99 > 100*time.Millisecond {
+				t.Errorf("failed calls made once the outage outlived two deadlines ended at p99 %v, want 100 ms at most", r.lateFail.p99)
+			}
+		})
+	}
+}

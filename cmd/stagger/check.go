@@ -854,7 +854,7 @@ func explainDeferral(s budget.Settings) string {
 	}
 	d := s.WithDefaults().Defer
 	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), "+
-		"and goes, or its call ends with its last status (reason deferred), by the Gate's rules below; "+
+		"and goes, or its call ends with its last status (reason deferred), by the wait contract below (budget.Gate); "+
 		`"defer": false ends refused calls at once`, d.MaxWaiting, d.MaxWait)
 }
 
