@@ -198,8 +198,8 @@ func TestGateBackPace(t *testing.T) {
 }
 
 // The back pace follows the recovered server: released retries answered
-// about as fast as its fastest since it came back speed it up, slower or
-// failed ones slow it down, up to tune.MaxBackEvery.
+// about as fast as its fastest since it came back speed it up, slower ones
+// leave it, failed ones slow it down, up to tune.MaxBackEvery.
 func TestReleasePaceAnswered(t *testing.T) {
 	p := releasePace{backEvery: 100 * time.Millisecond}
 	for _, tc := range []struct {
@@ -209,10 +209,10 @@ func TestReleasePaceAnswered(t *testing.T) {
 	}{
 		{20 * time.Millisecond, true, 80 * time.Millisecond},      // the fastest yet: room
 		{24 * time.Millisecond, true, 64 * time.Millisecond},      // within tune.BackSlower of it
-		{29 * time.Millisecond, true, 51200 * time.Microsecond},   // within tune.BackSlack of that
-		{60 * time.Millisecond, true, 102400 * time.Microsecond},  // queued: slower
-		{20 * time.Millisecond, false, 204800 * time.Microsecond}, // failed
-		{0, true, 163840 * time.Microsecond},                      // answered at once
+		{45 * time.Millisecond, true, 51200 * time.Microsecond},   // within tune.BackSlack of that
+		{60 * time.Millisecond, true, 51200 * time.Microsecond},   // queued: slower, it stays
+		{20 * time.Millisecond, false, 102400 * time.Microsecond}, // failed
+		{0, true, 81920 * time.Microsecond},                       // answered at once
 	} {
 		p.answered(tc.took, tc.ok)
 		if p.backEvery != tc.want {
@@ -220,10 +220,10 @@ func TestReleasePaceAnswered(t *testing.T) {
 		}
 	}
 	for range 20 {
-		p.answered(time.Second, true)
+		p.answered(time.Second, false)
 	}
 	if p.backEvery != tune.MaxBackEvery {
-		t.Fatalf("after slow answers: every %v, want at most %v", p.backEvery, tune.MaxBackEvery)
+		t.Fatalf("after failed answers: every %v, want at most %v", p.backEvery, tune.MaxBackEvery)
 	}
 	// Unpaced (a process that held few) stays unpaced.
 	q := releasePace{}
