@@ -39,19 +39,20 @@
 // A budget that only counts must starve a client riding out a restart to
 // protect against a thousand clients in a storm: one process cannot tell
 // them apart. Time can. A Gate (Deferring) lets a retry the budget refused
-// wait, within its call's deadline, and go later by the rules written in
-// Gate's documentation: as a probe, as its call's last chance before the
-// deadline, or released at a pace once the server is back. New wraps the
-// token bucket and the ratio in a Gate unless Settings.Defer says off, and
-// the throttle only when it says on, so that gRFC A6's retryThrottling
-// refuses at once as A6 says. A Gate holds waits for a blip and fails them fast
-// in an outage that outlives the calls' deadlines (its futility rule),
-// and sends the calls it held back at a pace the recovering server can
-// take (its release rule). The interceptors find a Deferrer by type
-// assertion on the budget; a user's own Budget keeps working as it is
-// (refusals end the call) unless wrapped with Deferring. A retry whose call
-// a circuit breaker guards names it as its Request.Guard (package breaker
-// builds one), and the Gate asks it too.
+// wait, within its call's deadline, and keeps a wait contract that its
+// documentation states rule by rule: a retry that heals goes after its
+// pause; while the backend fails, one goes as a probe, or as its call's
+// last chance just before the deadline; an outage holds the waits, and once
+// it has outlived them, new failed calls end at once (but for a rare lone
+// probe); when the backend serves again the held calls go back at a pace
+// that quickens while its answers stay fast (all within about a second when
+// it has room). New wraps the token bucket and the ratio in a Gate unless
+// Settings.Defer says off, and the throttle only when it says on, so that
+// gRFC A6's retryThrottling refuses at once as A6 says. The interceptors
+// find a Deferrer by type assertion on the budget; a user's own Budget
+// keeps working as it is (refusals end the call) unless wrapped with
+// Deferring. A retry whose call a circuit breaker guards names it as its
+// Request.Guard (package breaker builds one), and the Gate asks it too.
 //
 // # Criticality
 //
@@ -78,7 +79,7 @@
 //
 // Every budget is safe for concurrent use. A Gate takes one mutex while
 // calls wait and when it records a failure: otherwise its Record of a
-// success costs three atomic loads more than its budget's (Gate says
+// success costs one atomic load more than its budget's (Gate says
 // exactly). The throttle and the token bucket keep integer thousandths of
 // a token in one atomic word and update it by compare-and-swap; the ratio
 // takes one mutex. New builds every kind; a Gate's zero value is not
