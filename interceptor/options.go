@@ -108,7 +108,13 @@ func WithConfigSource(src ConfigSource) Option {
 }
 
 // WithPolicy retries, with p, the methods the policy file does not match (or
-// all methods when there is no file). p is copied.
+// all methods when there is no file). p is copied. On a call, it applies to
+// that call when the file has no entry for its method; where the file has
+// one, the entry decides and the logger and hooks say so once per method
+// (EventNotice, policy.ReasonOverridden). A p with fewer than 2 attempts
+// retries nothing: one that sets what only retries use (a per-attempt
+// timeout, codes, a backoff) is reported the same way
+// (policy.ReasonOneAttempt), unless WithMaxAttempts gives it attempts.
 func WithPolicy(p policy.Policy) Option {
 	return Option{apply: func(o *options) { o.policy = &p }}
 }
