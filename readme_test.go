@@ -262,8 +262,8 @@ func TestMigrationGuideMatchesExamples(t *testing.T) {
 			}
 		}
 	}
-	if jsonBlocks < 2 || textBlocks < 2 {
-		t.Errorf("%s: %d JSON and %d text blocks, want 2 of each (the two Examples)", doc, jsonBlocks, textBlocks)
+	if jsonBlocks < 2 || textBlocks < 4 {
+		t.Errorf("%s: %d JSON and %d text blocks, want 2 and 4 (the four Examples)", doc, jsonBlocks, textBlocks)
 	}
 }
 
