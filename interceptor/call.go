@@ -217,6 +217,12 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		}
 	}
 	if p == nil {
+		if pl.hedged == nil && o != &k.opts && (o.maxAttempts > 1 && o.maxAttempts != k.opts.maxAttempts ||
+			o.codesSet && !k.opts.codesSet || o.predicate != nil && k.opts.predicate == nil) {
+			// The call's own retry options, on a method nothing gives a
+			// policy: they have nothing to apply to.
+			pl.unapplied = policy.ReasonNoPolicy
+		}
 		return pl
 	}
 	inCode := p == o.policy

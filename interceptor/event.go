@@ -31,7 +31,9 @@ const (
 	// Attempt attempts; Reason ReasonOverridden, a call's WithPolicy on a
 	// method the file's entry decides; Reason ReasonOneAttempt, a WithPolicy
 	// that sets a per-attempt timeout, codes or a backoff but allows fewer
-	// than 2 attempts. Each is reported once per method and interceptor.
+	// than 2 attempts; Reason ReasonNoPolicy, a call's WithMaxAttempts,
+	// WithCodes or WithPredicate on a method that has no retry policy. Each
+	// is reported once per method and interceptor.
 	EventNotice
 	// EventHedge: a hedge (Attempt, 2 or more) is sent, Pause after the
 	// attempt before it; Code and Err are the non-fatal failure that sent it
@@ -283,6 +285,8 @@ func (o *options) emit(ctx context.Context, e Event) {
 			msg = "stagger: WithMaxAttempts above the cap: capped at " + strconv.Itoa(e.Attempt) + " attempts"
 		case e.Reason == policy.ReasonOverridden:
 			msg = "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"
+		case e.Reason == policy.ReasonNoPolicy:
+			msg = "stagger: the call's WithMaxAttempts, WithCodes or WithPredicate not applied: no retry policy for the method (no file entry, no WithPolicy)"
 		case e.Reason == policy.ReasonOneAttempt:
 			msg = "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing"
 		case e.Hedging:

@@ -17,9 +17,10 @@ import (
 
 // TestPolicyThatCannotApplyIsLoud: a WithPolicy that cannot take effect (a
 // call's, on a method the file's entry decides; one with fewer than 2
-// attempts that sets a per-attempt timeout or codes) is reported once per
-// method, as a capped WithMaxAttempts is, never silently ignored; one that
-// applies, or says "no retry" with MaxAttempts 1 alone, is not.
+// attempts that sets a per-attempt timeout or codes), and a call's retry
+// options on a method without a policy, are reported once per method, as
+// a capped WithMaxAttempts is, never silently ignored; what applies, or
+// says "no retry" with one attempt, is not.
 func TestPolicyThatCannotApplyIsLoud(t *testing.T) {
 	timeout := policy.Policy{PerAttemptRecvTimeout: 10 * time.Millisecond}
 	withAttempts := policy.Policy{MaxAttempts: 3, RetryableCodes: policy.NewCodeSet(codes.Unavailable)}
@@ -39,6 +40,10 @@ func TestPolicyThatCannotApplyIsLoud(t *testing.T) {
 			[]grpc.CallOption{interceptor.WithPolicy(timeout), interceptor.WithMaxAttempts(2)}, []policy.Reason{policy.ReasonNotIdempotent}}, // Write's timer
 		{"call's policy, no file", nil, []grpc.CallOption{interceptor.WithPolicy(withAttempts)}, nil},
 		{"no retry said plainly", nil, []grpc.CallOption{interceptor.WithPolicy(policy.Policy{MaxAttempts: 1})}, nil},
+		{"call's attempts without a policy", nil, []grpc.CallOption{interceptor.WithMaxAttempts(3)}, []policy.Reason{policy.ReasonNoPolicy, policy.ReasonNoPolicy}},
+		{"call's codes without a policy", nil, []grpc.CallOption{interceptor.WithCodes(codes.Unavailable)}, []policy.Reason{policy.ReasonNoPolicy, policy.ReasonNoPolicy}},
+		{"call's one attempt without a policy", nil, []grpc.CallOption{interceptor.WithMaxAttempts(1)}, nil},
+		{"interceptor's codes without a policy", []interceptor.Option{interceptor.WithCodes(codes.Unavailable)}, nil, nil},
 		{"interceptor's policy under a file entry", []interceptor.Option{interceptor.WithConfig(mustParse(migrateFile)), interceptor.WithPolicy(withAttempts)},
 			nil, nil},
 	}

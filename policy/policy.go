@@ -208,7 +208,9 @@ const (
 	ReasonRetriedRequest
 	// ReasonNoPolicy: neither the file nor the interceptor's options give
 	// the method a retry or hedging policy, so its one attempt's failure
-	// was never a candidate for a retry.
+	// was never a candidate for a retry. As a notice (interceptor's
+	// EventNotice, once per method): a call's own WithMaxAttempts, WithCodes
+	// or WithPredicate had no policy to apply to.
 	ReasonNoPolicy
 	// ReasonOutage: the server has been down for longer than the calls'
 	// deadlines, and the budget's Gate fails retries at once instead of
