@@ -61,6 +61,9 @@ func Example_middlewareBefore() {
 	g.slowFirstAttempt("Write", retry.WithPerRetryTimeout(50*time.Millisecond))
 	g.streamFailsAfter(2)
 	g.streamFailsAfter(0)
+	g.clientStream()
+	g.afterHeaders()
+	g.connectionDropped()
 	g.serverDown(20)
 	// Output:
 	// Get, UNAVAILABLE twice: OK after 3 attempts
@@ -69,6 +72,9 @@ func Example_middlewareBefore() {
 	// Write, first attempt slow, per-retry timeout: OK after 2 attempts
 	// ListItems, fails after 2 of 4 messages: OK after 2 attempts, 6 messages received
 	// ListItems, fails after 0 of 4 messages: OK after 2 attempts, 4 messages received
+	// Upload, UNAVAILABLE once: Unimplemented after 0 attempts
+	// Get, UNAVAILABLE after response headers: OK after 2 attempts
+	// ListItems, connection dropped after the server ran it: OK after 2 attempts
 	// 20 calls, the server down: 60 attempts
 }
 
@@ -105,6 +111,9 @@ func Example_middlewareAfter() {
 	g.slowFirstAttempt("Write") // the file's entry for Write has the timeout
 	g.streamFailsAfter(2)
 	g.streamFailsAfter(0)
+	g.clientStream()
+	g.afterHeaders()
+	g.connectionDropped()
 	g.serverDown(20)
 	// Output:
 	// Get, UNAVAILABLE twice: OK after 3 attempts
@@ -113,7 +122,10 @@ func Example_middlewareAfter() {
 	// Write, first attempt slow, per-retry timeout: OK after 2 attempts
 	// ListItems, fails after 2 of 4 messages: Unavailable after 1 attempts, 2 messages received
 	// ListItems, fails after 0 of 4 messages: OK after 2 attempts, 4 messages received
-	// 20 calls, the server down: 50 attempts
+	// Upload, UNAVAILABLE once: OK after 2 attempts
+	// Get, UNAVAILABLE after response headers: Unavailable after 1 attempts
+	// ListItems, connection dropped after the server ran it: Unavailable after 1 attempts
+	// 20 calls, the server down: 48 attempts
 }
 
 // guideRun runs the guide's calls with client against srv.
@@ -179,6 +191,45 @@ func (g guideRun) streamFailsAfter(n int32) {
 	g.print(fmt.Sprintf("ListItems, fails after %d of 4 messages", n), key, err, fmt.Sprintf(", %d messages received", received))
 }
 
+// clientStream: Upload (a client stream) fails its first attempt with
+// UNAVAILABLE after the client closed its side.
+func (g guideRun) clientStream() {
+	stream, err := g.client.Upload(context.Background())
+	if err == nil {
+		script := &testingv1.Script{Key: "upload", FailAttempts: 1}
+		for i := range 3 {
+			if err = stream.Send(&testingv1.UploadRequest{Script: script, Seq: int64(i)}); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			_, err = stream.CloseAndRecv()
+		}
+	}
+	g.print("Upload, UNAVAILABLE once", "upload", err, "")
+}
+
+// afterHeaders: Get's first attempt sends its response headers, then
+// fails with UNAVAILABLE.
+func (g guideRun) afterHeaders() {
+	_, err := g.client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "headers", FailAttempts: 1, HeadersFirst: true}})
+	g.print("Get, UNAVAILABLE after response headers", "headers", err, "")
+}
+
+// connectionDropped: the server runs ListItems (not known to be
+// idempotent), and its connection drops before its first message leaves.
+func (g guideRun) connectionDropped() {
+	stream, err := g.client.ListItems(context.Background(), &testingv1.ListItemsRequest{Script: &testingv1.Script{
+		Key: "dropped", ResetAttempts: 1, ResponseCount: 4}})
+	for err == nil {
+		_, err = stream.Recv()
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	g.print("ListItems, connection dropped after the server ran it", "dropped", err, "")
+}
+
 // serverDown: the server fails every attempt of calls Get calls with
 // UNAVAILABLE.
 func (g guideRun) serverDown(calls int) {
@@ -195,18 +246,13 @@ func (g guideRun) serverDown(calls int) {
 // A ported OnRetryCallback: the middleware's callback hears the attempt
 // that failed and its error; stagger's hook hears each retry when it is
 // decided, with the pause before it, and, for a retry the budget deferred,
-// the wait in Deferred (Pause is 0). Here a fresh budget of stagger's
-// default settings (in place of the file's retryThrottling) pays for one
-// retry at once and defers the second.
+// the wait in Deferred (Pause is 0). deferSecond stands for a budget that
+// cannot pay for a retry now (stagger's default budget, a Gate, defers
+// such a retry): it defers each call's second retry.
 func Example_middlewareOnRetry() {
 	srv := testserver.New()
 	defer srv.Close()
 	cfg, err := policy.LoadFile("examples/policies/from-middleware.json")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fresh, err := budget.New(budget.DefaultSettings())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -216,7 +262,7 @@ func Example_middlewareOnRetry() {
 			fmt.Printf("retry after attempt %d (%v): pause %v, deferred %v\n", e.Attempt, e.Code, e.Pause, e.Deferred > 0)
 		}
 	})
-	opts := append(stagger.DialOptions(cfg, interceptor.WithBudget(fresh), onRetry), srv.DialOption(),
+	opts := append(stagger.DialOptions(cfg, interceptor.WithBudget(deferSecond{}), onRetry), srv.DialOption(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	conn, err := grpc.NewClient(testserver.BufnetTarget, opts...)
 	if err != nil {
@@ -224,12 +270,28 @@ func Example_middlewareOnRetry() {
 		return
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, err = testingv1.NewTestServiceClient(conn).Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 2}})
+	_, err = testingv1.NewTestServiceClient(conn).Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 2}})
 	fmt.Println(status.Code(err))
 	// Output:
 	// retry after attempt 1 (Unavailable): pause 10ms, deferred false
 	// retry after attempt 2 (Unavailable): pause 0s, deferred true
 	// OK
+}
+
+// deferSecond is a budget.Deferrer that refuses each call's second retry
+// when asked and admits it 5ms after its pause.
+type deferSecond struct{}
+
+func (deferSecond) Record(budget.Attempt)       {}
+func (deferSecond) Allow(r budget.Request) bool { return r.Number != 3 }
+func (deferSecond) State() budget.State         { return budget.State{Kind: "defer-second"} }
+func (deferSecond) Wait(ctx context.Context, _ budget.Request, pause time.Duration) (budget.Admission, error) {
+	t := time.NewTimer(pause + 5*time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return budget.AdmitBudget, nil
+	case <-ctx.Done():
+		return budget.AdmitNone, ctx.Err()
+	}
 }
