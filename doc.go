@@ -1,7 +1,8 @@
 // Package stagger retries gRPC client calls the way the best systems do:
-// exponential backoff with a chosen jitter, a retry budget shared by every
-// call of the process, server pushback, deadline awareness, and per-method
-// policy from service-config-style files. Its promise: retries that heal
+// exponential backoff with a chosen jitter, a retry budget per backend
+// (each connection target its own tokens and Gate: budget.Backends), server
+// pushback, deadline awareness, and per-method policy from
+// service-config-style files. Its promise: retries that heal
 // transient failures and never turn an outage into a retry storm.
 //
 // The one-line setup:

@@ -113,6 +113,49 @@ type docComment struct {
 // (connect, server/redisstore) and "stagger" for the root.
 func repoPackages(t *testing.T) map[string]*goPackage {
 	t.Helper()
+	byDir := parseRepo(t)
+	out := make(map[string]*goPackage)
+	for dir, p := range byDir {
+		if dir == "." {
+			out["stagger"] = p
+			continue
+		}
+		if strings.Contains(dir, "internal") {
+			continue
+		}
+		// By its directory too, as apidiff and the CHANGELOG name it,
+		// where that names no other package a document speaks of
+		// (connect-go's connect, OpenTelemetry's otel).
+		if d := filepath.ToSlash(dir); d != "connect" && d != "otel" {
+			out[d] = p
+		}
+		if name := packageName(dir); name != "" {
+			out[name] = p
+		}
+	}
+	return out
+}
+
+// packageName returns the name the package in dir declares ("" when its
+// files say none).
+func packageName(dir string) string {
+	names, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+	for _, n := range names {
+		if strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		data, _ := os.ReadFile(n)
+		if m := regexp.MustCompile(`(?m)^package (\w+)`).FindSubmatch(data); m != nil {
+			return string(m[1])
+		}
+	}
+	return ""
+}
+
+// parseRepo parses every package of the repository (every module, no
+// tests, no generated code, internal packages included), by directory.
+func parseRepo(t *testing.T) map[string]*goPackage {
+	t.Helper()
 	byDir := make(map[string]*goPackage)
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
@@ -233,34 +276,7 @@ func repoPackages(t *testing.T) map[string]*goPackage {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make(map[string]*goPackage)
-	for dir, p := range byDir {
-		if dir == "." {
-			out["stagger"] = p
-			continue
-		}
-		if strings.Contains(dir, "internal") {
-			continue
-		}
-		// By its directory too, as apidiff and the CHANGELOG name it,
-		// where that names no other package a document speaks of
-		// (connect-go's connect, OpenTelemetry's otel).
-		if d := filepath.ToSlash(dir); d != "connect" && d != "otel" {
-			out[d] = p
-		}
-		names, _ := filepath.Glob(filepath.Join(dir, "*.go"))
-		for _, n := range names {
-			if strings.HasSuffix(n, "_test.go") {
-				continue
-			}
-			data, _ := os.ReadFile(n)
-			if m := regexp.MustCompile(`(?m)^package (\w+)`).FindSubmatch(data); m != nil {
-				out[string(m[1])] = p
-				break
-			}
-		}
-	}
-	return out
+	return byDir
 }
 
 // resolve reports whether the dotted reference ref (after its package)

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/stagger-go/stagger"
@@ -106,4 +107,67 @@ func Example_hedging() {
 	// Output:
 	// grpc-go: served by attempt 1, error <nil>
 	// stagger: served by attempt 2, error <nil>
+}
+
+// Deadline awareness (difference 4): a pause that cannot end before the
+// caller's deadline is not taken. The server fails every attempt with
+// UNAVAILABLE; the pause before a retry is about 1s; the caller gives the
+// call 200ms. grpc-go starts the pause and returns DEADLINE_EXCEEDED when
+// the deadline cuts it; stagger returns the attempt's UNAVAILABLE at once.
+func Example_deadlineAwareness() {
+	const slowBackoff = `{
+	  "methodConfig": [{
+	    "name": [{"service": "stagger.testing.v1.TestService"}],
+	    "retryPolicy": {
+	      "maxAttempts": 5, "initialBackoff": "1s", "maxBackoff": "10s",
+	      "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]
+	    }
+	  }]
+	}`
+	srv := testserver.New()
+	defer srv.Close()
+	grpcgo, withStagger := dialBoth(srv, slowBackoff)
+	defer grpcgo.Close()
+	defer withStagger.Close()
+
+	for _, c := range []struct {
+		name string
+		conn *grpc.ClientConn
+	}{{"grpc-go", grpcgo}, {"stagger", withStagger}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		start := time.Now()
+		_, err := testingv1.NewTestServiceClient(c.conn).Get(ctx, &testingv1.GetRequest{
+			Script: &testingv1.Script{Key: c.name, FailAttempts: 100},
+		})
+		cancel()
+		fmt.Printf("%s: %v, at once: %v\n", c.name, status.Code(err), time.Since(start) < 100*time.Millisecond)
+	}
+	// Output:
+	// grpc-go: DeadlineExceeded, at once: false
+	// stagger: Unavailable, at once: true
+}
+
+// Ambiguity (difference 8): the server runs Write, which is not known to be
+// idempotent, and its connection drops before the answer leaves: the client
+// cannot know whether the write happened. grpc-go sends it again; stagger
+// returns the failure (reason ambiguous) rather than run it twice.
+func Example_ambiguity() {
+	srv := testserver.New()
+	defer srv.Close()
+	grpcgo, withStagger := dialBoth(srv, serviceConfig)
+	defer grpcgo.Close()
+	defer withStagger.Close()
+
+	for _, c := range []struct {
+		name string
+		conn *grpc.ClientConn
+	}{{"grpc-go", grpcgo}, {"stagger", withStagger}} {
+		_, err := testingv1.NewTestServiceClient(c.conn).Write(context.Background(), &testingv1.WriteRequest{
+			Script: &testingv1.Script{Key: c.name, ResetAttempts: 1},
+		})
+		fmt.Printf("%s: %v, the server ran it %d times\n", c.name, status.Code(err), len(srv.Attempts(c.name)))
+	}
+	// Output:
+	// grpc-go: OK, the server ran it 2 times
+	// stagger: Unavailable, the server ran it 1 times
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // The documents whose snippets are checked against the files they copy.
-var checkedDocs = []string{"README.md", "docs/migrating-from-grpc-go.md", "docs/recipes.md", "connect/README.md"}
+var checkedDocs = []string{"README.md", "docs/migrating-from-grpc-go.md", "docs/migrating-from-go-grpc-middleware.md", "docs/recipes.md", "connect/README.md"}
 
 // block is a fenced code block of a Markdown document.
 type block struct {
@@ -125,7 +125,7 @@ func TestDocsPolicyFilesMatchExamples(t *testing.T) {
 				t.Errorf("%s:%d: the block differs from %s: copy the file (it is what the examples load)", doc, b.line, path)
 			}
 		}
-		if want := map[string]int{"README.md": 2}[doc]; copies < want {
+		if want := map[string]int{"README.md": 2, "docs/migrating-from-go-grpc-middleware.md": 1}[doc]; copies < want {
 			t.Errorf("%s: %d JSON blocks introduced by a file of examples/policies, want at least %d: has the wording of the introductions changed?", doc, copies, want)
 		}
 	}
@@ -165,7 +165,7 @@ func TestDocsGoSnippetsMatchExamples(t *testing.T) {
 				next++
 			}
 		}
-		if want := map[string]int{"README.md": 2, "docs/recipes.md": 5, "connect/README.md": 1}[doc]; copies < want {
+		if want := map[string]int{"README.md": 2, "docs/recipes.md": 5, "connect/README.md": 1, "docs/migrating-from-go-grpc-middleware.md": 3}[doc]; copies < want {
 			t.Errorf("%s: %d Go blocks said to be an Example's lines, want at least %d: has the wording changed?", doc, copies, want)
 		}
 	}
@@ -233,21 +233,7 @@ func TestMigrationGuideMatchesExamples(t *testing.T) {
 		}
 		return true
 	})
-	var outputs []string // each Example's output, one string
-	for _, d := range f.Decls {
-		fn, ok := d.(*ast.FuncDecl)
-		if !ok || !strings.HasPrefix(fn.Name.Name, "Example") || fn.Body == nil {
-			continue
-		}
-		for _, cg := range f.Comments {
-			if cg.Pos() < fn.Body.Lbrace || cg.End() > fn.Body.Rbrace {
-				continue
-			}
-			if text := cg.Text(); strings.HasPrefix(text, "Output:") {
-				outputs = append(outputs, strings.TrimSpace(strings.TrimPrefix(text, "Output:")))
-			}
-		}
-	}
+	outputs := exampleOutputs(f)
 	var jsonBlocks, textBlocks int
 	for _, b := range fencedBlocks(t, doc) {
 		switch b.lang {
@@ -276,8 +262,60 @@ func TestMigrationGuideMatchesExamples(t *testing.T) {
 			}
 		}
 	}
-	if jsonBlocks < 2 || textBlocks < 2 {
-		t.Errorf("%s: %d JSON and %d text blocks, want 2 of each (the two Examples)", doc, jsonBlocks, textBlocks)
+	if jsonBlocks < 2 || textBlocks < 4 {
+		t.Errorf("%s: %d JSON and %d text blocks, want 2 and 4 (the four Examples)", doc, jsonBlocks, textBlocks)
+	}
+}
+
+// exampleOutputs returns the // Output of each Example of f, one string.
+func exampleOutputs(f *ast.File) []string {
+	var outputs []string
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || !strings.HasPrefix(fn.Name.Name, "Example") || fn.Body == nil {
+			continue
+		}
+		for _, cg := range f.Comments {
+			if cg.Pos() < fn.Body.Lbrace || cg.End() > fn.Body.Rbrace {
+				continue
+			}
+			if text := cg.Text(); strings.HasPrefix(text, "Output:") {
+				outputs = append(outputs, strings.TrimSpace(strings.TrimPrefix(text, "Output:")))
+			}
+		}
+	}
+	return outputs
+}
+
+// docs/migrating-from-go-grpc-middleware.md, followed by a test: its
+// "before" and "after" programs are Examples of example_middleware_test.go
+// (TestDocsGoSnippetsMatchExamples checks its Go blocks are their lines,
+// TestDocsPolicyFilesMatchExamples its file), and every text block of the
+// guide is the output of one of them, line for line: what the guide says
+// each side did is what it does.
+func TestMiddlewareGuideMatchesExamples(t *testing.T) {
+	const doc, examples = "docs/migrating-from-go-grpc-middleware.md", "example_middleware_test.go"
+	f, err := parser.ParseFile(token.NewFileSet(), examples, nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outputs := exampleOutputs(f)
+	textBlocks := 0
+	for _, b := range fencedBlocks(t, doc) {
+		if b.lang != "text" {
+			continue
+		}
+		textBlocks++
+		found := false
+		for _, o := range outputs {
+			found = found || o == strings.TrimSpace(b.body)
+		}
+		if !found {
+			t.Errorf("%s:%d: the output is no Example's in %s: copy the Example's // Output", doc, b.line, examples)
+		}
+	}
+	if textBlocks < 3 {
+		t.Errorf("%s: %d text blocks, want 3 (the two programs' runs and the ported callback's)", doc, textBlocks)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/stagger-go/stagger/interceptor"
-	"github.com/stagger-go/stagger/internal/frontend"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -78,7 +77,7 @@ func newClient(cfg interceptor.Option, opts []interceptor.Option) (*Client, erro
 	// unary and stream calls spend the same tokens.
 	all = append(all, cfg, interceptor.WithState(interceptor.NewState()))
 	all = append(all, opts...)
-	all = append(all, frontend.IdempotencyOption(c.idempotent).(interceptor.Option))
+	all = append(all, interceptor.WithIdempotentMethods(c.idempotent))
 	c.unary = interceptor.UnaryClientInterceptor(all...)
 	c.stream = interceptor.StreamClientInterceptor(all...)
 	return c, nil

@@ -25,9 +25,10 @@ type core struct {
 	// noticed holds the methods already reported as not idempotent, so the
 	// logger and hooks hear of each once.
 	noticed sync.Map
-	// capNoticed holds the methods whose WithMaxAttempts was reported
-	// capped.
-	capNoticed sync.Map
+	// optionNoticed holds the (method, reason) pairs of the options already
+	// reported as not applied as given (plan.capped, plan.unapplied), so the
+	// logger and hooks hear of each once.
+	optionNoticed sync.Map
 	// ambiguous holds the methods whose first ambiguous give-up the
 	// logger heard at warning level (options.ambiguous points here).
 	ambiguous sync.Map
@@ -113,7 +114,7 @@ type methodInfo struct {
 // timeout), has no per-attempt timer and no notice to give.
 func (mi *methodInfo) fastUnary(o *options) bool {
 	pl := &mi.plan
-	return !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0
+	return !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone
 }
 
 // budgetRef is the budget of one target in one budget.Backends.
@@ -162,6 +163,10 @@ type plan struct {
 	// capped is the bound WithMaxAttempts was lowered to (0: it was not):
 	// start says so once per method (EventNotice, ReasonAttempts).
 	capped int
+	// unapplied, when not ReasonNone, says why a policy given in code is
+	// not applied (ReasonOverridden, ReasonOneAttempt): start says so once
+	// per method, as it does of a typo in the file, never silently.
+	unapplied policy.Reason
 }
 
 // plan resolves, for a call of method with options o, what cfg's entry m
@@ -187,6 +192,11 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		pl.breakers = k.stateOf(o).breakers(cfg, m, keep)
 	}
 	p := o.policy
+	if p != nil && p != k.opts.policy && m != nil && (m.Retry != nil || m.Hedging != nil) {
+		// The call's own WithPolicy: the file's entry decides, as it
+		// does over the interceptor's, and the caller is told.
+		pl.unapplied = policy.ReasonOverridden
+	}
 	switch {
 	case m != nil && m.Retry != nil:
 		p = m.Retry
@@ -207,8 +217,15 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		}
 	}
 	if p == nil {
+		if pl.hedged == nil && o != &k.opts && (o.maxAttempts > 1 && o.maxAttempts != k.opts.maxAttempts ||
+			o.codesSet && !k.opts.codesSet || o.predicate != nil && k.opts.predicate == nil) {
+			// The call's own retry options, on a method nothing gives a
+			// policy: they have nothing to apply to.
+			pl.unapplied = policy.ReasonNoPolicy
+		}
 		return pl
 	}
+	inCode := p == o.policy
 	if o.maxAttempts > 0 || o.predicate != nil || o.codesSet {
 		q := *p
 		if o.maxAttempts > 0 {
@@ -228,6 +245,9 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	}
 	pl.pol, pl.retrying = p, p.MaxAttempts >= 2
 	if !pl.retrying {
+		if inCode && o.maxAttempts == 0 && onlyRetriesUse(p) {
+			pl.unapplied = policy.ReasonOneAttempt
+		}
 		return pl
 	}
 	// A call with an idempotency key may run twice on the server as an
@@ -245,6 +265,16 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		}
 	}
 	return pl
+}
+
+// onlyRetriesUse reports whether p sets something only a retry uses. With
+// fewer than 2 attempts such a setting does nothing, and a policy written in
+// code that sets one was most likely meant to retry (a per-attempt timeout
+// written without MaxAttempts); MaxAttempts 1 alone is the way to say "no
+// retry" and is not reported.
+func onlyRetriesUse(p *policy.Policy) bool {
+	return p.PerAttemptRecvTimeout > 0 || p.HedgeOnPerTryTimeout || p.RetryableCodes != 0 ||
+		p.Backoff != (policy.Backoff{}) || p.Predicate != nil || p.PushbackCeiling != 0
 }
 
 // boundAttempts bounds n, a maxAttempts given in code (WithMaxAttempts), by

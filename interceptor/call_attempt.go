@@ -287,10 +287,11 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	if pl.notice {
 		k.noticeNoTimer(ctx, c)
 	}
-	if pl.capped > 0 {
-		if _, seen := k.capNoticed.LoadOrStore(method, struct{}{}); !seen {
-			c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: pl.capped, Reason: policy.ReasonAttempts, Hedging: pl.hedged != nil})
-		}
+	if pl.capped > 0 && k.firstNotice(method, policy.ReasonAttempts) {
+		c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: pl.capped, Reason: policy.ReasonAttempts, Hedging: pl.hedged != nil})
+	}
+	if pl.unapplied != policy.ReasonNone && k.firstNotice(method, pl.unapplied) {
+		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: pl.unapplied, Hedging: pl.hedged != nil})
 	}
 	return callCtx, cancel, grpcOpts, true
 }
@@ -327,6 +328,18 @@ func (k *core) noticeNoTimer(ctx context.Context, c *call) {
 			c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
 		}
 	}
+}
+
+// firstNotice reports whether the notice of method with reason is the
+// first the interceptor gives (an option not applied as given: each is
+// reported once per method).
+func (k *core) firstNotice(method string, reason policy.Reason) bool {
+	type key struct {
+		method string
+		reason policy.Reason
+	}
+	_, seen := k.optionNoticed.LoadOrStore(key{method, reason}, struct{}{})
+	return !seen
 }
 
 // callCriticality resolves the criticality of a call of a method whose

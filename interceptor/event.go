@@ -28,7 +28,12 @@ const (
 	// when Hedging) on a method not known to be idempotent, for a call
 	// without an idempotency key (or a stream: see WithIdempotencyKey); Reason
 	// ReasonAttempts, a WithMaxAttempts above the cap in force, lowered to
-	// Attempt attempts. Each is reported once per method and interceptor.
+	// Attempt attempts; Reason ReasonOverridden, a call's WithPolicy on a
+	// method the file's entry decides; Reason ReasonOneAttempt, a WithPolicy
+	// that sets a per-attempt timeout, codes or a backoff but allows fewer
+	// than 2 attempts; Reason ReasonNoPolicy, a call's WithMaxAttempts,
+	// WithCodes or WithPredicate on a method that has no retry policy. Each
+	// is reported once per method and interceptor.
 	EventNotice
 	// EventHedge: a hedge (Attempt, 2 or more) is sent, Pause after the
 	// attempt before it; Code and Err are the non-fatal failure that sent it
@@ -278,6 +283,12 @@ func (o *options) emit(ctx context.Context, e Event) {
 		switch {
 		case e.Reason == policy.ReasonAttempts:
 			msg = "stagger: WithMaxAttempts above the cap: capped at " + strconv.Itoa(e.Attempt) + " attempts"
+		case e.Reason == policy.ReasonOverridden:
+			msg = "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"
+		case e.Reason == policy.ReasonNoPolicy:
+			msg = "stagger: the call's WithMaxAttempts, WithCodes or WithPredicate not applied: no retry policy for the method (no file entry, no WithPolicy)"
+		case e.Reason == policy.ReasonOneAttempt:
+			msg = "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing"
 		case e.Hedging:
 			msg = "stagger: hedging not applied"
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
-	"github.com/stagger-go/stagger/internal/frontend"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -64,8 +63,8 @@ type options struct {
 	disabled bool
 	// idempotent: 0 unknown (ask the file, then the proto), 1 yes, -1 no.
 	idempotent int8
-	// safe, when set by a front end (frontend.IdempotencyOption), says a
-	// method is idempotent beside the proto registry.
+	// safe (WithIdempotentMethods) says a method is idempotent beside the
+	// proto registry.
 	safe   func(method string) bool
 	random policy.Random
 	// replaySize bounds each stream's replay buffer in bytes (0: the
@@ -109,7 +108,13 @@ func WithConfigSource(src ConfigSource) Option {
 }
 
 // WithPolicy retries, with p, the methods the policy file does not match (or
-// all methods when there is no file). p is copied.
+// all methods when there is no file). p is copied. On a call, it applies to
+// that call when the file has no entry for its method; where the file has
+// one, the entry decides and the logger and hooks say so once per method
+// (EventNotice, policy.ReasonOverridden). A p with fewer than 2 attempts
+// retries nothing: one that sets what only retries use (a per-attempt
+// timeout, codes, a backoff) is reported the same way
+// (policy.ReasonOneAttempt), unless WithMaxAttempts gives it attempts.
 func WithPolicy(p policy.Policy) Option {
 	return Option{apply: func(o *options) { o.policy = &p }}
 }
@@ -493,6 +498,17 @@ func NotIdempotent() Option {
 	return Option{apply: func(o *options) { o.idempotent = -1 }}
 }
 
+// WithIdempotentMethods names, in code, the methods safe to run more than
+// once beside the proto registry's idempotency_level: a method (its full
+// name, "/pkg.Service/Method") is idempotent when either says so. It is
+// asked only when neither the call (Idempotent, NotIdempotent) nor the
+// file's "idempotent" decides. safe must be quick and safe for concurrent
+// use; nil asks the registry alone. The connect-go front end passes the
+// idempotency of each procedure's Spec through it.
+func WithIdempotentMethods(safe func(method string) bool) Option {
+	return Option{apply: func(o *options) { o.safe = safe }}
+}
+
 // WithCriticality names the criticality of calls (package criticality:
 // how much a call matters when a server or a client must shed work).
 // Given when building an interceptor it is the default of its calls; given
@@ -562,12 +578,4 @@ func (o *options) config() *policy.Config {
 		return o.source.Config()
 	}
 	return o.cfg
-}
-
-// The option a front end without grpc-go's proto registry (package
-// frontend) passes to say which methods it knows to be idempotent.
-func init() {
-	frontend.IdempotencyOption = func(safe func(method string) bool) any {
-		return Option{apply: func(o *options) { o.safe = safe }}
-	}
 }

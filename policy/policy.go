@@ -208,7 +208,9 @@ const (
 	ReasonRetriedRequest
 	// ReasonNoPolicy: neither the file nor the interceptor's options give
 	// the method a retry or hedging policy, so its one attempt's failure
-	// was never a candidate for a retry.
+	// was never a candidate for a retry. As a notice (interceptor's
+	// EventNotice, once per method): a call's own WithMaxAttempts, WithCodes
+	// or WithPredicate had no policy to apply to.
 	ReasonNoPolicy
 	// ReasonOutage: the server has been down for longer than the calls'
 	// deadlines, and the budget's Gate fails retries at once instead of
@@ -221,9 +223,19 @@ const (
 	// its attempts go one at a time, the next after a non-fatal failure
 	// (EventNotice, once per method).
 	ReasonReplyType
+	// ReasonOverridden: a policy given on one call (interceptor.WithPolicy
+	// as a call option) is not applied, because the file has an entry for
+	// the method and the entry decides (EventNotice, once per method).
+	ReasonOverridden
+	// ReasonOneAttempt: the policy given in code (interceptor.WithPolicy)
+	// sets what only retries use (a per-attempt timeout, codes, a backoff, a
+	// predicate, a pushback ceiling) but allows fewer than 2 attempts
+	// (MaxAttempts 0 or 1, and no WithMaxAttempts raised it), so none of it
+	// applies: the call makes one attempt (EventNotice, once per method).
+	ReasonOneAttempt
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage", "reply type"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage", "reply type", "overridden", "one attempt"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {

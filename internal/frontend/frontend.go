@@ -4,17 +4,11 @@
 // through grpc-go's own shapes: an invoker or streamer it is given, the
 // grpc.Header and grpc.Trailer call options it reads the wire facts from,
 // and the *grpc.ClientConn, which such a front end does not have (it passes
-// nil). What the ClientConn gave the engine, and what grpc-go's registry
-// cannot, passes here:
-//
-//   - the target, which keys the circuit breakers and names the call in
-//     events (WithTarget, on the call's context);
-//   - the idempotency a front end knows of a method beside the proto
-//     registry's (connect-go's Spec().IdempotencyLevel, which a client may
-//     set without a proto option): IdempotencyOption, which package
-//     interceptor sets when it loads.
-//
-// Neither the engine nor the front end imports the other through here.
+// nil). What the ClientConn gave the engine passes here: the target, which
+// keys the circuit breakers and names the call in events (WithTarget, on
+// the call's context). The idempotency a front end knows of
+// a method beside the proto registry's (connect-go's Spec().IdempotencyLevel)
+// is an exported option of the engine, interceptor.WithIdempotentMethods.
 package frontend
 
 import (
@@ -46,10 +40,3 @@ func Target(ctx context.Context) string {
 	t, _ := ctx.Value(targetKey{}).(string)
 	return t
 }
-
-// IdempotencyOption, set by package interceptor when it loads, returns an
-// interceptor.Option (as any: this package cannot name the type) that makes
-// the engine ask safe whether a method is idempotent when neither the call
-// nor the file says, beside the proto registry: a method is safe when
-// either says so.
-var IdempotencyOption func(safe func(method string) bool) any
