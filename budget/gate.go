@@ -22,7 +22,7 @@ import (
 //
 //   - A retry waits at most until its call's deadline (less a millisecond),
 //     or DeferSettings.MaxWait without one, and never less than its pause
-//     (settling); it ends at once when a retry taking as long as its
+//     but for the lone probe below (settling); it ends at once when a retry taking as long as its
 //     method's attempts lately could not finish before the deadline
 //     (hopeless).
 //   - While retrying heals the backend's calls, it goes after its pause
@@ -35,8 +35,8 @@ import (
 //     do not heal), or 5 s after a failure for overload (overload), waits
 //     are held; once an outage has lasted longer than the longest wait of
 //     its retries, a new retry fails at once (futility) but for a rare lone
-//     probe, which goes when its pause ends: the new calls' first attempts
-//     and those probes find the backend's return.
+//     probe, which goes at once, spaced by the probe gap: the new calls'
+//     first attempts and those probes find the backend's return.
 //   - Once it serves again, held calls go back at the back pace: from 0.4
 //     times the pace their retries came at, quickening by a fifth with each
 //     answer as fast as the fastest, halving with a slow or failed one (a

@@ -199,21 +199,20 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 	s.slot.gap = max(s.slot.gap, min(pause, tune.ProbeGapMax))
 }
 
-// futile reports whether a retry that begins to wait now, with pause,
-// would wait in vain (the futility rule): the outage has lasted
-// tune.FutileFactor times the longest wait of its retries, and the retry
-// cannot go as the lone probe: others wait, fewer than tune.FutileEvery
-// failures came since a probe failed, or a probe failed less than the
-// probe gap (at least that longest wait) ago. A lone probe goes as soon
-// as its pause ends (Gate.Enter marks it): failed calls end at once, and
-// the new calls' first attempts, or a rare probe, find the server's
-// return.
-func (s *gateState) futile(now time.Time, pause time.Duration, others bool) (futile, lone bool) {
+// futile reports whether a retry that begins to wait now would wait in
+// vain (the futility rule): the outage has lasted tune.FutileFactor times
+// the longest wait of its retries, and the retry cannot go as the lone
+// probe: others wait, fewer than tune.FutileEvery failures came since a
+// probe failed, or a probe failed less than the probe gap (at least that
+// longest wait) ago. A lone probe goes at once, its pause waived (Enter):
+// the probe gap spaces it, and its call, if it fails, ends at once too.
+// So failed calls end at once, and the new calls' first attempts, or a
+// rare probe, find the server's return.
+func (s *gateState) futile(now time.Time, others bool) (futile, lone bool) {
 	if s.phase != phaseOutage || s.span <= 0 || now.Sub(s.streakAt) < time.Duration(tune.FutileFactor*float64(s.span)) {
 		return false, false
 	}
-	at := now.Add(pause)
-	if others || s.slot.since < tune.FutileEvery || s.slot.held(at) || at.Before(s.slot.failedAt.Add(max(s.slot.gap, s.span))) {
+	if others || s.slot.since < tune.FutileEvery || s.slot.held(now) || now.Before(s.slot.failedAt.Add(max(s.slot.gap, s.span))) {
 		return true, false
 	}
 	return false, true

@@ -96,7 +96,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.ageLocked(now)
-	futile, lone := g.st.futile(now, max(pause, 0), g.room.n > 0)
+	futile, lone := g.st.futile(now, g.room.n > 0)
 	if futile {
 		g.counts.DeferGaveUp++
 		return nil, ErrOutageLasting
@@ -113,6 +113,9 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.settled.Store(false)
 	g.counts.Deferred++
 	pause = max(pause, 0)
+	if lone {
+		pause = 0 // the futility rule's lone probe: the probe gap spaces it
+	}
 	span := g.s.MaxWait
 	if !deadline.IsZero() {
 		// A wait longer than the longest MaxWait is judged as that long,
