@@ -84,6 +84,7 @@ type Gate struct {
 	mu      sync.Mutex
 	st      gateState
 	room    waitingRoom
+	shared  *room // the backend's and the set's bounds (Backends); nil: none
 	changed chan struct{}
 	// counts holds State's counters (Refused: the retries Allow refused
 	// without asking the budget); polls, the decisions asked (tests read it).
