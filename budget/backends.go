@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"hash/maphash"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -64,26 +65,27 @@ type Backends struct {
 	// do not defer).
 	rooms *room
 
-	// targets is replaced, never changed, under mu: lookups read it
-	// without a lock.
-	targets atomic.Pointer[map[string]*backend]
+	// targets: written under mu.
+	targets shardedKeyed[*backend]
 
 	// epoch counts the set's readings of the clock that moved: a lookup
 	// writes it into its Slot (Slot.touch), and starts holds when the
 	// latest of them began (forgetting's, under mu).
 	epoch atomic.Uint32
 
-	mu     sync.Mutex
-	starts [epochsKept]time.Time
-	swept  time.Time
+	mu       sync.Mutex
+	starts   [epochsKept]time.Time
+	swept    time.Time
+	ntargets int
 }
 
 // backend is one target's tokens and, when the settings defer, its
 // methods' Gates and their room.
 type backend struct {
-	tokens  Slot
-	room    *room
-	methods atomic.Pointer[map[string]*Slot] // as Backends.targets
+	tokens Slot
+	room   *room
+	// methods: written under Backends.mu.
+	methods keyed[*Slot]
 }
 
 // Slot is one key's budget in a Backends: a target's tokens, or, when the
@@ -138,10 +140,10 @@ func NewBackends(s Settings, opts ...Option) (*Backends, error) {
 		return nil, err
 	}
 	bs := &Backends{s: s, opts: opts, now: buildOptions(opts).Now, defers: s.defers()}
+	bs.targets.seed = maphash.MakeSeed()
 	if bs.defers {
 		bs.rooms = &room{max: int64(max(s.Defer.withDefaults().MaxWaiting, backendsMaxWaiting))}
 	}
-	bs.targets.Store(&map[string]*backend{})
 	bs.starts[0] = bs.now()
 	return bs, nil
 }
@@ -174,14 +176,21 @@ func (bs *Backends) Slot(target, method string) *Slot {
 
 // lookup returns the key's Slot, or nil.
 func (bs *Backends) lookup(target, method string) *Slot {
-	b := (*bs.targets.Load())[target]
+	b := bs.target(target)
 	if b == nil {
 		return nil
 	}
 	if !bs.defers {
 		return &b.tokens
 	}
-	return (*b.methods.Load())[method]
+	s, _ := b.methods.load(method)
+	return s
+}
+
+// target returns target's backend, or nil.
+func (bs *Backends) target(target string) *backend {
+	b, _ := bs.targets.load(target)
+	return b
 }
 
 // add makes what lookup did not find. What it builds runs the options'
@@ -190,7 +199,7 @@ func (bs *Backends) lookup(target, method string) *Slot {
 func (bs *Backends) add(target, method string) *Slot {
 	now := bs.now()
 	for {
-		b := (*bs.targets.Load())[target]
+		b := bs.target(target)
 		var fresh *backend
 		tokens := Budget(nil)
 		if b == nil || b.tokens.gone.Load() {
@@ -220,43 +229,32 @@ func (bs *Backends) insertLocked(now time.Time, target, method string, b, fresh 
 	if now.Sub(bs.swept) >= backendsSweepEvery {
 		bs.sweepLocked(now)
 	}
-	targets := *bs.targets.Load()
-	cur := targets[target]
-	if cur != b {
+	if cur := bs.target(target); cur != b {
 		if s := bs.lookup(target, method); s != nil && !s.gone.Load() {
 			return s, true
 		}
 		return nil, false
 	}
 	if fresh != nil {
-		if len(targets) >= backendsCap {
-			bs.forgetLRUTargetLocked(now)
+		if bs.ntargets >= backendsCap {
+			bs.forgetLRUTargetsLocked(now)
 		}
-		bs.targets.Store(copyWith(*bs.targets.Load(), target, fresh))
+		bs.targets.shard(target).store(target, fresh)
+		bs.ntargets++
 		b = fresh
 	}
 	b.tokens.epoch.Store(bs.epoch.Load())
 	if !bs.defers {
 		return &b.tokens, true
 	}
-	if len(*b.methods.Load()) >= backendMethodsCap {
-		bs.forgetLRUMethodLocked(b, now)
+	if len(b.methods.snapshot()) >= backendMethodsCap {
+		bs.forgetLRUMethodsLocked(b, now)
 	}
 	g.shared = b.room
 	s := &Slot{b: g, set: bs, target: &b.tokens}
 	s.epoch.Store(bs.epoch.Load())
-	b.methods.Store(copyWith(*b.methods.Load(), method, s))
+	b.methods.store(method, s)
 	return s, true
-}
-
-// copyWith returns a copy of m with k set to v.
-func copyWith[V any](m map[string]V, k string, v V) *map[string]V {
-	out := make(map[string]V, len(m)+1)
-	for mk, mv := range m {
-		out[mk] = mv
-	}
-	out[k] = v
-	return &out
 }
 
 func (bs *Backends) newBackend() *backend {
@@ -268,7 +266,6 @@ func (bs *Backends) newBackend() *backend {
 	b := &backend{tokens: Slot{b: tokens, set: bs}}
 	if bs.defers {
 		b.room = &room{max: int64(bs.s.Defer.withDefaults().MaxWaiting), parent: bs.rooms}
-		b.methods.Store(&map[string]*Slot{})
 	}
 	return b
 }
@@ -309,15 +306,15 @@ func (bs *Backends) States() []BackendState {
 	}
 	bs.mu.Unlock()
 	var out []BackendState
-	for t, b := range *bs.targets.Load() {
+	bs.targets.each(func(t string, b *backend) {
 		if !bs.defers {
 			out = append(out, BackendState{Target: t, State: b.tokens.b.State()})
-			continue
+			return
 		}
-		for m, s := range *b.methods.Load() {
+		for m, s := range b.methods.snapshot() {
 			out = append(out, BackendState{Target: t, Method: m, State: s.b.State()})
 		}
-	}
+	})
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Target != out[j].Target {
 			return out[i].Target < out[j].Target

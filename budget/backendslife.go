@@ -1,7 +1,7 @@
 package budget
 
 import (
-	"sync/atomic"
+	"sort"
 	"time"
 )
 
@@ -68,97 +68,90 @@ func (bs *Backends) idleLocked(s *Slot, now time.Time) bool {
 func (bs *Backends) sweepLocked(now time.Time) {
 	bs.swept = now
 	var forget []string
-	for t, b := range *bs.targets.Load() {
+	bs.targets.each(func(t string, b *backend) {
 		if bs.defers {
-			bs.sweepMethodsLocked(b, now)
+			var methods []string
+			for m, s := range b.methods.snapshot() {
+				if bs.idleLocked(s, now) && s.waitedOn() == 0 {
+					methods = append(methods, m)
+				}
+			}
+			b.forgetLocked(methods...)
 		}
 		if bs.idleLocked(&b.tokens, now) && b.room.waiting() == 0 {
 			forget = append(forget, t)
 		}
-	}
+	})
 	bs.forgetTargetsLocked(forget...)
 }
 
-// sweepMethodsLocked forgets b's methods idle at now that nobody waits on.
-func (bs *Backends) sweepMethodsLocked(b *backend, now time.Time) {
-	var forget []string
-	for m, s := range *b.methods.Load() {
-		if bs.idleLocked(s, now) && s.waitedOn() == 0 {
-			forget = append(forget, m)
+// forgetLRUTargetsLocked forgets the least recently used sixteenth of the
+// targets that nobody waits on, to make room for new ones: a sixteenth,
+// so that the walk over all of them is made once per 64 new targets at
+// the cap.
+func (bs *Backends) forgetLRUTargetsLocked(now time.Time) {
+	var all []lastUse
+	bs.targets.each(func(t string, b *backend) {
+		if b.room.waiting() == 0 {
+			all = append(all, lastUse{t, bs.lastUseLocked(&b.tokens, now)})
 		}
-	}
-	forgetLocked(&b.methods, forget...)
+	})
+	bs.forgetTargetsLocked(leastRecent(all, backendsCap/16)...)
 }
 
-// forgetLRUTargetLocked forgets the least recently used target that
-// nobody waits on, if there is one, to make room for a new one.
-func (bs *Backends) forgetLRUTargetLocked(now time.Time) {
-	var lru time.Time
-	name, found := "", false
-	for t, b := range *bs.targets.Load() {
-		if at := bs.lastUseLocked(&b.tokens, now); (!found || at.Before(lru)) && b.room.waiting() == 0 {
-			lru, name, found = at, t, true
+// forgetLRUMethodsLocked is forgetLRUTargetsLocked for b's methods.
+func (bs *Backends) forgetLRUMethodsLocked(b *backend, now time.Time) {
+	var all []lastUse
+	for m, s := range b.methods.snapshot() {
+		if s.waitedOn() == 0 {
+			all = append(all, lastUse{m, bs.lastUseLocked(s, now)})
 		}
 	}
-	if found {
-		bs.forgetTargetsLocked(name)
-	}
+	b.forgetLocked(leastRecent(all, backendMethodsCap/16)...)
 }
 
-// forgetLRUMethodLocked is forgetLRUTargetLocked for b's methods.
-func (bs *Backends) forgetLRUMethodLocked(b *backend, now time.Time) {
-	var lru time.Time
-	name, found := "", false
-	for m, s := range *b.methods.Load() {
-		if at := bs.lastUseLocked(s, now); (!found || at.Before(lru)) && s.waitedOn() == 0 {
-			lru, name, found = at, m, true
-		}
+// lastUse is a key and the time of its latest use (lastUseLocked).
+type lastUse struct {
+	key string
+	at  time.Time
+}
+
+// leastRecent returns the n keys of all used least recently.
+func leastRecent(all []lastUse, n int) []string {
+	sort.Slice(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
+	out := make([]string, 0, n)
+	for i := 0; i < n && i < len(all); i++ {
+		out = append(out, all[i].key)
 	}
-	if found {
-		forgetLocked(&b.methods, name)
-	}
+	return out
 }
 
 // forgetTargetsLocked forgets the targets named, and their methods.
 func (bs *Backends) forgetTargetsLocked(names ...string) {
-	if len(names) == 0 {
-		return
-	}
-	targets := *bs.targets.Load()
+	byShard := map[*keyed[*backend]][]string{}
 	for _, t := range names {
-		b := targets[t]
+		sh := bs.targets.shard(t)
+		b, _ := sh.load(t)
+		byShard[sh] = append(byShard[sh], t)
+		bs.ntargets--
 		b.tokens.gone.Store(true)
-		if bs.defers {
-			for _, s := range *b.methods.Load() {
-				s.gone.Store(true)
-			}
+		for _, s := range b.methods.snapshot() {
+			s.gone.Store(true)
 		}
 	}
-	bs.targets.Store(copyWithout(targets, names))
+	for sh, names := range byShard {
+		sh.remove(names...)
+	}
 }
 
-// forgetLocked forgets the Slots named of the map m points to.
-func forgetLocked(m *atomic.Pointer[map[string]*Slot], names ...string) {
-	if len(names) == 0 {
-		return
+// forgetLocked forgets b's methods named. Under Backends.mu.
+func (b *backend) forgetLocked(names ...string) {
+	for _, m := range names {
+		if s, ok := b.methods.load(m); ok {
+			s.gone.Store(true)
+		}
 	}
-	cur := *m.Load()
-	for _, n := range names {
-		cur[n].gone.Store(true)
-	}
-	m.Store(copyWithout(cur, names))
-}
-
-// copyWithout returns a copy of m without the keys named.
-func copyWithout[V any](m map[string]V, names []string) *map[string]V {
-	out := make(map[string]V, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	for _, n := range names {
-		delete(out, n)
-	}
-	return &out
+	b.methods.remove(names...)
 }
 
 // waitedOn returns how many calls wait on s's Gate.
