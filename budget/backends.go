@@ -34,20 +34,22 @@ import (
 //
 // Backends forget. A target, or a method of it, that no call looked up for
 // 5 minutes is forgotten, and so is what it knew: its next call starts
-// afresh, as in a new process. Five minutes is long past the deadline of
+// afresh, as in a new process. Five minutes is long past the deadlines of
 // the calls a Gate judges and the ages at which it lets its evidence go,
 // so a target forgotten that way had nothing left to tell; and short
 // enough that a client dialling pod addresses as they come and go holds
-// the few minutes' worth. At most 1,024 targets, and 256 methods per
+// a few minutes' worth. At most 1,024 targets, and 256 methods per
 // target, are kept (chosen so that a service calling hundreds of backends
-// with dozens of methods each stays exact): a new one past them forgets
-// the least recently used first. Nothing is forgotten while a call waits
-// on it (its target, with any method waiting; a method, while it waits);
-// so, every key waiting, the set holds at most as many more as the bound
-// of its waiting calls. Forgetting is lazy: it runs when a key is added
-// or States is read, at most every 30 seconds, or at once when a cap is
-// reached. BENCHMARKS.md ("Issue 56: per-backend state") has the bytes a
-// target and a method's Gate take.
+// with dozens of methods each stays exact): a new one past them first
+// forgets the least recently used sixteenth. Nothing is forgotten while a
+// call waits on it (a target, while a call waits on any of its methods; a
+// method, while one waits on it), so the set holds at most as many more
+// as the bound of its waiting calls. A lookup reads no clock: the set
+// times a use by its next reading of the clock, when a key is added or
+// States is read (a metrics reader calls it), which is also when it
+// forgets, at most every 30 seconds, and at once when a cap is reached.
+// BENCHMARKS.md ("Issue 56: per-backend state") has the bytes a target
+// and a method's Gate take.
 //
 // Safe for concurrent use. A lookup of a known key (Get, Slot) takes no
 // lock and allocates nothing; adding a key builds its budget and Gate
@@ -277,6 +279,30 @@ func (bs *Backends) newGate(tokens Budget) *Gate {
 		panic("budget: " + err.Error())
 	}
 	return g
+}
+
+// Limits are the bounds a Backends keeps (Backends says how each works).
+type Limits struct {
+	// Targets is how many targets it keeps, MethodsPerTarget how many
+	// methods of each when the settings defer (each its own Gate; 0
+	// otherwise: a target's methods share its tokens).
+	Targets, MethodsPerTarget int
+	// Idle is how long a key nobody looked up is kept.
+	Idle time.Duration
+	// WaitingPerBackend bounds the calls waiting at once on one backend
+	// (DeferSettings.MaxWaiting), Waiting on all of them; both 0 when the
+	// settings do not defer.
+	WaitingPerBackend, Waiting int
+}
+
+// Limits returns the set's bounds.
+func (bs *Backends) Limits() Limits {
+	l := Limits{Targets: backendsCap, Idle: backendIdle}
+	if bs.defers {
+		l.MethodsPerTarget = backendMethodsCap
+		l.WaitingPerBackend, l.Waiting = bs.s.Defer.withDefaults().MaxWaiting, int(bs.rooms.max)
+	}
+	return l
 }
 
 // BackendState is the state of one backend's budget: the target's tokens,
