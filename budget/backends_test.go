@@ -269,3 +269,47 @@ func TestBackendsRoomsApart(t *testing.T) {
 	}
 	all = append(all, w)
 }
+
+// Lookups, adds past the cap, forgetting, waits and States at once: the
+// race detector's test, and no key lost while a call waits on it.
+func TestBackendsConcurrent(t *testing.T) {
+	bs, clk := newClockedBackends(t, deferring(4))
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 600 {
+				target := fmt.Sprintf("w%d-t%d", w, i%400)
+				g := bs.Get(target, fmt.Sprintf("/m%d", i%3))
+				if s := bs.Slot(target, "/m0"); s != nil {
+					s.Budget()
+				}
+				if i%50 == 0 {
+					if wt, err := enter(t, g, criticality.Critical, clk.now()); err == nil {
+						clk.advance(time.Minute)
+						bs.States()
+						if _, _, err := wt.Poll(); err != nil && !errors.Is(err, budget.ErrTooManyWaiting) {
+							t.Error(err)
+						}
+						wt.Leave()
+					}
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 200 {
+			clk.advance(10 * time.Second)
+			bs.States()
+		}
+	}()
+	wg.Wait()
+	for _, st := range bs.States() {
+		if st.Waiting != 0 {
+			t.Fatalf("%s %s: %d waiting after every call left", st.Target, st.Method, st.Waiting)
+		}
+	}
+}
