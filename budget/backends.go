@@ -25,18 +25,18 @@ import (
 // The waiting calls have two bounds. DeferSettings.MaxWaiting bounds one
 // backend's: its methods' Gates together. The set bounds all of its
 // backends' together, at MaxWaiting or 4,096, whichever is more: each
-// waiting call holds its goroutine and its request (a few KiB each, so
-// 4,096 hold about 10-40 MiB), and a process that calls a thousand
-// backends must not hold a thousand rooms' worth. A retry that finds either
+// waiting call holds its goroutine and its request (a few KiB or more),
+// and a process that calls a thousand backends must not hold a thousand
+// rooms' worth. A retry that finds either
 // full evicts a less critical retry of its own method (see Gate, the
 // criticality rule) or ends its call (ErrTooManyWaiting, reason budget):
 // never another backend's or another method's retry.
 //
 // Backends forget. A target, or a method of it, that no call looked up for
 // 5 minutes is forgotten, and so is what it knew: its next call starts
-// afresh, as in a new process. Five minutes is long past the deadlines of
-// the calls a Gate judges and the ages at which it lets its evidence go,
-// so a target forgotten that way had nothing left to tell; and short
+// afresh, as in a new process. Five minutes is past the deadlines of most
+// calls a Gate judges and the ages at which it lets its evidence go, so a
+// target forgotten that way had little left to tell; and short
 // enough that a client dialling pod addresses as they come and go holds
 // a few minutes' worth. At most 1,024 targets, and 256 methods per
 // target, are kept (chosen so that a service calling hundreds of backends
