@@ -1,19 +1,11 @@
 package budget
 
 import (
+	"hash/maphash"
 	"sort"
-	"strconv"
 	"sync"
-)
-
-// Bounds of one Backends: a program that makes up targets or method names at
-// run time must not grow it without end. Past them, the new keys share one
-// overflow budget (per target for methods, one for targets), as a
-// breaker.Set does. Not measured: chosen so that a service calling hundreds
-// of backends with dozens of methods each stays exact.
-const (
-	backendsCap       = 1024
-	backendMethodsCap = 256
+	"sync/atomic"
+	"time"
 )
 
 // Backends keeps the budgets of one Settings value per backend: a process
@@ -30,29 +22,115 @@ const (
 // beside it on the same connection, while both spend and refill the
 // backend's tokens.
 //
-// Backends are bounded: at most 1,024 targets and 256 methods per target
-// are kept; past that, new targets share one overflow budget, and a
-// target's new methods share one overflow Gate. Nothing is dropped while
-// the process runs.
+// The waiting calls have two bounds. DeferSettings.MaxWaiting bounds one
+// backend's: its methods' Gates together. The set bounds all of its
+// backends' together, at MaxWaiting or 4,096, whichever is more: each
+// waiting call holds its goroutine and its request (a few KiB or more),
+// and a process that calls a thousand backends must not hold a thousand
+// rooms' worth. A retry that finds either
+// full evicts a less critical retry of its own method (see Gate, the
+// criticality rule) or ends its call (ErrTooManyWaiting, reason budget):
+// never another backend's or another method's retry.
 //
-// Safe for concurrent use. Build one with NewBackends; the interceptors
-// build one per policy file (and stagger.DialOptions one for the default
-// budget) and ask it for every call's budget (Get).
+// Backends forget. A target, or a method of it, that no call looked up for
+// 5 minutes is forgotten, and so is what it knew: its next call starts
+// afresh, as in a new process. Five minutes is past the deadlines of most
+// calls a Gate judges and the ages at which it lets its evidence go, so a
+// target forgotten that way had little left to tell; and short
+// enough that a client dialling pod addresses as they come and go holds
+// a few minutes' worth. At most 1,024 targets, and 256 methods per
+// target, are kept (chosen so that a service calling hundreds of backends
+// with dozens of methods each stays exact): a new one past them first
+// forgets the least recently used sixteenth. Nothing is forgotten while a
+// call waits on it (a target, while a call waits on any of its methods; a
+// method, while one waits on it), so the set holds at most as many more
+// as the bound of its waiting calls. A lookup reads no clock: the set
+// times a use by its next reading of the clock, when a key is added or
+// States is read (a metrics reader calls it), which is also when it
+// forgets, at most every 30 seconds, and at once when a cap is reached.
+// BENCHMARKS.md ("Issue 56: per-backend state") has the bytes a target
+// and a method's Gate take.
+//
+// Safe for concurrent use. A lookup of a known key (Get, Slot) takes no
+// lock and allocates nothing; adding a key builds its budget and Gate
+// (the options' clock and random source) before it takes the lock that
+// only adders and forgetting share, and never blocks a lookup. Build one
+// with NewBackends; the interceptors build one per policy file (and
+// stagger.DialOptions one for the default budget) and ask it for every
+// call's budget.
 type Backends struct {
-	s    Settings
-	opts []Option
+	s      Settings
+	opts   []Option
+	now    func() time.Time
+	defers bool
+	// rooms bounds the waiting calls of all backends (nil: the settings
+	// do not defer).
+	rooms *room
 
-	mu       sync.RWMutex
-	targets  map[string]*backend
-	overflow *backend
+	// targets: written under mu.
+	targets shardedKeyed[*backend]
+
+	// epoch counts the set's readings of the clock that moved: a lookup
+	// writes it into its Slot (Slot.touch), and starts holds when the
+	// latest of them began (forgetting's, under mu).
+	epoch atomic.Uint32
+
+	mu       sync.Mutex
+	starts   [epochsKept]time.Time
+	swept    time.Time
+	ntargets int
 }
 
 // backend is one target's tokens and, when the settings defer, its
-// methods' Gates.
+// methods' Gates and their room.
 type backend struct {
-	tokens   Budget
-	gates    map[string]*Gate
-	overflow *Gate
+	tokens Slot
+	room   *room
+	// methods: written under Backends.mu.
+	methods keyed[*Slot]
+}
+
+// Slot is one key's budget in a Backends: a target's tokens, or, when the
+// settings defer, one method's Gate over them. A caller that keeps it
+// (the interceptors keep one per method) skips the lookup until Budget
+// says the set forgot the key. Safe for concurrent use; a nil *Slot is
+// the unlimited budget of a KindNone set.
+type Slot struct {
+	b   Budget
+	set *Backends
+	// target is the target's own Slot, for a method's; a use of the
+	// method is a use of the target.
+	target *Slot
+	// epoch is the set's epoch at the latest use; gone: forgotten.
+	epoch atomic.Uint32
+	gone  atomic.Bool
+}
+
+// Budget returns the key's budget, and false once the set has forgotten
+// the key: the caller looks it up again (Backends.Slot), and gets a new
+// budget that knows nothing of the old one's.
+func (s *Slot) Budget() (Budget, bool) {
+	if s == nil {
+		return nil, true
+	}
+	if s.gone.Load() {
+		return nil, false
+	}
+	s.touch()
+	return s.b, true
+}
+
+// touch marks s and its target used now: loads, and a store once per
+// epoch, so that lookups of one key on many cores do not fight over its
+// cache line, and no clock is read.
+func (s *Slot) touch() {
+	e := s.set.epoch.Load()
+	if s.epoch.Load() != e {
+		s.epoch.Store(e)
+	}
+	if t := s.target; t != nil && t.epoch.Load() != e {
+		t.epoch.Store(e)
+	}
 }
 
 // NewBackends returns an empty set of budgets built from s on first use, or
@@ -63,64 +141,122 @@ func NewBackends(s Settings, opts ...Option) (*Backends, error) {
 	if _, err := New(s, opts...); err != nil {
 		return nil, err
 	}
-	return &Backends{s: s, opts: opts, targets: make(map[string]*backend)}, nil
+	bs := &Backends{s: s, opts: opts, now: buildOptions(opts).Now, defers: s.defers()}
+	bs.targets.seed = maphash.MakeSeed()
+	if bs.defers {
+		bs.rooms = &room{max: int64(max(s.Defer.withDefaults().MaxWaiting, backendsMaxWaiting))}
+	}
+	bs.starts[0] = bs.now()
+	return bs, nil
 }
 
 // Get returns the budget of a call of method on target: the target's
 // tokens, behind the method's Gate when the settings defer. nil when the
-// settings are KindNone. A lookup of a known key takes a read lock and
-// allocates nothing.
+// settings are KindNone.
 func (bs *Backends) Get(target, method string) Budget {
+	s := bs.Slot(target, method)
+	if s == nil {
+		return nil
+	}
+	// Even if forgotten since: the call it was made for uses it.
+	s.touch()
+	return s.b
+}
+
+// Slot returns the Slot of Get's budget, made if the set has none (or
+// forgot it). nil when the settings are KindNone.
+func (bs *Backends) Slot(target, method string) *Slot {
 	if bs == nil || bs.s.Kind == KindNone {
 		return nil
 	}
-	bs.mu.RLock()
-	b := bs.targets[target]
-	var g *Gate
-	if b != nil && b.gates != nil {
-		g = b.gates[method]
+	s := bs.lookup(target, method)
+	if s == nil || s.gone.Load() {
+		s = bs.add(target, method)
 	}
-	bs.mu.RUnlock()
-	if b != nil && (b.gates == nil || g != nil) {
-		if g != nil {
-			return g
-		}
-		return b.tokens
-	}
-	return bs.add(target, method)
+	return s
 }
 
-// add makes what Get did not find.
-func (bs *Backends) add(target, method string) Budget {
-	bs.mu.Lock()
-	defer bs.mu.Unlock()
-	b, ok := bs.targets[target]
-	if !ok {
-		if len(bs.targets) >= backendsCap {
-			if bs.overflow == nil {
-				bs.overflow = bs.newBackend()
-			}
-			b = bs.overflow
+// lookup returns the key's Slot, or nil.
+func (bs *Backends) lookup(target, method string) *Slot {
+	b := bs.target(target)
+	if b == nil {
+		return nil
+	}
+	if !bs.defers {
+		return &b.tokens
+	}
+	s, _ := b.methods.load(method)
+	return s
+}
+
+// target returns target's backend, or nil.
+func (bs *Backends) target(target string) *backend {
+	b, _ := bs.targets.load(target)
+	return b
+}
+
+// add makes what lookup did not find. What it builds runs the options'
+// functions, so it is built unlocked, then put in (or dropped, if another
+// call put the key in first).
+func (bs *Backends) add(target, method string) *Slot {
+	now := bs.now()
+	for {
+		b := bs.target(target)
+		var fresh *backend
+		tokens := Budget(nil)
+		if b == nil || b.tokens.gone.Load() {
+			fresh = bs.newBackend()
+			tokens = fresh.tokens.b
 		} else {
-			b = bs.newBackend()
-			bs.targets[target] = b
+			tokens = b.tokens.b
+		}
+		var g *Gate
+		if bs.defers {
+			g = bs.newGate(tokens)
+		}
+		bs.mu.Lock()
+		s, ok := bs.insertLocked(now, target, method, b, fresh, g)
+		bs.mu.Unlock()
+		if ok {
+			return s
 		}
 	}
-	if b.gates == nil {
-		return b.tokens
+}
+
+// insertLocked puts in fresh (b's successor, when not nil) and g, unless
+// the set changed since b was read: then it returns the key's Slot if the
+// set has one, or false to build again.
+func (bs *Backends) insertLocked(now time.Time, target, method string, b, fresh *backend, g *Gate) (*Slot, bool) {
+	bs.tickLocked(now)
+	if now.Sub(bs.swept) >= backendsSweepEvery {
+		bs.sweepLocked(now)
 	}
-	if g, ok := b.gates[method]; ok {
-		return g
-	}
-	if len(b.gates) >= backendMethodsCap {
-		if b.overflow == nil {
-			b.overflow = bs.newGate(b.tokens)
+	if cur := bs.target(target); cur != b {
+		if s := bs.lookup(target, method); s != nil && !s.gone.Load() {
+			return s, true
 		}
-		return b.overflow
+		return nil, false
 	}
-	g := bs.newGate(b.tokens)
-	b.gates[method] = g
-	return g
+	if fresh != nil {
+		if bs.ntargets >= backendsCap {
+			bs.forgetLRUTargetsLocked(now)
+		}
+		bs.targets.shard(target).store(target, fresh)
+		bs.ntargets++
+		b = fresh
+	}
+	b.tokens.epoch.Store(bs.epoch.Load())
+	if !bs.defers {
+		return &b.tokens, true
+	}
+	if len(b.methods.snapshot()) >= backendMethodsCap {
+		bs.forgetLRUMethodsLocked(b, now)
+	}
+	g.shared = b.room
+	s := &Slot{b: g, set: bs, target: &b.tokens}
+	s.epoch.Store(bs.epoch.Load())
+	b.methods.store(method, s)
+	return s, true
 }
 
 func (bs *Backends) newBackend() *backend {
@@ -129,9 +265,9 @@ func (bs *Backends) newBackend() *backend {
 		// Validated in NewBackends.
 		panic("budget: " + err.Error())
 	}
-	b := &backend{tokens: tokens}
-	if bs.s.defers() {
-		b.gates = make(map[string]*Gate)
+	b := &backend{tokens: Slot{b: tokens, set: bs}}
+	if bs.defers {
+		b.room = &room{max: int64(bs.s.Defer.withDefaults().MaxWaiting), parent: bs.rooms}
 	}
 	return b
 }
@@ -145,64 +281,74 @@ func (bs *Backends) newGate(tokens Budget) *Gate {
 	return g
 }
 
+// Limits are the bounds a Backends keeps (Backends says how each works).
+type Limits struct {
+	// Targets is how many targets it keeps, MethodsPerTarget how many
+	// methods of each when the settings defer (each its own Gate; 0
+	// otherwise: a target's methods share its tokens).
+	Targets, MethodsPerTarget int
+	// Idle is how long a key nobody looked up is kept.
+	Idle time.Duration
+	// WaitingPerBackend bounds the calls waiting at once on one backend
+	// (DeferSettings.MaxWaiting), Waiting on all of them; both 0 when the
+	// settings do not defer.
+	WaitingPerBackend, Waiting int
+}
+
+// Limits returns the set's bounds.
+func (bs *Backends) Limits() Limits {
+	l := Limits{Targets: backendsCap, Idle: backendIdle}
+	if bs.defers {
+		l.MethodsPerTarget = backendMethodsCap
+		l.WaitingPerBackend, l.Waiting = bs.s.Defer.withDefaults().MaxWaiting, int(bs.rooms.max)
+	}
+	return l
+}
+
 // BackendState is the state of one backend's budget: the target's tokens,
 // or one method's Gate over them.
 type BackendState struct {
-	// Target is the backend; "(overflow)" for the targets past the bound.
+	// Target is the backend.
 	Target string
 	// Method is the method whose Gate this is ("" for the target's tokens
-	// when the settings do not defer; "(overflow)" for its methods past
-	// the bound). The Gates of one target share its tokens: their Level
-	// is the same.
+	// when the settings do not defer). The Gates of one target share its
+	// tokens: their Level is the same.
 	Method string
 	State
 }
 
-// States returns the state of every budget of the set, sorted by target,
-// then method (taken outside the set's lock).
+// States returns the state of every budget the set holds (after
+// forgetting what it may), sorted by target, then method (each read
+// outside the set's lock).
 func (bs *Backends) States() []BackendState {
-	if bs == nil {
+	if bs == nil || bs.s.Kind == KindNone {
 		return nil
 	}
-	type entry struct {
-		target, method string
-		b              Budget
+	now := bs.now()
+	bs.mu.Lock()
+	bs.tickLocked(now)
+	if now.Sub(bs.swept) >= backendsSweepEvery {
+		bs.sweepLocked(now)
 	}
-	var all []entry
-	bs.mu.RLock()
-	add := func(target string, b *backend) {
-		if b.gates == nil {
-			all = append(all, entry{target, "", b.tokens})
+	bs.mu.Unlock()
+	var out []BackendState
+	bs.targets.each(func(t string, b *backend) {
+		if !bs.defers {
+			out = append(out, BackendState{Target: t, State: b.tokens.b.State()})
 			return
 		}
-		for m, g := range b.gates {
-			all = append(all, entry{target, m, g})
+		for m, s := range b.methods.snapshot() {
+			out = append(out, BackendState{Target: t, Method: m, State: s.b.State()})
 		}
-		if b.overflow != nil {
-			all = append(all, entry{target, overflowName, b.overflow})
-		}
-	}
-	for t, b := range bs.targets {
-		add(t, b)
-	}
-	if bs.overflow != nil {
-		add(overflowName+" more than "+strconv.Itoa(backendsCap)+" targets", bs.overflow)
-	}
-	bs.mu.RUnlock()
-	sort.Slice(all, func(i, j int) bool {
-		if all[i].target != all[j].target {
-			return all[i].target < all[j].target
-		}
-		return all[i].method < all[j].method
 	})
-	out := make([]BackendState, len(all))
-	for i, e := range all {
-		out[i] = BackendState{Target: e.target, Method: e.method, State: e.b.State()}
-	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Target != out[j].Target {
+			return out[i].Target < out[j].Target
+		}
+		return out[i].Method < out[j].Method
+	})
 	return out
 }
-
-const overflowName = "(overflow)"
 
 var defaultBackends = sync.OnceValue(func() *Backends {
 	bs, err := NewBackends(DefaultSettings())

@@ -24,9 +24,11 @@ const (
 // takes the default written beside it. Comparable with ==.
 type DeferSettings struct {
 	Mode DeferMode
-	// MaxWaiting bounds the calls waiting at once on one budget; a retry
-	// refused past it ends its call at once (reason budget). In [1, 1e6];
-	// default 1024. Each waiting call holds its goroutine and its request.
+	// MaxWaiting bounds the calls waiting at once on one budget: in a
+	// Backends, on one backend (all its methods together; the set bounds
+	// all its backends' too, see Backends). A retry refused past it ends
+	// its call at once (reason budget). In [1, 1e6]; default 1024. Each
+	// waiting call holds its goroutine and its request.
 	MaxWaiting int
 	// MaxWait bounds the wait of a call without a deadline: past it the
 	// call ends with its last status. In [1ms, 1h]; default 10s.

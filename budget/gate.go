@@ -83,9 +83,10 @@ type Gate struct {
 	// settled, so a stale false costs a lock, never a wrong answer.
 	settled atomic.Bool
 
-	mu   sync.Mutex
-	st   gateState
-	room waitingRoom
+	mu     sync.Mutex
+	st     gateState
+	room   waitingRoom
+	shared *room // the backend's and the set's bounds (Backends); nil: none
 	// counts holds State's counters (Refused: the retries Allow refused
 	// without asking the budget); polls, the decisions asked (tests read it).
 	counts State

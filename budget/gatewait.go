@@ -101,7 +101,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		g.counts.DeferGaveUp++
 		return nil, ErrOutageLasting
 	}
-	if g.room.n >= g.s.MaxWaiting {
+	if g.room.n >= g.s.MaxWaiting || !g.shared.tryEnter() {
 		v := g.room.victim(level)
 		if v == nil {
 			g.counts.DeferGaveUp++
@@ -135,7 +135,8 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	return w, nil
 }
 
-// evictLocked makes v give up (errEvicted) and frees its place.
+// evictLocked makes v give up (errEvicted) and frees its place (its place
+// in g.shared passes to the retry that evicted it).
 func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	g.room.dequeue(v)
 	v.evicted.Store(true)
@@ -393,6 +394,7 @@ func (w *Waiter) Leave() {
 		g.dispatchLocked(now, false)
 	}
 	g.room.n--
+	g.shared.leave()
 	g.settle(now)
 }
 

@@ -121,7 +121,7 @@ func (mi *methodInfo) fastUnary(o *options) bool {
 type budgetRef struct {
 	set    *budget.Backends
 	target string
-	b      budget.Budget
+	slot   *budget.Slot
 }
 
 // breakerRef is the breaker of one target.

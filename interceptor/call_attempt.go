@@ -190,17 +190,26 @@ type call struct {
 }
 
 // budget returns the budget of a call of the method on target from bs,
-// through the method's cache of the first target it was called on.
+// through the method's cache of the first target it was called on (until
+// bs forgets it).
 func (mi *methodInfo) budget(bs *budget.Backends, target, method string) budget.Budget {
-	if r := mi.bud.Load(); r != nil && r.set == bs && r.target == target {
-		return r.b
+	r := mi.bud.Load()
+	if r != nil && r.set == bs && r.target == target {
+		if b, ok := r.slot.Budget(); ok {
+			return b
+		}
 	}
-	b := bs.Get(target, method)
-	if r := mi.bud.Load(); r == nil || r.set != bs {
+	s := bs.Slot(target, method)
+	b, ok := s.Budget()
+	if !ok {
+		// Forgotten as soon as made (a set at its caps, adding fast).
+		return bs.Get(target, method)
+	}
+	if r == nil || r.set != bs || r.target == target {
 		// The first target only (and the set of the current file): a
 		// method called on several targets looks the others up, rather
 		// than allocate on every switch.
-		mi.bud.CompareAndSwap(r, &budgetRef{set: bs, target: target, b: b})
+		mi.bud.CompareAndSwap(r, &budgetRef{set: bs, target: target, slot: s})
 	}
 	return b
 }

@@ -483,6 +483,52 @@ func TestBackendsGauges(t *testing.T) {
 	}
 }
 
+// A backend the set forgot (idle) is no longer reported; one in use is.
+func TestBackendsGaugesForget(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	advance := func(d time.Duration) {
+		mu.Lock()
+		now = now.Add(d)
+		mu.Unlock()
+	}
+	bs, err := budget.NewBackends(budget.DefaultSettings(), budget.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}}); err != nil {
+		t.Fatal(err)
+	}
+	const idle, busy = "dns:///idle.test:443", "dns:///busy.test:443"
+	bs.Get(idle, "/a.S/M")
+	bs.Get(busy, "/a.S/M")
+	targets := func() map[string]bool {
+		t.Helper()
+		out := map[string]bool{}
+		for _, p := range collect(t, reader)[MetricBudgetLevel].Data.(metricdata.Gauge[float64]).DataPoints {
+			out[attrMap(p.Attributes)[AttrTarget]] = true
+		}
+		return out
+	}
+	if got := targets(); !got[idle] || !got[busy] {
+		t.Fatalf("targets reported %v, want both", got)
+	}
+	for range 12 { // an hour, the busy target called and the gauges read every 5 minutes
+		advance(5 * time.Minute)
+		bs.Get(busy, "/a.S/M")
+		targets()
+	}
+	if got := targets(); got[idle] || !got[busy] {
+		t.Fatalf("after an idle hour, targets reported %v, want %s alone", got, busy)
+	}
+}
+
 // Two sets of tokens for one target (two DialOptions calls' States, or a
 // State's and the default's) are what the process holds for it: their
 // points add up, where an SDK would keep one of two points under the same

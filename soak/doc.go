@@ -35,7 +35,11 @@
 // same request that is leaving, else within 3 ms. That is the race between a
 // waiter's Leave and its eviction (issue 38), which the crowds alone met
 // too rarely to find. Two callers per process call payments (Put), one
-// call every 70 ms each.
+// call every 70 ms each. Beside them the pods client dials pod addresses
+// as they come and go: a new target (a name no pod had, to one replica)
+// about every run's length over 2,048, each making two calls before it is
+// closed, so that its budgets (budget.Backends, default budget) meet more
+// targets than they keep and forget while they serve.
 //
 // # The faults
 //
@@ -60,7 +64,9 @@
 // twice, none acknowledged OK and not applied, every call ended exactly
 // once for the interceptor (one EventEnd), every stream's messages whole
 // and in order, every Gate's count of waiting calls within [0,
-// MaxWaiting]. Each backend counts the calls made and the attempts it
+// MaxWaiting], the pods' calls waiting on one backend within MaxWaiting
+// (all its methods together) and their budgets holding no more targets
+// than their cap and the calls waiting. Each backend counts the calls made and the attempts it
 // received while it was down for longer than any call's deadline (the
 // replicas in a long outage, payments in its own): at the end, over 50
 // calls or more, more than 1.5 attempts per call is a retry storm. The faults pause for five seconds at half time and stop

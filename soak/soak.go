@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,7 +52,10 @@ type Result struct {
 	Gates []string
 	// Down says, per backend (the replicas, payments), the calls made and
 	// the attempts it received while it was down past every deadline.
-	Down    []string
+	Down []string
+	// Pods says how many targets the pods client dialled, and the most
+	// its budgets held at once.
+	Pods    string
 	Seed    uint64
 	Elapsed time.Duration
 	// Broken is the first invariant broken ("" when none), and History
@@ -85,6 +86,7 @@ type run struct {
 	// is down past every deadline (the replicas in a long outage; payments).
 	repDown *downLedger
 	pay     *payments
+	pods    *pods
 
 	calls, ok  atomic.Uint64
 	redisLines atomic.Uint64
@@ -194,6 +196,11 @@ func Run(cfg Config) (res *Result, err error) {
 		procs = append(procs, p)
 	}
 
+	if r.pods, err = newPods(addrs, cfg.Duration, r.hook); err != nil {
+		return nil, err
+	}
+	podRng := rand.New(rand.NewPCG(cfg.Seed, 0x90d5))
+
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	r.stop = stop
@@ -227,6 +234,8 @@ func Run(cfg Config) (res *Result, err error) {
 				go func() { defer load.Done(); r.work(loadCtx, p, rng, res.Redis) }()
 			}
 		}
+		load.Add(1)
+		go func() { defer load.Done(); r.podWork(loadCtx, r.pods, podRng) }()
 		return stopLoad
 	}
 	stopLoad := startLoad()
@@ -286,10 +295,11 @@ func Run(cfg Config) (res *Result, err error) {
 		d.check(r.fail)
 	}
 
-	for _, p := range procs {
+	for _, p := range append(procs[:len(procs):len(procs)], &r.pods.proc) {
 		st := p.gates()
 		res.Gates = append(res.Gates, fmt.Sprintf("%s: %d deferred, %d admitted, %d gave up", p.kind.name, st.Deferred, st.DeferAdmitted, st.DeferGaveUp))
 	}
+	res.Pods = r.pods.String()
 	if r.broken.Load() == nil {
 		r.settled(procs)
 		// The watch judges a call a second after it returned: a stream's
@@ -490,93 +500,6 @@ func (r *run) hook(ctx context.Context, e interceptor.Event) {
 	}
 }
 
-// checkPending checks the calls that returned before horizon: each ended
-// exactly once for the interceptor.
-func (r *run) checkPending(horizon time.Time) {
-	r.pendMu.Lock()
-	var due []pendingCall
-	i := 0
-	for ; i < len(r.pending) && r.pending[i].at.Before(horizon); i++ {
-	}
-	due, r.pending = r.pending[:i], append([]pendingCall(nil), r.pending[i:]...)
-	r.pendMu.Unlock()
-	for _, c := range due {
-		switch n := c.track.ends.Load(); {
-		case n == 0:
-			r.fail(c.what + ": the call returned, and never ended (no EventEnd)")
-		case n > 1:
-			r.fail(fmt.Sprintf("%s: ended %d times (EventEnd)", c.what, n))
-		}
-	}
-}
-
-// watch checks the running invariants every watchEvery until done: every
-// Gate's waiting count within [0, MaxWaiting], the calls' ends.
-func (r *run) watch(procs []*process, done <-chan struct{}) {
-	t := time.NewTicker(watchEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-		}
-		for _, p := range procs {
-			for _, st := range p.budgets.States() {
-				if st.Waiting < 0 || st.Waiting > p.room {
-					r.fail(fmt.Sprintf("%s: the Gate of %s %s counts %d calls waiting (bounds 0 and %d)", p.kind.name, st.Target, st.Method, st.Waiting, p.room))
-				}
-			}
-		}
-		// A stream's EventEnd may come just after its last message:
-		// calls are judged a second after they returned.
-		r.checkPending(time.Now().Add(-time.Second))
-	}
-}
-
-// settled checks, after the load stopped and the tail's probes
-// (probeBreakers), that nothing is held: no call waiting in a Gate, every
-// breaker closed.
-func (r *run) settled(procs []*process) {
-	for _, p := range procs {
-		if st := p.gates(); st.Waiting != 0 {
-			r.fail(fmt.Sprintf("%s: after the load stopped, the Gate counts %d calls waiting, want 0 (deferred %d, admitted %d, gave up %d)",
-				p.kind.name, st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp))
-		}
-		for _, key := range p.openBreakers() {
-			r.fail(fmt.Sprintf("%s: breaker %s after the calm tail and its probes, want closed", p.kind.name, key))
-		}
-	}
-}
-
-// heapInUse is the heap's live bytes while no call is in flight: the
-// least of heapSamples samples, heapSampleGap apart, each after two
-// collections (the first frees what the finalizers of the last cycle
-// let go). With a profile path (a Config.ProfileDir) it writes the
-// heap's profile there too.
-func heapInUse(ctx context.Context, profile string) uint64 {
-	var least uint64
-	for i := range heapSamples {
-		if i > 0 {
-			sleep(ctx, heapSampleGap)
-		}
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		if i == 0 || m.HeapAlloc < least {
-			least = m.HeapAlloc
-		}
-	}
-	if filepath.IsAbs(profile) {
-		if f, err := os.Create(profile); err == nil {
-			_ = pprof.WriteHeapProfile(f)
-			_ = f.Close()
-		}
-	}
-	return least
-}
-
 // probeBreakers sends, after the load stopped, calls of every method
 // through every process, CRITICAL_PLUS with a long deadline, one at a
 // time per process, until every breaker of the process is closed or
@@ -616,14 +539,4 @@ func (r *run) probeBreakers(ctx context.Context, procs []*process, redis bool) [
 	}
 	wg.Wait()
 	return notClosed
-}
-
-// settleGoroutines waits up to ten seconds for the goroutines to fall to
-// before and goroutineSlack, and returns how many there are.
-func settleGoroutines(before int) int {
-	n := runtime.NumGoroutine()
-	for end := time.Now().Add(10 * time.Second); n > before+goroutineSlack && time.Now().Before(end); n = runtime.NumGoroutine() {
-		time.Sleep(20 * time.Millisecond)
-	}
-	return n
 }

@@ -38,6 +38,7 @@ func TestSoak(t *testing.T) {
 	for _, d := range res.Down {
 		t.Logf("down: %s", d)
 	}
+	t.Logf("pods: %s", res.Pods)
 	for _, b := range res.NotClosed {
 		t.Logf("breaker not closed when the load stopped (the tail's probes closed it): %s", b)
 	}

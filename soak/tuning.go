@@ -156,6 +156,16 @@ const (
 	// (every retry sent) is 3 to 4.
 	downAttemptsMax = 1.5
 	downMinCalls    = 50
+	// The pods client (pods) dials a target every run's length over twice
+	// the budgets' cap, within podEveryMin and podEveryMax (a 40 s run:
+	// 2,048 targets, one every 20 ms; a 10 min one: 2,400), each making
+	// podCalls calls with deadlines up to podTimeoutMax (short: a pod
+	// lives a call or two), podsAtOnce at most at a time.
+	podEveryMin   = 5 * time.Millisecond
+	podEveryMax   = 250 * time.Millisecond
+	podCalls      = 2
+	podTimeoutMax = 300 * time.Millisecond
+	podsAtOnce    = 64
 	// historyLines is the history printed around the first broken
 	// invariant.
 	historyLines = 200

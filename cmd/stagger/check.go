@@ -130,6 +130,9 @@ type checkBudget struct {
 	Deferral string `json:"deferral,omitempty"`
 	// DeferralRules are the Gate's rules, when refused retries wait.
 	DeferralRules []checkRule `json:"deferral_rules,omitempty"`
+	// PerBackend says what the budget keeps per backend, its bounds and
+	// what they cost in memory (budget.Backends).
+	PerBackend string `json:"per_backend,omitempty"`
 }
 
 // checkRule is one of the Gate's rules: its name and what it says.
@@ -293,6 +296,7 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 	if s := cfg.BudgetSettings(); s.Kind != budget.KindNone {
 		rep.Budget = explainBudget(s, maxAttempts)
 		rep.Budget.Deferral = explainDeferral(s)
+		rep.Budget.PerBackend = explainPerBackend(s)
 		if defers(s) {
 			rep.Budget.DeferralRules = deferralRules()
 		}
@@ -301,6 +305,7 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 		rep.Budget = explainBudget(budget.DefaultSettings(), maxAttempts)
 		rep.Budget.Kind = "default, " + rep.Budget.Kind + " (the file declares none: stagger.DialOptions installs budget.DefaultBackends(), one per backend; the bare interceptors have none)"
 		rep.Budget.Deferral = explainDeferral(budget.DefaultSettings())
+		rep.Budget.PerBackend = explainPerBackend(budget.DefaultSettings())
 		rep.Budget.DeferralRules = deferralRules()
 	}
 	return rep
@@ -853,9 +858,41 @@ func explainDeferral(s budget.Settings) string {
 		return out
 	}
 	d := s.WithDefaults().Defer
-	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once; within the call's deadline, or %v for a call without one), "+
+	return fmt.Sprintf("a retry the budget refuses waits instead of failing (at most %d calls at once per backend, all its methods together, "+
+		"and %d across the backends of the process's budget: each holds its goroutine and its request, a few KiB; "+
+		"within the call's deadline, or %v for a call without one), "+
 		"and goes, or its call ends with its last status (reason deferred), by the wait contract below (budget.Gate); "+
-		`"defer": false ends refused calls at once`, d.MaxWaiting, d.MaxWait)
+		`"defer": false ends refused calls at once`, d.MaxWaiting, waitingAll(s), d.MaxWait)
+}
+
+// explainPerBackend says what a budget of settings s keeps per backend
+// (budget.Backends), its bounds and what they cost.
+func explainPerBackend(s budget.Settings) string {
+	bs, err := budget.NewBackends(s)
+	if err != nil {
+		return ""
+	}
+	l := bs.Limits()
+	var out string
+	if l.MethodsPerTarget > 0 {
+		out = fmt.Sprintf("each backend (target) has its own tokens, and each of its methods its own Gate over them, a KiB or two each; "+
+			"at most %d targets and %d methods per target are kept", l.Targets, l.MethodsPerTarget)
+	} else {
+		out = fmt.Sprintf("each backend (target) has its own tokens, a KiB or two; at most %d targets are kept", l.Targets)
+	}
+	out += fmt.Sprintf(" (past that, the least recently used are forgotten), and a key nobody called for %v is forgotten: "+
+		"its next call starts afresh; nothing a call waits on is forgotten", l.Idle)
+	return out
+}
+
+// waitingAll is the bound of the calls waiting at once on all the
+// backends of one budget of settings s (budget.Backends).
+func waitingAll(s budget.Settings) int {
+	bs, err := budget.NewBackends(s)
+	if err != nil {
+		return 0
+	}
+	return bs.Limits().Waiting
 }
 
 // deferralRules is the Gate's rules, by name, from the package's snapshot.
@@ -1042,6 +1079,9 @@ func writeCheckText(out io.Writer, rep checkReport, width int) {
 	if rep.Budget != nil {
 		fmt.Fprintf(w, "\nbudget: %s: %s\n", rep.Budget.Kind, rep.Budget.Settings)
 		fmt.Fprintf(w, "  worst-case load amplification: %.2fx (%s)\n", rep.Budget.Amplification, rep.Budget.Explanation)
+		if rep.Budget.PerBackend != "" {
+			fmt.Fprintf(w, "  per backend: %s\n", rep.Budget.PerBackend)
+		}
 		if rep.Budget.Deferral != "" {
 			fmt.Fprintf(w, "  refused retries: %s\n", rep.Budget.Deferral)
 			for _, r := range rep.Budget.DeferralRules {
