@@ -46,9 +46,14 @@
 //     one with that attempt's code, message, details and metadata as
 //     connect-go gave them (a lost transport stagger retried as
 //     UNAVAILABLE keeps connect-go's code), whose Unwrap reaches stagger's
-//     *interceptor.Error (attempts, reason, and the note on an ambiguous
-//     failure it did not retry; interceptor.Attempts works on it). When
-//     stagger decided the status (the caller left), its code and message.
+//     *interceptor.Error (attempts, reason; interceptor.Attempts works on
+//     it). When stagger decided the status (the caller left), its code and
+//     message. When stagger gave up on a failure it would otherwise retry
+//     (interceptor.Error's GaveUp), that *connect.Error comes wrapped in an
+//     error whose text says so, as interceptor.Error's does ("stagger: gave
+//     up: max retries exhausted: failed after 3 attempts: unavailable:
+//     down"): connect.CodeOf and errors.As find the *connect.Error, its
+//     message the server's, but a type assertion does not.
 //   - A stream's ResponseHeader and ResponseTrailer are those of the
 //     attempt it committed to, or of its last attempt once it ended, as
 //     connect-go's stream gives them: a failed attempt that sent headers
