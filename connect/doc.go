@@ -28,8 +28,13 @@
 //     false: a reset, a closed connection) after the request's headers were
 //     written may have run on the server, which sent no status; it is
 //     retried only for a method known to be idempotent or a call with an
-//     idempotency key. One made before the request left is retried as
-//     UNAVAILABLE always is.
+//     idempotency key. One made before the request left (a refused
+//     connection; a transport error that wraps context.Canceled though no
+//     context of the call ended, which connect-go codes CANCELED) is sent
+//     again at once, once per call, without counting an attempt, as
+//     grpc-go retries a stream that never reached the server; a second is
+//     UNAVAILABLE to the policy, a transport failure, never the fatal
+//     answer of a server that never saw the request.
 //   - A method is idempotent when the call says so (WithCallOptions with
 //     interceptor.Idempotent), else the file's "idempotent", else its proto
 //     option or its Spec().IdempotencyLevel (IdempotencyNoSideEffects and

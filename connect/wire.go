@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -178,6 +179,31 @@ func (w *wire) trailer(ae *attemptError) metadata.MD {
 		return metadata.MD{}
 	}
 	return nil
+}
+
+// unsent reports whether ae, an attempt's failure, is the client's own
+// before the attempt's request left it (no status from a server, no
+// header written) while ctx, the attempt's context, is not done: the
+// transport failed it (a refused connection, a request net/http ended
+// itself), not the server, not the caller.
+func (w *wire) unsent(ctx context.Context, ae *attemptError) bool {
+	return !connect.IsWireError(ae.cerr) && !w.wrote.Load() && ctx.Err() == nil
+}
+
+// unsentFailure returns ae, an unsent failure (wire.unsent) not retried
+// transparently, as the engine is to see it: a context's code (connect-go
+// codes any error that wraps context.Canceled CANCELED) that no context of
+// the call explains is the transport's failure, UNAVAILABLE as grpc-go
+// reports a stream it could not start, never a fatal answer of a server
+// that never saw the request. Its trailer stays nil (wire.trailer): it
+// never left.
+func unsentFailure(ae *attemptError) *attemptError {
+	if c := ae.st.Code(); c != codes.Canceled && c != codes.DeadlineExceeded {
+		return ae
+	}
+	p := ae.st.Proto()
+	p.Code = int32(codes.Unavailable)
+	return &attemptError{cerr: ae.cerr, st: status.FromProto(p)}
 }
 
 // toMD returns h as metadata (lower-case keys; binary values decoded), with
