@@ -32,9 +32,11 @@
 //     connection; a transport error that wraps context.Canceled though no
 //     context of the call ended, which connect-go codes CANCELED) is sent
 //     again at once, once per call, without counting an attempt, as
-//     grpc-go retries a stream that never reached the server; a second is
-//     UNAVAILABLE to the policy, a transport failure, never the fatal
-//     answer of a server that never saw the request.
+//     grpc-go retries a stream that never reached the server. A context
+//     error that no context of the call explains, a second such failure
+//     or one after the headers were written, is UNAVAILABLE to the policy,
+//     a lost transport (the ambiguity rule applies to one that left),
+//     never the fatal answer of a server.
 //   - A method is idempotent when the call says so (WithCallOptions with
 //     interceptor.Idempotent), else the file's "idempotent", else its proto
 //     option or its Spec().IdempotencyLevel (IdempotencyNoSideEffects and

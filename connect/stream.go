@@ -439,10 +439,7 @@ func (a *attemptStream) finish(err error) error {
 		}
 		a.trailer = toMD(a.conn.ResponseTrailer(), 0)
 	} else {
-		ae := fromConnect(err)
-		if a.w.unsent(a.ctx, ae) {
-			ae = unsentFailure(ae)
-		}
+		ae := strayCancel(a.ctx, fromConnect(err))
 		a.end = ae
 		if a.gotMsg {
 			a.header = toMD(a.conn.ResponseHeader(), 0)

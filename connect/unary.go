@@ -75,10 +75,7 @@ func (u *unaryCall) invoke(ctx context.Context, _ string, _, _ any, _ *grpc.Clie
 		resp, w, err = u.send(ctx)
 	}
 	if err != nil {
-		ae := fromConnect(err)
-		if w.unsent(ctx, ae) {
-			ae = unsentFailure(ae)
-		}
+		ae := strayCancel(ctx, fromConnect(err))
 		if trailerAddr != nil {
 			*trailerAddr = w.trailer(ae)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"sync/atomic"
 	"testing"
 
@@ -21,14 +22,21 @@ import (
 // net/http fails a request it gave up on before writing it (connect-go
 // then says CANCELED, `Post "...": context canceled`, with neither the
 // attempt's nor the call's context done). The others go to next.
+// Those listed in written are failed so after their headers were written
+// (the request's trace hears WroteHeaders), as when another request's
+// cancellation closes the pooled HTTP/1.1 connection under it.
 type unsentTransport struct {
-	next http.RoundTripper
-	fail map[int64]bool
-	n    atomic.Int64
+	next          http.RoundTripper
+	fail, written map[int64]bool
+	n             atomic.Int64
 }
 
 func (t *unsentTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if t.fail[t.n.Add(1)] {
+	n := t.n.Add(1)
+	if t.fail[n] || t.written[n] {
+		if tr := httptrace.ContextClientTrace(r.Context()); t.written[n] && tr != nil && tr.WroteHeaders != nil {
+			tr.WroteHeaders()
+		}
 		if r.Body != nil {
 			_ = r.Body.Close()
 		}
@@ -38,12 +46,17 @@ func (t *unsentTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // unsentClient is a client of ts in protocol p through stagger's Client for
-// file, whose requests numbered in fail never leave it.
+// file, whose requests numbered in fail never leave it (-n: request n fails
+// after its headers were written).
 func unsentClient(t *testing.T, ts *testServer, p protocol, file string, fail ...int64) testingv1connect.TestServiceClient {
 	t.Helper()
-	tr := &unsentTransport{next: ts.client.Transport, fail: make(map[int64]bool)}
+	tr := &unsentTransport{next: ts.client.Transport, fail: make(map[int64]bool), written: make(map[int64]bool)}
 	for _, n := range fail {
-		tr.fail[n] = true
+		if n < 0 {
+			tr.written[-n] = true
+		} else {
+			tr.fail[n] = true
+		}
 	}
 	opts := append([]connect.ClientOption{connect.WithInterceptors(newClient(t, file))}, p.opts...)
 	return testingv1connect.NewTestServiceClient(&http.Client{Transport: tr}, ts.url, opts...)
@@ -150,5 +163,34 @@ func TestUnsentHedgeIsNotFatal(t *testing.T) {
 				t.Errorf("the server saw %d requests, want 3", got)
 			}
 		})
+	}
+}
+
+// TestStrayCancelAfterWriteIsUnavailable: a request whose headers were
+// written and that then fails with a context error no context of the call
+// explains (connect-go: CANCELED) is a lost transport to the policy,
+// UNAVAILABLE under the ambiguity rule (the methods are idempotent here:
+// retried), not the fatal CANCELED of a server; it is not sent again
+// transparently, for it may have reached the server.
+func TestStrayCancelAfterWriteIsUnavailable(t *testing.T) {
+	const file = `{"methodConfig": [{
+	  "name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
+	  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.002s",
+	    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+	for callName, c := range unsentCalls {
+		for _, p := range streamProtocols(c.bidi) {
+			t.Run(callName+"/"+p.name, func(t *testing.T) {
+				ts := newTestServer(t, p.h2c, nil)
+				client := unsentClient(t, ts, p, file, -1)
+				var rep interceptor.Report
+				ctx := staggerconnect.WithCallOptions(context.Background(), interceptor.WithReport(&rep))
+				if err := c.call(ctx, client, &testingv1.Script{Key: "k", ResponseCount: 2}); err != nil {
+					t.Fatal(err)
+				}
+				if rep.Attempts != 2 {
+					t.Errorf("report %v, want 2 attempts", &rep)
+				}
+			})
+		}
 	}
 }

@@ -190,15 +190,18 @@ func (w *wire) unsent(ctx context.Context, ae *attemptError) bool {
 	return !connect.IsWireError(ae.cerr) && !w.wrote.Load() && ctx.Err() == nil
 }
 
-// unsentFailure returns ae, an unsent failure (wire.unsent) not retried
-// transparently, as the engine is to see it: a context's code (connect-go
-// codes any error that wraps context.Canceled CANCELED) that no context of
-// the call explains is the transport's failure, UNAVAILABLE as grpc-go
-// reports a stream it could not start, never a fatal answer of a server
-// that never saw the request. Its trailer stays nil (wire.trailer): it
-// never left.
-func unsentFailure(ae *attemptError) *attemptError {
-	if c := ae.st.Code(); c != codes.Canceled && c != codes.DeadlineExceeded {
+// strayCancel returns ae, an attempt's failure, as the engine is to see it
+// when it is the client's own (not a wire error) with a context's code
+// while ctx, the attempt's context, is not done: connect-go codes any
+// error that wraps context.Canceled CANCELED, and a context error that no
+// context of the call explains is the transport's (net/http can end a
+// request with the cancellation of another request on a pooled HTTP/1.1
+// connection), UNAVAILABLE to the engine as a lost transport is
+// (transportLost), never the fatal answer of a server. Its trailer says
+// whether it left (wire.trailer): nil, it never did; empty, the ambiguity
+// rule decides.
+func strayCancel(ctx context.Context, ae *attemptError) *attemptError {
+	if c := ae.st.Code(); (c != codes.Canceled && c != codes.DeadlineExceeded) || connect.IsWireError(ae.cerr) || ctx.Err() != nil {
 		return ae
 	}
 	p := ae.st.Proto()
