@@ -72,7 +72,7 @@ func TestAmbiguousGiveUpIsLoud(t *testing.T) {
 			if strings.Contains(st.Message(), "stagger") {
 				t.Errorf("call %d: the status message %q is not the transport's", i, st.Message())
 			}
-			if !strings.Contains(err.Error(), "stagger: not retried") || !strings.Contains(err.Error(), st.Message()) {
+			if !strings.HasPrefix(err.Error(), "stagger: gave up: not retried: ") || !strings.HasSuffix(err.Error(), st.Err().Error()) {
 				t.Errorf("call %d: error %q does not say why it was not retried beside the status", i, err)
 			}
 		}

@@ -28,8 +28,15 @@
 //     false: a reset, a closed connection) after the request's headers were
 //     written may have run on the server, which sent no status; it is
 //     retried only for a method known to be idempotent or a call with an
-//     idempotency key. One made before the request left is retried as
-//     UNAVAILABLE always is.
+//     idempotency key. One made before the request left (a refused
+//     connection; a transport error that wraps context.Canceled though no
+//     context of the call ended, which connect-go codes CANCELED) is sent
+//     again at once, once per call, without counting an attempt, as
+//     grpc-go retries a stream that never reached the server. A context
+//     error that no context of the call explains, a second such failure
+//     or one after the headers were written, is UNAVAILABLE to the policy,
+//     a lost transport (the ambiguity rule applies to one that left),
+//     never the fatal answer of a server.
 //   - A method is idempotent when the call says so (WithCallOptions with
 //     interceptor.Idempotent), else the file's "idempotent", else its proto
 //     option or its Spec().IdempotencyLevel (IdempotencyNoSideEffects and
@@ -46,9 +53,14 @@
 //     one with that attempt's code, message, details and metadata as
 //     connect-go gave them (a lost transport stagger retried as
 //     UNAVAILABLE keeps connect-go's code), whose Unwrap reaches stagger's
-//     *interceptor.Error (attempts, reason, and the note on an ambiguous
-//     failure it did not retry; interceptor.Attempts works on it). When
-//     stagger decided the status (the caller left), its code and message.
+//     *interceptor.Error (attempts, reason; interceptor.Attempts works on
+//     it). When stagger decided the status (the caller left), its code and
+//     message. When stagger gave up on a failure it would otherwise retry
+//     (interceptor.Error's GaveUp), that *connect.Error comes wrapped in an
+//     error whose text says so, as interceptor.Error's does ("stagger: gave
+//     up: max retries exhausted: failed after 3 attempts: unavailable:
+//     down"): connect.CodeOf and errors.As find the *connect.Error, its
+//     message the server's, but a type assertion does not.
 //   - A stream's ResponseHeader and ResponseTrailer are those of the
 //     attempt it committed to, or of its last attempt once it ended, as
 //     connect-go's stream gives them: a failed attempt that sent headers

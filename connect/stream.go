@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
@@ -88,6 +89,14 @@ type retryConn struct {
 	startOnce sync.Once
 	cs        grpc.ClientStream
 	err       error
+	// transparent: an attempt whose request never left the client was
+	// opened again (attemptStream.reopen), which a call does once.
+	transparent atomic.Bool
+	// sendMu serializes the attempts' sending sides (Send, CloseRequest)
+	// and reopen. The engine sends on one attempt at a time already;
+	// reopen sends from an attempt's receiving side, and connect-go's
+	// every send writes to the caller's request (its HTTP method).
+	sendMu sync.Mutex
 
 	mu  sync.Mutex
 	cur *attemptStream
@@ -229,13 +238,27 @@ func streamErr(err error) error {
 // attemptStream is one attempt's Connect stream as the engine's
 // grpc.ClientStream.
 type attemptStream struct {
-	r    *retryConn
-	ctx  context.Context
+	r   *retryConn
+	ctx context.Context
+	// conn is the attempt's Connect stream, replaced only by reopen, which
+	// holds recvMu, the stream's sendMu and connMu: each holder reads it
+	// safely, and so does a reader after the attempt's Header or end.
 	conn connect.StreamingClientConn
 	w    wire
 
 	sendOnce sync.Once
 	sent     chan struct{}
+
+	// kept are the messages sent, and closeSent whether CloseRequest was,
+	// while the request had not left the client: reopen sends them again.
+	// Both are guarded by the stream's sendMu.
+	kept      []any
+	closeSent bool
+
+	// connMu guards conn's replacement against its closing: respClosed,
+	// the attempt's response was closed, and no reopen may follow.
+	connMu     sync.Mutex
+	respClosed bool
 
 	// recvMu serializes the receiving side (Receive, and Header's look
 	// ahead at the first message).
@@ -259,25 +282,98 @@ type attemptStream struct {
 // (criticality, idempotency key, grpc-previous-rpc-attempts).
 func (a *attemptStream) begin() {
 	a.sendOnce.Do(func() {
-		h := a.conn.RequestHeader()
-		for k, vs := range a.r.header {
-			h[k] = append(h[k], vs...)
-		}
-		if md, ok := metadata.FromOutgoingContext(a.ctx); ok {
-			addHeaders(h, md)
-		}
+		a.addHeaders(a.conn.RequestHeader())
 		close(a.sent)
 	})
 }
 
+// addHeaders adds the application's header and the engine's outgoing
+// metadata to h, a request's header.
+func (a *attemptStream) addHeaders(h http.Header) {
+	for k, vs := range a.r.header {
+		h[k] = append(h[k], vs...)
+	}
+	if md, ok := metadata.FromOutgoingContext(a.ctx); ok {
+		addHeaders(h, md)
+	}
+}
+
 func (a *attemptStream) SendMsg(m any) error {
 	a.begin()
+	a.r.sendMu.Lock()
+	defer a.r.sendMu.Unlock()
+	a.keep(m)
 	return attemptErr(a.conn.Send(m))
 }
 
 func (a *attemptStream) CloseSend() error {
 	a.begin()
+	a.r.sendMu.Lock()
+	defer a.r.sendMu.Unlock()
+	a.closeSent = true
 	return attemptErr(a.conn.CloseRequest())
+}
+
+// keep keeps m for reopen while the request has not left the client; once
+// it has, nothing is kept (the engine's replay buffer has the messages
+// until the stream commits).
+func (a *attemptStream) keep(m any) {
+	if a.w.wrote.Load() || a.r.transparent.Load() {
+		a.kept = nil
+		return
+	}
+	a.kept = append(a.kept, m)
+}
+
+// receive receives the next message into m from the attempt's stream. When
+// the stream failed before its request left the client (wire.unsent), it
+// is opened again, once per call (reopen), and receives from there: as
+// grpc-go retries a stream that never reached the server, transparently,
+// without counting an attempt. Without reopen, a failure connect-go coded
+// CANCELED would end a hedged stream as a fatal answer that no server gave.
+func (a *attemptStream) receive(m any) error {
+	err := a.conn.Receive(m)
+	if err != nil && !errors.Is(err, io.EOF) && a.reopen(err) {
+		err = a.conn.Receive(m)
+	}
+	return err
+}
+
+// reopen replaces the attempt's stream, which failed with err before its
+// request left the client, with a new one down the rest of the chain,
+// and sends on it what was sent on the old one. The caller holds recvMu.
+// It reports whether it did: not when err is another failure, the call
+// reopened once already, or the response was closed.
+func (a *attemptStream) reopen(err error) bool {
+	if !a.w.unsent(a.ctx, fromConnect(err)) || !a.r.transparent.CompareAndSwap(false, true) {
+		return false
+	}
+	a.begin()
+	a.r.sendMu.Lock()
+	defer a.r.sendMu.Unlock()
+	next := a.r.next(a.w.context(a.ctx), a.r.spec)
+	a.connMu.Lock()
+	if a.respClosed {
+		a.connMu.Unlock()
+		return false
+	}
+	old := a.conn
+	a.conn = next
+	a.connMu.Unlock()
+	_ = old.CloseResponse()
+	a.addHeaders(next.RequestHeader())
+	kept := a.kept
+	a.kept = nil
+	for _, m := range kept {
+		if err := next.Send(m); err != nil {
+			// The new stream's status is Receive's.
+			return true
+		}
+	}
+	if a.closeSent {
+		_ = next.CloseRequest()
+	}
+	return true
 }
 
 func (a *attemptStream) Context() context.Context { return a.ctx }
@@ -306,7 +402,7 @@ func (a *attemptStream) RecvMsg(m any) error {
 		if m == nil {
 			m = a.scratch()
 		}
-		err = a.conn.Receive(m)
+		err = a.receive(m)
 	}
 	if err != nil {
 		return a.finish(err)
@@ -343,7 +439,7 @@ func (a *attemptStream) finish(err error) error {
 		}
 		a.trailer = toMD(a.conn.ResponseTrailer(), 0)
 	} else {
-		ae := fromConnect(err)
+		ae := strayCancel(a.ctx, fromConnect(err))
 		a.end = ae
 		if a.gotMsg {
 			a.header = toMD(a.conn.ResponseHeader(), 0)
@@ -362,7 +458,13 @@ func (a *attemptStream) finish(err error) error {
 }
 
 func (a *attemptStream) closeResponse() {
-	a.closeOnce.Do(func() { _ = a.conn.CloseResponse() })
+	a.closeOnce.Do(func() {
+		a.connMu.Lock()
+		a.respClosed = true
+		c := a.conn
+		a.connMu.Unlock()
+		_ = c.CloseResponse()
+	})
 }
 
 // Header returns the attempt's response headers once its first message
@@ -393,7 +495,7 @@ func (a *attemptStream) Header() (metadata.MD, error) {
 	}
 	m := a.r.reply.New().Interface()
 	a.looked = true
-	if err := a.conn.Receive(m); err != nil {
+	if err := a.receive(m); err != nil {
 		a.aheadErr = err
 		return nil, nil
 	}

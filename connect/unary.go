@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
@@ -48,6 +49,10 @@ type unaryCall struct {
 	// grpc.Trailer): the engine leaves the returned attempt's there.
 	header, trailer metadata.MD
 
+	// transparent: a request that never left the client was sent again
+	// (invoke), which a call does once.
+	transparent atomic.Bool
+
 	mu   sync.Mutex
 	wins []win
 }
@@ -59,22 +64,18 @@ type win struct {
 }
 
 // invoke is the engine's invoker: one attempt, through the rest of the
-// Connect chain.
+// Connect chain. A request that never left the client (wire.unsent) is
+// sent again at once, once per call, inside the attempt: grpc-go's
+// transparent retry of a stream that never reached the server, which
+// does not count against maxAttempts either.
 func (u *unaryCall) invoke(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
 	headerAddr, trailerAddr := outputs(opts)
-	// Every attempt sends a copy: connect writes the request it sends (its
-	// HTTP method), and hedges run at once.
-	req, err := cloneRequest(u.req)
-	if err != nil {
-		return fromConnect(err)
+	resp, w, err := u.send(ctx)
+	if err != nil && w.unsent(ctx, fromConnect(err)) && u.transparent.CompareAndSwap(false, true) {
+		resp, w, err = u.send(ctx)
 	}
-	if md, ok := metadata.FromOutgoingContext(ctx); ok {
-		addHeaders(req.Header(), md)
-	}
-	var w wire
-	resp, err := u.next(w.context(ctx), req)
 	if err != nil {
-		ae := fromConnect(err)
+		ae := strayCancel(ctx, fromConnect(err))
 		if trailerAddr != nil {
 			*trailerAddr = w.trailer(ae)
 		}
@@ -96,6 +97,23 @@ func (u *unaryCall) invoke(ctx context.Context, _ string, _, _ any, _ *grpc.Clie
 	u.wins = append(u.wins, win{header: reflect.ValueOf(header).Pointer(), resp: resp})
 	u.mu.Unlock()
 	return nil
+}
+
+// send sends the caller's request once, down the rest of the chain, with
+// the engine's outgoing metadata; w is its wire facts.
+func (u *unaryCall) send(ctx context.Context) (resp connect.AnyResponse, w *wire, err error) {
+	w = new(wire)
+	// Every send is a copy: connect writes the request it sends (its HTTP
+	// method), and hedges run at once.
+	req, err := cloneRequest(u.req)
+	if err != nil {
+		return nil, w, err
+	}
+	if md, ok := metadata.FromOutgoingContext(ctx); ok {
+		addHeaders(req.Header(), md)
+	}
+	resp, err = u.next(w.context(ctx), req)
+	return resp, w, err
 }
 
 // response returns the response of the attempt the engine returned: the one

@@ -16,10 +16,13 @@ import (
 
 	"connectrpc.com/connect"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/stagger-go/stagger/interceptor"
 )
 
 // This file translates between Connect and the engine's grpc-go shapes: an
@@ -80,10 +83,11 @@ func transportLost(cerr *connect.Error) bool {
 // *interceptor.Error: attempts, reason). When the engine ended the call on
 // an attempt's failure (the status is that attempt's), the caller's error
 // has that attempt's code, message, details and metadata as connect-go gave
-// them, so that a call stagger retried reads as one that never failed
-// (stagger's note on an ambiguous failure is the *interceptor.Error's
-// Error, not the message); when the engine decided the status (the caller
-// left, a refusal before any attempt), its code and message.
+// them, so that a call stagger retried reads as one that never failed;
+// when the engine decided the status (the caller left, a refusal before
+// any attempt), its code and message. When stagger gave up
+// (interceptor.Error's GaveUp), that *connect.Error comes inside a
+// *gaveUpError, whose text says so.
 func toConnect(err error) error {
 	var ae *attemptError
 	inner := errors.As(err, &ae)
@@ -91,18 +95,49 @@ func toConnect(err error) error {
 		return ae.cerr
 	}
 	st := status.Convert(err)
+	var out *connect.Error
 	if !inner || st.Code() != ae.st.Code() {
-		return connect.NewError(connect.Code(st.Code()), &engineError{msg: st.Message(), err: err})
+		out = connect.NewError(connect.Code(st.Code()), &engineError{msg: st.Message(), err: err})
+	} else {
+		out = connect.NewError(ae.cerr.Code(), &engineError{msg: ae.cerr.Message(), err: err})
+		for _, d := range ae.cerr.Details() {
+			out.AddDetail(d)
+		}
+		for k, vs := range ae.cerr.Meta() {
+			out.Meta()[k] = vs
+		}
 	}
-	out := connect.NewError(ae.cerr.Code(), &engineError{msg: ae.cerr.Message(), err: err})
-	for _, d := range ae.cerr.Details() {
-		out.AddDetail(d)
-	}
-	for k, vs := range ae.cerr.Meta() {
-		out.Meta()[k] = vs
+	var ie *interceptor.Error
+	if errors.As(err, &ie) && ie.GaveUp() {
+		// The engine's text of the last attempt's error is the message
+		// alone (attemptError.Error); the caller's is connect-go's, with
+		// the code in front.
+		return &gaveUpError{cerr: out, text: strings.TrimSuffix(ie.Error(), ie.Err.Error()) + out.Error()}
 	}
 	return out
 }
+
+// gaveUpError is the caller's error of a call stagger gave up on
+// (interceptor.Error's GaveUp). Its Error says that it gave up, after how
+// many attempts and why, then gives connect-go's text of the last
+// attempt's error, as interceptor.Error does for a gRPC call:
+//
+//	stagger: gave up: max retries exhausted: failed after 3 attempts: unavailable: payments: down
+//
+// A *connect.Error's text is its code and its message, and the message is
+// what the server sent, which must stay as it was (a Connect client
+// compares it as a gRPC client compares the status): so the caller's error
+// wraps the *connect.Error, which connect.CodeOf and errors.As find with
+// the server's code, message, details and metadata unchanged. A call that
+// ends on the server's own non-retryable answer gets the *connect.Error
+// itself, its text as without stagger.
+type gaveUpError struct {
+	cerr *connect.Error
+	text string
+}
+
+func (e *gaveUpError) Error() string { return e.text }
+func (e *gaveUpError) Unwrap() error { return e.cerr }
 
 // engineError is the engine's final error under the *connect.Error toConnect
 // returns: msg is the message the caller sees.
@@ -144,6 +179,34 @@ func (w *wire) trailer(ae *attemptError) metadata.MD {
 		return metadata.MD{}
 	}
 	return nil
+}
+
+// unsent reports whether ae, an attempt's failure, is the client's own
+// before the attempt's request left it (no status from a server, no
+// header written) while ctx, the attempt's context, is not done: the
+// transport failed it (a refused connection, a request net/http ended
+// itself), not the server, not the caller.
+func (w *wire) unsent(ctx context.Context, ae *attemptError) bool {
+	return !connect.IsWireError(ae.cerr) && !w.wrote.Load() && ctx.Err() == nil
+}
+
+// strayCancel returns ae, an attempt's failure, as the engine is to see it
+// when it is the client's own (not a wire error) with a context's code
+// while ctx, the attempt's context, is not done: connect-go codes any
+// error that wraps context.Canceled CANCELED, and a context error that no
+// context of the call explains is the transport's (net/http can end a
+// request with the cancellation of another request on a pooled HTTP/1.1
+// connection), UNAVAILABLE to the engine as a lost transport is
+// (transportLost), never the fatal answer of a server. Its trailer says
+// whether it left (wire.trailer): nil, it never did; empty, the ambiguity
+// rule decides.
+func strayCancel(ctx context.Context, ae *attemptError) *attemptError {
+	if c := ae.st.Code(); (c != codes.Canceled && c != codes.DeadlineExceeded) || connect.IsWireError(ae.cerr) || ctx.Err() != nil {
+		return ae
+	}
+	p := ae.st.Proto()
+	p.Code = int32(codes.Unavailable)
+	return &attemptError{cerr: ae.cerr, st: status.FromProto(p)}
 }
 
 // toMD returns h as metadata (lower-case keys; binary values decoded), with

@@ -86,7 +86,8 @@
 // The final error of a call stagger ran is an *Error: its GRPCStatus is the
 // last attempt's status unchanged, and Attempts(err) reads the number of
 // attempts. Error.GaveUp says whether stagger gave up on a failure it would
-// otherwise have retried; stagger's server side (package server) then
+// otherwise have retried, and its text then says so (Error.Error has the
+// words); stagger's server side (package server) then
 // answers the request being served with gRFC A6's "do not retry", so that
 // the layers above do not retry what this one already did.
 //

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/status"
@@ -24,24 +25,72 @@ type Error struct {
 	Err error
 }
 
-// Error returns the last attempt's message, as grpc-go formats it. When
-// stagger did not retry an ambiguous failure (policy.ReasonAmbiguous), it
-// adds why: the status alone (UNAVAILABLE, a code the file may well list)
-// does not say that the call was not retried on purpose. GRPCStatus keeps
-// the server's message unchanged either way. Other reasons are not added:
-// programs compare err.Error() with what grpc-go gives (grpc-go's own
-// interop case DoSpecialStatusMessage does), so the text stays grpc-go's;
-// the Report (Report.String), the log and the Error's fields say why.
+// Error returns the last attempt's message, as grpc-go formats it, for a
+// call that ended on an answer stagger does not retry (the server's
+// non-retryable status, a committed attempt, the caller's own end): the
+// same text as without stagger, which programs compare (grpc-go's interop
+// case special_status_message does). When stagger gave up (GaveUp), it says
+// so in front, with the attempts and the reason in a few words:
+//
+//	stagger: gave up: max retries exhausted: failed after 3 attempts: rpc error: code = Unavailable desc = payments: down
+//	stagger: gave up: backend down past the calls' deadlines: failed after 1 attempt: rpc error: ...
+//	stagger: gave up: circuit breaker open: no attempt made: rpc error: ...
+//
+// Where grpc-go's own retry gives up for the same reason (no attempt left)
+// the text after "stagger: gave up: " is grpc-go's, so a search of logs for
+// grpc-go's "max retries exhausted" finds stagger's too. GRPCStatus keeps
+// the server's status (code, message, details) unchanged either way, where
+// grpc-go's wrapped error puts its whole text in the status message.
 func (e *Error) Error() string {
-	if e.Reason == policy.ReasonAmbiguous {
-		return e.Err.Error() + ambiguousNote
+	words := giveUpWords(e.Reason)
+	if words == "" {
+		return e.Err.Error()
 	}
-	return e.Err.Error()
+	var after string
+	switch e.Attempts {
+	case 0: // the breaker or throttling refused the first attempt
+		after = "no attempt made"
+	case 1:
+		after = "failed after 1 attempt"
+	default:
+		after = "failed after " + strconv.Itoa(e.Attempts) + " attempts"
+	}
+	return "stagger: gave up: " + words + ": " + after + ": " + e.Err.Error()
 }
 
-// ambiguousNote is what Error adds to a call ended as ambiguous.
-const ambiguousNote = " (stagger: not retried: the request may have run on the server, which sent no status, " +
-	"and the method is not known to be idempotent; mark it idempotent or send an idempotency key)"
+// giveUpWords says in a few words why stagger gave up for reason r, or ""
+// when r is not a give-up (GaveUp).
+func giveUpWords(r policy.Reason) string {
+	switch r {
+	case policy.ReasonAttempts:
+		return "max retries exhausted" // grpc-go's words (stream.go, shouldRetry)
+	case policy.ReasonBudget:
+		return "retry budget spent"
+	case policy.ReasonDeferred:
+		return "retry budget spent, no admission before the deadline"
+	case policy.ReasonOutage:
+		return "backend down past the calls' deadlines"
+	case policy.ReasonBreaker:
+		return "circuit breaker open"
+	case policy.ReasonThrottled:
+		return "throttled by the client"
+	case policy.ReasonDeadline:
+		return "no retry fits before the deadline"
+	case policy.ReasonPushback:
+		return "the server's pushback says stop"
+	case policy.ReasonRetriedRequest:
+		return "the request being served is a retry: retried at one layer"
+	case policy.ReasonAmbiguous:
+		return ambiguousNote
+	}
+	return ""
+}
+
+// ambiguousNote is why stagger gave up on an ambiguous failure: the status
+// alone (UNAVAILABLE, a code the file may well list) does not say that the
+// call was not retried on purpose, nor what to do.
+const ambiguousNote = "not retried: the request may have run on the server, which sent no status, " +
+	"and the method is not known to be idempotent (mark it idempotent or send an idempotency key)"
 
 // Unwrap returns the last attempt's error.
 func (e *Error) Unwrap() error { return e.Err }
@@ -59,15 +108,7 @@ func (e *Error) GRPCStatus() *status.Status { return status.Convert(e.Err) }
 // cancellation. stagger's server side (package server) answers its caller
 // with "do not retry" (gRFC A6's negative pushback) when a handler returns
 // such an error, so that layers above do not retry what this one already did.
-func (e *Error) GaveUp() bool {
-	switch e.Reason {
-	case policy.ReasonAttempts, policy.ReasonBudget, policy.ReasonDeferred, policy.ReasonBreaker,
-		policy.ReasonThrottled, policy.ReasonDeadline, policy.ReasonAmbiguous, policy.ReasonPushback,
-		policy.ReasonRetriedRequest, policy.ReasonOutage:
-		return true
-	}
-	return false
-}
+func (e *Error) GaveUp() bool { return giveUpWords(e.Reason) != "" }
 
 // Attempts returns the number of attempts stagger made for the call that
 // returned err, or 0 when err does not come from stagger: nil (a success,

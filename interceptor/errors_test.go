@@ -3,6 +3,9 @@ package interceptor
 import (
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -21,5 +24,43 @@ func TestGaveUp(t *testing.T) {
 	}
 	if policy.ReasonRetriedRequest.String() != "retried request" {
 		t.Errorf("ReasonRetriedRequest prints %q", policy.ReasonRetriedRequest)
+	}
+}
+
+// TestErrorText: Error() is the last attempt's text for every reason that is
+// not a give-up, and for a give-up says so, with the attempts and the
+// reason; GRPCStatus is the server's status either way.
+func TestErrorText(t *testing.T) {
+	last := status.Error(codes.Unavailable, "payments: down")
+	const text = "rpc error: code = Unavailable desc = payments: down"
+	want := map[policy.Reason]string{
+		policy.ReasonAttempts:       "stagger: gave up: max retries exhausted: failed after 3 attempts: " + text,
+		policy.ReasonBudget:         "stagger: gave up: retry budget spent: failed after 3 attempts: " + text,
+		policy.ReasonDeferred:       "stagger: gave up: retry budget spent, no admission before the deadline: failed after 3 attempts: " + text,
+		policy.ReasonOutage:         "stagger: gave up: backend down past the calls' deadlines: failed after 3 attempts: " + text,
+		policy.ReasonBreaker:        "stagger: gave up: circuit breaker open: failed after 3 attempts: " + text,
+		policy.ReasonThrottled:      "stagger: gave up: throttled by the client: failed after 3 attempts: " + text,
+		policy.ReasonDeadline:       "stagger: gave up: no retry fits before the deadline: failed after 3 attempts: " + text,
+		policy.ReasonPushback:       "stagger: gave up: the server's pushback says stop: failed after 3 attempts: " + text,
+		policy.ReasonRetriedRequest: "stagger: gave up: the request being served is a retry: retried at one layer: failed after 3 attempts: " + text,
+		policy.ReasonAmbiguous:      "stagger: gave up: " + ambiguousNote + ": failed after 3 attempts: " + text,
+	}
+	for r := policy.ReasonNone; r <= policy.ReasonReplyType; r++ {
+		e := &Error{Attempts: 3, Reason: r, Err: last}
+		w, ok := want[r]
+		if !ok {
+			w = text
+		}
+		if got := e.Error(); got != w {
+			t.Errorf("reason %v: Error() = %q, want %q", r, got, w)
+		}
+		if st, ok := status.FromError(e); !ok || st.Code() != codes.Unavailable || st.Message() != "payments: down" {
+			t.Errorf("reason %v: status.FromError = %v, %v, want the last attempt's", r, st, ok)
+		}
+	}
+	for n, w := range map[int]string{0: "no attempt made", 1: "failed after 1 attempt", 2: "failed after 2 attempts"} {
+		if got := (&Error{Attempts: n, Reason: policy.ReasonBreaker, Err: last}).Error(); got != "stagger: gave up: circuit breaker open: "+w+": "+text {
+			t.Errorf("%d attempts: Error() = %q", n, got)
+		}
 	}
 }

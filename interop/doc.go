@@ -16,7 +16,11 @@
 // after two of the four messages, which the client must resume from the
 // last message it received. A pattern that injected nothing fails its
 // case, except in the three cases whose calls end before the server's
-// interceptors run.
+// interceptors run. One case is stagger's own, stagger_gave_up: calls whose
+// every attempt fails, which stagger gives up on, whose error must say so
+// (interceptor.Error) and keep the server's status; grpc-go's
+// status_code_and_message and special_status_message check that a call
+// ending on the server's non-retryable answer prints grpc-go's text.
 //
 // It is a module of its own so that the core module does not require the
 // interop package's dependencies. Its go.mod requires the oldest grpc-go

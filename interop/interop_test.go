@@ -2,9 +2,11 @@ package interop
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/grpclog"
 	"google.golang.org/grpc/interop"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -170,6 +173,59 @@ var cases = map[string]func(ctx context.Context, cc *grpc.ClientConn){
 	"unimplemented_service": func(ctx context.Context, cc *grpc.ClientConn) {
 		interop.DoUnimplementedService(ctx, testgrpc.NewUnimplementedServiceClient(cc))
 	},
+	// Not grpc-go's: calls stagger gives up on (gaveUp). grpc-go's
+	// status_code_and_message and special_status_message check that a
+	// call ending on the server's non-retryable answer prints grpc-go's
+	// text unchanged; this one checks the text of a give-up.
+	"stagger_gave_up": doGaveUp,
+}
+
+// gaveUpText is the text of a call stagger gave up on: what it gave up on,
+// after how many attempts, then the last attempt's error as grpc-go prints
+// it (interceptor.Error).
+var gaveUpText = regexp.MustCompile(`^stagger: gave up: ([^:]+): failed after ([1-4]) attempts?: (rpc error: code = Unavailable desc = .*)$`)
+
+// doGaveUp makes a unary call and a bidi stream whose every attempt the
+// server fails with UNAVAILABLE (interop's EchoStatus): stagger retries or
+// hedges each until its attempts or its budget run out, and gives up.
+// Each error must say so (gaveUpText), with the attempts stagger counted,
+// the last attempt's text as grpc-go prints it, and the server's status
+// unchanged under status.FromError. It ends the process (grpclog.Fatal, as
+// grpc-go's cases do) when a check fails.
+func doGaveUp(ctx context.Context, cc *grpc.ClientConn) {
+	tc := testgrpc.NewTestServiceClient(cc)
+	down := &testgrpc.EchoStatus{Code: int32(codes.Unavailable), Message: "interop: always down"}
+	_, unaryErr := tc.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseStatus: down})
+	streamErr := func() error {
+		stream, err := tc.FullDuplexCall(ctx)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&testgrpc.StreamingOutputCallRequest{ResponseStatus: down}); err != nil {
+			return err
+		}
+		_, err = stream.Recv()
+		return err
+	}()
+	for what, err := range map[string]error{"UnaryCall": unaryErr, "FullDuplexCall": streamErr} {
+		var e *interceptor.Error
+		if !errors.As(err, &e) || !e.GaveUp() {
+			grpclog.Fatalf("%s: error %v, want one stagger gave up on", what, err)
+		}
+		st, ok := status.FromError(err)
+		m := gaveUpText.FindStringSubmatch(err.Error())
+		switch {
+		case m == nil:
+			grpclog.Fatalf("%s: Error() = %q, want it to say stagger gave up", what, err)
+		case m[2] != strconv.Itoa(e.Attempts):
+			grpclog.Fatalf("%s: Error() = %q says %s attempts, stagger made %d", what, err, m[2], e.Attempts)
+		case !ok || st.Code() != codes.Unavailable || m[3] != st.Err().Error() || strings.Contains(st.Message(), "stagger"):
+			grpclog.Fatalf("%s: status.FromError = %v, %v; Error() = %q: want the last attempt's status, unchanged", what, st, ok, err)
+		}
+		if e.Attempts > 1 && st.Message() != down.Message && !strings.HasPrefix(st.Message(), "interop: ") {
+			grpclog.Fatalf("%s: status message %q, want the server's", what, st.Message())
+		}
+	}
 }
 
 const (
@@ -242,8 +298,14 @@ func TestInteropCase(t *testing.T) {
 	if !ok || !okCfg || !okPat {
 		t.Fatalf("unknown case %q, config %q or pattern %q", name, os.Getenv(envConfig), os.Getenv(envPattern))
 	}
-	if pat.throttle {
+	switch {
+	case pat.throttle:
 		cfgText = strings.Replace(cfgText, `{"methodConfig"`, `{"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}, "methodConfig"`, 1)
+	case name == "stagger_gave_up":
+		// A throttle never defers a retry: stagger gives up as soon as
+		// the attempts run out, whatever the Gate of the default budget
+		// would make of a backend whose every attempt fails.
+		cfgText = strings.Replace(cfgText, `{"methodConfig"`, `{"retryThrottling": {"maxTokens": 1000, "tokenRatio": 1}, "methodConfig"`, 1)
 	}
 	cfg, err := policy.ParseConfig([]byte(cfgText))
 	if err != nil {
