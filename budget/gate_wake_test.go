@@ -58,16 +58,20 @@ func TestGateFailureInAnOutageWakesNobody(t *testing.T) {
 		// News that lets some go wakes those, not everyone (every
 		// waiter polled on every success): the server is back, and the
 		// held retries go back one at a time, each woken when it may.
+		time.Sleep(time.Second) // the outage lasts a second: the held calls go back at its pace
+		synctest.Wait()
 		before = g.pollCount()
 		g.Record(Attempt{Number: 1, Outcome: Success})
 		synctest.Wait()
 		if woke := g.pollCount() - before; woke > 10 {
 			t.Errorf("a success woke %d of 1,000 waiters, want 10 at most", woke)
 		}
+		// Their deadlines an hour away, they go back spread over it, and
+		// the release credits (one a second) send one within the second.
 		before = g.State().DeferAdmitted
-		time.Sleep(time.Second)
+		time.Sleep(1500 * time.Millisecond)
 		if went := g.State().DeferAdmitted - before; went == 0 {
-			t.Error("no held retry went back in the second after the server's return")
+			t.Error("no held retry went back in the 1.5 s after the server's return")
 		}
 		cancel()
 		wg.Wait()
