@@ -75,13 +75,13 @@ func (p *releasePace) answered(took time.Duration, ok bool) {
 
 // backAfter is when w, held through the outage that ended at backAt, goes
 // back: its own pause after it, and its spread's share of what its
-// deadline leaves before its last chance at lead.
+// deadline leaves before its last chance at lead, tune.BackSpreadMax at most.
 func (p *releasePace) backAfter(w *waiterView, lead time.Duration) time.Time {
 	at := p.backAt.Add(w.pause)
 	if w.deadline.IsZero() {
 		return at // the back pace alone spaces calls without a deadline
 	}
-	if room := w.deadline.Add(-lead).Sub(at); room > 0 {
+	if room := min(w.deadline.Add(-lead).Sub(at), tune.BackSpreadMax); room > 0 {
 		at = at.Add(time.Duration(w.spread * float64(room)))
 	}
 	return at

@@ -58,6 +58,10 @@ const (
 	// pace and waited out MaxWait (issue 55, the orders scenario under
 	// -race); a queue at a lab server shows as whole 20 ms service times.
 	BackSlack = 25 * time.Millisecond
+	// BackSpreadMax: a call with a deadline goes back at a random share of
+	// what its deadline leaves, a second at most: spread over an hour's
+	// deadline, a held call waited up to an hour past the server's return.
+	BackSpreadMax = time.Second
 	// MaxBackEvery bounds how slow the back pace gets.
 	MaxBackEvery = time.Second
 	// FutileFactor: once an outage outlived the longest wait of its
