@@ -125,20 +125,22 @@ func heldThrough(pause time.Duration, deadline time.Time) waiterView {
 
 // The release rule, after an outage: a wait held through it whose call has a
 // deadline goes back its pause after the recovery and then the share it
-// drew of what its deadline leaves before its last chance: the calls held
-// together go back spread over that time, not together.
+// drew of what its deadline leaves before its last chance, a second at
+// most: the calls held together go back spread over that time, not
+// together, and none long after the server's return.
 func TestGateBackSpread(t *testing.T) {
 	const pause = 100 * time.Millisecond
 	deadline := t0.Add(2 * time.Second)
 	s := stateIn(phaseRecovering) // back at t0; draws 0.5
-	lastChance := deadline.Add(-s.slot.lead())
 	for _, tc := range []struct {
 		w    waiterView
 		want time.Time
 	}{
 		{heldThrough(pause, deadline), t0.Add(pause)},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.5}, t0.Add(pause + lastChance.Sub(t0.Add(pause))/2)},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, lastChance},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.5}, t0.Add(pause + tune.BackSpreadMax/2)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(pause + tune.BackSpreadMax)},
+		// A short deadline: the share of what it leaves before its last chance.
+		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-s.slot.lead())},
 	} {
 		w := tc.w
 		if got := s.pace.backAfter(&w, s.slot.lead()); got.Sub(tc.want).Abs() > 10*time.Microsecond {
