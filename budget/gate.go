@@ -39,9 +39,9 @@ import (
 //     first attempts and those probes find the backend's return.
 //   - Once it serves again, held calls go back at the back pace: from 0.4
 //     times the pace their retries came at, quickening by a fifth with each
-//     answer as fast as the fastest, halving with a slow or failed one (a
-//     backend with room to spare has them all back within about a second);
-//     a call with a deadline at a random share of what its deadline leaves.
+//     answer as fast as the fastest, halving with a failed one (a backend
+//     with room to spare has them all back within about a second; a call
+//     with a deadline at a random share of it, a second at most).
 //     Other waits go on credits, one a second and a share of each success
 //     (release). A retry a circuit breaker guards goes only when it allows
 //     (guard). The most critical goes first; a full room evicts the least
