@@ -1,0 +1,126 @@
+//go:build go1.25
+
+package stagger_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/stagger-go/stagger/interceptor"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+)
+
+// What a caller of a retried or hedged call sees is one attempt's: its
+// status, headers, trailer and peer, never a mix (the rule is in package
+// interceptor's doc). These tests answer each attempt from a script and tag
+// everything an attempt sends with its number.
+
+// attemptNumber is the attempt's number as the client numbered it.
+func attemptNumber(ctx context.Context) int {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("grpc-previous-rpc-attempts"); len(v) == 1 {
+		p, _ := strconv.Atoi(v[0])
+		return p + 1
+	}
+	return 1
+}
+
+// attemptStep is how the scripted server answers one attempt: after
+// delay, headers (x-attempt) when headers is set, then, unless hang (the
+// attempt waits for its cancellation), its end with code (a message naming
+// the attempt) and its trailer (x-attempt-trailer).
+type attemptStep struct {
+	delay   time.Duration
+	headers bool
+	hang    bool
+	code    codes.Code
+}
+
+// scriptedUnary answers each unary attempt from steps, by its number, in
+// place of the handler.
+func scriptedUnary(steps map[int]attemptStep) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, _ any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+		n := attemptNumber(ctx)
+		st := steps[n]
+		s := strconv.Itoa(n)
+		time.Sleep(st.delay)
+		if st.headers {
+			_ = grpc.SendHeader(ctx, metadata.Pairs("x-attempt", s))
+		}
+		if st.hang {
+			<-ctx.Done()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("x-attempt-trailer", s))
+		if st.code == codes.OK {
+			return &testingv1.GetResponse{Reply: &testingv1.Reply{Attempt: int32(n)}}, nil
+		}
+		return nil, status.Error(st.code, "attempt "+s)
+	}
+}
+
+// A failed hedged unary call gives the caller the status, headers and
+// trailer of the attempt whose failure ended it, none of another's: attempt
+// 1 wrote straight into the caller's holders, and the call ended with the
+// last attempt's status beside them.
+func TestHedgeFailureShowsOneAttempt(t *testing.T) {
+	tests := []struct {
+		name        string
+		steps       map[int]attemptStep
+		wantMsg     string
+		wantHeader  []string
+		wantTrailer []string
+	}{
+		{
+			// Attempt 1 fails UNAVAILABLE at 10 ms; the hedge, sent at once,
+			// fails UNAVAILABLE too and ends the call.
+			name: "both non-fatal",
+			steps: map[int]attemptStep{
+				1: {delay: 10 * time.Millisecond, code: codes.Unavailable},
+				2: {delay: 10 * time.Millisecond, code: codes.Unavailable},
+			},
+			wantMsg: "attempt 2", wantTrailer: []string{"2"},
+		},
+		{
+			// Attempt 1 sends headers and hangs; the hedge, at 100 ms,
+			// fails INTERNAL (fatal) before it committed.
+			name: "hedge fatal beside headers",
+			steps: map[int]attemptStep{
+				1: {headers: true, hang: true},
+				2: {code: codes.Internal},
+			},
+			wantMsg: "attempt 2", wantTrailer: []string{"2"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := testserver.New(testserver.WithServerOptions(grpc.ChainUnaryInterceptor(scriptedUnary(tt.steps))))
+				t.Cleanup(srv.Close)
+				cc := srv.ClientConn(t, grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(
+					interceptor.WithConfig(hedgeConfig(t, 2, 100*time.Millisecond, "")))), grpc.WithDisableRetry())
+				header, trailer := metadata.Pairs("stale", "x"), metadata.Pairs("stale", "x")
+				_, err := testingv1.NewTestServiceClient(cc).Get(context.Background(), &testingv1.GetRequest{}, grpc.Header(&header), grpc.Trailer(&trailer))
+				if got := status.Convert(err).Message(); got != tt.wantMsg {
+					t.Errorf("status %v, want %q", err, tt.wantMsg)
+				}
+				if got := header.Get("x-attempt"); !slices.Equal(got, tt.wantHeader) || len(header.Get("stale")) > 0 {
+					t.Errorf("grpc.Header = %v, want x-attempt %q", header, tt.wantHeader)
+				}
+				if got := trailer.Get("x-attempt-trailer"); !slices.Equal(got, tt.wantTrailer) || len(trailer.Get("stale")) > 0 {
+					t.Errorf("grpc.Trailer = %v, want x-attempt-trailer %q", trailer, tt.wantTrailer)
+				}
+			})
+		})
+	}
+}
