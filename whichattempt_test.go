@@ -124,3 +124,44 @@ func TestHedgeFailureShowsOneAttempt(t *testing.T) {
 		})
 	}
 }
+
+// A retried stream whose next attempt fails to open (an interceptor below
+// stagger refuses it, INTERNAL) ends with that failure, and the caller sees
+// that attempt's metadata (none), not the trailer of the attempt before:
+// Trailer and the caller's grpc.Trailer showed attempt 1's.
+func TestStreamFailedOpenShowsItsAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		failFirst := func(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
+			ss.SetTrailer(metadata.Pairs("x-attempt-trailer", strconv.Itoa(attemptNumber(ss.Context()))))
+			return status.Error(codes.Unavailable, "attempt 1")
+		}
+		refuseSecond := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get("grpc-previous-rpc-attempts")) > 0 {
+				return nil, status.Error(codes.Internal, "attempt 2 refused below stagger")
+			}
+			return streamer(ctx, desc, cc, method, opts...)
+		}
+		srv := testserver.New(testserver.WithServerOptions(grpc.ChainStreamInterceptor(failFirst)))
+		t.Cleanup(srv.Close)
+		cc := srv.ClientConn(t, grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(
+			interceptor.WithConfig(parse(t, fastRetryFile))), refuseSecond), grpc.WithDisableRetry())
+		var trailer metadata.MD
+		st, err := testingv1.NewTestServiceClient(cc).ListItems(context.Background(), &testingv1.ListItemsRequest{}, grpc.Trailer(&trailer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.Recv()
+		if s := status.Convert(err); s.Code() != codes.Internal {
+			t.Fatalf("Recv: %v, want attempt 2's INTERNAL", err)
+		}
+		if got := st.Trailer(); len(got) != 0 {
+			t.Errorf("Trailer() = %v, want none (attempt 2 never opened)", got)
+		}
+		if len(trailer) != 0 {
+			t.Errorf("grpc.Trailer = %v, want none (attempt 2 never opened)", trailer)
+		}
+		if md, err := st.Header(); md != nil || err != nil {
+			t.Errorf("Header() = %v, %v; want nil, nil", md, err)
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -286,6 +287,7 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	if err != nil {
 		err, timedOut = attemptOutcome(s.callCtx, err, s.c.stopTimer(a.timer))
 		a.end()
+		a.cs = unopened{ctx: a.ctx, err: err}
 		return timedOut, err
 	}
 	a.cs = cs
@@ -300,20 +302,23 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 // replayed on it (over false), or the call is over with final (nil after
 // success).
 func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (over bool, final error) {
+	// last is the attempt that ended last here, nil while it is the one
+	// the caller saw end.
+	var last *streamAttempt
 	for {
 		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
 		if !retry {
-			return true, s.c.finish(err)
+			return s.over(last, s.c.finish(err))
 		}
 		if rerr := s.prepareResume(err); rerr != nil {
-			return true, rerr
+			return s.over(last, rerr)
 		}
 		if perr := s.c.pause(s.callCtx, pause, err); perr != nil {
-			return true, perr
+			return s.over(last, perr)
 		}
 		s.c.resume = false
 		a := new(streamAttempt)
-		trailer = nil
+		last, trailer = a, nil
 		if timedOut, err = s.open(a); err != nil {
 			committed = s.overflowed()
 			continue
@@ -328,6 +333,55 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 		a.end()
 	}
 }
+
+// over ends retryAfter's loop with final; last, when not nil, is the
+// attempt that ended last there (showEnded).
+func (s *retryStream) over(last *streamAttempt, final error) (bool, error) {
+	if last != nil {
+		s.showEnded(last)
+	}
+	return true, final
+}
+
+// showEnded makes a, an attempt whose failure to open or to replay ends
+// the call, the one the caller sees: Header, Trailer and the caller's
+// grpc.Header, Trailer and Peer holders (grpc writes these when an attempt
+// it opened ends: never for one that did not open) are a's, not those of
+// the attempt before it.
+func (s *retryStream) showEnded(a *streamAttempt) {
+	s.mu.Lock()
+	s.cur = a
+	s.mu.Unlock()
+	if _, ok := a.cs.(unopened); !ok {
+		return
+	}
+	for _, o := range s.opts {
+		switch v := o.(type) {
+		case grpc.HeaderCallOption:
+			*v.HeaderAddr = nil
+		case grpc.TrailerCallOption:
+			*v.TrailerAddr = nil
+		case grpc.PeerCallOption:
+			*v.PeerAddr = peer.Peer{}
+		}
+	}
+}
+
+// unopened stands for the grpc stream of an attempt that did not open
+// (the streamer failed with err): it has no headers, no trailer and no
+// messages.
+type unopened struct {
+	grpc.ClientStream
+	ctx context.Context
+	err error
+}
+
+func (u unopened) Header() (metadata.MD, error) { return nil, nil }
+func (u unopened) Trailer() metadata.MD         { return nil }
+func (u unopened) CloseSend() error             { return nil }
+func (u unopened) Context() context.Context     { return u.ctx }
+func (u unopened) SendMsg(any) error            { return io.EOF }
+func (u unopened) RecvMsg(any) error            { return u.err }
 
 func (s *retryStream) overflowed() bool {
 	s.mu.Lock()
