@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/stagger-go/stagger"
 	"github.com/stagger-go/stagger/interceptor"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
@@ -162,6 +163,65 @@ func TestStreamFailedOpenShowsItsAttempt(t *testing.T) {
 		}
 		if md, err := st.Header(); md != nil || err != nil {
 			t.Errorf("Header() = %v, %v; want nil, nil", md, err)
+		}
+	})
+}
+
+// grpc-go's interop case status_code_and_message under a hedging policy
+// (hedgingDelay 5 ms, UNAVAILABLE non-fatal) with stagger's default
+// budget: every call's first attempt fails UNAVAILABLE 30 ms after it
+// arrives, and any later attempt reaches the handler, which ends it with
+// UNKNOWN. Once the process's first call spent the budget's one retry, a
+// hedge refused while the first attempt ran stopped hedging for the call,
+// and that attempt's late UNAVAILABLE ended it (the FullDuplexCall half
+// returned it); the hedge is held instead, and goes as a retry once
+// nothing is in flight, waiting in the Gate as a retry does.
+func TestHedgeRefusedWhileInFlightRetriesLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		unary := func(ctx context.Context, _ any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+			if attemptNumber(ctx) == 1 {
+				time.Sleep(30 * time.Millisecond)
+				return nil, status.Error(codes.Unavailable, "injected: first attempt")
+			}
+			return nil, status.Error(codes.Unknown, "test status message")
+		}
+		stream := func(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
+			if attemptNumber(ss.Context()) == 1 {
+				time.Sleep(30 * time.Millisecond)
+				return status.Error(codes.Unavailable, "injected: first attempt")
+			}
+			if err := ss.RecvMsg(new(testingv1.ChatRequest)); err != nil {
+				return err
+			}
+			return status.Error(codes.Unknown, "test status message")
+		}
+		srv := testserver.New(testserver.WithServerOptions(grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)))
+		t.Cleanup(srv.Close)
+		cc, err := srv.Dial(stagger.DialOptions(hedgeStreamFile(t, 4, 5*time.Millisecond, `"UNAVAILABLE", "RESOURCE_EXHAUSTED"`), interceptor.WithDefaultBudgets(freshDefaults(t)))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cc.Close() })
+		client := testingv1.NewTestServiceClient(cc)
+		for i := range 3 {
+			_, err := client.Get(context.Background(), &testingv1.GetRequest{})
+			if s := status.Convert(err); s.Code() != codes.Unknown || s.Message() != "test status message" {
+				t.Errorf("round %d: Get: %v, want the handler's UNKNOWN", i, err)
+			}
+			st, err := client.Chat(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Send(&testingv1.ChatRequest{Seq: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			_, err = st.Recv()
+			if s := status.Convert(err); s.Code() != codes.Unknown || s.Message() != "test status message" {
+				t.Errorf("round %d: Chat Recv: %v, want the handler's UNKNOWN", i, err)
+			}
 		}
 	})
 }

@@ -21,7 +21,8 @@ import (
 // fatal code, or a failure after response headers, ends the call with it and
 // cancels the others; a non-fatal code sends the next hedge at once (after a
 // valid pushback instead; an invalid one stops hedging). Every hedge asks the
-// budget first; a refusal stops hedging, and the attempts in flight go on.
+// budget first; a refusal stops hedging beside the attempts in flight
+// (refused), which go on.
 // The call returns only after every attempt it sent has ended.
 func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
 	h := c.hedged.Hedging
@@ -142,8 +143,11 @@ type hedgeState struct {
 	pushback bool
 	// stopped is why no further hedge is sent (ReasonNone: hedging goes on).
 	stopped policy.Reason
-	timer   *time.Timer
-	timerC  <-chan time.Time
+	// held: the budget refused a hedge while attempts were in flight
+	// (refused).
+	held   bool
+	timer  *time.Timer
+	timerC <-chan time.Time
 	// last is the last failure, lastN its attempt and lastOut that
 	// attempt's outputs, whose metadata the caller gets when the call ends
 	// with last (nil: last is the caller's own status, no attempt's).
@@ -162,7 +166,7 @@ func (s *hedgeState) sendDue(callCtx context.Context, callerReply any) {
 		}
 		if !s.c.allowHedge(n) {
 			if why := s.waitHedge(callCtx, n); why != policy.ReasonNone {
-				s.stop(callCtx, n, why)
+				s.refused(callCtx, n, why)
 				return
 			}
 		}
@@ -313,7 +317,7 @@ func (s *hedgeState) callerGone(callCtx context.Context) (why policy.Reason, ove
 	return policy.ReasonDeadline, true
 }
 
-// stop ends hedging (the attempts in flight go on) and says so.
+// stop ends hedging (the attempts in flight go on) and says so, once.
 func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 	s.disarm()
 	s.due = false
@@ -321,7 +325,30 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 		return
 	}
 	s.stopped = why
+	if s.held && why == policy.ReasonBudget {
+		return // said when the hedge was held
+	}
 	s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
+}
+
+// refused handles attempt n, which the budget (or, with nothing in flight,
+// its Gate) refused, for why. With attempts in flight the hedge is held,
+// not dropped: no hedge goes beside them any more (the hooks hear that
+// hedging stopped, reason budget, once), but when the last of them fails
+// non-fatally the next attempt is a retry and asks again, waiting as a
+// retry does (waitHedge); so a late non-fatal failure ends the call only
+// as it would have ended a retried call. Otherwise hedging stops.
+func (s *hedgeState) refused(callCtx context.Context, n int, why policy.Reason) {
+	if why != policy.ReasonBudget || s.inFlight == 0 {
+		s.stop(callCtx, n, why)
+		return
+	}
+	s.disarm()
+	s.due = false
+	if !s.held {
+		s.held = true
+		s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
+	}
 }
 
 // ended handles the result of one attempt. over says the call is over, with

@@ -87,8 +87,9 @@ import (
 // code sends the next hedge at once (or after a valid pushback), a fatal
 // one ends the stream with it, the budget is asked before every hedge, and
 // a stream whose attempts all failed ends with the last status; a hedge
-// the budget refuses while no attempt is in flight is a retry, and waits
-// as one in a Gate (see UnaryClientInterceptor). Every
+// the budget refuses while no attempt is in flight (or beside attempts
+// that have all failed since) is a retry, and waits as one in a Gate (see
+// UnaryClientInterceptor). Every
 // message sent before the commit (and CloseSend) is kept in the replay
 // buffer (Replay, above) and sent to every attempt: to those
 // open as it is sent, in turn, and to each later hedge when it starts, in
