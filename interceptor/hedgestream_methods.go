@@ -187,3 +187,21 @@ func (s *hedgedStream) Context() context.Context {
 	}
 	return w.cs.Context()
 }
+
+// ShownStream implements frontend.Shown for another front end's header
+// and trailer methods: the grpc stream of the winner or, once the stream
+// failed before any commit, of the attempt whose end ended it (the one
+// Header and Trailer read); nil while attempts still race, or when that
+// attempt never opened.
+func (s *hedgedStream) ShownStream() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.winner
+	if a == nil && s.failed {
+		a = s.last
+	}
+	if a == nil || a.cs == nil {
+		return nil
+	}
+	return a.cs
+}

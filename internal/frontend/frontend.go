@@ -12,7 +12,9 @@
 //   - the idempotency a front end knows of a method beside the proto
 //     registry's (connect-go's Spec().IdempotencyLevel, which a client may
 //     set without a proto option): IdempotencyOption, which package
-//     interceptor sets when it loads.
+//     interceptor sets when it loads;
+//   - which attempt of a stream the caller sees (Shown), for the front
+//     end's own header and trailer methods.
 //
 // Neither the engine nor the front end imports the other through here.
 package frontend
@@ -53,3 +55,14 @@ func Target(ctx context.Context) string {
 // nor the file says, beside the proto registry: a method is safe when
 // either says so.
 var IdempotencyOption func(safe func(method string) bool) any
+
+// Shown is implemented by the engine's client streams (package
+// interceptor's retried and hedged streams). ShownStream returns the
+// stream of the attempt whose answer the caller sees: the attempt the
+// stream committed to, or the one whose end ended the call; nil while the
+// stream has chosen none (attempts still race or retry). A front end reads
+// headers and trailers from that attempt only, never from the last one it
+// happened to hear from: the rule is in package interceptor's doc.
+type Shown interface {
+	ShownStream() any
+}
