@@ -148,9 +148,9 @@ type hedgeState struct {
 	held   bool
 	timer  *time.Timer
 	timerC <-chan time.Time
-	// last is the last failure, lastN its attempt and lastOut that
-	// attempt's outputs, whose metadata the caller gets when the call ends
-	// with last (nil: last is the caller's own status, no attempt's).
+	// last is the last failure, lastN its attempt and lastOut the outputs
+	// of the last attempt that ended, whose metadata the caller gets when
+	// the call fails (nil: none ended).
 	last    error
 	lastN   int
 	lastOut *hedgeOutputs
@@ -311,7 +311,7 @@ func (s *hedgeState) callerGone(callCtx context.Context) (why policy.Reason, ove
 		return policy.ReasonNone, false
 	}
 	if callCtx.Err() == context.Canceled {
-		s.last, s.lastN, s.lastOut = status.Error(codes.Canceled, context.Canceled.Error()), s.sent, nil
+		s.last, s.lastN = status.Error(codes.Canceled, context.Canceled.Error()), s.sent
 		return policy.ReasonCaller, true
 	}
 	return policy.ReasonDeadline, true

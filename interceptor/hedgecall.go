@@ -152,9 +152,8 @@ func (hc *hedgeCall) adopt(reply any, out *hedgeOutputs) {
 }
 
 // adoptMeta gives the caller the headers, trailer and peer of out, the
-// attempt whose outcome is the call's, and none of another's; out nil (the
-// call ended for the caller, with no attempt's answer) leaves them empty.
-// Every attempt has ended.
+// attempt whose outcome is the call's, and none of another's; out nil (no
+// attempt ended) leaves them empty. Every attempt has ended.
 func (hc *hedgeCall) adoptMeta(out *hedgeOutputs) {
 	if out == nil {
 		out = &hedgeOutputs{}

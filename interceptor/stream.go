@@ -60,20 +60,14 @@ import (
 // UnaryClientInterceptor); otherwise the attempt runs on and the stream is
 // its.
 //
-// What the caller sees is one call's, as with grpc-go's retry: Header
-// returns the headers of the attempt the stream commits to (a Trailers-Only
-// failure is retried underneath it, as RecvMsg would, and the headers
-// returned are those of the attempt whose messages follow), or nil, nil
-// when the call ends without any; Trailer, after RecvMsg returned an
-// error, is the final attempt's; the messages are the committed attempt's
-// only. A retryable failure that comes as the caller cancels (or as its
-// deadline passes) ends the stream with the caller's CANCELED (or
-// DEADLINE_EXCEEDED), as grpc-go's backoff would; where no retry could end
-// before the deadline, the last real status comes at once, where grpc-go
-// waits out the deadline (DESIGN.md, deadline awareness). Context commits
-// the stream, as grpc-go's does: an application that holds the stream's
-// context (to watch it, or to read the peer) must not see it cancelled by
-// a later retry, so there is none. The interop module runs grpc-go's own
+// What the caller sees is one attempt's (the package doc, "What the caller
+// sees"): Header returns the headers of the attempt the stream commits to,
+// or nil, nil when the call ends without any; Trailer, after RecvMsg
+// returned an error, is the final attempt's; the messages are the
+// committed attempt's only. Context commits the stream, as grpc-go's
+// does: an application that holds the stream's context (to watch it, or to
+// read the peer) must not see it cancelled by a later retry, so there is
+// none. The interop module runs grpc-go's own
 // interop cases through these streams, with failures injected.
 //
 // Hedging. Streams (server, client and bidi) are hedged until they commit,
