@@ -54,6 +54,9 @@ type modelStep struct {
 	hdr, end time.Duration
 	msgs     int
 	code     codes.Code
+	// unopened: the attempt never leaves the client, failed with code by
+	// an interceptor below stagger (modelRefuse) as it starts.
+	unopened bool
 }
 
 func (st modelStep) String() string {
@@ -61,7 +64,11 @@ func (st modelStep) String() string {
 	if st.hdr < 0 {
 		hdr = -1
 	}
-	return fmt.Sprintf("%d,%d,%d,%d", hdr, st.end/time.Millisecond, st.msgs, st.code)
+	unopened := 0
+	if st.unopened {
+		unopened = 1
+	}
+	return fmt.Sprintf("%d,%d,%d,%d,%d", hdr, st.end/time.Millisecond, st.msgs, st.code, unopened)
 }
 
 type modelScript []modelStep
@@ -78,7 +85,7 @@ func parseModelScript(s string) modelScript {
 	var sc modelScript
 	for _, p := range strings.Split(s, ";") {
 		f := strings.Split(p, ",")
-		n := make([]int, 4)
+		n := make([]int, 5)
 		for i := range n {
 			n[i], _ = strconv.Atoi(f[i])
 		}
@@ -86,7 +93,7 @@ func parseModelScript(s string) modelScript {
 		if n[0] < 0 {
 			hdr = -1
 		}
-		sc = append(sc, modelStep{hdr: hdr, end: time.Duration(n[1]) * time.Millisecond, msgs: n[2], code: codes.Code(n[3])})
+		sc = append(sc, modelStep{hdr: hdr, end: time.Duration(n[1]) * time.Millisecond, msgs: n[2], code: codes.Code(n[3]), unopened: n[4] == 1})
 	}
 	return sc
 }
@@ -108,7 +115,9 @@ func randomModelCase(seed uint64, hedge, stream bool) modelCase {
 	for i := 0; i < n; i++ {
 		st := modelStep{hdr: -1, code: []codes.Code{codes.OK, codes.Unavailable, codes.Unavailable, codes.Internal}[r.IntN(4)]}
 		st.end = time.Duration(1+r.IntN(60)) * time.Millisecond
-		if r.IntN(3) == 0 {
+		if st.code != codes.OK && r.IntN(6) == 0 {
+			st.unopened, st.end = true, 0
+		} else if r.IntN(3) == 0 {
 			st.hdr = time.Duration(r.IntN(int(st.end/time.Millisecond))) * time.Millisecond
 			if stream {
 				st.msgs = r.IntN(3)
@@ -121,7 +130,7 @@ func randomModelCase(seed uint64, hedge, stream bool) modelCase {
 
 // hasHeaders says whether attempt step st sends response headers.
 func (c modelCase) hasHeaders(st modelStep) bool {
-	return st.hdr >= 0 || !c.stream && st.code == codes.OK
+	return !st.unopened && (st.hdr >= 0 || !c.stream && st.code == codes.OK)
 }
 
 // pick is the model: the attempt whose answer the caller sees, and false
@@ -297,6 +306,34 @@ func modelServer() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)}
 }
 
+// modelRefuse is a client interceptor below stagger's: it fails an
+// attempt whose step is unopened before it leaves, as a client-side
+// interceptor or an admission check may.
+func modelRefuse() []grpc.DialOption {
+	step := func(ctx context.Context) (int, modelStep) {
+		md, _ := metadata.FromOutgoingContext(ctx)
+		n := 1
+		if v := md.Get("grpc-previous-rpc-attempts"); len(v) == 1 {
+			p, _ := strconv.Atoi(v[0])
+			n = p + 1
+		}
+		return n, parseModelScript(md.Get("x-script")[0])[n-1]
+	}
+	unary := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if n, st := step(ctx); st.unopened {
+			return status.Error(st.code, "attempt "+strconv.Itoa(n))
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	stream := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if n, st := step(ctx); st.unopened {
+			return nil, status.Error(st.code, "attempt "+strconv.Itoa(n))
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(unary), grpc.WithChainStreamInterceptor(stream)}
+}
+
 // modelSeen is what the caller saw of one call.
 type modelSeen struct {
 	err                    error
@@ -348,9 +385,12 @@ func (c modelCase) check(seen modelSeen, n int) error {
 	} else if got := status.Convert(seen.err); got.Code() != st.code || got.Message() != "attempt "+s {
 		problems = append(problems, fmt.Sprintf("status %v, want %v \"attempt %s\"", seen.err, st.code, s))
 	}
-	var wantHeader []string
+	var wantHeader, wantTrailer []string
 	if c.hasHeaders(st) {
 		wantHeader = []string{s}
+	}
+	if !st.unopened {
+		wantTrailer = []string{s}
 	}
 	mds := []struct {
 		name string
@@ -359,7 +399,7 @@ func (c modelCase) check(seen modelSeen, n int) error {
 		want []string
 	}{
 		{"grpc.Header", seen.header, "x-attempt", wantHeader},
-		{"grpc.Trailer", seen.trailer, "x-attempt-trailer", []string{s}},
+		{"grpc.Trailer", seen.trailer, "x-attempt-trailer", wantTrailer},
 	}
 	if c.stream {
 		mds = append(mds,
@@ -374,7 +414,7 @@ func (c modelCase) check(seen modelSeen, n int) error {
 				md   metadata.MD
 				key  string
 				want []string
-			}{"Trailer()", seen.streamTr, "x-attempt-trailer", []string{s}})
+			}{"Trailer()", seen.streamTr, "x-attempt-trailer", wantTrailer})
 	}
 	for _, m := range mds {
 		if got := m.md.Get(m.key); !slices.Equal(got, m.want) {
@@ -423,8 +463,9 @@ func TestModelOneAttemptSeen(t *testing.T) {
 						file = fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
 							"hedgingPolicy": {"maxAttempts": %d, "hedgingDelay": "%s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`, attempts, modelDelay)
 					}
-					cc := srv.ClientConn(t, grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(interceptor.WithConfig(parse(t, file)), interceptor.WithBudget(nil))),
-						grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(interceptor.WithConfig(parse(t, file)), interceptor.WithBudget(nil))), grpc.WithDisableRetry())
+					dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(interceptor.WithConfig(parse(t, file)), interceptor.WithBudget(nil))),
+						grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(interceptor.WithConfig(parse(t, file)), interceptor.WithBudget(nil))), grpc.WithDisableRetry()}
+					cc := srv.ClientConn(t, append(dial, modelRefuse()...)...)
 					clients[attempts] = testingv1.NewTestServiceClient(cc)
 					return clients[attempts]
 				}
