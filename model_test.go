@@ -28,8 +28,9 @@ import (
 // The model test: a server answers each attempt from a script (keyed by
 // grpc-previous-rpc-attempts), tagging its headers, trailer, messages and
 // status with the attempt's number; random schedules of two to four
-// attempts run through the grpc front end, unary and server-streaming,
-// under a retry and a hedging policy, on synctest's virtual clock. Two
+// attempts (some failing before they leave the client) run through the
+// grpc front end, unary, server, client and bidi streams, under a retry
+// and a hedging policy, on synctest's virtual clock. Two
 // properties: every observable the caller has names one attempt, and it is
 // the attempt the model picks (gRFC A6 as package interceptor's doc states
 // it: a commit, else the end that ended the call).
@@ -102,16 +103,20 @@ func parseModelScript(s string) modelScript {
 type modelCase struct {
 	script modelScript
 	hedge  bool
-	stream bool
+	// stream: a streaming call; clientStream: its response is one message
+	// (Upload), else as many as the script says (ListItems, Chat).
+	stream, clientStream bool
+	method               string
 }
 
 // randomModelCase draws a schedule: two to four attempts (all the policy
 // allows), each with its own times and end. Codes: OK, UNAVAILABLE
 // (retryable, non-fatal) and INTERNAL (fatal).
-func randomModelCase(seed uint64, hedge, stream bool) modelCase {
+func randomModelCase(seed uint64, hedge bool, method string) modelCase {
 	r := rand.New(rand.NewPCG(seed, 57))
 	n := 2 + r.IntN(3)
-	c := modelCase{hedge: hedge, stream: stream}
+	stream := method != "Get"
+	c := modelCase{hedge: hedge, stream: stream, clientStream: method == "Upload", method: method}
 	for i := 0; i < n; i++ {
 		st := modelStep{hdr: -1, code: []codes.Code{codes.OK, codes.Unavailable, codes.Unavailable, codes.Internal}[r.IntN(4)]}
 		st.end = time.Duration(1+r.IntN(60)) * time.Millisecond
@@ -119,7 +124,7 @@ func randomModelCase(seed uint64, hedge, stream bool) modelCase {
 			st.unopened, st.end = true, 0
 		} else if r.IntN(3) == 0 {
 			st.hdr = time.Duration(r.IntN(int(st.end/time.Millisecond))) * time.Millisecond
-			if stream {
+			if stream && !c.clientStream {
 				st.msgs = r.IntN(3)
 			}
 		}
@@ -128,9 +133,13 @@ func randomModelCase(seed uint64, hedge, stream bool) modelCase {
 	return c
 }
 
+// oneReply says the call's response is one message: it comes with
+// headers when the attempt succeeds.
+func (c modelCase) oneReply() bool { return !c.stream || c.clientStream }
+
 // hasHeaders says whether attempt step st sends response headers.
 func (c modelCase) hasHeaders(st modelStep) bool {
-	return !st.unopened && (st.hdr >= 0 || !c.stream && st.code == codes.OK)
+	return !st.unopened && (st.hdr >= 0 || c.oneReply() && st.code == codes.OK)
 }
 
 // pick is the model: the attempt whose answer the caller sees, and false
@@ -277,12 +286,40 @@ func modelServer() []grpc.ServerOption {
 		}
 		return nil, end(n, st)
 	}
-	stream := func(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
+	stream := func(_ any, ss grpc.ServerStream, info *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
 		ctx := ss.Context()
 		n, st := step(ctx)
 		s := strconv.Itoa(n)
-		if err := ss.RecvMsg(new(testingv1.ListItemsRequest)); err != nil {
-			return err
+		method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+		// The requests first: one, or all the client sends.
+		for {
+			var req any = new(testingv1.ListItemsRequest)
+			switch method {
+			case "Upload":
+				req = new(testingv1.UploadRequest)
+			case "Chat":
+				req = new(testingv1.ChatRequest)
+			}
+			err := ss.RecvMsg(req)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if method == "ListItems" {
+				break
+			}
+		}
+		reply := func(i int) any {
+			r := &testingv1.Reply{Attempt: int32(n), Seq: int64(i)}
+			switch method {
+			case "Upload":
+				return &testingv1.UploadResponse{Reply: r}
+			case "Chat":
+				return &testingv1.ChatResponse{Reply: r}
+			}
+			return &testingv1.ListItemsResponse{Reply: r}
 		}
 		elapsed := time.Duration(0)
 		if st.hdr >= 0 {
@@ -291,7 +328,7 @@ func modelServer() []grpc.ServerOption {
 			}
 			_ = ss.SendHeader(metadata.Pairs("x-attempt", s))
 			for i := 1; i <= st.msgs; i++ {
-				if err := ss.SendMsg(&testingv1.ListItemsResponse{Reply: &testingv1.Reply{Attempt: int32(n), Seq: int64(i)}}); err != nil {
+				if err := ss.SendMsg(reply(i)); err != nil {
 					return err
 				}
 			}
@@ -301,6 +338,14 @@ func modelServer() []grpc.ServerOption {
 			return ctx.Err()
 		}
 		ss.SetTrailer(metadata.Pairs("x-attempt-trailer", s))
+		if method == "Upload" && st.code == codes.OK {
+			if st.hdr < 0 {
+				_ = ss.SetHeader(metadata.Pairs("x-attempt", s))
+			}
+			if err := ss.SendMsg(reply(1)); err != nil {
+				return err
+			}
+		}
 		return end(n, st)
 	}
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)}
@@ -353,24 +398,62 @@ func runModelCase(ctx context.Context, client testingv1.TestServiceClient, c mod
 		}
 		return seen
 	}
-	st, err := client.ListItems(ctx, &testingv1.ListItemsRequest{}, opts...)
-	if err != nil {
-		seen.err = err
-		return seen
+	var st interface {
+		Header() (metadata.MD, error)
+		Trailer() metadata.MD
 	}
-	for {
-		m, err := st.Recv()
+	switch c.method {
+	case "Upload":
+		up, err := client.Upload(ctx, opts...)
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				seen.err = err
-			}
-			break
+			seen.err = err
+			return seen
 		}
-		seen.replies = append(seen.replies, m.GetReply().GetAttempt())
+		st = up
+		_ = up.Send(&testingv1.UploadRequest{Seq: 1})
+		resp, err := up.CloseAndRecv()
+		seen.err = err
+		if err == nil {
+			seen.replies = []int32{resp.GetReply().GetAttempt()}
+		}
+	case "Chat":
+		chat, err := client.Chat(ctx, opts...)
+		if err != nil {
+			seen.err = err
+			return seen
+		}
+		st = chat
+		_ = chat.Send(&testingv1.ChatRequest{Seq: 1})
+		_ = chat.CloseSend()
+		seen.replies, seen.err = recvAll(chat.Recv)
+	default:
+		list, err := client.ListItems(ctx, &testingv1.ListItemsRequest{}, opts...)
+		if err != nil {
+			seen.err = err
+			return seen
+		}
+		st = list
+		seen.replies, seen.err = recvAll(list.Recv)
 	}
 	seen.streamHeader, _ = st.Header()
 	seen.streamTr = st.Trailer()
 	return seen
+}
+
+// recvAll receives to the end and returns the attempts the messages name
+// and the status (nil: OK).
+func recvAll[M interface{ GetReply() *testingv1.Reply }](recv func() (M, error)) ([]int32, error) {
+	var attempts []int32
+	for {
+		m, err := recv()
+		if errors.Is(err, io.EOF) {
+			return attempts, nil
+		}
+		if err != nil {
+			return attempts, err
+		}
+		attempts = append(attempts, m.GetReply().GetAttempt())
+	}
 }
 
 // check compares what the caller saw with the model's attempt n.
@@ -423,10 +506,12 @@ func (c modelCase) check(seen modelSeen, n int) error {
 	}
 	wantReplies := 0
 	switch {
-	case c.stream && st.hdr >= 0:
+	case c.oneReply():
+		if st.code == codes.OK {
+			wantReplies = 1
+		}
+	case st.hdr >= 0:
 		wantReplies = st.msgs
-	case !c.stream && st.code == codes.OK:
-		wantReplies = 1
 	}
 	if len(seen.replies) != wantReplies || slices.ContainsFunc(seen.replies, func(a int32) bool { return a != int32(n) }) {
 		problems = append(problems, fmt.Sprintf("messages from attempts %v, want %d from attempt %d", seen.replies, wantReplies, n))
@@ -439,13 +524,18 @@ func (c modelCase) check(seen modelSeen, n int) error {
 
 func TestModelOneAttemptSeen(t *testing.T) {
 	modes := []struct {
-		name          string
-		hedge, stream bool
+		name   string
+		hedge  bool
+		method string
 	}{
-		{"unary/retry", false, false},
-		{"unary/hedge", true, false},
-		{"server-stream/retry", false, true},
-		{"server-stream/hedge", true, true},
+		{"unary/retry", false, "Get"},
+		{"unary/hedge", true, "Get"},
+		{"server-stream/retry", false, "ListItems"},
+		{"server-stream/hedge", true, "ListItems"},
+		{"client-stream/retry", false, "Upload"},
+		{"client-stream/hedge", true, "Upload"},
+		{"bidi/retry", false, "Chat"},
+		{"bidi/hedge", true, "Chat"},
 	}
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
@@ -471,7 +561,7 @@ func TestModelOneAttemptSeen(t *testing.T) {
 				}
 				ran := 0
 				for _, seed := range modelSeeds {
-					c := randomModelCase(seed, mode.hedge, mode.stream)
+					c := randomModelCase(seed, mode.hedge, mode.method)
 					n, ok := c.pick()
 					if !ok {
 						continue // two events at one instant
