@@ -225,3 +225,48 @@ func TestHedgeRefusedWhileInFlightRetriesLater(t *testing.T) {
 		}
 	})
 }
+
+// Context commits a hedged stream to its oldest attempt open, never to one
+// that has ended: an attempt whose end its watcher saw stays among those
+// open until the driver hears of it, and Context committed to it then, so
+// that its UNAVAILABLE, which the next hedge answers, became the stream's.
+// A hook holds the driver (it runs the hooks of hedge events) while
+// attempt 1 ends and the caller calls Context.
+func TestHedgedStreamContextSkipsAnEndedAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		answer := func(_ any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, _ grpc.StreamHandler) error {
+			n := attemptNumber(ss.Context())
+			if n == 1 {
+				time.Sleep(20 * time.Millisecond)
+				return status.Error(codes.Unavailable, "attempt 1")
+			}
+			if err := ss.RecvMsg(new(testingv1.ListItemsRequest)); err != nil {
+				return err
+			}
+			return ss.SendMsg(&testingv1.ListItemsResponse{Reply: &testingv1.Reply{Attempt: int32(n)}})
+		}
+		release := make(chan struct{})
+		hold := func(e interceptor.Event) {
+			if e.Kind == interceptor.EventHedge && e.Attempt == 2 {
+				<-release
+			}
+		}
+		srv := testserver.New(testserver.WithServerOptions(grpc.ChainStreamInterceptor(answer)))
+		t.Cleanup(srv.Close)
+		cc := srv.ClientConn(t, grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(
+			interceptor.WithConfig(hedgeStreamFile(t, 3, 10*time.Millisecond, "")), interceptor.WithHook(hold))), grpc.WithDisableRetry())
+		st, err := testingv1.NewTestServiceClient(cc).ListItems(context.Background(), &testingv1.ListItemsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// At 30 ms attempt 1 has ended, and the driver is in the hook of
+		// attempt 2's hedge (sent at 10 ms).
+		time.Sleep(30 * time.Millisecond)
+		_ = st.Context()
+		close(release)
+		m, err := st.Recv()
+		if err != nil || m.GetReply().GetAttempt() != 2 {
+			t.Fatalf("Recv = %v, %v; want attempt 2's message", m, err)
+		}
+	})
+}
