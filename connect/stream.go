@@ -100,10 +100,6 @@ type retryConn struct {
 
 	mu  sync.Mutex
 	cur *attemptStream
-	// asked is the attempt whose Header or Trailer the engine read last:
-	// the one whose metadata the engine's answer is (the committed
-	// attempt, or the last to end).
-	asked *attemptStream
 }
 
 func (r *retryConn) Spec() connect.Spec { return r.spec }
@@ -158,17 +154,17 @@ func (r *retryConn) Receive(m any) error {
 }
 
 // ResponseHeader returns the response headers of the attempt the stream
-// committed to, or of its last attempt once it ended: what connect-go's own
-// stream would return for that attempt, read from it (the engine decides
-// which attempt, retrying underneath as grpc-go's Header does, and its
-// gRPC metadata is not the Connect headers: an attempt that failed before
-// its first message had headers all the same).
+// committed to, or of the attempt whose end ended it: what connect-go's
+// own stream would return for that attempt, read from it (the engine
+// decides which attempt, retrying underneath as grpc-go's Header does, and
+// its gRPC metadata is not the Connect headers: an attempt that failed
+// before its first message had headers all the same).
 func (r *retryConn) ResponseHeader() http.Header {
 	if r.start() != nil {
 		return make(http.Header)
 	}
 	md, _ := r.cs.Header()
-	if a := r.lastAsked(); a != nil && (md != nil || a.hasEnded()) {
+	if a := r.shown(); a != nil && (md != nil || a.hasEnded()) {
 		return a.conn.ResponseHeader()
 	}
 	return fromMD(md)
@@ -181,30 +177,25 @@ func (r *retryConn) ResponseTrailer() http.Header {
 		return make(http.Header)
 	}
 	md := r.cs.Trailer()
-	if a := r.lastAsked(); a != nil && a.hasEnded() {
+	if a := r.shown(); a != nil && a.hasEnded() {
 		return a.conn.ResponseTrailer()
 	}
 	return fromMD(md)
 }
 
-// lastAsked returns the attempt whose metadata the engine read last.
-func (r *retryConn) lastAsked() *attemptStream {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.asked
-}
-
-// ask records that the engine reads a's metadata. A hedge that lost
-// (cancelled when the stream committed to another, and not ended) is not
-// recorded: its watcher may ask after the caller's own question, and its
-// metadata is not the stream's.
-func (a *attemptStream) ask() {
-	if a.ctx.Err() != nil && !a.hasEnded() {
-		return
+// shown returns the attempt whose answer the caller sees, as the engine
+// chose it (frontend.Shown): never a hedge that lost, whatever the engine
+// last read of one. Nil while the engine has chosen none.
+func (r *retryConn) shown() *attemptStream {
+	switch cs := r.cs.(type) {
+	case *attemptStream:
+		// No policy: the engine runs the one attempt itself.
+		return cs
+	case frontend.Shown:
+		a, _ := cs.ShownStream().(*attemptStream)
+		return a
 	}
-	a.r.mu.Lock()
-	a.r.asked = a
-	a.r.mu.Unlock()
+	return nil
 }
 
 // hasEnded reports whether the attempt's response has ended.
@@ -473,7 +464,6 @@ func (a *attemptStream) closeResponse() {
 // RecvMsg then returns. Without the response type (no schema in the spec)
 // it cannot, and returns the headers when they arrive.
 func (a *attemptStream) Header() (metadata.MD, error) {
-	a.ask()
 	select {
 	case <-a.sent:
 	case <-a.ctx.Done():
@@ -504,7 +494,6 @@ func (a *attemptStream) Header() (metadata.MD, error) {
 }
 
 func (a *attemptStream) Trailer() metadata.MD {
-	a.ask()
 	a.recvMu.Lock()
 	defer a.recvMu.Unlock()
 	return a.trailer

@@ -91,6 +91,21 @@
 // answers the request being served with gRFC A6's "do not retry", so that
 // the layers above do not retry what this one already did.
 //
+// # What the caller sees
+//
+// A retried or hedged call shows its caller the status, headers, trailer, peer
+// and messages of one attempt, never a mix, never a losing hedge's. It is the
+// one gRFC A6 picks: the attempt the call committed to (response headers, an
+// OK end, or for a stream Context or a full replay buffer), else the one whose
+// end ended the call (a fatal code, a failure after headers, the last
+// failure), once every other attempt has ended; an attempt that never opened
+// shows no metadata. Connect's ResponseHeader and ResponseTrailer read the
+// same one. A call ended by its caller's context (in a pause, or as a
+// retryable failure comes) returns the caller's status with the last attempt's
+// metadata, as grpc-go does. A deliberate difference: when no retry could end
+// before the deadline, stagger returns the last attempt's status at once,
+// where grpc-go waits and says DEADLINE_EXCEEDED.
+//
 // # Where stagger goes in a chain
 //
 // grpc-go runs the interceptor of grpc.WithUnaryInterceptor (and

@@ -41,7 +41,8 @@ const (
 	EventHedge
 	// EventHedgeStop: no further hedge is sent for the call (Attempt is the
 	// hedge not sent); Reason says why (budget, pushback, deadline). The
-	// attempts in flight go on.
+	// attempts in flight go on; after a budget's refusal, should they all
+	// fail non-fatally, the next attempt still goes, as a retry would.
 	EventHedgeStop
 	// EventHedgeWon: attempt Attempt of a call that sent hedges succeeded
 	// (of a stream: the stream committed to it); the others were cancelled.

@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
@@ -11,171 +10,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
-
-// hedgeOutputs is what grpc writes for one attempt. The first attempt writes
-// into the caller's own reply and holders (nothing to copy when it wins, the
-// common case); every hedge writes into its own, and only a winner's are
-// copied to the caller's, after every other attempt has ended.
-type hedgeOutputs struct {
-	reply           any
-	header, trailer metadata.MD
-	peer            peer.Peer
-	headerAddr      *metadata.MD
-	trailerAddr     *metadata.MD
-	opts            []grpc.CallOption
-}
-
-// hedgeResult is how one attempt ended, sent by its goroutine.
-type hedgeResult struct {
-	n   int
-	err error
-	out *hedgeOutputs
-	// took is the attempt's latency, for the adaptive delay.
-	took time.Duration
-	// fired: not an end but attempt n's per-attempt timer, which admitted
-	// verdict, a retry to send beside it (hedgeOnPerTryTimeout,
-	// timeouthedge.go).
-	fired   bool
-	verdict policy.Verdict
-	// admission is how the budget admitted attempt n, under
-	// hedgeOnPerTryTimeout, where each attempt tells the budget its own.
-	admission budget.Admission
-}
-
-// hedgeCall is one hedged call's shared state. Pooled: a hedged call that
-// wins on its first attempt should cost little more than an unhedged one.
-type hedgeCall struct {
-	// results has room for hedgeResultsRoom results (fewer when the policy
-	// allows fewer attempts), so that memory per call does not grow with
-	// maxAttempts: an attempt goroutine that finds it full waits, and the
-	// call's goroutine receives every attempt's result before it returns
-	// (drain), so none waits for ever.
-	results chan hedgeResult
-	first   hedgeOutputs
-
-	method  string
-	req     any
-	cc      *grpc.ClientConn
-	invoker grpc.UnaryInvoker
-
-	// The caller's per-call outputs, taken out of the attempts' options.
-	base []grpc.CallOption
-	callerOutputs
-	onFinish []func(error)
-}
-
-var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
-
-func getHedgeCall(maxAttempts int) *hedgeCall {
-	hc := hedgeCalls.Get().(*hedgeCall)
-	// Not pooled: a channel belongs to the testing/synctest bubble that made
-	// it, and a pooled one would cross bubbles.
-	hc.results = make(chan hedgeResult, min(maxAttempts, hedgeResultsRoom))
-	return hc
-}
-
-// putHedgeCall returns hc to the pool. Every attempt has sent its result.
-func putHedgeCall(hc *hedgeCall) {
-	clear(hc.first.opts)
-	clear(hc.base)
-	opts, base := hc.first.opts[:0], hc.base[:0]
-	*hc = hedgeCall{base: base}
-	hc.first.opts = opts
-	hedgeCalls.Put(hc)
-}
-
-// callerOutputs are the caller's Header, Trailer and Peer holders, taken
-// out of a hedged call's options (unary or stream): each attempt gets
-// holders of its own, and the call fills the caller's from the attempt
-// whose outcome it returns.
-type callerOutputs struct {
-	callerHeader, callerTrailer *metadata.MD
-	callerPeer                  *peer.Peer
-}
-
-// split takes the caller's Header, Trailer and Peer options out of opts
-// into o, and its OnFinish functions into onFinish (the call runs them
-// once); it appends every other option to base and returns it.
-func (o *callerOutputs) split(base, opts []grpc.CallOption, onFinish *[]func(error)) []grpc.CallOption {
-	for _, opt := range opts {
-		switch v := opt.(type) {
-		case grpc.HeaderCallOption:
-			o.callerHeader = v.HeaderAddr
-		case grpc.TrailerCallOption:
-			o.callerTrailer = v.TrailerAddr
-		case grpc.PeerCallOption:
-			o.callerPeer = v.PeerAddr
-		case grpc.OnFinishCallOption:
-			*onFinish = append(*onFinish, v.OnFinish)
-		default:
-			base = append(base, opt)
-		}
-	}
-	return base
-}
-
-// prepare sets out's options; first says out is the first attempt's, which
-// writes into the caller's holders where the caller gave some.
-func (hc *hedgeCall) prepare(out *hedgeOutputs, first bool) {
-	out.headerAddr, out.trailerAddr = &out.header, &out.trailer
-	var peerAddr *peer.Peer
-	if first {
-		if hc.callerHeader != nil {
-			out.headerAddr = hc.callerHeader
-		}
-		if hc.callerTrailer != nil {
-			out.trailerAddr = hc.callerTrailer
-		}
-		peerAddr = hc.callerPeer
-	} else if hc.callerPeer != nil {
-		peerAddr = &out.peer
-	}
-	// grpc writes the holders only when the attempt got a stream; a stale
-	// value from before the call must not count as headers.
-	*out.headerAddr, *out.trailerAddr = nil, nil
-	out.opts = append(out.opts[:0], hc.base...)
-	out.opts = append(out.opts, grpc.Header(out.headerAddr), grpc.Trailer(out.trailerAddr))
-	if peerAddr != nil {
-		out.opts = append(out.opts, grpc.Peer(peerAddr))
-	}
-}
-
-// run is one attempt's goroutine.
-func (hc *hedgeCall) run(ctx context.Context, n int, out *hedgeOutputs) {
-	start := time.Now()
-	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
-	hc.results <- hedgeResult{n: n, err: err, out: out, took: time.Since(start)}
-}
-
-// adopt copies the winner's outputs into the caller's reply and holders.
-// Every attempt has ended: nothing writes them any more.
-func (hc *hedgeCall) adopt(reply any, out *hedgeOutputs) {
-	if out == &hc.first {
-		return // it wrote into the caller's own
-	}
-	proto.Reset(reply.(proto.Message))
-	proto.Merge(reply.(proto.Message), out.reply.(proto.Message))
-	if hc.callerHeader != nil {
-		*hc.callerHeader = out.header
-	}
-	if hc.callerTrailer != nil {
-		*hc.callerTrailer = out.trailer
-	}
-	if hc.callerPeer != nil {
-		*hc.callerPeer = out.peer
-	}
-}
-
-func (hc *hedgeCall) finished(err error) {
-	for _, f := range hc.onFinish {
-		f(err)
-	}
-}
 
 // hedge runs a unary call of a method whose policy hedges (gRFC A6): the
 // first attempt, then another every Delay while none has succeeded, up to
@@ -183,7 +21,8 @@ func (hc *hedgeCall) finished(err error) {
 // fatal code, or a failure after response headers, ends the call with it and
 // cancels the others; a non-fatal code sends the next hedge at once (after a
 // valid pushback instead; an invalid one stops hedging). Every hedge asks the
-// budget first; a refusal stops hedging, and the attempts in flight go on.
+// budget first; a refusal stops hedging beside the attempts in flight
+// (refused), which go on.
 // The call returns only after every attempt it sent has ended.
 func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
 	h := c.hedged.Hedging
@@ -304,11 +143,17 @@ type hedgeState struct {
 	pushback bool
 	// stopped is why no further hedge is sent (ReasonNone: hedging goes on).
 	stopped policy.Reason
-	timer   *time.Timer
-	timerC  <-chan time.Time
-	// last is the last failure and lastN its attempt.
-	last  error
-	lastN int
+	// held: the budget refused a hedge while attempts were in flight
+	// (refused).
+	held   bool
+	timer  *time.Timer
+	timerC <-chan time.Time
+	// last is the last failure, lastN its attempt and lastOut the outputs
+	// of the last attempt that ended, whose metadata the caller gets when
+	// the call fails (nil: none ended).
+	last    error
+	lastN   int
+	lastOut *hedgeOutputs
 }
 
 // sendDue sends the attempts that are due: one, or all that are left when the
@@ -321,7 +166,7 @@ func (s *hedgeState) sendDue(callCtx context.Context, callerReply any) {
 		}
 		if !s.c.allowHedge(n) {
 			if why := s.waitHedge(callCtx, n); why != policy.ReasonNone {
-				s.stop(callCtx, n, why)
+				s.refused(callCtx, n, why)
 				return
 			}
 		}
@@ -332,7 +177,7 @@ func (s *hedgeState) sendDue(callCtx context.Context, callerReply any) {
 		} else {
 			out = &hedgeOutputs{reply: s.replyType.New().Interface()}
 		}
-		s.hc.prepare(out, out == &s.hc.first)
+		s.hc.prepare(out)
 		// nextAttempt numbers the attempt and, from the second on, adds the
 		// grpc-previous-rpc-attempts header and the attempt to the context.
 		actx, _, _ := s.c.nextAttempt(s.hctx)
@@ -472,7 +317,7 @@ func (s *hedgeState) callerGone(callCtx context.Context) (why policy.Reason, ove
 	return policy.ReasonDeadline, true
 }
 
-// stop ends hedging (the attempts in flight go on) and says so.
+// stop ends hedging (the attempts in flight go on) and says so, once.
 func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 	s.disarm()
 	s.due = false
@@ -480,7 +325,30 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 		return
 	}
 	s.stopped = why
+	if s.held && why == policy.ReasonBudget {
+		return // said when the hedge was held
+	}
 	s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
+}
+
+// refused handles attempt n, which the budget (or, with nothing in flight,
+// its Gate) refused, for why. With attempts in flight the hedge is held,
+// not dropped: no hedge goes beside them any more (the hooks hear that
+// hedging stopped, reason budget, once), but when the last of them fails
+// non-fatally the next attempt is a retry and asks again, waiting as a
+// retry does (waitHedge); so a late non-fatal failure ends the call only
+// as it would have ended a retried call. Otherwise hedging stops.
+func (s *hedgeState) refused(callCtx context.Context, n int, why policy.Reason) {
+	if why != policy.ReasonBudget || s.inFlight == 0 {
+		s.stop(callCtx, n, why)
+		return
+	}
+	s.disarm()
+	s.due = false
+	if !s.held {
+		s.held = true
+		s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
+	}
 }
 
 // ended handles the result of one attempt. over says the call is over, with
@@ -499,7 +367,7 @@ func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply a
 		s.hc.finished(nil)
 		return nil, true
 	}
-	s.last, s.lastN = r.err, r.n
+	s.last, s.lastN, s.lastOut = r.err, r.n, r.out
 	code := status.Code(r.err)
 	var why policy.Reason
 	switch {
@@ -592,6 +460,7 @@ func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
 // when nothing else stopped the hedges).
 func (s *hedgeState) end(callCtx context.Context, why policy.Reason) error {
 	s.drain()
+	s.hc.adoptMeta(s.lastOut)
 	s.giveUp(callCtx, why)
 	s.hc.finished(s.last)
 	return s.c.failed(s.sent, s.last)

@@ -271,7 +271,7 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 		// nothing can commit meanwhile.
 		if !allowed {
 			if why := st.waitHedge(s.callCtx, n); why != policy.ReasonNone {
-				st.stop(s.callCtx, n, why)
+				st.refused(s.callCtx, n, why)
 				return
 			}
 		}

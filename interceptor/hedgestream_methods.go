@@ -36,8 +36,7 @@ func (s *hedgedStream) SendMsg(m any) error {
 		return errSendAfterClose
 	}
 	if !s.buf.add(m) {
-		if len(s.live) > 0 {
-			w := s.live[0]
+		if w := s.oldestOpenLocked(); w != nil {
 			sent := s.commitLocked(w)
 			s.mu.Unlock()
 			s.committedTo(w, sent)
@@ -165,25 +164,62 @@ func (s *hedgedStream) current() grpc.ClientStream {
 	return a.cs
 }
 
+// oldestOpenLocked returns the oldest live attempt that has not ended, nil
+// when none: an attempt whose watcher saw its end is live until the driver
+// hears of it, and a commit to it would make its failure, which the next
+// hedge may still answer, the stream's.
+func (s *hedgedStream) oldestOpenLocked() *streamHedgeAttempt {
+	for _, a := range s.live {
+		select {
+		case <-a.watched:
+			// Its watcher is done: a.ended is written before watched closes.
+			if a.ended {
+				continue
+			}
+		default:
+		}
+		return a
+	}
+	return nil
+}
+
 // Context commits the stream, as grpc-go's does, to the oldest attempt open
 // (the others are cancelled), and returns that attempt's context. With none
 // open it returns the call's context and the next attempt to open wins.
 func (s *hedgedStream) Context() context.Context {
 	s.mu.Lock()
 	w := s.winner
-	switch {
-	case w == nil && !s.failed && len(s.live) == 0:
-		s.commitNext = true
-	case w == nil && !s.failed:
-		w = s.live[0]
-		sent := s.commitLocked(w)
-		s.mu.Unlock()
-		s.committedTo(w, sent)
-		return w.cs.Context()
+	if w == nil && !s.failed {
+		if w = s.oldestOpenLocked(); w == nil {
+			s.commitNext = true
+		} else {
+			sent := s.commitLocked(w)
+			s.mu.Unlock()
+			s.committedTo(w, sent)
+			return w.cs.Context()
+		}
 	}
 	s.mu.Unlock()
 	if w == nil {
 		return s.callCtx
 	}
 	return w.cs.Context()
+}
+
+// ShownStream implements frontend.Shown for another front end's header
+// and trailer methods: the grpc stream of the winner or, once the stream
+// failed before any commit, of the attempt whose end ended it (the one
+// Header and Trailer read); nil while attempts still race, or when that
+// attempt never opened.
+func (s *hedgedStream) ShownStream() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.winner
+	if a == nil && s.failed {
+		a = s.last
+	}
+	if a == nil || a.cs == nil {
+		return nil
+	}
+	return a.cs
 }

@@ -3,14 +3,13 @@ package interceptor
 import (
 	"context"
 	"io"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -61,20 +60,14 @@ import (
 // UnaryClientInterceptor); otherwise the attempt runs on and the stream is
 // its.
 //
-// What the caller sees is one call's, as with grpc-go's retry: Header
-// returns the headers of the attempt the stream commits to (a Trailers-Only
-// failure is retried underneath it, as RecvMsg would, and the headers
-// returned are those of the attempt whose messages follow), or nil, nil
-// when the call ends without any; Trailer, after RecvMsg returned an
-// error, is the final attempt's; the messages are the committed attempt's
-// only. A retryable failure that comes as the caller cancels (or as its
-// deadline passes) ends the stream with the caller's CANCELED (or
-// DEADLINE_EXCEEDED), as grpc-go's backoff would; where no retry could end
-// before the deadline, the last real status comes at once, where grpc-go
-// waits out the deadline (DESIGN.md, deadline awareness). Context commits
-// the stream, as grpc-go's does: an application that holds the stream's
-// context (to watch it, or to read the peer) must not see it cancelled by
-// a later retry, so there is none. The interop module runs grpc-go's own
+// What the caller sees is one attempt's (the package doc, "What the caller
+// sees"): Header returns the headers of the attempt the stream commits to,
+// or nil, nil when the call ends without any; Trailer, after RecvMsg
+// returned an error, is the final attempt's; the messages are the
+// committed attempt's only. Context commits the stream, as grpc-go's
+// does: an application that holds the stream's context (to watch it, or to
+// read the peer) must not see it cancelled by a later retry, so there is
+// none. The interop module runs grpc-go's own
 // interop cases through these streams, with failures injected.
 //
 // Hedging. Streams (server, client and bidi) are hedged until they commit,
@@ -88,8 +81,9 @@ import (
 // code sends the next hedge at once (or after a valid pushback), a fatal
 // one ends the stream with it, the budget is asked before every hedge, and
 // a stream whose attempts all failed ends with the last status; a hedge
-// the budget refuses while no attempt is in flight is a retry, and waits
-// as one in a Gate (see UnaryClientInterceptor). Every
+// the budget refuses while no attempt is in flight (or beside attempts
+// that have all failed since) is a retry, and waits as one in a Gate (see
+// UnaryClientInterceptor). Every
 // message sent before the commit (and CloseSend) is kept in the replay
 // buffer (Replay, above) and sent to every attempt: to those
 // open as it is sent, in turn, and to each later hedge when it starts, in
@@ -286,6 +280,7 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	if err != nil {
 		err, timedOut = attemptOutcome(s.callCtx, err, s.c.stopTimer(a.timer))
 		a.end()
+		a.cs = unopened{ctx: a.ctx, err: err}
 		return timedOut, err
 	}
 	a.cs = cs
@@ -300,20 +295,23 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 // replayed on it (over false), or the call is over with final (nil after
 // success).
 func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (over bool, final error) {
+	// last is the attempt that ended last here, nil while it is the one
+	// the caller saw end.
+	var last *streamAttempt
 	for {
 		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
 		if !retry {
-			return true, s.c.finish(err)
+			return s.over(last, s.c.finish(err))
 		}
 		if rerr := s.prepareResume(err); rerr != nil {
-			return true, rerr
+			return s.over(last, rerr)
 		}
 		if perr := s.c.pause(s.callCtx, pause, err); perr != nil {
-			return true, perr
+			return s.over(last, perr)
 		}
 		s.c.resume = false
 		a := new(streamAttempt)
-		trailer = nil
+		last, trailer = a, nil
 		if timedOut, err = s.open(a); err != nil {
 			committed = s.overflowed()
 			continue
@@ -328,6 +326,55 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 		a.end()
 	}
 }
+
+// over ends retryAfter's loop with final; last, when not nil, is the
+// attempt that ended last there (showEnded).
+func (s *retryStream) over(last *streamAttempt, final error) (bool, error) {
+	if last != nil {
+		s.showEnded(last)
+	}
+	return true, final
+}
+
+// showEnded makes a, an attempt whose failure to open or to replay ends
+// the call, the one the caller sees: Header, Trailer and the caller's
+// grpc.Header, Trailer and Peer holders (grpc writes these when an attempt
+// it opened ends: never for one that did not open) are a's, not those of
+// the attempt before it.
+func (s *retryStream) showEnded(a *streamAttempt) {
+	s.mu.Lock()
+	s.cur = a
+	s.mu.Unlock()
+	if _, ok := a.cs.(unopened); !ok {
+		return
+	}
+	for _, o := range s.opts {
+		switch v := o.(type) {
+		case grpc.HeaderCallOption:
+			*v.HeaderAddr = nil
+		case grpc.TrailerCallOption:
+			*v.TrailerAddr = nil
+		case grpc.PeerCallOption:
+			*v.PeerAddr = peer.Peer{}
+		}
+	}
+}
+
+// unopened stands for the grpc stream of an attempt that did not open
+// (the streamer failed with err): it has no headers, no trailer and no
+// messages.
+type unopened struct {
+	grpc.ClientStream
+	ctx context.Context
+	err error
+}
+
+func (u unopened) Header() (metadata.MD, error) { return nil, nil }
+func (u unopened) Trailer() metadata.MD         { return nil }
+func (u unopened) CloseSend() error             { return nil }
+func (u unopened) Context() context.Context     { return u.ctx }
+func (u unopened) SendMsg(any) error            { return io.EOF }
+func (u unopened) RecvMsg(any) error            { return u.err }
 
 func (s *retryStream) overflowed() bool {
 	s.mu.Lock()
@@ -403,67 +450,6 @@ func (s *retryStream) finishStream(final error) {
 	s.cancel()
 	if first {
 		s.c.end(s.cc, err)
-	}
-}
-
-// takeOnFinish removes the caller's grpc.OnFinish options from opts: grpc
-// would run them once per attempt; the stream runs them once, with the
-// call's final error, or when the caller's context ends first (as grpc does
-// for a stream the caller abandons).
-func (s *retryStream) takeOnFinish(opts []grpc.CallOption) []grpc.CallOption {
-	i := slices.IndexFunc(opts, func(o grpc.CallOption) bool { _, ok := o.(grpc.OnFinishCallOption); return ok })
-	if i < 0 {
-		return opts
-	}
-	kept := slices.Clone(opts[:i])
-	for _, o := range opts[i:] {
-		if f, ok := o.(grpc.OnFinishCallOption); ok {
-			s.onFinish = append(s.onFinish, f.OnFinish)
-		} else {
-			kept = append(kept, o)
-		}
-	}
-	s.watchCaller(s.callCtx)
-	return kept
-}
-
-// onFinishOnce holds a stream's grpc.OnFinish functions, taken out of its
-// attempts' options (grpc would run them once per attempt): the stream runs
-// them once, with the call's final error, or when the caller's context ends
-// first (as grpc does for a stream the caller abandons).
-type onFinishOnce struct {
-	onFinish []func(error)
-	// stopWatch stops the watch on the caller's context.
-	stopWatch func() bool
-	ran       atomic.Bool
-}
-
-// watchCaller runs the OnFinish functions when ctx, the caller's, ends
-// before the stream does. The watch never reads stopWatch: when ctx has
-// already ended, context.AfterFunc starts it before stopWatch is assigned.
-func (f *onFinishOnce) watchCaller(ctx context.Context) {
-	f.stopWatch = context.AfterFunc(ctx, func() {
-		f.run(status.FromContextError(ctx.Err()).Err())
-	})
-}
-
-// finishOnce stops the watch and runs the caller's OnFinish functions, the
-// first time only. The stream calls it after watchCaller returned.
-func (f *onFinishOnce) finishOnce(err error) {
-	if len(f.onFinish) == 0 || f.ran.Load() {
-		return
-	}
-	f.stopWatch()
-	f.run(err)
-}
-
-// run runs the OnFinish functions unless they ran already.
-func (f *onFinishOnce) run(err error) {
-	if f.ran.Swap(true) {
-		return
-	}
-	for _, fn := range f.onFinish {
-		fn(err)
 	}
 }
 

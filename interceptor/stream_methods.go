@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/stagger-go/stagger/internal/frontend"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -198,4 +199,24 @@ func (s *retryStream) Context() context.Context {
 		s.commitLocked()
 	}
 	return s.cur.cs.Context()
+}
+
+// Both engines' streams tell another front end which attempt the caller
+// sees.
+var (
+	_ frontend.Shown = (*retryStream)(nil)
+	_ frontend.Shown = (*hedgedStream)(nil)
+)
+
+// ShownStream implements frontend.Shown for another front end's header
+// and trailer methods: the grpc stream of the attempt the stream committed
+// to or, once it ended, of its last attempt (the one Header and Trailer
+// read); nil while neither is known.
+func (s *retryStream) ShownStream() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.committed && !s.done {
+		return nil
+	}
+	return s.cur.cs
 }

@@ -145,7 +145,7 @@ func (th *timeoutHedgeState) launch(callerReply proto.Message) {
 	} else {
 		out = &hedgeOutputs{reply: th.replyType.New().Interface()}
 	}
-	hc.prepare(out, first)
+	hc.prepare(out)
 	actx, acancel, at := c.nextAttempt(th.hctx)
 	th.inFlight++
 	// The attempt carries its admission to its end: attempts overlap, and
@@ -184,23 +184,6 @@ func (hc *hedgeCall) runTimed(ctx context.Context, n int, adm budget.Admission, 
 	}
 	cancel()
 	hc.results <- hedgeResult{n: n, err: err, out: out, took: time.Since(start), admission: adm}
-}
-
-// adoptMeta gives the caller the headers, trailer and peer of out, an
-// attempt whose failure is the call's.
-func (hc *hedgeCall) adoptMeta(out *hedgeOutputs) {
-	if out == &hc.first {
-		return
-	}
-	if hc.callerHeader != nil {
-		*hc.callerHeader = out.header
-	}
-	if hc.callerTrailer != nil {
-		*hc.callerTrailer = out.trailer
-	}
-	if hc.callerPeer != nil {
-		*hc.callerPeer = out.peer
-	}
 }
 
 // retryBeside accounts for a retry the per-attempt timer admitted while its

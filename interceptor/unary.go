@@ -90,8 +90,9 @@ import (
 // headers, ends the call with that status and cancels the rest; a non-fatal
 // code sends the next hedge at once. When every attempt failed the call
 // returns the last status. Every hedge asks the budget first
-// (budget.Request.Hedge); a refusal stops hedging, and the attempts in
-// flight go on. A server's valid pushback delays the next hedge by that
+// (budget.Request.Hedge); a refusal stops hedging beside the attempts in
+// flight, which go on, and should they all fail non-fatally the next
+// attempt is a retry (below). A server's valid pushback delays the next hedge by that
 // much; a negative or malformed one stops hedging. A hedge that could not
 // leave before the caller's deadline is not sent. Hedges carry
 // grpc-previous-rpc-attempts (1, 2, ...). The call returns only after every
@@ -108,8 +109,9 @@ import (
 // at a time into the caller's reply, the next at once after a non-fatal
 // failure (after a pushback, if one came), as grpc-go's retry would, and
 // the logger and hooks say why once per method (policy.ReasonReplyType).
-// A hedge the budget refuses while no attempt is in flight is a retry:
-// with a budget that defers (a Gate) it waits as a retry would. The
+// A hedge the budget refuses while no attempt is in flight (or refused
+// beside attempts that have all failed since) is a retry: with a budget
+// that defers (a Gate) it waits as a retry would. The
 // caller's grpc.OnFinish runs once.
 //
 // Hedges reach distinct backends only as the load-balancing policy allows:

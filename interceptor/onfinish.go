@@ -1,0 +1,71 @@
+package interceptor
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// takeOnFinish removes the caller's grpc.OnFinish options from opts: grpc
+// would run them once per attempt; the stream runs them once, with the
+// call's final error, or when the caller's context ends first (as grpc does
+// for a stream the caller abandons).
+func (s *retryStream) takeOnFinish(opts []grpc.CallOption) []grpc.CallOption {
+	i := slices.IndexFunc(opts, func(o grpc.CallOption) bool { _, ok := o.(grpc.OnFinishCallOption); return ok })
+	if i < 0 {
+		return opts
+	}
+	kept := slices.Clone(opts[:i])
+	for _, o := range opts[i:] {
+		if f, ok := o.(grpc.OnFinishCallOption); ok {
+			s.onFinish = append(s.onFinish, f.OnFinish)
+		} else {
+			kept = append(kept, o)
+		}
+	}
+	s.watchCaller(s.callCtx)
+	return kept
+}
+
+// onFinishOnce holds a stream's grpc.OnFinish functions, taken out of its
+// attempts' options (grpc would run them once per attempt): the stream runs
+// them once, with the call's final error, or when the caller's context ends
+// first (as grpc does for a stream the caller abandons).
+type onFinishOnce struct {
+	onFinish []func(error)
+	// stopWatch stops the watch on the caller's context.
+	stopWatch func() bool
+	ran       atomic.Bool
+}
+
+// watchCaller runs the OnFinish functions when ctx, the caller's, ends
+// before the stream does. The watch never reads stopWatch: when ctx has
+// already ended, context.AfterFunc starts it before stopWatch is assigned.
+func (f *onFinishOnce) watchCaller(ctx context.Context) {
+	f.stopWatch = context.AfterFunc(ctx, func() {
+		f.run(status.FromContextError(ctx.Err()).Err())
+	})
+}
+
+// finishOnce stops the watch and runs the caller's OnFinish functions, the
+// first time only. The stream calls it after watchCaller returned.
+func (f *onFinishOnce) finishOnce(err error) {
+	if len(f.onFinish) == 0 || f.ran.Load() {
+		return
+	}
+	f.stopWatch()
+	f.run(err)
+}
+
+// run runs the OnFinish functions unless they ran already.
+func (f *onFinishOnce) run(err error) {
+	if f.ran.Swap(true) {
+		return
+	}
+	for _, fn := range f.onFinish {
+		fn(err)
+	}
+}
