@@ -79,9 +79,8 @@
 // or the proto, or send an idempotency key (WithIdempotencyKey) that the
 // server de-duplicates.
 //
-// Retries carry the grpc-previous-rpc-attempts header (1, 2, ...) as outgoing
-// metadata, and their context carries the attempt number
-// (AttemptFromContext).
+// Retries carry the grpc-previous-rpc-attempts header (1, 2, ...) as
+// outgoing metadata, their context the attempt number (AttemptFromContext).
 //
 // The final error of a call stagger ran is an *Error: its GRPCStatus is the
 // last attempt's status unchanged, and Attempts(err) reads the number of
