@@ -115,11 +115,10 @@
 // the call's final error. One given after runs inside: it sees every
 // attempt, with its number in the context (AttemptFromContext). So give
 // before stagger what should run once per call (grpc's OpenTelemetry plugin,
-// which then counts one call and every attempt; per-call logging; caches),
+// per-call logging, caches),
 // and after it what must run once per attempt (authentication: a token may
 // expire between attempts; per-attempt logging; anything that writes
-// headers). Never chain two retrying layers: retries multiply
-// (stagger.DialOptions turns grpc-go's own retry off for that reason).
+// headers). Never chain two retrying layers: retries multiply.
 //
 // # Options
 //
