@@ -3,7 +3,6 @@ package budget
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -172,10 +171,25 @@ var (
 var (
 	// errEvicted: a more critical retry took this one's place in a full
 	// room (Gate, the criticality rule). It wraps ErrTooManyWaiting.
-	errEvicted = fmt.Errorf("%w: a more critical retry took its place", ErrTooManyWaiting)
+	errEvicted = &waitEnd{rule: "criticality", why: "a more critical retry took its place", base: ErrTooManyWaiting}
 	// errWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
-	errWaitLimit = errors.New("budget: a deferred retry waited its longest (defer.maxWait)")
-	// errWaitEnded: the Gate ended the wait (Gate, the hold and hopeless
-	// rules).
-	errWaitEnded = errors.New("budget: the gate ended a deferred retry's wait: not let go by its pause with no outage or overload to wait for, or no retry could finish before the deadline")
+	errWaitLimit = &waitEnd{rule: "max-wait", why: "a call without a deadline waited its longest (defer.maxWait)"}
+	// errWaitEnded: the Gate ended the wait by its hold rule; errHopeless,
+	// by its hopeless rule (it wraps errWaitEnded).
+	errWaitEnded = &waitEnd{rule: "hold", why: "not let go by its pause, with no outage or overload to wait for"}
+	errHopeless  = &waitEnd{rule: "hopeless", why: "no retry could finish before the deadline", base: errWaitEnded}
 )
+
+// waitEnd is how a Gate ended a wait: the rule of its wait contract that
+// ended it (WaitRule; see Gate) and why. The interceptors read the rule
+// into interceptor.Report.WaitEnd.
+type waitEnd struct {
+	rule, why string
+	base      error
+}
+
+func (e *waitEnd) Error() string {
+	return "budget: the gate ended a deferred retry's wait (" + e.rule + "): " + e.why
+}
+func (e *waitEnd) Unwrap() error    { return e.base }
+func (e *waitEnd) WaitRule() string { return e.rule }

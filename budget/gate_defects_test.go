@@ -279,3 +279,26 @@ func TestGateLostProbeSlotIsCapped(t *testing.T) {
 		t.Fatalf("%v after a probe that never reported: Poll = %v (next %v), want a probe", tune.ProbeGapMax, a, at.Sub(clk.Now()))
 	}
 }
+
+// Every end of a wait that the Gate gives names the rule of its wait
+// contract that ended it (interceptor.Report.WaitEnd reads it).
+func TestGateWaitEndsNameTheirRule(t *testing.T) {
+	for err, rule := range map[error]string{errWaitEnded: "hold", errHopeless: "hopeless", errWaitLimit: "max-wait", errEvicted: "criticality"} {
+		var r interface{ WaitRule() string }
+		if !errors.As(err, &r) || r.WaitRule() != rule {
+			t.Errorf("%v: rule %v, want %q", err, r, rule)
+		}
+	}
+	if !errors.Is(errHopeless, errWaitEnded) || !errors.Is(errEvicted, ErrTooManyWaiting) {
+		t.Error("errHopeless must wrap errWaitEnded, errEvicted ErrTooManyWaiting")
+	}
+	// The hopeless rule's end is told from the hold rule's.
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	failures(g, tune.OutageStreak)
+	w, _ := g.Enter(Request{Number: 2, Took: 2 * time.Second}, 0, t0.Add(time.Second))
+	defer w.Leave()
+	if _, _, err := w.Poll(); err != errHopeless {
+		t.Fatalf("Poll = %v, want errHopeless", err)
+	}
+}

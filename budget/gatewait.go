@@ -3,6 +3,7 @@ package budget
 import (
 	"container/list"
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -27,9 +28,11 @@ type Waiter struct {
 	// asks the guard and the budget unlocked (no hand-off or eviction
 	// takes it then); ended, the hold or hopeless rule ended the wait.
 	left, asking, ended bool
-	level               int
-	elem                *list.Element
-	granted             Admission
+	// hopeless: the hopeless rule ended the wait (else the hold rule).
+	hopeless bool
+	level    int
+	elem     *list.Element
+	granted  Admission
 	// evicted: a more critical retry took its place.
 	evicted atomic.Bool
 	// done is Wait's context's Done channel (nil: never done).
@@ -166,6 +169,8 @@ func (w *Waiter) Poll() (a Admission, next time.Time, err error) {
 func (w *Waiter) err() error {
 	if w.evicted.Load() {
 		return errEvicted
+	} else if w.ended && w.hopeless {
+		return errHopeless
 	} else if w.ended {
 		return errWaitEnded
 	}
@@ -274,6 +279,8 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 	}
 	switch {
 	case how == admitEnd:
+		end := g.st.giveUpAt(now, &w.view)
+		w.hopeless = !end.IsZero() && !now.Before(end)
 		w.endLocked()
 		return AdmitNone, time.Time{}
 	case how == AdmitNone:
@@ -436,7 +443,7 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 			err = end
 		}
 		if err != nil {
-			if cerr := ctx.Err(); cerr != nil && err == errWaitEnded {
+			if cerr := ctx.Err(); cerr != nil && errors.Is(err, errWaitEnded) {
 				err = cerr // Poll saw the caller leave
 			}
 			if err != errEvicted { // an eviction was counted when made

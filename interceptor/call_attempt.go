@@ -147,10 +147,12 @@ type call struct {
 	// deferReq is the retry the budget refused, set while the call is to
 	// wait for it (pause waits through the budget's Deferrer); admission is
 	// how the running attempt was let go after such a wait, for the budget
-	// to hear when it ends; deferred is how long the call has waited.
+	// to hear when it ends; deferred is how long the call has waited, and
+	// waitEnd the rule that ended a wait that admitted nothing.
 	deferReq  *budget.Request
 	admission budget.Admission
 	deferred  time.Duration
+	waitEnd   string
 	// waitedHedge is the hedge that waited in the budget's Deferrer as a
 	// retry (hedgeState.waitHedge), 0 if none, and waitedAdmission how it
 	// was let go: it tells the budget it ended as a retry.

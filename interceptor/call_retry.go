@@ -314,6 +314,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 		return nil
 	}
 	e.Kind = EventGiveUp
+	c.waitEnd = waitRule(err)
 	switch {
 	case errors.Is(callCtx.Err(), context.Canceled):
 		last = status.Error(codes.Canceled, context.Canceled.Error())
@@ -339,6 +340,27 @@ func waitEnded(err error) policy.Reason {
 	default:
 		return policy.ReasonDeferred
 	}
+}
+
+// waitRule names the rule of the Gate's wait contract (see budget.Gate)
+// that ended a wait with err: the Gate's own name for it when it gives one
+// (hold, hopeless, max-wait, criticality), else futility, room, deadline
+// or caller.
+func waitRule(err error) string {
+	var r interface{ WaitRule() string }
+	switch {
+	case errors.As(err, &r):
+		return r.WaitRule()
+	case errors.Is(err, budget.ErrOutageLasting):
+		return "futility"
+	case errors.Is(err, budget.ErrTooManyWaiting):
+		return "room"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	case errors.Is(err, context.Canceled):
+		return "caller"
+	}
+	return "other"
 }
 
 // breakerOutcome is what an attempt that ended with err tells a circuit
@@ -522,7 +544,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	}
 	e.Target = c.target
 	if r := o.report; r != nil {
-		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target}
+		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Deferred: e.Deferred, WaitEnd: c.waitEnd, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target}
 		if c.budget != nil && budgetEnded(e.Reason) {
 			r.Budget = c.budget.State()
 		}

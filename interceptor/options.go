@@ -293,6 +293,13 @@ type Report struct {
 	// its pauses (backoff, pushback) and budget waits; 0 for hedged calls,
 	// whose attempts overlap.
 	Delay time.Duration
+	// Deferred is the part of Delay the call waited in its budget's Gate
+	// for retries the budget refused; WaitEnd, when such a wait admitted
+	// nothing and ended the call, the rule of the Gate's wait contract that
+	// ended it (budget.Gate): "hold", "hopeless", "max-wait", "futility",
+	// "room" or "criticality" (too many waited), "deadline" or "caller".
+	Deferred time.Duration
+	WaitEnd  string
 	// Reason is why the call ended: policy.ReasonSuccess, or why it gave up.
 	Reason policy.Reason
 	// Code is the call's final status code.
@@ -353,6 +360,13 @@ func (r Report) String() string {
 	}
 	if r.Delay > 0 {
 		fmt.Fprintf(&b, ", paused %v", r.Delay)
+	}
+	if r.Deferred > 0 {
+		fmt.Fprintf(&b, " (%v waiting for the budget", r.Deferred)
+		if r.WaitEnd != "" {
+			fmt.Fprintf(&b, "; wait ended: %s", r.WaitEnd)
+		}
+		b.WriteString(")")
 	}
 	if r.Criticality.Valid() {
 		fmt.Fprintf(&b, ", criticality %s", r.Criticality)
