@@ -252,9 +252,15 @@ func (w *Waiter) giveBackLocked(now time.Time, how Admission) {
 	w.asking = false
 	g.room.dequeue(w)
 	w.ended = true
-	g.st.unadmit(now, &w.view, how)
-	g.counts.DeferAdmitted--
-	g.dispatchLocked(now, false)
+	w.returnLocked(now, how)
+}
+
+// returnLocked gives back the admission how that w took and will not use,
+// and offers it to the other waiters (the dispatcher's give-back run).
+func (w *Waiter) returnLocked(now time.Time, how Admission) {
+	w.g.st.unadmit(now, &w.view, how)
+	w.g.counts.DeferAdmitted--
+	w.g.dispatchLocked(now, false)
 }
 
 // pollLocked is Poll under the lock: an admission handed to w, or the
@@ -300,19 +306,16 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 // is given back, and the wait goes on (held, while the guard is open) or,
 // past its hold time, ends (the hold rule).
 func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, open bool) (Admission, time.Time) {
-	g := w.g
 	w.asking = false
 	if ok {
 		w.wentLocked(now, how)
 		return how, time.Time{}
 	}
-	g.st.unadmit(now, &w.view, how)
-	g.counts.DeferAdmitted--
-	// What it gave back may go to another waiter, never to one refused
+	// What it gives back may go to another waiter, never to one refused
 	// since the last news (two refused waiters would hand it back and
 	// forth); w asks again at next, or on news.
 	w.refused, w.due = true, next
-	g.dispatchLocked(now, false)
+	w.returnLocked(now, how)
 	pastHold := !w.view.held && !now.Before(w.view.holdAt)
 	if open {
 		w.view.held = w.view.held || pastHold
@@ -391,13 +394,11 @@ func (w *Waiter) Leave() {
 	}
 	w.left = true
 	g.room.dequeue(w)
-	if len(w.ready) > 0 && w.granted == AdmitNone {
+	switch {
+	case w.granted != AdmitNone:
+		w.returnLocked(now, w.granted)
+	case len(w.ready) > 0:
 		// A wake-up it never took may have been another's to take.
-		g.dispatchLocked(now, false)
-	}
-	if w.granted != AdmitNone {
-		g.st.unadmit(now, &w.view, w.granted)
-		g.counts.DeferAdmitted--
 		g.dispatchLocked(now, false)
 	}
 	g.room.n--
