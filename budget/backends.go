@@ -317,30 +317,42 @@ type BackendState struct {
 	State
 }
 
-// States returns the state of every budget the set holds (after
-// forgetting what it may), sorted by target, then method (each read
-// outside the set's lock).
+// States returns the state of every budget the set holds at one moment
+// (after forgetting what it may), sorted by target, then method (each
+// state read after the set's lock is let go).
 func (bs *Backends) States() []BackendState {
 	if bs == nil || bs.s.Kind == KindNone {
 		return nil
 	}
+	// The keys are taken under the lock, so that they are one moment's
+	// (a walk over the shards beside an add that forgot others could see
+	// both the forgotten and the new, more than the cap); their states are
+	// read after it.
+	type key struct {
+		target, method string
+		b              Budget
+	}
+	var keys []key
 	now := bs.now()
 	bs.mu.Lock()
 	bs.tickLocked(now)
 	if now.Sub(bs.swept) >= backendsSweepEvery {
 		bs.sweepLocked(now)
 	}
-	bs.mu.Unlock()
-	var out []BackendState
 	bs.targets.each(func(t string, b *backend) {
 		if !bs.defers {
-			out = append(out, BackendState{Target: t, State: b.tokens.b.State()})
+			keys = append(keys, key{t, "", b.tokens.b})
 			return
 		}
 		for m, s := range b.methods.snapshot() {
-			out = append(out, BackendState{Target: t, Method: m, State: s.b.State()})
+			keys = append(keys, key{t, m, s.b})
 		}
 	})
+	bs.mu.Unlock()
+	out := make([]BackendState, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, BackendState{Target: k.target, Method: k.method, State: k.b.State()})
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Target != out[j].Target {
 			return out[i].Target < out[j].Target

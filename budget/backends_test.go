@@ -313,3 +313,37 @@ func TestBackendsConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// States is one moment's view: beside adds past the cap that forget the
+// least recently used, it never shows more targets than the cap (nobody
+// waits). It walked the shards one by one and could show both what an
+// add forgot and what later adds put in (the soak saw 1,026).
+func TestBackendsStatesOneMoment(t *testing.T) {
+	bs, _ := newClockedBackends(t, deferring(4))
+	limit := bs.Limits().Targets
+	for i := range limit {
+		bs.Get(fmt.Sprintf("t%d", i), "/m")
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				bs.Get(fmt.Sprintf("w%d-%d", w, i), "/m")
+			}
+		}()
+	}
+	defer func() { close(done); wg.Wait() }()
+	for range 300 {
+		if n := len(targets(bs)); n > limit {
+			t.Fatalf("States shows %d targets, past the cap of %d with nobody waiting", n, limit)
+		}
+	}
+}
