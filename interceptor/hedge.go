@@ -241,11 +241,12 @@ func (s *hedgeState) waitHedge(callCtx context.Context, n int) policy.Reason {
 	case err == nil:
 		s.c.waitedHedge, s.c.waitedAdmission = n, adm
 		return policy.ReasonNone
-	case callCtx.Err() != nil:
-		return policy.ReasonCaller
-	default:
-		return waitEnded(err)
 	}
+	s.c.waitEnd = waitRule(err)
+	if callCtx.Err() != nil {
+		return policy.ReasonCaller
+	}
+	return waitEnded(err)
 }
 
 // launched accounts for attempt n, sent at now, and tells the hooks of a

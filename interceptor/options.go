@@ -293,11 +293,13 @@ type Report struct {
 	// its pauses (backoff, pushback) and budget waits; 0 for hedged calls,
 	// whose attempts overlap.
 	Delay time.Duration
-	// Deferred is the part of Delay the call waited in its budget's Gate
-	// for retries the budget refused; WaitEnd, when such a wait admitted
-	// nothing and ended the call, the rule of the Gate's wait contract that
-	// ended it (budget.Gate): "hold", "hopeless", "max-wait", "futility",
-	// "room" or "criticality" (too many waited), "deadline" or "caller".
+	// Deferred is the time the call waited in its budget's Gate for
+	// retries the budget refused (part of Delay; for a hedged call, its
+	// hedges refused with no attempt in flight); WaitEnd, when such a
+	// wait admitted nothing and ended the call, the rule of the Gate's
+	// wait contract that ended it (budget.Gate): "hold", "hopeless",
+	// "max-wait", "futility", "room" or "criticality" (too many waited),
+	// "deadline" or "caller".
 	Deferred time.Duration
 	WaitEnd  string
 	// Reason is why the call ended: policy.ReasonSuccess, or why it gave up.

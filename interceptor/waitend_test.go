@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
@@ -52,6 +53,29 @@ func TestReportSaysWhatEndedTheWait(t *testing.T) {
 		}
 		if s := r.String(); !strings.Contains(s, "20ms waiting for the budget; wait ended: hopeless") {
 			t.Errorf("Report prints %q", s)
+		}
+	})
+}
+
+// A hedged call whose hedge, refused by the budget with no attempt in
+// flight, waited in the Gate and was refused for good says so too.
+func TestReportSaysWhatEndedTheHedgeWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		unavailable := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+			return status.Error(codes.Unavailable, "down")
+		}
+		cfg, err := policy.ParseConfig([]byte(`{"methodConfig": [{"name": [{"service": "svc"}], "idempotent": true,
+			"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r Report
+		err = UnaryClientInterceptor(WithConfig(cfg), WithBudget(endsWait{}))(context.Background(), "/svc/M", nil, &emptypb.Empty{}, nil, unavailable, WithReport(&r))
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("err = %v, want UNAVAILABLE", err)
+		}
+		if r.WaitEnd != "hopeless" || r.Deferred != 20*time.Millisecond || r.Reason != policy.ReasonDeferred {
+			t.Fatalf("Report = %+v, want 20ms deferred, ended by the hopeless rule, reason deferred", r)
 		}
 	})
 }
