@@ -56,8 +56,8 @@ import (
 // probe slot and the paces (gatepace.go). The waiting room (gatewait.go)
 // gives each waiter its own Ready channel; on news (a record, an admission
 // given back) one dispatcher walks the waiters, most critical first, and
-// wakes only those whose decision changes; the others sleep to their own
-// time. A woken waiter takes its admission under the lock, asks its Guard
+// wakes only those whose decision changes; one sleeps to the time the next
+// release or probe may go, the others to their own times, or news. A woken waiter takes its admission under the lock, asks its Guard
 // and the budget unlocked, and gives it back if they refuse (internal/gatetune
 // has the numbers).
 //
@@ -212,18 +212,22 @@ func (g *Gate) ageLocked(now time.Time) {
 // settle sets the settled word at now; under mu.
 func (g *Gate) settle(now time.Time) { g.settled.Store(g.room.n == 0 && g.st.settled(now)) }
 
-// dispatchLocked runs on news (a record: news) and when an admission was
-// given back: it walks the waiters, most critical first, and wakes only
-// those whose decision at now would change what they do: an admission or
-// the end of the wait (of the release, probe and last-chance admissions,
-// which one retry takes at a time, the first only), or a next time
-// earlier than the one their goroutine sleeps to (the first such only:
-// the others follow it). A guarded waiter is woken on all news: its guard
-// is asked by its own Poll. A waiter refused since the last news is not
-// woken by a give-back; one that holds its admission, or asks its guard,
-// is not woken at all. Every other waiter sleeps to its own next time.
+// dispatchLocked runs on news (a record: news), when an admission was
+// given back and when the paced waiter left: it walks the waiters, most
+// critical first, and wakes only those whose decision at now would change
+// what they do: an admission or the end of the wait (of the release,
+// probe and last-chance admissions, which one retry takes at a time, the
+// first only); the one with the earliest paced time, made the paced
+// waiter (waitingRoom.paced) if it is not, or if it sleeps past that
+// time; the first whose own time came earlier than the one it sleeps to.
+// A guarded waiter is woken on all news: its guard is asked by its own
+// Poll. A waiter refused since the last news is not woken by a give-back;
+// one that holds its admission, or asks its guard, is not woken at all.
+// Every other waiter sleeps to its own next time, or news.
 func (g *Gate) dispatchLocked(now time.Time, news bool) {
 	scarceTaken, retimed := false, false
+	var best *Waiter
+	var bestAt time.Time
 	for l := len(g.room.queue) - 1; l >= 0; l-- {
 		for e := g.room.queue[l].Front(); e != nil; e = e.Next() {
 			w := e.Value.(*Waiter)
@@ -243,11 +247,6 @@ func (g *Gate) dispatchLocked(now time.Time, news bool) {
 			}
 			d := g.st.decide(now, &w.view, false)
 			switch {
-			case d.how == AdmitNone && !d.next.IsZero() && (w.due.IsZero() || d.next.Before(w.due)):
-				if !retimed {
-					retimed = true
-					w.signal()
-				}
 			case scarce(d.how):
 				if !scarceTaken {
 					scarceTaken = true
@@ -255,8 +254,20 @@ func (g *Gate) dispatchLocked(now time.Time, news bool) {
 				}
 			case d.how != AdmitNone:
 				w.signal()
+			default:
+				if !d.paced.IsZero() && (best == nil || d.paced.Before(bestAt)) {
+					best, bestAt = w, d.paced
+				}
+				if !retimed && !d.own.IsZero() && (w.due.IsZero() || d.own.Before(w.due)) {
+					retimed = true
+					w.signal()
+				}
 			}
 		}
+	}
+	if p := g.room.paced; best != nil && !scarceTaken && (p != best || p.due.IsZero() || bestAt.Before(p.due)) {
+		g.room.paced, best.paced = best, bestAt
+		best.signal()
 	}
 }
 

@@ -15,11 +15,14 @@ const admitEnd Admission = 255
 // goes now (before its guard and the budget are asked; admitEnd: its wait
 // ends), or AdmitNone with next, when asking again could change the answer
 // without news (zero: only news will); hold: the wait is held from now on
-// (the hold rule, or an open guard).
+// (the hold rule, or an open guard). Of next, paced is the time a release,
+// probe or last chance may come (the paces' and the probe slot's, which
+// one retry at a time takes: one waiter sleeps to it, waitingRoom.paced),
+// own the retry's own times (the hold rule's, the hopeless end).
 type decision struct {
-	how  Admission
-	next time.Time
-	hold bool
+	how              Admission
+	next, paced, own time.Time
+	hold             bool
 }
 
 // decide is the rules' decision for the waiting retry w at now, whose
@@ -83,11 +86,12 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 		held = true
 	}
 	d := decision{hold: held && !w.held}
-	if d.how, d.next = s.decideByPhase(now, w, held); d.how == AdmitNone {
+	if d.how, d.paced = s.decideByPhase(now, w, held); d.how == AdmitNone {
 		if !held {
-			d.next = clock.Earlier(d.next, w.holdAt)
+			d.own = w.holdAt
 		}
-		d.next = clock.Earlier(d.next, endAt)
+		d.own = clock.Earlier(d.own, endAt)
+		d.next = clock.Earlier(d.paced, d.own)
 	}
 	return d
 }

@@ -42,6 +42,9 @@ type Waiter struct {
 	// news only), to which its goroutine sleeps.
 	ready chan struct{}
 	due   time.Time
+	// paced, under the gate's lock, is the paced time (decision.paced)
+	// it sleeps to as its room's paced waiter.
+	paced time.Time
 	// refused: its guard or the budget refused what the rules let go,
 	// since the last news.
 	refused bool
@@ -61,10 +64,14 @@ func (w *Waiter) signal() {
 }
 
 // waitingRoom is how many wait, and by criticality the queues of those
-// that compete for admissions, oldest first. Owned by the gate's lock.
+// that compete for admissions, oldest first; paced, the one waiter that
+// sleeps to the earliest paced time (decision.paced): the others sleep to
+// their own times or news, not all to the one time only one of them may
+// take (each release woke every held call). Owned by the gate's lock.
 type waitingRoom struct {
 	n     int
 	queue [4]list.List
+	paced *Waiter
 }
 
 // victim is the waiter a retry of level evicts from a full room: the
@@ -81,12 +88,33 @@ func (r *waitingRoom) victim(level int) *Waiter {
 	return nil
 }
 
-// dequeue takes w out of its queue, if it is in it.
-func (r *waitingRoom) dequeue(w *Waiter) {
+// dequeueLocked takes w out of its queue, if it is in it; if it was the
+// paced waiter, the dispatcher finds the next.
+func (g *Gate) dequeueLocked(w *Waiter, now time.Time) {
 	if w.elem != nil {
-		r.queue[w.level].Remove(w.elem)
+		g.room.queue[w.level].Remove(w.elem)
 		w.elem = nil
 	}
+	if g.room.paced == w {
+		g.room.paced = nil
+		g.dispatchLocked(now, false)
+	}
+}
+
+// sleepLocked is how long w, which the rules did not let go at now (d),
+// sleeps: to d.next if it is the paced waiter, or becomes it (its paced
+// time the earliest, or the same and it as critical); else to its own
+// times, or news.
+func (g *Gate) sleepLocked(w *Waiter, d decision) time.Time {
+	p := g.room.paced
+	switch {
+	case d.paced.IsZero() || w.r.Guard != nil:
+		return d.next
+	case p == nil || p == w || d.paced.Before(p.paced) || d.paced.Equal(p.paced) && w.level > p.level:
+		g.room.paced, w.paced = w, d.paced
+		return d.next
+	}
+	return d.own
 }
 
 // Enter registers a deferred retry r that must not go sooner than pause
@@ -141,8 +169,8 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 // evictLocked makes v give up (errEvicted) and frees its place (its place
 // in g.shared passes to the retry that evicted it).
 func (g *Gate) evictLocked(v *Waiter, now time.Time) {
-	g.room.dequeue(v)
 	v.evicted.Store(true)
+	g.dequeueLocked(v, now)
 	v.left = true
 	g.counts.DeferGaveUp++
 	v.signal()
@@ -151,7 +179,9 @@ func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 }
 
 // Poll asks, now, whether w may go. When it may not, next is when asking
-// again could change the answer without news (zero: only news will), and
+// again could change the answer without news (zero: only news will; of
+// the waiters the next release, probe or last chance could go to, one is
+// told its time, the others hear from Ready when it is theirs), and
 // err, once w will never be admitted, says why (a more critical retry
 // took its place, which wraps ErrTooManyWaiting, or the Gate ended the
 // wait): its call ends with its last status (Leave w then). The rules
@@ -250,8 +280,8 @@ func (w *Waiter) callerGone() bool {
 func (w *Waiter) giveBackLocked(now time.Time, how Admission) {
 	g := w.g
 	w.asking = false
-	g.room.dequeue(w)
 	w.ended = true
+	g.dequeueLocked(w, now)
 	w.returnLocked(now, how)
 }
 
@@ -273,25 +303,26 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 		w.granted = AdmitNone
 		return how, time.Time{}
 	}
-	how, next := w.decideLocked(now, open)
-	for scarce(how) {
+	d := w.decideLocked(now, open)
+	for scarce(d.how) {
 		v, vhow := g.handOffLocked(now, w.level)
 		if v == nil {
 			break
 		}
 		v.granted = vhow
 		v.signal()
-		how, next = w.decideLocked(now, open)
+		d = w.decideLocked(now, open)
 	}
+	how := d.how
 	switch {
 	case how == admitEnd:
 		end := g.st.giveUpAt(now, &w.view)
 		w.hopeless = !end.IsZero() && !now.Before(end)
-		w.endLocked()
+		w.endLocked(now)
 		return AdmitNone, time.Time{}
 	case how == AdmitNone:
-		w.due = next
-		return AdmitNone, next
+		w.due = g.sleepLocked(w, d)
+		return AdmitNone, w.due
 	}
 	w.takeLocked(now, how)
 	if open || w.r.Guard != nil && how.probing() {
@@ -322,7 +353,7 @@ func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, 
 		return AdmitNone, next
 	}
 	if pastHold {
-		w.endLocked()
+		w.endLocked(now)
 	}
 	return AdmitNone, time.Time{}
 }
@@ -331,8 +362,9 @@ func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, 
 // single retry takes at a time, the next in line is woken if it may go
 // too (the dispatcher woke only the first).
 func (w *Waiter) wentLocked(now time.Time, how Admission) {
-	w.g.room.dequeue(w)
-	if scarce(how) || how == AdmitBudget {
+	paced := w.g.room.paced == w
+	w.g.dequeueLocked(w, now)
+	if !paced && (scarce(how) || how == AdmitBudget) {
 		w.g.dispatchLocked(now, false)
 	}
 }
@@ -354,10 +386,10 @@ func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission) {
 			if now.Before(v.earliest) || v.r.Guard != nil || v.asking {
 				continue
 			}
-			if how, _ := v.decideLocked(now, false); scarce(how) {
-				v.takeLocked(now, how)
-				g.room.dequeue(v)
-				return v, how
+			if d := v.decideLocked(now, false); scarce(d.how) {
+				v.takeLocked(now, d.how)
+				g.dequeueLocked(v, now)
+				return v, d.how
 			}
 		}
 	}
@@ -366,15 +398,15 @@ func (g *Gate) handOffLocked(now time.Time, level int) (*Waiter, Admission) {
 
 // decideLocked is the rules' decision for w at now, applied: the one place
 // a decision changes a wait.
-func (w *Waiter) decideLocked(now time.Time, guardOpen bool) (Admission, time.Time) {
+func (w *Waiter) decideLocked(now time.Time, guardOpen bool) decision {
 	d := w.g.st.decide(now, &w.view, guardOpen)
 	w.view.held = w.view.held || d.hold
-	return d.how, d.next
+	return d
 }
 
-func (w *Waiter) endLocked() {
+func (w *Waiter) endLocked(now time.Time) {
 	w.ended = true
-	w.g.room.dequeue(w)
+	w.g.dequeueLocked(w, now)
 }
 
 func (w *Waiter) takeLocked(now time.Time, how Admission) {
@@ -393,7 +425,7 @@ func (w *Waiter) Leave() {
 		return
 	}
 	w.left = true
-	g.room.dequeue(w)
+	g.dequeueLocked(w, now)
 	switch {
 	case w.granted != AdmitNone:
 		w.returnLocked(now, w.granted)
