@@ -22,7 +22,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -869,60 +868,6 @@ func TestPerCallOptions(t *testing.T) {
 				}
 			})
 		})
-	}
-}
-
-func TestDialOptions(t *testing.T) {
-	t.Run("grpc-go's own retry is off", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			srv := testserver.New()
-			defer srv.Close()
-			// A service config retry policy, as a resolver would deliver:
-			// not applied by grpc-go once stagger is in.
-			sc := `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
-				"retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",
-				"backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
-			cc, err := srv.Dial(append(stagger.DialOptions(nil), grpc.WithDefaultServiceConfig(sc))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cc.Close()
-			_, err = testingv1.NewTestServiceClient(cc).Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 10}})
-			if status.Code(err) != codes.Unavailable {
-				t.Fatal(err)
-			}
-			if n := len(srv.Attempts("k")); n != 1 {
-				t.Errorf("%d attempts, want 1: grpc-go retried", n)
-			}
-		})
-	})
-	t.Run("retries per the file, default budget", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			srv := testserver.New()
-			defer srv.Close()
-			var h hookLog
-			cc, err := srv.Dial(stagger.DialOptions(parse(t, retryFile), interceptor.WithHook(h.hook))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cc.Close()
-			before := defaultBudgetState(cc)
-			if _, err := testingv1.NewTestServiceClient(cc).Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 1}}); err != nil {
-				t.Fatal(err)
-			}
-			if n := len(srv.Attempts("k")); n != 2 {
-				t.Errorf("%d attempts, want 2", n)
-			}
-			if after := defaultBudgetState(cc); after.Allowed != before.Allowed+1 {
-				t.Errorf("default budget allowed %d -> %d, want one more: DialOptions did not install it for the connection's target", before.Allowed, after.Allowed)
-			}
-		})
-	})
-	// The README's form compiles.
-	cfg := parse(t, retryFile)
-	opts := append(stagger.DialOptions(cfg), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if len(opts) != 4 {
-		t.Errorf("%d dial options", len(opts))
 	}
 }
 

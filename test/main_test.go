@@ -3,8 +3,8 @@
 // bubbles, real time over loopback TCP (the TestRealTime tests, which
 // `make test-realtime` repeats), and ports of grpc-go's and
 // go-grpc-middleware's retry tests run through stagger. The root package
-// keeps only what documents it: its examples, the tests of its own
-// functions, and the checks of the README and docs.
+// keeps only what documents it: its Examples, the test of DialOptions, and
+// the checks of the README and docs.
 package test
 
 import (
