@@ -60,8 +60,8 @@ test-newest:
 	$(TESTGO) test -race -count=1 $(filter-out ./interop/...,$(PKGS))
 	$(TESTGO) test -count=1 ./interop/...
 
-## test-realtime: the real-time lane (realtime_test.go of the root and server
-## packages: loopback TCP, real time, many calls at once per run), in both lanes: RT_COUNT runs at
+## test-realtime: the real-time lane (the TestRealTime tests of the test/ and
+## server packages: loopback TCP, real time, many calls at once per run), in both lanes: RT_COUNT runs at
 ## -cpu=1,2, then RT_HOG_COUNT runs at -cpu=1 beside a CPU hog (three busy loops),
 ## one package at a time (-p 1: the hog is the load, not the other package).
 ## CI keeps the counts low enough for .ci/run to stay under 15 minutes; hunt
@@ -72,13 +72,13 @@ RT_RUN = -race -run '^TestRealTime' -count=$(RT_COUNT)
 RT_HOG_RUN = -race -run '^TestRealTime' -count=$(RT_HOG_COUNT)
 test-realtime:
 	@echo "== real-time lane, oldest: $(call lane_versions,GOWORK=off)"
-	GOWORK=off $(TESTGO) test $(RT_RUN) -cpu=1,2 . ./server
+	GOWORK=off $(TESTGO) test $(RT_RUN) -cpu=1,2 ./test ./server
 	@echo "== real-time lane, newest: $(call lane_versions,)"
-	$(TESTGO) test $(RT_RUN) -cpu=1,2 . ./server
+	$(TESTGO) test $(RT_RUN) -cpu=1,2 ./test ./server
 	@echo "== real-time lane beside a CPU hog, oldest then newest"
 	@hogs=""; for i in 1 2 3; do sh -c 'while :; do :; done' & hogs="$$hogs $$!"; done; \
 	trap 'kill $$hogs' EXIT; \
-	GOWORK=off $(TESTGO) test -p 1 $(RT_HOG_RUN) -cpu=1 . ./server && $(TESTGO) test -p 1 $(RT_HOG_RUN) -cpu=1 . ./server
+	GOWORK=off $(TESTGO) test -p 1 $(RT_HOG_RUN) -cpu=1 ./test ./server && $(TESTGO) test -p 1 $(RT_HOG_RUN) -cpu=1 ./test ./server
 
 ## conformance: the Connect conformance suite (connectconformance
 ## $(CONNECTCONFORMANCE_VERSION), client mode, its whole default suite: 4,618

@@ -30,8 +30,8 @@ func openResumable(t *testing.T, fs *fakeStreamer, resume ResumeFunc) grpc.Clien
 
 // TestResumeNoAllocationPerMessage: a committed resumable stream receives
 // a message without an allocation of its own (the fake attempt allocates
-// nothing; the end-to-end cost is BenchmarkResumeMessage in the root
-// package).
+// nothing; the end-to-end cost is BenchmarkResumeMessage in package
+// test).
 func TestResumeNoAllocationPerMessage(t *testing.T) {
 	fs := &fakeStreamer{plan: []func(*fakeAttempt) error{
 		func(a *fakeAttempt) error { a.recvN = 1 << 30; return nil },

@@ -22,8 +22,8 @@ import (
 // These tests drive the stream engine with a fake grpc stream, for the paths
 // a real server cannot time exactly: creation failures, local send errors,
 // messages that cannot be sized, overflow while a replay runs, and the
-// budget of a stream without a retry policy. The end-to-end tests are in the
-// root package (stream_test.go).
+// budget of a stream without a retry policy. The end-to-end tests are in
+// test/stream_test.go.
 
 const streamMethod = "/stagger.testing.v1.TestService/Chat"
 

@@ -3,7 +3,7 @@
 // The package's //go:debug asynctimerchan=0, which synctest needs, is in
 // interceptor_test.go (a package may state it once).
 
-package stagger_test
+package test
 
 import (
 	"context"

@@ -3,7 +3,7 @@
 // The package's //go:debug asynctimerchan=0, which synctest needs, is in
 // interceptor_test.go.
 
-package stagger_test
+package test
 
 import (
 	"bufio"

@@ -1,6 +1,6 @@
 //go:build unix
 
-package stagger_test
+package test
 
 import (
 	"syscall"

@@ -1,6 +1,6 @@
 //go:build go1.25
 
-package stagger_test
+package test
 
 import (
 	"context"
