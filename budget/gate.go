@@ -197,8 +197,8 @@ func (g *Gate) Record(a Attempt) {
 	}
 	before := g.st.outlook(now)
 	g.st.observe(now, a)
-	if a.Outcome == Success || a.Admission != AdmitNone || g.st.outlook(now) != before {
-		g.dispatchLocked(now, true)
+	if changed := g.st.outlook(now) != before; changed || a.Outcome == Success || a.Admission != AdmitNone {
+		g.dispatchLocked(now, true, changed)
 	}
 }
 
@@ -212,30 +212,41 @@ func (g *Gate) ageLocked(now time.Time) {
 // settle sets the settled word at now; under mu.
 func (g *Gate) settle(now time.Time) { g.settled.Store(g.room.n == 0 && g.st.settled(now)) }
 
-// dispatchLocked runs on news (a record: news), when an admission was
-// given back and when the paced waiter left: it walks the waiters, most
-// critical first, and wakes only those whose decision at now would change
-// what they do: an admission or the end of the wait (of the release,
-// probe and last-chance admissions, which one retry takes at a time, the
-// first only); the one with the earliest paced time, made the paced
-// waiter (waitingRoom.paced) if it is not, or if it sleeps past that
-// time; the first whose own time came earlier than the one it sleeps to.
-// A guarded waiter is woken on all news: its guard is asked by its own
-// Poll. A waiter refused since the last news is not woken by a give-back;
-// one that holds its admission, or asks its guard, is not woken at all.
-// Every other waiter sleeps to its own next time, or news.
-func (g *Gate) dispatchLocked(now time.Time, news bool) {
+// dispatchLocked runs on news (a record: news; changed, when it changed
+// the outlook), when an admission was given back and when the paced
+// waiter left: it walks the waiters, most critical first, and wakes only
+// those whose decision at now would change what they do: an admission or
+// the end of the wait (of the release, probe and last-chance admissions,
+// which one retry takes at a time, the first only); the one with the
+// earliest paced time, made the paced waiter (waitingRoom.paced) if it is
+// not, or if it sleeps past that time; the first whose own time came
+// earlier than the one it sleeps to. A guarded waiter is woken on all
+// news: its guard is asked by its own Poll. A waiter refused since the
+// last news is not woken by a give-back; one that holds its admission, or
+// asks its guard, is not woken at all. Every other waiter sleeps to its
+// own next time, or news. The walk stops once the rest cannot change what
+// it found: nothing heals, no guard hears news, no end came sooner, and
+// the paced waiter found has the earliest paced time any may have
+// (gateState.pacedFloor), or the admission of the moment is taken; so
+// news that lets nobody go decides a waiter or two, not the whole room.
+func (g *Gate) dispatchLocked(now time.Time, news, changed bool) {
+	r := &g.room
+	if news {
+		r.news++
+	}
+	floor, took := g.st.pacedFloor(now), g.st.tookNow(now)
+	whole := changed || news && r.guarded > 0 || took > r.took || floor.IsZero() ||
+		g.st.phase != phaseOutage && g.st.ev.heals(now, false)
+	r.took = took
 	scarceTaken, retimed := false, false
 	var best *Waiter
 	var bestAt time.Time
-	for l := len(g.room.queue) - 1; l >= 0; l-- {
-		for e := g.room.queue[l].Front(); e != nil; e = e.Next() {
+walk:
+	for l := len(r.queue) - 1; l >= 0; l-- {
+		for e := r.queue[l].Front(); e != nil; e = e.Next() {
 			w := e.Value.(*Waiter)
-			if news {
-				w.refused = false
-			}
 			switch {
-			case w.asking || w.refused:
+			case w.asking || w.refused == r.news+1:
 				continue
 			case w.granted != AdmitNone || w.r.Guard != nil && news:
 				w.signal()
@@ -263,10 +274,13 @@ func (g *Gate) dispatchLocked(now time.Time, news bool) {
 					w.signal()
 				}
 			}
+			if !whole && (scarceTaken || floor.After(now) && best != nil && !bestAt.After(floor)) {
+				break walk
+			}
 		}
 	}
-	if p := g.room.paced; best != nil && !scarceTaken && (p != best || p.due.IsZero() || bestAt.Before(p.due)) {
-		g.room.paced, best.paced = best, bestAt
+	if p := r.paced; best != nil && !scarceTaken && (p != best || p.due.IsZero() || bestAt.Before(p.due)) {
+		r.paced, best.paced = best, bestAt
 		best.signal()
 	}
 }

@@ -50,14 +50,36 @@ func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decisio
 // deferred retry that succeeded (within tune.OverloadHold) when longer,
 // would no longer finish before the deadline.
 func (s *gateState) giveUpAt(now time.Time, w *waiterView) time.Time {
-	took := w.took
-	if now.Before(s.ev.okAt.Add(tune.OverloadHold)) {
-		took = max(took, s.ev.okTook)
-	}
+	took := max(w.took, s.tookNow(now))
 	if w.deadline.IsZero() || took <= 0 {
 		return time.Time{}
 	}
 	return w.deadline.Add(-took).Add(1)
+}
+
+// tookNow is the latest deferred retry that succeeded's time, within
+// tune.OverloadHold of it (else 0): the hopeless rule's floor.
+func (s *gateState) tookNow(now time.Time) time.Duration {
+	if now.Before(s.ev.okAt.Add(tune.OverloadHold)) {
+		return s.ev.okTook
+	}
+	return 0
+}
+
+// pacedFloor is a time no waiter's paced time at now comes before
+// (decideByPhase): the release credits' or the back pace's, or the held
+// probe slot's; zero while the server fails and the slot is free (a
+// lone probe may go now).
+func (s *gateState) pacedFloor(now time.Time) time.Time {
+	switch {
+	case !s.phase.failing() && s.pace.backAt.IsZero():
+		return s.pace.full
+	case !s.phase.failing():
+		return clock.Earlier(s.pace.full, s.pace.backNext)
+	case s.slot.held(now):
+		return s.slot.until
+	}
+	return time.Time{}
 }
 
 func (s *gateState) decideRules(now time.Time, w *waiterView) decision {

@@ -46,8 +46,8 @@ type Waiter struct {
 	// it sleeps to as its room's paced waiter.
 	paced time.Time
 	// refused: its guard or the budget refused what the rules let go,
-	// since the last news.
-	refused bool
+	// in news epoch refused-1 (waitingRoom.news; 0: never).
+	refused uint64
 }
 
 // Ready returns a channel that receives when the gate has news that may
@@ -68,10 +68,17 @@ func (w *Waiter) signal() {
 // sleeps to the earliest paced time (decision.paced): the others sleep to
 // their own times or news, not all to the one time only one of them may
 // take (each release woke every held call). Owned by the gate's lock.
+//
+// news counts the news (Waiter.refused); guarded, the guarded waiters
+// queued (news wakes each); took, the hopeless rule's longest attempt at
+// the latest dispatch (gateState.tookNow): if it grows, ends come sooner.
 type waitingRoom struct {
-	n     int
-	queue [4]list.List
-	paced *Waiter
+	n       int
+	queue   [4]list.List
+	paced   *Waiter
+	news    uint64
+	guarded int
+	took    time.Duration
 }
 
 // victim is the waiter a retry of level evicts from a full room: the
@@ -94,10 +101,13 @@ func (g *Gate) dequeueLocked(w *Waiter, now time.Time) {
 	if w.elem != nil {
 		g.room.queue[w.level].Remove(w.elem)
 		w.elem = nil
+		if w.r.Guard != nil {
+			g.room.guarded--
+		}
 	}
 	if g.room.paced == w {
 		g.room.paced = nil
-		g.dispatchLocked(now, false)
+		g.dispatchLocked(now, false, false)
 	}
 }
 
@@ -163,6 +173,9 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	// would send it at once, past the release rule's pace).
 	w.decideLocked(now, false)
 	w.elem = g.room.queue[level].PushBack(w)
+	if r.Guard != nil {
+		g.room.guarded++
+	}
 	return w, nil
 }
 
@@ -290,7 +303,7 @@ func (w *Waiter) giveBackLocked(now time.Time, how Admission) {
 func (w *Waiter) returnLocked(now time.Time, how Admission) {
 	w.g.st.unadmit(now, &w.view, how)
 	w.g.counts.DeferAdmitted--
-	w.g.dispatchLocked(now, false)
+	w.g.dispatchLocked(now, false, false)
 }
 
 // pollLocked is Poll under the lock: an admission handed to w, or the
@@ -345,7 +358,7 @@ func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, 
 	// What it gives back may go to another waiter, never to one refused
 	// since the last news (two refused waiters would hand it back and
 	// forth); w asks again at next, or on news.
-	w.refused, w.due = true, next
+	w.refused, w.due = w.g.room.news+1, next
 	w.returnLocked(now, how)
 	pastHold := !w.view.held && !now.Before(w.view.holdAt)
 	if open {
@@ -365,7 +378,7 @@ func (w *Waiter) wentLocked(now time.Time, how Admission) {
 	paced := w.g.room.paced == w
 	w.g.dequeueLocked(w, now)
 	if !paced && (scarce(how) || how == AdmitBudget) {
-		w.g.dispatchLocked(now, false)
+		w.g.dispatchLocked(now, false, false)
 	}
 }
 
@@ -431,7 +444,7 @@ func (w *Waiter) Leave() {
 		w.returnLocked(now, w.granted)
 	case len(w.ready) > 0:
 		// A wake-up it never took may have been another's to take.
-		g.dispatchLocked(now, false)
+		g.dispatchLocked(now, false, false)
 	}
 	g.room.n--
 	g.shared.leave()
