@@ -83,14 +83,12 @@ type Gate struct {
 	// settled, so a stale false costs a lock, never a wrong answer.
 	settled atomic.Bool
 
-	mu     sync.Mutex
-	st     gateState
-	room   waitingRoom
-	shared *room // the backend's and the set's bounds (Backends); nil: none
+	mu   sync.Mutex
+	st   gateState
+	room waitingRoom
 	// counts holds State's counters (Refused: the retries Allow refused
-	// without asking the budget); polls, the decisions asked (tests read it).
+	// without asking the budget).
 	counts State
-	polls  uint64
 }
 
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is

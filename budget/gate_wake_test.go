@@ -32,7 +32,7 @@ func waitingInOutage(t testing.TB, g *Gate, n int, ctx context.Context, wg *sync
 func (g *Gate) pollCount() uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.polls
+	return g.room.polls
 }
 
 // A failure that changes nothing but the probe and last-chance times (the

@@ -71,7 +71,9 @@ func (w *Waiter) signal() {
 //
 // news counts the news (Waiter.refused); guarded, the guarded waiters
 // queued (news wakes each); took, the hopeless rule's longest attempt at
-// the latest dispatch (gateState.tookNow): if it grows, ends come sooner.
+// the latest dispatch (gateState.tookNow): if it grows, ends come sooner;
+// shared, the backend's and the set's bounds (Backends; nil: none);
+// polls, the decisions asked (tests read it).
 type waitingRoom struct {
 	n       int
 	queue   [4]list.List
@@ -79,6 +81,8 @@ type waitingRoom struct {
 	news    uint64
 	guarded int
 	took    time.Duration
+	shared  *room
+	polls   uint64
 }
 
 // victim is the waiter a retry of level evicts from a full room: the
@@ -142,7 +146,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		g.counts.DeferGaveUp++
 		return nil, ErrOutageLasting
 	}
-	if g.room.n >= g.s.MaxWaiting || !g.shared.tryEnter() {
+	if g.room.n >= g.s.MaxWaiting || !g.room.shared.tryEnter() {
 		v := g.room.victim(level)
 		if v == nil {
 			g.counts.DeferGaveUp++
@@ -180,7 +184,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 }
 
 // evictLocked makes v give up (errEvicted) and frees its place (its place
-// in g.shared passes to the retry that evicted it).
+// in g.room.shared passes to the retry that evicted it).
 func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 	v.evicted.Store(true)
 	g.dequeueLocked(v, now)
@@ -232,7 +236,7 @@ func (w *Waiter) poll() (a Admission, next time.Time) {
 	guard := w.r.Guard
 	open := guard != nil && !guard.Closed() // read first: asking may change it
 	g.mu.Lock()
-	g.polls++
+	g.room.polls++
 	how, next := w.pollLocked(now, open)
 	g.mu.Unlock()
 	if !how.probing() && !w.asking {
@@ -447,7 +451,7 @@ func (w *Waiter) Leave() {
 		g.dispatchLocked(now, false, false)
 	}
 	g.room.n--
-	g.shared.leave()
+	g.room.shared.leave()
 	g.settle(now)
 }
 
