@@ -118,10 +118,11 @@ type Deferrer interface {
 	// refused, is admitted, no sooner than pause from now, and returns
 	// how. Otherwise it returns why not: ErrTooManyWaiting (too many wait,
 	// or a more critical retry took r's place), ErrOutageLasting, the
-	// context's error (its deadline counts as reached a millisecond early:
-	// no retry starts with less), or another error when the wait ended
-	// otherwise (a Gate's hold and hopeless rules, or DeferSettings.MaxWait
-	// for a call without a deadline). The interceptors end the call with
+	// context's error when its caller left, an error that wraps
+	// context.DeadlineExceeded when its deadline came (a millisecond
+	// early: no retry starts with less), or another error when the wait
+	// ended otherwise (a Gate's hold and hopeless rules, or
+	// DeferSettings.MaxWait for a call without a deadline). The interceptors end the call with
 	// its last status on every error (CANCELED when its caller cancelled
 	// it), for the reason budget after ErrTooManyWaiting, outage after
 	// ErrOutageLasting and deferred after any other.
@@ -172,8 +173,11 @@ var (
 	// errEvicted: a more critical retry took this one's place in a full
 	// room (Gate, the criticality rule). It wraps ErrTooManyWaiting.
 	errEvicted = &waitEnd{rule: "criticality", why: "a more critical retry took its place", base: ErrTooManyWaiting}
-	// errWaitLimit: a call without a deadline waited DeferSettings.MaxWait.
+	// errWaitLimit: a call without a deadline waited DeferSettings.MaxWait;
+	// errDeadline: its call's deadline came (a millisecond early: no retry
+	// starts with less). It wraps context.DeadlineExceeded.
 	errWaitLimit = &waitEnd{rule: "max-wait", why: "a call without a deadline waited its longest (defer.maxWait)"}
+	errDeadline  = &waitEnd{rule: "deadline", why: "its call's deadline came", base: context.DeadlineExceeded}
 	// errWaitEnded: the Gate ended the wait by its hold rule; errHopeless,
 	// by its hopeless rule (it wraps errWaitEnded).
 	errWaitEnded = &waitEnd{rule: "hold", why: "not let go by its pause, with no outage or overload to wait for"}

@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	"github.com/stagger-go/stagger/internal/clock"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"math"
 	"sync"
@@ -116,9 +117,11 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	defer w2.Leave()
 	clk.advance(time.Second)
 	// The probe's call has no deadline: its slot expires tune.ProbeGapMax after
-	// it went, unless it reports (the settling rule).
-	if next := poll(t, w2, AdmitNone); !next.Equal(t0.Add(260*time.Millisecond + tune.ProbeGapMax)) {
-		t.Fatalf("with a probe out, next = %v, want when the probe's slot expires", next.Sub(t0))
+	// it went, unless it reports (the settling rule); w2's own wait ends
+	// sooner (DeferSettings.MaxWait).
+	slotEnd, w2End := t0.Add(260*time.Millisecond+tune.ProbeGapMax), t0.Add(260*time.Millisecond+defaultMaxWait)
+	if next := poll(t, w2, AdmitNone); !next.Equal(clock.Earlier(slotEnd, w2End)) {
+		t.Fatalf("with a probe out, next = %v, want when the probe's slot expires or w2's wait ends", next.Sub(t0))
 	}
 	// The probe failed: the quiet time doubles (400ms).
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
@@ -163,10 +166,10 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	gap := min(time.Second<<tune.OutageStreak, tune.QuietGapMax)
 	// The first is told when the probe is due; the others, held without
 	// a deadline, hear of it from Ready when it is theirs (one waiter
-	// sleeps to a paced time).
+	// sleeps to a paced time), else at their wait's end.
 	clk.advance(1100 * time.Millisecond)
 	for i, w := range ws {
-		want := time.Time{}
+		want := t0.Add(DeferSettings{}.withDefaults().MaxWait) // its end
 		if i == 0 {
 			want = t0.Add(gap)
 		}
@@ -271,9 +274,10 @@ func TestGateLastChance(t *testing.T) {
 	clk.advance(time.Second - tune.LastChanceLead - 110*time.Millisecond)
 	poll(t, w, admitLast)
 	// It failed: the next last chance waits the doubled gap (200ms) after
-	// it, whatever the deadline.
+	// it, though its deadline leaves less than that and its lead (a
+	// deadline sooner still ends the wait first).
 	g.Record(Attempt{Number: 5, Outcome: Failure, Admission: admitLast})
-	w2, err := g.Enter(last, 0, clk.Now().Add(tune.LastChanceLead))
+	w2, err := g.Enter(last, 0, clk.Now().Add(240*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +293,7 @@ func TestGateLastChance(t *testing.T) {
 	}
 	defer w3.Leave()
 	poll(t, w3, AdmitNone)
-	clk.advance(time.Hour)
+	clk.advance(time.Second)
 	poll(t, w3, admitProbe)
 }
 

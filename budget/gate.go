@@ -22,9 +22,8 @@ import (
 //
 //   - A retry waits at most until its call's deadline (less a millisecond),
 //     or DeferSettings.MaxWait without one, and never less than its pause
-//     but for the lone probe below (settling); it ends at once when a retry taking as long as its
-//     method's attempts lately could not finish before the deadline
-//     (hopeless).
+//     but for the lone probe below (settling); it ends at once when a retry
+//     as long as its method's attempts lately could not finish (hopeless).
 //   - While retrying heals the backend's calls, it goes after its pause
 //     (heal). While the backend fails, one waiting retry at a time goes as
 //     the probe once nothing reached the backend for the probe gap (probe),
@@ -52,13 +51,14 @@ import (
 // (whether retries heal, overload, how long attempts take;
 // gateevidence.go). The scheduler gives each waiting retry a decision
 // from its pause, deadline and criticality and that state: an admission,
-// the end of its wait, or when to ask again (gatedecide.go), with the
-// probe slot and the paces (gatepace.go). The waiting room (gatewait.go)
-// gives each waiter its own Ready channel; on news (a record, an admission
-// given back) one dispatcher walks the waiters, most critical first, and
-// wakes only those whose decision changes; one sleeps to the time the next
-// release or probe may go, the others to their own times, or news. A woken waiter takes its admission under the lock, asks its Guard
-// and the budget unlocked, and gives it back if they refuse (internal/gatetune
+// the end of its wait (every end timed in one place, endAt), or when to
+// ask again (gatedecide.go), with the probe slot and the paces
+// (gatepace.go). The waiting room (gatewait.go) gives each waiter its own
+// Ready channel; on news one dispatcher walks the waiters, most critical
+// first, and wakes only those whose decision changes: one sleeps to the
+// time the next release or probe may go, the others to their own times.
+// A woken waiter takes its admission under the lock, asks its Guard and
+// the budget unlocked, and gives it back if they refuse (internal/gatetune
 // has the numbers).
 //
 // What it remembers: the phase until a success ends the failures; whether

@@ -409,7 +409,7 @@ func (b *reentrantBudget) Allow(r Request) bool {
 func TestGateAsksNothingForeignUnderItsLock(t *testing.T) {
 	clk := &manualClock{now: t0}
 	b := &reentrantBudget{}
-	g := downServer(newGate(t, b, DeferSettings{}, clk))
+	g := downServer(newGate(t, b, DeferSettings{MaxWait: time.Hour}, clk)) // waits past the minute below
 	b.g = g
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})

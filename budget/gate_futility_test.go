@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"context"
 	"errors"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"testing"
@@ -30,23 +31,28 @@ func TestGateFutility(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer early.Leave()
-	// Within the calls' deadlines, retries wait.
+	// Within the calls' deadlines, retries wait (the first ends by its
+	// deadline, a millisecond early).
 	clk.advance(deadline - time.Millisecond)
+	if _, _, err := early.Poll(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the first wait at its deadline: Err %v, want its deadline's", err)
+	}
+	early.Leave()
 	w, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
 	if err != nil {
 		t.Fatalf("%v into the outage: enter = %v, want a wait", deadline-time.Millisecond, err)
 	}
-	w.Leave()
+	defer w.Leave()
 	// Past them, a retry fails at once while another waits.
 	clk.advance(time.Millisecond)
 	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("%v into the outage, one waiting: enter = %v, want ErrOutageLasting", deadline, err)
 	}
-	// The early wait keeps its chance: here, the probe.
-	if a, _, _ := early.Poll(); a != admitProbe || early.err() != nil {
-		t.Fatalf("the early wait: Poll = %v, Err %v; want the probe", a, early.err())
+	// The wait keeps its chance: here, the probe.
+	if a, _, _ := w.Poll(); a != admitProbe || w.err() != nil {
+		t.Fatalf("the wait: Poll = %v, Err %v; want the probe", a, w.err())
 	}
-	early.Leave()
+	w.Leave()
 	// Alone, a retry goes as the probe once tune.FutileEvery failures
 	// were recorded since a deferred retry failed and nothing reached the
 	// server for the probe gap; else it fails at once.

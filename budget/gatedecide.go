@@ -8,7 +8,7 @@ import (
 )
 
 // admitEnd is a decision's answer for a wait that ends without admission
-// (the hold and hopeless rules); never an Attempt's.
+// (decision.end says by which rule); never an Attempt's.
 const admitEnd Admission = 255
 
 // decision is what the rules say of one waiting retry at one moment: how it
@@ -18,11 +18,13 @@ const admitEnd Admission = 255
 // (the hold rule, or an open guard). Of next, paced is the time a release,
 // probe or last chance may come (the paces' and the probe slot's, which
 // one retry at a time takes: one waiter sleeps to it, waitingRoom.paced),
-// own the retry's own times (the hold rule's, the hopeless end).
+// own the retry's own times (the hold rule's, its end: endAt); end, with
+// admitEnd, the rule that ends the wait.
 type decision struct {
 	how              Admission
 	next, paced, own time.Time
 	hold             bool
+	end              *waitEnd
 }
 
 // decide is the rules' decision for the waiting retry w at now, whose
@@ -35,9 +37,9 @@ func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decisio
 	if !guardOpen || d.how != AdmitNone && d.how != admitEnd {
 		return d
 	}
-	end := s.giveUpAt(now, w)
-	if !end.IsZero() && !now.Before(end) {
-		return decision{how: admitEnd}
+	end, why := s.endAt(now, w)
+	if ended(now, end) {
+		return decision{how: admitEnd, end: why}
 	}
 	if s.slot.held(now) {
 		return decision{next: clock.Earlier(s.slot.until, end), hold: true}
@@ -45,17 +47,32 @@ func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decisio
 	return decision{how: admitProbe, hold: true}
 }
 
-// giveUpAt is when w's wait ends by the hopeless rule (zero: never): when a
-// retry taking as long as its method's latest attempt, or the latest
-// deferred retry that succeeded (within tune.OverloadHold) when longer,
-// would no longer finish before the deadline.
-func (s *gateState) giveUpAt(now time.Time, w *waiterView) time.Time {
-	took := max(w.took, s.tookNow(now))
-	if w.deadline.IsZero() || took <= 0 {
-		return time.Time{}
+// endAt is when w's wait ends, whatever else happens, and by which rule:
+// the hopeless rule's time, when a retry taking as long as its method's
+// latest attempt, or the latest deferred retry that succeeded (within
+// tune.OverloadHold) when longer, would no longer finish before the
+// deadline; else its limit, tune.WaitSlack before its deadline (no retry
+// starts with less), or DeferSettings.MaxWait after it began without
+// one (zero: never, a view without either). The one piece of arithmetic
+// by which a wait ends (the hold rule ends it by its own time, holdAt); a
+// last chance goes lead before the deadline (lastChanceAt).
+func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
+	if w.deadline.IsZero() {
+		return w.limit, errWaitLimit
 	}
-	return w.deadline.Add(-took).Add(1)
+	limit := w.deadline.Add(-tune.WaitSlack)
+	if took := max(w.took, s.tookNow(now)); took > tune.WaitSlack {
+		return w.deadline.Add(-took).Add(1), errHopeless
+	}
+	return limit, errDeadline
 }
+
+// ended reports whether a wait that ends at end (zero: never) ended by now.
+func ended(now, end time.Time) bool { return !end.IsZero() && !now.Before(end) }
+
+// lastChanceAt is when w, whose call has a deadline, goes as its last
+// chance: lead before the deadline.
+func (w *waiterView) lastChanceAt(lead time.Duration) time.Time { return w.deadline.Add(-lead) }
 
 // tookNow is the latest deferred retry that succeeded's time, within
 // tune.OverloadHold of it (else 0): the hopeless rule's floor.
@@ -83,9 +100,9 @@ func (s *gateState) pacedFloor(now time.Time) time.Time {
 }
 
 func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
-	endAt := s.giveUpAt(now, w) // the hopeless rule
-	if !endAt.IsZero() && !now.Before(endAt) {
-		return decision{how: admitEnd}
+	endAt, why := s.endAt(now, w)
+	if ended(now, endAt) {
+		return decision{how: admitEnd, end: why}
 	}
 	held := w.held
 	if !held && s.phase != phaseOutage && s.ev.heals(now, false) {
@@ -103,7 +120,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 				// A paid retry is out: wait for what it tells.
 				return decision{next: clock.Earlier(s.ev.retryOut, endAt)}
 			}
-			return decision{how: admitEnd}
+			return decision{how: admitEnd, end: errWaitEnded}
 		}
 		held = true
 	}
@@ -150,7 +167,7 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 		how, due = admitProbe, reached.Add(max(w.pause, s.slot.gap))
 	}
 	if !w.deadline.IsZero() {
-		last := clock.Later(w.deadline.Add(-s.slot.lead()), s.slot.failedAt.Add(s.slot.gap), reached.Add(w.pause))
+		last := clock.Later(w.lastChanceAt(s.slot.lead()), s.slot.failedAt.Add(s.slot.gap), reached.Add(w.pause))
 		if how == AdmitNone || last.Before(due) {
 			how, due = admitLast, last
 		}

@@ -81,7 +81,7 @@ func (p *releasePace) backAfter(w *waiterView, lead time.Duration) time.Time {
 	if w.deadline.IsZero() {
 		return at // the back pace alone spaces calls without a deadline
 	}
-	if room := min(w.deadline.Add(-lead).Sub(at), tune.BackSpreadMax); room > 0 {
+	if room := min(w.lastChanceAt(lead).Sub(at), tune.BackSpreadMax); room > 0 {
 		at = at.Add(time.Duration(w.spread * float64(room)))
 	}
 	return at

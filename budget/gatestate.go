@@ -265,7 +265,10 @@ func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget |
 type waiterView struct {
 	pause    time.Duration
 	deadline time.Time
-	last     bool
+	// limit, for a call without a deadline, is when it has waited
+	// DeferSettings.MaxWait (endAt).
+	limit time.Time
+	last  bool
 	// holdAt is when the wait ends unless held (the hold rule).
 	holdAt time.Time
 	held   bool

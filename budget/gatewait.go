@@ -7,12 +7,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stagger-go/stagger/internal/clock"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
 // Waiter is one deferred retry, for code that cannot block (package sim,
-// on its virtual clock): Enter, then Poll whenever the gate's Changed
-// channel closes or the time Poll returned comes, until Poll admits it or
+// on its virtual clock): Enter, then Poll whenever its Ready channel
+// receives or the time Poll returned comes, until Poll admits it or
 // says the wait is over, and Leave once. Wait does all of it for a
 // goroutine on the real clock. A Waiter belongs to one goroutine.
 type Waiter struct {
@@ -26,13 +27,12 @@ type Waiter struct {
 	// admission a less critical waiter's Poll handed it and its own Poll
 	// has not returned yet; asking, its Poll holds an admission while it
 	// asks the guard and the budget unlocked (no hand-off or eviction
-	// takes it then); ended, the hold or hopeless rule ended the wait.
-	left, asking, ended bool
-	// hopeless: the hopeless rule ended the wait (else the hold rule).
-	hopeless bool
-	level    int
-	elem     *list.Element
-	granted  Admission
+	// takes it then); ended, the rule that ended the wait (nil: none).
+	left, asking bool
+	ended        *waitEnd
+	level        int
+	elem         *list.Element
+	granted      Admission
 	// evicted: a more critical retry took its place.
 	evicted atomic.Bool
 	// done is Wait's context's Done channel (nil: never done).
@@ -169,7 +169,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	}
 	g.st.enter(now, pause, span)
 	w := &Waiter{g: g, r: r, earliest: now.Add(pause), level: level, ready: make(chan struct{}, 1), view: waiterView{
-		pause: pause, deadline: deadline, last: r.Last, took: max(r.Took, 0), spread: g.st.rand(),
+		pause: pause, deadline: deadline, limit: now.Add(g.s.MaxWait), last: r.Last, took: max(r.Took, 0), spread: g.st.rand(),
 		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))), lone: lone,
 	}}
 	// Held from now if its first decision would hold it: news between
@@ -207,31 +207,50 @@ func (g *Gate) evictLocked(v *Waiter, now time.Time) {
 // refuse.
 func (w *Waiter) Poll() (a Admission, next time.Time, err error) {
 	if a, next = w.poll(); a == AdmitNone {
-		err = w.err()
+		if err = w.err(); err == nil && next.IsZero() {
+			next = w.g.endAt(&w.view) // news, or its end
+		}
 	}
 	return a, next, err
 }
 
-// err returns errEvicted or errWaitEnded once w will never be admitted.
+// endAt is when w's wait ends at the gate's now (gateState.endAt).
+func (g *Gate) endAt(w *waiterView) time.Time {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	end, _ := g.st.endAt(now, w)
+	return end
+}
+
+// err returns errEvicted, or the rule that ended w's wait, once w will
+// never be admitted.
 func (w *Waiter) err() error {
 	if w.evicted.Load() {
 		return errEvicted
-	} else if w.ended && w.hopeless {
-		return errHopeless
-	} else if w.ended {
-		return errWaitEnded
+	} else if w.ended != nil {
+		return w.ended
 	}
 	return nil
 }
 
 func (w *Waiter) poll() (a Admission, next time.Time) {
 	g := w.g
-	if w.ended || w.evicted.Load() {
+	if w.ended != nil || w.evicted.Load() {
 		return AdmitNone, time.Time{}
 	}
 	now := g.now()
 	if now.Before(w.earliest) {
-		return AdmitNone, w.earliest
+		// Its pause: it ends, or sleeps to the earlier of its pause's end
+		// and its wait's.
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		end, why := g.st.endAt(now, &w.view)
+		if !ended(now, end) {
+			return AdmitNone, clock.Earlier(w.earliest, end)
+		}
+		w.endLocked(now, why)
+		return AdmitNone, time.Time{}
 	}
 	guard := w.r.Guard
 	open := guard != nil && !guard.Closed() // read first: asking may change it
@@ -297,7 +316,7 @@ func (w *Waiter) callerGone() bool {
 func (w *Waiter) giveBackLocked(now time.Time, how Admission) {
 	g := w.g
 	w.asking = false
-	w.ended = true
+	w.ended = errWaitEnded
 	g.dequeueLocked(w, now)
 	w.returnLocked(now, how)
 }
@@ -333,9 +352,7 @@ func (w *Waiter) pollLocked(now time.Time, open bool) (Admission, time.Time) {
 	how := d.how
 	switch {
 	case how == admitEnd:
-		end := g.st.giveUpAt(now, &w.view)
-		w.hopeless = !end.IsZero() && !now.Before(end)
-		w.endLocked(now)
+		w.endLocked(now, d.end)
 		return AdmitNone, time.Time{}
 	case how == AdmitNone:
 		w.due = g.sleepLocked(w, d)
@@ -370,7 +387,7 @@ func (w *Waiter) settleLocked(now time.Time, how Admission, next time.Time, ok, 
 		return AdmitNone, next
 	}
 	if pastHold {
-		w.endLocked(now)
+		w.endLocked(now, errWaitEnded)
 	}
 	return AdmitNone, time.Time{}
 }
@@ -421,8 +438,8 @@ func (w *Waiter) decideLocked(now time.Time, guardOpen bool) decision {
 	return d
 }
 
-func (w *Waiter) endLocked(now time.Time) {
-	w.ended = true
+func (w *Waiter) endLocked(now time.Time, why *waitEnd) {
+	w.ended = why
 	w.g.dequeueLocked(w, now)
 }
 
@@ -461,17 +478,13 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 		// A caller that left takes nothing, pays nothing.
 		return AdmitNone, err
 	}
-	deadline, hasDeadline := ctx.Deadline()
+	deadline, _ := ctx.Deadline()
 	w, err := g.Enter(r, pause, deadline)
 	if err != nil {
 		return AdmitNone, err
 	}
 	w.done = ctx.Done()
 	defer w.Leave()
-	limit, end := deadline.Add(-tune.WaitSlack), context.DeadlineExceeded
-	if !hasDeadline {
-		limit, end = g.now().Add(g.s.MaxWait), errWaitLimit
-	}
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
@@ -488,10 +501,6 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 			g.mu.Unlock()
 			return AdmitNone, ctx.Err()
 		}
-		now := g.now()
-		if err == nil && !now.Before(limit) {
-			err = end
-		}
 		if err != nil {
 			if cerr := ctx.Err(); cerr != nil && errors.Is(err, errWaitEnded) {
 				err = cerr // Poll saw the caller leave
@@ -501,12 +510,10 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 			}
 			return AdmitNone, err
 		}
-		if next.IsZero() || next.After(limit) {
-			next = limit
-		}
 		// No drain after Stop: a Go 1.23 timer's channel is then empty;
-		// an older one's stale tick costs one more Poll.
-		t.Reset(next.Sub(now))
+		// an older one's stale tick costs one more Poll. next is never
+		// zero: a wait's end bounds it.
+		t.Reset(next.Sub(g.now()))
 		select {
 		case <-w.ready:
 			t.Stop()

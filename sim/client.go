@@ -97,9 +97,7 @@ type proc struct {
 	br     *breaker.Breaker
 	totals *callTotals
 	// gate is b when its refused retries wait (nil otherwise), waiters
-	// its deferred retries, in the order they entered, and maxWait how
-	// long it holds a call without a deadline.
-	maxWait time.Duration
+	// its deferred retries, in the order they entered.
 	gate    *budget.Gate
 	waiters []*waiter
 	// timeout is each call's deadline, counted from its start; 0 means none.
@@ -127,7 +125,7 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 		}
 	}
 	if g, ok := b.(*budget.Gate); ok {
-		p.gate, p.maxWait = g, c.Budget.WithDefaults().Defer.MaxWait
+		p.gate = g
 	}
 	return p, nil
 }
@@ -213,10 +211,11 @@ func (p *proc) poll(w *waiter) {
 // enter defers a retry the budget refused, as the interceptors' Wait does
 // on the real clock: the waiter is polled now, after every Record on the
 // budget and at the times Poll names; admitted, admit sends the retry.
-// At limit (a millisecond before the call's deadline, or the gate's
-// MaxWait from now without one) it is polled once more, then leaves and
-// giveUp ends the call. It reports false when the gate has too many
-// waiters already (budget.ErrTooManyWaiting): the call ends as refused.
+// The gate ends the wait (at limit, a millisecond before the call's
+// deadline, or its MaxWait from now without one; or by its rules): Poll
+// says so, the waiter leaves and giveUp ends the call. It reports false
+// when the gate has too many waiters already (budget.ErrTooManyWaiting):
+// the call ends as refused.
 func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration, admit func(budget.Admission), giveUp func()) bool {
 	var deadline time.Time
 	if limit >= 0 {
@@ -227,23 +226,8 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 	if err != nil {
 		return false
 	}
-	if limit < 0 {
-		limit = p.s.now + p.maxWait
-	}
 	w := &waiter{w: bw, wake: -1, admit: admit, giveUp: giveUp}
 	p.waiters = append(p.waiters, w)
-	p.s.At(limit, func() {
-		if w.gone {
-			return
-		}
-		p.poll(w)
-		if w.gone {
-			return
-		}
-		w.gone = true
-		w.w.Leave()
-		giveUp()
-	})
 	p.poll(w)
 	return true
 }

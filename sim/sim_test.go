@@ -508,7 +508,7 @@ func deferModel(t *testing.T, seed uint64, timeout time.Duration) (callTotals, [
 	rg := &recGate{Gate: g}
 	var totals callTotals
 	pol := RetryPolicy(4)
-	p := &proc{s: s, pol: &pol, b: rg, gate: g, maxWait: set.Defer.MaxWait, totals: &totals, timeout: timeout, serve: func(float64) bool { return s.now < 1200*time.Millisecond || s.now >= 2600*time.Millisecond }}
+	p := &proc{s: s, pol: &pol, b: rg, gate: g, totals: &totals, timeout: timeout, serve: func(float64) bool { return s.now < 1200*time.Millisecond || s.now >= 2600*time.Millisecond }}
 	for i := 0; i < 42; i++ {
 		s.At(time.Duration(i)*50*time.Millisecond, p.call)
 	}
