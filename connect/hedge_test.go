@@ -2,12 +2,15 @@ package staggerconnect_test
 
 import (
 	"context"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	staggerconnect "github.com/stagger-go/stagger/connect"
+	"github.com/stagger-go/stagger/connect/internal/proto/stagger/testing/v1/testingv1connect"
 	"github.com/stagger-go/stagger/interceptor"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 )
@@ -70,4 +73,56 @@ func TestHedging(t *testing.T) {
 			}
 		})
 	})
+}
+
+// slowFirstList serves ListItems: the first attempt to arrive answers
+// nothing until its client goes away; every later one sends one item at
+// once, from its attempt.
+type slowFirstList struct {
+	testingv1connect.UnimplementedTestServiceHandler
+	arrived atomic.Int32
+}
+
+func (s *slowFirstList) ListItems(ctx context.Context, _ *connect.Request[testingv1.ListItemsRequest], st *connect.ServerStream[testingv1.ListItemsResponse]) error {
+	n := s.arrived.Add(1)
+	if n == 1 {
+		<-ctx.Done()
+		return connect.NewError(connect.CodeCanceled, ctx.Err())
+	}
+	return st.Send(&testingv1.ListItemsResponse{Reply: &testingv1.Reply{Attempt: n}})
+}
+
+// A hedged server stream sends its hedge on the hedging delay while the
+// first attempt waits for its response: connect-go sends a server stream's
+// request, and waits for the response headers, inside Send, which held the
+// hedged stream's sending side (and the Connect stream's) until the first
+// attempt answered, so the hedge never went before it.
+func TestHedgedServerStreamSendsItsHedge(t *testing.T) {
+	for _, p := range streamProtocols(false) {
+		t.Run(p.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.Handle(testingv1connect.NewTestServiceHandler(new(slowFirstList)))
+			url, tr := serve(t, p.h2c, mux)
+			client := testingv1connect.NewTestServiceClient(&http.Client{Transport: tr}, url, append([]connect.ClientOption{connect.WithInterceptors(newClient(t, `{"methodConfig": [{
+			  "name": [{"service": "stagger.testing.v1.TestService", "method": "ListItems"}], "idempotent": true,
+			  "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.05s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`))}, p.opts...)...)
+			// The first attempt never answers: without its hedge, the call
+			// ends at this deadline.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			start := time.Now()
+			st, err := client.ListItems(ctx, connect.NewRequest(&testingv1.ListItemsRequest{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if !st.Receive() {
+				t.Fatalf("no item after %v: %v", time.Since(start), st.Err())
+			}
+			if a := st.Msg().GetReply().GetAttempt(); a != 2 {
+				t.Errorf("item from attempt %d, want the hedge's (2)", a)
+			}
+			t.Logf("the hedge's item after %v", time.Since(start))
+		})
+	}
 }

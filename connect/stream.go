@@ -92,11 +92,9 @@ type retryConn struct {
 	// transparent: an attempt whose request never left the client was
 	// opened again (attemptStream.reopen), which a call does once.
 	transparent atomic.Bool
-	// sendMu serializes the attempts' sending sides (Send, CloseRequest)
-	// and reopen. The engine sends on one attempt at a time already;
-	// reopen sends from an attempt's receiving side, and connect-go's
-	// every send writes to the caller's request (its HTTP method).
-	sendMu sync.Mutex
+	// handoff is the turn a server stream's attempts take to send their
+	// request (attemptStream.send).
+	handoff sync.Mutex
 
 	mu  sync.Mutex
 	cur *attemptStream
@@ -232,17 +230,21 @@ type attemptStream struct {
 	r   *retryConn
 	ctx context.Context
 	// conn is the attempt's Connect stream, replaced only by reopen, which
-	// holds recvMu, the stream's sendMu and connMu: each holder reads it
-	// safely, and so does a reader after the attempt's Header or end.
+	// holds recvMu, sendMu and connMu: each holder reads it safely, and so
+	// does a reader after the attempt's Header or end.
 	conn connect.StreamingClientConn
 	w    wire
 
 	sendOnce sync.Once
 	sent     chan struct{}
 
+	// sendMu serializes the attempt's sending side (Send, CloseRequest)
+	// and reopen, which sends from its receiving side. The engine sends on
+	// the attempts of a hedged stream at once: each has its own.
+	sendMu sync.Mutex
 	// kept are the messages sent, and closeSent whether CloseRequest was,
 	// while the request had not left the client: reopen sends them again.
-	// Both are guarded by the stream's sendMu.
+	// Both are guarded by sendMu.
 	kept      []any
 	closeSent bool
 
@@ -291,18 +293,36 @@ func (a *attemptStream) addHeaders(h http.Header) {
 
 func (a *attemptStream) SendMsg(m any) error {
 	a.begin()
-	a.r.sendMu.Lock()
-	defer a.r.sendMu.Unlock()
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
 	a.keep(m)
-	return attemptErr(a.conn.Send(m))
+	return attemptErr(a.send(a.conn, m))
 }
 
 func (a *attemptStream) CloseSend() error {
 	a.begin()
-	a.r.sendMu.Lock()
-	defer a.r.sendMu.Unlock()
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
 	a.closeSent = true
 	return attemptErr(a.conn.CloseRequest())
+}
+
+// send sends m on conn, one of the attempt's streams. A client or bidi
+// stream's Send writes to its own request body (connect-go sends the
+// request from a goroutine of its own). A server stream's Send sends its request
+// and waits for the response headers, and on the way writes the caller's
+// connect.Request (its HTTP method), the same for every attempt: the
+// attempts take turns (handoff) until the transport has the request (the
+// trace's GetConn), or until Send returns, and never hold the turn while
+// they wait for their server, so a hedge goes while the first attempt
+// waits (a turn held through Send held the hedges back until the first
+// attempt's server answered).
+func (a *attemptStream) send(conn connect.StreamingClientConn, m any) error {
+	if a.r.desc.ClientStreams {
+		return conn.Send(m)
+	}
+	defer a.w.takeTurn(&a.r.handoff)()
+	return conn.Send(m)
 }
 
 // keep keeps m for reopen while the request has not left the client; once
@@ -340,8 +360,8 @@ func (a *attemptStream) reopen(err error) bool {
 		return false
 	}
 	a.begin()
-	a.r.sendMu.Lock()
-	defer a.r.sendMu.Unlock()
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
 	next := a.r.next(a.w.context(a.ctx), a.r.spec)
 	a.connMu.Lock()
 	if a.respClosed {
@@ -356,7 +376,7 @@ func (a *attemptStream) reopen(err error) bool {
 	kept := a.kept
 	a.kept = nil
 	for _, m := range kept {
-		if err := next.Send(m); err != nil {
+		if err := a.send(next, m); err != nil {
 			// The new stream's status is Receive's.
 			return true
 		}
