@@ -126,3 +126,35 @@ func TestHedgedServerStreamSendsItsHedge(t *testing.T) {
 		})
 	}
 }
+
+// A server stream whose first attempt's per-attempt timer fires while
+// connect-go's Send waits for its response headers is retried: the
+// cancelled Send's error is the attempt's end (io.EOF to the engine, as
+// grpc-go's SendMsg says), not a message the transport refused, which
+// failed the call CANCELED before.
+func TestServerStreamPerAttemptTimeoutInSend(t *testing.T) {
+	for _, p := range streamProtocols(false) {
+		t.Run(p.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.Handle(testingv1connect.NewTestServiceHandler(new(slowFirstList)))
+			url, tr := serve(t, p.h2c, mux)
+			client := testingv1connect.NewTestServiceClient(&http.Client{Transport: tr}, url, append([]connect.ClientOption{connect.WithInterceptors(newClient(t, `{"methodConfig": [{
+			  "name": [{"service": "stagger.testing.v1.TestService", "method": "ListItems"}], "idempotent": true,
+			  "retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.001s", "maxBackoff": "0.001s", "backoffMultiplier": 1,
+			    "retryableStatusCodes": ["UNAVAILABLE"], "perAttemptRecvTimeout": "0.05s"}}]}`))}, p.opts...)...)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			st, err := client.ListItems(ctx, connect.NewRequest(&testingv1.ListItemsRequest{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if !st.Receive() {
+				t.Fatalf("no item: %v", st.Err())
+			}
+			if a := st.Msg().GetReply().GetAttempt(); a != 2 {
+				t.Errorf("item from attempt %d, want the retry's (2)", a)
+			}
+		})
+	}
+}

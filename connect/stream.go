@@ -296,7 +296,7 @@ func (a *attemptStream) SendMsg(m any) error {
 	a.sendMu.Lock()
 	defer a.sendMu.Unlock()
 	a.keep(m)
-	return attemptErr(a.send(a.conn, m))
+	return a.sendErr(a.send(a.conn, m))
 }
 
 func (a *attemptStream) CloseSend() error {
@@ -304,7 +304,7 @@ func (a *attemptStream) CloseSend() error {
 	a.sendMu.Lock()
 	defer a.sendMu.Unlock()
 	a.closeSent = true
-	return attemptErr(a.conn.CloseRequest())
+	return a.sendErr(a.conn.CloseRequest())
 }
 
 // send sends m on conn, one of the attempt's streams. A client or bidi
@@ -323,6 +323,18 @@ func (a *attemptStream) send(conn connect.StreamingClientConn, m any) error {
 	}
 	defer a.w.takeTurn(&a.r.handoff)()
 	return conn.Send(m)
+}
+
+// sendErr returns a send's error as the engine's: a failure of an attempt
+// whose context ended (a per-attempt timer, a hedge that lost) in the
+// middle of connect-go's Send is io.EOF, as grpc-go's SendMsg says of a
+// stream that ended: its status is RecvMsg's, not a message the transport
+// refused, which ends the call.
+func (a *attemptStream) sendErr(err error) error {
+	if err != nil && a.ctx.Err() != nil {
+		return io.EOF
+	}
+	return attemptErr(err)
 }
 
 // keep keeps m for reopen while the request has not left the client; once
