@@ -124,10 +124,36 @@ func (r *retryConn) start() error {
 func (r *retryConn) open(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
 	a := &attemptStream{r: r, ctx: ctx, sent: make(chan struct{})}
 	a.conn = r.next(a.w.context(ctx), r.spec)
+	if r.desc.ClientStreams {
+		context.AfterFunc(ctx, a.closeRequest)
+	}
 	r.mu.Lock()
 	r.cur = a
 	r.mu.Unlock()
 	return a, nil
+}
+
+// closeRequest closes the request of a client or bidi stream's attempt
+// whose context ended, if it sent one. The engine drops such an attempt
+// (a hedge that lost, or that was replaying when the stream committed; one
+// still in the race when the stream failed) with its request open, and the
+// application's CloseRequest reaches only the attempt that goes on: net/http's
+// HTTP/1.1 transport reads a streaming request's body to its end before a
+// cancelled round trip returns, so the round trip, and the connection's
+// read and write loops, waited for good. (A server stream's request is
+// whole once sent.)
+func (a *attemptStream) closeRequest() {
+	select {
+	case <-a.sent:
+	default:
+		return // nothing sent: connect-go has no request to close
+	}
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	a.connMu.Lock()
+	c := a.conn
+	a.connMu.Unlock()
+	_ = c.CloseRequest()
 }
 
 func (r *retryConn) Send(m any) error {
