@@ -2,6 +2,5 @@
 
 package staggerconnect_test
 
-// raceOn: the race detector is on, and slows the calls of the model test
-// (TestModelOneAttemptSeen) about fourfold.
+// raceOn: the race detector is on (the model test runs fewer seeds).
 const raceOn = true
