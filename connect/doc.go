@@ -48,6 +48,13 @@
 //     never written (its HTTPMethod stays empty).
 //   - A unary call is never committed before its response: Connect shows
 //     its headers only with it.
+//   - The hedges of a server stream go on the hedging delay while the
+//     attempts before them wait for their response (connect-go sends a
+//     server stream's request and waits for the response headers in one
+//     step), when the HTTP client's transport is net/http's, or one that
+//     calls the request's httptrace GetConn as it takes it: with another,
+//     a server stream's hedge waits until the attempts before it have
+//     their response headers.
 //   - The final error is a *connect.Error: the last attempt's own when
 //     stagger returned it as it was (no policy for the method), otherwise
 //     one with that attempt's code, message, details and metadata as

@@ -50,7 +50,15 @@ func newTestServer(t *testing.T, h2c bool, wrap func(http.Handler) http.Handler,
 		h = wrap(h)
 	}
 	mux.Handle(path, h)
-	srv := httptest.NewUnstartedServer(mux)
+	url, tr := serve(t, h2c, mux)
+	return &testServer{svc: svc, url: url, client: &http.Client{Transport: tr}}
+}
+
+// serve serves h over HTTP/1.1 or h2c on loopback and returns its URL and
+// a transport for it; both are closed when the test ends.
+func serve(t *testing.T, h2c bool, h http.Handler) (string, *http.Transport) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ConnContext = testservice.ConnContext
 	tr := &http.Transport{}
 	if h2c {
@@ -64,7 +72,7 @@ func newTestServer(t *testing.T, h2c bool, wrap func(http.Handler) http.Handler,
 		tr.CloseIdleConnections()
 		srv.Close()
 	})
-	return &testServer{svc: svc, url: srv.URL, client: &http.Client{Transport: tr}}
+	return srv.URL, tr
 }
 
 // testClient returns a client of ts in protocol p with the interceptors ics.

@@ -92,11 +92,9 @@ type retryConn struct {
 	// transparent: an attempt whose request never left the client was
 	// opened again (attemptStream.reopen), which a call does once.
 	transparent atomic.Bool
-	// sendMu serializes the attempts' sending sides (Send, CloseRequest)
-	// and reopen. The engine sends on one attempt at a time already;
-	// reopen sends from an attempt's receiving side, and connect-go's
-	// every send writes to the caller's request (its HTTP method).
-	sendMu sync.Mutex
+	// handoff is the turn a server stream's attempts take to send their
+	// request (attemptStream.send).
+	handoff sync.Mutex
 
 	mu  sync.Mutex
 	cur *attemptStream
@@ -126,10 +124,36 @@ func (r *retryConn) start() error {
 func (r *retryConn) open(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
 	a := &attemptStream{r: r, ctx: ctx, sent: make(chan struct{})}
 	a.conn = r.next(a.w.context(ctx), r.spec)
+	if r.desc.ClientStreams {
+		context.AfterFunc(ctx, a.closeRequest)
+	}
 	r.mu.Lock()
 	r.cur = a
 	r.mu.Unlock()
 	return a, nil
+}
+
+// closeRequest closes the request of a client or bidi stream's attempt
+// whose context ended, if it sent one. The engine drops such an attempt
+// (a hedge that lost, or that was replaying when the stream committed; one
+// still in the race when the stream failed) with its request open, and the
+// application's CloseRequest reaches only the attempt that goes on: net/http's
+// HTTP/1.1 transport reads a streaming request's body to its end before a
+// cancelled round trip returns, so the round trip, and the connection's
+// read and write loops, waited for good. (A server stream's request is
+// whole once sent.)
+func (a *attemptStream) closeRequest() {
+	select {
+	case <-a.sent:
+	default:
+		return // nothing sent: connect-go has no request to close
+	}
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	a.connMu.Lock()
+	c := a.conn
+	a.connMu.Unlock()
+	_ = c.CloseRequest()
 }
 
 func (r *retryConn) Send(m any) error {
@@ -232,17 +256,21 @@ type attemptStream struct {
 	r   *retryConn
 	ctx context.Context
 	// conn is the attempt's Connect stream, replaced only by reopen, which
-	// holds recvMu, the stream's sendMu and connMu: each holder reads it
-	// safely, and so does a reader after the attempt's Header or end.
+	// holds recvMu, sendMu and connMu: each holder reads it safely, and so
+	// does a reader after the attempt's Header or end.
 	conn connect.StreamingClientConn
 	w    wire
 
 	sendOnce sync.Once
 	sent     chan struct{}
 
+	// sendMu serializes the attempt's sending side (Send, CloseRequest)
+	// and reopen, which sends from its receiving side. The engine sends on
+	// the attempts of a hedged stream at once: each has its own.
+	sendMu sync.Mutex
 	// kept are the messages sent, and closeSent whether CloseRequest was,
 	// while the request had not left the client: reopen sends them again.
-	// Both are guarded by the stream's sendMu.
+	// Both are guarded by sendMu.
 	kept      []any
 	closeSent bool
 
@@ -291,18 +319,48 @@ func (a *attemptStream) addHeaders(h http.Header) {
 
 func (a *attemptStream) SendMsg(m any) error {
 	a.begin()
-	a.r.sendMu.Lock()
-	defer a.r.sendMu.Unlock()
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
 	a.keep(m)
-	return attemptErr(a.conn.Send(m))
+	return a.sendErr(a.send(a.conn, m))
 }
 
 func (a *attemptStream) CloseSend() error {
 	a.begin()
-	a.r.sendMu.Lock()
-	defer a.r.sendMu.Unlock()
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
 	a.closeSent = true
-	return attemptErr(a.conn.CloseRequest())
+	return a.sendErr(a.conn.CloseRequest())
+}
+
+// send sends m on conn, one of the attempt's streams. A client or bidi
+// stream's Send writes to its own request body (connect-go sends the
+// request from a goroutine of its own). A server stream's Send sends its request
+// and waits for the response headers, and on the way writes the caller's
+// connect.Request (its HTTP method), the same for every attempt: the
+// attempts take turns (handoff) until the transport has the request (the
+// trace's GetConn), or until Send returns, and never hold the turn while
+// they wait for their server, so a hedge goes while the first attempt
+// waits (a turn held through Send held the hedges back until the first
+// attempt's server answered).
+func (a *attemptStream) send(conn connect.StreamingClientConn, m any) error {
+	if a.r.desc.ClientStreams {
+		return conn.Send(m)
+	}
+	defer a.w.takeTurn(&a.r.handoff)()
+	return conn.Send(m)
+}
+
+// sendErr returns a send's error as the engine's: a failure of an attempt
+// whose context ended (a per-attempt timer, a hedge that lost) in the
+// middle of connect-go's Send is io.EOF, as grpc-go's SendMsg says of a
+// stream that ended: its status is RecvMsg's, not a message the transport
+// refused, which ends the call.
+func (a *attemptStream) sendErr(err error) error {
+	if err != nil && a.ctx.Err() != nil {
+		return io.EOF
+	}
+	return attemptErr(err)
 }
 
 // keep keeps m for reopen while the request has not left the client; once
@@ -340,8 +398,8 @@ func (a *attemptStream) reopen(err error) bool {
 		return false
 	}
 	a.begin()
-	a.r.sendMu.Lock()
-	defer a.r.sendMu.Unlock()
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
 	next := a.r.next(a.w.context(a.ctx), a.r.spec)
 	a.connMu.Lock()
 	if a.respClosed {
@@ -356,7 +414,7 @@ func (a *attemptStream) reopen(err error) bool {
 	kept := a.kept
 	a.kept = nil
 	for _, m := range kept {
-		if err := next.Send(m); err != nil {
+		if err := a.send(next, m); err != nil {
 			// The new stream's status is Receive's.
 			return true
 		}

@@ -151,14 +151,48 @@ func (e *engineError) Unwrap() error { return e.err }
 
 // wire records what an attempt's HTTP request did on the wire: whether its
 // headers were written (the request left the client, so the server may have
-// run it).
+// run it); and gives back a turn the attempt holds until the transport
+// takes its request (takeTurn).
 type wire struct {
 	wrote atomic.Bool
+
+	turnMu sync.Mutex
+	// turn gives back the turn the attempt holds (nil: none).
+	turn func()
 }
 
 // context returns ctx with a trace that records the attempt's wire facts.
 func (w *wire) context(ctx context.Context) context.Context {
-	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { w.wrote.Store(true) }})
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteHeaders: func() { w.wrote.Store(true) },
+		// net/http's transport asks for a connection as it takes a request
+		// (HTTP/1.1 and HTTP/2 alike).
+		GetConn: func(string) { w.giveTurn() },
+	})
+}
+
+// takeTurn locks mu, a turn, until the transport takes the attempt's next
+// request (the trace's GetConn) or the returned function is called,
+// whichever comes first: a RoundTripper other than net/http's may never
+// say.
+func (w *wire) takeTurn(mu *sync.Mutex) (giveBack func()) {
+	mu.Lock()
+	var once sync.Once
+	w.turnMu.Lock()
+	w.turn = func() { once.Do(mu.Unlock) }
+	w.turnMu.Unlock()
+	return w.giveTurn
+}
+
+// giveTurn gives back the turn the attempt holds, if it holds one.
+func (w *wire) giveTurn() {
+	w.turnMu.Lock()
+	give := w.turn
+	w.turn = nil
+	w.turnMu.Unlock()
+	if give != nil {
+		give()
+	}
 }
 
 // trailer is the attempt's trailer metadata, as the engine reads it (see

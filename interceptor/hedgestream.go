@@ -42,10 +42,11 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // keep the message for replay and send it to every attempt open, and
 // RecvMsg and Header wait for the commit.
 //
-// sendMu orders everything sent on attempts: the application's SendMsg and
-// CloseSend before the commit and each attempt's replay, so every attempt
-// gets every message once, in order. mu guards the fields below it and is
-// never held while blocked in grpc.
+// sendMu orders the application's SendMsg and CloseSend before the commit;
+// each attempt's replay (join) runs beside them, and mu decides which of
+// the two sends a message to an attempt, so every attempt gets every
+// message once, in order. mu guards the fields below it and is never held
+// while blocked in grpc.
 type hedgedStream struct {
 	k        *core
 	c        call

@@ -71,50 +71,55 @@ func (s *hedgedStream) watch(a *streamHedgeAttempt, cs grpc.ClientStream) {
 // errHedgeLost when the stream committed to another attempt or failed
 // meanwhile, or the error grpc refused a message with (not io.EOF: an
 // attempt that died still goes live, its Header and RecvMsg tell how).
+//
+// It runs beside the application's SendMsg, not under sendMu: a send may
+// wait for the attempt's server (connect-go sends a server stream's request
+// and waits for its response headers inside Send), and an attempt whose
+// server is slow must not hold back the hedge that would answer. Whether a
+// message is replayed here or sent by SendMsg is decided under mu: join
+// goes live in the step that finds it has sent every message kept, and
+// SendMsg keeps a message and reads the attempts live in one step, so each
+// message reaches a once, in order.
 func (s *hedgedStream) join(a *streamHedgeAttempt, cs grpc.ClientStream) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	// Only SendMsg and CloseSend add to the buffer, under sendMu: it does
-	// not grow while the replay runs. A commit may release it (under mu).
-	for i := 0; ; i++ {
+	// ended: the attempt's stream ended under the replay (io.EOF), so the
+	// rest is not sent; closed: CloseSend was.
+	ended, closed := false, false
+	for i := 0; ; {
 		s.mu.Lock()
 		if s.winner != nil || s.failed {
 			s.mu.Unlock()
 			return errHedgeLost
 		}
-		if i >= len(s.buf.msgs) {
+		if i < len(s.buf.msgs) && !ended {
+			m := s.buf.msgs[i]
 			s.mu.Unlock()
-			break
-		}
-		m := s.buf.msgs[i]
-		s.mu.Unlock()
-		if err := cs.SendMsg(m); err != nil {
-			if err != io.EOF {
-				return err
+			i++
+			if err := cs.SendMsg(m); err != nil {
+				if err != io.EOF {
+					return err
+				}
+				ended = true
 			}
-			break
+			continue
 		}
-	}
-	s.mu.Lock()
-	closeSent := s.closeSent
-	s.mu.Unlock()
-	if closeSent {
-		_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.winner != nil || s.failed {
-		return errHedgeLost
-	}
-	a.cs = cs
-	s.live = append(s.live, a)
-	if s.commitNext {
-		sent := s.commitLocked(a)
+		if s.closeSent && !closed {
+			// No message follows a CloseSend: the next step goes live.
+			s.mu.Unlock()
+			closed = true
+			_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
+			continue
+		}
+		a.cs = cs
+		s.live = append(s.live, a)
+		if s.commitNext {
+			sent := s.commitLocked(a)
+			s.mu.Unlock()
+			s.committedTo(a, sent)
+			return nil
+		}
 		s.mu.Unlock()
-		s.committedTo(a, sent)
-		s.mu.Lock()
+		return nil
 	}
-	return nil
 }
 
 // commitLocked commits the stream to w: the others are cancelled (those

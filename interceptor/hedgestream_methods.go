@@ -52,9 +52,10 @@ func (s *hedgedStream) SendMsg(m any) error {
 	s.targets = append(s.targets[:0], s.live...)
 	s.mu.Unlock()
 	for i, a := range s.targets {
-		if err := a.cs.SendMsg(m); err != nil && err != io.EOF && i == 0 {
+		if err := a.cs.SendMsg(m); err != nil && err != io.EOF && i == 0 && a.ctx.Err() == nil {
 			// grpc refused the message (too large, cannot marshal): it is
-			// not part of the stream.
+			// not part of the stream. (An attempt cancelled meanwhile, a
+			// hedge that lost, is not grpc refusing.)
 			s.mu.Lock()
 			s.buf.dropLast(kept)
 			s.mu.Unlock()

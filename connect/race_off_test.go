@@ -1,0 +1,5 @@
+//go:build !race
+
+package staggerconnect_test
+
+const raceOn = false
