@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/internal/callmodel"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
 )
@@ -44,198 +44,6 @@ var modelSeeds = func() []uint64 {
 	return s
 }()
 
-// modelDelay is the hedging delay of the model's hedging policy.
-const modelDelay = 25 * time.Millisecond
-
-// modelStep is how the server answers one attempt, in times after it
-// arrives: headers (x-attempt) at hdr, with msgs messages for a stream
-// (hdr < 0: no headers), then at end its status with its trailer
-// (x-attempt-trailer) and, failing, the message "attempt n".
-type modelStep struct {
-	hdr, end time.Duration
-	msgs     int
-	code     codes.Code
-	// unopened: the attempt never leaves the client, failed with code by
-	// an interceptor below stagger (modelRefuse) as it starts.
-	unopened bool
-}
-
-func (st modelStep) String() string {
-	hdr := int(st.hdr / time.Millisecond)
-	if st.hdr < 0 {
-		hdr = -1
-	}
-	unopened := 0
-	if st.unopened {
-		unopened = 1
-	}
-	return fmt.Sprintf("%d,%d,%d,%d,%d", hdr, st.end/time.Millisecond, st.msgs, st.code, unopened)
-}
-
-type modelScript []modelStep
-
-func (sc modelScript) String() string {
-	parts := make([]string, len(sc))
-	for i, st := range sc {
-		parts[i] = st.String()
-	}
-	return strings.Join(parts, ";")
-}
-
-func parseModelScript(s string) modelScript {
-	var sc modelScript
-	for _, p := range strings.Split(s, ";") {
-		f := strings.Split(p, ",")
-		n := make([]int, 5)
-		for i := range n {
-			n[i], _ = strconv.Atoi(f[i])
-		}
-		hdr := time.Duration(n[0]) * time.Millisecond
-		if n[0] < 0 {
-			hdr = -1
-		}
-		sc = append(sc, modelStep{hdr: hdr, end: time.Duration(n[1]) * time.Millisecond, msgs: n[2], code: codes.Code(n[3]), unopened: n[4] == 1})
-	}
-	return sc
-}
-
-// modelCase is one schedule: the script, the policy and the call's kind.
-type modelCase struct {
-	script modelScript
-	hedge  bool
-	// stream: a streaming call; clientStream: its response is one message
-	// (Upload), else as many as the script says (ListItems, Chat).
-	stream, clientStream bool
-	method               string
-}
-
-// randomModelCase draws a schedule: two to four attempts (all the policy
-// allows), each with its own times and end. Codes: OK, UNAVAILABLE
-// (retryable, non-fatal) and INTERNAL (fatal).
-func randomModelCase(seed uint64, hedge bool, method string) modelCase {
-	r := rand.New(rand.NewPCG(seed, 57))
-	n := 2 + r.IntN(3)
-	stream := method != "Get"
-	c := modelCase{hedge: hedge, stream: stream, clientStream: method == "Upload", method: method}
-	for i := 0; i < n; i++ {
-		st := modelStep{hdr: -1, code: []codes.Code{codes.OK, codes.Unavailable, codes.Unavailable, codes.Internal}[r.IntN(4)]}
-		st.end = time.Duration(1+r.IntN(60)) * time.Millisecond
-		if st.code != codes.OK && r.IntN(6) == 0 {
-			st.unopened, st.end = true, 0
-		} else if r.IntN(3) == 0 {
-			st.hdr = time.Duration(r.IntN(int(st.end/time.Millisecond))) * time.Millisecond
-			if stream && !c.clientStream {
-				st.msgs = r.IntN(3)
-			}
-		}
-		c.script = append(c.script, st)
-	}
-	return c
-}
-
-// oneReply says the call's response is one message: it comes with
-// headers when the attempt succeeds.
-func (c modelCase) oneReply() bool { return !c.stream || c.clientStream }
-
-// hasHeaders says whether attempt step st sends response headers.
-func (c modelCase) hasHeaders(st modelStep) bool {
-	return !st.unopened && (st.hdr >= 0 || c.oneReply() && st.code == codes.OK)
-}
-
-// pick is the model: the attempt whose answer the caller sees, and false
-// when two events of the schedule meet at one instant (their order is not
-// the model's to decide: the schedule is drawn again).
-func (c modelCase) pick() (int, bool) {
-	if !c.hedge {
-		// One attempt after another: the first with headers (committed),
-		// an OK or a fatal code ends the call, else the last failure.
-		for i, st := range c.script {
-			if c.hasHeaders(st) || st.code != codes.Unavailable || i == len(c.script)-1 {
-				return i + 1, true
-			}
-		}
-	}
-	type event struct {
-		at     time.Duration
-		n      int
-		header bool
-	}
-	var events []event
-	var instants []time.Duration
-	start := func(n int, at time.Duration) {
-		st := c.script[n-1]
-		if c.stream && st.hdr >= 0 {
-			events = append(events, event{at: at + st.hdr, n: n, header: true})
-		}
-		events = append(events, event{at: at + st.end, n: n})
-	}
-	max := len(c.script)
-	sent, last := 1, 0
-	start(1, 0)
-	timer := modelDelay
-	live := map[int]bool{1: true}
-	for {
-		slices.SortStableFunc(events, func(a, b event) int { return int(a.at - b.at) })
-		var next event
-		found := false
-		for _, e := range events {
-			if live[e.n] {
-				next, found = e, true
-				break
-			}
-		}
-		if sent < max && (!found || timer < next.at) {
-			instants = append(instants, timer)
-			sent++
-			live[sent] = true
-			start(sent, timer)
-			timer += modelDelay
-			continue
-		}
-		if !found {
-			return last, distinct(instants)
-		}
-		instants = append(instants, next.at)
-		events = slices.DeleteFunc(events, func(e event) bool { return e == next })
-		for _, e := range events {
-			if live[e.n] && e.at == next.at {
-				instants = append(instants, e.at) // a tie: not the model's to order
-			}
-		}
-		if sent < max && timer == next.at {
-			instants = append(instants, timer)
-		}
-		st := c.script[next.n-1]
-		switch {
-		case next.header:
-			// A stream commits at headers.
-			return next.n, distinct(instants)
-		case st.code == codes.OK, st.code != codes.Unavailable, !c.stream && st.hdr >= 0:
-			// An OK wins; a fatal code, or a unary failure after headers,
-			// ends the call.
-			return next.n, distinct(instants)
-		}
-		delete(live, next.n)
-		last = next.n
-		if sent < max {
-			// A non-fatal failure sends the next hedge at once.
-			sent++
-			live[sent] = true
-			start(sent, next.at)
-			timer = next.at + modelDelay
-		}
-		if len(live) == 0 {
-			return last, distinct(instants)
-		}
-	}
-}
-
-func distinct(ds []time.Duration) bool {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return len(slices.Compact(s)) == len(s)
-}
-
 // modelServer answers each attempt of Get and ListItems from the script in
 // the call's x-script header.
 func modelServer() []grpc.ServerOption {
@@ -252,34 +60,35 @@ func modelServer() []grpc.ServerOption {
 			return false
 		}
 	}
-	step := func(ctx context.Context) (int, modelStep) {
+	step := func(ctx context.Context) (int, callmodel.Step) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		n := attemptNumber(ctx)
-		return n, parseModelScript(md.Get("x-script")[0])[n-1]
+		sc, _ := callmodel.ParseScript(md.Get("x-script")[0])
+		return n, sc[n-1]
 	}
-	end := func(n int, st modelStep) error {
-		if st.code == codes.OK {
+	end := func(n int, st callmodel.Step) error {
+		if st.Code == codes.OK {
 			return nil
 		}
-		return status.Error(st.code, "attempt "+strconv.Itoa(n))
+		return status.Error(st.Code, "attempt "+strconv.Itoa(n))
 	}
 	unary := func(ctx context.Context, _ any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
 		n, st := step(ctx)
 		s := strconv.Itoa(n)
 		elapsed := time.Duration(0)
-		if st.hdr >= 0 {
-			if !wait(ctx, st.hdr) {
+		if st.Hdr >= 0 {
+			if !wait(ctx, st.Hdr) {
 				return nil, ctx.Err()
 			}
 			_ = grpc.SendHeader(ctx, metadata.Pairs("x-attempt", s))
-			elapsed = st.hdr
+			elapsed = st.Hdr
 		}
-		if !wait(ctx, st.end-elapsed) {
+		if !wait(ctx, st.End-elapsed) {
 			return nil, ctx.Err()
 		}
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("x-attempt-trailer", s))
-		if st.code == codes.OK {
-			if st.hdr < 0 {
+		if st.Code == codes.OK {
+			if st.Hdr < 0 {
 				_ = grpc.SetHeader(ctx, metadata.Pairs("x-attempt", s))
 			}
 			return &testingv1.GetResponse{Reply: &testingv1.Reply{Attempt: int32(n)}}, nil
@@ -322,24 +131,24 @@ func modelServer() []grpc.ServerOption {
 			return &testingv1.ListItemsResponse{Reply: r}
 		}
 		elapsed := time.Duration(0)
-		if st.hdr >= 0 {
-			if !wait(ctx, st.hdr) {
+		if st.Hdr >= 0 {
+			if !wait(ctx, st.Hdr) {
 				return ctx.Err()
 			}
 			_ = ss.SendHeader(metadata.Pairs("x-attempt", s))
-			for i := 1; i <= st.msgs; i++ {
+			for i := 1; i <= st.Msgs; i++ {
 				if err := ss.SendMsg(reply(i)); err != nil {
 					return err
 				}
 			}
-			elapsed = st.hdr
+			elapsed = st.Hdr
 		}
-		if !wait(ctx, st.end-elapsed) {
+		if !wait(ctx, st.End-elapsed) {
 			return ctx.Err()
 		}
 		ss.SetTrailer(metadata.Pairs("x-attempt-trailer", s))
-		if method == "Upload" && st.code == codes.OK {
-			if st.hdr < 0 {
+		if method == "Upload" && st.Code == codes.OK {
+			if st.Hdr < 0 {
 				_ = ss.SetHeader(metadata.Pairs("x-attempt", s))
 			}
 			if err := ss.SendMsg(reply(1)); err != nil {
@@ -355,24 +164,25 @@ func modelServer() []grpc.ServerOption {
 // attempt whose step is unopened before it leaves, as a client-side
 // interceptor or an admission check may.
 func modelRefuse() []grpc.DialOption {
-	step := func(ctx context.Context) (int, modelStep) {
+	step := func(ctx context.Context) (int, callmodel.Step) {
 		md, _ := metadata.FromOutgoingContext(ctx)
 		n := 1
 		if v := md.Get("grpc-previous-rpc-attempts"); len(v) == 1 {
 			p, _ := strconv.Atoi(v[0])
 			n = p + 1
 		}
-		return n, parseModelScript(md.Get("x-script")[0])[n-1]
+		sc, _ := callmodel.ParseScript(md.Get("x-script")[0])
+		return n, sc[n-1]
 	}
 	unary := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if n, st := step(ctx); st.unopened {
-			return status.Error(st.code, "attempt "+strconv.Itoa(n))
+		if n, st := step(ctx); st.Unopened {
+			return status.Error(st.Code, "attempt "+strconv.Itoa(n))
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	stream := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		if n, st := step(ctx); st.unopened {
-			return nil, status.Error(st.code, "attempt "+strconv.Itoa(n))
+		if n, st := step(ctx); st.Unopened {
+			return nil, status.Error(st.Code, "attempt "+strconv.Itoa(n))
 		}
 		return streamer(ctx, desc, cc, method, opts...)
 	}
@@ -387,10 +197,10 @@ type modelSeen struct {
 	replies                []int32     // the attempts the messages name
 }
 
-func runModelCase(ctx context.Context, client testingv1.TestServiceClient, c modelCase) (seen modelSeen) {
-	ctx = metadata.AppendToOutgoingContext(ctx, "x-script", c.script.String())
+func runModelCase(ctx context.Context, client testingv1.TestServiceClient, c callmodel.Case) (seen modelSeen) {
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-script", c.Script.String())
 	opts := []grpc.CallOption{grpc.Header(&seen.header), grpc.Trailer(&seen.trailer)}
-	if !c.stream {
+	if !c.Stream {
 		resp, err := client.Get(ctx, &testingv1.GetRequest{}, opts...)
 		seen.err = err
 		if err == nil {
@@ -402,7 +212,7 @@ func runModelCase(ctx context.Context, client testingv1.TestServiceClient, c mod
 		Header() (metadata.MD, error)
 		Trailer() metadata.MD
 	}
-	switch c.method {
+	switch c.Method {
 	case "Upload":
 		up, err := client.Upload(ctx, opts...)
 		if err != nil {
@@ -456,23 +266,23 @@ func recvAll[M interface{ GetReply() *testingv1.Reply }](recv func() (M, error))
 	}
 }
 
-// check compares what the caller saw with the model's attempt n.
-func (c modelCase) check(seen modelSeen, n int) error {
-	st := c.script[n-1]
+// checkModel compares what the caller saw with the model's attempt n.
+func checkModel(c callmodel.Case, seen modelSeen, n int) error {
+	st := c.Script[n-1]
 	s := strconv.Itoa(n)
 	var problems []string
-	if st.code == codes.OK {
+	if st.Code == codes.OK {
 		if seen.err != nil {
 			problems = append(problems, fmt.Sprintf("status %v, want OK", seen.err))
 		}
-	} else if got := status.Convert(seen.err); got.Code() != st.code || got.Message() != "attempt "+s {
-		problems = append(problems, fmt.Sprintf("status %v, want %v \"attempt %s\"", seen.err, st.code, s))
+	} else if got := status.Convert(seen.err); got.Code() != st.Code || got.Message() != "attempt "+s {
+		problems = append(problems, fmt.Sprintf("status %v, want %v \"attempt %s\"", seen.err, st.Code, s))
 	}
 	var wantHeader, wantTrailer []string
-	if c.hasHeaders(st) {
+	if c.HasHeaders(st) {
 		wantHeader = []string{s}
 	}
-	if !st.unopened {
+	if !st.Unopened {
 		wantTrailer = []string{s}
 	}
 	mds := []struct {
@@ -484,7 +294,7 @@ func (c modelCase) check(seen modelSeen, n int) error {
 		{"grpc.Header", seen.header, "x-attempt", wantHeader},
 		{"grpc.Trailer", seen.trailer, "x-attempt-trailer", wantTrailer},
 	}
-	if c.stream {
+	if c.Stream {
 		mds = append(mds,
 			struct {
 				name string
@@ -504,15 +314,7 @@ func (c modelCase) check(seen modelSeen, n int) error {
 			problems = append(problems, fmt.Sprintf("%s %s = %q, want %q", m.name, m.key, got, m.want))
 		}
 	}
-	wantReplies := 0
-	switch {
-	case c.oneReply():
-		if st.code == codes.OK {
-			wantReplies = 1
-		}
-	case st.hdr >= 0:
-		wantReplies = st.msgs
-	}
+	wantReplies := c.Replies(st)
 	if len(seen.replies) != wantReplies || slices.ContainsFunc(seen.replies, func(a int32) bool { return a != int32(n) }) {
 		problems = append(problems, fmt.Sprintf("messages from attempts %v, want %d from attempt %d", seen.replies, wantReplies, n))
 	}
@@ -551,7 +353,7 @@ func TestModelOneAttemptSeen(t *testing.T) {
 						"retryPolicy": {"maxAttempts": %d, "initialBackoff": "0.01s", "maxBackoff": "0.01s", "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`, attempts)
 					if mode.hedge {
 						file = fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
-							"hedgingPolicy": {"maxAttempts": %d, "hedgingDelay": "%s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`, attempts, modelDelay)
+							"hedgingPolicy": {"maxAttempts": %d, "hedgingDelay": "%s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`, attempts, callmodel.Delay)
 					}
 					dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(interceptor.WithConfig(parse(t, file)), interceptor.WithBudget(nil))),
 						grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(interceptor.WithConfig(parse(t, file)), interceptor.WithBudget(nil))), grpc.WithDisableRetry()}
@@ -561,15 +363,15 @@ func TestModelOneAttemptSeen(t *testing.T) {
 				}
 				ran := 0
 				for _, seed := range modelSeeds {
-					c := randomModelCase(seed, mode.hedge, mode.method)
-					n, ok := c.pick()
-					if !ok {
+					c := callmodel.Random(seed, mode.hedge, mode.method)
+					n, margin := c.Pick()
+					if margin == 0 {
 						continue // two events at one instant
 					}
 					ran++
-					seen := runModelCase(context.Background(), client(len(c.script)), c)
-					if err := c.check(seen, n); err != nil {
-						t.Errorf("seed %d, script %s: model picks attempt %d: %v", seed, c.script, n, err)
+					seen := runModelCase(context.Background(), client(len(c.Script)), c)
+					if err := checkModel(c, seen, n); err != nil {
+						t.Errorf("seed %d, script %s: model picks attempt %d: %v", seed, c.Script, n, err)
 					}
 					// Let the cancelled attempts end before the next call.
 					synctest.Wait()
