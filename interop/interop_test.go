@@ -3,6 +3,7 @@ package interop
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -185,29 +186,36 @@ var cases = map[string]func(ctx context.Context, cc *grpc.ClientConn){
 // it (interceptor.Error).
 var gaveUpText = regexp.MustCompile(`^stagger: gave up: ([^:]+): failed after ([1-4]) attempts?: (rpc error: code = Unavailable desc = .*)$`)
 
-// doGaveUp makes a unary call and a bidi stream whose every attempt the
-// server fails with UNAVAILABLE (interop's EchoStatus): stagger retries or
-// hedges each until its attempts or its budget run out, and gives up.
-// Each error must say so (gaveUpText), with the attempts stagger counted,
-// the last attempt's text as grpc-go prints it, and the server's status
-// unchanged under status.FromError. It ends the process (grpclog.Fatal, as
-// grpc-go's cases do) when a check fails.
+// doGaveUp makes a unary call and two bidi streams (the second sends its
+// message late) whose every attempt the server fails with UNAVAILABLE
+// (interop's EchoStatus): stagger retries or hedges each until its attempts
+// or its budget run out, and gives up. Each error must say so (gaveUpText),
+// with the attempts stagger counted, the last attempt's text as grpc-go
+// prints it, and the server's status unchanged under status.FromError. It
+// ends the process (grpclog.Fatal, as grpc-go's cases do) when a check
+// fails.
 func doGaveUp(ctx context.Context, cc *grpc.ClientConn) {
 	tc := testgrpc.NewTestServiceClient(cc)
 	down := &testgrpc.EchoStatus{Code: int32(codes.Unavailable), Message: "interop: always down"}
 	_, unaryErr := tc.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseStatus: down})
-	streamErr := func() error {
+	// A stream sends its message at once, or after its attempts may have
+	// ended (late): then Send returns io.EOF, as grpc-go's own stream does
+	// once the server ended it, and Recv has the status.
+	streamErr := func(late bool) error {
 		stream, err := tc.FullDuplexCall(ctx)
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(&testgrpc.StreamingOutputCallRequest{ResponseStatus: down}); err != nil {
+		if late {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := stream.Send(&testgrpc.StreamingOutputCallRequest{ResponseStatus: down}); err != nil && err != io.EOF {
 			return err
 		}
 		_, err = stream.Recv()
 		return err
-	}()
-	for what, err := range map[string]error{"UnaryCall": unaryErr, "FullDuplexCall": streamErr} {
+	}
+	for what, err := range map[string]error{"UnaryCall": unaryErr, "FullDuplexCall": streamErr(false), "FullDuplexCall, a late Send": streamErr(true)} {
 		var e *interceptor.Error
 		if !errors.As(err, &e) || !e.GaveUp() {
 			grpclog.Fatalf("%s: error %v, want one stagger gave up on", what, err)
