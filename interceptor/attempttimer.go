@@ -157,7 +157,7 @@ const (
 func startAttemptTimer(callCtx, ctx context.Context, c *call) *attemptTimer {
 	at := &attemptTimer{callCtx: callCtx, c: *c, start: time.Now()}
 	if c.pace != nil {
-		c.pace.send(at.start)
+		c.pace.send(at.start, c.perAttempt)
 	}
 	at.ctx, at.cancel = context.WithCancel(ctx)
 	// Under mu: fire, which waits for it, may re-arm at.t (decide).

@@ -24,13 +24,14 @@ func TestPaceSlowForAll(t *testing.T) {
 		{"sent before it only", []int{-50}, []int{-80}, 110, false},
 		{"one sent after it was served: this one is lost", []int{20, 40}, []int{40}, 110, false},
 		{"answered ones sent before it say nothing", []int{20}, []int{-10}, 110, true},
-		{"more sends than the ring keeps: the latest count", []int{10, 20, 30, 40, 50, 60, 70, 100}, nil, 110, true},
+		{"a burst after an old enough send: the old one counts", []int{20, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105}, nil, 110, true},
+		{"sends older than the ring keeps: the latest count", []int{10, 20, 30, 40, 50, 60, 70, 80, 100, 150, 200, 250, 300}, nil, 310, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var p pace
-			p.send(ms(0))
+			p.send(ms(0), 100*time.Millisecond)
 			for _, s := range tc.sent {
-				p.send(ms(s))
+				p.send(ms(s), 100*time.Millisecond)
 			}
 			for _, a := range tc.answered {
 				p.answer(ms(a), 0, 0)
@@ -136,7 +137,7 @@ func TestPaceStraggler(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := &pace{}
 			for _, s := range tt.sent {
-				p.send(ms(s))
+				p.send(ms(s), 100*time.Millisecond)
 			}
 			for _, s := range tt.served {
 				p.answer(ms(s), tt.took, 0)

@@ -41,11 +41,18 @@ const (
 	// slowing down for every attempt stretches answers past half the
 	// timeout before it stretches them past all of it.
 	stragglerFastPart = 2
-	// paceSends is how many send times pace keeps. Not measured: enough for
-	// the attempts a busy process sends within a per-attempt timeout's
-	// grace, while a ring of four atomics keeps send a single atomic add
-	// and store.
-	paceSends = 4
+	// paceSends is how many send times pace keeps, one per slice of
+	// time a paceSliceParts-th of the per-attempt timeout long: two
+	// timeouts' worth, so that when a timer fires (after one timeout, or
+	// more when it waited) the sends older than the slow-for-all rule's
+	// age are there. A slice is an eighth: half the rule's age
+	// (laterSendAgePart), so the latest send of a slice stands for the
+	// others closely enough. Not measured beyond TestRealTimeTimerSlowForAll
+	// on a loaded machine (a ring of the latest four sends lost the
+	// evidence there: 14-31 attempts cut off of 50 in one run in five
+	// beside six busy loops); send stays one atomic store.
+	paceSends      = 16
+	paceSliceParts = 8
 	// scoutGapMax bounds the gap between scouts, in per-attempt timeouts:
 	// the gaps double from one timeout (1, 2, 4, ... 64), so after six
 	// scouts a slowdown that lasts is still scouted once per 64 timeouts.
