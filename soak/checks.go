@@ -41,18 +41,25 @@ func (r *run) watch(procs []*process, done <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		for _, p := range procs {
-			for _, st := range p.budgets.States() {
-				if st.Waiting < 0 || st.Waiting > p.room {
-					r.fail(fmt.Sprintf("%s: the Gate of %s %s counts %d calls waiting (bounds 0 and %d)", p.kind.name, st.Target, st.Method, st.Waiting, p.room))
-				}
+		r.watchRound(procs)
+	}
+}
+
+// watchRound is one round of watch's checks, under watchMu.
+func (r *run) watchRound(procs []*process) {
+	r.watchMu.Lock()
+	defer r.watchMu.Unlock()
+	for _, p := range procs {
+		for _, st := range p.budgets.States() {
+			if st.Waiting < 0 || st.Waiting > p.room {
+				r.fail(fmt.Sprintf("%s: the Gate of %s %s counts %d calls waiting (bounds 0 and %d)", p.kind.name, st.Target, st.Method, st.Waiting, p.room))
 			}
 		}
-		r.watchPods(r.pods)
-		// A stream's EventEnd may come just after its last message:
-		// calls are judged a second after they returned.
-		r.checkPending(time.Now().Add(-time.Second))
 	}
+	r.watchPods(r.pods)
+	// A stream's EventEnd may come just after its last message:
+	// calls are judged a second after they returned.
+	r.checkPending(time.Now().Add(-time.Second))
 }
 
 // settled checks, after the load stopped and the tail's probes

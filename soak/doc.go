@@ -71,7 +71,8 @@
 // replicas in a long outage, payments in its own): at the end, over 50
 // calls or more, more than 1.5 attempts per call is a retry storm. The faults pause for five seconds at half time and stop
 // five seconds before the end; at the end of each calm window the load
-// stops and the heap is measured with no call in flight (after two
+// stops and the heap is measured with no call in flight and the running
+// checks paused (their copies of every Gate's state are no leak; after two
 // collections, the least of three samples; on runs that judge the heap,
 // ten seconds later, once the ledger forgot the writes that ended); at
 // half time the load then resumes. After the last, every process sends calls of every method,

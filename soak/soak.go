@@ -88,6 +88,11 @@ type run struct {
 	pay     *payments
 	pods    *pods
 
+	// watchMu is held by each round of the running checks (watch) and
+	// while the heap is measured: a round's copies of every Gate's state
+	// (a thousand pods' targets) are not counted as what the fleet keeps.
+	watchMu sync.Mutex
+
 	calls, ok  atomic.Uint64
 	redisLines atomic.Uint64
 	nextID     atomic.Uint64
@@ -269,7 +274,9 @@ func Run(cfg Config) (res *Result, err error) {
 			sleep(ctx, ledgerHorizon)
 			r.led.settle(time.Now())
 		}
+		r.watchMu.Lock()
 		heap := heapInUse(ctx, filepath.Join(cfg.ProfileDir, fmt.Sprintf("heap-%d.pprof", half+1)))
+		r.watchMu.Unlock()
 		if half == 0 {
 			res.HeapHalf = heap
 			r.logf("soak: half time: %d calls, heap %.1f MB, goroutines %d", r.calls.Load(), mb(heap), runtime.NumGoroutine())
