@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -384,37 +383,25 @@ func checkModel(c callmodel.Case, seen modelSeen, n int) error {
 	if !st.Unopened {
 		tag = []string{s}
 	}
-	type observed struct {
-		name     string
-		h        http.Header
-		hdr, trl []string // x-attempt and x-attempt-trailer
+	// Each observable names its attempt in both keys: x-attempt (headers)
+	// and x-attempt-trailer (trailers).
+	var obs []callmodel.Observed
+	observe := func(name string, h http.Header, hdr, trl []string) {
+		obs = append(obs, callmodel.Observed{Name: name, Key: "x-attempt", Got: h.Values("x-attempt"), Want: hdr},
+			callmodel.Observed{Name: name, Key: "x-attempt-trailer", Got: h.Values("x-attempt-trailer"), Want: trl})
 	}
-	var obs []observed
 	if c.Stream && !c.ClientStream || seen.err == nil {
-		obs = append(obs, observed{"header", seen.header, tag, nil}, observed{"trailer", seen.trailer, nil, tag})
+		observe("header", seen.header, tag, nil)
+		observe("trailer", seen.trailer, nil, tag)
 	}
 	if c.ClientStream {
-		obs = append(obs, observed{"conn header", seen.connHeader, tag, nil}, observed{"conn trailer", seen.connTrailer, nil, tag})
+		observe("conn header", seen.connHeader, tag, nil)
+		observe("conn trailer", seen.connTrailer, nil, tag)
 	}
 	if cerr != nil {
-		obs = append(obs, observed{"error metadata", cerr.Meta(), tag, tag})
+		observe("error metadata", cerr.Meta(), tag, tag)
 	}
-	for _, o := range obs {
-		if got := o.h.Values("x-attempt"); !slices.Equal(got, o.hdr) {
-			problems = append(problems, fmt.Sprintf("%s x-attempt = %q, want %q", o.name, got, o.hdr))
-		}
-		if got := o.h.Values("x-attempt-trailer"); !slices.Equal(got, o.trl) {
-			problems = append(problems, fmt.Sprintf("%s x-attempt-trailer = %q, want %q", o.name, got, o.trl))
-		}
-	}
-	want := c.Replies(st)
-	if len(seen.replies) != want || slices.ContainsFunc(seen.replies, func(a int32) bool { return a != int32(n) }) {
-		problems = append(problems, fmt.Sprintf("messages from attempts %v, want %d from attempt %d", seen.replies, want, n))
-	}
-	if problems == nil {
-		return nil
-	}
-	return errors.New(strings.Join(problems, "; "))
+	return c.Check(n, problems, obs, seen.replies)
 }
 
 // modelFile is the policy file of a mode: attempts attempts of every
@@ -443,36 +430,22 @@ func modelNamed(c callmodel.Case, seen modelSeen) int {
 func TestModelOneAttemptSeen(t *testing.T) {
 	seeds := modelSeeds(t)
 	servers := map[bool]*modelServer{false: newModelServer(t, false), true: newModelServer(t, true)}
-	modes := []struct {
-		name   string
-		hedge  bool
-		method string
-	}{
-		{"unary/retry", false, "Get"},
-		{"unary/hedge", true, "Get"},
-		{"server-stream/retry", false, "ListItems"},
-		{"server-stream/hedge", true, "ListItems"},
-		{"client-stream/retry", false, "Upload"},
-		{"client-stream/hedge", true, "Upload"},
-		{"bidi/retry", false, "Chat"},
-		{"bidi/hedge", true, "Chat"},
-	}
-	for _, mode := range modes {
-		t.Run(mode.name, func(t *testing.T) {
+	for _, mode := range callmodel.Modes {
+		t.Run(mode.Name, func(t *testing.T) {
 			scale := 1
-			if mode.hedge {
+			if mode.Hedge {
 				scale = modelHedgeScale
 			}
 			// The seed picks the protocol; bidi needs HTTP/2. Each
 			// protocol has a client per number of attempts, and per scale
 			// (the policy's times are the schedule's, scaled).
-			protos := streamProtocols(mode.method == "Chat")
+			protos := streamProtocols(mode.Method == "Chat")
 			type clientKey struct{ proto, attempts, scale int }
 			clients := make(map[clientKey]testingv1connect.TestServiceClient)
 			for i, p := range protos {
 				for attempts := 2; attempts <= 4; attempts++ {
 					for _, sc := range []int{scale, 2 * scale} {
-						stagger := newClient(t, modelFile(mode.hedge, attempts, sc), interceptor.WithBudget(nil))
+						stagger := newClient(t, modelFile(mode.Hedge, attempts, sc), interceptor.WithBudget(nil))
 						srv := servers[p.h2c]
 						opts := append([]connect.ClientOption{connect.WithInterceptors(stagger)}, p.opts...)
 						clients[clientKey{i, attempts, sc}] = testingv1connect.NewTestServiceClient(srv.client, srv.url, opts...)
@@ -483,7 +456,7 @@ func TestModelOneAttemptSeen(t *testing.T) {
 			// its case, the model's pick and margin, what the caller saw
 			// and how it differed from the pick (nil: not at all).
 			play := func(seed uint64, scale int) (callmodel.Case, int, time.Duration, modelSeen, error) {
-				c := callmodel.Random(seed, mode.hedge, mode.method)
+				c := callmodel.Random(seed, mode.Hedge, mode.Method)
 				c.LateHeaders = true
 				n, margin := c.Pick()
 				i := int(seed % uint64(len(protos)))
@@ -521,7 +494,7 @@ func TestModelOneAttemptSeen(t *testing.T) {
 							}
 						case err == nil:
 							held++
-						case !mode.hedge || modelNamed(c, seen) == 0:
+						case !mode.Hedge || modelNamed(c, seen) == 0:
 							failures[seed] = describe(seed, c, n, err)
 						default:
 							suspects = append(suspects, seed)

@@ -438,6 +438,13 @@ func (a *attemptStream) RecvMsg(m any) error {
 	}
 	var err error
 	switch {
+	case a.looked && a.ahead != nil && a.ctx.Err() != nil:
+		// The attempt's context ended (the caller cancelled, its deadline
+		// passed) before anyone asked for the message Header looked ahead
+		// at: connect-go's own stream reads a message only when asked, and
+		// fails then, so the caller gets that failure, not the message.
+		a.ahead, a.looked = nil, false
+		return a.finish(contextErr(a.ctx.Err()))
 	case a.looked && a.ahead != nil:
 		if pm, ok := m.(proto.Message); ok {
 			proto.Reset(pm)
@@ -467,6 +474,15 @@ func (a *attemptStream) RecvMsg(m any) error {
 	}
 	a.finish(io.EOF)
 	return nil
+}
+
+// contextErr is connect-go's error for a stream read after its context
+// ended with err.
+func contextErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewError(connect.CodeCanceled, err)
 }
 
 // scratch is a message to receive into and drop.

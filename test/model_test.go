@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -285,62 +284,21 @@ func checkModel(c callmodel.Case, seen modelSeen, n int) error {
 	if !st.Unopened {
 		wantTrailer = []string{s}
 	}
-	mds := []struct {
-		name string
-		md   metadata.MD
-		key  string
-		want []string
-	}{
-		{"grpc.Header", seen.header, "x-attempt", wantHeader},
-		{"grpc.Trailer", seen.trailer, "x-attempt-trailer", wantTrailer},
+	obs := []callmodel.Observed{
+		{Name: "grpc.Header", Key: "x-attempt", Got: seen.header.Get("x-attempt"), Want: wantHeader},
+		{Name: "grpc.Trailer", Key: "x-attempt-trailer", Got: seen.trailer.Get("x-attempt-trailer"), Want: wantTrailer},
 	}
 	if c.Stream {
-		mds = append(mds,
-			struct {
-				name string
-				md   metadata.MD
-				key  string
-				want []string
-			}{"Header()", seen.streamHeader, "x-attempt", wantHeader},
-			struct {
-				name string
-				md   metadata.MD
-				key  string
-				want []string
-			}{"Trailer()", seen.streamTr, "x-attempt-trailer", wantTrailer})
+		obs = append(obs,
+			callmodel.Observed{Name: "Header()", Key: "x-attempt", Got: seen.streamHeader.Get("x-attempt"), Want: wantHeader},
+			callmodel.Observed{Name: "Trailer()", Key: "x-attempt-trailer", Got: seen.streamTr.Get("x-attempt-trailer"), Want: wantTrailer})
 	}
-	for _, m := range mds {
-		if got := m.md.Get(m.key); !slices.Equal(got, m.want) {
-			problems = append(problems, fmt.Sprintf("%s %s = %q, want %q", m.name, m.key, got, m.want))
-		}
-	}
-	wantReplies := c.Replies(st)
-	if len(seen.replies) != wantReplies || slices.ContainsFunc(seen.replies, func(a int32) bool { return a != int32(n) }) {
-		problems = append(problems, fmt.Sprintf("messages from attempts %v, want %d from attempt %d", seen.replies, wantReplies, n))
-	}
-	if problems == nil {
-		return nil
-	}
-	return errors.New(strings.Join(problems, "; "))
+	return c.Check(n, problems, obs, seen.replies)
 }
 
 func TestModelOneAttemptSeen(t *testing.T) {
-	modes := []struct {
-		name   string
-		hedge  bool
-		method string
-	}{
-		{"unary/retry", false, "Get"},
-		{"unary/hedge", true, "Get"},
-		{"server-stream/retry", false, "ListItems"},
-		{"server-stream/hedge", true, "ListItems"},
-		{"client-stream/retry", false, "Upload"},
-		{"client-stream/hedge", true, "Upload"},
-		{"bidi/retry", false, "Chat"},
-		{"bidi/hedge", true, "Chat"},
-	}
-	for _, mode := range modes {
-		t.Run(mode.name, func(t *testing.T) {
+	for _, mode := range callmodel.Modes {
+		t.Run(mode.Name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := testserver.New(testserver.WithServerOptions(modelServer()...))
 				t.Cleanup(srv.Close)
@@ -351,7 +309,7 @@ func TestModelOneAttemptSeen(t *testing.T) {
 					}
 					file := fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
 						"retryPolicy": {"maxAttempts": %d, "initialBackoff": "0.01s", "maxBackoff": "0.01s", "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`, attempts)
-					if mode.hedge {
+					if mode.Hedge {
 						file = fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
 							"hedgingPolicy": {"maxAttempts": %d, "hedgingDelay": "%s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`, attempts, callmodel.Delay)
 					}
@@ -363,7 +321,7 @@ func TestModelOneAttemptSeen(t *testing.T) {
 				}
 				ran := 0
 				for _, seed := range modelSeeds {
-					c := callmodel.Random(seed, mode.hedge, mode.method)
+					c := callmodel.Random(seed, mode.Hedge, mode.Method)
 					n, margin := c.Pick()
 					if margin == 0 {
 						continue // two events at one instant

@@ -104,6 +104,28 @@ func ParseScript(s string) (Script, error) {
 	return sc, nil
 }
 
+// Mode is one kind of call a model test plays: a method of the test
+// service under a retry or a hedging policy.
+type Mode struct {
+	// Name names the mode's subtest: the call's kind, then the policy.
+	Name   string
+	Hedge  bool
+	Method string
+}
+
+// Modes are the modes both front ends' model tests play: every kind of
+// call, retried and hedged.
+var Modes = []Mode{
+	{"unary/retry", false, "Get"},
+	{"unary/hedge", true, "Get"},
+	{"server-stream/retry", false, "ListItems"},
+	{"server-stream/hedge", true, "ListItems"},
+	{"client-stream/retry", false, "Upload"},
+	{"client-stream/hedge", true, "Upload"},
+	{"bidi/retry", false, "Chat"},
+	{"bidi/hedge", true, "Chat"},
+}
+
 // Case is one schedule: the script, the policy and the call's kind.
 type Case struct {
 	Script Script
@@ -306,4 +328,32 @@ func Seeds(env string, n uint64) ([]uint64, error) {
 		s[i] = from + uint64(i)
 	}
 	return s, nil
+}
+
+// Observed is one observable of a caller under one key (x-attempt for
+// response headers, x-attempt-trailer for trailers): the attempt tags it
+// carries and those the model wants there.
+type Observed struct {
+	Name, Key string
+	Got, Want []string
+}
+
+// Check says how what the caller saw differs from attempt n's answer: each
+// observable's tags, and replies, the attempt tag of every message the
+// caller received; problems are what the front end found already (its
+// status). It returns nil when nothing differs.
+func (c Case) Check(n int, problems []string, obs []Observed, replies []int32) error {
+	for _, o := range obs {
+		if !slices.Equal(o.Got, o.Want) {
+			problems = append(problems, fmt.Sprintf("%s %s = %q, want %q", o.Name, o.Key, o.Got, o.Want))
+		}
+	}
+	want := c.Replies(c.Script[n-1])
+	if len(replies) != want || slices.ContainsFunc(replies, func(a int32) bool { return a != int32(n) }) {
+		problems = append(problems, fmt.Sprintf("messages from attempts %v, want %d from attempt %d", replies, want, n))
+	}
+	if problems == nil {
+		return nil
+	}
+	return errors.New(strings.Join(problems, "; "))
 }
