@@ -179,27 +179,25 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	}
 	clk.set(t0.Add(gap))
 	poll(t, ws[0], admitProbe)
-	// The probe succeeds: the server is back, and the probe earned one
-	// release at once; the next are paced (one healed call of the latest
-	// eight is not enough to heal).
+	// The probe succeeds: the server is back. Fewer than tune.BackMinHeld
+	// retries began to wait in the outage (these four began before it):
+	// the calls held through it go back unpaced, each its pause after the
+	// return (they have no deadline).
 	g.Record(Attempt{Number: 2, Outcome: Success, Admission: admitProbe})
 	if g.health() == phaseOutage {
 		t.Fatal("the outage did not end with a success")
 	}
-	poll(t, ws[1], admitRelease)
-	perCredit := time.Duration(math.Ceil(float64(time.Second) / tune.ReleasePerSecond))
-	if next := poll(t, ws[2], AdmitNone); !next.Equal(clk.Now().Add(perCredit)) {
-		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), perCredit)
+	if next := poll(t, ws[1], AdmitNone); !next.Equal(clk.Now().Add(time.Second)) {
+		t.Fatalf("next = %v from now, want its pause (1s)", next.Sub(clk.Now()))
 	}
-	// Successes add gain (doubled by the probe's success): half a credit
-	// from them, half from time.
-	n := int(math.Ceil(0.5 / (2 * tune.ReleaseGainStart)))
-	for range n {
+	clk.advance(time.Second)
+	poll(t, ws[1], admitRelease)
+	clk.advance(time.Microsecond) // the least pace
+	poll(t, ws[2], admitRelease)
+	// Successes halve the probe gap.
+	for range 4 {
 		g.Record(Attempt{Number: 1, Outcome: Success})
 	}
-	poll(t, ws[2], AdmitNone)
-	clk.advance(perCredit/2 + time.Millisecond)
-	poll(t, ws[2], admitRelease)
 	// A released retry that fails for overload: back to one at a time
 	// after a quiet time (its pause, longer than the gap the successes
 	// halved).
@@ -402,12 +400,23 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
+	// tune.BackMinHeld more begin to wait in it: the return is paced.
+	for range tune.BackMinHeld {
+		o, err := g.Enter(retry2, time.Second, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Leave()
+	}
 	// Held in the outage (the hold and hopeless rules), its probe not due yet.
 	clk.advance(1100 * time.Millisecond)
 	poll(t, w, AdmitNone)
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	have := drawn + tune.ReleaseGainStart
-	want := clk.Now().Add(time.Duration(math.Ceil((1 - have) / tune.ReleasePerSecond * float64(time.Second))))
+	// The pace of the return: the outage's length over tune.BackShare of
+	// the tune.BackMinHeld that began to wait, a share 1-drawn of it, less
+	// one success's gain.
+	every := time.Duration(float64(clk.Now().Sub(t0)) / (tune.BackShare * tune.BackMinHeld))
+	want := clk.Now().Add(time.Duration((1 - drawn - tune.ReleaseGainStart) * float64(every)))
 	if next := poll(t, w, AdmitNone); !next.Equal(want) {
 		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), want.Sub(clk.Now()))
 	}

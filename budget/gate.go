@@ -36,13 +36,16 @@ import (
 //     its retries, a new retry fails at once (futility) but for a rare lone
 //     probe, which goes at once, spaced by the probe gap: the new calls'
 //     first attempts and those probes find the backend's return.
-//   - Once it serves again, held calls go back at the back pace: from 0.4
-//     times the pace their retries came at, quickening by a fifth with each
-//     answer as fast as the fastest, halving with a failed one (a backend
-//     with room to spare has them all back within about a second; a call
-//     with a deadline at a random share of it, a second at most).
-//     Other waits go on credits, one a second and a share of each success
-//     (release). A retry a circuit breaker guards goes only when it allows
+//   - While it serves, waiting retries go one at a time at one pace
+//     (release): one a second, each success taking a sixteenth of the
+//     interval off (up to three); once it serves again after an outage,
+//     from 0.4 times the pace the held retries came at, quickening by a
+//     fifth with each answer as fast as the fastest, halving with a failed
+//     one, until a success finds nobody waiting (a backend with room to
+//     spare has them all back within about a second; a call held through
+//     the outage goes its pause after the return, or with a deadline at a
+//     random share of it, a second at most; fewer than four held go
+//     unpaced). A retry a circuit breaker guards goes only when it allows
 //     (guard). The most critical goes first; a full room evicts the least
 //     critical (criticality).
 //
@@ -52,11 +55,13 @@ import (
 // gateevidence.go). The scheduler gives each waiting retry a decision
 // from its pause, deadline and criticality and that state: an admission,
 // the end of its wait (every end timed in one place, endAt), or when to
-// ask again (gatedecide.go), with the probe slot and the paces
-// (gatepace.go). The waiting room (gatewait.go) gives each waiter its own
-// Ready channel; on news one dispatcher walks the waiters, most critical
-// first, and wakes only those whose decision changes: one sleeps to the
-// time the next release or probe may go, the others to their own times.
+// ask again (gatedecide.go), timed by one pacer (gatepace.go): when the
+// next paced retry (a release, a probe, a last chance) may go, and the one
+// out while the backend fails. The waiting room (gatewait.go) gives each
+// waiter its own Ready channel; on news one dispatcher walks the waiters,
+// most critical first, and wakes only those whose decision changes: one
+// sleeps to the time the next release or probe may go, the others to
+// their own times.
 // A woken waiter takes its admission under the lock, asks its Guard and
 // the budget unlocked, and gives it back if they refuse (internal/gatetune
 // has the numbers).

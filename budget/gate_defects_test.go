@@ -133,21 +133,21 @@ func TestGateHopelessRetryIsNotTheGuardsProbe(t *testing.T) {
 	}
 }
 
-// Giving back a release that took no credit (a call held through an
-// outage goes back at the back pace, without one) creates none.
+// Giving back a release restores what it took: a call held through an
+// outage, going back at the back pace before a credit accrued, creates none.
 func TestGateGivingBackACreditlessReleaseMakesNoCredit(t *testing.T) {
 	s := newGateState(t0, func() float64 { return 0.5 })
 	s.phase = phaseRecovering
 	s.pace.set(t0, 0.25)
 	w := waiterView{}
 	s.admit(t0, &w, admitRelease)
-	s.unadmit(t0, &w, admitRelease)
+	s.unadmit(admitRelease)
 	if c := s.pace.credits(t0); math.Abs(c-0.25) > 1e-6 {
 		t.Fatalf("credits after a release given back = %v, want 0.25", c)
 	}
 	s.pace.set(t0, 1)
 	s.admit(t0, &w, admitRelease)
-	s.unadmit(t0, &w, admitRelease)
+	s.unadmit(admitRelease)
 	if c := s.pace.credits(t0); c != 1 {
 		t.Fatalf("credits after a credited release given back = %v, want 1", c)
 	}
@@ -256,7 +256,7 @@ func TestGatePanickingGuardStrandsNothing(t *testing.T) {
 	}()
 	w.Leave()
 	g.mu.Lock()
-	asking, slot := w.asking, g.st.slot.held(clk.Now())
+	asking, slot := w.asking, g.st.pace.leased(clk.Now())
 	g.mu.Unlock()
 	if asking || slot {
 		t.Fatalf("after a panicking guard: asking %v, probe slot held %v; want neither", asking, slot)

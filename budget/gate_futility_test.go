@@ -202,9 +202,10 @@ func TestGateBackPace(t *testing.T) {
 
 // The back pace follows the recovered server: released retries answered
 // about as fast as its fastest since it came back speed it up, slower ones
-// leave it, failed ones slow it down, up to tune.MaxBackEvery.
-func TestReleasePaceAnswered(t *testing.T) {
-	p := releasePace{backEvery: 100 * time.Millisecond}
+// leave it, failed ones slow it down, up to the release interval; outside
+// a return, answers leave the pace alone.
+func TestPacerAnswered(t *testing.T) {
+	p := pacer{every: 100 * time.Millisecond, backAt: t0}
 	for _, tc := range []struct {
 		took time.Duration
 		ok   bool
@@ -218,20 +219,27 @@ func TestReleasePaceAnswered(t *testing.T) {
 		{0, true, 81920 * time.Microsecond},                       // answered at once
 	} {
 		p.answered(tc.took, tc.ok)
-		if p.backEvery != tc.want {
-			t.Fatalf("after %v (ok %v): every %v, want %v", tc.took, tc.ok, p.backEvery, tc.want)
+		if p.every != tc.want {
+			t.Fatalf("after %v (ok %v): every %v, want %v", tc.took, tc.ok, p.every, tc.want)
 		}
 	}
 	for range 20 {
 		p.answered(time.Second, false)
 	}
-	if p.backEvery != tune.MaxBackEvery {
-		t.Fatalf("after failed answers: every %v, want at most %v", p.backEvery, tune.MaxBackEvery)
+	if p.every != releaseEvery {
+		t.Fatalf("after failed answers: every %v, want at most %v", p.every, releaseEvery)
 	}
-	// Unpaced (a process that held few) stays unpaced.
-	q := releasePace{}
+	for range 200 {
+		p.answered(0, true)
+	}
+	if p.every != time.Microsecond {
+		t.Fatalf("after 200 fast answers: every %v, want a microsecond at least", p.every)
+	}
+	// No return under way: the release interval stays.
+	q := newPacer(t0)
+	q.answered(time.Millisecond, true)
 	q.answered(time.Second, false)
-	if q.backEvery != 0 {
-		t.Fatalf("unpaced: every %v after a failure, want 0", q.backEvery)
+	if q.every != releaseEvery {
+		t.Fatalf("no return: every %v, want %v", q.every, releaseEvery)
 	}
 }

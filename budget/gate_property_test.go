@@ -409,7 +409,7 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 		t.Errorf("%d still waiting after every caller left", st.Waiting)
 	}
 	h.g.mu.Lock()
-	held := h.g.st.slot.held(h.clk.Now())
+	held := h.g.st.pace.leased(h.clk.Now())
 	h.g.mu.Unlock()
 	if held {
 		t.Error("the probe slot is held after every caller left")

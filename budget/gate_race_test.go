@@ -135,7 +135,7 @@ func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	slotHeld := func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		return g.st.slot.held(clk.Now())
+		return g.st.pace.leased(clk.Now())
 	}
 	if !slotHeld() {
 		t.Fatal("the first probe's late report freed the second probe's slot")

@@ -91,22 +91,24 @@ func TestGateTransitionEffects(t *testing.T) {
 	if c := s.pace.credits(t0); !near(c, 0) || s.streak != tune.OutageStreak {
 		t.Fatalf("outage: credits %v, streak %d", c, s.streak)
 	}
-	// A first attempt that finds the server back: a credit drawn at random.
-	s.observe(t0, Attempt{Number: 1, Outcome: Success})
-	if c := s.pace.credits(t0); !near(c, 0.5+tune.ReleaseGainStart) {
+	// A first attempt that finds the server back a second later: a credit
+	// drawn at random, of the return's pace (four held: paced).
+	s.pace.entered = tune.BackMinHeld
+	s.observe(t0.Add(time.Second), Attempt{Number: 1, Outcome: Success})
+	if c := s.pace.credits(t0.Add(time.Second)); !near(c, 0.5+tune.ReleaseGainStart) || s.pace.backAt != t0.Add(time.Second) {
 		t.Fatalf("after an outage, credits %v, want the draw plus one success's gain", c)
 	}
 	// A deferred retry that finds it back: a whole credit at once.
 	s = stateIn(phaseOutage)
-	s.slot.until = t0.Add(time.Hour)
+	s.pace.until = t0.Add(time.Hour)
 	s.observe(t0, Attempt{Number: 2, Outcome: Success, Admission: admitProbe})
-	if c := s.pace.credits(t0); c != 1 || s.slot.held(t0) || s.pace.gain != 2*tune.ReleaseGainStart {
-		t.Fatalf("probe found the server back: credits %v, slot held %v, gain %v", c, s.slot.held(t0), s.pace.gain)
+	if c := s.pace.credits(t0); c != 1 || s.pace.leased(t0) || s.pace.gain != 2*tune.ReleaseGainStart {
+		t.Fatalf("probe found the server back: credits %v, slot held %v, gain %v", c, s.pace.leased(t0), s.pace.gain)
 	}
 	// forget after an outage also draws the first credit.
 	s = stateIn(phaseOutage)
 	s.forget(t0.Add(time.Second))
-	if c := s.pace.credits(t0.Add(time.Second)); !near(c, 0.5) || s.streak != 0 || s.slot.gap != 0 {
+	if c := s.pace.credits(t0.Add(time.Second)); !near(c, 0.5) || s.streak != 0 || s.pace.gap != 0 {
 		t.Fatalf("forget after an outage: %+v", s)
 	}
 }
@@ -136,14 +138,14 @@ func TestGateBackSpread(t *testing.T) {
 		w    waiterView
 		want time.Time
 	}{
-		{heldThrough(pause, deadline), t0.Add(pause)},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.5}, t0.Add(pause + tune.BackSpreadMax/2)},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(pause + tune.BackSpreadMax)},
+		{heldThrough(pause, deadline), t0},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.5}, t0.Add(tune.BackSpreadMax / 2)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(tune.BackSpreadMax)},
 		// A short deadline: the share of what it leaves before its last chance.
-		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-s.slot.lead())},
+		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-s.pace.lead())},
 	} {
 		w := tc.w
-		if got := s.pace.backAfter(&w, s.slot.lead()); got.Sub(tc.want).Abs() > 10*time.Microsecond {
+		if got := s.pace.backAfter(&w); got.Sub(tc.want).Abs() > 10*time.Microsecond {
 			t.Errorf("spread %v: back at %v, want %v", w.spread, got.Sub(t0), tc.want.Sub(t0))
 		}
 		if how, _ := s.candidate(tc.want.Add(10*time.Microsecond), &w); how != admitRelease {
@@ -164,6 +166,8 @@ func TestGateAdmissions(t *testing.T) {
 	fresh.enter(t0, pause, 0)
 	told := fresh
 	told.ev.retryFails = 1
+	spreadHalf := heldThrough(pause, deadline)
+	spreadHalf.spread = 0.5
 	tests := []struct {
 		name     string
 		s        gateState
@@ -186,8 +190,8 @@ func TestGateAdmissions(t *testing.T) {
 		{"fresh process, past its hold time: no retry told it anything, it probes", fresh, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, false},
 		{"retries failed, never served, past its hold time: the wait ends", told, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
 		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, true},
-		{"after an outage, held with a deadline: back after its pause", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), heldThrough(pause, deadline), AdmitNone, t0.Add(pause), true},
-		{"after an outage, held with a deadline, its pause over", stateIn(phaseRecovering), t0.Add(pause), heldThrough(pause, deadline), admitRelease, time.Time{}, true},
+		{"after an outage, held with a deadline: back at its spread's share", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), spreadHalf, AdmitNone, t0.Add(tune.BackSpreadMax / 2), true},
+		{"after an outage, held with a deadline, its share's time come", stateIn(phaseRecovering), t0.Add(tune.BackSpreadMax / 2), spreadHalf, admitRelease, time.Time{}, true},
 	}
 	for _, tt := range tests {
 		s, w := tt.s, tt.w
@@ -212,13 +216,16 @@ func TestGateAdmissions(t *testing.T) {
 			t.Errorf("%s: a release without a credit left credits %v, want %v", tt.name, after, credits)
 		case got == admitRelease && credits >= 1 && !near(after, credits-1):
 			t.Errorf("%s: a release left credits %v, want %v", tt.name, after, credits-1)
-		case got != admitRelease && !s.slot.held(tt.at):
+		case got != admitRelease && !s.pace.leased(tt.at):
 			t.Errorf("%s: a probe left the slot free", tt.name)
 		}
 	}
 }
 
+// withCredits is s with c releases' credit at t0, at the release
+// interval (no return under way).
 func withCredits(s gateState, c float64) gateState {
+	s.pace.rest()
 	s.pace.set(t0, c)
 	return s
 }
@@ -228,7 +235,7 @@ func withCredits(s gateState, c float64) gateState {
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-8 }
 
 func withProbeOut(s gateState, until time.Time) gateState {
-	s.slot.until = until
+	s.pace.until = until
 	return s
 }
 

@@ -16,7 +16,7 @@ const admitEnd Admission = 255
 // ends), or AdmitNone with next, when asking again could change the answer
 // without news (zero: only news will); hold: the wait is held from now on
 // (the hold rule, or an open guard). Of next, paced is the time a release,
-// probe or last chance may come (the paces' and the probe slot's, which
+// probe or last chance may come (the pacer's, which
 // one retry at a time takes: one waiter sleeps to it, waitingRoom.paced),
 // own the retry's own times (the hold rule's, its end: endAt); end, with
 // admitEnd, the rule that ends the wait.
@@ -29,7 +29,7 @@ type decision struct {
 
 // decide is the rules' decision for the waiting retry w at now, whose
 // guard is open when guardOpen: while it is open the guard says when the
-// retry goes, as the gate's probe once the probe slot is free, and the
+// retry goes, as the gate's probe once the pacer's lease is free, and the
 // gate holds the wait (the guard rule); a wait the hopeless rule ends
 // ends all the same. It changes nothing: Waiter.decideLocked applies it.
 func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decision {
@@ -41,8 +41,8 @@ func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decisio
 	if ended(now, end) {
 		return decision{how: admitEnd, end: why}
 	}
-	if s.slot.held(now) {
-		return decision{next: clock.Earlier(s.slot.until, end), hold: true}
+	if s.pace.leased(now) {
+		return decision{next: clock.Earlier(s.pace.until, end), hold: true}
 	}
 	return decision{how: admitProbe, hold: true}
 }
@@ -84,17 +84,15 @@ func (s *gateState) tookNow(now time.Time) time.Duration {
 }
 
 // pacedFloor is a time no waiter's paced time at now comes before
-// (decideByPhase): the release credits' or the back pace's, or the held
-// probe slot's; zero while the server fails and the slot is free (a
-// lone probe may go now).
+// (decideByPhase): the pacer's next release, or its lease's end; zero
+// while the server fails and nobody holds the lease (a lone probe may go
+// now).
 func (s *gateState) pacedFloor(now time.Time) time.Time {
 	switch {
-	case !s.phase.failing() && s.pace.backAt.IsZero():
-		return s.pace.full
 	case !s.phase.failing():
-		return clock.Earlier(s.pace.full, s.pace.backNext)
-	case s.slot.held(now):
-		return s.slot.until
+		return s.pace.next
+	case s.pace.leased(now):
+		return s.pace.until
 	}
 	return time.Time{}
 }
@@ -113,7 +111,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 			// The hold rule: a probe, or the end of the wait. A process
 			// that no retry told anything probes too: else one whose
 			// only retry got a non-retryable answer never learns.
-			if (s.ev.seen || s.ev.untold(now)) && !s.slot.held(now) {
+			if (s.ev.seen || s.ev.untold(now)) && !s.pace.leased(now) {
 				return decision{how: admitProbe}
 			}
 			if !s.ev.seen && now.Before(s.ev.retryOut) {
@@ -139,17 +137,17 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 // last-chance rules while it fails.
 func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admission, time.Time) {
 	if !s.phase.failing() {
-		next := s.pace.full
-		if s.heldThrough(w, held) {
-			next = clock.Earlier(next, clock.Later(s.pace.backAfter(w, s.slot.lead()), s.pace.backNext))
+		next := s.pace.next
+		if s.pace.heldThrough(w, held) {
+			next = clock.Later(next, s.pace.backAfter(w))
 		}
 		if !now.Before(next) {
 			return admitRelease, time.Time{}
 		}
 		return AdmitNone, next
 	}
-	if s.slot.held(now) {
-		return AdmitNone, s.slot.until // the settling rule
+	if s.pace.leased(now) {
+		return AdmitNone, s.pace.until // the settling rule
 	}
 	if w.lone {
 		return admitProbe, time.Time{} // the futility rule's lone probe
@@ -164,10 +162,10 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 	}
 	how, due := AdmitNone, time.Time{}
 	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
-		how, due = admitProbe, reached.Add(max(w.pause, s.slot.gap))
+		how, due = admitProbe, reached.Add(max(w.pause, s.pace.gap))
 	}
 	if !w.deadline.IsZero() {
-		last := clock.Later(w.lastChanceAt(s.slot.lead()), s.slot.failedAt.Add(s.slot.gap), reached.Add(w.pause))
+		last := clock.Later(w.lastChanceAt(s.pace.lead()), s.pace.failedAt.Add(s.pace.gap), reached.Add(w.pause))
 		if how == AdmitNone || last.Before(due) {
 			how, due = admitLast, last
 		}

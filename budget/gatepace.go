@@ -1,128 +1,167 @@
 package budget
 
 import (
-	"math"
 	"time"
 
+	"github.com/stagger-go/stagger/internal/clock"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
-// releasePace is the release rule's pace.
-type releasePace struct {
-	// full is when the credits reach one: they accrue at
-	// tune.ReleasePerSecond, at most one is kept (no burst), so one time
-	// says how many there are (the generic cell rate algorithm).
-	full time.Time
-	// gain is the share of a credit each success adds.
-	gain float64
-	// The calls held through the outage that ended at backAt go back one
-	// every backEvery at most, the next no sooner than backNext; backMin is
-	// the least a released retry took since (the server's latency when it
-	// has room).
-	backAt, backNext   time.Time
-	backEvery, backMin time.Duration
+// releaseEvery is the release interval while no return is under way: one
+// release a second (tune.ReleasePerSecond).
+const releaseEvery = time.Duration(float64(time.Second) / tune.ReleasePerSecond)
+
+// pacer answers, for every paced waiting retry (a release, a probe, a last
+// chance, a call going back after an outage), when the next may go and how
+// many may be out, moved by the server's answers.
+//
+// While the server serves, releases are one cell of the generic cell rate
+// algorithm: none goes before next, each that goes adds every to it, and
+// none is kept (a pace never bursts); a success takes its share gain of
+// every off next. every is releaseEvery, or during a return (since backAt:
+// calls held through an outage go back, each no sooner than backAfter,
+// until a success finds nobody waiting) the back pace, which each released
+// answer moves against the fastest one since. While the server fails, one
+// retry at a time is out: it holds the lease (until, from at, with pause)
+// and reports how long it took; the next goes once nothing reached the
+// server for gap, which its failure doubles (failedAt).
+type pacer struct {
+	next    time.Time
+	every   time.Duration
+	gain    float64
+	backAt  time.Time
+	fastest time.Duration
 	// entered counts the retries that began to wait since the streak of
 	// failures began: the process's load while the server was down.
 	entered int
-}
-
-func newReleasePace(now time.Time) releasePace {
-	return releasePace{gain: tune.ReleaseGainStart, full: now.Add(time.Second / tune.ReleasePerSecond)}
-}
-
-// credits is how many credits there are at now, at most one.
-func (p *releasePace) credits(now time.Time) float64 {
-	return math.Min(1-p.full.Sub(now).Seconds()*tune.ReleasePerSecond, 1)
-}
-
-// set makes the credits c at now (at most one is kept).
-func (p *releasePace) set(now time.Time, c float64) {
-	p.full = now.Add(time.Duration(math.Ceil((1 - math.Min(c, 1)) / tune.ReleasePerSecond * float64(time.Second))))
-}
-
-// back: an outage whose failures began at since ended now. The calls held
-// through it go back no faster than tune.BackShare times the pace their
-// retries began to wait at, the first after a share u (uniform in [0, 1))
-// of that gap, so that processes that saw the recovery together do not
-// send theirs together.
-func (p *releasePace) back(now, since time.Time, u float64) {
-	p.backAt, p.backNext, p.backEvery, p.backMin = now, now, 0, 0
-	if d := now.Sub(since); p.entered >= tune.BackMinHeld && d > 0 {
-		p.backEvery = time.Duration(float64(d) / (tune.BackShare * float64(p.entered)))
-		p.backNext = now.Add(time.Duration(u * float64(p.backEvery)))
-	}
-	p.entered = 0
-}
-
-// answered: a released retry ended after took, ok when it succeeded. As
-// fast as the fastest since the server came back (within tune.BackSlack),
-// it says the server has room, and the back pace quickens by
-// tune.BackFaster; served slower, it stays; failed, it halves.
-func (p *releasePace) answered(took time.Duration, ok bool) {
-	if p.backEvery == 0 {
-		return
-	}
-	if took > 0 && (p.backMin == 0 || took < p.backMin) {
-		p.backMin = took
-	}
-	switch {
-	case !ok:
-		p.backEvery = min(2*p.backEvery, tune.MaxBackEvery)
-	case took <= time.Duration(tune.BackSlower*float64(p.backMin))+tune.BackSlack:
-		p.backEvery = time.Duration(tune.BackFaster * float64(p.backEvery))
-	}
-}
-
-// backAfter is when w, held through the outage that ended at backAt, goes
-// back: its own pause after it, and its spread's share of what its
-// deadline leaves before its last chance at lead, tune.BackSpreadMax at most.
-func (p *releasePace) backAfter(w *waiterView, lead time.Duration) time.Time {
-	at := p.backAt.Add(w.pause)
-	if w.deadline.IsZero() {
-		return at // the back pace alone spaces calls without a deadline
-	}
-	if room := min(w.lastChanceAt(lead).Sub(at), tune.BackSpreadMax); room > 0 {
-		at = at.Add(time.Duration(w.spread * float64(room)))
-	}
-	return at
-}
-
-// probeSlot is the probe and last-chance rules' one slot, and the gap that
-// spaces what goes through it.
-type probeSlot struct {
-	// until: the slot is held until then, unless its holder reports first
-	// (the settling rule frees a holder that never reports); at: when the
-	// holder went, with pause.
-	until, at time.Time
-	pause     time.Duration
-	// took is how long the latest holder that reported took; failedAt,
-	// when the latest one failed.
-	took     time.Duration
-	failedAt time.Time
-	gap      time.Duration
-	// since counts the failures since a holder last failed (the futility
-	// rule).
+	// until: the lease ends then unless its holder reports first (the
+	// settling rule frees a holder that never reports); at: when it went.
+	until, at   time.Time
+	took, pause time.Duration
+	failedAt    time.Time
+	gap         time.Duration
+	// since counts the failures since a lease holder last failed (the
+	// futility rule).
 	since int
 }
 
-func (p *probeSlot) held(now time.Time) bool { return now.Before(p.until) }
+func newPacer(now time.Time) pacer {
+	return pacer{gain: tune.ReleaseGainStart, every: releaseEvery, next: now.Add(releaseEvery)}
+}
 
-// take: the waiting retry w goes now through the slot, held until a
-// second past its deadline, and tune.ProbeGapMax at most (the settling
-// rule: a holder that never reports must not keep the slot for long).
-func (p *probeSlot) take(now time.Time, w *waiterView) {
-	p.at, p.pause = now, w.pause
-	p.until = now.Add(tune.ProbeGapMax)
-	if !w.deadline.IsZero() && w.deadline.Add(tune.ProbeLeaseSlack).Before(p.until) {
-		p.until = w.deadline.Add(tune.ProbeLeaseSlack)
+// rest ends a return: releases go at releaseEvery again.
+func (p *pacer) rest() { p.every, p.backAt, p.fastest = releaseEvery, time.Time{}, 0 }
+
+// release: the next release may go after a share 1-c of every from now (c
+// in [0, 1]: a credit drawn at random, or a whole one).
+func (p *pacer) release(now time.Time, c float64) {
+	p.next = now.Add(time.Duration((1 - min(c, 1)) * float64(p.every)))
+}
+
+// served: a success; it takes its share off the next release's time, never
+// past now (none is kept).
+func (p *pacer) served(now time.Time) {
+	if p.next.After(now) {
+		p.next = clock.Later(p.next.Add(-time.Duration(p.gain*float64(p.every))), now)
 	}
 }
 
-// report: a holder ended now after took (zero: unknown). One that went
-// before the holder did reports late (its slot lapsed and went to
+// back: an outage whose failures began at since ended now; the calls held
+// through it go back (the release rule): no faster than tune.BackShare
+// times the pace their retries began to wait at, the first after a share
+// 1-c of that interval, so that processes that saw the recovery together
+// do not send theirs together; fewer than tune.BackMinHeld go unpaced, each
+// at its own time (backAfter). Under overload there is no return: c alone
+// (a credit) times the next release.
+func (p *pacer) back(now, since time.Time, c float64, overloaded bool) {
+	p.rest()
+	if !overloaded {
+		p.backAt = now
+		p.every = paceWithin(0)
+		if p.entered >= tune.BackMinHeld {
+			p.every = paceWithin(float64(now.Sub(since)) / (tune.BackShare * float64(p.entered)))
+		}
+	}
+	p.entered = 0
+	p.release(now, c)
+}
+
+// answered: a released retry ended after took, ok when it succeeded. During
+// a return, as fast as the fastest since (within tune.BackSlack), it says
+// the server has room, and the pace quickens by tune.BackFaster; served
+// slower, it stays; failed, it halves, to releaseEvery at worst.
+func (p *pacer) answered(took time.Duration, ok bool) {
+	if p.backAt.IsZero() {
+		return
+	}
+	if took > 0 && (p.fastest == 0 || took < p.fastest) {
+		p.fastest = took
+	}
+	switch {
+	case !ok:
+		p.every = paceWithin(2 * float64(p.every))
+	case took <= time.Duration(tune.BackSlower*float64(p.fastest))+tune.BackSlack:
+		p.every = paceWithin(tune.BackFaster * float64(p.every))
+	}
+}
+
+// paceWithin is d as a pace: a microsecond at least (a pace of zero would
+// never move again), releaseEvery at most.
+func paceWithin(d float64) time.Duration {
+	return time.Duration(min(max(d, float64(time.Microsecond)), float64(releaseEvery)))
+}
+
+// backAfter is when w, held through the outage that ended at backAt, goes
+// back at the earliest: without a deadline, its pause after it; with one,
+// its spread's share of what the deadline leaves before its last chance,
+// tune.BackSpreadMax at most (a pause after the return cost calls held
+// with a deadline the time they had left: sim blip, 2 points).
+func (p *pacer) backAfter(w *waiterView) time.Time {
+	if w.deadline.IsZero() {
+		return p.backAt.Add(w.pause)
+	}
+	room := min(w.lastChanceAt(p.lead()).Sub(p.backAt), tune.BackSpreadMax)
+	return p.backAt.Add(time.Duration(w.spread * float64(max(room, 0))))
+}
+
+// heldThrough reports whether w, held (as held says), was held through the
+// latest outage: it goes back no sooner than backAfter.
+func (p *pacer) heldThrough(w *waiterView, held bool) bool {
+	return held && w.holdAt.Before(p.backAt)
+}
+
+func (p *pacer) leased(now time.Time) bool { return now.Before(p.until) }
+
+// take: the waiting retry w goes now as how; give gives back what take
+// took, never used. A release moves next by every; anything else takes the
+// lease, until a second past w's deadline and tune.ProbeGapMax at most
+// (the settling rule: a holder that never reports must not keep it long).
+func (p *pacer) take(now time.Time, w *waiterView, how Admission) {
+	switch {
+	case how == admitRelease:
+		p.next = clock.Later(p.next, now).Add(p.every)
+	case how.probing():
+		p.at, p.until, p.pause = now, now.Add(tune.ProbeGapMax), w.pause
+		if !w.deadline.IsZero() && w.deadline.Add(tune.ProbeLeaseSlack).Before(p.until) {
+			p.until = w.deadline.Add(tune.ProbeLeaseSlack)
+		}
+	}
+}
+
+func (p *pacer) give(how Admission) {
+	switch {
+	case how == admitRelease:
+		p.next = p.next.Add(-p.every)
+	case how.probing():
+		p.until = time.Time{}
+	}
+}
+
+// report: a lease holder ended now after took (zero: unknown). One that
+// went before the holder did reports late (its lease lapsed and went to
 // another): the holder keeps it. A holder that failed doubles the gap,
-// from its pause (or tune.GapFloor) at least, up to tune.ProbeGapMax.
-func (p *probeSlot) report(now time.Time, took time.Duration, failed bool) {
+// from tune.GapFloor, up to tune.ProbeGapMax.
+func (p *pacer) report(now time.Time, took time.Duration, failed bool) {
 	if !p.until.IsZero() && (took <= 0 || !now.Add(-took).Before(p.at)) {
 		p.until, p.took = time.Time{}, now.Sub(p.at)
 	}
@@ -133,6 +172,6 @@ func (p *probeSlot) report(now time.Time, took time.Duration, failed bool) {
 }
 
 // lead is how long before its deadline a last chance goes.
-func (p *probeSlot) lead() time.Duration {
+func (p *pacer) lead() time.Duration {
 	return max(tune.LastChanceLead, tune.LastChanceFactor*p.took)
 }

@@ -4,7 +4,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/stagger-go/stagger/internal/clock"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
@@ -40,14 +39,13 @@ type gateState struct {
 	// the server last served (the futility rule).
 	span time.Duration
 	ev   evidence
-	slot probeSlot
-	pace releasePace
+	pace pacer
 }
 
 // newGateState starts at now: failures that make an outage must follow
 // tune.HealthyGap without failures, counted from the start.
 func newGateState(now time.Time, rand func() float64) gateState {
-	return gateState{rand: rand, lastReached: now, pace: newReleasePace(now), ev: evidence{lastFail: now}}
+	return gateState{rand: rand, lastReached: now, pace: newPacer(now), ev: evidence{lastFail: now}}
 }
 
 // age forgets, at now, what no attempt has confirmed for longer than
@@ -58,7 +56,7 @@ func newGateState(now time.Time, rand func() float64) gateState {
 func (s *gateState) age(now time.Time) {
 	bound := max(s.span, tune.ForgetAfter)
 	switch {
-	case s.slot.held(now):
+	case s.pace.leased(now):
 	case !s.settled(now) && now.Sub(s.lastReached) > bound:
 		*s = newGateState(now, s.rand)
 	case s.ev.calls != 0 && now.Sub(s.ev.lastRetry) > bound:
@@ -70,12 +68,12 @@ func (s *gateState) age(now time.Time) {
 // before it left no longer counts.
 func (s *gateState) forget(now time.Time) {
 	s.ended()
-	s.pace.gain, s.slot.gap = tune.ReleaseGainStart, 0
+	s.pace.gain, s.pace.gap = tune.ReleaseGainStart, 0
 	s.streak, s.span = 0, 0
 	s.ev.retryFails, s.ev.seen = 0, true
+	s.pace.rest() // nobody waits: no return is under way
 	if s.phase == phaseOutage {
-		s.pace.set(now, s.rand())
-		s.back(now)
+		s.pace.release(now, s.rand())
 	}
 	s.phase = phaseQuiet
 }
@@ -92,15 +90,7 @@ func (s *gateState) ended() {
 // refuse no retry without asking the budget: the Gate's fast paths.
 func (s *gateState) settled(now time.Time) bool {
 	return !now.Before(s.ev.slowUntil) && s.phase == phaseQuiet && s.streak == 0 && s.span == 0 && s.ev.seen && s.ev.retryFails == 0 &&
-		s.pace.gain == tune.ReleaseGainStart && s.slot.gap == 0
-}
-
-// back: an outage ended now; unless the server is overloaded, the calls
-// held through it go back (the release rule).
-func (s *gateState) back(now time.Time) {
-	if !s.ev.overloaded(now) {
-		s.pace.back(now, s.streakAt, s.rand())
-	}
+		s.pace.gain == tune.ReleaseGainStart && s.pace.gap == 0 && s.pace.backAt.IsZero()
 }
 
 // observe: an attempt ended with outcome a.
@@ -108,7 +98,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 	s.ev.learn(now, a)
 	probing := a.Admission.probing()
 	if probing {
-		s.slot.report(now, a.Took, a.Outcome == Failure)
+		s.pace.report(now, a.Took, a.Outcome == Failure)
 	}
 	if a.Admission == admitRelease {
 		s.pace.answered(a.Took, a.Outcome == Success)
@@ -122,15 +112,15 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		s.lastReached = now
 		s.streak, s.span = 0, 0
 		if s.phase == phaseOutage {
-			// Release from a credit drawn at random, or a whole one when
-			// a deferred retry found the server back.
-			s.back(now)
+			// The calls held through it go back (the release rule), the
+			// first after a share drawn at random, or at once when a
+			// deferred retry found the server back.
 			s.pace.gain = tune.ReleaseGainStart
-			if c := s.rand(); probing {
-				s.pace.set(now, 1)
-			} else {
-				s.pace.set(now, c)
+			c := s.rand()
+			if probing {
+				c = 1
 			}
+			s.pace.back(now, s.streakAt, c, s.ev.overloaded(now))
 		}
 		if s.phase.failing() {
 			s.phase = phaseRecovering
@@ -138,8 +128,8 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		if a.Admission != AdmitNone {
 			s.pace.gain = min(2*s.pace.gain, tune.ReleaseGainMax)
 		}
-		s.slot.gap /= 2 // a server that serves again is probed sooner
-		s.pace.set(now, s.pace.credits(now)+s.pace.gain)
+		s.pace.gap /= 2 // a server that serves again is probed sooner
+		s.pace.served(now)
 	case Failure:
 		s.lastReached = now
 		if s.streak == 0 {
@@ -165,8 +155,8 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			// A new call's attempt failed: the probe gap doubles, up to
 			// tune.QuietGapMax (until retries are known to heal or not, a
 			// failed first attempt says nothing of it).
-			if s.slot.since++; (a.Number > 1 || e.known()) && s.slot.gap < tune.QuietGapMax {
-				s.slot.gap = min(max(2*s.slot.gap, s.slot.pause), tune.QuietGapMax)
+			if s.pace.since++; (a.Number > 1 || e.known()) && s.pace.gap < tune.QuietGapMax {
+				s.pace.gap = min(max(2*s.pace.gap, s.pace.pause), tune.QuietGapMax)
 			}
 		}
 		if a.Admission == admitRelease || a.Admission == AdmitBudget || a.Admission == admitHeal {
@@ -196,7 +186,7 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 	if !s.phase.failing() {
 		s.phase = phaseFailing
 	}
-	s.slot.gap = max(s.slot.gap, min(pause, tune.ProbeGapMax))
+	s.pace.gap = max(s.pace.gap, min(pause, tune.ProbeGapMax))
 }
 
 // futile reports whether a retry that begins to wait now would wait in
@@ -212,7 +202,7 @@ func (s *gateState) futile(now time.Time, others bool) (futile, lone bool) {
 	if s.phase != phaseOutage || s.span <= 0 || now.Sub(s.streakAt) < time.Duration(tune.FutileFactor*float64(s.span)) {
 		return false, false
 	}
-	if others || s.slot.since < tune.FutileEvery || s.slot.held(now) || now.Before(s.slot.failedAt.Add(max(s.slot.gap, s.span))) {
+	if others || s.pace.since < tune.FutileEvery || s.pace.leased(now) || now.Before(s.pace.failedAt.Add(max(s.pace.gap, s.span))) {
 		return true, false
 	}
 	return false, true
@@ -220,45 +210,11 @@ func (s *gateState) futile(now time.Time, others bool) (futile, lone bool) {
 
 // admit: the waiting retry w goes now as how (a decision's answer, or
 // AdmitBudget for a probe or last chance the budget paid for); unadmit
-// gives back what admit took, never used.
-func (s *gateState) admit(now time.Time, w *waiterView, how Admission) {
-	switch how {
-	case admitRelease:
-		if s.heldThrough(w, w.held) {
-			s.pace.backNext = clock.Later(s.pace.backNext, now).Add(s.pace.backEvery)
-		}
-		if c := s.pace.credits(now); c >= 1 {
-			s.pace.set(now, c-1)
-			w.credit = true
-		}
-	case admitHeal:
-	default:
-		s.slot.take(now, w)
-	}
-}
+// gives back what admit took, never used (the pacer's take and give).
+func (s *gateState) admit(now time.Time, w *waiterView, how Admission) { s.pace.take(now, w, how) }
+func (s *gateState) unadmit(how Admission)                             { s.pace.give(how) }
 
-func (s *gateState) unadmit(now time.Time, w *waiterView, how Admission) {
-	switch {
-	case how == admitRelease:
-		if w.credit {
-			s.pace.set(now, s.pace.credits(now)+1)
-			w.credit = false
-		}
-		if s.heldThrough(w, w.held) {
-			s.pace.backNext = s.pace.backNext.Add(-s.pace.backEvery)
-		}
-	case how.probing():
-		s.slot.until = time.Time{}
-	}
-}
-
-// heldThrough reports whether w, held (as held says), was held through
-// the latest outage: it goes back at the back pace, without a credit.
-func (s *gateState) heldThrough(w *waiterView, held bool) bool {
-	return held && w.holdAt.Before(s.pace.backAt)
-}
-
-// probing reports whether an admission holds the probe slot.
+// probing reports whether an admission holds the pacer's lease.
 func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget || a == admitLast }
 
 // waiterView is what the rules read of a waiting retry.
@@ -274,9 +230,8 @@ type waiterView struct {
 	held   bool
 	// took is Request.Took.
 	took time.Duration
-	// credit: its release took a credit (given back when unadmitted);
 	// lone: the futility rule let it wait as the lone probe.
-	credit, lone bool
+	lone bool
 	// spread, uniform in [0, 1), places the call's return after an outage
 	// within what its deadline leaves.
 	spread float64

@@ -324,7 +324,7 @@ func (w *Waiter) giveBackLocked(now time.Time, how Admission) {
 // returnLocked gives back the admission how that w took and will not use,
 // and offers it to the other waiters (the dispatcher's give-back run).
 func (w *Waiter) returnLocked(now time.Time, how Admission) {
-	w.g.st.unadmit(now, &w.view, how)
+	w.g.st.unadmit(how)
 	w.g.counts.DeferAdmitted--
 	w.g.dispatchLocked(now, false, false)
 }
@@ -404,7 +404,7 @@ func (w *Waiter) wentLocked(now time.Time, how Admission) {
 }
 
 // scarce reports whether a more critical waiter takes an admission first:
-// a release credit or the probe slot (a heal is every waiter's own).
+// a release or the pacer's lease (a heal is every waiter's own).
 func scarce(how Admission) bool {
 	return how == admitRelease || how == admitProbe || how == admitLast
 }

@@ -201,7 +201,7 @@ func (c *call) retryBeside(callCtx context.Context, v policy.Verdict, adm budget
 
 // settleUnsent tells the budget that the retry the timer admitted, which
 // waits out its pause, will not be sent (the call ended first): its
-// admission is settled (a Gate's probe slot freed), as an attempt that
+// admission is settled (a Gate's probe lease freed), as an attempt that
 // said nothing of the server.
 func (c *call) settleUnsent() {
 	if c.budget != nil && c.admission != budget.AdmitNone {
@@ -221,7 +221,7 @@ func (c *call) recordBeside(callCtx context.Context, r hedgeResult, err error, c
 
 // recordAttempt tells c's breaker (first: a Gate's waiters must find its new
 // state) and budget how attempt r.n, which decides nothing, ended, with
-// the admission it went with (a probe's end frees the Gate's probe slot).
+// the admission it went with (a probe's end frees the Gate's probe lease).
 func (c *call) recordAttempt(r hedgeResult, budgetO, breakerO budget.Outcome) {
 	if c.br != nil {
 		c.br.Record(breakerO, r.n+c.before == 1, c.crit, c.o)

@@ -457,11 +457,11 @@ func TestBlip(t *testing.T) {
 		t.Errorf("retry-3 success %v, no-retry %v: want retries to heal", by["retry-3"].SuccessRate, by["no-retry"].SuccessRate)
 	}
 	// A budget that refuses at once only takes retries away; one that
-	// defers (token bucket, ratio, default) may heal more than retry-3,
-	// its retries waiting out the outage, but not by sending more during
-	// it.
+	// defers (token bucket, ratio, default, and breaker, the default budget
+	// behind a breaker) may heal more than retry-3, its retries waiting out
+	// the outage, but not by sending more during it.
 	for _, r := range res {
-		if r.Contender == "token-bucket" || r.Contender == "ratio" || r.Contender == "default" {
+		if r.Contender == "token-bucket" || r.Contender == "ratio" || r.Contender == "default" || r.Contender == "breaker" {
 			if r.OutageLoad > by["retry-3"].OutageLoad {
 				t.Errorf("%s outage load %v above retry-3's %v", r.Contender, r.OutageLoad, by["retry-3"].OutageLoad)
 			}

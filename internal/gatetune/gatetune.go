@@ -8,9 +8,10 @@ package gatetune
 import "time"
 
 const (
-	// Release credits accrue at 1/s plus 1/16 of each success, doubling per
-	// released retry that succeeds up to 3/16: 1/s and 3/16 peaked at 1.18x
-	// capacity after recovery in the storm lab, 1.5/s at 2x.
+	// Releases go one a second, each success taking 1/16 of the interval
+	// off, doubling per released retry that succeeds up to 3/16: 1/s and
+	// 3/16 peaked at 1.18x capacity after recovery in the storm lab, 1.5/s
+	// at 2x. The return after an outage is never slower.
 	ReleasePerSecond = 1.0
 	ReleaseGainStart = 1.0 / 16
 	ReleaseGainMax   = 3.0 / 16
@@ -40,8 +41,8 @@ const (
 	// BackShare: calls held through an outage go back at most 0.4 times the
 	// pace their retries began to wait at (lab unavailable, issue 39).
 	BackShare = 0.4
-	// BackMinHeld: fewer than 4 held calls go back by their spread alone;
-	// pacing a handful cost the lab's blip its successes.
+	// BackMinHeld: fewer than 4 held calls go back unpaced, each at its
+	// own time; pacing a handful cost the lab's blip its successes.
 	BackMinHeld = 4
 	// BackSlower: a released retry answered within 1.25x the fastest since
 	// the server came back says it has room (TCP Vegas' queue test; lab
@@ -62,8 +63,6 @@ const (
 	// what its deadline leaves, a second at most: spread over an hour's
 	// deadline, a held call waited up to an hour past the server's return.
 	BackSpreadMax = time.Second
-	// MaxBackEvery bounds how slow the back pace gets.
-	MaxBackEvery = time.Second
 	// FutileFactor: once an outage outlived the longest wait of its
 	// retries, a new retry fails at once but for a lone probe: the new
 	// calls' first attempts find the server's return, and a failed call
