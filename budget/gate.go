@@ -38,16 +38,14 @@ import (
 //     first attempts and those probes find the backend's return.
 //   - While it serves, waiting retries go one at a time at one pace
 //     (release): one a second, each success taking a sixteenth of the
-//     interval off (up to three); once it serves again after an outage,
-//     from 0.4 times the pace the held retries came at, quickening by a
-//     fifth with each answer as fast as the fastest, halving with a failed
-//     one, until a success finds nobody waiting (a backend with room to
-//     spare has them all back within about a second; a call held through
-//     the outage goes its pause after the return, or with a deadline at a
-//     random share of it, a second at most; fewer than four held go
-//     unpaced). A retry a circuit breaker guards goes only when it allows
-//     (guard). The most critical goes first; a full room evicts the least
-//     critical (criticality).
+//     interval off; after an outage, from 0.4 times the pace the held ones
+//     came at, a fifth quicker per answer as fast as the fastest, halving
+//     per failed one, until a success finds nobody waiting (room to spare:
+//     all back within about a second; a held call goes its pause after the
+//     return, or with a deadline at a random share of it, a second at
+//     most; fewer than four held go unpaced). A guarded retry goes only
+//     when its circuit breaker allows (guard). The most critical goes
+//     first; a full room evicts the least critical (criticality).
 //
 // How it works, file by file: the estimator keeps the backend's phase
 // (quiet, failing, outage, recovering; gatestate.go) and its evidence
@@ -55,23 +53,20 @@ import (
 // gateevidence.go). The scheduler gives each waiting retry a decision
 // from its pause, deadline and criticality and that state: an admission,
 // the end of its wait (every end timed in one place, endAt), or when to
-// ask again (gatedecide.go), timed by one pacer (gatepace.go): when the
-// next paced retry (a release, a probe, a last chance) may go, and the one
-// out while the backend fails. The waiting room (gatewait.go) gives each
-// waiter its own Ready channel; on news one dispatcher walks the waiters,
-// most critical first, and wakes only those whose decision changes: one
-// sleeps to the time the next release or probe may go, the others to
-// their own times.
-// A woken waiter takes its admission under the lock, asks its Guard and
-// the budget unlocked, and gives it back if they refuse (internal/gatetune
-// has the numbers).
+// ask again (gatedecide.go), paced by one pacer (gatepace.go: when the
+// next release, probe or last chance may go, and the one out while the
+// backend fails). The waiting room (gatewait.go) gives each waiter its own
+// Ready channel; on news one dispatcher walks the waiters, most critical
+// first, and wakes only those whose decision changes: one sleeps to the
+// pacer's time, the others to their own. A woken waiter takes its
+// admission under the lock, asks its Guard and the budget unlocked, and
+// gives it back if they refuse (internal/gatetune has the numbers).
 //
 // What it remembers: the phase until a success ends the failures; whether
-// retries heal, from the latest 8 calls that retried (one that saw the
-// backend serve, and no such call yet, heals retries until two fail). What
-// no attempt confirmed for 30 s, and for longer than the longest wait it
-// judged, is forgotten (ageing): the next retry finds out, as in a new
-// process, whose first waiting retry goes as a probe.
+// retries heal, from the latest 8 calls that retried (no such call yet,
+// one that saw the backend serve heals retries until two fail). What no
+// attempt confirmed for 30 s and the longest wait it judged is forgotten
+// (ageing): the next waiting retry goes as a probe, as in a new process.
 //
 // Record and Allow pass through to the wrapped budget (retries the outage
 // and overload rules refuse count in State.Refused). While nobody waits and
