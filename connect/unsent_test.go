@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -189,6 +191,54 @@ func TestStrayCancelAfterWriteIsUnavailable(t *testing.T) {
 				}
 				if rep.Attempts != 2 {
 					t.Errorf("report %v, want 2 attempts", &rep)
+				}
+			})
+		}
+	}
+}
+
+// TestUnsentReplayKeepsEveryMessage: a client stream whose first attempt
+// failed (UNAVAILABLE, after the application had sent its messages and
+// closed its side) is replayed on the next attempt, and that attempt's
+// request fails in the client's transport before it is written, under the
+// replay's first message: the attempt is opened again transparently
+// (attemptStream.reopen) and its server must receive every message the
+// application sent, and the request's end. The replay stopped at the
+// first message's io.EOF, so the re-opened request carried that message
+// alone (and under a retry policy no end, and hung). Found by the Connect
+// conformance suite under hedging (client-stream/error and
+// error-multiple-requests over HTTP/1.1, 2 runs in 30: "expecting 2
+// request messages to be described but instead got 1").
+func TestUnsentReplayKeepsEveryMessage(t *testing.T) {
+	files := map[string]string{
+		"retry": retryFile,
+		// A hedging delay past the test: the second attempt goes when the
+		// first fails, after the application closed its side.
+		"hedge": `{"methodConfig": [{
+		  "name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
+		  "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "2s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`,
+	}
+	for fileName, file := range files {
+		for _, p := range streamProtocols(false) {
+			t.Run(fileName+"/"+p.name, func(t *testing.T) {
+				ts := newTestServer(t, p.h2c, nil)
+				// Request 2 is the second attempt's: it never leaves.
+				client := unsentClient(t, ts, p, file, 2)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				up := client.Upload(ctx)
+				sc := &testingv1.Script{Key: "k", FailAttempts: 1}
+				for seq := int64(1); seq <= 3; seq++ {
+					if err := up.Send(&testingv1.UploadRequest{Script: sc, Seq: seq}); err != nil {
+						t.Fatalf("Send %d: %v", seq, err)
+					}
+				}
+				res, err := up.CloseAndReceive()
+				if err != nil {
+					t.Fatalf("CloseAndReceive: %v", err)
+				}
+				if got := res.Msg.GetReceived(); !slices.Equal(got, []int64{1, 2, 3}) {
+					t.Errorf("the answering attempt (%d) received %v, want [1 2 3]", res.Msg.GetReply().GetAttempt(), got)
 				}
 			})
 		}

@@ -72,6 +72,14 @@ func (s *hedgedStream) watch(a *streamHedgeAttempt, cs grpc.ClientStream) {
 // meanwhile, or the error grpc refused a message with (not io.EOF: an
 // attempt that died still goes live, its Header and RecvMsg tell how).
 //
+// A send's io.EOF does not end the replay: every message kept, and the
+// CloseSend, still go to the attempt, as SendMsg's go to an attempt live
+// that died. The stream below may open its request again without it
+// knowing (the Connect front end's transparent re-open of a request that
+// never left the client re-sends what the attempt was given), and a
+// replay cut at the first io.EOF gave the re-opened request the messages
+// before it alone.
+//
 // It runs beside the application's SendMsg, not under sendMu: a send may
 // wait for the attempt's server (connect-go sends a server stream's request
 // and waits for its response headers inside Send), and an attempt whose
@@ -81,24 +89,20 @@ func (s *hedgedStream) watch(a *streamHedgeAttempt, cs grpc.ClientStream) {
 // SendMsg keeps a message and reads the attempts live in one step, so each
 // message reaches a once, in order.
 func (s *hedgedStream) join(a *streamHedgeAttempt, cs grpc.ClientStream) error {
-	// ended: the attempt's stream ended under the replay (io.EOF), so the
-	// rest is not sent; closed: CloseSend was.
-	ended, closed := false, false
+	// closed: CloseSend was.
+	closed := false
 	for i := 0; ; {
 		s.mu.Lock()
 		if s.winner != nil || s.failed {
 			s.mu.Unlock()
 			return errHedgeLost
 		}
-		if i < len(s.buf.msgs) && !ended {
+		if i < len(s.buf.msgs) {
 			m := s.buf.msgs[i]
 			s.mu.Unlock()
 			i++
-			if err := cs.SendMsg(m); err != nil {
-				if err != io.EOF {
-					return err
-				}
-				ended = true
+			if err := cs.SendMsg(m); err != nil && err != io.EOF {
+				return err
 			}
 			continue
 		}

@@ -386,7 +386,12 @@ func (s *retryStream) overflowed() bool {
 // it, on a, then makes a the current attempt. Messages the application sends
 // meanwhile are kept and sent here too, in order, so SendMsg never runs on a
 // concurrently with the replay. An attempt that dies during the replay
-// (io.EOF) still becomes current: RecvMsg learns its status from it.
+// (io.EOF) still gets every message and the CloseSend, and becomes
+// current: RecvMsg learns its status from it. (The stream below may open
+// its request again without it knowing, and re-send what it was given: the
+// Connect front end's transparent re-open of a request that never left the
+// client. A replay cut at the first io.EOF gave that request the messages
+// before it alone, and no end.)
 func (s *retryStream) replay(a *streamAttempt) error {
 	i, closed := 0, false
 	for {
@@ -394,14 +399,8 @@ func (s *retryStream) replay(a *streamAttempt) error {
 		if i < len(s.buf.msgs) {
 			m := s.buf.msgs[i]
 			s.mu.Unlock()
-			if err := a.cs.SendMsg(m); err != nil {
-				if err != io.EOF {
-					return err
-				}
-				s.mu.Lock()
-				s.useLocked(a)
-				s.mu.Unlock()
-				return nil
+			if err := a.cs.SendMsg(m); err != nil && err != io.EOF {
+				return err
 			}
 			i++
 			continue
