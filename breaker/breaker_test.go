@@ -385,12 +385,19 @@ func TestGateWaitsForTheBreaker(t *testing.T) {
 	defer w.Leave()
 	// The gate would probe after its quiet time; the breaker says when.
 	clk.advance(200 * time.Millisecond)
-	if a, next, _ := w.Poll(); a != budget.AdmitNone || !next.Equal(t0.Add(time.Second)) {
-		t.Fatalf("Poll = %v, next %v; want none until the break's end", a, next)
+	g.Tick()
+	<-w.Ready()
+	if a, err := w.Take(); a != budget.AdmitNone || err != nil {
+		t.Fatalf("Take = %v, %v; want none until the break's end", a, err)
+	}
+	if next := g.Tick(); !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("the gate runs again at %v, want the break's end", next)
 	}
 	clk.advance(800 * time.Millisecond)
-	if a, _, _ := w.Poll(); a != budget.AdmitBudget {
-		t.Fatalf("Poll at the break's end = %v, want budget", a)
+	g.Tick()
+	<-w.Ready()
+	if a, _ := w.Take(); a != budget.AdmitBudget {
+		t.Fatalf("Take at the break's end = %v, want budget", a)
 	}
 	if err := br.Admit(criticality.Unset, nil); !errors.Is(err, ErrOpen) {
 		t.Fatalf("a first attempt probed beside the waiting retry: %v", err)

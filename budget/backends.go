@@ -252,7 +252,7 @@ func (bs *Backends) insertLocked(now time.Time, target, method string, b, fresh 
 	if len(b.methods.snapshot()) >= backendMethodsCap {
 		bs.forgetLRUMethodsLocked(b, now)
 	}
-	g.room.shared = b.room
+	g.shared = b.room
 	s := &Slot{b: g, set: bs, target: &b.tokens}
 	s.epoch.Store(bs.epoch.Load())
 	b.methods.store(method, s)

@@ -170,10 +170,13 @@ type State struct {
 	Allowed, Refused uint64
 	// Waiting is the calls waiting in a Gate now; Deferred counts the
 	// retries that began to wait, DeferAdmitted those that then went,
-	// DeferGaveUp those that did not (deadline, cancellation, wait limit,
-	// too many waiting). Zero for a budget without deferral.
-	Waiting                              int
-	Deferred, DeferAdmitted, DeferGaveUp uint64
+	// DeferGaveUp those whose wait ended otherwise (the gate's rules,
+	// the deadline, the caller leaving, an eviction), so that Deferred =
+	// DeferAdmitted + DeferGaveUp + Waiting; DeferTurnedAway counts the
+	// retries refused at the door, which never waited (too many waiting,
+	// an outage lasting). Zero for a budget without deferral.
+	Waiting                                               int
+	Deferred, DeferAdmitted, DeferGaveUp, DeferTurnedAway uint64
 	// Health is a Gate's view of its server: "quiet" (nothing failed
 	// since a success), "failing", "outage" or "recovering" (see Gate);
 	// "" for a budget without a Gate.

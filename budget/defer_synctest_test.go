@@ -71,9 +71,11 @@ func TestGateWaitEnds(t *testing.T) {
 	})
 }
 
-// A wait the gate does not hold ends at its pause and a tenth: a process
-// whose server never served, and whose retry failed, sends no retry its
-// budget does not pay for (the hold and hopeless rules).
+// A wait the gate does not hold ends at its pause and a tenth, or probes:
+// a process whose server never served, and whose retry failed, sends one
+// unpaid retry to learn whether retries heal (without it, a process whose
+// budget refuses its retries never learns: issue 62's quiet process); once
+// that probe failed, the next wait ends (the hold and hopeless rules).
 func TestGateWaitNotHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, err := Deferring(&switchBudget{}, DeferSettings{})
@@ -85,14 +87,22 @@ func TestGateWaitNotHeld(t *testing.T) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
+		if a, err := g.Wait(ctx, retry2, 100*time.Millisecond); a != admitProbe || err != nil {
+			t.Fatalf("Wait: %v, %v; want the probe that learns", a, err)
+		}
+		if d := time.Since(start); d != 110*time.Millisecond {
+			t.Fatalf("the probe went after %v, want the pause and a tenth", d)
+		}
+		g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
+		start = time.Now()
 		if _, err := g.Wait(ctx, retry2, 100*time.Millisecond); !errors.Is(err, errWaitEnded) {
 			t.Fatalf("Wait: %v, want errWaitEnded", err)
 		}
 		if d := time.Since(start); d != 110*time.Millisecond {
 			t.Fatalf("Wait returned after %v, want the pause and a tenth", d)
 		}
-		if st := g.State(); st.Waiting != 0 || st.DeferGaveUp != 1 {
-			t.Fatalf("State = %+v, want none waiting, 1 given up", st)
+		if st := g.State(); st.Waiting != 0 || st.DeferGaveUp != 1 || st.DeferAdmitted != 1 {
+			t.Fatalf("State = %+v, want none waiting, 1 admitted, 1 given up", st)
 		}
 	})
 }

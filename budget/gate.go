@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"math"
@@ -77,18 +78,37 @@ type Gate struct {
 	b   Budget
 	s   DeferSettings
 	now func() time.Time
+	// virtual: now is the caller's (WithClock): no timer is armed, and
+	// whoever moves the clock calls Tick.
+	virtual bool
 
 	// settled is the one word the fast paths read (gateState.settled, and
 	// nobody waits). Written under mu; time only makes a gate more
 	// settled, so a stale false costs a lock, never a wrong answer.
 	settled atomic.Bool
 
-	mu   sync.Mutex
-	st   gateState
-	room waitingRoom
+	mu sync.Mutex
+	st gateState
+	// queue holds the waiters the grant loop has not decided, by
+	// criticality, oldest first; n counts those in the room (queued, or
+	// granted and not taken yet); shared, the backend's and the set's
+	// bounds (Backends; nil: none).
+	queue  [4]list.List
+	n      int
+	shared *room
+	// news counts the Records heard; guardNews and guardAt: a guard
+	// refused at guardNews, and the waiters whose guard is open wait for
+	// news or guardAt (zero: news only).
+	news, guardNews uint64
+	guardAt         time.Time
+	// timer runs the grant loop at timerAt.
+	timer   *time.Timer
+	timerAt time.Time
 	// counts holds State's counters (Refused: the retries Allow refused
-	// without asking the budget).
-	counts State
+	// without asking the budget); verdicts, the waiters decided (tests
+	// read it).
+	counts   State
+	verdicts uint64
 }
 
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is
@@ -109,7 +129,7 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 	// Its own generator, seeded by two draws of the options' source: it
 	// runs under the lock, the source never does.
 	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
-	g := &Gate{b: b, s: s.withDefaults(), now: o.Now}
+	g := &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual}
 	g.st = newGateState(o.Now(), rnd)
 	return g, nil
 }
@@ -171,9 +191,9 @@ func (g *Gate) heals() bool {
 	return g.st.phase != phaseOutage && g.st.ev.heals(now, g.st.phase == phaseQuiet)
 }
 
-// Record tells the wrapped budget, then the gate, how an attempt ended.
-// A first attempt that did not fail, while the gate is settled, changes
-// nothing and takes no lock.
+// Record tells the wrapped budget, then the gate, how an attempt ended,
+// and runs the grant loop if anyone waits. A first attempt that did not
+// fail, while the gate is settled, changes nothing and takes no lock.
 func (g *Gate) Record(a Attempt) {
 	g.b.Record(a)
 	plain := a.Outcome != Failure && a.Admission == AdmitNone && a.Number == 1 && !a.Overload
@@ -183,105 +203,30 @@ func (g *Gate) Record(a Attempt) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	defer g.settle(now)
 	g.ageLocked(now)
-	if a.Outcome != Failure && a.Admission == AdmitNone && g.room.n == 0 {
+	if a.Outcome != Failure && a.Admission == AdmitNone && g.n == 0 {
 		// Nobody waits: a success forgets what failures left.
 		g.st.ev.learn(now, a)
 		if a.Outcome == Success {
 			g.st.forget(now)
 		}
+		g.settle(now)
 		return
 	}
-	before := g.st.outlook(now)
 	g.st.observe(now, a)
-	if changed := g.st.outlook(now) != before; changed || a.Outcome == Success || a.Admission != AdmitNone {
-		g.dispatchLocked(now, true, changed)
-	}
+	g.news++
+	g.grantLocked(now)
 }
 
 // ageLocked lets the state age (gateState.age) while nobody waits.
 func (g *Gate) ageLocked(now time.Time) {
-	if g.room.n == 0 {
+	if g.n == 0 {
 		g.st.age(now)
 	}
 }
 
 // settle sets the settled word at now; under mu.
-func (g *Gate) settle(now time.Time) { g.settled.Store(g.room.n == 0 && g.st.settled(now)) }
-
-// dispatchLocked runs on news (a record: news; changed, when it changed
-// the outlook), when an admission was given back and when the paced
-// waiter left: it walks the waiters, most critical first, and wakes only
-// those whose decision at now would change what they do: an admission or
-// the end of the wait (of the release, probe and last-chance admissions,
-// which one retry takes at a time, the first only); the one with the
-// earliest paced time, made the paced waiter (waitingRoom.paced) if it is
-// not, or if it sleeps past that time; the first whose own time came
-// earlier than the one it sleeps to. A guarded waiter is woken on all
-// news: its guard is asked by its own Poll. A waiter refused since the
-// last news is not woken by a give-back; one that holds its admission, or
-// asks its guard, is not woken at all. Every other waiter sleeps to its
-// own next time, or news. The walk stops once the rest cannot change what
-// it found: nothing heals, no guard hears news, no end came sooner, and
-// the paced waiter found has the earliest paced time any may have
-// (gateState.pacedFloor), or the admission of the moment is taken; so
-// news that lets nobody go decides a waiter or two, not the whole room.
-func (g *Gate) dispatchLocked(now time.Time, news, changed bool) {
-	r := &g.room
-	if news {
-		r.news++
-	}
-	floor, took := g.st.pacedFloor(now), g.st.tookNow(now)
-	whole := changed || news && r.guarded > 0 || took > r.took || floor.IsZero() ||
-		g.st.phase != phaseOutage && g.st.ev.heals(now, false)
-	r.took = took
-	scarceTaken, retimed := false, false
-	var best *Waiter
-	var bestAt time.Time
-walk:
-	for l := len(r.queue) - 1; l >= 0; l-- {
-		for e := r.queue[l].Front(); e != nil; e = e.Next() {
-			w := e.Value.(*Waiter)
-			switch {
-			case w.asking || w.refused == r.news+1:
-				continue
-			case w.granted != AdmitNone || w.r.Guard != nil && news:
-				w.signal()
-				continue
-			case w.r.Guard != nil:
-				continue
-			case now.Before(w.earliest):
-				continue // it sleeps to its pause's end
-			}
-			d := g.st.decide(now, &w.view, false)
-			switch {
-			case scarce(d.how):
-				if !scarceTaken {
-					scarceTaken = true
-					w.signal()
-				}
-			case d.how != AdmitNone:
-				w.signal()
-			default:
-				if !d.paced.IsZero() && (best == nil || d.paced.Before(bestAt)) {
-					best, bestAt = w, d.paced
-				}
-				if !retimed && !d.own.IsZero() && (w.due.IsZero() || d.own.Before(w.due)) {
-					retimed = true
-					w.signal()
-				}
-			}
-			if !whole && (scarceTaken || floor.After(now) && best != nil && !bestAt.After(floor)) {
-				break walk
-			}
-		}
-	}
-	if p := r.paced; best != nil && !scarceTaken && (p != best || p.due.IsZero() || bestAt.Before(p.due)) {
-		r.paced, best.paced = best, bestAt
-		best.signal()
-	}
-}
+func (g *Gate) settle(now time.Time) { g.settled.Store(g.n == 0 && g.st.settled(now)) }
 
 // State returns the wrapped budget's state, with the calls waiting now and
 // the gate's counters.
@@ -289,7 +234,8 @@ func (g *Gate) State() State {
 	st := g.b.State()
 	g.mu.Lock()
 	st.Refused += g.counts.Refused
-	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp = g.room.n, g.counts.Deferred, g.counts.DeferAdmitted, g.counts.DeferGaveUp
+	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp = g.n, g.counts.Deferred, g.counts.DeferAdmitted, g.counts.DeferGaveUp
+	st.DeferTurnedAway = g.counts.DeferTurnedAway
 	st.Health = g.st.phase.String()
 	g.mu.Unlock()
 	return st

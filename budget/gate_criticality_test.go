@@ -83,9 +83,13 @@ func TestGateEvictsTheLeastCritical(t *testing.T) {
 					t.Errorf("waiter %d (%v): Err = %v, want none", i, tt.waiting[i], err)
 				}
 			}
-			st := g.State()
-			if st.Waiting != len(tt.waiting) || st.DeferGaveUp != 1 {
-				t.Fatalf("State: %d waiting, %d gave up; want %d and 1", st.Waiting, st.DeferGaveUp, len(tt.waiting))
+			// An eviction ends a wait; a retry refused at the door never waited.
+			st, evicted := g.State(), uint64(0)
+			if tt.evicted >= 0 {
+				evicted = 1
+			}
+			if st.Waiting != len(tt.waiting) || st.DeferGaveUp != evicted || st.DeferTurnedAway != 1-evicted {
+				t.Fatalf("State: %d waiting, %d gave up, %d turned away; want %d, %d and %d", st.Waiting, st.DeferGaveUp, st.DeferTurnedAway, len(tt.waiting), evicted, 1-evicted)
 			}
 		})
 	}
@@ -117,7 +121,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 		{"release, the oldest of the level", phaseRecovering, t0, []entry{{level: shed}, {level: crit}, {level: crit}}, 0, 1, admitRelease},
 		{"release, Unset as CRITICAL", phaseRecovering, t0, []entry{{level: shedP}, {level: unset}}, 0, 1, admitRelease},
 		{"release, no one more critical", phaseRecovering, t0, []entry{{level: crit}, {level: shed}}, 0, 0, admitRelease},
-		{"release, same level keeps it", phaseRecovering, t0, []entry{{level: crit}, {level: crit}}, 1, 1, admitRelease},
+		{"release, same level: the oldest", phaseRecovering, t0, []entry{{level: crit}, {level: crit}}, 1, 0, admitRelease},
 		{"probe to CRITICAL", phaseOutage, t0, []entry{{level: shedP}, {level: crit}}, 0, 1, admitProbe},
 		{"release, CRITICAL's pause not over", phaseRecovering, t0, []entry{{level: shedP}, {level: crit, pause: time.Second}}, 0, 0, admitRelease},
 		{"last chance to CRITICAL", phaseOutage, deadline.Add(-tune.LastChanceLead), []entry{
@@ -129,13 +133,15 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := &manualClock{now: t0}
+			// They enter a millisecond before t0, in their pauses: the
+			// grant loop decides them at tt.at, all at once.
+			clk := &manualClock{now: t0.Add(-time.Millisecond)}
 			g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
 			ws := make([]*Waiter, len(tt.waiting))
 			for i, e := range tt.waiting {
 				r := retryAt(e.level)
 				r.Last = e.last
-				w, err := g.Enter(r, e.pause, e.deadline)
+				w, err := g.Enter(r, e.pause+time.Millisecond, e.deadline)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -154,17 +160,20 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 			}
 			g.mu.Unlock()
 			clk.set(tt.at)
-			for i := range ws {
-				// The first to poll, then the others in order.
-				w := ws[(tt.poller+i)%len(ws)]
-				idx := (tt.poller + i) % len(ws)
-				a, _, _ := w.Poll()
+			g.Tick()
+			for i, w := range ws {
 				want := AdmitNone
-				if idx == tt.want {
+				if i == tt.want {
 					want = tt.how
 				}
+				a := AdmitNone
+				select {
+				case <-w.Ready():
+					a, _ = w.Take()
+				default:
+				}
 				if a != want {
-					t.Fatalf("waiter %d (%v): Poll = %v, want %v", idx, tt.waiting[idx].level, a, want)
+					t.Fatalf("waiter %d (%v): %v, want %v", i, tt.waiting[i].level, a, want)
 				}
 			}
 			if st := g.State(); st.DeferAdmitted != 1 {
@@ -174,21 +183,36 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 	}
 }
 
-// An admission handed to a waiter that leaves without taking it (its
-// caller gave up) is given back: the probe slot is free again.
-func TestGateTakesBackAnUntakenHandOff(t *testing.T) {
-	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+// enterBoth enters a SHEDDABLE_PLUS and a CRITICAL_PLUS retry in an
+// outage, in their pauses, then ends the pauses: the grant loop gives the
+// probe to the CRITICAL_PLUS one.
+func enterBoth(t *testing.T, g *Gate, clk *manualClock, high Request) (low, hi *Waiter) {
+	t.Helper()
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
+	low, _ = g.Enter(retryAt(shedP), time.Millisecond, time.Time{})
+	hi, _ = g.Enter(high, time.Millisecond, time.Time{})
+	clk.advance(time.Millisecond)
+	g.Tick()
+	return low, hi
+}
+
+// An admission granted to a waiter that leaves without taking it (its
+// caller gave up) is given back, and the grant loop gives it to the next.
+func TestGateTakesBackAnUntakenGrant(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	low, high := enterBoth(t, g, clk, retryAt(critP))
 	defer low.Leave()
-	high, _ := g.Enter(retryAt(critP), 0, time.Time{})
-	poll(t, low, AdmitNone) // handed to high
-	high.Leave()            // which never polls
-	if st := g.State(); st.DeferAdmitted != 0 {
-		t.Fatalf("%d admitted after the hand-off was given back, want 0", st.DeferAdmitted)
+	select {
+	case <-high.Ready():
+	default:
+		t.Fatal("the probe did not go to the most critical")
+	}
+	high.Leave() // which never takes it
+	if st := g.State(); st.DeferAdmitted != 0 || st.DeferGaveUp != 1 || st.Waiting != 1 {
+		t.Fatalf("after the grant was given back: %+v", st)
 	}
 	poll(t, low, admitProbe)
 }
@@ -202,35 +226,32 @@ func (g *refusingGuard) AllowRetry() (bool, time.Time) {
 	return false, time.Time{}
 }
 
-// The criticality rule with the guard rule: a more critical waiter with a
-// guard gets no hand-off (its guard must be asked first, and is asked only
-// by its own Poll); the less critical waiter takes the admission, and the
-// guarded one's Poll asks its guard.
-func TestGateHandOffSkipsAGuardedWaiter(t *testing.T) {
+// The criticality rule with the guard rule: the more critical waiter,
+// guarded, is granted the probe first; its guard refuses, the probe goes
+// back, and the grant loop gives it to the less critical one. The guard
+// is asked again on news, not before.
+func TestGateGuardRefusalPassesTheProbeOn(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
-	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
-	defer low.Leave()
 	guard := &refusingGuard{}
 	r := retryAt(critP)
 	r.Guard = guard
-	high, _ := g.Enter(r, 0, time.Time{})
+	low, high := enterBoth(t, g, clk, r)
+	defer low.Leave()
 	defer high.Leave()
-	poll(t, low, admitProbe)
-	if guard.asked != 0 {
-		t.Fatalf("the guard was asked %d times by another's Poll, want never", guard.asked)
+	if a, err := high.Take(); a != AdmitNone || err != nil || guard.asked != 1 {
+		t.Fatalf("the guarded waiter's Take = %v, %v, guard asked %d; want none, nil, once", a, err, guard.asked)
 	}
-	poll(t, high, AdmitNone)
-	if guard.asked != 0 {
-		t.Fatalf("the guard was asked %d times while another's probe was out, want never", guard.asked)
+	poll(t, low, admitProbe)
+	g.Tick()
+	if guard.asked != 1 {
+		t.Fatalf("the guard was asked %d times without news, want once", guard.asked)
 	}
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
-	poll(t, high, AdmitNone)
-	if guard.asked != 1 {
-		t.Fatalf("the guard was asked %d times by its waiter's Poll once the probe reported, want once", guard.asked)
+	<-high.Ready()
+	high.Take()
+	if guard.asked != 2 {
+		t.Fatalf("the guard was asked %d times once the probe reported, want twice", guard.asked)
 	}
 }
 
@@ -323,35 +344,42 @@ func TestGateEnterHeldBeforePoll(t *testing.T) {
 	}
 }
 
-// A probe handed to a more critical waiter takes no tokens: the budget is
-// asked when the waiter's Poll takes it. One that leaves before it polls
-// gives the probe slot back and leaves the tokens as they were; one that
-// polls is paid for: every admission is settled.
-func TestGateHandOffIsPaidWhenTaken(t *testing.T) {
+// A probe granted takes no tokens until its waiter takes it: one that
+// leaves before gives the probe slot back and leaves the tokens as they
+// were; one that takes it is paid for; one whose caller leaves while the
+// budget is asked gets its tokens back (every admission is settled).
+func TestGateGrantIsPaidWhenTaken(t *testing.T) {
 	clk := &manualClock{now: t0}
-	tb, err := newTokenBucket(DefaultSettings().TokenBucket)
+	tb, err := newTokenBucket(TokenBucketSettings{Capacity: 500})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := downServer(newGate(t, tb, DeferSettings{}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
 	before := tb.State().Level
-	low, _ := g.Enter(retryAt(shedP), 0, time.Time{})
+	low, high := enterBoth(t, g, clk, retryAt(critP))
 	defer low.Leave()
-	high, _ := g.Enter(retryAt(critP), 0, time.Time{})
-	poll(t, low, AdmitNone) // handed to high
-	high.Leave()            // which never polls
+	high.Leave() // which never takes it
 	if got := tb.State().Level; got != before {
-		t.Errorf("tokens %v after an untaken hand-off, want %v", got, before)
+		t.Errorf("tokens %v after an untaken grant, want %v", got, before)
 	}
-	high, _ = g.Enter(retryAt(critP), 0, time.Time{})
-	defer high.Leave()
-	poll(t, low, AdmitNone) // the slot given back is handed to the new one
-	poll(t, high, AdmitBudget)
-	if got, want := tb.State().Level, before-DefaultSettings().TokenBucket.RetryCost; got != want {
-		t.Errorf("tokens %v after the hand-off was taken, want %v", got, want)
+	<-low.Ready()
+	if a, _ := low.take(func() bool { return false }); a != AdmitBudget {
+		t.Fatalf("take = %v, want the budget's", a)
+	}
+	if got, want := tb.State().Level, before-(TokenBucketSettings{}).withDefaults().RetryCost; got != want {
+		t.Errorf("tokens %v after the grant was taken, want %v", got, want)
+	}
+	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: AdmitBudget})
+	clk.advance(time.Minute)
+	w, _ := g.Enter(retryAt(critP), 0, time.Time{})
+	<-w.Ready()
+	level := tb.State().Level
+	asked := 0
+	if a, _ := w.take(func() bool { asked++; return asked >= 2 }); a != AdmitNone {
+		t.Fatalf("take for a caller that left while the budget was asked = %v, want none", a)
+	}
+	if got := tb.State().Level; got != level {
+		t.Errorf("tokens %v after the caller left while the budget paid, want %v (refunded)", got, level)
 	}
 }
 

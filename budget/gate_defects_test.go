@@ -59,11 +59,9 @@ func TestGateCallerGoneGivesTheProbeBack(t *testing.T) {
 	g := downServer(newGate(t, b, DeferSettings{}, clk))
 	failures(g, tune.OutageStreak)
 	gone, _ := g.Enter(retry2, 0, time.Time{})
-	done := make(chan struct{})
-	close(done)
-	gone.done = done
-	if a, _, _ := gone.Poll(); a != AdmitNone {
-		t.Fatalf("Poll of a waiter whose caller left = %v, want none", a)
+	<-gone.Ready()
+	if a, _ := gone.take(func() bool { return true }); a != AdmitNone {
+		t.Fatalf("take of a waiter whose caller left = %v, want none", a)
 	}
 	gone.Leave()
 	if b.asked.Load() != 0 {
@@ -256,7 +254,7 @@ func TestGatePanickingGuardStrandsNothing(t *testing.T) {
 	}()
 	w.Leave()
 	g.mu.Lock()
-	asking, slot := w.asking, g.st.pace.leased(clk.Now())
+	asking, slot := w.state != waitOut, g.st.pace.leased(clk.Now())
 	g.mu.Unlock()
 	if asking || slot {
 		t.Fatalf("after a panicking guard: asking %v, probe slot held %v; want neither", asking, slot)

@@ -26,6 +26,10 @@ func TestGateFutility(t *testing.T) {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	const deadline = 2 * time.Second
+	// A probe is out past its deadline: nothing lets it go first.
+	g.mu.Lock()
+	g.st.pace.until = clk.Now().Add(deadline)
+	g.mu.Unlock()
 	early, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +42,10 @@ func TestGateFutility(t *testing.T) {
 		t.Fatalf("the first wait at its deadline: Err %v, want its deadline's", err)
 	}
 	early.Leave()
-	w, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
+	g.mu.Lock()
+	g.st.pace.until = time.Time{} // the probe's answer came, unrecorded
+	g.mu.Unlock()
+	w, err := g.Enter(retry2, time.Millisecond, clk.Now().Add(deadline))
 	if err != nil {
 		t.Fatalf("%v into the outage: enter = %v, want a wait", deadline-time.Millisecond, err)
 	}
@@ -77,8 +84,8 @@ func TestGateFutility(t *testing.T) {
 		t.Fatalf("after a success: enter = %v, want a wait", err)
 	}
 	w2.Leave()
-	if st := g.State(); st.DeferGaveUp != 3 {
-		t.Fatalf("gave up %d, want the 3 failed at once", st.DeferGaveUp)
+	if st := g.State(); st.DeferTurnedAway != 3 {
+		t.Fatalf("turned away %d, want the 3 failed at once", st.DeferTurnedAway)
 	}
 }
 
@@ -171,7 +178,7 @@ func TestGateBackPace(t *testing.T) {
 	gone := map[*Waiter]bool{}
 	for clk.Now().Before(back.Add(5 * time.Second)) {
 		for _, w := range ws {
-			if w.left || gone[w] {
+			if w.state == waitOut || gone[w] {
 				continue
 			}
 			if a, _, _ := w.Poll(); a == admitRelease {

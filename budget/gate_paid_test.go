@@ -10,7 +10,10 @@ import (
 // probe beside it (at p = 1 and a thousand processes, each sent such
 // probes: `stagger sim failrate -p 1 -clients 1000` 1.104, the budget alone
 // 1.100) but waits for what the paid retry tells: a success lets it go
-// (the server serves retries), a failure ends its wait at once.
+// (the server serves retries); after a failure it goes as the probe that
+// learns whether retries heal (no probe failed yet: else a process whose
+// budget refuses its retries never learns it), and once that fails, a
+// wait no rule lets go ends at its hold time (TestGateAdmissions).
 func TestGateWaitsForThePaidRetry(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
@@ -18,7 +21,7 @@ func TestGateWaitsForThePaidRetry(t *testing.T) {
 		want    Admission
 	}{
 		{"the paid retry succeeds: retries heal", Success, admitHeal},
-		{"the paid retry fails", Failure, AdmitNone},
+		{"the paid retry fails: the probe that learns", Failure, admitProbe},
 		{"the paid retry gets a non-retryable answer", Other, admitProbe},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -256,6 +256,7 @@ func (h *history) run(t *testing.T) {
 			h.startCall(now)
 			next = now.Add(time.Duration(h.rnd.ExpFloat64() * float64(h.gap)))
 		}
+		h.g.Tick() // the gate's timer, every step
 		for _, c := range h.calls {
 			if !c.done {
 				h.step(now, c)
@@ -331,24 +332,19 @@ func (h *history) step(now time.Time, c *propCall) {
 		return
 	}
 	if c.w != nil {
-		if now.Before(c.at) {
+		select {
+		case <-c.w.Ready():
+		default:
 			return
 		}
-		a, next, _ := c.w.Poll()
+		a, err := c.w.Take()
 		if a != AdmitNone {
-			c.w.Leave()
 			h.send(now, c, a)
 			return
 		}
-		if c.w.err() != nil {
-			c.w.Leave()
+		if err != nil {
 			c.w = nil
 			h.end(now, c, false)
-			return
-		}
-		c.at = next
-		if next.IsZero() {
-			c.at = now.Add(propStep) // news: ask again on the next step
 		}
 		return
 	}

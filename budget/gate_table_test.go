@@ -166,6 +166,8 @@ func TestGateAdmissions(t *testing.T) {
 	fresh.enter(t0, pause, 0)
 	told := fresh
 	told.ev.retryFails = 1
+	probedLately := told
+	probedLately.pace.failedAt, probedLately.pace.gap, probedLately.pace.since = t0, time.Second, tune.FutileEvery
 	spreadHalf := heldThrough(pause, deadline)
 	spreadHalf.spread = 0.5
 	tests := []struct {
@@ -188,7 +190,8 @@ func TestGateAdmissions(t *testing.T) {
 		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), admitProbe, time.Time{}, false},
 		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
 		{"fresh process, past its hold time: no retry told it anything, it probes", fresh, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, false},
-		{"retries failed, never served, past its hold time: the wait ends", told, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"retries failed, never served, past its hold time, no probe failed: it probes to learn", told, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, false},
+		{"retries failed, never served, a probe failed within its gap: the wait ends", probedLately, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
 		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, true},
 		{"after an outage, held with a deadline: back at its spread's share", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), spreadHalf, AdmitNone, t0.Add(tune.BackSpreadMax / 2), true},
 		{"after an outage, held with a deadline, its share's time come", stateIn(phaseRecovering), t0.Add(tune.BackSpreadMax / 2), spreadHalf, admitRelease, time.Time{}, true},
@@ -197,7 +200,7 @@ func TestGateAdmissions(t *testing.T) {
 		s, w := tt.s, tt.w
 		// decide changes nothing; apply does what it says.
 		before, wBefore := s, w
-		s.decide(tt.at, &w, false)
+		s.decide(tt.at, &w)
 		if !sameState(s, before) || w != wBefore {
 			t.Errorf("%s: decide changed the state or the wait", tt.name)
 		}
@@ -578,7 +581,7 @@ func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 // candidate is what a waiter's Poll asks without a guard: the decision
 // for w at now, applied.
 func (s *gateState) candidate(now time.Time, w *waiterView) (Admission, time.Time) {
-	d := s.decide(now, w, false)
+	d := s.decide(now, w)
 	w.held = w.held || d.hold
 	return d.how, d.next
 }

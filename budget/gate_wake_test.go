@@ -32,7 +32,7 @@ func waitingInOutage(t testing.TB, g *Gate, n int, ctx context.Context, wg *sync
 func (g *Gate) pollCount() uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.room.polls
+	return g.verdicts
 }
 
 // A failure that changes nothing but the probe and last-chance times (the
@@ -134,12 +134,17 @@ func heldAfterOutage(tb testing.TB, clk *manualClock, n int) (g *Gate, wakeups f
 	}
 	clk.advance(10 * time.Second) // the back pace: 0.4 x n per 10 s
 	g.Record(Attempt{Number: 1, Outcome: Success})
+	woke := make(map[*Waiter]bool, n)
 	wakeups = func() int {
 		woken := 0
 		for _, w := range ws {
 			select {
 			case <-w.Ready():
-				woken++
+				if !woke[w] {
+					woke[w] = true
+					woken++
+					w.Take()
+				}
 			default:
 			}
 		}

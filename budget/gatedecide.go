@@ -13,35 +13,34 @@ const admitEnd Admission = 255
 
 // decision is what the rules say of one waiting retry at one moment: how it
 // goes now (before its guard and the budget are asked; admitEnd: its wait
-// ends), or AdmitNone with next, when asking again could change the answer
-// without news (zero: only news will); hold: the wait is held from now on
-// (the hold rule, or an open guard). Of next, paced is the time a release,
-// probe or last chance may come (the pacer's, which
-// one retry at a time takes: one waiter sleeps to it, waitingRoom.paced),
-// own the retry's own times (the hold rule's, its end: endAt); end, with
-// admitEnd, the rule that ends the wait.
+// ends, by the rule end), or AdmitNone with next, when asking again could
+// change the answer without news (zero: only news will); hold: the wait is
+// held from now on (the hold rule, or an open guard).
 type decision struct {
-	how              Admission
-	next, paced, own time.Time
-	hold             bool
-	end              *waitEnd
+	how  Admission
+	next time.Time
+	hold bool
+	end  *waitEnd
 }
 
-// decide is the rules' decision for the waiting retry w at now, whose
-// guard is open when guardOpen: while it is open the guard says when the
-// retry goes, as the gate's probe once the pacer's lease is free, and the
-// gate holds the wait (the guard rule); a wait the hopeless rule ends
-// ends all the same. It changes nothing: Waiter.decideLocked applies it.
-func (s *gateState) decide(now time.Time, w *waiterView, guardOpen bool) decision {
-	d := s.decideRules(now, w)
-	if !guardOpen || d.how != AdmitNone && d.how != admitEnd {
-		return d
-	}
+// decide is the rules' decision for the waiting retry w at now. While its
+// guard is open (as it was when last asked) the guard says when the retry
+// goes, as the gate's probe once the pacer's lease is free, and the gate
+// holds the wait (the guard rule). It changes nothing: the grant loop
+// applies it.
+func (s *gateState) decide(now time.Time, w *waiterView) decision {
 	end, why := s.endAt(now, w)
-	if ended(now, end) {
+	switch {
+	case ended(now, end):
 		return decision{how: admitEnd, end: why}
+	case now.Before(w.earliest):
+		return decision{next: clock.Earlier(w.earliest, end)} // its pause
 	}
-	if s.pace.leased(now) {
+	d := s.decideRules(now, w, end)
+	switch {
+	case !w.guardOpen || d.how != AdmitNone && d.how != admitEnd:
+		return d
+	case s.pace.leased(now):
 		return decision{next: clock.Earlier(s.pace.until, end), hold: true}
 	}
 	return decision{how: admitProbe, hold: true}
@@ -83,25 +82,7 @@ func (s *gateState) tookNow(now time.Time) time.Duration {
 	return 0
 }
 
-// pacedFloor is a time no waiter's paced time at now comes before
-// (decideByPhase): the pacer's next release, or its lease's end; zero
-// while the server fails and nobody holds the lease (a lone probe may go
-// now).
-func (s *gateState) pacedFloor(now time.Time) time.Time {
-	switch {
-	case !s.phase.failing():
-		return s.pace.next
-	case s.pace.leased(now):
-		return s.pace.until
-	}
-	return time.Time{}
-}
-
-func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
-	endAt, why := s.endAt(now, w)
-	if ended(now, endAt) {
-		return decision{how: admitEnd, end: why}
-	}
+func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) decision {
 	held := w.held
 	if !held && s.phase != phaseOutage && s.ev.heals(now, false) {
 		return decision{how: admitHeal}
@@ -109,26 +90,27 @@ func (s *gateState) decideRules(now time.Time, w *waiterView) decision {
 	if !held && !now.Before(w.holdAt) {
 		if s.phase != phaseOutage && !s.ev.overloaded(now) {
 			// The hold rule: a probe, or the end of the wait. A process
-			// that no retry told anything probes too: else one whose
-			// only retry got a non-retryable answer never learns.
-			if (s.ev.seen || s.ev.untold(now)) && !s.pace.leased(now) {
-				return decision{how: admitProbe}
-			}
+			// that no retry told anything probes too, and so does one
+			// whose latest probe failed a probe gap ago: else one whose
+			// retries the budget refuses never learns that they heal.
 			if !s.ev.seen && now.Before(s.ev.retryOut) {
 				// A paid retry is out: wait for what it tells.
 				return decision{next: clock.Earlier(s.ev.retryOut, endAt)}
+			}
+			learn := s.ev.seen || s.ev.untold(now) || !now.Before(s.pace.failedAt.Add(s.pace.gap))
+			if learn && !s.pace.leased(now) {
+				return decision{how: admitProbe}
 			}
 			return decision{how: admitEnd, end: errWaitEnded}
 		}
 		held = true
 	}
 	d := decision{hold: held && !w.held}
-	if d.how, d.paced = s.decideByPhase(now, w, held); d.how == AdmitNone {
+	if d.how, d.next = s.decideByPhase(now, w, held); d.how == AdmitNone {
 		if !held {
-			d.own = w.holdAt
+			d.next = clock.Earlier(d.next, w.holdAt)
 		}
-		d.own = clock.Earlier(d.own, endAt)
-		d.next = clock.Earlier(d.paced, d.own)
+		d.next = clock.Earlier(d.next, endAt)
 	}
 	return d
 }

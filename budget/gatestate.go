@@ -165,18 +165,6 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 	}
 }
 
-// outlook is what a failure can change of the waiting retries' decisions
-// other than putting them off: a failure that leaves it as it was wakes
-// nobody (with a thousand waiting, every failure woke them all).
-type outlook struct {
-	phase                          phase
-	heals, known, untold, ovl, out bool
-}
-
-func (s *gateState) outlook(now time.Time) outlook {
-	return outlook{s.phase, s.ev.heals(now, false), s.ev.known(), s.ev.untold(now), s.ev.overloaded(now), now.Before(s.ev.retryOut)}
-}
-
 // enter: a retry refused after its attempt failed now begins to wait
 // with pause, at most span.
 func (s *gateState) enter(now time.Time, pause, span time.Duration) {
@@ -219,6 +207,8 @@ func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget |
 
 // waiterView is what the rules read of a waiting retry.
 type waiterView struct {
+	// earliest is when its pause ends.
+	earliest time.Time
 	pause    time.Duration
 	deadline time.Time
 	// limit, for a call without a deadline, is when it has waited
@@ -232,6 +222,8 @@ type waiterView struct {
 	took time.Duration
 	// lone: the futility rule let it wait as the lone probe.
 	lone bool
+	// guardOpen: its guard was open when last asked (the guard rule).
+	guardOpen bool
 	// spread, uniform in [0, 1), places the call's return after an outage
 	// within what its deadline leaves.
 	spread float64

@@ -100,3 +100,13 @@ func (b *tokenBucket) Allow(r Request) bool {
 func (b *tokenBucket) State() State {
 	return b.snapshot(kindTokenBucket, b.capacity, b.now())
 }
+
+// refund gives back what Allow took for r, when the retry was never sent
+// (a Gate's waiter whose caller left while the bucket was asked).
+func (b *tokenBucket) refund(r Request) {
+	cost := b.cost
+	if r.AfterTimeout {
+		cost = b.timeoutCost
+	}
+	addClamped(&b.tokens, cost, b.capacity)
+}

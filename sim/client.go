@@ -79,10 +79,8 @@ type callTotals struct {
 // waiter is one call's deferred retry on its process's gate.
 type waiter struct {
 	w *budget.Waiter
-	// wake is the time of the poll event pending (-1: none).
-	wake time.Duration
-	// admit sends the retry with the admission Poll returned; giveUp ends
-	// the call when a more critical retry evicted it.
+	// admit sends the retry with the admission the gate granted; giveUp
+	// ends the call when the gate ended the wait.
 	admit  func(budget.Admission)
 	giveUp func()
 	// gone: admitted or given up; dropped from proc.waiters.
@@ -100,6 +98,8 @@ type proc struct {
 	// its deferred retries, in the order they entered.
 	gate    *budget.Gate
 	waiters []*waiter
+	// wake is the time of the gate's pending run (-1: none).
+	wake time.Duration
 	// timeout is each call's deadline, counted from its start; 0 means none.
 	timeout time.Duration
 	// serve is asked, when an attempt reaches the server, whether it
@@ -118,7 +118,7 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 		return nil, fmt.Errorf("sim: contender %q: %w", c.Name, err)
 	}
 	pol := c.Policy
-	p := &proc{s: s, pol: &pol, b: b, totals: totals, timeout: timeout, serve: serve}
+	p := &proc{s: s, pol: &pol, b: b, totals: totals, timeout: timeout, serve: serve, wake: -1}
 	if c.Breaker != nil {
 		if p.br, err = breaker.New("sim", *c.Breaker, nil, breaker.WithClock(s.Now), breaker.WithRandom(s.rng.Float64)); err != nil {
 			return nil, fmt.Errorf("sim: contender %q: %w", c.Name, err)
@@ -131,8 +131,7 @@ func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, se
 }
 
 // record tells the breaker (first, as the interceptors do) and the budget
-// how an attempt ended, then polls the budget's waiters, in the order they
-// entered, as the gate may have changed.
+// how an attempt ended; the gate's grant loop ran on it.
 func (p *proc) record(a budget.Attempt, br budget.Outcome) {
 	if p.br != nil {
 		p.br.Record(br, a.Number == 1, criticality.Unset, nil)
@@ -141,18 +140,47 @@ func (p *proc) record(a budget.Attempt, br budget.Outcome) {
 		return
 	}
 	p.b.Record(a)
-	p.pollWaiters()
+	p.runGate()
 }
 
-// pollWaiters polls the budget's waiters, in the order they entered, as
-// the gate may have changed.
-func (p *proc) pollWaiters() {
-	if len(p.waiters) == 0 {
+// runGate runs the gate's grant loop at now (as its timer does on the real
+// clock), takes the verdicts it sent, in the order the waiters entered,
+// and schedules its next run at the time it asks for.
+func (p *proc) runGate() {
+	if p.gate == nil {
 		return
 	}
+	for {
+		next := p.gate.Tick()
+		if !p.takeVerdicts() {
+			p.wakeAt(next)
+			return
+		}
+	}
+}
+
+// takeVerdicts takes the verdict of every waiter the gate decided:
+// admitted, its retry is sent; ended, its call ends; refused by its
+// guard, it waits again. It reports whether it took any.
+func (p *proc) takeVerdicts() bool {
+	took := false
 	for _, w := range p.waiters {
-		if !w.gone {
-			p.poll(w)
+		if w.gone {
+			continue
+		}
+		select {
+		case <-w.w.Ready():
+		default:
+			continue
+		}
+		took = true
+		switch a, err := w.w.Take(); {
+		case a != budget.AdmitNone:
+			w.gone = true
+			w.admit(a)
+		case err != nil:
+			w.gone = true
+			w.giveUp()
 		}
 	}
 	live := p.waiters[:0]
@@ -163,92 +191,49 @@ func (p *proc) pollWaiters() {
 	}
 	clear(p.waiters[len(live):])
 	p.waiters = live
+	return took
 }
 
-// poll asks whether w may go; admitted, it leaves the gate and its retry is
-// sent; evicted, it leaves and its call ends; else a poll is scheduled at
-// the time Poll named, if any. When the poll changed the gate (it handed
-// an admission to a more critical waiter), every waiter is polled again,
-// as the real clock's waiters wake on the gate's Changed channel.
-func (p *proc) poll(w *waiter) {
-	defer p.pollIfReady()
-	select {
-	case <-w.w.Ready(): // this poll answers it
-	default:
-	}
-	a, next, err := w.w.Poll()
-	if a != budget.AdmitNone {
-		w.gone = true
-		w.w.Leave()
-		w.admit(a)
-		return
-	}
-	if err != nil {
-		w.gone = true
-		w.w.Leave()
-		w.giveUp()
-		return
-	}
+// wakeAt schedules the gate's next run at next (zero: none), unless one
+// is pending sooner: a run superseded does nothing, and every run
+// schedules the next.
+func (p *proc) wakeAt(next time.Time) {
 	if next.IsZero() {
 		return
 	}
-	// One poll event pending per waiter, the earliest asked for: a later
-	// time is asked for again by the poll at the earlier one (a poll too
-	// early changes nothing), and an event superseded does nothing.
-	t := next.Sub(Epoch)
-	if w.wake >= 0 && w.wake <= t {
+	t := max(next.Sub(Epoch), p.s.now)
+	if p.wake >= p.s.now && p.wake <= t {
 		return
 	}
-	w.wake = t
+	p.wake = t
 	p.s.At(t, func() {
-		if !w.gone && w.wake == t {
-			w.wake = -1
-			p.poll(w)
+		if p.wake == t {
+			p.wake = -1
+			p.runGate()
 		}
 	})
 }
 
 // enter defers a retry the budget refused, as the interceptors' Wait does
-// on the real clock: the waiter is polled now, after every Record on the
-// budget and at the times Poll names; admitted, admit sends the retry.
-// The gate ends the wait (at limit, a millisecond before the call's
-// deadline, or its MaxWait from now without one; or by its rules): Poll
-// says so, the waiter leaves and giveUp ends the call. It reports false
-// when the gate has too many waiters already (budget.ErrTooManyWaiting):
-// the call ends as refused.
+// on the real clock: the gate's grant loop decides it, now, after every
+// Record on the budget and at the times it asks for; admitted, admit
+// sends the retry. The gate ends the wait (at limit, a millisecond before
+// the call's deadline, or its MaxWait from now without one; or by its
+// rules), and giveUp ends the call. It reports false when the gate turned
+// the retry away (budget.ErrTooManyWaiting, budget.ErrOutageLasting): the
+// call ends as refused.
 func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration, admit func(budget.Admission), giveUp func()) bool {
 	var deadline time.Time
 	if limit >= 0 {
 		deadline = Epoch.Add(limit + time.Millisecond)
 	}
-	defer p.pollIfReady()
 	bw, err := p.gate.Enter(r, pause, deadline)
 	if err != nil {
 		return false
 	}
-	w := &waiter{w: bw, wake: -1, admit: admit, giveUp: giveUp}
-	p.waiters = append(p.waiters, w)
-	p.poll(w)
+	p.waiters = append(p.waiters, &waiter{w: bw, admit: admit, giveUp: giveUp})
+	p.runGate()
 	return true
-}
-
-// pollIfReady polls every waiter, as a later event at the same time,
-// when the gate woke one (its Ready channel): Poll and Enter wake another
-// waiter only for calls of different criticality (Gate, the criticality
-// rule), which the models here do not make, or when an admission was
-// given back.
-func (p *proc) pollIfReady() {
-	for _, w := range p.waiters {
-		if w.gone {
-			continue
-		}
-		select {
-		case <-w.w.Ready():
-			p.s.At(p.s.now, p.pollWaiters)
-			return
-		default:
-		}
-	}
 }
 
 // call starts one call now, with the interceptor's order of steps: the

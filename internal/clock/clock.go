@@ -12,12 +12,15 @@ import (
 type Options struct {
 	Now  func() time.Time
 	Rand func() float64
+	// Virtual: Now is the caller's (SetNow), not the time package's: no
+	// timer of the time package fires on it.
+	Virtual bool
 }
 
 // SetNow sets Now unless now is nil.
 func (o *Options) SetNow(now func() time.Time) {
 	if now != nil {
-		o.Now = now
+		o.Now, o.Virtual = now, true
 	}
 }
 
