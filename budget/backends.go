@@ -237,6 +237,13 @@ func (bs *Backends) insertLocked(now time.Time, target, method string, b, fresh 
 		}
 		return nil, false
 	}
+	if b != nil && bs.defers {
+		// Another first lookup of the method put its Gate in since b
+		// was read: that one is the key's (else it would be orphaned).
+		if s, ok := b.methods.load(method); ok && !s.gone.Load() {
+			return s, true
+		}
+	}
 	if fresh != nil {
 		if bs.ntargets >= backendsCap {
 			bs.forgetLRUTargetsLocked(now)

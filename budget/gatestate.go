@@ -55,11 +55,18 @@ func newGateState(now time.Time, rand func() float64) gateState {
 // The Gate calls it only while nobody waits and no probe is out.
 func (s *gateState) age(now time.Time) {
 	bound := max(s.span, tune.ForgetAfter)
-	switch {
-	case s.pace.leased(now):
-	case !s.settled(now) && now.Sub(s.lastReached) > bound:
-		*s = newGateState(now, s.rand)
-	case s.ev.calls != 0 && now.Sub(s.ev.lastRetry) > bound:
+	if s.pace.leased(now) {
+		return
+	}
+	if now.Sub(s.lastReached) > bound {
+		if !s.settled(now) {
+			*s = newGateState(now, s.rand)
+			return
+		}
+		// What the latest probe took and the latest streaks measured.
+		s.pace.took, s.pace.since, s.ev.runs = 0, 0, 0
+	}
+	if s.ev.calls != 0 && now.Sub(s.ev.lastRetry) > bound {
 		s.ev.calls, s.ev.retryFails = 0, 0
 	}
 }
