@@ -145,6 +145,9 @@ type Event struct {
 	// call is CRITICAL: Level.Effective) and in an EventBreaker, which
 	// belongs to no call.
 	Criticality criticality.Level
+	// Disabled: EventEnd of a call made while the process-wide switch was
+	// on (SetDisabled, DisableEnv): it was sent once, and never waited.
+	Disabled bool
 }
 
 // BreakerChanged makes options a breaker.Listener: a breaker's state

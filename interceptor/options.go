@@ -329,6 +329,10 @@ type Report struct {
 	// call (Reason breaker or throttled): open or half-open, its window's
 	// counts, the throttle's rejection probability; zero otherwise.
 	Breaker breaker.Snapshot
+	// Disabled: the process-wide switch was on when the call started
+	// (SetDisabled, DisableEnv): stagger sent it once, with no retry, no
+	// hedge and no wait (Reason is then "no policy" for a failure).
+	Disabled bool
 }
 
 // String is the Report in one line, naming only what happened: "" for a
@@ -369,6 +373,9 @@ func (r Report) String() string {
 			fmt.Fprintf(&b, "; wait ended: %s", r.WaitEnd)
 		}
 		b.WriteString(")")
+	}
+	if r.Disabled {
+		b.WriteString(", stagger disabled in the process (" + DisableEnv + ", SetDisabled): one attempt, no wait")
 	}
 	if r.Criticality.Valid() {
 		fmt.Fprintf(&b, ", criticality %s", r.Criticality)
@@ -496,7 +503,8 @@ func WithCodes(cs ...codes.Code) Option {
 
 // Disable turns stagger off; meant per call: the call goes to grpc once,
 // untouched but for its criticality header (WithCriticality), which a
-// chain must keep.
+// chain must keep. SetDisabled (or the environment variable DisableEnv)
+// turns stagger off in the whole process.
 func Disable() Option {
 	return Option{apply: func(o *options) { o.disabled = true }}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -763,5 +764,25 @@ func TestCheckCountsRetries(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s%s", want, out, errOut)
 		}
+	}
+}
+
+// With stagger turned off for the process (interceptor.DisableEnv, or
+// SetDisabled), check says so first, in text and JSON.
+func TestCheckSaysDisabled(t *testing.T) {
+	defer interceptor.SetDisabled(interceptor.Disabled())
+	interceptor.SetDisabled(true)
+	code, out, _ := checkRun(t, "-width", "0", checkExamples+"retry.json")
+	if code != 0 || !strings.HasPrefix(out, "stagger is off: "+interceptor.DisableEnv) {
+		t.Fatalf("exit %d, output begins %.120q; want it to say stagger is off", code, out)
+	}
+	_, out, _ = checkRun(t, "-format", "json", checkExamples+"retry.json")
+	var rep struct{ Disabled string }
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || !strings.Contains(rep.Disabled, interceptor.DisableEnv) {
+		t.Fatalf("json disabled %q (%v); want it to name %s", rep.Disabled, err, interceptor.DisableEnv)
+	}
+	interceptor.SetDisabled(false)
+	if _, out, _ := checkRun(t, checkExamples+"retry.json"); strings.Contains(out, "stagger is off") {
+		t.Fatalf("switch off, check says stagger is off:\n%s", out)
 	}
 }
