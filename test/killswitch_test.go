@@ -5,10 +5,13 @@ package test
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/stagger-go/stagger"
 	"github.com/stagger-go/stagger/budget"
@@ -78,6 +81,67 @@ func TestKillSwitch(t *testing.T) {
 		}
 		if took < time.Second { // the file's first pause
 			t.Fatalf("switch off again: the call took %v; want its pause (1s)", took)
+		}
+	})
+}
+
+// The switch turns hedging off too, and a stream's retries: with it on, a
+// hedged method's slow call sends no hedge, and a stream that fails before
+// its first message is not reopened.
+func TestKillSwitchHedgesAndStreams(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		defer interceptor.SetDisabled(interceptor.Disabled())
+		srv := testserver.New()
+		defer srv.Close()
+		cfg := parse(t, `{"methodConfig": [{
+			"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}],
+			"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.1s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
+		}, {
+			"name": [{"service": "stagger.testing.v1.TestService", "method": "ListItems"}],
+			"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "0.1s",
+				"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}
+		}]}`)
+		cc, err := srv.Dial(stagger.DialOptions(cfg, interceptor.WithBudget(nil))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		client := testingv1.NewTestServiceClient(cc)
+		slow := &testingv1.Script{Delay: durationpb.New(time.Second)}
+		list := func(key string) (items int, err error) {
+			t.Helper()
+			stream, err := client.ListItems(context.Background(), &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: key, FailAttempts: 1, ResponseCount: 3}})
+			if err != nil {
+				return 0, err
+			}
+			for {
+				if _, err := stream.Recv(); err != nil {
+					if err == io.EOF {
+						err = nil
+					}
+					return items, err
+				}
+				items++
+			}
+		}
+
+		for _, on := range []bool{true, false} {
+			interceptor.SetDisabled(on)
+			name := fmt.Sprint("on-", on)
+			slow.Key = "hedge-" + name
+			var r interceptor.Report
+			if _, err := client.Get(context.Background(), &testingv1.GetRequest{Script: slow}, interceptor.WithReport(&r)); err != nil {
+				t.Fatal(err)
+			}
+			hedges := len(srv.Attempts(slow.Key)) - 1
+			items, err := list("stream-" + name)
+			attempts := len(srv.Attempts("stream-" + name))
+			if on && (hedges != 0 || r.Hedges != 0 || !r.Disabled || attempts != 1 || err == nil) {
+				t.Errorf("switch on: %d hedges (report %+v), a stream of %d attempts (%d items, %v); want no hedge, one attempt that fails", hedges, r, attempts, items, err)
+			}
+			if !on && (hedges == 0 || attempts != 2 || err != nil || items != 3) {
+				t.Errorf("switch off: %d hedges, a stream of %d attempts (%d items, %v); want hedges, and 2 attempts that deliver 3 items", hedges, attempts, items, err)
+			}
 		}
 	})
 }
