@@ -880,12 +880,12 @@ func explainPerBackend(s budget.Settings) string {
 	l := bs.Limits()
 	var out string
 	if l.MethodsPerTarget > 0 {
-		out = fmt.Sprintf("each backend (target) has its own tokens, and each of its methods its own Gate over them, a KiB or two each; "+
+		out = fmt.Sprintf("each backend (a target: the replicas behind one share it) has its own tokens, and each of its methods its own Gate over them, a KiB or two each; "+
 			"at most %d targets and %d methods per target are kept", l.Targets, l.MethodsPerTarget)
 	} else {
-		out = fmt.Sprintf("each backend (target) has its own tokens, a KiB or two; at most %d targets are kept", l.Targets)
+		out = fmt.Sprintf("each backend (a target: the replicas behind one share it) has its own tokens, a KiB or two; at most %d targets are kept", l.Targets)
 	}
-	out += fmt.Sprintf(" (past that, the least recently used are forgotten), and a key nobody called for %v is forgotten: "+
+	out += fmt.Sprintf(" (past that, the least recently used are forgotten), and a key nobody called for %v is forgotten within a minute more: "+
 		"its next call starts afresh; nothing a call waits on is forgotten", l.Idle)
 	return out
 }

@@ -307,8 +307,8 @@ func TestCheckExplainsDeferral(t *testing.T) {
 		{`"retryBudget": {"tokenBucket": {}}`, "refused retries: a retry the budget refuses waits instead of failing (at most 1024 calls at once"},
 		{`"retryBudget": {"tokenBucket": {}, "defer": {"maxWaiting": 7}}`, "(at most 7 calls at once"},
 		{`"retryBudget": {"tokenBucket": {}, "defer": {"maxWaiting": 7}}`, "(at most 7 calls at once per backend, all its methods together, and 4096 across"},
-		{`"retryBudget": {"tokenBucket": {}}`, "per backend: each backend (target) has its own tokens, and each of its methods its own Gate over them"},
-		{`"retryBudget": {"tokenBucket": {}}`, "a key nobody called for 5m0s is forgotten"},
+		{`"retryBudget": {"tokenBucket": {}}`, "per backend: each backend (a target: the replicas behind one share it) has its own tokens, and each of its methods its own Gate over them"},
+		{`"retryBudget": {"tokenBucket": {}}`, "a key nobody called for 5m0s is forgotten within a minute more"},
 		{`"retryBudget": {"ratio": {}, "defer": false}`, "refused retries: a retry the budget refuses ends its call at once (reason budget)\n"},
 		{`"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}`, `as gRFC A6 says; "defer": true makes refused retries wait`},
 	} {
