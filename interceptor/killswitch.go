@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+
+	"github.com/stagger-go/stagger/policy"
 )
 
 // DisableEnv is the environment variable that turns stagger off in a
@@ -60,6 +62,6 @@ func switchOff(pl *plan) plan {
 	p.perAttempt, p.hedgeOnTimeout, p.notice = 0, false, false
 	p.budget, p.budgets = nil, nil
 	p.breakers, p.brCache = nil, nil
-	p.capped, p.unapplied = 0, 0
+	p.capped, p.unapplied = 0, policy.ReasonNone
 	return p
 }
