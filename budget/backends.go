@@ -44,10 +44,13 @@ import (
 // forgets the least recently used sixteenth. Nothing is forgotten while a
 // call waits on it (a target, while a call waits on any of its methods; a
 // method, while one waits on it), so the set holds at most as many more
-// as the bound of its waiting calls. A lookup reads no clock: the set
-// times a use by its next reading of the clock, when a key is added or
-// States is read (a metrics reader calls it), which is also when it
-// forgets, at most every 30 seconds, and at once when a cap is reached.
+// as the bound of its waiting calls. A key idle for 5 minutes is
+// forgotten within 6 minutes of its last use, whether or not the set is
+// read or added to: a lookup reads no clock, and the set times the uses by
+// its readings of the clock, one every 30 seconds from a timer (one per
+// set, armed while the set holds a key; it keeps the set alive that long),
+// when a key is added and when States is read; each forgets what is idle
+// then, and a cap reached forgets at once.
 // BENCHMARKS.md ("Issue 56: per-backend state") has the bytes a target
 // and a method's Gate take.
 //
@@ -79,6 +82,7 @@ type Backends struct {
 	starts   [epochsKept]time.Time
 	swept    time.Time
 	ntargets int
+	sweep    sweeper
 }
 
 // backend is one target's tokens and, when the settings defer, its
@@ -172,6 +176,7 @@ func (bs *Backends) Slot(target, method string) *Slot {
 	s := bs.lookup(target, method)
 	if s == nil || s.gone.Load() {
 		s = bs.add(target, method)
+		bs.armSweep()
 	}
 	return s
 }

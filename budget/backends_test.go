@@ -80,8 +80,9 @@ func TestBackendsForgetIdleTargets(t *testing.T) {
 	}
 
 	// A lookup reads no clock: the set times the uses by its next reading
-	// (as a metrics reader's States does).
-	clk.advance(time.Second)
+	// that begins an epoch, at least 6 s after the last (as a metrics
+	// reader's States does, or the set's sweep timer).
+	clk.advance(10 * time.Second) // an epoch lasts at least 6 s
 	bs.States()
 	clk.advance(2 * time.Hour)
 	fresh := bs.Get("new", "/m")
@@ -130,7 +131,7 @@ func TestBackendsSlotForgotten(t *testing.T) {
 	if !ok || b == nil {
 		t.Fatalf("new slot: %v, %v", b, ok)
 	}
-	clk.advance(time.Second)
+	clk.advance(10 * time.Second) // an epoch lasts at least 6 s
 	bs.States()
 	clk.advance(time.Hour)
 	bs.States()
@@ -173,7 +174,7 @@ func TestBackendsKeepWhileWaiting(t *testing.T) {
 	if bs.Get("waited", "/m") != g {
 		t.Fatal("a target whose call waited was forgotten before it went idle")
 	}
-	clk.advance(time.Second)
+	clk.advance(10 * time.Second) // an epoch lasts at least 6 s
 	bs.States()
 	clk.advance(2 * time.Hour)
 	bs.States()

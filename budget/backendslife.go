@@ -20,24 +20,75 @@ const (
 	// backendsSweepEvery: a key is forgotten at most a tenth late, and the
 	// walk over every key runs at most twice a minute.
 	backendsSweepEvery = backendIdle / 10
+	// backendsEpochMin: an epoch lasts at least this long, so that
+	// epochsKept of them span more than backendIdle and two sweeps: a key
+	// idle that long is still timed by its own epoch, however often keys
+	// are added (with an epoch per add, a client dialling a new pod
+	// address every second pushed its idle keys' uses forward for ever,
+	// and only the cap forgot them).
+	backendsEpochMin = backendIdle / 50
 	// backendsMaxWaiting: the set's bound of waiting calls (when
 	// MaxWaiting is lower): four default rooms, so that a few backends
 	// down at once each keep a full room.
 	backendsMaxWaiting = 4 * defaultMaxWaiting
 )
 
+// sweeper forgets a set's idle keys on time: one timer per set, armed
+// while the set holds a key, that ticks the set's epoch and sweeps every
+// backendsSweepEvery. Without it a set that no call adds to and no
+// metrics reader reads (States) would keep its idle keys, and what they
+// hold, for as long as the process runs. Under Backends.mu.
+type sweeper struct {
+	timer *time.Timer
+	armed bool
+}
+
+// armSweep arms the set's sweep timer, if it holds a key and the timer is
+// not armed: called after a key is added.
+func (bs *Backends) armSweep() {
+	bs.mu.Lock()
+	bs.armSweepLocked()
+	bs.mu.Unlock()
+}
+
+func (bs *Backends) armSweepLocked() {
+	if bs.sweep.armed || bs.ntargets == 0 {
+		return
+	}
+	bs.sweep.armed = true
+	if bs.sweep.timer == nil {
+		bs.sweep.timer = time.AfterFunc(backendsSweepEvery, bs.sweepOnTime)
+		return
+	}
+	bs.sweep.timer.Reset(backendsSweepEvery)
+}
+
+// sweepOnTime is the timer's: it begins an epoch, so that the uses since
+// the last are timed, forgets what is idle, and arms the timer again
+// while a key is left. The time is the set's clock's (WithClock): on a
+// virtual clock the sweeps run every backendsSweepEvery of real time, at
+// the virtual time they find.
+func (bs *Backends) sweepOnTime() {
+	now := bs.now()
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	bs.sweep.armed = false
+	bs.tickLocked(now)
+	bs.sweepLocked(now)
+	bs.armSweepLocked()
+}
+
 // epochsKept is how many epochs' starts a Backends keeps: a use in an
 // older epoch counts as one in the oldest kept (later, so never forgotten
-// sooner). Forgetting looks at least every backendsSweepEvery, and an
-// epoch begins at most once per clock reading: 64 of them cover the
-// readings between two looks of all but the busiest adders, for 1.5 KiB.
+// sooner). An epoch lasts at least backendsEpochMin, so 64 of them span
+// 6.4 minutes, past backendIdle and the sweeps' lag, for 1.5 KiB.
 const epochsKept = 64
 
-// tickLocked begins an epoch at now, if the time moved since the latest
-// began. Under mu.
+// tickLocked begins an epoch at now, if backendsEpochMin passed since the
+// latest began. Under mu.
 func (bs *Backends) tickLocked(now time.Time) {
 	e := bs.epoch.Load()
-	if !now.After(bs.starts[e%epochsKept]) {
+	if now.Sub(bs.starts[e%epochsKept]) < backendsEpochMin {
 		return
 	}
 	bs.starts[(e+1)%epochsKept] = now

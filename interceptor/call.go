@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -376,12 +377,13 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 func newCore(opts []Option) *core {
 	k := &core{opts: buildOptions(opts)}
 	k.opts.ambiguous = &k.ambiguous
+	if k.opts.logger != nil {
+		k.opts.summary = newRefusedSummary(k.opts.logger)
+	}
 	if k.opts.state == nil {
 		k.opts.state = NewState()
 	}
-	if k.opts.logger != nil {
-		k.refusals, _ = k.opts.source.(refusalSource)
-	}
+	k.refusals, _ = k.opts.source.(refusalSource)
 	return k
 }
 
@@ -411,12 +413,20 @@ func (k *core) follow() {
 // refused.
 type refusalSource interface {
 	Refused() (n uint64, ev policy.SourceEvent)
+	ClaimRefused() (ev policy.SourceEvent, ok bool)
 }
 
 // logRefusal tells the logger, at error level and once, of a reload the
 // source refused since the last call: without it the file on disk and the
-// policy in force differ in silence.
+// policy in force differ in silence. Without a logger, slog.Default()
+// hears of it, once in the process (the first interceptor to see it).
 func (k *core) logRefusal() {
+	if k.opts.logger == nil {
+		if ev, ok := k.refusals.ClaimRefused(); ok {
+			slog.Default().Error(msgReloadRefused, "stagger.error", ev.Err.Error(), "stagger.file", ev.Path)
+		}
+		return
+	}
 	n, ev := k.refusals.Refused()
 	if ev.Err == nil {
 		return
@@ -424,8 +434,7 @@ func (k *core) logRefusal() {
 	if seen := k.refusalSeen.Load(); seen == n || !k.refusalSeen.CompareAndSwap(seen, n) {
 		return
 	}
-	k.opts.logger.Log(context.Background(), logging.LevelError,
-		"stagger: policy file not reloaded, the last good one stays in force: "+ev.Err.Error(), "stagger.file", ev.Path)
+	k.opts.logger.Log(context.Background(), logging.LevelError, msgReloadRefused, "stagger.error", ev.Err.Error(), "stagger.file", ev.Path)
 }
 
 // perCall copies o and applies the call's Options, and returns the call's

@@ -81,6 +81,9 @@ import (
 type call struct {
 	o      *options
 	method string
+	// off: the process-wide switch (SetDisabled) was on when the call
+	// started; it runs once (switchOff).
+	off bool
 	// retrying: pol applies and allows more than one attempt. When false the
 	// call runs once and stagger only records it in the budget.
 	retrying bool
@@ -276,6 +279,10 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	if o != &k.opts {
 		p := k.plan(o, cfg, m, method)
 		p.pace = mi.plan.pace
+		pl = &p
+	}
+	if c.off = switchedOff.Load(); c.off {
+		p := switchOff(pl)
 		pl = &p
 	}
 	target := callTarget(ctx, cc)

@@ -528,7 +528,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	if o == nil || len(o.callHooks) == 0 && o.report == nil {
 		return
 	}
-	e := Event{Kind: EventEnd, Method: c.method, Attempt: c.attempt + c.before, Code: status.Code(err), Err: err, Reason: c.reason, Deferred: c.deferred, Hedging: c.hedged != nil, Criticality: c.crit}
+	e := Event{Kind: EventEnd, Method: c.method, Attempt: c.attempt + c.before, Code: status.Code(err), Err: err, Reason: c.reason, Deferred: c.deferred, Hedging: c.hedged != nil, Criticality: c.crit, Disabled: c.off}
 	if err == nil {
 		e.Reason = policy.ReasonSuccess
 	}
@@ -544,7 +544,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	}
 	e.Target = c.target
 	if r := o.report; r != nil {
-		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Deferred: e.Deferred, WaitEnd: c.waitEnd, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target}
+		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Deferred: e.Deferred, WaitEnd: c.waitEnd, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target, Disabled: c.off}
 		if c.budget != nil && budgetEnded(e.Reason) {
 			r.Budget = c.budget.State()
 		}

@@ -53,17 +53,10 @@
 // A call returns CANCELED only when the caller cancelled it.
 //
 // The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
-// known to be idempotent (the Idempotent call option, else the file's
-// "idempotent", else the proto option idempotency_level) and to unary
-// calls that carry an idempotency key (WithIdempotencyKey). It is stagger's own
-// timer, and it cuts an attempt off only when a retry can go, at the end of
-// the retry's pause (the attempt runs on through it, and its answer then is
-// the call's), and only when the attempts sent after it are not all
-// unanswered too (a server slow for every attempt: the timer waits another
-// period instead); otherwise the attempt runs on and its answer is the
-// call's, so the timer never makes a call fail that would have succeeded
-// without it. UnaryClientInterceptor has its rules, and those of
-// hedgeOnPerTryTimeout.
+// known to be idempotent and to unary calls that carry an idempotency key;
+// it cuts an attempt off only when a retry can go, so it never makes a
+// call fail that would have succeeded without it. UnaryClientInterceptor
+// has its rules, and those of hedgeOnPerTryTimeout.
 //
 // Ambiguous failures (a deliberate difference from gRFC A6). A call not
 // known to be safe to repeat (the method is not known to be idempotent, by
@@ -131,13 +124,15 @@
 // no idempotency key, no criticality (CRITICAL, nothing sent), jitter from
 // math/rand/v2. Per call, WithMaxAttempts and WithCodes replace the
 // maxAttempts and the codes of the method's retry or hedging policy, and
-// nothing else.
+// nothing else. STAGGER_DISABLE (at start) or SetDisabled turns retries,
+// hedges and waits off in the whole process.
 //
 // # State
 //
 // A policy file (policy.Config) is data. The budgets and circuit breakers
 // it declares are built by the interceptors from its settings, per backend
-// (the connection's target), on first use, and kept in a State: one per
+// (the connection's target: the replicas behind one target share it), on
+// first use, and kept in a State: one per
 // interceptor unless WithState gives several interceptors one to share, as
 // stagger.DialOptions does for its unary and stream interceptors. A reload
 // through a policy.Source that keeps a budget's settings keeps every
@@ -190,9 +185,9 @@
 // the time spent between attempts, why the call ended and its code.
 // WithReport, per call, fills a Report with the same facts. The nested
 // module github.com/stagger-go/stagger/otel turns the end events into gRFC
-// A96's retry metrics in OpenTelemetry. The logger also hears the policy
-// file's warnings, at warn level, and each reload that failed, at error
-// level (WithLogger has its lines and fields).
+// A96's retry metrics in OpenTelemetry. The logger gets constant messages
+// (values in attributes), each call's at debug level, and a warn line per
+// backend per 10 s counting the calls their budget failed (WithLogger).
 //
 // # Resumable streams
 //

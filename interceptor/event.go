@@ -3,7 +3,6 @@ package interceptor
 import (
 	"context"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -145,6 +144,9 @@ type Event struct {
 	// call is CRITICAL: Level.Effective) and in an EventBreaker, which
 	// belongs to no call.
 	Criticality criticality.Level
+	// Disabled: EventEnd of a call made while the process-wide switch was
+	// on (SetDisabled, DisableEnv): it was sent once, and never waited.
+	Disabled bool
 }
 
 // BreakerChanged makes options a breaker.Listener: a breaker's state
@@ -170,7 +172,7 @@ func (k *core) logWarnings(cfg *policy.Config) {
 		if w.File != "" {
 			fields = append(fields, "stagger.file", w.File)
 		}
-		k.opts.warnLoud("stagger: policy file: "+w.Message, fields...)
+		k.opts.warnLoud(msgPolicyWarning, append(fields, "stagger.warning", w.Message)...)
 	}
 }
 
@@ -182,7 +184,7 @@ func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
 	if name == "" || !k.firstLoud("call "+method+" "+name) {
 		return
 	}
-	k.opts.warnLoud("stagger: the policy file names "+name+", not "+method+" (a typo?): the call does not follow that entry", "grpc.method", method, "stagger.name", name)
+	k.opts.warnLoud(msgNearlyNamed, "grpc.method", method, "stagger.name", name)
 }
 
 // loudMax bounds the messages firstLoud remembers: a program that makes up
@@ -238,18 +240,6 @@ func (c *call) emit(ctx context.Context, e Event) {
 	c.o.emit(ctx, e)
 }
 
-// deferredWhy says why a retry waits: the backend, and its budget's state.
-func deferredWhy(e Event) string {
-	who := "the backend"
-	if e.Target != "" {
-		who = "backend " + e.Target
-	}
-	if e.Budget.Kind == "" {
-		return "refused now by the budget of " + who
-	}
-	return who + ": " + budgetPhrase(e.Budget)
-}
-
 // budgetEnded reports whether a call that ended for reason r ended because
 // its budget refused or deferred a retry.
 func budgetEnded(r policy.Reason) bool {
@@ -264,66 +254,68 @@ func (o *options) emit(ctx context.Context, e Event) {
 	for _, h := range o.callHooks {
 		h(ctx, e)
 	}
-	if o.logger == nil {
-		return
+	if o.logger != nil {
+		o.log(ctx, e)
 	}
-	level, msg := logging.LevelDebug, "stagger: retrying"
+}
+
+// log writes e's line: at debug level for what happens to one call, at
+// warn level for what is said once (per method, per breaker change); the
+// calls that end for want of a retry their budget refused go into a warn
+// line per backend per interval as well (refusedSummary).
+func (o *options) log(ctx context.Context, e Event) {
+	level, msg := logging.LevelDebug, msgRetrying
 	switch e.Kind {
 	case EventGiveUp:
-		msg = "stagger: giving up"
+		msg = msgGivingUp
 		switch {
-		case e.Reason == policy.ReasonBudget:
-			level = logging.LevelWarn
+		case budgetEnded(e.Reason) && o.summary != nil:
+			o.summary.count(e)
 		case e.Reason == policy.ReasonAmbiguous && o.firstAmbiguous(e.Method):
 			// The caller sees a status its file may list as retryable:
 			// say once per method, where it is heard, why it was not.
-			level, msg = logging.LevelWarn, "stagger: not retried: the request may have run on the server and the method is not known to be idempotent (mark it idempotent or send an idempotency key)"
+			level, msg = logging.LevelWarn, msgAmbiguous
 		}
 	case EventNotice:
-		level, msg = logging.LevelWarn, "stagger: per-attempt timeout not applied: method not known to be idempotent"
+		// Once per method and interceptor.
+		level, msg = logging.LevelWarn, msgNoTimer
 		switch {
 		case e.Reason == policy.ReasonAttempts:
-			msg = "stagger: WithMaxAttempts above the cap: capped at " + strconv.Itoa(e.Attempt) + " attempts"
+			msg = msgCapped
 		case e.Reason == policy.ReasonOverridden:
-			msg = "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"
+			msg = msgOverridden
 		case e.Reason == policy.ReasonNoPolicy:
-			msg = "stagger: the call's WithMaxAttempts, WithCodes or WithPredicate not applied: no retry policy for the method (no file entry, no WithPolicy)"
+			msg = msgNoPolicy
 		case e.Reason == policy.ReasonOneAttempt:
-			msg = "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing"
+			msg = msgOneAttempt
 		case e.Hedging:
-			msg = "stagger: hedging not applied"
+			msg = msgNoHedging
 		}
 	case EventHedge:
-		msg = "stagger: hedging"
+		msg = msgHedging
 	case EventHedgeStop:
-		msg = "stagger: no more hedges"
-		if e.Reason == policy.ReasonBudget {
-			level = logging.LevelWarn
+		msg = msgNoMoreHedges
+		if e.Reason == policy.ReasonBudget && o.summary != nil {
+			o.summary.count(e)
 		}
 	case EventHedgeWon:
-		msg = "stagger: hedge won"
+		msg = msgHedgeWon
 	case EventDeferred:
-		// One sentence: which backend, and what it looks like to its
-		// budget and Gate (the Gate holds every retry while the backend
-		// looks down or overloaded, however full the budget it wraps).
-		msg = "stagger: retry deferred: " + deferredWhy(e)
+		msg = msgDeferred
 	case EventResume:
-		msg = "stagger: resuming stream"
+		msg = msgResuming
 	case EventTimerRanOn:
-		msg = "stagger: per-attempt timeout not applied: the retry was refused, the attempt runs on"
+		msg = msgTimerRanOn
 	case EventBreaker:
-		level, msg = logging.LevelInfo, "stagger: circuit breaker "+e.Breaker.To.String()
+		level = logging.LevelInfo
 		if e.Breaker.To == breaker.StateOpen {
 			level = logging.LevelWarn
 		}
-		o.logger.Log(ctx, level, msg, "stagger.breaker", e.Method, "stagger.from", e.Breaker.From.String(),
+		o.logger.Log(ctx, level, msgBreaker, "stagger.breaker", e.Method, "stagger.to", e.Breaker.To.String(), "stagger.from", e.Breaker.From.String(),
 			"stagger.failures", e.Breaker.Failures, "stagger.answered", e.Breaker.Answered, "stagger.break", e.Breaker.Break.String())
 		return
 	}
-	if e.Kind == EventGiveUp && (e.Reason == policy.ReasonDeferred || e.Reason == policy.ReasonBudget) {
-		level = logging.LevelWarn
-	}
-	fields := make([]any, 0, 16)
+	fields := make([]any, 0, 20)
 	fields = append(fields,
 		"grpc.method", e.Method,
 		"stagger.event", e.Kind.String(),
@@ -358,6 +350,9 @@ func (o *options) emit(ctx context.Context, e Event) {
 		fields = append(fields, "stagger.budget.level", e.Budget.Level)
 		if e.Budget.Health != "" {
 			fields = append(fields, "stagger.gate", e.Budget.Health)
+		}
+		if e.Budget.Waiting > 0 {
+			fields = append(fields, "stagger.budget.waiting", e.Budget.Waiting)
 		}
 	}
 	o.logger.Log(ctx, level, msg, fields...)

@@ -83,6 +83,10 @@ type options struct {
 	// ambiguous is the core's set of methods whose ambiguous give-up was
 	// logged at warning level (nil for options not built by newCore).
 	ambiguous *sync.Map
+	// summary counts, for the logger, the calls that ended for want of a
+	// retry their budget refused (nil without a logger, or for options
+	// not built by newCore).
+	summary *refusedSummary
 	// crit is the interceptor's default criticality and callCrit the
 	// call's own (WithCriticality given when building the interceptor, or
 	// on the call); Unset when not given.
@@ -211,42 +215,68 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 // WithLogger logs what stagger does through l: any go-grpc-middleware v2
 // logging.Logger (its slog, zap, zerolog, ... adapters fit).
 //
-// The logger (WithLogger, any go-grpc-middleware v2 logging.Logger) writes
-// one line per event but EventEnd: retries, hedges, hedge ends and
-// deferrals at debug level; budget refusals, notices and open breakers at
-// warn. Its fields: grpc.method, stagger.event (the kind: "retry", "give
-// up", "hedge", "hedge won", ...), stagger.attempt, grpc.code; then
-// stagger.pause for a retry, a hedge or a deferral, and stagger.pushback
-// (true) when the pause is the server's; stagger.backend, the address the
-// failed attempt went to, when the stagger_elsewhere policy picked it
-// (Event.Backend); stagger.reason when the event has a reason (a give-up, a
-// notice, a hedge stop); stagger.deferred and
-// stagger.admission after a wait for the budget. Durations are strings in
+// Every message is a constant (a log pipeline can group, count and
+// rate-limit lines by it); what changes from line to line goes in
+// attributes. What happens to one call is at debug level: one line per
+// event but EventEnd (retries, give-ups, hedges, hedge ends, deferrals,
+// resumes), so that an outage, which makes such events by the thousand,
+// writes nothing above debug per call. Their fields: grpc.method,
+// stagger.event (the kind: "retry", "give up", "hedge", "hedge won", ...),
+// stagger.attempt, grpc.code; then stagger.pause for a retry, a hedge or a
+// deferral, and stagger.pushback (true) when the pause is the server's;
+// stagger.backend, the address the failed attempt went to, when the
+// stagger_elsewhere policy picked it (Event.Backend); stagger.reason when
+// the event has a reason (a give-up, a notice, a hedge stop);
+// stagger.deferred and stagger.admission after a wait for the budget;
+// grpc.target (the backend) but for a retry or a hedge;
+// stagger.budget.level, stagger.gate and stagger.budget.waiting when the
+// budget refused or deferred a retry. Durations are strings in
 // time.Duration's format ("1.5s", "250ms"), so a JSON handler prints them
-// readably rather than as integer nanoseconds. A breaker's line has
-// stagger.breaker, stagger.from, stagger.failures, stagger.answered and
-// stagger.break.
+// readably rather than as integer nanoseconds.
+//
+// The calls that end because their budget refused a retry or ended its
+// wait (reasons budget, deferred and outage), and the hedges it refused,
+// are summed up at warn level instead, at most one line per backend per
+// 10 seconds: "stagger: calls ended without the retry their budget
+// refused, ..." with grpc.target, the counts per reason since the
+// backend's last such line (stagger.budget_refused, stagger.wait_ended,
+// stagger.outage, stagger.hedges_refused), stagger.interval (the time
+// since that line; absent on a backend's first), and the budget's latest
+// state (stagger.budget.level, stagger.gate). A backend's first such call
+// is said at once, the ones after it when its 10 seconds end (a timer,
+// armed only while a count waits). The summary goes to the interceptor's
+// logger, not to one given on a single call.
+//
+// At warn level too, once each: a circuit breaker that opens (a breaker's
+// other changes at info; stagger.breaker, stagger.to, stagger.from,
+// stagger.failures, stagger.answered, stagger.break), and each notice
+// (EventNotice: an option or a part of the policy not applied, once per
+// method).
 //
 // The logger also gets, at warn level, the warnings of the policy file
 // (policy.Config.Warnings: a misspelt key, a service or method the program's
 // protos do not declare, each with its "did you mean"), once per file when a
-// call first follows it, and again after a reload: "stagger: policy file:
-// ..." with stagger.field and, when known, stagger.file, stagger.line and
-// stagger.column. Hooks do not get them; they are not events of a call.
-// Without a logger, the likely typos among them (policy.Warning.Typo: an
-// unknown key near a known one, a service or method name that a linked
-// proto nearly declares) still go to slog.Default(), each once per
-// interceptor, for a typo silently turns a method's retries off. So does a
-// call to a method the file nearly names without naming it
-// (policy.Config.NearlyNamed): "stagger: the policy file names ..., not
-// ...", once per method.
+// call first follows it, and again after a reload: "stagger: policy file
+// warning (stagger.warning)" with stagger.warning, stagger.field and, when
+// known, stagger.file, stagger.line and stagger.column. Hooks do not get
+// them; they are not events of a call. Without a logger, the likely typos
+// among them (policy.Warning.Typo: an unknown key near a known one, a
+// service or method name that a linked proto nearly declares) still go to
+// slog.Default(), each once per interceptor, for a typo silently turns a
+// method's retries off. So does a call to a method the file nearly names
+// without naming it (policy.Config.NearlyNamed): "stagger: the policy file
+// nearly names the method ...", with grpc.method and stagger.name, once
+// per method.
 //
 // Two failures that would otherwise make no sound reach it too: the first
 // ambiguous give-up of each method (policy.ReasonAmbiguous), at warn level
 // ("stagger: not retried: ..."), and a reload the config source refused (a
 // file that does not parse; policy.Source.Refused), once, at error level,
 // on the next call: "stagger: policy file not reloaded, ..." with
-// stagger.file.
+// stagger.error and stagger.file. Without a logger, slog.Default() hears
+// of each refused reload at error level, once in the process
+// (policy.Source.ClaimRefused), from the first call that follows the
+// Source after it.
 func WithLogger(l logging.Logger) Option {
 	return Option{apply: func(o *options) { o.logger = l }}
 }
@@ -329,6 +359,10 @@ type Report struct {
 	// call (Reason breaker or throttled): open or half-open, its window's
 	// counts, the throttle's rejection probability; zero otherwise.
 	Breaker breaker.Snapshot
+	// Disabled: the process-wide switch was on when the call started
+	// (SetDisabled, DisableEnv): stagger sent it once, with no retry, no
+	// hedge and no wait (Reason is then "no policy" for a failure).
+	Disabled bool
 }
 
 // String is the Report in one line, naming only what happened: "" for a
@@ -369,6 +403,9 @@ func (r Report) String() string {
 			fmt.Fprintf(&b, "; wait ended: %s", r.WaitEnd)
 		}
 		b.WriteString(")")
+	}
+	if r.Disabled {
+		b.WriteString(", stagger disabled in the process (" + DisableEnv + ", SetDisabled): one attempt, no wait")
 	}
 	if r.Criticality.Valid() {
 		fmt.Fprintf(&b, ", criticality %s", r.Criticality)
@@ -496,7 +533,8 @@ func WithCodes(cs ...codes.Code) Option {
 
 // Disable turns stagger off; meant per call: the call goes to grpc once,
 // untouched but for its criticality header (WithCriticality), which a
-// chain must keep.
+// chain must keep. SetDisabled (or the environment variable DisableEnv)
+// turns stagger off in the whole process.
 func Disable() Option {
 	return Option{apply: func(o *options) { o.disabled = true }}
 }

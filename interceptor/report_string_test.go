@@ -1,11 +1,13 @@
 package interceptor
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"google.golang.org/grpc/codes"
 
 	"github.com/stagger-go/stagger/breaker"
@@ -38,15 +40,24 @@ func TestReportString(t *testing.T) {
 	}
 }
 
-// TestDeferredLogLine: the log line of a deferred retry names the backend
-// and what its budget and Gate make of it, in one sentence.
+// TestDeferredLogLine: the log line of a deferred retry has a constant
+// message and names the backend and what its budget and Gate make of it
+// in attributes.
 func TestDeferredLogLine(t *testing.T) {
-	e := Event{Kind: EventDeferred, Target: "dns:///payments:443", Budget: budget.State{Kind: "token-bucket", Level: 2, Capacity: 10, Health: "failing"}}
-	if got, want := deferredWhy(e), "backend dns:///payments:443: its Gate sees it failing, budget 2.0 of 10"; got != want {
-		t.Errorf("deferred: %q, want %q", got, want)
+	var msg string
+	fields := map[string]any{}
+	o := options{logger: logging.LoggerFunc(func(_ context.Context, _ logging.Level, m string, kv ...any) {
+		msg = m
+		for i := 0; i+1 < len(kv); i += 2 {
+			fields[kv[i].(string)] = kv[i+1]
+		}
+	})}
+	o.emit(context.Background(), Event{Kind: EventDeferred, Target: "dns:///payments:443", Budget: budget.State{Kind: "token-bucket", Level: 2, Capacity: 10, Health: "failing"}})
+	if msg != msgDeferred {
+		t.Errorf("message %q, want the constant %q", msg, msgDeferred)
 	}
-	if got := deferredWhy(Event{Kind: EventDeferred}); got != "refused now by the budget of the backend" {
-		t.Errorf("deferred without a state: %q", got)
+	if fields["grpc.target"] != "dns:///payments:443" || fields["stagger.gate"] != "failing" || fields["stagger.budget.level"] != 2.0 {
+		t.Errorf("fields %v: want the target, the Gate's health and the level", fields)
 	}
 }
 

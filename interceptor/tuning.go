@@ -130,3 +130,19 @@ const callerDeadlineSlack = time.Millisecond
 // built for the plan that needs them and not kept. Not measured: a process
 // has a few policy files, not dozens.
 const stateCap = 64
+
+// The logger's summary of refused retries (logsummary.go).
+const (
+	// refusedLogEvery: at most one warn line per backend per interval.
+	// Not measured: an operator's log pipeline keeps a line a few seconds
+	// apart at no cost, and ten seconds is the longest a call without a
+	// deadline waits for the budget, so an outage's waits end within one
+	// line or two (the issue's SRE counted 629 lines in one 10 s outage
+	// at one per call).
+	refusedLogEvery = 10 * time.Second
+	// refusedLogTargets bounds the backends the summary counts apart;
+	// the others share one line, target "other". It is the budget's own
+	// bound of targets (budget.Backends), so that every target the budget
+	// keeps apart has its own line.
+	refusedLogTargets = 1024
+)

@@ -273,7 +273,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			k.logRefusal()
 		}
 		mi := k.method(cfg, method)
-		if o == &k.opts && mi.fast {
+		if o == &k.opts && mi.fast && !switchedOff.Load() {
 			pl := &mi.plan
 			crit := callCriticality(ctx, o, mi.m)
 			callCtx := ctx

@@ -82,7 +82,10 @@
 // stagger's extensions: a retryBudget (tokenBucket or ratio) in place of
 // retryThrottling, a budget's "defer" (true, false, or {"maxWaiting": n,
 // "maxWait": "10s"}: whether retries the budget refuses wait for a later
-// admission, see budget.Gate; a retryBudget defers unless it says false,
+// admission, see budget.Gate; "defer" alone, with no kind, is stagger's
+// default budget, budget.DefaultSettings, where an empty tokenBucket is
+// the kind's own defaults: 500 tokens starting full; a retryBudget defers
+// unless it says false,
 // retryThrottling refuses at once as gRFC A6 says unless it says true), a
 // retryPolicy's jitter, perAttemptRecvTimeout and hedgeOnPerTryTimeout (see
 // Policy), a method's idempotent and criticality (Method.Criticality: the

@@ -67,6 +67,12 @@ func truncate3(f float64) float64 {
 	return t
 }
 
+// retryBudget reads a retryBudget: a tokenBucket or a ratio, each field
+// optional (an absent one takes the kind's own default, written beside it
+// in budget.TokenBucketSettings and budget.RatioSettings: an empty
+// tokenBucket is the AWS SDKs' bucket, 500 tokens starting full), and an
+// optional "defer"; "defer" alone is stagger's default budget
+// (budget.DefaultSettings: 100 tokens starting at 9) with that setting.
 func (w *walker) retryBudget(n *node, path string, c *Config) {
 	c.budgetPath = path
 	if !w.object(n, path, "tokenBucket", "ratio", "defer") {
@@ -110,8 +116,14 @@ func (w *walker) retryBudget(n *node, path string, c *Config) {
 			MinRetriesPerSecond: w.optNumber(ra, p, "minRetriesPerSecond"),
 		}, Defer: def}
 		w.budgetSettings(s, p, before, c)
+	case get(n, "defer") != nil:
+		// "defer" alone: stagger's default budget (budget.DefaultSettings,
+		// the one stagger.DialOptions installs), waiting or not as it says.
+		s := budget.DefaultSettings()
+		s.Defer = def
+		w.budgetSettings(s, path, len(w.errs), c)
 	default:
-		w.fail(path, "must hold tokenBucket or ratio", shownValue("neither"))
+		w.fail(path, "must hold tokenBucket, ratio or defer", shownValue("none"))
 	}
 }
 

@@ -463,3 +463,43 @@ func TestParseCriticality(t *testing.T) {
 		t.Errorf("misspelt key: warnings %v, want one suggesting criticality", ws)
 	}
 }
+
+// TestParseDeferAlone: "defer" with no budget kind is stagger's default
+// budget (budget.DefaultSettings: 100 tokens starting at 9) with that
+// setting; an empty tokenBucket is the kind's own defaults (the AWS SDKs'
+// 500 tokens starting full), whatever "defer" says; neither is an error
+// naming what a retryBudget holds.
+func TestParseDeferAlone(t *testing.T) {
+	def := budget.DefaultSettings()
+	off := def
+	off.Defer = budget.DeferSettings{Mode: budget.DeferOff}
+	on := def
+	on.Defer = budget.DeferSettings{Mode: budget.DeferOn, MaxWaiting: 8}
+	aws := budget.Settings{Kind: budget.KindTokenBucket, Defer: budget.DeferSettings{Mode: budget.DeferOff}}
+	for _, tt := range []struct {
+		doc  string
+		want budget.Settings
+	}{
+		{`{"retryBudget":{"defer":false}}`, off},
+		{"retryBudget:\n  defer: {maxWaiting: 8}\n", on},
+		{`{"retryBudget":{"tokenBucket":{},"defer":false}}`, aws},
+	} {
+		c, err := ParseConfig([]byte(tt.doc))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.doc, err)
+		}
+		if got := c.BudgetSettings(); got != tt.want {
+			t.Errorf("%s: settings %+v, want %+v", tt.doc, got, tt.want)
+		}
+	}
+	bs, err := parseMust(t, `{"retryBudget":{"defer":false}}`).NewBudgets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := bs.Get("t", "/m").State(); st.Level != 9 || st.Capacity != 100 {
+		t.Errorf(`"defer": false alone: budget %+v, want the default's 9 of 100`, st)
+	}
+	if _, err := ParseConfig([]byte(`{"retryBudget":{}}`)); err == nil || !strings.Contains(err.Error(), "must hold tokenBucket, ratio or defer") {
+		t.Errorf("an empty retryBudget: %v, want an error naming what it may hold", err)
+	}
+}

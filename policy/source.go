@@ -204,10 +204,27 @@ func (s *Source) reloadLocked() (SourceEvent, bool, error) {
 	return ev, true, nil
 }
 
-// refusal is what Refused returns.
+// refusal is what Refused returns; claimed says ClaimRefused gave it.
 type refusal struct {
-	n  uint64
-	ev SourceEvent
+	n       uint64
+	ev      SourceEvent
+	claimed atomic.Bool
+}
+
+// ClaimRefused is Refused for a reporter that many readers of the Source
+// share: ok is true for one caller only per refusal, the first to claim
+// it, so that it is said once in the process however many connections
+// follow the Source. The interceptors log each refusal this way through
+// slog.Default() when they have no logger of their own.
+func (s *Source) ClaimRefused() (ev SourceEvent, ok bool) {
+	if s == nil {
+		return SourceEvent{}, false
+	}
+	r := s.refused.Load()
+	if r == nil || r.ev.Err == nil || r.claimed.Load() || r.claimed.Swap(true) {
+		return SourceEvent{}, false
+	}
+	return r.ev, true
 }
 
 // Refused returns the reload the Source last refused (a file that could not
@@ -216,7 +233,8 @@ type refusal struct {
 // new one, so a reader that remembers it can report each once. After a
 // reload that succeeds, ev is zero until the next refusal. The interceptors
 // log each refusal through interceptor.WithLogger this way, on the next
-// call, at error level; OnReload hears of it at once.
+// call, at error level (without a logger, through slog.Default(), once:
+// ClaimRefused); OnReload hears of it at once.
 func (s *Source) Refused() (n uint64, ev SourceEvent) {
 	if s == nil {
 		return 0, SourceEvent{}

@@ -134,7 +134,7 @@ func (s *Interceptors) incomingCriticality(ctx context.Context) (l criticality.L
 		if len(bad) > maxLoggedHeader {
 			bad = bad[:maxLoggedHeader] + "..."
 		}
-		slog.Default().Warn(fmt.Sprintf("server: a request carries %s: %q, which names no criticality; such requests count as CRITICAL, as without the header (logged once)", criticality.Header, bad))
+		slog.Default().Warn("server: a request carries a criticality header that names no criticality; such requests count as CRITICAL, as without the header (logged once)", "stagger.header", criticality.Header, "stagger.value", bad)
 	}
 	return l, named
 }

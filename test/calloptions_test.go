@@ -445,7 +445,7 @@ func TestLoggerSaysWithMaxAttemptsCappedOnce(t *testing.T) {
 			t.Fatalf("notices %v, want one for two calls", notices)
 		}
 		l := notices[0]
-		if l["level"] != "WARN" || l["msg"] != "stagger: WithMaxAttempts above the cap: capped at 5 attempts" ||
+		if l["level"] != "WARN" || l["msg"] != "stagger: WithMaxAttempts above the cap: lowered to the cap (stagger.attempt)" || l["stagger.attempt"] != 5.0 ||
 			l["stagger.reason"] != "attempts" || l["grpc.method"] != getMethod {
 			t.Errorf("notice %v, want a warning that WithMaxAttempts was capped at 5, reason attempts", l)
 		}
@@ -468,9 +468,9 @@ func TestLoggerSaysFileWarningsOncePerFile(t *testing.T) {
 		b := newBench(t, []interceptor.Option{interceptor.WithConfigSource(src), interceptor.WithLogger(log.logger())})
 		warnings := func() (n int, msgs []string) {
 			for _, l := range log.lines(t) {
-				if m, _ := l["msg"].(string); strings.HasPrefix(m, "stagger: policy file: ") {
+				if m, _ := l["msg"].(string); m == "stagger: policy file warning (stagger.warning)" {
 					n++
-					msgs = append(msgs, fmt.Sprint(l["stagger.field"], " ", m))
+					msgs = append(msgs, fmt.Sprint(l["stagger.field"], " ", l["stagger.warning"]))
 				}
 			}
 			return n, msgs

@@ -5,14 +5,17 @@ package test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -23,17 +26,17 @@ import (
 	"github.com/stagger-go/stagger/testserver"
 )
 
-// logLines is a logging.Logger that keeps "LEVEL message" lines.
+// logLines is a logging.Logger that keeps "LEVEL message [fields]" lines.
 type logLines struct {
 	mu    sync.Mutex
 	lines []string
 }
 
 func (l *logLines) logger() logging.Logger {
-	return logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, _ ...any) {
+	return logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, fields ...any) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		l.lines = append(l.lines, fmt.Sprintf("%v %s", lvl, msg))
+		l.lines = append(l.lines, fmt.Sprintf("%v %s %v", lvl, msg, fields))
 	})
 }
 
@@ -159,6 +162,87 @@ func TestUncoveredMethodReportsNoPolicy(t *testing.T) {
 		}
 		if policy.ReasonNoPolicy.String() != "no policy" {
 			t.Errorf("ReasonNoPolicy.String() = %q", policy.ReasonNoPolicy.String())
+		}
+	})
+}
+
+// Without a logger, a reload the Source refused reaches slog.Default() at
+// error level once per change: not once per poll that finds the same bad
+// file, nor once per connection or interceptor that follows the Source.
+func TestRefusedReloadIsLoggedWithoutLogger(t *testing.T) {
+	rec := &slogRecords{}
+	old := slog.Default()
+	slog.SetDefault(slog.New(rec))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "retry.json")
+		write := func(content string) {
+			t.Helper()
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(sourceFile(2, ""))
+		ticks := make(chan time.Time)
+		src, err := policy.WatchFile(path, policy.WithPollTicks(ticks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		poll := func() {
+			ticks <- time.Now()
+			time.Sleep(time.Second) // past the Source's look again at a broken file
+			synctest.Wait()
+		}
+		srv := testserver.New()
+		defer srv.Close()
+		var ccs []*grpc.ClientConn
+		for range 2 {
+			cc, err := srv.Dial(stagger.DialOptionsFromSource(src)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			ccs = append(ccs, cc)
+		}
+		calls := func(round string) {
+			t.Helper()
+			for i, cc := range ccs {
+				if _, err := getAttempts(t, srv, cc, fmt.Sprint(round, "-", i), 0); err != nil {
+					t.Fatal(err)
+				}
+				stream, err := testingv1.NewTestServiceClient(cc).ListItems(context.Background(), &testingv1.ListItemsRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for {
+					if _, err := stream.Recv(); err != nil {
+						break
+					}
+				}
+			}
+		}
+		refusals := func() []string { return rec.with("ERROR stagger: policy file not reloaded") }
+
+		write(`{"methodConfig": [{"retryPolicy": {"maxAttempts": 1}}]}`)
+		for round := range 3 { // three polls of the same bad file
+			poll()
+			calls(fmt.Sprint("bad-", round))
+		}
+		if got := refusals(); len(got) != 1 || !strings.Contains(got[0], "maxAttempts") || !strings.Contains(got[0], "stagger.file="+path) {
+			t.Fatalf("slog.Default() heard %q after three polls of one bad file, want one error naming it", got)
+		}
+		write(`{"methodConfig": [`) // another bad file: a new refusal
+		poll()
+		calls("worse")
+		if got := refusals(); len(got) != 2 {
+			t.Fatalf("slog.Default() heard %d refusals after a second bad file, want 2: %q", len(got), got)
+		}
+		write(sourceFile(3, ""))
+		poll()
+		calls("fixed")
+		if got := refusals(); len(got) != 2 {
+			t.Fatalf("a good reload logged a refusal: %q", got)
 		}
 	})
 }

@@ -4,6 +4,7 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,7 +16,8 @@ import (
 	"github.com/stagger-go/stagger/interceptor"
 )
 
-// slogRecords is a slog.Handler that keeps each record's message.
+// slogRecords is a slog.Handler that keeps each record: its level, message
+// and attributes ("WARN msg k=v k=v").
 type slogRecords struct {
 	mu   sync.Mutex
 	msgs []string
@@ -27,7 +29,12 @@ func (h *slogRecords) WithGroup(string) slog.Handler            { return h }
 func (h *slogRecords) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.msgs = append(h.msgs, r.Level.String()+" "+r.Message)
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	h.msgs = append(h.msgs, line)
 	return nil
 }
 
@@ -69,9 +76,9 @@ func TestTypoIsLoudWithoutLogger(t *testing.T) {
 		}
 	}
 	for _, want := range [][]string{
-		{"WARN stagger: policy file: ", `"grpc.testing.TestServce"`, `did you mean "grpc.testing.TestService"?`},
-		{"WARN stagger: policy file: unknown key", `did you mean "perAttemptRecvTimeout"?`},
-		{"WARN stagger: the policy file names /grpc.testing.TestServce/, not /grpc.testing.TestService/EmptyCall"},
+		{"WARN stagger: policy file warning", `"grpc.testing.TestServce"`, `did you mean "grpc.testing.TestService"?`},
+		{"WARN stagger: policy file warning", "stagger.warning=unknown key", `did you mean "perAttemptRecvTimeout"?`},
+		{"WARN stagger: the policy file nearly names the method", "grpc.method=/grpc.testing.TestService/EmptyCall", "stagger.name=/grpc.testing.TestServce/"},
 	} {
 		if got := rec.with(want...); len(got) != 1 {
 			t.Errorf("slog.Default() heard %d lines with %q, want 1; all:\n%s", len(got), want, strings.Join(rec.with(), "\n"))
@@ -80,11 +87,11 @@ func TestTypoIsLoudWithoutLogger(t *testing.T) {
 
 	var heard []string
 	var mu sync.Mutex
-	logger := logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, _ ...any) {
+	logger := logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, fields ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		if lvl == logging.LevelWarn {
-			heard = append(heard, msg)
+			heard = append(heard, fmt.Sprint(msg, fields))
 		}
 	})
 	rec = &slogRecords{}

@@ -19,6 +19,7 @@ import (
 	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/internal/gatetune"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/protobuf/proto"
@@ -49,6 +50,10 @@ type checkReport struct {
 	// Breaker explains the file's top-level circuitBreaker and
 	// adaptiveThrottling (methods no entry names use it).
 	Breaker *checkBreaker `json:"breaker,omitempty"`
+	// Disabled says that the environment turns stagger off in this
+	// process, and so in the programs started from the same environment
+	// (interceptor.DisableEnv): the file then retries nothing.
+	Disabled string `json:"disabled,omitempty"`
 }
 
 // checkBreaker explains one breaker setting.
@@ -239,7 +244,7 @@ func loadDescriptorSet(path string) (*protoregistry.Files, error) {
 // protos, only stagger's test service) and idempotency comes from that
 // registry.
 func checkFile(file string, files *protoregistry.Files, descSet string, opts ...policy.ParseOption) checkReport {
-	rep := checkReport{File: file}
+	rep := checkReport{File: file, Disabled: disabledNote()}
 	if files != nil {
 		opts = append(opts, policy.WithProtoFiles(files))
 		n := 0
@@ -875,12 +880,12 @@ func explainPerBackend(s budget.Settings) string {
 	l := bs.Limits()
 	var out string
 	if l.MethodsPerTarget > 0 {
-		out = fmt.Sprintf("each backend (target) has its own tokens, and each of its methods its own Gate over them, a KiB or two each; "+
+		out = fmt.Sprintf("each backend (a target: the replicas behind one share it) has its own tokens, and each of its methods its own Gate over them, a KiB or two each; "+
 			"at most %d targets and %d methods per target are kept", l.Targets, l.MethodsPerTarget)
 	} else {
-		out = fmt.Sprintf("each backend (target) has its own tokens, a KiB or two; at most %d targets are kept", l.Targets)
+		out = fmt.Sprintf("each backend (a target: the replicas behind one share it) has its own tokens, a KiB or two; at most %d targets are kept", l.Targets)
 	}
-	out += fmt.Sprintf(" (past that, the least recently used are forgotten), and a key nobody called for %v is forgotten: "+
+	out += fmt.Sprintf(" (past that, the least recently used are forgotten), and a key nobody called for %v is forgotten within a minute more: "+
 		"its next call starts afresh; nothing a call waits on is forgotten", l.Idle)
 	return out
 }
@@ -1009,6 +1014,9 @@ func writeCheckText(out io.Writer, rep checkReport, width int) {
 	var buf strings.Builder
 	defer func() { io.WriteString(out, wrapText(buf.String(), width)) }()
 	w := &buf
+	if rep.Disabled != "" {
+		fmt.Fprintf(w, "stagger is off: %s\n\n", rep.Disabled)
+	}
 	if !rep.Valid {
 		fmt.Fprintf(w, "%s: invalid, %d error(s) (listed on stderr)\n", rep.File, len(rep.Errors))
 		writeWarnings(w, rep.Warnings)
@@ -1093,6 +1101,16 @@ func writeCheckText(out io.Writer, rep checkReport, width int) {
 		fmt.Fprintf(w, "\nbreaker: %s\n  %s\n", rep.Breaker.Settings, rep.Breaker.Explanation)
 	}
 	writeWarnings(w, rep.Warnings)
+}
+
+// disabledNote says, when the environment turns stagger off
+// (interceptor.DisableEnv, read when the program starts), what that does
+// to a program that follows the file; "" when it does not.
+func disabledNote() string {
+	if !interceptor.Disabled() {
+		return ""
+	}
+	return interceptor.DisableEnv + "=" + strconv.Quote(os.Getenv(interceptor.DisableEnv)) + " turns stagger off: a program started with it makes each call once, with no retry, no hedge and no wait, whatever this file says, until interceptor.SetDisabled(false)"
 }
 
 func writeWarnings(w io.Writer, warnings []string) {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -306,8 +307,8 @@ func TestCheckExplainsDeferral(t *testing.T) {
 		{`"retryBudget": {"tokenBucket": {}}`, "refused retries: a retry the budget refuses waits instead of failing (at most 1024 calls at once"},
 		{`"retryBudget": {"tokenBucket": {}, "defer": {"maxWaiting": 7}}`, "(at most 7 calls at once"},
 		{`"retryBudget": {"tokenBucket": {}, "defer": {"maxWaiting": 7}}`, "(at most 7 calls at once per backend, all its methods together, and 4096 across"},
-		{`"retryBudget": {"tokenBucket": {}}`, "per backend: each backend (target) has its own tokens, and each of its methods its own Gate over them"},
-		{`"retryBudget": {"tokenBucket": {}}`, "a key nobody called for 5m0s is forgotten"},
+		{`"retryBudget": {"tokenBucket": {}}`, "per backend: each backend (a target: the replicas behind one share it) has its own tokens, and each of its methods its own Gate over them"},
+		{`"retryBudget": {"tokenBucket": {}}`, "a key nobody called for 5m0s is forgotten within a minute more"},
 		{`"retryBudget": {"ratio": {}, "defer": false}`, "refused retries: a retry the budget refuses ends its call at once (reason budget)\n"},
 		{`"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}`, `as gRFC A6 says; "defer": true makes refused retries wait`},
 	} {
@@ -763,5 +764,25 @@ func TestCheckCountsRetries(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s%s", want, out, errOut)
 		}
+	}
+}
+
+// With stagger turned off for the process (interceptor.DisableEnv, or
+// SetDisabled), check says so first, in text and JSON.
+func TestCheckSaysDisabled(t *testing.T) {
+	defer interceptor.SetDisabled(interceptor.Disabled())
+	interceptor.SetDisabled(true)
+	code, out, _ := checkRun(t, "-width", "0", checkExamples+"retry.json")
+	if code != 0 || !strings.HasPrefix(out, "stagger is off: "+interceptor.DisableEnv) {
+		t.Fatalf("exit %d, output begins %.120q; want it to say stagger is off", code, out)
+	}
+	_, out, _ = checkRun(t, "-format", "json", checkExamples+"retry.json")
+	var rep struct{ Disabled string }
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || !strings.Contains(rep.Disabled, interceptor.DisableEnv) {
+		t.Fatalf("json disabled %q (%v); want it to name %s", rep.Disabled, err, interceptor.DisableEnv)
+	}
+	interceptor.SetDisabled(false)
+	if _, out, _ := checkRun(t, checkExamples+"retry.json"); strings.Contains(out, "stagger is off") {
+		t.Fatalf("switch off, check says stagger is off:\n%s", out)
 	}
 }

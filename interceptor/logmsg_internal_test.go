@@ -1,0 +1,139 @@
+package interceptor
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLogMessagesAreConstant: every message the package logs (through a
+// logging.Logger's Log, warnLoud, or slog) is a constant, or a variable of
+// the function that logs it assigned only constants; what changes goes in
+// attributes (logmsg.go says why).
+func TestLogMessagesAreConstant(t *testing.T) {
+	fset := token.NewFileSet()
+	paths, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	consts := map[string]bool{}
+	var files []*ast.File
+	for _, p := range paths {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(fset, p, src, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+				for _, s := range g.Specs {
+					for _, n := range s.(*ast.ValueSpec).Names {
+						consts[n.Name] = true
+					}
+				}
+			}
+		}
+	}
+	constant := func(e ast.Expr) bool {
+		switch e := e.(type) {
+		case *ast.BasicLit:
+			return e.Kind == token.STRING
+		case *ast.Ident:
+			return consts[e.Name]
+		}
+		return false
+	}
+	calls := 0
+	for _, f := range files {
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				i := -1
+				switch sel.Sel.Name {
+				case "Log":
+					i = 2
+				case "warnLoud":
+					i = 0
+				case "Warn", "Error", "Info", "Debug":
+					if isSlog(sel.X) {
+						i = 0
+					}
+				}
+				if i < 0 || len(call.Args) <= i {
+					return true
+				}
+				calls++
+				msg := call.Args[i]
+				if constant(msg) {
+					return true
+				}
+				id, ok := msg.(*ast.Ident)
+				if !ok {
+					t.Errorf("%s: %s logs a message that is not a constant", fset.Position(call.Pos()), fn.Name.Name)
+					return true
+				}
+				for _, rhs := range assigned(fn.Body, id.Name) {
+					if !constant(rhs) {
+						t.Errorf("%s: %s assigns %s, the message it logs, a value that is not a constant", fset.Position(rhs.Pos()), fn.Name.Name, id.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+	if calls < 5 {
+		t.Fatalf("found %d calls that log; the test no longer finds them", calls)
+	}
+}
+
+// assigned returns every value body assigns to the variable name.
+func assigned(body *ast.BlockStmt, name string) []ast.Expr {
+	var out []ast.Expr
+	ast.Inspect(body, func(n ast.Node) bool {
+		a, ok := n.(*ast.AssignStmt)
+		if !ok || len(a.Lhs) != len(a.Rhs) {
+			return true
+		}
+		for i, l := range a.Lhs {
+			if id, ok := l.(*ast.Ident); ok && id.Name == name {
+				out = append(out, a.Rhs[i])
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// isSlog reports whether x is package slog or slog.Default().
+func isSlog(x ast.Expr) bool {
+	if c, ok := x.(*ast.CallExpr); ok {
+		x = c.Fun
+	}
+	if s, ok := x.(*ast.SelectorExpr); ok {
+		x = s.X
+	}
+	id, ok := x.(*ast.Ident)
+	return ok && id.Name == "slog"
+}

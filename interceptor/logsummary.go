@@ -1,0 +1,182 @@
+package interceptor
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
+)
+
+// refusedSummary turns the calls that ended because their budget refused
+// a retry, or ended their wait (reasons budget, deferred and outage), and
+// the hedges their budget refused, into at most one warn line per backend
+// per refusedLogEvery: an outage makes such calls by the thousand, and one
+// line each would be the costliest thing the process logs just when its
+// operator reads the logs. The first such call of a backend is said at
+// once; the ones after it are counted and said, per reason, when the
+// interval since the backend's last line ends (a timer, armed while some
+// count waits). Each call still has its own line at debug level.
+//
+// Safe for concurrent use. The logger runs outside the lock.
+type refusedSummary struct {
+	logger logging.Logger
+	now    func() time.Time
+	every  time.Duration
+
+	mu sync.Mutex
+	// byTarget holds the backends that logged a line within the last
+	// interval, or have counts waiting: at most refusedLogTargets, and
+	// "other".
+	byTarget map[string]*refusedTally
+	// timer flushes the counts that wait (nil until first needed);
+	// armed says it is set.
+	timer *time.Timer
+	armed bool
+}
+
+// refusedTally is one backend's counts since its last line.
+type refusedTally struct {
+	// last is when its last line was logged.
+	last time.Time
+	// budget, deferred, outage count calls by reason; hedges the hedges
+	// refused.
+	budget, deferred, outage, hedges int
+	// state is the backend's budget at the latest count.
+	state budget.State
+}
+
+func (t *refusedTally) pending() bool {
+	return t.budget+t.deferred+t.outage+t.hedges > 0
+}
+
+func newRefusedSummary(l logging.Logger) *refusedSummary {
+	return &refusedSummary{logger: l, now: time.Now, every: refusedLogEvery, byTarget: map[string]*refusedTally{}}
+}
+
+// refusedLine is one line to log: its backend, counts and interval.
+type refusedLine struct {
+	target string
+	tally  refusedTally
+	since  time.Duration
+}
+
+// count adds e, a give-up for a budget reason or a hedge the budget
+// stopped, to its backend's counts, and logs the line that is due.
+func (s *refusedSummary) count(e Event) {
+	now := s.now()
+	s.mu.Lock()
+	t := s.byTarget[e.Target]
+	if t == nil {
+		target := e.Target
+		if len(s.byTarget) >= refusedLogTargets {
+			target = "other"
+		}
+		if t = s.byTarget[target]; t == nil {
+			t = &refusedTally{}
+			s.byTarget[target] = t
+		}
+		e.Target = target
+	}
+	switch {
+	case e.Kind == EventHedgeStop:
+		t.hedges++
+	case e.Reason == policy.ReasonBudget:
+		t.budget++
+	case e.Reason == policy.ReasonDeferred:
+		t.deferred++
+	default:
+		t.outage++
+	}
+	if e.Budget.Kind != "" {
+		t.state = e.Budget
+	}
+	var lines []refusedLine
+	if t.last.IsZero() || now.Sub(t.last) >= s.every {
+		lines = append(lines, s.takeLocked(e.Target, t, now))
+	}
+	s.armLocked(now)
+	s.mu.Unlock()
+	s.log(lines)
+}
+
+// takeLocked returns t's line and starts its next interval at now.
+func (s *refusedSummary) takeLocked(target string, t *refusedTally, now time.Time) refusedLine {
+	l := refusedLine{target: target, tally: *t}
+	if !t.last.IsZero() {
+		l.since = now.Sub(t.last)
+	}
+	*t = refusedTally{last: now}
+	return l
+}
+
+// armLocked sets the timer, while some backend is in byTarget (its counts
+// wait for their line, or its last line is too recent for the next call's
+// to go at once), for the end of the earliest interval. A backend that
+// comes in later logs at once, so its interval ends later: the timer
+// needs no change while armed.
+func (s *refusedSummary) armLocked(now time.Time) {
+	if s.armed || len(s.byTarget) == 0 {
+		return
+	}
+	var due time.Time
+	for _, t := range s.byTarget {
+		if end := t.last.Add(s.every); due.IsZero() || end.Before(due) {
+			due = end
+		}
+	}
+	s.armed = true
+	if s.timer == nil {
+		s.timer = time.AfterFunc(due.Sub(now), s.flush)
+		return
+	}
+	s.timer.Reset(due.Sub(now))
+}
+
+// flush logs the counts whose interval ended, and forgets the backends
+// quiet for a whole interval (their next count is said at once).
+func (s *refusedSummary) flush() {
+	now := s.now()
+	var lines []refusedLine
+	s.mu.Lock()
+	s.armed = false
+	for target, t := range s.byTarget {
+		if now.Sub(t.last) < s.every {
+			continue
+		}
+		if t.pending() {
+			lines = append(lines, s.takeLocked(target, t, now))
+			continue
+		}
+		delete(s.byTarget, target)
+	}
+	s.armLocked(now)
+	s.mu.Unlock()
+	s.log(lines)
+}
+
+func (s *refusedSummary) log(lines []refusedLine) {
+	for _, l := range lines {
+		t := &l.tally
+		fields := []any{
+			"grpc.target", l.target,
+			"stagger.budget_refused", t.budget,
+			"stagger.wait_ended", t.deferred,
+			"stagger.outage", t.outage,
+			"stagger.hedges_refused", t.hedges,
+		}
+		if l.since > 0 {
+			fields = append(fields, "stagger.interval", l.since.String())
+		}
+		if t.state.Kind != "" {
+			fields = append(fields, "stagger.budget.level", t.state.Level)
+			if t.state.Health != "" {
+				fields = append(fields, "stagger.gate", t.state.Health)
+			}
+		}
+		s.logger.Log(context.Background(), logging.LevelWarn, msgRefusedSummary, fields...)
+	}
+}
