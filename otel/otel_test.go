@@ -170,7 +170,7 @@ func sum(t *testing.T, ms map[string]metricdata.Metrics, name string) []metricda
 func wantCallAttrs(t *testing.T, name string, set attribute.Set) {
 	t.Helper()
 	got := attrMap(set)
-	want := map[string]string{AttrMethod: getMethod, AttrTarget: target}
+	want := map[string]string{AttrMethod: getMethod, AttrTarget: Other}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("%s attributes %v, want %v", name, got, want)
 	}
@@ -334,7 +334,7 @@ func TestRetriedCall(t *testing.T) {
 	if len(ends) != 1 || ends[0].Value != 1 {
 		t.Fatalf("ends %+v, want one call", ends)
 	}
-	want := map[string]string{AttrMethod: getMethod, AttrTarget: target, AttrReason: "success", AttrStatus: "OK", AttrCriticality: "CRITICAL"}
+	want := map[string]string{AttrMethod: getMethod, AttrTarget: Other, AttrReason: "success", AttrStatus: "OK", AttrCriticality: "CRITICAL"}
 	if got := attrMap(ends[0].Attributes); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("ends attributes %v, want %v", got, want)
 	}
@@ -373,8 +373,8 @@ func TestGiveUp(t *testing.T) {
 	if len(ends) != 1 {
 		t.Fatalf("ends %+v, want one", ends)
 	}
-	if got := attrMap(ends[0].Attributes); got[AttrReason] != policy.ReasonAttempts.String() || got[AttrStatus] != codes.Unavailable.String() {
-		t.Errorf("ends attributes %v, want reason %q, status Unavailable", got, policy.ReasonAttempts)
+	if got := attrMap(ends[0].Attributes); got[AttrReason] != policy.ReasonAttempts.String() || got[AttrStatus] != "UNAVAILABLE" {
+		t.Errorf("ends attributes %v, want reason %q, status UNAVAILABLE", got, policy.ReasonAttempts)
 	}
 }
 
@@ -456,7 +456,7 @@ func TestBackendsGauges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}}); err != nil {
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}, PerTarget: true}); err != nil {
 		t.Fatal(err)
 	}
 	// Two methods of one target share its tokens: one point per target.
@@ -502,7 +502,7 @@ func TestBackendsGaugesForget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}}); err != nil {
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}, PerTarget: true}); err != nil {
 		t.Fatal(err)
 	}
 	const idle, busy = "dns:///idle.test:443", "dns:///busy.test:443"
@@ -549,7 +549,7 @@ func TestBackendsGaugesAddUpPerTarget(t *testing.T) {
 	if !one.Allow(budget.Request{Number: 2}) {
 		t.Fatal("a fresh default budget refused a retry")
 	}
-	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{sets[0], sets[1], sets[0]}}); err != nil {
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{sets[0], sets[1], sets[0]}, PerTarget: true}); err != nil {
 		t.Fatal(err)
 	}
 	st0, st1 := sets[0].Get(target, "/a.S/M").State(), sets[1].Get(target, "/a.S/M").State()
@@ -568,7 +568,7 @@ func TestBackendsGaugesAddUpPerTarget(t *testing.T) {
 func TestStatesGauges(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	st := interceptor.NewState()
-	rec, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), States: []*interceptor.State{st}})
+	rec, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), States: []*interceptor.State{st}, PerTarget: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,11 +641,11 @@ func TestSpanEvents(t *testing.T) {
 					ev.Name, a[AttrAttempt], a[AttrStatus], a[AttrPause], a[AttrReason]))
 			}
 			want := []string{
-				"stagger.retry attempt=1 status=Unavailable pause=0.01 reason=<nil>",
-				"stagger.retry attempt=2 status=Unavailable pause=0.02 reason=<nil>",
-				"stagger.retry attempt=1 status=Unavailable pause=0.01 reason=<nil>",
-				"stagger.retry attempt=2 status=Unavailable pause=0.02 reason=<nil>",
-				"stagger.give_up attempt=3 status=Unavailable pause=0 reason=" + policy.ReasonAttempts.String(),
+				"stagger.retry attempt=1 status=UNAVAILABLE pause=0.01 reason=<nil>",
+				"stagger.retry attempt=2 status=UNAVAILABLE pause=0.02 reason=<nil>",
+				"stagger.retry attempt=1 status=UNAVAILABLE pause=0.01 reason=<nil>",
+				"stagger.retry attempt=2 status=UNAVAILABLE pause=0.02 reason=<nil>",
+				"stagger.give_up attempt=3 status=UNAVAILABLE pause=0 reason=" + policy.ReasonAttempts.String(),
 			}
 			if noTraces {
 				want = nil
@@ -680,23 +680,40 @@ func TestNilMeterProviderUsesGlobal(t *testing.T) {
 	}
 }
 
+// A breaker's key names its target: the transitions carry it only with
+// PerTarget.
 func TestBreakerTransitions(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Budgets: []budget.Budget{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := breaker.Change{Key: "dns:///svc", From: breaker.StateClosed, To: breaker.StateOpen}
-	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventBreaker, Method: ch.Key, Breaker: ch})
-	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventBreaker, Method: ch.Key, Breaker: ch})
-	ms := collect(t, reader)
-	dps := sum(t, ms, MetricBreakerTransitions)
-	want := map[string]string{AttrBreaker: "dns:///svc", AttrBreakerFrom: breaker.StateClosed.String(), AttrBreakerTo: breaker.StateOpen.String()}
-	if len(dps) != 1 || dps[0].Value != 2 || fmt.Sprint(attrMap(dps[0].Attributes)) != fmt.Sprint(want) {
-		t.Errorf("transitions %+v, want 2 with %v", dps, want)
-	}
-	if _, ok := ms[MetricBudgetLevel]; ok {
-		t.Errorf("budget gauges recorded with no budgets")
+	for _, perTarget := range []bool{false, true} {
+		t.Run(fmt.Sprint("PerTarget=", perTarget), func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Budgets: []budget.Budget{}, PerTarget: perTarget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{"dns:///svc", "dns:///other"} {
+				ch := breaker.Change{Key: key, From: breaker.StateClosed, To: breaker.StateOpen}
+				r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventBreaker, Method: ch.Key, Breaker: ch})
+			}
+			ms := collect(t, reader)
+			got := map[string]int64{}
+			for _, dp := range sum(t, ms, MetricBreakerTransitions) {
+				got[fmt.Sprint(attrMap(dp.Attributes))] = dp.Value
+			}
+			from, to := breaker.StateClosed.String(), breaker.StateOpen.String()
+			want := map[string]int64{fmt.Sprint(map[string]string{AttrBreakerFrom: from, AttrBreakerTo: to}): 2}
+			if perTarget {
+				want = map[string]int64{
+					fmt.Sprint(map[string]string{AttrBreaker: "dns:///svc", AttrBreakerFrom: from, AttrBreakerTo: to}):   1,
+					fmt.Sprint(map[string]string{AttrBreaker: "dns:///other", AttrBreakerFrom: from, AttrBreakerTo: to}): 1,
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("transitions %v, want %v", got, want)
+			}
+			if _, ok := ms[MetricBudgetLevel]; ok {
+				t.Errorf("budget gauges recorded with no budgets")
+			}
+		})
 	}
 }
 
@@ -739,9 +756,9 @@ func TestEndAllocs(t *testing.T) {
 		name string
 		e    interceptor.Event
 	}{
-		{"success", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Attempt: 1, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target}},
-		{"retried", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target}},
-		{"gave up", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonAttempts, Code: codes.Unavailable, Target: target}},
+		{"success", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 1, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target}},
+		{"retried", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target}},
+		{"gave up", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonAttempts, Code: codes.Unavailable, Target: target}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r.hook(ctx, tc.e) // warm-up: builds the attribute sets
@@ -764,16 +781,16 @@ func TestDeferred(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Target: target,
+	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Target: target,
 		Attempt: 2, Retries: 1, Delay: 300 * time.Millisecond, Deferred: 250 * time.Millisecond, Reason: policy.ReasonSuccess, Criticality: criticality.SheddablePlus})
 	ms := collect(t, reader)
 	d := histogram[float64](t, ms, MetricCallDeferred)
-	want := map[string]string{AttrMethod: getMethod, AttrTarget: target, AttrCriticality: "SHEDDABLE_PLUS"}
+	want := map[string]string{AttrMethod: getMethod, AttrTarget: Other, AttrCriticality: "SHEDDABLE_PLUS"}
 	if got := attrMap(d.Attributes); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("deferred attributes %v, want %v", got, want)
 	}
-	if d.Count != 1 || d.Sum != 0.25 || !slices.Equal(d.Bounds, a66Buckets) {
-		t.Errorf("deferred count %d sum %g bounds %v, want 1, 0.25 and A66's", d.Count, d.Sum, d.Bounds)
+	if d.Count != 1 || d.Sum != 0.25 || !slices.Equal(d.Bounds, deferredBuckets) {
+		t.Errorf("deferred count %d sum %g bounds %v, want 1, 0.25 and %v", d.Count, d.Sum, d.Bounds, deferredBuckets)
 	}
 	if d := histogram[float64](t, ms, MetricRetryDelay); d.Count != 1 || d.Sum != 0.3 {
 		t.Errorf("retry_delay count %d sum %g, want 1 and 0.3", d.Count, d.Sum)
@@ -842,9 +859,9 @@ func TestTimerRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventTimerRanOn, Method: "/" + getMethod, Attempt: 1, Code: codes.DeadlineExceeded, Reason: policy.ReasonBudget})
+		r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventTimerRanOn, Method: "/" + getMethod, StaticMethod: true, Attempt: 1, Code: codes.DeadlineExceeded, Reason: policy.ReasonBudget})
 	}
-	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventTimerRanOn, Method: "/" + getMethod, Attempt: 1, Code: codes.DeadlineExceeded, Reason: policy.ReasonBreaker})
+	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventTimerRanOn, Method: "/" + getMethod, StaticMethod: true, Attempt: 1, Code: codes.DeadlineExceeded, Reason: policy.ReasonBreaker})
 	got := map[string]int64{}
 	for _, dp := range sum(t, collect(t, reader), MetricTimerRefused) {
 		a := attrMap(dp.Attributes)
