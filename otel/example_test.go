@@ -87,6 +87,6 @@ func ExampleOption() {
 	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other",le="+Inf"} 1
 	// grpc_client_call_retries_sum{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other"} 1
 	// grpc_client_call_retries_count{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other"} 1
-	// stagger_client_budget_capacity{grpc_target="other",stagger_budget_kind="token-bucket"} 100
+	// stagger_client_budget_capacity{stagger_budget_kind="token-bucket"} 100
 	// stagger_client_call_ends_total{grpc_method="stagger.testing.v1.TestService/Get",grpc_status="OK",grpc_target="other",stagger_criticality="CRITICAL",stagger_reason="success"} 1
 }
