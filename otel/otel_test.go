@@ -874,3 +874,55 @@ func TestTimerRefused(t *testing.T) {
 		t.Errorf("%s = %v, want %v", MetricTimerRefused, got, want)
 	}
 }
+
+// TestTargetAttributeFilter: with PerTarget, a target the filter accepts is
+// recorded as its canonical self, one it rejects as "other", on the call
+// metrics and the budget gauges alike (the gauges, which know the target as
+// dialled, take the name the calls' ends gave it; a target no call ended
+// on through the recorder is filtered as dialled).
+func TestTargetAttributeFilter(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	bs, err := budget.NewBackends(budget.DefaultSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const orders = "dns:///orders.test:443"
+	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs},
+		PerTarget: true, TargetAttributeFilter: func(target string) bool { return target == orders }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ dialled, canonical string }{{"orders.test:443", orders}, {"10.0.0.1:8080", "dns:///10.0.0.1:8080"}} {
+		bs.Get(tc.dialled, "/"+getMethod)
+		r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true,
+			Target: tc.dialled, CanonicalTarget: tc.canonical, Attempt: 1, Reason: policy.ReasonSuccess})
+	}
+	bs.Get("10.0.0.2:8080", "/"+getMethod)
+	ms := collect(t, reader)
+	ends := map[string]int64{}
+	for _, dp := range sum(t, ms, MetricCallEnds) {
+		ends[attrMap(dp.Attributes)[AttrTarget]] += dp.Value
+	}
+	if want := map[string]int64{orders: 1, Other: 1}; fmt.Sprint(ends) != fmt.Sprint(want) {
+		t.Errorf("ends by target %v, want %v", ends, want)
+	}
+	st := bs.Get("orders.test:443", "/"+getMethod).State()
+	capacity := map[string]float64{}
+	for _, dp := range ms[MetricBudgetCapacity].Data.(metricdata.Gauge[float64]).DataPoints {
+		capacity[attrMap(dp.Attributes)[AttrTarget]] = dp.Value
+	}
+	if want := map[string]float64{orders: st.Capacity, Other: 2 * st.Capacity}; fmt.Sprint(capacity) != fmt.Sprint(want) {
+		t.Errorf("capacity by target %v, want %v", capacity, want)
+	}
+}
+
+// TestStatusNames: grpc.status is spelt as gRFC A66 and grpc-go's plugin
+// spell it.
+func TestStatusNames(t *testing.T) {
+	for c, want := range map[codes.Code]string{codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unavailable: "UNAVAILABLE",
+		codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.Unauthenticated: "UNAUTHENTICATED", codes.Code(17): "CODE(17)"} {
+		if got := statusName(c); got != want {
+			t.Errorf("statusName(%d) = %q, want %q", c, got, want)
+		}
+	}
+}
