@@ -116,11 +116,12 @@ type Options struct {
 	// Budgets are observed as gauges (level, capacity) with attribute
 	// stagger.budget.kind; two of the same kind add up.
 	Budgets []budget.Budget
-	// Backends are observed as the same gauges, once per target, with
-	// attributes stagger.budget.kind and grpc.target (the tokens of one
-	// target, which its methods' Gates share). Two budgets of one kind
-	// for one target (two States', or a State's and the default's) add
-	// up: the gauge is what the process holds for that target.
+	// Backends are observed as the same gauges: each target's tokens (its
+	// methods' Gates share them) read once, and added up per kind with
+	// every other target's, or, with PerTarget, per target (attribute
+	// grpc.target). Two budgets of one kind for one target (two States',
+	// or a State's and the default's) add up: the gauge is what the
+	// process holds. A target the Backends forgot is no longer read.
 	Backends []*budget.Backends
 	// States are the interceptors' States (interceptor.State): the budgets
 	// a policy file declares live there, built by the interceptors from
