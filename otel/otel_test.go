@@ -744,32 +744,36 @@ func (failingMeter) Float64Histogram(string, ...metric.Float64HistogramOption) (
 
 // TestEndAllocs checks that a call's end costs no allocation once its
 // method and target have been seen: a first-attempt success, and a retried
-// call too.
+// call too; with the defaults and with PerTarget.
 func TestEndAllocs(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name string
-		e    interceptor.Event
-	}{
-		{"success", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 1, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target}},
-		{"retried", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target}},
-		{"gave up", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonAttempts, Code: codes.Unavailable, Target: target}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r.hook(ctx, tc.e) // warm-up: builds the attribute sets
-			if n := testing.AllocsPerRun(1000, func() { r.hook(ctx, tc.e) }); n != 0 {
-				t.Errorf("%v allocations per call end, want 0", n)
+	for _, perTarget := range []bool{false, true} {
+		t.Run(fmt.Sprint("PerTarget=", perTarget), func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), PerTarget: perTarget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, tc := range []struct {
+				name string
+				e    interceptor.Event
+			}{
+				{"success", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 1, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target, CanonicalTarget: target}},
+				{"retried", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target, CanonicalTarget: target}},
+				{"gave up", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonAttempts, Code: codes.Unavailable, Target: target, CanonicalTarget: target}},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					r.hook(ctx, tc.e) // warm-up: builds the attribute sets
+					if n := testing.AllocsPerRun(1000, func() { r.hook(ctx, tc.e) }); n != 0 {
+						t.Errorf("%v allocations per call end, want 0", n)
+					}
+				})
+			}
+			ms := collect(t, reader)
+			if ends := sum(t, ms, MetricCallEnds); len(ends) != 2 {
+				t.Errorf("ends has %d data points, want 2 (success and gave up)", len(ends))
 			}
 		})
-	}
-	ms := collect(t, reader)
-	if ends := sum(t, ms, MetricCallEnds); len(ends) != 2 {
-		t.Errorf("ends has %d data points, want 2 (success and gave up)", len(ends))
 	}
 }
 
