@@ -220,4 +220,15 @@
 // stagger made, and its per-attempt metrics see each attempt stagger sends,
 // since grpc-go's attempt is below every interceptor. Installed after, its
 // call metrics would count every attempt as a call.
+//
+// The plugin's series and this package's join on grpc.target, grpc.method
+// and grpc.status (TestJoinsGRPCPlugin reads both from one reader) when
+// PerTarget is set. grpc-go v1.85's plugin records every target, with no
+// filter on the client side: for a client of pod addresses, drop
+// grpc.target from its instruments with a view, as this package leaves it
+// "other" by default:
+//
+//	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithView(sdkmetric.NewView(
+//		sdkmetric.Instrument{Scope: instrumentation.Scope{Name: "grpc-go"}},
+//		sdkmetric.Stream{AttributeFilter: attribute.NewDenyKeysFilter("grpc.target")})))
 package staggerotel

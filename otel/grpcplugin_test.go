@@ -9,6 +9,8 @@ import (
 	"github.com/stagger-go/stagger/interceptor"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
@@ -114,5 +116,63 @@ func TestJoinsGRPCPlugin(t *testing.T) {
 	}
 	if fmt.Sprint(grpcGo) != fmt.Sprint(want) {
 		t.Errorf("grpc-go's call durations by target, method and status:\n%v\nwant\n%v", grpcGo, want)
+	}
+}
+
+// TestGRPCPluginTargetView checks the view the package documentation gives
+// for a client of pod addresses: grpc-go's plugin records every target, and
+// the view drops grpc.target from its instruments alone.
+func TestGRPCPluginTargetView(t *testing.T) {
+	srv := testserver.New()
+	defer srv.Close()
+	addr, err := srv.StartTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(sdkmetric.NewView(
+		sdkmetric.Instrument{Scope: instrumentation.Scope{Name: "grpc-go"}},
+		sdkmetric.Stream{AttributeFilter: attribute.NewDenyKeysFilter("grpc.target")})))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	rec, err := Option(Options{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := []grpc.DialOption{opentelemetry.DialOption(opentelemetry.Options{MetricsOptions: opentelemetry.MetricsOptions{MeterProvider: mp}})}
+	dial = append(dial, stagger.DialOptions(parseConfig(t, retryConfig), interceptor.WithBudget(nil), rec)...)
+	cc, err := grpc.NewClient(addr, append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cc.Close() }()
+	if _, err := testingv1.NewTestServiceClient(cc).Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var grpcGo, ours int
+	for _, sm := range rm.ScopeMetrics {
+		for _, s := range seriesOf(metricdata.ResourceMetrics{ScopeMetrics: []metricdata.ScopeMetrics{sm}}) {
+			_, has := value(s.attrs, AttrTarget)
+			switch sm.Scope.Name {
+			case "grpc-go":
+				grpcGo++
+				if has {
+					t.Errorf("grpc-go's %s keeps %s", s.metric, AttrTarget)
+				}
+			case ScopeName:
+				if s.metric == MetricCallEnds {
+					ours++
+					if v, _ := value(s.attrs, AttrTarget); v != Other {
+						t.Errorf("stagger's %s has %s=%q, want %q", s.metric, AttrTarget, v, Other)
+					}
+				}
+			}
+		}
+	}
+	if grpcGo == 0 || ours == 0 {
+		t.Errorf("%d series of grpc-go's, %d of stagger's ends: want both", grpcGo, ours)
 	}
 }
