@@ -366,8 +366,8 @@ func TestFleetCardinalityPerTarget(t *testing.T) {
 			t.Errorf("after %d pods: %s, idle for more than 5 minutes, still has gauges", i+1, oldest)
 		}
 	})
-	t.Logf("%d pods, PerTarget: at most %d series per (target, method); gauges for the %d targets held; %d series in all (the call metrics of every pod ever called)",
-		fleetPods, worst, gauged, n)
+	t.Logf("%d pods, PerTarget: at most %d series per (target, method); gauges for the %d targets held; %d series in all (the call metrics of every pod ever called); live heap %.2f MiB",
+		fleetPods, worst, gauged, n, mib(heapAfterGC()))
 }
 
 const putMethod = "stagger.testing.v1.TestService/Put"
