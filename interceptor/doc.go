@@ -187,10 +187,8 @@
 // give-up, hedge, deferral and breaker change as it happens. WithCallHook's
 // hooks hear the same, with the caller's context (its trace span), and one
 // EventEnd per call: the attempts sent, the retries or hedges among them,
-// the time spent between attempts, why the call ended and its code, and
-// what gRFC A66's metric attributes need: the connection's canonical target
-// and whether generated code made the call (Event.CanonicalTarget,
-// Event.StaticMethod). WithReport, per call, fills a Report with the same facts. The nested
+// the time spent between attempts, why the call ended and its code.
+// WithReport, per call, fills a Report with the same facts. The nested
 // module github.com/stagger-go/stagger/otel turns the end events into gRFC
 // A96's retry metrics in OpenTelemetry. The logger also hears the policy
 // file's warnings, at warn level, and each reload that failed, at error
