@@ -20,7 +20,10 @@
 //     budgets' and breakers' key, Event.Target) is the host the client
 //     calls (Peer().Addr). A Client keeps the file's budgets and breakers
 //     in an interceptor.State of its own, as one stagger.DialOptions result
-//     does; interceptor.WithState shares one between Clients.
+//     does; interceptor.WithState shares one between Clients. A procedure
+//     whose Spec carries its Schema (protoc-gen-connect-go's clients set
+//     it) is a registered method (Event.StaticMethod), as a call of
+//     grpc-go's generated code is; Event.CanonicalTarget is the host.
 //   - A Connect error is the attempt's status: its code, message and
 //     details (a google.rpc.RetryInfo detail is pushback) and its metadata
 //     (the grpc-retry-pushback-ms trailer, in every protocol).

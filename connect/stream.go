@@ -115,7 +115,11 @@ func (r *retryConn) RequestHeader() http.Header { return r.header }
 func (r *retryConn) start() error {
 	r.startOnce.Do(func() {
 		ctx := frontend.WithTarget(r.ctx, r.Peer().Addr)
-		r.cs, r.err = r.c.stream(ctx, &r.desc, nil, r.spec.Procedure, r.open, callOptions(ctx, 0)...)
+		opts := callOptions(ctx, 1)
+		if r.spec.Schema != nil {
+			opts = append(opts, grpc.StaticMethod())
+		}
+		r.cs, r.err = r.c.stream(ctx, &r.desc, nil, r.spec.Procedure, r.open, opts...)
 	})
 	return r.err
 }

@@ -26,8 +26,11 @@ func (c *Client) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		c.learn(spec)
 		u := &unaryCall{next: next, req: req}
-		opts := callOptions(ctx, 2)
+		opts := callOptions(ctx, 3)
 		opts = append(opts, grpc.Header(&u.header), grpc.Trailer(&u.trailer))
+		if spec.Schema != nil {
+			opts = append(opts, grpc.StaticMethod())
+		}
 		ctx = frontend.WithTarget(ctx, req.Peer().Addr)
 		// The engine's reply is a token: the attempts' responses are
 		// Connect's own, kept by u. A proto message, so that hedging can

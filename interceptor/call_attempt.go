@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -188,6 +189,8 @@ type call struct {
 	ctx context.Context
 	// target is the call's backend (callTarget).
 	target string
+	// static: the call carried grpc.StaticMethodCallOption (Event.StaticMethod).
+	static bool
 	// crit is the call's criticality as named, resolved once by start
 	// (see WithCriticality); Unset, which counts as Critical, when
 	// nothing names one. The budget and the breaker admit the call by it.
@@ -228,6 +231,49 @@ func callTarget(ctx context.Context, cc *grpc.ClientConn) string {
 	return frontend.Target(ctx)
 }
 
+// staticMethod reports whether opts hold grpc.StaticMethodCallOption, which
+// generated code passes for the methods it registers (Event.StaticMethod).
+func staticMethod(opts []grpc.CallOption) bool {
+	for _, opt := range opts {
+		if _, ok := opt.(grpc.StaticMethodCallOption); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// canonicalTargets maps a ClientConn's target as dialled to its canonical
+// form (Event.CanonicalTarget), so that a call's end does not build the
+// string again; canonicalTargetsMax bounds it, for a process that dials
+// many short-lived addresses: past it the map starts afresh.
+var (
+	canonicalTargets    sync.Map
+	canonicalTargetsLen atomic.Int64
+)
+
+const canonicalTargetsMax = 1024
+
+// canonicalTarget returns cc's canonical target (ClientConn.CanonicalTarget),
+// or target for a front end without a ClientConn. It is keyed by the target
+// as dialled: two ClientConns that dial one string under different default
+// schemes (grpc.Dial's passthrough, grpc.NewClient's dns) share the first
+// one's, as they share its budget (budget.Backends keys by that string too).
+func canonicalTarget(cc *grpc.ClientConn, target string) string {
+	if cc == nil {
+		return target
+	}
+	if v, ok := canonicalTargets.Load(target); ok {
+		return v.(string)
+	}
+	canon := cc.CanonicalTarget()
+	if canonicalTargetsLen.Add(1) > canonicalTargetsMax {
+		canonicalTargets.Range(func(k, _ any) bool { canonicalTargets.Delete(k); return true })
+		canonicalTargetsLen.Store(1)
+	}
+	canonicalTargets.Store(target, canon)
+	return canon
+}
+
 // noCancel stands in for a cancel func when no context was made.
 func noCancel() {}
 
@@ -265,6 +311,7 @@ func (k *core) callOptions(opts []grpc.CallOption) (*options, []grpc.CallOption)
 // cfg and the method's entry mi (k.method(cfg, method)) are resolved.
 func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string, o *options, grpcOpts []grpc.CallOption, cfg *policy.Config, mi *methodInfo, c *call) (callCtx context.Context, cancel context.CancelFunc, _ []grpc.CallOption, run bool) {
 	c.o, c.method, c.ctx = o, method, ctx
+	c.static = staticMethod(grpcOpts)
 	m := mi.m
 	// base is what every attempt's context derives from: the caller's,
 	// with the call's criticality header when something named one.

@@ -542,7 +542,10 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	if c.hedged == nil {
 		e.Delay = c.paused + c.deferred
 	}
-	e.Target = c.target
+	e.Target, e.StaticMethod = c.target, c.static
+	if len(o.callHooks) > 0 {
+		e.CanonicalTarget = canonicalTarget(cc, c.target)
+	}
 	if r := o.report; r != nil {
 		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Deferred: e.Deferred, WaitEnd: c.waitEnd, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target, Disabled: c.off}
 		if c.budget != nil && budgetEnded(e.Reason) {

@@ -134,6 +134,18 @@ type Event struct {
 	// end's), in every event of a call; the budget and the Gate it retries
 	// under are that backend's (budget.Backends).
 	Target string
+	// CanonicalTarget is the connection's canonical target
+	// (grpc.ClientConn.CanonicalTarget: "dns:///10.0.0.5:8080" for a
+	// grpc.NewClient of "10.0.0.5:8080"), as gRFC A66's grpc.target and
+	// grpc-go's OpenTelemetry plugin record it; Target for a front end
+	// without a ClientConn. EventEnd only, and only for the hooks of
+	// WithCallHook (the Report has Target alone).
+	CanonicalTarget string
+	// StaticMethod: the call carried grpc.StaticMethodCallOption, which
+	// generated code passes for the methods it registers; a call without
+	// it is a generic one (grpc-go's OpenTelemetry plugin records its
+	// method as "other"). In every event of a call.
+	StaticMethod bool
 	// Budget is the state of the call's budget when it refused or
 	// deferred a retry (EventDeferred, and EventGiveUp for reasons budget,
 	// deferred and outage): its tokens (Level) and its Gate's health
@@ -230,7 +242,7 @@ func (o *options) firstAmbiguous(method string) bool {
 // emit gives e, an event of c, c's criticality and runs the hooks and the
 // logger.
 func (c *call) emit(ctx context.Context, e Event) {
-	e.Criticality = c.crit
+	e.Criticality, e.StaticMethod = c.crit, c.static
 	if e.Target == "" {
 		e.Target = c.target
 	}

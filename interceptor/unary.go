@@ -303,7 +303,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			if pl.breakers != nil {
 				br = findBreaker(pl.breakers, pl.brCache, target, method)
 				if err := br.Admit(crit, o); err != nil {
-					return k.unaryRefused(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, err)
+					return k.unaryRefused(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, err)
 				}
 				if cc != nil && !br.Settings().NoPacing && waitsForReady(mi.opts, grpcOpts) {
 					holdUntilReady(callCtx, cc, br)
@@ -321,7 +321,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				}
 				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
 				if err != nil {
-					err = k.unaryRetries(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, req, reply, invoker, err, attemptOpts, headerAddr, trailerAddr)
+					err = k.unaryRetries(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, err, attemptOpts, headerAddr, trailerAddr)
 					mi.giveAttempt(ua)
 					return err
 				}
@@ -333,14 +333,14 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 					grpcOpts = append(mi.opts[:len(mi.opts):len(mi.opts)], grpcOpts...)
 				}
 				if err := invoker(callCtx, method, req, reply, cc, grpcOpts...); err != nil {
-					return k.unaryOnlyFailed(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method, err)
+					return k.unaryOnlyFailed(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, err)
 				}
 			}
 			if br != nil || b != nil {
 				recordFirstSuccess(br, b, crit, o)
 			}
 			if len(o.callHooks) > 0 || o.report != nil {
-				k.unaryEnd(&firstAttempt{ctx, callCtx, mi, crit, b, br}, cc, method)
+				k.unaryEnd(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method)
 			}
 			return nil
 		}
@@ -371,12 +371,15 @@ type firstAttempt struct {
 	crit         criticality.Level
 	budget       budget.Budget
 	br           *breaker.Breaker
+	// opts are the call's grpc options (for Event.StaticMethod).
+	opts []grpc.CallOption
 }
 
 // fill makes c the call start and admitFirst would have made for f, a
 // call of method on cc under the interceptor's options o.
 func (f *firstAttempt) fill(c *call, o *options, cc *grpc.ClientConn, method string) {
 	c.o, c.method, c.ctx, c.crit = o, method, f.ctx, f.crit
+	c.static = staticMethod(f.opts)
 	c.follow(f.mi, &f.mi.plan, callTarget(f.ctx, cc), f.budget)
 	c.br = f.br
 }

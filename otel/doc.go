@@ -12,12 +12,10 @@
 //
 // # gRFC A96 metrics
 //
-// Recorded once per call, at its end, with the attributes grpc.method (the
-// full method name without its leading slash,
-// "stagger.testing.v1.TestService/Get", as grpc-go's OpenTelemetry plugin
-// spells it) and grpc.target (the connection's target as it was dialed,
-// Event.Target; grpc-go's plugin records the canonical target, which adds
-// the default scheme to a target dialed without one):
+// Recorded once per call, at its end, with the attributes grpc.method and
+// grpc.target as gRFC A66 defines them and grpc-go's OpenTelemetry plugin
+// records them (see "Attributes" below), so that stagger's series join the
+// plugin's:
 //
 //   - grpc.client.call.retries, histogram, {retry}, buckets 1, 2, 3, 4, 5:
 //     the retries of a call that retried (attempts after the first).
@@ -75,39 +73,118 @@
 //   - stagger.client.call.ends, counter, {call}: every call stagger ran, when
 //     it ends, with grpc.method, grpc.target, stagger.reason (why it ended:
 //     "success", "no policy" for a method no policy covers, or why it
-//     gave up, policy.Reason's String), grpc.status
-//     (its final status code, "OK", "Unavailable", ...) and
-//     stagger.criticality (the call's criticality, Event.Criticality:
+//     gave up, policy.Reason's String), grpc.status (its final status code
+//     as gRFC A66 spells it: "OK", "UNAVAILABLE", "DEADLINE_EXCEEDED", ...)
+//     and stagger.criticality (the call's criticality, Event.Criticality:
 //     "SHEDDABLE", "SHEDDABLE_PLUS", "CRITICAL" (also for a call that
 //     names none) or "CRITICAL_PLUS"; see interceptor.WithCriticality).
-//   - stagger.client.call.deferred, histogram, s, A66's latency buckets: the
-//     time a call waited for the budget to admit its retries
-//     (budget.Deferrer), recorded at its end for a call that waited, with
-//     grpc.method, grpc.target and stagger.criticality.
-//
-// gRFC A96's histograms keep A96's attributes alone: stagger.criticality is
-// on stagger's own metrics only.
+//   - stagger.client.call.deferred, histogram, s, buckets 0.01, 0.025,
+//     0.05, 0.1, 0.25, 0.5, 1, 2.5, 5 and 10 s: the time a call waited for
+//     the budget to admit its retries (budget.Deferrer), recorded at its
+//     end for a call that waited, with grpc.method, grpc.target and
+//     stagger.criticality.
 //   - stagger.client.budget.level and stagger.client.budget.capacity,
 //     asynchronous gauges, {retry}, with stagger.budget.kind: each budget of
 //     Options.Budgets, Options.Backends and the budgets that
 //     Options.States' interceptor States hold then (a policy file's;
-//     budget.DefaultBackends() when all three are nil; per target,
-//     attribute grpc.target), read by State() when the metrics are
-//     collected; budgets of one kind for one target add up (the tokens
-//     the process holds for it), each read once.
+//     budget.DefaultBackends() when all three are nil), read by State()
+//     when the metrics are collected. Budgets of one kind add up (the
+//     tokens the process holds): by default across every target; with
+//     Options.PerTarget, per target (attribute grpc.target), each read
+//     once. A target the Backends forgot (idle for 5 minutes) is no longer
+//     read: its points are gone from the next collection.
 //   - stagger.client.breaker.transitions, counter, {transition}: a circuit
-//     breaker's state changes, with stagger.breaker (the breaker's key: the
-//     target, and the method under a per-method scope), stagger.breaker.from
-//     and stagger.breaker.to ("closed", "open", "half-open").
+//     breaker's state changes, with stagger.breaker.from and
+//     stagger.breaker.to ("closed", "open", "half-open") and, with
+//     Options.PerTarget, stagger.breaker (the breaker's key: the target,
+//     and the method under a per-method scope).
 //   - stagger.client.timer.refused, counter, {attempt}: an attempt whose
 //     per-attempt timeout fired and ran on past it, because the budget or
 //     the breaker refused its retry (interceptor.EventTimerRanOn), with
 //     grpc.method and stagger.reason ("budget", "breaker"): a timeout the
 //     user set that did not cut.
 //
+// gRFC A96's histograms keep A96's attributes alone: stagger.criticality is
+// on stagger's own metrics only.
+//
+// # Attributes
+//
+// grpc.method is the full method name without its leading slash
+// ("stagger.testing.v1.TestService/Get") for a call that generated code
+// made (it passes grpc.StaticMethodCallOption; interceptor.Event's
+// StaticMethod), and "other" for a generic one (ClientConn.Invoke or
+// NewStream without that option), as grpc-go's plugin records them: a
+// proxy that forwards whatever methods it is asked cannot grow the series.
+//
+// grpc.target is "other" unless Options.PerTarget is set; then it is the
+// connection's canonical target (grpc.ClientConn.CanonicalTarget:
+// "dns:///10.0.0.5:8080" for a grpc.NewClient of "10.0.0.5:8080";
+// interceptor.Event's CanonicalTarget), or "other" for a target that
+// Options.TargetAttributeFilter rejects (gRFC A66's target filter). Per
+// target is off by default because targets multiply: a client that dials
+// pod addresses as they come and go would add series for every pod it
+// ever called. Turn it on for a client of a few targets named for their
+// services, or with a filter that accepts only those.
+//
+// grpc.status is the code's name as gRFC A66 spells it ("UNAVAILABLE",
+// "CANCELLED"), on the metrics and the span events alike.
+//
+// # Cardinality budget
+//
+// Counted as Prometheus exports them, a histogram's buckets (+Inf
+// included), _sum and _count each one series:
+//
+//   - per grpc.method and grpc.target value, at most 69 series from gRFC
+//     A96's histograms (retries 8, hedges 8, retry_delay 44 and, with
+//     TransparentRetries, transparent_retries 9), 13 per criticality that
+//     waited from stagger.client.call.deferred (52 for all four), and one
+//     per way its calls ended (reason, status and criticality) on
+//     stagger.client.call.ends: at most 148 for calls that end in at most
+//     27 ways; and 2 per budget kind for the gauges of a target (with
+//     PerTarget) or of the process.
+//   - With the defaults, no series names a target: a process exports the
+//     same number of series whatever the number of targets it dials. For
+//     M methods (plus "other" for generic calls) that is at most M+1 times
+//     the figure above, and the budget gauges, breaker transitions (6 at
+//     most) and timer refusals (2 per method) besides. The budget: at most
+//     600 series in all for two methods, whatever the number of targets.
+//   - With PerTarget, at most 150 series per (target, method), the
+//     target's gauges counted with each of its methods. The gauges of a
+//     target the Backends forgot end at the next collection; its call
+//     metrics end only with the MeterProvider (or at each export with a
+//     delta-temporality exporter): an OpenTelemetry SDK keeps a synchronous
+//     instrument's cumulative series for as long as it lives, so with
+//     pod addresses they add up over every pod ever called. That is why
+//     PerTarget is off by default.
+//
+// TestFleetCardinalityDefaults and TestFleetCardinalityPerTarget measure
+// both over 2,000 pods dialled one after another, and the live heap with
+// the default metrics against the same run without them (within 2 times);
+// BENCHMARKS.md ("Issue 64: series per process") has their figures.
+//
+// # Reload metrics
+//
+// With Options.Sources, each policy.Source is read when the metrics are
+// collected, with attribute stagger.config.path (its file; none for a
+// Source made by policy.NewSource):
+//
+//   - stagger.client.config.reloads, asynchronous counter, {reload}, with
+//     stagger.reload.result: "success", a reload that swapped a new config
+//     in (policy.Source.Loaded's generation after the first), and
+//     "failure", a file that could not be read or parsed
+//     (policy.Source.Refused's count: one per distinct error).
+//   - stagger.client.config.generation, asynchronous gauge, {config}: the
+//     generation of the config in use, with stagger.config.hash, the
+//     SHA-256 of the file content it came from (none after
+//     policy.Source.Update): which config is in force, on every process.
+//   - stagger.client.config.reload_failed, asynchronous gauge: 1 while the
+//     latest content of the file was refused and an older config stays in
+//     use, else 0.
+//
 // Recording a call's end costs no allocation once its method and target
 // have been seen: the attribute sets are built once per method and target
-// (and per reason, code and criticality) and kept.
+// (and per reason, code and criticality) and kept, in caches bounded at
+// 1,024 entries each (past that a cache starts afresh).
 //
 // # Span events
 //
@@ -143,4 +220,15 @@
 // stagger made, and its per-attempt metrics see each attempt stagger sends,
 // since grpc-go's attempt is below every interceptor. Installed after, its
 // call metrics would count every attempt as a call.
+//
+// The plugin's series and this package's join on grpc.target, grpc.method
+// and grpc.status (TestJoinsGRPCPlugin reads both from one reader) when
+// PerTarget is set. grpc-go v1.85's plugin records every target, with no
+// filter on the client side: for a client of pod addresses, drop
+// grpc.target from its instruments with a view, as this package leaves it
+// "other" by default:
+//
+//	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithView(sdkmetric.NewView(
+//		sdkmetric.Instrument{Scope: instrumentation.Scope{Name: "grpc-go"}},
+//		sdkmetric.Stream{AttributeFilter: attribute.NewDenyKeysFilter("grpc.target")})))
 package staggerotel

@@ -22,7 +22,9 @@ import (
 )
 
 // ExampleOption exports stagger's metrics to Prometheus: a call that
-// succeeds after one retry, then a scrape of /metrics.
+// succeeds after one retry, then a scrape of /metrics. With the default
+// Options, grpc.target is "other" and the budget gauges add up every
+// target's budget (Options.PerTarget records each target).
 func ExampleOption() {
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
@@ -77,14 +79,14 @@ func ExampleOption() {
 		}
 	}
 	// Output:
-	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="passthrough:///bufnet",le="1"} 1
-	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="passthrough:///bufnet",le="2"} 1
-	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="passthrough:///bufnet",le="3"} 1
-	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="passthrough:///bufnet",le="4"} 1
-	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="passthrough:///bufnet",le="5"} 1
-	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="passthrough:///bufnet",le="+Inf"} 1
-	// grpc_client_call_retries_sum{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="passthrough:///bufnet"} 1
-	// grpc_client_call_retries_count{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="passthrough:///bufnet"} 1
-	// stagger_client_budget_capacity{grpc_target="passthrough:///bufnet",stagger_budget_kind="token-bucket"} 100
-	// stagger_client_call_ends_total{grpc_method="stagger.testing.v1.TestService/Get",grpc_status="OK",grpc_target="passthrough:///bufnet",stagger_criticality="CRITICAL",stagger_reason="success"} 1
+	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other",le="1"} 1
+	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other",le="2"} 1
+	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other",le="3"} 1
+	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other",le="4"} 1
+	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other",le="5"} 1
+	// grpc_client_call_retries_bucket{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other",le="+Inf"} 1
+	// grpc_client_call_retries_sum{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other"} 1
+	// grpc_client_call_retries_count{grpc_method="stagger.testing.v1.TestService/Get",grpc_target="other"} 1
+	// stagger_client_budget_capacity{stagger_budget_kind="token-bucket"} 100
+	// stagger_client_call_ends_total{grpc_method="stagger.testing.v1.TestService/Get",grpc_status="OK",grpc_target="other",stagger_criticality="CRITICAL",stagger_reason="success"} 1
 }

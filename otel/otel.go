@@ -3,8 +3,10 @@ package staggerotel
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
@@ -54,6 +56,30 @@ const (
 	AttrBreakerTo   = "stagger.breaker.to"
 	AttrAttempt     = "stagger.attempt"
 	AttrPause       = "stagger.pause_s"
+	// The reload metrics' (Options.Sources).
+	AttrConfigPath   = "stagger.config.path"
+	AttrConfigHash   = "stagger.config.hash"
+	AttrReloadResult = "stagger.reload.result"
+)
+
+// Other is the value recorded for grpc.method of a generic method (a call
+// without grpc.StaticMethodCallOption, which generated code passes) and
+// for grpc.target unless Options.PerTarget records the target (or when
+// Options.TargetAttributeFilter rejects it), as gRFC A66 and grpc-go's
+// OpenTelemetry plugin record them.
+const Other = "other"
+
+// The reload metrics' names (Options.Sources).
+const (
+	// MetricConfigReloads counts a Source's reloads by result
+	// ("success", "failure").
+	MetricConfigReloads = "stagger.client.config.reloads"
+	// MetricConfigGeneration is the generation of the config in use
+	// (policy.Source.Loaded), with its hash.
+	MetricConfigGeneration = "stagger.client.config.generation"
+	// MetricConfigReloadFailed is 1 while the latest content of a Source's
+	// file was refused (the last good config stays in use), else 0.
+	MetricConfigReloadFailed = "stagger.client.config.reload_failed"
 )
 
 // The span events' names.
@@ -71,7 +97,17 @@ var (
 	transparentRetryBuckets = []float64{1, 2, 3, 4, 5, 10}
 	hedgeBuckets            = []float64{1, 2, 3, 4, 5}
 	latencyBuckets          = []float64{0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.01, 0.013, 0.016, 0.02, 0.025, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.13, 0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1, 2, 5, 10, 20, 50, 100}
+	// deferredBuckets are coarser: the histogram has a series per
+	// criticality, and a Gate's waits run from tens of milliseconds to the
+	// 10 s bound (the cardinality budget in the package documentation).
+	deferredBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 )
+
+// cacheMax bounds each of the recorder's caches (attribute sets per method
+// and target; targets as dialled to targets as recorded): a process that
+// dials pod addresses as they come and go must not grow them without end.
+// Past it a cache starts afresh, and rebuilds what calls still use.
+const cacheMax = 1024
 
 // Options configure Option.
 type Options struct {
@@ -80,11 +116,12 @@ type Options struct {
 	// Budgets are observed as gauges (level, capacity) with attribute
 	// stagger.budget.kind; two of the same kind add up.
 	Budgets []budget.Budget
-	// Backends are observed as the same gauges, once per target, with
-	// attributes stagger.budget.kind and grpc.target (the tokens of one
-	// target, which its methods' Gates share). Two budgets of one kind
-	// for one target (two States', or a State's and the default's) add
-	// up: the gauge is what the process holds for that target.
+	// Backends are observed as the same gauges: each target's tokens (its
+	// methods' Gates share them) read once, and added up per kind with
+	// every other target's, or, with PerTarget, per target (attribute
+	// grpc.target). Two budgets of one kind for one target (two States',
+	// or a State's and the default's) add up: the gauge is what the
+	// process holds. A target the Backends forgot is no longer read.
 	Backends []*budget.Backends
 	// States are the interceptors' States (interceptor.State): the budgets
 	// a policy file declares live there, built by the interceptors from
@@ -101,6 +138,27 @@ type Options struct {
 	States []*interceptor.State
 	// NoTraces turns off the span events.
 	NoTraces bool
+	// PerTarget records each target as itself: grpc.target is the call's
+	// canonical target (grpc.ClientConn.CanonicalTarget, as gRFC A66 and
+	// grpc-go's plugin record it) on the call metrics, and the budget
+	// gauges have a point per target. Off (the default), grpc.target is
+	// "other" and the gauges add up every target's budgets per kind, so
+	// that the series a process exports do not grow with the number of
+	// targets it dials (pod addresses that come and go). Turn it on for a
+	// client of a few targets named for their services, or with a
+	// TargetAttributeFilter that accepts only those.
+	PerTarget bool
+	// TargetAttributeFilter, with PerTarget, decides which canonical
+	// targets are recorded as themselves; a target it rejects is recorded
+	// as "other" (gRFC A66's target filter). nil: every target. It is
+	// called once per target (until the recorder's caches start afresh),
+	// not per call, from the goroutine that ends a call.
+	TargetAttributeFilter func(target string) bool
+	// Sources are policy Sources whose reloads are recorded (the reload
+	// metrics in the package documentation), read when the metrics are
+	// collected: successes and failures, the generation and hash of the
+	// config in use, and whether the latest file was refused.
+	Sources []*policy.Source
 }
 
 // Option returns the interceptor option that records, or an error (instrument
@@ -125,13 +183,83 @@ type recorder struct {
 	retryDelay, deferred                metric.Float64Histogram
 	ends, transitions, timerRefused     metric.Int64Counter
 	traces                              bool
+	perTarget                           bool
+	targets                             *targetNames
 
 	// calls maps a callKey to its *callAttrs.
-	calls sync.Map
+	calls boundedMap
 }
 
-// callKey names a method of a connection: the method without its leading
-// slash, and the connection's target.
+// targetNames names targets as grpc.target records them.
+type targetNames struct {
+	perTarget bool
+	filter    func(string) bool
+	// byDialled maps a target as dialled (Event.Target, the budgets' key)
+	// to the grpc.target recorded for it (PerTarget only).
+	byDialled boundedMap
+}
+
+func newTargetNames(o Options) *targetNames {
+	return &targetNames{perTarget: o.PerTarget, filter: o.TargetAttributeFilter}
+}
+
+// name returns the grpc.target recorded for a target dialled as dialled,
+// whose canonical form canonical returns: "" without PerTarget.
+func (n *targetNames) name(dialled string, canonical func() string) string {
+	if !n.perTarget {
+		return ""
+	}
+	if v, ok := n.byDialled.load(dialled); ok {
+		return v.(string)
+	}
+	return n.byDialled.loadOrStore(dialled, n.accept(canonical())).(string)
+}
+
+// accept returns the grpc.target recorded for a canonical target under
+// PerTarget.
+func (n *targetNames) accept(target string) string {
+	if target == "" || n.filter != nil && !n.filter(target) {
+		return Other
+	}
+	return target
+}
+
+// gauge returns the budget gauges' key for a target as dialled: with
+// PerTarget, the target as the call metrics record it (learnt from the
+// calls' ends, else the filter applied to it as dialled); without, ("",
+// false): every target's budgets add up per kind.
+func (n *targetNames) gauge(dialled string) (string, bool) {
+	if !n.perTarget {
+		return "", false
+	}
+	if v, ok := n.byDialled.load(dialled); ok {
+		return v.(string), true
+	}
+	return n.accept(dialled), true
+}
+
+// boundedMap is a sync.Map of at most cacheMax keys: past that it starts
+// afresh.
+type boundedMap struct {
+	m sync.Map
+	n atomic.Int64
+}
+
+func (b *boundedMap) load(k any) (any, bool) { return b.m.Load(k) }
+
+// loadOrStore stores v under k unless k has a value, and returns k's value.
+func (b *boundedMap) loadOrStore(k, v any) any {
+	if b.n.Add(1) > cacheMax {
+		b.m.Clear()
+		b.n.Store(1)
+	}
+	v, _ = b.m.LoadOrStore(k, v)
+	return v
+}
+
+// callKey names a method of a connection as recorded: grpc.method (the
+// method without its leading slash, or "other") and the target as
+// recorded ("" when PerTarget is off).
 type callKey struct{ method, target string }
 
 // endKey is a call's outcome and criticality.
@@ -161,7 +289,7 @@ func newRecorder(o Options) (*recorder, error) {
 		mp = otel.GetMeterProvider()
 	}
 	m := mp.Meter(ScopeName)
-	r := &recorder{traces: !o.NoTraces}
+	r := &recorder{traces: !o.NoTraces, perTarget: o.PerTarget, targets: newTargetNames(o)}
 	var err error
 	hist := func(name, unit, desc string, buckets []float64) metric.Int64Histogram {
 		if err != nil {
@@ -207,7 +335,7 @@ func newRecorder(o Options) (*recorder, error) {
 	r.retryDelay = fhist(MetricRetryDelay, "s",
 		"Total time of delay while there is no active attempt during the client call; recorded for calls that retried or hedged.", latencyBuckets)
 	r.ends = counter(MetricCallEnds, "{call}", "Calls that stagger ran, by why they ended and their final status.")
-	r.deferred = fhist(MetricCallDeferred, "s", "Time a call waited for the retry budget to admit a retry; recorded for calls that waited.", latencyBuckets)
+	r.deferred = fhist(MetricCallDeferred, "s", "Time a call waited for the retry budget to admit a retry; recorded for calls that waited.", deferredBuckets)
 	r.transitions = counter(MetricBreakerTransitions, "{transition}", "Circuit breaker state changes.")
 	r.timerRefused = counter(MetricTimerRefused, "{attempt}", "Attempts whose per-attempt timeout fired and ran on because the retry budget or the circuit breaker refused the retry.")
 	if err != nil {
@@ -230,7 +358,7 @@ func newRecorder(o Options) (*recorder, error) {
 	budgets = uniqueBudgets(budgets)
 	if len(budgets) > 0 || len(backends) > 0 || len(states) > 0 {
 		_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
-			for k, v := range budgetSums(budgets, backends, states) {
+			for k, v := range budgetSums(budgets, backends, states, r.targets.gauge) {
 				attrs := []attribute.KeyValue{attribute.String(AttrBudgetKind, k.kind)}
 				if k.backend {
 					attrs = append(attrs, attribute.String(AttrTarget, k.target))
@@ -245,7 +373,46 @@ func newRecorder(o Options) (*recorder, error) {
 			return nil, fmt.Errorf("staggerotel: callback of %s and %s: %w", MetricBudgetLevel, MetricBudgetCapacity, err)
 		}
 	}
+	if err := registerReloads(m, o.Sources); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// recordedTarget returns the grpc.target recorded for e's call ("" without
+// PerTarget), and remembers it for the budget gauges (which know the
+// target as dialled).
+func (r *recorder) recordedTarget(e *interceptor.Event) string {
+	return r.targets.name(e.Target, func() string {
+		if e.CanonicalTarget != "" {
+			return e.CanonicalTarget
+		}
+		return e.Target // an event built by hand
+	})
+}
+
+// recordedMethod returns the grpc.method recorded for e's call: the method
+// without its leading slash for a method generated code registered
+// (Event.StaticMethod), else "other".
+func recordedMethod(e *interceptor.Event) string {
+	if !e.StaticMethod {
+		return Other
+	}
+	return strings.TrimPrefix(e.Method, "/")
+}
+
+// statusNames are the codes' names as gRFC A66 spells them (grpc.status).
+var statusNames = [...]string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+	"ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+	"UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
+
+// statusName returns c's name as gRFC A66 and grpc-go's plugin record it
+// ("UNAVAILABLE"; "CODE(17)" for a code outside the 17).
+func statusName(c codes.Code) string {
+	if int(c) < len(statusNames) {
+		return statusNames[c]
+	}
+	return "CODE(" + strconv.FormatUint(uint64(c), 10) + ")"
 }
 
 // gaugeKey is one point of the budget gauges: a kind, and for a backend's
@@ -265,7 +432,10 @@ type gaugeSum struct{ level, capacity float64 }
 // observations under the same attributes, so each would hide the other.
 // A Backends named twice counts once; a target's methods' Gates share its
 // tokens and count once.
-func budgetSums(budgets []budget.Budget, backends []*budget.Backends, states []*interceptor.State) map[gaugeKey]gaugeSum {
+//
+// target maps a budget's target as dialled to its key: ("", false) adds
+// up every target's budgets of a kind with the process-wide Budgets'.
+func budgetSums(budgets []budget.Budget, backends []*budget.Backends, states []*interceptor.State, target func(string) (string, bool)) map[gaugeKey]gaugeSum {
 	sums := map[gaugeKey]gaugeSum{}
 	add := func(k gaugeKey, st budget.State) {
 		v := sums[k]
@@ -291,7 +461,8 @@ func budgetSums(budgets []budget.Budget, backends []*budget.Backends, states []*
 				continue // the target's other methods' Gates: the same tokens
 			}
 			last = st.Target
-			add(gaugeKey{st.Kind, st.Target, true}, st.State)
+			t, per := target(st.Target)
+			add(gaugeKey{st.Kind, t, per}, st.State)
 		}
 	}
 	return sums
@@ -325,29 +496,31 @@ func sameBudget(a, b budget.Budget) (same bool) {
 	return a == b
 }
 
-// attrs returns the cached options of (method, target), method with its
-// leading slash.
-func (r *recorder) attrs(method, target string) *callAttrs {
-	k := callKey{strings.TrimPrefix(method, "/"), target}
-	if v, ok := r.calls.Load(k); ok {
+// attrs returns the cached options of e's call.
+func (r *recorder) attrs(e *interceptor.Event) *callAttrs {
+	k := callKey{recordedMethod(e), r.recordedTarget(e)}
+	if v, ok := r.calls.load(k); ok {
 		return v.(*callAttrs)
 	}
-	set := attribute.NewSet(attribute.String(AttrMethod, k.method), attribute.String(AttrTarget, k.target))
+	target := k.target
+	if !r.perTarget {
+		target = Other
+	}
+	set := attribute.NewSet(attribute.String(AttrMethod, k.method), attribute.String(AttrTarget, target))
 	a := &callAttrs{
 		method: k.method,
-		target: k.target,
+		target: target,
 		record: []metric.RecordOption{metric.WithAttributeSet(set)},
 	}
 	for i, l := range criticality.Levels() {
 		a.deferred[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
 			attribute.String(AttrMethod, k.method),
-			attribute.String(AttrTarget, k.target),
+			attribute.String(AttrTarget, target),
 			attribute.String(AttrCriticality, l.String()),
 		))}
 		a.success[i] = a.endOptions(endKey{policy.ReasonSuccess, codes.OK, l})
 	}
-	v, _ := r.calls.LoadOrStore(k, a)
-	return v.(*callAttrs)
+	return r.calls.loadOrStore(k, a).(*callAttrs)
 }
 
 func (a *callAttrs) endOptions(k endKey) []metric.AddOption {
@@ -355,7 +528,7 @@ func (a *callAttrs) endOptions(k endKey) []metric.AddOption {
 		attribute.String(AttrMethod, a.method),
 		attribute.String(AttrTarget, a.target),
 		attribute.String(AttrReason, k.reason.String()),
-		attribute.String(AttrStatus, k.code.String()),
+		attribute.String(AttrStatus, statusName(k.code)),
 		attribute.String(AttrCriticality, k.crit.String()),
 	)
 	return []metric.AddOption{metric.WithAttributeSet(set)}
@@ -380,15 +553,18 @@ func (r *recorder) hook(ctx context.Context, e interceptor.Event) {
 	case interceptor.EventEnd:
 		r.recordEnd(ctx, &e)
 	case interceptor.EventBreaker:
-		r.transitions.Add(ctx, 1, metric.WithAttributes(
-			attribute.String(AttrBreaker, e.Breaker.Key),
-			attribute.String(AttrBreakerFrom, e.Breaker.From.String()),
-			attribute.String(AttrBreakerTo, e.Breaker.To.String()),
-		))
+		// Rare (a state change), so the attributes are built per event.
+		// The breaker's key names its target: only with PerTarget.
+		from, to := attribute.String(AttrBreakerFrom, e.Breaker.From.String()), attribute.String(AttrBreakerTo, e.Breaker.To.String())
+		if r.perTarget {
+			r.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrBreaker, e.Breaker.Key), from, to))
+		} else {
+			r.transitions.Add(ctx, 1, metric.WithAttributes(from, to))
+		}
 	case interceptor.EventTimerRanOn:
 		// Rare (a refusal), so the attributes are built per event.
 		r.timerRefused.Add(ctx, 1, metric.WithAttributes(
-			attribute.String(AttrMethod, strings.TrimPrefix(e.Method, "/")),
+			attribute.String(AttrMethod, recordedMethod(&e)),
 			attribute.String(AttrReason, e.Reason.String()),
 		))
 	case interceptor.EventRetry:
@@ -403,7 +579,7 @@ func (r *recorder) hook(ctx context.Context, e interceptor.Event) {
 }
 
 func (r *recorder) recordEnd(ctx context.Context, e *interceptor.Event) {
-	a := r.attrs(e.Method, e.Target)
+	a := r.attrs(e)
 	// Effective: an event built by hand may leave it Unset.
 	crit := e.Criticality.Effective()
 	r.ends.Add(ctx, 1, a.end(endKey{e.Reason, e.Code, crit})...)
@@ -431,7 +607,7 @@ func (r *recorder) spanEvent(ctx context.Context, name string, e *interceptor.Ev
 	}
 	attrs := [4]attribute.KeyValue{
 		attribute.Int(AttrAttempt, e.Attempt),
-		attribute.String(AttrStatus, e.Code.String()),
+		attribute.String(AttrStatus, statusName(e.Code)),
 		attribute.Float64(AttrPause, seconds(e.Pause)),
 	}
 	n := 3

@@ -170,7 +170,7 @@ func sum(t *testing.T, ms map[string]metricdata.Metrics, name string) []metricda
 func wantCallAttrs(t *testing.T, name string, set attribute.Set) {
 	t.Helper()
 	got := attrMap(set)
-	want := map[string]string{AttrMethod: getMethod, AttrTarget: target}
+	want := map[string]string{AttrMethod: getMethod, AttrTarget: Other}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("%s attributes %v, want %v", name, got, want)
 	}
@@ -334,7 +334,7 @@ func TestRetriedCall(t *testing.T) {
 	if len(ends) != 1 || ends[0].Value != 1 {
 		t.Fatalf("ends %+v, want one call", ends)
 	}
-	want := map[string]string{AttrMethod: getMethod, AttrTarget: target, AttrReason: "success", AttrStatus: "OK", AttrCriticality: "CRITICAL"}
+	want := map[string]string{AttrMethod: getMethod, AttrTarget: Other, AttrReason: "success", AttrStatus: "OK", AttrCriticality: "CRITICAL"}
 	if got := attrMap(ends[0].Attributes); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("ends attributes %v, want %v", got, want)
 	}
@@ -373,8 +373,8 @@ func TestGiveUp(t *testing.T) {
 	if len(ends) != 1 {
 		t.Fatalf("ends %+v, want one", ends)
 	}
-	if got := attrMap(ends[0].Attributes); got[AttrReason] != policy.ReasonAttempts.String() || got[AttrStatus] != codes.Unavailable.String() {
-		t.Errorf("ends attributes %v, want reason %q, status Unavailable", got, policy.ReasonAttempts)
+	if got := attrMap(ends[0].Attributes); got[AttrReason] != policy.ReasonAttempts.String() || got[AttrStatus] != "UNAVAILABLE" {
+		t.Errorf("ends attributes %v, want reason %q, status UNAVAILABLE", got, policy.ReasonAttempts)
 	}
 }
 
@@ -456,7 +456,7 @@ func TestBackendsGauges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}}); err != nil {
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}, PerTarget: true}); err != nil {
 		t.Fatal(err)
 	}
 	// Two methods of one target share its tokens: one point per target.
@@ -502,7 +502,7 @@ func TestBackendsGaugesForget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}}); err != nil {
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}, PerTarget: true}); err != nil {
 		t.Fatal(err)
 	}
 	const idle, busy = "dns:///idle.test:443", "dns:///busy.test:443"
@@ -549,7 +549,7 @@ func TestBackendsGaugesAddUpPerTarget(t *testing.T) {
 	if !one.Allow(budget.Request{Number: 2}) {
 		t.Fatal("a fresh default budget refused a retry")
 	}
-	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{sets[0], sets[1], sets[0]}}); err != nil {
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{sets[0], sets[1], sets[0]}, PerTarget: true}); err != nil {
 		t.Fatal(err)
 	}
 	st0, st1 := sets[0].Get(target, "/a.S/M").State(), sets[1].Get(target, "/a.S/M").State()
@@ -568,7 +568,7 @@ func TestBackendsGaugesAddUpPerTarget(t *testing.T) {
 func TestStatesGauges(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	st := interceptor.NewState()
-	rec, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), States: []*interceptor.State{st}})
+	rec, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), States: []*interceptor.State{st}, PerTarget: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,11 +641,11 @@ func TestSpanEvents(t *testing.T) {
 					ev.Name, a[AttrAttempt], a[AttrStatus], a[AttrPause], a[AttrReason]))
 			}
 			want := []string{
-				"stagger.retry attempt=1 status=Unavailable pause=0.01 reason=<nil>",
-				"stagger.retry attempt=2 status=Unavailable pause=0.02 reason=<nil>",
-				"stagger.retry attempt=1 status=Unavailable pause=0.01 reason=<nil>",
-				"stagger.retry attempt=2 status=Unavailable pause=0.02 reason=<nil>",
-				"stagger.give_up attempt=3 status=Unavailable pause=0 reason=" + policy.ReasonAttempts.String(),
+				"stagger.retry attempt=1 status=UNAVAILABLE pause=0.01 reason=<nil>",
+				"stagger.retry attempt=2 status=UNAVAILABLE pause=0.02 reason=<nil>",
+				"stagger.retry attempt=1 status=UNAVAILABLE pause=0.01 reason=<nil>",
+				"stagger.retry attempt=2 status=UNAVAILABLE pause=0.02 reason=<nil>",
+				"stagger.give_up attempt=3 status=UNAVAILABLE pause=0 reason=" + policy.ReasonAttempts.String(),
 			}
 			if noTraces {
 				want = nil
@@ -680,23 +680,40 @@ func TestNilMeterProviderUsesGlobal(t *testing.T) {
 	}
 }
 
+// A breaker's key names its target: the transitions carry it only with
+// PerTarget.
 func TestBreakerTransitions(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Budgets: []budget.Budget{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := breaker.Change{Key: "dns:///svc", From: breaker.StateClosed, To: breaker.StateOpen}
-	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventBreaker, Method: ch.Key, Breaker: ch})
-	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventBreaker, Method: ch.Key, Breaker: ch})
-	ms := collect(t, reader)
-	dps := sum(t, ms, MetricBreakerTransitions)
-	want := map[string]string{AttrBreaker: "dns:///svc", AttrBreakerFrom: breaker.StateClosed.String(), AttrBreakerTo: breaker.StateOpen.String()}
-	if len(dps) != 1 || dps[0].Value != 2 || fmt.Sprint(attrMap(dps[0].Attributes)) != fmt.Sprint(want) {
-		t.Errorf("transitions %+v, want 2 with %v", dps, want)
-	}
-	if _, ok := ms[MetricBudgetLevel]; ok {
-		t.Errorf("budget gauges recorded with no budgets")
+	for _, perTarget := range []bool{false, true} {
+		t.Run(fmt.Sprint("PerTarget=", perTarget), func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Budgets: []budget.Budget{}, PerTarget: perTarget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{"dns:///svc", "dns:///other"} {
+				ch := breaker.Change{Key: key, From: breaker.StateClosed, To: breaker.StateOpen}
+				r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventBreaker, Method: ch.Key, Breaker: ch})
+			}
+			ms := collect(t, reader)
+			got := map[string]int64{}
+			for _, dp := range sum(t, ms, MetricBreakerTransitions) {
+				got[fmt.Sprint(attrMap(dp.Attributes))] = dp.Value
+			}
+			from, to := breaker.StateClosed.String(), breaker.StateOpen.String()
+			want := map[string]int64{fmt.Sprint(map[string]string{AttrBreakerFrom: from, AttrBreakerTo: to}): 2}
+			if perTarget {
+				want = map[string]int64{
+					fmt.Sprint(map[string]string{AttrBreaker: "dns:///svc", AttrBreakerFrom: from, AttrBreakerTo: to}):   1,
+					fmt.Sprint(map[string]string{AttrBreaker: "dns:///other", AttrBreakerFrom: from, AttrBreakerTo: to}): 1,
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("transitions %v, want %v", got, want)
+			}
+			if _, ok := ms[MetricBudgetLevel]; ok {
+				t.Errorf("budget gauges recorded with no budgets")
+			}
+		})
 	}
 }
 
@@ -727,32 +744,36 @@ func (failingMeter) Float64Histogram(string, ...metric.Float64HistogramOption) (
 
 // TestEndAllocs checks that a call's end costs no allocation once its
 // method and target have been seen: a first-attempt success, and a retried
-// call too.
+// call too; with the defaults and with PerTarget.
 func TestEndAllocs(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name string
-		e    interceptor.Event
-	}{
-		{"success", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Attempt: 1, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target}},
-		{"retried", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target}},
-		{"gave up", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonAttempts, Code: codes.Unavailable, Target: target}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r.hook(ctx, tc.e) // warm-up: builds the attribute sets
-			if n := testing.AllocsPerRun(1000, func() { r.hook(ctx, tc.e) }); n != 0 {
-				t.Errorf("%v allocations per call end, want 0", n)
+	for _, perTarget := range []bool{false, true} {
+		t.Run(fmt.Sprint("PerTarget=", perTarget), func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), PerTarget: perTarget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, tc := range []struct {
+				name string
+				e    interceptor.Event
+			}{
+				{"success", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 1, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target, CanonicalTarget: target}},
+				{"retried", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonSuccess, Code: codes.OK, Target: target, CanonicalTarget: target}},
+				{"gave up", interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Attempt: 3, Retries: 2, Delay: 30 * time.Millisecond, Reason: policy.ReasonAttempts, Code: codes.Unavailable, Target: target, CanonicalTarget: target}},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					r.hook(ctx, tc.e) // warm-up: builds the attribute sets
+					if n := testing.AllocsPerRun(1000, func() { r.hook(ctx, tc.e) }); n != 0 {
+						t.Errorf("%v allocations per call end, want 0", n)
+					}
+				})
+			}
+			ms := collect(t, reader)
+			if ends := sum(t, ms, MetricCallEnds); len(ends) != 2 {
+				t.Errorf("ends has %d data points, want 2 (success and gave up)", len(ends))
 			}
 		})
-	}
-	ms := collect(t, reader)
-	if ends := sum(t, ms, MetricCallEnds); len(ends) != 2 {
-		t.Errorf("ends has %d data points, want 2 (success and gave up)", len(ends))
 	}
 }
 
@@ -764,16 +785,16 @@ func TestDeferred(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, Target: target,
+	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true, Target: target,
 		Attempt: 2, Retries: 1, Delay: 300 * time.Millisecond, Deferred: 250 * time.Millisecond, Reason: policy.ReasonSuccess, Criticality: criticality.SheddablePlus})
 	ms := collect(t, reader)
 	d := histogram[float64](t, ms, MetricCallDeferred)
-	want := map[string]string{AttrMethod: getMethod, AttrTarget: target, AttrCriticality: "SHEDDABLE_PLUS"}
+	want := map[string]string{AttrMethod: getMethod, AttrTarget: Other, AttrCriticality: "SHEDDABLE_PLUS"}
 	if got := attrMap(d.Attributes); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("deferred attributes %v, want %v", got, want)
 	}
-	if d.Count != 1 || d.Sum != 0.25 || !slices.Equal(d.Bounds, a66Buckets) {
-		t.Errorf("deferred count %d sum %g bounds %v, want 1, 0.25 and A66's", d.Count, d.Sum, d.Bounds)
+	if d.Count != 1 || d.Sum != 0.25 || !slices.Equal(d.Bounds, deferredBuckets) {
+		t.Errorf("deferred count %d sum %g bounds %v, want 1, 0.25 and %v", d.Count, d.Sum, d.Bounds, deferredBuckets)
 	}
 	if d := histogram[float64](t, ms, MetricRetryDelay); d.Count != 1 || d.Sum != 0.3 {
 		t.Errorf("retry_delay count %d sum %g, want 1 and 0.3", d.Count, d.Sum)
@@ -842,9 +863,9 @@ func TestTimerRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventTimerRanOn, Method: "/" + getMethod, Attempt: 1, Code: codes.DeadlineExceeded, Reason: policy.ReasonBudget})
+		r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventTimerRanOn, Method: "/" + getMethod, StaticMethod: true, Attempt: 1, Code: codes.DeadlineExceeded, Reason: policy.ReasonBudget})
 	}
-	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventTimerRanOn, Method: "/" + getMethod, Attempt: 1, Code: codes.DeadlineExceeded, Reason: policy.ReasonBreaker})
+	r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventTimerRanOn, Method: "/" + getMethod, StaticMethod: true, Attempt: 1, Code: codes.DeadlineExceeded, Reason: policy.ReasonBreaker})
 	got := map[string]int64{}
 	for _, dp := range sum(t, collect(t, reader), MetricTimerRefused) {
 		a := attrMap(dp.Attributes)
@@ -855,5 +876,57 @@ func TestTimerRefused(t *testing.T) {
 	}
 	if want := map[string]int64{"budget": 2, "breaker": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("%s = %v, want %v", MetricTimerRefused, got, want)
+	}
+}
+
+// TestTargetAttributeFilter: with PerTarget, a target the filter accepts is
+// recorded as its canonical self, one it rejects as "other", on the call
+// metrics and the budget gauges alike (the gauges, which know the target as
+// dialled, take the name the calls' ends gave it; a target no call ended
+// on through the recorder is filtered as dialled).
+func TestTargetAttributeFilter(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	bs, err := budget.NewBackends(budget.DefaultSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const orders = "dns:///orders.test:443"
+	r, err := newRecorder(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs},
+		PerTarget: true, TargetAttributeFilter: func(target string) bool { return target == orders }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ dialled, canonical string }{{"orders.test:443", orders}, {"10.0.0.1:8080", "dns:///10.0.0.1:8080"}} {
+		bs.Get(tc.dialled, "/"+getMethod)
+		r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true,
+			Target: tc.dialled, CanonicalTarget: tc.canonical, Attempt: 1, Reason: policy.ReasonSuccess})
+	}
+	bs.Get("10.0.0.2:8080", "/"+getMethod)
+	ms := collect(t, reader)
+	ends := map[string]int64{}
+	for _, dp := range sum(t, ms, MetricCallEnds) {
+		ends[attrMap(dp.Attributes)[AttrTarget]] += dp.Value
+	}
+	if want := map[string]int64{orders: 1, Other: 1}; fmt.Sprint(ends) != fmt.Sprint(want) {
+		t.Errorf("ends by target %v, want %v", ends, want)
+	}
+	st := bs.Get("orders.test:443", "/"+getMethod).State()
+	capacity := map[string]float64{}
+	for _, dp := range ms[MetricBudgetCapacity].Data.(metricdata.Gauge[float64]).DataPoints {
+		capacity[attrMap(dp.Attributes)[AttrTarget]] = dp.Value
+	}
+	if want := map[string]float64{orders: st.Capacity, Other: 2 * st.Capacity}; fmt.Sprint(capacity) != fmt.Sprint(want) {
+		t.Errorf("capacity by target %v, want %v", capacity, want)
+	}
+}
+
+// TestStatusNames: grpc.status is spelt as gRFC A66 and grpc-go's plugin
+// spell it.
+func TestStatusNames(t *testing.T) {
+	for c, want := range map[codes.Code]string{codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unavailable: "UNAVAILABLE",
+		codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.Unauthenticated: "UNAUTHENTICATED", codes.Code(17): "CODE(17)"} {
+		if got := statusName(c); got != want {
+			t.Errorf("statusName(%d) = %q, want %q", c, got, want)
+		}
 	}
 }

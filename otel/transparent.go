@@ -32,7 +32,9 @@ func transparentRetriesHistogram(m metric.Meter) (metric.Int64Histogram, error) 
 // TransparentRetries returns the dial options that record
 // grpc.client.call.transparent_retries (opt-in: see the package
 // documentation for what they cost) on o.MeterProvider (nil:
-// otel.GetMeterProvider()); o's other fields are ignored. Put them before
+// otel.GetMeterProvider()), with grpc.method and grpc.target as Option
+// records them (o.PerTarget, o.TargetAttributeFilter); o's other fields
+// are ignored. Put them before
 // stagger.DialOptions, so that their interceptors run outside stagger's and
 // see the whole call:
 //
@@ -54,7 +56,7 @@ func TransparentRetries(o Options) ([]grpc.DialOption, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &transparent{hist: h}
+	t := &transparent{hist: h, targets: newTargetNames(o)}
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(t.unary),
 		grpc.WithChainStreamInterceptor(t.stream),
@@ -64,7 +66,8 @@ func TransparentRetries(o Options) ([]grpc.DialOption, error) {
 
 // transparent records grpc.client.call.transparent_retries.
 type transparent struct {
-	hist metric.Int64Histogram
+	hist    metric.Int64Histogram
+	targets *targetNames
 }
 
 // callCounterKey is the context key of a call's *callCounter.
@@ -77,7 +80,7 @@ type callCounter struct {
 }
 
 // record records c's count, once, if it is above 0.
-func (t *transparent) record(ctx context.Context, c *callCounter, method string, cc *grpc.ClientConn) {
+func (t *transparent) record(ctx context.Context, c *callCounter, method string, cc *grpc.ClientConn, static bool) {
 	if c.done.Swap(true) {
 		return
 	}
@@ -85,27 +88,44 @@ func (t *transparent) record(ctx context.Context, c *callCounter, method string,
 	if n <= 0 {
 		return
 	}
-	t.hist.Record(ctx, n, metric.WithAttributes(
-		attribute.String(AttrMethod, strings.TrimPrefix(method, "/")),
-		attribute.String(AttrTarget, cc.Target()),
-	))
+	m := Other
+	if static {
+		m = strings.TrimPrefix(method, "/")
+	}
+	target := t.targets.name(cc.Target(), cc.CanonicalTarget)
+	if target == "" {
+		target = Other
+	}
+	t.hist.Record(ctx, n, metric.WithAttributes(attribute.String(AttrMethod, m), attribute.String(AttrTarget, target)))
+}
+
+// staticMethod reports whether opts hold grpc.StaticMethodCallOption, which
+// generated code passes for the methods it registers.
+func staticMethod(opts []grpc.CallOption) bool {
+	for _, opt := range opts {
+		if _, ok := opt.(grpc.StaticMethodCallOption); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *transparent) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	c := new(callCounter)
 	err := invoker(context.WithValue(ctx, callCounterKey{}, c), method, req, reply, cc, opts...)
-	t.record(ctx, c, method, cc)
+	t.record(ctx, c, method, cc, staticMethod(opts))
 	return err
 }
 
 func (t *transparent) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	c := new(callCounter)
 	s, err := streamer(context.WithValue(ctx, callCounterKey{}, c), desc, cc, method, opts...)
+	static := staticMethod(opts)
 	if err != nil {
-		t.record(ctx, c, method, cc)
+		t.record(ctx, c, method, cc, static)
 		return nil, err
 	}
-	return &transparentStream{ClientStream: s, t: t, c: c, ctx: ctx, method: method, cc: cc}, nil
+	return &transparentStream{ClientStream: s, t: t, c: c, ctx: ctx, method: method, cc: cc, static: static}, nil
 }
 
 // transparentStream records its call's count when RecvMsg returns an error.
@@ -116,12 +136,13 @@ type transparentStream struct {
 	ctx    context.Context
 	method string
 	cc     *grpc.ClientConn
+	static bool
 }
 
 func (s *transparentStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if err != nil {
-		s.t.record(s.ctx, s.c, s.method, s.cc)
+		s.t.record(s.ctx, s.c, s.method, s.cc, s.static)
 	}
 	return err
 }

@@ -160,7 +160,7 @@ func dialRefusing(t *testing.T, file string) (testingv1.TestServiceClient, *sdkm
 	s := startRefusingServer(t)
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	o := Options{MeterProvider: mp}
+	o := Options{MeterProvider: mp, PerTarget: true}
 	opt, err := Option(o)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -83,6 +84,9 @@ type Source struct {
 	lastErr  string
 	// refused is the last refusal and how many there were (Refused).
 	refused atomic.Pointer[refusal]
+	// loaded is the config in use's generation and hash (Loaded), written
+	// with cur under mu.
+	loaded atomic.Pointer[loaded]
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -94,6 +98,7 @@ type Source struct {
 func NewSource(cfg *Config, opts ...ParseOption) *Source {
 	s := &Source{opts: buildParseOptions(opts)}
 	s.cur.Store(cfg)
+	s.loaded.Store(&loaded{generation: 1})
 	return s
 }
 
@@ -115,6 +120,7 @@ func WatchFile(path string, opts ...ParseOption) (*Source, error) {
 	}
 	s.lastHash = sha256.Sum256(data)
 	s.cur.Store(cfg)
+	s.loaded.Store(&loaded{generation: 1, hash: hex.EncodeToString(s.lastHash[:])})
 	if s.opts.ticks != nil || !s.opts.noPoll {
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
 		ticks, stopTicker := s.opts.ticks, func() {}
@@ -199,7 +205,7 @@ func (s *Source) reloadLocked() (SourceEvent, bool, error) {
 	if r := s.refused.Load(); r != nil && r.ev.Err != nil {
 		s.refused.Store(&refusal{n: r.n})
 	}
-	ev.Previous, ev.BudgetKept = s.swap(cfg)
+	ev.Previous, ev.BudgetKept = s.swap(cfg, hex.EncodeToString(s.lastHash[:]))
 	ev.Config = cfg
 	return ev, true, nil
 }
@@ -261,11 +267,40 @@ func (s *Source) refuse(ev SourceEvent, err error) (SourceEvent, bool, error) {
 	return ev, true, err
 }
 
-// swap publishes cfg and says whether its budget settings are the previous
-// config's.
-func (s *Source) swap(cfg *Config) (prev *Config, kept bool) {
+// swap publishes cfg, whose content's hash is hash ("" for Update), and
+// says whether its budget settings are the previous config's. The caller
+// holds mu.
+func (s *Source) swap(cfg *Config, hash string) (prev *Config, kept bool) {
 	prev = s.cur.Swap(cfg)
+	var gen uint64
+	if l := s.loaded.Load(); l != nil {
+		gen = l.generation
+	}
+	s.loaded.Store(&loaded{generation: gen + 1, hash: hash})
 	return prev, prev != nil && prev.budgetSettings == cfg.budgetSettings
+}
+
+// loaded is what Loaded returns.
+type loaded struct {
+	generation uint64
+	hash       string
+}
+
+// Loaded returns the generation of the config in use (1 for the first one,
+// one more at each change a reload or Update made; a refused reload
+// changes nothing) and, for a file, the SHA-256 of the content it came
+// from, in hex ("" for a config given to NewSource or Update). Read beside
+// Refused, it says which config is in force and whether the file on disk
+// is it.
+func (s *Source) Loaded() (generation uint64, hash string) {
+	if s == nil {
+		return 0, ""
+	}
+	l := s.loaded.Load()
+	if l == nil {
+		return 0, ""
+	}
+	return l.generation, l.hash
 }
 
 // Update swaps cfg in, as a reload of a file would; OnReload hears of it.
@@ -275,7 +310,7 @@ func (s *Source) Update(cfg *Config) error {
 		return errors.New("policy: Source.Update: nil Config")
 	}
 	s.mu.Lock()
-	prev, kept := s.swap(cfg)
+	prev, kept := s.swap(cfg, "")
 	s.mu.Unlock()
 	if s.opts.onReload != nil {
 		s.opts.onReload(SourceEvent{Path: s.path, Config: cfg, Previous: prev, BudgetKept: kept})

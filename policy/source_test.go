@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -274,5 +276,50 @@ func TestSourceReloadErrorPlaced(t *testing.T) {
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Line != 1 || fe.Column != 22 || fe.File != "" || strings.Contains(err.Error(), "1:22") {
 		t.Fatalf("ParseConfig: %v (%+v)", err, fe)
+	}
+}
+
+// TestSourceLoaded: the generation counts the configs swapped in (a
+// refused file and a content already in use change nothing), and the hash
+// is the SHA-256 of the file's content in use ("" after Update).
+func TestSourceLoaded(t *testing.T) {
+	path, src, _ := watchVersion(t, "")
+	defer src.Close()
+	hashOf := func(content string) string {
+		h := sha256.Sum256([]byte(content))
+		return hex.EncodeToString(h[:])
+	}
+	check := func(wantGen uint64, wantHash string) {
+		t.Helper()
+		if gen, hash := src.Loaded(); gen != wantGen || hash != wantHash {
+			t.Errorf("Loaded() = %d, %q; want %d, %q", gen, hash, wantGen, wantHash)
+		}
+	}
+	check(1, hashOf(cfgVersionDoc(1, "")))
+	cfgWriteAtomic(t, path, cfgVersionDoc(2, ""))
+	if err := src.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	check(2, hashOf(cfgVersionDoc(2, "")))
+	cfgWriteAtomic(t, path, `{"methodConfig": [`)
+	if err := src.Reload(); err == nil {
+		t.Fatal("a broken file was loaded")
+	}
+	check(2, hashOf(cfgVersionDoc(2, "")))
+	cfgWriteAtomic(t, path, cfgVersionDoc(3, ""))
+	if err := src.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	check(3, hashOf(cfgVersionDoc(3, "")))
+	if err := src.Update(parseMust(t, cfgVersionDoc(4, ""))); err != nil {
+		t.Fatal(err)
+	}
+	check(4, "")
+	if gen, hash := NewSource(parseMust(t, "{}")).Loaded(); gen != 1 || hash != "" {
+		t.Errorf("NewSource: Loaded() = %d, %q; want 1, \"\"", gen, hash)
+	}
+	var none *Source
+	if gen, hash := none.Loaded(); gen != 0 || hash != "" {
+		t.Errorf("nil Source: Loaded() = %d, %q", gen, hash)
 	}
 }

@@ -1,0 +1,80 @@
+package staggerotel
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// TestReloadMetrics: a Source's reloads show as metrics: successes and
+// failures, the generation and hash of the config in use, and whether the
+// latest file was refused (the last good config staying in use).
+func TestReloadMetrics(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "retry.json")
+	write := func(content string) string {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.Sum256([]byte(content))
+		return hex.EncodeToString(h[:])
+	}
+	first := write(retryConfig)
+	src, err := policy.WatchFile(path, policy.WithPollInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = src.Close() }()
+	reader := sdkmetric.NewManualReader()
+	if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Budgets: []budget.Budget{}, Sources: []*policy.Source{src}}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(step string, want string) {
+		t.Helper()
+		ms := collect(t, reader)
+		var got []string
+		for _, dp := range ms[MetricConfigReloads].Data.(metricdata.Sum[int64]).DataPoints {
+			a := attrMap(dp.Attributes)
+			if a[AttrConfigPath] != path {
+				t.Errorf("%s: reloads path %q, want %q", step, a[AttrConfigPath], path)
+			}
+			got = append(got, fmt.Sprintf("%s=%d", a[AttrReloadResult], dp.Value))
+		}
+		// success before failure, whatever the SDK's order
+		sort.Sort(sort.Reverse(sort.StringSlice(got)))
+		for _, dp := range ms[MetricConfigGeneration].Data.(metricdata.Gauge[int64]).DataPoints {
+			got = append(got, fmt.Sprintf("generation=%d hash=%s", dp.Value, attrMap(dp.Attributes)[AttrConfigHash]))
+		}
+		for _, dp := range ms[MetricConfigReloadFailed].Data.(metricdata.Gauge[int64]).DataPoints {
+			got = append(got, fmt.Sprintf("failed=%d", dp.Value))
+		}
+		if fmt.Sprint(got) != want {
+			t.Errorf("%s: %v\nwant %s", step, got, want)
+		}
+	}
+	check("first load", "[success=0 failure=0 generation=1 hash="+first+" failed=0]")
+	second := write(hedgeConfig)
+	if err := src.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	check("reloaded", "[success=1 failure=0 generation=2 hash="+second+" failed=0]")
+	write(`{"methodConfig": [`)
+	if err := src.Reload(); err == nil {
+		t.Fatal("a broken file was loaded")
+	}
+	check("refused", "[success=1 failure=1 generation=2 hash="+second+" failed=1]")
+	third := write(retryConfig)
+	if err := src.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	check("reloaded again", "[success=2 failure=1 generation=3 hash="+third+" failed=0]")
+}
