@@ -118,7 +118,7 @@ func BenchmarkGateFailureWithWaiters(b *testing.B) {
 // outage that has just ended (no deadline, a MaxWait past the run): the
 // back pace lets one go now and then, and no success lets any go by
 // itself; wakeups counts, and empties, the wake-ups since it last ran.
-func heldAfterOutage(tb testing.TB, clk *manualClock, n int) (g *Gate, wakeups func() int, leave func()) {
+func heldAfterOutage(tb testing.TB, clk *manualClock, n int, guard ...Guard) (g *Gate, wakeups func() int, leave func()) {
 	g, err := Deferring(&switchBudget{}, DeferSettings{MaxWaiting: 2000, MaxWait: time.Minute}, WithClock(clk.Now))
 	if err != nil {
 		tb.Fatal(err)
@@ -126,22 +126,29 @@ func heldAfterOutage(tb testing.TB, clk *manualClock, n int) (g *Gate, wakeups f
 	downServer(g)
 	failures(g, tune.OutageStreak)
 	ws := make([]*Waiter, n)
+	r := Request{Number: 2}
+	if len(guard) > 0 {
+		r.Guard = guard[0]
+	}
 	for i := range ws {
-		if ws[i], err = g.Enter(Request{Number: 2}, 0, time.Time{}); err != nil {
+		if ws[i], err = g.Enter(r, 0, time.Time{}); err != nil {
 			tb.Fatal(err)
 		}
 		ws[i].Poll()
 	}
 	clk.advance(10 * time.Second) // the back pace: 0.4 x n per 10 s
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	woke := make(map[*Waiter]bool, n)
+	// A wake-up is a Ready closed: each is counted once, and its verdict
+	// taken (a guard's refusal gives w a new Ready).
+	woke := make(map[<-chan struct{}]bool, n)
 	wakeups = func() int {
 		woken := 0
 		for _, w := range ws {
+			ch := w.Ready()
 			select {
-			case <-w.Ready():
-				if !woke[w] {
-					woke[w] = true
+			case <-ch:
+				if !woke[ch] {
+					woke[ch] = true
 					woken++
 					w.Take()
 				}
@@ -187,15 +194,44 @@ func BenchmarkGateSuccessWithWaiters(b *testing.B) {
 // wake at most 10 waiters each. (The benchmark's waiters once reached their
 // MaxWait during its run, and every success woke all of them to end their
 // waits, unseen for a stop: the test keeps it honest.)
+//
+// Guarded too (issue 62, defect 6: with a breaker's guard on 1,000
+// waiting retries, each success woke all 1,000): a closed guard's waiters
+// go as unguarded ones do; an open guard that refuses is asked by one
+// waiter per news, and its refusal holds the other guarded waiters until
+// the next.
 func TestGateSuccessWakesFew(t *testing.T) {
-	clk := &manualClock{now: t0}
-	g, wakeups, leave := heldAfterOutage(t, clk, 1000)
-	defer leave()
-	for i := range 200 {
-		clk.advance(2 * time.Millisecond)
-		g.Record(Attempt{Number: 1, Outcome: Success})
-		if n := wakeups(); n > 10 {
-			t.Fatalf("success %d woke %d of 1,000 held, want at most 10", i, n)
-		}
+	for _, tt := range []struct {
+		name  string
+		guard []Guard
+	}{
+		{"unguarded", nil},
+		{"closed guard", []Guard{closedGuard{}}},
+		{"open guard that refuses", []Guard{&refusingGuard{}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &manualClock{now: t0}
+			g, wakeups, leave := heldAfterOutage(t, clk, 1000, tt.guard...)
+			defer leave()
+			total := 0
+			for i := range 200 {
+				clk.advance(2 * time.Millisecond)
+				g.Record(Attempt{Number: 1, Outcome: Success})
+				n := wakeups()
+				if n > 10 {
+					t.Fatalf("success %d woke %d of 1,000 held, want at most 10", i, n)
+				}
+				total += n
+			}
+			if total == 0 {
+				t.Fatal("200 successes woke nobody")
+			}
+		})
 	}
 }
+
+// closedGuard is a Guard that lets every attempt go.
+type closedGuard struct{}
+
+func (closedGuard) Closed() bool                  { return true }
+func (closedGuard) AllowRetry() (bool, time.Time) { return true, time.Time{} }

@@ -1,0 +1,61 @@
+package budget
+
+import (
+	"testing"
+	"time"
+
+	tune "github.com/stagger-go/stagger/internal/gatetune"
+)
+
+// Issue 62's defect 5: what a probe took ages with the rest. One 20 s
+// probe, a success, three idle hours: the next outage's last chance goes
+// tune.LastChanceLead before its deadline, as in a new process (it went
+// at once: the lead was still twice the old probe's 20 s).
+func TestGateProbeDurationAges(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	failures(g, tune.OutageStreak)
+	w, _ := g.Enter(retry2, 0, time.Time{})
+	poll(t, w, admitProbe)
+	clk.advance(20 * time.Second)
+	g.Record(Attempt{Number: 2, Outcome: Success, Admission: admitProbe, Took: 20 * time.Second})
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	clk.advance(3 * time.Hour)
+	downServer(g)
+	failures(g, tune.OutageStreak)
+	deadline := clk.Now().Add(10 * time.Second)
+	last, _ := g.Enter(Request{Number: 2, Last: true}, 0, deadline)
+	defer last.Leave()
+	if next, want := poll(t, last, AdmitNone), deadline.Add(-tune.LastChanceLead); !next.Equal(want) {
+		t.Fatalf("the last chance goes %v before the deadline, want %v", deadline.Sub(next), tune.LastChanceLead)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.st.pace.took != 0 || g.st.ev.runs > tune.OutageStreak || g.st.pace.since > tune.OutageStreak {
+		t.Fatalf("after three idle hours: probe took %v, runs %.1f, failures since a probe %d", g.st.pace.took, g.st.ev.runs, g.st.pace.since)
+	}
+}
+
+// Issue 62's defect 7: two first lookups of a method on a known target
+// that race (each built its Gate before it took the set's lock) get one
+// Slot; the second's Gate is dropped, not orphaned beside the first's.
+func TestBackendsRacingFirstLookupsShareAGate(t *testing.T) {
+	bs, err := NewBackends(DefaultSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs.Slot("t:1", "/s/A") // the target is known
+	b := bs.target("t:1")
+	g1, g2 := bs.newGate(b.tokens.b), bs.newGate(b.tokens.b)
+	now := bs.now()
+	bs.mu.Lock()
+	s1, ok1 := bs.insertLocked(now, "t:1", "/s/B", b, nil, g1)
+	s2, ok2 := bs.insertLocked(now, "t:1", "/s/B", b, nil, g2)
+	bs.mu.Unlock()
+	if !ok1 || !ok2 || s1 != s2 {
+		t.Fatalf("two first lookups got %p and %p, want one Slot", s1, s2)
+	}
+	if s := bs.Slot("t:1", "/s/B"); s != s1 || s.b != Budget(g1) {
+		t.Fatal("the set keeps another Gate than the one its callers got")
+	}
+}
