@@ -205,7 +205,7 @@ func (g *Gate) outLocked(w *Waiter, pass bool) {
 // take asks w's guard and the budget for the admission w was granted,
 // unlocked, then settles it under the lock: taken; given back when the
 // caller left (gone) meanwhile; or, when the guard refused, given back
-// and w queued again, held, its guard taken for open.
+// and w queued again, its guard taken for open.
 func (w *Waiter) take(gone func() bool) (Admission, error) {
 	g := w.g
 	if w.end != nil || w.state == waitOut {
@@ -234,7 +234,9 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		g.counts.DeferAdmitted++
 	default:
 		g.giveBackLocked(w)
-		w.view.held, w.view.guardOpen = true, open
+		// Held once past its hold time: the guard, not the hold rule,
+		// says when it goes.
+		w.view.held, w.view.guardOpen = w.view.held || !now.Before(w.view.holdAt), open
 		g.guardNews, g.guardAt = g.news, next
 		w.state, w.ready = waitQueued, make(chan struct{})
 		w.elem = g.queue[w.level].PushBack(w)

@@ -140,11 +140,14 @@ func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 }
 
 // A fresh process whose server never served does not know whether retries
-// heal: after the one retry its budget pays for, its other retries do not
-// wait for a server that may be down, they end a tenth past their pause
-// (reason deferred); the call's last attempt still goes, as a probe (its
-// outcome tells whether retries heal), so a flaky server that serves the
-// last attempt is found out.
+// heal: after the one retry its budget pays for, one retry goes as the
+// probe that learns it, a tenth past its pause (else a process whose
+// budget refuses its retries never learns that they heal: issue 62's
+// quiet process); once that probe failed, the others do not wait for a
+// server that may be down, they end a tenth past their pause (reason
+// deferred); the call's last attempt still goes, as a probe (its outcome
+// tells whether retries heal), so a flaky server that serves the last
+// attempt is found out.
 func TestDeferFreshProcessDoesNotStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := testserver.New()
@@ -155,12 +158,12 @@ func TestDeferFreshProcessDoesNotStorm(t *testing.T) {
 		if status.Code(err) != codes.Unavailable || reasonOf(err) != policy.ReasonDeferred.String() {
 			t.Fatalf("call: %v (reason %q), want the last UNAVAILABLE, reason deferred", err, reasonOf(err))
 		}
-		// Attempts at 0 and 10ms; the third waits 11ms.
-		if d := time.Since(start); d != 21*time.Millisecond {
-			t.Fatalf("returned after %v, want 21ms", d)
+		// Attempts at 0 and 10ms, the probe at 21ms; the fourth waits 11ms.
+		if d := time.Since(start); d != 32*time.Millisecond {
+			t.Fatalf("returned after %v, want 32ms", d)
 		}
-		if n := len(srv.Attempts("fresh")); n != 2 {
-			t.Fatalf("%d attempts, want 2", n)
+		if n := len(srv.Attempts("fresh")); n != 3 {
+			t.Fatalf("%d attempts, want 3", n)
 		}
 
 		// Three attempts: the budget pays for the second, the third is the
