@@ -21,59 +21,64 @@ import (
 //
 // The wait contract, by rule (`stagger check` prints it with its numbers):
 //
-//   - A retry waits at most until its call's deadline (less a millisecond),
-//     or DeferSettings.MaxWait without one, and never less than its pause
-//     but for the lone probe below (settling); it ends at once when a retry
-//     as long as its method's attempts lately could not finish (hopeless).
-//   - While retrying heals the backend's calls, it goes after its pause
-//     (heal). While the backend fails, one waiting retry at a time goes as
-//     the probe once nothing reached the backend for the probe gap (probe),
-//     a call with a deadline keeps its last attempt for just before it
-//     (last chance), and a wait nothing lets go ends a tenth past its pause
-//     (hold), unless the backend is down or overloaded.
-//   - Down (outage: failures in a row, after a calm second, where retries
-//     do not heal), or 5 s after a failure for overload (overload), waits
-//     are held; once an outage has lasted longer than the longest wait of
-//     its retries, a new retry fails at once (futility) but for a rare lone
-//     probe, which goes at once, spaced by the probe gap: the new calls'
-//     first attempts and those probes find the backend's return.
-//   - While it serves, waiting retries go one at a time at one pace
-//     (release): one a second, each success taking a sixteenth of the
-//     interval off; after an outage, from 0.4 times the pace the held ones
-//     came at, a fifth quicker per answer as fast as the fastest, halving
-//     per failed one, until a success finds nobody waiting (room to spare:
-//     all back within about a second; a held call goes its pause after the
-//     return, or with a deadline at a random share of it, a second at
-//     most; fewer than four held go unpaced). A guarded retry goes only
-//     when its circuit breaker allows (guard). The most critical goes
-//     first; a full room evicts the least critical (criticality).
+// When a refused retry goes. Never before its pause (settling). While
+// retrying heals the backend's calls, after its pause (heal). While the
+// backend fails, one retry at a time, as the probe, once nothing reached
+// the backend for the probe gap (probe), or, for a call with a deadline,
+// as its last chance just before it (last chance). While it serves, one
+// at a time at one pace (release): one a second, each success taking a
+// sixteenth off; after an outage, from 0.4 times the pace the held ones
+// came at, a fifth quicker per answer as fast as the fastest, halving per
+// failed one, until a success finds nobody waiting (room to spare: all
+// back within about a second; a held call no sooner than its pause after
+// the return, or with a deadline at a random share of what it leaves, a
+// second at most; fewer than four held go unpaced). A guarded retry goes
+// only when its circuit breaker allows (guard). The most critical goes
+// first (criticality).
 //
-// How it works, file by file: the estimator keeps the backend's phase
-// (quiet, failing, outage, recovering; gatestate.go) and its evidence
-// (whether retries heal, overload, how long attempts take;
-// gateevidence.go). The scheduler gives each waiting retry a decision
-// from its pause, deadline and criticality and that state: an admission,
-// the end of its wait (every end timed in one place, endAt), or when to
-// ask again (gatedecide.go), paced by one pacer (gatepace.go: when the
-// next release, probe or last chance may go, and the one out while the
-// backend fails). The waiting room (gatewait.go) gives each waiter its own
-// Ready channel; on news one dispatcher walks the waiters, most critical
-// first, and wakes only those whose decision changes: one sleeps to the
-// pacer's time, the others to their own. A woken waiter takes its
-// admission under the lock, asks its Guard and the budget unlocked, and
-// gives it back if they refuse (internal/gatetune has the numbers).
+// When a wait ends, and with what. At its call's deadline less a
+// millisecond (deadline), or DeferSettings.MaxWait without one (max-wait);
+// at once when a retry as long as its method's attempts lately could not
+// finish (hopeless); a tenth past its pause when no rule let it go and the
+// backend is neither down nor overloaded, unless it goes then as the probe
+// that learns whether retries heal (hold); when a more critical retry
+// takes its place in a full room (criticality). Down (outage: failures in
+// a row, after a calm second, where retries do not heal), or 5 s after a
+// failure for overload (overload), waits are held; once an outage outlived
+// the longest wait of its retries, a new retry is turned away at once
+// (futility) but for a rare lone probe: the new calls' first attempts and
+// those probes find the backend's return. The call ends with its last
+// status.
 //
-// What it remembers: the phase until a success ends the failures; whether
-// retries heal, from the latest 8 calls that retried (no such call yet,
-// one that saw the backend serve heals retries until two fail). What no
-// attempt confirmed for 30 s and the longest wait it judged is forgotten
-// (ageing): the next waiting retry goes as a probe, as in a new process.
+// What a success and a failure do. Each Record updates the estimate and
+// runs the grant loop. A failure adds to the streak that makes an outage
+// and doubles the probe gap; a success ends the streak, quickens the
+// release pace, and after an outage starts the return.
+//
+// What a caller that leaves gets back. Its wait ends; an admission it was
+// granted and had not taken goes to the next waiter, and a budget of this
+// package gives back what it took for it.
+//
+// What ages, and when. The phase lasts until a success ends the failures;
+// whether retries heal is judged from the latest 8 calls that retried.
+// What no attempt confirmed for 30 s and the longest wait it judged (the
+// phase, the evidence, what the latest probe took) is forgotten while
+// nobody waits (ageing): the next retry finds out, as in a new process.
+//
+// How it decides (x/sync/semaphore's shape): one mutex; one function,
+// grantLocked (gatewait.go), walks the waiting retries, most critical then
+// oldest first, and alone admits or ends them, each by closing its Ready
+// channel; the rules it applies read the estimate (gatestate.go,
+// gateevidence.go) and the pacer (gatepace.go) in decide (gatedecide.go).
+// Enter, Record, Leave and the gate's one timer run it. An admitted caller
+// asks its Guard and the budget unlocked (Take), and what they refuse goes
+// back through the one give-back path. Nothing foreign runs under the
+// gate's lock (not WithRandom's source, the clock, the budget or a Guard).
 //
 // Record and Allow pass through to the wrapped budget (retries the outage
 // and overload rules refuse count in State.Refused). While nobody waits and
 // all is well, Allow and Record of a first attempt that did not fail read
-// one atomic word beyond the budget's own work. Nothing foreign runs under
-// the gate's lock (not WithRandom's source, the budget or a Guard).
+// one atomic word beyond the budget's own work.
 type Gate struct {
 	b   Budget
 	s   DeferSettings

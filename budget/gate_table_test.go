@@ -167,7 +167,7 @@ func TestGateAdmissions(t *testing.T) {
 	told := fresh
 	told.ev.retryFails = 1
 	probedLately := told
-	probedLately.pace.failedAt, probedLately.pace.gap, probedLately.pace.since = t0, time.Second, tune.FutileEvery
+	probedLately.pace.failedAt, probedLately.pace.gap = t0, time.Second
 	spreadHalf := heldThrough(pause, deadline)
 	spreadHalf.spread = 0.5
 	tests := []struct {
@@ -191,7 +191,7 @@ func TestGateAdmissions(t *testing.T) {
 		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
 		{"fresh process, past its hold time: no retry told it anything, it probes", fresh, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, false},
 		{"retries failed, never served, past its hold time, no probe failed: it probes to learn", told, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, false},
-		{"retries failed, never served, a probe failed within its gap: the wait ends", probedLately, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"retries failed, never served, a probe failed: the wait ends", probedLately, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
 		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, true},
 		{"after an outage, held with a deadline: back at its spread's share", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), spreadHalf, AdmitNone, t0.Add(tune.BackSpreadMax / 2), true},
 		{"after an outage, held with a deadline, its share's time come", stateIn(phaseRecovering), t0.Add(tune.BackSpreadMax / 2), spreadHalf, admitRelease, time.Time{}, true},

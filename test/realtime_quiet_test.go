@@ -73,11 +73,13 @@ func TestRealTimeQuietProcessHeals(t *testing.T) {
 			if want := grpcHealed * 95 / 100; healed < want {
 				t.Errorf("stagger healed %d of 10 calls, grpc-go %d: want at least %d", healed, grpcHealed, want)
 			}
-			// Two pauses of 20 and 40 ms at most (grpc-go draws each in
-			// [0, backoff]); stagger's p50 within 1.2x grpc-go's, and a
-			// loaded machine's scheduling (25 ms).
-			if healed > 0 && grpcHealed > 0 && p50 > grpcP50*12/10+25*time.Millisecond {
-				t.Errorf("stagger's p50 %v, grpc-go's %v: want within 1.2x", p50, grpcP50)
+			// Two pauses, of 20 and 40 ms before jitter. grpc-go's own
+			// depend on its version's jitter (v1.64 draws each in [0,
+			// backoff]: p50 about 30 ms; v1.85 about 60 ms), so stagger's
+			// p50 is held within 1.2x of the larger of grpc-go's and the
+			// pauses' 60 ms, and a loaded machine's scheduling (25 ms).
+			if limit := max(grpcP50, 60*time.Millisecond)*12/10 + 25*time.Millisecond; healed > 0 && p50 > limit {
+				t.Errorf("stagger's p50 %v, grpc-go's %v: want at most %v", p50, grpcP50, limit)
 			}
 		})
 	}
