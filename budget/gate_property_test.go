@@ -256,7 +256,12 @@ func (h *history) run(t *testing.T) {
 			h.startCall(now)
 			next = now.Add(time.Duration(h.rnd.ExpFloat64() * float64(h.gap)))
 		}
-		h.g.Tick() // the gate's timer, every step
+		h.g.mu.Lock()
+		due := !h.g.timerAt.IsZero() && !now.Before(h.g.timerAt)
+		h.g.mu.Unlock()
+		if due {
+			h.g.Tick() // the gate's timer, at the time it asked for
+		}
 		for _, c := range h.calls {
 			if !c.done {
 				h.step(now, c)
