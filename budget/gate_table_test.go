@@ -118,6 +118,12 @@ func waiting(pause time.Duration, deadline time.Time, last bool) waiterView {
 	return waiterView{pause: pause, deadline: deadline, last: last, holdAt: t0.Add(pause + time.Duration(tune.HoldSlack*float64(pause)))}
 }
 
+// numbered is w, the retry number n.
+func numbered(w waiterView, n int) waiterView {
+	w.number = n
+	return w
+}
+
 // heldThrough is the view of a retry the gate held through an outage that
 // ended at t0.
 func heldThrough(pause time.Duration, deadline time.Time) waiterView {
@@ -166,8 +172,10 @@ func TestGateAdmissions(t *testing.T) {
 	fresh.enter(t0, pause, 0)
 	told := fresh
 	told.ev.retryFails = 1
-	probedLately := told
-	probedLately.pace.failedAt, probedLately.pace.gap = t0, time.Second
+	knownToFail := told
+	knownToFail.ev.retryFails = tune.HealMinSamples
+	learning := told
+	learning.ev.learnNext, learning.ev.learnUntil = 3, t0.Add(time.Second)
 	spreadHalf := heldThrough(pause, deadline)
 	spreadHalf.spread = 0.5
 	tests := []struct {
@@ -191,7 +199,9 @@ func TestGateAdmissions(t *testing.T) {
 		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
 		{"fresh process, past its hold time: no retry told it anything, it probes", fresh, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, false},
 		{"retries failed, never served, past its hold time, no probe failed: it probes to learn", told, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, false},
-		{"retries failed, never served, a probe failed: the wait ends", probedLately, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"retries known to fail, never served: the wait ends", knownToFail, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"another call is learning: the wait ends", learning, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"the learning call's next retry: it probes", learning, holdAt, numbered(waiting(pause, time.Time{}, false), 3), admitProbe, time.Time{}, false},
 		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, true},
 		{"after an outage, held with a deadline: back at its spread's share", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), spreadHalf, AdmitNone, t0.Add(tune.BackSpreadMax / 2), true},
 		{"after an outage, held with a deadline, its share's time come", stateIn(phaseRecovering), t0.Add(tune.BackSpreadMax / 2), spreadHalf, admitRelease, time.Time{}, true},

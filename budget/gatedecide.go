@@ -91,16 +91,14 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		if s.phase != phaseOutage && !s.ev.overloaded(now) {
 			// The hold rule: a probe, or the end of the wait. A process
 			// that no retry told anything probes too, and so does one
-			// none of whose probes failed yet: else one whose budget
-			// refuses its retries never learns that they heal (issue
-			// 62's quiet process; it costs a process whose backend
-			// never serves one attempt: sim failrate -p 1, 1,000
-			// processes, 1.10 -> 1.20).
+			// that does not know yet whether retries heal, one call at
+			// a time: else one whose budget refuses its retries never
+			// learns that they heal (issue 62's quiet process).
 			if !s.ev.seen && now.Before(s.ev.retryOut) {
 				// A paid retry is out: wait for what it tells.
 				return decision{next: clock.Earlier(s.ev.retryOut, endAt)}
 			}
-			learn := s.ev.seen || s.ev.untold(now) || s.pace.failedAt.IsZero()
+			learn := s.ev.seen || s.ev.untold(now) || s.ev.learns(now, w.number)
 			if learn && !s.pace.leased(now) {
 				return decision{how: admitProbe}
 			}
@@ -140,16 +138,13 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 	// Until retries are known to heal or not, a failed first attempt says
 	// nothing: only retries' own outcomes space the probes, and only a
 	// call's last attempt probes (its outcome settles the call), or any
-	// retry while none has told anything yet. A backend that never served
-	// is probed no more once retries are known to fail there (the hold
-	// rule's probe made them known: probing it on cost 0.03 attempts per
-	// call at p = 1).
+	// retry while none has told anything yet.
 	reached, known := s.lastReached, s.ev.known()
 	if !known {
 		reached = s.ev.lastRetry
 	}
 	how, due := AdmitNone, time.Time{}
-	if known && s.ev.seen && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
+	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
 		how, due = admitProbe, reached.Add(max(w.pause, s.pace.gap))
 	}
 	if !w.deadline.IsZero() {

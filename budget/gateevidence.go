@@ -30,6 +30,11 @@ type evidence struct {
 	// runs is how many failures in a row the server's flakiness makes: the
 	// longest streak a success ended, decaying by tune.RunDecay.
 	runs float64
+	// learnNext is the number of the retry that goes on learning, until
+	// learnUntil, after a probe with attempts left failed at a server
+	// never seen to serve (the hold rule).
+	learnNext  int
+	learnUntil time.Time
 	// okTook is how long the latest deferred retry that succeeded took, at
 	// okAt.
 	okTook time.Duration
@@ -50,8 +55,20 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		e.retryOut = time.Time{}
 		if a.Outcome == Success || a.Outcome == Failure {
 			e.lastRetry = now
-			if a.Outcome == Failure {
+			// A probe with attempts left, at a server never seen to
+			// serve, says nothing yet of whether retries heal: its
+			// call's next attempt goes on learning (the hold rule's
+			// probe went on a call's second attempt of three, failed,
+			// and made retries known to fail at a server that serves
+			// every third: lab flaky-quiet failed every call in 3 runs
+			// of 6).
+			switch {
+			case a.Outcome != Failure:
+			case e.seen || a.Final || a.Admission != admitProbe:
 				e.retryFails++
+				e.learnNext = 0
+			default:
+				e.learnNext, e.learnUntil = a.Number+1, now.Add(tune.QuietGapMax)
 			}
 			// A call's outcome, once: a failed retry with attempts left
 			// says nothing yet, so the evidence does not depend on which
@@ -114,3 +131,10 @@ func (e *evidence) untold(now time.Time) bool {
 }
 
 func (e *evidence) overloaded(now time.Time) bool { return now.Before(e.overloadUntil) }
+
+// learns reports whether the retry number n may go as the hold rule's
+// probe that learns whether retries heal: the process does not know yet,
+// and no other call is learning (or n goes on with the one that is).
+func (e *evidence) learns(now time.Time, n int) bool {
+	return !e.known() && (e.learnNext == 0 || n == e.learnNext || !now.Before(e.learnUntil))
+}

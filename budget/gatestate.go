@@ -226,8 +226,9 @@ func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget |
 
 // waiterView is what the rules read of a waiting retry.
 type waiterView struct {
-	// earliest is when its pause ends.
+	// earliest is when its pause ends; number, Request.Number.
 	earliest time.Time
+	number   int
 	pause    time.Duration
 	deadline time.Time
 	// limit, for a call without a deadline, is when it has waited

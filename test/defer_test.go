@@ -140,30 +140,42 @@ func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 }
 
 // A fresh process whose server never served does not know whether retries
-// heal: after the one retry its budget pays for, one retry goes as the
-// probe that learns it, a tenth past its pause (else a process whose
-// budget refuses its retries never learns that they heal: issue 62's
-// quiet process); once that probe failed, the others do not wait for a
-// server that may be down, they end a tenth past their pause (reason
-// deferred); the call's last attempt still goes, as a probe (its outcome
-// tells whether retries heal), so a flaky server that serves the last
-// attempt is found out.
+// heal: after the one retry its budget pays for, one call at a time goes on
+// as the probe that learns it, each retry a tenth past its pause (else a
+// process whose budget refuses its retries never learns that they heal:
+// issue 62's quiet process), and this one's fifth attempt is served; once
+// a learning call failed its last attempt, the others' waits end a tenth
+// past their pause (reason deferred). The call's last attempt goes as a
+// probe too, so a flaky server that serves the last attempt is found out.
 func TestDeferFreshProcessDoesNotStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := testserver.New()
 		defer srv.Close()
 		client := deferClient(t, srv)
 		start := time.Now()
-		_, err := client.Write(context.Background(), &testingv1.WriteRequest{Script: &testingv1.Script{Key: "fresh", FailAttempts: 4}})
+		if _, err := client.Write(context.Background(), &testingv1.WriteRequest{Script: &testingv1.Script{Key: "fresh", FailAttempts: 4}}); err != nil {
+			t.Fatalf("the learning call: %v (reason %q), want served on its fifth attempt", err, reasonOf(err))
+		}
+		t.Logf("the learning call took %v", time.Since(start))
+		if n := len(srv.Attempts("fresh")); n != 5 {
+			t.Fatalf("%d attempts, want 5", n)
+		}
+		// At a server that fails every attempt, one learning call, and
+		// then no more: the next call's retry waits its pause and a tenth.
+		down := testserver.New()
+		defer down.Close()
+		client = deferClient(t, down)
+		client.Write(context.Background(), &testingv1.WriteRequest{Script: &testingv1.Script{Key: "down1", FailAttempts: 100}})
+		if n := len(down.Attempts("down1")); n != 5 {
+			t.Fatalf("the learning call: %d attempts, want 5", n)
+		}
+		start = time.Now()
+		_, err := client.Write(context.Background(), &testingv1.WriteRequest{Script: &testingv1.Script{Key: "down2", FailAttempts: 100}})
 		if status.Code(err) != codes.Unavailable || reasonOf(err) != policy.ReasonDeferred.String() {
 			t.Fatalf("call: %v (reason %q), want the last UNAVAILABLE, reason deferred", err, reasonOf(err))
 		}
-		// Attempts at 0 and 10ms, the probe at 21ms; the fourth waits 11ms.
-		if d := time.Since(start); d != 32*time.Millisecond {
-			t.Fatalf("returned after %v, want 32ms", d)
-		}
-		if n := len(srv.Attempts("fresh")); n != 3 {
-			t.Fatalf("%d attempts, want 3", n)
+		if n := len(down.Attempts("down2")); n != 1 || time.Since(start) != 11*time.Millisecond {
+			t.Fatalf("the next call: %d attempts in %v, want 1 in 11ms", n, time.Since(start))
 		}
 
 		// Three attempts: the budget pays for the second, the third is the
