@@ -137,10 +137,21 @@ func (p *pace) latency(now time.Time, level int) time.Duration {
 }
 
 // send notes an attempt sent at t under a per-attempt timeout perAttempt.
+// A slot keeps the latest send time it was given, not the last one
+// stored: a goroutine that read its clock and was descheduled before it
+// stored (a loaded machine) would otherwise put back an older send, or one
+// a ring's turn old, over a newer one, and what the slow-for-all rule
+// reads would depend on which goroutine ran last.
 func (p *pace) send(t time.Time, perAttempt time.Duration) {
 	slice := max(int64(perAttempt)/paceSliceParts, 1)
 	n := t.UnixNano()
-	p.sent[uint64(n/slice)%paceSends].Store(n)
+	slot := &p.sent[uint64(n/slice)%paceSends]
+	for {
+		cur := slot.Load()
+		if n <= cur || slot.CompareAndSwap(cur, n) {
+			return
+		}
+	}
 }
 
 // answer notes that the attempt sent at start, of criticality index
