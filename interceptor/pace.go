@@ -70,7 +70,10 @@ type pace struct {
 
 // fire notes that the timer of the attempt sent at start fired, and
 // returns the latest start among the attempts whose timer fired before
-// (0: none).
+// (0: none). Which of two timers due together runs first is the
+// scheduler's choice, and it can return a start later than this one's;
+// straggler's answer is the same either way: that later attempt's send
+// is in the ring, so straggler returns false before it reads prev.
 func (p *pace) fire(start time.Time) (prev int64) {
 	s := start.UnixNano()
 	for {
