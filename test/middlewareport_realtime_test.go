@@ -77,20 +77,21 @@ func mwTCPBench(t *testing.T, file string) (*mwFailingService, testgrpc.TestServ
 	return svc, client
 }
 
-// TestRealTimeMiddlewarePerRetryTimeoutPort ports go-grpc-middleware v1's
+// TestMiddlewarePerRetryTimeoutPortRealTime ports go-grpc-middleware v1's
 // per-retry-timeout tests (retry_test.go's TestUnary_PerCallDeadline_* and
 // TestServerStream_PerCallDeadline_*), which run on real time: a
 // sequential caller whose server sleeps twice the per-attempt timeout and
 // fails (NOT_FOUND, which the policy does not retry) the first four
-// requests and answers the fifth. Only stagger's timer can retry them, so
-// the call succeeds on the fifth attempt exactly when the timer cut off
-// each of the first four, as the user configured; with a parent deadline
-// shorter than the five attempts the call ends with DEADLINE_EXCEEDED. The
-// times are ten times the original's (mwPerCallFile). Over loopback TCP
-// on real time, beside the synctest port above: whether the timer cuts an
+// requests and answers the fifth, three calls in a row. Only stagger's
+// timer can retry them, so a call succeeds on its fifth attempt exactly
+// when the timer cut off each of the first four, as the user configured;
+// with a parent deadline shorter than the five attempts the call ends with
+// DEADLINE_EXCEEDED. The times are ten times the original's
+// (mwPerCallFile). Over loopback TCP on real time, beside the synctest
+// port (TestMiddlewarePerRetryTimeoutPort): whether the timer cuts an
 // attempt off must not depend on how the goroutines were scheduled, so
 // make test-realtime runs it at -cpu=1 beside busy loops too.
-func TestRealTimeMiddlewarePerRetryTimeoutPort(t *testing.T) {
+func TestMiddlewarePerRetryTimeoutPortRealTime(t *testing.T) {
 	cases := []struct {
 		name string
 		call func(ctx context.Context, c testgrpc.TestServiceClient) error
@@ -127,14 +128,22 @@ func TestRealTimeMiddlewarePerRetryTimeoutPort(t *testing.T) {
 	for _, tc := range cases {
 		t.Run("PerCallDeadline_Succeeds/"+tc.name, func(t *testing.T) {
 			svc, client := mwTCPBench(t, mwPerCallFile)
-			svc.resetFailingConfiguration(5, codes.NotFound, 2*mwPerCallTimeout)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			if err := tc.call(ctx, client); err != nil {
-				t.Errorf("the fifth invocation should succeed: %v (reason %q, %d attempts)", err, reasonOf(err), interceptor.Attempts(err))
-			}
-			if arrivals, _ := svc.record(); len(arrivals) != 5 {
-				t.Errorf("%d requests; want five", len(arrivals))
+			// Three calls in a row on one client: the later ones find the
+			// earlier ones' evidence (sends, timers fired, a success).
+			for i := range 3 {
+				svc.resetFailingConfiguration(5, codes.NotFound, 2*mwPerCallTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				err := tc.call(ctx, client)
+				cancel()
+				if err != nil {
+					t.Errorf("call %d: the fifth invocation should succeed: %v (reason %q, %d attempts)", i, err, reasonOf(err), interceptor.Attempts(err))
+				}
+				if arrivals, _ := svc.record(); len(arrivals) != 5 {
+					t.Errorf("call %d: %d requests; want five", i, len(arrivals))
+				}
+				// The cut-off attempts' handlers end before the next
+				// call resets the server's count.
+				svc.sleeping.Wait()
 			}
 		})
 		t.Run("PerCallDeadline_FailsOnParent/"+tc.name, func(t *testing.T) {
