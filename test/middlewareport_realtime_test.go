@@ -142,7 +142,8 @@ func TestMiddlewarePerRetryTimeoutPortRealTime(t *testing.T) {
 					t.Errorf("call %d: %d requests; want five", i, len(arrivals))
 				}
 				// The cut-off attempts' handlers end before the next
-				// call resets the server's count.
+				// call resets the server's count (each joined sleeping
+				// as the server recorded it).
 				svc.sleeping.Wait()
 			}
 		})
