@@ -65,9 +65,12 @@ func mwTCPBench(t *testing.T, file string) (*mwFailingService, testgrpc.TestServ
 	}
 	t.Cleanup(func() {
 		cc.Close()
-		svc.sleeping.Wait()
-		gs.Stop()
+		// GracefulStop waits for the handlers, so a request still on
+		// its way when the call ended (a deadline) has joined sleeping
+		// and left it: Wait never meets an Add.
+		gs.GracefulStop()
 		<-served
+		svc.sleeping.Wait()
 	})
 	client := testgrpc.NewTestServiceClient(cc)
 	// Connect outside the measured call.
