@@ -22,10 +22,14 @@ import (
 // verdict it admitted to afterAttempt, which follows it without asking the
 // budget again (Allow spends). Otherwise the attempt runs on and ends as any
 // attempt does. Unary and stream attempts share it through nextAttempt and
-// stopTimer. One race remains, and is accepted: a unary reply that arrives
-// as the timer cuts the attempt off is still the call's success, and the
-// retry the budget paid for does not go (as when a caller cancels in a
-// pause).
+// stopTimer. Each decision is taken at its due time (attemptTimer.due,
+// graceEnd), by the timer's goroutine or, when the attempt ended or
+// answered after that time and the timer's goroutine has not run yet, by
+// the attempt's own (catchUp): whether an attempt was cut off follows from
+// when it ended, not from which goroutine a loaded scheduler ran first. A
+// unary reply that came after the grace's end is still the call's
+// success, and the retry the budget paid for does not go (as when a
+// caller cancels in a pause).
 
 // stopTimer stops the attempt's timer (see attemptTimer.stop) and reports
 // whether it cut the attempt off; when it did, the retry it admitted as it
