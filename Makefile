@@ -60,7 +60,8 @@ test-newest:
 	$(TESTGO) test -race -count=1 $(filter-out ./interop/...,$(PKGS))
 	$(TESTGO) test -count=1 ./interop/...
 
-## test-realtime: the real-time lane (the TestRealTime tests of the test/ and
+## test-realtime: the real-time lane (the TestRealTime tests, and the real-time port of
+## go-grpc-middleware's per-retry-timeout tests, of the test/ and
 ## server packages: loopback TCP, real time, many calls at once per run), in both lanes: RT_COUNT runs at
 ## -cpu=1,2, then RT_HOG_COUNT runs at -cpu=1 beside a CPU hog (three busy loops),
 ## one package at a time (-p 1: the hog is the load, not the other package).
@@ -68,8 +69,8 @@ test-newest:
 ## a rare race with more (RT_COUNT=10 RT_HOG_COUNT=8: about 20 minutes)
 RT_COUNT ?= 4
 RT_HOG_COUNT ?= 2
-RT_RUN = -race -run '^TestRealTime' -count=$(RT_COUNT)
-RT_HOG_RUN = -race -run '^TestRealTime' -count=$(RT_HOG_COUNT)
+RT_RUN = -race -run '^TestRealTime|^TestMiddlewarePerRetryTimeoutPortRealTime$$' -count=$(RT_COUNT)
+RT_HOG_RUN = -race -run '^TestRealTime|^TestMiddlewarePerRetryTimeoutPortRealTime$$' -count=$(RT_HOG_COUNT)
 test-realtime:
 	@echo "== real-time lane, oldest: $(call lane_versions,GOWORK=off)"
 	GOWORK=off $(TESTGO) test $(RT_RUN) -cpu=1,2 ./test ./server

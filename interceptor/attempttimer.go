@@ -22,10 +22,14 @@ import (
 // verdict it admitted to afterAttempt, which follows it without asking the
 // budget again (Allow spends). Otherwise the attempt runs on and ends as any
 // attempt does. Unary and stream attempts share it through nextAttempt and
-// stopTimer. One race remains, and is accepted: a unary reply that arrives
-// as the timer cuts the attempt off is still the call's success, and the
-// retry the budget paid for does not go (as when a caller cancels in a
-// pause).
+// stopTimer. Each decision is taken at its due time (attemptTimer.due,
+// graceEnd), by the timer's goroutine or, when the attempt ended or
+// answered after that time and the timer's goroutine has not run yet, by
+// the attempt's own (catchUp): whether an attempt was cut off follows from
+// when it ended, not from which goroutine a loaded scheduler ran first. A
+// unary reply that came after the grace's end is still the call's
+// success, and the retry the budget paid for does not go (as when a
+// caller cancels in a pause).
 
 // stopTimer stops the attempt's timer (see attemptTimer.stop) and reports
 // whether it cut the attempt off; when it did, the retry it admitted as it
@@ -33,7 +37,9 @@ import (
 // attempt ran a slowSuccessPart-th of its timer or longer.
 func (c *call) stopTimer(at *attemptTimer) (cutOff bool) {
 	if at != nil {
-		at.took = time.Since(at.start)
+		now := time.Now()
+		at.took = now.Sub(at.start)
+		at.catchUp(now)
 	}
 	c.slow = at != nil && at.took >= c.perAttempt/slowSuccessPart
 	if at.stop() {
@@ -123,6 +129,13 @@ type attemptTimer struct {
 	// nanoseconds), and firedOnce says this one's did.
 	prevFired int64
 	firedOnce bool
+	// due is when the timer is due to fire (start plus the timeout, a
+	// timeout more each time it waited), graceEnd when its grace is due
+	// to end (due plus the pause): the times its decisions are taken at,
+	// whenever its goroutine or catchUp runs them, so that they read the
+	// evidence recorded by then and not how late a goroutine ran. Under
+	// mu.
+	due, graceEnd time.Time
 	// start is when the timer was armed (stopTimer measures from it);
 	// fired how long after it the timer fired, and took how long the
 	// attempt took, once stopTimer measured it (zero before; the call's
@@ -156,6 +169,7 @@ const (
 // whose context derives from ctx; callCtx is the call's context.
 func startAttemptTimer(callCtx, ctx context.Context, c *call) *attemptTimer {
 	at := &attemptTimer{callCtx: callCtx, c: *c, start: time.Now()}
+	at.due = at.start.Add(c.perAttempt)
 	if c.pace != nil {
 		c.pace.send(at.start, c.perAttempt)
 	}
@@ -187,7 +201,7 @@ func (at *attemptTimer) fire() {
 	next := timerRanOn
 	switch {
 	case ok && at.c.timerEvents != nil:
-		if next = at.decide(v); next != timerFired {
+		if next = at.decide(v, at.due); next != timerFired {
 			break
 		}
 		// hedgeOnPerTryTimeout: the attempt runs on beside the retry. Sent
@@ -198,10 +212,11 @@ func (at *attemptTimer) fire() {
 		next = timerRanOn
 	case ok && v.Pause > 0:
 		// The grace: the attempt runs on through the retry's pause.
-		at.verdict, at.fired, next = v, time.Since(at.start), timerGrace
-		at.graceT = time.AfterFunc(v.Pause, at.cut)
+		at.verdict, at.fired, next = v, at.due.Sub(at.start), timerGrace
+		at.graceEnd = at.due.Add(v.Pause)
+		at.graceT = time.AfterFunc(time.Until(at.graceEnd), at.cut)
 	case ok:
-		next = at.decide(v)
+		next = at.decide(v, at.due)
 	}
 	at.state.Store(next)
 	at.mu.Unlock()
@@ -220,8 +235,8 @@ func (at *attemptTimer) cut() {
 	}
 	next := timerRanOn
 	if at.ctx.Err() == nil {
-		at.grace = time.Since(at.start) - at.fired
-		next = at.decide(at.verdict)
+		at.grace = at.graceEnd.Sub(at.start) - at.fired
+		next = at.decide(at.verdict, at.graceEnd)
 	}
 	at.state.Store(next)
 	at.mu.Unlock()
@@ -230,7 +245,8 @@ func (at *attemptTimer) cut() {
 	}
 }
 
-// decide says, under mu, whether the retry v goes now, and returns the
+// decide says, under mu, whether the retry v goes at now (the time the
+// decision was due: attemptTimer.due or graceEnd), and returns the
 // timer's next state. While the server is slow for every attempt
 // (pace.slowForAll) the retry would only join the queue the attempt waits
 // in: the timer waits another period (timerArmed, re-armed), and asks again
@@ -239,13 +255,13 @@ func (at *attemptTimer) cut() {
 // v as the verdict), a straggler's (pace.straggler) as a healing retry
 // when the budget alone would not pay for it; when they do not the
 // attempt runs on (timerRanOn), and the call says why (stopTimer).
-func (at *attemptTimer) decide(v policy.Verdict) int32 {
-	now := time.Now()
+func (at *attemptTimer) decide(v policy.Verdict, now time.Time) int32 {
 	straggler := false
 	if p := at.c.pace; p != nil {
 		if p.slowForAll(at.start, now, at.c.perAttempt/laterSendAgePart) && (!at.waited || !p.scout(now, at.c.perAttempt)) {
 			at.waited = true
-			at.t.Reset(at.c.perAttempt)
+			at.due = now.Add(at.c.perAttempt)
+			at.t.Reset(time.Until(at.due))
 			return timerArmed
 		}
 		// Not with hedgeOnPerTryTimeout: its retry runs beside the
@@ -259,6 +275,49 @@ func (at *attemptTimer) decide(v policy.Verdict) int32 {
 	}
 	at.verdict, at.admission, at.straggler = v, adm, straggler
 	return timerFired
+}
+
+// catchUp takes, on the caller's goroutine, the decisions the timer was
+// due to take by now (the attempt's end, or its first response header or
+// message, as its goroutine saw it) and whose goroutine has not run yet:
+// on a loaded machine a timer's goroutine can run after the answer that
+// came later than the timer was due, and whether the attempt was cut off
+// would then depend on which goroutine the scheduler ran first. With
+// catchUp it depends on the times alone: an attempt that ended before its
+// timer was due ended on its own; one that ended after met the timer's
+// decisions first, taken at their due times (fire, cut). Not under
+// hedgeOnPerTryTimeout, whose decision reaches the call's loop through a
+// channel, and a no-op for a nil timer.
+func (at *attemptTimer) catchUp(now time.Time) {
+	if at == nil || at.c.timerEvents != nil {
+		return
+	}
+	for {
+		at.mu.Lock()
+		st, due := at.state.Load(), at.due
+		if st == timerGrace {
+			due = at.graceEnd
+		}
+		at.mu.Unlock()
+		switch {
+		case now.Before(due):
+			return
+		case st == timerArmed:
+			at.fire()
+		case st == timerGrace:
+			at.cut()
+		default:
+			return
+		}
+	}
+}
+
+// stopAnswered is stop for an attempt that answered at now (its first
+// response header or message): the timer's decisions due by then come
+// first (catchUp).
+func (at *attemptTimer) stopAnswered(now time.Time) bool {
+	at.catchUp(now)
+	return at.stop()
 }
 
 // stop stops the timer unless it fired first. It reports whether the

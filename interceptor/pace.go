@@ -70,7 +70,10 @@ type pace struct {
 
 // fire notes that the timer of the attempt sent at start fired, and
 // returns the latest start among the attempts whose timer fired before
-// (0: none).
+// (0: none). Which of two timers due together runs first is the
+// scheduler's choice, and it can return a start later than this one's;
+// straggler's answer is the same either way: that later attempt's send
+// is in the ring, so straggler returns false before it reads prev.
 func (p *pace) fire(start time.Time) (prev int64) {
 	s := start.UnixNano()
 	for {
@@ -137,10 +140,21 @@ func (p *pace) latency(now time.Time, level int) time.Duration {
 }
 
 // send notes an attempt sent at t under a per-attempt timeout perAttempt.
+// A slot keeps the latest send time it was given, not the last one
+// stored: a goroutine that read its clock and was descheduled before it
+// stored (a loaded machine) would otherwise put back an older send, or one
+// a ring's turn old, over a newer one, and what the slow-for-all rule
+// reads would depend on which goroutine ran last.
 func (p *pace) send(t time.Time, perAttempt time.Duration) {
 	slice := max(int64(perAttempt)/paceSliceParts, 1)
 	n := t.UnixNano()
-	p.sent[uint64(n/slice)%paceSends].Store(n)
+	slot := &p.sent[uint64(n/slice)%paceSends]
+	for {
+		cur := slot.Load()
+		if n <= cur || slot.CompareAndSwap(cur, n) {
+			return
+		}
+	}
 }
 
 // answer notes that the attempt sent at start, of criticality index

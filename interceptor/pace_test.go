@@ -43,6 +43,58 @@ func TestPaceSlowForAll(t *testing.T) {
 	}
 }
 
+// TestPaceSendOrder: the slow-for-all rule reads what was sent, not the
+// order the senders' goroutines stored it in. A sender reads its clock,
+// then stores; on a loaded machine another may store between the two.
+// Every order of the same sends must give the same verdict (the attempt
+// asked about left at 0 ms; a slice is 12.5 ms, the ring 200 ms).
+func TestPaceSendOrder(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+	const perAttempt = 100 * time.Millisecond
+	const minAge = perAttempt / laterSendAgePart
+	for _, tc := range []struct {
+		name  string
+		sends []float64 // ms after t0, the attempt's own 0 among them
+		now   float64
+		want  bool
+	}{
+		// Two sends in one slice: the later, after the attempt, is the
+		// evidence, whichever stored last.
+		{"the attempt and a later send share a slice", []float64{0, 5}, 110, true},
+		// A send a ring's turn before the later one shares its slot.
+		{"a send a ring's turn older shares the slot", []float64{-195, 5}, 110, true},
+		{"nothing after the attempt", []float64{-195, -5, 0}, 110, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, order := range permutations(len(tc.sends)) {
+				var p pace
+				for _, i := range order {
+					p.send(ms(tc.sends[i]), perAttempt)
+				}
+				if got := p.slowForAll(ms(0), ms(tc.now), minAge); got != tc.want {
+					t.Errorf("stored in order %v: slowForAll = %v, want %v", order, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// permutations returns every order of 0..n-1.
+func permutations(n int) [][]int {
+	if n == 0 {
+		return [][]int{{}}
+	}
+	var out [][]int
+	for _, rest := range permutations(n - 1) {
+		for i := 0; i <= len(rest); i++ {
+			p := append(append(append([]int{}, rest[:i]...), n-1), rest[i:]...)
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func TestPaceScout(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	const per = 100 * time.Millisecond

@@ -207,7 +207,7 @@ func (a *streamAttempt) end() {
 // attempt's stream ends (its context is cancelled when the attempt ends).
 func (a *streamAttempt) watchHeader() {
 	if md, _ := a.cs.Header(); md != nil {
-		a.timer.stop()
+		a.timer.stopAnswered(time.Now())
 		if a.timer != nil {
 			a.timer.served(time.Since(a.timer.start))
 		}

@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"io"
+	"time"
 
 	"github.com/stagger-go/stagger/internal/frontend"
 	"google.golang.org/grpc/codes"
@@ -87,7 +88,7 @@ func (s *retryStream) RecvMsg(m any) error {
 	s.mu.Unlock()
 	for {
 		err := a.cs.RecvMsg(m)
-		if err == nil && !a.timer.stop() {
+		if err == nil && !a.timer.stopAnswered(time.Now()) {
 			// The timer fired as the message arrived: the attempt was cut
 			// off before anything reached the application, so the message
 			// is dropped and the attempt ends as timed out.
@@ -133,7 +134,7 @@ func (s *retryStream) Header() (metadata.MD, error) {
 		a, committed, done := s.cur, s.committed || s.overflow, s.done
 		s.mu.Unlock()
 		md, err := a.cs.Header()
-		if md != nil && !a.timer.stop() {
+		if md != nil && !a.timer.stopAnswered(time.Now()) {
 			return nil, nil
 		}
 		if md != nil {

@@ -340,3 +340,46 @@ func TestAttemptTimerHedgeOnTimeout(t *testing.T) {
 		t.Errorf("a cancelled attempt's timer sent %d events, asked the budget %d times; want none, 1 (before)", len(events), ask.asked)
 	}
 }
+
+// TestAttemptTimerDecidesAtDueTimes: whether the timer cut an attempt off
+// depends on when the attempt ended, not on whether the timer's goroutine
+// ran first. The timer (an hour, so its goroutine never runs here) is due
+// at start+1h, its grace (the 10ms pause) ends at start+1h+10ms; an end
+// seen at each time meets exactly the decisions due by then (catchUp),
+// taken at their due times.
+func TestAttemptTimerDecidesAtDueTimes(t *testing.T) {
+	const d, pause = time.Hour, 10 * time.Millisecond
+	bg := context.Background()
+	for _, tc := range []struct {
+		name  string
+		end   time.Duration // after start
+		allow bool          // the budget's answer
+		cut   bool
+		asked int
+		state int32
+	}{
+		{"ended before the timer was due", d - time.Millisecond, true, false, 0, timerStopped},
+		{"ended in the grace: its answer is the call's", d + pause - time.Millisecond, true, false, 0, timerStopped},
+		{"ended as the grace ended: cut off", d + pause, true, true, 1, timerFired},
+		{"ended long after: cut off", 3 * d, true, true, 1, timerFired},
+		{"ended after, the budget refusing: ran on", d + pause, false, false, 1, timerRanOn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ask := &askBudget{allow: tc.allow}
+			c := timerCall(1, d)
+			c.budget = ask
+			at := startAttemptTimer(bg, bg, c)
+			defer at.cancel()
+			at.catchUp(at.start.Add(tc.end))
+			if got := !at.stop(); got != tc.cut || ask.asked != tc.asked || at.state.Load() != tc.state {
+				t.Fatalf("cut %v, budget asked %d, state %d; want %v, %d, %d", got, ask.asked, at.state.Load(), tc.cut, tc.asked, tc.state)
+			}
+			if tc.cut && (at.fired != d || at.grace != pause || !at.verdict.Retry) {
+				t.Errorf("fired after %v, grace %v, verdict %+v; want %v, %v, a retry", at.fired, at.grace, at.verdict, d, pause)
+			}
+			if tc.cut != (at.ctx.Err() != nil) {
+				t.Errorf("ctx.Err() = %v with cut %v", at.ctx.Err(), tc.cut)
+			}
+		})
+	}
+}

@@ -54,9 +54,15 @@ import (
 // never makes a call fail that would have succeeded without it: a slow
 // server that answers within the caller's deadline is waited for when no
 // retry could replace the slow attempt, and the last attempt always runs to
-// its answer or the caller's deadline. A call whose retry the timer
-// admitted but whose caller's deadline then passes in the pause ends with
-// DEADLINE_EXCEEDED. Whether the timer cut an attempt off is the timer's own
+// its answer or the caller's deadline. The timer decides at fixed times:
+// when the timeout has passed since the attempt left, and when the pause
+// after that has; an attempt that ends after one of them meets its
+// decision, taken as of that time, however late the machine ran the
+// timer's goroutine. So a caller that sends one attempt at a time
+// (nothing else sent meanwhile) has each attempt that the server holds
+// past the timeout plus the pause cut off then, when a retry can go,
+// loaded or not. A call whose retry the timer admitted but whose caller's
+// deadline then passes in the pause ends with DEADLINE_EXCEEDED. Whether the timer cut an attempt off is the timer's own
 // record (firing, with its decision, and stopping exclude each other),
 // never read from the context or the status code after the fact. For a
 // unary call the timer covers the whole attempt: an interceptor cannot see

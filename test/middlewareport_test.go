@@ -131,11 +131,15 @@ func (s *mwFailingService) maybeFailRequest(ctx context.Context) error {
 	s.arrivals = append(s.arrivals, time.Now())
 	s.previous = append(s.previous, prev)
 	reqModulo, reqCounter, reqSleep, reqError := s.reqModulo, s.reqCounter, s.reqSleep, s.reqError
+	succeed := (reqModulo > 0) && (reqCounter%reqModulo == 0)
+	if !succeed {
+		// Under mu: a request recorded is one sleeping's Wait sees.
+		s.sleeping.Add(1)
+	}
 	s.mu.Unlock()
-	if (reqModulo > 0) && (reqCounter%reqModulo == 0) {
+	if succeed {
 		return nil
 	}
-	s.sleeping.Add(1)
 	defer s.sleeping.Done()
 	time.Sleep(reqSleep)
 	return status.Error(reqError, "maybeFailRequest: failing it")
