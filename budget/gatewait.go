@@ -262,10 +262,13 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		w.elem = g.queue[w.level].PushBack(w)
 		g.grantLocked(now)
 	}
+	// Queued again, w is the grant loop's: its end is read here or after
+	// its next Ready.
+	end := w.end
 	g.mu.Unlock()
 	g.refund(refund, w.r)
 	if !ok || left {
-		return AdmitNone, w.end
+		return AdmitNone, end
 	}
 	return how, nil
 }
