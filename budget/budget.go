@@ -78,6 +78,13 @@ type Attempt struct {
 	// retries and may take the server for one in an outage (see Gate,
 	// the heal, outage and overload rules).
 	Overload bool
+	// Pushback: the server told when to retry (gRFC A6's
+	// grpc-retry-pushback-ms) with the attempt's failure. A Gate obeys it
+	// (the pause is the pushback's) and counts a failure for overload that
+	// carries one only toward the share of attempts that were signs of
+	// overload; one without a pushback holds retries for a while by itself
+	// (see Gate, the overload rule).
+	Pushback bool
 	// Admission: how a Deferrer let this attempt go after the budget had
 	// refused it (AdmitNone for every other attempt). A Gate paces its
 	// releases and probes by how these end.

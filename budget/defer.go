@@ -185,15 +185,50 @@ var (
 )
 
 // waitEnd is how a Gate ended a wait: the rule of its wait contract that
-// ended it (WaitRule; see Gate) and why. The interceptors read the rule
-// into interceptor.Report.WaitEnd.
+// ended it (WaitRule; see Gate) and why, and the rule that held it past
+// its pause until then, if one did (HeldBy). The interceptors read both
+// into interceptor.Report and interceptor.Error.
 type waitEnd struct {
 	rule, why string
 	base      error
+	held      string
 }
 
+// The rules that hold a wait past its pause (waitEnd.HeldBy).
+const (
+	heldOutage   = "outage"
+	heldOverload = "overload"
+	heldGuard    = "breaker"
+)
+
 func (e *waitEnd) Error() string {
-	return "budget: the gate ended a deferred retry's wait (" + e.rule + "): " + e.why
+	s := "budget: the gate ended a deferred retry's wait (" + e.rule + "): " + e.why
+	if e.held != "" {
+		s += "; held by the " + e.held + " rule"
+	}
+	return s
 }
-func (e *waitEnd) Unwrap() error    { return e.base }
+func (e *waitEnd) Unwrap() error { return e.base }
+
+// Is reports whether target is e's rule's end, whatever held it.
+func (e *waitEnd) Is(target error) bool {
+	t, ok := target.(*waitEnd)
+	return ok && t.rule == e.rule && t.why == e.why
+}
 func (e *waitEnd) WaitRule() string { return e.rule }
+
+// HeldBy names the rule that held the wait past its pause, "" when none
+// did: "outage" (the backend is down), "overload" (most attempts were
+// signs of overload) or "breaker" (the retry's guard was open).
+func (e *waitEnd) HeldBy() string { return e.held }
+
+// heldBy returns e for a wait that rule held ("" : none), a copy when it
+// must say so.
+func (e *waitEnd) heldBy(rule string) *waitEnd {
+	if e == nil || rule == "" {
+		return e
+	}
+	c := *e
+	c.held = rule
+	return &c
+}

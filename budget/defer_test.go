@@ -492,8 +492,11 @@ func TestGateHold(t *testing.T) {
 	if a, _, _ := b.Poll(); a != AdmitNone {
 		t.Fatalf("an ended wait polled again: %v", a)
 	}
-	// An overload holds the waits.
+	// An overload (most attempts refused for it) holds the waits.
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe, Overload: true})
+	for range overloadSigns - 1 {
+		g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true})
+	}
 	c, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,8 @@ import (
 // The wait contract, by rule (`stagger check` prints it with its numbers):
 //
 // When a refused retry goes. Never before its pause (settling). While
-// retrying heals the backend's calls, after its pause (heal). While the
+// retrying heals the backend's calls and no attempt failed for overload
+// within 5 s, after its pause (heal). While the
 // backend fails, one retry at a time, as the probe, once nothing reached
 // the backend for the probe gap (probe), or, for a call with a deadline,
 // as its last chance just before it (last chance). While it serves, one
@@ -43,12 +44,16 @@ import (
 // backend is neither down nor overloaded, unless it goes then as the probe
 // that learns whether retries heal (hold); when a more critical retry
 // takes its place in a full room (criticality). Down (outage: failures in
-// a row, after a calm second, where retries do not heal), or 5 s after a
-// failure for overload (overload), waits are held; once an outage outlived
+// a row, after a calm second, where retries do not heal), or overloaded
+// (overload: more than 60 % of the latest 32 attempts, the latest within
+// 5 s, were signs of overload: RESOURCE_EXHAUSTED, a per-attempt timeout,
+// a slow success; a pushback is not one, its delay is the pause), waits
+// are held and Allow refuses every retry; once an outage outlived
 // the longest wait of its retries, a new retry is turned away at once
 // (futility) but for a rare lone probe: the new calls' first attempts and
 // those probes find the backend's return. The call ends with its last
-// status.
+// status; its error and interceptor.Report name the rule that ended the
+// wait and the one that held it (outage, overload or breaker).
 //
 // What a success and a failure do. Each Record updates the estimate and
 // runs the grant loop. A failure adds to the streak that makes an outage

@@ -30,7 +30,8 @@ func TestGateAllowStraggler(t *testing.T) {
 		{"a straggler without AfterTimeout is an ordinary retry", false, []Attempt{served}, false, Request{Number: 2, Straggler: true}, AdmitNone, false},
 		{"after a slow success: a straggler's retry goes", false, []Attempt{{Number: 1, Outcome: Success, Overload: true, Final: true}}, false, straggler, admitHeal, true},
 		{"after a slow success: another timeout retry is refused, paid or not", true, []Attempt{{Number: 1, Outcome: Success, Overload: true, Final: true}}, false, timeout, AdmitNone, false},
-		{"after a failure for overload: refused", true, []Attempt{served, {Number: 1, Outcome: Failure, Overload: true}}, false, straggler, AdmitNone, false},
+		{"overloaded (most attempts refused for overload): refused", true, overloadedHistory(served), false, straggler, AdmitNone, false},
+		{"one failure for overload with a pushback among attempts served: the budget pays", true, []Attempt{served, {Number: 1, Outcome: Failure, Overload: true, Pushback: true}, served, served}, false, straggler, AdmitNone, true},
 		{"two retries failed since the last success: refused", false, []Attempt{served, {Number: 2, Outcome: Failure}, {Number: 2, Outcome: Failure}}, false, straggler, AdmitNone, false},
 		{"a healed call: admitted", false, []Attempt{served, {Number: 2, Outcome: Success, AfterTimeout: true, Admission: admitHeal, Final: true}}, false, straggler, admitHeal, true},
 		{"in an outage: refused", true, []Attempt{served}, true, straggler, AdmitNone, false},
@@ -64,9 +65,21 @@ func TestGateAllowStraggler(t *testing.T) {
 			g.mu.Lock()
 			after := g.st
 			g.mu.Unlock()
+			// A retry the budget paid marks a paid retry out (retryOut),
+			// and nothing else.
+			after.ev.retryOut = before.ev.retryOut
 			if before.phase != after.phase || before.ev != after.ev || before.streak != after.streak {
 				t.Errorf("asking changed the gate: %+v -> %+v", before, after)
 			}
 		})
 	}
+}
+
+// overloadedHistory is served, then overloadSigns failures for overload.
+func overloadedHistory(served Attempt) []Attempt {
+	h := []Attempt{served}
+	for range overloadSigns {
+		h = append(h, Attempt{Number: 1, Outcome: Failure, Overload: true})
+	}
+	return h
 }

@@ -167,7 +167,9 @@ func TestGateAdmissions(t *testing.T) {
 	const pause = 100 * time.Millisecond
 	holdAt := t0.Add(110 * time.Millisecond)
 	overloaded := stateIn(phaseFailing)
-	overloaded.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+	for range overloadSigns {
+		overloaded.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+	}
 	fresh := newGateState(t0, func() float64 { return 0.5 })
 	fresh.enter(t0, pause, 0)
 	told := fresh
@@ -337,10 +339,17 @@ func TestGateHeals(t *testing.T) {
 	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("after a slow success: %v, want heal", a)
 	}
-	s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+	s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
+	w0 := w
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w0); a == admitHeal || w0.held {
+		t.Fatalf("within tune.OverloadHold of one failure for overload: %v, held %v; want no heal, not held (one sign of two attempts is not an overload)", a, w0.held)
+	}
+	for range overloadSigns - 1 {
+		s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+	}
 	w1, w2 := w, w
 	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == admitHeal || !w1.held {
-		t.Fatalf("within tune.OverloadHold of a failure for overload: %v, held %v; want no heal, and held", a, w1.held)
+		t.Fatalf("within tune.OverloadHold of failures for overload: %v, held %v; want no heal, and held", a, w1.held)
 	}
 	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w2); a != admitHeal {
 		t.Fatalf("after tune.OverloadHold: %v, want heal", a)
@@ -418,9 +427,15 @@ func TestGateRefusesRetriesUnderOverload(t *testing.T) {
 	if !g.Allow(afterTimeout) || !g.Allow(retry2) {
 		t.Fatal("refused a retry with no sign of overload")
 	}
-	g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true})
+	g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
+	if !g.Allow(retry2) {
+		t.Fatal("refused a retry after one failure for overload with a pushback: one sign is not an overload")
+	}
+	for range overloadSigns - 1 {
+		g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true})
+	}
 	if g.Allow(afterTimeout) || g.Allow(retry2) {
-		t.Fatal("admitted a retry right after a failure for overload")
+		t.Fatal("admitted a retry right after failures for overload")
 	}
 	if !g.Allow(hedge) {
 		t.Fatal("refused a hedge: the budget decides those")
@@ -430,6 +445,9 @@ func TestGateRefusesRetriesUnderOverload(t *testing.T) {
 		t.Fatal("still refusing retries tune.OverloadHold after the sign")
 	}
 	// A sign recorded on the fast path (an Other outcome) counts too.
+	for range overloadSigns - 1 {
+		g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true})
+	}
 	g.Record(Attempt{Number: 1, Outcome: Other, Overload: true})
 	if g.Allow(afterTimeout) || g.Allow(retry2) {
 		t.Fatal("a sign of overload on the fast path was missed")
@@ -496,7 +514,9 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 			s := downState()
 			s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
 			s.ev.ended(1)
-			s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+			for range overloadSigns {
+				s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+			}
 			return s
 		}, phaseOutage},
 	}
@@ -541,7 +561,9 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 		s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond) // not after calm
 		s.ev.ended(11)                                              // long flaky runs
 		s.ev.calls = 1<<tune.HealWindow | 0xff                      // retries healed
-		s.observe(t0, Attempt{Number: 1, Outcome: Failure, Overload: tt.ovl})
+		for range overloadSigns {
+			s.observe(t0, Attempt{Number: 1, Outcome: Failure, Overload: tt.ovl})
+		}
 		s.enter(t0, 50*time.Millisecond, wait)
 		for i := range 2 {
 			a := Attempt{Number: 1, Outcome: Failure}
@@ -601,4 +623,73 @@ func (s *gateState) candidate(now time.Time, w *waiterView) (Admission, time.Tim
 func sameState(a, b gateState) bool {
 	a.rand, b.rand = nil, nil
 	return reflect.DeepEqual(a, b)
+}
+
+// overloadSigns is how many signs of overload in a row make an overload
+// (the overload rule).
+var overloadSigns = int(math.Floor(float64(tune.OverloadMinSamples)*tune.OverloadShare)) + 1
+
+// The overload rule reads the share of attempts that are signs of
+// overload, not one status: a backend refusing 30 % of attempts with
+// RESOURCE_EXHAUSTED and a pushback, serving the rest, is not overloaded
+// (issue 65's pricing), one refusing most is; a slow success is a sign
+// too; a strain that lapsed leaves nothing behind; a refusal without a
+// pushback holds retries by itself.
+func TestGateOverloadIsAShare(t *testing.T) {
+	refusing := func(t *testing.T, share float64, slowOK bool) (refused int) {
+		clk := &manualClock{now: t0}
+		open := &switchBudget{}
+		open.open.Store(true)
+		g := newGate(t, open, DeferSettings{}, clk)
+		for i := range 200 {
+			a := Attempt{Number: 1, Outcome: Success, Final: true, Overload: slowOK}
+			if float64((i*7)%10) < 10*share { // spread: 0, 7, 4, 1, 8, 5, 2, 9, 6, 3
+				a = Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true}
+			}
+			g.Record(a)
+			clk.advance(33 * time.Millisecond)
+			if !g.Allow(retry2) {
+				refused++
+			}
+		}
+		return refused
+	}
+	if n := refusing(t, 0.3, false); n != 0 {
+		t.Errorf("30 %% refused for overload, the rest served: %d retries of 200 refused, want 0", n)
+	}
+	// The first tune.OverloadMinSamples attempts judge nothing yet.
+	if n := refusing(t, 0.7, false); n < 200-tune.OverloadMinSamples {
+		t.Errorf("70 %% refused for overload: %d retries of 200 refused, want nearly all", n)
+	}
+	if n := refusing(t, 0.5, false); n != 0 {
+		t.Errorf("50 %% refused for overload: %d retries of 200 refused, want none (more than 60 %% is an overload)", n)
+	}
+	if n := refusing(t, 0.3, true); n < 200-tune.OverloadMinSamples {
+		t.Errorf("30 %% refused, the rest served slowly: %d retries of 200 refused, want nearly all", n)
+	}
+
+	clk := &manualClock{now: t0}
+	open := &switchBudget{}
+	open.open.Store(true)
+	g := newGate(t, open, DeferSettings{}, clk)
+	for range overloadSigns {
+		g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
+	}
+	if g.Allow(retry2) {
+		t.Fatal("refusals for overload in a row: admitted a retry")
+	}
+	clk.advance(tune.OverloadHold)
+	g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
+	if !g.Allow(retry2) {
+		t.Fatal("one refusal after the strain lapsed: refused a retry (the lapsed strain's signs still counted)")
+	}
+	// A refusal for overload without a pushback holds retries by itself.
+	g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true})
+	if g.Allow(retry2) {
+		t.Fatal("a refusal for overload without a pushback: admitted a retry")
+	}
+	clk.advance(tune.OverloadHold)
+	if !g.Allow(retry2) {
+		t.Fatal("tune.OverloadHold after a refusal without a pushback: refused a retry")
+	}
 }

@@ -23,6 +23,8 @@ type decision struct {
 	next        time.Time
 	hold, learn bool
 	end         *waitEnd
+	// heldBy names the rule that holds the wait, with hold.
+	heldBy string
 }
 
 // decide is the rules' decision for the waiting retry w at now. While its
@@ -43,9 +45,9 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 	case !w.guardOpen || d.how != AdmitNone && d.how != admitEnd:
 		return d
 	case s.pace.leased(now):
-		return decision{next: clock.Earlier(s.pace.until, end), hold: true}
+		return decision{next: clock.Earlier(s.pace.until, end), hold: true, heldBy: heldGuard}
 	}
-	return decision{how: admitProbe, hold: true}
+	return decision{how: admitProbe, hold: true, heldBy: heldGuard}
 }
 
 // endAt is when w's wait ends, whatever else happens, and by which rule:
@@ -109,6 +111,12 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		held = true
 	}
 	d := decision{hold: held && !w.held}
+	if d.hold {
+		d.heldBy = heldOverload
+		if s.phase == phaseOutage {
+			d.heldBy = heldOutage
+		}
+	}
 	if d.how, d.next = s.decideByPhase(now, w, held); d.how == AdmitNone {
 		if !held {
 			d.next = clock.Earlier(d.next, w.holdAt)

@@ -21,9 +21,16 @@ type evidence struct {
 	// lastRetry is when a retry last reached the server; retryOut, until
 	// when one the budget paid for is out (unless recorded first).
 	lastRetry, retryOut time.Time
-	// Until overloadUntil an attempt failed for overload lately, until
-	// slowUntil one succeeded slowly.
-	overloadUntil, slowUntil time.Time
+	// Until signUntil an attempt failed for overload lately (the overload
+	// rule's strain: no retry heals unpaid), until slowUntil one did or
+	// succeeded slowly; signs holds whether each attempt recorded since
+	// the strain began (at most the latest tune.OverloadWindow, bit 0 the
+	// latest) was a sign of overload, below a marker bit that counts them.
+	signUntil, slowUntil time.Time
+	signs                uint64
+	// Until heldUntil a failure for overload came without a pushback: it
+	// holds retries by itself (the overload rule).
+	heldUntil time.Time
 	// lastFail is when the latest streak of failures that a success ended
 	// last reached the server (at first, the start).
 	lastFail time.Time
@@ -45,11 +52,28 @@ type evidence struct {
 func (e *evidence) learn(now time.Time, a Attempt) {
 	if a.Overload {
 		// A slow success holds timeout retries back; a failure for
-		// overload, retries that heal too (the overload rule).
+		// overload, retries that heal too, and starts counting what
+		// share of attempts are signs of it (the overload rule).
 		e.slowUntil = now.Add(tune.OverloadHold)
 		if a.Outcome != Success {
-			e.overloadUntil = e.slowUntil
+			if !e.strained(now) {
+				e.signs = 0
+			}
+			e.signUntil = e.slowUntil
+			if !a.Pushback {
+				e.heldUntil = e.slowUntil
+			}
 		}
+	}
+	if e.strained(now) {
+		n, c := e.signsN(), max(e.signs, 1)<<1
+		if a.Overload {
+			c |= 1
+		}
+		if n == tune.OverloadWindow {
+			c = c&(1<<tune.OverloadWindow-1) | 1<<tune.OverloadWindow
+		}
+		e.signs = c
 	}
 	if a.Number > 1 && !a.Hedge {
 		e.retryOut = time.Time{}
@@ -102,14 +126,14 @@ func (e *evidence) ended(n int) {
 func (e *evidence) callsN() int { return max(bits.Len16(e.calls)-1, 0) }
 func (e *evidence) healed() int { return max(bits.OnesCount16(e.calls)-1, 0) }
 
-// heals reports whether the heal rule applies: no recent overload, and
+// heals reports whether the heal rule applies: no recent sign of overload, and
 // enough of the latest calls that retried healed; or, until calls say,
 // an attempt succeeded and not tune.HealMinSamples retries failed since.
 // For a server that serves (stale), what the calls said goes stale
 // tune.HealStale after the latest streak of failures ended: back from an
 // outage, it must not keep the outage's evidence.
 func (e *evidence) heals(now time.Time, stale bool) bool {
-	if e.overloaded(now) {
+	if e.strained(now) {
 		return false
 	}
 	if !e.callsKnown() || stale && now.Sub(e.lastFail) > tune.HealStale {
@@ -130,7 +154,26 @@ func (e *evidence) untold(now time.Time) bool {
 	return e.retryFails == 0 && e.calls <= 1 && !now.Before(e.retryOut)
 }
 
-func (e *evidence) overloaded(now time.Time) bool { return now.Before(e.overloadUntil) }
+// strained reports whether an attempt failed for overload within
+// tune.OverloadHold; overloaded, whether, besides, one did without a
+// pushback, or more than tune.OverloadShare of the attempts since (of the
+// latest tune.OverloadWindow, counted as at least
+// tune.OverloadMinSamples) were signs of it: a backend that tells when to
+// retry and still serves most attempts is not overloaded (the overload
+// rule).
+func (e *evidence) strained(now time.Time) bool { return now.Before(e.signUntil) }
+func (e *evidence) overloaded(now time.Time) bool {
+	if !e.strained(now) {
+		return false
+	}
+	if now.Before(e.heldUntil) {
+		return true
+	}
+	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(e.signsN(), tune.OverloadMinSamples))
+}
+
+// signsN is how many attempts signs holds.
+func (e *evidence) signsN() int { return max(bits.Len64(e.signs)-1, 0) }
 
 // learns reports whether the retry number n may go as the hold rule's
 // probe that learns whether retries heal: the process does not know yet,

@@ -238,6 +238,8 @@ type waiterView struct {
 	// holdAt is when the wait ends unless held (the hold rule).
 	holdAt time.Time
 	held   bool
+	// heldBy names the rule that first held it (heldOutage, ...).
+	heldBy string
 	// took is Request.Took.
 	took time.Duration
 	// lone: the futility rule let it wait as the lone probe.

@@ -137,10 +137,12 @@ func (g *Gate) grantLocked(now time.Time) {
 			w := e.Value.(*Waiter)
 			e = e.Next()
 			d := g.st.decide(now, &w.view)
-			w.view.held = w.view.held || d.hold
+			if d.hold && !w.view.held {
+				w.view.held, w.view.heldBy = true, d.heldBy
+			}
 			switch {
 			case d.how == admitEnd:
-				g.endLocked(w, d.end, false)
+				g.endLocked(w, d.end.heldBy(w.view.heldBy), false)
 			case d.how == AdmitNone:
 				next = clock.Earlier(next, d.next)
 			case guardHeld && w.r.Guard != nil:
@@ -255,7 +257,10 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		} else {
 			// Held once past its hold time: the guard, not the hold
 			// rule, says when it goes.
-			w.view.held, w.view.guardOpen = w.view.held || !now.Before(w.view.holdAt), open
+			if !w.view.held && !now.Before(w.view.holdAt) {
+				w.view.held, w.view.heldBy = true, heldGuard
+			}
+			w.view.guardOpen = open
 			g.guardNews, g.guardAt = g.news, next
 		}
 		w.state, w.ready = waitQueued, make(chan struct{})

@@ -157,6 +157,9 @@ type call struct {
 	admission budget.Admission
 	deferred  time.Duration
 	waitEnd   string
+	// heldBy is the rule of the Gate that held that wait past its pause
+	// ("" when none did).
+	heldBy string
 	// waitedHedge is the hedge that waited in the budget's Deferrer as a
 	// retry (hedgeState.waitHedge), 0 if none, and waitedAdmission how it
 	// was let go: it tells the budget it ended as a retry.
@@ -165,9 +168,13 @@ type call struct {
 	// callerEnd, when set, is the call's final error: the caller left as
 	// an attempt failed that the policy would have retried (afterAttempt).
 	callerEnd error
-	// paused is the time spent in pauses between attempts (backoff,
-	// pushback), for EventEnd's Delay.
-	paused time.Duration
+	// pausedFor is the time spent in pauses between attempts (backoff,
+	// pushback; a wait in the budget's Deferrer counts here up to the
+	// pause it was asked for), for EventEnd's Delay; pushedBack, the part
+	// that pushbacks asked for, and pushback says the pending pause is a
+	// pushback's.
+	pausedFor, pushedBack time.Duration
+	pushback              bool
 	// reason is why the loop stopped.
 	reason policy.Reason
 	// fileOpts are the file's call options for the method (waitForReady,

@@ -93,11 +93,21 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		v.Retry, v.Reason = false, policy.ReasonRetriedRequest
 	}
 	if c.budget != nil {
-		// Overload: the server said so (RESOURCE_EXHAUSTED it sent, a
-		// pushback), or stagger's timer cut the attempt off, unless it cut
-		// a straggler (the method's other attempts were served fast).
-		overload := timedOut && !straggler || v.Pushback || status.Code(err) == codes.ResourceExhausted && trailer != nil
-		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload, Final: !v.Retry, Took: c.took(admission)})
+		// A sign of overload: the server refused the attempt for it
+		// (RESOURCE_EXHAUSTED it sent), or stagger's timer cut the attempt
+		// off, unless it cut a straggler (the method's other attempts were
+		// served fast). A pushback is not one by itself: its delay is
+		// obeyed as the pause (gRFC A6), and a refusal that carries one
+		// holds retries only while most attempts are signs (budget.Gate,
+		// the overload rule).
+		overload := timedOut && !straggler || status.Code(err) == codes.ResourceExhausted && trailer != nil
+		told := v.Pushback
+		if overload && !told {
+			// The call's last attempt too: the server said when to retry.
+			_, pb := policy.ParsePushback(trailer)
+			told = pb == policy.PushbackValid
+		}
+		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload, Pushback: told, Final: !v.Retry, Took: c.took(admission)})
 	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
 	if err != nil && c.hedged == nil && !c.hedgeOnTimeout {
@@ -152,7 +162,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	} else {
 		c.retry, c.prev = c.retry+1, v.Pause
 	}
-	c.afterTimeout = timedOut
+	c.afterTimeout, c.pushback = timedOut, v.Pushback
 	// A retry the timer admitted after its grace waits what is left of
 	// its pause.
 	return true, max(v.Pause-grace, 0)
@@ -270,7 +280,7 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 		case <-callCtx.Done():
 			t.Stop()
 		}
-		c.paused += time.Since(start)
+		c.paused(time.Since(start))
 	}
 	switch callCtx.Err() {
 	case nil:
@@ -284,6 +294,15 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 		c.reason = policy.ReasonDeadline
 		c.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Reason: policy.ReasonDeadline})
 		return c.finish(last)
+	}
+}
+
+// paused counts d as a pause between attempts, a pushback's when the
+// pending pause is one.
+func (c *call) paused(d time.Duration) {
+	c.pausedFor += d
+	if c.pushback {
+		c.pushedBack += d
 	}
 }
 
@@ -301,8 +320,11 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	c.deferReq = nil
 	start := time.Now()
 	adm, err := c.budget.(budget.Deferrer).Wait(callCtx, req, d)
+	// Up to its pause (a pushback's, say) the wait is the pause; past
+	// it, the budget's or the Gate's.
 	waited := time.Since(start)
-	c.deferred += waited
+	c.deferred += max(waited-d, 0)
+	c.paused(min(waited, d))
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
 	if err == nil {
 		c.admission = adm
@@ -314,7 +336,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 		return nil
 	}
 	e.Kind = EventGiveUp
-	c.waitEnd = waitRule(err)
+	c.waitEnd, c.heldBy = waitRule(err), heldBy(err)
 	switch {
 	case errors.Is(callCtx.Err(), context.Canceled):
 		last = status.Error(codes.Canceled, context.Canceled.Error())
@@ -340,6 +362,16 @@ func waitEnded(err error) policy.Reason {
 	default:
 		return policy.ReasonDeferred
 	}
+}
+
+// heldBy names the rule of the Gate that held a wait that ended with err
+// past its pause, "" when none did (or the budget says nothing of it).
+func heldBy(err error) string {
+	var r interface{ HeldBy() string }
+	if errors.As(err, &r) {
+		return r.HeldBy()
+	}
+	return ""
 }
 
 // waitRule names the rule of the Gate's wait contract (see budget.Gate)
@@ -540,14 +572,14 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 		}
 	}
 	if c.hedged == nil {
-		e.Delay = c.paused + c.deferred
+		e.Delay = c.pausedFor + c.deferred
 	}
 	e.Target, e.StaticMethod = c.target, c.static
 	if len(o.callHooks) > 0 {
 		e.CanonicalTarget = canonicalTarget(cc, c.target)
 	}
 	if r := o.report; r != nil {
-		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Deferred: e.Deferred, WaitEnd: c.waitEnd, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target, Disabled: c.off}
+		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Pushback: c.pushedBack, Deferred: e.Deferred, WaitEnd: c.waitEnd, HeldBy: c.heldBy, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target, Disabled: c.off}
 		if c.budget != nil && budgetEnded(e.Reason) {
 			r.Budget = c.budget.State()
 		}
@@ -573,6 +605,9 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 // request's caller not to retry.
 func (c *call) failed(attempts int, err error) *Error {
 	e := &Error{Attempts: attempts, Reason: c.reason, Err: err}
+	if c.reason == policy.ReasonDeferred {
+		e.WaitEnd, e.HeldBy = c.waitEnd, c.heldBy
+	}
 	if e.GaveUp() && c.ctx != nil {
 		chain.GaveUp(c.ctx)
 	}

@@ -23,6 +23,10 @@ type Error struct {
 	// Err is the last attempt's error, or CANCELED when the caller cancelled
 	// during a pause.
 	Err error
+	// WaitEnd and HeldBy, for Reason policy.ReasonDeferred, name the rule
+	// of the Gate's wait contract that ended the retry's wait and the one
+	// that held it past its pause ("" when none did), as Report does.
+	WaitEnd, HeldBy string
 }
 
 // Error returns the last attempt's message, as grpc-go formats it, for a
@@ -43,6 +47,9 @@ type Error struct {
 // grpc-go's wrapped error puts its whole text in the status message.
 func (e *Error) Error() string {
 	words := giveUpWords(e.Reason)
+	if e.Reason == policy.ReasonDeferred {
+		words = deferredWords(e.WaitEnd, e.HeldBy)
+	}
 	if words == "" {
 		return e.Err.Error()
 	}
@@ -67,7 +74,7 @@ func giveUpWords(r policy.Reason) string {
 	case policy.ReasonBudget:
 		return "retry budget spent"
 	case policy.ReasonDeferred:
-		return "retry budget spent, no admission before the deadline"
+		return deferredWords("", "")
 	case policy.ReasonOutage:
 		return "backend down past the calls' deadlines"
 	case policy.ReasonBreaker:
@@ -84,6 +91,36 @@ func giveUpWords(r policy.Reason) string {
 		return ambiguousNote
 	}
 	return ""
+}
+
+// deferredWords says why a retry that waited in the budget's Gate was not
+// admitted: the rule that ended the wait (waitEnd) and the one that held
+// it past its pause (held), as budget.Gate names them; the budget need
+// not have been spent.
+func deferredWords(waitEnd, held string) string {
+	var s string
+	switch waitEnd {
+	case "hold":
+		s = "retry deferred, not let go after its pause (the Gate's hold rule)"
+	case "hopeless":
+		s = "retry deferred, none could finish before the deadline (the Gate's hopeless rule)"
+	case "max-wait":
+		s = "retry deferred the longest a call without a deadline waits (defer.maxWait)"
+	default:
+		s = "retry deferred, no admission before the deadline"
+	}
+	switch held {
+	case "":
+	case "outage":
+		s += ", held by the Gate's outage rule (the backend is down)"
+	case "overload":
+		s += ", held by the Gate's overload rule (most attempts refused for overload or slow)"
+	case "breaker":
+		s += ", held by the open circuit breaker"
+	default:
+		s += ", held by the Gate's " + held + " rule"
+	}
+	return s
 }
 
 // ambiguousNote is why stagger gave up on an ambiguous failure: the status

@@ -36,7 +36,7 @@ func TestErrorText(t *testing.T) {
 	want := map[policy.Reason]string{
 		policy.ReasonAttempts:       "stagger: gave up: max retries exhausted: failed after 3 attempts: " + text,
 		policy.ReasonBudget:         "stagger: gave up: retry budget spent: failed after 3 attempts: " + text,
-		policy.ReasonDeferred:       "stagger: gave up: retry budget spent, no admission before the deadline: failed after 3 attempts: " + text,
+		policy.ReasonDeferred:       "stagger: gave up: retry deferred, no admission before the deadline: failed after 3 attempts: " + text,
 		policy.ReasonOutage:         "stagger: gave up: backend down past the calls' deadlines: failed after 3 attempts: " + text,
 		policy.ReasonBreaker:        "stagger: gave up: circuit breaker open: failed after 3 attempts: " + text,
 		policy.ReasonThrottled:      "stagger: gave up: throttled by the client: failed after 3 attempts: " + text,
@@ -61,6 +61,24 @@ func TestErrorText(t *testing.T) {
 	for n, w := range map[int]string{0: "no attempt made", 1: "failed after 1 attempt", 2: "failed after 2 attempts"} {
 		if got := (&Error{Attempts: n, Reason: policy.ReasonBreaker, Err: last}).Error(); got != "stagger: gave up: circuit breaker open: "+w+": "+text {
 			t.Errorf("%d attempts: Error() = %q", n, got)
+		}
+	}
+}
+
+// A deferred retry's give-up names the rule that ended its wait and the
+// one that held it, not a budget that may be full (issue 65).
+func TestErrorTextNamesTheGatesRule(t *testing.T) {
+	last := status.Error(codes.ResourceExhausted, "pricing: busy")
+	for _, tt := range []struct{ end, held, want string }{
+		{"hold", "", "retry deferred, not let go after its pause (the Gate's hold rule)"},
+		{"deadline", "overload", "retry deferred, no admission before the deadline, held by the Gate's overload rule (most attempts refused for overload or slow)"},
+		{"max-wait", "outage", "retry deferred the longest a call without a deadline waits (defer.maxWait), held by the Gate's outage rule (the backend is down)"},
+		{"hopeless", "breaker", "retry deferred, none could finish before the deadline (the Gate's hopeless rule), held by the open circuit breaker"},
+	} {
+		e := &Error{Attempts: 2, Reason: policy.ReasonDeferred, Err: last, WaitEnd: tt.end, HeldBy: tt.held}
+		want := "stagger: gave up: " + tt.want + ": failed after 2 attempts: " + last.Error()
+		if got := e.Error(); got != want {
+			t.Errorf("%s/%s: %q, want %q", tt.end, tt.held, got, want)
 		}
 	}
 }

@@ -321,17 +321,21 @@ type Report struct {
 	Retries, Hedges int
 	// Delay is the time the call spent between attempts with none running:
 	// its pauses (backoff, pushback) and budget waits; 0 for hedged calls,
-	// whose attempts overlap.
-	Delay time.Duration
+	// whose attempts overlap. Pushback is the part of it that the
+	// server's pushbacks asked for (gRFC A6's grpc-retry-pushback-ms).
+	Delay, Pushback time.Duration
 	// Deferred is the time the call waited in its budget's Gate for
-	// retries the budget refused (part of Delay; for a hedged call, its
-	// hedges refused with no attempt in flight); WaitEnd, when such a
-	// wait admitted nothing and ended the call, the rule of the Gate's
-	// wait contract that ended it (budget.Gate): "hold", "hopeless",
-	// "max-wait", "futility", "room" or "criticality" (too many waited),
-	// "deadline" or "caller".
+	// retries the budget refused, past the pauses they were due after
+	// (part of Delay; for a hedged call, its hedges refused with no
+	// attempt in flight); WaitEnd, when such a wait admitted nothing and
+	// ended the call, the rule of the Gate's wait contract that ended it
+	// (budget.Gate): "hold", "hopeless", "max-wait", "futility", "room"
+	// or "criticality" (too many waited), "deadline" or "caller"; HeldBy,
+	// the Gate's rule that held that wait past its pause, if one did:
+	// "outage", "overload" or "breaker".
 	Deferred time.Duration
 	WaitEnd  string
+	HeldBy   string
 	// Reason is why the call ended: policy.ReasonSuccess, or why it gave up.
 	Reason policy.Reason
 	// Code is the call's final status code.
@@ -397,12 +401,22 @@ func (r Report) String() string {
 	if r.Delay > 0 {
 		fmt.Fprintf(&b, ", paused %v", r.Delay)
 	}
+	var parts []string
+	if r.Pushback > 0 {
+		parts = append(parts, fmt.Sprintf("%v by the server's pushback", r.Pushback))
+	}
 	if r.Deferred > 0 {
-		fmt.Fprintf(&b, " (%v waiting for the budget", r.Deferred)
-		if r.WaitEnd != "" {
-			fmt.Fprintf(&b, "; wait ended: %s", r.WaitEnd)
+		parts = append(parts, fmt.Sprintf("%v waiting in the Gate", r.Deferred))
+	}
+	if r.WaitEnd != "" {
+		w := "wait ended: " + r.WaitEnd
+		if r.HeldBy != "" {
+			w += ", held by the " + r.HeldBy + " rule"
 		}
-		b.WriteString(")")
+		parts = append(parts, w)
+	}
+	if len(parts) > 0 {
+		b.WriteString(" (" + strings.Join(parts, "; ") + ")")
 	}
 	if r.Disabled {
 		b.WriteString(", stagger disabled in the process (" + DisableEnv + ", SetDisabled): one attempt, no wait")
