@@ -133,6 +133,11 @@ type Request struct {
 	// timeout, and retries). A Gate ends at once a wait that an attempt taking that
 	// long could not finish before its call's deadline (see Gate, the hopeless rule).
 	Took time.Duration
+	// Waited is how long the call waited already in its earlier deferred
+	// retries (the interceptors: Report.Deferred so far). A Gate bounds the
+	// waits of a call without a deadline by DeferSettings.MaxWait in all,
+	// not each (issue 63: calls without a deadline ran 19-25 s).
+	Waited time.Duration
 	// Guard, when set, guards the call besides the budget (a circuit
 	// breaker): a Gate lets the waiting retry go only when the guard allows
 	// it too (see Gate, the guard rule).

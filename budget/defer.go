@@ -29,8 +29,9 @@ type DeferSettings struct {
 	// its call at once (reason budget). In [1, 1e6]; default 1024. Each
 	// waiting call holds its goroutine and its request.
 	MaxWaiting int
-	// MaxWait bounds the wait of a call without a deadline: past it the
-	// call ends with its last status. In [1ms, 1h]; default 10s.
+	// MaxWait bounds the waits of a call without a deadline, all its
+	// deferred retries together (Request.Waited): past it the call ends
+	// with its last status. In [1ms, 1h]; default 10s.
 	MaxWait time.Duration
 }
 

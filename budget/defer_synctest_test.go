@@ -37,6 +37,20 @@ func TestGateWaitEnds(t *testing.T) {
 		if d := time.Since(start); d != 3*time.Second {
 			t.Fatalf("Wait returned after %v, want MaxWait", d)
 		}
+		// MaxWait bounds a call's waits in all (issue 63): a call that
+		// waited 2 s already waits 1 s more.
+		g = outageProbed(t, DeferSettings{MaxWait: 3 * time.Second})
+		start = time.Now()
+		if _, err := g.Wait(context.Background(), Request{Number: 3, Waited: 2 * time.Second}, 0); !errors.Is(err, errWaitLimit) {
+			t.Fatalf("Wait without a deadline, having waited 2s: %v", err)
+		}
+		if d := time.Since(start); d != time.Second {
+			t.Fatalf("Wait, having waited 2s, returned after %v, want 1s (MaxWait in all)", d)
+		}
+		start = time.Now()
+		if _, err := g.Wait(context.Background(), Request{Number: 3, Waited: time.Hour}, 0); !errors.Is(err, errWaitLimit) || time.Since(start) != 0 {
+			t.Fatalf("Wait without a deadline, having waited an hour: %v after %v, want the limit at once", err, time.Since(start))
+		}
 
 		// A young outage (the futility rule fails new retries at once in
 		// one that outlived their waits).

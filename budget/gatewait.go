@@ -101,7 +101,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	}
 	g.st.enter(now, pause, span)
 	w := &Waiter{g: g, r: r, level: level, ready: make(chan struct{}), view: waiterView{
-		earliest: now.Add(pause), number: r.Number, pause: pause, deadline: deadline, limit: now.Add(g.s.MaxWait), last: r.Last,
+		earliest: now.Add(pause), number: r.Number, pause: pause, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
 		took: max(r.Took, 0), spread: g.st.rand(), lone: lone,
 		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))),
 	}}

@@ -158,8 +158,10 @@ type call struct {
 	deferred  time.Duration
 	waitEnd   string
 	// heldBy is the rule of the Gate that held that wait past its pause
-	// ("" when none did).
+	// ("" when none did); inGate, how long the call's retries waited in
+	// the Deferrer in all, pauses included (budget.Request.Waited).
 	heldBy string
+	inGate time.Duration
 	// waitedHedge is the hedge that waited in the budget's Deferrer as a
 	// retry (hedgeState.waitHedge), 0 if none, and waitedAdmission how it
 	// was let go: it tells the budget it ended as a retry.

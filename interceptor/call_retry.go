@@ -318,11 +318,13 @@ func (c *call) paused(d time.Duration) {
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
 	req := *c.deferReq
 	c.deferReq = nil
+	req.Waited = c.inGate
 	start := time.Now()
 	adm, err := c.budget.(budget.Deferrer).Wait(callCtx, req, d)
 	// Up to its pause (a pushback's, say) the wait is the pause; past
 	// it, the budget's or the Gate's.
 	waited := time.Since(start)
+	c.inGate += waited
 	c.deferred += max(waited-d, 0)
 	c.paused(min(waited, d))
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
