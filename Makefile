@@ -8,14 +8,15 @@ FUZZTIME ?= 30s
 BENCHCOUNT ?= 10
 BENCHTIME ?= 200ms
 
-# The modules: the core (.) and the nested ones go.work joins (the lab and the
-# stagger command, which need today's grpc-go and peers; the Redis store, which
+# The modules: the core (.), with the stagger command, and the nested ones
+# go.work joins (the lab and its command stagger-lab, which need today's
+# grpc-go and peers; the Redis store, which
 # needs go-redis and a redis-server on PATH for its tests; the OpenTelemetry
 # adapter; the connect-go front end; grpc-go's interop cases run through
 # stagger, which import grpc-go's interop package). In workspace mode
 # ./... stops at a nested module's go.mod, so PKGS names each module's tree.
-MODULES := . lab cmd/stagger server/redisstore otel soak connect interop
-PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/... ./otel/... ./soak/... ./connect/... ./interop/...
+MODULES := . lab server/redisstore otel soak connect interop
+PKGS := ./... ./lab/... ./server/redisstore/... ./otel/... ./soak/... ./connect/... ./interop/...
 # The modules whose versions make a lane, printed with it.
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
@@ -185,7 +186,7 @@ bench: $(TOOLS)/benchstat
 ## demo: the storm lab, side by side, for both kinds of outage and an outage that
 ## outlives the calls' deadlines (~1 min once built)
 demo:
-	$(GO) run ./cmd/stagger lab -scenario unavailable,refused,refused-wfr,long-outage
+	$(GO) run ./lab/cmd/stagger-lab -scenario unavailable,refused,refused-wfr,long-outage
 
 ## soak: stagger under random faults for SOAK_TIME (soak/: three replicas with
 ## the server side and both idempotency stores, seven client processes, a

@@ -977,39 +977,6 @@ func textWidth(stdout io.Writer) int {
 	return checkWidth
 }
 
-// wrapText wraps each line of text longer than width at spaces; a
-// continuation line is indented 4 more than the line it continues. A word
-// longer than the width stays whole. width 0 leaves text as it is.
-func wrapText(text string, width int) string {
-	if width <= 0 {
-		return text
-	}
-	var b strings.Builder
-	for i, line := range strings.Split(text, "\n") {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		indent := line[:len(line)-len(strings.TrimLeft(line, " "))]
-		cont, lead := indent+"    ", len(indent)
-		for len(line) > width {
-			cut := strings.LastIndexByte(line[:width+1], ' ')
-			if cut <= lead {
-				// No space within the width: cut after the long word.
-				j := strings.IndexByte(line[lead+1:], ' ')
-				if j < 0 {
-					break
-				}
-				cut = lead + 1 + j
-			}
-			b.WriteString(strings.TrimRight(line[:cut], " "))
-			b.WriteByte('\n')
-			line, lead = cont+strings.TrimLeft(line[cut:], " "), len(cont)
-		}
-		b.WriteString(line)
-	}
-	return b.String()
-}
-
 func writeCheckText(out io.Writer, rep checkReport, width int) {
 	var buf strings.Builder
 	defer func() { io.WriteString(out, wrapText(buf.String(), width)) }()

@@ -2,7 +2,7 @@
 //
 //	stagger check FILE     validate a policy file and explain it
 //	stagger sim ...        run a simulation model
-//	stagger lab            the storm lab
+//	stagger lab ...        the storm lab: runs stagger-lab (package lab's command) from PATH
 //
 // check prints each error placed as compilers place theirs ("retry.json:3:17:
 // invalid JSON: ..." for a syntax error, "retry.json: methodConfig[0]...: rule,
