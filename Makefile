@@ -21,7 +21,7 @@ PKGS := ./... ./lab/... ./server/redisstore/... ./otel/... ./soak/... ./connect/
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
 
-.PHONY: all test conformance soak test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo lab-plot lab-figures fuzz clean api-check api-check-selftest api-baseline
+.PHONY: all test conformance soak test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo lab-plot lab-figures fuzz clean api-check api-check-selftest api-baseline install-check
 
 all: lint test
 
@@ -129,6 +129,13 @@ api-check: $(TOOLS)/apidiff
 ## exported function removed, passes once CHANGELOG.md lists it, passes an addition
 api-check-selftest: $(TOOLS)/apidiff
 	PATH="$(TOOLS):$$PATH" APICHECK_SELFTEST=1 GOWORK=off $(GO) test -count=1 -run '^TestCheckFailsOnIncompatibleChange$$' ./internal/apicheck/
+
+## install-check: the stagger command builds as a user builds it, with only
+## the core module published: `go install .../cmd/stagger@VERSION` outside the
+## repository, and go build in a scratch module that requires the core, the
+## core served from a module proxy on disk (TestInstallFromCoreOnly; ~20 s)
+install-check:
+	STAGGER_INSTALL_CHECK=1 $(TESTGO) test -count=1 -run '^TestInstallFromCoreOnly$$' ./cmd/stagger/
 
 ## api-baseline: at a release, RELEASE=vX.Y.Z: record the exported API of the
 ## working tree in api/ (commit it with the release, and move CHANGELOG.md's
