@@ -214,11 +214,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "stagger check: -proto-path without -proto: name the .proto files to compile with -proto FILE")
 		return 2
 	}
-	opts := []policy.ParseOption{policy.WithMaxAttemptsCap(*capN)}
-	if *strict {
-		opts = append(opts, policy.Strict())
-	}
-	rep := checkFile(file, files, strings.Join(sources, ", "), *strict, opts...)
+	rep := checkFile(file, files, strings.Join(sources, ", "), *strict, policy.WithMaxAttemptsCap(*capN))
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -268,29 +264,39 @@ const giveProtos = "give the protos: -proto FILE.proto (with -proto-path DIR for
 // error (the user gave the protos to check the names against). Without,
 // names are not checked (the registry of this binary holds none of the
 // user's protos, only stagger's test service), which -strict refuses, and
-// idempotency comes from that registry.
+// idempotency comes from that registry. With strict, the file is parsed
+// with policy.Strict.
 func checkFile(file string, files *protoregistry.Files, source string, strict bool, opts ...policy.ParseOption) checkReport {
 	rep := checkReport{File: file, Disabled: disabledNote()}
+	var nameErrs []string
 	if files != nil {
-		opts = append(opts, policy.WithProtoFiles(files))
 		n := 0
 		files.RangeFiles(func(f protoreflect.FileDescriptor) bool { n += f.Services().Len(); return true })
 		rep.NameCheck = fmt.Sprintf("service and method names checked against the %d services of %s", n, source)
+		// The names are checked in a parse of their own, never Strict
+		// (which would fail the parse with the library's words), so that
+		// a name the protos lack is the same error with -strict or
+		// without.
+		_, _ = policy.LoadFile(file, append(slices.Clone(opts), policy.WithProtoFiles(files), policy.OnWarnings(func(ws []policy.Warning) {
+			for _, w := range ws {
+				if isNameCheck(w) {
+					nameErrs = append(nameErrs, nameError(file, w, source))
+				}
+			}
+		}))...)
 	} else {
-		opts = append(opts, policy.WithProtoFiles(nil))
 		rep.NameCheck = "service and method names not checked against proto files (" + giveProtos + ")"
+	}
+	opts = append(opts, policy.WithProtoFiles(nil))
+	if strict {
+		opts = append(opts, policy.Strict())
 	}
 	// Warnings come through OnWarnings, so that an invalid file shows them
 	// too: a misspelt key (a warning) often explains an error.
 	var warns []policy.Warning
 	opts = append(opts, policy.OnWarnings(func(w []policy.Warning) { warns = w }))
 	cfg, err := policy.LoadFile(file, opts...)
-	var nameErrs []string
 	for _, w := range warns {
-		if files != nil && isNameCheck(w) {
-			nameErrs = append(nameErrs, nameError(file, w, source))
-			continue
-		}
 		s := w.String()
 		if pos := w.Position(); pos != "" {
 			s = pos + ": " + s
@@ -1156,7 +1162,7 @@ func nameError(file string, w policy.Warning, source string) string {
 	if hint := didYouMeanHint.FindString(w.Message); hint != "" {
 		msg += "; " + hint
 	}
-	if packaged := " (a service is named with its proto package)"; strings.HasSuffix(w.Message, packaged) {
+	if packaged := " (a service is named with its proto package)"; strings.HasSuffix(w.Message, packaged) && !strings.Contains(name, ".") {
 		msg += packaged
 	}
 	return msg
