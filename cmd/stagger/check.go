@@ -1216,7 +1216,13 @@ func compileProtos(files *protoregistry.Files, protoFiles, protoPaths []string) 
 	}
 	compiled, err := compiler.Compile(context.Background(), names...)
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		err := errors.Join(errs...)
+		if strings.Contains(err.Error(), "editions are not yet supported") {
+			// The compiler linked here (protocompile v0.8.0, which keeps
+			// the core module at protobuf v1.33) reads proto2 and proto3.
+			err = fmt.Errorf("%w\n(this command compiles proto2 and proto3 sources; for a file with an edition, give a descriptor set: -descriptor-set FILE, from `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE`)", err)
+		}
+		return nil, err
 	}
 	if err != nil {
 		return nil, err

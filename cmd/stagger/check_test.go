@@ -853,6 +853,10 @@ func TestCheckProtoSources(t *testing.T) {
 	if err := os.WriteFile(broken, []byte("syntax = \"proto3\";\npackage x.v1;\nservice S {\n  rpc M(Nope) returns (Nope);\n}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	edition := filepath.Join(dir, "edition.proto")
+	if err := os.WriteFile(edition, []byte("edition = \"2023\";\npackage x.v1;\nmessage R {}\nservice S { rpc M(R) returns (R); }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -861,6 +865,7 @@ func TestCheckProtoSources(t *testing.T) {
 		{[]string{"-proto", filepath.Join(dir, "missing.proto"), "-proto-path", dir}, "stagger check: -proto: stat " + filepath.Join(dir, "missing.proto")},
 		{[]string{"-proto", testProto, "-proto-path", dir}, "stagger check: -proto: " + testProto + " is not under any -proto-path (" + dir + ")"},
 		{[]string{"-proto-path", dir}, "stagger check: -proto-path without -proto"},
+		{[]string{"-proto", edition}, "edition.proto:1:11: editions are not yet supported; use syntax proto2 or proto3 instead\n(this command compiles proto2 and proto3 sources; for a file with an edition, give a descriptor set: -descriptor-set FILE"},
 	} {
 		code, _, errOut := checkRun(t, append(tc.args, good)...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
