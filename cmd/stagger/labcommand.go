@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 )
 
 // The storm lab links today's grpc-go and the retry layers it compares, so
@@ -37,6 +38,12 @@ func runStaggerLab(args []string, stdout, stderr io.Writer) int {
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	// An interrupt at the terminal reaches stagger-lab too (one process
+	// group), which prints what it measured and ends; this process waits
+	// for it instead of ending first.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
 	err = cmd.Run()
 	var exit *exec.ExitError
 	switch {
