@@ -8,19 +8,20 @@ FUZZTIME ?= 30s
 BENCHCOUNT ?= 10
 BENCHTIME ?= 200ms
 
-# The modules: the core (.) and the nested ones go.work joins (the lab and the
-# stagger command, which need today's grpc-go and peers; the Redis store, which
+# The modules: the core (.), with the stagger command, and the nested ones
+# go.work joins (the lab and its command stagger-lab, which need today's
+# grpc-go and peers; the Redis store, which
 # needs go-redis and a redis-server on PATH for its tests; the OpenTelemetry
 # adapter; the connect-go front end; grpc-go's interop cases run through
 # stagger, which import grpc-go's interop package). In workspace mode
 # ./... stops at a nested module's go.mod, so PKGS names each module's tree.
-MODULES := . lab cmd/stagger server/redisstore otel soak connect interop
-PKGS := ./... ./lab/... ./cmd/stagger/... ./server/redisstore/... ./otel/... ./soak/... ./connect/... ./interop/...
+MODULES := . lab server/redisstore otel soak connect interop
+PKGS := ./... ./lab/... ./server/redisstore/... ./otel/... ./soak/... ./connect/... ./interop/...
 # The modules whose versions make a lane, printed with it.
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
 
-.PHONY: all test conformance soak test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo lab-plot lab-figures fuzz clean api-check api-check-selftest api-baseline
+.PHONY: all test conformance soak test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo lab-plot lab-figures fuzz clean api-check api-check-selftest api-baseline install-check
 
 all: lint test
 
@@ -129,6 +130,13 @@ api-check: $(TOOLS)/apidiff
 api-check-selftest: $(TOOLS)/apidiff
 	PATH="$(TOOLS):$$PATH" APICHECK_SELFTEST=1 GOWORK=off $(GO) test -count=1 -run '^TestCheckFailsOnIncompatibleChange$$' ./internal/apicheck/
 
+## install-check: the stagger command builds as a user builds it, with only
+## the core module published: `go install .../cmd/stagger@VERSION` outside the
+## repository, and go build in a scratch module that requires the core, the
+## core served from a module proxy on disk (TestInstallFromCoreOnly; ~20 s)
+install-check:
+	STAGGER_INSTALL_CHECK=1 $(TESTGO) test -count=1 -run '^TestInstallFromCoreOnly$$' ./cmd/stagger/
+
 ## api-baseline: at a release, RELEASE=vX.Y.Z: record the exported API of the
 ## working tree in api/ (commit it with the release, and move CHANGELOG.md's
 ## Unreleased entries under the release's heading in the same commit)
@@ -185,7 +193,7 @@ bench: $(TOOLS)/benchstat
 ## demo: the storm lab, side by side, for both kinds of outage and an outage that
 ## outlives the calls' deadlines (~1 min once built)
 demo:
-	$(GO) run ./cmd/stagger lab -scenario unavailable,refused,refused-wfr,long-outage
+	$(GO) run ./lab/cmd/stagger-lab -scenario unavailable,refused,refused-wfr,long-outage
 
 ## soak: stagger under random faults for SOAK_TIME (soak/: three replicas with
 ## the server side and both idempotency stores, seven client processes, a

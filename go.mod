@@ -3,6 +3,7 @@ module github.com/stagger-go/stagger
 go 1.22
 
 require (
+	github.com/bufbuild/protocompile v0.8.0
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.1.0
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.4
@@ -14,6 +15,7 @@ require (
 
 require (
 	github.com/kr/text v0.2.0 // indirect
+	golang.org/x/sync v0.7.0 // indirect
 	golang.org/x/sys v0.21.0 // indirect
 	golang.org/x/text v0.16.0 // indirect
 )

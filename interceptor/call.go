@@ -45,13 +45,6 @@ type core struct {
 	// refusalSeen is the last refusal logged.
 	refusals    refusalSource
 	refusalSeen atomic.Uint64
-	// warned is the last file whose warnings went to the logger, so each
-	// file (each reload) is reported once, when a call first follows it.
-	warned atomic.Pointer[policy.Config]
-	// loud holds what went to the logger, or to slog.Default(), as a likely
-	// typo in the file (firstLoud), so each is said once; loudN counts it.
-	loud  sync.Map
-	loudN atomic.Int64
 	// followed is the last config of the interceptor's own source that a
 	// call followed, so that a reload is seen once (State.moved).
 	followed atomic.Pointer[policy.Config]
@@ -342,7 +335,7 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi.fast = mi.fastUnary(&k.opts)
 	mi.attempt.init()
 	mi.timeout = mi.m != nil && mi.m.Timeout > 0
-	if cfg != nil && k.warned.Load() != cfg && k.warned.Swap(cfg) != cfg {
+	if w := &k.opts.state.said.warned; cfg != nil && w.Load() != cfg && w.Swap(cfg) != cfg {
 		k.logWarnings(cfg)
 	}
 	if cfg != nil && (mc == nil || mc.cfg != cfg || len(mc.byName) < methodCacheMax) {

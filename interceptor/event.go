@@ -203,15 +203,17 @@ func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
 // method names at run time must not grow the set without end.
 const loudMax = 1024
 
-// firstLoud reports whether msg is said for the first time.
+// firstLoud reports whether msg is said for the first time by the
+// interceptors sharing k's State.
 func (k *core) firstLoud(msg string) bool {
-	if _, seen := k.loud.Load(msg); seen || k.loudN.Load() >= loudMax {
+	s := &k.opts.state.said
+	if _, seen := s.loud.Load(msg); seen || s.loudN.Load() >= loudMax {
 		return false
 	}
-	if _, seen := k.loud.LoadOrStore(msg, struct{}{}); seen {
+	if _, seen := s.loud.LoadOrStore(msg, struct{}{}); seen {
 		return false
 	}
-	k.loudN.Add(1)
+	s.loudN.Add(1)
 	return true
 }
 

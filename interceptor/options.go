@@ -262,7 +262,9 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 // them; they are not events of a call. Without a logger, the likely typos
 // among them (policy.Warning.Typo: an unknown key near a known one, a
 // service or method name that a linked proto nearly declares) still go to
-// slog.Default(), each once per interceptor, for a typo silently turns a
+// slog.Default(), each once per State (WithState: the unary and the stream
+// interceptor of one stagger.DialOptions share one, so they say it once
+// between them), for a typo silently turns a
 // method's retries off. So does a call to a method the file nearly names
 // without naming it (policy.Config.NearlyNamed): "stagger: the policy file
 // nearly names the method ...", with grpc.method and stagger.name, once

@@ -48,11 +48,28 @@ type State struct {
 	// with one atomic load.
 	cur atomic.Pointer[stateMaps]
 	mu  sync.Mutex
+	// said keeps the interceptors sharing the State from saying a file's
+	// warnings once each.
+	said said
 }
 
 type stateMaps struct {
 	budgets  map[budget.Settings]*budget.Backends
 	breakers map[breaker.Settings]*breaker.Set
+}
+
+// said is what the interceptors sharing a State (the unary and the stream
+// interceptor of one stagger.DialOptions) told the logger, or
+// slog.Default(), about their files, so that each is said once between
+// them, not once per interceptor.
+type said struct {
+	// warned is the last file whose warnings went to the logger, so each
+	// file (each reload) is reported once, when a call first follows it.
+	warned atomic.Pointer[policy.Config]
+	// loud holds what went to the logger, or to slog.Default(), as a likely
+	// typo in the file (firstLoud), so each is said once; loudN counts it.
+	loud  sync.Map
+	loudN atomic.Int64
 }
 
 // NewState returns an empty State.

@@ -1,4 +1,4 @@
-// Package lab is the live storm lab behind `stagger lab` and `make demo`: real
+// Package lab is the live storm lab behind lab/cmd/stagger-lab (`stagger lab`) and `make demo`: real
 // gRPC calls, from many concurrent clients, against a testserver that pays
 // for its work, through an outage, an overload or a slowdown, made side by
 // side by stagger, the retry layers people use instead of it, and a client

@@ -109,3 +109,37 @@ func TestTypoIsLoudWithoutLogger(t *testing.T) {
 		t.Errorf("with a logger, it heard %q", heard)
 	}
 }
+
+// TestTypoIsSaidOncePerFile: the unary and the stream interceptor of one
+// stagger.DialOptions share what they said: a file's typo reaches
+// slog.Default() once, not once per interceptor (a program making unary
+// and stream calls heard each warning twice).
+func TestTypoIsSaidOncePerFile(t *testing.T) {
+	rec := &slogRecords{}
+	old := slog.Default()
+	slog.SetDefault(slog.New(rec))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	const file = `{"methodConfig": [{"name": [{"service": "grpc.testing.TestServce"}],
+  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2,
+    "retryableStatusCodes": ["UNAVAILABLE"], "perAttemptRecvTimout": "1s"}}]}`
+	srv := &portUnaryServer{answer: func(int) error { return nil }}
+	client := portClientFile(t, srv, file)
+	if _, err := client.EmptyCall(context.Background(), &testgrpc.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := client.FullDuplexCall(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err == nil {
+		t.Fatal("FullDuplexCall: a message from a server that does not implement it")
+	}
+	for _, want := range [][]string{
+		{"WARN stagger: policy file warning", `did you mean "grpc.testing.TestService"?`},
+		{"WARN stagger: policy file warning", `did you mean "perAttemptRecvTimeout"?`},
+	} {
+		if got := rec.with(want...); len(got) != 1 {
+			t.Errorf("slog.Default() heard %d lines with %q, want 1; all:\n%s", len(got), want, strings.Join(rec.with(), "\n"))
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -9,6 +10,8 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,6 +19,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/bufbuild/protocompile"
+	"github.com/bufbuild/protocompile/reporter"
 	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
@@ -31,7 +36,7 @@ import (
 
 func init() {
 	commands["check"] = command{
-		summary: "validate a policy file and explain it: check [-format text|json] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE",
+		summary: "validate a policy file and explain it: check [-format text|json] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] [-proto FILE.proto ...] [-proto-path DIR ...] FILE",
 		run:     runCheck,
 	}
 }
@@ -153,9 +158,12 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	strict := fs.Bool("strict", false, "treat unknown keys as errors")
 	capN := fs.Int("max-attempts-cap", policy.DefaultMaxAttemptsCap, "cap on maxAttempts, at most policy.MaxAttemptsCapLimit (1000); below 2 keeps gRFC A6's 5")
 	width := fs.Int("width", textWidth(stdout), "wrap the text output to this many columns; 0 does not wrap (the default unless stdout is a terminal)")
-	descSet := fs.String("descriptor-set", "", "check service and method names, and read idempotency_level options, from this descriptor set\n(a FileDescriptorSet, as `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE` write it);\nwithout it, names are not checked")
+	descSet := fs.String("descriptor-set", "", "check service and method names, and read idempotency_level options, from this descriptor set\n(a FileDescriptorSet, as `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE` write it);\nwithout it or -proto, names are not checked")
+	var protoFiles, protoPaths stringsFlag
+	fs.Var(&protoFiles, "proto", "check service and method names, and read idempotency_level options, from this .proto source file\n(repeatable; compiled here, with its imports found under the -proto-path directories)")
+	fs.Var(&protoPaths, "proto-path", "a directory -proto files and their imports are found under, as protoc's --proto_path\n(repeatable; default: the current directory, and a -proto file's own directory when it is outside);\ngoogle/protobuf's own files need none")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-width N] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] FILE")
+		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-width N] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] [-proto FILE.proto ...] [-proto-path DIR ...] FILE")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -186,18 +194,27 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var files *protoregistry.Files
+	var sources []string
 	if *descSet != "" {
 		var err error
 		if files, err = loadDescriptorSet(*descSet); err != nil {
 			fmt.Fprintln(stderr, "stagger check: -descriptor-set:", err)
 			return 2
 		}
+		sources = append(sources, *descSet)
 	}
-	opts := []policy.ParseOption{policy.WithMaxAttemptsCap(*capN)}
-	if *strict {
-		opts = append(opts, policy.Strict())
+	if len(protoFiles) > 0 {
+		var err error
+		if files, err = compileProtos(files, protoFiles, protoPaths); err != nil {
+			fmt.Fprintln(stderr, "stagger check: -proto:", err)
+			return 2
+		}
+		sources = append(sources, protoFiles...)
+	} else if len(protoPaths) > 0 {
+		fmt.Fprintln(stderr, "stagger check: -proto-path without -proto: name the .proto files to compile with -proto FILE")
+		return 2
 	}
-	rep := checkFile(file, files, *descSet, opts...)
+	rep := checkFile(file, files, strings.Join(sources, ", "), *strict, policy.WithMaxAttemptsCap(*capN))
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -238,21 +255,41 @@ func loadDescriptorSet(path string) (*protoregistry.Files, error) {
 	return files, nil
 }
 
-// checkFile parses file and explains it. With files (from descSet), names
-// are checked against them and idempotency read from them; without, names
-// are not checked (the registry of this binary holds none of the user's
-// protos, only stagger's test service) and idempotency comes from that
-// registry.
-func checkFile(file string, files *protoregistry.Files, descSet string, opts ...policy.ParseOption) checkReport {
+// giveProtos says how to give check the protos it checks names against.
+const giveProtos = "give the protos: -proto FILE.proto (with -proto-path DIR for its imports), or -descriptor-set FILE (written by `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE`)"
+
+// checkFile parses file and explains it. With files (from source: the
+// descriptor set and the .proto files given), names are checked against
+// them and idempotency read from them; a name they do not declare is an
+// error (the user gave the protos to check the names against). Without,
+// names are not checked (the registry of this binary holds none of the
+// user's protos, only stagger's test service), which -strict refuses, and
+// idempotency comes from that registry. With strict, the file is parsed
+// with policy.Strict.
+func checkFile(file string, files *protoregistry.Files, source string, strict bool, opts ...policy.ParseOption) checkReport {
 	rep := checkReport{File: file, Disabled: disabledNote()}
+	var nameErrs []string
 	if files != nil {
-		opts = append(opts, policy.WithProtoFiles(files))
 		n := 0
 		files.RangeFiles(func(f protoreflect.FileDescriptor) bool { n += f.Services().Len(); return true })
-		rep.NameCheck = fmt.Sprintf("service and method names checked against the %d services of %s", n, descSet)
+		rep.NameCheck = fmt.Sprintf("service and method names checked against the %d services of %s", n, source)
+		// The names are checked in a parse of their own, never Strict
+		// (which would fail the parse with the library's words), so that
+		// a name the protos lack is the same error with -strict or
+		// without.
+		_, _ = policy.LoadFile(file, append(slices.Clone(opts), policy.WithProtoFiles(files), policy.OnWarnings(func(ws []policy.Warning) {
+			for _, w := range ws {
+				if isNameCheck(w) {
+					nameErrs = append(nameErrs, nameError(file, w, source))
+				}
+			}
+		}))...)
 	} else {
-		opts = append(opts, policy.WithProtoFiles(nil))
-		rep.NameCheck = "service and method names not checked against proto files (give -descriptor-set FILE to check them)"
+		rep.NameCheck = "service and method names not checked against proto files (" + giveProtos + ")"
+	}
+	opts = append(opts, policy.WithProtoFiles(nil))
+	if strict {
+		opts = append(opts, policy.Strict())
 	}
 	// Warnings come through OnWarnings, so that an invalid file shows them
 	// too: a misspelt key (a warning) often explains an error.
@@ -267,8 +304,16 @@ func checkFile(file string, files *protoregistry.Files, descSet string, opts ...
 		rep.Warnings = append(rep.Warnings, s)
 	}
 	if err != nil {
-		rep.Errors = errorLines(file, err)
+		rep.Errors = append(errorLines(file, err), nameErrs...)
 		rep.Warnings = dropExplained(rep.Warnings, warns, rep.Errors)
+		return rep
+	}
+	if len(nameErrs) > 0 {
+		rep.Errors = nameErrs
+		return rep
+	}
+	if strict && files == nil && namesServices(cfg) {
+		rep.Errors = []string{file + ": -strict: service and method names could not be checked: " + giveProtos}
 		return rep
 	}
 	if len(cfg.Names()) == 0 && cfg.BreakerSettings() == nil {
@@ -977,39 +1022,6 @@ func textWidth(stdout io.Writer) int {
 	return checkWidth
 }
 
-// wrapText wraps each line of text longer than width at spaces; a
-// continuation line is indented 4 more than the line it continues. A word
-// longer than the width stays whole. width 0 leaves text as it is.
-func wrapText(text string, width int) string {
-	if width <= 0 {
-		return text
-	}
-	var b strings.Builder
-	for i, line := range strings.Split(text, "\n") {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		indent := line[:len(line)-len(strings.TrimLeft(line, " "))]
-		cont, lead := indent+"    ", len(indent)
-		for len(line) > width {
-			cut := strings.LastIndexByte(line[:width+1], ' ')
-			if cut <= lead {
-				// No space within the width: cut after the long word.
-				j := strings.IndexByte(line[lead+1:], ' ')
-				if j < 0 {
-					break
-				}
-				cut = lead + 1 + j
-			}
-			b.WriteString(strings.TrimRight(line[:cut], " "))
-			b.WriteByte('\n')
-			line, lead = cont+strings.TrimLeft(line[cut:], " "), len(cont)
-		}
-		b.WriteString(line)
-	}
-	return b.String()
-}
-
 func writeCheckText(out io.Writer, rep checkReport, width int) {
 	var buf strings.Builder
 	defer func() { io.WriteString(out, wrapText(buf.String(), width)) }()
@@ -1120,4 +1132,143 @@ func writeWarnings(w io.Writer, warnings []string) {
 			fmt.Fprintf(w, "  %s\n", s)
 		}
 	}
+}
+
+// isNameCheck tells the name check's warnings (policy.WithProtoFiles): a
+// service or a method the proto files do not declare.
+func isNameCheck(w policy.Warning) bool {
+	return strings.HasPrefix(w.Path, "methodConfig[") && (strings.HasSuffix(w.Path, ".service") || strings.HasSuffix(w.Path, ".method"))
+}
+
+// didYouMeanHint finds the policy package's "did you mean" in a message.
+var didYouMeanHint = regexp.MustCompile(`did you mean [^?]*\?`)
+
+// nameError is the error for a name the protos given do not declare,
+// placed as compilers place theirs: the policy file, the field, the name,
+// and the closest names the protos declare, when some are close.
+func nameError(file string, w policy.Warning, source string) string {
+	name, _ := strconv.Unquote(strings.Fields(w.Message)[1])
+	what := "a service of the protos given"
+	if _, svc, ok := strings.Cut(w.Message, " is not a method of "); ok {
+		svc, _, _ = strings.Cut(svc, ";")
+		svc, _, _ = strings.Cut(svc, " (")
+		what = "a method of " + svc + " in the protos given"
+	}
+	pos := w.Position()
+	if pos == "" {
+		pos = file
+	}
+	msg := fmt.Sprintf("%s: %s: %q is not %s (%s)", pos, w.Path, name, what, source)
+	if hint := didYouMeanHint.FindString(w.Message); hint != "" {
+		msg += "; " + hint
+	}
+	if packaged := " (a service is named with its proto package)"; strings.HasSuffix(w.Message, packaged) && !strings.Contains(name, ".") {
+		msg += packaged
+	}
+	return msg
+}
+
+// namesServices reports whether any methodConfig entry of cfg names a
+// service ("/svc/" or "/svc/method"; "" is the default entry), whose name
+// the protos would check.
+func namesServices(cfg *policy.Config) bool {
+	return slices.ContainsFunc(cfg.Names(), func(n string) bool { return n != "" })
+}
+
+// stringsFlag is a repeatable flag: each use adds a value.
+type stringsFlag []string
+
+func (f *stringsFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *stringsFlag) Set(v string) error {
+	*f = append(*f, v)
+	return nil
+}
+
+// compileProtos compiles the .proto source files protoFiles, their imports
+// found under protoPaths (google/protobuf's own files are built in), and
+// adds them and their imports to files (a new registry when nil). A file
+// is named, as protoc names it, by its path under the first proto path
+// that holds it. Without protoPaths, the current directory is the proto
+// path, and a file outside it adds its own directory.
+func compileProtos(files *protoregistry.Files, protoFiles, protoPaths []string) (*protoregistry.Files, error) {
+	implicit := len(protoPaths) == 0
+	if implicit {
+		protoPaths = []string{"."}
+	}
+	names := make([]string, len(protoFiles))
+	for i, f := range protoFiles {
+		name, err := protoName(f, protoPaths)
+		if err != nil && implicit {
+			protoPaths = append(protoPaths, filepath.Dir(f))
+			name, err = protoName(f, protoPaths)
+		}
+		if err != nil {
+			return nil, err
+		}
+		names[i] = name
+	}
+	var errs []error
+	compiler := protocompile.Compiler{
+		Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{ImportPaths: protoPaths}),
+		// Every error, not only the first, each placed (file:line:col).
+		Reporter: reporter.NewReporter(func(err reporter.ErrorWithPos) error { errs = append(errs, err); return nil }, nil),
+	}
+	compiled, err := compiler.Compile(context.Background(), names...)
+	if len(errs) > 0 {
+		err := errors.Join(errs...)
+		if strings.Contains(err.Error(), "editions are not yet supported") {
+			// The compiler linked here (protocompile v0.8.0, which keeps
+			// the core module at protobuf v1.33) reads proto2 and proto3.
+			err = fmt.Errorf("%w\n(this command compiles proto2 and proto3 sources; for a file with an edition, give a descriptor set: -descriptor-set FILE, from `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE`)", err)
+		}
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	if files == nil {
+		files = new(protoregistry.Files)
+	}
+	var add func(f protoreflect.FileDescriptor) error
+	add = func(f protoreflect.FileDescriptor) error {
+		if _, err := files.FindFileByPath(f.Path()); err == nil {
+			return nil
+		}
+		imps := f.Imports()
+		for i := 0; i < imps.Len(); i++ {
+			if err := add(imps.Get(i).FileDescriptor); err != nil {
+				return err
+			}
+		}
+		return files.RegisterFile(f)
+	}
+	for _, f := range compiled {
+		if err := add(f); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+// protoName is the name protoc gives file: its path relative to the first
+// of protoPaths that holds it.
+func protoName(file string, protoPaths []string) (string, error) {
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", err
+	}
+	for _, p := range protoPaths {
+		dir, err := filepath.Abs(p)
+		if err != nil {
+			return "", err
+		}
+		if rel, err := filepath.Rel(dir, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return filepath.ToSlash(rel), nil
+		}
+	}
+	return "", fmt.Errorf("%s is not under any -proto-path (%s): a .proto file is named by its path under one", file, strings.Join(protoPaths, ", "))
 }

@@ -522,25 +522,28 @@ func TestCheckDescriptorSet(t *testing.T) {
 	  {"name": [{"service": "TestService"}], "timeout": "1s"},
 	  {"name": [{"service": "stagger.testing.v1.TestService", "method": "get"}], "timeout": "1s"},
 	  {"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}], "hedgingPolicy": {"maxAttempts": 2}}]}`)
-	code, out, errOut := checkRun(t, "-descriptor-set", set, file)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	code, _, errOut := checkRun(t, "-descriptor-set", set, file)
+	// A name the protos given do not declare is an error: the user gave
+	// them to check the names.
 	for _, want := range []string{
-		"service and method names checked against the 1 services of " + set,
-		`methodConfig[0].name[0].service: service "TestService" is not declared in the known proto files; did you mean "stagger.testing.v1.TestService"?`,
-		`methodConfig[1].name[0].method: method "get" is not a method of stagger.testing.v1.TestService; did you mean "Get"?`,
+		file + `:2:15: methodConfig[0].name[0].service: "TestService" is not a service of the protos given (` + set + `); did you mean "stagger.testing.v1.TestService"? (a service is named with its proto package)`,
+		file + `:3:60: methodConfig[1].name[0].method: "get" is not a method of stagger.testing.v1.TestService in the protos given (` + set + `); did you mean "Get"?`,
 	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("exit %d (want 1), stderr lacks %q:\n%s", code, want, errOut)
 		}
+	}
+	fixed := writeTemp(t, strings.NewReplacer(`"TestService"`, `"stagger.testing.v1.TestService"`, `"get"`, `"Put"`).Replace(readFile(t, file)))
+	code, out, errOut := checkRun(t, "-descriptor-set", set, fixed)
+	if want := "service and method names checked against the 1 services of " + set; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("names fixed: exit %d, output lacks %q:\n%s%s", code, want, out, errOut)
 	}
 	if strings.Contains(out, "needs an idempotent method") {
 		t.Errorf("Get is NO_SIDE_EFFECTS in the descriptor set:\n%s", out)
 	}
 	code, out, _ = checkRun(t, file)
 	for _, want := range []string{
-		"service and method names not checked against proto files (give -descriptor-set FILE to check them)",
+		"service and method names not checked against proto files (give the protos: -proto FILE.proto (with -proto-path DIR for its imports), or -descriptor-set FILE (written by `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE`))",
 		`methodConfig[0].name[0].service: "TestService" has no package, but gRPC names a service with its proto package ("pkg.v1.TestService")`,
 	} {
 		if code != 0 || !strings.Contains(out, want) {
@@ -610,13 +613,16 @@ func TestCheckConfiguresNothing(t *testing.T) {
 	}
 }
 
-// TestCheckStrictNames: with -strict a service no proto declares is an
-// error, with or without -descriptor-set.
+// TestCheckStrictNames: a service the protos given do not declare is the
+// same error with -strict as without.
 func TestCheckStrictNames(t *testing.T) {
 	file := writeTemp(t, `{"methodConfig": [{"name": [{"service": "stagger.testng.v1.TestService"}], "timeout": "1s"}]}`)
-	code, _, errOut := checkRun(t, "-strict", "-descriptor-set", writeDescriptorSet(t), file)
-	if want := `methodConfig[0].name[0].service: must be a service the known proto files declare (Strict; did you mean "stagger.testing.v1.TestService"?), got "stagger.testng.v1.TestService"`; code != 1 || !strings.Contains(errOut, want) {
-		t.Errorf("-strict -descriptor-set: exit %d, stderr:\n%s\nwant 1 and\n%s", code, errOut, want)
+	set := writeDescriptorSet(t)
+	for _, strict := range [][]string{{"-strict"}, nil} {
+		code, _, errOut := checkRun(t, append(strict, "-descriptor-set", set, file)...)
+		if want := file + `:1:30: methodConfig[0].name[0].service: "stagger.testng.v1.TestService" is not a service of the protos given (` + set + `); did you mean "stagger.testing.v1.TestService"?` + "\n"; code != 1 || errOut != want {
+			t.Errorf("%v -descriptor-set: exit %d, stderr:\n%s\nwant 1 and\n%s", strict, code, errOut, want)
+		}
 	}
 	if code, out, _ := checkRun(t, file); code != 0 {
 		t.Errorf("without -strict: exit %d, want 0 (a warning)\n%s", code, out)
@@ -637,8 +643,8 @@ func TestCheckNewcomersMistakes(t *testing.T) {
 	}{
 		{"service without its package", "p.json", `{"methodConfig": [{"name": [{"service": "TestService"}], "retryPolicy": {` + retry + `}}]}`, nil, 0,
 			`methodConfig[0].name[0].service: "TestService" has no package, but gRPC names a service with its proto package ("pkg.v1.TestService"): unless the .proto file declares no package, this entry matches no call (-descriptor-set FILE checks names)`},
-		{"service without its package, checked", "p.json", `{"methodConfig": [{"name": [{"service": "TestService"}], "retryPolicy": {` + retry + `}}]}`, []string{"-descriptor-set", set}, 0,
-			`methodConfig[0].name[0].service: service "TestService" is not declared in the known proto files; did you mean "stagger.testing.v1.TestService"? (a service is named with its proto package)`},
+		{"service without its package, checked", "p.json", `{"methodConfig": [{"name": [{"service": "TestService"}], "retryPolicy": {` + retry + `}}]}`, []string{"-descriptor-set", set}, 1,
+			`FILE:1:30: methodConfig[0].name[0].service: "TestService" is not a service of the protos given (` + set + `); did you mean "stagger.testing.v1.TestService"? (a service is named with its proto package)`},
 		{"misspelt key", "p.json", `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "retryPolicy": {` + strings.Replace(retry, "maxAttempts", "maxAtempts", 1) + `}}]}`, nil, 1,
 			`FILE:1:92: methodConfig[0].retryPolicy.maxAttempts: is required (the key "maxAtempts" is unknown: did you mean "maxAttempts"?), got nothing`},
 		{"JSON syntax", "p.json", "{\n  \"methodConfig\": [{\n    \"name\": [{\"service\": \"stagger.testing.v1.TestService\"}],\n    \"retryPolicy\": {" + retry + ",}\n  }]\n}", nil, 1,
@@ -784,5 +790,118 @@ func TestCheckSaysDisabled(t *testing.T) {
 	interceptor.SetDisabled(false)
 	if _, out, _ := checkRun(t, checkExamples+"retry.json"); strings.Contains(out, "stagger is off") {
 		t.Fatalf("switch off, check says stagger is off:\n%s", out)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// testProto is the repository's test service, a real .proto file with an
+// import (google/protobuf/duration.proto, which -proto resolves without a
+// -proto-path) and idempotency_level options.
+const testProto = "../../proto/stagger/testing/v1/test.proto"
+
+// TestCheckProtoSources: -proto compiles .proto sources (imports under
+// -proto-path) and checks names against them, as -descriptor-set does: a
+// name they do not declare is an error naming the policy file, the field,
+// the name and the closest real names; idempotency_level is read from them.
+func TestCheckProtoSources(t *testing.T) {
+	file := writeTemp(t, `{"methodConfig": [
+	  {"name": [{"service": "stagger.testing.v1.TestServce"}], "timeout": "1s"},
+	  {"name": [{"service": "stagger.testing.v1.TestService", "method": "get"}], "timeout": "1s"},
+	  {"name": [{"service": "shop.v1.Cart"}], "timeout": "1s"}]}`)
+	code, out, errOut := checkRun(t, "-proto", testProto, "-proto-path", "../../proto", file)
+	for _, want := range []string{
+		file + `:2:15: methodConfig[0].name[0].service: "stagger.testing.v1.TestServce" is not a service of the protos given (` + testProto + `); did you mean "stagger.testing.v1.TestService"?`,
+		file + `:3:60: methodConfig[1].name[0].method: "get" is not a method of stagger.testing.v1.TestService in the protos given (` + testProto + `); did you mean "Get"?`,
+		file + `:4:15: methodConfig[2].name[0].service: "shop.v1.Cart" is not a service of the protos given (` + testProto + ")\n",
+	} {
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("exit %d (want 1), stderr lacks %q:\n%s", code, want, errOut)
+		}
+	}
+	if !strings.Contains(out, "invalid, 3 error(s)") {
+		t.Errorf("stdout:\n%s", out)
+	}
+
+	// Named right, the file is valid; Get's NO_SIDE_EFFECTS lets it hedge,
+	// Write (no option) may not. Without -proto-path the file, outside the
+	// current directory, is found in its own, which changes no name.
+	good := writeTemp(t, `{"methodConfig": [
+	  {"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}], "hedgingPolicy": {"maxAttempts": 2}},
+	  {"name": [{"service": "stagger.testing.v1.TestService", "method": "Write"}], "hedgingPolicy": {"maxAttempts": 2}}]}`)
+	for _, args := range [][]string{{"-proto", testProto, "-proto-path", "../../proto"}, {"-proto", testProto}} {
+		code, out, errOut = checkRun(t, append(args, good)...)
+		if want := "service and method names checked against the 1 services of " + testProto; code != 0 || !strings.Contains(out, want) {
+			t.Errorf("%v: exit %d, output lacks %q:\n%s%s", args, code, want, out, errOut)
+		}
+		if !strings.Contains(out, "methodConfig[1].hedgingPolicy: needs an idempotent method, and /stagger.testing.v1.TestService/Write is not marked idempotent") ||
+			strings.Contains(out, "methodConfig[0].hedgingPolicy: needs an idempotent method") {
+			t.Errorf("%v: idempotency not read from the .proto:\n%s", args, out)
+		}
+	}
+
+	// Bad command lines and bad protos: exit 2, the cause named.
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken.proto")
+	if err := os.WriteFile(broken, []byte("syntax = \"proto3\";\npackage x.v1;\nservice S {\n  rpc M(Nope) returns (Nope);\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	edition := filepath.Join(dir, "edition.proto")
+	if err := os.WriteFile(edition, []byte("edition = \"2023\";\npackage x.v1;\nmessage R {}\nservice S { rpc M(R) returns (R); }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-proto", broken, "-proto-path", dir}, "stagger check: -proto: broken.proto:4:9: method x.v1.S.M: unknown request type Nope"},
+		{[]string{"-proto", filepath.Join(dir, "missing.proto"), "-proto-path", dir}, "stagger check: -proto: stat " + filepath.Join(dir, "missing.proto")},
+		{[]string{"-proto", testProto, "-proto-path", dir}, "stagger check: -proto: " + testProto + " is not under any -proto-path (" + dir + ")"},
+		{[]string{"-proto-path", dir}, "stagger check: -proto-path without -proto"},
+		{[]string{"-proto", edition}, "edition.proto:1:11: editions are not yet supported; use syntax proto2 or proto3 instead\n(this command compiles proto2 and proto3 sources; for a file with an edition, give a descriptor set: -descriptor-set FILE"},
+	} {
+		code, _, errOut := checkRun(t, append(tc.args, good)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d (want 2), stderr lacks %q:\n%s", tc.args, code, tc.want, errOut)
+		}
+	}
+}
+
+// TestCheckStrictNeedsNames: -strict refuses a file whose names could not
+// be checked (no descriptor set and no .proto), saying how to give them; a
+// newcomer's file with a misspelt service passed as valid.
+func TestCheckStrictNeedsNames(t *testing.T) {
+	broken := filepath.Join(t.TempDir(), "broken.json")
+	doc := `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestServce"}], "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+	if err := os.WriteFile(broken, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := checkRun(t, "-strict", broken)
+	want := broken + ": -strict: service and method names could not be checked: give the protos: -proto FILE.proto (with -proto-path DIR for its imports), or -descriptor-set FILE (written by `buf build -o FILE` or `protoc --include_imports --descriptor_set_out=FILE`)"
+	if code != 1 || !strings.Contains(errOut, want) || !strings.Contains(out, "invalid, 1 error(s)") {
+		t.Errorf("-strict without protos: exit %d (want 1), stdout:\n%s\nstderr:\n%s\nwant:\n%s", code, out, errOut, want)
+	}
+	// With the protos, the misspelt service is named.
+	for _, args := range [][]string{{"-descriptor-set", writeDescriptorSet(t)}, {"-proto", testProto}} {
+		code, _, errOut := checkRun(t, append(append([]string{"-strict"}, args...), broken)...)
+		if want := `"stagger.testing.v1.TestServce"`; code != 1 || !strings.Contains(errOut, want) || !strings.Contains(errOut, `did you mean "stagger.testing.v1.TestService"?`) {
+			t.Errorf("-strict %v: exit %d (want 1), stderr:\n%s", args, code, errOut)
+		}
+	}
+	// Spelt right and checked, -strict passes; a file that names no
+	// service (a breaker only) has no name to check.
+	fixed := writeTemp(t, strings.Replace(doc, "TestServce", "TestService", 1))
+	if code, out, errOut := checkRun(t, "-strict", "-proto", testProto, fixed); code != 0 {
+		t.Errorf("-strict -proto, names right: exit %d:\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := checkRun(t, "-strict", writeTemp(t, `{"circuitBreaker": {"failureRatio": 0.5}}`)); code != 0 {
+		t.Errorf("-strict, breaker only: exit %d:\n%s%s", code, out, errOut)
 	}
 }

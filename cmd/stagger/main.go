@@ -1,18 +1,22 @@
-// Command stagger checks policy files and runs stagger's simulations.
+// Command stagger checks policy files and runs stagger's simulations. It
+// builds from the core module alone (go install
+// github.com/stagger-go/stagger/cmd/stagger@latest).
 //
 //	stagger check FILE     validate a policy file and explain it
 //	stagger sim ...        run a simulation model
-//	stagger lab            the storm lab
+//	stagger lab ...        the storm lab: runs stagger-lab (package lab's command) from PATH
 //
 // check prints each error placed as compilers place theirs ("retry.json:3:17:
 // invalid JSON: ..." for a syntax error, "retry.json: methodConfig[0]...: rule,
 // got value" for a field) on stderr, and the file's warnings (also those of an
 // invalid file) on stdout; a valid file with warnings says how many on its
-// first line. With -descriptor-set FILE (a FileDescriptorSet, as
+// first line. With -proto FILE.proto (.proto sources, compiled here; imports
+// under -proto-path DIR) or -descriptor-set FILE (a FileDescriptorSet, as
 // `buf build -o FILE` writes it) it checks service and method names against
-// those protos and reads their idempotency_level options; without it, it says
-// that names were not checked (its own binary links none of the user's
-// protos) and flags only services named without a package. Its worst-case
+// those protos, a name they lack being an error, and reads their
+// idempotency_level options; without them, it says that names were not
+// checked (its own binary links none of the user's protos), flags only
+// services named without a package, and -strict fails. Its worst-case
 // figures are computed in bounded work and saturate ("more than 292 years")
 // instead of overflowing; -max-attempts-cap is at most
 // policy.MaxAttemptsCapLimit.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/lab"
+	"github.com/stagger-go/stagger/internal/ceiling"
 	"github.com/stagger-go/stagger/policy"
 	"github.com/stagger-go/stagger/sim"
 )
@@ -386,7 +386,7 @@ func simOutage(model string, args []string, stdout, stderr io.Writer) error {
 	return writeOutage(stdout, out, &cfg, res, outageCeiling(&cfg))
 }
 
-// outageCeiling is the outage model's ceiling (lab.CeilingOf): the success
+// outageCeiling is the outage model's ceiling (the lab's ceiling, internal/ceiling): the success
 // rate an ideal client could reach without ever sending more than the
 // capacity, for calls offered evenly at the model's load (the model's own
 // are Poisson, so a run's figure can pass it a little).
@@ -399,6 +399,6 @@ func outageCeiling(cfg *sim.OutageConfig) float64 {
 		}
 		starts = append(starts, t)
 	}
-	return lab.CeilingOf(lab.CeilingInput{Starts: starts, Capacity: cfg.Capacity,
+	return ceiling.Of(ceiling.Input{Starts: starts, Capacity: cfg.Capacity,
 		OutageStart: cfg.OutageStart, OutageEnd: cfg.OutageEnd, CallTimeout: cfg.CallTimeout})
 }

@@ -1,88 +1,14 @@
 package main
 
 import (
-	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/stagger-go/stagger/sim"
 )
-
-// ms formats a duration in milliseconds with one decimal.
-func ms(d time.Duration) string {
-	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64)
-}
-
-func fmtFloat(x float64, prec int) string { return strconv.FormatFloat(x, 'f', prec, 64) }
-
-// bar draws x out of max as a horizontal bar of width cells, in eighths.
-func bar(x, max float64, width int) string {
-	if !(max > 0) || !(x > 0) {
-		return ""
-	}
-	eighths := int(math.Round(x / max * float64(width*8)))
-	const parts = " ▏▎▍▌▋▊▉"
-	var b strings.Builder
-	for ; eighths >= 8; eighths -= 8 {
-		b.WriteString("█")
-	}
-	if eighths > 0 {
-		b.WriteString(strings.Split(parts, "")[eighths])
-	}
-	return b.String()
-}
-
-// spark draws counts as one column per value, in eighths of max.
-func spark(counts []int, max int) string {
-	const levels = " ▁▂▃▄▅▆▇█"
-	ls := strings.Split(levels, "")
-	var b strings.Builder
-	for _, c := range counts {
-		i := 0
-		if max > 0 && c > 0 {
-			i = int(math.Ceil(float64(c) / float64(max) * 8))
-			if i > 8 {
-				i = 8
-			}
-		}
-		b.WriteString(ls[i])
-	}
-	return b.String()
-}
-
-func writeCSV(w io.Writer, header []string, rows [][]string) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(header); err != nil {
-		return err
-	}
-	if err := cw.WriteAll(rows); err != nil {
-		return err
-	}
-	return cw.Error()
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// writeTable writes rows under header, aligned, with an extra chart column
-// that has no header.
-func writeTable(w io.Writer, header []string, rows [][]string) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	return tw.Flush()
-}
 
 type occJSON struct {
 	Clients    int     `json:"clients"`
@@ -313,22 +239,4 @@ func writeOutage(w io.Writer, f format, cfg *sim.OutageConfig, res []sim.OutageR
 	fmt.Fprintf(w, "%-*s └%s\n", nameW, "", outageRuler(width, sim.Bin, cfg.OutageStart, cfg.OutageEnd))
 	fmt.Fprintf(w, "%-*s  ▔ = outage; one column per 100 ms, ┴ every second\n", nameW, "")
 	return nil
-}
-
-// outageRuler is the time axis under a load chart: one rune per bin of the
-// given width, ▔ over the outage [start, end), ┴ at each whole second.
-func outageRuler(width int, bin, start, end time.Duration) string {
-	ruler := make([]rune, width)
-	for b := range ruler {
-		t := time.Duration(b) * bin
-		switch {
-		case t >= start && t < end:
-			ruler[b] = '▔'
-		case t%time.Second == 0:
-			ruler[b] = '┴'
-		default:
-			ruler[b] = '─'
-		}
-	}
-	return string(ruler)
 }
