@@ -175,13 +175,13 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 // outlook is what of the state a decision reads other than times that a
 // failure can only put off (Record).
 type outlook struct {
-	phase                                  phase
-	heals, known, untold, ovl, out, leased bool
+	phase                                        phase
+	heals, known, untold, ovl, out, leased, seen bool
 }
 
 func (s *gateState) outlook(now time.Time) outlook {
 	e := &s.ev
-	return outlook{s.phase, e.heals(now, false), e.known(), e.untold(now), e.overloaded(now), now.Before(e.retryOut), s.pace.leased(now)}
+	return outlook{s.phase, e.heals(now, false), e.known(), e.untold(now), e.overloaded(now), now.Before(e.retryOut), s.pace.leased(now), e.seen}
 }
 
 // enter: a retry refused after its attempt failed now begins to wait

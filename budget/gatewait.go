@@ -106,7 +106,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))),
 	}}
 	w.elem = g.queue[level].PushBack(w)
-	g.grantLocked(now)
+	g.grantLocked(now, false)
 	return w, nil
 }
 
@@ -129,9 +129,13 @@ func (g *Gate) victim(level int) *Waiter {
 // timer to the next instant at which a decision can change without news.
 // Once a guard refused, the guarded waiters wait for news or the time the
 // guard named (each guard refusing in turn woke every guarded waiter).
-func (g *Gate) grantLocked(now time.Time) {
+// With release (news that moved only the release pace), it stops at the
+// first admission: no other can be due now, and the timer is set no later
+// than it was.
+func (g *Gate) grantLocked(now time.Time, release bool) {
 	var next time.Time
 	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
+walk:
 	for l := len(g.queue) - 1; l >= 0; l-- {
 		for e := g.queue[l].Front(); e != nil; {
 			w := e.Value.(*Waiter)
@@ -153,10 +157,20 @@ func (g *Gate) grantLocked(now time.Time) {
 				w.state, w.how, w.learn = waitGranted, d.how, d.learn
 				g.verdicts++
 				close(w.ready)
+				if release {
+					next = clock.Earlier(clock.Earlier(next, g.timerAt), g.st.pace.next)
+					break walk
+				}
 			}
 		}
 	}
 	g.settle(now)
+	g.armLocked(now, next)
+}
+
+// armLocked sets the gate's timer to run the grant loop at next (zero:
+// never); on a virtual clock (WithClock) it only notes next for Tick.
+func (g *Gate) armLocked(now, next time.Time) {
 	if g.timerAt = next; g.virtual {
 		return
 	}
@@ -181,7 +195,7 @@ func (g *Gate) Tick() time.Time {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.grantLocked(now)
+	g.grantLocked(now, false)
 	return g.timerAt
 }
 
@@ -247,7 +261,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		g.counts.DeferGaveUp++
 		w.end = errWaitEnded
 		g.guardNews, g.guardAt = g.news, time.Time{}
-		g.grantLocked(now)
+		g.grantLocked(now, false)
 	default:
 		g.giveBackLocked(w)
 		if closedRefused {
@@ -265,7 +279,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		}
 		w.state, w.ready = waitQueued, make(chan struct{})
 		w.elem = g.queue[w.level].PushBack(w)
-		g.grantLocked(now)
+		g.grantLocked(now, false)
 	}
 	// Queued again, w is the grant loop's: its end is read here or after
 	// its next Ready.
@@ -290,7 +304,7 @@ func (g *Gate) leaveLocked(now time.Time, w *Waiter) (refund bool) {
 		refund = g.giveBackLocked(w)
 		g.outLocked(w, false)
 		g.counts.DeferGaveUp++
-		g.grantLocked(now)
+		g.grantLocked(now, false)
 	}
 	return refund
 }
