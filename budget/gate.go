@@ -46,10 +46,12 @@ import (
 // that learns whether retries heal (hold); when a more critical retry
 // takes its place in a full room (criticality). Down (outage: failures in
 // a row, after a calm second, where retries do not heal), or overloaded
-// (overload: more than 60 % of the latest 32 attempts, the latest within
-// 5 s, were signs of overload: RESOURCE_EXHAUSTED, a per-attempt timeout,
-// a slow success; a pushback is not one, its delay is the pause), waits
-// are held and Allow refuses every retry; once an outage outlived
+// (overload: 5 s after a RESOURCE_EXHAUSTED without a pushback or a
+// per-attempt timeout, and while more than 60 % of the latest 32 attempts,
+// the latest within 5 s, were signs of overload: those, a
+// RESOURCE_EXHAUSTED with a pushback, a slow success; a pushback's delay
+// is the pause), waits are held and Allow refuses every retry; once an
+// outage outlived
 // the longest wait of its retries, a new retry is turned away at once
 // (futility) but for a rare lone probe: the new calls' first attempts and
 // those probes find the backend's return. The call ends with its last
