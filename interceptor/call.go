@@ -2,7 +2,9 @@ package interceptor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +32,8 @@ type core struct {
 	// reported as not applied as given (plan.capped, plan.unapplied), so the
 	// logger and hooks hear of each once.
 	optionNoticed sync.Map
+	// noticeN counts the keys of noticed and optionNoticed (firstOf).
+	noticeN atomic.Int64
 	// ambiguous holds the methods whose first ambiguous give-up the
 	// logger heard at warning level (options.ambiguous points here).
 	ambiguous sync.Map
@@ -115,7 +119,7 @@ type methodInfo struct {
 // timeout), has no per-attempt timer and no notice to give.
 func (mi *methodInfo) fastUnary(o *options) bool {
 	pl := &mi.plan
-	return !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone
+	return !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil
 }
 
 // budgetRef is the budget of one target in one budget.Backends.
@@ -168,6 +172,10 @@ type plan struct {
 	// not applied (ReasonOverridden, ReasonOneAttempt): start says so once
 	// per method, as it does of a typo in the file, never silently.
 	unapplied policy.Reason
+	// invalid is why a WithBackoff or WithPerAttemptTimeout value was not
+	// applied (nil: none was given, or it was): start says so once per
+	// method (ReasonInvalidOption).
+	invalid error
 }
 
 // plan resolves, for a call of method with options o, what cfg's entry m
@@ -217,20 +225,37 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 			pl.hedged = &mm
 		}
 	}
+	// What only a retry policy takes, given on the call.
+	retryOnly := o != &k.opts && (o.backoffSet && !k.opts.backoffSet || o.perAttemptSet && !k.opts.perAttemptSet)
 	if p == nil {
 		if pl.hedged == nil && o != &k.opts && (o.maxAttempts > 1 && o.maxAttempts != k.opts.maxAttempts ||
-			o.codesSet && !k.opts.codesSet || o.predicate != nil && k.opts.predicate == nil) {
+			o.codesSet && !k.opts.codesSet || o.predicate != nil && k.opts.predicate == nil) || retryOnly {
 			// The call's own retry options, on a method nothing gives a
-			// policy: they have nothing to apply to.
+			// retry policy (a hedged method takes only the attempts and
+			// the codes): they have nothing to apply to.
 			pl.unapplied = policy.ReasonNoPolicy
 		}
 		return pl
 	}
 	inCode := p == o.policy
-	if o.maxAttempts > 0 || o.predicate != nil || o.codesSet {
+	if o.maxAttempts > 0 || o.predicate != nil || o.codesSet || o.backoffSet || o.perAttemptSet {
 		q := *p
 		if o.maxAttempts > 0 {
 			q.MaxAttempts, pl.capped = boundAttempts(o.maxAttempts, cfg, p.MaxAttempts)
+		}
+		if o.backoffSet {
+			if err := o.backoff.Validate(); err != nil {
+				pl.invalid = fmt.Errorf("interceptor: WithBackoff not applied: %w", err)
+			} else {
+				q.Backoff = o.backoff
+			}
+		}
+		if o.perAttemptSet {
+			if o.perAttempt < 0 {
+				pl.invalid = fmt.Errorf("interceptor: WithPerAttemptTimeout not applied: perAttemptRecvTimeout: must be >= 0, got %v", o.perAttempt)
+			} else {
+				q.PerAttemptRecvTimeout = o.perAttempt
+			}
 		}
 		if o.predicate != nil {
 			q.Predicate = o.predicate
@@ -451,9 +476,47 @@ func perCall(base *options, opts []grpc.CallOption, first int) (*options, []grpc
 			}
 			continue
 		}
+		if foreignRetryOption(opt) {
+			o.foreign = true
+		}
 		rest = append(rest, opt)
 	}
 	return o, rest
+}
+
+// foreignPackages are the packages whose call options configure another
+// retry interceptor: passed to a call through stagger they compile, and
+// grpc ignores them (they embed grpc.EmptyCallOption).
+var foreignPackages = [...]string{
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry",
+	"github.com/grpc-ecosystem/go-grpc-middleware/retry",
+}
+
+// foreignRetryOption reports whether opt is another retry library's call
+// option (foreignPackages). grpc's own common options are told apart by
+// their type alone; the others cost a look at their package's name.
+func foreignRetryOption(opt grpc.CallOption) bool {
+	switch opt.(type) {
+	case grpc.StaticMethodCallOption, grpc.HeaderCallOption, grpc.TrailerCallOption, grpc.PeerCallOption,
+		grpc.OnFinishCallOption, grpc.PerRPCCredsCallOption, grpc.FailFastCallOption, grpc.CompressorCallOption,
+		grpc.MaxRecvMsgSizeCallOption, grpc.MaxSendMsgSizeCallOption, grpc.ContentSubtypeCallOption,
+		grpc.ForceCodecCallOption, grpc.MaxRetryRPCBufferSizeCallOption:
+		return false
+	}
+	t := reflect.TypeOf(opt)
+	if t == nil {
+		return false
+	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	pkg := t.PkgPath()
+	for _, f := range foreignPackages {
+		if pkg == f {
+			return true
+		}
+	}
+	return false
 }
 
 // methodCallOptions puts the file's waitForReady and message size limits

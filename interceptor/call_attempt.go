@@ -297,10 +297,11 @@ func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, op
 }
 
 // callOptions returns the call's options (the interceptor's, or a copy with
-// the call's Options applied) and its grpc options without them.
+// the call's Options applied, or with another retry library's option
+// noted: options.foreign) and its grpc options without stagger's.
 func (k *core) callOptions(opts []grpc.CallOption) (*options, []grpc.CallOption) {
 	for i, opt := range opts {
-		if _, ok := opt.(Option); ok {
+		if _, ok := opt.(Option); ok || foreignRetryOption(opt) {
 			return perCall(&k.opts, opts, i)
 		}
 	}
@@ -358,6 +359,12 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	if pl.unapplied != policy.ReasonNone && k.firstNotice(method, pl.unapplied) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: pl.unapplied, Hedging: pl.hedged != nil})
 	}
+	if pl.invalid != nil && k.firstNotice(method, policy.ReasonInvalidOption) {
+		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonInvalidOption, Err: pl.invalid, Hedging: pl.hedged != nil})
+	}
+	if o.foreign && k.firstNotice(method, policy.ReasonForeignOption) {
+		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonForeignOption, Hedging: pl.hedged != nil})
+	}
 	return callCtx, cancel, grpcOpts, true
 }
 
@@ -388,10 +395,8 @@ func withMethodTimeout(ctx, base context.Context, m *policy.Method) (context.Con
 // interceptor, that the policy's per-attempt timeout is not applied: the
 // call may not run twice.
 func (k *core) noticeNoTimer(ctx context.Context, c *call) {
-	if _, seen := k.noticed.Load(c.method); !seen {
-		if _, seen := k.noticed.LoadOrStore(c.method, struct{}{}); !seen {
-			c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
-		}
+	if k.firstOf(&k.noticed, c.method) {
+		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
 	}
 }
 
@@ -403,8 +408,22 @@ func (k *core) firstNotice(method string, reason policy.Reason) bool {
 		method string
 		reason policy.Reason
 	}
-	_, seen := k.optionNoticed.LoadOrStore(key{method, reason}, struct{}{})
-	return !seen
+	return k.firstOf(&k.optionNoticed, key{method, reason})
+}
+
+// firstOf reports whether key is new to m, one of the sets of notices
+// given (noticed, optionNoticed), and adds it. The sets together hold at
+// most noticeMax keys: a program that makes up method names cannot grow
+// them without end; past the bound, what was not said is not said.
+func (k *core) firstOf(m *sync.Map, key any) bool {
+	if _, seen := m.Load(key); seen || k.noticeN.Load() >= noticeMax {
+		return false
+	}
+	if _, seen := m.LoadOrStore(key, struct{}{}); seen {
+		return false
+	}
+	k.noticeN.Add(1)
+	return true
 }
 
 // callCriticality resolves the criticality of a call of a method whose

@@ -491,10 +491,7 @@ func (k *core) latency(method string) *latencyHistogram {
 // (policy.ReasonNotIdempotent, ReasonReplyType). The stream engine calls it too, for a
 // stream whose method hedges but may not run twice.
 func (k *core) noticeUnhedged(ctx context.Context, c *call, why policy.Reason) {
-	if _, seen := k.noticed.Load(c.method); seen {
-		return
-	}
-	if _, seen := k.noticed.LoadOrStore(c.method, struct{}{}); !seen {
+	if k.firstOf(&k.noticed, c.method) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: true})
 	}
 }
