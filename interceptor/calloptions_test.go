@@ -301,3 +301,29 @@ func TestPerCallBackoffAndTimeout(t *testing.T) {
 func loggerFunc(f func(msg string)) logging.Logger {
 	return logging.LoggerFunc(func(_ context.Context, _ logging.Level, msg string, _ ...any) { f(msg) })
 }
+
+// TestMisspeltServiceOncePerService: a file that misspells the service
+// leaves every method of it without its policy; slog.Default() hears of it
+// once for the service, however many of its methods are called, and once
+// per method for a misspelt method of a service the file spells right.
+func TestMisspeltServiceOncePerService(t *testing.T) {
+	rec := captureSlog(t)
+	const file = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestServce"}, {"service": "stagger.testing.v2.TestService", "method": "Gett"}],
+  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "1s", "backoffMultiplier": 2,
+    "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+	ui := interceptor.UnaryClientInterceptor(interceptor.WithConfig(mustParse(file)))
+	ok := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	for _, m := range []string{"Get", "Put", "Write", "Get"} {
+		for _, svc := range []string{"stagger.testing.v1.TestService", "stagger.testing.v2.TestService"} {
+			if err := ui(context.Background(), "/"+svc+"/"+m, nil, nil, nil, ok); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := rec.with("nearly names", "stagger.name=/stagger.testing.v1.TestServce/"); len(got) != 1 {
+		t.Errorf("the misspelt service was said %d times, want once:\n%s", len(got), strings.Join(rec.with(), "\n"))
+	}
+	if got := rec.with("nearly names", "stagger.name=/stagger.testing.v2.TestService/Gett"); len(got) != 1 || !strings.Contains(got[0], "grpc.method=/stagger.testing.v2.TestService/Get ") {
+		t.Errorf("the misspelt method was said %d times, want once, for Get:\n%s", len(got), strings.Join(rec.with(), "\n"))
+	}
+}
