@@ -36,7 +36,8 @@ type core struct {
 	noticeN atomic.Int64
 	// ambiguous holds the methods whose first ambiguous give-up the
 	// logger heard at warning level (options.ambiguous points here).
-	ambiguous sync.Map
+	ambiguous  sync.Map
+	ambiguousN atomic.Int64
 	// methods caches what the current file says of each method, so a call
 	// costs one map lookup and no allocation for the file's call options.
 	methods   atomic.Pointer[methodCache]
@@ -44,6 +45,8 @@ type core struct {
 	// hedgeLatency holds each hedged method's *latencyHistogram, for the
 	// adaptive hedging delay (hedge.go).
 	hedgeLatency sync.Map
+	// hedgeLatencyN counts hedgeLatency's methods (latency bounds them).
+	hedgeLatencyN atomic.Int64
 	// refusals is the config source's record of refused reloads, when the
 	// interceptor has a logger and the source keeps one (policy.Source);
 	// refusalSeen is the last refusal logged.
@@ -401,7 +404,7 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 
 func newCore(opts []Option) *core {
 	k := &core{opts: buildOptions(opts)}
-	k.opts.ambiguous = &k.ambiguous
+	k.opts.ambiguous, k.opts.ambiguousN = &k.ambiguous, &k.ambiguousN
 	if k.opts.logger != nil {
 		k.opts.summary = newRefusedSummary(k.opts.logger)
 	}

@@ -301,7 +301,15 @@ func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, op
 // noted: options.foreign) and its grpc options without stagger's.
 func (k *core) callOptions(opts []grpc.CallOption) (*options, []grpc.CallOption) {
 	for i, opt := range opts {
-		if _, ok := opt.(Option); ok || foreignRetryOption(opt) {
+		switch opt.(type) {
+		case grpc.StaticMethodCallOption:
+			// Generated code passes it on every call: the common case
+			// first, without a call.
+			continue
+		case Option:
+			return perCall(&k.opts, opts, i)
+		}
+		if foreignRetryOption(opt) {
 			return perCall(&k.opts, opts, i)
 		}
 	}
@@ -362,7 +370,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	if pl.invalid != nil && k.firstNotice(method, policy.ReasonInvalidOption) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonInvalidOption, Err: pl.invalid, Hedging: pl.hedged != nil})
 	}
-	if o.foreign && k.firstNotice(method, policy.ReasonForeignOption) {
+	if o.foreign && !c.off && k.firstNotice(method, policy.ReasonForeignOption) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonForeignOption, Hedging: pl.hedged != nil})
 	}
 	return callCtx, cancel, grpcOpts, true

@@ -254,11 +254,14 @@ func (o *options) firstAmbiguous(method string) bool {
 	if o.ambiguous == nil {
 		return false
 	}
-	if _, seen := o.ambiguous.Load(method); seen {
+	if _, seen := o.ambiguous.Load(method); seen || o.ambiguousN.Load() >= noticeMax {
 		return false
 	}
-	_, seen := o.ambiguous.LoadOrStore(method, struct{}{})
-	return !seen
+	if _, seen := o.ambiguous.LoadOrStore(method, struct{}{}); seen {
+		return false
+	}
+	o.ambiguousN.Add(1)
+	return true
 }
 
 // emit gives e, an event of c, c's criticality and runs the hooks and the

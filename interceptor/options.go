@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -93,6 +94,8 @@ type options struct {
 	// ambiguous is the core's set of methods whose ambiguous give-up was
 	// logged at warning level (nil for options not built by newCore).
 	ambiguous *sync.Map
+	// ambiguousN counts ambiguous's methods: at most noticeMax.
+	ambiguousN *atomic.Int64
 	// summary counts, for the logger, the calls that ended for want of a
 	// retry their budget refused (nil without a logger, or for options
 	// not built by newCore).
