@@ -28,8 +28,10 @@ type ConfigSource interface {
 // interceptor and on a single call: passed as a grpc.CallOption it applies to
 // that call only, on top of the interceptor's options, and is removed before
 // the call reaches grpc. Every option works in both places; options that make
-// most sense per call (Disable, Idempotent, WithMaxAttempts, WithCodes) say
-// so.
+// most sense per call (Disable, Idempotent, WithMaxAttempts, WithCodes,
+// WithBackoff, WithPerAttemptTimeout) say so. A call's option that cannot
+// take effect as given is reported once per method (EventNotice), never
+// dropped in silence.
 //
 // An Option is an immutable value, safe for concurrent use.
 type Option struct {
@@ -128,7 +130,9 @@ func WithConfigSource(src ConfigSource) Option {
 // all methods when there is no file). p is copied. On a call, it applies to
 // that call when the file has no entry for its method; where the file has
 // one, the entry decides and the logger and hooks say so once per method
-// (EventNotice, policy.ReasonOverridden). A p with fewer than 2 attempts
+// (EventNotice, policy.ReasonOverridden); WithBackoff,
+// WithPerAttemptTimeout, WithMaxAttempts and WithCodes change the entry's
+// policy for one call. A p with fewer than 2 attempts
 // retries nothing: one that sets what only retries use (a per-attempt
 // timeout, codes, a backoff) is reported the same way
 // (policy.ReasonOneAttempt), unless WithMaxAttempts gives it attempts.
