@@ -184,7 +184,8 @@ func Example_messageTooLarge() {
 	      "maxAttempts": 4, "initialBackoff": "0.01s", "maxBackoff": "0.1s",
 	      "backoffMultiplier": 2, "retryableStatusCodes": ["RESOURCE_EXHAUSTED"]
 	    }
-	  }]
+	  }],
+	  "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
 	}`
 	srv := testserver.New()
 	defer srv.Close()

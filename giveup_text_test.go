@@ -20,11 +20,14 @@ import (
 // after N attempts: " and the attempt's error, with the server's status
 // unchanged; from grpc-go v1.64 the attempt's error as it is, from v1.85
 // that error wrapped as "max retries exhausted: failed after N attempts:
-// ...", which status.FromError puts in the status message.
+// ...", which status.FromError puts in the status message. The file has
+// its own throttle: the process's default budget (budget.DefaultBackends)
+// is shared with the tests that run it in a synctest bubble.
 func TestGiveUpTextAsTheGuideSays(t *testing.T) {
 	const sc = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
 	  "retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.001s", "maxBackoff": "0.001s",
-	    "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+	    "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}],
+	  "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}`
 	srv := testserver.New()
 	defer srv.Close()
 	grpcgo, withStagger := dialBoth(srv, sc)
