@@ -28,7 +28,7 @@ func TestPerMethodSetsBounded(t *testing.T) {
 		if k.opts.firstAmbiguous(m) {
 			t.Fatalf("method %d: its ambiguous give-up said twice", i)
 		}
-		k.firstNotice(m, 1)
+		k.firstNotice(m, 1, 0)
 		k.firstOf(&k.noticed, m)
 	}
 	if first != noticeMax {

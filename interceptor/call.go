@@ -175,6 +175,9 @@ type plan struct {
 	// not applied (ReasonOverridden, ReasonOneAttempt): start says so once
 	// per method, as it does of a typo in the file, never silently.
 	unapplied policy.Reason
+	// unappliedOpts, with ReasonNoPolicy, are the call's options that had
+	// nothing to apply to: each is reported once per method.
+	unappliedOpts callOption
 	// invalid is why a WithBackoff or WithPerAttemptTimeout value was not
 	// applied (nil: none was given, or it was): start says so once per
 	// method (ReasonInvalidOption).
@@ -228,14 +231,11 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 			pl.hedged = &mm
 		}
 	}
-	// What only a retry policy takes, given on the call.
-	retryOnly := o != &k.opts && (o.backoffSet && !k.opts.backoffSet || o.perAttemptSet && !k.opts.perAttemptSet)
 	if p == nil {
-		if pl.hedged == nil && o != &k.opts && (o.maxAttempts > 1 && o.maxAttempts != k.opts.maxAttempts ||
-			o.codesSet && !k.opts.codesSet || o.predicate != nil && k.opts.predicate == nil) || retryOnly {
-			// The call's own retry options, on a method nothing gives a
-			// retry policy (a hedged method takes only the attempts and
-			// the codes): they have nothing to apply to.
+		// The call's own retry options, on a method nothing gives a
+		// retry policy (a hedged method takes only the attempts and the
+		// codes): they have nothing to apply to.
+		if pl.unappliedOpts = k.callRetryOptions(o, pl.hedged != nil); pl.unappliedOpts != 0 {
 			pl.unapplied = policy.ReasonNoPolicy
 		}
 		return pl
@@ -294,6 +294,48 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		}
 	}
 	return pl
+}
+
+// callOption names one of the retry options a call may carry, for the
+// notices that say which did not apply (plan.unappliedOpts).
+type callOption uint8
+
+const (
+	optMaxAttempts callOption = 1 << iota
+	optCodes
+	optPredicate
+	optBackoff
+	optPerAttempt
+)
+
+var callOptionNames = [...]string{"WithMaxAttempts", "WithCodes", "WithPredicate", "WithBackoff", "WithPerAttemptTimeout"}
+
+// callRetryOptions returns the retry options the call's own options o set
+// beyond the interceptor's (none for the interceptor's own options); of a
+// hedged method, only those a hedging policy does not take.
+func (k *core) callRetryOptions(o *options, hedged bool) callOption {
+	if o == &k.opts {
+		return 0
+	}
+	var set callOption
+	if !hedged {
+		if o.maxAttempts > 1 && o.maxAttempts != k.opts.maxAttempts {
+			set |= optMaxAttempts
+		}
+		if o.codesSet && !k.opts.codesSet {
+			set |= optCodes
+		}
+		if o.predicate != nil && k.opts.predicate == nil {
+			set |= optPredicate
+		}
+	}
+	if o.backoffSet && !k.opts.backoffSet {
+		set |= optBackoff
+	}
+	if o.perAttemptSet && !k.opts.perAttemptSet {
+		set |= optPerAttempt
+	}
+	return set
 }
 
 // onlyRetriesUse reports whether p sets something only a retry uses. With

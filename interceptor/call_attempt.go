@@ -3,7 +3,9 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -361,16 +363,21 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	if pl.notice {
 		k.noticeNoTimer(ctx, c)
 	}
-	if pl.capped > 0 && k.firstNotice(method, policy.ReasonAttempts) {
+	if pl.capped > 0 && k.firstNotice(method, policy.ReasonAttempts, 0) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: pl.capped, Reason: policy.ReasonAttempts, Hedging: pl.hedged != nil})
 	}
-	if pl.unapplied != policy.ReasonNone && k.firstNotice(method, pl.unapplied) {
+	switch {
+	case pl.unapplied == policy.ReasonNoPolicy:
+		if err := k.firstUnapplied(method, pl.unappliedOpts); err != nil {
+			c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: pl.unapplied, Err: err, Hedging: pl.hedged != nil})
+		}
+	case pl.unapplied != policy.ReasonNone && k.firstNotice(method, pl.unapplied, 0):
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: pl.unapplied, Hedging: pl.hedged != nil})
 	}
-	if pl.invalid != nil && k.firstNotice(method, policy.ReasonInvalidOption) {
+	if pl.invalid != nil && k.firstNotice(method, policy.ReasonInvalidOption, 0) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonInvalidOption, Err: pl.invalid, Hedging: pl.hedged != nil})
 	}
-	if o.foreign && !c.off && k.firstNotice(method, policy.ReasonForeignOption) {
+	if o.foreign && !c.off && k.firstNotice(method, policy.ReasonForeignOption, 0) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonForeignOption, Hedging: pl.hedged != nil})
 	}
 	return callCtx, cancel, grpcOpts, true
@@ -408,15 +415,33 @@ func (k *core) noticeNoTimer(ctx context.Context, c *call) {
 	}
 }
 
-// firstNotice reports whether the notice of method with reason is the
-// first the interceptor gives (an option not applied as given: each is
-// reported once per method).
-func (k *core) firstNotice(method string, reason policy.Reason) bool {
+// firstNotice reports whether the notice of method with reason (and, for
+// ReasonNoPolicy, of the option opt; 0 otherwise) is the first the
+// interceptor gives (an option not applied as given: each is reported
+// once per method).
+func (k *core) firstNotice(method string, reason policy.Reason, opt callOption) bool {
 	type key struct {
 		method string
 		reason policy.Reason
+		opt    callOption
 	}
-	return k.firstOf(&k.optionNoticed, key{method, reason})
+	return k.firstOf(&k.optionNoticed, key{method, reason, opt})
+}
+
+// firstUnapplied returns the error an EventNotice with ReasonNoPolicy
+// carries, naming the options of set not reported yet for method; nil
+// when every one was.
+func (k *core) firstUnapplied(method string, set callOption) error {
+	var names []string
+	for i, name := range callOptionNames {
+		if opt := callOption(1) << i; set&opt != 0 && k.firstNotice(method, policy.ReasonNoPolicy, opt) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("interceptor: %s not applied: no retry policy for the method", strings.Join(names, ", "))
 }
 
 // firstOf reports whether key is new to m, one of the sets of notices

@@ -327,3 +327,42 @@ func TestMisspeltServiceOncePerService(t *testing.T) {
 		t.Errorf("the misspelt method was said %d times, want once, for Get:\n%s", len(got), strings.Join(rec.with(), "\n"))
 	}
 }
+
+// TestNoPolicyNoticeNamesEachOption: the call's retry options on a method
+// without a retry policy are reported once per method and option, each
+// named: a later call with another option is heard of, one with the same
+// is not.
+func TestNoPolicyNoticeNamesEachOption(t *testing.T) {
+	var mu sync.Mutex
+	var errs []string
+	hook := interceptor.WithHook(func(e interceptor.Event) {
+		if e.Kind == interceptor.EventNotice && e.Reason == policy.ReasonNoPolicy {
+			mu.Lock()
+			errs = append(errs, e.Err.Error())
+			mu.Unlock()
+		}
+	})
+	ui := interceptor.UnaryClientInterceptor(hook)
+	ok := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	backoff := interceptor.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: time.Millisecond, Multiplier: 1})
+	for _, opts := range [][]grpc.CallOption{
+		{interceptor.WithMaxAttempts(3)},
+		{interceptor.WithMaxAttempts(3)},
+		{interceptor.WithCodes(codes.Aborted), backoff, interceptor.WithMaxAttempts(4)},
+		{interceptor.WithPerAttemptTimeout(time.Second), backoff},
+	} {
+		if err := ui(context.Background(), "/a.B/Get", nil, nil, nil, ok, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{
+		"interceptor: WithMaxAttempts not applied: no retry policy for the method",
+		"interceptor: WithCodes, WithBackoff not applied: no retry policy for the method",
+		"interceptor: WithPerAttemptTimeout not applied: no retry policy for the method",
+	}
+	if fmt.Sprint(errs) != fmt.Sprint(want) {
+		t.Fatalf("notices %q, want %q", errs, want)
+	}
+}

@@ -34,7 +34,8 @@ const (
 	// than 2 attempts; Reason ReasonNoPolicy, a call's WithMaxAttempts,
 	// WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout on a
 	// method that has no retry policy (WithBackoff and
-	// WithPerAttemptTimeout on a hedged method too); Reason
+	// WithPerAttemptTimeout on a hedged method too), once per method and
+	// option, Err naming the options; Reason
 	// ReasonInvalidOption, a WithBackoff or WithPerAttemptTimeout whose
 	// value breaks a rule (Err says which); Reason ReasonForeignOption, a
 	// call that carried go-grpc-middleware's retry options, which do nothing
