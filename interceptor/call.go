@@ -177,7 +177,7 @@ type plan struct {
 	unapplied policy.Reason
 	// unappliedOpts, with ReasonNoPolicy, are the call's options that had
 	// nothing to apply to: each is reported once per method.
-	unappliedOpts callOption
+	unappliedOpts retryOption
 	// invalid is why a WithBackoff or WithPerAttemptTimeout value was not
 	// applied (nil: none was given, or it was): start says so once per
 	// method (ReasonInvalidOption).
@@ -296,28 +296,28 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	return pl
 }
 
-// callOption names one of the retry options a call may carry, for the
+// retryOption names one of the retry options a call may carry, for the
 // notices that say which did not apply (plan.unappliedOpts).
-type callOption uint8
+type retryOption uint8
 
 const (
-	optMaxAttempts callOption = 1 << iota
+	optMaxAttempts retryOption = 1 << iota
 	optCodes
 	optPredicate
 	optBackoff
 	optPerAttempt
 )
 
-var callOptionNames = [...]string{"WithMaxAttempts", "WithCodes", "WithPredicate", "WithBackoff", "WithPerAttemptTimeout"}
+var retryOptionNames = [...]string{"WithMaxAttempts", "WithCodes", "WithPredicate", "WithBackoff", "WithPerAttemptTimeout"}
 
 // callRetryOptions returns the retry options the call's own options o set
 // beyond the interceptor's (none for the interceptor's own options); of a
 // hedged method, only those a hedging policy does not take.
-func (k *core) callRetryOptions(o *options, hedged bool) callOption {
+func (k *core) callRetryOptions(o *options, hedged bool) retryOption {
 	if o == &k.opts {
 		return 0
 	}
-	var set callOption
+	var set retryOption
 	if !hedged {
 		if o.maxAttempts > 1 && o.maxAttempts != k.opts.maxAttempts {
 			set |= optMaxAttempts

@@ -419,11 +419,11 @@ func (k *core) noticeNoTimer(ctx context.Context, c *call) {
 // ReasonNoPolicy, of the option opt; 0 otherwise) is the first the
 // interceptor gives (an option not applied as given: each is reported
 // once per method).
-func (k *core) firstNotice(method string, reason policy.Reason, opt callOption) bool {
+func (k *core) firstNotice(method string, reason policy.Reason, opt retryOption) bool {
 	type key struct {
 		method string
 		reason policy.Reason
-		opt    callOption
+		opt    retryOption
 	}
 	return k.firstOf(&k.optionNoticed, key{method, reason, opt})
 }
@@ -431,10 +431,10 @@ func (k *core) firstNotice(method string, reason policy.Reason, opt callOption) 
 // firstUnapplied returns the error an EventNotice with ReasonNoPolicy
 // carries, naming the options of set not reported yet for method; nil
 // when every one was.
-func (k *core) firstUnapplied(method string, set callOption) error {
+func (k *core) firstUnapplied(method string, set retryOption) error {
 	var names []string
-	for i, name := range callOptionNames {
-		if opt := callOption(1) << i; set&opt != 0 && k.firstNotice(method, policy.ReasonNoPolicy, opt) {
+	for i, name := range retryOptionNames {
+		if opt := retryOption(1) << i; set&opt != 0 && k.firstNotice(method, policy.ReasonNoPolicy, opt) {
 			names = append(names, name)
 		}
 	}
