@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
@@ -164,6 +166,8 @@ func (g guideRun) slowFirstAttempt(method string, opts ...grpc.CallOption) {
 	script := &testingv1.Script{Key: key, AttemptDelays: []*durationpb.Duration{durationpb.New(200 * time.Millisecond)}}
 	var err error
 	switch method {
+	case "Get":
+		_, err = client.Get(context.Background(), &testingv1.GetRequest{Script: script}, opts...)
 	case "Put":
 		_, err = client.Put(context.Background(), &testingv1.PutRequest{Script: script}, opts...)
 	case "Write":
@@ -241,6 +245,76 @@ func (g guideRun) serverDown(calls int) {
 		attempts += len(g.srv.Attempts(key))
 	}
 	fmt.Printf("%d calls, the server down: %d attempts\n", calls, attempts)
+}
+
+// Per-call options, as the middleware's were passed on one call, under the
+// "after" program's file and with no logger: an option takes effect on
+// whatever policy the method has, or slog.Default() hears why not, once
+// per method. The middleware's own options, left on a call, compile and do
+// nothing; they are reported too. (A program keeps slog's default handler;
+// this one prints the level, the message and two attributes.)
+func Example_middlewarePerCall() {
+	srv := testserver.New() // the scripted server, over bufconn
+	defer srv.Close()
+	target, creds := testserver.BufnetTarget, grpc.WithTransportCredentials(insecure.NewCredentials())
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: briefAttrs})))
+
+	cfg, err := policy.LoadFile("examples/policies/from-middleware.json")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	conn, err := grpc.NewClient(target, append(stagger.DialOptions(cfg), creds, srv.DialOption())...)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer conn.Close()
+	g := guideRun{srv: srv, client: testingv1.NewTestServiceClient(conn)}
+
+	// Get has an entry in the file: the call's timer and backoff apply.
+	g.slowFirstAttempt("Get", interceptor.WithPerAttemptTimeout(50*time.Millisecond),
+		interceptor.WithBackoff(policy.Backoff{Initial: time.Millisecond, Max: time.Millisecond, Multiplier: 1, Jitter: policy.JitterNone}))
+	// Above the file's cap: 5 attempts.
+	g.unavailableFor("Get", 7, interceptor.WithMaxAttempts(8))
+	// Put has no entry: nothing to apply the attempts to.
+	g.unavailableFor("Put", 1, interceptor.WithMaxAttempts(3))
+	// The middleware's option, left over.
+	g.unavailableFor("Get", 1, retry.WithMax(5))
+	// Output:
+	// Get, first attempt slow, per-retry timeout: OK after 2 attempts
+	// level=WARN msg="stagger: WithMaxAttempts above the cap: lowered to the cap (stagger.attempt)" grpc.method=/stagger.testing.v1.TestService/Get stagger.reason=attempts
+	// Get, UNAVAILABLE 7 times: Unavailable after 5 attempts
+	// level=WARN msg="stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)" grpc.method=/stagger.testing.v1.TestService/Put stagger.reason="no policy"
+	// Put, UNAVAILABLE 1 times: Unavailable after 1 attempts
+	// level=WARN msg="stagger: a go-grpc-middleware retry option on the call does nothing under stagger: use interceptor.WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate" grpc.method=/stagger.testing.v1.TestService/Get stagger.reason="foreign option"
+	// Get, UNAVAILABLE 1 times: OK after 2 attempts
+}
+
+// briefAttrs keeps, of a log record, its level, its message, the method
+// and the reason.
+func briefAttrs(groups []string, a slog.Attr) slog.Attr {
+	switch a.Key {
+	case slog.LevelKey, slog.MessageKey, "grpc.method", "stagger.reason":
+		return a
+	}
+	return slog.Attr{}
+}
+
+// unavailableFor: the server fails method's first n attempts with
+// UNAVAILABLE; opts are the call's options.
+func (g guideRun) unavailableFor(method string, n int32, opts ...grpc.CallOption) {
+	key := fmt.Sprint("unavailable-", method, "-", n, "-", len(opts))
+	script := &testingv1.Script{Key: key, FailAttempts: n}
+	var err error
+	switch method {
+	case "Get":
+		_, err = g.client.Get(context.Background(), &testingv1.GetRequest{Script: script}, opts...)
+	case "Put":
+		_, err = g.client.Put(context.Background(), &testingv1.PutRequest{Script: script}, opts...)
+	}
+	g.print(fmt.Sprintf("%s, UNAVAILABLE %d times", method, n), key, err, "")
 }
 
 // A ported OnRetryCallback: the middleware's callback hears the attempt

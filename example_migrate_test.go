@@ -77,8 +77,8 @@ func Example_sameServiceConfig() {
 	// stagger: served by attempt 3 of 3, error <nil>
 }
 
-// A hedgingPolicy is parsed by grpc-go but not applied: its call waits for
-// the slow first attempt. stagger sends a second attempt after hedgingDelay
+// A hedgingPolicy is not read by grpc-go (its service config has no such
+// field): its call waits for the slow first attempt. stagger sends a second attempt after hedgingDelay
 // and takes the first answer (Get is marked idempotent in its proto, as
 // hedging requires).
 func Example_hedging() {
@@ -170,4 +170,39 @@ func Example_ambiguity() {
 	// Output:
 	// grpc-go: OK, the server ran it 2 times
 	// stagger: Unavailable, the server ran it 1 times
+}
+
+// A reply larger than the call's limit (grpc.MaxCallRecvMsgSize) fails the
+// call with a RESOURCE_EXHAUSTED that grpc-go raised itself, after the
+// response headers: neither grpc-go nor stagger retries it, though the
+// service config lists the code (the reply will not shrink).
+func Example_messageTooLarge() {
+	const exhaustedConfig = `{
+	  "methodConfig": [{
+	    "name": [{"service": "stagger.testing.v1.TestService"}],
+	    "retryPolicy": {
+	      "maxAttempts": 4, "initialBackoff": "0.01s", "maxBackoff": "0.1s",
+	      "backoffMultiplier": 2, "retryableStatusCodes": ["RESOURCE_EXHAUSTED"]
+	    }
+	  }],
+	  "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}
+	}`
+	srv := testserver.New()
+	defer srv.Close()
+	grpcgo, withStagger := dialBoth(srv, exhaustedConfig)
+	defer grpcgo.Close()
+	defer withStagger.Close()
+
+	for _, c := range []struct {
+		name string
+		conn *grpc.ClientConn
+	}{{"grpc-go", grpcgo}, {"stagger", withStagger}} {
+		_, err := testingv1.NewTestServiceClient(c.conn).Get(context.Background(), &testingv1.GetRequest{
+			Script: &testingv1.Script{Key: c.name},
+		}, grpc.MaxCallRecvMsgSize(1))
+		fmt.Printf("%s: %v after %d attempts\n", c.name, status.Code(err), len(srv.Attempts(c.name)))
+	}
+	// Output:
+	// grpc-go: ResourceExhausted after 1 attempts
+	// stagger: ResourceExhausted after 1 attempts
 }

@@ -64,14 +64,18 @@ func BenchmarkUnarySuccess(b *testing.B) {
 		name string
 		icpt grpc.UnaryClientInterceptor
 		ctx  context.Context
+		// opts are the call's options: generated code passes
+		// grpc.StaticMethod() on every call.
+		opts []grpc.CallOption
 	}{
-		{"stagger", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg)), nil},
-		{"stagger-breaker", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgBreaker)), nil},
-		{"stagger-throttling", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgThrottle)), nil},
+		{"stagger", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg)), nil, nil},
+		{"stagger-breaker", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgBreaker)), nil, nil},
+		{"stagger-throttling", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgThrottle)), nil, nil},
 		{"stagger-criticality", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg)),
-			criticality.NewContext(context.Background(), criticality.Sheddable)},
-		{"stagger-per-attempt-timeout", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgTimer)), nil},
-		{"middleware-retry", retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable)), nil},
+			criticality.NewContext(context.Background(), criticality.Sheddable), nil},
+		{"stagger-per-attempt-timeout", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfgTimer)), nil, nil},
+		{"stagger-static-method", interceptor.UnaryClientInterceptor(interceptor.WithConfig(cfg)), nil, []grpc.CallOption{grpc.StaticMethod()}},
+		{"middleware-retry", retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable)), nil, nil},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -81,7 +85,7 @@ func BenchmarkUnarySuccess(b *testing.B) {
 				ctx = context.Background()
 			}
 			for i := 0; i < b.N; i++ {
-				if err := c.icpt(ctx, method, nil, nil, nil, okInvoker); err != nil {
+				if err := c.icpt(ctx, method, nil, nil, nil, okInvoker, c.opts...); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -2,7 +2,9 @@ package interceptor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,9 +32,12 @@ type core struct {
 	// reported as not applied as given (plan.capped, plan.unapplied), so the
 	// logger and hooks hear of each once.
 	optionNoticed sync.Map
+	// noticeN counts the keys of noticed and optionNoticed (firstOf).
+	noticeN atomic.Int64
 	// ambiguous holds the methods whose first ambiguous give-up the
 	// logger heard at warning level (options.ambiguous points here).
-	ambiguous sync.Map
+	ambiguous  sync.Map
+	ambiguousN atomic.Int64
 	// methods caches what the current file says of each method, so a call
 	// costs one map lookup and no allocation for the file's call options.
 	methods   atomic.Pointer[methodCache]
@@ -40,6 +45,8 @@ type core struct {
 	// hedgeLatency holds each hedged method's *latencyHistogram, for the
 	// adaptive hedging delay (hedge.go).
 	hedgeLatency sync.Map
+	// hedgeLatencyN counts hedgeLatency's methods (latency bounds them).
+	hedgeLatencyN atomic.Int64
 	// refusals is the config source's record of refused reloads, when the
 	// interceptor has a logger and the source keeps one (policy.Source);
 	// refusalSeen is the last refusal logged.
@@ -108,7 +115,7 @@ type methodInfo struct {
 // timeout), has no per-attempt timer and no notice to give.
 func (mi *methodInfo) fastUnary(o *options) bool {
 	pl := &mi.plan
-	return !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone
+	return !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil
 }
 
 // budgetRef is the budget of one target in one budget.Backends.
@@ -161,6 +168,13 @@ type plan struct {
 	// not applied (ReasonOverridden, ReasonOneAttempt): start says so once
 	// per method, as it does of a typo in the file, never silently.
 	unapplied policy.Reason
+	// unappliedOpts, with ReasonNoPolicy, are the call's options that had
+	// nothing to apply to: each is reported once per method.
+	unappliedOpts retryOption
+	// invalid is why a WithBackoff or WithPerAttemptTimeout value was not
+	// applied (nil: none was given, or it was): start says so once per
+	// method (ReasonInvalidOption).
+	invalid error
 }
 
 // plan resolves, for a call of method with options o, what cfg's entry m
@@ -211,19 +225,33 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		}
 	}
 	if p == nil {
-		if pl.hedged == nil && o != &k.opts && (o.maxAttempts > 1 && o.maxAttempts != k.opts.maxAttempts ||
-			o.codesSet && !k.opts.codesSet || o.predicate != nil && k.opts.predicate == nil) {
-			// The call's own retry options, on a method nothing gives a
-			// policy: they have nothing to apply to.
+		// The call's own retry options, on a method nothing gives a
+		// retry policy (a hedged method takes only the attempts and the
+		// codes): they have nothing to apply to.
+		if pl.unappliedOpts = k.callRetryOptions(o, pl.hedged != nil); pl.unappliedOpts != 0 {
 			pl.unapplied = policy.ReasonNoPolicy
 		}
 		return pl
 	}
 	inCode := p == o.policy
-	if o.maxAttempts > 0 || o.predicate != nil || o.codesSet {
+	if o.maxAttempts > 0 || o.predicate != nil || o.codesSet || o.backoffSet || o.perAttemptSet {
 		q := *p
 		if o.maxAttempts > 0 {
 			q.MaxAttempts, pl.capped = boundAttempts(o.maxAttempts, cfg, p.MaxAttempts)
+		}
+		if o.backoffSet {
+			if err := o.backoff.Validate(); err != nil {
+				pl.invalid = fmt.Errorf("interceptor: WithBackoff not applied: %w", err)
+			} else {
+				q.Backoff = o.backoff
+			}
+		}
+		if o.perAttemptSet {
+			if o.perAttempt < 0 {
+				pl.invalid = fmt.Errorf("interceptor: WithPerAttemptTimeout not applied: perAttemptRecvTimeout: must be >= 0, got %v", o.perAttempt)
+			} else {
+				q.PerAttemptRecvTimeout = o.perAttempt
+			}
 		}
 		if o.predicate != nil {
 			q.Predicate = o.predicate
@@ -259,6 +287,48 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		}
 	}
 	return pl
+}
+
+// retryOption names one of the retry options a call may carry, for the
+// notices that say which did not apply (plan.unappliedOpts).
+type retryOption uint8
+
+const (
+	optMaxAttempts retryOption = 1 << iota
+	optCodes
+	optPredicate
+	optBackoff
+	optPerAttempt
+)
+
+var retryOptionNames = [...]string{"WithMaxAttempts", "WithCodes", "WithPredicate", "WithBackoff", "WithPerAttemptTimeout"}
+
+// callRetryOptions returns the retry options the call's own options o set
+// beyond the interceptor's (none for the interceptor's own options); of a
+// hedged method, only those a hedging policy does not take.
+func (k *core) callRetryOptions(o *options, hedged bool) retryOption {
+	if o == &k.opts {
+		return 0
+	}
+	var set retryOption
+	if !hedged {
+		if o.maxAttempts > 1 && o.maxAttempts != k.opts.maxAttempts {
+			set |= optMaxAttempts
+		}
+		if o.codesSet && !k.opts.codesSet {
+			set |= optCodes
+		}
+		if o.predicate != nil && k.opts.predicate == nil {
+			set |= optPredicate
+		}
+	}
+	if o.backoffSet && !k.opts.backoffSet {
+		set |= optBackoff
+	}
+	if o.perAttemptSet && !k.opts.perAttemptSet {
+		set |= optPerAttempt
+	}
+	return set
 }
 
 // onlyRetriesUse reports whether p sets something only a retry uses. With
@@ -369,7 +439,7 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 
 func newCore(opts []Option) *core {
 	k := &core{opts: buildOptions(opts)}
-	k.opts.ambiguous = &k.ambiguous
+	k.opts.ambiguous, k.opts.ambiguousN = &k.ambiguous, &k.ambiguousN
 	if k.opts.logger != nil {
 		k.opts.summary = newRefusedSummary(k.opts.logger)
 	}
@@ -444,9 +514,47 @@ func perCall(base *options, opts []grpc.CallOption, first int) (*options, []grpc
 			}
 			continue
 		}
+		if foreignRetryOption(opt) {
+			o.foreign = true
+		}
 		rest = append(rest, opt)
 	}
 	return o, rest
+}
+
+// foreignPackages are the packages whose call options configure another
+// retry interceptor: passed to a call through stagger they compile, and
+// grpc ignores them (they embed grpc.EmptyCallOption).
+var foreignPackages = [...]string{
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry",
+	"github.com/grpc-ecosystem/go-grpc-middleware/retry",
+}
+
+// foreignRetryOption reports whether opt is another retry library's call
+// option (foreignPackages). grpc's own common options are told apart by
+// their type alone; the others cost a look at their package's name.
+func foreignRetryOption(opt grpc.CallOption) bool {
+	switch opt.(type) {
+	case grpc.StaticMethodCallOption, grpc.HeaderCallOption, grpc.TrailerCallOption, grpc.PeerCallOption,
+		grpc.OnFinishCallOption, grpc.PerRPCCredsCallOption, grpc.FailFastCallOption, grpc.CompressorCallOption,
+		grpc.MaxRecvMsgSizeCallOption, grpc.MaxSendMsgSizeCallOption, grpc.ContentSubtypeCallOption,
+		grpc.ForceCodecCallOption, grpc.MaxRetryRPCBufferSizeCallOption:
+		return false
+	}
+	t := reflect.TypeOf(opt)
+	if t == nil {
+		return false
+	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	pkg := t.PkgPath()
+	for _, f := range foreignPackages {
+		if pkg == f {
+			return true
+		}
+	}
+	return false
 }
 
 // methodCallOptions puts the file's waitForReady and message size limits

@@ -3,7 +3,9 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -306,10 +308,19 @@ func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, op
 }
 
 // callOptions returns the call's options (the interceptor's, or a copy with
-// the call's Options applied) and its grpc options without them.
+// the call's Options applied, or with another retry library's option
+// noted: options.foreign) and its grpc options without stagger's.
 func (k *core) callOptions(opts []grpc.CallOption) (*options, []grpc.CallOption) {
 	for i, opt := range opts {
-		if _, ok := opt.(Option); ok {
+		switch opt.(type) {
+		case grpc.StaticMethodCallOption:
+			// Generated code passes it on every call: the common case
+			// first, without a call.
+			continue
+		case Option:
+			return perCall(&k.opts, opts, i)
+		}
+		if foreignRetryOption(opt) {
 			return perCall(&k.opts, opts, i)
 		}
 	}
@@ -361,11 +372,22 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	if pl.notice {
 		k.noticeNoTimer(ctx, c)
 	}
-	if pl.capped > 0 && k.firstNotice(method, policy.ReasonAttempts) {
+	if pl.capped > 0 && k.firstNotice(method, policy.ReasonAttempts, 0) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: pl.capped, Reason: policy.ReasonAttempts, Hedging: pl.hedged != nil})
 	}
-	if pl.unapplied != policy.ReasonNone && k.firstNotice(method, pl.unapplied) {
+	switch {
+	case pl.unapplied == policy.ReasonNoPolicy:
+		if err := k.firstUnapplied(method, pl.unappliedOpts); err != nil {
+			c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: pl.unapplied, Err: err, Hedging: pl.hedged != nil})
+		}
+	case pl.unapplied != policy.ReasonNone && k.firstNotice(method, pl.unapplied, 0):
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: pl.unapplied, Hedging: pl.hedged != nil})
+	}
+	if pl.invalid != nil && k.firstNotice(method, policy.ReasonInvalidOption, 0) {
+		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonInvalidOption, Err: pl.invalid, Hedging: pl.hedged != nil})
+	}
+	if o.foreign && !c.off && k.firstNotice(method, policy.ReasonForeignOption, 0) {
+		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonForeignOption, Hedging: pl.hedged != nil})
 	}
 	return callCtx, cancel, grpcOpts, true
 }
@@ -397,23 +419,53 @@ func withMethodTimeout(ctx, base context.Context, m *policy.Method) (context.Con
 // interceptor, that the policy's per-attempt timeout is not applied: the
 // call may not run twice.
 func (k *core) noticeNoTimer(ctx context.Context, c *call) {
-	if _, seen := k.noticed.Load(c.method); !seen {
-		if _, seen := k.noticed.LoadOrStore(c.method, struct{}{}); !seen {
-			c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
-		}
+	if k.firstOf(&k.noticed, c.method) {
+		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
 	}
 }
 
-// firstNotice reports whether the notice of method with reason is the
-// first the interceptor gives (an option not applied as given: each is
-// reported once per method).
-func (k *core) firstNotice(method string, reason policy.Reason) bool {
+// firstNotice reports whether the notice of method with reason (and, for
+// ReasonNoPolicy, of the option opt; 0 otherwise) is the first the
+// interceptor gives (an option not applied as given: each is reported
+// once per method).
+func (k *core) firstNotice(method string, reason policy.Reason, opt retryOption) bool {
 	type key struct {
 		method string
 		reason policy.Reason
+		opt    retryOption
 	}
-	_, seen := k.optionNoticed.LoadOrStore(key{method, reason}, struct{}{})
-	return !seen
+	return k.firstOf(&k.optionNoticed, key{method, reason, opt})
+}
+
+// firstUnapplied returns the error an EventNotice with ReasonNoPolicy
+// carries, naming the options of set not reported yet for method; nil
+// when every one was.
+func (k *core) firstUnapplied(method string, set retryOption) error {
+	var names []string
+	for i, name := range retryOptionNames {
+		if opt := retryOption(1) << i; set&opt != 0 && k.firstNotice(method, policy.ReasonNoPolicy, opt) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("interceptor: %s not applied: no retry policy for the method", strings.Join(names, ", "))
+}
+
+// firstOf reports whether key is new to m, one of the sets of notices
+// given (noticed, optionNoticed), and adds it. The sets together hold at
+// most noticeMax keys: a program that makes up method names cannot grow
+// them without end; past the bound, what was not said is not said.
+func (k *core) firstOf(m *sync.Map, key any) bool {
+	if _, seen := m.Load(key); seen || k.noticeN.Load() >= noticeMax {
+		return false
+	}
+	if _, seen := m.LoadOrStore(key, struct{}{}); seen {
+		return false
+	}
+	k.noticeN.Add(1)
+	return true
 }
 
 // callCriticality resolves the criticality of a call of a method whose

@@ -53,10 +53,8 @@
 // A call returns CANCELED only when the caller cancelled it.
 //
 // The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
-// known to be idempotent and to unary calls that carry an idempotency key;
-// it cuts an attempt off only when a retry can go, so it never makes a
-// call fail that would have succeeded without it. UnaryClientInterceptor
-// has its rules, and those of hedgeOnPerTryTimeout.
+// known to be idempotent and to unary calls with an idempotency key, and
+// cuts an attempt off only when a retry can go (UnaryClientInterceptor).
 //
 // Ambiguous failures (a deliberate difference from gRFC A6). A call not
 // known to be safe to repeat (the method is not known to be idempotent, by

@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -31,8 +32,17 @@ const (
 	// method the file's entry decides; Reason ReasonOneAttempt, a WithPolicy
 	// that sets a per-attempt timeout, codes or a backoff but allows fewer
 	// than 2 attempts; Reason ReasonNoPolicy, a call's WithMaxAttempts,
-	// WithCodes or WithPredicate on a method that has no retry policy. Each
-	// is reported once per method and interceptor.
+	// WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout on a
+	// method that has no retry policy (WithBackoff and
+	// WithPerAttemptTimeout on a hedged method too), once per method and
+	// option, Err naming the options; Reason
+	// ReasonInvalidOption, a WithBackoff or WithPerAttemptTimeout whose
+	// value breaks a rule (Err says which); Reason ReasonForeignOption, a
+	// call that carried go-grpc-middleware's retry options, which do nothing
+	// under stagger. Each is reported once per method and interceptor (the
+	// first 1,024 such notices of an interceptor: a program that makes up
+	// method names cannot grow its memory), to the hooks and to the logger,
+	// or to slog.Default() at warn level when there is no logger.
 	EventNotice
 	// EventHedge: a hedge (Attempt, 2 or more) is sent, Pause after the
 	// attempt before it; Code and Err are the non-fatal failure that sent it
@@ -188,20 +198,33 @@ func (k *core) logWarnings(cfg *policy.Config) {
 	}
 }
 
-// logNearlyNamed says, once per method, that the file nearly names a
-// method it does not cover: a typo in the file silently leaves the method
-// without its policy.
+// logNearlyNamed says that the file nearly names a method it does not
+// cover: a typo in the file silently leaves the method without its policy.
+// It says so once per service of the calls when the name is another
+// service's (a misspelt service: each of its methods would say the same),
+// once per method when it is another method of the call's service.
 func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
 	name := cfg.NearlyNamed(method)
-	if name == "" || !k.firstLoud("call "+method+" "+name) {
+	if name == "" {
+		return
+	}
+	key := method
+	if svc := method[:strings.LastIndexByte(method, '/')+1]; !strings.HasPrefix(name, svc) {
+		key = svc
+	}
+	if !k.firstLoud("call " + key + " " + name) {
 		return
 	}
 	k.opts.warnLoud(msgNearlyNamed, "grpc.method", method, "stagger.name", name)
 }
 
-// loudMax bounds the messages firstLoud remembers: a program that makes up
-// method names at run time must not grow the set without end.
-const loudMax = 1024
+// loudMax bounds the messages firstLoud remembers, and noticeMax the
+// notices firstOf does: a program that makes up method names at run time
+// must not grow the sets without end.
+const (
+	loudMax   = 1024
+	noticeMax = 1024
+)
 
 // firstLoud reports whether msg is said for the first time by the
 // interceptors sharing k's State.
@@ -234,11 +257,14 @@ func (o *options) firstAmbiguous(method string) bool {
 	if o.ambiguous == nil {
 		return false
 	}
-	if _, seen := o.ambiguous.Load(method); seen {
+	if _, seen := o.ambiguous.Load(method); seen || o.ambiguousN.Load() >= noticeMax {
 		return false
 	}
-	_, seen := o.ambiguous.LoadOrStore(method, struct{}{})
-	return !seen
+	if _, seen := o.ambiguous.LoadOrStore(method, struct{}{}); seen {
+		return false
+	}
+	o.ambiguousN.Add(1)
+	return true
 }
 
 // emit gives e, an event of c, c's criticality and runs the hooks and the
@@ -260,7 +286,10 @@ func budgetEnded(r policy.Reason) bool {
 	return r == policy.ReasonBudget || r == policy.ReasonDeferred || r == policy.ReasonOutage
 }
 
-// emit runs the hooks and the logger. The caller holds no lock.
+// emit runs the hooks and the logger. The caller holds no lock. Without a
+// logger, a notice (an option or a part of the policy not applied, said
+// once per method) goes to slog.Default(): what a caller asked for is
+// never dropped in silence.
 func (o *options) emit(ctx context.Context, e Event) {
 	for _, h := range o.hooks {
 		h(e)
@@ -268,16 +297,26 @@ func (o *options) emit(ctx context.Context, e Event) {
 	for _, h := range o.callHooks {
 		h(ctx, e)
 	}
-	if o.logger != nil {
-		o.log(ctx, e)
+	switch {
+	case o.logger != nil:
+		o.log(ctx, o.logger, e)
+	case e.Kind == EventNotice:
+		o.log(ctx, slogDefault, e)
 	}
 }
 
-// log writes e's line: at debug level for what happens to one call, at
+// slogDefault is slog.Default() as a logging.Logger, read at each line
+// (a program may set it after building the interceptor); the two
+// packages' levels have the same values.
+var slogDefault = logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
+	slog.Default().Log(ctx, slog.Level(l), msg, fields...)
+})
+
+// log writes e's line to l: at debug level for what happens to one call, at
 // warn level for what is said once (per method, per breaker change); the
 // calls that end for want of a retry their budget refused go into a warn
 // line per backend per interval as well (refusedSummary).
-func (o *options) log(ctx context.Context, e Event) {
+func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 	level, msg := logging.LevelDebug, msgRetrying
 	switch e.Kind {
 	case EventGiveUp:
@@ -302,6 +341,10 @@ func (o *options) log(ctx context.Context, e Event) {
 			msg = msgNoPolicy
 		case e.Reason == policy.ReasonOneAttempt:
 			msg = msgOneAttempt
+		case e.Reason == policy.ReasonInvalidOption:
+			msg = msgInvalidOption
+		case e.Reason == policy.ReasonForeignOption:
+			msg = msgForeignOption
 		case e.Hedging:
 			msg = msgNoHedging
 		}
@@ -325,7 +368,7 @@ func (o *options) log(ctx context.Context, e Event) {
 		if e.Breaker.To == breaker.StateOpen {
 			level = logging.LevelWarn
 		}
-		o.logger.Log(ctx, level, msgBreaker, "stagger.breaker", e.Method, "stagger.to", e.Breaker.To.String(), "stagger.from", e.Breaker.From.String(),
+		l.Log(ctx, level, msgBreaker, "stagger.breaker", e.Method, "stagger.to", e.Breaker.To.String(), "stagger.from", e.Breaker.From.String(),
 			"stagger.failures", e.Breaker.Failures, "stagger.answered", e.Breaker.Answered, "stagger.break", e.Breaker.Break.String())
 		return
 	}
@@ -351,6 +394,9 @@ func (o *options) log(ctx context.Context, e Event) {
 		// says what it is (stagger.event).
 		fields = append(fields, "stagger.reason", e.Reason.String())
 	}
+	if e.Kind == EventNotice && e.Err != nil {
+		fields = append(fields, "stagger.error", e.Err.Error())
+	}
 	if e.Criticality.Valid() && e.Criticality != criticality.Critical {
 		fields = append(fields, "stagger.criticality", e.Criticality.String())
 	}
@@ -369,5 +415,5 @@ func (o *options) log(ctx context.Context, e Event) {
 			fields = append(fields, "stagger.budget.waiting", e.Budget.Waiting)
 		}
 	}
-	o.logger.Log(ctx, level, msg, fields...)
+	l.Log(ctx, level, msg, fields...)
 }

@@ -210,6 +210,49 @@ func ExampleWithPolicy() {
 	//   OK
 }
 
+// retry.WithBackoff(f) per call is WithBackoff(b): the call's pauses, on
+// top of whatever policy retries the method (here the file's entry, whose
+// pauses are 1ms then 2ms).
+func ExampleWithBackoff() {
+	_, client, closeAll := migrateClient(interceptor.WithConfig(mustParse(migrateFile)), printRetries)
+	defer closeAll()
+
+	linear := interceptor.WithBackoff(policy.Backoff{Initial: 3 * time.Millisecond, Max: 3 * time.Millisecond, Multiplier: 1, Jitter: policy.JitterNone})
+	_, err := client.Get(context.Background(), &testingv1.GetRequest{
+		Script: &testingv1.Script{Key: "k", FailAttempts: 2},
+	}, linear)
+	fmt.Println(status.Code(err))
+	// Output:
+	//   retry after attempt 1 (Unavailable), pause 3ms
+	//   retry after attempt 2 (Unavailable), pause 3ms
+	// OK
+}
+
+// retry.WithPerRetryTimeout(d) per call is WithPerAttemptTimeout(d), on a
+// method known to be idempotent (Get is NO_SIDE_EFFECTS in its proto;
+// Idempotent() on the call marks another): the first attempt takes 200ms,
+// the timer cuts it off at 20ms and the retry is served at once. On Write,
+// not known to be idempotent, the call runs without the timer and a notice
+// says so, once per method (to slog.Default() as well when no logger is
+// given).
+func ExampleWithPerAttemptTimeout() {
+	srv, client, closeAll := migrateClient(interceptor.WithConfig(mustParse(migrateFile)), printRetries)
+	defer closeAll()
+
+	slow := &testingv1.Script{Key: "get", AttemptDelays: []*durationpb.Duration{durationpb.New(200 * time.Millisecond)}}
+	_, err := client.Get(context.Background(), &testingv1.GetRequest{Script: slow}, interceptor.WithPerAttemptTimeout(20*time.Millisecond))
+	fmt.Println("Get:", status.Code(err), "after", len(srv.Attempts("get")), "attempts")
+
+	slow = &testingv1.Script{Key: "write", AttemptDelays: []*durationpb.Duration{durationpb.New(50 * time.Millisecond)}}
+	_, err = client.Write(context.Background(), &testingv1.WriteRequest{Script: slow}, interceptor.WithPerAttemptTimeout(20*time.Millisecond))
+	fmt.Println("Write:", status.Code(err), "after", len(srv.Attempts("write")), "attempts")
+	// Output:
+	//   retry after attempt 1 (DeadlineExceeded), pause 1ms
+	// Get: OK after 2 attempts
+	//   notice: not idempotent
+	// Write: OK after 1 attempts
+}
+
 // retry.WithOnRetryCallback(f) is a call hook that passes EventRetry on:
 // the caller's context, the number of the attempt that failed (the
 // middleware's attempt) and its error. stagger calls it when the retry is

@@ -109,9 +109,10 @@ func (k *core) hedges(ctx context.Context, c *call, stream bool) bool {
 func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration, hist *latencyHistogram) {
 	delay = h.Delay
 	if h.Adaptive {
-		hist = k.latency(method)
-		if d, ok := hist.quantile(hedgeQuantile); ok {
-			delay = d
+		if hist = k.latency(method); hist != nil {
+			if d, ok := hist.quantile(hedgeQuantile); ok {
+				delay = d
+			}
 		}
 	}
 	return delay, hist
@@ -477,12 +478,20 @@ func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
 	s.c.emit(callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: s.lastN, Code: status.Code(s.last), Err: s.last, Reason: why, Hedging: true})
 }
 
-// latency returns method's latency histogram, made on first use.
+// latency returns method's latency histogram, made on first use; nil once
+// methodCacheMax methods have one (a program that makes up method names
+// cannot grow the set without end: the others keep the file's delay).
 func (k *core) latency(method string) *latencyHistogram {
 	if h, ok := k.hedgeLatency.Load(method); ok {
 		return h.(*latencyHistogram)
 	}
-	h, _ := k.hedgeLatency.LoadOrStore(method, new(latencyHistogram))
+	if k.hedgeLatencyN.Load() >= methodCacheMax {
+		return nil
+	}
+	h, loaded := k.hedgeLatency.LoadOrStore(method, new(latencyHistogram))
+	if !loaded {
+		k.hedgeLatencyN.Add(1)
+	}
 	return h.(*latencyHistogram)
 }
 
@@ -491,10 +500,7 @@ func (k *core) latency(method string) *latencyHistogram {
 // (policy.ReasonNotIdempotent, ReasonReplyType). The stream engine calls it too, for a
 // stream whose method hedges but may not run twice.
 func (k *core) noticeUnhedged(ctx context.Context, c *call, why policy.Reason) {
-	if _, seen := k.noticed.Load(c.method); seen {
-		return
-	}
-	if _, seen := k.noticed.LoadOrStore(c.method, struct{}{}); !seen {
+	if k.firstOf(&k.noticed, c.method) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: true})
 	}
 }

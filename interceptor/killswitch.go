@@ -62,6 +62,6 @@ func switchOff(pl *plan) plan {
 	p.perAttempt, p.hedgeOnTimeout, p.notice = 0, false, false
 	p.budget, p.budgets = nil, nil
 	p.breakers, p.brCache = nil, nil
-	p.capped, p.unapplied = 0, policy.ReasonNone
+	p.capped, p.unapplied, p.invalid = 0, policy.ReasonNone, nil
 	return p
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -27,8 +28,10 @@ type ConfigSource interface {
 // interceptor and on a single call: passed as a grpc.CallOption it applies to
 // that call only, on top of the interceptor's options, and is removed before
 // the call reaches grpc. Every option works in both places; options that make
-// most sense per call (Disable, Idempotent, WithMaxAttempts, WithCodes) say
-// so.
+// most sense per call (Disable, Idempotent, WithMaxAttempts, WithCodes,
+// WithBackoff, WithPerAttemptTimeout) say so. A call's option that cannot
+// take effect as given is reported once per method (EventNotice), never
+// dropped in silence.
 //
 // An Option is an immutable value, safe for concurrent use.
 type Option struct {
@@ -60,6 +63,16 @@ type options struct {
 	// policy's non-fatal codes); the empty set retries no code.
 	codes    policy.CodeSet
 	codesSet bool
+	// backoff, when backoffSet, replaces the policy's backoff
+	// (WithBackoff); perAttempt, when perAttemptSet, its per-attempt
+	// timeout (WithPerAttemptTimeout; 0: none).
+	backoff       policy.Backoff
+	backoffSet    bool
+	perAttempt    time.Duration
+	perAttemptSet bool
+	// foreign: the call carried another retry library's call option
+	// (go-grpc-middleware's), which does nothing under stagger.
+	foreign  bool
 	disabled bool
 	// idempotent: 0 unknown (ask the file, then the proto), 1 yes, -1 no.
 	idempotent int8
@@ -83,6 +96,8 @@ type options struct {
 	// ambiguous is the core's set of methods whose ambiguous give-up was
 	// logged at warning level (nil for options not built by newCore).
 	ambiguous *sync.Map
+	// ambiguousN counts ambiguous's methods: at most noticeMax.
+	ambiguousN *atomic.Int64
 	// summary counts, for the logger, the calls that ended for want of a
 	// retry their budget refused (nil without a logger, or for options
 	// not built by newCore).
@@ -115,7 +130,9 @@ func WithConfigSource(src ConfigSource) Option {
 // all methods when there is no file). p is copied. On a call, it applies to
 // that call when the file has no entry for its method; where the file has
 // one, the entry decides and the logger and hooks say so once per method
-// (EventNotice, policy.ReasonOverridden). A p with fewer than 2 attempts
+// (EventNotice, policy.ReasonOverridden); WithBackoff,
+// WithPerAttemptTimeout, WithMaxAttempts and WithCodes change the entry's
+// policy for one call. A p with fewer than 2 attempts
 // retries nothing: one that sets what only retries use (a per-attempt
 // timeout, codes, a backoff) is reported the same way
 // (policy.ReasonOneAttempt), unless WithMaxAttempts gives it attempts.
@@ -267,8 +284,11 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 // between them), for a typo silently turns a
 // method's retries off. So does a call to a method the file nearly names
 // without naming it (policy.Config.NearlyNamed): "stagger: the policy file
-// nearly names the method ...", with grpc.method and stagger.name, once
-// per method.
+// nearly names the method ...", with grpc.method (the first such call's)
+// and stagger.name, once per service when the name is a misspelt service,
+// once per method when it is a misspelt method of the call's service. So
+// do the notices (EventNotice: a per-call option, or a part of the policy,
+// not applied), once per method, at warn level.
 //
 // Two failures that would otherwise make no sound reach it too: the first
 // ambiguous give-up of each method (policy.ReasonAmbiguous), at warn level
@@ -545,6 +565,41 @@ func WithMaxAttempts(n int) Option {
 func WithCodes(cs ...codes.Code) Option {
 	set := policy.NewCodeSet(cs...) &^ policy.NewCodeSet(codes.OK)
 	return Option{apply: func(o *options) { o.codes, o.codesSet = set, true }}
+}
+
+// WithBackoff makes b the backoff of the call's retry policy, in place of
+// the file's (initialBackoff, maxBackoff, backoffMultiplier, jitter) or
+// the WithPolicy's; meant per call, as go-grpc-middleware's
+// retry.WithBackoff. It applies to whatever policy retries the method,
+// the file's entry included, and changes no other rule (pushback still
+// restarts the sequence from b.Initial; a pause that cannot end before the
+// caller's deadline is not taken). A b that breaks a rule
+// (policy.Backoff.Validate: Initial and Max above 0, a finite Multiplier
+// above 0, a known Jitter) is not applied: the policy's backoff stays, and
+// the logger and hooks hear why once per method (EventNotice,
+// policy.ReasonInvalidOption, Err naming the field). On a method without a
+// retry policy (none in the file, no WithPolicy; a hedged method) it is
+// reported too (policy.ReasonNoPolicy).
+func WithBackoff(b policy.Backoff) Option {
+	return Option{apply: func(o *options) { o.backoff, o.backoffSet = b, true }}
+}
+
+// WithPerAttemptTimeout makes d the per-attempt timeout
+// (perAttemptRecvTimeout) of the call's retry policy, in place of the
+// file's or the WithPolicy's; meant per call, where go-grpc-middleware's
+// retry.WithPerRetryTimeout was. It applies to whatever policy retries the
+// method, the file's entry included; d = 0 turns the policy's timeout off
+// for the call. The timer keeps its rules (UnaryClientInterceptor): it
+// cuts an attempt off only when the retry can go, it is the client's own
+// (the server sees the caller's deadline, not d), and it applies only to
+// a method known to be idempotent or a unary call with an idempotency key
+// (Idempotent() on the same call marks it), else the call runs without it
+// and the logger and hooks say so once per method
+// (policy.ReasonNotIdempotent). A negative d is not applied
+// (policy.ReasonInvalidOption); on a method without a retry policy it is
+// reported as WithBackoff is (policy.ReasonNoPolicy).
+func WithPerAttemptTimeout(d time.Duration) Option {
+	return Option{apply: func(o *options) { o.perAttempt, o.perAttemptSet = d, true }}
 }
 
 // Disable turns stagger off; meant per call: the call goes to grpc once,

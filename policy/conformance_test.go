@@ -133,6 +133,7 @@ var cfgConformance = []struct {
 	{"throttling tokenRatio 0", `{"methodConfig":[],"retryThrottling":{"maxTokens":10,"tokenRatio":0}}`, false, ""},
 	{"throttling tokenRatio 4 decimals", `{"methodConfig":[],"retryThrottling":{"maxTokens":10,"tokenRatio":0.1234}}`, true, ""},
 	{"throttling tokenRatio below 0.001", `{"methodConfig":[],"retryThrottling":{"maxTokens":10,"tokenRatio":0.0004}}`, true, diffThrottlingChecked},
+	{"throttling tokenRatio 0.0005 (docs/migrating-from-grpc-go.md, difference 1)", `{"methodConfig":[],"retryThrottling":{"maxTokens":10,"tokenRatio":0.0005}}`, true, diffThrottlingChecked},
 	{"throttling not an object", `{"retryThrottling":5}`, false, ""},
 	{"throttling without methodConfig, valid", `{"retryThrottling":{"maxTokens":10,"tokenRatio":0.1}}`, true, ""},
 	{"throttling without methodConfig, maxTokens 0", `{"retryThrottling":{"maxTokens":0,"tokenRatio":0.1}}`, true, diffThrottlingChecked},

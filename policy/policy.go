@@ -233,9 +233,19 @@ const (
 	// (MaxAttempts 0 or 1, and no WithMaxAttempts raised it), so none of it
 	// applies: the call makes one attempt (EventNotice, once per method).
 	ReasonOneAttempt
+	// ReasonInvalidOption: a value given in code for one setting of the
+	// policy (interceptor.WithBackoff, WithPerAttemptTimeout) breaks a
+	// rule, so it is not applied and the policy's own value stays
+	// (interceptor's EventNotice, once per method; its Err names the field).
+	ReasonInvalidOption
+	// ReasonForeignOption: a call carried another retry library's call
+	// option (go-grpc-middleware's retry.WithMax, WithCodes, ...), which
+	// compiles and does nothing under stagger (interceptor's EventNotice,
+	// once per method): stagger's per-call options take its place.
+	ReasonForeignOption
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage", "reply type", "overridden", "one attempt"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage", "reply type", "overridden", "one attempt", "invalid option", "foreign option"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {
