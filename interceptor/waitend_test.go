@@ -48,10 +48,11 @@ func TestReportSaysWhatEndedTheWait(t *testing.T) {
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("err = %v, want UNAVAILABLE", err)
 		}
-		// The wait's first part is the retry's pause (a jittered share of
-		// 10 ms): only what is past it is the Gate's (issue 65).
-		if r.WaitEnd != "hopeless" || r.Delay != 20*time.Millisecond || r.Deferred < 10*time.Millisecond || r.Deferred >= 20*time.Millisecond || r.Reason != policy.ReasonDeferred {
-			t.Fatalf("Report = %+v, want 20ms paused, 10 to 20 of them deferred, ended by the hopeless rule, reason deferred", r)
+		// The wait's first part is the retry's pause (10 ms times the
+		// default jitter's U(0.8, 1.2)): only what is past it is the
+		// Gate's (issue 65).
+		if r.WaitEnd != "hopeless" || r.Delay != 20*time.Millisecond || r.Deferred < 8*time.Millisecond || r.Deferred > 12*time.Millisecond || r.Reason != policy.ReasonDeferred {
+			t.Fatalf("Report = %+v, want 20ms paused, 8 to 12 of them deferred, ended by the hopeless rule, reason deferred", r)
 		}
 		if s := r.String(); !strings.Contains(s, "waiting in the Gate; wait ended: hopeless)") {
 			t.Errorf("Report prints %q", s)
