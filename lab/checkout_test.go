@@ -91,9 +91,9 @@ func TestCheckoutFigures(t *testing.T) {
 }
 
 // TestCheckoutScenario checks issue 65's bars on stagger, on a shortened
-// run (1 s before the trigger, ledger down 1-7 s, pricing pushing back 1-7 s
-// of an 8 s run: ledger's outage at its full 6 s, pricing's period 6 s of
-// 10), both variants at once (about 10 s of real time):
+// run (ledger down 2-8 s, its full 6 s; pricing pushing back 2-8 s, 6 s of
+// its 10; a 9 s load), one variant after the other (about 20 s of real
+// time):
 //
 //   - pricing: with a 500 ms deadline at least 97 %, without one at least
 //     99 % of the healable calls made in the pushback period served;
@@ -112,16 +112,12 @@ func TestCheckoutScenario(t *testing.T) {
 	if layer.name != "stagger" {
 		t.Fatalf("layer %q, want stagger", layer.name)
 	}
+	// The variants one after the other: side by side they took more than
+	// a core under the race detector, on a machine shared with others.
 	results := make([]checkoutResult, len(checkoutVariants))
-	var wg sync.WaitGroup
 	for i, v := range checkoutVariants {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = runCheckout(t, layer, 1, v, checkoutShort)
-		}()
+		results[i] = runCheckout(t, layer, 1, v, checkoutShort)
 	}
-	wg.Wait()
 	byName := make(map[string][]checkoutResult)
 	for i, v := range checkoutVariants {
 		r := results[i]
@@ -129,6 +125,9 @@ func TestCheckoutScenario(t *testing.T) {
 		t.Logf("%s: %s", v.name, r)
 		for _, f := range r.pricingFailed {
 			t.Logf("%s: pricing: %s", v.name, f)
+		}
+		for _, f := range r.receiptsFailed {
+			t.Logf("%s: receipts: %s", v.name, f)
 		}
 		bar := 0.99
 		if v.deadline > 0 {
@@ -149,8 +148,10 @@ func TestCheckoutScenario(t *testing.T) {
 		if v.deadline > 0 {
 			bound = v.deadline + checkoutGrace
 		}
-		if r.longest > bound {
-			t.Errorf("%s: a call lasted %v (%s), want %v at most", v.name, r.longest, r.longestWhat, bound)
+		// What the machine's scheduler added (a timer's lateness) is not
+		// the call's wait.
+		if r.longest > bound+r.late {
+			t.Errorf("%s: a call lasted %v (%s), want %v at most (and the %v the process's timers were late by)", v.name, r.longest, r.longestWhat, bound, r.late)
 		}
 	}
 	t.Logf("checkout, stagger, 1 shortened run:\n%s", checkoutTables([]twoBackendLayer{layer}, byName))
@@ -165,7 +166,7 @@ type checkoutShape struct {
 
 var (
 	checkoutFull  = checkoutShape{2 * time.Second, 8 * time.Second, 2 * time.Second, 12 * time.Second, 14 * time.Second}
-	checkoutShort = checkoutShape{time.Second, 7 * time.Second, time.Second, 7 * time.Second, 8 * time.Second}
+	checkoutShort = checkoutShape{2 * time.Second, 8 * time.Second, 2 * time.Second, 8 * time.Second, 9 * time.Second}
 )
 
 // checkoutVariant is the deadline every call of a run carries (0: none).
@@ -266,6 +267,11 @@ type checkoutResult struct {
 	pricingLongest                         time.Duration
 	pricingHeld                            int
 	pricingFailed                          []string
+	receiptsFailed                         []string
+	// late is the most a timer of the process fired late during the run
+	// (a goroutine sleeping 10 ms at a time): what the machine's load
+	// adds to every wait.
+	late time.Duration
 	// longest: the longest call of any backend, and what it was.
 	longest     time.Duration
 	longestWhat string
@@ -291,12 +297,12 @@ func (r checkoutResult) String() string {
 	return fmt.Sprintf("ledger %d of %d calls made while down served (%.1f %%), %.2f s to %.2f s after its return, %.2f attempts/call; "+
 		"receipts %d of %d streams complete (%.1f %%), %d resumed, %d with an item twice, %d out of order; "+
 		"pricing %d of %d calls in the period served (%.1f %%), %d of %d healable (%.1f %%), ok p50 %v p99 %v, failed p50 %v p99 %v, longest %v, %d held by the Gate; "+
-		"longest call %v (%s)",
+		"longest call %v (%s); timers late by %v at most",
 		r.ledgerServed, r.ledgerCalls, 100*r.ledgerShare(), r.ledgerFirst.Seconds(), r.ledgerLast.Seconds(), r.ledgerPerCall(),
 		r.receiptsComplete, r.receiptsCalls, 100*r.receiptsShare(), r.receiptsResumed, r.receiptsDup, r.receiptsGap,
 		r.pricingServed, r.pricingCalls, 100*r.pricingShare(), r.pricingHealable-r.pricingHealableFailed, r.pricingHealable, 100*r.pricingHealed(),
 		r.pricingOK.p50, r.pricingOK.p99, r.pricingFail.p50, r.pricingFail.p99, r.pricingLongest, r.pricingHeld,
-		r.longest, r.longestWhat)
+		r.longest, r.longestWhat, r.late)
 }
 
 // runCheckout runs the scenario once for layer l: the three backends at
@@ -364,6 +370,22 @@ func runCheckout(t *testing.T, l twoBackendLayer, seed int64, v checkoutVariant,
 		}
 	}
 	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	lateDone := make(chan time.Duration)
+	go func() { // the timers' lateness
+		var late time.Duration
+		for {
+			select {
+			case <-stop:
+				lateDone <- late
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(10 * time.Millisecond)
+			late = max(late, time.Since(t0)-10*time.Millisecond)
+		}
+	}()
 	wg.Add(3)
 	go func() { // ledger
 		defer wg.Done()
@@ -433,6 +455,8 @@ func runCheckout(t *testing.T, l twoBackendLayer, seed int64, v checkoutVariant,
 			}
 			if err == nil && last == checkoutItems && !dup && !gap {
 				r.receiptsComplete++
+			} else {
+				r.receiptsFailed = append(r.receiptsFailed, fmt.Sprintf("stream %d (reset: %v): %d items, dup %v, gap %v, %v after %v (%s)", i, draws.reset[i], last, dup, gap, err, took, rep))
 			}
 		})
 	}()
@@ -479,6 +503,8 @@ func runCheckout(t *testing.T, l twoBackendLayer, seed int64, v checkoutVariant,
 		})
 	}()
 	wg.Wait()
+	close(stop)
+	r.late = <-lateDone
 	r.pricingOK, r.pricingFail = quantilesOf(okTook), quantilesOf(failTook)
 	return r
 }
