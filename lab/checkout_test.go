@@ -255,17 +255,19 @@ type checkoutResult struct {
 	ledgerFirst, ledgerLast   time.Duration
 	// receipts: streams opened, complete (every item once, in order, and
 	// the end), with an item twice, with a gap or an item out of order,
-	// resumed (stagger's Report: more than one attempt).
-	receiptsCalls, receiptsComplete, receiptsDup, receiptsGap, receiptsResumed int
+	// resumed (stagger's Report: more than one attempt), waited in the
+	// Gate past a pause (Report.Deferred).
+	receiptsCalls, receiptsComplete, receiptsDup, receiptsGap, receiptsResumed, receiptsWaited int
 	// pricing: the calls made in its pushback period, served; the healable
 	// ones (not all four attempts scripted to fail), and those of them that
 	// failed; the latency of the served and the failed ones; the calls
-	// stagger's Gate held past their pause (Report.HeldBy).
+	// that waited in stagger's Gate past a pause (Report.Deferred), and
+	// those a rule of it held (Report.HeldBy).
 	pricingCalls, pricingServed            int
 	pricingHealable, pricingHealableFailed int
 	pricingOK, pricingFail                 quantiles
 	pricingLongest                         time.Duration
-	pricingHeld                            int
+	pricingWaited, pricingHeld             int
 	pricingFailed                          []string
 	receiptsFailed                         []string
 	// late is the most a timer of the process fired late during the run
@@ -295,13 +297,13 @@ func (r checkoutResult) pricingHealed() float64 {
 
 func (r checkoutResult) String() string {
 	return fmt.Sprintf("ledger %d of %d calls made while down served (%.1f %%), %.2f s to %.2f s after its return, %.2f attempts/call; "+
-		"receipts %d of %d streams complete (%.1f %%), %d resumed, %d with an item twice, %d out of order; "+
-		"pricing %d of %d calls in the period served (%.1f %%), %d of %d healable (%.1f %%), ok p50 %v p99 %v, failed p50 %v p99 %v, longest %v, %d held by the Gate; "+
+		"receipts %d of %d streams complete (%.1f %%), %d resumed, %d waited in the Gate, %d with an item twice, %d out of order; "+
+		"pricing %d of %d calls in the period served (%.1f %%), %d of %d healable (%.1f %%), ok p50 %v p99 %v, failed p50 %v p99 %v, longest %v, %d waited in the Gate, %d held by a rule of it; "+
 		"longest call %v (%s); timers late by %v at most",
 		r.ledgerServed, r.ledgerCalls, 100*r.ledgerShare(), r.ledgerFirst.Seconds(), r.ledgerLast.Seconds(), r.ledgerPerCall(),
-		r.receiptsComplete, r.receiptsCalls, 100*r.receiptsShare(), r.receiptsResumed, r.receiptsDup, r.receiptsGap,
+		r.receiptsComplete, r.receiptsCalls, 100*r.receiptsShare(), r.receiptsResumed, r.receiptsWaited, r.receiptsDup, r.receiptsGap,
 		r.pricingServed, r.pricingCalls, 100*r.pricingShare(), r.pricingHealable-r.pricingHealableFailed, r.pricingHealable, 100*r.pricingHealed(),
-		r.pricingOK.p50, r.pricingOK.p99, r.pricingFail.p50, r.pricingFail.p99, r.pricingLongest, r.pricingHeld,
+		r.pricingOK.p50, r.pricingOK.p99, r.pricingFail.p50, r.pricingFail.p99, r.pricingLongest, r.pricingWaited, r.pricingHeld,
 		r.longest, r.longestWhat, r.late)
 }
 
@@ -453,6 +455,9 @@ func runCheckout(t *testing.T, l twoBackendLayer, seed int64, v checkoutVariant,
 			if rep.Attempts > 1 {
 				r.receiptsResumed++
 			}
+			if rep.Deferred > 0 {
+				r.receiptsWaited++
+			}
 			if err == nil && last == checkoutItems && !dup && !gap {
 				r.receiptsComplete++
 			} else {
@@ -483,6 +488,9 @@ func runCheckout(t *testing.T, l twoBackendLayer, seed int64, v checkoutVariant,
 			}
 			r.pricingCalls++
 			r.pricingLongest = max(r.pricingLongest, took)
+			if rep.Deferred > 0 {
+				r.pricingWaited++
+			}
 			if rep.HeldBy != "" {
 				r.pricingHeld++
 			}
@@ -584,8 +592,9 @@ func checkoutTables(layers []twoBackendLayer, results map[string][]checkoutResul
 		{"streams complete", func(p func(func(checkoutResult) float64, float64, int) string) string {
 			return p(checkoutResult.receiptsShare, 100, 1) + " %"
 		}},
-		{"resumed or retried", func(p func(func(checkoutResult) float64, float64, int) string) string {
-			return p(func(r checkoutResult) float64 { return float64(r.receiptsResumed) / float64(max(r.receiptsCalls, 1)) }, 100, 1) + " %"
+		{"resumed or retried / waited in the Gate", func(p func(func(checkoutResult) float64, float64, int) string) string {
+			return p(func(r checkoutResult) float64 { return float64(r.receiptsResumed) / float64(max(r.receiptsCalls, 1)) }, 100, 1) + " % / " +
+				p(func(r checkoutResult) float64 { return float64(r.receiptsWaited) / float64(max(r.receiptsCalls, 1)) }, 100, 1) + " %"
 		}},
 		{"an item twice / out of order", func(p func(func(checkoutResult) float64, float64, int) string) string {
 			return p(func(r checkoutResult) float64 { return float64(r.receiptsDup) }, 1, 0) + " / " + p(func(r checkoutResult) float64 { return float64(r.receiptsGap) }, 1, 0)
@@ -602,6 +611,10 @@ func checkoutTables(layers []twoBackendLayer, results map[string][]checkoutResul
 		}},
 		{"longest (ms)", func(p func(func(checkoutResult) float64, float64, int) string) string {
 			return p(ms(func(r checkoutResult) time.Duration { return r.pricingLongest }), 1, 0)
+		}},
+		{"waited in the Gate / held", func(p func(func(checkoutResult) float64, float64, int) string) string {
+			return p(func(r checkoutResult) float64 { return float64(r.pricingWaited) / float64(max(r.pricingCalls, 1)) }, 100, 1) + " % / " +
+				p(func(r checkoutResult) float64 { return float64(r.pricingHeld) / float64(max(r.pricingCalls, 1)) }, 100, 1) + " %"
 		}},
 	}}}
 	var b strings.Builder
