@@ -35,7 +35,7 @@ import (
 //     how long after its return, at how many attempts per call;
 //   - receipts (ListItems, 20 items) resets a quarter of its streams mid-
 //     stream: after the 10th item the server drops the stream's connection
-//     (a reset, no status); stagger resumes them (interceptor.WithResume,
+//     (a reset, no status; any other stream on it breaks too); stagger resumes them (interceptor.WithResume,
 //     from the last item received): how many streams complete, and whether
 //     any item came twice or out of order;
 //   - pricing (Get) answers 30 % of attempts RESOURCE_EXHAUSTED with
@@ -58,7 +58,7 @@ import (
 // deadline, and every call with a 500 ms one.
 //
 // LAB_CHECKOUT=N runs it N times at full length (2 s before the trigger,
-// ledger down 2-8 s, pricing pushing back 2-12 s of a 14 s run; about 25 s
+// ledger down 2-8 s, pricing pushing back 2-12 s of a 14 s run; about 15 s
 // a run per variant, the layers side by side) and logs one table per
 // backend, medians and [spread]; TestCheckoutScenario checks stagger's bars
 // on a shortened run in every make test.
@@ -92,7 +92,7 @@ func TestCheckoutFigures(t *testing.T) {
 
 // TestCheckoutScenario checks issue 65's bars on stagger, on a shortened
 // run (ledger down 2-8 s, its full 6 s; pricing pushing back 2-8 s, 6 s of
-// its 10; a 9 s load), one variant after the other (about 20 s of real
+// its 10; a 9 s load), one variant after the other (about 18 s of real
 // time):
 //
 //   - pricing: with a 500 ms deadline at least 97 %, without one at least
