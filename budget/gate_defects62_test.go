@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -57,5 +58,39 @@ func TestBackendsRacingFirstLookupsShareAGate(t *testing.T) {
 	}
 	if s := bs.Slot("t:1", "/s/B"); s != s1 || s.b != Budget(g1) {
 		t.Fatal("the set keeps another Gate than the one its callers got")
+	}
+}
+
+// A guarded waiter held for news after its open guard refused, with no
+// time named and no news coming (the load stopped), still ends by its own
+// rules: MaxWait for a call without a deadline (the 10-minute soak, seed 2:
+// two calls of small-room-breaker left waiting, counted, after the load
+// stopped; the grant loop set no timer for a guard-held waiter's end).
+func TestGateGuardHeldWaitStillEnds(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g, err := Deferring(&switchBudget{}, DeferSettings{MaxWait: time.Second}, WithClock(clk.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	downServer(g)
+	failures(g, tune.OutageStreak)
+	guard := &refusingGuard{}
+	w, err := g.Enter(Request{Number: 2, Guard: guard}, 0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Leave()
+	for i := 0; i < 100 && w.err() == nil; i++ {
+		a, at, err := w.Poll()
+		if a != AdmitNone || err != nil {
+			break
+		}
+		if at.IsZero() {
+			t.Fatalf("after %d steps, the gate asks for no time, its waiter undecided (guard asked %d times)", i, guard.asked)
+		}
+		clk.set(at)
+	}
+	if !errors.Is(w.err(), errWaitLimit) || clk.Now().Sub(t0) > 2*time.Second {
+		t.Fatalf("wait ended with %v at %v, want the MaxWait limit at about 1s", w.err(), clk.Now().Sub(t0))
 	}
 }

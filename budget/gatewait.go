@@ -150,7 +150,9 @@ walk:
 			case d.how == AdmitNone:
 				next = clock.Earlier(next, d.next)
 			case guardHeld && w.r.Guard != nil:
-				next = clock.Earlier(next, g.guardAt)
+				// Held for news or the guard's time, and to its end.
+				end, _ := g.st.endAt(now, &w.view)
+				next = clock.Earlier(clock.Earlier(next, g.guardAt), end)
 			default:
 				g.st.admit(now, &w.view, d.how)
 				g.queue[w.level].Remove(w.elem)
