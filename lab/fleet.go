@@ -243,8 +243,8 @@ type FleetResult struct {
 	// Calls is the calls made; Served those that succeeded.
 	Calls, Served int
 	// Load is the attempts that arrived at the server per Bin, from the
-	// start of the load.
-	Load []int
+	// start of the load; Refused the RESOURCE_EXHAUSTED it sent per Bin.
+	Load, Refused []int
 	// FirstSecond is the attempts that arrived in the first second after
 	// the return; ReturnBins the attempts per Bin in its first 3 s.
 	FirstSecond int
@@ -262,8 +262,9 @@ type FleetResult struct {
 	RefusedBefore, RefusedAfter, RefusedFresh int
 	// OutageCalls is the calls made during the outage, OutageServed those
 	// of them that succeeded, HeldAtReturn those still in flight at the
-	// return.
-	OutageCalls, OutageServed, HeldAtReturn int
+	// return, OutageLate those whose first attempt reached the server
+	// only after the return (a late first attempt finds it serving).
+	OutageCalls, OutageServed, HeldAtReturn, OutageLate int
 	// HeldP50, HeldP90 and HeldMax are when the outage calls that
 	// succeeded finished, after the return.
 	HeldP50, HeldP90, HeldMax time.Duration
@@ -279,17 +280,19 @@ type FleetResult struct {
 	// P50 and P99 are of the calls that succeeded, FailP50 and FailP99 of
 	// those that failed.
 	P50, P99, FailP50, FailP99 time.Duration
-	// DownPerCall is the attempts that arrived during the outage ÷ the
-	// outage calls.
-	DownPerCall float64
+	// DownAttempts is the attempts that arrived during the outage;
+	// DownPerCall, DownAttempts ÷ OutageCalls.
+	DownAttempts int
+	DownPerCall  float64
 	// ClientAttempts is the attempts the clients began (their stats
 	// handlers; transparent retries not counted); ServerReceived the
 	// server's Stats.Received, RecordedAttempts its records of the calls'
 	// attempts, ServerRefused the RESOURCE_EXHAUSTED among them and
 	// ServerUnavailable the UNAVAILABLE (the outage's). The first three
-	// agree when nothing was lost.
+	// agree when nothing was lost. ServerRejected is the server's
+	// Stats.Rejected: ServerRefused + ServerUnavailable.
 	ClientAttempts                                     int
-	ServerReceived                                     int64
+	ServerReceived, ServerRejected                     int64
 	RecordedAttempts, ServerRefused, ServerUnavailable int
 	// Cut is the calls the lab cancelled past Drain.
 	Cut int
@@ -446,7 +449,8 @@ func runFleetContender(ctx context.Context, cfg *FleetConfig, c Contender) (Flee
 	counter.mu.Unlock()
 	r := summarizeFleet(cfg, c.Name, calls, srv, t0)
 	r.ClientAttempts = clientAttempts
-	r.ServerReceived = srv.Stats().Received
+	st := srv.Stats()
+	r.ServerReceived, r.ServerRejected = st.Received, st.Rejected
 	r.CPU = cpu
 	slices.Sort(late)
 	r.IssueLateP99, r.IssueLateMax = percentile(late, 0.99), percentile(late, 1)
@@ -501,7 +505,6 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 	down, back := t0.Add(cfg.Warmup), t0.Add(cfg.Warmup+cfg.Outage)
 	bin := func(t time.Time) int { return int(t.Sub(t0) / Bin) }
 	perBin := float64(cfg.Capacity) * Bin.Seconds()
-	var refusedIn []int // RESOURCE_EXHAUSTED per Bin
 	count := func(s *[]int, b int) {
 		if b < 0 || b >= maxSeconds*int(time.Second/Bin) {
 			return
@@ -512,7 +515,6 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 		(*s)[b]++
 	}
 	var ok, failed, held, reach []time.Duration
-	downArrivals := 0
 	for _, c := range calls {
 		recs := srv.Attempts(c.key)
 		r.RecordedAttempts += len(recs)
@@ -523,15 +525,18 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 		for _, a := range recs {
 			count(&r.Load, bin(a.Arrived))
 			if !a.Arrived.Before(down) && a.Arrived.Before(back) {
-				downArrivals++
+				r.DownAttempts++
 			}
 			if a.Attempt == 1 {
 				reach = append(reach, max(a.Arrived.Sub(c.begin), 0))
+				if !c.begin.Before(down) && c.begin.Before(back) && !a.Arrived.Before(back) {
+					r.OutageLate++
+				}
 			}
 			switch {
 			case a.Rejected && a.Code == codes.ResourceExhausted:
 				r.ServerRefused++
-				count(&refusedIn, bin(a.Arrived))
+				count(&r.Refused, bin(a.Arrived))
 				switch {
 				case a.Arrived.Before(down):
 					r.RefusedBefore++
@@ -575,10 +580,10 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 		r.FailedAfter++
 		b := bin(c.end)
 		at := func(b int) int {
-			if b < 0 || b >= len(refusedIn) {
+			if b < 0 || b >= len(r.Refused) {
 				return 0
 			}
-			return refusedIn[b]
+			return r.Refused[b]
 		}
 		if at(b) == 0 && at(b-1) == 0 {
 			r.FailedRoom++
@@ -616,7 +621,7 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 		}
 	}
 	if r.OutageCalls > 0 {
-		r.DownPerCall = float64(downArrivals) / float64(r.OutageCalls)
+		r.DownPerCall = float64(r.DownAttempts) / float64(r.OutageCalls)
 	}
 	for _, s := range [][]time.Duration{ok, failed, held, reach} {
 		slices.Sort(s)

@@ -55,6 +55,25 @@ func WriteFleet(w io.Writer, rep *FleetReport) error {
 		b.WriteString("\n")
 	}
 
+	b.WriteString("\nattempts arriving in each second after the return, × capacity; after the |, the load has ended:\n")
+	back := int((c.Warmup + c.Outage) / Bin)
+	loadEnd := int((c.Warmup + c.Outage + c.After) / Bin)
+	perSecond := int(time.Second / Bin)
+	for _, r := range rep.Results {
+		fmt.Fprintf(&b, "%-17s", r.Contender)
+		for s := back; s < len(r.Load); s += perSecond {
+			if s == loadEnd {
+				b.WriteString(" |")
+			}
+			n := 0
+			for _, v := range r.Load[s:min(s+perSecond, len(r.Load))] {
+				n += v
+			}
+			fmt.Fprintf(&b, " %.2f", float64(n)/float64(c.Capacity))
+		}
+		b.WriteString("\n")
+	}
+
 	b.WriteString("\nfailed after the return while the server had room (it refused nothing in that 100 ms and the one before), by rule and text:\n")
 	for _, r := range rep.Results {
 		if len(r.RoomReasons) == 0 {
