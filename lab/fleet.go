@@ -467,24 +467,33 @@ func fleetOne(ctx context.Context, client testingv1.TestServiceClient, call *fle
 		ctx, cancel = context.WithTimeout(ctx, deadline)
 		defer cancel()
 	}
+	// stagger fills the report in (the Gate's rule that ended a wait);
+	// the other layers ignore the option.
+	var rep interceptor.Report
 	call.begin = time.Now()
-	_, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: call.key}})
+	_, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: call.key}}, interceptor.WithReport(&rep))
 	call.end = time.Now()
 	call.ok = err == nil
 	if err != nil {
-		call.code, call.reason = status.Code(err), fleetReason(err)
+		call.code, call.reason = status.Code(err), fleetReason(err, rep.WaitEnd)
 	}
 }
 
 var digits = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
 
-// fleetReason is the kind of failure err is: stagger's rule when stagger
-// gave up, then the error's text with its numbers as #.
-func fleetReason(err error) string {
+// fleetReason is the kind of failure err is: when stagger gave up, its
+// reason and the rule of the Gate's wait contract that ended a wait (rule,
+// Report.WaitEnd), else the status code; then the error's text with its
+// numbers as #.
+func fleetReason(err error, rule string) string {
 	text := digits.ReplaceAllString(err.Error(), "#")
 	var e *interceptor.Error
 	if errors.As(err, &e) {
-		return e.Reason.String() + ": " + text
+		why := e.Reason.String()
+		if rule != "" {
+			why += "/" + rule
+		}
+		return why + ": " + text
 	}
 	return status.Code(err).String() + ": " + text
 }
