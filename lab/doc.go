@@ -337,6 +337,51 @@
 // passes the ceiling but by a hair (workers idled by the overload finish
 // what they began).
 //
+// # The fleet
+//
+// RunFleet runs ScenarioFleet (`stagger lab -scenario fleet`), which has
+// its own FleetConfig and FleetReport: a fleet's outage and return, in
+// real time over loopback TCP. Clients (20) client processes' worth of
+// retry layers, each its own grpc.ClientConn (and for stagger its own
+// default budgets: budget.NewBackends(budget.DefaultSettings()) per
+// client, what stagger.DialOptions installs as budget.DefaultBackends in
+// each pod, from a policy file that declares no budget), call one worker
+// server (testserver.Workers) with room for Capacity (1000) attempts a
+// second: Workers (50) at a time, 50 ms each, no queue, so an attempt
+// that finds every worker busy is refused with RESOURCE_EXHAUSTED (at a
+// tenth of the service time, as the worker server charges). The load,
+// Load × Capacity calls a second (40 % by default; 80 % is the other
+// figure of issue 63), is spread over the clients, open loop, evenly
+// (ArrivalsEven, the default: a smooth load, so that a refusal after the
+// return is one the retries caused) or as Poisson processes
+// (ArrivalsPoisson, seeded); every call has Deadline (none by default).
+// After Warmup (2 s) the server answers UNAVAILABLE for Outage (10 s),
+// then serves again while the load goes on for After (15 s); the calls
+// still in flight then get Drain (60 s) before the lab cancels them
+// (FleetResult.Cut). Every contender gets the same policy: FleetAttempts
+// (4) attempts, FleetBackoff (0.1 s doubling to 1 s, ×U(0.8, 1.2)), on
+// UNAVAILABLE and RESOURCE_EXHAUSTED. The contenders (FleetContenders):
+// stagger, grpc-go with retryThrottling (10, 0.1, per connection),
+// go-grpc-middleware, failsafe-go and no-retry, one after another, each
+// against a server of its own, so that each has the machine to itself.
+//
+// Every call has a Script key of its own, so the server's records of its
+// attempts say when each arrived, whether it was the call's first, and
+// how the server answered; FleetResult's figures come from them: the
+// attempts per 100 ms after the return against Capacity (the first
+// second, the peak, the time above 1.1× and 1.0×), the RESOURCE_EXHAUSTED
+// sent after the return and how many hit first attempts of calls made
+// after it, the calls made in the outage served and when they finished
+// after the return, the calls that failed after the return while the
+// server had room (it refused nothing in that 100 ms and the one before)
+// and why, the longest call, the latencies, and the attempts that arrived
+// in the outage per call made in it. Beside them, the counts that check
+// the measurement (the clients' stats handlers against the server's
+// Stats and records) and what the machine did: how late the clients made
+// their calls, how long first attempts took to reach the server, the CPU
+// the process used. On a busy machine the first two grow: the figures
+// then measure the machine, not the retry layer.
+//
 // # Time
 //
 // The lab runs on the time package's clock: real time for the demo, virtual

@@ -136,6 +136,9 @@ calls in flight during the trigger: what the waits cost the caller. -format json
 attempts, successes, the server's capacity) per contender; -plot DIR
 draws it, one SVG per scenario (DIR/SCENARIO.svg).
 
+  fleet        a fleet's outage and return, in real time over loopback TCP,
+               with flags of its own: stagger lab -scenario fleet -h
+
 Flags (the defaults shown are those of unavailable):
 `
 
@@ -178,6 +181,9 @@ func (l *stringList) Set(v string) error {
 }
 
 func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if fleetScenario(args) {
+		return fleetMain(ctx, args, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("stagger lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -255,6 +261,9 @@ func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var reports []*lab.Report
 	for _, sc := range scenarios {
+		if sc == string(lab.ScenarioFleet) {
+			return usagef("-scenario fleet runs alone, with flags of its own (stagger lab -scenario fleet -h)")
+		}
 		cfg := lab.Config{
 			Scenario: lab.Scenario(sc), Duration: pick("duration", *duration),
 			Clients: clientsGiven, Capacity: *capacity, Workers: *workers, Queue: *queue, Slow: *slow,

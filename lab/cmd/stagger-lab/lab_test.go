@@ -61,6 +61,12 @@ func TestLabErrors(t *testing.T) {
 		{"chain's own outage", []string{"-scenario", "chain", "-duration", "2s"}, 2, "got [1s, 3s) of 2s"},
 		{"chain's own duration", []string{"-scenario", "chain", "-outage-end", "5s"}, 2, "got [1s, 5s) of 4s"},
 		{"unavailable's contender in the chain", []string{"-scenario", "chain", "-contenders", "naive"}, 2, `Contenders: must be among stagger, stagger-nobudget, stagger-no-server`},
+		// The fleet has flags of its own and runs alone.
+		{"fleet with another scenario", []string{"-scenario", "fleet,unavailable"}, 2, "-scenario fleet runs alone"},
+		{"fleet's load", []string{"-scenario", "fleet", "-load", "-1"}, 2, "lab: fleet: Load: must be in (0, 10]"},
+		{"fleet's contender", []string{"-scenario=fleet", "-contenders", "naive"}, 2, `lab: fleet: Contenders: must be among stagger, grpc-go-throttle`},
+		{"fleet's flag elsewhere", []string{"-scenario", "unavailable", "-load", "0.4"}, 2, "flag provided but not defined: -load"},
+		{"fleet's format", []string{"-scenario", "fleet", "-format", "csv"}, 2, "the fleet prints table or json"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runLabArgs(t, tc.args...)

@@ -1,0 +1,123 @@
+package lab
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteFleet writes rep as text: what ran, one row of figures per
+// contender, the attempts per 100 ms of the return's first 3 s, the
+// failures while the server had room, and the counts that check the
+// measurement (the clients' attempts against the server's records) with
+// what the machine did.
+func WriteFleet(w io.Writer, rep *FleetReport) error {
+	c := rep.Config
+	var b strings.Builder
+	deadline := "no deadline"
+	if c.Deadline > 0 {
+		deadline = "deadline " + c.Deadline.String()
+	}
+	fmt.Fprintf(&b, "fleet: %d clients, each its own connection and retry layer, against one server over loopback TCP: %d workers × %v = %d attempts/s, no queue (RESOURCE_EXHAUSTED past that)\n",
+		c.Clients, c.Workers, c.ServiceTime(), c.Capacity)
+	fmt.Fprintf(&b, "load %.0f%% of capacity (%.0f calls/s, %s arrivals), %s; UNAVAILABLE from %v to %v (the return), load until %v; policy %d attempts, %v-%v ×%g, UNAVAILABLE and RESOURCE_EXHAUSTED\n",
+		100*c.Load, c.Rate(), c.Arrivals, deadline, c.Warmup, c.Warmup+c.Outage, c.Warmup+c.Outage+c.After,
+		FleetAttempts, FleetBackoff.Initial, FleetBackoff.Max, FleetBackoff.Multiplier)
+	fmt.Fprintf(&b, "contenders one after another, each with its own server; wall %v\n\n", rep.Wall.Round(time.Second))
+
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "CONTENDER\tFIRST S BACK\tPEAK\t>1.1x\t>1.0x\tREFUSED AFTER\tOF FRESH 1STS\tOUTAGE SERVED\tHELD DONE P50/P90/MAX\tFAILED AFTER\tWITH ROOM\tATT/CALL DOWN\tLONGEST\tOK P50/P99\tFAIL P50/P99\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%d/s %.2fx\t%.2fx\t%s\t%s\t%d\t%d\t%s\t%s/%s/%s\t%d\t%d\t%.2f\t%s\t%s/%s\t%s/%s\t\n",
+			r.Contender, r.FirstSecond, float64(r.FirstSecond)/float64(c.Capacity), r.PeakAfter,
+			fleetSec(r.Above11), fleetSec(r.Above10), r.RefusedAfter, r.RefusedFresh,
+			fleetPct(r.OutageServed, r.OutageCalls),
+			fleetSec(r.HeldP50), fleetSec(r.HeldP90), fleetSec(r.HeldMax),
+			r.FailedAfter, r.FailedRoom, r.DownPerCall, fleetSec(r.Longest),
+			fleetSec(r.P50), fleetSec(r.P99), fleetSec(r.FailP50), fleetSec(r.FailP99))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(&b, "\nattempts arriving per 100 ms in the first 3 s after the return, × capacity (%d/s):\n", c.Capacity)
+	perBin := float64(c.Capacity) * Bin.Seconds()
+	for _, r := range rep.Results {
+		fmt.Fprintf(&b, "%-17s", r.Contender)
+		for i, n := range r.ReturnBins {
+			if i > 0 && i%10 == 0 {
+				b.WriteString(" |")
+			}
+			fmt.Fprintf(&b, " %.2f", float64(n)/perBin)
+		}
+		b.WriteString("\n")
+	}
+
+	b.WriteString("\nattempts arriving in each second after the return, × capacity; after the |, the load has ended:\n")
+	back := int((c.Warmup + c.Outage) / Bin)
+	loadEnd := int((c.Warmup + c.Outage + c.After) / Bin)
+	perSecond := int(time.Second / Bin)
+	for _, r := range rep.Results {
+		fmt.Fprintf(&b, "%-17s", r.Contender)
+		for s := back; s < len(r.Load); s += perSecond {
+			if s == loadEnd {
+				b.WriteString(" |")
+			}
+			n := 0
+			for _, v := range r.Load[s:min(s+perSecond, len(r.Load))] {
+				n += v
+			}
+			fmt.Fprintf(&b, " %.2f", float64(n)/float64(c.Capacity))
+		}
+		b.WriteString("\n")
+	}
+
+	b.WriteString("\nfailed after the return while the server had room (it refused nothing in that 100 ms and the one before), by rule and text:\n")
+	for _, r := range rep.Results {
+		if len(r.RoomReasons) == 0 {
+			fmt.Fprintf(&b, "%-17s none\n", r.Contender)
+			continue
+		}
+		for i, rr := range r.RoomReasons {
+			if i == 3 {
+				fmt.Fprintf(&b, "%-17s ... %d kinds more\n", "", len(r.RoomReasons)-3)
+				break
+			}
+			name := r.Contender
+			if i > 0 {
+				name = ""
+			}
+			fmt.Fprintf(&b, "%-17s %6d  %s\n", name, rr.Count, rr.Reason)
+		}
+	}
+
+	b.WriteString("\nthe measurement: attempts the clients began, the server received, the server's records; RESOURCE_EXHAUSTED (in the warmup) and UNAVAILABLE it sent;\ncalls in flight at the return, calls cut by the lab; the machine: calls made late p99/max, first attempt reaching the server p99/max, CPU cores used\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "CONTENDER\tCALLS\tCLIENT ATT\tSERVER RCVD\tRECORDED\tREFUSED (WARMUP)\tUNAVAILABLE\tHELD AT RETURN\tCUT\tLATE P99/MAX\tREACH P99/MAX\tCPU\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%d\t%d\t%s/%s\t%s/%s\t%.2f\t\n",
+			r.Contender, r.Calls, r.ClientAttempts, r.ServerReceived, r.RecordedAttempts, r.ServerRefused, r.RefusedBefore,
+			r.ServerUnavailable, r.HeldAtReturn, r.Cut, fleetMS(r.IssueLateP99), fleetMS(r.IssueLateMax),
+			fleetMS(r.ReachP99), fleetMS(r.ReachMax), r.CPU)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func fleetSec(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
+
+func fleetMS(d time.Duration) string {
+	return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond))
+}
+
+func fleetPct(n, d int) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%% of %d", 100*float64(n)/float64(d), d)
+}
