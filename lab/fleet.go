@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -301,7 +300,8 @@ type FleetResult struct {
 	// long a call's first attempt took to reach the server (its record's
 	// arrival − the call's start; a retry layer that holds first attempts
 	// adds to it); CPU is the cores the process used, on average, while
-	// the contender ran (its server's and the lab's included).
+	// the contender ran (its server's and the lab's included; 0 where the
+	// platform does not say).
 	IssueLateP99, IssueLateMax, ReachP99, ReachMax time.Duration
 	CPU                                            float64
 }
@@ -496,15 +496,6 @@ func fleetReason(err error, rule string) string {
 		return why + ": " + text
 	}
 	return status.Code(err).String() + ": " + text
-}
-
-// cpuTime is the CPU time the process has used (user and system).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // summarizeFleet works out a contender's figures from its calls and its
