@@ -31,7 +31,10 @@ import (
 // at a time at one pace (release): one a second, each success taking a
 // sixteenth off; after an outage, from 0.4 times the pace the held ones
 // came at, a fifth quicker per answer as fast as the fastest, halving per
-// failed one, until a success finds nobody waiting (room to spare: all
+// failed one and per refusal for overload, a new call's too, and neither
+// it nor the successes quickening it within 5 s of such a refusal (held
+// retries take only the room new calls leave), until a success finds
+// nobody waiting (room to spare: all
 // back within about a second; a held call no sooner than its pause after
 // the return, or with a deadline at a random share of what it leaves, a
 // second at most; fewer than four held go unpaced). A guarded retry goes
@@ -146,7 +149,8 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 	// Its own generator, seeded by two draws of the options' source: it
 	// runs under the lock, the source never does.
 	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
-	g := &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual}
+	// guardNews: no guard has refused yet (news starts at 0).
+	g := &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, guardNews: math.MaxUint64}
 	g.st = newGateState(o.Now(), rnd)
 	return g, nil
 }

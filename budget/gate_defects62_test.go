@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -92,5 +93,34 @@ func TestGateGuardHeldWaitStillEnds(t *testing.T) {
 	}
 	if !errors.Is(w.err(), errWaitLimit) || clk.Now().Sub(t0) > 2*time.Second {
 		t.Fatalf("wait ended with %v at %v, want the MaxWait limit at about 1s", w.err(), clk.Now().Sub(t0))
+	}
+}
+
+// cancellingGuard refuses every retry, cancelling its caller's context as
+// it does: the caller leaves while its guard is asked.
+type cancellingGuard struct{ cancel context.CancelFunc }
+
+func (g *cancellingGuard) Closed() bool { return false }
+func (g *cancellingGuard) AllowRetry() (bool, time.Time) {
+	g.cancel()
+	return false, time.Time{}
+}
+
+// A guarded retry in a Gate that has heard no Record yet is asked for, not
+// held for news (the guard hold's "no news since the refusal" read a
+// fresh gate's zero counters as a refusal: with no deadline and no Record
+// coming, the wait never ended); its caller leaving as the guard refuses
+// leaves nobody counted waiting (the 10-minute soak, seed 2: a throttled
+// call counted waiting after the load stopped).
+func TestGateCallerLeavingAsItsGuardRefuses(t *testing.T) {
+	g := newGateOnTime(t) // a fresh gate: the retry goes as the probe, and its guard is asked
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	_, err := g.Wait(ctx, Request{Number: 2, Guard: &cancellingGuard{cancel}}, 0)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, want context.Canceled", err)
+	}
+	if st := g.State(); st.Waiting != 0 || st.Deferred != st.DeferAdmitted+st.DeferGaveUp {
+		t.Fatalf("after the caller left: %+v, want nobody waiting and every wait counted once", st)
 	}
 }

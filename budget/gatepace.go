@@ -90,7 +90,7 @@ func (p *pacer) back(now, since time.Time, c float64, overloaded bool) {
 // a return, as fast as the fastest since (within tune.BackSlack), it says
 // the server has room, and the pace quickens by tune.BackFaster; served
 // slower, it stays; failed, it halves, to releaseEvery at worst.
-func (p *pacer) answered(took time.Duration, ok bool) {
+func (p *pacer) answered(took time.Duration, ok, strained bool) {
 	if p.backAt.IsZero() {
 		return
 	}
@@ -100,7 +100,7 @@ func (p *pacer) answered(took time.Duration, ok bool) {
 	switch {
 	case !ok:
 		p.every = paceWithin(2 * float64(p.every))
-	case took <= time.Duration(tune.BackSlower*float64(p.fastest))+tune.BackSlack:
+	case !strained && took <= time.Duration(tune.BackSlower*float64(p.fastest))+tune.BackSlack:
 		p.every = paceWithin(tune.BackFaster * float64(p.every))
 	}
 }

@@ -107,8 +107,13 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 	if probing {
 		s.pace.report(now, a.Took, a.Outcome == Failure)
 	}
-	if a.Admission == admitRelease {
-		s.pace.answered(a.Took, a.Outcome == Success)
+	if a.Admission == admitRelease || a.Overload && a.Outcome == Failure {
+		// A return's pace follows the server's answers: a released
+		// retry's, and any refusal for overload, a new call's too, which
+		// halves it; while a refusal is recent (the overload rule's
+		// strain) fast answers do not quicken it (held retries take only
+		// the room the new calls leave).
+		s.pace.answered(a.Took, a.Outcome == Success, s.ev.strained(now))
 	}
 	switch a.Outcome {
 	case Success:
@@ -136,7 +141,12 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			s.pace.gain = min(2*s.pace.gain, tune.ReleaseGainMax)
 		}
 		s.pace.gap /= 2 // a server that serves again is probed sooner
-		s.pace.served(now)
+		if s.pace.backAt.IsZero() || !s.ev.strained(now) {
+			// During a return, a success quickens the releases only while no attempt was
+			// refused for overload lately (the strain, tune.OverloadHold): the server's
+			// room is then the new calls'.
+			s.pace.served(now)
+		}
 	case Failure:
 		s.lastReached = now
 		if s.streak == 0 {

@@ -350,6 +350,8 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 				return a, err
 			}
 			if err := ctx.Err(); err != nil {
+				// Queued again (its guard refused) as its caller left.
+				w.Leave()
 				return AdmitNone, err
 			}
 		case <-ctx.Done():
