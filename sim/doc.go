@@ -52,17 +52,19 @@
 // budget.Gate; the throttle refuses at once). Then the retry waits as it
 // does through the interceptors, driven by the Gate's own non-blocking API
 // on the virtual clock: Enter (a full gate, budget.ErrTooManyWaiting, ends
-// the call as a refusal), then Poll, right away, after every Record on that
-// budget (its waiters in the order they entered, in the same event) and at
-// the time Poll named. Admitted, the retry leaves the gate and is sent at
-// once (Poll never admits it before its pause), and its attempt is recorded
-// with the admission Poll returned (AdmitNone for every other attempt). A
-// waiter that reaches its limit, a millisecond before its call's deadline
-// or, without one, the gate's DeferSettings.MaxWait after it entered, is
-// polled once more, then leaves and its call fails. So without a deadline
-// a deferred call may end up to MaxWait (10 s by default) after its last
-// attempt, past the end of the arrivals; the Outage model's Drain counts
-// it.
+// the call as a refusal), then the gate's grant loop, run by Tick right
+// after every Record on that budget and at the time Tick returned; each
+// waiter whose Ready is closed is taken (Take), in the order the waiters
+// entered. Admitted, the retry leaves the gate and is sent at once (the
+// grant loop never admits it before its pause), and its attempt is
+// recorded with the admission Take returned (AdmitNone for every other
+// attempt). A waiter whose wait the grant loop ends (a millisecond before
+// its call's deadline or, without one, the gate's DeferSettings.MaxWait
+// after it entered: the simulator's Requests leave Waited zero, so each
+// wait is bounded alone, as the interceptors did before issue 63) leaves
+// and its call fails. So without a deadline a deferred call may end up to
+// MaxWait (10 s by default) after its last attempt, past the end of the
+// arrivals; the Outage model's Drain counts it.
 //
 // The simulator has no ceiling of its own: `stagger sim outage` and
 // `stagger sim blip` print the lab's (lab.CeilingOf) for calls offered
