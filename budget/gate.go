@@ -50,7 +50,8 @@ import (
 // takes its place in a full room (criticality); at once, during a return
 // whose pace a refusal for overload braked, when the held retries before
 // it fill that pace until its wait ends, which comes before the brake can
-// lift (backlog: it could not go). Down (outage: failures in
+// lift (backlog: it could not go; while a refusal has the gate failing,
+// only a call without a deadline, which has no last chance). Down (outage: failures in
 // a row, after a calm second, where retries do not heal), or overloaded
 // (overload: 5 s after a RESOURCE_EXHAUSTED without a pushback or a
 // per-attempt timeout, and while more than 60 % of the latest 32 attempts,

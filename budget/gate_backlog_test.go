@@ -17,42 +17,7 @@ func TestGateBacklogEndsWaitsThePaceCannotReach(t *testing.T) {
 	clk := &manualClock{now: t0}
 	const maxWait = 3 * time.Second
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: maxWait}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
-	// Twenty calls' retries held through the outage, 100 ms apart.
-	ws := make([]*Waiter, 20)
-	for i := range ws {
-		w, err := g.Enter(retry2, 10*time.Millisecond, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws[i] = w
-		clk.advance(100 * time.Millisecond)
-		g.Tick()
-		// The outage's probes fail; their calls end.
-		for j, w := range ws[:i+1] {
-			if w == nil {
-				continue
-			}
-			select {
-			case <-w.Ready():
-				if a, err := w.Take(); a != admitProbe || err != nil {
-					t.Fatalf("waiter %d in the outage: %v, %v; want a probe", j, a, err)
-				}
-				g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe, Final: true})
-				ws[j] = nil
-			default:
-			}
-		}
-	}
-	probes := 0
-	for _, w := range ws {
-		if w == nil {
-			probes++
-		}
-	}
-	ws = slices.DeleteFunc(ws, func(w *Waiter) bool { return w == nil })
+	ws, probes := heldThroughOutage(t, g, clk, func(time.Time) time.Time { return time.Time{} })
 	// The return (a new call served), then a new call refused for
 	// overload: the pace halves and nothing quickens it for 5 s.
 	clk.advance(500 * time.Millisecond)
@@ -124,5 +89,72 @@ func TestGateBacklogEndsWaitsThePaceCannotReach(t *testing.T) {
 	st := g.State()
 	if st.Deferred != st.DeferAdmitted+st.DeferGaveUp+uint64(st.Waiting) {
 		t.Errorf("counters do not add up: %+v", st)
+	}
+}
+
+// heldThroughOutage makes an outage at g and holds twenty calls' retries
+// through it, 100 ms apart, each with the deadline deadline(entry) (zero:
+// none); the outage's probes fail and their calls end. It returns those
+// still held, and how many went as probes.
+func heldThroughOutage(t *testing.T, g *Gate, clk *manualClock, deadline func(time.Time) time.Time) (ws []*Waiter, probes int) {
+	t.Helper()
+	for range tune.OutageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	ws = make([]*Waiter, 20)
+	for i := range ws {
+		w, err := g.Enter(retry2, 10*time.Millisecond, deadline(clk.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws[i] = w
+		clk.advance(100 * time.Millisecond)
+		g.Tick()
+		for j, w := range ws[:i+1] {
+			if w == nil {
+				continue
+			}
+			select {
+			case <-w.Ready():
+				if a, err := w.Take(); a != admitProbe || err != nil {
+					t.Fatalf("waiter %d in the outage: %v, %v; want a probe", j, a, err)
+				}
+				g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe, Final: true})
+				ws[j] = nil
+				probes++
+			default:
+			}
+		}
+	}
+	return slices.DeleteFunc(ws, func(w *Waiter) bool { return w == nil }), probes
+}
+
+// While a refusal has the gate failing (until the next success), the
+// backlog rule spares a held call with a deadline: it may go as its last
+// chance. Once a success ends the failing, the rule ends those the pace
+// cannot reach.
+func TestGateBacklogSparesLastChancesWhileFailing(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	ws, _ := heldThroughOutage(t, g, clk, func(at time.Time) time.Time { return at.Add(3 * time.Second) })
+	clk.advance(500 * time.Millisecond)
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
+	g.Tick()
+	for i, w := range ws {
+		if errors.Is(w.err(), errBacklog) {
+			t.Fatalf("waiter %d (with a deadline) ended by the backlog rule while the gate was failing", i)
+		}
+	}
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	ended := 0
+	for _, w := range ws {
+		if errors.Is(w.err(), errBacklog) {
+			ended++
+		}
+		w.Leave()
+	}
+	if ended == 0 {
+		t.Fatalf("no held call of %d ended by the backlog rule once the gate served again", len(ws))
 	}
 }

@@ -174,11 +174,14 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 // it that the pace sends first. During a return whose pace a refusal for
 // overload braked, nothing quickens the pace until the strain ends
 // (evidence.signUntil): a wait that ends before then, whose turn at the
-// pace comes no sooner than its end, ends now, saying so. A retry whose
-// turn comes in time takes it (ahead counts it).
+// pace comes no sooner than its end, ends now, saying so. While such a
+// refusal has the gate failing (until the next success), only a wait
+// without a deadline: one with a deadline may go as its last chance (lab
+// unavailable lost 0.6 points when it could not). A retry whose turn
+// comes in time takes it (ahead counts it).
 func (s *gateState) backlogged(now time.Time, w *waiterView, ahead *int) bool {
 	p := &s.pace
-	if s.phase.failing() || p.backAt.IsZero() || !s.ev.strained(now) {
+	if s.phase == phaseOutage || s.phase.failing() && !w.deadline.IsZero() || p.backAt.IsZero() || !s.ev.strained(now) {
 		return false
 	}
 	end, _ := s.endAt(now, w)
