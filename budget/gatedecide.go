@@ -157,6 +157,12 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
 		how, due = admitProbe, reached.Add(max(w.pause, s.pace.gap))
 	}
+	if !w.deadline.IsZero() {
+		last := clock.Later(w.lastChanceAt(s.pace.lead()), s.pace.failedAt.Add(s.pace.gap), reached.Add(w.pause))
+		if how == AdmitNone || last.Before(due) {
+			how, due = admitLast, last
+		}
+	}
 	if now.Before(due) {
 		return AdmitNone, due
 	}
