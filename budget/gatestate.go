@@ -132,7 +132,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			if probing {
 				c = 1
 			}
-			s.pace.release(now, c)
+			s.pace.back(now, s.streakAt, c, s.ev.overloaded(now))
 		}
 		if s.phase.failing() {
 			s.phase = phaseRecovering
