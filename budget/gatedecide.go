@@ -64,6 +64,9 @@ func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
 		return w.limit, errWaitLimit
 	}
 	limit := w.deadline.Add(-tune.WaitSlack)
+	if took := max(w.took, s.tookNow(now)); took > tune.WaitSlack {
+		return w.deadline.Add(-took).Add(1), errHopeless
+	}
 	return limit, errDeadline
 }
 
