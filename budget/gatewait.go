@@ -74,7 +74,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.ageLocked(now)
-	futile, lone := false, false
+	futile, lone := g.st.futile(now, g.n > 0)
 	if futile {
 		g.counts.DeferTurnedAway++
 		return nil, ErrOutageLasting
