@@ -266,7 +266,9 @@ func (g *Gate) Record(a Attempt) {
 
 // ageLocked lets the state age (gateState.age) while nobody waits.
 func (g *Gate) ageLocked(now time.Time) {
-	_ = now
+	if g.n == 0 {
+		g.st.age(now)
+	}
 }
 
 // settle sets the settled word at now; under mu.
