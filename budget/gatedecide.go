@@ -98,7 +98,11 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 			// that does not know yet whether retries heal, one call at
 			// a time: else one whose budget refuses its retries never
 			// learns that they heal (issue 62's quiet process).
-			learn := s.ev.seen
+			if !s.ev.seen && now.Before(s.ev.retryOut) {
+				// A paid retry is out: wait for what it tells.
+				return decision{next: clock.Earlier(s.ev.retryOut, endAt)}
+			}
+			learn := s.ev.seen || s.ev.untold(now) || s.ev.learns(now, w.number)
 			if learn && !s.pace.leased(now) {
 				return decision{how: admitProbe, learn: !s.ev.seen}
 			}
