@@ -169,7 +169,7 @@ func (e *evidence) overloaded(now time.Time) bool {
 	if now.Before(e.heldUntil) {
 		return true
 	}
-	return false
+	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(e.signsN(), tune.OverloadMinSamples))
 }
 
 // signsN is how many attempts signs holds.
