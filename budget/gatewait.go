@@ -80,7 +80,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		return nil, ErrOutageLasting
 	}
 	if g.n >= g.s.MaxWaiting || !g.shared.tryEnter() {
-		var v *Waiter
+		v := g.victim(level)
 		if v == nil {
 			g.counts.DeferTurnedAway++
 			return nil, ErrTooManyWaiting
