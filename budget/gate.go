@@ -237,7 +237,7 @@ func (g *Gate) Record(a Attempt) {
 	before, guardHeld := g.st.outlook(now), g.news == g.guardNews
 	g.st.observe(now, a)
 	g.news++
-	if false && a.Admission == AdmitNone && g.st.outlook(now) == before {
+	if a.Admission == AdmitNone && g.st.outlook(now) == before {
 		switch {
 		case a.Outcome == Failure:
 			// A new call's failure that leaves the outlook as it was
@@ -272,7 +272,7 @@ func (g *Gate) ageLocked(now time.Time) {
 }
 
 // settle sets the settled word at now; under mu.
-func (g *Gate) settle(now time.Time) { g.settled.Store(false) }
+func (g *Gate) settle(now time.Time) { g.settled.Store(g.n == 0 && g.st.settled(now)) }
 
 // State returns the wrapped budget's state, with the calls waiting now and
 // the gate's counters.
