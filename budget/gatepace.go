@@ -142,6 +142,9 @@ func (p *pacer) take(now time.Time, w *waiterView, how Admission) {
 		p.next = clock.Later(p.next, now).Add(p.every)
 	case how.probing():
 		p.at, p.until, p.pause = now, now.Add(tune.ProbeGapMax), w.pause
+		if !w.deadline.IsZero() && w.deadline.Add(tune.ProbeLeaseSlack).Before(p.until) {
+			p.until = w.deadline.Add(tune.ProbeLeaseSlack)
+		}
 	}
 }
 
