@@ -231,7 +231,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		return AdmitNone, w.end
 	}
 	how, ok, open, next := w.how, true, false, time.Time{}
-	if guard := w.r.Guard; false && guard != nil && !gone() {
+	if guard := w.r.Guard; guard != nil && !gone() {
 		// Asked last: the guard's half-open slot goes only to a retry
 		// that goes.
 		if open = !guard.Closed(); open {
@@ -245,7 +245,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	// goes only to learn whether a server never seen to serve heals
 	// retries (lab partial: with a breaker, 1.27 attempts per call; 1.55
 	// letting every unpaid probe go).
-	closedRefused := false && ok && !open && w.r.Guard != nil && how.probing() && how != AdmitBudget && !w.learn
+	closedRefused := ok && !open && w.r.Guard != nil && how.probing() && how != AdmitBudget && !w.learn
 	ok = ok && !closedRefused
 	now := g.now()
 	g.mu.Lock()
