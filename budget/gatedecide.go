@@ -88,6 +88,9 @@ func (s *gateState) tookNow(now time.Time) time.Duration {
 
 func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) decision {
 	held := w.held
+	if !held && s.phase != phaseOutage && s.ev.heals(now, false) {
+		return decision{how: admitHeal}
+	}
 	if !held && !now.Before(w.holdAt) {
 		if s.phase != phaseOutage && !s.ev.overloaded(now) {
 			// The hold rule: a probe, or the end of the wait. A process
