@@ -195,9 +195,6 @@ func (g *Gate) allow(r Request) (Admission, bool) {
 		}
 		return AdmitNone, true
 	}
-	if straggler && g.heals() {
-		return admitHeal, true
-	}
 	return AdmitNone, false
 }
 
