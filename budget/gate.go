@@ -195,6 +195,9 @@ func (g *Gate) allow(r Request) (Admission, bool) {
 		}
 		return AdmitNone, true
 	}
+	if straggler && g.heals() {
+		return admitHeal, true
+	}
 	return AdmitNone, false
 }
 
