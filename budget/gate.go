@@ -47,7 +47,10 @@ import (
 // finish (hopeless); a tenth past its pause when no rule let it go and the
 // backend is neither down nor overloaded, unless it goes then as the probe
 // that learns whether retries heal (hold); when a more critical retry
-// takes its place in a full room (criticality). Down (outage: failures in
+// takes its place in a full room (criticality); at once, during a return
+// whose pace a refusal for overload braked, when the held retries before
+// it fill that pace until its wait ends, which comes before the brake can
+// lift (backlog: it could not go). Down (outage: failures in
 // a row, after a calm second, where retries do not heal), or overloaded
 // (overload: 5 s after a RESOURCE_EXHAUSTED without a pushback or a
 // per-attempt timeout, and while more than 60 % of the latest 32 attempts,

@@ -168,3 +168,27 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 	}
 	return how, time.Time{}
 }
+
+// backlogged reports whether the held retry w waits in vain for the
+// release pace (the backlog rule), ahead counting the held retries before
+// it that the pace sends first. During a return whose pace a refusal for
+// overload braked, nothing quickens the pace until the strain ends
+// (evidence.signUntil): a wait that ends before then, whose turn at the
+// pace comes no sooner than its end, ends now, saying so. A retry whose
+// turn comes in time takes it (ahead counts it).
+func (s *gateState) backlogged(now time.Time, w *waiterView, ahead *int) bool {
+	p := &s.pace
+	if s.phase.failing() || p.backAt.IsZero() || !s.ev.strained(now) {
+		return false
+	}
+	end, _ := s.endAt(now, w)
+	turn := clock.Later(p.next, now).Add(time.Duration(*ahead) * p.every)
+	if p.heldThrough(w, true) {
+		turn = clock.Later(turn, p.backAfter(w))
+	}
+	if end.IsZero() || turn.Before(end) {
+		*ahead++
+		return false
+	}
+	return !end.After(s.ev.signUntil)
+}

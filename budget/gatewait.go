@@ -135,6 +135,7 @@ func (g *Gate) victim(level int) *Waiter {
 func (g *Gate) grantLocked(now time.Time, release bool) {
 	var next time.Time
 	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
+	ahead := 0 // held retries before this one that the release pace will send
 walk:
 	for l := len(g.queue) - 1; l >= 0; l-- {
 		for e := g.queue[l].Front(); e != nil; {
@@ -143,6 +144,11 @@ walk:
 			d := g.st.decide(now, &w.view)
 			if d.hold && !w.view.held {
 				w.view.held, w.view.heldBy = true, d.heldBy
+			}
+			if d.how == AdmitNone && w.view.held {
+				if g.st.backlogged(now, &w.view, &ahead) {
+					d.how, d.end = admitEnd, errBacklog
+				}
 			}
 			switch {
 			case d.how == admitEnd:

@@ -378,7 +378,7 @@ func heldBy(err error) string {
 
 // waitRule names the rule of the Gate's wait contract (see budget.Gate)
 // that ended a wait with err: the Gate's own name for it when it gives one
-// (hold, hopeless, max-wait, criticality), else futility, room, deadline
+// (hold, hopeless, max-wait, backlog, criticality), else futility, room, deadline
 // or caller.
 func waitRule(err error) string {
 	var r interface{ WaitRule() string }
