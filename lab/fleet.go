@@ -271,9 +271,10 @@ type FleetResult struct {
 	// those of them that failed while the server had room: it refused
 	// nothing in the Bin of the failure and the Bin before.
 	// RoomReasons counts FailedRoom by error (the rule, for stagger's
-	// give-ups, and the text, digits as #), most first.
-	FailedAfter, FailedRoom int
-	RoomReasons             []FleetReason
+	// give-ups, and the text, digits as #), most first; AfterReasons,
+	// FailedAfter.
+	FailedAfter, FailedRoom   int
+	RoomReasons, AfterReasons []FleetReason
 	// Longest is the longest call (from its start to its return).
 	Longest time.Duration
 	// P50 and P99 are of the calls that succeeded, FailP50 and FailP99 of
@@ -572,12 +573,13 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 			}
 		}
 	}
-	reasons := map[string]int{}
+	reasons, after := map[string]int{}, map[string]int{}
 	for _, c := range calls {
 		if c.ok || c.end.Before(back) {
 			continue
 		}
 		r.FailedAfter++
+		after[c.reason]++
 		b := bin(c.end)
 		at := func(b int) int {
 			if b < 0 || b >= len(r.Refused) {
@@ -590,16 +592,7 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 			reasons[c.reason]++
 		}
 	}
-	for k, n := range reasons {
-		r.RoomReasons = append(r.RoomReasons, FleetReason{k, n})
-	}
-	sort.Slice(r.RoomReasons, func(i, j int) bool {
-		a, b := r.RoomReasons[i], r.RoomReasons[j]
-		if a.Count != b.Count {
-			return a.Count > b.Count
-		}
-		return a.Reason < b.Reason
-	})
+	r.RoomReasons, r.AfterReasons = byCount(reasons), byCount(after)
 	rb := bin(back)
 	for b := rb; b < len(r.Load); b++ {
 		n := float64(r.Load[b])
@@ -631,4 +624,20 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 	r.HeldP50, r.HeldP90, r.HeldMax = percentile(held, 0.5), percentile(held, 0.9), percentile(held, 1)
 	r.ReachP99, r.ReachMax = percentile(reach, 0.99), percentile(reach, 1)
 	return r
+}
+
+// byCount lists counts, most first.
+func byCount(counts map[string]int) []FleetReason {
+	var rs []FleetReason
+	for k, n := range counts {
+		rs = append(rs, FleetReason{k, n})
+	}
+	sort.Slice(rs, func(i, j int) bool {
+		a, b := rs[i], rs[j]
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		return a.Reason < b.Reason
+	})
+	return rs
 }
