@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/stagger-go/stagger/internal/clock"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
@@ -231,15 +230,12 @@ func (g *Gate) Record(a Attempt) {
 	g.ageLocked(now)
 	if a.Outcome != Failure && a.Admission == AdmitNone && g.n == 0 {
 		// Nobody waits: a success forgets what failures left.
-		g.st.ev.learn(now, a)
-		if a.Outcome == Success {
-			g.st.forget(now)
-		}
+		g.st.observe(now, a, true)
 		g.settle(now)
 		return
 	}
 	before, guardHeld := g.st.outlook(now), g.news == g.guardNews
-	g.st.observe(now, a)
+	g.st.observe(now, a, false)
 	g.news++
 	if a.Admission == AdmitNone && g.st.outlook(now) == before {
 		switch {
@@ -256,11 +252,6 @@ func (g *Gate) Record(a Attempt) {
 			// only brings the next release nearer: the loop runs then,
 			// or now up to the one release due (with a thousand held,
 			// walking them all on every success cost 39 µs a success).
-			if g.st.pace.next.After(now) {
-				g.armLocked(now, clock.Earlier(g.timerAt, g.st.pace.next))
-				g.settle(now)
-				return
-			}
 			g.grantLocked(now, true)
 			return
 		}

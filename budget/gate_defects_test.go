@@ -138,14 +138,14 @@ func TestGateGivingBackACreditlessReleaseMakesNoCredit(t *testing.T) {
 	s.phase = phaseRecovering
 	s.pace.set(t0, 0.25)
 	w := waiterView{}
-	s.admit(t0, &w, admitRelease)
-	s.unadmit(admitRelease)
+	s.pace = s.pace.taken(t0, &w, admitRelease)
+	s.pace = s.pace.given(admitRelease)
 	if c := s.pace.credits(t0); math.Abs(c-0.25) > 1e-6 {
 		t.Fatalf("credits after a release given back = %v, want 0.25", c)
 	}
 	s.pace.set(t0, 1)
-	s.admit(t0, &w, admitRelease)
-	s.unadmit(admitRelease)
+	s.pace = s.pace.taken(t0, &w, admitRelease)
+	s.pace = s.pace.given(admitRelease)
 	if c := s.pace.credits(t0); c != 1 {
 		t.Fatalf("credits after a credited release given back = %v, want 1", c)
 	}

@@ -225,27 +225,27 @@ func TestPacerAnswered(t *testing.T) {
 		{20 * time.Millisecond, false, 102400 * time.Microsecond}, // failed
 		{0, true, 81920 * time.Microsecond},                       // answered at once
 	} {
-		p.answered(tc.took, tc.ok, false)
+		p = p.answeredIn(tc.took, tc.ok, false)
 		if p.every != tc.want {
 			t.Fatalf("after %v (ok %v): every %v, want %v", tc.took, tc.ok, p.every, tc.want)
 		}
 	}
 	for range 20 {
-		p.answered(time.Second, false, false)
+		p = p.answeredIn(time.Second, false, false)
 	}
 	if p.every != releaseEvery {
 		t.Fatalf("after failed answers: every %v, want at most %v", p.every, releaseEvery)
 	}
 	for range 200 {
-		p.answered(0, true, false)
+		p = p.answeredIn(0, true, false)
 	}
 	if p.every != time.Microsecond {
 		t.Fatalf("after 200 fast answers: every %v, want a microsecond at least", p.every)
 	}
 	// No return under way: the release interval stays.
 	q := newPacer(t0)
-	q.answered(time.Millisecond, true, false)
-	q.answered(time.Second, false, false)
+	q = q.answeredIn(time.Millisecond, true, false)
+	q = q.answeredIn(time.Second, false, false)
 	if q.every != releaseEvery {
 		t.Fatalf("no return: every %v, want %v", q.every, releaseEvery)
 	}

@@ -28,16 +28,16 @@ func stateIn(p phase) gateState {
 	fail := Attempt{Number: 1, Outcome: Failure}
 	switch p {
 	case phaseFailing:
-		s.observe(t0, fail)
+		s.observe(t0, fail, false)
 	case phaseOutage:
 		for range tune.OutageStreak {
-			s.observe(t0, fail)
+			s.observe(t0, fail, false)
 		}
 	case phaseRecovering:
 		for range tune.OutageStreak {
-			s.observe(t0, fail)
+			s.observe(t0, fail, false)
 		}
-		s.observe(t0, Attempt{Number: 1, Outcome: Success})
+		s.observe(t0, Attempt{Number: 1, Outcome: Success}, false)
 	}
 	if s.phase != p {
 		panic("stateIn: could not reach " + p.String())
@@ -57,13 +57,13 @@ func TestGateTransitions(t *testing.T) {
 		name string
 		do   func(s *gateState)
 	}{
-		{"success", func(s *gateState) { s.observe(t0, success) }},
-		{"failure", func(s *gateState) { s.observe(t0, failure) }},
-		{"other", func(s *gateState) { s.observe(t0, other) }},
-		{"probe succeeded", func(s *gateState) { s.observe(t0, probeOK) }},
-		{"probe failed", func(s *gateState) { s.observe(t0, probeFailed) }},
+		{"success", func(s *gateState) { s.observe(t0, success, false) }},
+		{"failure", func(s *gateState) { s.observe(t0, failure, false) }},
+		{"other", func(s *gateState) { s.observe(t0, other, false) }},
+		{"probe succeeded", func(s *gateState) { s.observe(t0, probeOK, false) }},
+		{"probe failed", func(s *gateState) { s.observe(t0, probeFailed, false) }},
 		{"enter", func(s *gateState) { s.enter(t0, 100*time.Millisecond, 0) }},
-		{"forget", func(s *gateState) { s.forget(t0) }},
+		{"forget", func(s *gateState) { s.observe(t0, Attempt{Number: 1, Outcome: Success}, true) }},
 	}
 	// want[from][event] is the phase after it.
 	want := map[phase][]phase{
@@ -94,20 +94,20 @@ func TestGateTransitionEffects(t *testing.T) {
 	// A first attempt that finds the server back a second later: a credit
 	// drawn at random, of the return's pace (four held: paced).
 	s.pace.entered = tune.BackMinHeld
-	s.observe(t0.Add(time.Second), Attempt{Number: 1, Outcome: Success})
+	s.observe(t0.Add(time.Second), Attempt{Number: 1, Outcome: Success}, false)
 	if c := s.pace.credits(t0.Add(time.Second)); !near(c, 0.5+tune.ReleaseGainStart) || s.pace.backAt != t0.Add(time.Second) {
 		t.Fatalf("after an outage, credits %v, want the draw plus one success's gain", c)
 	}
 	// A deferred retry that finds it back: a whole credit at once.
 	s = stateIn(phaseOutage)
 	s.pace.until = t0.Add(time.Hour)
-	s.observe(t0, Attempt{Number: 2, Outcome: Success, Admission: admitProbe})
+	s.observe(t0, Attempt{Number: 2, Outcome: Success, Admission: admitProbe}, false)
 	if c := s.pace.credits(t0); c != 1 || s.pace.leased(t0) || s.pace.gain != 2*tune.ReleaseGainStart {
 		t.Fatalf("probe found the server back: credits %v, slot held %v, gain %v", c, s.pace.leased(t0), s.pace.gain)
 	}
 	// forget after an outage also draws the first credit.
 	s = stateIn(phaseOutage)
-	s.forget(t0.Add(time.Second))
+	s.observe(t0.Add(time.Second), Attempt{Number: 1, Outcome: Success}, true)
 	if c := s.pace.credits(t0.Add(time.Second)); !near(c, 0.5) || s.streak != 0 || s.pace.gap != 0 {
 		t.Fatalf("forget after an outage: %+v", s)
 	}
@@ -168,7 +168,7 @@ func TestGateAdmissions(t *testing.T) {
 	holdAt := t0.Add(110 * time.Millisecond)
 	overloaded := stateIn(phaseFailing)
 	for range overloadSigns {
-		overloaded.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+		overloaded.ev = overloaded.ev.learned(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	}
 	fresh := newGateState(t0, func() float64 { return 0.5 })
 	fresh.enter(t0, pause, 0)
@@ -225,7 +225,7 @@ func TestGateAdmissions(t *testing.T) {
 			continue
 		}
 		credits := s.pace.credits(tt.at)
-		s.admit(tt.at, &w, got)
+		s.pace = s.pace.taken(tt.at, &w, got)
 		switch after := s.pace.credits(tt.at); {
 		case got == admitRelease && credits < 1 && !near(after, credits):
 			t.Errorf("%s: a release without a credit left credits %v, want %v", tt.name, after, credits)
@@ -240,7 +240,7 @@ func TestGateAdmissions(t *testing.T) {
 // withCredits is s with c releases' credit at t0, at the release
 // interval (no return under way).
 func withCredits(s gateState, c float64) gateState {
-	s.pace.rest()
+	s.pace = s.pace.rested()
 	s.pace.set(t0, c)
 	return s
 }
@@ -293,9 +293,9 @@ func TestGateHeals(t *testing.T) {
 	thirdWon := Attempt{Number: 3, Outcome: Success}
 	flaky := func() gateState {
 		s := newGateState(t0, func() float64 { return 0.5 })
-		s.ev.learn(t0, secondFailed)
-		s.ev.learn(t0, thirdWon)
-		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
+		s.ev = s.ev.learned(t0, secondFailed)
+		s.ev = s.ev.learned(t0, thirdWon)
+		s.observe(t0, Attempt{Number: 1, Outcome: Failure}, false)
 		return s
 	}
 	s := flaky()
@@ -303,7 +303,7 @@ func TestGateHeals(t *testing.T) {
 		t.Fatalf("one call healed on its third attempt: healed %d of %d, want 1 of 1", won, s.ev.callsN())
 	}
 	// Two failures in a row are no outage while retries heal.
-	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
+	s.observe(t0, Attempt{Number: 2, Outcome: Failure}, false)
 	if s.phase != phaseFailing {
 		t.Fatalf("flaky server, two failures in a row: %v, want failing", s.phase)
 	}
@@ -314,17 +314,17 @@ func TestGateHeals(t *testing.T) {
 	// Calls still retrying do not count against healing: second attempts
 	// that failed (the gate let those go) leave the share whole.
 	for range 2 * tune.HealWindow {
-		s.ev.learn(t0, secondFailed)
+		s.ev = s.ev.learned(t0, secondFailed)
 	}
 	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("after pending calls: %v, want heal", a)
 	}
 	// Not in an outage.
 	o := stateIn(phaseOutage)
-	o.ev.learn(t0, secondFailed)
-	o.ev.learn(t0, thirdWon)
+	o.ev = o.ev.learned(t0, secondFailed)
+	o.ev = o.ev.learned(t0, thirdWon)
 	for range 3 {
-		o.ev.learn(t0, Attempt{Number: 2, Outcome: Success})
+		o.ev = o.ev.learned(t0, Attempt{Number: 2, Outcome: Success})
 	}
 	if !o.ev.heals(t0, false) {
 		t.Fatal("four calls of the latest eight healed: retries should heal")
@@ -335,17 +335,17 @@ func TestGateHeals(t *testing.T) {
 	// A failure for overload stops healing for tune.OverloadHold; a slow success
 	// does not.
 	s = flaky()
-	s.ev.learn(t0, Attempt{Number: 1, Outcome: Success, Overload: true})
+	s.ev = s.ev.learned(t0, Attempt{Number: 1, Outcome: Success, Overload: true})
 	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("after a slow success: %v, want heal", a)
 	}
-	s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
+	s.ev = s.ev.learned(t0, Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
 	w0 := w
 	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w0); a == admitHeal || w0.held {
 		t.Fatalf("within tune.OverloadHold of one failure for overload: %v, held %v; want no heal, not held (one sign of two attempts is not an overload)", a, w0.held)
 	}
 	for range overloadSigns - 1 {
-		s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+		s.ev = s.ev.learned(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	}
 	w1, w2 := w, w
 	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == admitHeal || !w1.held {
@@ -362,25 +362,25 @@ func TestGateHeals(t *testing.T) {
 	s = newGateState(t0, func() float64 { return 0.5 })
 	s.ev.seen = true
 	for range tune.HealWindow {
-		s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure, Final: true})
+		s.ev = s.ev.learned(t0, Attempt{Number: 2, Outcome: Failure, Final: true})
 	}
-	s.observe(t0, Attempt{Number: 1, Outcome: Failure})
+	s.observe(t0, Attempt{Number: 1, Outcome: Failure}, false)
 	if a, _ := s.candidate(t0, &w); a == admitHeal {
 		t.Fatal("healed retries of a server whose retries all fail")
 	}
 	// A call that failed its first retries and then its final one is one
 	// unhealed call, not three.
 	s = newGateState(t0, func() float64 { return 0.5 })
-	s.ev.learn(t0, secondFailed)
-	s.ev.learn(t0, Attempt{Number: 3, Outcome: Failure})
-	s.ev.learn(t0, Attempt{Number: 4, Outcome: Failure, Final: true})
+	s.ev = s.ev.learned(t0, secondFailed)
+	s.ev = s.ev.learned(t0, Attempt{Number: 3, Outcome: Failure})
+	s.ev = s.ev.learned(t0, Attempt{Number: 4, Outcome: Failure, Final: true})
 	if won := s.ev.healed(); won != 0 || s.ev.callsN() != 1 {
 		t.Fatalf("one call failed three retries: healed %d of %d, want 0 of 1", won, s.ev.callsN())
 	}
 	// Hedges and first attempts are no evidence.
 	s = newGateState(t0, func() float64 { return 0.5 })
-	s.ev.learn(t0, Attempt{Number: 2, Outcome: Success, Hedge: true})
-	s.ev.learn(t0, Attempt{Number: 1, Outcome: Success})
+	s.ev = s.ev.learned(t0, Attempt{Number: 2, Outcome: Success, Hedge: true})
+	s.ev = s.ev.learned(t0, Attempt{Number: 1, Outcome: Success})
 	if s.ev.callsN() != 0 {
 		t.Fatalf("hedges and first attempts counted as retries: %d", s.ev.callsN())
 	}
@@ -396,19 +396,19 @@ func TestGateHealsBeforeCallsSay(t *testing.T) {
 	if s.ev.heals(t0, false) || s.ev.known() {
 		t.Fatal("a fresh process heals or knows")
 	}
-	s.observe(t0, Attempt{Number: 1, Outcome: Success})
-	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
+	s.observe(t0, Attempt{Number: 1, Outcome: Success}, false)
+	s.observe(t0, Attempt{Number: 2, Outcome: Failure}, false)
 	if !s.ev.heals(t0, false) || s.ev.known() {
 		t.Fatalf("served, one retry failed: heals %v, known %v; want true, false", s.ev.heals(t0, false), s.ev.known())
 	}
 	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("served, one retry failed: %v, want heal", a)
 	}
-	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
+	s.observe(t0, Attempt{Number: 2, Outcome: Failure}, false)
 	if s.ev.heals(t0, false) || !s.ev.known() {
 		t.Fatalf("two retries in a row failed: heals %v, known %v; want false, true", s.ev.heals(t0, false), s.ev.known())
 	}
-	s.observe(t0, Attempt{Number: 1, Outcome: Success})
+	s.observe(t0, Attempt{Number: 1, Outcome: Success}, false)
 	if !s.ev.heals(t0, false) || s.ev.known() {
 		t.Fatal("a success after them: want retries to heal again, and the process not to know")
 	}
@@ -483,8 +483,8 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 		{"two retries failed", func() gateState {
 			s := downState()
 			s.ev.calls = 0
-			s.observe(t0, Attempt{Number: 2, Outcome: Failure})
-			s.observe(t0, Attempt{Number: 3, Outcome: Failure})
+			s.observe(t0, Attempt{Number: 2, Outcome: Failure}, false)
+			s.observe(t0, Attempt{Number: 3, Outcome: Failure}, false)
 			return s
 		}, phaseOutage},
 		{"never served", func() gateState {
@@ -495,7 +495,7 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 		{"a failure within tune.HealthyGap before", func() gateState {
 			s := downState()
 			s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
-			s.ev.ended(1)
+			s.ev.runs = s.ev.runsAfter(1)
 			return s
 		}, phaseFailing},
 		{"retries heal a call of eight: not healing, not down", func() gateState {
@@ -506,16 +506,16 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 		{"and then two retries fail in a row", func() gateState {
 			s := downState()
 			s.ev.calls = 1<<tune.HealWindow | 1
-			s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure})
-			s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure})
+			s.ev = s.ev.learned(t0, Attempt{Number: 2, Outcome: Failure})
+			s.ev = s.ev.learned(t0, Attempt{Number: 2, Outcome: Failure})
 			return s
 		}, phaseOutage},
 		{"a failure within tune.HealthyGap, overloaded", func() gateState {
 			s := downState()
 			s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
-			s.ev.ended(1)
+			s.ev.runs = s.ev.runsAfter(1)
 			for range overloadSigns {
-				s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+				s.ev = s.ev.learned(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 			}
 			return s
 		}, phaseOutage},
@@ -523,7 +523,7 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 	for _, tt := range tests {
 		s := tt.s()
 		for range tune.OutageStreak {
-			s.observe(t0, fail)
+			s.observe(t0, fail, false)
 		}
 		if s.phase != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, s.phase, tt.want)
@@ -559,10 +559,10 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 		s := downState()
 		s.ev.seen = tt.seen
 		s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond) // not after calm
-		s.ev.ended(11)                                              // long flaky runs
+		s.ev.runs = s.ev.runsAfter(11)                              // long flaky runs
 		s.ev.calls = 1<<tune.HealWindow | 0xff                      // retries healed
 		for range overloadSigns {
-			s.observe(t0, Attempt{Number: 1, Outcome: Failure, Overload: tt.ovl})
+			s.observe(t0, Attempt{Number: 1, Outcome: Failure, Overload: tt.ovl}, false)
 		}
 		s.enter(t0, 50*time.Millisecond, wait)
 		for i := range 2 {
@@ -570,7 +570,7 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 			if tt.retries {
 				a.Number = i + 2
 			}
-			s.observe(t0.Add(tt.lasted), a)
+			s.observe(t0.Add(tt.lasted), a, false)
 		}
 		if s.phase != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, s.phase, tt.want)
@@ -587,23 +587,23 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 	s := downState()
 	s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
-	s.ev.ended(1)
-	s.ev.ended(2)
+	s.ev.runs = s.ev.runsAfter(1)
+	s.ev.runs = s.ev.runsAfter(2)
 	s.ev.calls = 1<<tune.HealWindow | 0xff // the calls before said retries heal
-	s.observe(t0, Attempt{Number: 2, Outcome: Failure})
-	s.observe(t0, Attempt{Number: 3, Outcome: Failure})
+	s.observe(t0, Attempt{Number: 2, Outcome: Failure}, false)
+	s.observe(t0, Attempt{Number: 3, Outcome: Failure}, false)
 	want := int(2*s.ev.runs) + tune.OutageStreak
 	for i := 3; i <= want; i++ {
-		s.observe(t0, Attempt{Number: 1, Outcome: Failure})
+		s.observe(t0, Attempt{Number: 1, Outcome: Failure}, false)
 		if got := s.phase == phaseOutage; got != (i >= want) {
 			t.Fatalf("after %d failures in a row (runs %.1f): %v", i, s.ev.runs, s.phase)
 		}
 	}
 	// Runs decay: an early unlucky run does not hide outages for long.
 	s = downState()
-	s.ev.ended(6)
+	s.ev.runs = s.ev.runsAfter(6)
 	for range 20 {
-		s.ev.ended(1)
+		s.ev.runs = s.ev.runsAfter(1)
 	}
 	if s.ev.runs > 1 {
 		t.Errorf("runs %.2f after twenty runs of one, want 1", s.ev.runs)

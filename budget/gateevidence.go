@@ -48,8 +48,9 @@ type evidence struct {
 	okAt   time.Time
 }
 
-// learn keeps what a says of whether retries heal and of overload.
-func (e *evidence) learn(now time.Time, a Attempt) {
+// learned is e keeping what a says of whether retries heal and of
+// overload.
+func (e evidence) learned(now time.Time, a Attempt) evidence {
 	if a.Overload {
 		// A slow success holds timeout retries back; a failure for
 		// overload, retries that heal too, and starts counting what
@@ -112,13 +113,15 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 	if a.Outcome == Success {
 		e.retryFails, e.seen = 0, true
 	}
+	return e
 }
 
-// ended: a success ended a streak of n failures in a row.
-func (e *evidence) ended(n int) {
+// runsAfter is runs once a success ended a streak of n failures in a row.
+func (e *evidence) runsAfter(n int) float64 {
 	if n > 0 {
-		e.runs = max(float64(n), e.runs*tune.RunDecay)
+		return max(float64(n), e.runs*tune.RunDecay)
 	}
+	return e.runs
 }
 
 // callsN is how many calls that retried and ended are kept; healed, how

@@ -49,32 +49,37 @@ func newPacer(now time.Time) pacer {
 	return pacer{gain: tune.ReleaseGainStart, every: releaseEvery, next: now.Add(releaseEvery)}
 }
 
-// rest ends a return: releases go at releaseEvery again.
-func (p *pacer) rest() { p.every, p.backAt, p.fastest = releaseEvery, time.Time{}, 0 }
-
-// release: the next release may go after a share 1-c of every from now (c
-// in [0, 1]: a credit drawn at random, or a whole one).
-func (p *pacer) release(now time.Time, c float64) {
-	p.next = now.Add(time.Duration((1 - min(c, 1)) * float64(p.every)))
+// rested is p with its return ended: releases go at releaseEvery again.
+func (p pacer) rested() pacer {
+	p.every, p.backAt, p.fastest = releaseEvery, time.Time{}, 0
+	return p
 }
 
-// served: a success; it takes its share off the next release's time, never
-// past now (none is kept).
-func (p *pacer) served(now time.Time) {
+// releasedAt is p whose next release may go after a share 1-c of every
+// from now (c in [0, 1]: a credit drawn at random, or a whole one).
+func (p pacer) releasedAt(now time.Time, c float64) pacer {
+	p.next = now.Add(time.Duration((1 - min(c, 1)) * float64(p.every)))
+	return p
+}
+
+// servedAt is p after a success at now: it takes its share off the next
+// release's time, never past now (none is kept).
+func (p pacer) servedAt(now time.Time) pacer {
 	if p.next.After(now) {
 		p.next = clock.Later(p.next.Add(-time.Duration(p.gain*float64(p.every))), now)
 	}
+	return p
 }
 
-// back: an outage whose failures began at since ended now; the calls held
+// backFrom is p once an outage whose failures began at since ended now; the calls held
 // through it go back (the release rule): no faster than tune.BackShare
 // times the pace their retries began to wait at, the first after a share
 // 1-c of that interval, so that processes that saw the recovery together
 // do not send theirs together; fewer than tune.BackMinHeld go unpaced, each
 // at its own time (backAfter). Under overload there is no return: c alone
 // (a credit) times the next release.
-func (p *pacer) back(now, since time.Time, c float64, overloaded bool) {
-	p.rest()
+func (p pacer) backFrom(now, since time.Time, c float64, overloaded bool) pacer {
+	p = p.rested()
 	if !overloaded {
 		p.backAt = now
 		p.every = paceWithin(0)
@@ -83,16 +88,17 @@ func (p *pacer) back(now, since time.Time, c float64, overloaded bool) {
 		}
 	}
 	p.entered = 0
-	p.release(now, c)
+	return p.releasedAt(now, c)
 }
 
-// answered: a released retry ended after took, ok when it succeeded. During
+// answeredIn is p once a released retry ended after took, ok when it
+// succeeded (or any attempt was refused for overload: not ok). During
 // a return, as fast as the fastest since (within tune.BackSlack), it says
 // the server has room, and the pace quickens by tune.BackFaster; served
 // slower, it stays; failed, it halves, to releaseEvery at worst.
-func (p *pacer) answered(took time.Duration, ok, strained bool) {
+func (p pacer) answeredIn(took time.Duration, ok, strained bool) pacer {
 	if p.backAt.IsZero() {
-		return
+		return p
 	}
 	if took > 0 && (p.fastest == 0 || took < p.fastest) {
 		p.fastest = took
@@ -103,6 +109,7 @@ func (p *pacer) answered(took time.Duration, ok, strained bool) {
 	case !strained && took <= time.Duration(tune.BackSlower*float64(p.fastest))+tune.BackSlack:
 		p.every = paceWithin(tune.BackFaster * float64(p.every))
 	}
+	return p
 }
 
 // paceWithin is d as a pace: a microsecond at least (a pace of zero would
@@ -132,11 +139,12 @@ func (p *pacer) heldThrough(w *waiterView, held bool) bool {
 
 func (p *pacer) leased(now time.Time) bool { return now.Before(p.until) }
 
-// take: the waiting retry w goes now as how; give gives back what take
-// took, never used. A release moves next by every; anything else takes the
-// lease, until a second past w's deadline and tune.ProbeGapMax at most
-// (the settling rule: a holder that never reports must not keep it long).
-func (p *pacer) take(now time.Time, w *waiterView, how Admission) {
+// taken is p once the waiting retry w goes now as how; given gives back
+// what taken took, never used. A release moves next by every; anything
+// else takes the lease, until a second past w's deadline and
+// tune.ProbeGapMax at most (the settling rule: a holder that never reports
+// must not keep it long).
+func (p pacer) taken(now time.Time, w *waiterView, how Admission) pacer {
 	switch {
 	case how == admitRelease:
 		p.next = clock.Later(p.next, now).Add(p.every)
@@ -146,22 +154,24 @@ func (p *pacer) take(now time.Time, w *waiterView, how Admission) {
 			p.until = w.deadline.Add(tune.ProbeLeaseSlack)
 		}
 	}
+	return p
 }
 
-func (p *pacer) give(how Admission) {
+func (p pacer) given(how Admission) pacer {
 	switch {
 	case how == admitRelease:
 		p.next = p.next.Add(-p.every)
 	case how.probing():
 		p.until = time.Time{}
 	}
+	return p
 }
 
-// report: a lease holder ended now after took (zero: unknown). One that
+// reported is p once a lease holder ended now after took (zero: unknown). One that
 // went before the holder did reports late (its lease lapsed and went to
 // another): the holder keeps it. A holder that failed doubles the gap,
 // from tune.GapFloor, up to tune.ProbeGapMax.
-func (p *pacer) report(now time.Time, took time.Duration, failed bool) {
+func (p pacer) reported(now time.Time, took time.Duration, failed bool) pacer {
 	if !p.until.IsZero() && (took <= 0 || !now.Add(-took).Before(p.at)) {
 		p.until, p.took = time.Time{}, now.Sub(p.at)
 	}
@@ -169,6 +179,7 @@ func (p *pacer) report(now time.Time, took time.Duration, failed bool) {
 		p.gap = min(max(2*p.gap, p.pause, tune.GapFloor), tune.ProbeGapMax)
 		p.failedAt, p.since = now, 0
 	}
+	return p
 }
 
 // lead is how long before its deadline a last chance goes.

@@ -11,4 +11,4 @@ func (p *pacer) credits(now time.Time) float64 {
 	return math.Min(1-float64(p.next.Sub(now))/float64(p.every), 1)
 }
 
-func (p *pacer) set(now time.Time, c float64) { p.release(now, c) }
+func (p *pacer) set(now time.Time, c float64) { *p = p.releasedAt(now, c) }

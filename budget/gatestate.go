@@ -7,8 +7,8 @@ import (
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
-// phase is where a Gate stands (see Gate). observe, enter and forget are
-// its only transitions; gate_table_test.go tests every one.
+// phase is where a Gate stands (see Gate). observe, enter and age are its
+// only transitions; gate_table_test.go tests every one.
 type phase uint8
 
 const (
@@ -71,41 +71,37 @@ func (s *gateState) age(now time.Time) {
 	}
 }
 
-// forget: a success was seen while nobody waited; what the failures
-// before it left no longer counts.
-func (s *gateState) forget(now time.Time) {
-	s.ended()
-	s.pace.gain, s.pace.gap = tune.ReleaseGainStart, 0
-	s.streak, s.span = 0, 0
-	s.ev.retryFails, s.ev.seen = 0, true
-	s.pace.rest() // nobody waits: no return is under way
-	if s.phase == phaseOutage {
-		s.pace.release(now, s.rand())
-	}
-	s.phase = phaseQuiet
-}
-
-// ended: a success ends the streak of failures, if any.
-func (s *gateState) ended() {
-	if s.streak > 0 {
-		s.ev.ended(s.streak)
-		s.ev.lastFail = s.lastReached
-	}
-}
-
-// settled reports whether forget would change nothing and Allow would
+// settled reports whether a success seen while nobody waits would change nothing and Allow would
 // refuse no retry without asking the budget: the Gate's fast paths.
 func (s *gateState) settled(now time.Time) bool {
 	return !now.Before(s.ev.slowUntil) && s.phase == phaseQuiet && s.streak == 0 && s.span == 0 && s.ev.seen && s.ev.retryFails == 0 &&
 		s.pace.gain == tune.ReleaseGainStart && s.pace.gap == 0 && s.pace.backAt.IsZero()
 }
 
-// observe: an attempt ended with outcome a.
-func (s *gateState) observe(now time.Time, a Attempt) {
-	s.ev.learn(now, a)
+// observe: an attempt ended with outcome a. A success ends the streak of
+// failures, if any. With idle (nobody waits), only the evidence learns, and
+// a success forgets what the failures before it left.
+func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
+	s.ev = s.ev.learned(now, a)
+	if a.Outcome == Success && s.streak > 0 {
+		s.ev.runs, s.ev.lastFail = s.ev.runsAfter(s.streak), s.lastReached
+	}
+	if idle {
+		if a.Outcome == Success {
+			s.pace.gain, s.pace.gap = tune.ReleaseGainStart, 0
+			s.streak, s.span = 0, 0
+			s.ev.retryFails, s.ev.seen = 0, true
+			s.pace = s.pace.rested() // nobody waits: no return is under way
+			if s.phase == phaseOutage {
+				s.pace = s.pace.releasedAt(now, s.rand())
+			}
+			s.phase = phaseQuiet
+		}
+		return
+	}
 	probing := a.Admission.probing()
 	if probing {
-		s.pace.report(now, a.Took, a.Outcome == Failure)
+		s.pace = s.pace.reported(now, a.Took, a.Outcome == Failure)
 	}
 	if a.Admission == admitRelease || a.Overload && a.Outcome == Failure {
 		// A return's pace follows the server's answers: a released
@@ -113,14 +109,13 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 		// halves it; while a refusal is recent (the overload rule's
 		// strain) fast answers do not quicken it (held retries take only
 		// the room the new calls leave).
-		s.pace.answered(a.Took, a.Outcome == Success, s.ev.strained(now))
+		s.pace = s.pace.answeredIn(a.Took, a.Outcome == Success, s.ev.strained(now))
 	}
 	switch a.Outcome {
 	case Success:
 		if a.Took > 0 && a.Admission != AdmitNone {
 			s.ev.okTook, s.ev.okAt = a.Took, now
 		}
-		s.ended()
 		s.lastReached = now
 		s.streak, s.span = 0, 0
 		if s.phase == phaseOutage {
@@ -132,7 +127,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			if probing {
 				c = 1
 			}
-			s.pace.back(now, s.streakAt, c, s.ev.overloaded(now))
+			s.pace = s.pace.backFrom(now, s.streakAt, c, s.ev.overloaded(now))
 		}
 		if s.phase.failing() {
 			s.phase = phaseRecovering
@@ -145,7 +140,7 @@ func (s *gateState) observe(now time.Time, a Attempt) {
 			// During a return, a success quickens the releases only while no attempt was
 			// refused for overload lately (the strain, tune.OverloadHold): the server's
 			// room is then the new calls'.
-			s.pace.served(now)
+			s.pace = s.pace.servedAt(now)
 		}
 	case Failure:
 		s.lastReached = now
@@ -232,12 +227,6 @@ func (s *gateState) futile(now time.Time, others bool) (futile, lone bool) {
 	}
 	return false, true
 }
-
-// admit: the waiting retry w goes now as how (a decision's answer, or
-// AdmitBudget for a probe or last chance the budget paid for); unadmit
-// gives back what admit took, never used (the pacer's take and give).
-func (s *gateState) admit(now time.Time, w *waiterView, how Admission) { s.pace.take(now, w, how) }
-func (s *gateState) unadmit(how Admission)                             { s.pace.give(how) }
 
 // probing reports whether an admission holds the pacer's lease.
 func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget || a == admitLast }

@@ -18,9 +18,9 @@ type Waiter struct {
 	g    *Gate
 	r    Request
 	view waiterView
-	// Under the gate's lock: state, and elem, its place in the queue of
-	// its criticality (level) while queued; how or end, the verdict, sent
-	// by closing ready.
+	// Under the gate's lock (moveLocked moves it): state, and elem, its
+	// place in the queue of its criticality (level) while queued; how or
+	// end, the verdict, sent by closing ready.
 	state waiterState
 	level int
 	elem  *list.Element
@@ -30,14 +30,15 @@ type Waiter struct {
 	ready chan struct{}
 }
 
-// waiterState is where a waiter stands; the grant loop, Take and Leave
-// are its only transitions.
+// waiterState is where a waiter stands; Gate.moveLocked alone moves it.
 type waiterState uint8
 
 const (
-	waitQueued  waiterState = iota // waiting for a verdict
+	waitNew     waiterState = iota // built by Enter, not in the room yet
+	waitQueued                     // waiting for a verdict
 	waitGranted                    // admitted: Take asks its guard and the budget
-	waitOut                        // gone, admitted or not: out of the room
+	waitOut                        // gone without admission: its wait ended, or its caller left
+	waitTaken                      // gone, admitted: its guard and the budget let it go
 )
 
 // Ready returns a channel that is closed when the Gate has decided w:
@@ -76,19 +77,17 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.ageLocked(now)
 	futile, lone := g.st.futile(now, g.n > 0)
 	if futile {
-		g.counts.DeferTurnedAway++
+		g.moveLocked(now, &Waiter{}, waitOut, ErrOutageLasting)
 		return nil, ErrOutageLasting
 	}
 	if g.n >= g.s.MaxWaiting || !g.shared.tryEnter() {
 		v := g.victim(level)
 		if v == nil {
-			g.counts.DeferTurnedAway++
+			g.moveLocked(now, &Waiter{}, waitOut, ErrTooManyWaiting)
 			return nil, ErrTooManyWaiting
 		}
-		g.endLocked(v, errEvicted, true)
+		g.moveLocked(now, v, waitOut, errEvicted)
 	}
-	g.n++
-	g.counts.Deferred++
 	pause = max(pause, 0)
 	if lone {
 		pause = 0 // the futility rule's lone probe: the probe gap spaces it
@@ -100,12 +99,12 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		span = min(deadline.Sub(now), maxMaxWait)
 	}
 	g.st.enter(now, pause, span)
-	w := &Waiter{g: g, r: r, level: level, ready: make(chan struct{}), view: waiterView{
+	w := &Waiter{g: g, r: r, level: level, view: waiterView{
 		earliest: now.Add(pause), number: r.Number, pause: pause, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
 		took: max(r.Took, 0), spread: g.st.rand(), lone: lone,
 		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))),
 	}}
-	w.elem = g.queue[level].PushBack(w)
+	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now, false)
 	return w, nil
 }
@@ -131,13 +130,19 @@ func (g *Gate) victim(level int) *Waiter {
 // guard named (each guard refusing in turn woke every guarded waiter).
 // With release (news that moved only the release pace), it stops at the
 // first admission: no other can be due now, and the timer is set no later
-// than it was.
+// than it was; when no release is due yet, it walks none, and the timer
+// runs it then. It sets the gate's timer to run it at the instant it found
+// (zero: never); on a virtual clock (WithClock) it only notes it for Tick.
 func (g *Gate) grantLocked(now time.Time, release bool) {
 	var next time.Time
 	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
 	ahead := 0 // held retries before this one that the release pace will send
+	idle := release && g.st.pace.next.After(now)
+	if idle {
+		next = clock.Earlier(g.timerAt, g.st.pace.next)
+	}
 walk:
-	for l := len(g.queue) - 1; l >= 0; l-- {
+	for l := len(g.queue) - 1; l >= 0 && !idle; l-- {
 		for e := g.queue[l].Front(); e != nil; {
 			w := e.Value.(*Waiter)
 			e = e.Next()
@@ -145,14 +150,12 @@ walk:
 			if d.hold && !w.view.held {
 				w.view.held, w.view.heldBy = true, d.heldBy
 			}
-			if d.how == AdmitNone && w.view.held {
-				if g.st.backlogged(now, &w.view, &ahead) {
-					d.how, d.end = admitEnd, errBacklog
-				}
+			if d.how == AdmitNone && w.view.held && g.st.backlogged(now, &w.view, &ahead) {
+				d.how, d.end = admitEnd, errBacklog
 			}
 			switch {
 			case d.how == admitEnd:
-				g.endLocked(w, d.end.heldBy(w.view.heldBy), false)
+				g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
 			case d.how == AdmitNone:
 				next = clock.Earlier(next, d.next)
 			case guardHeld && w.r.Guard != nil:
@@ -160,11 +163,8 @@ walk:
 				end, _ := g.st.endAt(now, &w.view)
 				next = clock.Earlier(clock.Earlier(next, g.guardAt), end)
 			default:
-				g.st.admit(now, &w.view, d.how)
-				g.queue[w.level].Remove(w.elem)
-				w.state, w.how, w.learn = waitGranted, d.how, d.learn
-				g.verdicts++
-				close(w.ready)
+				w.how, w.learn = d.how, d.learn
+				g.moveLocked(now, w, waitGranted, nil)
 				if release {
 					next = clock.Earlier(clock.Earlier(next, g.timerAt), g.st.pace.next)
 					break walk
@@ -173,24 +173,17 @@ walk:
 		}
 	}
 	g.settle(now)
-	g.armLocked(now, next)
-}
-
-// armLocked sets the gate's timer to run the grant loop at next (zero:
-// never); on a virtual clock (WithClock) it only notes next for Tick.
-func (g *Gate) armLocked(now, next time.Time) {
 	if g.timerAt = next; g.virtual {
 		return
 	}
-	if next.IsZero() {
+	switch {
+	case next.IsZero():
 		if g.timer != nil {
 			g.timer.Stop()
 		}
-		return
-	}
-	if g.timer == nil {
+	case g.timer == nil:
 		g.timer = time.AfterFunc(next.Sub(now), func() { g.Tick() })
-	} else {
+	default:
 		g.timer.Reset(next.Sub(now))
 	}
 }
@@ -207,24 +200,58 @@ func (g *Gate) Tick() time.Time {
 	return g.timerAt
 }
 
-// endLocked ends w's wait without admission, for the rule why; its place
-// in the shared room passes on when pass (an eviction).
-func (g *Gate) endLocked(w *Waiter, why error, pass bool) {
-	g.queue[w.level].Remove(w.elem)
-	g.outLocked(w, pass)
-	g.counts.DeferGaveUp++
-	w.end = why
-	g.verdicts++
-	close(w.ready)
-}
-
-// outLocked takes w out of the room.
-func (g *Gate) outLocked(w *Waiter, pass bool) {
-	w.state = waitOut
-	g.n--
-	if !pass {
-		g.shared.leave()
+// moveLocked moves w to the state to: the one place a waiter enters the
+// room, is granted or leaves it, and where each outcome is counted, once.
+// A new waiter that cannot wait (to waitOut) is turned away (end says why);
+// one queued leaves its queue; one granted and not taken (to is not
+// waitTaken) gives back what it was granted (the one give-back path,
+// semaphore's "pretend we didn't": the pacer's share; paid reports whether
+// the budget paid, for Gate.refund). Queued, w gets a new Ready; granted
+// (w.how, the grant loop's), it takes the pacer's share. Out, w leaves the
+// room (an evicted one's place passes to who evicted it) with the verdict
+// end (nil: its caller left). Each verdict on a queued waiter closes its
+// Ready.
+func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (paid bool) {
+	from := w.state
+	switch {
+	case from == waitNew && to == waitOut:
+		g.counts.DeferTurnedAway++
+		w.end = end
+		return false
+	case from == waitNew:
+		g.n++
+		g.counts.Deferred++
+	case from == waitQueued:
+		g.queue[w.level].Remove(w.elem)
+	case from == waitGranted && to != waitTaken:
+		g.st.pace = g.st.pace.given(w.how)
+		paid = w.how == AdmitBudget
 	}
+	w.state = to
+	switch to {
+	case waitQueued:
+		w.ready = make(chan struct{})
+		w.elem = g.queue[w.level].PushBack(w)
+		return paid
+	case waitGranted:
+		g.st.pace = g.st.pace.taken(now, &w.view, w.how)
+	case waitTaken:
+		g.counts.DeferAdmitted++
+	case waitOut:
+		g.counts.DeferGaveUp++
+		w.end = end
+	}
+	if to >= waitOut {
+		g.n--
+		if end != errEvicted {
+			g.shared.leave()
+		}
+	}
+	if from == waitQueued {
+		g.verdicts++
+		close(w.ready)
+	}
+	return paid
 }
 
 // take asks w's guard and the budget for the admission w was granted,
@@ -233,7 +260,7 @@ func (g *Gate) outLocked(w *Waiter, pass bool) {
 // and w queued again, its guard taken for open.
 func (w *Waiter) take(gone func() bool) (Admission, error) {
 	g := w.g
-	if w.end != nil || w.state == waitOut {
+	if w.end != nil || w.state >= waitOut {
 		return AdmitNone, w.end
 	}
 	how, ok, open, next := w.how, true, false, time.Time{}
@@ -261,17 +288,12 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	case left:
 		refund = g.leaveLocked(now, w)
 	case ok:
-		g.outLocked(w, false)
-		g.counts.DeferAdmitted++
+		g.moveLocked(now, w, waitTaken, nil)
 	case closedRefused && !now.Before(w.view.holdAt):
-		g.giveBackLocked(w)
-		g.outLocked(w, false)
-		g.counts.DeferGaveUp++
-		w.end = errWaitEnded
+		g.moveLocked(now, w, waitOut, errWaitEnded)
 		g.guardNews, g.guardAt = g.news, time.Time{}
 		g.grantLocked(now, false)
 	default:
-		g.giveBackLocked(w)
 		if closedRefused {
 			// Asked again at its hold time: the hold rule probes, or ends it.
 			w.view.earliest = w.view.holdAt
@@ -285,8 +307,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 			w.view.guardOpen = open
 			g.guardNews, g.guardAt = g.news, next
 		}
-		w.state, w.ready = waitQueued, make(chan struct{})
-		w.elem = g.queue[w.level].PushBack(w)
+		g.moveLocked(now, w, waitQueued, nil)
 		g.grantLocked(now, false)
 	}
 	// Queued again, w is the grant loop's: its end is read here or after
@@ -307,22 +328,12 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 func (g *Gate) leaveLocked(now time.Time, w *Waiter) (refund bool) {
 	switch w.state {
 	case waitQueued:
-		g.endLocked(w, context.Canceled, false)
+		g.moveLocked(now, w, waitOut, context.Canceled)
 	case waitGranted:
-		refund = g.giveBackLocked(w)
-		g.outLocked(w, false)
-		g.counts.DeferGaveUp++
+		refund = g.moveLocked(now, w, waitOut, nil)
 		g.grantLocked(now, false)
 	}
 	return refund
-}
-
-// giveBackLocked gives back the admission w was granted and will not use
-// (the one give-back path: the pacer's share, and it reports whether the
-// budget paid).
-func (g *Gate) giveBackLocked(w *Waiter) (paid bool) {
-	g.st.unadmit(w.how)
-	return w.how == AdmitBudget
 }
 
 // refund gives the budget back what its Allow took for r, never sent,
