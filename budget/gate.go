@@ -90,8 +90,13 @@ import (
 // release it makes due, else the timer runs it then), so a success costs
 // about the same with a thousand waiting as with ten. An admitted caller
 // asks its Guard and the budget unlocked (Take), and what they refuse goes
-// back through the one give-back path. Nothing foreign runs under the
-// gate's lock (not WithRandom's source, the clock, the budget or a Guard).
+// back through the one give-back path. Every move of a waiter, and the
+// counter it adds to, is moveLocked's; the estimate changes in observe
+// (with the evidence's learn), enter and age, and the pacer's methods
+// return new values that they store (ten functions write the gate's
+// state: TestGateWriters). Nothing
+// foreign runs under the gate's lock (not WithRandom's source, the clock,
+// the budget or a Guard).
 //
 // Record and Allow pass through to the wrapped budget (retries the outage
 // and overload rules refuse count in State.Refused). While nobody waits and

@@ -168,7 +168,7 @@ func TestGateAdmissions(t *testing.T) {
 	holdAt := t0.Add(110 * time.Millisecond)
 	overloaded := stateIn(phaseFailing)
 	for range overloadSigns {
-		overloaded.ev = overloaded.ev.learned(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+		overloaded.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	}
 	fresh := newGateState(t0, func() float64 { return 0.5 })
 	fresh.enter(t0, pause, 0)
@@ -293,8 +293,8 @@ func TestGateHeals(t *testing.T) {
 	thirdWon := Attempt{Number: 3, Outcome: Success}
 	flaky := func() gateState {
 		s := newGateState(t0, func() float64 { return 0.5 })
-		s.ev = s.ev.learned(t0, secondFailed)
-		s.ev = s.ev.learned(t0, thirdWon)
+		s.ev.learn(t0, secondFailed)
+		s.ev.learn(t0, thirdWon)
 		s.observe(t0, Attempt{Number: 1, Outcome: Failure}, false)
 		return s
 	}
@@ -314,17 +314,17 @@ func TestGateHeals(t *testing.T) {
 	// Calls still retrying do not count against healing: second attempts
 	// that failed (the gate let those go) leave the share whole.
 	for range 2 * tune.HealWindow {
-		s.ev = s.ev.learned(t0, secondFailed)
+		s.ev.learn(t0, secondFailed)
 	}
 	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("after pending calls: %v, want heal", a)
 	}
 	// Not in an outage.
 	o := stateIn(phaseOutage)
-	o.ev = o.ev.learned(t0, secondFailed)
-	o.ev = o.ev.learned(t0, thirdWon)
+	o.ev.learn(t0, secondFailed)
+	o.ev.learn(t0, thirdWon)
 	for range 3 {
-		o.ev = o.ev.learned(t0, Attempt{Number: 2, Outcome: Success})
+		o.ev.learn(t0, Attempt{Number: 2, Outcome: Success})
 	}
 	if !o.ev.heals(t0, false) {
 		t.Fatal("four calls of the latest eight healed: retries should heal")
@@ -335,17 +335,17 @@ func TestGateHeals(t *testing.T) {
 	// A failure for overload stops healing for tune.OverloadHold; a slow success
 	// does not.
 	s = flaky()
-	s.ev = s.ev.learned(t0, Attempt{Number: 1, Outcome: Success, Overload: true})
+	s.ev.learn(t0, Attempt{Number: 1, Outcome: Success, Overload: true})
 	if a, _ := s.candidate(t0, &w); a != admitHeal {
 		t.Fatalf("after a slow success: %v, want heal", a)
 	}
-	s.ev = s.ev.learned(t0, Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
+	s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
 	w0 := w
 	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w0); a == admitHeal || w0.held {
 		t.Fatalf("within tune.OverloadHold of one failure for overload: %v, held %v; want no heal, not held (one sign of two attempts is not an overload)", a, w0.held)
 	}
 	for range overloadSigns - 1 {
-		s.ev = s.ev.learned(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+		s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	}
 	w1, w2 := w, w
 	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == admitHeal || !w1.held {
@@ -362,7 +362,7 @@ func TestGateHeals(t *testing.T) {
 	s = newGateState(t0, func() float64 { return 0.5 })
 	s.ev.seen = true
 	for range tune.HealWindow {
-		s.ev = s.ev.learned(t0, Attempt{Number: 2, Outcome: Failure, Final: true})
+		s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure, Final: true})
 	}
 	s.observe(t0, Attempt{Number: 1, Outcome: Failure}, false)
 	if a, _ := s.candidate(t0, &w); a == admitHeal {
@@ -371,16 +371,16 @@ func TestGateHeals(t *testing.T) {
 	// A call that failed its first retries and then its final one is one
 	// unhealed call, not three.
 	s = newGateState(t0, func() float64 { return 0.5 })
-	s.ev = s.ev.learned(t0, secondFailed)
-	s.ev = s.ev.learned(t0, Attempt{Number: 3, Outcome: Failure})
-	s.ev = s.ev.learned(t0, Attempt{Number: 4, Outcome: Failure, Final: true})
+	s.ev.learn(t0, secondFailed)
+	s.ev.learn(t0, Attempt{Number: 3, Outcome: Failure})
+	s.ev.learn(t0, Attempt{Number: 4, Outcome: Failure, Final: true})
 	if won := s.ev.healed(); won != 0 || s.ev.callsN() != 1 {
 		t.Fatalf("one call failed three retries: healed %d of %d, want 0 of 1", won, s.ev.callsN())
 	}
 	// Hedges and first attempts are no evidence.
 	s = newGateState(t0, func() float64 { return 0.5 })
-	s.ev = s.ev.learned(t0, Attempt{Number: 2, Outcome: Success, Hedge: true})
-	s.ev = s.ev.learned(t0, Attempt{Number: 1, Outcome: Success})
+	s.ev.learn(t0, Attempt{Number: 2, Outcome: Success, Hedge: true})
+	s.ev.learn(t0, Attempt{Number: 1, Outcome: Success})
 	if s.ev.callsN() != 0 {
 		t.Fatalf("hedges and first attempts counted as retries: %d", s.ev.callsN())
 	}
@@ -506,8 +506,8 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 		{"and then two retries fail in a row", func() gateState {
 			s := downState()
 			s.ev.calls = 1<<tune.HealWindow | 1
-			s.ev = s.ev.learned(t0, Attempt{Number: 2, Outcome: Failure})
-			s.ev = s.ev.learned(t0, Attempt{Number: 2, Outcome: Failure})
+			s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure})
+			s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure})
 			return s
 		}, phaseOutage},
 		{"a failure within tune.HealthyGap, overloaded", func() gateState {
@@ -515,7 +515,7 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 			s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
 			s.ev.runs = s.ev.runsAfter(1)
 			for range overloadSigns {
-				s.ev = s.ev.learned(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
+				s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 			}
 			return s
 		}, phaseOutage},

@@ -48,9 +48,10 @@ type evidence struct {
 	okAt   time.Time
 }
 
-// learned is e keeping what a says of whether retries heal and of
-// overload.
-func (e evidence) learned(now time.Time, a Attempt) evidence {
+// learn keeps what a says of whether retries heal and of overload. It
+// writes e in place, where the pacer's transitions return a new value:
+// copying the evidence (about 250 bytes) cost 18 ns a Record, 13 %.
+func (e *evidence) learn(now time.Time, a Attempt) {
 	if a.Overload {
 		// A slow success holds timeout retries back; a failure for
 		// overload, retries that heal too, and starts counting what
@@ -113,7 +114,6 @@ func (e evidence) learned(now time.Time, a Attempt) evidence {
 	if a.Outcome == Success {
 		e.retryFails, e.seen = 0, true
 	}
-	return e
 }
 
 // runsAfter is runs once a success ended a streak of n failures in a row.

@@ -82,7 +82,7 @@ func (s *gateState) settled(now time.Time) bool {
 // failures, if any. With idle (nobody waits), only the evidence learns, and
 // a success forgets what the failures before it left.
 func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
-	s.ev = s.ev.learned(now, a)
+	s.ev.learn(now, a)
 	if a.Outcome == Success && s.streak > 0 {
 		s.ev.runs, s.ev.lastFail = s.ev.runsAfter(s.streak), s.lastReached
 	}
