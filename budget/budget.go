@@ -138,6 +138,12 @@ type Request struct {
 	// waits of a call without a deadline by DeferSettings.MaxWait in all,
 	// not each (issue 63: calls without a deadline ran 19-25 s).
 	Waited time.Duration
+	// Unsent: the attempt before it failed without leaving the client (its
+	// connection's attempts to connect were failing). A Gate's futility
+	// rule waits twice as long before it turns such a retry away: the
+	// outage it saw may be partly the connection's, which reconnects on its
+	// own backoff after the server is back.
+	Unsent bool
 	// Guard, when set, guards the call besides the budget (a circuit
 	// breaker): a Gate lets the waiting retry go only when the guard allows
 	// it too (see Gate, the guard rule).

@@ -250,3 +250,36 @@ func TestPacerAnswered(t *testing.T) {
 		t.Fatalf("no return: every %v, want %v", q.every, releaseEvery)
 	}
 }
+
+// A retry whose attempt never left the client (Request.Unsent: its
+// connection was failing to connect) is turned away by the futility rule
+// only once the outage outlived tune.FutileUnsent times the longest wait:
+// the connection reconnects on its own backoff after the server is back
+// (lab refused: calls made just after the return failed at once).
+func TestGateFutilityWaitsLongerForUnsent(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	failures(g, tune.OutageStreak)
+	const deadline = 2 * time.Second
+	first, err := g.Enter(retry2, time.Hour, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Leave()
+	// Alone, with fewer than tune.FutileEvery failures since: no lone probe.
+	unsent := retry2
+	unsent.Unsent = true
+	clk.advance(deadline + 100*time.Millisecond)
+	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+		t.Fatalf("past the longest wait: enter = %v, want ErrOutageLasting", err)
+	}
+	w, err := g.Enter(unsent, 0, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatalf("unsent, past the longest wait but within %v of it: enter = %v, want a wait", tune.FutileUnsent, err)
+	}
+	w.Leave()
+	clk.advance(time.Duration((tune.FutileUnsent - 1) * float64(deadline)))
+	if _, err := g.Enter(unsent, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+		t.Fatalf("unsent, past %v times the longest wait: enter = %v, want ErrOutageLasting", tune.FutileUnsent, err)
+	}
+}

@@ -217,9 +217,17 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 // longest wait) ago. A lone probe goes at once, its pause waived (Enter):
 // the probe gap spaces it, and its call, if it fails, ends at once too.
 // So failed calls end at once, and the new calls' first attempts, or a
-// rare probe, find the server's return.
-func (s *gateState) futile(now time.Time, others bool) (futile, lone bool) {
-	if s.phase != phaseOutage || s.span <= 0 || now.Sub(s.streakAt) < time.Duration(tune.FutileFactor*float64(s.span)) {
+// rare probe, find the server's return. For a retry whose attempt never
+// left the client (unsent: its connection's attempts to connect were
+// failing), the outage must have lasted tune.FutileUnsent times as long:
+// the connection reconnects on its own backoff, up to seconds after the
+// server is back, and the outage the gate saw is partly the connection's.
+func (s *gateState) futile(now time.Time, others, unsent bool) (futile, lone bool) {
+	factor := tune.FutileFactor
+	if unsent {
+		factor *= tune.FutileUnsent
+	}
+	if s.phase != phaseOutage || s.span <= 0 || now.Sub(s.streakAt) < time.Duration(factor*float64(s.span)) {
 		return false, false
 	}
 	if others || s.pace.since < tune.FutileEvery || s.pace.leased(now) || now.Before(s.pace.failedAt.Add(max(s.pace.gap, s.span))) {

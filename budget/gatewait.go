@@ -75,7 +75,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.ageLocked(now)
-	futile, lone := g.st.futile(now, g.n > 0)
+	futile, lone := g.st.futile(now, g.n > 0, r.Unsent)
 	if futile {
 		g.moveLocked(now, &Waiter{}, waitOut, ErrOutageLasting)
 		return nil, ErrOutageLasting

@@ -164,6 +164,8 @@ type call struct {
 	// the Deferrer in all, pauses included (budget.Request.Waited).
 	heldBy string
 	inGate time.Duration
+	// cc is the call's connection (nil: not known).
+	cc *grpc.ClientConn
 	// waitedHedge is the hedge that waited in the budget's Deferrer as a
 	// retry (hedgeState.waitHedge), 0 if none, and waitedAdmission how it
 	// was let go: it tells the budget it ended as a retry.

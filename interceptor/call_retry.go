@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -116,6 +117,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	if v.Retry && !admitted && (c.budget != nil || c.br != nil) {
 		req := c.retryRequest(timedOut)
+		req.Unsent = c.unsent(err, committed, timedOut)
 		_, defers := c.budget.(budget.Deferrer)
 		breakerOK := true
 		if c.br != nil {
@@ -166,6 +168,26 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	// A retry the timer admitted after its grace waits what is left of
 	// its pause.
 	return true, max(v.Pause-grace, 0)
+}
+
+// unsent reports whether the attempt that failed with err never left the
+// client: UNAVAILABLE, uncommitted, while the connection's attempts to
+// connect were failing (grpc fails a call at once then). The state is read
+// after the failure: grpc hands the failing picker to waiting calls just
+// before it publishes TRANSIENT_FAILURE, so CONNECTING with grpc's dial
+// error counts too (TestRealTimeUnsentRetries' first run under -race read
+// CONNECTING in one round of five).
+func (c *call) unsent(err error, committed, timedOut bool) bool {
+	if err == nil || timedOut || committed || c.cc == nil || status.Code(err) != codes.Unavailable {
+		return false
+	}
+	switch c.cc.GetState() {
+	case connectivity.TransientFailure:
+		return true
+	case connectivity.Connecting:
+		return strings.Contains(status.Convert(err).Message(), "while dialing")
+	}
+	return false
 }
 
 // took is how long the attempt that just ended took, for the budget
@@ -426,6 +448,7 @@ func breakerOutcome(callCtx context.Context, err error, timedOut bool) budget.Ou
 // message that names the breaker, as an *Error of no attempts whose
 // Unwrap reaches the *breaker.Refusal.
 func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []grpc.CallOption) error {
+	c.cc = cc
 	if c.breakers == nil {
 		return nil
 	}

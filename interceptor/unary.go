@@ -387,7 +387,7 @@ func (f *firstAttempt) fill(c *call, o *options, cc *grpc.ClientConn, method str
 	c.o, c.method, c.ctx, c.crit = o, method, f.ctx, f.crit
 	c.static = staticMethod(f.opts)
 	c.follow(f.mi, &f.mi.plan, callTarget(f.ctx, cc), f.budget)
-	c.br = f.br
+	c.br, c.cc = f.br, cc
 }
 
 // unaryRefused ends a call of the fast path whose breaker refused the first
