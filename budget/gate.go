@@ -23,7 +23,8 @@ import (
 //
 // When a refused retry goes. Never before its pause (settling). While
 // retrying heals the backend's calls and no attempt failed for overload
-// within 5 s, after its pause (heal). While the
+// within 5 s, after its pause, unless a return after an outage is under
+// way (heal). While the
 // backend fails, one retry at a time, as the probe, once nothing reached
 // the backend for the probe gap (probe), or, for a call with a deadline,
 // as its last chance just before it (last chance). While it serves, one

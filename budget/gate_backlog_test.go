@@ -158,3 +158,80 @@ func TestGateBacklogSparesLastChancesWhileFailing(t *testing.T) {
 		t.Fatalf("no held call of %d ended by the backlog rule once the gate served again", len(ws))
 	}
 }
+
+// During a return, every waiting retry goes at the return's pace, the
+// ones that began to wait just before it too: the heal rule, which lets a
+// retry go after its pause where retrying heals, does not apply while the
+// held ones go back (a fleet of 20 processes sent 35 retries in the first
+// 100 ms of a return that way, 1.13-1.21x the backend's capacity).
+func TestGateReturnPacesRetriesNotHeldYet(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	clk.advance(2 * tune.HealthyGap)
+	g.mu.Lock()
+	g.st.ev.retryFails = tune.HealMinSamples // retries failed: the server is down, not flaky
+	g.mu.Unlock()
+	for range tune.OutageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	var ws []*Waiter
+	const pause = 100 * time.Millisecond
+	for i := range 8 {
+		w, err := g.Enter(retry2, pause, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Leave()
+		ws = append(ws, w)
+		if i < 6 {
+			clk.advance(time.Second) // past its hold time: held by the outage
+			g.Tick()
+		}
+	}
+	g.mu.Lock()
+	phase, held := g.st.phase, 0
+	for _, w := range ws {
+		if w.view.held {
+			held++
+		}
+	}
+	g.mu.Unlock()
+	if phase != phaseOutage || held != 6 {
+		t.Fatalf("before the return: phase %v, %d held; want an outage, 6 held", phase, held)
+	}
+	// The return: a new call served; the evidence says retries heal (no
+	// retry failed since the success, no call that retried is known).
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	g.mu.Lock()
+	heals := g.st.ev.heals(clk.Now(), false)
+	g.mu.Unlock()
+	if !heals {
+		t.Fatal("after the return, the evidence does not say retries heal: the test shows nothing")
+	}
+	// Past the last two's pauses: whatever goes, goes by the pace, one at
+	// a time.
+	for step := range 20 {
+		clk.advance(pause / 4)
+		g.Tick()
+		went := 0
+		for i, w := range ws {
+			select {
+			case <-w.Ready():
+			default:
+				continue
+			}
+			a, err := w.Take()
+			if err != nil || a == AdmitNone {
+				continue // ended, or taken before
+			}
+			if a == admitHeal {
+				t.Fatalf("step %d: waiter %d went by the heal rule during the return", step, i)
+			}
+			went++
+		}
+		if went > 1 {
+			t.Fatalf("step %d: %d retries went at once during the return, want the pace's one", step, went)
+		}
+	}
+}

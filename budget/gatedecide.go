@@ -88,7 +88,11 @@ func (s *gateState) tookNow(now time.Time) time.Duration {
 
 func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) decision {
 	held := w.held
-	if !held && s.phase != phaseOutage && s.ev.heals(now, false) {
+	// The heal rule, but during a return: then every waiting retry goes at
+	// the return's pace, one that began to wait just before it too (those
+	// went at once: a fleet's 20 processes sent 35 in the return's first
+	// 100 ms, 1.13-1.21x the capacity; 1.04-1.08x without).
+	if !held && s.phase != phaseOutage && s.pace.backAt.IsZero() && s.ev.heals(now, false) {
 		return decision{how: admitHeal}
 	}
 	if !held && !now.Before(w.holdAt) {
