@@ -77,13 +77,13 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.ageLocked(now)
 	futile, lone := g.st.futile(now, g.n > 0, r.Unsent)
 	if futile {
-		g.moveLocked(now, &Waiter{}, waitOut, ErrOutageLasting)
+		g.moveLocked(now, nil, waitOut, ErrOutageLasting)
 		return nil, ErrOutageLasting
 	}
 	if g.n >= g.s.MaxWaiting || !g.shared.tryEnter() {
 		v := g.victim(level)
 		if v == nil {
-			g.moveLocked(now, &Waiter{}, waitOut, ErrTooManyWaiting)
+			g.moveLocked(now, nil, waitOut, ErrTooManyWaiting)
 			return nil, ErrTooManyWaiting
 		}
 		g.moveLocked(now, v, waitOut, errEvicted)
@@ -202,7 +202,7 @@ func (g *Gate) Tick() time.Time {
 
 // moveLocked moves w to the state to: the one place a waiter enters the
 // room, is granted or leaves it, and where each outcome is counted, once.
-// A new waiter that cannot wait (to waitOut) is turned away (end says why);
+// A retry that cannot wait (w nil) is turned away;
 // one queued leaves its queue; one granted and not taken (to is not
 // waitTaken) gives back what it was granted (the one give-back path,
 // semaphore's "pretend we didn't": the pacer's share; paid reports whether
@@ -212,12 +212,14 @@ func (g *Gate) Tick() time.Time {
 // end (nil: its caller left). Each verdict on a queued waiter closes its
 // Ready.
 func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (paid bool) {
+	if w == nil {
+		// Turned away at the door: no waiter was built (a long outage turns
+		// away every failed call; none allocates).
+		g.counts.DeferTurnedAway++
+		return false
+	}
 	from := w.state
 	switch {
-	case from == waitNew && to == waitOut:
-		g.counts.DeferTurnedAway++
-		w.end = end
-		return false
 	case from == waitNew:
 		g.n++
 		g.counts.Deferred++

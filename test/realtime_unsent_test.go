@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,29 +12,6 @@ import (
 	"github.com/stagger-go/stagger/testserver"
 )
 
-// requestBudget admits every retry and keeps the Requests it was asked.
-type requestBudget struct {
-	mu  sync.Mutex
-	got []budget.Request
-}
-
-func (b *requestBudget) Record(budget.Attempt) {}
-func (b *requestBudget) Allow(r budget.Request) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.got = append(b.got, r)
-	return true
-}
-func (b *requestBudget) State() budget.State { return budget.State{Kind: "requests"} }
-
-func (b *requestBudget) take() []budget.Request {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := b.got
-	b.got = nil
-	return out
-}
-
 // The channel's own news, on real time over loopback TCP: a retry whose
 // attempt failed because the connection was refused (the request never
 // left the client) tells the budget so (Request.Unsent, which the Gate's
@@ -45,7 +21,15 @@ func (b *requestBudget) take() []budget.Request {
 func TestRealTimeUnsentRetries(t *testing.T) {
 	srv := testserver.New(testserver.WithTCP())
 	t.Cleanup(srv.Close)
-	b := &requestBudget{}
+	b := &requestLog{} // criticality_test.go
+	seen := 0
+	// take returns the requests asked since it was last called.
+	take := func() []budget.Request {
+		all := b.all()
+		out := all[seen:]
+		seen = len(all)
+		return out
+	}
 	cc, err := srv.DialTCP(stagger.DialOptions(rtConfig(t, rtNoTimerFile), interceptor.WithBudget(b))...)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +48,7 @@ func TestRealTimeUnsentRetries(t *testing.T) {
 		if err := get(); err == nil {
 			t.Fatalf("round %d: a call in an outage succeeded", round)
 		}
-		reqs := b.take()
+		reqs := take()
 		if len(reqs) != 2 {
 			t.Fatalf("round %d, server answering UNAVAILABLE: %d retries asked, want 2", round, len(reqs))
 		}
@@ -79,7 +63,7 @@ func TestRealTimeUnsentRetries(t *testing.T) {
 		if err := get(); err == nil {
 			t.Fatalf("round %d: a call to a server gone succeeded", round)
 		}
-		reqs = b.take()
+		reqs = take()
 		unsent := 0
 		for _, r := range reqs {
 			if r.Unsent {
@@ -103,6 +87,6 @@ func TestRealTimeUnsentRetries(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		b.take()
+		take()
 	}
 }
