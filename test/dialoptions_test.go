@@ -1,13 +1,9 @@
 //go:build go1.25
 
-// The one //go:debug line of the package's tests (a second one anywhere in
-// the package's _test.go files breaks the build): synctest needs the Go 1.23
-// timer channels while go.mod says go 1.22. It lives in a go1.25 file because
-// older toolchains reject the setting's name.
-//
-//go:debug asynctimerchan=0
+// The package's //go:debug asynctimerchan=0, which synctest needs, is in
+// interceptor_test.go.
 
-package stagger_test
+package test
 
 import (
 	"context"
@@ -29,8 +25,8 @@ import (
 )
 
 // The test of the root package's DialOptions. What the interceptors do with
-// the options it installs is tested end to end in test/ (package test),
-// DialOptionsFromSource's reloads there too (source_test.go).
+// the options it installs is tested in the other files of this package,
+// DialOptionsFromSource's reloads in source_test.go.
 
 // TestDialOptions: one service config, given to grpc-go as a resolver would
 // deliver it, is not applied once stagger is in; given to DialOptions, it

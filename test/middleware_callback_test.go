@@ -1,4 +1,4 @@
-package stagger_test
+package test
 
 import (
 	"context"
