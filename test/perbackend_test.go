@@ -95,7 +95,7 @@ func p50(ds []time.Duration) time.Duration {
 // The two tests of this file run on real time over loopback TCP for about
 // 20 s in all, so they run once per lane (make test) rather than in the
 // real-time lane's repetitions; they passed three runs of three at
-// -cpu=1 beside three busy loops (BENCHMARKS.md, "Issue 45").
+// -cpu=1 beside three busy loops when they were written (issue 45).
 func TestPerBackendTwoBackends(t *testing.T) {
 	for _, tt := range []struct {
 		name, file      string

@@ -92,10 +92,9 @@ const (
 	// The same strain brakes the releases (the release rule): while it lasts, successes do not quicken the releases
 	// and fast answers do not quicken a return, and each refusal for
 	// overload halves a return's pace: the server's room is the new
-	// calls' (issue 63's fleet, 20 processes after a 10 s outage: at 80 %
-	// load, 1,107 refusals after the return, peak 1.27x, 20 % of the
-	// outage's calls served before; 158, 1.04x, 4.4 % braked; a 1 s brake
-	// 397-677 refusals; at 40 % load 82 % served before, 64 % braked).
+	// calls' (issue 63's fleet of 20 processes after a 10 s outage: the
+	// refusals after the return fell tenfold; BENCHMARKS.md, "Figures
+	// behind the code's choices").
 	OverloadHold = 5 * time.Second
 	// OverloadShare, OverloadWindow, OverloadMinSamples: a backend is
 	// overloaded (every retry waits) while more than 60 % of the latest 32
