@@ -45,8 +45,9 @@
 // last chance just before the deadline; an outage holds the waits, and once
 // it has outlived them, new failed calls end at once (but for a rare lone
 // probe); when the backend serves again the held calls go back at a pace
-// that quickens while its answers stay fast (all within about a second when
-// it has room). New wraps the token bucket and the ratio in a Gate unless
+// that starts from the rate they came at and quickens while its answers
+// stay fast (many held calls are back within a second, a few that came
+// slowly take seconds, whatever the room). New wraps the token bucket and the ratio in a Gate unless
 // Settings.Defer says off, and the throttle only when it says on, so that
 // gRFC A6's retryThrottling refuses at once as A6 says. The interceptors
 // find a Deferrer by type assertion on the budget; a user's own Budget

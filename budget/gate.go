@@ -34,8 +34,8 @@ import (
 // failed one and per refusal for overload, a new call's too, and neither
 // it nor the successes quickening it within 5 s of such a refusal (held
 // retries take only the room new calls leave), until a success finds
-// nobody waiting (room to spare: all
-// back within about a second; a held call no sooner than its pause after
+// nobody waiting (how soon all are back is that pace's, not the room's: a
+// few that came slowly take seconds; a held call no sooner than its pause after
 // the return, or with a deadline at a random share of what it leaves, a
 // second at most; fewer than four held go unpaced). A guarded retry goes
 // only when its circuit breaker allows (guard). The most critical goes
