@@ -22,7 +22,7 @@ import (
 // that error wrapped as "max retries exhausted: failed after N attempts:
 // ...", which status.FromError puts in the status message. The file has
 // its own throttle: the process's default budget (budget.DefaultBackends)
-// is shared with the tests that run it in a synctest bubble.
+// is shared with the package's Examples.
 func TestGiveUpTextAsTheGuideSays(t *testing.T) {
 	const sc = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
 	  "retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.001s", "maxBackoff": "0.001s",
