@@ -25,7 +25,8 @@ import (
 // lab's server, testserver's Workers mode with no queue). The server
 // answers UNAVAILABLE, at once and at no cost, from Warmup to Warmup +
 // Outage (the return), and the load goes on for After. The zero value of
-// each field takes the default written beside it.
+// each field takes the default written beside it. A FleetConfig is a plain
+// value.
 type FleetConfig struct {
 	// Processes is the number of client processes; default 20. The total
 	// load stays Load × Capacity whatever their number.
@@ -323,8 +324,9 @@ func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 		return d
 	}
 	var (
-		t     callTotals
-		calls []fleetCall
+		t      callTotals
+		calls  []fleetCall
+		defers bool // the contender's budget is a Gate
 	)
 	done := func(start time.Duration, ok bool, why string) {
 		calls = append(calls, fleetCall{begin: start, end: s.now, ok: ok, why: why})
@@ -338,6 +340,7 @@ func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 			return FleetResult{}, err
 		}
 		pr.answer, pr.net, pr.facts, pr.done = answer, net, true, done
+		defers = pr.gate != nil
 		if cfg.Poisson {
 			pr.poisson(rate/float64(cfg.Processes), end)
 			continue
@@ -358,12 +361,8 @@ func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 	switch {
 	case cfg.CallTimeout > 0:
 		r.Bound = cfg.CallTimeout
-	case c.Budget.Kind != budget.KindNone:
-		if b, err := budget.New(c.Budget); err == nil {
-			if _, defers := b.(*budget.Gate); defers {
-				r.Bound = c.Budget.WithDefaults().Defer.MaxWait
-			}
-		}
+	case defers:
+		r.Bound = c.Budget.WithDefaults().Defer.MaxWait
 	}
 	refusedAt := func(b int) int {
 		if b < 0 || b >= len(srv.refused) {

@@ -194,7 +194,19 @@ func writeFleet(w io.Writer, f format, cfg *sim.FleetConfig, res []sim.FleetResu
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nfailed after the return, by reason (the policy's reason or the Gate's rule, and the last code):\n")
+	fmt.Fprintf(w, "\nFAILED < BOUND: the outage calls that failed after the return sooner than their own bound after they began:")
+	for i, r := range res {
+		bound := "none (every one)"
+		if r.Bound > 0 {
+			bound = r.Bound.String()
+		}
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(w, "%s %s %s", sep, r.Contender, bound)
+	}
+	fmt.Fprintf(w, "\n\nfailed after the return, by reason (the policy's reason or the Gate's rule, and the last code):\n")
 	for _, r := range res {
 		if len(r.AfterReasons) == 0 {
 			fmt.Fprintf(w, "%-10s none\n", r.Contender)
