@@ -117,9 +117,9 @@ type proc struct {
 	done func(start time.Duration, ok bool, why string)
 	// answer, when set, is the server instead of serve: given the start
 	// of the attempt's call and the attempt's number, when it reaches
-	// the server, the attempt's error (nil: served) and how long the
-	// server takes to answer (the fleet model).
-	answer func(start time.Duration, n int) (error, time.Duration)
+	// the server, how long the server takes to answer and the attempt's
+	// error (nil: served) (the fleet model).
+	answer func(start time.Duration, n int) (time.Duration, error)
 	// net, when set, draws a one-way hop instead of hop.
 	net func() time.Duration
 	// facts: tell the budget what the interceptors tell it besides the
@@ -324,7 +324,7 @@ func (p *proc) call() {
 				service time.Duration
 			)
 			if p.answer != nil {
-				err, service = p.answer(start, n)
+				service, err = p.answer(start, n)
 			} else if !p.serve(key) {
 				err = errFailed
 			}

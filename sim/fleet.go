@@ -271,7 +271,7 @@ func (f *fleetServer) next(at time.Duration) (worker int, start time.Duration) {
 }
 
 // answer takes attempt n of a call that began at start, arriving at now.
-func (f *fleetServer) answer(now, start time.Duration, n int) (error, time.Duration) {
+func (f *fleetServer) answer(now, start time.Duration, n int) (time.Duration, error) {
 	b := int(now / Bin)
 	for len(f.arrivals) <= b {
 		f.arrivals = append(f.arrivals, 0)
@@ -280,7 +280,7 @@ func (f *fleetServer) answer(now, start time.Duration, n int) (error, time.Durat
 	f.arrivals[b]++
 	if now >= f.down && now < f.back {
 		f.downAttempts++
-		return errFailed, 0
+		return 0, errFailed
 	}
 	w, t := f.next(now)
 	if t > now {
@@ -297,10 +297,10 @@ func (f *fleetServer) answer(now, start time.Duration, n int) (error, time.Durat
 				f.refusedFresh++
 			}
 		}
-		return errRefused, 0
+		return 0, errRefused
 	}
 	f.free[w], f.last = now+f.service, now
-	return nil, f.service
+	return f.service, nil
 }
 
 // fleetCall is one call of a fleet run.
@@ -331,7 +331,7 @@ func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 	done := func(start time.Duration, ok bool, why string) {
 		calls = append(calls, fleetCall{begin: start, end: s.now, ok: ok, why: why})
 	}
-	answer := func(start time.Duration, n int) (error, time.Duration) { return srv.answer(s.now, start, n) }
+	answer := func(start time.Duration, n int) (time.Duration, error) { return srv.answer(s.now, start, n) }
 	rate := cfg.Load * float64(cfg.Capacity)
 	interval := time.Duration(float64(cfg.Processes) / rate * float64(time.Second))
 	for i := range cfg.Processes {

@@ -50,7 +50,7 @@ func TestFleetServerRefusesPastConcurrency(t *testing.T) {
 		{59 * ms, true},  // worker 0 busy until 60 ms, then with this refusal until 65 ms
 		{70 * ms, false},
 	} {
-		err, took := f.answer(step.at, step.at, 1)
+		took, err := f.answer(step.at, step.at, 1)
 		if got := err != nil; got != step.refused {
 			t.Fatalf("attempt at %v: refused %v, want %v", step.at, got, step.refused)
 		}
