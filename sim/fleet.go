@@ -352,7 +352,12 @@ func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 				s.At(at, next)
 			}
 		}
-		s.At(time.Duration(i)*interval/time.Duration(cfg.Processes), next)
+		// Process i's first call is i ÷ rate seconds in: the fleet's calls
+		// are evenly spaced, and a process whose first call would come
+		// after the load makes none (as in the lab).
+		if first := time.Duration(float64(i) / rate * float64(time.Second)); first < end {
+			s.At(first, next)
+		}
 	}
 	s.Run()
 

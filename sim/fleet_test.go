@@ -172,3 +172,22 @@ func TestFleetCallsKeepTheirBound(t *testing.T) {
 		t.Errorf("longest call %v, bound %v: want at most the bound (10 s) and its attempts", r.Longest, r.Bound)
 	}
 }
+
+// TestFleetEvenArrivals: the fleet's calls are the load's, evenly spaced,
+// however many processes share them: a process whose first call would
+// come after the load makes none.
+func TestFleetEvenArrivals(t *testing.T) {
+	for _, processes := range []int{1, 5, 2000} {
+		cfg := smallFleet(1, 0)
+		cfg.Processes = processes
+		cfg.Contenders = FleetContenders()[2:] // no-retry
+		res, err := Fleet(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 100 calls/s for 6 s; 200 of them in the 2 s outage.
+		if r := res[0]; r.Calls != 600 || r.OutageCalls != 200 || r.PeakAfter > 0.6 {
+			t.Errorf("%d processes: %d calls, %d in the outage, peak %.2fx: want 600, 200, about the load's 0.5x", processes, r.Calls, r.OutageCalls, r.PeakAfter)
+		}
+	}
+}
