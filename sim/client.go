@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -68,6 +69,9 @@ func Contenders(extra ...Contender) []Contender {
 // errFailed is what a failing server answers.
 var errFailed = status.Error(codes.Unavailable, "sim: server failed the attempt")
 
+// errRefused is what a server with no room answers (the fleet model's).
+var errRefused = status.Error(codes.ResourceExhausted, "sim: server refused the attempt: no worker free")
+
 // errDeadline is what an attempt cut off by its call's deadline ends with.
 var errDeadline = status.Error(codes.DeadlineExceeded, "sim: the call's deadline passed")
 
@@ -80,9 +84,9 @@ type callTotals struct {
 type waiter struct {
 	w *budget.Waiter
 	// admit sends the retry with the admission the gate granted; giveUp
-	// ends the call when the gate ended the wait.
+	// ends the call when the gate ended the wait, with the gate's error.
 	admit  func(budget.Admission)
-	giveUp func()
+	giveUp func(error)
 	// gone: admitted or given up; dropped from proc.waiters.
 	gone bool
 }
@@ -108,8 +112,25 @@ type proc struct {
 	// key, when set, draws each call's key when the call starts: all its
 	// attempts share it. Without it every key is 0.
 	key func() float64
-	// done, when set, is told when a call that started at start ends.
-	done func(start time.Duration)
+	// done, when set, is told when a call that started at start ends:
+	// whether it succeeded, and if not why (failReason).
+	done func(start time.Duration, ok bool, why string)
+	// answer, when set, is the server instead of serve: given the start
+	// of the attempt's call and the attempt's number, when it reaches
+	// the server, how long the server takes to answer and the attempt's
+	// error (nil: served) (the fleet model).
+	answer func(start time.Duration, n int) (time.Duration, error)
+	// net, when set, draws a one-way hop instead of hop.
+	net func() time.Duration
+	// facts: tell the budget what the interceptors tell it besides the
+	// outcome (the fleet model): how long an admitted retry took
+	// (Attempt.Took), the call's waits so far (Request.Waited), and the
+	// latest served retry's time within five seconds (Request.Took). The
+	// older models leave them zero, so that their figures stay as they
+	// were measured.
+	facts bool
+	// tookAt and took are the latest served retry's end and time (facts).
+	tookAt, took time.Duration
 }
 
 func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, serve func(key float64) bool) (*proc, error) {
@@ -180,7 +201,7 @@ func (p *proc) takeVerdicts() bool {
 			w.admit(a)
 		case err != nil:
 			w.gone = true
-			w.giveUp()
+			w.giveUp(err)
 		}
 	}
 	live := p.waiters[:0]
@@ -218,22 +239,22 @@ func (p *proc) wakeAt(next time.Time) {
 // on the real clock: the gate's grant loop decides it, now, after every
 // Record on the budget and at the times it asks for; admitted, admit
 // sends the retry. The gate ends the wait (at limit, a millisecond before
-// the call's deadline, or its MaxWait from now without one; or by its
-// rules), and giveUp ends the call. It reports false when the gate turned
-// the retry away (budget.ErrTooManyWaiting, budget.ErrOutageLasting): the
-// call ends as refused.
-func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration, admit func(budget.Admission), giveUp func()) bool {
+// the call's deadline, or without one its MaxWait less r.Waited; or by
+// its rules), and giveUp ends the call. It returns the gate's error when the
+// gate turned the retry away (budget.ErrTooManyWaiting,
+// budget.ErrOutageLasting): the call ends as refused.
+func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration, admit func(budget.Admission), giveUp func(error)) error {
 	var deadline time.Time
 	if limit >= 0 {
 		deadline = Epoch.Add(limit + time.Millisecond)
 	}
 	bw, err := p.gate.Enter(r, pause, deadline)
 	if err != nil {
-		return false
+		return err
 	}
 	p.waiters = append(p.waiters, &waiter{w: bw, admit: admit, giveUp: giveUp})
 	p.runGate()
-	return true
+	return nil
 }
 
 // call starts one call now, with the interceptor's order of steps: the
@@ -260,14 +281,15 @@ func (p *proc) call() {
 		ended     bool
 		inAttempt int              // the attempt in flight, 0 when none
 		admission budget.Admission // how the attempt in flight was let go
+		inGate    time.Duration    // the call's waits in the gate so far (facts)
 	)
-	finish := func(ok bool) {
+	finish := func(ok bool, why string) {
 		ended = true
 		if ok {
 			p.totals.successes++
 		}
 		if p.done != nil {
-			p.done(start)
+			p.done(start, ok, why)
 		}
 	}
 	if p.timeout > 0 {
@@ -279,7 +301,7 @@ func (p *proc) call() {
 				v := p.pol.Decide(&policy.Attempt{Number: n, Err: errDeadline, CallerDone: true, HasDeadline: true})
 				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: admission}, budget.Other)
 			}
-			finish(false)
+			finish(false, "deadline")
 		})
 	}
 	// limit is when a deferred retry gives up: a millisecond before the
@@ -295,17 +317,23 @@ func (p *proc) call() {
 		}
 		p.totals.attempts++
 		inAttempt, admission = n, adm
-		p.s.After(hop(p.s), func() {
-			ok := p.serve(key)
-			p.s.After(hop(p.s), func() {
+		sent := p.s.now
+		p.s.After(p.hop(), func() {
+			var (
+				err     error
+				service time.Duration
+			)
+			if p.answer != nil {
+				service, err = p.answer(start, n)
+			} else if !p.serve(key) {
+				err = errFailed
+			}
+			ok := err == nil
+			p.s.After(service+p.hop(), func() {
 				if ended {
 					return
 				}
 				inAttempt = 0
-				var err error
-				if !ok {
-					err = errFailed
-				}
 				a := &policy.Attempt{Number: n, Err: err, Retry: n, Prev: prev, U: p.s.rng.Float64()}
 				if p.timeout > 0 {
 					a.HasDeadline, a.Remaining = true, deadline-p.s.now
@@ -315,13 +343,27 @@ func (p *proc) call() {
 				if !ok {
 					brOut = budget.Failure
 				}
-				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: adm, Final: !v.Retry}, brOut)
+				// The interceptors' sign of overload: a refusal the server sent.
+				rec := budget.Attempt{Number: n, Outcome: v.Record, Admission: adm, Final: !v.Retry, Overload: status.Code(err) == codes.ResourceExhausted}
+				if p.facts && n > 1 {
+					took := p.s.now - sent
+					if adm != budget.AdmitNone {
+						rec.Took = took
+					}
+					if ok {
+						p.tookAt, p.took = p.s.now, took
+					}
+				}
+				p.record(rec, brOut)
 				if !v.Retry {
-					finish(ok)
+					finish(ok, failReason(err, v.Reason))
 					return
 				}
 				pause := v.Pause
 				r := budget.Request{Number: n + 1, Last: n+1 >= p.pol.MaxAttempts}
+				if p.facts {
+					r.Waited = inGate
+				}
 				if p.br != nil {
 					r.Guard = p.br.Guard(criticality.Unset, nil)
 				}
@@ -333,21 +375,68 @@ func (p *proc) call() {
 					p.s.After(pause, func() { attempt(n+1, pause, budget.AdmitNone) })
 					return
 				}
-				if p.gate != nil && p.enter(r, pause, limit,
-					func(a budget.Admission) { attempt(n+1, pause, a) },
-					func() { finish(false) }) {
+				if p.facts && p.s.now-p.tookAt <= paceFresh && p.tookAt > 0 {
+					r.Took = p.took
+				}
+				if p.gate == nil {
+					finish(false, "budget")
 					return
 				}
-				finish(ok)
+				entered := p.s.now
+				if err := p.enter(r, pause, limit,
+					func(a budget.Admission) {
+						inGate += p.s.now - entered
+						attempt(n+1, pause, a)
+					},
+					func(err error) { finish(false, "deferred/"+waitRule(err)) }); err != nil {
+					finish(false, "turned-away/"+waitRule(err))
+				}
 			})
 		})
 	}
 	if p.br != nil && p.br.Admit(criticality.Unset, nil) != nil {
 		// Open (or throttled): the call fails at once, nothing sent.
-		finish(false)
+		finish(false, "breaker")
 		return
 	}
 	attempt(1, p.pol.Backoff.Initial, budget.AdmitNone)
+}
+
+// paceFresh is how long the interceptors go on telling the Gate the
+// latest served retry's time (Request.Took): their pace's freshness.
+const paceFresh = 5 * time.Second
+
+// hop draws a one-way hop: net's, or the package's hop.
+func (p *proc) hop() time.Duration {
+	if p.net != nil {
+		return p.net()
+	}
+	return hop(p.s)
+}
+
+// failReason is why a call whose last attempt ended with err and whose
+// policy said reason did not retry: the policy's reason and the code.
+func failReason(err error, reason policy.Reason) string {
+	if err == nil {
+		return ""
+	}
+	return reason.String() + "/" + status.Code(err).String()
+}
+
+// waitRule names the rule of the gate that ended a wait with err, as the
+// interceptors' Report.WaitEnd does: the gate's own name for it when it
+// gives one, else futility or room.
+func waitRule(err error) string {
+	var r interface{ WaitRule() string }
+	switch {
+	case errors.As(err, &r):
+		return r.WaitRule()
+	case errors.Is(err, budget.ErrOutageLasting):
+		return "futility"
+	case errors.Is(err, budget.ErrTooManyWaiting):
+		return "room"
+	}
+	return "other"
 }
 
 // poisson starts calls on p at the given rate (calls per second) from now

@@ -4,7 +4,7 @@
 // virtual clock, so a model of thousands of clients over many seconds runs in
 // milliseconds and the same seed always gives the same figures.
 //
-// Four models:
+// Five models:
 //
 //   - OCC contention (AWS Architecture Blog, 2015): clients race to update a
 //     row; compares no backoff, plain exponential, full, equal and
@@ -27,6 +27,22 @@
 //     BlipConfig sets it up as the lab's blip scenario (a 1.5 s outage under
 //     light load, with 2 s call deadlines), where what counts is how many
 //     of the outage's calls the retries heal.
+//   - Fleet: the lab's fleet scenario (`stagger lab -scenario fleet`) on
+//     virtual time, at fleet sizes no machine runs in real time: N client
+//     processes, each with its own budget (for stagger its own Gate),
+//     share a fixed total load against a server with room for Capacity
+//     attempts a second, Concurrency at a time with no queue (it refuses
+//     with RESOURCE_EXHAUSTED past that, as the lab's server does), which
+//     answers UNAVAILABLE for a while; the outage calls served, when the
+//     held ones finish after the return, those that fail before their own
+//     bound, the peak after the return and the refusals, beside plain
+//     retries and the no-retry baseline (FleetConfig). Its processes tell
+//     the budget what the interceptors tell it and the older models leave
+//     out: a refusal for overload (Attempt.Overload), how long an admitted
+//     retry took (Attempt.Took), the call's waits so far (Request.Waited,
+//     so a call without a deadline waits MaxWait in all, as the
+//     interceptors' calls do) and the latest served retry's time
+//     (Request.Took).
 //
 // The two failure models, FailRate and Partial, are one sweep
 // (FailureConfig): their server fails every attempt of a call whose key is
@@ -60,9 +76,9 @@
 // recorded with the admission Take returned (AdmitNone for every other
 // attempt). A waiter whose wait the grant loop ends (a millisecond before
 // its call's deadline or, without one, the gate's DeferSettings.MaxWait
-// after it entered: the simulator's Requests leave Waited zero, so each
-// wait is bounded alone, as the interceptors did before issue 63) leaves
-// and its call fails. So without a deadline a deferred call may end up to
+// after it entered, less the call's earlier waits in the fleet model: the
+// other models leave Request.Waited zero, so each wait is bounded alone,
+// as the interceptors did before issue 63) leaves and its call fails. So without a deadline a deferred call may end up to
 // MaxWait (10 s by default) after its last attempt, past the end of the
 // arrivals; the Outage model's Drain counts it.
 //
@@ -75,6 +91,6 @@
 // one at a time; nothing sleeps and no goroutine stands for a client.
 //
 // Concurrency: a Sim is used by one goroutine. The model functions (OCC,
-// FailRate, Partial, Outage) may run independent runs on several goroutines, and their
+// FailRate, Partial, Outage, Fleet) may run independent runs on several goroutines, and their
 // results do not depend on how many.
 package sim

@@ -147,7 +147,7 @@ func outageRun(s *Sim, cfg *OutageConfig, c *Contender) (OutageResult, error) {
 		served[b]++
 		return true
 	}
-	done := func(start time.Duration) {
+	done := func(start time.Duration, _ bool, _ string) {
 		if start < cfg.OutageEnd && s.now > lastCall {
 			lastCall = s.now
 		}

@@ -18,7 +18,7 @@ import (
 
 func init() {
 	commands["sim"] = command{
-		summary: "simulate retry storms on a virtual clock (occ, failrate, partial, outage, blip)",
+		summary: "simulate retry storms on a virtual clock (occ, failrate, partial, outage, blip, fleet)",
 		run:     runSim,
 	}
 }
@@ -33,6 +33,10 @@ Models (package sim's documentation: go doc github.com/stagger-go/stagger/sim):
   outage    outage and recovery: load during the outage, peak after, drain time
   blip      the outage model as the lab's blip: 50 clients × 1 call/s,
             capacity 500/s, UNAVAILABLE from 2 s to 3.5 s of 8 s, 2 s deadlines
+  fleet     the lab's fleet scenario: N processes, each its own budget (for
+            stagger its own Gate), a server with room for 1,000 attempts/s
+            (50 at a time, no queue), UNAVAILABLE for 10 s; outage calls
+            served, held calls' finish after the return, peak, refusals
 
 Run "stagger sim MODEL -h" for a model's flags.
 `
@@ -57,6 +61,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		err = simOutage("outage", args[1:], stdout, stderr)
 	case "blip":
 		err = simOutage("blip", args[1:], stdout, stderr)
+	case "fleet":
+		err = simFleet(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, simUsage)
 		return 0

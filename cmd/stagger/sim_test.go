@@ -60,6 +60,11 @@ func TestSimUsageErrors(t *testing.T) {
 		{"partial zero duration", []string{"partial", "-duration", "0s"}, "-duration must be > 0"},
 		{"partial call timeout", []string{"partial", "-call-timeout", "-1s"}, "partial call timeout must be in [0, 1h] (0: none), got -1s"},
 		{"partial unknown contender", []string{"partial", "-contenders", "magic"}, `unknown contender "magic"`},
+		{"fleet zero processes", []string{"fleet", "-processes", "0"}, "-processes must be > 0"},
+		{"fleet load", []string{"fleet", "-load", "11"}, "sim: fleet: Load: must be in (0, 10]"},
+		{"fleet outage", []string{"fleet", "-outage", "150ms"}, "sim: fleet: Outage: must be a whole number of 100ms"},
+		{"fleet csv", []string{"fleet", "-format", "csv"}, "the fleet prints table or json"},
+		{"fleet unknown contender", []string{"fleet", "-contenders", "default"}, `unknown contender "default" (known: stagger, retry-3, no-retry)`},
 		{"blip window past its duration", []string{"blip", "-duration", "3s"}, "outage window must satisfy 0 <= start < end <= duration 3s, got [2s, 3.5s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,7 +80,7 @@ func TestSimUsageErrors(t *testing.T) {
 }
 
 func TestSimHelp(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"occ", "-h"}, {"outage", "-help"}, {"blip", "-h"}, {"partial", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"occ", "-h"}, {"outage", "-help"}, {"blip", "-h"}, {"partial", "-h"}, {"fleet", "-h"}} {
 		if code, _, stderr := runSimArgs(t, args...); code != 0 {
 			t.Errorf("%v: exit %d, want 0 (stderr %q)", args, code, stderr)
 		}
@@ -99,6 +104,8 @@ func TestSimDeterministicOutput(t *testing.T) {
 		{"partial table", []string{"partial", "-fail-keys", "0.2,0.5", "-clients", "5,50", "-rate", "200", "-duration", "2s"}},
 		{"partial json", []string{"partial", "-rate", "200", "-duration", "2s", "-format", "json"}},
 		{"partial with deadlines", []string{"partial", "-rate", "200", "-duration", "2s", "-call-timeout", "150ms", "-format", "csv"}},
+		{"fleet table", []string{"fleet", "-clients", "5", "-capacity", "200", "-concurrency", "10", "-warmup", "1s", "-outage", "2s", "-after", "3s"}},
+		{"fleet json", []string{"fleet", "-processes", "5", "-capacity", "200", "-concurrency", "10", "-load", "0.8", "-warmup", "1s", "-outage", "2s", "-after", "3s", "-format", "json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, a, stderr := runSimArgs(t, append(tc.args, "-seed", "1")...)
@@ -291,5 +298,34 @@ func TestOutageCeiling(t *testing.T) {
 		OutageStart: 2 * time.Second, OutageEnd: 5 * time.Second, CallTimeout: time.Second}
 	if c, want := outageCeiling(&cfg), (5600.0+199)/8000; math.Abs(c-want) > 1e-12 {
 		t.Errorf("1 s deadline: ceiling %v, want %v", c, want)
+	}
+}
+
+// TestSimFleetJSON: the fleet's JSON has the lab's figures per contender,
+// the no-retry baseline among them.
+func TestSimFleetJSON(t *testing.T) {
+	code, out, stderr := runSimArgs(t, "fleet", "-processes", "4", "-capacity", "200", "-concurrency", "10",
+		"-warmup", "1s", "-outage", "2s", "-after", "3s", "-format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	var names []string
+	for _, r := range rows {
+		names = append(names, r["contender"].(string))
+		for _, k := range []string{"outage_served_rate", "held_p90_s", "outage_failed_early", "peak_after", "refused_after", "ok_p50_s", "ok_p99_s", "fail_p50_s", "fail_p99_s"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("%s: no %q in %v", names[len(names)-1], k, r)
+			}
+		}
+		if p := r["processes"].(float64); p != 4 {
+			t.Errorf("processes = %v, want 4", p)
+		}
+	}
+	if strings.Join(names, ",") != "stagger,retry-3,no-retry" {
+		t.Errorf("contenders %v, want stagger, retry-3, no-retry", names)
 	}
 }
