@@ -318,7 +318,20 @@ func (b *Breaker) AllowRetry(c criticality.Level, l Listener) (bool, time.Time) 
 	}
 	ok, next, ch, changed := b.allowRetry(b.now(), c.Index())
 	if changed {
-		b.tell(ch, l)
+		if ok {
+			// A hook that panics must not keep the probe slot this retry
+			// took: it is given back as an attempt that never went.
+			told := false
+			defer func() {
+				if !told {
+					b.Record(budget.Other, false, c, nil)
+				}
+			}()
+			b.tell(ch, l)
+			told = true
+		} else {
+			b.tell(ch, l)
+		}
 	}
 	return ok, next
 }

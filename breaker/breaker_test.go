@@ -499,3 +499,30 @@ func TestGateCallerLeavingAfterYesFreesTheProbe(t *testing.T) {
 		t.Fatalf("a first attempt after the retry's caller left: %v; want it to go as the probe", err)
 	}
 }
+
+// A hook that panics as AllowRetry turns the breaker half-open (the
+// breaker tells its hooks unrecovered) does not keep the probe slot the
+// retry took: the panic reaches the caller, and a first attempt can probe
+// at once (it was refused for a whole break with nothing in flight).
+func TestAllowRetryPanickingHookFreesTheProbe(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []Change
+	br := newTestBreaker(t, Settings{ConsecutiveFailures: 2, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
+	admitN(t, br, budget.Failure, 2)
+	clk.advance(DefaultMaxBreakDuration)
+	func() {
+		defer func() {
+			if p := recover(); p != "hook" {
+				t.Errorf("recovered %v, want the hook's panic", p)
+			}
+		}()
+		br.AllowRetry(criticality.Unset, listenerFunc(func(c Change) {
+			if c.To == StateHalfOpen {
+				panic("hook")
+			}
+		}))
+	}()
+	if err := br.Admit(criticality.Unset, nil); err != nil {
+		t.Fatalf("a first attempt after the hook panicked: %v; want it to go as the probe", err)
+	}
+}
