@@ -500,29 +500,36 @@ func TestGateCallerLeavingAfterYesFreesTheProbe(t *testing.T) {
 	}
 }
 
-// A hook that panics as AllowRetry turns the breaker half-open (the
+// A hook that panics as an asking turns the breaker half-open (the
 // breaker tells its hooks unrecovered) does not keep the probe slot the
-// retry took: the panic reaches the caller, and a first attempt can probe
-// at once (it was refused for a whole break with nothing in flight).
-func TestAllowRetryPanickingHookFreesTheProbe(t *testing.T) {
-	clk := &manualClock{now: t0}
-	var changes []Change
-	br := newTestBreaker(t, Settings{ConsecutiveFailures: 2, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
-	admitN(t, br, budget.Failure, 2)
-	clk.advance(DefaultMaxBreakDuration)
-	func() {
-		defer func() {
-			if p := recover(); p != "hook" {
-				t.Errorf("recovered %v, want the hook's panic", p)
-			}
+// asking took, a retry's (AllowRetry) or a first attempt's (Admit): the
+// panic reaches the caller, and the next first attempt can probe at once
+// (it was refused for a whole break with nothing in flight).
+func TestAskingPanickingHookFreesTheProbe(t *testing.T) {
+	panicking := listenerFunc(func(c Change) {
+		if c.To == StateHalfOpen {
+			panic("hook")
+		}
+	})
+	for name, ask := range map[string]func(*Breaker){
+		"AllowRetry": func(b *Breaker) { b.AllowRetry(criticality.Unset, panicking) },
+		"Admit":      func(b *Breaker) { _ = b.Admit(criticality.Unset, panicking) },
+	} {
+		clk := &manualClock{now: t0}
+		var changes []Change
+		br := newTestBreaker(t, Settings{ConsecutiveFailures: 2, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
+		admitN(t, br, budget.Failure, 2)
+		clk.advance(DefaultMaxBreakDuration)
+		func() {
+			defer func() {
+				if p := recover(); p != "hook" {
+					t.Errorf("%s: recovered %v, want the hook's panic", name, p)
+				}
+			}()
+			ask(br)
 		}()
-		br.AllowRetry(criticality.Unset, listenerFunc(func(c Change) {
-			if c.To == StateHalfOpen {
-				panic("hook")
-			}
-		}))
-	}()
-	if err := br.Admit(criticality.Unset, nil); err != nil {
-		t.Fatalf("a first attempt after the hook panicked: %v; want it to go as the probe", err)
+		if err := br.Admit(criticality.Unset, nil); err != nil {
+			t.Errorf("%s: a first attempt after the hook panicked: %v; want it to go as the probe", name, err)
+		}
 	}
 }
