@@ -578,7 +578,9 @@ func (b *Breaker) tellAsked(ch Change, l Listener, c criticality.Level, ok bool)
 }
 
 // Listener hears the state changes a call's asking or outcome made
-// (the interceptors pass their hooks and logger), outside every lock.
+// (the interceptors pass their hooks and logger), outside every lock. A
+// Listener's panic reaches the caller that asked; a probe slot the asking
+// took is given back first.
 type Listener interface {
 	BreakerChanged(Change)
 }
