@@ -271,7 +271,7 @@ func (b *Breaker) Admit(c criticality.Level, l Listener) error {
 			return nil
 		}
 	}
-	return b.admit(c.Index(), l)
+	return b.admit(c, l)
 }
 
 // fold folds the fast paths' counts into the window now.
@@ -318,7 +318,7 @@ func (b *Breaker) AllowRetry(c criticality.Level, l Listener) (bool, time.Time) 
 	}
 	ok, next, ch, changed := b.allowRetry(b.now(), c.Index())
 	if changed {
-		b.tell(ch, l)
+		b.tellAsked(ch, l, c, ok)
 	}
 	return ok, next
 }
@@ -339,14 +339,14 @@ func (b *Breaker) allowRetry(now time.Time, level int) (ok bool, next time.Time,
 	return false, err.Retry, ch, changed
 }
 
-func (b *Breaker) admit(level int, l Listener) error {
+func (b *Breaker) admit(c criticality.Level, l Listener) error {
 	now := b.now()
 	b.mu.Lock()
 	ch, changed := b.probeLocked(now)
-	err := b.admitLocked(now, level, false)
+	err := b.admitLocked(now, c.Index(), false)
 	b.mu.Unlock()
 	if changed {
-		b.tell(ch, l)
+		b.tellAsked(ch, l, c, err == nil)
 	}
 	if err == nil {
 		return nil
@@ -562,8 +562,25 @@ func (b *Breaker) tell(ch Change, l Listener) {
 	}
 }
 
+// tellAsked tells ch, which an asking of criticality c made (ok: it was
+// let go); a hook that panics must not keep the probe slot the asking may
+// have taken: it is given back, as an attempt that never went, before the
+// panic goes on.
+func (b *Breaker) tellAsked(ch Change, l Listener, c criticality.Level, ok bool) {
+	told := false
+	defer func() {
+		if !told && ok {
+			b.Record(budget.Other, false, c, nil)
+		}
+	}()
+	b.tell(ch, l)
+	told = true
+}
+
 // Listener hears the state changes a call's asking or outcome made
-// (the interceptors pass their hooks and logger), outside every lock.
+// (the interceptors pass their hooks and logger), outside every lock. A
+// Listener's panic reaches the caller that asked; a probe slot the asking
+// took is given back first.
 type Listener interface {
 	BreakerChanged(Change)
 }

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"context"
 	"errors"
 	"math"
 	"strings"
@@ -465,3 +466,70 @@ func TestGuardAllowRetry(t *testing.T) {
 type listenerFunc func(Change)
 
 func (f listenerFunc) BreakerChanged(c Change) { f(c) }
+
+// Issue 72's defect 4: a retry's caller that leaves after the breaker's
+// AllowRetry said yes gives the half-open slot back (the Gate returns the
+// yes), so a first attempt can probe at once: it was refused for a whole
+// break with nothing in flight.
+func TestGateCallerLeavingAfterYesFreesTheProbe(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []Change
+	br := newTestBreaker(t, Settings{ConsecutiveFailures: 2, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
+	g, err := budget.Deferring(&switchBudget{}, budget.DeferSettings{}, budget.WithClock(clk.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitN(t, br, budget.Failure, 2)
+	g.Record(budget.Attempt{Number: 1, Outcome: budget.Failure})
+	clk.advance(DefaultMaxBreakDuration) // the break is over: the next asking probes
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The caller leaves as the asking turns the breaker half-open, after
+	// the breaker took the retry as its probe.
+	leave := listenerFunc(func(c Change) {
+		if c.To == StateHalfOpen {
+			cancel()
+		}
+	})
+	a, err := g.Wait(ctx, budget.Request{Number: 2, Guard: br.Guard(criticality.Unset, leave)}, 0)
+	if a != budget.AdmitNone || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, %v; want none, context.Canceled", a, err)
+	}
+	if err := br.Admit(criticality.Unset, nil); err != nil {
+		t.Fatalf("a first attempt after the retry's caller left: %v; want it to go as the probe", err)
+	}
+}
+
+// A hook that panics as an asking turns the breaker half-open (the
+// breaker tells its hooks unrecovered) does not keep the probe slot the
+// asking took, a retry's (AllowRetry) or a first attempt's (Admit): the
+// panic reaches the caller, and the next first attempt can probe at once
+// (it was refused for a whole break with nothing in flight).
+func TestAskingPanickingHookFreesTheProbe(t *testing.T) {
+	panicking := listenerFunc(func(c Change) {
+		if c.To == StateHalfOpen {
+			panic("hook")
+		}
+	})
+	for name, ask := range map[string]func(*Breaker){
+		"AllowRetry": func(b *Breaker) { b.AllowRetry(criticality.Unset, panicking) },
+		"Admit":      func(b *Breaker) { _ = b.Admit(criticality.Unset, panicking) },
+	} {
+		clk := &manualClock{now: t0}
+		var changes []Change
+		br := newTestBreaker(t, Settings{ConsecutiveFailures: 2, ProbeEvery: 1, BreakDuration: time.Second}, clk, &changes)
+		admitN(t, br, budget.Failure, 2)
+		clk.advance(DefaultMaxBreakDuration)
+		func() {
+			defer func() {
+				if p := recover(); p != "hook" {
+					t.Errorf("%s: recovered %v, want the hook's panic", name, p)
+				}
+			}()
+			ask(br)
+		}()
+		if err := br.Admit(criticality.Unset, nil); err != nil {
+			t.Errorf("%s: a first attempt after the hook panicked: %v; want it to go as the probe", name, err)
+		}
+	}
+}

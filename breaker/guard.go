@@ -11,7 +11,8 @@ import (
 // criticality c, so that a budget.Gate asks b before it lets a waiting
 // retry of the call go (the breaker's half-open probe and the gate's probe
 // are then one attempt). l (may be nil) hears the state changes the asking
-// makes.
+// makes. It is a budget.GuardReturner: a retry it let go whose caller left
+// before it was sent gives its half-open slot back at once.
 func (b *Breaker) Guard(c criticality.Level, l Listener) budget.Guard {
 	return guard{b: b, l: l, c: c}
 }
@@ -25,3 +26,8 @@ type guard struct {
 func (g guard) Closed() bool { return g.b.Closed() }
 
 func (g guard) AllowRetry() (bool, time.Time) { return g.b.AllowRetry(g.c, g.l) }
+
+// ReturnRetry: a retry AllowRetry let go was not sent; the breaker hears it
+// as an attempt that never reached a server (Other), which frees the
+// half-open slot it took.
+func (g guard) ReturnRetry() { g.b.Record(budget.Other, false, g.c, g.l) }

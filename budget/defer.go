@@ -148,14 +148,28 @@ type Admitter interface {
 // before it lets the retry go, so that the guard's probe and the gate's are
 // one attempt (see Gate, the guard rule).
 type Guard interface {
-	// Closed reports whether the guard lets every attempt go now.
+	// Closed reports whether the guard lets every attempt go now: a
+	// closed guard is no guard, and the Gate asks it nothing more.
 	Closed() bool
 	// AllowRetry asks for one retry now: ok when it may go (then the guard
-	// has counted it, and its outcome must reach the guard); else next is
+	// has counted it, and its outcome must reach the guard, or, when it is
+	// not sent, GuardReturner.ReturnRetry); else next is
 	// when asking again could change the answer without news (zero: only
 	// news will). The Gate asks it holding no lock, only for a retry its
 	// rules let go, and sends the retry when it says ok.
 	AllowRetry() (ok bool, next time.Time)
+}
+
+// GuardReturner is a Guard that takes a yes back: a Gate calls ReturnRetry
+// when a retry that AllowRetry let go is not sent after all (its caller
+// left first, or the budget panicked), so that what the guard counted for
+// it (a circuit breaker's half-open slot) is free at once. A Guard without
+// it frees that by its own means (package breaker's, after a break).
+type GuardReturner interface {
+	Guard
+	// ReturnRetry gives back one yes of AllowRetry whose retry was not
+	// sent. The Gate calls it holding no lock.
+	ReturnRetry()
 }
 
 // The errors of Deferrer.Wait that the interceptors tell apart (reasons

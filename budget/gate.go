@@ -34,12 +34,16 @@ import (
 // failed one and per refusal for overload, a new call's too, and neither
 // it nor the successes quickening it within 5 s of such a refusal (held
 // retries take only the room new calls leave), until a success finds
-// nobody waiting (how soon all are back is that pace's, not the room's: a
-// few that came slowly take seconds; a held call no sooner than its pause after
+// none of the retries that began to wait before the return still waiting
+// (how soon all are back is that pace's, not the room's: a few that came
+// slowly take seconds; a held call no sooner than its pause after
 // the return, or with a deadline at a random share of what it leaves, a
 // second at most; fewer than four held go unpaced). A guarded retry goes
-// only when its circuit breaker allows (guard). The most critical goes
-// first (criticality).
+// only when its circuit breaker allows (guard): a closed breaker is no
+// guard and is not asked; a refusal keeps the retry's place; a yes whose
+// caller left before the retry went goes back to a GuardReturner; a guard
+// that panics ends the wait and gives back what it was granted. The most
+// critical goes first, then the oldest (criticality).
 //
 // When a wait ends, and with what. At its call's deadline less a
 // millisecond (deadline), or DeferSettings.MaxWait without one (max-wait);
@@ -243,6 +247,11 @@ func (g *Gate) Record(a Attempt) {
 	}
 	before, guardHeld := g.st.outlook(now), g.news == g.guardNews
 	g.st.observe(now, a, false)
+	if a.Outcome == Success && !g.st.pace.backAt.IsZero() && !g.heldThroughLocked() {
+		// The calls held through the outage have gone: the return ends
+		// (under a steady load, a success never finds nobody waiting).
+		g.st.pace = g.st.pace.rested()
+	}
 	g.news++
 	if a.Admission == AdmitNone && g.st.outlook(now) == before {
 		switch {
@@ -264,6 +273,18 @@ func (g *Gate) Record(a Attempt) {
 		}
 	}
 	g.grantLocked(now, false)
+}
+
+// heldThroughLocked reports whether a retry that began to wait before the
+// return under way still waits: the queues keep the order of entry, so
+// the oldest of each level tells.
+func (g *Gate) heldThroughLocked() bool {
+	for l := range g.queue {
+		if e := g.queue[l].Front(); e != nil && e.Value.(*Waiter).view.since.Before(g.st.pace.backAt) {
+			return true
+		}
+	}
+	return false
 }
 
 // ageLocked lets the state age (gateState.age) while nobody waits.

@@ -38,7 +38,12 @@ import (
 //     that the futility rule keeps waiting by a draw;
 //   - in all: when every caller has left, nobody waits and the probe slot
 //     is free, or lapsed by the settling rule (a call that ended with its
-//     attempt in flight never reports it: a lost attempt).
+//     attempt in flight never reports it: a lost attempt);
+//   - with guards (a circuit breaker per call, drawn at random: closed,
+//     refusing a few times then allowing, panicking, or allowing as its
+//     caller leaves): a closed guard is no guard (its calls count in the
+//     properties above), every yes of a guard is sent or given back, and
+//     a panic strands nobody.
 //
 // A fixed point (a state the Gate never leaves) breaks the first two.
 // Each seed is one history; the seeds are fixed, so the test is
@@ -160,7 +165,54 @@ type history struct {
 	idle    time.Duration
 	pCancel float64
 	life    *rand.Rand
+	// A call is guarded with pGuard, by a guard of a kind drawn from
+	// guards, so that histories without guards are the ones they were
+	// before guards were added.
+	pGuard float64
+	guards *rand.Rand
 }
+
+// guardKind is how a property test's guard behaves.
+type guardKind uint8
+
+const (
+	guardClosed    guardKind = iota // closed: it lets every attempt go
+	guardRefusing                   // open: refuses its first asks, then allows
+	guardPanicking                  // open: panics when asked
+	guardLeaving                    // open: allows, and its caller leaves as it does
+)
+
+// propGuard is one call's guard; it counts its yeses, those sent, and
+// those given back.
+type propGuard struct {
+	kind                  guardKind
+	clk                   *manualClock
+	refusals              int
+	allowed, sent, backed int
+	left                  bool
+}
+
+func (g *propGuard) Closed() bool { return g.kind == guardClosed }
+func (g *propGuard) AllowRetry() (bool, time.Time) {
+	switch g.kind {
+	case guardPanicking:
+		panic("guard")
+	case guardRefusing:
+		if g.refusals > 0 {
+			g.refusals--
+			next := time.Time{}
+			if g.refusals%2 == 0 {
+				next = g.clk.Now().Add(50 * time.Millisecond)
+			}
+			return false, next
+		}
+	case guardLeaving:
+		g.left = true
+	}
+	g.allowed++
+	return true, time.Time{}
+}
+func (g *propGuard) ReturnRetry() { g.backed++ }
 
 // propCall is one call's progress.
 type propCall struct {
@@ -185,6 +237,10 @@ type propCall struct {
 	// cancelAt is when its caller leaves (zero: never); cancelled, it did.
 	cancelAt  time.Time
 	cancelled bool
+	// guard guards its retries (nil: none); panicked, its guard panicked
+	// in Take, which its caller recovered.
+	guard    *propGuard
+	panicked bool
 }
 
 func newHistory(seed uint64) *history {
@@ -202,6 +258,8 @@ func newHistory(seed uint64) *history {
 	h.life = rand.New(rand.NewPCG(seed, 0x11fe))
 	h.idle = []time.Duration{0, 0, 40 * time.Second, 3 * time.Hour}[h.life.IntN(4)]
 	h.pCancel = []float64{0, 0, 0.1, 0.3}[h.life.IntN(4)]
+	h.guards = rand.New(rand.NewPCG(seed, 0x6a7d))
+	h.pGuard = []float64{0, 0, 0.3, 1}[h.guards.IntN(4)]
 	h.reg = regime(rnd.IntN(3))
 	h.regimeFor = 10 * time.Second
 	h.gap = []time.Duration{5, 20, 100, 400}[rnd.IntN(4)] * time.Millisecond
@@ -328,6 +386,9 @@ func (h *history) startCall(now time.Time) {
 	if h.pCancel > 0 && h.life.Float64() < h.pCancel {
 		c.cancelAt = now.Add(time.Duration(h.life.Float64() * float64(2*time.Second)))
 	}
+	if h.pGuard > 0 && h.guards.Float64() < h.pGuard {
+		c.guard = &propGuard{kind: guardKind(h.guards.IntN(4)), clk: h.clk, refusals: 1 + h.guards.IntN(3)}
+	}
 	h.calls = append(h.calls, c)
 	h.send(now, c, AdmitNone)
 }
@@ -338,6 +399,9 @@ func (h *history) send(now time.Time, c *propCall, adm Admission) {
 	c.adm, c.sent, c.at, c.w = adm, now, now.Add(propTook), nil
 	if c.attempt > 1 {
 		c.retries++
+	}
+	if adm != AdmitNone && c.guard != nil && c.guard.kind != guardClosed {
+		c.guard.sent++
 	}
 }
 
@@ -374,7 +438,14 @@ func (h *history) step(now time.Time, c *propCall) {
 		default:
 			return
 		}
-		a, err := c.w.Take()
+		a, err, panicked := h.take(c)
+		if panicked || c.guard != nil && c.guard.left {
+			// Its caller's goroutine died of the guard's panic, or its
+			// caller left as the guard said yes.
+			c.w, c.panicked, c.cancelled = nil, panicked, true
+			h.end(now, c, false)
+			return
+		}
 		if a != AdmitNone {
 			h.send(now, c, a)
 			return
@@ -417,6 +488,9 @@ func (h *history) step(now time.Time, c *propCall) {
 	}
 	c.lastFail = now
 	r := Request{Number: c.attempt + 1, Last: c.attempt+1 == propAttempts, Criticality: c.crit, Took: propTook}
+	if c.guard != nil {
+		r.Guard = c.guard
+	}
 	if h.g.Allow(r) {
 		// Paid: the retry goes after its pause.
 		h.send(nextAt, c, AdmitNone)
@@ -435,8 +509,32 @@ func (h *history) step(now time.Time, c *propCall) {
 	}
 }
 
+// guarded reports whether c's retries have a guard that is not closed: the
+// regimes' properties do not hold for it (its breaker decides).
+func (c *propCall) guarded() bool { return c.guard != nil && c.guard.kind != guardClosed }
+
+// take is c's Take, recovering a guard's panic as its caller would, and
+// reading its caller's leaving from its guard.
+func (h *history) take(c *propCall) (a Admission, err error, panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p != "guard" || c.guard == nil || c.guard.kind != guardPanicking {
+				panic(p)
+			}
+			a, err, panicked = AdmitNone, nil, true
+		}
+	}()
+	a, err = c.w.take(func() bool { return c.guard != nil && c.guard.left })
+	return a, err, false
+}
+
 func (h *history) check(t *testing.T, regimeAt time.Time) {
 	t.Helper()
+	for i, c := range h.calls {
+		if g := c.guard; g != nil && g.allowed != g.sent+g.backed {
+			t.Errorf("call %d's guard (kind %d) said yes %d times: %d sent, %d given back", i, g.kind, g.allowed, g.sent, g.backed)
+		}
+	}
 	end := t0.Add(h.earlier + h.idle + h.regimeFor)
 	if st := h.g.State(); st.Waiting != 0 {
 		t.Errorf("%d still waiting after every caller left", st.Waiting)
@@ -466,7 +564,7 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 			if c.start.Before(settled) || c.start.After(end.Add(-time.Second)) {
 				continue
 			}
-			if c.retries == 0 && c.ok || c.cancelled {
+			if c.retries == 0 && c.ok || c.cancelled || c.guarded() {
 				continue
 			}
 			if !c.deadline.IsZero() && c.deadline.Sub(c.start) < 2*propTook+h.pause+h.pause/5 {
@@ -493,7 +591,7 @@ func (h *history) check(t *testing.T, regimeAt time.Time) {
 		var calls, retries int
 		var slow int
 		for _, c := range h.calls {
-			if c.start.Before(regimeAt.Add(span+time.Second)) || c.start.After(end) || c.cancelled {
+			if c.start.Before(regimeAt.Add(span+time.Second)) || c.start.After(end) || c.cancelled || c.guarded() {
 				continue
 			}
 			calls++

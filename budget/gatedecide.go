@@ -15,14 +15,12 @@ const admitEnd Admission = 255
 // goes now (before its guard and the budget are asked; admitEnd: its wait
 // ends, by the rule end), or AdmitNone with next, when asking again could
 // change the answer without news (zero: only news will); hold: the wait is
-// held from now on (the hold rule, or an open guard); learn: a probe that
-// learns whether a server never seen to serve heals retries (a closed
-// guard lets it go unpaid).
+// held from now on (the hold rule, or an open guard).
 type decision struct {
-	how         Admission
-	next        time.Time
-	hold, learn bool
-	end         *waitEnd
+	how  Admission
+	next time.Time
+	hold bool
+	end  *waitEnd
 	// heldBy names the rule that holds the wait, with hold.
 	heldBy string
 }
@@ -108,7 +106,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 			}
 			learn := s.ev.seen || s.ev.untold(now) || s.ev.learns(now, w.number)
 			if learn && !s.pace.leased(now) {
-				return decision{how: admitProbe, learn: !s.ev.seen}
+				return decision{how: admitProbe}
 			}
 			return decision{how: admitEnd, end: errWaitEnded}
 		}

@@ -20,7 +20,8 @@ const releaseEvery = time.Duration(float64(time.Second) / tune.ReleasePerSecond)
 // none is kept (a pace never bursts); a success takes its share gain of
 // every off next. every is releaseEvery, or during a return (since backAt:
 // calls held through an outage go back, each no sooner than backAfter,
-// until a success finds nobody waiting) the back pace, which each released
+// until a success finds none of the retries that waited before backAt
+// waiting) the back pace, which each released
 // answer moves against the fastest one since. While the server fails, one
 // retry at a time is out: it holds the lease (until, from at, with pause)
 // and reports how long it took; the next goes once nothing reached the

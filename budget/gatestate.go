@@ -241,7 +241,9 @@ func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget |
 
 // waiterView is what the rules read of a waiting retry.
 type waiterView struct {
-	// earliest is when its pause ends; number, Request.Number.
+	// since is when it began to wait; earliest, when its pause ends;
+	// number, Request.Number.
+	since    time.Time
 	earliest time.Time
 	number   int
 	pause    time.Duration

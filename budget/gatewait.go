@@ -19,13 +19,13 @@ type Waiter struct {
 	r    Request
 	view waiterView
 	// Under the gate's lock (moveLocked moves it): state, and elem, its
-	// place in the queue of its criticality (level) while queued; how or
-	// end, the verdict, sent by closing ready.
+	// place in the queue of its criticality (level) while queued, by seq,
+	// its order of entry; how or end, the verdict, sent by closing ready.
 	state waiterState
 	level int
+	seq   uint64
 	elem  *list.Element
 	how   Admission
-	learn bool
 	end   error
 	ready chan struct{}
 }
@@ -46,10 +46,13 @@ const (
 func (w *Waiter) Ready() <-chan struct{} { return w.ready }
 
 // Take, once Ready is closed, returns w's verdict: an admission, for which
-// w's guard (when its Request names one) and, for a probe or a last
-// chance, the budget were asked (AdmitBudget: it paid); or the error that
-// ended the wait (Deferrer.Wait lists them). When the guard refuses, w
-// waits again (AdmitNone, nil): wait for Ready once more.
+// w's guard (when its Request names one that is not closed) and, for a
+// probe or a last chance, the budget were asked (AdmitBudget: it paid); or
+// the error that ended the wait (Deferrer.Wait lists them). When the guard
+// refuses, w waits again in its place (AdmitNone, nil): wait for Ready
+// once more. Before Ready is closed, Take does nothing and returns
+// AdmitNone, nil. If the guard or the budget panics, w's wait ends and
+// what it was granted goes back before the panic reaches the caller.
 func (w *Waiter) Take() (Admission, error) { return w.take(func() bool { return false }) }
 
 // Leave ends w's wait, if Take did not: an admission w was granted and
@@ -102,7 +105,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	w := &Waiter{g: g, r: r, level: level, view: waiterView{
 		earliest: now.Add(pause), number: r.Number, pause: pause, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
 		took: max(r.Took, 0), spread: g.st.rand(), lone: lone,
-		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))),
+		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))), since: now,
 	}}
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now, false)
@@ -163,7 +166,7 @@ walk:
 				end, _ := g.st.endAt(now, &w.view)
 				next = clock.Earlier(clock.Earlier(next, g.guardAt), end)
 			default:
-				w.how, w.learn = d.how, d.learn
+				w.how = d.how
 				g.moveLocked(now, w, waitGranted, nil)
 				if release {
 					next = clock.Earlier(clock.Earlier(next, g.timerAt), g.st.pace.next)
@@ -233,7 +236,22 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 	switch to {
 	case waitQueued:
 		w.ready = make(chan struct{})
-		w.elem = g.queue[w.level].PushBack(w)
+		q := &g.queue[w.level]
+		if from == waitNew {
+			w.seq = g.counts.Deferred
+			w.elem = q.PushBack(w)
+			return paid
+		}
+		// Queued again (its guard refused): its place, oldest first.
+		e := q.Front()
+		for e != nil && e.Value.(*Waiter).seq < w.seq {
+			e = e.Next()
+		}
+		if e == nil {
+			w.elem = q.PushBack(w)
+		} else {
+			w.elem = q.InsertBefore(w, e)
+		}
 		return paid
 	case waitGranted:
 		g.st.pace = g.st.pace.taken(now, &w.view, w.how)
@@ -259,31 +277,53 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 // take asks w's guard and the budget for the admission w was granted,
 // unlocked, then settles it under the lock: taken; given back when the
 // caller left (gone) meanwhile; or, when the guard refused, given back
-// and w queued again, its guard taken for open.
+// and w queued again in its place, its guard taken for open. A closed
+// guard is no guard: it is not asked. A guard's yes that does not go (the
+// caller left, or the budget panicked) goes back to the guard
+// (GuardReturner). Before Ready is closed it does nothing. A panic of the
+// guard or the budget gives the admission back before it goes on.
 func (w *Waiter) take(gone func() bool) (Admission, error) {
+	select {
+	case <-w.ready:
+	default:
+		return AdmitNone, nil // not decided yet: no rule let it go
+	}
 	g := w.g
 	if w.end != nil || w.state >= waitOut {
 		return AdmitNone, w.end
 	}
 	how, ok, open, next := w.how, true, false, time.Time{}
+	// yes: the guard counted the retry; settled: the lock was taken after
+	// asking, nothing having panicked.
+	yes, settled := false, false
+	defer func() {
+		if !settled {
+			// A panic of the guard or the budget: w leaves, and what it
+			// was granted goes back, before the panic goes on.
+			now := g.now()
+			g.mu.Lock()
+			refund := g.leaveLocked(now, w)
+			g.mu.Unlock()
+			g.refund(refund, w.r)
+			if yes {
+				returnRetry(w.r.Guard)
+			}
+		}
+	}()
 	if guard := w.r.Guard; guard != nil && !gone() {
 		// Asked last: the guard's half-open slot goes only to a retry
 		// that goes.
 		if open = !guard.Closed(); open {
 			ok, next = guard.AllowRetry()
+			yes = ok
 		}
 	}
 	if ok && how.probing() && !gone() && g.b.Allow(w.r) {
 		how = AdmitBudget
 	}
-	// A closed guard judges the server: an unpaid probe or last chance
-	// goes only to learn whether a server never seen to serve heals
-	// retries (lab partial: with a breaker, 1.27 attempts per call; 1.55
-	// letting every unpaid probe go).
-	closedRefused := ok && !open && w.r.Guard != nil && how.probing() && how != AdmitBudget && !w.learn
-	ok = ok && !closedRefused
 	now := g.now()
 	g.mu.Lock()
+	settled = true
 	w.how = how
 	left, refund := gone(), false
 	switch {
@@ -291,24 +331,14 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		refund = g.leaveLocked(now, w)
 	case ok:
 		g.moveLocked(now, w, waitTaken, nil)
-	case closedRefused && !now.Before(w.view.holdAt):
-		g.moveLocked(now, w, waitOut, errWaitEnded)
-		g.guardNews, g.guardAt = g.news, time.Time{}
-		g.grantLocked(now, false)
 	default:
-		if closedRefused {
-			// Asked again at its hold time: the hold rule probes, or ends it.
-			w.view.earliest = w.view.holdAt
-			g.guardNews, g.guardAt = g.news, time.Time{}
-		} else {
-			// Held once past its hold time: the guard, not the hold
-			// rule, says when it goes.
-			if !w.view.held && !now.Before(w.view.holdAt) {
-				w.view.held, w.view.heldBy = true, heldGuard
-			}
-			w.view.guardOpen = open
-			g.guardNews, g.guardAt = g.news, next
+		// Held once past its hold time: the guard, not the hold rule,
+		// says when it goes.
+		if !w.view.held && !now.Before(w.view.holdAt) {
+			w.view.held, w.view.heldBy = true, heldGuard
 		}
+		w.view.guardOpen = open
+		g.guardNews, g.guardAt = g.news, next
 		g.moveLocked(now, w, waitQueued, nil)
 		g.grantLocked(now, false)
 	}
@@ -317,10 +347,21 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	end := w.end
 	g.mu.Unlock()
 	g.refund(refund, w.r)
+	if left && yes {
+		returnRetry(w.r.Guard)
+	}
 	if !ok || left {
 		return AdmitNone, end
 	}
 	return how, nil
+}
+
+// returnRetry gives a guard back the yes of a retry that does not go, if it
+// takes it back; never under the gate's lock.
+func returnRetry(guard Guard) {
+	if r, ok := guard.(GuardReturner); ok {
+		r.ReturnRetry()
+	}
 }
 
 // leaveLocked ends w's wait for a caller that left (the one cancellation
