@@ -79,6 +79,11 @@ func TestMigrateVirtual(t *testing.T) {
 					t.Fatalf("RunMigrate: %v", err)
 				}
 			})
+			var text strings.Builder
+			if err := WriteMigrate(&text, rep); err != nil {
+				t.Fatalf("WriteMigrate: %v", err)
+			}
+			t.Logf("on virtual time:\n%s", text.String())
 			cfg := rep.Config
 			// The calls' starts and, in the refused scenario, how many
 			// leading attempts of each fail, drawn as the lab draws them.
