@@ -401,7 +401,10 @@
 // s, no deadline; ScenarioMigrateOutage answers UNAVAILABLE from 2 s to
 // 5 s of 8 s, 20 calls/s, a 1 s deadline; ScenarioMigrateBurst refuses
 // every attempt with RESOURCE_EXHAUSTED for the first 2 s of 8 s, 20
-// calls/s, no deadline, then serves them all. MigrateResult gives success,
+// calls/s, no deadline, then serves them all. The backends answer at
+// once and are not worker servers: one client at 20 or 30 calls/s is no
+// storm, its failures are scripted, and what is measured is what each
+// retry layer makes of the failures it meets. MigrateResult gives success,
 // attempts per call, p50/p99 of the calls served and failed, the longest
 // call, the calls made in the trigger served and when the last of them
 // ended after it, and the failures by reason. On virtual time
