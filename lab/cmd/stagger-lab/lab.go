@@ -138,6 +138,11 @@ draws it, one SVG per scenario (DIR/SCENARIO.svg).
 
   fleet        a fleet's outage and return, in real time over loopback TCP,
                with flags of its own: stagger lab -scenario fleet -h
+  migrate-refused, migrate-outage, migrate-burst
+               what a team met moving one client from go-grpc-middleware's
+               retry to stagger (one client, a 30 % refusal rate, a 3 s
+               outage, a 2 s burst of refusals), with flags of their own:
+               stagger lab -scenario migrate-refused -h
 
 Flags (the defaults shown are those of unavailable):
 `
@@ -183,6 +188,9 @@ func (l *stringList) Set(v string) error {
 func labMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fleetScenario(args) {
 		return fleetMain(ctx, args, stdout, stderr)
+	}
+	if migrateScenario(args) {
+		return migrateMain(ctx, args, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("stagger lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)

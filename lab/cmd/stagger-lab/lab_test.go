@@ -67,6 +67,13 @@ func TestLabErrors(t *testing.T) {
 		{"fleet's contender", []string{"-scenario=fleet", "-contenders", "naive"}, 2, `lab: fleet: Contenders: must be among stagger, grpc-go-throttle`},
 		{"fleet's flag elsewhere", []string{"-scenario", "unavailable", "-load", "0.4"}, 2, "flag provided but not defined: -load"},
 		{"fleet's format", []string{"-scenario", "fleet", "-format", "csv"}, 2, "the fleet prints table or json"},
+		// The migration scenarios have flags of their own and run apart.
+		{"migration with another scenario", []string{"-scenario", "migrate-burst,unavailable"}, 2, "-scenario unavailable: the migration scenarios run apart"},
+		{"migration's rate", []string{"-scenario=migrate-refused", "-rate", "-1"}, 2, "lab: migrate-refused: Rate: must be in (0, 10000]"},
+		{"migration's contender", []string{"-scenario", "migrate-outage", "-contenders", "naive"}, 2, "Contenders: must be among stagger, grpc-middleware, no-retry"},
+		{"one bound given, the other the outage's", []string{"-scenario", "migrate-outage", "-outage-start", "6s"}, 2, "got [6s, 5s) of 8s"},
+		{"migration's flag elsewhere", []string{"-scenario", "unavailable", "-deadline", "1s"}, 2, "flag provided but not defined: -deadline"},
+		{"migration's format", []string{"-scenario", "migrate-burst", "-format", "csv"}, 2, "the migration scenarios print table or json"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runLabArgs(t, tc.args...)
@@ -510,5 +517,36 @@ func TestLabTableFits(t *testing.T) {
 		if full.Len() <= compact.Len() {
 			t.Errorf("%s: -full is no fuller than the default", name)
 		}
+	}
+}
+
+func TestLabMigrate(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	// A short real-time run: 12 calls, the first 6 in the burst, which
+	// no-retry fails at once and grpc-middleware retries for up to 1.5 s.
+	args := []string{"-scenario", "migrate-burst", "-duration", "600ms", "-outage-end", "300ms", "-contenders", "grpc-middleware,no-retry"}
+	code, stdout, stderr := runLabArgs(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"migrate-burst: one client per contender, 20 calls/s for 600ms over bufconn, no deadline",
+		"BURST CALLS SERVED", "ITS LAST ENDED AFTER BURST", "WithMax(5), BackoffExponential(100ms)", "failures by reason"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	code, stdout, stderr = runLabArgs(t, append(args, "-format", "json", "-contenders", "no-retry")...)
+	if code != 0 {
+		t.Fatalf("json: exit %d, stderr %q", code, stderr)
+	}
+	var reps []lab.MigrateReport
+	if err := json.Unmarshal([]byte(stdout), &reps); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, stdout)
+	}
+	if len(reps) != 1 || len(reps[0].Results) != 1 {
+		t.Fatalf("got %d reports; want one with one result:\n%s", len(reps), stdout)
+	}
+	if r := reps[0].Results[0]; r.Contender != "no-retry" || r.Calls != 12 || r.TriggerCalls != 6 || r.TriggerServed != 0 {
+		t.Errorf("no-retry: %d calls, %d in the burst, %d of them served; want 12, 6, 0", r.Calls, r.TriggerCalls, r.TriggerServed)
 	}
 }
