@@ -288,7 +288,7 @@ func Example_middlewarePerCall() {
 	// Get, UNAVAILABLE 7 times: Unavailable after 5 attempts
 	// level=WARN msg="stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)" grpc.method=/stagger.testing.v1.TestService/Put stagger.reason="no policy"
 	// Put, UNAVAILABLE 1 times: Unavailable after 1 attempts
-	// level=WARN msg="stagger: a go-grpc-middleware retry option on the call does nothing under stagger: use interceptor.WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate" grpc.method=/stagger.testing.v1.TestService/Get stagger.reason="foreign option"
+	// level=WARN msg="stagger: a go-grpc-middleware retry option on the call: retry.Disable() is read as one attempt and WithMax(n) as at most n, its others do nothing: use interceptor.Disable, WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate" grpc.method=/stagger.testing.v1.TestService/Get stagger.reason="foreign option"
 	// Get, UNAVAILABLE 1 times: OK after 2 attempts
 }
 

@@ -16,7 +16,7 @@ const (
 	msgNoPolicy       = "stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)"
 	msgOneAttempt     = "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing"
 	msgInvalidOption  = "stagger: the call's WithBackoff or WithPerAttemptTimeout not applied: its value breaks a rule (stagger.error); the policy's own stays"
-	msgForeignOption  = "stagger: a go-grpc-middleware retry option on the call does nothing under stagger: use interceptor.WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate"
+	msgForeignOption  = "stagger: a go-grpc-middleware retry option on the call: retry.Disable() is read as one attempt and WithMax(n) as at most n, its others do nothing: use interceptor.Disable, WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate"
 	msgHedging        = "stagger: hedging"
 	msgNoMoreHedges   = "stagger: no more hedges"
 	msgHedgeWon       = "stagger: hedge won"

@@ -71,9 +71,12 @@ type options struct {
 	perAttempt    time.Duration
 	perAttemptSet bool
 	// foreign: the call carried another retry library's call option
-	// (go-grpc-middleware's), which does nothing under stagger.
-	foreign  bool
-	disabled bool
+	// (go-grpc-middleware's); foreignMax, the attempts the last of them
+	// that sets any allows (retry.Disable: 1; WithMax(n): n; 0: none
+	// said), which lower the policy's and never raise them.
+	foreign    bool
+	foreignMax int
+	disabled   bool
 	// idempotent: 0 unknown (ask the file, then the proto), 1 yes, -1 no.
 	idempotent int8
 	// safe (WithIdempotentMethods) says a method is idempotent beside the

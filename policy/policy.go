@@ -240,8 +240,10 @@ const (
 	ReasonInvalidOption
 	// ReasonForeignOption: a call carried another retry library's call
 	// option (go-grpc-middleware's retry.WithMax, WithCodes, ...), which
-	// compiles and does nothing under stagger (interceptor's EventNotice,
-	// once per method): stagger's per-call options take its place.
+	// compiles and grpc ignores (interceptor's EventNotice, once per
+	// method): stagger's per-call options take its place. The interceptors
+	// take the safe reading of those that lower the attempts
+	// (retry.Disable(): one; WithMax(n): at most n) and apply no other.
 	ReasonForeignOption
 )
 

@@ -1,0 +1,59 @@
+package interceptor_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/stagger-go/stagger/interceptor"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+)
+
+// TestLeftoverMiddlewareOptionsLower: a go-grpc-middleware retry option
+// left on a call after the migration takes its safe reading under stagger:
+// retry.Disable() makes one attempt, WithMax(n) at most n (it counts
+// attempts), and neither raises the file's 3 (the server counts the
+// attempts of each call); each is still reported, once per method, naming
+// stagger's option.
+func TestLeftoverMiddlewareOptionsLower(t *testing.T) {
+	rec := captureSlog(t)
+	srv, client, closeAll := migrateClient(interceptor.WithConfig(mustParse(migrateFile)))
+	defer closeAll()
+	cases := []struct {
+		key  string
+		opts []grpc.CallOption
+		want int
+	}{
+		{"disable", []grpc.CallOption{retry.Disable()}, 1},
+		{"max0", []grpc.CallOption{retry.WithMax(0)}, 1},
+		{"max1", []grpc.CallOption{retry.WithMax(1)}, 1},
+		{"max2", []grpc.CallOption{retry.WithMax(2)}, 2},
+		{"max5", []grpc.CallOption{retry.WithMax(5)}, 3},                                          // never raises the file's 3
+		{"codes", []grpc.CallOption{retry.WithCodes(codes.Aborted)}, 3},                           // says nothing of attempts
+		{"last wins", []grpc.CallOption{retry.WithMax(2), retry.Disable()}, 1},                    // as the middleware applies them
+		{"with stagger's", []grpc.CallOption{interceptor.WithMaxAttempts(5), retry.Disable()}, 1}, // lowers WithMaxAttempts too
+	}
+	for _, tc := range cases {
+		_, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: tc.key, FailAttempts: 10, Code: int32(codes.Unavailable)}}, tc.opts...)
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("%s: %v, want UNAVAILABLE", tc.key, err)
+		}
+		if n := len(srv.Attempts(tc.key)); n != tc.want {
+			t.Errorf("%s: the server saw %d attempts, want %d", tc.key, n, tc.want)
+		}
+	}
+	lines := rec.with("go-grpc-middleware", "stagger.reason=foreign option")
+	if len(lines) != 1 {
+		t.Fatalf("slog.Default() heard %d foreign-option notices, want 1 (once per method): %q", len(lines), lines)
+	}
+	for _, name := range []string{"interceptor.Disable", "WithMaxAttempts"} {
+		if !strings.Contains(lines[0], name) {
+			t.Errorf("the notice %q does not name %s", lines[0], name)
+		}
+	}
+}
