@@ -244,6 +244,19 @@ func callTarget(ctx context.Context, cc *grpc.ClientConn) string {
 	return frontend.Target(ctx)
 }
 
+// backendKey is the key of a call's per-backend state, its budget's tokens
+// and Gates and its circuit breaker: cc's canonical target
+// (canonicalTarget), as the metrics' grpc.target is, so that two
+// spellings of one backend ("localhost:8080" and "dns:///localhost:8080"
+// through grpc.NewClient) share one budget and one Gate, as they share one
+// server; for a front end without a ClientConn, the target it named.
+func backendKey(ctx context.Context, cc *grpc.ClientConn) string {
+	if cc != nil {
+		return canonicalTarget(cc, cc.Target())
+	}
+	return frontend.Target(ctx)
+}
+
 // staticMethod reports whether opts hold grpc.StaticMethodCallOption, which
 // generated code passes for the methods it registers (Event.StaticMethod).
 func staticMethod(opts []grpc.CallOption) bool {
@@ -270,7 +283,8 @@ const canonicalTargetsMax = 1024
 // or target for a front end without a ClientConn. It is keyed by the target
 // as dialled: two ClientConns that dial one string under different default
 // schemes (grpc.Dial's passthrough, grpc.NewClient's dns) share the first
-// one's, as they share its budget (budget.Backends keys by that string too).
+// one's, and so its budget and breaker too (backendKey): one string names
+// one server.
 func canonicalTarget(cc *grpc.ClientConn, target string) string {
 	if cc == nil {
 		return target
@@ -342,6 +356,9 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 		base = metadata.AppendToOutgoingContext(ctx, criticality.Header, c.crit.String())
 	}
 	if o.disabled {
+		if o.report != nil {
+			grpcOpts = disabledReport(o.report, callTarget(ctx, cc), c.crit, grpcOpts)
+		}
 		return base, noCancel, grpcOpts, false
 	}
 	pl := &mi.plan
@@ -350,14 +367,14 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 		p.pace = mi.plan.pace
 		pl = &p
 	}
-	if c.off = switchedOff.Load(); c.off {
+	if c.off = offFor(cfg); c.off {
 		p := switchOff(pl)
 		pl = &p
 	}
 	target := callTarget(ctx, cc)
 	b := pl.budget
 	if pl.budgets != nil {
-		b = mi.budget(pl.budgets, target, method)
+		b = mi.budget(pl.budgets, canonicalTarget(cc, target), method)
 	}
 	c.follow(mi, pl, target, b)
 

@@ -57,3 +57,27 @@ func TestLeftoverMiddlewareOptionsLower(t *testing.T) {
 		}
 	}
 }
+
+// TestDisableReportSaysSo: a call with interceptor.Disable, which stagger
+// hands to grpc untouched, has a Report that says so: one attempt, reason
+// "disabled", its code and backend; not the zero Report, whose Reason
+// prints as "retry".
+func TestDisableReportSaysSo(t *testing.T) {
+	srv, client, closeAll := migrateClient(interceptor.WithConfig(mustParse(migrateFile)))
+	defer closeAll()
+	for _, fail := range []int32{0, 1} {
+		var r interceptor.Report
+		key := "disabled-" + string(rune('0'+fail))
+		_, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: key, FailAttempts: fail, Code: int32(codes.Unavailable)}},
+			interceptor.Disable(), interceptor.WithReport(&r))
+		if n := len(srv.Attempts(key)); n != 1 {
+			t.Fatalf("%s: the server saw %d attempts, want 1", key, n)
+		}
+		if r.Attempts != 1 || r.Reason.String() != "disabled" || r.Code != status.Code(err) || r.Target == "" || r.Disabled {
+			t.Errorf("%s: %v, report %+v; want 1 attempt, reason disabled, the call's code, its target, not the process's switch", key, err, r)
+		}
+		if s := r.String(); !strings.Contains(s, "ended: disabled") {
+			t.Errorf("%s: the report reads %q, want it to say disabled", key, s)
+		}
+	}
+}

@@ -27,5 +27,7 @@ const (
 	msgPolicyWarning  = "stagger: policy file warning (stagger.warning)"
 	msgNearlyNamed    = "stagger: the policy file nearly names the method (a typo?): the call does not follow that entry"
 	msgReloadRefused  = "stagger: policy file not reloaded, the last good one stays in force (stagger.error)"
+	msgSwitchedOff    = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
+	msgSwitchedOn     = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
 	msgRefusedSummary = "stagger: calls ended without the retry their budget refused, per backend since its last such line"
 )

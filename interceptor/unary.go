@@ -292,7 +292,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			var b budget.Budget
 			var br *breaker.Breaker
 			if pl.budgets != nil || pl.breakers != nil {
-				target = callTarget(ctx, cc)
+				target = backendKey(ctx, cc)
 			}
 			b = pl.budget
 			if pl.budgets != nil {

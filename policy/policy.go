@@ -245,9 +245,16 @@ const (
 	// take the safe reading of those that lower the attempts
 	// (retry.Disable(): one; WithMax(n): at most n) and apply no other.
 	ReasonForeignOption
+	// ReasonDisabled: stagger was off for the call: the process-wide
+	// switch (interceptor.SetDisabled, STAGGER_DISABLE) or its policy
+	// file's "disabled" (Config.Disabled), on when it started or turned on
+	// while it ran, or the call's own interceptor.Disable. Its one attempt
+	// (or, turned on while it ran, its latest) was never a candidate for a
+	// retry; the call's code says how it ended.
+	ReasonDisabled
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage", "reply type", "overridden", "one attempt", "invalid option", "foreign option"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage", "reply type", "overridden", "one attempt", "invalid option", "foreign option", "disabled"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {
