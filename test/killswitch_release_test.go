@@ -112,6 +112,15 @@ func TestKillSwitchReleasesHeldCalls(t *testing.T) {
 		interceptor.SetDisabled(true)
 		ends, got, reports := wait()
 		checkReleased(t, flipped, ends, got, reports)
+
+		// While it is on, a call's end says so whatever its code: a
+		// dashboard of the ends by reason shows the switch.
+		srv.SetOutage(false)
+		var r interceptor.Report
+		if _, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "served"}}, interceptor.WithReport(&r)); err != nil ||
+			r.Code != codes.OK || r.Reason.String() != "disabled" || !r.Disabled {
+			t.Errorf("a call served with the switch on: %v, %+v; want OK, reason disabled", err, r)
+		}
 	})
 }
 
