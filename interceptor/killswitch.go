@@ -53,7 +53,7 @@ func envOn(v string) bool {
 // file's top-level "disabled": true does the same for the calls that
 // follow the file (policy.Config.Disabled), so an operator can turn it
 // without code: edit the file, and its Source (policy.WatchFile) reloads
-// it.
+// it; it takes effect when a call first follows the reloaded file.
 //
 // While it is on, each call is sent once: no retry, no hedge, no
 // per-attempt timer, no wait of any kind (budget, Gate, breaker, pacing),
@@ -75,8 +75,9 @@ func envOn(v string) bool {
 // Report.Disabled and Report.Reason the same way, so that a dashboard of
 // the calls' ends by reason (the otel module's stagger.client.call.ends,
 // stagger.reason "disabled") shows the switch is on. Disabled reports the
-// process's switch, for a gauge. It differs from the per-call Disable,
-// which hands the call to grpc untouched and tells only its Report.
+// process's switch and State.Disabled a file's, for a gauge. It differs
+// from the per-call Disable, which hands the call to grpc untouched and
+// tells only its Report.
 //
 // Safe for concurrent use.
 func SetDisabled(on bool) {
@@ -198,6 +199,12 @@ func (k *core) fileSwitch(prev, cfg *policy.Config) {
 	}
 	saySwitch(k.opts.logger, is, "policy file")
 }
+
+// Disabled reports whether the policy file the State's interceptors follow
+// turns stagger off ("disabled": true, policy.Config.Disabled), as of the
+// latest call that followed a new file; for a gauge beside the process's
+// switch (the package's Disabled). A nil State returns false.
+func (s *State) Disabled() bool { return s != nil && s.fileOff.Load() }
 
 // saySwitch tells l (nil: slog.Default()) that the switch turned on (at
 // warn level) or off (info), and what turned it (by).
