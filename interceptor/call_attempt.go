@@ -210,21 +210,27 @@ type call struct {
 	crit criticality.Level
 }
 
-// budget returns the budget of a call of the method on target from bs,
-// through the method's cache of the first target it was called on (until
-// bs forgets it).
-func (mi *methodInfo) budget(bs *budget.Backends, target, method string) budget.Budget {
+// budget returns the budget of a call of the method on target, cc's (nil:
+// a front end's), from bs, through the method's cache of the first target
+// it was called on (until bs forgets it). bs keys it by the canonical
+// target (canonicalTarget), as the metrics' grpc.target is, so that two
+// spellings of one backend ("localhost:8080" and "dns:///localhost:8080"
+// through grpc.NewClient) share one budget and one Gate, as they share
+// one server; the cache, by the target as dialled, finds it without
+// that lookup.
+func (mi *methodInfo) budget(bs *budget.Backends, cc *grpc.ClientConn, target, method string) budget.Budget {
 	r := mi.bud.Load()
 	if r != nil && r.set == bs && r.target == target {
 		if b, ok := r.slot.Budget(); ok {
 			return b
 		}
 	}
-	s := bs.Slot(target, method)
+	key := canonicalTarget(cc, target)
+	s := bs.Slot(key, method)
 	b, ok := s.Budget()
 	if !ok {
 		// Forgotten as soon as made (a set at its caps, adding fast).
-		return bs.Get(target, method)
+		return bs.Get(key, method)
 	}
 	if r == nil || r.set != bs || r.target == target {
 		// The first target only (and the set of the current file): a
@@ -240,19 +246,6 @@ func (mi *methodInfo) budget(bs *budget.Backends, target, method string) budget.
 func callTarget(ctx context.Context, cc *grpc.ClientConn) string {
 	if cc != nil {
 		return cc.Target()
-	}
-	return frontend.Target(ctx)
-}
-
-// backendKey is the key of a call's per-backend state, its budget's tokens
-// and Gates and its circuit breaker: cc's canonical target
-// (canonicalTarget), as the metrics' grpc.target is, so that two
-// spellings of one backend ("localhost:8080" and "dns:///localhost:8080"
-// through grpc.NewClient) share one budget and one Gate, as they share one
-// server; for a front end without a ClientConn, the target it named.
-func backendKey(ctx context.Context, cc *grpc.ClientConn) string {
-	if cc != nil {
-		return canonicalTarget(cc, cc.Target())
 	}
 	return frontend.Target(ctx)
 }
@@ -374,7 +367,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	target := callTarget(ctx, cc)
 	b := pl.budget
 	if pl.budgets != nil {
-		b = mi.budget(pl.budgets, canonicalTarget(cc, target), method)
+		b = mi.budget(pl.budgets, cc, target, method)
 	}
 	c.follow(mi, pl, target, b)
 

@@ -462,7 +462,7 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 	if c.breakers == nil {
 		return nil
 	}
-	c.br = findBreaker(c.breakers, c.brCache, backendKey(ctx, cc), c.method)
+	c.br = findBreaker(c.breakers, c.brCache, cc, callTarget(ctx, cc), c.method)
 	err := c.br.Admit(c.crit, c.o)
 	if err == nil {
 		if cc != nil && !c.br.Settings().NoPacing && waitsForReady(c.fileOpts, grpcOpts) {
@@ -474,15 +474,16 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 }
 
 // findBreaker returns the breaker in bs of a call of method on target,
-// through cache (nil: none), the method's cache of the first target it
-// was called on.
-func findBreaker(bs *breaker.Set, cache *atomic.Pointer[breakerRef], target, method string) *breaker.Breaker {
+// cc's (nil: a front end's), through cache (nil: none), the method's cache
+// of the first target it was called on; bs keys it by the canonical
+// target (canonicalTarget), as the budgets are.
+func findBreaker(bs *breaker.Set, cache *atomic.Pointer[breakerRef], cc *grpc.ClientConn, target, method string) *breaker.Breaker {
 	if cache != nil {
 		if r := cache.Load(); r != nil && r.target == target {
 			return r.b
 		}
 	}
-	br := bs.Get(target, method)
+	br := bs.Get(canonicalTarget(cc, target), method)
 	if cache != nil {
 		// The first target only: a method called on several targets
 		// looks the others up, rather than allocate on every switch.
