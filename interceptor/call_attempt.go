@@ -276,8 +276,8 @@ const canonicalTargetsMax = 1024
 // or target for a front end without a ClientConn. It is keyed by the target
 // as dialled: two ClientConns that dial one string under different default
 // schemes (grpc.Dial's passthrough, grpc.NewClient's dns) share the first
-// one's, and so its budget and breaker too (backendKey): one string names
-// one server.
+// one's, and so its budget and breaker too (methodInfo.budget,
+// findBreaker): one string names one server.
 func canonicalTarget(cc *grpc.ClientConn, target string) string {
 	if cc == nil {
 		return target
