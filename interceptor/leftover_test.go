@@ -81,3 +81,31 @@ func TestDisableReportSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// TestLeftoverMiddlewareOptionsLowerHedges: on a hedged method, a leftover
+// retry.Disable() sends no hedge and WithMax(2) at most one (the server
+// counts the attempts of a call whose every attempt fails UNAVAILABLE,
+// non-fatal: the file's 3 otherwise).
+func TestLeftoverMiddlewareOptionsLowerHedges(t *testing.T) {
+	const hedgeFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
+  "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.001s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`
+	srv, client, closeAll := migrateClient(interceptor.WithConfig(mustParse(hedgeFile)), interceptor.WithBudget(nil))
+	defer closeAll()
+	for _, tc := range []struct {
+		key  string
+		opts []grpc.CallOption
+		want int
+	}{
+		{"hedge-disable", []grpc.CallOption{retry.Disable()}, 1},
+		{"hedge-max2", []grpc.CallOption{retry.WithMax(2)}, 2},
+		{"hedge-none", nil, 3},
+	} {
+		_, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: tc.key, FailAttempts: 10, Code: int32(codes.Unavailable)}}, tc.opts...)
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("%s: %v, want UNAVAILABLE", tc.key, err)
+		}
+		if n := len(srv.Attempts(tc.key)); n != tc.want {
+			t.Errorf("%s: the server saw %d attempts, want %d", tc.key, n, tc.want)
+		}
+	}
+}
