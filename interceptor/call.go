@@ -416,12 +416,10 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi.fast = mi.fastUnary(&k.opts) && !cfg.Disabled()
 	mi.attempt.init()
 	mi.timeout = mi.m != nil && mi.m.Timeout > 0
-	if w := &k.opts.state.said.warned; cfg != nil && w.Load() != cfg {
-		if prev := w.Swap(cfg); prev != cfg {
-			k.logWarnings(cfg)
-			k.fileSwitch(prev, cfg)
-		}
+	if w := &k.opts.state.said.warned; cfg != nil && w.Load() != cfg && w.Swap(cfg) != cfg {
+		k.logWarnings(cfg)
 	}
+	k.fileSwitch(cfg)
 	if cfg != nil && (mc == nil || mc.cfg != cfg || len(mc.byName) < methodCacheMax) {
 		k.logNearlyNamed(cfg, method)
 	}

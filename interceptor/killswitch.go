@@ -183,17 +183,16 @@ func offFor(cfg *policy.Config) bool {
 // options o: the process's, or its file's as the file is now.
 func (o *options) offNow() bool { return switchedOff.Load() || o.config().Disabled() }
 
-// fileSwitch follows the switch of the State's file from prev to cfg, the
-// file the interceptors sharing it now follow (once per file, when a call
-// first follows it): on, it ends every retry the State's calls hold, and
-// either way it says so to the logger, or slog.Default().
-func (k *core) fileSwitch(prev, cfg *policy.Config) {
-	was, is := prev.Disabled(), cfg.Disabled()
-	if was == is {
+// fileSwitch turns the switch of the State's file to cfg's, the file a
+// call follows now (when it first follows a new file: methodMiss). The
+// first call to find it changed, among the interceptors sharing the
+// State, turns it: on, it ends every retry the State's calls hold; either
+// way it says so to the logger, or slog.Default().
+func (k *core) fileSwitch(cfg *policy.Config) {
+	is, st := cfg.Disabled(), k.opts.state
+	if st.fileOff.Load() == is || !st.fileOff.CompareAndSwap(!is, is) {
 		return
 	}
-	st := k.opts.state
-	st.fileOff.Store(is)
 	if is {
 		heldRetries.end(st)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 )
 
@@ -106,6 +107,41 @@ func TestLeftoverMiddlewareOptionsLowerHedges(t *testing.T) {
 		}
 		if n := len(srv.Attempts(tc.key)); n != tc.want {
 			t.Errorf("%s: the server saw %d attempts, want %d", tc.key, n, tc.want)
+		}
+	}
+}
+
+// TestStateDisabledFollowsTheFile: State.Disabled says whether the file the
+// interceptors follow turns stagger off, as of the latest call that
+// followed a new file; a source that goes back to no file turns it off.
+func TestStateDisabledFollowsTheFile(t *testing.T) {
+	var src swappable
+	st := interceptor.NewState()
+	icpt := interceptor.UnaryClientInterceptor(interceptor.WithConfigSource(&src), interceptor.WithState(st))
+	call := func() {
+		t.Helper()
+		if err := icpt(context.Background(), method, nil, nil, nil, okInvoker); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []struct {
+		file string
+		want bool
+	}{
+		{migrateFile, false},
+		{`{"disabled": true}`, true},
+		{"", false}, // no file
+		{`{"disabled": true}`, true},
+		{migrateFile, false},
+	} {
+		var cfg *policy.Config
+		if step.file != "" {
+			cfg = mustParse(step.file)
+		}
+		src.cfg.Store(cfg)
+		call()
+		if got := st.Disabled(); got != step.want {
+			t.Fatalf("after a call that follows %q: State.Disabled() = %v, want %v", step.file, got, step.want)
 		}
 	}
 }
