@@ -616,8 +616,11 @@ func WithPerAttemptTimeout(d time.Duration) Option {
 
 // Disable turns stagger off; meant per call: the call goes to grpc once,
 // untouched but for its criticality header (WithCriticality), which a
-// chain must keep. SetDisabled (or the environment variable DisableEnv)
-// turns stagger off in the whole process.
+// chain must keep. No hook hears of it; WithReport on the same call gets
+// one attempt and reason policy.ReasonDisabled (see Report.Disabled).
+// SetDisabled (or the environment variable DisableEnv) turns stagger off
+// in the whole process, a policy file's "disabled" for the calls that
+// follow the file.
 func Disable() Option {
 	return Option{apply: func(o *options) { o.disabled = true }}
 }
