@@ -57,7 +57,8 @@ type checkReport struct {
 	Breaker *checkBreaker `json:"breaker,omitempty"`
 	// Disabled says that the environment turns stagger off in this
 	// process, and so in the programs started from the same environment
-	// (interceptor.DisableEnv): the file then retries nothing.
+	// (interceptor.DisableEnv), or that the file's "disabled": true does:
+	// the file then retries nothing.
 	Disabled string `json:"disabled,omitempty"`
 }
 
