@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/stagger-go/stagger"
@@ -60,5 +61,31 @@ func TestTwoSpellingsShareOneBudget(t *testing.T) {
 	}
 	if len(targets) != 1 || !targets["dns:///"+addr] {
 		t.Fatalf("the budget keeps targets %v, want one: dns:///%s", targets, addr)
+	}
+}
+
+// A stream with interceptor.Disable has a Report too: one attempt, reason
+// disabled, and its code once it ended (grpc.OnFinish).
+func TestDisableReportOfAStream(t *testing.T) {
+	srv := testserver.New()
+	defer srv.Close()
+	cc, err := srv.Dial(stagger.DialOptions(parse(t, retryFile), interceptor.WithBudget(nil))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	var r interceptor.Report
+	ls, err := testingv1.NewTestServiceClient(cc).ListItems(context.Background(), &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "s", FailAttempts: 1}},
+		interceptor.Disable(), interceptor.WithReport(&r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err = ls.Recv(); err != nil {
+			break
+		}
+	}
+	if r.Attempts != 1 || r.Reason.String() != "disabled" || r.Code != codes.Unavailable {
+		t.Fatalf("the stream ended %v; report %+v, want 1 attempt, reason disabled, UNAVAILABLE", err, r)
 	}
 }
