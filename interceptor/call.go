@@ -211,7 +211,12 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	case m != nil && m.Hedging != nil:
 		// Hedged methods are the hedging engine's (hedge.go): no retries.
 		pl.hedged, p = m, nil
-		if o.maxAttempts > 0 || o.codesSet {
+		if o.foreignMax == 1 {
+			// retry.Disable() left on the call: its one attempt alone.
+			pl.hedged = nil
+			break
+		}
+		if o.maxAttempts > 0 || o.codesSet || o.foreignMax > 0 {
 			// A copy of the entry: the file's is shared.
 			mm, h := *m, *m.Hedging
 			if o.maxAttempts > 0 {
@@ -219,6 +224,9 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 			}
 			if o.codesSet {
 				h.NonFatalCodes = o.codes
+			}
+			if o.foreignMax > 0 {
+				h.MaxAttempts = min(h.MaxAttempts, o.foreignMax)
 			}
 			mm.Hedging = &h
 			pl.hedged = &mm
@@ -265,9 +273,12 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		}
 		p = &q
 	}
+	// A go-grpc-middleware option left on the call lowers the attempts,
+	// never raises them (foreignAttempts).
+	p = lowerAttempts(p, o.foreignMax)
 	pl.pol, pl.retrying = p, p.MaxAttempts >= 2
 	if !pl.retrying {
-		if inCode && o.maxAttempts == 0 && onlyRetriesUse(p) {
+		if inCode && o.maxAttempts == 0 && o.foreignMax == 0 && onlyRetriesUse(p) {
 			pl.unapplied = policy.ReasonOneAttempt
 		}
 		return pl
@@ -402,12 +413,13 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	mi.plan.brCache = &mi.br
 	mi.plan.pace = new(pace)
-	mi.fast = mi.fastUnary(&k.opts)
+	mi.fast = mi.fastUnary(&k.opts) && !cfg.Disabled()
 	mi.attempt.init()
 	mi.timeout = mi.m != nil && mi.m.Timeout > 0
 	if w := &k.opts.state.said.warned; cfg != nil && w.Load() != cfg && w.Swap(cfg) != cfg {
 		k.logWarnings(cfg)
 	}
+	k.fileSwitch(cfg)
 	if cfg != nil && (mc == nil || mc.cfg != cfg || len(mc.byName) < methodCacheMax) {
 		k.logNearlyNamed(cfg, method)
 	}
@@ -516,6 +528,10 @@ func perCall(base *options, opts []grpc.CallOption, first int) (*options, []grpc
 		}
 		if foreignRetryOption(opt) {
 			o.foreign = true
+			if n := foreignAttempts(opt); n > 0 {
+				// The last one wins, as the middleware applies them.
+				o.foreignMax = n
+			}
 		}
 		rest = append(rest, opt)
 	}

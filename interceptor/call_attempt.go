@@ -210,21 +210,27 @@ type call struct {
 	crit criticality.Level
 }
 
-// budget returns the budget of a call of the method on target from bs,
-// through the method's cache of the first target it was called on (until
-// bs forgets it).
-func (mi *methodInfo) budget(bs *budget.Backends, target, method string) budget.Budget {
+// budget returns the budget of a call of the method on target, cc's (nil:
+// a front end's), from bs, through the method's cache of the first target
+// it was called on (until bs forgets it). bs keys it by the canonical
+// target (canonicalTarget), as the metrics' grpc.target is, so that two
+// spellings of one backend ("localhost:8080" and "dns:///localhost:8080"
+// through grpc.NewClient) share one budget and one Gate, as they share
+// one server; the cache, by the target as dialled, finds it without
+// that lookup.
+func (mi *methodInfo) budget(bs *budget.Backends, cc *grpc.ClientConn, target, method string) budget.Budget {
 	r := mi.bud.Load()
 	if r != nil && r.set == bs && r.target == target {
 		if b, ok := r.slot.Budget(); ok {
 			return b
 		}
 	}
-	s := bs.Slot(target, method)
+	key := canonicalTarget(cc, target)
+	s := bs.Slot(key, method)
 	b, ok := s.Budget()
 	if !ok {
 		// Forgotten as soon as made (a set at its caps, adding fast).
-		return bs.Get(target, method)
+		return bs.Get(key, method)
 	}
 	if r == nil || r.set != bs || r.target == target {
 		// The first target only (and the set of the current file): a
@@ -270,7 +276,8 @@ const canonicalTargetsMax = 1024
 // or target for a front end without a ClientConn. It is keyed by the target
 // as dialled: two ClientConns that dial one string under different default
 // schemes (grpc.Dial's passthrough, grpc.NewClient's dns) share the first
-// one's, as they share its budget (budget.Backends keys by that string too).
+// one's, and so its budget and breaker too (methodInfo.budget,
+// findBreaker): one string names one server.
 func canonicalTarget(cc *grpc.ClientConn, target string) string {
 	if cc == nil {
 		return target
@@ -342,6 +349,9 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 		base = metadata.AppendToOutgoingContext(ctx, criticality.Header, c.crit.String())
 	}
 	if o.disabled {
+		if o.report != nil {
+			grpcOpts = disabledReport(o.report, callTarget(ctx, cc), c.crit, grpcOpts)
+		}
 		return base, noCancel, grpcOpts, false
 	}
 	pl := &mi.plan
@@ -350,14 +360,14 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 		p.pace = mi.plan.pace
 		pl = &p
 	}
-	if c.off = switchedOff.Load(); c.off {
+	if c.off = offFor(cfg); c.off {
 		p := switchOff(pl)
 		pl = &p
 	}
 	target := callTarget(ctx, cc)
 	b := pl.budget
 	if pl.budgets != nil {
-		b = mi.budget(pl.budgets, target, method)
+		b = mi.budget(pl.budgets, cc, target, method)
 	}
 	c.follow(mi, pl, target, b)
 

@@ -47,10 +47,14 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		c.reason = policy.ReasonSuccess
 		return false, 0
 	}
-	if !c.retrying {
+	if !c.retrying || c.o.offNow() {
 		// gRFC A6 counts failures only for methods with a retry policy.
 		c.reason = policy.ReasonAttempts
-		if c.pol == nil {
+		switch {
+		case c.off || c.retrying:
+			// The switch, on at the start or turned on since (SetDisabled).
+			c.reason = policy.ReasonDisabled
+		case c.pol == nil:
 			// Not "attempts": no retry was ever on offer.
 			c.reason = policy.ReasonNoPolicy
 		}
@@ -342,7 +346,10 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	c.deferReq = nil
 	req.Waited = c.inGate
 	start := time.Now()
-	adm, err := c.budget.(budget.Deferrer).Wait(callCtx, req, d)
+	// Held, the call ends when the switch turns on (SetDisabled).
+	holdCtx, stopHold := holdContext(callCtx, c.o.state)
+	adm, err := c.budget.(budget.Deferrer).Wait(holdCtx, req, d)
+	stopHold()
 	// Up to its pause (a pushback's, say) the wait is the pause; past
 	// it, the budget's or the Gate's.
 	waited := time.Since(start)
@@ -365,6 +372,9 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	case errors.Is(callCtx.Err(), context.Canceled):
 		last = status.Error(codes.Canceled, context.Canceled.Error())
 		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
+	case switchEnded(holdCtx):
+		// As no retry would: the last attempt's status.
+		c.waitEnd, e.Reason = "switch", policy.ReasonDisabled
 	default:
 		e.Reason = waitEnded(err)
 	}
@@ -452,7 +462,7 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 	if c.breakers == nil {
 		return nil
 	}
-	c.br = findBreaker(c.breakers, c.brCache, callTarget(ctx, cc), c.method)
+	c.br = findBreaker(c.breakers, c.brCache, cc, callTarget(ctx, cc), c.method)
 	err := c.br.Admit(c.crit, c.o)
 	if err == nil {
 		if cc != nil && !c.br.Settings().NoPacing && waitsForReady(c.fileOpts, grpcOpts) {
@@ -464,15 +474,16 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 }
 
 // findBreaker returns the breaker in bs of a call of method on target,
-// through cache (nil: none), the method's cache of the first target it
-// was called on.
-func findBreaker(bs *breaker.Set, cache *atomic.Pointer[breakerRef], target, method string) *breaker.Breaker {
+// cc's (nil: a front end's), through cache (nil: none), the method's cache
+// of the first target it was called on; bs keys it by the canonical
+// target (canonicalTarget), as the budgets are.
+func findBreaker(bs *breaker.Set, cache *atomic.Pointer[breakerRef], cc *grpc.ClientConn, target, method string) *breaker.Breaker {
 	if cache != nil {
 		if r := cache.Load(); r != nil && r.target == target {
 			return r.b
 		}
 	}
-	br := bs.Get(target, method)
+	br := bs.Get(canonicalTarget(cc, target), method)
 	if cache != nil {
 		// The first target only: a method called on several targets
 		// looks the others up, rather than allocate on every switch.
@@ -588,6 +599,10 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 	e := Event{Kind: EventEnd, Method: c.method, Attempt: c.attempt + c.before, Code: status.Code(err), Err: err, Reason: c.reason, Deferred: c.deferred, Hedging: c.hedged != nil, Criticality: c.crit, Disabled: c.off}
 	if err == nil {
 		e.Reason = policy.ReasonSuccess
+	}
+	if c.off {
+		// Whatever its code: a dashboard of ends by reason shows the switch.
+		e.Reason = policy.ReasonDisabled
 	}
 	if e.Attempt > 1 {
 		if c.hedged != nil {

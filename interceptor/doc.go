@@ -122,8 +122,8 @@
 // no idempotency key, no criticality (CRITICAL, nothing sent), jitter from
 // math/rand/v2. Per call, WithMaxAttempts and WithCodes replace the
 // maxAttempts and the codes of the method's retry or hedging policy, and
-// nothing else. STAGGER_DISABLE (at start) or SetDisabled turns retries,
-// hedges and waits off in the whole process.
+// nothing else. STAGGER_DISABLE, SetDisabled or a policy file's "disabled":
+// true turn retries, hedges and waits off, and end held calls (SetDisabled).
 //
 // # State
 //

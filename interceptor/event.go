@@ -69,7 +69,8 @@ const (
 	// EventEnd: the call ended, once per call that stagger ran (a unary call
 	// when it returns, a stream when it ends); Attempt is the attempts sent,
 	// Retries, Hedges and Delay say what they cost, Reason why it ended
-	// (ReasonSuccess when it succeeded), Code and Err its outcome, Target
+	// (ReasonSuccess when it succeeded; ReasonDisabled, whatever its Code,
+	// when the switch was on: Disabled), Code and Err its outcome, Target
 	// the connection's target. It reaches the hooks of WithCallHook only:
 	// neither WithHook's nor the logger.
 	EventEnd
@@ -140,9 +141,10 @@ type Event struct {
 	// Retries, Hedges and Delay: EventEnd only (see Report).
 	Retries, Hedges int
 	Delay           time.Duration
-	// Target is the call's backend: its ClientConn's target (or its front
-	// end's), in every event of a call; the budget and the Gate it retries
-	// under are that backend's (budget.Backends).
+	// Target is the call's backend: its ClientConn's target as dialled (or
+	// its front end's), in every event of a call; the budget and the Gate
+	// it retries under are that backend's, kept under its canonical target
+	// (budget.Backends; CanonicalTarget), so two spellings share them.
 	Target string
 	// CanonicalTarget is the connection's canonical target
 	// (grpc.ClientConn.CanonicalTarget: "dns:///10.0.0.5:8080" for a
@@ -166,8 +168,10 @@ type Event struct {
 	// call is CRITICAL: Level.Effective) and in an EventBreaker, which
 	// belongs to no call.
 	Criticality criticality.Level
-	// Disabled: EventEnd of a call made while the process-wide switch was
-	// on (SetDisabled, DisableEnv): it was sent once, and never waited.
+	// Disabled: EventEnd of a call made while the switch was on
+	// (SetDisabled, DisableEnv, its policy file's "disabled"): it was sent
+	// once, and never waited; its Reason is policy.ReasonDisabled, whatever
+	// its Code.
 	Disabled bool
 }
 

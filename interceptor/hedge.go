@@ -236,7 +236,10 @@ func (s *hedgeState) waitHedge(callCtx context.Context, n int) policy.Reason {
 	}
 	s.c.emit(callCtx, Event{Kind: EventDeferred, Method: s.c.method, Attempt: n - 1, Hedging: true})
 	start := time.Now()
-	adm, err := d.Wait(callCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
+	// Held, the call ends when the switch turns on (SetDisabled).
+	holdCtx, stopHold := holdContext(callCtx, s.c.o.state)
+	adm, err := d.Wait(holdCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
+	stopHold()
 	s.c.deferred += time.Since(start)
 	switch {
 	case err == nil:
@@ -244,8 +247,12 @@ func (s *hedgeState) waitHedge(callCtx context.Context, n int) policy.Reason {
 		return policy.ReasonNone
 	}
 	s.c.waitEnd = waitRule(err)
-	if callCtx.Err() != nil {
+	switch {
+	case callCtx.Err() != nil:
 		return policy.ReasonCaller
+	case switchEnded(holdCtx):
+		s.c.waitEnd = "switch"
+		return policy.ReasonDisabled
 	}
 	return waitEnded(err)
 }

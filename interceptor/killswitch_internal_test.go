@@ -1,6 +1,13 @@
 package interceptor
 
-import "testing"
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+)
 
 // DisableEnv's values: one that says no leaves the switch off, any other
 // turns it on (an operator in an emergency types what comes to mind).
@@ -9,5 +16,38 @@ func TestDisableEnvValues(t *testing.T) {
 		if got := envOn(v); got != want {
 			t.Errorf("%s=%q: on %v, want %v", DisableEnv, v, got, want)
 		}
+	}
+}
+
+// The switch says when it turns: SetDisabled at each change (warn when on,
+// info when off, never for a call that changes nothing), and, when the
+// environment turned it on at the start, the first call that finds it on,
+// once (offFor).
+func TestSwitchSaysWhenItTurns(t *testing.T) {
+	var lines []string
+	old := slogDefault
+	slogDefault = logging.LoggerFunc(func(_ context.Context, l logging.Level, msg string, kv ...any) {
+		lines = append(lines, fmt.Sprint(slog.Level(l), " ", msg, " ", kv))
+	})
+	was, said := switchedOff.Load(), switchSaid.Load()
+	defer func() { slogDefault = old; switchedOff.Store(was); switchSaid.Store(said) }()
+
+	switchedOff.Store(false)
+	SetDisabled(true)
+	SetDisabled(true)
+	SetDisabled(false)
+	SetDisabled(false)
+	// As DisableEnv at the start: on, and nothing said yet.
+	switchedOff.Store(true)
+	switchSaid.Store(false)
+	offFor(nil)
+	offFor(nil)
+	want := []string{
+		"WARN " + msgSwitchedOff + " [stagger.switch SetDisabled]",
+		"INFO " + msgSwitchedOn + " [stagger.switch SetDisabled]",
+		"WARN " + msgSwitchedOff + " [stagger.switch " + DisableEnv + "]",
+	}
+	if fmt.Sprint(lines) != fmt.Sprint(want) {
+		t.Fatalf("heard\n%q\nwant\n%q", lines, want)
 	}
 }

@@ -16,7 +16,7 @@ const (
 	msgNoPolicy       = "stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)"
 	msgOneAttempt     = "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing"
 	msgInvalidOption  = "stagger: the call's WithBackoff or WithPerAttemptTimeout not applied: its value breaks a rule (stagger.error); the policy's own stays"
-	msgForeignOption  = "stagger: a go-grpc-middleware retry option on the call does nothing under stagger: use interceptor.WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate"
+	msgForeignOption  = "stagger: a go-grpc-middleware retry option on the call: retry.Disable() is read as one attempt and WithMax(n) as at most n, its others do nothing: use interceptor.Disable, WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate"
 	msgHedging        = "stagger: hedging"
 	msgNoMoreHedges   = "stagger: no more hedges"
 	msgHedgeWon       = "stagger: hedge won"
@@ -27,5 +27,7 @@ const (
 	msgPolicyWarning  = "stagger: policy file warning (stagger.warning)"
 	msgNearlyNamed    = "stagger: the policy file nearly names the method (a typo?): the call does not follow that entry"
 	msgReloadRefused  = "stagger: policy file not reloaded, the last good one stays in force (stagger.error)"
+	msgSwitchedOff    = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
+	msgSwitchedOn     = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
 	msgRefusedSummary = "stagger: calls ended without the retry their budget refused, per backend since its last such line"
 )

@@ -71,9 +71,12 @@ type options struct {
 	perAttempt    time.Duration
 	perAttemptSet bool
 	// foreign: the call carried another retry library's call option
-	// (go-grpc-middleware's), which does nothing under stagger.
-	foreign  bool
-	disabled bool
+	// (go-grpc-middleware's); foreignMax, the attempts the last of them
+	// that sets any allows (retry.Disable: 1; WithMax(n): n; 0: none
+	// said), which lower the policy's and never raise them.
+	foreign    bool
+	foreignMax int
+	disabled   bool
 	// idempotent: 0 unknown (ask the file, then the proto), 1 yes, -1 no.
 	idempotent int8
 	// safe (WithIdempotentMethods) says a method is idempotent beside the
@@ -352,7 +355,8 @@ type Report struct {
 	// attempt in flight); WaitEnd, when such a wait admitted nothing and
 	// ended the call, the rule of the Gate's wait contract that ended it
 	// (budget.Gate): "hold", "hopeless", "max-wait", "backlog", "futility", "room"
-	// or "criticality" (too many waited), "deadline" or "caller"; HeldBy,
+	// or "criticality" (too many waited), "deadline" or "caller", or
+	// "switch" when turning the switch on ended it (SetDisabled); HeldBy,
 	// the Gate's rule that held that wait past its pause, if one did:
 	// "outage", "overload" or "breaker".
 	Deferred time.Duration
@@ -373,8 +377,10 @@ type Report struct {
 	// ReasonBreaker), ReasonNone when none was refused.
 	TimerRefused int
 	TimerReason  policy.Reason
-	// Target is the call's backend (its ClientConn's target), whose budget
-	// and Gate the call's retries went through (budget.Backends).
+	// Target is the call's backend (its ClientConn's target, as dialled),
+	// whose budget and Gate the call's retries went through
+	// (budget.Backends keeps them under its canonical target: two
+	// spellings of one backend share them).
 	Target string
 	// Budget is the state of the backend's budget when the call ended
 	// because it refused or deferred a retry (Reason budget, deferred or
@@ -385,9 +391,15 @@ type Report struct {
 	// call (Reason breaker or throttled): open or half-open, its window's
 	// counts, the throttle's rejection probability; zero otherwise.
 	Breaker breaker.Snapshot
-	// Disabled: the process-wide switch was on when the call started
-	// (SetDisabled, DisableEnv): stagger sent it once, with no retry, no
-	// hedge and no wait (Reason is then "no policy" for a failure).
+	// Disabled: the switch was on when the call started (SetDisabled,
+	// DisableEnv, or its policy file's "disabled"): stagger sent it once,
+	// with no retry, no hedge and no wait, and Reason is
+	// policy.ReasonDisabled whatever its Code. A call the switch ended
+	// while it ran (see SetDisabled) has Reason ReasonDisabled and, when
+	// it was held, WaitEnd "switch"; a call with Disable, which stagger
+	// hands to grpc untouched, has one attempt, Reason ReasonDisabled, its
+	// Code (when grpc finishes it: grpc.OnFinish), Target and
+	// Criticality, and nothing else.
 	Disabled bool
 }
 
@@ -441,7 +453,7 @@ func (r Report) String() string {
 		b.WriteString(" (" + strings.Join(parts, "; ") + ")")
 	}
 	if r.Disabled {
-		b.WriteString(", stagger disabled in the process (" + DisableEnv + ", SetDisabled): one attempt, no wait")
+		b.WriteString(", stagger switched off (" + DisableEnv + ", SetDisabled or the policy file's \"disabled\"): one attempt, no wait")
 	}
 	if r.Criticality.Valid() {
 		fmt.Fprintf(&b, ", criticality %s", r.Criticality)
@@ -604,8 +616,11 @@ func WithPerAttemptTimeout(d time.Duration) Option {
 
 // Disable turns stagger off; meant per call: the call goes to grpc once,
 // untouched but for its criticality header (WithCriticality), which a
-// chain must keep. SetDisabled (or the environment variable DisableEnv)
-// turns stagger off in the whole process.
+// chain must keep. No hook hears of it; WithReport on the same call gets
+// one attempt and reason policy.ReasonDisabled (see Report.Disabled).
+// SetDisabled (or the environment variable DisableEnv) turns stagger off
+// in the whole process, a policy file's "disabled" for the calls that
+// follow the file.
 func Disable() Option {
 	return Option{apply: func(o *options) { o.disabled = true }}
 }

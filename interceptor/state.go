@@ -51,6 +51,9 @@ type State struct {
 	// said keeps the interceptors sharing the State from saying a file's
 	// warnings once each.
 	said said
+	// fileOff: the file the State's interceptors follow turns the switch
+	// on (policy.Config.Disabled; core.fileSwitch).
+	fileOff atomic.Bool
 }
 
 type stateMaps struct {

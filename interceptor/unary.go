@@ -296,7 +296,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			}
 			b = pl.budget
 			if pl.budgets != nil {
-				b = mi.budget(pl.budgets, target, method)
+				b = mi.budget(pl.budgets, cc, target, method)
 			}
 			if mi.timeout {
 				var cancel context.CancelFunc
@@ -307,7 +307,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				callCtx = elsewhere.NewCallContext(callCtx)
 			}
 			if pl.breakers != nil {
-				br = findBreaker(pl.breakers, pl.brCache, target, method)
+				br = findBreaker(pl.breakers, pl.brCache, cc, target, method)
 				if err := br.Admit(crit, o); err != nil {
 					return k.unaryRefused(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, err)
 				}

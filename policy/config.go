@@ -37,7 +37,17 @@ type Config struct {
 	breakerOpts []breaker.Option
 	// maxAttemptsCap is the cap the file was parsed with.
 	maxAttemptsCap int
+	// disabled is the file's top-level "disabled" (Disabled).
+	disabled bool
 }
+
+// Disabled reports whether the file turns stagger off: its top-level
+// "disabled": true, stagger's switch written in the file. The interceptors
+// then send each call that follows the file once, as
+// interceptor.SetDisabled(true) does, and end the retries they hold; a
+// reload that removes it (or sets false) turns retries back on. A nil
+// Config returns false.
+func (c *Config) Disabled() bool { return c != nil && c.disabled }
 
 // Entry is one methodConfig entry of a file, as `stagger check` explains it.
 type Entry struct {

@@ -99,7 +99,10 @@
 // may override field by field or turn off with false (see
 // breaker.Settings and Config.BreakerSettingsFor). They count over one window:
 // adaptiveThrottling's window must equal circuitBreaker's samplingWindow.
-// A breaker field given as 0 is an error, not the default.
+// A breaker field given as 0 is an error, not the default. A top-level
+// "disabled": true is stagger's switch written in the file
+// (Config.Disabled): a file reloaded with it turns stagger off for the
+// calls that follow it, without a restart or code.
 //
 // Parsing never panics and does not stop at the first mistake: the error
 // joins (errors.Join) one *FieldError per broken rule, each naming the path

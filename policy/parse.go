@@ -237,8 +237,11 @@ func (w *walker) config(root *node) *Config {
 	}
 	if !w.object(root, "", "methodConfig", "retryThrottling", "retryBudget",
 		"loadBalancingPolicy", "loadBalancingConfig", "healthCheckConfig",
-		"circuitBreaker", "adaptiveThrottling") {
+		"circuitBreaker", "adaptiveThrottling", "disabled") {
 		return c
+	}
+	if v := get(root, "disabled"); v != nil {
+		c.disabled, _ = w.boolean(v, "disabled")
 	}
 	// Before the entries: theirs override the file's.
 	c.breaker = w.resolveBreaker(nil, w.breakerFields(root, "", false), "")

@@ -240,12 +240,21 @@ const (
 	ReasonInvalidOption
 	// ReasonForeignOption: a call carried another retry library's call
 	// option (go-grpc-middleware's retry.WithMax, WithCodes, ...), which
-	// compiles and does nothing under stagger (interceptor's EventNotice,
-	// once per method): stagger's per-call options take its place.
+	// compiles and grpc ignores (interceptor's EventNotice, once per
+	// method): stagger's per-call options take its place. The interceptors
+	// take the safe reading of those that lower the attempts
+	// (retry.Disable(): one; WithMax(n): at most n) and apply no other.
 	ReasonForeignOption
+	// ReasonDisabled: stagger was off for the call: the process-wide
+	// switch (interceptor.SetDisabled, STAGGER_DISABLE) or its policy
+	// file's "disabled" (Config.Disabled), on when it started or turned on
+	// while it ran, or the call's own interceptor.Disable. Its one attempt
+	// (or, turned on while it ran, its latest) was never a candidate for a
+	// retry; the call's code says how it ended.
+	ReasonDisabled
 )
 
-var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage", "reply type", "overridden", "one attempt", "invalid option", "foreign option"}
+var reasonNames = [...]string{"retry", "success", "not retryable", "attempts", "committed", "pushback", "deadline", "caller", "budget", "not idempotent", "streaming", "ambiguous", "deferred", "breaker", "throttled", "retried request", "no policy", "outage", "reply type", "overridden", "one attempt", "invalid option", "foreign option", "disabled"}
 
 // String returns a short lower-case name, as used in logs and hooks.
 func (r Reason) String() string {

@@ -39,7 +39,8 @@ type checkReport struct {
 	Breaker *checkBreaker `json:"breaker,omitempty"`
 	// Disabled says that the environment turns stagger off in this
 	// process, and so in the programs started from the same environment
-	// (interceptor.DisableEnv): the file then retries nothing.
+	// (interceptor.DisableEnv), or that the file's "disabled": true does:
+	// the file then retries nothing.
 	Disabled string `json:"disabled,omitempty"`
 }
 
@@ -276,12 +277,14 @@ func checkFile(file string, files *protoregistry.Files, source string, strict bo
 		rep.Errors = []string{file + ": -strict: service and method names could not be checked: " + giveProtos}
 		return rep
 	}
-	if len(cfg.Names()) == 0 && cfg.BreakerSettings() == nil {
-		// Valid to gRPC, and useless: every call would run as if there
-		// were no file. Most often a misspelt methodConfig.
-		rep.Errors = []string{file + ": " + nothingConfigured(warns)}
-		rep.Warnings = dropExplained(rep.Warnings, warns, rep.Errors)
-		return rep
+	if cfg.Disabled() && rep.Disabled == "" {
+		rep.Disabled = `the file's "disabled": true turns stagger off: a program that follows it makes each call once, with no retry, no hedge and no wait, and ends the calls its Gates hold, until a reload without it`
+	} else if len(cfg.Names()) == 0 && cfg.BreakerSettings() == nil {
+		// Valid to gRPC and to policy.WatchFile, which swaps it in: every
+		// call runs as if there were no file. Most often a misspelt
+		// methodConfig, so said first.
+		none := []string{file + ": " + nothingConfigured(warns)}
+		rep.Warnings = append(none, dropExplained(rep.Warnings, warns, none)...)
 	}
 	rep.Valid = true
 	if files == nil {

@@ -583,8 +583,10 @@ func TestCheckWarningsBesideErrors(t *testing.T) {
 }
 
 // TestCheckConfiguresNothing: a file that configures no method is valid to
-// gRPC and useless; check fails it (exit 1) and says why, naming the key
-// likely meant, once.
+// gRPC, and policy.WatchFile swaps it in; check accepts it too (exit 0)
+// and warns first that every call runs as without a file, naming the key
+// likely meant, once. A file that says "disabled": true is the switch:
+// check says so instead.
 func TestCheckConfiguresNothing(t *testing.T) {
 	const retry = `"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}`
 	tests := []struct {
@@ -594,13 +596,18 @@ func TestCheckConfiguresNothing(t *testing.T) {
 			`configures no method: there is no methodConfig entry with a name (and no circuitBreaker or adaptiveThrottling), so every call runs as without a file (the top-level key "methodConfigs" is unknown: did you mean "methodConfig"?)`},
 		{"empty", `{}`, `configures no method: there is no methodConfig entry with a name (and no circuitBreaker or adaptiveThrottling), so every call runs as without a file`},
 		{"budget only", `{"retryBudget": {"ratio": {"percent": 10}}}`, `configures no method`},
+		{"no entry", `{"methodConfig": []}`, `configures no method`},
+		{"switched off", `{"disabled": true, "methodConfig": []}`, `"disabled": true turns stagger off`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			file := writeTemp(t, tt.doc)
 			code, out, errOut := checkRun(t, file)
-			if code != 1 || !strings.Contains(errOut, file+": "+tt.want) {
-				t.Fatalf("exit %d, stderr:\n%s\nwant 1 and\n%s", code, errOut, tt.want)
+			if code != 0 || !strings.Contains(out+errOut, tt.want) {
+				t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s\nwant 0 and\n%s", code, out, errOut, tt.want)
+			}
+			if tt.name == "switched off" && strings.Contains(out+errOut, "configures no method") {
+				t.Errorf("the switched-off file is said to configure nothing:\n%s%s", out, errOut)
 			}
 			if n := strings.Count(out+errOut, "methodConfigs"); tt.name == "misspelt methodConfig" && n != 1 {
 				t.Errorf("the misspelt key is reported %d times, want once:\n%s%s", n, out, errOut)

@@ -1,0 +1,76 @@
+package interceptor
+
+import (
+	"math"
+	"reflect"
+	"unsafe"
+
+	"google.golang.org/grpc"
+
+	"github.com/stagger-go/stagger/policy"
+)
+
+// foreignAttempts reads the attempts go-grpc-middleware's retry call option
+// opt allows (foreignRetryOption said it is one): 1 for retry.Disable()
+// (WithMax(0)), n for WithMax(n), which counts attempts; 0 for its other
+// options (codes, a backoff, ...) and for an option it cannot read. Both
+// major versions keep the value in the field max of the struct their
+// option's applyFunc fills; the option is applied to a fresh one to read
+// it. A call that asked for fewer attempts, or none after the first, must
+// not get more under stagger: a non-idempotent call retried is the one
+// mistake a retry layer must not make.
+func foreignAttempts(opt grpc.CallOption) (n int) {
+	defer func() {
+		if recover() != nil {
+			n = 0 // a shape this reading does not know: no value
+		}
+	}()
+	v := reflect.ValueOf(opt)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return 0
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return 0
+	}
+	c := reflect.New(v.Type()).Elem() // addressable, so its field can be called
+	c.Set(v)
+	f := c.FieldByName("applyFunc")
+	if !f.IsValid() || f.Kind() != reflect.Func || f.IsNil() || f.Type().NumIn() != 1 || f.Type().In(0).Kind() != reflect.Pointer ||
+		f.Type().In(0).Elem().Kind() != reflect.Struct {
+		return 0
+	}
+	apply := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	o := reflect.New(f.Type().In(0).Elem())
+	mx := o.Elem().FieldByName("max")
+	if !mx.IsValid() || mx.Kind() != reflect.Uint {
+		return 0
+	}
+	const unset = math.MaxUint64
+	reflect.NewAt(mx.Type(), unsafe.Pointer(mx.UnsafeAddr())).Elem().SetUint(unset)
+	apply.Call([]reflect.Value{o})
+	switch m := mx.Uint(); {
+	case m == unset:
+		return 0
+	case m == 0:
+		return 1 // Disable: the first attempt alone
+	case m > math.MaxInt32:
+		return math.MaxInt32
+	default:
+		return int(m)
+	}
+}
+
+// lowerAttempts returns p with at most n attempts (n > 0: a foreign
+// option's, foreignAttempts), a copy when it lowers them; it never raises
+// them.
+func lowerAttempts(p *policy.Policy, n int) *policy.Policy {
+	if n <= 0 || p.MaxAttempts <= n {
+		return p
+	}
+	q := *p
+	q.MaxAttempts = n
+	return &q
+}
