@@ -196,6 +196,7 @@ func (k *core) logWarnings(cfg *policy.Config) {
 		}
 		k.opts.warnLoud(msgPolicyWarning, append(fields, "stagger.warning", w.Message)...)
 	}
+	k.logWarnedReload(cfg)
 }
 
 // logNearlyNamed says that the file nearly names a method it does not

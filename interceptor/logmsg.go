@@ -27,5 +27,6 @@ const (
 	msgPolicyWarning  = "stagger: policy file warning (stagger.warning)"
 	msgNearlyNamed    = "stagger: the policy file nearly names the method (a typo?): the call does not follow that entry"
 	msgReloadRefused  = "stagger: policy file not reloaded, the last good one stays in force (stagger.error)"
+	msgReloadWarned   = "stagger: policy file reloaded with warnings: it names no known method or turns a method's retries off (stagger.warnings)"
 	msgRefusedSummary = "stagger: calls ended without the retry their budget refused, per backend since its last such line"
 )

@@ -298,7 +298,12 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 // stagger.error and stagger.file. Without a logger, slog.Default() hears
 // of each refused reload at error level, once in the process
 // (policy.Source.ClaimRefused), from the first call that follows the
-// Source after it.
+// Source after it. So, at error level, is a reload with warnings (a good
+// file that names no known method or turns a method's retries off;
+// policy.Source.Warned), when a call first follows its config: "stagger:
+// policy file reloaded with warnings: ..." with stagger.file and
+// stagger.warnings, once per State with a logger, once in the process
+// without (policy.Source.ClaimWarned).
 func WithLogger(l logging.Logger) Option {
 	return Option{apply: func(o *options) { o.logger = l }}
 }

@@ -186,7 +186,11 @@
 //
 //   - stagger.client.config.reloads, asynchronous counter, {reload}, with
 //     stagger.reload.result: "success", a reload that swapped a new config
-//     in (policy.Source.Loaded's generation after the first), and
+//     in (policy.Source.Loaded's generations after the first, less the
+//     warned ones); "warned", a reload that swapped in a file that names
+//     no method the known proto files declare (a misspelt service) or
+//     turns off the retries of a method that had them
+//     (policy.Source.Warned's count; SourceEvent.Warnings says why); and
 //     "failure", a file that could not be read or parsed
 //     (policy.Source.Refused's count: one per distinct error).
 //   - stagger.client.config.generation, asynchronous gauge, {config}: the

@@ -65,7 +65,7 @@ const Other = "other"
 // The reload metrics' names (Options.Sources).
 const (
 	// MetricConfigReloads counts a Source's reloads by result
-	// ("success", "failure").
+	// ("success", "warned", "failure").
 	MetricConfigReloads = "stagger.client.config.reloads"
 	// MetricConfigGeneration is the generation of the config in use
 	// (policy.Source.Loaded), with its hash.
