@@ -360,6 +360,9 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 		msg = msgHedgeWon
 	case EventDeferred:
 		msg = msgDeferred
+		if !e.Hedging && o.summary != nil {
+			o.summary.held(e)
+		}
 	case EventResume:
 		msg = msgResuming
 	case EventTimerRanOn:
