@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -92,14 +93,14 @@ type warnedReload struct {
 // has some, else forgets the last one (its config is no longer in use).
 // The caller holds mu.
 func (s *Source) judge(ev *SourceEvent) {
-	ev.Warnings = reloadWarnings(ev.Previous, ev.Config, s.opts.protoResolver())
+	ev.Warnings = strings.Join(reloadWarnings(ev.Previous, ev.Config, s.opts.protoResolver()), "\n")
 	var n uint64
 	last := s.warned.Load()
 	if last != nil {
 		n = last.n
 	}
 	switch {
-	case len(ev.Warnings) > 0:
+	case ev.Warnings != "":
 		s.warned.Store(&warnedReload{n: n + 1, ev: *ev})
 	case last != nil && last.ev.Config != nil:
 		s.warned.Store(&warnedReload{n: n})

@@ -62,12 +62,13 @@ type SourceEvent struct {
 	// declares a budget (the interceptors' own budget, stagger.DialOptions'
 	// default, stays in force). False after an error.
 	BudgetKept bool
-	// Warnings, after a change, say why it is a reload with warnings
-	// (Source.Warned): each name of the new file that no known proto file
-	// declares (WithProtoFiles; a misspelt service matches no call), and
-	// each name whose calls retried or hedged under Previous and do
-	// neither under Config. nil for a clean change, and after an error.
-	Warnings []string
+	// Warnings, after a change, says why it is a reload with warnings
+	// (Source.Warned), one reason a line: each name of the new file that
+	// no known proto file declares (WithProtoFiles; a misspelt service
+	// matches no call), and each method whose calls retried or hedged
+	// under Previous and do neither under Config. "" for a clean change,
+	// and after an error. (A string, so that SourceEvent stays comparable.)
+	Warnings string
 }
 
 // Source holds the current Config of a policy file and swaps in a new one
