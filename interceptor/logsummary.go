@@ -38,7 +38,9 @@ type refusedSummary struct {
 	armed bool
 	// holding holds when each backend last deferred a retry (held), at
 	// most refusedLogTargets and "other": a backend holding calls is said
-	// at info level when it begins to, not only when its calls end.
+	// at info level when it begins to, not only when its calls end. The
+	// backends that stopped holding are forgotten when it is full and at
+	// each flush (the held calls' ends arm it).
 	holding map[string]time.Time
 }
 
@@ -157,6 +159,7 @@ func (s *refusedSummary) flush() {
 		}
 		delete(s.byTarget, target)
 	}
+	s.forgetHoldingLocked(now)
 	s.armLocked(now)
 	s.mu.Unlock()
 	s.log(lines)
@@ -199,11 +202,7 @@ func (s *refusedSummary) held(e Event) {
 	if !ok && len(s.holding) >= refusedLogTargets {
 		// Forget the backends that stopped holding; else count it
 		// as "other".
-		for t, at := range s.holding {
-			if now.Sub(at) >= s.every {
-				delete(s.holding, t)
-			}
-		}
+		s.forgetHoldingLocked(now)
 		if len(s.holding) >= refusedLogTargets {
 			target = "other"
 			last, ok = s.holding[target]
@@ -219,4 +218,14 @@ func (s *refusedSummary) held(e Event) {
 		fields = append(fields, "stagger.gate", e.Budget.Health)
 	}
 	s.logger.Log(context.Background(), logging.LevelInfo, msgHolding, fields...)
+}
+
+// forgetHoldingLocked forgets the backends that deferred no retry for an
+// interval: their next deferral begins a new hold.
+func (s *refusedSummary) forgetHoldingLocked(now time.Time) {
+	for t, at := range s.holding {
+		if now.Sub(at) >= s.every {
+			delete(s.holding, t)
+		}
+	}
 }

@@ -98,7 +98,7 @@ func TestRefusedSummary(t *testing.T) {
 // info level, the ones within an interval after it are not, and one after
 // an interval without any is said again; past refusedLogTargets backends
 // holding at once, a new one is said as "other", and the backends that
-// stopped holding make room again.
+// stopped holding make room again; a flush forgets them too.
 func TestHeldSaysWhenHoldingBegins(t *testing.T) {
 	var mu sync.Mutex
 	var targets []any
@@ -145,5 +145,10 @@ func TestHeldSaysWhenHoldingBegins(t *testing.T) {
 	held("new")
 	if got := take(); len(got) != 1 || got[0] != "new" || len(s.holding) != 1 {
 		t.Fatalf("an interval later: %v and %d kept, want new's own line and the others forgotten", got, len(s.holding))
+	}
+	now = now.Add(refusedLogEvery)
+	s.flush()
+	if len(s.holding) != 0 {
+		t.Fatalf("a flush an interval after the last deferral kept %d backends, want none", len(s.holding))
 	}
 }
