@@ -3,6 +3,7 @@ package staggerotel
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
@@ -41,7 +42,7 @@ func registerBudgetGauges(m metric.Meter, o Options, targets *targetNames) error
 	if len(budgets) == 0 && len(backends) == 0 && len(states) == 0 {
 		return nil
 	}
-	healths := budget.Healths()
+	var opts gateOptions
 	_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		sums, gates := budgetSums(budgets, backends, states, targets.gauge)
 		for k, v := range sums {
@@ -53,18 +54,7 @@ func registerBudgetGauges(m metric.Meter, o Options, targets *targetNames) error
 			obs.ObserveFloat64(level, v.level, opt)
 			obs.ObserveFloat64(capacity, v.capacity, opt)
 		}
-		for k, v := range gates {
-			var attrs []attribute.KeyValue
-			if k.backend {
-				attrs = append(attrs, attribute.String(AttrTarget, k.target))
-			}
-			obs.ObserveInt64(waiting, int64(v.waiting), metric.WithAttributes(attrs...))
-			// Every health, 0 included: a point that vanished would
-			// read as no data, not as an outage that ended.
-			for _, h := range healths {
-				obs.ObserveInt64(health, int64(v.health[h]), metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], attribute.String(AttrGateHealth, h))...))
-			}
-		}
+		opts.observe(obs, gates, waiting, health)
 		return nil
 	}, level, capacity, waiting, health)
 	if err != nil {
@@ -91,10 +81,79 @@ type gateKey struct {
 }
 
 // gateSum is the Gates under one gateKey: the calls waiting in them, and
-// how many stand at each health (budget.State.Health).
+// how many stand at each health (healths' order).
 type gateSum struct {
 	waiting int
-	health  map[string]int
+	health  []int
+}
+
+// healths are the values of budget.State.Health, in order.
+var healths = budget.Healths()
+
+// healthIndex returns h's index in healths, or -1.
+func healthIndex(h string) int {
+	for i, x := range healths {
+		if x == h {
+			return i
+		}
+	}
+	return -1
+}
+
+// gateOptions keeps the Gate gauges' attributes per gateKey from one
+// collection to the next, so that a collection with PerTarget builds a
+// target's 5 attribute sets once, not at each collection; it forgets the
+// keys a collection did not see (a target the Backends forgot). Safe for
+// concurrent use (two readers may collect at once).
+type gateOptions struct {
+	mu    sync.Mutex
+	byKey map[gateKey]*gateKeyOptions
+}
+
+// gateKeyOptions are one gateKey's observe options: the waiting gauge's,
+// and the health gauge's per health.
+type gateKeyOptions struct {
+	waiting metric.ObserveOption
+	health  []metric.ObserveOption
+}
+
+func newGateKeyOptions(k gateKey) *gateKeyOptions {
+	var attrs []attribute.KeyValue
+	if k.backend {
+		attrs = append(attrs, attribute.String(AttrTarget, k.target))
+	}
+	o := &gateKeyOptions{waiting: metric.WithAttributeSet(attribute.NewSet(attrs...))}
+	for _, h := range healths {
+		o.health = append(o.health, metric.WithAttributeSet(attribute.NewSet(append(attrs[:len(attrs):len(attrs)], attribute.String(AttrGateHealth, h))...)))
+	}
+	return o
+}
+
+// observe reports gates: each key's waiting calls, and its Gates at every
+// health, 0 included (a point that vanished would read as no data, not as
+// an outage that ended).
+func (g *gateOptions) observe(obs metric.Observer, gates map[gateKey]gateSum, waiting, health metric.Int64ObservableGauge) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.byKey == nil {
+		g.byKey = map[gateKey]*gateKeyOptions{}
+	}
+	for k, v := range gates {
+		o := g.byKey[k]
+		if o == nil {
+			o = newGateKeyOptions(k)
+			g.byKey[k] = o
+		}
+		obs.ObserveInt64(waiting, int64(v.waiting), o.waiting)
+		for i, n := range v.health {
+			obs.ObserveInt64(health, int64(n), o.health[i])
+		}
+	}
+	for k := range g.byKey {
+		if _, ok := gates[k]; !ok {
+			delete(g.byKey, k)
+		}
+	}
 }
 
 // budgetSums reads every budget once and adds up those under one key: two
@@ -120,10 +179,12 @@ func budgetSums(budgets []budget.Budget, backends []*budget.Backends, states []*
 		}
 		v := gates[k]
 		if v.health == nil {
-			v.health = map[string]int{}
+			v.health = make([]int, len(healths))
 		}
 		v.waiting += st.Waiting
-		v.health[st.Health]++
+		if i := healthIndex(st.Health); i >= 0 {
+			v.health[i]++
+		}
 		gates[k] = v
 	}
 	for _, b := range budgets {
