@@ -41,3 +41,18 @@ func (k *core) logWarnedReload(cfg *policy.Config) {
 		slog.Default().Error(msgReloadWarned, fields...)
 	}
 }
+
+// servedSource is the part of policy.Source that hears which methods the
+// process calls, so that a reload naming them counts as naming a method
+// though no linked proto declares it.
+type servedSource interface {
+	Served(fullMethod string)
+}
+
+// served tells the interceptor's source that a call of method was made;
+// methodMiss runs it, for a method its cache does not hold.
+func (k *core) served(method string) {
+	if s, ok := k.opts.source.(servedSource); ok {
+		s.Served(method)
+	}
+}

@@ -188,8 +188,8 @@
 //     stagger.reload.result: "success", a reload that swapped a new config
 //     in (policy.Source.Loaded's generations after the first, less the
 //     warned ones); "warned", a reload that swapped in a file that names
-//     no method the known proto files declare (a misspelt service) or
-//     turns off the retries of a method that had them
+//     no method the process called or the known proto files declare (a
+//     misspelt service) or turns off the retries of a method that had them
 //     (policy.Source.Warned's count; SourceEvent.Warnings says why); and
 //     "failure", a file that could not be read or parsed
 //     (policy.Source.Refused's count: one per distinct error).

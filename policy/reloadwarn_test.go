@@ -33,7 +33,7 @@ func TestReloadWithWarnings(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	const typo = `"/stagger.testing.v1.TestServce/": names no method of the known proto files`
+	const typo = `"/stagger.testing.v1.TestServce/": names no method the process served or the known proto files declare`
 	off := func(method string) string {
 		return `"/stagger.testing.v1.TestService/` + method + `": retried under the previous file, not retried now`
 	}
@@ -61,7 +61,7 @@ func TestReloadWithWarnings(t *testing.T) {
 		{"the service again", warnRetryFile(svc, ""), 2, nil},
 		{"narrowed to one method", warnRetryFile(svc, "Get"), 3, allOff("Get")},
 		{"an unknown method", warnRetryFile(svc, "Gte"), 4, []string{
-			`"/stagger.testing.v1.TestService/Gte": names no method of the known proto files`, off("Get"),
+			`"/stagger.testing.v1.TestService/Gte": names no method the process served or the known proto files declare`, off("Get"),
 		}},
 	}
 	for _, st := range steps {
@@ -108,5 +108,35 @@ func TestReloadWithWarningsNoNameCheck(t *testing.T) {
 	}
 	if n, ev := src.Warned(); n != 1 || ev.Warnings != `"/a.S/": retried under the previous file, not retried now` {
 		t.Fatalf("a.S's retries turned off: %d warned %q, want 1", n, ev.Warnings)
+	}
+}
+
+// A name no linked proto declares is no warning once the process called a
+// method under it (Source.Served: a client without the protos, such as a
+// generic proxy); one it never called still is, and turning the served
+// one's retries off is.
+func TestReloadWithWarningsServed(t *testing.T) {
+	cfg := func(file string) *Config {
+		c, err := ParseConfig([]byte(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	src := NewSource(cfg(warnRetryFile("a.S", "M")))
+	src.Served("/a.S/M")
+	if err := src.Update(cfg(warnRetryFile("a.S", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if n, ev := src.Warned(); n != 0 {
+		t.Fatalf("a service the process called: warned %d %q, want 0", n, ev.Warnings)
+	}
+	if err := src.Update(cfg(warnRetryFile("b.S", ""))); err != nil {
+		t.Fatal(err)
+	}
+	want := `"/b.S/": names no method the process served or the known proto files declare` + "\n" +
+		`"/a.S/": retried under the previous file, not retried now`
+	if n, ev := src.Warned(); n != 1 || ev.Warnings != want {
+		t.Fatalf("a service never called, a.S's retries off: warned %d %q, want 1 %q", n, ev.Warnings, want)
 	}
 }

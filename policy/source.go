@@ -64,7 +64,8 @@ type SourceEvent struct {
 	BudgetKept bool
 	// Warnings, after a change, says why it is a reload with warnings
 	// (Source.Warned), one reason a line: each name of the new file that
-	// no known proto file declares (WithProtoFiles; a misspelt service
+	// matches no method the process called (Source.Served) and that no
+	// known proto file declares (WithProtoFiles; a misspelt service
 	// matches no call), and each method whose calls retried or hedged
 	// under Previous and do neither under Config. "" for a clean change,
 	// and after an error. (A string, so that SourceEvent stays comparable.)
@@ -97,6 +98,8 @@ type Source struct {
 	// warned is the last reload with warnings and how many there were
 	// (Warned), written with cur under mu.
 	warned atomic.Pointer[warnedReload]
+	// served holds the methods the process called (Served).
+	served servedSet
 
 	stop      chan struct{}
 	done      chan struct{}

@@ -3,6 +3,7 @@
 package test
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +13,9 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/stagger-go/stagger"
 	"github.com/stagger-go/stagger/interceptor"
@@ -105,4 +109,47 @@ func TestWarnedReloadIsLogged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A method the process called through the interceptors that follow a
+// Source counts as served: a reload naming its service, which no linked
+// proto declares (a client without the protos, a proxy), is a plain
+// success, where a service never called is a reload with warnings.
+func TestReloadNamingAServedMethodIsClean(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "retry.json")
+		write := func(content string) {
+			t.Helper()
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(sourceFile(3, ""))
+		src, err := policy.WatchFile(path, policy.WithPollInterval(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		srv := testserver.New()
+		defer srv.Close()
+		cc, err := srv.Dial(stagger.DialOptionsFromSource(src)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		if err := cc.Invoke(context.Background(), "/proxied.v1.Orders/Get", &emptypb.Empty{}, &emptypb.Empty{}); status.Code(err) != codes.Unimplemented {
+			t.Fatalf("a call of a service the server lacks: %v, want UNIMPLEMENTED", err)
+		}
+		for i, svc := range []string{"proxied.v1.Orders", "proxied.v1.Never"} {
+			write(strings.Replace(sourceFile(3, ""), `{"service": "stagger.testing.v1.TestService"}`,
+				`{"service": "stagger.testing.v1.TestService"}, {"service": "`+svc+`"}`, 1))
+			if err := src.Reload(); err != nil {
+				t.Fatal(err)
+			}
+			n, ev := src.Warned()
+			if want := uint64(i); n != want {
+				t.Errorf("a file naming %s: %d reloads with warnings (%q), want %d", svc, n, ev.Warnings, want)
+			}
+		}
+	})
 }
