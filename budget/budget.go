@@ -202,3 +202,14 @@ type State struct {
 	// At is when the snapshot was taken, on the budget's clock.
 	At time.Time
 }
+
+// Healths lists the values a Gate's State.Health takes, in the order a
+// backend passes through them: the names a dashboard of its health needs
+// before the backend has been in each.
+func Healths() []string {
+	out := make([]string, 0, phaseRecovering+1)
+	for p := phaseQuiet; p <= phaseRecovering; p++ {
+		out = append(out, p.String())
+	}
+	return out
+}

@@ -405,6 +405,7 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	}
 	if k.opts.source != nil {
 		k.follow()
+		k.served(method)
 	}
 	mi := &methodInfo{m: cfg.Method(method)}
 	if mi.m != nil {

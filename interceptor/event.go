@@ -200,6 +200,7 @@ func (k *core) logWarnings(cfg *policy.Config) {
 		}
 		k.opts.warnLoud(msgPolicyWarning, append(fields, "stagger.warning", w.Message)...)
 	}
+	k.logWarnedReload(cfg)
 }
 
 // logNearlyNamed says that the file nearly names a method it does not
@@ -363,6 +364,9 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 		msg = msgHedgeWon
 	case EventDeferred:
 		msg = msgDeferred
+		if !e.Hedging && o.summary != nil {
+			o.summary.held(e)
+		}
 	case EventResume:
 		msg = msgResuming
 	case EventTimerRanOn:

@@ -29,5 +29,7 @@ const (
 	msgReloadRefused  = "stagger: policy file not reloaded, the last good one stays in force (stagger.error)"
 	msgSwitchedOff    = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
 	msgSwitchedOn     = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
+	msgReloadWarned   = "stagger: policy file reloaded with warnings: it names no known method or turns a method's retries off (stagger.warnings)"
 	msgRefusedSummary = "stagger: calls ended without the retry their budget refused, per backend since its last such line"
+	msgHolding        = "stagger: a backend begins to hold calls: their retries wait for the budget (grpc.target)"
 )

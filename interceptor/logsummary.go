@@ -36,6 +36,12 @@ type refusedSummary struct {
 	// armed says it is set.
 	timer *time.Timer
 	armed bool
+	// holding holds when each backend last deferred a retry (held), at
+	// most refusedLogTargets and "other": a backend holding calls is said
+	// at info level when it begins to, not only when its calls end. The
+	// backends that stopped holding are forgotten when it is full and at
+	// each flush (the held calls' ends arm it).
+	holding map[string]time.Time
 }
 
 // refusedTally is one backend's counts since its last line.
@@ -54,7 +60,7 @@ func (t *refusedTally) pending() bool {
 }
 
 func newRefusedSummary(l logging.Logger) *refusedSummary {
-	return &refusedSummary{logger: l, now: time.Now, every: refusedLogEvery, byTarget: map[string]*refusedTally{}}
+	return &refusedSummary{logger: l, now: time.Now, every: refusedLogEvery, byTarget: map[string]*refusedTally{}, holding: map[string]time.Time{}}
 }
 
 // refusedLine is one line to log: its backend, counts and interval.
@@ -153,6 +159,7 @@ func (s *refusedSummary) flush() {
 		}
 		delete(s.byTarget, target)
 	}
+	s.forgetHoldingLocked(now)
 	s.armLocked(now)
 	s.mu.Unlock()
 	s.log(lines)
@@ -178,5 +185,47 @@ func (s *refusedSummary) log(lines []refusedLine) {
 			}
 		}
 		s.logger.Log(context.Background(), logging.LevelWarn, msgRefusedSummary, fields...)
+	}
+}
+
+// held notes e, a call's retry that its budget deferred (EventDeferred):
+// the call is held. The first of a backend, or the first after an
+// interval without one, is said at once at info level: the backend
+// begins to hold calls, and an outage that holds them shows while it
+// lasts (the warn summary comes as the held calls end, up to their
+// 10 s bound later).
+func (s *refusedSummary) held(e Event) {
+	now := s.now()
+	s.mu.Lock()
+	target := e.Target
+	last, ok := s.holding[target]
+	if !ok && len(s.holding) >= refusedLogTargets {
+		// Forget the backends that stopped holding; else count it
+		// as "other".
+		s.forgetHoldingLocked(now)
+		if len(s.holding) >= refusedLogTargets {
+			target = "other"
+			last, ok = s.holding[target]
+		}
+	}
+	s.holding[target] = now
+	s.mu.Unlock()
+	if ok && now.Sub(last) < s.every {
+		return
+	}
+	fields := []any{"grpc.target", target, "grpc.method", e.Method}
+	if e.Budget.Health != "" {
+		fields = append(fields, "stagger.gate", e.Budget.Health)
+	}
+	s.logger.Log(context.Background(), logging.LevelInfo, msgHolding, fields...)
+}
+
+// forgetHoldingLocked forgets the backends that deferred no retry for an
+// interval: their next deferral begins a new hold.
+func (s *refusedSummary) forgetHoldingLocked(now time.Time) {
+	for t, at := range s.holding {
+		if now.Sub(at) >= s.every {
+			delete(s.holding, t)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -90,5 +91,64 @@ func TestRefusedSummary(t *testing.T) {
 	giveUp("a", policy.ReasonBudget)
 	if got := take(); len(got) != 1 {
 		t.Fatalf("after a quiet interval: %+v, want the first count at once", got)
+	}
+}
+
+// held, on a clock the test moves: a backend's first deferral is said at
+// info level, the ones within an interval after it are not, and one after
+// an interval without any is said again; past refusedLogTargets backends
+// holding at once, a new one is said as "other", and the backends that
+// stopped holding make room again; a flush forgets them too.
+func TestHeldSaysWhenHoldingBegins(t *testing.T) {
+	var mu sync.Mutex
+	var targets []any
+	s := newRefusedSummary(logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, kv ...any) {
+		if lvl != logging.LevelInfo || msg != msgHolding {
+			t.Errorf("%v %q, want info %q", lvl, msg, msgHolding)
+		}
+		mu.Lock()
+		targets = append(targets, kv[1])
+		mu.Unlock()
+	}))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	s.now = func() time.Time { return now }
+	take := func() []any {
+		mu.Lock()
+		defer mu.Unlock()
+		out := targets
+		targets = nil
+		return out
+	}
+	held := func(target string) { s.held(Event{Kind: EventDeferred, Target: target, Method: "/a.S/M"}) }
+	for i := range 100 {
+		now = t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		held("a")
+	}
+	if got := take(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("10 s of deferrals 100 ms apart: %v, want one line, a's first", got)
+	}
+	now = now.Add(refusedLogEvery)
+	held("a")
+	if got := take(); len(got) != 1 {
+		t.Fatalf("after a quiet interval: %v, want a's line again", got)
+	}
+	for i := 1; i < refusedLogTargets; i++ {
+		held(fmt.Sprint("t", i))
+	}
+	held("new")
+	held("new2")
+	if got := take(); len(got) != refusedLogTargets || got[len(got)-1] != "other" {
+		t.Fatalf("%d lines, last %v; want %d, the last as other (then none for the next within its interval)", len(got), got[len(got)-1], refusedLogTargets)
+	}
+	now = now.Add(refusedLogEvery)
+	held("new")
+	if got := take(); len(got) != 1 || got[0] != "new" || len(s.holding) != 1 {
+		t.Fatalf("an interval later: %v and %d kept, want new's own line and the others forgotten", got, len(s.holding))
+	}
+	now = now.Add(refusedLogEvery)
+	s.flush()
+	if len(s.holding) != 0 {
+		t.Fatalf("a flush an interval after the last deferral kept %d backends, want none", len(s.holding))
 	}
 }

@@ -265,7 +265,13 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 // state (stagger.budget.level, stagger.gate). A backend's first such call
 // is said at once, the ones after it when its 10 seconds end (a timer,
 // armed only while a count waits). The summary goes to the interceptor's
-// logger, not to one given on a single call.
+// logger, not to one given on a single call. So does, at info level, the
+// line that says a backend begins to hold calls, at its first deferred
+// retry (EventDeferred, not a hedge's) and at its first after 10 seconds
+// without one: "stagger: a backend begins to hold calls: ..." with
+// grpc.target, grpc.method (that call's) and stagger.gate (its Gate's
+// health then), so an outage that holds calls shows when it begins, not
+// only as they end.
 //
 // At warn level too, once each: a circuit breaker that opens (a breaker's
 // other changes at info; stagger.breaker, stagger.to, stagger.from,
@@ -301,7 +307,12 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 // stagger.error and stagger.file. Without a logger, slog.Default() hears
 // of each refused reload at error level, once in the process
 // (policy.Source.ClaimRefused), from the first call that follows the
-// Source after it.
+// Source after it. So, at error level, is a reload with warnings (a good
+// file that names no known method or turns a method's retries off;
+// policy.Source.Warned), when a call first follows its config: "stagger:
+// policy file reloaded with warnings: ..." with stagger.file and
+// stagger.warnings, once per State with a logger, once in the process
+// without (policy.Source.ClaimWarned).
 func WithLogger(l logging.Logger) Option {
 	return Option{apply: func(o *options) { o.logger = l }}
 }

@@ -2,14 +2,17 @@ package staggerotel
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stagger-go/stagger"
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 )
 
@@ -73,5 +76,37 @@ func BenchmarkHook(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r.hook(ctx, e)
+	}
+}
+
+// BenchmarkCollectBudgets measures one collection of the budget gauges
+// (and the Gate gauges, where they exist) for a Backends holding 1,024
+// targets of two methods each, the Backends' bound, without and with
+// PerTarget.
+func BenchmarkCollectBudgets(b *testing.B) {
+	for _, perTarget := range []bool{false, true} {
+		b.Run(fmt.Sprint("PerTarget=", perTarget), func(b *testing.B) {
+			bs, err := budget.NewBackends(budget.DefaultSettings())
+			if err != nil {
+				b.Fatal(err)
+			}
+			reader := sdkmetric.NewManualReader()
+			if _, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Backends: []*budget.Backends{bs}, PerTarget: perTarget}); err != nil {
+				b.Fatal(err)
+			}
+			for i := range 1024 {
+				for _, m := range []string{"/" + getMethod, "/stagger.testing.v1.TestService/Put"} {
+					bs.Get(fmt.Sprintf("dns:///pod-%04d", i), m)
+				}
+			}
+			ctx := context.Background()
+			var rm metricdata.ResourceMetrics
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := reader.Collect(ctx, &rm); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

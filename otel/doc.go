@@ -93,6 +93,19 @@
 //     Options.PerTarget, per target (attribute grpc.target), each read
 //     once. A target the Backends forgot (idle for 5 minutes) is no longer
 //     read: its points are gone from the next collection.
+//   - stagger.client.gate.waiting, asynchronous gauge, {call}: the calls
+//     whose retry waits in a Gate now (held: the budget refused the retry
+//     and the call waits for a later admission; see budget.Gate), read
+//     from the same budgets when the metrics are collected, so a held call
+//     shows while it is held, not only at its end.
+//     stagger.client.gate.health, asynchronous gauge, {gate}: the Gates
+//     (one per method of a backend) at each health, attribute
+//     stagger.gate.health ("quiet", "failing", "outage", "recovering":
+//     budget.State.Health, budget.Healths), each reported, 0 included, so
+//     that an outage that ends reads 0 rather than no data. Both add up
+//     every target's Gates by default, and are per target (grpc.target)
+//     with Options.PerTarget, as the budget gauges are; a budget without
+//     a Gate has no point.
 //   - stagger.client.breaker.transitions, counter, {transition}: a circuit
 //     breaker's state changes, with stagger.breaker.from and
 //     stagger.breaker.to ("closed", "open", "half-open") and, with
@@ -140,15 +153,17 @@
 //     waited from stagger.client.call.deferred (52 for all four), and one
 //     per way its calls ended (reason, status and criticality) on
 //     stagger.client.call.ends: at most 148 for calls that end in at most
-//     27 ways; and 2 per budget kind for the gauges of a target (with
-//     PerTarget) or of the process.
+//     27 ways; 2 per budget kind for the budget gauges of a target (with
+//     PerTarget) or of the process; and 5 for the Gate gauges (waiting,
+//     and one per health) of a target or of the process, when its budgets
+//     defer.
 //   - With the defaults, no series names a target: a process exports the
 //     same number of series whatever the number of targets it dials. For
 //     M methods (plus "other" for generic calls) that is at most M+1 times
 //     the figure above, and the budget gauges, breaker transitions (6 at
 //     most) and timer refusals (2 per method) besides. The budget: at most
 //     600 series in all for two methods, whatever the number of targets.
-//   - With PerTarget, at most 150 series per (target, method), the
+//   - With PerTarget, at most 155 series per (target, method), the
 //     target's gauges counted with each of its methods. The gauges of a
 //     target the Backends forgot end at the next collection; its call
 //     metrics end only with the MeterProvider (or at each export with a
@@ -158,7 +173,8 @@
 //     PerTarget is off by default.
 //
 // TestFleetCardinalityDefaults and TestFleetCardinalityPerTarget measure
-// both over 2,000 pods dialled one after another, and the live heap with
+// both over 2,000 pods dialled one after another (TestGateGaugesSeries the
+// Gate gauges over 3,000 targets), and the live heap with
 // the default metrics against the same run without them (within 2 times);
 // BENCHMARKS.md ("Issue 64: series per process") has their figures.
 //
@@ -170,7 +186,11 @@
 //
 //   - stagger.client.config.reloads, asynchronous counter, {reload}, with
 //     stagger.reload.result: "success", a reload that swapped a new config
-//     in (policy.Source.Loaded's generation after the first), and
+//     in (policy.Source.Loaded's generations after the first, less the
+//     warned ones); "warned", a reload that swapped in a file that names
+//     no method the process called or the known proto files declare (a
+//     misspelt service) or turns off the retries of a method that had them
+//     (policy.Source.Warned's count; SourceEvent.Warnings says why); and
 //     "failure", a file that could not be read or parsed
 //     (policy.Source.Refused's count: one per distinct error).
 //   - stagger.client.config.generation, asynchronous gauge, {config}: the

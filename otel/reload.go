@@ -22,7 +22,7 @@ func registerReloads(m metric.Meter, sources []*policy.Source) error {
 		return nil
 	}
 	reloads, err := m.Int64ObservableCounter(MetricConfigReloads, metric.WithUnit("{reload}"),
-		metric.WithDescription("Reloads of the policy file: success (a new config swapped in) or failure (the file could not be read or parsed; the last good config stays)."))
+		metric.WithDescription("Reloads of the policy file: success (a new config swapped in), warned (swapped in, but it names no known method or turns a method's retries off) or failure (the file could not be read or parsed; the last good config stays)."))
 	if err != nil {
 		return fmt.Errorf("staggerotel: instrument %s: %w", MetricConfigReloads, err)
 	}
@@ -49,11 +49,13 @@ func registerReloads(m metric.Meter, sources []*policy.Source) error {
 }
 
 // observeSource reports s: its reloads that swapped a config in are its
-// generations after the first, its failures the refusals it counted (one
-// per distinct error: a file still missing is one failure).
+// generations after the first, those with warnings (policy.Source.Warned)
+// counted apart from the plain successes, its failures the refusals it
+// counted (one per distinct error: a file still missing is one failure).
 func observeSource(obs metric.Observer, s *policy.Source, reloads metric.Int64ObservableCounter, generation, failed metric.Int64ObservableGauge) {
 	gen, hash := s.Loaded()
 	refusals, last := s.Refused()
+	warned, _ := s.Warned()
 	var path []attribute.KeyValue
 	if p := s.Path(); p != "" {
 		path = append(path, attribute.String(AttrConfigPath, p))
@@ -61,7 +63,10 @@ func observeSource(obs metric.Observer, s *policy.Source, reloads metric.Int64Ob
 	with := func(kv ...attribute.KeyValue) metric.ObserveOption {
 		return metric.WithAttributes(append(path[:len(path):len(path)], kv...)...)
 	}
-	obs.ObserveInt64(reloads, int64(gen)-1, with(attribute.String(AttrReloadResult, "success")))
+	// Read one after the other, a reload between the two reads could
+	// count as warned before its generation: never below 0.
+	obs.ObserveInt64(reloads, max(int64(gen)-1-int64(warned), 0), with(attribute.String(AttrReloadResult, "success")))
+	obs.ObserveInt64(reloads, int64(warned), with(attribute.String(AttrReloadResult, "warned")))
 	obs.ObserveInt64(reloads, int64(refusals), with(attribute.String(AttrReloadResult, "failure")))
 	if hash != "" {
 		obs.ObserveInt64(generation, int64(gen), with(attribute.String(AttrConfigHash, hash)))

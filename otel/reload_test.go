@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/stagger-go/stagger/budget"
@@ -15,9 +16,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// TestReloadMetrics: a Source's reloads show as metrics: successes and
-// failures, the generation and hash of the config in use, and whether the
-// latest file was refused (the last good config staying in use).
+// TestReloadMetrics: a Source's reloads show as metrics: successes,
+// reloads with warnings (a misspelt service swapped in: it turns the
+// service's retries off) and failures, the generation and hash of the
+// config in use, and whether the latest file was refused (the last good
+// config staying in use).
 func TestReloadMetrics(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "retry.json")
 	write := func(content string) string {
@@ -49,7 +52,7 @@ func TestReloadMetrics(t *testing.T) {
 			}
 			got = append(got, fmt.Sprintf("%s=%d", a[AttrReloadResult], dp.Value))
 		}
-		// success before failure, whatever the SDK's order
+		// warned, success, failure, whatever the SDK's order
 		sort.Sort(sort.Reverse(sort.StringSlice(got)))
 		for _, dp := range ms[MetricConfigGeneration].Data.(metricdata.Gauge[int64]).DataPoints {
 			got = append(got, fmt.Sprintf("generation=%d hash=%s", dp.Value, attrMap(dp.Attributes)[AttrConfigHash]))
@@ -61,20 +64,25 @@ func TestReloadMetrics(t *testing.T) {
 			t.Errorf("%s: %v\nwant %s", step, got, want)
 		}
 	}
-	check("first load", "[success=0 failure=0 generation=1 hash="+first+" failed=0]")
+	check("first load", "[warned=0 success=0 failure=0 generation=1 hash="+first+" failed=0]")
 	second := write(hedgeConfig)
 	if err := src.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	check("reloaded", "[success=1 failure=0 generation=2 hash="+second+" failed=0]")
+	check("reloaded", "[warned=0 success=1 failure=0 generation=2 hash="+second+" failed=0]")
 	write(`{"methodConfig": [`)
 	if err := src.Reload(); err == nil {
 		t.Fatal("a broken file was loaded")
 	}
-	check("refused", "[success=1 failure=1 generation=2 hash="+second+" failed=1]")
+	check("refused", "[warned=0 success=1 failure=1 generation=2 hash="+second+" failed=1]")
 	third := write(retryConfig)
 	if err := src.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	check("reloaded again", "[success=2 failure=1 generation=3 hash="+third+" failed=0]")
+	check("reloaded again", "[warned=0 success=2 failure=1 generation=3 hash="+third+" failed=0]")
+	typo := write(strings.Replace(retryConfig, "TestService", "TestServce", 1))
+	if err := src.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	check("a misspelt service", "[warned=1 success=2 failure=1 generation=4 hash="+typo+" failed=0]")
 }

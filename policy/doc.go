@@ -174,6 +174,10 @@
 // the Source keep every backend's budget state, so a reload that only
 // touches methods neither refills nor empties them; new settings start
 // afresh. NewSource and Update do the same for configs built elsewhere.
+// A good file that names no method the process called or the known
+// proto files declare (a misspelt service), or that turns off the retries
+// of a method that had them, is swapped in as a reload with warnings (Source.Warned,
+// SourceEvent.Warnings), not a plain success.
 //
 // # Concurrency
 //

@@ -62,6 +62,14 @@ type SourceEvent struct {
 	// declares a budget (the interceptors' own budget, stagger.DialOptions'
 	// default, stays in force). False after an error.
 	BudgetKept bool
+	// Warnings, after a change, says why it is a reload with warnings
+	// (Source.Warned), one reason a line: each name of the new file that
+	// matches no method the process called (Source.Served) and that no
+	// known proto file declares (WithProtoFiles; a misspelt service
+	// matches no call), and each method whose calls retried or hedged
+	// under Previous and do neither under Config. "" for a clean change,
+	// and after an error. (A string, so that SourceEvent stays comparable.)
+	Warnings string
 }
 
 // Source holds the current Config of a policy file and swaps in a new one
@@ -87,6 +95,11 @@ type Source struct {
 	// loaded is the config in use's generation and hash (Loaded), written
 	// with cur under mu.
 	loaded atomic.Pointer[loaded]
+	// warned is the last reload with warnings and how many there were
+	// (Warned), written with cur under mu.
+	warned atomic.Pointer[warnedReload]
+	// served holds the methods the process called (Served).
+	served servedSet
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -207,6 +220,7 @@ func (s *Source) reloadLocked() (SourceEvent, bool, error) {
 	}
 	ev.Previous, ev.BudgetKept = s.swap(cfg, hex.EncodeToString(s.lastHash[:]))
 	ev.Config = cfg
+	s.judge(&ev)
 	return ev, true, nil
 }
 
@@ -310,10 +324,12 @@ func (s *Source) Update(cfg *Config) error {
 		return errors.New("policy: Source.Update: nil Config")
 	}
 	s.mu.Lock()
-	prev, kept := s.swap(cfg, "")
+	ev := SourceEvent{Path: s.path, Config: cfg}
+	ev.Previous, ev.BudgetKept = s.swap(cfg, "")
+	s.judge(&ev)
 	s.mu.Unlock()
 	if s.opts.onReload != nil {
-		s.opts.onReload(SourceEvent{Path: s.path, Config: cfg, Previous: prev, BudgetKept: kept})
+		s.opts.onReload(ev)
 	}
 	return nil
 }
