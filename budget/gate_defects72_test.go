@@ -16,17 +16,17 @@ import (
 // settleAlone moves the clock to each time the gate names for w alone, no
 // news coming, until the gate decides it: how it went, or how its wait
 // ended, and when. A gate that names no time leaves it undecided.
-func settleAlone(t *testing.T, clk *manualClock, w *Waiter) (Admission, error, time.Duration) {
+func settleAlone(t *testing.T, clk *manualClock, w *Waiter) (Admission, time.Duration, error) {
 	t.Helper()
 	for range 1000 {
 		a, next, err := w.Poll()
 		if a != AdmitNone || err != nil || next.IsZero() {
-			return a, err, clk.Now().Sub(t0)
+			return a, clk.Now().Sub(t0), err
 		}
 		clk.set(next)
 	}
 	t.Fatal("undecided after 1,000 steps")
-	return AdmitNone, nil, 0
+	return AdmitNone, 0, nil
 }
 
 // failingOnce is a gate whose server served, retries known not to heal
@@ -60,7 +60,7 @@ func TestGateClosedGuardIsNoGuard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err, at := settleAlone(t, clk, w)
+		a, at, err := settleAlone(t, clk, w)
 		w.Leave()
 		got[i] = verdict{a, err, at}
 	}
@@ -230,7 +230,7 @@ func TestGateClosedGuardInAnOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 		failures(g, 1) // the probe gap doubles: the probe is due past the hold time
-		a, err, at := settleAlone(t, clk, w)
+		a, at, err := settleAlone(t, clk, w)
 		w.Leave()
 		if errors.Is(err, errWaitEnded) {
 			t.Errorf("guarded %v: in an outage the wait ended with %q", guarded, err)
@@ -389,6 +389,6 @@ func TestGateTakeBeforeReady(t *testing.T) {
 
 func settleAloneAdmission(t *testing.T, clk *manualClock, w *Waiter) (Admission, error) {
 	t.Helper()
-	a, err, _ := settleAlone(t, clk, w)
+	a, _, err := settleAlone(t, clk, w)
 	return a, err
 }
