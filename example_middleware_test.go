@@ -281,8 +281,9 @@ func Example_middlewarePerCall() {
 	// Put has no entry: nothing to apply the attempts to.
 	g.unavailableFor("Put", 1, interceptor.WithMaxAttempts(3))
 	// The middleware's options, left over: WithMax(5) does not raise the
-	// file's attempts; Disable() makes one.
-	g.unavailableFor("Get", 1, retry.WithMax(5))
+	// file's 3 attempts; WithMax(2) lowers them to 2; Disable() makes one.
+	g.unavailableFor("Get", 4, retry.WithMax(5))
+	g.unavailableFor("Get", 5, retry.WithMax(2))
 	g.unavailableFor("Get", 2, retry.Disable())
 	// Output:
 	// Get, first attempt slow, per-retry timeout: OK after 2 attempts
@@ -291,7 +292,8 @@ func Example_middlewarePerCall() {
 	// level=WARN msg="stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)" grpc.method=/stagger.testing.v1.TestService/Put stagger.reason="no policy"
 	// Put, UNAVAILABLE 1 times: Unavailable after 1 attempts
 	// level=WARN msg="stagger: a go-grpc-middleware retry option on the call: retry.Disable() is read as one attempt and WithMax(n) as at most n, its others do nothing: use interceptor.Disable, WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate" grpc.method=/stagger.testing.v1.TestService/Get stagger.reason="foreign option"
-	// Get, UNAVAILABLE 1 times: OK after 2 attempts
+	// Get, UNAVAILABLE 4 times: Unavailable after 3 attempts
+	// Get, UNAVAILABLE 5 times: Unavailable after 2 attempts
 	// Get, UNAVAILABLE 2 times: Unavailable after 1 attempts
 }
 

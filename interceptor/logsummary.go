@@ -63,6 +63,20 @@ func newRefusedSummary(l logging.Logger) *refusedSummary {
 	return &refusedSummary{logger: l, now: time.Now, every: refusedLogEvery, byTarget: map[string]*refusedTally{}, holding: map[string]time.Time{}}
 }
 
+// summaryTarget returns the backend a summary line names for a call's
+// target as dialled: its canonical target, as the budgets key it
+// (canonicalTarget, which the call's budget lookup filled before any
+// refusal or deferral), so that two spellings of one backend
+// ("localhost:8080" and "dns:///localhost:8080") that share one budget
+// share one line too; target itself for a front end, or once that cache
+// started afresh.
+func summaryTarget(target string) string {
+	if v, ok := canonicalTargets.Load(target); ok {
+		return v.(string)
+	}
+	return target
+}
+
 // refusedLine is one line to log: its backend, counts and interval.
 type refusedLine struct {
 	target string
@@ -74,6 +88,7 @@ type refusedLine struct {
 // stopped, to its backend's counts, and logs the line that is due.
 func (s *refusedSummary) count(e Event) {
 	now := s.now()
+	e.Target = summaryTarget(e.Target)
 	s.mu.Lock()
 	t := s.byTarget[e.Target]
 	if t == nil {
@@ -196,8 +211,8 @@ func (s *refusedSummary) log(lines []refusedLine) {
 // 10 s bound later).
 func (s *refusedSummary) held(e Event) {
 	now := s.now()
+	target := summaryTarget(e.Target)
 	s.mu.Lock()
-	target := e.Target
 	last, ok := s.holding[target]
 	if !ok && len(s.holding) >= refusedLogTargets {
 		// Forget the backends that stopped holding; else count it

@@ -152,3 +152,29 @@ func TestHeldSaysWhenHoldingBegins(t *testing.T) {
 		t.Fatalf("a flush an interval after the last deferral kept %d backends, want none", len(s.holding))
 	}
 }
+
+// held names a backend by its canonical target, as its budget and Gate are
+// keyed (canonicalTarget fills the cache before any deferral): two
+// spellings of one backend holding calls begin one hold, said once, under
+// the canonical target.
+func TestHeldTwoSpellingsOneLine(t *testing.T) {
+	const dialled, canonical = "held-spellings.test:443", "dns:///held-spellings.test:443"
+	canonicalTargets.Store(dialled, canonical)
+	canonicalTargets.Store(canonical, canonical)
+	defer canonicalTargets.Delete(dialled)
+	defer canonicalTargets.Delete(canonical)
+	var mu sync.Mutex
+	var targets []any
+	s := newRefusedSummary(logging.LoggerFunc(func(_ context.Context, _ logging.Level, _ string, kv ...any) {
+		mu.Lock()
+		targets = append(targets, kv[1])
+		mu.Unlock()
+	}))
+	s.held(Event{Kind: EventDeferred, Target: dialled, Method: "/a.S/M"})
+	s.held(Event{Kind: EventDeferred, Target: canonical, Method: "/a.S/M"})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(targets) != 1 || targets[0] != canonical {
+		t.Fatalf("holding lines for %v, want one, for %s", targets, canonical)
+	}
+}

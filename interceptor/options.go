@@ -258,7 +258,9 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 // wait (reasons budget, deferred and outage), and the hedges it refused,
 // are summed up at warn level instead, at most one line per backend per
 // 10 seconds: "stagger: calls ended without the retry their budget
-// refused, ..." with grpc.target, the counts per reason since the
+// refused, ..." with grpc.target (the backend's canonical target, which
+// keys its budget: two spellings of one backend share a line, within one
+// interceptor), the counts per reason since the
 // backend's last such line (stagger.budget_refused, stagger.wait_ended,
 // stagger.outage, stagger.hedges_refused), stagger.interval (the time
 // since that line; absent on a backend's first), and the budget's latest

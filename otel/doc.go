@@ -72,8 +72,12 @@
 //
 //   - stagger.client.call.ends, counter, {call}: every call stagger ran, when
 //     it ends, with grpc.method, grpc.target, stagger.reason (why it ended:
-//     "success", "no policy" for a method no policy covers, or why it
-//     gave up, policy.Reason's String), grpc.status (its final status code
+//     "success", "no policy" for a method no policy covers, "disabled" for
+//     any call, whatever its status, made while stagger is switched off
+//     (policy.ReasonDisabled: interceptor.SetDisabled, a policy file's
+//     "disabled"; a call with interceptor.Disable is handed to grpc
+//     untouched and not counted), or why it gave up,
+//     policy.Reason's String), grpc.status (its final status code
 //     as gRFC A66 spells it: "OK", "UNAVAILABLE", "DEADLINE_EXCEEDED", ...)
 //     and stagger.criticality (the call's criticality, Event.Criticality:
 //     "SHEDDABLE", "SHEDDABLE_PLUS", "CRITICAL" (also for a call that
@@ -106,6 +110,15 @@
 //     every target's Gates by default, and are per target (grpc.target)
 //     with Options.PerTarget, as the budget gauges are; a budget without
 //     a Gate has no point.
+//   - stagger.client.switch, asynchronous gauge, 1 while stagger is
+//     switched off (every call sent once: no retry, hedge or wait), else 0,
+//     with stagger.switch saying by what: "process", the process's switch
+//     (interceptor.Disabled: SetDisabled, the STAGGER_DISABLE environment
+//     variable), and, with Options.States, "file", a policy file's
+//     "disabled" (interceptor.State.Disabled: 1 when the file one of the
+//     States' interceptors follow turns stagger off, as of the latest call
+//     that followed a new file). Read when the metrics are collected: the
+//     dashboard shows the switch while it is on, whether calls run or not.
 //   - stagger.client.breaker.transitions, counter, {transition}: a circuit
 //     breaker's state changes, with stagger.breaker.from and
 //     stagger.breaker.to ("closed", "open", "half-open") and, with
@@ -161,7 +174,8 @@
 //     same number of series whatever the number of targets it dials. For
 //     M methods (plus "other" for generic calls) that is at most M+1 times
 //     the figure above, and the budget gauges, breaker transitions (6 at
-//     most) and timer refusals (2 per method) besides. The budget: at most
+//     most), timer refusals (2 per method) and the switch gauge (2: its
+//     process and file points) besides. The budget: at most
 //     600 series in all for two methods, whatever the number of targets.
 //   - With PerTarget, at most 155 series per (target, method), the
 //     target's gauges counted with each of its methods. The gauges of a

@@ -165,8 +165,9 @@ func (g *gateOptions) observe(obs metric.Observer, gates map[gateKey]gateSum, wa
 // tokens and count once. gates adds up the Gates (a budget with a
 // State.Health) the same way, each of a target's methods' counted.
 //
-// target maps a budget's target as dialled to its key: ("", false) adds
-// up every target's budgets of a kind with the process-wide Budgets'.
+// target maps a budget's target (its canonical target: budget.Backends
+// keys a backend by it) to its key: ("", false) adds up every target's
+// budgets of a kind with the process-wide Budgets'.
 func budgetSums(budgets []budget.Budget, backends []*budget.Backends, states []*interceptor.State, target func(string) (string, bool)) (sums map[gaugeKey]gaugeSum, gates map[gateKey]gateSum) {
 	sums, gates = map[gaugeKey]gaugeSum{}, map[gateKey]gateSum{}
 	add := func(k gaugeKey, st budget.State) {

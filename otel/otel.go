@@ -33,6 +33,11 @@ const (
 	// attempt ran on past the timeout (interceptor.EventTimerRanOn), by
 	// method and reason.
 	MetricTimerRefused = "stagger.client.timer.refused"
+	// MetricSwitch is 1 while stagger is switched off, else 0, with
+	// AttrSwitch: SwitchProcess (interceptor.SetDisabled, the
+	// STAGGER_DISABLE environment variable) or SwitchFile (a policy file's
+	// "disabled", as Options.States' interceptors follow it).
+	MetricSwitch = "stagger.client.switch"
 )
 
 // The attributes' keys.
@@ -53,6 +58,14 @@ const (
 	AttrConfigPath   = "stagger.config.path"
 	AttrConfigHash   = "stagger.config.hash"
 	AttrReloadResult = "stagger.reload.result"
+	// The switch gauge's (MetricSwitch).
+	AttrSwitch = "stagger.switch"
+)
+
+// The values of AttrSwitch: what turned the switch.
+const (
+	SwitchProcess = "process"
+	SwitchFile    = "file"
 )
 
 // Other is the value recorded for grpc.method of a generic method (a call
@@ -147,7 +160,9 @@ type Options struct {
 	// targets are recorded as themselves; a target it rejects is recorded
 	// as "other" (gRFC A66's target filter). nil: every target. It is
 	// called once per target (until the recorder's caches start afresh),
-	// not per call, from the goroutine that ends a call.
+	// not per call, from the goroutine that ends a call, and for each
+	// target's budget gauges at each collection, from the collecting
+	// goroutine: it must be safe for concurrent use.
 	TargetAttributeFilter func(target string) bool
 	// Sources are policy Sources whose reloads are recorded (the reload
 	// metrics in the package documentation), read when the metrics are

@@ -881,9 +881,9 @@ func TestTimerRefused(t *testing.T) {
 
 // TestTargetAttributeFilter: with PerTarget, a target the filter accepts is
 // recorded as its canonical self, one it rejects as "other", on the call
-// metrics and the budget gauges alike (the gauges, which know the target as
-// dialled, take the name the calls' ends gave it; a target no call ended
-// on through the recorder is filtered as dialled).
+// metrics and the budget gauges alike (the gauges filter the budgets' key,
+// the canonical target, as the interceptors key them; a front end's
+// target, its key as named, likewise).
 func TestTargetAttributeFilter(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	bs, err := budget.NewBackends(budget.DefaultSettings())
@@ -897,7 +897,7 @@ func TestTargetAttributeFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ dialled, canonical string }{{"orders.test:443", orders}, {"10.0.0.1:8080", "dns:///10.0.0.1:8080"}} {
-		bs.Get(tc.dialled, "/"+getMethod)
+		bs.Get(tc.canonical, "/"+getMethod)
 		r.hook(context.Background(), interceptor.Event{Kind: interceptor.EventEnd, Method: "/" + getMethod, StaticMethod: true,
 			Target: tc.dialled, CanonicalTarget: tc.canonical, Attempt: 1, Reason: policy.ReasonSuccess})
 	}
@@ -910,7 +910,7 @@ func TestTargetAttributeFilter(t *testing.T) {
 	if want := map[string]int64{orders: 1, Other: 1}; fmt.Sprint(ends) != fmt.Sprint(want) {
 		t.Errorf("ends by target %v, want %v", ends, want)
 	}
-	st := bs.Get("orders.test:443", "/"+getMethod).State()
+	st := bs.Get(orders, "/"+getMethod).State()
 	capacity := map[string]float64{}
 	for _, dp := range ms[MetricBudgetCapacity].Data.(metricdata.Gauge[float64]).DataPoints {
 		capacity[attrMap(dp.Attributes)[AttrTarget]] = dp.Value

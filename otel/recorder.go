@@ -117,6 +117,9 @@ func newRecorder(o Options) (*recorder, error) {
 	if err := registerBudgetGauges(m, o, r.targets); err != nil {
 		return nil, err
 	}
+	if err := registerSwitch(m, o.States); err != nil {
+		return nil, err
+	}
 	if err := registerReloads(m, o.Sources); err != nil {
 		return nil, err
 	}

@@ -12,8 +12,9 @@ import (
 type targetNames struct {
 	perTarget bool
 	filter    func(string) bool
-	// byDialled maps a target as dialled (Event.Target, the budgets' key)
-	// to the grpc.target recorded for it (PerTarget only).
+	// byDialled maps a target as dialled (Event.Target) to the
+	// grpc.target recorded for it (PerTarget only), so that a call's end
+	// neither builds its canonical target nor asks the filter again.
 	byDialled boundedMap
 }
 
@@ -42,18 +43,16 @@ func (n *targetNames) accept(target string) string {
 	return target
 }
 
-// gauge returns the budget gauges' key for a target as dialled: with
-// PerTarget, the target as the call metrics record it (learnt from the
-// calls' ends, else the filter applied to it as dialled); without, ("",
-// false): every target's budgets add up per kind.
-func (n *targetNames) gauge(dialled string) (string, bool) {
+// gauge returns the budget gauges' key for a budget's target, the
+// canonical target budget.Backends keys it by (or a front end's target):
+// with PerTarget, the target as the call metrics record it (the filter
+// applied to it); without, ("", false): every target's budgets add up per
+// kind.
+func (n *targetNames) gauge(canonical string) (string, bool) {
 	if !n.perTarget {
 		return "", false
 	}
-	if v, ok := n.byDialled.load(dialled); ok {
-		return v.(string), true
-	}
-	return n.accept(dialled), true
+	return n.accept(canonical), true
 }
 
 // boundedMap is a sync.Map of at most cacheMax keys: past that it starts
@@ -76,8 +75,7 @@ func (b *boundedMap) loadOrStore(k, v any) any {
 }
 
 // recordedTarget returns the grpc.target recorded for e's call ("" without
-// PerTarget), and remembers it for the budget gauges (which know the
-// target as dialled).
+// PerTarget).
 func (r *recorder) recordedTarget(e *interceptor.Event) string {
 	return r.targets.name(e.Target, func() string {
 		if e.CanonicalTarget != "" {
