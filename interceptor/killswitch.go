@@ -72,10 +72,12 @@ func envOn(v string) bool {
 // file"; "stagger: switched back on ..." at info level), hooks hear the
 // end of each call (EventEnd, with Event.Disabled and Reason
 // policy.ReasonDisabled, whatever its code), and WithReport fills
-// Report.Disabled and Report.Reason the same way, so that a dashboard of
-// the calls' ends by reason (the otel module's stagger.client.call.ends,
-// stagger.reason "disabled") shows the switch is on. Disabled reports the
-// process's switch and State.Disabled a file's, for a gauge. It differs
+// Report.Disabled and Report.Reason the same way (the otel module's
+// stagger.client.call.ends counts them under stagger.reason "disabled").
+// Disabled reports the process's switch and State.Disabled a file's; the
+// otel module's stagger.client.switch gauge reads both at each collection,
+// so a dashboard shows the switch while it is on, whether calls run or
+// not. It differs
 // from the per-call Disable, which hands the call to grpc untouched and
 // tells only its Report.
 //
