@@ -82,8 +82,8 @@ type Attempt struct {
 	// grpc-retry-pushback-ms) with the attempt's failure. A Gate obeys it
 	// (the pause is the pushback's) and counts a failure for overload that
 	// carries one only toward the share of attempts that were signs of
-	// overload; one without a pushback holds retries for a while by itself
-	// (see Gate, the overload rule).
+	// overload; one without a pushback holds retries by itself until
+	// successes follow (see Gate, the overload rule).
 	Pushback bool
 	// Admission: how a Deferrer let this attempt go after the budget had
 	// refused it (AdmitNone for every other attempt). A Gate paces its

@@ -57,8 +57,11 @@ import (
 // lift (backlog: it could not go; while a refusal has the gate failing,
 // only a call without a deadline, which has no last chance). Down (outage: failures in
 // a row, after a calm second, where retries do not heal), or overloaded
-// (overload: 5 s after a RESOURCE_EXHAUSTED without a pushback or a
-// per-attempt timeout, and while more than 60 % of the latest 32 attempts,
+// (overload: after a RESOURCE_EXHAUSTED without a pushback or a
+// per-attempt timeout, until successes give back the room such refusals
+// took, each a quarter of it where each refusal took half of what was
+// left; for 5 s, whatever the successes, during a return after an outage;
+// and while more than 60 % of the latest 32 attempts,
 // the latest within 5 s, were signs of overload: those, a
 // RESOURCE_EXHAUSTED with a pushback, a slow success; a pushback's delay
 // is the pause), waits are held and Allow refuses every retry; once an

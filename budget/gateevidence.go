@@ -28,9 +28,17 @@ type evidence struct {
 	// latest) was a sign of overload, below a marker bit that counts them.
 	signUntil, slowUntil time.Time
 	signs                uint64
-	// Until heldUntil a failure for overload came without a pushback: it
-	// holds retries by itself (the overload rule).
+	// Until heldUntil a failure for overload came without a pushback
+	// during a return (gateState.observe): it holds retries by itself.
 	heldUntil time.Time
+	// short is the share of the backend's room for retries that its
+	// answers say is gone (the overload rule's estimate, zero at a
+	// strain's start): a failure for overload without a pushback halves
+	// what is left, once per attempt time (only an attempt that began
+	// after the latest cut, at cutAt, cuts: the others met the same
+	// load), and each success gives tune.RoomGain back.
+	short float64
+	cutAt time.Time
 	// lastFail is when the latest streak of failures that a success ended
 	// last reached the server (at first, the start).
 	lastFail time.Time
@@ -59,13 +67,16 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		e.slowUntil = now.Add(tune.OverloadHold)
 		if a.Outcome != Success {
 			if !e.strained(now) {
-				e.signs = 0
+				e.signs, e.short, e.cutAt = 0, 0, time.Time{}
 			}
 			e.signUntil = e.slowUntil
-			if !a.Pushback {
-				e.heldUntil = e.slowUntil
+			if !a.Pushback && !now.Add(-a.Took).Before(e.cutAt) {
+				e.short, e.cutAt = 1-(1-e.short)*tune.RoomCut, now
 			}
 		}
+	}
+	if a.Outcome == Success {
+		e.short = max(e.short-tune.RoomGain, 0)
 	}
 	if e.strained(now) {
 		n, c := e.signsN(), max(e.signs, 1)<<1
@@ -158,18 +169,20 @@ func (e *evidence) untold(now time.Time) bool {
 }
 
 // strained reports whether an attempt failed for overload within
-// tune.OverloadHold; overloaded, whether, besides, one did without a
-// pushback, or more than tune.OverloadShare of the attempts since (of the
-// latest tune.OverloadWindow, counted as at least
-// tune.OverloadMinSamples) were signs of it: a backend that tells when to
-// retry and still serves most attempts is not overloaded (the overload
-// rule).
+// tune.OverloadHold; overloaded, whether, besides, tune.RoomHeld of the
+// room for retries or more is gone (failures for overload without a
+// pushback took it and successes did not give it back yet), one came
+// during a return within tune.OverloadHold (heldUntil), or more than
+// tune.OverloadShare of the attempts since (of the latest
+// tune.OverloadWindow, counted as at least tune.OverloadMinSamples) were
+// signs of it: a backend that tells when to retry and still serves most
+// attempts is not overloaded (the overload rule).
 func (e *evidence) strained(now time.Time) bool { return now.Before(e.signUntil) }
 func (e *evidence) overloaded(now time.Time) bool {
 	if !e.strained(now) {
 		return false
 	}
-	if now.Before(e.heldUntil) {
+	if now.Before(e.heldUntil) || e.short >= tune.RoomHeld {
 		return true
 	}
 	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(e.signsN(), tune.OverloadMinSamples))

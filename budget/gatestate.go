@@ -83,6 +83,12 @@ func (s *gateState) settled(now time.Time) bool {
 // a success forgets what the failures before it left.
 func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	s.ev.learn(now, a)
+	if !s.pace.backAt.IsZero() && a.Overload && a.Outcome == Failure && !a.Pushback {
+		// During a return a refusal says the held calls' return fills
+		// the room: it holds retries whatever the successes (the
+		// overload rule; tune.RoomHeld says why).
+		s.ev.heldUntil = now.Add(tune.OverloadHold)
+	}
 	if a.Outcome == Success && s.streak > 0 {
 		s.ev.runs, s.ev.lastFail = s.ev.runsAfter(s.streak), s.lastReached
 	}
