@@ -120,11 +120,11 @@ const (
 	// more is gone: a refusal holds retries until the next success, a
 	// burst's until its second. A 5 s hold after each refusal held every
 	// retry of a backend refusing 30 % at random to its 10 s limit
-	// (lab migrate-refused: 82.7 % served; 100 % with the estimate).
-	// During a return after an outage a refusal still holds for
-	// OverloadHold: the held calls' return fills the room (sim fleet,
-	// 20 processes at 80 %: 11 % of the outage calls served with it,
-	// 7 % without).
+	// (BENCHMARKS.md, "A migrating team's three scenarios"). During a
+	// return after an outage a refusal still holds for OverloadHold: the
+	// held calls' return fills the room (without it, the sim's fleet
+	// served fewer of an outage's calls; BENCHMARKS.md, "A fleet of any
+	// size, on virtual time").
 	RoomCut  = 0.5
 	RoomGain = 0.25
 	RoomHeld = 0.5
