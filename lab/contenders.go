@@ -1,25 +1,18 @@
 package lab
 
 import (
-	"context"
-
-	"connectrpc.com/connect"
-	"errors"
 	"fmt"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/failsafe-go/failsafe-go"
-	failsafebudget "github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/failsafegrpc"
-	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger"
-	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
@@ -254,145 +247,6 @@ func guarded(name string, s breaker.Settings, what string) Contender {
 	}
 }
 
-// HedgingContenders lists the contenders of ScenarioSlowReplica: stagger
-// with its retry policy only, and with a hedging policy of at most 3
-// attempts, with a fixed delay of SlowHedgeDelay and with the adaptive delay.
-// Each client has its own default budget, which hedges draw on as retries do.
-func HedgingContenders() []Contender {
-	hedged := func(name, delay string, adaptive bool) Contender {
-		file := fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}],
-  "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": %q, "nonFatalStatusCodes": ["UNAVAILABLE"], "adaptive": %t}}]}`, delay, adaptive)
-		return Contender{
-			Name: name,
-			Gets: func(Config) string {
-				if adaptive {
-					return fmt.Sprintf("hedging, 3 attempts, adaptive delay (the method's p95; %v until known), default budget per client", SlowHedgeDelay)
-				}
-				return fmt.Sprintf("hedging, 3 attempts, hedgingDelay %v, default budget per client", SlowHedgeDelay)
-			},
-			dialOptions: hedgingDialOptions(file),
-		}
-	}
-	plain := Contenders()[0]
-	plain.Name = "stagger-nohedge"
-	return []Contender{
-		plain,
-		hedged("stagger-hedge", protoDuration(SlowHedgeDelay), false),
-		hedged("stagger-hedge-adaptive", protoDuration(SlowHedgeDelay), true),
-		noRetry(),
-	}
-}
-
-// HedgingStreamContenders lists the contenders of
-// ScenarioSlowReplicaStream: HedgingContenders' three, for ListItems (marked
-// idempotent in their file, as the test service's streams are not in the
-// proto): stagger with its retry policy only, and hedging with at most 3
-// attempts, SlowHedgeDelay apart or the adaptive delay (the method's p95
-// time to commit). Each client has its own default budget.
-func HedgingStreamContenders() []Contender {
-	cs := HedgingContenders()
-	for i := range cs[1 : len(cs)-1] { // the hedging ones
-		c := &cs[i+1]
-		adaptive := c.Name == "stagger-hedge-adaptive"
-		gets := c.Gets
-		c.Gets = func(cfg Config) string { return gets(cfg) + "; the stream hedged until it commits" }
-		file := fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService", "method": "ListItems"}], "idempotent": true,
-  "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": %q, "nonFatalStatusCodes": ["UNAVAILABLE"], "adaptive": %t}}]}`, protoDuration(SlowHedgeDelay), adaptive)
-		c.dialOptions = hedgingDialOptions(file)
-	}
-	return cs
-}
-
-// hedgingDialOptions returns the dial options of a hedging contender: the
-// policy file's, and a default budget of the client's own.
-func hedgingDialOptions(file string) func(*Config) ([]grpc.DialOption, error) {
-	return func(*Config) ([]grpc.DialOption, error) {
-		cfg, err := policy.ParseConfig([]byte(file))
-		if err != nil {
-			return nil, err
-		}
-		b, err := budget.New(budget.DefaultSettings())
-		if err != nil {
-			return nil, err
-		}
-		return stagger.DialOptions(cfg, interceptor.WithBudget(b)), nil
-	}
-}
-
-// roundRobin is the service config of the bad replica's contenders but
-// stagger-elsewhere.
-const roundRobin = `{"loadBalancingConfig": [{"round_robin": {}}]}`
-
-// BadReplicaContenders lists the contenders of ScenarioBadReplica: stagger,
-// go-grpc-middleware's retry, grpc-go's and no retry, each over
-// round_robin, and stagger-elsewhere: stagger over the stagger_elsewhere
-// policy (package balancer/elsewhere), which sends a retry to a replica the
-// call has not met yet.
-func BadReplicaContenders() []Contender {
-	balanced := func(c Contender, sc, how string) Contender {
-		dial, gets := c.dialOptions, c.Gets
-		c.dialOptions = func(cfg *Config) ([]grpc.DialOption, error) {
-			opts, err := dial(cfg)
-			return append(opts, grpc.WithDefaultServiceConfig(sc)), err
-		}
-		c.Gets = func(cfg Config) string { return gets(cfg) + "; " + how }
-		return c
-	}
-	all := Contenders()
-	plain, _ := contenderIn(all, "stagger")
-	mw, _ := contenderIn(all, "grpc-middleware")
-	elsewhereC := balanced(plain, elsewhere.ServiceConfig, "stagger_elsewhere over round_robin")
-	elsewhereC.Name = "stagger-elsewhere"
-	grpcGo := Contender{
-		Name: "grpc-go",
-		Gets: func(c Config) string {
-			return fmt.Sprintf("service config maxAttempts %d, ×U(0.8, 1.2) jitter (gRFC A6), no throttling; round_robin", c.MaxAttempts)
-		},
-		dialOptions: func(c *Config) ([]grpc.DialOption, error) {
-			// One service config holds both the retry policy and the
-			// balancer: a second WithDefaultServiceConfig would replace it.
-			sc := serviceConfig(c, false)
-			return []grpc.DialOption{grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}], ` + sc[1:])}, nil
-		},
-	}
-	return []Contender{
-		balanced(plain, roundRobin, "round_robin"),
-		elsewhereC,
-		balanced(mw, roundRobin, "round_robin"),
-		grpcGo,
-		balanced(noRetry(), roundRobin, "round_robin"),
-	}
-}
-
-// SlowReplica3Contenders lists the contenders of ScenarioSlowReplica3:
-// stagger hedging (3 attempts, SlowHedgeDelay apart, a default budget per
-// client, as stagger-hedge of HedgingContenders) over round_robin, the same
-// over the stagger_elsewhere policy (stagger-elsewhere), whose hedges go to
-// replicas the call has not used, and no-retry over round_robin.
-func SlowReplica3Contenders() []Contender {
-	var hedge Contender
-	for _, c := range HedgingContenders() {
-		if c.Name == "stagger-hedge" {
-			hedge = c
-		}
-	}
-	balanced := func(c Contender, name, sc, how string) Contender {
-		dial, gets := c.dialOptions, c.Gets
-		c.Name = name
-		c.dialOptions = func(cfg *Config) ([]grpc.DialOption, error) {
-			opts, err := dial(cfg)
-			return append(opts, grpc.WithDefaultServiceConfig(sc)), err
-		}
-		c.Gets = func(cfg Config) string { return gets(cfg) + "; " + how }
-		return c
-	}
-	return []Contender{
-		balanced(hedge, "stagger", roundRobin, "round_robin"),
-		balanced(hedge, "stagger-elsewhere", elsewhere.ServiceConfig, "stagger_elsewhere over round_robin"),
-		balanced(noRetry(), "no-retry", roundRobin, "round_robin"),
-	}
-}
-
 func contenderIn(cs []Contender, name string) (Contender, bool) {
 	for _, c := range cs {
 		if c.Name == name {
@@ -519,84 +373,4 @@ func contenderByName(s Scenario, name string) (Contender, bool) {
 		}
 	}
 	return Contender{}, false
-}
-
-// staggerPolicy leaves RetryableCodes empty: stagger's own default is
-// UNAVAILABLE and RESOURCE_EXHAUSTED from the server, the same codes the
-// others get.
-func staggerPolicy(c *Config) policy.Policy {
-	return policy.Policy{MaxAttempts: c.MaxAttempts, Backoff: c.Backoff, PerAttemptRecvTimeout: perAttemptTimeout(c)}
-}
-
-func protoDuration(d time.Duration) string {
-	return fmt.Sprintf("%.9fs", d.Seconds())
-}
-
-func serviceConfig(c *Config, throttle bool) string {
-	s := fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
-  "retryPolicy": {"maxAttempts": %d, "initialBackoff": %q, "maxBackoff": %q, "backoffMultiplier": %g,
-    "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]`,
-		max(c.MaxAttempts, 2), protoDuration(c.Backoff.Initial), protoDuration(c.Backoff.Max), c.Backoff.Multiplier)
-	if c.MaxAttempts < 2 {
-		// grpc-go rejects maxAttempts below 2; one attempt means no policy.
-		s = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}]}]`
-	}
-	if throttle {
-		s += `, "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}`
-	}
-	return s + "}"
-}
-
-// failsafeRetry is failsafe-go's retry policy as its documentation builds
-// one for gRPC: the codes every contender retries, the shared backoff with
-// ±20 % jitter (failsafe-go's jitter factor, the same spread as A6's), its
-// default retry budget (one per client connection, as stagger's), and the
-// last failure returned as it is, so that the call ends with the server's
-// status rather than failsafe-go's ExceededError.
-func failsafeRetry(c *Config) retrypolicy.RetryPolicy[any] {
-	return retrypolicy.NewBuilder[any]().
-		HandleIf(func(_ any, err error) bool {
-			code := status.Code(err)
-			return err != nil && (code == codes.Unavailable || code == codes.ResourceExhausted || errors.Is(err, timeout.ErrExceeded))
-		}).
-		WithMaxAttempts(c.MaxAttempts).
-		WithBackoffFactor(c.Backoff.Initial, c.Backoff.Max, c.Backoff.Multiplier).
-		WithJitterFactor(0.2).
-		WithBudget(failsafebudget.New()).
-		ReturnLastFailure().
-		Build()
-}
-
-// naiveRetry is the loop people write first: retry the listed codes after a
-// fixed pause, until the attempts run out or the caller gives up; with a
-// per-attempt timeout (perTry > 0), an attempt cut off by it is retried too.
-func naiveRetry(attempts int, pause, perTry time.Duration) grpc.UnaryClientInterceptor {
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		var err error
-		for n := 1; ; n++ {
-			err = invokeWithin(ctx, perTry, func(ctx context.Context) error { return invoker(ctx, method, req, reply, cc, opts...) })
-			code := status.Code(err)
-			retryable := code == codes.Unavailable || code == codes.ResourceExhausted || (perTry > 0 && code == codes.DeadlineExceeded)
-			if err == nil || n >= attempts || !retryable || ctx.Err() != nil {
-				return err
-			}
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return err
-			case <-t.C:
-			}
-		}
-	}
-}
-
-// invokeWithin runs one attempt, within d when d > 0.
-func invokeWithin(ctx context.Context, d time.Duration, attempt func(context.Context) error) error {
-	if d <= 0 {
-		return attempt(ctx)
-	}
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return attempt(ctx)
 }
