@@ -261,17 +261,17 @@ func (s *hedgedStream) fail(st *hedgeState, why policy.Reason) {
 // end ends the stream with err (nil: success), from attempt a (nil: none
 // opened): it fills the caller's holders from a, runs OnFinish and reports
 // the call's end.
+//
+// Its callers are one at a time: fail, before ready closes, and winnerEnded,
+// after it, under endMu. done is set last: a RecvMsg that finds it returns
+// at once, and its caller may then read the holders and the Report.
 func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
 	s.mu.Lock()
-	if s.done {
-		s.mu.Unlock()
+	over := s.done
+	s.mu.Unlock()
+	if over {
 		return
 	}
-	s.done, s.final = true, err
-	if err == nil {
-		s.final = io.EOF
-	}
-	s.mu.Unlock()
 	var cs grpc.ClientStream
 	if a != nil {
 		cs = a.cs
@@ -298,6 +298,12 @@ func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
 	s.hcancel()
 	s.cancel()
 	s.c.end(s.cc, err)
+	s.mu.Lock()
+	s.done, s.final = true, err
+	if err == nil {
+		s.final = io.EOF
+	}
+	s.mu.Unlock()
 }
 
 // watchAbandon settles the stream when its caller's context ends (a cancel

@@ -1,0 +1,94 @@
+package test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/stagger-go/stagger/interceptor"
+	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
+	"github.com/stagger-go/stagger/testserver"
+)
+
+// The tests of issue 71's defects: what a caller reads after a call's end
+// (its Report, its header, trailer and peer holders, OnFinish) is written
+// before the end is announced, and the caller sees one attempt's answer.
+// They run in real time: the defects are races between real goroutines,
+// which a synctest bubble would order.
+
+// slowEnd is an end-of-call hook that takes a while, as an exporter does.
+func slowEnd(_ context.Context, e interceptor.Event) {
+	if e.Kind == interceptor.EventEnd {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// abandonedStreamBench is a server over bufconn and a stream client with
+// stagger's stream interceptor for cfg, a slow end-of-call hook.
+func abandonedStreamBench(t *testing.T, file string) testingv1.TestServiceClient {
+	t.Helper()
+	srv := testserver.New()
+	t.Cleanup(srv.Close)
+	cc := srv.ClientConn(t,
+		grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(
+			interceptor.WithConfig(parse(t, file)), interceptor.WithCallHook(slowEnd))),
+		grpc.WithDisableRetry())
+	return testingv1.NewTestServiceClient(cc)
+}
+
+const hedgeStreamRTFile = `{"methodConfig": [{
+	"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
+	"hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "1s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
+}]}`
+
+// TestAbandonedStreamEndWrittenFirst (issue 71, defect 1): a caller that
+// cancels a stream it has read from, then reads the stream's final status,
+// finds the call's Report, its trailer holder and OnFinish already written,
+// for the retried and the hedged engine, with an end-of-call hook that takes
+// a while. The race detector sees a write after the end.
+func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
+	for _, tc := range []struct{ name, file string }{{"retried", retryFile}, {"hedged", hedgeStreamRTFile}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := abandonedStreamBench(t, tc.file)
+			for range 5 {
+				var rep interceptor.Report
+				var trailer metadata.MD
+				var mu sync.Mutex
+				finished := 0
+				ctx, cancel := context.WithCancel(context.Background())
+				st, err := c.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "k", ResponseCount: 1000}},
+					interceptor.WithReport(&rep), grpc.Trailer(&trailer),
+					grpc.OnFinish(func(error) { mu.Lock(); finished++; mu.Unlock() }))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.Recv(); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+				for err == nil {
+					_, err = st.Recv()
+				}
+				if status.Code(err) != codes.Canceled {
+					t.Fatalf("Recv: %v, want CANCELED", err)
+				}
+				// Read with no synchronisation beyond the stream's end.
+				if rep.Code != codes.Canceled || rep.Attempts != 1 {
+					t.Errorf("Report after the end = %+v, want CANCELED after 1 attempt", rep)
+				}
+				_ = len(trailer)
+				mu.Lock()
+				if finished != 1 {
+					t.Errorf("OnFinish ran %d times by the end, want 1", finished)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+}
