@@ -92,3 +92,44 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestResumableStreamAbandonedWhileReading (issue 71, defect 2): a resumable
+// stream cancelled by its caller while its reader receives: the reader's
+// note of each message (the resume state, the call's attempt count) and
+// the watch that settles the abandoned stream do not race.
+func TestResumableStreamAbandonedWhileReading(t *testing.T) {
+	srv := testserver.New()
+	t.Cleanup(srv.Close)
+	cc := srv.ClientConn(t,
+		grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(
+			interceptor.WithConfig(parse(t, retryFile)),
+			interceptor.WithResume(listMethod, interceptor.TypedResume(resumeList)))),
+		grpc.WithDisableRetry())
+	c := testingv1.NewTestServiceClient(cc)
+	for i := range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		st, err := c.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "k", ResponseCount: 100000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan struct{})
+		done := make(chan error)
+		go func() {
+			n := 0
+			for {
+				if _, err := st.Recv(); err != nil {
+					done <- err
+					return
+				}
+				if n++; n == 1+i%5 {
+					close(got)
+				}
+			}
+		}()
+		<-got
+		cancel()
+		if err := <-done; status.Code(err) != codes.Canceled {
+			t.Fatalf("Recv: %v, want CANCELED", err)
+		}
+	}
+}
