@@ -1,14 +1,18 @@
+//go:build go1.25
+
 package test
 
 import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/interceptor"
@@ -131,5 +135,77 @@ func TestResumableStreamAbandonedWhileReading(t *testing.T) {
 		if err := <-done; status.Code(err) != codes.Canceled {
 			t.Fatalf("Recv: %v, want CANCELED", err)
 		}
+	}
+}
+
+// TestRetriedUnaryOnFinishOnce (issue 71, defect 4): a retried unary call
+// runs the caller's grpc.OnFinish once, with the call's final status, as
+// grpc-go does, not once per attempt; on the fast path (no per-call stagger
+// option) and the general one (a per-call option).
+func TestRetriedUnaryOnFinishOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fails int32
+		want  codes.Code
+		extra []grpc.CallOption
+	}{
+		{"fast path, success", 2, codes.OK, nil},
+		{"fast path, failure", 3, codes.Unavailable, nil},
+		{"general path, success", 2, codes.OK, []grpc.CallOption{interceptor.WithReport(new(interceptor.Report))}},
+		{"general path, failure", 3, codes.Unavailable, []grpc.CallOption{interceptor.WithReport(new(interceptor.Report))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := testserver.New()
+				t.Cleanup(srv.Close)
+				cc := srv.ClientConn(t, grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(
+					interceptor.WithConfig(parse(t, fastRetryFile)))), grpc.WithDisableRetry())
+				var got []error
+				opts := append([]grpc.CallOption{grpc.OnFinish(func(err error) { got = append(got, err) })}, tc.extra...)
+				_, err := testingv1.NewTestServiceClient(cc).Get(context.Background(),
+					&testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: tc.fails}}, opts...)
+				if status.Code(err) != tc.want {
+					t.Fatalf("Get: %v, want %v", err, tc.want)
+				}
+				if len(got) != 1 || status.Code(got[0]) != tc.want {
+					t.Errorf("OnFinish ran with %v, want once with %v", got, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// TestRetriedUnaryPeerOfLastAttempt (issue 71, defect 5): a retried unary
+// call whose last attempt never opened (an interceptor below stagger
+// refuses it) shows the caller no peer, not attempt 1's beside the last
+// attempt's status.
+func TestRetriedUnaryPeerOfLastAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		extra []grpc.CallOption
+	}{{"fast path", nil}, {"general path", []grpc.CallOption{interceptor.WithReport(new(interceptor.Report))}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				refuseLater := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+					if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get("grpc-previous-rpc-attempts")) > 0 {
+						return status.Error(codes.Internal, "refused below stagger")
+					}
+					return invoker(ctx, method, req, reply, cc, opts...)
+				}
+				srv := testserver.New()
+				t.Cleanup(srv.Close)
+				cc := srv.ClientConn(t, grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(
+					interceptor.WithConfig(parse(t, fastRetryFile))), refuseLater), grpc.WithDisableRetry())
+				var p peer.Peer
+				_, err := testingv1.NewTestServiceClient(cc).Get(context.Background(),
+					&testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 1}}, append([]grpc.CallOption{grpc.Peer(&p)}, tc.extra...)...)
+				if status.Code(err) != codes.Internal {
+					t.Fatalf("Get: %v, want the refusal's INTERNAL", err)
+				}
+				if p.Addr != nil {
+					t.Errorf("grpc.Peer = %v beside attempt 2's status, want none (attempt 2 never opened)", p.Addr)
+				}
+			})
+		})
 	}
 }
