@@ -4,11 +4,15 @@ package test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -207,5 +211,97 @@ func TestRetriedUnaryPeerOfLastAttempt(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// hedgeCount is what the hooks heard of one hedged stream.
+type hedgeCount struct {
+	mu          sync.Mutex
+	hedges, won int
+}
+
+type hedgeCountKey struct{}
+
+// TestRealTimeHedgedStreamNoHedgeAfterCommit (issue 71, defect 6): a hedged
+// stream sends no hedge once it committed. The hedging delay is set near
+// the time the first attempt's headers take over loopback TCP, so the
+// delay's end and the commit meet, stream after stream: every hedge the
+// stream counted (EventHedge) was sent before the commit, which therefore
+// saw it and said which attempt won (EventHedgeWon). A hedge launched after
+// the commit was paid for, numbered, and cancelled at once, unseen by it.
+func TestRealTimeHedgedStreamNoHedgeAfterCommit(t *testing.T) {
+	hook := func(ctx context.Context, e interceptor.Event) {
+		hc, _ := ctx.Value(hedgeCountKey{}).(*hedgeCount)
+		if hc == nil {
+			return
+		}
+		hc.mu.Lock()
+		switch e.Kind {
+		case interceptor.EventHedge:
+			hc.hedges++
+		case interceptor.EventHedgeWon:
+			hc.won++
+		}
+		hc.mu.Unlock()
+	}
+	const streams, workers = 3000, 4
+	counts := make([]*hedgeCount, streams)
+	// A delay per worker, from 50µs to 1ms: one of them meets the headers
+	// on a loaded machine as on an idle one.
+	clients := make([]testingv1.TestServiceClient, workers)
+	for d := range workers {
+		file := strings.Replace(hedgeStreamRTFile, `"1s"`, fmt.Sprintf(`"%dus"`, []int{50, 200, 500, 1000}[d]), 1)
+		_, clients[d] = rtBench(t, file, interceptor.WithCallHook(hook))
+	}
+	before := goleak.IgnoreCurrent()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < streams; i += workers {
+				hc := new(hedgeCount)
+				counts[i] = hc
+				ctx := context.WithValue(context.Background(), hedgeCountKey{}, hc)
+				st, err := clients[w].ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "k", ResponseCount: 1}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for err == nil {
+					_, err = st.Recv()
+				}
+				if err != io.EOF {
+					t.Errorf("stream %d: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Every stream's hedging loop (and the hedges it sent) has ended.
+	if err := goleak.Find(before); err != nil {
+		t.Fatal(err)
+	}
+	late, hedged, won := 0, 0, 0
+	for _, hc := range counts {
+		hc.mu.Lock()
+		if hc.hedges > 0 {
+			hedged++
+			if hc.won == 0 {
+				late++
+			}
+		}
+		if hc.won > 0 {
+			won++
+		}
+		hc.mu.Unlock()
+	}
+	t.Logf("%d of %d streams sent a hedge, %d with the hedge before the commit", hedged, streams, won)
+	if won < streams/100 {
+		t.Fatalf("only %d of %d streams committed with a hedge out: the delays never met the headers, the test proves nothing", won, streams)
+	}
+	if late > 0 {
+		t.Errorf("%d of %d streams sent a hedge after they committed", late, streams)
 	}
 }
