@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
 )
@@ -303,5 +304,41 @@ func TestRealTimeHedgedStreamNoHedgeAfterCommit(t *testing.T) {
 	}
 	if late > 0 {
 		t.Errorf("%d of %d streams sent a hedge after they committed", late, streams)
+	}
+}
+
+// TestHedgedPredicateNotApplied (issue 71, defect 3): a hedging policy takes
+// only the call's WithMaxAttempts and WithCodes; a WithPredicate on a call to
+// a hedged method has nothing to apply to, and the hooks hear so once per
+// method, unary or stream, as for WithBackoff.
+func TestHedgedPredicateNotApplied(t *testing.T) {
+	pred := interceptor.WithPredicate(func(error) (retry, decided bool) { return true, true })
+	for _, kind := range []string{"unary", "stream"} {
+		t.Run(kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var h hookLog
+				srv := testserver.New()
+				t.Cleanup(srv.Close)
+				opts := []interceptor.Option{interceptor.WithConfig(hedgeStreamFile(t, 2, 100*time.Millisecond, "")), interceptor.WithHook(h.hook)}
+				cc := srv.ClientConn(t, grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(opts...)),
+					grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(opts...)), grpc.WithDisableRetry())
+				c := testingv1.NewTestServiceClient(cc)
+				for range 2 {
+					var err error
+					if kind == "unary" {
+						_, err = c.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "k"}}, pred)
+					} else {
+						err = runListItems(context.Background(), c, &testingv1.Script{Key: "k"}, 1, pred).err
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				notices := h.kinds(interceptor.EventNotice)
+				if len(notices) != 1 || notices[0].Reason != policy.ReasonNoPolicy || !strings.Contains(fmt.Sprint(notices[0].Err), "WithPredicate") {
+					t.Errorf("notices = %+v, want one naming WithPredicate, reason no policy", notices)
+				}
+			})
+		})
 	}
 }
