@@ -73,7 +73,13 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				st, err := c.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "k", ResponseCount: 1000}},
 					interceptor.WithReport(&rep), grpc.Trailer(&trailer),
-					grpc.OnFinish(func(error) { mu.Lock(); finished++; mu.Unlock() }))
+					grpc.OnFinish(func(error) {
+						// As slow as the hook: the end waits for it too.
+						time.Sleep(5 * time.Millisecond)
+						mu.Lock()
+						finished++
+						mu.Unlock()
+					}))
 				if err != nil {
 					t.Fatal(err)
 				}
