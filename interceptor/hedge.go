@@ -442,20 +442,15 @@ func (s *hedgeState) drain() {
 	}
 }
 
-// recordHedge tells c's breaker (first: a Gate's waiters must find its new
-// state) and budget how attempt n of a hedged call ended.
+// recordHedge tells c's breaker and budget (c.record) how attempt n of a
+// hedged call ended.
 func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
-	if c.br != nil {
-		c.br.Record(breakerO, n == 1, c.crit, c.o)
+	a := budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1}
+	if n == c.waitedHedge {
+		// A hedge that waited as a retry (waitHedge) ends as one.
+		a.Hedge, a.Admission = false, c.waitedAdmission
 	}
-	if b := c.budget; b != nil {
-		a := budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1}
-		if n == c.waitedHedge {
-			// A hedge that waited as a retry (waitHedge) ends as one.
-			a.Hedge, a.Admission = false, c.waitedAdmission
-		}
-		b.Record(a)
-	}
+	c.record(n == 1, breakerO, &a)
 }
 
 // end ends a call that failed: the last failure, with why (ReasonAttempts

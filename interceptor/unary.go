@@ -407,12 +407,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 // breaker first, then the budget (an attempt that was not deferred, not
 // timed, not after a timeout, and the call's last).
 func recordFirstSuccess(br *breaker.Breaker, b budget.Budget, crit criticality.Level, o *options) {
-	if br != nil {
-		br.Record(budget.Success, true, crit, o)
-	}
-	if b != nil {
-		b.Record(budget.Attempt{Number: 1, Outcome: budget.Success, Final: true})
-	}
+	recordOutcome(br, b, crit, o, true, budget.Success, &budget.Attempt{Number: 1, Outcome: budget.Success, Final: true})
 }
 
 // firstAttempt is what the fast path (unaryInterceptor) resolved before the first attempt, from
