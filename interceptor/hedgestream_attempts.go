@@ -181,15 +181,9 @@ func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
 	}
 	s.last = a
 	s.mu.Unlock()
-	st.last, st.lastN = ev.err, a.n
-	var why policy.Reason
-	switch {
-	case s.callCtx.Err() != nil:
-		why, st.last = policy.ReasonCaller, st.callerLeft(s.callCtx, ev.err)
-	case !st.h.NonFatalCodes.Has(status.Code(ev.err)):
-		why = policy.ReasonNotRetryable
-	}
-	if why != policy.ReasonNone {
+	// A stream's headers commit it (in watch), so a failure here came
+	// without any.
+	if why := st.judge(s.callCtx, a.n, ev.err, false); why != policy.ReasonNone {
 		s.c.recordHedge(a.n, budget.Other, breakerOutcome(s.callCtx, ev.err, false))
 		s.fail(st, why)
 		return true
