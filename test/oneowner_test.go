@@ -71,8 +71,9 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 				var mu sync.Mutex
 				finished := 0
 				ctx, cancel := context.WithCancel(context.Background())
-				st, err := c.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "k", ResponseCount: 1000}},
-					interceptor.WithReport(&rep), grpc.Trailer(&trailer),
+				// A bidi stream the server never ends: the client does not
+				// close its side, so only the cancel ends it.
+				st, err := c.Chat(ctx, interceptor.WithReport(&rep), grpc.Trailer(&trailer),
 					grpc.OnFinish(func(error) {
 						// As slow as the hook: the end waits for it too.
 						time.Sleep(5 * time.Millisecond)
@@ -81,6 +82,9 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 						mu.Unlock()
 					}))
 				if err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Send(&testingv1.ChatRequest{Script: &testingv1.Script{Key: "k"}, Seq: 1}); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := st.Recv(); err != nil {
