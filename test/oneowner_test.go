@@ -70,11 +70,13 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 				var trailer metadata.MD
 				var mu sync.Mutex
 				finished := 0
+				started := make(chan struct{})
 				ctx, cancel := context.WithCancel(context.Background())
 				// A bidi stream the server never ends: the client does not
 				// close its side, so only the cancel ends it.
 				st, err := c.Chat(ctx, interceptor.WithReport(&rep), grpc.Trailer(&trailer),
 					grpc.OnFinish(func(error) {
+						close(started)
 						// As slow as the hook: the end waits for it too.
 						time.Sleep(5 * time.Millisecond)
 						mu.Lock()
@@ -91,6 +93,8 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 					t.Fatal(err)
 				}
 				cancel()
+				// The stream is ending: the caller reads its status now.
+				<-started
 				for err == nil {
 					_, err = st.Recv()
 				}
