@@ -25,7 +25,8 @@ import (
 // (nil: none) hears a (nil: nothing, as for a failure of a call without a
 // retry policy). The breaker first: a Gate's waiters, woken by the
 // budget's Record, must find the breaker's new state. Every engine records
-// through it (call.record); the fast path too (recordFirstSuccess).
+// through it (call.record); the fast path writes it out for a first
+// attempt's success (recordFirstSuccess: a call there costs too much).
 func recordOutcome(br *breaker.Breaker, b budget.Budget, crit criticality.Level, o *options, first bool, breakerO budget.Outcome, a *budget.Attempt) {
 	if br != nil {
 		br.Record(breakerO, first, crit, o)
