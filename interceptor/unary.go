@@ -152,15 +152,14 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // A call that may retry gives the caller one attempt's answer and one end,
 // as grpc-go's own retry does: prepare takes the caller's grpc.OnFinish
 // functions out of the attempts' options (grpc would run them once per
-// attempt; finished runs them once, with the call's error), and notes the
-// caller's grpc.Peer holder, which each retry empties before it goes (grpc
-// writes it only for an attempt that opened a stream: the caller sees the
-// last attempt's peer, or none).
+// attempt; finished runs them once, with the call's error), and each retry
+// empties the caller's grpc.Peer holder before it goes (retrying: grpc
+// writes it only for an attempt that opened a stream, so the caller sees
+// the last attempt's peer, or none).
 type unaryAttempt struct {
 	header, trailer metadata.MD
 	own             [2]grpc.CallOption
 	opts            []grpc.CallOption
-	peerAddr        *peer.Peer
 	onFinish        []func(error)
 }
 
@@ -207,7 +206,7 @@ func (mi *methodInfo) giveAttempt(ua *unaryAttempt) {
 // call (no caller's options, no header or trailer): it reports whether ua
 // was that, and it inlines.
 func (mi *methodInfo) giveOwnClean(ua *unaryAttempt) bool {
-	if ua != &mi.attempt || ua.header != nil || ua.trailer != nil || len(ua.opts) > 0 || ua.peerAddr != nil {
+	if ua != &mi.attempt || ua.header != nil || ua.trailer != nil || len(ua.opts) > 0 {
 		return false
 	}
 	mi.attemptHeld.Store(0)
@@ -218,7 +217,7 @@ func (mi *methodInfo) giveOwnClean(ua *unaryAttempt) bool {
 func (ua *unaryAttempt) reset() {
 	clear(ua.opts)
 	ua.opts = ua.opts[:0]
-	ua.header, ua.trailer, ua.peerAddr = nil, nil, nil
+	ua.header, ua.trailer = nil, nil
 	if len(ua.onFinish) > 0 {
 		clear(ua.onFinish)
 		ua.onFinish = ua.onFinish[:0]
@@ -233,12 +232,18 @@ func (ua *unaryAttempt) finished(err error) {
 	}
 }
 
-// retrying empties the caller's Peer holder before attempt n goes, for
-// n > 1: grpc writes it only when the attempt opens a stream, and one that
-// does not must not show the attempt before's.
-func (ua *unaryAttempt) retrying(n int) {
-	if n > 1 && ua.peerAddr != nil {
-		*ua.peerAddr = peer.Peer{}
+// retrying empties the caller's Peer holder among attemptOpts before
+// attempt n goes, for n > 1: grpc writes it only when the attempt opens a
+// stream, and one that does not must not show the attempt before's. Found
+// here, on a retry, not in prepare: the success path does not look for it.
+func retrying(n int, attemptOpts []grpc.CallOption) {
+	if n < 2 {
+		return
+	}
+	for _, opt := range attemptOpts {
+		if p, ok := opt.(grpc.PeerCallOption); ok {
+			*p.PeerAddr = peer.Peer{}
+		}
 	}
 }
 
@@ -276,8 +281,6 @@ func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) (attemptOp
 			headerAddr = o.HeaderAddr
 		case grpc.TrailerCallOption:
 			trailerAddr = o.TrailerAddr
-		case grpc.PeerCallOption:
-			ua.peerAddr = o.PeerAddr
 		case grpc.OnFinishCallOption:
 			finishing = true
 		}
@@ -566,7 +569,7 @@ func (c *call) afterOnlyAttempt(callCtx context.Context, err error) error {
 func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, ua *unaryAttempt, attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD) error {
 	for {
 		actx, acancel, timer := c.nextAttempt(callCtx)
-		ua.retrying(c.attempt)
+		retrying(c.attempt, attemptOpts)
 		// grpc writes these only when the attempt got a stream; a stale value
 		// from an earlier attempt must not count.
 		*headerAddr, *trailerAddr = nil, nil
