@@ -316,7 +316,8 @@ var retryOptionNames = [...]string{"WithMaxAttempts", "WithCodes", "WithPredicat
 
 // callRetryOptions returns the retry options the call's own options o set
 // beyond the interceptor's (none for the interceptor's own options); of a
-// hedged method, only those a hedging policy does not take.
+// hedged method, only those a hedging policy does not take (it takes the
+// attempts and the codes, not a predicate: its non-fatal codes decide).
 func (k *core) callRetryOptions(o *options, hedged bool) retryOption {
 	if o == &k.opts {
 		return 0
@@ -329,9 +330,9 @@ func (k *core) callRetryOptions(o *options, hedged bool) retryOption {
 		if o.codesSet && !k.opts.codesSet {
 			set |= optCodes
 		}
-		if o.predicate != nil && k.opts.predicate == nil {
-			set |= optPredicate
-		}
+	}
+	if o.predicate != nil && k.opts.predicate == nil {
+		set |= optPredicate
 	}
 	if o.backoffSet && !k.opts.backoffSet {
 		set |= optBackoff

@@ -10,6 +10,7 @@ import (
 	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/internal/chain"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
@@ -18,6 +19,27 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
+
+// recordOutcome is the one place an attempt's outcome is recorded: br
+// (nil: none) hears breakerO (first: the call's first attempt), then b
+// (nil: none) hears a (nil: nothing, as for a failure of a call without a
+// retry policy). The breaker first: a Gate's waiters, woken by the
+// budget's Record, must find the breaker's new state. Every engine records
+// through it (call.record); the fast path writes it out for a first
+// attempt's success (recordFirstSuccess: a call there costs too much).
+func recordOutcome(br *breaker.Breaker, b budget.Budget, crit criticality.Level, o *options, first bool, breakerO budget.Outcome, a *budget.Attempt) {
+	if br != nil {
+		br.Record(breakerO, first, crit, o)
+	}
+	if b != nil && a != nil {
+		b.Record(*a)
+	}
+}
+
+// record is recordOutcome for c's breaker and budget.
+func (c *call) record(first bool, breakerO budget.Outcome, a *budget.Attempt) {
+	recordOutcome(c.br, c.budget, c.crit, c.o, first, breakerO, a)
+}
 
 // afterAttempt decides, once the attempt ended with err, whether to send
 // another and after what pause. trailer is the attempt's trailer metadata
@@ -31,24 +53,25 @@ import (
 func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
 	admission := c.admission
 	c.admission = budget.AdmitNone
-	if c.br != nil {
-		// Before the budget: a Gate's waiters, woken by the budget's
-		// Record, must find the breaker's new state.
-		c.br.Record(breakerOutcome(callCtx, err, timedOut), c.attempt+c.before == 1, c.crit, c.o)
-	}
+	first, breakerO := c.attempt+c.before == 1, breakerOutcome(callCtx, err, timedOut)
 	if err == nil {
 		// Decide's answer for a success is fixed: record it, stop. A slow
 		// success is a sign of overload (rising latency). The fast path (unaryInterceptor) records
 		// a first attempt's success without a call (recordFirstSuccess):
 		// what changes here changes there.
+		var a *budget.Attempt
 		if c.budget != nil {
-			c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout, Admission: admission, Overload: c.slow, Final: true, Took: c.took(admission)})
+			a = &budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout, Admission: admission, Overload: c.slow, Final: true, Took: c.took(admission)}
 		}
+		c.record(first, breakerO, a)
 		c.reason = policy.ReasonSuccess
 		return false, 0
 	}
 	if !c.retrying || c.o.offNow() {
-		// gRFC A6 counts failures only for methods with a retry policy.
+		// gRFC A6 counts failures only for methods with a retry policy:
+		// the breaker hears of it, the budget does not. Nor does it of a
+		// call the switch turned off (the budget hears nothing then).
+		c.record(first, breakerO, nil)
 		c.reason = policy.ReasonAttempts
 		switch {
 		case c.off || c.retrying:
@@ -97,6 +120,8 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		// Served for a caller that is retrying already: retry at one layer.
 		v.Retry, v.Reason = false, policy.ReasonRetriedRequest
 	}
+	// The attempt's outcome, once Decide said what the budget records.
+	var rec *budget.Attempt
 	if c.budget != nil {
 		// A sign of overload: the server refused the attempt for it
 		// (RESOURCE_EXHAUSTED it sent), or stagger's timer cut the attempt
@@ -112,8 +137,9 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 			_, pb := policy.ParsePushback(trailer)
 			told = pb == policy.PushbackValid
 		}
-		c.budget.Record(budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload, Pushback: told, Final: !v.Retry, Took: c.took(admission)})
+		rec = &budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload, Pushback: told, Final: !v.Retry, Took: c.took(admission)}
 	}
+	c.record(first, breakerO, rec)
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
 	if err != nil && c.hedged == nil && !c.hedgeOnTimeout {
 		// Attempts one after the other: the latest pick was this attempt's.

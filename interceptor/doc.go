@@ -83,18 +83,18 @@
 //
 // # What the caller sees
 //
-// A retried or hedged call shows its caller the status, headers, trailer, peer
-// and messages of one attempt, never a mix, never a losing hedge's. It is the
-// one gRFC A6 picks: the attempt the call committed to (response headers, an
-// OK end, or for a stream Context or a full replay buffer), else the one whose
-// end ended the call (a fatal code, a failure after headers, the last
-// failure), once every other attempt has ended; an attempt that never opened
-// shows no metadata. Connect's ResponseHeader and ResponseTrailer read the
-// same one. A call ended by its caller's context (in a pause, or as a
-// retryable failure comes) returns the caller's status with the last attempt's
-// metadata, as grpc-go does. A deliberate difference: when no retry could end
-// before the deadline, stagger returns the last attempt's status at once,
-// where grpc-go waits and says DEADLINE_EXCEEDED.
+// A retried or hedged call shows its caller the status, headers, trailer,
+// peer and messages of one attempt (Connect's ResponseHeader and
+// ResponseTrailer too), never a mix nor a losing hedge's: the one gRFC A6
+// picks, the attempt committed to (response headers, an OK end, for a
+// stream Context or a full replay buffer), else the one whose end ended the
+// call, once every other attempt has ended; one that never opened shows no
+// metadata and no peer. A call ended by its caller's context returns the
+// caller's status with the last attempt's metadata, as grpc-go does; when
+// no retry could end before the deadline, stagger returns the last status
+// at once, where grpc-go waits for DEADLINE_EXCEEDED. A call ends once:
+// grpc.OnFinish runs once, and the Report and holders are written before
+// the end is announced (the call returns, or RecvMsg returns the status).
 //
 // # Where stagger goes in a chain
 //

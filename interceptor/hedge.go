@@ -376,20 +376,10 @@ func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply a
 		s.hc.finished(nil)
 		return nil, true
 	}
-	s.last, s.lastN, s.lastOut = r.err, r.n, r.out
-	code := status.Code(r.err)
-	var why policy.Reason
-	switch {
-	case callCtx.Err() != nil:
-		why, s.last = policy.ReasonCaller, s.callerLeft(callCtx, r.err)
-	case *r.out.headerAddr != nil:
-		// Headers arrived before the failure: the attempt had committed the
-		// call (gRFC A6), as a retry would be refused.
-		why = policy.ReasonCommitted
-	case !s.h.NonFatalCodes.Has(code):
-		why = policy.ReasonNotRetryable
-	}
-	if why != policy.ReasonNone {
+	s.lastOut = r.out
+	// Headers arrived before the failure: the attempt had committed the
+	// call (gRFC A6), as a retry would be refused.
+	if why := s.judge(callCtx, r.n, r.err, *r.out.headerAddr != nil); why != policy.ReasonNone {
 		s.c.recordHedge(r.n, budget.Other, breakerOutcome(callCtx, r.err, false))
 		return s.end(callCtx, why), true
 	}
@@ -397,16 +387,36 @@ func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply a
 	return nil, false
 }
 
-// callerLeft is the error a hedged call ends with when its caller's
-// context ended as an attempt failed with err: a non-fatal failure, which
-// the next hedge would have hidden, gives way to the caller's status
-// (CANCELED or DEADLINE_EXCEEDED), as a retried call's does (afterAttempt);
-// another stays the call's.
-func (s *hedgeState) callerLeft(callCtx context.Context, err error) error {
-	if !contextCode(err) && s.h.NonFatalCodes.Has(status.Code(err)) {
-		return callerErr(callCtx, err)
+// judge is hedging's "retry or not", for a unary call and a stream alike:
+// attempt n failed with err before any commit (committed: its response
+// headers had arrived, which makes a unary call's failure final). It makes
+// err the last failure, and returns ReasonNone when the next hedge may go
+// (nonFatal then schedules it), or why the call ends (the caller left, the
+// attempt had committed, a fatal code), with s.last the call's error.
+func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed bool) policy.Reason {
+	s.last, s.lastN = err, n
+	switch {
+	case callCtx.Err() != nil:
+		// A non-fatal failure, which the next hedge would have hidden,
+		// gives way to the caller's status (CANCELED or
+		// DEADLINE_EXCEEDED), as a retried call's does (afterAttempt);
+		// another stays the call's.
+		if !contextCode(err) && s.nonFatalCode(err) {
+			s.last = callerErr(callCtx, err)
+		}
+		return policy.ReasonCaller
+	case committed:
+		return policy.ReasonCommitted
+	case !s.nonFatalCode(err):
+		return policy.ReasonNotRetryable
 	}
-	return err
+	return policy.ReasonNone
+}
+
+// nonFatalCode reports whether err's code is one of the hedging policy's
+// nonFatalStatusCodes (the only place they are read).
+func (s *hedgeState) nonFatalCode(err error) bool {
+	return s.h.NonFatalCodes.Has(status.Code(err))
 }
 
 // nonFatal handles attempt n's non-fatal failure err, with its trailer: the
@@ -449,20 +459,15 @@ func (s *hedgeState) drain() {
 	}
 }
 
-// recordHedge tells c's breaker (first: a Gate's waiters must find its new
-// state) and budget how attempt n of a hedged call ended.
+// recordHedge tells c's breaker and budget (c.record) how attempt n of a
+// hedged call ended.
 func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
-	if c.br != nil {
-		c.br.Record(breakerO, n == 1, c.crit, c.o)
+	a := budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1}
+	if n == c.waitedHedge {
+		// A hedge that waited as a retry (waitHedge) ends as one.
+		a.Hedge, a.Admission = false, c.waitedAdmission
 	}
-	if b := c.budget; b != nil {
-		a := budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1}
-		if n == c.waitedHedge {
-			// A hedge that waited as a retry (waitHedge) ends as one.
-			a.Hedge, a.Admission = false, c.waitedAdmission
-		}
-		b.Record(a)
-	}
+	c.record(n == 1, breakerO, &a)
 }
 
 // end ends a call that failed: the last failure, with why (ReasonAttempts

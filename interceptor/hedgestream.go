@@ -250,33 +250,40 @@ func (s *hedgedStream) committed() bool {
 
 // sendDue launches the attempts that are due, as hedge.go's sendDue does
 // for a unary call, with the same hedgeState steps (next, launched,
-// schedule); the budget is asked under mu, once no commit is near.
+// schedule). Asking the budget and counting the attempt (launchLocked) are
+// one step under mu with the check for a winner: a commit, which takes mu,
+// comes before it (no attempt goes, none is paid for) or after it (and
+// cancels the attempt with the others sent).
 func (s *hedgedStream) sendDue(st *hedgeState) {
 	for st.due {
 		n := st.next(s.callCtx)
 		if n == 0 {
 			return
 		}
-		// Under mu: no attempt is sent once the stream has committed, and
-		// nextAttempt numbers it where the application reads c.attempt
-		// after the commit.
 		s.mu.Lock()
 		if s.winner != nil || s.commitNext && st.inFlight > 0 {
 			// Committed, or about to: an attempt in flight will win.
 			s.mu.Unlock()
 			return
 		}
+		var a *streamHedgeAttempt
 		allowed := s.c.allowHedge(n)
+		if allowed {
+			a = s.launchLocked(n)
+		}
 		s.mu.Unlock()
-		// Outside mu: waitHedge may wait, and with nothing in flight
-		// nothing can commit meanwhile.
 		if !allowed {
+			// Outside mu: waitHedge may wait, and with nothing in flight
+			// nothing can commit meanwhile.
 			if why := st.waitHedge(s.callCtx, n); why != policy.ReasonNone {
 				st.refused(s.callCtx, n, why)
 				return
 			}
+			s.mu.Lock()
+			a = s.launchLocked(n)
+			s.mu.Unlock()
 		}
-		a := s.launch(st, n)
+		st.launched(s.callCtx, n, a.start)
 		go func() {
 			if cs, err := s.open(a); err == nil {
 				s.watch(a, cs)
@@ -287,20 +294,23 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 }
 
 // launch numbers attempt n and accounts for it (the caller opens it): the
-// driver, or the caller's goroutine for the first attempt, before the
-// driver starts.
+// caller's goroutine, for the first attempt, before the driver starts.
 func (s *hedgedStream) launch(st *hedgeState, n int) *streamHedgeAttempt {
-	now := time.Now()
-	a := &streamHedgeAttempt{n: n, start: now, watched: make(chan struct{})}
-	// Under mu: nextAttempt numbers the attempt where the application
-	// reads c.attempt after the commit, and a commit cancels every attempt
-	// sent.
 	s.mu.Lock()
+	a := s.launchLocked(n)
+	s.mu.Unlock()
+	st.launched(s.callCtx, n, a.start)
+	return a
+}
+
+// launchLocked makes attempt n, numbered by nextAttempt (where the
+// application reads c.attempt after the commit), and adds it to the
+// attempts sent, which a commit cancels. mu is held.
+func (s *hedgedStream) launchLocked(n int) *streamHedgeAttempt {
+	a := &streamHedgeAttempt{n: n, start: time.Now(), watched: make(chan struct{})}
 	actx, _, _ := s.c.nextAttempt(s.hctx)
 	a.ctx, a.cancel = context.WithCancel(actx)
 	s.sent = append(s.sent, a)
-	s.mu.Unlock()
-	st.launched(s.callCtx, n, now)
 	return a
 }
 

@@ -181,15 +181,9 @@ func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
 	}
 	s.last = a
 	s.mu.Unlock()
-	st.last, st.lastN = ev.err, a.n
-	var why policy.Reason
-	switch {
-	case s.callCtx.Err() != nil:
-		why, st.last = policy.ReasonCaller, st.callerLeft(s.callCtx, ev.err)
-	case !st.h.NonFatalCodes.Has(status.Code(ev.err)):
-		why = policy.ReasonNotRetryable
-	}
-	if why != policy.ReasonNone {
+	// A stream's headers commit it (in watch), so a failure here came
+	// without any.
+	if why := st.judge(s.callCtx, a.n, ev.err, false); why != policy.ReasonNone {
 		s.c.recordHedge(a.n, budget.Other, breakerOutcome(s.callCtx, ev.err, false))
 		s.fail(st, why)
 		return true
@@ -261,17 +255,17 @@ func (s *hedgedStream) fail(st *hedgeState, why policy.Reason) {
 // end ends the stream with err (nil: success), from attempt a (nil: none
 // opened): it fills the caller's holders from a, runs OnFinish and reports
 // the call's end.
+//
+// Its callers are one at a time: fail, before ready closes, and winnerEnded,
+// after it, under endMu. done is set last: a RecvMsg that finds it returns
+// at once, and its caller may then read the holders and the Report.
 func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
 	s.mu.Lock()
-	if s.done {
-		s.mu.Unlock()
+	over := s.done
+	s.mu.Unlock()
+	if over {
 		return
 	}
-	s.done, s.final = true, err
-	if err == nil {
-		s.final = io.EOF
-	}
-	s.mu.Unlock()
 	var cs grpc.ClientStream
 	if a != nil {
 		cs = a.cs
@@ -298,6 +292,12 @@ func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
 	s.hcancel()
 	s.cancel()
 	s.c.end(s.cc, err)
+	s.mu.Lock()
+	s.done, s.final = true, err
+	if err == nil {
+		s.final = io.EOF
+	}
+	s.mu.Unlock()
 }
 
 // watchAbandon settles the stream when its caller's context ends (a cancel

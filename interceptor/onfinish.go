@@ -3,7 +3,7 @@ package interceptor
 import (
 	"context"
 	"slices"
-	"sync/atomic"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -38,7 +38,10 @@ type onFinishOnce struct {
 	onFinish []func(error)
 	// stopWatch stops the watch on the caller's context.
 	stopWatch func() bool
-	ran       atomic.Bool
+	// once runs them: a second caller (the stream's end, beside the watch)
+	// waits until the first has run them, so the end is announced after
+	// OnFinish returned.
+	once sync.Once
 }
 
 // watchCaller runs the OnFinish functions when ctx, the caller's, ends
@@ -51,9 +54,10 @@ func (f *onFinishOnce) watchCaller(ctx context.Context) {
 }
 
 // finishOnce stops the watch and runs the caller's OnFinish functions, the
-// first time only. The stream calls it after watchCaller returned.
+// first time only; when the watch is running them, it waits for it. The
+// stream calls it after watchCaller returned.
 func (f *onFinishOnce) finishOnce(err error) {
-	if len(f.onFinish) == 0 || f.ran.Load() {
+	if len(f.onFinish) == 0 {
 		return
 	}
 	f.stopWatch()
@@ -62,10 +66,9 @@ func (f *onFinishOnce) finishOnce(err error) {
 
 // run runs the OnFinish functions unless they ran already.
 func (f *onFinishOnce) run(err error) {
-	if f.ran.Swap(true) {
-		return
-	}
-	for _, fn := range f.onFinish {
-		fn(err)
-	}
+	f.once.Do(func() {
+		for _, fn := range f.onFinish {
+			fn(err)
+		}
+	})
 }

@@ -541,6 +541,8 @@ func WithIdempotencyKey(header string) Option {
 
 // WithPredicate decides, before the status codes, for errors the codes cannot
 // classify (see policy.Predicate). It replaces the policy's own predicate.
+// Hedging does not use it (its nonFatalStatusCodes decide): on a call to a
+// hedged method it does nothing, and the hooks hear so once per method.
 func WithPredicate(p policy.Predicate) Option {
 	return Option{apply: func(o *options) { o.predicate = p }}
 }

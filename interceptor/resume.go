@@ -186,8 +186,10 @@ func (e *ResumeError) GRPCStatus() *status.Status {
 func (e *ResumeError) Unwrap() []error { return []error{e.Err, e.StreamErr} }
 
 // resumeState is one resumable stream's: what it sent and received, for
-// its resume function. The RecvMsg goroutine (which runs the decisions)
-// owns it, except req, orig and off, guarded by the stream's mutex.
+// its resume function. Its fields are written under the stream's endMu, by
+// the RecvMsg goroutine (which runs the decisions) or the watch on an
+// abandoned stream, one at a time, except req, orig and off, guarded by the
+// stream's mutex.
 type resumeState struct {
 	fn ResumeFunc
 	// orig is the request the application sent; req the one the running

@@ -430,26 +430,33 @@ func (s *retryStream) commitLocked() {
 	s.buf.release()
 }
 
-// finishStream ends the stream with final (nil: success).
+// finishStream ends the stream with final (nil: success). Its callers are
+// one at a time (settle's, under endMu, or the stream's opening, before
+// anyone else holds the stream). Everything the caller may read after the
+// end (OnFinish, the Report, the hooks' EventEnd) is done before done is
+// set: a RecvMsg that finds done returns at once, and its caller may read
+// the Report then.
 func (s *retryStream) finishStream(final error) {
+	s.mu.Lock()
+	first := !s.done
+	stop := s.stopAbandon
+	s.mu.Unlock()
+	if !first {
+		return
+	}
+	if stop != nil {
+		stop()
+	}
 	s.finishOnce(final)
-	err := final
+	s.cancel()
+	s.c.end(s.cc, final)
 	if final == nil {
 		final = io.EOF
 	}
 	s.mu.Lock()
-	first := !s.done
 	s.done, s.final, s.switching = true, final, false
 	s.buf.release()
-	stop := s.stopAbandon
 	s.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	s.cancel()
-	if first {
-		s.c.end(s.cc, err)
-	}
 }
 
 // attemptEnded handles the end of attempt a, whose last operation returned

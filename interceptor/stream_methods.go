@@ -101,7 +101,15 @@ func (s *retryStream) RecvMsg(m any) error {
 				s.mu.Unlock()
 			}
 			if s.res != nil {
-				s.res.received(m, &s.c)
+				// Under endMu, as the watch on an abandoned stream judges
+				// the attempt: the resume state and the call's counts are
+				// written under it. A message of an attempt judged already
+				// (the watch ended the stream) counts for nothing.
+				s.endMu.Lock()
+				if !a.settled {
+					s.res.received(m, &s.c)
+				}
+				s.endMu.Unlock()
 			}
 			if !s.desc.ServerStreams {
 				// grpc-go has read the status too: the call succeeded.

@@ -219,18 +219,13 @@ func (c *call) recordBeside(callCtx context.Context, r hedgeResult, err error, c
 	c.recordAttempt(r, c.pol.Decide(&a).Record, breakerOutcome(callCtx, err, false))
 }
 
-// recordAttempt tells c's breaker (first: a Gate's waiters must find its new
-// state) and budget how attempt r.n, which decides nothing, ended, with
-// the admission it went with (a probe's end frees the Gate's probe lease).
+// recordAttempt tells c's breaker and budget (c.record) how attempt r.n,
+// which decides nothing, ended, with the admission it went with (a probe's
+// end frees the Gate's probe lease).
 func (c *call) recordAttempt(r hedgeResult, budgetO, breakerO budget.Outcome) {
-	if c.br != nil {
-		c.br.Record(breakerO, r.n+c.before == 1, c.crit, c.o)
+	a := budget.Attempt{Number: r.n, Outcome: budgetO, Admission: r.admission}
+	if r.admission != budget.AdmitNone {
+		a.Took = r.took
 	}
-	if c.budget != nil {
-		a := budget.Attempt{Number: r.n, Outcome: budgetO, Admission: r.admission}
-		if r.admission != budget.AdmitNone {
-			a.Took = r.took
-		}
-		c.budget.Record(a)
-	}
+	c.record(r.n+c.before == 1, breakerO, &a)
 }

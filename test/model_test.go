@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/interceptor"
@@ -192,13 +193,27 @@ func modelRefuse() []grpc.DialOption {
 type modelSeen struct {
 	err                    error
 	header, trailer        metadata.MD // the call options' holders
+	peer                   peer.Peer   // the grpc.Peer holder
+	finished               []error     // what grpc.OnFinish ran with
 	streamHeader, streamTr metadata.MD // a stream's Header and Trailer
 	replies                []int32     // the attempts the messages name
 }
 
-func runModelCase(ctx context.Context, client testingv1.TestServiceClient, c callmodel.Case) (seen modelSeen) {
+// modelPredicate, given to a hedged call, would retry every failure: a
+// hedging policy does not use it (its non-fatal codes decide), so the model
+// picks the same attempt with it as without.
+var modelPredicate = interceptor.WithPredicate(func(error) (retry, decided bool) { return true, true })
+
+// runModelCase runs c; pred adds modelPredicate to the call's options.
+func runModelCase(ctx context.Context, client testingv1.TestServiceClient, c callmodel.Case, pred bool) (seen modelSeen) {
 	ctx = metadata.AppendToOutgoingContext(ctx, "x-script", c.Script.String())
-	opts := []grpc.CallOption{grpc.Header(&seen.header), grpc.Trailer(&seen.trailer)}
+	opts := []grpc.CallOption{grpc.Header(&seen.header), grpc.Trailer(&seen.trailer), grpc.Peer(&seen.peer),
+		// The call's goroutine reads finished once the call has ended, which
+		// comes after OnFinish ran (the package doc's rule).
+		grpc.OnFinish(func(err error) { seen.finished = append(seen.finished, err) })}
+	if pred {
+		opts = append(opts, modelPredicate)
+	}
 	if !c.Stream {
 		resp, err := client.Get(ctx, &testingv1.GetRequest{}, opts...)
 		seen.err = err
@@ -284,9 +299,20 @@ func checkModel(c callmodel.Case, seen modelSeen, n int) error {
 	if !st.Unopened {
 		wantTrailer = []string{s}
 	}
+	if len(seen.finished) != 1 || status.Convert(seen.finished[0]).Proto().String() != status.Convert(seen.err).Proto().String() {
+		problems = append(problems, fmt.Sprintf("OnFinish ran with %v, want once with %v", seen.finished, seen.err))
+	}
+	var gotPeer, wantPeer []string
+	if seen.peer.Addr != nil {
+		gotPeer = []string{seen.peer.Addr.String()}
+	}
+	if c.HasPeer(st) {
+		wantPeer = []string{"bufconn"}
+	}
 	obs := []callmodel.Observed{
 		{Name: "grpc.Header", Key: "x-attempt", Got: seen.header.Get("x-attempt"), Want: wantHeader},
 		{Name: "grpc.Trailer", Key: "x-attempt-trailer", Got: seen.trailer.Get("x-attempt-trailer"), Want: wantTrailer},
+		{Name: "grpc.Peer", Key: "addr", Got: gotPeer, Want: wantPeer},
 	}
 	if c.Stream {
 		obs = append(obs,
@@ -327,7 +353,7 @@ func TestModelOneAttemptSeen(t *testing.T) {
 						continue // two events at one instant
 					}
 					ran++
-					seen := runModelCase(context.Background(), client(len(c.Script)), c)
+					seen := runModelCase(context.Background(), client(len(c.Script)), c, mode.Hedge && seed%2 == 1)
 					if err := checkModel(c, seen, n); err != nil {
 						t.Errorf("seed %d, script %s: model picks attempt %d: %v", seed, c.Script, n, err)
 					}

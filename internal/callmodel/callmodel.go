@@ -9,7 +9,8 @@
 // doc states it: the first attempt that commits (its response headers
 // arrive, or it ends OK), else the one whose end ended the call (a fatal
 // code, or the last failure). Every observable the caller has (status,
-// headers, trailers, messages) must name that attempt and no other.
+// headers, trailers, messages, peer) must name that attempt and no other,
+// and the call ends once (grpc.OnFinish runs once, with that status).
 //
 // Times are the schedule's own: the grpc-go test plays them on synctest's
 // virtual clock, the Connect test scaled up in real time; Pick says how far
@@ -185,6 +186,10 @@ func (c Case) early(st Step) bool {
 func (c Case) HasHeaders(st Step) bool {
 	return !st.Unopened && (c.early(st) || c.OneReply() && st.Code == codes.OK)
 }
+
+// HasPeer says whether the caller's grpc.Peer holder is filled when
+// attempt st is the one it sees: only an attempt that opened has a peer.
+func (c Case) HasPeer(st Step) bool { return !st.Unopened }
 
 // Replies is how many messages the caller receives from attempt st when it
 // is the one the caller sees.
