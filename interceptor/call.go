@@ -4,17 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"google.golang.org/grpc"
+
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
-	"google.golang.org/grpc"
 )
 
 // previousAttemptsKey is gRFC A6's header naming how many attempts came
@@ -538,41 +538,6 @@ func perCall(base *options, opts []grpc.CallOption, first int) (*options, []grpc
 		rest = append(rest, opt)
 	}
 	return o, rest
-}
-
-// foreignPackages are the packages whose call options configure another
-// retry interceptor: passed to a call through stagger they compile, and
-// grpc ignores them (they embed grpc.EmptyCallOption).
-var foreignPackages = [...]string{
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry",
-	"github.com/grpc-ecosystem/go-grpc-middleware/retry",
-}
-
-// foreignRetryOption reports whether opt is another retry library's call
-// option (foreignPackages). grpc's own common options are told apart by
-// their type alone; the others cost a look at their package's name.
-func foreignRetryOption(opt grpc.CallOption) bool {
-	switch opt.(type) {
-	case grpc.StaticMethodCallOption, grpc.HeaderCallOption, grpc.TrailerCallOption, grpc.PeerCallOption,
-		grpc.OnFinishCallOption, grpc.PerRPCCredsCallOption, grpc.FailFastCallOption, grpc.CompressorCallOption,
-		grpc.MaxRecvMsgSizeCallOption, grpc.MaxSendMsgSizeCallOption, grpc.ContentSubtypeCallOption,
-		grpc.ForceCodecCallOption, grpc.MaxRetryRPCBufferSizeCallOption:
-		return false
-	}
-	t := reflect.TypeOf(opt)
-	if t == nil {
-		return false
-	}
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	pkg := t.PkgPath()
-	for _, f := range foreignPackages {
-		if pkg == f {
-			return true
-		}
-	}
-	return false
 }
 
 // methodCallOptions puts the file's waitForReady and message size limits

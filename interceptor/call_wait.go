@@ -1,0 +1,153 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
+)
+
+// pause waits d before the next attempt. It returns nil when the wait ended,
+// or the call's final error when callCtx ended first: CANCELED when the
+// caller cancelled (at once, not after d), else last, the last attempt's
+// error (Decide never chooses a pause that outlasts the deadline, so this is
+// the rare timer that fired late).
+func (c *call) pause(callCtx context.Context, d time.Duration, last error) error {
+	if c.deferReq != nil {
+		return c.waitDeferred(callCtx, d, last)
+	}
+	if d > 0 {
+		start := time.Now()
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-callCtx.Done():
+			t.Stop()
+		}
+		c.paused(time.Since(start))
+	}
+	switch callCtx.Err() {
+	case nil:
+		return nil
+	case context.Canceled:
+		err := status.Error(codes.Canceled, context.Canceled.Error())
+		c.reason = policy.ReasonCaller
+		c.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: codes.Canceled, Err: err, Reason: policy.ReasonCaller})
+		return c.finish(err)
+	default:
+		c.reason = policy.ReasonDeadline
+		c.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Reason: policy.ReasonDeadline})
+		return c.finish(last)
+	}
+}
+
+// paused counts d as a pause between attempts, a pushback's when the
+// pending pause is one.
+func (c *call) paused(d time.Duration) {
+	c.pausedFor += d
+	if c.pushback {
+		c.pushedBack += d
+	}
+}
+
+// waitDeferred is pause for a retry the budget refused: it waits, through
+// the budget's Deferrer, for an admission no sooner than d. It returns nil
+// when admitted (the next attempt tells the budget how it was let go), or
+// the call's final error: CANCELED when the caller cancelled; last, reason
+// deferred, when no retry could start before the deadline or a call without
+// one waited the limit; last, reason budget, when too many calls wait or a
+// more critical retry took its place (budget.ErrTooManyWaiting, wrapped
+// for the latter). A retry of any criticality may wait: the Gate refuses
+// none for its level alone (see budget.Gate).
+func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
+	req := *c.deferReq
+	c.deferReq = nil
+	req.Waited = c.inGate
+	start := time.Now()
+	// Held, the call ends when the switch turns on (SetDisabled).
+	holdCtx, stopHold := holdContext(callCtx, c.o.state)
+	adm, err := c.budget.(budget.Deferrer).Wait(holdCtx, req, d)
+	stopHold()
+	// Up to its pause (a pushback's, say) the wait is the pause; past
+	// it, the budget's or the Gate's.
+	waited := time.Since(start)
+	c.inGate += waited
+	c.deferred += max(waited-d, 0)
+	c.paused(min(waited, d))
+	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
+	if err == nil {
+		c.admission = adm
+		e.Kind = EventRetry
+		if c.resume {
+			e.Kind = EventResume
+		}
+		c.emit(callCtx, e)
+		return nil
+	}
+	e.Kind = EventGiveUp
+	c.waitEnd, c.heldBy = waitRule(err), heldBy(err)
+	switch {
+	case errors.Is(callCtx.Err(), context.Canceled):
+		last = status.Error(codes.Canceled, context.Canceled.Error())
+		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
+	case switchEnded(holdCtx):
+		// As no retry would: the last attempt's status.
+		c.waitEnd, e.Reason = "switch", policy.ReasonDisabled
+	default:
+		e.Reason = waitEnded(err)
+	}
+	c.reason = e.Reason
+	c.emit(callCtx, e)
+	return c.finish(last)
+}
+
+// waitEnded is why a wait in a budget's Deferrer ended with err, the
+// caller still there: too many calls wait or a more critical retry took
+// the place (budget), an outage outlived the calls' deadlines (outage), or
+// the Gate ended it (deferred).
+func waitEnded(err error) policy.Reason {
+	switch {
+	case errors.Is(err, budget.ErrTooManyWaiting):
+		return policy.ReasonBudget
+	case errors.Is(err, budget.ErrOutageLasting):
+		return policy.ReasonOutage
+	default:
+		return policy.ReasonDeferred
+	}
+}
+
+// heldBy names the rule of the Gate that held a wait that ended with err
+// past its pause, "" when none did (or the budget says nothing of it).
+func heldBy(err error) string {
+	var r interface{ HeldBy() string }
+	if errors.As(err, &r) {
+		return r.HeldBy()
+	}
+	return ""
+}
+
+// waitRule names the rule of the Gate's wait contract (see budget.Gate)
+// that ended a wait with err: the Gate's own name for it when it gives one
+// (hold, hopeless, max-wait, backlog, criticality), else futility, room, deadline
+// or caller.
+func waitRule(err error) string {
+	var r interface{ WaitRule() string }
+	switch {
+	case errors.As(err, &r):
+		return r.WaitRule()
+	case errors.Is(err, budget.ErrOutageLasting):
+		return "futility"
+	case errors.Is(err, budget.ErrTooManyWaiting):
+		return "room"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	case errors.Is(err, context.Canceled):
+		return "caller"
+	}
+	return "other"
+}

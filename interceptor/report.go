@@ -1,0 +1,171 @@
+package interceptor
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/stagger-go/stagger/breaker"
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/policy"
+)
+
+// Report is what WithReport fills in when a call ends: the same facts as
+// its EventEnd.
+type Report struct {
+	// Attempts is the number of attempts sent, hedges included (0 when a
+	// circuit breaker or the budget refused the call before its first).
+	Attempts int
+	// Retries is the attempts after the first of a call that retries;
+	// Hedges the attempts after the first of a hedged call. At most one of
+	// them is non-zero.
+	Retries, Hedges int
+	// Delay is the time the call spent between attempts with none running:
+	// its pauses (backoff, pushback) and budget waits; 0 for hedged calls,
+	// whose attempts overlap. Pushback is the part of it that the
+	// server's pushbacks asked for (gRFC A6's grpc-retry-pushback-ms).
+	Delay, Pushback time.Duration
+	// Deferred is the time the call waited in its budget's Gate for
+	// retries the budget refused, past the pauses they were due after
+	// (part of Delay; for a hedged call, its hedges refused with no
+	// attempt in flight); WaitEnd, when such a wait admitted nothing and
+	// ended the call, the rule of the Gate's wait contract that ended it
+	// (budget.Gate): "hold", "hopeless", "max-wait", "backlog", "futility", "room"
+	// or "criticality" (too many waited), "deadline" or "caller", or
+	// "switch" when turning the switch on ended it (SetDisabled); HeldBy,
+	// the Gate's rule that held that wait past its pause, if one did:
+	// "outage", "overload" or "breaker".
+	Deferred time.Duration
+	WaitEnd  string
+	HeldBy   string
+	// Reason is why the call ended: policy.ReasonSuccess, or why it gave up.
+	Reason policy.Reason
+	// Code is the call's final status code.
+	Code codes.Code
+	// Criticality is the call's criticality as named (WithCriticality):
+	// criticality.Unset when nothing named one (the call is CRITICAL:
+	// Level.Effective).
+	Criticality criticality.Level
+	// TimerRefused counts the attempts whose per-attempt timer fired, the
+	// policy would have retried them, and the breaker or the budget
+	// refused the retry, so they ran on past the timeout (EventTimerRanOn);
+	// TimerReason is the latest refusal's reason (policy.ReasonBudget,
+	// ReasonBreaker), ReasonNone when none was refused.
+	TimerRefused int
+	TimerReason  policy.Reason
+	// Target is the call's backend (its ClientConn's target, as dialled),
+	// whose budget and Gate the call's retries went through
+	// (budget.Backends keeps them under its canonical target: two
+	// spellings of one backend share them).
+	Target string
+	// Budget is the state of the backend's budget when the call ended
+	// because it refused or deferred a retry (Reason budget, deferred or
+	// outage): its tokens (Level of Capacity) and its Gate's view of the
+	// backend (Health); zero otherwise.
+	Budget budget.State
+	// Breaker is the state of the call's circuit breaker when it ended the
+	// call (Reason breaker or throttled): open or half-open, its window's
+	// counts, the throttle's rejection probability; zero otherwise.
+	Breaker breaker.Snapshot
+	// Disabled: the switch was on when the call started (SetDisabled,
+	// DisableEnv, or its policy file's "disabled"): stagger sent it once,
+	// with no retry, no hedge and no wait, and Reason is
+	// policy.ReasonDisabled whatever its Code. A call the switch ended
+	// while it ran (see SetDisabled) has Reason ReasonDisabled and, when
+	// it was held, WaitEnd "switch"; a call with Disable, which stagger
+	// hands to grpc untouched, has one attempt, Reason ReasonDisabled, its
+	// Code (when grpc finishes it: grpc.OnFinish), Target and
+	// Criticality, and nothing else.
+	Disabled bool
+}
+
+// String is the Report in one line, naming only what happened: "" for a
+// zero Report (no call ended into it); the timer's refusals only when
+// there were some; the budget's state only when it ended the call.
+func (r Report) String() string {
+	if r == (Report{}) {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d attempts", r.Attempts)
+	switch {
+	case r.Retries > 0:
+		fmt.Fprintf(&b, " (%d retries)", r.Retries)
+	case r.Hedges > 0:
+		fmt.Fprintf(&b, " (%d hedges)", r.Hedges)
+	}
+	fmt.Fprintf(&b, ", ended: %s, code %s", r.Reason, r.Code)
+	if r.Target != "" {
+		fmt.Fprintf(&b, ", backend %s", r.Target)
+	}
+	if r.Budget.Kind != "" {
+		b.WriteString(" (" + budgetPhrase(r.Budget) + ")")
+	}
+	if r.Breaker.Key != "" {
+		fmt.Fprintf(&b, " (breaker %s, %d of %d first attempts failed in its window", r.Breaker.State, r.Breaker.Failures, r.Breaker.Requests)
+		if r.Breaker.ThrottleP > 0 {
+			fmt.Fprintf(&b, ", throttling %.0f%% of first attempts", 100*r.Breaker.ThrottleP)
+		}
+		b.WriteString(")")
+	}
+	if r.Delay > 0 {
+		fmt.Fprintf(&b, ", paused %v", r.Delay)
+	}
+	var parts []string
+	if r.Pushback > 0 {
+		parts = append(parts, fmt.Sprintf("%v by the server's pushback", r.Pushback))
+	}
+	if r.Deferred > 0 {
+		parts = append(parts, fmt.Sprintf("%v waiting in the Gate", r.Deferred))
+	}
+	if r.WaitEnd != "" {
+		w := "wait ended: " + r.WaitEnd
+		if r.HeldBy != "" {
+			w += ", held by the " + r.HeldBy + " rule"
+		}
+		parts = append(parts, w)
+	}
+	if len(parts) > 0 {
+		b.WriteString(" (" + strings.Join(parts, "; ") + ")")
+	}
+	if r.Disabled {
+		b.WriteString(", stagger switched off (" + DisableEnv + ", SetDisabled or the policy file's \"disabled\"): one attempt, no wait")
+	}
+	if r.Criticality.Valid() {
+		fmt.Fprintf(&b, ", criticality %s", r.Criticality)
+	}
+	if r.TimerRefused > 0 {
+		fmt.Fprintf(&b, ", %d attempts ran past their timeout (%s refused the retry)", r.TimerRefused, r.TimerReason)
+	}
+	return b.String()
+}
+
+// budgetPhrase names a budget's state in a few words: the Gate's view of
+// the backend, if it has one, then the tokens.
+func budgetPhrase(s budget.State) string {
+	var b strings.Builder
+	switch s.Health {
+	case "":
+	case "quiet":
+		b.WriteString("its Gate sees it healthy, ")
+	case "outage":
+		b.WriteString("its Gate sees it down, ")
+	default: // failing, recovering
+		fmt.Fprintf(&b, "its Gate sees it %s, ", s.Health)
+	}
+	fmt.Fprintf(&b, "budget %.1f of %.0f", s.Level, s.Capacity)
+	if s.Waiting > 0 {
+		fmt.Fprintf(&b, ", %d calls waiting", s.Waiting)
+	}
+	return b.String()
+}
+
+// WithReport fills r in when the call ends; meant per call. r must stay
+// untouched until the call returns (a stream: until it ends); the
+// interceptor writes it once, on the goroutine that ends the call.
+func WithReport(r *Report) Option {
+	return Option{apply: func(o *options) { o.report = r }}
+}
