@@ -45,8 +45,10 @@ type pacer struct {
 	// since counts the failures since a lease holder last failed (the
 	// futility rule).
 	since int
-	// down: an outage began since nobody waited. Until then the retries
-	// held go back at the return's pace, not the room's (roomAnswered).
+	// down: an outage began since nobody last waited. Until a success
+	// finds nobody waiting, the held retries go at the return's pace or
+	// releaseEvery, not the room's (roomAnswered): a fleet's return keeps
+	// its peak.
 	down bool
 }
 
@@ -80,8 +82,9 @@ func (p pacer) servedAt(now time.Time) pacer {
 // return is under way (the room's pace): a success quickens the releases by
 // tune.BackFaster, so that held retries follow the new calls back within
 // about a second of the successes; a failure for overload that cut the
-// overload rule's room halves their rate, to releaseEvery at worst. The
-// next release then comes within every of now.
+// overload rule's room slows them by as much, to releaseEvery at worst
+// (halving them held a backend refusing 30 % at random to about one a
+// second). After a success the next release comes within every of now.
 func (p pacer) roomAnswered(now time.Time, ok bool) pacer {
 	if !ok {
 		p.every = paceWithin(float64(p.every) / tune.BackFaster)
