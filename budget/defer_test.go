@@ -235,11 +235,12 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 		t.Fatal("Allow refused after random failures")
 	}
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	// Half a credit, a quarter of a second's, plus one success's gain.
+	// Half a credit and a quarter of a second's, in the interval the
+	// success quickened (the room's pace), plus one success's gain.
 	g.mu.Lock()
 	credits := g.st.pace.credits(clk.Now())
 	g.mu.Unlock()
-	if want := 0.5 + tune.ReleasePerSecond/4 + tune.ReleaseGainStart; math.Abs(credits-want) > 1e-9 {
+	if want := 1 - (1-0.5-tune.ReleasePerSecond/4)/tune.BackFaster + tune.ReleaseGainStart; math.Abs(credits-want) > 1e-9 {
 		t.Fatalf("credits %v, want %v", credits, want)
 	}
 }

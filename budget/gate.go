@@ -28,8 +28,12 @@ import (
 // backend fails, one retry at a time, as the probe, once nothing reached
 // the backend for the probe gap (probe), or, for a call with a deadline,
 // as its last chance just before it (last chance). While it serves, one
-// at a time at one pace (release): one a second, each success taking a
-// sixteenth off; after an outage, from 0.4 times the pace the held ones
+// at a time at one pace (release): one a second at slowest, each success
+// taking a sixteenth off and, unless an outage came since nobody waited,
+// quickening the pace by a fifth while the overload rule's room is at
+// least half left, and each refusal that cuts the room slowing it by as
+// much (the room's pace: retries held through a burst of refusals go back
+// within about a second of the new calls' successes); after an outage, from 0.4 times the pace the held ones
 // came at, a fifth quicker per answer as fast as the fastest, halving per
 // failed one and per refusal for overload, a new call's too, and neither
 // it nor the successes quickening it within 5 s of such a refusal (held

@@ -98,3 +98,60 @@ func TestGateRefusalInAReturnHolds(t *testing.T) {
 		w.Leave()
 	}
 }
+
+// The room's pace: once a burst of refusals for overload without a
+// pushback ends and the new calls are served again, the successes raise
+// the release rate, so the retries held through the burst go back within
+// about a second, not one a second (lab migrate-burst: the last held call
+// ended 9.95 s after the burst, 0.64 s with the room's pace).
+func TestGateHeldThroughABurstGoBackWithTheSuccesses(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	// A burst: for 2 s every attempt is refused, 20 a second; the
+	// budget refuses every retry, and 35 wait.
+	const held = 35
+	var ws []*Waiter
+	for i := range 40 {
+		clk.advance(50 * time.Millisecond)
+		g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true, Took: time.Millisecond})
+		if i >= 40-held {
+			w, err := g.Enter(retry2, 100*time.Millisecond, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws = append(ws, w)
+		}
+	}
+	// Served again: new calls succeed, 20 a second, and so does every
+	// held retry that goes.
+	back := clk.Now()
+	var last time.Time
+	for tick := 1; tick <= 300 && len(ws) > 0; tick++ {
+		clk.advance(10 * time.Millisecond)
+		if tick%5 == 0 {
+			g.Record(Attempt{Number: 1, Outcome: Success, Took: time.Millisecond})
+		}
+		waiting := ws[:0]
+		for _, w := range ws {
+			a, _, err := w.Poll()
+			switch {
+			case err != nil:
+				t.Fatalf("a held retry's wait ended %v after the burst: %v", clk.Now().Sub(back), err)
+			case a == AdmitNone:
+				waiting = append(waiting, w)
+			default:
+				last = clk.Now()
+				g.Record(Attempt{Number: 2, Outcome: Success, Took: time.Millisecond, Admission: a})
+			}
+		}
+		ws = waiting
+	}
+	if len(ws) > 0 {
+		t.Fatalf("3 s after the burst, %d of %d held retries still wait", len(ws), held)
+	}
+	t.Logf("the last held retry went %v after the burst", last.Sub(back))
+	if took := last.Sub(back); took > 1500*time.Millisecond {
+		t.Errorf("the last of %d held retries went %v after the burst, want 1.5 s at most", held, took)
+	}
+}

@@ -18,7 +18,8 @@ const releaseEvery = time.Duration(float64(time.Second) / tune.ReleasePerSecond)
 // While the server serves, releases are one cell of the generic cell rate
 // algorithm: none goes before next, each that goes adds every to it, and
 // none is kept (a pace never bursts); a success takes its share gain of
-// every off next. every is releaseEvery, or during a return (since backAt:
+// every off next. Outside a return, every follows the room (roomAnswered)
+// unless down. every is releaseEvery, or during a return (since backAt:
 // calls held through an outage go back, each no sooner than backAfter,
 // until a success finds none of the retries that waited before backAt
 // waiting) the back pace, which each released
@@ -44,6 +45,11 @@ type pacer struct {
 	// since counts the failures since a lease holder last failed (the
 	// futility rule).
 	since int
+	// down: an outage began since nobody last waited. Until a success
+	// finds nobody waiting, the held retries go at the return's pace or
+	// releaseEvery, not the room's (roomAnswered): a fleet's return keeps
+	// its peak.
+	down bool
 }
 
 func newPacer(now time.Time) pacer {
@@ -69,6 +75,23 @@ func (p pacer) servedAt(now time.Time) pacer {
 	if p.next.After(now) {
 		p.next = clock.Later(p.next.Add(-time.Duration(p.gain*float64(p.every))), now)
 	}
+	return p
+}
+
+// roomAnswered is p once an attempt ended at now while retries wait and no
+// return is under way (the room's pace): a success quickens the releases by
+// tune.BackFaster, so that held retries follow the new calls back within
+// about a second of the successes; a failure for overload that cut the
+// overload rule's room slows them by as much, to releaseEvery at worst
+// (halving them held a backend refusing 30 % at random to about one a
+// second). After a success the next release comes within every of now.
+func (p pacer) roomAnswered(now time.Time, ok bool) pacer {
+	if !ok {
+		p.every = paceWithin(float64(p.every) / tune.BackFaster)
+		return p
+	}
+	p.every = paceWithin(tune.BackFaster * float64(p.every))
+	p.next = clock.Earlier(p.next, now.Add(p.every))
 	return p
 }
 

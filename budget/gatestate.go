@@ -98,6 +98,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 			s.streak, s.span = 0, 0
 			s.ev.retryFails, s.ev.seen = 0, true
 			s.pace = s.pace.rested() // nobody waits: no return is under way
+			s.pace.down = false
 			if s.phase == phaseOutage {
 				s.pace = s.pace.releasedAt(now, s.rand())
 			}
@@ -116,6 +117,11 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// strain) fast answers do not quicken it (held retries take only
 		// the room the new calls leave).
 		s.pace = s.pace.answeredIn(a.Took, a.Outcome == Success, s.ev.strained(now))
+	}
+	if s.pace.backAt.IsZero() && !s.pace.down && (a.Outcome == Success && s.ev.short < tune.RoomHeld || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
+		// Held retries wait for the room the answers show (the release
+		// rule): successes raise the pace, a cut of the room lowers it.
+		s.pace = s.pace.roomAnswered(now, a.Outcome == Success)
 	}
 	switch a.Outcome {
 	case Success:
@@ -165,7 +171,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		beyond := e.seen && float64(s.streak+1) >= 2*e.runs+tune.OutageStreak
 		lasting := e.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span && (retriesFailed || ovl)
 		if s.streak++; s.streak >= tune.OutageStreak && ((healthy || ovl) && down || beyond && retriesFailed || lasting) {
-			s.phase = phaseOutage
+			s.phase, s.pace.down = phaseOutage, true
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing
 		}

@@ -52,6 +52,10 @@ const (
 	// fifth (halving it let a hundred processes' held calls return at 3x
 	// capacity in sim outage; a fifth: 2.3x, and their success 92 %
 	// against 90 %, while 160 held calls still go back within a second).
+	// Outside a return it is the room's pace too: a success quickens the
+	// releases by it, a refusal that cuts the room slows them by as much
+	// (halving them held a backend refusing 30 % at random to one a
+	// second; BENCHMARKS.md, the migrating team's scenarios).
 	BackFaster = 0.8
 	// BackSlack: an answer within 25 ms of that is as fast: on loopback
 	// the fastest took 0.3 ms and a loaded machine's scheduling alone
