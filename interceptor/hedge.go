@@ -206,12 +206,24 @@ func (s *hedgeState) next(callCtx context.Context) int {
 		s.stop(callCtx, n, policy.ReasonRetriedRequest)
 		return 0
 	}
-	if n > 1 && s.c.br != nil && !s.c.br.Closed() {
-		// Hedges never probe a breaker that is not closed.
+	if n > 1 && !s.c.breakerAllowsRetry() {
 		s.stop(callCtx, n, policy.ReasonBreaker)
 		return 0
 	}
 	return n
+}
+
+// breakerAllowsRetry reports whether c's breaker (nil: none) lets another
+// attempt of the call go: a closed one is not asked (one atomic load, as
+// budget.Gate's guard); one that is not closed lets it go only as its
+// half-open probe (breaker.Breaker.AllowRetry), so a hedge due after the
+// break asks as a retry would, rather than never.
+func (c *call) breakerAllowsRetry() bool {
+	if c.br == nil || c.br.Closed() {
+		return true
+	}
+	ok, _ := c.br.AllowRetry(c.crit, c.o)
+	return ok
 }
 
 // allowHedge asks c's budget, if any, for attempt n when it is a hedge.

@@ -186,8 +186,9 @@ func WithBudget(b budget.Budget) Option {
 // (budget.Request.Guard): the breaker's half-open probe is the gate's
 // probe, one attempt, a new call's first or a waiting retry, whichever asks
 // first. Without a deferring budget a refused retry ends its call (reason
-// breaker), unless it can go as the probe. Hedges are not sent while the
-// breaker is not closed. What counts as a failure: UNAVAILABLE,
+// breaker), unless it can go as the probe. A hedge is admitted as such a
+// retry is: a closed breaker is not asked; one that is not closed lets it
+// go only as its half-open probe, else hedging stops (reason breaker). What counts as a failure: UNAVAILABLE,
 // RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED that is not the caller's; the
 // caller's own cancellation or deadline counts for nothing; any other
 // status is an answer from a working server.
