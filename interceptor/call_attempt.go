@@ -56,8 +56,9 @@ import (
 // The unary interceptor runs a call that needs no more than this loop
 // (no hedging, no per-attempt timer, no Options of its own: methodInfo.fast)
 // without a call until its first attempt ends (unaryInterceptor): only a failure
-// builds one, as start would, and goes on in the loop. A first attempt's
-// success is recorded there as afterAttempt records it, and
+// (or a call hook to tell) builds one, as start would (unaryGoOn), and goes on
+// in runUnary, where every unary call ends. A first attempt's success is
+// recorded there as afterAttempt records it, and
 // TestUnaryFastPathMatchesGeneralPath holds the two paths alike.
 //
 // The per-attempt timer (attempttimer.go) is the one decision taken off

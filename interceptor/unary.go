@@ -144,7 +144,8 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // path: a call that needs nothing only unarySlow does (mi.fast) runs up to
 // the end of its first attempt with no call state; the call is built (as
 // start builds it) only when that attempt fails, the breaker refuses it or
-// the call hooks must hear EventEnd, and then goes on as in unarySlow.
+// the call hooks must hear EventEnd (unaryGoOn), and then goes on in
+// runUnary, where unarySlow's calls go too.
 // Whatever it decides, it decides as start, admitFirst and afterAttempt
 // do, in their order; a first attempt's success is recorded as
 // afterAttempt records it (see recordFirstSuccess). It is written in the
@@ -191,7 +192,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			if pl.breakers != nil {
 				br = findBreaker(pl.breakers, pl.brCache, cc, target, method)
 				if err := br.Admit(crit, o); err != nil {
-					return k.unaryRefused(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, err)
+					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{refused: err})
 				}
 				if cc != nil && !br.Settings().NoPacing && waitsForReady(mi.opts, grpcOpts) {
 					holdUntilReady(callCtx, cc, br)
@@ -209,7 +210,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				}
 				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
 				if err != nil {
-					err = k.unaryRetries(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, err, ua, attemptOpts, headerAddr, trailerAddr)
+					err = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{ran: true, err: err, ua: ua, attemptOpts: attemptOpts, headerAddr: headerAddr, trailerAddr: trailerAddr})
 					ua.finished(err)
 					mi.giveAttempt(ua)
 					return err
@@ -223,14 +224,14 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 					grpcOpts = append(mi.opts[:len(mi.opts):len(mi.opts)], grpcOpts...)
 				}
 				if err := invoker(callCtx, method, req, reply, cc, grpcOpts...); err != nil {
-					return k.unaryOnlyFailed(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, err)
+					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{ran: true, err: err})
 				}
 			}
 			if br != nil || b != nil {
 				recordFirstSuccess(br, b, crit, o)
 			}
 			if len(o.callHooks) > 0 || o.report != nil {
-				k.unaryEnd(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method)
+				_ = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{ran: true})
 			}
 			return nil
 		}
@@ -277,49 +278,28 @@ func (f *firstAttempt) fill(c *call, o *options, cc *grpc.ClientConn, method str
 	c.br, c.cc = f.br, cc
 }
 
-// unaryRefused ends a call of the fast path whose breaker refused the first
-// attempt with err, as unarySlow does.
-func (k *core) unaryRefused(f *firstAttempt, cc *grpc.ClientConn, method string, err error) error {
-	var c call
-	f.fill(&c, &k.opts, cc, method)
-	err = c.refused(f.callCtx, err)
-	c.end(cc, err)
-	return err
+// firstRun is what the fast path (unaryInterceptor) did before it built
+// the call: the breaker refused the first attempt (refused), or the
+// attempt ran (ran) and ended with err; a call that may retry ran it with
+// ua's options (attemptOpts), grpc writing its header and trailer at
+// headerAddr and trailerAddr. The fast path keeps ua: it runs the
+// caller's OnFinish and gives ua back once the call has ended.
+type firstRun struct {
+	refused                 error
+	ran                     bool
+	err                     error
+	ua                      *unaryAttempt
+	attemptOpts             []grpc.CallOption
+	headerAddr, trailerAddr *metadata.MD
 }
 
-// unaryOnlyFailed ends a call of the fast path that does not retry, whose one
-// attempt failed with err, as unarySlow does.
-func (k *core) unaryOnlyFailed(f *firstAttempt, cc *grpc.ClientConn, method string, err error) error {
+// unaryGoOn builds the call the fast path went without, as start and
+// admitFirst would have, and goes on with it where the fast path stopped
+// (runUnary, with first).
+func (k *core) unaryGoOn(f *firstAttempt, cc *grpc.ClientConn, method string, req, reply any, invoker grpc.UnaryInvoker, first firstRun) error {
 	var c call
 	f.fill(&c, &k.opts, cc, method)
-	c.attempt = 1
-	err = c.afterOnlyAttempt(f.callCtx, err)
-	c.end(cc, err)
-	return err
-}
-
-// unaryRetries goes on with a call of the fast path that may retry, whose first
-// attempt failed with err, as unarySlow's unaryAttempts goes on after it.
-func (k *core) unaryRetries(f *firstAttempt, cc *grpc.ClientConn, method string, req, reply any, invoker grpc.UnaryInvoker, err error, ua *unaryAttempt, attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD) error {
-	var c call
-	f.fill(&c, &k.opts, cc, method)
-	c.attempt = 1
-	err, timedOut := attemptOutcome(f.callCtx, err, c.stopTimer(nil))
-	done, err := c.afterUnaryAttempt(f.callCtx, err, *headerAddr, *trailerAddr, timedOut)
-	if !done {
-		err = k.unaryAttempts(&c, f.callCtx, method, req, reply, cc, invoker, ua, attemptOpts, headerAddr, trailerAddr)
-	}
-	c.end(cc, err)
-	return err
-}
-
-// unaryEnd tells the call hooks and the report of the end of a call of
-// the fast path whose first attempt succeeded, as unarySlow does.
-func (k *core) unaryEnd(f *firstAttempt, cc *grpc.ClientConn, method string) {
-	var c call
-	f.fill(&c, &k.opts, cc, method)
-	c.attempt, c.reason = 1, policy.ReasonSuccess
-	c.end(cc, nil)
+	return k.runUnary(&c, f.callCtx, req, reply, cc, invoker, f.opts, f.mi, &first)
 }
 
 // unarySlow runs every call the fast path (unaryInterceptor) does not: the engines of hedging and
@@ -332,55 +312,88 @@ func (k *core) unarySlow(ctx context.Context, method string, req, reply any, cc 
 	if !run {
 		return invoker(callCtx, method, req, reply, cc, grpcOpts...)
 	}
-	if err := c.admitFirst(callCtx, cc, grpcOpts); err != nil {
-		c.end(cc, err)
-		return err
-	}
-	if c.hedged != nil {
-		if len(c.fileOpts) > 0 {
-			grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
-		}
-		// A copy, so that c itself stays on the stack when it does not hedge:
-		// the hedging engine's goroutines may keep the pointer.
-		hc := c
-		err := k.hedge(callCtx, &hc, req, reply, cc, invoker, grpcOpts)
-		hc.end(cc, err)
-		return err
-	}
-	if !c.retrying {
-		c.attempt = 1
-		if len(c.fileOpts) > 0 {
-			grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
-		}
-		err := invoker(callCtx, method, req, reply, cc, grpcOpts...)
-		err = c.afterOnlyAttempt(callCtx, err)
-		c.end(cc, err)
-		return err
-	}
+	return k.runUnary(&c, callCtx, req, reply, cc, invoker, grpcOpts, mi, nil)
+}
 
-	if c.hedgeOnTimeout {
+// runUnary runs the unary call c, started (start) with the context its
+// attempts derive from (callCtx) and the caller's grpc options, from where
+// it stands: first is what the fast path did of it (nil: nothing). It is
+// the one place a unary call ends (call.end: EventEnd, the Report),
+// whichever engine ran its attempts.
+func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun) error {
+	var ua *unaryAttempt
+	ended, err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
+	ended.end(cc, err)
+	if ua != nil {
+		ua.finished(err)
+		mi.giveAttempt(ua)
+	}
+	return err
+}
+
+// unaryEngine runs c's attempts (see runUnary) on the engine its plan
+// names and returns its error and the call that ran them: c, or a copy of
+// it that the engines of hedging keep (so that c itself stays on the stack
+// when the call does not hedge: their goroutines may keep the pointer).
+// A unaryAttempt it takes for the attempts is left in *ua, for runUnary
+// to give back once the call has ended.
+func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun, ua **unaryAttempt) (*call, error) {
+	switch {
+	case first == nil:
+		if err := c.admitFirst(callCtx, cc, grpcOpts); err != nil {
+			return c, err
+		}
+	case first.refused != nil:
+		return c, c.refused(callCtx, first.refused)
+	case first.err == nil:
+		// The fast path recorded the first attempt's success
+		// (recordFirstSuccess).
+		c.attempt, c.reason = 1, policy.ReasonSuccess
+		return c, nil
+	}
+	switch {
+	case c.hedged != nil:
+		hc := *c
+		return &hc, k.hedge(callCtx, &hc, req, reply, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
+	case !c.retrying:
+		c.attempt = 1
+		var err error
+		if first != nil {
+			err = first.err
+		} else {
+			err = invoker(callCtx, c.method, req, reply, cc, withFileOpts(c.fileOpts, grpcOpts)...)
+		}
+		return c, c.afterOnlyAttempt(callCtx, err)
+	case c.hedgeOnTimeout:
 		// hedgeOnPerTryTimeout needs a reply per attempt, which stagger
 		// makes only for a proto.Message; others cut attempts off.
 		if callerReply, ok := reply.(proto.Message); ok && callerReply != nil {
-			if len(c.fileOpts) > 0 {
-				grpcOpts = append(c.fileOpts[:len(c.fileOpts):len(c.fileOpts)], grpcOpts...)
-			}
-			// A copy, so that c itself stays on the stack when the call
-			// does not hedge.
-			tc := c
-			err := k.timeoutHedge(callCtx, &tc, callerReply, req, cc, invoker, grpcOpts)
-			tc.end(cc, err)
-			return err
+			tc := *c
+			return &tc, k.timeoutHedge(callCtx, &tc, callerReply, req, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
 		}
 	}
+	if first != nil {
+		// The fast path's first attempt failed: judged as unaryAttempts
+		// judges one, then the loop goes on with its options.
+		c.attempt = 1
+		err, timedOut := attemptOutcome(callCtx, first.err, c.stopTimer(nil))
+		if done, err := c.afterUnaryAttempt(callCtx, err, *first.headerAddr, *first.trailerAddr, timedOut); done {
+			return c, err
+		}
+		return c, k.unaryAttempts(c, callCtx, req, reply, cc, invoker, first.attemptOpts, first.headerAddr, first.trailerAddr)
+	}
+	*ua = mi.takeAttempt()
+	attemptOpts, headerAddr, trailerAddr := (*ua).prepare(c.fileOpts, grpcOpts)
+	return c, k.unaryAttempts(c, callCtx, req, reply, cc, invoker, attemptOpts, headerAddr, trailerAddr)
+}
 
-	ua := mi.takeAttempt()
-	attemptOpts, headerAddr, trailerAddr := ua.prepare(c.fileOpts, grpcOpts)
-	err := k.unaryAttempts(&c, callCtx, method, req, reply, cc, invoker, ua, attemptOpts, headerAddr, trailerAddr)
-	c.end(cc, err)
-	ua.finished(err)
-	mi.giveAttempt(ua)
-	return err
+// withFileOpts puts the file's call options (fileOpts) before the
+// caller's (grpcOpts), so that the caller's win, as in grpc-go.
+func withFileOpts(fileOpts, grpcOpts []grpc.CallOption) []grpc.CallOption {
+	if len(fileOpts) == 0 {
+		return grpcOpts
+	}
+	return append(fileOpts[:len(fileOpts):len(fileOpts)], grpcOpts...)
 }
 
 // afterOnlyAttempt ends the one attempt of a call that does not retry
@@ -394,17 +407,18 @@ func (c *call) afterOnlyAttempt(callCtx context.Context, err error) error {
 	return err
 }
 
-// unaryAttempts runs the attempts of a call that may retry, each with
-// attemptOpts; grpc writes each attempt's header and trailer at headerAddr
-// and trailerAddr (ua.prepare).
-func (k *core) unaryAttempts(c *call, callCtx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, ua *unaryAttempt, attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD) error {
+// unaryAttempts runs the attempts of a call that may retry, one at a time
+// on the caller's goroutine, each with attemptOpts; grpc writes each
+// attempt's header and trailer at headerAddr and trailerAddr
+// (unaryAttempt.prepare).
+func (k *core) unaryAttempts(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD) error {
 	for {
 		actx, acancel, timer := c.nextAttempt(callCtx)
 		retrying(c.attempt, attemptOpts)
 		// grpc writes these only when the attempt got a stream; a stale value
 		// from an earlier attempt must not count.
 		*headerAddr, *trailerAddr = nil, nil
-		err := invoker(actx, method, req, reply, cc, attemptOpts...)
+		err := invoker(actx, c.method, req, reply, cc, attemptOpts...)
 		// Stop the timer before judging: an attempt that ended while it was
 		// armed ended on its own; once it fired, the attempt was cut off.
 		err, timedOut := attemptOutcome(callCtx, err, c.stopTimer(timer))
