@@ -13,10 +13,11 @@ import (
 )
 
 // Maintainers: the per-attempt timer is the one decision taken off the
-// call's goroutine: when it fires, call.timeoutVerdict (call_retry.go) runs on the timer's
-// goroutine, on a copy of the call taken by nextAttempt, and asks Decide
+// call's goroutine: when it fires, retryFacts.timeoutVerdict (call_retry.go) runs on the timer's
+// goroutine, on a copy of the call's retryFacts taken by nextAttempt (not
+// of the call), and asks Decide
 // whether the policy would retry; if so, after the retry's pause (the
-// attempt runs on through it: attemptTimer), call.timeoutAdmit asks the
+// attempt runs on through it: attemptTimer), retryFacts.timeoutAdmit asks the
 // breaker and the budget, in afterAttempt's order, whether the retry can go
 // now. Only then does the timer cut the attempt off; stopTimer hands the
 // verdict it admitted to afterAttempt, which follows it without asking the
@@ -74,12 +75,13 @@ func (c *call) timerRefusedRetry(reason policy.Reason) {
 // with grpc C-core's meaning): it fires unless it was stopped first (at the
 // first response header or message, or when the attempt ended on its own).
 // When it fires it asks whether the policy would retry an attempt cut off
-// now (call.timeoutVerdict, on a copy of the call as the attempt started).
+// now (retryFacts.timeoutVerdict, on a copy of the call's retryFacts as
+// the attempt started).
 // When it would not, the attempt runs on, as if it had no timer, and ends
 // on its own. When it would, the attempt still runs on through the retry's
 // pause (its grace: the retry could not go sooner anyway), and only at the
 // pause's end does the timer decide, once, whether the retry goes now
-// (call.timeoutAdmit: the breaker and the budget). When it goes, the
+// (retryFacts.timeoutAdmit: the breaker and the budget). When it goes, the
 // attempt is cut off (its context cancelled) and the retry follows at
 // once; when it does not, the attempt runs on. An attempt that answers in
 // its grace is the call's answer, and nothing was spent on a retry: a slow
@@ -106,11 +108,12 @@ type attemptTimer struct {
 	t, graceT *time.Timer
 	ctx       context.Context
 	cancel    context.CancelFunc
-	// callCtx is the call's context and c a copy of the call as the
-	// attempt started: what the decision reads, so that the call's
-	// goroutine and the timer's share nothing they write.
+	// callCtx is the call's context and f a copy of the call's
+	// retryFacts as the attempt started: all the decision reads of the
+	// call, so that the call's goroutine and the timer's share nothing
+	// they write.
 	callCtx context.Context
-	c       call
+	f       retryFacts
 	// verdict is the retry the policy would make when the timer fired
 	// (state timerGrace), and the one admitted when it cut the attempt off
 	// (state timerFired); grace is how long after firing it cut it off;
@@ -168,7 +171,7 @@ const (
 // startAttemptTimer arms the per-attempt timer of c's current attempt,
 // whose context derives from ctx; callCtx is the call's context.
 func startAttemptTimer(callCtx, ctx context.Context, c *call) *attemptTimer {
-	at := &attemptTimer{callCtx: callCtx, c: *c, start: time.Now()}
+	at := &attemptTimer{callCtx: callCtx, f: c.retryFacts, start: time.Now()}
 	at.due = at.start.Add(c.perAttempt)
 	if c.pace != nil {
 		c.pace.send(at.start, c.perAttempt)
@@ -187,7 +190,7 @@ func (at *attemptTimer) fire() {
 		at.mu.Unlock()
 		return
 	}
-	if p := at.c.pace; p != nil && !at.firedOnce {
+	if p := at.f.pace; p != nil && !at.firedOnce {
 		at.firedOnce = true
 		at.prevFired = p.fire(at.start)
 	}
@@ -196,11 +199,11 @@ func (at *attemptTimer) fire() {
 	if at.ctx.Err() == nil {
 		// Not for an attempt already ended from above (a hedge that lost):
 		// no retry follows it.
-		v, ok = at.c.timeoutVerdict(at.callCtx)
+		v, ok = at.f.timeoutVerdict(at.callCtx)
 	}
 	next := timerRanOn
 	switch {
-	case ok && at.c.timerEvents != nil:
+	case ok && at.f.timerEvents != nil:
 		if next = at.decide(v, at.due); next != timerFired {
 			break
 		}
@@ -208,7 +211,7 @@ func (at *attemptTimer) fire() {
 		// before the state leaves timerDeciding, so that the attempt's
 		// stop, which waits for the decision, comes after it: the loop
 		// hears of the retry before it hears the attempt ended.
-		at.c.timerEvents <- hedgeResult{n: at.c.attempt, fired: true, verdict: v, admission: at.admission}
+		at.f.timerEvents <- hedgeResult{n: at.f.attempt, fired: true, verdict: v, admission: at.admission}
 		next = timerRanOn
 	case ok && v.Pause > 0:
 		// The grace: the attempt runs on through the retry's pause.
@@ -251,24 +254,24 @@ func (at *attemptTimer) cut() {
 // (pace.slowForAll) the retry would only join the queue the attempt waits
 // in: the timer waits another period (timerArmed, re-armed), and asks again
 // then, when the evidence may have changed. Otherwise the retry goes when
-// the breaker and the budget admit it (call.timeoutAdmit: timerFired, with
+// the breaker and the budget admit it (retryFacts.timeoutAdmit: timerFired, with
 // v as the verdict), a straggler's (pace.straggler) as a healing retry
 // when the budget alone would not pay for it; when they do not the
 // attempt runs on (timerRanOn), and the call says why (stopTimer).
 func (at *attemptTimer) decide(v policy.Verdict, now time.Time) int32 {
 	straggler := false
-	if p := at.c.pace; p != nil {
-		if p.slowForAll(at.start, now, at.c.perAttempt/laterSendAgePart) && (!at.waited || !p.scout(now, at.c.perAttempt)) {
+	if p := at.f.pace; p != nil {
+		if p.slowForAll(at.start, now, at.f.perAttempt/laterSendAgePart) && (!at.waited || !p.scout(now, at.f.perAttempt)) {
 			at.waited = true
-			at.due = now.Add(at.c.perAttempt)
+			at.due = now.Add(at.f.perAttempt)
 			at.t.Reset(time.Until(at.due))
 			return timerArmed
 		}
 		// Not with hedgeOnPerTryTimeout: its retry runs beside the
 		// attempt rather than in place of a straggler.
-		straggler = at.c.timerEvents == nil && p.straggler(at.start, now, at.c.perAttempt, at.c.crit.Index(), at.prevFired)
+		straggler = at.f.timerEvents == nil && p.straggler(at.start, now, at.f.perAttempt, at.f.crit.Index(), at.prevFired)
 	}
-	adm, refused := at.c.timeoutAdmit(straggler)
+	adm, refused := at.f.timeoutAdmit(straggler)
 	if refused != policy.ReasonNone {
 		at.refused = refused
 		return timerRanOn
@@ -289,7 +292,7 @@ func (at *attemptTimer) decide(v policy.Verdict, now time.Time) int32 {
 // hedgeOnPerTryTimeout, whose decision reaches the call's loop through a
 // channel, and a no-op for a nil timer.
 func (at *attemptTimer) catchUp(now time.Time) {
-	if at == nil || at.c.timerEvents != nil {
+	if at == nil || at.f.timerEvents != nil {
 		return
 	}
 	for {
@@ -359,8 +362,8 @@ func (at *attemptTimer) stop() bool {
 // Nothing for a nil timer or an attempt cut off or ended from above.
 // took is how long the attempt took to be served.
 func (at *attemptTimer) served(took time.Duration) {
-	if at == nil || at.c.pace == nil || at.ctx.Err() != nil || at.state.Load() == timerFired {
+	if at == nil || at.f.pace == nil || at.ctx.Err() != nil || at.state.Load() == timerFired {
 		return
 	}
-	at.c.pace.answer(at.start, took, at.c.crit.Index())
+	at.f.pace.answer(at.start, took, at.f.crit.Index())
 }

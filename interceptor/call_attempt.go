@@ -82,40 +82,20 @@ import (
 //
 // It is used by one goroutine at a time and lives no longer than the call.
 type call struct {
-	o      *options
+	retryFacts
 	method string
 	// off: the process-wide switch (SetDisabled) was on when the call
 	// started; it runs once (switchOff).
 	off bool
-	// retrying: pol applies and allows more than one attempt. When false the
-	// call runs once and stagger only records it in the budget.
-	retrying bool
-	// pol is shared (a methodInfo's) and never modified; nil when the method
-	// has no retry policy.
-	pol    *policy.Policy
-	budget budget.Budget
-	// perAttempt is the per-attempt timeout actually applied: 0 when the
-	// policy sets none or the call may not run twice (neither repeatable
-	// nor, for a stream, known to be idempotent).
-	perAttempt time.Duration
-	// repeatable: the call may run twice on the server (the method is
-	// known to be idempotent, or the call carries an idempotency key), so
-	// an ambiguous failure (wireAmbiguous) is retried as gRFC A6 says.
-	repeatable bool
 	// byKey: repeatable only because the call carries an idempotency key
 	// (the method is not known to be idempotent).
 	byKey bool
-	// attempt is the number of the attempt running or just ended.
-	attempt int
 	// before counts the attempts sent before attempt restarted at 1, and
 	// resume says a retry resumes a committed stream (EventResume): a
 	// resumable stream restarts the count at each attempt that delivers a
 	// message (resume.go). The call's attempts are before + attempt.
 	before int
 	resume bool
-	// retry and prev are the backoff sequence's position (policy.Attempt).
-	retry int
-	prev  time.Duration
 	// slow: the attempt that just ended ran slowSuccessPart-th of perAttempt or
 	// longer before it answered (stopTimer): a success that slow tells the
 	// budget the server's latency is rising (budget.Attempt.Overload).
@@ -138,18 +118,13 @@ type call struct {
 	timerStraggler bool
 	timerRefused   int
 	timerReason    policy.Reason
-	// pace is the method's (plan.pace): the timer asks it whether
-	// the server is slow for every attempt.
-	pace *pace
 	// retryStart is when the running attempt left (monoNow), if it is a
 	// retry: for budget.Attempt.Took (a retry a Deferrer let go) and
 	// served.
 	retryStart time.Duration
 	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies (unary
-	// calls, timeoutHedge); timerEvents is then where a timer that admitted
-	// a retry sends it, instead of cutting its attempt off.
+	// calls, timeoutHedge).
 	hedgeOnTimeout bool
-	timerEvents    chan<- hedgeResult
 	// deferReq is the retry the budget refused, set while the call is to
 	// wait for it (pause waits through the budget's Deferrer); admission is
 	// how the running attempt was let go after such a wait, for the budget
@@ -191,23 +166,60 @@ type call struct {
 	// interceptor hands the call to the hedging engine (hedge.go), the stream
 	// interceptor to the hedged stream (hedgestream.go).
 	hedged *policy.Method
-	// breakers guard the method (nil: none); br is the call's breaker,
-	// found by admitFirst.
+	// breakers guard the method (nil: none); brCache is the method's
+	// cache of one of them.
 	breakers *breaker.Set
-	br       *breaker.Breaker
 	brCache  *atomic.Pointer[breakerRef]
-	// ctx is the caller's context: the request a server is serving, when the
-	// call is made under stagger's server side (internal/chain), is found
-	// through it only when an attempt fails.
-	ctx context.Context
 	// target is the call's backend (callTarget).
 	target string
 	// static: the call carried grpc.StaticMethodCallOption (Event.StaticMethod).
 	static bool
+}
+
+// retryFacts is what a decision on the call's next attempt reads of it
+// beside the attempt's own facts: the plan, the admissions' owners and the
+// backoff sequence's position. The per-attempt timer decides on a copy of
+// it, taken as its attempt starts (startAttemptTimer), and never sees the
+// rest of the call, which the call's goroutine writes meanwhile.
+type retryFacts struct {
+	o *options
+	// ctx is the caller's context: the request a server is serving, when the
+	// call is made under stagger's server side (internal/chain), is found
+	// through it only when an attempt fails.
+	ctx context.Context
+	// retrying: pol applies and allows more than one attempt. When false the
+	// call runs once and stagger only records it in the budget.
+	retrying bool
+	// pol is shared (a methodInfo's) and never modified; nil when the method
+	// has no retry policy.
+	pol    *policy.Policy
+	budget budget.Budget
+	// br is the call's breaker (nil: none), found by admitFirst.
+	br *breaker.Breaker
 	// crit is the call's criticality as named, resolved once by start
 	// (see WithCriticality); Unset, which counts as Critical, when
 	// nothing names one. The budget and the breaker admit the call by it.
 	crit criticality.Level
+	// perAttempt is the per-attempt timeout actually applied: 0 when the
+	// policy sets none or the call may not run twice (neither repeatable
+	// nor, for a stream, known to be idempotent).
+	perAttempt time.Duration
+	// repeatable: the call may run twice on the server (the method is
+	// known to be idempotent, or the call carries an idempotency key), so
+	// an ambiguous failure (wireAmbiguous) is retried as gRFC A6 says.
+	repeatable bool
+	// attempt is the number of the attempt running or just ended.
+	attempt int
+	// retry and prev are the backoff sequence's position (policy.Attempt).
+	retry int
+	prev  time.Duration
+	// pace is the method's (plan.pace): the timer asks it whether
+	// the server is slow for every attempt.
+	pace *pace
+	// timerEvents, under hedgeOnPerTryTimeout (unary calls,
+	// timeoutHedge), is where a timer that admitted a retry sends it,
+	// instead of cutting its attempt off.
+	timerEvents chan<- hedgeResult
 }
 
 // budget returns the budget of a call of the method on target, cc's (nil:

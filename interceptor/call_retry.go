@@ -232,7 +232,7 @@ func (c *call) took(admission budget.Admission) time.Duration {
 }
 
 // attemptFacts describes the attempt that just ended, for Decide.
-func (c *call) attemptFacts(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) policy.Attempt {
+func (c *retryFacts) attemptFacts(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) policy.Attempt {
 	a := policy.Attempt{
 		Number:    c.attempt,
 		Err:       err,
@@ -253,7 +253,7 @@ func (c *call) attemptFacts(callCtx context.Context, err error, trailer metadata
 
 // retryRequest is what the budget is asked for the retry after c's current
 // attempt; timedOut: the per-attempt timer cut that attempt off.
-func (c *call) retryRequest(timedOut bool) budget.Request {
+func (c *retryFacts) retryRequest(timedOut bool) budget.Request {
 	req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts, Criticality: c.crit}
 	if c.br != nil {
 		req.Guard = c.br.Guard(c.crit, c.o)
@@ -272,12 +272,12 @@ func (c *call) retryRequest(timedOut bool) budget.Request {
 // budget that would defer it has not admitted it). Otherwise nothing was
 // spent (Allow admits only a retry that then goes), and the attempt runs
 // on: its own answer is judged as if it had had no timer. Both run on the
-// timer's goroutine, on a copy of the call; they emit no event
-// (afterAttempt does, on the call's goroutine).
+// timer's goroutine, on a copy of the call's retryFacts (never the call
+// itself); they emit no event (afterAttempt does, on the call's goroutine).
 //
 // The budget is asked before it hears how the attempt ended: the attempt
 // has not ended yet, and if it runs on it ends on its own later.
-func (c *call) timeoutVerdict(callCtx context.Context) (v policy.Verdict, ok bool) {
+func (c *retryFacts) timeoutVerdict(callCtx context.Context) (v policy.Verdict, ok bool) {
 	if !c.retrying {
 		return v, false
 	}
@@ -294,7 +294,7 @@ func (c *call) timeoutVerdict(callCtx context.Context) (v policy.Verdict, ok boo
 // retries heal (budget.Request.Straggler). It returns how the retry was
 // admitted (heal: by the Gate, unpaid; the retry's Attempt says so),
 // or, when it was not, why: ReasonBreaker or ReasonBudget.
-func (c *call) timeoutAdmit(straggler bool) (budget.Admission, policy.Reason) {
+func (c *retryFacts) timeoutAdmit(straggler bool) (budget.Admission, policy.Reason) {
 	if c.br != nil && !c.br.Closed() {
 		return budget.AdmitNone, policy.ReasonBreaker
 	}

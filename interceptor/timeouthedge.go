@@ -18,7 +18,7 @@ import (
 // its own (the hedging engine's hedgeCall: a reply and holders per attempt,
 // the winner's adopted by the caller's), so that an attempt whose timer
 // admitted a retry keeps running while the retry goes. The timer decides as
-// for any call (call.timeoutVerdict, then call.timeoutAdmit at once: no
+// for any call (retryFacts.timeoutVerdict, then retryFacts.timeoutAdmit at once: no
 // grace, the attempt runs on anyway); when it admits a retry it sends it
 // here (c.timerEvents) instead of cutting its attempt off. The first success
 // wins: the other attempts are cancelled and the call returns after they

@@ -17,7 +17,7 @@ import (
 // timerCall is a call whose attempt n of 3 has a per-attempt timer of d
 // and pauses 10ms before a retry.
 func timerCall(n int, d time.Duration) *call {
-	return &call{
+	return &call{retryFacts: retryFacts{
 		o:          &options{},
 		ctx:        context.Background(),
 		retrying:   true,
@@ -26,7 +26,7 @@ func timerCall(n int, d time.Duration) *call {
 		repeatable: true,
 		attempt:    n,
 		retry:      1,
-	}
+	}}
 }
 
 func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
