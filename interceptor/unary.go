@@ -210,7 +210,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				}
 				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
 				if err != nil {
-					err = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{ran: true, err: err, ua: ua, attemptOpts: attemptOpts, headerAddr: headerAddr, trailerAddr: trailerAddr})
+					err = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err, attemptOpts: attemptOpts, headerAddr: headerAddr, trailerAddr: trailerAddr})
 					ua.finished(err)
 					mi.giveAttempt(ua)
 					return err
@@ -224,14 +224,14 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 					grpcOpts = append(mi.opts[:len(mi.opts):len(mi.opts)], grpcOpts...)
 				}
 				if err := invoker(callCtx, method, req, reply, cc, grpcOpts...); err != nil {
-					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{ran: true, err: err})
+					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err})
 				}
 			}
 			if br != nil || b != nil {
 				recordFirstSuccess(br, b, crit, o)
 			}
 			if len(o.callHooks) > 0 || o.report != nil {
-				_ = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{ran: true})
+				_ = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{})
 			}
 			return nil
 		}
@@ -280,15 +280,14 @@ func (f *firstAttempt) fill(c *call, o *options, cc *grpc.ClientConn, method str
 
 // firstRun is what the fast path (unaryInterceptor) did before it built
 // the call: the breaker refused the first attempt (refused), or the
-// attempt ran (ran) and ended with err; a call that may retry ran it with
-// ua's options (attemptOpts), grpc writing its header and trailer at
-// headerAddr and trailerAddr. The fast path keeps ua: it runs the
-// caller's OnFinish and gives ua back once the call has ended.
+// attempt ran and ended with err; a call that may retry ran it with
+// its unaryAttempt's options (attemptOpts), grpc writing its header and
+// trailer at headerAddr and trailerAddr. The fast path keeps the
+// unaryAttempt: it runs the caller's OnFinish and gives it back once the
+// call has ended.
 type firstRun struct {
 	refused                 error
-	ran                     bool
 	err                     error
-	ua                      *unaryAttempt
 	attemptOpts             []grpc.CallOption
 	headerAddr, trailerAddr *metadata.MD
 }
@@ -373,18 +372,12 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		}
 	}
 	if first != nil {
-		// The fast path's first attempt failed: judged as unaryAttempts
-		// judges one, then the loop goes on with its options.
-		c.attempt = 1
-		err, timedOut := attemptOutcome(callCtx, first.err, c.stopTimer(nil))
-		if done, err := c.afterUnaryAttempt(callCtx, err, *first.headerAddr, *first.trailerAddr, timedOut); done {
-			return c, err
-		}
-		return c, k.unaryAttempts(c, callCtx, req, reply, cc, invoker, first.attemptOpts, first.headerAddr, first.trailerAddr)
+		// The fast path's first attempt failed: the loop takes it up.
+		return c, k.unaryAttempts(c, callCtx, req, reply, cc, invoker, first.attemptOpts, first.headerAddr, first.trailerAddr, first)
 	}
 	*ua = mi.takeAttempt()
 	attemptOpts, headerAddr, trailerAddr := (*ua).prepare(c.fileOpts, grpcOpts)
-	return c, k.unaryAttempts(c, callCtx, req, reply, cc, invoker, attemptOpts, headerAddr, trailerAddr)
+	return c, k.unaryAttempts(c, callCtx, req, reply, cc, invoker, attemptOpts, headerAddr, trailerAddr, nil)
 }
 
 // withFileOpts puts the file's call options (fileOpts) before the
@@ -410,15 +403,26 @@ func (c *call) afterOnlyAttempt(callCtx context.Context, err error) error {
 // unaryAttempts runs the attempts of a call that may retry, one at a time
 // on the caller's goroutine, each with attemptOpts; grpc writes each
 // attempt's header and trailer at headerAddr and trailerAddr
-// (unaryAttempt.prepare).
-func (k *core) unaryAttempts(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD) error {
+// (unaryAttempt.prepare). first, when not nil, is the fast path's first
+// attempt, which ran (with those options) and failed: the loop's first
+// step, whose end the loop judges as any attempt's.
+func (k *core) unaryAttempts(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD, first *firstRun) error {
 	for {
-		actx, acancel, timer := c.nextAttempt(callCtx)
-		retrying(c.attempt, attemptOpts)
-		// grpc writes these only when the attempt got a stream; a stale value
-		// from an earlier attempt must not count.
-		*headerAddr, *trailerAddr = nil, nil
-		err := invoker(actx, c.method, req, reply, cc, attemptOpts...)
+		var err error
+		var timer *attemptTimer
+		acancel := noCancel
+		if first != nil {
+			// As nextAttempt starts a first attempt without a timer.
+			c.attempt, err, first = 1, first.err, nil
+		} else {
+			var actx context.Context
+			actx, acancel, timer = c.nextAttempt(callCtx)
+			retrying(c.attempt, attemptOpts)
+			// grpc writes these only when the attempt got a stream; a stale value
+			// from an earlier attempt must not count.
+			*headerAddr, *trailerAddr = nil, nil
+			err = invoker(actx, c.method, req, reply, cc, attemptOpts...)
+		}
 		// Stop the timer before judging: an attempt that ended while it was
 		// armed ended on its own; once it fired, the attempt was cut off.
 		err, timedOut := attemptOutcome(callCtx, err, c.stopTimer(timer))
