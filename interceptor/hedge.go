@@ -23,15 +23,11 @@ import (
 // valid pushback instead; an invalid one stops hedging). Every hedge asks the
 // budget first; a refusal stops hedging beside the attempts in flight
 // (refused), which go on.
-// The call returns only after every attempt it sent has ended.
+// The call returns only after every attempt it sent has ended. The
+// hedging policy applies (k.hedges; runUnary's engine runs one attempt
+// otherwise).
 func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
 	h := c.hedged.Hedging
-	if !k.hedges(callCtx, c, false) {
-		c.attempt = 1
-		err := invoker(callCtx, c.method, req, reply, cc, grpcOpts...)
-		c.afterAttempt(callCtx, err, nil, false, false)
-		return err
-	}
 	delay, hist := k.hedgeDelay(c.method, h)
 	var replyType protoreflect.MessageType
 	if m, ok := reply.(proto.Message); ok && m != nil {

@@ -351,6 +351,14 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		return c, nil
 	}
 	switch {
+	case c.hedged != nil && !k.hedges(callCtx, c, false):
+		// The hedging policy allows one attempt, or the call may not run
+		// twice (k.hedges said so once per method): one attempt, which
+		// the breaker and the budget hear of.
+		c.attempt = 1
+		err := invoker(callCtx, c.method, req, reply, cc, withFileOpts(c.fileOpts, grpcOpts)...)
+		c.afterAttempt(callCtx, err, nil, false, false)
+		return c, err
 	case c.hedged != nil:
 		hc := *c
 		return &hc, k.hedge(callCtx, &hc, req, reply, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
