@@ -18,6 +18,7 @@ import (
 	"github.com/stagger-go/stagger"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/internal/fleet"
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
@@ -501,6 +502,6 @@ func summarizeMigrate(cfg *MigrateConfig, name string, calls []*migrateCall, t0 
 	slices.Sort(failed)
 	r.P50, r.P99 = percentile(ok, 0.5), percentile(ok, 0.99)
 	r.FailP50, r.FailP99 = percentile(failed, 0.5), percentile(failed, 0.99)
-	r.Reasons = byCount(reasons)
+	r.Reasons = fleet.ByCount(reasons)
 	return r
 }
