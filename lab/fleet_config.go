@@ -3,7 +3,6 @@ package lab
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/stagger-go/stagger/internal/fleet"
@@ -120,19 +119,7 @@ func (c FleetConfig) Validate() error {
 	if c.Arrivals != ArrivalsEven && c.Arrivals != ArrivalsPoisson {
 		bad("Arrivals", fmt.Sprintf("must be %q or %q", ArrivalsEven, ArrivalsPoisson), fmt.Sprintf("%q", c.Arrivals))
 	}
-	if len(c.Contenders) == 0 {
-		bad("Contenders", "must name at least one", "none")
-	}
-	seen := map[string]bool{}
-	for _, n := range c.Contenders {
-		if _, ok := contenderIn(FleetContenders(), n); !ok {
-			bad("Contenders", "must be among "+strings.Join(namesOf(FleetContenders()), ", "), fmt.Sprintf("%q", n))
-		}
-		if seen[n] {
-			bad("Contenders", "must not repeat a name", fmt.Sprintf("%q", n))
-		}
-		seen[n] = true
-	}
+	checkContenders(c.Contenders, FleetContenders(), bad)
 	return errors.Join(errs...)
 }
 
