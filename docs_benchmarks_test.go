@@ -13,9 +13,9 @@ import (
 var benchCitation = regexp.MustCompile("BENCHMARKS\\.md`?,?\\s\\(?\"([^\"]+)\"")
 
 // benchFigure is a measured figure as the docs quote them: a ratio to
-// capacity (1.04x, 1.03-1.06x) or a share with a decimal (10.2 %,
-// 69.1-72.1 %).
-var benchFigure = regexp.MustCompile(`\d+\.\d+(?:-\d+\.\d+)?(?:x| ?%)`)
+// capacity (1.04x, 1.03-1.06x), a share with a decimal (10.2 %,
+// 69.1-72.1 %) or seconds with a decimal (0.40-0.44 s).
+var benchFigure = regexp.MustCompile(`\d+\.\d+(?:-\d+\.\d+)?(?:x| ?%| s\b)`)
 
 // TestDocsFiguresMatchBenchmarks: where the README or a document in docs/
 // cites a section of BENCHMARKS.md, the section exists, and every figure

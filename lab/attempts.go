@@ -26,6 +26,13 @@ type attemptCounter struct {
 	flight    flightLog
 }
 
+// began is the attempts the clients have begun.
+func (a *attemptCounter) began() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.attempts
+}
+
 // callState is one call's part in flight, found through the contexts of
 // its attempts, which derive from the call's.
 type callState struct {

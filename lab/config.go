@@ -286,19 +286,7 @@ func (c Config) Validate() error {
 	if c.CallTimeout <= 0 {
 		bad("CallTimeout", "must be > 0", c.CallTimeout)
 	}
-	if len(c.Contenders) == 0 {
-		bad("Contenders", "must name at least one", "none")
-	}
-	seen := map[string]bool{}
-	for _, n := range c.Contenders {
-		if _, ok := contenderByName(c.Scenario, n); !ok {
-			bad("Contenders", "must be among "+strings.Join(namesOf(contendersFor(c.Scenario)), ", "), fmt.Sprintf("%q", n))
-		}
-		if seen[n] {
-			bad("Contenders", "must not repeat a name", fmt.Sprintf("%q", n))
-		}
-		seen[n] = true
-	}
+	checkContenders(c.Contenders, contendersFor(c.Scenario), bad)
 	return errors.Join(errs...)
 }
 

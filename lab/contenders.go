@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -293,6 +294,42 @@ func MixedCriticalityContenders() []Contender {
 
 // ContenderNames lists the names of Contenders, in order.
 func ContenderNames() []string { return namesOf(Contenders()) }
+
+// staggerOwnBudgets is stagger's dial options from a policy file that
+// declares no budget, with default budgets of the client's own:
+// budget.NewBackends(budget.DefaultSettings()), where stagger.DialOptions
+// would install the process's budget.DefaultBackends (a fleet's clients
+// stand for separate processes).
+func staggerOwnBudgets(file string) ([]grpc.DialOption, error) {
+	parsed, err := policy.ParseConfig([]byte(file))
+	if err != nil {
+		return nil, err
+	}
+	bs, err := budget.NewBackends(budget.DefaultSettings())
+	if err != nil {
+		return nil, err
+	}
+	return stagger.DialOptions(parsed, interceptor.WithDefaultBudgets(bs)), nil
+}
+
+// checkContenders reports through bad each way names fails to pick
+// contenders from among: naming none, naming one not among them, naming
+// one twice.
+func checkContenders(names []string, among []Contender, bad func(field, rule string, v any)) {
+	if len(names) == 0 {
+		bad("Contenders", "must name at least one", "none")
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if _, ok := contenderIn(among, n); !ok {
+			bad("Contenders", "must be among "+strings.Join(namesOf(among), ", "), fmt.Sprintf("%q", n))
+		}
+		if seen[n] {
+			bad("Contenders", "must not repeat a name", fmt.Sprintf("%q", n))
+		}
+		seen[n] = true
+	}
+}
 
 func namesOf(cs []Contender) []string {
 	var out []string

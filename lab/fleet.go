@@ -12,10 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/stagger-go/stagger"
-	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
-	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
 )
@@ -34,17 +31,7 @@ func FleetContenders() []Contender {
 			return fmt.Sprintf("policy file: %d attempts, %v-%v ×%g, UNAVAILABLE and RESOURCE_EXHAUSTED; no budget declared: the default budgets, one budget.Backends per client",
 				FleetAttempts, FleetBackoff.Initial, FleetBackoff.Max, FleetBackoff.Multiplier)
 		},
-		dialOptions: func(c *Config) ([]grpc.DialOption, error) {
-			file, err := policy.ParseConfig([]byte(staggerFile(c)))
-			if err != nil {
-				return nil, err
-			}
-			bs, err := budget.NewBackends(budget.DefaultSettings())
-			if err != nil {
-				return nil, err
-			}
-			return stagger.DialOptions(file, interceptor.WithDefaultBudgets(bs)), nil
-		},
+		dialOptions: func(c *Config) ([]grpc.DialOption, error) { return staggerOwnBudgets(staggerFile(c)) },
 	}
 	out := []Contender{stg}
 	for _, n := range []string{"grpc-go-throttle", "grpc-middleware", "failsafe-go", "no-retry"} {
@@ -79,11 +66,10 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*FleetReport, error) {
 
 // fleetCall is one call of a fleet run.
 type fleetCall struct {
-	key                   string
-	scheduled, begin, end time.Time
-	ok                    bool
-	code                  codes.Code
-	reason                string // of a failure
+	key       string
+	scheduled time.Time
+	timedCall
+	code codes.Code // of a failure
 }
 
 func runFleetContender(ctx context.Context, cfg *FleetConfig, c Contender) (FleetResult, error) {
@@ -111,9 +97,7 @@ func runFleetContender(ctx context.Context, cfg *FleetConfig, c Contender) (Flee
 	if err := connectAll(ctx, conns); err != nil {
 		return FleetResult{}, err
 	}
-	// The load starts on a whole second of the server's clock (as Run's),
-	// so that its arrival bins line up with the load's.
-	t0 := srv.Start().Add((time.Since(srv.Start())/time.Second + 1) * time.Second)
+	t0 := loadStart(srv)
 	down, back := t0.Add(cfg.Warmup), t0.Add(cfg.Warmup+cfg.Outage)
 	end := back.Add(cfg.After)
 	srv.SetOutageWindow(down, back)
@@ -181,16 +165,11 @@ func runFleetContender(ctx context.Context, cfg *FleetConfig, c Contender) (Flee
 	}
 	clients.Wait()
 	// Past the load, the calls still in flight get Drain to end.
-	stopCut := time.AfterFunc(time.Until(end.Add(cfg.Drain)), cut)
-	wg.Wait()
-	stopCut.Stop()
+	awaitCalls(&wg, end.Add(cfg.Drain), cut)
 	cpu := (cpuTime() - cpu0).Seconds() / time.Since(wall0).Seconds()
 
-	counter.mu.Lock()
-	clientAttempts := counter.attempts
-	counter.mu.Unlock()
 	r := summarizeFleet(cfg, c.Name, calls, srv, t0)
-	r.ClientAttempts = clientAttempts
+	r.ClientAttempts = counter.began()
 	st := srv.Stats()
 	r.ServerReceived, r.ServerRejected = st.Received, st.Rejected
 	r.CPU = cpu
@@ -204,6 +183,21 @@ func runFleetContender(ctx context.Context, cfg *FleetConfig, c Contender) (Flee
 
 // fleetOne makes one call and logs its outcome in call.
 func fleetOne(ctx context.Context, client testingv1.TestServiceClient, call *fleetCall, deadline time.Duration) {
+	if err := call.get(ctx, client, &testingv1.Script{Key: call.key}, deadline); err != nil {
+		call.code = status.Code(err)
+	}
+}
+
+// timedCall is when a call began and ended, and how.
+type timedCall struct {
+	begin, end time.Time
+	ok         bool
+	reason     string // of a failure: fleetReason
+}
+
+// get makes one Get of sc under ctx and deadline (none when 0), logs its
+// times and outcome in c, and returns its error.
+func (c *timedCall) get(ctx context.Context, client testingv1.TestServiceClient, sc *testingv1.Script, deadline time.Duration) error {
 	if deadline > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, deadline)
@@ -212,11 +206,27 @@ func fleetOne(ctx context.Context, client testingv1.TestServiceClient, call *fle
 	// stagger fills the report in (the Gate's rule that ended a wait);
 	// the other layers ignore the option.
 	var rep interceptor.Report
-	call.begin = time.Now()
-	_, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: call.key}}, interceptor.WithReport(&rep))
-	call.end = time.Now()
-	call.ok = err == nil
+	c.begin = time.Now()
+	_, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}, interceptor.WithReport(&rep))
+	c.end = time.Now()
+	c.ok = err == nil
 	if err != nil {
-		call.code, call.reason = status.Code(err), fleetReason(err, rep.WaitEnd)
+		c.reason = fleetReason(err, rep.WaitEnd)
 	}
+	return err
+}
+
+// loadStart is when a run's load starts: on the next whole second of
+// srv's clock (as Run's), so that its arrival bins line up with the
+// load's.
+func loadStart(srv *testserver.Server) time.Time {
+	return srv.Start().Add((time.Since(srv.Start())/time.Second + 1) * time.Second)
+}
+
+// awaitCalls waits for the calls of wg, cancelling (cut) those still in
+// flight at by.
+func awaitCalls(wg *sync.WaitGroup, by time.Time, cut context.CancelFunc) {
+	stop := time.AfterFunc(time.Until(by), cut)
+	wg.Wait()
+	stop.Stop()
 }

@@ -3,10 +3,9 @@ package lab
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/stagger-go/stagger/policy"
+	"github.com/stagger-go/stagger/internal/fleet"
 )
 
 // ScenarioFleet names the fleet scenario (RunFleet): it has its own
@@ -33,11 +32,11 @@ const (
 // The fleet's retry policy, the same for every contender: FleetAttempts
 // attempts (the first included), pauses from FleetBackoff, on UNAVAILABLE
 // and RESOURCE_EXHAUSTED.
-const FleetAttempts = 4
+const FleetAttempts = fleet.Attempts
 
 // FleetBackoff is the fleet's backoff: 0.1 s, doubling, at most 1 s, gRFC
 // A6's jitter.
-var FleetBackoff = policy.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: policy.JitterProportional}
+var FleetBackoff = fleet.Backoff
 
 // FleetConfig describes a fleet run: Clients client processes' worth of
 // independent retry layers (each its own connection, and for stagger its
@@ -76,28 +75,20 @@ type FleetConfig struct {
 	Contenders []string
 }
 
+// shape is c's load and server.
+func (c FleetConfig) shape() fleet.Shape {
+	return fleet.Shape{Clients: c.Clients, Capacity: c.Capacity, Workers: c.Workers, Load: c.Load,
+		Warmup: c.Warmup, Outage: c.Outage, After: c.After}
+}
+
 // Defaults returns c with every zero field set to its default.
 func (c FleetConfig) Defaults() FleetConfig {
-	set := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
+	s := c.shape().WithDefaults()
+	c.Clients, c.Capacity, c.Workers, c.Load = s.Clients, s.Capacity, s.Workers, s.Load
+	c.Warmup, c.Outage, c.After = s.Warmup, s.Outage, s.After
+	if c.Drain == 0 {
+		c.Drain = time.Minute
 	}
-	setD := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	set(&c.Clients, 20)
-	set(&c.Capacity, 1000)
-	set(&c.Workers, 50)
-	if c.Load == 0 {
-		c.Load = 0.4
-	}
-	setD(&c.Warmup, 2*time.Second)
-	setD(&c.Outage, 10*time.Second)
-	setD(&c.After, 15*time.Second)
-	setD(&c.Drain, time.Minute)
 	if c.Arrivals == "" {
 		c.Arrivals = ArrivalsEven
 	}
@@ -113,29 +104,12 @@ func (c FleetConfig) Validate() error {
 	bad := func(field, rule string, v any) {
 		errs = append(errs, fmt.Errorf("lab: fleet: %s: %s, got %v", field, rule, v))
 	}
-	if c.Clients < 1 || c.Clients > 10000 {
-		bad("Clients", "must be in [1, 10000]", c.Clients)
-	}
-	if c.Workers < 1 || c.Workers > 10000 {
-		bad("Workers", "must be in [1, 10000]", c.Workers)
-	}
-	if c.Capacity < 1 || (c.Workers >= 1 && c.Capacity > c.Workers*1000) {
-		bad("Capacity", "must be in [1, Workers × 1000] (at least 1 ms per attempt)", c.Capacity)
-	}
-	if !(c.Load > 0) || c.Load > 10 {
-		bad("Load", "must be in (0, 10] (a share of Capacity)", c.Load)
-	}
+	s := c.shape()
+	s.CheckRoom("Clients", "Workers", 10000, bad)
 	if c.Deadline < 0 {
 		bad("Deadline", "must be >= 0 (0: none)", c.Deadline)
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"Warmup", c.Warmup}, {"Outage", c.Outage}, {"After", c.After}} {
-		if d.v < Bin || d.v%Bin != 0 || d.v > time.Hour {
-			bad(d.name, fmt.Sprintf("must be a whole number of %v in [%v, 1h]", Bin, Bin), d.v)
-		}
-	}
+	s.CheckTimes(bad)
 	if c.After > 0 && c.After < 3*time.Second {
 		bad("After", "must be at least 3s (the return's first 3 s are measured)", c.After)
 	}
@@ -145,19 +119,7 @@ func (c FleetConfig) Validate() error {
 	if c.Arrivals != ArrivalsEven && c.Arrivals != ArrivalsPoisson {
 		bad("Arrivals", fmt.Sprintf("must be %q or %q", ArrivalsEven, ArrivalsPoisson), fmt.Sprintf("%q", c.Arrivals))
 	}
-	if len(c.Contenders) == 0 {
-		bad("Contenders", "must name at least one", "none")
-	}
-	seen := map[string]bool{}
-	for _, n := range c.Contenders {
-		if _, ok := contenderIn(FleetContenders(), n); !ok {
-			bad("Contenders", "must be among "+strings.Join(namesOf(FleetContenders()), ", "), fmt.Sprintf("%q", n))
-		}
-		if seen[n] {
-			bad("Contenders", "must not repeat a name", fmt.Sprintf("%q", n))
-		}
-		seen[n] = true
-	}
+	checkContenders(c.Contenders, FleetContenders(), bad)
 	return errors.Join(errs...)
 }
 
@@ -165,9 +127,7 @@ func (c FleetConfig) Validate() error {
 func (c FleetConfig) Rate() float64 { return c.Load * float64(c.Capacity) }
 
 // ServiceTime is the worker time an attempt costs: Workers ÷ Capacity.
-func (c FleetConfig) ServiceTime() time.Duration {
-	return time.Duration(c.Workers) * time.Second / time.Duration(max(c.Capacity, 1))
-}
+func (c FleetConfig) ServiceTime() time.Duration { return c.shape().ServiceTime() }
 
 // labConfig is the Config the shared contenders build their retry layers
 // from: the fleet's policy, no per-attempt timeout.

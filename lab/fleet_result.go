@@ -4,13 +4,13 @@ import (
 	"errors"
 	"regexp"
 	"slices"
-	"sort"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/internal/fleet"
 	"github.com/stagger-go/stagger/testserver"
 )
 
@@ -98,10 +98,7 @@ type FleetResult struct {
 }
 
 // FleetReason is a kind of failure and how many calls failed so.
-type FleetReason struct {
-	Reason string
-	Count  int
-}
+type FleetReason = fleet.Reason
 
 var digits = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
 
@@ -128,7 +125,6 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 	r := FleetResult{Contender: name, Calls: len(calls)}
 	down, back := t0.Add(cfg.Warmup), t0.Add(cfg.Warmup+cfg.Outage)
 	bin := func(t time.Time) int { return int(t.Sub(t0) / Bin) }
-	perBin := float64(cfg.Capacity) * Bin.Seconds()
 	count := func(s *[]int, b int) {
 		if b < 0 || b >= maxSeconds*int(time.Second/Bin) {
 			return
@@ -138,7 +134,8 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 		}
 		(*s)[b]++
 	}
-	var ok, failed, held, reach []time.Duration
+	var reach []time.Duration
+	timed := make([]fleet.Call, 0, len(calls))
 	for _, c := range calls {
 		recs := srv.Attempts(c.key)
 		r.RecordedAttempts += len(recs)
@@ -174,93 +171,26 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 				r.ServerUnavailable++
 			}
 		}
-		d := c.end.Sub(c.begin)
-		r.Longest = max(r.Longest, d)
-		if c.ok {
+		switch {
+		case c.ok:
 			r.Served++
-			ok = append(ok, d)
-		} else {
-			failed = append(failed, d)
-			if c.code == codes.Canceled {
-				r.Cut++
-			}
+		case c.code == codes.Canceled:
+			r.Cut++
 		}
-		if !c.begin.Before(down) && c.begin.Before(back) {
-			r.OutageCalls++
-			if !c.end.Before(back) {
-				r.HeldAtReturn++
-			}
-			if c.ok {
-				r.OutageServed++
-				held = append(held, max(c.end.Sub(back), 0))
-			}
-		}
+		timed = append(timed, fleet.Call{Begin: c.begin.Sub(t0), End: c.end.Sub(t0), OK: c.ok, Reason: c.reason})
 	}
-	reasons, after := map[string]int{}, map[string]int{}
-	for _, c := range calls {
-		if c.ok || c.end.Before(back) {
-			continue
-		}
-		r.FailedAfter++
-		after[c.reason]++
-		b := bin(c.end)
-		at := func(b int) int {
-			if b < 0 || b >= len(r.Refused) {
-				return 0
-			}
-			return r.Refused[b]
-		}
-		if at(b) == 0 && at(b-1) == 0 {
-			r.FailedRoom++
-			reasons[c.reason]++
-		}
-	}
-	r.RoomReasons, r.AfterReasons = byCount(reasons), byCount(after)
-	rb := bin(back)
-	for b := rb; b < len(r.Load); b++ {
-		n := float64(r.Load[b])
-		r.PeakAfter = max(r.PeakAfter, n/perBin)
-		if n > 1.1*perBin {
-			r.Above11 += Bin
-		}
-		if n > perBin {
-			r.Above10 += Bin
-		}
-		if b < rb+int(time.Second/Bin) {
-			r.FirstSecond += r.Load[b]
-		}
-	}
-	r.ReturnBins = make([]int, 3*int(time.Second/Bin))
-	for i := range r.ReturnBins {
-		if rb+i < len(r.Load) {
-			r.ReturnBins[i] = r.Load[rb+i]
-		}
-	}
+	s := cfg.shape()
+	cf := s.Calls(timed, r.Refused, 0)
+	r.OutageCalls, r.OutageServed, r.HeldAtReturn = cf.OutageCalls, cf.OutageServed, cf.HeldAtReturn
+	r.HeldP50, r.HeldP90, r.HeldMax = cf.HeldP50, cf.HeldP90, cf.HeldMax
+	r.FailedAfter, r.FailedRoom, r.RoomReasons, r.AfterReasons = cf.FailedAfter, cf.FailedRoom, cf.RoomReasons, cf.AfterReasons
+	r.Longest, r.P50, r.P99, r.FailP50, r.FailP99 = cf.Longest, cf.P50, cf.P99, cf.FailP50, cf.FailP99
+	rf := s.Return(r.Load)
+	r.FirstSecond, r.ReturnBins, r.PeakAfter, r.Above11, r.Above10 = rf.FirstSecond, rf.ReturnBins, rf.PeakAfter, rf.Above11, rf.Above10
 	if r.OutageCalls > 0 {
 		r.DownPerCall = float64(r.DownAttempts) / float64(r.OutageCalls)
 	}
-	for _, s := range [][]time.Duration{ok, failed, held, reach} {
-		slices.Sort(s)
-	}
-	r.P50, r.P99 = percentile(ok, 0.5), percentile(ok, 0.99)
-	r.FailP50, r.FailP99 = percentile(failed, 0.5), percentile(failed, 0.99)
-	r.HeldP50, r.HeldP90, r.HeldMax = percentile(held, 0.5), percentile(held, 0.9), percentile(held, 1)
+	slices.Sort(reach)
 	r.ReachP99, r.ReachMax = percentile(reach, 0.99), percentile(reach, 1)
 	return r
-}
-
-// byCount lists counts, most first.
-func byCount(counts map[string]int) []FleetReason {
-	var rs []FleetReason
-	for k, n := range counts {
-		rs = append(rs, FleetReason{k, n})
-	}
-	sort.Slice(rs, func(i, j int) bool {
-		a, b := rs[i], rs[j]
-		if a.Count != b.Count {
-			return a.Count > b.Count
-		}
-		return a.Reason < b.Reason
-	})
-	return rs
 }

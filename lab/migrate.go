@@ -15,9 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/stagger-go/stagger"
-	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/interceptor"
+	"github.com/stagger-go/stagger/internal/fleet"
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
@@ -168,19 +166,7 @@ func (c MigrateConfig) Validate() error {
 	if c.Drain <= 0 {
 		bad("Drain", "must be > 0", c.Drain)
 	}
-	if len(c.Contenders) == 0 {
-		bad("Contenders", "must name at least one", "none")
-	}
-	seen := map[string]bool{}
-	for _, n := range c.Contenders {
-		if _, ok := contenderIn(MigrateContenders(), n); !ok {
-			bad("Contenders", "must be among "+strings.Join(namesOf(MigrateContenders()), ", "), fmt.Sprintf("%q", n))
-		}
-		if seen[n] {
-			bad("Contenders", "must not repeat a name", fmt.Sprintf("%q", n))
-		}
-		seen[n] = true
-	}
+	checkContenders(c.Contenders, MigrateContenders(), bad)
 	return errors.Join(errs...)
 }
 
@@ -223,17 +209,7 @@ func MigrateContenders() []Contender {
 				return fmt.Sprintf("policy file: maxAttempts %d, initialBackoff %v, maxBackoff %v, multiplier %g, %v jitter, UNAVAILABLE and RESOURCE_EXHAUSTED; no budget declared: the default budgets",
 					MigrateAttempts, MigrateBackoff.Initial, MigrateBackoff.Max, MigrateBackoff.Multiplier, MigrateBackoff.Jitter)
 			},
-			dialOptions: func(*Config) ([]grpc.DialOption, error) {
-				file, err := policy.ParseConfig([]byte(migrateFile))
-				if err != nil {
-					return nil, err
-				}
-				bs, err := budget.NewBackends(budget.DefaultSettings())
-				if err != nil {
-					return nil, err
-				}
-				return stagger.DialOptions(file, interceptor.WithDefaultBudgets(bs)), nil
-			},
+			dialOptions: func(*Config) ([]grpc.DialOption, error) { return staggerOwnBudgets(migrateFile) },
 		},
 		{
 			Name: "grpc-middleware",
@@ -353,10 +329,8 @@ func (w *refusalWindow) unary(ctx context.Context, req any, _ *grpc.UnaryServerI
 
 // migrateCall is one call of a migration run.
 type migrateCall struct {
-	begin, end time.Time
-	ok         bool
-	cut        bool   // cancelled by the lab, past Drain
-	reason     string // of a failure
+	timedCall
+	cut bool // cancelled by the lab, past Drain
 }
 
 func runMigrateContender(ctx context.Context, cfg *MigrateConfig, c Contender) (MigrateResult, error) {
@@ -386,8 +360,7 @@ func runMigrateContender(ctx context.Context, cfg *MigrateConfig, c Contender) (
 	if err := connectAll(ctx, []*grpc.ClientConn{cc}); err != nil {
 		return MigrateResult{}, err
 	}
-	// The load starts on a whole second of the server's clock, as Run's.
-	t0 := srv.Start().Add((time.Since(srv.Start())/time.Second + 1) * time.Second)
+	t0 := loadStart(srv)
 	from, to := t0.Add(cfg.TriggerStart), t0.Add(cfg.TriggerEnd)
 	switch cfg.Scenario {
 	case ScenarioMigrateOutage:
@@ -425,12 +398,8 @@ func runMigrateContender(ctx context.Context, cfg *MigrateConfig, c Contender) (
 		}()
 	})
 	// Past the load, the calls still in flight get Drain to end.
-	stopCut := time.AfterFunc(time.Until(end.Add(cfg.Drain)), cut)
-	wg.Wait()
-	stopCut.Stop()
-	counter.mu.Lock()
-	attempts := counter.attempts
-	counter.mu.Unlock()
+	awaitCalls(&wg, end.Add(cfg.Drain), cut)
+	attempts := counter.began()
 	r := summarizeMigrate(cfg, c.Name, calls, t0)
 	r.Attempts = attempts
 	if r.Calls > 0 {
@@ -442,21 +411,7 @@ func runMigrateContender(ctx context.Context, cfg *MigrateConfig, c Contender) (
 // migrateOne makes one call under runCtx (which the lab cancels
 // past Drain) and logs its outcome in call.
 func migrateOne(runCtx context.Context, client testingv1.TestServiceClient, sc *testingv1.Script, call *migrateCall, deadline time.Duration) {
-	ctx := runCtx
-	if deadline > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, deadline)
-		defer cancel()
-	}
-	// stagger fills the report in (the Gate's rule that ended a wait);
-	// the other layers ignore the option.
-	var rep interceptor.Report
-	call.begin = time.Now()
-	_, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}, interceptor.WithReport(&rep))
-	call.end = time.Now()
-	call.ok = err == nil
-	if err != nil {
-		call.reason = fleetReason(err, rep.WaitEnd)
+	if err := call.get(runCtx, client, sc, deadline); err != nil {
 		call.cut = runCtx.Err() != nil
 	}
 }
@@ -501,6 +456,6 @@ func summarizeMigrate(cfg *MigrateConfig, name string, calls []*migrateCall, t0 
 	slices.Sort(failed)
 	r.P50, r.P99 = percentile(ok, 0.5), percentile(ok, 0.99)
 	r.FailP50, r.FailP99 = percentile(failed, 0.5), percentile(failed, 0.99)
-	r.Reasons = byCount(reasons)
+	r.Reasons = fleet.ByCount(reasons)
 	return r
 }

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -388,8 +387,8 @@ func (p *proc) call() {
 						inGate += p.s.now - entered
 						attempt(n+1, pause, a)
 					},
-					func(err error) { finish(false, "deferred/"+waitRule(err)) }); err != nil {
-					finish(false, "turned-away/"+waitRule(err))
+					func(err error) { finish(false, "deferred/"+budget.WaitRule(err)) }); err != nil {
+					finish(false, "turned-away/"+budget.WaitRule(err))
 				}
 			})
 		})
@@ -421,22 +420,6 @@ func failReason(err error, reason policy.Reason) string {
 		return ""
 	}
 	return reason.String() + "/" + status.Code(err).String()
-}
-
-// waitRule names the rule of the gate that ended a wait with err, as the
-// interceptors' Report.WaitEnd does: the gate's own name for it when it
-// gives one, else futility or room.
-func waitRule(err error) string {
-	var r interface{ WaitRule() string }
-	switch {
-	case errors.As(err, &r):
-		return r.WaitRule()
-	case errors.Is(err, budget.ErrOutageLasting):
-		return "futility"
-	case errors.Is(err, budget.ErrTooManyWaiting):
-		return "room"
-	}
-	return "other"
 }
 
 // poisson starts calls on p at the given rate (calls per second) from now

@@ -3,13 +3,11 @@ package sim
 import (
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
-	"slices"
-	"sort"
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/fleet"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 )
@@ -62,15 +60,12 @@ type FleetConfig struct {
 	Workers int
 }
 
-// fleetAttempts is the fleet's policy's attempts, the lab's
-// (lab.FleetAttempts).
-const fleetAttempts = 4
-
-// FleetPolicy is the fleet's retry policy, the lab's fleet's: 4 attempts
-// (the first included), pauses from SimBackoff (the lab's fleet backoff),
-// on UNAVAILABLE and RESOURCE_EXHAUSTED.
+// FleetPolicy is the fleet's retry policy, the lab's fleet's
+// (lab.FleetAttempts, lab.FleetBackoff): 4 attempts (the first included),
+// pauses of 0.1 s doubling to at most 1 s with gRFC A6's jitter (the
+// same as SimBackoff), on UNAVAILABLE and RESOURCE_EXHAUSTED.
 func FleetPolicy() policy.Policy {
-	return policy.Policy{MaxAttempts: fleetAttempts, Backoff: SimBackoff, RetryableCodes: policy.NewCodeSet(codes.Unavailable, codes.ResourceExhausted)}
+	return policy.Policy{MaxAttempts: fleet.Attempts, Backoff: fleet.Backoff, RetryableCodes: policy.NewCodeSet(codes.Unavailable, codes.ResourceExhausted)}
 }
 
 // FleetContenders returns the fleet model's line-up: "stagger", the
@@ -147,33 +142,22 @@ type FleetResult struct {
 }
 
 // FleetReason is a kind of failure and how many calls failed so.
-type FleetReason struct {
-	Reason string
-	Count  int
+type FleetReason = fleet.Reason
+
+// shape is cfg's load and server.
+func (cfg *FleetConfig) shape() fleet.Shape {
+	return fleet.Shape{Clients: cfg.Processes, Capacity: cfg.Capacity, Workers: cfg.Concurrency, Load: cfg.Load,
+		Warmup: cfg.Warmup, Outage: cfg.Outage, After: cfg.After}
 }
 
 // withDefaults returns cfg with every zero field set to its default.
 func (cfg FleetConfig) withDefaults() FleetConfig {
-	set := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
+	s := cfg.shape().WithDefaults()
+	cfg.Processes, cfg.Capacity, cfg.Concurrency, cfg.Load = s.Clients, s.Capacity, s.Workers, s.Load
+	cfg.Warmup, cfg.Outage, cfg.After = s.Warmup, s.Outage, s.After
+	if cfg.Hop == 0 {
+		cfg.Hop = 200 * time.Microsecond
 	}
-	setD := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	set(&cfg.Processes, 20)
-	set(&cfg.Capacity, 1000)
-	set(&cfg.Concurrency, 50)
-	if cfg.Load == 0 {
-		cfg.Load = 0.4
-	}
-	setD(&cfg.Warmup, 2*time.Second)
-	setD(&cfg.Outage, 10*time.Second)
-	setD(&cfg.After, 15*time.Second)
-	setD(&cfg.Hop, 200*time.Microsecond)
 	if len(cfg.Contenders) == 0 {
 		cfg.Contenders = FleetContenders()
 	}
@@ -190,26 +174,9 @@ func (cfg *FleetConfig) validate() error {
 	bad := func(field, rule string, v any) {
 		errs = append(errs, fmt.Errorf("sim: fleet: %s: %s, got %v", field, rule, v))
 	}
-	if cfg.Processes < 1 || cfg.Processes > 100000 {
-		bad("Processes", "must be in [1, 100000]", cfg.Processes)
-	}
-	if cfg.Concurrency < 1 || cfg.Concurrency > 100000 {
-		bad("Concurrency", "must be in [1, 100000]", cfg.Concurrency)
-	}
-	if cfg.Capacity < 1 || (cfg.Concurrency >= 1 && cfg.Capacity > cfg.Concurrency*1000) {
-		bad("Capacity", "must be in [1, Concurrency × 1000] (at least 1 ms per attempt)", cfg.Capacity)
-	}
-	if !(cfg.Load > 0) || cfg.Load > 10 {
-		bad("Load", "must be in (0, 10] (a share of Capacity)", cfg.Load)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"Warmup", cfg.Warmup}, {"Outage", cfg.Outage}, {"After", cfg.After}} {
-		if d.v < Bin || d.v%Bin != 0 || d.v > time.Hour {
-			bad(d.name, fmt.Sprintf("must be a whole number of %v in [%v, 1h]", Bin, Bin), d.v)
-		}
-	}
+	s := cfg.shape()
+	s.CheckRoom("Processes", "Concurrency", 100000, bad)
+	s.CheckTimes(bad)
 	if cfg.CallTimeout < 0 || cfg.CallTimeout > time.Hour {
 		bad("CallTimeout", "must be in [0, 1h] (0: none)", cfg.CallTimeout)
 	}
@@ -223,7 +190,7 @@ func (cfg *FleetConfig) validate() error {
 // (after the defaults).
 func (cfg FleetConfig) ServiceTime() time.Duration {
 	cfg = cfg.withDefaults()
-	return time.Duration(cfg.Concurrency) * time.Second / time.Duration(max(cfg.Capacity, 1))
+	return cfg.shape().ServiceTime()
 }
 
 // Fleet runs the fleet model (see FleetConfig) for each contender, each
@@ -303,13 +270,6 @@ func (f *fleetServer) answer(now, start time.Duration, n int) (time.Duration, er
 	return f.service, nil
 }
 
-// fleetCall is one call of a fleet run.
-type fleetCall struct {
-	begin, end time.Duration
-	ok         bool
-	why        string
-}
-
 func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 	down := cfg.Warmup
 	back := down + cfg.Outage
@@ -325,11 +285,11 @@ func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 	}
 	var (
 		t      callTotals
-		calls  []fleetCall
+		calls  []fleet.Call
 		defers bool // the contender's budget is a Gate
 	)
 	done := func(start time.Duration, ok bool, why string) {
-		calls = append(calls, fleetCall{begin: start, end: s.now, ok: ok, why: why})
+		calls = append(calls, fleet.Call{Begin: start, End: s.now, OK: ok, Reason: why})
 	}
 	answer := func(start time.Duration, n int) (time.Duration, error) { return srv.answer(s.now, start, n) }
 	rate := cfg.Load * float64(cfg.Capacity)
@@ -369,100 +329,16 @@ func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 	case defers:
 		r.Bound = c.Budget.WithDefaults().Defer.MaxWait
 	}
-	refusedAt := func(b int) int {
-		if b < 0 || b >= len(srv.refused) {
-			return 0
-		}
-		return srv.refused[b]
-	}
-	var ok, failed, held []time.Duration
-	after := map[string]int{}
-	for _, cl := range calls {
-		d := cl.end - cl.begin
-		r.Longest = max(r.Longest, d)
-		if cl.ok {
-			ok = append(ok, d)
-		} else {
-			failed = append(failed, d)
-		}
-		outage := cl.begin >= down && cl.begin < back
-		if outage {
-			r.OutageCalls++
-			if cl.end >= back {
-				r.HeldAtReturn++
-			}
-			if cl.ok {
-				r.OutageServed++
-				held = append(held, max(cl.end-back, 0))
-			}
-		}
-		if cl.ok || cl.end < back {
-			continue
-		}
-		r.FailedAfter++
-		after[cl.why]++
-		if b := int(cl.end / Bin); refusedAt(b) == 0 && refusedAt(b-1) == 0 {
-			r.FailedRoom++
-		}
-		if outage && (r.Bound == 0 || d < r.Bound) {
-			r.OutageFailedEarly++
-		}
-	}
-	r.AfterReasons = byCount(after)
-	perBin := float64(cfg.Capacity) * Bin.Seconds()
-	rb := int(back / Bin)
-	for b := rb; b < len(srv.arrivals); b++ {
-		n := float64(srv.arrivals[b])
-		r.PeakAfter = max(r.PeakAfter, n/perBin)
-		if n > 1.1*perBin {
-			r.Above11 += Bin
-		}
-		if n > perBin {
-			r.Above10 += Bin
-		}
-		if b < rb+int(time.Second/Bin) {
-			r.FirstSecond += srv.arrivals[b]
-		}
-	}
-	r.ReturnBins = make([]int, 3*int(time.Second/Bin))
-	for i := range r.ReturnBins {
-		if rb+i < len(srv.arrivals) {
-			r.ReturnBins[i] = srv.arrivals[rb+i]
-		}
-	}
+	shape := cfg.shape()
+	cf := shape.Calls(calls, srv.refused, r.Bound)
+	r.OutageCalls, r.OutageServed, r.HeldAtReturn, r.OutageFailedEarly = cf.OutageCalls, cf.OutageServed, cf.HeldAtReturn, cf.OutageFailedEarly
+	r.HeldP50, r.HeldP90, r.HeldMax = cf.HeldP50, cf.HeldP90, cf.HeldMax
+	r.FailedAfter, r.FailedRoom, r.AfterReasons = cf.FailedAfter, cf.FailedRoom, cf.AfterReasons
+	r.Longest, r.P50, r.P99, r.FailP50, r.FailP99 = cf.Longest, cf.P50, cf.P99, cf.FailP50, cf.FailP99
+	rf := shape.Return(srv.arrivals)
+	r.FirstSecond, r.ReturnBins, r.PeakAfter, r.Above11, r.Above10 = rf.FirstSecond, rf.ReturnBins, rf.PeakAfter, rf.Above11, rf.Above10
 	if r.OutageCalls > 0 {
 		r.DownPerCall = float64(r.DownAttempts) / float64(r.OutageCalls)
 	}
-	for _, d := range [][]time.Duration{ok, failed, held} {
-		slices.Sort(d)
-	}
-	r.P50, r.P99 = quantile(ok, 0.5), quantile(ok, 0.99)
-	r.FailP50, r.FailP99 = quantile(failed, 0.5), quantile(failed, 0.99)
-	r.HeldP50, r.HeldP90, r.HeldMax = quantile(held, 0.5), quantile(held, 0.9), quantile(held, 1)
 	return r, nil
-}
-
-// quantile is the q-quantile of sorted (the nearest rank, as the lab's),
-// 0 for none.
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// byCount lists counts, most first, then by reason.
-func byCount(counts map[string]int) []FleetReason {
-	var rs []FleetReason
-	for k, n := range counts {
-		rs = append(rs, FleetReason{k, n})
-	}
-	sort.Slice(rs, func(i, j int) bool {
-		if rs[i].Count != rs[j].Count {
-			return rs[i].Count > rs[j].Count
-		}
-		return rs[i].Reason < rs[j].Reason
-	})
-	return rs
 }

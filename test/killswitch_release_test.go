@@ -22,6 +22,26 @@ import (
 	"github.com/stagger-go/stagger/testserver"
 )
 
+// ownBudgetClient dials a new test server with cfg (nil: none), opts and a
+// default budget of the client's own, bs (the process's is shared by the
+// package's tests); the server and the connection close when the test
+// ends.
+func ownBudgetClient(t *testing.T, cfg *policy.Config, opts ...interceptor.Option) (*testserver.Server, *budget.Backends, testingv1.TestServiceClient) {
+	t.Helper()
+	srv := testserver.New()
+	t.Cleanup(srv.Close)
+	bs, err := budget.NewBackends(budget.DefaultSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := srv.Dial(stagger.DialOptions(cfg, append(opts, interceptor.WithDefaultBudgets(bs))...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return srv, bs, testingv1.NewTestServiceClient(cc)
+}
+
 // heldCalls starts n calls through client, each with a 10 s deadline,
 // against srv, served a second before its outage begins (so that the
 // budget's Gates, bs's, see an outage and hold the retries), and returns
@@ -97,18 +117,7 @@ func TestKillSwitchReleasesHeldCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		defer interceptor.SetDisabled(interceptor.Disabled())
 		interceptor.SetDisabled(false)
-		srv := testserver.New()
-		defer srv.Close()
-		bs, err := budget.NewBackends(budget.DefaultSettings())
-		if err != nil {
-			t.Fatal(err)
-		}
-		cc, err := srv.Dial(stagger.DialOptions(parse(t, retryFile), interceptor.WithDefaultBudgets(bs))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		client := testingv1.NewTestServiceClient(cc)
+		srv, bs, client := ownBudgetClient(t, parse(t, retryFile))
 		wait := heldCalls(t, srv, client, bs, 200, 200)
 
 		flipped := time.Now()
@@ -133,25 +142,14 @@ func TestKillSwitchReleasesHeldCalls(t *testing.T) {
 // calls retry again.
 func TestFileSwitchReleasesHeldCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := testserver.New()
-		defer srv.Close()
-		bs, err := budget.NewBackends(budget.DefaultSettings())
-		if err != nil {
-			t.Fatal(err)
-		}
 		src := policy.NewSource(parse(t, retryFile))
 		var ended atomic.Int64
-		cc, err := srv.Dial(stagger.DialOptions(nil, interceptor.WithConfigSource(src), interceptor.WithDefaultBudgets(bs),
+		srv, bs, client := ownBudgetClient(t, nil, interceptor.WithConfigSource(src),
 			interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) {
 				if e.Kind == interceptor.EventEnd && e.Disabled {
 					ended.Add(1)
 				}
-			}))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		client := testingv1.NewTestServiceClient(cc)
+			}))
 		wait := heldCalls(t, srv, client, bs, 200, 200)
 
 		off := `{"disabled": true, ` + retryFile[1:]
@@ -160,7 +158,7 @@ func TestFileSwitchReleasesHeldCalls(t *testing.T) {
 		}
 		flipped := time.Now()
 		var r interceptor.Report
-		_, err = client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "after"}}, interceptor.WithReport(&r))
+		_, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "after"}}, interceptor.WithReport(&r))
 		if status.Code(err) != codes.Unavailable || r.Attempts != 1 || !r.Disabled || r.Reason.String() != "disabled" {
 			t.Errorf("a call after the reload: %v, %+v; want one attempt, UNAVAILABLE, Disabled, reason disabled", err, r)
 		}
@@ -187,20 +185,9 @@ func TestKillSwitchReleasesHeldHedges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		defer interceptor.SetDisabled(interceptor.Disabled())
 		interceptor.SetDisabled(false)
-		srv := testserver.New()
-		defer srv.Close()
-		bs, err := budget.NewBackends(budget.DefaultSettings())
-		if err != nil {
-			t.Fatal(err)
-		}
 		cfg := parse(t, `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
 			"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.5s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`)
-		cc, err := srv.Dial(stagger.DialOptions(cfg, interceptor.WithDefaultBudgets(bs))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		client := testingv1.NewTestServiceClient(cc)
+		srv, bs, client := ownBudgetClient(t, cfg)
 		// A call's hedge may be in flight: its failure sends it to the
 		// Gate after the switch, which ends it at once too.
 		wait := heldCalls(t, srv, client, bs, 50, 45)

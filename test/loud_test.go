@@ -89,19 +89,7 @@ func TestAmbiguousGiveUpIsLoud(t *testing.T) {
 // level, once, with the parse error; a good reload afterwards logs nothing.
 func TestRefusedReloadIsLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "retry.json")
-		write := func(content string) {
-			t.Helper()
-			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		write(sourceFile(2, ""))
-		src, err := policy.WatchFile(path, policy.WithPollInterval(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer src.Close()
+		src, _, write := watchedFile(t, sourceFile(2, ""))
 		srv := testserver.New()
 		defer srv.Close()
 		var log logLines

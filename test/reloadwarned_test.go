@@ -5,8 +5,6 @@ package test
 import (
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/stagger-go/stagger"
 	"github.com/stagger-go/stagger/interceptor"
-	"github.com/stagger-go/stagger/policy"
 	"github.com/stagger-go/stagger/testserver"
 )
 
@@ -38,19 +35,7 @@ func TestWarnedReloadIsLogged(t *testing.T) {
 		slog.SetDefault(slog.New(rec))
 		t.Cleanup(func() { slog.SetDefault(old) })
 		synctest.Test(t, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "retry.json")
-			write := func(content string) {
-				t.Helper()
-				if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			write(sourceFile(3, ""))
-			src, err := policy.WatchFile(path, policy.WithPollInterval(0))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer src.Close()
+			src, path, write := watchedFile(t, sourceFile(3, ""))
 			srv := testserver.New()
 			defer srv.Close()
 			var log logLines
@@ -117,19 +102,7 @@ func TestWarnedReloadIsLogged(t *testing.T) {
 // success, where a service never called is a reload with warnings.
 func TestReloadNamingAServedMethodIsClean(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "retry.json")
-		write := func(content string) {
-			t.Helper()
-			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		write(sourceFile(3, ""))
-		src, err := policy.WatchFile(path, policy.WithPollInterval(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer src.Close()
+		src, _, write := watchedFile(t, sourceFile(3, ""))
 		srv := testserver.New()
 		defer srv.Close()
 		cc, err := srv.Dial(stagger.DialOptionsFromSource(src)...)

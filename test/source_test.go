@@ -42,6 +42,28 @@ func sourceFile(attempts int, budget string) string {
 // throttle refuses at once: no deferral).
 const refusingThrottle = `"retryThrottling": {"maxTokens": 1, "tokenRatio": 0.1}`
 
+// watchedFile writes content to a policy file of the test's own and
+// returns the Source that watches it (it reloads when told: no polling),
+// the file's path, and write, which rewrites the file. The Source closes
+// when the test ends.
+func watchedFile(t *testing.T, content string) (src *policy.Source, path string, write func(string)) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "retry.json")
+	write = func(content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(content)
+	src, err := policy.WatchFile(path, policy.WithPollInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return src, path, write
+}
+
 // getAttempts calls Get once with a script failing the first fail attempts
 // and returns the call's error and the attempts the server saw.
 func getAttempts(t *testing.T, srv *testserver.Server, cc *grpc.ClientConn, key string, fail int32) (int, error) {
@@ -56,19 +78,7 @@ func getAttempts(t *testing.T, srv *testserver.Server, cc *grpc.ClientConn, key 
 // parse leaves the last good one in force.
 func TestDialOptionsFromSourceFollowsFile(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "retry.json")
-		write := func(content string) {
-			t.Helper()
-			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		write(sourceFile(2, ""))
-		src, err := policy.WatchFile(path, policy.WithPollInterval(0)) // reloads when told
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer src.Close()
+		src, _, write := watchedFile(t, sourceFile(2, ""))
 		srv := testserver.New()
 		defer srv.Close()
 		// Unlimited budget: this test is about the methods' policy.
