@@ -90,7 +90,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 		return nil
 	}
 	e.Kind = EventGiveUp
-	c.waitEnd, c.heldBy = waitRule(err), heldBy(err)
+	c.waitEnd, c.heldBy = budget.WaitRule(err), heldBy(err)
 	switch {
 	case errors.Is(callCtx.Err(), context.Canceled):
 		last = status.Error(codes.Canceled, context.Canceled.Error())
@@ -129,25 +129,4 @@ func heldBy(err error) string {
 		return r.HeldBy()
 	}
 	return ""
-}
-
-// waitRule names the rule of the Gate's wait contract (see budget.Gate)
-// that ended a wait with err: the Gate's own name for it when it gives one
-// (hold, hopeless, max-wait, backlog, criticality), else futility, room, deadline
-// or caller.
-func waitRule(err error) string {
-	var r interface{ WaitRule() string }
-	switch {
-	case errors.As(err, &r):
-		return r.WaitRule()
-	case errors.Is(err, budget.ErrOutageLasting):
-		return "futility"
-	case errors.Is(err, budget.ErrTooManyWaiting):
-		return "room"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "deadline"
-	case errors.Is(err, context.Canceled):
-		return "caller"
-	}
-	return "other"
 }

@@ -254,7 +254,7 @@ func (s *hedgeState) waitHedge(callCtx context.Context, n int) policy.Reason {
 		s.c.waitedHedge, s.c.waitedAdmission = n, adm
 		return policy.ReasonNone
 	}
-	s.c.waitEnd = waitRule(err)
+	s.c.waitEnd = budget.WaitRule(err)
 	switch {
 	case callCtx.Err() != nil:
 		return policy.ReasonCaller
