@@ -9,7 +9,6 @@ import (
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -270,23 +269,7 @@ func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
 	if a != nil {
 		cs = a.cs
 	}
-	if s.callerHeader != nil {
-		*s.callerHeader = nil
-		if cs != nil {
-			*s.callerHeader, _ = cs.Header()
-		}
-	}
-	if s.callerTrailer != nil {
-		*s.callerTrailer = nil
-		if cs != nil {
-			*s.callerTrailer = cs.Trailer()
-		}
-	}
-	if s.callerPeer != nil && cs != nil {
-		if p, ok := peer.FromContext(cs.Context()); ok {
-			*s.callerPeer = *p
-		}
-	}
+	s.fill(cs, true)
 	s.finishOnce(err)
 	s.stopAbandon()
 	s.hcancel()
