@@ -62,11 +62,9 @@ type hedgedStream struct {
 	opts     []grpc.CallOption
 	hist     *latencyHistogram
 
-	// The caller's Header, Trailer and Peer holders and OnFinish functions,
-	// taken out of the attempts' options: the stream fills the holders from
-	// the winner (or the last attempt) when it ends, and runs OnFinish once.
-	callerOutputs
-	onFinishOnce
+	// The caller's holders and OnFinish, which end fills from the winner
+	// (or the last attempt) and runs.
+	streamEnd
 
 	// events has room for every attempt: each attempt's goroutine sends
 	// once and ends, whether or not the driver still listens.

@@ -237,11 +237,8 @@ type retryStream struct {
 	// of an attempt that ended without headers: grpc-go's RecvMsg is not
 	// for two goroutines at once.
 	recvMu sync.Mutex
-	// The caller's Header, Trailer and Peer holders and OnFinish
-	// functions, taken out of the attempts' options: finishStream fills
-	// the holders and runs OnFinish once.
-	callerOutputs
-	onFinishOnce
+	// The caller's holders and OnFinish, which finishStream fills and runs.
+	streamEnd
 	// endMu makes attemptEnded one at a time: the reader's goroutine and
 	// the watch on an abandoned stream (watchAbandon) may both report an
 	// attempt's end. stopAbandon stops that watch.
@@ -365,38 +362,11 @@ func (s *retryStream) overflowed() bool {
 }
 
 // replay sends the kept messages, and CloseSend if the application called
-// it, on a, then makes a the current attempt. Messages the application sends
-// meanwhile are kept and sent here too, in order, so SendMsg never runs on a
-// concurrently with the replay. An attempt that dies during the replay
-// (io.EOF) still gets every message and the CloseSend, and becomes
-// current: RecvMsg learns its status from it. (The stream below may open
-// its request again without it knowing, and re-send what it was given: the
-// Connect front end's transparent re-open of a request that never left the
-// client. A replay cut at the first io.EOF gave that request the messages
-// before it alone, and no end.)
+// it, on a (replayOn), then makes a the current attempt. Messages the
+// application sends meanwhile are kept and sent here too, in order, so
+// SendMsg never runs on a concurrently with the replay.
 func (s *retryStream) replay(a *streamAttempt) error {
-	i, closed := 0, false
-	for {
-		s.mu.Lock()
-		if i < len(s.buf.msgs) {
-			m := s.buf.msgs[i]
-			s.mu.Unlock()
-			if err := a.cs.SendMsg(m); err != nil && err != io.EOF {
-				return err
-			}
-			i++
-			continue
-		}
-		if s.closeSent && !closed {
-			s.mu.Unlock()
-			_ = a.cs.CloseSend() // grpc-go's CloseSend always returns nil
-			closed = true
-			continue
-		}
-		s.useLocked(a)
-		s.mu.Unlock()
-		return nil
-	}
+	return replayOn(&s.mu, &s.buf, &s.closeSent, a.cs, nil, func() { s.useLocked(a) })
 }
 
 func (s *retryStream) useLocked(a *streamAttempt) {
@@ -434,13 +404,8 @@ func (s *retryStream) finishStream(final error, abandoned bool) {
 	if stop != nil {
 		stop()
 	}
-	s.fill(a.cs, !abandoned)
-	s.finishOnce(final)
 	s.cancel()
-	s.c.end(s.cc, final)
-	if final == nil {
-		final = io.EOF
-	}
+	final = s.finish(&s.c, s.cc, a.cs, abandoned, final)
 	s.mu.Lock()
 	s.done, s.final, s.switching = true, final, false
 	s.buf.release()
