@@ -242,7 +242,7 @@ func (s *hedgedStream) end(a *streamHedgeAttempt, err error, abandoned bool) {
 	s.stopAbandon()
 	s.hcancel()
 	s.cancel()
-	final := s.finish(&s.c, s.cc, cs, abandoned, err)
+	final := s.finish(s.c, s.cc, cs, abandoned, err)
 	s.mu.Lock()
 	s.done, s.final = true, final
 	s.mu.Unlock()
