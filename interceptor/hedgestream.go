@@ -48,8 +48,10 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // message once, in order. mu guards the fields below it and is never held
 // while blocked in grpc.
 type hedgedStream struct {
-	k        *core
-	c        call
+	k *core
+	// c is the call k.stream started, in the retryStream it made, shared
+	// rather than copied: one call, whichever engine runs it.
+	c        *call
 	h        *policy.Hedging
 	callCtx  context.Context
 	cancel   context.CancelFunc
@@ -62,11 +64,9 @@ type hedgedStream struct {
 	opts     []grpc.CallOption
 	hist     *latencyHistogram
 
-	// The caller's Header, Trailer and Peer holders and OnFinish functions,
-	// taken out of the attempts' options: the stream fills the holders from
-	// the winner (or the last attempt) when it ends, and runs OnFinish once.
-	callerOutputs
-	onFinishOnce
+	// The caller's holders and OnFinish, which end fills from the winner
+	// (or the last attempt) and runs.
+	streamEnd
 
 	// events has room for every attempt: each attempt's goroutine sends
 	// once and ends, whether or not the driver still listens.
@@ -144,7 +144,7 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 	}
 	h := rs.c.hedged.Hedging
 	s := &hedgedStream{
-		k: k, c: rs.c, h: h, callCtx: rs.callCtx, cancel: rs.cancel,
+		k: k, c: &rs.c, h: h, callCtx: rs.callCtx, cancel: rs.cancel,
 		desc: rs.desc, cc: rs.cc, method: rs.method, streamer: rs.streamer,
 		events: make(chan streamHedgeEvent, h.MaxAttempts),
 		ready:  make(chan struct{}),
@@ -163,7 +163,7 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 	if len(s.onFinish) > 0 {
 		s.watchCaller(s.callCtx)
 	}
-	st := &hedgeState{k: k, c: &s.c, h: h, hctx: s.hctx, hcancel: s.hcancel}
+	st := &hedgeState{k: k, c: s.c, h: h, hctx: s.hctx, hcancel: s.hcancel}
 	st.delay, s.hist = k.hedgeDelay(s.method, h)
 	st.deadline, st.hasDeadline = s.callCtx.Deadline()
 	// The first attempt is opened here, as grpc-go opens a stream in

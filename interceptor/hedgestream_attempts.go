@@ -9,7 +9,6 @@ import (
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -66,64 +65,33 @@ func (s *hedgedStream) watch(a *streamHedgeAttempt, cs grpc.ClientStream) {
 }
 
 // join replays the messages sent so far on a, whose stream is cs, and
-// CloseSend if the application called it, then makes a live; it commits
-// to a when the stream is to commit to the next attempt. It returns
+// CloseSend if the application called it (replayOn), then makes a live; it
+// commits to a when the stream is to commit to the next attempt. It returns
 // errHedgeLost when the stream committed to another attempt or failed
 // meanwhile, or the error grpc refused a message with (not io.EOF: an
 // attempt that died still goes live, its Header and RecvMsg tell how).
 //
-// A send's io.EOF does not end the replay: every message kept, and the
-// CloseSend, still go to the attempt, as SendMsg's go to an attempt live
-// that died. The stream below may open its request again without it
-// knowing (the Connect front end's transparent re-open of a request that
-// never left the client re-sends what the attempt was given), and a
-// replay cut at the first io.EOF gave the re-opened request the messages
-// before it alone.
-//
 // It runs beside the application's SendMsg, not under sendMu: a send may
 // wait for the attempt's server (connect-go sends a server stream's request
 // and waits for its response headers inside Send), and an attempt whose
-// server is slow must not hold back the hedge that would answer. Whether a
-// message is replayed here or sent by SendMsg is decided under mu: join
-// goes live in the step that finds it has sent every message kept, and
-// SendMsg keeps a message and reads the attempts live in one step, so each
-// message reaches a once, in order.
+// server is slow must not hold back the hedge that would answer. SendMsg
+// keeps a message and reads the attempts live in one step under mu, and
+// join goes live in the step that finds it has sent every message kept, so
+// each message reaches a once, in order.
 func (s *hedgedStream) join(a *streamHedgeAttempt, cs grpc.ClientStream) error {
-	// closed: CloseSend was.
-	closed := false
-	for i := 0; ; {
-		s.mu.Lock()
-		if s.winner != nil || s.failed {
-			s.mu.Unlock()
-			return errHedgeLost
-		}
-		if i < len(s.buf.msgs) {
-			m := s.buf.msgs[i]
-			s.mu.Unlock()
-			i++
-			if err := cs.SendMsg(m); err != nil && err != io.EOF {
-				return err
-			}
-			continue
-		}
-		if s.closeSent && !closed {
-			// No message follows a CloseSend: the next step goes live.
-			s.mu.Unlock()
-			closed = true
-			_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
-			continue
-		}
+	won, sent := false, 0
+	lost := func() bool { return s.winner != nil || s.failed }
+	err := replayOn(&s.mu, &s.buf, &s.closeSent, cs, lost, func() {
 		a.cs = cs
 		s.live = append(s.live, a)
 		if s.commitNext {
-			sent := s.commitLocked(a)
-			s.mu.Unlock()
-			s.committedTo(a, sent)
-			return nil
+			won, sent = true, s.commitLocked(a)
 		}
-		s.mu.Unlock()
-		return nil
+	})
+	if won {
+		s.committedTo(a, sent)
 	}
+	return err
 }
 
 // commitLocked commits the stream to w: the others are cancelled (those
@@ -248,18 +216,19 @@ func (s *hedgedStream) fail(st *hedgeState, why policy.Reason) {
 	st.giveUp(s.callCtx, why)
 	err := s.c.failed(s.c.attempt, st.last)
 	// Everything the application may read is written before ready closes.
-	s.end(last, err)
+	s.end(last, err, false)
 	close(s.ready)
 }
 
 // end ends the stream with err (nil: success), from attempt a (nil: none
-// opened): it fills the caller's holders from a, runs OnFinish and reports
-// the call's end.
+// opened): streamEnd.finish fills the caller's holders from a (not its
+// trailer when abandoned: its reader may be in RecvMsg on it), runs
+// OnFinish and reports the call's end.
 //
 // Its callers are one at a time: fail, before ready closes, and winnerEnded,
 // after it, under endMu. done is set last: a RecvMsg that finds it returns
 // at once, and its caller may then read the holders and the Report.
-func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
+func (s *hedgedStream) end(a *streamHedgeAttempt, err error, abandoned bool) {
 	s.mu.Lock()
 	over := s.done
 	s.mu.Unlock()
@@ -270,33 +239,12 @@ func (s *hedgedStream) end(a *streamHedgeAttempt, err error) {
 	if a != nil {
 		cs = a.cs
 	}
-	if s.callerHeader != nil {
-		*s.callerHeader = nil
-		if cs != nil {
-			*s.callerHeader, _ = cs.Header()
-		}
-	}
-	if s.callerTrailer != nil {
-		*s.callerTrailer = nil
-		if cs != nil {
-			*s.callerTrailer = cs.Trailer()
-		}
-	}
-	if s.callerPeer != nil && cs != nil {
-		if p, ok := peer.FromContext(cs.Context()); ok {
-			*s.callerPeer = *p
-		}
-	}
-	s.finishOnce(err)
 	s.stopAbandon()
 	s.hcancel()
 	s.cancel()
-	s.c.end(s.cc, err)
+	final := s.finish(s.c, s.cc, cs, abandoned, err)
 	s.mu.Lock()
-	s.done, s.final = true, err
-	if err == nil {
-		s.final = io.EOF
-	}
+	s.done, s.final = true, final
 	s.mu.Unlock()
 }
 
@@ -322,7 +270,7 @@ func (s *hedgedStream) watchAbandon() {
 
 // winnerEnded ends the stream with the end of its winner w, err (io.EOF:
 // success), and returns what RecvMsg returns. abandoned: the caller's
-// context ended with nobody reading (watchAbandon); w's stream is not read.
+// context ended with nobody reading (watchAbandon); w's trailer is not read.
 func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error, abandoned bool) error {
 	if err == io.EOF {
 		err = nil
@@ -347,10 +295,7 @@ func (s *hedgedStream) winnerEnded(w *streamHedgeAttempt, err error, abandoned b
 			s.c.emit(s.callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: w.n, Code: status.Code(err), Err: err, Reason: why, Hedging: true})
 			err = s.c.failed(s.c.attempt, err)
 		}
-		if abandoned {
-			w = nil
-		}
-		s.end(w, err)
+		s.end(w, err, abandoned)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -2,33 +2,10 @@ package interceptor
 
 import (
 	"context"
-	"slices"
 	"sync"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 )
-
-// takeOnFinish removes the caller's grpc.OnFinish options from opts: grpc
-// would run them once per attempt; the stream runs them once, with the
-// call's final error, or when the caller's context ends first (as grpc does
-// for a stream the caller abandons).
-func (s *retryStream) takeOnFinish(opts []grpc.CallOption) []grpc.CallOption {
-	i := slices.IndexFunc(opts, func(o grpc.CallOption) bool { _, ok := o.(grpc.OnFinishCallOption); return ok })
-	if i < 0 {
-		return opts
-	}
-	kept := slices.Clone(opts[:i])
-	for _, o := range opts[i:] {
-		if f, ok := o.(grpc.OnFinishCallOption); ok {
-			s.onFinish = append(s.onFinish, f.OnFinish)
-		} else {
-			kept = append(kept, o)
-		}
-	}
-	s.watchCaller(s.callCtx)
-	return kept
-}
 
 // onFinishOnce holds a stream's grpc.OnFinish functions, taken out of its
 // attempts' options (grpc would run them once per attempt): the stream runs

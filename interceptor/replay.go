@@ -1,7 +1,11 @@
 package interceptor
 
 import (
+	"io"
+	"sync"
 	"sync/atomic"
+
+	"google.golang.org/grpc"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -173,4 +177,51 @@ func (b *replayBuffer) release() {
 	}
 	clear(b.msgs)
 	b.msgs, b.bytes = nil, 0
+}
+
+// replayOn sends the messages kept in buf, in order, then CloseSend when
+// *closeSent, on cs, a new attempt's stream, beside the application's
+// SendMsg, which keeps its messages in buf meanwhile. Which of the two
+// sends a message to the attempt is decided under mu: live runs under mu
+// in the step that finds every message kept sent (and the CloseSend), and
+// makes the attempt the one SendMsg sends to, so it gets every message
+// once, in order. Before each step, under mu, lost (nil: never) says the
+// attempt is no longer wanted: replayOn returns errHedgeLost.
+//
+// A send's io.EOF does not end the replay: every message kept, and the
+// CloseSend, still go to the attempt, which then goes live; its RecvMsg
+// tells its status. The stream below may open its request again without
+// it knowing (the Connect front end's transparent re-open of a request
+// that never left the client re-sends what the attempt was given), and a
+// replay cut at the first io.EOF gave the re-opened request the messages
+// before it alone, and no end. Another error is grpc refusing a message it
+// took before (a local error), which replayOn returns.
+func replayOn(mu *sync.Mutex, buf *replayBuffer, closeSent *bool, cs grpc.ClientStream, lost func() bool, live func()) error {
+	closed := false
+	for i := 0; ; {
+		mu.Lock()
+		if lost != nil && lost() {
+			mu.Unlock()
+			return errHedgeLost
+		}
+		if i < len(buf.msgs) {
+			m := buf.msgs[i]
+			mu.Unlock()
+			i++
+			if err := cs.SendMsg(m); err != nil && err != io.EOF {
+				return err
+			}
+			continue
+		}
+		if *closeSent && !closed {
+			// No message follows a CloseSend: the next step goes live.
+			mu.Unlock()
+			closed = true
+			_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
+			continue
+		}
+		live()
+		mu.Unlock()
+		return nil
+	}
 }

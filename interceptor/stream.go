@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -141,31 +140,31 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		}
 	}
 	// Each attempt's options: the file's, then the caller's, so the
-	// caller's win, as in grpc-go.
-	n := len(s.c.fileOpts) + len(grpcOpts)
+	// caller's win, as in grpc-go. The caller's Header, Trailer and Peer
+	// holders and OnFinish functions are taken out (callerOutputs.split):
+	// grpc would write them when it finishes an attempt, on a goroutine of
+	// its own when the context ends, after the stream announced its end.
+	// The stream fills them, and runs OnFinish once, in finishStream.
 	if s.c.retrying {
 		s.buf.init(s.c.o.replaySize, s.c.o.replayLimit)
 		// grpc-go keeps its own copy of every sent message until it commits,
 		// even with its retries off (for its transparent retries); stagger's
 		// buffer replaces it, so a stream holds one copy, not two. First, so
 		// that a caller's own setting wins.
-		s.opts = make([]grpc.CallOption, 0, n+1)
+		s.opts = make([]grpc.CallOption, 0, 1+len(s.c.fileOpts)+len(grpcOpts))
 		s.opts = append(s.opts, grpc.MaxRetryRPCBufferSize(0))
 	} else {
 		// One attempt: nothing to keep; the stream is only watched so the
 		// budget hears of its success.
 		s.committed = true
-		if len(s.c.fileOpts) > 0 {
-			s.opts = make([]grpc.CallOption, 0, n)
-		}
 	}
-	if s.c.retrying {
-		grpcOpts = s.takeOnFinish(grpcOpts)
-	}
-	if s.opts == nil {
+	if s.opts == nil && len(s.c.fileOpts) == 0 && !carriesOutputs(grpcOpts) {
 		s.opts = grpcOpts
 	} else {
-		s.opts = append(append(s.opts, s.c.fileOpts...), grpcOpts...)
+		s.opts = s.split(append(s.opts, s.c.fileOpts...), grpcOpts, &s.onFinish)
+		if len(s.onFinish) > 0 {
+			s.watchCaller(s.callCtx)
+		}
 	}
 	timedOut, err := s.open(&s.first)
 	if err == nil {
@@ -175,7 +174,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	}
 	s.cur = &s.first
 	if over, final := s.retryAfter(err, nil, false, timedOut); over {
-		s.finishStream(final)
+		s.finishStream(final, false)
 		return nil, final
 	}
 	s.watchAbandon()
@@ -238,8 +237,8 @@ type retryStream struct {
 	// of an attempt that ended without headers: grpc-go's RecvMsg is not
 	// for two goroutines at once.
 	recvMu sync.Mutex
-	// The caller's grpc.OnFinish functions, run once.
-	onFinishOnce
+	// The caller's holders and OnFinish, which finishStream fills and runs.
+	streamEnd
 	// endMu makes attemptEnded one at a time: the reader's goroutine and
 	// the watch on an abandoned stream (watchAbandon) may both report an
 	// attempt's end. stopAbandon stops that watch.
@@ -328,36 +327,16 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 }
 
 // over ends retryAfter's loop with final; last, when not nil, is the
-// attempt that ended last there (showEnded).
+// attempt that ended last there, whose failure to open or to replay ends
+// the call: it becomes the one the caller sees (Header, Trailer and the
+// caller's holders, filled in finishStream), not the attempt before it.
 func (s *retryStream) over(last *streamAttempt, final error) (bool, error) {
 	if last != nil {
-		s.showEnded(last)
+		s.mu.Lock()
+		s.cur = last
+		s.mu.Unlock()
 	}
 	return true, final
-}
-
-// showEnded makes a, an attempt whose failure to open or to replay ends
-// the call, the one the caller sees: Header, Trailer and the caller's
-// grpc.Header, Trailer and Peer holders (grpc writes these when an attempt
-// it opened ends: never for one that did not open) are a's, not those of
-// the attempt before it.
-func (s *retryStream) showEnded(a *streamAttempt) {
-	s.mu.Lock()
-	s.cur = a
-	s.mu.Unlock()
-	if _, ok := a.cs.(unopened); !ok {
-		return
-	}
-	for _, o := range s.opts {
-		switch v := o.(type) {
-		case grpc.HeaderCallOption:
-			*v.HeaderAddr = nil
-		case grpc.TrailerCallOption:
-			*v.TrailerAddr = nil
-		case grpc.PeerCallOption:
-			*v.PeerAddr = peer.Peer{}
-		}
-	}
 }
 
 // unopened stands for the grpc stream of an attempt that did not open
@@ -383,38 +362,11 @@ func (s *retryStream) overflowed() bool {
 }
 
 // replay sends the kept messages, and CloseSend if the application called
-// it, on a, then makes a the current attempt. Messages the application sends
-// meanwhile are kept and sent here too, in order, so SendMsg never runs on a
-// concurrently with the replay. An attempt that dies during the replay
-// (io.EOF) still gets every message and the CloseSend, and becomes
-// current: RecvMsg learns its status from it. (The stream below may open
-// its request again without it knowing, and re-send what it was given: the
-// Connect front end's transparent re-open of a request that never left the
-// client. A replay cut at the first io.EOF gave that request the messages
-// before it alone, and no end.)
+// it, on a (replayOn), then makes a the current attempt. Messages the
+// application sends meanwhile are kept and sent here too, in order, so
+// SendMsg never runs on a concurrently with the replay.
 func (s *retryStream) replay(a *streamAttempt) error {
-	i, closed := 0, false
-	for {
-		s.mu.Lock()
-		if i < len(s.buf.msgs) {
-			m := s.buf.msgs[i]
-			s.mu.Unlock()
-			if err := a.cs.SendMsg(m); err != nil && err != io.EOF {
-				return err
-			}
-			i++
-			continue
-		}
-		if s.closeSent && !closed {
-			s.mu.Unlock()
-			_ = a.cs.CloseSend() // grpc-go's CloseSend always returns nil
-			closed = true
-			continue
-		}
-		s.useLocked(a)
-		s.mu.Unlock()
-		return nil
-	}
+	return replayOn(&s.mu, &s.buf, &s.closeSent, a.cs, nil, func() { s.useLocked(a) })
 }
 
 func (s *retryStream) useLocked(a *streamAttempt) {
@@ -436,10 +388,15 @@ func (s *retryStream) commitLocked() {
 // end (OnFinish, the Report, the hooks' EventEnd) is done before done is
 // set: a RecvMsg that finds done returns at once, and its caller may read
 // the Report then.
-func (s *retryStream) finishStream(final error) {
+//
+// abandoned: the caller's context ended with nobody reading (watchAbandon);
+// the shown attempt's trailer is not read, as its reader may still be in
+// RecvMsg on it.
+func (s *retryStream) finishStream(final error, abandoned bool) {
 	s.mu.Lock()
 	first := !s.done
 	stop := s.stopAbandon
+	a := s.cur
 	s.mu.Unlock()
 	if !first {
 		return
@@ -447,12 +404,8 @@ func (s *retryStream) finishStream(final error) {
 	if stop != nil {
 		stop()
 	}
-	s.finishOnce(final)
 	s.cancel()
-	s.c.end(s.cc, final)
-	if final == nil {
-		final = io.EOF
-	}
+	final = s.finish(&s.c, s.cc, a.cs, abandoned, final)
 	s.mu.Lock()
 	s.done, s.final, s.switching = true, final, false
 	s.buf.release()
@@ -540,7 +493,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	a.end()
 	over, final := s.retryAfter(err, trailer, committed, timedOut)
 	if over {
-		s.finishStream(final)
+		s.finishStream(final, abandoned)
 		s.mu.Lock()
 		final = s.final
 		s.mu.Unlock()
