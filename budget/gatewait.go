@@ -219,8 +219,10 @@ func (g *Gate) grantLocked(now time.Time) {
 			switch {
 			case head:
 				told[class] = next
-			case !next.IsZero() && next.Equal(told[class]):
-				next, _ = g.st.endAt(now, &w.view) // parked behind its head
+			case next.IsZero() || next.Equal(told[class]):
+				// Parked behind its head (news decides only heads): its
+				// own end, at the latest.
+				next, _ = g.st.endAt(now, &w.view)
 			}
 			g.dues.setDue(w, next)
 			return true, ahead > before
