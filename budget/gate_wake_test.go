@@ -236,3 +236,39 @@ type closedGuard struct{}
 
 func (closedGuard) Closed() bool                  { return true }
 func (closedGuard) AllowRetry() (bool, time.Time) { return true, time.Time{} }
+
+// CPU per retry that begins to wait (Enter, then Leave) in an outage with
+// 10, 1,000 and 10,000 retries waiting: each Enter runs the grant loop,
+// which walked every waiter and now decides the heads and the waiters due.
+func BenchmarkGateEnterWithWaiters(b *testing.B) {
+	for _, n := range []int{10, 1000, 10000} {
+		b.Run(fmt.Sprintf("waiting=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			clk := &manualClock{now: t0}
+			g, err := Deferring(&switchBudget{}, DeferSettings{MaxWaiting: 20000, MaxWait: time.Hour}, WithClock(clk.Now))
+			if err != nil {
+				b.Fatal(err)
+			}
+			downServer(g)
+			failures(g, tune.OutageStreak)
+			ws := make([]*Waiter, n)
+			for i := range ws {
+				if ws[i], err = g.Enter(Request{Number: 2}, time.Second, time.Time{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			defer func() {
+				for _, w := range ws {
+					w.Leave()
+				}
+			}()
+			for b.Loop() {
+				w, err := g.Enter(Request{Number: 2}, time.Second, time.Time{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				w.Leave()
+			}
+		})
+	}
+}
