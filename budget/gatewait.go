@@ -164,7 +164,9 @@ func classOf(w *Waiter) int {
 // or, for one behind the head of its set told the same time (the pacer's),
 // only its own end (endAt): the head goes first, and the one behind it is
 // decided as the head when the head goes. So an event decides a few heads
-// and the waiters due, each in O(log n), never every waiter. Once a guard
+// and the waiters due, each in O(log n), not every waiter (but while the
+// backlog rule may apply: it judges each held retry by the held before it,
+// in order, counting them in ahead). Once a guard
 // refused, the guarded waiters wait for news or the time the guard named
 // (each guard refusing in turn woke every guarded waiter). It sends each
 // one decided its verdict and sets the gate's timer to the earliest due
@@ -190,8 +192,8 @@ func (g *Gate) grantLocked(now time.Time) {
 	// told: per set, the time its head was told to wait for.
 	var told [4]time.Time
 	// decide decides w and applies the verdict; it reports whether w
-	// waits on, and whether the backlog rule counted it ahead of the next.
-	decide := func(w *Waiter) (waits, counted bool) {
+	// waits on.
+	decide := func(w *Waiter) (waits bool) {
 		l, class, head := w.level, w.class, g.heads[w.level][w.class].top() == w
 		w.round = g.round
 		d := g.st.decide(now, &w.view)
@@ -201,7 +203,6 @@ func (g *Gate) grantLocked(now time.Time) {
 			w.class = classOf(w)
 			g.heads[l][w.class].push(w)
 		}
-		before := ahead
 		if d.how == AdmitNone && w.view.held && g.st.backlogged(now, &w.view, &ahead) {
 			d.how, d.end = admitEnd, errBacklog
 		}
@@ -213,7 +214,7 @@ func (g *Gate) grantLocked(now time.Time) {
 		switch {
 		case d.how == admitEnd:
 			g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
-			return false, d.end == errBacklog
+			return false
 		case d.how == AdmitNone:
 			next := d.next
 			switch {
@@ -225,11 +226,11 @@ func (g *Gate) grantLocked(now time.Time) {
 				next, _ = g.st.endAt(now, &w.view)
 			}
 			g.dues.setDue(w, next)
-			return true, ahead > before
+			return true
 		}
 		w.how = d.how
 		g.moveLocked(now, w, waitGranted, nil)
-		return false, false
+		return false
 	}
 	for l, i := len(g.queue)-1, 0; l >= 0; l-- {
 		// stopped: the set's head was decided in this run and waits.
@@ -261,22 +262,18 @@ func (g *Gate) grantLocked(now time.Time) {
 			if w == nil {
 				break
 			}
-			class := w.class
-			waits, counted := decide(w)
-			if !waits || !counted {
+			if waits := decide(w); !waits || !w.view.held || !g.st.backlogs(now) {
 				continue
 			}
+			class := w.class
 			// The backlog rule judges each held retry by the ones before
-			// it (ahead): while it applies, the held behind this one are
-			// decided too, in order, until one waits uncounted.
+			// it (ahead): while it may apply, the held behind this one
+			// are decided too, in order.
 			for e := w.elem.Next(); e != nil; {
 				v := e.Value.(*Waiter)
 				e = e.Next()
-				if v.state != waitQueued || v.at < 0 || v.class != class || v.round == g.round {
-					continue
-				}
-				if waits, counted := decide(v); waits && !counted {
-					break
+				if v.state == waitQueued && v.at >= 0 && v.class == class && v.round != g.round {
+					decide(v)
 				}
 			}
 		}
