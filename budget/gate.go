@@ -46,8 +46,10 @@ import (
 // only when its circuit breaker allows (guard): a closed breaker is no
 // guard and is not asked; a refusal keeps the retry's place; a yes whose
 // caller left before the retry went goes back to a GuardReturner; a guard
-// that panics ends the wait and gives back what it was granted. The most
-// critical goes first, then the oldest (criticality).
+// that panics ends the wait and gives back what it was granted. Of the
+// retries whose pause has passed, the most critical goes first, then the
+// oldest (criticality); a held retry and a guarded one are each judged
+// against the oldest of their kind.
 //
 // When a wait ends, and with what. At its call's deadline less a
 // millisecond (deadline), or DeferSettings.MaxWait without one (max-wait);
@@ -93,15 +95,16 @@ import (
 // nobody waits (ageing): the next retry finds out, as in a new process.
 //
 // How it decides (x/sync/semaphore's shape): one mutex; one function,
-// grantLocked (gatewait.go), walks the waiting retries, most critical then
-// oldest first, and alone admits or ends them, each by closing its Ready
-// channel; the rules it applies read the estimate (gatestate.go,
+// grantLocked (gatewait.go), alone admits or ends waits, each by closing
+// its Ready channel; the rules it applies read the estimate (gatestate.go,
 // gateevidence.go) and the pacer (gatepace.go) in decide (gatedecide.go).
-// Enter, Record, Leave and the gate's one timer run it; a new call's
-// attempt that leaves every decision but the next release's as it was
-// does not walk them all (a failure: not at all; a success: up to the one
-// release it makes due, else the timer runs it then), so a success costs
-// about the same with a thousand waiting as with ten. An admitted caller
+// Enter, Record, Leave and the gate's one timer run it. It decides only
+// heads (of each criticality, the oldest retry whose pause has passed,
+// held or not, guarded or not) and the waiters whose own time came, kept
+// in one ordered set by that time (waitset.go): an event costs O(log n) in
+// the waiters (but while the backlog rule applies: it judges each held
+// retry by those before it), and wakes only who goes or whose wait ends.
+// An admitted caller
 // asks its Guard and the budget unlocked (Take), and what they refuse goes
 // back through the one give-back path. Every move of a waiter, and the
 // counter it adds to, is moveLocked's; the estimate changes in observe
@@ -130,18 +133,26 @@ type Gate struct {
 
 	mu sync.Mutex
 	st gateState
-	// queue holds the waiters the grant loop has not decided, by
-	// criticality, oldest first; n counts those in the room (queued, or
-	// granted and not taken yet); shared, the backend's and the set's
-	// bounds (Backends; nil: none).
-	queue  [4]list.List
-	n      int
-	shared *room
+	// queue holds the arrivals in the room (queued, or granted and not
+	// taken yet), by criticality, oldest first; heads, by criticality and
+	// class (Waiter.class), the queued whose pause has passed, oldest
+	// first; dues, the queued by the time the grant loop must decide each
+	// again without news (scratch: its list of those due); n counts those
+	// in the room; shared, the backend's and the set's bounds (Backends;
+	// nil: none).
+	queue   [4]list.List
+	heads   [4][4]waitSet
+	dues    waitSet
+	scratch []*Waiter
+	n       int
+	shared  *room
 	// news counts the Records heard; guardNews and guardAt: a guard
 	// refused at guardNews, and the waiters whose guard is open wait for
 	// news or guardAt (zero: news only).
 	news, guardNews uint64
 	guardAt         time.Time
+	// round counts the grant loop's runs (Waiter.round).
+	round uint64
 	// timer runs the grant loop at timerAt.
 	timer   *time.Timer
 	timerAt time.Time
@@ -171,7 +182,7 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 	// runs under the lock, the source never does.
 	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
 	// guardNews: no guard has refused yet (news starts at 0).
-	g := &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, guardNews: math.MaxUint64}
+	g := &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, guardNews: math.MaxUint64, dues: waitSet{due: true}}
 	g.st = newGateState(o.Now(), rnd)
 	return g, nil
 }
@@ -252,43 +263,28 @@ func (g *Gate) Record(a Attempt) {
 		g.settle(now)
 		return
 	}
-	before, guardHeld := g.st.outlook(now), g.news == g.guardNews
 	g.st.observe(now, a, false)
 	if a.Outcome == Success && !g.st.pace.backAt.IsZero() && !g.heldThroughLocked() {
-		// The calls held through the outage have gone: the return ends
+		// The calls held through it have gone: the return ends
 		// (under a steady load, a success never finds nobody waiting).
 		g.st.pace = g.st.pace.rested()
 	}
 	g.news++
-	if a.Admission == AdmitNone && g.st.outlook(now) == before {
-		switch {
-		case a.Outcome == Failure:
-			// A new call's failure that leaves the outlook as it was
-			// only puts probes and last chances off: no decision comes
-			// sooner, and the timer stands (with a thousand waiting,
-			// walking them on every failure of an outage cost 42 µs a
-			// failure).
-			g.settle(now)
-			return
-		case a.Outcome == Success && !guardHeld && !g.st.phase.failing():
-			// A new call's success that leaves the outlook as it was
-			// only brings the next release nearer: the loop runs then,
-			// or now up to the one release due (with a thousand held,
-			// walking them all on every success cost 39 µs a success).
-			g.grantLocked(now, true)
-			return
-		}
-	}
-	g.grantLocked(now, false)
+	g.grantLocked(now)
 }
 
 // heldThroughLocked reports whether a retry that began to wait before the
 // return under way still waits: the queues keep the order of entry, so
-// the oldest of each level tells.
+// the oldest waiting of each level tells.
 func (g *Gate) heldThroughLocked() bool {
 	for l := range g.queue {
-		if e := g.queue[l].Front(); e != nil && e.Value.(*Waiter).view.since.Before(g.st.pace.backAt) {
-			return true
+		for e := g.queue[l].Front(); e != nil; e = e.Next() {
+			if w := e.Value.(*Waiter); w.state == waitQueued {
+				if w.view.since.Before(g.st.pace.backAt) {
+					return true
+				}
+				break
+			}
 		}
 	}
 	return false

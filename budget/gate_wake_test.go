@@ -4,6 +4,7 @@ package budget
 
 import (
 	"context"
+	"fmt"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"sync"
 	"testing"
@@ -79,7 +80,7 @@ func TestGateFailureInAnOutageWakesNobody(t *testing.T) {
 }
 
 func newGateOnTime(t testing.TB) *Gate {
-	g, err := Deferring(&switchBudget{}, DeferSettings{MaxWaiting: 2000})
+	g, err := Deferring(&switchBudget{}, DeferSettings{MaxWaiting: 20000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +90,8 @@ func newGateOnTime(t testing.TB) *Gate {
 // CPU and polls per recorded failure in an outage with 10 and with 1,000
 // retries waiting.
 func BenchmarkGateFailureWithWaiters(b *testing.B) {
-	for _, n := range []int{10, 1000} {
-		b.Run(map[int]string{10: "waiting=10", 1000: "waiting=1000"}[n], func(b *testing.B) {
+	for _, n := range []int{10, 1000, 10000} {
+		b.Run(fmt.Sprintf("waiting=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			g := downServer(newGateOnTime(b))
 			ctx, cancel := context.WithCancel(context.Background())
@@ -119,7 +120,7 @@ func BenchmarkGateFailureWithWaiters(b *testing.B) {
 // back pace lets one go now and then, and no success lets any go by
 // itself; wakeups counts, and empties, the wake-ups since it last ran.
 func heldAfterOutage(tb testing.TB, clk *manualClock, n int, guard ...Guard) (g *Gate, wakeups func() int, leave func()) {
-	g, err := Deferring(&switchBudget{}, DeferSettings{MaxWaiting: 2000, MaxWait: time.Minute}, WithClock(clk.Now))
+	g, err := Deferring(&switchBudget{}, DeferSettings{MaxWaiting: 20000, MaxWait: time.Minute}, WithClock(clk.Now))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -171,8 +172,8 @@ func heldAfterOutage(tb testing.TB, clk *manualClock, n int, guard ...Guard) (g 
 // waiter), and the CPU within 2x of 10 waiting's (the dispatcher's walk
 // stops at the paced waiter: it decided every waiter, 67-81 µs).
 func BenchmarkGateSuccessWithWaiters(b *testing.B) {
-	for _, n := range []int{10, 1000} {
-		b.Run(map[int]string{10: "waiting=10", 1000: "waiting=1000"}[n], func(b *testing.B) {
+	for _, n := range []int{10, 1000, 10000} {
+		b.Run(fmt.Sprintf("waiting=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			clk := &manualClock{now: t0}
 			g, wakeups, leave := heldAfterOutage(b, clk, n)
@@ -235,3 +236,39 @@ type closedGuard struct{}
 
 func (closedGuard) Closed() bool                  { return true }
 func (closedGuard) AllowRetry() (bool, time.Time) { return true, time.Time{} }
+
+// CPU per retry that begins to wait (Enter, then Leave) in an outage with
+// 10, 1,000 and 10,000 retries waiting: each Enter runs the grant loop,
+// which walked every waiter and now decides the heads and the waiters due.
+func BenchmarkGateEnterWithWaiters(b *testing.B) {
+	for _, n := range []int{10, 1000, 10000} {
+		b.Run(fmt.Sprintf("waiting=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			clk := &manualClock{now: t0}
+			g, err := Deferring(&switchBudget{}, DeferSettings{MaxWaiting: 20000, MaxWait: time.Hour}, WithClock(clk.Now))
+			if err != nil {
+				b.Fatal(err)
+			}
+			downServer(g)
+			failures(g, tune.OutageStreak)
+			ws := make([]*Waiter, n)
+			for i := range ws {
+				if ws[i], err = g.Enter(Request{Number: 2}, time.Second, time.Time{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			defer func() {
+				for _, w := range ws {
+					w.Leave()
+				}
+			}()
+			for b.Loop() {
+				w, err := g.Enter(Request{Number: 2}, time.Second, time.Time{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				w.Leave()
+			}
+		})
+	}
+}

@@ -183,7 +183,7 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 // comes in time takes it (ahead counts it).
 func (s *gateState) backlogged(now time.Time, w *waiterView, ahead *int) bool {
 	p := &s.pace
-	if s.phase == phaseOutage || s.phase.failing() && !w.deadline.IsZero() || p.backAt.IsZero() || !s.ev.strained(now) {
+	if !s.backlogs(now) || s.phase.failing() && !w.deadline.IsZero() {
 		return false
 	}
 	end, _ := s.endAt(now, w)
@@ -196,4 +196,11 @@ func (s *gateState) backlogged(now time.Time, w *waiterView, ahead *int) bool {
 		return false
 	}
 	return !end.After(s.ev.signUntil)
+}
+
+// backlogs reports whether the backlog rule may end a held wait now: during
+// a return whose pace a refusal for overload braked, outside an outage.
+// While it may, the grant loop judges every held retry, in order.
+func (s *gateState) backlogs(now time.Time) bool {
+	return s.phase != phaseOutage && !s.pace.backAt.IsZero() && s.ev.strained(now)
 }

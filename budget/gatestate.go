@@ -189,26 +189,6 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	}
 }
 
-// outlook is what of the state a decision reads other than times that a
-// failure can only put off (Record).
-// During a return, the pace and the strain that brakes it (the backlog
-// rule) are part of it.
-type outlook struct {
-	phase                                        phase
-	heals, known, untold, ovl, out, leased, seen bool
-	every                                        time.Duration
-	brake                                        time.Time
-}
-
-func (s *gateState) outlook(now time.Time) outlook {
-	e := &s.ev
-	o := outlook{s.phase, e.heals(now, false), e.known(), e.untold(now), e.overloaded(now), now.Before(e.retryOut), s.pace.leased(now), e.seen, 0, time.Time{}}
-	if !s.pace.backAt.IsZero() {
-		o.every, o.brake = s.pace.every, e.signUntil
-	}
-	return o
-}
-
 // enter: a retry refused after its attempt failed now begins to wait
 // with pause, at most span.
 func (s *gateState) enter(now time.Time, pause, span time.Duration) {

@@ -1,8 +1,10 @@
 package budget
 
 import (
+	"cmp"
 	"container/list"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/stagger-go/stagger/internal/clock"
@@ -18,13 +20,23 @@ type Waiter struct {
 	g    *Gate
 	r    Request
 	view waiterView
-	// Under the gate's lock (moveLocked moves it): state, and elem, its
-	// place in the queue of its criticality (level) while queued, by seq,
-	// its order of entry; how or end, the verdict, sent by closing ready.
+	// Under the gate's lock (moveLocked moves it): state; seq, its order
+	// of entry, and elem, its place among its level's arrivals (Gate.queue)
+	// until it leaves the room; class, its set among the level's heads
+	// (Gate.heads: held or not, guarded or not), at its index there once
+	// its pause has passed (-1: not in it); due, when the grant loop must
+	// decide it again without news, dueAt its index in Gate.dues (-1: only
+	// news will); round, the grant loop's run that last decided it; how or
+	// end, the verdict, sent by closing ready.
 	state waiterState
 	level int
+	class int
 	seq   uint64
 	elem  *list.Element
+	at    int
+	due   time.Time
+	dueAt int
+	round uint64
 	how   Admission
 	end   error
 	ready chan struct{}
@@ -102,80 +114,177 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		span = min(deadline.Sub(now), maxMaxWait)
 	}
 	g.st.enter(now, pause, span)
-	w := &Waiter{g: g, r: r, level: level, view: waiterView{
+	w := &Waiter{g: g, r: r, level: level, at: -1, dueAt: -1, view: waiterView{
 		earliest: now.Add(pause), number: r.Number, pause: pause, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
 		took: max(r.Took, 0), spread: g.st.rand(), lone: lone,
 		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))), since: now,
 	}}
 	g.moveLocked(now, w, waitQueued, nil)
-	g.grantLocked(now, false)
+	g.grantLocked(now)
 	return w, nil
 }
 
 // victim is the waiter a retry of level evicts from a full room: the
-// latest of the least critical level below it, or nil. (Refusing SHEDDABLE
-// retries at once in an outage cost the lab's mixed-criticality goodput.)
+// latest waiting of the least critical level below it, or nil. (Refusing
+// SHEDDABLE retries at once in an outage cost the lab's mixed-criticality
+// goodput.) A granted one is not waiting: it is being taken.
 func (g *Gate) victim(level int) *Waiter {
 	for l := range level {
-		if e := g.queue[l].Back(); e != nil {
-			return e.Value.(*Waiter)
+		for e := g.queue[l].Back(); e != nil; e = e.Prev() {
+			if w := e.Value.(*Waiter); w.state == waitQueued {
+				return w
+			}
 		}
 	}
 	return nil
 }
 
-// grantLocked is the one place that admits or ends waits. It walks the
-// queued waiters, most critical first, then oldest, decides each by the
-// rules at now (gateState.decide; an admission taken changes what the
-// next one is told), sends each one decided its verdict, and sets the
-// timer to the next instant at which a decision can change without news.
-// Once a guard refused, the guarded waiters wait for news or the time the
-// guard named (each guard refusing in turn woke every guarded waiter).
-// With release (news that moved only the release pace), it stops at the
-// first admission: no other can be due now, and the timer is set no later
-// than it was; when no release is due yet, it walks none, and the timer
-// runs it then. It sets the gate's timer to run it at the instant it found
-// (zero: never); on a virtual clock (WithClock) it only notes it for Tick.
-func (g *Gate) grantLocked(now time.Time, release bool) {
-	var next time.Time
-	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
-	ahead := 0 // held retries before this one that the release pace will send
-	idle := release && g.st.pace.next.After(now)
-	if idle {
-		next = clock.Earlier(g.timerAt, g.st.pace.next)
+// classOf is w's set among its level's heads: held or not (the rules tell
+// a held wait from one that is not), guarded or not (after a guard's
+// refusal the guarded wait for news or its time).
+func classOf(w *Waiter) int {
+	c := 0
+	if w.view.held {
+		c = 2
 	}
-walk:
-	for l := len(g.queue) - 1; l >= 0 && !idle; l-- {
-		for e := g.queue[l].Front(); e != nil; {
-			w := e.Value.(*Waiter)
-			e = e.Next()
-			d := g.st.decide(now, &w.view)
-			if d.hold && !w.view.held {
-				w.view.held, w.view.heldBy = true, d.heldBy
-			}
-			if d.how == AdmitNone && w.view.held && g.st.backlogged(now, &w.view, &ahead) {
-				d.how, d.end = admitEnd, errBacklog
-			}
+	if w.r.Guard != nil {
+		c++
+	}
+	return c
+}
+
+// grantLocked is the one place that admits or ends waits. It decides by
+// the rules at now (gateState.decide; an admission taken changes what the
+// next one is told) the heads, most critical first, then oldest: of each
+// level's sets (held or not, guarded or not) of retries whose pause has
+// passed, the oldest, and the next while one is admitted or ends; and
+// the waiters whose own time came (dues: the end of a pause, or the time
+// a decision named), in the same order. A decision that admits nobody
+// sets when the waiter is decided again without news: the time it named,
+// or, for one behind the head of its set told the same time (the pacer's),
+// only its own end (endAt): the head goes first, and the one behind it is
+// decided as the head when the head goes. So an event decides a few heads
+// and the waiters due, each in O(log n), not every waiter (but while the
+// backlog rule may apply: it judges each held retry by the held before it,
+// in order, counting them in ahead). Once a guard
+// refused, the guarded waiters wait for news or the time the guard named
+// (each guard refusing in turn woke every guarded waiter). It sends each
+// one decided its verdict and sets the gate's timer to the earliest due
+// (none: never); on a virtual clock (WithClock) it only notes it for Tick.
+func (g *Gate) grantLocked(now time.Time) {
+	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
+	g.round++
+	due := g.scratch[:0]
+	for w := g.dues.top(); w != nil && !now.Before(w.due); w = g.dues.top() {
+		g.dues.setDue(w, time.Time{})
+		if w.at < 0 {
+			g.heads[w.level][w.class].push(w) // its pause passed
+		}
+		due = append(due, w)
+	}
+	slices.SortFunc(due, func(a, b *Waiter) int {
+		if a.level != b.level {
+			return b.level - a.level
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	ahead := 0 // held retries before this one that the release pace will send
+	// told: per set, the time its head was told to wait for.
+	var told [4]time.Time
+	// decide decides w and applies the verdict; it reports whether w
+	// waits on.
+	decide := func(w *Waiter) (waits bool) {
+		l, class, head := w.level, w.class, g.heads[w.level][w.class].top() == w
+		w.round = g.round
+		d := g.st.decide(now, &w.view)
+		if d.hold && !w.view.held {
+			w.view.held, w.view.heldBy = true, d.heldBy
+			g.heads[l][w.class].remove(w)
+			w.class = classOf(w)
+			g.heads[l][w.class].push(w)
+		}
+		if d.how == AdmitNone && w.view.held && g.st.backlogged(now, &w.view, &ahead) {
+			d.how, d.end = admitEnd, errBacklog
+		}
+		if d.how != AdmitNone && d.how != admitEnd && guardHeld && w.r.Guard != nil {
+			// Held for news or the guard's time, and to its end.
+			end, _ := g.st.endAt(now, &w.view)
+			d.how, d.next = AdmitNone, clock.Earlier(g.guardAt, end)
+		}
+		switch {
+		case d.how == admitEnd:
+			g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
+			return false
+		case d.how == AdmitNone:
+			next := d.next
 			switch {
-			case d.how == admitEnd:
-				g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
-			case d.how == AdmitNone:
-				next = clock.Earlier(next, d.next)
-			case guardHeld && w.r.Guard != nil:
-				// Held for news or the guard's time, and to its end.
-				end, _ := g.st.endAt(now, &w.view)
-				next = clock.Earlier(clock.Earlier(next, g.guardAt), end)
-			default:
-				w.how = d.how
-				g.moveLocked(now, w, waitGranted, nil)
-				if release {
-					next = clock.Earlier(clock.Earlier(next, g.timerAt), g.st.pace.next)
-					break walk
+			case head:
+				told[class] = next
+			case next.IsZero() || next.Equal(told[class]):
+				// Parked behind its head (news decides only heads): its
+				// own end, at the latest.
+				next, _ = g.st.endAt(now, &w.view)
+			}
+			g.dues.setDue(w, next)
+			return true
+		}
+		w.how = d.how
+		g.moveLocked(now, w, waitGranted, nil)
+		return false
+	}
+	for l, i := len(g.queue)-1, 0; l >= 0; l-- {
+		// stopped: the set's head was decided in this run and waits.
+		var stopped [4]bool
+		told = [4]time.Time{}
+		for {
+			var w *Waiter
+			for c := range g.heads[l] {
+				h := g.heads[l][c].top()
+				if stopped[c] || h == nil {
+					continue
+				}
+				if h.round == g.round {
+					stopped[c] = true
+					continue
+				}
+				if w == nil || h.seq < w.seq {
+					w = h
+				}
+			}
+			for ; i < len(due) && due[i].level == l; i++ {
+				if d := due[i]; d.state == waitQueued && d.round != g.round {
+					if w == nil || d.seq < w.seq {
+						w = d
+					}
+					break
+				}
+			}
+			if w == nil {
+				break
+			}
+			if waits := decide(w); !waits || !w.view.held || !g.st.backlogs(now) {
+				continue
+			}
+			class := w.class
+			// The backlog rule judges each held retry by the ones before
+			// it (ahead): while it may apply, the held behind this one
+			// are decided too, in order.
+			for e := w.elem.Next(); e != nil; {
+				v := e.Value.(*Waiter)
+				e = e.Next()
+				if v.state == waitQueued && v.at >= 0 && v.class == class && v.round != g.round {
+					decide(v)
 				}
 			}
 		}
 	}
+	clear(due)
+	g.scratch = due[:0]
 	g.settle(now)
+	next := time.Time{}
+	if w := g.dues.top(); w != nil {
+		next = w.due
+	}
 	if g.timerAt = next; g.virtual {
 		return
 	}
@@ -199,14 +308,15 @@ func (g *Gate) Tick() time.Time {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.grantLocked(now, false)
+	g.grantLocked(now)
 	return g.timerAt
 }
 
 // moveLocked moves w to the state to: the one place a waiter enters the
 // room, is granted or leaves it, and where each outcome is counted, once.
 // A retry that cannot wait (w nil) is turned away;
-// one queued leaves its queue; one granted and not taken (to is not
+// one queued leaves its sets (heads, dues), keeping its place among the
+// arrivals until it leaves the room; one granted and not taken (to is not
 // waitTaken) gives back what it was granted (the one give-back path,
 // semaphore's "pretend we didn't": the pacer's share; paid reports whether
 // the budget paid, for Gate.refund). Queued, w gets a new Ready; granted
@@ -227,7 +337,8 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 		g.n++
 		g.counts.Deferred++
 	case from == waitQueued:
-		g.queue[w.level].Remove(w.elem)
+		g.heads[w.level][w.class].remove(w)
+		g.dues.remove(w)
 	case from == waitGranted && to != waitTaken:
 		g.st.pace = g.st.pace.given(w.how)
 		paid = w.how == AdmitBudget
@@ -236,22 +347,17 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 	switch to {
 	case waitQueued:
 		w.ready = make(chan struct{})
-		q := &g.queue[w.level]
+		w.class = classOf(w)
 		if from == waitNew {
 			w.seq = g.counts.Deferred
-			w.elem = q.PushBack(w)
+			w.elem = g.queue[w.level].PushBack(w)
+			g.dues.setDue(w, w.view.earliest) // eligible once its pause passed
 			return paid
 		}
-		// Queued again (its guard refused): its place, oldest first.
-		e := q.Front()
-		for e != nil && e.Value.(*Waiter).seq < w.seq {
-			e = e.Next()
-		}
-		if e == nil {
-			w.elem = q.PushBack(w)
-		} else {
-			w.elem = q.InsertBefore(w, e)
-		}
+		// Queued again (its guard refused): its place, oldest first, and
+		// decided again by the grant loop that follows.
+		g.heads[w.level][w.class].push(w)
+		g.dues.setDue(w, now)
 		return paid
 	case waitGranted:
 		g.st.pace = g.st.pace.taken(now, &w.view, w.how)
@@ -262,6 +368,7 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 		w.end = end
 	}
 	if to >= waitOut {
+		g.queue[w.level].Remove(w.elem)
 		g.n--
 		if end != errEvicted {
 			g.shared.leave()
@@ -340,7 +447,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		w.view.guardOpen = open
 		g.guardNews, g.guardAt = g.news, next
 		g.moveLocked(now, w, waitQueued, nil)
-		g.grantLocked(now, false)
+		g.grantLocked(now)
 	}
 	// Queued again, w is the grant loop's: its end is read here or after
 	// its next Ready.
@@ -374,7 +481,7 @@ func (g *Gate) leaveLocked(now time.Time, w *Waiter) (refund bool) {
 		g.moveLocked(now, w, waitOut, context.Canceled)
 	case waitGranted:
 		refund = g.moveLocked(now, w, waitOut, nil)
-		g.grantLocked(now, false)
+		g.grantLocked(now)
 	}
 	return refund
 }
