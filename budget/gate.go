@@ -26,11 +26,15 @@ import (
 // within 5 s, after its pause, unless a return after an outage is under
 // way (heal). While the
 // backend fails, one retry at a time, as the probe, once nothing reached
-// the backend for the probe gap (probe), or, for a call with a deadline,
+// the backend for the probe gap (probe; a held retry, while it is not
+// known whether retries heal, once besides nothing reached it for four
+// times its latest interval between answers: with no news the estimate goes
+// back to unknown, and one retry goes to learn), or, for a call with a deadline,
 // as its last chance just before it (last chance). While it serves, one
 // at a time at one pace (release): one a second at slowest, each success
 // taking a sixteenth off and, unless an outage came since nobody waited,
-// quickening the pace by a fifth while the overload rule's room is at
+// quickening the pace by a fifth (by half for a retry the gate let go:
+// slow start) while the overload rule's room is at
 // least half left, and each refusal that cuts the room slowing it by as
 // much (the room's pace: retries held through a burst of refusals go back
 // within about a second of the new calls' successes); after an outage, from 0.4 times the pace the held ones

@@ -35,6 +35,8 @@ type gateState struct {
 	// lastReached is when an attempt last reached the server (or a retry
 	// was refused after its attempt ended).
 	lastReached time.Time
+	// lull is the latest interval between two answers of the backend.
+	lull time.Duration
 	// span is the longest wait of the retries that began to wait since
 	// the server last served (the futility rule).
 	span time.Duration
@@ -121,7 +123,10 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	if s.pace.backAt.IsZero() && !s.pace.down && (a.Outcome == Success && s.ev.short < tune.RoomHeld || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
 		// Held retries wait for the room the answers show (the release
 		// rule): successes raise the pace, a cut of the room lowers it.
-		s.pace = s.pace.roomAnswered(now, a.Outcome == Success)
+		s.pace = s.pace.roomAnswered(now, a.Outcome == Success, a.Admission != AdmitNone)
+	}
+	if a.Outcome == Success || a.Outcome == Failure {
+		s.lull = now.Sub(s.lastReached)
 	}
 	switch a.Outcome {
 	case Success:
