@@ -75,9 +75,11 @@ import (
 // is the pause), waits are held and Allow refuses every retry; once an
 // outage outlived
 // the longest wait of its retries (twice that for a retry whose attempt
-// never left the client, Request.Unsent), a new retry is turned away at
-// once (futility) but for a rare lone probe: the new calls' first attempts and
-// those probes find the backend's return. The call ends with its last
+// never left the client, Request.Unsent), a new retry of a call without a
+// deadline is turned away at once (futility) but for a rare lone probe:
+// the new calls' first attempts and those probes find the backend's
+// return. A call with a deadline waits through the outage to its deadline
+// (less its attempt, hopeless), for the return may come first. The call ends with its last
 // status; its error and interceptor.Report name the rule that ended the
 // wait and the one that held it (outage, overload or breaker).
 //
