@@ -26,11 +26,15 @@ import (
 // within 5 s, after its pause, unless a return after an outage is under
 // way (heal). While the
 // backend fails, one retry at a time, as the probe, once nothing reached
-// the backend for the probe gap (probe), or, for a call with a deadline,
+// the backend for the probe gap (probe; a held retry, while it is not
+// known whether retries heal, once besides nothing reached it for four
+// times its latest interval between answers: with no news the estimate goes
+// back to unknown, and one retry goes to learn), or, for a call with a deadline,
 // as its last chance just before it (last chance). While it serves, one
 // at a time at one pace (release): one a second at slowest, each success
 // taking a sixteenth off and, unless an outage came since nobody waited,
-// quickening the pace by a fifth while the overload rule's room is at
+// quickening the pace by a fifth (by half for a retry the gate let go:
+// slow start) while the overload rule's room is at
 // least half left, and each refusal that cuts the room slowing it by as
 // much (the room's pace: retries held through a burst of refusals go back
 // within about a second of the new calls' successes); after an outage, from 0.4 times the pace the held ones
@@ -73,9 +77,11 @@ import (
 // is the pause), waits are held and Allow refuses every retry; once an
 // outage outlived
 // the longest wait of its retries (twice that for a retry whose attempt
-// never left the client, Request.Unsent), a new retry is turned away at
-// once (futility) but for a rare lone probe: the new calls' first attempts and
-// those probes find the backend's return. The call ends with its last
+// never left the client, Request.Unsent), a new retry of a call without a
+// deadline is turned away at once (futility) but for a rare lone probe:
+// the new calls' first attempts and those probes find the backend's
+// return. A call with a deadline waits through the outage to its deadline
+// (less its attempt, hopeless), for the return may come first. The call ends with its last
 // status; its error and interceptor.Report name the rule that ended the
 // wait and the one that held it (outage, overload or breaker).
 //

@@ -1,7 +1,6 @@
 package budget
 
 import (
-	"context"
 	"errors"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 	"testing"
@@ -10,8 +9,10 @@ import (
 
 // The futility rule: once the outage has lasted as long as the longest wait
 // of the retries that began to wait since the server last served, a retry
-// fails at once while another waits; alone, it waits as the probe. Calls
-// already waiting keep their chance, and a success ends the rule.
+// of a call without a deadline fails at once while another waits; alone,
+// it waits as the probe. Calls already waiting keep their chance, and a
+// success ends the rule. (A call with a deadline waits: TestGateOutage
+// WaitsToTheDeadline.)
 // failures records n first attempts that failed.
 func failures(g *Gate, n int) {
 	for range n {
@@ -21,38 +22,39 @@ func failures(g *Gate, n int) {
 
 func TestGateFutility(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	const deadline = 2 * time.Second // MaxWait: the calls have none
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: deadline}, clk))
 	for range tune.OutageStreak {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
-	const deadline = 2 * time.Second
-	// A probe is out past its deadline: nothing lets it go first.
+	// A probe is out past MaxWait: nothing lets it go first.
 	g.mu.Lock()
 	g.st.pace.until = clk.Now().Add(deadline)
 	g.mu.Unlock()
-	early, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
+	early, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer early.Leave()
-	// Within the calls' deadlines, retries wait (the first ends by its
-	// deadline, a millisecond early).
-	clk.advance(deadline - time.Millisecond)
-	if _, _, err := early.Poll(); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("the first wait at its deadline: Err %v, want its deadline's", err)
+	// Within the calls' longest wait, retries wait (the first ends by
+	// MaxWait).
+	clk.advance(deadline)
+	if _, _, err := early.Poll(); !errors.Is(err, errWaitLimit) {
+		t.Fatalf("the first wait at MaxWait: Err %v, want errWaitLimit", err)
 	}
 	early.Leave()
 	g.mu.Lock()
-	g.st.pace.until = time.Time{} // the probe's answer came, unrecorded
+	g.st.pace.until = time.Time{}                       // the probe's answer came, unrecorded
+	g.st.streakAt = g.st.streakAt.Add(time.Millisecond) // the outage is a millisecond younger than MaxWait
 	g.mu.Unlock()
-	w, err := g.Enter(retry2, time.Millisecond, clk.Now().Add(deadline))
+	w, err := g.Enter(retry2, time.Millisecond, time.Time{})
 	if err != nil {
 		t.Fatalf("%v into the outage: enter = %v, want a wait", deadline-time.Millisecond, err)
 	}
 	defer w.Leave()
-	// Past them, a retry fails at once while another waits.
+	// Past it, a retry fails at once while another waits.
 	clk.advance(time.Millisecond)
-	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+	if _, err := g.Enter(retry2, 0, time.Time{}); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("%v into the outage, one waiting: enter = %v, want ErrOutageLasting", deadline, err)
 	}
 	// The wait keeps its chance: here, the probe.
@@ -60,26 +62,29 @@ func TestGateFutility(t *testing.T) {
 		t.Fatalf("the wait: Poll = %v, Err %v; want the probe", a, w.err())
 	}
 	w.Leave()
+	g.mu.Lock()
+	g.st.pace.until = time.Time{} // its answer came, unrecorded (without a deadline it holds the lease tune.ProbeGapMax)
+	g.mu.Unlock()
 	// Alone, a retry goes as the probe once tune.FutileEvery failures
 	// were recorded since a deferred retry failed and nothing reached the
 	// server for the probe gap; else it fails at once.
-	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+	if _, err := g.Enter(retry2, 0, time.Time{}); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("alone, too soon after the last probe: enter = %v, want ErrOutageLasting", err)
 	}
 	failures(g, tune.FutileEvery)
 	clk.advance(tune.QuietGapMax)
-	probe, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
+	probe, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatalf("alone, after the probe gap: enter = %v, want a wait", err)
 	}
 	defer probe.Leave()
 	poll(t, probe, admitProbe)
-	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+	if _, err := g.Enter(retry2, 0, time.Time{}); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("beside the probe: enter = %v, want ErrOutageLasting", err)
 	}
 	// A success (a new call's first attempt) ends the outage and the rule.
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	w2, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
+	w2, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatalf("after a success: enter = %v, want a wait", err)
 	}
@@ -96,16 +101,16 @@ func TestGateFutility(t *testing.T) {
 func TestGateFutilityLoneProbe(t *testing.T) {
 	const pause, deadline = 200 * time.Millisecond, 2 * time.Second
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: deadline}, clk))
 	failures(g, tune.OutageStreak)
-	early, err := g.Enter(retry2, 0, clk.Now().Add(deadline))
+	early, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	early.Leave()
 	clk.advance(deadline)
 	failures(g, tune.FutileEvery)
-	w, err := g.Enter(retry2, pause, clk.Now().Add(deadline))
+	w, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatalf("alone: enter = %v, want the lone probe", err)
 	}
@@ -115,11 +120,11 @@ func TestGateFutilityLoneProbe(t *testing.T) {
 	g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
 	// The next lone probe: FutileEvery failures and the gap after it.
 	failures(g, tune.FutileEvery)
-	if _, err := g.Enter(retry2, pause, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+	if _, err := g.Enter(retry2, pause, time.Time{}); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("within the probe gap of a failed probe: enter = %v, want ErrOutageLasting", err)
 	}
 	clk.advance(tune.ProbeGapMax)
-	w, err = g.Enter(retry2, pause, clk.Now().Add(deadline))
+	w, err = g.Enter(retry2, pause, time.Time{})
 	if err != nil {
 		t.Fatalf("the longest probe gap after the failed probe: enter = %v, want the lone probe", err)
 	}
@@ -258,10 +263,10 @@ func TestPacerAnswered(t *testing.T) {
 // (lab refused: calls made just after the return failed at once).
 func TestGateFutilityWaitsLongerForUnsent(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	const deadline = 2 * time.Second // MaxWait: the calls have none
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: deadline}, clk))
 	failures(g, tune.OutageStreak)
-	const deadline = 2 * time.Second
-	first, err := g.Enter(retry2, time.Hour, clk.Now().Add(deadline))
+	first, err := g.Enter(retry2, time.Hour, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,16 +275,76 @@ func TestGateFutilityWaitsLongerForUnsent(t *testing.T) {
 	unsent := retry2
 	unsent.Unsent = true
 	clk.advance(deadline + 100*time.Millisecond)
-	if _, err := g.Enter(retry2, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+	if _, err := g.Enter(retry2, 0, time.Time{}); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("past the longest wait: enter = %v, want ErrOutageLasting", err)
 	}
-	w, err := g.Enter(unsent, 0, clk.Now().Add(deadline))
+	w, err := g.Enter(unsent, 0, time.Time{})
 	if err != nil {
 		t.Fatalf("unsent, past the longest wait but within %v of it: enter = %v, want a wait", tune.FutileUnsent, err)
 	}
 	w.Leave()
 	clk.advance(time.Duration((tune.FutileUnsent - 1) * float64(deadline)))
-	if _, err := g.Enter(unsent, 0, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+	if _, err := g.Enter(unsent, 0, time.Time{}); !errors.Is(err, ErrOutageLasting) {
 		t.Fatalf("unsent, past %v times the longest wait: enter = %v, want ErrOutageLasting", tune.FutileUnsent, err)
 	}
+}
+
+// A retry whose call has a deadline waits through an outage however long
+// it has lasted, to its deadline, for the return may come first (lab
+// migrate-outage: 3 s down, 1 s deadlines; the futility rule failed the
+// calls made in its last second at once, and served none of the outage's
+// calls, where a client without a Gate served a fifth).
+func TestGateOutageWaitsToTheDeadline(t *testing.T) {
+	const deadline = time.Second
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	failures(g, tune.OutageStreak)
+	early, err := g.Enter(retry2, 100*time.Millisecond, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	early.Leave()
+	// The outage outlives the calls' deadlines three times over.
+	for range 30 {
+		clk.advance(100 * time.Millisecond)
+		failures(g, 1)
+	}
+	var ws []*Waiter
+	for i := range 2 {
+		w, err := g.Enter(retry2, 100*time.Millisecond, clk.Now().Add(deadline))
+		if err != nil {
+			t.Fatalf("3 s into the outage, retry %d with a 1 s deadline: enter = %v, want a wait", i+1, err)
+		}
+		defer w.Leave()
+		ws = append(ws, w)
+	}
+	// The backend is back half a second later: a new call is served.
+	for range 5 {
+		clk.advance(100 * time.Millisecond)
+		for _, w := range ws {
+			if a, _, err := w.Poll(); a != AdmitNone || err != nil {
+				t.Fatalf("in the outage: Poll = %v, %v; want a wait", a, err)
+			}
+		}
+	}
+	g.Record(Attempt{Number: 1, Outcome: Success, Took: time.Millisecond})
+	for range 49 {
+		clk.advance(10 * time.Millisecond)
+		waiting := ws[:0]
+		for _, w := range ws {
+			a, _, err := w.Poll()
+			switch {
+			case err != nil:
+				t.Fatalf("%v after the return: a wait ended: %v", clk.Now().Sub(t0.Add(3500*time.Millisecond)), err)
+			case a == AdmitNone:
+				waiting = append(waiting, w)
+			default:
+				g.Record(Attempt{Number: 2, Outcome: Success, Admission: a})
+			}
+		}
+		if ws = waiting; len(ws) == 0 {
+			return
+		}
+	}
+	t.Fatalf("%d retries held through the outage did not go before their deadline", len(ws))
 }

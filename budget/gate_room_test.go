@@ -155,3 +155,68 @@ func TestGateHeldThroughABurstGoBackWithTheSuccesses(t *testing.T) {
 		t.Errorf("the last of %d held retries went %v after the burst, want 1.5 s at most", held, took)
 	}
 }
+
+// With no news the room's estimate goes back to "unknown", where one retry
+// at a time goes to learn: a burst of refusals for overload without a
+// pushback whose load ends with it leaves held retries that no success
+// will ever release (lab migrate-burst -duration 2s: every held call
+// failed at MaxWait, 0 of 40 served). The first that goes finds the
+// backend idle, and the others follow its success.
+func TestGateHeldThroughABurstWithNoNewsGoToLearn(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	var ws []*Waiter
+	refused := true // the backend refuses every attempt until the burst ends
+	for range 40 {
+		clk.advance(50 * time.Millisecond)
+		g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true, Took: time.Millisecond})
+		w, err := g.Enter(retry2, 100*time.Millisecond, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+		ws = pollBurst(t, g, ws, refused)
+	}
+	// The load ends with the burst: no new call comes, and the backend
+	// serves every attempt.
+	refused = false
+	end := clk.Now()
+	for tick := 1; tick <= 300 && len(ws) > 0; tick++ {
+		clk.advance(10 * time.Millisecond)
+		ws = pollBurst(t, g, ws, refused)
+	}
+	if len(ws) > 0 {
+		t.Fatalf("3 s after a burst that ended the load, %d held retries still wait", len(ws))
+	}
+	t.Logf("the last held retry went %v after the burst", clk.Now().Sub(end))
+}
+
+// pollBurst polls each waiter of ws once; an admitted one's attempt ends at
+// at once (its time unknown), refused for overload without a pushback
+// (refused) or served. It
+// returns those still waiting.
+func pollBurst(t *testing.T, g *Gate, ws []*Waiter, refused bool) []*Waiter {
+	t.Helper()
+	waiting := ws[:0]
+	for _, w := range ws {
+		a, _, err := w.Poll()
+		switch {
+		case err != nil:
+			t.Fatalf("a held retry's wait ended: %v", err)
+		case a == AdmitNone:
+			waiting = append(waiting, w)
+		case refused:
+			// Its next retry waits again (attempts 3 to 5).
+			g.Record(Attempt{Number: 2, Outcome: Failure, Overload: true, Admission: a})
+			nw, err := g.Enter(Request{Number: 3}, 200*time.Millisecond, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting = append(waiting, nw)
+		default:
+			g.Record(Attempt{Number: 2, Outcome: Success, Admission: a})
+		}
+	}
+	return waiting
+}

@@ -158,6 +158,14 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 	how, due := AdmitNone, time.Time{}
 	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
 		how, due = admitProbe, reached.Add(max(w.pause, s.pace.gap))
+	} else if !known && held {
+		// With no news the estimate goes back to unknown: once nothing
+		// reached the backend for the probe gap and tune.QuietLulls
+		// times the latest interval between its answers, any held retry goes
+		// to learn, one at a time (a burst that ended the load left held
+		// retries no success would ever release; one not held goes by
+		// the hold rule).
+		how, due = admitProbe, s.lastReached.Add(max(w.pause, s.pace.gap, tune.QuietLulls*s.lull))
 	}
 	if !w.deadline.IsZero() {
 		last := clock.Later(w.lastChanceAt(s.pace.lead()), s.pace.failedAt.Add(s.pace.gap), reached.Add(w.pause))

@@ -84,13 +84,20 @@ func (p pacer) servedAt(now time.Time) pacer {
 // about a second of the successes; a failure for overload that cut the
 // overload rule's room slows them by as much, to releaseEvery at worst
 // (halving them held a backend refusing 30 % at random to about one a
-// second). After a success the next release comes within every of now.
-func (p pacer) roomAnswered(now time.Time, ok bool) pacer {
+// second). A success of a retry the gate let go (own) halves the interval
+// instead, as slow start does: with no new call served, the held retries'
+// own successes are the only news. After a success the next release comes
+// within every of now.
+func (p pacer) roomAnswered(now time.Time, ok, own bool) pacer {
 	if !ok {
 		p.every = paceWithin(float64(p.every) / tune.BackFaster)
 		return p
 	}
-	p.every = paceWithin(tune.BackFaster * float64(p.every))
+	f := tune.BackFaster
+	if own {
+		f = tune.RoomGrow
+	}
+	p.every = paceWithin(f * float64(p.every))
 	p.next = clock.Earlier(p.next, now.Add(p.every))
 	return p
 }

@@ -81,7 +81,8 @@ func (w *Waiter) Leave() {
 
 // Enter registers a deferred retry r that must not go sooner than pause
 // from now, of a call whose deadline is deadline (zero: none), and runs
-// the grant loop. It fails with ErrOutageLasting (the futility rule), or
+// the grant loop. It fails with ErrOutageLasting (the futility rule, for a
+// call without a deadline), or
 // ErrTooManyWaiting when the room is full and no less critical retry waits
 // to be evicted (the criticality rule).
 func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waiter, error) {
@@ -90,7 +91,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.ageLocked(now)
-	futile, lone := g.st.futile(now, g.n > 0, r.Unsent)
+	futile, lone := g.st.futile(now, g.n > 0, r.Unsent, !deadline.IsZero())
 	if futile {
 		g.moveLocked(now, nil, waitOut, ErrOutageLasting)
 		return nil, ErrOutageLasting

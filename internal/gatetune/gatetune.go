@@ -129,9 +129,20 @@ const (
 	// held calls' return fills the room (without it, the sim's fleet
 	// served fewer of an outage's calls; BENCHMARKS.md, "A fleet of any
 	// size, on virtual time").
-	RoomCut  = 0.5
+	RoomCut = 0.5
+	// RoomGrow: a retry the gate let go that succeeds halves the release
+	// interval (slow start): a burst whose load ended leaves no new call
+	// to quicken it, and a fifth per success brought held calls back one
+	// at a time over seconds.
+	RoomGrow = 0.5
 	RoomGain = 0.25
 	RoomHeld = 0.5
+	// QuietLulls: a backend that answered nothing for 4 times its latest
+	// interval between answers (and the probe gap) gives no news: a
+	// retry goes to learn. Judged on the gap alone, a fleet of 1,000
+	// processes, each hearing an answer every few seconds, took its own
+	// sparse traffic for silence, and its peak after the return rose.
+	QuietLulls = 4
 	// HealthyGap: only failures after a second without any make an outage,
 	// so a flaky server's unlucky runs are not taken for one.
 	HealthyGap = time.Second
