@@ -42,9 +42,10 @@
 // wait, within its call's deadline, and keeps a wait contract that its
 // documentation states rule by rule: a retry that heals goes after its
 // pause; while the backend fails, one goes as a probe, or as its call's
-// last chance just before the deadline; an outage holds the waits, and once
-// it has outlived them, new failed calls end at once (but for a rare lone
-// probe); when the backend serves again the held calls go back at a pace
+// last chance just before the deadline; an outage holds the waits (a call
+// with a deadline to its deadline, since the return may come first), and
+// once it has outlived MaxWait, new failed calls without a deadline end at
+// once (but for a rare lone probe); when the backend serves again the held calls go back at a pace
 // that starts from the rate they came at and quickens while its answers
 // stay fast (many held calls are back within a second, a few that came
 // slowly take seconds, whatever the room). New wraps the token bucket and the ratio in a Gate unless

@@ -24,9 +24,9 @@
 // goroutine; it then retries or ends with the last attempt's status:
 // reason "deferred" when the Gate ended the wait (no retry could go before
 // the deadline, or its rules would not hold the retry past its pause),
-// "outage" when the backend is in an outage that outlived the calls'
-// deadlines, "budget" when too many calls wait or a more critical retry
-// took its place. A budget that is not a Deferrer (the gRFC A6 throttle by
+// "outage" for a call without a deadline in an outage that outlived
+// MaxWait, "budget" when too many wait or a more critical retry took its
+// place. A budget that is not a Deferrer (the gRFC A6 throttle by
 // default, a user's own) ends the call at once, reason "budget". A refused
 // hedge is not sent while another attempt is in flight; with none, it is a
 // retry, and waits as one.

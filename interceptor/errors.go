@@ -37,7 +37,7 @@ type Error struct {
 // so in front, with the attempts and the reason in a few words:
 //
 //	stagger: gave up: max retries exhausted: failed after 3 attempts: rpc error: code = Unavailable desc = payments: down
-//	stagger: gave up: backend down past the calls' deadlines: failed after 1 attempt: rpc error: ...
+//	stagger: gave up: backend down past the longest wait: failed after 1 attempt: rpc error: ...
 //	stagger: gave up: circuit breaker open: no attempt made: rpc error: ...
 //
 // Where grpc-go's own retry gives up for the same reason (no attempt left)
@@ -76,7 +76,7 @@ func giveUpWords(r policy.Reason) string {
 	case policy.ReasonDeferred:
 		return deferredWords("", "")
 	case policy.ReasonOutage:
-		return "backend down past the calls' deadlines"
+		return "backend down past the longest wait"
 	case policy.ReasonBreaker:
 		return "circuit breaker open"
 	case policy.ReasonThrottled:
@@ -139,7 +139,7 @@ func (e *Error) GRPCStatus() *status.Status { return status.Convert(e.Err) }
 
 // GaveUp reports whether stagger gave up on a failure it would otherwise
 // have retried: no attempt was left (policy.ReasonAttempts), or the budget,
-// a deferral, an outage that outlived the deadlines (policy.ReasonOutage),
+// a deferral, an outage that outlived MaxWait (policy.ReasonOutage),
 // the circuit breaker or throttling, the caller's deadline, an
 // ambiguous failure, the server's pushback, or a retried request being
 // served (policy.ReasonRetriedRequest) stopped it. It is false for a failure

@@ -37,7 +37,7 @@ func TestErrorText(t *testing.T) {
 		policy.ReasonAttempts:       "stagger: gave up: max retries exhausted: failed after 3 attempts: " + text,
 		policy.ReasonBudget:         "stagger: gave up: retry budget spent: failed after 3 attempts: " + text,
 		policy.ReasonDeferred:       "stagger: gave up: retry deferred, no admission before the deadline: failed after 3 attempts: " + text,
-		policy.ReasonOutage:         "stagger: gave up: backend down past the calls' deadlines: failed after 3 attempts: " + text,
+		policy.ReasonOutage:         "stagger: gave up: backend down past the longest wait: failed after 3 attempts: " + text,
 		policy.ReasonBreaker:        "stagger: gave up: circuit breaker open: failed after 3 attempts: " + text,
 		policy.ReasonThrottled:      "stagger: gave up: throttled by the client: failed after 3 attempts: " + text,
 		policy.ReasonDeadline:       "stagger: gave up: no retry fits before the deadline: failed after 3 attempts: " + text,

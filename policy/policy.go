@@ -212,8 +212,9 @@ const (
 	// EventNotice, once per method): a call's own WithMaxAttempts, WithCodes
 	// or WithPredicate had no policy to apply to.
 	ReasonNoPolicy
-	// ReasonOutage: the server has been down for longer than the calls'
-	// deadlines, and the budget's Gate fails retries at once instead of
+	// ReasonOutage: the server has been down for longer than a call
+	// without a deadline waits (MaxWait), and the budget's Gate fails such
+	// calls' retries at once instead of
 	// holding them until they fail (budget.ErrOutageLasting, the Gate's
 	// futility rule), until a probe finds the server back.
 	ReasonOutage
