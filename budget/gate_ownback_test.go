@@ -82,3 +82,52 @@ func TestGateOwnBackTimeHoldsBackNobody(t *testing.T) {
 		t.Fatal("no retry went once the pace came to now, want the younger (their back time passed)")
 	}
 }
+
+// A retry out of the heads for its own time in an outage (its pause after
+// the latest attempt that reached the backend) comes back when the server
+// serves again: it goes by its back time after the return (with a
+// deadline, at most tune.BackSpreadMax after it), not at the outage's own
+// time, which the return made moot.
+func TestGateOwnTimeEndsWithTheOutage(t *testing.T) {
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	for range tune.OutageStreak {
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+	}
+	const pause = 3 * time.Second
+	w, err := g.Enter(retry2, pause, clk.Now().Add(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The outage outlasts the pause; new calls keep failing, so the
+	// retry's own time stays ahead of it.
+	for range 200 {
+		clk.advance(20 * time.Millisecond)
+		g.Record(Attempt{Number: 1, Outcome: Failure})
+		g.Tick()
+		select {
+		case <-w.Ready():
+			t.Fatalf("decided in the outage: %v", w.err())
+		default:
+		}
+	}
+	back := clk.Now()
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	for !clk.Now().After(back.Add(pause)) {
+		select {
+		case <-w.Ready():
+			if a, err := w.Take(); a != admitRelease || err != nil {
+				t.Fatalf("%v, %v after the return; want a release", a, err)
+			}
+			if went := clk.Now().Sub(back); went > tune.BackSpreadMax+10*time.Millisecond {
+				t.Fatalf("went %v after the return, want within %v", went, tune.BackSpreadMax)
+			}
+			return
+		default:
+		}
+		clk.advance(10 * time.Millisecond)
+		g.Record(Attempt{Number: 1, Outcome: Success})
+		g.Tick()
+	}
+	t.Fatalf("not gone %v after the return (its own time in the outage was the latest attempt plus %v)", clk.Now().Sub(back), pause)
+}

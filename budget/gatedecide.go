@@ -19,7 +19,8 @@ const admitEnd Admission = 255
 // the retry's own time (a call held through an outage goes back no sooner
 // than backAfter) when it has not come: whatever the pacer says, the retry
 // waits for it, so the grant loop keys it by that alone, not by the
-// pacer's time that news moves.
+// pacer's time that news moves. (In an outage: its pause after the latest
+// that reached the backend, or its last chance, when that binds.)
 type decision struct {
 	how  Admission
 	next time.Time
@@ -165,12 +166,11 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 	if !known {
 		reached = s.ev.lastRetry
 	}
-	// mine: until retries are known to heal or not, when w's own part of
-	// due (its pause after the latest retry, its last chance) comes; the
-	// rest is the pacer's (the probe gap), shared by every waiter. Once
-	// known, none: the grant loop keys w by due as before (an own time
-	// then cost the fleet's return at 20 processes what deciding every
-	// held retry at every event did not).
+	// mine: when w's own part of due (its pause after the latest that
+	// reached the backend, its last chance) comes; the rest is the
+	// pacer's (the probe gap), shared by every waiter. In an outage,
+	// until mine, w is held back by itself: own (the grant loop puts
+	// such waiters back in the heads when the outage begins or ends).
 	how, due, mine := AdmitNone, time.Time{}, time.Time{}
 	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
 		how, due, mine = admitProbe, reached.Add(max(w.pause, s.pace.gap)), reached.Add(w.pause)
@@ -191,10 +191,12 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 		}
 	}
 	if now.Before(due) {
-		if known || !now.Before(mine) {
-			mine = time.Time{}
+		if s.phase != phaseOutage || !now.Before(mine) {
+			return AdmitNone, due, time.Time{}
 		}
-		return AdmitNone, due, mine
+		// Within the outage nothing brings due sooner (the latest that
+		// reached the backend and the gap only grow): due is w's own.
+		return AdmitNone, due, due
 	}
 	return how, time.Time{}, time.Time{}
 }

@@ -179,6 +179,21 @@ func classOf(w *Waiter) int {
 func (g *Gate) grantLocked(now time.Time) {
 	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
 	g.round++
+	outage := g.st.phase == phaseOutage
+	if outage != g.wasOutage {
+		// Own times are the phase's (decideByPhase): those out of the
+		// heads for one go back when an outage begins or ends, once per
+		// change (an O(n) step that a phase flapping under overload
+		// would make on every answer).
+		for l := range g.queue {
+			for e := g.queue[l].Front(); e != nil; e = e.Next() {
+				if w := e.Value.(*Waiter); w.state == waitQueued && w.at < 0 && !now.Before(w.view.earliest) {
+					g.heads[l][w.class].push(w)
+				}
+			}
+		}
+	}
+	g.wasOutage = outage
 	due := g.scratch[:0]
 	for w := g.dues.top(); w != nil && !now.Before(w.due); w = g.dues.top() {
 		g.dues.setDue(w, time.Time{})
