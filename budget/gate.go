@@ -159,6 +159,8 @@ type Gate struct {
 	guardAt         time.Time
 	// round counts the grant loop's runs (Waiter.round).
 	round uint64
+	// wasOutage: the grant loop's last run saw an outage.
+	wasOutage bool
 	// timer runs the grant loop at timerAt.
 	timer   *time.Timer
 	timerAt time.Time

@@ -15,10 +15,16 @@ const admitEnd Admission = 255
 // goes now (before its guard and the budget are asked; admitEnd: its wait
 // ends, by the rule end), or AdmitNone with next, when asking again could
 // change the answer without news (zero: only news will); hold: the wait is
-// held from now on (the hold rule, or an open guard).
+// held from now on (the hold rule, or an open guard); own, with AdmitNone,
+// the retry's own time (a call held through an outage goes back no sooner
+// than backAfter) when it has not come: whatever the pacer says, the retry
+// waits for it, so the grant loop keys it by that alone, not by the
+// pacer's time that news moves. (In an outage: its pause after the latest
+// that reached the backend, or its last chance, when that binds.)
 type decision struct {
 	how  Admission
 	next time.Time
+	own  time.Time
 	hold bool
 	end  *waitEnd
 	// heldBy names the rule that holds the wait, with hold.
@@ -119,7 +125,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 			d.heldBy = heldOutage
 		}
 	}
-	if d.how, d.next = s.decideByPhase(now, w, held); d.how == AdmitNone {
+	if d.how, d.next, d.own = s.decideByPhase(now, w, held); d.how == AdmitNone {
 		if !held {
 			d.next = clock.Earlier(d.next, w.holdAt)
 		}
@@ -129,23 +135,28 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 }
 
 // decideByPhase is the release rule while the server serves, the probe and
-// last-chance rules while it fails.
-func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admission, time.Time) {
+// last-chance rules while it fails. With AdmitNone it says when to ask
+// again, and own, the retry's own time that has not come (its back time
+// after an outage; zero: none).
+func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how Admission, next, own time.Time) {
 	if !s.phase.failing() {
 		next := s.pace.next
 		if s.pace.heldThrough(w, held) {
-			next = clock.Later(next, s.pace.backAfter(w))
+			if back := s.pace.backAfter(w); now.Before(back) {
+				own = back
+			}
+			next = clock.Later(next, own)
 		}
 		if !now.Before(next) {
-			return admitRelease, time.Time{}
+			return admitRelease, time.Time{}, time.Time{}
 		}
-		return AdmitNone, next
+		return AdmitNone, next, own
 	}
 	if s.pace.leased(now) {
-		return AdmitNone, s.pace.until // the settling rule
+		return AdmitNone, s.pace.until, time.Time{} // the settling rule
 	}
 	if w.lone {
-		return admitProbe, time.Time{} // the futility rule's lone probe
+		return admitProbe, time.Time{}, time.Time{} // the futility rule's lone probe
 	}
 	// Until retries are known to heal or not, a failed first attempt says
 	// nothing: only retries' own outcomes space the probes, and only a
@@ -155,9 +166,14 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 	if !known {
 		reached = s.ev.lastRetry
 	}
-	how, due := AdmitNone, time.Time{}
+	// mine: when w's own part of due (its pause after the latest that
+	// reached the backend, its last chance) comes; the rest is the
+	// pacer's (the probe gap), shared by every waiter. In an outage,
+	// until mine, w is held back by itself: own (the grant loop puts
+	// such waiters back in the heads when the outage begins or ends).
+	how, due, mine := AdmitNone, time.Time{}, time.Time{}
 	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
-		how, due = admitProbe, reached.Add(max(w.pause, s.pace.gap))
+		how, due, mine = admitProbe, reached.Add(max(w.pause, s.pace.gap)), reached.Add(w.pause)
 	} else if !known && held {
 		// With no news the estimate goes back to unknown: once nothing
 		// reached the backend for the probe gap and tune.QuietLulls
@@ -165,18 +181,24 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (Admi
 		// to learn, one at a time (a burst that ended the load left held
 		// retries no success would ever release; one not held goes by
 		// the hold rule).
-		how, due = admitProbe, s.lastReached.Add(max(w.pause, s.pace.gap, tune.QuietLulls*s.lull))
+		how, due, mine = admitProbe, s.lastReached.Add(max(w.pause, s.pace.gap, tune.QuietLulls*s.lull)), s.lastReached.Add(w.pause)
 	}
 	if !w.deadline.IsZero() {
-		last := clock.Later(w.lastChanceAt(s.pace.lead()), s.pace.failedAt.Add(s.pace.gap), reached.Add(w.pause))
+		lastMine := clock.Later(w.lastChanceAt(s.pace.lead()), reached.Add(w.pause))
+		last := clock.Later(lastMine, s.pace.failedAt.Add(s.pace.gap))
 		if how == AdmitNone || last.Before(due) {
-			how, due = admitLast, last
+			how, due, mine = admitLast, last, lastMine
 		}
 	}
 	if now.Before(due) {
-		return AdmitNone, due
+		if s.phase != phaseOutage || !now.Before(mine) {
+			return AdmitNone, due, time.Time{}
+		}
+		// Within the outage nothing brings due sooner (the latest that
+		// reached the backend and the gap only grow): due is w's own.
+		return AdmitNone, due, due
 	}
-	return how, time.Time{}
+	return how, time.Time{}, time.Time{}
 }
 
 // backlogged reports whether the held retry w waits in vain for the

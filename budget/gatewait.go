@@ -164,7 +164,11 @@ func classOf(w *Waiter) int {
 // sets when the waiter is decided again without news: the time it named,
 // or, for one behind the head of its set told the same time (the pacer's),
 // only its own end (endAt): the head goes first, and the one behind it is
-// decided as the head when the head goes. So an event decides a few heads
+// decided as the head when the head goes. One whose own time has not come
+// (decision.own) leaves the heads until then, so that a head waits for the
+// pacer alone and never holds back one behind it whose own time came
+// (issue 72: the fleet's return lost served calls to that). So an event
+// decides a few heads
 // and the waiters due, each in O(log n), not every waiter (but while the
 // backlog rule may apply: it judges each held retry by the held before it,
 // in order, counting them in ahead). Once a guard
@@ -175,6 +179,21 @@ func classOf(w *Waiter) int {
 func (g *Gate) grantLocked(now time.Time) {
 	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
 	g.round++
+	outage := g.st.phase == phaseOutage
+	if outage != g.wasOutage {
+		// Own times are the phase's (decideByPhase): those out of the
+		// heads for one go back when an outage begins or ends, once per
+		// change (an O(n) step that a phase flapping under overload
+		// would make on every answer).
+		for l := range g.queue {
+			for e := g.queue[l].Front(); e != nil; e = e.Next() {
+				if w := e.Value.(*Waiter); w.state == waitQueued && w.at < 0 && !now.Before(w.view.earliest) {
+					g.heads[l][w.class].push(w)
+				}
+			}
+		}
+	}
+	g.wasOutage = outage
 	due := g.scratch[:0]
 	for w := g.dues.top(); w != nil && !now.Before(w.due); w = g.dues.top() {
 		g.dues.setDue(w, time.Time{})
@@ -219,6 +238,11 @@ func (g *Gate) grantLocked(now time.Time) {
 		case d.how == AdmitNone:
 			next := d.next
 			switch {
+			case !d.own.IsZero():
+				// Its own time has not come: out of the heads, which
+				// the pacer alone holds back, until then (or its end).
+				g.heads[l][w.class].remove(w)
+				next = clock.Earlier(d.own, next)
 			case head:
 				told[class] = next
 			case next.IsZero() || next.Equal(told[class]):
@@ -237,6 +261,17 @@ func (g *Gate) grantLocked(now time.Time) {
 		// stopped: the set's head was decided in this run and waits.
 		var stopped [4]bool
 		told = [4]time.Time{}
+		if g.st.backlogs(now) {
+			// The backlog rule judges each held retry by the ones before
+			// it (ahead): while it may apply, every held retry whose
+			// pause passed is decided, in order, those out of the heads
+			// for their own time too.
+			for c := range g.heads[l] {
+				if c >= 2 {
+					g.decideAlong(g.queue[l].Front(), nil, c, now, decide)
+				}
+			}
+		}
 		for {
 			var w *Waiter
 			for c := range g.heads[l] {
@@ -263,19 +298,8 @@ func (g *Gate) grantLocked(now time.Time) {
 			if w == nil {
 				break
 			}
-			if waits := decide(w); !waits || !w.view.held || !g.st.backlogs(now) {
-				continue
-			}
-			class := w.class
-			// The backlog rule judges each held retry by the ones before
-			// it (ahead): while it may apply, the held behind this one
-			// are decided too, in order.
-			for e := w.elem.Next(); e != nil; {
-				v := e.Value.(*Waiter)
-				e = e.Next()
-				if v.state == waitQueued && v.at >= 0 && v.class == class && v.round != g.round {
-					decide(v)
-				}
+			if waits := decide(w); waits && w.view.held && g.st.backlogs(now) {
+				g.decideAlong(w.elem.Next(), nil, w.class, now, decide)
 			}
 		}
 	}
@@ -298,6 +322,19 @@ func (g *Gate) grantLocked(now time.Time) {
 		g.timer = time.AfterFunc(next.Sub(now), func() { g.Tick() })
 	default:
 		g.timer.Reset(next.Sub(now))
+	}
+}
+
+// decideAlong decides, from e to stop (nil: the end), each waiter of its
+// level's arrivals in set class whose pause passed and that the grant
+// loop's run has not decided yet.
+func (g *Gate) decideAlong(e, stop *list.Element, class int, now time.Time, decide func(*Waiter) bool) {
+	for e != stop {
+		v := e.Value.(*Waiter)
+		e = e.Next()
+		if v.state == waitQueued && !now.Before(v.view.earliest) && v.class == class && v.round != g.round {
+			decide(v)
+		}
 	}
 }
 
