@@ -13,8 +13,6 @@ type waitSet struct {
 	due bool // ordered by (due, seq), the index in Waiter.dueAt; else by seq, in Waiter.at
 }
 
-func (s *waitSet) len() int { return len(s.ws) }
-
 // top is the first waiter, or nil.
 func (s *waitSet) top() *Waiter {
 	if len(s.ws) == 0 {
