@@ -23,16 +23,31 @@ import (
 	"github.com/stagger-go/stagger/testserver"
 )
 
-// breakerFile retries UNAVAILABLE once after 10ms; the breaker opens on 2
-// answered first attempts of which half failed, for 1s and one refused
-// first attempt.
+// breakerStanza opens the breaker on 2 answered first attempts of which
+// half failed, for 1s and one refused first attempt.
+const breakerStanza = `"circuitBreaker": {"failureRatio": 0.5, "minimumThroughput": 2, "breakDuration": "1s", "probeEvery": 1}`
+
+// breakerFile retries UNAVAILABLE once after 10ms, behind breakerStanza's
+// breaker.
 const breakerFile = `{
-  "circuitBreaker": {"failureRatio": 0.5, "minimumThroughput": 2, "breakDuration": "1s", "probeEvery": 1},
+  ` + breakerStanza + `,
   "methodConfig": [{
 	"name": [{"service": "stagger.testing.v1.TestService"}],
 	"retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.01s", "maxBackoff": "0.01s",
 		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "jitter": "NONE"}
   }]}`
+
+// breakerBench is a server and a client of it through stagger.DialOptions
+// for file, without a budget unless opts give one, the call events logged.
+func breakerBench(t *testing.T, file string, opts ...interceptor.Option) (*testserver.Server, *hookLog, testingv1.TestServiceClient) {
+	t.Helper()
+	srv := testserver.New()
+	t.Cleanup(srv.Close)
+	hooks := new(hookLog)
+	opts = append([]interceptor.Option{interceptor.WithBudget(nil), interceptor.WithHook(hooks.hook)}, opts...)
+	cc := srv.ClientConn(t, stagger.DialOptions(parse(t, file), opts...)...)
+	return srv, hooks, testingv1.NewTestServiceClient(cc)
+}
 
 func breakerKinds(h *hookLog) string {
 	var out []string
@@ -50,11 +65,7 @@ func breakerKinds(h *hookLog) string {
 // closes when the probe succeeds.
 func TestBreakerOpensFailsFastAndCloses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := testserver.New()
-		defer srv.Close()
-		var hooks hookLog
-		cc := srv.ClientConn(t, stagger.DialOptions(parse(t, breakerFile), interceptor.WithBudget(nil), interceptor.WithHook(hooks.hook))...)
-		client := testingv1.NewTestServiceClient(cc)
+		srv, hooks, client := breakerBench(t, breakerFile)
 		get := func(key string) error {
 			_, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: key}})
 			return err
@@ -70,7 +81,7 @@ func TestBreakerOpensFailsFastAndCloses(t *testing.T) {
 		if err := get("c2"); reasonOf(err) != "breaker" || interceptor.Attempts(err) != 1 {
 			t.Fatalf("call 2: %v (%s, %d attempts)", err, reasonOf(err), interceptor.Attempts(err))
 		}
-		if got := breakerKinds(&hooks); got != "open" {
+		if got := breakerKinds(hooks); got != "open" {
 			t.Fatalf("breaker events %q, want open", got)
 		}
 		// Open: fail fast. The Report names the backend and the breaker's state.
@@ -97,7 +108,7 @@ func TestBreakerOpensFailsFastAndCloses(t *testing.T) {
 		if err := get("c5"); err != nil {
 			t.Fatalf("probe: %v", err)
 		}
-		if got := breakerKinds(&hooks); got != "open half-open closed" {
+		if got := breakerKinds(hooks); got != "open half-open closed" {
 			t.Fatalf("breaker events %q, want open half-open closed", got)
 		}
 		for i := range 10 {
@@ -115,9 +126,6 @@ func TestBreakerOpensFailsFastAndCloses(t *testing.T) {
 // call.
 func TestBreakerRetryWaitsForItsProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := testserver.New()
-		defer srv.Close()
-		var hooks hookLog
 		b, err := budget.New(budget.DefaultSettings())
 		if err != nil {
 			t.Fatal(err)
@@ -126,8 +134,7 @@ func TestBreakerRetryWaitsForItsProbe(t *testing.T) {
 		// any first attempt was, asks again only after the new call's
 		// probe (at the default 1 s it would go as the probe itself).
 		file := strings.Replace(breakerFile, `"probeEvery": 1`, `"probeEvery": 1, "maxBreakDuration": "5s"`, 1)
-		cc := srv.ClientConn(t, stagger.DialOptions(parse(t, file), interceptor.WithBudget(b), interceptor.WithHook(hooks.hook))...)
-		client := testingv1.NewTestServiceClient(cc)
+		srv, hooks, client := breakerBench(t, file, interceptor.WithBudget(b))
 		get := func(ctx context.Context, key string, fail int32) error {
 			_, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: key, FailAttempts: fail}})
 			return err
@@ -146,7 +153,7 @@ func TestBreakerRetryWaitsForItsProbe(t *testing.T) {
 			x2 <- get(ctx, "x2", 1)
 		}()
 		time.Sleep(500 * time.Millisecond)
-		if got := breakerKinds(&hooks); got != "open" {
+		if got := breakerKinds(hooks); got != "open" {
 			t.Fatalf("breaker events %q, want open", got)
 		}
 		if err := get(context.Background(), "fast", 0); reasonOf(err) != "breaker" || len(srv.Attempts("fast")) != 0 {
@@ -163,12 +170,12 @@ func TestBreakerRetryWaitsForItsProbe(t *testing.T) {
 		if len(recs) != 2 || recs[1].Arrived.Before(probe[0].Arrived) {
 			t.Fatalf("x2's retry went at %v, before the probe at %v", recs[1].Arrived, probe[0].Arrived)
 		}
-		if got := breakerKinds(&hooks); got != "open half-open closed" {
+		if got := breakerKinds(hooks); got != "open half-open closed" {
 			t.Fatalf("breaker events %q", got)
 		}
 		// Retries heal (x1's did): once the breaker let it, the waiting
 		// retry went as healed.
-		adm := retryAdmissions(&hooks)
+		adm := retryAdmissions(hooks)
 		if len(adm) == 0 || adm[len(adm)-1].String() != "heal" {
 			t.Fatalf("the waiting retry was admitted by %v, want heal", adm)
 		}

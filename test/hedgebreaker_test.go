@@ -9,16 +9,13 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/stagger-go/stagger"
-	"github.com/stagger-go/stagger/interceptor"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
-	"github.com/stagger-go/stagger/testserver"
 )
 
-// hedgeBreakerFile hedges Get once after 2s; the breaker opens on 2
-// answered first attempts of which half failed, for 1s.
+// hedgeBreakerFile hedges Get once after 2s, behind breakerStanza's
+// breaker.
 const hedgeBreakerFile = `{
-  "circuitBreaker": {"failureRatio": 0.5, "minimumThroughput": 2, "breakDuration": "1s", "probeEvery": 1},
+  ` + breakerStanza + `,
   "methodConfig": [{
 	"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}],
 	"hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "2s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
@@ -30,11 +27,7 @@ const hedgeBreakerFile = `{
 // not closed.
 func TestHedgeGoesAsTheBreakersProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := testserver.New()
-		defer srv.Close()
-		var hooks hookLog
-		cc := srv.ClientConn(t, stagger.DialOptions(parse(t, hedgeBreakerFile), interceptor.WithBudget(nil), interceptor.WithHook(hooks.hook))...)
-		client := testingv1.NewTestServiceClient(cc)
+		srv, hooks, client := breakerBench(t, hedgeBreakerFile)
 		start := time.Now()
 		slow := make(chan error, 1)
 		go func() {
@@ -50,7 +43,7 @@ func TestHedgeGoesAsTheBreakersProbe(t *testing.T) {
 			_, _ = client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: fmt.Sprint("fail", i)}})
 		}
 		srv.SetOutage(false)
-		if got := breakerKinds(&hooks); got != "open" {
+		if got := breakerKinds(hooks); got != "open" {
 			t.Fatalf("breaker events %q, want open", got)
 		}
 		if err := <-slow; err != nil {
@@ -60,7 +53,7 @@ func TestHedgeGoesAsTheBreakersProbe(t *testing.T) {
 		if took := time.Since(start); len(recs) != 2 || took != 2*time.Second || recs[1].Arrived.Sub(start) != 2*time.Second {
 			t.Fatalf("slow call: %d attempts reached the server, it took %v; want its hedge sent and answered at 2s", len(recs), took)
 		}
-		if got := breakerKinds(&hooks); got != "open half-open closed" {
+		if got := breakerKinds(hooks); got != "open half-open closed" {
 			t.Fatalf("breaker events %q, want open half-open closed", got)
 		}
 	})
