@@ -339,10 +339,7 @@ func TestModelOneAttemptSeen(t *testing.T) {
 						file = fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
 							"hedgingPolicy": {"maxAttempts": %d, "hedgingDelay": "%s", "nonFatalStatusCodes": ["UNAVAILABLE"]}}]}`, attempts, callmodel.Delay)
 					}
-					dial := []grpc.DialOption{grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(interceptor.WithConfig(parse(t, file)), interceptor.WithBudget(nil))),
-						grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(interceptor.WithConfig(parse(t, file)), interceptor.WithBudget(nil))), grpc.WithDisableRetry()}
-					cc := srv.ClientConn(t, append(dial, modelRefuse()...)...)
-					clients[attempts] = testingv1.NewTestServiceClient(cc)
+					clients[attempts] = staggerClient(t, srv, file, []interceptor.Option{interceptor.WithBudget(nil)}, modelRefuse()...)
 					return clients[attempts]
 				}
 				ran := 0

@@ -7,13 +7,10 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/interceptor"
-	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
 )
 
@@ -37,41 +34,16 @@ func TestAbandonedStreamHoldersWrittenFirst(t *testing.T) {
 			ending := make(chan struct{}, 1)
 			srv := testserver.New()
 			t.Cleanup(srv.Close)
-			cc := srv.ClientConn(t,
-				grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(
-					interceptor.WithConfig(parse(t, tc.file)),
-					interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) {
-						if e.Kind == interceptor.EventEnd {
-							ending <- struct{}{}
-						}
-					}))),
-				grpc.WithDisableRetry())
-			c := testingv1.NewTestServiceClient(cc)
+			c := staggerClient(t, srv, tc.file, []interceptor.Option{interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) {
+				if e.Kind == interceptor.EventEnd {
+					ending <- struct{}{}
+				}
+			})})
 			for range 20 {
 				var header, trailer metadata.MD
 				var p peer.Peer
-				ctx, cancel := context.WithCancel(context.Background())
-				// A bidi stream the server never ends: only the cancel ends it.
-				st, err := c.Chat(ctx, grpc.Header(&header), grpc.Trailer(&trailer), grpc.Peer(&p))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := st.Send(&testingv1.ChatRequest{Script: &testingv1.Script{Key: "k"}, Seq: 1}); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := st.Recv(); err != nil {
-					t.Fatal(err)
-				}
-				cancel()
-				<-ending
-				for err == nil {
-					_, err = st.Recv()
-				}
-				if status.Code(err) != codes.Canceled {
-					t.Fatalf("Recv: %v, want CANCELED", err)
-				}
-				// Read with no synchronisation beyond the stream's end: the
-				// attempt that answered shows its headers and peer, as
+				abandonChat(t, c, ending, grpc.Header(&header), grpc.Trailer(&trailer), grpc.Peer(&p))
+				// The attempt that answered shows its headers and peer, as
 				// grpc-go's own stream does when its caller cancels.
 				if header == nil || p.Addr == nil {
 					t.Fatalf("after the end: header %v, peer %v; want the answering attempt's", header, p.Addr)
