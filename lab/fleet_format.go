@@ -16,10 +16,7 @@ import (
 func WriteFleet(w io.Writer, rep *FleetReport) error {
 	c := rep.Config
 	var b strings.Builder
-	deadline := "no deadline"
-	if c.Deadline > 0 {
-		deadline = "deadline " + c.Deadline.String()
-	}
+	deadline := deadlineText(c.Deadline)
 	fmt.Fprintf(&b, "fleet: %d clients, each its own connection and retry layer, against one server over loopback TCP: %d workers × %v = %d attempts/s, no queue (RESOURCE_EXHAUSTED past that)\n",
 		c.Clients, c.Workers, c.ServiceTime(), c.Capacity)
 	fmt.Fprintf(&b, "load %.0f%% of capacity (%.0f calls/s, %s arrivals), %s; UNAVAILABLE from %v to %v (the return), load until %v; policy %d attempts, %v-%v ×%g, UNAVAILABLE and RESOURCE_EXHAUSTED\n",
@@ -76,21 +73,7 @@ func WriteFleet(w io.Writer, rep *FleetReport) error {
 
 	b.WriteString("\nfailed after the return while the server had room (it refused nothing in that 100 ms and the one before), by rule and text:\n")
 	for _, r := range rep.Results {
-		if len(r.RoomReasons) == 0 {
-			fmt.Fprintf(&b, "%-17s none\n", r.Contender)
-			continue
-		}
-		for i, rr := range r.RoomReasons {
-			if i == 3 {
-				fmt.Fprintf(&b, "%-17s ... %d kinds more\n", "", len(r.RoomReasons)-3)
-				break
-			}
-			name := r.Contender
-			if i > 0 {
-				name = ""
-			}
-			fmt.Fprintf(&b, "%-17s %6d  %s\n", name, rr.Count, rr.Reason)
-		}
+		fleetReasons.write(&b, r.Contender, r.RoomReasons)
 	}
 
 	b.WriteString("\nthe measurement: attempts the clients began, the server received, the server's records; RESOURCE_EXHAUSTED (in the warmup) and UNAVAILABLE it sent;\ncalls in flight at the return, calls cut by the lab; the machine: calls made late p99/max, first attempt reaching the server p99/max, CPU cores used\n")
@@ -120,4 +103,45 @@ func fleetPct(n, d int) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f%% of %d", 100*float64(n)/float64(d), d)
+}
+
+// deadlineText names a scenario's deadline, zero for none.
+func deadlineText(d time.Duration) string {
+	if d > 0 {
+		return "deadline " + d.String()
+	}
+	return "no deadline"
+}
+
+// reasonRows lays out a contender's failures by kind, the most frequent
+// first, three at the most: each row starts with indent and the name
+// padded to name, the count padded to count; more says how many kinds
+// were left out.
+type reasonRows struct {
+	indent      string
+	name, count int
+	more        string
+}
+
+var (
+	fleetReasons   = reasonRows{indent: "", name: 17, count: 6, more: "... %d kinds more"}
+	migrateReasons = reasonRows{indent: "  ", name: 16, count: 5, more: "and %d other kinds"}
+)
+
+func (l reasonRows) write(b *strings.Builder, contender string, reasons []FleetReason) {
+	if len(reasons) == 0 {
+		fmt.Fprintf(b, "%s%-*s none\n", l.indent, l.name, contender)
+		return
+	}
+	for i, why := range reasons {
+		if i == 3 {
+			fmt.Fprintf(b, "%s%-*s "+l.more+"\n", l.indent, l.name, "", len(reasons)-i)
+			return
+		}
+		name := contender
+		if i > 0 {
+			name = ""
+		}
+		fmt.Fprintf(b, "%s%-*s %*d  %s\n", l.indent, l.name, name, l.count, why.Count, why.Reason)
+	}
 }

@@ -17,10 +17,7 @@ func WriteMigrate(w io.Writer, rep *MigrateReport) error {
 	if c.TCP {
 		transport = "loopback TCP"
 	}
-	deadline := "no deadline"
-	if c.deadline() > 0 {
-		deadline = "deadline " + c.deadline().String()
-	}
+	deadline := deadlineText(c.deadline())
 	var what, trigger string
 	switch c.Scenario {
 	case ScenarioMigrateRefused:
@@ -62,20 +59,7 @@ func WriteMigrate(w io.Writer, rep *MigrateReport) error {
 	}
 	b.WriteString("\nfailures by reason, the most frequent first:\n")
 	for _, r := range rep.Results {
-		if len(r.Reasons) == 0 {
-			fmt.Fprintf(&b, "  %-16s none\n", r.Contender)
-		}
-		for i, why := range r.Reasons {
-			if i == 3 {
-				fmt.Fprintf(&b, "  %-16s and %d other kinds\n", "", len(r.Reasons)-i)
-				break
-			}
-			name := r.Contender
-			if i > 0 {
-				name = ""
-			}
-			fmt.Fprintf(&b, "  %-16s %5d  %s\n", name, why.Count, why.Reason)
-		}
+		migrateReasons.write(&b, r.Contender, r.Reasons)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
