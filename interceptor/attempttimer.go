@@ -203,16 +203,6 @@ func (at *attemptTimer) fire() {
 	}
 	next := timerRanOn
 	switch {
-	case ok && at.f.timerEvents != nil:
-		if next = at.decide(v, at.due); next != timerFired {
-			break
-		}
-		// hedgeOnPerTryTimeout: the attempt runs on beside the retry. Sent
-		// before the state leaves timerDeciding, so that the attempt's
-		// stop, which waits for the decision, comes after it: the loop
-		// hears of the retry before it hears the attempt ended.
-		at.f.timerEvents <- hedgeResult{n: at.f.attempt, fired: true, verdict: v, admission: at.admission}
-		next = timerRanOn
 	case ok && v.Pause > 0:
 		// The grace: the attempt runs on through the retry's pause.
 		at.verdict, at.fired, next = v, at.due.Sub(at.start), timerGrace
@@ -267,9 +257,7 @@ func (at *attemptTimer) decide(v policy.Verdict, now time.Time) int32 {
 			at.t.Reset(time.Until(at.due))
 			return timerArmed
 		}
-		// Not with hedgeOnPerTryTimeout: its retry runs beside the
-		// attempt rather than in place of a straggler.
-		straggler = at.f.timerEvents == nil && p.straggler(at.start, now, at.f.perAttempt, at.f.crit.Index(), at.prevFired)
+		straggler = p.straggler(at.start, now, at.f.perAttempt, at.f.crit.Index(), at.prevFired)
 	}
 	adm, refused := at.f.timeoutAdmit(straggler)
 	if refused != policy.ReasonNone {
@@ -292,7 +280,7 @@ func (at *attemptTimer) decide(v policy.Verdict, now time.Time) int32 {
 // hedgeOnPerTryTimeout, whose decision reaches the call's loop through a
 // channel, and a no-op for a nil timer.
 func (at *attemptTimer) catchUp(now time.Time) {
-	if at == nil || at.f.timerEvents != nil {
+	if at == nil {
 		return
 	}
 	for {

@@ -123,7 +123,7 @@ type call struct {
 	// served.
 	retryStart time.Duration
 	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies (unary
-	// calls, timeoutHedge).
+	// calls: the loop's beside mode).
 	hedgeOnTimeout bool
 	// deferReq is the retry the budget refused, set while the call is to
 	// wait for it (pause waits through the budget's Deferrer); admission is
@@ -216,10 +216,6 @@ type retryFacts struct {
 	// pace is the method's (plan.pace): the timer asks it whether
 	// the server is slow for every attempt.
 	pace *pace
-	// timerEvents, under hedgeOnPerTryTimeout (unary calls,
-	// timeoutHedge), is where a timer that admitted a retry sends it,
-	// instead of cutting its attempt off.
-	timerEvents chan<- hedgeResult
 }
 
 // budget returns the budget of a call of the method on target, cc's (nil:
@@ -518,23 +514,29 @@ func callCriticality(ctx context.Context, o *options, m *policy.Method) critical
 // per-attempt timer (nil otherwise). cancel ends the attempt's context; call
 // it once the attempt is over, after timer.stop.
 func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *attemptTimer) {
-	c.attempt++
-	ctx = callCtx
-	if c.attempt > 1 {
-		ctx = metadata.AppendToOutgoingContext(ctx, previousAttemptsKey, strconv.Itoa(c.attempt-1))
-		ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
-	}
-	if c.attempt > 1 {
-		// A retry: the clock is read on this path already (the pause),
-		// and how long it takes tells the Gate how long one would
-		// (served, budget.Request.Took).
-		c.retryStart = monoNow()
-	}
+	ctx = c.numberAttempt(callCtx)
 	if c.perAttempt > 0 {
 		timer = startAttemptTimer(callCtx, ctx, c)
 		return timer.ctx, timer.cancel, timer
 	}
 	return ctx, noCancel, nil
+}
+
+// numberAttempt numbers the next attempt and returns its context: parent
+// itself for a first attempt, else a child carrying the attempt number
+// (AttemptFromContext) and the grpc-previous-rpc-attempts header.
+func (c *call) numberAttempt(parent context.Context) context.Context {
+	c.attempt++
+	if c.attempt == 1 {
+		return parent
+	}
+	ctx := metadata.AppendToOutgoingContext(parent, previousAttemptsKey, strconv.Itoa(c.attempt-1))
+	ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
+	// A retry: the clock is read on this path already (the pause), and
+	// how long it takes tells the Gate how long one would (served,
+	// budget.Request.Took).
+	c.retryStart = monoNow()
+	return ctx
 }
 
 // served notes that the attempt that just ended, under the per-attempt

@@ -71,15 +71,16 @@ func isConn(e ast.Expr) bool {
 // TestOneOwnerSites counts who decides "retry or not" and who ends a
 // call, so that a new engine or a new copy of a decision shows here
 // (issue 71, one owner per call). Every unary call ends in one place,
-// runUnary, whichever engine ran its attempts. The policy's Decide is
-// asked by afterAttempt (the loop's decision), by the per-attempt timer as
-// it fires (timeoutVerdict) and by hedgeOnPerTryTimeout's loop for the
-// outcome of an attempt that decides nothing (recordBeside); the target is
-// afterAttempt alone, once the timer sends the loop an event. The streams'
-// ends are their engines' (stream.go, hedgestream_attempts.go).
+// runUnary, whichever mode its loop (unaryLoop) ran its attempts in. The
+// policy's Decide is asked by afterAttempt (the loop's decision on an
+// attempt's end), by timeoutVerdict (as a per-attempt timer fires: on a
+// unary call's loop, on a stream's timer goroutine) and by recordBeside
+// (under hedgeOnPerTryTimeout, the outcome of an attempt that decides
+// nothing). The streams' ends are their engines' (stream.go,
+// hedgestream_attempts.go).
 func TestOneOwnerSites(t *testing.T) {
 	deciders, enders := ownerSites(t)
-	wantDeciders := []string{"call_retry.go: afterAttempt", "call_retry.go: timeoutVerdict", "timeouthedge.go: recordBeside"}
+	wantDeciders := []string{"call_retry.go: afterAttempt", "call_retry.go: timeoutVerdict", "unary_loop.go: recordBeside"}
 	if !slices.Equal(deciders, wantDeciders) {
 		t.Errorf("functions that call Decide:\n%s\nwant\n%s", strings.Join(deciders, "\n"), strings.Join(wantDeciders, "\n"))
 	}
