@@ -45,7 +45,7 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 	}
 	l.goroutines(h.MaxAttempts, grpcOpts)
 	l.hist = hist
-	l.hs = &hedgeState{k: k, c: c, h: h, hctx: l.hctx, hcancel: l.hcancel, delay: delay}
+	l.hedged, l.hs = true, hedgeState{k: k, c: c, h: h, hctx: l.hctx, hcancel: l.hcancel, delay: delay}
 	l.hs.deadline, l.hs.hasDeadline = callCtx.Deadline()
 	return l.run()
 }
@@ -120,7 +120,7 @@ type hedgeState struct {
 // sendDue sends the attempts that are due: one, or all that are left when
 // the delay is 0.
 func (l *unaryLoop) sendDue() {
-	s := l.hs
+	s := &l.hs
 	for s.due {
 		n := s.next(l.callCtx)
 		if n == 0 {
@@ -326,7 +326,7 @@ func (s *hedgeState) refused(callCtx context.Context, n int, why policy.Reason) 
 // a failure is judged by the hedging policy (judge). over says the call is
 // over, with err its result.
 func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
-	s := l.hs
+	s := &l.hs
 	if ev.err == nil {
 		s.c.recordHedge(ev.n, budget.Success, budget.Success)
 		l.drain()
@@ -421,7 +421,7 @@ func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
 // hedgeFailed ends a hedged call that failed: the last failure, with why
 // (ReasonAttempts when nothing else stopped the hedges).
 func (l *unaryLoop) hedgeFailed(why policy.Reason) error {
-	s := l.hs
+	s := &l.hs
 	l.drain()
 	l.hc.adoptMeta(l.lastOut)
 	s.giveUp(l.callCtx, why)

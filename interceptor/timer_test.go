@@ -9,6 +9,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -337,6 +338,18 @@ func TestUnaryTimerBeside(t *testing.T) {
 			l.timer.state, l.cur.Err(), l.pendingDue, c.retry, ask.asked)
 	}
 
+	// No pause: the retry starts as the timer fires, with a timer of its
+	// own, armed.
+	c = timerCall(1, time.Hour)
+	c.pol.Backoff.Initial, c.pol.Backoff.Max = 0, 0
+	c.hedgeOnTimeout = true
+	l = timerLoop(t, c, true)
+	l.hc.invoker = func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	l.fire()
+	if ev := <-l.hc.results; c.attempt != 2 || ev.n != 2 || l.timer.n != 2 || l.timer.state != timerArmed {
+		t.Errorf("after fire with no pause: attempt %d (ended %d), timer of attempt %d in state %d; want attempt 2 started, its timer armed (%d)", c.attempt, ev.n, l.timer.n, l.timer.state, timerArmed)
+	}
+
 	c = timerCall(1, time.Hour)
 	c.budget, c.hedgeOnTimeout = ask, true
 	l = timerLoop(t, c, true)
@@ -344,6 +357,40 @@ func TestUnaryTimerBeside(t *testing.T) {
 	l.fire()
 	if !l.pendingDue.IsZero() || ask.asked != 1 {
 		t.Errorf("a cancelled attempt's timer admitted a retry (due %v) or asked the budget (%d times; want 1, before)", l.pendingDue, ask.asked)
+	}
+}
+
+// TestUnaryTimerEndBeforeDueIsItsOwn: an attempt that ended before the
+// timer was due was not timed out, even when the loop took the timer's
+// event first (the attempt's end was still on its way): the timer, with no
+// pause to wait (no grace), cut the attempt off as it fired, and the end
+// that then arrives, dated before the due time, is the attempt's own, and
+// the retry the timer admitted does not go. One dated after it was cut
+// off.
+func TestUnaryTimerEndBeforeDueIsItsOwn(t *testing.T) {
+	const d = time.Hour
+	for _, tc := range []struct {
+		name string
+		end  time.Duration // after start
+		cut  bool
+	}{
+		{"ended before the due time", d - time.Millisecond, false},
+		{"ended at the due time", d, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ask := &askBudget{allow: true}
+			c := timerCall(1, d)
+			c.pol.Backoff.Initial, c.pol.Backoff.Max = 0, 0
+			c.budget = ask
+			l := timerLoop(t, c, false)
+			l.timerDue(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
+			if l.timer.state != timerFired || l.cur.Err() == nil || ask.asked != 1 {
+				t.Fatalf("after the timer's event: state %d, ctx.Err() = %v, budget asked %d; want cut off (%d), cancelled, 1", l.timer.state, l.cur.Err(), ask.asked, timerFired)
+			}
+			if cut := l.endTimer(l.timer.start.Add(tc.end)); cut != tc.cut || c.timerVerdict.Retry != tc.cut {
+				t.Errorf("cut %v, verdict %+v; want %v, a retry only when cut", cut, c.timerVerdict, tc.cut)
+			}
+		})
 	}
 }
 

@@ -382,8 +382,13 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 			// off.
 			l.beside, l.replyType = true, callerReply.ProtoReflect().Type()
 		}
-		// Room for every attempt's end and every timer's retry.
-		l.goroutines(2*c.pol.MaxAttempts, withFileOpts(c.fileOpts, grpcOpts))
+		// Room for the attempts that may run at once (one, but beside);
+		// a timer's event waits for the loop (sendAt).
+		n := 1
+		if l.beside {
+			n = c.pol.MaxAttempts
+		}
+		l.goroutines(n, withFileOpts(c.fileOpts, grpcOpts))
 		return &tc, l.run()
 	}
 	// The loop's content escapes (its goroutine modes hand it on), so it

@@ -69,10 +69,12 @@ type unaryLoop struct {
 	// replyType makes a reply for each attempt after the first; nil when
 	// they go one at a time into the caller's reply.
 	replyType protoreflect.MessageType
-	// hs is hedging's start rule and judge (nil: a retry policy's call),
-	// hist the method's latency histogram for an adaptive delay.
-	hs   *hedgeState
-	hist *latencyHistogram
+	// hs is hedging's start rule and judge when hedged (else a retry
+	// policy's call), hist the method's latency histogram for an adaptive
+	// delay.
+	hedged bool
+	hs     hedgeState
+	hist   *latencyHistogram
 	// beside: hedgeOnPerTryTimeout, a retry the timer admits goes beside
 	// its attempt; pendingDue, when not zero, is when such a retry, waiting
 	// out its pause, is due.
@@ -132,7 +134,7 @@ func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 func (l *unaryLoop) run() error {
 	var done <-chan struct{}
 	switch {
-	case l.hs != nil:
+	case l.hedged:
 		l.hs.due = true
 		done = l.callCtx.Done()
 		defer func() { l.c.attempt = l.hs.sent }()
@@ -147,7 +149,7 @@ func (l *unaryLoop) run() error {
 	}
 	for {
 		var ev unaryEvent
-		if hs := l.hs; hs != nil {
+		if hs := &l.hs; l.hedged {
 			l.sendDue()
 			if l.inFlight == 0 && hs.timerC == nil {
 				return l.hedgeFailed(hs.stopped)
@@ -157,7 +159,7 @@ func (l *unaryLoop) run() error {
 			ev = l.attemptInline()
 		} else {
 			var startC <-chan time.Time
-			if l.hs != nil {
+			if l.hedged {
 				startC = l.hs.timerC
 			}
 			select {
@@ -181,7 +183,7 @@ func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 	case evEnded:
 		l.ended1()
 		switch {
-		case l.hs != nil:
+		case l.hedged:
 			return l.hedgeEnded(ev)
 		case l.beside:
 			return l.besideEnded(ev)
@@ -191,7 +193,7 @@ func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 		l.timerDue(ev)
 	case evStart:
 		switch {
-		case l.hs != nil:
+		case l.hedged:
 			l.hs.timerC, l.hs.due = nil, true
 		case !l.pendingDue.IsZero() && ev.at.Equal(l.pendingDue):
 			l.pendingDue = time.Time{}
@@ -263,6 +265,12 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 		c.slow = false
 	}
 	err, timedOut := attemptOutcome(l.callCtx, ev.err, cut)
+	if cut && !timedOut {
+		// Answered, or the caller left, as the timer cut the attempt
+		// off: the retry the timer admitted does not go.
+		l.settleTimer()
+		c.timerVerdict, c.timerAdmission = policy.Verdict{}, budget.AdmitNone
+	}
 	if err == nil && (timed || c.attempt > 1) {
 		l.served(ev)
 	}
@@ -376,7 +384,7 @@ func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 func (l *unaryLoop) callerLeft() (error, bool) {
 	c := l.c
 	switch {
-	case l.hs != nil:
+	case l.hedged:
 		if why, over := l.hs.callerGone(l.callCtx); over {
 			return l.hedgeFailed(why), true
 		}
@@ -398,7 +406,7 @@ func (l *unaryLoop) ended1() {
 		return
 	}
 	l.inFlight--
-	if l.hs != nil {
+	if l.hedged {
 		l.hs.inFlight--
 	}
 }
@@ -408,7 +416,7 @@ func (l *unaryLoop) ended1() {
 // no goroutine outlives the call, and nothing writes a reply or holder
 // once the call has returned.
 func (l *unaryLoop) drain() {
-	if l.hs != nil {
+	if l.hedged {
 		l.hs.disarm()
 	}
 	l.hcancel()
@@ -422,7 +430,7 @@ func (l *unaryLoop) drain() {
 		if ev.err == nil {
 			o = budget.Success
 		}
-		if l.hs != nil {
+		if l.hedged {
 			l.c.recordHedge(ev.n, o, o)
 		} else {
 			l.c.recordAttempt(ev, o, o)

@@ -39,9 +39,12 @@ type unaryTimer struct {
 	// refused (ReasonNone: the policy would not retry).
 	verdict      policy.Verdict
 	fired, grace time.Duration
-	admission    budget.Admission
-	straggler    bool
-	refused      policy.Reason
+	// decidedAt is the due time of the decision that cut the attempt off
+	// or let it run on (timerFired, timerRanOn).
+	decidedAt time.Time
+	admission budget.Admission
+	straggler bool
+	refused   policy.Reason
 }
 
 // startTimer arms the per-attempt timer of the attempt just numbered.
@@ -106,8 +109,11 @@ func (l *unaryLoop) fire() {
 	switch {
 	case ok && l.beside:
 		if next = l.decide(v, t.due); next == timerFired {
-			next = timerRanOn
+			// The attempt runs on beside the retry, which gets a timer
+			// of its own as it starts.
+			l.setTimer(timerRanOn, t.due)
 			l.retryBeside(v, t.admission)
+			return
 		}
 	case ok && v.Pause > 0:
 		t.verdict, t.fired, next = v, t.due.Sub(t.start), timerGrace
@@ -116,7 +122,7 @@ func (l *unaryLoop) fire() {
 	case ok:
 		next = l.decide(v, t.due)
 	}
-	l.setTimer(next)
+	l.setTimer(next, t.due)
 }
 
 // cut is the timer's decision as its grace ends (at t.graceEnd): the retry
@@ -129,12 +135,16 @@ func (l *unaryLoop) cut() {
 		t.grace = t.graceEnd.Sub(t.start) - t.fired
 		next = l.decide(t.verdict, t.graceEnd)
 	}
-	l.setTimer(next)
+	l.setTimer(next, t.graceEnd)
 }
 
-// setTimer moves the timer to state next; timerFired cancels the attempt.
-func (l *unaryLoop) setTimer(next int32) {
+// setTimer moves the timer to state next by the decision due at; timerFired
+// cancels the attempt.
+func (l *unaryLoop) setTimer(next int32, at time.Time) {
 	l.timer.state = next
+	if next == timerFired || next == timerRanOn {
+		l.timer.decidedAt = at
+	}
 	if next == timerFired {
 		l.cancel()
 	}
@@ -193,6 +203,13 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 	}
 	c.slow = end.Sub(t.start) >= c.perAttempt/slowSuccessPart
 	t.stop()
+	if (t.state == timerFired || t.state == timerRanOn) && end.Before(t.decidedAt) {
+		// The attempt ended before the decision was due, and its end
+		// reached the loop after the timer's event: its end is its own.
+		// A retry the decision admitted does not go.
+		l.settleTimer()
+		t.state = timerStopped
+	}
 	switch t.state {
 	case timerFired:
 		c.timerVerdict, c.timerGrace = t.verdict, t.grace
@@ -204,4 +221,15 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 		}
 	}
 	return false
+}
+
+// settleTimer tells the budget that the retry the timer admitted as it cut
+// the attempt off will not go (the attempt's own end came first, or it
+// answered): its admission is settled (a Gate's probe lease freed).
+func (l *unaryLoop) settleTimer() {
+	c, t := l.c, &l.timer
+	if t.state == timerFired && c.budget != nil && t.admission != budget.AdmitNone {
+		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: t.admission})
+	}
+	t.admission = budget.AdmitNone
 }
