@@ -316,7 +316,11 @@ func timerLoop(t *testing.T, c *call, beside bool) *unaryLoop {
 	t.Helper()
 	bg := context.Background()
 	l := &unaryLoop{c: c, callCtx: bg, beside: beside}
-	l.goroutines(2*c.pol.MaxAttempts, nil)
+	n := 1 // one attempt at a time (unaryEngine)
+	if beside {
+		n = c.pol.MaxAttempts
+	}
+	l.goroutines(n, nil)
 	c.attempt--
 	l.cur, l.cancel = context.WithCancel(c.numberAttempt(l.hctx))
 	l.startTimer()

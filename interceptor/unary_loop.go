@@ -62,10 +62,12 @@ type unaryLoop struct {
 	firstErr                error
 
 	// Attempts on goroutines: hc holds their outputs and the events;
-	// hctx, which hcancel ends, is what they derive from.
+	// hctx, which hcancel ends, is what they derive from (alone: one at a
+	// time, the caller's context itself).
 	hc      *hedgeCall
 	hctx    context.Context
 	hcancel context.CancelFunc
+	alone   bool
 	// replyType makes a reply for each attempt after the first; nil when
 	// they go one at a time into the caller's reply.
 	replyType protoreflect.MessageType
@@ -127,6 +129,12 @@ func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 	hc.method, hc.req, hc.cc, hc.invoker = l.c.method, l.req, l.cc, l.invoker
 	hc.base = hc.split(hc.base, grpcOpts, &hc.onFinish)
 	l.hc = hc
+	if l.alone = maxAttempts == 1; l.alone {
+		// One attempt at a time, each with a cancel of its own, which the
+		// loop calls as it takes the attempt's end: nothing to drain.
+		l.hctx, l.hcancel = l.callCtx, noCancel
+		return
+	}
 	l.hctx, l.hcancel = context.WithCancel(l.callCtx)
 }
 
@@ -454,6 +462,10 @@ func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
 // sendAt sends ev to the loop at due, unless the call has ended by then.
 func (l *unaryLoop) sendAt(due time.Time, ev unaryEvent) *time.Timer {
 	events, done := l.hc.results, l.hctx.Done()
+	if l.alone {
+		// The attempt's: its timer's events are the only ones sent.
+		done = l.cur.Done()
+	}
 	return time.AfterFunc(time.Until(due), func() {
 		select {
 		case events <- ev:
