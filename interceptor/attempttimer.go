@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Maintainers: the per-attempt timer is the one decision taken off the
-// call's goroutine: when it fires, retryFacts.timeoutVerdict (call_retry.go) runs on the timer's
+// Maintainers: a stream's per-attempt timer is the one decision taken off
+// the call's goroutine (a unary call's is its loop's: unary_timer.go): when it fires, retryFacts.timeoutVerdict (call_retry.go) runs on the timer's
 // goroutine, on a copy of the call's retryFacts taken by nextAttempt (not
 // of the call), and asks Decide
 // whether the policy would retry; if so, after the retry's pause (the
@@ -22,8 +22,7 @@ import (
 // now. Only then does the timer cut the attempt off; stopTimer hands the
 // verdict it admitted to afterAttempt, which follows it without asking the
 // budget again (Allow spends). Otherwise the attempt runs on and ends as any
-// attempt does. Unary and stream attempts share it through nextAttempt and
-// stopTimer. Each decision is taken at its due time (attemptTimer.due,
+// attempt does. Stream attempts use it through nextAttempt and stopTimer. Each decision is taken at its due time (attemptTimer.due,
 // graceEnd), by the timer's goroutine or, when the attempt ended or
 // answered after that time and the timer's goroutine has not run yet, by
 // the attempt's own (catchUp): whether an attempt was cut off follows from
@@ -203,16 +202,6 @@ func (at *attemptTimer) fire() {
 	}
 	next := timerRanOn
 	switch {
-	case ok && at.f.timerEvents != nil:
-		if next = at.decide(v, at.due); next != timerFired {
-			break
-		}
-		// hedgeOnPerTryTimeout: the attempt runs on beside the retry. Sent
-		// before the state leaves timerDeciding, so that the attempt's
-		// stop, which waits for the decision, comes after it: the loop
-		// hears of the retry before it hears the attempt ended.
-		at.f.timerEvents <- hedgeResult{n: at.f.attempt, fired: true, verdict: v, admission: at.admission}
-		next = timerRanOn
 	case ok && v.Pause > 0:
 		// The grace: the attempt runs on through the retry's pause.
 		at.verdict, at.fired, next = v, at.due.Sub(at.start), timerGrace
@@ -267,9 +256,7 @@ func (at *attemptTimer) decide(v policy.Verdict, now time.Time) int32 {
 			at.t.Reset(time.Until(at.due))
 			return timerArmed
 		}
-		// Not with hedgeOnPerTryTimeout: its retry runs beside the
-		// attempt rather than in place of a straggler.
-		straggler = at.f.timerEvents == nil && p.straggler(at.start, now, at.f.perAttempt, at.f.crit.Index(), at.prevFired)
+		straggler = p.straggler(at.start, now, at.f.perAttempt, at.f.crit.Index(), at.prevFired)
 	}
 	adm, refused := at.f.timeoutAdmit(straggler)
 	if refused != policy.ReasonNone {
@@ -288,11 +275,10 @@ func (at *attemptTimer) decide(v policy.Verdict, now time.Time) int32 {
 // would then depend on which goroutine the scheduler ran first. With
 // catchUp it depends on the times alone: an attempt that ended before its
 // timer was due ended on its own; one that ended after met the timer's
-// decisions first, taken at their due times (fire, cut). Not under
-// hedgeOnPerTryTimeout, whose decision reaches the call's loop through a
-// channel, and a no-op for a nil timer.
+// decisions first, taken at their due times (fire, cut). A no-op for a nil
+// timer.
 func (at *attemptTimer) catchUp(now time.Time) {
-	if at == nil || at.f.timerEvents != nil {
+	if at == nil {
 		return
 	}
 	for {

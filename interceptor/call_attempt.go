@@ -20,11 +20,14 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// Maintainers: the decision loop is written once, in this file (start,
-// nextAttempt), call_outcome.go (attemptOutcome), attempttimer.go (the
-// per-attempt timer), call_retry.go (afterAttempt, finish) and
-// call_wait.go (pause, waitDeferred), and every engine (unary, stream,
-// hedging) runs it:
+// Maintainers: the decision is written once, in this file (start,
+// nextAttempt), call_outcome.go (attemptOutcome), call_retry.go
+// (afterAttempt, finish) and call_wait.go (pause, waitDeferred). A unary
+// call that may send more than one attempt runs on its loop (unaryLoop,
+// unary_loop.go), which owns it: attempts, timers and the caller's context
+// send it events, and it alone decides, commits and returns the result
+// that runUnary ends the call with. A stream runs the same decision from
+// its own engines (stream.go, hedgestream.go):
 //
 //	var c call
 //	callCtx, cancel, grpcOpts, run := k.start(ctx, cc, method, opts, &c) // k *core from newCore(opts)
@@ -45,7 +48,7 @@ import (
 // waitForReady and message size limits for the method (cached per method and
 // file, so they cost no allocation); pass them before the caller's options so
 // that the caller's win, as in grpc-go. Keep c on the stack: hand a copy to
-// anything that may outlive the call's goroutine (the hedging engine does).
+// anything whose content escapes (the unary loop runs on one).
 // afterAttempt records the attempt in the budget, consults Decide and the
 // budget, and emits the events; pause is deadline- and cancel-aware. A
 // stream sets committed at the first header or message; a hedge asks the
@@ -53,16 +56,18 @@ import (
 // events. A stream whose c.hedged is set goes to k.hedgeStream
 // (hedgestream.go).
 //
-// The unary interceptor runs a call that needs no more than this loop
+// The unary interceptor runs a call that needs no more than the inline loop
 // (no hedging, no per-attempt timer, no Options of its own: methodInfo.fast)
 // without a call until its first attempt ends (unaryInterceptor): only a failure
 // (or a call hook to tell) builds one, as start would (unaryGoOn), and goes on
-// in runUnary, where every unary call ends. A first attempt's success is
-// recorded there as afterAttempt records it, and
-// TestUnaryFastPathMatchesGeneralPath holds the two paths alike.
+// in runUnary, where every unary call ends: the loop's first step takes up
+// that attempt. A first attempt's success is recorded there as afterAttempt
+// records it, and TestUnaryFastPathMatchesGeneralPath holds the two paths
+// alike.
 //
-// The per-attempt timer (attempttimer.go) is the one decision taken off
-// the call's goroutine: that file says how it decides.
+// A stream's per-attempt timer (attempttimer.go) is the one decision taken
+// off the call's goroutine: that file says how it decides. A unary call's
+// (unary_timer.go) is the loop's.
 //
 // What the interceptors know of the wire, per attempt, comes from the call
 // options grpc already fills (no stats.Handler, which would cost about 15
@@ -123,7 +128,7 @@ type call struct {
 	// served.
 	retryStart time.Duration
 	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies (unary
-	// calls, timeoutHedge).
+	// calls: the loop's beside mode).
 	hedgeOnTimeout bool
 	// deferReq is the retry the budget refused, set while the call is to
 	// wait for it (pause waits through the budget's Deferrer); admission is
@@ -216,10 +221,6 @@ type retryFacts struct {
 	// pace is the method's (plan.pace): the timer asks it whether
 	// the server is slow for every attempt.
 	pace *pace
-	// timerEvents, under hedgeOnPerTryTimeout (unary calls,
-	// timeoutHedge), is where a timer that admitted a retry sends it,
-	// instead of cutting its attempt off.
-	timerEvents chan<- hedgeResult
 }
 
 // budget returns the budget of a call of the method on target, cc's (nil:
@@ -518,23 +519,29 @@ func callCriticality(ctx context.Context, o *options, m *policy.Method) critical
 // per-attempt timer (nil otherwise). cancel ends the attempt's context; call
 // it once the attempt is over, after timer.stop.
 func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *attemptTimer) {
-	c.attempt++
-	ctx = callCtx
-	if c.attempt > 1 {
-		ctx = metadata.AppendToOutgoingContext(ctx, previousAttemptsKey, strconv.Itoa(c.attempt-1))
-		ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
-	}
-	if c.attempt > 1 {
-		// A retry: the clock is read on this path already (the pause),
-		// and how long it takes tells the Gate how long one would
-		// (served, budget.Request.Took).
-		c.retryStart = monoNow()
-	}
+	ctx = c.numberAttempt(callCtx)
 	if c.perAttempt > 0 {
 		timer = startAttemptTimer(callCtx, ctx, c)
 		return timer.ctx, timer.cancel, timer
 	}
 	return ctx, noCancel, nil
+}
+
+// numberAttempt numbers the next attempt and returns its context: parent
+// itself for a first attempt, else a child carrying the attempt number
+// (AttemptFromContext) and the grpc-previous-rpc-attempts header.
+func (c *call) numberAttempt(parent context.Context) context.Context {
+	c.attempt++
+	if c.attempt == 1 {
+		return parent
+	}
+	ctx := metadata.AppendToOutgoingContext(parent, previousAttemptsKey, strconv.Itoa(c.attempt-1))
+	ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
+	// A retry: the clock is read on this path already (the pause), and
+	// how long it takes tells the Gate how long one would (served,
+	// budget.Request.Took).
+	c.retryStart = monoNow()
+	return ctx
 }
 
 // served notes that the attempt that just ended, under the per-attempt

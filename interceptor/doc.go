@@ -200,8 +200,8 @@
 //
 // # Concurrency
 //
-// The interceptors are safe for concurrent use by any number of calls. Hooks
-// and the logger run on the call's goroutine (a hedged stream's hedge
-// events on its own goroutine), outside every lock, with a copy of the
-// event; they must be safe for concurrent use.
+// The interceptors are safe for concurrent use by any number of calls. One
+// loop on the caller's goroutine decides a unary call; its attempts, timers
+// and the caller's context only send it events. Hooks and the logger must
+// be safe for concurrent use: they run there, unlocked, on an event's copy.
 package interceptor

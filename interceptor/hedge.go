@@ -12,29 +12,28 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// hedge runs a unary call of a method whose policy hedges (gRFC A6): the
-// first attempt, then another every Delay while none has succeeded, up to
-// MaxAttempts in all. The first OK wins and the others are cancelled; a
-// fatal code, or a failure after response headers, ends the call with it and
-// cancels the others; a non-fatal code sends the next hedge at once (after a
-// valid pushback instead; an invalid one stops hedging). Every hedge asks the
-// budget first; a refusal stops hedging beside the attempts in flight
-// (refused), which go on.
-// The call returns only after every attempt it sent has ended. The
-// hedging policy applies (k.hedges; runUnary's engine runs one attempt
-// otherwise).
+// hedge runs a unary call of a method whose policy hedges (gRFC A6) on
+// the call's loop: the first attempt, then another every Delay while none
+// has succeeded, up to MaxAttempts in all (hedgeState's start rule). The
+// first OK wins and the others are cancelled; a fatal code, or a failure
+// after response headers, ends the call with it and cancels the others; a
+// non-fatal code sends the next hedge at once (after a valid pushback
+// instead; an invalid one stops hedging). Every hedge asks the budget
+// first; a refusal stops hedging beside the attempts in flight
+// (refused), which go on. The call returns only after every attempt it
+// sent has ended. The hedging policy applies (k.hedges; runUnary's engine
+// runs one attempt otherwise).
 func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
 	h := c.hedged.Hedging
+	l := unaryLoop{k: k, c: c, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
 	delay, hist := k.hedgeDelay(c.method, h)
-	var replyType protoreflect.MessageType
 	if m, ok := reply.(proto.Message); ok && m != nil {
 		// The reply type, read before the first attempt writes into the
 		// caller's reply: a hedge made later must not read that message
 		// (grpc resets it to unmarshal, racing with ProtoReflect).
-		replyType = m.ProtoReflect().Type()
+		l.replyType = m.ProtoReflect().Type()
 	} else {
 		// Concurrent attempts each need a reply of their own, and stagger
 		// makes one only for a proto.Message: the attempts go one at a
@@ -44,40 +43,11 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 		k.noticeUnhedged(callCtx, c, policy.ReasonReplyType)
 		delay, hist = -1, nil
 	}
-
-	hc := getHedgeCall(h.MaxAttempts)
-	defer putHedgeCall(hc)
-	hc.method, hc.req, hc.cc, hc.invoker = c.method, req, cc, invoker
-	hc.base = hc.split(hc.base, grpcOpts, &hc.onFinish)
-	hctx, hcancel := context.WithCancel(callCtx)
-	defer hcancel()
-	s := hedgeState{k: k, c: c, hc: hc, h: h, hctx: hctx, hcancel: hcancel, delay: delay, replyType: replyType}
-	// The attempts sent, for the call's end (EventEnd).
-	defer func() { c.attempt = s.sent }()
-	s.deadline, s.hasDeadline = callCtx.Deadline()
-	s.due = true
-	done := callCtx.Done()
-	for {
-		s.sendDue(callCtx, reply)
-		if s.inFlight == 0 && s.timerC == nil {
-			return s.end(callCtx, s.stopped)
-		}
-		select {
-		case r := <-hc.results:
-			s.inFlight--
-			if err, over := s.ended(callCtx, r, reply, hist); over {
-				return err
-			}
-		case <-s.timerC:
-			s.timerC, s.due = nil, true
-		case <-done:
-			done = nil
-			// With attempts in flight, the first to report ends the call.
-			if why, over := s.callerGone(callCtx); over {
-				return s.end(callCtx, why)
-			}
-		}
-	}
+	l.goroutines(h.MaxAttempts, grpcOpts)
+	l.hist = hist
+	l.hedged, l.hs = true, hedgeState{k: k, c: c, h: h, hctx: l.hctx, hcancel: l.hcancel, delay: delay}
+	l.hs.deadline, l.hs.hasDeadline = callCtx.Deadline()
+	return l.run()
 }
 
 // hedges says whether c's hedging policy applies: it allows a second
@@ -118,15 +88,12 @@ func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration
 type hedgeState struct {
 	k       *core
 	c       *call
-	hc      *hedgeCall
 	h       *policy.Hedging
 	hctx    context.Context
 	hcancel context.CancelFunc
 	delay   time.Duration
-	// replyType makes each hedge's reply; nil when the caller's reply is
-	// not a proto.Message, and the attempts then go one at a time into it
-	// (delay < 0: no hedge is sent while an attempt is in flight).
-	replyType protoreflect.MessageType
+	// delay < 0: no hedge is sent while an attempt is in flight (a unary
+	// call whose reply is not a proto.Message: one reply, the caller's).
 
 	deadline    time.Time
 	hasDeadline bool
@@ -145,42 +112,29 @@ type hedgeState struct {
 	held   bool
 	timer  *time.Timer
 	timerC <-chan time.Time
-	// last is the last failure, lastN its attempt and lastOut the outputs
-	// of the last attempt that ended, whose metadata the caller gets when
-	// the call fails (nil: none ended).
-	last    error
-	lastN   int
-	lastOut *hedgeOutputs
+	// last is the last failure, lastN its attempt.
+	last  error
+	lastN int
 }
 
-// sendDue sends the attempts that are due: one, or all that are left when the
-// delay is 0.
-func (s *hedgeState) sendDue(callCtx context.Context, callerReply any) {
+// sendDue sends the attempts that are due: one, or all that are left when
+// the delay is 0.
+func (l *unaryLoop) sendDue() {
+	s := &l.hs
 	for s.due {
-		n := s.next(callCtx)
+		n := s.next(l.callCtx)
 		if n == 0 {
 			return
 		}
 		if !s.c.allowHedge(n) {
-			if why := s.waitHedge(callCtx, n); why != policy.ReasonNone {
-				s.refused(callCtx, n, why)
+			if why := s.waitHedge(l.callCtx, n); why != policy.ReasonNone {
+				s.refused(l.callCtx, n, why)
 				return
 			}
 		}
-		var out *hedgeOutputs
-		if n == 1 || s.replyType == nil {
-			out = &s.hc.first
-			out.reply = callerReply
-		} else {
-			out = &hedgeOutputs{reply: s.replyType.New().Interface()}
-		}
-		s.hc.prepare(out)
-		// nextAttempt numbers the attempt and, from the second on, adds the
-		// grpc-previous-rpc-attempts header and the attempt to the context.
-		actx, _, _ := s.c.nextAttempt(s.hctx)
-		s.launched(callCtx, n, time.Now())
-		go s.hc.run(actx, n, out)
-		s.schedule(callCtx, n)
+		s.launched(l.callCtx, n, time.Now())
+		l.launch()
+		s.schedule(l.callCtx, n)
 	}
 }
 
@@ -368,30 +322,32 @@ func (s *hedgeState) refused(callCtx context.Context, n int, why policy.Reason) 
 	}
 }
 
-// ended handles the result of one attempt. over says the call is over, with
-// err its result.
-func (s *hedgeState) ended(callCtx context.Context, r hedgeResult, callerReply any, hist *latencyHistogram) (err error, over bool) {
-	if r.err == nil {
-		s.c.recordHedge(r.n, budget.Success, budget.Success)
-		s.drain()
-		s.hc.adopt(callerReply, r.out)
-		if hist != nil {
-			hist.observe(r.took)
+// hedgeEnded judges the end of a hedged attempt: the first success wins;
+// a failure is judged by the hedging policy (judge). over says the call is
+// over, with err its result.
+func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
+	s := &l.hs
+	if ev.err == nil {
+		s.c.recordHedge(ev.n, budget.Success, budget.Success)
+		l.drain()
+		l.hc.adopt(l.reply, ev.out)
+		if l.hist != nil {
+			l.hist.observe(ev.at.Sub(ev.start))
 		}
 		if s.sent > 1 {
-			s.c.emit(callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: r.n, Hedging: true})
+			s.c.emit(l.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: ev.n, Hedging: true})
 		}
-		s.hc.finished(nil)
+		l.hc.finished(nil)
 		return nil, true
 	}
-	s.lastOut = r.out
+	l.lastOut = ev.out
 	// Headers arrived before the failure: the attempt had committed the
 	// call (gRFC A6), as a retry would be refused.
-	if why := s.judge(callCtx, r.n, r.err, *r.out.headerAddr != nil); why != policy.ReasonNone {
-		s.c.recordHedge(r.n, budget.Other, breakerOutcome(callCtx, r.err, false))
-		return s.end(callCtx, why), true
+	if why := s.judge(l.callCtx, ev.n, ev.err, ev.out.header != nil); why != policy.ReasonNone {
+		s.c.recordHedge(ev.n, budget.Other, breakerOutcome(l.callCtx, ev.err, false))
+		return l.hedgeFailed(why), true
 	}
-	s.nonFatal(callCtx, r.n, r.err, *r.out.trailerAddr)
+	s.nonFatal(l.callCtx, ev.n, ev.err, ev.out.trailer)
 	return nil, false
 }
 
@@ -451,22 +407,6 @@ func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer
 	}
 }
 
-// drain cancels every attempt still in flight and waits for each to end,
-// telling the budget of each: no goroutine outlives the call, and nothing
-// writes a reply or holder once the call has returned.
-func (s *hedgeState) drain() {
-	s.disarm()
-	s.hcancel()
-	for ; s.inFlight > 0; s.inFlight-- {
-		r := <-s.hc.results
-		o := budget.Other
-		if r.err == nil {
-			o = budget.Success
-		}
-		s.c.recordHedge(r.n, o, o)
-	}
-}
-
 // recordHedge tells c's breaker and budget (c.record) how attempt n of a
 // hedged call ended.
 func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
@@ -478,13 +418,14 @@ func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
 	c.record(n == 1, breakerO, &a)
 }
 
-// end ends a call that failed: the last failure, with why (ReasonAttempts
-// when nothing else stopped the hedges).
-func (s *hedgeState) end(callCtx context.Context, why policy.Reason) error {
-	s.drain()
-	s.hc.adoptMeta(s.lastOut)
-	s.giveUp(callCtx, why)
-	s.hc.finished(s.last)
+// hedgeFailed ends a hedged call that failed: the last failure, with why
+// (ReasonAttempts when nothing else stopped the hedges).
+func (l *unaryLoop) hedgeFailed(why policy.Reason) error {
+	s := &l.hs
+	l.drain()
+	l.hc.adoptMeta(l.lastOut)
+	s.giveUp(l.callCtx, why)
+	l.hc.finished(s.last)
 	return s.c.failed(s.sent, s.last)
 }
 

@@ -1,20 +1,17 @@
 package interceptor
 
 import (
-	"context"
 	"sync"
-	"time"
 
-	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 )
 
-// A hedged unary call's attempts (hedge.go, timeouthedge.go) and what the
-// caller sees of them: one attempt's reply, headers, trailer and peer.
+// The attempts of a unary call whose loop runs them on goroutines
+// (unary_loop.go) and what the caller sees of them: one attempt's reply,
+// headers, trailer and peer.
 
 // hedgeOutputs is what grpc writes for one attempt. The first attempt writes
 // into the caller's own reply (nothing to copy when it wins, the common
@@ -31,23 +28,6 @@ type hedgeOutputs struct {
 	opts            []grpc.CallOption
 }
 
-// hedgeResult is how one attempt ended, sent by its goroutine.
-type hedgeResult struct {
-	n   int
-	err error
-	out *hedgeOutputs
-	// took is the attempt's latency, for the adaptive delay.
-	took time.Duration
-	// fired: not an end but attempt n's per-attempt timer, which admitted
-	// verdict, a retry to send beside it (hedgeOnPerTryTimeout,
-	// timeouthedge.go).
-	fired   bool
-	verdict policy.Verdict
-	// admission is how the budget admitted attempt n, under
-	// hedgeOnPerTryTimeout, where each attempt tells the budget its own.
-	admission budget.Admission
-}
-
 // hedgeCall is one hedged call's shared state. Pooled: a hedged call that
 // wins on its first attempt should cost little more than an unhedged one.
 type hedgeCall struct {
@@ -56,7 +36,7 @@ type hedgeCall struct {
 	// maxAttempts: an attempt goroutine that finds it full waits, and the
 	// call's goroutine receives every attempt's result before it returns
 	// (drain), so none waits for ever.
-	results chan hedgeResult
+	results chan unaryEvent
 	first   hedgeOutputs
 
 	method  string
@@ -76,7 +56,7 @@ func getHedgeCall(maxAttempts int) *hedgeCall {
 	hc := hedgeCalls.Get().(*hedgeCall)
 	// Not pooled: a channel belongs to the testing/synctest bubble that made
 	// it, and a pooled one would cross bubbles.
-	hc.results = make(chan hedgeResult, min(maxAttempts, hedgeResultsRoom))
+	hc.results = make(chan unaryEvent, min(maxAttempts, hedgeResultsRoom))
 	return hc
 }
 
@@ -132,13 +112,6 @@ func (hc *hedgeCall) prepare(out *hedgeOutputs) {
 	if hc.callerPeer != nil {
 		out.opts = append(out.opts, grpc.Peer(&out.peer))
 	}
-}
-
-// run is one attempt's goroutine.
-func (hc *hedgeCall) run(ctx context.Context, n int, out *hedgeOutputs) {
-	start := time.Now()
-	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
-	hc.results <- hedgeResult{n: n, err: err, out: out, took: time.Since(start)}
 }
 
 // adopt copies the winner's outputs into the caller's reply and holders.

@@ -71,15 +71,16 @@ func isConn(e ast.Expr) bool {
 // TestOneOwnerSites counts who decides "retry or not" and who ends a
 // call, so that a new engine or a new copy of a decision shows here
 // (issue 71, one owner per call). Every unary call ends in one place,
-// runUnary, whichever engine ran its attempts. The policy's Decide is
-// asked by afterAttempt (the loop's decision), by the per-attempt timer as
-// it fires (timeoutVerdict) and by hedgeOnPerTryTimeout's loop for the
-// outcome of an attempt that decides nothing (recordBeside); the target is
-// afterAttempt alone, once the timer sends the loop an event. The streams'
-// ends are their engines' (stream.go, hedgestream_attempts.go).
+// runUnary, whichever mode its loop (unaryLoop) ran its attempts in. The
+// policy's Decide is asked by afterAttempt (the loop's decision on an
+// attempt's end), by timeoutVerdict (as a per-attempt timer fires: on a
+// unary call's loop, on a stream's timer goroutine) and by recordBeside
+// (under hedgeOnPerTryTimeout, the outcome of an attempt that decides
+// nothing). The streams' ends are their engines' (stream.go,
+// hedgestream_attempts.go).
 func TestOneOwnerSites(t *testing.T) {
 	deciders, enders := ownerSites(t)
-	wantDeciders := []string{"call_retry.go: afterAttempt", "call_retry.go: timeoutVerdict", "timeouthedge.go: recordBeside"}
+	wantDeciders := []string{"call_retry.go: afterAttempt", "call_retry.go: timeoutVerdict", "unary_loop.go: recordBeside"}
 	if !slices.Equal(deciders, wantDeciders) {
 		t.Errorf("functions that call Decide:\n%s\nwant\n%s", strings.Join(deciders, "\n"), strings.Join(wantDeciders, "\n"))
 	}
@@ -91,5 +92,86 @@ func TestOneOwnerSites(t *testing.T) {
 	}
 	if want := []string{"unary.go: runUnary"}; !slices.Equal(unary, want) {
 		t.Errorf("unary call ends in:\n%s\nwant %s alone", strings.Join(unary, "\n"), want[0])
+	}
+}
+
+// callersOf returns, for the package's non-test source outside the stream
+// engines' files, the functions ("file: Recv.func", or "file: func") that
+// call a method or function named one of names.
+func callersOf(t *testing.T, names ...string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var sites []string
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || streamFile(name) {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			site := name + ": " + fn.Name.Name
+			if fn.Recv != nil {
+				typ := fn.Recv.List[0].Type
+				if star, ok := typ.(*ast.StarExpr); ok {
+					typ = star.X
+				}
+				if id, ok := typ.(*ast.Ident); ok {
+					site = name + ": " + id.Name + "." + fn.Name.Name
+				}
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				if ce, ok := n.(*ast.CallExpr); ok {
+					if sel, ok := ce.Fun.(*ast.SelectorExpr); ok && slices.Contains(names, sel.Sel.Name) {
+						sites = append(sites, site)
+					}
+				}
+				return true
+			})
+		}
+	}
+	slices.Sort(sites)
+	return slices.Compact(sites)
+}
+
+// streamFile reports whether name is one of the stream engines' files
+// (and a stream's per-attempt timer), which decide a stream.
+func streamFile(name string) bool {
+	return strings.HasPrefix(name, "stream") || strings.HasPrefix(name, "hedgestream") ||
+		name == "resume.go" || name == "replay.go" || name == "attempttimer.go"
+}
+
+// TestUnaryLoopOwnsTheCall: of a unary call, only its loop (unaryLoop)
+// asks the decision (afterAttempt, timeoutVerdict, recordBeside), and only
+// it commits (adopt, adoptMeta: which attempt's reply and metadata the
+// caller sees), but for the calls that send one attempt and have no loop,
+// whose one attempt is recorded where it ran (core.unaryEngine,
+// call.afterOnlyAttempt). A decision or a commit made elsewhere fails it:
+// send the loop an event instead.
+func TestUnaryLoopOwnsTheCall(t *testing.T) {
+	oneAttempt := []string{"unary.go: call.afterOnlyAttempt", "unary.go: core.unaryEngine"}
+	for _, tc := range []struct {
+		what  string
+		names []string
+		also  []string
+	}{
+		{"decides", []string{"afterAttempt", "timeoutVerdict", "recordBeside"}, oneAttempt},
+		{"commits", []string{"adopt", "adoptMeta"}, []string{"hedgecall.go: hedgeCall.adopt"}},
+	} {
+		for _, s := range callersOf(t, tc.names...) {
+			if !strings.Contains(s, ": unaryLoop.") && !slices.Contains(tc.also, s) {
+				t.Errorf("%s %s a unary call (%s); want the loop alone (unaryLoop)", s, tc.what, strings.Join(tc.names, ", "))
+			}
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -308,36 +309,137 @@ func TestWireAmbiguous(t *testing.T) {
 	}
 }
 
-// TestAttemptTimerHedgeOnTimeout: under hedgeOnPerTryTimeout a timer that
-// admits a retry sends it to the call's loop and leaves its attempt
-// running; one whose attempt ended from above (a hedge that lost) admits
-// nothing.
-func TestAttemptTimerHedgeOnTimeout(t *testing.T) {
+// timerLoop is a unary loop over c whose latest attempt has just left,
+// its per-attempt timer armed (an hour: its event never comes here); beside
+// says hedgeOnPerTryTimeout.
+func timerLoop(t *testing.T, c *call, beside bool) *unaryLoop {
+	t.Helper()
 	bg := context.Background()
-	events := make(chan hedgeResult, 1)
+	l := &unaryLoop{c: c, callCtx: bg, beside: beside}
+	n := 1 // one attempt at a time (unaryEngine)
+	if beside {
+		n = c.pol.MaxAttempts
+	}
+	l.goroutines(n, nil)
+	c.attempt--
+	l.cur, l.cancel = context.WithCancel(c.numberAttempt(l.hctx))
+	l.startTimer()
+	t.Cleanup(func() { l.timer.stop(); l.cancel(); l.hcancel() })
+	return l
+}
+
+// TestUnaryTimerBeside: under hedgeOnPerTryTimeout the loop's timer, as it
+// fires, admits a retry that waits out its pause beside the attempt, which
+// runs on; once the attempt ended from above it admits nothing.
+func TestUnaryTimerBeside(t *testing.T) {
 	ask := &askBudget{allow: true}
 	c := timerCall(1, time.Hour)
-	c.budget, c.hedgeOnTimeout, c.timerEvents = ask, true, events
-	at := startAttemptTimer(bg, bg, c)
-	at.fire()
-	if !at.stop() || at.ctx.Err() != nil {
-		t.Fatalf("after fire: stop() = false or ctx.Err() = %v; want the attempt running", at.ctx.Err())
+	c.budget, c.hedgeOnTimeout = ask, true
+	l := timerLoop(t, c, true)
+	l.fire()
+	if l.timer.state != timerRanOn || l.cur.Err() != nil || l.pendingDue.IsZero() || c.retry != 2 || ask.asked != 1 {
+		t.Fatalf("after fire: state %d, ctx.Err() = %v, retry due %v, retry %d, budget asked %d; want timerRanOn, running, a retry after its pause, 2, 1",
+			l.timer.state, l.cur.Err(), l.pendingDue, c.retry, ask.asked)
 	}
-	select {
-	case r := <-events:
-		if !r.fired || r.n != 1 || !r.verdict.Retry || r.verdict.Pause != 10*time.Millisecond {
-			t.Errorf("event %+v, want attempt 1's retry after 10ms", r)
-		}
-	default:
-		t.Fatal("no event")
-	}
-	at.cancel()
 
-	at = startAttemptTimer(bg, bg, c)
-	at.cancel()
-	at.fire()
-	if len(events) != 0 || ask.asked != 1 {
-		t.Errorf("a cancelled attempt's timer sent %d events, asked the budget %d times; want none, 1 (before)", len(events), ask.asked)
+	// No pause: the retry starts as the timer fires, with a timer of its
+	// own, armed.
+	c = timerCall(1, time.Hour)
+	c.pol.Backoff.Initial, c.pol.Backoff.Max = 0, 0
+	c.hedgeOnTimeout = true
+	l = timerLoop(t, c, true)
+	l.hc.invoker = func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	l.fire()
+	if ev := <-l.hc.results; c.attempt != 2 || ev.n != 2 || l.timer.n != 2 || l.timer.state != timerArmed {
+		t.Errorf("after fire with no pause: attempt %d (ended %d), timer of attempt %d in state %d; want attempt 2 started, its timer armed (%d)", c.attempt, ev.n, l.timer.n, l.timer.state, timerArmed)
+	}
+
+	c = timerCall(1, time.Hour)
+	c.budget, c.hedgeOnTimeout = ask, true
+	l = timerLoop(t, c, true)
+	l.cancel()
+	l.fire()
+	if !l.pendingDue.IsZero() || ask.asked != 1 {
+		t.Errorf("a cancelled attempt's timer admitted a retry (due %v) or asked the budget (%d times; want 1, before)", l.pendingDue, ask.asked)
+	}
+}
+
+// TestUnaryTimerEndBeforeDueIsItsOwn: an attempt that ended before the
+// timer was due was not timed out, even when the loop took the timer's
+// event first (the attempt's end was still on its way): the timer, with no
+// pause to wait (no grace), cut the attempt off as it fired, and the end
+// that then arrives, dated before the due time, is the attempt's own, and
+// the retry the timer admitted does not go. One dated after it was cut
+// off.
+func TestUnaryTimerEndBeforeDueIsItsOwn(t *testing.T) {
+	const d = time.Hour
+	for _, tc := range []struct {
+		name string
+		end  time.Duration // after start
+		cut  bool
+	}{
+		{"ended before the due time", d - time.Millisecond, false},
+		{"ended at the due time", d, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ask := &askBudget{allow: true}
+			c := timerCall(1, d)
+			c.pol.Backoff.Initial, c.pol.Backoff.Max = 0, 0
+			c.budget = ask
+			l := timerLoop(t, c, false)
+			l.timerDue(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
+			if l.timer.state != timerFired || l.cur.Err() == nil || ask.asked != 1 {
+				t.Fatalf("after the timer's event: state %d, ctx.Err() = %v, budget asked %d; want cut off (%d), cancelled, 1", l.timer.state, l.cur.Err(), ask.asked, timerFired)
+			}
+			if cut := l.endTimer(l.timer.start.Add(tc.end)); cut != tc.cut || c.timerVerdict.Retry != tc.cut {
+				t.Errorf("cut %v, verdict %+v; want %v, a retry only when cut", cut, c.timerVerdict, tc.cut)
+			}
+		})
+	}
+}
+
+// TestUnaryTimerDecidesAtDueTimes: the loop judges an attempt's end by
+// when it ended, not by which event came first. The timer (an hour, so its
+// event never comes here) is due at start+1h, its grace (the 10ms pause)
+// ends at start+1h+10ms; an end at each time meets exactly the decisions
+// due by then (endTimer), taken at their due times.
+func TestUnaryTimerDecidesAtDueTimes(t *testing.T) {
+	const d, pause = time.Hour, 10 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		end   time.Duration // after start
+		allow bool          // the budget's answer
+		cut   bool
+		asked int
+		state int32
+	}{
+		{"ended before the timer was due", d - time.Millisecond, true, false, 0, timerStopped},
+		{"ended in the grace: its answer is the call's", d + pause - time.Millisecond, true, false, 0, timerStopped},
+		{"ended as the grace ended: cut off", d + pause, true, true, 1, timerFired},
+		{"ended long after: cut off", 3 * d, true, true, 1, timerFired},
+		{"ended after, the budget refusing: ran on", d + pause, false, false, 1, timerRanOn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ask := &askBudget{allow: tc.allow}
+			c := timerCall(1, d)
+			c.budget = ask
+			l := timerLoop(t, c, false)
+			cut := l.endTimer(l.timer.start.Add(tc.end))
+			if cut != tc.cut || ask.asked != tc.asked || l.timer.state != tc.state {
+				t.Fatalf("cut %v, budget asked %d, state %d; want %v, %d, %d", cut, ask.asked, l.timer.state, tc.cut, tc.asked, tc.state)
+			}
+			if tc.cut && (l.timer.fired != d || c.timerGrace != pause || !c.timerVerdict.Retry) {
+				t.Errorf("fired after %v, grace %v, verdict %+v; want %v, %v, a retry", l.timer.fired, c.timerGrace, c.timerVerdict, d, pause)
+			}
+			if tc.cut != (l.cur.Err() != nil) {
+				t.Errorf("ctx.Err() = %v with cut %v", l.cur.Err(), tc.cut)
+			}
+			// An event that arrives after the end changes nothing.
+			l.timerDue(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
+			if l.timer.state != tc.state || ask.asked != tc.asked {
+				t.Errorf("a late event moved the timer to %d (budget asked %d)", l.timer.state, ask.asked)
+			}
+		})
 	}
 }
 

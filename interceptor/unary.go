@@ -371,21 +371,40 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 			err = invoker(callCtx, c.method, req, reply, cc, withFileOpts(c.fileOpts, grpcOpts)...)
 		}
 		return c, c.afterOnlyAttempt(callCtx, err)
-	case c.hedgeOnTimeout:
-		// hedgeOnPerTryTimeout needs a reply per attempt, which stagger
-		// makes only for a proto.Message; others cut attempts off.
-		if callerReply, ok := reply.(proto.Message); ok && callerReply != nil {
-			tc := *c
-			return &tc, k.timeoutHedge(callCtx, &tc, callerReply, req, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
+	case c.perAttempt > 0:
+		// Something can fire during an attempt: each runs on a goroutine
+		// of its own, with outputs of its own.
+		tc := *c
+		l := unaryLoop{k: k, c: &tc, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
+		if callerReply, ok := reply.(proto.Message); ok && callerReply != nil && c.hedgeOnTimeout {
+			// hedgeOnPerTryTimeout needs a reply per attempt, which
+			// stagger makes only for a proto.Message; others cut attempts
+			// off.
+			l.beside, l.replyType = true, callerReply.ProtoReflect().Type()
 		}
+		// Room for the attempts that may run at once (one, but beside);
+		// a timer's event waits for the loop (sendAt).
+		n := 1
+		if l.beside {
+			n = c.pol.MaxAttempts
+		}
+		l.goroutines(n, withFileOpts(c.fileOpts, grpcOpts))
+		return &tc, l.run()
 	}
+	// The loop's content escapes (its goroutine modes hand it on), so it
+	// runs on a copy of c: c, which a call that does not get here keeps
+	// on the stack, does not escape with it.
+	ic := *c
+	l := unaryLoop{k: k, c: &ic, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker, inline: true, cancel: noCancel}
 	if first != nil {
 		// The fast path's first attempt failed: the loop takes it up.
-		return c, k.unaryAttempts(c, callCtx, req, reply, cc, invoker, first.attemptOpts, first.headerAddr, first.trailerAddr, first)
+		l.attemptOpts, l.headerAddr, l.trailerAddr = first.attemptOpts, first.headerAddr, first.trailerAddr
+		l.first, l.firstErr = true, first.err
+	} else {
+		*ua = mi.takeAttempt()
+		l.attemptOpts, l.headerAddr, l.trailerAddr = (*ua).prepare(c.fileOpts, grpcOpts)
 	}
-	*ua = mi.takeAttempt()
-	attemptOpts, headerAddr, trailerAddr := (*ua).prepare(c.fileOpts, grpcOpts)
-	return c, k.unaryAttempts(c, callCtx, req, reply, cc, invoker, attemptOpts, headerAddr, trailerAddr, nil)
+	return &ic, l.run()
 }
 
 // withFileOpts puts the file's call options (fileOpts) before the
@@ -406,65 +425,4 @@ func (c *call) afterOnlyAttempt(callCtx context.Context, err error) error {
 	}
 	c.afterAttempt(callCtx, err, nil, false, false)
 	return err
-}
-
-// unaryAttempts runs the attempts of a call that may retry, one at a time
-// on the caller's goroutine, each with attemptOpts; grpc writes each
-// attempt's header and trailer at headerAddr and trailerAddr
-// (unaryAttempt.prepare). first, when not nil, is the fast path's first
-// attempt, which ran (with those options) and failed: the loop's first
-// step, whose end the loop judges as any attempt's.
-func (k *core) unaryAttempts(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD, first *firstRun) error {
-	for {
-		var err error
-		var timer *attemptTimer
-		acancel := noCancel
-		if first != nil {
-			// As nextAttempt starts a first attempt without a timer.
-			c.attempt, err, first = 1, first.err, nil
-		} else {
-			var actx context.Context
-			actx, acancel, timer = c.nextAttempt(callCtx)
-			retrying(c.attempt, attemptOpts)
-			// grpc writes these only when the attempt got a stream; a stale value
-			// from an earlier attempt must not count.
-			*headerAddr, *trailerAddr = nil, nil
-			err = invoker(actx, c.method, req, reply, cc, attemptOpts...)
-		}
-		// Stop the timer before judging: an attempt that ended while it was
-		// armed ended on its own; once it fired, the attempt was cut off.
-		err, timedOut := attemptOutcome(callCtx, err, c.stopTimer(timer))
-		if err == nil && (timer != nil || c.attempt > 1) {
-			// Timed: a first attempt without a timer is not.
-			c.served(timer)
-		}
-		acancel()
-		if done, err := c.afterUnaryAttempt(callCtx, err, *headerAddr, *trailerAddr, timedOut); done {
-			return err
-		}
-	}
-}
-
-// afterUnaryAttempt judges the attempt of a call that may retry that just
-// ended with err (after attemptOutcome), with header and trailer what grpc
-// wrote of it, and waits out the pause before a retry. done says the call
-// ends, with error err.
-func (c *call) afterUnaryAttempt(callCtx context.Context, err error, header, trailer metadata.MD, timedOut bool) (done bool, _ error) {
-	// A Trailers-Only response leaves the header nil; headers that
-	// arrived, even with no entries, leave it non-nil: committed.
-	// Except for a call with an idempotency key: a unary call shows
-	// the application nothing of an attempt before the call returns,
-	// so commitment protects nothing there but the server from running
-	// the request twice, and the key does that (the server replays the
-	// first run's outcome). Such a call is retried after headers as
-	// before them: a reset after the server ran it heals.
-	committed := header != nil && c.o.idemKey == ""
-	retry, pause := c.afterAttempt(callCtx, err, trailer, committed, timedOut)
-	if !retry {
-		return true, c.finish(err)
-	}
-	if perr := c.pause(callCtx, pause, err); perr != nil {
-		return true, perr
-	}
-	return false, nil
 }

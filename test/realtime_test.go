@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -1310,4 +1312,54 @@ func TestRealTimeStragglerCut(t *testing.T) {
 	if got, want := b.State().Level, 9+0.01*21; got < want-1e-9 || got > want+1e-9 {
 		t.Errorf("budget level %v, want %v: no refund of an unpaid retry", got, want)
 	}
+}
+
+// A timed attempt's reply meets the decision that cuts it off (the end of
+// its grace: the timer, then the 10ms pause): the first attempt answers
+// OK from 5ms before that time to 5ms after, the second at once. The loop
+// judges the attempt by when it ended against the decision's due time,
+// whichever of the two events reached it first, and the caller sees one
+// attempt's answer: its reply, its header and its peer, with the Report
+// counting up to that attempt and OnFinish run once. An attempt the caller
+// got the reply of was not cancelled at the server.
+func TestRealTimeTimerMeetsReply(t *testing.T) {
+	srv, client := rtBench(t, rtFile)
+	var cutOff atomic.Int32
+	rtBatches(t, "calls", func(i int) (took bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		key := fmt.Sprint("meets-", i)
+		first := rtSpread(i) + rtPause
+		sc := &testingv1.Script{Key: key, HeadersFirst: true, AttemptDelays: []*durationpb.Duration{durationpb.New(first), durationpb.New(0)}}
+		var rep interceptor.Report
+		var header metadata.MD
+		var p peer.Peer
+		var finished atomic.Int32
+		reply, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}, interceptor.WithMaxAttempts(2), interceptor.WithReport(&rep),
+			grpc.Header(&header), grpc.Peer(&p), grpc.OnFinish(func(error) { finished.Add(1) }))
+		if err != nil {
+			t.Errorf("call %d (first answers after %v): %v (reason %q), want OK; the server's records %+v", i, first, err, reasonOf(err), srv.Attempts(key))
+			return
+		}
+		got := reply.GetReply().GetAttempt()
+		if int(got) != rep.Attempts || header == nil || p.Addr == nil || finished.Load() != 1 {
+			t.Errorf("call %d: the reply of attempt %d, Report.Attempts %d, header %v, peer %v, OnFinish ran %d times; want one attempt's answer, the Report counting to it, OnFinish once",
+				i, got, rep.Attempts, header, p.Addr, finished.Load())
+		}
+		recs, err := rtAwaitDone(ctx, srv, key, int(got))
+		if err != nil || len(recs) < int(got) {
+			t.Errorf("call %d: the server's records %+v: %v", i, recs, err)
+			return
+		}
+		if r := recs[got-1]; r.Cancelled || r.Code != codes.OK {
+			t.Errorf("call %d: the caller got the reply of attempt %+v, want one the server answered OK", i, r)
+		}
+		if got == 2 {
+			cutOff.Add(1)
+		}
+		// The path under test: the first attempt reached the server and
+		// its answer met the cut.
+		return len(recs) >= 1 && recs[0].Attempt == 1 && got <= 2
+	})
+	t.Logf("%d calls had their first attempt cut off", cutOff.Load())
 }
