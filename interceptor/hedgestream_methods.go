@@ -35,15 +35,14 @@ func (s *hedgedStream) SendMsg(m any) error {
 		s.mu.Unlock()
 		return errSendAfterClose
 	}
-	if !s.buf.add(m) {
-		if w := s.oldestOpenLocked(); w != nil {
+	w := s.oldestOpenLocked()
+	if kept, now := s.buf.keepBeforeCommit(m, w != nil); !kept {
+		if now {
 			sent := s.commitLocked(w)
 			s.mu.Unlock()
 			s.committedTo(w, sent)
 			return w.cs.SendMsg(m)
 		}
-		// No attempt open: the next one gets it in its replay and wins.
-		s.buf.force(m)
 		s.commitNext = true
 		s.mu.Unlock()
 		return nil

@@ -253,11 +253,13 @@ type retryStream struct {
 	// committed: never retry again (a response header or message arrived,
 	// the buffer overflowed, or the call has no retry policy).
 	committed bool
-	// switching: a retry is between deciding and the end of its replay;
-	// messages sent meanwhile are kept even past the bound, and overflow
-	// then commits when the replay ends.
+	// switching: a retry is between deciding and the end of its replay
+	// (no attempt is live for SendMsg).
 	switching bool
-	overflow  bool
+	// commitNext: a message overflowed the buffer during a switch
+	// (replayBuffer.keepBeforeCommit): it is kept past the bound, the next
+	// attempt to go live wins, and a failure meanwhile is final.
+	commitNext bool
 	// ctxCommit: Context was called during a switch; commit to the new
 	// attempt once it is open.
 	ctxCommit bool
@@ -312,7 +314,7 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 		a := new(streamAttempt)
 		last, trailer = a, nil
 		if timedOut, err = s.open(a); err != nil {
-			committed = s.overflowed()
+			committed = s.overflowing()
 			continue
 		}
 		if err = s.replay(a); err == nil {
@@ -321,7 +323,7 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 		// grpc refused a message it took before (a local error): the
 		// attempt counts, and the loop decides on that error.
 		timedOut = false
-		committed = s.overflowed()
+		committed = s.overflowing()
 		a.end()
 	}
 }
@@ -355,10 +357,10 @@ func (u unopened) Context() context.Context     { return u.ctx }
 func (u unopened) SendMsg(any) error            { return io.EOF }
 func (u unopened) RecvMsg(any) error            { return u.err }
 
-func (s *retryStream) overflowed() bool {
+func (s *retryStream) overflowing() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.overflow
+	return s.commitNext
 }
 
 // replay sends the kept messages, and CloseSend if the application called
@@ -371,7 +373,7 @@ func (s *retryStream) replay(a *streamAttempt) error {
 
 func (s *retryStream) useLocked(a *streamAttempt) {
 	s.cur, s.switching = a, false
-	if s.overflow || s.ctxCommit {
+	if s.commitNext || s.ctxCommit {
 		s.commitLocked()
 	}
 }
@@ -468,7 +470,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	// off, whatever arrived after.
 	cutOff := s.c.stopTimer(a.timer)
 	s.mu.Lock()
-	committed := s.committed || s.overflow
+	committed := s.committed || s.commitNext
 	if err != nil && !committed {
 		s.switching = true
 	}
