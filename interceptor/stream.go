@@ -394,14 +394,14 @@ func (s *retryStream) commitLocked() {
 // abandoned: the caller's context ended with nobody reading (watchAbandon);
 // the shown attempt's trailer is not read, as its reader may still be in
 // RecvMsg on it.
-func (s *retryStream) finishStream(final error, abandoned bool) {
+func (s *retryStream) finishStream(final error, abandoned bool) error {
 	s.mu.Lock()
 	first := !s.done
 	stop := s.stopAbandon
 	a := s.cur
 	s.mu.Unlock()
 	if !first {
-		return
+		return s.finalErr()
 	}
 	if stop != nil {
 		stop()
@@ -412,6 +412,14 @@ func (s *retryStream) finishStream(final error, abandoned bool) {
 	s.done, s.final, s.switching = true, final, false
 	s.buf.release()
 	s.mu.Unlock()
+	return final
+}
+
+// finalErr is what RecvMsg returns once the stream is done.
+func (s *retryStream) finalErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.final
 }
 
 // attemptEnded handles the end of attempt a, whose last operation returned
@@ -471,11 +479,14 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	cutOff := s.c.stopTimer(a.timer)
 	s.mu.Lock()
 	committed := s.committed || s.commitNext
-	if err != nil && !committed {
+	if err != nil && !committed && !abandoned {
 		s.switching = true
 	}
 	s.mu.Unlock()
-	if err != nil && !committed && !cutOff && !abandoned {
+	if abandoned {
+		return s.abandon(a, err, committed, cutOff)
+	}
+	if err != nil && !committed && !cutOff {
 		// The attempt has ended, so Header no longer blocks: non-nil means
 		// headers arrived before the failure (committed); a Trailers-Only
 		// failure has none and may be retried. Headers that came after the
@@ -488,23 +499,33 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 		committed = false
 	}
 	var trailer metadata.MD
-	if err != nil && !abandoned {
+	if err != nil {
 		trailer = a.cs.Trailer()
 	}
 	err, timedOut := attemptOutcome(s.callCtx, err, cutOff)
 	a.end()
 	over, final := s.retryAfter(err, trailer, committed, timedOut)
 	if over {
-		s.finishStream(final, abandoned)
-		s.mu.Lock()
-		final = s.final
-		s.mu.Unlock()
-		return nil, final
+		return nil, s.finishStream(final, false)
 	}
 	s.mu.Lock()
 	next = s.cur
 	s.mu.Unlock()
 	return next, nil
+}
+
+// abandon ends the stream on the abandon watch's event: the caller's
+// context ended with a, the current attempt, not read to its end. The
+// stream ends here, whatever the attempt came to; the attempt is judged
+// once all the same (afterAttempt), so the budget, the breaker and the
+// hooks hear of it, and that judgement never retries (policy.Decide's
+// caller rule: the caller's context is done). Its headers and trailer are
+// not read: the reader may still be in RecvMsg on a. endMu is held.
+func (s *retryStream) abandon(a *streamAttempt, err error, committed, cutOff bool) (next *streamAttempt, final error) {
+	err, timedOut := attemptOutcome(s.callCtx, err, cutOff)
+	a.end()
+	s.c.afterAttempt(s.callCtx, err, nil, committed, timedOut)
+	return nil, s.finishStream(s.c.finish(err), true)
 }
 
 // SendMsg sends m on the current attempt and, until the stream commits,
