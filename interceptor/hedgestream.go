@@ -67,7 +67,8 @@ type hedgedStream struct {
 	hist     *latencyHistogram
 
 	// The caller's holders and OnFinish, which end fills from the winner
-	// (or the last attempt) and runs.
+	// (or the last attempt) and runs, and the end (done, final) RecvMsg
+	// returns.
 	streamEnd
 
 	// events has room for every attempt: each attempt's goroutine sends
@@ -101,16 +102,10 @@ type hedgedStream struct {
 	asks []chan *streamHedgeAttempt
 	// failed: the stream failed before committing (the driver ended it).
 	failed bool
-	// done: the application has been given the stream's end, final (io.EOF
-	// after success).
-	done  bool
-	final error
 	// endMu orders the two who may report the winner's end (RecvMsg, and
 	// the watch on an abandoned stream): the second waits for the first's
 	// report, and returns its final error.
 	endMu sync.Mutex
-	// stopAbandon stops watchAbandon's watch on the caller's context.
-	stopAbandon func() bool
 }
 
 // streamHedgeAttempt is one attempt of a hedged stream.

@@ -209,23 +209,12 @@ func (s *hedgedStream) fail(st *hedgeState, why policy.Reason) {
 // after it, under endMu. done is set last: a RecvMsg that finds it returns
 // at once, and its caller may then read the holders and the Report.
 func (s *hedgedStream) end(a *streamHedgeAttempt, err error, abandoned bool) {
-	s.mu.Lock()
-	over := s.done
-	s.mu.Unlock()
-	if over {
-		return
-	}
 	var cs grpc.ClientStream
 	if a != nil {
 		cs = a.cs
 	}
-	s.stopAbandon()
 	s.hcancel()
-	s.cancel()
-	final := s.finish(s.c, s.cc, cs, abandoned, err)
-	s.mu.Lock()
-	s.done, s.final = true, final
-	s.mu.Unlock()
+	s.endOnce(&s.mu, s.c, s.cc, cs, abandoned, err, s.cancel)
 }
 
 // watchAbandon settles the stream when its caller's context ends (a cancel

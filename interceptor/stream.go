@@ -237,13 +237,13 @@ type retryStream struct {
 	// of an attempt that ended without headers: grpc-go's RecvMsg is not
 	// for two goroutines at once.
 	recvMu sync.Mutex
-	// The caller's holders and OnFinish, which finishStream fills and runs.
+	// The caller's holders and OnFinish, which finishStream fills and
+	// runs, and the end (done, final) RecvMsg returns.
 	streamEnd
 	// endMu makes attemptEnded one at a time: the reader's goroutine and
 	// the watch on an abandoned stream (watchAbandon) may both report an
-	// attempt's end. stopAbandon stops that watch.
-	endMu       sync.Mutex
-	stopAbandon func() bool
+	// attempt's end.
+	endMu sync.Mutex
 
 	mu sync.Mutex
 	// cur is the attempt that answers SendMsg, Header, Trailer and Context:
@@ -264,10 +264,7 @@ type retryStream struct {
 	// attempt once it is open.
 	ctxCommit bool
 	closeSent bool
-	done      bool
-	// final is what RecvMsg returns once done: io.EOF after success.
-	final error
-	buf   replayBuffer
+	buf       replayBuffer
 	// res is a resumable stream's state (resume.go), nil for the others.
 	res *resumeState
 }
@@ -396,30 +393,14 @@ func (s *retryStream) commitLocked() {
 // RecvMsg on it.
 func (s *retryStream) finishStream(final error, abandoned bool) error {
 	s.mu.Lock()
-	first := !s.done
-	stop := s.stopAbandon
 	a := s.cur
 	s.mu.Unlock()
-	if !first {
-		return s.finalErr()
-	}
-	if stop != nil {
-		stop()
-	}
-	s.cancel()
-	final = s.finish(&s.c, s.cc, a.cs, abandoned, final)
+	final = s.endOnce(&s.mu, &s.c, s.cc, a.cs, abandoned, final, s.cancel)
 	s.mu.Lock()
-	s.done, s.final, s.switching = true, final, false
+	s.switching = false
 	s.buf.release()
 	s.mu.Unlock()
 	return final
-}
-
-// finalErr is what RecvMsg returns once the stream is done.
-func (s *retryStream) finalErr() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.final
 }
 
 // attemptEnded handles the end of attempt a, whose last operation returned
