@@ -197,8 +197,8 @@ func (s *hedgedStream) drive(st *hedgeState) {
 		if st.due && st.sent > 0 && s.takeEvents(st) {
 			return
 		}
-		if s.serve() {
-			s.afterCommit(st, nil)
+		if w := s.serve(); w != nil {
+			s.afterCommit(st, w)
 			return
 		}
 		s.sendDue(st)
@@ -248,13 +248,13 @@ func (s *hedgedStream) takeEvents(st *hedgeState) bool {
 }
 
 // serve commits the stream when it is to commit to its oldest attempt
-// open (an ask, or commitNext) and one is, and answers the asks; true when
-// it committed. The driver's.
-func (s *hedgedStream) serve() bool {
+// open (an ask, or commitNext) and one is, and answers the asks; it
+// returns the winner when it committed. The driver's.
+func (s *hedgedStream) serve() *streamHedgeAttempt {
 	s.mu.Lock()
 	if len(s.asks) == 0 && !s.commitNext {
 		s.mu.Unlock()
-		return false
+		return nil
 	}
 	w := s.oldestOpenLocked()
 	if w == nil {
@@ -264,12 +264,12 @@ func (s *hedgedStream) serve() bool {
 		}
 		s.answerLocked(nil)
 		s.mu.Unlock()
-		return false
+		return nil
 	}
 	sent := s.commitLocked(w)
 	s.mu.Unlock()
 	s.committedTo(w, sent)
-	return true
+	return w
 }
 
 // answerLocked answers every ask with w (nil: none open, or the stream

@@ -126,7 +126,7 @@ func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
 			s.hist.observe(ev.took)
 		}
 		s.committedTo(a, sent)
-		s.afterCommit(st, nil)
+		s.afterCommit(st, a)
 		return true
 	}
 	if i := slices.Index(s.live, a); i >= 0 {
@@ -145,33 +145,24 @@ func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
 	return false
 }
 
-// afterCommit ends the driver once the stream has committed: no further
-// hedge, and every other attempt (cancelled at the commit) is waited for and
-// told to the budget. ev is an event the driver took already, if any. The
-// winner's own end is the application's to see.
-func (s *hedgedStream) afterCommit(st *hedgeState, ev *streamHedgeEvent) {
+// afterCommit ends the driver once it committed the stream to w: no
+// further hedge, and every other attempt (cancelled at the commit) is
+// waited for and told to the budget. The winner's own end is the
+// application's to see.
+func (s *hedgedStream) afterCommit(st *hedgeState, w *streamHedgeAttempt) {
 	st.disarm()
-	s.mu.Lock()
-	w := s.winner
-	s.mu.Unlock()
-	lost := func(ev streamHedgeEvent) {
+	for st.inFlight > 1 || st.inFlight == 1 && w.reported {
+		ev := <-s.events
+		st.inFlight--
+		ev.a.reported = true
 		if ev.a == w {
-			return
+			continue
 		}
 		o := budget.Other
 		if !ev.headers && ev.err == nil {
 			o = budget.Success
 		}
 		s.c.recordHedge(ev.a.n, o, o)
-	}
-	if ev != nil {
-		lost(*ev)
-	}
-	for st.inFlight > 1 || st.inFlight == 1 && w.reported {
-		ev := <-s.events
-		st.inFlight--
-		ev.a.reported = true
-		lost(ev)
 	}
 }
 
