@@ -30,17 +30,19 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // overflows. The others are cancelled; from then on the stream is the
 // winner's.
 //
-// Three kinds of goroutine share it. The driver (drive) runs the hedging
-// loop of hedge.go's hedgeState until the stream commits or fails: it
-// launches the attempts on the hedging delay, hears how each ends, and
-// after a commit waits for the losers to end, telling the budget of each.
-// Each attempt's goroutine opens the attempt's grpc stream and replays the
-// messages sent so far (open, join), then waits for its response headers or
-// its end and reports once on events (watch); the first attempt is opened
-// on the caller's goroutine, in hedgeStream, and only watched on its own. The application's goroutines call
-// the grpc.ClientStream methods: before the commit, SendMsg and CloseSend
-// keep the message for replay and send it to every attempt open, and
-// RecvMsg and Header wait for the commit.
+// Three kinds of goroutine share it. The driver (drive) owns the stream
+// until it commits or fails: it alone launches the attempts, on the
+// hedging delay, and it alone commits (commitLocked), so no hedge can go
+// after the commit; after a commit it waits for the losers to end,
+// telling the budget of each. Each attempt's goroutine opens the attempt's
+// grpc stream and replays the messages sent so far (open, join), then
+// waits for its response headers or its end and reports once on events
+// (watch); the first attempt is opened on the caller's goroutine, in
+// hedgeStream, and only watched on its own. The application's goroutines
+// call the grpc.ClientStream methods: before the commit, SendMsg and
+// CloseSend keep the message for replay and send it to every attempt
+// open, and RecvMsg and Header wait for the commit; Context, and a
+// message that overflows the buffer, ask the driver to commit (ask).
 //
 // sendMu orders the application's SendMsg and CloseSend before the commit;
 // each attempt's replay (join) runs beside them, and mu decides which of
@@ -65,12 +67,16 @@ type hedgedStream struct {
 	hist     *latencyHistogram
 
 	// The caller's holders and OnFinish, which end fills from the winner
-	// (or the last attempt) and runs.
+	// (or the last attempt) and runs, and the end (done, final) RecvMsg
+	// returns.
 	streamEnd
 
 	// events has room for every attempt: each attempt's goroutine sends
 	// once and ends, whether or not the driver still listens.
 	events chan streamHedgeEvent
+	// poke wakes the driver to answer asks or commitNext (room for one:
+	// a poke already waiting says it all).
+	poke chan struct{}
 	// ready is closed when the stream commits or fails before committing.
 	ready chan struct{}
 
@@ -90,18 +96,16 @@ type hedgedStream struct {
 	// commitNext: Context was called, or the buffer overflowed, while no
 	// attempt was open: the next attempt to open wins.
 	commitNext bool
+	// asks are the application's Context and SendMsg calls that want the
+	// stream committed to its oldest attempt open now: the driver answers
+	// each (serveLocked) with the winner, or nil when none was open.
+	asks []chan *streamHedgeAttempt
 	// failed: the stream failed before committing (the driver ended it).
 	failed bool
-	// done: the application has been given the stream's end, final (io.EOF
-	// after success).
-	done  bool
-	final error
 	// endMu orders the two who may report the winner's end (RecvMsg, and
 	// the watch on an abandoned stream): the second waits for the first's
 	// report, and returns its final error.
 	endMu sync.Mutex
-	// stopAbandon stops watchAbandon's watch on the caller's context.
-	stopAbandon func() bool
 }
 
 // streamHedgeAttempt is one attempt of a hedged stream.
@@ -147,6 +151,7 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 		k: k, c: &rs.c, h: h, callCtx: rs.callCtx, cancel: rs.cancel,
 		desc: rs.desc, cc: rs.cc, method: rs.method, streamer: rs.streamer,
 		events: make(chan streamHedgeEvent, h.MaxAttempts),
+		poke:   make(chan struct{}, 1),
 		ready:  make(chan struct{}),
 	}
 	s.hctx, s.hcancel = context.WithCancel(s.callCtx)
@@ -183,18 +188,20 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 
 // drive is the hedging loop (hedge.go's, for a stream): it ends when the
 // stream has committed and every other attempt has ended, or when the
-// stream has failed.
+// stream has failed. It alone launches and commits; what it takes:
+// attempts' events (watch, open), the hedging delay's timer, pokes (an
+// ask, or an attempt gone live after commitNext) and the caller's Done.
 func (s *hedgedStream) drive(st *hedgeState) {
 	done := s.callCtx.Done()
 	for {
 		if st.due && st.sent > 0 && s.takeEvents(st) {
 			return
 		}
-		s.sendDue(st)
-		if s.committed() {
-			s.afterCommit(st, nil)
+		if w := s.serve(); w != nil {
+			s.afterCommit(st, w)
 			return
 		}
+		s.sendDue(st)
 		if st.inFlight == 0 && st.timerC == nil {
 			s.fail(st, st.stopped)
 			return
@@ -208,10 +215,8 @@ func (s *hedgedStream) drive(st *hedgeState) {
 			}
 		case <-st.timerC:
 			st.timerC, st.due = nil, true
-		case <-s.ready:
-			// Committed by Context, or by an overflow of the buffer.
-			s.afterCommit(st, nil)
-			return
+		case <-s.poke:
+			// An ask, or commitNext met an attempt: serve, above.
 		case <-done:
 			done = nil
 			if why, over := st.callerGone(s.callCtx); over {
@@ -242,18 +247,63 @@ func (s *hedgedStream) takeEvents(st *hedgeState) bool {
 	}
 }
 
-func (s *hedgedStream) committed() bool {
+// serve commits the stream when it is to commit to its oldest attempt
+// open (an ask, or commitNext) and one is, and answers the asks; it
+// returns the winner when it committed. The driver's.
+func (s *hedgedStream) serve() *streamHedgeAttempt {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.winner != nil
+	if len(s.asks) == 0 && !s.commitNext {
+		s.mu.Unlock()
+		return nil
+	}
+	w := s.oldestOpenLocked()
+	if w == nil {
+		// None open: the next attempt to go live wins.
+		if len(s.asks) > 0 {
+			s.commitNext = true
+		}
+		s.answerLocked(nil)
+		s.mu.Unlock()
+		return nil
+	}
+	sent := s.commitLocked(w)
+	s.mu.Unlock()
+	s.committedTo(w, sent)
+	return w
+}
+
+// answerLocked answers every ask with w (nil: none open, or the stream
+// failed). mu is held.
+func (s *hedgedStream) answerLocked(w *streamHedgeAttempt) {
+	for _, q := range s.asks {
+		q <- w
+	}
+	clear(s.asks)
+	s.asks = s.asks[:0]
+}
+
+// ask has the driver commit the stream to its oldest attempt open, for
+// Context and a message that overflows the buffer, and returns the winner,
+// or nil when none was open (the next attempt to go live wins) or the
+// stream failed. mu is held, and held again on return; the caller saw an
+// attempt open, so the driver is in flight and answers.
+func (s *hedgedStream) ask() *streamHedgeAttempt {
+	q := make(chan *streamHedgeAttempt, 1)
+	s.asks = append(s.asks, q)
+	s.mu.Unlock()
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+	w := <-q
+	s.mu.Lock()
+	return w
 }
 
 // sendDue launches the attempts that are due, as hedge.go's sendDue does
 // for a unary call, with the same hedgeState steps (next, launched,
-// schedule). Asking the budget and counting the attempt (launchLocked) are
-// one step under mu with the check for a winner: a commit, which takes mu,
-// comes before it (no attempt goes, none is paid for) or after it (and
-// cancels the attempt with the others sent).
+// schedule). The driver alone launches and commits, so no attempt goes
+// after the commit.
 func (s *hedgedStream) sendDue(st *hedgeState) {
 	for st.due {
 		n := st.next(s.callCtx)
@@ -261,8 +311,8 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 			return
 		}
 		s.mu.Lock()
-		if s.winner != nil || s.commitNext && st.inFlight > 0 {
-			// Committed, or about to: an attempt in flight will win.
+		if s.commitNext && st.inFlight > 0 {
+			// About to commit: an attempt in flight will win.
 			s.mu.Unlock()
 			return
 		}

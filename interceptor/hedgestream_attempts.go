@@ -13,41 +13,11 @@ import (
 )
 
 // watch is an open attempt's goroutine: it waits for the attempt's response
-// headers, which commit the stream to it unless it committed already, or
-// for its end, and reports to the driver.
+// headers, or for its end, and reports to the driver, which decides.
 func (s *hedgedStream) watch(a *streamHedgeAttempt, cs grpc.ClientStream) {
 	ev := streamHedgeEvent{a: a}
 	if md, _ := cs.Header(); md != nil {
 		ev.headers, ev.took = true, time.Since(a.start)
-		// Committed here rather than by the driver: the application's
-		// RecvMsg waits for it, and a hop between goroutines less is
-		// latency less.
-		s.mu.Lock()
-		open := s.winner == nil && !s.failed
-		sent, won := 0, open && s.callCtx.Err() == nil
-		if won {
-			sent = s.commitLocked(a)
-		} else if open {
-			// The caller gave up before this goroutine saw the headers:
-			// the attempt ends with the caller's status, as grpc-go's own
-			// stream ends when its reader finds the context done with
-			// nothing received. Committing would give the caller a reply
-			// the cancelled stream got only because its cancel had not
-			// yet reached the transport: grpc-go's interop case
-			// cancel_after_begin under hedging, on a loaded machine, got
-			// OK from CloseAndRecv (the server answered the CloseSend
-			// sent after the cancel, and RecvMsg waits for the commit).
-			ev.headers = false
-			ev.err = status.FromContextError(s.callCtx.Err()).Err()
-			a.ended, a.endErr = true, ev.err
-		}
-		s.mu.Unlock()
-		if won {
-			if s.hist != nil {
-				s.hist.observe(ev.took)
-			}
-			s.committedTo(a, sent)
-		}
 		close(a.watched)
 		s.events <- ev
 		return
@@ -66,7 +36,8 @@ func (s *hedgedStream) watch(a *streamHedgeAttempt, cs grpc.ClientStream) {
 
 // join replays the messages sent so far on a, whose stream is cs, and
 // CloseSend if the application called it (replayOn), then makes a live; it
-// commits to a when the stream is to commit to the next attempt. It returns
+// wakes the driver, which commits to a, when the stream is to commit to the
+// next attempt. It returns
 // errHedgeLost when the stream committed to another attempt or failed
 // meanwhile, or the error grpc refused a message with (not io.EOF: an
 // attempt that died still goes live, its Header and RecvMsg tell how).
@@ -79,29 +50,33 @@ func (s *hedgedStream) watch(a *streamHedgeAttempt, cs grpc.ClientStream) {
 // join goes live in the step that finds it has sent every message kept, so
 // each message reaches a once, in order.
 func (s *hedgedStream) join(a *streamHedgeAttempt, cs grpc.ClientStream) error {
-	won, sent := false, 0
+	next := false
 	lost := func() bool { return s.winner != nil || s.failed }
 	err := replayOn(&s.mu, &s.buf, &s.closeSent, cs, lost, func() {
 		a.cs = cs
 		s.live = append(s.live, a)
-		if s.commitNext {
-			won, sent = true, s.commitLocked(a)
-		}
+		next = s.commitNext
 	})
-	if won {
-		s.committedTo(a, sent)
+	if next {
+		// The driver commits to it (serve).
+		select {
+		case s.poke <- struct{}{}:
+		default:
+		}
 	}
 	return err
 }
 
 // commitLocked commits the stream to w: the others are cancelled (those
 // still opening too: one waiting for a connection ends now), the buffer is
-// given back, and RecvMsg and Header go on with w.
+// given back, the asks are answered, and RecvMsg and Header go on with w.
+// The driver alone calls it, and launches no attempt after it.
 //
-// It returns the attempts sent: the committer then calls committedTo,
+// It returns the attempts sent: the driver then calls committedTo,
 // without mu.
 func (s *hedgedStream) commitLocked(w *streamHedgeAttempt) (sent int) {
 	s.winner, s.commitNext = w, false
+	s.answerLocked(w)
 	for _, a := range s.sent {
 		if a != w {
 			a.cancel()
@@ -129,19 +104,29 @@ func (s *hedgedStream) committedTo(w *streamHedgeAttempt, sent int) {
 func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
 	a := ev.a
 	s.mu.Lock()
-	if s.winner != nil {
-		// Committed meanwhile (Context, an overflow): a is the winner or a
-		// loser.
-		s.mu.Unlock()
-		s.afterCommit(st, &ev)
-		return true
+	if ev.headers && s.callCtx.Err() != nil {
+		// The caller gave up before the driver heard of the headers: the
+		// attempt ends with the caller's status, as grpc-go's own stream
+		// ends when its reader finds the context done with nothing
+		// received. Committing would give the caller a reply the cancelled
+		// stream got only because its cancel had not yet reached the
+		// transport: grpc-go's interop case cancel_after_begin under
+		// hedging, on a loaded machine, got OK from CloseAndRecv (the
+		// server answered the CloseSend sent after the cancel, and RecvMsg
+		// waits for the commit).
+		ev.headers = false
+		ev.err = status.FromContextError(s.callCtx.Err()).Err()
+		a.ended, a.endErr = true, ev.err
 	}
-	if ev.err == nil {
-		// OK without headers (headers commit in watch).
+	if ev.headers || ev.err == nil {
+		// Its headers arrived, or it ended OK without any.
 		sent := s.commitLocked(a)
 		s.mu.Unlock()
+		if ev.headers && s.hist != nil {
+			s.hist.observe(ev.took)
+		}
 		s.committedTo(a, sent)
-		s.afterCommit(st, nil)
+		s.afterCommit(st, a)
 		return true
 	}
 	if i := slices.Index(s.live, a); i >= 0 {
@@ -160,33 +145,24 @@ func (s *hedgedStream) ended(st *hedgeState, ev streamHedgeEvent) bool {
 	return false
 }
 
-// afterCommit ends the driver once the stream has committed: no further
-// hedge, and every other attempt (cancelled at the commit) is waited for and
-// told to the budget. ev is an event the driver took already, if any. The
-// winner's own end is the application's to see.
-func (s *hedgedStream) afterCommit(st *hedgeState, ev *streamHedgeEvent) {
+// afterCommit ends the driver once it committed the stream to w: no
+// further hedge, and every other attempt (cancelled at the commit) is
+// waited for and told to the budget. The winner's own end is the
+// application's to see.
+func (s *hedgedStream) afterCommit(st *hedgeState, w *streamHedgeAttempt) {
 	st.disarm()
-	s.mu.Lock()
-	w := s.winner
-	s.mu.Unlock()
-	lost := func(ev streamHedgeEvent) {
+	for st.inFlight > 1 || st.inFlight == 1 && w.reported {
+		ev := <-s.events
+		st.inFlight--
+		ev.a.reported = true
 		if ev.a == w {
-			return
+			continue
 		}
 		o := budget.Other
 		if !ev.headers && ev.err == nil {
 			o = budget.Success
 		}
 		s.c.recordHedge(ev.a.n, o, o)
-	}
-	if ev != nil {
-		lost(*ev)
-	}
-	for st.inFlight > 1 || st.inFlight == 1 && w.reported {
-		ev := <-s.events
-		st.inFlight--
-		ev.a.reported = true
-		lost(ev)
 	}
 }
 
@@ -196,13 +172,8 @@ func (s *hedgedStream) afterCommit(st *hedgeState, ev *streamHedgeEvent) {
 func (s *hedgedStream) fail(st *hedgeState, why policy.Reason) {
 	st.disarm()
 	s.mu.Lock()
-	if s.winner != nil {
-		// An attempt committed as the last one ended: the stream is its.
-		s.mu.Unlock()
-		s.afterCommit(st, nil)
-		return
-	}
 	s.failed = true
+	s.answerLocked(nil)
 	clear(s.live)
 	s.live = s.live[:0]
 	s.buf.release()
@@ -229,23 +200,12 @@ func (s *hedgedStream) fail(st *hedgeState, why policy.Reason) {
 // after it, under endMu. done is set last: a RecvMsg that finds it returns
 // at once, and its caller may then read the holders and the Report.
 func (s *hedgedStream) end(a *streamHedgeAttempt, err error, abandoned bool) {
-	s.mu.Lock()
-	over := s.done
-	s.mu.Unlock()
-	if over {
-		return
-	}
 	var cs grpc.ClientStream
 	if a != nil {
 		cs = a.cs
 	}
-	s.stopAbandon()
 	s.hcancel()
-	s.cancel()
-	final := s.finish(s.c, s.cc, cs, abandoned, err)
-	s.mu.Lock()
-	s.done, s.final = true, final
-	s.mu.Unlock()
+	s.endOnce(&s.mu, s.c, s.cc, cs, abandoned, err, s.cancel)
 }
 
 // watchAbandon settles the stream when its caller's context ends (a cancel

@@ -35,18 +35,24 @@ func (s *hedgedStream) SendMsg(m any) error {
 		s.mu.Unlock()
 		return errSendAfterClose
 	}
-	if !s.buf.add(m) {
-		if w := s.oldestOpenLocked(); w != nil {
-			sent := s.commitLocked(w)
+	if kept, now := s.buf.keepBeforeCommit(m, s.oldestOpenLocked() != nil); !kept {
+		if !now {
+			s.commitNext = true
 			s.mu.Unlock()
-			s.committedTo(w, sent)
+			return nil
+		}
+		if w := s.ask(); w != nil {
+			s.mu.Unlock()
 			return w.cs.SendMsg(m)
 		}
-		// No attempt open: the next one gets it in its replay and wins.
+		if s.failed {
+			s.mu.Unlock()
+			return sendOnEnded(s.desc)
+		}
+		// The attempt open ended before the driver heard the ask, which
+		// set commitNext: m is kept past the bound for the next attempt to
+		// go live, and sent to any that went live meanwhile.
 		s.buf.force(m)
-		s.commitNext = true
-		s.mu.Unlock()
-		return nil
 	}
 	kept := len(s.buf.msgs)
 	s.targets = append(s.targets[:0], s.live...)
@@ -185,19 +191,17 @@ func (s *hedgedStream) oldestOpenLocked() *streamHedgeAttempt {
 }
 
 // Context commits the stream, as grpc-go's does, to the oldest attempt open
-// (the others are cancelled), and returns that attempt's context. With none
-// open it returns the call's context and the next attempt to open wins.
+// (the others are cancelled; the driver commits, ask), and returns that
+// attempt's context. With none open it returns the call's context and the
+// next attempt to open wins.
 func (s *hedgedStream) Context() context.Context {
 	s.mu.Lock()
 	w := s.winner
 	if w == nil && !s.failed {
-		if w = s.oldestOpenLocked(); w == nil {
+		if s.oldestOpenLocked() == nil {
 			s.commitNext = true
-		} else {
-			sent := s.commitLocked(w)
-			s.mu.Unlock()
-			s.committedTo(w, sent)
-			return w.cs.Context()
+		} else if w = s.ask(); w == nil && !s.failed {
+			s.commitNext = true
 		}
 	}
 	s.mu.Unlock()

@@ -134,6 +134,26 @@ func (b *replayBuffer) add(m any) bool {
 	return true
 }
 
+// keepBeforeCommit is the overflow rule of both stream engines, for m,
+// sent before the stream committed; live says whether an attempt can take
+// m now (the retried stream's current attempt outside a switch to the next,
+// the hedged stream's oldest attempt open). It returns kept when m fits:
+// the stream keeps it for the attempts to come and sends it to those live.
+// A message that does not fit commits the stream: to the live attempt when
+// there is one (commitNow: the stream commits to it, then sends m on it),
+// else to the next attempt to go live, whose replay gets m kept past the
+// bound (commitNext; the excess is that one message).
+func (b *replayBuffer) keepBeforeCommit(m any, live bool) (kept, commitNow bool) {
+	switch {
+	case b.add(m):
+		return true, false
+	case live:
+		return false, true
+	}
+	b.force(m)
+	return false, false
+}
+
 // force keeps m past the bounds: a message sent while a replay runs must
 // reach the new attempt, which commits as soon as the replay ends. The excess
 // is at most that one message (SendMsg is never called concurrently).

@@ -313,7 +313,7 @@ func (s *retryStream) prepareResume(streamErr error) error {
 	s.mu.Lock()
 	r.req = req
 	s.buf.reset(req)
-	s.closeSent, s.committed, s.overflow = true, false, false
+	s.closeSent, s.committed, s.commitNext = true, false, false
 	s.mu.Unlock()
 	return nil
 }

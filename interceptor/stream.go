@@ -237,13 +237,13 @@ type retryStream struct {
 	// of an attempt that ended without headers: grpc-go's RecvMsg is not
 	// for two goroutines at once.
 	recvMu sync.Mutex
-	// The caller's holders and OnFinish, which finishStream fills and runs.
+	// The caller's holders and OnFinish, which finishStream fills and
+	// runs, and the end (done, final) RecvMsg returns.
 	streamEnd
 	// endMu makes attemptEnded one at a time: the reader's goroutine and
 	// the watch on an abandoned stream (watchAbandon) may both report an
-	// attempt's end. stopAbandon stops that watch.
-	endMu       sync.Mutex
-	stopAbandon func() bool
+	// attempt's end.
+	endMu sync.Mutex
 
 	mu sync.Mutex
 	// cur is the attempt that answers SendMsg, Header, Trailer and Context:
@@ -253,19 +253,18 @@ type retryStream struct {
 	// committed: never retry again (a response header or message arrived,
 	// the buffer overflowed, or the call has no retry policy).
 	committed bool
-	// switching: a retry is between deciding and the end of its replay;
-	// messages sent meanwhile are kept even past the bound, and overflow
-	// then commits when the replay ends.
+	// switching: a retry is between deciding and the end of its replay
+	// (no attempt is live for SendMsg).
 	switching bool
-	overflow  bool
+	// commitNext: a message overflowed the buffer during a switch
+	// (replayBuffer.keepBeforeCommit): it is kept past the bound, the next
+	// attempt to go live wins, and a failure meanwhile is final.
+	commitNext bool
 	// ctxCommit: Context was called during a switch; commit to the new
 	// attempt once it is open.
 	ctxCommit bool
 	closeSent bool
-	done      bool
-	// final is what RecvMsg returns once done: io.EOF after success.
-	final error
-	buf   replayBuffer
+	buf       replayBuffer
 	// res is a resumable stream's state (resume.go), nil for the others.
 	res *resumeState
 }
@@ -312,7 +311,7 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 		a := new(streamAttempt)
 		last, trailer = a, nil
 		if timedOut, err = s.open(a); err != nil {
-			committed = s.overflowed()
+			committed = s.overflowing()
 			continue
 		}
 		if err = s.replay(a); err == nil {
@@ -321,7 +320,7 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 		// grpc refused a message it took before (a local error): the
 		// attempt counts, and the loop decides on that error.
 		timedOut = false
-		committed = s.overflowed()
+		committed = s.overflowing()
 		a.end()
 	}
 }
@@ -355,10 +354,10 @@ func (u unopened) Context() context.Context     { return u.ctx }
 func (u unopened) SendMsg(any) error            { return io.EOF }
 func (u unopened) RecvMsg(any) error            { return u.err }
 
-func (s *retryStream) overflowed() bool {
+func (s *retryStream) overflowing() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.overflow
+	return s.commitNext
 }
 
 // replay sends the kept messages, and CloseSend if the application called
@@ -371,7 +370,7 @@ func (s *retryStream) replay(a *streamAttempt) error {
 
 func (s *retryStream) useLocked(a *streamAttempt) {
 	s.cur, s.switching = a, false
-	if s.overflow || s.ctxCommit {
+	if s.commitNext || s.ctxCommit {
 		s.commitLocked()
 	}
 }
@@ -392,24 +391,16 @@ func (s *retryStream) commitLocked() {
 // abandoned: the caller's context ended with nobody reading (watchAbandon);
 // the shown attempt's trailer is not read, as its reader may still be in
 // RecvMsg on it.
-func (s *retryStream) finishStream(final error, abandoned bool) {
+func (s *retryStream) finishStream(final error, abandoned bool) error {
 	s.mu.Lock()
-	first := !s.done
-	stop := s.stopAbandon
 	a := s.cur
 	s.mu.Unlock()
-	if !first {
-		return
-	}
-	if stop != nil {
-		stop()
-	}
-	s.cancel()
-	final = s.finish(&s.c, s.cc, a.cs, abandoned, final)
+	final = s.endOnce(&s.mu, &s.c, s.cc, a.cs, abandoned, final, s.cancel)
 	s.mu.Lock()
-	s.done, s.final, s.switching = true, final, false
+	s.switching = false
 	s.buf.release()
 	s.mu.Unlock()
+	return final
 }
 
 // attemptEnded handles the end of attempt a, whose last operation returned
@@ -468,12 +459,15 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	// off, whatever arrived after.
 	cutOff := s.c.stopTimer(a.timer)
 	s.mu.Lock()
-	committed := s.committed || s.overflow
-	if err != nil && !committed {
+	committed := s.committed || s.commitNext
+	if err != nil && !committed && !abandoned {
 		s.switching = true
 	}
 	s.mu.Unlock()
-	if err != nil && !committed && !cutOff && !abandoned {
+	if abandoned {
+		return s.abandon(a, err, committed, cutOff)
+	}
+	if err != nil && !committed && !cutOff {
 		// The attempt has ended, so Header no longer blocks: non-nil means
 		// headers arrived before the failure (committed); a Trailers-Only
 		// failure has none and may be retried. Headers that came after the
@@ -486,23 +480,33 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 		committed = false
 	}
 	var trailer metadata.MD
-	if err != nil && !abandoned {
+	if err != nil {
 		trailer = a.cs.Trailer()
 	}
 	err, timedOut := attemptOutcome(s.callCtx, err, cutOff)
 	a.end()
 	over, final := s.retryAfter(err, trailer, committed, timedOut)
 	if over {
-		s.finishStream(final, abandoned)
-		s.mu.Lock()
-		final = s.final
-		s.mu.Unlock()
-		return nil, final
+		return nil, s.finishStream(final, false)
 	}
 	s.mu.Lock()
 	next = s.cur
 	s.mu.Unlock()
 	return next, nil
+}
+
+// abandon ends the stream on the abandon watch's event: the caller's
+// context ended with a, the current attempt, not read to its end. The
+// stream ends here, whatever the attempt came to; the attempt is judged
+// once all the same (afterAttempt), so the budget, the breaker and the
+// hooks hear of it, and that judgement never retries (policy.Decide's
+// caller rule: the caller's context is done). Its headers and trailer are
+// not read: the reader may still be in RecvMsg on a. endMu is held.
+func (s *retryStream) abandon(a *streamAttempt, err error, committed, cutOff bool) (next *streamAttempt, final error) {
+	err, timedOut := attemptOutcome(s.callCtx, err, cutOff)
+	a.end()
+	s.c.afterAttempt(s.callCtx, err, nil, committed, timedOut)
+	return nil, s.finishStream(s.c.finish(err), true)
 }
 
 // SendMsg sends m on the current attempt and, until the stream commits,

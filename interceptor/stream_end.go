@@ -1,7 +1,9 @@
 package interceptor
 
 import (
+	"context"
 	"io"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
@@ -18,6 +20,36 @@ import (
 type streamEnd struct {
 	callerOutputs
 	onFinishOnce
+	// done: the application has been given the stream's end, final
+	// (io.EOF after success); stopAbandon stops the watch on an abandoned
+	// stream. The stream's mu guards the three.
+	done        bool
+	final       error
+	stopAbandon func() bool
+}
+
+// endOnce ends the stream once, with err (nil: success), shown the grpc
+// stream of the attempt the caller sees (nil: none opened): it stops the
+// abandon watch, cancels the call (cancel), then finishes (finish) and
+// sets done last. It returns what RecvMsg returns from then on, the first
+// end's when the stream had ended already. mu is the stream's; the
+// callers are one at a time.
+func (e *streamEnd) endOnce(mu *sync.Mutex, c *call, cc *grpc.ClientConn, shown grpc.ClientStream, abandoned bool, err error, cancel context.CancelFunc) error {
+	mu.Lock()
+	done, final, stop := e.done, e.final, e.stopAbandon
+	mu.Unlock()
+	if done {
+		return final
+	}
+	if stop != nil {
+		stop()
+	}
+	cancel()
+	final = e.finish(c, cc, shown, abandoned, err)
+	mu.Lock()
+	e.done, e.final = true, final
+	mu.Unlock()
+	return final
 }
 
 // finish ends the call with err (nil: success), shown the grpc stream of

@@ -27,16 +27,15 @@ func (s *retryStream) SendMsg(m any) error {
 		s.mu.Unlock()
 		return errSendAfterClose
 	}
-	if !s.buf.add(m) {
-		if s.switching {
-			s.buf.force(m)
-			s.overflow = true
+	if kept, now := s.buf.keepBeforeCommit(m, !s.switching); !kept {
+		if now {
+			s.commitLocked()
 			s.mu.Unlock()
-			return nil
+			return a.cs.SendMsg(m)
 		}
-		s.commitLocked()
+		s.commitNext = true
 		s.mu.Unlock()
-		return a.cs.SendMsg(m)
+		return nil
 	}
 	kept := len(s.buf.msgs)
 	s.mu.Unlock()
@@ -139,7 +138,7 @@ func (s *retryStream) RecvMsg(m any) error {
 func (s *retryStream) Header() (metadata.MD, error) {
 	for {
 		s.mu.Lock()
-		a, committed, done := s.cur, s.committed || s.overflow, s.done
+		a, committed, done := s.cur, s.committed || s.commitNext, s.done
 		s.mu.Unlock()
 		md, err := a.cs.Header()
 		if md != nil && !a.timer.stopAnswered(time.Now()) {
