@@ -62,10 +62,14 @@ const hedgeStreamRTFile = `{"methodConfig": [{
 // for the retried and the hedged engine, with an end-of-call hook that takes
 // a while. The race detector sees a write after the end.
 func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
-	for _, tc := range []struct{ name, file string }{{"retried", retryFile}, {"hedged", hedgeStreamRTFile}} {
+	for _, tc := range []struct {
+		name, file string
+		hedgeAfter time.Duration // the file's hedging delay; zero: it does not hedge
+	}{{"retried", retryFile, 0}, {"hedged", hedgeStreamRTFile, time.Second}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := abandonedStreamBench(t, tc.file)
 			for range 5 {
+				begun := time.Now()
 				var rep interceptor.Report
 				var trailer metadata.MD
 				var mu sync.Mutex
@@ -92,6 +96,12 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 				if _, err := st.Recv(); err != nil {
 					t.Fatal(err)
 				}
+				// A loaded machine can stall the stream past the hedging
+				// delay: its hedge then went, and the Report counts it.
+				want := 1
+				if tc.hedgeAfter > 0 && time.Since(begun) >= tc.hedgeAfter {
+					want = 2
+				}
 				cancel()
 				// The stream is ending: the caller reads its status now.
 				<-started
@@ -102,8 +112,8 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 					t.Fatalf("Recv: %v, want CANCELED", err)
 				}
 				// Read with no synchronisation beyond the stream's end.
-				if rep.Code != codes.Canceled || rep.Attempts != 1 {
-					t.Errorf("Report after the end = %+v, want CANCELED after 1 attempt", rep)
+				if rep.Code != codes.Canceled || rep.Attempts < 1 || rep.Attempts > want {
+					t.Errorf("Report after the end = %+v, want CANCELED after 1 to %d attempts", rep, want)
 				}
 				_ = len(trailer)
 				mu.Lock()
