@@ -348,3 +348,59 @@ func TestGateOutageWaitsToTheDeadline(t *testing.T) {
 	}
 	t.Fatalf("%d retries held through the outage did not go before their deadline", len(ws))
 }
+
+// In a long outage whose new calls keep failing, a call with a deadline
+// waits to it (TestGateOutageWaitsToTheDeadline), and its last chance is a
+// probe: once one failed in the outage, the next waits for the probe gap
+// after the latest failure, which the new calls' failures, each sooner than
+// the gap, keep moving: one retry goes in all (a last chance at each
+// deadline, spaced only by the gap after the latest failed one, sent 3 for
+// 50 calls here; property seed 2495, 5 retries for 9 calls).
+func TestGateLongOutageLastChancesAreProbes(t *testing.T) {
+	const deadline, every = 2 * time.Second, 400 * time.Millisecond
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	failures(g, tune.OutageStreak)
+	type call struct {
+		w  *Waiter
+		at time.Time // its retry's attempt ends then (zero: none out)
+	}
+	var calls []*call
+	retries := 0
+	for step := range 2000 { // 20 s in steps of 10 ms
+		if step%int(every/(10*time.Millisecond)) == 0 {
+			// A new call's first attempt fails; its last attempt waits.
+			failures(g, 1)
+			w, err := g.Enter(Request{Number: 2, Last: true}, 10*time.Millisecond, clk.Now().Add(deadline))
+			if err != nil {
+				t.Fatalf("%v into the outage: enter = %v, want a wait to the deadline", clk.Now().Sub(t0), err)
+			}
+			calls = append(calls, &call{w: w})
+		}
+		for _, c := range calls {
+			switch {
+			case c.w == nil && !c.at.IsZero() && !clk.Now().Before(c.at):
+				g.Record(Attempt{Number: 2, Outcome: Failure, Final: true, Admission: admitLast, Took: 5 * time.Millisecond})
+				c.at = time.Time{}
+			case c.w != nil:
+				a, _, err := c.w.Poll()
+				if err != nil || a != AdmitNone {
+					c.w = nil
+				}
+				if a != AdmitNone {
+					retries++
+					c.at = clk.Now().Add(5 * time.Millisecond)
+				}
+			}
+		}
+		clk.advance(10 * time.Millisecond)
+	}
+	for _, c := range calls {
+		if c.w != nil {
+			c.w.Leave()
+		}
+	}
+	if retries != 1 {
+		t.Errorf("a 20 s outage, a call every %v with a %v deadline: %d retries for %d calls, want the one that found the outage", every, deadline, retries, len(calls))
+	}
+}

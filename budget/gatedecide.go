@@ -186,6 +186,15 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 	if !w.deadline.IsZero() {
 		lastMine := clock.Later(w.lastChanceAt(s.pace.lead()), reached.Add(w.pause))
 		last := clock.Later(lastMine, s.pace.failedAt.Add(s.pace.gap))
+		if s.phase == phaseOutage && !s.pace.failedAt.Before(s.streakAt) {
+			// A last chance is a probe: once one failed in this outage,
+			// the next waits for the probe gap after the latest that
+			// reached the backend too, so a long outage's failed calls
+			// retry one at a time between the new calls' failures, not
+			// each at its deadline (the first still goes: until a retry
+			// fails in it, failed first attempts say nothing of retries).
+			last = clock.Later(last, reached.Add(s.pace.gap))
+		}
 		if how == AdmitNone || last.Before(due) {
 			how, due, mine = admitLast, last, lastMine
 		}
