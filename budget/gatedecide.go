@@ -209,37 +209,3 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 	}
 	return how, time.Time{}, time.Time{}
 }
-
-// backlogged reports whether the held retry w waits in vain for the
-// release pace (the backlog rule), ahead counting the held retries before
-// it that the pace sends first. During a return whose pace a refusal for
-// overload braked, nothing quickens the pace until the strain ends
-// (evidence.signUntil): a wait that ends before then, whose turn at the
-// pace comes no sooner than its end, ends now, saying so. While such a
-// refusal has the gate failing (until the next success), only a wait
-// without a deadline: one with a deadline may go as its last chance (lab
-// unavailable lost 0.6 points when it could not). A retry whose turn
-// comes in time takes it (ahead counts it).
-func (s *gateState) backlogged(now time.Time, w *waiterView, ahead *int) bool {
-	p := &s.pace
-	if !s.backlogs(now) || s.phase.failing() && !w.deadline.IsZero() {
-		return false
-	}
-	end, _ := s.endAt(now, w)
-	turn := clock.Later(p.next, now).Add(time.Duration(*ahead) * p.every)
-	if p.heldThrough(w, true) {
-		turn = clock.Later(turn, p.backAfter(w))
-	}
-	if end.IsZero() || turn.Before(end) {
-		*ahead++
-		return false
-	}
-	return !end.After(s.ev.signUntil)
-}
-
-// backlogs reports whether the backlog rule may end a held wait now: during
-// a return whose pace a refusal for overload braked, outside an outage.
-// While it may, the grant loop judges every held retry, in order.
-func (s *gateState) backlogs(now time.Time) bool {
-	return s.phase != phaseOutage && !s.pace.backAt.IsZero() && s.ev.strained(now)
-}

@@ -63,6 +63,14 @@ const (
 	// pace and waited out MaxWait (issue 55, the orders scenario under
 	// -race); a queue at a lab server shows as whole 20 ms service times.
 	BackSlack = 25 * time.Millisecond
+	// ReturnGrow: once a failure cut a return's pace, the rate of held
+	// retries grows by one retry a second per attempt time (additive
+	// increase, one at most per success): with a pace frozen for
+	// OverloadHold after each refusal instead, a fleet's processes met
+	// refusals unevenly and one kept an eighth of another's pace; half as
+	// much served fewer held calls, twice as much sent more refusals
+	// (BENCHMARKS.md, "A fleet of any size, on virtual time").
+	ReturnGrow = 1.0
 	// BackSpreadMax: a call with a deadline goes back at a random share of
 	// what its deadline leaves, a second at most: spread over an hour's
 	// deadline, a held call waited up to an hour past the server's return.
