@@ -38,8 +38,8 @@ import (
 // least half left, and each refusal that cuts the room slowing it by as
 // much (the room's pace: retries held through a burst of refusals go back
 // within about a second of the new calls' successes); after an outage, from 0.4 times the pace the held ones
-// came at, a fifth quicker per success as fast as the fastest success
-// until the first failed one or refusal for overload, a new call's too
+// came at, a fifth quicker per success until the first failed one or
+// refusal for overload, a new call's too
 // (held retries take only the room new calls leave), halves it, at most
 // once per attempt time; after that cut the rate grows by a retry a
 // second per attempt time, one at most per success (an estimate of the room learnt

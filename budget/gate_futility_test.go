@@ -213,12 +213,12 @@ func TestGateBackPace(t *testing.T) {
 }
 
 // The back pace follows the recovered server, the return's estimate of
-// its room: successes about as fast as its fastest success since it came
-// back quicken it by a fifth until the first failure or refusal for
-// overload halves it; one cut per attempt time (the refusals of attempts
-// that met the same load cut once); after a cut successes grow the rate
-// additively; slower successes leave it; a refusal's quick answer is not a
-// success's time. Outside a return, answers leave the pace alone.
+// its room: successes quicken it by a fifth until the first failure or
+// refusal for overload halves it; one cut per attempt time (the refusals
+// of attempts that met the same load cut once); after a cut successes grow
+// the rate additively, per attempt time (the fastest success's: a
+// refusal's quick answer is not one). Outside a return, answers leave the
+// pace alone.
 func TestPacerAnswered(t *testing.T) {
 	p := pacer{every: 100 * time.Millisecond, backAt: t0}
 	at := t0
@@ -237,12 +237,11 @@ func TestPacerAnswered(t *testing.T) {
 		want  time.Duration
 	}{
 		{0, 20 * time.Millisecond, true, 80 * time.Millisecond},                                                      // the fastest yet: room
-		{10 * time.Millisecond, 24 * time.Millisecond, true, 64 * time.Millisecond},                                  // within tune.BackSlower of it
-		{10 * time.Millisecond, 45 * time.Millisecond, true, 51200 * time.Microsecond},                               // within tune.BackSlack of that
-		{10 * time.Millisecond, 60 * time.Millisecond, true, 51200 * time.Microsecond},                               // queued: slower, it stays
+		{10 * time.Millisecond, 24 * time.Millisecond, true, 64 * time.Millisecond},                                  // slow start: a fifth per success
+		{10 * time.Millisecond, 60 * time.Millisecond, true, 51200 * time.Microsecond},                               // queued, as fast or not
 		{10 * time.Millisecond, time.Millisecond, false, 102400 * time.Microsecond},                                  // refused at once: halved
 		{time.Millisecond, time.Millisecond, false, 102400 * time.Microsecond},                                       // within the attempt time of that cut: the same load
-		{10 * time.Millisecond, 20 * time.Millisecond, true, additive(102400*time.Microsecond, 11*time.Millisecond)}, // as fast as the fastest success: additive now
+		{10 * time.Millisecond, 20 * time.Millisecond, true, additive(102400*time.Microsecond, 11*time.Millisecond)}, // additive now
 	} {
 		at = at.Add(tc.after)
 		p = p.answeredIn(at, tc.took, tc.ok)

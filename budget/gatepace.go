@@ -131,21 +131,24 @@ func (p pacer) backFrom(now, since time.Time, c float64, overloaded bool) pacer 
 // adaptive concurrency limiters and TCP learn it. A failure halves the
 // pace, once per attempt time (only an attempt that began after the
 // latest cut, at cutAt, cuts: the others met the same load), to
-// releaseEvery at worst. A success as fast as the fastest success since
-// the return (within tune.BackSlower and tune.BackSlack) says the backend
-// has room: until the first cut the pace quickens by tune.BackFaster (slow
-// start), after it the rate grows by tune.ReturnGrow retries a second per
-// attempt time (additive). A multiplicative cut and an
-// additive growth are what bring processes that never talk to their
-// share: a pace frozen after a refusal held one process of a fleet at an
-// eighth of another's. Served slower, it stays.
+// releaseEvery at worst. A success says the backend has room: until the
+// first cut the pace quickens by tune.BackFaster (slow start), after it
+// the rate grows by tune.ReturnGrow retries a second per attempt time
+// (additive; the attempt time is the fastest success's since the return).
+// A multiplicative cut and an additive growth are what bring processes
+// that never talk to their share: a pace frozen after a refusal held one
+// process of a fleet at an eighth of another's. (A success slower than
+// the fastest no longer leaves the pace as it is, TCP Vegas' queue test:
+// with the cut to answer the queue, lab unavailable served more without
+// it.)
 func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 	if p.backAt.IsZero() {
 		return p
 	}
 	if ok && took > 0 && (p.fastest == 0 || took < p.fastest) {
 		// A success's time only: a refusal comes back at once, and a
-		// fastest set by it made every later success slow.
+		// fastest set by it made every later success slow (the queue
+		// test's time) and an attempt time of a refusal's.
 		p.fastest = took
 	}
 	switch {
@@ -153,7 +156,6 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 		if !now.Add(-max(took, p.fastest)).Before(p.cutAt) {
 			p.every, p.cutAt, p.grownAt = paceWithin(2*float64(p.every)), now, now
 		}
-	case took > time.Duration(tune.BackSlower*float64(p.fastest))+tune.BackSlack:
 	case p.cutAt.Before(p.backAt):
 		p.every = paceWithin(tune.BackFaster * float64(p.every))
 	default:
