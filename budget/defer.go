@@ -197,9 +197,6 @@ var (
 	// by its hopeless rule (it wraps errWaitEnded).
 	errWaitEnded = &waitEnd{rule: "hold", why: "not let go by its pause, with no outage or overload to wait for"}
 	errHopeless  = &waitEnd{rule: "hopeless", why: "no retry could finish before the deadline", base: errWaitEnded}
-	// errBacklog: by its backlog rule (the held retries before it fill
-	// the room the backend has left until the wait ends).
-	errBacklog = &waitEnd{rule: "backlog", why: "the held retries before it fill the room the backend has left until its wait ends"}
 )
 
 // waitEnd is how a Gate ended a wait: the rule of its wait contract that

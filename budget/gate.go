@@ -38,10 +38,13 @@ import (
 // least half left, and each refusal that cuts the room slowing it by as
 // much (the room's pace: retries held through a burst of refusals go back
 // within about a second of the new calls' successes); after an outage, from 0.4 times the pace the held ones
-// came at, a fifth quicker per answer as fast as the fastest, halving per
-// failed one and per refusal for overload, a new call's too, and neither
-// it nor the successes quickening it within 5 s of such a refusal (held
-// retries take only the room new calls leave), until a success finds
+// came at, a fifth quicker per success until the first failed one or
+// refusal for overload, a new call's too
+// (held retries take only the room new calls leave), halves it, at most
+// once per attempt time; after that cut the rate grows by a retry a
+// second per attempt time, one at most per success (an estimate of the room learnt
+// as TCP learns it: a multiplicative cut and an additive growth bring
+// processes that never talk to their share), until a success finds
 // none of the retries that began to wait before the return still waiting
 // (how soon all are back is that pace's, not the room's: a few that came
 // slowly take seconds; a held call no sooner than its pause after
@@ -61,11 +64,8 @@ import (
 // finish (hopeless); a tenth past its pause when no rule let it go and the
 // backend is neither down nor overloaded, unless it goes then as the probe
 // that learns whether retries heal (hold); when a more critical retry
-// takes its place in a full room (criticality); at once, during a return
-// whose pace a refusal for overload braked, when the held retries before
-// it fill that pace until its wait ends, which comes before the brake can
-// lift (backlog: it could not go; while a refusal has the gate failing,
-// only a call without a deadline, which has no last chance). Down (outage: failures in
+// takes its place in a full room (criticality); never before its own
+// bound because others wait before it. Down (outage: failures in
 // a row, after a calm second, where retries do not heal), or overloaded
 // (overload: after a RESOURCE_EXHAUSTED without a pushback or a
 // per-attempt timeout, until successes give back the room such refusals
@@ -108,8 +108,7 @@ import (
 // heads (of each criticality, the oldest retry whose pause has passed,
 // held or not, guarded or not) and the waiters whose own time came, kept
 // in one ordered set by that time (waitset.go): an event costs O(log n) in
-// the waiters (but while the backlog rule applies: it judges each held
-// retry by those before it), and wakes only who goes or whose wait ends.
+// the waiters, and wakes only who goes or whose wait ends.
 // An admitted caller
 // asks its Guard and the budget unlocked (Take), and what they refuse goes
 // back through the one give-back path. Every move of a waiter, and the

@@ -281,7 +281,7 @@ func TestGateLostProbeSlotIsCapped(t *testing.T) {
 // Every end of a wait that the Gate gives names the rule of its wait
 // contract that ended it (interceptor.Report.WaitEnd reads it).
 func TestGateWaitEndsNameTheirRule(t *testing.T) {
-	for err, rule := range map[error]string{errWaitEnded: "hold", errHopeless: "hopeless", errWaitLimit: "max-wait", errBacklog: "backlog", errEvicted: "criticality"} {
+	for err, rule := range map[error]string{errWaitEnded: "hold", errHopeless: "hopeless", errWaitLimit: "max-wait", errEvicted: "criticality"} {
 		var r interface{ WaitRule() string }
 		if !errors.As(err, &r) || r.WaitRule() != rule {
 			t.Errorf("%v: rule %v, want %q", err, r, rule)

@@ -212,45 +212,76 @@ func TestGateBackPace(t *testing.T) {
 	}
 }
 
-// The back pace follows the recovered server: released retries answered
-// about as fast as its fastest since it came back speed it up, slower ones
-// leave it, failed ones slow it down, up to the release interval; outside
-// a return, answers leave the pace alone.
+// The back pace follows the recovered server, the return's estimate of
+// its room: successes quicken it by a fifth until the first failure or
+// refusal for overload halves it; one cut per attempt time (the refusals
+// of attempts that met the same load cut once); after a cut successes grow
+// the rate additively, per attempt time (the fastest success's: a
+// refusal's quick answer is not one). Outside a return, answers leave the
+// pace alone.
 func TestPacerAnswered(t *testing.T) {
 	p := pacer{every: 100 * time.Millisecond, backAt: t0}
+	at := t0
+	// After a cut: tune.ReturnGrow retries a second more per attempt time
+	// (the fastest success's 20 ms, at least tune.BackSlack) since the
+	// cut, one at most per success.
+	additive := func(every, since time.Duration) time.Duration {
+		at := max(20*time.Millisecond, tune.BackSlack)
+		r := float64(time.Second)/float64(every) + tune.ReturnGrow*float64(min(since, at))/float64(at)
+		return paceWithin(float64(time.Second) / r)
+	}
 	for _, tc := range []struct {
-		took time.Duration
-		ok   bool
-		want time.Duration
+		after time.Duration // since the previous answer
+		took  time.Duration
+		ok    bool
+		want  time.Duration
 	}{
-		{20 * time.Millisecond, true, 80 * time.Millisecond},      // the fastest yet: room
-		{24 * time.Millisecond, true, 64 * time.Millisecond},      // within tune.BackSlower of it
-		{45 * time.Millisecond, true, 51200 * time.Microsecond},   // within tune.BackSlack of that
-		{60 * time.Millisecond, true, 51200 * time.Microsecond},   // queued: slower, it stays
-		{20 * time.Millisecond, false, 102400 * time.Microsecond}, // failed
-		{0, true, 81920 * time.Microsecond},                       // answered at once
+		{0, 20 * time.Millisecond, true, 80 * time.Millisecond},                                                      // the fastest yet: room
+		{10 * time.Millisecond, 24 * time.Millisecond, true, 64 * time.Millisecond},                                  // slow start: a fifth per success
+		{10 * time.Millisecond, 60 * time.Millisecond, true, 51200 * time.Microsecond},                               // queued, as fast or not
+		{10 * time.Millisecond, time.Millisecond, false, 102400 * time.Microsecond},                                  // refused at once: halved
+		{time.Millisecond, time.Millisecond, false, 102400 * time.Microsecond},                                       // within the attempt time of that cut: the same load
+		{10 * time.Millisecond, 20 * time.Millisecond, true, additive(102400*time.Microsecond, 11*time.Millisecond)}, // additive now
 	} {
-		p = p.answeredIn(tc.took, tc.ok, false)
+		at = at.Add(tc.after)
+		p = p.answeredIn(at, tc.took, tc.ok)
 		if p.every != tc.want {
 			t.Fatalf("after %v (ok %v): every %v, want %v", tc.took, tc.ok, p.every, tc.want)
 		}
 	}
+	if p.fastest != 20*time.Millisecond {
+		t.Fatalf("fastest %v after a refusal answered in 1 ms, want the fastest success's 20ms", p.fastest)
+	}
 	for range 20 {
-		p = p.answeredIn(time.Second, false, false)
+		at = at.Add(time.Second)
+		p = p.answeredIn(at, time.Second, false)
 	}
 	if p.every != releaseEvery {
 		t.Fatalf("after failed answers: every %v, want at most %v", p.every, releaseEvery)
 	}
+	// Additive: 20 s of successes, each as fast as the fastest, 1 ms
+	// apart: tune.ReturnGrow per attempt time, whatever the pace.
+	r0 := float64(time.Second) / float64(p.every)
+	for range 20000 {
+		at = at.Add(time.Millisecond)
+		p = p.answeredIn(at, 20*time.Millisecond, true)
+	}
+	grown := r0 + 20*tune.ReturnGrow/max(0.02, tune.BackSlack.Seconds())
+	if want := time.Duration(float64(time.Second) / grown); p.every > want*11/10 || p.every < want*9/10 {
+		t.Fatalf("after 20 s of fast successes past a cut: every %v, want about %v", p.every, want)
+	}
+	// Slow start, no cut: down to a microsecond at least.
+	p = pacer{every: 100 * time.Millisecond, backAt: t0}
 	for range 200 {
-		p = p.answeredIn(0, true, false)
+		p = p.answeredIn(t0, 20*time.Millisecond, true)
 	}
 	if p.every != time.Microsecond {
 		t.Fatalf("after 200 fast answers: every %v, want a microsecond at least", p.every)
 	}
 	// No return under way: the release interval stays.
 	q := newPacer(t0)
-	q = q.answeredIn(time.Millisecond, true, false)
-	q = q.answeredIn(time.Second, false, false)
+	q = q.answeredIn(t0, time.Millisecond, true)
+	q = q.answeredIn(t0.Add(time.Second), time.Second, false)
 	if q.every != releaseEvery {
 		t.Fatalf("no return: every %v, want %v", q.every, releaseEvery)
 	}
@@ -347,4 +378,60 @@ func TestGateOutageWaitsToTheDeadline(t *testing.T) {
 		}
 	}
 	t.Fatalf("%d retries held through the outage did not go before their deadline", len(ws))
+}
+
+// In a long outage whose new calls keep failing, a call with a deadline
+// waits to it (TestGateOutageWaitsToTheDeadline), and its last chance is a
+// probe: once one failed in the outage, the next waits for the probe gap
+// after the latest failure, which the new calls' failures, each sooner than
+// the gap, keep moving: one retry goes in all (a last chance at each
+// deadline, spaced only by the gap after the latest failed one, sent 3 for
+// 50 calls here; property seed 2495, 5 retries for 9 calls).
+func TestGateLongOutageLastChancesAreProbes(t *testing.T) {
+	const deadline, every = 2 * time.Second, 400 * time.Millisecond
+	clk := &manualClock{now: t0}
+	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+	failures(g, tune.OutageStreak)
+	type call struct {
+		w  *Waiter
+		at time.Time // its retry's attempt ends then (zero: none out)
+	}
+	var calls []*call
+	retries := 0
+	for step := range 2000 { // 20 s in steps of 10 ms
+		if step%int(every/(10*time.Millisecond)) == 0 {
+			// A new call's first attempt fails; its last attempt waits.
+			failures(g, 1)
+			w, err := g.Enter(Request{Number: 2, Last: true}, 10*time.Millisecond, clk.Now().Add(deadline))
+			if err != nil {
+				t.Fatalf("%v into the outage: enter = %v, want a wait to the deadline", clk.Now().Sub(t0), err)
+			}
+			calls = append(calls, &call{w: w})
+		}
+		for _, c := range calls {
+			switch {
+			case c.w == nil && !c.at.IsZero() && !clk.Now().Before(c.at):
+				g.Record(Attempt{Number: 2, Outcome: Failure, Final: true, Admission: admitLast, Took: 5 * time.Millisecond})
+				c.at = time.Time{}
+			case c.w != nil:
+				a, _, err := c.w.Poll()
+				if err != nil || a != AdmitNone {
+					c.w = nil
+				}
+				if a != AdmitNone {
+					retries++
+					c.at = clk.Now().Add(5 * time.Millisecond)
+				}
+			}
+		}
+		clk.advance(10 * time.Millisecond)
+	}
+	for _, c := range calls {
+		if c.w != nil {
+			c.w.Leave()
+		}
+	}
+	if retries != 1 {
+		t.Errorf("a 20 s outage, a call every %v with a %v deadline: %d retries for %d calls, want the one that found the outage", every, deadline, retries, len(calls))
+	}
 }

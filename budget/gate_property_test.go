@@ -82,7 +82,10 @@ func TestGateProperties(t *testing.T) {
 	// recovered server served), 672, 1396 and 2023 (the history ended
 	// before a call without a deadline did), 228 and 1190 (down all its
 	// life, then serving retries: the process probed one call in ten, as
-	// the down property asks, and took 3 s to see a success).
+	// the down property asks, and took 3 s to see a success), 2495 (in a
+	// long outage each held call with a deadline took its last chance at
+	// it), 2593 (the backend back for retries, two first attempts failed
+	// in a row: the outage's first last chance is what finds it).
 	var digests *os.File
 	if path := os.Getenv("GATE_PROP_DIGEST"); path != "" {
 		f, err := os.Create(path)
@@ -92,7 +95,7 @@ func TestGateProperties(t *testing.T) {
 		defer f.Close()
 		digests = f
 	}
-	for _, seed := range append(seqSeeds(from, seeds), 228, 672, 726, 810, 816, 1190, 1396, 1889, 2023, 2410, 2863) {
+	for _, seed := range append(seqSeeds(from, seeds), 228, 672, 726, 810, 816, 1190, 1396, 1889, 2023, 2410, 2495, 2593, 2863) {
 		h := newHistory(seed)
 		h.run(t)
 		if digests != nil {

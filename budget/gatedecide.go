@@ -186,6 +186,15 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 	if !w.deadline.IsZero() {
 		lastMine := clock.Later(w.lastChanceAt(s.pace.lead()), reached.Add(w.pause))
 		last := clock.Later(lastMine, s.pace.failedAt.Add(s.pace.gap))
+		if s.phase == phaseOutage && !s.pace.failedAt.Before(s.streakAt) {
+			// A last chance is a probe: once one failed in this outage,
+			// the next waits for the probe gap after the latest that
+			// reached the backend too, so a long outage's failed calls
+			// retry one at a time between the new calls' failures, not
+			// each at its deadline (the first still goes: until a retry
+			// fails in it, failed first attempts say nothing of retries).
+			last = clock.Later(last, reached.Add(s.pace.gap))
+		}
 		if how == AdmitNone || last.Before(due) {
 			how, due, mine = admitLast, last, lastMine
 		}
@@ -199,38 +208,4 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 		return AdmitNone, due, due
 	}
 	return how, time.Time{}, time.Time{}
-}
-
-// backlogged reports whether the held retry w waits in vain for the
-// release pace (the backlog rule), ahead counting the held retries before
-// it that the pace sends first. During a return whose pace a refusal for
-// overload braked, nothing quickens the pace until the strain ends
-// (evidence.signUntil): a wait that ends before then, whose turn at the
-// pace comes no sooner than its end, ends now, saying so. While such a
-// refusal has the gate failing (until the next success), only a wait
-// without a deadline: one with a deadline may go as its last chance (lab
-// unavailable lost 0.6 points when it could not). A retry whose turn
-// comes in time takes it (ahead counts it).
-func (s *gateState) backlogged(now time.Time, w *waiterView, ahead *int) bool {
-	p := &s.pace
-	if !s.backlogs(now) || s.phase.failing() && !w.deadline.IsZero() {
-		return false
-	}
-	end, _ := s.endAt(now, w)
-	turn := clock.Later(p.next, now).Add(time.Duration(*ahead) * p.every)
-	if p.heldThrough(w, true) {
-		turn = clock.Later(turn, p.backAfter(w))
-	}
-	if end.IsZero() || turn.Before(end) {
-		*ahead++
-		return false
-	}
-	return !end.After(s.ev.signUntil)
-}
-
-// backlogs reports whether the backlog rule may end a held wait now: during
-// a return whose pace a refusal for overload braked, outside an outage.
-// While it may, the grant loop judges every held retry, in order.
-func (s *gateState) backlogs(now time.Time) bool {
-	return s.phase != phaseOutage && !s.pace.backAt.IsZero() && s.ev.strained(now)
 }

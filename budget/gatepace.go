@@ -42,6 +42,9 @@ type pacer struct {
 	took, pause time.Duration
 	failedAt    time.Time
 	gap         time.Duration
+	// cutAt: a failure last cut the return's pace then, grownAt: a
+	// success last grew it (answeredIn).
+	cutAt, grownAt time.Time
 	// since counts the failures since a lease holder last failed (the
 	// futility rule).
 	since int
@@ -122,23 +125,48 @@ func (p pacer) backFrom(now, since time.Time, c float64, overloaded bool) pacer 
 	return p.releasedAt(now, c)
 }
 
-// answeredIn is p once a released retry ended after took, ok when it
-// succeeded (or any attempt was refused for overload: not ok). During
-// a return, as fast as the fastest since (within tune.BackSlack), it says
-// the server has room, and the pace quickens by tune.BackFaster; served
-// slower, it stays; failed, it halves, to releaseEvery at worst.
-func (p pacer) answeredIn(took time.Duration, ok, strained bool) pacer {
+// answeredIn is p once a released retry ended at now after took, ok when
+// it succeeded (or any attempt was refused for overload: not ok): the
+// return's estimate of the room the backend has for held retries, as
+// adaptive concurrency limiters and TCP learn it. A failure halves the
+// pace, once per attempt time (only an attempt that began after the
+// latest cut, at cutAt, cuts: the others met the same load), to
+// releaseEvery at worst. A success says the backend has room: until the
+// first cut the pace quickens by tune.BackFaster (slow start), after it
+// the rate grows by tune.ReturnGrow retries a second per attempt time
+// (additive; the attempt time is the fastest success's since the return).
+// A multiplicative cut and an additive growth are what bring processes
+// that never talk to their share: a pace frozen after a refusal held one
+// process of a fleet at an eighth of another's. (A success slower than
+// the fastest no longer leaves the pace as it is, TCP Vegas' queue test:
+// with the cut to answer the queue, lab unavailable served more without
+// it.)
+func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 	if p.backAt.IsZero() {
 		return p
 	}
-	if took > 0 && (p.fastest == 0 || took < p.fastest) {
+	if ok && took > 0 && (p.fastest == 0 || took < p.fastest) {
+		// A success's time only: a refusal comes back at once, and a
+		// fastest set by it made every later success slow (the queue
+		// test's time) and an attempt time of a refusal's.
 		p.fastest = took
 	}
 	switch {
 	case !ok:
-		p.every = paceWithin(2 * float64(p.every))
-	case !strained && took <= time.Duration(tune.BackSlower*float64(p.fastest))+tune.BackSlack:
+		if !now.Add(-max(took, p.fastest)).Before(p.cutAt) {
+			p.every, p.cutAt, p.grownAt = paceWithin(2*float64(p.every)), now, now
+		}
+	case p.cutAt.Before(p.backAt):
 		p.every = paceWithin(tune.BackFaster * float64(p.every))
+	default:
+		// The rate r (retries a second) grows by tune.ReturnGrow per
+		// attempt time that passed since it last grew, one at most per
+		// success (an attempt time under tune.BackSlack counts as that:
+		// loopback's would make it leap).
+		at := max(p.fastest, tune.BackSlack)
+		r := float64(time.Second) / float64(p.every)
+		r += tune.ReturnGrow * float64(min(now.Sub(p.grownAt), at)) / float64(at)
+		p.every, p.grownAt = paceWithin(float64(time.Second)/r), now
 	}
 	return p
 }

@@ -115,10 +115,8 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	if a.Admission == admitRelease || a.Overload && a.Outcome == Failure {
 		// A return's pace follows the server's answers: a released
 		// retry's, and any refusal for overload, a new call's too, which
-		// halves it; while a refusal is recent (the overload rule's
-		// strain) fast answers do not quicken it (held retries take only
-		// the room the new calls leave).
-		s.pace = s.pace.answeredIn(a.Took, a.Outcome == Success, s.ev.strained(now))
+		// cuts it (held retries take only the room the new calls leave).
+		s.pace = s.pace.answeredIn(now, a.Took, a.Outcome == Success)
 	}
 	if s.pace.backAt.IsZero() && !s.pace.down && (a.Outcome == Success && s.ev.short < tune.RoomHeld || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
 		// Held retries wait for the room the answers show (the release

@@ -168,10 +168,8 @@ func classOf(w *Waiter) int {
 // (decision.own) leaves the heads until then, so that a head waits for the
 // pacer alone and never holds back one behind it whose own time came
 // (issue 72: the fleet's return lost served calls to that). So an event
-// decides a few heads
-// and the waiters due, each in O(log n), not every waiter (but while the
-// backlog rule may apply: it judges each held retry by the held before it,
-// in order, counting them in ahead). Once a guard
+// decides a few heads and the waiters due, each in O(log n), not every
+// waiter. Once a guard
 // refused, the guarded waiters wait for news or the time the guard named
 // (each guard refusing in turn woke every guarded waiter). It sends each
 // one decided its verdict and sets the gate's timer to the earliest due
@@ -208,12 +206,10 @@ func (g *Gate) grantLocked(now time.Time) {
 		}
 		return cmp.Compare(a.seq, b.seq)
 	})
-	ahead := 0 // held retries before this one that the release pace will send
 	// told: per set, the time its head was told to wait for.
 	var told [4]time.Time
-	// decide decides w and applies the verdict; it reports whether w
-	// waits on.
-	decide := func(w *Waiter) (waits bool) {
+	// decide decides w and applies the verdict.
+	decide := func(w *Waiter) {
 		l, class, head := w.level, w.class, g.heads[w.level][w.class].top() == w
 		w.round = g.round
 		d := g.st.decide(now, &w.view)
@@ -223,9 +219,6 @@ func (g *Gate) grantLocked(now time.Time) {
 			w.class = classOf(w)
 			g.heads[l][w.class].push(w)
 		}
-		if d.how == AdmitNone && w.view.held && g.st.backlogged(now, &w.view, &ahead) {
-			d.how, d.end = admitEnd, errBacklog
-		}
 		if d.how != AdmitNone && d.how != admitEnd && guardHeld && w.r.Guard != nil {
 			// Held for news or the guard's time, and to its end.
 			end, _ := g.st.endAt(now, &w.view)
@@ -234,7 +227,7 @@ func (g *Gate) grantLocked(now time.Time) {
 		switch {
 		case d.how == admitEnd:
 			g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
-			return false
+			return
 		case d.how == AdmitNone:
 			next := d.next
 			switch {
@@ -251,27 +244,15 @@ func (g *Gate) grantLocked(now time.Time) {
 				next, _ = g.st.endAt(now, &w.view)
 			}
 			g.dues.setDue(w, next)
-			return true
+			return
 		}
 		w.how = d.how
 		g.moveLocked(now, w, waitGranted, nil)
-		return false
 	}
 	for l, i := len(g.queue)-1, 0; l >= 0; l-- {
 		// stopped: the set's head was decided in this run and waits.
 		var stopped [4]bool
 		told = [4]time.Time{}
-		if g.st.backlogs(now) {
-			// The backlog rule judges each held retry by the ones before
-			// it (ahead): while it may apply, every held retry whose
-			// pause passed is decided, in order, those out of the heads
-			// for their own time too.
-			for c := range g.heads[l] {
-				if c >= 2 {
-					g.decideAlong(g.queue[l].Front(), nil, c, now, decide)
-				}
-			}
-		}
 		for {
 			var w *Waiter
 			for c := range g.heads[l] {
@@ -298,9 +279,7 @@ func (g *Gate) grantLocked(now time.Time) {
 			if w == nil {
 				break
 			}
-			if waits := decide(w); waits && w.view.held && g.st.backlogs(now) {
-				g.decideAlong(w.elem.Next(), nil, w.class, now, decide)
-			}
+			decide(w)
 		}
 	}
 	clear(due)
@@ -322,19 +301,6 @@ func (g *Gate) grantLocked(now time.Time) {
 		g.timer = time.AfterFunc(next.Sub(now), func() { g.Tick() })
 	default:
 		g.timer.Reset(next.Sub(now))
-	}
-}
-
-// decideAlong decides, from e to stop (nil: the end), each waiter of its
-// level's arrivals in set class whose pause passed and that the grant
-// loop's run has not decided yet.
-func (g *Gate) decideAlong(e, stop *list.Element, class int, now time.Time, decide func(*Waiter) bool) {
-	for e != stop {
-		v := e.Value.(*Waiter)
-		e = e.Next()
-		if v.state == waitQueued && !now.Before(v.view.earliest) && v.class == class && v.round != g.round {
-			decide(v)
-		}
 	}
 }
 

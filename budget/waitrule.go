@@ -7,7 +7,7 @@ import (
 
 // WaitRule names the rule of a Gate's wait contract (see Gate) that ended a
 // wait with err: the Gate's own name for it when err carries one (hold,
-// hopeless, max-wait, backlog, criticality, deadline), else "futility"
+// hopeless, max-wait, criticality, deadline), else "futility"
 // (ErrOutageLasting), "room" (ErrTooManyWaiting), "deadline" (a context's
 // deadline), "caller" (a cancelled context) or "other". It is what
 // interceptor.Report.WaitEnd holds.

@@ -44,10 +44,6 @@ const (
 	// BackMinHeld: fewer than 4 held calls go back unpaced, each at its
 	// own time; pacing a handful cost the lab's blip its successes.
 	BackMinHeld = 4
-	// BackSlower: a released retry answered within 1.25x the fastest since
-	// the server came back says it has room (TCP Vegas' queue test; lab
-	// chain and unavailable).
-	BackSlower = 1.25
 	// BackFaster: each fast answer shortens the back pace's interval by a
 	// fifth (halving it let a hundred processes' held calls return at 3x
 	// capacity in sim outage; a fifth: 2.3x, and their success 92 %
@@ -57,12 +53,20 @@ const (
 	// (halving them held a backend refusing 30 % at random to one a
 	// second; BENCHMARKS.md, the migrating team's scenarios).
 	BackFaster = 0.8
-	// BackSlack: an answer within 25 ms of that is as fast: on loopback
-	// the fastest took 0.3 ms and a loaded machine's scheduling alone
-	// made most answers "slow", so held calls went back at the start's
-	// pace and waited out MaxWait (issue 55, the orders scenario under
-	// -race); a queue at a lab server shows as whole 20 ms service times.
+	// BackSlack: an attempt time under 25 ms counts as 25 ms in a return's
+	// additive growth (ReturnGrow): on loopback the fastest took 0.3 ms,
+	// and a growth per attempt time that short would leap by a hundred
+	// retries a second per second of successes; a lab server's service
+	// time is 20 ms.
 	BackSlack = 25 * time.Millisecond
+	// ReturnGrow: once a failure cut a return's pace, the rate of held
+	// retries grows by one retry a second per attempt time (additive
+	// increase, one at most per success): with a pace frozen for
+	// OverloadHold after each refusal instead, a fleet's processes met
+	// refusals unevenly and one kept an eighth of another's pace; half as
+	// much served fewer held calls, twice as much sent more refusals
+	// (BENCHMARKS.md, "A fleet of any size, on virtual time").
+	ReturnGrow = 1.0
 	// BackSpreadMax: a call with a deadline goes back at a random share of
 	// what its deadline leaves, a second at most: spread over an hour's
 	// deadline, a held call waited up to an hour past the server's return.
