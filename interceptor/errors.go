@@ -106,8 +106,6 @@ func deferredWords(waitEnd, held string) string {
 		s = "retry deferred, none could finish before the deadline (the Gate's hopeless rule)"
 	case "max-wait":
 		s = "retry deferred the longest a call without a deadline waits (defer.maxWait)"
-	case "backlog":
-		s = "retry deferred, the held retries before it fill the room the backend has left until its wait ends (the Gate's backlog rule)"
 	default:
 		s = "retry deferred, no admission before the deadline"
 	}

@@ -73,7 +73,6 @@ func TestErrorTextNamesTheGatesRule(t *testing.T) {
 		{"hold", "", "retry deferred, not let go after its pause (the Gate's hold rule)"},
 		{"deadline", "overload", "retry deferred, no admission before the deadline, held by the Gate's overload rule (most attempts refused for overload or slow)"},
 		{"max-wait", "outage", "retry deferred the longest a call without a deadline waits (defer.maxWait), held by the Gate's outage rule (the backend is down)"},
-		{"backlog", "outage", "retry deferred, the held retries before it fill the room the backend has left until its wait ends (the Gate's backlog rule), held by the Gate's outage rule (the backend is down)"},
 		{"hopeless", "breaker", "retry deferred, none could finish before the deadline (the Gate's hopeless rule), held by the open circuit breaker"},
 	} {
 		e := &Error{Attempts: 2, Reason: policy.ReasonDeferred, Err: last, WaitEnd: tt.end, HeldBy: tt.held}

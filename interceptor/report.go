@@ -33,7 +33,7 @@ type Report struct {
 	// (part of Delay; for a hedged call, its hedges refused with no
 	// attempt in flight); WaitEnd, when such a wait admitted nothing and
 	// ended the call, the rule of the Gate's wait contract that ended it
-	// (budget.Gate): "hold", "hopeless", "max-wait", "backlog", "futility", "room"
+	// (budget.Gate): "hold", "hopeless", "max-wait", "futility", "room"
 	// or "criticality" (too many waited), "deadline" or "caller", or
 	// "switch" when turning the switch on ended it (SetDisabled); HeldBy,
 	// the Gate's rule that held that wait past its pause, if one did:
