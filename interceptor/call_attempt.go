@@ -65,9 +65,10 @@ import (
 // records it, and TestUnaryFastPathMatchesGeneralPath holds the two paths
 // alike.
 //
-// A stream's per-attempt timer (attempttimer.go) is the one decision taken
-// off the call's goroutine: that file says how it decides. A unary call's
-// (unary_timer.go) is the loop's.
+// The per-attempt timer (attemptTimer, attempttimer.go) is one type with
+// one set of rules: a unary call's loop drives it (unary_timer.go), a
+// retried stream's timer goroutine under its own lock (streamTimer,
+// stream_timer.go).
 //
 // What the interceptors know of the wire, per attempt, comes from the call
 // options grpc already fills (no stats.Handler, which would cost about 15
@@ -183,9 +184,9 @@ type call struct {
 
 // retryFacts is what a decision on the call's next attempt reads of it
 // beside the attempt's own facts: the plan, the admissions' owners and the
-// backoff sequence's position. The per-attempt timer decides on a copy of
-// it, taken as its attempt starts (startAttemptTimer), and never sees the
-// rest of the call, which the call's goroutine writes meanwhile.
+// backoff sequence's position. A stream's per-attempt timer decides on a
+// copy of it, taken as its attempt starts (startStreamTimer), and never
+// sees the rest of the call, which the call's goroutine writes meanwhile.
 type retryFacts struct {
 	o *options
 	// ctx is the caller's context: the request a server is serving, when the
@@ -518,10 +519,10 @@ func callCriticality(ctx context.Context, o *options, m *policy.Method) critical
 // grpc-previous-rpc-attempts header and, when the call has one, stagger's
 // per-attempt timer (nil otherwise). cancel ends the attempt's context; call
 // it once the attempt is over, after timer.stop.
-func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *attemptTimer) {
+func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *streamTimer) {
 	ctx = c.numberAttempt(callCtx)
 	if c.perAttempt > 0 {
-		timer = startAttemptTimer(callCtx, ctx, c)
+		timer = startStreamTimer(callCtx, ctx, c)
 		return timer.ctx, timer.cancel, timer
 	}
 	return ctx, noCancel, nil
@@ -546,8 +547,8 @@ func (c *call) numberAttempt(parent context.Context) context.Context {
 
 // served notes that the attempt that just ended, under the per-attempt
 // timer at (nil: none), was served (answered with success): see
-// attemptTimer.served; without a timer, only a retry is timed.
-func (c *call) served(at *attemptTimer) {
+// streamTimer.served; without a timer, only a retry is timed.
+func (c *call) served(at *streamTimer) {
 	switch {
 	case at != nil:
 		// at.took: stopTimer measured it, on this goroutine.

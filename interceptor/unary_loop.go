@@ -87,7 +87,7 @@ type unaryLoop struct {
 	// timeout cuts it off), timer its per-attempt timer.
 	cur    context.Context
 	cancel context.CancelFunc
-	timer  unaryTimer
+	timer  attemptTimer
 	// last is the latest failure that decided nothing (beside); lastOut
 	// the outputs of the last hedge that ended, whose metadata the caller
 	// gets when the call fails (nil: none ended).
