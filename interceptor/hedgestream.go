@@ -168,7 +168,7 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 	if len(s.onFinish) > 0 {
 		s.watchCaller(s.callCtx)
 	}
-	st := &hedgeState{k: k, c: s.c, h: h, hctx: s.hctx, hcancel: s.hcancel}
+	st := &hedgeState{c: s.c, h: h}
 	st.delay, s.hist = k.hedgeDelay(s.method, h)
 	st.deadline, st.hasDeadline = s.callCtx.Deadline()
 	// The first attempt is opened here, as grpc-go opens a stream in
