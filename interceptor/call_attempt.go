@@ -21,7 +21,7 @@ import (
 )
 
 // Maintainers: the decision is written once, in this file (start,
-// nextAttempt), call_outcome.go (attemptOutcome), call_retry.go
+// numberAttempt), call_outcome.go (attemptOutcome), call_retry.go
 // (afterAttempt, finish) and call_wait.go (pause, waitDeferred). A unary
 // call that may send more than one attempt runs on its loop (unaryLoop,
 // unary_loop.go), which owns it: attempts, timers and the caller's context
@@ -513,21 +513,6 @@ func callCriticality(ctx context.Context, o *options, m *policy.Method) critical
 	return criticality.Unset
 }
 
-// nextAttempt starts the next attempt and returns its context: callCtx
-// itself for a first attempt without a per-attempt timeout, else a child
-// carrying the attempt number (AttemptFromContext), the
-// grpc-previous-rpc-attempts header and, when the call has one, stagger's
-// per-attempt timer (nil otherwise). cancel ends the attempt's context; call
-// it once the attempt is over, after timer.stop.
-func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *streamTimer) {
-	ctx = c.numberAttempt(callCtx)
-	if c.perAttempt > 0 {
-		timer = startStreamTimer(callCtx, ctx, c)
-		return timer.ctx, timer.cancel, timer
-	}
-	return ctx, noCancel, nil
-}
-
 // numberAttempt numbers the next attempt and returns its context: parent
 // itself for a first attempt, else a child carrying the attempt number
 // (AttemptFromContext) and the grpc-previous-rpc-attempts header.
@@ -545,15 +530,10 @@ func (c *call) numberAttempt(parent context.Context) context.Context {
 	return ctx
 }
 
-// served notes that the attempt that just ended, under the per-attempt
-// timer at (nil: none), was served (answered with success): see
-// streamTimer.served; without a timer, only a retry is timed.
-func (c *call) served(at *streamTimer) {
-	switch {
-	case at != nil:
-		// at.took: stopTimer measured it, on this goroutine.
-		at.served(at.took)
-	case c.pace != nil && c.attempt > 1 && c.retryStart != 0:
+// served notes that the attempt that just ended, a retry with no
+// per-attempt timer, was served (answered with success): see pace.answer.
+func (c *call) served() {
+	if c.pace != nil && c.attempt > 1 && c.retryStart != 0 {
 		took := monoNow() - c.retryStart
 		c.pace.answer(monoBase.Add(c.retryStart), took, c.crit.Index())
 	}

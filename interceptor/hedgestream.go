@@ -353,13 +353,13 @@ func (s *hedgedStream) launch(st *hedgeState, n int) *streamHedgeAttempt {
 	return a
 }
 
-// launchLocked makes attempt n, numbered by nextAttempt (where the
+// launchLocked makes attempt n, numbered by numberAttempt (where the
 // application reads c.attempt after the commit), and adds it to the
 // attempts sent, which a commit cancels. mu is held.
 func (s *hedgedStream) launchLocked(n int) *streamHedgeAttempt {
 	a := &streamHedgeAttempt{n: n, start: time.Now(), watched: make(chan struct{})}
-	actx, _, _ := s.c.nextAttempt(s.hctx)
-	a.ctx, a.cancel = context.WithCancel(actx)
+	// No per-attempt timer: a hedged method has no retry policy.
+	a.ctx, a.cancel = context.WithCancel(s.c.numberAttempt(s.hctx))
 	s.sent = append(s.sent, a)
 	return a
 }

@@ -27,9 +27,21 @@ type streamTimer struct {
 	// callCtx the call's.
 	ctx, callCtx context.Context
 	cancel       context.CancelFunc
-	// took is how long the attempt took, once stopTimer measured it (the
-	// call's goroutine's only).
-	took time.Duration
+}
+
+// nextAttempt starts a retried stream's next attempt and returns its
+// context: callCtx itself for a first attempt without a per-attempt
+// timeout, else a child carrying the attempt number (AttemptFromContext),
+// the grpc-previous-rpc-attempts header and, when the call has one,
+// stagger's per-attempt timer (nil otherwise). cancel ends the attempt's
+// context; call it once the attempt is over, after timer.stop.
+func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *streamTimer) {
+	ctx = c.numberAttempt(callCtx)
+	if c.perAttempt > 0 {
+		timer = startStreamTimer(callCtx, ctx, c)
+		return timer.ctx, timer.cancel, timer
+	}
+	return ctx, noCancel, nil
 }
 
 // startStreamTimer arms the per-attempt timer of c's current attempt,
@@ -139,12 +151,12 @@ func (st *streamTimer) served(took time.Duration) {
 // fired becomes c.timerVerdict, for afterAttempt. It sets c.slow: the
 // attempt ran a slowSuccessPart-th of its timer or longer.
 func (c *call) stopTimer(st *streamTimer) (cutOff bool) {
+	c.slow = false
 	if st != nil {
 		now := time.Now()
-		st.took = now.Sub(st.start)
+		c.slow = now.Sub(st.start) >= c.perAttempt/slowSuccessPart
 		st.catchUp(now)
 	}
-	c.slow = st != nil && st.took >= c.perAttempt/slowSuccessPart
 	if st.stop() {
 		if st != nil && st.refused != policy.ReasonNone {
 			c.timerRefusedRetry(st.refused)

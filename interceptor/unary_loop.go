@@ -337,7 +337,7 @@ func (l *unaryLoop) served(ev unaryEvent) {
 			c.pace.answer(ev.start, ev.at.Sub(ev.start), c.crit.Index())
 		}
 	default:
-		c.served(nil)
+		c.served()
 	}
 }
 
