@@ -100,6 +100,12 @@ func TestOneOwnerSites(t *testing.T) {
 // call a method or function named one of names.
 func callersOf(t *testing.T, names ...string) []string {
 	t.Helper()
+	return callersWhere(t, func(name string) bool { return !streamFile(name) }, names...)
+}
+
+// callersWhere is callersOf over the non-test files whose name in says so.
+func callersWhere(t *testing.T, in func(string) bool, names ...string) []string {
+	t.Helper()
 	entries, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +114,7 @@ func callersOf(t *testing.T, names ...string) []string {
 	var sites []string
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || streamFile(name) {
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || !in(name) {
 			continue
 		}
 		f, err := parser.ParseFile(fset, name, nil, 0)
@@ -176,6 +182,22 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 			if !strings.Contains(s, ": unaryLoop.") && !slices.Contains(tc.also, s) {
 				t.Errorf("%s %s a unary call (%s); want the loop alone (unaryLoop)", s, tc.what, strings.Join(tc.names, ", "))
 			}
+		}
+	}
+}
+
+// TestOneTimer: the per-attempt timer's rules are written once, in
+// attemptTimer's methods, which a unary call's loop (unaryLoop.take) and a
+// stream's timer goroutine (streamTimer.takeLocked) both run: only they
+// ask whether the policy would retry an attempt cut off now
+// (timeoutVerdict), whether the breaker and the budget let that retry go
+// (timeoutAdmit) and what the method's other attempts say (the pace's
+// fire, slowForAll, scout, straggler).
+func TestOneTimer(t *testing.T) {
+	all := func(string) bool { return true }
+	for _, s := range callersWhere(t, all, "timeoutVerdict", "timeoutAdmit", "fire", "slowForAll", "scout", "straggler") {
+		if !strings.HasPrefix(s, "attempttimer.go: attemptTimer.") {
+			t.Errorf("%s takes a per-attempt timer's decision; want attemptTimer's rules alone (attempttimer.go)", s)
 		}
 	}
 }
