@@ -45,8 +45,9 @@ type attemptTimer struct {
 	// n is the attempt the timer belongs to (0: none yet).
 	n     int
 	state int32
-	// t sends the next due event; start is when the attempt left, due when
-	// the timer is due to fire, graceEnd when its grace is due to end.
+	// t is the next due time's time.AfterFunc (its driver's); start is
+	// when the attempt left, due when the timer is due to fire, graceEnd
+	// when its grace is due to end.
 	t                    *time.Timer
 	start, due, graceEnd time.Time
 	// waited: the timer waited a period more, the server being slow for

@@ -128,8 +128,8 @@ func (st *streamTimer) stop() bool {
 	return st.state != timerFired
 }
 
-// served notes, once the attempt was answered with success (a stream's
-// first response header, or its end), that the server served it
+// served notes, once the attempt was answered with success (its first
+// response header), that the server served it
 // (pace.answer): none of this method's attempts sent before it and still
 // waiting is queued in front of it, in a server that serves in order.
 // Nothing for a nil timer or an attempt cut off or ended from above. took
