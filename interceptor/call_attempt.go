@@ -21,7 +21,7 @@ import (
 )
 
 // Maintainers: the decision is written once, in this file (start,
-// nextAttempt), call_outcome.go (attemptOutcome), call_retry.go
+// numberAttempt), call_outcome.go (attemptOutcome), call_retry.go
 // (afterAttempt, finish) and call_wait.go (pause, waitDeferred). A unary
 // call that may send more than one attempt runs on its loop (unaryLoop,
 // unary_loop.go), which owns it: attempts, timers and the caller's context
@@ -65,9 +65,10 @@ import (
 // records it, and TestUnaryFastPathMatchesGeneralPath holds the two paths
 // alike.
 //
-// A stream's per-attempt timer (attempttimer.go) is the one decision taken
-// off the call's goroutine: that file says how it decides. A unary call's
-// (unary_timer.go) is the loop's.
+// The per-attempt timer (attemptTimer, attempttimer.go) is one type with
+// one set of rules: a unary call's loop drives it (unary_timer.go), a
+// retried stream's timer goroutine under its own lock (streamTimer,
+// stream_timer.go).
 //
 // What the interceptors know of the wire, per attempt, comes from the call
 // options grpc already fills (no stats.Handler, which would cost about 15
@@ -183,9 +184,9 @@ type call struct {
 
 // retryFacts is what a decision on the call's next attempt reads of it
 // beside the attempt's own facts: the plan, the admissions' owners and the
-// backoff sequence's position. The per-attempt timer decides on a copy of
-// it, taken as its attempt starts (startAttemptTimer), and never sees the
-// rest of the call, which the call's goroutine writes meanwhile.
+// backoff sequence's position. A stream's per-attempt timer decides on a
+// copy of it, taken as its attempt starts (startStreamTimer), and never
+// sees the rest of the call, which the call's goroutine writes meanwhile.
 type retryFacts struct {
 	o *options
 	// ctx is the caller's context: the request a server is serving, when the
@@ -512,21 +513,6 @@ func callCriticality(ctx context.Context, o *options, m *policy.Method) critical
 	return criticality.Unset
 }
 
-// nextAttempt starts the next attempt and returns its context: callCtx
-// itself for a first attempt without a per-attempt timeout, else a child
-// carrying the attempt number (AttemptFromContext), the
-// grpc-previous-rpc-attempts header and, when the call has one, stagger's
-// per-attempt timer (nil otherwise). cancel ends the attempt's context; call
-// it once the attempt is over, after timer.stop.
-func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *attemptTimer) {
-	ctx = c.numberAttempt(callCtx)
-	if c.perAttempt > 0 {
-		timer = startAttemptTimer(callCtx, ctx, c)
-		return timer.ctx, timer.cancel, timer
-	}
-	return ctx, noCancel, nil
-}
-
 // numberAttempt numbers the next attempt and returns its context: parent
 // itself for a first attempt, else a child carrying the attempt number
 // (AttemptFromContext) and the grpc-previous-rpc-attempts header.
@@ -544,15 +530,10 @@ func (c *call) numberAttempt(parent context.Context) context.Context {
 	return ctx
 }
 
-// served notes that the attempt that just ended, under the per-attempt
-// timer at (nil: none), was served (answered with success): see
-// attemptTimer.served; without a timer, only a retry is timed.
-func (c *call) served(at *attemptTimer) {
-	switch {
-	case at != nil:
-		// at.took: stopTimer measured it, on this goroutine.
-		at.served(at.took)
-	case c.pace != nil && c.attempt > 1 && c.retryStart != 0:
+// served notes that the attempt that just ended, a retry with no
+// per-attempt timer, was served (answered with success): see pace.answer.
+func (c *call) served() {
+	if c.pace != nil && c.attempt > 1 && c.retryStart != 0 {
 		took := monoNow() - c.retryStart
 		c.pace.answer(monoBase.Add(c.retryStart), took, c.crit.Index())
 	}

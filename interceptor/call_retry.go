@@ -271,9 +271,10 @@ func (c *retryFacts) retryRequest(timedOut bool) budget.Request {
 // circuit breaker is closed and the budget admits it at once (Allow; a
 // budget that would defer it has not admitted it). Otherwise nothing was
 // spent (Allow admits only a retry that then goes), and the attempt runs
-// on: its own answer is judged as if it had had no timer. Both run on the
-// timer's goroutine, on a copy of the call's retryFacts (never the call
-// itself); they emit no event (afterAttempt does, on the call's goroutine).
+// on: its own answer is judged as if it had had no timer. Both run where
+// the timer decides (attemptTimer.take: a unary call's loop, a stream's
+// timer goroutine on a copy of the call's retryFacts); they emit no event
+// (afterAttempt does).
 //
 // The budget is asked before it hears how the attempt ended: the attempt
 // has not ended yet, and if it runs on it ends on its own later.

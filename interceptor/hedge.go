@@ -45,7 +45,7 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 	}
 	l.goroutines(h.MaxAttempts, grpcOpts)
 	l.hist = hist
-	l.hedged, l.hs = true, hedgeState{k: k, c: c, h: h, hctx: l.hctx, hcancel: l.hcancel, delay: delay}
+	l.hedged, l.hs = true, hedgeState{c: c, h: h, delay: delay}
 	l.hs.deadline, l.hs.hasDeadline = callCtx.Deadline()
 	return l.run()
 }
@@ -86,12 +86,9 @@ func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration
 
 // hedgeState is the hedging loop's state; only the call's goroutine uses it.
 type hedgeState struct {
-	k       *core
-	c       *call
-	h       *policy.Hedging
-	hctx    context.Context
-	hcancel context.CancelFunc
-	delay   time.Duration
+	c     *call
+	h     *policy.Hedging
+	delay time.Duration
 	// delay < 0: no hedge is sent while an attempt is in flight (a unary
 	// call whose reply is not a proto.Message: one reply, the caller's).
 

@@ -168,7 +168,7 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 	if len(s.onFinish) > 0 {
 		s.watchCaller(s.callCtx)
 	}
-	st := &hedgeState{k: k, c: s.c, h: h, hctx: s.hctx, hcancel: s.hcancel}
+	st := &hedgeState{c: s.c, h: h}
 	st.delay, s.hist = k.hedgeDelay(s.method, h)
 	st.deadline, st.hasDeadline = s.callCtx.Deadline()
 	// The first attempt is opened here, as grpc-go opens a stream in
@@ -353,13 +353,13 @@ func (s *hedgedStream) launch(st *hedgeState, n int) *streamHedgeAttempt {
 	return a
 }
 
-// launchLocked makes attempt n, numbered by nextAttempt (where the
+// launchLocked makes attempt n, numbered by numberAttempt (where the
 // application reads c.attempt after the commit), and adds it to the
 // attempts sent, which a commit cancels. mu is held.
 func (s *hedgedStream) launchLocked(n int) *streamHedgeAttempt {
 	a := &streamHedgeAttempt{n: n, start: time.Now(), watched: make(chan struct{})}
-	actx, _, _ := s.c.nextAttempt(s.hctx)
-	a.ctx, a.cancel = context.WithCancel(actx)
+	// No per-attempt timer: a hedged method has no retry policy.
+	a.ctx, a.cancel = context.WithCancel(s.c.numberAttempt(s.hctx))
 	s.sent = append(s.sent, a)
 	return a
 }

@@ -100,6 +100,12 @@ func TestOneOwnerSites(t *testing.T) {
 // call a method or function named one of names.
 func callersOf(t *testing.T, names ...string) []string {
 	t.Helper()
+	return callersWhere(t, func(name string) bool { return !streamFile(name) }, names...)
+}
+
+// callersWhere is callersOf over the non-test files whose name in says so.
+func callersWhere(t *testing.T, in func(string) bool, names ...string) []string {
+	t.Helper()
 	entries, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +114,7 @@ func callersOf(t *testing.T, names ...string) []string {
 	var sites []string
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || streamFile(name) {
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || !in(name) {
 			continue
 		}
 		f, err := parser.ParseFile(fset, name, nil, 0)
@@ -145,10 +151,11 @@ func callersOf(t *testing.T, names ...string) []string {
 }
 
 // streamFile reports whether name is one of the stream engines' files
-// (and a stream's per-attempt timer), which decide a stream.
+// (a stream's per-attempt timer's driver, stream_timer.go, among them),
+// which decide a stream.
 func streamFile(name string) bool {
 	return strings.HasPrefix(name, "stream") || strings.HasPrefix(name, "hedgestream") ||
-		name == "resume.go" || name == "replay.go" || name == "attempttimer.go"
+		name == "resume.go" || name == "replay.go"
 }
 
 // TestUnaryLoopOwnsTheCall: of a unary call, only its loop (unaryLoop)
@@ -160,18 +167,37 @@ func streamFile(name string) bool {
 // send the loop an event instead.
 func TestUnaryLoopOwnsTheCall(t *testing.T) {
 	oneAttempt := []string{"unary.go: call.afterOnlyAttempt", "unary.go: core.unaryEngine"}
+	// The per-attempt timer's rules, which the loop runs (unaryLoop.take),
+	// as a stream's timer does under its own lock (streamTimer).
+	timerRules := append(oneAttempt, "attempttimer.go: attemptTimer.take")
 	for _, tc := range []struct {
 		what  string
 		names []string
 		also  []string
 	}{
-		{"decides", []string{"afterAttempt", "timeoutVerdict", "recordBeside"}, oneAttempt},
+		{"decides", []string{"afterAttempt", "timeoutVerdict", "recordBeside"}, timerRules},
 		{"commits", []string{"adopt", "adoptMeta"}, []string{"hedgecall.go: hedgeCall.adopt"}},
 	} {
 		for _, s := range callersOf(t, tc.names...) {
 			if !strings.Contains(s, ": unaryLoop.") && !slices.Contains(tc.also, s) {
 				t.Errorf("%s %s a unary call (%s); want the loop alone (unaryLoop)", s, tc.what, strings.Join(tc.names, ", "))
 			}
+		}
+	}
+}
+
+// TestOneTimer: the per-attempt timer's rules are written once, in
+// attemptTimer's methods, which a unary call's loop (unaryLoop.take) and a
+// stream's timer goroutine (streamTimer.takeLocked) both run: only they
+// ask whether the policy would retry an attempt cut off now
+// (timeoutVerdict), whether the breaker and the budget let that retry go
+// (timeoutAdmit) and what the method's other attempts say (the pace's
+// fire, slowForAll, scout, straggler).
+func TestOneTimer(t *testing.T) {
+	all := func(string) bool { return true }
+	for _, s := range callersWhere(t, all, "timeoutVerdict", "timeoutAdmit", "fire", "slowForAll", "scout", "straggler") {
+		if !strings.HasPrefix(s, "attempttimer.go: attemptTimer.") {
+			t.Errorf("%s takes a per-attempt timer's decision; want attemptTimer's rules alone (attempttimer.go)", s)
 		}
 	}
 }

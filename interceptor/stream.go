@@ -190,7 +190,7 @@ type streamAttempt struct {
 	// the first response header or message (grpc C-core's meaning), which a
 	// context deadline cannot do; a header or message that finds it fired
 	// belongs to an attempt already cut off and is never delivered.
-	timer *attemptTimer
+	timer *streamTimer
 	// settled: attemptEnded has judged this attempt (under the stream's
 	// endMu); a second report of its end changes nothing.
 	settled bool

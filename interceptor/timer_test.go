@@ -33,14 +33,14 @@ func timerCall(n int, d time.Duration) *call {
 func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	bg := context.Background()
 	// Stopped first: the timer never fires, the attempt was not cut off.
-	at := startAttemptTimer(bg, bg, timerCall(1, time.Hour))
+	at := startStreamTimer(bg, bg, timerCall(1, time.Hour))
 	if !at.stop() {
 		t.Fatal("stop on an armed timer = false, want true")
 	}
 	if !at.stop() {
 		t.Fatal("stop on a stopped timer = false, want true")
 	}
-	at.fire() // a late fire changes nothing
+	at.takeDue(at.due) // a late fire changes nothing
 	if at.ctx.Err() != nil || !at.stop() {
 		t.Fatalf("after stop then fire: ctx.Err() = %v, stop() = %v; want nil, true", at.ctx.Err(), at.stop())
 	}
@@ -52,15 +52,15 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	ask := &askBudget{allow: true}
 	c := timerCall(1, time.Hour)
 	c.budget = ask
-	at = startAttemptTimer(bg, bg, c)
-	at.fire()
-	if got := at.state.Load(); got != timerGrace || at.ctx.Err() != nil {
+	at = startStreamTimer(bg, bg, c)
+	at.takeDue(at.due)
+	if got := stateOf(at); got != timerGrace || at.ctx.Err() != nil {
 		t.Fatalf("after fire: state %d, ctx.Err() = %v; want timerGrace (%d) and running on", got, at.ctx.Err(), timerGrace)
 	}
 	if !at.stop() || at.ctx.Err() != nil || ask.asked != 0 {
 		t.Fatalf("stopped in the grace: stop() = false, ctx.Err() = %v, or the budget asked %d times; want true, nil, 0", at.ctx.Err(), ask.asked)
 	}
-	at.cut() // a late end of the grace changes nothing
+	at.takeDue(at.graceEnd) // a late end of the grace changes nothing
 	if !at.stop() || at.ctx.Err() != nil || ask.asked != 0 {
 		t.Fatalf("after stop then cut: ctx.Err() = %v, budget asked %d times; want nil, 0", at.ctx.Err(), ask.asked)
 	}
@@ -70,9 +70,9 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	// cancelled, stop says so, and the call takes the retry the timer
 	// admitted.
 	c = timerCall(1, time.Hour)
-	at = startAttemptTimer(bg, bg, c)
-	at.fire()
-	at.cut()
+	at = startStreamTimer(bg, bg, c)
+	at.takeDue(at.due)
+	at.takeDue(at.graceEnd)
 	if at.stop() || at.ctx.Err() == nil {
 		t.Fatalf("after fire: stop() = true or ctx.Err() = nil (%v); want false and cancelled", at.ctx.Err())
 	}
@@ -84,15 +84,15 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	// Fired first, no retry can go (the last attempt): the attempt runs on,
 	// its context untouched, and it was not cut off.
 	c = timerCall(3, time.Hour)
-	at = startAttemptTimer(bg, bg, c)
-	at.fire()
+	at = startStreamTimer(bg, bg, c)
+	at.takeDue(at.due)
 	if !at.stop() || at.ctx.Err() != nil || c.stopTimer(at) {
 		t.Fatalf("last attempt after fire: stop() = false or ctx.Err() = %v; want true and running on", at.ctx.Err())
 	}
 	at.cancel()
 
 	// A nil timer (no per-attempt timeout) never cuts an attempt off.
-	var none *attemptTimer
+	var none *streamTimer
 	if !none.stop() {
 		t.Fatal("nil timer stop() = false, want true")
 	}
@@ -100,7 +100,7 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	// The timer is not a deadline: the server sees the parent's.
 	parent, cancel := context.WithTimeout(bg, time.Hour)
 	defer cancel()
-	at = startAttemptTimer(parent, parent, timerCall(1, time.Millisecond))
+	at = startStreamTimer(parent, parent, timerCall(1, time.Millisecond))
 	defer at.cancel()
 	want, _ := parent.Deadline()
 	if got, ok := at.ctx.Deadline(); !ok || !got.Equal(want) {
@@ -202,10 +202,10 @@ func TestAfterAttemptFollowsTimer(t *testing.T) {
 	ask := &askBudget{allow: true}
 	c := timerCall(1, time.Hour)
 	c.budget = ask
-	at := startAttemptTimer(bg, bg, c)
-	at.fire()
+	at := startStreamTimer(bg, bg, c)
+	at.takeDue(at.due)
 	time.Sleep(4 * time.Millisecond)
-	at.cut() // the grace ends (its timer, stopped or not, finds it ended)
+	at.takeDue(at.graceEnd) // the grace ends (its timer, stopped or not, finds it ended)
 	err, timedOut := attemptOutcome(bg, status.Error(codes.Canceled, "cancelled"), c.stopTimer(at))
 	at.cancel()
 	if !timedOut {
@@ -336,7 +336,7 @@ func TestUnaryTimerBeside(t *testing.T) {
 	c := timerCall(1, time.Hour)
 	c.budget, c.hedgeOnTimeout = ask, true
 	l := timerLoop(t, c, true)
-	l.fire()
+	l.take()
 	if l.timer.state != timerRanOn || l.cur.Err() != nil || l.pendingDue.IsZero() || c.retry != 2 || ask.asked != 1 {
 		t.Fatalf("after fire: state %d, ctx.Err() = %v, retry due %v, retry %d, budget asked %d; want timerRanOn, running, a retry after its pause, 2, 1",
 			l.timer.state, l.cur.Err(), l.pendingDue, c.retry, ask.asked)
@@ -349,7 +349,7 @@ func TestUnaryTimerBeside(t *testing.T) {
 	c.hedgeOnTimeout = true
 	l = timerLoop(t, c, true)
 	l.hc.invoker = func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
-	l.fire()
+	l.take()
 	if ev := <-l.hc.results; c.attempt != 2 || ev.n != 2 || l.timer.n != 2 || l.timer.state != timerArmed {
 		t.Errorf("after fire with no pause: attempt %d (ended %d), timer of attempt %d in state %d; want attempt 2 started, its timer armed (%d)", c.attempt, ev.n, l.timer.n, l.timer.state, timerArmed)
 	}
@@ -358,7 +358,7 @@ func TestUnaryTimerBeside(t *testing.T) {
 	c.budget, c.hedgeOnTimeout = ask, true
 	l = timerLoop(t, c, true)
 	l.cancel()
-	l.fire()
+	l.take()
 	if !l.pendingDue.IsZero() || ask.asked != 1 {
 		t.Errorf("a cancelled attempt's timer admitted a retry (due %v) or asked the budget (%d times; want 1, before)", l.pendingDue, ask.asked)
 	}
@@ -470,11 +470,11 @@ func TestAttemptTimerDecidesAtDueTimes(t *testing.T) {
 			ask := &askBudget{allow: tc.allow}
 			c := timerCall(1, d)
 			c.budget = ask
-			at := startAttemptTimer(bg, bg, c)
+			at := startStreamTimer(bg, bg, c)
 			defer at.cancel()
 			at.catchUp(at.start.Add(tc.end))
-			if got := !at.stop(); got != tc.cut || ask.asked != tc.asked || at.state.Load() != tc.state {
-				t.Fatalf("cut %v, budget asked %d, state %d; want %v, %d, %d", got, ask.asked, at.state.Load(), tc.cut, tc.asked, tc.state)
+			if got := !at.stop(); got != tc.cut || ask.asked != tc.asked || stateOf(at) != tc.state {
+				t.Fatalf("cut %v, budget asked %d, state %d; want %v, %d, %d", got, ask.asked, stateOf(at), tc.cut, tc.asked, tc.state)
 			}
 			if tc.cut && (at.fired != d || at.grace != pause || !at.verdict.Retry) {
 				t.Errorf("fired after %v, grace %v, verdict %+v; want %v, %v, a retry", at.fired, at.grace, at.verdict, d, pause)
@@ -484,4 +484,11 @@ func TestAttemptTimerDecidesAtDueTimes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stateOf reads st's state under its lock: its goroutine may be deciding.
+func stateOf(st *streamTimer) int32 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.state
 }

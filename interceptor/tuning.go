@@ -10,7 +10,7 @@ import (
 // purpose: a retune must not change the API. Each says what it came from:
 // a measurement, or "not measured" and the argument that set it.
 
-// The per-attempt timer (attempttimer.go) and what its attempts tell of
+// The per-attempt timer (attemptTimer) and what its attempts tell of
 // each other (pace.go).
 const (
 	// slowSuccessPart: an attempt that succeeds after a slowSuccessPart-th

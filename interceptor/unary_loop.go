@@ -87,7 +87,7 @@ type unaryLoop struct {
 	// timeout cuts it off), timer its per-attempt timer.
 	cur    context.Context
 	cancel context.CancelFunc
-	timer  unaryTimer
+	timer  attemptTimer
 	// last is the latest failure that decided nothing (beside); lastOut
 	// the outputs of the last hedge that ended, whose metadata the caller
 	// gets when the call fails (nil: none ended).
@@ -337,7 +337,7 @@ func (l *unaryLoop) served(ev unaryEvent) {
 			c.pace.answer(ev.start, ev.at.Sub(ev.start), c.crit.Index())
 		}
 	default:
-		c.served(nil)
+		c.served()
 	}
 }
 
