@@ -16,6 +16,23 @@ import (
 // the connection: cc or x.cc).
 func ownerSites(t *testing.T) (deciders, enders []string) {
 	t.Helper()
+	eachCall(t, func(string) bool { return true }, func(file string, fn *ast.FuncDecl, ce *ast.CallExpr, sel *ast.SelectorExpr) {
+		site := file + ": " + fn.Name.Name
+		switch {
+		case sel.Sel.Name == "Decide":
+			deciders = append(deciders, site)
+		case sel.Sel.Name == "end" && len(ce.Args) == 2 && isConn(ce.Args[0]):
+			enders = append(enders, site)
+		}
+	})
+	return slices.Compact(deciders), slices.Compact(enders)
+}
+
+// eachCall walks the package's non-test files whose name in says so, and
+// calls visit for each call of a method or a package's function (x.name(...))
+// in a function's body, with the file and the function it is in.
+func eachCall(t *testing.T, in func(string) bool, visit func(file string, fn *ast.FuncDecl, ce *ast.CallExpr, sel *ast.SelectorExpr)) {
+	t.Helper()
 	entries, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +40,7 @@ func ownerSites(t *testing.T) (deciders, enders []string) {
 	fset := token.NewFileSet()
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || !in(name) {
 			continue
 		}
 		f, err := parser.ParseFile(fset, name, nil, 0)
@@ -35,27 +52,16 @@ func ownerSites(t *testing.T) (deciders, enders []string) {
 			if !ok || fn.Body == nil {
 				continue
 			}
-			site := name + ": " + fn.Name.Name
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
-				ce, ok := n.(*ast.CallExpr)
-				if !ok {
-					return true
-				}
-				sel, ok := ce.Fun.(*ast.SelectorExpr)
-				if !ok {
-					return true
-				}
-				switch {
-				case sel.Sel.Name == "Decide":
-					deciders = append(deciders, site)
-				case sel.Sel.Name == "end" && len(ce.Args) == 2 && isConn(ce.Args[0]):
-					enders = append(enders, site)
+				if ce, ok := n.(*ast.CallExpr); ok {
+					if sel, ok := ce.Fun.(*ast.SelectorExpr); ok {
+						visit(name, fn, ce, sel)
+					}
 				}
 				return true
 			})
 		}
 	}
-	return slices.Compact(deciders), slices.Compact(enders)
 }
 
 func isConn(e ast.Expr) bool {
@@ -106,46 +112,23 @@ func callersOf(t *testing.T, names ...string) []string {
 // callersWhere is callersOf over the non-test files whose name in says so.
 func callersWhere(t *testing.T, in func(string) bool, names ...string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
 	var sites []string
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || !in(name) {
-			continue
+	eachCall(t, in, func(file string, fn *ast.FuncDecl, _ *ast.CallExpr, sel *ast.SelectorExpr) {
+		if !slices.Contains(names, sel.Sel.Name) {
+			return
 		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range f.Decls {
-			fn, ok := d.(*ast.FuncDecl)
-			if !ok || fn.Body == nil {
-				continue
+		site := file + ": " + fn.Name.Name
+		if fn.Recv != nil {
+			typ := fn.Recv.List[0].Type
+			if star, ok := typ.(*ast.StarExpr); ok {
+				typ = star.X
 			}
-			site := name + ": " + fn.Name.Name
-			if fn.Recv != nil {
-				typ := fn.Recv.List[0].Type
-				if star, ok := typ.(*ast.StarExpr); ok {
-					typ = star.X
-				}
-				if id, ok := typ.(*ast.Ident); ok {
-					site = name + ": " + id.Name + "." + fn.Name.Name
-				}
+			if id, ok := typ.(*ast.Ident); ok {
+				site = file + ": " + id.Name + "." + fn.Name.Name
 			}
-			ast.Inspect(fn.Body, func(n ast.Node) bool {
-				if ce, ok := n.(*ast.CallExpr); ok {
-					if sel, ok := ce.Fun.(*ast.SelectorExpr); ok && slices.Contains(names, sel.Sel.Name) {
-						sites = append(sites, site)
-					}
-				}
-				return true
-			})
 		}
-	}
+		sites = append(sites, site)
+	})
 	slices.Sort(sites)
 	return slices.Compact(sites)
 }

@@ -2,9 +2,6 @@ package interceptor
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,36 +12,12 @@ import (
 // sorted.
 func callersIn(t *testing.T, prefix string, names ...string) map[string][]string {
 	t.Helper()
-	entries, err := os.ReadDir(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	callers := make(map[string][]string, len(names))
-	fset := token.NewFileSet()
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			continue
+	eachCall(t, func(file string) bool { return strings.HasPrefix(file, prefix) }, func(_ string, fn *ast.FuncDecl, _ *ast.CallExpr, sel *ast.SelectorExpr) {
+		if slices.Contains(names, sel.Sel.Name) {
+			callers[sel.Sel.Name] = append(callers[sel.Sel.Name], fn.Name.Name)
 		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range f.Decls {
-			fn, ok := d.(*ast.FuncDecl)
-			if !ok || fn.Body == nil {
-				continue
-			}
-			ast.Inspect(fn.Body, func(n ast.Node) bool {
-				if ce, ok := n.(*ast.CallExpr); ok {
-					if sel, ok := ce.Fun.(*ast.SelectorExpr); ok && slices.Contains(names, sel.Sel.Name) {
-						callers[sel.Sel.Name] = append(callers[sel.Sel.Name], fn.Name.Name)
-					}
-				}
-				return true
-			})
-		}
-	}
+	})
 	for k, v := range callers {
 		slices.Sort(v)
 		callers[k] = slices.Compact(v)
