@@ -398,27 +398,34 @@ func TestUnaryTimerEndBeforeDueIsItsOwn(t *testing.T) {
 	}
 }
 
+// dueTimeCases are ends of an attempt of timerCall(1, dueTimeTimeout): its
+// timer (an hour, so its own event never comes in a test) is due at
+// start+1h, its grace (timerCall's pause, dueTimePause) ends 10ms later.
+// Each end meets exactly the decisions due by then, taken at their due
+// times, whichever driver (a unary call's loop, a stream's timer) takes
+// them.
+var dueTimeCases = []struct {
+	name  string
+	end   time.Duration // after start
+	allow bool          // the budget's answer
+	cut   bool
+	asked int
+	state int32
+}{
+	{"ended before the timer was due", dueTimeTimeout - time.Millisecond, true, false, 0, timerStopped},
+	{"ended in the grace: its answer is the call's", dueTimeTimeout + dueTimePause - time.Millisecond, true, false, 0, timerStopped},
+	{"ended as the grace ended: cut off", dueTimeTimeout + dueTimePause, true, true, 1, timerFired},
+	{"ended long after: cut off", 3 * dueTimeTimeout, true, true, 1, timerFired},
+	{"ended after, the budget refusing: ran on", dueTimeTimeout + dueTimePause, false, false, 1, timerRanOn},
+}
+
+const dueTimeTimeout, dueTimePause = time.Hour, 10 * time.Millisecond
+
 // TestUnaryTimerDecidesAtDueTimes: the loop judges an attempt's end by
-// when it ended, not by which event came first. The timer (an hour, so its
-// event never comes here) is due at start+1h, its grace (the 10ms pause)
-// ends at start+1h+10ms; an end at each time meets exactly the decisions
-// due by then (endTimer), taken at their due times.
+// when it ended (endTimer), not by which event came first (dueTimeCases).
 func TestUnaryTimerDecidesAtDueTimes(t *testing.T) {
-	const d, pause = time.Hour, 10 * time.Millisecond
-	for _, tc := range []struct {
-		name  string
-		end   time.Duration // after start
-		allow bool          // the budget's answer
-		cut   bool
-		asked int
-		state int32
-	}{
-		{"ended before the timer was due", d - time.Millisecond, true, false, 0, timerStopped},
-		{"ended in the grace: its answer is the call's", d + pause - time.Millisecond, true, false, 0, timerStopped},
-		{"ended as the grace ended: cut off", d + pause, true, true, 1, timerFired},
-		{"ended long after: cut off", 3 * d, true, true, 1, timerFired},
-		{"ended after, the budget refusing: ran on", d + pause, false, false, 1, timerRanOn},
-	} {
+	const d, pause = dueTimeTimeout, dueTimePause
+	for _, tc := range dueTimeCases {
 		t.Run(tc.name, func(t *testing.T) {
 			ask := &askBudget{allow: tc.allow}
 			c := timerCall(1, d)
@@ -443,29 +450,13 @@ func TestUnaryTimerDecidesAtDueTimes(t *testing.T) {
 	}
 }
 
-// TestAttemptTimerDecidesAtDueTimes: whether the timer cut an attempt off
-// depends on when the attempt ended, not on whether the timer's goroutine
-// ran first. The timer (an hour, so its goroutine never runs here) is due
-// at start+1h, its grace (the 10ms pause) ends at start+1h+10ms; an end
-// seen at each time meets exactly the decisions due by then (catchUp),
-// taken at their due times.
+// TestAttemptTimerDecidesAtDueTimes: whether a stream's timer cut an
+// attempt off depends on when the attempt ended (catchUp), not on whether
+// the timer's goroutine ran first (dueTimeCases).
 func TestAttemptTimerDecidesAtDueTimes(t *testing.T) {
-	const d, pause = time.Hour, 10 * time.Millisecond
+	const d, pause = dueTimeTimeout, dueTimePause
 	bg := context.Background()
-	for _, tc := range []struct {
-		name  string
-		end   time.Duration // after start
-		allow bool          // the budget's answer
-		cut   bool
-		asked int
-		state int32
-	}{
-		{"ended before the timer was due", d - time.Millisecond, true, false, 0, timerStopped},
-		{"ended in the grace: its answer is the call's", d + pause - time.Millisecond, true, false, 0, timerStopped},
-		{"ended as the grace ended: cut off", d + pause, true, true, 1, timerFired},
-		{"ended long after: cut off", 3 * d, true, true, 1, timerFired},
-		{"ended after, the budget refusing: ran on", d + pause, false, false, 1, timerRanOn},
-	} {
+	for _, tc := range dueTimeCases {
 		t.Run(tc.name, func(t *testing.T) {
 			ask := &askBudget{allow: tc.allow}
 			c := timerCall(1, d)
