@@ -15,12 +15,12 @@ import (
 // a state, and the rules that decide at its due times (take). It fires
 // unless it was stopped first (at the first response header or message,
 // or when the attempt ended on its own). When it fires it asks whether the
-// policy would retry an attempt cut off now (retryFacts.timeoutVerdict).
-// When it would not, the attempt runs on, as if it had no timer, and ends
-// on its own. When it would, the attempt still runs on through the retry's
+// policy would retry an attempt cut off now (the call's decision:
+// retryFacts.shouldRetry, askVerdict). When it would not, the attempt runs
+// on, as if it had no timer, and ends on its own. When it would, the attempt still runs on through the retry's
 // pause (its grace: the retry could not go sooner anyway), and only at the
 // pause's end does the timer decide, once, whether the retry goes now
-// (retryFacts.timeoutAdmit: the breaker and the budget). When it goes, the
+// (shouldRetry, askAdmit: the breaker and the budget). When it goes, the
 // attempt is cut off (its context cancelled) and the retry follows at
 // once; when it does not, the attempt runs on. An attempt that answers in
 // its grace is the call's answer, and nothing was spent on a retry. So
@@ -116,7 +116,7 @@ func (t *attemptTimer) dueAt() (at time.Time, ok bool) {
 // take takes the decision due now (dueAt), as of its due time, for an
 // attempt of the call f whose context ended from above when ended, and
 // moves the timer to the state it returns. Armed, the timer fires: the
-// attempt runs on unless the policy would retry it (timeoutVerdict); when
+// attempt runs on unless the policy would retry it (askVerdict); when
 // it would, beside its attempt (hedgeOnPerTryTimeout) the retry goes when
 // decide admits it, and otherwise the attempt runs on through the retry's
 // pause (timerGrace), at whose end decide says whether it is cut off.
@@ -130,7 +130,7 @@ func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, besid
 	if t.state == timerGrace {
 		if !ended {
 			t.grace = t.graceEnd.Sub(t.start) - t.fired
-			next = t.decide(f, t.verdict, t.graceEnd, false)
+			next = t.decide(f, callCtx, t.verdict, t.graceEnd, false)
 		}
 		t.set(next, at)
 		return next
@@ -140,17 +140,16 @@ func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, besid
 		t.prevFired = p.fire(t.start)
 	}
 	var v policy.Verdict
-	ok := false
 	if !ended {
 		// Not for an attempt already ended from above.
-		v, ok = f.timeoutVerdict(callCtx)
+		v = f.shouldRetry(callCtx, &question{kind: askVerdict, n: f.attempt, err: errAttemptTimeout, timedOut: true}).verdict
 	}
 	switch {
-	case ok && v.Pause > 0 && !beside:
+	case v.Retry && v.Pause > 0 && !beside:
 		t.verdict, t.fired, next = v, t.due.Sub(t.start), timerGrace
 		t.graceEnd = t.due.Add(v.Pause)
-	case ok:
-		next = t.decide(f, v, at, beside)
+	case v.Retry:
+		next = t.decide(f, callCtx, v, at, beside)
 	}
 	if beside && next == timerFired {
 		// The attempt runs on beside the retry, which gets a timer of
@@ -175,11 +174,11 @@ func (t *attemptTimer) set(next int32, at time.Time) {
 // every attempt (pace.slowForAll) the retry would only join the queue the
 // attempt waits in: the timer waits another period (timerArmed, due again)
 // and asks again then, when the evidence may have changed. Otherwise the
-// retry goes when the breaker and the budget admit it (timeoutAdmit:
+// retry goes when the breaker and the budget admit it (askAdmit:
 // timerFired), a straggler's (pace.straggler) as a healing retry when the
 // budget alone would not pay for it; when they do not, the attempt runs on
 // (timerRanOn), and the call says why (call.timerRefusedRetry).
-func (t *attemptTimer) decide(f *retryFacts, v policy.Verdict, now time.Time, beside bool) int32 {
+func (t *attemptTimer) decide(f *retryFacts, callCtx context.Context, v policy.Verdict, now time.Time, beside bool) int32 {
 	straggler := false
 	if p := f.pace; p != nil {
 		if p.slowForAll(t.start, now, f.perAttempt/laterSendAgePart) && (!t.waited || !p.scout(now, f.perAttempt)) {
@@ -191,12 +190,15 @@ func (t *attemptTimer) decide(f *retryFacts, v policy.Verdict, now time.Time, be
 		// rather than in place of a straggler.
 		straggler = !beside && p.straggler(t.start, now, f.perAttempt, f.crit.Index(), t.prevFired)
 	}
-	adm, refused := f.timeoutAdmit(straggler)
-	if refused != policy.ReasonNone {
-		t.refused = refused
+	ans := f.shouldRetry(callCtx, &question{kind: askAdmit, n: f.attempt, err: errAttemptTimeout, timedOut: true, verdict: v, given: true, straggler: straggler})
+	if !ans.verdict.Retry {
+		if !ans.unretried {
+			// Not the switch turned on since: the breaker or the budget.
+			t.refused = ans.verdict.Reason
+		}
 		return timerRanOn
 	}
-	t.verdict, t.admission, t.straggler = v, adm, straggler
+	t.verdict, t.admission, t.straggler = v, ans.admission, straggler
 	return timerFired
 }
 

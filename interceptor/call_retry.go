@@ -42,139 +42,61 @@ func (c *call) record(first bool, breakerO budget.Outcome, a *budget.Attempt) {
 	recordOutcome(c.br, c.budget, c.crit, c.o, first, breakerO, a)
 }
 
-// afterAttempt decides, once the attempt ended with err, whether to send
-// another and after what pause. trailer is the attempt's trailer metadata
-// (pushback; nil when the attempt got no transport stream), committed says
-// response headers or a message had arrived, timedOut that stagger's
-// per-attempt timer cut it off; trailer and committed also tell an
-// ambiguous failure (wireAmbiguous), which a call not c.repeatable does not
-// retry. It records the
-// attempt in the budget, asks the budget before a retry, and reports the
-// retry or the give-up to the hooks and the logger.
+// afterAttempt applies the call's decision (shouldRetry) once its attempt
+// ended with err: whether to send another and after what pause. trailer is
+// the attempt's trailer metadata (pushback; nil when the attempt got no
+// transport stream), committed says response headers or a message had
+// arrived, timedOut that stagger's per-attempt timer cut it off. It sets
+// what the answer changes of the call (its reason, the backoff sequence's
+// position, a wait in the budget's Deferrer) and reports the retry or the
+// give-up to the hooks and the logger.
 func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
 	admission := c.admission
 	c.admission = budget.AdmitNone
-	first, breakerO := c.attempt+c.before == 1, breakerOutcome(callCtx, err, timedOut)
-	if err == nil {
-		// Decide's answer for a success is fixed: record it, stop. A slow
-		// success is a sign of overload (rising latency). The fast path (unaryInterceptor) records
-		// a first attempt's success without a call (recordFirstSuccess):
-		// what changes here changes there.
-		var a *budget.Attempt
-		if c.budget != nil {
-			a = &budget.Attempt{Number: c.attempt, Outcome: budget.Success, AfterTimeout: c.afterTimeout, Admission: admission, Overload: c.slow, Final: true, Took: c.took(admission)}
-		}
-		c.record(first, breakerO, a)
+	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt+c.before == 1,
+		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: c.took(admission)}}
+	grace := time.Duration(0)
+	switch {
+	case err == nil:
+		// A slow success is a sign of overload (rising latency).
+		q.slow = c.slow
+	case timedOut && c.timerVerdict.Retry:
+		// The per-attempt timer cut the attempt off and admitted the
+		// retry as it did (attemptTimer): it goes as the timer's
+		// admission let it (heal: unpaid, which its Attempt tells the
+		// budget), after what is left of its pause.
+		q.verdict, q.given, q.straggler = c.timerVerdict, true, c.timerStraggler
+		grace, c.admission = c.timerGrace, c.timerAdmission
+		c.timerVerdict, c.timerGrace, c.timerAdmission, c.timerStraggler = policy.Verdict{}, 0, budget.AdmitNone, false
+	default:
+		q.unsent = c.unsent(err, committed, timedOut)
+	}
+	ans := c.shouldRetry(callCtx, &q)
+	v := ans.verdict
+	switch {
+	case err == nil:
 		c.reason = policy.ReasonSuccess
 		return false, 0
-	}
-	if !c.retrying || c.o.offNow() {
-		// gRFC A6 counts failures only for methods with a retry policy:
-		// the breaker hears of it, the budget does not. Nor does it of a
-		// call the switch turned off (the budget hears nothing then).
-		c.record(first, breakerO, nil)
-		c.reason = policy.ReasonAttempts
-		switch {
-		case c.off || c.retrying:
-			// The switch, on at the start or turned on since (SetDisabled).
+	case ans.unretried:
+		c.reason = v.Reason
+		if c.off {
+			// The switch, on at the start.
 			c.reason = policy.ReasonDisabled
-		case c.pol == nil:
-			// Not "attempts": no retry was ever on offer.
-			c.reason = policy.ReasonNoPolicy
 		}
 		return false, 0
 	}
-	// The admission order of a retry: Decide (the caller's deadline
-	// included: no pause that outlasts it), then the circuit breaker, then
-	// the budget, then the wait (a budget that defers; it asks the breaker
-	// again before it lets the retry go). An attempt the per-attempt timer
-	// cut off went through the same order when the timer fired and its
-	// grace ended (timeoutVerdict, timeoutAdmit), which admitted the
-	// retry: it goes, after what is left of its pause.
-	var v policy.Verdict
-	admitted := timedOut && c.timerVerdict.Retry
-	grace := time.Duration(0)
-	straggler := false
-	if admitted {
-		v, c.timerVerdict = c.timerVerdict, policy.Verdict{}
-		grace, c.timerGrace = c.timerGrace, 0
-		// The retry goes as the timer's admission let it (heal:
-		// unpaid, which its Attempt tells the budget).
-		c.admission, c.timerAdmission = c.timerAdmission, budget.AdmitNone
-		straggler, c.timerStraggler = c.timerStraggler, false
-	} else {
-		a := c.attemptFacts(callCtx, err, trailer, committed, timedOut)
-		v = c.pol.Decide(&a)
-		if v.Reason == policy.ReasonCaller && !contextCode(err) {
-			// The server's failure came as the caller left. Had the
-			// policy retried it, the caller's leaving ended the call
-			// (in grpc-go, during the backoff): it ends with the
-			// caller's status, CANCELED or DEADLINE_EXCEEDED, not the
-			// failure a retry would have hidden.
-			a.CallerDone = false
-			if c.pol.Decide(&a).Retry {
-				c.callerEnd = callerErr(callCtx, err)
-			}
-		}
+	if ans.callerEnd {
+		c.callerEnd = callerErr(callCtx, err)
 	}
-	if v.Retry && !admitted && chain.RetriedRequest(c.ctx) {
-		// Served for a caller that is retrying already: retry at one layer.
-		v.Retry, v.Reason = false, policy.ReasonRetriedRequest
-	}
-	// The attempt's outcome, once Decide said what the budget records.
-	var rec *budget.Attempt
-	if c.budget != nil {
-		// A sign of overload: the server refused the attempt for it
-		// (RESOURCE_EXHAUSTED it sent), or stagger's timer cut the attempt
-		// off, unless it cut a straggler (the method's other attempts were
-		// served fast). A pushback is not one by itself: its delay is
-		// obeyed as the pause (gRFC A6), and a refusal that carries one
-		// holds retries only while most attempts are signs (budget.Gate,
-		// the overload rule).
-		overload := timedOut && !straggler || status.Code(err) == codes.ResourceExhausted && trailer != nil
-		told := v.Pushback
-		if overload && !told {
-			// The call's last attempt too: the server said when to retry.
-			_, pb := policy.ParsePushback(trailer)
-			told = pb == policy.PushbackValid
-		}
-		rec = &budget.Attempt{Number: c.attempt, Outcome: v.Record, AfterTimeout: c.afterTimeout, Admission: admission, Overload: overload, Pushback: told, Final: !v.Retry, Took: c.took(admission)}
-	}
-	c.record(first, breakerO, rec)
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
-	if err != nil && c.hedged == nil && !c.hedgeOnTimeout {
+	if c.hedged == nil && !c.hedgeOnTimeout {
 		// Attempts one after the other: the latest pick was this attempt's.
 		e.Backend = elsewhere.Backend(callCtx)
 	}
-	if v.Retry && !admitted && (c.budget != nil || c.br != nil) {
-		req := c.retryRequest(timedOut)
-		req.Unsent = c.unsent(err, committed, timedOut)
-		_, defers := c.budget.(budget.Deferrer)
-		breakerOK := true
-		if c.br != nil {
-			if breakerOK = c.br.Closed(); !breakerOK && !defers {
-				// No Gate to wait in: the retry goes only as the
-				// half-open breaker's probe.
-				breakerOK, _ = c.br.AllowRetry(c.crit, c.o)
-			}
-		}
-		if !breakerOK || (c.budget != nil && !c.budget.Allow(req)) {
-			if defers {
-				// Wait in pause, through the Deferrer, which asks the
-				// breaker too.
-				if c.pace != nil {
-					req.Took = c.pace.latency(time.Now(), c.crit.Index())
-				}
-				c.deferReq = &req
-				e.Kind = EventDeferred
-			} else {
-				v.Retry, v.Reason = false, policy.ReasonBudget
-				if !breakerOK {
-					v.Reason = policy.ReasonBreaker
-				}
-				e.Reason = v.Reason
-			}
-		}
+	if ans.wait != nil {
+		// Wait in pause, through the Deferrer, which asks the breaker too.
+		c.deferReq = ans.wait
+		e.Kind = EventDeferred
 	}
 	if !v.Retry {
 		c.reason = v.Reason
@@ -196,9 +118,201 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		c.retry, c.prev = c.retry+1, v.Pause
 	}
 	c.afterTimeout, c.pushback = timedOut, v.Pushback
-	// A retry the timer admitted after its grace waits what is left of
-	// its pause.
 	return true, max(v.Pause-grace, 0)
+}
+
+// The askers of the call's one decision (question.kind).
+const (
+	// askEnded: an attempt ended and its answer is the call's: the
+	// breaker and the budget hear how it ended, and a retry the policy
+	// makes is admitted or waits in the budget's Deferrer (afterAttempt).
+	askEnded uint8 = iota
+	// askBeside: an attempt ended whose failure decides nothing (another
+	// runs, or a retry waits: hedgeOnPerTryTimeout): the breaker and the
+	// budget hear how, and nothing is admitted.
+	askBeside
+	// askVerdict: the per-attempt timer fires and asks whether the
+	// policy would retry the attempt cut off now; nothing is recorded or
+	// admitted.
+	askVerdict
+	// askAdmit: the timer's grace ends and asks whether the retry the
+	// policy would make (question.verdict) goes now: at once or not at
+	// all (a budget that would make it wait has not admitted it).
+	askAdmit
+)
+
+// question is one ask of the call's decision (shouldRetry).
+type question struct {
+	kind uint8
+	// n is the attempt; err how it ended (nil: success;
+	// errAttemptTimeout as its timer asks), trailer, committed and
+	// timedOut as afterAttempt's.
+	n                   int
+	err                 error
+	trailer             metadata.MD
+	committed, timedOut bool
+	// verdict, when given, was taken already (the timer's): the policy
+	// is not asked again.
+	verdict policy.Verdict
+	given   bool
+	// straggler: the timed-out attempt is a straggler (pace.straggler),
+	// not a sign of overload (budget.Request.Straggler); unsent, that it
+	// never left the client (budget.Request.Unsent); slow, that a success
+	// came late (budget.Attempt.Overload).
+	straggler, unsent, slow bool
+	// first: the attempt is the call's first (the breaker's); rec is
+	// what the budget hears of an attempt that ended, but its outcome
+	// and what the verdict says.
+	first bool
+	rec   budget.Attempt
+}
+
+// answer is the call's decision (shouldRetry).
+type answer struct {
+	verdict policy.Verdict
+	// unretried: the method is not retried (no retry policy, or the
+	// switch is on): the breaker heard of the attempt, the budget did not.
+	unretried bool
+	// callerEnd: the caller left as a failure came that the policy would
+	// have retried: the call ends with the caller's status.
+	callerEnd bool
+	// admission is how the budget let the retry go (askAdmit); wait, the
+	// retry the budget refused, to wait for in its Deferrer (askEnded).
+	admission budget.Admission
+	wait      *budget.Request
+}
+
+// shouldRetry is the call's one decision (grpc-go's shouldRetry): every
+// "retry or not" of a call that retries is asked here, and here alone are
+// the policy (Decide), the circuit breaker and the budget asked for a
+// retry and told how an attempt ended, the breaker first (a Gate's
+// waiters, woken by the budget's Record, must find the breaker's new
+// state). The askers differ only in q (question.kind). It reads the call's
+// facts and writes none of them (a stream's timer runs it on a copy): what
+// the answer changes of the call is the asker's to apply.
+//
+// The admission order of a retry: Decide (the caller's deadline included:
+// no pause that outlasts it), then the breaker, then the budget, then the
+// wait (a budget that defers; it asks the breaker again before it lets the
+// retry go). The timer's retry went through the same order as the timer
+// fired (askVerdict) and its grace ended (askAdmit).
+func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answer) {
+	v := &ans.verdict
+	switch {
+	case q.err == nil:
+		// Decide's answer for a success is fixed.
+		v.Record, v.Reason = budget.Success, policy.ReasonSuccess
+	case !f.retrying || f.o.offNow():
+		// gRFC A6 counts failures only for methods with a retry policy:
+		// the breaker hears of it, the budget does not. Nor does it of a
+		// call the switch turned off.
+		ans.unretried = true
+		switch {
+		case f.retrying:
+			v.Reason = policy.ReasonDisabled
+		case f.pol == nil:
+			// Not "attempts": no retry was ever on offer.
+			v.Reason = policy.ReasonNoPolicy
+		default:
+			v.Reason = policy.ReasonAttempts
+		}
+	case q.given:
+		*v = q.verdict
+	default:
+		a := f.attemptFacts(callCtx, q.err, q.trailer, q.committed, q.timedOut)
+		a.Number = q.n
+		*v = f.pol.Decide(&a)
+		if q.kind == askEnded && v.Reason == policy.ReasonCaller && !contextCode(q.err) {
+			// The server's failure came as the caller left. Had the
+			// policy retried it, the caller's leaving ended the call (in
+			// grpc-go, during the backoff): it ends with the caller's
+			// status, not the failure a retry would have hidden.
+			a.CallerDone = false
+			ans.callerEnd = f.pol.Decide(&a).Retry
+		}
+		if v.Retry && chain.RetriedRequest(f.ctx) {
+			// Served for a caller that is retrying already: retry at one
+			// layer.
+			v.Retry, v.Reason = false, policy.ReasonRetriedRequest
+		}
+	}
+	if q.kind == askEnded || q.kind == askBeside {
+		f.recordEnd(callCtx, q, v, ans.unretried)
+	}
+	if v.Retry && (q.kind == askAdmit || q.kind == askEnded && !q.given) {
+		f.admit(q, &ans)
+	}
+	return ans
+}
+
+// recordEnd tells the breaker and the budget how the attempt of q ended,
+// with v the policy's verdict on it; unretried: the budget hears nothing.
+func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.Verdict, unretried bool) {
+	var rec *budget.Attempt
+	if f.budget != nil && !unretried {
+		a := q.rec
+		a.Outcome = v.Record
+		if q.kind == askEnded {
+			// A sign of overload: the server refused the attempt for it
+			// (RESOURCE_EXHAUSTED it sent), or stagger's timer cut the
+			// attempt off, unless it cut a straggler (the method's other
+			// attempts were served fast). A pushback is not one by
+			// itself: its delay is obeyed as the pause (gRFC A6), and a
+			// refusal that carries one holds retries only while most
+			// attempts are signs (budget.Gate, the overload rule).
+			a.Overload = q.slow || q.timedOut && !q.straggler || status.Code(q.err) == codes.ResourceExhausted && q.trailer != nil
+			a.Pushback = v.Pushback
+			if a.Overload && !a.Pushback {
+				// The call's last attempt too: the server said when to
+				// retry.
+				_, pb := policy.ParsePushback(q.trailer)
+				a.Pushback = pb == policy.PushbackValid
+			}
+			a.Final = !v.Retry
+		}
+		rec = &a
+	}
+	recordOutcome(f.br, f.budget, f.crit, f.o, q.first, breakerOutcome(callCtx, q.err, q.timedOut), rec)
+}
+
+// admit asks the breaker, then the budget, for the retry ans.verdict
+// makes: at once (askAdmit: a closed breaker, the budget's Admit), or,
+// after an attempt ended (askEnded), a retry a budget that defers refused
+// waits (ans.wait); without one, a breaker that is not closed lets the
+// retry go only as its half-open probe. A refusal ends the retry, for
+// ReasonBreaker or ReasonBudget.
+func (f *retryFacts) admit(q *question, ans *answer) {
+	var req budget.Request
+	if f.budget != nil {
+		req = f.retryRequest(q.timedOut)
+		req.Straggler, req.Unsent = q.straggler, q.unsent
+	}
+	_, wait := f.budget.(budget.Deferrer)
+	wait = wait && q.kind == askEnded
+	ok := f.br == nil || f.br.Closed()
+	if !ok && !wait && q.kind == askEnded {
+		ok, _ = f.br.AllowRetry(f.crit, f.o)
+	}
+	why := policy.ReasonBreaker
+	if ok && f.budget != nil {
+		why = policy.ReasonBudget
+		if ad, admits := f.budget.(budget.Admitter); admits && q.kind == askAdmit {
+			ans.admission, ok = ad.Admit(req)
+		} else {
+			ok = f.budget.Allow(req)
+		}
+	}
+	switch {
+	case ok:
+	case wait:
+		if f.pace != nil {
+			req.Took = f.pace.latency(time.Now(), f.crit.Index())
+		}
+		w := req
+		ans.wait = &w
+	default:
+		ans.verdict.Retry, ans.verdict.Reason = false, why
+	}
 }
 
 // unsent reports whether the attempt that failed with err never left the
@@ -259,62 +373,6 @@ func (c *retryFacts) retryRequest(timedOut bool) budget.Request {
 		req.Guard = c.br.Guard(c.crit, c.o)
 	}
 	return req
-}
-
-// timeoutVerdict decides, as the per-attempt timer of c's current attempt
-// fires, whether the policy would retry it: the verdict is the one
-// afterAttempt then follows (its pause included), once timeoutAdmit admits
-// the retry. The policy would retry when Decide retries an attempt cut off
-// at this moment (attempts left, a pause that ends before the caller's
-// deadline, the caller still there) and the call is not served for a
-// caller that retries already. timeoutAdmit then admits the retry when the
-// circuit breaker is closed and the budget admits it at once (Allow; a
-// budget that would defer it has not admitted it). Otherwise nothing was
-// spent (Allow admits only a retry that then goes), and the attempt runs
-// on: its own answer is judged as if it had had no timer. Both run where
-// the timer decides (attemptTimer.take: a unary call's loop, a stream's
-// timer goroutine on a copy of the call's retryFacts); they emit no event
-// (afterAttempt does).
-//
-// The budget is asked before it hears how the attempt ended: the attempt
-// has not ended yet, and if it runs on it ends on its own later.
-func (c *retryFacts) timeoutVerdict(callCtx context.Context) (v policy.Verdict, ok bool) {
-	if !c.retrying {
-		return v, false
-	}
-	a := c.attemptFacts(callCtx, errAttemptTimeout, nil, false, true)
-	if v = c.pol.Decide(&a); !v.Retry {
-		return v, false
-	}
-	return v, !chain.RetriedRequest(c.ctx)
-}
-
-// timeoutAdmit is timeoutVerdict's second half: see there. straggler
-// says the attempt is a straggler (pace.straggler: the method's other
-// attempts were served fast meanwhile), which a Gate admits unpaid while
-// retries heal (budget.Request.Straggler). It returns how the retry was
-// admitted (heal: by the Gate, unpaid; the retry's Attempt says so),
-// or, when it was not, why: ReasonBreaker or ReasonBudget.
-func (c *retryFacts) timeoutAdmit(straggler bool) (budget.Admission, policy.Reason) {
-	if c.br != nil && !c.br.Closed() {
-		return budget.AdmitNone, policy.ReasonBreaker
-	}
-	if c.budget == nil {
-		return budget.AdmitNone, policy.ReasonNone
-	}
-	req := c.retryRequest(true)
-	req.Straggler = straggler
-	ok := false
-	adm := budget.AdmitNone
-	if ad, admits := c.budget.(budget.Admitter); admits {
-		adm, ok = ad.Admit(req)
-	} else {
-		ok = c.budget.Allow(req)
-	}
-	if !ok {
-		return budget.AdmitNone, policy.ReasonBudget
-	}
-	return adm, policy.ReasonNone
 }
 
 // breakerOutcome is what an attempt that ended with err tells a circuit

@@ -78,17 +78,31 @@ func isConn(e ast.Expr) bool {
 // call, so that a new engine or a new copy of a decision shows here
 // (issue 71, one owner per call). Every unary call ends in one place,
 // runUnary, whichever mode its loop (unaryLoop) ran its attempts in. The
-// policy's Decide is asked by afterAttempt (the loop's decision on an
-// attempt's end), by timeoutVerdict (as a per-attempt timer fires: on a
-// unary call's loop, on a stream's timer goroutine) and by recordBeside
-// (under hedgeOnPerTryTimeout, the outcome of an attempt that decides
-// nothing). The streams' ends are their engines' (stream.go,
+// policy's Decide is asked in one function, the call's decision
+// (shouldRetry), and so are the breaker and the budget for a retry:
+// its askers differ only in the question (afterAttempt as an attempt
+// ends, the per-attempt timer as it fires and as its grace ends, the loop
+// for an attempt that decides nothing beside another). A hedge asks the
+// budget and the breaker as a hedge (allowHedge, breakerAllowsRetry), a
+// first attempt the breaker (admitFirst, and the fast path written out).
+// The streams' ends are their engines' (stream.go,
 // hedgestream_attempts.go).
 func TestOneOwnerSites(t *testing.T) {
 	deciders, enders := ownerSites(t)
-	wantDeciders := []string{"call_retry.go: afterAttempt", "call_retry.go: timeoutVerdict", "unary_loop.go: recordBeside"}
-	if !slices.Equal(deciders, wantDeciders) {
-		t.Errorf("functions that call Decide:\n%s\nwant\n%s", strings.Join(deciders, "\n"), strings.Join(wantDeciders, "\n"))
+	if want := []string{"call_retry.go: shouldRetry"}; !slices.Equal(deciders, want) {
+		t.Errorf("functions that call Decide:\n%s\nwant %s alone", strings.Join(deciders, "\n"), want[0])
+	}
+	admitters := callersWhere(t, func(string) bool { return true }, "Allow", "Admit", "AllowRetry", "Closed")
+	wantAdmitters := []string{
+		"call_retry.go: call.admitFirst", "call_retry.go: retryFacts.admit",
+		"hedge.go: call.allowHedge", "hedge.go: call.breakerAllowsRetry",
+		"unary.go: core.unaryInterceptor",
+	}
+	if !slices.Equal(admitters, wantAdmitters) {
+		t.Errorf("functions that ask a breaker or a budget to admit an attempt:\n%s\nwant\n%s", strings.Join(admitters, "\n"), strings.Join(wantAdmitters, "\n"))
+	}
+	if got, want := callersWhere(t, func(string) bool { return true }, "admit"), []string{"call_retry.go: retryFacts.shouldRetry"}; !slices.Equal(got, want) {
+		t.Errorf("retryFacts.admit is called by %v, want %v alone", got, want)
 	}
 	var unary []string
 	for _, s := range enders {
@@ -117,17 +131,7 @@ func callersWhere(t *testing.T, in func(string) bool, names ...string) []string 
 		if !slices.Contains(names, sel.Sel.Name) {
 			return
 		}
-		site := file + ": " + fn.Name.Name
-		if fn.Recv != nil {
-			typ := fn.Recv.List[0].Type
-			if star, ok := typ.(*ast.StarExpr); ok {
-				typ = star.X
-			}
-			if id, ok := typ.(*ast.Ident); ok {
-				site = file + ": " + id.Name + "." + fn.Name.Name
-			}
-		}
-		sites = append(sites, site)
+		sites = append(sites, funcSite(file, fn))
 	})
 	slices.Sort(sites)
 	return slices.Compact(sites)
@@ -142,23 +146,24 @@ func streamFile(name string) bool {
 }
 
 // TestUnaryLoopOwnsTheCall: of a unary call, only its loop (unaryLoop)
-// asks the decision (afterAttempt, timeoutVerdict, recordBeside), and only
-// it commits (adopt, adoptMeta: which attempt's reply and metadata the
-// caller sees), but for the calls that send one attempt and have no loop,
-// whose one attempt is recorded where it ran (core.unaryEngine,
+// asks the decision (afterAttempt, shouldRetry), and only it commits
+// (adopt, adoptMeta: which attempt's reply and metadata the caller sees),
+// but for the calls that send one attempt and have no loop, whose one
+// attempt is recorded where it ran (core.unaryEngine,
 // call.afterOnlyAttempt). A decision or a commit made elsewhere fails it:
 // send the loop an event instead.
 func TestUnaryLoopOwnsTheCall(t *testing.T) {
 	oneAttempt := []string{"unary.go: call.afterOnlyAttempt", "unary.go: core.unaryEngine"}
-	// The per-attempt timer's rules, which the loop runs (unaryLoop.take),
-	// as a stream's timer does under its own lock (streamTimer).
-	timerRules := append(oneAttempt, "attempttimer.go: attemptTimer.take")
+	// The decision's own wrapper, and the per-attempt timer's rules, which
+	// the loop runs (unaryLoop.take), as a stream's timer does under its
+	// own lock (streamTimer).
+	deciders := append(oneAttempt, "call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide")
 	for _, tc := range []struct {
 		what  string
 		names []string
 		also  []string
 	}{
-		{"decides", []string{"afterAttempt", "timeoutVerdict", "recordBeside"}, timerRules},
+		{"decides", []string{"afterAttempt", "shouldRetry"}, deciders},
 		{"commits", []string{"adopt", "adoptMeta"}, []string{"hedgecall.go: hedgeCall.adopt"}},
 	} {
 		for _, s := range callersOf(t, tc.names...) {
@@ -172,15 +177,71 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 // TestOneTimer: the per-attempt timer's rules are written once, in
 // attemptTimer's methods, which a unary call's loop (unaryLoop.take) and a
 // stream's timer goroutine (streamTimer.takeLocked) both run: only they
-// ask whether the policy would retry an attempt cut off now
-// (timeoutVerdict), whether the breaker and the budget let that retry go
-// (timeoutAdmit) and what the method's other attempts say (the pace's
-// fire, slowForAll, scout, straggler).
+// ask the call's decision as the timer fires and as its grace ends
+// (askVerdict, askAdmit) and what the method's other attempts say (the
+// pace's fire, slowForAll, scout, straggler).
 func TestOneTimer(t *testing.T) {
 	all := func(string) bool { return true }
-	for _, s := range callersWhere(t, all, "timeoutVerdict", "timeoutAdmit", "fire", "slowForAll", "scout", "straggler") {
+	for _, s := range callersWhere(t, all, "fire", "slowForAll", "scout", "straggler") {
 		if !strings.HasPrefix(s, "attempttimer.go: attemptTimer.") {
 			t.Errorf("%s takes a per-attempt timer's decision; want attemptTimer's rules alone (attempttimer.go)", s)
 		}
 	}
+	for _, ask := range []string{"askVerdict", "askAdmit"} {
+		for _, s := range identUsers(t, ask) {
+			if !strings.HasPrefix(s, "attempttimer.go: attemptTimer.") && s != "call_retry.go: retryFacts.shouldRetry" && s != "call_retry.go: retryFacts.admit" {
+				t.Errorf("%s asks the call's decision as a per-attempt timer (%s); want attemptTimer's rules alone", s, ask)
+			}
+		}
+	}
+}
+
+// identUsers returns, for the package's non-test source, the functions
+// ("file: Recv.func") that name the identifier name.
+func identUsers(t *testing.T, name string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sites []string
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		file := e.Name()
+		if !strings.HasSuffix(file, ".go") || strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				if id, ok := n.(*ast.Ident); ok && id.Name == name {
+					sites = append(sites, funcSite(file, fn))
+				}
+				return true
+			})
+		}
+	}
+	slices.Sort(sites)
+	return slices.Compact(sites)
+}
+
+// funcSite names fn, in file: "file: Recv.func", or "file: func".
+func funcSite(file string, fn *ast.FuncDecl) string {
+	if fn.Recv != nil {
+		typ := fn.Recv.List[0].Type
+		if star, ok := typ.(*ast.StarExpr); ok {
+			typ = star.X
+		}
+		if id, ok := typ.(*ast.Ident); ok {
+			return file + ": " + id.Name + "." + fn.Name.Name
+		}
+	}
+	return file + ": " + fn.Name.Name
 }

@@ -177,13 +177,15 @@ func TestTimeoutRetry(t *testing.T) {
 				}
 				c.br = br
 			}
-			v, ok := c.timeoutVerdict(ctx)
+			q := question{kind: askVerdict, n: c.attempt, err: errAttemptTimeout, timedOut: true}
+			v := c.shouldRetry(ctx, &q).verdict
+			ok := v.Retry
 			if ok {
-				_, refused := c.timeoutAdmit(false)
-				ok = refused == policy.ReasonNone
+				q.kind, q.verdict, q.given = askAdmit, v, true
+				ok = c.shouldRetry(ctx, &q).verdict.Retry
 			}
-			if ok != tt.want || ok && !v.Retry {
-				t.Errorf("timeoutVerdict, timeoutAdmit = %+v, %v; want %v", v, ok, tt.want)
+			if ok != tt.want {
+				t.Errorf("askVerdict, askAdmit: %+v, %v; want %v", v, ok, tt.want)
 			}
 			if ask.asked != tt.asked {
 				t.Errorf("the budget was asked %d times, want %d", ask.asked, tt.asked)

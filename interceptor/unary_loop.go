@@ -370,7 +370,9 @@ func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 	committed := ev.out.header != nil && c.o.idemKey == ""
 	if l.inFlight > 0 || !l.pendingDue.IsZero() {
 		// Another attempt may still succeed: this failure ends nothing.
-		c.recordBeside(l.callCtx, ev, err, committed)
+		q := question{kind: askBeside, n: ev.n, err: err, trailer: ev.out.trailer, committed: committed, first: ev.n+c.before == 1,
+			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: ev.took()}}
+		c.shouldRetry(l.callCtx, &q)
 		l.last = err
 		return nil, false
 	}
@@ -506,22 +508,19 @@ func (c *call) settleUnsent() {
 	c.admission = budget.AdmitNone
 }
 
-// recordBeside tells the breaker and the budget how attempt ev.n ended
-// when its failure err decides nothing (another attempt runs, or a retry
-// waits): what afterAttempt would tell them.
-func (c *call) recordBeside(callCtx context.Context, ev unaryEvent, err error, committed bool) {
-	a := c.attemptFacts(callCtx, err, ev.out.trailer, committed, false)
-	a.Number = ev.n
-	c.recordAttempt(ev, c.pol.Decide(&a).Record, breakerOutcome(callCtx, err, false))
-}
-
 // recordAttempt tells c's breaker and budget (c.record) how attempt ev.n,
 // which decides nothing, ended, with the admission it went with (a
 // probe's end frees the Gate's probe lease).
 func (c *call) recordAttempt(ev unaryEvent, budgetO, breakerO budget.Outcome) {
-	a := budget.Attempt{Number: ev.n, Outcome: budgetO, Admission: ev.admission}
-	if ev.admission != budget.AdmitNone {
-		a.Took = ev.at.Sub(ev.start)
-	}
+	a := budget.Attempt{Number: ev.n, Outcome: budgetO, Admission: ev.admission, Took: ev.took()}
 	c.record(ev.n+c.before == 1, breakerO, &a)
+}
+
+// took is how long the attempt that ended with ev took, for the budget
+// (budget.Attempt.Took), when a Deferrer let it go.
+func (ev *unaryEvent) took() time.Duration {
+	if ev.admission == budget.AdmitNone {
+		return 0
+	}
+	return ev.at.Sub(ev.start)
 }
