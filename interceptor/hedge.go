@@ -27,7 +27,7 @@ import (
 // runs one attempt otherwise).
 func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
 	h := c.hedged.Hedging
-	l := unaryLoop{k: k, c: c, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
+	l := unaryLoop{shared: c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
 	delay, hist := k.hedgeDelay(c.method, h)
 	if m, ok := reply.(proto.Message); ok && m != nil {
 		// The reply type, read before the first attempt writes into the

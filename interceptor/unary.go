@@ -321,8 +321,8 @@ func (k *core) unarySlow(ctx context.Context, method string, req, reply any, cc 
 // whichever engine ran its attempts.
 func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun) error {
 	var ua *unaryAttempt
-	ended, err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
-	ended.end(cc, err)
+	err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
+	c.end(cc, err)
 	if ua != nil {
 		ua.finished(err)
 		mi.giveAttempt(ua)
@@ -331,24 +331,23 @@ func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *gr
 }
 
 // unaryEngine runs c's attempts (see runUnary) on the engine its plan
-// names and returns its error and the call that ran them: c, or a copy of
-// it that the engines of hedging keep (so that c itself stays on the stack
-// when the call does not hedge: their goroutines may keep the pointer).
-// A unaryAttempt it takes for the attempts is left in *ua, for runUnary
-// to give back once the call has ended.
-func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun, ua **unaryAttempt) (*call, error) {
+// names and returns its error. A loop runs on a copy of c, which c takes
+// back as the loop ends (unaryLoop.call). A unaryAttempt it takes for the
+// attempts is left in *ua, for runUnary to give back once the call has
+// ended.
+func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun, ua **unaryAttempt) error {
 	switch {
 	case first == nil:
 		if err := c.admitFirst(callCtx, cc, grpcOpts); err != nil {
-			return c, err
+			return err
 		}
 	case first.refused != nil:
-		return c, c.refused(callCtx, first.refused)
+		return c.refused(callCtx, first.refused)
 	case first.err == nil:
 		// The fast path recorded the first attempt's success
 		// (recordFirstSuccess).
 		c.attempt, c.reason = 1, policy.ReasonSuccess
-		return c, nil
+		return nil
 	}
 	switch {
 	case c.hedged != nil && !k.hedges(callCtx, c, false):
@@ -358,10 +357,11 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		c.attempt = 1
 		err := invoker(callCtx, c.method, req, reply, cc, withFileOpts(c.fileOpts, grpcOpts)...)
 		c.afterAttempt(callCtx, err, nil, false, false)
-		return c, err
+		return err
 	case c.hedged != nil:
 		hc := *c
-		return &hc, k.hedge(callCtx, &hc, req, reply, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
+		defer func() { *c = hc }()
+		return k.hedge(callCtx, &hc, req, reply, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
 	case !c.retrying:
 		c.attempt = 1
 		var err error
@@ -370,12 +370,13 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		} else {
 			err = invoker(callCtx, c.method, req, reply, cc, withFileOpts(c.fileOpts, grpcOpts)...)
 		}
-		return c, c.afterOnlyAttempt(callCtx, err)
-	case c.perAttempt > 0:
+		return c.afterOnlyAttempt(callCtx, err)
+	}
+	l := unaryLoop{own: *c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
+	defer func() { *c = l.own }()
+	if c.perAttempt > 0 {
 		// Something can fire during an attempt: each runs on a goroutine
 		// of its own, with outputs of its own.
-		tc := *c
-		l := unaryLoop{k: k, c: &tc, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
 		if callerReply, ok := reply.(proto.Message); ok && callerReply != nil && c.hedgeOnTimeout {
 			// hedgeOnPerTryTimeout needs a reply per attempt, which
 			// stagger makes only for a proto.Message; others cut attempts
@@ -389,13 +390,9 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 			n = c.pol.MaxAttempts
 		}
 		l.goroutines(n, withFileOpts(c.fileOpts, grpcOpts))
-		return &tc, l.run()
+		return l.run()
 	}
-	// The loop's content escapes (its goroutine modes hand it on), so it
-	// runs on a copy of c: c, which a call that does not get here keeps
-	// on the stack, does not escape with it.
-	ic := *c
-	l := unaryLoop{k: k, c: &ic, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker, inline: true, cancel: noCancel}
+	l.inline, l.cancel = true, noCancel
 	if first != nil {
 		// The fast path's first attempt failed: the loop takes it up.
 		l.attemptOpts, l.headerAddr, l.trailerAddr = first.attemptOpts, first.headerAddr, first.trailerAddr
@@ -404,7 +401,7 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		*ua = mi.takeAttempt()
 		l.attemptOpts, l.headerAddr, l.trailerAddr = (*ua).prepare(c.fileOpts, grpcOpts)
 	}
-	return &ic, l.run()
+	return l.run()
 }
 
 // withFileOpts puts the file's call options (fileOpts) before the

@@ -43,8 +43,13 @@ import (
 // of times: an attempt that ended before a decision's due time was not
 // timed out, whichever event the channel delivered first (endTimer).
 type unaryLoop struct {
+	// own is the call's state, held here, not pointed at: the loop's
+	// content escapes (its goroutine modes hand it on), and a loop on its
+	// caller's stack keeps the call there too. A hedged call's is shared
+	// instead, on the heap: its hedgeState points at it.
+	own     call
+	shared  *call
 	k       *core
-	c       *call
 	callCtx context.Context
 	req     any
 	reply   any
@@ -95,6 +100,14 @@ type unaryLoop struct {
 	lastOut *hedgeOutputs
 }
 
+// c is the loop's call.
+func (l *unaryLoop) c() *call {
+	if l.shared != nil {
+		return l.shared
+	}
+	return &l.own
+}
+
 // Kinds of unaryEvent.
 const (
 	evEnded uint8 = iota
@@ -126,7 +139,7 @@ type unaryEvent struct {
 // (callerOutputs.split): the loop fills and runs them itself.
 func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 	hc := getHedgeCall(maxAttempts)
-	hc.method, hc.req, hc.cc, hc.invoker = l.c.method, l.req, l.cc, l.invoker
+	hc.method, hc.req, hc.cc, hc.invoker = l.c().method, l.req, l.cc, l.invoker
 	hc.base = hc.split(hc.base, grpcOpts, &hc.onFinish)
 	l.hc = hc
 	if l.alone = maxAttempts == 1; l.alone {
@@ -145,7 +158,7 @@ func (l *unaryLoop) run() error {
 	case l.hedged:
 		l.hs.due = true
 		done = l.callCtx.Done()
-		defer func() { l.c.attempt = l.hs.sent }()
+		defer func() { l.c().attempt = l.hs.sent }()
 	case !l.inline:
 		done = l.callCtx.Done()
 		l.launch()
@@ -216,7 +229,7 @@ func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 // attemptInline runs the next attempt on the loop's goroutine and returns
 // its end: the fast path's first attempt, which ran already, or a new one.
 func (l *unaryLoop) attemptInline() unaryEvent {
-	c := l.c
+	c := l.c()
 	if l.first {
 		l.first = false
 		c.attempt = 1
@@ -234,7 +247,7 @@ func (l *unaryLoop) attemptInline() unaryEvent {
 // launch starts the call's next attempt (a retry's) on a goroutine of its
 // own, with its per-attempt timer when the call has one.
 func (l *unaryLoop) launch() {
-	c, hc := l.c, l.hc
+	c, hc := l.c(), l.hc
 	out := &hc.first
 	if c.attempt > 0 && l.replyType != nil {
 		out = &hedgeOutputs{reply: l.replyType.New().Interface()}
@@ -264,7 +277,7 @@ func (l *unaryLoop) launch() {
 // time (inline, or with a plain per-attempt timer) by the retry policy
 // (afterAttempt), and waits out the pause before the retry.
 func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
-	c := l.c
+	c := l.c()
 	timed := !l.inline && c.perAttempt > 0
 	cut := false
 	if timed {
@@ -330,7 +343,7 @@ func (l *unaryLoop) ended(out *hedgeOutputs, err error) error {
 // pace.answer): under a per-attempt timer unless it was cut off or ended
 // from above; without one, only a retry is timed.
 func (l *unaryLoop) served(ev unaryEvent) {
-	c, t := l.c, &l.timer
+	c, t := l.c(), &l.timer
 	switch {
 	case c.perAttempt > 0 && !l.inline:
 		if c.pace != nil && !ev.done && t.state != timerFired {
@@ -346,7 +359,7 @@ func (l *unaryLoop) served(ev unaryEvent) {
 // retry waits out its pause, is recorded and ends nothing; the last
 // failure, with nothing else running, decides as usual (afterAttempt).
 func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
-	c := l.c
+	c := l.c()
 	if ev.n == l.timer.n {
 		l.timer.stop()
 	}
@@ -392,7 +405,7 @@ func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 // from callCtx and end on their own; what ends now is a wait with nothing
 // in flight.
 func (l *unaryLoop) callerLeft() (error, bool) {
-	c := l.c
+	c := l.c()
 	switch {
 	case l.hedged:
 		if why, over := l.hs.callerGone(l.callCtx); over {
@@ -441,9 +454,9 @@ func (l *unaryLoop) drain() {
 			o = budget.Success
 		}
 		if l.hedged {
-			l.c.recordHedge(ev.n, o, o)
+			l.c().recordHedge(ev.n, o, o)
 		} else {
-			l.c.recordAttempt(ev, o, o)
+			l.c().recordAttempt(ev, o, o)
 		}
 	}
 }
@@ -451,7 +464,7 @@ func (l *unaryLoop) drain() {
 // retryBeside starts the retry the per-attempt timer admitted (verdict v,
 // admission adm) beside its attempt, after the retry's pause.
 func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
-	l.c.retryBeside(l.callCtx, v, adm)
+	l.c().retryBeside(l.callCtx, v, adm)
 	if v.Pause <= 0 {
 		l.launch()
 		return

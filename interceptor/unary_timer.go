@@ -15,7 +15,7 @@ import (
 
 // startTimer arms the per-attempt timer of the attempt just numbered.
 func (l *unaryLoop) startTimer() {
-	c := l.c
+	c := l.c()
 	l.timer.stop()
 	l.timer.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
 	l.armTimer()
@@ -41,7 +41,7 @@ func (l *unaryLoop) timerDue(ev unaryEvent) {
 // attempt, or has the next decision's event sent.
 func (l *unaryLoop) take() {
 	t := &l.timer
-	switch t.take(&l.c.retryFacts, l.callCtx, l.cur.Err() != nil, l.beside) {
+	switch t.take(&l.c().retryFacts, l.callCtx, l.cur.Err() != nil, l.beside) {
 	case timerFired:
 		if l.beside {
 			l.retryBeside(t.verdict, t.admission)
@@ -62,7 +62,7 @@ func (l *unaryLoop) take() {
 // afterAttempt. It sets c.slow: the attempt ran a slowSuccessPart-th of
 // its timeout or longer.
 func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
-	c, t := l.c, &l.timer
+	c, t := l.c(), &l.timer
 	for due, ok := t.dueAt(); ok && !end.Before(due); due, ok = t.dueAt() {
 		l.take()
 	}
@@ -92,7 +92,7 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 // the attempt off will not go (the attempt's own end came first, or it
 // answered): its admission is settled (a Gate's probe lease freed).
 func (l *unaryLoop) settleTimer() {
-	c, t := l.c, &l.timer
+	c, t := l.c(), &l.timer
 	if t.state == timerFired && c.budget != nil && t.admission != budget.AdmitNone {
 		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: t.admission})
 	}
