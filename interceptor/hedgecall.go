@@ -32,10 +32,10 @@ type hedgeOutputs struct {
 // wins on its first attempt should cost little more than an unhedged one.
 type hedgeCall struct {
 	// results has room for hedgeResultsRoom results (fewer when the policy
-	// allows fewer attempts), so that memory per call does not grow with
-	// maxAttempts: an attempt goroutine that finds it full waits, and the
-	// call's goroutine receives every attempt's result before it returns
-	// (drain), so none waits for ever.
+	// allows fewer attempts, none when they go one at a time), so that
+	// memory per call does not grow with maxAttempts: an attempt goroutine
+	// that finds it full waits, and the call's goroutine receives every
+	// attempt's result before it returns (drain), so none waits for ever.
 	results chan unaryEvent
 	first   hedgeOutputs
 
@@ -52,11 +52,19 @@ type hedgeCall struct {
 
 var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
 
+// getHedgeCall returns a hedgeCall for a call that runs at most
+// maxAttempts attempts at once.
 func getHedgeCall(maxAttempts int) *hedgeCall {
 	hc := hedgeCalls.Get().(*hedgeCall)
 	// Not pooled: a channel belongs to the testing/synctest bubble that made
-	// it, and a pooled one would cross bubbles.
-	hc.results = make(chan unaryEvent, min(maxAttempts, hedgeResultsRoom))
+	// it, and a pooled one would cross bubbles. One attempt at a time
+	// needs no room: its loop waits for its end (and an unbuffered
+	// channel is one allocation, where a buffer of events is a second).
+	room := min(maxAttempts, hedgeResultsRoom)
+	if maxAttempts == 1 {
+		room = 0
+	}
+	hc.results = make(chan unaryEvent, room)
 	return hc
 }
 
