@@ -471,19 +471,22 @@ func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
 	}
 	due := time.Now().Add(v.Pause)
 	l.pendingDue = due
-	l.sendAt(due, unaryEvent{kind: evStart, at: due})
+	l.sendAt(due, evStart, 0)
 }
 
-// sendAt sends ev to the loop at due, unless the call has ended by then.
-func (l *unaryLoop) sendAt(due time.Time, ev unaryEvent) *time.Timer {
+// sendAt sends the loop the event of kind (evTimer, evStart) due at due,
+// of attempt n, unless the call has ended by then.
+func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
 	events, done := l.hc.results, l.hctx.Done()
 	if l.alone {
 		// The attempt's: its timer's events are the only ones sent.
 		done = l.cur.Done()
 	}
+	// The closure builds the event, rather than hold a copy: it is
+	// allocated for every timed attempt.
 	return time.AfterFunc(time.Until(due), func() {
 		select {
-		case events <- ev:
+		case events <- unaryEvent{kind: kind, n: n, at: due}:
 		case <-done:
 		}
 	})

@@ -24,7 +24,7 @@ func (l *unaryLoop) startTimer() {
 // armTimer has the timer's event sent when its next decision is due.
 func (l *unaryLoop) armTimer() {
 	if due, ok := l.timer.dueAt(); ok {
-		l.timer.t = l.sendAt(due, unaryEvent{kind: evTimer, n: l.timer.n, at: due})
+		l.timer.t = l.sendAt(due, evTimer, l.timer.n)
 	}
 }
 
