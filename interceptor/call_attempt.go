@@ -20,73 +20,48 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// Maintainers: the decision is written once, in this file (start,
-// numberAttempt), call_outcome.go (attemptOutcome), call_retry.go
-// (afterAttempt, finish) and call_wait.go (pause, waitDeferred). A unary
-// call that may send more than one attempt runs on its loop (unaryLoop,
-// unary_loop.go), which owns it: attempts, timers and the caller's context
-// send it events, and it alone decides, commits and returns the result
-// that runUnary ends the call with. A stream runs the same decision from
-// its own engines (stream.go, hedgestream.go):
+// Maintainers: a call's decision is written once: start and numberAttempt
+// here, attemptOutcome (call_outcome.go), the one decision shouldRetry and
+// its appliers afterAttempt and finish (call_retry.go), pause and
+// waitDeferred (call_wait.go). A unary call that may send more than one
+// attempt runs on its loop (unaryLoop, unary_loop.go), which owns it:
+// attempts, timers and the caller's context send it events, and it alone
+// decides, commits and returns the result that runUnary ends the call
+// with. The fast path (unaryInterceptor) runs a call that needs nothing
+// else without a call until its first attempt ends; a failure builds one
+// as start would (unaryGoOn), and the loop's first step takes that attempt
+// up. A stream runs the same decision from its own engines (stream.go,
+// hedgestream.go):
 //
 //	var c call
-//	callCtx, cancel, grpcOpts, run := k.start(ctx, cc, method, opts, &c) // k *core from newCore(opts)
+//	callCtx, cancel, grpcOpts, run := k.start(ctx, cc, method, opts, &c)
 //	defer cancel()
 //	if !run { /* disabled: pass through on callCtx with grpcOpts */ }
 //	for {
-//		actx, acancel, timer := c.nextAttempt(callCtx) // attempt number, previous-attempts header, per-attempt timer
-//		err := ...                                     // run the attempt on actx with c.fileOpts, then grpcOpts
-//		err, timedOut := attemptOutcome(callCtx, err, c.stopTimer(timer)) // stop first, then judge
+//		actx, acancel, timer := c.nextAttempt(callCtx)
+//		err := ...                  // on actx, with c.fileOpts before grpcOpts (the caller's win)
+//		err, timedOut := attemptOutcome(callCtx, err, c.stopTimer(timer))
 //		acancel()
 //		retry, pause := c.afterAttempt(callCtx, err, trailer, committed, timedOut)
-//		if !retry { return c.finish(err) }      // *Error with attempts and reason
+//		if !retry { return c.finish(err) }
 //		if err := c.pause(callCtx, pause, err); err != nil { return err }
 //	}
 //
-// c.retrying false means the method has no retry policy: run one attempt and
-// call afterAttempt so the budget hears of it. c.fileOpts are the file's
-// waitForReady and message size limits for the method (cached per method and
-// file, so they cost no allocation); pass them before the caller's options so
-// that the caller's win, as in grpc-go. Keep c on the stack: hand a copy to
-// anything whose content escapes (the unary loop runs on one).
-// afterAttempt records the attempt in the budget, consults Decide and the
-// budget, and emits the events; pause is deadline- and cancel-aware. A
-// stream sets committed at the first header or message; a hedge asks the
-// budget itself (budget.Request.Hedge) and reuses start, finish and the
-// events. A stream whose c.hedged is set goes to k.hedgeStream
-// (hedgestream.go).
-//
-// The unary interceptor runs a call that needs no more than the inline loop
-// (no hedging, no per-attempt timer, no Options of its own: methodInfo.fast)
-// without a call until its first attempt ends (unaryInterceptor): only a failure
-// (or a call hook to tell) builds one, as start would (unaryGoOn), and goes on
-// in runUnary, where every unary call ends: the loop's first step takes up
-// that attempt. A first attempt's success is recorded there as afterAttempt
-// records it, and TestUnaryFastPathMatchesGeneralPath holds the two paths
-// alike.
-//
-// The per-attempt timer (attemptTimer, attempttimer.go) is one type with
-// one set of rules: a unary call's loop drives it (unary_timer.go), a
-// retried stream's timer goroutine under its own lock (streamTimer,
-// stream_timer.go).
+// c.retrying false means the method has no retry policy: one attempt,
+// which afterAttempt records. Keep c on the stack: whatever holds it while
+// its content escapes holds it by value (unaryLoop.own).
 //
 // What the interceptors know of the wire, per attempt, comes from the call
-// options grpc already fills (no stats.Handler, which would cost about 15
-// allocations per call inside grpc-go): a grpc.Header option (headers
-// arrived: committed), a grpc.Trailer option (pushback; nil when the attempt
-// got no transport stream; a server's Trailers-Only status keeps its
-// content-type there, a stream the transport ended leaves it empty), and for
-// streams ClientStream.Header and Trailer. The interceptors installed by
-// hand know exactly what stagger.DialOptions's know. They cannot see when
-// the first response header of a unary call arrives before its reply (hence
-// the unary per-attempt timer covers the whole attempt).
+// options grpc already fills (a stats.Handler would cost about 15
+// allocations per call inside grpc-go): grpc.Header (headers arrived:
+// committed), grpc.Trailer (pushback; nil when the attempt got no
+// transport stream; see wireAmbiguous), and for streams
+// ClientStream.Header and Trailer. They cannot see when the first
+// response header of a unary call arrives before its reply (hence the
+// unary per-attempt timer covers the whole attempt).
 
-// call is one logical call's retry state: the loop every interceptor (unary,
-// stream, hedging) runs is
-//
-//	c.start(...); for { ctx := c.nextAttempt(); err := run(ctx); retry, pause := c.afterAttempt(...); if !retry { return c.finish(err) }; c.pause(...) }
-//
-// It is used by one goroutine at a time and lives no longer than the call.
+// call is one logical call's retry state (see above). It is used by one
+// goroutine at a time and lives no longer than the call.
 type call struct {
 	retryFacts
 	method string
@@ -481,17 +456,9 @@ func (k *core) firstUnapplied(method string, set retryOption) error {
 
 // firstOf reports whether key is new to m, one of the sets of notices
 // given (noticed, optionNoticed), and adds it. The sets together hold at
-// most noticeMax keys: a program that makes up method names cannot grow
-// them without end; past the bound, what was not said is not said.
+// most noticeMax keys (firstIn).
 func (k *core) firstOf(m *sync.Map, key any) bool {
-	if _, seen := m.Load(key); seen || k.noticeN.Load() >= noticeMax {
-		return false
-	}
-	if _, seen := m.LoadOrStore(key, struct{}{}); seen {
-		return false
-	}
-	k.noticeN.Add(1)
-	return true
+	return firstIn(m, &k.noticeN, noticeMax, key)
 }
 
 // callCriticality resolves the criticality of a call of a method whose

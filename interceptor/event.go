@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -235,13 +237,20 @@ const (
 // interceptors sharing k's State.
 func (k *core) firstLoud(msg string) bool {
 	s := &k.opts.state.said
-	if _, seen := s.loud.Load(msg); seen || s.loudN.Load() >= loudMax {
+	return firstIn(&s.loud, &s.loudN, loudMax, msg)
+}
+
+// firstIn reports whether key is new to m, a set of what was said once,
+// and adds it; n counts m's keys, at most bound: past it, what was not
+// said is not said.
+func firstIn(m *sync.Map, n *atomic.Int64, bound int64, key any) bool {
+	if _, seen := m.Load(key); seen || n.Load() >= bound {
 		return false
 	}
-	if _, seen := s.loud.LoadOrStore(msg, struct{}{}); seen {
+	if _, seen := m.LoadOrStore(key, struct{}{}); seen {
 		return false
 	}
-	s.loudN.Add(1)
+	n.Add(1)
 	return true
 }
 
@@ -259,17 +268,7 @@ func (o *options) warnLoud(msg string, fields ...any) {
 // firstAmbiguous reports whether method's ambiguous give-up is the first
 // one the interceptor logs.
 func (o *options) firstAmbiguous(method string) bool {
-	if o.ambiguous == nil {
-		return false
-	}
-	if _, seen := o.ambiguous.Load(method); seen || o.ambiguousN.Load() >= noticeMax {
-		return false
-	}
-	if _, seen := o.ambiguous.LoadOrStore(method, struct{}{}); seen {
-		return false
-	}
-	o.ambiguousN.Add(1)
-	return true
+	return o.ambiguous != nil && firstIn(o.ambiguous, o.ambiguousN, noticeMax, method)
 }
 
 // emit gives e, an event of c, c's criticality and runs the hooks and the

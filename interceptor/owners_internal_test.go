@@ -94,7 +94,7 @@ func TestOneOwnerSites(t *testing.T) {
 	}
 	admitters := callersWhere(t, func(string) bool { return true }, "Allow", "Admit", "AllowRetry", "Closed")
 	wantAdmitters := []string{
-		"call_retry.go: call.admitFirst", "call_retry.go: retryFacts.admit",
+		"call_first.go: call.admitFirst", "call_retry.go: retryFacts.admit",
 		"hedge.go: call.allowHedge", "hedge.go: call.breakerAllowsRetry",
 		"unary.go: core.unaryInterceptor",
 	}
