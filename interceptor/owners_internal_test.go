@@ -149,11 +149,10 @@ func streamFile(name string) bool {
 // asks the decision (afterAttempt, shouldRetry), and only it commits
 // (adopt, adoptMeta: which attempt's reply and metadata the caller sees),
 // but for the calls that send one attempt and have no loop, whose one
-// attempt is recorded where it ran (core.unaryEngine,
-// call.afterOnlyAttempt). A decision or a commit made elsewhere fails it:
+// attempt is recorded where it ran (call.afterOnlyAttempt). A decision or a commit made elsewhere fails it:
 // send the loop an event instead.
 func TestUnaryLoopOwnsTheCall(t *testing.T) {
-	oneAttempt := []string{"unary.go: call.afterOnlyAttempt", "unary.go: core.unaryEngine"}
+	oneAttempt := []string{"unary.go: call.afterOnlyAttempt"}
 	// The decision's own wrapper, and the per-attempt timer's rules, which
 	// the loop runs (unaryLoop.take), as a stream's timer does under its
 	// own lock (streamTimer).

@@ -349,20 +349,16 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		c.attempt, c.reason = 1, policy.ReasonSuccess
 		return nil
 	}
+	hedges := c.hedged != nil && k.hedges(callCtx, c, false)
 	switch {
-	case c.hedged != nil && !k.hedges(callCtx, c, false):
-		// The hedging policy allows one attempt, or the call may not run
-		// twice (k.hedges said so once per method): one attempt, which
-		// the breaker and the budget hear of.
-		c.attempt = 1
-		err := invoker(callCtx, c.method, req, reply, cc, withFileOpts(c.fileOpts, grpcOpts)...)
-		c.afterAttempt(callCtx, err, nil, false, false)
-		return err
-	case c.hedged != nil:
+	case hedges:
 		hc := *c
 		defer func() { *c = hc }()
 		return k.hedge(callCtx, &hc, req, reply, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
-	case !c.retrying:
+	case c.hedged != nil || !c.retrying:
+		// One attempt, which afterAttempt records: no retry policy, or a
+		// hedging policy that allows one attempt or a call that may not
+		// run twice (k.hedges said so once per method).
 		c.attempt = 1
 		var err error
 		if first != nil {
@@ -413,9 +409,9 @@ func withFileOpts(fileOpts, grpcOpts []grpc.CallOption) []grpc.CallOption {
 	return append(fileOpts[:len(fileOpts):len(fileOpts)], grpcOpts...)
 }
 
-// afterOnlyAttempt ends the one attempt of a call that does not retry
-// (c.retrying false), which ended with err: the budget and the breaker
-// hear of it. It returns the call's error.
+// afterOnlyAttempt ends the one attempt of a call that neither retries
+// nor hedges, which ended with err: the breaker and the budget hear of it
+// (afterAttempt). It returns the call's error.
 func (c *call) afterOnlyAttempt(callCtx context.Context, err error) error {
 	if contextCode(err) && callerEnded(callCtx, err) {
 		err = callerErr(callCtx, err)

@@ -305,7 +305,14 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 	// request twice, and the key does that (the server replays the first
 	// run's outcome). Such a call is retried after headers as before
 	// them: a reset after the server ran it heals.
-	committed := header != nil && c.o.idemKey == ""
+	return l.decided(ev, err, trailer, header != nil && c.o.idemKey == "", timedOut)
+}
+
+// decided applies the call's decision on the attempt that ended with ev
+// (afterAttempt): the call ends with its error, or the retry goes after
+// its pause.
+func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, committed, timedOut bool) (error, bool) {
+	c := l.c()
 	retry, pause := c.afterAttempt(l.callCtx, err, trailer, committed, timedOut)
 	if !retry {
 		return l.ended(ev.out, c.finish(err)), true
@@ -390,15 +397,7 @@ func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 		return nil, false
 	}
 	c.admission = ev.admission
-	retry, d := c.afterAttempt(l.callCtx, err, ev.out.trailer, committed, false)
-	if !retry {
-		return l.ended(ev.out, c.finish(err)), true
-	}
-	if perr := c.pause(l.callCtx, d, err); perr != nil {
-		return l.ended(ev.out, perr), true
-	}
-	l.launch()
-	return nil, false
+	return l.decided(ev, err, ev.out.trailer, committed, false)
 }
 
 // callerLeft takes the caller's leaving. The attempts in flight derive
