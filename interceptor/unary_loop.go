@@ -513,14 +513,20 @@ func (c *call) retryBeside(callCtx context.Context, v policy.Verdict, adm budget
 }
 
 // settleUnsent tells the budget that the retry the timer admitted, which
-// waits out its pause, will not be sent (the call ended first): its
-// admission is settled (a Gate's probe lease freed), as an attempt that
-// said nothing of the server.
+// waits out its pause, will not be sent (the call ended first).
 func (c *call) settleUnsent() {
-	if c.budget != nil && c.admission != budget.AdmitNone {
-		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: c.admission})
-	}
+	c.settle(c.admission)
 	c.admission = budget.AdmitNone
+}
+
+// settle tells the budget that the retry after the current attempt, which
+// it admitted with adm, will not be sent: the admission is settled (a
+// Gate's probe lease freed), as an attempt that said nothing of the
+// server. The breaker was not asked for it, and hears nothing.
+func (c *call) settle(adm budget.Admission) {
+	if c.budget != nil && adm != budget.AdmitNone {
+		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: adm})
+	}
 }
 
 // recordAttempt tells c's breaker and budget (c.record) how attempt ev.n,

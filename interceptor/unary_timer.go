@@ -90,11 +90,11 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 
 // settleTimer tells the budget that the retry the timer admitted as it cut
 // the attempt off will not go (the attempt's own end came first, or it
-// answered): its admission is settled (a Gate's probe lease freed).
+// answered): its admission is settled (call.settle).
 func (l *unaryLoop) settleTimer() {
-	c, t := l.c(), &l.timer
-	if t.state == timerFired && c.budget != nil && t.admission != budget.AdmitNone {
-		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: t.admission})
+	t := &l.timer
+	if t.state == timerFired {
+		l.c().settle(t.admission)
 	}
 	t.admission = budget.AdmitNone
 }
