@@ -12,25 +12,15 @@ import (
 
 // attemptTimer is stagger's per-attempt timer (perAttemptRecvTimeout, with
 // grpc C-core's meaning), one type for unary calls and streams: times and
-// a state, and the rules that decide at its due times (take). It fires
-// unless it was stopped first (at the first response header or message,
-// or when the attempt ended on its own). When it fires it asks whether the
-// policy would retry an attempt cut off now (the call's decision:
-// retryFacts.shouldRetry, askVerdict). When it would not, the attempt runs
-// on, as if it had no timer, and ends on its own. When it would, the attempt still runs on through the retry's
-// pause (its grace: the retry could not go sooner anyway), and only at the
-// pause's end does the timer decide, once, whether the retry goes now
-// (shouldRetry, askAdmit: the breaker and the budget). When it goes, the
-// attempt is cut off (its context cancelled) and the retry follows at
-// once; when it does not, the attempt runs on. An attempt that answers in
-// its grace is the call's answer, and nothing was spent on a retry. So
-// whether the timer cut an attempt off is a fact the timer records, never
-// read after the fact from ctx.Err() or a status code, which races with
-// the wire.
-//
-// It is not a context deadline: the attempt's context keeps the caller's
-// deadline, which is all the server sees (grpc-timeout), so the server can
-// never answer DEADLINE_EXCEEDED for stagger's timer.
+// a state, and the rules UnaryClientInterceptor gives (Per-attempt
+// timeout), which decide at its due times (take): as it fires it asks the
+// call's decision whether the policy would retry the attempt cut off now
+// (retryFacts.shouldRetry, askVerdict), and as the retry's pause (its
+// grace) ends whether the breaker and the budget let that retry go now
+// (askAdmit). Whether the timer cut an attempt off is a fact the timer
+// records, never read after the fact from ctx.Err() or a status code,
+// which races with the wire. It is not a context deadline: the server
+// sees only the caller's.
 //
 // Each decision is taken as of its due time (due, graceEnd), whichever
 // goroutine takes it and however late: an attempt that ended before a due

@@ -14,17 +14,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// hedge runs a unary call of a method whose policy hedges (gRFC A6) on
-// the call's loop: the first attempt, then another every Delay while none
-// has succeeded, up to MaxAttempts in all (hedgeState's start rule). The
-// first OK wins and the others are cancelled; a fatal code, or a failure
-// after response headers, ends the call with it and cancels the others; a
-// non-fatal code sends the next hedge at once (after a valid pushback
-// instead; an invalid one stops hedging). Every hedge asks the budget
-// first; a refusal stops hedging beside the attempts in flight
-// (refused), which go on. The call returns only after every attempt it
-// sent has ended. The hedging policy applies (k.hedges; runUnary's engine
-// runs one attempt otherwise).
+// hedge runs a unary call of a method whose policy hedges on the call's
+// loop, by the rules UnaryClientInterceptor gives (Hedging): hedgeState
+// says when the next attempt starts and judges a failure. The hedging
+// policy applies (k.hedges; unaryEngine runs one attempt otherwise).
 func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
 	h := c.hedged.Hedging
 	l := unaryLoop{shared: c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
