@@ -68,17 +68,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	req := *c.deferReq
 	c.deferReq = nil
 	req.Waited = c.inGate
-	start := time.Now()
-	// Held, the call ends when the switch turns on (SetDisabled).
-	holdCtx, stopHold := holdContext(callCtx, c.o.state)
-	adm, err := c.budget.(budget.Deferrer).Wait(holdCtx, req, d)
-	stopHold()
-	// Up to its pause (a pushback's, say) the wait is the pause; past
-	// it, the budget's or the Gate's.
-	waited := time.Since(start)
-	c.inGate += waited
-	c.deferred += max(waited-d, 0)
-	c.paused(min(waited, d))
+	adm, err, switched := c.waitGate(callCtx, req, d)
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
 	if err == nil {
 		c.admission = adm
@@ -90,20 +80,43 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 		return nil
 	}
 	e.Kind = EventGiveUp
-	c.waitEnd, c.heldBy = budget.WaitRule(err), heldBy(err)
 	switch {
 	case errors.Is(callCtx.Err(), context.Canceled):
 		last = status.Error(codes.Canceled, context.Canceled.Error())
 		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
-	case switchEnded(holdCtx):
+	case switched:
 		// As no retry would: the last attempt's status.
-		c.waitEnd, e.Reason = "switch", policy.ReasonDisabled
+		e.Reason = policy.ReasonDisabled
 	default:
 		e.Reason = waitEnded(err)
 	}
 	c.reason = e.Reason
 	c.emit(callCtx, e)
 	return c.finish(last)
+}
+
+// waitGate waits in the budget's Deferrer (a Gate) for req, no sooner
+// than d: a retry's wait (waitDeferred) or a refused hedge's with nothing
+// in flight (waitHedge). Held, the call ends when the switch turns on
+// (SetDisabled): switched says so. Up to d (a pushback's pause, say) the
+// wait counts as the pause, past it as the Gate's (deferred); a wait that
+// admitted nothing leaves the rule that ended it (waitEnd, heldBy).
+func (c *call) waitGate(callCtx context.Context, req budget.Request, d time.Duration) (adm budget.Admission, err error, switched bool) {
+	start := time.Now()
+	holdCtx, stopHold := holdContext(callCtx, c.o.state)
+	adm, err = c.budget.(budget.Deferrer).Wait(holdCtx, req, d)
+	stopHold()
+	waited := time.Since(start)
+	c.inGate += waited
+	c.deferred += max(waited-d, 0)
+	c.paused(min(waited, d))
+	if err != nil {
+		c.waitEnd, c.heldBy = budget.WaitRule(err), heldBy(err)
+		if switched = switchEnded(holdCtx); switched {
+			c.waitEnd = "switch"
+		}
+	}
+	return adm, err, switched
 }
 
 // waitEnded is why a wait in a budget's Deferrer ended with err, the

@@ -182,28 +182,18 @@ func (c *call) allowHedge(n int) bool {
 // retries heal. It blocks only the hedging loop, which has no attempt to
 // watch meanwhile; the caller's context ends the wait.
 func (s *hedgeState) waitHedge(callCtx context.Context, n int) policy.Reason {
-	d, ok := s.c.budget.(budget.Deferrer)
-	if !ok || s.inFlight > 0 || n < 2 {
+	if _, ok := s.c.budget.(budget.Deferrer); !ok || s.inFlight > 0 || n < 2 {
 		return policy.ReasonBudget
 	}
 	s.c.emit(callCtx, Event{Kind: EventDeferred, Method: s.c.method, Attempt: n - 1, Hedging: true})
-	start := time.Now()
-	// Held, the call ends when the switch turns on (SetDisabled).
-	holdCtx, stopHold := holdContext(callCtx, s.c.o.state)
-	adm, err := d.Wait(holdCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
-	stopHold()
-	s.c.deferred += time.Since(start)
+	adm, err, switched := s.c.waitGate(callCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
 	switch {
 	case err == nil:
 		s.c.waitedHedge, s.c.waitedAdmission = n, adm
 		return policy.ReasonNone
-	}
-	s.c.waitEnd = budget.WaitRule(err)
-	switch {
 	case callCtx.Err() != nil:
 		return policy.ReasonCaller
-	case switchEnded(holdCtx):
-		s.c.waitEnd = "switch"
+	case switched:
 		return policy.ReasonDisabled
 	}
 	return waitEnded(err)
