@@ -559,8 +559,8 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 		s := downState()
 		s.ev.seen = tt.seen
 		s.ev.lastFail = t0.Add(-tune.Calm + time.Millisecond) // not after calm
-		s.ev.runs = s.ev.runsAfter(11)                              // long flaky runs
-		s.ev.calls = 1<<tune.HealWindow | 0xff                      // retries healed
+		s.ev.runs = s.ev.runsAfter(11)                        // long flaky runs
+		s.ev.calls = 1<<tune.HealWindow | 0xff                // retries healed
 		for range overloadSigns {
 			s.observe(t0, Attempt{Number: 1, Outcome: Failure, Overload: tt.ovl}, false)
 		}
