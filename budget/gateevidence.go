@@ -79,14 +79,7 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		e.short = max(e.short-tune.RoomGain, 0)
 	}
 	if e.strained(now) {
-		n, c := e.signsN(), max(e.signs, 1)<<1
-		if a.Overload {
-			c |= 1
-		}
-		if n == tune.OverloadWindow {
-			c = c&(1<<tune.OverloadWindow-1) | 1<<tune.OverloadWindow
-		}
-		e.signs = c
+		e.signs = pushed(e.signs, tune.OverloadWindow, a.Overload)
 	}
 	if a.Number > 1 && !a.Hedge {
 		e.retryOut = time.Time{}
@@ -111,20 +104,27 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 			// says nothing yet, so the evidence does not depend on which
 			// retries the gate lets go.
 			if a.Outcome == Success || a.Final {
-				n, c := e.callsN(), max(e.calls, 1)<<1
-				if a.Outcome == Success {
-					c |= 1
-				}
-				if n == tune.HealWindow {
-					c = c&(1<<tune.HealWindow-1) | 1<<tune.HealWindow
-				}
-				e.calls = c
+				e.calls = uint16(pushed(uint64(e.calls), tune.HealWindow, a.Outcome == Success))
 			}
 		}
 	}
 	if a.Outcome == Success {
 		e.retryFails, e.seen = 0, true
 	}
+}
+
+// pushed is the window w (its bits below a marker bit that counts them,
+// bit 0 the latest; zero: empty) with b added as the latest, keeping the
+// latest n.
+func pushed(w uint64, n int, b bool) uint64 {
+	c := max(w, 1) << 1
+	if b {
+		c |= 1
+	}
+	if bits.Len64(c)-1 > n {
+		c = c&(1<<n-1) | 1<<n
+	}
+	return c
 }
 
 // runsAfter is runs once a success ended a streak of n failures in a row.
