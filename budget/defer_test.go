@@ -43,12 +43,12 @@ func (b *switchBudget) Record(Attempt)     {}
 func (b *switchBudget) Allow(Request) bool { return b.open.Load() }
 func (b *switchBudget) State() State       { return State{Kind: "switch"} }
 
-// downServer gives g a server that served for tune.HealthyGap and whose latest
+// downServer gives g a server that served for tune.Calm and whose latest
 // calls that retried were none healed (the heal rule), so that failures in a row
 // make an outage (the outage and overload rules).
 func downServer(g *Gate) *Gate {
 	g.mu.Lock()
-	g.st.ev.calls, g.st.ev.seen, g.st.ev.lastFail, g.st.ev.lastRetry = 1<<tune.HealWindow, true, g.now().Add(-tune.HealthyGap), g.now()
+	g.st.ev.calls, g.st.ev.seen, g.st.ev.lastFail, g.st.ev.lastRetry = 1<<tune.HealWindow, true, g.now().Add(-tune.Calm), g.now()
 	g.mu.Unlock()
 	return g
 }

@@ -228,7 +228,7 @@ func TestPacerAnswered(t *testing.T) {
 	additive := func(every, since time.Duration) time.Duration {
 		at := max(20*time.Millisecond, tune.BackSlack)
 		r := float64(time.Second)/float64(every) + tune.ReturnGrow*float64(min(since, at))/float64(at)
-		return paceWithin(float64(time.Second) / r)
+		return pacer{}.within(float64(time.Second) / r)
 	}
 	for _, tc := range []struct {
 		after time.Duration // since the previous answer

@@ -143,7 +143,7 @@ func TestGateReturnPacesRetriesNotHeldYet(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
 	g.Record(Attempt{Number: 1, Outcome: Success})
-	clk.advance(2 * tune.HealthyGap)
+	clk.advance(2 * tune.Calm)
 	g.mu.Lock()
 	g.st.ev.retryFails = tune.HealMinSamples // retries failed: the server is down, not flaky
 	g.mu.Unlock()

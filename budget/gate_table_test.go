@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-// downState is a gateState at t0 whose server served for tune.HealthyGap and
+// downState is a gateState at t0 whose server served for tune.Calm and
 // whose latest calls that retried were none healed: failures in a row
 // make an outage (the outage and overload rules).
 func downState() gateState {
 	s := newGateState(t0, func() float64 { return 0.5 })
-	s.ev.calls, s.ev.seen, s.ev.lastFail = 1<<tune.HealWindow, true, t0.Add(-tune.HealthyGap)
+	s.ev.calls, s.ev.seen, s.ev.lastFail = 1<<tune.HealWindow, true, t0.Add(-tune.Calm)
 	return s
 }
 
@@ -492,9 +492,9 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 			s.ev.seen = false
 			return s
 		}, phaseFailing},
-		{"a failure within tune.HealthyGap before", func() gateState {
+		{"a failure within tune.Calm before", func() gateState {
 			s := downState()
-			s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
+			s.ev.lastFail = t0.Add(-tune.Calm + time.Millisecond)
 			s.ev.runs = s.ev.runsAfter(1)
 			return s
 		}, phaseFailing},
@@ -510,9 +510,9 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 			s.ev.learn(t0, Attempt{Number: 2, Outcome: Failure})
 			return s
 		}, phaseOutage},
-		{"a failure within tune.HealthyGap, overloaded", func() gateState {
+		{"a failure within tune.Calm, overloaded", func() gateState {
 			s := downState()
-			s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
+			s.ev.lastFail = t0.Add(-tune.Calm + time.Millisecond)
 			s.ev.runs = s.ev.runsAfter(1)
 			for range overloadSigns {
 				s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
@@ -558,9 +558,9 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 	for _, tt := range tests {
 		s := downState()
 		s.ev.seen = tt.seen
-		s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond) // not after calm
-		s.ev.runs = s.ev.runsAfter(11)                              // long flaky runs
-		s.ev.calls = 1<<tune.HealWindow | 0xff                      // retries healed
+		s.ev.lastFail = t0.Add(-tune.Calm + time.Millisecond) // not after calm
+		s.ev.runs = s.ev.runsAfter(11)                        // long flaky runs
+		s.ev.calls = 1<<tune.HealWindow | 0xff                // retries healed
 		for range overloadSigns {
 			s.observe(t0, Attempt{Number: 1, Outcome: Failure, Overload: tt.ovl}, false)
 		}
@@ -586,7 +586,7 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 // server that went down got every call's every retry for its whole outage.
 func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 	s := downState()
-	s.ev.lastFail = t0.Add(-tune.HealthyGap + time.Millisecond)
+	s.ev.lastFail = t0.Add(-tune.Calm + time.Millisecond)
 	s.ev.runs = s.ev.runsAfter(1)
 	s.ev.runs = s.ev.runsAfter(2)
 	s.ev.calls = 1<<tune.HealWindow | 0xff // the calls before said retries heal
@@ -627,7 +627,7 @@ func sameState(a, b gateState) bool {
 
 // overloadSigns is how many signs of overload in a row make an overload
 // (the overload rule).
-var overloadSigns = int(math.Floor(float64(tune.OverloadMinSamples)*tune.OverloadShare)) + 1
+var overloadSigns = int(math.Floor(float64(tune.OverloadWindow)*tune.OverloadShare)) + 1
 
 // The overload rule reads the share of attempts that are signs of
 // overload, not one status: a backend refusing 30 % of attempts with
@@ -657,14 +657,14 @@ func TestGateOverloadIsAShare(t *testing.T) {
 	if n := refusing(t, 0.3, false); n != 0 {
 		t.Errorf("30 %% refused for overload, the rest served: %d retries of 200 refused, want 0", n)
 	}
-	// The first tune.OverloadMinSamples attempts judge nothing yet.
-	if n := refusing(t, 0.7, false); n < 200-tune.OverloadMinSamples {
+	// The first tune.OverloadWindow attempts judge nothing yet.
+	if n := refusing(t, 0.7, false); n < 200-tune.OverloadWindow {
 		t.Errorf("70 %% refused for overload: %d retries of 200 refused, want nearly all", n)
 	}
 	if n := refusing(t, 0.5, false); n != 0 {
 		t.Errorf("50 %% refused for overload: %d retries of 200 refused, want none (more than 60 %% is an overload)", n)
 	}
-	if n := refusing(t, 0.3, true); n < 200-tune.OverloadMinSamples {
+	if n := refusing(t, 0.3, true); n < 200-tune.OverloadWindow {
 		t.Errorf("30 %% refused, the rest served slowly: %d retries of 200 refused, want nearly all", n)
 	}
 

@@ -79,14 +79,7 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		e.short = max(e.short-tune.RoomGain, 0)
 	}
 	if e.strained(now) {
-		n, c := e.signsN(), max(e.signs, 1)<<1
-		if a.Overload {
-			c |= 1
-		}
-		if n == tune.OverloadWindow {
-			c = c&(1<<tune.OverloadWindow-1) | 1<<tune.OverloadWindow
-		}
-		e.signs = c
+		e.signs = pushed(e.signs, tune.OverloadWindow, a.Overload)
 	}
 	if a.Number > 1 && !a.Hedge {
 		e.retryOut = time.Time{}
@@ -111,20 +104,27 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 			// says nothing yet, so the evidence does not depend on which
 			// retries the gate lets go.
 			if a.Outcome == Success || a.Final {
-				n, c := e.callsN(), max(e.calls, 1)<<1
-				if a.Outcome == Success {
-					c |= 1
-				}
-				if n == tune.HealWindow {
-					c = c&(1<<tune.HealWindow-1) | 1<<tune.HealWindow
-				}
-				e.calls = c
+				e.calls = uint16(pushed(uint64(e.calls), tune.HealWindow, a.Outcome == Success))
 			}
 		}
 	}
 	if a.Outcome == Success {
 		e.retryFails, e.seen = 0, true
 	}
+}
+
+// pushed is the window w (its bits below a marker bit that counts them,
+// bit 0 the latest; zero: empty) with b added as the latest, keeping the
+// latest n.
+func pushed(w uint64, n int, b bool) uint64 {
+	c := max(w, 1) << 1
+	if b {
+		c |= 1
+	}
+	if bits.Len64(c)-1 > n {
+		c = c&(1<<n-1) | 1<<n
+	}
+	return c
 }
 
 // runsAfter is runs once a success ended a streak of n failures in a row.
@@ -144,13 +144,13 @@ func (e *evidence) healed() int { return max(bits.OnesCount16(e.calls)-1, 0) }
 // enough of the latest calls that retried healed; or, until calls say,
 // an attempt succeeded and not tune.HealMinSamples retries failed since.
 // For a server that serves (stale), what the calls said goes stale
-// tune.HealStale after the latest streak of failures ended: back from an
+// tune.Calm after the latest streak of failures ended: back from an
 // outage, it must not keep the outage's evidence.
 func (e *evidence) heals(now time.Time, stale bool) bool {
 	if e.strained(now) {
 		return false
 	}
-	if !e.callsKnown() || stale && now.Sub(e.lastFail) > tune.HealStale {
+	if !e.callsKnown() || stale && now.Sub(e.lastFail) > tune.Calm {
 		return e.seen && e.retryFails < tune.HealMinSamples
 	}
 	won := e.healed()
@@ -169,12 +169,12 @@ func (e *evidence) untold(now time.Time) bool {
 }
 
 // strained reports whether an attempt failed for overload within
-// tune.OverloadHold; overloaded, whether, besides, tune.RoomHeld of the
+// tune.OverloadHold; overloaded, whether, besides, tune.RoomCut of the
 // room for retries or more is gone (failures for overload without a
 // pushback took it and successes did not give it back yet), one came
 // during a return within tune.OverloadHold (heldUntil), or more than
 // tune.OverloadShare of the attempts since (of the latest
-// tune.OverloadWindow, counted as at least tune.OverloadMinSamples) were
+// tune.OverloadWindow, counted as at least that many) were
 // signs of it: a backend that tells when to retry and still serves most
 // attempts is not overloaded (the overload rule).
 func (e *evidence) strained(now time.Time) bool { return now.Before(e.signUntil) }
@@ -182,10 +182,10 @@ func (e *evidence) overloaded(now time.Time) bool {
 	if !e.strained(now) {
 		return false
 	}
-	if now.Before(e.heldUntil) || e.short >= tune.RoomHeld {
+	if now.Before(e.heldUntil) || e.short >= tune.RoomCut {
 		return true
 	}
-	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(e.signsN(), tune.OverloadMinSamples))
+	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(e.signsN(), tune.OverloadWindow))
 }
 
 // signsN is how many attempts signs holds.

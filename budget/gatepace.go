@@ -53,6 +53,9 @@ type pacer struct {
 	// releaseEvery, not the room's (roomAnswered): a fleet's return keeps
 	// its peak.
 	down bool
+	// slowest is the slowest a return's pace goes (backFrom; zero:
+	// releaseEvery).
+	slowest time.Duration
 }
 
 func newPacer(now time.Time) pacer {
@@ -61,7 +64,7 @@ func newPacer(now time.Time) pacer {
 
 // rested is p with its return ended: releases go at releaseEvery again.
 func (p pacer) rested() pacer {
-	p.every, p.backAt, p.fastest = releaseEvery, time.Time{}, 0
+	p.every, p.backAt, p.fastest, p.slowest = releaseEvery, time.Time{}, 0, 0
 	return p
 }
 
@@ -93,32 +96,37 @@ func (p pacer) servedAt(now time.Time) pacer {
 // within every of now.
 func (p pacer) roomAnswered(now time.Time, ok, own bool) pacer {
 	if !ok {
-		p.every = paceWithin(float64(p.every) / tune.BackFaster)
+		p.every = p.within(float64(p.every) / tune.BackFaster)
 		return p
 	}
 	f := tune.BackFaster
 	if own {
 		f = tune.RoomGrow
 	}
-	p.every = paceWithin(f * float64(p.every))
+	p.every = p.within(f * float64(p.every))
 	p.next = clock.Earlier(p.next, now.Add(p.every))
 	return p
 }
 
 // backFrom is p once an outage whose failures began at since ended now; the calls held
 // through it go back (the release rule): no faster than tune.BackShare
-// times the pace their retries began to wait at, the first after a share
-// 1-c of that interval, so that processes that saw the recovery together
-// do not send theirs together; fewer than tune.BackMinHeld go unpaced, each
-// at its own time (backAfter). Under overload there is no return: c alone
+// times the pace their retries began to wait at, and no slower than that
+// pace itself or releaseEvery, whichever is slower (slowest: a floor of
+// one a second let a thousand processes with a few held calls each send
+// a thousand a second at the return), the first after a share 1-c of
+// that interval, so that processes that saw the recovery together do not
+// send theirs together; fewer than tune.BackMinHeld go unpaced, each at
+// its own time (backAfter). Under overload there is no return: c alone
 // (a credit) times the next release.
 func (p pacer) backFrom(now, since time.Time, c float64, overloaded bool) pacer {
 	p = p.rested()
 	if !overloaded {
 		p.backAt = now
-		p.every = paceWithin(0)
+		p.every = p.within(0)
 		if p.entered >= tune.BackMinHeld {
-			p.every = paceWithin(float64(now.Sub(since)) / (tune.BackShare * float64(p.entered)))
+			came := float64(now.Sub(since)) / float64(p.entered)
+			p.slowest = time.Duration(max(came, float64(releaseEvery)))
+			p.every = p.within(came / tune.BackShare)
 		}
 	}
 	p.entered = 0
@@ -154,10 +162,10 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 	switch {
 	case !ok:
 		if !now.Add(-max(took, p.fastest)).Before(p.cutAt) {
-			p.every, p.cutAt, p.grownAt = paceWithin(2*float64(p.every)), now, now
+			p.every, p.cutAt, p.grownAt = p.within(2*float64(p.every)), now, now
 		}
 	case p.cutAt.Before(p.backAt):
-		p.every = paceWithin(tune.BackFaster * float64(p.every))
+		p.every = p.within(tune.BackFaster * float64(p.every))
 	default:
 		// The rate r (retries a second) grows by tune.ReturnGrow per
 		// attempt time that passed since it last grew, one at most per
@@ -166,15 +174,16 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 		at := max(p.fastest, tune.BackSlack)
 		r := float64(time.Second) / float64(p.every)
 		r += tune.ReturnGrow * float64(min(now.Sub(p.grownAt), at)) / float64(at)
-		p.every, p.grownAt = paceWithin(float64(time.Second)/r), now
+		p.every, p.grownAt = p.within(float64(time.Second)/r), now
 	}
 	return p
 }
 
-// paceWithin is d as a pace: a microsecond at least (a pace of zero would
-// never move again), releaseEvery at most.
-func paceWithin(d float64) time.Duration {
-	return time.Duration(min(max(d, float64(time.Microsecond)), float64(releaseEvery)))
+// within is d as p's pace: a microsecond at least (a pace of zero would
+// never move again), releaseEvery at most, or during a return slowest when
+// that is slower.
+func (p pacer) within(d float64) time.Duration {
+	return time.Duration(min(max(d, float64(time.Microsecond)), float64(max(p.slowest, releaseEvery))))
 }
 
 // backAfter is when w, held through the outage that ended at backAt, goes
@@ -244,4 +253,22 @@ func (p pacer) reported(now time.Time, took time.Duration, failed bool) pacer {
 // lead is how long before its deadline a last chance goes.
 func (p *pacer) lead() time.Duration {
 	return max(tune.LastChanceLead, tune.LastChanceFactor*p.took)
+}
+
+// turnIn is how long from now until a waiter with ahead retries before it
+// (of its criticality or above, their pauses passed) gets its turn, at the
+// estimate: while the backend serves, the next release's time, then one
+// release interval per retry ahead; while it fails, the next probe's time
+// (the lease's end, or the probe gap after the latest that reached the
+// backend), then one probe gap per retry ahead, the floor of one probe per
+// probe gap that an outage leaves. It is an estimate of the pace, not a
+// promise: news moves it. Zero for a waiter whose turn has come.
+func (s *gateState) turnIn(now time.Time, ahead int) time.Duration {
+	ahead = max(ahead, 0)
+	if !s.phase.failing() {
+		return max(s.pace.next.Sub(now), 0) + time.Duration(ahead)*s.pace.every
+	}
+	gap := max(s.pace.gap, tune.GapFloor)
+	next := clock.Later(s.lastReached.Add(s.pace.gap), s.pace.until)
+	return max(next.Sub(now), 0) + time.Duration(ahead)*gap
 }

@@ -45,7 +45,7 @@ type gateState struct {
 }
 
 // newGateState starts at now: failures that make an outage must follow
-// tune.HealthyGap without failures, counted from the start.
+// tune.Calm without failures, counted from the start.
 func newGateState(now time.Time, rand func() float64) gateState {
 	return gateState{rand: rand, lastReached: now, pace: newPacer(now), ev: evidence{lastFail: now}}
 }
@@ -88,7 +88,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	if !s.pace.backAt.IsZero() && a.Overload && a.Outcome == Failure && !a.Pushback {
 		// During a return a refusal says the held calls' return fills
 		// the room: it holds retries whatever the successes (the
-		// overload rule; tune.RoomHeld says why).
+		// overload rule; tune.RoomCut says why).
 		s.ev.heldUntil = now.Add(tune.OverloadHold)
 	}
 	if a.Outcome == Success && s.streak > 0 {
@@ -118,7 +118,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// cuts it (held retries take only the room the new calls leave).
 		s.pace = s.pace.answeredIn(now, a.Took, a.Outcome == Success)
 	}
-	if s.pace.backAt.IsZero() && !s.pace.down && (a.Outcome == Success && s.ev.short < tune.RoomHeld || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
+	if s.pace.backAt.IsZero() && !s.pace.down && (a.Outcome == Success && s.ev.short < tune.RoomCut || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
 		// Held retries wait for the room the answers show (the release
 		// rule): successes raise the pace, a cut of the room lowers it.
 		s.pace = s.pace.roomAnswered(now, a.Outcome == Success, a.Admission != AdmitNone)
@@ -169,7 +169,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// under overload no retry goes to fail, and the streak suffices).
 		e := &s.ev
 		ovl, retriesFailed := e.overloaded(now), e.retryFails >= tune.HealMinSamples
-		healthy := e.seen && s.streakAt.Sub(e.lastFail) >= tune.HealthyGap
+		healthy := e.seen && s.streakAt.Sub(e.lastFail) >= tune.Calm
 		down := !e.heals(now, false) && (e.callsN() >= tune.HealMinSamples && e.healed() == 0 || retriesFailed)
 		beyond := e.seen && float64(s.streak+1) >= 2*e.runs+tune.OutageStreak
 		lasting := e.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span && (retriesFailed || ovl)

@@ -104,9 +104,9 @@ const (
 	// refusals after the return fell tenfold; BENCHMARKS.md, "Figures
 	// behind the code's choices").
 	OverloadHold = 5 * time.Second
-	// OverloadShare, OverloadWindow, OverloadMinSamples: a backend is
-	// overloaded (every retry waits) while more than 60 % of the latest 32
-	// attempts (fewer count as 32) were signs of overload (refused for
+	// OverloadShare, OverloadWindow: a backend is overloaded (every retry
+	// waits) while more than 60 % of the latest 32 attempts (fewer count
+	// as 32) were signs of overload (refused for
 	// overload, cut off by the per-attempt timer, or slow): a backend
 	// refusing 30 % of attempts with RESOURCE_EXHAUSTED and serving the
 	// rest at once had every retry held for 10 s when any sign held them
@@ -118,14 +118,13 @@ const (
 	// judged on "more than half of 16" (3 calls of 180 held to their
 	// deadline), in 0.6 % on this rule (40 % refused: 29 %); a backend
 	// refusing two attempts in three is judged overloaded within a window.
-	OverloadShare      = 0.6
-	OverloadWindow     = 32
-	OverloadMinSamples = 32
-	// RoomCut, RoomGain, RoomHeld: the overload rule's estimate of the
-	// room a backend has for retries. A failure for overload without a
-	// pushback takes half the room left (once per attempt time), a
-	// success gives a quarter back, and retries are held while half or
-	// more is gone: a refusal holds retries until the next success, a
+	OverloadShare  = 0.6
+	OverloadWindow = 32
+	// RoomCut, RoomGain: the overload rule's estimate of the room a
+	// backend has for retries. A failure for overload without a pushback
+	// takes half the room left (once per attempt time), a success gives a
+	// quarter back, and retries are held while a cut's worth or more is
+	// gone: a refusal holds retries until the next success, a
 	// burst's until its second. A 5 s hold after each refusal held every
 	// retry of a backend refusing 30 % at random to its 10 s limit
 	// (BENCHMARKS.md, "A migrating team's three scenarios"). During a
@@ -140,23 +139,21 @@ const (
 	// at a time over seconds.
 	RoomGrow = 0.5
 	RoomGain = 0.25
-	RoomHeld = 0.5
 	// QuietLulls: a backend that answered nothing for 4 times its latest
 	// interval between answers (and the probe gap) gives no news: a
 	// retry goes to learn. Judged on the gap alone, a fleet of 1,000
 	// processes, each hearing an answer every few seconds, took its own
 	// sparse traffic for silence, and its peak after the return rose.
 	QuietLulls = 4
-	// HealthyGap: only failures after a second without any make an outage,
-	// so a flaky server's unlucky runs are not taken for one.
-	HealthyGap = time.Second
+	// Calm: a second without failures. Only failures after one make an
+	// outage, so a flaky server's unlucky runs are not taken for one; and
+	// one after its latest streak of failures ended, a server that serves
+	// every attempt heals a straggler's retry again (the issue 45 bar: a
+	// timer cuts within a second of the first success).
+	Calm = time.Second
 	// RunDecay: a flaky server's longest run of failures shrinks by 0.9 per
 	// later run, so an early unlucky run does not hide an outage for long.
 	RunDecay = 0.9
-	// HealStale: a second after its latest streak of failures ended, a
-	// server that serves every attempt heals a straggler's retry again (the
-	// issue 45 bar: a timer cuts within a second of the first success).
-	HealStale = time.Second
 	// ForgetAfter: what no attempt confirmed for 30 s (the longest probe
 	// gap) and for the longest wait it judged is forgotten: a Gate left in
 	// an outage when its traffic stopped refused the first retry hours later.

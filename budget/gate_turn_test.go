@@ -1,0 +1,75 @@
+package budget
+
+import (
+	"testing"
+	"time"
+)
+
+// TestTurnIn: a waiter's turn, at the estimate, is the next release's (or
+// probe's) time, then one interval per retry ahead of it.
+func TestTurnIn(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	rnd := func() float64 { return 0.5 }
+	serving := newGateState(t0, rnd)
+	serving.pace.next, serving.pace.every = t0.Add(300*time.Millisecond), 100*time.Millisecond
+	past := serving
+	past.pace.next = t0.Add(-time.Second)
+	failing := newGateState(t0, rnd)
+	failing.phase, failing.lastReached, failing.pace.gap = phaseOutage, t0.Add(-time.Second), 4*time.Second
+	leased := failing
+	leased.pace.until = t0.Add(10 * time.Second)
+	for _, tc := range []struct {
+		name  string
+		s     gateState
+		ahead int
+		want  time.Duration
+	}{
+		{"serving, first", serving, 0, 300 * time.Millisecond},
+		{"serving, three ahead", serving, 3, 600 * time.Millisecond},
+		{"serving, release due", past, 0, 0},
+		{"serving, release due, two ahead", past, 2, 200 * time.Millisecond},
+		{"failing, next probe", failing, 0, 3 * time.Second},
+		{"failing, two ahead", failing, 2, 11 * time.Second},
+		{"failing, lease out", leased, 1, 14 * time.Second},
+	} {
+		if got := tc.s.turnIn(t0, tc.ahead); got != tc.want {
+			t.Errorf("%s: turnIn(%d) = %v, want %v", tc.name, tc.ahead, got, tc.want)
+		}
+	}
+}
+
+// TestReturnNoSlowerThanHeldCame: a return after an outage goes no slower
+// than the pace its held calls came at, when that is slower than one a
+// second: a thousand processes that each held four calls over a 10 s
+// outage sent a thousand retries a second at the return on a floor of one
+// a second (sim fleet, 1,000 processes at 40 % load: peak 1.3x). Its cuts
+// and its growth keep that floor.
+func TestReturnNoSlowerThanHeldCame(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name      string
+		entered   int
+		want, cut time.Duration
+	}{
+		// 4 over 10 s came every 2.5 s; tune.BackShare of that is 6.25 s.
+		{"came slower than a second", 4, 2500 * time.Millisecond, 2500 * time.Millisecond},
+		// 40 over 10 s came every 250 ms: tune.BackShare of it, 625 ms;
+		// a cut doubles it to one a second at most.
+		{"came faster", 40, 625 * time.Millisecond, time.Second},
+		// 8 over 10 s came every 1.25 s: the floor is that pace.
+		{"came a little slower", 8, 1250 * time.Millisecond, 1250 * time.Millisecond},
+	} {
+		p := newPacer(t0)
+		p.entered = tc.entered
+		back := t0.Add(10 * time.Second)
+		p = p.backFrom(back, t0, 1, false)
+		if p.every != tc.want {
+			t.Errorf("%s: the return's pace %v, want %v", tc.name, p.every, tc.want)
+		}
+		// A failed release halves the pace, to the floor at slowest.
+		cut := p.answeredIn(back.Add(time.Second), 50*time.Millisecond, false)
+		if cut.every != tc.cut {
+			t.Errorf("%s: after a cut %v, want %v", tc.name, cut.every, tc.cut)
+		}
+	}
+}
