@@ -58,10 +58,9 @@ import (
 // oldest (criticality); a held retry and a guarded one are each judged
 // against the oldest of their kind.
 //
-// When a wait ends, and with what. At its call's deadline less a
-// millisecond (deadline), or DeferSettings.MaxWait without one (max-wait);
-// at once when a retry as long as its method's attempts lately could not
-// finish (hopeless); a tenth past its pause when no rule let it go and the
+// When a wait ends, and with what. At its call's deadline (deadline), or
+// DeferSettings.MaxWait without one (max-wait); at once when a retry as
+// long as its method's attempts lately could not finish (hopeless); a tenth past its pause when no rule let it go and the
 // backend is neither down nor overloaded, unless it goes then as the probe
 // that learns whether retries heal (hold); when a more critical retry
 // takes its place in a full room (criticality); never before its own
@@ -75,9 +74,9 @@ import (
 // the latest within 5 s, were signs of overload: those, a
 // RESOURCE_EXHAUSTED with a pushback, a slow success; a pushback's delay
 // is the pause), waits are held and Allow refuses every retry; once an
-// outage outlived
-// the longest wait of its retries (twice that for a retry whose attempt
-// never left the client, Request.Unsent), a new retry of a call without a
+// outage outlived a new retry's own wait (the backend's return expected as
+// far off as the outage has lasted; half as far for a retry whose attempt
+// never left the client, Request.Unsent), that retry of a call without a
 // deadline is turned away at once (futility) but for a rare lone probe:
 // the new calls' first attempts and those probes find the backend's
 // return. A call with a deadline waits through the outage to its deadline

@@ -271,7 +271,9 @@ func TestGateLostProbeSlotIsCapped(t *testing.T) {
 	poll(t, lost, admitProbe)
 	lost.Leave()
 	clk.advance(tune.ProbeGapMax + time.Millisecond)
-	next, _ := g.Enter(retry2, 0, time.Time{})
+	// With a deadline: one without would be turned away, its 10 s wait
+	// ending before the return the outage's 30 s predict (the end rule).
+	next, _ := g.Enter(retry2, 0, clk.Now().Add(time.Hour))
 	defer next.Leave()
 	if a, at, _ := next.Poll(); a != admitProbe {
 		t.Fatalf("%v after a probe that never reported: Poll = %v (next %v), want a probe", tune.ProbeGapMax, a, at.Sub(clk.Now()))
