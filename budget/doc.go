@@ -40,7 +40,7 @@
 // protect against a thousand clients in a storm: one process cannot tell
 // them apart. Time can. A Gate (Deferring) lets a retry the budget refused
 // wait, within its call's deadline, and keeps a wait contract that its
-// documentation states rule by rule: a retry that heals goes after its
+// documentation states as one estimate and two rules: a retry that heals goes after its
 // pause; while the backend fails, one goes as a probe, or as its call's
 // last chance just before the deadline; an outage holds the waits (a call
 // with a deadline to its deadline, since the return may come first), and
