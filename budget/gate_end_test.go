@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
 // The end rule at the door: a retry of a call without a deadline that
@@ -29,8 +27,7 @@ func TestGateEndRuleAtTheDoor(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := &manualClock{now: t0}
-			g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-			failures(g, tune.OutageStreak)
+			g := inOutage(t, clk, DeferSettings{})
 			// Another call waits, with an hour's deadline.
 			long, err := g.Enter(retry2, time.Hour, t0.Add(time.Hour))
 			if err != nil {
@@ -65,8 +62,7 @@ func TestGateEndRuleWithADeadline(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := &manualClock{now: t0}
-			g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-			failures(g, tune.OutageStreak)
+			g := inOutage(t, clk, DeferSettings{})
 			clk.advance(time.Minute) // an outage far longer than any wait
 			deadline := clk.Now().Add(time.Second)
 			w, err := g.Enter(Request{Number: 2, Last: true, Took: c.took}, time.Hour, deadline)
