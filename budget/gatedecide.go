@@ -62,7 +62,9 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 // without one (limit; zero: never, a view without either).
 //
 // With a deadline the turn is now at the latest (in an outage the retry
-// has its last chance before the deadline), and the attempt takes as long
+// has its last chance before the deadline, and the return may come first:
+// 3 s down with 1 s deadlines, failing such retries at once lost the calls
+// made in the outage's last second), and the attempt takes as long
 // as its method's attempts lately (Request.Took, or the latest deferred
 // retry that succeeded within tune.OverloadHold, when longer): the wait
 // ends that long before the deadline (hopeless), or at it when no attempt

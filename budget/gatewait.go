@@ -539,7 +539,14 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 			if end, ok := w.end.(*waitEnd); ok {
 				return AdmitNone, end // the gate decided first: its end stands
 			}
-			return AdmitNone, ctx.Err()
+			if err := ctx.Err(); err != context.DeadlineExceeded {
+				return AdmitNone, err
+			}
+			// The deadline, which the end rule ends the wait at when no
+			// attempt was timed, came on the context's timer first: the
+			// gate's end, with the rule that held the wait (Leave made
+			// w out: nothing writes its view any more).
+			return AdmitNone, errDeadline.heldBy(w.view.heldBy)
 		}
 	}
 }
