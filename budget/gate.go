@@ -45,14 +45,14 @@ import (
 //     critical retry took its place in a full room) and what held the wait
 //     past its pause (outage, overload or breaker).
 //
-// `stagger check` prints each rule with its numbers. A caller that leaves
-// gets back what it was granted and had not taken, and a budget of this
-// package what it paid. What no attempt confirmed for 30 s and the longest
-// wait it judged is forgotten while nobody waits. One mutex; grantLocked
-// alone admits or ends waits and wakes only who goes; the clock, the budget
-// and Guards are asked outside the lock. Record and Allow pass through to the wrapped
-// budget (retries refused while the backend is down or overloaded count in
-// State.Refused).
+// `stagger check` prints the rules' detail by name, with their numbers:
+// heal, probe, last-chance, release, guard, outage, overload, hold, end,
+// futility, settling, ageing, criticality. A caller that leaves gets back
+// what it was granted and had not taken (a budget of this package, what it
+// paid). One mutex; grantLocked alone admits or ends waits and wakes only
+// who goes; the clock, the budget and Guards are asked outside the lock.
+// Record and Allow pass through to the wrapped budget (retries refused
+// while the backend is down or overloaded count in State.Refused).
 type Gate struct {
 	b   Budget
 	s   DeferSettings
