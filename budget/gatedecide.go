@@ -74,7 +74,7 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 // (futility: Enter turns it away).
 func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
 	if w.deadline.IsZero() {
-		if !w.turnAt.IsZero() && !w.turnAt.Before(w.limit) && w.since.Before(w.limit) {
+		if !w.turnAt.Before(w.limit) && w.since.Before(w.limit) {
 			return w.since, errFutile
 		}
 		return w.limit, errWaitLimit

@@ -227,9 +227,9 @@ type waiterView struct {
 	heldBy string
 	// took is Request.Took.
 	took time.Duration
-	// turnAt, for a call without a deadline that began to wait in an
-	// outage, is when its turn comes at the estimate then (turnIn; zero:
-	// unknown); lone: it waits as its outage's lone probe instead.
+	// turnAt is when its turn comes, at the estimate when it began to
+	// wait (turnIn; the end rule reads it without a deadline); lone: it
+	// waits as its outage's lone probe instead.
 	turnAt time.Time
 	lone   bool
 	// guardOpen: its guard was open when last asked (the guard rule).

@@ -98,9 +98,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		took: max(r.Took, 0), since: now,
 	}
 	turn, lone := g.st.turnIn(now, g.n, r.Unsent)
-	if deadline.IsZero() && turn > 0 {
-		view.turnAt = now.Add(turn)
-	}
+	view.turnAt = now.Add(turn)
 	if end, why := g.st.endAt(now, &view); why == errFutile && ended(now, end) {
 		// The end rule, at the door: its turn comes past its end.
 		if !lone {
