@@ -100,7 +100,7 @@ type Attempt struct {
 	// for a retry a Deferrer let go (Admission not AdmitNone). A Gate
 	// ends at once a wait that a retry taking as long as the latest such
 	// retry that succeeded could not finish before its call's deadline
-	// (see Gate, the hopeless rule).
+	// (see Gate, the end rule).
 	Took time.Duration
 }
 
@@ -131,7 +131,7 @@ type Request struct {
 	// method's latest attempt of the call's criticality served within five
 	// seconds, of those they time (every attempt under a per-attempt
 	// timeout, and retries). A Gate ends at once a wait that an attempt taking that
-	// long could not finish before its call's deadline (see Gate, the hopeless rule).
+	// long could not finish before its call's deadline (see Gate, the end rule).
 	Took time.Duration
 	// Waited is how long the call waited already in its earlier deferred
 	// retries (the interceptors: Report.Deferred so far). A Gate bounds the

@@ -120,10 +120,10 @@ type Deferrer interface {
 	// how. Otherwise it returns why not: ErrTooManyWaiting (too many wait,
 	// or a more critical retry took r's place), ErrOutageLasting, the
 	// context's error when its caller left, an error that wraps
-	// context.DeadlineExceeded when its deadline came (a millisecond
-	// early: no retry starts with less), or another error when the wait
-	// ended otherwise (a Gate's hold and hopeless rules, or
-	// DeferSettings.MaxWait for a call without a deadline). The interceptors end the call with
+	// context.DeadlineExceeded when its deadline came, or another error
+	// when the wait ended otherwise (a Gate's hold rule, its end rule
+	// before the deadline, hopeless, or DeferSettings.MaxWait for a call
+	// without a deadline). The interceptors end the call with
 	// its last status on every error (CANCELED when its caller cancelled
 	// it), for the reason budget after ErrTooManyWaiting, outage after
 	// ErrOutageLasting and deferred after any other.
@@ -189,14 +189,18 @@ var (
 	// room (Gate, the criticality rule). It wraps ErrTooManyWaiting.
 	errEvicted = &waitEnd{rule: "criticality", why: "a more critical retry took its place", base: ErrTooManyWaiting}
 	// errWaitLimit: a call without a deadline waited DeferSettings.MaxWait;
-	// errDeadline: its call's deadline came (a millisecond early: no retry
-	// starts with less). It wraps context.DeadlineExceeded.
+	// errDeadline: its call's deadline came, and no attempt of its method
+	// was timed (else the wait ends an attempt earlier: errHopeless). It
+	// wraps context.DeadlineExceeded.
 	errWaitLimit = &waitEnd{rule: "max-wait", why: "a call without a deadline waited its longest (defer.maxWait)"}
 	errDeadline  = &waitEnd{rule: "deadline", why: "its call's deadline came", base: context.DeadlineExceeded}
 	// errWaitEnded: the Gate ended the wait by its hold rule; errHopeless,
 	// by its hopeless rule (it wraps errWaitEnded).
 	errWaitEnded = &waitEnd{rule: "hold", why: "not let go by its pause, with no outage or overload to wait for"}
 	errHopeless  = &waitEnd{rule: "hopeless", why: "no retry could finish before the deadline", base: errWaitEnded}
+	// errFutile: the backend's return, at the estimate, comes past the
+	// wait's end (the futility rule; Enter returns ErrOutageLasting).
+	errFutile = &waitEnd{rule: "futility", why: "the outage outlasts the wait", base: ErrOutageLasting}
 )
 
 // waitEnd is how a Gate ended a wait: the rule of its wait contract that

@@ -53,6 +53,50 @@ func downServer(g *Gate) *Gate {
 	return g
 }
 
+// downAfterServing is a gate on clk whose server served, then, a calm
+// 2*tune.Calm later and its retries known to fail (down, not
+// flaky), failed tune.OutageStreak new calls in a row: an outage whose
+// first success starts a return.
+func downAfterServing(t *testing.T, clk *manualClock) *Gate {
+	t.Helper()
+	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
+	g.Record(Attempt{Number: 1, Outcome: Success})
+	clk.advance(2 * tune.Calm)
+	g.mu.Lock()
+	g.st.ev.retryFails = tune.HealMinSamples
+	g.mu.Unlock()
+	failures(g, tune.OutageStreak)
+	return g
+}
+
+// takeReady takes each waiter of ws whose Ready is closed and that taken
+// does not mark yet, and passes its verdict to on; taken marks those
+// admitted or ended (a guard's refusal leaves one waiting).
+func takeReady(ws []*Waiter, taken []bool, on func(i int, a Admission, err error)) {
+	for i, w := range ws {
+		if taken[i] {
+			continue
+		}
+		select {
+		case <-w.Ready():
+		default:
+			continue
+		}
+		a, err := w.Take()
+		taken[i] = a != AdmitNone || err != nil
+		on(i, a, err)
+	}
+}
+
+// inOutage is a gate of settings s on clk whose server served, then failed
+// tune.OutageStreak new calls in a row (downServer): an outage.
+func inOutage(t *testing.T, clk *manualClock, s DeferSettings) *Gate {
+	t.Helper()
+	g := downServer(newGate(t, &switchBudget{}, s, clk))
+	failures(g, tune.OutageStreak)
+	return g
+}
+
 func newGate(t *testing.T, b Budget, s DeferSettings, clk *manualClock) *Gate {
 	t.Helper()
 	g, err := Deferring(b, s, WithClock(clk.Now))
@@ -78,10 +122,7 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	// Retries are known not to heal, and the server served: failures in
 	// a row are an outage, and first attempts' failures are evidence too
 	// (see TestGateProbesUntilRetriesAreKnown).
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
+	g := inOutage(t, clk, DeferSettings{})
 	const pause = 100 * time.Millisecond
 	w, err := g.Enter(retry2, pause, time.Time{})
 	if err != nil {
@@ -517,10 +558,7 @@ func TestGateHold(t *testing.T) {
 // otherwise, and would wait out its deadline only to fail.
 func TestGateEndsHopelessWaits(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
+	g := inOutage(t, clk, DeferSettings{})
 	if g.health() != phaseOutage {
 		t.Fatal("no outage")
 	}

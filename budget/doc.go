@@ -40,12 +40,12 @@
 // protect against a thousand clients in a storm: one process cannot tell
 // them apart. Time can. A Gate (Deferring) lets a retry the budget refused
 // wait, within its call's deadline, and keeps a wait contract that its
-// documentation states rule by rule: a retry that heals goes after its
+// documentation states as one estimate and two rules: a retry that heals goes after its
 // pause; while the backend fails, one goes as a probe, or as its call's
 // last chance just before the deadline; an outage holds the waits (a call
 // with a deadline to its deadline, since the return may come first), and
-// once it has outlived MaxWait, new failed calls without a deadline end at
-// once (but for a rare lone probe); when the backend serves again the held calls go back at a pace
+// once it has outlived what a new failed call without a deadline has left of
+// MaxWait, that call ends at once (but for a rare lone probe); when the backend serves again the held calls go back at a pace
 // that starts from the rate they came at and quickens while its answers
 // stay fast (many held calls are back within a second, a few that came
 // slowly take seconds, whatever the room). New wraps the token bucket and the ratio in a Gate unless

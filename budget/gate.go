@@ -19,110 +19,40 @@ import (
 // backend's: Backends keeps a Gate per method of each backend. A Gate is a
 // Budget, safe for concurrent use; build it with Deferring (or New).
 //
-// The wait contract, by rule (`stagger check` prints it with its numbers):
+// The estimate: the rate of retries the backend can take beside its new
+// calls, learnt from its answers as TCP learns its window. Successes raise
+// it; a refusal for overload (RESOURCE_EXHAUSTED without a pushback, a
+// per-attempt timeout, a slow success) halves it, once per attempt time; an
+// outage (failures in a row where retries do not heal) drops it to its
+// floor, one probe per probe gap; the return after an outage grows it from
+// that floor; with no news it goes back to unknown, where one retry at a
+// time goes to learn. A pushback's delay is its own retry's pause.
 //
-// When a refused retry goes. Never before its pause (settling). While
-// retrying heals the backend's calls and no attempt failed for overload
-// within 5 s, after its pause, unless a return after an outage is under
-// way (heal). While the
-// backend fails, one retry at a time, as the probe, once nothing reached
-// the backend for the probe gap (probe; a held retry, while it is not
-// known whether retries heal, once besides nothing reached it for four
-// times its latest interval between answers: with no news the estimate goes
-// back to unknown, and one retry goes to learn), or, for a call with a deadline,
-// as its last chance just before it (last chance). While it serves, one
-// at a time at one pace (release): one a second at slowest, each success
-// taking a sixteenth off and, unless an outage came since nobody waited,
-// quickening the pace by a fifth (by half for a retry the gate let go:
-// slow start) while the overload rule's room is at
-// least half left, and each refusal that cuts the room slowing it by as
-// much (the room's pace: retries held through a burst of refusals go back
-// within about a second of the new calls' successes); after an outage, from 0.4 times the pace the held ones
-// came at, a fifth quicker per success until the first failed one or
-// refusal for overload, a new call's too
-// (held retries take only the room new calls leave), halves it, at most
-// once per attempt time; after that cut the rate grows by a retry a
-// second per attempt time, one at most per success (an estimate of the room learnt
-// as TCP learns it: a multiplicative cut and an additive growth bring
-// processes that never talk to their share), until a success finds
-// none of the retries that began to wait before the return still waiting
-// (how soon all are back is that pace's, not the room's: a few that came
-// slowly take seconds; a held call no sooner than its pause after
-// the return, or with a deadline at a random share of what it leaves, a
-// second at most; fewer than four held go unpaced). A guarded retry goes
-// only when its circuit breaker allows (guard): a closed breaker is no
-// guard and is not asked; a refusal keeps the retry's place; a yes whose
-// caller left before the retry went goes back to a GuardReturner; a guard
-// that panics ends the wait and gives back what it was granted. Of the
-// retries whose pause has passed, the most critical goes first, then the
-// oldest (criticality); a held retry and a guarded one are each judged
-// against the oldest of their kind.
+// Two rules on the estimate decide every wait:
 //
-// When a wait ends, and with what. At its call's deadline less a
-// millisecond (deadline), or DeferSettings.MaxWait without one (max-wait);
-// at once when a retry as long as its method's attempts lately could not
-// finish (hopeless); a tenth past its pause when no rule let it go and the
-// backend is neither down nor overloaded, unless it goes then as the probe
-// that learns whether retries heal (hold); when a more critical retry
-// takes its place in a full room (criticality); never before its own
-// bound because others wait before it. Down (outage: failures in
-// a row, after a calm second, where retries do not heal), or overloaded
-// (overload: after a RESOURCE_EXHAUSTED without a pushback or a
-// per-attempt timeout, until successes give back the room such refusals
-// took, each a quarter of it where each refusal took half of what was
-// left; for 5 s, whatever the successes, during a return after an outage;
-// and while more than 60 % of the latest 32 attempts,
-// the latest within 5 s, were signs of overload: those, a
-// RESOURCE_EXHAUSTED with a pushback, a slow success; a pushback's delay
-// is the pause), waits are held and Allow refuses every retry; once an
-// outage outlived
-// the longest wait of its retries (twice that for a retry whose attempt
-// never left the client, Request.Unsent), a new retry of a call without a
-// deadline is turned away at once (futility) but for a rare lone probe:
-// the new calls' first attempts and those probes find the backend's
-// return. A call with a deadline waits through the outage to its deadline
-// (less its attempt, hopeless), for the return may come first. The call ends with its last
-// status; its error and interceptor.Report name the rule that ended the
-// wait and the one that held it (outage, overload or breaker).
+//   - Go: a retry goes once its pause has passed and the pace at the
+//     estimate has room for it (while retries heal the backend's calls, at
+//     once). New calls come first: held retries take only the room they
+//     leave, the most critical first, then the oldest. A guarded retry
+//     needs its circuit breaker's yes too; a closed breaker is no guard, a
+//     refusal keeps the retry's place, and a yes whose caller left goes
+//     back to a GuardReturner.
+//   - End: a wait ends once its turn plus an attempt cannot come before its
+//     end, its deadline or DeferSettings.MaxWait without one, and never
+//     because others wait before it. Its error and interceptor.Report name
+//     the case (deadline, hopeless, max-wait; futility: an outage longer
+//     than the wait; hold: nothing to wait for; criticality: a more
+//     critical retry took its place in a full room) and what held the wait
+//     past its pause (outage, overload or breaker).
 //
-// What a success and a failure do. Each Record updates the estimate and
-// runs the grant loop. A failure adds to the streak that makes an outage
-// and doubles the probe gap; a success ends the streak, quickens the
-// release pace, and after an outage starts the return.
-//
-// What a caller that leaves gets back. Its wait ends; an admission it was
-// granted and had not taken goes to the next waiter, and a budget of this
-// package gives back what it took for it.
-//
-// What ages, and when. The phase lasts until a success ends the failures;
-// whether retries heal is judged from the latest 8 calls that retried.
-// What no attempt confirmed for 30 s and the longest wait it judged (the
-// phase, the evidence, what the latest probe took) is forgotten while
-// nobody waits (ageing): the next retry finds out, as in a new process.
-//
-// How it decides (x/sync/semaphore's shape): one mutex; one function,
-// grantLocked (gatewait.go), alone admits or ends waits, each by closing
-// its Ready channel; the rules it applies read the estimate (gatestate.go,
-// gateevidence.go) and the pacer (gatepace.go) in decide (gatedecide.go).
-// Enter, Record, Leave and the gate's one timer run it. It decides only
-// heads (of each criticality, the oldest retry whose pause has passed,
-// held or not, guarded or not) and the waiters whose own time came, kept
-// in one ordered set by that time (waitset.go): an event costs O(log n) in
-// the waiters, and wakes only who goes or whose wait ends.
-// An admitted caller
-// asks its Guard and the budget unlocked (Take), and what they refuse goes
-// back through the one give-back path. Every move of a waiter, and the
-// counter it adds to, is moveLocked's; the estimate changes in observe
-// (with the evidence's learn), enter and age, and the pacer's methods
-// return new values that they store (ten functions write the gate's
-// state: TestGateWriters). Nothing
-// foreign runs under the gate's lock (not WithRandom's source, the clock,
-// the budget or a Guard).
-//
-// Record and Allow pass through to the wrapped budget (retries the outage
-// and overload rules refuse count in State.Refused). While nobody waits and
-// all is well, Allow and Record of a first attempt that did not fail read
-// one atomic word beyond the budget's own work.
+// `stagger check` prints the rules' detail by name, with their numbers:
+// heal, probe, last-chance, release, guard, outage, overload, hold, end,
+// futility, settling, ageing, criticality. A caller that leaves gets back
+// what it was granted and had not taken (a budget of this package, what it
+// paid). One mutex; grantLocked alone admits or ends waits and wakes only
+// who goes; the clock, the budget and Guards are asked outside the lock.
+// Record and Allow pass through to the wrapped budget (retries refused
+// while the backend is down or overloaded count in State.Refused).
 type Gate struct {
 	b   Budget
 	s   DeferSettings

@@ -480,10 +480,7 @@ func TestGateAsksNothingForeignUnderItsLock(t *testing.T) {
 // that were sent, never two at once.
 func TestGateGuardSlotSettledUnderConcurrency(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
+	g := inOutage(t, clk, DeferSettings{})
 	guard := &reentrantGuard{g: g}
 	levels := criticality.Levels()
 	var wg sync.WaitGroup

@@ -15,8 +15,7 @@ import (
 // at once: the lead was still twice the old probe's 20 s).
 func TestGateProbeDurationAges(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{})
 	w, _ := g.Enter(retry2, 0, time.Time{})
 	poll(t, w, admitProbe)
 	clk.advance(20 * time.Second)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/criticality"
-	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
 // Issue 72's defects of the Gate and its guard, each read from outside and
@@ -43,15 +42,27 @@ func failingOnce(t *testing.T, clk *manualClock) *Gate {
 // guard (it waited MaxWait, 10 s: the closed guard refused the unpaid
 // probe, which held every guarded waiter for news).
 func TestGateClosedGuardIsNoGuard(t *testing.T) {
-	type verdict struct {
-		a   Admission
-		err error
-		at  time.Duration
+	got := closedGuardVerdicts(t, failingOnce, func(*Gate) {})
+	if got[0] != got[1] || got[1].at > 110*time.Millisecond {
+		t.Fatalf("without a guard %+v; behind a closed one %+v: want the same, by the hold time (110ms)", got[0], got[1])
 	}
-	var got [2]verdict
+}
+
+// verdict is how a wait went (a; or how it ended, err) and when, from t0.
+type verdict struct {
+	a   Admission
+	err error
+	at  time.Duration
+}
+
+// closedGuardVerdicts decides a retry with a 100 ms pause alone (settleAlone)
+// at a gate made by gate, then changed by after, without a guard and
+// behind a closed one.
+func closedGuardVerdicts(t *testing.T, gate func(*testing.T, *manualClock) *Gate, after func(*Gate)) (got [2]verdict) {
+	t.Helper()
 	for i, guarded := range []bool{false, true} {
 		clk := &manualClock{now: t0}
-		g := failingOnce(t, clk)
+		g := gate(t, clk)
 		r := retry2
 		if guarded {
 			r.Guard = closedGuard{}
@@ -60,13 +71,12 @@ func TestGateClosedGuardIsNoGuard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		after(g)
 		a, at, err := settleAlone(t, clk, w)
 		w.Leave()
 		got[i] = verdict{a, err, at}
 	}
-	if got[0] != got[1] || got[1].at > 110*time.Millisecond {
-		t.Fatalf("without a guard %+v; behind a closed one %+v: want the same, by the hold time (110ms)", got[0], got[1])
-	}
+	return got
 }
 
 // Defect 2: at scale, a thousand retries behind a closed breaker are
@@ -91,21 +101,11 @@ func TestGateClosedGuardHoldsNoCrowd(t *testing.T) {
 			ws[i] = w
 		}
 		admitted, ended := 0, 0
-		done := make([]bool, len(ws))
+		taken := make([]bool, len(ws))
 		for clk.Now().Before(t0.Add(111 * time.Millisecond)) {
 			clk.advance(time.Millisecond)
 			g.Tick()
-			for i, w := range ws {
-				select {
-				case <-w.Ready():
-				default:
-					continue
-				}
-				if done[i] {
-					continue
-				}
-				a, err := w.Take()
-				done[i] = a != AdmitNone || err != nil
+			takeReady(ws, taken, func(_ int, a Admission, err error) {
 				switch {
 				case a != AdmitNone:
 					admitted++
@@ -114,7 +114,7 @@ func TestGateClosedGuardHoldsNoCrowd(t *testing.T) {
 				case err != nil:
 					t.Fatalf("guarded %v: a wait ended with %v", guarded, err)
 				}
-			}
+			})
 		}
 		if admitted != 1 || ended != len(ws)-1 {
 			t.Errorf("guarded %v: by 111ms, %d went and %d waits ended by the hold rule; want 1 and %d", guarded, admitted, ended, len(ws)-1)
@@ -128,8 +128,7 @@ func TestGateClosedGuardHoldsNoCrowd(t *testing.T) {
 // later retry was turned away), and the probe slot is free.
 func TestGateWaitPanickingGuardStrandsNothing(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWaiting: 1}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{MaxWaiting: 1})
 	r := retry2
 	r.Guard = panickingGuard{}
 	func() {
@@ -181,8 +180,7 @@ func (g *returningGuard) ReturnRetry() { g.backed++ }
 // Gate's probe slot and waiting count with it.
 func TestGateCallerLeavingAfterYesReturnsTheGuardsSlot(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{})
 	left := false
 	guard := &returningGuard{left: &left}
 	w, err := g.Enter(Request{Number: 2, Guard: guard}, 0, time.Time{})
@@ -211,31 +209,13 @@ func TestGateCallerLeavingAfterYesReturnsTheGuardsSlot(t *testing.T) {
 // "no outage or overload to wait for" (the closed guard refused its
 // probe after its hold time, and the hold rule ended it).
 func TestGateClosedGuardInAnOutage(t *testing.T) {
-	type verdict struct {
-		a   Admission
-		err error
-		at  time.Duration
-	}
-	var got [2]verdict
-	for i, guarded := range []bool{false, true} {
-		clk := &manualClock{now: t0}
-		g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-		failures(g, tune.OutageStreak)
-		r := retry2
-		if guarded {
-			r.Guard = closedGuard{}
+	inAnOutage := func(t *testing.T, clk *manualClock) *Gate { return inOutage(t, clk, DeferSettings{}) }
+	// The probe gap doubles: the probe is due past the hold time.
+	got := closedGuardVerdicts(t, inAnOutage, func(g *Gate) { failures(g, 1) })
+	for i, v := range got {
+		if errors.Is(v.err, errWaitEnded) {
+			t.Errorf("guarded %v: in an outage the wait ended with %q", i == 1, v.err)
 		}
-		w, err := g.Enter(r, 100*time.Millisecond, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		failures(g, 1) // the probe gap doubles: the probe is due past the hold time
-		a, at, err := settleAlone(t, clk, w)
-		w.Leave()
-		if errors.Is(err, errWaitEnded) {
-			t.Errorf("guarded %v: in an outage the wait ended with %q", guarded, err)
-		}
-		got[i] = verdict{a, err, at}
 	}
 	if got[0] != got[1] {
 		t.Fatalf("in an outage, without a guard %+v; behind a closed one %+v: want the same", got[0], got[1])
@@ -248,13 +228,7 @@ func TestGateClosedGuardInAnOutage(t *testing.T) {
 // steady load of retries the heal rule stayed off for good).
 func TestGateReturnEndsUnderSteadyLoad(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
-	g.Record(Attempt{Number: 1, Outcome: Success})
-	clk.advance(2 * tune.Calm)
-	g.mu.Lock()
-	g.st.ev.retryFails = tune.HealMinSamples // retries failed: the server is down, not flaky
-	g.mu.Unlock()
-	failures(g, tune.OutageStreak)
+	g := downAfterServing(t, clk)
 	const pause = 100 * time.Millisecond
 	var held []*Waiter
 	for range 6 {
@@ -332,8 +306,7 @@ func TestGateReturnEndsUnderSteadyLoad(t *testing.T) {
 // are guarded: the refusal holds the other for news.
 func TestGateGuardRefusalKeepsThePlace(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWaiting: 2}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{MaxWaiting: 2})
 	old, err := g.Enter(Request{Number: 2, Criticality: criticality.Sheddable, Guard: &refusingGuard{}}, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -363,8 +336,7 @@ func TestGateGuardRefusalKeepsThePlace(t *testing.T) {
 // gone, and its Ready closed, no rule having let it go).
 func TestGateTakeBeforeReady(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{})
 	w, err := g.Enter(retry2, time.Second, time.Time{})
 	if err != nil {
 		t.Fatal(err)

@@ -78,8 +78,7 @@ func TestGateCallerGoneGivesTheProbeBack(t *testing.T) {
 // (it did: the refusal's give-back zeroed the slot).
 func TestGateRefusedGuardKeepsAnotherProbesSlot(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{})
 	out, _ := g.Enter(retry2, 0, time.Time{})
 	defer out.Leave()
 	poll(t, out, admitProbe)
@@ -112,8 +111,7 @@ func (g *allowingGuard) AllowRetry() (bool, time.Time) {
 func TestGateHopelessRetryIsNotTheGuardsProbe(t *testing.T) {
 	for _, guarded := range []bool{false, true} {
 		clk := &manualClock{now: t0}
-		g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-		failures(g, tune.OutageStreak)
+		g := inOutage(t, clk, DeferSettings{})
 		guard := &allowingGuard{}
 		r := Request{Number: 2, Took: 2 * time.Second}
 		if guarded {
@@ -173,8 +171,7 @@ func TestGateOutageAges(t *testing.T) {
 	}
 	// Within the bound, the outage is kept.
 	failures(g, tune.OutageStreak)
-	g2 := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g2, tune.OutageStreak)
+	g2 := inOutage(t, clk, DeferSettings{})
 	clk.advance(tune.ForgetAfter / 2)
 	if g2.Allow(retry2) || g2.health() != phaseOutage {
 		t.Fatal("the outage was forgotten within tune.ForgetAfter")
@@ -186,8 +183,7 @@ func TestGateOutageAges(t *testing.T) {
 // saturated and its float conversion went negative).
 func TestGateDeadlineCenturiesAway(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{})
 	far := t0.AddDate(300, 0, 0)
 	first, err := g.Enter(retry2, 0, far)
 	if err != nil {
@@ -239,8 +235,7 @@ func (panickingGuard) AllowRetry() (bool, time.Time) { panic("guard") }
 // re-polled each millisecond, and none could be evicted).
 func TestGatePanickingGuardStrandsNothing(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{})
 	r := retry2
 	r.Guard = panickingGuard{}
 	w, _ := g.Enter(r, 0, time.Time{})
@@ -265,13 +260,14 @@ func TestGatePanickingGuardStrandsNothing(t *testing.T) {
 // most, not until its call's deadline (an hour away here) and a second.
 func TestGateLostProbeSlotIsCapped(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{})
 	lost, _ := g.Enter(retry2, 0, t0.Add(time.Hour))
 	poll(t, lost, admitProbe)
 	lost.Leave()
 	clk.advance(tune.ProbeGapMax + time.Millisecond)
-	next, _ := g.Enter(retry2, 0, time.Time{})
+	// With a deadline: one without would be turned away, its 10 s wait
+	// ending before the return the outage's 30 s predict (the end rule).
+	next, _ := g.Enter(retry2, 0, clk.Now().Add(time.Hour))
 	defer next.Leave()
 	if a, at, _ := next.Poll(); a != admitProbe {
 		t.Fatalf("%v after a probe that never reported: Poll = %v (next %v), want a probe", tune.ProbeGapMax, a, at.Sub(clk.Now()))
@@ -292,8 +288,7 @@ func TestGateWaitEndsNameTheirRule(t *testing.T) {
 	}
 	// The hopeless rule's end is told from the hold rule's.
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{})
 	w, _ := g.Enter(Request{Number: 2, Took: 2 * time.Second}, 0, t0.Add(time.Second))
 	defer w.Leave()
 	if _, _, err := w.Poll(); err != errHopeless {

@@ -23,10 +23,7 @@ func failures(g *Gate, n int) {
 func TestGateFutility(t *testing.T) {
 	clk := &manualClock{now: t0}
 	const deadline = 2 * time.Second // MaxWait: the calls have none
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: deadline}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
+	g := inOutage(t, clk, DeferSettings{MaxWait: deadline})
 	// A probe is out past MaxWait: nothing lets it go first.
 	g.mu.Lock()
 	g.st.pace.until = clk.Now().Add(deadline)
@@ -101,8 +98,7 @@ func TestGateFutility(t *testing.T) {
 func TestGateFutilityLoneProbe(t *testing.T) {
 	const pause, deadline = 200 * time.Millisecond, 2 * time.Second
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: deadline}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{MaxWait: deadline})
 	early, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -135,10 +131,7 @@ func TestGateFutilityLoneProbe(t *testing.T) {
 // futility rule counts that as their wait.
 func TestGateFutilityWithoutDeadlines(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: time.Second}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
+	g := inOutage(t, clk, DeferSettings{MaxWait: time.Second})
 	w, err := g.Enter(retry2, 0, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -295,8 +288,7 @@ func TestPacerAnswered(t *testing.T) {
 func TestGateFutilityWaitsLongerForUnsent(t *testing.T) {
 	clk := &manualClock{now: t0}
 	const deadline = 2 * time.Second // MaxWait: the calls have none
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{MaxWait: deadline}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{MaxWait: deadline})
 	first, err := g.Enter(retry2, time.Hour, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -328,8 +320,7 @@ func TestGateFutilityWaitsLongerForUnsent(t *testing.T) {
 func TestGateOutageWaitsToTheDeadline(t *testing.T) {
 	const deadline = time.Second
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{})
 	early, err := g.Enter(retry2, 100*time.Millisecond, clk.Now().Add(deadline))
 	if err != nil {
 		t.Fatal(err)
@@ -390,8 +381,7 @@ func TestGateOutageWaitsToTheDeadline(t *testing.T) {
 func TestGateLongOutageLastChancesAreProbes(t *testing.T) {
 	const deadline, every = 2 * time.Second, 400 * time.Millisecond
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	g := inOutage(t, clk, DeferSettings{})
 	type call struct {
 		w  *Waiter
 		at time.Time // its retry's attempt ends then (zero: none out)

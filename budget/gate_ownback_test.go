@@ -14,10 +14,7 @@ import (
 // grant loop decides only heads; issue 72's fleet regression).
 func TestGateOwnBackTimeHoldsBackNobody(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
+	g := inOutage(t, clk, DeferSettings{})
 	older, err := g.Enter(retry2, 2*time.Second, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -90,10 +87,7 @@ func TestGateOwnBackTimeHoldsBackNobody(t *testing.T) {
 // time, which the return made moot.
 func TestGateOwnTimeEndsWithTheOutage(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
+	g := inOutage(t, clk, DeferSettings{})
 	const pause = 3 * time.Second
 	w, err := g.Enter(retry2, pause, clk.Now().Add(20*time.Second))
 	if err != nil {

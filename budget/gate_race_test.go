@@ -95,10 +95,7 @@ func TestRealTimeGateWaitersGiveUpUnderEviction(t *testing.T) {
 // never out at once.
 func TestGateLateProbeKeepsTheNewProbesSlot(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
+	g := inOutage(t, clk, DeferSettings{})
 	waitForProbe := func() *Waiter {
 		t.Helper()
 		failures(g, tune.FutileEvery) // the futility rule lets the lone waiter wait

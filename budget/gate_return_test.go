@@ -37,19 +37,10 @@ func TestGateCutReturnEndsNoWaitBeforeItsBound(t *testing.T) {
 			atCut := g.st.pace.every
 			g.mu.Unlock()
 			released, ended, fastest := 0, 0, atCut
-			done := map[*Waiter]bool{}
+			taken := make([]bool, len(ws))
 			for released+ended < len(ws) && clk.Now().Before(cut.Add(10*time.Second)) {
-				for i, w := range ws {
-					select {
-					case <-w.Ready():
-					default:
-						continue
-					}
-					if done[w] {
-						continue
-					}
-					a, err := w.Take()
-					done[w] = err != nil || a != AdmitNone
+				takeReady(ws, taken, func(i int, a Admission, err error) {
+					w := ws[i]
 					switch {
 					case err != nil:
 						bound := w.view.limit
@@ -70,7 +61,7 @@ func TestGateCutReturnEndsNoWaitBeforeItsBound(t *testing.T) {
 					case a != AdmitNone:
 						t.Fatalf("waiter %d: %v during the return, want a release", i, a)
 					}
-				}
+				})
 				// The Gate's next decision; zero when none is due (the
 				// waiters left are ready to take): time goes on a step.
 				if next := g.Tick(); next.After(clk.Now()) {
@@ -141,15 +132,7 @@ func heldThroughOutage(t *testing.T, g *Gate, clk *manualClock, deadline func(ti
 // 100 ms of a return that way, 1.13-1.21x the backend's capacity).
 func TestGateReturnPacesRetriesNotHeldYet(t *testing.T) {
 	clk := &manualClock{now: t0}
-	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
-	g.Record(Attempt{Number: 1, Outcome: Success})
-	clk.advance(2 * tune.Calm)
-	g.mu.Lock()
-	g.st.ev.retryFails = tune.HealMinSamples // retries failed: the server is down, not flaky
-	g.mu.Unlock()
-	for range tune.OutageStreak {
-		g.Record(Attempt{Number: 1, Outcome: Failure})
-	}
+	g := downAfterServing(t, clk)
 	var ws []*Waiter
 	const pause = 100 * time.Millisecond
 	for i := range 8 {

@@ -55,23 +55,61 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 }
 
 // endAt is when w's wait ends, whatever else happens, and by which rule:
-// the hopeless rule's time, when a retry taking as long as its method's
-// latest attempt, or the latest deferred retry that succeeded (within
-// tune.OverloadHold) when longer, would no longer finish before the
-// deadline; else its limit, tune.WaitSlack before its deadline (no retry
-// starts with less), or DeferSettings.MaxWait after it began without
-// one (zero: never, a view without either). The one piece of arithmetic
-// by which a wait ends (the hold rule ends it by its own time, holdAt); a
-// last chance goes lead before the deadline (lastChanceAt).
+// the end rule, the one piece of arithmetic by which a wait ends (the hold
+// rule ends a wait no rule lets go by its own time, holdAt). A wait ends
+// once, at the estimate, its turn plus an attempt cannot come before its
+// end: its call's deadline, or DeferSettings.MaxWait after it began
+// without one (limit; zero: never, a view without either).
+//
+// With a deadline the turn is now at the latest (in an outage the retry
+// has its last chance before the deadline, and the return may come first:
+// 3 s down with 1 s deadlines, failing such retries at once lost the calls
+// made in the outage's last second), and the attempt takes as long
+// as its method's attempts lately (Request.Took, or the latest deferred
+// retry that succeeded within tune.OverloadHold, when longer): the wait
+// ends that long before the deadline (hopeless), or at it when no attempt
+// was timed (deadline). Without one the wait is bounded, not its attempt:
+// it ends at its limit (max-wait), or at once when its turn, as the
+// estimate saw it when it began to wait (turnAt, turnIn), comes no sooner
+// (futility: Enter turns it away).
 func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
 	if w.deadline.IsZero() {
+		if !w.turnAt.Before(w.limit) && w.since.Before(w.limit) {
+			return w.since, errFutile
+		}
 		return w.limit, errWaitLimit
 	}
-	limit := w.deadline.Add(-tune.WaitSlack)
-	if took := max(w.took, s.tookNow(now)); took > tune.WaitSlack {
-		return w.deadline.Add(-took).Add(1), errHopeless
+	if took := max(w.took, s.tookNow(now)); took > 0 {
+		return w.deadline.Add(-took), errHopeless
 	}
-	return limit, errDeadline
+	return w.deadline, errDeadline
+}
+
+// turnIn is, at the estimate, how long a retry that begins to wait now
+// waits for its turn (zero: no longer than the rules say, once its pause
+// has passed), and whether it could go at once instead, as its outage's
+// lone probe, with ahead others waiting. The estimate knows a turn only
+// in an outage that a retry already waited in (span): the backend's
+// return, expected as far off as the outage has lasted (half as far for a
+// retry whose attempt never left the client, unsent: the connection
+// reconnects on its own backoff, up to seconds after the backend is back,
+// so the outage the gate saw is partly the connection's). The pace while
+// the backend serves gives no turn here: a return's pace grows with its
+// successes, and a turn read from it now would end calls the return then
+// serves. The lone probe: nobody else waits, tune.FutileEvery failures
+// came since a probe failed, and the probe gap (at least that longest
+// wait) has passed since, so failed calls end at once and the new calls'
+// first attempts, or a rare probe, find the backend's return.
+func (s *gateState) turnIn(now time.Time, ahead int, unsent bool) (turn time.Duration, lone bool) {
+	if s.phase != phaseOutage || s.span <= 0 {
+		return 0, false
+	}
+	turn = now.Sub(s.streakAt)
+	if unsent {
+		turn = time.Duration(float64(turn) / tune.FutileUnsent)
+	}
+	lone = ahead == 0 && s.pace.since >= tune.FutileEvery && !s.pace.leased(now) && !now.Before(s.pace.failedAt.Add(max(s.pace.gap, s.span)))
+	return turn, lone
 }
 
 // ended reports whether a wait that ends at end (zero: never) ended by now.

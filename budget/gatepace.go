@@ -254,21 +254,3 @@ func (p pacer) reported(now time.Time, took time.Duration, failed bool) pacer {
 func (p *pacer) lead() time.Duration {
 	return max(tune.LastChanceLead, tune.LastChanceFactor*p.took)
 }
-
-// turnIn is how long from now until a waiter with ahead retries before it
-// (of its criticality or above, their pauses passed) gets its turn, at the
-// estimate: while the backend serves, the next release's time, then one
-// release interval per retry ahead; while it fails, the next probe's time
-// (the lease's end, or the probe gap after the latest that reached the
-// backend), then one probe gap per retry ahead, the floor of one probe per
-// probe gap that an outage leaves. It is an estimate of the pace, not a
-// promise: news moves it. Zero for a waiter whose turn has come.
-func (s *gateState) turnIn(now time.Time, ahead int) time.Duration {
-	ahead = max(ahead, 0)
-	if !s.phase.failing() {
-		return max(s.pace.next.Sub(now), 0) + time.Duration(ahead)*s.pace.every
-	}
-	gap := max(s.pace.gap, tune.GapFloor)
-	next := clock.Later(s.lastReached.Add(s.pace.gap), s.pace.until)
-	return max(next.Sub(now), 0) + time.Duration(ahead)*gap
-}

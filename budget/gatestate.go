@@ -204,38 +204,6 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 	s.pace.gap = max(s.pace.gap, min(pause, tune.ProbeGapMax))
 }
 
-// futile reports whether a retry that begins to wait now would wait in
-// vain (the futility rule). A retry whose call has a deadline (timed) never
-// is: it waits through the outage to its deadline, less an attempt, for
-// the return may come first and serve it (3 s down, 1 s deadlines: the
-// calls made in the outage's last second were failed at once, and a
-// client without a Gate served a fifth of the outage's calls). One
-// without is once the outage has lasted tune.FutileFactor times
-// the longest wait of its retries, and the retry cannot go as the lone
-// probe: others wait, fewer than tune.FutileEvery failures came since a
-// probe failed, or a probe failed less than the probe gap (at least that
-// longest wait) ago. A lone probe goes at once, its pause waived (Enter):
-// the probe gap spaces it, and its call, if it fails, ends at once too.
-// So failed calls end at once, and the new calls' first attempts, or a
-// rare probe, find the server's return. For a retry whose attempt never
-// left the client (unsent: its connection's attempts to connect were
-// failing), the outage must have lasted tune.FutileUnsent times as long:
-// the connection reconnects on its own backoff, up to seconds after the
-// server is back, and the outage the gate saw is partly the connection's.
-func (s *gateState) futile(now time.Time, others, unsent, timed bool) (futile, lone bool) {
-	factor := tune.FutileFactor
-	if unsent {
-		factor *= tune.FutileUnsent
-	}
-	if timed || s.phase != phaseOutage || s.span <= 0 || now.Sub(s.streakAt) < time.Duration(factor*float64(s.span)) {
-		return false, false
-	}
-	if others || s.pace.since < tune.FutileEvery || s.pace.leased(now) || now.Before(s.pace.failedAt.Add(max(s.pace.gap, s.span))) {
-		return true, false
-	}
-	return false, true
-}
-
 // probing reports whether an admission holds the pacer's lease.
 func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget || a == admitLast }
 
@@ -259,8 +227,11 @@ type waiterView struct {
 	heldBy string
 	// took is Request.Took.
 	took time.Duration
-	// lone: the futility rule let it wait as the lone probe.
-	lone bool
+	// turnAt is when its turn comes, at the estimate when it began to
+	// wait (turnIn; the end rule reads it without a deadline); lone: it
+	// waits as its outage's lone probe instead.
+	turnAt time.Time
+	lone   bool
 	// guardOpen: its guard was open when last asked (the guard rule).
 	guardOpen bool
 	// spread, uniform in [0, 1), places the call's return after an outage

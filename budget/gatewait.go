@@ -81,8 +81,9 @@ func (w *Waiter) Leave() {
 
 // Enter registers a deferred retry r that must not go sooner than pause
 // from now, of a call whose deadline is deadline (zero: none), and runs
-// the grant loop. It fails with ErrOutageLasting (the futility rule, for a
-// call without a deadline), or
+// the grant loop. It fails with ErrOutageLasting when the end rule ends the
+// wait at once (its turn comes past its end: the futility rule, for a call
+// without a deadline), or
 // ErrTooManyWaiting when the room is full and no less critical retry waits
 // to be evicted (the criticality rule).
 func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waiter, error) {
@@ -91,10 +92,22 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.ageLocked(now)
-	futile, lone := g.st.futile(now, g.n > 0, r.Unsent, !deadline.IsZero())
-	if futile {
-		g.moveLocked(now, nil, waitOut, ErrOutageLasting)
-		return nil, ErrOutageLasting
+	pause = max(pause, 0)
+	view := waiterView{
+		number: r.Number, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
+		took: max(r.Took, 0), since: now,
+	}
+	turn, lone := g.st.turnIn(now, g.n, r.Unsent)
+	view.turnAt = now.Add(turn)
+	if end, why := g.st.endAt(now, &view); why == errFutile && ended(now, end) {
+		// The end rule, at the door: its turn comes past its end.
+		if !lone {
+			g.moveLocked(now, nil, waitOut, ErrOutageLasting)
+			return nil, ErrOutageLasting
+		}
+		// Its outage's lone probe: it goes at once, the probe gap spacing
+		// it, its pause waived.
+		view.turnAt, view.lone, pause = time.Time{}, true, 0
 	}
 	if g.n >= g.s.MaxWaiting || !g.shared.tryEnter() {
 		v := g.victim(level)
@@ -104,10 +117,6 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		}
 		g.moveLocked(now, v, waitOut, errEvicted)
 	}
-	pause = max(pause, 0)
-	if lone {
-		pause = 0 // the futility rule's lone probe: the probe gap spaces it
-	}
 	span := g.s.MaxWait
 	if !deadline.IsZero() {
 		// A wait longer than the longest MaxWait is judged as that long,
@@ -115,11 +124,9 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		span = min(deadline.Sub(now), maxMaxWait)
 	}
 	g.st.enter(now, pause, span)
-	w := &Waiter{g: g, r: r, level: level, at: -1, dueAt: -1, view: waiterView{
-		earliest: now.Add(pause), number: r.Number, pause: pause, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
-		took: max(r.Took, 0), spread: g.st.rand(), lone: lone,
-		holdAt: now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause)))), since: now,
-	}}
+	view.earliest, view.pause, view.spread = now.Add(pause), pause, g.st.rand()
+	view.holdAt = now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause))))
+	w := &Waiter{g: g, r: r, level: level, at: -1, dueAt: -1, view: view}
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
 	return w, nil
@@ -530,7 +537,14 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 			if end, ok := w.end.(*waitEnd); ok {
 				return AdmitNone, end // the gate decided first: its end stands
 			}
-			return AdmitNone, ctx.Err()
+			if err := ctx.Err(); err != context.DeadlineExceeded {
+				return AdmitNone, err
+			}
+			// The deadline, which the end rule ends the wait at when no
+			// attempt was timed, came on the context's timer first: the
+			// gate's end, with the rule that held the wait (Leave made
+			// w out: nothing writes its view any more).
+			return AdmitNone, errDeadline.heldBy(w.view.heldBy)
 		}
 	}
 }

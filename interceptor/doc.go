@@ -19,7 +19,7 @@
 // the wait. When the budget refuses and it is a budget.Deferrer (stagger's
 // token bucket and ratio, the default budget among them), the call waits
 // for a later admission instead of ending (EventDeferred; see budget.Gate):
-// no sooner than its pause, no later than a millisecond before its deadline
+// no sooner than its pause, no later than its deadline less a timed attempt
 // (a call without one waits at most the budget's MaxWait), on the caller's
 // goroutine; it then retries or ends with the last attempt's status:
 // reason "deferred" when the Gate ended the wait (no retry could go before

@@ -237,9 +237,9 @@ func (p *proc) wakeAt(next time.Time) {
 // enter defers a retry the budget refused, as the interceptors' Wait does
 // on the real clock: the gate's grant loop decides it, now, after every
 // Record on the budget and at the times it asks for; admitted, admit
-// sends the retry. The gate ends the wait (at limit, a millisecond before
-// the call's deadline, or without one its MaxWait less r.Waited; or by
-// its rules), and giveUp ends the call. It returns the gate's error when the
+// sends the retry. The gate ends the wait (at the call's deadline, limit
+// and a millisecond, or without one its MaxWait less r.Waited; or by its
+// rules), and giveUp ends the call. It returns the gate's error when the
 // gate turned the retry away (budget.ErrTooManyWaiting,
 // budget.ErrOutageLasting): the call ends as refused.
 func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration, admit func(budget.Admission), giveUp func(error)) error {

@@ -74,8 +74,8 @@
 // entered. Admitted, the retry leaves the gate and is sent at once (the
 // grant loop never admits it before its pause), and its attempt is
 // recorded with the admission Take returned (AdmitNone for every other
-// attempt). A waiter whose wait the grant loop ends (a millisecond before
-// its call's deadline or, without one, the gate's DeferSettings.MaxWait
+// attempt). A waiter whose wait the grant loop ends (at its call's
+// deadline or, without one, the gate's DeferSettings.MaxWait
 // after it entered, less the call's earlier waits in the fleet model: the
 // other models leave Request.Waited zero, so each wait is bounded alone,
 // as the interceptors did before issue 63) leaves and its call fails. So without a deadline a deferred call may end up to

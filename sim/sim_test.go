@@ -547,8 +547,7 @@ func TestDeferredRetryWaitsAndSucceeds(t *testing.T) {
 	}
 
 	// With a 300 ms deadline, no call started in the outage can wait for
-	// the recovery: each leaves the gate a millisecond before its deadline
-	// and fails.
+	// the recovery: each leaves the gate at its deadline and fails.
 	totals, _ = deferModel(t, 1, 300*time.Millisecond)
 	if totals.successes > 24 {
 		t.Errorf("300 ms deadline: %d of %d calls succeeded, want at most the 24 made before the outage", totals.successes, totals.calls)

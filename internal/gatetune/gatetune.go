@@ -29,9 +29,6 @@ const (
 	// deadline; the lab's blip heals with it.
 	LastChanceLead   = 50 * time.Millisecond
 	LastChanceFactor = 2
-	// WaitSlack: an attempt sent with less than 1 ms left is cut off by its
-	// deadline.
-	WaitSlack = time.Millisecond
 	// GapFloor: a failed probe's gap doubles from at least 1 ms (successes
 	// may halve it to nothing).
 	GapFloor = time.Millisecond
@@ -71,15 +68,10 @@ const (
 	// what its deadline leaves, a second at most: spread over an hour's
 	// deadline, a held call waited up to an hour past the server's return.
 	BackSpreadMax = time.Second
-	// FutileFactor: once an outage outlived the longest wait of its
-	// retries, a new retry fails at once but for a lone probe: the new
-	// calls' first attempts find the server's return, and a failed call
-	// must not wait its deadline out for it (issue 55's wait contract;
-	// keeping one in ten waiting made the failed calls' p99 their deadline).
-	FutileFactor = 1.0
 	// FutileUnsent: for a retry whose attempt never left the client (its
-	// connection was failing to connect), the outage must outlive twice
-	// that: lab refused, 71.8 -> 73.1 % at 1.18 attempts per call (BENCHMARKS
+	// connection was failing to connect), the backend's return is expected
+	// half as far off as the outage has lasted (the end rule's turn): lab
+	// refused, 71.8 -> 73.1 % at 1.18 attempts per call (BENCHMARKS
 	// "Issue 63: the channel's own news").
 	FutileUnsent = 2.0
 	// FutileEvery: the lone probe of such an outage waits only once 10
