@@ -82,8 +82,8 @@ func isConn(e ast.Expr) bool {
 // attempt's end), by timeoutVerdict (as a per-attempt timer fires: on a
 // unary call's loop, on a stream's timer goroutine) and by recordBeside
 // (under hedgeOnPerTryTimeout, the outcome of an attempt that decides
-// nothing). The streams' ends are their engines' (stream.go,
-// hedgestream_attempts.go).
+// nothing). A stream ends in its engine's files (streamEnd.finish, and
+// k.stream when the breaker refuses the first attempt).
 func TestOneOwnerSites(t *testing.T) {
 	deciders, enders := ownerSites(t)
 	wantDeciders := []string{"call_retry.go: afterAttempt", "call_retry.go: timeoutVerdict", "unary_loop.go: recordBeside"}

@@ -19,6 +19,10 @@ func (s *retryStream) SendMsg(m any) error {
 		s.mu.Unlock()
 		return a.cs.SendMsg(m)
 	}
+	if s.race != nil {
+		s.mu.Unlock()
+		return s.raceSend(m)
+	}
 	switch {
 	case s.done:
 		s.mu.Unlock()
@@ -64,6 +68,10 @@ func (s *retryStream) SendMsg(m any) error {
 func (s *retryStream) CloseSend() error {
 	s.mu.Lock()
 	a := s.cur
+	if s.race != nil && !s.committed {
+		s.mu.Unlock()
+		return s.raceCloseSend()
+	}
 	if !s.committed {
 		s.closeSent = true
 	}
@@ -77,6 +85,9 @@ func (s *retryStream) CloseSend() error {
 func (s *retryStream) RecvMsg(m any) error {
 	s.recvMu.Lock()
 	defer s.recvMu.Unlock()
+	if s.race != nil {
+		<-s.race.ready
+	}
 	s.mu.Lock()
 	if s.done {
 		err := s.final
@@ -86,7 +97,7 @@ func (s *retryStream) RecvMsg(m any) error {
 	a, committed := s.cur, s.committed
 	s.mu.Unlock()
 	for {
-		err := a.cs.RecvMsg(m)
+		err := a.recv(m)
 		if err == nil && !a.timer.stopAnswered(time.Now()) {
 			// The timer fired as the message arrived: the attempt was cut
 			// off before anything reached the application, so the message
@@ -136,10 +147,16 @@ func (s *retryStream) RecvMsg(m any) error {
 // per-attempt timer had already cut off belong to an attempt that will not
 // be used: nil, nil too, and RecvMsg tells the outcome.
 func (s *retryStream) Header() (metadata.MD, error) {
+	if s.race != nil {
+		<-s.race.ready
+	}
 	for {
 		s.mu.Lock()
 		a, committed, done := s.cur, s.committed || s.commitNext, s.done
 		s.mu.Unlock()
+		if a == nil {
+			return nil, nil
+		}
 		md, err := a.cs.Header()
 		if md != nil && !a.timer.stopAnswered(time.Now()) {
 			return nil, nil
@@ -183,9 +200,12 @@ type noMessage struct{}
 // grpc-go, call it after RecvMsg returned an error (io.EOF included).
 func (s *retryStream) Trailer() metadata.MD {
 	s.mu.Lock()
-	a := s.cur
+	cs := s.shownLocked()
 	s.mu.Unlock()
-	return a.cs.Trailer()
+	if cs == nil {
+		return nil
+	}
+	return cs.Trailer()
 }
 
 // Context commits the stream, as grpc-go does, and returns the context of
@@ -199,6 +219,9 @@ func (s *retryStream) Context() context.Context {
 	if s.res != nil {
 		s.res.off = true
 	}
+	if s.race != nil && !s.committed {
+		return s.raceContext()
+	}
 	if s.switching {
 		s.ctxCommit = true
 		return s.callCtx
@@ -209,12 +232,8 @@ func (s *retryStream) Context() context.Context {
 	return s.cur.cs.Context()
 }
 
-// Both engines' streams tell another front end which attempt the caller
-// sees.
-var (
-	_ frontend.Shown = (*retryStream)(nil)
-	_ frontend.Shown = (*hedgedStream)(nil)
-)
+// The stream tells another front end which attempt the caller sees.
+var _ frontend.Shown = (*retryStream)(nil)
 
 // ShownStream implements frontend.Shown for another front end's header
 // and trailer methods: the grpc stream of the attempt the stream committed
@@ -226,5 +245,5 @@ func (s *retryStream) ShownStream() any {
 	if !s.committed && !s.done {
 		return nil
 	}
-	return s.cur.cs
+	return s.shownLocked()
 }
