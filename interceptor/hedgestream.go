@@ -51,9 +51,9 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // gets every message once, in order. The fields below sendMu are guarded
 // by the stream's mu, which is never held while blocked in grpc.
 type hedgeRace struct {
-	hctx    context.Context
-	hcancel context.CancelFunc
-	hist    *latencyHistogram
+	// st is the hedging loop's state (hedge.go), the driver's alone.
+	st   hedgeState
+	hist *latencyHistogram
 	// events has room for every attempt: each attempt's goroutine sends
 	// once and ends, whether or not the driver still listens.
 	events chan streamEvent
@@ -103,12 +103,12 @@ func (k *core) hedgeStream(s *retryStream) {
 		poke:   make(chan struct{}, 1),
 		ready:  make(chan struct{}),
 	}
-	r.hctx, r.hcancel = context.WithCancel(s.callCtx)
 	s.race = r
 	// Before the driver starts: the end, which the driver may reach,
 	// stops the watch.
 	s.watchAbandon()
-	st := &hedgeState{c: &s.c, h: h}
+	st := &r.st
+	st.c, st.h = &s.c, h
 	st.delay, r.hist = k.hedgeDelay(s.method, h)
 	st.deadline, st.hasDeadline = s.callCtx.Deadline()
 	a := s.launch(st, 1)
@@ -298,7 +298,7 @@ func (s *retryStream) launch(st *hedgeState, n int) *streamAttempt {
 func (s *retryStream) launchLocked(n int) *streamAttempt {
 	a := &streamAttempt{n: n, start: time.Now(), watched: make(chan struct{})}
 	// No per-attempt timer: a hedged method has no retry policy.
-	a.ctx, a.cancel = context.WithCancel(s.c.numberAttempt(s.race.hctx))
+	a.ctx, a.cancel = context.WithCancel(s.c.numberAttempt(s.callCtx))
 	s.race.sent = append(s.race.sent, a)
 	return a
 }

@@ -184,7 +184,11 @@ func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 		s.cur = r.last
 	}
 	s.mu.Unlock()
-	r.hcancel()
+	// Every attempt was sent by the driver, which sends no more: r.sent
+	// is final.
+	for _, a := range r.sent {
+		a.cancel()
+	}
 	for ; st.inFlight > 0; st.inFlight-- {
 		ev := <-r.events
 		s.c.recordHedge(ev.a.n, budget.Other, budget.Other)

@@ -429,9 +429,6 @@ func (s *retryStream) finishStream(final error, abandoned bool) error {
 	s.mu.Lock()
 	cs := s.shownLocked()
 	s.mu.Unlock()
-	if s.race != nil {
-		s.race.hcancel()
-	}
 	final = s.endOnce(&s.mu, &s.c, s.cc, cs, abandoned, final, s.cancel)
 	s.mu.Lock()
 	s.switching = false
