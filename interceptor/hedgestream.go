@@ -78,7 +78,14 @@ type hedgeRace struct {
 	asks []chan *streamAttempt
 	// failed: the stream failed before committing (the driver ended it).
 	failed bool
+	// What sent, live and targets start in: most streams send one or two
+	// attempts, and a slice grown from nil is an allocation each.
+	sentArr, liveArr, targetsArr [raceInline]*streamAttempt
 }
+
+// raceInline is how many attempts a hedged stream keeps track of without
+// an allocation: the first and two hedges.
+const raceInline = 3
 
 // streamEvent is how one attempt's race ended, sent by its goroutine.
 type streamEvent struct {
@@ -103,6 +110,7 @@ func (k *core) hedgeStream(s *retryStream) {
 		poke:   make(chan struct{}, 1),
 		ready:  make(chan struct{}),
 	}
+	r.sent, r.live, r.targets = r.sentArr[:0], r.liveArr[:0], r.targetsArr[:0]
 	s.race = r
 	// Before the driver starts: the end, which the driver may reach,
 	// stops the watch.
@@ -296,7 +304,11 @@ func (s *retryStream) launch(st *hedgeState, n int) *streamAttempt {
 // application reads c.attempt after the commit), and adds it to the
 // attempts sent, which a commit cancels. mu is held.
 func (s *retryStream) launchLocked(n int) *streamAttempt {
-	a := &streamAttempt{n: n, start: time.Now(), watched: make(chan struct{})}
+	a := &s.first
+	if n > 1 {
+		a = new(streamAttempt)
+	}
+	a.n, a.start, a.watched = n, time.Now(), make(chan struct{})
 	// No per-attempt timer: a hedged method has no retry policy.
 	a.ctx, a.cancel = context.WithCancel(s.c.numberAttempt(s.callCtx))
 	s.race.sent = append(s.race.sent, a)
