@@ -561,12 +561,6 @@ func (s *retryStream) abandon(a *streamAttempt, err error, committed, cutOff boo
 	return nil, s.finishStream(s.c.finish(err), true)
 }
 
-// SendMsg sends m on the current attempt and, until the stream commits,
-// keeps it for replay. The application must not modify m afterwards (as
-// grpc-go requires too: stagger keeps the reference, not a copy). When the
-// attempt has died before the stream committed, SendMsg returns nil: the
-// message will be replayed if the stream is retried, and RecvMsg reports
-// the outcome.
 // sendOnEnded is what SendMsg returns on a stream that has ended: io.EOF
 // (RecvMsg has the status), but nil for a method whose client sends one
 // message, as grpc-go does: its generated code returns SendMsg's error from

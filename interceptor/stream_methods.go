@@ -11,6 +11,13 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// SendMsg sends m on the current attempt (before a hedged stream commits:
+// on every attempt open, raceSend) and, until the stream commits, keeps it
+// for replay. The application must not modify m afterwards (as grpc-go
+// requires too: stagger keeps the reference, not a copy). When the attempt
+// has died before the stream committed, SendMsg returns nil: the message
+// will be replayed if the stream is retried, and RecvMsg reports the
+// outcome.
 func (s *retryStream) SendMsg(m any) error {
 	s.mu.Lock()
 	a := s.cur

@@ -35,9 +35,11 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // (serve, ended), launchLocked by sendDue and, for the first attempt before
 // the driver starts, launch; and those steps by the driver's loop (drive,
 // takeEvents) alone. An attempt's goroutine or the application's that
-// commits a race, as watch, join, SendMsg and Context did, shows here.
+// commits a race, as watch, join, SendMsg and Context did, shows here; so
+// does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
-	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "launch", "drive", "takeEvents")
+	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "launch", "drive", "takeEvents",
+		"afterAttempt", "judge", "nonFatal", "endOnce", "finishStream")
 	want := map[string][]string{
 		"commitLocked":   {"Context", "Header", "RecvMsg", "SendMsg", "commitToLocked", "useLocked"},
 		"commitToLocked": {"ended", "serve"},
@@ -47,6 +49,15 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		"sendDue":        {"drive"},
 		"launch":         {"hedgeStream"},
 		"takeEvents":     {"drive"},
+		// One decision per kind of attempt: one after another (retryAfter;
+		// abandon judges the last once, and never retries), or racing
+		// (ended, the driver's); one end, finishStream, which every end
+		// goes through.
+		"afterAttempt": {"abandon", "retryAfter"},
+		"judge":        {"ended"},
+		"nonFatal":     {"ended"},
+		"endOnce":      {"finishStream"},
+		"finishStream": {"abandon", "fail", "raceWon", "settle", "stream"},
 	}
 	for name, w := range want {
 		if !slices.Equal(got[name], w) {
