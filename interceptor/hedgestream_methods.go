@@ -5,47 +5,12 @@ import (
 	"io"
 )
 
-// raceSend is SendMsg before a hedged stream commits: it sends m on every
-// attempt open and keeps it for the attempts still to come. It returns nil
-// whatever became of the attempts (RecvMsg tells the outcome), unless grpc
-// refused the message itself; a message that does not fit in the replay
-// buffer commits the stream to the oldest attempt open.
-func (s *retryStream) raceSend(m any) error {
+// sendRaced is SendMsg before a hedged stream commits, once m is kept:
+// it sends m on every attempt open. It returns nil whatever became of the
+// attempts (RecvMsg tells the outcome), unless grpc refused the message
+// itself. mu is held, and let go here.
+func (s *retryStream) sendRaced(m any) error {
 	r := s.race
-	r.sendMu.Lock()
-	defer r.sendMu.Unlock()
-	s.mu.Lock()
-	switch {
-	case s.committed:
-		w := s.cur
-		s.mu.Unlock()
-		return w.cs.SendMsg(m)
-	case r.failed:
-		s.mu.Unlock()
-		return sendOnEnded(s.desc)
-	case s.closeSent:
-		s.mu.Unlock()
-		return errSendAfterClose
-	}
-	if kept, now := s.buf.keepBeforeCommit(m, s.oldestOpenLocked() != nil); !kept {
-		if !now {
-			s.commitNext = true
-			s.mu.Unlock()
-			return nil
-		}
-		if w := s.ask(); w != nil {
-			s.mu.Unlock()
-			return w.cs.SendMsg(m)
-		}
-		if r.failed {
-			s.mu.Unlock()
-			return sendOnEnded(s.desc)
-		}
-		// The attempt open ended before the driver heard the ask, which
-		// set commitNext: m is kept past the bound for the next attempt to
-		// go live, and sent to any that went live meanwhile.
-		s.buf.force(m)
-	}
 	kept := len(s.buf.msgs)
 	r.targets = append(r.targets[:0], r.live...)
 	s.mu.Unlock()

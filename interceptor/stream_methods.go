@@ -12,41 +12,58 @@ import (
 )
 
 // SendMsg sends m on the current attempt (before a hedged stream commits:
-// on every attempt open, raceSend) and, until the stream commits, keeps it
+// on every attempt open, sendRaced) and, until the stream commits, keeps it
 // for replay. The application must not modify m afterwards (as grpc-go
 // requires too: stagger keeps the reference, not a copy). When the attempt
 // has died before the stream committed, SendMsg returns nil: the message
 // will be replayed if the stream is retried, and RecvMsg reports the
-// outcome.
+// outcome. A message that does not fit in the replay buffer commits the
+// stream (replayBuffer.keepBeforeCommit).
 func (s *retryStream) SendMsg(m any) error {
 	s.mu.Lock()
-	a := s.cur
 	s.res.sent(m)
-	if s.committed {
+	r := s.race
+	if r != nil && !s.committed {
+		// Before a hedged stream commits, one send at a time beside the
+		// attempts' replays (join).
+		s.mu.Unlock()
+		r.sendMu.Lock()
+		defer r.sendMu.Unlock()
+		s.mu.Lock()
+	}
+	a := s.cur
+	switch {
+	case s.committed:
 		s.mu.Unlock()
 		return a.cs.SendMsg(m)
-	}
-	if s.race != nil {
-		s.mu.Unlock()
-		return s.raceSend(m)
-	}
-	switch {
-	case s.done:
+	case s.done || r != nil && r.failed:
 		s.mu.Unlock()
 		return sendOnEnded(s.desc)
 	case s.closeSent:
 		s.mu.Unlock()
 		return errSendAfterClose
 	}
-	if kept, now := s.buf.keepBeforeCommit(m, !s.switching); !kept {
-		if now {
-			s.commitLocked()
+	if kept, now := s.buf.keepBeforeCommit(m, s.openLocked()); !kept {
+		if !now {
+			s.commitNext = true
+			s.mu.Unlock()
+			return nil
+		}
+		if a = s.commitNowLocked(); a != nil {
 			s.mu.Unlock()
 			return a.cs.SendMsg(m)
 		}
-		s.commitNext = true
-		s.mu.Unlock()
-		return nil
+		if r.failed {
+			s.mu.Unlock()
+			return sendOnEnded(s.desc)
+		}
+		// The attempt open ended before the driver heard the ask, which
+		// set commitNext: m is kept past the bound for the next attempt to
+		// go live, and sent to any that went live meanwhile.
+		s.buf.force(m)
+	}
+	if r != nil {
+		return s.sendRaced(m)
 	}
 	kept := len(s.buf.msgs)
 	s.mu.Unlock()
@@ -68,6 +85,28 @@ func (s *retryStream) SendMsg(m any) error {
 		s.mu.Unlock()
 		return err
 	}
+}
+
+// openLocked says whether an attempt can take a message now: the current
+// one outside a switch to the next, or a hedged stream's oldest attempt
+// open. Under mu.
+func (s *retryStream) openLocked() bool {
+	if s.race != nil {
+		return s.oldestOpenLocked() != nil
+	}
+	return !s.switching
+}
+
+// commitNowLocked commits the stream to the attempt open now (openLocked),
+// for a message that does not fit in the replay buffer, and returns it; a
+// hedged stream asks its driver (ask), which answers nil when that attempt
+// ended meanwhile. Under mu, held again on return.
+func (s *retryStream) commitNowLocked() *streamAttempt {
+	if s.race != nil {
+		return s.ask()
+	}
+	s.commitLocked()
+	return s.cur
 }
 
 // CloseSend closes the sending side of the current attempt and, until the

@@ -29,19 +29,21 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // stream's attempts race, its driver alone commits and launches, so no
 // hedge can go after the commit (issue 71). commitLocked is called by the
 // application's calls on a stream whose attempts run one at a time (the
-// first answer commits it: SendMsg's overflow, RecvMsg, Header, Context;
-// useLocked when a replay ends after a commit was asked), and by the race's
-// commit (commitToLocked); commitToLocked by the driver's steps only
+// first answer commits it: RecvMsg, Header, Context, SendMsg's overflow
+// through commitNowLocked; useLocked when a replay ends after a commit was
+// asked), and by the race's commit (commitToLocked), which the application
+// asks for through ask alone; commitToLocked by the driver's steps only
 // (serve, ended), launchLocked by sendDue and, for the first attempt before
 // the driver starts, launch; and those steps by the driver's loop (drive,
 // takeEvents) alone. An attempt's goroutine or the application's that
 // commits a race, as watch, join, SendMsg and Context did, shows here; so
 // does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
-	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "launch", "drive", "takeEvents",
+	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "launch", "drive", "takeEvents", "ask",
 		"afterAttempt", "judge", "nonFatal", "endOnce", "finishStream")
 	want := map[string][]string{
-		"commitLocked":   {"Context", "Header", "RecvMsg", "SendMsg", "commitToLocked", "useLocked"},
+		"commitLocked":   {"Context", "Header", "RecvMsg", "commitNowLocked", "commitToLocked", "useLocked"},
+		"ask":            {"commitNowLocked", "raceContext"},
 		"commitToLocked": {"ended", "serve"},
 		"launchLocked":   {"launch", "sendDue"},
 		"serve":          {"drive"},
