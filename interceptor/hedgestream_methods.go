@@ -30,19 +30,11 @@ func (s *retryStream) sendRaced(m any) error {
 	return nil
 }
 
-// raceCloseSend is CloseSend before a hedged stream commits: it closes the
-// sending side of every attempt open and of the attempts still to come.
-func (s *retryStream) raceCloseSend() error {
+// closeRaced is CloseSend before a hedged stream commits, once it is
+// remembered for the attempts still to come: it closes the sending side of
+// every attempt open. mu is held, and let go here.
+func (s *retryStream) closeRaced() error {
 	r := s.race
-	r.sendMu.Lock()
-	defer r.sendMu.Unlock()
-	s.mu.Lock()
-	if s.committed {
-		w := s.cur
-		s.mu.Unlock()
-		return w.cs.CloseSend()
-	}
-	s.closeSent = true
 	r.targets = append(r.targets[:0], r.live...)
 	s.mu.Unlock()
 	for _, a := range r.targets {

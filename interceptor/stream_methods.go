@@ -109,17 +109,25 @@ func (s *retryStream) commitNowLocked() *streamAttempt {
 	return s.cur
 }
 
-// CloseSend closes the sending side of the current attempt and, until the
+// CloseSend closes the sending side of the current attempt (before a
+// hedged stream commits: of every attempt open, closeRaced) and, until the
 // stream commits, remembers it for replay.
 func (s *retryStream) CloseSend() error {
 	s.mu.Lock()
-	a := s.cur
-	if s.race != nil && !s.committed {
+	r := s.race
+	if r != nil && !s.committed {
+		// As SendMsg: one at a time beside the replays.
 		s.mu.Unlock()
-		return s.raceCloseSend()
+		r.sendMu.Lock()
+		defer r.sendMu.Unlock()
+		s.mu.Lock()
 	}
+	a := s.cur
 	if !s.committed {
 		s.closeSent = true
+		if r != nil {
+			return s.closeRaced()
+		}
 	}
 	s.mu.Unlock()
 	return a.cs.CloseSend()
