@@ -32,10 +32,10 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // called or the replay buffer overflows. The others are cancelled.
 //
 // Three kinds of goroutine share the race. The driver (drive) owns the
-// stream until it commits or fails: it alone launches the attempts, on the
-// hedging delay, and it alone commits (commitTo), so no hedge can go after
-// the commit; after a commit it waits for the losers to end, telling the
-// budget of each. Each attempt's goroutine opens the attempt's grpc stream
+// stream until it commits or fails: it alone launches the attempts, on
+// the hedging delay, and it alone commits (commitToLocked), so no hedge
+// can go after the commit; after a commit it waits for the losers to end,
+// telling the budget of each. Each attempt's goroutine opens the attempt's grpc stream
 // and replays the messages sent so far (openRaced, join), then waits for
 // its response headers or its end and reports once on events (watch); the
 // first attempt is opened on the caller's goroutine, in hedgeStream, and
