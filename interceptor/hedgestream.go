@@ -15,65 +15,48 @@ import (
 // Maintainers: a stream whose c.hedged is set goes to k.hedgeStream (below),
 // which drives hedge.go's hedgeState (its timer, stops and decisions: next,
 // schedule, nonFatal, callerGone, giveUp) on a goroutine of its own until
-// the stream commits, or returns nil for a method that may not run twice
-// (k.hedges says which, after k.noticeUnhedged(ctx, &c,
+// the stream commits, or leaves the stream to run once for a method that
+// may not run twice (k.hedges says which, after k.noticeUnhedged(ctx, &c,
 // policy.ReasonNotIdempotent)).
 
 // errHedgeLost ends an attempt that was still opening when the stream
 // committed to another (or ended): it is cancelled before it is used.
 var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: the stream committed to another attempt")
 
-// hedgedStream is the grpc.ClientStream of a streaming call whose method
-// hedges (gRFC A6 hedging until commit). Attempts race until one commits:
-// the first whose response headers arrive (or that ends OK without any),
-// the oldest in flight when Context is called or the replay buffer
-// overflows. The others are cancelled; from then on the stream is the
-// winner's.
+// hedgeRace is what a hedged stream (gRFC A6 hedging until commit) keeps
+// beside the retryStream it is, until it commits: hedging is retry with a
+// start timer, so once the race has a winner the stream is the winner's
+// and runs as a committed retryStream (RecvMsg, Header, Trailer, the end).
+// Attempts race until one commits: the first whose response headers arrive
+// (or that ends OK without any), the oldest in flight when Context is
+// called or the replay buffer overflows. The others are cancelled.
 //
-// Three kinds of goroutine share it. The driver (drive) owns the stream
-// until it commits or fails: it alone launches the attempts, on the
-// hedging delay, and it alone commits (commitLocked), so no hedge can go
-// after the commit; after a commit it waits for the losers to end,
-// telling the budget of each. Each attempt's goroutine opens the attempt's
-// grpc stream and replays the messages sent so far (open, join), then
-// waits for its response headers or its end and reports once on events
-// (watch); the first attempt is opened on the caller's goroutine, in
-// hedgeStream, and only watched on its own. The application's goroutines
-// call the grpc.ClientStream methods: before the commit, SendMsg and
-// CloseSend keep the message for replay and send it to every attempt
-// open, and RecvMsg and Header wait for the commit; Context, and a
-// message that overflows the buffer, ask the driver to commit (ask).
+// Three kinds of goroutine share the race. The driver (drive) owns the
+// stream until it commits or fails: it alone launches the attempts, on
+// the hedging delay, and it alone commits (commitToLocked), so no hedge
+// can go after the commit; after a commit it waits for the losers to end,
+// telling the budget of each. Each attempt's goroutine opens the attempt's grpc stream
+// and replays the messages sent so far (openRaced, join), then waits for
+// its response headers or its end and reports once on events (watch); the
+// first attempt is opened on the caller's goroutine, in hedgeStream, and
+// only watched on its own. The application's goroutines call the
+// grpc.ClientStream methods: before the commit, SendMsg and CloseSend keep
+// the message for replay and send it to every attempt open, and RecvMsg
+// and Header wait for the commit; Context, and a message that overflows
+// the buffer, ask the driver to commit (ask).
 //
 // sendMu orders the application's SendMsg and CloseSend before the commit;
-// each attempt's replay (join) runs beside them, and mu decides which of
-// the two sends a message to an attempt, so every attempt gets every
-// message once, in order. mu guards the fields below it and is never held
-// while blocked in grpc.
-type hedgedStream struct {
-	k *core
-	// c is the call k.stream started, in the retryStream it made, shared
-	// rather than copied: one call, whichever engine runs it.
-	c        *call
-	h        *policy.Hedging
-	callCtx  context.Context
-	cancel   context.CancelFunc
-	hctx     context.Context
-	hcancel  context.CancelFunc
-	desc     *grpc.StreamDesc
-	cc       *grpc.ClientConn
-	method   string
-	streamer grpc.Streamer
-	opts     []grpc.CallOption
-	hist     *latencyHistogram
-
-	// The caller's holders and OnFinish, which end fills from the winner
-	// (or the last attempt) and runs, and the end (done, final) RecvMsg
-	// returns.
-	streamEnd
-
+// each attempt's replay (join) runs beside them, and the stream's mu
+// decides which of the two sends a message to an attempt, so every attempt
+// gets every message once, in order. The fields below sendMu are guarded
+// by the stream's mu, which is never held while blocked in grpc.
+type hedgeRace struct {
+	// st is the hedging loop's state (hedge.go), the driver's alone.
+	st   hedgeState
+	hist *latencyHistogram
 	// events has room for every attempt: each attempt's goroutine sends
 	// once and ends, whether or not the driver still listens.
-	events chan streamHedgeEvent
+	events chan streamEvent
 	// poke wakes the driver to answer asks or commitNext (room for one:
 	// a poke already waiting says it all).
 	poke chan struct{}
@@ -82,53 +65,31 @@ type hedgedStream struct {
 
 	sendMu sync.Mutex
 	// targets is SendMsg's and CloseSend's copy of live; sendMu guards it.
-	targets []*streamHedgeAttempt
+	targets []*streamAttempt
 
-	mu sync.Mutex
 	// sent are the attempts sent, live those open, replayed and not known
 	// to have ended, in the order they were sent.
-	sent, live []*streamHedgeAttempt
-	// winner is the attempt the stream committed to; last the last attempt
-	// that ended before any commit.
-	winner, last *streamHedgeAttempt
-	buf          replayBuffer
-	closeSent    bool
-	// commitNext: Context was called, or the buffer overflowed, while no
-	// attempt was open: the next attempt to open wins.
-	commitNext bool
+	sent, live []*streamAttempt
+	// last is the last attempt that ended before any commit.
+	last *streamAttempt
 	// asks are the application's Context and SendMsg calls that want the
 	// stream committed to its oldest attempt open now: the driver answers
-	// each (serveLocked) with the winner, or nil when none was open.
-	asks []chan *streamHedgeAttempt
+	// each (serve) with the winner, or nil when none was open.
+	asks []chan *streamAttempt
 	// failed: the stream failed before committing (the driver ended it).
 	failed bool
-	// endMu orders the two who may report the winner's end (RecvMsg, and
-	// the watch on an abandoned stream): the second waits for the first's
-	// report, and returns its final error.
-	endMu sync.Mutex
+	// What sent, live and targets start in: most streams send one or two
+	// attempts, and a slice grown from nil is an allocation each.
+	sentArr, liveArr, targetsArr [raceInline]*streamAttempt
 }
 
-// streamHedgeAttempt is one attempt of a hedged stream.
-type streamHedgeAttempt struct {
-	n      int
-	ctx    context.Context
-	cancel context.CancelFunc
-	start  time.Time
-	// cs is set once the attempt's grpc stream is open (before it is live).
-	cs grpc.ClientStream
-	// watched is closed when the attempt's goroutine is done with cs's
-	// receiving side: its headers arrived, or it ended without any, with
-	// endErr (nil: OK), or it never opened (cs nil).
-	watched chan struct{}
-	ended   bool
-	endErr  error
-	// reported: the driver has its event (only the driver uses it).
-	reported bool
-}
+// raceInline is how many attempts a hedged stream keeps track of without
+// an allocation: the first and two hedges.
+const raceInline = 3
 
-// streamHedgeEvent is how one attempt's race ended, sent by its goroutine.
-type streamHedgeEvent struct {
-	a *streamHedgeAttempt
+// streamEvent is how one attempt's race ended, sent by its goroutine.
+type streamEvent struct {
+	a *streamAttempt
 	// headers: response headers arrived, took after the attempt was sent.
 	headers bool
 	took    time.Duration
@@ -138,41 +99,26 @@ type streamHedgeEvent struct {
 	trailer metadata.MD
 }
 
-// hedgeStream starts the hedged stream of rs's call when its method may run
-// more than once, and returns nil otherwise (after telling the hooks, once
-// per method): the caller then runs the stream once. grpcOpts are the
-// caller's options without stagger's.
-func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc.CallOption) grpc.ClientStream {
-	if !k.hedges(ctx, &rs.c, true) {
-		return nil
-	}
-	h := rs.c.hedged.Hedging
-	s := &hedgedStream{
-		k: k, c: &rs.c, h: h, callCtx: rs.callCtx, cancel: rs.cancel,
-		desc: rs.desc, cc: rs.cc, method: rs.method, streamer: rs.streamer,
-		events: make(chan streamHedgeEvent, h.MaxAttempts),
+// hedgeStream makes s, the stream k.stream started, whose options are
+// built, a hedged one (k.stream asked k.hedges first) and starts its
+// driver. The first attempt is opened here, as grpc-go opens a stream in
+// NewStream, while the driver runs the hedging delay from its start.
+func (k *core) hedgeStream(s *retryStream) {
+	h := s.c.hedged.Hedging
+	r := &hedgeRace{
+		events: make(chan streamEvent, h.MaxAttempts),
 		poke:   make(chan struct{}, 1),
 		ready:  make(chan struct{}),
 	}
-	s.hctx, s.hcancel = context.WithCancel(s.callCtx)
-	// Before the driver starts: end, which the driver may call, stops it.
+	r.sent, r.live, r.targets = r.sentArr[:0], r.liveArr[:0], r.targetsArr[:0]
+	s.race = r
+	// Before the driver starts: the end, which the driver may reach,
+	// stops the watch.
 	s.watchAbandon()
-	s.buf.init(s.c.o.replaySize, s.c.o.replayLimit)
-	// As for retried streams: stagger's buffer replaces grpc-go's, first so
-	// that a caller's own setting wins; then the file's options, then the
-	// caller's.
-	s.opts = make([]grpc.CallOption, 0, 1+len(s.c.fileOpts)+len(grpcOpts))
-	s.opts = append(s.opts, grpc.MaxRetryRPCBufferSize(0))
-	s.opts = append(s.opts, s.c.fileOpts...)
-	s.opts = s.split(s.opts, grpcOpts, &s.onFinish)
-	if len(s.onFinish) > 0 {
-		s.watchCaller(s.callCtx)
-	}
-	st := &hedgeState{c: s.c, h: h}
-	st.delay, s.hist = k.hedgeDelay(s.method, h)
+	st := &r.st
+	st.c, st.h = &s.c, h
+	st.delay, r.hist = k.hedgeDelay(s.method, h)
 	st.deadline, st.hasDeadline = s.callCtx.Deadline()
-	// The first attempt is opened here, as grpc-go opens a stream in
-	// NewStream, while the driver runs the hedging delay from its start.
 	a := s.launch(st, 1)
 	if st.delay == 0 {
 		st.due = true
@@ -180,18 +126,18 @@ func (k *core) hedgeStream(ctx context.Context, rs *retryStream, grpcOpts []grpc
 		st.arm(s.callCtx, st.delay, 2)
 	}
 	go s.drive(st)
-	if cs, err := s.open(a); err == nil {
+	if cs, err := s.openRaced(a); err == nil {
 		go s.watch(a, cs)
 	}
-	return s
 }
 
 // drive is the hedging loop (hedge.go's, for a stream): it ends when the
 // stream has committed and every other attempt has ended, or when the
 // stream has failed. It alone launches and commits; what it takes:
-// attempts' events (watch, open), the hedging delay's timer, pokes (an
+// attempts' events (watch, openRaced), the hedging delay's timer, pokes (an
 // ask, or an attempt gone live after commitNext) and the caller's Done.
-func (s *hedgedStream) drive(st *hedgeState) {
+func (s *retryStream) drive(st *hedgeState) {
+	r := s.race
 	done := s.callCtx.Done()
 	for {
 		if st.due && st.sent > 0 && s.takeEvents(st) {
@@ -207,7 +153,7 @@ func (s *hedgedStream) drive(st *hedgeState) {
 			return
 		}
 		select {
-		case ev := <-s.events:
+		case ev := <-r.events:
 			st.inFlight--
 			ev.a.reported = true
 			if s.ended(st, ev) {
@@ -215,7 +161,7 @@ func (s *hedgedStream) drive(st *hedgeState) {
 			}
 		case <-st.timerC:
 			st.timerC, st.due = nil, true
-		case <-s.poke:
+		case <-r.poke:
 			// An ask, or commitNext met an attempt: serve, above.
 		case <-done:
 			done = nil
@@ -232,10 +178,10 @@ func (s *hedgedStream) drive(st *hedgeState) {
 // before a hedge is sent (select would pick between the two at random, and
 // a busy machine delays the event by a hop between goroutines). True when
 // the driver is done.
-func (s *hedgedStream) takeEvents(st *hedgeState) bool {
+func (s *retryStream) takeEvents(st *hedgeState) bool {
 	for {
 		select {
-		case ev := <-s.events:
+		case ev := <-s.race.events:
 			st.inFlight--
 			ev.a.reported = true
 			if s.ended(st, ev) {
@@ -250,23 +196,23 @@ func (s *hedgedStream) takeEvents(st *hedgeState) bool {
 // serve commits the stream when it is to commit to its oldest attempt
 // open (an ask, or commitNext) and one is, and answers the asks; it
 // returns the winner when it committed. The driver's.
-func (s *hedgedStream) serve() *streamHedgeAttempt {
+func (s *retryStream) serve() *streamAttempt {
 	s.mu.Lock()
-	if len(s.asks) == 0 && !s.commitNext {
+	if len(s.race.asks) == 0 && !s.commitNext {
 		s.mu.Unlock()
 		return nil
 	}
 	w := s.oldestOpenLocked()
 	if w == nil {
 		// None open: the next attempt to go live wins.
-		if len(s.asks) > 0 {
+		if len(s.race.asks) > 0 {
 			s.commitNext = true
 		}
 		s.answerLocked(nil)
 		s.mu.Unlock()
 		return nil
 	}
-	sent := s.commitLocked(w)
+	sent := s.commitToLocked(w)
 	s.mu.Unlock()
 	s.committedTo(w, sent)
 	return w
@@ -274,12 +220,13 @@ func (s *hedgedStream) serve() *streamHedgeAttempt {
 
 // answerLocked answers every ask with w (nil: none open, or the stream
 // failed). mu is held.
-func (s *hedgedStream) answerLocked(w *streamHedgeAttempt) {
-	for _, q := range s.asks {
+func (s *retryStream) answerLocked(w *streamAttempt) {
+	r := s.race
+	for _, q := range r.asks {
 		q <- w
 	}
-	clear(s.asks)
-	s.asks = s.asks[:0]
+	clear(r.asks)
+	r.asks = r.asks[:0]
 }
 
 // ask has the driver commit the stream to its oldest attempt open, for
@@ -287,12 +234,12 @@ func (s *hedgedStream) answerLocked(w *streamHedgeAttempt) {
 // or nil when none was open (the next attempt to go live wins) or the
 // stream failed. mu is held, and held again on return; the caller saw an
 // attempt open, so the driver is in flight and answers.
-func (s *hedgedStream) ask() *streamHedgeAttempt {
-	q := make(chan *streamHedgeAttempt, 1)
-	s.asks = append(s.asks, q)
+func (s *retryStream) ask() *streamAttempt {
+	q := make(chan *streamAttempt, 1)
+	s.race.asks = append(s.race.asks, q)
 	s.mu.Unlock()
 	select {
-	case s.poke <- struct{}{}:
+	case s.race.poke <- struct{}{}:
 	default:
 	}
 	w := <-q
@@ -304,7 +251,7 @@ func (s *hedgedStream) ask() *streamHedgeAttempt {
 // for a unary call, with the same hedgeState steps (next, launched,
 // schedule). The driver alone launches and commits, so no attempt goes
 // after the commit.
-func (s *hedgedStream) sendDue(st *hedgeState) {
+func (s *retryStream) sendDue(st *hedgeState) {
 	for st.due {
 		n := st.next(s.callCtx)
 		if n == 0 {
@@ -316,7 +263,7 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 			s.mu.Unlock()
 			return
 		}
-		var a *streamHedgeAttempt
+		var a *streamAttempt
 		allowed := s.c.allowHedge(n)
 		if allowed {
 			a = s.launchLocked(n)
@@ -335,7 +282,7 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 		}
 		st.launched(s.callCtx, n, a.start)
 		go func() {
-			if cs, err := s.open(a); err == nil {
+			if cs, err := s.openRaced(a); err == nil {
 				s.watch(a, cs)
 			}
 		}()
@@ -345,7 +292,7 @@ func (s *hedgedStream) sendDue(st *hedgeState) {
 
 // launch numbers attempt n and accounts for it (the caller opens it): the
 // caller's goroutine, for the first attempt, before the driver starts.
-func (s *hedgedStream) launch(st *hedgeState, n int) *streamHedgeAttempt {
+func (s *retryStream) launch(st *hedgeState, n int) *streamAttempt {
 	s.mu.Lock()
 	a := s.launchLocked(n)
 	s.mu.Unlock()
@@ -356,17 +303,21 @@ func (s *hedgedStream) launch(st *hedgeState, n int) *streamHedgeAttempt {
 // launchLocked makes attempt n, numbered by numberAttempt (where the
 // application reads c.attempt after the commit), and adds it to the
 // attempts sent, which a commit cancels. mu is held.
-func (s *hedgedStream) launchLocked(n int) *streamHedgeAttempt {
-	a := &streamHedgeAttempt{n: n, start: time.Now(), watched: make(chan struct{})}
+func (s *retryStream) launchLocked(n int) *streamAttempt {
+	a := &s.first
+	if n > 1 {
+		a = new(streamAttempt)
+	}
+	a.n, a.start, a.watched = n, time.Now(), make(chan struct{})
 	// No per-attempt timer: a hedged method has no retry policy.
-	a.ctx, a.cancel = context.WithCancel(s.c.numberAttempt(s.hctx))
-	s.sent = append(s.sent, a)
+	a.ctx, a.cancel = context.WithCancel(s.c.numberAttempt(s.callCtx))
+	s.race.sent = append(s.race.sent, a)
 	return a
 }
 
-// open opens a's grpc stream and replays what was sent on it (join). When
-// that fails, a has ended: open reports it to the driver.
-func (s *hedgedStream) open(a *streamHedgeAttempt) (grpc.ClientStream, error) {
+// openRaced opens a's grpc stream and replays what was sent on it (join).
+// When that fails, a has ended: openRaced reports it to the driver.
+func (s *retryStream) openRaced(a *streamAttempt) (grpc.ClientStream, error) {
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err == nil {
 		// Committed to another attempt meanwhile, or grpc refused a
@@ -377,8 +328,9 @@ func (s *hedgedStream) open(a *streamHedgeAttempt) (grpc.ClientStream, error) {
 		}
 	}
 	a.cancel()
+	a.cs = unopened{ctx: a.ctx, err: err}
 	a.ended, a.endErr = true, err
 	close(a.watched)
-	s.events <- streamHedgeEvent{a: a, err: err}
+	s.race.events <- streamEvent{a: a, err: err}
 	return nil, err
 }

@@ -85,8 +85,8 @@ func isConn(e ast.Expr) bool {
 // for an attempt that decides nothing beside another). A hedge asks the
 // budget and the breaker as a hedge (allowHedge, breakerAllowsRetry), a
 // first attempt the breaker (admitFirst, and the fast path written out).
-// The streams' ends are their engines' (stream.go,
-// hedgestream_attempts.go).
+// A stream ends in its engine's files (streamEnd.finish, and
+// k.stream when the breaker refuses the first attempt).
 func TestOneOwnerSites(t *testing.T) {
 	deciders, enders := ownerSites(t)
 	if want := []string{"call_retry.go: shouldRetry"}; !slices.Equal(deciders, want) {

@@ -134,7 +134,7 @@ func (b *replayBuffer) add(m any) bool {
 	return true
 }
 
-// keepBeforeCommit is the overflow rule of both stream engines, for m,
+// keepBeforeCommit is the overflow rule of every stream, for m,
 // sent before the stream committed; live says whether an attempt can take
 // m now (the retried stream's current attempt outside a switch to the next,
 // the hedged stream's oldest attempt open). It returns kept when m fits:

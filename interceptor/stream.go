@@ -132,20 +132,16 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 			s.c.repeatable = true
 		}
 	}
-	if s.c.hedged != nil {
-		// Hedged until commit (hedgestream.go) when the method may run
-		// more than once; otherwise the stream runs once.
-		if hs := k.hedgeStream(ctx, s, grpcOpts); hs != nil {
-			return hs, nil
-		}
-	}
+	// Hedged until commit (hedgestream.go) when the method may run more
+	// than once; otherwise the stream runs once.
+	hedged := s.c.hedged != nil && k.hedges(ctx, &s.c, true)
 	// Each attempt's options: the file's, then the caller's, so the
 	// caller's win, as in grpc-go. The caller's Header, Trailer and Peer
 	// holders and OnFinish functions are taken out (callerOutputs.split):
 	// grpc would write them when it finishes an attempt, on a goroutine of
 	// its own when the context ends, after the stream announced its end.
 	// The stream fills them, and runs OnFinish once, in finishStream.
-	if s.c.retrying {
+	if s.c.retrying || hedged {
 		s.buf.init(s.c.o.replaySize, s.c.o.replayLimit)
 		// grpc-go keeps its own copy of every sent message until it commits,
 		// even with its retries off (for its transparent retries); stagger's
@@ -165,6 +161,10 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		if len(s.onFinish) > 0 {
 			s.watchCaller(s.callCtx)
 		}
+	}
+	if hedged {
+		k.hedgeStream(s)
+		return s, nil
 	}
 	timedOut, err := s.open(&s.first)
 	if err == nil {
@@ -194,6 +194,34 @@ type streamAttempt struct {
 	// settled: attemptEnded has judged this attempt (under the stream's
 	// endMu); a second report of its end changes nothing.
 	settled bool
+
+	// A hedged stream's attempts (hedgestream.go): n is the attempt's
+	// number, start when it was sent. watched is closed when the
+	// attempt's goroutine is done with its receiving side: its headers
+	// arrived, or it ended without any, with endErr (nil: OK), or it never
+	// opened. reported: the driver has its event (the driver's alone).
+	n        int
+	start    time.Time
+	watched  chan struct{}
+	ended    bool
+	endErr   error
+	reported bool
+}
+
+// recv is RecvMsg on the attempt's grpc stream; for a hedged attempt, once
+// its goroutine is done with it: an attempt that goroutine saw end returns
+// that end (io.EOF for OK).
+func (a *streamAttempt) recv(m any) error {
+	if a.watched != nil {
+		<-a.watched
+		if a.ended {
+			if a.endErr == nil {
+				return io.EOF
+			}
+			return a.endErr
+		}
+	}
+	return a.cs.RecvMsg(m)
 }
 
 func (a *streamAttempt) end() {
@@ -213,9 +241,10 @@ func (a *streamAttempt) watchHeader() {
 	}
 }
 
-// retryStream is the grpc.ClientStream the application holds: it runs the
-// attempts one after another, keeps sent messages for replay until it
-// commits, and decides after each attempt ends.
+// retryStream is the grpc.ClientStream the application holds, retried or
+// hedged: it runs the attempts one after another, or, for a hedged method,
+// races them until one commits (race, hedgestream.go), keeps sent messages
+// for replay until it commits, and decides after each attempt ends.
 //
 // As grpc.ClientStream requires: one goroutine may call SendMsg (and
 // CloseSend) while another calls RecvMsg; Header, Trailer and Context may be
@@ -267,6 +296,11 @@ type retryStream struct {
 	buf       replayBuffer
 	// res is a resumable stream's state (resume.go), nil for the others.
 	res *resumeState
+	// race is a hedged stream's state until it commits (hedgestream.go),
+	// nil for the others: hedging is retry with a start timer, and once
+	// the race has a winner (cur, committed) the stream runs as any
+	// committed one.
+	race *hedgeRace
 }
 
 // open starts a (with the next attempt number) and its grpc stream. When the
@@ -393,14 +427,24 @@ func (s *retryStream) commitLocked() {
 // RecvMsg on it.
 func (s *retryStream) finishStream(final error, abandoned bool) error {
 	s.mu.Lock()
-	a := s.cur
+	cs := s.shownLocked()
 	s.mu.Unlock()
-	final = s.endOnce(&s.mu, &s.c, s.cc, a.cs, abandoned, final, s.cancel)
+	final = s.endOnce(&s.mu, &s.c, s.cc, cs, abandoned, final, s.cancel)
 	s.mu.Lock()
 	s.switching = false
 	s.buf.release()
 	s.mu.Unlock()
 	return final
+}
+
+// shownLocked is the grpc stream of the attempt the caller sees (cur), nil
+// while there is none (a hedged stream whose attempts race, or that failed
+// before any ended). Under mu.
+func (s *retryStream) shownLocked() grpc.ClientStream {
+	if s.cur == nil {
+		return nil
+	}
+	return s.cur.cs
 }
 
 // attemptEnded handles the end of attempt a, whose last operation returned
@@ -422,6 +466,11 @@ func (s *retryStream) watchAbandon() {
 	// runs the watch at once on its own goroutine, which may finish the
 	// stream (and read stopAbandon) before AfterFunc has returned.
 	stop := context.AfterFunc(s.callCtx, func() {
+		if s.race != nil {
+			// Before the commit the driver settles every attempt
+			// itself (callerGone, fail).
+			<-s.race.ready
+		}
 		s.endMu.Lock()
 		s.mu.Lock()
 		a, done := s.cur, s.done
@@ -454,6 +503,9 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	a.settled = true
 	if err == io.EOF {
 		err = nil
+	}
+	if s.race != nil {
+		return nil, s.raceWon(a, err, abandoned)
 	}
 	// Stop the timer before judging: once it fired, the attempt was cut
 	// off, whatever arrived after.
@@ -509,12 +561,6 @@ func (s *retryStream) abandon(a *streamAttempt, err error, committed, cutOff boo
 	return nil, s.finishStream(s.c.finish(err), true)
 }
 
-// SendMsg sends m on the current attempt and, until the stream commits,
-// keeps it for replay. The application must not modify m afterwards (as
-// grpc-go requires too: stagger keeps the reference, not a copy). When the
-// attempt has died before the stream committed, SendMsg returns nil: the
-// message will be replayed if the stream is retried, and RecvMsg reports
-// the outcome.
 // sendOnEnded is what SendMsg returns on a stream that has ended: io.EOF
 // (RecvMsg has the status), but nil for a method whose client sends one
 // message, as grpc-go does: its generated code returns SendMsg's error from

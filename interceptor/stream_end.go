@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// streamEnd is what both stream engines do once, at a stream's end, before
-// they announce it (set done, which RecvMsg returns at once after): the
+// streamEnd is what a stream, retried or hedged, does once, at its end,
+// before it announces it (set done, which RecvMsg returns at once after): the
 // caller's Header, Trailer and Peer holders and OnFinish functions, taken
 // out of the attempts' options (callerOutputs.split), are filled from the
 // attempt the caller sees and run, then the call's end is reported

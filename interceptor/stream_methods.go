@@ -11,31 +11,59 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// SendMsg sends m on the current attempt (before a hedged stream commits:
+// on every attempt open, sendRaced) and, until the stream commits, keeps it
+// for replay. The application must not modify m afterwards (as grpc-go
+// requires too: stagger keeps the reference, not a copy). When the attempt
+// has died before the stream committed, SendMsg returns nil: the message
+// will be replayed if the stream is retried, and RecvMsg reports the
+// outcome. A message that does not fit in the replay buffer commits the
+// stream (replayBuffer.keepBeforeCommit).
 func (s *retryStream) SendMsg(m any) error {
 	s.mu.Lock()
-	a := s.cur
 	s.res.sent(m)
-	if s.committed {
+	r := s.race
+	if r != nil && !s.committed {
+		// Before a hedged stream commits, one send at a time beside the
+		// attempts' replays (join).
+		s.mu.Unlock()
+		r.sendMu.Lock()
+		defer r.sendMu.Unlock()
+		s.mu.Lock()
+	}
+	a := s.cur
+	switch {
+	case s.committed:
 		s.mu.Unlock()
 		return a.cs.SendMsg(m)
-	}
-	switch {
-	case s.done:
+	case s.done || r != nil && r.failed:
 		s.mu.Unlock()
 		return sendOnEnded(s.desc)
 	case s.closeSent:
 		s.mu.Unlock()
 		return errSendAfterClose
 	}
-	if kept, now := s.buf.keepBeforeCommit(m, !s.switching); !kept {
-		if now {
-			s.commitLocked()
+	if kept, now := s.buf.keepBeforeCommit(m, s.openLocked()); !kept {
+		if !now {
+			s.commitNext = true
+			s.mu.Unlock()
+			return nil
+		}
+		if a = s.commitNowLocked(); a != nil {
 			s.mu.Unlock()
 			return a.cs.SendMsg(m)
 		}
-		s.commitNext = true
-		s.mu.Unlock()
-		return nil
+		if r.failed {
+			s.mu.Unlock()
+			return sendOnEnded(s.desc)
+		}
+		// The attempt open ended before the driver heard the ask, which
+		// set commitNext: m is kept past the bound for the next attempt to
+		// go live, and sent to any that went live meanwhile.
+		s.buf.force(m)
+	}
+	if r != nil {
+		return s.sendRaced(m)
 	}
 	kept := len(s.buf.msgs)
 	s.mu.Unlock()
@@ -59,13 +87,47 @@ func (s *retryStream) SendMsg(m any) error {
 	}
 }
 
-// CloseSend closes the sending side of the current attempt and, until the
+// openLocked says whether an attempt can take a message now: the current
+// one outside a switch to the next, or a hedged stream's oldest attempt
+// open. Under mu.
+func (s *retryStream) openLocked() bool {
+	if s.race != nil {
+		return s.oldestOpenLocked() != nil
+	}
+	return !s.switching
+}
+
+// commitNowLocked commits the stream to the attempt open now (openLocked),
+// for a message that does not fit in the replay buffer, and returns it; a
+// hedged stream asks its driver (ask), which answers nil when that attempt
+// ended meanwhile. Under mu, held again on return.
+func (s *retryStream) commitNowLocked() *streamAttempt {
+	if s.race != nil {
+		return s.ask()
+	}
+	s.commitLocked()
+	return s.cur
+}
+
+// CloseSend closes the sending side of the current attempt (before a
+// hedged stream commits: of every attempt open, closeRaced) and, until the
 // stream commits, remembers it for replay.
 func (s *retryStream) CloseSend() error {
 	s.mu.Lock()
+	r := s.race
+	if r != nil && !s.committed {
+		// As SendMsg: one at a time beside the replays.
+		s.mu.Unlock()
+		r.sendMu.Lock()
+		defer r.sendMu.Unlock()
+		s.mu.Lock()
+	}
 	a := s.cur
 	if !s.committed {
 		s.closeSent = true
+		if r != nil {
+			return s.closeRaced()
+		}
 	}
 	s.mu.Unlock()
 	return a.cs.CloseSend()
@@ -77,6 +139,9 @@ func (s *retryStream) CloseSend() error {
 func (s *retryStream) RecvMsg(m any) error {
 	s.recvMu.Lock()
 	defer s.recvMu.Unlock()
+	if s.race != nil {
+		<-s.race.ready
+	}
 	s.mu.Lock()
 	if s.done {
 		err := s.final
@@ -86,7 +151,7 @@ func (s *retryStream) RecvMsg(m any) error {
 	a, committed := s.cur, s.committed
 	s.mu.Unlock()
 	for {
-		err := a.cs.RecvMsg(m)
+		err := a.recv(m)
 		if err == nil && !a.timer.stopAnswered(time.Now()) {
 			// The timer fired as the message arrived: the attempt was cut
 			// off before anything reached the application, so the message
@@ -136,10 +201,16 @@ func (s *retryStream) RecvMsg(m any) error {
 // per-attempt timer had already cut off belong to an attempt that will not
 // be used: nil, nil too, and RecvMsg tells the outcome.
 func (s *retryStream) Header() (metadata.MD, error) {
+	if s.race != nil {
+		<-s.race.ready
+	}
 	for {
 		s.mu.Lock()
 		a, committed, done := s.cur, s.committed || s.commitNext, s.done
 		s.mu.Unlock()
+		if a == nil {
+			return nil, nil
+		}
 		md, err := a.cs.Header()
 		if md != nil && !a.timer.stopAnswered(time.Now()) {
 			return nil, nil
@@ -183,9 +254,12 @@ type noMessage struct{}
 // grpc-go, call it after RecvMsg returned an error (io.EOF included).
 func (s *retryStream) Trailer() metadata.MD {
 	s.mu.Lock()
-	a := s.cur
+	cs := s.shownLocked()
 	s.mu.Unlock()
-	return a.cs.Trailer()
+	if cs == nil {
+		return nil
+	}
+	return cs.Trailer()
 }
 
 // Context commits the stream, as grpc-go does, and returns the context of
@@ -199,6 +273,9 @@ func (s *retryStream) Context() context.Context {
 	if s.res != nil {
 		s.res.off = true
 	}
+	if s.race != nil && !s.committed {
+		return s.raceContext()
+	}
 	if s.switching {
 		s.ctxCommit = true
 		return s.callCtx
@@ -209,12 +286,8 @@ func (s *retryStream) Context() context.Context {
 	return s.cur.cs.Context()
 }
 
-// Both engines' streams tell another front end which attempt the caller
-// sees.
-var (
-	_ frontend.Shown = (*retryStream)(nil)
-	_ frontend.Shown = (*hedgedStream)(nil)
-)
+// The stream tells another front end which attempt the caller sees.
+var _ frontend.Shown = (*retryStream)(nil)
 
 // ShownStream implements frontend.Shown for another front end's header
 // and trailer methods: the grpc stream of the attempt the stream committed
@@ -226,5 +299,5 @@ func (s *retryStream) ShownStream() any {
 	if !s.committed && !s.done {
 		return nil
 	}
-	return s.cur.cs
+	return s.shownLocked()
 }

@@ -555,7 +555,7 @@ func TestHedgedStreamCancelledBeforeHeadersEndsCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := cs.(*hedgedStream); !ok {
+	if rs, ok := cs.(*retryStream); !ok || rs.race == nil {
 		t.Fatalf("the stream is a %T, not hedged", cs)
 	}
 	cancel()

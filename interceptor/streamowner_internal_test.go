@@ -3,17 +3,16 @@ package interceptor
 import (
 	"go/ast"
 	"slices"
-	"strings"
 	"testing"
 )
 
-// callersIn returns, for the package's non-test files whose names start
-// with prefix, the functions that call each of names (as x.name(...)),
+// streamCallers returns, for the stream engine's non-test files
+// (streamFile), the functions that call each of names (as x.name(...)),
 // sorted.
-func callersIn(t *testing.T, prefix string, names ...string) map[string][]string {
+func streamCallers(t *testing.T, names ...string) map[string][]string {
 	t.Helper()
 	callers := make(map[string][]string, len(names))
-	eachCall(t, func(file string) bool { return strings.HasPrefix(file, prefix) }, func(_ string, fn *ast.FuncDecl, _ *ast.CallExpr, sel *ast.SelectorExpr) {
+	eachCall(t, streamFile, func(_ string, fn *ast.FuncDecl, _ *ast.CallExpr, sel *ast.SelectorExpr) {
 		if slices.Contains(names, sel.Sel.Name) {
 			callers[sel.Sel.Name] = append(callers[sel.Sel.Name], fn.Name.Name)
 		}
@@ -25,22 +24,42 @@ func callersIn(t *testing.T, prefix string, names ...string) map[string][]string
 	return callers
 }
 
-// TestHedgedStreamOneOwner reads the hedged stream's source: its driver
-// alone commits and launches, so no hedge can go after the commit (issue
-// 71). commitLocked is called by the driver's steps only (serve, ended),
-// launchLocked by sendDue and, for the first attempt before the driver
-// starts, launch; and those steps by the driver's loop (drive, takeEvents)
-// alone. An attempt's goroutine or the application's that commits, as
-// watch, join, SendMsg and Context did, shows here.
+// TestHedgedStreamOneOwner reads the stream engine's source: one commit
+// (commitLocked) for retried and hedged streams alike, and, while a hedged
+// stream's attempts race, its driver alone commits and launches, so no
+// hedge can go after the commit (issue 71). commitLocked is called by the
+// application's calls on a stream whose attempts run one at a time (the
+// first answer commits it: RecvMsg, Header, Context, SendMsg's overflow
+// through commitNowLocked; useLocked when a replay ends after a commit was
+// asked), and by the race's commit (commitToLocked), which the application
+// asks for through ask alone; commitToLocked by the driver's steps only
+// (serve, ended), launchLocked by sendDue and, for the first attempt before
+// the driver starts, launch; and those steps by the driver's loop (drive,
+// takeEvents) alone. An attempt's goroutine or the application's that
+// commits a race, as watch, join, SendMsg and Context did, shows here; so
+// does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
-	got := callersIn(t, "hedgestream", "commitLocked", "launchLocked", "serve", "ended", "sendDue", "launch")
+	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "launch", "drive", "takeEvents", "ask",
+		"afterAttempt", "judge", "nonFatal", "endOnce", "finishStream")
 	want := map[string][]string{
-		"commitLocked": {"ended", "serve"},
-		"launchLocked": {"launch", "sendDue"},
-		"serve":        {"drive"},
-		"ended":        {"drive", "takeEvents"},
-		"sendDue":      {"drive"},
-		"launch":       {"hedgeStream"},
+		"commitLocked":   {"Context", "Header", "RecvMsg", "commitNowLocked", "commitToLocked", "useLocked"},
+		"ask":            {"commitNowLocked", "raceContext"},
+		"commitToLocked": {"ended", "serve"},
+		"launchLocked":   {"launch", "sendDue"},
+		"serve":          {"drive"},
+		"ended":          {"drive", "takeEvents"},
+		"sendDue":        {"drive"},
+		"launch":         {"hedgeStream"},
+		"takeEvents":     {"drive"},
+		// One decision per kind of attempt: one after another (retryAfter;
+		// abandon judges the last once, and never retries), or racing
+		// (ended, the driver's); one end, finishStream, which every end
+		// goes through.
+		"afterAttempt": {"abandon", "retryAfter"},
+		"judge":        {"ended"},
+		"nonFatal":     {"ended"},
+		"endOnce":      {"finishStream"},
+		"finishStream": {"abandon", "fail", "raceWon", "settle", "stream"},
 	}
 	for name, w := range want {
 		if !slices.Equal(got[name], w) {

@@ -38,19 +38,6 @@ func slowEnd(_ context.Context, e interceptor.Event) {
 	}
 }
 
-// abandonedStreamBench is a server over bufconn and a stream client with
-// stagger's stream interceptor for cfg, a slow end-of-call hook.
-func abandonedStreamBench(t *testing.T, file string) testingv1.TestServiceClient {
-	t.Helper()
-	srv := testserver.New()
-	t.Cleanup(srv.Close)
-	cc := srv.ClientConn(t,
-		grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(
-			interceptor.WithConfig(parse(t, file)), interceptor.WithCallHook(slowEnd))),
-		grpc.WithDisableRetry())
-	return testingv1.NewTestServiceClient(cc)
-}
-
 const hedgeStreamRTFile = `{"methodConfig": [{
 	"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
 	"hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "1s", "nonFatalStatusCodes": ["UNAVAILABLE"]}
@@ -67,18 +54,18 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 		hedgeAfter time.Duration // the file's hedging delay; zero: it does not hedge
 	}{{"retried", retryFile, 0}, {"hedged", hedgeStreamRTFile, time.Second}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := abandonedStreamBench(t, tc.file)
+			srv := testserver.New()
+			t.Cleanup(srv.Close)
+			c := staggerClient(t, srv, tc.file, []interceptor.Option{interceptor.WithCallHook(slowEnd)})
 			for range 5 {
-				begun := time.Now()
 				var rep interceptor.Report
 				var trailer metadata.MD
 				var mu sync.Mutex
 				finished := 0
 				started := make(chan struct{})
-				ctx, cancel := context.WithCancel(context.Background())
-				// A bidi stream the server never ends: the client does not
-				// close its side, so only the cancel ends it.
-				st, err := c.Chat(ctx, interceptor.WithReport(&rep), grpc.Trailer(&trailer),
+				// The stream is ending once OnFinish starts: the caller
+				// reads its status then.
+				answered := abandonChat(t, c, started, interceptor.WithReport(&rep), grpc.Trailer(&trailer),
 					grpc.OnFinish(func(error) {
 						close(started)
 						// As slow as the hook: the end waits for it too.
@@ -87,29 +74,11 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 						finished++
 						mu.Unlock()
 					}))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := st.Send(&testingv1.ChatRequest{Script: &testingv1.Script{Key: "k"}, Seq: 1}); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := st.Recv(); err != nil {
-					t.Fatal(err)
-				}
 				// A loaded machine can stall the stream past the hedging
 				// delay: its hedge then went, and the Report counts it.
 				want := 1
-				if tc.hedgeAfter > 0 && time.Since(begun) >= tc.hedgeAfter {
+				if tc.hedgeAfter > 0 && answered >= tc.hedgeAfter {
 					want = 2
-				}
-				cancel()
-				// The stream is ending: the caller reads its status now.
-				<-started
-				for err == nil {
-					_, err = st.Recv()
-				}
-				if status.Code(err) != codes.Canceled {
-					t.Fatalf("Recv: %v, want CANCELED", err)
 				}
 				// Read with no synchronisation beyond the stream's end.
 				if rep.Code != codes.Canceled || rep.Attempts < 1 || rep.Attempts > want {
@@ -133,12 +102,7 @@ func TestAbandonedStreamEndWrittenFirst(t *testing.T) {
 func TestResumableStreamAbandonedWhileReading(t *testing.T) {
 	srv := testserver.New()
 	t.Cleanup(srv.Close)
-	cc := srv.ClientConn(t,
-		grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(
-			interceptor.WithConfig(parse(t, retryFile)),
-			interceptor.WithResume(listMethod, interceptor.TypedResume(resumeList)))),
-		grpc.WithDisableRetry())
-	c := testingv1.NewTestServiceClient(cc)
+	c := staggerClient(t, srv, retryFile, []interceptor.Option{interceptor.WithResume(listMethod, interceptor.TypedResume(resumeList))})
 	for i := range 20 {
 		ctx, cancel := context.WithCancel(context.Background())
 		st, err := c.ListItems(ctx, &testingv1.ListItemsRequest{Script: &testingv1.Script{Key: "k", ResponseCount: 100000}})

@@ -5,6 +5,7 @@ package test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,9 +34,11 @@ func staggerClient(t *testing.T, srv *testserver.Server, file string, opts []int
 // one message and reads its answer, then cancels the stream; once ending
 // says the end is under way it reads the stream to its final status, which
 // must be CANCELED. What the caller reads after that has no
-// synchronisation beyond the stream's end.
-func abandonChat(t *testing.T, c testingv1.TestServiceClient, ending <-chan struct{}, opts ...grpc.CallOption) {
+// synchronisation beyond the stream's end. It returns how long the stream
+// took, from its opening, to answer.
+func abandonChat(t *testing.T, c testingv1.TestServiceClient, ending <-chan struct{}, opts ...grpc.CallOption) (answered time.Duration) {
 	t.Helper()
+	begun := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The client does not close its side: only the cancel ends the stream.
@@ -49,6 +52,7 @@ func abandonChat(t *testing.T, c testingv1.TestServiceClient, ending <-chan stru
 	if _, err := st.Recv(); err != nil {
 		t.Fatal(err)
 	}
+	answered = time.Since(begun)
 	cancel()
 	<-ending
 	for err == nil {
@@ -57,4 +61,5 @@ func abandonChat(t *testing.T, c testingv1.TestServiceClient, ending <-chan stru
 	if status.Code(err) != codes.Canceled {
 		t.Fatalf("Recv: %v, want CANCELED", err)
 	}
+	return answered
 }
