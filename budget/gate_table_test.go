@@ -148,10 +148,10 @@ func TestGateBackSpread(t *testing.T) {
 		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.5}, t0.Add(tune.BackSpreadMax / 2)},
 		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(tune.BackSpreadMax)},
 		// A short deadline: the share of what it leaves before its last chance.
-		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-s.pace.lead())},
+		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-tune.LastChanceLead)},
 	} {
 		w := tc.w
-		if got := s.pace.backAfter(&w); got.Sub(tc.want).Abs() > 10*time.Microsecond {
+		if got := s.pace.backAfter(&w, s.lastChanceAt(t0, &w)); got.Sub(tc.want).Abs() > 10*time.Microsecond {
 			t.Errorf("spread %v: back at %v, want %v", w.spread, got.Sub(t0), tc.want.Sub(t0))
 		}
 		if how, _ := s.candidate(tc.want.Add(10*time.Microsecond), &w); how != admitRelease {

@@ -79,10 +79,19 @@ func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
 		}
 		return w.limit, errWaitLimit
 	}
-	if took := max(w.took, s.tookNow(now)); took > 0 {
+	if took := s.attemptTime(now, w); took > 0 {
 		return w.deadline.Add(-took), errHopeless
 	}
 	return w.deadline, errDeadline
+}
+
+// attemptTime is how long w's next attempt takes at the estimate: as long
+// as its method's attempts lately (Request.Took, or the latest deferred
+// retry that succeeded within tune.OverloadHold, when longer; zero: none
+// was timed). It is the one number behind the hopeless end and the last
+// chance.
+func (s *gateState) attemptTime(now time.Time, w *waiterView) time.Duration {
+	return max(w.took, s.tookNow(now))
 }
 
 // turnIn is, at the estimate, how long a retry that begins to wait now
@@ -116,8 +125,13 @@ func (s *gateState) turnIn(now time.Time, ahead int, unsent bool) (turn time.Dur
 func ended(now, end time.Time) bool { return !end.IsZero() && !now.Before(end) }
 
 // lastChanceAt is when w, whose call has a deadline, goes as its last
-// chance: lead before the deadline.
-func (w *waiterView) lastChanceAt(lead time.Duration) time.Time { return w.deadline.Add(-lead) }
+// chance: the end rule's other face, tune.LastChanceLead before its wait
+// would end (the hopeless end, its attempt time before the deadline; with
+// none timed, the deadline itself), so that its turn plus an attempt still
+// fits.
+func (s *gateState) lastChanceAt(now time.Time, w *waiterView) time.Time {
+	return w.deadline.Add(-s.attemptTime(now, w) - tune.LastChanceLead)
+}
 
 // tookNow is the latest deferred retry that succeeded's time, within
 // tune.OverloadHold of it (else 0): the hopeless rule's floor.
@@ -180,7 +194,7 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 	if !s.phase.failing() {
 		next := s.pace.next
 		if s.pace.heldThrough(w, held) {
-			if back := s.pace.backAfter(w); now.Before(back) {
+			if back := s.pace.backAfter(w, s.lastChanceAt(now, w)); now.Before(back) {
 				own = back
 			}
 			next = clock.Later(next, own)
@@ -222,7 +236,7 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 		how, due, mine = admitProbe, s.lastReached.Add(max(w.pause, s.pace.gap, tune.QuietLulls*s.lull)), s.lastReached.Add(w.pause)
 	}
 	if !w.deadline.IsZero() {
-		lastMine := clock.Later(w.lastChanceAt(s.pace.lead()), reached.Add(w.pause))
+		lastMine := clock.Later(s.lastChanceAt(now, w), reached.Add(w.pause))
 		last := clock.Later(lastMine, s.pace.failedAt.Add(s.pace.gap))
 		if s.phase == phaseOutage && !s.pace.failedAt.Before(s.streakAt) {
 			// A last chance is a probe: once one failed in this outage,

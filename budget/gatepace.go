@@ -38,10 +38,10 @@ type pacer struct {
 	entered int
 	// until: the lease ends then unless its holder reports first (the
 	// settling rule frees a holder that never reports); at: when it went.
-	until, at   time.Time
-	took, pause time.Duration
-	failedAt    time.Time
-	gap         time.Duration
+	until, at time.Time
+	pause     time.Duration
+	failedAt  time.Time
+	gap       time.Duration
 	// cutAt: a failure last cut the return's pace then, grownAt: a
 	// success last grew it (answeredIn).
 	cutAt, grownAt time.Time
@@ -188,14 +188,14 @@ func (p pacer) within(d float64) time.Duration {
 
 // backAfter is when w, held through the outage that ended at backAt, goes
 // back at the earliest: without a deadline, its pause after it; with one,
-// its spread's share of what the deadline leaves before its last chance,
-// tune.BackSpreadMax at most (a pause after the return cost calls held
-// with a deadline the time they had left: sim blip, 2 points).
-func (p *pacer) backAfter(w *waiterView) time.Time {
+// its spread's share of what the deadline leaves before its last chance
+// (last), tune.BackSpreadMax at most (a pause after the return cost calls
+// held with a deadline the time they had left: sim blip, 2 points).
+func (p *pacer) backAfter(w *waiterView, last time.Time) time.Time {
 	if w.deadline.IsZero() {
 		return p.backAt.Add(w.pause)
 	}
-	room := min(w.lastChanceAt(p.lead()).Sub(p.backAt), tune.BackSpreadMax)
+	room := min(last.Sub(p.backAt), tune.BackSpreadMax)
 	return p.backAt.Add(time.Duration(w.spread * float64(max(room, 0))))
 }
 
@@ -241,16 +241,11 @@ func (p pacer) given(how Admission) pacer {
 // from tune.GapFloor, up to tune.ProbeGapMax.
 func (p pacer) reported(now time.Time, took time.Duration, failed bool) pacer {
 	if !p.until.IsZero() && (took <= 0 || !now.Add(-took).Before(p.at)) {
-		p.until, p.took = time.Time{}, now.Sub(p.at)
+		p.until = time.Time{}
 	}
 	if failed {
 		p.gap = min(max(2*p.gap, p.pause, tune.GapFloor), tune.ProbeGapMax)
 		p.failedAt, p.since = now, 0
 	}
 	return p
-}
-
-// lead is how long before its deadline a last chance goes.
-func (p *pacer) lead() time.Duration {
-	return max(tune.LastChanceLead, tune.LastChanceFactor*p.took)
 }

@@ -65,8 +65,8 @@ func (s *gateState) age(now time.Time) {
 			*s = newGateState(now, s.rand)
 			return
 		}
-		// What the latest probe took and the latest streaks measured.
-		s.pace.took, s.pace.since, s.ev.runs = 0, 0, 0
+		// What the latest streaks measured.
+		s.pace.since, s.ev.runs = 0, 0
 	}
 	if s.ev.calls != 0 && now.Sub(s.ev.lastRetry) > bound {
 		s.ev.calls, s.ev.retryFails = 0, 0

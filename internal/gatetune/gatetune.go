@@ -24,11 +24,11 @@ const (
 	// QuietGapMax: new calls' failures stretch the probe gap up to 4 s, so
 	// held calls probe again soon after the process's own calls stop.
 	QuietGapMax = 4 * time.Second
-	// LastChanceLead, LastChanceFactor: a last chance goes 50 ms (an
-	// attempt on a LAN), or twice the latest deferred attempt, before the
-	// deadline; the lab's blip heals with it.
-	LastChanceLead   = 50 * time.Millisecond
-	LastChanceFactor = 2
+	// LastChanceLead: a last chance goes 50 ms (an attempt on a LAN)
+	// before the end rule would end its wait: with no attempt timed that
+	// is its attempt's time, else the slack that keeps a late timer or a
+	// slower attempt within the deadline; the lab's blip heals with it.
+	LastChanceLead = 50 * time.Millisecond
 	// GapFloor: a failed probe's gap doubles from at least 1 ms (successes
 	// may halve it to nothing).
 	GapFloor = time.Millisecond
