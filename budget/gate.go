@@ -38,12 +38,12 @@ import (
 //     refusal keeps the retry's place, and a yes whose caller left goes
 //     back to a GuardReturner.
 //   - End: a wait ends once its turn plus an attempt cannot come before its
-//     end, its deadline or DeferSettings.MaxWait without one, and never
-//     because others wait before it. Its error and interceptor.Report name
-//     the case (deadline, hopeless, max-wait; futility: an outage longer
-//     than the wait; hold: nothing to wait for; criticality: a more
-//     critical retry took its place in a full room) and what held the wait
-//     past its pause (outage, overload or breaker).
+//     end, its deadline or DeferSettings.MaxWait without one, never because
+//     others wait before it; while attempts fail, a call with a deadline goes
+//     just before, as its last chance. Its error and interceptor.Report name
+//     the case (deadline, hopeless, max-wait; futility: an outage longer than
+//     the wait; hold: nothing to wait for; criticality: evicted by a more
+//     critical retry) and what held it (outage, overload, breaker).
 //
 // `stagger check` prints the rules' detail by name, with their numbers:
 // heal, probe, last-chance, release, guard, outage, overload, hold, end,

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
 // The end rule at the door: a retry of a call without a deadline that
@@ -74,6 +76,48 @@ func TestGateEndRuleWithADeadline(t *testing.T) {
 			if want := deadline.Add(-c.took); !end.Equal(want) || why != c.want {
 				t.Fatalf("endAt = %v (%v), want %v before the deadline (%v)", deadline.Sub(end), why, c.took, c.want)
 			}
+		})
+	}
+}
+
+// The last chance is the end rule's other face: one number, the attempt
+// time the hopeless end reads, places both, the last chance
+// tune.LastChanceLead before that end. A method whose attempts take 400ms
+// gets its last chance at 550ms of a 1 s deadline (it had none: its last
+// chance, 50ms before the deadline, came after its hopeless end at
+// 600ms), and a slow probe of another call moves neither (the last chance
+// went twice the latest probe's time before the deadline).
+func TestGateLastChanceIsTheEndRulesOtherFace(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		took, probe time.Duration
+	}{
+		{"attempts of 400ms", 400 * time.Millisecond, 0},
+		{"no attempt timed, a probe of 300ms", 0, 300 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &manualClock{now: t0}
+			g := inOutage(t, clk, DeferSettings{})
+			if c.probe > 0 {
+				p, _ := g.Enter(retry2, 0, time.Time{})
+				poll(t, p, admitProbe)
+				p.Leave()
+				clk.advance(c.probe)
+				g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
+			}
+			deadline := clk.Now().Add(time.Second)
+			w, err := g.Enter(Request{Number: 2, Last: true, Took: c.took}, 0, deadline)
+			if err != nil {
+				t.Fatalf("enter = %v, want a wait to its last chance", err)
+			}
+			defer w.Leave()
+			end, _ := g.st.endAt(clk.Now(), &w.view)
+			want := end.Add(-tune.LastChanceLead)
+			if next := poll(t, w, AdmitNone); !next.Equal(want) {
+				t.Fatalf("asked again %v before the deadline, want its last chance %v before it", deadline.Sub(next), deadline.Sub(want))
+			}
+			clk.advance(want.Sub(clk.Now()))
+			poll(t, w, admitLast)
 		})
 	}
 }

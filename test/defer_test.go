@@ -127,8 +127,9 @@ func TestDeferQuietProcessRetries(t *testing.T) {
 }
 
 // The last attempt of a call with a deadline is not spent on a probe: it
-// is kept for the call's last chance, gatetune.LastChanceLead before the
-// deadline (a server that comes back meanwhile heals the call).
+// is kept for the call's last chance, gatetune.LastChanceLead before its
+// wait would end (here the deadline: no attempt took any time), so a server
+// that comes back meanwhile heals the call.
 func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// 0, then the budget's retries at 10ms and 20ms, a probe at 30ms,
