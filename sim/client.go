@@ -282,7 +282,13 @@ func (p *proc) call() {
 		admission budget.Admission // how the attempt in flight was let go
 		inGate    time.Duration    // the call's waits in the gate so far (facts)
 	)
+	// finish ends the call once: the gate may end a wait at the very
+	// instant of the call's deadline event, and whichever runs second
+	// finds the call ended.
 	finish := func(ok bool, why string) {
+		if ended {
+			return
+		}
 		ended = true
 		if ok {
 			p.totals.successes++

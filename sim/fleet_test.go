@@ -191,3 +191,23 @@ func TestFleetEvenArrivals(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetCallEndsOnce: with a deadline, the Gate may end a held call's
+// wait at the very instant of the call's deadline event; the call is
+// counted once whichever runs first (it was counted twice, so a fleet
+// with deadlines reported more outage calls than it made).
+func TestFleetCallEndsOnce(t *testing.T) {
+	for _, timeout := range []time.Duration{500 * time.Millisecond, time.Second} {
+		cfg := smallFleet(3, 0)
+		cfg.CallTimeout = timeout
+		res, err := Fleet(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Calls != 600 || r.OutageCalls != 200 || r.Served > r.Calls || r.OutageServed > r.OutageCalls {
+				t.Errorf("deadline %v, %s: %d calls (%d served), %d in the outage (%d served): want 600 and 200, each counted once", timeout, r.Contender, r.Calls, r.Served, r.OutageCalls, r.OutageServed)
+			}
+		}
+	}
+}
