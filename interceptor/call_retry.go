@@ -137,6 +137,10 @@ const (
 	// policy would make (question.verdict) goes now: at once or not at
 	// all (a budget that would make it wait has not admitted it).
 	askAdmit
+	// askHedge: hedging's start rule made attempt n (a hedge, n > 1) due:
+	// the breaker, then the budget (as a hedge), admit it or not; no
+	// verdict is taken and nothing is recorded (hedgeState.admitHedge).
+	askHedge
 )
 
 // question is one ask of the call's decision (shouldRetry).
@@ -193,10 +197,16 @@ type answer struct {
 // no pause that outlasts it), then the breaker, then the budget, then the
 // wait (a budget that defers; it asks the breaker again before it lets the
 // retry go). The timer's retry went through the same order as the timer
-// fired (askVerdict) and its grace ended (askAdmit).
+// fired (askVerdict) and its grace ended (askAdmit). Every attempt after
+// the first is admitted here: a hedge (askHedge) too, in the same order
+// but without a verdict (the hedging policy's start rule made it due).
 func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answer) {
 	v := &ans.verdict
 	switch {
+	case q.kind == askHedge:
+		v.Retry = true
+		f.admit(q, &ans)
+		return ans
 	case q.err == nil:
 		// Decide's answer for a success is fixed.
 		v.Record, v.Reason = budget.Success, policy.ReasonSuccess
@@ -274,21 +284,29 @@ func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.V
 }
 
 // admit asks the breaker, then the budget, for the retry ans.verdict
-// makes: at once (askAdmit: a closed breaker, the budget's Admit), or,
+// makes, or the hedge (askHedge: the budget's Allow, as a hedge, which a
+// refusal leaves to the hedging loop: hedgeState.admitHedge): at once
+// (askAdmit: a closed breaker, the budget's Admit), or,
 // after an attempt ended (askEnded), a retry a budget that defers refused
 // waits (ans.wait); without one, a breaker that is not closed lets the
 // retry go only as its half-open probe. A refusal ends the retry, for
 // ReasonBreaker or ReasonBudget.
 func (f *retryFacts) admit(q *question, ans *answer) {
 	var req budget.Request
-	if f.budget != nil {
+	switch {
+	case f.budget == nil:
+	case q.kind == askHedge:
+		req = budget.Request{Number: q.n, Hedge: true, Criticality: f.crit}
+	default:
 		req = f.retryRequest(q.timedOut)
 		req.Straggler, req.Unsent = q.straggler, q.unsent
 	}
 	_, wait := f.budget.(budget.Deferrer)
 	wait = wait && q.kind == askEnded
 	ok := f.br == nil || f.br.Closed()
-	if !ok && !wait && q.kind == askEnded {
+	if !ok && !wait && q.kind != askAdmit {
+		// A hedge due after the break asks as a retry would: it goes
+		// only as the breaker's half-open probe, rather than never.
 		ok, _ = f.br.AllowRetry(f.crit, f.o)
 	}
 	why := policy.ReasonBreaker

@@ -116,11 +116,8 @@ func (l *unaryLoop) sendDue() {
 		if n == 0 {
 			return
 		}
-		if !s.c.allowHedge(n) {
-			if why := s.waitHedge(l.callCtx, n); why != policy.ReasonNone {
-				s.refused(l.callCtx, n, why)
-				return
-			}
+		if why := s.admitHedge(l.callCtx, n); why != policy.ReasonNone && !s.goOnRefused(l.callCtx, n, why) {
+			return
 		}
 		s.launched(l.callCtx, n, time.Now())
 		l.launch()
@@ -129,8 +126,8 @@ func (l *unaryLoop) sendDue() {
 }
 
 // next takes the attempt that is due and returns its number, or 0 when none
-// is to be sent (hedging has stopped, and says why). The budget, which a
-// hedge asks last, is the caller's to ask (allowHedge).
+// is to be sent (hedging has stopped, and says why). The breaker and the
+// budget are the caller's to ask (admitHedge), next to the launch.
 func (s *hedgeState) next(callCtx context.Context) int {
 	s.due = false
 	if s.stopped != policy.ReasonNone {
@@ -146,29 +143,35 @@ func (s *hedgeState) next(callCtx context.Context) int {
 		s.stop(callCtx, n, policy.ReasonRetriedRequest)
 		return 0
 	}
-	if n > 1 && !s.c.breakerAllowsRetry() {
-		s.stop(callCtx, n, policy.ReasonBreaker)
-		return 0
-	}
 	return n
 }
 
-// breakerAllowsRetry reports whether c's breaker (nil: none) lets another
-// attempt of the call go: a closed one is not asked (one atomic load, as
-// budget.Gate's guard); one that is not closed lets it go only as its
-// half-open probe (breaker.Breaker.AllowRetry), so a hedge due after the
-// break asks as a retry would, rather than never.
-func (c *call) breakerAllowsRetry() bool {
-	if c.br == nil || c.br.Closed() {
-		return true
+// admitHedge asks the call's decision whether attempt n, which next took, goes
+// (shouldRetry, askHedge: the breaker, then the budget), and returns
+// ReasonNone, or why not (ReasonBreaker, ReasonBudget: goOnRefused). The
+// first attempt is the breaker's to admit as the call starts (admitFirst).
+func (s *hedgeState) admitHedge(callCtx context.Context, n int) policy.Reason {
+	if n < 2 {
+		return policy.ReasonNone
 	}
-	ok, _ := c.br.AllowRetry(c.crit, c.o)
-	return ok
+	q := question{kind: askHedge, n: n}
+	return s.c.shouldRetry(callCtx, &q).verdict.Reason
 }
 
-// allowHedge asks c's budget, if any, for attempt n when it is a hedge.
-func (c *call) allowHedge(n int) bool {
-	return n == 1 || c.budget == nil || c.budget.Allow(budget.Request{Number: n, Hedge: true, Criticality: c.crit})
+// goOnRefused handles hedge n, which admitHedge refused for why, and reports
+// whether it goes after all. A breaker's refusal stops hedging. A budget's
+// may wait as a retry (waitHedge); when that ends without the attempt, the
+// hedge is refused (refused).
+func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reason) bool {
+	if why == policy.ReasonBreaker {
+		s.stop(callCtx, n, why)
+		return false
+	}
+	if why = s.waitHedge(callCtx, n); why != policy.ReasonNone {
+		s.refused(callCtx, n, why)
+		return false
+	}
+	return true
 }
 
 // waitHedge is a hedge (attempt n) the budget refused. With an attempt in
