@@ -141,6 +141,11 @@ const (
 	// the breaker, then the budget (as a hedge), admit it or not; no
 	// verdict is taken and nothing is recorded (hedgeState.admitHedge).
 	askHedge
+	// askRaced: a hedged attempt ended in failure before any commit: the
+	// hedging policy's nonFatalStatusCodes (question.nonFatal) decide
+	// whether the next hedge may go, and the breaker and the budget hear
+	// how, as a hedge (question.rec: hedgeState.judge).
+	askRaced
 )
 
 // question is one ask of the call's decision (shouldRetry).
@@ -167,6 +172,8 @@ type question struct {
 	// and what the verdict says.
 	first bool
 	rec   budget.Attempt
+	// nonFatal is the hedging policy's nonFatalStatusCodes (askRaced).
+	nonFatal policy.CodeSet
 }
 
 // answer is the call's decision (shouldRetry).
@@ -176,7 +183,8 @@ type answer struct {
 	// switch is on): the breaker heard of the attempt, the budget did not.
 	unretried bool
 	// callerEnd: the caller left as a failure came that the policy would
-	// have retried: the call ends with the caller's status.
+	// have retried (askRaced: a non-fatal one): the call ends with the
+	// caller's status.
 	callerEnd bool
 	// admission is how the budget let the retry go (askAdmit); wait, the
 	// retry the budget refused, to wait for in its Deferrer (askEnded).
@@ -206,6 +214,9 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 	case q.kind == askHedge:
 		v.Retry = true
 		f.admit(q, &ans)
+		return ans
+	case q.kind == askRaced:
+		f.judgeRaced(callCtx, q, &ans)
 		return ans
 	case q.err == nil:
 		// Decide's answer for a success is fixed.
@@ -251,6 +262,36 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 		f.admit(q, &ans)
 	}
 	return ans
+}
+
+// judgeRaced is shouldRetry for a hedged attempt that failed before any
+// commit (askRaced): the next hedge may go (ans.verdict.Retry) unless the
+// caller left (ReasonCaller; a non-fatal failure, which the next hedge
+// would have hidden, gives way to the caller's status: ans.callerEnd, as
+// afterAttempt's does), the attempt had committed (ReasonCommitted), or its
+// code is fatal (ReasonNotRetryable). The breaker and the budget hear how
+// it ended: a failure when the next hedge may go, else Other, as a hedge
+// (q.rec) and, for the budget, without a verdict's signs.
+func (f *retryFacts) judgeRaced(callCtx context.Context, q *question, ans *answer) {
+	v := &ans.verdict
+	nonFatal := q.nonFatal.Has(status.Code(q.err))
+	switch {
+	case callCtx.Err() != nil:
+		v.Reason = policy.ReasonCaller
+		ans.callerEnd = nonFatal && !contextCode(q.err)
+	case q.committed:
+		v.Reason = policy.ReasonCommitted
+	case !nonFatal:
+		v.Reason = policy.ReasonNotRetryable
+	default:
+		v.Retry = true
+	}
+	a := q.rec
+	a.Outcome = budget.Other
+	if v.Retry {
+		a.Outcome = budget.Failure
+	}
+	recordOutcome(f.br, f.budget, f.crit, f.o, q.first, breakerOutcome(callCtx, q.err, false), &a)
 }
 
 // recordEnd tells the breaker and the budget how the attempt of q ended,
