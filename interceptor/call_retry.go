@@ -137,6 +137,15 @@ const (
 	// policy would make (question.verdict) goes now: at once or not at
 	// all (a budget that would make it wait has not admitted it).
 	askAdmit
+	// askHedge: hedging's start rule made attempt n (a hedge, n > 1) due:
+	// the breaker, then the budget (as a hedge), admit it or not; no
+	// verdict is taken and nothing is recorded (hedgeState.admitHedge).
+	askHedge
+	// askRaced: a hedged attempt ended in failure before any commit: the
+	// hedging policy's nonFatalStatusCodes (question.nonFatal) decide
+	// whether the next hedge may go, and the breaker and the budget hear
+	// how, as a hedge (question.rec: hedgeState.judge).
+	askRaced
 )
 
 // question is one ask of the call's decision (shouldRetry).
@@ -163,6 +172,8 @@ type question struct {
 	// and what the verdict says.
 	first bool
 	rec   budget.Attempt
+	// nonFatal is the hedging policy's nonFatalStatusCodes (askRaced).
+	nonFatal policy.CodeSet
 }
 
 // answer is the call's decision (shouldRetry).
@@ -172,7 +183,8 @@ type answer struct {
 	// switch is on): the breaker heard of the attempt, the budget did not.
 	unretried bool
 	// callerEnd: the caller left as a failure came that the policy would
-	// have retried: the call ends with the caller's status.
+	// have retried (askRaced: a non-fatal one): the call ends with the
+	// caller's status.
 	callerEnd bool
 	// admission is how the budget let the retry go (askAdmit); wait, the
 	// retry the budget refused, to wait for in its Deferrer (askEnded).
@@ -193,10 +205,19 @@ type answer struct {
 // no pause that outlasts it), then the breaker, then the budget, then the
 // wait (a budget that defers; it asks the breaker again before it lets the
 // retry go). The timer's retry went through the same order as the timer
-// fired (askVerdict) and its grace ended (askAdmit).
+// fired (askVerdict) and its grace ended (askAdmit). Every attempt after
+// the first is admitted here: a hedge (askHedge) too, in the same order
+// but without a verdict (the hedging policy's start rule made it due).
 func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answer) {
 	v := &ans.verdict
 	switch {
+	case q.kind == askHedge:
+		v.Retry = true
+		f.admit(q, &ans)
+		return ans
+	case q.kind == askRaced:
+		f.judgeRaced(callCtx, q, &ans)
+		return ans
 	case q.err == nil:
 		// Decide's answer for a success is fixed.
 		v.Record, v.Reason = budget.Success, policy.ReasonSuccess
@@ -243,6 +264,36 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 	return ans
 }
 
+// judgeRaced is shouldRetry for a hedged attempt that failed before any
+// commit (askRaced): the next hedge may go (ans.verdict.Retry) unless the
+// caller left (ReasonCaller; a non-fatal failure, which the next hedge
+// would have hidden, gives way to the caller's status: ans.callerEnd, as
+// afterAttempt's does), the attempt had committed (ReasonCommitted), or its
+// code is fatal (ReasonNotRetryable). The breaker and the budget hear how
+// it ended: a failure when the next hedge may go, else Other, as a hedge
+// (q.rec) and, for the budget, without a verdict's signs.
+func (f *retryFacts) judgeRaced(callCtx context.Context, q *question, ans *answer) {
+	v := &ans.verdict
+	nonFatal := q.nonFatal.Has(status.Code(q.err))
+	switch {
+	case callCtx.Err() != nil:
+		v.Reason = policy.ReasonCaller
+		ans.callerEnd = nonFatal && !contextCode(q.err)
+	case q.committed:
+		v.Reason = policy.ReasonCommitted
+	case !nonFatal:
+		v.Reason = policy.ReasonNotRetryable
+	default:
+		v.Retry = true
+	}
+	a := q.rec
+	a.Outcome = budget.Other
+	if v.Retry {
+		a.Outcome = budget.Failure
+	}
+	recordOutcome(f.br, f.budget, f.crit, f.o, q.first, breakerOutcome(callCtx, q.err, false), &a)
+}
+
 // recordEnd tells the breaker and the budget how the attempt of q ended,
 // with v the policy's verdict on it; unretried: the budget hears nothing.
 func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.Verdict, unretried bool) {
@@ -274,21 +325,29 @@ func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.V
 }
 
 // admit asks the breaker, then the budget, for the retry ans.verdict
-// makes: at once (askAdmit: a closed breaker, the budget's Admit), or,
+// makes, or the hedge (askHedge: the budget's Allow, as a hedge, which a
+// refusal leaves to the hedging loop: hedgeState.admitHedge): at once
+// (askAdmit: a closed breaker, the budget's Admit), or,
 // after an attempt ended (askEnded), a retry a budget that defers refused
 // waits (ans.wait); without one, a breaker that is not closed lets the
 // retry go only as its half-open probe. A refusal ends the retry, for
 // ReasonBreaker or ReasonBudget.
 func (f *retryFacts) admit(q *question, ans *answer) {
 	var req budget.Request
-	if f.budget != nil {
+	switch {
+	case f.budget == nil:
+	case q.kind == askHedge:
+		req = budget.Request{Number: q.n, Hedge: true, Criticality: f.crit}
+	default:
 		req = f.retryRequest(q.timedOut)
 		req.Straggler, req.Unsent = q.straggler, q.unsent
 	}
 	_, wait := f.budget.(budget.Deferrer)
 	wait = wait && q.kind == askEnded
 	ok := f.br == nil || f.br.Closed()
-	if !ok && !wait && q.kind == askEnded {
+	if !ok && !wait && q.kind != askAdmit {
+		// A hedge due after the break asks as a retry would: it goes
+		// only as the breaker's half-open probe, rather than never.
 		ok, _ = f.br.AllowRetry(f.crit, f.o)
 	}
 	why := policy.ReasonBreaker

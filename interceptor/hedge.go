@@ -116,11 +116,8 @@ func (l *unaryLoop) sendDue() {
 		if n == 0 {
 			return
 		}
-		if !s.c.allowHedge(n) {
-			if why := s.waitHedge(l.callCtx, n); why != policy.ReasonNone {
-				s.refused(l.callCtx, n, why)
-				return
-			}
+		if why := s.admitHedge(l.callCtx, n); why != policy.ReasonNone && !s.goOnRefused(l.callCtx, n, why) {
+			return
 		}
 		s.launched(l.callCtx, n, time.Now())
 		l.launch()
@@ -129,8 +126,8 @@ func (l *unaryLoop) sendDue() {
 }
 
 // next takes the attempt that is due and returns its number, or 0 when none
-// is to be sent (hedging has stopped, and says why). The budget, which a
-// hedge asks last, is the caller's to ask (allowHedge).
+// is to be sent (hedging has stopped, and says why). The breaker and the
+// budget are the caller's to ask (admitHedge), next to the launch.
 func (s *hedgeState) next(callCtx context.Context) int {
 	s.due = false
 	if s.stopped != policy.ReasonNone {
@@ -146,29 +143,35 @@ func (s *hedgeState) next(callCtx context.Context) int {
 		s.stop(callCtx, n, policy.ReasonRetriedRequest)
 		return 0
 	}
-	if n > 1 && !s.c.breakerAllowsRetry() {
-		s.stop(callCtx, n, policy.ReasonBreaker)
-		return 0
-	}
 	return n
 }
 
-// breakerAllowsRetry reports whether c's breaker (nil: none) lets another
-// attempt of the call go: a closed one is not asked (one atomic load, as
-// budget.Gate's guard); one that is not closed lets it go only as its
-// half-open probe (breaker.Breaker.AllowRetry), so a hedge due after the
-// break asks as a retry would, rather than never.
-func (c *call) breakerAllowsRetry() bool {
-	if c.br == nil || c.br.Closed() {
-		return true
+// admitHedge asks the call's decision whether attempt n, which next took, goes
+// (shouldRetry, askHedge: the breaker, then the budget), and returns
+// ReasonNone, or why not (ReasonBreaker, ReasonBudget: goOnRefused). The
+// first attempt is the breaker's to admit as the call starts (admitFirst).
+func (s *hedgeState) admitHedge(callCtx context.Context, n int) policy.Reason {
+	if n < 2 {
+		return policy.ReasonNone
 	}
-	ok, _ := c.br.AllowRetry(c.crit, c.o)
-	return ok
+	q := question{kind: askHedge, n: n}
+	return s.c.shouldRetry(callCtx, &q).verdict.Reason
 }
 
-// allowHedge asks c's budget, if any, for attempt n when it is a hedge.
-func (c *call) allowHedge(n int) bool {
-	return n == 1 || c.budget == nil || c.budget.Allow(budget.Request{Number: n, Hedge: true, Criticality: c.crit})
+// goOnRefused handles hedge n, which admitHedge refused for why, and reports
+// whether it goes after all. A breaker's refusal stops hedging. A budget's
+// may wait as a retry (waitHedge); when that ends without the attempt, the
+// hedge is refused (refused).
+func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reason) bool {
+	if why == policy.ReasonBreaker {
+		s.stop(callCtx, n, why)
+		return false
+	}
+	if why = s.waitHedge(callCtx, n); why != policy.ReasonNone {
+		s.refused(callCtx, n, why)
+		return false
+	}
+	return true
 }
 
 // waitHedge is a hedge (attempt n) the budget refused. With an attempt in
@@ -324,7 +327,6 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 	// Headers arrived before the failure: the attempt had committed the
 	// call (gRFC A6), as a retry would be refused.
 	if why := s.judge(l.callCtx, ev.n, ev.err, ev.out.header != nil); why != policy.ReasonNone {
-		s.c.recordHedge(ev.n, budget.Other, breakerOutcome(l.callCtx, ev.err, false))
 		return l.hedgeFailed(why), true
 	}
 	s.nonFatal(l.callCtx, ev.n, ev.err, ev.out.trailer)
@@ -333,41 +335,26 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 
 // judge is hedging's "retry or not", for a unary call and a stream alike:
 // attempt n failed with err before any commit (committed: its response
-// headers had arrived, which makes a unary call's failure final). It makes
-// err the last failure, and returns ReasonNone when the next hedge may go
+// headers had arrived, which makes a unary call's failure final). The
+// call's decision judges it and records it (shouldRetry, askRaced). judge
+// makes err the last failure (the caller's status when the caller left as
+// a non-fatal one came), and returns ReasonNone when the next hedge may go
 // (nonFatal then schedules it), or why the call ends (the caller left, the
 // attempt had committed, a fatal code), with s.last the call's error.
 func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed bool) policy.Reason {
+	q := question{kind: askRaced, n: n, err: err, committed: committed, first: n == 1, rec: s.c.hedgeAttempt(n), nonFatal: s.h.NonFatalCodes}
+	ans := s.c.shouldRetry(callCtx, &q)
 	s.last, s.lastN = err, n
-	switch {
-	case callCtx.Err() != nil:
-		// A non-fatal failure, which the next hedge would have hidden,
-		// gives way to the caller's status (CANCELED or
-		// DEADLINE_EXCEEDED), as a retried call's does (afterAttempt);
-		// another stays the call's.
-		if !contextCode(err) && s.nonFatalCode(err) {
-			s.last = callerErr(callCtx, err)
-		}
-		return policy.ReasonCaller
-	case committed:
-		return policy.ReasonCommitted
-	case !s.nonFatalCode(err):
-		return policy.ReasonNotRetryable
+	if ans.callerEnd {
+		s.last = callerErr(callCtx, err)
 	}
-	return policy.ReasonNone
-}
-
-// nonFatalCode reports whether err's code is one of the hedging policy's
-// nonFatalStatusCodes (the only place they are read).
-func (s *hedgeState) nonFatalCode(err error) bool {
-	return s.h.NonFatalCodes.Has(status.Code(err))
+	return ans.verdict.Reason
 }
 
 // nonFatal handles attempt n's non-fatal failure err, with its trailer: the
 // next hedge is due at once, or after a valid pushback; an invalid pushback
 // (or one past policy.DefaultPushbackCeiling) stops hedging.
 func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer metadata.MD) {
-	s.c.recordHedge(n, budget.Failure, breakerOutcome(callCtx, err, false))
 	pb, res := policy.ParsePushback(trailer)
 	if res == policy.PushbackNone {
 		if st, ok := status.FromError(err); ok {
@@ -390,12 +377,20 @@ func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer
 // recordHedge tells c's breaker and budget (c.record) how attempt n of a
 // hedged call ended.
 func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
-	a := budget.Attempt{Number: n, Outcome: budgetO, Hedge: n > 1}
+	a := c.hedgeAttempt(n)
+	a.Outcome = budgetO
+	c.record(n == 1, breakerO, &a)
+}
+
+// hedgeAttempt is what c's budget hears of attempt n of a hedged call, but
+// its outcome.
+func (c *call) hedgeAttempt(n int) budget.Attempt {
+	a := budget.Attempt{Number: n, Hedge: n > 1}
 	if n == c.waitedHedge {
 		// A hedge that waited as a retry (waitHedge) ends as one.
 		a.Hedge, a.Admission = false, c.waitedAdmission
 	}
-	c.record(n == 1, breakerO, &a)
+	return a
 }
 
 // hedgeFailed ends a hedged call that failed: the last failure, with why

@@ -263,17 +263,19 @@ func (s *retryStream) sendDue(st *hedgeState) {
 			s.mu.Unlock()
 			return
 		}
+		// Under mu, with the launch: the application's Context or an
+		// overflow may set commitNext as soon as mu goes, and a hedge
+		// admitted then would be paid for and cancelled.
 		var a *streamAttempt
-		allowed := s.c.allowHedge(n)
-		if allowed {
+		why := st.admitHedge(s.callCtx, n)
+		if why == policy.ReasonNone {
 			a = s.launchLocked(n)
 		}
 		s.mu.Unlock()
-		if !allowed {
+		if why != policy.ReasonNone {
 			// Outside mu: waitHedge may wait, and with nothing in flight
 			// nothing can commit meanwhile.
-			if why := st.waitHedge(s.callCtx, n); why != policy.ReasonNone {
-				st.refused(s.callCtx, n, why)
+			if !st.goOnRefused(s.callCtx, n, why) {
 				return
 			}
 			s.mu.Lock()

@@ -138,7 +138,6 @@ func (s *retryStream) ended(st *hedgeState, ev streamEvent) bool {
 	// A stream's headers commit it (in watch), so a failure here came
 	// without any.
 	if why := st.judge(s.callCtx, a.n, ev.err, false); why != policy.ReasonNone {
-		s.c.recordHedge(a.n, budget.Other, breakerOutcome(s.callCtx, ev.err, false))
 		s.fail(st, why)
 		return true
 	}

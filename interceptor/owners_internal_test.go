@@ -82,9 +82,11 @@ func isConn(e ast.Expr) bool {
 // (shouldRetry), and so are the breaker and the budget for a retry:
 // its askers differ only in the question (afterAttempt as an attempt
 // ends, the per-attempt timer as it fires and as its grace ends, the loop
-// for an attempt that decides nothing beside another). A hedge asks the
-// budget and the breaker as a hedge (allowHedge, breakerAllowsRetry), a
-// first attempt the breaker (admitFirst, and the fast path written out).
+// for an attempt that decides nothing beside another, and hedging's loop
+// for a hedge its start rule made due: askHedge, in hedgeState.admitHedge, for
+// a unary call and a stream alike; and its judge for a hedged attempt's
+// failure: askRaced, in hedgeState.judge). Only a first attempt is admitted
+// elsewhere, by the breaker (admitFirst, and the fast path written out).
 // A stream ends in its engine's files (streamEnd.finish, and
 // k.stream when the breaker refuses the first attempt).
 func TestOneOwnerSites(t *testing.T) {
@@ -95,7 +97,6 @@ func TestOneOwnerSites(t *testing.T) {
 	admitters := callersWhere(t, func(string) bool { return true }, "Allow", "Admit", "AllowRetry", "Closed")
 	wantAdmitters := []string{
 		"call_first.go: call.admitFirst", "call_retry.go: retryFacts.admit",
-		"hedge.go: call.allowHedge", "hedge.go: call.breakerAllowsRetry",
 		"unary.go: core.unaryInterceptor",
 	}
 	if !slices.Equal(admitters, wantAdmitters) {
@@ -103,6 +104,18 @@ func TestOneOwnerSites(t *testing.T) {
 	}
 	if got, want := callersWhere(t, func(string) bool { return true }, "admit"), []string{"call_retry.go: retryFacts.shouldRetry"}; !slices.Equal(got, want) {
 		t.Errorf("retryFacts.admit is called by %v, want %v alone", got, want)
+	}
+	if got, want := identUsers(t, "askHedge"), []string{"call_retry.go: retryFacts.admit", "call_retry.go: retryFacts.shouldRetry", "hedge.go: hedgeState.admitHedge"}; !slices.Equal(got, want) {
+		t.Errorf("a hedge is admitted (askHedge) in %v, want %v alone", got, want)
+	}
+	// A hedged attempt's failure is judged by the hedging policy's
+	// nonFatalStatusCodes in the decision alone (askRaced, judgeRaced),
+	// asked by hedging's judge, for a unary call and a stream alike.
+	if got, want := identUsers(t, "askRaced"), []string{"call_retry.go: retryFacts.shouldRetry", "hedge.go: hedgeState.judge"}; !slices.Equal(got, want) {
+		t.Errorf("a hedged attempt's failure is judged (askRaced) in %v, want %v alone", got, want)
+	}
+	if got, want := callersWhere(t, func(string) bool { return true }, "Has"), []string{"call_retry.go: retryFacts.judgeRaced"}; !slices.Equal(got, want) {
+		t.Errorf("a code set is read (Has) in %v, want %v alone", got, want)
 	}
 	var unary []string
 	for _, s := range enders {
@@ -155,8 +168,10 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 	oneAttempt := []string{"unary.go: call.afterOnlyAttempt"}
 	// The decision's own wrapper, and the per-attempt timer's rules, which
 	// the loop runs (unaryLoop.take), as a stream's timer does under its
-	// own lock (streamTimer).
-	deciders := append(oneAttempt, "call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide")
+	// own lock (streamTimer); and hedging's admission of a hedge and its
+	// judgement of a hedged attempt's failure, which the loop runs
+	// (unaryLoop.sendDue, hedgeEnded), as a hedged stream's driver does.
+	deciders := append(oneAttempt, "call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide", "hedge.go: hedgeState.admitHedge", "hedge.go: hedgeState.judge")
 	for _, tc := range []struct {
 		what  string
 		names []string

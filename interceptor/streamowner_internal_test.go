@@ -53,8 +53,8 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		"takeEvents":     {"drive"},
 		// One decision per kind of attempt: one after another (retryAfter;
 		// abandon judges the last once, and never retries), or racing
-		// (ended, the driver's); one end, finishStream, which every end
-		// goes through.
+		// (ended, the driver's: judge asks the call's decision, askRaced);
+		// one end, finishStream, which every end goes through.
 		"afterAttempt": {"abandon", "retryAfter"},
 		"judge":        {"ended"},
 		"nonFatal":     {"ended"},
