@@ -121,7 +121,7 @@ func (c *call) waitGate(callCtx context.Context, req budget.Request, d time.Dura
 
 // waitEnded is why a wait in a budget's Deferrer ended with err, the
 // caller still there: too many calls wait or a more critical retry took
-// the place (budget), an outage outlived MaxWait, for a call without a deadline (outage), or
+// the place (budget), an outage outlived what MaxWait left a call without a deadline (outage), or
 // the Gate ended it (deferred).
 func waitEnded(err error) policy.Reason {
 	switch {

@@ -137,7 +137,7 @@ func (e *Error) GRPCStatus() *status.Status { return status.Convert(e.Err) }
 
 // GaveUp reports whether stagger gave up on a failure it would otherwise
 // have retried: no attempt was left (policy.ReasonAttempts), or the budget,
-// a deferral, an outage that outlived MaxWait (policy.ReasonOutage),
+// a deferral, an outage that outlived what MaxWait left the call (policy.ReasonOutage),
 // the circuit breaker or throttling, the caller's deadline, an
 // ambiguous failure, the server's pushback, or a retried request being
 // served (policy.ReasonRetriedRequest) stopped it. It is false for a failure
