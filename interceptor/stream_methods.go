@@ -20,17 +20,11 @@ import (
 // outcome. A message that does not fit in the replay buffer commits the
 // stream (replayBuffer.keepBeforeCommit).
 func (s *retryStream) SendMsg(m any) error {
-	s.mu.Lock()
-	s.res.sent(m)
-	r := s.race
-	if r != nil && !s.committed {
-		// Before a hedged stream commits, one send at a time beside the
-		// attempts' replays (join).
-		s.mu.Unlock()
-		r.sendMu.Lock()
+	r, held := s.lockSend()
+	if held {
 		defer r.sendMu.Unlock()
-		s.mu.Lock()
 	}
+	s.res.sent(m)
 	a := s.cur
 	switch {
 	case s.committed:
@@ -109,18 +103,29 @@ func (s *retryStream) commitNowLocked() *streamAttempt {
 	return s.cur
 }
 
+// lockSend takes mu for SendMsg or CloseSend and returns the stream's
+// race (nil: not hedged). Before a hedged stream commits, it takes the
+// race's sendMu first, so that sends go one at a time beside the attempts'
+// replays (join), and held says the caller is to let sendMu go.
+func (s *retryStream) lockSend() (r *hedgeRace, held bool) {
+	s.mu.Lock()
+	r = s.race
+	if r == nil || s.committed {
+		return r, false
+	}
+	s.mu.Unlock()
+	r.sendMu.Lock()
+	s.mu.Lock()
+	return r, true
+}
+
 // CloseSend closes the sending side of the current attempt (before a
 // hedged stream commits: of every attempt open, closeRaced) and, until the
 // stream commits, remembers it for replay.
 func (s *retryStream) CloseSend() error {
-	s.mu.Lock()
-	r := s.race
-	if r != nil && !s.committed {
-		// As SendMsg: one at a time beside the replays.
-		s.mu.Unlock()
-		r.sendMu.Lock()
+	r, held := s.lockSend()
+	if held {
 		defer r.sendMu.Unlock()
-		s.mu.Lock()
 	}
 	a := s.cur
 	if !s.committed {
