@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -250,38 +251,30 @@ func (s *retryStream) ask() *streamAttempt {
 // sendDue launches the attempts that are due, as hedge.go's sendDue does
 // for a unary call, with the same hedgeState steps (next, launched,
 // schedule). The driver alone launches and commits, so no attempt goes
-// after the commit.
+// after the commit. The breaker and the budget are asked outside mu, as
+// every hook their asking runs must be; a hedge they admitted that the
+// stream no longer wants (committing) gives back what they took.
 func (s *retryStream) sendDue(st *hedgeState) {
 	for st.due {
 		n := st.next(s.callCtx)
-		if n == 0 {
+		if n == 0 || s.committing(st) {
+			return
+		}
+		if why := st.admitHedge(s.callCtx, n); why != policy.ReasonNone && !st.goOnRefused(s.callCtx, n, why) {
 			return
 		}
 		s.mu.Lock()
-		if s.commitNext && st.inFlight > 0 {
-			// About to commit: an attempt in flight will win.
+		if s.committingLocked(st) {
+			// The application's Context or an overflow asked for a
+			// commit while the hedge was asked: an attempt in flight
+			// wins, and the hedge is told to the breaker and the budget
+			// as one cancelled (a half-open probe slot is free again).
 			s.mu.Unlock()
+			s.c.recordHedge(n, budget.Other, budget.Other)
 			return
 		}
-		// Under mu, with the launch: the application's Context or an
-		// overflow may set commitNext as soon as mu goes, and a hedge
-		// admitted then would be paid for and cancelled.
-		var a *streamAttempt
-		why := st.admitHedge(s.callCtx, n)
-		if why == policy.ReasonNone {
-			a = s.launchLocked(n)
-		}
+		a := s.launchLocked(n)
 		s.mu.Unlock()
-		if why != policy.ReasonNone {
-			// Outside mu: waitHedge may wait, and with nothing in flight
-			// nothing can commit meanwhile.
-			if !st.goOnRefused(s.callCtx, n, why) {
-				return
-			}
-			s.mu.Lock()
-			a = s.launchLocked(n)
-			s.mu.Unlock()
-		}
 		st.launched(s.callCtx, n, a.start)
 		go func() {
 			if cs, err := s.openRaced(a); err == nil {
@@ -290,6 +283,20 @@ func (s *retryStream) sendDue(st *hedgeState) {
 		}()
 		st.schedule(s.callCtx, n)
 	}
+}
+
+// committing reports whether the stream is about to commit to an attempt
+// in flight (committingLocked), so that no hedge should go.
+func (s *retryStream) committing(st *hedgeState) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.committingLocked(st)
+}
+
+// committingLocked: an ask or commitNext waits, and an attempt in flight
+// will answer it. mu is held.
+func (s *retryStream) committingLocked(st *hedgeState) bool {
+	return (s.commitNext || len(s.race.asks) > 0) && st.inFlight > 0
 }
 
 // launch numbers attempt n and accounts for it (the caller opens it): the
