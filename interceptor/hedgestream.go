@@ -13,56 +13,39 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Maintainers: a stream whose c.hedged is set goes to k.hedgeStream (below),
-// which drives hedge.go's hedgeState (its timer, stops and decisions: next,
-// schedule, nonFatal, callerGone, giveUp) on a goroutine of its own until
-// the stream commits, or leaves the stream to run once for a method that
-// may not run twice (k.hedges says which, after k.noticeUnhedged(ctx, &c,
-// policy.ReasonNotIdempotent)).
-
 // errHedgeLost ends an attempt that was still opening when the stream
 // committed to another (or ended): it is cancelled before it is used.
 var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: the stream committed to another attempt")
 
-// hedgeRace is what a hedged stream (gRFC A6 hedging until commit) keeps
-// beside the retryStream it is, until it commits: hedging is retry with a
-// start timer, so once the race has a winner the stream is the winner's
-// and runs as a committed retryStream (RecvMsg, Header, Trailer, the end).
-// Attempts race until one commits: the first whose response headers arrive
-// (or that ends OK without any), the oldest in flight when Context is
-// called or the replay buffer overflows. The others are cancelled.
+// hedgeRace is what a hedged stream keeps beside the retryStream it is,
+// until it commits: hedging is retry with a start timer, so once the race
+// has a winner the stream runs as a committed retryStream. Attempts race
+// until one commits: the first whose response headers arrive (or that ends
+// OK without any), or the oldest in flight when Context is called or the
+// replay buffer overflows. The others are cancelled.
 //
-// Three kinds of goroutine share the race. The driver (drive) owns the
-// stream until it commits or fails: it alone launches the attempts, on
-// the hedging delay, and it alone commits (commitToLocked), so no hedge
-// can go after the commit; after a commit it waits for the losers to end,
-// telling the budget of each. Each attempt's goroutine opens the attempt's grpc stream
-// and replays the messages sent so far (openRaced, join), then waits for
-// its response headers or its end and reports once on events (watch); the
-// first attempt is opened on the caller's goroutine, in hedgeStream, and
-// only watched on its own. The application's goroutines call the
-// grpc.ClientStream methods: before the commit, SendMsg and CloseSend keep
-// the message for replay and send it to every attempt open, and RecvMsg
-// and Header wait for the commit; Context, and a message that overflows
-// the buffer, ask the driver to commit (ask).
+// The driver (drive) owns the race: it alone launches attempts, on the
+// hedging delay, and alone commits (commitToLocked), so no hedge can go
+// after the commit. Each attempt's goroutine opens and replays its attempt
+// (openRaced, join), then reports its headers or its end once on events
+// (watch). The application's SendMsg and CloseSend send to every attempt
+// open; RecvMsg and Header wait for ready; Context and an overflowing
+// message ask the driver to commit (ask).
 //
-// sendMu orders the application's SendMsg and CloseSend before the commit;
-// each attempt's replay (join) runs beside them, and the stream's mu
-// decides which of the two sends a message to an attempt, so every attempt
-// gets every message once, in order. The fields below sendMu are guarded
-// by the stream's mu, which is never held while blocked in grpc.
+// sendMu orders SendMsg and CloseSend before the commit; each attempt's
+// replay runs beside them, and the stream's mu decides which of the two
+// sends a message to an attempt, so each gets every message once, in
+// order. The fields below sendMu are guarded by the stream's mu, which is
+// never held while blocked in grpc.
 type hedgeRace struct {
-	// st is the hedging loop's state (hedge.go), the driver's alone.
-	st   hedgeState
+	st   hedgeState // the driver's alone
 	hist *latencyHistogram
-	// events has room for every attempt: each attempt's goroutine sends
-	// once and ends, whether or not the driver still listens.
+	// events has room for every attempt's one event; poke (room for one)
+	// wakes the driver for asks and commitNext; ready closes once the
+	// stream committed or failed.
 	events chan streamEvent
-	// poke wakes the driver to answer asks or commitNext (room for one:
-	// a poke already waiting says it all).
-	poke chan struct{}
-	// ready is closed when the stream commits or fails before committing.
-	ready chan struct{}
+	poke   chan struct{}
+	ready  chan struct{}
 
 	sendMu sync.Mutex
 	// targets is SendMsg's and CloseSend's copy of live; sendMu guards it.
@@ -73,19 +56,16 @@ type hedgeRace struct {
 	sent, live []*streamAttempt
 	// last is the last attempt that ended before any commit.
 	last *streamAttempt
-	// asks are the application's Context and SendMsg calls that want the
-	// stream committed to its oldest attempt open now: the driver answers
-	// each (serve) with the winner, or nil when none was open.
-	asks []chan *streamAttempt
-	// failed: the stream failed before committing (the driver ended it).
+	// asks want the stream committed to its oldest attempt open: the
+	// driver answers each (serve) with the winner, or nil.
+	asks   []chan *streamAttempt
 	failed bool
-	// What sent, live and targets start in: most streams send one or two
-	// attempts, and a slice grown from nil is an allocation each.
+	// Backing arrays of sent, live and targets: most streams send one or
+	// two attempts.
 	sentArr, liveArr, targetsArr [raceInline]*streamAttempt
 }
 
-// raceInline is how many attempts a hedged stream keeps track of without
-// an allocation: the first and two hedges.
+// raceInline: the first attempt and two hedges without an allocation.
 const raceInline = 3
 
 // streamEvent is how one attempt's race ended, sent by its goroutine.
@@ -100,10 +80,9 @@ type streamEvent struct {
 	trailer metadata.MD
 }
 
-// hedgeStream makes s, the stream k.stream started, whose options are
-// built, a hedged one (k.stream asked k.hedges first) and starts its
-// driver. The first attempt is opened here, as grpc-go opens a stream in
-// NewStream, while the driver runs the hedging delay from its start.
+// hedgeStream makes s a hedged stream and starts its driver. The first
+// attempt is opened here, as grpc-go opens a stream in NewStream, while
+// the driver runs the hedging delay from its start.
 func (k *core) hedgeStream(s *retryStream) {
 	h := s.c.hedged.Hedging
 	r := &hedgeRace{
@@ -113,9 +92,7 @@ func (k *core) hedgeStream(s *retryStream) {
 	}
 	r.sent, r.live, r.targets = r.sentArr[:0], r.liveArr[:0], r.targetsArr[:0]
 	s.race = r
-	// Before the driver starts: the end, which the driver may reach,
-	// stops the watch.
-	s.watchAbandon()
+	s.watchAbandon() // before the driver, whose end stops it
 	st := &r.st
 	st.c, st.h = &s.c, h
 	st.delay, r.hist = k.hedgeDelay(s.method, h)
@@ -132,11 +109,10 @@ func (k *core) hedgeStream(s *retryStream) {
 	}
 }
 
-// drive is the hedging loop (hedge.go's, for a stream): it ends when the
-// stream has committed and every other attempt has ended, or when the
-// stream has failed. It alone launches and commits; what it takes:
-// attempts' events (watch, openRaced), the hedging delay's timer, pokes (an
-// ask, or an attempt gone live after commitNext) and the caller's Done.
+// drive is the hedging loop: it ends when the stream has committed and
+// every other attempt has ended, or when the stream has failed. It takes
+// the attempts' events, the hedging delay's timer, pokes and the caller's
+// Done.
 func (s *retryStream) drive(st *hedgeState) {
 	r := s.race
 	done := s.callCtx.Done()
@@ -155,15 +131,12 @@ func (s *retryStream) drive(st *hedgeState) {
 		}
 		select {
 		case ev := <-r.events:
-			st.inFlight--
-			ev.a.reported = true
 			if s.ended(st, ev) {
 				return
 			}
 		case <-st.timerC:
 			st.timerC, st.due = nil, true
-		case <-r.poke:
-			// An ask, or commitNext met an attempt: serve, above.
+		case <-r.poke: // serve, above
 		case <-done:
 			done = nil
 			if why, over := st.callerGone(s.callCtx); over {
@@ -174,17 +147,13 @@ func (s *retryStream) drive(st *hedgeState) {
 	}
 }
 
-// takeEvents handles the attempts' events already in, without waiting: an
-// attempt whose headers arrived as the hedging delay ran out commits
-// before a hedge is sent (select would pick between the two at random, and
-// a busy machine delays the event by a hop between goroutines). True when
-// the driver is done.
+// takeEvents handles the events already in, without waiting, so that
+// headers that arrived as the hedging delay ran out commit before a hedge
+// goes (select picks at random). True when the driver is done.
 func (s *retryStream) takeEvents(st *hedgeState) bool {
 	for {
 		select {
 		case ev := <-s.race.events:
-			st.inFlight--
-			ev.a.reported = true
 			if s.ended(st, ev) {
 				return true
 			}
@@ -194,9 +163,8 @@ func (s *retryStream) takeEvents(st *hedgeState) bool {
 	}
 }
 
-// serve commits the stream when it is to commit to its oldest attempt
-// open (an ask, or commitNext) and one is, and answers the asks; it
-// returns the winner when it committed. The driver's.
+// serve commits the stream to its oldest attempt open when asked to (an
+// ask, or commitNext) and answers the asks; it returns the winner, if any.
 func (s *retryStream) serve() *streamAttempt {
 	s.mu.Lock()
 	if len(s.race.asks) == 0 && !s.commitNext {
@@ -219,8 +187,7 @@ func (s *retryStream) serve() *streamAttempt {
 	return w
 }
 
-// answerLocked answers every ask with w (nil: none open, or the stream
-// failed). mu is held.
+// answerLocked answers every ask with w (nil: none open, or failed).
 func (s *retryStream) answerLocked(w *streamAttempt) {
 	r := s.race
 	for _, q := range r.asks {
@@ -230,11 +197,10 @@ func (s *retryStream) answerLocked(w *streamAttempt) {
 	r.asks = r.asks[:0]
 }
 
-// ask has the driver commit the stream to its oldest attempt open, for
-// Context and a message that overflows the buffer, and returns the winner,
-// or nil when none was open (the next attempt to go live wins) or the
-// stream failed. mu is held, and held again on return; the caller saw an
-// attempt open, so the driver is in flight and answers.
+// ask has the driver commit the stream to its oldest attempt open, and
+// returns the winner, or nil when none was open any more or the stream
+// failed. mu is held, and held again on return; the caller saw an attempt
+// open, so the driver is not waiting in the Gate and answers.
 func (s *retryStream) ask() *streamAttempt {
 	q := make(chan *streamAttempt, 1)
 	s.race.asks = append(s.race.asks, q)
@@ -299,8 +265,7 @@ func (s *retryStream) committingLocked(st *hedgeState) bool {
 	return (s.commitNext || len(s.race.asks) > 0) && st.inFlight > 0
 }
 
-// launch numbers attempt n and accounts for it (the caller opens it): the
-// caller's goroutine, for the first attempt, before the driver starts.
+// launch is launchLocked for the first attempt, before the driver starts.
 func (s *retryStream) launch(st *hedgeState, n int) *streamAttempt {
 	s.mu.Lock()
 	a := s.launchLocked(n)
@@ -309,9 +274,8 @@ func (s *retryStream) launch(st *hedgeState, n int) *streamAttempt {
 	return a
 }
 
-// launchLocked makes attempt n, numbered by numberAttempt (where the
-// application reads c.attempt after the commit), and adds it to the
-// attempts sent, which a commit cancels. mu is held.
+// launchLocked makes attempt n and adds it to the attempts sent, which a
+// commit cancels. mu is held.
 func (s *retryStream) launchLocked(n int) *streamAttempt {
 	a := &s.first
 	if n > 1 {
@@ -329,9 +293,6 @@ func (s *retryStream) launchLocked(n int) *streamAttempt {
 func (s *retryStream) openRaced(a *streamAttempt) (grpc.ClientStream, error) {
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err == nil {
-		// Committed to another attempt meanwhile, or grpc refused a
-		// message it took before (a local error): the attempt ends with
-		// it.
 		if err = s.join(a, cs); err == nil {
 			return cs, nil
 		}

@@ -87,7 +87,7 @@ func isConn(e ast.Expr) bool {
 // a unary call and a stream alike; and its judge for a hedged attempt's
 // failure: askRaced, in hedgeState.judge). Only a first attempt is admitted
 // elsewhere, by the breaker (admitFirst, and the fast path written out).
-// A stream ends in its engine's files (streamEnd.finish, and
+// A stream ends in its engine's files (retryStream.finishStream, and
 // k.stream when the breaker refuses the first attempt).
 func TestOneOwnerSites(t *testing.T) {
 	deciders, enders := ownerSites(t)

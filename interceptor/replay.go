@@ -57,7 +57,6 @@ func (l *ReplayLimit) InUse() int64 { return l.used.Load() }
 // Peak returns the most bytes the sharing streams ever held at once.
 func (l *ReplayLimit) Peak() int64 { return l.peak.Load() }
 
-// reserve takes n bytes if they fit under the cap.
 func (l *ReplayLimit) reserve(n int64) bool {
 	for {
 		u := l.used.Load()
@@ -71,8 +70,7 @@ func (l *ReplayLimit) reserve(n int64) bool {
 	}
 }
 
-// force takes n bytes whether or not they fit (a message that must be kept
-// while a replay runs; see replayBuffer.force).
+// force takes n bytes whether or not they fit (replayBuffer.force).
 func (l *ReplayLimit) force(n int64) {
 	l.notePeak(l.used.Add(n))
 }
@@ -88,19 +86,14 @@ func (l *ReplayLimit) notePeak(v int64) {
 
 func (l *ReplayLimit) free(n int64) { l.used.Add(-n) }
 
-// replayBuffer keeps the messages a stream sent before it committed, in
-// order, so that a new attempt can send them again. It keeps references, not
-// copies: the application must not modify a message after SendMsg returned
-// (grpc-go's own rule, since it may still be marshalling it).
-//
-// A replayBuffer is guarded by its stream's mutex.
+// replayBuffer keeps, by reference and in order, the messages a stream sent
+// before it committed. Its stream's mu guards it.
 type replayBuffer struct {
 	msgs  []any
 	bytes int64
 	max   int64
 	limit *ReplayLimit
-	// peak is the most bytes this buffer held (tests).
-	peak int64
+	peak  int64 // the most bytes held (tests)
 }
 
 func (b *replayBuffer) init(size int, limit *ReplayLimit) {
@@ -110,9 +103,9 @@ func (b *replayBuffer) init(size int, limit *ReplayLimit) {
 	b.max, b.limit = int64(size), limit
 }
 
-// messageSize is the size grpc will marshal m to. Messages that are not
-// protobuf messages (another codec) have no size stagger can know cheaply:
-// ok is false and the stream commits rather than hold unbounded memory.
+// messageSize is the size grpc will marshal m to; ok false for a message
+// of another codec, which commits the stream rather than hold unbounded
+// memory.
 func messageSize(m any) (n int64, ok bool) {
 	if pm, isProto := m.(proto.Message); isProto {
 		return int64(proto.Size(pm)), true
@@ -120,8 +113,7 @@ func messageSize(m any) (n int64, ok bool) {
 	return 0, false
 }
 
-// add keeps m when it fits under the stream's bound and the shared cap; false
-// means overflow: the stream must commit.
+// add keeps m when it fits under the stream's bound and the shared cap.
 func (b *replayBuffer) add(m any) bool {
 	n, ok := messageSize(m)
 	if !ok || b.bytes+n > b.max {
@@ -134,15 +126,11 @@ func (b *replayBuffer) add(m any) bool {
 	return true
 }
 
-// keepBeforeCommit is the overflow rule of every stream, for m,
-// sent before the stream committed; live says whether an attempt can take
-// m now (the retried stream's current attempt outside a switch to the next,
-// the hedged stream's oldest attempt open). It returns kept when m fits:
-// the stream keeps it for the attempts to come and sends it to those live.
-// A message that does not fit commits the stream: to the live attempt when
-// there is one (commitNow: the stream commits to it, then sends m on it),
-// else to the next attempt to go live, whose replay gets m kept past the
-// bound (commitNext; the excess is that one message).
+// keepBeforeCommit is the overflow rule of every stream, for m, sent
+// before the stream committed; live says whether an attempt can take m
+// now. kept: m fits. Else the stream commits: to the live attempt when
+// there is one (commitNow), else to the next attempt to go live, whose
+// replay gets m kept past the bound (commitNext).
 func (b *replayBuffer) keepBeforeCommit(m any, live bool) (kept, commitNow bool) {
 	switch {
 	case b.add(m):
@@ -154,9 +142,7 @@ func (b *replayBuffer) keepBeforeCommit(m any, live bool) (kept, commitNow bool)
 	return false, false
 }
 
-// force keeps m past the bounds: a message sent while a replay runs must
-// reach the new attempt, which commits as soon as the replay ends. The excess
-// is at most that one message (SendMsg is never called concurrently).
+// force keeps m past the bounds (by one message: SendMsg is one at a time).
 func (b *replayBuffer) force(m any) {
 	n, _ := messageSize(m)
 	if b.limit != nil {
@@ -173,9 +159,8 @@ func (b *replayBuffer) keep(m any, n int64) {
 	}
 }
 
-// dropLast forgets the last message kept when the buffer still holds count
-// messages (it was not released in between): grpc refused to send that
-// message (too large, cannot marshal), so it is not part of the stream.
+// dropLast forgets the last message kept, grpc refused, when the buffer
+// still holds count messages (it was not released in between).
 func (b *replayBuffer) dropLast(count int) {
 	k := len(b.msgs) - 1
 	if k < 0 || len(b.msgs) != count {
@@ -201,21 +186,16 @@ func (b *replayBuffer) release() {
 
 // replayOn sends the messages kept in buf, in order, then CloseSend when
 // *closeSent, on cs, a new attempt's stream, beside the application's
-// SendMsg, which keeps its messages in buf meanwhile. Which of the two
-// sends a message to the attempt is decided under mu: live runs under mu
-// in the step that finds every message kept sent (and the CloseSend), and
-// makes the attempt the one SendMsg sends to, so it gets every message
-// once, in order. Before each step, under mu, lost (nil: never) says the
-// attempt is no longer wanted: replayOn returns errHedgeLost.
+// SendMsg, which keeps its messages in buf meanwhile. live runs under mu in
+// the step that finds everything sent, and makes the attempt the one
+// SendMsg sends to, so it gets every message once, in order. lost (nil:
+// never), asked under mu before each step, ends the replay (errHedgeLost).
 //
-// A send's io.EOF does not end the replay: every message kept, and the
-// CloseSend, still go to the attempt, which then goes live; its RecvMsg
-// tells its status. The stream below may open its request again without
-// it knowing (the Connect front end's transparent re-open of a request
-// that never left the client re-sends what the attempt was given), and a
-// replay cut at the first io.EOF gave the re-opened request the messages
-// before it alone, and no end. Another error is grpc refusing a message it
-// took before (a local error), which replayOn returns.
+// A send's io.EOF does not end the replay: the stream below may re-open
+// its request without it knowing (the Connect front end's transparent
+// re-open re-sends what the attempt was given), which needs every message
+// and the end. Another error is grpc refusing a message, which replayOn
+// returns.
 func replayOn(mu *sync.Mutex, buf *replayBuffer, closeSent *bool, cs grpc.ClientStream, lost func() bool, live func()) error {
 	closed := false
 	for i := 0; ; {
@@ -234,7 +214,6 @@ func replayOn(mu *sync.Mutex, buf *replayBuffer, closeSent *bool, cs grpc.Client
 			continue
 		}
 		if *closeSent && !closed {
-			// No message follows a CloseSend: the next step goes live.
 			mu.Unlock()
 			closed = true
 			_ = cs.CloseSend() // grpc-go's CloseSend always returns nil

@@ -47,17 +47,12 @@ const ResumeHeader = "stagger-resume"
 // resume function. It does nothing for a method that is not server-streaming
 // (unary, client-streaming, bidi) or has no retry policy.
 //
-// gRFC A6 commits a stream at its first response header or message: a
-// server stream that breaks at message 90,000 of 100,000 fails the whole
-// call, since a retry would deliver the first 90,000 again. A method whose
+// gRFC A6 commits a stream at its first response header or message, so a
+// server stream that breaks late fails the whole call. A method whose
 // request can say where to start (a page token, a start key, a resume
 // token) can continue instead, as Google's client libraries do per API
-// (gax's StreamResumptionStrategy: Bigtable's ReadRows resumes after the
-// last row key, Spanner from a resume_token). WithResume registers, per
-// server-streaming method, a ResumeFunc: given the call's request and the
-// last message the application received, it returns the request that
-// continues the stream after that message (TypedResume adapts one written
-// for the generated types):
+// (Bigtable's ReadRows resumes after the last row key). TypedResume adapts
+// a function written for the generated types:
 //
 //	resume := interceptor.TypedResume(func(req *pb.ListItemsRequest, last *pb.ListItemsResponse) (*pb.ListItemsRequest, error) {
 //		next := proto.Clone(req).(*pb.ListItemsRequest)
@@ -68,57 +63,38 @@ const ResumeHeader = "stagger-resume"
 //
 // A committed stream of that method that fails is then decided as one that
 // had not committed, under the method's retry policy and every usual rule
-// (the codes, maxAttempts, backoff, pushback, the caller's deadline, the
-// breaker and the budget, which is charged per resume as for a retry); when
-// it would be retried, the resume function builds the next request (only
-// when messages arrived since the last one was built: a resumed attempt that
-// failed after response headers but before a message is sent the same
-// request again), and a new attempt is opened with it, after the pause. The
-// application reads one stream: every message once, in order, none
-// skipped, and the final status. Hooks hear EventResume (not EventRetry),
-// reported before the function runs; resumed attempts carry the ResumeHeader
-// request header (the number of the resume: 1, 2, ...) on top of
-// grpc-previous-rpc-attempts.
+// (the budget is charged per resume as for a retry); when it would be
+// retried, the resume function builds the next request (only when messages
+// arrived since the last one was built), and a new attempt is opened with
+// it, after the pause. Hooks hear EventResume (not EventRetry), before the
+// function runs; resumed attempts carry the ResumeHeader request header on
+// top of grpc-previous-rpc-attempts.
 //
 // Counting. An attempt that delivers a message restarts the count: it
 // becomes attempt 1 and the backoff sequence starts over, so maxAttempts
-// bounds the failures in a row since the last message, not the resumes (a
-// stream that keeps progressing is resumed as often as it breaks, each
-// resume admitted by the budget), and grpc-previous-rpc-attempts,
-// AttemptFromContext and Event.Attempt count since that message. The
-// call's total (EventEnd, Report, Attempts(err)) counts every attempt.
+// bounds the failures in a row since the last message, not the resumes;
+// grpc-previous-rpc-attempts, AttemptFromContext and Event.Attempt count
+// since that message. The call's total (EventEnd, Report, Attempts(err))
+// counts every attempt.
 //
 // Ambiguity. A resume function declares that the method's request may be
-// sent again (a server stream that reads), so a resumable call is taken as
-// safe to repeat: a stream broken by its connection (reset, GOAWAY), whose
+// sent again, so a stream broken by its connection (reset, GOAWAY), whose
 // status no server wrote, is resumed or retried too, where a call not known
-// to be idempotent would otherwise end (reason ambiguous). Register one only
-// for methods where that holds. The per-attempt timeout still follows the
-// method's idempotency as above.
+// to be idempotent would end (reason ambiguous). Register one only for
+// methods where that holds. The per-attempt timeout still follows the
+// method's idempotency.
 //
-// When the function returns ErrCannotResume (or an error wrapping it) the
-// call ends with the stream's own error, as without a resume function
-// (reason committed). When it returns another error, returns no request, or
-// panics, the call ends with INTERNAL, a *ResumeError naming the method and
-// the function's error, with the stream's failure in its message (both
-// reachable through errors.Is and errors.As); either way at once, without a
-// pause. A code the policy does not retry ends the stream without calling
-// the function.
+// When the function returns ErrCannotResume the call ends with the
+// stream's own error (reason committed); when it returns another error, no
+// request, or panics, with a *ResumeError (INTERNAL); either way at once.
+// A code the policy does not retry ends the stream without calling it.
 //
-// What it costs: a resumable stream keeps a reference to its request and to
-// the last message received, and allocates nothing per message (the
-// application must not modify a message after RecvMsg returned it, as it
-// must not after SendMsg). Context commits a resumable stream for good, as
-// it commits any stream: a resumed attempt would cancel the context the
-// application holds. Without a resume function, or without a retry policy
-// for the method, streams behave as gRFC A6 says.
-//
-// Client-streaming and bidi methods are not resumed (WithResume changes
-// nothing for them): what the server did with the messages sent so far, and
-// which to send again, is the application's protocol, which one request
-// built from the last response cannot express; a bidi stream's responses
-// may not even follow its requests one to one. Their streams commit as
-// gRFC A6 says.
+// A resumable stream keeps a reference to its request and to the last
+// message received, and allocates nothing per message (the application
+// must not modify a message after RecvMsg returned it). Context commits a
+// resumable stream for good, as it commits any stream. Client-streaming
+// and bidi methods are not resumed: which messages to send again is the
+// application's protocol, which one request cannot express.
 func WithResume(method string, fn ResumeFunc) Option {
 	return Option{apply: func(o *options) {
 		m := make(map[string]ResumeFunc, len(o.resume)+1)
@@ -186,10 +162,8 @@ func (e *ResumeError) GRPCStatus() *status.Status {
 func (e *ResumeError) Unwrap() []error { return []error{e.Err, e.StreamErr} }
 
 // resumeState is one resumable stream's: what it sent and received, for
-// its resume function. Its fields are written under the stream's endMu, by
-// the RecvMsg goroutine (which runs the decisions) or the watch on an
-// abandoned stream, one at a time, except req, orig and off, guarded by the
-// stream's mutex.
+// its resume function. Its fields are written under the stream's endMu,
+// but req, orig and off, under the stream's mu.
 type resumeState struct {
 	fn ResumeFunc
 	// orig is the request the application sent; req the one the running
@@ -197,18 +171,13 @@ type resumeState struct {
 	orig, req any
 	// off: Context was called, which commits the stream for good.
 	off bool
-	// last is the last message delivered to the application; delivered:
-	// one was delivered since req was built, so a resume needs a new
-	// request; progress: the running attempt delivered one.
-	last      any
-	delivered bool
-	progress  bool
-	// pending: the attempt that ended had committed and the stream is to
-	// resume rather than end (decided in attemptEnded).
-	pending bool
-	resumes int
-	// ctx is the call's context with ResumeHeader, for resumed attempts.
-	ctx context.Context
+	// last is the last message delivered; delivered: one was since req
+	// was built; progress: the running attempt delivered one; pending: the
+	// stream is to resume rather than end (resuming).
+	last                         any
+	delivered, progress, pending bool
+	resumes                      int
+	ctx                          context.Context // with ResumeHeader
 }
 
 // newResume returns the resume state of a stream of method, or nil when
@@ -232,9 +201,7 @@ func (r *resumeState) sent(m any) {
 }
 
 // received notes m, delivered to the application. The first message of an
-// attempt restarts the call's attempt count (the attempt becomes number 1)
-// and its backoff sequence: maxAttempts bounds failures in a row, not
-// resumes. It allocates nothing.
+// attempt restarts the call's attempt count and backoff sequence.
 func (r *resumeState) received(m any, c *call) {
 	r.last = m
 	if r.progress {
@@ -247,10 +214,9 @@ func (r *resumeState) received(m any, c *call) {
 }
 
 // resuming decides, when an attempt that had committed ended with err (nil:
-// success), whether the stream is to resume rather than end: it is
-// resumable, failed, its request was sent and closed, and Context was not
-// called. The retry decision then takes the attempt as not committed (the
-// rest of gRFC A6's rules apply) and reports EventResume.
+// success), whether the stream is to resume rather than end: it failed, its
+// request was sent and closed, and Context was not called. The decision
+// then takes the attempt as not committed and reports EventResume.
 func (s *retryStream) resuming(err error) bool {
 	r := s.res
 	if r == nil {
@@ -267,8 +233,7 @@ func (s *retryStream) resuming(err error) bool {
 	return r.pending
 }
 
-// attemptBase is the context the next attempt derives from: the call's,
-// with ResumeHeader once the stream resumed.
+// attemptBase is the context the next attempt derives from.
 func (s *retryStream) attemptBase() context.Context {
 	if s.res != nil && s.res.ctx != nil {
 		return s.res.ctx
@@ -283,13 +248,10 @@ func (b *replayBuffer) reset(m any) {
 	b.force(m)
 }
 
-// prepareResume, once the loop decided to retry an attempt that had
-// committed a resumable stream (c.resume stays set through the pause, for a
-// budget's deferral to report EventResume too), builds the request that continues it
-// (calling the resume function when messages were delivered since the last
-// one was built) and makes it the only message to replay, as if the stream
-// had not committed. It returns the call's final error when the stream
-// cannot resume.
+// prepareResume, once the loop decided to resume (c.resume stays set
+// through the pause, for a Gate's wait to report EventResume too), builds
+// the request that continues the stream and makes it the only message to
+// replay. It returns the call's final error when the stream cannot resume.
 func (s *retryStream) prepareResume(streamErr error) error {
 	r := s.res
 	if r == nil || !r.pending {
@@ -340,8 +302,7 @@ func (r *resumeState) build(orig, last any) (next proto.Message, err error) {
 	return next, err
 }
 
-// resumeFailed ends a stream whose resume function said no (ErrCannotResume:
-// the stream's error, as gRFC A6 would) or failed (a *ResumeError).
+// resumeFailed ends a stream whose resume function said no or failed.
 func (s *retryStream) resumeFailed(streamErr, err error) error {
 	c := &s.c
 	final := streamErr

@@ -1,22 +1,16 @@
 package interceptor
 
 import (
-	"context"
 	"io"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 )
 
-// streamEnd is what a stream, retried or hedged, does once, at its end,
-// before it announces it (set done, which RecvMsg returns at once after): the
-// caller's Header, Trailer and Peer holders and OnFinish functions, taken
-// out of the attempts' options (callerOutputs.split), are filled from the
-// attempt the caller sees and run, then the call's end is reported
-// (call.end: the Report, the hooks' EventEnd, the budget's and the Gate's
-// settling). A caller that reads the stream's status and then its Report
-// or holders reads what was written before.
+// streamEnd is what a stream does once, at its end (finishStream), before
+// it announces it: the caller's Header, Trailer and Peer holders and
+// OnFinish functions, taken out of the attempts' options
+// (callerOutputs.split), and the end RecvMsg returns from then on.
 type streamEnd struct {
 	callerOutputs
 	onFinishOnce
@@ -28,44 +22,43 @@ type streamEnd struct {
 	stopAbandon func() bool
 }
 
-// endOnce ends the stream once, with err (nil: success), shown the grpc
-// stream of the attempt the caller sees (nil: none opened): it stops the
-// abandon watch, cancels the call (cancel), then finishes (finish) and
-// sets done last. It returns what RecvMsg returns from then on, the first
-// end's when the stream had ended already. mu is the stream's; the
-// callers are one at a time.
-func (e *streamEnd) endOnce(mu *sync.Mutex, c *call, cc *grpc.ClientConn, shown grpc.ClientStream, abandoned bool, err error, cancel context.CancelFunc) error {
-	mu.Lock()
-	done, final, stop := e.done, e.final, e.stopAbandon
-	mu.Unlock()
+// finishStream ends the stream once, with final (nil: success), and
+// returns what RecvMsg returns from then on (io.EOF after success; the
+// first end's when the stream had ended already). Everything the caller
+// may read after the end is written before done is set: the holders filled
+// from the attempt the caller sees (shownLocked), OnFinish run, the call's
+// end reported (call.end: the Report, EventEnd, the budget's and the Gate's
+// settling); a RecvMsg that finds done returns at once, and its caller may
+// read the Report then. Its callers are one at a time (settle's, under
+// endMu; the driver's fail; the stream's opening).
+//
+// abandoned: the caller's context ended with nobody reading (watchAbandon);
+// the shown attempt's trailer is not read, as its reader may still be in
+// RecvMsg on it.
+func (s *retryStream) finishStream(final error, abandoned bool) error {
+	s.mu.Lock()
+	done, shown, stop := s.done, s.shownLocked(), s.stopAbandon
+	s.mu.Unlock()
+	if !done {
+		if stop != nil {
+			stop()
+		}
+		s.cancel()
+		s.fill(shown, !abandoned)
+		s.finishOnce(final)
+		s.c.end(s.cc, final)
+		if final == nil {
+			final = io.EOF
+		}
+	}
+	s.mu.Lock()
 	if done {
-		return final
+		final = s.final
 	}
-	if stop != nil {
-		stop()
-	}
-	cancel()
-	final = e.finish(c, cc, shown, abandoned, err)
-	mu.Lock()
-	e.done, e.final = true, final
-	mu.Unlock()
+	s.done, s.final, s.switching = true, final, false
+	s.buf.release()
+	s.mu.Unlock()
 	return final
-}
-
-// finish ends the call with err (nil: success), shown the grpc stream of
-// the attempt the caller sees (nil: none opened), whose context must be
-// done or whose end must have been read. abandoned: the caller's context
-// ended with nobody reading the stream to its end (its trailer is not
-// read). It returns what RecvMsg returns from then on: err, or io.EOF
-// after success. Its callers are one at a time.
-func (e *streamEnd) finish(c *call, cc *grpc.ClientConn, shown grpc.ClientStream, abandoned bool, err error) error {
-	e.fill(shown, !abandoned)
-	e.finishOnce(err)
-	c.end(cc, err)
-	if err == nil {
-		return io.EOF
-	}
-	return err
 }
 
 // carriesOutputs says whether opts hold a caller's Header, Trailer or Peer

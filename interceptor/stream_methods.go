@@ -12,13 +12,12 @@ import (
 )
 
 // SendMsg sends m on the current attempt (before a hedged stream commits:
-// on every attempt open, sendRaced) and, until the stream commits, keeps it
-// for replay. The application must not modify m afterwards (as grpc-go
-// requires too: stagger keeps the reference, not a copy). When the attempt
-// has died before the stream committed, SendMsg returns nil: the message
-// will be replayed if the stream is retried, and RecvMsg reports the
+// on every attempt open) and, until the stream commits, keeps it for
+// replay. The application must not modify m afterwards (as grpc-go
+// requires too: stagger keeps the reference). When the attempt has died
+// before the stream committed, SendMsg returns nil: RecvMsg reports the
 // outcome. A message that does not fit in the replay buffer commits the
-// stream (replayBuffer.keepBeforeCommit).
+// stream.
 func (s *retryStream) SendMsg(m any) error {
 	r, held := s.lockSend()
 	if held {
@@ -51,9 +50,8 @@ func (s *retryStream) SendMsg(m any) error {
 			s.mu.Unlock()
 			return sendOnEnded(s.desc)
 		}
-		// The attempt open ended before the driver heard the ask, which
-		// set commitNext: m is kept past the bound for the next attempt to
-		// go live, and sent to any that went live meanwhile.
+		// The attempt ended before the driver heard the ask: m is kept
+		// past the bound for the next attempt to go live (commitNext).
 		s.buf.force(m)
 	}
 	if r != nil {
@@ -81,9 +79,7 @@ func (s *retryStream) SendMsg(m any) error {
 	}
 }
 
-// openLocked says whether an attempt can take a message now: the current
-// one outside a switch to the next, or a hedged stream's oldest attempt
-// open. Under mu.
+// openLocked says whether an attempt can take a message now. Under mu.
 func (s *retryStream) openLocked() bool {
 	if s.race != nil {
 		return s.oldestOpenLocked() != nil
@@ -91,10 +87,9 @@ func (s *retryStream) openLocked() bool {
 	return !s.switching
 }
 
-// commitNowLocked commits the stream to the attempt open now (openLocked),
-// for a message that does not fit in the replay buffer, and returns it; a
-// hedged stream asks its driver (ask), which answers nil when that attempt
-// ended meanwhile. Under mu, held again on return.
+// commitNowLocked commits the stream to the attempt open now, for a
+// message that does not fit in the replay buffer, and returns it (nil: a
+// hedged stream's attempt ended meanwhile). Under mu, held again on return.
 func (s *retryStream) commitNowLocked() *streamAttempt {
 	if s.race != nil {
 		return s.ask()
@@ -104,9 +99,8 @@ func (s *retryStream) commitNowLocked() *streamAttempt {
 }
 
 // lockSend takes mu for SendMsg or CloseSend and returns the stream's
-// race (nil: not hedged). Before a hedged stream commits, it takes the
-// race's sendMu first, so that sends go one at a time beside the attempts'
-// replays (join), and held says the caller is to let sendMu go.
+// race. Before a hedged stream commits it takes the race's sendMu first,
+// and held says the caller is to let it go.
 func (s *retryStream) lockSend() (r *hedgeRace, held bool) {
 	s.mu.Lock()
 	r = s.race
@@ -120,8 +114,8 @@ func (s *retryStream) lockSend() (r *hedgeRace, held bool) {
 }
 
 // CloseSend closes the sending side of the current attempt (before a
-// hedged stream commits: of every attempt open, closeRaced) and, until the
-// stream commits, remembers it for replay.
+// hedged stream commits: of every attempt open) and, until the stream
+// commits, keeps it for replay.
 func (s *retryStream) CloseSend() error {
 	r, held := s.lockSend()
 	if held {
@@ -158,9 +152,7 @@ func (s *retryStream) RecvMsg(m any) error {
 	for {
 		err := a.recv(m)
 		if err == nil && !a.timer.stopAnswered(time.Now()) {
-			// The timer fired as the message arrived: the attempt was cut
-			// off before anything reached the application, so the message
-			// is dropped and the attempt ends as timed out.
+			// Cut off as the message arrived: it is dropped.
 			err = status.Error(codes.Canceled, "interceptor: message arrived after the per-attempt timer fired")
 		}
 		if err == nil {
@@ -170,10 +162,8 @@ func (s *retryStream) RecvMsg(m any) error {
 				s.mu.Unlock()
 			}
 			if s.res != nil {
-				// Under endMu, as the watch on an abandoned stream judges
-				// the attempt: the resume state and the call's counts are
-				// written under it. A message of an attempt judged already
-				// (the watch ended the stream) counts for nothing.
+				// Under endMu, as the abandon watch judges: a message of
+				// an attempt judged already counts for nothing.
 				s.endMu.Lock()
 				if !a.settled {
 					s.res.received(m, &s.c)
@@ -182,11 +172,11 @@ func (s *retryStream) RecvMsg(m any) error {
 			}
 			if !s.desc.ServerStreams {
 				// grpc-go has read the status too: the call succeeded.
-				s.attemptEnded(a, nil)
+				s.settle(a, nil, false)
 			}
 			return nil
 		}
-		if a, err = s.attemptEnded(a, err); a == nil {
+		if a, err = s.settle(a, err, false); a == nil {
 			return err
 		}
 		s.mu.Lock()
@@ -197,14 +187,12 @@ func (s *retryStream) RecvMsg(m any) error {
 
 // Header returns the response headers of the attempt the stream commits
 // to, as grpc-go's own retry does: an attempt that ended without headers
-// (a Trailers-Only failure) is retried underneath, as RecvMsg would, and
-// Header returns the headers of the attempt whose messages follow. Headers
-// that arrive commit the stream. When the call ends without headers (its
-// final status, or a success with none), Header returns nil, nil, as
-// grpc-go does, and RecvMsg reports the status; so it does while another
-// goroutine is in RecvMsg, which then retries. Headers of an attempt the
-// per-attempt timer had already cut off belong to an attempt that will not
-// be used: nil, nil too, and RecvMsg tells the outcome.
+// (a Trailers-Only failure) is retried underneath, and Header returns the
+// headers of the attempt whose messages follow. Headers that arrive commit
+// the stream. When the call ends without headers, or while another
+// goroutine is in RecvMsg (which then retries), or the per-attempt timer
+// cut the attempt off, Header returns nil, nil, and RecvMsg tells the
+// outcome.
 func (s *retryStream) Header() (metadata.MD, error) {
 	if s.race != nil {
 		<-s.race.ready
@@ -231,28 +219,23 @@ func (s *retryStream) Header() (metadata.MD, error) {
 		if err != nil || committed || done {
 			return md, err
 		}
-		// The attempt ended without headers: in gRPC no message comes
-		// without them, so RecvMsg returns its status at once, and the
-		// stream judges it as RecvMsg's caller would. While the caller is
-		// in RecvMsg itself (another goroutine), that RecvMsg does it.
+		// Ended without headers, so no message can come: read its status
+		// and judge it, unless RecvMsg's goroutine is at it.
 		if !s.recvMu.TryLock() {
 			return nil, nil
 		}
 		rerr := a.cs.RecvMsg(&noMessage{})
 		s.recvMu.Unlock()
 		if rerr == nil {
-			// Cannot happen (a message without headers); leave it to
-			// RecvMsg's caller rather than drop it.
-			return nil, nil
+			return nil, nil // a message without headers: RecvMsg's
 		}
-		if next, _ := s.attemptEnded(a, rerr); next == nil {
+		if next, _ := s.settle(a, rerr, false); next == nil {
 			return nil, nil
 		}
 	}
 }
 
-// noMessage is what Header hands RecvMsg to read the status of an attempt
-// that ended without headers: no message can arrive there.
+// noMessage is what Header reads the status of an attempt into.
 type noMessage struct{}
 
 // Trailer returns the trailer metadata of the current (last) attempt. As with
@@ -268,10 +251,9 @@ func (s *retryStream) Trailer() metadata.MD {
 }
 
 // Context commits the stream, as grpc-go does, and returns the context of
-// the attempt it committed to, which no retry will cancel. Called while a
-// retry is opening the next attempt (from a goroutine other than
-// RecvMsg's), it returns the call's context and the stream commits to the
-// new attempt once it is open.
+// the attempt it committed to, which no retry will cancel. While a retry
+// opens the next attempt, it returns the call's context and the stream
+// commits to the new attempt once it is open.
 func (s *retryStream) Context() context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -294,10 +276,9 @@ func (s *retryStream) Context() context.Context {
 // The stream tells another front end which attempt the caller sees.
 var _ frontend.Shown = (*retryStream)(nil)
 
-// ShownStream implements frontend.Shown for another front end's header
-// and trailer methods: the grpc stream of the attempt the stream committed
-// to or, once it ended, of its last attempt (the one Header and Trailer
-// read); nil while neither is known.
+// ShownStream implements frontend.Shown: the grpc stream of the attempt
+// the stream committed to or, once it ended, of its last attempt; nil
+// while neither is known.
 func (s *retryStream) ShownStream() any {
 	s.mu.Lock()
 	defer s.mu.Unlock()

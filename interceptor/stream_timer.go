@@ -8,33 +8,31 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// streamTimer drives a retried stream's per-attempt timer (attemptTimer):
-// the stream has no owner goroutine to send the timer's events to (its
-// reader may be parked in the application), so the time.AfterFunc's
-// goroutine takes each decision itself (attemptTimer.take), under mu, on f,
-// a copy of the call's retryFacts as the attempt started: the call's
-// goroutine and the timer's share nothing they write. The reader takes
-// the decisions due by the time it saw the attempt answer or end
-// (catchUp) before it stops the timer, so whether the attempt was cut off
-// follows from when it ended, not from which goroutine a loaded scheduler
-// ran first. A decision and stop exclude each other through mu: once stop
-// returns, the timer's state is final.
+// streamTimer drives a retried stream's per-attempt timer (attemptTimer).
+// A retried stream has no goroutine of its own to send the timer's events
+// to: its decisions run inside the application's RecvMsg, and the reader
+// may be parked in the application when the timer is due, yet the attempt
+// must be cut off then. So the time.AfterFunc's goroutine takes each
+// decision itself, with the unary loop's function (attemptTimer.take,
+// which asks the call's one decision, shouldRetry, askVerdict and
+// askAdmit), under mu, on f, a copy of the call's retryFacts as the
+// attempt started: the call's goroutine and the timer's share nothing
+// they write. The reader takes the decisions due by the time it saw the
+// attempt answer or end (catchUp) before it stops the timer, so whether
+// the attempt was cut off follows from when it ended, not from which
+// goroutine ran first. Once stop returns, the timer's state is final.
 type streamTimer struct {
 	mu sync.Mutex
 	attemptTimer
 	f retryFacts
-	// ctx is the attempt's, which cancel ends (the timer cuts it off);
-	// callCtx the call's.
+	// ctx is the attempt's, which cancel ends; callCtx the call's.
 	ctx, callCtx context.Context
 	cancel       context.CancelFunc
 }
 
 // nextAttempt starts a retried stream's next attempt and returns its
-// context: callCtx itself for a first attempt without a per-attempt
-// timeout, else a child carrying the attempt number (AttemptFromContext),
-// the grpc-previous-rpc-attempts header and, when the call has one,
-// stagger's per-attempt timer (nil otherwise). cancel ends the attempt's
-// context; call it once the attempt is over, after timer.stop.
+// context (numberAttempt's, with the per-attempt timer when the call has
+// one), the cancel that ends it, after timer.stop, and the timer.
 func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *streamTimer) {
 	ctx = c.numberAttempt(callCtx)
 	if c.perAttempt > 0 {
@@ -44,8 +42,7 @@ func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel
 	return ctx, noCancel, nil
 }
 
-// startStreamTimer arms the per-attempt timer of c's current attempt,
-// whose context derives from ctx; callCtx is the call's context.
+// startStreamTimer arms the per-attempt timer of c's current attempt.
 func startStreamTimer(callCtx, ctx context.Context, c *call) *streamTimer {
 	st := &streamTimer{f: c.retryFacts, callCtx: callCtx}
 	st.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
@@ -56,8 +53,7 @@ func startStreamTimer(callCtx, ctx context.Context, c *call) *streamTimer {
 	return st
 }
 
-// armNext has the timer's goroutine take its next decision when due.
-// Under mu.
+// armNext arms the timer's next decision. Under mu.
 func (st *streamTimer) armNext() {
 	if due, ok := st.dueAt(); ok {
 		st.t = time.AfterFunc(time.Until(due), func() { st.takeDue(due) })
@@ -65,7 +61,7 @@ func (st *streamTimer) armNext() {
 }
 
 // takeDue is the timer's goroutine: the decision due at due, unless the
-// timer was stopped or moved on since.
+// timer moved on since.
 func (st *streamTimer) takeDue(due time.Time) {
 	st.mu.Lock()
 	next := timerStopped
@@ -85,10 +81,8 @@ func (st *streamTimer) takeLocked() int32 {
 	return next
 }
 
-// catchUp takes, on the reader's goroutine, the decisions the timer was
-// due to take by now (the attempt's end, or its first response header or
-// message, as its goroutine saw it) and whose goroutine has not run yet.
-// A no-op for a nil timer.
+// catchUp takes, on the reader's goroutine, the decisions due by now (when
+// the attempt answered or ended) whose goroutine has not run yet.
 func (st *streamTimer) catchUp(now time.Time) {
 	if st == nil {
 		return
@@ -104,20 +98,15 @@ func (st *streamTimer) catchUp(now time.Time) {
 	}
 }
 
-// stopAnswered is stop for an attempt that answered at now (its first
-// response header or message): the timer's decisions due by then come
-// first (catchUp).
+// stopAnswered is stop for an attempt that answered at now, after catchUp.
 func (st *streamTimer) stopAnswered(now time.Time) bool {
 	st.catchUp(now)
 	return st.stop()
 }
 
-// stop stops the timer unless it fired first. It reports whether the
-// attempt was not cut off: true for a nil timer, for one stopped now or
-// before, and for one that fired and let the attempt run on; false once it
-// cut the attempt off. An attempt must call it before judging its outcome:
-// a failure that ends an attempt whose timer is still armed is the
-// attempt's own, even if the timer would have fired a moment later.
+// stop stops the timer unless it fired first, and reports whether the
+// attempt was not cut off (true for a nil timer). Call it before judging
+// the attempt: a failure while the timer is armed is the attempt's own.
 func (st *streamTimer) stop() bool {
 	if st == nil {
 		return true
@@ -128,12 +117,10 @@ func (st *streamTimer) stop() bool {
 	return st.state != timerFired
 }
 
-// served notes, once the attempt was answered with success (its first
-// response header), that the server served it
-// (pace.answer): none of this method's attempts sent before it and still
-// waiting is queued in front of it, in a server that serves in order.
-// Nothing for a nil timer or an attempt cut off or ended from above. took
-// is how long the attempt took to be served.
+// served tells the pace (pace.answer) that the server served the attempt,
+// in took, at its first response header: no attempt of the method sent
+// before it is queued in front of it. Nothing for a nil timer or an
+// attempt cut off or ended from above.
 func (st *streamTimer) served(took time.Duration) {
 	if st == nil || st.f.pace == nil || st.ctx.Err() != nil {
 		return
@@ -146,10 +133,9 @@ func (st *streamTimer) served(took time.Duration) {
 	}
 }
 
-// stopTimer stops the attempt's timer (see streamTimer.stop) and reports
-// whether it cut the attempt off; when it did, the retry it admitted as it
-// fired becomes c.timerVerdict, for afterAttempt. It sets c.slow: the
-// attempt ran a slowSuccessPart-th of its timer or longer.
+// stopTimer stops the attempt's timer and reports whether it cut the
+// attempt off; then the retry it admitted becomes c.timerVerdict, for
+// afterAttempt. It sets c.slow (a slowSuccessPart-th of the timer or more).
 func (c *call) stopTimer(st *streamTimer) (cutOff bool) {
 	c.slow = false
 	if st != nil {

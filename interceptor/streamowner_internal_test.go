@@ -40,7 +40,7 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
 	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "launch", "drive", "takeEvents", "ask",
-		"afterAttempt", "judge", "nonFatal", "endOnce", "finishStream")
+		"afterAttempt", "judge", "nonFatal", "finishOnce", "fill", "finishStream")
 	want := map[string][]string{
 		"commitLocked":   {"Context", "Header", "RecvMsg", "commitNowLocked", "commitToLocked", "useLocked"},
 		"ask":            {"commitNowLocked", "raceContext"},
@@ -58,7 +58,8 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		"afterAttempt": {"abandon", "retryAfter"},
 		"judge":        {"ended"},
 		"nonFatal":     {"ended"},
-		"endOnce":      {"finishStream"},
+		"finishOnce":   {"finishStream"},
+		"fill":         {"finishStream"},
 		"finishStream": {"abandon", "fail", "raceWon", "settle", "stream"},
 	}
 	for name, w := range want {
