@@ -97,7 +97,10 @@ func (k *core) hedgeStream(s *retryStream) {
 	st.c, st.h = &s.c, h
 	st.delay, r.hist = k.hedgeDelay(s.method, h)
 	st.deadline, st.hasDeadline = s.callCtx.Deadline()
-	a := s.launch(st, 1)
+	s.mu.Lock()
+	a := s.launchLocked(1)
+	s.mu.Unlock()
+	st.launched(s.callCtx, 1, a.start)
 	if st.delay == 0 {
 		st.due = true
 	} else {
@@ -263,15 +266,6 @@ func (s *retryStream) committing(st *hedgeState) bool {
 // will answer it. mu is held.
 func (s *retryStream) committingLocked(st *hedgeState) bool {
 	return (s.commitNext || len(s.race.asks) > 0) && st.inFlight > 0
-}
-
-// launch is launchLocked for the first attempt, before the driver starts.
-func (s *retryStream) launch(st *hedgeState, n int) *streamAttempt {
-	s.mu.Lock()
-	a := s.launchLocked(n)
-	s.mu.Unlock()
-	st.launched(s.callCtx, n, a.start)
-	return a
 }
 
 // launchLocked makes attempt n and adds it to the attempts sent, which a

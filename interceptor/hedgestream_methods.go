@@ -5,39 +5,27 @@ import (
 	"io"
 )
 
-// sendRaced is SendMsg before a hedged stream commits, once m is kept: it
-// sends m on every attempt open, and returns nil unless grpc refused the
-// message itself. mu is held, and let go here.
-func (s *retryStream) sendRaced(m any) error {
+// sendRaced is SendMsg (or, closing, CloseSend) before a hedged stream
+// commits, once m is kept: it sends m to every attempt open, and returns
+// nil unless grpc refused the message itself. mu is held, and let go here.
+func (s *retryStream) sendRaced(m any, closing bool) error {
 	r := s.race
 	kept := len(s.buf.msgs)
 	r.targets = append(r.targets[:0], r.live...)
 	s.mu.Unlock()
+	defer clear(r.targets)
 	for i, a := range r.targets {
-		if err := a.cs.SendMsg(m); err != nil && err != io.EOF && i == 0 && a.ctx.Err() == nil {
+		if closing {
+			_ = a.cs.CloseSend()
+		} else if err := a.cs.SendMsg(m); err != nil && err != io.EOF && i == 0 && a.ctx.Err() == nil {
 			// grpc refused the message (too large, cannot marshal); a
 			// cancelled attempt is not grpc refusing.
 			s.mu.Lock()
 			s.buf.dropLast(kept)
 			s.mu.Unlock()
-			clear(r.targets)
 			return err
 		}
 	}
-	clear(r.targets)
-	return nil
-}
-
-// closeRaced is CloseSend before a hedged stream commits, once it is
-// kept: it closes every attempt open. mu is held, and let go here.
-func (s *retryStream) closeRaced() error {
-	r := s.race
-	r.targets = append(r.targets[:0], r.live...)
-	s.mu.Unlock()
-	for _, a := range r.targets {
-		_ = a.cs.CloseSend()
-	}
-	clear(r.targets)
 	return nil
 }
 

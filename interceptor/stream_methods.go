@@ -55,7 +55,7 @@ func (s *retryStream) SendMsg(m any) error {
 		s.buf.force(m)
 	}
 	if r != nil {
-		return s.sendRaced(m)
+		return s.sendRaced(m, false)
 	}
 	kept := len(s.buf.msgs)
 	s.mu.Unlock()
@@ -125,7 +125,7 @@ func (s *retryStream) CloseSend() error {
 	if !s.committed {
 		s.closeSent = true
 		if r != nil {
-			return s.closeRaced()
+			return s.sendRaced(nil, true)
 		}
 	}
 	s.mu.Unlock()

@@ -34,22 +34,21 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // asked), and by the race's commit (commitToLocked), which the application
 // asks for through ask alone; commitToLocked by the driver's steps only
 // (serve, ended), launchLocked by sendDue and, for the first attempt before
-// the driver starts, launch; and those steps by the driver's loop (drive,
+// the driver starts, hedgeStream; and those steps by the driver's loop (drive,
 // takeEvents) alone. An attempt's goroutine or the application's that
 // commits a race, as watch, join, SendMsg and Context did, shows here; so
 // does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
-	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "launch", "drive", "takeEvents", "ask",
+	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "drive", "takeEvents", "ask",
 		"afterAttempt", "judge", "nonFatal", "finishOnce", "fill", "finishStream")
 	want := map[string][]string{
 		"commitLocked":   {"Context", "Header", "RecvMsg", "commitNowLocked", "commitToLocked", "useLocked"},
 		"ask":            {"commitNowLocked", "raceContext"},
 		"commitToLocked": {"ended", "serve"},
-		"launchLocked":   {"launch", "sendDue"},
+		"launchLocked":   {"hedgeStream", "sendDue"},
 		"serve":          {"drive"},
 		"ended":          {"drive", "takeEvents"},
 		"sendDue":        {"drive"},
-		"launch":         {"hedgeStream"},
 		"takeEvents":     {"drive"},
 		// One decision per kind of attempt: one after another (retryAfter;
 		// abandon judges the last once, and never retries), or racing
