@@ -9,7 +9,6 @@ import (
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -40,10 +39,10 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 type hedgeRace struct {
 	st   hedgeState // the driver's alone
 	hist *latencyHistogram
-	// events has room for every attempt's one event; poke (room for one)
-	// wakes the driver for asks and commitNext; ready closes once the
-	// stream committed or failed.
-	events chan streamEvent
+	// events has room for every attempt's one event, its number (no
+	// pointer: one allocation); poke (room for one) wakes the driver for
+	// asks and commitNext; ready closes once the stream committed or failed.
+	events chan int
 	poke   chan struct{}
 	ready  chan struct{}
 
@@ -68,17 +67,10 @@ type hedgeRace struct {
 // raceInline: the first attempt and two hedges without an allocation.
 const raceInline = 3
 
-// streamEvent is how one attempt's race ended, sent by its goroutine.
-type streamEvent struct {
-	a *streamAttempt
-	// headers: response headers arrived, took after the attempt was sent.
-	headers bool
-	took    time.Duration
-	// Otherwise the attempt ended without headers, with err (nil: OK), and
-	// trailer (nil when the attempt got no transport stream).
-	err     error
-	trailer metadata.MD
-}
+// heard returns the attempt whose event is n: its goroutine wrote how its
+// race ended (headers, took; or ended, endErr, trailer) before it sent n.
+// The driver's: it alone appends to sent.
+func (r *hedgeRace) heard(n int) *streamAttempt { return r.sent[n-1] }
 
 // hedgeStream makes s a hedged stream and starts its driver. The first
 // attempt is opened here, as grpc-go opens a stream in NewStream, while
@@ -86,7 +78,7 @@ type streamEvent struct {
 func (k *core) hedgeStream(s *retryStream) {
 	h := s.c.hedged.Hedging
 	r := &hedgeRace{
-		events: make(chan streamEvent, h.MaxAttempts),
+		events: make(chan int, h.MaxAttempts),
 		poke:   make(chan struct{}, 1),
 		ready:  make(chan struct{}),
 	}
@@ -133,8 +125,8 @@ func (s *retryStream) drive(st *hedgeState) {
 			return
 		}
 		select {
-		case ev := <-r.events:
-			if s.ended(st, ev) {
+		case n := <-r.events:
+			if s.ended(st, r.heard(n)) {
 				return
 			}
 		case <-st.timerC:
@@ -156,8 +148,8 @@ func (s *retryStream) drive(st *hedgeState) {
 func (s *retryStream) takeEvents(st *hedgeState) bool {
 	for {
 		select {
-		case ev := <-s.race.events:
-			if s.ended(st, ev) {
+		case n := <-s.race.events:
+			if s.ended(st, s.race.heard(n)) {
 				return true
 			}
 		default:
@@ -295,6 +287,6 @@ func (s *retryStream) openRaced(a *streamAttempt) (grpc.ClientStream, error) {
 	a.cs = unopened{ctx: a.ctx, err: err}
 	a.ended, a.endErr = true, err
 	close(a.watched)
-	s.race.events <- streamEvent{a: a, err: err}
+	s.race.events <- a.n
 	return nil, err
 }

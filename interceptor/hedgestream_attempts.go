@@ -14,11 +14,10 @@ import (
 // watch is an open attempt's goroutine: it reports the attempt's response
 // headers, or its end, to the driver, which decides.
 func (s *retryStream) watch(a *streamAttempt, cs grpc.ClientStream) {
-	ev := streamEvent{a: a}
 	if md, _ := cs.Header(); md != nil {
-		ev.headers, ev.took = true, time.Since(a.start)
+		a.headers, a.took = true, time.Since(a.start)
 		close(a.watched)
-		s.race.events <- ev
+		s.race.events <- a.n
 		return
 	}
 	// Ended without headers: no message can come, RecvMsg reads the status.
@@ -26,10 +25,9 @@ func (s *retryStream) watch(a *streamAttempt, cs grpc.ClientStream) {
 	if err == io.EOF {
 		err = nil
 	}
-	a.ended, a.endErr = true, err
-	ev.err, ev.trailer = err, cs.Trailer()
+	a.ended, a.endErr, a.trailer = true, err, cs.Trailer()
 	close(a.watched)
-	s.race.events <- ev
+	s.race.events <- a.n
 }
 
 // join replays what was sent so far on a, whose stream is cs (replayOn),
@@ -88,26 +86,24 @@ func (s *retryStream) committedTo(w *streamAttempt, sent int) {
 
 // ended handles one attempt's event before the stream committed, as
 // hedgeEnded does for a unary attempt; true when the driver is done.
-func (s *retryStream) ended(st *hedgeState, ev streamEvent) bool {
-	a := ev.a
+func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 	st.inFlight--
 	a.reported = true
 	s.mu.Lock()
-	if ev.headers && s.callCtx.Err() != nil {
+	if a.headers && s.callCtx.Err() != nil {
 		// The caller gave up before the driver heard of the headers: the
 		// attempt ends with the caller's status, as grpc-go's stream does
 		// when its reader finds the context done. Committing would give a
 		// cancelled caller a reply (grpc-go's interop case
 		// cancel_after_begin under hedging got OK from CloseAndRecv).
-		ev.headers = false
-		ev.err = status.FromContextError(s.callCtx.Err()).Err()
-		a.ended, a.endErr = true, ev.err
+		a.headers = false
+		a.ended, a.endErr = true, status.FromContextError(s.callCtx.Err()).Err()
 	}
-	if ev.headers || ev.err == nil {
+	if a.headers || a.endErr == nil {
 		sent := s.commitToLocked(a)
 		s.mu.Unlock()
-		if ev.headers && s.race.hist != nil {
-			s.race.hist.observe(ev.took)
+		if a.headers && s.race.hist != nil {
+			s.race.hist.observe(a.took)
 		}
 		s.committedTo(a, sent)
 		s.afterCommit(st, a)
@@ -120,11 +116,11 @@ func (s *retryStream) ended(st *hedgeState, ev streamEvent) bool {
 	r.last = a
 	s.mu.Unlock()
 	// Headers commit, so a failure here came without any.
-	if why := st.judge(s.callCtx, a.n, ev.err, false); why != policy.ReasonNone {
+	if why := st.judge(s.callCtx, a.n, a.endErr, false); why != policy.ReasonNone {
 		s.fail(st, why)
 		return true
 	}
-	st.nonFatal(s.callCtx, a.n, ev.err, ev.trailer)
+	st.nonFatal(s.callCtx, a.n, a.endErr, a.trailer)
 	return false
 }
 
@@ -134,17 +130,17 @@ func (s *retryStream) ended(st *hedgeState, ev streamEvent) bool {
 func (s *retryStream) afterCommit(st *hedgeState, w *streamAttempt) {
 	st.disarm()
 	for st.inFlight > 1 || st.inFlight == 1 && w.reported {
-		ev := <-s.race.events
+		a := s.race.heard(<-s.race.events)
 		st.inFlight--
-		ev.a.reported = true
-		if ev.a == w {
+		a.reported = true
+		if a == w {
 			continue
 		}
 		o := budget.Other
-		if !ev.headers && ev.err == nil {
+		if !a.headers && a.endErr == nil {
 			o = budget.Success
 		}
-		s.c.recordHedge(ev.a.n, o, o)
+		s.c.recordHedge(a.n, o, o)
 	}
 }
 
@@ -168,8 +164,7 @@ func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 		a.cancel()
 	}
 	for ; st.inFlight > 0; st.inFlight-- {
-		ev := <-r.events
-		s.c.recordHedge(ev.a.n, budget.Other, budget.Other)
+		s.c.recordHedge(<-r.events, budget.Other, budget.Other)
 	}
 	st.giveUp(s.callCtx, why)
 	s.finishStream(s.c.failed(s.c.attempt, st.last), false)
