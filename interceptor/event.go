@@ -349,7 +349,6 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 	}
 	if e.Reason != policy.ReasonNone {
 		// ReasonNone's name, "retry", says nothing stagger.event does not.
-
 		fields = append(fields, "stagger.reason", e.Reason.String())
 	}
 	if e.Kind == EventNotice && e.Err != nil {

@@ -11,14 +11,12 @@ import (
 )
 
 // foreignAttempts reads the attempts go-grpc-middleware's retry call option
-// opt allows (foreignRetryOption said it is one): 1 for retry.Disable()
-// (WithMax(0)), n for WithMax(n), which counts attempts; 0 for its other
-// options (codes, a backoff, ...) and for an option it cannot read. Both
-// major versions keep the value in the field max of the struct their
-// option's applyFunc fills; the option is applied to a fresh one to read
-// it. A call that asked for fewer attempts, or none after the first, must
-// not get more under stagger: a non-idempotent call retried is the one
-// mistake a retry layer must not make.
+// opt allows: 1 for retry.Disable() (WithMax(0)), n for WithMax(n); 0 for
+// its other options and for one it cannot read. Both major versions keep
+// it in the field max of the struct their applyFunc fills, so the option
+// is applied to a fresh one. A call that asked for fewer attempts must not
+// get more under stagger: a non-idempotent call retried is the one mistake
+// a retry layer must not make.
 func foreignAttempts(opt grpc.CallOption) (n int) {
 	defer func() {
 		if recover() != nil {
@@ -63,9 +61,8 @@ func foreignAttempts(opt grpc.CallOption) (n int) {
 	}
 }
 
-// lowerAttempts returns p with at most n attempts (n > 0: a foreign
-// option's, foreignAttempts), a copy when it lowers them; it never raises
-// them.
+// lowerAttempts returns p with at most n attempts (n > 0), a copy when it
+// lowers them.
 func lowerAttempts(p *policy.Policy, n int) *policy.Policy {
 	if n <= 0 || p.MaxAttempts <= n {
 		return p
@@ -84,8 +81,7 @@ var foreignPackages = [...]string{
 }
 
 // foreignRetryOption reports whether opt is another retry library's call
-// option (foreignPackages). grpc's own common options are told apart by
-// their type alone; the others cost a look at their package's name.
+// option; grpc's common options are told apart by their type alone.
 func foreignRetryOption(opt grpc.CallOption) bool {
 	switch opt.(type) {
 	case grpc.StaticMethodCallOption, grpc.HeaderCallOption, grpc.TrailerCallOption, grpc.PeerCallOption,

@@ -197,7 +197,6 @@ func disabledReport(r *Report, target string, crit criticality.Level, opts []grp
 
 // switchOff returns pl as a call makes it while the switch is on: one
 // attempt, nothing that retries, hedges or waits.
-
 func switchOff(pl *plan) plan {
 	p := *pl
 	p.pol, p.retrying, p.hedged = nil, false, nil

@@ -16,13 +16,9 @@ type warnedSource interface {
 	ClaimWarned() (ev policy.SourceEvent, ok bool)
 }
 
-// logWarnedReload tells the logger, at error level, that cfg, which a call
-// follows for the first time, came from a reload with warnings (a name no
-// known proto declares, or a method whose retries it turned off): the
-// file is valid and in force, so nothing else would say that retries the
-// program had are gone. Without a logger, slog.Default() hears of it,
-// once in the process (policy.Source.ClaimWarned). The caller runs it
-// once per config and State (said.warned).
+// logWarnedReload says that cfg, which a call follows for the first time,
+// came from a reload with warnings: the file is valid and in force, so
+// nothing else would say that retries the program had are gone.
 func (k *core) logWarnedReload(cfg *policy.Config) {
 	ws, ok := k.opts.source.(warnedSource)
 	if !ok {
@@ -43,14 +39,12 @@ func (k *core) logWarnedReload(cfg *policy.Config) {
 }
 
 // servedSource is the part of policy.Source that hears which methods the
-// process calls, so that a reload naming them counts as naming a method
-// though no linked proto declares it.
+// process calls: a reload naming them names a method, linked or not.
 type servedSource interface {
 	Served(fullMethod string)
 }
 
-// served tells the interceptor's source that a call of method was made;
-// methodMiss runs it, for a method its cache does not hold.
+// served tells the interceptor's source that a call of method was made.
 func (k *core) served(method string) {
 	if s, ok := k.opts.source.(servedSource); ok {
 		s.Served(method)
