@@ -176,13 +176,8 @@ func (s *refusedSummary) log(lines []refusedLine) {
 		if l.since > 0 {
 			fields = append(fields, "stagger.interval", l.since.String())
 		}
-		if t.state.Kind != "" {
-			fields = append(fields, "stagger.budget.level", t.state.Level)
-			if t.state.Health != "" {
-				fields = append(fields, "stagger.gate", t.state.Health)
-			}
-		}
-		s.logger.Log(context.Background(), logging.LevelWarn, msgRefusedSummary, fields...)
+		s.logger.Log(context.Background(), logging.LevelWarn, msgRefusedSummary, budgetFields(fields, t.state)...)
+
 	}
 }
 
