@@ -40,24 +40,19 @@
 // a call not safe to repeat is never retried (below).
 //
 // The caller's deadline. An attempt that ends with CANCELED or
-// DEADLINE_EXCEEDED when the caller's context has ended, or when its
-// deadline is at most 1 ms away, ended for the caller's deadline (the server
-// or grpc can report it a moment before the context's own timer does): it
-// is not retried (reason "caller") and the call returns DEADLINE_EXCEEDED.
-// A call returns CANCELED only when the caller cancelled it.
+// DEADLINE_EXCEEDED when the caller's context has ended, or at most 1 ms
+// before its deadline, ended for the caller's deadline: it is not retried
+// (reason "caller") and the call returns DEADLINE_EXCEEDED. A call returns
+// CANCELED only when the caller cancelled it.
 //
 // The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
 // known to be idempotent and to unary calls with an idempotency key, and
 // cuts an attempt off only when a retry can go (UnaryClientInterceptor).
 //
 // Ambiguous failures (a deliberate difference from gRFC A6). A call not
-// known to be safe to repeat (its method is not known to be idempotent and
-// it carries no idempotency key) is not retried after an attempt whose
-// request reached the wire and that the transport, not the server, ended (a
-// connection reset, EOF, GOAWAY or RST_STREAM): it ends with that status,
-// reason "ambiguous", its error's text says why, and the logger hears the
-// first of each method at warn level. Attempts that never left the client
-// and statuses the server wrote stay retryable. Mark such a method
+// known to be safe to repeat is not retried after an attempt that may have
+// run on the server and ended without a status from it
+// (policy.ReasonAmbiguous); its error's text says why. Mark such a method
 // idempotent in the file or the proto, or send an idempotency key
 // (WithIdempotencyKey) that the server de-duplicates.
 //

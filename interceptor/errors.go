@@ -41,7 +41,7 @@ type Error struct {
 // "max retries exhausted" finds both. GRPCStatus keeps the server's status
 // unchanged either way.
 func (e *Error) Error() string {
-	words := giveUpWords(e.Reason)
+	words := giveUpWords[e.Reason]
 	if e.Reason == policy.ReasonDeferred {
 		words = deferredWords(e.WaitEnd, e.HeldBy)
 	}
@@ -60,57 +60,47 @@ func (e *Error) Error() string {
 	return "stagger: gave up: " + words + ": " + after + ": " + e.Err.Error()
 }
 
-// giveUpWords says why stagger gave up for reason r, or "" for no give-up.
-func giveUpWords(r policy.Reason) string {
-	switch r {
-	case policy.ReasonAttempts:
-		return "max retries exhausted" // grpc-go's words (stream.go, shouldRetry)
-	case policy.ReasonBudget:
-		return "retry budget spent"
-	case policy.ReasonDeferred:
-		return deferredWords("", "")
-	case policy.ReasonOutage:
-		return "backend down past the longest wait"
-	case policy.ReasonBreaker:
-		return "circuit breaker open"
-	case policy.ReasonThrottled:
-		return "throttled by the client"
-	case policy.ReasonDeadline:
-		return "no retry fits before the deadline"
-	case policy.ReasonPushback:
-		return "the server's pushback says stop"
-	case policy.ReasonRetriedRequest:
-		return "the request being served is a retry: retried at one layer"
-	case policy.ReasonAmbiguous:
-		return ambiguousNote
-	}
-	return ""
+// giveUpWords says why stagger gave up, by reason; a reason it lacks is no
+// give-up (GaveUp).
+var giveUpWords = map[policy.Reason]string{
+	policy.ReasonAttempts:       "max retries exhausted", // grpc-go's words (stream.go, shouldRetry)
+	policy.ReasonBudget:         "retry budget spent",
+	policy.ReasonDeferred:       deferredWords("", ""),
+	policy.ReasonOutage:         "backend down past the longest wait",
+	policy.ReasonBreaker:        "circuit breaker open",
+	policy.ReasonThrottled:      "throttled by the client",
+	policy.ReasonDeadline:       "no retry fits before the deadline",
+	policy.ReasonPushback:       "the server's pushback says stop",
+	policy.ReasonRetriedRequest: "the request being served is a retry: retried at one layer",
+	policy.ReasonAmbiguous:      ambiguousNote,
 }
 
-// deferredWords says why a retry that waited in the Gate was not admitted,
-// by the rules that ended its wait and held it (Report.WaitEnd, HeldBy).
+// The words of the Gate's rules that end a wait and hold it (Report.WaitEnd,
+// HeldBy); the others are named as they are.
+var (
+	waitEndWords = map[string]string{
+		"hold":     "retry deferred, not let go after its pause (the Gate's hold rule)",
+		"hopeless": "retry deferred, none could finish before the deadline (the Gate's hopeless rule)",
+		"max-wait": "retry deferred the longest a call without a deadline waits (defer.maxWait)",
+	}
+	heldByWords = map[string]string{
+		"outage":   ", held by the Gate's outage rule (the backend is down)",
+		"overload": ", held by the Gate's overload rule (most attempts refused for overload or slow)",
+		"breaker":  ", held by the open circuit breaker",
+	}
+)
+
+// deferredWords says why a retry that waited in the Gate was not admitted.
 func deferredWords(waitEnd, held string) string {
-	var s string
-	switch waitEnd {
-	case "hold":
-		s = "retry deferred, not let go after its pause (the Gate's hold rule)"
-	case "hopeless":
-		s = "retry deferred, none could finish before the deadline (the Gate's hopeless rule)"
-	case "max-wait":
-		s = "retry deferred the longest a call without a deadline waits (defer.maxWait)"
-	default:
+	s, ok := waitEndWords[waitEnd]
+	if !ok {
 		s = "retry deferred, no admission before the deadline"
 	}
-	switch held {
-	case "":
-	case "outage":
-		s += ", held by the Gate's outage rule (the backend is down)"
-	case "overload":
-		s += ", held by the Gate's overload rule (most attempts refused for overload or slow)"
-	case "breaker":
-		s += ", held by the open circuit breaker"
-	default:
-		s += ", held by the Gate's " + held + " rule"
+	if h, ok := heldByWords[held]; ok {
+		return s + h
+	}
+	if held != "" {
+		return s + ", held by the Gate's " + held + " rule"
 	}
 	return s
 }
@@ -134,7 +124,7 @@ func (e *Error) GRPCStatus() *status.Status { return status.Convert(e.Err) }
 // attempt and the caller's own cancellation. stagger's server side answers
 // "do not retry" (gRFC A6's negative pushback) when a handler returns such
 // an error, so that layers above do not retry what this one already did.
-func (e *Error) GaveUp() bool { return giveUpWords(e.Reason) != "" }
+func (e *Error) GaveUp() bool { return giveUpWords[e.Reason] != "" }
 
 // Attempts returns the number of attempts stagger made for the call that
 // returned err, or 0 when err does not come from stagger: nil (a success),

@@ -137,17 +137,13 @@ func WithBudget(b budget.Budget) Option {
 }
 
 // WithBreakers makes bs the circuit breakers (and adaptive throttling) that
-// guard every call, in place of those of the file's circuitBreaker and
+// guard every call, in place of the file's circuitBreaker and
 // adaptiveThrottling; a nil bs turns them off. Build bs once with
 // breaker.NewSet and share it, as a budget: a breaker sees what the calls
-// it guards see.
-//
-// There is one breaker.Breaker per connection target and method (scope
-// METHOD, the default: one failing method, or one whose keys fail, does not
-// stop the others) or per target (scope TARGET). The file's breakers are
-// built by the interceptors and kept in their State, as its budgets are.
-// Per-backend ejection is gRPC's outlier detection (gRFC A50, in the service
-// config's loadBalancingConfig); stagger does not re-implement it.
+// it guards see. There is one breaker.Breaker per target and method (scope
+// METHOD, the default: one failing method does not stop the others) or per
+// target (scope TARGET). Per-backend ejection is gRPC's outlier detection
+// (gRFC A50), which stagger does not re-implement.
 //
 // The admission order of a call: the breaker and throttling before the
 // first attempt; for a retry, Decide (the caller's deadline included), the
@@ -155,31 +151,27 @@ func WithBudget(b budget.Budget) Option {
 // attempt fails at once, UNAVAILABLE with a message that names the breaker
 // and when it probes next, as an *Error of no attempts and reason breaker
 // (errors.Is(err, breaker.ErrOpen)). A retry is refused: with a deferring
-// budget (budget.Gate, the default's) it waits, within its deadline, until
-// the gate lets it go as the breaker allows (budget.Request.Guard: the
-// half-open probe is one attempt, a new call's first or a waiting retry,
-// whichever asks first); without one it ends its call (reason breaker)
-// unless it can go as the probe. A hedge is admitted as such a retry: a
-// breaker that is not closed lets it go only as its probe, else hedging
-// stops (reason breaker). Failures are UNAVAILABLE, RESOURCE_EXHAUSTED and
-// a DEADLINE_EXCEEDED that is not the caller's; the caller's own end counts
-// for nothing; any other status is an answer from a working server.
+// budget (budget.Gate) it waits within its deadline until the breaker lets
+// it go (budget.Request.Guard: the half-open probe is one attempt, a first
+// or a waiting retry, whichever asks first); without one it ends its call
+// (reason breaker) unless it can go as the probe. A hedge is admitted as
+// such a retry, else hedging stops. Failures are UNAVAILABLE,
+// RESOURCE_EXHAUSTED and a DEADLINE_EXCEEDED that is not the caller's; the
+// caller's own end counts for nothing; any other status is an answer.
 //
-// Adaptive throttling (the SRE book's client-side throttling) rejects first
-// attempts locally, reason throttled, with probability max(0, (requests −
-// K × accepts) / (requests + 1)) over the breaker's window; retries are the
-// budget's to admit.
+// Adaptive throttling (the SRE book's) rejects first attempts locally,
+// reason throttled, with probability max(0, (requests − K × accepts) /
+// (requests + 1)) over the breaker's window.
 //
 // waitForReady calls guarded by a breaker are held by stagger while their
-// connection is not ready, as grpc would hold them; when the wait saw a
-// connection attempt fail, they start one at a time at the rate the server
-// answered (breaker.Breaker.Pace), not all at once when the connection
-// comes back; circuitBreaker.paceReconnect false turns that off.
+// connection is not ready; when the wait saw a connection attempt fail,
+// they start one at a time at the rate the server answered
+// (breaker.Breaker.Pace), unless circuitBreaker.paceReconnect is false.
 //
 // State changes reach the hooks and the logger (EventBreaker) of the
-// interceptor whose call made them, after every lock is released;
-// breaker.Set.Snapshots gives every breaker's state. On a call's success
-// path a breaker costs one atomic load and one mutex, with no allocation.
+// interceptor whose call made them, outside every lock;
+// breaker.Set.Snapshots gives every breaker's state. On the success path a
+// breaker costs one atomic load and one mutex, with no allocation.
 func WithBreakers(bs *breaker.Set) Option {
 	return Option{apply: func(o *options) { o.breakers, o.breakersSet = bs, true }}
 }
@@ -200,65 +192,47 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 }
 
 // WithLogger logs what stagger does through l, any go-grpc-middleware v2
-// logging.Logger (its slog, zap, zerolog, ... adapters fit). Every message
-// is a constant, so a log pipeline can group, count and rate-limit lines by
-// it; what changes goes in attributes. Durations are strings in
-// time.Duration's format ("250ms"), not integer nanoseconds.
+// logging.Logger (its slog, zap, zerolog, ... adapters fit). Messages are
+// constants, so a pipeline can group and rate-limit lines by them; what
+// changes goes in attributes, durations as strings ("250ms").
 //
-// Debug: one line per event of a call but EventEnd, so an outage, which
-// makes such events by the thousand, writes nothing above debug per call.
-// Attributes: grpc.method, stagger.event (EventKind.String), stagger.attempt,
-// grpc.code; stagger.pause for a retry, a hedge or a deferral, and
-// stagger.pushback (true) when the pause is the server's; stagger.backend
-// (Event.Backend); stagger.reason when the event has one;
-// stagger.deferred and stagger.admission after a wait for the budget;
+// Debug: one line per event of a call but EventEnd, so an outage writes
+// nothing above debug per call. Attributes: grpc.method, stagger.event
+// (EventKind.String), stagger.attempt, grpc.code; stagger.pause for a
+// retry, a hedge or a deferral, and stagger.pushback (true) when it is the
+// server's; stagger.backend (Event.Backend); stagger.reason when the event
+// has one; stagger.deferred and stagger.admission after a budget wait;
 // grpc.target but for a retry or a hedge; stagger.budget.level,
 // stagger.gate and stagger.budget.waiting when the budget refused or
 // deferred a retry.
 //
-// Warn, summed up: the calls that end because their budget refused a retry
-// or ended its wait (reasons budget, deferred and outage), and the hedges
-// it refused, in at most one line per backend per 10 seconds, "stagger:
-// calls ended without the retry their budget refused, ...", with
-// grpc.target (the canonical target, which keys the budget: two spellings
-// of one backend share a line), the counts since the backend's last line
-// (stagger.budget_refused, stagger.wait_ended, stagger.outage,
-// stagger.hedges_refused), stagger.interval (the time since that line;
-// absent on the first) and the budget's latest stagger.budget.level and
-// stagger.gate. A backend's first such call is said at once, the others
-// when its 10 seconds end. At info level, "stagger: a backend begins to
-// hold calls: ..." (grpc.target, grpc.method, stagger.gate) at a backend's
-// first deferred retry (not a hedge's) and its first after 10 seconds
-// without one, so an outage shows when it begins, not only as calls end.
-// Both go to the interceptor's logger, not to one given on a call.
+// Warn, summed up per backend (grpc.target, the canonical target that
+// keys its budget) in at most one line per 10 seconds, the first at once:
+// "stagger: calls ended without the retry their budget refused, ...", with
+// the counts since the backend's last line (stagger.budget_refused,
+// stagger.wait_ended, stagger.outage: calls by reason; stagger.hedges_refused),
+// stagger.interval (the time since that line) and the budget's latest
+// stagger.budget.level and stagger.gate. Info, at a backend's first
+// deferred retry and its first after 10 seconds without one: "stagger: a
+// backend begins to hold calls: ..." (grpc.target, grpc.method,
+// stagger.gate). Both go to the interceptor's logger, not a call's.
 //
-// Warn, once each: a circuit breaker that opens (its other changes at
-// info; stagger.breaker, stagger.to, stagger.from, stagger.failures,
-// stagger.answered, stagger.break); each notice (EventNotice), once per
-// method; the first ambiguous give-up of each method ("stagger: not
-// retried: ..."); the policy file's warnings (policy.Config.Warnings: a
-// misspelt key, a name the program's protos do not declare, with its "did
-// you mean"), once per file when a call first follows it, "stagger: policy
-// file warning ..." with stagger.warning, stagger.field and, when known,
-// stagger.file, stagger.line and stagger.column; a call to a method the
-// file nearly names (policy.Config.NearlyNamed), "stagger: the policy file
-// nearly names the method ..." with grpc.method and stagger.name, once per
-// service when the name is a misspelt service, per method otherwise. Hooks
-// do not get the file's warnings: they are not events of a call.
+// Warn, once each: a breaker that opens (its other changes at info;
+// stagger.breaker, stagger.to, stagger.from, stagger.failures,
+// stagger.answered, stagger.break); each notice (EventNotice); the first
+// ambiguous give-up of each method; the policy file's warnings
+// (policy.Config.Warnings), when a call first follows the file
+// (stagger.warning, stagger.field and, when known, stagger.file,
+// stagger.line, stagger.column); a method the file nearly names
+// (policy.Config.NearlyNamed; grpc.method, stagger.name). Error, once: a
+// reload the Source refused (policy.Source.Refused; stagger.error,
+// stagger.file), and one with warnings (policy.Source.Warned;
+// stagger.file, stagger.warnings), on the next call.
 //
-// Error, on the next call: a reload the Source refused
-// (policy.Source.Refused), "stagger: policy file not reloaded, ..." with
-// stagger.error and stagger.file, once; a reload with warnings (a file that
-// names no known method or turns a method's retries off;
-// policy.Source.Warned), "stagger: policy file reloaded with warnings: ..."
-// with stagger.file and stagger.warnings, once per State.
-//
-// Without a logger, slog.Default() still hears what would fail in silence:
-// the notices; the likely typos (policy.Warning.Typo) and nearly named
-// methods, once per State (WithState: the interceptors of one
-// stagger.DialOptions share one), for a typo silently turns retries off;
-// the refused reloads and reloads with warnings, once in the process
-// (policy.Source.ClaimRefused, policy.Source.ClaimWarned).
+// Without a logger, slog.Default() still hears what would fail in
+// silence: the notices; the likely typos (policy.Warning.Typo) and nearly
+// named methods, once per State; the refused reloads and the reloads with
+// warnings, once in the process.
 func WithLogger(l logging.Logger) Option {
 	return Option{apply: func(o *options) { o.logger = l }}
 }
@@ -435,25 +409,20 @@ func WithIdempotentMethods(safe func(method string) bool) Option {
 //
 //  1. WithCriticality on the call;
 //  2. the call's context (criticality.FromContext): the request a server
-//     is serving, as stagger's server side puts it there, or
-//     criticality.NewContext;
-//  3. the policy file's "criticality" for the method (policy.Method);
+//     is serving, as stagger's server side puts it there;
+//  3. the policy file's "criticality" for the method;
 //  4. WithCriticality given when building the interceptor;
 //  5. none: the call is CRITICAL.
 //
-// The context wins over the file so that criticality propagates down a call
-// chain as in Google's RPC stack: a server cannot raise the criticality of
-// the work it does for a request, so a SHEDDABLE request stays SHEDDABLE at
-// every layer below it. The file names it for calls no request carried one
-// for (a batch job, a server's background work); only code overrides it.
+// The context wins over the file so that a server cannot raise the
+// criticality of the work it does for a request: a SHEDDABLE request stays
+// SHEDDABLE at every layer below it, as in Google's RPC stack.
 //
 // A call whose criticality comes from 1 to 4 sends it on every attempt,
 // hedges and Disable included, in the header criticality.Header, for the
-// server to shed by and hand on to the calls its handler makes; it costs
-// the call its outgoing metadata (4 allocations). A call none names sends
-// nothing and allocates nothing; the server takes it for CRITICAL. The
-// budget hears it (budget.Request.Criticality); Event.Criticality and
-// Report.Criticality give it.
+// server to shed by and hand on; it costs the call its outgoing metadata
+// (4 allocations). A call none names sends nothing and allocates nothing.
+// The budget hears it (budget.Request.Criticality), as do Event and Report.
 func WithCriticality(l criticality.Level) Option {
 	return Option{apply: func(o *options) { o.callCrit = l }}
 }
