@@ -75,17 +75,11 @@ func (s *refusedSummary) count(e Event) {
 	now := s.now()
 	e.Target = summaryTarget(e.Target)
 	s.mu.Lock()
+	e.Target = boundedKey(s.byTarget, e.Target)
 	t := s.byTarget[e.Target]
 	if t == nil {
-		target := e.Target
-		if len(s.byTarget) >= refusedLogTargets {
-			target = "other"
-		}
-		if t = s.byTarget[target]; t == nil {
-			t = &refusedTally{}
-			s.byTarget[target] = t
-		}
-		e.Target = target
+		t = &refusedTally{}
+		s.byTarget[e.Target] = t
 	}
 	switch {
 	case e.Kind == EventHedgeStop:
@@ -188,14 +182,11 @@ func (s *refusedSummary) held(e Event) {
 	now := s.now()
 	target := summaryTarget(e.Target)
 	s.mu.Lock()
-	last, ok := s.holding[target]
-	if !ok && len(s.holding) >= refusedLogTargets {
+	if _, ok := s.holding[target]; !ok && len(s.holding) >= refusedLogTargets {
 		s.forgetHoldingLocked(now)
-		if len(s.holding) >= refusedLogTargets {
-			target = "other"
-			last, ok = s.holding[target]
-		}
 	}
+	target = boundedKey(s.holding, target)
+	last, ok := s.holding[target]
 	s.holding[target] = now
 	s.mu.Unlock()
 	if ok && now.Sub(last) < s.every {
@@ -208,8 +199,17 @@ func (s *refusedSummary) held(e Event) {
 	s.logger.Log(context.Background(), logging.LevelInfo, msgHolding, fields...)
 }
 
+// boundedKey returns target, or "other" when m has no room left for it.
+func boundedKey[V any](m map[string]V, target string) string {
+	if _, ok := m[target]; !ok && len(m) >= refusedLogTargets {
+		return "other"
+	}
+	return target
+}
+
 // forgetHoldingLocked forgets the backends that deferred no retry for an
 // interval.
+
 func (s *refusedSummary) forgetHoldingLocked(now time.Time) {
 	for t, at := range s.holding {
 		if now.Sub(at) >= s.every {
