@@ -38,11 +38,10 @@ type Option struct {
 // options holds every setting; the interceptor keeps one, built once, and a
 // call copies it only when it carries options of its own.
 type options struct {
-	cfg       *policy.Config
-	source    ConfigSource
-	policy    *policy.Policy
-	budget    budget.Budget
-	budgetSet bool
+	cfg    *policy.Config
+	source ConfigSource
+	policy *policy.Policy
+	budget budget.Budget
 	// fallback (one for every backend) or fallbacks (one per backend) is
 	// the budget when neither WithBudget nor the file gives one.
 	fallback  budget.Budget
@@ -55,14 +54,13 @@ type options struct {
 	predicate policy.Predicate
 	// maxAttempts overrides the policy's when > 0.
 	maxAttempts int
+	codes       policy.CodeSet
+	backoff     policy.Backoff
+	perAttempt  time.Duration
 	// The ...Set flags say the option was given: an empty codes set, a
-	// zero perAttempt or a nil breakers each mean something.
-	codes         policy.CodeSet
-	codesSet      bool
-	backoff       policy.Backoff
-	backoffSet    bool
-	perAttempt    time.Duration
-	perAttemptSet bool
+	// zero perAttempt, a nil budget or breakers each mean something.
+	budgetSet, codesSet, backoffSet, perAttemptSet, breakersSet bool
+
 	// foreign: the call carried go-grpc-middleware's retry options;
 	// foreignMax, the attempts the last of them that sets any allows (0:
 	// none said), which lower the policy's and never raise them.
@@ -76,7 +74,6 @@ type options struct {
 	replaySize  int
 	replayLimit *ReplayLimit
 	breakers    *breaker.Set
-	breakersSet bool
 	state       *State
 	// resume is copied on write, so calls may share it.
 	resume map[string]ResumeFunc
@@ -103,9 +100,8 @@ func WithConfig(cfg *policy.Config) Option {
 
 // WithConfigSource is WithConfig for a file that can change: src.Config() is
 // read at the start of every call, so a reload applies to the next call and
-// never to a call in flight. src.Config() may return nil (no file). A reload
-// that keeps the budget settings keeps every backend's budget state, and one
-// that changes them starts afresh (State).
+// never to a call in flight; it may return nil (no file). What a reload keeps
+// of the budgets and breakers, State says.
 func WithConfigSource(src ConfigSource) Option {
 	return Option{apply: func(o *options) { o.cfg, o.source = nil, src }}
 }
@@ -271,23 +267,18 @@ const DefaultIdempotencyHeader = "idempotency-key"
 
 // WithIdempotencyKey sends, on every attempt of a call, the metadata header
 // named header with a random value made once per call, so a server can tell a
-// retried write it already applied. A call whose outgoing metadata already
-// carries header keeps the caller's key and gets none added. The server must
-// de-duplicate the key (server.WithIdempotency does, for unary calls). An
-// empty header turns it off.
+// retried write it already applied; a call whose outgoing metadata carries
+// header keeps the caller's key. The server must de-duplicate the key
+// (server.WithIdempotency does, for unary calls). An empty header turns it
+// off.
 //
 // A unary call with a key counts as idempotent wherever stagger could run
 // it twice: an ambiguous failure is retried with the same key, an attempt
 // is retried after response headers too (gRFC A6 would commit it), the
-// per-attempt timer applies, and a hedging policy hedges it.
-//
-// A stream with a key does not count as idempotent for the per-attempt
-// timer and hedging, because server.WithIdempotency does not de-duplicate
-// streams: a stream of a method not known to be idempotent runs without
-// them, as without a key (said once per method). Only its ambiguous
-// failure before any response is retried for its key. Mark the method
-// idempotent, or register a resume function (WithResume), to retry it
-// further.
+// per-attempt timer applies, and a hedging policy hedges it. A stream with
+// a key does not count as idempotent (server.WithIdempotency does not
+// de-duplicate streams): only its ambiguous failure before any response is
+// retried for its key.
 func WithIdempotencyKey(header string) Option {
 	return Option{apply: func(o *options) { o.idemKey = header }}
 }
@@ -321,20 +312,14 @@ func WithMaxAttempts(n int) Option {
 }
 
 // WithCodes makes cs the status codes the call retries, in place of the
-// retry policy's retryableStatusCodes; for a hedged method it replaces the
-// hedging policy's nonFatalStatusCodes (after which the next hedge goes at
-// once and the call goes on; any other failure ends it). It is
-// go-grpc-middleware's retry.WithCodes, meant per call, and changes nothing
-// for a method without a policy nor any other rule: the caller's own
-// deadline or cancellation is never retried (CANCELED and DEADLINE_EXCEEDED
-// in cs retry only attempts that failed with them while the caller's
-// context was live); a committed attempt, maxAttempts, pushback and the
-// budget still apply; an attempt cut off by the per-attempt timeout is
-// retried whatever the codes; a predicate still decides first.
-//
-// WithCodes() retries no status code: it does not mean the policy's codes.
-// codes.OK and codes grpc does not define are ignored: WithCodes(codes.OK)
-// retries nothing.
+// retry policy's retryableStatusCodes (a hedging policy's
+// nonFatalStatusCodes); go-grpc-middleware's retry.WithCodes, meant per
+// call. It changes nothing for a method without a policy, nor any other
+// rule: the caller's own deadline or cancellation is never retried; a
+// committed attempt, maxAttempts, pushback and the budget still apply; an
+// attempt cut off by the per-attempt timeout is retried whatever the codes;
+// a predicate still decides first. WithCodes() retries no code; codes.OK
+// and codes grpc does not define are ignored.
 func WithCodes(cs ...codes.Code) Option {
 	set := policy.NewCodeSet(cs...) &^ policy.NewCodeSet(codes.OK)
 	return Option{apply: func(o *options) { o.codes, o.codesSet = set, true }}
@@ -355,15 +340,13 @@ func WithBackoff(b policy.Backoff) Option {
 
 // WithPerAttemptTimeout makes d the per-attempt timeout
 // (perAttemptRecvTimeout) of the call's retry policy, the file's entry or
-// WithPolicy's; meant per call, where go-grpc-middleware's
-// retry.WithPerRetryTimeout was. d = 0 turns the policy's timeout off for
-// the call. The timer keeps its rules (UnaryClientInterceptor), among them
-// that it applies only to a method known to be idempotent or a unary call
-// with an idempotency key (Idempotent() on the same call marks it); else
-// the call runs without it, said once per method
-// (policy.ReasonNotIdempotent). A negative d is not applied
-// (policy.ReasonInvalidOption); on a method without a retry policy it is
-// reported as WithBackoff is.
+// WithPolicy's; meant per call, as go-grpc-middleware's
+// retry.WithPerRetryTimeout. d = 0 turns the timeout off for the call. The
+// timer keeps its rules (UnaryClientInterceptor): a method not known to be
+// idempotent, called without an idempotency key, runs without it
+// (Idempotent() on the call marks it), said once per method. A negative d is not applied (policy.ReasonInvalidOption); on
+// a method without a retry policy it is reported as WithBackoff is.
+
 func WithPerAttemptTimeout(d time.Duration) Option {
 	return Option{apply: func(o *options) { o.perAttempt, o.perAttemptSet = d, true }}
 }
