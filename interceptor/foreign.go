@@ -72,16 +72,9 @@ func lowerAttempts(p *policy.Policy, n int) *policy.Policy {
 	return &q
 }
 
-// foreignPackages are the packages whose call options configure another
-// retry interceptor: passed to a call through stagger they compile, and
-// grpc ignores them (they embed grpc.EmptyCallOption).
-var foreignPackages = [...]string{
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry",
-	"github.com/grpc-ecosystem/go-grpc-middleware/retry",
-}
-
 // foreignRetryOption reports whether opt is another retry library's call
-// option; grpc's common options are told apart by their type alone.
+// option, which compiles as a grpc.CallOption and does nothing under
+// stagger; grpc's common options are told apart by their type alone.
 func foreignRetryOption(opt grpc.CallOption) bool {
 	switch opt.(type) {
 	case grpc.StaticMethodCallOption, grpc.HeaderCallOption, grpc.TrailerCallOption, grpc.PeerCallOption,
@@ -97,11 +90,10 @@ func foreignRetryOption(opt grpc.CallOption) bool {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	pkg := t.PkgPath()
-	for _, f := range foreignPackages {
-		if pkg == f {
-			return true
-		}
+	switch t.PkgPath() {
+	case "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry",
+		"github.com/grpc-ecosystem/go-grpc-middleware/retry":
+		return true
 	}
 	return false
 }
