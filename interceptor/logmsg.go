@@ -26,6 +26,7 @@ const (
 	msgAmbiguous      = "stagger: not retried: the request may have run on the server and the method is not known to be idempotent (mark it idempotent or send an idempotency key)"
 	msgNoTimer        = "stagger: per-attempt timeout not applied: method not known to be idempotent"
 	msgNoHedging      = "stagger: hedging not applied: method not known to be idempotent"
+	msgReplyType      = "stagger: hedging not applied: the call's reply is not a protobuf message, so its attempts go one at a time"
 	msgCapped         = "stagger: WithMaxAttempts above the cap: lowered to the cap (stagger.attempt)"
 	msgOverridden     = "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"
 	msgNoPolicy       = "stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)"
@@ -163,6 +164,8 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 			msg = msgInvalidOption
 		case e.Reason == policy.ReasonForeignOption:
 			msg = msgForeignOption
+		case e.Reason == policy.ReasonReplyType:
+			msg = msgReplyType
 		case e.Hedging:
 			msg = msgNoHedging
 		}
