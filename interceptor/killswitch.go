@@ -71,10 +71,7 @@ func SetDisabled(on bool) {
 	}
 	switchMu.Unlock()
 	if changed {
-		if on {
-			heldRetries.end(nil)
-		}
-		saySwitch(nil, on, "SetDisabled")
+		switched(nil, nil, on, "SetDisabled")
 	}
 }
 
@@ -148,7 +145,7 @@ func switchEnded(ctx context.Context) bool { return context.Cause(ctx) == errSwi
 func offFor(cfg *policy.Config) bool {
 	if switchedOff.Load() {
 		if !switchSaid.Load() && switchSaid.CompareAndSwap(false, true) {
-			saySwitch(nil, true, DisableEnv)
+			switched(nil, nil, true, DisableEnv)
 		}
 		return true
 	}
@@ -165,10 +162,7 @@ func (k *core) fileSwitch(cfg *policy.Config) {
 	if st.fileOff.Load() == is || !st.fileOff.CompareAndSwap(!is, is) {
 		return
 	}
-	if is {
-		heldRetries.end(st)
-	}
-	saySwitch(k.opts.logger, is, "policy file")
+	switched(k.opts.logger, st, is, "policy file")
 }
 
 // Disabled reports whether the policy file the State's interceptors follow
@@ -176,12 +170,16 @@ func (k *core) fileSwitch(cfg *policy.Config) {
 // followed a new file. A nil State returns false.
 func (s *State) Disabled() bool { return s != nil && s.fileOff.Load() }
 
-// saySwitch tells l (nil: slog.Default()) that the switch turned, and by what.
-func saySwitch(l logging.Logger, on bool, by string) {
+// switched is what follows a switch's turn, by whatever turned it: on, the
+// retries held by calls with State st (nil: every call) end; l (nil:
+// slog.Default()) hears what turned it.
+func switched(l logging.Logger, st *State, on bool, by string) {
 	msg, level := msgSwitchedOn, logging.LevelInfo
 	if on {
+		heldRetries.end(st)
 		msg, level = msgSwitchedOff, logging.LevelWarn
 	}
+
 	if l == nil {
 		l = slogDefault
 	}
