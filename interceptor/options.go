@@ -108,26 +108,20 @@ func WithConfigSource(src ConfigSource) Option {
 
 // WithPolicy retries, with p (copied), the methods the policy file does not
 // match, or all methods when there is no file. On a call to a method the
-// file has an entry for, the entry decides and the logger and hooks say so
-// once per method (EventNotice, policy.ReasonOverridden); WithBackoff,
-// WithPerAttemptTimeout, WithMaxAttempts and WithCodes change the entry's
-// policy for one call. A p with fewer than 2 attempts retries nothing; one
-// that also sets a per-attempt timeout, codes or a backoff is reported the
-// same way (policy.ReasonOneAttempt), unless WithMaxAttempts gives it
-// attempts.
+// file has an entry for, the entry decides, said once per method
+// (policy.ReasonOverridden); WithBackoff, WithPerAttemptTimeout,
+// WithMaxAttempts and WithCodes change the entry's policy for one call. A p
+// with fewer than 2 attempts retries nothing (policy.ReasonOneAttempt).
 func WithPolicy(p policy.Policy) Option {
 	return Option{apply: func(o *options) { o.policy = &p }}
 }
 
 // WithBudget makes b the retry budget of every call, whatever its backend,
-// in place of the budgets the file declares; a nil b means unlimited.
-//
-// The file's budgets and stagger.DialOptions' default are kept per backend
-// (budget.Backends: each target its tokens, each of its methods its Gate),
-// so that a retry storm on a down backend is not paid for by the healed
-// retries of a healthy one beside it (BENCHMARKS.md, "Per backend"). One b
-// across backends is an explicit choice: its tokens and, for a Gate, what
-// it learns of the servers' health are then shared by all of them.
+// in place of the budgets the file declares; a nil b means unlimited. The
+// file's budgets and stagger.DialOptions' default are kept per backend
+// (budget.Backends), so that a healthy backend's retries do not pay for a
+// storm on a down one beside it (BENCHMARKS.md, "Per backend"); one b
+// shares its tokens and its Gate's view of health across backends.
 func WithBudget(b budget.Budget) Option {
 	return Option{apply: func(o *options) { o.budget, o.budgetSet = b, true }}
 }
@@ -296,12 +290,10 @@ func WithPredicate(p policy.Predicate) Option {
 // call. n < 2 means no retry (no hedge). It changes nothing for a method
 // without a policy.
 //
-// n is bounded by the cap the file was parsed with
-// (policy.WithMaxAttemptsCap; policy.DefaultMaxAttemptsCap without a file),
-// or by the policy's own maxAttempts when larger (a policy.Policy given in
-// code is not capped). A larger n is lowered to that bound, and the logger
-// and hooks hear of it once per method and interceptor (EventNotice,
-// policy.ReasonAttempts, Attempt the bound applied).
+// n is bounded by the cap the file was parsed with (policy.WithMaxAttemptsCap;
+// policy.DefaultMaxAttemptsCap without a file), or the policy's own
+// maxAttempts when larger; a larger n is lowered to it, said once per method
+// (policy.ReasonAttempts, Attempt the bound).
 func WithMaxAttempts(n int) Option {
 	return Option{apply: func(o *options) {
 		if n < 1 {
@@ -327,13 +319,10 @@ func WithCodes(cs ...codes.Code) Option {
 
 // WithBackoff makes b the backoff of the call's retry policy, the file's
 // entry or WithPolicy's; meant per call, as go-grpc-middleware's
-// retry.WithBackoff. It changes no other rule (pushback still restarts the
-// sequence from b.Initial; a pause that cannot end before the caller's
-// deadline is not taken). A b that fails policy.Backoff.Validate is not
-// applied: the policy's stays, and the logger and hooks hear why once per
-// method (EventNotice, policy.ReasonInvalidOption, Err naming the field).
-// On a method without a retry policy (a hedged one included) it is
-// reported too (policy.ReasonNoPolicy).
+// retry.WithBackoff. It changes no other rule. A b that fails
+// policy.Backoff.Validate is not applied, said once per method
+// (policy.ReasonInvalidOption, Err naming the field); so is a b on a method
+// without a retry policy, a hedged one included (policy.ReasonNoPolicy).
 func WithBackoff(b policy.Backoff) Option {
 	return Option{apply: func(o *options) { o.backoff, o.backoffSet = b, true }}
 }
@@ -373,12 +362,11 @@ func NotIdempotent() Option {
 	return Option{apply: func(o *options) { o.idempotent = -1 }}
 }
 
-// WithIdempotentMethods names, in code, the methods safe to run more than
-// once beside the proto registry's idempotency_level: a method
-// ("/pkg.Service/Method") is idempotent when either says so. It is asked
-// only when neither the call (Idempotent, NotIdempotent) nor the file
-// decides. safe must be quick and safe for concurrent use; nil asks the
-// registry alone.
+// WithIdempotentMethods names, in code, the methods ("/pkg.Service/Method")
+// safe to run more than once beside the proto registry's idempotency_level,
+// asked when neither the call (Idempotent, NotIdempotent) nor the file
+// decides. safe must be quick and safe for concurrent use.
+
 func WithIdempotentMethods(safe func(method string) bool) Option {
 	return Option{apply: func(o *options) { o.safe = safe }}
 }
