@@ -14,36 +14,27 @@ import (
 // opt allows: 1 for retry.Disable() (WithMax(0)), n for WithMax(n); 0 for
 // its other options and for one it cannot read. Both major versions keep
 // it in the field max of the struct their applyFunc fills, so the option
-// is applied to a fresh one. A call that asked for fewer attempts must not
-// get more under stagger: a non-idempotent call retried is the one mistake
-// a retry layer must not make.
+// is applied to a fresh one; any other shape panics in reflect, which
+// reads as no value. A call that asked for fewer attempts must not get
+// more under stagger: a non-idempotent call retried is the one mistake a
+// retry layer must not make.
 func foreignAttempts(opt grpc.CallOption) (n int) {
 	defer func() {
 		if recover() != nil {
-			n = 0 // a shape this reading does not know: no value
+			n = 0
 		}
 	}()
 	v := reflect.ValueOf(opt)
 	if v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return 0
-		}
 		v = v.Elem()
-	}
-	if v.Kind() != reflect.Struct {
-		return 0
 	}
 	c := reflect.New(v.Type()).Elem() // addressable, so its field can be called
 	c.Set(v)
 	f := c.FieldByName("applyFunc")
-	if !f.IsValid() || f.Kind() != reflect.Func || f.IsNil() || f.Type().NumIn() != 1 || f.Type().In(0).Kind() != reflect.Pointer ||
-		f.Type().In(0).Elem().Kind() != reflect.Struct {
-		return 0
-	}
 	apply := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
 	o := reflect.New(f.Type().In(0).Elem())
 	mx := o.Elem().FieldByName("max")
-	if !mx.IsValid() || mx.Kind() != reflect.Uint {
+	if mx.Kind() != reflect.Uint {
 		return 0
 	}
 	const unset = math.MaxUint64
