@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"math/rand/v2"
 
@@ -12,12 +13,8 @@ import (
 // ChaCha8, seeded from the OS and lock-free.
 func newIdempotencyKey() string {
 	var b [16]byte
-	for i := 0; i < 2; i++ {
-		u := rand.Uint64()
-		for j := 0; j < 8; j++ {
-			b[i*8+j] = byte(u >> (8 * j))
-		}
-	}
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
 	return hex.EncodeToString(b[:])
 }
 
