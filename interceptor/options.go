@@ -196,13 +196,14 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 // stagger.gate and stagger.budget.waiting when the budget refused or
 // deferred a retry.
 //
-// Warn, summed up per backend (grpc.target, the canonical target that
-// keys its budget) in at most one line per 10 seconds, the first at once:
-// "stagger: calls ended without the retry their budget refused, ...", with
-// the counts since the backend's last line (stagger.budget_refused,
-// stagger.wait_ended, stagger.outage: calls by reason; stagger.hedges_refused),
-// stagger.interval (the time since that line) and the budget's latest
-// stagger.budget.level and stagger.gate. Info, at a backend's first
+// Warn, summed up: the calls their budget ended (reasons budget, deferred,
+// outage) and the hedges it refused, per backend (grpc.target, the
+// canonical target that keys its budget), in at most one line per 10
+// seconds, the first at once: "stagger: calls ended without the retry
+// their budget refused, ...", with the counts since the backend's last line
+// (stagger.budget_refused, stagger.wait_ended, stagger.outage,
+// stagger.hedges_refused), stagger.interval (the time since that line) and
+// the budget's latest stagger.budget.level and stagger.gate. Info, at a backend's first
 // deferred retry and its first after 10 seconds without one: "stagger: a
 // backend begins to hold calls: ..." (grpc.target, grpc.method,
 // stagger.gate). Both go to the interceptor's logger, not a call's.
