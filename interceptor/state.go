@@ -109,8 +109,7 @@ func (s *State) budgets(cfg *policy.Config, keep bool) *budget.Backends {
 	if key.Kind == budget.KindNone {
 		return nil
 	}
-	budgets := func(m *stateMaps) *map[budget.Settings]*budget.Backends { return &m.budgets }
-	return held(s, budgets, key, cfg.NewBudgets, keep)
+	return held(s, func(m *stateMaps) *map[budget.Settings]*budget.Backends { return &m.budgets }, key, cfg.NewBudgets, keep)
 }
 
 // breakers returns the breakers that guard cfg's calls matched to m (nil:

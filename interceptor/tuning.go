@@ -14,16 +14,14 @@ import (
 // each other (pace.go).
 const (
 	// slowSuccessPart: a success after this part of the per-attempt
-	// timeout is overload, told to the budget (budget.Attempt.Overload),
-	// whose Gate then lets slow attempts run on. A quarter wasted the least
-	// work on the lab's slowdown-90 server (BENCHMARKS.md, "Figures behind
-	// the code's choices").
+	// timeout is overload (budget.Attempt.Overload). A quarter wasted the
+	// least work on the lab's slowdown-90 server (BENCHMARKS.md, "Figures
+	// behind the code's choices").
 	slowSuccessPart = 4
-	// laterSendAgePart: an attempt sent after a timed-out one says the
-	// server is slow for all (pace.slowForAll) once this part of the
-	// timeout old and unserved; a younger one's silence says nothing. Not
-	// measured apart: slowSuccessPart's value, with which the rule was
-	// measured (BENCHMARKS.md).
+	// laterSendAgePart: an attempt sent after a timed-out one and this part
+	// of the timeout old, unserved, says the server is slow for all
+	// (pace.slowForAll). Not measured apart: slowSuccessPart's value, with
+	// which the rule was measured.
 	laterSendAgePart = 4
 	// stragglerFastPart: in a quiet process, a timed-out attempt is a
 	// straggler when the method's latest served attempt took less than
@@ -32,10 +30,9 @@ const (
 	// for all stretches answers past half of it first.
 	stragglerFastPart = 2
 	// paceSends send times, one per paceSliceParts-th of the timeout: two
-	// timeouts' worth, so the sends older than the slow-for-all rule's age
-	// are there when a timer fires; a slice is half that age. Not measured
-	// beyond TestRealTimeTimerSlowForAll on a loaded machine, where a ring
-	// of the latest four sends lost the evidence.
+	// timeouts' worth, in slices of half the slow-for-all rule's age. Not
+	// measured beyond TestRealTimeTimerSlowForAll on a loaded machine, where
+	// a ring of the latest four sends lost the evidence.
 	paceSends      = 16
 	paceSliceParts = 8
 	// scoutGapMax bounds the doubling gap between scouts, in per-attempt
