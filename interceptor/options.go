@@ -191,10 +191,11 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 // (EventKind.String), stagger.attempt, grpc.code; stagger.pause for a
 // retry, a hedge or a deferral, and stagger.pushback (true) when it is the
 // server's; stagger.backend (Event.Backend); stagger.reason when the event
-// has one; stagger.deferred and stagger.admission after a budget wait;
-// grpc.target but for a retry or a hedge; stagger.budget.level,
-// stagger.gate and stagger.budget.waiting when the budget refused or
-// deferred a retry.
+// has one, and stagger.error for a notice's Err; stagger.criticality when
+// named and not CRITICAL; stagger.deferred and stagger.admission after a
+// budget wait; grpc.target but for a retry or a hedge;
+// stagger.budget.level, stagger.gate and stagger.budget.waiting when the
+// budget refused or deferred a retry.
 //
 // Warn, summed up: the calls their budget ended (reasons budget, deferred,
 // outage) and the hedges it refused, per backend (grpc.target, the
