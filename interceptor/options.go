@@ -126,42 +126,35 @@ func WithBudget(b budget.Budget) Option {
 	return Option{apply: func(o *options) { o.budget, o.budgetSet = b, true }}
 }
 
-// WithBreakers makes bs the circuit breakers (and adaptive throttling) that
-// guard every call, in place of the file's circuitBreaker and
-// adaptiveThrottling; a nil bs turns them off. Build bs once with
-// breaker.NewSet and share it, as a budget: a breaker sees what the calls
-// it guards see. There is one breaker.Breaker per target and method (scope
-// METHOD, the default: one failing method does not stop the others) or per
-// target (scope TARGET). Per-backend ejection is gRPC's outlier detection
-// (gRFC A50), which stagger does not re-implement.
+// WithBreakers makes bs the circuit breakers and adaptive throttling that
+// guard every call (package breaker has their rules), in place of the
+// file's circuitBreaker and adaptiveThrottling; a nil bs turns them off.
+// Build bs once with breaker.NewSet and share it, as a budget: a breaker
+// sees what the calls it guards see. Per-backend ejection is gRPC's outlier
+// detection (gRFC A50), which stagger does not re-implement.
 //
 // The admission order of a call: the breaker and throttling before the
 // first attempt; for a retry, Decide (the caller's deadline included), the
-// breaker, the budget, then the wait. While a breaker is open a first
-// attempt fails at once, UNAVAILABLE with a message that names the breaker
+// breaker, the budget, then the wait. A first attempt an open breaker
+// refuses fails at once, UNAVAILABLE with a message that names the breaker
 // and when it probes next, as an *Error of no attempts and reason breaker
-// (errors.Is(err, breaker.ErrOpen)). A retry is refused: with a deferring
-// budget (budget.Gate) it waits within its deadline until the breaker lets
-// it go (budget.Request.Guard: the half-open probe is one attempt, a first
-// or a waiting retry, whichever asks first); without one it ends its call
-// (reason breaker) unless it can go as the probe. A hedge is admitted as
-// such a retry, else hedging stops. Failures are UNAVAILABLE,
-// RESOURCE_EXHAUSTED and a DEADLINE_EXCEEDED that is not the caller's; the
-// caller's own end counts for nothing; any other status is an answer.
-//
-// Adaptive throttling (the SRE book's) rejects first attempts locally,
-// reason throttled, with probability max(0, (requests − K × accepts) /
-// (requests + 1)) over the breaker's window.
+// (errors.Is(err, breaker.ErrOpen)); one throttling rejects, reason
+// throttled. Retries are not throttled. A refused retry, with a
+// deferring budget (budget.Gate), waits within its deadline until the
+// breaker lets it go (budget.Request.Guard: the half-open probe is one
+// attempt, a first or a waiting retry, whichever asks first); without one
+// it ends its call (reason breaker) unless it can go as the probe. A hedge
+// is admitted as such a retry, else hedging stops. A breaker counts as
+// failures UNAVAILABLE, RESOURCE_EXHAUSTED and a DEADLINE_EXCEEDED that is
+// not the caller's; the caller's own end counts for nothing; any other
+// status is an answer from a working server.
 //
 // waitForReady calls guarded by a breaker are held by stagger while their
-// connection is not ready; when the wait saw a connection attempt fail,
-// they start one at a time at the rate the server answered
-// (breaker.Breaker.Pace), unless circuitBreaker.paceReconnect is false.
-//
-// State changes reach the hooks and the logger (EventBreaker) of the
-// interceptor whose call made them, outside every lock;
-// breaker.Set.Snapshots gives every breaker's state. On the success path a
-// breaker costs one atomic load and one mutex, with no allocation.
+// connection is not ready; after a failed connection attempt they start at
+// breaker.Breaker.Pace's rate, unless circuitBreaker.paceReconnect is
+// false. State changes reach the hooks and the logger (EventBreaker) of
+// the interceptor whose call made them, outside every lock. On the success
+// path a breaker costs one atomic load and one mutex, with no allocation.
 func WithBreakers(bs *breaker.Set) Option {
 	return Option{apply: func(o *options) { o.breakers, o.breakersSet = bs, true }}
 }
