@@ -57,12 +57,11 @@ func envOn(v string) bool {
 // its next failure (a call in its pause sends that retry first); both end
 // with reason policy.ReasonDisabled.
 //
-// Each change is logged at warn level (on) or info (off), to the logger or
-// slog.Default(), with stagger.switch: "SetDisabled", "STAGGER_DISABLE"
-// (said by the first call) or "policy file". Calls made while it is on end
-// with Report.Disabled and Event.Disabled. Disabled and State.Disabled
-// read the switches, for a gauge (the otel module's stagger.client.switch).
-// Unlike Disable, it applies to every call. Safe for concurrent use.
+// Each change is logged at warn level (on) or info (off), with
+// stagger.switch: "SetDisabled", "STAGGER_DISABLE" (said by the first call)
+// or "policy file". Calls made while it is on end with Report.Disabled.
+// Disabled and State.Disabled read the switches, for a gauge. Safe for
+// concurrent use.
 func SetDisabled(on bool) {
 	switchMu.Lock()
 	changed := switchedOff.Swap(on) != on

@@ -17,9 +17,8 @@ import (
 // its budgets and breakers live here.
 //
 // Interceptors built with the same State (WithState) share it, per target;
-// without WithState each has its own, and stagger.DialOptions makes one for
-// the two interceptors it returns. Connections dialed with two DialOptions
-// calls share nothing, as grpc-go keeps one retry throttle per channel.
+// stagger.DialOptions makes one for the two interceptors it returns, so
+// two DialOptions calls share nothing, as grpc-go's channels do not.
 //
 // Settings are the key: configs with equal settings share the state, so a
 // reload through a policy.Source that keeps them keeps every backend's
