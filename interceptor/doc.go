@@ -13,23 +13,17 @@
 // after every attempt, asked before every retry) and the pause itself, which
 // ends at once when the caller cancels (the call then returns CANCELED).
 //
-// The admission order of every retry: the caller's deadline (Decide never
-// chooses a pause that outlasts it: the call returns the last attempt's
-// status at once instead), then the circuit breaker, then the budget, then
-// the wait. When the budget refuses and it is a budget.Deferrer (stagger's
-// token bucket and ratio, the default budget among them), the call waits
-// for a later admission instead of ending (EventDeferred; see budget.Gate):
-// no sooner than its pause, no later than its deadline less a timed attempt
-// (a call without one waits at most the budget's MaxWait), on the caller's
-// goroutine; it then retries or ends with the last attempt's status:
-// reason "deferred" when the Gate ended the wait (no retry could go before
-// the deadline, or its rules would not hold the retry past its pause),
-// "outage" for a call without a deadline in an outage that outlived
-// MaxWait, "budget" when too many wait or a more critical retry took its
-// place. A budget that is not a Deferrer (the gRFC A6 throttle by
-// default, a user's own) ends the call at once, reason "budget". A refused
-// hedge is not sent while another attempt is in flight; with none, it is a
-// retry, and waits as one.
+// A retry must fit before the caller's deadline (Decide never chooses a
+// pause that outlasts it: the call returns the last attempt's status at
+// once instead), then pass the circuit breaker and the budget (WithBreakers
+// has the order). When the budget refuses and is a budget.Deferrer (the
+// default's Gate), the call waits on its goroutine for a later admission
+// (EventDeferred; budget.Gate has the rules), no sooner than its pause and
+// within its deadline (without one, the budget's MaxWait); it then retries
+// or ends with the last attempt's status, reason "deferred", "outage" or
+// "budget" (policy.Reason says each). Another budget ends the call at once,
+// reason "budget". A refused hedge is not sent while another attempt is in
+// flight; with none, it is a retry, and waits as one.
 //
 // Which policy applies: the file's entry for the method (WithConfig or
 // WithConfigSource), else the policy given in code (WithPolicy), else none:
@@ -46,40 +40,26 @@
 // a call not safe to repeat is never retried (below).
 //
 // The caller's deadline. An attempt that ends with CANCELED or
-// DEADLINE_EXCEEDED when the caller's context has ended, or when its
-// deadline is at most 1 ms away, ended for the caller's deadline (the server
-// or grpc can report it a moment before the context's own timer does): it
-// is not retried (reason "caller") and the call returns DEADLINE_EXCEEDED.
-// A call returns CANCELED only when the caller cancelled it.
+// DEADLINE_EXCEEDED when the caller's context has ended, or at most 1 ms
+// before its deadline, ended for the caller's deadline: it is not retried
+// (reason "caller") and the call returns DEADLINE_EXCEEDED. A call returns
+// CANCELED only when the caller cancelled it.
 //
 // The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
 // known to be idempotent and to unary calls with an idempotency key, and
 // cuts an attempt off only when a retry can go (UnaryClientInterceptor).
 //
 // Ambiguous failures (a deliberate difference from gRFC A6). A call not
-// known to be safe to repeat (the method is not known to be idempotent, by
-// the test above, and the call carries no idempotency key) is not retried
-// after an attempt that may have run on the server and ended without a
-// status from it: its request reached the wire and the transport, not the
-// server, ended it (a connection reset, EOF, GOAWAY or RST_STREAM after the
-// request left). The call ends with that status, reason "ambiguous"; its
-// error's text says why it was not retried, and the logger hears the first
-// of each method at warn level. Attempts that never left the client
-// (connection refused, no ready transport) and statuses the server wrote
-// stay retryable as gRFC A6 says. Mark such a method idempotent in the file
-// or the proto, or send an idempotency key (WithIdempotencyKey) that the
-// server de-duplicates.
+// known to be safe to repeat is not retried after an attempt that may have
+// run on the server and ended without a status from it
+// (policy.ReasonAmbiguous); its error's text says why. Mark such a method
+// idempotent in the file or the proto, or send an idempotency key
+// (WithIdempotencyKey) that the server de-duplicates.
 //
 // Retries carry the grpc-previous-rpc-attempts header (1, 2, ...) as
 // outgoing metadata, their context the attempt number (AttemptFromContext).
-//
-// The final error of a call stagger ran is an *Error: its GRPCStatus is the
-// last attempt's status unchanged, and Attempts(err) reads the number of
-// attempts. Error.GaveUp says whether stagger gave up on a failure it would
-// otherwise have retried, and its text then says so (Error.Error has the
-// words); stagger's server side (package server) then
-// answers the request being served with gRFC A6's "do not retry", so that
-// the layers above do not retry what this one already did.
+// The final error of a call stagger ran is an *Error: the last attempt's
+// status unchanged, the attempts, and whether stagger gave up (Error.GaveUp).
 //
 // # What the caller sees
 //
@@ -99,17 +79,15 @@
 // # Where stagger goes in a chain
 //
 // grpc-go runs the interceptor of grpc.WithUnaryInterceptor (and
-// grpc.WithStreamInterceptor) outermost, wherever it is given, then those of
-// grpc.WithChainUnaryInterceptor in the order the dial options give them,
-// the first outermost; stagger.DialOptions chains. An interceptor given
-// before stagger's runs outside it: it sees one call per logical call and
-// the call's final error. One given after runs inside: it sees every
-// attempt, with its number in the context (AttemptFromContext). So give
-// before stagger what should run once per call (grpc's OpenTelemetry plugin,
-// per-call logging, caches),
-// and after it what must run once per attempt (authentication: a token may
-// expire between attempts; per-attempt logging; anything that writes
-// headers). Never chain two retrying layers: retries multiply.
+// grpc.WithStreamInterceptor) outermost, then those of
+// grpc.WithChainUnaryInterceptor in order, the first outermost;
+// stagger.DialOptions chains. An interceptor before stagger's sees one call
+// per logical call and its final error: give it what runs once per call
+// (grpc's OpenTelemetry plugin, per-call logging, caches). One after it sees
+// every attempt, its number in the context (AttemptFromContext): give it
+// what must run per attempt (authentication: a token may expire between
+// attempts; anything that writes headers). Never chain two retrying layers:
+// retries multiply.
 //
 // # Options
 //
@@ -117,41 +95,25 @@
 // grpc.CallOption on a single call; a call that succeeds at once, with no
 // per-call option and no criticality, allocates nothing in the interceptor.
 // Defaults: no file, no policy in code (no retries), no budget (unlimited;
-// stagger.DialOptions installs budget.DefaultBackends instead, one per
-// backend), no logger, no hooks,
-// no idempotency key, no criticality (CRITICAL, nothing sent), jitter from
-// math/rand/v2. Per call, WithMaxAttempts and WithCodes replace the
-// maxAttempts and the codes of the method's retry or hedging policy, and
-// nothing else. STAGGER_DISABLE, SetDisabled or a policy file's "disabled":
-// true turn retries, hedges and waits off, and end held calls (SetDisabled).
+// stagger.DialOptions installs budget.DefaultBackends, one per backend), no
+// logger, no hooks, no idempotency key, no criticality (CRITICAL, nothing
+// sent), jitter from math/rand/v2. SetDisabled turns retries, hedges and
+// waits off.
 //
 // # State
 //
-// A policy file (policy.Config) is data. The budgets and circuit breakers
-// it declares are built by the interceptors from its settings, per backend
-// (the connection's target: the replicas behind one target share it), on
-// first use, and kept in a State: one per
-// interceptor unless WithState gives several interceptors one to share, as
-// stagger.DialOptions does for its unary and stream interceptors. A reload
-// through a policy.Source that keeps a budget's settings keeps every
-// backend's tokens and Gates; one that changes them starts afresh. State
-// has the rules; State.Budgets gives the budgets to metrics (the otel
-// module's Options.States).
+// The budgets and circuit breakers a policy file declares are built from
+// its settings, per backend (the connection's target), on first use, and
+// kept in a State, one per interceptor unless WithState shares one, as
+// stagger.DialOptions does; State has the rules, State.Budgets gives the
+// budgets to metrics.
 //
 // # Criticality
 //
-// Every call has a criticality (package criticality: SHEDDABLE,
-// SHEDDABLE_PLUS, CRITICAL, CRITICAL_PLUS, after Google's RPC stack),
-// resolved once when it starts: the call option WithCriticality, else the
-// call's context (criticality.FromContext: under stagger's server side, the
-// criticality of the request being served), else the file's per-method
-// "criticality", else the interceptor's WithCriticality, else CRITICAL. A
-// criticality so named goes on every attempt in the header
-// stagger-criticality, for the server to shed the least critical first
-// (package server) and to hand on to the calls its handler makes: a
-// SHEDDABLE call stays SHEDDABLE down a chain, whatever the files below
-// say. The budget's requests, the events and the Report carry it.
-// WithCriticality has the rules.
+// Every call has a criticality (package criticality, after Google's RPC
+// stack), resolved once when it starts and sent on every attempt in the
+// header stagger-criticality, for the server to shed the least critical
+// first and to hand on down a chain. WithCriticality has the rules.
 //
 // # Hedging
 //
@@ -159,8 +121,8 @@
 // idempotent, is hedged (gRFC A6; grpc-go ignores hedgingPolicy): the first
 // attempt is sent, then another every hedgingDelay while none has
 // succeeded, up to maxAttempts in all; the first OK wins and the others are
-// cancelled. Every hedge asks the circuit breaker, as a retry does
-// (WithBreakers), and the budget first, and a refusal stops hedging.
+// cancelled. Every hedge asks the budget, then the circuit breaker
+// (WithBreakers); a refusal stops hedging.
 // Streams are hedged until they commit. UnaryClientInterceptor and
 // StreamClientInterceptor have the rules. Hedges and retries of one call
 // reach distinct backends only under a load-balancing policy that spreads
@@ -168,25 +130,18 @@
 //
 // # Circuit breaking
 //
-// A policy file's circuitBreaker and adaptiveThrottling (or WithBreakers in
-// code) guard calls with breaker.Breaker, one per connection target and
-// method by default. While a breaker is open a first attempt fails at once,
-// UNAVAILABLE with a message that names the breaker (reason "breaker"), and
-// a retry waits for the breaker's probe within its deadline (with a
-// deferring budget) or ends. WithBreakers has the rules.
+// A policy file's circuitBreaker and adaptiveThrottling guard calls with
+// breaker.Breaker: an open one fails a first attempt at once (reason
+// "breaker") and holds or ends a retry. WithBreakers has the rules.
 //
 // # Hooks, reports and metrics
 //
 // WithHook's hooks and the logger (WithLogger) hear each retry, resume,
 // give-up, hedge, deferral and breaker change as it happens. WithCallHook's
-// hooks hear the same, with the caller's context (its trace span), and one
-// EventEnd per call: the attempts sent, the retries or hedges among them,
-// the time spent between attempts, why the call ended and its code.
+// hooks hear the same with the caller's context, and one EventEnd per call;
 // WithReport, per call, fills a Report with the same facts. The nested
-// module github.com/stagger-go/stagger/otel turns the end events into gRFC
-// A96's retry metrics in OpenTelemetry. The logger gets constant messages
-// (values in attributes), each call's at debug level, and a warn line per
-// backend per 10 s counting the calls their budget failed (WithLogger).
+// module github.com/stagger-go/stagger/otel turns them into gRFC A96's
+// retry metrics in OpenTelemetry.
 //
 // # Resumable streams
 //

@@ -23,30 +23,25 @@ type Error struct {
 	// Err is the last attempt's error, or CANCELED when the caller cancelled
 	// during a pause.
 	Err error
-	// WaitEnd and HeldBy, for Reason policy.ReasonDeferred, name the rule
-	// of the Gate's wait contract that ended the retry's wait and the one
-	// that held it past its pause ("" when none did), as Report does.
+	// WaitEnd and HeldBy, for Reason policy.ReasonDeferred: as Report's.
 	WaitEnd, HeldBy string
 }
 
 // Error returns the last attempt's message, as grpc-go formats it, for a
-// call that ended on an answer stagger does not retry (the server's
-// non-retryable status, a committed attempt, the caller's own end): the
-// same text as without stagger, which programs compare (grpc-go's interop
-// case special_status_message does). When stagger gave up (GaveUp), it says
-// so in front, with the attempts and the reason in a few words:
+// call that ended on an answer stagger does not retry: the same text as
+// without stagger, which programs compare (grpc-go's interop case
+// special_status_message does). When stagger gave up (GaveUp), it says so
+// in front, with the attempts and the reason in a few words:
 //
 //	stagger: gave up: max retries exhausted: failed after 3 attempts: rpc error: code = Unavailable desc = payments: down
 //	stagger: gave up: backend down past the longest wait: failed after 1 attempt: rpc error: ...
 //	stagger: gave up: circuit breaker open: no attempt made: rpc error: ...
 //
-// Where grpc-go's own retry gives up for the same reason (no attempt left)
-// the text after "stagger: gave up: " is grpc-go's, so a search of logs for
-// grpc-go's "max retries exhausted" finds stagger's too. GRPCStatus keeps
-// the server's status (code, message, details) unchanged either way, where
-// grpc-go's wrapped error puts its whole text in the status message.
+// With no attempt left the words are grpc-go's, so a search of logs for
+// "max retries exhausted" finds both. GRPCStatus keeps the server's status
+// unchanged either way.
 func (e *Error) Error() string {
-	words := giveUpWords(e.Reason)
+	words := giveUpWords[e.Reason]
 	if e.Reason == policy.ReasonDeferred {
 		words = deferredWords(e.WaitEnd, e.HeldBy)
 	}
@@ -65,67 +60,53 @@ func (e *Error) Error() string {
 	return "stagger: gave up: " + words + ": " + after + ": " + e.Err.Error()
 }
 
-// giveUpWords says in a few words why stagger gave up for reason r, or ""
-// when r is not a give-up (GaveUp).
-func giveUpWords(r policy.Reason) string {
-	switch r {
-	case policy.ReasonAttempts:
-		return "max retries exhausted" // grpc-go's words (stream.go, shouldRetry)
-	case policy.ReasonBudget:
-		return "retry budget spent"
-	case policy.ReasonDeferred:
-		return deferredWords("", "")
-	case policy.ReasonOutage:
-		return "backend down past the longest wait"
-	case policy.ReasonBreaker:
-		return "circuit breaker open"
-	case policy.ReasonThrottled:
-		return "throttled by the client"
-	case policy.ReasonDeadline:
-		return "no retry fits before the deadline"
-	case policy.ReasonPushback:
-		return "the server's pushback says stop"
-	case policy.ReasonRetriedRequest:
-		return "the request being served is a retry: retried at one layer"
-	case policy.ReasonAmbiguous:
-		return ambiguousNote
-	}
-	return ""
+// giveUpWords says why stagger gave up, by reason; a reason it lacks is no
+// give-up (GaveUp).
+var giveUpWords = map[policy.Reason]string{
+	policy.ReasonAttempts:       "max retries exhausted", // grpc-go's words (stream.go, shouldRetry)
+	policy.ReasonBudget:         "retry budget spent",
+	policy.ReasonDeferred:       deferredWords("", ""),
+	policy.ReasonOutage:         "backend down past the longest wait",
+	policy.ReasonBreaker:        "circuit breaker open",
+	policy.ReasonThrottled:      "throttled by the client",
+	policy.ReasonDeadline:       "no retry fits before the deadline",
+	policy.ReasonPushback:       "the server's pushback says stop",
+	policy.ReasonRetriedRequest: "the request being served is a retry: retried at one layer",
+	policy.ReasonAmbiguous:      ambiguousNote,
 }
 
-// deferredWords says why a retry that waited in the budget's Gate was not
-// admitted: the rule that ended the wait (waitEnd) and the one that held
-// it past its pause (held), as budget.Gate names them; the budget need
-// not have been spent.
+// The words of the Gate's rules that end a wait and hold it (Report.WaitEnd,
+// HeldBy); the others are named as they are.
+var (
+	waitEndWords = map[string]string{
+		"hold":     "retry deferred, not let go after its pause (the Gate's hold rule)",
+		"hopeless": "retry deferred, none could finish before the deadline (the Gate's hopeless rule)",
+		"max-wait": "retry deferred the longest a call without a deadline waits (defer.maxWait)",
+	}
+	heldByWords = map[string]string{
+		"outage":   ", held by the Gate's outage rule (the backend is down)",
+		"overload": ", held by the Gate's overload rule (most attempts refused for overload or slow)",
+		"breaker":  ", held by the open circuit breaker",
+	}
+)
+
+// deferredWords says why a retry that waited in the Gate was not admitted.
 func deferredWords(waitEnd, held string) string {
-	var s string
-	switch waitEnd {
-	case "hold":
-		s = "retry deferred, not let go after its pause (the Gate's hold rule)"
-	case "hopeless":
-		s = "retry deferred, none could finish before the deadline (the Gate's hopeless rule)"
-	case "max-wait":
-		s = "retry deferred the longest a call without a deadline waits (defer.maxWait)"
-	default:
+	s, ok := waitEndWords[waitEnd]
+	if !ok {
 		s = "retry deferred, no admission before the deadline"
 	}
-	switch held {
-	case "":
-	case "outage":
-		s += ", held by the Gate's outage rule (the backend is down)"
-	case "overload":
-		s += ", held by the Gate's overload rule (most attempts refused for overload or slow)"
-	case "breaker":
-		s += ", held by the open circuit breaker"
-	default:
-		s += ", held by the Gate's " + held + " rule"
+	if h, ok := heldByWords[held]; ok {
+		return s + h
+	}
+	if held != "" {
+		return s + ", held by the Gate's " + held + " rule"
 	}
 	return s
 }
 
-// ambiguousNote is why stagger gave up on an ambiguous failure: the status
-// alone (UNAVAILABLE, a code the file may well list) does not say that the
-// call was not retried on purpose, nor what to do.
+// ambiguousNote: the status alone (UNAVAILABLE, a code the file may list)
+// does not say that the call was not retried on purpose, nor what to do.
 const ambiguousNote = "not retried: the request may have run on the server, which sent no status, " +
 	"and the method is not known to be idempotent (mark it idempotent or send an idempotency key)"
 
@@ -136,23 +117,19 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) GRPCStatus() *status.Status { return status.Convert(e.Err) }
 
 // GaveUp reports whether stagger gave up on a failure it would otherwise
-// have retried: no attempt was left (policy.ReasonAttempts), or the budget,
-// a deferral, an outage that outlived what MaxWait left the call (policy.ReasonOutage),
-// the circuit breaker or throttling, the caller's deadline, an
-// ambiguous failure, the server's pushback, or a retried request being
-// served (policy.ReasonRetriedRequest) stopped it. It is false for a failure
-// the policy does not retry, a committed attempt and the caller's own
-// cancellation. stagger's server side (package server) answers its caller
-// with "do not retry" (gRFC A6's negative pushback) when a handler returns
-// such an error, so that layers above do not retry what this one already did.
-func (e *Error) GaveUp() bool { return giveUpWords(e.Reason) != "" }
+// have retried: no attempt was left, or the budget, a deferral, an outage,
+// the circuit breaker or throttling, the caller's deadline, an ambiguous
+// failure, the server's pushback or a retried request being served stopped
+// it. It is false for a failure the policy does not retry, a committed
+// attempt and the caller's own cancellation. stagger's server side answers
+// "do not retry" (gRFC A6's negative pushback) when a handler returns such
+// an error, so that layers above do not retry what this one already did.
+func (e *Error) GaveUp() bool { return giveUpWords[e.Reason] != "" }
 
 // Attempts returns the number of attempts stagger made for the call that
-// returned err, or 0 when err does not come from stagger: nil (a success,
-// however many attempts it took), and the error of a call no policy covers
-// (reason no policy: it ran once, as without stagger, and its error is the
-// server's, unwrapped). WithReport counts the attempts of every call,
-// successes included.
+// returned err, or 0 when err does not come from stagger: nil (a success),
+// or the error of a call no policy covers (returned unwrapped). WithReport
+// counts the attempts of every call, successes included.
 func Attempts(err error) int {
 	var e *Error
 	if errors.As(err, &e) {

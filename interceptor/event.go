@@ -2,13 +2,8 @@ package interceptor
 
 import (
 	"context"
-	"log/slog"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
@@ -26,34 +21,23 @@ const (
 	// Reason says why.
 	EventGiveUp
 	// EventNotice: stagger did not apply part of the policy or of an
-	// Option: Reason ReasonNotIdempotent, a per-attempt timeout (hedging,
-	// when Hedging) on a method not known to be idempotent, for a call
-	// without an idempotency key (or a stream: see WithIdempotencyKey); Reason
-	// ReasonAttempts, a WithMaxAttempts above the cap in force, lowered to
-	// Attempt attempts; Reason ReasonOverridden, a call's WithPolicy on a
-	// method the file's entry decides; Reason ReasonOneAttempt, a WithPolicy
-	// that sets a per-attempt timeout, codes or a backoff but allows fewer
-	// than 2 attempts; Reason ReasonNoPolicy, a call's WithMaxAttempts,
-	// WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout on a
-	// method that has no retry policy (WithBackoff and
-	// WithPerAttemptTimeout on a hedged method too), once per method and
-	// option, Err naming the options; Reason
-	// ReasonInvalidOption, a WithBackoff or WithPerAttemptTimeout whose
-	// value breaks a rule (Err says which); Reason ReasonForeignOption, a
-	// call that carried go-grpc-middleware's retry options, which do nothing
-	// under stagger. Each is reported once per method and interceptor (the
-	// first 1,024 such notices of an interceptor: a program that makes up
-	// method names cannot grow its memory), to the hooks and to the logger,
-	// or to slog.Default() at warn level when there is no logger.
+	// Option; Reason says which (policy.ReasonNotIdempotent: a per-attempt
+	// timeout, or hedging when Hedging; ReasonAttempts: lowered to Attempt;
+	// ReasonOverridden, ReasonOneAttempt, ReasonNoPolicy,
+	// ReasonInvalidOption, ReasonForeignOption, ReasonReplyType), and Err
+	// names the options or the rule broken. Each is reported once per
+	// method and interceptor (the first 1,024 of an interceptor, so made-up
+	// method names cannot grow its memory), to the hooks and the logger, or
+	// to slog.Default() at warn level without a logger.
 	EventNotice
 	// EventHedge: a hedge (Attempt, 2 or more) is sent, Pause after the
 	// attempt before it; Code and Err are the non-fatal failure that sent it
 	// early, if any; Pushback: it waited the server's pushback.
 	EventHedge
 	// EventHedgeStop: no further hedge is sent for the call (Attempt is the
-	// hedge not sent); Reason says why (budget, pushback, deadline). The
-	// attempts in flight go on; after a budget's refusal, should they all
-	// fail non-fatally, the next attempt still goes, as a retry would.
+	// hedge not sent); Reason says why. The attempts in flight go on; after
+	// a budget's refusal, should they all fail non-fatally, the next
+	// attempt still goes, as a retry would.
 	EventHedgeStop
 	// EventHedgeWon: attempt Attempt of a call that sent hedges succeeded
 	// (of a stream: the stream committed to it); the others were cancelled.
@@ -65,16 +49,11 @@ const (
 	// budget) follows.
 	EventDeferred
 	// EventBreaker: a circuit breaker changed state (Breaker says how);
-	// Method is the breaker's key. It reaches the hooks and logger of the
-	// interceptor whose call's attempt or asking made the change.
+	// Method is the breaker's key.
 	EventBreaker
 	// EventEnd: the call ended, once per call that stagger ran (a unary call
-	// when it returns, a stream when it ends); Attempt is the attempts sent,
-	// Retries, Hedges and Delay say what they cost, Reason why it ended
-	// (ReasonSuccess when it succeeded; ReasonDisabled, whatever its Code,
-	// when the switch was on: Disabled), Code and Err its outcome, Target
-	// the connection's target. It reaches the hooks of WithCallHook only:
-	// neither WithHook's nor the logger.
+	// when it returns, a stream when it ends), with its Report's facts and
+	// Err. It reaches the hooks of WithCallHook only.
 	EventEnd
 	// EventResume: an attempt of a resumable server stream (WithResume)
 	// failed after the stream committed, and the stream resumes after
@@ -84,10 +63,9 @@ const (
 	EventResume
 	// EventTimerRanOn: attempt Attempt's per-attempt timer fired and the
 	// policy would have retried it, but Reason (policy.ReasonBudget,
-	// ReasonBreaker) refused the retry, so the attempt ran on past the
-	// timeout the user set (Code is DEADLINE_EXCEEDED, the timer's). The
-	// attempt's own end follows as usual. A slow-for-all wait (the server
-	// slow for every attempt) is not reported: the timer asks again.
+	// ReasonBreaker) refused the retry, so the attempt runs on past the
+	// timeout (Code is DEADLINE_EXCEEDED, the timer's). A slow-for-all wait
+	// (the server slow for every attempt) is not reported: the timer asks again.
 	EventTimerRanOn
 )
 
@@ -123,57 +101,41 @@ type Event struct {
 	Reason policy.Reason
 	// Deferred is how long the call waited for the budget before this
 	// retry (EventRetry) or before giving up (EventGiveUp); Admission says
-	// what let the retry go (budget.AdmitBudget, or a Gate's rule, which
-	// its String names: release, probe, last or heal).
+	// what let the retry go.
 	Deferred  time.Duration
 	Admission budget.Admission
-	// Hedging: the event comes from a method whose policy hedges (the three
-	// hedge kinds, and a give-up or a notice of such a method: a notice then
-	// says hedging was not applied).
+	// Hedging: the event comes from a method whose policy hedges.
 	Hedging bool
 	// Breaker is the state change an EventBreaker reports.
 	Breaker breaker.Change
-	// Backend is the address of the backend the attempt went to, when the
-	// stagger_elsewhere load-balancing policy picked it (package
-	// balancer/elsewhere; "" otherwise): in the events that follow a failed
-	// attempt of a call whose attempts run one after the other (EventRetry,
-	// EventDeferred, EventGiveUp, EventResume). Hedged calls' events leave it
-	// empty: their attempts run at once.
+	// Backend is the address the failed attempt went to, when the
+	// stagger_elsewhere load-balancing policy (package balancer/elsewhere)
+	// picked it, in EventRetry, EventDeferred, EventGiveUp and EventResume;
+	// "" otherwise and for hedged calls, whose attempts run at once.
 	Backend string
 	// Retries, Hedges and Delay: EventEnd only (see Report).
 	Retries, Hedges int
 	Delay           time.Duration
-	// Target is the call's backend: its ClientConn's target as dialled (or
-	// its front end's), in every event of a call; the budget and the Gate
-	// it retries under are that backend's, kept under its canonical target
-	// (budget.Backends; CanonicalTarget), so two spellings share them.
+	// Target is the call's backend, its ClientConn's target as dialled (or
+	// its front end's), in every event of a call (see Report.Target).
 	Target string
-	// CanonicalTarget is the connection's canonical target
-	// (grpc.ClientConn.CanonicalTarget: "dns:///10.0.0.5:8080" for a
-	// grpc.NewClient of "10.0.0.5:8080"), as gRFC A66's grpc.target and
-	// grpc-go's OpenTelemetry plugin record it; Target for a front end
-	// without a ClientConn. EventEnd only, and only for the hooks of
-	// WithCallHook (the Report has Target alone).
+	// CanonicalTarget is grpc.ClientConn.CanonicalTarget, as gRFC A66's
+	// grpc.target records it; Target for a front end without a ClientConn.
+	// EventEnd only.
 	CanonicalTarget string
-	// StaticMethod: the call carried grpc.StaticMethodCallOption, which
-	// generated code passes for the methods it registers; a call without
-	// it is a generic one (grpc-go's OpenTelemetry plugin records its
-	// method as "other"). In every event of a call.
+	// StaticMethod: the call carried grpc.StaticMethodCallOption, as
+	// generated code does; grpc-go's OpenTelemetry plugin records the
+	// method of a call without it as "other".
 	StaticMethod bool
 	// Budget is the state of the call's budget when it refused or
 	// deferred a retry (EventDeferred, and EventGiveUp for reasons budget,
-	// deferred and outage): its tokens (Level) and its Gate's health
-	// (Health) for that backend and method. Zero otherwise.
+	// deferred and outage); zero otherwise.
 	Budget budget.State
-	// Criticality is the call's criticality as named (WithCriticality), in
-	// every event of a call; criticality.Unset when nothing named one (the
-	// call is CRITICAL: Level.Effective) and in an EventBreaker, which
-	// belongs to no call.
+	// Criticality is the call's criticality as named (Report.Criticality);
+	// criticality.Unset in an EventBreaker, which belongs to no call.
 	Criticality criticality.Level
-	// Disabled: EventEnd of a call made while the switch was on
-	// (SetDisabled, DisableEnv, its policy file's "disabled"): it was sent
-	// once, and never waited; its Reason is policy.ReasonDisabled, whatever
-	// its Code.
+	// Disabled: EventEnd of a call made while the switch was on (see
+	// Report.Disabled).
 	Disabled bool
 }
 
@@ -183,95 +145,7 @@ func (o *options) BreakerChanged(ch breaker.Change) {
 	o.emit(context.Background(), Event{Kind: EventBreaker, Method: ch.Key, Breaker: ch})
 }
 
-// logWarnings tells the logger, at warning level, what the parse of cfg
-// found worth saying (a misspelt key, a service the program does not link):
-// a file with such a mistake is valid, so without this line it would fail
-// silently, matching no call or ignoring the key. Without a logger, the
-// likely typos (policy.Warning.Typo) still go to slog.Default(), each once.
-func (k *core) logWarnings(cfg *policy.Config) {
-	for _, w := range cfg.Warnings() {
-		if k.opts.logger == nil && (!w.Typo || !k.firstLoud(w.Path+": "+w.Message)) {
-			continue
-		}
-		fields := []any{"stagger.field", w.Path}
-		if w.Line > 0 {
-			fields = append(fields, "stagger.line", w.Line, "stagger.column", w.Column)
-		}
-		if w.File != "" {
-			fields = append(fields, "stagger.file", w.File)
-		}
-		k.opts.warnLoud(msgPolicyWarning, append(fields, "stagger.warning", w.Message)...)
-	}
-	k.logWarnedReload(cfg)
-}
-
-// logNearlyNamed says that the file nearly names a method it does not
-// cover: a typo in the file silently leaves the method without its policy.
-// It says so once per service of the calls when the name is another
-// service's (a misspelt service: each of its methods would say the same),
-// once per method when it is another method of the call's service.
-func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
-	name := cfg.NearlyNamed(method)
-	if name == "" {
-		return
-	}
-	key := method
-	if svc := method[:strings.LastIndexByte(method, '/')+1]; !strings.HasPrefix(name, svc) {
-		key = svc
-	}
-	if !k.firstLoud("call " + key + " " + name) {
-		return
-	}
-	k.opts.warnLoud(msgNearlyNamed, "grpc.method", method, "stagger.name", name)
-}
-
-// loudMax bounds the messages firstLoud remembers, and noticeMax the
-// notices firstOf does: a program that makes up method names at run time
-// must not grow the sets without end.
-const (
-	loudMax   = 1024
-	noticeMax = 1024
-)
-
-// firstLoud reports whether msg is said for the first time by the
-// interceptors sharing k's State.
-func (k *core) firstLoud(msg string) bool {
-	s := &k.opts.state.said
-	return firstIn(&s.loud, &s.loudN, loudMax, msg)
-}
-
-// firstIn reports whether key is new to m, a set of what was said once,
-// and adds it; n counts m's keys, at most bound: past it, what was not
-// said is not said.
-func firstIn(m *sync.Map, n *atomic.Int64, bound int64, key any) bool {
-	if _, seen := m.Load(key); seen || n.Load() >= bound {
-		return false
-	}
-	if _, seen := m.LoadOrStore(key, struct{}{}); seen {
-		return false
-	}
-	n.Add(1)
-	return true
-}
-
-// warnLoud logs at warning level through the logger, or slog.Default()
-// when none is given: for mistakes that would otherwise turn retries off
-// without a word.
-func (o *options) warnLoud(msg string, fields ...any) {
-	if o.logger != nil {
-		o.logger.Log(context.Background(), logging.LevelWarn, msg, fields...)
-		return
-	}
-	slog.Default().Warn(msg, fields...)
-}
-
-// firstAmbiguous reports whether method's ambiguous give-up is the first
-// one the interceptor logs.
-func (o *options) firstAmbiguous(method string) bool {
-	return o.ambiguous != nil && firstIn(o.ambiguous, o.ambiguousN, noticeMax, method)
-}
-
-// emit gives e, an event of c, c's criticality and runs the hooks and the
+// emit fills in what every event of c carries and runs the hooks and the
 // logger.
 func (c *call) emit(ctx context.Context, e Event) {
 	e.Criticality, e.StaticMethod = c.crit, c.static
@@ -284,16 +158,14 @@ func (c *call) emit(ctx context.Context, e Event) {
 	c.o.emit(ctx, e)
 }
 
-// budgetEnded reports whether a call that ended for reason r ended because
-// its budget refused or deferred a retry.
+// budgetEnded reports whether reason r ends a call for its budget.
 func budgetEnded(r policy.Reason) bool {
 	return r == policy.ReasonBudget || r == policy.ReasonDeferred || r == policy.ReasonOutage
 }
 
-// emit runs the hooks and the logger. The caller holds no lock. Without a
-// logger, a notice (an option or a part of the policy not applied, said
-// once per method) goes to slog.Default(): what a caller asked for is
-// never dropped in silence.
+// emit runs the hooks and the logger; the caller holds no lock. Without a
+// logger a notice goes to slog.Default(): what a caller asked for is never
+// dropped in silence.
 func (o *options) emit(ctx context.Context, e Event) {
 	for _, h := range o.hooks {
 		h(e)
@@ -307,120 +179,4 @@ func (o *options) emit(ctx context.Context, e Event) {
 	case e.Kind == EventNotice:
 		o.log(ctx, slogDefault, e)
 	}
-}
-
-// slogDefault is slog.Default() as a logging.Logger, read at each line
-// (a program may set it after building the interceptor); the two
-// packages' levels have the same values.
-var slogDefault = logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
-	slog.Default().Log(ctx, slog.Level(l), msg, fields...)
-})
-
-// log writes e's line to l: at debug level for what happens to one call, at
-// warn level for what is said once (per method, per breaker change); the
-// calls that end for want of a retry their budget refused go into a warn
-// line per backend per interval as well (refusedSummary).
-func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
-	level, msg := logging.LevelDebug, msgRetrying
-	switch e.Kind {
-	case EventGiveUp:
-		msg = msgGivingUp
-		switch {
-		case budgetEnded(e.Reason) && o.summary != nil:
-			o.summary.count(e)
-		case e.Reason == policy.ReasonAmbiguous && o.firstAmbiguous(e.Method):
-			// The caller sees a status its file may list as retryable:
-			// say once per method, where it is heard, why it was not.
-			level, msg = logging.LevelWarn, msgAmbiguous
-		}
-	case EventNotice:
-		// Once per method and interceptor.
-		level, msg = logging.LevelWarn, msgNoTimer
-		switch {
-		case e.Reason == policy.ReasonAttempts:
-			msg = msgCapped
-		case e.Reason == policy.ReasonOverridden:
-			msg = msgOverridden
-		case e.Reason == policy.ReasonNoPolicy:
-			msg = msgNoPolicy
-		case e.Reason == policy.ReasonOneAttempt:
-			msg = msgOneAttempt
-		case e.Reason == policy.ReasonInvalidOption:
-			msg = msgInvalidOption
-		case e.Reason == policy.ReasonForeignOption:
-			msg = msgForeignOption
-		case e.Hedging:
-			msg = msgNoHedging
-		}
-	case EventHedge:
-		msg = msgHedging
-	case EventHedgeStop:
-		msg = msgNoMoreHedges
-		if e.Reason == policy.ReasonBudget && o.summary != nil {
-			o.summary.count(e)
-		}
-	case EventHedgeWon:
-		msg = msgHedgeWon
-	case EventDeferred:
-		msg = msgDeferred
-		if !e.Hedging && o.summary != nil {
-			o.summary.held(e)
-		}
-	case EventResume:
-		msg = msgResuming
-	case EventTimerRanOn:
-		msg = msgTimerRanOn
-	case EventBreaker:
-		level = logging.LevelInfo
-		if e.Breaker.To == breaker.StateOpen {
-			level = logging.LevelWarn
-		}
-		l.Log(ctx, level, msgBreaker, "stagger.breaker", e.Method, "stagger.to", e.Breaker.To.String(), "stagger.from", e.Breaker.From.String(),
-			"stagger.failures", e.Breaker.Failures, "stagger.answered", e.Breaker.Answered, "stagger.break", e.Breaker.Break.String())
-		return
-	}
-	fields := make([]any, 0, 20)
-	fields = append(fields,
-		"grpc.method", e.Method,
-		"stagger.event", e.Kind.String(),
-		"stagger.attempt", e.Attempt,
-		"grpc.code", e.Code.String(),
-	)
-	switch e.Kind {
-	case EventRetry, EventHedge, EventDeferred:
-		fields = append(fields, "stagger.pause", e.Pause.String())
-		if e.Pushback {
-			fields = append(fields, "stagger.pushback", true)
-		}
-	}
-	if e.Backend != "" {
-		fields = append(fields, "stagger.backend", e.Backend)
-	}
-	if e.Reason != policy.ReasonNone {
-		// ReasonNone's name is "retry": a retry's, or a hedge's, event
-		// says what it is (stagger.event).
-		fields = append(fields, "stagger.reason", e.Reason.String())
-	}
-	if e.Kind == EventNotice && e.Err != nil {
-		fields = append(fields, "stagger.error", e.Err.Error())
-	}
-	if e.Criticality.Valid() && e.Criticality != criticality.Critical {
-		fields = append(fields, "stagger.criticality", e.Criticality.String())
-	}
-	if e.Deferred > 0 || e.Admission != budget.AdmitNone {
-		fields = append(fields, "stagger.deferred", e.Deferred.String(), "stagger.admission", e.Admission.String())
-	}
-	if e.Target != "" && e.Kind != EventRetry && e.Kind != EventHedge {
-		fields = append(fields, "grpc.target", e.Target)
-	}
-	if e.Budget.Kind != "" {
-		fields = append(fields, "stagger.budget.level", e.Budget.Level)
-		if e.Budget.Health != "" {
-			fields = append(fields, "stagger.gate", e.Budget.Health)
-		}
-		if e.Budget.Waiting > 0 {
-			fields = append(fields, "stagger.budget.waiting", e.Budget.Waiting)
-		}
-	}
-	l.Log(ctx, level, msg, fields...)
 }

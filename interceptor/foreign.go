@@ -11,41 +11,30 @@ import (
 )
 
 // foreignAttempts reads the attempts go-grpc-middleware's retry call option
-// opt allows (foreignRetryOption said it is one): 1 for retry.Disable()
-// (WithMax(0)), n for WithMax(n), which counts attempts; 0 for its other
-// options (codes, a backoff, ...) and for an option it cannot read. Both
-// major versions keep the value in the field max of the struct their
-// option's applyFunc fills; the option is applied to a fresh one to read
-// it. A call that asked for fewer attempts, or none after the first, must
-// not get more under stagger: a non-idempotent call retried is the one
-// mistake a retry layer must not make.
+// opt allows: 1 for retry.Disable() (WithMax(0)), n for WithMax(n); 0 for
+// its other options and for one it cannot read. Both major versions keep
+// it in the field max of the struct their applyFunc fills, so the option
+// is applied to a fresh one; any other shape panics in reflect, which
+// reads as no value. A call that asked for fewer attempts must not get
+// more under stagger: a non-idempotent call retried is the one mistake a
+// retry layer must not make.
 func foreignAttempts(opt grpc.CallOption) (n int) {
 	defer func() {
 		if recover() != nil {
-			n = 0 // a shape this reading does not know: no value
+			n = 0
 		}
 	}()
 	v := reflect.ValueOf(opt)
 	if v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return 0
-		}
 		v = v.Elem()
-	}
-	if v.Kind() != reflect.Struct {
-		return 0
 	}
 	c := reflect.New(v.Type()).Elem() // addressable, so its field can be called
 	c.Set(v)
 	f := c.FieldByName("applyFunc")
-	if !f.IsValid() || f.Kind() != reflect.Func || f.IsNil() || f.Type().NumIn() != 1 || f.Type().In(0).Kind() != reflect.Pointer ||
-		f.Type().In(0).Elem().Kind() != reflect.Struct {
-		return 0
-	}
 	apply := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
 	o := reflect.New(f.Type().In(0).Elem())
 	mx := o.Elem().FieldByName("max")
-	if !mx.IsValid() || mx.Kind() != reflect.Uint {
+	if mx.Kind() != reflect.Uint {
 		return 0
 	}
 	const unset = math.MaxUint64
@@ -63,9 +52,8 @@ func foreignAttempts(opt grpc.CallOption) (n int) {
 	}
 }
 
-// lowerAttempts returns p with at most n attempts (n > 0: a foreign
-// option's, foreignAttempts), a copy when it lowers them; it never raises
-// them.
+// lowerAttempts returns p with at most n attempts (n > 0), a copy when it
+// lowers them.
 func lowerAttempts(p *policy.Policy, n int) *policy.Policy {
 	if n <= 0 || p.MaxAttempts <= n {
 		return p
@@ -75,17 +63,9 @@ func lowerAttempts(p *policy.Policy, n int) *policy.Policy {
 	return &q
 }
 
-// foreignPackages are the packages whose call options configure another
-// retry interceptor: passed to a call through stagger they compile, and
-// grpc ignores them (they embed grpc.EmptyCallOption).
-var foreignPackages = [...]string{
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry",
-	"github.com/grpc-ecosystem/go-grpc-middleware/retry",
-}
-
 // foreignRetryOption reports whether opt is another retry library's call
-// option (foreignPackages). grpc's own common options are told apart by
-// their type alone; the others cost a look at their package's name.
+// option, which compiles as a grpc.CallOption and does nothing under
+// stagger; grpc's common options are told apart by their type alone.
 func foreignRetryOption(opt grpc.CallOption) bool {
 	switch opt.(type) {
 	case grpc.StaticMethodCallOption, grpc.HeaderCallOption, grpc.TrailerCallOption, grpc.PeerCallOption,
@@ -101,11 +81,10 @@ func foreignRetryOption(opt grpc.CallOption) bool {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	pkg := t.PkgPath()
-	for _, f := range foreignPackages {
-		if pkg == f {
-			return true
-		}
+	switch t.PkgPath() {
+	case "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry",
+		"github.com/grpc-ecosystem/go-grpc-middleware/retry":
+		return true
 	}
 	return false
 }

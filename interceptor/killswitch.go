@@ -19,15 +19,11 @@ import (
 // DisableEnv is the environment variable that turns stagger off in a
 // process from its start, without a deploy of new code: set to anything
 // but "", "0", "false", "off" or "no" (in any case), it is SetDisabled(true)
-// before main runs. It is read once, when the program starts; SetDisabled
-// changes the switch afterwards, and a policy file's top-level
-// "disabled": true turns stagger off for the calls that follow the file
-// (policy.Config.Disabled), reloaded like the rest of the file.
+// before main runs. It is read once, when the program starts.
 const DisableEnv = "STAGGER_DISABLE"
 
-// switchedOff is the process-wide switch (SetDisabled): one atomic load
-// per call. switchMu serialises its changes; switchSaid: its state was
-// logged, by SetDisabled or by the first call that found it on (offFor).
+// switchedOff is the process-wide switch: one atomic load per call.
+// switchSaid: its state was logged, by SetDisabled or by offFor.
 var (
 	switchedOff atomic.Bool
 	switchMu    sync.Mutex
@@ -36,9 +32,8 @@ var (
 
 func init() { switchedOff.Store(envOn(os.Getenv(DisableEnv))) }
 
-// envOn reports whether v, DisableEnv's value, turns the switch on: an
-// operator who sets it in an emergency must not find that "yes" or "1 "
-// did nothing, so every value but the few that say no turns it on.
+// envOn reports whether v, DisableEnv's value, turns the switch on: every
+// value but the few that say no, so "yes" or "1 " set in an emergency works.
 func envOn(v string) bool {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "", "0", "false", "off", "no":
@@ -48,40 +43,25 @@ func envOn(v string) bool {
 }
 
 // SetDisabled turns stagger off in the whole process (on true) or back on
-// (on false), at once, for every interceptor. The environment variable
-// DisableEnv (STAGGER_DISABLE) sets it when the program starts; a policy
-// file's top-level "disabled": true does the same for the calls that
-// follow the file (policy.Config.Disabled), so an operator can turn it
-// without code: edit the file, and its Source (policy.WatchFile) reloads
-// it; it takes effect when a call first follows the reloaded file.
+// (on false), at once, for every interceptor. DisableEnv sets it when the
+// program starts; a policy file's top-level "disabled": true does the same
+// for the calls that follow the file (policy.Config.Disabled), from the
+// first call that follows it after a reload.
 //
 // While it is on, each call is sent once: no retry, no hedge, no
-// per-attempt timer, no wait of any kind (budget, Gate, breaker, pacing),
-// no breaker or throttle refusal; the calls themselves go on, with the
-// policy file's timeout, waitForReady and message size limits, the call's
-// criticality header and idempotency key. Turning it on ends what is
-// running too: every call held in a budget's Gate (budget.Deferrer) ends
-// at once with its last attempt's status, as if no retry had been on
-// offer, and a running call makes no retry after its next failure; both
-// end with reason policy.ReasonDisabled. (A call in its pause before a
-// retry sends that retry, whose failure then ends it.)
+// per-attempt timer, no wait (budget, Gate, breaker, pacing), no breaker or
+// throttle refusal; the call keeps the file's timeout, waitForReady and
+// message size limits, its criticality header and idempotency key. Turning
+// it on ends what runs too: a call held in a budget's Gate ends at once
+// with its last attempt's status, and a running call makes no retry after
+// its next failure (a call in its pause sends that retry first); both end
+// with reason policy.ReasonDisabled.
 //
-// It shows: slog.Default() hears each change at warn level ("stagger:
-// switched off ..." with stagger.switch, what turned it: "SetDisabled",
-// "STAGGER_DISABLE" (said by the first call after the start) or "policy
-// file"; "stagger: switched back on ..." at info level), hooks hear the
-// end of each call (EventEnd, with Event.Disabled and Reason
-// policy.ReasonDisabled, whatever its code), and WithReport fills
-// Report.Disabled and Report.Reason the same way (the otel module's
-// stagger.client.call.ends counts them under stagger.reason "disabled").
-// Disabled reports the process's switch and State.Disabled a file's; the
-// otel module's stagger.client.switch gauge reads both at each collection,
-// so a dashboard shows the switch while it is on, whether calls run or
-// not. It differs
-// from the per-call Disable, which hands the call to grpc untouched and
-// tells only its Report.
-//
-// Safe for concurrent use.
+// Each change is logged at warn level (on) or info (off), with
+// stagger.switch: "SetDisabled", "STAGGER_DISABLE" (said by the first call)
+// or "policy file". Calls made while it is on end with Report.Disabled.
+// Disabled and State.Disabled read the switches, for a gauge. Safe for
+// concurrent use.
 func SetDisabled(on bool) {
 	switchMu.Lock()
 	changed := switchedOff.Swap(on) != on
@@ -90,10 +70,7 @@ func SetDisabled(on bool) {
 	}
 	switchMu.Unlock()
 	if changed {
-		if on {
-			heldRetries.end(nil)
-		}
-		saySwitch(nil, on, "SetDisabled")
+		switched(nil, nil, on, "SetDisabled")
 	}
 }
 
@@ -101,15 +78,12 @@ func SetDisabled(on bool) {
 // DisableEnv); a policy file's "disabled" is policy.Config.Disabled.
 func Disabled() bool { return switchedOff.Load() }
 
-// errSwitchedOff ends the wait of a retry held in a budget's Deferrer when
-// the switch turns on (holdContext).
 var errSwitchedOff = errors.New("interceptor: stagger switched off")
 
-// heldRetries is every retry held now in a budget's Deferrer (holdContext), so
-// that turning the switch on ends them all at once. It holds the cancel
-// functions of their contexts, not a context of its own: a context made
-// by one goroutine and ended by another would tie together what a test's
-// synctest bubbles keep apart.
+// heldRetries is every retry held now in a budget's Deferrer, so that
+// turning the switch on ends them all at once. It holds their contexts'
+// cancel functions, not a context of its own, which would tie together
+// what a test's synctest bubbles keep apart.
 var heldRetries holdSet
 
 type holdSet struct {
@@ -138,9 +112,7 @@ func (h *holdSet) end(st *State) {
 
 // holdContext returns the context a retry of a call with State st (nil:
 // none) waits in, in a budget's Deferrer: ctx, ended too when the switch
-// turns on (the process's, or st's file's), so that turning it on ends
-// every held call at once (switchEnded tells it). stop releases it; only
-// a held retry pays for it, never a call that does not wait.
+// (the process's, or st's file's) turns on. Only a held retry pays for it.
 func holdContext(ctx context.Context, st *State) (_ context.Context, stop func()) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	r := &heldRetry{cancel: cancel, st: st}
@@ -167,70 +139,61 @@ func holdContext(ctx context.Context, st *State) (_ context.Context, stop func()
 // switchEnded reports whether the switch ended ctx, a holdContext's.
 func switchEnded(ctx context.Context) bool { return context.Cause(ctx) == errSwitchedOff }
 
-// offFor reports whether a call that follows cfg starts with stagger off:
-// the process's switch, or cfg's "disabled". The first call to find the
-// process's switch on before anything said so (DisableEnv at the start)
-// says it.
+// offFor reports whether a call that follows cfg starts with stagger off.
+// The first call to find the process's switch on unsaid (DisableEnv) says it.
 func offFor(cfg *policy.Config) bool {
 	if switchedOff.Load() {
 		if !switchSaid.Load() && switchSaid.CompareAndSwap(false, true) {
-			saySwitch(nil, true, DisableEnv)
+			switched(nil, nil, true, DisableEnv)
 		}
 		return true
 	}
 	return cfg.Disabled()
 }
 
-// offNow reports whether the switch is on now for a running call with
-// options o: the process's, or its file's as the file is now.
+// offNow reports whether the switch is on now for a running call.
 func (o *options) offNow() bool { return switchedOff.Load() || o.config().Disabled() }
 
-// fileSwitch turns the switch of the State's file to cfg's, the file a
-// call follows now (when it first follows a new file: methodMiss). The
-// first call to find it changed, among the interceptors sharing the
-// State, turns it: on, it ends every retry the State's calls hold; either
-// way it says so to the logger, or slog.Default().
+// fileSwitch turns the State's file switch to cfg's when a call first
+// follows a new file; the first call to find it changed turns it and says so.
 func (k *core) fileSwitch(cfg *policy.Config) {
 	is, st := cfg.Disabled(), k.opts.state
 	if st.fileOff.Load() == is || !st.fileOff.CompareAndSwap(!is, is) {
 		return
 	}
-	if is {
-		heldRetries.end(st)
-	}
-	saySwitch(k.opts.logger, is, "policy file")
+	switched(k.opts.logger, st, is, "policy file")
 }
 
 // Disabled reports whether the policy file the State's interceptors follow
-// turns stagger off ("disabled": true, policy.Config.Disabled), as of the
-// latest call that followed a new file; for a gauge beside the process's
-// switch (the package's Disabled). A nil State returns false.
+// turns stagger off (policy.Config.Disabled), as of the latest call that
+// followed a new file. A nil State returns false.
 func (s *State) Disabled() bool { return s != nil && s.fileOff.Load() }
 
-// saySwitch tells l (nil: slog.Default()) that the switch turned on (at
-// warn level) or off (info), and what turned it (by).
-func saySwitch(l logging.Logger, on bool, by string) {
+// switched is what follows a switch's turn, by whatever turned it: on, the
+// retries held by calls with State st (nil: every call) end; l (nil:
+// slog.Default()) hears what turned it.
+func switched(l logging.Logger, st *State, on bool, by string) {
 	msg, level := msgSwitchedOn, logging.LevelInfo
 	if on {
+		heldRetries.end(st)
 		msg, level = msgSwitchedOff, logging.LevelWarn
 	}
+
 	if l == nil {
 		l = slogDefault
 	}
 	l.Log(context.Background(), level, msg, "stagger.switch", by)
 }
 
-// disabledReport fills r for a call with Disable, which stagger hands to
-// grpc untouched, on target with criticality crit: one attempt, reason
-// policy.ReasonDisabled, and its code when grpc finishes the call (the
-// grpc.OnFinish it appends to opts).
+// disabledReport fills r for a call with Disable, and appends to opts the
+// grpc.OnFinish that writes its code.
 func disabledReport(r *Report, target string, crit criticality.Level, opts []grpc.CallOption) []grpc.CallOption {
 	*r = Report{Attempts: 1, Reason: policy.ReasonDisabled, Target: target, Criticality: crit}
 	return append(opts[:len(opts):len(opts)], grpc.OnFinish(func(err error) { r.Code = status.Code(err) }))
 }
 
-// switchOff makes pl the plan of a call made while the process-wide switch
-// is on: one attempt, nothing that retries, hedges or waits.
+// switchOff returns pl as a call makes it while the switch is on: one
+// attempt, nothing that retries, hedges or waits.
 func switchOff(pl *plan) plan {
 	p := *pl
 	p.pol, p.retrying, p.hedged = nil, false, nil

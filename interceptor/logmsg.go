@@ -1,5 +1,20 @@
 package interceptor
 
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+
+	"github.com/stagger-go/stagger/breaker"
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/policy"
+)
+
 // The messages the logger (WithLogger) and slog.Default() get. Each is a
 // constant, and what changes from line to line (a method, a target, a
 // count, an error) is an attribute, so that a log pipeline can group,
@@ -11,6 +26,7 @@ const (
 	msgAmbiguous      = "stagger: not retried: the request may have run on the server and the method is not known to be idempotent (mark it idempotent or send an idempotency key)"
 	msgNoTimer        = "stagger: per-attempt timeout not applied: method not known to be idempotent"
 	msgNoHedging      = "stagger: hedging not applied: method not known to be idempotent"
+	msgReplyType      = "stagger: hedging not applied: the call's reply is not a protobuf message, so its attempts go one at a time"
 	msgCapped         = "stagger: WithMaxAttempts above the cap: lowered to the cap (stagger.attempt)"
 	msgOverridden     = "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"
 	msgNoPolicy       = "stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)"
@@ -33,3 +49,244 @@ const (
 	msgRefusedSummary = "stagger: calls ended without the retry their budget refused, per backend since its last such line"
 	msgHolding        = "stagger: a backend begins to hold calls: their retries wait for the budget (grpc.target)"
 )
+
+// logWarnings tells the logger what the parse of cfg found: a file with
+// such a mistake is valid, so without this line it would fail silently.
+func (k *core) logWarnings(cfg *policy.Config) {
+	for _, w := range cfg.Warnings() {
+		if k.opts.logger == nil && (!w.Typo || !k.firstLoud(w.Path+": "+w.Message)) {
+			continue
+		}
+		fields := []any{"stagger.field", w.Path}
+		if w.Line > 0 {
+			fields = append(fields, "stagger.line", w.Line, "stagger.column", w.Column)
+		}
+		if w.File != "" {
+			fields = append(fields, "stagger.file", w.File)
+		}
+		k.opts.warnLoud(msgPolicyWarning, append(fields, "stagger.warning", w.Message)...)
+	}
+	k.logWarnedReload(cfg)
+}
+
+// logNearlyNamed says that cfg nearly names method without naming it: a
+// typo silently leaves the method without its policy. A misspelt service
+// is said once, not once per method.
+func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
+	name := cfg.NearlyNamed(method)
+	if name == "" {
+		return
+	}
+	key := method
+	if svc := method[:strings.LastIndexByte(method, '/')+1]; !strings.HasPrefix(name, svc) {
+		key = svc
+	}
+	if !k.firstLoud("call " + key + " " + name) {
+		return
+	}
+	k.opts.warnLoud(msgNearlyNamed, "grpc.method", method, "stagger.name", name)
+}
+
+// loudMax and noticeMax bound the sets of what was said once: a program
+// that makes up method names must not grow them without end.
+const (
+	loudMax   = 1024
+	noticeMax = 1024
+)
+
+// firstLoud reports whether msg is said for the first time by the
+// interceptors sharing k's State.
+func (k *core) firstLoud(msg string) bool {
+	s := &k.opts.state.said
+	return firstIn(&s.loud, &s.loudN, loudMax, msg)
+}
+
+// firstIn reports whether key is new to m and adds it; n counts m's keys,
+// at most bound: past it, what was not said is not said.
+func firstIn(m *sync.Map, n *atomic.Int64, bound int64, key any) bool {
+	if _, seen := m.Load(key); seen || n.Load() >= bound {
+		return false
+	}
+	if _, seen := m.LoadOrStore(key, struct{}{}); seen {
+		return false
+	}
+	n.Add(1)
+	return true
+}
+
+// warnLoud logs at warn level through the logger, else slog.Default().
+func (o *options) warnLoud(msg string, fields ...any) {
+	if o.logger != nil {
+		o.logger.Log(context.Background(), logging.LevelWarn, msg, fields...)
+		return
+	}
+	slog.Default().Warn(msg, fields...)
+}
+
+func (o *options) firstAmbiguous(method string) bool {
+	return o.ambiguous != nil && firstIn(o.ambiguous, o.ambiguousN, noticeMax, method)
+}
+
+// slogDefault is slog.Default() as a logging.Logger, read at each line
+// (a program may set it after building the interceptor); the two
+// packages' levels have the same values.
+var slogDefault = logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
+	slog.Default().Log(ctx, slog.Level(l), msg, fields...)
+})
+
+// log writes e's line to l, at the levels and with the fields WithLogger
+// lists.
+func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
+	level, msg := logging.LevelDebug, msgRetrying
+	switch e.Kind {
+	case EventGiveUp:
+		msg = msgGivingUp
+		switch {
+		case budgetEnded(e.Reason) && o.summary != nil:
+			o.summary.count(e)
+		case e.Reason == policy.ReasonAmbiguous && o.firstAmbiguous(e.Method):
+			// The caller sees a status its file may list as retryable:
+			// say once per method, where it is heard, why it was not.
+			level, msg = logging.LevelWarn, msgAmbiguous
+		}
+	case EventNotice:
+		level, msg = logging.LevelWarn, msgNoTimer
+		switch {
+		case e.Reason == policy.ReasonAttempts:
+			msg = msgCapped
+		case e.Reason == policy.ReasonOverridden:
+			msg = msgOverridden
+		case e.Reason == policy.ReasonNoPolicy:
+			msg = msgNoPolicy
+		case e.Reason == policy.ReasonOneAttempt:
+			msg = msgOneAttempt
+		case e.Reason == policy.ReasonInvalidOption:
+			msg = msgInvalidOption
+		case e.Reason == policy.ReasonForeignOption:
+			msg = msgForeignOption
+		case e.Reason == policy.ReasonReplyType:
+			msg = msgReplyType
+		case e.Hedging:
+			msg = msgNoHedging
+		}
+	case EventHedge:
+		msg = msgHedging
+	case EventHedgeStop:
+		msg = msgNoMoreHedges
+		if e.Reason == policy.ReasonBudget && o.summary != nil {
+			o.summary.count(e)
+		}
+	case EventHedgeWon:
+		msg = msgHedgeWon
+	case EventDeferred:
+		msg = msgDeferred
+		if !e.Hedging && o.summary != nil {
+			o.summary.held(e)
+		}
+	case EventResume:
+		msg = msgResuming
+	case EventTimerRanOn:
+		msg = msgTimerRanOn
+	case EventBreaker:
+		level = logging.LevelInfo
+		if e.Breaker.To == breaker.StateOpen {
+			level = logging.LevelWarn
+		}
+		l.Log(ctx, level, msgBreaker, "stagger.breaker", e.Method, "stagger.to", e.Breaker.To.String(), "stagger.from", e.Breaker.From.String(),
+			"stagger.failures", e.Breaker.Failures, "stagger.answered", e.Breaker.Answered, "stagger.break", e.Breaker.Break.String())
+		return
+	}
+	fields := make([]any, 0, 20)
+	fields = append(fields,
+		"grpc.method", e.Method,
+		"stagger.event", e.Kind.String(),
+		"stagger.attempt", e.Attempt,
+		"grpc.code", e.Code.String(),
+	)
+	switch e.Kind {
+	case EventRetry, EventHedge, EventDeferred:
+		fields = append(fields, "stagger.pause", e.Pause.String())
+		if e.Pushback {
+			fields = append(fields, "stagger.pushback", true)
+		}
+	}
+	if e.Backend != "" {
+		fields = append(fields, "stagger.backend", e.Backend)
+	}
+	if e.Reason != policy.ReasonNone {
+		// ReasonNone's name, "retry", says nothing stagger.event does not.
+		fields = append(fields, "stagger.reason", e.Reason.String())
+	}
+	if e.Kind == EventNotice && e.Err != nil {
+		fields = append(fields, "stagger.error", e.Err.Error())
+	}
+	if e.Criticality.Valid() && e.Criticality != criticality.Critical {
+		fields = append(fields, "stagger.criticality", e.Criticality.String())
+	}
+	if e.Deferred > 0 || e.Admission != budget.AdmitNone {
+		fields = append(fields, "stagger.deferred", e.Deferred.String(), "stagger.admission", e.Admission.String())
+	}
+	if e.Target != "" && e.Kind != EventRetry && e.Kind != EventHedge {
+		fields = append(fields, "grpc.target", e.Target)
+	}
+	fields = budgetFields(fields, e.Budget)
+	if e.Budget.Kind != "" && e.Budget.Waiting > 0 {
+		fields = append(fields, "stagger.budget.waiting", e.Budget.Waiting)
+	}
+	l.Log(ctx, level, msg, fields...)
+}
+
+// budgetFields appends the attributes of st, a budget's state, when it has
+// one: its level, and its Gate's health when it has a Gate.
+func budgetFields(fields []any, st budget.State) []any {
+	if st.Kind == "" {
+		return fields
+	}
+	fields = append(fields, "stagger.budget.level", st.Level)
+	if st.Health != "" {
+		fields = append(fields, "stagger.gate", st.Health)
+	}
+	return fields
+}
+
+// warnedSource is the part of policy.Source that says which reloads swapped
+// in a file with warnings.
+type warnedSource interface {
+	Warned() (n uint64, ev policy.SourceEvent)
+	ClaimWarned() (ev policy.SourceEvent, ok bool)
+}
+
+// logWarnedReload says that cfg, which a call follows for the first time,
+// came from a reload with warnings: the file is valid and in force, so
+// nothing else would say that retries the program had are gone.
+func (k *core) logWarnedReload(cfg *policy.Config) {
+	ws, ok := k.opts.source.(warnedSource)
+	if !ok {
+		return
+	}
+	_, ev := ws.Warned()
+	if ev.Config != cfg {
+		return
+	}
+	fields := []any{"stagger.file", ev.Path, "stagger.warnings", ev.Warnings}
+	if k.opts.logger != nil {
+		k.opts.logger.Log(context.Background(), logging.LevelError, msgReloadWarned, fields...)
+		return
+	}
+	if ev, ok := ws.ClaimWarned(); ok && ev.Config == cfg {
+		slog.Default().Error(msgReloadWarned, fields...)
+	}
+}
+
+// servedSource is the part of policy.Source that hears which methods the
+// process calls: a reload naming them names a method, linked or not.
+type servedSource interface {
+	Served(fullMethod string)
+}
+
+// served tells the interceptor's source that a call of method was made.
+func (k *core) served(method string) {
+	if s, ok := k.opts.source.(servedSource); ok {
+		s.Served(method)
+	}
+}

@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"context"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -8,6 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+
+	"github.com/stagger-go/stagger/policy"
 )
 
 // TestLogMessagesAreConstant: every message the package logs (through a
@@ -136,4 +141,28 @@ func isSlog(x ast.Expr) bool {
 	}
 	id, ok := x.(*ast.Ident)
 	return ok && id.Name == "slog"
+}
+
+// TestNoticeMessageSaysItsReason: a notice's message names what was not
+// applied and why; a hedged method whose reply is not a protobuf message
+// is not said to be "not known to be idempotent".
+func TestNoticeMessageSaysItsReason(t *testing.T) {
+	cases := []struct {
+		reason  policy.Reason
+		hedging bool
+		want    string
+	}{
+		{policy.ReasonNotIdempotent, false, msgNoTimer},
+		{policy.ReasonNotIdempotent, true, msgNoHedging},
+		{policy.ReasonReplyType, true, msgReplyType},
+		{policy.ReasonOverridden, false, msgOverridden},
+	}
+	for _, tc := range cases {
+		var got string
+		l := logging.LoggerFunc(func(_ context.Context, _ logging.Level, msg string, _ ...any) { got = msg })
+		new(options).log(context.Background(), l, Event{Kind: EventNotice, Reason: tc.reason, Hedging: tc.hedging})
+		if got != tc.want {
+			t.Errorf("notice %v (hedging %v) logs %q, want %q", tc.reason, tc.hedging, got, tc.want)
+		}
+	}
 }

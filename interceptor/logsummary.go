@@ -11,15 +11,12 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// refusedSummary turns the calls that ended because their budget refused
-// a retry, or ended their wait (reasons budget, deferred and outage), and
-// the hedges their budget refused, into at most one warn line per backend
-// per refusedLogEvery: an outage makes such calls by the thousand, and one
-// line each would be the costliest thing the process logs just when its
-// operator reads the logs. The first such call of a backend is said at
-// once; the ones after it are counted and said, per reason, when the
-// interval since the backend's last line ends (a timer, armed while some
-// count waits). Each call still has its own line at debug level.
+// refusedSummary turns the calls their budget ended, and the hedges it
+// refused, into at most one warn line per backend per refusedLogEvery (the
+// lines WithLogger describes): an outage makes such calls by the thousand,
+// and one line each would be the costliest thing the process logs just
+// when its operator reads the logs. A timer, armed while some count waits,
+// says the counts when the interval ends.
 //
 // Safe for concurrent use. The logger runs outside the lock.
 type refusedSummary struct {
@@ -32,27 +29,20 @@ type refusedSummary struct {
 	// interval, or have counts waiting: at most refusedLogTargets, and
 	// "other".
 	byTarget map[string]*refusedTally
-	// timer flushes the counts that wait (nil until first needed);
-	// armed says it is set.
-	timer *time.Timer
-	armed bool
-	// holding holds when each backend last deferred a retry (held), at
-	// most refusedLogTargets and "other": a backend holding calls is said
-	// at info level when it begins to, not only when its calls end. The
-	// backends that stopped holding are forgotten when it is full and at
-	// each flush (the held calls' ends arm it).
+	timer    *time.Timer // nil until first needed
+	armed    bool
+	// holding holds when each backend last deferred a retry (held), bound
+	// as byTarget; the backends that stopped holding are forgotten when it
+	// is full and at each flush.
 	holding map[string]time.Time
 }
 
-// refusedTally is one backend's counts since its last line.
+// refusedTally is one backend's counts since its last line, at last; state
+// is its budget at the latest count.
 type refusedTally struct {
-	// last is when its last line was logged.
-	last time.Time
-	// budget, deferred, outage count calls by reason; hedges the hedges
-	// refused.
+	last                             time.Time
 	budget, deferred, outage, hedges int
-	// state is the backend's budget at the latest count.
-	state budget.State
+	state                            budget.State
 }
 
 func (t *refusedTally) pending() bool {
@@ -63,13 +53,9 @@ func newRefusedSummary(l logging.Logger) *refusedSummary {
 	return &refusedSummary{logger: l, now: time.Now, every: refusedLogEvery, byTarget: map[string]*refusedTally{}, holding: map[string]time.Time{}}
 }
 
-// summaryTarget returns the backend a summary line names for a call's
-// target as dialled: its canonical target, as the budgets key it
-// (canonicalTarget, which the call's budget lookup filled before any
-// refusal or deferral), so that two spellings of one backend
-// ("localhost:8080" and "dns:///localhost:8080") that share one budget
-// share one line too; target itself for a front end, or once that cache
-// started afresh.
+// summaryTarget returns the canonical target that keys target's budget
+// (the call's budget lookup filled the cache), so two spellings of one
+// backend share a line; target itself when the cache has none.
 func summaryTarget(target string) string {
 	if v, ok := canonicalTargets.Load(target); ok {
 		return v.(string)
@@ -77,30 +63,23 @@ func summaryTarget(target string) string {
 	return target
 }
 
-// refusedLine is one line to log: its backend, counts and interval.
 type refusedLine struct {
 	target string
 	tally  refusedTally
 	since  time.Duration
 }
 
-// count adds e, a give-up for a budget reason or a hedge the budget
-// stopped, to its backend's counts, and logs the line that is due.
+// count adds e, a give-up for its budget or a hedge the budget stopped, to
+// its backend's counts, and logs the line that is due.
 func (s *refusedSummary) count(e Event) {
 	now := s.now()
 	e.Target = summaryTarget(e.Target)
 	s.mu.Lock()
+	e.Target = boundedKey(s.byTarget, e.Target)
 	t := s.byTarget[e.Target]
 	if t == nil {
-		target := e.Target
-		if len(s.byTarget) >= refusedLogTargets {
-			target = "other"
-		}
-		if t = s.byTarget[target]; t == nil {
-			t = &refusedTally{}
-			s.byTarget[target] = t
-		}
-		e.Target = target
+		t = &refusedTally{}
+		s.byTarget[e.Target] = t
 	}
 	switch {
 	case e.Kind == EventHedgeStop:
@@ -134,11 +113,9 @@ func (s *refusedSummary) takeLocked(target string, t *refusedTally, now time.Tim
 	return l
 }
 
-// armLocked sets the timer, while some backend is in byTarget (its counts
-// wait for their line, or its last line is too recent for the next call's
-// to go at once), for the end of the earliest interval. A backend that
-// comes in later logs at once, so its interval ends later: the timer
-// needs no change while armed.
+// armLocked sets the timer, while some backend is in byTarget, for the end
+// of the earliest interval. A backend that comes in later logs at once, so
+// its interval ends later: the timer needs no change while armed.
 func (s *refusedSummary) armLocked(now time.Time) {
 	if s.armed || len(s.byTarget) == 0 {
 		return
@@ -193,36 +170,23 @@ func (s *refusedSummary) log(lines []refusedLine) {
 		if l.since > 0 {
 			fields = append(fields, "stagger.interval", l.since.String())
 		}
-		if t.state.Kind != "" {
-			fields = append(fields, "stagger.budget.level", t.state.Level)
-			if t.state.Health != "" {
-				fields = append(fields, "stagger.gate", t.state.Health)
-			}
-		}
-		s.logger.Log(context.Background(), logging.LevelWarn, msgRefusedSummary, fields...)
+		s.logger.Log(context.Background(), logging.LevelWarn, msgRefusedSummary, budgetFields(fields, t.state)...)
+
 	}
 }
 
-// held notes e, a call's retry that its budget deferred (EventDeferred):
-// the call is held. The first of a backend, or the first after an
-// interval without one, is said at once at info level: the backend
-// begins to hold calls, and an outage that holds them shows while it
-// lasts (the warn summary comes as the held calls end, up to their
-// 10 s bound later).
+// held notes e, a retry its budget deferred. The first of a backend, or
+// the first after an interval without one, is said at once at info level,
+// so an outage shows while it holds calls, not only as they end.
 func (s *refusedSummary) held(e Event) {
 	now := s.now()
 	target := summaryTarget(e.Target)
 	s.mu.Lock()
-	last, ok := s.holding[target]
-	if !ok && len(s.holding) >= refusedLogTargets {
-		// Forget the backends that stopped holding; else count it
-		// as "other".
+	if _, ok := s.holding[target]; !ok && len(s.holding) >= refusedLogTargets {
 		s.forgetHoldingLocked(now)
-		if len(s.holding) >= refusedLogTargets {
-			target = "other"
-			last, ok = s.holding[target]
-		}
 	}
+	target = boundedKey(s.holding, target)
+	last, ok := s.holding[target]
 	s.holding[target] = now
 	s.mu.Unlock()
 	if ok && now.Sub(last) < s.every {
@@ -235,8 +199,17 @@ func (s *refusedSummary) held(e Event) {
 	s.logger.Log(context.Background(), logging.LevelInfo, msgHolding, fields...)
 }
 
+// boundedKey returns target, or "other" when m has no room left for it.
+func boundedKey[V any](m map[string]V, target string) string {
+	if _, ok := m[target]; !ok && len(m) >= refusedLogTargets {
+		return "other"
+	}
+	return target
+}
+
 // forgetHoldingLocked forgets the backends that deferred no retry for an
-// interval: their next deferral begins a new hold.
+// interval.
+
 func (s *refusedSummary) forgetHoldingLocked(now time.Time) {
 	for t, at := range s.holding {
 		if now.Sub(at) >= s.every {

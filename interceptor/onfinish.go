@@ -12,12 +12,10 @@ import (
 // them once, with the call's final error, or when the caller's context ends
 // first (as grpc does for a stream the caller abandons).
 type onFinishOnce struct {
-	onFinish []func(error)
-	// stopWatch stops the watch on the caller's context.
-	stopWatch func() bool
-	// once runs them: a second caller (the stream's end, beside the watch)
-	// waits until the first has run them, so the end is announced after
-	// OnFinish returned.
+	onFinish  []func(error)
+	stopWatch func() bool // stops the watch on the caller's context
+	// once makes a second caller wait until the first has run them, so
+	// the end is announced after OnFinish returned.
 	once sync.Once
 }
 
@@ -41,7 +39,6 @@ func (f *onFinishOnce) finishOnce(err error) {
 	f.run(err)
 }
 
-// run runs the OnFinish functions unless they ran already.
 func (f *onFinishOnce) run(err error) {
 	f.once.Do(func() {
 		for _, fn := range f.onFinish {

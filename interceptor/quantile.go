@@ -8,16 +8,12 @@ import (
 )
 
 // The adaptive hedging delay (policy.Hedging.Adaptive) needs each method's
-// p95 latency on every hedged call, from many goroutines at once. A
-// log-spaced histogram of atomic counters gives it without a lock: observe is
-// two atomic adds, quantile one pass over the buckets.
-//
-// Buckets: durations below 2^minOctave ns (about 1µs) share bucket 0; then
-// each octave [2^e, 2^(e+1)) ns is split in subBuckets equal parts, up to
-// 2^maxOctave ns (about 137s); longer durations share the last bucket. A
-// quantile is reported as its bucket's upper bound, so it is at most 25%
-// above the true value and never below it: hedging a little late rather than
-// a little early.
+// p95 latency on every hedged call, from many goroutines at once: a
+// log-spaced histogram of atomic counters gives it without a lock. Below
+// 2^minOctave ns all share bucket 0; each octave up to 2^maxOctave ns is
+// split in subBuckets parts; longer durations share the last bucket. A
+// quantile is its bucket's upper bound, at most 25% above the true value
+// and never below it: hedging a little late rather than a little early.
 const (
 	minOctave    = 10
 	maxOctave    = 37
@@ -38,7 +34,6 @@ type latencyHistogram struct {
 	seen   atomic.Uint64
 }
 
-// latencySlot returns the bucket of d.
 func latencySlot(d time.Duration) int {
 	if d < 1<<minOctave {
 		return 0
@@ -52,8 +47,7 @@ func latencySlot(d time.Duration) int {
 	return (e-minOctave)*subBuckets + sub + 1
 }
 
-// slotUpper returns the upper bound of bucket i: every duration in it is
-// below the bound.
+// slotUpper returns the bound every duration of bucket i is below.
 func slotUpper(i int) time.Duration {
 	if i == 0 {
 		return 1 << minOctave
@@ -63,7 +57,6 @@ func slotUpper(i int) time.Duration {
 	return time.Duration(uint64(subBuckets+sub+1) << (e - subBits))
 }
 
-// observe adds one latency sample.
 func (h *latencyHistogram) observe(d time.Duration) {
 	h.counts[latencySlot(d)].Add(1)
 	if h.seen.Add(1)%adaptiveHalfLife == 0 {
@@ -91,7 +84,6 @@ func (h *latencyHistogram) quantile(q float64) (time.Duration, bool) {
 	if total < adaptiveMinSamples {
 		return 0, false
 	}
-	// rank is the number of samples at or below the quantile, rounded up.
 	rank := uint64(math.Ceil(q * float64(total)))
 	if rank < 1 {
 		rank = 1

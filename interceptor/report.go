@@ -28,15 +28,12 @@ type Report struct {
 	// whose attempts overlap. Pushback is the part of it that the
 	// server's pushbacks asked for (gRFC A6's grpc-retry-pushback-ms).
 	Delay, Pushback time.Duration
-	// Deferred is the time the call waited in its budget's Gate for
-	// retries the budget refused, past the pauses they were due after
-	// (part of Delay; for a hedged call, its hedges refused with no
-	// attempt in flight); WaitEnd, when such a wait admitted nothing and
-	// ended the call, the rule of the Gate's wait contract that ended it
-	// (budget.Gate): "hold", "hopeless", "max-wait", "futility", "room"
-	// or "criticality" (too many waited), "deadline" or "caller", or
-	// "switch" when turning the switch on ended it (SetDisabled); HeldBy,
-	// the Gate's rule that held that wait past its pause, if one did:
+	// Deferred is the time the call waited in its budget's Gate past the
+	// pauses its refused retries were due after (part of Delay). WaitEnd,
+	// when such a wait admitted nothing and ended the call, is the rule
+	// that ended it (budget.Gate): "hold", "hopeless", "max-wait",
+	// "futility", "room", "criticality", "deadline", "caller", or "switch"
+	// (SetDisabled); HeldBy, the rule that held the wait past its pause:
 	// "outage", "overload" or "breaker".
 	Deferred time.Duration
 	WaitEnd  string
@@ -45,46 +42,35 @@ type Report struct {
 	Reason policy.Reason
 	// Code is the call's final status code.
 	Code codes.Code
-	// Criticality is the call's criticality as named (WithCriticality):
-	// criticality.Unset when nothing named one (the call is CRITICAL:
-	// Level.Effective).
+	// Criticality is the call's criticality as named (WithCriticality);
+	// criticality.Unset when nothing named one (the call is CRITICAL).
 	Criticality criticality.Level
-	// TimerRefused counts the attempts whose per-attempt timer fired, the
-	// policy would have retried them, and the breaker or the budget
-	// refused the retry, so they ran on past the timeout (EventTimerRanOn);
-	// TimerReason is the latest refusal's reason (policy.ReasonBudget,
-	// ReasonBreaker), ReasonNone when none was refused.
+	// TimerRefused counts the attempts that ran on past their timeout
+	// because the retry was refused (EventTimerRanOn); TimerReason is the
+	// latest refusal's reason, ReasonNone when none was refused.
 	TimerRefused int
 	TimerReason  policy.Reason
 	// Target is the call's backend (its ClientConn's target, as dialled),
-	// whose budget and Gate the call's retries went through
-	// (budget.Backends keeps them under its canonical target: two
-	// spellings of one backend share them).
+	// whose budget and Gate its retries went through (kept under its
+	// canonical target: two spellings of one backend share them).
 	Target string
 	// Budget is the state of the backend's budget when the call ended
 	// because it refused or deferred a retry (Reason budget, deferred or
-	// outage): its tokens (Level of Capacity) and its Gate's view of the
-	// backend (Health); zero otherwise.
+	// outage); zero otherwise.
 	Budget budget.State
 	// Breaker is the state of the call's circuit breaker when it ended the
-	// call (Reason breaker or throttled): open or half-open, its window's
-	// counts, the throttle's rejection probability; zero otherwise.
+	// call (Reason breaker or throttled); zero otherwise.
 	Breaker breaker.Snapshot
-	// Disabled: the switch was on when the call started (SetDisabled,
-	// DisableEnv, or its policy file's "disabled"): stagger sent it once,
-	// with no retry, no hedge and no wait, and Reason is
-	// policy.ReasonDisabled whatever its Code. A call the switch ended
-	// while it ran (see SetDisabled) has Reason ReasonDisabled and, when
-	// it was held, WaitEnd "switch"; a call with Disable, which stagger
-	// hands to grpc untouched, has one attempt, Reason ReasonDisabled, its
-	// Code (when grpc finishes it: grpc.OnFinish), Target and
-	// Criticality, and nothing else.
+	// Disabled: the switch was on when the call started (SetDisabled):
+	// stagger sent it once, and Reason is policy.ReasonDisabled whatever
+	// its Code. A call the switch ended while it ran has that Reason, not
+	// Disabled. A call with Disable has one attempt, that Reason, its Code
+	// (when grpc finishes it), Target and Criticality, and nothing else.
 	Disabled bool
 }
 
-// String is the Report in one line, naming only what happened: "" for a
-// zero Report (no call ended into it); the timer's refusals only when
-// there were some; the budget's state only when it ended the call.
+// String is the Report in one line, naming only what happened; "" for a
+// zero Report.
 func (r Report) String() string {
 	if r == (Report{}) {
 		return ""
@@ -143,8 +129,6 @@ func (r Report) String() string {
 	return b.String()
 }
 
-// budgetPhrase names a budget's state in a few words: the Gate's view of
-// the backend, if it has one, then the tokens.
 func budgetPhrase(s budget.State) string {
 	var b strings.Builder
 	switch s.Health {

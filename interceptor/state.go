@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -10,50 +11,33 @@ import (
 )
 
 // State holds the live state that the interceptors build from a policy
-// file's settings: the budgets (one budget.Backends per budget settings,
-// which keeps each target its own tokens and Gates) and the circuit breakers
-// (one breaker.Set per breaker settings, which keeps one breaker per target
-// and method, or per target). A policy.Config is data; its budgets and
-// breakers live here, built on first use (policy.Config.NewBudgets,
-// policy.Config.NewBreakers).
+// file's settings, on first use: the budgets (one budget.Backends per
+// budget settings: each target its tokens and Gates) and the circuit
+// breakers (one breaker.Set per breaker settings). A policy.Config is data;
+// its budgets and breakers live here.
 //
-// The unary and stream interceptors built with the same State share it;
-// without WithState each interceptor has its own, and stagger.DialOptions
-// makes one for the two interceptors it returns. So every connection dialed
-// with one DialOptions result shares the state, per target: two connections
-// to one target share that target's tokens and breakers, and connections to
-// two targets have their own. Connections dialed with two DialOptions calls
-// share nothing, as grpc-go keeps one retry throttle per channel, unless
-// both are given the same State (WithState).
+// Interceptors built with the same State (WithState) share it, per target;
+// stagger.DialOptions makes one for the two interceptors it returns, so
+// two DialOptions calls share nothing, as grpc-go's channels do not.
 //
-// Interceptors that follow a policy.Source (WithConfigSource) keep the state
-// across reloads: a new file whose budget settings are equal to the last
-// one's (policy.Config.BudgetSettings) uses the same budgets, every
-// backend's tokens and Gates included; a file that changes them gets new
-// budgets, and the State drops the old ones when the first call follows the
-// new file (calls in flight keep theirs, and a call that read the old file
-// just before the reload gets budgets of its own, not kept), so a file that
-// goes back to the old settings starts afresh too. The breakers follow the same rule per
-// breaker settings. Settings are the key: configs with equal settings
-// share the state, and another interceptor sharing the State whose config
-// still uses the dropped settings starts afresh with them. A State keeps
-// the state of at most 64 distinct budget settings and 64 breaker
-// settings; past that, a config's are built for the call that needs them
-// and not kept.
+// Settings are the key: configs with equal settings share the state, so a
+// reload through a policy.Source that keeps them keeps every backend's
+// tokens, Gates and breakers. One that changes them starts afresh: the
+// State drops the old state when the first call follows the new file
+// (calls in flight keep theirs), and a file that goes back to the old
+// settings starts afresh too. A State keeps the state of at most 64
+// distinct budget settings and 64 breaker settings; past that, a config's
+// are built for the call that needs them and not kept.
 //
 // The zero value is an empty State, ready to use, as NewState's is. A State
 // is safe for concurrent use and must not be copied after first use.
 type State struct {
 	// cur is the state in use, copied on write under mu; a call reads it
 	// with one atomic load.
-	cur atomic.Pointer[stateMaps]
-	mu  sync.Mutex
-	// said keeps the interceptors sharing the State from saying a file's
-	// warnings once each.
-	said said
-	// fileOff: the file the State's interceptors follow turns the switch
-	// on (policy.Config.Disabled; core.fileSwitch).
-	fileOff atomic.Bool
+	cur     atomic.Pointer[stateMaps]
+	mu      sync.Mutex
+	said    said
+	fileOff atomic.Bool // the file's switch (core.fileSwitch)
 }
 
 type stateMaps struct {
@@ -61,27 +45,21 @@ type stateMaps struct {
 	breakers map[breaker.Settings]*breaker.Set
 }
 
-// said is what the interceptors sharing a State (the unary and the stream
-// interceptor of one stagger.DialOptions) told the logger, or
+// said is what the interceptors sharing a State told the logger, or
 // slog.Default(), about their files, so that each is said once between
-// them, not once per interceptor.
+// them: warned, the last file whose warnings were said; loud, the likely
+// typos said (firstLoud), loudN of them.
 type said struct {
-	// warned is the last file whose warnings went to the logger, so each
-	// file (each reload) is reported once, when a call first follows it.
 	warned atomic.Pointer[policy.Config]
-	// loud holds what went to the logger, or to slog.Default(), as a likely
-	// typo in the file (firstLoud), so each is said once; loudN counts it.
-	loud  sync.Map
-	loudN atomic.Int64
+	loud   sync.Map
+	loudN  atomic.Int64
 }
 
 // NewState returns an empty State.
 func NewState() *State { return new(State) }
 
-// noState is what an empty State holds.
 var noState = &stateMaps{}
 
-// maps returns what s holds now.
 func (s *State) maps() *stateMaps {
 	if m := s.cur.Load(); m != nil {
 		return m
@@ -97,8 +75,7 @@ func WithState(st *State) Option {
 }
 
 // Budgets returns the budgets the State holds, one budget.Backends per
-// budget settings in use, in no particular order; for metrics (the otel
-// module's Options.States reads it at each collection).
+// budget settings in use, in no particular order; for metrics.
 func (s *State) Budgets() []*budget.Backends {
 	if s == nil {
 		return nil
@@ -116,7 +93,6 @@ func (s *State) Breakers() []*breaker.Set {
 	return values(s.maps().breakers)
 }
 
-// values returns m's values, in no particular order.
 func values[K comparable, V any](m map[K]V) []V {
 	out := make([]V, 0, len(m))
 	for _, v := range m {
@@ -132,8 +108,7 @@ func (s *State) budgets(cfg *policy.Config, keep bool) *budget.Backends {
 	if key.Kind == budget.KindNone {
 		return nil
 	}
-	budgets := func(m *stateMaps) *map[budget.Settings]*budget.Backends { return &m.budgets }
-	return held(s, budgets, key, cfg.NewBudgets, keep)
+	return held(s, func(m *stateMaps) *map[budget.Settings]*budget.Backends { return &m.budgets }, key, cfg.NewBudgets, keep)
 }
 
 // breakers returns the breakers that guard cfg's calls matched to m (nil:
@@ -172,9 +147,7 @@ func held[K comparable, V any](s *State, field func(*stateMaps) *map[K]V, key K,
 	}
 	next := *cur
 	m := make(map[K]V, len(*field(cur))+1)
-	for k, x := range *field(cur) {
-		m[k] = x
-	}
+	maps.Copy(m, *field(cur))
 	m[key] = v
 	*field(&next) = m
 	s.cur.Store(&next)
@@ -191,18 +164,7 @@ func (s *State) moved(prev, next *policy.Config) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur := s.maps()
-	out := &stateMaps{budgets: cur.budgets, breakers: cur.breakers}
-	if old := prev.BudgetSettings(); old != next.BudgetSettings() {
-		if _, ok := cur.budgets[old]; ok {
-			out.budgets = make(map[budget.Settings]*budget.Backends, len(cur.budgets))
-			for k, v := range cur.budgets {
-				if k != old {
-					out.budgets[k] = v
-				}
-			}
-		}
-	}
+	old, now := prev.BudgetSettings(), next.BudgetSettings()
 	unused := map[breaker.Settings]bool{}
 	for _, st := range breakerSettings(prev) {
 		unused[st] = true
@@ -210,21 +172,24 @@ func (s *State) moved(prev, next *policy.Config) {
 	for _, st := range breakerSettings(next) {
 		delete(unused, st)
 	}
-	drop := false
-	for st := range unused {
-		if _, ok := cur.breakers[st]; ok {
-			drop = true
+	cur := s.maps()
+	s.cur.Store(&stateMaps{
+		budgets:  without(cur.budgets, func(k budget.Settings) bool { return k == old && old != now }),
+		breakers: without(cur.breakers, func(k breaker.Settings) bool { return unused[k] }),
+	})
+}
+
+// without returns m less the keys drop picks: m itself, not a copy, when
+// it holds none.
+func without[K comparable, V any](m map[K]V, drop func(K) bool) map[K]V {
+	for k := range m {
+		if drop(k) {
+			out := maps.Clone(m)
+			maps.DeleteFunc(out, func(k K, _ V) bool { return drop(k) })
+			return out
 		}
 	}
-	if drop {
-		out.breakers = make(map[breaker.Settings]*breaker.Set, len(cur.breakers))
-		for k, v := range cur.breakers {
-			if !unused[k] {
-				out.breakers[k] = v
-			}
-		}
-	}
-	s.cur.Store(out)
+	return m
 }
 
 // breakerSettings lists every breaker settings cfg uses.
