@@ -121,7 +121,7 @@
 // idempotent, is hedged (gRFC A6; grpc-go ignores hedgingPolicy): the first
 // attempt is sent, then another every hedgingDelay while none has
 // succeeded, up to maxAttempts in all; the first OK wins and the others are
-// cancelled. Every hedge asks the budget, then the circuit breaker
+// cancelled. Every hedge asks the circuit breaker, then the budget
 // (WithBreakers); a refusal stops hedging.
 // Streams are hedged until they commit. UnaryClientInterceptor and
 // StreamClientInterceptor have the rules. Hedges and retries of one call
