@@ -121,8 +121,8 @@
 // idempotent, is hedged (gRFC A6; grpc-go ignores hedgingPolicy): the first
 // attempt is sent, then another every hedgingDelay while none has
 // succeeded, up to maxAttempts in all; the first OK wins and the others are
-// cancelled. Every hedge asks the circuit breaker, then the budget
-// (WithBreakers); a refusal stops hedging.
+// cancelled. Every hedge asks the circuit breaker (WithBreakers), then the
+// budget; a refusal stops hedging.
 // Streams are hedged until they commit. UnaryClientInterceptor and
 // StreamClientInterceptor have the rules. Hedges and retries of one call
 // reach distinct backends only under a load-balancing policy that spreads
