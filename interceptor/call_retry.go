@@ -127,7 +127,7 @@ const (
 	askEnded uint8 = iota
 	// askBeside: an attempt ended whose failure decides nothing (another
 	// runs, or a retry waits: hedgeOnPerTryTimeout): the breaker and the
-	// budget hear how, and nothing is admitted.
+	// budget hear how, signs of overload included, and nothing is admitted.
 	askBeside
 	// askVerdict: the per-attempt timer fires and asks whether the
 	// policy would retry the attempt cut off now; nothing is recorded or
@@ -301,24 +301,23 @@ func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.V
 	if f.budget != nil && !unretried {
 		a := q.rec
 		a.Outcome = v.Record
-		if q.kind == askEnded {
-			// A sign of overload: the server refused the attempt for it
-			// (RESOURCE_EXHAUSTED it sent), or stagger's timer cut the
-			// attempt off, unless it cut a straggler (the method's other
-			// attempts were served fast). A pushback is not one by
-			// itself: its delay is obeyed as the pause (gRFC A6), and a
-			// refusal that carries one holds retries only while most
-			// attempts are signs (budget.Gate, the overload rule).
-			a.Overload = q.slow || q.timedOut && !q.straggler || status.Code(q.err) == codes.ResourceExhausted && q.trailer != nil
-			a.Pushback = v.Pushback
-			if a.Overload && !a.Pushback {
-				// The call's last attempt too: the server said when to
-				// retry.
-				_, pb := policy.ParsePushback(q.trailer)
-				a.Pushback = pb == policy.PushbackValid
-			}
-			a.Final = !v.Retry
+		// A sign of overload, whether or not the attempt decides (a
+		// Gate's overload rule counts both): the server refused the
+		// attempt for it (RESOURCE_EXHAUSTED it sent), or stagger's timer
+		// cut the attempt off, unless it cut a straggler (the method's
+		// other attempts were served fast). A pushback is not one by
+		// itself: its delay is obeyed as the pause (gRFC A6), and a
+		// refusal that carries one holds retries only while most attempts
+		// are signs (budget.Gate, the overload rule).
+		a.Overload = q.slow || q.timedOut && !q.straggler || status.Code(q.err) == codes.ResourceExhausted && q.trailer != nil
+		a.Pushback = v.Pushback
+		if a.Overload && !a.Pushback {
+			// The call's last attempt too: the server said when to retry.
+			_, pb := policy.ParsePushback(q.trailer)
+			a.Pushback = pb == policy.PushbackValid
 		}
+		// An attempt beside another ends nothing: not the call's last.
+		a.Final = q.kind == askEnded && !v.Retry
 		rec = &a
 	}
 	recordOutcome(f.br, f.budget, f.crit, f.o, q.first, breakerOutcome(callCtx, q.err, q.timedOut), rec)
