@@ -12,32 +12,24 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/balancer/elsewhere"
-	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/internal/chain"
 	"github.com/stagger-go/stagger/policy"
 )
 
-// recordOutcome is the one place an attempt's outcome is recorded: br
-// (nil: none) hears breakerO (first: the call's first attempt), then b
-// (nil: none) hears a (nil: nothing, as for a failure of a call without a
-// retry policy). The breaker first: a Gate's waiters, woken by the
-// budget's Record, must find the breaker's new state. Every engine records
-// through it (call.record); the fast path writes it out for a first
+// record tells the breaker (nil: none) breakerO of q's attempt, then the
+// budget (nil: none) a (nil: nothing, as for a failure of a call without a
+// retry policy). The breaker first: a Gate's waiters, woken by the budget's
+// Record, must find the breaker's new state. Only the call's decision
+// (shouldRetry) calls it; the fast path writes it out for a first
 // attempt's success (recordFirstSuccess: a call there costs too much).
-func recordOutcome(br *breaker.Breaker, b budget.Budget, crit criticality.Level, o *options, first bool, breakerO budget.Outcome, a *budget.Attempt) {
-	if br != nil {
-		br.Record(breakerO, first, crit, o)
+func (f *retryFacts) record(q *question, breakerO budget.Outcome, a *budget.Attempt) {
+	if f.br != nil {
+		f.br.Record(breakerO, q.first, f.crit, f.o)
 	}
-	if b != nil && a != nil {
-		b.Record(*a)
+	if f.budget != nil && a != nil {
+		f.budget.Record(*a)
 	}
-}
-
-// record is recordOutcome for c's breaker and budget.
-func (c *call) record(first bool, breakerO budget.Outcome, a *budget.Attempt) {
-	recordOutcome(c.br, c.budget, c.crit, c.o, first, breakerO, a)
 }
 
 // afterAttempt applies the call's decision (shouldRetry) once its attempt
@@ -146,6 +138,11 @@ const (
 	// whether the next hedge may go, and the breaker and the budget hear
 	// how, as a hedge (question.rec: hedgeState.judge).
 	askRaced
+	// askSettled: an attempt ended whose outcome needs no verdict (a
+	// hedge's success, a loser cancelled after the commit, the attempts
+	// drained as a call ends): the breaker hears question.breakerO, the
+	// budget question.rec (recordHedge, unaryLoop.drain).
+	askSettled
 )
 
 // question is one ask of the call's decision (shouldRetry).
@@ -174,6 +171,8 @@ type question struct {
 	rec   budget.Attempt
 	// nonFatal is the hedging policy's nonFatalStatusCodes (askRaced).
 	nonFatal policy.CodeSet
+	// breakerO is what the breaker hears (askSettled).
+	breakerO budget.Outcome
 }
 
 // answer is the call's decision (shouldRetry).
@@ -217,6 +216,9 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 		return ans
 	case q.kind == askRaced:
 		f.judgeRaced(callCtx, q, &ans)
+		return ans
+	case q.kind == askSettled:
+		f.record(q, q.breakerO, &q.rec)
 		return ans
 	case q.err == nil:
 		// Decide's answer for a success is fixed.
@@ -291,7 +293,7 @@ func (f *retryFacts) judgeRaced(callCtx context.Context, q *question, ans *answe
 	if v.Retry {
 		a.Outcome = budget.Failure
 	}
-	recordOutcome(f.br, f.budget, f.crit, f.o, q.first, breakerOutcome(callCtx, q.err, false), &a)
+	f.record(q, breakerOutcome(callCtx, q.err, false), &a)
 }
 
 // recordEnd tells the breaker and the budget how the attempt of q ended,
@@ -320,7 +322,7 @@ func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.V
 		a.Final = q.kind == askEnded && !v.Retry
 		rec = &a
 	}
-	recordOutcome(f.br, f.budget, f.crit, f.o, q.first, breakerOutcome(callCtx, q.err, q.timedOut), rec)
+	f.record(q, breakerOutcome(callCtx, q.err, q.timedOut), rec)
 }
 
 // admit asks the breaker, then the budget, for the retry ans.verdict

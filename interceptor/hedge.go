@@ -374,12 +374,12 @@ func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer
 	}
 }
 
-// recordHedge tells c's breaker and budget (c.record) how attempt n of a
-// hedged call ended.
+// recordHedge tells c's breaker and budget, through the call's decision
+// (askSettled), how attempt n of a hedged call ended.
 func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
-	a := c.hedgeAttempt(n)
-	a.Outcome = budgetO
-	c.record(n == 1, breakerO, &a)
+	q := question{kind: askSettled, first: n == 1, rec: c.hedgeAttempt(n), breakerO: breakerO}
+	q.rec.Outcome = budgetO
+	c.shouldRetry(nil, &q)
 }
 
 // hedgeAttempt is what c's budget hears of attempt n of a hedged call, but

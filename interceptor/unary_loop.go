@@ -452,11 +452,16 @@ func (l *unaryLoop) drain() {
 		if ev.err == nil {
 			o = budget.Success
 		}
+		c := l.c()
 		if l.hedged {
-			l.c().recordHedge(ev.n, o, o)
-		} else {
-			l.c().recordAttempt(ev, o, o)
+			c.recordHedge(ev.n, o, o)
+			continue
 		}
+		// With the admission it went with: a probe's end frees the Gate's
+		// probe lease.
+		q := question{kind: askSettled, first: ev.n+c.before == 1, breakerO: o,
+			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: ev.took()}}
+		c.shouldRetry(nil, &q)
 	}
 }
 
@@ -527,14 +532,6 @@ func (c *call) settle(adm budget.Admission) {
 	if c.budget != nil && adm != budget.AdmitNone {
 		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: adm})
 	}
-}
-
-// recordAttempt tells c's breaker and budget (c.record) how attempt ev.n,
-// which decides nothing, ended, with the admission it went with (a
-// probe's end frees the Gate's probe lease).
-func (c *call) recordAttempt(ev unaryEvent, budgetO, breakerO budget.Outcome) {
-	a := budget.Attempt{Number: ev.n, Outcome: budgetO, Admission: ev.admission, Took: ev.took()}
-	c.record(ev.n+c.before == 1, breakerO, &a)
 }
 
 // took is how long the attempt that ended with ev took, for the budget
