@@ -292,8 +292,10 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 	case q.kind == askHedge:
 		req = budget.Request{Number: q.n, Hedge: true, Criticality: f.crit}
 	default:
-		req = f.retryRequest(q.timedOut)
-		req.Straggler, req.Unsent = q.straggler, q.unsent
+		req = budget.Request{Number: f.attempt + 1, AfterTimeout: q.timedOut, Last: f.attempt+1 >= f.pol.MaxAttempts, Criticality: f.crit, Straggler: q.straggler, Unsent: q.unsent}
+		if f.br != nil {
+			req.Guard = f.br.Guard(f.crit, f.o)
+		}
 	}
 	_, wait := f.budget.(budget.Deferrer)
 	wait = wait && q.kind == askEnded
@@ -368,16 +370,6 @@ func (c *retryFacts) attemptFacts(callCtx context.Context, err error, trailer me
 	}
 	a.U = c.o.random.Float64()
 	return a
-}
-
-// retryRequest is what the budget is asked for the retry after the current
-// attempt.
-func (c *retryFacts) retryRequest(timedOut bool) budget.Request {
-	req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts, Criticality: c.crit}
-	if c.br != nil {
-		req.Guard = c.br.Guard(c.crit, c.o)
-	}
-	return req
 }
 
 // breakerOutcome is what an attempt that ended with err tells a breaker:

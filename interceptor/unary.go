@@ -335,7 +335,9 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		l.attemptOpts, l.headerAddr, l.trailerAddr = first.attemptOpts, first.headerAddr, first.trailerAddr
 		l.first, l.firstErr = true, first.err
 	} else {
-		*ua = mi.takeAttempt()
+		if *ua = mi.ownAttempt(); *ua == nil {
+			*ua = unaryAttempts.Get().(*unaryAttempt)
+		}
 		l.attemptOpts, l.headerAddr, l.trailerAddr = (*ua).prepare(c.fileOpts, grpcOpts)
 	}
 	return l.run()

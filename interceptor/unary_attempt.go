@@ -29,16 +29,8 @@ var unaryAttempts = sync.Pool{New: func() any {
 	return ua
 }}
 
-// takeAttempt returns the method's own unaryAttempt when no other call
-// holds it, else the pool's; giveAttempt gives it back.
-func (mi *methodInfo) takeAttempt() *unaryAttempt {
-	if ua := mi.ownAttempt(); ua != nil {
-		return ua
-	}
-	return unaryAttempts.Get().(*unaryAttempt)
-}
-
-// ownAttempt is takeAttempt without the pool; it inlines.
+// ownAttempt returns the method's own unaryAttempt when no other call
+// holds it (else nil: take the pool's); giveAttempt gives it back.
 func (mi *methodInfo) ownAttempt() *unaryAttempt {
 	if mi.attemptHeld.Load() == 0 && mi.attemptHeld.CompareAndSwap(0, 1) {
 		return &mi.attempt

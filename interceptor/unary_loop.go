@@ -266,12 +266,15 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 		l.served(ev)
 	}
 	l.cancel()
-	header, trailer := l.outputs(ev)
+	header, trailer := l.headerAddr, l.trailerAddr
+	if !l.inline {
+		header, trailer = &ev.out.header, &ev.out.trailer
+	}
 	// Headers that arrived (a non-nil header; a Trailers-Only response
 	// leaves it nil) commit the call, but for a call with an idempotency
 	// key: the server replays the first run's outcome, and a unary call
 	// shows the application nothing before it returns.
-	return l.decided(ev, err, trailer, header != nil && c.o.idemKey == "", timedOut)
+	return l.decided(ev, err, *trailer, *header != nil && c.o.idemKey == "", timedOut)
 }
 
 // decided applies afterAttempt: the call ends with its error, or the retry
@@ -289,14 +292,6 @@ func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, commi
 		l.launch()
 	}
 	return nil, false
-}
-
-// outputs returns the header and trailer grpc wrote of ev's attempt.
-func (l *unaryLoop) outputs(ev unaryEvent) (header, trailer metadata.MD) {
-	if l.inline {
-		return *l.headerAddr, *l.trailerAddr
-	}
-	return ev.out.header, ev.out.trailer
 }
 
 // ended gives the caller the outputs of out (nil: inline, grpc wrote the

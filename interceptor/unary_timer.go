@@ -12,7 +12,7 @@ import (
 // decision as that event arrives, or as it takes the end of an attempt
 // that ended after a due time whose event has not arrived (endTimer).
 
-// startTimer arms the per-attempt timer of the attempt just numbered.
+// startTimer arms the timer of the attempt just numbered.
 func (l *unaryLoop) startTimer() {
 	c := l.c()
 	l.timer.stop()
@@ -20,17 +20,17 @@ func (l *unaryLoop) startTimer() {
 	l.armTimer()
 }
 
-// armTimer has the timer's event sent when its next decision is due.
-func (l *unaryLoop) armTimer() {
-	if due, ok := l.timer.dueAt(); ok {
-		l.timer.t = l.sendAt(due, evTimer, l.timer.n)
-	}
-}
-
 // timerDue takes the timer's event, unless the timer moved on since.
 func (l *unaryLoop) timerDue(ev unaryEvent) {
 	if due, ok := l.timer.dueAt(); ok && ev.n == l.timer.n && ev.at.Equal(due) {
 		l.take()
+	}
+}
+
+// armTimer has the timer's event sent when its next decision is due.
+func (l *unaryLoop) armTimer() {
+	if due, ok := l.timer.dueAt(); ok {
+		l.timer.t = l.sendAt(due, evTimer, l.timer.n)
 	}
 }
 
