@@ -145,42 +145,34 @@ func (s *hedgeState) admitHedge(callCtx context.Context, n int) policy.Reason {
 	return s.c.shouldRetry(callCtx, &q).verdict.Reason
 }
 
-// goOnRefused reports whether hedge n, refused for why, goes after all: a
-// budget's refusal may wait as a retry (waitHedge); a breaker's stops
-// hedging.
+// goOnRefused reports whether hedge n, refused for why, goes after all. A
+// breaker's refusal stops hedging. A budget's, beside an attempt in flight,
+// holds hedging (refused); with none in flight every earlier attempt
+// failed, and the hedge is a retry: it waits in the Deferrer as a retry
+// would, and tells the budget how it went as a retry (hedgeAttempt).
 func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reason) bool {
 	if why == policy.ReasonBreaker {
 		s.stop(callCtx, n, why)
 		return false
 	}
-	if why = s.waitHedge(callCtx, n); why != policy.ReasonNone {
-		s.refused(callCtx, n, why)
-		return false
+	why = policy.ReasonBudget
+	if _, ok := s.c.budget.(budget.Deferrer); ok && s.inFlight == 0 && n > 1 {
+		s.c.emit(callCtx, Event{Kind: EventDeferred, Method: s.c.method, Attempt: n - 1, Hedging: true})
+		adm, err, switched := s.c.waitGate(callCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
+		switch {
+		case err == nil:
+			s.c.waitedHedge, s.c.waitedAdmission = n, adm
+			return true
+		case callCtx.Err() != nil:
+			why = policy.ReasonCaller
+		case switched:
+			why = policy.ReasonDisabled
+		default:
+			why = waitEnded(err)
+		}
 	}
-	return true
-}
-
-// waitHedge is hedge n that the budget refused. Beside an attempt in flight
-// it goes no further (ReasonBudget). With none in flight every earlier
-// attempt failed, and the hedge is a retry: it waits in the Deferrer as a
-// retry would, and tells the budget how it went as a retry (hedgeAttempt).
-// It returns ReasonNone when the hedge may go now, or why not.
-func (s *hedgeState) waitHedge(callCtx context.Context, n int) policy.Reason {
-	if _, ok := s.c.budget.(budget.Deferrer); !ok || s.inFlight > 0 || n < 2 {
-		return policy.ReasonBudget
-	}
-	s.c.emit(callCtx, Event{Kind: EventDeferred, Method: s.c.method, Attempt: n - 1, Hedging: true})
-	adm, err, switched := s.c.waitGate(callCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
-	switch {
-	case err == nil:
-		s.c.waitedHedge, s.c.waitedAdmission = n, adm
-		return policy.ReasonNone
-	case callCtx.Err() != nil:
-		return policy.ReasonCaller
-	case switched:
-		return policy.ReasonDisabled
-	}
-	return waitEnded(err)
+	s.refused(callCtx, n, why)
+	return false
 }
 
 // launched accounts for attempt n, sent at now, and tells the hooks of a
@@ -266,7 +258,7 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 // refused handles hedge n, refused for why. Beside attempts in flight it is
 // held, not dropped: no more hedges (the hooks hear so once), but should
 // they all fail non-fatally the next attempt is a retry that asks again
-// (waitHedge). Otherwise hedging stops.
+// (goOnRefused). Otherwise hedging stops.
 func (s *hedgeState) refused(callCtx context.Context, n int, why policy.Reason) {
 	if why != policy.ReasonBudget || s.inFlight == 0 {
 		s.stop(callCtx, n, why)
