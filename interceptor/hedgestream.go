@@ -273,7 +273,7 @@ func (s *retryStream) sendDue(st *hedgeState) {
 		}
 		s.mu.Unlock()
 		if why != policy.ReasonNone {
-			// Outside mu: waitHedge may wait, and with nothing in flight
+			// Outside mu: goOnRefused may wait, and with nothing in flight
 			// nothing can commit meanwhile.
 			if !st.goOnRefused(s.callCtx, n, why) {
 				return
