@@ -90,13 +90,6 @@ type methodInfo struct {
 	fast, timeout bool
 }
 
-// fastUnary reports whether a unary call of mi's method under o needs
-// nothing only unarySlow does.
-func (mi *methodInfo) fastUnary(o *options) bool {
-	pl := &mi.plan
-	return !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil
-}
-
 // budgetRef is the budget of one target in one budget.Backends.
 type budgetRef struct {
 	set    *budget.Backends
@@ -322,18 +315,15 @@ func boundAttempts(n int, cfg *policy.Config, own int) (attempts, capped int) {
 
 // retryNoCode makes WithCodes() retry no code pred leaves to the codes.
 func retryNoCode(pred policy.Predicate) policy.Predicate {
-	if pred == nil {
-		return retryNone
-	}
 	return func(err error) (retry, decided bool) {
-		if retry, decided := pred(err); decided {
-			return retry, true
+		if pred != nil {
+			if retry, decided := pred(err); decided {
+				return retry, true
+			}
 		}
 		return false, true
 	}
 }
-
-func retryNone(error) (retry, decided bool) { return false, true }
 
 // method returns what cfg (nil: no file) says of method.
 func (k *core) method(cfg *policy.Config, method string) *methodInfo {
@@ -363,7 +353,9 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	mi.plan.brCache = &mi.br
 	mi.plan.pace = new(pace)
-	mi.fast = mi.fastUnary(&k.opts) && !cfg.Disabled()
+	// fast: nothing only unarySlow does.
+	pl, o := &mi.plan, &k.opts
+	mi.fast = !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil && !cfg.Disabled()
 	mi.attempt.init()
 	mi.timeout = mi.m != nil && mi.m.Timeout > 0
 	if w := &k.opts.state.said.warned; cfg != nil && w.Load() != cfg && w.Swap(cfg) != cfg {

@@ -278,22 +278,25 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	if pl.notice {
 		k.noticeNoTimer(ctx, c)
 	}
+	notice := func(reason policy.Reason, attempt int, err error) {
+		c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: attempt, Reason: reason, Err: err, Hedging: pl.hedged != nil})
+	}
 	if pl.capped > 0 && k.firstNotice(method, policy.ReasonAttempts, 0) {
-		c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: pl.capped, Reason: policy.ReasonAttempts, Hedging: pl.hedged != nil})
+		notice(policy.ReasonAttempts, pl.capped, nil)
 	}
 	switch {
 	case pl.unapplied == policy.ReasonNoPolicy:
 		if err := k.firstUnapplied(method, pl.unappliedOpts); err != nil {
-			c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: pl.unapplied, Err: err, Hedging: pl.hedged != nil})
+			notice(pl.unapplied, 0, err)
 		}
 	case pl.unapplied != policy.ReasonNone && k.firstNotice(method, pl.unapplied, 0):
-		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: pl.unapplied, Hedging: pl.hedged != nil})
+		notice(pl.unapplied, 0, nil)
 	}
 	if pl.invalid != nil && k.firstNotice(method, policy.ReasonInvalidOption, 0) {
-		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonInvalidOption, Err: pl.invalid, Hedging: pl.hedged != nil})
+		notice(policy.ReasonInvalidOption, 0, pl.invalid)
 	}
 	if o.foreign && !c.off && k.firstNotice(method, policy.ReasonForeignOption, 0) {
-		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonForeignOption, Hedging: pl.hedged != nil})
+		notice(policy.ReasonForeignOption, 0, nil)
 	}
 	return callCtx, cancel, grpcOpts, true
 }

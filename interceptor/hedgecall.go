@@ -134,8 +134,4 @@ func (hc *hedgeCall) adoptMeta(out *hedgeOutputs) {
 	}
 }
 
-func (hc *hedgeCall) finished(err error) {
-	for _, f := range hc.onFinish {
-		f(err)
-	}
-}
+func (hc *hedgeCall) finished(err error) { runOnFinish(hc.onFinish, err) }

@@ -219,7 +219,7 @@ func recordFirstSuccess(br *breaker.Breaker, b budget.Budget, crit criticality.L
 }
 
 // firstAttempt is what the fast path resolved before the first attempt, from
-// which it builds the call when it needs one (fill).
+// which it builds the call when it needs one (unaryGoOn).
 type firstAttempt struct {
 	// ctx is the caller's context, callCtx the one the attempts derive from.
 	ctx, callCtx context.Context
@@ -228,14 +228,6 @@ type firstAttempt struct {
 	budget       budget.Budget
 	br           *breaker.Breaker
 	opts         []grpc.CallOption
-}
-
-// fill makes c the call start and admitFirst would have made for f.
-func (f *firstAttempt) fill(c *call, o *options, cc *grpc.ClientConn, method string) {
-	c.o, c.method, c.ctx, c.crit = o, method, f.ctx, f.crit
-	c.static = staticMethod(f.opts)
-	c.follow(f.mi, &f.mi.plan, callTarget(f.ctx, cc), f.budget)
-	c.br, c.cc = f.br, cc
 }
 
 // firstRun is what the fast path did before it built the call: the breaker
@@ -248,11 +240,12 @@ type firstRun struct {
 	headerAddr, trailerAddr *metadata.MD
 }
 
-// unaryGoOn builds the call the fast path went without and goes on with it
-// where the fast path stopped.
+// unaryGoOn builds the call the fast path went without, as start and
+// admitFirst would have, and goes on with it where the fast path stopped.
 func (k *core) unaryGoOn(f *firstAttempt, cc *grpc.ClientConn, method string, req, reply any, invoker grpc.UnaryInvoker, first firstRun) error {
-	var c call
-	f.fill(&c, &k.opts, cc, method)
+	c := call{method: method, static: staticMethod(f.opts), cc: cc}
+	c.o, c.ctx, c.crit, c.br = &k.opts, f.ctx, f.crit, f.br
+	c.follow(f.mi, &f.mi.plan, callTarget(f.ctx, cc), f.budget)
 	return k.runUnary(&c, f.callCtx, req, reply, cc, invoker, f.opts, f.mi, &first)
 }
 

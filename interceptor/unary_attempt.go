@@ -73,8 +73,11 @@ func (ua *unaryAttempt) reset() {
 
 // finished runs the caller's OnFinish functions once, with the call's
 // error.
-func (ua *unaryAttempt) finished(err error) {
-	for _, f := range ua.onFinish {
+func (ua *unaryAttempt) finished(err error) { runOnFinish(ua.onFinish, err) }
+
+// runOnFinish runs the caller's grpc.OnFinish functions fs with err.
+func runOnFinish(fs []func(error), err error) {
+	for _, f := range fs {
 		f(err)
 	}
 }
