@@ -146,10 +146,12 @@ func (s *hedgeState) admitHedge(callCtx context.Context, n int) policy.Reason {
 }
 
 // goOnRefused reports whether hedge n, refused for why, goes after all. A
-// breaker's refusal stops hedging. A budget's, beside an attempt in flight,
-// holds hedging (refused); with none in flight every earlier attempt
-// failed, and the hedge is a retry: it waits in the Deferrer as a retry
-// would, and tells the budget how it went as a retry (hedgeAttempt).
+// breaker's refusal stops hedging. A budget's, beside attempts in flight,
+// holds hedging: no more hedges (the hooks hear so once), but should they
+// all fail non-fatally the next attempt is a retry that asks again. With
+// none in flight every earlier attempt failed, and the hedge is a retry:
+// it waits in the Deferrer as a retry would, and tells the budget how it
+// went as a retry (hedgeAttempt).
 func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reason) bool {
 	if why == policy.ReasonBreaker {
 		s.stop(callCtx, n, why)
@@ -171,7 +173,16 @@ func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reas
 			why = waitEnded(err)
 		}
 	}
-	s.refused(callCtx, n, why)
+	if why != policy.ReasonBudget || s.inFlight == 0 {
+		s.stop(callCtx, n, why)
+		return false
+	}
+	s.disarm()
+	s.due = false
+	if !s.held {
+		s.held = true
+		s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
+	}
 	return false
 }
 
@@ -253,23 +264,6 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 		return // said when the hedge was held
 	}
 	s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
-}
-
-// refused handles hedge n, refused for why. Beside attempts in flight it is
-// held, not dropped: no more hedges (the hooks hear so once), but should
-// they all fail non-fatally the next attempt is a retry that asks again
-// (goOnRefused). Otherwise hedging stops.
-func (s *hedgeState) refused(callCtx context.Context, n int, why policy.Reason) {
-	if why != policy.ReasonBudget || s.inFlight == 0 {
-		s.stop(callCtx, n, why)
-		return
-	}
-	s.disarm()
-	s.due = false
-	if !s.held {
-		s.held = true
-		s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
-	}
 }
 
 // hedgeEnded judges the end of a hedged attempt: the first success wins; a

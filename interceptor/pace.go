@@ -49,10 +49,14 @@ type pace struct {
 // run in either order; straggler answers the same (the later send is in
 // the ring).
 func (p *pace) fire(start time.Time) (prev int64) {
-	s := start.UnixNano()
+	return storeMax(&p.fired, start.UnixNano())
+}
+
+// storeMax stores v in a unless a holds as much, and returns what a held.
+func storeMax(a *atomic.Int64, v int64) (prev int64) {
 	for {
-		cur := p.fired.Load()
-		if s <= cur || p.fired.CompareAndSwap(cur, s) {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
 			return cur
 		}
 	}
@@ -113,13 +117,7 @@ func (p *pace) latency(now time.Time, level int) time.Duration {
 func (p *pace) send(t time.Time, perAttempt time.Duration) {
 	slice := max(int64(perAttempt)/paceSliceParts, 1)
 	n := t.UnixNano()
-	slot := &p.sent[uint64(n/slice)%paceSends]
-	for {
-		cur := slot.Load()
-		if n <= cur || slot.CompareAndSwap(cur, n) {
-			return
-		}
-	}
+	storeMax(&p.sent[uint64(n/slice)%paceSends], n)
 }
 
 // answer notes that the attempt sent at start was served after took.
@@ -130,12 +128,7 @@ func (p *pace) answer(start time.Time, took time.Duration, level int) {
 	if s > p.scoutAt.Load() && p.scoutGap.Load() != 0 {
 		p.scoutGap.Store(0)
 	}
-	for {
-		cur := p.answered.Load()
-		if s <= cur || p.answered.CompareAndSwap(cur, s) {
-			return
-		}
-	}
+	storeMax(&p.answered, s)
 }
 
 // slowForAll reports whether no attempt sent after start was served, and
