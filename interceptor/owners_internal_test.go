@@ -172,12 +172,10 @@ func streamFile(name string) bool {
 
 // TestUnaryLoopOwnsTheCall: of a unary call, only its loop (unaryLoop)
 // asks the decision (afterAttempt, shouldRetry), and only it commits
-// (adopt, adoptMeta: which attempt's reply and metadata the caller sees),
-// but for the calls that send one attempt and have no loop, whose one
-// attempt is recorded where it ran (call.afterOnlyAttempt). A decision or a commit made elsewhere fails it:
-// send the loop an event instead.
+// (adopt, adoptMeta: which attempt's reply and metadata the caller sees);
+// a call that sends one attempt runs on the loop too (inline). A decision
+// or a commit made elsewhere fails it: send the loop an event instead.
 func TestUnaryLoopOwnsTheCall(t *testing.T) {
-	oneAttempt := []string{"unary.go: call.afterOnlyAttempt"}
 	// The decision's own wrapper, and the per-attempt timer's rules, which
 	// the loop runs (unaryLoop.take), as a stream's timer does under its
 	// own lock (streamTimer); and hedging's admission of a hedge and its
@@ -185,7 +183,7 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 	// (unaryLoop.sendDue, hedgeEnded), as a hedged stream's driver does;
 	// and the record of a hedged attempt's end that needs no verdict
 	// (askSettled), which the loop asks (hedgeEnded, drain).
-	deciders := append(oneAttempt, "call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide", "hedge.go: hedgeState.admitHedge", "hedge.go: hedgeState.judge", "hedge.go: call.recordHedge")
+	deciders := []string{"call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide", "hedge.go: hedgeState.admitHedge", "hedge.go: hedgeState.judge", "hedge.go: call.recordHedge"}
 	for _, tc := range []struct {
 		what  string
 		names []string

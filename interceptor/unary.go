@@ -296,17 +296,6 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		hc := *c
 		defer func() { *c = hc }()
 		return k.hedge(callCtx, &hc, req, reply, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
-	case c.hedged != nil || !c.retrying:
-		// One attempt: no retry policy, or a hedging policy that cannot
-		// apply (k.hedges said so once per method).
-		c.attempt = 1
-		var err error
-		if first != nil {
-			err = first.err
-		} else {
-			err = invoker(callCtx, c.method, req, reply, cc, withFileOpts(c.fileOpts, grpcOpts)...)
-		}
-		return c.afterOnlyAttempt(callCtx, err)
 	}
 	l := unaryLoop{own: *c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
 	defer func() { *c = l.own }()
@@ -324,10 +313,15 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		return l.run()
 	}
 	l.inline, l.cancel = true, noCancel
-	if first != nil {
+	switch {
+	case first != nil:
 		l.attemptOpts, l.headerAddr, l.trailerAddr = first.attemptOpts, first.headerAddr, first.trailerAddr
 		l.first, l.firstErr = true, first.err
-	} else {
+	case !c.retrying:
+		// One attempt (no retry policy, or a hedging policy that cannot
+		// apply): grpc fills the caller's holders and runs its OnFinish.
+		l.attemptOpts = withFileOpts(c.fileOpts, grpcOpts)
+	default:
 		if *ua = mi.ownAttempt(); *ua == nil {
 			*ua = unaryAttempts.Get().(*unaryAttempt)
 		}
@@ -343,14 +337,4 @@ func withFileOpts(fileOpts, grpcOpts []grpc.CallOption) []grpc.CallOption {
 		return grpcOpts
 	}
 	return append(fileOpts[:len(fileOpts):len(fileOpts)], grpcOpts...)
-}
-
-// afterOnlyAttempt ends the one attempt of a call that neither retries nor
-// hedges, and returns the call's error.
-func (c *call) afterOnlyAttempt(callCtx context.Context, err error) error {
-	if contextCode(err) && callerEnded(callCtx, err) {
-		err = callerErr(callCtx, err)
-	}
-	c.afterAttempt(callCtx, err, nil, false, false)
-	return err
 }

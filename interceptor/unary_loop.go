@@ -212,7 +212,9 @@ func (l *unaryLoop) attemptInline() unaryEvent {
 	ctx := c.numberAttempt(l.callCtx)
 	retrying(c.attempt, l.attemptOpts)
 	// grpc writes these only when the attempt got a stream.
-	*l.headerAddr, *l.trailerAddr = nil, nil
+	if l.headerAddr != nil {
+		*l.headerAddr, *l.trailerAddr = nil, nil
+	}
 	err := l.invoker(ctx, c.method, l.req, l.reply, l.cc, l.attemptOpts...)
 	return unaryEvent{n: c.attempt, err: err}
 }
@@ -266,15 +268,19 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 		l.served(ev)
 	}
 	l.cancel()
-	header, trailer := l.headerAddr, l.trailerAddr
-	if !l.inline {
-		header, trailer = &ev.out.header, &ev.out.trailer
+	var header, trailer metadata.MD
+	switch {
+	case !l.inline:
+		header, trailer = ev.out.header, ev.out.trailer
+	case l.headerAddr != nil:
+		// nil: one attempt, whose holders are the caller's.
+		header, trailer = *l.headerAddr, *l.trailerAddr
 	}
 	// Headers that arrived (a non-nil header; a Trailers-Only response
 	// leaves it nil) commit the call, but for a call with an idempotency
 	// key: the server replays the first run's outcome, and a unary call
 	// shows the application nothing before it returns.
-	return l.decided(ev, err, *trailer, *header != nil && c.o.idemKey == "", timedOut)
+	return l.decided(ev, err, trailer, header != nil && c.o.idemKey == "", timedOut)
 }
 
 // decided applies afterAttempt: the call ends with its error, or the retry
