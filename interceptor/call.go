@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -367,23 +368,14 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	}
 	k.methodsMu.Lock()
 	defer k.methodsMu.Unlock()
-	mc = k.methods.Load()
-	var old map[string]*methodInfo
-	if mc != nil && mc.cfg == cfg {
-		old = mc.byName
+	next := &methodCache{cfg: cfg, byName: map[string]*methodInfo{}}
+	if mc = k.methods.Load(); mc != nil && mc.cfg == cfg {
+		if len(mc.byName) >= methodCacheMax {
+			return mi
+		}
+		next.byName, next.byData = maps.Clone(mc.byName), mc.byData
 	}
-	if len(old) >= methodCacheMax {
-		return mi
-	}
-	m := make(map[string]*methodInfo, len(old)+1)
-	for name, x := range old {
-		m[name] = x
-	}
-	m[method] = mi
-	next := &methodCache{cfg: cfg, byName: m}
-	if mc != nil && mc.cfg == cfg {
-		next.byData = mc.byData
-	}
+	next.byName[method] = mi
 	if len(method) > 0 {
 		next.byData[slotOf(method)] = methodSlot{data: unsafe.StringData(method), n: len(method), mi: mi}
 	}
