@@ -11,74 +11,58 @@ import (
 )
 
 // attemptTimer is stagger's per-attempt timer (perAttemptRecvTimeout, with
-// grpc C-core's meaning), one type for unary calls and streams: times and
-// a state, and the rules UnaryClientInterceptor gives (Per-attempt
-// timeout), which decide at its due times (take): as it fires it asks the
-// call's decision whether the policy would retry the attempt cut off now
-// (retryFacts.shouldRetry, askVerdict), and as the retry's pause (its
-// grace) ends whether the breaker and the budget let that retry go now
-// (askAdmit). Whether the timer cut an attempt off is a fact the timer
-// records, never read after the fact from ctx.Err() or a status code,
-// which races with the wire. It is not a context deadline: the server
-// sees only the caller's.
-//
-// Each decision is taken as of its due time (due, graceEnd), whichever
-// goroutine takes it and however late: an attempt that ended before a due
-// time met none of that time's decision. Two drivers run it. A unary
-// call's loop owns its timer (unaryLoop.timer, unary_timer.go): the timer
-// sends the loop an event at each due time. A retried stream has no owner
-// goroutine to send events to (its reader may be parked in the
-// application), so its timer (streamTimer, stream_timer.go) takes the
-// decisions on the time.AfterFunc's goroutine, under the timer's own lock,
-// on a copy of the call's retryFacts.
+// grpc C-core's meaning), one type for unary calls and streams, by the
+// rules UnaryClientInterceptor gives: as it fires it asks the call's
+// decision whether the policy would retry (askVerdict), and as the retry's
+// pause (its grace) ends whether the retry goes now (askAdmit). Each
+// decision is taken as of its due time, however late: an attempt that ended
+// before a due time met none of its decision. Whether it cut an attempt off
+// is its own record, never read from ctx.Err() or a code, which race with
+// the wire. A unary call's loop owns its timer (unary_timer.go); a stream
+// has no owner goroutine to send events to, so its timer (stream_timer.go)
+// decides on the AfterFunc's goroutine, under its own lock, on a copy of
+// the call's retryFacts.
 type attemptTimer struct {
 	// n is the attempt the timer belongs to (0: none yet).
 	n     int
 	state int32
-	// t is the next due time's time.AfterFunc (its driver's); start is
-	// when the attempt left, due when the timer is due to fire, graceEnd
-	// when its grace is due to end.
+	// t is the next due time's AfterFunc; start is when the attempt left,
+	// due when the timer fires, graceEnd when its grace ends.
 	t                    *time.Timer
 	start, due, graceEnd time.Time
-	// waited: the timer waited a period more, the server being slow for
-	// every attempt (decide); only then may its retry go as a scout.
+	// waited: the timer waited a period more (decide); only then may its
+	// retry go as a scout.
 	waited bool
-	// prevFired is what pace.fire returned as the timer first fired, and
-	// firedOnce says it did.
+	// prevFired is what pace.fire returned as the timer first fired.
 	prevFired int64
 	firedOnce bool
-	// verdict is the retry the policy would make when the timer fired, and
-	// the one admitted when it cut the attempt off; fired is how long after
-	// start it fired, grace how long after firing it cut the attempt off,
-	// admission how the budget admitted the retry and straggler whether
-	// the attempt was one; refused, once it ran on, why the retry was
-	// refused (ReasonNone: the policy would not retry).
+	// verdict is the retry the policy would make as the timer fired; fired
+	// how long after start it fired, grace how long after that it cut the
+	// attempt off; admission and straggler the retry's; refused, once it ran
+	// on, why the retry was refused.
 	verdict      policy.Verdict
 	fired, grace time.Duration
 	// decidedAt is the due time of the decision that cut the attempt off
-	// or let it run on (timerFired, timerRanOn).
+	// or let it run on.
 	decidedAt time.Time
 	admission budget.Admission
 	straggler bool
 	refused   policy.Reason
 }
 
-// errAttemptTimeout replaces the CANCELED an attempt ends with when
-// stagger's per-attempt timer cut it off. The call retries it; it is the
-// call's error only when the retry cannot go after all (the caller's
-// deadline passed in the pause), and then says DEADLINE_EXCEEDED, as grpc
-// C-core does.
+// errAttemptTimeout replaces the CANCELED of an attempt the timer cut off;
+// the call's error only when the retry cannot go after all, as
+// DEADLINE_EXCEEDED, as grpc C-core says.
 var errAttemptTimeout = status.Error(codes.DeadlineExceeded, "interceptor: attempt cut off by the per-attempt timeout (perAttemptRecvTimeout)")
 
 // The timer's states.
 const (
 	timerArmed int32 = iota
-	// timerGrace: it fired, the policy would retry, and the attempt runs
-	// on through the retry's pause (until graceEnd).
+	// timerGrace: it fired, and the attempt runs on through the pause.
 	timerGrace
 	// timerFired: it cut the attempt off (a retry was admitted).
 	timerFired
-	// timerRanOn: it fired, no retry could go, and the attempt runs on.
+	// timerRanOn: it fired, no retry could go: the attempt runs on.
 	timerRanOn
 	timerStopped
 )
@@ -91,8 +75,7 @@ func (t *attemptTimer) arm(n int, now time.Time, d time.Duration, p *pace) {
 	}
 }
 
-// dueAt is when the timer's next decision is due: firing at due (armed),
-// the grace's end at graceEnd; ok is false when none is to come.
+// dueAt is when the timer's next decision is due (ok false: none).
 func (t *attemptTimer) dueAt() (at time.Time, ok bool) {
 	switch t.state {
 	case timerArmed:
@@ -103,17 +86,12 @@ func (t *attemptTimer) dueAt() (at time.Time, ok bool) {
 	return at, false
 }
 
-// take takes the decision due now (dueAt), as of its due time, for an
-// attempt of the call f whose context ended from above when ended, and
-// moves the timer to the state it returns. Armed, the timer fires: the
-// attempt runs on unless the policy would retry it (askVerdict); when
-// it would, beside its attempt (hedgeOnPerTryTimeout) the retry goes when
-// decide admits it, and otherwise the attempt runs on through the retry's
-// pause (timerGrace), at whose end decide says whether it is cut off.
-// Beside, an admitted retry leaves the timer in timerRanOn (the attempt
-// runs on) and returns timerFired: the driver starts that retry. The
-// driver arms the timer's next event when the state is timerArmed or
-// timerGrace, and cancels the attempt on timerFired (not beside).
+// take takes the decision due now, as of its due time, for an attempt whose
+// context ended from above when ended, and returns the timer's next state.
+// Armed, it fires: the attempt runs on unless the policy would retry; then
+// the attempt runs on through the pause (timerGrace) and decide says at its
+// end whether it is cut off. Beside (hedgeOnPerTryTimeout) an admitted retry
+// returns timerFired, the timer left in timerRanOn: the driver starts it.
 func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, beside bool) int32 {
 	at, _ := t.dueAt()
 	next := timerRanOn
@@ -131,7 +109,6 @@ func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, besid
 	}
 	var v policy.Verdict
 	if !ended {
-		// Not for an attempt already ended from above.
 		v = f.shouldRetry(callCtx, &question{kind: askVerdict, n: f.attempt, err: errAttemptTimeout, timedOut: true}).verdict
 	}
 	switch {
@@ -142,8 +119,7 @@ func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, besid
 		next = t.decide(f, callCtx, v, at, beside)
 	}
 	if beside && next == timerFired {
-		// The attempt runs on beside the retry, which gets a timer of
-		// its own as it starts.
+		// The attempt runs on beside the retry.
 		t.set(timerRanOn, at)
 		return timerFired
 	}
@@ -159,15 +135,12 @@ func (t *attemptTimer) set(next int32, at time.Time) {
 	}
 }
 
-// decide says whether the retry v goes at now (the time the decision was
-// due), and returns the timer's next state. While the server is slow for
-// every attempt (pace.slowForAll) the retry would only join the queue the
-// attempt waits in: the timer waits another period (timerArmed, due again)
-// and asks again then, when the evidence may have changed. Otherwise the
-// retry goes when the breaker and the budget admit it (askAdmit:
-// timerFired), a straggler's (pace.straggler) as a healing retry when the
-// budget alone would not pay for it; when they do not, the attempt runs on
-// (timerRanOn), and the call says why (call.timerRefusedRetry).
+// decide says whether the retry v goes at now, and returns the timer's next
+// state. While the server is slow for every attempt (pace.slowForAll) the
+// retry would only join its queue: the timer waits another period. Else
+// the retry goes when the breaker and the budget admit it (a straggler's as
+// a healing retry); when they do not, the attempt runs on, and the call
+// says why (timerRefusedRetry).
 func (t *attemptTimer) decide(f *retryFacts, callCtx context.Context, v policy.Verdict, now time.Time, beside bool) int32 {
 	straggler := false
 	if p := f.pace; p != nil {
@@ -176,8 +149,7 @@ func (t *attemptTimer) decide(f *retryFacts, callCtx context.Context, v policy.V
 			t.due = now.Add(f.perAttempt)
 			return timerArmed
 		}
-		// Not beside its attempt: that retry runs beside the attempt
-		// rather than in place of a straggler.
+		// Beside its attempt, a retry replaces no straggler.
 		straggler = !beside && p.straggler(t.start, now, f.perAttempt, f.crit.Index(), t.prevFired)
 	}
 	ans := f.shouldRetry(callCtx, &question{kind: askAdmit, n: f.attempt, err: errAttemptTimeout, timedOut: true, verdict: v, given: true, straggler: straggler})
@@ -203,10 +175,9 @@ func (t *attemptTimer) stop() {
 	}
 }
 
-// timerRefusedRetry reports that the current attempt's timer fired, the policy
-// would have retried, and the breaker or the budget (reason) refused the
-// retry, so the attempt ran on: the per-attempt timeout the user set did
-// not cut it (EventTimerRanOn, Report.TimerRefused).
+// timerRefusedRetry reports that the timer fired, the policy would have
+// retried and the breaker or the budget refused (EventTimerRanOn,
+// Report.TimerRefused).
 func (c *call) timerRefusedRetry(reason policy.Reason) {
 	c.timerRefused++
 	c.timerReason = reason

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,42 +19,33 @@ import (
 )
 
 // previousAttemptsKey is gRFC A6's header naming how many attempts came
-// before this one; grpc-go writes it only when its own retry runs.
+// before this one.
 const previousAttemptsKey = "grpc-previous-rpc-attempts"
 
-// core is what the unary and stream interceptors share: the options built once
-// and the per-method notices already given.
+// core is what the unary and stream interceptors share.
 type core struct {
 	opts options
-	// noticed holds the methods already reported as not idempotent, so the
-	// logger and hooks hear of each once.
-	noticed sync.Map
-	// optionNoticed holds the (method, reason) pairs of the options already
-	// reported as not applied as given (plan.capped, plan.unapplied), so the
-	// logger and hooks hear of each once.
+	// noticed and optionNoticed hold the notices given (firstOf), noticeN
+	// counts their keys.
+	noticed       sync.Map
 	optionNoticed sync.Map
-	// noticeN counts the keys of noticed and optionNoticed (firstOf).
-	noticeN atomic.Int64
-	// ambiguous holds the methods whose first ambiguous give-up the
-	// logger heard at warning level (options.ambiguous points here).
+	noticeN       atomic.Int64
+	// ambiguous holds the methods whose first ambiguous give-up was logged
+	// at warning level.
 	ambiguous  sync.Map
 	ambiguousN atomic.Int64
-	// methods caches what the current file says of each method, so a call
-	// costs one map lookup and no allocation for the file's call options.
+	// methods caches what the current file says of each method.
 	methods   atomic.Pointer[methodCache]
 	methodsMu sync.Mutex
-	// hedgeLatency holds each hedged method's *latencyHistogram, for the
-	// adaptive hedging delay (hedge.go).
-	hedgeLatency sync.Map
-	// hedgeLatencyN counts hedgeLatency's methods (latency bounds them).
+	// hedgeLatency holds each adaptive hedged method's *latencyHistogram;
+	// hedgeLatencyN counts them.
+	hedgeLatency  sync.Map
 	hedgeLatencyN atomic.Int64
-	// refusals is the config source's record of refused reloads, when the
-	// interceptor has a logger and the source keeps one (policy.Source);
-	// refusalSeen is the last refusal logged.
+	// refusals is the source's record of refused reloads (policy.Source);
+	// refusalSeen the last one logged.
 	refusals    refusalSource
 	refusalSeen atomic.Uint64
-	// followed is the last config of the interceptor's own source that a
-	// call followed, so that a reload is seen once (State.moved).
+	// followed is the last config of the source a call followed.
 	followed atomic.Pointer[policy.Config]
 }
 
@@ -61,10 +53,9 @@ type core struct {
 type methodCache struct {
 	cfg    *policy.Config
 	byName map[string]*methodInfo
-	// byData finds a method name by where its bytes live, without hashing
-	// them: generated stubs pass the same constant string on every call.
-	// An entry keeps its string alive, so its address cannot be reused by
-	// another string while the entry exists.
+	// byData finds a method by where its name's bytes live, without
+	// hashing: generated stubs pass the same constant string. An entry keeps
+	// its string alive, so the address cannot be reused meanwhile.
 	byData [methodSlots]methodSlot
 }
 
@@ -81,41 +72,23 @@ func slotOf(method string) int {
 // methodInfo is what a file says of one method, resolved once.
 type methodInfo struct {
 	m *policy.Method
-	// opts are the file's waitForReady and message size limits as grpc
-	// call options.
+	// opts are the file's waitForReady and message size limits.
 	opts []grpc.CallOption
-	// plan is the method's plan under the interceptor's own options (k.opts),
-	// so that a call without per-call Options copies it and decides nothing.
+	// plan is the method's plan under the interceptor's own options.
 	plan plan
-	// br caches the breaker of the first target the method was called on
-	// (plan.breakers'), so that a call need not look it up; bud does the
-	// same for the method's budget of one budget.Backends.
+	// br and bud cache the breaker and the budget of the first target.
 	br  atomic.Pointer[breakerRef]
 	bud atomic.Pointer[budgetRef]
-	// attempt is the method's own unaryAttempt, for one call that may
-	// retry at a time (attemptHeld: 1 while a call holds it; the others
-	// take the pool's): taking it and giving it back is a compare-and-swap
-	// and a store, cheaper than the pool's Get and Put (BENCHMARKS.md,
-	// "Issue 45: the success path"). On cache lines of their own: calls
-	// write them, and every call reads the fields around them.
+	// attempt is the method's own unaryAttempt, for one call at a time
+	// (attemptHeld), cheaper than the pool (BENCHMARKS.md, "Issue 45: the
+	// success path"); on cache lines of their own, as calls write them.
 	_           [cacheLine]byte
 	attemptHeld atomic.Uint32
 	attempt     unaryAttempt
 	_           [cacheLine]byte
-	// fast: a call under the interceptor's own options needs nothing
-	// only unarySlow does (fastUnary), so it may take the fast path
-	// (unaryInterceptor); timeout:
-	// the file sets the method a timeout (policy.Method.Timeout).
+	// fast: a call under the interceptor's own options may take the fast
+	// path; timeout: the file sets the method a timeout.
 	fast, timeout bool
-}
-
-// fastUnary reports whether a unary call of mi's method under the
-// interceptor's own options o may take the fast path (unaryInterceptor): it is not disabled,
-// carries no idempotency key, is not hedged (nor hedged on the per-attempt
-// timeout), has no per-attempt timer and no notice to give.
-func (mi *methodInfo) fastUnary(o *options) bool {
-	pl := &mi.plan
-	return !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil
 }
 
 // budgetRef is the budget of one target in one budget.Backends.
@@ -131,58 +104,43 @@ type breakerRef struct {
 	b      *breaker.Breaker
 }
 
-// plan is what a call of one method does, given the options and the file:
-// the parts of call that start fills in before the first attempt.
+// plan is what a call of one method does, given the options and the file.
 type plan struct {
-	// pol is the retry policy with the options' overrides applied; nil when
-	// the method has none. It is shared and never modified.
+	// pol is the retry policy with the options' overrides (nil: none).
 	pol      *policy.Policy
 	retrying bool
-	// budget is the calls' budget, or budgets keeps it per backend (the
-	// call looks its own up: callBudget).
+	// budget is the calls' budget, or budgets keeps one per backend.
 	budget  budget.Budget
 	budgets *budget.Backends
-	// perAttempt as in call; notice: the policy sets a per-attempt timeout
-	// that is not applied because the call may not run twice (the method
-	// is not known to be idempotent and the call carries no idempotency
-	// key).
-	perAttempt time.Duration
-	notice     bool
-	// hedgeOnTimeout: the policy's HedgeOnPerTryTimeout, with perAttempt.
-	hedgeOnTimeout bool
-	hedged         *policy.Method
-	// repeatable and byKey as in call.
+	// perAttempt as in call; notice: a per-attempt timeout is set but the
+	// call may not run twice.
+	perAttempt        time.Duration
+	notice            bool
+	hedgeOnTimeout    bool
+	hedged            *policy.Method
 	repeatable, byKey bool
-	// breakers guard the method's calls (nil: none); brCache is the
-	// methodInfo's cache of one of them (nil for a plan made per call).
+	// brCache is the methodInfo's (nil for a plan made per call).
 	breakers *breaker.Set
 	brCache  *atomic.Pointer[breakerRef]
-	// pace is what the method's timed attempts tell of each other, the
-	// methodInfo's (nil for a plan made per call: start takes the
-	// methodInfo's).
+	// pace is the methodInfo's (start takes it for a plan made per call).
 	pace *pace
-	// capped is the bound WithMaxAttempts was lowered to (0: it was not):
-	// start says so once per method (EventNotice, ReasonAttempts).
+	// capped is the bound WithMaxAttempts was lowered to (0: none).
 	capped int
-	// unapplied, when not ReasonNone, says why a policy given in code is
-	// not applied (ReasonOverridden, ReasonOneAttempt): start says so once
-	// per method, as it does of a typo in the file, never silently.
-	unapplied policy.Reason
-	// unappliedOpts, with ReasonNoPolicy, are the call's options that had
-	// nothing to apply to: each is reported once per method.
+	// unapplied says why a policy given in code is not applied (start says
+	// so once per method); unappliedOpts, with ReasonNoPolicy, the call's
+	// options that had nothing to apply to.
+	unapplied     policy.Reason
 	unappliedOpts retryOption
-	// invalid is why a WithBackoff or WithPerAttemptTimeout value was not
-	// applied (nil: none was given, or it was): start says so once per
-	// method (ReasonInvalidOption).
+	// invalid is why a WithBackoff or WithPerAttemptTimeout was not applied.
 	invalid error
 }
 
-// plan resolves, for a call of method with options o, what cfg's entry m
-// (nil when none matches) makes it do.
+// plan resolves what cfg's entry m (nil: none) makes a call of method with
+// options o do.
 func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method string) plan {
 	var pl plan
-	// A call that read its source's config just before a reload keeps the
-	// State from building (and keeping) what the reload dropped.
+	// A call that read the config just before a reload builds nothing for
+	// the State that the reload dropped.
 	keep := o.source == nil || cfg == o.source.Config()
 	switch {
 	case o.budgetSet:
@@ -201,15 +159,14 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	}
 	p := o.policy
 	if p != nil && p != k.opts.policy && m != nil && (m.Retry != nil || m.Hedging != nil) {
-		// The call's own WithPolicy: the file's entry decides, as it
-		// does over the interceptor's, and the caller is told.
+		// The call's own WithPolicy: the file's entry wins, and says so.
 		pl.unapplied = policy.ReasonOverridden
 	}
 	switch {
 	case m != nil && m.Retry != nil:
 		p = m.Retry
 	case m != nil && m.Hedging != nil:
-		// Hedged methods are the hedging engine's (hedge.go): no retries.
+		// Hedged methods are the hedging engine's: no retries.
 		pl.hedged, p = m, nil
 		if o.foreignMax == 1 {
 			// retry.Disable() left on the call: its one attempt alone.
@@ -233,9 +190,7 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		}
 	}
 	if p == nil {
-		// The call's own retry options, on a method nothing gives a
-		// retry policy (a hedged method takes only the attempts and the
-		// codes): they have nothing to apply to.
+		// The call's own retry options, on a method without a retry policy.
 		if pl.unappliedOpts = k.callRetryOptions(o, pl.hedged != nil); pl.unappliedOpts != 0 {
 			pl.unapplied = policy.ReasonNoPolicy
 		}
@@ -273,8 +228,7 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		}
 		p = &q
 	}
-	// A go-grpc-middleware option left on the call lowers the attempts,
-	// never raises them (foreignAttempts).
+	// A go-grpc-middleware option left on the call lowers the attempts.
 	p = lowerAttempts(p, o.foreignMax)
 	pl.pol, pl.retrying = p, p.MaxAttempts >= 2
 	if !pl.retrying {
@@ -283,9 +237,7 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		}
 		return pl
 	}
-	// A call with an idempotency key may run twice on the server as an
-	// idempotent one may: the server de-duplicates it (WithIdempotencyKey;
-	// a unary call's only: the stream interceptor undoes byKey's timer).
+	// A call with an idempotency key may run twice, as an idempotent one.
 	idempotent := k.idempotent(o, m, method)
 	pl.repeatable = idempotent || o.idemKey != ""
 	pl.byKey = !idempotent && o.idemKey != ""
@@ -300,8 +252,7 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	return pl
 }
 
-// retryOption names one of the retry options a call may carry, for the
-// notices that say which did not apply (plan.unappliedOpts).
+// retryOption names one of a call's retry options, for notices.
 type retryOption uint8
 
 const (
@@ -314,10 +265,8 @@ const (
 
 var retryOptionNames = [...]string{"WithMaxAttempts", "WithCodes", "WithPredicate", "WithBackoff", "WithPerAttemptTimeout"}
 
-// callRetryOptions returns the retry options the call's own options o set
-// beyond the interceptor's (none for the interceptor's own options); of a
-// hedged method, only those a hedging policy does not take (it takes the
-// attempts and the codes, not a predicate: its non-fatal codes decide).
+// callRetryOptions returns the retry options the call's own options set
+// beyond the interceptor's; of a hedged method, those it does not take.
 func (k *core) callRetryOptions(o *options, hedged bool) retryOption {
 	if o == &k.opts {
 		return 0
@@ -343,21 +292,17 @@ func (k *core) callRetryOptions(o *options, hedged bool) retryOption {
 	return set
 }
 
-// onlyRetriesUse reports whether p sets something only a retry uses. With
-// fewer than 2 attempts such a setting does nothing, and a policy written in
-// code that sets one was most likely meant to retry (a per-attempt timeout
-// written without MaxAttempts); MaxAttempts 1 alone is the way to say "no
-// retry" and is not reported.
+// onlyRetriesUse reports whether p sets something only a retry uses: a
+// policy in code with fewer than 2 attempts that sets one was most likely
+// meant to retry (MaxAttempts 1 alone says "no retry").
 func onlyRetriesUse(p *policy.Policy) bool {
 	return p.PerAttemptRecvTimeout > 0 || p.HedgeOnPerTryTimeout || p.RetryableCodes != 0 ||
 		p.Backoff != (policy.Backoff{}) || p.Predicate != nil || p.PushbackCeiling != 0
 }
 
-// boundAttempts bounds n, a maxAttempts given in code (WithMaxAttempts), by
-// the cap in force: cfg's (policy.DefaultMaxAttemptsCap without a file), or
-// own, the policy's own maxAttempts, when that is larger (a policy.Policy
-// given in code is not capped). capped is the bound when n was above it,
-// else 0.
+// boundAttempts bounds n, a WithMaxAttempts, by the cap in force (cfg's, or
+// the policy's own maxAttempts when larger); capped is the bound when n
+// was above it.
 func boundAttempts(n int, cfg *policy.Config, own int) (attempts, capped int) {
 	bound := cfg.MaxAttemptsCap()
 	if own > bound {
@@ -369,24 +314,19 @@ func boundAttempts(n int, cfg *policy.Config, own int) (attempts, capped int) {
 	return n, 0
 }
 
-// retryNoCode makes WithCodes() retry no code: it decides, as not
-// retryable, every error pred (nil: none) leaves to the codes.
+// retryNoCode makes WithCodes() retry no code pred leaves to the codes.
 func retryNoCode(pred policy.Predicate) policy.Predicate {
-	if pred == nil {
-		return retryNone
-	}
 	return func(err error) (retry, decided bool) {
-		if retry, decided := pred(err); decided {
-			return retry, true
+		if pred != nil {
+			if retry, decided := pred(err); decided {
+				return retry, true
+			}
 		}
 		return false, true
 	}
 }
 
-func retryNone(error) (retry, decided bool) { return false, true }
-
-// method returns what cfg (nil: no file) says of method. A method found
-// where its name's bytes live costs no call (methodMiss looks the others up).
+// method returns what cfg (nil: no file) says of method.
 func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 	if mc := k.methods.Load(); mc != nil && mc.cfg == cfg {
 		if e := &mc.byData[slotOf(method)]; e.data == unsafe.StringData(method) && e.n == len(method) && e.data != nil {
@@ -396,7 +336,6 @@ func (k *core) method(cfg *policy.Config, method string) *methodInfo {
 	return k.methodMiss(cfg, method)
 }
 
-// methodMiss is method for a name not found by where its bytes live.
 func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mc := k.methods.Load()
 	if mc != nil && mc.cfg == cfg {
@@ -415,7 +354,9 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	mi.plan.brCache = &mi.br
 	mi.plan.pace = new(pace)
-	mi.fast = mi.fastUnary(&k.opts) && !cfg.Disabled()
+	// fast: nothing only unarySlow does.
+	pl, o := &mi.plan, &k.opts
+	mi.fast = !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil && !cfg.Disabled()
 	mi.attempt.init()
 	mi.timeout = mi.m != nil && mi.m.Timeout > 0
 	if w := &k.opts.state.said.warned; cfg != nil && w.Load() != cfg && w.Swap(cfg) != cfg {
@@ -427,23 +368,14 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	}
 	k.methodsMu.Lock()
 	defer k.methodsMu.Unlock()
-	mc = k.methods.Load()
-	var old map[string]*methodInfo
-	if mc != nil && mc.cfg == cfg {
-		old = mc.byName
+	next := &methodCache{cfg: cfg, byName: map[string]*methodInfo{}}
+	if mc = k.methods.Load(); mc != nil && mc.cfg == cfg {
+		if len(mc.byName) >= methodCacheMax {
+			return mi
+		}
+		next.byName, next.byData = maps.Clone(mc.byName), mc.byData
 	}
-	if len(old) >= methodCacheMax {
-		return mi
-	}
-	m := make(map[string]*methodInfo, len(old)+1)
-	for name, x := range old {
-		m[name] = x
-	}
-	m[method] = mi
-	next := &methodCache{cfg: cfg, byName: m}
-	if mc != nil && mc.cfg == cfg {
-		next.byData = mc.byData
-	}
+	next.byName[method] = mi
 	if len(method) > 0 {
 		next.byData[slotOf(method)] = methodSlot{data: unsafe.StringData(method), n: len(method), mi: mi}
 	}
@@ -464,8 +396,7 @@ func newCore(opts []Option) *core {
 	return k
 }
 
-// stateOf returns the State a call with options o keeps its file's budgets
-// and breakers in: its own WithState's, else the interceptor's.
+// stateOf returns the State that keeps a call's budgets and breakers.
 func (k *core) stateOf(o *options) *State {
 	if o.state != nil {
 		return o.state
@@ -473,10 +404,8 @@ func (k *core) stateOf(o *options) *State {
 	return k.opts.state
 }
 
-// follow tells the State when the interceptor's own source moved to a new
-// config, so that what the old one used and the new one does not is
-// dropped. A call that follows a new config first misses the method cache
-// (methodMiss), which calls it: nothing on the path of the others.
+// follow tells the State when the source moved to a new config, so that
+// what only the old one used is dropped (called on a method cache miss).
 func (k *core) follow() {
 	next := k.opts.source.Config()
 	prev := k.followed.Load()
@@ -486,17 +415,15 @@ func (k *core) follow() {
 	k.opts.state.moved(prev, next)
 }
 
-// refusalSource is the part of policy.Source that says which reloads it
-// refused.
+// refusalSource is the part of policy.Source that reports refused reloads.
 type refusalSource interface {
 	Refused() (n uint64, ev policy.SourceEvent)
 	ClaimRefused() (ev policy.SourceEvent, ok bool)
 }
 
-// logRefusal tells the logger, at error level and once, of a reload the
-// source refused since the last call: without it the file on disk and the
-// policy in force differ in silence. Without a logger, slog.Default()
-// hears of it, once in the process (the first interceptor to see it).
+// logRefusal logs once, at error level, a reload the source refused:
+// without it the file and the policy in force differ in silence. Without a
+// logger, slog.Default() hears of it once in the process.
 func (k *core) logRefusal() {
 	if k.opts.logger == nil {
 		if ev, ok := k.refusals.ClaimRefused(); ok {
@@ -515,7 +442,7 @@ func (k *core) logRefusal() {
 }
 
 // perCall copies o and applies the call's Options, and returns the call's
-// grpc options without them. Only calls that carry Options pay for it.
+// grpc options without them.
 func perCall(base *options, opts []grpc.CallOption, first int) (*options, []grpc.CallOption) {
 	o := new(options)
 	*o = *base
@@ -541,7 +468,7 @@ func perCall(base *options, opts []grpc.CallOption, first int) (*options, []grpc
 }
 
 // methodCallOptions puts the file's waitForReady and message size limits
-// before the caller's options, so that the caller's win.
+// before opts.
 func methodCallOptions(m *policy.Method, opts []grpc.CallOption) []grpc.CallOption {
 	if m.WaitForReady == nil && m.MaxRequestMessageBytes == nil && m.MaxResponseMessageBytes == nil {
 		return opts

@@ -20,193 +20,118 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// Maintainers: a call's decision is written once: start and numberAttempt
-// here, attemptOutcome (call_outcome.go), the one decision shouldRetry and
-// its appliers afterAttempt and finish (call_retry.go), pause and
-// waitDeferred (call_wait.go). A unary call that may send more than one
-// attempt runs on its loop (unaryLoop, unary_loop.go), which owns it:
-// attempts, timers and the caller's context send it events, and it alone
-// decides, commits and returns the result that runUnary ends the call
-// with. The fast path (unaryInterceptor) runs a call that needs nothing
-// else without a call until its first attempt ends; a failure builds one
-// as start would (unaryGoOn), and the loop's first step takes that attempt
-// up. A stream runs the same decision from its own engines (stream.go,
-// hedgestream.go):
-//
-//	var c call
-//	callCtx, cancel, grpcOpts, run := k.start(ctx, cc, method, opts, &c)
-//	defer cancel()
-//	if !run { /* disabled: pass through on callCtx with grpcOpts */ }
-//	for {
-//		actx, acancel, timer := c.nextAttempt(callCtx)
-//		err := ...                  // on actx, with c.fileOpts before grpcOpts (the caller's win)
-//		err, timedOut := attemptOutcome(callCtx, err, c.stopTimer(timer))
-//		acancel()
-//		retry, pause := c.afterAttempt(callCtx, err, trailer, committed, timedOut)
-//		if !retry { return c.finish(err) }
-//		if err := c.pause(callCtx, pause, err); err != nil { return err }
-//	}
-//
-// c.retrying false means the method has no retry policy: one attempt,
-// which afterAttempt records. Keep c on the stack: whatever holds it while
-// its content escapes holds it by value (unaryLoop.own).
-//
-// What the interceptors know of the wire, per attempt, comes from the call
-// options grpc already fills (a stats.Handler would cost about 15
-// allocations per call inside grpc-go): grpc.Header (headers arrived:
-// committed), grpc.Trailer (pushback; nil when the attempt got no
-// transport stream; see wireAmbiguous), and for streams
-// ClientStream.Header and Trailer. They cannot see when the first
-// response header of a unary call arrives before its reply (hence the
-// unary per-attempt timer covers the whole attempt).
+// A call's decision is written once: start and numberAttempt here, the one
+// decision shouldRetry with its appliers afterAttempt and finish
+// (call_retry.go), pause and waitDeferred (call_wait.go). A unary call that
+// may send more than one attempt is owned by its loop (unaryLoop); a stream
+// runs the same decision from its engine (stream.go). What the interceptors
+// know of the wire comes from the call options grpc already fills
+// (grpc.Header: committed; grpc.Trailer: pushback, nil when the attempt got
+// no transport stream): a stats.Handler would cost allocations per call
+// inside grpc-go.
 
-// call is one logical call's retry state (see above). It is used by one
-// goroutine at a time and lives no longer than the call.
+// call is one logical call's retry state. One goroutine uses it at a time;
+// whatever holds it while its content escapes holds it by value
+// (unaryLoop.own), so it can stay on the stack.
 type call struct {
 	retryFacts
 	method string
-	// off: the process-wide switch (SetDisabled) was on when the call
-	// started; it runs once (switchOff).
+	// off: the switch (SetDisabled) was on when the call started.
 	off bool
-	// byKey: repeatable only because the call carries an idempotency key
-	// (the method is not known to be idempotent).
+	// byKey: repeatable only by the call's idempotency key.
 	byKey bool
 	// before counts the attempts sent before attempt restarted at 1, and
-	// resume says a retry resumes a committed stream (EventResume): a
-	// resumable stream restarts the count at each attempt that delivers a
-	// message (resume.go). The call's attempts are before + attempt.
+	// resume says a retry resumes a committed stream (resume.go).
 	before int
 	resume bool
-	// slow: the attempt that just ended ran slowSuccessPart-th of perAttempt or
-	// longer before it answered (stopTimer): a success that slow tells the
-	// budget the server's latency is rising (budget.Attempt.Overload).
+	// slow: the attempt that just ended ran a slowSuccessPart-th of
+	// perAttempt or longer (budget.Attempt.Overload for a success).
 	slow bool
-	// afterTimeout: the running attempt follows one cut off by perAttempt.
+	// afterTimeout: the running attempt follows one the timer cut off.
 	afterTimeout bool
-	// timerVerdict is the retry the per-attempt timer admitted when it cut
-	// the attempt off (stopTimer); afterAttempt follows it. timerGrace is
-	// the part of its pause that the attempt ran on for before the cut:
-	// afterAttempt pauses only what is left.
-	timerVerdict policy.Verdict
-	timerGrace   time.Duration
-	// timerAdmission is how the budget admitted that retry (heal: a
-	// Gate let a straggler's retry go unpaid), and timerStraggler says the
-	// attempt cut off was a straggler (pace.straggler), not a sign of
-	// overload; timerRefused counts the attempts of the call whose timer
-	// fired and ran on because the breaker or the budget refused the
-	// retry (Report.TimerRefused).
+	// The retry the per-attempt timer admitted as it cut the attempt off,
+	// for afterAttempt: its verdict, the part of its pause the attempt ran
+	// on for, its admission and whether the attempt was a straggler.
+	timerVerdict   policy.Verdict
+	timerGrace     time.Duration
 	timerAdmission budget.Admission
 	timerStraggler bool
-	timerRefused   int
-	timerReason    policy.Reason
-	// retryStart is when the running attempt left (monoNow), if it is a
-	// retry: for budget.Attempt.Took (a retry a Deferrer let go) and
-	// served.
+	// timerRefused counts the attempts whose timer fired and ran on, the
+	// retry refused for timerReason (Report.TimerRefused).
+	timerRefused int
+	timerReason  policy.Reason
+	// retryStart is when the running retry left (monoNow).
 	retryStart time.Duration
-	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies (unary
-	// calls: the loop's beside mode).
+	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies.
 	hedgeOnTimeout bool
-	// deferReq is the retry the budget refused, set while the call is to
-	// wait for it (pause waits through the budget's Deferrer); admission is
-	// how the running attempt was let go after such a wait, for the budget
-	// to hear when it ends; deferred is how long the call has waited, and
-	// waitEnd the rule that ended a wait that admitted nothing.
+	// deferReq is the refused retry to wait for in the budget's Deferrer;
+	// admission how the running attempt was let go after such a wait;
+	// deferred how long the call waited, waitEnd and heldBy the Gate's rules
+	// that ended or held a wait, inGate the time its retries waited in all.
 	deferReq  *budget.Request
 	admission budget.Admission
 	deferred  time.Duration
 	waitEnd   string
-	// heldBy is the rule of the Gate that held that wait past its pause
-	// ("" when none did); inGate, how long the call's retries waited in
-	// the Deferrer in all, pauses included (budget.Request.Waited).
-	heldBy string
-	inGate time.Duration
-	// cc is the call's connection (nil: not known).
-	cc *grpc.ClientConn
-	// waitedHedge is the hedge that waited in the budget's Deferrer as a
-	// retry (hedgeState.waitHedge), 0 if none, and waitedAdmission how it
-	// was let go: it tells the budget it ended as a retry.
+	heldBy    string
+	inGate    time.Duration
+	cc        *grpc.ClientConn
+	// waitedHedge is the hedge that waited in the Deferrer as a retry (0:
+	// none), let go with waitedAdmission: it ends as a retry.
 	waitedHedge     int
 	waitedAdmission budget.Admission
-	// callerEnd, when set, is the call's final error: the caller left as
-	// an attempt failed that the policy would have retried (afterAttempt).
+	// callerEnd, when set, is the call's final error: the caller left as a
+	// failure came that the policy would have retried.
 	callerEnd error
-	// pausedFor is the time spent in pauses between attempts (backoff,
-	// pushback; a wait in the budget's Deferrer counts here up to the
-	// pause it was asked for), for EventEnd's Delay; pushedBack, the part
-	// that pushbacks asked for, and pushback says the pending pause is a
-	// pushback's.
+	// pausedFor is the time spent in pauses (EventEnd's Delay), pushedBack
+	// the part pushbacks asked for; pushback: the pending pause is one.
 	pausedFor, pushedBack time.Duration
 	pushback              bool
-	// reason is why the loop stopped.
-	reason policy.Reason
-	// fileOpts are the file's call options for the method (waitForReady,
-	// message size limits); each attempt passes them before the caller's,
-	// so that the caller's win, as in grpc-go.
+	reason                policy.Reason
+	// fileOpts are the file's call options, passed before the caller's.
 	fileOpts []grpc.CallOption
-	// hedged is the method's file entry when it hedges: the unary
-	// interceptor hands the call to the hedging engine (hedge.go), the stream
-	// interceptor to the hedged stream (hedgestream.go).
-	hedged *policy.Method
-	// breakers guard the method (nil: none); brCache is the method's
-	// cache of one of them.
+	// hedged is the method's file entry when it hedges.
+	hedged   *policy.Method
 	breakers *breaker.Set
 	brCache  *atomic.Pointer[breakerRef]
-	// target is the call's backend (callTarget).
-	target string
-	// static: the call carried grpc.StaticMethodCallOption (Event.StaticMethod).
+	target   string
+	// static: the call carried grpc.StaticMethodCallOption.
 	static bool
 }
 
-// retryFacts is what a decision on the call's next attempt reads of it
-// beside the attempt's own facts: the plan, the admissions' owners and the
-// backoff sequence's position. A stream's per-attempt timer decides on a
-// copy of it, taken as its attempt starts (startStreamTimer), and never
-// sees the rest of the call, which the call's goroutine writes meanwhile.
+// retryFacts is what a decision on the call's next attempt reads of it: the
+// plan, the admissions' owners and the backoff sequence's position. A
+// stream's per-attempt timer decides on a copy of it (startStreamTimer).
 type retryFacts struct {
 	o *options
-	// ctx is the caller's context: the request a server is serving, when the
-	// call is made under stagger's server side (internal/chain), is found
-	// through it only when an attempt fails.
+	// ctx is the caller's context (internal/chain reads it on a failure).
 	ctx context.Context
-	// retrying: pol applies and allows more than one attempt. When false the
-	// call runs once and stagger only records it in the budget.
+	// retrying: pol applies and allows more than one attempt.
 	retrying bool
-	// pol is shared (a methodInfo's) and never modified; nil when the method
-	// has no retry policy.
+	// pol is shared and never modified; nil: no retry policy.
 	pol    *policy.Policy
 	budget budget.Budget
-	// br is the call's breaker (nil: none), found by admitFirst.
-	br *breaker.Breaker
-	// crit is the call's criticality as named, resolved once by start
-	// (see WithCriticality); Unset, which counts as Critical, when
-	// nothing names one. The budget and the breaker admit the call by it.
+	br     *breaker.Breaker
+	// crit is the call's criticality (WithCriticality); Unset counts as
+	// Critical.
 	crit criticality.Level
-	// perAttempt is the per-attempt timeout actually applied: 0 when the
-	// policy sets none or the call may not run twice (neither repeatable
-	// nor, for a stream, known to be idempotent).
+	// perAttempt is the per-attempt timeout applied (0: none, or the call
+	// may not run twice).
 	perAttempt time.Duration
-	// repeatable: the call may run twice on the server (the method is
-	// known to be idempotent, or the call carries an idempotency key), so
-	// an ambiguous failure (wireAmbiguous) is retried as gRFC A6 says.
+	// repeatable: the call may run twice on the server, so an ambiguous
+	// failure (wireAmbiguous) is retried.
 	repeatable bool
-	// attempt is the number of the attempt running or just ended.
+	// attempt is the number of the attempt running or just ended; retry and
+	// prev the backoff sequence's position (policy.Attempt).
 	attempt int
-	// retry and prev are the backoff sequence's position (policy.Attempt).
-	retry int
-	prev  time.Duration
-	// pace is the method's (plan.pace): the timer asks it whether
-	// the server is slow for every attempt.
-	pace *pace
+	retry   int
+	prev    time.Duration
+	pace    *pace
 }
 
-// budget returns the budget of a call of the method on target, cc's (nil:
-// a front end's), from bs, through the method's cache of the first target
-// it was called on (until bs forgets it). bs keys it by the canonical
-// target (canonicalTarget), as the metrics' grpc.target is, so that two
-// spellings of one backend ("localhost:8080" and "dns:///localhost:8080"
-// through grpc.NewClient) share one budget and one Gate, as they share
-// one server; the cache, by the target as dialled, finds it without
-// that lookup.
+// budget returns the budget of a call of the method on target, cc's (nil: a
+// front end's), from bs, through the method's cache of the first target.
+// bs keys it by the canonical target, so that two spellings of one backend
+// share one budget and one Gate.
 func (mi *methodInfo) budget(bs *budget.Backends, cc *grpc.ClientConn, target, method string) budget.Budget {
 	r := mi.bud.Load()
 	if r != nil && r.set == bs && r.target == target {
@@ -218,20 +143,16 @@ func (mi *methodInfo) budget(bs *budget.Backends, cc *grpc.ClientConn, target, m
 	s := bs.Slot(key, method)
 	b, ok := s.Budget()
 	if !ok {
-		// Forgotten as soon as made (a set at its caps, adding fast).
 		return bs.Get(key, method)
 	}
 	if r == nil || r.set != bs || r.target == target {
-		// The first target only (and the set of the current file): a
-		// method called on several targets looks the others up, rather
-		// than allocate on every switch.
+		// The first target only: others are looked up, not allocated for.
 		mi.bud.CompareAndSwap(r, &budgetRef{set: bs, target: target, slot: s})
 	}
 	return b
 }
 
-// callTarget is the backend of a call: cc's target, or, for a front end
-// that has no ClientConn, the one it named (internal/frontend).
+// callTarget is cc's target, or the one a front end named.
 func callTarget(ctx context.Context, cc *grpc.ClientConn) string {
 	if cc != nil {
 		return cc.Target()
@@ -239,8 +160,7 @@ func callTarget(ctx context.Context, cc *grpc.ClientConn) string {
 	return frontend.Target(ctx)
 }
 
-// staticMethod reports whether opts hold grpc.StaticMethodCallOption, which
-// generated code passes for the methods it registers (Event.StaticMethod).
+// staticMethod reports whether opts hold grpc.StaticMethodCallOption.
 func staticMethod(opts []grpc.CallOption) bool {
 	for _, opt := range opts {
 		if _, ok := opt.(grpc.StaticMethodCallOption); ok {
@@ -250,10 +170,8 @@ func staticMethod(opts []grpc.CallOption) bool {
 	return false
 }
 
-// canonicalTargets maps a ClientConn's target as dialled to its canonical
-// form (Event.CanonicalTarget), so that a call's end does not build the
-// string again; canonicalTargetsMax bounds it, for a process that dials
-// many short-lived addresses: past it the map starts afresh.
+// canonicalTargets caches ClientConn.CanonicalTarget by the target as
+// dialled; past canonicalTargetsMax entries it starts afresh.
 var (
 	canonicalTargets    sync.Map
 	canonicalTargetsLen atomic.Int64
@@ -261,12 +179,8 @@ var (
 
 const canonicalTargetsMax = 1024
 
-// canonicalTarget returns cc's canonical target (ClientConn.CanonicalTarget),
-// or target for a front end without a ClientConn. It is keyed by the target
-// as dialled: two ClientConns that dial one string under different default
-// schemes (grpc.Dial's passthrough, grpc.NewClient's dns) share the first
-// one's, and so its budget and breaker too (methodInfo.budget,
-// findBreaker): one string names one server.
+// canonicalTarget returns cc's canonical target, or target for a front end.
+// Keyed by the target as dialled: one string names one server.
 func canonicalTarget(cc *grpc.ClientConn, target string) string {
 	if cc == nil {
 		return target
@@ -286,16 +200,12 @@ func canonicalTarget(cc *grpc.ClientConn, target string) string {
 // noCancel stands in for a cancel func when no context was made.
 func noCancel() {}
 
-// start prepares c for a call of method. It returns the context every attempt
-// derives from (the caller's, with the criticality header, the file's
-// timeout and the idempotency key applied), its cancel func, and the
-// caller's grpc options without stagger's Options; each attempt passes
-// c.fileOpts before them. run is false when stagger is disabled for the
-// call: send it as is on callCtx (the caller's context, with the
-// criticality header when the call names one), with grpcOpts.
-//
-// With no per-call Option, no criticality, no timeout, no idempotency key
-// and no limits in the file, start allocates nothing.
+// start prepares c for a call of method. It returns the context every
+// attempt derives from (criticality header, the file's timeout and the
+// idempotency key applied), its cancel func, and the caller's grpc options
+// without stagger's. run is false when stagger is disabled for the call:
+// send it as is on callCtx with grpcOpts. The common case allocates
+// nothing.
 func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
 	o, grpcOpts := k.callOptions(opts)
 	cfg := o.config()
@@ -306,14 +216,13 @@ func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, op
 }
 
 // callOptions returns the call's options (the interceptor's, or a copy with
-// the call's Options applied, or with another retry library's option
-// noted: options.foreign) and its grpc options without stagger's.
+// the call's Options or a foreign retry option noted) and its grpc options
+// without stagger's.
 func (k *core) callOptions(opts []grpc.CallOption) (*options, []grpc.CallOption) {
 	for i, opt := range opts {
 		switch opt.(type) {
 		case grpc.StaticMethodCallOption:
-			// Generated code passes it on every call: the common case
-			// first, without a call.
+			// Generated code passes it on every call.
 			continue
 		case Option:
 			return perCall(&k.opts, opts, i)
@@ -325,14 +234,12 @@ func (k *core) callOptions(opts []grpc.CallOption) (*options, []grpc.CallOption)
 	return &k.opts, opts
 }
 
-// startWith is start once the call's options o, its grpc options, the file
-// cfg and the method's entry mi (k.method(cfg, method)) are resolved.
+// startWith is start with the options, the file and the method resolved.
 func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string, o *options, grpcOpts []grpc.CallOption, cfg *policy.Config, mi *methodInfo, c *call) (callCtx context.Context, cancel context.CancelFunc, _ []grpc.CallOption, run bool) {
 	c.o, c.method, c.ctx = o, method, ctx
 	c.static = staticMethod(grpcOpts)
 	m := mi.m
-	// base is what every attempt's context derives from: the caller's,
-	// with the call's criticality header when something named one.
+	// base carries the criticality header when something named one.
 	base := ctx
 	if c.crit = callCriticality(ctx, o, m); c.crit != criticality.Unset {
 		base = metadata.AppendToOutgoingContext(ctx, criticality.Header, c.crit.String())
@@ -365,37 +272,36 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 		callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
 	}
 	if c.retrying || c.hedged != nil {
-		// The backends the call's attempts go to, for the stagger_elsewhere
-		// load-balancing policy's picker; nothing (no allocation) unless the
-		// policy is in use in the process.
+		// The stagger_elsewhere balancer's context (free while unused).
 		callCtx = elsewhere.NewCallContext(callCtx)
 	}
 	if pl.notice {
 		k.noticeNoTimer(ctx, c)
 	}
+	notice := func(reason policy.Reason, attempt int, err error) {
+		c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: attempt, Reason: reason, Err: err, Hedging: pl.hedged != nil})
+	}
 	if pl.capped > 0 && k.firstNotice(method, policy.ReasonAttempts, 0) {
-		c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: pl.capped, Reason: policy.ReasonAttempts, Hedging: pl.hedged != nil})
+		notice(policy.ReasonAttempts, pl.capped, nil)
 	}
 	switch {
 	case pl.unapplied == policy.ReasonNoPolicy:
 		if err := k.firstUnapplied(method, pl.unappliedOpts); err != nil {
-			c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: pl.unapplied, Err: err, Hedging: pl.hedged != nil})
+			notice(pl.unapplied, 0, err)
 		}
 	case pl.unapplied != policy.ReasonNone && k.firstNotice(method, pl.unapplied, 0):
-		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: pl.unapplied, Hedging: pl.hedged != nil})
+		notice(pl.unapplied, 0, nil)
 	}
 	if pl.invalid != nil && k.firstNotice(method, policy.ReasonInvalidOption, 0) {
-		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonInvalidOption, Err: pl.invalid, Hedging: pl.hedged != nil})
+		notice(policy.ReasonInvalidOption, 0, pl.invalid)
 	}
 	if o.foreign && !c.off && k.firstNotice(method, policy.ReasonForeignOption, 0) {
-		c.emit(ctx, Event{Kind: EventNotice, Method: method, Reason: policy.ReasonForeignOption, Hedging: pl.hedged != nil})
+		notice(policy.ReasonForeignOption, 0, nil)
 	}
 	return callCtx, cancel, grpcOpts, true
 }
 
-// follow fills in what c takes from its plan pl (mi's, or one made for the
-// call's own Options), its target and its budget b (pl.budget, or the
-// target's in pl.budgets); c.o, c.method, c.ctx and c.crit are set already.
+// follow fills in what c takes from its plan, its target and its budget.
 func (c *call) follow(mi *methodInfo, pl *plan, target string, b budget.Budget) {
 	c.fileOpts = mi.opts
 	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, b, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
@@ -405,8 +311,8 @@ func (c *call) follow(mi *methodInfo, pl *plan, target string, b budget.Budget) 
 	c.retry = 1
 }
 
-// withMethodTimeout applies the file's timeout for the method (m; nil:
-// none) to base, a context derived from ctx, unless ctx ends sooner.
+// withMethodTimeout applies the file's timeout (m; nil: none) to base,
+// unless ctx ends sooner.
 func withMethodTimeout(ctx, base context.Context, m *policy.Method) (context.Context, context.CancelFunc) {
 	if m != nil && m.Timeout > 0 {
 		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > m.Timeout {
@@ -416,9 +322,8 @@ func withMethodTimeout(ctx, base context.Context, m *policy.Method) (context.Con
 	return base, noCancel
 }
 
-// noticeNoTimer tells the logger and hooks, once per method and
-// interceptor, that the policy's per-attempt timeout is not applied: the
-// call may not run twice.
+// noticeNoTimer says once per method that the per-attempt timeout is not
+// applied: the call may not run twice.
 func (k *core) noticeNoTimer(ctx context.Context, c *call) {
 	if k.firstOf(&k.noticed, c.method) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
@@ -426,9 +331,7 @@ func (k *core) noticeNoTimer(ctx context.Context, c *call) {
 }
 
 // firstNotice reports whether the notice of method with reason (and, for
-// ReasonNoPolicy, of the option opt; 0 otherwise) is the first the
-// interceptor gives (an option not applied as given: each is reported
-// once per method).
+// ReasonNoPolicy, the option opt) is the first given.
 func (k *core) firstNotice(method string, reason policy.Reason, opt retryOption) bool {
 	type key struct {
 		method string
@@ -438,9 +341,8 @@ func (k *core) firstNotice(method string, reason policy.Reason, opt retryOption)
 	return k.firstOf(&k.optionNoticed, key{method, reason, opt})
 }
 
-// firstUnapplied returns the error an EventNotice with ReasonNoPolicy
-// carries, naming the options of set not reported yet for method; nil
-// when every one was.
+// firstUnapplied returns the error of an EventNotice with ReasonNoPolicy,
+// naming the options of set not reported yet for method (nil: none).
 func (k *core) firstUnapplied(method string, set retryOption) error {
 	var names []string
 	for i, name := range retryOptionNames {
@@ -454,16 +356,14 @@ func (k *core) firstUnapplied(method string, set retryOption) error {
 	return fmt.Errorf("interceptor: %s not applied: no retry policy for the method", strings.Join(names, ", "))
 }
 
-// firstOf reports whether key is new to m, one of the sets of notices
-// given (noticed, optionNoticed), and adds it. The sets together hold at
-// most noticeMax keys (firstIn).
+// firstOf reports whether key is new to m, and adds it (at most noticeMax
+// keys in all).
 func (k *core) firstOf(m *sync.Map, key any) bool {
 	return firstIn(m, &k.noticeN, noticeMax, key)
 }
 
-// callCriticality resolves the criticality of a call of a method whose
-// file entry is m (nil: none) under options o, in WithCriticality's order:
-// Unset when nothing names one (the call is CRITICAL, and sends nothing).
+// callCriticality resolves a call's criticality in WithCriticality's order;
+// Unset when nothing names one.
 func callCriticality(ctx context.Context, o *options, m *policy.Method) criticality.Level {
 	if o.callCrit.Valid() {
 		return o.callCrit
@@ -480,9 +380,9 @@ func callCriticality(ctx context.Context, o *options, m *policy.Method) critical
 	return criticality.Unset
 }
 
-// numberAttempt numbers the next attempt and returns its context: parent
-// itself for a first attempt, else a child carrying the attempt number
-// (AttemptFromContext) and the grpc-previous-rpc-attempts header.
+// numberAttempt numbers the next attempt and returns its context: parent for
+// the first, else a child carrying the attempt number and the
+// grpc-previous-rpc-attempts header.
 func (c *call) numberAttempt(parent context.Context) context.Context {
 	c.attempt++
 	if c.attempt == 1 {
@@ -490,15 +390,12 @@ func (c *call) numberAttempt(parent context.Context) context.Context {
 	}
 	ctx := metadata.AppendToOutgoingContext(parent, previousAttemptsKey, strconv.Itoa(c.attempt-1))
 	ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
-	// A retry: the clock is read on this path already (the pause), and
-	// how long it takes tells the Gate how long one would (served,
-	// budget.Request.Took).
+	// The clock is read on a retry's path already (the pause).
 	c.retryStart = monoNow()
 	return ctx
 }
 
-// served notes that the attempt that just ended, a retry with no
-// per-attempt timer, was served (answered with success): see pace.answer.
+// served notes that a retry without a per-attempt timer was served.
 func (c *call) served() {
 	if c.pace != nil && c.attempt > 1 && c.retryStart != 0 {
 		took := monoNow() - c.retryStart
@@ -506,10 +403,7 @@ func (c *call) served() {
 	}
 }
 
-// monoBase is the origin of monoNow.
 var monoBase = time.Now()
 
-// monoNow is the time since monoBase on the monotonic clock: a time in 8
-// bytes, for the fields the call struct (kept on the stack, and copied by
-// the per-attempt timer) holds.
+// monoNow is the monotonic time since monoBase, in 8 bytes.
 func monoNow() time.Duration { return time.Since(monoBase) }

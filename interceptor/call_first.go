@@ -15,15 +15,10 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// A call's first attempt asks the circuit breaker alone (the budget pays
-// for retries): admitFirst, or the fast path written out
-// (unaryInterceptor).
-
-// admitFirst finds the call's circuit breaker (for cc's target) and asks it
-// for the first attempt. It returns nil, or the call's final error when the
-// breaker is open or throttling rejected the attempt: UNAVAILABLE, with a
-// message that names the breaker, as an *Error of no attempts whose
-// Unwrap reaches the *breaker.Refusal.
+// admitFirst asks the call's breaker for the first attempt (the budget pays
+// for retries only; the fast path writes this out). It returns nil, or the
+// call's final error when the breaker refused: UNAVAILABLE, as an *Error
+// of no attempts whose Unwrap reaches the *breaker.Refusal.
 func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []grpc.CallOption) error {
 	c.cc = cc
 	if c.breakers == nil {
@@ -41,9 +36,7 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 }
 
 // findBreaker returns the breaker in bs of a call of method on target,
-// cc's (nil: a front end's), through cache (nil: none), the method's cache
-// of the first target it was called on; bs keys it by the canonical
-// target (canonicalTarget), as the budgets are.
+// through the method's cache of the first target (nil: none).
 func findBreaker(bs *breaker.Set, cache *atomic.Pointer[breakerRef], cc *grpc.ClientConn, target, method string) *breaker.Breaker {
 	if cache != nil {
 		if r := cache.Load(); r != nil && r.target == target {
@@ -52,15 +45,14 @@ func findBreaker(bs *breaker.Set, cache *atomic.Pointer[breakerRef], cc *grpc.Cl
 	}
 	br := bs.Get(canonicalTarget(cc, target), method)
 	if cache != nil {
-		// The first target only: a method called on several targets
-		// looks the others up, rather than allocate on every switch.
+		// The first target only: others are looked up, not allocated for.
 		cache.CompareAndSwap(nil, &breakerRef{target: target, b: br})
 	}
 	return br
 }
 
-// refused returns the final error of a call whose breaker (c.br) refused
-// its first attempt with err, and tells the hooks and the logger.
+// refused returns the final error of a call whose breaker refused its
+// first attempt with err, and tells the hooks.
 func (c *call) refused(ctx context.Context, err error) error {
 	reason := policy.ReasonBreaker
 	if errors.Is(err, breaker.ErrThrottled) {
@@ -73,8 +65,7 @@ func (c *call) refused(ctx context.Context, err error) error {
 }
 
 // waitsForReady reports whether a call with the file's options, then the
-// caller's, waits for a ready connection (grpc.WaitForReady(true)); the last
-// one given wins, as in grpc.
+// caller's, waits for a ready connection; the last one given wins.
 func waitsForReady(fileOpts, opts []grpc.CallOption) bool {
 	wfr := false
 	for _, list := range [2][]grpc.CallOption{fileOpts, opts} {
@@ -88,13 +79,10 @@ func waitsForReady(fileOpts, opts []grpc.CallOption) bool {
 }
 
 // holdUntilReady holds a waitForReady call's first attempt until cc is
-// ready, as grpc would; when the wait saw a connection attempt fail
-// (TRANSIENT_FAILURE: the server was gone, not a first connection), it then
-// holds it for the start br.Pace gives it, so that the calls that queued
-// during an outage reach the recovering server at the pace the process sent
-// them instead of all at once. An idle connection is asked to connect. It
-// returns when the attempt may go, or when ctx ends (the attempt then fails
-// at once with the caller's status, as it would in grpc).
+// ready, as grpc would, and, when a connection attempt failed meanwhile
+// (an outage, not a first connection), for the start br.Pace gives it: the
+// calls queued in an outage reach the server at the pace they were sent.
+// It returns when the attempt may go, or when ctx ends.
 func holdUntilReady(ctx context.Context, cc *grpc.ClientConn, br *breaker.Breaker) {
 	held := false
 	for {
@@ -128,8 +116,8 @@ func holdUntilReady(ctx context.Context, cc *grpc.ClientConn, br *breaker.Breake
 	}
 }
 
-// refusedError is a call stagger refused before its first attempt: the
-// status the caller sees, and why (a *breaker.Refusal).
+// refusedError is a call the breaker refused: the status the caller sees,
+// and why (a *breaker.Refusal).
 type refusedError struct {
 	st  *status.Status
 	err error

@@ -12,42 +12,29 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/balancer/elsewhere"
-	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/internal/chain"
 	"github.com/stagger-go/stagger/policy"
 )
 
-// recordOutcome is the one place an attempt's outcome is recorded: br
-// (nil: none) hears breakerO (first: the call's first attempt), then b
-// (nil: none) hears a (nil: nothing, as for a failure of a call without a
-// retry policy). The breaker first: a Gate's waiters, woken by the
-// budget's Record, must find the breaker's new state. Every engine records
-// through it (call.record); the fast path writes it out for a first
-// attempt's success (recordFirstSuccess: a call there costs too much).
-func recordOutcome(br *breaker.Breaker, b budget.Budget, crit criticality.Level, o *options, first bool, breakerO budget.Outcome, a *budget.Attempt) {
-	if br != nil {
-		br.Record(breakerO, first, crit, o)
+// record tells the breaker (nil: none) breakerO, then the budget (nil:
+// none) a (nil: nothing): a Gate's waiters, woken by the budget's Record,
+// must find the breaker's new state. Only the decision (shouldRetry) calls
+// it; the fast path writes it out (recordFirstSuccess).
+func (f *retryFacts) record(q *question, breakerO budget.Outcome, a *budget.Attempt) {
+	if f.br != nil {
+		f.br.Record(breakerO, q.first, f.crit, f.o)
 	}
-	if b != nil && a != nil {
-		b.Record(*a)
+	if f.budget != nil && a != nil {
+		f.budget.Record(*a)
 	}
 }
 
-// record is recordOutcome for c's breaker and budget.
-func (c *call) record(first bool, breakerO budget.Outcome, a *budget.Attempt) {
-	recordOutcome(c.br, c.budget, c.crit, c.o, first, breakerO, a)
-}
-
-// afterAttempt applies the call's decision (shouldRetry) once its attempt
-// ended with err: whether to send another and after what pause. trailer is
-// the attempt's trailer metadata (pushback; nil when the attempt got no
-// transport stream), committed says response headers or a message had
-// arrived, timedOut that stagger's per-attempt timer cut it off. It sets
-// what the answer changes of the call (its reason, the backoff sequence's
-// position, a wait in the budget's Deferrer) and reports the retry or the
-// give-up to the hooks and the logger.
+// afterAttempt applies the call's decision once its attempt ended with err
+// (trailer: its trailer, nil when it got no transport stream; committed:
+// headers or a message arrived; timedOut: the per-attempt timer cut it
+// off): whether to retry and after what pause. It sets the call's reason,
+// the backoff position and a wait in the Deferrer, and tells the hooks.
 func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
 	admission := c.admission
 	c.admission = budget.AdmitNone
@@ -56,13 +43,10 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	grace := time.Duration(0)
 	switch {
 	case err == nil:
-		// A slow success is a sign of overload (rising latency).
 		q.slow = c.slow
 	case timedOut && c.timerVerdict.Retry:
-		// The per-attempt timer cut the attempt off and admitted the
-		// retry as it did (attemptTimer): it goes as the timer's
-		// admission let it (heal: unpaid, which its Attempt tells the
-		// budget), after what is left of its pause.
+		// The timer cut the attempt off and admitted the retry: it goes as
+		// the timer's admission let it, after what is left of its pause.
 		q.verdict, q.given, q.straggler = c.timerVerdict, true, c.timerStraggler
 		grace, c.admission = c.timerGrace, c.timerAdmission
 		c.timerVerdict, c.timerGrace, c.timerAdmission, c.timerStraggler = policy.Verdict{}, 0, budget.AdmitNone, false
@@ -78,7 +62,6 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	case ans.unretried:
 		c.reason = v.Reason
 		if c.off {
-			// The switch, on at the start.
 			c.reason = policy.ReasonDisabled
 		}
 		return false, 0
@@ -88,11 +71,10 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(err), Err: err, Pause: v.Pause, Pushback: v.Pushback, Reason: v.Reason}
 	if c.hedged == nil && !c.hedgeOnTimeout {
-		// Attempts one after the other: the latest pick was this attempt's.
+		// One attempt at a time: the latest pick was this one's.
 		e.Backend = elsewhere.Backend(callCtx)
 	}
 	if ans.wait != nil {
-		// Wait in pause, through the Deferrer, which asks the breaker too.
 		c.deferReq = ans.wait
 		e.Kind = EventDeferred
 	}
@@ -121,93 +103,78 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 
 // The askers of the call's one decision (question.kind).
 const (
-	// askEnded: an attempt ended and its answer is the call's: the
-	// breaker and the budget hear how it ended, and a retry the policy
-	// makes is admitted or waits in the budget's Deferrer (afterAttempt).
+	// askEnded: an attempt ended and its answer is the call's: recorded,
+	// and a retry is admitted or waits in the Deferrer (afterAttempt).
 	askEnded uint8 = iota
-	// askBeside: an attempt ended whose failure decides nothing (another
-	// runs, or a retry waits: hedgeOnPerTryTimeout): the breaker and the
-	// budget hear how, and nothing is admitted.
+	// askBeside: an attempt ended that decides nothing (another runs, or a
+	// retry waits: hedgeOnPerTryTimeout): recorded, nothing admitted.
 	askBeside
-	// askVerdict: the per-attempt timer fires and asks whether the
-	// policy would retry the attempt cut off now; nothing is recorded or
-	// admitted.
+	// askVerdict: the per-attempt timer fires: would the policy retry?
 	askVerdict
-	// askAdmit: the timer's grace ends and asks whether the retry the
-	// policy would make (question.verdict) goes now: at once or not at
-	// all (a budget that would make it wait has not admitted it).
+	// askAdmit: the timer's grace ends: does the retry (question.verdict)
+	// go now? A budget that would make it wait has not admitted it.
 	askAdmit
-	// askHedge: hedging's start rule made attempt n (a hedge, n > 1) due:
-	// the breaker, then the budget (as a hedge), admit it or not; no
-	// verdict is taken and nothing is recorded (hedgeState.admitHedge).
+	// askHedge: hedging's start rule made attempt n > 1 due: the breaker,
+	// then the budget (as a hedge), admit it; nothing is recorded.
 	askHedge
-	// askRaced: a hedged attempt ended in failure before any commit: the
-	// hedging policy's nonFatalStatusCodes (question.nonFatal) decide
-	// whether the next hedge may go, and the breaker and the budget hear
-	// how, as a hedge (question.rec: hedgeState.judge).
+	// askRaced: a hedged attempt failed before any commit: the
+	// nonFatalStatusCodes decide whether the next hedge may go; recorded as
+	// a hedge.
 	askRaced
+	// askSettled: an attempt ended whose outcome needs no verdict (a
+	// hedge's success, a loser, the drain): the breaker hears
+	// question.breakerO, the budget question.rec.
+	askSettled
 )
 
 // question is one ask of the call's decision (shouldRetry).
 type question struct {
 	kind uint8
-	// n is the attempt; err how it ended (nil: success;
-	// errAttemptTimeout as its timer asks), trailer, committed and
-	// timedOut as afterAttempt's.
+	// n is the attempt, err how it ended (errAttemptTimeout as the timer
+	// asks).
 	n                   int
 	err                 error
 	trailer             metadata.MD
 	committed, timedOut bool
-	// verdict, when given, was taken already (the timer's): the policy
-	// is not asked again.
+	// verdict, when given, was taken already (the timer's).
 	verdict policy.Verdict
 	given   bool
-	// straggler: the timed-out attempt is a straggler (pace.straggler),
-	// not a sign of overload (budget.Request.Straggler); unsent, that it
-	// never left the client (budget.Request.Unsent); slow, that a success
-	// came late (budget.Attempt.Overload).
+	// straggler, unsent: budget.Request's; slow: a late success
+	// (budget.Attempt.Overload).
 	straggler, unsent, slow bool
-	// first: the attempt is the call's first (the breaker's); rec is
-	// what the budget hears of an attempt that ended, but its outcome
-	// and what the verdict says.
+	// first: the call's first attempt (the breaker's); rec is what the
+	// budget hears, but the outcome and the verdict's signs.
 	first bool
 	rec   budget.Attempt
 	// nonFatal is the hedging policy's nonFatalStatusCodes (askRaced).
 	nonFatal policy.CodeSet
+	// breakerO is what the breaker hears (askSettled).
+	breakerO budget.Outcome
 }
 
 // answer is the call's decision (shouldRetry).
 type answer struct {
 	verdict policy.Verdict
-	// unretried: the method is not retried (no retry policy, or the
-	// switch is on): the breaker heard of the attempt, the budget did not.
+	// unretried: no retry policy, or the switch is on: the budget heard
+	// nothing.
 	unretried bool
 	// callerEnd: the caller left as a failure came that the policy would
-	// have retried (askRaced: a non-fatal one): the call ends with the
-	// caller's status.
+	// have retried: the call ends with the caller's status.
 	callerEnd bool
-	// admission is how the budget let the retry go (askAdmit); wait, the
-	// retry the budget refused, to wait for in its Deferrer (askEnded).
+	// admission: how the budget let the retry go (askAdmit); wait: the
+	// refused retry to wait for in the Deferrer (askEnded).
 	admission budget.Admission
 	wait      *budget.Request
 }
 
-// shouldRetry is the call's one decision (grpc-go's shouldRetry): every
-// "retry or not" of a call that retries is asked here, and here alone are
-// the policy (Decide), the circuit breaker and the budget asked for a
-// retry and told how an attempt ended, the breaker first (a Gate's
-// waiters, woken by the budget's Record, must find the breaker's new
-// state). The askers differ only in q (question.kind). It reads the call's
-// facts and writes none of them (a stream's timer runs it on a copy): what
-// the answer changes of the call is the asker's to apply.
-//
-// The admission order of a retry: Decide (the caller's deadline included:
-// no pause that outlasts it), then the breaker, then the budget, then the
-// wait (a budget that defers; it asks the breaker again before it lets the
-// retry go). The timer's retry went through the same order as the timer
-// fired (askVerdict) and its grace ended (askAdmit). Every attempt after
-// the first is admitted here: a hedge (askHedge) too, in the same order
-// but without a verdict (the hedging policy's start rule made it due).
+// shouldRetry is the call's one decision (grpc-go's shouldRetry): here
+// alone are the policy (Decide), the breaker and the budget asked for an
+// attempt after the first and told how an attempt ended. The askers differ
+// only in q.kind. It writes nothing of the call (a stream's timer runs it
+// on a copy): the asker applies the answer. A retry is admitted in this
+// order: Decide (no pause that outlasts the deadline), the breaker, the
+// budget, then the Deferrer's wait (which asks the breaker again); a
+// hedge the same, without a verdict.
 func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answer) {
 	v := &ans.verdict
 	switch {
@@ -218,19 +185,19 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 	case q.kind == askRaced:
 		f.judgeRaced(callCtx, q, &ans)
 		return ans
+	case q.kind == askSettled:
+		f.record(q, q.breakerO, &q.rec)
+		return ans
 	case q.err == nil:
-		// Decide's answer for a success is fixed.
 		v.Record, v.Reason = budget.Success, policy.ReasonSuccess
 	case !f.retrying || f.o.offNow():
 		// gRFC A6 counts failures only for methods with a retry policy:
-		// the breaker hears of it, the budget does not. Nor does it of a
-		// call the switch turned off.
+		// the budget hears nothing of them, nor of a call switched off.
 		ans.unretried = true
 		switch {
 		case f.retrying:
 			v.Reason = policy.ReasonDisabled
 		case f.pol == nil:
-			// Not "attempts": no retry was ever on offer.
 			v.Reason = policy.ReasonNoPolicy
 		default:
 			v.Reason = policy.ReasonAttempts
@@ -242,16 +209,14 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 		a.Number = q.n
 		*v = f.pol.Decide(&a)
 		if q.kind == askEnded && v.Reason == policy.ReasonCaller && !contextCode(q.err) {
-			// The server's failure came as the caller left. Had the
-			// policy retried it, the caller's leaving ended the call (in
-			// grpc-go, during the backoff): it ends with the caller's
-			// status, not the failure a retry would have hidden.
+			// The failure came as the caller left: had the policy retried
+			// it, the call ends with the caller's status (in grpc-go,
+			// during the backoff), not the failure a retry would hide.
 			a.CallerDone = false
 			ans.callerEnd = f.pol.Decide(&a).Retry
 		}
 		if v.Retry && chain.RetriedRequest(f.ctx) {
-			// Served for a caller that is retrying already: retry at one
-			// layer.
+			// Served for a caller that retries already: retry at one layer.
 			v.Retry, v.Reason = false, policy.ReasonRetriedRequest
 		}
 	}
@@ -264,14 +229,10 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 	return ans
 }
 
-// judgeRaced is shouldRetry for a hedged attempt that failed before any
-// commit (askRaced): the next hedge may go (ans.verdict.Retry) unless the
-// caller left (ReasonCaller; a non-fatal failure, which the next hedge
-// would have hidden, gives way to the caller's status: ans.callerEnd, as
-// afterAttempt's does), the attempt had committed (ReasonCommitted), or its
-// code is fatal (ReasonNotRetryable). The breaker and the budget hear how
-// it ended: a failure when the next hedge may go, else Other, as a hedge
-// (q.rec) and, for the budget, without a verdict's signs.
+// judgeRaced is shouldRetry for askRaced: the next hedge may go unless the
+// caller left (a non-fatal failure then gives way to the caller's status:
+// callerEnd), the attempt had committed, or its code is fatal. The budget
+// hears a failure when the next hedge may go, else Other.
 func (f *retryFacts) judgeRaced(callCtx context.Context, q *question, ans *answer) {
 	v := &ans.verdict
 	nonFatal := q.nonFatal.Has(status.Code(q.err))
@@ -291,46 +252,38 @@ func (f *retryFacts) judgeRaced(callCtx context.Context, q *question, ans *answe
 	if v.Retry {
 		a.Outcome = budget.Failure
 	}
-	recordOutcome(f.br, f.budget, f.crit, f.o, q.first, breakerOutcome(callCtx, q.err, false), &a)
+	f.record(q, breakerOutcome(callCtx, q.err, false), &a)
 }
 
-// recordEnd tells the breaker and the budget how the attempt of q ended,
-// with v the policy's verdict on it; unretried: the budget hears nothing.
+// recordEnd records q's attempt with v the verdict on it; unretried: the
+// budget hears nothing.
 func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.Verdict, unretried bool) {
 	var rec *budget.Attempt
 	if f.budget != nil && !unretried {
 		a := q.rec
 		a.Outcome = v.Record
-		if q.kind == askEnded {
-			// A sign of overload: the server refused the attempt for it
-			// (RESOURCE_EXHAUSTED it sent), or stagger's timer cut the
-			// attempt off, unless it cut a straggler (the method's other
-			// attempts were served fast). A pushback is not one by
-			// itself: its delay is obeyed as the pause (gRFC A6), and a
-			// refusal that carries one holds retries only while most
-			// attempts are signs (budget.Gate, the overload rule).
-			a.Overload = q.slow || q.timedOut && !q.straggler || status.Code(q.err) == codes.ResourceExhausted && q.trailer != nil
-			a.Pushback = v.Pushback
-			if a.Overload && !a.Pushback {
-				// The call's last attempt too: the server said when to
-				// retry.
-				_, pb := policy.ParsePushback(q.trailer)
-				a.Pushback = pb == policy.PushbackValid
-			}
-			a.Final = !v.Retry
+		// A sign of overload, whether or not the attempt decides: a
+		// RESOURCE_EXHAUSTED the server sent, or the timer cut it off
+		// (not a straggler). A pushback alone is not one: it is obeyed as
+		// the pause (budget.Gate, the overload rule).
+		a.Overload = q.slow || q.timedOut && !q.straggler || status.Code(q.err) == codes.ResourceExhausted && q.trailer != nil
+		a.Pushback = v.Pushback
+		if a.Overload && !a.Pushback {
+			// The server said when to retry, on the last attempt too.
+			_, pb := policy.ParsePushback(q.trailer)
+			a.Pushback = pb == policy.PushbackValid
 		}
+		// An attempt beside another is not the call's last.
+		a.Final = q.kind == askEnded && !v.Retry
 		rec = &a
 	}
-	recordOutcome(f.br, f.budget, f.crit, f.o, q.first, breakerOutcome(callCtx, q.err, q.timedOut), rec)
+	f.record(q, breakerOutcome(callCtx, q.err, q.timedOut), rec)
 }
 
-// admit asks the breaker, then the budget, for the retry ans.verdict
-// makes, or the hedge (askHedge: the budget's Allow, as a hedge, which a
-// refusal leaves to the hedging loop: hedgeState.admitHedge): at once
-// (askAdmit: a closed breaker, the budget's Admit), or,
-// after an attempt ended (askEnded), a retry a budget that defers refused
-// waits (ans.wait); without one, a breaker that is not closed lets the
-// retry go only as its half-open probe. A refusal ends the retry, for
+// admit asks the breaker, then the budget, for the retry ans.verdict makes
+// or the hedge (askHedge): at once (askAdmit: Admit), or, after an attempt
+// ended, a retry a Deferrer refused waits (ans.wait). A breaker not closed
+// lets it go only as its half-open probe. A refusal ends the retry, for
 // ReasonBreaker or ReasonBudget.
 func (f *retryFacts) admit(q *question, ans *answer) {
 	var req budget.Request
@@ -339,15 +292,16 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 	case q.kind == askHedge:
 		req = budget.Request{Number: q.n, Hedge: true, Criticality: f.crit}
 	default:
-		req = f.retryRequest(q.timedOut)
-		req.Straggler, req.Unsent = q.straggler, q.unsent
+		req = budget.Request{Number: f.attempt + 1, AfterTimeout: q.timedOut, Last: f.attempt+1 >= f.pol.MaxAttempts, Criticality: f.crit, Straggler: q.straggler, Unsent: q.unsent}
+		if f.br != nil {
+			req.Guard = f.br.Guard(f.crit, f.o)
+		}
 	}
 	_, wait := f.budget.(budget.Deferrer)
 	wait = wait && q.kind == askEnded
 	ok := f.br == nil || f.br.Closed()
 	if !ok && !wait && q.kind != askAdmit {
-		// A hedge due after the break asks as a retry would: it goes
-		// only as the breaker's half-open probe, rather than never.
+		// Not closed: the attempt goes only as the half-open probe.
 		ok, _ = f.br.AllowRetry(f.crit, f.o)
 	}
 	why := policy.ReasonBreaker
@@ -373,12 +327,9 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 }
 
 // unsent reports whether the attempt that failed with err never left the
-// client: UNAVAILABLE, uncommitted, while the connection's attempts to
-// connect were failing (grpc fails a call at once then). The state is read
-// after the failure: grpc hands the failing picker to waiting calls just
-// before it publishes TRANSIENT_FAILURE, so CONNECTING with grpc's dial
-// error counts too (TestRealTimeUnsentRetries' first run under -race read
-// CONNECTING in one round of five).
+// client: UNAVAILABLE, uncommitted, while the connection failed to connect.
+// grpc hands the failing picker to waiting calls just before it publishes
+// TRANSIENT_FAILURE, so CONNECTING with grpc's dial error counts too.
 func (c *call) unsent(err error, committed, timedOut bool) bool {
 	if err == nil || timedOut || committed || c.cc == nil || status.Code(err) != codes.Unavailable {
 		return false
@@ -392,9 +343,8 @@ func (c *call) unsent(err error, committed, timedOut bool) bool {
 	return false
 }
 
-// took is how long the attempt that just ended took, for the budget
-// (budget.Attempt.Took), when a Deferrer let it go (admission): the clock
-// is read on that path only.
+// took is how long the attempt that just ended took, when a Deferrer let
+// it go (budget.Attempt.Took).
 func (c *call) took(admission budget.Admission) time.Duration {
 	if admission == budget.AdmitNone {
 		return 0
@@ -422,21 +372,10 @@ func (c *retryFacts) attemptFacts(callCtx context.Context, err error, trailer me
 	return a
 }
 
-// retryRequest is what the budget is asked for the retry after c's current
-// attempt; timedOut: the per-attempt timer cut that attempt off.
-func (c *retryFacts) retryRequest(timedOut bool) budget.Request {
-	req := budget.Request{Number: c.attempt + 1, AfterTimeout: timedOut, Last: c.attempt+1 >= c.pol.MaxAttempts, Criticality: c.crit}
-	if c.br != nil {
-		req.Guard = c.br.Guard(c.crit, c.o)
-	}
-	return req
-}
-
-// breakerOutcome is what an attempt that ended with err tells a circuit
-// breaker: Success when the server answered (OK, or a code that says it
-// works: NOT_FOUND, INVALID_ARGUMENT, ...), Failure for UNAVAILABLE,
-// RESOURCE_EXHAUSTED and a DEADLINE_EXCEEDED that is not the caller's
-// (stagger's per-attempt timer), Other when the caller ended the call.
+// breakerOutcome is what an attempt that ended with err tells a breaker:
+// Success when the server answered, Failure for UNAVAILABLE,
+// RESOURCE_EXHAUSTED and a DEADLINE_EXCEEDED not the caller's, Other when
+// the caller (or the call, a cancelled hedge) ended it.
 func breakerOutcome(callCtx context.Context, err error, timedOut bool) budget.Outcome {
 	if err == nil {
 		return budget.Success
@@ -448,17 +387,13 @@ func breakerOutcome(callCtx context.Context, err error, timedOut bool) budget.Ou
 	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded:
 		return budget.Failure
 	case codes.Canceled:
-		// Cancelled under the call (a hedge that lost, a reset): says
-		// nothing of the server.
 		return budget.Other
 	}
 	return budget.Success
 }
 
-// finish returns the call's final error: nil, err itself when stagger did not
-// retry the method, or an *Error carrying it (or, when the caller left as
-// a retryable failure came, the caller's status: callerEnd) and the number
-// of attempts.
+// finish returns the call's final error: nil, err when stagger did not
+// retry the method, else an *Error carrying it (or callerEnd).
 func (c *call) finish(err error) error {
 	if err == nil || !c.retrying {
 		return err
@@ -469,11 +404,9 @@ func (c *call) finish(err error) error {
 	return c.failed(c.attempt+c.before, err)
 }
 
-// end reports the end of the call, with err its final error (nil: success),
-// to the call hooks (EventEnd; WithHook's hooks do not hear it) and to the
-// call's Report. It costs a branch when
-// neither is there. cc is the connection, nil for a front end without one
-// (package frontend: the target is then the context's).
+// end reports the end of the call, final error err, to the call hooks
+// (EventEnd) and the call's Report; a branch when neither is there. cc is
+// nil for a front end without one.
 func (c *call) end(cc *grpc.ClientConn, err error) {
 	o := c.o
 	if o == nil || len(o.callHooks) == 0 && o.report == nil {
@@ -484,7 +417,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 		e.Reason = policy.ReasonSuccess
 	}
 	if c.off {
-		// Whatever its code: a dashboard of ends by reason shows the switch.
+		// Whatever its code: a dashboard shows the switch.
 		e.Reason = policy.ReasonDisabled
 	}
 	if e.Attempt > 1 {
@@ -522,10 +455,8 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 }
 
 // failed returns the *Error of a call that ended with err after attempts
-// attempts, for reason c.reason. When stagger gave up retrying
-// (Error.GaveUp), it marks the request the call was made for, if the call is
-// made while serving one under stagger's server side, which then tells that
-// request's caller not to retry.
+// attempts. A give-up (Error.GaveUp) marks the request the call serves,
+// under stagger's server side, so its caller does not retry either.
 func (c *call) failed(attempts int, err error) *Error {
 	e := &Error{Attempts: attempts, Reason: c.reason, Err: err}
 	if c.reason == policy.ReasonDeferred {

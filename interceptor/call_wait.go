@@ -12,11 +12,10 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// pause waits d before the next attempt. It returns nil when the wait ended,
-// or the call's final error when callCtx ended first: CANCELED when the
-// caller cancelled (at once, not after d), else last, the last attempt's
-// error (Decide never chooses a pause that outlasts the deadline, so this is
-// the rare timer that fired late).
+// pause waits d before the next attempt. It returns nil, or the call's
+// final error when callCtx ended first: CANCELED at once when the caller
+// cancelled, else last (Decide chooses no pause that outlasts the
+// deadline: a timer that fired late).
 func (c *call) pause(callCtx context.Context, d time.Duration, last error) error {
 	if c.deferReq != nil {
 		return c.waitDeferred(callCtx, d, last)
@@ -46,8 +45,7 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 	}
 }
 
-// paused counts d as a pause between attempts, a pushback's when the
-// pending pause is one.
+// paused counts d as a pause, a pushback's when the pending pause is one.
 func (c *call) paused(d time.Duration) {
 	c.pausedFor += d
 	if c.pushback {
@@ -55,15 +53,10 @@ func (c *call) paused(d time.Duration) {
 	}
 }
 
-// waitDeferred is pause for a retry the budget refused: it waits, through
-// the budget's Deferrer, for an admission no sooner than d. It returns nil
-// when admitted (the next attempt tells the budget how it was let go), or
-// the call's final error: CANCELED when the caller cancelled; last, reason
-// deferred, when no retry could start before the deadline or a call without
-// one waited the limit; last, reason budget, when too many calls wait or a
-// more critical retry took its place (budget.ErrTooManyWaiting, wrapped
-// for the latter). A retry of any criticality may wait: the Gate refuses
-// none for its level alone (see budget.Gate).
+// waitDeferred is pause for a retry the budget refused: it waits in the
+// Deferrer for an admission no sooner than d. It returns nil when admitted,
+// or the call's final error: CANCELED when the caller cancelled, else last,
+// for the reason the wait ended (waitEnded).
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
 	req := *c.deferReq
 	c.deferReq = nil
@@ -95,12 +88,10 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	return c.finish(last)
 }
 
-// waitGate waits in the budget's Deferrer (a Gate) for req, no sooner
-// than d: a retry's wait (waitDeferred) or a refused hedge's with nothing
-// in flight (waitHedge). Held, the call ends when the switch turns on
-// (SetDisabled): switched says so. Up to d (a pushback's pause, say) the
-// wait counts as the pause, past it as the Gate's (deferred); a wait that
-// admitted nothing leaves the rule that ended it (waitEnd, heldBy).
+// waitGate waits in the Deferrer for req, no sooner than d (a retry's wait,
+// or a refused hedge's with nothing in flight). switched: the switch
+// (SetDisabled) ended it. Up to d the wait counts as the pause, past it as
+// the Gate's (deferred).
 func (c *call) waitGate(callCtx context.Context, req budget.Request, d time.Duration) (adm budget.Admission, err error, switched bool) {
 	start := time.Now()
 	holdCtx, stopHold := holdContext(callCtx, c.o.state)
@@ -119,10 +110,7 @@ func (c *call) waitGate(callCtx context.Context, req budget.Request, d time.Dura
 	return adm, err, switched
 }
 
-// waitEnded is why a wait in a budget's Deferrer ended with err, the
-// caller still there: too many calls wait or a more critical retry took
-// the place (budget), an outage outlived what MaxWait left a call without a deadline (outage), or
-// the Gate ended it (deferred).
+// waitEnded is why a wait ended with err, the caller still there.
 func waitEnded(err error) policy.Reason {
 	switch {
 	case errors.Is(err, budget.ErrTooManyWaiting):
@@ -134,8 +122,7 @@ func waitEnded(err error) policy.Reason {
 	}
 }
 
-// heldBy names the rule of the Gate that held a wait that ended with err
-// past its pause, "" when none did (or the budget says nothing of it).
+// heldBy names the Gate's rule that held a wait past its pause ("": none).
 func heldBy(err error) string {
 	var r interface{ HeldBy() string }
 	if errors.As(err, &r) {

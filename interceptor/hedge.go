@@ -14,25 +14,20 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// hedge runs a unary call of a method whose policy hedges on the call's
-// loop, by the rules UnaryClientInterceptor gives (Hedging): hedgeState
-// says when the next attempt starts and judges a failure. The hedging
-// policy applies (k.hedges; unaryEngine runs one attempt otherwise).
+// hedge runs a hedged unary call on the call's loop (UnaryClientInterceptor,
+// Hedging): hedgeState says when the next attempt starts and judges a
+// failure.
 func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
 	h := c.hedged.Hedging
 	l := unaryLoop{shared: c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
 	delay, hist := k.hedgeDelay(c.method, h)
 	if m, ok := reply.(proto.Message); ok && m != nil {
-		// The reply type, read before the first attempt writes into the
-		// caller's reply: a hedge made later must not read that message
-		// (grpc resets it to unmarshal, racing with ProtoReflect).
+		// Read before the first attempt writes into the caller's reply:
+		// grpc resets it to unmarshal, racing with ProtoReflect.
 		l.replyType = m.ProtoReflect().Type()
 	} else {
-		// Concurrent attempts each need a reply of their own, and stagger
-		// makes one only for a proto.Message: the attempts go one at a
-		// time into the caller's reply, the next only after a non-fatal
-		// failure (as grpc-go's retry would, with the hedging policy's
-		// codes), and the logger and hooks hear why, once per method.
+		// No reply per attempt: one at a time into the caller's, the next
+		// after a non-fatal failure; the hooks hear why, once per method.
 		k.noticeUnhedged(callCtx, c, policy.ReasonReplyType)
 		delay, hist = -1, nil
 	}
@@ -43,18 +38,15 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 	return l.run()
 }
 
-// hedges says whether c's hedging policy applies: it allows a second
-// attempt and the call may run more than once (the method is known to be
-// idempotent, or a unary call carries an idempotency key, which the server
-// de-duplicates). When it may not, the logger and hooks hear so, once per
-// method.
+// hedges says whether c's hedging policy applies: a second attempt is
+// allowed and the call may run more than once (idempotent, or a unary call
+// with an idempotency key). When it may not, the hooks hear so once.
 func (k *core) hedges(ctx context.Context, c *call, stream bool) bool {
 	h := c.hedged.Hedging
 	if h.MaxAttempts < 2 {
 		return false
 	}
-	// The key counts for a unary call only: the server side (server.WithIdempotency)
-	// does not de-duplicate streams.
+	// The server side de-duplicates unary calls only.
 	if !k.idempotent(c.o, c.hedged, c.method) && (c.o.idemKey == "" || stream) {
 		k.noticeUnhedged(ctx, c, policy.ReasonNotIdempotent)
 		return false
@@ -62,9 +54,8 @@ func (k *core) hedges(ctx context.Context, c *call, stream bool) bool {
 	return true
 }
 
-// hedgeDelay returns the hedging delay of method under h: the policy's, or
-// with an adaptive policy the 95th percentile of the method's latency once
-// it has one, and then hist, the histogram that learns it (nil otherwise).
+// hedgeDelay returns the hedging delay of method under h, and with an
+// adaptive policy hist, the histogram that learns its p95.
 func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration, hist *latencyHistogram) {
 	delay = h.Delay
 	if h.Adaptive {
@@ -77,28 +68,27 @@ func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration
 	return delay, hist
 }
 
-// hedgeState is the hedging loop's state; only the call's goroutine uses it.
+// hedgeState is hedging's start rule and judge, for a unary call and a
+// stream alike; one goroutine uses it at a time.
 type hedgeState struct {
 	c     *call
 	h     *policy.Hedging
 	delay time.Duration
-	// delay < 0: no hedge is sent while an attempt is in flight (a unary
-	// call whose reply is not a proto.Message: one reply, the caller's).
+	// delay < 0: one attempt at a time (a reply that is not a proto.Message).
 
 	deadline    time.Time
 	hasDeadline bool
 
 	sent, inFlight int
 	lastSend       time.Time
-	// due: the next attempt is to be sent now. trigger is the non-fatal
-	// failure that made it due early, pushback that it waited a pushback.
+	// due: the next attempt is to be sent now; trigger is the non-fatal
+	// failure that made it due, pushback: it waited out a pushback.
 	due      bool
 	trigger  error
 	pushback bool
-	// stopped is why no further hedge is sent (ReasonNone: hedging goes on).
+	// stopped is why no further hedge is sent (ReasonNone: none).
 	stopped policy.Reason
-	// held: the budget refused a hedge while attempts were in flight
-	// (refused).
+	// held: the budget refused a hedge beside attempts in flight.
 	held   bool
 	timer  *time.Timer
 	timerC <-chan time.Time
@@ -107,8 +97,7 @@ type hedgeState struct {
 	lastN int
 }
 
-// sendDue sends the attempts that are due: one, or all that are left when
-// the delay is 0.
+// sendDue sends the attempts that are due.
 func (l *unaryLoop) sendDue() {
 	s := &l.hs
 	for s.due {
@@ -125,9 +114,8 @@ func (l *unaryLoop) sendDue() {
 	}
 }
 
-// next takes the attempt that is due and returns its number, or 0 when none
-// is to be sent (hedging has stopped, and says why). The breaker and the
-// budget are the caller's to ask (admitHedge), next to the launch.
+// next takes the attempt that is due and returns its number, or 0 when
+// hedging has stopped.
 func (s *hedgeState) next(callCtx context.Context) int {
 	s.due = false
 	if s.stopped != policy.ReasonNone {
@@ -139,17 +127,16 @@ func (s *hedgeState) next(callCtx context.Context) int {
 		return 0
 	}
 	if n > 1 && chain.RetriedRequest(callCtx) {
-		// Served for a caller that is retrying or hedging already.
+		// Served for a caller that retries or hedges already.
 		s.stop(callCtx, n, policy.ReasonRetriedRequest)
 		return 0
 	}
 	return n
 }
 
-// admitHedge asks the call's decision whether attempt n, which next took, goes
-// (shouldRetry, askHedge: the breaker, then the budget), and returns
-// ReasonNone, or why not (ReasonBreaker, ReasonBudget: goOnRefused). The
-// first attempt is the breaker's to admit as the call starts (admitFirst).
+// admitHedge asks the call's decision whether hedge n goes (askHedge), and
+// returns ReasonNone or why not. The first attempt was admitted as the call
+// started (admitFirst).
 func (s *hedgeState) admitHedge(callCtx context.Context, n int) policy.Reason {
 	if n < 2 {
 		return policy.ReasonNone
@@ -158,52 +145,49 @@ func (s *hedgeState) admitHedge(callCtx context.Context, n int) policy.Reason {
 	return s.c.shouldRetry(callCtx, &q).verdict.Reason
 }
 
-// goOnRefused handles hedge n, which admitHedge refused for why, and reports
-// whether it goes after all. A breaker's refusal stops hedging. A budget's
-// may wait as a retry (waitHedge); when that ends without the attempt, the
-// hedge is refused (refused).
+// goOnRefused reports whether hedge n, refused for why, goes after all. A
+// breaker's refusal stops hedging. A budget's, beside attempts in flight,
+// holds hedging: no more hedges (the hooks hear so once), but should they
+// all fail non-fatally the next attempt is a retry that asks again. With
+// none in flight every earlier attempt failed, and the hedge is a retry:
+// it waits in the Deferrer as a retry would, and tells the budget how it
+// went as a retry (hedgeAttempt).
 func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reason) bool {
 	if why == policy.ReasonBreaker {
 		s.stop(callCtx, n, why)
 		return false
 	}
-	if why = s.waitHedge(callCtx, n); why != policy.ReasonNone {
-		s.refused(callCtx, n, why)
+	why = policy.ReasonBudget
+	if _, ok := s.c.budget.(budget.Deferrer); ok && s.inFlight == 0 && n > 1 {
+		s.c.emit(callCtx, Event{Kind: EventDeferred, Method: s.c.method, Attempt: n - 1, Hedging: true})
+		adm, err, switched := s.c.waitGate(callCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
+		switch {
+		case err == nil:
+			s.c.waitedHedge, s.c.waitedAdmission = n, adm
+			return true
+		case callCtx.Err() != nil:
+			why = policy.ReasonCaller
+		case switched:
+			why = policy.ReasonDisabled
+		default:
+			why = waitEnded(err)
+		}
+	}
+	if why != policy.ReasonBudget || s.inFlight == 0 {
+		s.stop(callCtx, n, why)
 		return false
 	}
-	return true
-}
-
-// waitHedge is a hedge (attempt n) the budget refused. With an attempt in
-// flight it goes no further (ReasonBudget). With none, every earlier
-// attempt failed and the hedge is a retry: it waits, as a retry would, in
-// the budget's Deferrer (a Gate), which lets it go as a probe, at its
-// call's last chance or when retries heal. It returns ReasonNone when the
-// hedge may go now, or why not (budget, outage or deferred, as for a
-// retry). The attempt it admits tells the budget how it went as a retry
-// (recordHedge), so that a Gate settles its probe and learns whether
-// retries heal. It blocks only the hedging loop, which has no attempt to
-// watch meanwhile; the caller's context ends the wait.
-func (s *hedgeState) waitHedge(callCtx context.Context, n int) policy.Reason {
-	if _, ok := s.c.budget.(budget.Deferrer); !ok || s.inFlight > 0 || n < 2 {
-		return policy.ReasonBudget
+	s.disarm()
+	s.due = false
+	if !s.held {
+		s.held = true
+		s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
 	}
-	s.c.emit(callCtx, Event{Kind: EventDeferred, Method: s.c.method, Attempt: n - 1, Hedging: true})
-	adm, err, switched := s.c.waitGate(callCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
-	switch {
-	case err == nil:
-		s.c.waitedHedge, s.c.waitedAdmission = n, adm
-		return policy.ReasonNone
-	case callCtx.Err() != nil:
-		return policy.ReasonCaller
-	case switched:
-		return policy.ReasonDisabled
-	}
-	return waitEnded(err)
+	return false
 }
 
 // launched accounts for attempt n, sent at now, and tells the hooks of a
-// hedge (with the non-fatal failure or the pushback that made it due).
+// hedge.
 func (s *hedgeState) launched(callCtx context.Context, n int, now time.Time) {
 	if n > 1 {
 		e := Event{Kind: EventHedge, Method: s.c.method, Attempt: n, Pause: now.Sub(s.lastSend), Pushback: s.pushback, Hedging: true}
@@ -216,14 +200,13 @@ func (s *hedgeState) launched(callCtx context.Context, n int, now time.Time) {
 	s.inFlight++
 }
 
-// schedule makes the attempt after n due: none after the last, at once
-// when the delay is 0, else after the delay.
+// schedule makes the attempt after n due: never after the last, at once
+// with delay 0, else after the delay.
 func (s *hedgeState) schedule(callCtx context.Context, n int) {
 	switch {
 	case n == s.h.MaxAttempts:
 		s.disarm()
 	case s.delay < 0:
-		// One at a time: the next goes after a non-fatal failure only.
 	case s.delay == 0:
 		s.due = true
 	default:
@@ -231,9 +214,8 @@ func (s *hedgeState) schedule(callCtx context.Context, n int) {
 	}
 }
 
-// arm schedules the next hedge (number n) after d, replacing any scheduled
-// one; a hedge that could not start before the caller's deadline is not
-// scheduled and hedging stops.
+// arm schedules hedge n after d; one that could not start before the
+// caller's deadline stops hedging.
 func (s *hedgeState) arm(callCtx context.Context, d time.Duration, n int) {
 	s.disarm()
 	if s.hasDeadline && time.Until(s.deadline) <= d {
@@ -255,9 +237,8 @@ func (s *hedgeState) disarm() {
 	}
 }
 
-// callerGone stops hedging when the caller's context has ended. With
-// attempts in flight, each derives from callCtx and ends on its own; with
-// none (waiting out a pushback) over says the call ends now, for why.
+// callerGone stops hedging as the caller leaves. Attempts in flight end on
+// their own; with none, over says the call ends now, for why.
 func (s *hedgeState) callerGone(callCtx context.Context) (why policy.Reason, over bool) {
 	s.disarm()
 	s.due, s.stopped = false, policy.ReasonCaller
@@ -271,7 +252,7 @@ func (s *hedgeState) callerGone(callCtx context.Context) (why policy.Reason, ove
 	return policy.ReasonDeadline, true
 }
 
-// stop ends hedging (the attempts in flight go on) and says so, once.
+// stop ends hedging (attempts in flight go on) and says so, once.
 func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 	s.disarm()
 	s.due = false
@@ -285,29 +266,8 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 	s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
 }
 
-// refused handles attempt n, which the budget (or, with nothing in flight,
-// its Gate) refused, for why. With attempts in flight the hedge is held,
-// not dropped: no hedge goes beside them any more (the hooks hear that
-// hedging stopped, reason budget, once), but when the last of them fails
-// non-fatally the next attempt is a retry and asks again, waiting as a
-// retry does (waitHedge); so a late non-fatal failure ends the call only
-// as it would have ended a retried call. Otherwise hedging stops.
-func (s *hedgeState) refused(callCtx context.Context, n int, why policy.Reason) {
-	if why != policy.ReasonBudget || s.inFlight == 0 {
-		s.stop(callCtx, n, why)
-		return
-	}
-	s.disarm()
-	s.due = false
-	if !s.held {
-		s.held = true
-		s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
-	}
-}
-
-// hedgeEnded judges the end of a hedged attempt: the first success wins;
-// a failure is judged by the hedging policy (judge). over says the call is
-// over, with err its result.
+// hedgeEnded judges the end of a hedged attempt: the first success wins; a
+// failure is judged (judge).
 func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 	s := &l.hs
 	if ev.err == nil {
@@ -324,8 +284,7 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 		return nil, true
 	}
 	l.lastOut = ev.out
-	// Headers arrived before the failure: the attempt had committed the
-	// call (gRFC A6), as a retry would be refused.
+	// Headers before the failure committed the call (gRFC A6).
 	if why := s.judge(l.callCtx, ev.n, ev.err, ev.out.header != nil); why != policy.ReasonNone {
 		return l.hedgeFailed(why), true
 	}
@@ -333,14 +292,10 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 	return nil, false
 }
 
-// judge is hedging's "retry or not", for a unary call and a stream alike:
-// attempt n failed with err before any commit (committed: its response
-// headers had arrived, which makes a unary call's failure final). The
-// call's decision judges it and records it (shouldRetry, askRaced). judge
-// makes err the last failure (the caller's status when the caller left as
-// a non-fatal one came), and returns ReasonNone when the next hedge may go
-// (nonFatal then schedules it), or why the call ends (the caller left, the
-// attempt had committed, a fatal code), with s.last the call's error.
+// judge is hedging's "retry or not" for attempt n, which failed with err
+// before any commit (committed: its headers had arrived): the call's
+// decision judges and records it (askRaced). It returns ReasonNone when
+// the next hedge may go, or why the call ends, with s.last its error.
 func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed bool) policy.Reason {
 	q := question{kind: askRaced, n: n, err: err, committed: committed, first: n == 1, rec: s.c.hedgeAttempt(n), nonFatal: s.h.NonFatalCodes}
 	ans := s.c.shouldRetry(callCtx, &q)
@@ -351,9 +306,9 @@ func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed 
 	return ans.verdict.Reason
 }
 
-// nonFatal handles attempt n's non-fatal failure err, with its trailer: the
-// next hedge is due at once, or after a valid pushback; an invalid pushback
-// (or one past policy.DefaultPushbackCeiling) stops hedging.
+// nonFatal makes the next hedge due after attempt n's non-fatal failure: at
+// once, or after a valid pushback; an invalid one, or one past
+// policy.DefaultPushbackCeiling, stops hedging.
 func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer metadata.MD) {
 	pb, res := policy.ParsePushback(trailer)
 	if res == policy.PushbackNone {
@@ -374,27 +329,25 @@ func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer
 	}
 }
 
-// recordHedge tells c's breaker and budget (c.record) how attempt n of a
-// hedged call ended.
+// recordHedge records how attempt n of a hedged call ended, through the
+// call's decision (askSettled).
 func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
-	a := c.hedgeAttempt(n)
-	a.Outcome = budgetO
-	c.record(n == 1, breakerO, &a)
+	q := question{kind: askSettled, first: n == 1, rec: c.hedgeAttempt(n), breakerO: breakerO}
+	q.rec.Outcome = budgetO
+	c.shouldRetry(nil, &q)
 }
 
-// hedgeAttempt is what c's budget hears of attempt n of a hedged call, but
-// its outcome.
+// hedgeAttempt is what the budget hears of attempt n, but its outcome.
 func (c *call) hedgeAttempt(n int) budget.Attempt {
 	a := budget.Attempt{Number: n, Hedge: n > 1}
 	if n == c.waitedHedge {
-		// A hedge that waited as a retry (waitHedge) ends as one.
+		// A hedge that waited as a retry ends as one.
 		a.Hedge, a.Admission = false, c.waitedAdmission
 	}
 	return a
 }
 
-// hedgeFailed ends a hedged call that failed: the last failure, with why
-// (ReasonAttempts when nothing else stopped the hedges).
+// hedgeFailed ends a hedged call that failed, with the last failure.
 func (l *unaryLoop) hedgeFailed(why policy.Reason) error {
 	s := &l.hs
 	l.drain()
@@ -404,8 +357,8 @@ func (l *unaryLoop) hedgeFailed(why policy.Reason) error {
 	return s.c.failed(s.sent, s.last)
 }
 
-// giveUp tells the hooks that the call failed, with the last failure, for
-// why (ReasonAttempts when nothing else stopped the hedges).
+// giveUp tells the hooks that the call failed, for why (ReasonNone:
+// ReasonAttempts).
 func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
 	if why == policy.ReasonNone {
 		why = policy.ReasonAttempts
@@ -415,8 +368,7 @@ func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
 }
 
 // latency returns method's latency histogram, made on first use; nil once
-// methodCacheMax methods have one (a program that makes up method names
-// cannot grow the set without end: the others keep the file's delay).
+// methodCacheMax methods have one.
 func (k *core) latency(method string) *latencyHistogram {
 	if h, ok := k.hedgeLatency.Load(method); ok {
 		return h.(*latencyHistogram)
@@ -431,10 +383,8 @@ func (k *core) latency(method string) *latencyHistogram {
 	return h.(*latencyHistogram)
 }
 
-// noticeUnhedged tells the logger and hooks, once per method and
-// interceptor, that the method's hedging policy is not applied, and why
-// (policy.ReasonNotIdempotent, ReasonReplyType). The stream engine calls it too, for a
-// stream whose method hedges but may not run twice.
+// noticeUnhedged tells the hooks, once per method, that its hedging policy
+// is not applied, and why.
 func (k *core) noticeUnhedged(ctx context.Context, c *call, why policy.Reason) {
 	if k.firstOf(&k.noticed, c.method) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: true})

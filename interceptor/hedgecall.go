@@ -9,16 +9,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The attempts of a unary call whose loop runs them on goroutines
-// (unary_loop.go) and what the caller sees of them: one attempt's reply,
-// headers, trailer and peer.
-
-// hedgeOutputs is what grpc writes for one attempt. The first attempt writes
-// into the caller's own reply (nothing to copy when it wins, the common
-// case), every hedge into its own; every attempt writes its headers,
-// trailer and peer into holders of its own. The caller's reply and holders
-// are filled from one attempt only, after every other attempt has ended:
-// the winner's (adopt), or the one whose failure is the call's (adoptMeta).
+// hedgeOutputs is what grpc writes for one attempt of a loop that runs its
+// attempts on goroutines. The first attempt writes into the caller's reply
+// (nothing to copy when it wins), every later one into its own; each has
+// holders of its own. The caller's are filled from one attempt, after
+// every other has ended: the winner's (adopt) or the failure's (adoptMeta).
 type hedgeOutputs struct {
 	reply           any
 	header, trailer metadata.MD
@@ -28,14 +23,12 @@ type hedgeOutputs struct {
 	opts            []grpc.CallOption
 }
 
-// hedgeCall is one hedged call's shared state. Pooled: a hedged call that
-// wins on its first attempt should cost little more than an unhedged one.
+// hedgeCall is the shared state of a loop's attempts on goroutines. Pooled:
+// a hedged call that wins at once should cost little more than another.
 type hedgeCall struct {
-	// results has room for hedgeResultsRoom results (fewer when the policy
-	// allows fewer attempts, none when they go one at a time), so that
-	// memory per call does not grow with maxAttempts: an attempt goroutine
-	// that finds it full waits, and the call's goroutine receives every
-	// attempt's result before it returns (drain), so none waits for ever.
+	// results has room for at most hedgeResultsRoom events (none one at a
+	// time): a goroutine that finds it full waits, and the loop receives
+	// every attempt's end before it returns.
 	results chan unaryEvent
 	first   hedgeOutputs
 
@@ -44,7 +37,7 @@ type hedgeCall struct {
 	cc      *grpc.ClientConn
 	invoker grpc.UnaryInvoker
 
-	// The caller's per-call outputs, taken out of the attempts' options.
+	// The caller's outputs, taken out of the attempts' options.
 	base []grpc.CallOption
 	callerOutputs
 	onFinish []func(error)
@@ -52,14 +45,11 @@ type hedgeCall struct {
 
 var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
 
-// getHedgeCall returns a hedgeCall for a call that runs at most
-// maxAttempts attempts at once.
+// getHedgeCall returns a hedgeCall for at most maxAttempts at once.
 func getHedgeCall(maxAttempts int) *hedgeCall {
 	hc := hedgeCalls.Get().(*hedgeCall)
-	// Not pooled: a channel belongs to the testing/synctest bubble that made
-	// it, and a pooled one would cross bubbles. One attempt at a time
-	// needs no room: its loop waits for its end (and an unbuffered
-	// channel is one allocation, where a buffer of events is a second).
+	// Not pooled: a channel belongs to its testing/synctest bubble. One at
+	// a time needs no room (an unbuffered channel is one allocation).
 	room := min(maxAttempts, hedgeResultsRoom)
 	if maxAttempts == 1 {
 		room = 0
@@ -68,7 +58,7 @@ func getHedgeCall(maxAttempts int) *hedgeCall {
 	return hc
 }
 
-// putHedgeCall returns hc to the pool. Every attempt has sent its result.
+// putHedgeCall returns hc to the pool once every attempt has ended.
 func putHedgeCall(hc *hedgeCall) {
 	clear(hc.first.opts)
 	clear(hc.base)
@@ -79,17 +69,14 @@ func putHedgeCall(hc *hedgeCall) {
 }
 
 // callerOutputs are the caller's Header, Trailer and Peer holders, taken
-// out of a hedged call's options (unary or stream): each attempt gets
-// holders of its own, and the call fills the caller's from the attempt
-// whose outcome it returns.
+// out of the options of a call whose attempts have holders of their own.
 type callerOutputs struct {
 	callerHeader, callerTrailer *metadata.MD
 	callerPeer                  *peer.Peer
 }
 
-// split takes the caller's Header, Trailer and Peer options out of opts
-// into o, and its OnFinish functions into onFinish (the call runs them
-// once); it appends every other option to base and returns it.
+// split moves the caller's holders into o and its OnFinish functions into
+// onFinish, and appends every other option to base.
 func (o *callerOutputs) split(base, opts []grpc.CallOption, onFinish *[]func(error)) []grpc.CallOption {
 	for _, opt := range opts {
 		switch v := opt.(type) {
@@ -108,11 +95,10 @@ func (o *callerOutputs) split(base, opts []grpc.CallOption, onFinish *[]func(err
 	return base
 }
 
-// prepare sets out's options: the call's, and holders of out's own for its
-// headers, trailer and peer (the peer only when the caller asked for it).
+// prepare sets out's options: the call's, and out's own holders (the peer
+// only when the caller asked for it).
 func (hc *hedgeCall) prepare(out *hedgeOutputs) {
-	// grpc writes the holders only when the attempt got a stream; a stale
-	// value from an attempt before must not count as headers.
+	// grpc writes the holders only when the attempt got a stream.
 	out.header, out.trailer, out.peer = nil, nil, peer.Peer{}
 	out.headerAddr, out.trailerAddr = &out.header, &out.trailer
 	out.opts = append(out.opts[:0], hc.base...)
@@ -123,7 +109,6 @@ func (hc *hedgeCall) prepare(out *hedgeOutputs) {
 }
 
 // adopt copies the winner's outputs into the caller's reply and holders.
-// Every attempt has ended: nothing writes them any more.
 func (hc *hedgeCall) adopt(reply any, out *hedgeOutputs) {
 	if out != &hc.first {
 		proto.Reset(reply.(proto.Message))
@@ -132,9 +117,8 @@ func (hc *hedgeCall) adopt(reply any, out *hedgeOutputs) {
 	hc.adoptMeta(out)
 }
 
-// adoptMeta gives the caller the headers, trailer and peer of out, the
-// attempt whose outcome is the call's, and none of another's; out nil (no
-// attempt ended) leaves them empty. Every attempt has ended.
+// adoptMeta gives the caller the headers, trailer and peer of out (nil: no
+// attempt ended, none), and none of another's.
 func (hc *hedgeCall) adoptMeta(out *hedgeOutputs) {
 	if out == nil {
 		out = &hedgeOutputs{}
@@ -150,8 +134,4 @@ func (hc *hedgeCall) adoptMeta(out *hedgeOutputs) {
 	}
 }
 
-func (hc *hedgeCall) finished(err error) {
-	for _, f := range hc.onFinish {
-		f(err)
-	}
-}
+func (hc *hedgeCall) finished(err error) { runOnFinish(hc.onFinish, err) }

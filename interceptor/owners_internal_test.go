@@ -114,6 +114,18 @@ func TestOneOwnerSites(t *testing.T) {
 	if got, want := identUsers(t, "askRaced"), []string{"call_retry.go: retryFacts.shouldRetry", "hedge.go: hedgeState.judge"}; !slices.Equal(got, want) {
 		t.Errorf("a hedged attempt's failure is judged (askRaced) in %v, want %v alone", got, want)
 	}
+	// An attempt's outcome reaches the breaker, then the budget, from the
+	// decision alone (retryFacts.record, asked through shouldRetry:
+	// askSettled for a hedge's and a drained attempt's end), but for the
+	// fast path's success written out and a retry's admission given back
+	// unused (call.settle, the budget's alone).
+	wantRecorders := []string{"call_retry.go: retryFacts.record", "unary.go: recordFirstSuccess", "unary_loop.go: call.settle"}
+	if got := callersWhere(t, func(string) bool { return true }, "Record"); !slices.Equal(got, wantRecorders) {
+		t.Errorf("functions that tell a breaker or a budget an outcome (Record):\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantRecorders, "\n"))
+	}
+	if got, want := callersWhere(t, func(string) bool { return true }, "record"), []string{"call_retry.go: retryFacts.judgeRaced", "call_retry.go: retryFacts.recordEnd", "call_retry.go: retryFacts.shouldRetry"}; !slices.Equal(got, want) {
+		t.Errorf("retryFacts.record is called by %v, want the decision's %v alone", got, want)
+	}
 	if got, want := callersWhere(t, func(string) bool { return true }, "Has"), []string{"call_retry.go: retryFacts.judgeRaced"}; !slices.Equal(got, want) {
 		t.Errorf("a code set is read (Has) in %v, want %v alone", got, want)
 	}
@@ -160,18 +172,18 @@ func streamFile(name string) bool {
 
 // TestUnaryLoopOwnsTheCall: of a unary call, only its loop (unaryLoop)
 // asks the decision (afterAttempt, shouldRetry), and only it commits
-// (adopt, adoptMeta: which attempt's reply and metadata the caller sees),
-// but for the calls that send one attempt and have no loop, whose one
-// attempt is recorded where it ran (call.afterOnlyAttempt). A decision or a commit made elsewhere fails it:
-// send the loop an event instead.
+// (adopt, adoptMeta: which attempt's reply and metadata the caller sees);
+// a call that sends one attempt runs on the loop too (inline). A decision
+// or a commit made elsewhere fails it: send the loop an event instead.
 func TestUnaryLoopOwnsTheCall(t *testing.T) {
-	oneAttempt := []string{"unary.go: call.afterOnlyAttempt"}
 	// The decision's own wrapper, and the per-attempt timer's rules, which
 	// the loop runs (unaryLoop.take), as a stream's timer does under its
 	// own lock (streamTimer); and hedging's admission of a hedge and its
 	// judgement of a hedged attempt's failure, which the loop runs
-	// (unaryLoop.sendDue, hedgeEnded), as a hedged stream's driver does.
-	deciders := append(oneAttempt, "call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide", "hedge.go: hedgeState.admitHedge", "hedge.go: hedgeState.judge")
+	// (unaryLoop.sendDue, hedgeEnded), as a hedged stream's driver does;
+	// and the record of a hedged attempt's end that needs no verdict
+	// (askSettled), which the loop asks (hedgeEnded, drain).
+	deciders := []string{"call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide", "hedge.go: hedgeState.admitHedge", "hedge.go: hedgeState.judge", "hedge.go: call.recordHedge"}
 	for _, tc := range []struct {
 		what  string
 		names []string

@@ -19,138 +19,106 @@ import (
 // rules of the per-attempt timeout and of hedging follow, which
 // StreamClientInterceptor shares except where it says otherwise.
 //
-// Per-attempt timeout. The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
-// known to be idempotent (the Idempotent call option, else the file's
-// "idempotent", else the proto option idempotency_level) and to unary calls
-// that carry an idempotency key (WithIdempotencyKey). Otherwise the call
-// runs without it, and the logger and hooks say so once per method. It is
-// stagger's own timer, not a context deadline: the server sees only the
-// caller's deadline, so it can never answer DEADLINE_EXCEEDED for stagger's
-// timer. When the timer fires it asks whether the policy would retry:
-// attempts are left and the retry's pause (backoff; a timed-out attempt has
-// no pushback) ends before the caller's deadline. If so, the attempt runs on
-// through that pause (its grace), and an answer in it is the call's; at the
+// Per-attempt timeout. The per-attempt timeout (perAttemptRecvTimeout)
+// applies only to methods known to be idempotent (the Idempotent call
+// option, else the file's "idempotent", else the proto option
+// idempotency_level) and to unary calls that carry an idempotency key
+// (WithIdempotencyKey); otherwise the call runs without it, and the logger
+// and hooks say so once per method. It is stagger's own timer, not a
+// context deadline: the server sees only the caller's deadline. When the
+// timer fires it asks whether the policy would retry (attempts are left and
+// the retry's pause ends before the caller's deadline). If so, the attempt
+// runs on through that pause, and an answer in it is the call's; at the
 // pause's end the timer decides, once, whether the retry goes now: the
-// circuit breaker is closed and the budget admits the retry at once (a
-// budget that would make it wait, as budget.Gate does, has not admitted
-// it). When it goes, the timer cancels the attempt and the retry leaves at
-// once (whatever the listed codes; the budget paid for it then). When it
-// cannot, the attempt is not cancelled: it runs on as if it had no timer,
-// and its answer is the call's, judged by the usual rules (a success ends
-// the call; a failure may still be retried as any failure is). One more
-// rule tells a lost attempt from a slow server, per method: when an attempt
-// was sent after this one long enough ago (a quarter of the timeout) and no
-// attempt sent after this one was served (answered with success, or a
-// stream's first header) while it waits, the server is slow for every
-// attempt and serves them in order, so a retry would only join its queue:
-// the timer waits another period and asks again. After one such period
-// the retry may go as the method's scout (one at a time, the gaps between
-// scouts doubling from one timeout until an attempt sent after the latest
-// scout is served), in case the attempts were lost, not queued.
-// A quiet process, which sent nothing after the attempt, retries as
-// before (they keep the lab's slowdown-90 level with no retry at all:
-// BENCHMARKS.md, "Figures behind the code's choices"). So the timer
-// never makes a call fail that would have succeeded without it: a slow
-// server that answers within the caller's deadline is waited for when no
-// retry could replace the slow attempt, and the last attempt always runs to
-// its answer or the caller's deadline. The timer decides at fixed times:
-// when the timeout has passed since the attempt left, and when the pause
-// after that has; an attempt that ends after one of them meets its
-// decision, taken as of that time, however late the machine ran the
-// timer's goroutine. So a caller that sends one attempt at a time
-// (nothing else sent meanwhile) has each attempt that the server holds
-// past the timeout plus the pause cut off then, when a retry can go,
-// loaded or not. A call whose retry the timer admitted but whose caller's
-// deadline then passes in the pause ends with DEADLINE_EXCEEDED. Whether the timer cut an attempt off is the timer's own
-// record (firing, with its decision, and stopping exclude each other),
-// never read from the context or the status code after the fact. For a
-// unary call the timer covers the whole attempt: an interceptor cannot see
-// headers arrive before the response. For a stream it stops at the first
-// response header or message; a header or message that finds it has cut
-// the attempt off is not delivered (one that finds it fired and the attempt
-// running on is).
+// circuit breaker is closed and the budget admits it at once (a budget that
+// would make it wait, as budget.Gate does, has not admitted it). Then the
+// attempt is cancelled and the retry leaves at once, whatever the listed
+// codes. Otherwise the attempt runs on as if it had no timer, and its
+// answer is judged by the usual rules. A lost attempt is told from a slow
+// server per method: when attempts were sent after this one long enough
+// ago (a quarter of the timeout) and none of them was served (answered with
+// success, or a stream's first header), the server is slow for every
+// attempt and a retry would only join its queue: the timer waits another
+// period and asks again, and after one such period the retry may go as the
+// method's scout (one at a time, the gaps doubling from one timeout until
+// an attempt sent after the latest scout is served). A quiet process, which
+// sent nothing after the attempt, retries as before (BENCHMARKS.md,
+// "Figures behind the code's choices"). So the timer never makes a call
+// fail that would have succeeded without it, and the last attempt always
+// runs to its answer or the caller's deadline. The timer decides at fixed
+// times (the timeout after the attempt left, and the pause after that), as
+// of those times however late the machine runs it, and whether it cut an
+// attempt off is its own record, never read from the context or the status
+// code. A call whose retry the timer admitted but whose deadline passes in
+// the pause ends with DEADLINE_EXCEEDED. For a unary call the timer covers
+// the whole attempt (an interceptor cannot see headers arrive before the
+// response); for a stream it stops at the first response header or
+// message, and one that finds the attempt cut off is not delivered.
 //
 // With hedgeOnPerTryTimeout (a retryPolicy key, after Envoy's
 // hedge_on_per_try_timeout; off by default) a unary call's attempt whose
-// timer admitted a retry is not cut off: it keeps running while the retry
-// goes (after its pause), each attempt on a goroutine of its own with a
-// reply of its own (so the reply must be a proto.Message; a call whose
-// reply is not one is cut off as without the key). The first success wins:
-// its reply, headers, trailer and peer become the caller's, and the other
-// attempts are cancelled; the call returns once they have ended. A failure
-// while another attempt runs, or while a retry waits out its pause, ends
-// nothing (the budget and the breaker hear of it); the last failure, with
-// nothing else running, decides as usual. Every such retry is admitted as
-// the timer fires, as above, and maxAttempts counts them: at most
-// maxAttempts attempts run at once. Hooks hear EventRetry for each, with the
-// timer's DEADLINE_EXCEEDED. Streams are not hedged this way: their
-// attempts are cut off as without the key.
+// timer admitted a retry is not cut off: it runs on beside the retry, each
+// attempt with a reply of its own (so the reply must be a proto.Message;
+// others are cut off as without the key). The first success wins: its
+// reply, headers, trailer and peer become the caller's, the other attempts
+// are cancelled, and the call returns once they have ended. A failure while
+// another attempt runs or a retry waits out its pause ends nothing (the
+// budget and the breaker hear of it); the last failure decides as usual.
+// maxAttempts counts every such retry; hooks hear EventRetry for each, with
+// the timer's DEADLINE_EXCEEDED. Streams are not hedged this way.
 //
-// Hedging. A unary method whose file entry has a hedgingPolicy is hedged (gRFC A6;
-// grpc-go ignores hedgingPolicy): the first attempt is sent, then another
-// every hedgingDelay while none has succeeded, up to maxAttempts in all (all
-// at once when the delay is 0). The first OK wins: its reply, headers,
-// trailers and peer become the caller's, and every other attempt is
-// cancelled. A code not in nonFatalStatusCodes, or a failure after response
-// headers, ends the call with that status and cancels the rest; a non-fatal
-// code sends the next hedge at once. When every attempt failed the call
+// Hedging. A unary method whose file entry has a hedgingPolicy is hedged
+// (gRFC A6; grpc-go ignores hedgingPolicy): the first attempt is sent, then
+// another every hedgingDelay while none has succeeded, up to maxAttempts
+// in all (all at once when the delay is 0). The first OK wins: its reply,
+// headers, trailers and peer become the caller's, and every other attempt
+// is cancelled. A code not in nonFatalStatusCodes, or a failure after
+// response headers, ends the call with that status; a non-fatal code sends
+// the next hedge at once, or after the server's valid pushback (a negative
+// or malformed one stops hedging). When every attempt failed the call
 // returns the last status. Every hedge asks the budget first
 // (budget.Request.Hedge); a refusal stops hedging beside the attempts in
-// flight, which go on, and should they all fail non-fatally the next
-// attempt is a retry (below). A server's valid pushback delays the next hedge by that
-// much; a negative or malformed one stops hedging. A hedge that could not
-// leave before the caller's deadline is not sent. Hedges carry
-// grpc-previous-rpc-attempts (1, 2, ...). The call returns only after every
-// attempt it sent has ended: no attempt outlives it. Hooks hear EventHedge,
-// EventHedgeStop and EventHedgeWon.
+// flight, and should they all fail non-fatally the next attempt is a
+// retry: with a budget that defers (a Gate) it waits as a retry would. A
+// hedge that could not leave before the caller's deadline is not sent.
+// Hedges carry grpc-previous-rpc-attempts; the call returns only after
+// every attempt it sent has ended, and the caller's grpc.OnFinish runs
+// once. Hooks hear EventHedge, EventHedgeStop and EventHedgeWon.
 //
 // Only methods known to be idempotent, and unary calls that carry an
-// idempotency key, are hedged (as for the per-attempt timeout above);
-// others run once, and the logger and hooks say so once per
-// method (EventNotice with Hedging set). Each hedge of a unary call
-// unmarshals into a reply of its own, a new instance of the caller's reply
-// type, so the reply must be a proto.Message: a call with another reply
-// (a codec of the caller's, a nil reply) is not hedged: its attempts go one
-// at a time into the caller's reply, the next at once after a non-fatal
-// failure (after a pushback, if one came), as grpc-go's retry would, and
-// the logger and hooks say why once per method (policy.ReasonReplyType).
-// A hedge the budget refuses while no attempt is in flight (or refused
-// beside attempts that have all failed since) is a retry: with a budget
-// that defers (a Gate) it waits as a retry would. The
-// caller's grpc.OnFinish runs once.
+// idempotency key, are hedged; others run once, and the logger and hooks
+// say so once per method (EventNotice with Hedging set). Each hedge
+// unmarshals into a new instance of the caller's reply type, so the reply
+// must be a proto.Message: other calls (a codec of the caller's, a nil
+// reply) send their attempts one at a time into the caller's reply, the
+// next after a non-fatal failure, as grpc-go's retry would, and the logger
+// and hooks say why once per method (policy.ReasonReplyType).
 //
 // Hedges reach distinct backends only as the load-balancing policy allows:
-// pick_first sends every hedge to the one backend it picked, where hedging
-// helps against a slow request but not a slow server; round_robin spreads
-// them over the ready backends, but concurrent calls share its rotation, so
-// two hedges of one call can meet on one backend; stagger_elsewhere
-// (package balancer/elsewhere) sends the attempts of one call, hedges and
-// retries alike, to distinct READY backends while there are enough. The
-// interceptors give every call that may retry or hedge the context that
-// policy reads (elsewhere.NewCallContext; nothing, and no allocation, while
-// the policy is not in use in the process).
+// pick_first sends every hedge to its one backend; round_robin spreads
+// them, but concurrent calls share its rotation; stagger_elsewhere (package
+// balancer/elsewhere) sends the attempts of one call to distinct READY
+// backends while there are enough. Every call that may retry or hedge gets
+// the context that policy reads (elsewhere.NewCallContext; no allocation
+// while the policy is not in use).
 //
 // With "adaptive": true (a stagger extension) the delay is the method's
 // observed p95 latency, from a histogram per interceptor and method
-// (log-spaced buckets of atomic counters, older samples halved every 1024;
-// the estimate is at most 25% high), and the file's hedgingDelay until 20
-// calls were seen. It learns from winning attempts only, which hedging makes
-// faster, so it errs toward hedging sooner; the budget bounds the cost.
+// (log-spaced buckets, older samples halved every 1024; at most 25% high),
+// and the file's hedgingDelay until 20 calls were seen. It learns from
+// winning attempts only, so it errs toward hedging sooner; the budget
+// bounds the cost.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	return newCore(opts).unaryInterceptor()
 }
 
 // unaryInterceptor returns the interceptor's function. Its body is the fast
-// path: a call that needs nothing only unarySlow does (mi.fast) runs up to
-// the end of its first attempt with no call state; the call is built (as
-// start builds it) only when that attempt fails, the breaker refuses it or
-// the call hooks must hear EventEnd (unaryGoOn), and then goes on in
-// runUnary, where unarySlow's calls go too.
-// Whatever it decides, it decides as start, admitFirst and afterAttempt
-// do, in their order; a first attempt's success is recorded as
-// afterAttempt records it (see recordFirstSuccess). It is written in the
-// function grpc calls, not in a method that function calls: the call
-// frame that saves shows (BENCHMARKS.md, "Issue 45: the success path").
+// path, the first step of the general one: a call that needs nothing only
+// unarySlow does (mi.fast) runs its first attempt with no call state, and
+// builds the call, as start and admitFirst would, only when that attempt
+// fails, the breaker refuses it or the hooks must hear EventEnd
+// (unaryGoOn). It is written in the function grpc calls: the call frame
+// saved shows (BENCHMARKS.md, "Issue 45: the success path").
 func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		o, grpcOpts := &k.opts, opts
@@ -169,8 +137,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			if crit != criticality.Unset {
 				callCtx = metadata.AppendToOutgoingContext(ctx, criticality.Header, crit.String())
 			}
-			// The target only when something keyed by it needs it before the
-			// attempt; the end of the call (fill) finds the same.
+			// The target only when something keyed by it needs it.
 			var target string
 			var b budget.Budget
 			var br *breaker.Breaker
@@ -239,13 +206,9 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 	}
 }
 
-// recordFirstSuccess tells br and b (nil: none) that the first attempt of a
-// call of criticality crit under o succeeded, as afterAttempt does: the
-// breaker first, then the budget (an attempt that was not deferred, not
-// timed, not after a timeout, and the call's last). It is recordOutcome
-// written out, the one other place an outcome is recorded: recordOutcome
-// does not inline, and calling it cost the success path 6 ns of 31
-// (BenchmarkUnarySuccess/stagger).
+// recordFirstSuccess is retryFacts.record written out for the fast path's
+// first success (not deferred, not timed, the call's last): a call there
+// costs the success path too much (BenchmarkUnarySuccess/stagger).
 func recordFirstSuccess(br *breaker.Breaker, b budget.Budget, crit criticality.Level, o *options) {
 	if br != nil {
 		br.Record(budget.Success, true, crit, o)
@@ -255,36 +218,21 @@ func recordFirstSuccess(br *breaker.Breaker, b budget.Budget, crit criticality.L
 	}
 }
 
-// firstAttempt is what the fast path (unaryInterceptor) resolved before the first attempt, from
-// which it builds the call when it needs one (fill).
+// firstAttempt is what the fast path resolved before the first attempt, from
+// which it builds the call when it needs one (unaryGoOn).
 type firstAttempt struct {
-	// ctx is the caller's context, callCtx the one the attempts derive
-	// from (start's callCtx).
+	// ctx is the caller's context, callCtx the one the attempts derive from.
 	ctx, callCtx context.Context
 	mi           *methodInfo
 	crit         criticality.Level
 	budget       budget.Budget
 	br           *breaker.Breaker
-	// opts are the call's grpc options (for Event.StaticMethod).
-	opts []grpc.CallOption
+	opts         []grpc.CallOption
 }
 
-// fill makes c the call start and admitFirst would have made for f, a
-// call of method on cc under the interceptor's options o.
-func (f *firstAttempt) fill(c *call, o *options, cc *grpc.ClientConn, method string) {
-	c.o, c.method, c.ctx, c.crit = o, method, f.ctx, f.crit
-	c.static = staticMethod(f.opts)
-	c.follow(f.mi, &f.mi.plan, callTarget(f.ctx, cc), f.budget)
-	c.br, c.cc = f.br, cc
-}
-
-// firstRun is what the fast path (unaryInterceptor) did before it built
-// the call: the breaker refused the first attempt (refused), or the
-// attempt ran and ended with err; a call that may retry ran it with
-// its unaryAttempt's options (attemptOpts), grpc writing its header and
-// trailer at headerAddr and trailerAddr. The fast path keeps the
-// unaryAttempt: it runs the caller's OnFinish and gives it back once the
-// call has ended.
+// firstRun is what the fast path did before it built the call: the breaker
+// refused the first attempt, or the attempt ran and ended with err (with
+// attemptOpts, grpc writing at headerAddr and trailerAddr).
 type firstRun struct {
 	refused                 error
 	err                     error
@@ -293,17 +241,15 @@ type firstRun struct {
 }
 
 // unaryGoOn builds the call the fast path went without, as start and
-// admitFirst would have, and goes on with it where the fast path stopped
-// (runUnary, with first).
+// admitFirst would have, and goes on with it where the fast path stopped.
 func (k *core) unaryGoOn(f *firstAttempt, cc *grpc.ClientConn, method string, req, reply any, invoker grpc.UnaryInvoker, first firstRun) error {
-	var c call
-	f.fill(&c, &k.opts, cc, method)
+	c := call{method: method, static: staticMethod(f.opts), cc: cc}
+	c.o, c.ctx, c.crit, c.br = &k.opts, f.ctx, f.crit, f.br
+	c.follow(f.mi, &f.mi.plan, callTarget(f.ctx, cc), f.budget)
 	return k.runUnary(&c, f.callCtx, req, reply, cc, invoker, f.opts, f.mi, &first)
 }
 
-// unarySlow runs every call the fast path (unaryInterceptor) does not: the engines of hedging and
-// of hedgeOnPerTryTimeout, the per-attempt timer, a call with Options of
-// its own, and a disabled one.
+// unarySlow runs every call the fast path does not.
 func (k *core) unarySlow(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o *options, grpcOpts []grpc.CallOption, cfg *policy.Config, mi *methodInfo) error {
 	var c call
 	callCtx, cancel, grpcOpts, run := k.startWith(ctx, cc, method, o, grpcOpts, cfg, mi, &c)
@@ -314,11 +260,9 @@ func (k *core) unarySlow(ctx context.Context, method string, req, reply any, cc 
 	return k.runUnary(&c, callCtx, req, reply, cc, invoker, grpcOpts, mi, nil)
 }
 
-// runUnary runs the unary call c, started (start) with the context its
-// attempts derive from (callCtx) and the caller's grpc options, from where
-// it stands: first is what the fast path did of it (nil: nothing). It is
-// the one place a unary call ends (call.end: EventEnd, the Report),
-// whichever engine ran its attempts.
+// runUnary runs the unary call c from where it stands (first: what the fast
+// path did of it; nil: nothing). It is the one place a unary call ends
+// (call.end), whichever mode its loop ran in.
 func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun) error {
 	var ua *unaryAttempt
 	err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
@@ -330,11 +274,9 @@ func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *gr
 	return err
 }
 
-// unaryEngine runs c's attempts (see runUnary) on the engine its plan
-// names and returns its error. A loop runs on a copy of c, which c takes
-// back as the loop ends (unaryLoop.call). A unaryAttempt it takes for the
-// attempts is left in *ua, for runUnary to give back once the call has
-// ended.
+// unaryEngine runs c's attempts and returns its error. A loop runs on a copy
+// of c, which c takes back as the loop ends; a unaryAttempt it takes is left
+// in *ua, for runUnary to give back once the call has ended.
 func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun, ua **unaryAttempt) error {
 	switch {
 	case first == nil:
@@ -344,8 +286,7 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 	case first.refused != nil:
 		return c.refused(callCtx, first.refused)
 	case first.err == nil:
-		// The fast path recorded the first attempt's success
-		// (recordFirstSuccess).
+		// The fast path recorded the success (recordFirstSuccess).
 		c.attempt, c.reason = 1, policy.ReasonSuccess
 		return nil
 	}
@@ -355,32 +296,15 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		hc := *c
 		defer func() { *c = hc }()
 		return k.hedge(callCtx, &hc, req, reply, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
-	case c.hedged != nil || !c.retrying:
-		// One attempt, which afterAttempt records: no retry policy, or a
-		// hedging policy that allows one attempt or a call that may not
-		// run twice (k.hedges said so once per method).
-		c.attempt = 1
-		var err error
-		if first != nil {
-			err = first.err
-		} else {
-			err = invoker(callCtx, c.method, req, reply, cc, withFileOpts(c.fileOpts, grpcOpts)...)
-		}
-		return c.afterOnlyAttempt(callCtx, err)
 	}
 	l := unaryLoop{own: *c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
 	defer func() { *c = l.own }()
 	if c.perAttempt > 0 {
-		// Something can fire during an attempt: each runs on a goroutine
-		// of its own, with outputs of its own.
 		if callerReply, ok := reply.(proto.Message); ok && callerReply != nil && c.hedgeOnTimeout {
-			// hedgeOnPerTryTimeout needs a reply per attempt, which
-			// stagger makes only for a proto.Message; others cut attempts
-			// off.
+			// A reply per attempt, which stagger makes only for a
+			// proto.Message; others cut attempts off.
 			l.beside, l.replyType = true, callerReply.ProtoReflect().Type()
 		}
-		// Room for the attempts that may run at once (one, but beside);
-		// a timer's event waits for the loop (sendAt).
 		n := 1
 		if l.beside {
 			n = c.pol.MaxAttempts
@@ -389,33 +313,28 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		return l.run()
 	}
 	l.inline, l.cancel = true, noCancel
-	if first != nil {
-		// The fast path's first attempt failed: the loop takes it up.
+	switch {
+	case first != nil:
 		l.attemptOpts, l.headerAddr, l.trailerAddr = first.attemptOpts, first.headerAddr, first.trailerAddr
 		l.first, l.firstErr = true, first.err
-	} else {
-		*ua = mi.takeAttempt()
+	case !c.retrying:
+		// One attempt (no retry policy, or a hedging policy that cannot
+		// apply): grpc fills the caller's holders and runs its OnFinish.
+		l.attemptOpts = withFileOpts(c.fileOpts, grpcOpts)
+	default:
+		if *ua = mi.ownAttempt(); *ua == nil {
+			*ua = unaryAttempts.Get().(*unaryAttempt)
+		}
 		l.attemptOpts, l.headerAddr, l.trailerAddr = (*ua).prepare(c.fileOpts, grpcOpts)
 	}
 	return l.run()
 }
 
-// withFileOpts puts the file's call options (fileOpts) before the
-// caller's (grpcOpts), so that the caller's win, as in grpc-go.
+// withFileOpts puts the file's call options before the caller's, so that
+// the caller's win, as in grpc-go.
 func withFileOpts(fileOpts, grpcOpts []grpc.CallOption) []grpc.CallOption {
 	if len(fileOpts) == 0 {
 		return grpcOpts
 	}
 	return append(fileOpts[:len(fileOpts):len(fileOpts)], grpcOpts...)
-}
-
-// afterOnlyAttempt ends the one attempt of a call that neither retries
-// nor hedges, which ended with err: the breaker and the budget hear of it
-// (afterAttempt). It returns the call's error.
-func (c *call) afterOnlyAttempt(callCtx context.Context, err error) error {
-	if contextCode(err) && callerEnded(callCtx, err) {
-		err = callerErr(callCtx, err)
-	}
-	c.afterAttempt(callCtx, err, nil, false, false)
-	return err
 }

@@ -13,40 +13,30 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// Maintainers: unaryLoop is the one owner of a unary call that may send
-// more than one attempt. It runs on the caller's goroutine and alone
-// decides: whether the next attempt goes (a retry, a hedge, a retry beside
-// a timed-out attempt), the per-attempt timer's verdict, which attempt's
-// answer the caller sees (the commit: adopt, adoptMeta) and the call's
-// result, which runUnary then ends. Everything else only sends it events
-// on one channel (hc.results):
+// unaryLoop is the one owner of a unary call that may send more than one
+// attempt. It runs on the caller's goroutine and alone decides whether the
+// next attempt goes (a retry, a hedge, a retry beside a timed-out attempt),
+// the per-attempt timer's verdict, which attempt's answer the caller sees
+// (adopt, adoptMeta) and the result, which runUnary then ends. The others
+// send it events on one channel (hc.results):
 //
-//	an attempt's goroutine (hedgeCall.run)  {evEnded, n, err, outputs, start, endedAt}
-//	the per-attempt timer (armTimer)        {evTimer, n, due}: it fired, or its grace ended
-//	a retry's pause beside attempts          {evStart, due}  (hedgeOnPerTryTimeout)
+//	an attempt's goroutine (hedgeCall.run)  {evEnded, n, err, outputs, start, at}
+//	the per-attempt timer (armTimer)        {evTimer, n, due}
+//	a retry's pause beside attempts          {evStart, due}
 //	hedging's start timer (hedgeState.arm)   its channel, taken as evStart
-//	the caller's context                     its Done channel, taken as evCaller
+//	the caller's context                     its Done channel, as evCaller
 //
-// When nothing can fire during an attempt (no hedging, no per-attempt
-// timer) the attempt runs inline, on the loop's goroutine, into the
-// caller's reply and holders (unaryAttempt.prepare): no goroutine, no
-// channel; the fast path's failed first attempt is that mode's first
-// step. Otherwise each attempt runs on a goroutine of its own with
-// outputs of its own (hedgeOutputs), and the caller's are filled from one
-// of them before the call returns.
-//
-// Hedging is retry with a start timer (gRFC A6): hedgeState says when the
-// next attempt starts and judges a failure by the hedging policy's codes.
-// Under hedgeOnPerTryTimeout the timer's event starts a retry beside the
-// attempt; under a plain per-attempt timeout the same event cuts the
-// attempt off first. Whether the timer cut an attempt off is a comparison
-// of times: an attempt that ended before a decision's due time was not
-// timed out, whichever event the channel delivered first (endTimer).
+// Modes: inline (nothing can fire during an attempt: it runs on the loop's
+// goroutine into the caller's reply and holders, and the fast path's
+// failed first attempt is its first step); one at a time under a timer;
+// beside (hedgeOnPerTryTimeout); hedged (hedging is retry with a start
+// timer: hedgeState). Off inline, each attempt has outputs of its own and
+// the caller's are filled from one before the call returns. Whether the
+// timer cut an attempt off is a comparison of times (endTimer), whichever
+// event came first.
 type unaryLoop struct {
-	// own is the call's state, held here, not pointed at: the loop's
-	// content escapes (its goroutine modes hand it on), and a loop on its
-	// caller's stack keeps the call there too. A hedged call's is shared
-	// instead, on the heap: its hedgeState points at it.
+	// own is the call, held by value so that a loop on the caller's stack
+	// keeps it there; a hedged call's is shared (hedgeState points at it).
 	own     call
 	shared  *call
 	k       *core
@@ -56,51 +46,42 @@ type unaryLoop struct {
 	cc      *grpc.ClientConn
 	invoker grpc.UnaryInvoker
 
-	// inline: attempts run on the loop's goroutine with attemptOpts,
-	// grpc writing their header and trailer at headerAddr and trailerAddr;
-	// first: the fast path's first attempt ended with firstErr, and the
-	// loop has not taken it yet.
+	// inline: grpc writes each attempt's header and trailer at headerAddr
+	// and trailerAddr; first: the fast path's first attempt, ended with
+	// firstErr, is yet to be taken.
 	inline                  bool
 	attemptOpts             []grpc.CallOption
 	headerAddr, trailerAddr *metadata.MD
 	first                   bool
 	firstErr                error
 
-	// Attempts on goroutines: hc holds their outputs and the events;
-	// hctx, which hcancel ends, is what they derive from (alone: one at a
-	// time, the caller's context itself).
+	// Attempts on goroutines derive from hctx (alone, one at a time: the
+	// caller's context).
 	hc      *hedgeCall
 	hctx    context.Context
 	hcancel context.CancelFunc
 	alone   bool
-	// replyType makes a reply for each attempt after the first; nil when
-	// they go one at a time into the caller's reply.
+	// replyType makes a reply for each attempt after the first (nil: they
+	// share the caller's).
 	replyType protoreflect.MessageType
-	// hs is hedging's start rule and judge when hedged (else a retry
-	// policy's call), hist the method's latency histogram for an adaptive
-	// delay.
-	hedged bool
-	hs     hedgeState
-	hist   *latencyHistogram
-	// beside: hedgeOnPerTryTimeout, a retry the timer admits goes beside
-	// its attempt; pendingDue, when not zero, is when such a retry, waiting
-	// out its pause, is due.
+	hedged    bool
+	hs        hedgeState
+	hist      *latencyHistogram
+	// beside: hedgeOnPerTryTimeout; pendingDue, when not zero, is when a
+	// retry admitted beside its attempt is due.
 	beside     bool
 	pendingDue time.Time
 	inFlight   int
-	// cur is the latest attempt's context and cancel (a plain per-attempt
-	// timeout cuts it off), timer its per-attempt timer.
+	// cur and cancel: the latest attempt's context (a plain timer cuts it).
 	cur    context.Context
 	cancel context.CancelFunc
 	timer  attemptTimer
-	// last is the latest failure that decided nothing (beside); lastOut
-	// the outputs of the last hedge that ended, whose metadata the caller
-	// gets when the call fails (nil: none ended).
+	// last is the latest failure that decided nothing; lastOut the outputs
+	// of the last hedge that ended (nil: none).
 	last    error
 	lastOut *hedgeOutputs
 }
 
-// c is the loop's call.
 func (l *unaryLoop) c() *call {
 	if l.shared != nil {
 		return l.shared
@@ -108,7 +89,6 @@ func (l *unaryLoop) c() *call {
 	return &l.own
 }
 
-// Kinds of unaryEvent.
 const (
 	evEnded uint8 = iota
 	evTimer
@@ -116,35 +96,30 @@ const (
 	evCaller
 )
 
-// unaryEvent is what the loop takes: an attempt ended, a timer is due, the
-// next attempt is due, the caller left.
+// unaryEvent is what the loop takes.
 type unaryEvent struct {
 	kind uint8
 	n    int
 	err  error
 	out  *hedgeOutputs
-	// start is when attempt n left, at when it ended (evEnded) or when the
-	// timer was due (evTimer, evStart).
+	// start is when attempt n left; at when it ended or the timer was due.
 	start, at time.Time
 	// admission is how the budget let attempt n go (beside: each attempt
-	// tells the budget its own); done says its context had ended as it
-	// ended (cancelled from above, or the caller's).
+	// carries its own); done: its context had ended as it ended.
 	admission budget.Admission
 	done      bool
 }
 
-// goroutines readies l to run its attempts on goroutines of their own, at
-// most maxAttempts, with the call's grpc options (the file's, then the
-// caller's), from which the caller's holders and OnFinish are taken
-// (callerOutputs.split): the loop fills and runs them itself.
+// goroutines readies l to run at most maxAttempts attempts at once on
+// goroutines, with the call's grpc options less the caller's holders and
+// OnFinish, which the loop fills and runs itself.
 func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 	hc := getHedgeCall(maxAttempts)
 	hc.method, hc.req, hc.cc, hc.invoker = l.c().method, l.req, l.cc, l.invoker
 	hc.base = hc.split(hc.base, grpcOpts, &hc.onFinish)
 	l.hc = hc
 	if l.alone = maxAttempts == 1; l.alone {
-		// One attempt at a time, each with a cancel of its own, which the
-		// loop calls as it takes the attempt's end: nothing to drain.
+		// One at a time: the loop cancels each as it takes its end.
 		l.hctx, l.hcancel = l.callCtx, noCancel
 		return
 	}
@@ -197,8 +172,7 @@ func (l *unaryLoop) run() error {
 	}
 }
 
-// handle takes one event; over says the call is over, with err its
-// result.
+// handle takes one event; over: the call is over, with err.
 func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 	switch ev.kind {
 	case evEnded:
@@ -226,8 +200,8 @@ func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 	return nil, false
 }
 
-// attemptInline runs the next attempt on the loop's goroutine and returns
-// its end: the fast path's first attempt, which ran already, or a new one.
+// attemptInline runs the next attempt on the loop's goroutine (or takes
+// the fast path's first) and returns its end.
 func (l *unaryLoop) attemptInline() unaryEvent {
 	c := l.c()
 	if l.first {
@@ -237,15 +211,15 @@ func (l *unaryLoop) attemptInline() unaryEvent {
 	}
 	ctx := c.numberAttempt(l.callCtx)
 	retrying(c.attempt, l.attemptOpts)
-	// grpc writes these only when the attempt got a stream; a stale value
-	// from an earlier attempt must not count.
-	*l.headerAddr, *l.trailerAddr = nil, nil
+	// grpc writes these only when the attempt got a stream.
+	if l.headerAddr != nil {
+		*l.headerAddr, *l.trailerAddr = nil, nil
+	}
 	err := l.invoker(ctx, c.method, l.req, l.reply, l.cc, l.attemptOpts...)
 	return unaryEvent{n: c.attempt, err: err}
 }
 
-// launch starts the call's next attempt (a retry's) on a goroutine of its
-// own, with its per-attempt timer when the call has one.
+// launch starts the next attempt on a goroutine, with its timer.
 func (l *unaryLoop) launch() {
 	c, hc := l.c(), l.hc
 	out := &hc.first
@@ -265,8 +239,7 @@ func (l *unaryLoop) launch() {
 	}
 	adm := budget.AdmitNone
 	if l.beside {
-		// The attempt carries its admission to its end: attempts overlap,
-		// and the next retry's must not be recorded against this one.
+		// The attempt carries its admission to its end: attempts overlap.
 		adm, c.admission = c.admission, budget.AdmitNone
 	}
 	l.inFlight++
@@ -274,8 +247,7 @@ func (l *unaryLoop) launch() {
 }
 
 // retryEnded judges the end of an attempt of a call that sends one at a
-// time (inline, or with a plain per-attempt timer) by the retry policy
-// (afterAttempt), and waits out the pause before the retry.
+// time, and waits out the pause before the retry.
 func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 	c := l.c()
 	timed := !l.inline && c.perAttempt > 0
@@ -287,8 +259,8 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 	}
 	err, timedOut := attemptOutcome(l.callCtx, ev.err, cut)
 	if cut && !timedOut {
-		// Answered, or the caller left, as the timer cut the attempt
-		// off: the retry the timer admitted does not go.
+		// Answered, or the caller left, as the timer cut it off: the
+		// retry the timer admitted does not go.
 		l.settleTimer()
 		c.timerVerdict, c.timerAdmission = policy.Verdict{}, budget.AdmitNone
 	}
@@ -296,21 +268,23 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 		l.served(ev)
 	}
 	l.cancel()
-	header, trailer := l.outputs(ev)
-	// A Trailers-Only response leaves the header nil; headers that
-	// arrived, even with no entries, leave it non-nil: committed. Except
-	// for a call with an idempotency key: a unary call shows the
-	// application nothing of an attempt before the call returns, so
-	// commitment protects nothing there but the server from running the
-	// request twice, and the key does that (the server replays the first
-	// run's outcome). Such a call is retried after headers as before
-	// them: a reset after the server ran it heals.
+	var header, trailer metadata.MD
+	switch {
+	case !l.inline:
+		header, trailer = ev.out.header, ev.out.trailer
+	case l.headerAddr != nil:
+		// nil: one attempt, whose holders are the caller's.
+		header, trailer = *l.headerAddr, *l.trailerAddr
+	}
+	// Headers that arrived (a non-nil header; a Trailers-Only response
+	// leaves it nil) commit the call, but for a call with an idempotency
+	// key: the server replays the first run's outcome, and a unary call
+	// shows the application nothing before it returns.
 	return l.decided(ev, err, trailer, header != nil && c.o.idemKey == "", timedOut)
 }
 
-// decided applies the call's decision on the attempt that ended with ev
-// (afterAttempt): the call ends with its error, or the retry goes after
-// its pause.
+// decided applies afterAttempt: the call ends with its error, or the retry
+// goes after its pause.
 func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, committed, timedOut bool) (error, bool) {
 	c := l.c()
 	retry, pause := c.afterAttempt(l.callCtx, err, trailer, committed, timedOut)
@@ -326,18 +300,8 @@ func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, commi
 	return nil, false
 }
 
-// outputs returns the header and trailer grpc wrote of the attempt that
-// ended with ev.
-func (l *unaryLoop) outputs(ev unaryEvent) (header, trailer metadata.MD) {
-	if l.inline {
-		return *l.headerAddr, *l.trailerAddr
-	}
-	return ev.out.header, ev.out.trailer
-}
-
-// ended gives the caller the outputs of out, the attempt whose outcome is
-// the call's (nil: inline, grpc wrote the caller's own), runs its OnFinish
-// functions and returns err, the call's result.
+// ended gives the caller the outputs of out (nil: inline, grpc wrote the
+// caller's own), runs its OnFinish functions and returns err.
 func (l *unaryLoop) ended(out *hedgeOutputs, err error) error {
 	if l.hc != nil {
 		l.hc.adoptMeta(out)
@@ -346,9 +310,8 @@ func (l *unaryLoop) ended(out *hedgeOutputs, err error) error {
 	return err
 }
 
-// served notes that the attempt that ended with ev was served (see
-// pace.answer): under a per-attempt timer unless it was cut off or ended
-// from above; without one, only a retry is timed.
+// served notes that ev's attempt was served (pace.answer): under a timer
+// unless cut off or ended from above; without one, only a retry is timed.
 func (l *unaryLoop) served(ev unaryEvent) {
 	c, t := l.c(), &l.timer
 	switch {
@@ -362,9 +325,8 @@ func (l *unaryLoop) served(ev unaryEvent) {
 }
 
 // besideEnded judges the end of an attempt under hedgeOnPerTryTimeout: the
-// first success wins; a failure while another attempt runs, or while a
-// retry waits out its pause, is recorded and ends nothing; the last
-// failure, with nothing else running, decides as usual (afterAttempt).
+// first success wins; a failure while another attempt runs or a retry
+// waits ends nothing; the last failure decides as usual.
 func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 	c := l.c()
 	if ev.n == l.timer.n {
@@ -376,12 +338,11 @@ func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 	}
 	if err == nil {
 		if !l.pendingDue.IsZero() {
-			c.settleUnsent()
+			c.settle(c.admission)
 		}
 		l.pendingDue = time.Time{}
 		l.drain()
 		l.hc.adopt(l.reply, ev.out)
-		// The budget hears the attempt's own admission.
 		c.admission = ev.admission
 		c.afterAttempt(l.callCtx, nil, nil, false, false)
 		l.hc.finished(nil)
@@ -389,7 +350,7 @@ func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 	}
 	committed := ev.out.header != nil && c.o.idemKey == ""
 	if l.inFlight > 0 || !l.pendingDue.IsZero() {
-		// Another attempt may still succeed: this failure ends nothing.
+		// Another attempt may still succeed.
 		q := question{kind: askBeside, n: ev.n, err: err, trailer: ev.out.trailer, committed: committed, first: ev.n+c.before == 1,
 			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: ev.took()}}
 		c.shouldRetry(l.callCtx, &q)
@@ -400,9 +361,8 @@ func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 	return l.decided(ev, err, ev.out.trailer, committed, false)
 }
 
-// callerLeft takes the caller's leaving. The attempts in flight derive
-// from callCtx and end on their own; what ends now is a wait with nothing
-// in flight.
+// callerLeft takes the caller's leaving. Attempts in flight derive from
+// callCtx and end on their own; a wait with nothing in flight ends now.
 func (l *unaryLoop) callerLeft() (error, bool) {
 	c := l.c()
 	switch {
@@ -411,18 +371,17 @@ func (l *unaryLoop) callerLeft() (error, bool) {
 			return l.hedgeFailed(why), true
 		}
 	case l.beside && !l.pendingDue.IsZero():
-		c.settleUnsent()
+		c.settle(c.admission)
+		c.admission = budget.AdmitNone
 		l.pendingDue = time.Time{}
 		if l.inFlight == 0 {
-			// Only the pause was left: end as a pause the caller ended
-			// does.
+			// Only the pause was left.
 			return l.ended(nil, c.pause(l.callCtx, 0, l.last)), true
 		}
 	}
 	return nil, false
 }
 
-// ended1 counts an attempt that ended.
 func (l *unaryLoop) ended1() {
 	if l.inline {
 		return
@@ -433,10 +392,9 @@ func (l *unaryLoop) ended1() {
 	}
 }
 
-// drain cancels every attempt still in flight and waits for each to end,
-// telling the budget and the breaker of each as of an attempt that lost:
-// no goroutine outlives the call, and nothing writes a reply or holder
-// once the call has returned.
+// drain cancels every attempt still in flight and records each as one that
+// lost, once it ended: no goroutine outlives the call, and nothing writes a
+// reply or holder once the call has returned.
 func (l *unaryLoop) drain() {
 	if l.hedged {
 		l.hs.disarm()
@@ -452,37 +410,42 @@ func (l *unaryLoop) drain() {
 		if ev.err == nil {
 			o = budget.Success
 		}
+		c := l.c()
 		if l.hedged {
-			l.c().recordHedge(ev.n, o, o)
-		} else {
-			l.c().recordAttempt(ev, o, o)
+			c.recordHedge(ev.n, o, o)
+			continue
 		}
+		// A probe's end frees the Gate's probe lease.
+		q := question{kind: askSettled, first: ev.n+c.before == 1, breakerO: o,
+			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: ev.took()}}
+		c.shouldRetry(nil, &q)
 	}
 }
 
-// retryBeside starts the retry the per-attempt timer admitted (verdict v,
-// admission adm) beside its attempt, after the retry's pause.
+// retryBeside starts the retry the timer admitted (verdict v, admission
+// adm) beside its attempt, which is recorded when it ends, after the pause.
 func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
-	l.c().retryBeside(l.callCtx, v, adm)
+	c := l.c()
+	c.emit(l.callCtx, Event{Kind: EventRetry, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Err: errAttemptTimeout, Pause: v.Pause})
+	c.retry, c.prev, c.afterTimeout = c.retry+1, v.Pause, true
+	c.admission = adm // launch hands it to the attempt
 	if v.Pause <= 0 {
 		l.launch()
 		return
 	}
-	due := time.Now().Add(v.Pause)
-	l.pendingDue = due
-	l.sendAt(due, evStart, 0)
+	l.pendingDue = time.Now().Add(v.Pause)
+	l.sendAt(l.pendingDue, evStart, 0)
 }
 
-// sendAt sends the loop the event of kind (evTimer, evStart) due at due,
-// of attempt n, unless the call has ended by then.
+// sendAt sends the loop the event of kind due at due, of attempt n, unless
+// the call has ended by then.
 func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
 	events, done := l.hc.results, l.hctx.Done()
 	if l.alone {
 		// The attempt's: its timer's events are the only ones sent.
 		done = l.cur.Done()
 	}
-	// The closure builds the event, rather than hold a copy: it is
-	// allocated for every timed attempt.
+	// The closure builds the event: it is allocated for every timed attempt.
 	return time.AfterFunc(time.Until(due), func() {
 		select {
 		case events <- unaryEvent{kind: kind, n: n, at: due}:
@@ -491,54 +454,24 @@ func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
 	})
 }
 
-// run is one attempt's goroutine: the attempt, then its end, sent to the
-// loop, which receives every attempt's end before the call returns.
+// run is one attempt's goroutine; the loop receives every attempt's end
+// before the call returns.
 func (hc *hedgeCall) run(ctx context.Context, n int, adm budget.Admission, out *hedgeOutputs) {
 	start := time.Now()
 	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
 	hc.results <- unaryEvent{kind: evEnded, n: n, err: err, out: out, start: start, at: time.Now(), admission: adm, done: ctx.Err() != nil}
 }
 
-// retryBeside accounts for a retry the per-attempt timer admitted while its
-// attempt runs on (hedgeOnPerTryTimeout): as afterAttempt does for a retry
-// after an attempt cut off, but the attempt, still running, is recorded
-// when it ends.
-func (c *call) retryBeside(callCtx context.Context, v policy.Verdict, adm budget.Admission) {
-	c.emit(callCtx, Event{Kind: EventRetry, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Err: errAttemptTimeout, Pause: v.Pause})
-	c.retry, c.prev = c.retry+1, v.Pause
-	c.afterTimeout = true
-	// The retry goes as the timer's admission let it: launch hands it to
-	// the attempt.
-	c.admission = adm
-}
-
-// settleUnsent tells the budget that the retry the timer admitted, which
-// waits out its pause, will not be sent (the call ended first).
-func (c *call) settleUnsent() {
-	c.settle(c.admission)
-	c.admission = budget.AdmitNone
-}
-
-// settle tells the budget that the retry after the current attempt, which
-// it admitted with adm, will not be sent: the admission is settled (a
-// Gate's probe lease freed), as an attempt that said nothing of the
-// server. The breaker was not asked for it, and hears nothing.
+// settle tells the budget that the retry it admitted with adm will not be
+// sent: the admission is settled (a Gate's probe lease freed). The breaker
+// was not asked, and hears nothing.
 func (c *call) settle(adm budget.Admission) {
 	if c.budget != nil && adm != budget.AdmitNone {
 		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: adm})
 	}
 }
 
-// recordAttempt tells c's breaker and budget (c.record) how attempt ev.n,
-// which decides nothing, ended, with the admission it went with (a
-// probe's end frees the Gate's probe lease).
-func (c *call) recordAttempt(ev unaryEvent, budgetO, breakerO budget.Outcome) {
-	a := budget.Attempt{Number: ev.n, Outcome: budgetO, Admission: ev.admission, Took: ev.took()}
-	c.record(ev.n+c.before == 1, breakerO, &a)
-}
-
-// took is how long the attempt that ended with ev took, for the budget
-// (budget.Attempt.Took), when a Deferrer let it go.
+// took is how long ev's attempt took, when a Deferrer let it go.
 func (ev *unaryEvent) took() time.Duration {
 	if ev.admission == budget.AdmitNone {
 		return 0

@@ -7,18 +7,24 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// A unary call's per-attempt timer is its loop's (unaryLoop.timer), which
-// alone reads and writes it: the timer sends the loop an event {n, due} at
-// each due time, and the loop takes the decision (attemptTimer.take) when
-// that event arrives or, for an attempt that ended after a due time whose
-// event has not arrived yet, as it takes the attempt's end (endTimer).
+// A unary call's per-attempt timer is its loop's (unaryLoop.timer): it
+// sends the loop an event at each due time, and the loop takes the
+// decision as that event arrives, or as it takes the end of an attempt
+// that ended after a due time whose event has not arrived (endTimer).
 
-// startTimer arms the per-attempt timer of the attempt just numbered.
+// startTimer arms the timer of the attempt just numbered.
 func (l *unaryLoop) startTimer() {
 	c := l.c()
 	l.timer.stop()
 	l.timer.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
 	l.armTimer()
+}
+
+// timerDue takes the timer's event, unless the timer moved on since.
+func (l *unaryLoop) timerDue(ev unaryEvent) {
+	if due, ok := l.timer.dueAt(); ok && ev.n == l.timer.n && ev.at.Equal(due) {
+		l.take()
+	}
 }
 
 // armTimer has the timer's event sent when its next decision is due.
@@ -28,17 +34,8 @@ func (l *unaryLoop) armTimer() {
 	}
 }
 
-// timerDue takes the timer's event: a decision due at ev.at, unless the
-// attempt has ended or the timer moved on since it was sent.
-func (l *unaryLoop) timerDue(ev unaryEvent) {
-	if due, ok := l.timer.dueAt(); ok && ev.n == l.timer.n && ev.at.Equal(due) {
-		l.take()
-	}
-}
-
-// take takes the timer's decision due now (attemptTimer.take): it cancels
-// the attempt the timer cut off, starts the retry admitted beside its
-// attempt, or has the next decision's event sent.
+// take takes the decision due now: it cuts the attempt off, starts the
+// retry beside it, or has the next event sent.
 func (l *unaryLoop) take() {
 	t := &l.timer
 	switch t.take(&l.c().retryFacts, l.callCtx, l.cur.Err() != nil, l.beside) {
@@ -54,13 +51,9 @@ func (l *unaryLoop) take() {
 }
 
 // endTimer takes the end of the timer's attempt at end: first the
-// decisions due by then whose events have not arrived (an attempt that
-// ended after a due time met that decision, taken as of then; one that
-// ended before it was not timed out, whatever order the events came in),
-// then the timer stops. It reports whether the timer cut the attempt off;
-// when it did, the retry it admitted becomes c.timerVerdict, for
-// afterAttempt. It sets c.slow: the attempt ran a slowSuccessPart-th of
-// its timeout or longer.
+// decisions due by then, then the timer stops. It reports whether the
+// timer cut the attempt off, its retry then c.timerVerdict, and sets
+// c.slow.
 func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 	c, t := l.c(), &l.timer
 	for due, ok := t.dueAt(); ok && !end.Before(due); due, ok = t.dueAt() {
@@ -69,9 +62,8 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 	c.slow = end.Sub(t.start) >= c.perAttempt/slowSuccessPart
 	t.stop()
 	if (t.state == timerFired || t.state == timerRanOn) && end.Before(t.decidedAt) {
-		// The attempt ended before the decision was due, and its end
-		// reached the loop after the timer's event: its end is its own.
-		// A retry the decision admitted does not go.
+		// The attempt ended before the decision was due: its end is its
+		// own, and the retry admitted does not go.
 		l.settleTimer()
 		t.state = timerStopped
 	}
@@ -88,9 +80,8 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 	return false
 }
 
-// settleTimer tells the budget that the retry the timer admitted as it cut
-// the attempt off will not go (the attempt's own end came first, or it
-// answered): its admission is settled (call.settle).
+// settleTimer settles the admission of the retry the timer admitted as it
+// cut the attempt off, which will not go.
 func (l *unaryLoop) settleTimer() {
 	t := &l.timer
 	if t.state == timerFired {
