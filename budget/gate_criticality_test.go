@@ -153,7 +153,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 			for _, w := range ws {
 				// They waited through an outage: the gate holds them
 				// (the hold and hopeless rules).
-				w.view.held = true
+				w.view.heldBy = heldOutage
 			}
 			if tt.phase == phaseRecovering {
 				g.st.pace.set(tt.at, 1)

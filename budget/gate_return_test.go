@@ -150,7 +150,7 @@ func TestGateReturnPacesRetriesNotHeldYet(t *testing.T) {
 	g.mu.Lock()
 	phase, held := g.st.phase, 0
 	for _, w := range ws {
-		if w.view.held {
+		if w.view.heldBy != "" {
 			held++
 		}
 	}

@@ -128,7 +128,7 @@ func numbered(w waiterView, n int) waiterView {
 // ended at t0.
 func heldThrough(pause time.Duration, deadline time.Time) waiterView {
 	// Its share of the time left drawn as 0: back at its pause.
-	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true}
+	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), heldBy: heldOutage}
 }
 
 // The release rule, after an outage: a wait held through it whose call has a
@@ -145,10 +145,10 @@ func TestGateBackSpread(t *testing.T) {
 		want time.Time
 	}{
 		{heldThrough(pause, deadline), t0},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.5}, t0.Add(tune.BackSpreadMax / 2)},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(tune.BackSpreadMax)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.5}, t0.Add(tune.BackSpreadMax / 2)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.999999}, t0.Add(tune.BackSpreadMax)},
 		// A short deadline: the share of what it leaves before its last chance.
-		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-tune.LastChanceLead)},
+		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-tune.LastChanceLead)},
 	} {
 		w := tc.w
 		if got := s.pace.backAfter(&w, s.lastChanceAt(t0, &w)); got.Sub(tc.want).Abs() > 10*time.Microsecond {
@@ -217,8 +217,8 @@ func TestGateAdmissions(t *testing.T) {
 			t.Errorf("%s: decide changed the state or the wait", tt.name)
 		}
 		got, next := s.candidate(tt.at, &w)
-		if got != tt.want || !next.Equal(tt.next) || w.held != tt.wantHeld {
-			t.Errorf("%s: candidate = %v, next %v, held %v; want %v, next %v, held %v", tt.name, got, next.Sub(t0), w.held, tt.want, tt.next.Sub(t0), tt.wantHeld)
+		if got != tt.want || !next.Equal(tt.next) || (w.heldBy != "") != tt.wantHeld {
+			t.Errorf("%s: candidate = %v, next %v, held %v; want %v, next %v, held %v", tt.name, got, next.Sub(t0), w.heldBy != "", tt.want, tt.next.Sub(t0), tt.wantHeld)
 			continue
 		}
 		if got == AdmitNone || got == admitEnd {
@@ -341,15 +341,15 @@ func TestGateHeals(t *testing.T) {
 	}
 	s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
 	w0 := w
-	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w0); a == admitHeal || w0.held {
-		t.Fatalf("within tune.OverloadHold of one failure for overload: %v, held %v; want no heal, not held (one sign of two attempts is not an overload)", a, w0.held)
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w0); a == admitHeal || w0.heldBy != "" {
+		t.Fatalf("within tune.OverloadHold of one failure for overload: %v, held %v; want no heal, not held (one sign of two attempts is not an overload)", a, w0.heldBy != "")
 	}
 	for range overloadSigns - 1 {
 		s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	}
 	w1, w2 := w, w
-	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == admitHeal || !w1.held {
-		t.Fatalf("within tune.OverloadHold of failures for overload: %v, held %v; want no heal, and held", a, w1.held)
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == admitHeal || w1.heldBy == "" {
+		t.Fatalf("within tune.OverloadHold of failures for overload: %v, held %v; want no heal, and held", a, w1.heldBy != "")
 	}
 	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w2); a != admitHeal {
 		t.Fatalf("after tune.OverloadHold: %v, want heal", a)
@@ -614,7 +614,9 @@ func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 // for w at now, applied.
 func (s *gateState) candidate(now time.Time, w *waiterView) (Admission, time.Time) {
 	d := s.decide(now, w)
-	w.held = w.held || d.hold
+	if w.heldBy == "" {
+		w.heldBy = d.heldBy
+	}
 	return d.how, d.next
 }
 

@@ -185,11 +185,8 @@ func (e *evidence) overloaded(now time.Time) bool {
 	if now.Before(e.heldUntil) || e.short >= tune.RoomCut {
 		return true
 	}
-	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(e.signsN(), tune.OverloadWindow))
+	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(bits.Len64(e.signs)-1, tune.OverloadWindow))
 }
-
-// signsN is how many attempts signs holds.
-func (e *evidence) signsN() int { return max(bits.Len64(e.signs)-1, 0) }
 
 // learns reports whether the retry number n may go as the hold rule's
 // probe that learns whether retries heal: the process does not know yet,

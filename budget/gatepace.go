@@ -199,12 +199,6 @@ func (p *pacer) backAfter(w *waiterView, last time.Time) time.Time {
 	return p.backAt.Add(time.Duration(w.spread * float64(max(room, 0))))
 }
 
-// heldThrough reports whether w, held (as held says), was held through the
-// latest outage: it goes back no sooner than backAfter.
-func (p *pacer) heldThrough(w *waiterView, held bool) bool {
-	return held && w.holdAt.Before(p.backAt)
-}
-
 func (p *pacer) leased(now time.Time) bool { return now.Before(p.until) }
 
 // taken is p once the waiting retry w goes now as how; given gives back

@@ -98,7 +98,6 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		if a.Outcome == Success {
 			s.pace.gain, s.pace.gap = tune.ReleaseGainStart, 0
 			s.streak, s.span = 0, 0
-			s.ev.retryFails, s.ev.seen = 0, true
 			s.pace = s.pace.rested() // nobody waits: no return is under way
 			s.pace.down = false
 			if s.phase == phaseOutage {
@@ -220,10 +219,9 @@ type waiterView struct {
 	// DeferSettings.MaxWait (endAt).
 	limit time.Time
 	last  bool
-	// holdAt is when the wait ends unless held (the hold rule).
+	// holdAt is when the wait ends unless held (the hold rule); heldBy
+	// names the rule that first held it ("": none, heldOutage, ...).
 	holdAt time.Time
-	held   bool
-	// heldBy names the rule that first held it (heldOutage, ...).
 	heldBy string
 	// took is Request.Took.
 	took time.Duration

@@ -152,7 +152,7 @@ func (g *Gate) victim(level int) *Waiter {
 // refusal the guarded wait for news or its time).
 func classOf(w *Waiter) int {
 	c := 0
-	if w.view.held {
+	if w.view.heldBy != "" {
 		c = 2
 	}
 	if w.r.Guard != nil {
@@ -220,8 +220,8 @@ func (g *Gate) grantLocked(now time.Time) {
 		l, class, head := w.level, w.class, g.heads[w.level][w.class].top() == w
 		w.round = g.round
 		d := g.st.decide(now, &w.view)
-		if d.hold && !w.view.held {
-			w.view.held, w.view.heldBy = true, d.heldBy
+		if d.heldBy != "" && w.view.heldBy == "" {
+			w.view.heldBy = d.heldBy
 			g.heads[l][w.class].remove(w)
 			w.class = classOf(w)
 			g.heads[l][w.class].push(w)
@@ -452,8 +452,8 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	default:
 		// Held once past its hold time: the guard, not the hold rule,
 		// says when it goes.
-		if !w.view.held && !now.Before(w.view.holdAt) {
-			w.view.held, w.view.heldBy = true, heldGuard
+		if w.view.heldBy == "" && !now.Before(w.view.holdAt) {
+			w.view.heldBy = heldGuard
 		}
 		w.view.guardOpen = open
 		g.guardNews, g.guardAt = g.news, next
