@@ -172,9 +172,9 @@ func TestGateOutageAges(t *testing.T) {
 	// Within the bound, the outage is kept.
 	failures(g, tune.OutageStreak)
 	g2 := inOutage(t, clk, DeferSettings{})
-	clk.advance(tune.ForgetAfter / 2)
+	clk.advance(tune.ProbeGapMax / 2)
 	if g2.Allow(retry2) || g2.health() != phaseOutage {
-		t.Fatal("the outage was forgotten within tune.ForgetAfter")
+		t.Fatal("the outage was forgotten within tune.ProbeGapMax")
 	}
 }
 

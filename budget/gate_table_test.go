@@ -145,8 +145,8 @@ func TestGateBackSpread(t *testing.T) {
 		want time.Time
 	}{
 		{heldThrough(pause, deadline), t0},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.5}, t0.Add(tune.BackSpreadMax / 2)},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.999999}, t0.Add(tune.BackSpreadMax)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.5}, t0.Add(releaseEvery / 2)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.999999}, t0.Add(releaseEvery)},
 		// A short deadline: the share of what it leaves before its last chance.
 		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-tune.LastChanceLead)},
 	} {
@@ -205,8 +205,8 @@ func TestGateAdmissions(t *testing.T) {
 		{"another call is learning: the wait ends", learning, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
 		{"the learning call's next retry: it probes", learning, holdAt, numbered(waiting(pause, time.Time{}, false), 3), admitProbe, time.Time{}, false},
 		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, true},
-		{"after an outage, held with a deadline: back at its spread's share", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), spreadHalf, AdmitNone, t0.Add(tune.BackSpreadMax / 2), true},
-		{"after an outage, held with a deadline, its share's time come", stateIn(phaseRecovering), t0.Add(tune.BackSpreadMax / 2), spreadHalf, admitRelease, time.Time{}, true},
+		{"after an outage, held with a deadline: back at its spread's share", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), spreadHalf, AdmitNone, t0.Add(releaseEvery / 2), true},
+		{"after an outage, held with a deadline, its share's time come", stateIn(phaseRecovering), t0.Add(releaseEvery / 2), spreadHalf, admitRelease, time.Time{}, true},
 	}
 	for _, tt := range tests {
 		s, w := tt.s, tt.w

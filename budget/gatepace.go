@@ -101,7 +101,7 @@ func (p pacer) roomAnswered(now time.Time, ok, own bool) pacer {
 	}
 	f := tune.BackFaster
 	if own {
-		f = tune.RoomGrow
+		f = tune.RoomCut
 	}
 	p.every = p.within(f * float64(p.every))
 	p.next = clock.Earlier(p.next, now.Add(p.every))
@@ -189,13 +189,13 @@ func (p pacer) within(d float64) time.Duration {
 // backAfter is when w, held through the outage that ended at backAt, goes
 // back at the earliest: without a deadline, its pause after it; with one,
 // its spread's share of what the deadline leaves before its last chance
-// (last), tune.BackSpreadMax at most (a pause after the return cost calls
+// (last), releaseEvery at most (a pause after the return cost calls
 // held with a deadline the time they had left: sim blip, 2 points).
 func (p *pacer) backAfter(w *waiterView, last time.Time) time.Time {
 	if w.deadline.IsZero() {
 		return p.backAt.Add(w.pause)
 	}
-	room := min(last.Sub(p.backAt), tune.BackSpreadMax)
+	room := min(last.Sub(p.backAt), releaseEvery)
 	return p.backAt.Add(time.Duration(w.spread * float64(max(room, 0))))
 }
 

@@ -51,12 +51,12 @@ func newGateState(now time.Time, rand func() float64) gateState {
 }
 
 // age forgets, at now, what no attempt has confirmed for longer than
-// tune.ForgetAfter and the longest wait it judged (the ageing rule): a
+// tune.ProbeGapMax and the longest wait it judged (the ageing rule): a
 // state not settled falls back to a new Gate's (the next retry finds out,
 // as in a new process), and the evidence of whether retries heal goes.
 // The Gate calls it only while nobody waits and no probe is out.
 func (s *gateState) age(now time.Time) {
-	bound := max(s.span, tune.ForgetAfter)
+	bound := max(s.span, tune.ProbeGapMax)
 	if s.pace.leased(now) {
 		return
 	}

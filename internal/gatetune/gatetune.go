@@ -11,7 +11,10 @@ const (
 	// Releases go one a second, each success taking 1/16 of the interval
 	// off, doubling per released retry that succeeds up to 3/16: 1/s and
 	// 3/16 peaked at 1.18x capacity after recovery in the storm lab, 1.5/s
-	// at 2x. The return after an outage is never slower.
+	// at 2x. The return after an outage is never slower, and a call held
+	// through it with a deadline goes back at a random share of what its
+	// deadline leaves, one release interval at most (spread over an hour's
+	// deadline, a held call waited up to an hour past the server's return).
 	ReleasePerSecond = 1.0
 	ReleaseGainStart = 1.0 / 16
 	ReleaseGainMax   = 3.0 / 16
@@ -19,7 +22,11 @@ const (
 	// a down server is seen on the second.
 	OutageStreak = 2
 	// ProbeGapMax: failed probes double their gap up to 30 s, so a long
-	// outage is still probed twice a minute (restarts take seconds to minutes).
+	// outage is still probed twice a minute (restarts take seconds to
+	// minutes). What no attempt confirmed for as long, the longest probe
+	// gap, and for the longest wait it judged is forgotten (the ageing
+	// rule): a Gate left in an outage when its traffic stopped refused the
+	// first retry hours later.
 	ProbeGapMax = 30 * time.Second
 	// QuietGapMax: new calls' failures stretch the probe gap up to 4 s, so
 	// held calls probe again soon after the process's own calls stop.
@@ -64,10 +71,6 @@ const (
 	// much served fewer held calls, twice as much sent more refusals
 	// (BENCHMARKS.md, "A fleet of any size, on virtual time").
 	ReturnGrow = 1.0
-	// BackSpreadMax: a call with a deadline goes back at a random share of
-	// what its deadline leaves, a second at most: spread over an hour's
-	// deadline, a held call waited up to an hour past the server's return.
-	BackSpreadMax = time.Second
 	// FutileUnsent: for a retry whose attempt never left the client (its
 	// connection was failing to connect), the backend's return is expected
 	// half as far off as the outage has lasted (the end rule's turn): lab
@@ -125,11 +128,10 @@ const (
 	// served fewer of an outage's calls; BENCHMARKS.md, "A fleet of any
 	// size, on virtual time").
 	RoomCut = 0.5
-	// RoomGrow: a retry the gate let go that succeeds halves the release
-	// interval (slow start): a burst whose load ended leaves no new call
-	// to quicken it, and a fifth per success brought held calls back one
-	// at a time over seconds.
-	RoomGrow = 0.5
+	// A retry the gate let go that succeeds halves the release interval
+	// by the same factor, RoomCut (slow start doubles what a cut halves):
+	// a burst whose load ended leaves no new call to quicken it, and a
+	// fifth per success brought held calls back one at a time over seconds.
 	RoomGain = 0.25
 	// QuietLulls: a backend that answered nothing for 4 times its latest
 	// interval between answers (and the probe gap) gives no news: a
@@ -146,10 +148,6 @@ const (
 	// RunDecay: a flaky server's longest run of failures shrinks by 0.9 per
 	// later run, so an early unlucky run does not hide an outage for long.
 	RunDecay = 0.9
-	// ForgetAfter: what no attempt confirmed for 30 s (the longest probe
-	// gap) and for the longest wait it judged is forgotten: a Gate left in
-	// an outage when its traffic stopped refused the first retry hours later.
-	ForgetAfter = 30 * time.Second
 	// HoldSlack: a wait no rule holds ends a tenth of its pause after it,
 	// so a failing call waits little more than its backoff.
 	HoldSlack = 0.1
