@@ -610,10 +610,16 @@ func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 	}
 }
 
+// admitEnd is candidate's answer for a wait that ends (decision.end).
+const admitEnd Admission = 255
+
 // candidate is what a waiter's Poll asks without a guard: the decision
 // for w at now, applied.
 func (s *gateState) candidate(now time.Time, w *waiterView) (Admission, time.Time) {
 	d := s.decide(now, w)
+	if d.end != nil {
+		return admitEnd, time.Time{}
+	}
 	if w.heldBy == "" {
 		w.heldBy = d.heldBy
 	}

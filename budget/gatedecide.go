@@ -7,13 +7,9 @@ import (
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
-// admitEnd is a decision's answer for a wait that ends without admission
-// (decision.end says by which rule); never an Attempt's.
-const admitEnd Admission = 255
-
 // decision is what the rules say of one waiting retry at one moment: how it
-// goes now (before its guard and the budget are asked; admitEnd: its wait
-// ends, by the rule end), or AdmitNone with next, when asking again could
+// goes now (before its guard and the budget are asked), or AdmitNone: with
+// end, its wait ends by that rule; with next, when asking again could
 // change the answer without news (zero: only news will); heldBy: the wait is
 // held from now on, by that rule (the hold rule, or an open guard); own, with AdmitNone,
 // the retry's own time (a call held through an outage goes back no sooner
@@ -38,13 +34,13 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 	end, why := s.endAt(now, w)
 	switch {
 	case ended(now, end):
-		return decision{how: admitEnd, end: why}
+		return decision{end: why}
 	case now.Before(w.earliest):
 		return decision{next: clock.Earlier(w.earliest, end)} // its pause
 	}
 	d := s.decideRules(now, w, end)
 	switch {
-	case !w.guardOpen || d.how != AdmitNone && d.how != admitEnd:
+	case !w.guardOpen || d.how != AdmitNone:
 		return d
 	case s.pace.leased(now):
 		return decision{next: clock.Earlier(s.pace.until, end), heldBy: heldGuard}
@@ -158,7 +154,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 			if learn && !s.pace.leased(now) {
 				return decision{how: admitProbe}
 			}
-			return decision{how: admitEnd, end: errWaitEnded}
+			return decision{end: errWaitEnded}
 		}
 		held = true
 	}

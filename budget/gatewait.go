@@ -226,13 +226,13 @@ func (g *Gate) grantLocked(now time.Time) {
 			w.class = classOf(w)
 			g.heads[l][w.class].push(w)
 		}
-		if d.how != AdmitNone && d.how != admitEnd && guardHeld && w.r.Guard != nil {
+		if d.how != AdmitNone && guardHeld && w.r.Guard != nil {
 			// Held for news or the guard's time, and to its end.
 			end, _ := g.st.endAt(now, &w.view)
 			d.how, d.next = AdmitNone, clock.Earlier(g.guardAt, end)
 		}
 		switch {
-		case d.how == admitEnd:
+		case d.end != nil:
 			g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
 			return
 		case d.how == AdmitNone:
