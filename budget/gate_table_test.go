@@ -19,7 +19,7 @@ func downState() gateState {
 
 // stateIn returns a gateState in phase p at t0, as the Gate's own
 // transitions leave it: failing after one failure, an outage after
-// tune.OutageStreak, recovering after an outage and a success.
+// tune.Evidence, recovering after an outage and a success.
 func stateIn(p phase) gateState {
 	s := newGateState(t0, func() float64 { return 0.5 })
 	if p != phaseQuiet {
@@ -30,11 +30,11 @@ func stateIn(p phase) gateState {
 	case phaseFailing:
 		s.observe(t0, fail, false)
 	case phaseOutage:
-		for range tune.OutageStreak {
+		for range tune.Evidence {
 			s.observe(t0, fail, false)
 		}
 	case phaseRecovering:
-		for range tune.OutageStreak {
+		for range tune.Evidence {
 			s.observe(t0, fail, false)
 		}
 		s.observe(t0, Attempt{Number: 1, Outcome: Success}, false)
@@ -88,7 +88,7 @@ func TestGateTransitions(t *testing.T) {
 // credits, what a success after one gives, what forget keeps.
 func TestGateTransitionEffects(t *testing.T) {
 	s := stateIn(phaseOutage)
-	if c := s.pace.credits(t0); !near(c, 0) || s.streak != tune.OutageStreak {
+	if c := s.pace.credits(t0); !near(c, 0) || s.streak != tune.Evidence {
 		t.Fatalf("outage: credits %v, streak %d", c, s.streak)
 	}
 	// A first attempt that finds the server back a second later: a credit
@@ -175,7 +175,7 @@ func TestGateAdmissions(t *testing.T) {
 	told := fresh
 	told.ev.retryFails = 1
 	knownToFail := told
-	knownToFail.ev.retryFails = tune.HealMinSamples
+	knownToFail.ev.retryFails = tune.Evidence
 	learning := told
 	learning.ev.learnNext, learning.ev.learnUntil = 3, t0.Add(time.Second)
 	spreadHalf := heldThrough(pause, deadline)
@@ -522,7 +522,7 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s := tt.s()
-		for range tune.OutageStreak {
+		for range tune.Evidence {
 			s.observe(t0, fail, false)
 		}
 		if s.phase != tt.want {
@@ -581,7 +581,7 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 // A server that failed a share of its attempts all along (runs of one
 // or two failures that successes ended) and then fails every attempt,
 // retries included, is in an outage once the streak is beyond what its
-// flakiness makes: twice its longest recent run, plus tune.OutageStreak (the
+// flakiness makes: twice its longest recent run, plus tune.Evidence (the
 // outage rule), whatever the calls before it said of healing. A flaky
 // server that went down got every call's every retry for its whole outage.
 func TestGateOutageBeyondFlakyRuns(t *testing.T) {
@@ -592,7 +592,7 @@ func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 	s.ev.calls = 1<<tune.HealWindow | 0xff // the calls before said retries heal
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure}, false)
 	s.observe(t0, Attempt{Number: 3, Outcome: Failure}, false)
-	want := int(2*s.ev.runs) + tune.OutageStreak
+	want := int(2*s.ev.runs) + tune.Evidence
 	for i := 3; i <= want; i++ {
 		s.observe(t0, Attempt{Number: 1, Outcome: Failure}, false)
 		if got := s.phase == phaseOutage; got != (i >= want) {

@@ -142,7 +142,7 @@ func (e *evidence) healed() int { return max(bits.OnesCount16(e.calls)-1, 0) }
 
 // heals reports whether the heal rule applies: no recent sign of overload, and
 // enough of the latest calls that retried healed; or, until calls say,
-// an attempt succeeded and not tune.HealMinSamples retries failed since.
+// an attempt succeeded and not tune.Evidence retries failed since.
 // For a server that serves (stale), what the calls said goes stale
 // tune.Calm after the latest streak of failures ended: back from an
 // outage, it must not keep the outage's evidence.
@@ -151,7 +151,7 @@ func (e *evidence) heals(now time.Time, stale bool) bool {
 		return false
 	}
 	if !e.callsKnown() || stale && now.Sub(e.lastFail) > tune.Calm {
-		return e.seen && e.retryFails < tune.HealMinSamples
+		return e.seen && e.retryFails < tune.Evidence
 	}
 	won := e.healed()
 	return won > 0 && float64(won) >= tune.HealMinShare*float64(e.callsN())
@@ -159,8 +159,8 @@ func (e *evidence) heals(now time.Time, stale bool) bool {
 
 // callsKnown reports whether the calls say whether retrying heals; known,
 // whether the process knows it.
-func (e *evidence) callsKnown() bool { return e.callsN() >= tune.HealMinSamples || e.healed() > 0 }
-func (e *evidence) known() bool      { return e.callsKnown() || e.retryFails >= tune.HealMinSamples }
+func (e *evidence) callsKnown() bool { return e.callsN() >= tune.Evidence || e.healed() > 0 }
+func (e *evidence) known() bool      { return e.callsKnown() || e.retryFails >= tune.Evidence }
 
 // untold reports whether no retry has told anything yet, nor is about to:
 // while a paid retry is out, another would only probe what it will tell.

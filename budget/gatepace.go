@@ -141,7 +141,7 @@ func (p pacer) backFrom(now, since time.Time, c float64, overloaded bool) pacer 
 // latest cut, at cutAt, cuts: the others met the same load), to
 // releaseEvery at worst. A success says the backend has room: until the
 // first cut the pace quickens by tune.BackFaster (slow start), after it
-// the rate grows by tune.ReturnGrow retries a second per attempt time
+// the rate grows by tune.ReleasePerSecond retries a second per attempt time
 // (additive; the attempt time is the fastest success's since the return).
 // A multiplicative cut and an additive growth are what bring processes
 // that never talk to their share: a pace frozen after a refusal held one
@@ -167,13 +167,13 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 	case p.cutAt.Before(p.backAt):
 		p.every = p.within(tune.BackFaster * float64(p.every))
 	default:
-		// The rate r (retries a second) grows by tune.ReturnGrow per
+		// The rate r (retries a second) grows by tune.ReleasePerSecond per
 		// attempt time that passed since it last grew, one at most per
 		// success (an attempt time under tune.BackSlack counts as that:
 		// loopback's would make it leap).
 		at := max(p.fastest, tune.BackSlack)
 		r := float64(time.Second) / float64(p.every)
-		r += tune.ReturnGrow * float64(min(now.Sub(p.grownAt), at)) / float64(at)
+		r += tune.ReleasePerSecond * float64(min(now.Sub(p.grownAt), at)) / float64(at)
 		p.every, p.grownAt = p.within(float64(time.Second)/r), now
 	}
 	return p
@@ -212,8 +212,8 @@ func (p pacer) taken(now time.Time, w *waiterView, how Admission) pacer {
 		p.next = clock.Later(p.next, now).Add(p.every)
 	case how.probing():
 		p.at, p.until, p.pause = now, now.Add(tune.ProbeGapMax), w.pause
-		if !w.deadline.IsZero() && w.deadline.Add(tune.ProbeLeaseSlack).Before(p.until) {
-			p.until = w.deadline.Add(tune.ProbeLeaseSlack)
+		if !w.deadline.IsZero() && w.deadline.Add(tune.Calm).Before(p.until) {
+			p.until = w.deadline.Add(tune.Calm)
 		}
 	}
 	return p

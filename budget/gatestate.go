@@ -167,12 +167,12 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// (a server that served, then failed every call for a deadline;
 		// under overload no retry goes to fail, and the streak suffices).
 		e := &s.ev
-		ovl, retriesFailed := e.overloaded(now), e.retryFails >= tune.HealMinSamples
+		ovl, retriesFailed := e.overloaded(now), e.retryFails >= tune.Evidence
 		healthy := e.seen && s.streakAt.Sub(e.lastFail) >= tune.Calm
-		down := !e.heals(now, false) && (e.callsN() >= tune.HealMinSamples && e.healed() == 0 || retriesFailed)
-		beyond := e.seen && float64(s.streak+1) >= 2*e.runs+tune.OutageStreak
+		down := !e.heals(now, false) && (e.callsN() >= tune.Evidence && e.healed() == 0 || retriesFailed)
+		beyond := e.seen && float64(s.streak+1) >= 2*e.runs+tune.Evidence
 		lasting := e.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span && (retriesFailed || ovl)
-		if s.streak++; s.streak >= tune.OutageStreak && ((healthy || ovl) && down || beyond && retriesFailed || lasting) {
+		if s.streak++; s.streak >= tune.Evidence && ((healthy || ovl) && down || beyond && retriesFailed || lasting) {
 			s.phase, s.pace.down = phaseOutage, true
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing

@@ -18,9 +18,12 @@ const (
 	ReleasePerSecond = 1.0
 	ReleaseGainStart = 1.0 / 16
 	ReleaseGainMax   = 3.0 / 16
-	// OutageStreak: two failures in a row are rare under random failures;
-	// a down server is seen on the second.
-	OutageStreak = 2
+	// Evidence: two of a kind are evidence, one is chance. Two failures in
+	// a row are rare under random failures, and a down server is seen on
+	// the second (the outage rule's streak); two retries failed since a
+	// success say retries fail; two calls that retried say whether
+	// retrying heals (the heal rule's fewest samples).
+	Evidence = 2
 	// ProbeGapMax: failed probes double their gap up to 30 s, so a long
 	// outage is still probed twice a minute (restarts take seconds to
 	// minutes). What no attempt confirmed for as long, the longest probe
@@ -39,9 +42,6 @@ const (
 	// GapFloor: a failed probe's gap doubles from at least 1 ms (successes
 	// may halve it to nothing).
 	GapFloor = time.Millisecond
-	// ProbeLeaseSlack: the interceptors record an attempt a little after its
-	// deadline ends it; a probe silent a second past that is lost.
-	ProbeLeaseSlack = time.Second
 	// BackShare: calls held through an outage go back at most 0.4 times the
 	// pace their retries began to wait at (lab unavailable, issue 39).
 	BackShare = 0.4
@@ -58,19 +58,18 @@ const (
 	// second; BENCHMARKS.md, the migrating team's scenarios).
 	BackFaster = 0.8
 	// BackSlack: an attempt time under 25 ms counts as 25 ms in a return's
-	// additive growth (ReturnGrow): on loopback the fastest took 0.3 ms,
+	// additive growth (ReleasePerSecond): on loopback the fastest took 0.3 ms,
 	// and a growth per attempt time that short would leap by a hundred
 	// retries a second per second of successes; a lab server's service
 	// time is 20 ms.
 	BackSlack = 25 * time.Millisecond
-	// ReturnGrow: once a failure cut a return's pace, the rate of held
-	// retries grows by one retry a second per attempt time (additive
-	// increase, one at most per success): with a pace frozen for
+	// Once a failure cut a return's pace, the rate of held retries grows
+	// by the slowest release rate, one retry a second (ReleasePerSecond),
+	// per attempt time (additive increase, one at most per success): with a pace frozen for
 	// OverloadHold after each refusal instead, a fleet's processes met
 	// refusals unevenly and one kept an eighth of another's pace; half as
 	// much served fewer held calls, twice as much sent more refusals
 	// (BENCHMARKS.md, "A fleet of any size, on virtual time").
-	ReturnGrow = 1.0
 	// FutileUnsent: for a retry whose attempt never left the client (its
 	// connection was failing to connect), the backend's return is expected
 	// half as far off as the outage has lasted (the end rule's turn): lab
@@ -81,13 +80,13 @@ const (
 	// failures followed the last failed probe (at most one retry in ten
 	// calls, the property test's bar).
 	FutileEvery = 10
-	// HealWindow, HealMinSamples, HealMinShare: of the latest 8 calls that
-	// retried, a third healed says retrying heals (a server failing half
-	// its attempts heals 3 in 4, a down one none); judged per call, since
-	// per attempt the gate's own probes taught it that nothing heals.
-	HealWindow     = 8
-	HealMinSamples = 2
-	HealMinShare   = 1.0 / 3
+	// HealWindow, HealMinShare: of the latest 8 calls that retried (two
+	// at least, Evidence), a third healed says retrying heals (a server
+	// failing half its attempts heals 3 in 4, a down one none); judged per
+	// call, since per attempt the gate's own probes taught it that nothing
+	// heals.
+	HealWindow   = 8
+	HealMinShare = 1.0 / 3
 	// OverloadHold: a failure for overload (or a slow success) is a sign
 	// for 5 s: no retry heals unpaid meanwhile (retrying an overloaded
 	// server deepens it even when some retries succeed), and the share of
@@ -143,7 +142,10 @@ const (
 	// outage, so a flaky server's unlucky runs are not taken for one; and
 	// one after its latest streak of failures ended, a server that serves
 	// every attempt heals a straggler's retry again (the issue 45 bar: a
-	// timer cuts within a second of the first success).
+	// timer cuts within a second of the first success). A second is also
+	// how long past its deadline a probe, or a paid retry, that no attempt
+	// reported is taken for lost: the interceptors record an attempt a
+	// little after its deadline ends it.
 	Calm = time.Second
 	// RunDecay: a flaky server's longest run of failures shrinks by 0.9 per
 	// later run, so an early unlucky run does not hide an outage for long.
