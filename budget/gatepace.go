@@ -8,8 +8,13 @@ import (
 )
 
 // releaseEvery is the release interval while no return is under way: one
-// release a second (tune.ReleasePerSecond).
-const releaseEvery = time.Duration(float64(time.Second) / tune.ReleasePerSecond)
+// release a second (tune.ReleasePerSecond). paceFloor is the shortest pace
+// and probe gap: one of zero would never move again (a failed probe's gap
+// doubles from it; successes may halve it to nothing).
+const (
+	releaseEvery = time.Duration(float64(time.Second) / tune.ReleasePerSecond)
+	paceFloor    = time.Microsecond
+)
 
 // pacer answers, for every paced waiting retry (a release, a probe, a last
 // chance, a call going back after an outage), when the next may go and how
@@ -179,11 +184,10 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 	return p
 }
 
-// within is d as p's pace: a microsecond at least (a pace of zero would
-// never move again), releaseEvery at most, or during a return slowest when
-// that is slower.
+// within is d as p's pace: paceFloor at least, releaseEvery at most, or
+// during a return slowest when that is slower.
 func (p pacer) within(d float64) time.Duration {
-	return time.Duration(min(max(d, float64(time.Microsecond)), float64(max(p.slowest, releaseEvery))))
+	return time.Duration(min(max(d, float64(paceFloor)), float64(max(p.slowest, releaseEvery))))
 }
 
 // backAfter is when w, held through the outage that ended at backAt, goes
@@ -232,13 +236,13 @@ func (p pacer) given(how Admission) pacer {
 // reported is p once a lease holder ended now after took (zero: unknown). One that
 // went before the holder did reports late (its lease lapsed and went to
 // another): the holder keeps it. A holder that failed doubles the gap,
-// from tune.GapFloor, up to tune.ProbeGapMax.
+// from paceFloor, up to tune.ProbeGapMax.
 func (p pacer) reported(now time.Time, took time.Duration, failed bool) pacer {
 	if !p.until.IsZero() && (took <= 0 || !now.Add(-took).Before(p.at)) {
 		p.until = time.Time{}
 	}
 	if failed {
-		p.gap = min(max(2*p.gap, p.pause, tune.GapFloor), tune.ProbeGapMax)
+		p.gap = min(max(2*p.gap, p.pause, paceFloor), tune.ProbeGapMax)
 		p.failedAt, p.since = now, 0
 	}
 	return p

@@ -39,9 +39,6 @@ const (
 	// is its attempt's time, else the slack that keeps a late timer or a
 	// slower attempt within the deadline; the lab's blip heals with it.
 	LastChanceLead = 50 * time.Millisecond
-	// GapFloor: a failed probe's gap doubles from at least 1 ms (successes
-	// may halve it to nothing).
-	GapFloor = time.Millisecond
 	// BackShare: calls held through an outage go back at most 0.4 times the
 	// pace their retries began to wait at (lab unavailable, issue 39).
 	BackShare = 0.4
