@@ -418,11 +418,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		if !settled {
 			// A panic of the guard or the budget: w leaves, and what it
 			// was granted goes back, before the panic goes on.
-			now := g.now()
-			g.mu.Lock()
-			refund := g.leaveLocked(now, w)
-			g.mu.Unlock()
-			g.refund(refund, w.r)
+			w.Leave()
 			if yes {
 				returnRetry(w.r.Guard)
 			}
