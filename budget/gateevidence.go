@@ -127,13 +127,9 @@ func pushed(w uint64, n int, b bool) uint64 {
 	return c
 }
 
-// runsAfter is runs once a success ended a streak of n failures in a row.
-func (e *evidence) runsAfter(n int) float64 {
-	if n > 0 {
-		return max(float64(n), e.runs*tune.RunDecay)
-	}
-	return e.runs
-}
+// runsAfter is runs once a success ended a streak of n failures in a row
+// (n > 0).
+func (e *evidence) runsAfter(n int) float64 { return max(float64(n), e.runs*tune.RunDecay) }
 
 // callsN is how many calls that retried and ended are kept; healed, how
 // many of them healed.
