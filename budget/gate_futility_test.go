@@ -216,10 +216,10 @@ func TestPacerAnswered(t *testing.T) {
 	p := pacer{every: 100 * time.Millisecond, backAt: t0}
 	at := t0
 	// After a cut: tune.ReleasePerSecond retries a second more per attempt time
-	// (the fastest success's 20 ms, at least tune.BackSlack) since the
+	// (the fastest success's 20 ms, at least tune.LastChanceLead) since the
 	// cut, one at most per success.
 	additive := func(every, since time.Duration) time.Duration {
-		at := max(20*time.Millisecond, tune.BackSlack)
+		at := max(20*time.Millisecond, tune.LastChanceLead)
 		r := float64(time.Second)/float64(every) + tune.ReleasePerSecond*float64(min(since, at))/float64(at)
 		return pacer{}.within(float64(time.Second) / r)
 	}
@@ -259,7 +259,7 @@ func TestPacerAnswered(t *testing.T) {
 		at = at.Add(time.Millisecond)
 		p = p.answeredIn(at, 20*time.Millisecond, true)
 	}
-	grown := r0 + 20*tune.ReleasePerSecond/max(0.02, tune.BackSlack.Seconds())
+	grown := r0 + 20*tune.ReleasePerSecond/max(0.02, tune.LastChanceLead.Seconds())
 	if want := time.Duration(float64(time.Second) / grown); p.every > want*11/10 || p.every < want*9/10 {
 		t.Fatalf("after 20 s of fast successes past a cut: every %v, want about %v", p.every, want)
 	}

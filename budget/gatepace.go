@@ -174,9 +174,9 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 	default:
 		// The rate r (retries a second) grows by tune.ReleasePerSecond per
 		// attempt time that passed since it last grew, one at most per
-		// success (an attempt time under tune.BackSlack counts as that:
+		// success (an attempt time under tune.LastChanceLead counts as that:
 		// loopback's would make it leap).
-		at := max(p.fastest, tune.BackSlack)
+		at := max(p.fastest, tune.LastChanceLead)
 		r := float64(time.Second) / float64(p.every)
 		r += tune.ReleasePerSecond * float64(min(now.Sub(p.grownAt), at)) / float64(at)
 		p.every, p.grownAt = p.within(float64(time.Second)/r), now

@@ -38,6 +38,10 @@ const (
 	// before the end rule would end its wait: with no attempt timed that
 	// is its attempt's time, else the slack that keeps a late timer or a
 	// slower attempt within the deadline; the lab's blip heals with it.
+	// An attempt time under it counts as it in a return's additive growth
+	// (ReleasePerSecond): on loopback the fastest took 0.3 ms, and a growth
+	// per attempt time that short would leap by a hundred retries a second
+	// per second of successes.
 	LastChanceLead = 50 * time.Millisecond
 	// BackShare: calls held through an outage go back at most 0.4 times the
 	// pace their retries began to wait at (lab unavailable, issue 39).
@@ -54,12 +58,6 @@ const (
 	// (halving them held a backend refusing 30 % at random to one a
 	// second; BENCHMARKS.md, the migrating team's scenarios).
 	BackFaster = 0.8
-	// BackSlack: an attempt time under 25 ms counts as 25 ms in a return's
-	// additive growth (ReleasePerSecond): on loopback the fastest took 0.3 ms,
-	// and a growth per attempt time that short would leap by a hundred
-	// retries a second per second of successes; a lab server's service
-	// time is 20 ms.
-	BackSlack = 25 * time.Millisecond
 	// Once a failure cut a return's pace, the rate of held retries grows
 	// by the slowest release rate, one retry a second (ReleasePerSecond),
 	// per attempt time (additive increase, one at most per success): with a pace frozen for
