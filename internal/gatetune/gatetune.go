@@ -15,6 +15,13 @@ const (
 	// through it with a deadline goes back at a random share of what its
 	// deadline leaves, one release interval at most (spread over an hour's
 	// deadline, a held call waited up to an hour past the server's return).
+	// Once a failure cut a return's pace, the rate of held retries grows
+	// by this slowest rate, one retry a second, per attempt time (additive
+	// increase, one at most per success): with a pace frozen for
+	// OverloadHold after each refusal instead, a fleet's processes met
+	// refusals unevenly and one kept an eighth of another's pace; half as
+	// much served fewer held calls, twice as much sent more refusals
+	// (BENCHMARKS.md, "A fleet of any size, on virtual time").
 	ReleasePerSecond = 1.0
 	ReleaseGainStart = 1.0 / 16
 	ReleaseGainMax   = 3.0 / 16
@@ -58,13 +65,6 @@ const (
 	// (halving them held a backend refusing 30 % at random to one a
 	// second; BENCHMARKS.md, the migrating team's scenarios).
 	BackFaster = 0.8
-	// Once a failure cut a return's pace, the rate of held retries grows
-	// by the slowest release rate, one retry a second (ReleasePerSecond),
-	// per attempt time (additive increase, one at most per success): with a pace frozen for
-	// OverloadHold after each refusal instead, a fleet's processes met
-	// refusals unevenly and one kept an eighth of another's pace; half as
-	// much served fewer held calls, twice as much sent more refusals
-	// (BENCHMARKS.md, "A fleet of any size, on virtual time").
 	// FutileUnsent: for a retry whose attempt never left the client (its
 	// connection was failing to connect), the backend's return is expected
 	// half as far off as the outage has lasted (the end rule's turn): lab
@@ -121,11 +121,11 @@ const (
 	// held calls' return fills the room (without it, the sim's fleet
 	// served fewer of an outage's calls; BENCHMARKS.md, "A fleet of any
 	// size, on virtual time").
-	RoomCut = 0.5
 	// A retry the gate let go that succeeds halves the release interval
-	// by the same factor, RoomCut (slow start doubles what a cut halves):
-	// a burst whose load ended leaves no new call to quicken it, and a
-	// fifth per success brought held calls back one at a time over seconds.
+	// by the same factor (slow start doubles what a cut halves): a burst
+	// whose load ended leaves no new call to quicken it, and a fifth per
+	// success brought held calls back one at a time over seconds.
+	RoomCut  = 0.5
 	RoomGain = 0.25
 	// QuietLulls: a backend that answered nothing for 4 times its latest
 	// interval between answers (and the probe gap) gives no news: a
