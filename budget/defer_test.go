@@ -55,7 +55,7 @@ func downServer(g *Gate) *Gate {
 
 // downAfterServing is a gate on clk whose server served, then, a calm
 // 2*tune.Calm later and its retries known to fail (down, not
-// flaky), failed tune.OutageStreak new calls in a row: an outage whose
+// flaky), failed tune.Evidence new calls in a row: an outage whose
 // first success starts a return.
 func downAfterServing(t *testing.T, clk *manualClock) *Gate {
 	t.Helper()
@@ -63,9 +63,9 @@ func downAfterServing(t *testing.T, clk *manualClock) *Gate {
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	clk.advance(2 * tune.Calm)
 	g.mu.Lock()
-	g.st.ev.retryFails = tune.HealMinSamples
+	g.st.ev.retryFails = tune.Evidence
 	g.mu.Unlock()
-	failures(g, tune.OutageStreak)
+	failures(g, tune.Evidence)
 	return g
 }
 
@@ -89,11 +89,11 @@ func takeReady(ws []*Waiter, taken []bool, on func(i int, a Admission, err error
 }
 
 // inOutage is a gate of settings s on clk whose server served, then failed
-// tune.OutageStreak new calls in a row (downServer): an outage.
+// tune.Evidence new calls in a row (downServer): an outage.
 func inOutage(t *testing.T, clk *manualClock, s DeferSettings) *Gate {
 	t.Helper()
 	g := downServer(newGate(t, &switchBudget{}, s, clk))
-	failures(g, tune.OutageStreak)
+	failures(g, tune.Evidence)
 	return g
 }
 
@@ -194,17 +194,17 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 			w.Leave()
 		}
 	}()
-	// An outage: tune.OutageStreak failures in a row. Each doubles the probe
+	// An outage: tune.Evidence failures in a row. Each doubles the probe
 	// gap from the pause (1s), up to tune.QuietGapMax.
 	downServer(g)
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	if g.Allow(retry2) {
 		t.Fatal("Allow admitted a retry while calls wait during an outage")
 	}
 	// At their pause and a tenth, the gate holds the waits (the hold and hopeless rules).
-	gap := min(time.Second<<tune.OutageStreak, tune.QuietGapMax)
+	gap := min(time.Second<<tune.Evidence, tune.QuietGapMax)
 	// The first is told when the probe is due; the others, held without
 	// a deadline, hear of it from Ready when it is theirs (one waiter
 	// sleeps to a paced time), else at their wait's end.
@@ -249,7 +249,7 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	}
 }
 
-// TestGateRandomFailuresKeepCredits: fewer than tune.OutageStreak failures in a
+// TestGateRandomFailuresKeepCredits: fewer than tune.Evidence failures in a
 // row are a serving server's random failures: the credits stay, and Allow
 // keeps asking the budget.
 func TestGateRandomFailuresKeepCredits(t *testing.T) {
@@ -268,7 +268,7 @@ func TestGateRandomFailuresKeepCredits(t *testing.T) {
 	g.st.pace.set(t0, 0.5)
 	g.mu.Unlock()
 	clk.advance(time.Second / 4)
-	for range tune.OutageStreak - 1 {
+	for range tune.Evidence - 1 {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	sb.open.Store(true)
@@ -293,7 +293,7 @@ func TestGateLastChance(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
 	downServer(g)
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	deadline := t0.Add(time.Second)
@@ -338,7 +338,7 @@ func TestGateAsksTheBudgetFirst(t *testing.T) {
 	clk := &manualClock{now: t0}
 	sb := &switchBudget{}
 	g := downServer(newGate(t, sb, DeferSettings{}, clk))
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	w, err := g.Enter(retry2, 10*time.Millisecond, time.Time{})
@@ -437,7 +437,7 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 	}
 	defer w.Leave()
 	downServer(g)
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	// tune.BackMinHeld more begin to wait in it: the return is paced.

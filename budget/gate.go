@@ -159,7 +159,7 @@ func (g *Gate) allow(r Request) (Admission, bool) {
 	if g.b.Allow(r) {
 		if !settled && r.Number > 1 && !r.Hedge {
 			g.mu.Lock()
-			g.st.ev.retryOut = now.Add(tune.ProbeLeaseSlack)
+			g.st.ev.retryOut = now.Add(tune.Calm)
 			g.mu.Unlock()
 		}
 		return AdmitNone, true

@@ -153,7 +153,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 			for _, w := range ws {
 				// They waited through an outage: the gate holds them
 				// (the hold and hopeless rules).
-				w.view.held = true
+				w.view.heldBy = heldOutage
 			}
 			if tt.phase == phaseRecovering {
 				g.st.pace.set(tt.at, 1)
@@ -188,7 +188,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 // probe to the CRITICAL_PLUS one.
 func enterBoth(t *testing.T, g *Gate, clk *manualClock, high Request) (low, hi *Waiter) {
 	t.Helper()
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	low, _ = g.Enter(retryAt(shedP), time.Millisecond, time.Time{})
@@ -312,7 +312,7 @@ func outageProbed(t *testing.T, s DeferSettings) *Gate {
 		t.Fatal(err)
 	}
 	downServer(g)
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	w, _ := g.Enter(retry2, 0, time.Time{})
@@ -439,7 +439,7 @@ func TestGateAsksNothingForeignUnderItsLock(t *testing.T) {
 	b := &reentrantBudget{}
 	g := downServer(newGate(t, b, DeferSettings{MaxWait: time.Hour}, clk)) // waits past the minute below
 	b.g = g
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	guard := &reentrantGuard{g: g}

@@ -24,7 +24,7 @@ func TestGateProbeDurationAges(t *testing.T) {
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	clk.advance(3 * time.Hour)
 	downServer(g)
-	failures(g, tune.OutageStreak)
+	failures(g, tune.Evidence)
 	deadline := clk.Now().Add(10 * time.Second)
 	last, _ := g.Enter(Request{Number: 2, Last: true}, 0, deadline)
 	defer last.Leave()
@@ -33,7 +33,7 @@ func TestGateProbeDurationAges(t *testing.T) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.st.ev.runs > tune.OutageStreak || g.st.pace.since > tune.OutageStreak {
+	if g.st.ev.runs > tune.Evidence || g.st.pace.since > tune.Evidence {
 		t.Fatalf("after three idle hours: runs %.1f, failures since a probe %d", g.st.ev.runs, g.st.pace.since)
 	}
 }
@@ -74,7 +74,7 @@ func TestGateGuardHeldWaitStillEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	downServer(g)
-	failures(g, tune.OutageStreak)
+	failures(g, tune.Evidence)
 	guard := &refusingGuard{}
 	w, err := g.Enter(Request{Number: 2, Guard: guard}, 0, time.Time{})
 	if err != nil {

@@ -57,7 +57,7 @@ func TestGateCallerGoneGivesTheProbeBack(t *testing.T) {
 	clk := &manualClock{now: t0}
 	b := &countingBudget{}
 	g := downServer(newGate(t, b, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	failures(g, tune.Evidence)
 	gone, _ := g.Enter(retry2, 0, time.Time{})
 	<-gone.Ready()
 	if a, _ := gone.take(func() bool { return true }); a != AdmitNone {
@@ -157,7 +157,7 @@ func TestGateOutageAges(t *testing.T) {
 	clk := &manualClock{now: t0}
 	b := &switchBudget{}
 	g := downServer(newGate(t, b, DeferSettings{}, clk))
-	failures(g, tune.OutageStreak)
+	failures(g, tune.Evidence)
 	if g.health() != phaseOutage {
 		t.Fatal("no outage")
 	}
@@ -170,11 +170,11 @@ func TestGateOutageAges(t *testing.T) {
 		t.Fatalf("health after three idle hours = %q, want quiet", h)
 	}
 	// Within the bound, the outage is kept.
-	failures(g, tune.OutageStreak)
+	failures(g, tune.Evidence)
 	g2 := inOutage(t, clk, DeferSettings{})
-	clk.advance(tune.ForgetAfter / 2)
+	clk.advance(tune.ProbeGapMax / 2)
 	if g2.Allow(retry2) || g2.health() != phaseOutage {
-		t.Fatal("the outage was forgotten within tune.ForgetAfter")
+		t.Fatal("the outage was forgotten within tune.ProbeGapMax")
 	}
 }
 

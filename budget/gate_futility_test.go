@@ -150,7 +150,7 @@ func TestGateBackPace(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
 	g.st.rand = func() float64 { return 0 } // every spread at its earliest
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	// 40 retries begin to wait over 2 s (20 a second), deadlines 10 s on.
@@ -215,12 +215,12 @@ func TestGateBackPace(t *testing.T) {
 func TestPacerAnswered(t *testing.T) {
 	p := pacer{every: 100 * time.Millisecond, backAt: t0}
 	at := t0
-	// After a cut: tune.ReturnGrow retries a second more per attempt time
-	// (the fastest success's 20 ms, at least tune.BackSlack) since the
+	// After a cut: tune.ReleasePerSecond retries a second more per attempt time
+	// (the fastest success's 20 ms, at least tune.LastChanceLead) since the
 	// cut, one at most per success.
 	additive := func(every, since time.Duration) time.Duration {
-		at := max(20*time.Millisecond, tune.BackSlack)
-		r := float64(time.Second)/float64(every) + tune.ReturnGrow*float64(min(since, at))/float64(at)
+		at := max(20*time.Millisecond, tune.LastChanceLead)
+		r := float64(time.Second)/float64(every) + tune.ReleasePerSecond*float64(min(since, at))/float64(at)
 		return pacer{}.within(float64(time.Second) / r)
 	}
 	for _, tc := range []struct {
@@ -253,13 +253,13 @@ func TestPacerAnswered(t *testing.T) {
 		t.Fatalf("after failed answers: every %v, want at most %v", p.every, releaseEvery)
 	}
 	// Additive: 20 s of successes, each as fast as the fastest, 1 ms
-	// apart: tune.ReturnGrow per attempt time, whatever the pace.
+	// apart: tune.ReleasePerSecond per attempt time, whatever the pace.
 	r0 := float64(time.Second) / float64(p.every)
 	for range 20000 {
 		at = at.Add(time.Millisecond)
 		p = p.answeredIn(at, 20*time.Millisecond, true)
 	}
-	grown := r0 + 20*tune.ReturnGrow/max(0.02, tune.BackSlack.Seconds())
+	grown := r0 + 20*tune.ReleasePerSecond/max(0.02, tune.LastChanceLead.Seconds())
 	if want := time.Duration(float64(time.Second) / grown); p.every > want*11/10 || p.every < want*9/10 {
 		t.Fatalf("after 20 s of fast successes past a cut: every %v, want about %v", p.every, want)
 	}

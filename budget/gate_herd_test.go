@@ -20,7 +20,7 @@ import (
 func TestGateReturnWakesFew(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := downServer(newGateOnTime(t))
-		for range tune.OutageStreak {
+		for range tune.Evidence {
 			g.Record(Attempt{Number: 1, Outcome: Failure})
 		}
 		const n = 1000

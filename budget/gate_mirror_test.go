@@ -16,7 +16,7 @@ func TestGateAllowAfterOutageEndsWhileNobodyWaits(t *testing.T) {
 	open := &switchBudget{}
 	open.open.Store(true)
 	g := downServer(newGate(t, open, DeferSettings{}, clk))
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	if g.Allow(retry2) {

@@ -83,7 +83,7 @@ func TestGateOwnBackTimeHoldsBackNobody(t *testing.T) {
 // A retry out of the heads for its own time in an outage (its pause after
 // the latest attempt that reached the backend) comes back when the server
 // serves again: it goes by its back time after the return (with a
-// deadline, at most tune.BackSpreadMax after it), not at the outage's own
+// deadline, at most releaseEvery after it), not at the outage's own
 // time, which the return made moot.
 func TestGateOwnTimeEndsWithTheOutage(t *testing.T) {
 	clk := &manualClock{now: t0}
@@ -113,8 +113,8 @@ func TestGateOwnTimeEndsWithTheOutage(t *testing.T) {
 			if a, err := w.Take(); a != admitRelease || err != nil {
 				t.Fatalf("%v, %v after the return; want a release", a, err)
 			}
-			if went := clk.Now().Sub(back); went > tune.BackSpreadMax+10*time.Millisecond {
-				t.Fatalf("went %v after the return, want within %v", went, tune.BackSpreadMax)
+			if went := clk.Now().Sub(back); went > releaseEvery+10*time.Millisecond {
+				t.Fatalf("went %v after the return, want within %v", went, releaseEvery)
 			}
 			return
 		default:

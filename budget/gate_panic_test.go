@@ -62,7 +62,7 @@ func TestGateWaitPanicGivesBack(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &manualClock{now: t0}
 			g := downServer(newGate(t, tt.b, DeferSettings{MaxWaiting: 1}, clk))
-			failures(g, tune.OutageStreak)
+			failures(g, tune.Evidence)
 			r := retry2
 			r.Guard = tt.guard
 			var stack string

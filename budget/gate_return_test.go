@@ -94,7 +94,7 @@ func TestGateCutReturnEndsNoWaitBeforeItsBound(t *testing.T) {
 // still held, and how many went as probes.
 func heldThroughOutage(t *testing.T, g *Gate, clk *manualClock, deadline func(time.Time) time.Time) (ws []*Waiter, probes int) {
 	t.Helper()
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	ws = make([]*Waiter, 20)
@@ -150,7 +150,7 @@ func TestGateReturnPacesRetriesNotHeldYet(t *testing.T) {
 	g.mu.Lock()
 	phase, held := g.st.phase, 0
 	for _, w := range ws {
-		if w.view.held {
+		if w.view.heldBy != "" {
 			held++
 		}
 	}

@@ -19,7 +19,7 @@ func downState() gateState {
 
 // stateIn returns a gateState in phase p at t0, as the Gate's own
 // transitions leave it: failing after one failure, an outage after
-// tune.OutageStreak, recovering after an outage and a success.
+// tune.Evidence, recovering after an outage and a success.
 func stateIn(p phase) gateState {
 	s := newGateState(t0, func() float64 { return 0.5 })
 	if p != phaseQuiet {
@@ -30,11 +30,11 @@ func stateIn(p phase) gateState {
 	case phaseFailing:
 		s.observe(t0, fail, false)
 	case phaseOutage:
-		for range tune.OutageStreak {
+		for range tune.Evidence {
 			s.observe(t0, fail, false)
 		}
 	case phaseRecovering:
-		for range tune.OutageStreak {
+		for range tune.Evidence {
 			s.observe(t0, fail, false)
 		}
 		s.observe(t0, Attempt{Number: 1, Outcome: Success}, false)
@@ -88,7 +88,7 @@ func TestGateTransitions(t *testing.T) {
 // credits, what a success after one gives, what forget keeps.
 func TestGateTransitionEffects(t *testing.T) {
 	s := stateIn(phaseOutage)
-	if c := s.pace.credits(t0); !near(c, 0) || s.streak != tune.OutageStreak {
+	if c := s.pace.credits(t0); !near(c, 0) || s.streak != tune.Evidence {
 		t.Fatalf("outage: credits %v, streak %d", c, s.streak)
 	}
 	// A first attempt that finds the server back a second later: a credit
@@ -128,7 +128,7 @@ func numbered(w waiterView, n int) waiterView {
 // ended at t0.
 func heldThrough(pause time.Duration, deadline time.Time) waiterView {
 	// Its share of the time left drawn as 0: back at its pause.
-	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true}
+	return waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), heldBy: heldOutage}
 }
 
 // The release rule, after an outage: a wait held through it whose call has a
@@ -145,10 +145,10 @@ func TestGateBackSpread(t *testing.T) {
 		want time.Time
 	}{
 		{heldThrough(pause, deadline), t0},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.5}, t0.Add(tune.BackSpreadMax / 2)},
-		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(tune.BackSpreadMax)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.5}, t0.Add(releaseEvery / 2)},
+		{waiterView{pause: pause, deadline: deadline, holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.999999}, t0.Add(releaseEvery)},
 		// A short deadline: the share of what it leaves before its last chance.
-		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), held: true, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-tune.LastChanceLead)},
+		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-tune.LastChanceLead)},
 	} {
 		w := tc.w
 		if got := s.pace.backAfter(&w, s.lastChanceAt(t0, &w)); got.Sub(tc.want).Abs() > 10*time.Microsecond {
@@ -175,7 +175,7 @@ func TestGateAdmissions(t *testing.T) {
 	told := fresh
 	told.ev.retryFails = 1
 	knownToFail := told
-	knownToFail.ev.retryFails = tune.HealMinSamples
+	knownToFail.ev.retryFails = tune.Evidence
 	learning := told
 	learning.ev.learnNext, learning.ev.learnUntil = 3, t0.Add(time.Second)
 	spreadHalf := heldThrough(pause, deadline)
@@ -205,8 +205,8 @@ func TestGateAdmissions(t *testing.T) {
 		{"another call is learning: the wait ends", learning, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
 		{"the learning call's next retry: it probes", learning, holdAt, numbered(waiting(pause, time.Time{}, false), 3), admitProbe, time.Time{}, false},
 		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, true},
-		{"after an outage, held with a deadline: back at its spread's share", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), spreadHalf, AdmitNone, t0.Add(tune.BackSpreadMax / 2), true},
-		{"after an outage, held with a deadline, its share's time come", stateIn(phaseRecovering), t0.Add(tune.BackSpreadMax / 2), spreadHalf, admitRelease, time.Time{}, true},
+		{"after an outage, held with a deadline: back at its spread's share", stateIn(phaseRecovering), t0.Add(50 * time.Millisecond), spreadHalf, AdmitNone, t0.Add(releaseEvery / 2), true},
+		{"after an outage, held with a deadline, its share's time come", stateIn(phaseRecovering), t0.Add(releaseEvery / 2), spreadHalf, admitRelease, time.Time{}, true},
 	}
 	for _, tt := range tests {
 		s, w := tt.s, tt.w
@@ -217,8 +217,8 @@ func TestGateAdmissions(t *testing.T) {
 			t.Errorf("%s: decide changed the state or the wait", tt.name)
 		}
 		got, next := s.candidate(tt.at, &w)
-		if got != tt.want || !next.Equal(tt.next) || w.held != tt.wantHeld {
-			t.Errorf("%s: candidate = %v, next %v, held %v; want %v, next %v, held %v", tt.name, got, next.Sub(t0), w.held, tt.want, tt.next.Sub(t0), tt.wantHeld)
+		if got != tt.want || !next.Equal(tt.next) || (w.heldBy != "") != tt.wantHeld {
+			t.Errorf("%s: candidate = %v, next %v, held %v; want %v, next %v, held %v", tt.name, got, next.Sub(t0), w.heldBy != "", tt.want, tt.next.Sub(t0), tt.wantHeld)
 			continue
 		}
 		if got == AdmitNone || got == admitEnd {
@@ -341,15 +341,15 @@ func TestGateHeals(t *testing.T) {
 	}
 	s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true, Pushback: true})
 	w0 := w
-	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w0); a == admitHeal || w0.held {
-		t.Fatalf("within tune.OverloadHold of one failure for overload: %v, held %v; want no heal, not held (one sign of two attempts is not an overload)", a, w0.held)
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w0); a == admitHeal || w0.heldBy != "" {
+		t.Fatalf("within tune.OverloadHold of one failure for overload: %v, held %v; want no heal, not held (one sign of two attempts is not an overload)", a, w0.heldBy != "")
 	}
 	for range overloadSigns - 1 {
 		s.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})
 	}
 	w1, w2 := w, w
-	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == admitHeal || !w1.held {
-		t.Fatalf("within tune.OverloadHold of failures for overload: %v, held %v; want no heal, and held", a, w1.held)
+	if a, _ := s.candidate(t0.Add(tune.OverloadHold-time.Millisecond), &w1); a == admitHeal || w1.heldBy == "" {
+		t.Fatalf("within tune.OverloadHold of failures for overload: %v, held %v; want no heal, and held", a, w1.heldBy != "")
 	}
 	if a, _ := s.candidate(t0.Add(tune.OverloadHold), &w2); a != admitHeal {
 		t.Fatalf("after tune.OverloadHold: %v, want heal", a)
@@ -522,7 +522,7 @@ func TestGateOutageNeedsEvidence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s := tt.s()
-		for range tune.OutageStreak {
+		for range tune.Evidence {
 			s.observe(t0, fail, false)
 		}
 		if s.phase != tt.want {
@@ -581,7 +581,7 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 // A server that failed a share of its attempts all along (runs of one
 // or two failures that successes ended) and then fails every attempt,
 // retries included, is in an outage once the streak is beyond what its
-// flakiness makes: twice its longest recent run, plus tune.OutageStreak (the
+// flakiness makes: twice its longest recent run, plus tune.Evidence (the
 // outage rule), whatever the calls before it said of healing. A flaky
 // server that went down got every call's every retry for its whole outage.
 func TestGateOutageBeyondFlakyRuns(t *testing.T) {
@@ -592,7 +592,7 @@ func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 	s.ev.calls = 1<<tune.HealWindow | 0xff // the calls before said retries heal
 	s.observe(t0, Attempt{Number: 2, Outcome: Failure}, false)
 	s.observe(t0, Attempt{Number: 3, Outcome: Failure}, false)
-	want := int(2*s.ev.runs) + tune.OutageStreak
+	want := int(2*s.ev.runs) + tune.Evidence
 	for i := 3; i <= want; i++ {
 		s.observe(t0, Attempt{Number: 1, Outcome: Failure}, false)
 		if got := s.phase == phaseOutage; got != (i >= want) {
@@ -610,11 +610,19 @@ func TestGateOutageBeyondFlakyRuns(t *testing.T) {
 	}
 }
 
+// admitEnd is candidate's answer for a wait that ends (decision.end).
+const admitEnd Admission = 255
+
 // candidate is what a waiter's Poll asks without a guard: the decision
 // for w at now, applied.
 func (s *gateState) candidate(now time.Time, w *waiterView) (Admission, time.Time) {
 	d := s.decide(now, w)
-	w.held = w.held || d.hold
+	if d.end != nil {
+		return admitEnd, time.Time{}
+	}
+	if w.heldBy == "" {
+		w.heldBy = d.heldBy
+	}
 	return d.how, d.next
 }
 

@@ -15,7 +15,7 @@ import (
 // waitingInOutage starts n retries waiting in g, in an outage, on
 // goroutines that end when ctx does.
 func waitingInOutage(t testing.TB, g *Gate, n int, ctx context.Context, wg *sync.WaitGroup) {
-	for range tune.OutageStreak {
+	for range tune.Evidence {
 		g.Record(Attempt{Number: 1, Outcome: Failure})
 	}
 	if g.health() != phaseOutage {
@@ -125,7 +125,7 @@ func heldAfterOutage(tb testing.TB, clk *manualClock, n int, guard ...Guard) (g 
 		tb.Fatal(err)
 	}
 	downServer(g)
-	failures(g, tune.OutageStreak)
+	failures(g, tune.Evidence)
 	ws := make([]*Waiter, n)
 	r := Request{Number: 2}
 	if len(guard) > 0 {
@@ -250,7 +250,7 @@ func BenchmarkGateEnterWithWaiters(b *testing.B) {
 				b.Fatal(err)
 			}
 			downServer(g)
-			failures(g, tune.OutageStreak)
+			failures(g, tune.Evidence)
 			ws := make([]*Waiter, n)
 			for i := range ws {
 				if ws[i], err = g.Enter(Request{Number: 2}, time.Second, time.Time{}); err != nil {

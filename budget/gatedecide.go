@@ -7,27 +7,21 @@ import (
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
-// admitEnd is a decision's answer for a wait that ends without admission
-// (decision.end says by which rule); never an Attempt's.
-const admitEnd Admission = 255
-
 // decision is what the rules say of one waiting retry at one moment: how it
-// goes now (before its guard and the budget are asked; admitEnd: its wait
-// ends, by the rule end), or AdmitNone with next, when asking again could
-// change the answer without news (zero: only news will); hold: the wait is
-// held from now on (the hold rule, or an open guard); own, with AdmitNone,
+// goes now (before its guard and the budget are asked), or AdmitNone: with
+// end, its wait ends by that rule; with next, when asking again could
+// change the answer without news (zero: only news will); heldBy: the wait is
+// held from now on, by that rule (the hold rule, or an open guard); own, with AdmitNone,
 // the retry's own time (a call held through an outage goes back no sooner
 // than backAfter) when it has not come: whatever the pacer says, the retry
 // waits for it, so the grant loop keys it by that alone, not by the
 // pacer's time that news moves. (In an outage: its pause after the latest
 // that reached the backend, or its last chance, when that binds.)
 type decision struct {
-	how  Admission
-	next time.Time
-	own  time.Time
-	hold bool
-	end  *waitEnd
-	// heldBy names the rule that holds the wait, with hold.
+	how    Admission
+	next   time.Time
+	own    time.Time
+	end    *waitEnd
 	heldBy string
 }
 
@@ -40,18 +34,18 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 	end, why := s.endAt(now, w)
 	switch {
 	case ended(now, end):
-		return decision{how: admitEnd, end: why}
+		return decision{end: why}
 	case now.Before(w.earliest):
 		return decision{next: clock.Earlier(w.earliest, end)} // its pause
 	}
 	d := s.decideRules(now, w, end)
 	switch {
-	case !w.guardOpen || d.how != AdmitNone && d.how != admitEnd:
+	case !w.guardOpen || d.how != AdmitNone:
 		return d
 	case s.pace.leased(now):
-		return decision{next: clock.Earlier(s.pace.until, end), hold: true, heldBy: heldGuard}
+		return decision{next: clock.Earlier(s.pace.until, end), heldBy: heldGuard}
 	}
-	return decision{how: admitProbe, hold: true, heldBy: heldGuard}
+	return decision{how: admitProbe, heldBy: heldGuard}
 }
 
 // endAt is when w's wait ends, whatever else happens, and by which rule:
@@ -91,7 +85,10 @@ func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
 // was timed). It is the one number behind the hopeless end and the last
 // chance.
 func (s *gateState) attemptTime(now time.Time, w *waiterView) time.Duration {
-	return max(w.took, s.tookNow(now))
+	if now.Before(s.ev.okAt.Add(tune.OverloadHold)) {
+		return max(w.took, s.ev.okTook)
+	}
+	return w.took
 }
 
 // turnIn is, at the estimate, how long a retry that begins to wait now
@@ -133,17 +130,8 @@ func (s *gateState) lastChanceAt(now time.Time, w *waiterView) time.Time {
 	return w.deadline.Add(-s.attemptTime(now, w) - tune.LastChanceLead)
 }
 
-// tookNow is the latest deferred retry that succeeded's time, within
-// tune.OverloadHold of it (else 0): the hopeless rule's floor.
-func (s *gateState) tookNow(now time.Time) time.Duration {
-	if now.Before(s.ev.okAt.Add(tune.OverloadHold)) {
-		return s.ev.okTook
-	}
-	return 0
-}
-
 func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) decision {
-	held := w.held
+	held := w.heldBy != ""
 	// The heal rule, but during a return: then every waiting retry goes at
 	// the return's pace, one that began to wait just before it too (those
 	// went at once: a fleet's 20 processes sent 35 in the return's first
@@ -166,12 +154,12 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 			if learn && !s.pace.leased(now) {
 				return decision{how: admitProbe}
 			}
-			return decision{how: admitEnd, end: errWaitEnded}
+			return decision{end: errWaitEnded}
 		}
 		held = true
 	}
-	d := decision{hold: held && !w.held}
-	if d.hold {
+	var d decision
+	if held && w.heldBy == "" {
 		d.heldBy = heldOverload
 		if s.phase == phaseOutage {
 			d.heldBy = heldOutage
@@ -193,7 +181,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how Admission, next, own time.Time) {
 	if !s.phase.failing() {
 		next := s.pace.next
-		if s.pace.heldThrough(w, held) {
+		if held && w.holdAt.Before(s.pace.backAt) { // held through the outage
 			if back := s.pace.backAfter(w, s.lastChanceAt(now, w)); now.Before(back) {
 				own = back
 			}

@@ -127,13 +127,9 @@ func pushed(w uint64, n int, b bool) uint64 {
 	return c
 }
 
-// runsAfter is runs once a success ended a streak of n failures in a row.
-func (e *evidence) runsAfter(n int) float64 {
-	if n > 0 {
-		return max(float64(n), e.runs*tune.RunDecay)
-	}
-	return e.runs
-}
+// runsAfter is runs once a success ended a streak of n failures in a row
+// (n > 0).
+func (e *evidence) runsAfter(n int) float64 { return max(float64(n), e.runs*tune.RunDecay) }
 
 // callsN is how many calls that retried and ended are kept; healed, how
 // many of them healed.
@@ -142,7 +138,7 @@ func (e *evidence) healed() int { return max(bits.OnesCount16(e.calls)-1, 0) }
 
 // heals reports whether the heal rule applies: no recent sign of overload, and
 // enough of the latest calls that retried healed; or, until calls say,
-// an attempt succeeded and not tune.HealMinSamples retries failed since.
+// an attempt succeeded and not tune.Evidence retries failed since.
 // For a server that serves (stale), what the calls said goes stale
 // tune.Calm after the latest streak of failures ended: back from an
 // outage, it must not keep the outage's evidence.
@@ -151,7 +147,7 @@ func (e *evidence) heals(now time.Time, stale bool) bool {
 		return false
 	}
 	if !e.callsKnown() || stale && now.Sub(e.lastFail) > tune.Calm {
-		return e.seen && e.retryFails < tune.HealMinSamples
+		return e.seen && e.retryFails < tune.Evidence
 	}
 	won := e.healed()
 	return won > 0 && float64(won) >= tune.HealMinShare*float64(e.callsN())
@@ -159,8 +155,8 @@ func (e *evidence) heals(now time.Time, stale bool) bool {
 
 // callsKnown reports whether the calls say whether retrying heals; known,
 // whether the process knows it.
-func (e *evidence) callsKnown() bool { return e.callsN() >= tune.HealMinSamples || e.healed() > 0 }
-func (e *evidence) known() bool      { return e.callsKnown() || e.retryFails >= tune.HealMinSamples }
+func (e *evidence) callsKnown() bool { return e.callsN() >= tune.Evidence || e.healed() > 0 }
+func (e *evidence) known() bool      { return e.callsKnown() || e.retryFails >= tune.Evidence }
 
 // untold reports whether no retry has told anything yet, nor is about to:
 // while a paid retry is out, another would only probe what it will tell.
@@ -185,11 +181,8 @@ func (e *evidence) overloaded(now time.Time) bool {
 	if now.Before(e.heldUntil) || e.short >= tune.RoomCut {
 		return true
 	}
-	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(e.signsN(), tune.OverloadWindow))
+	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(bits.Len64(e.signs)-1, tune.OverloadWindow))
 }
-
-// signsN is how many attempts signs holds.
-func (e *evidence) signsN() int { return max(bits.Len64(e.signs)-1, 0) }
 
 // learns reports whether the retry number n may go as the hold rule's
 // probe that learns whether retries heal: the process does not know yet,

@@ -8,8 +8,13 @@ import (
 )
 
 // releaseEvery is the release interval while no return is under way: one
-// release a second (tune.ReleasePerSecond).
-const releaseEvery = time.Duration(float64(time.Second) / tune.ReleasePerSecond)
+// release a second (tune.ReleasePerSecond). paceFloor is the shortest pace
+// and probe gap: one of zero would never move again (a failed probe's gap
+// doubles from it; successes may halve it to nothing).
+const (
+	releaseEvery = time.Duration(float64(time.Second) / tune.ReleasePerSecond)
+	paceFloor    = time.Microsecond
+)
 
 // pacer answers, for every paced waiting retry (a release, a probe, a last
 // chance, a call going back after an outage), when the next may go and how
@@ -101,7 +106,7 @@ func (p pacer) roomAnswered(now time.Time, ok, own bool) pacer {
 	}
 	f := tune.BackFaster
 	if own {
-		f = tune.RoomGrow
+		f = tune.RoomCut
 	}
 	p.every = p.within(f * float64(p.every))
 	p.next = clock.Earlier(p.next, now.Add(p.every))
@@ -141,7 +146,7 @@ func (p pacer) backFrom(now, since time.Time, c float64, overloaded bool) pacer 
 // latest cut, at cutAt, cuts: the others met the same load), to
 // releaseEvery at worst. A success says the backend has room: until the
 // first cut the pace quickens by tune.BackFaster (slow start), after it
-// the rate grows by tune.ReturnGrow retries a second per attempt time
+// the rate grows by tune.ReleasePerSecond retries a second per attempt time
 // (additive; the attempt time is the fastest success's since the return).
 // A multiplicative cut and an additive growth are what bring processes
 // that never talk to their share: a pace frozen after a refusal held one
@@ -167,42 +172,35 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 	case p.cutAt.Before(p.backAt):
 		p.every = p.within(tune.BackFaster * float64(p.every))
 	default:
-		// The rate r (retries a second) grows by tune.ReturnGrow per
+		// The rate r (retries a second) grows by tune.ReleasePerSecond per
 		// attempt time that passed since it last grew, one at most per
-		// success (an attempt time under tune.BackSlack counts as that:
+		// success (an attempt time under tune.LastChanceLead counts as that:
 		// loopback's would make it leap).
-		at := max(p.fastest, tune.BackSlack)
+		at := max(p.fastest, tune.LastChanceLead)
 		r := float64(time.Second) / float64(p.every)
-		r += tune.ReturnGrow * float64(min(now.Sub(p.grownAt), at)) / float64(at)
+		r += tune.ReleasePerSecond * float64(min(now.Sub(p.grownAt), at)) / float64(at)
 		p.every, p.grownAt = p.within(float64(time.Second)/r), now
 	}
 	return p
 }
 
-// within is d as p's pace: a microsecond at least (a pace of zero would
-// never move again), releaseEvery at most, or during a return slowest when
-// that is slower.
+// within is d as p's pace: paceFloor at least, releaseEvery at most, or
+// during a return slowest when that is slower.
 func (p pacer) within(d float64) time.Duration {
-	return time.Duration(min(max(d, float64(time.Microsecond)), float64(max(p.slowest, releaseEvery))))
+	return time.Duration(min(max(d, float64(paceFloor)), float64(max(p.slowest, releaseEvery))))
 }
 
 // backAfter is when w, held through the outage that ended at backAt, goes
 // back at the earliest: without a deadline, its pause after it; with one,
 // its spread's share of what the deadline leaves before its last chance
-// (last), tune.BackSpreadMax at most (a pause after the return cost calls
+// (last), releaseEvery at most (a pause after the return cost calls
 // held with a deadline the time they had left: sim blip, 2 points).
 func (p *pacer) backAfter(w *waiterView, last time.Time) time.Time {
 	if w.deadline.IsZero() {
 		return p.backAt.Add(w.pause)
 	}
-	room := min(last.Sub(p.backAt), tune.BackSpreadMax)
+	room := min(last.Sub(p.backAt), releaseEvery)
 	return p.backAt.Add(time.Duration(w.spread * float64(max(room, 0))))
-}
-
-// heldThrough reports whether w, held (as held says), was held through the
-// latest outage: it goes back no sooner than backAfter.
-func (p *pacer) heldThrough(w *waiterView, held bool) bool {
-	return held && w.holdAt.Before(p.backAt)
 }
 
 func (p *pacer) leased(now time.Time) bool { return now.Before(p.until) }
@@ -218,8 +216,8 @@ func (p pacer) taken(now time.Time, w *waiterView, how Admission) pacer {
 		p.next = clock.Later(p.next, now).Add(p.every)
 	case how.probing():
 		p.at, p.until, p.pause = now, now.Add(tune.ProbeGapMax), w.pause
-		if !w.deadline.IsZero() && w.deadline.Add(tune.ProbeLeaseSlack).Before(p.until) {
-			p.until = w.deadline.Add(tune.ProbeLeaseSlack)
+		if !w.deadline.IsZero() && w.deadline.Add(tune.Calm).Before(p.until) {
+			p.until = w.deadline.Add(tune.Calm)
 		}
 	}
 	return p
@@ -238,13 +236,13 @@ func (p pacer) given(how Admission) pacer {
 // reported is p once a lease holder ended now after took (zero: unknown). One that
 // went before the holder did reports late (its lease lapsed and went to
 // another): the holder keeps it. A holder that failed doubles the gap,
-// from tune.GapFloor, up to tune.ProbeGapMax.
+// from paceFloor, up to tune.ProbeGapMax.
 func (p pacer) reported(now time.Time, took time.Duration, failed bool) pacer {
 	if !p.until.IsZero() && (took <= 0 || !now.Add(-took).Before(p.at)) {
 		p.until = time.Time{}
 	}
 	if failed {
-		p.gap = min(max(2*p.gap, p.pause, tune.GapFloor), tune.ProbeGapMax)
+		p.gap = min(max(2*p.gap, p.pause, paceFloor), tune.ProbeGapMax)
 		p.failedAt, p.since = now, 0
 	}
 	return p

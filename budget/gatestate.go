@@ -51,12 +51,12 @@ func newGateState(now time.Time, rand func() float64) gateState {
 }
 
 // age forgets, at now, what no attempt has confirmed for longer than
-// tune.ForgetAfter and the longest wait it judged (the ageing rule): a
+// tune.ProbeGapMax and the longest wait it judged (the ageing rule): a
 // state not settled falls back to a new Gate's (the next retry finds out,
 // as in a new process), and the evidence of whether retries heal goes.
 // The Gate calls it only while nobody waits and no probe is out.
 func (s *gateState) age(now time.Time) {
-	bound := max(s.span, tune.ForgetAfter)
+	bound := max(s.span, tune.ProbeGapMax)
 	if s.pace.leased(now) {
 		return
 	}
@@ -98,7 +98,6 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		if a.Outcome == Success {
 			s.pace.gain, s.pace.gap = tune.ReleaseGainStart, 0
 			s.streak, s.span = 0, 0
-			s.ev.retryFails, s.ev.seen = 0, true
 			s.pace = s.pace.rested() // nobody waits: no return is under way
 			s.pace.down = false
 			if s.phase == phaseOutage {
@@ -168,12 +167,12 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// (a server that served, then failed every call for a deadline;
 		// under overload no retry goes to fail, and the streak suffices).
 		e := &s.ev
-		ovl, retriesFailed := e.overloaded(now), e.retryFails >= tune.HealMinSamples
+		ovl, retriesFailed := e.overloaded(now), e.retryFails >= tune.Evidence
 		healthy := e.seen && s.streakAt.Sub(e.lastFail) >= tune.Calm
-		down := !e.heals(now, false) && (e.callsN() >= tune.HealMinSamples && e.healed() == 0 || retriesFailed)
-		beyond := e.seen && float64(s.streak+1) >= 2*e.runs+tune.OutageStreak
+		down := !e.heals(now, false) && (e.callsN() >= tune.Evidence && e.healed() == 0 || retriesFailed)
+		beyond := e.seen && float64(s.streak+1) >= 2*e.runs+tune.Evidence
 		lasting := e.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span && (retriesFailed || ovl)
-		if s.streak++; s.streak >= tune.OutageStreak && ((healthy || ovl) && down || beyond && retriesFailed || lasting) {
+		if s.streak++; s.streak >= tune.Evidence && ((healthy || ovl) && down || beyond && retriesFailed || lasting) {
 			s.phase, s.pace.down = phaseOutage, true
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing
@@ -220,10 +219,9 @@ type waiterView struct {
 	// DeferSettings.MaxWait (endAt).
 	limit time.Time
 	last  bool
-	// holdAt is when the wait ends unless held (the hold rule).
+	// holdAt is when the wait ends unless held (the hold rule); heldBy
+	// names the rule that first held it ("": none, heldOutage, ...).
 	holdAt time.Time
-	held   bool
-	// heldBy names the rule that first held it (heldOutage, ...).
 	heldBy string
 	// took is Request.Took.
 	took time.Duration

@@ -152,7 +152,7 @@ func (g *Gate) victim(level int) *Waiter {
 // refusal the guarded wait for news or its time).
 func classOf(w *Waiter) int {
 	c := 0
-	if w.view.held {
+	if w.view.heldBy != "" {
 		c = 2
 	}
 	if w.r.Guard != nil {
@@ -220,19 +220,19 @@ func (g *Gate) grantLocked(now time.Time) {
 		l, class, head := w.level, w.class, g.heads[w.level][w.class].top() == w
 		w.round = g.round
 		d := g.st.decide(now, &w.view)
-		if d.hold && !w.view.held {
-			w.view.held, w.view.heldBy = true, d.heldBy
+		if d.heldBy != "" && w.view.heldBy == "" {
+			w.view.heldBy = d.heldBy
 			g.heads[l][w.class].remove(w)
 			w.class = classOf(w)
 			g.heads[l][w.class].push(w)
 		}
-		if d.how != AdmitNone && d.how != admitEnd && guardHeld && w.r.Guard != nil {
+		if d.how != AdmitNone && guardHeld && w.r.Guard != nil {
 			// Held for news or the guard's time, and to its end.
 			end, _ := g.st.endAt(now, &w.view)
 			d.how, d.next = AdmitNone, clock.Earlier(g.guardAt, end)
 		}
 		switch {
-		case d.how == admitEnd:
+		case d.end != nil:
 			g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
 			return
 		case d.how == AdmitNone:
@@ -418,11 +418,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		if !settled {
 			// A panic of the guard or the budget: w leaves, and what it
 			// was granted goes back, before the panic goes on.
-			now := g.now()
-			g.mu.Lock()
-			refund := g.leaveLocked(now, w)
-			g.mu.Unlock()
-			g.refund(refund, w.r)
+			w.Leave()
 			if yes {
 				returnRetry(w.r.Guard)
 			}
@@ -452,8 +448,8 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	default:
 		// Held once past its hold time: the guard, not the hold rule,
 		// says when it goes.
-		if !w.view.held && !now.Before(w.view.holdAt) {
-			w.view.held, w.view.heldBy = true, heldGuard
+		if w.view.heldBy == "" && !now.Before(w.view.holdAt) {
+			w.view.heldBy = heldGuard
 		}
 		w.view.guardOpen = open
 		g.guardNews, g.guardAt = g.news, next

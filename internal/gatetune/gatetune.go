@@ -11,15 +11,32 @@ const (
 	// Releases go one a second, each success taking 1/16 of the interval
 	// off, doubling per released retry that succeeds up to 3/16: 1/s and
 	// 3/16 peaked at 1.18x capacity after recovery in the storm lab, 1.5/s
-	// at 2x. The return after an outage is never slower.
+	// at 2x. The return after an outage is never slower, and a call held
+	// through it with a deadline goes back at a random share of what its
+	// deadline leaves, one release interval at most (spread over an hour's
+	// deadline, a held call waited up to an hour past the server's return).
+	// Once a failure cut a return's pace, the rate of held retries grows
+	// by this slowest rate, one retry a second, per attempt time (additive
+	// increase, one at most per success): with a pace frozen for
+	// OverloadHold after each refusal instead, a fleet's processes met
+	// refusals unevenly and one kept an eighth of another's pace; half as
+	// much served fewer held calls, twice as much sent more refusals
+	// (BENCHMARKS.md, "A fleet of any size, on virtual time").
 	ReleasePerSecond = 1.0
 	ReleaseGainStart = 1.0 / 16
 	ReleaseGainMax   = 3.0 / 16
-	// OutageStreak: two failures in a row are rare under random failures;
-	// a down server is seen on the second.
-	OutageStreak = 2
+	// Evidence: two of a kind are evidence, one is chance. Two failures in
+	// a row are rare under random failures, and a down server is seen on
+	// the second (the outage rule's streak); two retries failed since a
+	// success say retries fail; two calls that retried say whether
+	// retrying heals (the heal rule's fewest samples).
+	Evidence = 2
 	// ProbeGapMax: failed probes double their gap up to 30 s, so a long
-	// outage is still probed twice a minute (restarts take seconds to minutes).
+	// outage is still probed twice a minute (restarts take seconds to
+	// minutes). What no attempt confirmed for as long, the longest probe
+	// gap, and for the longest wait it judged is forgotten (the ageing
+	// rule): a Gate left in an outage when its traffic stopped refused the
+	// first retry hours later.
 	ProbeGapMax = 30 * time.Second
 	// QuietGapMax: new calls' failures stretch the probe gap up to 4 s, so
 	// held calls probe again soon after the process's own calls stop.
@@ -28,13 +45,11 @@ const (
 	// before the end rule would end its wait: with no attempt timed that
 	// is its attempt's time, else the slack that keeps a late timer or a
 	// slower attempt within the deadline; the lab's blip heals with it.
+	// An attempt time under it counts as it in a return's additive growth
+	// (ReleasePerSecond): on loopback the fastest took 0.3 ms, and a growth
+	// per attempt time that short would leap by a hundred retries a second
+	// per second of successes.
 	LastChanceLead = 50 * time.Millisecond
-	// GapFloor: a failed probe's gap doubles from at least 1 ms (successes
-	// may halve it to nothing).
-	GapFloor = time.Millisecond
-	// ProbeLeaseSlack: the interceptors record an attempt a little after its
-	// deadline ends it; a probe silent a second past that is lost.
-	ProbeLeaseSlack = time.Second
 	// BackShare: calls held through an outage go back at most 0.4 times the
 	// pace their retries began to wait at (lab unavailable, issue 39).
 	BackShare = 0.4
@@ -50,24 +65,6 @@ const (
 	// (halving them held a backend refusing 30 % at random to one a
 	// second; BENCHMARKS.md, the migrating team's scenarios).
 	BackFaster = 0.8
-	// BackSlack: an attempt time under 25 ms counts as 25 ms in a return's
-	// additive growth (ReturnGrow): on loopback the fastest took 0.3 ms,
-	// and a growth per attempt time that short would leap by a hundred
-	// retries a second per second of successes; a lab server's service
-	// time is 20 ms.
-	BackSlack = 25 * time.Millisecond
-	// ReturnGrow: once a failure cut a return's pace, the rate of held
-	// retries grows by one retry a second per attempt time (additive
-	// increase, one at most per success): with a pace frozen for
-	// OverloadHold after each refusal instead, a fleet's processes met
-	// refusals unevenly and one kept an eighth of another's pace; half as
-	// much served fewer held calls, twice as much sent more refusals
-	// (BENCHMARKS.md, "A fleet of any size, on virtual time").
-	ReturnGrow = 1.0
-	// BackSpreadMax: a call with a deadline goes back at a random share of
-	// what its deadline leaves, a second at most: spread over an hour's
-	// deadline, a held call waited up to an hour past the server's return.
-	BackSpreadMax = time.Second
 	// FutileUnsent: for a retry whose attempt never left the client (its
 	// connection was failing to connect), the backend's return is expected
 	// half as far off as the outage has lasted (the end rule's turn): lab
@@ -78,13 +75,13 @@ const (
 	// failures followed the last failed probe (at most one retry in ten
 	// calls, the property test's bar).
 	FutileEvery = 10
-	// HealWindow, HealMinSamples, HealMinShare: of the latest 8 calls that
-	// retried, a third healed says retrying heals (a server failing half
-	// its attempts heals 3 in 4, a down one none); judged per call, since
-	// per attempt the gate's own probes taught it that nothing heals.
-	HealWindow     = 8
-	HealMinSamples = 2
-	HealMinShare   = 1.0 / 3
+	// HealWindow, HealMinShare: of the latest 8 calls that retried (two
+	// at least, Evidence), a third healed says retrying heals (a server
+	// failing half its attempts heals 3 in 4, a down one none); judged per
+	// call, since per attempt the gate's own probes taught it that nothing
+	// heals.
+	HealWindow   = 8
+	HealMinShare = 1.0 / 3
 	// OverloadHold: a failure for overload (or a slow success) is a sign
 	// for 5 s: no retry heals unpaid meanwhile (retrying an overloaded
 	// server deepens it even when some retries succeed), and the share of
@@ -124,12 +121,11 @@ const (
 	// held calls' return fills the room (without it, the sim's fleet
 	// served fewer of an outage's calls; BENCHMARKS.md, "A fleet of any
 	// size, on virtual time").
-	RoomCut = 0.5
-	// RoomGrow: a retry the gate let go that succeeds halves the release
-	// interval (slow start): a burst whose load ended leaves no new call
-	// to quicken it, and a fifth per success brought held calls back one
-	// at a time over seconds.
-	RoomGrow = 0.5
+	// A retry the gate let go that succeeds halves the release interval
+	// by the same factor (slow start doubles what a cut halves): a burst
+	// whose load ended leaves no new call to quicken it, and a fifth per
+	// success brought held calls back one at a time over seconds.
+	RoomCut  = 0.5
 	RoomGain = 0.25
 	// QuietLulls: a backend that answered nothing for 4 times its latest
 	// interval between answers (and the probe gap) gives no news: a
@@ -141,15 +137,14 @@ const (
 	// outage, so a flaky server's unlucky runs are not taken for one; and
 	// one after its latest streak of failures ended, a server that serves
 	// every attempt heals a straggler's retry again (the issue 45 bar: a
-	// timer cuts within a second of the first success).
+	// timer cuts within a second of the first success). A second is also
+	// how long past its deadline a probe, or a paid retry, that no attempt
+	// reported is taken for lost: the interceptors record an attempt a
+	// little after its deadline ends it.
 	Calm = time.Second
 	// RunDecay: a flaky server's longest run of failures shrinks by 0.9 per
 	// later run, so an early unlucky run does not hide an outage for long.
 	RunDecay = 0.9
-	// ForgetAfter: what no attempt confirmed for 30 s (the longest probe
-	// gap) and for the longest wait it judged is forgotten: a Gate left in
-	// an outage when its traffic stopped refused the first retry hours later.
-	ForgetAfter = 30 * time.Second
 	// HoldSlack: a wait no rule holds ends a tenth of its pause after it,
 	// so a failing call waits little more than its backoff.
 	HoldSlack = 0.1
