@@ -98,14 +98,11 @@ func (l *unaryLoop) sendDue() {
 	l.hs.sendDue(l.callCtx, nil, func(int) (time.Time, bool) { return time.Now(), true }, func(int) { l.launch() })
 }
 
-// sendDue is hedging's one start rule, for a unary call and a stream
-// alike: it starts the attempts that are due (next), each admitted by the
-// call's decision (admitHedge, goOnRefused), accounted for (launched) and
-// followed by the next one's time (schedule). The engine says, before the
-// breaker and the budget are asked, whether it still wants an attempt
-// (wanted, nil: always); take makes attempt n ready, once admitted, and
-// returns when it went, or false when the engine no longer wants it (take
-// then gives back what the admission took); run starts it.
+// sendDue is hedging's one start rule, for a unary call and a stream: it
+// starts the attempts that are due, each admitted by the call's decision.
+// wanted (nil: always) says before the asking whether the engine still
+// wants one; take readies attempt n once admitted and says when it went,
+// or false, having given the admission back; run starts it.
 func (s *hedgeState) sendDue(callCtx context.Context, wanted func() bool, take func(n int) (time.Time, bool), run func(n int)) {
 	for s.due {
 		n := s.next(callCtx)

@@ -212,20 +212,16 @@ func (s *retryStream) ask() *streamAttempt {
 func (s *retryStream) wantsHedge() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.committingLocked(&s.race.st)
+	return !s.committingLocked()
 }
 
-// takeHedge makes hedge n, which the breaker and the budget admitted
-// outside mu (as every hook their asking runs must be), an attempt sent
-// (launchLocked), unless the stream is committing now: the driver alone
-// launches and commits, so no attempt goes after the commit. A hedge the
-// stream no longer wants is told to the breaker and the budget as one
-// cancelled (a half-open probe slot is free again).
+// takeHedge launches hedge n, which the breaker and the budget admitted
+// outside mu, unless the application's Context or an overflow asked for a
+// commit meanwhile: then an attempt in flight wins, and the hedge is told to
+// the breaker and the budget as one cancelled (a probe slot is free again).
 func (s *retryStream) takeHedge(n int) (time.Time, bool) {
 	s.mu.Lock()
-	if s.committingLocked(&s.race.st) {
-		// The application's Context or an overflow asked for a commit
-		// while the hedge was asked: an attempt in flight wins.
+	if s.committingLocked() {
 		s.mu.Unlock()
 		s.c.recordHedge(n, budget.Other, budget.Other)
 		return time.Time{}, false
@@ -247,8 +243,8 @@ func (s *retryStream) runHedge(n int) {
 
 // committingLocked: an ask or commitNext waits, and an attempt in flight
 // will answer it. mu is held.
-func (s *retryStream) committingLocked(st *hedgeState) bool {
-	return (s.commitNext || len(s.race.asks) > 0) && st.inFlight > 0
+func (s *retryStream) committingLocked() bool {
+	return (s.commitNext || len(s.race.asks) > 0) && s.race.st.inFlight > 0
 }
 
 // launchLocked makes attempt n and adds it to the attempts sent, which a
