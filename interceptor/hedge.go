@@ -34,7 +34,6 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 	l.goroutines(h.MaxAttempts, grpcOpts)
 	l.hist = hist
 	l.hedged, l.hs = true, hedgeState{c: c, h: h, delay: delay}
-	l.hs.deadline, l.hs.hasDeadline = callCtx.Deadline()
 	return l.run()
 }
 
@@ -76,9 +75,6 @@ type hedgeState struct {
 	delay time.Duration
 	// delay < 0: one attempt at a time (a reply that is not a proto.Message).
 
-	deadline    time.Time
-	hasDeadline bool
-
 	sent, inFlight int
 	lastSend       time.Time
 	// due: the next attempt is to be sent now; trigger is the non-fatal
@@ -97,20 +93,32 @@ type hedgeState struct {
 	lastN int
 }
 
-// sendDue sends the attempts that are due.
+// sendDue sends the unary call's attempts that are due.
 func (l *unaryLoop) sendDue() {
-	s := &l.hs
+	l.hs.sendDue(l.callCtx, nil, func(int) (time.Time, bool) { return time.Now(), true }, func(int) { l.launch() })
+}
+
+// sendDue is hedging's one start rule, for a unary call and a stream: it
+// starts the attempts that are due, each admitted by the call's decision.
+// wanted (nil: always) says before the asking whether the engine still
+// wants one; take readies attempt n once admitted and says when it went,
+// or false, having given the admission back; run starts it.
+func (s *hedgeState) sendDue(callCtx context.Context, wanted func() bool, take func(n int) (time.Time, bool), run func(n int)) {
 	for s.due {
-		n := s.next(l.callCtx)
-		if n == 0 {
+		n := s.next(callCtx)
+		if n == 0 || wanted != nil && !wanted() {
 			return
 		}
-		if why := s.admitHedge(l.callCtx, n); why != policy.ReasonNone && !s.goOnRefused(l.callCtx, n, why) {
+		if why := s.admitHedge(callCtx, n); why != policy.ReasonNone && !s.goOnRefused(callCtx, n, why) {
 			return
 		}
-		s.launched(l.callCtx, n, time.Now())
-		l.launch()
-		s.schedule(l.callCtx, n)
+		at, ok := take(n)
+		if !ok {
+			return
+		}
+		s.launched(callCtx, n, at)
+		run(n)
+		s.schedule(callCtx, n)
 	}
 }
 
@@ -218,7 +226,7 @@ func (s *hedgeState) schedule(callCtx context.Context, n int) {
 // caller's deadline stops hedging.
 func (s *hedgeState) arm(callCtx context.Context, d time.Duration, n int) {
 	s.disarm()
-	if s.hasDeadline && time.Until(s.deadline) <= d {
+	if dl, ok := callCtx.Deadline(); ok && time.Until(dl) <= d {
 		s.stop(callCtx, n, policy.ReasonDeadline)
 		return
 	}

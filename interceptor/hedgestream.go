@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -88,7 +87,6 @@ func (k *core) hedgeStream(s *retryStream) {
 	st := &r.st
 	st.c, st.h = &s.c, h
 	st.delay, r.hist = k.hedgeDelay(s.method, h)
-	st.deadline, st.hasDeadline = s.callCtx.Deadline()
 	s.mu.Lock()
 	a := s.launchLocked(1)
 	s.mu.Unlock()
@@ -119,7 +117,7 @@ func (s *retryStream) drive(st *hedgeState) {
 			s.afterCommit(st, w)
 			return
 		}
-		s.sendDue(st)
+		st.sendDue(s.callCtx, s.wantsHedge, s.takeHedge, s.runHedge)
 		if st.inFlight == 0 && st.timerC == nil {
 			s.fail(st, st.stopped)
 			return
@@ -209,55 +207,44 @@ func (s *retryStream) ask() *streamAttempt {
 	return w
 }
 
-// sendDue launches the attempts that are due, as hedge.go's sendDue does
-// for a unary call, with the same hedgeState steps (next, launched,
-// schedule). The driver alone launches and commits, so no attempt goes
-// after the commit. The breaker and the budget are asked outside mu, as
-// every hook their asking runs must be; a hedge they admitted that the
-// stream no longer wants (committing) gives back what they took.
-func (s *retryStream) sendDue(st *hedgeState) {
-	for st.due {
-		n := st.next(s.callCtx)
-		if n == 0 || s.committing(st) {
-			return
-		}
-		if why := st.admitHedge(s.callCtx, n); why != policy.ReasonNone && !st.goOnRefused(s.callCtx, n, why) {
-			return
-		}
-		s.mu.Lock()
-		if s.committingLocked(st) {
-			// The application's Context or an overflow asked for a
-			// commit while the hedge was asked: an attempt in flight
-			// wins, and the hedge is told to the breaker and the budget
-			// as one cancelled (a half-open probe slot is free again).
-			s.mu.Unlock()
-			s.c.recordHedge(n, budget.Other, budget.Other)
-			return
-		}
-		a := s.launchLocked(n)
-		s.mu.Unlock()
-		st.launched(s.callCtx, n, a.start)
-		go func() {
-			if cs, err := s.openRaced(a); err == nil {
-				s.watch(a, cs)
-			}
-		}()
-		st.schedule(s.callCtx, n)
-	}
-}
-
-// committing reports whether the stream is about to commit to an attempt
-// in flight (committingLocked), so that no hedge should go.
-func (s *retryStream) committing(st *hedgeState) bool {
+// wantsHedge says whether the race still wants a hedge: not when it is
+// about to commit to an attempt in flight (committingLocked).
+func (s *retryStream) wantsHedge() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.committingLocked(st)
+	return !s.committingLocked()
+}
+
+// takeHedge launches hedge n, which the breaker and the budget admitted
+// outside mu, unless the application's Context or an overflow asked for a
+// commit meanwhile: then an attempt in flight wins, and the hedge is told to
+// the breaker and the budget as one cancelled (a probe slot is free again).
+func (s *retryStream) takeHedge(n int) (time.Time, bool) {
+	s.mu.Lock()
+	if s.committingLocked() {
+		s.mu.Unlock()
+		s.c.recordHedge(n, budget.Other, budget.Other)
+		return time.Time{}, false
+	}
+	a := s.launchLocked(n)
+	s.mu.Unlock()
+	return a.start, true
+}
+
+// runHedge opens hedge n on a goroutine of its own, which then watches it.
+func (s *retryStream) runHedge(n int) {
+	a := s.race.sent[n-1]
+	go func() {
+		if cs, err := s.openRaced(a); err == nil {
+			s.watch(a, cs)
+		}
+	}()
 }
 
 // committingLocked: an ask or commitNext waits, and an attempt in flight
 // will answer it. mu is held.
-func (s *retryStream) committingLocked(st *hedgeState) bool {
-	return (s.commitNext || len(s.race.asks) > 0) && st.inFlight > 0
+func (s *retryStream) committingLocked() bool {
+	return (s.commitNext || len(s.race.asks) > 0) && s.race.st.inFlight > 0
 }
 
 // launchLocked makes attempt n and adds it to the attempts sent, which a

@@ -33,9 +33,10 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // through commitNowLocked; useLocked when a replay ends after a commit was
 // asked), and by the race's commit (commitToLocked), which the application
 // asks for through ask alone; commitToLocked by the driver's steps only
-// (serve, ended), launchLocked by sendDue and, for the first attempt before
+// (serve, ended), launchLocked by takeHedge and, for the first attempt before
 // the driver starts, hedgeStream; and those steps by the driver's loop (drive,
-// takeEvents) alone. An attempt's goroutine or the application's that
+// takeEvents) alone, which hands takeHedge, wantsHedge and runHedge to
+// hedging's one start rule (hedgeState.sendDue) and names them nowhere else. An attempt's goroutine or the application's that
 // commits a race, as watch, join, SendMsg and Context did, shows here; so
 // does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
@@ -45,7 +46,7 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		"commitLocked":   {"Context", "Header", "RecvMsg", "commitNowLocked", "commitToLocked", "useLocked"},
 		"ask":            {"commitNowLocked", "raceContext"},
 		"commitToLocked": {"ended", "serve"},
-		"launchLocked":   {"hedgeStream", "sendDue"},
+		"launchLocked":   {"hedgeStream", "takeHedge"},
 		"serve":          {"drive"},
 		"ended":          {"drive", "takeEvents"},
 		"sendDue":        {"drive"},
@@ -64,6 +65,11 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 	for name, w := range want {
 		if !slices.Equal(got[name], w) {
 			t.Errorf("%s is called by %v, want %v alone", name, got[name], w)
+		}
+	}
+	for _, name := range []string{"wantsHedge", "takeHedge", "runHedge"} {
+		if got, want := identUsers(t, name), []string{"hedgestream.go: retryStream.drive"}; !slices.Equal(got, want) {
+			t.Errorf("%s is named in %v, want %v alone", name, got, want)
 		}
 	}
 }
