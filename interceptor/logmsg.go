@@ -87,30 +87,31 @@ func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
 	k.opts.warnLoud(msgNearlyNamed, "grpc.method", method, "stagger.name", name)
 }
 
-// loudMax and noticeMax bound the sets of what was said once: a program
-// that makes up method names must not grow them without end.
-const (
-	loudMax   = 1024
-	noticeMax = 1024
-)
-
 // firstLoud reports whether msg is said for the first time by the
 // interceptors sharing k's State.
-func (k *core) firstLoud(msg string) bool {
-	s := &k.opts.state.said
-	return firstIn(&s.loud, &s.loudN, loudMax, msg)
+func (k *core) firstLoud(msg string) bool { return k.opts.state.said.loud.first(msg) }
+
+// saidMax bounds a saidOnce: a program that makes up method names must not
+// grow it without end.
+const saidMax = 1024
+
+// saidOnce is the set of what was said once (a notice, a warn line), by
+// key. It holds at most saidMax keys: past the bound, what was not said is
+// not said. Safe for concurrent use; its zero value is empty.
+type saidOnce struct {
+	m sync.Map
+	n atomic.Int64
 }
 
-// firstIn reports whether key is new to m and adds it; n counts m's keys,
-// at most bound: past it, what was not said is not said.
-func firstIn(m *sync.Map, n *atomic.Int64, bound int64, key any) bool {
-	if _, seen := m.Load(key); seen || n.Load() >= bound {
+// first reports whether key is new to s, and adds it.
+func (s *saidOnce) first(key any) bool {
+	if _, seen := s.m.Load(key); seen || s.n.Load() >= saidMax {
 		return false
 	}
-	if _, seen := m.LoadOrStore(key, struct{}{}); seen {
+	if _, seen := s.m.LoadOrStore(key, struct{}{}); seen {
 		return false
 	}
-	n.Add(1)
+	s.n.Add(1)
 	return true
 }
 
@@ -124,7 +125,7 @@ func (o *options) warnLoud(msg string, fields ...any) {
 }
 
 func (o *options) firstAmbiguous(method string) bool {
-	return o.ambiguous != nil && firstIn(o.ambiguous, o.ambiguousN, noticeMax, method)
+	return o.ambiguous != nil && o.ambiguous.first(method)
 }
 
 // slogDefault is slog.Default() as a logging.Logger, read at each line
@@ -249,32 +250,55 @@ func budgetFields(fields []any, st budget.State) []any {
 	return fields
 }
 
-// warnedSource is the part of policy.Source that says which reloads swapped
-// in a file with warnings.
-type warnedSource interface {
-	Warned() (n uint64, ev policy.SourceEvent)
-	ClaimWarned() (ev policy.SourceEvent, ok bool)
+// reloadLog is how a policy.Source records one kind of reload (refused,
+// or swapped in with warnings): latest returns the last with its number,
+// claim hands it to the first of the Source's readers to ask. each: the
+// logger hears each one once (seen, the number of the last it heard).
+type reloadLog struct {
+	latest func() (uint64, policy.SourceEvent)
+	claim  func() (policy.SourceEvent, bool)
+	each   bool
+	seen   atomic.Uint64
 }
 
-// logWarnedReload says that cfg, which a call follows for the first time,
-// came from a reload with warnings: the file is valid and in force, so
-// nothing else would say that retries the program had are gone.
-func (k *core) logWarnedReload(cfg *policy.Config) {
-	ws, ok := k.opts.source.(warnedSource)
+// logReload logs at error level, as msg, the reload r last recorded, when
+// want takes it: through the logger, else through slog.Default(), once in the
+// process. Without it a file and the policy in force differ in silence.
+func (k *core) logReload(r *reloadLog, msg string, want func(policy.SourceEvent) bool) {
+	n, ev := r.latest()
+	ok := want(ev)
+	if ok && k.opts.logger == nil {
+		ev, ok = r.claim()
+		ok = ok && want(ev)
+	} else if ok && r.each {
+		seen := r.seen.Load()
+		ok = seen != n && r.seen.CompareAndSwap(seen, n)
+	}
 	if !ok {
 		return
 	}
-	_, ev := ws.Warned()
-	if ev.Config != cfg {
-		return
-	}
 	fields := []any{"stagger.file", ev.Path, "stagger.warnings", ev.Warnings}
-	if k.opts.logger != nil {
-		k.opts.logger.Log(context.Background(), logging.LevelError, msgReloadWarned, fields...)
+	if ev.Err != nil {
+		fields = []any{"stagger.error", ev.Err.Error(), "stagger.file", ev.Path}
+	}
+	if k.opts.logger == nil {
+		slog.Default().Error(msg, fields...)
 		return
 	}
-	if ev, ok := ws.ClaimWarned(); ok && ev.Config == cfg {
-		slog.Default().Error(msgReloadWarned, fields...)
+	k.opts.logger.Log(context.Background(), logging.LevelError, msg, fields...)
+}
+
+// logRefusal logs a reload the source refused (logReload).
+func (k *core) logRefusal() {
+	k.logReload(k.refusals, msgReloadRefused, func(ev policy.SourceEvent) bool { return ev.Err != nil })
+}
+
+// logWarnedReload logs that cfg, which a call follows for the first time,
+// came from a reload with warnings: the file is valid and in force, so
+// nothing else would say that retries the program had are gone.
+func (k *core) logWarnedReload(cfg *policy.Config) {
+	if k.warned != nil {
+		k.logReload(k.warned, msgReloadWarned, func(ev policy.SourceEvent) bool { return ev.Config == cfg })
 	}
 }
 
