@@ -297,11 +297,7 @@ func onlyRetriesUse(p *policy.Policy) bool {
 // the policy's own maxAttempts when larger); capped is the bound when n
 // was above it.
 func boundAttempts(n int, cfg *policy.Config, own int) (attempts, capped int) {
-	bound := cfg.MaxAttemptsCap()
-	if own > bound {
-		bound = own
-	}
-	if n > bound {
+	if bound := max(cfg.MaxAttemptsCap(), own); n > bound {
 		return bound, bound
 	}
 	return n, 0
