@@ -35,9 +35,10 @@ type core struct {
 	// hedgeLatencyN counts them.
 	hedgeLatency  sync.Map
 	hedgeLatencyN atomic.Int64
-	// refusals and warned are the source's records of refused reloads and
-	// of reloads with warnings (policy.Source); nil when it keeps none.
-	refusals, warned *reloadLog
+	// reloads is the source when it records its reloads (logReload);
+	// refusalSeen the number of the last refusal logged.
+	reloads     *policy.Source
+	refusalSeen atomic.Uint64
 	// followed is the last config of the source a call followed.
 	followed atomic.Pointer[policy.Config]
 }
@@ -381,18 +382,7 @@ func newCore(opts []Option) *core {
 	if k.opts.state == nil {
 		k.opts.state = NewState()
 	}
-	if s, ok := k.opts.source.(interface {
-		Refused() (uint64, policy.SourceEvent)
-		ClaimRefused() (policy.SourceEvent, bool)
-	}); ok {
-		k.refusals = &reloadLog{latest: s.Refused, claim: s.ClaimRefused, each: true}
-	}
-	if s, ok := k.opts.source.(interface {
-		Warned() (uint64, policy.SourceEvent)
-		ClaimWarned() (policy.SourceEvent, bool)
-	}); ok {
-		k.warned = &reloadLog{latest: s.Warned, claim: s.ClaimWarned}
-	}
+	k.reloads, _ = k.opts.source.(*policy.Source)
 	return k
 }
 

@@ -66,7 +66,12 @@ func (k *core) logWarnings(cfg *policy.Config) {
 		}
 		k.opts.warnLoud(msgPolicyWarning, append(fields, "stagger.warning", w.Message)...)
 	}
-	k.logWarnedReload(cfg)
+	if k.reloads != nil {
+		// cfg, which a call follows for the first time, may come from a
+		// reload with warnings: the file is valid and in force, so nothing
+		// else would say that retries the program had are gone.
+		k.logReload(cfg)
+	}
 }
 
 // logNearlyNamed says that cfg nearly names method without naming it: a
@@ -250,36 +255,38 @@ func budgetFields(fields []any, st budget.State) []any {
 	return fields
 }
 
-// reloadLog is how a policy.Source records one kind of reload (refused,
-// or swapped in with warnings): latest returns the last with its number,
-// claim hands it to the first of the Source's readers to ask. each: the
-// logger hears each one once (seen, the number of the last it heard).
-type reloadLog struct {
-	latest func() (uint64, policy.SourceEvent)
-	claim  func() (policy.SourceEvent, bool)
-	each   bool
-	seen   atomic.Uint64
-}
-
-// logReload logs at error level, as msg, the reload r last recorded, when
-// want takes it: through the logger, else through slog.Default(), once in the
-// process. Without it a file and the policy in force differ in silence.
-func (k *core) logReload(r *reloadLog, msg string, want func(policy.SourceEvent) bool) {
-	n, ev := r.latest()
-	ok := want(ev)
-	if ok && k.opts.logger == nil {
-		ev, ok = r.claim()
-		ok = ok && want(ev)
-	} else if ok && r.each {
-		seen := r.seen.Load()
-		ok = seen != n && r.seen.CompareAndSwap(seen, n)
+// logReload logs at error level a reload the source recorded (reloads,
+// nil: it records none): the latest refused (cfg nil), which each logger
+// hears once (refusalSeen, its number), or the one with warnings that
+// swapped in cfg. Without a logger slog.Default() hears it once in the
+// process: the first of the Source's readers to claim it says it. Without
+// this line a file and the policy in force differ in silence.
+func (k *core) logReload(cfg *policy.Config) {
+	s, refusal := k.reloads, cfg == nil
+	var ev policy.SourceEvent
+	var ok bool
+	switch {
+	case refusal && k.opts.logger == nil:
+		ev, ok = s.ClaimRefused()
+	case refusal:
+		var n uint64
+		n, ev = s.Refused()
+		seen := k.refusalSeen.Load()
+		ok = ev.Err != nil && seen != n && k.refusalSeen.CompareAndSwap(seen, n)
+	default:
+		// Not claimed unless it is cfg's: the claim is the process's only one.
+		_, ev = s.Warned()
+		if ok = ev.Config == cfg; ok && k.opts.logger == nil {
+			ev, ok = s.ClaimWarned()
+			ok = ok && ev.Config == cfg
+		}
 	}
 	if !ok {
 		return
 	}
-	fields := []any{"stagger.file", ev.Path, "stagger.warnings", ev.Warnings}
-	if ev.Err != nil {
-		fields = []any{"stagger.error", ev.Err.Error(), "stagger.file", ev.Path}
+	msg, fields := msgReloadWarned, []any{"stagger.file", ev.Path, "stagger.warnings", ev.Warnings}
+	if refusal {
+		msg, fields = msgReloadRefused, []any{"stagger.error", ev.Err.Error(), "stagger.file", ev.Path}
 	}
 	if k.opts.logger == nil {
 		slog.Default().Error(msg, fields...)
@@ -288,19 +295,8 @@ func (k *core) logReload(r *reloadLog, msg string, want func(policy.SourceEvent)
 	k.opts.logger.Log(context.Background(), logging.LevelError, msg, fields...)
 }
 
-// logRefusal logs a reload the source refused (logReload).
-func (k *core) logRefusal() {
-	k.logReload(k.refusals, msgReloadRefused, func(ev policy.SourceEvent) bool { return ev.Err != nil })
-}
-
-// logWarnedReload logs that cfg, which a call follows for the first time,
-// came from a reload with warnings: the file is valid and in force, so
-// nothing else would say that retries the program had are gone.
-func (k *core) logWarnedReload(cfg *policy.Config) {
-	if k.warned != nil {
-		k.logReload(k.warned, msgReloadWarned, func(ev policy.SourceEvent) bool { return ev.Config == cfg })
-	}
-}
+// logRefusal logs the reload the source refused last (logReload).
+func (k *core) logRefusal() { k.logReload(nil) }
 
 // servedSource is the part of policy.Source that hears which methods the
 // process calls: a reload naming them names a method, linked or not.
