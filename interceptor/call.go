@@ -1,16 +1,13 @@
 package interceptor
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"google.golang.org/grpc"
 
 	"github.com/stagger-go/stagger/breaker"
@@ -25,15 +22,12 @@ const previousAttemptsKey = "grpc-previous-rpc-attempts"
 // core is what the unary and stream interceptors share.
 type core struct {
 	opts options
-	// noticed and optionNoticed hold the notices given (firstOf), noticeN
-	// counts their keys.
-	noticed       sync.Map
-	optionNoticed sync.Map
-	noticeN       atomic.Int64
+	// noticed holds the notices given: by method (noticeNoTimer,
+	// noticeUnhedged) and by method, reason and option (firstNotice).
+	noticed saidOnce
 	// ambiguous holds the methods whose first ambiguous give-up was logged
 	// at warning level.
-	ambiguous  sync.Map
-	ambiguousN atomic.Int64
+	ambiguous saidOnce
 	// methods caches what the current file says of each method.
 	methods   atomic.Pointer[methodCache]
 	methodsMu sync.Mutex
@@ -41,9 +35,9 @@ type core struct {
 	// hedgeLatencyN counts them.
 	hedgeLatency  sync.Map
 	hedgeLatencyN atomic.Int64
-	// refusals is the source's record of refused reloads (policy.Source);
-	// refusalSeen the last one logged.
-	refusals    refusalSource
+	// reloads is the source when it records its reloads (logReload);
+	// refusalSeen the number of the last refusal logged.
+	reloads     *policy.Source
 	refusalSeen atomic.Uint64
 	// followed is the last config of the source a call followed.
 	followed atomic.Pointer[policy.Config]
@@ -304,11 +298,7 @@ func onlyRetriesUse(p *policy.Policy) bool {
 // the policy's own maxAttempts when larger); capped is the bound when n
 // was above it.
 func boundAttempts(n int, cfg *policy.Config, own int) (attempts, capped int) {
-	bound := cfg.MaxAttemptsCap()
-	if own > bound {
-		bound = own
-	}
-	if n > bound {
+	if bound := max(cfg.MaxAttemptsCap(), own); n > bound {
 		return bound, bound
 	}
 	return n, 0
@@ -385,14 +375,14 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 
 func newCore(opts []Option) *core {
 	k := &core{opts: buildOptions(opts)}
-	k.opts.ambiguous, k.opts.ambiguousN = &k.ambiguous, &k.ambiguousN
+	k.opts.ambiguous = &k.ambiguous
 	if k.opts.logger != nil {
 		k.opts.summary = newRefusedSummary(k.opts.logger)
 	}
 	if k.opts.state == nil {
 		k.opts.state = NewState()
 	}
-	k.refusals, _ = k.opts.source.(refusalSource)
+	k.reloads, _ = k.opts.source.(*policy.Source)
 	return k
 }
 
@@ -413,32 +403,6 @@ func (k *core) follow() {
 		return
 	}
 	k.opts.state.moved(prev, next)
-}
-
-// refusalSource is the part of policy.Source that reports refused reloads.
-type refusalSource interface {
-	Refused() (n uint64, ev policy.SourceEvent)
-	ClaimRefused() (ev policy.SourceEvent, ok bool)
-}
-
-// logRefusal logs once, at error level, a reload the source refused:
-// without it the file and the policy in force differ in silence. Without a
-// logger, slog.Default() hears of it once in the process.
-func (k *core) logRefusal() {
-	if k.opts.logger == nil {
-		if ev, ok := k.refusals.ClaimRefused(); ok {
-			slog.Default().Error(msgReloadRefused, "stagger.error", ev.Err.Error(), "stagger.file", ev.Path)
-		}
-		return
-	}
-	n, ev := k.refusals.Refused()
-	if ev.Err == nil {
-		return
-	}
-	if seen := k.refusalSeen.Load(); seen == n || !k.refusalSeen.CompareAndSwap(seen, n) {
-		return
-	}
-	k.opts.logger.Log(context.Background(), logging.LevelError, msgReloadRefused, "stagger.error", ev.Err.Error(), "stagger.file", ev.Path)
 }
 
 // perCall copies o and applies the call's Options, and returns the call's

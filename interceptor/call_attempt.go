@@ -209,7 +209,7 @@ func noCancel() {}
 func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
 	o, grpcOpts := k.callOptions(opts)
 	cfg := o.config()
-	if k.refusals != nil {
+	if k.reloads != nil {
 		k.logRefusal()
 	}
 	return k.startWith(ctx, cc, method, o, grpcOpts, cfg, k.method(cfg, method), c)
@@ -325,7 +325,7 @@ func withMethodTimeout(ctx, base context.Context, m *policy.Method) (context.Con
 // noticeNoTimer says once per method that the per-attempt timeout is not
 // applied: the call may not run twice.
 func (k *core) noticeNoTimer(ctx context.Context, c *call) {
-	if k.firstOf(&k.noticed, c.method) {
+	if k.noticed.first(c.method) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
 	}
 }
@@ -338,7 +338,7 @@ func (k *core) firstNotice(method string, reason policy.Reason, opt retryOption)
 		reason policy.Reason
 		opt    retryOption
 	}
-	return k.firstOf(&k.optionNoticed, key{method, reason, opt})
+	return k.noticed.first(key{method, reason, opt})
 }
 
 // firstUnapplied returns the error of an EventNotice with ReasonNoPolicy,
@@ -356,11 +356,8 @@ func (k *core) firstUnapplied(method string, set retryOption) error {
 	return fmt.Errorf("interceptor: %s not applied: no retry policy for the method", strings.Join(names, ", "))
 }
 
-// firstOf reports whether key is new to m, and adds it (at most noticeMax
-// keys in all).
-func (k *core) firstOf(m *sync.Map, key any) bool {
-	return firstIn(m, &k.noticeN, noticeMax, key)
-}
+// firstOf is s.first(key), for hedge.go's noticeUnhedged.
+func (k *core) firstOf(s *saidOnce, key any) bool { return s.first(key) }
 
 // callCriticality resolves a call's criticality in WithCriticality's order;
 // Unset when nothing names one.

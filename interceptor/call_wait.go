@@ -34,15 +34,22 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 	case nil:
 		return nil
 	case context.Canceled:
-		err := status.Error(codes.Canceled, context.Canceled.Error())
-		c.reason = policy.ReasonCaller
-		c.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: codes.Canceled, Err: err, Reason: policy.ReasonCaller})
-		return c.finish(err)
-	default:
-		c.reason = policy.ReasonDeadline
-		c.emit(callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Reason: policy.ReasonDeadline})
-		return c.finish(last)
+		return c.giveUp(callCtx, Event{Method: c.method, Attempt: c.attempt}, policy.ReasonCaller, last)
 	}
+	return c.giveUp(callCtx, Event{Method: c.method, Attempt: c.attempt}, policy.ReasonDeadline, last)
+}
+
+// giveUp ends the call after a pause or a wait, for why, with last, or
+// CANCELED when the caller cancelled (ReasonCaller); e is the EventGiveUp
+// to emit, without its code, error and reason.
+func (c *call) giveUp(callCtx context.Context, e Event, why policy.Reason, last error) error {
+	if why == policy.ReasonCaller {
+		last = status.Error(codes.Canceled, context.Canceled.Error())
+	}
+	e.Kind, e.Code, e.Err, e.Reason = EventGiveUp, status.Code(last), last, why
+	c.reason = why
+	c.emit(callCtx, e)
+	return c.finish(last)
 }
 
 // paused counts d as a pause, a pushback's when the pending pause is one.
@@ -63,7 +70,8 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	req.Waited = c.inGate
 	adm, err, switched := c.waitGate(callCtx, req, d)
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
-	if err == nil {
+	switch {
+	case err == nil:
 		c.admission = adm
 		e.Kind = EventRetry
 		if c.resume {
@@ -71,21 +79,13 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 		}
 		c.emit(callCtx, e)
 		return nil
-	}
-	e.Kind = EventGiveUp
-	switch {
 	case errors.Is(callCtx.Err(), context.Canceled):
-		last = status.Error(codes.Canceled, context.Canceled.Error())
-		e.Code, e.Err, e.Reason = codes.Canceled, last, policy.ReasonCaller
+		return c.giveUp(callCtx, e, policy.ReasonCaller, last)
 	case switched:
 		// As no retry would: the last attempt's status.
-		e.Reason = policy.ReasonDisabled
-	default:
-		e.Reason = waitEnded(err)
+		return c.giveUp(callCtx, e, policy.ReasonDisabled, last)
 	}
-	c.reason = e.Reason
-	c.emit(callCtx, e)
-	return c.finish(last)
+	return c.giveUp(callCtx, e, waitEnded(err), last)
 }
 
 // waitGate waits in the Deferrer for req, no sooner than d (a retry's wait,

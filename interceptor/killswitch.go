@@ -178,7 +178,6 @@ func switched(l logging.Logger, st *State, on bool, by string) {
 		heldRetries.end(st)
 		msg, level = msgSwitchedOff, logging.LevelWarn
 	}
-
 	if l == nil {
 		l = slogDefault
 	}

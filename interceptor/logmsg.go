@@ -66,7 +66,12 @@ func (k *core) logWarnings(cfg *policy.Config) {
 		}
 		k.opts.warnLoud(msgPolicyWarning, append(fields, "stagger.warning", w.Message)...)
 	}
-	k.logWarnedReload(cfg)
+	if k.reloads != nil {
+		// cfg, which a call follows for the first time, may come from a
+		// reload with warnings: the file is valid and in force, so nothing
+		// else would say that retries the program had are gone.
+		k.logReload(cfg)
+	}
 }
 
 // logNearlyNamed says that cfg nearly names method without naming it: a
@@ -87,30 +92,31 @@ func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
 	k.opts.warnLoud(msgNearlyNamed, "grpc.method", method, "stagger.name", name)
 }
 
-// loudMax and noticeMax bound the sets of what was said once: a program
-// that makes up method names must not grow them without end.
-const (
-	loudMax   = 1024
-	noticeMax = 1024
-)
-
 // firstLoud reports whether msg is said for the first time by the
 // interceptors sharing k's State.
-func (k *core) firstLoud(msg string) bool {
-	s := &k.opts.state.said
-	return firstIn(&s.loud, &s.loudN, loudMax, msg)
+func (k *core) firstLoud(msg string) bool { return k.opts.state.said.loud.first(msg) }
+
+// saidMax bounds a saidOnce: a program that makes up method names must not
+// grow it without end.
+const saidMax = 1024
+
+// saidOnce is the set of what was said once (a notice, a warn line), by
+// key. It holds at most saidMax keys: past the bound, what was not said is
+// not said. Safe for concurrent use; its zero value is empty.
+type saidOnce struct {
+	m sync.Map
+	n atomic.Int64
 }
 
-// firstIn reports whether key is new to m and adds it; n counts m's keys,
-// at most bound: past it, what was not said is not said.
-func firstIn(m *sync.Map, n *atomic.Int64, bound int64, key any) bool {
-	if _, seen := m.Load(key); seen || n.Load() >= bound {
+// first reports whether key is new to s, and adds it.
+func (s *saidOnce) first(key any) bool {
+	if _, seen := s.m.Load(key); seen || s.n.Load() >= saidMax {
 		return false
 	}
-	if _, seen := m.LoadOrStore(key, struct{}{}); seen {
+	if _, seen := s.m.LoadOrStore(key, struct{}{}); seen {
 		return false
 	}
-	n.Add(1)
+	s.n.Add(1)
 	return true
 }
 
@@ -124,7 +130,7 @@ func (o *options) warnLoud(msg string, fields ...any) {
 }
 
 func (o *options) firstAmbiguous(method string) bool {
-	return o.ambiguous != nil && firstIn(o.ambiguous, o.ambiguousN, noticeMax, method)
+	return o.ambiguous != nil && o.ambiguous.first(method)
 }
 
 // slogDefault is slog.Default() as a logging.Logger, read at each line
@@ -249,34 +255,48 @@ func budgetFields(fields []any, st budget.State) []any {
 	return fields
 }
 
-// warnedSource is the part of policy.Source that says which reloads swapped
-// in a file with warnings.
-type warnedSource interface {
-	Warned() (n uint64, ev policy.SourceEvent)
-	ClaimWarned() (ev policy.SourceEvent, ok bool)
-}
-
-// logWarnedReload says that cfg, which a call follows for the first time,
-// came from a reload with warnings: the file is valid and in force, so
-// nothing else would say that retries the program had are gone.
-func (k *core) logWarnedReload(cfg *policy.Config) {
-	ws, ok := k.opts.source.(warnedSource)
+// logReload logs at error level a reload the source recorded (reloads,
+// nil: it records none): the latest refused (cfg nil), which each logger
+// hears once (refusalSeen, its number), or the one with warnings that
+// swapped in cfg. Without a logger slog.Default() hears it once in the
+// process: the first of the Source's readers to claim it says it. Without
+// this line a file and the policy in force differ in silence.
+func (k *core) logReload(cfg *policy.Config) {
+	s, refusal := k.reloads, cfg == nil
+	var ev policy.SourceEvent
+	var ok bool
+	switch {
+	case refusal && k.opts.logger == nil:
+		ev, ok = s.ClaimRefused()
+	case refusal:
+		var n uint64
+		n, ev = s.Refused()
+		seen := k.refusalSeen.Load()
+		ok = ev.Err != nil && seen != n && k.refusalSeen.CompareAndSwap(seen, n)
+	default:
+		// Not claimed unless it is cfg's: the claim is the process's only one.
+		_, ev = s.Warned()
+		if ok = ev.Config == cfg; ok && k.opts.logger == nil {
+			ev, ok = s.ClaimWarned()
+			ok = ok && ev.Config == cfg
+		}
+	}
 	if !ok {
 		return
 	}
-	_, ev := ws.Warned()
-	if ev.Config != cfg {
+	msg, fields := msgReloadWarned, []any{"stagger.file", ev.Path, "stagger.warnings", ev.Warnings}
+	if refusal {
+		msg, fields = msgReloadRefused, []any{"stagger.error", ev.Err.Error(), "stagger.file", ev.Path}
+	}
+	if k.opts.logger == nil {
+		slog.Default().Error(msg, fields...)
 		return
 	}
-	fields := []any{"stagger.file", ev.Path, "stagger.warnings", ev.Warnings}
-	if k.opts.logger != nil {
-		k.opts.logger.Log(context.Background(), logging.LevelError, msgReloadWarned, fields...)
-		return
-	}
-	if ev, ok := ws.ClaimWarned(); ok && ev.Config == cfg {
-		slog.Default().Error(msgReloadWarned, fields...)
-	}
+	k.opts.logger.Log(context.Background(), logging.LevelError, msg, fields...)
 }
+
+// logRefusal logs the reload the source refused last (logReload).
+func (k *core) logRefusal() { k.logReload(nil) }
 
 // servedSource is the part of policy.Source that hears which methods the
 // process calls: a reload naming them names a method, linked or not.

@@ -209,7 +209,6 @@ func boundedKey[V any](m map[string]V, target string) string {
 
 // forgetHoldingLocked forgets the backends that deferred no retry for an
 // interval.
-
 func (s *refusedSummary) forgetHoldingLocked(now time.Time) {
 	for t, at := range s.holding {
 		if now.Sub(at) >= s.every {

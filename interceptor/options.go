@@ -2,8 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -78,12 +76,10 @@ type options struct {
 	// resume is copied on write, so calls may share it.
 	resume map[string]ResumeFunc
 	// ambiguous holds the methods whose ambiguous give-up was logged at
-	// warn level, at most noticeMax (ambiguousN); summary sums up the
-	// calls their budget ended, for the logger. Both are nil for options
-	// not built by newCore.
-	ambiguous  *sync.Map
-	ambiguousN *atomic.Int64
-	summary    *refusedSummary
+	// warn level; summary sums up the calls their budget ended, for the
+	// logger. Both are nil for options not built by newCore.
+	ambiguous *saidOnce
+	summary   *refusedSummary
 	// crit is the interceptor's default criticality and callCrit the
 	// call's own; Unset when not given.
 	crit, callCrit criticality.Level

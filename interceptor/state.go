@@ -48,11 +48,10 @@ type stateMaps struct {
 // said is what the interceptors sharing a State told the logger, or
 // slog.Default(), about their files, so that each is said once between
 // them: warned, the last file whose warnings were said; loud, the likely
-// typos said (firstLoud), loudN of them.
+// typos said (firstLoud).
 type said struct {
 	warned atomic.Pointer[policy.Config]
-	loud   sync.Map
-	loudN  atomic.Int64
+	loud   saidOnce
 }
 
 // NewState returns an empty State.

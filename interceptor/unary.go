@@ -126,7 +126,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			o, grpcOpts = k.callOptions(opts)
 		}
 		cfg := o.config()
-		if k.refusals != nil {
+		if k.reloads != nil {
 			k.logRefusal()
 		}
 		mi := k.method(cfg, method)
