@@ -356,8 +356,6 @@ func (k *core) firstUnapplied(method string, set retryOption) error {
 	return fmt.Errorf("interceptor: %s not applied: no retry policy for the method", strings.Join(names, ", "))
 }
 
-// firstOf is s.first(key), for hedge.go's noticeUnhedged.
-func (k *core) firstOf(s *saidOnce, key any) bool { return s.first(key) }
 
 // callCriticality resolves a call's criticality in WithCriticality's order;
 // Unset when nothing names one.

@@ -394,7 +394,7 @@ func (k *core) latency(method string) *latencyHistogram {
 // noticeUnhedged tells the hooks, once per method, that its hedging policy
 // is not applied, and why.
 func (k *core) noticeUnhedged(ctx context.Context, c *call, why policy.Reason) {
-	if k.firstOf(&k.noticed, c.method) {
+	if k.noticed.first(c.method) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: true})
 	}
 }
