@@ -356,7 +356,6 @@ func (k *core) firstUnapplied(method string, set retryOption) error {
 	return fmt.Errorf("interceptor: %s not applied: no retry policy for the method", strings.Join(names, ", "))
 }
 
-
 // callCriticality resolves a call's criticality in WithCriticality's order;
 // Unset when nothing names one.
 func callCriticality(ctx context.Context, o *options, m *policy.Method) criticality.Level {
