@@ -134,7 +134,7 @@ func (st *streamTimer) served(took time.Duration) {
 }
 
 // stopTimer stops the attempt's timer and reports whether it cut the
-// attempt off; then the retry it admitted becomes c.timerVerdict, for
+// attempt off; then the retry it admitted becomes c.cut, for
 // afterAttempt. It sets c.slow (a slowSuccessPart-th of the timer or more).
 func (c *call) stopTimer(st *streamTimer) (cutOff bool) {
 	c.slow = false
@@ -149,7 +149,6 @@ func (c *call) stopTimer(st *streamTimer) (cutOff bool) {
 		}
 		return false
 	}
-	c.timerVerdict, c.timerGrace = st.verdict, st.grace
-	c.timerAdmission, c.timerStraggler = st.admission, st.straggler
+	c.cut = st.timerCut
 	return true
 }

@@ -262,7 +262,7 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 		// Answered, or the caller left, as the timer cut it off: the
 		// retry the timer admitted does not go.
 		l.settleTimer()
-		c.timerVerdict, c.timerAdmission = policy.Verdict{}, budget.AdmitNone
+		c.cut = timerCut{}
 	}
 	if err == nil && (timed || c.attempt > 1) {
 		l.served(ev)

@@ -52,7 +52,7 @@ func (l *unaryLoop) take() {
 
 // endTimer takes the end of the timer's attempt at end: first the
 // decisions due by then, then the timer stops. It reports whether the
-// timer cut the attempt off, its retry then c.timerVerdict, and sets
+// timer cut the attempt off, its retry then c.cut, and sets
 // c.slow.
 func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 	c, t := l.c(), &l.timer
@@ -69,8 +69,7 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 	}
 	switch t.state {
 	case timerFired:
-		c.timerVerdict, c.timerGrace = t.verdict, t.grace
-		c.timerAdmission, c.timerStraggler = t.admission, t.straggler
+		c.cut = t.timerCut
 		return true
 	case timerRanOn:
 		if t.refused != policy.ReasonNone {
