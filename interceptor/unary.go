@@ -170,7 +170,10 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				if ua == nil {
 					ua = unaryAttempts.Get().(*unaryAttempt)
 				}
-				attemptOpts := ua.prepare(mi.opts, grpcOpts)
+				attemptOpts := ua.own[:]
+				if len(mi.opts)+len(grpcOpts) > 0 {
+					attemptOpts = ua.prepare(mi.opts, grpcOpts)
+				}
 				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
 				if err != nil {
 					err = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err, attemptOpts: attemptOpts, ua: ua})
