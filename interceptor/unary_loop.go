@@ -27,11 +27,12 @@ import (
 //	the caller's context                     its Done channel, as evCaller
 //
 // Modes: inline (nothing can fire during an attempt: it runs on the loop's
-// goroutine into the caller's reply and holders, and the fast path's
-// failed first attempt is its first step); one at a time under a timer;
-// beside (hedgeOnPerTryTimeout); hedged (hedging is retry with a start
-// timer: hedgeState). Off inline, each attempt has outputs of its own and
-// the caller's are filled from one before the call returns. Whether the
+// goroutine into the caller's reply and the unaryAttempt's holders, and the
+// fast path's failed first attempt is its first step); one at a time under
+// a timer; beside (hedgeOnPerTryTimeout); hedged (hedging is retry with a
+// start timer: hedgeState). In every mode but a call's one attempt, the
+// attempts write holders of their own and the caller's are filled from one
+// before the call returns. Whether the
 // timer cut an attempt off is a comparison of times (endTimer), whichever
 // event came first.
 type unaryLoop struct {
