@@ -36,18 +36,28 @@ type attemptTimer struct {
 	// prevFired is what pace.fire returned as the timer first fired.
 	prevFired int64
 	firedOnce bool
-	// verdict is the retry the policy would make as the timer fired; fired
-	// how long after start it fired, grace how long after that it cut the
-	// attempt off; admission and straggler the retry's; refused, once it ran
-	// on, why the retry was refused.
-	verdict      policy.Verdict
-	fired, grace time.Duration
+	// timerCut is the retry, from when the policy would make it as the
+	// timer fired (verdict) until it cut the attempt off; fired is how long
+	// after start it fired; refused, once it ran on, why the retry was
+	// refused.
+	timerCut
+	fired   time.Duration
+	refused policy.Reason
 	// decidedAt is the due time of the decision that cut the attempt off
 	// or let it run on.
 	decidedAt time.Time
+}
+
+// timerCut is the retry the per-attempt timer admitted as it cut its
+// attempt off: its verdict, the part of its pause the attempt ran on for
+// (grace), its admission and whether the attempt was a straggler. The
+// timer writes it; the call takes it (call.cut) for afterAttempt as the
+// timer stops, and the zero value is no retry.
+type timerCut struct {
+	verdict   policy.Verdict
+	grace     time.Duration
 	admission budget.Admission
 	straggler bool
-	refused   policy.Reason
 }
 
 // errAttemptTimeout replaces the CANCELED of an attempt the timer cut off;
@@ -173,6 +183,25 @@ func (t *attemptTimer) stop() {
 		t.t.Stop()
 		t.t = nil
 	}
+}
+
+// handOver gives c what the stopped timer decided of its attempt, which
+// ended at end: whether it ran slow (c.slow, a slowSuccessPart-th of the
+// timer or more), the retry the timer admitted as it cut it off (c.cut), or
+// the retry it refused as the attempt ran on (timerRefusedRetry). cutOff:
+// the timer cut the attempt off.
+func (t *attemptTimer) handOver(c *call, end time.Time) (cutOff bool) {
+	c.slow = end.Sub(t.start) >= c.perAttempt/slowSuccessPart
+	switch t.state {
+	case timerFired:
+		c.cut = t.timerCut
+		return true
+	case timerRanOn:
+		if t.refused != policy.ReasonNone {
+			c.timerRefusedRetry(t.refused)
+		}
+	}
+	return false
 }
 
 // timerRefusedRetry reports that the timer fired, the policy would have

@@ -49,13 +49,9 @@ type call struct {
 	slow bool
 	// afterTimeout: the running attempt follows one the timer cut off.
 	afterTimeout bool
-	// The retry the per-attempt timer admitted as it cut the attempt off,
-	// for afterAttempt: its verdict, the part of its pause the attempt ran
-	// on for, its admission and whether the attempt was a straggler.
-	timerVerdict   policy.Verdict
-	timerGrace     time.Duration
-	timerAdmission budget.Admission
-	timerStraggler bool
+	// cut is the retry the per-attempt timer admitted as it cut the
+	// attempt off, for afterAttempt.
+	cut timerCut
 	// timerRefused counts the attempts whose timer fired and ran on, the
 	// retry refused for timerReason (Report.TimerRefused).
 	timerRefused int

@@ -44,12 +44,12 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	switch {
 	case err == nil:
 		q.slow = c.slow
-	case timedOut && c.timerVerdict.Retry:
+	case timedOut && c.cut.verdict.Retry:
 		// The timer cut the attempt off and admitted the retry: it goes as
 		// the timer's admission let it, after what is left of its pause.
-		q.verdict, q.given, q.straggler = c.timerVerdict, true, c.timerStraggler
-		grace, c.admission = c.timerGrace, c.timerAdmission
-		c.timerVerdict, c.timerGrace, c.timerAdmission, c.timerStraggler = policy.Verdict{}, 0, budget.AdmitNone, false
+		q.verdict, q.given, q.straggler = c.cut.verdict, true, c.cut.straggler
+		grace, c.admission = c.cut.grace, c.cut.admission
+		c.cut = timerCut{}
 	default:
 		q.unsent = c.unsent(err, committed, timedOut)
 	}

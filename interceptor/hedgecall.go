@@ -18,8 +18,6 @@ type hedgeOutputs struct {
 	reply           any
 	header, trailer metadata.MD
 	peer            peer.Peer
-	headerAddr      *metadata.MD
-	trailerAddr     *metadata.MD
 	opts            []grpc.CallOption
 }
 
@@ -69,7 +67,9 @@ func putHedgeCall(hc *hedgeCall) {
 }
 
 // callerOutputs are the caller's Header, Trailer and Peer holders, taken
-// out of the options of a call whose attempts have holders of their own.
+// out of the options of a call whose attempts have holders of their own
+// (every call that may send more than one attempt: unaryAttempt, hedgeCall,
+// a stream's streamEnd), and filled from the attempt the caller sees.
 type callerOutputs struct {
 	callerHeader, callerTrailer *metadata.MD
 	callerPeer                  *peer.Peer
@@ -100,9 +100,8 @@ func (o *callerOutputs) split(base, opts []grpc.CallOption, onFinish *[]func(err
 func (hc *hedgeCall) prepare(out *hedgeOutputs) {
 	// grpc writes the holders only when the attempt got a stream.
 	out.header, out.trailer, out.peer = nil, nil, peer.Peer{}
-	out.headerAddr, out.trailerAddr = &out.header, &out.trailer
 	out.opts = append(out.opts[:0], hc.base...)
-	out.opts = append(out.opts, grpc.Header(out.headerAddr), grpc.Trailer(out.trailerAddr))
+	out.opts = append(out.opts, grpc.Header(&out.header), grpc.Trailer(&out.trailer))
 	if hc.callerPeer != nil {
 		out.opts = append(out.opts, grpc.Peer(&out.peer))
 	}
@@ -121,16 +120,23 @@ func (hc *hedgeCall) adopt(reply any, out *hedgeOutputs) {
 // attempt ended, none), and none of another's.
 func (hc *hedgeCall) adoptMeta(out *hedgeOutputs) {
 	if out == nil {
-		out = &hedgeOutputs{}
+		hc.give(nil, nil, &peer.Peer{})
+		return
 	}
-	if hc.callerHeader != nil {
-		*hc.callerHeader = out.header
+	hc.give(out.header, out.trailer, &out.peer)
+}
+
+// give fills the caller's holders with one attempt's headers, trailer and
+// peer p.
+func (o *callerOutputs) give(header, trailer metadata.MD, p *peer.Peer) {
+	if o.callerHeader != nil {
+		*o.callerHeader = header
 	}
-	if hc.callerTrailer != nil {
-		*hc.callerTrailer = out.trailer
+	if o.callerTrailer != nil {
+		*o.callerTrailer = trailer
 	}
-	if hc.callerPeer != nil {
-		*hc.callerPeer = out.peer
+	if o.callerPeer != nil {
+		*o.callerPeer = *p
 	}
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/stagger-go/stagger/policy"
 )
 
 // streamTimer drives a retried stream's per-attempt timer (attemptTimer).
@@ -133,23 +131,16 @@ func (st *streamTimer) served(took time.Duration) {
 	}
 }
 
-// stopTimer stops the attempt's timer and reports whether it cut the
-// attempt off; then the retry it admitted becomes c.timerVerdict, for
-// afterAttempt. It sets c.slow (a slowSuccessPart-th of the timer or more).
+// stopTimer stops the attempt's timer, which catches up first, and hands
+// the call its verdict (attemptTimer.handOver; c.slow false for a nil
+// timer). cutOff: the timer cut the attempt off.
 func (c *call) stopTimer(st *streamTimer) (cutOff bool) {
-	c.slow = false
-	if st != nil {
-		now := time.Now()
-		c.slow = now.Sub(st.start) >= c.perAttempt/slowSuccessPart
-		st.catchUp(now)
-	}
-	if st.stop() {
-		if st != nil && st.refused != policy.ReasonNone {
-			c.timerRefusedRetry(st.refused)
-		}
+	if st == nil {
+		c.slow = false
 		return false
 	}
-	c.timerVerdict, c.timerGrace = st.verdict, st.grace
-	c.timerAdmission, c.timerStraggler = st.admission, st.straggler
-	return true
+	now := time.Now()
+	st.catchUp(now)
+	st.stop()
+	return st.handOver(c, now)
 }

@@ -76,8 +76,8 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	if at.stop() || at.ctx.Err() == nil {
 		t.Fatalf("after fire: stop() = true or ctx.Err() = nil (%v); want false and cancelled", at.ctx.Err())
 	}
-	if !c.stopTimer(at) || !c.timerVerdict.Retry || c.timerVerdict.Pause != 10*time.Millisecond {
-		t.Fatalf("stopTimer after fire: verdict %+v, want a retry after 10ms", c.timerVerdict)
+	if !c.stopTimer(at) || !c.cut.verdict.Retry || c.cut.verdict.Pause != 10*time.Millisecond {
+		t.Fatalf("stopTimer after fire: verdict %+v, want a retry after 10ms", c.cut.verdict)
 	}
 	at.cancel()
 
@@ -213,10 +213,10 @@ func TestAfterAttemptFollowsTimer(t *testing.T) {
 	if !timedOut {
 		t.Fatal("not timed out")
 	}
-	if c.timerGrace < 4*time.Millisecond {
-		t.Fatalf("grace %v, want at least the 4ms it lasted", c.timerGrace)
+	if c.cut.grace < 4*time.Millisecond {
+		t.Fatalf("grace %v, want at least the 4ms it lasted", c.cut.grace)
 	}
-	grace := c.timerGrace
+	grace := c.cut.grace
 	retry, pause := c.afterAttempt(bg, err, nil, false, timedOut)
 	if want := max(10*time.Millisecond-grace, 0); !retry || pause != want {
 		t.Errorf("afterAttempt = %v, %v; want a retry after %v (10ms, less the grace %v)", retry, pause, want, grace)
@@ -393,8 +393,8 @@ func TestUnaryTimerEndBeforeDueIsItsOwn(t *testing.T) {
 			if l.timer.state != timerFired || l.cur.Err() == nil || ask.asked != 1 {
 				t.Fatalf("after the timer's event: state %d, ctx.Err() = %v, budget asked %d; want cut off (%d), cancelled, 1", l.timer.state, l.cur.Err(), ask.asked, timerFired)
 			}
-			if cut := l.endTimer(l.timer.start.Add(tc.end)); cut != tc.cut || c.timerVerdict.Retry != tc.cut {
-				t.Errorf("cut %v, verdict %+v; want %v, a retry only when cut", cut, c.timerVerdict, tc.cut)
+			if cut := l.endTimer(l.timer.start.Add(tc.end)); cut != tc.cut || c.cut.verdict.Retry != tc.cut {
+				t.Errorf("cut %v, verdict %+v; want %v, a retry only when cut", cut, c.cut.verdict, tc.cut)
 			}
 		})
 	}
@@ -437,8 +437,8 @@ func TestUnaryTimerDecidesAtDueTimes(t *testing.T) {
 			if cut != tc.cut || ask.asked != tc.asked || l.timer.state != tc.state {
 				t.Fatalf("cut %v, budget asked %d, state %d; want %v, %d, %d", cut, ask.asked, l.timer.state, tc.cut, tc.asked, tc.state)
 			}
-			if tc.cut && (l.timer.fired != d || c.timerGrace != pause || !c.timerVerdict.Retry) {
-				t.Errorf("fired after %v, grace %v, verdict %+v; want %v, %v, a retry", l.timer.fired, c.timerGrace, c.timerVerdict, d, pause)
+			if tc.cut && (l.timer.fired != d || c.cut.grace != pause || !c.cut.verdict.Retry) {
+				t.Errorf("fired after %v, grace %v, verdict %+v; want %v, %v, a retry", l.timer.fired, c.cut.grace, c.cut.verdict, d, pause)
 			}
 			if tc.cut != (l.cur.Err() != nil) {
 				t.Errorf("ctx.Err() = %v with cut %v", l.cur.Err(), tc.cut)

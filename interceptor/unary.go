@@ -170,14 +170,13 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				if ua == nil {
 					ua = unaryAttempts.Get().(*unaryAttempt)
 				}
-				attemptOpts, headerAddr, trailerAddr := ua.own[:], &ua.header, &ua.trailer
+				attemptOpts := ua.own[:]
 				if len(mi.opts)+len(grpcOpts) > 0 {
-					attemptOpts, headerAddr, trailerAddr = ua.prepare(mi.opts, grpcOpts)
-					*headerAddr, *trailerAddr = nil, nil
+					attemptOpts = ua.prepare(mi.opts, grpcOpts)
 				}
 				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
 				if err != nil {
-					err = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err, attemptOpts: attemptOpts, headerAddr: headerAddr, trailerAddr: trailerAddr})
+					err = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err, attemptOpts: attemptOpts, ua: ua})
 					ua.finished(err)
 					mi.giveAttempt(ua)
 					return err
@@ -232,12 +231,12 @@ type firstAttempt struct {
 
 // firstRun is what the fast path did before it built the call: the breaker
 // refused the first attempt, or the attempt ran and ended with err (with
-// attemptOpts, grpc writing at headerAddr and trailerAddr).
+// attemptOpts, grpc writing into ua's holders).
 type firstRun struct {
-	refused                 error
-	err                     error
-	attemptOpts             []grpc.CallOption
-	headerAddr, trailerAddr *metadata.MD
+	refused     error
+	err         error
+	attemptOpts []grpc.CallOption
+	ua          *unaryAttempt
 }
 
 // unaryGoOn builds the call the fast path went without, as start and
@@ -315,7 +314,7 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 	l.inline, l.cancel = true, noCancel
 	switch {
 	case first != nil:
-		l.attemptOpts, l.headerAddr, l.trailerAddr = first.attemptOpts, first.headerAddr, first.trailerAddr
+		l.attemptOpts, l.ua = first.attemptOpts, first.ua
 		l.first, l.firstErr = true, first.err
 	case !c.retrying:
 		// One attempt (no retry policy, or a hedging policy that cannot
@@ -325,7 +324,8 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		if *ua = mi.ownAttempt(); *ua == nil {
 			*ua = unaryAttempts.Get().(*unaryAttempt)
 		}
-		l.attemptOpts, l.headerAddr, l.trailerAddr = (*ua).prepare(c.fileOpts, grpcOpts)
+		l.ua = *ua
+		l.attemptOpts = l.ua.prepare(c.fileOpts, grpcOpts)
 	}
 	return l.run()
 }

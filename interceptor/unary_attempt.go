@@ -8,19 +8,24 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// unaryAttempt holds what each attempt hands grpc to learn of headers and
-// trailers: the addresses escape into grpc, and the success path must not
-// allocate, so each method keeps one (methodInfo.attempt) and a pool serves
-// the calls that find it held. own holds grpc.Header and grpc.Trailer,
-// built once. A call that may retry gives the caller one attempt's answer
-// and one end, as grpc-go's retry does: prepare takes the caller's
-// grpc.OnFinish out of the attempts' options (finished runs them once), and
-// each retry empties the caller's grpc.Peer holder (retrying).
+// unaryAttempt holds what each attempt hands grpc to learn of headers,
+// trailers and the peer: the addresses escape into grpc, and the success
+// path must not allocate, so each method keeps one (methodInfo.attempt) and
+// a pool serves the calls that find it held. own holds grpc.Header and
+// grpc.Trailer, ownPeer grpc.Peer, built once. A call that may retry gives
+// the caller one attempt's answer and one end, as grpc-go's retry does:
+// prepare takes the caller's holders and grpc.OnFinish out of the
+// attempts' options (callerOutputs.split, as a hedged call and a stream
+// do), each attempt writes into ua's, and finished fills the caller's from
+// the last attempt, then runs OnFinish once.
 type unaryAttempt struct {
 	header, trailer metadata.MD
+	peer            peer.Peer
 	own             [2]grpc.CallOption
+	ownPeer         grpc.CallOption
 	opts            []grpc.CallOption
-	onFinish        []func(error)
+	callerOutputs
+	onFinish []func(error)
 }
 
 var unaryAttempts = sync.Pool{New: func() any {
@@ -64,16 +69,20 @@ func (mi *methodInfo) giveOwnClean(ua *unaryAttempt) bool {
 func (ua *unaryAttempt) reset() {
 	clear(ua.opts)
 	ua.opts = ua.opts[:0]
-	ua.header, ua.trailer = nil, nil
+	ua.header, ua.trailer, ua.peer = nil, nil, peer.Peer{}
+	ua.callerOutputs = callerOutputs{}
 	if len(ua.onFinish) > 0 {
 		clear(ua.onFinish)
 		ua.onFinish = ua.onFinish[:0]
 	}
 }
 
-// finished runs the caller's OnFinish functions once, with the call's
-// error.
-func (ua *unaryAttempt) finished(err error) { runOnFinish(ua.onFinish, err) }
+// finished gives the caller the last attempt's headers, trailer and peer,
+// then runs its OnFinish functions once, with the call's error.
+func (ua *unaryAttempt) finished(err error) {
+	ua.give(ua.header, ua.trailer, &ua.peer)
+	runOnFinish(ua.onFinish, err)
+}
 
 // runOnFinish runs the caller's grpc.OnFinish functions fs with err.
 func runOnFinish(fs []func(error), err error) {
@@ -82,65 +91,35 @@ func runOnFinish(fs []func(error), err error) {
 	}
 }
 
-// retrying empties the caller's Peer holder before attempt n > 1 goes: grpc
-// writes it only for an attempt that opens a stream. Looked for on a retry
-// only, not on the success path.
-func retrying(n int, attemptOpts []grpc.CallOption) {
-	if n < 2 {
-		return
-	}
-	for _, opt := range attemptOpts {
-		if p, ok := opt.(grpc.PeerCallOption); ok {
-			*p.PeerAddr = peer.Peer{}
-		}
+// clean empties ua's holders before an attempt: grpc writes them only for
+// an attempt that got a stream.
+func (ua *unaryAttempt) clean() {
+	ua.header, ua.trailer = nil, nil
+	if ua.callerPeer != nil {
+		ua.peer = peer.Peer{}
 	}
 }
 
 func (ua *unaryAttempt) init() {
 	ua.own = [2]grpc.CallOption{grpc.Header(&ua.header), grpc.Trailer(&ua.trailer)}
+	ua.ownPeer = grpc.Peer(&ua.peer)
 }
 
 // prepare returns the options every attempt of a call that may retry
-// passes: the file's, the caller's, then ua's Header and Trailer unless the
-// caller passed its own; and where grpc writes them. Every attempt pays for
-// them: the header is the only sign in grpc-go's API that an attempt
-// committed, the trailer carries the pushback, and neither can be asked
-// for after the attempt (a stats.Handler copies them too, and needs a
-// dial option).
-func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) (attemptOpts []grpc.CallOption, headerAddr, trailerAddr *metadata.MD) {
-	// The caller's own Header and Trailer serve when it passed them.
-	headerAddr, trailerAddr = &ua.header, &ua.trailer
-	finishing := false
-	for _, opt := range grpcOpts {
-		switch o := opt.(type) {
-		case grpc.HeaderCallOption:
-			headerAddr = o.HeaderAddr
-		case grpc.TrailerCallOption:
-			trailerAddr = o.TrailerAddr
-		case grpc.OnFinishCallOption:
-			finishing = true
-		}
-	}
+// passes: the file's, the caller's but its holders and OnFinish, then ua's
+// Header and Trailer, and ua's Peer when the caller asked for one. Every
+// attempt pays for them: the header is the only sign in grpc-go's API that
+// an attempt committed, the trailer carries the pushback, and neither can
+// be asked for after the attempt (a stats.Handler copies them too, and
+// needs a dial option).
+func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) []grpc.CallOption {
 	if len(fileOpts)+len(grpcOpts) == 0 {
-		return ua.own[:], headerAddr, trailerAddr
+		return ua.own[:]
 	}
-	ua.opts = append(ua.opts, fileOpts...)
-	if !finishing {
-		ua.opts = append(ua.opts, grpcOpts...)
-	} else {
-		for _, opt := range grpcOpts {
-			if f, ok := opt.(grpc.OnFinishCallOption); ok {
-				ua.onFinish = append(ua.onFinish, f.OnFinish)
-			} else {
-				ua.opts = append(ua.opts, opt)
-			}
-		}
+	ua.opts = ua.split(append(ua.opts, fileOpts...), grpcOpts, &ua.onFinish)
+	ua.opts = append(ua.opts, ua.own[:]...)
+	if ua.callerPeer != nil {
+		ua.opts = append(ua.opts, ua.ownPeer)
 	}
-	if headerAddr == &ua.header {
-		ua.opts = append(ua.opts, ua.own[0])
-	}
-	if trailerAddr == &ua.trailer {
-		ua.opts = append(ua.opts, ua.own[1])
-	}
-	return ua.opts, headerAddr, trailerAddr
+	return ua.opts
 }

@@ -27,11 +27,12 @@ import (
 //	the caller's context                     its Done channel, as evCaller
 //
 // Modes: inline (nothing can fire during an attempt: it runs on the loop's
-// goroutine into the caller's reply and holders, and the fast path's
-// failed first attempt is its first step); one at a time under a timer;
-// beside (hedgeOnPerTryTimeout); hedged (hedging is retry with a start
-// timer: hedgeState). Off inline, each attempt has outputs of its own and
-// the caller's are filled from one before the call returns. Whether the
+// goroutine into the caller's reply and the unaryAttempt's holders, and the
+// fast path's failed first attempt is its first step); one at a time under
+// a timer; beside (hedgeOnPerTryTimeout); hedged (hedging is retry with a
+// start timer: hedgeState). In every mode but a call's one attempt, the
+// attempts write holders of their own and the caller's are filled from one
+// before the call returns. Whether the
 // timer cut an attempt off is a comparison of times (endTimer), whichever
 // event came first.
 type unaryLoop struct {
@@ -46,14 +47,15 @@ type unaryLoop struct {
 	cc      *grpc.ClientConn
 	invoker grpc.UnaryInvoker
 
-	// inline: grpc writes each attempt's header and trailer at headerAddr
-	// and trailerAddr; first: the fast path's first attempt, ended with
-	// firstErr, is yet to be taken.
-	inline                  bool
-	attemptOpts             []grpc.CallOption
-	headerAddr, trailerAddr *metadata.MD
-	first                   bool
-	firstErr                error
+	// inline: each attempt passes attemptOpts, grpc writing its header,
+	// trailer and peer into ua (nil: one attempt, whose holders are the
+	// caller's); first: the fast path's first attempt, ended with firstErr,
+	// is yet to be taken.
+	inline      bool
+	attemptOpts []grpc.CallOption
+	ua          *unaryAttempt
+	first       bool
+	firstErr    error
 
 	// Attempts on goroutines derive from hctx (alone, one at a time: the
 	// caller's context).
@@ -210,10 +212,8 @@ func (l *unaryLoop) attemptInline() unaryEvent {
 		return unaryEvent{n: 1, err: l.firstErr}
 	}
 	ctx := c.numberAttempt(l.callCtx)
-	retrying(c.attempt, l.attemptOpts)
-	// grpc writes these only when the attempt got a stream.
-	if l.headerAddr != nil {
-		*l.headerAddr, *l.trailerAddr = nil, nil
+	if l.ua != nil {
+		l.ua.clean()
 	}
 	err := l.invoker(ctx, c.method, l.req, l.reply, l.cc, l.attemptOpts...)
 	return unaryEvent{n: c.attempt, err: err}
@@ -262,7 +262,7 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 		// Answered, or the caller left, as the timer cut it off: the
 		// retry the timer admitted does not go.
 		l.settleTimer()
-		c.timerVerdict, c.timerAdmission = policy.Verdict{}, budget.AdmitNone
+		c.cut = timerCut{}
 	}
 	if err == nil && (timed || c.attempt > 1) {
 		l.served(ev)
@@ -272,9 +272,8 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 	switch {
 	case !l.inline:
 		header, trailer = ev.out.header, ev.out.trailer
-	case l.headerAddr != nil:
-		// nil: one attempt, whose holders are the caller's.
-		header, trailer = *l.headerAddr, *l.trailerAddr
+	case l.ua != nil:
+		header, trailer = l.ua.header, l.ua.trailer
 	}
 	// Headers that arrived (a non-nil header; a Trailers-Only response
 	// leaves it nil) commit the call, but for a call with an idempotency

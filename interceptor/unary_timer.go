@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/policy"
 )
 
 // A unary call's per-attempt timer is its loop's (unaryLoop.timer): it
@@ -51,15 +50,13 @@ func (l *unaryLoop) take() {
 }
 
 // endTimer takes the end of the timer's attempt at end: first the
-// decisions due by then, then the timer stops. It reports whether the
-// timer cut the attempt off, its retry then c.timerVerdict, and sets
-// c.slow.
+// decisions due by then, then the timer stops and hands the call its
+// verdict (attemptTimer.handOver). cutOff: the timer cut the attempt off.
 func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
-	c, t := l.c(), &l.timer
+	t := &l.timer
 	for due, ok := t.dueAt(); ok && !end.Before(due); due, ok = t.dueAt() {
 		l.take()
 	}
-	c.slow = end.Sub(t.start) >= c.perAttempt/slowSuccessPart
 	t.stop()
 	if (t.state == timerFired || t.state == timerRanOn) && end.Before(t.decidedAt) {
 		// The attempt ended before the decision was due: its end is its
@@ -67,17 +64,7 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 		l.settleTimer()
 		t.state = timerStopped
 	}
-	switch t.state {
-	case timerFired:
-		c.timerVerdict, c.timerGrace = t.verdict, t.grace
-		c.timerAdmission, c.timerStraggler = t.admission, t.straggler
-		return true
-	case timerRanOn:
-		if t.refused != policy.ReasonNone {
-			c.timerRefusedRetry(t.refused)
-		}
-	}
-	return false
+	return t.handOver(l.c(), end)
 }
 
 // settleTimer settles the admission of the retry the timer admitted as it
