@@ -73,6 +73,7 @@ func putHedgeCall(hc *hedgeCall) {
 type callerOutputs struct {
 	callerHeader, callerTrailer *metadata.MD
 	callerPeer                  *peer.Peer
+	more                        []grpc.CallOption // a second holder of a kind: grpc fills every one
 }
 
 // split moves the caller's holders into o and its OnFinish functions into
@@ -81,11 +82,11 @@ func (o *callerOutputs) split(base, opts []grpc.CallOption, onFinish *[]func(err
 	for _, opt := range opts {
 		switch v := opt.(type) {
 		case grpc.HeaderCallOption:
-			o.callerHeader = v.HeaderAddr
+			hold(o, &o.callerHeader, v.HeaderAddr, opt)
 		case grpc.TrailerCallOption:
-			o.callerTrailer = v.TrailerAddr
+			hold(o, &o.callerTrailer, v.TrailerAddr, opt)
 		case grpc.PeerCallOption:
-			o.callerPeer = v.PeerAddr
+			hold(o, &o.callerPeer, v.PeerAddr, opt)
 		case grpc.OnFinishCallOption:
 			*onFinish = append(*onFinish, v.OnFinish)
 		default:
@@ -138,6 +139,26 @@ func (o *callerOutputs) give(header, trailer metadata.MD, p *peer.Peer) {
 	if o.callerPeer != nil {
 		*o.callerPeer = *p
 	}
+	for _, opt := range o.more {
+		switch v := opt.(type) {
+		case grpc.HeaderCallOption:
+			*v.HeaderAddr = header
+		case grpc.TrailerCallOption:
+			*v.TrailerAddr = trailer
+		case grpc.PeerCallOption:
+			*v.PeerAddr = *p
+		}
+	}
+}
+
+// hold keeps the caller's holder addr in *first, or in more when the call
+// named a holder of its kind before.
+func hold[T any](o *callerOutputs, first **T, addr *T, opt grpc.CallOption) {
+	if *first == nil {
+		*first = addr
+		return
+	}
+	o.more = append(o.more, opt)
 }
 
 func (hc *hedgeCall) finished(err error) { runOnFinish(hc.onFinish, err) }

@@ -4,6 +4,7 @@ import (
 	"io"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
 
@@ -81,24 +82,21 @@ func carriesOutputs(opts []grpc.CallOption) bool {
 // still be in RecvMsg on cs (grpc's Trailer is for after RecvMsg failed).
 // Header and Context may be called beside RecvMsg.
 func (o *callerOutputs) fill(cs grpc.ClientStream, withTrailer bool) {
-	if o.callerHeader != nil {
-		*o.callerHeader = nil
-		if cs != nil {
-			*o.callerHeader, _ = cs.Header()
+	var header, trailer metadata.MD
+	var p peer.Peer
+	if cs != nil {
+		more := len(o.more) > 0
+		if o.callerHeader != nil || more {
+			header, _ = cs.Header()
 		}
-	}
-	if o.callerTrailer != nil {
-		*o.callerTrailer = nil
-		if cs != nil && withTrailer {
-			*o.callerTrailer = cs.Trailer()
+		if withTrailer && (o.callerTrailer != nil || more) {
+			trailer = cs.Trailer()
 		}
-	}
-	if o.callerPeer != nil {
-		*o.callerPeer = peer.Peer{}
-		if cs != nil {
-			if p, ok := peer.FromContext(cs.Context()); ok {
-				*o.callerPeer = *p
+		if o.callerPeer != nil || more {
+			if q, ok := peer.FromContext(cs.Context()); ok {
+				p = *q
 			}
 		}
 	}
+	o.give(header, trailer, &p)
 }

@@ -177,7 +177,6 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
 				if err != nil {
 					err = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err, attemptOpts: attemptOpts, ua: ua})
-					ua.finished(err)
 					mi.giveAttempt(ua)
 					return err
 				}
@@ -265,9 +264,16 @@ func (k *core) unarySlow(ctx context.Context, method string, req, reply any, cc 
 func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun) error {
 	var ua *unaryAttempt
 	err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
+	// The caller's holders and OnFinish before the end is announced, as a
+	// hedged call and a stream do; the fast path gives its attempt back.
+	if fin := ua; fin != nil || (first != nil && first.ua != nil) {
+		if fin == nil {
+			fin = first.ua
+		}
+		fin.finished(err)
+	}
 	c.end(cc, err)
 	if ua != nil {
-		ua.finished(err)
 		mi.giveAttempt(ua)
 	}
 	return err

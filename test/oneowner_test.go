@@ -203,6 +203,45 @@ func TestRetriedUnaryPeerOfLastAttempt(t *testing.T) {
 	}
 }
 
+// TestRetriedUnaryHoldersFilledBeforeEnd: a retried unary call fills every
+// holder the caller gave, two of a kind as grpc-go does, and fills them and
+// runs OnFinish before the call's end is announced (EventEnd), as a hedged
+// call and a stream do.
+func TestRetriedUnaryHoldersFilledBeforeEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		extra []grpc.CallOption
+	}{{"fast path", nil}, {"general path", []grpc.CallOption{interceptor.WithReport(new(interceptor.Report))}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var p1, p2 peer.Peer
+				var finished bool
+				var atEnd []string
+				hook := interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) {
+					if e.Kind == interceptor.EventEnd {
+						atEnd = append(atEnd, fmt.Sprintf("peer %v, OnFinish ran %v", p1.Addr != nil, finished))
+					}
+				})
+				srv := testserver.New()
+				t.Cleanup(srv.Close)
+				cc := srv.ClientConn(t, grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(
+					interceptor.WithConfig(parse(t, fastRetryFile)), hook)), grpc.WithDisableRetry())
+				opts := append([]grpc.CallOption{grpc.Peer(&p1), grpc.Peer(&p2), grpc.OnFinish(func(error) { finished = true })}, tc.extra...)
+				if _, err := testingv1.NewTestServiceClient(cc).Get(context.Background(),
+					&testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 1}}, opts...); err != nil {
+					t.Fatalf("Get: %v", err)
+				}
+				if p1.Addr == nil || p2.Addr == nil {
+					t.Errorf("grpc.Peer holders: %v and %v, want both filled", p1.Addr, p2.Addr)
+				}
+				if want := "peer true, OnFinish ran true"; len(atEnd) != 1 || atEnd[0] != want {
+					t.Errorf("at EventEnd: %q, want once %q", atEnd, want)
+				}
+			})
+		})
+	}
+}
+
 // hedgeCount is what the hooks heard of one hedged stream.
 type hedgeCount struct {
 	mu          sync.Mutex
