@@ -342,7 +342,7 @@ func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer
 func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
 	q := question{kind: askSettled, first: n == 1, rec: c.hedgeAttempt(n), breakerO: breakerO}
 	q.rec.Outcome = budgetO
-	c.shouldRetry(nil, &q)
+	c.shouldRetry(context.Background(), &q) // askSettled reads no context
 }
 
 // hedgeAttempt is what the budget hears of attempt n, but its outcome.

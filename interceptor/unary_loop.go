@@ -417,7 +417,7 @@ func (l *unaryLoop) drain() {
 		// A probe's end frees the Gate's probe lease.
 		q := question{kind: askSettled, first: ev.n+c.before == 1, breakerO: o,
 			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: ev.took()}}
-		c.shouldRetry(nil, &q)
+		c.shouldRetry(context.Background(), &q) // askSettled reads no context
 	}
 }
 
