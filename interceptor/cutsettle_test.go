@@ -12,12 +12,16 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// admissionBudget admits every retry and keeps the Records that carry an
-// admission: each is one given back.
+// admissionBudget admits every retry, the timer's with an admission
+// (budget.Admitter), and keeps the Records that carry one: each is one
+// given back.
 type admissionBudget struct{ back []budget.Attempt }
 
 func (b *admissionBudget) Allow(budget.Request) bool { return true }
-func (b *admissionBudget) State() budget.State       { return budget.State{Kind: "admission"} }
+func (b *admissionBudget) Admit(budget.Request) (budget.Admission, bool) {
+	return budget.AdmitBudget, true
+}
+func (b *admissionBudget) State() budget.State { return budget.State{Kind: "admission"} }
 func (b *admissionBudget) Record(a budget.Attempt) {
 	if a.Admission != budget.AdmitNone {
 		b.back = append(b.back, a)
@@ -66,5 +70,35 @@ func TestAfterAttemptTakesTheCut(t *testing.T) {
 				t.Errorf("given back as %+v, want attempt 2, outcome other", b.back[0])
 			}
 		})
+	}
+}
+
+// TestUnaryEndBeforeDueSettledOnce: a unary attempt whose end, dated before
+// the due time of the decision that cut it off, reached the loop after the
+// timer's event is its own (TestUnaryTimerEndBeforeDueIsItsOwn); the
+// admission that decision took is given back once, as the call takes the
+// attempt's end (afterAttempt), as for a stream.
+func TestUnaryEndBeforeDueSettledOnce(t *testing.T) {
+	const d = time.Hour
+	b := &admissionBudget{}
+	c := timerCall(1, d)
+	c.pol.Backoff.Initial, c.pol.Backoff.Max = 0, 0
+	c.budget = b
+	l := timerLoop(t, c, false)
+	l.timerDue(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
+	if l.timer.state != timerFired {
+		t.Fatalf("after the timer's event: state %d, want cut off (%d)", l.timer.state, timerFired)
+	}
+	if cut := l.endTimer(l.timer.start.Add(d - time.Millisecond)); cut {
+		t.Fatal("endTimer: cut off, want the attempt's own end")
+	}
+	if len(b.back) != 0 {
+		t.Fatalf("given back %+v before the call took the attempt's end", b.back)
+	}
+	if retry, _ := c.afterAttempt(context.Background(), status.Error(codes.InvalidArgument, "bad"), nil, false, false); retry {
+		t.Fatal("retry after INVALID_ARGUMENT")
+	}
+	if len(b.back) != 1 || b.back[0].Number != 2 || b.back[0].Outcome != budget.Other || b.back[0].Admission != budget.AdmitBudget {
+		t.Errorf("given back %+v, want the timer's admission once (attempt 2, other)", b.back)
 	}
 }
