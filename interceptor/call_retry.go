@@ -35,7 +35,16 @@ func (f *retryFacts) record(q *question, breakerO budget.Outcome, a *budget.Atte
 // headers or a message arrived; timedOut: the per-attempt timer cut it
 // off): whether to retry and after what pause. It sets the call's reason,
 // the backoff position and a wait in the Deferrer, and tells the hooks.
+// It alone takes the retry the timer admitted as it cut the attempt off
+// (c.cut): that retry goes only for a timed-out attempt; an attempt that
+// answered, or whose caller left, as the timer cut it off settles the
+// timer's admission here, for both engines.
 func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
+	cut := c.cut
+	c.cut = timerCut{}
+	if !timedOut {
+		c.settle(cut.admission)
+	}
 	admission := c.admission
 	c.admission = budget.AdmitNone
 	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt+c.before == 1,
@@ -44,12 +53,11 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	switch {
 	case err == nil:
 		q.slow = c.slow
-	case timedOut && c.cut.verdict.Retry:
+	case timedOut && cut.verdict.Retry:
 		// The timer cut the attempt off and admitted the retry: it goes as
 		// the timer's admission let it, after what is left of its pause.
-		q.verdict, q.given, q.straggler = c.cut.verdict, true, c.cut.straggler
-		grace, c.admission = c.cut.grace, c.cut.admission
-		c.cut = timerCut{}
+		q.verdict, q.given, q.straggler = cut.verdict, true, cut.straggler
+		grace, c.admission = cut.grace, cut.admission
 	default:
 		q.unsent = c.unsent(err, committed, timedOut)
 	}

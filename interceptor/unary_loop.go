@@ -258,12 +258,6 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 		c.slow = false
 	}
 	err, timedOut := attemptOutcome(l.callCtx, ev.err, cut)
-	if cut && !timedOut {
-		// Answered, or the caller left, as the timer cut it off: the
-		// retry the timer admitted does not go.
-		l.settleTimer()
-		c.cut = timerCut{}
-	}
 	if err == nil && (timed || c.attempt > 1) {
 		l.served(ev)
 	}

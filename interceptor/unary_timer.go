@@ -60,19 +60,17 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 	t.stop()
 	if (t.state == timerFired || t.state == timerRanOn) && end.Before(t.decidedAt) {
 		// The attempt ended before the decision was due: its end is its
-		// own, and the retry admitted does not go.
-		l.settleTimer()
+		// own, and the retry admitted does not go. Its admission alone
+		// goes to the call, which settles it as it takes the attempt's
+		// end (afterAttempt, the attempt not timed out).
+		adm := budget.AdmitNone
+		if t.state == timerFired {
+			adm = t.admission
+		}
 		t.state = timerStopped
+		t.handOver(l.c(), end)
+		l.c().cut = timerCut{admission: adm}
+		return false
 	}
 	return t.handOver(l.c(), end)
-}
-
-// settleTimer settles the admission of the retry the timer admitted as it
-// cut the attempt off, which will not go.
-func (l *unaryLoop) settleTimer() {
-	t := &l.timer
-	if t.state == timerFired {
-		l.c().settle(t.admission)
-	}
-	t.admission = budget.AdmitNone
 }
