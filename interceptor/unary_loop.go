@@ -409,11 +409,11 @@ func (l *unaryLoop) drain() {
 		if ev.err == nil {
 			o = budget.Success
 		}
-		c := l.c()
 		if l.hedged {
-			c.recordHedge(ev.n, o, o)
+			l.hs.recordHedge(ev.n, o, o)
 			continue
 		}
+		c := l.c()
 		// A probe's end frees the Gate's probe lease.
 		q := question{kind: askSettled, first: ev.n+c.before == 1, breakerO: o,
 			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: ev.took()}}
