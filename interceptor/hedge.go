@@ -382,17 +382,8 @@ func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
 // latency returns method's latency histogram, made on first use; nil once
 // methodCacheMax methods have one.
 func (k *core) latency(method string) *latencyHistogram {
-	if h, ok := k.hedgeLatency.Load(method); ok {
-		return h.(*latencyHistogram)
-	}
-	if k.hedgeLatencyN.Load() >= methodCacheMax {
-		return nil
-	}
-	h, loaded := k.hedgeLatency.LoadOrStore(method, new(latencyHistogram))
-	if !loaded {
-		k.hedgeLatencyN.Add(1)
-	}
-	return h.(*latencyHistogram)
+	h, _ := k.latencies.get(method, methodCacheMax, func() *latencyHistogram { return new(latencyHistogram) })
+	return h
 }
 
 // noticeUnhedged tells the hooks, once per method, that its hedging policy
