@@ -39,7 +39,7 @@ func TestPerMethodSetsBounded(t *testing.T) {
 	if n := k.noticed.n.Load(); n != saidMax {
 		t.Errorf("%d notices remembered, want the bound %d", n, saidMax)
 	}
-	if n := k.hedgeLatencyN.Load(); n != methodCacheMax {
+	if n := k.latencies.n.Load(); n != methodCacheMax {
 		t.Errorf("%d histograms, want the bound %d", n, methodCacheMax)
 	}
 }
@@ -93,5 +93,22 @@ func TestSaidOnce(t *testing.T) {
 		if n != saidMax-saidMax/2 || set.first(0) {
 			t.Errorf("%s: %d more keys said, want up to the bound: %d", set.name, n, saidMax-saidMax/2)
 		}
+	}
+}
+
+// TestKnownMethodNoAlloc: an adaptive hedged call finds its method's
+// histogram without an allocation (a boundedMap taking its key as an
+// interface made it allocate).
+func TestKnownMethodNoAlloc(t *testing.T) {
+	k := newCore(nil)
+	m := fmt.Sprint("/made.up.S/M", 1)
+	h := k.latency(m)
+	n := testing.AllocsPerRun(1000, func() {
+		if k.latency(m) != h {
+			t.Fatal("one method, two histograms")
+		}
+	})
+	if n != 0 {
+		t.Errorf("%v allocations to find a method's histogram, want 0", n)
 	}
 }

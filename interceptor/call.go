@@ -31,10 +31,8 @@ type core struct {
 	// methods caches what the current file says of each method.
 	methods   atomic.Pointer[methodCache]
 	methodsMu sync.Mutex
-	// hedgeLatency holds each adaptive hedged method's *latencyHistogram;
-	// hedgeLatencyN counts them.
-	hedgeLatency  sync.Map
-	hedgeLatencyN atomic.Int64
+	// latencies holds each adaptive hedged method's histogram.
+	latencies boundedMap[string, *latencyHistogram]
 	// reloads is the source when it records its reloads (logReload);
 	// refusalSeen the number of the last refusal logged.
 	reloads     *policy.Source

@@ -71,10 +71,6 @@ type call struct {
 	heldBy    string
 	inGate    time.Duration
 	cc        *grpc.ClientConn
-	// waitedHedge is the hedge that waited in the Deferrer as a retry (0:
-	// none), let go with waitedAdmission: it ends as a retry.
-	waitedHedge     int
-	waitedAdmission budget.Admission
 	// callerEnd, when set, is the call's final error: the caller left as a
 	// failure came that the policy would have retried.
 	callerEnd error

@@ -91,6 +91,10 @@ type hedgeState struct {
 	// last is the last failure, lastN its attempt.
 	last  error
 	lastN int
+	// waitedHedge is the hedge that waited in the Deferrer as a retry (0:
+	// none), let go with waitedAdmission: it ends as a retry.
+	waitedHedge     int
+	waitedAdmission budget.Admission
 }
 
 // sendDue sends the unary call's attempts that are due.
@@ -171,7 +175,7 @@ func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reas
 		adm, err, switched := s.c.waitGate(callCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
 		switch {
 		case err == nil:
-			s.c.waitedHedge, s.c.waitedAdmission = n, adm
+			s.waitedHedge, s.waitedAdmission = n, adm
 			return true
 		case callCtx.Err() != nil:
 			why = policy.ReasonCaller
@@ -279,7 +283,7 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 	s := &l.hs
 	if ev.err == nil {
-		s.c.recordHedge(ev.n, budget.Success, budget.Success)
+		s.recordHedge(ev.n, budget.Success, budget.Success)
 		l.drain()
 		l.hc.adopt(l.reply, ev.out)
 		if l.hist != nil {
@@ -305,7 +309,7 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 // decision judges and records it (askRaced). It returns ReasonNone when
 // the next hedge may go, or why the call ends, with s.last its error.
 func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed bool) policy.Reason {
-	q := question{kind: askRaced, n: n, err: err, committed: committed, first: n == 1, rec: s.c.hedgeAttempt(n), nonFatal: s.h.NonFatalCodes}
+	q := question{kind: askRaced, n: n, err: err, committed: committed, first: n == 1, rec: s.hedgeAttempt(n), nonFatal: s.h.NonFatalCodes}
 	ans := s.c.shouldRetry(callCtx, &q)
 	s.last, s.lastN = err, n
 	if ans.callerEnd {
@@ -339,18 +343,18 @@ func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer
 
 // recordHedge records how attempt n of a hedged call ended, through the
 // call's decision (askSettled).
-func (c *call) recordHedge(n int, budgetO, breakerO budget.Outcome) {
-	q := question{kind: askSettled, first: n == 1, rec: c.hedgeAttempt(n), breakerO: breakerO}
+func (s *hedgeState) recordHedge(n int, budgetO, breakerO budget.Outcome) {
+	q := question{kind: askSettled, first: n == 1, rec: s.hedgeAttempt(n), breakerO: breakerO}
 	q.rec.Outcome = budgetO
-	c.shouldRetry(context.Background(), &q) // askSettled reads no context
+	s.c.shouldRetry(context.Background(), &q) // askSettled reads no context
 }
 
 // hedgeAttempt is what the budget hears of attempt n, but its outcome.
-func (c *call) hedgeAttempt(n int) budget.Attempt {
+func (s *hedgeState) hedgeAttempt(n int) budget.Attempt {
 	a := budget.Attempt{Number: n, Hedge: n > 1}
-	if n == c.waitedHedge {
+	if n == s.waitedHedge {
 		// A hedge that waited as a retry ends as one.
-		a.Hedge, a.Admission = false, c.waitedAdmission
+		a.Hedge, a.Admission = false, s.waitedAdmission
 	}
 	return a
 }
@@ -378,17 +382,8 @@ func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
 // latency returns method's latency histogram, made on first use; nil once
 // methodCacheMax methods have one.
 func (k *core) latency(method string) *latencyHistogram {
-	if h, ok := k.hedgeLatency.Load(method); ok {
-		return h.(*latencyHistogram)
-	}
-	if k.hedgeLatencyN.Load() >= methodCacheMax {
-		return nil
-	}
-	h, loaded := k.hedgeLatency.LoadOrStore(method, new(latencyHistogram))
-	if !loaded {
-		k.hedgeLatencyN.Add(1)
-	}
-	return h.(*latencyHistogram)
+	h, _ := k.latencies.get(method, methodCacheMax, func() *latencyHistogram { return new(latencyHistogram) })
+	return h
 }
 
 // noticeUnhedged tells the hooks, once per method, that its hedging policy

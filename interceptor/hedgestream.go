@@ -36,7 +36,9 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // order. The fields below sendMu are guarded by the stream's mu, which is
 // never held while blocked in grpc.
 type hedgeRace struct {
-	st   hedgeState // the driver's alone
+	// st is the driver's alone; once the stream committed, raceWon reads it
+	// to record the winner (recordHedge).
+	st   hedgeState
 	hist *latencyHistogram
 	// events has room for every attempt's one event, its number (no
 	// pointer: one allocation); poke (room for one) wakes the driver for
@@ -223,7 +225,7 @@ func (s *retryStream) takeHedge(n int) (time.Time, bool) {
 	s.mu.Lock()
 	if s.committingLocked() {
 		s.mu.Unlock()
-		s.c.recordHedge(n, budget.Other, budget.Other)
+		s.race.st.recordHedge(n, budget.Other, budget.Other)
 		return time.Time{}, false
 	}
 	a := s.launchLocked(n)

@@ -140,7 +140,7 @@ func (s *retryStream) afterCommit(st *hedgeState, w *streamAttempt) {
 		if !a.headers && a.endErr == nil {
 			o = budget.Success
 		}
-		s.c.recordHedge(a.n, o, o)
+		st.recordHedge(a.n, o, o)
 	}
 }
 
@@ -164,7 +164,7 @@ func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 		a.cancel()
 	}
 	for ; st.inFlight > 0; st.inFlight-- {
-		s.c.recordHedge(<-r.events, budget.Other, budget.Other)
+		st.recordHedge(<-r.events, budget.Other, budget.Other)
 	}
 	st.giveUp(s.callCtx, why)
 	s.finishStream(s.c.failed(s.c.attempt, st.last), false)
@@ -175,14 +175,14 @@ func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 // success): settle's, under endMu. A failure after the commit is final.
 func (s *retryStream) raceWon(w *streamAttempt, err error, abandoned bool) error {
 	if err == nil {
-		s.c.recordHedge(w.n, budget.Success, budget.Success)
+		s.race.st.recordHedge(w.n, budget.Success, budget.Success)
 		s.c.reason = policy.ReasonSuccess
 	} else {
 		why := policy.ReasonCommitted
 		if callerEnded(s.callCtx, err) {
 			why, err = policy.ReasonCaller, callerErr(s.callCtx, err)
 		}
-		s.c.recordHedge(w.n, budget.Other, breakerOutcome(s.callCtx, err, false))
+		s.race.st.recordHedge(w.n, budget.Other, breakerOutcome(s.callCtx, err, false))
 		s.c.reason = why
 		s.c.emit(s.callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: w.n, Code: status.Code(err), Err: err, Reason: why, Hedging: true})
 		err = s.c.failed(s.c.attempt, err)

@@ -183,7 +183,7 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 	// (unaryLoop.sendDue, hedgeEnded), as a hedged stream's driver does;
 	// and the record of a hedged attempt's end that needs no verdict
 	// (askSettled), which the loop asks (hedgeEnded, drain).
-	deciders := []string{"call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide", "hedge.go: hedgeState.admitHedge", "hedge.go: hedgeState.judge", "hedge.go: call.recordHedge"}
+	deciders := []string{"call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide", "hedge.go: hedgeState.admitHedge", "hedge.go: hedgeState.judge", "hedge.go: hedgeState.recordHedge"}
 	for _, tc := range []struct {
 		what  string
 		names []string

@@ -67,13 +67,14 @@ type unaryLoop struct {
 	// share the caller's).
 	replyType protoreflect.MessageType
 	hedged    bool
-	hs        hedgeState
-	hist      *latencyHistogram
+	// hs.inFlight counts the attempts on goroutines in every mode: in a
+	// hedged call hedgeState.launched counts them, as a hedged stream's.
+	hs   hedgeState
+	hist *latencyHistogram
 	// beside: hedgeOnPerTryTimeout; pendingDue, when not zero, is when a
 	// retry admitted beside its attempt is due.
 	beside     bool
 	pendingDue time.Time
-	inFlight   int
 	// cur and cancel: the latest attempt's context (a plain timer cuts it).
 	cur    context.Context
 	cancel context.CancelFunc
@@ -149,7 +150,7 @@ func (l *unaryLoop) run() error {
 		var ev unaryEvent
 		if hs := &l.hs; l.hedged {
 			l.sendDue()
-			if l.inFlight == 0 && hs.timerC == nil {
+			if hs.inFlight == 0 && hs.timerC == nil {
 				return l.hedgeFailed(hs.stopped)
 			}
 		}
@@ -242,7 +243,9 @@ func (l *unaryLoop) launch() {
 		// The attempt carries its admission to its end: attempts overlap.
 		adm, c.admission = c.admission, budget.AdmitNone
 	}
-	l.inFlight++
+	if !l.hedged {
+		l.hs.inFlight++
+	}
 	go hc.run(l.cur, c.attempt, adm, out)
 }
 
@@ -342,7 +345,7 @@ func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 		return nil, true
 	}
 	committed := ev.out.header != nil && c.o.idemKey == ""
-	if l.inFlight > 0 || !l.pendingDue.IsZero() {
+	if l.hs.inFlight > 0 || !l.pendingDue.IsZero() {
 		// Another attempt may still succeed.
 		q := question{kind: askBeside, n: ev.n, err: err, trailer: ev.out.trailer, committed: committed, first: ev.n+c.before == 1,
 			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: ev.took()}}
@@ -367,7 +370,7 @@ func (l *unaryLoop) callerLeft() (error, bool) {
 		c.settle(c.admission)
 		c.admission = budget.AdmitNone
 		l.pendingDue = time.Time{}
-		if l.inFlight == 0 {
+		if l.hs.inFlight == 0 {
 			// Only the pause was left.
 			return l.ended(nil, c.pause(l.callCtx, 0, l.last)), true
 		}
@@ -379,10 +382,7 @@ func (l *unaryLoop) ended1() {
 	if l.inline {
 		return
 	}
-	l.inFlight--
-	if l.hedged {
-		l.hs.inFlight--
-	}
+	l.hs.inFlight--
 }
 
 // drain cancels every attempt still in flight and records each as one that
@@ -393,7 +393,7 @@ func (l *unaryLoop) drain() {
 		l.hs.disarm()
 	}
 	l.hcancel()
-	for l.inFlight > 0 {
+	for l.hs.inFlight > 0 {
 		ev := <-l.hc.results
 		if ev.kind != evEnded {
 			continue
@@ -403,11 +403,11 @@ func (l *unaryLoop) drain() {
 		if ev.err == nil {
 			o = budget.Success
 		}
-		c := l.c()
 		if l.hedged {
-			c.recordHedge(ev.n, o, o)
+			l.hs.recordHedge(ev.n, o, o)
 			continue
 		}
+		c := l.c()
 		// A probe's end frees the Gate's probe lease.
 		q := question{kind: askSettled, first: ev.n+c.before == 1, breakerO: o,
 			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: ev.took()}}
