@@ -129,6 +129,13 @@ func (s *retryStream) CloseSend() error {
 		}
 	}
 	s.mu.Unlock()
+	if s.callCtx.Err() != nil {
+		// The caller left: no half-close goes, as none does from grpc-go
+		// once its watch finished the stream, so the server cannot answer
+		// OK to a call its caller cancelled first (grpc's reader may hand
+		// over an answer that came beside the cancel).
+		return nil
+	}
 	return a.cs.CloseSend()
 }
 
