@@ -266,10 +266,11 @@ func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *gr
 	err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
 	// The caller's holders and OnFinish before the end is announced, as a
 	// hedged call and a stream do; the fast path gives its attempt back.
-	if fin := ua; fin != nil || (first != nil && first.ua != nil) {
-		if fin == nil {
-			fin = first.ua
-		}
+	fin := ua
+	if fin == nil && first != nil {
+		fin = first.ua
+	}
+	if fin != nil {
 		fin.finished(err)
 	}
 	c.end(cc, err)

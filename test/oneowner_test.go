@@ -173,34 +173,27 @@ func TestRetriedUnaryOnFinishOnce(t *testing.T) {
 // refuses it) shows the caller no peer, not attempt 1's beside the last
 // attempt's status.
 func TestRetriedUnaryPeerOfLastAttempt(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		extra []grpc.CallOption
-	}{{"fast path", nil}, {"general path", []grpc.CallOption{interceptor.WithReport(new(interceptor.Report))}}} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				refuseLater := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-					if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get("grpc-previous-rpc-attempts")) > 0 {
-						return status.Error(codes.Internal, "refused below stagger")
-					}
-					return invoker(ctx, method, req, reply, cc, opts...)
-				}
-				srv := testserver.New()
-				t.Cleanup(srv.Close)
-				cc := srv.ClientConn(t, grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(
-					interceptor.WithConfig(parse(t, fastRetryFile))), refuseLater), grpc.WithDisableRetry())
-				var p peer.Peer
-				_, err := testingv1.NewTestServiceClient(cc).Get(context.Background(),
-					&testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 1}}, append([]grpc.CallOption{grpc.Peer(&p)}, tc.extra...)...)
-				if status.Code(err) != codes.Internal {
-					t.Fatalf("Get: %v, want the refusal's INTERNAL", err)
-				}
-				if p.Addr != nil {
-					t.Errorf("grpc.Peer = %v beside attempt 2's status, want none (attempt 2 never opened)", p.Addr)
-				}
-			})
-		})
-	}
+	onBothUnaryPaths(t, func(t *testing.T, extra []grpc.CallOption) {
+		refuseLater := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get("grpc-previous-rpc-attempts")) > 0 {
+				return status.Error(codes.Internal, "refused below stagger")
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		srv := testserver.New()
+		t.Cleanup(srv.Close)
+		cc := srv.ClientConn(t, grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(
+			interceptor.WithConfig(parse(t, fastRetryFile))), refuseLater), grpc.WithDisableRetry())
+		var p peer.Peer
+		_, err := testingv1.NewTestServiceClient(cc).Get(context.Background(),
+			&testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 1}}, append([]grpc.CallOption{grpc.Peer(&p)}, extra...)...)
+		if status.Code(err) != codes.Internal {
+			t.Fatalf("Get: %v, want the refusal's INTERNAL", err)
+		}
+		if p.Addr != nil {
+			t.Errorf("grpc.Peer = %v beside attempt 2's status, want none (attempt 2 never opened)", p.Addr)
+		}
+	})
 }
 
 // TestRetriedUnaryHoldersFilledBeforeEnd: a retried unary call fills every
@@ -208,38 +201,31 @@ func TestRetriedUnaryPeerOfLastAttempt(t *testing.T) {
 // runs OnFinish before the call's end is announced (EventEnd), as a hedged
 // call and a stream do.
 func TestRetriedUnaryHoldersFilledBeforeEnd(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		extra []grpc.CallOption
-	}{{"fast path", nil}, {"general path", []grpc.CallOption{interceptor.WithReport(new(interceptor.Report))}}} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var p1, p2 peer.Peer
-				var finished bool
-				var atEnd []string
-				hook := interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) {
-					if e.Kind == interceptor.EventEnd {
-						atEnd = append(atEnd, fmt.Sprintf("peer %v, OnFinish ran %v", p1.Addr != nil, finished))
-					}
-				})
-				srv := testserver.New()
-				t.Cleanup(srv.Close)
-				cc := srv.ClientConn(t, grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(
-					interceptor.WithConfig(parse(t, fastRetryFile)), hook)), grpc.WithDisableRetry())
-				opts := append([]grpc.CallOption{grpc.Peer(&p1), grpc.Peer(&p2), grpc.OnFinish(func(error) { finished = true })}, tc.extra...)
-				if _, err := testingv1.NewTestServiceClient(cc).Get(context.Background(),
-					&testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 1}}, opts...); err != nil {
-					t.Fatalf("Get: %v", err)
-				}
-				if p1.Addr == nil || p2.Addr == nil {
-					t.Errorf("grpc.Peer holders: %v and %v, want both filled", p1.Addr, p2.Addr)
-				}
-				if want := "peer true, OnFinish ran true"; len(atEnd) != 1 || atEnd[0] != want {
-					t.Errorf("at EventEnd: %q, want once %q", atEnd, want)
-				}
-			})
+	onBothUnaryPaths(t, func(t *testing.T, extra []grpc.CallOption) {
+		var p1, p2 peer.Peer
+		var finished bool
+		var atEnd []string
+		hook := interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) {
+			if e.Kind == interceptor.EventEnd {
+				atEnd = append(atEnd, fmt.Sprintf("peer %v, OnFinish ran %v", p1.Addr != nil, finished))
+			}
 		})
-	}
+		srv := testserver.New()
+		t.Cleanup(srv.Close)
+		cc := srv.ClientConn(t, grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(
+			interceptor.WithConfig(parse(t, fastRetryFile)), hook)), grpc.WithDisableRetry())
+		opts := append([]grpc.CallOption{grpc.Peer(&p1), grpc.Peer(&p2), grpc.OnFinish(func(error) { finished = true })}, extra...)
+		if _, err := testingv1.NewTestServiceClient(cc).Get(context.Background(),
+			&testingv1.GetRequest{Script: &testingv1.Script{Key: "k", FailAttempts: 1}}, opts...); err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		if p1.Addr == nil || p2.Addr == nil {
+			t.Errorf("grpc.Peer holders: %v and %v, want both filled", p1.Addr, p2.Addr)
+		}
+		if want := "peer true, OnFinish ran true"; len(atEnd) != 1 || atEnd[0] != want {
+			t.Errorf("at EventEnd: %q, want once %q", atEnd, want)
+		}
+	})
 }
 
 // hedgeCount is what the hooks heard of one hedged stream.
@@ -374,6 +360,20 @@ func TestHedgedPredicateNotApplied(t *testing.T) {
 					t.Errorf("notices = %+v, want one naming WithPredicate, reason no policy", notices)
 				}
 			})
+		})
+	}
+}
+
+// onBothUnaryPaths runs f in a synctest bubble for a call on the fast path
+// (no per-call option) and on the general path (WithReport): a retried
+// unary call must show its caller the same on both.
+func onBothUnaryPaths(t *testing.T, f func(t *testing.T, extra []grpc.CallOption)) {
+	for _, tc := range []struct {
+		name  string
+		extra []grpc.CallOption
+	}{{"fast path", nil}, {"general path", []grpc.CallOption{interceptor.WithReport(new(interceptor.Report))}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { f(t, tc.extra) })
 		})
 	}
 }
