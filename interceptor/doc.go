@@ -13,17 +13,12 @@
 // after every attempt, asked before every retry) and the pause itself, which
 // ends at once when the caller cancels (the call then returns CANCELED).
 //
-// A retry must fit before the caller's deadline (Decide never chooses a
-// pause that outlasts it: the call returns the last attempt's status at
-// once instead), then pass the circuit breaker and the budget (WithBreakers
-// has the order). When the budget refuses and is a budget.Deferrer (the
-// default's Gate), the call waits on its goroutine for a later admission
-// (EventDeferred; budget.Gate has the rules), no sooner than its pause and
-// within its deadline (without one, the budget's MaxWait); it then retries
-// or ends with the last attempt's status, reason "deferred", "outage" or
-// "budget" (policy.Reason says each). Another budget ends the call at once,
-// reason "budget". A refused hedge is not sent while another attempt is in
-// flight; with none, it is a retry, and waits as one.
+// A retry must fit before the caller's deadline (else the call returns the
+// last attempt's status at once), then pass the circuit breaker and the
+// budget (WithBreakers has the order). A budget.Deferrer (the default's
+// Gate) that refuses makes the call wait for a later admission
+// (EventDeferred; budget.Gate has the rules); another budget ends the call,
+// reason "budget".
 //
 // Which policy applies: the file's entry for the method (WithConfig or
 // WithConfigSource), else the policy given in code (WithPolicy), else none:
@@ -45,10 +40,6 @@
 // (reason "caller") and the call returns DEADLINE_EXCEEDED. A call returns
 // CANCELED only when the caller cancelled it.
 //
-// The per-attempt timeout (perAttemptRecvTimeout) applies only to methods
-// known to be idempotent and to unary calls with an idempotency key, and
-// cuts an attempt off only when a retry can go (UnaryClientInterceptor).
-//
 // Ambiguous failures (a deliberate difference from gRFC A6). A call not
 // known to be safe to repeat is not retried after an attempt that may have
 // run on the server and ended without a status from it
@@ -56,10 +47,10 @@
 // idempotent in the file or the proto, or send an idempotency key
 // (WithIdempotencyKey) that the server de-duplicates.
 //
-// Retries carry the grpc-previous-rpc-attempts header (1, 2, ...) as
-// outgoing metadata, their context the attempt number (AttemptFromContext).
-// The final error of a call stagger ran is an *Error: the last attempt's
-// status unchanged, the attempts, and whether stagger gave up (Error.GaveUp).
+// Retries carry the grpc-previous-rpc-attempts header, their context the
+// attempt number (AttemptFromContext). The per-attempt timeout
+// (perAttemptRecvTimeout) has its rules in UnaryClientInterceptor. A call
+// stagger ran fails with an *Error, the last attempt's status unchanged.
 //
 // # What the caller sees
 //
@@ -118,21 +109,15 @@
 // # Hedging
 //
 // A method whose file entry has a hedgingPolicy, and that is known to be
-// idempotent, is hedged (gRFC A6; grpc-go ignores hedgingPolicy): the first
-// attempt is sent, then another every hedgingDelay while none has
-// succeeded, up to maxAttempts in all; the first OK wins and the others are
-// cancelled. Every hedge asks the circuit breaker (WithBreakers), then the
-// budget; a refusal stops hedging.
-// Streams are hedged until they commit. UnaryClientInterceptor and
-// StreamClientInterceptor have the rules. Hedges and retries of one call
-// reach distinct backends only under a load-balancing policy that spreads
-// them: stagger_elsewhere (package balancer/elsewhere) does.
+// idempotent, is hedged (gRFC A6; grpc-go ignores hedgingPolicy): another
+// attempt every hedgingDelay while none has succeeded, up to maxAttempts;
+// the first OK wins. UnaryClientInterceptor has the rules, and
+// StreamClientInterceptor what differs for streams.
 //
 // # Circuit breaking
 //
 // A policy file's circuitBreaker and adaptiveThrottling guard calls with
-// breaker.Breaker: an open one fails a first attempt at once (reason
-// "breaker") and holds or ends a retry. WithBreakers has the rules.
+// breaker.Breaker; WithBreakers has the rules.
 //
 // # Hooks, reports and metrics
 //

@@ -33,55 +33,47 @@ type Option struct {
 	apply func(*options)
 }
 
-// options holds every setting; the interceptor keeps one, built once, and a
-// call copies it only when it carries options of its own.
+// options holds every setting; a call copies the interceptor's only when it
+// carries options of its own.
 type options struct {
-	cfg    *policy.Config
-	source ConfigSource
-	policy *policy.Policy
-	budget budget.Budget
-	// fallback (one for every backend) or fallbacks (one per backend) is
-	// the budget when neither WithBudget nor the file gives one.
-	fallback  budget.Budget
-	fallbacks *budget.Backends
-	logger    logging.Logger
-	hooks     []func(Event)
-	callHooks []func(context.Context, Event)
-	report    *Report
-	idemKey   string
-	predicate policy.Predicate
-	// maxAttempts overrides the policy's when > 0.
-	maxAttempts int
+	cfg         *policy.Config
+	source      ConfigSource
+	policy      *policy.Policy
+	budget      budget.Budget
+	fallback    budget.Budget    // WithDefaultBudget
+	fallbacks   *budget.Backends // WithDefaultBudgets
+	logger      logging.Logger
+	hooks       []func(Event)
+	callHooks   []func(context.Context, Event)
+	report      *Report
+	idemKey     string
+	predicate   policy.Predicate
+	maxAttempts int // > 0: overrides the policy's
 	codes       policy.CodeSet
 	backoff     policy.Backoff
 	perAttempt  time.Duration
-	// The ...Set flags say the option was given: an empty codes set, a
-	// zero perAttempt, a nil budget or breakers each mean something.
+	// The ...Set flags say the option was given: its zero value means something.
 	budgetSet, codesSet, backoffSet, perAttemptSet, breakersSet bool
 
 	// foreign: the call carried go-grpc-middleware's retry options;
-	// foreignMax, the attempts the last of them that sets any allows (0:
-	// none said), which lower the policy's and never raise them.
-	foreign    bool
-	foreignMax int
-	disabled   bool
-	// idempotent: 0 unknown (ask the file, then the proto), 1 yes, -1 no.
-	idempotent  int8
+	// foreignMax, the attempts the last that says any allows (0: none said),
+	// lowers the policy's, never raises them.
+	foreign     bool
+	foreignMax  int
+	disabled    bool
+	idempotent  int8 // 0 unknown (ask the file, then the proto), 1 yes, -1 no
 	safe        func(method string) bool
 	random      policy.Random
 	replaySize  int
 	replayLimit *ReplayLimit
 	breakers    *breaker.Set
 	state       *State
-	// resume is copied on write, so calls may share it.
-	resume map[string]ResumeFunc
-	// ambiguous holds the methods whose ambiguous give-up was logged at
-	// warn level; summary sums up the calls their budget ended, for the
-	// logger. Both are nil for options not built by newCore.
+	resume      map[string]ResumeFunc // copied on write, so calls may share it
+	// ambiguous (the methods whose ambiguous give-up was logged) and
+	// summary are nil for options not built by newCore.
 	ambiguous *saidOnce
 	summary   *refusedSummary
-	// crit is the interceptor's default criticality and callCrit the
-	// call's own; Unset when not given.
+	// crit is the interceptor's default, callCrit the call's; Unset when not given.
 	crit, callCrit criticality.Level
 }
 
@@ -125,40 +117,36 @@ func WithBudget(b budget.Budget) Option {
 // WithBreakers makes bs the circuit breakers and adaptive throttling that
 // guard every call (package breaker has their rules), in place of the
 // file's circuitBreaker and adaptiveThrottling; a nil bs turns them off.
-// Build bs once with breaker.NewSet and share it, as a budget: a breaker
-// sees what the calls it guards see. Per-backend ejection is gRPC's outlier
-// detection (gRFC A50), which stagger does not re-implement.
+// Build bs once with breaker.NewSet and share it, as a budget. Per-backend
+// ejection is gRPC's outlier detection (gRFC A50), not stagger's.
 //
 // The admission order of a call: the breaker and throttling before the
 // first attempt; for a retry, Decide (the caller's deadline included), the
-// breaker, the budget, then the wait. A first attempt an open breaker
-// refuses fails at once, UNAVAILABLE with a message that names the breaker
-// and when it probes next, as an *Error of no attempts and reason breaker
-// (errors.Is(err, breaker.ErrOpen)); one throttling rejects, reason
-// throttled. Retries are not throttled. A refused retry, with a
-// deferring budget (budget.Gate), waits within its deadline until the
-// breaker lets it go (budget.Request.Guard: the half-open probe is one
-// attempt, a first or a waiting retry, whichever asks first); without one
-// it ends its call (reason breaker) unless it can go as the probe. A hedge
-// is admitted as such a retry, else hedging stops. A breaker counts as
-// failures UNAVAILABLE, RESOURCE_EXHAUSTED and a DEADLINE_EXCEEDED that is
-// not the caller's; the caller's own end counts for nothing; any other
-// status is an answer from a working server.
+// breaker, the budget, then the wait. An open breaker fails a first attempt
+// at once: UNAVAILABLE, naming the breaker and its next probe, an *Error of
+// no attempts, reason breaker (errors.Is(err, breaker.ErrOpen)); throttling
+// rejects one with reason throttled, and never a retry. A refused retry
+// waits in a deferring budget (budget.Gate) until the breaker lets it go
+// (budget.Request.Guard: the half-open probe is whichever attempt asks
+// first); without one it ends its call (reason breaker) unless it can go as
+// the probe. A hedge is admitted as such a retry, else hedging stops. A
+// breaker counts as failures UNAVAILABLE, RESOURCE_EXHAUSTED and a
+// DEADLINE_EXCEEDED not the caller's; the caller's own end counts for
+// nothing; any other status is an answer from a working server.
 //
-// waitForReady calls guarded by a breaker are held by stagger while their
-// connection is not ready; after a failed connection attempt they start at
-// breaker.Breaker.Pace's rate, unless circuitBreaker.paceReconnect is
-// false. State changes reach the hooks and the logger (EventBreaker) of
-// the interceptor whose call made them, outside every lock. On the success
-// path a breaker costs one atomic load and one mutex, with no allocation.
+// stagger holds waitForReady calls guarded by a breaker while their
+// connection is not ready, then starts them at breaker.Breaker.Pace's rate
+// (unless circuitBreaker.paceReconnect is false). State changes reach the
+// hooks and logger (EventBreaker) of the interceptor whose call made them.
+// On the success path a breaker costs one atomic load, one mutex, no
+// allocation.
 func WithBreakers(bs *breaker.Set) Option {
 	return Option{apply: func(o *options) { o.breakers, o.breakersSet = bs, true }}
 }
 
-// WithDefaultBudget makes b the budget of calls whose file declares none
-// (read per call, so it follows a reloaded file) when WithBudget is not
-// given, one b for every backend (see WithBudget). WithDefaultBudgets keeps
-// one per backend.
+// WithDefaultBudget makes b, one for every backend (see WithBudget), the
+// budget of calls whose file declares none (read per call), when WithBudget
+// is not given. WithDefaultBudgets keeps one per backend.
 func WithDefaultBudget(b budget.Budget) Option {
 	return Option{apply: func(o *options) { o.fallback, o.fallbacks = b, nil }}
 }
@@ -172,48 +160,44 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 
 // WithLogger logs what stagger does through l, any go-grpc-middleware v2
 // logging.Logger (its slog, zap, zerolog, ... adapters fit). Messages are
-// constants, so a pipeline can group and rate-limit lines by them; what
-// changes goes in attributes, durations as strings ("250ms").
+// constants, so a pipeline can group and rate-limit by them; what changes
+// goes in attributes, durations as strings ("250ms").
 //
-// Debug: one line per event of a call but EventEnd, so an outage writes
-// nothing above debug per call. Attributes: grpc.method, stagger.event
-// (EventKind.String), stagger.attempt, grpc.code; stagger.pause for a
-// retry, a hedge or a deferral, and stagger.pushback (true) when it is the
-// server's; stagger.backend (Event.Backend); stagger.reason when the event
-// has one, and stagger.error for a notice's Err; stagger.criticality when
-// named and not CRITICAL; stagger.deferred and stagger.admission after a
-// budget wait; grpc.target but for a retry or a hedge;
-// stagger.budget.level, stagger.gate and stagger.budget.waiting when the
-// budget refused or deferred a retry.
+// Debug: one line per event of a call but EventEnd. Attributes: grpc.method,
+// stagger.event (EventKind.String), stagger.attempt, grpc.code;
+// stagger.pause (a retry, hedge or deferral) and stagger.pushback (true:
+// the server's); stagger.backend (Event.Backend); stagger.reason, and
+// stagger.error for a notice's Err; stagger.criticality when named and not
+// CRITICAL; stagger.deferred and stagger.admission after a budget wait;
+// grpc.target but for a retry or a hedge; stagger.budget.level,
+// stagger.gate and stagger.budget.waiting when the budget refused or
+// deferred a retry.
 //
-// Warn, summed up: the calls their budget ended (reasons budget, deferred,
-// outage) and the hedges it refused, per backend (grpc.target, the
-// canonical target that keys its budget), in at most one line per 10
-// seconds, the first at once: "stagger: calls ended without the retry
-// their budget refused, ...", with the counts since the backend's last line
+// Warn, summed up per backend (grpc.target, the canonical target that keys
+// its budget) in at most one line per 10 seconds, the first at once, to the
+// interceptor's logger: "stagger: calls ended without the retry their
+// budget refused, ...", with the counts since that line
 // (stagger.budget_refused, stagger.wait_ended, stagger.outage,
-// stagger.hedges_refused), stagger.interval (the time since that line) and
-// the budget's latest stagger.budget.level and stagger.gate. Info, at a backend's first
-// deferred retry and its first after 10 seconds without one: "stagger: a
-// backend begins to hold calls: ..." (grpc.target, grpc.method,
-// stagger.gate). Both go to the interceptor's logger, not a call's.
+// stagger.hedges_refused), stagger.interval (since the last line), the
+// budget's latest stagger.budget.level and stagger.gate. Info, at a
+// backend's first deferred retry and its first after 10 seconds without
+// one: "stagger: a backend begins to hold calls: ..." (grpc.target,
+// grpc.method, stagger.gate).
 //
 // Warn, once each: a breaker that opens (its other changes at info;
 // stagger.breaker, stagger.to, stagger.from, stagger.failures,
 // stagger.answered, stagger.break); each notice (EventNotice); the first
-// ambiguous give-up of each method; the policy file's warnings
-// (policy.Config.Warnings), when a call first follows the file
-// (stagger.warning, stagger.field and, when known, stagger.file,
-// stagger.line, stagger.column); a method the file nearly names
-// (policy.Config.NearlyNamed; grpc.method, stagger.name). Error, once: a
-// reload the Source refused (policy.Source.Refused; stagger.error,
-// stagger.file), and one with warnings (policy.Source.Warned;
-// stagger.file, stagger.warnings), on the next call.
+// ambiguous give-up of each method; the file's warnings
+// (policy.Config.Warnings) when a call first follows it (stagger.warning,
+// stagger.field and, when known, stagger.file, stagger.line,
+// stagger.column); a method the file nearly names (policy.Config.NearlyNamed;
+// grpc.method, stagger.name). Error, once, on the next call: a reload the
+// Source refused (policy.Source.Refused; stagger.error, stagger.file) or
+// warned of (policy.Source.Warned; stagger.file, stagger.warnings).
 //
-// Without a logger, slog.Default() still hears what would fail in
-// silence: the notices; the likely typos (policy.Warning.Typo) and nearly
-// named methods, once per State; the refused reloads and the reloads with
-// warnings, once in the process.
+// Without a logger, slog.Default() hears the notices; the likely typos
+// (policy.Warning.Typo) and nearly named methods, once per State; the
+// refused and warned reloads, once in the process.
 func WithLogger(l logging.Logger) Option {
 	return Option{apply: func(o *options) { o.logger = l }}
 }
@@ -297,12 +281,10 @@ func WithMaxAttempts(n int) Option {
 // WithCodes makes cs the status codes the call retries, in place of the
 // retry policy's retryableStatusCodes (a hedging policy's
 // nonFatalStatusCodes); go-grpc-middleware's retry.WithCodes, meant per
-// call. It changes nothing for a method without a policy, nor any other
-// rule: the caller's own deadline or cancellation is never retried; a
-// committed attempt, maxAttempts, pushback and the budget still apply; an
-// attempt cut off by the per-attempt timeout is retried whatever the codes;
-// a predicate still decides first. WithCodes() retries no code; codes.OK
-// and codes grpc does not define are ignored.
+// call. It changes no other rule (a predicate still decides first; an
+// attempt the per-attempt timer cut off is retried whatever the codes), and
+// nothing for a method without a policy. WithCodes() retries no code;
+// codes.OK and codes grpc does not define are ignored.
 func WithCodes(cs ...codes.Code) Option {
 	set := policy.NewCodeSet(cs...) &^ policy.NewCodeSet(codes.OK)
 	return Option{apply: func(o *options) { o.codes, o.codesSet = set, true }}
@@ -322,11 +304,9 @@ func WithBackoff(b policy.Backoff) Option {
 // (perAttemptRecvTimeout) of the call's retry policy, the file's entry or
 // WithPolicy's; meant per call, as go-grpc-middleware's
 // retry.WithPerRetryTimeout. d = 0 turns the timeout off for the call. The
-// timer keeps its rules (UnaryClientInterceptor): a method not known to be
-// idempotent, called without an idempotency key, runs without it
-// (Idempotent() on the call marks it), said once per method. A negative d is not applied (policy.ReasonInvalidOption); on
-// a method without a retry policy it is reported as WithBackoff is.
-
+// timer keeps its rules (UnaryClientInterceptor; Idempotent lets it apply).
+// A negative d is not applied (policy.ReasonInvalidOption), nor is a d on a
+// method without a retry policy (as WithBackoff).
 func WithPerAttemptTimeout(d time.Duration) Option {
 	return Option{apply: func(o *options) { o.perAttempt, o.perAttemptSet = d, true }}
 }
@@ -357,34 +337,29 @@ func NotIdempotent() Option {
 // safe to run more than once beside the proto registry's idempotency_level,
 // asked when neither the call (Idempotent, NotIdempotent) nor the file
 // decides. safe must be quick and safe for concurrent use.
-
 func WithIdempotentMethods(safe func(method string) bool) Option {
 	return Option{apply: func(o *options) { o.safe = safe }}
 }
 
 // WithCriticality names the criticality of calls (package criticality: how
-// much a call matters when a server or a client must shed work). Given when
-// building an interceptor it is its calls' default; given on a call it is
-// that call's. A level that is not one of the four names none.
-//
-// A call's criticality is resolved once, when it starts, from the first of:
+// much a call matters when a server or a client must shed work): given when
+// building an interceptor, its calls' default; on a call, that call's. A
+// level that is not one of the four names none. A call's criticality is
+// resolved once, when it starts, from the first of:
 //
 //  1. WithCriticality on the call;
-//  2. the call's context (criticality.FromContext): the request a server
-//     is serving, as stagger's server side puts it there;
+//  2. the call's context (criticality.FromContext), where stagger's server
+//     side puts the request it serves: so a server cannot raise the
+//     criticality of its work for a request, as in Google's RPC stack;
 //  3. the policy file's "criticality" for the method;
 //  4. WithCriticality given when building the interceptor;
 //  5. none: the call is CRITICAL.
 //
-// The context wins over the file so that a server cannot raise the
-// criticality of the work it does for a request: a SHEDDABLE request stays
-// SHEDDABLE at every layer below it, as in Google's RPC stack.
-//
-// A call whose criticality comes from 1 to 4 sends it on every attempt,
-// hedges and Disable included, in the header criticality.Header, for the
-// server to shed by and hand on; it costs the call its outgoing metadata
-// (4 allocations). A call none names sends nothing and allocates nothing.
-// The budget hears it (budget.Request.Criticality), as do Event and Report.
+// A call named by 1 to 4 sends it on every attempt, hedges and Disable
+// included, in the header criticality.Header, for the server to shed by and
+// hand on (4 allocations: the call's outgoing metadata); a call none names
+// sends and allocates nothing. The budget hears it
+// (budget.Request.Criticality), as do Event and Report.
 func WithCriticality(l criticality.Level) Option {
 	return Option{apply: func(o *options) { o.callCrit = l }}
 }
@@ -402,8 +377,7 @@ func buildOptions(opts []Option) options {
 			opt.apply(&o)
 		}
 	}
-	// WithCriticality given to the interceptor is its default, below the
-	// context and the file.
+	// The interceptor's WithCriticality is its default, below context and file.
 	o.crit, o.callCrit = o.callCrit, criticality.Unset
 	return o
 }
