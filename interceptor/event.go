@@ -145,8 +145,7 @@ func (o *options) BreakerChanged(ch breaker.Change) {
 	o.emit(context.Background(), Event{Kind: EventBreaker, Method: ch.Key, Breaker: ch})
 }
 
-// emit fills in what every event of c carries and runs the hooks and the
-// logger.
+// emit fills in what every event of c carries, then runs o.emit.
 func (c *call) emit(ctx context.Context, e Event) {
 	e.Criticality, e.StaticMethod = c.crit, c.static
 	if e.Target == "" {
@@ -163,9 +162,7 @@ func budgetEnded(r policy.Reason) bool {
 	return r == policy.ReasonBudget || r == policy.ReasonDeferred || r == policy.ReasonOutage
 }
 
-// emit runs the hooks and the logger; the caller holds no lock. Without a
-// logger a notice goes to slog.Default(): what a caller asked for is never
-// dropped in silence.
+// emit runs the hooks and the logger; the caller holds no lock.
 func (o *options) emit(ctx context.Context, e Event) {
 	for _, h := range o.hooks {
 		h(e)

@@ -22,8 +22,7 @@ import (
 // before main runs. It is read once, when the program starts.
 const DisableEnv = "STAGGER_DISABLE"
 
-// switchedOff is the process-wide switch: one atomic load per call.
-// switchSaid: its state was logged, by SetDisabled or by offFor.
+// switchedOff is the process's switch; switchSaid: its state was logged.
 var (
 	switchedOff atomic.Bool
 	switchMu    sync.Mutex
@@ -32,8 +31,8 @@ var (
 
 func init() { switchedOff.Store(envOn(os.Getenv(DisableEnv))) }
 
-// envOn reports whether v, DisableEnv's value, turns the switch on: every
-// value but the few that say no, so "yes" or "1 " set in an emergency works.
+// envOn: every value but a no turns the switch on, so what is typed in an
+// emergency ("yes", "1 ") works.
 func envOn(v string) bool {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "", "0", "false", "off", "no":
@@ -151,7 +150,6 @@ func offFor(cfg *policy.Config) bool {
 	return cfg.Disabled()
 }
 
-// offNow reports whether the switch is on now for a running call.
 func (o *options) offNow() bool { return switchedOff.Load() || o.config().Disabled() }
 
 // fileSwitch turns the State's file switch to cfg's when a call first
@@ -169,9 +167,8 @@ func (k *core) fileSwitch(cfg *policy.Config) {
 // followed a new file. A nil State returns false.
 func (s *State) Disabled() bool { return s != nil && s.fileOff.Load() }
 
-// switched is what follows a switch's turn, by whatever turned it: on, the
-// retries held by calls with State st (nil: every call) end; l (nil:
-// slog.Default()) hears what turned it.
+// switched follows a switch's turn: on, the retries held by calls with State
+// st (nil: every call) end; l (nil: slog.Default()) hears what turned it.
 func switched(l logging.Logger, st *State, on bool, by string) {
 	msg, level := msgSwitchedOn, logging.LevelInfo
 	if on {

@@ -5,49 +5,32 @@ import (
 	"time"
 )
 
-// pace is what the attempts of one method under stagger's per-attempt timer
-// tell of each other (plan.pace): when the latest were sent, the start of
-// the newest served (answered with success, or a stream's first header),
-// and how long the latest served took (latency, for the Gate). When a timer
-// fires it tells a lost attempt from a slow server:
-//
-//   - an attempt sent after this one was served: this one is lost or stuck
-//     on its own, and a retry is worth its load;
-//   - attempts were sent after it long enough ago (a quarter of the
-//     timeout) and none was served: the server is slow for every attempt,
-//     a retry would join its queue, and the timer waits another period
-//     (slowForAll);
-//   - nothing was sent after it (a quiet process): the timer retries.
-//
-// The first case, and the quiet one when the method's latest attempt
-// served took less than a stragglerFastPart-th of the timeout, make the
-// attempt a straggler: its retry is asked for as such
-// (budget.Request.Straggler) and its cut is no sign of overload. A quiet
-// process whose server slows for every attempt cuts at most one straggler.
-// Why: BENCHMARKS.md, "Figures behind the code's choices" (slowdown-90).
+// pace is what the attempts of one method under the per-attempt timer tell
+// of each other (plan.pace), so that a timer that fires tells a lost attempt
+// from a server slow for all (the rule: UnaryClientInterceptor, "Per-attempt
+// timeout"; served: answered OK, or a stream's first header). A cut attempt
+// is a straggler (budget.Request.Straggler: no sign of overload) when one
+// sent after it was served, or in a quiet process when the method's latest
+// served attempt took under a stragglerFastPart-th of the timeout; so a quiet
+// process whose server slows for all cuts at most one straggler.
 type pace struct {
-	// sent holds send times (Unix nanoseconds), the latest of each slice of
-	// time a paceSliceParts-th of the timeout long, in a ring of paceSends
-	// slices: a burst of sends keeps one, so the older sends the
-	// slow-for-all rule reads are not pushed out.
-	sent [paceSends]atomic.Int64
-	// answered is the latest start among the attempts served.
-	answered atomic.Int64
-	// took is how long the latest attempt served took, served at tookAt,
-	// per criticality: a server that sheds the less critical first serves
-	// the more critical sooner.
+	// sent: the latest send (Unix ns) of each paceSliceParts-th of the
+	// timeout, in a ring, so a burst cannot push out the older sends
+	// slowForAll reads.
+	sent     [paceSends]atomic.Int64
+	answered atomic.Int64 // the latest start among the attempts served
+	// took is how long the latest served took (latency, for the Gate), served
+	// at tookAt, per criticality: a server that sheds the less critical
+	// serves the more critical sooner.
 	took, tookAt [4]atomic.Int64
-	// scoutAt is when the latest scout went, scoutGap how long after it the
-	// next may go (0: perAttempt).
+	// scoutAt: the latest scout's start; scoutGap: until the next (0: perAttempt).
 	scoutAt, scoutGap atomic.Int64
-	// fired is the latest start among the attempts whose timer fired.
-	fired atomic.Int64
+	fired             atomic.Int64 // the latest start among the attempts whose timer fired
 }
 
 // fire notes that the timer of the attempt sent at start fired, and
 // returns the latest such start before (0: none). Two timers due together
-// run in either order; straggler answers the same (the later send is in
-// the ring).
+// may run in either order: straggler answers the same.
 func (p *pace) fire(start time.Time) (prev int64) {
 	return storeMax(&p.fired, start.UnixNano())
 }
@@ -81,10 +64,8 @@ func (p *pace) straggler(start, now time.Time, perAttempt time.Duration, level i
 }
 
 // scout reports whether a retry may go now as the method's scout while the
-// server is slow for every attempt: one at a time, the gap doubling from
-// perAttempt until an attempt sent after the latest scout is served.
-// Without scouts, attempts all lost at once would wait for evidence only a
-// retry can give.
+// server is slow for every attempt: without scouts, attempts all lost at
+// once would wait for evidence only a retry can give.
 func (p *pace) scout(now time.Time, perAttempt time.Duration) bool {
 	at, gap := p.scoutAt.Load(), p.scoutGap.Load()
 	if gap == 0 {
@@ -111,9 +92,8 @@ func (p *pace) latency(now time.Time, level int) time.Duration {
 	return time.Duration(p.took[level].Load())
 }
 
-// send notes an attempt sent at t. A slot keeps the latest time it was
-// given, so a goroutine descheduled before it stored cannot put back an
-// older send.
+// send notes an attempt sent at t. A slot keeps the latest time, so a
+// goroutine descheduled before it stored cannot put back an older send.
 func (p *pace) send(t time.Time, perAttempt time.Duration) {
 	slice := max(int64(perAttempt)/paceSliceParts, 1)
 	n := t.UnixNano()

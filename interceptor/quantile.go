@@ -84,10 +84,7 @@ func (h *latencyHistogram) quantile(q float64) (time.Duration, bool) {
 	if total < adaptiveMinSamples {
 		return 0, false
 	}
-	rank := uint64(math.Ceil(q * float64(total)))
-	if rank < 1 {
-		rank = 1
-	}
+	rank := max(uint64(math.Ceil(q*float64(total))), 1)
 	var run uint64
 	for i, c := range snap {
 		run += uint64(c)

@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -129,16 +130,13 @@ func (r Report) String() string {
 	return b.String()
 }
 
+// healthWords says the Gate's health in a Report; failing and recovering say themselves.
+var healthWords = map[string]string{"quiet": "healthy", "outage": "down"}
+
 func budgetPhrase(s budget.State) string {
 	var b strings.Builder
-	switch s.Health {
-	case "":
-	case "quiet":
-		b.WriteString("its Gate sees it healthy, ")
-	case "outage":
-		b.WriteString("its Gate sees it down, ")
-	default: // failing, recovering
-		fmt.Fprintf(&b, "its Gate sees it %s, ", s.Health)
+	if s.Health != "" {
+		fmt.Fprintf(&b, "its Gate sees it %s, ", cmp.Or(healthWords[s.Health], s.Health))
 	}
 	fmt.Fprintf(&b, "budget %.1f of %.0f", s.Level, s.Capacity)
 	if s.Waiting > 0 {

@@ -32,9 +32,7 @@ import (
 // The zero value is an empty State, ready to use, as NewState's is. A State
 // is safe for concurrent use and must not be copied after first use.
 type State struct {
-	// cur is the state in use, copied on write under mu; a call reads it
-	// with one atomic load.
-	cur     atomic.Pointer[stateMaps]
+	cur     atomic.Pointer[stateMaps] // copied on write under mu: a call reads it in one load
 	mu      sync.Mutex
 	said    said
 	fileOff atomic.Bool // the file's switch (core.fileSwitch)
@@ -45,10 +43,9 @@ type stateMaps struct {
 	breakers map[breaker.Settings]*breaker.Set
 }
 
-// said is what the interceptors sharing a State told the logger, or
-// slog.Default(), about their files, so that each is said once between
-// them: warned, the last file whose warnings were said; loud, the likely
-// typos said (firstLoud).
+// said is what the interceptors sharing a State said of their files, so each
+// is said once between them: warned, the last file whose warnings were said;
+// loud, the likely typos said (firstLoud).
 type said struct {
 	warned atomic.Pointer[policy.Config]
 	loud   saidOnce
@@ -154,9 +151,7 @@ func held[K comparable, V any](s *State, field func(*stateMaps) *map[K]V, key K,
 }
 
 // moved drops the state that prev (a Source's last config) used and next
-// (its new one) does not: a reload that changes the settings starts afresh,
-// and one that goes back to earlier settings does not find their old state.
-// Calls in flight keep what they hold.
+// (its new one) does not, by State's reload rule.
 func (s *State) moved(prev, next *policy.Config) {
 	if prev == nil {
 		return
