@@ -15,7 +15,8 @@
 //
 // A retry must fit before the caller's deadline (else the call returns the
 // last attempt's status at once), then pass the circuit breaker and the
-// budget (WithBreakers has the order). A budget.Deferrer (the default's
+// budget (WithBreakers has the order, and the rules of the file's
+// circuitBreaker and adaptiveThrottling). A budget.Deferrer (the default's
 // Gate) that refuses makes the call wait for a later admission
 // (EventDeferred; budget.Gate has the rules); another budget ends the call,
 // reason "budget".
@@ -87,24 +88,14 @@
 // per-call option and no criticality, allocates nothing in the interceptor.
 // Defaults: no file, no policy in code (no retries), no budget (unlimited;
 // stagger.DialOptions installs budget.DefaultBackends, one per backend), no
-// logger, no hooks, no idempotency key, no criticality (CRITICAL, nothing
-// sent), jitter from math/rand/v2. SetDisabled turns retries, hedges and
-// waits off.
-//
-// # State
-//
-// The budgets and circuit breakers a policy file declares are built from
-// its settings, per backend (the connection's target), on first use, and
-// kept in a State, one per interceptor unless WithState shares one, as
-// stagger.DialOptions does; State has the rules, State.Budgets gives the
-// budgets to metrics.
-//
-// # Criticality
+// breakers but the file's, no logger, no hooks, no idempotency key, no
+// criticality (CRITICAL, nothing sent), jitter from math/rand/v2.
+// SetDisabled turns retries, hedges and waits off. The budgets and circuit
+// breakers a file declares live in a State (WithState), which has the rules.
 //
 // Every call has a criticality (package criticality, after Google's RPC
-// stack), resolved once when it starts and sent on every attempt in the
-// header stagger-criticality, for the server to shed the least critical
-// first and to hand on down a chain. WithCriticality has the rules.
+// stack), sent on every attempt for the server to shed the least critical
+// first and to hand on down a chain (WithCriticality).
 //
 // # Hedging
 //
@@ -113,11 +104,6 @@
 // attempt every hedgingDelay while none has succeeded, up to maxAttempts;
 // the first OK wins. UnaryClientInterceptor has the rules, and
 // StreamClientInterceptor what differs for streams.
-//
-// # Circuit breaking
-//
-// A policy file's circuitBreaker and adaptiveThrottling guard calls with
-// breaker.Breaker; WithBreakers has the rules.
 //
 // # Hooks, reports and metrics
 //
@@ -131,12 +117,10 @@
 // # Resumable streams
 //
 // gRFC A6 never retries a stream after its first response message. A
-// server-streaming method whose request can say where to start (a page
-// token, a start key) can continue instead: WithResume registers a function
-// that builds, from the call's request and the last message received, the
-// request that continues the stream, and a stream that breaks is reopened
-// with it under the method's retry policy. The application reads one
-// stream, every message once, in order. WithResume has the rules.
+// server stream whose request can say where to start (a page token, a start
+// key) can continue instead: a resume function builds the request that
+// continues it, and the application reads one stream, every message once,
+// in order. WithResume has the rules.
 //
 // # Concurrency
 //

@@ -79,9 +79,8 @@ type options struct {
 
 // WithConfig makes the interceptor follow the policy file cfg: each method's
 // retry policy, timeout, waitForReady and message size limits, and the
-// budgets and circuit breakers the file declares, built from its settings
-// on first use, per backend, and kept in the interceptor's State
-// (WithState). A nil cfg means no file.
+// budgets and circuit breakers it declares (kept in a State, which has the
+// rules). A nil cfg means no file.
 func WithConfig(cfg *policy.Config) Option {
 	return Option{apply: func(o *options) { o.cfg, o.source = cfg, nil }}
 }
