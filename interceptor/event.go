@@ -127,9 +127,7 @@ type Event struct {
 	// generated code does; grpc-go's OpenTelemetry plugin records the
 	// method of a call without it as "other".
 	StaticMethod bool
-	// Budget is the state of the call's budget when it refused or
-	// deferred a retry (EventDeferred, and EventGiveUp for reasons budget,
-	// deferred and outage); zero otherwise.
+	// Budget: as Report.Budget, in EventDeferred and such an EventGiveUp.
 	Budget budget.State
 	// Criticality is the call's criticality as named (Report.Criticality);
 	// criticality.Unset in an EventBreaker, which belongs to no call.

@@ -94,11 +94,11 @@ func WithConfigSource(src ConfigSource) Option {
 }
 
 // WithPolicy retries, with p (copied), the methods the policy file does not
-// match, or all methods when there is no file. On a call to a method the
-// file has an entry for, the entry decides, said once per method
-// (policy.ReasonOverridden); WithBackoff, WithPerAttemptTimeout,
-// WithMaxAttempts and WithCodes change the entry's policy for one call. A p
-// with fewer than 2 attempts retries nothing (policy.ReasonOneAttempt).
+// match, or all methods when there is no file. A method the file has an
+// entry for follows the entry (a notice, policy.ReasonOverridden);
+// WithBackoff, WithPerAttemptTimeout, WithMaxAttempts and WithCodes change
+// its policy for one call. A p with fewer than 2 attempts retries nothing
+// (policy.ReasonOneAttempt).
 func WithPolicy(p policy.Policy) Option {
 	return Option{apply: func(o *options) { o.policy = &p }}
 }
@@ -254,7 +254,7 @@ func WithIdempotencyKey(header string) Option {
 // WithPredicate decides, before the status codes, for errors the codes cannot
 // classify (see policy.Predicate). It replaces the policy's own predicate.
 // Hedging does not use it (its nonFatalStatusCodes decide): on a call to a
-// hedged method it does nothing, and the hooks hear so once per method.
+// hedged method it does nothing, with a notice.
 func WithPredicate(p policy.Predicate) Option {
 	return Option{apply: func(o *options) { o.predicate = p }}
 }
@@ -262,12 +262,10 @@ func WithPredicate(p policy.Predicate) Option {
 // WithMaxAttempts sets the number of attempts, the first included (3 means
 // at most 2 retries), in place of the retry or hedging policy's; meant per
 // call. n < 2 means no retry (no hedge). It changes nothing for a method
-// without a policy.
-//
-// n is bounded by the cap the file was parsed with (policy.WithMaxAttemptsCap;
-// policy.DefaultMaxAttemptsCap without a file), or the policy's own
-// maxAttempts when larger; a larger n is lowered to it, said once per method
-// (policy.ReasonAttempts, Attempt the bound).
+// without a policy. n is bounded by the cap the file was parsed with
+// (policy.WithMaxAttemptsCap; policy.DefaultMaxAttemptsCap without a file),
+// or the policy's own maxAttempts when larger: a larger n is lowered to it,
+// with a notice (policy.ReasonAttempts, Attempt the bound).
 func WithMaxAttempts(n int) Option {
 	return Option{apply: func(o *options) {
 		if n < 1 {
@@ -292,9 +290,9 @@ func WithCodes(cs ...codes.Code) Option {
 // WithBackoff makes b the backoff of the call's retry policy, the file's
 // entry or WithPolicy's; meant per call, as go-grpc-middleware's
 // retry.WithBackoff. It changes no other rule. A b that fails
-// policy.Backoff.Validate is not applied, said once per method
-// (policy.ReasonInvalidOption, Err naming the field); so is a b on a method
-// without a retry policy, a hedged one included (policy.ReasonNoPolicy).
+// policy.Backoff.Validate is not applied (a notice, policy.ReasonInvalidOption,
+// Err naming the field), nor is a b on a method without a retry policy, a
+// hedged one included (policy.ReasonNoPolicy).
 func WithBackoff(b policy.Backoff) Option {
 	return Option{apply: func(o *options) { o.backoff, o.backoffSet = b, true }}
 }
