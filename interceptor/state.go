@@ -32,15 +32,10 @@ import (
 // The zero value is an empty State, ready to use, as NewState's is. A State
 // is safe for concurrent use and must not be copied after first use.
 type State struct {
-	cur     atomic.Pointer[stateMaps] // copied on write under mu: a call reads it in one load
-	mu      sync.Mutex
-	said    said
-	fileOff atomic.Bool // the file's switch (core.fileSwitch)
-}
-
-type stateMaps struct {
-	budgets  map[budget.Settings]*budget.Backends
-	breakers map[breaker.Settings]*breaker.Set
+	keptBudgets  keptMap[budget.Settings, *budget.Backends]
+	keptBreakers keptMap[breaker.Settings, *breaker.Set]
+	said         said
+	fileOff      atomic.Bool // the file's switch (core.fileSwitch)
 }
 
 // said is what the interceptors sharing a State said of their files, so each
@@ -53,15 +48,6 @@ type said struct {
 
 // NewState returns an empty State.
 func NewState() *State { return new(State) }
-
-var noState = &stateMaps{}
-
-func (s *State) maps() *stateMaps {
-	if m := s.cur.Load(); m != nil {
-		return m
-	}
-	return noState
-}
 
 // WithState makes the interceptor keep its budgets and breakers in st,
 // shared with every interceptor given the same st (see State). A nil st
@@ -76,7 +62,7 @@ func (s *State) Budgets() []*budget.Backends {
 	if s == nil {
 		return nil
 	}
-	return values(s.maps().budgets)
+	return s.keptBudgets.values()
 }
 
 // Breakers returns the breaker sets the State holds, one per breaker
@@ -86,15 +72,7 @@ func (s *State) Breakers() []*breaker.Set {
 	if s == nil {
 		return nil
 	}
-	return values(s.maps().breakers)
-}
-
-func values[K comparable, V any](m map[K]V) []V {
-	out := make([]V, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
-	}
-	return out
+	return s.keptBreakers.values()
 }
 
 // budgets returns the budgets of cfg's budget settings, made on first use
@@ -104,7 +82,7 @@ func (s *State) budgets(cfg *policy.Config, keep bool) *budget.Backends {
 	if key.Kind == budget.KindNone {
 		return nil
 	}
-	return held(s, func(m *stateMaps) *map[budget.Settings]*budget.Backends { return &m.budgets }, key, cfg.NewBudgets, keep)
+	return s.keptBudgets.get(key, cfg.NewBudgets, keep)
 }
 
 // breakers returns the breakers that guard cfg's calls matched to m (nil:
@@ -115,39 +93,7 @@ func (s *State) breakers(cfg *policy.Config, m *policy.Method, keep bool) *break
 	if st == nil {
 		return nil
 	}
-	breakers := func(m *stateMaps) *map[breaker.Settings]*breaker.Set { return &m.breakers }
-	return held(s, breakers, *st, func() (*breaker.Set, error) { return cfg.NewBreakers(*st) }, keep)
-}
-
-// held returns what the map of s that field picks holds for key, else
-// build's, kept (copied on write) when keep says so and the map has room.
-// An error from build gives the zero value: the parse checked the settings
-// with the same options.
-func held[K comparable, V any](s *State, field func(*stateMaps) *map[K]V, key K, build func() (V, error), keep bool) V {
-	if v, ok := (*field(s.maps()))[key]; ok {
-		return v
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.maps()
-	if v, ok := (*field(cur))[key]; ok {
-		return v
-	}
-	v, err := build()
-	if err != nil {
-		var zero V
-		return zero
-	}
-	if !keep || len(*field(cur)) >= stateCap {
-		return v
-	}
-	next := *cur
-	m := make(map[K]V, len(*field(cur))+1)
-	maps.Copy(m, *field(cur))
-	m[key] = v
-	*field(&next) = m
-	s.cur.Store(&next)
-	return v
+	return s.keptBreakers.get(*st, func() (*breaker.Set, error) { return cfg.NewBreakers(*st) }, keep)
 }
 
 // moved drops the state that prev (a Source's last config) used and next
@@ -156,9 +102,9 @@ func (s *State) moved(prev, next *policy.Config) {
 	if prev == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, now := prev.BudgetSettings(), next.BudgetSettings()
+	if old := prev.BudgetSettings(); old != next.BudgetSettings() {
+		s.keptBudgets.drop(func(k budget.Settings) bool { return k == old })
+	}
 	unused := map[breaker.Settings]bool{}
 	for _, st := range breakerSettings(prev) {
 		unused[st] = true
@@ -166,24 +112,7 @@ func (s *State) moved(prev, next *policy.Config) {
 	for _, st := range breakerSettings(next) {
 		delete(unused, st)
 	}
-	cur := s.maps()
-	s.cur.Store(&stateMaps{
-		budgets:  without(cur.budgets, func(k budget.Settings) bool { return k == old && old != now }),
-		breakers: without(cur.breakers, func(k breaker.Settings) bool { return unused[k] }),
-	})
-}
-
-// without returns m less the keys drop picks: m itself, not a copy, when
-// it holds none.
-func without[K comparable, V any](m map[K]V, drop func(K) bool) map[K]V {
-	for k := range m {
-		if drop(k) {
-			out := maps.Clone(m)
-			maps.DeleteFunc(out, func(k K, _ V) bool { return drop(k) })
-			return out
-		}
-	}
-	return m
+	s.keptBreakers.drop(func(k breaker.Settings) bool { return unused[k] })
 }
 
 // breakerSettings lists every breaker settings cfg uses.
@@ -198,4 +127,70 @@ func breakerSettings(cfg *policy.Config) []breaker.Settings {
 		}
 	}
 	return out
+}
+
+// keptMap is a map read with one atomic load and copied on write under mu,
+// bounded to stateCap keys; the zero value is empty.
+type keptMap[K comparable, V any] struct {
+	mu  sync.Mutex
+	cur atomic.Pointer[map[K]V]
+}
+
+func (m *keptMap[K, V]) load() map[K]V {
+	if p := m.cur.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (m *keptMap[K, V]) values() []V {
+	cur := m.load()
+	out := make([]V, 0, len(cur))
+	for _, v := range cur {
+		out = append(out, v)
+	}
+	return out
+}
+
+// get returns what m holds for key, else build's, kept when keep says so and
+// m has room. An error from build gives the zero value: the parse checked
+// the settings with the same options.
+func (m *keptMap[K, V]) get(key K, build func() (V, error), keep bool) V {
+	if v, ok := m.load()[key]; ok {
+		return v
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := m.load()
+	if v, ok := cur[key]; ok {
+		return v
+	}
+	v, err := build()
+	if err != nil {
+		return *new(V)
+	}
+	if !keep || len(cur) >= stateCap {
+		return v
+	}
+	next := maps.Clone(cur)
+	if next == nil {
+		next = make(map[K]V, 1)
+	}
+	next[key] = v
+	m.cur.Store(&next)
+	return v
+}
+
+// drop removes the keys gone picks; calls in flight keep what they hold.
+func (m *keptMap[K, V]) drop(gone func(K) bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.load() {
+		if gone(k) {
+			next := maps.Clone(m.load())
+			maps.DeleteFunc(next, func(k K, _ V) bool { return gone(k) })
+			m.cur.Store(&next)
+			return
+		}
+	}
 }
