@@ -127,5 +127,5 @@
 // The interceptors are safe for concurrent use by any number of calls. One
 // loop on the caller's goroutine decides a unary call; its attempts, timers
 // and the caller's context only send it events. Hooks and the logger must
-// be safe for concurrent use: they run there, unlocked, on an event's copy.
+// be safe for concurrent use (WithHook).
 package interceptor
