@@ -116,11 +116,9 @@
 //
 // # Resumable streams
 //
-// gRFC A6 never retries a stream after its first response message. A
-// server stream whose request can say where to start (a page token, a start
-// key) can continue instead: a resume function builds the request that
-// continues it, and the application reads one stream, every message once,
-// in order. WithResume has the rules.
+// gRFC A6 never retries a stream after its first response message; a
+// server stream that WithResume names continues where it broke instead, and
+// the application reads one stream, every message once, in order.
 //
 // # Concurrency
 //

@@ -116,8 +116,7 @@ type Event struct {
 	// Retries, Hedges and Delay: EventEnd only (see Report).
 	Retries, Hedges int
 	Delay           time.Duration
-	// Target is the call's backend, its ClientConn's target as dialled (or
-	// its front end's), in every event of a call (see Report.Target).
+	// Target: as Report.Target (or the front end's), in every event of a call.
 	Target string
 	// CanonicalTarget is grpc.ClientConn.CanonicalTarget, as gRFC A66's
 	// grpc.target records it; Target for a front end without a ClientConn.
