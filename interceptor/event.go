@@ -35,9 +35,7 @@ const (
 	// early, if any; Pushback: it waited the server's pushback.
 	EventHedge
 	// EventHedgeStop: no further hedge is sent for the call (Attempt is the
-	// hedge not sent); Reason says why. The attempts in flight go on; after
-	// a budget's refusal, should they all fail non-fatally, the next
-	// attempt still goes, as a retry would.
+	// hedge not sent); Reason says why. What follows: UnaryClientInterceptor.
 	EventHedgeStop
 	// EventHedgeWon: attempt Attempt of a call that sent hedges succeeded
 	// (of a stream: the stream committed to it); the others were cancelled.
