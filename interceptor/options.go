@@ -309,9 +309,8 @@ func WithPerAttemptTimeout(d time.Duration) Option {
 }
 
 // Disable turns stagger off; meant per call: the call goes to grpc once,
-// untouched but for its criticality header (WithCriticality), which a
-// chain must keep. No hook hears of it; WithReport on the same call gets
-// one attempt and reason policy.ReasonDisabled (see Report.Disabled).
+// untouched but for its criticality header (WithCriticality), which a chain
+// must keep. No hook hears of it; Report.Disabled says what WithReport gets.
 // SetDisabled turns stagger off in the whole process.
 func Disable() Option {
 	return Option{apply: func(o *options) { o.disabled = true }}
