@@ -83,7 +83,7 @@ var errSwitchedOff = errors.New("interceptor: stagger switched off")
 // turning the switch on ends them all at once. It holds their contexts'
 // cancel functions, not a context of its own, which would tie together
 // what a test's synctest bubbles keep apart.
-var heldRetries holdSet
+var heldRetries = holdSet{m: make(map[*heldRetry]struct{})}
 
 type holdSet struct {
 	mu sync.Mutex
@@ -121,9 +121,6 @@ func holdContext(ctx context.Context, st *State) (_ context.Context, stop func()
 	if switchedOff.Load() || st != nil && st.fileOff.Load() {
 		cancel(errSwitchedOff)
 	} else {
-		if heldRetries.m == nil {
-			heldRetries.m = make(map[*heldRetry]struct{})
-		}
 		heldRetries.m[r] = struct{}{}
 	}
 	heldRetries.mu.Unlock()
