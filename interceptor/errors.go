@@ -48,14 +48,12 @@ func (e *Error) Error() string {
 	if words == "" {
 		return e.Err.Error()
 	}
-	var after string
+	after := "failed after " + strconv.Itoa(e.Attempts) + " attempts"
 	switch e.Attempts {
 	case 0: // the breaker or throttling refused the first attempt
 		after = "no attempt made"
 	case 1:
 		after = "failed after 1 attempt"
-	default:
-		after = "failed after " + strconv.Itoa(e.Attempts) + " attempts"
 	}
 	return "stagger: gave up: " + words + ": " + after + ": " + e.Err.Error()
 }
