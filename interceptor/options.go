@@ -125,10 +125,10 @@ func WithBudget(b budget.Budget) Option {
 // at once: UNAVAILABLE, naming the breaker and its next probe, an *Error of
 // no attempts, reason breaker (errors.Is(err, breaker.ErrOpen)); throttling
 // rejects one with reason throttled, and never a retry. A refused retry
-// waits in a deferring budget (budget.Gate) until the breaker lets it go
-// (budget.Request.Guard: the half-open probe is whichever attempt asks
-// first); without one it ends its call (reason breaker) unless it can go as
-// the probe. A hedge is admitted as such a retry, else hedging stops. A
+// waits in a deferring budget (budget.Gate), within its deadline, until the
+// breaker lets it go (budget.Request.Guard: the half-open probe is the
+// first attempt or waiting retry to ask); without one it ends its call
+// (reason breaker) unless it can go as the probe. A hedge is admitted as such a retry, else hedging stops. A
 // breaker counts as failures UNAVAILABLE, RESOURCE_EXHAUSTED and a
 // DEADLINE_EXCEEDED not the caller's; the caller's own end counts for
 // nothing; any other status is an answer from a working server.
