@@ -198,9 +198,16 @@ func (a *streamAttempt) recv(m any) error {
 	return a.cs.RecvMsg(m)
 }
 
-func (a *streamAttempt) end() {
-	a.timer.stop()
+// endAttempt is every end of attempt a, whose last operation returned err
+// (nil: success): its timer stops and hands the call its verdict
+// (stopTimer) before anything judges the attempt, and its context ends. It
+// returns the error the loop decides on and whether the timer cut the
+// attempt off (attemptOutcome).
+func (s *retryStream) endAttempt(a *streamAttempt, err error) (outcome error, cutOff, timedOut bool) {
+	cutOff = s.c.stopTimer(a.timer)
+	outcome, timedOut = attemptOutcome(s.callCtx, err, cutOff)
 	a.cancel()
+	return outcome, cutOff, timedOut
 }
 
 // watchHeader stops the per-attempt timer when response headers arrive, on
@@ -265,8 +272,7 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	a.ctx, a.cancel, a.timer = s.c.nextAttempt(s.attemptBase())
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
-		err, timedOut = attemptOutcome(s.callCtx, err, s.c.stopTimer(a.timer))
-		a.end()
+		err, _, timedOut = s.endAttempt(a, err)
 		a.cs = unopened{ctx: a.ctx, err: err}
 		return timedOut, err
 	}
@@ -304,9 +310,8 @@ func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, time
 			return false, nil
 		}
 		// grpc refused a message it took before: the loop decides on it.
-		timedOut = false
+		err, _, timedOut = s.endAttempt(a, err)
 		committed = s.overflowing()
-		a.end()
 	}
 }
 
@@ -419,7 +424,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 		return nil, s.raceWon(a, err, abandoned)
 	}
 	// Once the timer fired, the attempt was cut off, whatever came after.
-	cutOff := s.c.stopTimer(a.timer)
+	outcome, cutOff, timedOut := s.endAttempt(a, err)
 	s.mu.Lock()
 	committed := s.committed || s.commitNext
 	if err != nil && !committed && !abandoned {
@@ -427,7 +432,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	}
 	s.mu.Unlock()
 	if abandoned {
-		return s.abandon(a, err, committed, cutOff)
+		return s.abandon(outcome, committed, timedOut)
 	}
 	if err != nil && !committed && !cutOff {
 		// Ended, so Header does not block: headers before the failure
@@ -443,9 +448,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	if err != nil {
 		trailer = a.cs.Trailer()
 	}
-	err, timedOut := attemptOutcome(s.callCtx, err, cutOff)
-	a.end()
-	over, final := s.retryAfter(err, trailer, committed, timedOut)
+	over, final := s.retryAfter(outcome, trailer, committed, timedOut)
 	if over {
 		return nil, s.finishStream(final, false)
 	}
@@ -456,14 +459,12 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 }
 
 // abandon ends the stream on the abandon watch's event: the caller's
-// context ended with a, the current attempt, not read to its end. a is
-// judged once (afterAttempt, which never retries a call whose context is
-// done), so the budget, the breaker and the hooks hear of it; its headers
-// and trailer are not read, as the reader may be in RecvMsg on it. endMu
-// is held.
-func (s *retryStream) abandon(a *streamAttempt, err error, committed, cutOff bool) (next *streamAttempt, final error) {
-	err, timedOut := attemptOutcome(s.callCtx, err, cutOff)
-	a.end()
+// context ended with the current attempt not read to its end, which ended
+// with err. The attempt is judged once (afterAttempt, which never retries
+// a call whose context is done), so the budget, the breaker and the hooks
+// hear of it; its headers and trailer are not read, as the reader may be
+// in RecvMsg on it. endMu is held.
+func (s *retryStream) abandon(err error, committed, timedOut bool) (next *streamAttempt, final error) {
 	s.c.afterAttempt(s.callCtx, err, nil, committed, timedOut)
 	return nil, s.finishStream(s.c.finish(err), true)
 }
