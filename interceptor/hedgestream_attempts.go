@@ -32,14 +32,10 @@ func (s *retryStream) watch(a *streamAttempt, cs grpc.ClientStream) {
 
 // join replays what was sent so far on a, whose stream is cs (replayOn),
 // then makes a live, and pokes the driver when the stream is to commit to
-// the next attempt. It returns errHedgeLost when the stream committed to
-// another attempt or failed meanwhile, or the error grpc refused a message
-// with.
-//
-// It runs beside the application's SendMsg, not under sendMu: a send may
-// wait for its attempt's server (connect-go's Send of a server stream's
-// request waits for the response headers), and a slow server must not hold
-// back the hedge that would answer.
+// the next attempt. It runs beside the application's SendMsg, not under
+// sendMu: a send may wait for its attempt's server (connect-go's Send of a
+// server stream's request waits for the response headers), and a slow
+// server must not hold back the hedge that would answer.
 func (s *retryStream) join(a *streamAttempt, cs grpc.ClientStream) error {
 	next := false
 	lost := func() bool { return s.committed || s.race.failed }
@@ -57,9 +53,9 @@ func (s *retryStream) join(a *streamAttempt, cs grpc.ClientStream) error {
 	return err
 }
 
-// commitToLocked commits the stream to w (commitLocked), cancels the
-// others (those still opening too) and answers the asks. The driver alone
-// calls it, then committedTo without mu, with the attempts sent it returns.
+// commitToLocked commits the stream to w, cancels the others (those still
+// opening too) and answers the asks; the driver then calls committedTo
+// without mu.
 func (s *retryStream) commitToLocked(w *streamAttempt) (sent int) {
 	r := s.race
 	s.cur, s.commitNext = w, false
@@ -75,8 +71,6 @@ func (s *retryStream) commitToLocked(w *streamAttempt) (sent int) {
 	return s.c.attempt
 }
 
-// committedTo tells the hooks that w won (when hedges were sent), then lets
-// RecvMsg and Header go on.
 func (s *retryStream) committedTo(w *streamAttempt, sent int) {
 	if sent > 1 {
 		s.c.emit(s.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: w.n, Hedging: true})
@@ -125,8 +119,7 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 }
 
 // afterCommit ends the driver once it committed the stream to w: every
-// other attempt, cancelled, is waited for and told to the budget. The
-// winner's end is the application's to see.
+// other attempt, cancelled, is waited for and told to the budget.
 func (s *retryStream) afterCommit(st *hedgeState, w *streamAttempt) {
 	st.disarm()
 	for st.inFlight > 1 || st.inFlight == 1 && w.reported {
@@ -144,9 +137,8 @@ func (s *retryStream) afterCommit(st *hedgeState, w *streamAttempt) {
 	}
 }
 
-// fail ends a stream that did not commit, for why: every attempt is
-// cancelled and waited for, and the stream ends with the last failure,
-// shown the last attempt that ended.
+// fail ends a stream that did not commit, for why, with the last failure,
+// once every attempt is cancelled and waited for.
 func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 	r := s.race
 	st.disarm()

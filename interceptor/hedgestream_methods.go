@@ -29,9 +29,9 @@ func (s *retryStream) sendRaced(m any, closing bool) error {
 	return nil
 }
 
-// oldestOpenLocked returns the oldest live attempt whose watcher has not
-// seen it end, nil when none: a commit to an ended attempt would make its
-// failure, which the next hedge may still answer, the stream's.
+// oldestOpenLocked returns the oldest live attempt not seen to end (nil:
+// none): a commit to an ended attempt would make its failure, which the
+// next hedge may still answer, the stream's.
 func (s *retryStream) oldestOpenLocked() *streamAttempt {
 	for _, a := range s.race.live {
 		select {
@@ -48,8 +48,7 @@ func (s *retryStream) oldestOpenLocked() *streamAttempt {
 
 // raceContext is Context before a hedged stream commits: it has the driver
 // commit to the oldest attempt open (ask) and returns its context; with
-// none open, the call's context, and the next attempt to open wins. mu is
-// held, and held again on return.
+// none open, the call's, and the next attempt to open wins.
 func (s *retryStream) raceContext() context.Context {
 	var w *streamAttempt
 	if !s.race.failed {
