@@ -99,8 +99,7 @@ func (s *retryStream) drive(st *hedgeState) {
 		if st.due && st.sent > 0 && s.takeEvents(st) {
 			return
 		}
-		if w := s.serve(); w != nil {
-			s.afterCommit(st, w)
+		if s.serve(st) {
 			return
 		}
 		st.sendDue(s.callCtx, s.wantsHedge, s.takeHedge, s.runHedge)
@@ -143,12 +142,12 @@ func (s *retryStream) takeEvents(st *hedgeState) bool {
 }
 
 // serve commits the stream to its oldest attempt open when asked to (an
-// ask, or commitNext) and answers the asks; it returns the winner, if any.
-func (s *retryStream) serve() *streamAttempt {
+// ask, or commitNext) and answers the asks; true when it committed.
+func (s *retryStream) serve(st *hedgeState) bool {
 	s.mu.Lock()
 	if len(s.race.asks) == 0 && !s.commitNext {
 		s.mu.Unlock()
-		return nil
+		return false
 	}
 	w := s.oldestOpenLocked()
 	if w == nil {
@@ -158,12 +157,10 @@ func (s *retryStream) serve() *streamAttempt {
 		}
 		s.answerLocked(nil)
 		s.mu.Unlock()
-		return nil
+		return false
 	}
-	sent := s.commitToLocked(w)
-	s.mu.Unlock()
-	s.committedTo(w, sent)
-	return w
+	s.commitToLocked(st, w)
+	return true
 }
 
 func (s *retryStream) answerLocked(w *streamAttempt) {

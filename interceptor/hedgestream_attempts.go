@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"context"
 	"io"
 	"slices"
 	"time"
@@ -54,9 +55,10 @@ func (s *retryStream) join(a *streamAttempt, cs grpc.ClientStream) error {
 }
 
 // commitToLocked commits the stream to w, cancels the others (those still
-// opening too) and answers the asks; the driver then calls committedTo
-// without mu.
-func (s *retryStream) commitToLocked(w *streamAttempt) (sent int) {
+// opening too) and answers the asks, under mu; then, mu let go, it tells
+// the hooks that w won (when hedges were sent), lets RecvMsg and Header go
+// on, and ends the driver (afterCommit).
+func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
 	r := s.race
 	s.cur, s.commitNext = w, false
 	s.commitLocked()
@@ -68,14 +70,13 @@ func (s *retryStream) commitToLocked(w *streamAttempt) (sent int) {
 	}
 	clear(r.live)
 	r.live = r.live[:0]
-	return s.c.attempt
-}
-
-func (s *retryStream) committedTo(w *streamAttempt, sent int) {
+	sent := s.c.attempt
+	s.mu.Unlock()
 	if sent > 1 {
 		s.c.emit(s.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: w.n, Hedging: true})
 	}
-	close(s.race.ready)
+	close(r.ready)
+	s.afterCommit(st, w)
 }
 
 // ended handles one attempt's event before the stream committed, as
@@ -94,13 +95,10 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 		a.ended, a.endErr = true, status.FromContextError(s.callCtx.Err()).Err()
 	}
 	if a.headers || a.endErr == nil {
-		sent := s.commitToLocked(a)
-		s.mu.Unlock()
 		if a.headers && s.race.hist != nil {
 			s.race.hist.observe(a.took)
 		}
-		s.committedTo(a, sent)
-		s.afterCommit(st, a)
+		s.commitToLocked(st, a)
 		return true
 	}
 	r := s.race
@@ -180,4 +178,63 @@ func (s *retryStream) raceWon(w *streamAttempt, err error, abandoned bool) error
 		err = s.c.failed(s.c.attempt, err)
 	}
 	return s.finishStream(err, abandoned)
+}
+
+// sendRaced is SendMsg (or, closing, CloseSend) before a hedged stream
+// commits, once m is kept: it sends m to every attempt open, and returns
+// nil unless grpc refused the message itself. mu is held, and let go here.
+func (s *retryStream) sendRaced(m any, closing bool) error {
+	r := s.race
+	kept := len(s.buf.msgs)
+	r.targets = append(r.targets[:0], r.live...)
+	s.mu.Unlock()
+	defer clear(r.targets)
+	for i, a := range r.targets {
+		if closing {
+			_ = a.cs.CloseSend()
+		} else if err := a.cs.SendMsg(m); err != nil && err != io.EOF && i == 0 && a.ctx.Err() == nil {
+			// grpc refused the message (too large, cannot marshal); a
+			// cancelled attempt is not grpc refusing.
+			s.mu.Lock()
+			s.buf.dropLast(kept)
+			s.mu.Unlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// oldestOpenLocked returns the oldest live attempt not seen to end (nil:
+// none): a commit to an ended attempt would make its failure, which the
+// next hedge may still answer, the stream's.
+func (s *retryStream) oldestOpenLocked() *streamAttempt {
+	for _, a := range s.race.live {
+		select {
+		case <-a.watched:
+			if a.ended {
+				continue
+			}
+		default:
+		}
+		return a
+	}
+	return nil
+}
+
+// raceContext is Context before a hedged stream commits: it has the driver
+// commit to the oldest attempt open (ask) and returns its context; with
+// none open, the call's, and the next attempt to open wins.
+func (s *retryStream) raceContext() context.Context {
+	var w *streamAttempt
+	if !s.race.failed {
+		if s.oldestOpenLocked() == nil {
+			s.commitNext = true
+		} else if w = s.ask(); w == nil && !s.race.failed {
+			s.commitNext = true
+		}
+	}
+	if w == nil {
+		return s.callCtx
+	}
+	return w.cs.Context()
 }
