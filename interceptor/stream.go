@@ -130,7 +130,6 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		k.hedgeStream(s)
 		return s, nil
 	}
-	s.cur = &s.first
 	if timedOut, err := s.open(&s.first); err != nil {
 		if over, final := s.retryAfter(err, nil, false, timedOut); over {
 			s.finishStream(final, false)
@@ -180,11 +179,13 @@ func (a *streamAttempt) recv(m any) error {
 }
 
 // endAttempt is every end of attempt a, whose last operation returned err
-// (nil: success): its timer stops and hands the call its verdict
-// (stopTimer) before anything judges the attempt, and its context ends. It
-// returns the error the loop decides on and whether the timer cut the
-// attempt off (attemptOutcome).
+// (nil: success), under endMu or before the stream is returned: a is
+// settled, so a later report of its end is no news; its timer stops and
+// hands the call its verdict (stopTimer) before anything judges the
+// attempt, and its context ends. It returns the error the loop decides on
+// and whether the timer cut the attempt off (attemptOutcome).
 func (s *retryStream) endAttempt(a *streamAttempt, err error) (outcome error, cutOff, timedOut bool) {
+	a.settled = true
 	cutOff = s.c.stopTimer(a.timer)
 	outcome, timedOut = attemptOutcome(s.callCtx, err, cutOff)
 	a.cancel()
@@ -260,6 +261,9 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	if err, _, timedOut = s.endAttempt(a, err); failed {
 		a.cs = unopened{ctx: a.ctx, err: err}
 	}
+	s.mu.Lock()
+	s.cur = a // the caller sees it, if the call ends here
+	s.mu.Unlock()
 	return timedOut, err
 }
 
@@ -267,39 +271,26 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 // success) until a new attempt is open and replayed (over false), or the
 // call is over with final.
 func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (over bool, final error) {
-	var last *streamAttempt
 	for {
 		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
 		if !retry {
-			return s.over(last, s.c.finish(err))
+			return true, s.c.finish(err)
 		}
-		if rerr := s.prepareResume(err); rerr != nil {
-			return s.over(last, rerr)
+		if final = s.prepareResume(err); final != nil {
+			return true, final
 		}
-		if perr := s.c.pause(s.callCtx, pause, err); perr != nil {
-			return s.over(last, perr)
+		if final = s.c.pause(s.callCtx, pause, err); final != nil {
+			return true, final
 		}
 		s.c.resume = false
-		a := new(streamAttempt)
-		last, trailer = a, nil
-		if timedOut, err = s.open(a); err == nil {
+		trailer = nil
+		if timedOut, err = s.open(new(streamAttempt)); err == nil {
 			return false, nil
 		}
 		s.mu.Lock()
 		committed = s.commitNext
 		s.mu.Unlock()
 	}
-}
-
-// over ends retryAfter's loop with final; last (nil: none), the attempt
-// that failed to open or replay there, is the one the caller sees.
-func (s *retryStream) over(last *streamAttempt, final error) (bool, error) {
-	if last != nil {
-		s.mu.Lock()
-		s.cur = last
-		s.mu.Unlock()
-	}
-	return true, final
 }
 
 // unopened is the grpc stream of an attempt the streamer failed to open.
