@@ -192,13 +192,11 @@ func (s *retryStream) endAttempt(a *streamAttempt, err error) (outcome error, cu
 	return outcome, cutOff, timedOut
 }
 
-// watchHeader stops the per-attempt timer when response headers arrive.
+// watchHeader stops the attempt's timer when response headers arrive.
 func (a *streamAttempt) watchHeader() {
 	if md, _ := a.cs.Header(); md != nil {
 		a.timer.stopAnswered(time.Now())
-		if a.timer != nil {
-			a.timer.served(time.Since(a.timer.start))
-		}
+		a.timer.served(time.Since(a.timer.start))
 	}
 }
 
