@@ -10,24 +10,19 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// attemptTimer is stagger's per-attempt timer (perAttemptRecvTimeout, with
-// grpc C-core's meaning), one type for unary calls and streams, by the
-// rules UnaryClientInterceptor gives: as it fires it asks the call's
-// decision whether the policy would retry (askVerdict), and as the retry's
-// pause (its grace) ends whether the retry goes now (askAdmit). Each
-// decision is taken as of its due time, however late: an attempt that ended
-// before a due time met none of its decision. Whether it cut an attempt off
-// is its own record, never read from ctx.Err() or a code, which race with
-// the wire. A unary call's loop owns its timer (unary_timer.go); a stream
-// has no owner goroutine to send events to, so its timer (stream_timer.go)
-// decides on the AfterFunc's goroutine, under its own lock, on a copy of
-// the call's retryFacts.
+// attemptTimer is the per-attempt timer (perAttemptRecvTimeout), one type
+// for unary calls and streams, by the rules UnaryClientInterceptor gives:
+// as it fires it asks the call's decision whether the policy would retry
+// (askVerdict), and as the retry's pause (its grace) ends whether the
+// retry goes now (askAdmit). Each decision is taken as of its due time,
+// however late: an attempt that ended before a due time met none of its
+// decision. Whether it cut an attempt off is its own record, never read
+// from ctx.Err() or a code, which race with the wire. A unary call's loop
+// owns its timer (unary_timer.go); a stream's is streamTimer.
 type attemptTimer struct {
-	// n is the attempt the timer belongs to (0: none yet).
-	n     int
+	n     int // the attempt's number (0: none yet)
 	state int32
-	// t is the next due time's AfterFunc; start is when the attempt left,
-	// due when the timer fires, graceEnd when its grace ends.
+	// t is the next due time's AfterFunc.
 	t                    *time.Timer
 	start, due, graceEnd time.Time
 	// waited: the timer waited a period more (decide); only then may its
@@ -43,16 +38,14 @@ type attemptTimer struct {
 	timerCut
 	fired   time.Duration
 	refused policy.Reason
-	// decidedAt is the due time of the decision that cut the attempt off
-	// or let it run on.
+	// decidedAt: when the decision that cut the attempt off or let it run
+	// on was due.
 	decidedAt time.Time
 }
 
 // timerCut is the retry the per-attempt timer admitted as it cut its
-// attempt off: its verdict, the part of its pause the attempt ran on for
-// (grace), its admission and whether the attempt was a straggler. The
-// timer writes it; the call takes it (call.cut) for afterAttempt as the
-// timer stops, and the zero value is no retry.
+// attempt off (zero: none): grace is the part of its pause the attempt ran
+// on for. The call takes it (call.cut) for afterAttempt as the timer stops.
 type timerCut struct {
 	verdict   policy.Verdict
 	grace     time.Duration
@@ -77,7 +70,6 @@ const (
 	timerStopped
 )
 
-// arm sets the timer of attempt n, which left at now, due after d.
 func (t *attemptTimer) arm(n int, now time.Time, d time.Duration, p *pace) {
 	*t = attemptTimer{n: n, start: now, due: now.Add(d)}
 	if p != nil {
@@ -85,7 +77,6 @@ func (t *attemptTimer) arm(n int, now time.Time, d time.Duration, p *pace) {
 	}
 }
 
-// dueAt is when the timer's next decision is due (ok false: none).
 func (t *attemptTimer) dueAt() (at time.Time, ok bool) {
 	switch t.state {
 	case timerArmed:
@@ -137,7 +128,6 @@ func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, besid
 	return next
 }
 
-// set moves the timer to state next by the decision due at.
 func (t *attemptTimer) set(next int32, at time.Time) {
 	t.state = next
 	if next == timerFired || next == timerRanOn {
@@ -174,7 +164,6 @@ func (t *attemptTimer) decide(f *retryFacts, callCtx context.Context, v policy.V
 	return timerFired
 }
 
-// stop stops the timer unless it fired first.
 func (t *attemptTimer) stop() {
 	if t.state == timerArmed || t.state == timerGrace {
 		t.state = timerStopped

@@ -16,66 +16,52 @@ import (
 var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: the stream committed to another attempt")
 
 // hedgeRace is what a hedged stream keeps beside the retryStream it is,
-// until it commits: hedging is retry with a start timer, so once the race
-// has a winner the stream runs as a committed retryStream. Attempts race
-// until one commits: the first whose response headers arrive (or that ends
-// OK without any), or the oldest in flight when Context is called or the
-// replay buffer overflows. The others are cancelled.
+// until it commits; then the stream runs as a committed retryStream.
 //
-// The driver (drive) owns the race: it alone launches attempts, on the
-// hedging delay, and alone commits (commitToLocked), so no hedge can go
-// after the commit. Each attempt's goroutine opens and replays its attempt
-// (openRaced, join), then reports its headers or its end once on events
-// (watch). The application's SendMsg and CloseSend send to every attempt
-// open; RecvMsg and Header wait for ready; Context and an overflowing
-// message ask the driver to commit (ask).
+// The driver (drive) owns the race: it alone launches attempts and alone
+// commits (commitToLocked), so no hedge can go after the commit. Each
+// attempt's goroutine opens and replays its attempt (openRaced, join),
+// then reports its headers or its end once on events (watch). RecvMsg and
+// Header wait for ready; Context and an overflowing message ask the driver
+// to commit (ask).
 //
 // sendMu orders SendMsg and CloseSend before the commit; each attempt's
 // replay runs beside them, and the stream's mu decides which of the two
 // sends a message to an attempt, so each gets every message once, in
-// order. The fields below sendMu are guarded by the stream's mu, which is
-// never held while blocked in grpc.
+// order. The stream's mu guards the fields below sendMu.
 type hedgeRace struct {
-	// st is the driver's alone; once the stream committed, raceWon reads it
-	// to record the winner (recordHedge).
+	// st is the driver's, then raceWon's to record the winner.
 	st   hedgeState
 	hist *latencyHistogram
-	// events has room for every attempt's one event, its number (no
-	// pointer: one allocation); poke (room for one) wakes the driver for
-	// asks and commitNext; ready closes once the stream committed or failed.
+	// events has room for every attempt's one event, its number; poke wakes
+	// the driver for asks and commitNext; ready closes once the stream
+	// committed or failed.
 	events chan int
 	poke   chan struct{}
 	ready  chan struct{}
 
-	sendMu sync.Mutex
-	// targets is SendMsg's and CloseSend's copy of live; sendMu guards it.
-	targets []*streamAttempt
+	sendMu  sync.Mutex
+	targets []*streamAttempt // sendRaced's copy of live, under sendMu
 
 	// sent are the attempts sent, live those open, replayed and not known
 	// to have ended, in the order they were sent.
 	sent, live []*streamAttempt
 	// last is the last attempt that ended before any commit.
-	last *streamAttempt
-	// asks want the stream committed to its oldest attempt open: the
-	// driver answers each (serve) with the winner, or nil.
-	asks   []chan *streamAttempt
-	failed bool
-	// Backing arrays of sent, live and targets: most streams send one or
-	// two attempts.
+	last                         *streamAttempt
+	asks                         []chan *streamAttempt // answered in serve
+	failed                       bool
 	sentArr, liveArr, targetsArr [raceInline]*streamAttempt
 }
 
 // raceInline: the first attempt and two hedges without an allocation.
 const raceInline = 3
 
-// heard returns the attempt whose event is n: its goroutine wrote how its
-// race ended (headers, took; or ended, endErr, trailer) before it sent n.
-// The driver's: it alone appends to sent.
+// heard returns the attempt whose event is n; the driver's, which alone
+// appends to sent.
 func (r *hedgeRace) heard(n int) *streamAttempt { return r.sent[n-1] }
 
 // hedgeStream makes s a hedged stream and starts its driver. The first
-// attempt is opened here, as grpc-go opens a stream in NewStream, while
-// the driver runs the hedging delay from its start.
+// attempt is opened here, as grpc-go opens a stream in NewStream.
 func (k *core) hedgeStream(s *retryStream) {
 	h := s.c.hedged.Hedging
 	r := &hedgeRace{
@@ -105,9 +91,7 @@ func (k *core) hedgeStream(s *retryStream) {
 }
 
 // drive is the hedging loop: it ends when the stream has committed and
-// every other attempt has ended, or when the stream has failed. It takes
-// the attempts' events, the hedging delay's timer, pokes and the caller's
-// Done.
+// every other attempt has ended, or when the stream has failed.
 func (s *retryStream) drive(st *hedgeState) {
 	r := s.race
 	done := s.callCtx.Done()
@@ -115,8 +99,7 @@ func (s *retryStream) drive(st *hedgeState) {
 		if st.due && st.sent > 0 && s.takeEvents(st) {
 			return
 		}
-		if w := s.serve(); w != nil {
-			s.afterCommit(st, w)
+		if s.serve(st) {
 			return
 		}
 		st.sendDue(s.callCtx, s.wantsHedge, s.takeHedge, s.runHedge)
@@ -142,9 +125,9 @@ func (s *retryStream) drive(st *hedgeState) {
 	}
 }
 
-// takeEvents handles the events already in, without waiting, so that
-// headers that arrived as the hedging delay ran out commit before a hedge
-// goes (select picks at random). True when the driver is done.
+// takeEvents handles the events already in, so that headers that arrived
+// as the hedging delay ran out commit before a hedge goes (select picks at
+// random). True when the driver is done.
 func (s *retryStream) takeEvents(st *hedgeState) bool {
 	for {
 		select {
@@ -159,12 +142,12 @@ func (s *retryStream) takeEvents(st *hedgeState) bool {
 }
 
 // serve commits the stream to its oldest attempt open when asked to (an
-// ask, or commitNext) and answers the asks; it returns the winner, if any.
-func (s *retryStream) serve() *streamAttempt {
+// ask, or commitNext) and answers the asks; true when it committed.
+func (s *retryStream) serve(st *hedgeState) bool {
 	s.mu.Lock()
 	if len(s.race.asks) == 0 && !s.commitNext {
 		s.mu.Unlock()
-		return nil
+		return false
 	}
 	w := s.oldestOpenLocked()
 	if w == nil {
@@ -174,15 +157,12 @@ func (s *retryStream) serve() *streamAttempt {
 		}
 		s.answerLocked(nil)
 		s.mu.Unlock()
-		return nil
+		return false
 	}
-	sent := s.commitToLocked(w)
-	s.mu.Unlock()
-	s.committedTo(w, sent)
-	return w
+	s.commitToLocked(st, w)
+	return true
 }
 
-// answerLocked answers every ask with w (nil: none open, or failed).
 func (s *retryStream) answerLocked(w *streamAttempt) {
 	r := s.race
 	for _, q := range r.asks {
@@ -193,9 +173,9 @@ func (s *retryStream) answerLocked(w *streamAttempt) {
 }
 
 // ask has the driver commit the stream to its oldest attempt open, and
-// returns the winner, or nil when none was open any more or the stream
-// failed. mu is held, and held again on return; the caller saw an attempt
-// open, so the driver is not waiting in the Gate and answers.
+// returns the winner (nil: none open any more, or failed). mu is held, and
+// held again on return; the caller saw an attempt open, so the driver is
+// not waiting in the Gate and answers.
 func (s *retryStream) ask() *streamAttempt {
 	q := make(chan *streamAttempt, 1)
 	s.race.asks = append(s.race.asks, q)
@@ -209,8 +189,6 @@ func (s *retryStream) ask() *streamAttempt {
 	return w
 }
 
-// wantsHedge says whether the race still wants a hedge: not when it is
-// about to commit to an attempt in flight (committingLocked).
 func (s *retryStream) wantsHedge() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -233,7 +211,6 @@ func (s *retryStream) takeHedge(n int) (time.Time, bool) {
 	return a.start, true
 }
 
-// runHedge opens hedge n on a goroutine of its own, which then watches it.
 func (s *retryStream) runHedge(n int) {
 	a := s.race.sent[n-1]
 	go func() {
@@ -249,8 +226,7 @@ func (s *retryStream) committingLocked() bool {
 	return (s.commitNext || len(s.race.asks) > 0) && s.race.st.inFlight > 0
 }
 
-// launchLocked makes attempt n and adds it to the attempts sent, which a
-// commit cancels. mu is held.
+// launchLocked makes attempt n, which a commit cancels; mu is held.
 func (s *retryStream) launchLocked(n int) *streamAttempt {
 	a := &s.first
 	if n > 1 {
@@ -263,8 +239,8 @@ func (s *retryStream) launchLocked(n int) *streamAttempt {
 	return a
 }
 
-// openRaced opens a's grpc stream and replays what was sent on it (join).
-// When that fails, a has ended: openRaced reports it to the driver.
+// openRaced opens a's grpc stream and replays what was sent on it (join);
+// when that fails, it reports a's end to the driver.
 func (s *retryStream) openRaced(a *streamAttempt) (grpc.ClientStream, error) {
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err == nil {

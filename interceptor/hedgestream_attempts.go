@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"context"
 	"io"
 	"slices"
 	"time"
@@ -32,14 +33,10 @@ func (s *retryStream) watch(a *streamAttempt, cs grpc.ClientStream) {
 
 // join replays what was sent so far on a, whose stream is cs (replayOn),
 // then makes a live, and pokes the driver when the stream is to commit to
-// the next attempt. It returns errHedgeLost when the stream committed to
-// another attempt or failed meanwhile, or the error grpc refused a message
-// with.
-//
-// It runs beside the application's SendMsg, not under sendMu: a send may
-// wait for its attempt's server (connect-go's Send of a server stream's
-// request waits for the response headers), and a slow server must not hold
-// back the hedge that would answer.
+// the next attempt. It runs beside the application's SendMsg, not under
+// sendMu: a send may wait for its attempt's server (connect-go's Send of a
+// server stream's request waits for the response headers), and a slow
+// server must not hold back the hedge that would answer.
 func (s *retryStream) join(a *streamAttempt, cs grpc.ClientStream) error {
 	next := false
 	lost := func() bool { return s.committed || s.race.failed }
@@ -57,10 +54,11 @@ func (s *retryStream) join(a *streamAttempt, cs grpc.ClientStream) error {
 	return err
 }
 
-// commitToLocked commits the stream to w (commitLocked), cancels the
-// others (those still opening too) and answers the asks. The driver alone
-// calls it, then committedTo without mu, with the attempts sent it returns.
-func (s *retryStream) commitToLocked(w *streamAttempt) (sent int) {
+// commitToLocked commits the stream to w, cancels the others (those still
+// opening too) and answers the asks, under mu; then, mu let go, it tells
+// the hooks that w won (when hedges were sent), lets RecvMsg and Header go
+// on, and ends the driver (afterCommit).
+func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
 	r := s.race
 	s.cur, s.commitNext = w, false
 	s.commitLocked()
@@ -72,16 +70,13 @@ func (s *retryStream) commitToLocked(w *streamAttempt) (sent int) {
 	}
 	clear(r.live)
 	r.live = r.live[:0]
-	return s.c.attempt
-}
-
-// committedTo tells the hooks that w won (when hedges were sent), then lets
-// RecvMsg and Header go on.
-func (s *retryStream) committedTo(w *streamAttempt, sent int) {
+	sent := s.c.attempt
+	s.mu.Unlock()
 	if sent > 1 {
 		s.c.emit(s.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: w.n, Hedging: true})
 	}
-	close(s.race.ready)
+	close(r.ready)
+	s.afterCommit(st, w)
 }
 
 // ended handles one attempt's event before the stream committed, as
@@ -100,13 +95,10 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 		a.ended, a.endErr = true, status.FromContextError(s.callCtx.Err()).Err()
 	}
 	if a.headers || a.endErr == nil {
-		sent := s.commitToLocked(a)
-		s.mu.Unlock()
 		if a.headers && s.race.hist != nil {
 			s.race.hist.observe(a.took)
 		}
-		s.committedTo(a, sent)
-		s.afterCommit(st, a)
+		s.commitToLocked(st, a)
 		return true
 	}
 	r := s.race
@@ -125,8 +117,7 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 }
 
 // afterCommit ends the driver once it committed the stream to w: every
-// other attempt, cancelled, is waited for and told to the budget. The
-// winner's end is the application's to see.
+// other attempt, cancelled, is waited for and told to the budget.
 func (s *retryStream) afterCommit(st *hedgeState, w *streamAttempt) {
 	st.disarm()
 	for st.inFlight > 1 || st.inFlight == 1 && w.reported {
@@ -144,9 +135,8 @@ func (s *retryStream) afterCommit(st *hedgeState, w *streamAttempt) {
 	}
 }
 
-// fail ends a stream that did not commit, for why: every attempt is
-// cancelled and waited for, and the stream ends with the last failure,
-// shown the last attempt that ended.
+// fail ends a stream that did not commit, for why, with the last failure,
+// once every attempt is cancelled and waited for.
 func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 	r := s.race
 	st.disarm()
@@ -188,4 +178,63 @@ func (s *retryStream) raceWon(w *streamAttempt, err error, abandoned bool) error
 		err = s.c.failed(s.c.attempt, err)
 	}
 	return s.finishStream(err, abandoned)
+}
+
+// sendRaced is SendMsg (or, closing, CloseSend) before a hedged stream
+// commits, once m is kept: it sends m to every attempt open, and returns
+// nil unless grpc refused the message itself. mu is held, and let go here.
+func (s *retryStream) sendRaced(m any, closing bool) error {
+	r := s.race
+	kept := len(s.buf.msgs)
+	r.targets = append(r.targets[:0], r.live...)
+	s.mu.Unlock()
+	defer clear(r.targets)
+	for i, a := range r.targets {
+		if closing {
+			_ = a.cs.CloseSend()
+		} else if err := a.cs.SendMsg(m); err != nil && err != io.EOF && i == 0 && a.ctx.Err() == nil {
+			// grpc refused the message (too large, cannot marshal); a
+			// cancelled attempt is not grpc refusing.
+			s.mu.Lock()
+			s.buf.dropLast(kept)
+			s.mu.Unlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// oldestOpenLocked returns the oldest live attempt not seen to end (nil:
+// none): a commit to an ended attempt would make its failure, which the
+// next hedge may still answer, the stream's.
+func (s *retryStream) oldestOpenLocked() *streamAttempt {
+	for _, a := range s.race.live {
+		select {
+		case <-a.watched:
+			if a.ended {
+				continue
+			}
+		default:
+		}
+		return a
+	}
+	return nil
+}
+
+// raceContext is Context before a hedged stream commits: it has the driver
+// commit to the oldest attempt open (ask) and returns its context; with
+// none open, the call's, and the next attempt to open wins.
+func (s *retryStream) raceContext() context.Context {
+	var w *streamAttempt
+	if !s.race.failed {
+		if s.oldestOpenLocked() == nil {
+			s.commitNext = true
+		} else if w = s.ask(); w == nil && !s.race.failed {
+			s.commitNext = true
+		}
+	}
+	if w == nil {
+		return s.callCtx
+	}
+	return w.cs.Context()
 }

@@ -17,8 +17,9 @@ const DefaultReplayBufferSize = 256 << 10
 // WithReplayBufferSize bounds, in bytes, the messages one stream keeps for
 // replay before it commits (n <= 0: DefaultReplayBufferSize). A message is
 // counted at its proto.Size, the size grpc marshals; a stream whose next
-// message would pass the bound commits: it sends the message and never
-// retries again. Useful per call for a stream known to send much.
+// message would pass the bound, or is not a proto.Message (another codec:
+// it cannot be sized), commits: it sends the message and never retries
+// again. Useful per call for a stream known to send much.
 func WithReplayBufferSize(n int) Option {
 	return Option{apply: func(o *options) { o.replaySize = n }}
 }
@@ -33,9 +34,8 @@ func WithReplayBufferLimit(l *ReplayLimit) Option {
 }
 
 // ReplayLimit is a cap on the bytes held by the replay buffers of every
-// stream that shares it (WithReplayBufferLimit). It counts bytes as streams
-// keep messages and gives them back when a stream commits or ends, and it
-// remembers the most it ever held, which tests and metrics read.
+// stream that shares it (WithReplayBufferLimit), given back as a stream
+// commits or ends; it remembers the most it ever held.
 //
 // A ReplayLimit is safe for concurrent use; its zero value holds nothing and
 // admits nothing (use NewReplayLimit).
@@ -93,7 +93,7 @@ type replayBuffer struct {
 	bytes int64
 	max   int64
 	limit *ReplayLimit
-	peak  int64 // the most bytes held (tests)
+	peak  int64 // for tests
 }
 
 func (b *replayBuffer) init(size int, limit *ReplayLimit) {
@@ -104,8 +104,7 @@ func (b *replayBuffer) init(size int, limit *ReplayLimit) {
 }
 
 // messageSize is the size grpc will marshal m to; ok false for a message
-// of another codec, which commits the stream rather than hold unbounded
-// memory.
+// of another codec.
 func messageSize(m any) (n int64, ok bool) {
 	if pm, isProto := m.(proto.Message); isProto {
 		return int64(proto.Size(pm)), true
@@ -113,7 +112,6 @@ func messageSize(m any) (n int64, ok bool) {
 	return 0, false
 }
 
-// add keeps m when it fits under the stream's bound and the shared cap.
 func (b *replayBuffer) add(m any) bool {
 	n, ok := messageSize(m)
 	if !ok || b.bytes+n > b.max {
@@ -142,7 +140,7 @@ func (b *replayBuffer) keepBeforeCommit(m any, live bool) (kept, commitNow bool)
 	return false, false
 }
 
-// force keeps m past the bounds (by one message: SendMsg is one at a time).
+// force keeps m past the bounds, by one message: SendMsg is one at a time.
 func (b *replayBuffer) force(m any) {
 	n, _ := messageSize(m)
 	if b.limit != nil {
@@ -175,7 +173,6 @@ func (b *replayBuffer) dropLast(count int) {
 	}
 }
 
-// release gives the memory back: at commit and when the stream ends.
 func (b *replayBuffer) release() {
 	if b.limit != nil && b.bytes > 0 {
 		b.limit.free(b.bytes)
@@ -187,15 +184,12 @@ func (b *replayBuffer) release() {
 // replayOn sends the messages kept in buf, in order, then CloseSend when
 // *closeSent, on cs, a new attempt's stream, beside the application's
 // SendMsg, which keeps its messages in buf meanwhile. live runs under mu in
-// the step that finds everything sent, and makes the attempt the one
-// SendMsg sends to, so it gets every message once, in order. lost (nil:
-// never), asked under mu before each step, ends the replay (errHedgeLost).
-//
-// A send's io.EOF does not end the replay: the stream below may re-open
-// its request without it knowing (the Connect front end's transparent
-// re-open re-sends what the attempt was given), which needs every message
-// and the end. Another error is grpc refusing a message, which replayOn
-// returns.
+// the step that finds everything sent and makes the attempt SendMsg's, so
+// it gets every message once, in order. lost (nil: never), asked under mu
+// before each step, ends the replay (errHedgeLost). A send's io.EOF does
+// not end it: the stream below may re-open its request unseen (the Connect
+// front end re-sends what the attempt was given), which needs every
+// message and the end; another error is grpc refusing a message.
 func replayOn(mu *sync.Mutex, buf *replayBuffer, closeSent *bool, cs grpc.ClientStream, lost func() bool, live func()) error {
 	closed := false
 	for i := 0; ; {

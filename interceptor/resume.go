@@ -47,12 +47,10 @@ const ResumeHeader = "stagger-resume"
 // resume function. It does nothing for a method that is not server-streaming
 // (unary, client-streaming, bidi) or has no retry policy.
 //
-// gRFC A6 commits a stream at its first response header or message, so a
-// server stream that breaks late fails the whole call. A method whose
-// request can say where to start (a page token, a start key, a resume
-// token) can continue instead, as Google's client libraries do per API
-// (Bigtable's ReadRows resumes after the last row key). TypedResume adapts
-// a function written for the generated types:
+// A method whose request can say where to start (a page token, a start
+// key) can so continue where gRFC A6 would fail the call, as Google's
+// client libraries do per API (Bigtable's ReadRows). TypedResume adapts a
+// function written for the generated types:
 //
 //	resume := interceptor.TypedResume(func(req *pb.ListItemsRequest, last *pb.ListItemsResponse) (*pb.ListItemsRequest, error) {
 //		next := proto.Clone(req).(*pb.ListItemsRequest)
@@ -61,14 +59,13 @@ const ResumeHeader = "stagger-resume"
 //	})
 //	opts := stagger.DialOptions(cfg, interceptor.WithResume(pb.TestService_ListItems_FullMethodName, resume))
 //
-// A committed stream of that method that fails is then decided as one that
-// had not committed, under the method's retry policy and every usual rule
-// (the budget is charged per resume as for a retry); when it would be
-// retried, the resume function builds the next request (only when messages
-// arrived since the last one was built), and a new attempt is opened with
-// it, after the pause. Hooks hear EventResume (not EventRetry), before the
-// function runs; resumed attempts carry the ResumeHeader request header on
-// top of grpc-previous-rpc-attempts.
+// A committed stream of that method that fails is decided as one that had
+// not committed, by every usual rule (the budget is charged per resume as
+// for a retry); when it would be retried, the resume function builds the
+// next request (only when messages arrived since the last one was built),
+// opened after the pause. Hooks hear EventResume (not EventRetry) before
+// the function runs; resumed attempts carry the ResumeHeader request
+// header.
 //
 // Counting. An attempt that delivers a message restarts the count: it
 // becomes attempt 1 and the backoff sequence starts over, so maxAttempts
@@ -161,16 +158,15 @@ func (e *ResumeError) GRPCStatus() *status.Status {
 // Unwrap returns the resume function's error and the stream's.
 func (e *ResumeError) Unwrap() []error { return []error{e.Err, e.StreamErr} }
 
-// resumeState is one resumable stream's: what it sent and received, for
-// its resume function. Its fields are written under the stream's endMu,
-// but req, orig and off, under the stream's mu.
+// resumeState is what a resumable stream sent and received, for its
+// resume function. Its fields are written under the stream's endMu, but
+// req, orig and off, under the stream's mu.
 type resumeState struct {
 	fn ResumeFunc
 	// orig is the request the application sent; req the one the running
 	// attempt sent (orig, or the last resume's), nil until SendMsg.
 	orig, req any
-	// off: Context was called, which commits the stream for good.
-	off bool
+	off       bool // Context was called
 	// last is the last message delivered; delivered: one was since req
 	// was built; progress: the running attempt delivered one; pending: the
 	// stream is to resume rather than end (resuming).
@@ -180,8 +176,7 @@ type resumeState struct {
 	ctx                          context.Context // with ResumeHeader
 }
 
-// newResume returns the resume state of a stream of method, or nil when
-// the call has no resume function for it.
+// newResume returns nil when the call has no resume function for method.
 func newResume(o *options, method string, serverStreams, clientStreams bool) *resumeState {
 	if len(o.resume) == 0 || !serverStreams || clientStreams {
 		return nil
@@ -193,14 +188,13 @@ func newResume(o *options, method string, serverStreams, clientStreams bool) *re
 	return &resumeState{fn: fn}
 }
 
-// sent notes a message the application sent; the stream's mutex is held.
 func (r *resumeState) sent(m any) {
 	if r != nil && r.orig == nil {
 		r.orig, r.req = m, m
 	}
 }
 
-// received notes m, delivered to the application. The first message of an
+// received notes m, delivered to the application; the first message of an
 // attempt restarts the call's attempt count and backoff sequence.
 func (r *resumeState) received(m any, c *call) {
 	r.last = m
@@ -233,7 +227,6 @@ func (s *retryStream) resuming(err error) bool {
 	return r.pending
 }
 
-// attemptBase is the context the next attempt derives from.
 func (s *retryStream) attemptBase() context.Context {
 	if s.res != nil && s.res.ctx != nil {
 		return s.res.ctx
@@ -241,17 +234,10 @@ func (s *retryStream) attemptBase() context.Context {
 	return s.callCtx
 }
 
-// reset makes m the only message kept, past the bounds (a resumed request
-// must be sent; the stream commits again at its first message).
-func (b *replayBuffer) reset(m any) {
-	b.release()
-	b.force(m)
-}
-
 // prepareResume, once the loop decided to resume (c.resume stays set
-// through the pause, for a Gate's wait to report EventResume too), builds
-// the request that continues the stream and makes it the only message to
-// replay. It returns the call's final error when the stream cannot resume.
+// through the pause, for a Gate's wait to report EventResume too), makes
+// the request that continues the stream the only message to replay. It
+// returns the call's final error when the stream cannot resume.
 func (s *retryStream) prepareResume(streamErr error) error {
 	r := s.res
 	if r == nil || !r.pending {
@@ -259,8 +245,7 @@ func (s *retryStream) prepareResume(streamErr error) error {
 	}
 	r.pending = false
 	s.mu.Lock()
-	req := r.req
-	orig := r.orig
+	req, orig := r.req, r.orig
 	s.mu.Unlock()
 	if r.delivered {
 		next, err := r.build(orig, r.last)
@@ -274,13 +259,16 @@ func (s *retryStream) prepareResume(streamErr error) error {
 	r.ctx = metadata.AppendToOutgoingContext(s.callCtx, ResumeHeader, strconv.Itoa(r.resumes))
 	s.mu.Lock()
 	r.req = req
-	s.buf.reset(req)
+	// The only message kept, past the bounds: a resumed request must be
+	// sent, and the stream commits again at its first message.
+	s.buf.release()
+	s.buf.force(req)
 	s.closeSent, s.committed, s.commitNext = true, false, false
 	s.mu.Unlock()
 	return nil
 }
 
-// build calls the resume function; a panic becomes its error.
+// build calls the resume function; a panic is its error.
 func (r *resumeState) build(orig, last any) (next proto.Message, err error) {
 	req, ok := orig.(proto.Message)
 	if !ok {

@@ -13,21 +13,18 @@ import (
 )
 
 // StreamClientInterceptor returns the retrying stream client interceptor, for
-// server-streaming, client-streaming and bidi methods. It takes the same
-// options, per-call options, hooks, budget and policy as the unary one and
-// decides by the same rules: attempt count, pauses, pushback, deadline
-// awareness, cancellation and budget.
+// server-streaming, client-streaming and bidi methods. It takes the options,
+// per-call options, hooks, budget and policy of UnaryClientInterceptor and
+// decides by its rules: attempt count, pauses, pushback, deadline awareness,
+// cancellation and budget.
 //
 // Replay. Until the stream commits, every message the application sends (and
 // its CloseSend) is kept, by reference, in a replay buffer bounded in bytes
-// (DefaultReplayBufferSize per stream, WithReplayBufferSize; optionally a cap
-// shared by many streams, WithReplayBufferLimit), and a new attempt is sent
-// them again, in order, before anything else. Messages are counted at their
-// proto.Size; a message that is not a proto.Message (another codec) cannot be
-// sized and commits the stream. The application must not modify a message
-// after SendMsg (grpc-go requires it too). grpc-go's own retry buffer is
-// turned off for these streams (grpc.MaxRetryRPCBufferSize(0) before the
-// caller's options), so one stream holds at most one bounded copy; grpc-go's
+// (WithReplayBufferSize, WithReplayBufferLimit), and sent again, in order, to
+// a new attempt before anything else. The application must not modify a
+// message after SendMsg (grpc-go requires it too). grpc-go's own retry buffer
+// is turned off for these streams (grpc.MaxRetryRPCBufferSize(0) before the
+// caller's options), so a stream holds one bounded copy; grpc-go's
 // transparent retry of a stream that never reached the server still happens
 // before the first message.
 //
@@ -37,49 +34,42 @@ import (
 // failed attempt with headers is final and a Trailers-Only one may be
 // retried), or when the next message would overflow the buffer. A message the
 // application received is never delivered again. A server stream with a
-// resume function (WithResume) is reopened after a failure past its commit
-// with the request that continues it, under the same rules.
+// resume function (WithResume) is reopened past its commit.
 //
 // Decisions happen inside the application's calls: an attempt's failure
-// surfaces on RecvMsg (CloseAndRecv for a client stream), which then pauses,
-// opens the next attempt, replays and reads on, so the caller sees only the
-// next message or the final status. Until the stream commits, SendMsg on an
-// attempt that has died returns nil (the message is kept for the next
-// attempt; RecvMsg tells the outcome), and a failure to create the stream is
-// retried inside the interceptor.
+// surfaces on RecvMsg (CloseAndRecv for a client stream), which pauses, opens
+// the next attempt, replays and reads on, so the caller sees only the next
+// message or the final status. Until the stream commits, SendMsg on an
+// attempt that has died returns nil (RecvMsg tells the outcome), and a
+// failure to create the stream is retried inside the interceptor.
 //
 // The per-attempt timeout (perAttemptRecvTimeout, idempotent methods only:
-// an idempotency key does not count for a stream, see WithIdempotencyKey)
-// has grpc C-core's meaning for streams: it stops at the first response
-// header or message. When it fires it cuts the attempt off and retries it if
-// a retry can go, by the rules of UnaryClientInterceptor; otherwise the
-// attempt runs on and the stream is its.
+// an idempotency key does not count for a stream) stops, as grpc C-core's
+// does for streams, at the first response header or message. When it fires
+// it cuts the attempt off and retries it if a retry can go, by the rules of
+// UnaryClientInterceptor; otherwise the attempt runs on and the stream is its.
 //
 // What the caller sees is one attempt's (the package doc, "What the caller
-// sees"): Header returns the headers of the attempt the stream commits to,
-// or nil, nil when the call ends without any; Trailer, after RecvMsg
-// returned an error, is the final attempt's; the messages are the
-// committed attempt's only. Context commits the stream, as grpc-go's does,
-// so no later retry cancels the context the application holds.
+// sees"): Header returns the headers of the attempt the stream commits to, or
+// nil, nil when the call ends without any; Trailer, after RecvMsg returned an
+// error, is the final attempt's. Context commits the stream, as grpc-go's
+// does, so no later retry cancels the context the application holds.
 //
-// Hedging. Streams are hedged until they commit, as gRFC A6 says: hedges
-// start every hedgingDelay, up to maxAttempts, and race until one commits:
-// the first whose response headers arrive (or that ends OK without any), or,
-// when the application calls Context or a message overflows the replay
-// buffer, the oldest attempt open. The others are cancelled and the stream
-// is then the winner's: its messages, headers, trailer and peer, and its
-// failure, which is final. Before the commit the rules are the unary call's
-// (non-fatal codes, pushback, the budget asked before every hedge, a refused
-// hedge with nothing in flight waits as a retry: see UnaryClientInterceptor),
-// and a stream whose attempts all failed ends with the last status. Every
-// message sent before the commit (and CloseSend) is sent to every attempt
-// open, and replayed to each later hedge before anything else; so a message
-// waits for the slowest open attempt's flow control. SendMsg returns before
-// any attempt answers; RecvMsg and Header wait for the commit. A hedged
-// stream runs one goroutine of its own until it commits (hooks hear its
-// hedge events there) and one per attempt until the attempt's headers
-// arrive or it ends; none outlives the stream. The adaptive delay learns
-// from the winners' times to commit.
+// Hedging. Streams are hedged until they commit (gRFC A6): hedges start every
+// hedgingDelay, up to maxAttempts, and race until one commits: the first
+// whose response headers arrive (or that ends OK without any), or, when the
+// application calls Context or a message overflows the replay buffer, the
+// oldest attempt open. The others are cancelled and the stream is the
+// winner's, its failure final. Before the commit the rules are the unary
+// call's, and a stream whose attempts all failed ends with the last status.
+// Every message sent before the commit (and CloseSend) goes to every attempt
+// open and is replayed to each later hedge, so a message waits for the
+// slowest open attempt's flow control. SendMsg returns before any attempt
+// answers; RecvMsg and Header wait for the commit. A hedged stream runs one
+// goroutine of its own until it commits (hooks hear its hedge events there)
+// and one per attempt until the attempt's headers arrive or it ends; none
+// outlives the stream. The adaptive delay learns from the winners' times to
+// commit.
 //
 // The returned streams follow grpc.ClientStream's rules: one goroutine may
 // send (SendMsg, CloseSend) while another receives.
@@ -118,14 +108,11 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	}
 	hedged := s.c.hedged != nil && k.hedges(ctx, &s.c, true)
 	// Each attempt's options: the file's, then the caller's, which win, as
-	// in grpc-go. The caller's Header, Trailer and Peer holders and OnFinish
-	// are taken out (callerOutputs.split): grpc would write them on a
-	// goroutine of its own, after the stream announced its end; finishStream
-	// fills and runs them.
+	// in grpc-go; the caller's holders and OnFinish are finishStream's, as
+	// grpc would fill them after the stream announced its end.
 	if s.c.retrying || hedged {
 		s.buf.init(s.c.o.replaySize, s.c.o.replayLimit)
-		// grpc-go's own retry buffer, off: stagger's replaces it. First, so
-		// that a caller's own setting wins.
+		// First, so that a caller's own setting wins.
 		s.opts = make([]grpc.CallOption, 0, 1+len(s.c.fileOpts)+len(grpcOpts))
 		s.opts = append(s.opts, grpc.MaxRetryRPCBufferSize(0))
 	} else {
@@ -143,31 +130,24 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		k.hedgeStream(s)
 		return s, nil
 	}
-	timedOut, err := s.open(&s.first)
-	if err == nil {
-		s.cur = &s.first
-		s.watchAbandon()
-		return s, nil
-	}
-	s.cur = &s.first
-	if over, final := s.retryAfter(err, nil, false, timedOut); over {
-		s.finishStream(final, false)
-		return nil, final
+	if timedOut, err := s.open(&s.first); err != nil {
+		if over, final := s.retryAfter(err, nil, false, timedOut); over {
+			s.finishStream(final, false)
+			return nil, final
+		}
 	}
 	s.watchAbandon()
 	return s, nil
 }
 
-// streamAttempt is one attempt: its grpc stream and context.
 type streamAttempt struct {
 	cs     grpc.ClientStream
 	ctx    context.Context
 	cancel context.CancelFunc
 	// timer is the per-attempt timeout, nil when none applies; a header or
 	// message that finds it fired is never delivered.
-	timer *streamTimer
-	// settled: settle has judged this attempt (under endMu).
-	settled bool
+	timer   *streamTimer
+	settled bool // under endMu
 
 	// A hedged stream's attempts: n is the attempt's number, start when it
 	// was sent. watched closes when watch is done with the receiving side:
@@ -198,27 +178,30 @@ func (a *streamAttempt) recv(m any) error {
 	return a.cs.RecvMsg(m)
 }
 
-func (a *streamAttempt) end() {
-	a.timer.stop()
+// endAttempt is every end of attempt a, whose last operation returned err
+// (nil: success), under endMu or before the stream is returned: a is
+// settled, so a later report of its end is no news; its timer stops and
+// hands the call its verdict (stopTimer) before anything judges the
+// attempt, and its context ends. It returns the error the loop decides on
+// and whether the timer cut the attempt off (attemptOutcome).
+func (s *retryStream) endAttempt(a *streamAttempt, err error) (outcome error, cutOff, timedOut bool) {
+	a.settled = true
+	cutOff = s.c.stopTimer(a.timer)
+	outcome, timedOut = attemptOutcome(s.callCtx, err, cutOff)
 	a.cancel()
+	return outcome, cutOff, timedOut
 }
 
-// watchHeader stops the per-attempt timer when response headers arrive, on
-// a goroutine that ends with them or with the attempt.
+// watchHeader stops the attempt's timer when response headers arrive.
 func (a *streamAttempt) watchHeader() {
 	if md, _ := a.cs.Header(); md != nil {
 		a.timer.stopAnswered(time.Now())
-		if a.timer != nil {
-			a.timer.served(time.Since(a.timer.start))
-		}
+		a.timer.served(time.Since(a.timer.start))
 	}
 }
 
 // retryStream is the grpc.ClientStream the application holds, retried or
-// hedged: it runs the attempts one after another, or races them until one
-// commits (race), keeps sent messages for replay until it commits, and
-// decides after each attempt ends, inside RecvMsg (or the interceptor,
-// when an attempt cannot even start). mu guards the fields below it and is
+// hedged (race, until it commits). mu guards the fields below it and is
 // never held while blocked in grpc.
 type retryStream struct {
 	c        call
@@ -242,8 +225,7 @@ type retryStream struct {
 	// cur is the attempt that answers SendMsg, Header, Trailer and Context:
 	// the running one, then the committed or the last one; during a retry,
 	// the ended one until the replay is done.
-	cur *streamAttempt
-	// committed: never retry again.
+	cur       *streamAttempt
 	committed bool
 	// switching: a retry is between deciding and the end of its replay.
 	switching bool
@@ -253,72 +235,60 @@ type retryStream struct {
 	commitNext, ctxCommit bool
 	closeSent             bool
 	buf                   replayBuffer
-	// res is a resumable stream's state, nil for the others; race a hedged
-	// stream's until it commits, nil for the others.
-	res  *resumeState
-	race *hedgeRace
+	res                   *resumeState
+	race                  *hedgeRace
 }
 
-// open starts a, the next attempt, and its grpc stream; when that fails,
-// it returns why, and whether the per-attempt timer was the cause.
+// open starts a, the next attempt: its grpc stream, then the replay of
+// what was kept. When either fails (grpc refused a message it took
+// before), a has ended, and open returns why and whether the per-attempt
+// timer was the cause.
 func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	a.ctx, a.cancel, a.timer = s.c.nextAttempt(s.attemptBase())
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
-	if err != nil {
-		err, timedOut = attemptOutcome(s.callCtx, err, s.c.stopTimer(a.timer))
-		a.end()
-		a.cs = unopened{ctx: a.ctx, err: err}
-		return timedOut, err
-	}
-	a.cs = cs
-	if a.timer != nil {
-		go a.watchHeader()
-	}
-	return false, nil
-}
-
-// retryAfter decides from the end of an attempt that ended with err (nil:
-// success) until a new attempt is open and replayed (over false), or the
-// call is over with final (nil after success).
-func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (over bool, final error) {
-	var last *streamAttempt
-	for {
-		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
-		if !retry {
-			return s.over(last, s.c.finish(err))
-		}
-		if rerr := s.prepareResume(err); rerr != nil {
-			return s.over(last, rerr)
-		}
-		if perr := s.c.pause(s.callCtx, pause, err); perr != nil {
-			return s.over(last, perr)
-		}
-		s.c.resume = false
-		a := new(streamAttempt)
-		last, trailer = a, nil
-		if timedOut, err = s.open(a); err != nil {
-			committed = s.overflowing()
-			continue
+	if err == nil {
+		a.cs = cs
+		if a.timer != nil {
+			go a.watchHeader()
 		}
 		if err = s.replay(a); err == nil {
 			return false, nil
 		}
-		// grpc refused a message it took before: the loop decides on it.
-		timedOut = false
-		committed = s.overflowing()
-		a.end()
 	}
+	failed := a.cs == nil
+	if err, _, timedOut = s.endAttempt(a, err); failed {
+		a.cs = unopened{ctx: a.ctx, err: err}
+	}
+	s.mu.Lock()
+	s.cur = a // the caller sees it, if the call ends here
+	s.mu.Unlock()
+	return timedOut, err
 }
 
-// over ends retryAfter's loop with final; last, when not nil, is the
-// attempt that failed to open or replay there: the caller sees it.
-func (s *retryStream) over(last *streamAttempt, final error) (bool, error) {
-	if last != nil {
+// retryAfter decides from the end of an attempt that ended with err (nil:
+// success) until a new attempt is open and replayed (over false), or the
+// call is over with final.
+func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (over bool, final error) {
+	for {
+		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
+		if !retry {
+			return true, s.c.finish(err)
+		}
+		if final = s.prepareResume(err); final != nil {
+			return true, final
+		}
+		if final = s.c.pause(s.callCtx, pause, err); final != nil {
+			return true, final
+		}
+		s.c.resume = false
+		trailer = nil
+		if timedOut, err = s.open(new(streamAttempt)); err == nil {
+			return false, nil
+		}
 		s.mu.Lock()
-		s.cur = last
+		committed = s.commitNext
 		s.mu.Unlock()
 	}
-	return true, final
 }
 
 // unopened is the grpc stream of an attempt the streamer failed to open.
@@ -335,13 +305,6 @@ func (u unopened) Context() context.Context     { return u.ctx }
 func (u unopened) SendMsg(any) error            { return io.EOF }
 func (u unopened) RecvMsg(any) error            { return u.err }
 
-func (s *retryStream) overflowing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.commitNext
-}
-
-// replay sends what was kept on a (replayOn), then makes it current.
 func (s *retryStream) replay(a *streamAttempt) error {
 	return replayOn(&s.mu, &s.buf, &s.closeSent, a.cs, nil, func() { s.useLocked(a) })
 }
@@ -353,15 +316,13 @@ func (s *retryStream) useLocked(a *streamAttempt) {
 	}
 }
 
-// commitLocked ends retrying for the stream and gives the buffer back.
 func (s *retryStream) commitLocked() {
 	s.committed = true
 	s.buf.release()
 }
 
-// shownLocked is the grpc stream of the attempt the caller sees (cur), nil
-// while there is none (a hedged stream whose attempts race, or that failed
-// before any ended). Under mu.
+// shownLocked is the grpc stream of the attempt the caller sees, nil while
+// there is none (a hedged stream before its commit or first end).
 func (s *retryStream) shownLocked() grpc.ClientStream {
 	if s.cur == nil {
 		return nil
@@ -372,10 +333,9 @@ func (s *retryStream) shownLocked() grpc.ClientStream {
 // watchAbandon settles the stream when its caller's context ends and
 // nobody reads it to its end (grpc-go lets a caller end a stream so): the
 // attempt out would otherwise never reach the budget, the breaker or the
-// Gate, whose probe it may hold.
+// Gate, whose probe it may hold. stopAbandon is set under mu: a context
+// already done may finish the stream before AfterFunc returns.
 func (s *retryStream) watchAbandon() {
-	// stopAbandon under mu: a context already done may finish the stream
-	// before AfterFunc returns.
 	stop := context.AfterFunc(s.callCtx, func() {
 		if s.race != nil {
 			<-s.race.ready // before it, the driver settles (callerGone)
@@ -396,10 +356,9 @@ func (s *retryStream) watchAbandon() {
 }
 
 // settle handles the end of attempt a, whose last operation returned err
-// (io.EOF: success): it decides, through the shared loop, and either
-// returns the next attempt, replayed, or ends the stream and returns its
-// final error. abandoned says that the caller's context ended and the
-// stream's reader may still be using a.
+// (io.EOF: success): it returns the next attempt, replayed, or ends the
+// stream and returns its final error. abandoned: the caller's context
+// ended, and the stream's reader may still be using a.
 func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next *streamAttempt, final error) {
 	s.endMu.Lock()
 	defer s.endMu.Unlock()
@@ -419,7 +378,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 		return nil, s.raceWon(a, err, abandoned)
 	}
 	// Once the timer fired, the attempt was cut off, whatever came after.
-	cutOff := s.c.stopTimer(a.timer)
+	outcome, cutOff, timedOut := s.endAttempt(a, err)
 	s.mu.Lock()
 	committed := s.committed || s.commitNext
 	if err != nil && !committed && !abandoned {
@@ -427,7 +386,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	}
 	s.mu.Unlock()
 	if abandoned {
-		return s.abandon(a, err, committed, cutOff)
+		return s.abandon(outcome, committed, timedOut)
 	}
 	if err != nil && !committed && !cutOff {
 		// Ended, so Header does not block: headers before the failure
@@ -443,9 +402,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	if err != nil {
 		trailer = a.cs.Trailer()
 	}
-	err, timedOut := attemptOutcome(s.callCtx, err, cutOff)
-	a.end()
-	over, final := s.retryAfter(err, trailer, committed, timedOut)
+	over, final := s.retryAfter(outcome, trailer, committed, timedOut)
 	if over {
 		return nil, s.finishStream(final, false)
 	}
@@ -456,14 +413,12 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 }
 
 // abandon ends the stream on the abandon watch's event: the caller's
-// context ended with a, the current attempt, not read to its end. a is
-// judged once (afterAttempt, which never retries a call whose context is
-// done), so the budget, the breaker and the hooks hear of it; its headers
-// and trailer are not read, as the reader may be in RecvMsg on it. endMu
-// is held.
-func (s *retryStream) abandon(a *streamAttempt, err error, committed, cutOff bool) (next *streamAttempt, final error) {
-	err, timedOut := attemptOutcome(s.callCtx, err, cutOff)
-	a.end()
+// context ended with the current attempt not read to its end, which ended
+// with err. The attempt is judged once (afterAttempt, which never retries
+// a call whose context is done), so the budget, the breaker and the hooks
+// hear of it; its headers and trailer are not read, as the reader may be
+// in RecvMsg on it. endMu is held.
+func (s *retryStream) abandon(err error, committed, timedOut bool) (next *streamAttempt, final error) {
 	s.c.afterAttempt(s.callCtx, err, nil, committed, timedOut)
 	return nil, s.finishStream(s.c.finish(err), true)
 }

@@ -13,11 +13,7 @@ import (
 
 // SendMsg sends m on the current attempt (before a hedged stream commits:
 // on every attempt open) and, until the stream commits, keeps it for
-// replay. The application must not modify m afterwards (as grpc-go
-// requires too: stagger keeps the reference). When the attempt has died
-// before the stream committed, SendMsg returns nil: RecvMsg reports the
-// outcome. A message that does not fit in the replay buffer commits the
-// stream.
+// replay (StreamClientInterceptor, Replay).
 func (s *retryStream) SendMsg(m any) error {
 	r, held := s.lockSend()
 	if held {
@@ -60,26 +56,22 @@ func (s *retryStream) SendMsg(m any) error {
 	kept := len(s.buf.msgs)
 	s.mu.Unlock()
 	err := a.cs.SendMsg(m)
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case err == io.EOF:
-		s.mu.Lock()
-		committed := s.committed
-		s.mu.Unlock()
-		if committed {
-			return io.EOF
-		}
-		return nil
-	default:
-		s.mu.Lock()
-		s.buf.dropLast(kept)
-		s.mu.Unlock()
-		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err != io.EOF:
+		s.buf.dropLast(kept)
+		return err
+	case s.committed:
+		return io.EOF
+	}
+	return nil
 }
 
-// openLocked says whether an attempt can take a message now. Under mu.
+// openLocked says whether an attempt can take a message now.
 func (s *retryStream) openLocked() bool {
 	if s.race != nil {
 		return s.oldestOpenLocked() != nil
@@ -89,7 +81,7 @@ func (s *retryStream) openLocked() bool {
 
 // commitNowLocked commits the stream to the attempt open now, for a
 // message that does not fit in the replay buffer, and returns it (nil: a
-// hedged stream's attempt ended meanwhile). Under mu, held again on return.
+// hedged stream's attempt ended meanwhile). mu is held again on return.
 func (s *retryStream) commitNowLocked() *streamAttempt {
 	if s.race != nil {
 		return s.ask()
@@ -113,9 +105,7 @@ func (s *retryStream) lockSend() (r *hedgeRace, held bool) {
 	return r, true
 }
 
-// CloseSend closes the sending side of the current attempt (before a
-// hedged stream commits: of every attempt open) and, until the stream
-// commits, keeps it for replay.
+// CloseSend closes the sending side as SendMsg sends.
 func (s *retryStream) CloseSend() error {
 	r, held := s.lockSend()
 	if held {
@@ -130,18 +120,16 @@ func (s *retryStream) CloseSend() error {
 	}
 	s.mu.Unlock()
 	if s.callCtx.Err() != nil {
-		// The caller left: no half-close goes, as none does from grpc-go
-		// once its watch finished the stream, so the server cannot answer
-		// OK to a call its caller cancelled first (grpc's reader may hand
-		// over an answer that came beside the cancel).
+		// No half-close once the caller left, as from grpc-go once its
+		// watch finished the stream: the server cannot answer OK to a call
+		// cancelled first (grpc's reader may hand that answer over).
 		return nil
 	}
 	return a.cs.CloseSend()
 }
 
-// RecvMsg receives the next message. A failure before the stream committed
-// is retried here, transparently: the caller sees the next message or the
-// final status. A message received commits the stream.
+// RecvMsg receives the next message; a failure before the stream committed
+// is retried here (StreamClientInterceptor).
 func (s *retryStream) RecvMsg(m any) error {
 	s.recvMu.Lock()
 	defer s.recvMu.Unlock()
@@ -194,12 +182,10 @@ func (s *retryStream) RecvMsg(m any) error {
 
 // Header returns the response headers of the attempt the stream commits
 // to, as grpc-go's own retry does: an attempt that ended without headers
-// (a Trailers-Only failure) is retried underneath, and Header returns the
-// headers of the attempt whose messages follow. Headers that arrive commit
-// the stream. When the call ends without headers, or while another
-// goroutine is in RecvMsg (which then retries), or the per-attempt timer
-// cut the attempt off, Header returns nil, nil, and RecvMsg tells the
-// outcome.
+// (Trailers-Only) is retried underneath. Headers that arrive commit the
+// stream. When the call ends without headers, while another goroutine is
+// in RecvMsg (which then retries), or when the per-attempt timer cut the
+// attempt off, Header returns nil, nil, and RecvMsg tells the outcome.
 func (s *retryStream) Header() (metadata.MD, error) {
 	if s.race != nil {
 		<-s.race.ready
@@ -242,10 +228,9 @@ func (s *retryStream) Header() (metadata.MD, error) {
 	}
 }
 
-// noMessage is what Header reads the status of an attempt into.
 type noMessage struct{}
 
-// Trailer returns the trailer metadata of the current (last) attempt. As with
+// Trailer returns the trailer of the attempt the caller sees; as with
 // grpc-go, call it after RecvMsg returned an error (io.EOF included).
 func (s *retryStream) Trailer() metadata.MD {
 	s.mu.Lock()
@@ -257,10 +242,9 @@ func (s *retryStream) Trailer() metadata.MD {
 	return cs.Trailer()
 }
 
-// Context commits the stream, as grpc-go does, and returns the context of
-// the attempt it committed to, which no retry will cancel. While a retry
-// opens the next attempt, it returns the call's context and the stream
-// commits to the new attempt once it is open.
+// Context commits the stream and returns the context of the attempt it
+// committed to; during a retry, the call's, and the stream commits to the
+// new attempt once it is open.
 func (s *retryStream) Context() context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -280,7 +264,6 @@ func (s *retryStream) Context() context.Context {
 	return s.cur.cs.Context()
 }
 
-// The stream tells another front end which attempt the caller sees.
 var _ frontend.Shown = (*retryStream)(nil)
 
 // ShownStream implements frontend.Shown: the grpc stream of the attempt

@@ -8,17 +8,13 @@ import (
 
 // streamTimer drives a retried stream's per-attempt timer (attemptTimer).
 // A retried stream has no goroutine of its own to send the timer's events
-// to: its decisions run inside the application's RecvMsg, and the reader
-// may be parked in the application when the timer is due, yet the attempt
-// must be cut off then. So the time.AfterFunc's goroutine takes each
-// decision itself, with the unary loop's function (attemptTimer.take,
-// which asks the call's one decision, shouldRetry, askVerdict and
-// askAdmit), under mu, on f, a copy of the call's retryFacts as the
-// attempt started: the call's goroutine and the timer's share nothing
-// they write. The reader takes the decisions due by the time it saw the
-// attempt answer or end (catchUp) before it stops the timer, so whether
-// the attempt was cut off follows from when it ended, not from which
-// goroutine ran first. Once stop returns, the timer's state is final.
+// to, and its reader may be parked in the application when the timer is
+// due, so the time.AfterFunc's goroutine takes each decision itself
+// (attemptTimer.take), under mu, on f, a copy of the call's retryFacts as
+// the attempt started: the two goroutines share nothing they write. The
+// reader takes the decisions due by the time it saw the attempt answer or
+// end (catchUp) before it stops the timer, so whether the attempt was cut
+// off follows from when it ended, not from which goroutine ran first.
 type streamTimer struct {
 	mu sync.Mutex
 	attemptTimer
@@ -28,9 +24,8 @@ type streamTimer struct {
 	cancel       context.CancelFunc
 }
 
-// nextAttempt starts a retried stream's next attempt and returns its
-// context (numberAttempt's, with the per-attempt timer when the call has
-// one), the cancel that ends it, after timer.stop, and the timer.
+// nextAttempt starts a retried stream's next attempt: its context, the
+// cancel that ends it, and its timer (nil: none).
 func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *streamTimer) {
 	ctx = c.numberAttempt(callCtx)
 	if c.perAttempt > 0 {
@@ -40,7 +35,6 @@ func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel
 	return ctx, noCancel, nil
 }
 
-// startStreamTimer arms the per-attempt timer of c's current attempt.
 func startStreamTimer(callCtx, ctx context.Context, c *call) *streamTimer {
 	st := &streamTimer{f: c.retryFacts, callCtx: callCtx}
 	st.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
@@ -51,7 +45,7 @@ func startStreamTimer(callCtx, ctx context.Context, c *call) *streamTimer {
 	return st
 }
 
-// armNext arms the timer's next decision. Under mu.
+// armNext arms the timer's next decision; under mu.
 func (st *streamTimer) armNext() {
 	if due, ok := st.dueAt(); ok {
 		st.t = time.AfterFunc(time.Until(due), func() { st.takeDue(due) })
@@ -103,8 +97,7 @@ func (st *streamTimer) stopAnswered(now time.Time) bool {
 }
 
 // stop stops the timer unless it fired first, and reports whether the
-// attempt was not cut off (true for a nil timer). Call it before judging
-// the attempt: a failure while the timer is armed is the attempt's own.
+// attempt was not cut off (true for a nil timer).
 func (st *streamTimer) stop() bool {
 	if st == nil {
 		return true
@@ -115,10 +108,9 @@ func (st *streamTimer) stop() bool {
 	return st.state != timerFired
 }
 
-// served tells the pace (pace.answer) that the server served the attempt,
-// in took, at its first response header: no attempt of the method sent
-// before it is queued in front of it. Nothing for a nil timer or an
-// attempt cut off or ended from above.
+// served tells the pace (pace.answer) that the server served the attempt
+// in took, at its first response header, unless it was cut off or ended
+// from above.
 func (st *streamTimer) served(took time.Duration) {
 	if st == nil || st.f.pace == nil || st.ctx.Err() != nil {
 		return
@@ -132,15 +124,14 @@ func (st *streamTimer) served(took time.Duration) {
 }
 
 // stopTimer stops the attempt's timer, which catches up first, and hands
-// the call its verdict (attemptTimer.handOver; c.slow false for a nil
-// timer). cutOff: the timer cut the attempt off.
+// the call its verdict (attemptTimer.handOver). Call it before judging the
+// attempt: a failure while the timer is armed is the attempt's own.
 func (c *call) stopTimer(st *streamTimer) (cutOff bool) {
 	if st == nil {
 		c.slow = false
 		return false
 	}
 	now := time.Now()
-	st.catchUp(now)
-	st.stop()
+	st.stopAnswered(now)
 	return st.handOver(c, now)
 }

@@ -41,7 +41,7 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
 	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "drive", "takeEvents", "ask",
-		"afterAttempt", "judge", "nonFatal", "finishOnce", "fill", "finishStream")
+		"afterAttempt", "judge", "nonFatal", "finishOnce", "fill", "finishStream", "stopTimer")
 	want := map[string][]string{
 		"commitLocked":   {"Context", "Header", "RecvMsg", "commitNowLocked", "commitToLocked", "useLocked"},
 		"ask":            {"commitNowLocked", "raceContext"},
@@ -61,6 +61,9 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		"finishOnce":   {"finishStream"},
 		"fill":         {"finishStream"},
 		"finishStream": {"abandon", "fail", "raceWon", "settle", "stream"},
+		// Every end of a retried stream's attempt (it failed to open, to
+		// replay, or ended) hands the call its timer's verdict in one place.
+		"stopTimer": {"endAttempt"},
 	}
 	for name, w := range want {
 		if !slices.Equal(got[name], w) {
