@@ -78,7 +78,8 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// Event is what hooks receive. Each hook gets its own copy.
+// Event is what hooks receive. Each hook gets its own copy, which it may
+// keep and read from any goroutine; nothing writes it after the hook.
 type Event struct {
 	Kind EventKind
 	// Method is the full method name, "/pkg.Service/Method".
