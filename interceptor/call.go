@@ -98,18 +98,22 @@ type breakerRef struct {
 
 // plan is what a call of one method does, given the options and the file.
 type plan struct {
-	// pol is the retry policy with the options' overrides (nil: none).
+	// pol is the retry policy with the options' overrides (nil: none),
+	// shared and never modified; retrying: it allows more than one attempt.
 	pol      *policy.Policy
 	retrying bool
 	// budget is the calls' budget, or budgets keeps one per backend.
 	budget  budget.Budget
 	budgets *budget.Backends
-	// perAttempt as in call; notice: a per-attempt timeout is set but the
-	// call may not run twice.
-	perAttempt        time.Duration
-	notice            bool
-	hedgeOnTimeout    bool
-	hedged            *policy.Method
+	// perAttempt is the per-attempt timeout applied (0: none, or the call
+	// may not run twice); notice: one is set but the call may not run twice.
+	perAttempt     time.Duration
+	notice         bool
+	hedgeOnTimeout bool
+	// hedged is the method's file entry when it hedges.
+	hedged *policy.Method
+	// repeatable: the call may run twice on the server, so an ambiguous
+	// failure (wireAmbiguous) is retried; byKey: only by its idempotency key.
 	repeatable, byKey bool
 	// brCache is the methodInfo's (nil for a plan made per call).
 	breakers *breaker.Set

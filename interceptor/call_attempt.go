@@ -38,8 +38,6 @@ type call struct {
 	method string
 	// off: the switch (SetDisabled) was on when the call started.
 	off bool
-	// byKey: repeatable only by the call's idempotency key.
-	byKey bool
 	// before counts the attempts sent before attempt restarted at 1, and
 	// resume says a retry resumes a committed stream (resume.go).
 	before int
@@ -58,8 +56,6 @@ type call struct {
 	timerReason  policy.Reason
 	// retryStart is when the running retry left (monoNow).
 	retryStart time.Duration
-	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies.
-	hedgeOnTimeout bool
 	// deferReq is the refused retry to wait for in the budget's Deferrer;
 	// admission how the running attempt was let go after such a wait;
 	// deferred how long the call waited, waitEnd and heldBy the Gate's rules
@@ -81,10 +77,6 @@ type call struct {
 	reason                policy.Reason
 	// fileOpts are the file's call options, passed before the caller's.
 	fileOpts []grpc.CallOption
-	// hedged is the method's file entry when it hedges.
-	hedged   *policy.Method
-	breakers *breaker.Set
-	brCache  *atomic.Pointer[breakerRef]
 	target   string
 	// static: the call carried grpc.StaticMethodCallOption.
 	static bool
@@ -94,30 +86,21 @@ type call struct {
 // plan, the admissions' owners and the backoff sequence's position. A
 // stream's per-attempt timer decides on a copy of it (startStreamTimer).
 type retryFacts struct {
+	// plan is the call's own copy of its method's, its budget the one of
+	// the call's backend.
+	plan
 	o *options
 	// ctx is the caller's context (internal/chain reads it on a failure).
 	ctx context.Context
-	// retrying: pol applies and allows more than one attempt.
-	retrying bool
-	// pol is shared and never modified; nil: no retry policy.
-	pol    *policy.Policy
-	budget budget.Budget
-	br     *breaker.Breaker
+	br  *breaker.Breaker
 	// crit is the call's criticality (WithCriticality); Unset counts as
 	// Critical.
 	crit criticality.Level
-	// perAttempt is the per-attempt timeout applied (0: none, or the call
-	// may not run twice).
-	perAttempt time.Duration
-	// repeatable: the call may run twice on the server, so an ambiguous
-	// failure (wireAmbiguous) is retried.
-	repeatable bool
 	// attempt is the number of the attempt running or just ended; retry and
 	// prev the backoff sequence's position (policy.Attempt).
 	attempt int
 	retry   int
 	prev    time.Duration
-	pace    *pace
 }
 
 // budget returns the budget of a call of the method on target, cc's (nil: a
@@ -295,12 +278,8 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 
 // follow fills in what c takes from its plan, its target and its budget.
 func (c *call) follow(mi *methodInfo, pl *plan, target string, b budget.Budget) {
-	c.fileOpts = mi.opts
-	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, b, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
-	c.target = target
-	c.hedgeOnTimeout, c.byKey = pl.hedgeOnTimeout, pl.byKey
-	c.pace = pl.pace
-	c.retry = 1
+	c.plan, c.budget = *pl, b
+	c.fileOpts, c.target, c.retry = mi.opts, target, 1
 }
 
 // withMethodTimeout applies the file's timeout (m; nil: none) to base,
