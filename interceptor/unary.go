@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stagger-go/stagger/balancer/elsewhere"
@@ -133,21 +132,14 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 		if o == &k.opts && mi.fast && !switchedOff.Load() {
 			pl := &mi.plan
 			crit := callCriticality(ctx, o, mi.m)
-			callCtx := ctx
-			if crit != criticality.Unset {
-				callCtx = metadata.AppendToOutgoingContext(ctx, criticality.Header, crit.String())
-			}
+			callCtx := withCriticality(ctx, crit)
 			// The target only when something keyed by it needs it.
 			var target string
-			var b budget.Budget
 			var br *breaker.Breaker
 			if pl.budgets != nil || pl.breakers != nil {
 				target = callTarget(ctx, cc)
 			}
-			b = pl.budget
-			if pl.budgets != nil {
-				b = mi.budget(pl.budgets, cc, target, method)
-			}
+			b := mi.budget(pl, cc, target, method)
 			if mi.timeout {
 				var cancel context.CancelFunc
 				callCtx, cancel = withMethodTimeout(ctx, callCtx, mi.m)
@@ -158,11 +150,8 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			}
 			if pl.breakers != nil {
 				br = findBreaker(pl.breakers, pl.brCache, cc, target, method)
-				if err := br.Admit(crit, o); err != nil {
+				if err := admitBreaker(callCtx, cc, br, crit, o, mi.opts, grpcOpts); err != nil {
 					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{refused: err})
-				}
-				if cc != nil && !br.Settings().NoPacing && waitsForReady(mi.opts, grpcOpts) {
-					holdUntilReady(callCtx, cc, br)
 				}
 			}
 			if pl.retrying {
