@@ -74,11 +74,7 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	if why != policy.ReasonNone {
 		return c.giveUp(callCtx, e, why, last)
 	}
-	c.admission = adm
-	e.Kind = EventRetry
-	if c.resume {
-		e.Kind = EventResume
-	}
+	c.admission, e.Kind = adm, c.retryKind()
 	c.emit(callCtx, e)
 	return nil
 }
