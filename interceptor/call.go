@@ -99,22 +99,16 @@ type breakerRef struct {
 // plan is what a call of one method does, given the options and the file.
 type plan struct {
 	// pol is the retry policy with the options' overrides (nil: none),
-	// shared and never modified; retrying: it allows more than one attempt.
-	pol      *policy.Policy
-	retrying bool
+	// shared and never modified.
+	pol *policy.Policy
 	// budget is the calls' budget, or budgets keeps one per backend.
 	budget  budget.Budget
 	budgets *budget.Backends
 	// perAttempt is the per-attempt timeout applied (0: none, or the call
-	// may not run twice); notice: one is set but the call may not run twice.
-	perAttempt     time.Duration
-	notice         bool
-	hedgeOnTimeout bool
+	// may not run twice).
+	perAttempt time.Duration
 	// hedged is the method's file entry when it hedges.
 	hedged *policy.Method
-	// repeatable: the call may run twice on the server, so an ambiguous
-	// failure (wireAmbiguous) is retried; byKey: only by its idempotency key.
-	repeatable, byKey bool
 	// brCache is the methodInfo's (nil for a plan made per call).
 	breakers *breaker.Set
 	brCache  *atomic.Pointer[breakerRef]
@@ -122,13 +116,19 @@ type plan struct {
 	pace *pace
 	// capped is the bound WithMaxAttempts was lowered to (0: none).
 	capped int
+	// invalid is why a WithBackoff or WithPerAttemptTimeout was not applied.
+	invalid error
+	// retrying: pol allows more than one attempt; notice: a per-attempt
+	// timeout is set but the call may not run twice.
+	retrying, notice, hedgeOnTimeout bool
+	// repeatable: the call may run twice on the server, so an ambiguous
+	// failure (wireAmbiguous) is retried; byKey: only by its idempotency key.
+	repeatable, byKey bool
 	// unapplied says why a policy given in code is not applied (start says
 	// so once per method); unappliedOpts, with ReasonNoPolicy, the call's
 	// options that had nothing to apply to.
 	unapplied     policy.Reason
 	unappliedOpts retryOption
-	// invalid is why a WithBackoff or WithPerAttemptTimeout was not applied.
-	invalid error
 }
 
 // plan resolves what cfg's entry m (nil: none) makes a call of method with

@@ -36,50 +36,46 @@ import (
 type call struct {
 	retryFacts
 	method string
-	// off: the switch (SetDisabled) was on when the call started.
-	off bool
-	// before counts the attempts sent before attempt restarted at 1, and
-	// resume says a retry resumes a committed stream (resume.go).
+	// before counts the attempts sent before attempt restarted at 1.
 	before int
-	resume bool
-	// slow: the attempt that just ended ran a slowSuccessPart-th of
-	// perAttempt or longer (budget.Attempt.Overload for a success).
-	slow bool
-	// afterTimeout: the running attempt follows one the timer cut off.
-	afterTimeout bool
 	// cut is the retry the per-attempt timer admitted as it cut the
 	// attempt off, for afterAttempt.
 	cut timerCut
 	// timerRefused counts the attempts whose timer fired and ran on, the
 	// retry refused for timerReason (Report.TimerRefused).
 	timerRefused int
-	timerReason  policy.Reason
 	// retryStart is when the running retry left (monoNow).
 	retryStart time.Duration
 	// deferReq is the refused retry to wait for in the budget's Deferrer;
 	// admission how the running attempt was let go after such a wait;
 	// deferred how long the call waited, waitEnd and heldBy the Gate's rules
 	// that ended or held a wait, inGate the time its retries waited in all.
-	deferReq  *budget.Request
-	admission budget.Admission
-	deferred  time.Duration
-	waitEnd   string
-	heldBy    string
-	inGate    time.Duration
-	cc        *grpc.ClientConn
+	deferReq *budget.Request
+	deferred time.Duration
+	waitEnd  string
+	heldBy   string
+	inGate   time.Duration
+	cc       *grpc.ClientConn
 	// callerEnd, when set, is the call's final error: the caller left as a
 	// failure came that the policy would have retried.
 	callerEnd error
 	// pausedFor is the time spent in pauses (EventEnd's Delay), pushedBack
-	// the part pushbacks asked for; pushback: the pending pause is one.
+	// the part pushbacks asked for.
 	pausedFor, pushedBack time.Duration
-	pushback              bool
-	reason                policy.Reason
 	// fileOpts are the file's call options, passed before the caller's.
 	fileOpts []grpc.CallOption
 	target   string
-	// static: the call carried grpc.StaticMethodCallOption.
-	static bool
+	// The small fields last, packed: a hedged call's copy is allocated, and
+	// its size class shows (BenchmarkHedgedFirstAttemptWins). off: the
+	// switch (SetDisabled) was on when the call started; resume: a retry resumes a committed stream
+	// (resume.go); slow: the attempt that just ended ran a
+	// slowSuccessPart-th of perAttempt or longer (budget.Attempt.Overload
+	// for a success); afterTimeout: the running attempt follows one the
+	// timer cut off; pushback: the pending pause is one; static: the call
+	// carried grpc.StaticMethodCallOption.
+	off, resume, slow, afterTimeout, pushback, static bool
+	timerReason, reason                               policy.Reason
+	admission                                         budget.Admission
 }
 
 // retryFacts is what a decision on the call's next attempt reads of it: the
