@@ -64,8 +64,6 @@ func slotOf(method string) int {
 // methodInfo is what a file says of one method, resolved once.
 type methodInfo struct {
 	m *policy.Method
-	// opts are the file's waitForReady and message size limits.
-	opts []grpc.CallOption
 	// plan is the method's plan under the interceptor's own options.
 	plan plan
 	// br and bud cache the breaker and the budget of the first target.
@@ -112,8 +110,11 @@ type plan struct {
 	// brCache is the methodInfo's (nil for a plan made per call).
 	breakers *breaker.Set
 	brCache  *atomic.Pointer[breakerRef]
-	// pace is the methodInfo's (start takes it for a plan made per call).
-	pace *pace
+	// pace and fileOpts, the file's waitForReady and message size limits
+	// passed before the caller's options, are the methodInfo's (start
+	// takes them for a plan made per call).
+	pace     *pace
+	fileOpts []grpc.CallOption
 	// capped is the bound WithMaxAttempts was lowered to (0: none).
 	capped int
 	// invalid is why a WithBackoff or WithPerAttemptTimeout was not applied.
@@ -340,12 +341,12 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 		k.served(method)
 	}
 	mi := &methodInfo{m: cfg.Method(method)}
-	if mi.m != nil {
-		mi.opts = methodCallOptions(mi.m, nil)
-	}
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	mi.plan.brCache = &mi.br
 	mi.plan.pace = new(pace)
+	if mi.m != nil {
+		mi.plan.fileOpts = methodCallOptions(mi.m, nil)
+	}
 	// fast: nothing only unarySlow does.
 	pl, o := &mi.plan, &k.opts
 	mi.fast = !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil && !cfg.Disabled()

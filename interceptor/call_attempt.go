@@ -62,17 +62,15 @@ type call struct {
 	// pausedFor is the time spent in pauses (EventEnd's Delay), pushedBack
 	// the part pushbacks asked for.
 	pausedFor, pushedBack time.Duration
-	// fileOpts are the file's call options, passed before the caller's.
-	fileOpts []grpc.CallOption
-	target   string
+	target                string
 	// The small fields last, packed: a hedged call's copy is allocated, and
 	// its size class shows (BenchmarkHedgedFirstAttemptWins). off: the
-	// switch (SetDisabled) was on when the call started; resume: a retry resumes a committed stream
-	// (resume.go); slow: the attempt that just ended ran a
-	// slowSuccessPart-th of perAttempt or longer (budget.Attempt.Overload
-	// for a success); afterTimeout: the running attempt follows one the
-	// timer cut off; pushback: the pending pause is one; static: the call
-	// carried grpc.StaticMethodCallOption.
+	// switch (SetDisabled) was on when the call started; resume: a retry
+	// resumes a committed stream (resume.go); slow: the attempt that just
+	// ended ran a slowSuccessPart-th of perAttempt or longer
+	// (budget.Attempt.Overload for a success); afterTimeout: the running
+	// attempt follows one the timer cut off; pushback: the pending pause is
+	// one; static: the call carried grpc.StaticMethodCallOption.
 	off, resume, slow, afterTimeout, pushback, static bool
 	timerReason, reason                               policy.Reason
 	admission                                         budget.Admission
@@ -226,7 +224,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	pl := &mi.plan
 	if o != &k.opts {
 		p := k.plan(o, cfg, m, method)
-		p.pace = mi.plan.pace
+		p.pace, p.fileOpts = mi.plan.pace, mi.plan.fileOpts
 		pl = &p
 	}
 	if c.off = offFor(cfg); c.off {
@@ -234,7 +232,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 		pl = &p
 	}
 	target := callTarget(ctx, cc)
-	c.follow(mi, pl, target, mi.budget(pl, cc, target, method))
+	c.follow(pl, target, mi.budget(pl, cc, target, method))
 
 	callCtx, cancel = withMethodTimeout(ctx, base, m)
 	if o.idemKey != "" && !hasOutgoing(callCtx, o.idemKey) {
@@ -271,9 +269,9 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 }
 
 // follow fills in what c takes from its plan, its target and its budget.
-func (c *call) follow(mi *methodInfo, pl *plan, target string, b budget.Budget) {
+func (c *call) follow(pl *plan, target string, b budget.Budget) {
 	c.plan, c.budget = *pl, b
-	c.fileOpts, c.target, c.retry = mi.opts, target, 1
+	c.target, c.retry = target, 1
 }
 
 // withMethodTimeout applies the file's timeout (m; nil: none) to base,

@@ -150,7 +150,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			}
 			if pl.breakers != nil {
 				br = findBreaker(pl.breakers, pl.brCache, cc, target, method)
-				if err := admitBreaker(callCtx, cc, br, crit, o, mi.opts, grpcOpts); err != nil {
+				if err := admitBreaker(callCtx, cc, br, crit, o, pl.fileOpts, grpcOpts); err != nil {
 					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{refused: err})
 				}
 			}
@@ -160,8 +160,8 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 					ua = unaryAttempts.Get().(*unaryAttempt)
 				}
 				attemptOpts := ua.own[:]
-				if len(mi.opts)+len(grpcOpts) > 0 {
-					attemptOpts = ua.prepare(mi.opts, grpcOpts)
+				if len(pl.fileOpts)+len(grpcOpts) > 0 {
+					attemptOpts = ua.prepare(pl.fileOpts, grpcOpts)
 				}
 				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
 				if err != nil {
@@ -174,9 +174,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 					mi.giveAttempt(ua)
 				}
 			} else {
-				if len(mi.opts) > 0 {
-					grpcOpts = append(mi.opts[:len(mi.opts):len(mi.opts)], grpcOpts...)
-				}
+				grpcOpts = withFileOpts(pl.fileOpts, grpcOpts)
 				if err := invoker(callCtx, method, req, reply, cc, grpcOpts...); err != nil {
 					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err})
 				}
@@ -232,7 +230,7 @@ type firstRun struct {
 func (k *core) unaryGoOn(f *firstAttempt, cc *grpc.ClientConn, method string, req, reply any, invoker grpc.UnaryInvoker, first firstRun) error {
 	c := call{method: method, static: staticMethod(f.opts), cc: cc}
 	c.o, c.ctx, c.crit, c.br = &k.opts, f.ctx, f.crit, f.br
-	c.follow(f.mi, &f.mi.plan, callTarget(f.ctx, cc), f.budget)
+	c.follow(&f.mi.plan, callTarget(f.ctx, cc), f.budget)
 	return k.runUnary(&c, f.callCtx, req, reply, cc, invoker, f.opts, f.mi, &first)
 }
 
