@@ -283,9 +283,7 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		c.attempt, c.reason = 1, policy.ReasonSuccess
 		return nil
 	}
-	hedges := c.hedged != nil && k.hedges(callCtx, c, false)
-	switch {
-	case hedges:
+	if c.hedged != nil && k.hedges(callCtx, c, false) {
 		hc := *c
 		defer func() { *c = hc }()
 		return k.hedge(callCtx, &hc, req, reply, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
