@@ -93,13 +93,9 @@ import (
 // next after a non-fatal failure, as grpc-go's retry would, and the logger
 // and hooks say why once per method (policy.ReasonReplyType).
 //
-// Hedges reach distinct backends only as the load-balancing policy allows:
-// pick_first sends every hedge to its one backend; round_robin spreads
-// them, but concurrent calls share its rotation; stagger_elsewhere (package
-// balancer/elsewhere) sends the attempts of one call to distinct READY
-// backends while there are enough. Every call that may retry or hedge gets
-// the context that policy reads (elsewhere.NewCallContext; no allocation
-// while the policy is not in use).
+// Hedges reach distinct backends only as the load-balancing policy spreads
+// them: pick_first sends every hedge to its one backend; package
+// balancer/elsewhere has a policy that spreads one call's attempts.
 //
 // With "adaptive": true (a stagger extension) the delay is the method's
 // observed p95 latency, from a histogram per interceptor and method
