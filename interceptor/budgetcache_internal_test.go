@@ -24,10 +24,9 @@ func TestMethodBudgetCacheFollowsForgetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mi methodInfo
-	pl := &plan{budgets: bs}
 	const target, method = "dns:///a.test:443", "/a.S/M"
-	first := mi.budget(pl, nil, target, method)
-	if again := mi.budget(pl, nil, target, method); again != first {
+	first := mi.budget(bs, nil, target, method)
+	if again := mi.budget(bs, nil, target, method); again != first {
 		t.Fatal("the cache returned another budget with nothing forgotten")
 	}
 	mu.Lock()
@@ -38,14 +37,14 @@ func TestMethodBudgetCacheFollowsForgetting(t *testing.T) {
 	now = now.Add(time.Hour)
 	mu.Unlock()
 	bs.States() // forgets the idle target
-	fresh := mi.budget(pl, nil, target, method)
+	fresh := mi.budget(bs, nil, target, method)
 	if fresh == first {
 		t.Fatal("after the set forgot the target, the cache still returned its old budget")
 	}
 	if got := bs.Get(target, method); got != fresh {
 		t.Fatal("the cache's budget is not the set's")
 	}
-	if again := mi.budget(pl, nil, target, method); again != fresh {
+	if again := mi.budget(bs, nil, target, method); again != fresh {
 		t.Fatal("the cache did not keep the new budget")
 	}
 }

@@ -97,16 +97,11 @@ type retryFacts struct {
 	prev    time.Duration
 }
 
-// budget returns the budget of a call of the method under pl on target,
-// cc's (nil: a front end's): pl's, or one from its per-backend set through
-// the method's cache of the first target. The set keys it by the canonical
-// target, so that two spellings of one backend share one budget and one
-// Gate.
-func (mi *methodInfo) budget(pl *plan, cc *grpc.ClientConn, target, method string) budget.Budget {
-	bs := pl.budgets
-	if bs == nil {
-		return pl.budget
-	}
+// budget returns the budget of a call of the method on target, cc's (nil: a
+// front end's), from bs, through the method's cache of the first target.
+// bs keys it by the canonical target, so that two spellings of one backend
+// share one budget and one Gate.
+func (mi *methodInfo) budget(bs *budget.Backends, cc *grpc.ClientConn, target, method string) budget.Budget {
 	r := mi.bud.Load()
 	if r != nil && r.set == bs && r.target == target {
 		if b, ok := r.slot.Budget(); ok {
@@ -213,8 +208,11 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	c.o, c.method, c.ctx = o, method, ctx
 	c.static = staticMethod(grpcOpts)
 	m := mi.m
-	c.crit = callCriticality(ctx, o, m)
-	base := withCriticality(ctx, c.crit)
+	// base carries the criticality header when something named one.
+	base := ctx
+	if c.crit = callCriticality(ctx, o, m); c.crit != criticality.Unset {
+		base = withCriticality(ctx, c.crit)
+	}
 	if o.disabled {
 		if o.report != nil {
 			grpcOpts = disabledReport(o.report, callTarget(ctx, cc), c.crit, grpcOpts)
@@ -232,7 +230,11 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 		pl = &p
 	}
 	target := callTarget(ctx, cc)
-	c.follow(pl, target, mi.budget(pl, cc, target, method))
+	b := pl.budget
+	if pl.budgets != nil {
+		b = mi.budget(pl.budgets, cc, target, method)
+	}
+	c.follow(pl, target, b)
 
 	callCtx, cancel = withMethodTimeout(ctx, base, m)
 	if o.idemKey != "" && !hasOutgoing(callCtx, o.idemKey) {
@@ -337,11 +339,9 @@ func callCriticality(ctx context.Context, o *options, m *policy.Method) critical
 	return criticality.Unset
 }
 
-// withCriticality returns ctx with crit's header, when something named one.
+// withCriticality returns ctx with crit's header. Its callers test crit
+// first: a call to it on the success path costs (BenchmarkPeersFakeSuccess).
 func withCriticality(ctx context.Context, crit criticality.Level) context.Context {
-	if crit == criticality.Unset {
-		return ctx
-	}
 	return metadata.AppendToOutgoingContext(ctx, criticality.Header, crit.String())
 }
 

@@ -128,14 +128,20 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 		if o == &k.opts && mi.fast && !switchedOff.Load() {
 			pl := &mi.plan
 			crit := callCriticality(ctx, o, mi.m)
-			callCtx := withCriticality(ctx, crit)
+			callCtx := ctx
+			if crit != criticality.Unset {
+				callCtx = withCriticality(ctx, crit)
+			}
 			// The target only when something keyed by it needs it.
 			var target string
 			var br *breaker.Breaker
 			if pl.budgets != nil || pl.breakers != nil {
 				target = callTarget(ctx, cc)
 			}
-			b := mi.budget(pl, cc, target, method)
+			b := pl.budget
+			if pl.budgets != nil {
+				b = mi.budget(pl.budgets, cc, target, method)
+			}
 			if mi.timeout {
 				var cancel context.CancelFunc
 				callCtx, cancel = withMethodTimeout(ctx, callCtx, mi.m)
