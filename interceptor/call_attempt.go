@@ -20,15 +20,11 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// A call's decision is written once: start and numberAttempt here, the one
-// decision shouldRetry with its appliers afterAttempt and finish
-// (call_retry.go), pause and waitDeferred (call_wait.go). A unary call that
-// may send more than one attempt is owned by its loop (unaryLoop); a stream
-// runs the same decision from its engine (stream.go). What the interceptors
-// know of the wire comes from the call options grpc already fills
-// (grpc.Header: committed; grpc.Trailer: pushback, nil when the attempt got
-// no transport stream): a stats.Handler would cost allocations per call
-// inside grpc-go.
+// What the interceptors know of the wire comes from the call options grpc
+// already fills (grpc.Header: the only sign an attempt committed;
+// grpc.Trailer: pushback, nil when the attempt got no transport stream),
+// which cannot be asked for after the attempt: a stats.Handler would cost
+// allocations per call inside grpc-go, and a dial option.
 
 // call is one logical call's retry state. One goroutine uses it at a time;
 // whatever holds it while its content escapes holds it by value
