@@ -64,8 +64,6 @@ func slotOf(method string) int {
 // methodInfo is what a file says of one method, resolved once.
 type methodInfo struct {
 	m *policy.Method
-	// opts are the file's waitForReady and message size limits.
-	opts []grpc.CallOption
 	// plan is the method's plan under the interceptor's own options.
 	plan plan
 	// br and bud cache the breaker and the budget of the first target.
@@ -98,33 +96,40 @@ type breakerRef struct {
 
 // plan is what a call of one method does, given the options and the file.
 type plan struct {
-	// pol is the retry policy with the options' overrides (nil: none).
-	pol      *policy.Policy
-	retrying bool
+	// pol is the retry policy with the options' overrides (nil: none),
+	// shared and never modified.
+	pol *policy.Policy
 	// budget is the calls' budget, or budgets keeps one per backend.
 	budget  budget.Budget
 	budgets *budget.Backends
-	// perAttempt as in call; notice: a per-attempt timeout is set but the
-	// call may not run twice.
-	perAttempt        time.Duration
-	notice            bool
-	hedgeOnTimeout    bool
-	hedged            *policy.Method
-	repeatable, byKey bool
+	// perAttempt is the per-attempt timeout applied (0: none, or the call
+	// may not run twice).
+	perAttempt time.Duration
+	// hedged is the method's file entry when it hedges.
+	hedged *policy.Method
 	// brCache is the methodInfo's (nil for a plan made per call).
 	breakers *breaker.Set
 	brCache  *atomic.Pointer[breakerRef]
-	// pace is the methodInfo's (start takes it for a plan made per call).
-	pace *pace
+	// pace and fileOpts, the file's waitForReady and message size limits
+	// passed before the caller's options, are the methodInfo's (start
+	// takes them for a plan made per call).
+	pace     *pace
+	fileOpts []grpc.CallOption
 	// capped is the bound WithMaxAttempts was lowered to (0: none).
 	capped int
+	// invalid is why a WithBackoff or WithPerAttemptTimeout was not applied.
+	invalid error
+	// retrying: pol allows more than one attempt; notice: a per-attempt
+	// timeout is set but the call may not run twice.
+	retrying, notice, hedgeOnTimeout bool
+	// repeatable: the call may run twice on the server, so an ambiguous
+	// failure (wireAmbiguous) is retried; byKey: only by its idempotency key.
+	repeatable, byKey bool
 	// unapplied says why a policy given in code is not applied (start says
 	// so once per method); unappliedOpts, with ReasonNoPolicy, the call's
 	// options that had nothing to apply to.
 	unapplied     policy.Reason
 	unappliedOpts retryOption
-	// invalid is why a WithBackoff or WithPerAttemptTimeout was not applied.
-	invalid error
 }
 
 // plan resolves what cfg's entry m (nil: none) makes a call of method with
@@ -336,12 +341,12 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 		k.served(method)
 	}
 	mi := &methodInfo{m: cfg.Method(method)}
-	if mi.m != nil {
-		mi.opts = methodCallOptions(mi.m, nil)
-	}
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	mi.plan.brCache = &mi.br
 	mi.plan.pace = new(pace)
+	if mi.m != nil {
+		mi.plan.fileOpts = methodCallOptions(mi.m, nil)
+	}
 	// fast: nothing only unarySlow does.
 	pl, o := &mi.plan, &k.opts
 	mi.fast = !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil && !cfg.Disabled()

@@ -20,15 +20,11 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// A call's decision is written once: start and numberAttempt here, the one
-// decision shouldRetry with its appliers afterAttempt and finish
-// (call_retry.go), pause and waitDeferred (call_wait.go). A unary call that
-// may send more than one attempt is owned by its loop (unaryLoop); a stream
-// runs the same decision from its engine (stream.go). What the interceptors
-// know of the wire comes from the call options grpc already fills
-// (grpc.Header: committed; grpc.Trailer: pushback, nil when the attempt got
-// no transport stream): a stats.Handler would cost allocations per call
-// inside grpc-go.
+// What the interceptors know of the wire comes from the call options grpc
+// already fills (grpc.Header: the only sign an attempt committed;
+// grpc.Trailer: pushback, nil when the attempt got no transport stream),
+// which cannot be asked for after the attempt: a stats.Handler would cost
+// allocations per call inside grpc-go, and a dial option.
 
 // call is one logical call's retry state. One goroutine uses it at a time;
 // whatever holds it while its content escapes holds it by value
@@ -36,88 +32,65 @@ import (
 type call struct {
 	retryFacts
 	method string
-	// off: the switch (SetDisabled) was on when the call started.
-	off bool
-	// byKey: repeatable only by the call's idempotency key.
-	byKey bool
-	// before counts the attempts sent before attempt restarted at 1, and
-	// resume says a retry resumes a committed stream (resume.go).
+	// before counts the attempts sent before attempt restarted at 1.
 	before int
-	resume bool
-	// slow: the attempt that just ended ran a slowSuccessPart-th of
-	// perAttempt or longer (budget.Attempt.Overload for a success).
-	slow bool
-	// afterTimeout: the running attempt follows one the timer cut off.
-	afterTimeout bool
 	// cut is the retry the per-attempt timer admitted as it cut the
 	// attempt off, for afterAttempt.
 	cut timerCut
 	// timerRefused counts the attempts whose timer fired and ran on, the
 	// retry refused for timerReason (Report.TimerRefused).
 	timerRefused int
-	timerReason  policy.Reason
 	// retryStart is when the running retry left (monoNow).
 	retryStart time.Duration
-	// hedgeOnTimeout: the policy's hedgeOnPerTryTimeout applies.
-	hedgeOnTimeout bool
 	// deferReq is the refused retry to wait for in the budget's Deferrer;
 	// admission how the running attempt was let go after such a wait;
 	// deferred how long the call waited, waitEnd and heldBy the Gate's rules
 	// that ended or held a wait, inGate the time its retries waited in all.
-	deferReq  *budget.Request
-	admission budget.Admission
-	deferred  time.Duration
-	waitEnd   string
-	heldBy    string
-	inGate    time.Duration
-	cc        *grpc.ClientConn
+	deferReq *budget.Request
+	deferred time.Duration
+	waitEnd  string
+	heldBy   string
+	inGate   time.Duration
+	cc       *grpc.ClientConn
 	// callerEnd, when set, is the call's final error: the caller left as a
 	// failure came that the policy would have retried.
 	callerEnd error
 	// pausedFor is the time spent in pauses (EventEnd's Delay), pushedBack
-	// the part pushbacks asked for; pushback: the pending pause is one.
+	// the part pushbacks asked for.
 	pausedFor, pushedBack time.Duration
-	pushback              bool
-	reason                policy.Reason
-	// fileOpts are the file's call options, passed before the caller's.
-	fileOpts []grpc.CallOption
-	// hedged is the method's file entry when it hedges.
-	hedged   *policy.Method
-	breakers *breaker.Set
-	brCache  *atomic.Pointer[breakerRef]
-	target   string
-	// static: the call carried grpc.StaticMethodCallOption.
-	static bool
+	target                string
+	// The small fields last, packed: a hedged call's copy is allocated, and
+	// its size class shows (BenchmarkHedgedFirstAttemptWins). off: the
+	// switch (SetDisabled) was on when the call started; resume: a retry
+	// resumes a committed stream (resume.go); slow: the attempt that just
+	// ended ran a slowSuccessPart-th of perAttempt or longer
+	// (budget.Attempt.Overload for a success); afterTimeout: the running
+	// attempt follows one the timer cut off; pushback: the pending pause is
+	// one; static: the call carried grpc.StaticMethodCallOption.
+	off, resume, slow, afterTimeout, pushback, static bool
+	timerReason, reason                               policy.Reason
+	admission                                         budget.Admission
 }
 
 // retryFacts is what a decision on the call's next attempt reads of it: the
 // plan, the admissions' owners and the backoff sequence's position. A
 // stream's per-attempt timer decides on a copy of it (startStreamTimer).
 type retryFacts struct {
+	// plan is the call's own copy of its method's, its budget the one of
+	// the call's backend.
+	plan
 	o *options
 	// ctx is the caller's context (internal/chain reads it on a failure).
 	ctx context.Context
-	// retrying: pol applies and allows more than one attempt.
-	retrying bool
-	// pol is shared and never modified; nil: no retry policy.
-	pol    *policy.Policy
-	budget budget.Budget
-	br     *breaker.Breaker
+	br  *breaker.Breaker
 	// crit is the call's criticality (WithCriticality); Unset counts as
 	// Critical.
 	crit criticality.Level
-	// perAttempt is the per-attempt timeout applied (0: none, or the call
-	// may not run twice).
-	perAttempt time.Duration
-	// repeatable: the call may run twice on the server, so an ambiguous
-	// failure (wireAmbiguous) is retried.
-	repeatable bool
 	// attempt is the number of the attempt running or just ended; retry and
 	// prev the backoff sequence's position (policy.Attempt).
 	attempt int
 	retry   int
 	prev    time.Duration
-	pace    *pace
 }
 
 // budget returns the budget of a call of the method on target, cc's (nil: a
@@ -234,7 +207,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	// base carries the criticality header when something named one.
 	base := ctx
 	if c.crit = callCriticality(ctx, o, m); c.crit != criticality.Unset {
-		base = metadata.AppendToOutgoingContext(ctx, criticality.Header, c.crit.String())
+		base = withCriticality(ctx, c.crit)
 	}
 	if o.disabled {
 		if o.report != nil {
@@ -245,7 +218,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	pl := &mi.plan
 	if o != &k.opts {
 		p := k.plan(o, cfg, m, method)
-		p.pace = mi.plan.pace
+		p.pace, p.fileOpts = mi.plan.pace, mi.plan.fileOpts
 		pl = &p
 	}
 	if c.off = offFor(cfg); c.off {
@@ -257,7 +230,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	if pl.budgets != nil {
 		b = mi.budget(pl.budgets, cc, target, method)
 	}
-	c.follow(mi, pl, target, b)
+	c.follow(pl, target, b)
 
 	callCtx, cancel = withMethodTimeout(ctx, base, m)
 	if o.idemKey != "" && !hasOutgoing(callCtx, o.idemKey) {
@@ -294,13 +267,9 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 }
 
 // follow fills in what c takes from its plan, its target and its budget.
-func (c *call) follow(mi *methodInfo, pl *plan, target string, b budget.Budget) {
-	c.fileOpts = mi.opts
-	c.pol, c.retrying, c.budget, c.perAttempt, c.hedged, c.repeatable, c.breakers, c.brCache = pl.pol, pl.retrying, b, pl.perAttempt, pl.hedged, pl.repeatable, pl.breakers, pl.brCache
-	c.target = target
-	c.hedgeOnTimeout, c.byKey = pl.hedgeOnTimeout, pl.byKey
-	c.pace = pl.pace
-	c.retry = 1
+func (c *call) follow(pl *plan, target string, b budget.Budget) {
+	c.plan, c.budget = *pl, b
+	c.target, c.retry = target, 1
 }
 
 // withMethodTimeout applies the file's timeout (m; nil: none) to base,
@@ -364,6 +333,12 @@ func callCriticality(ctx context.Context, o *options, m *policy.Method) critical
 		return o.crit
 	}
 	return criticality.Unset
+}
+
+// withCriticality returns ctx with crit's header. Its callers test crit
+// first: a call to it on the success path costs (BenchmarkPeersFakeSuccess).
+func withCriticality(ctx context.Context, crit criticality.Level) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, criticality.Header, crit.String())
 }
 
 // numberAttempt numbers the next attempt and returns its context: parent for

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/breaker"
+	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -25,14 +26,22 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 		return nil
 	}
 	c.br = findBreaker(c.breakers, c.brCache, cc, callTarget(ctx, cc), c.method)
-	err := c.br.Admit(c.crit, c.o)
-	if err == nil {
-		if cc != nil && !c.br.Settings().NoPacing && waitsForReady(c.fileOpts, grpcOpts) {
-			holdUntilReady(ctx, cc, c.br)
-		}
-		return nil
+	if err := admitBreaker(ctx, cc, c.br, c.crit, c.o, c.fileOpts, grpcOpts); err != nil {
+		return c.refused(ctx, err)
 	}
-	return c.refused(ctx, err)
+	return nil
+}
+
+// admitBreaker asks br for a call's first attempt, and holds a
+// waitForReady one until it may go (holdUntilReady).
+func admitBreaker(ctx context.Context, cc *grpc.ClientConn, br *breaker.Breaker, crit criticality.Level, o *options, fileOpts, grpcOpts []grpc.CallOption) error {
+	if err := br.Admit(crit, o); err != nil {
+		return err
+	}
+	if cc != nil && !br.Settings().NoPacing && waitsForReady(fileOpts, grpcOpts) {
+		holdUntilReady(ctx, cc, br)
+	}
+	return nil
 }
 
 // findBreaker returns the breaker in bs of a call of method on target,

@@ -93,10 +93,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		return false, 0
 	}
 	if e.Kind == 0 {
-		e.Kind = EventRetry
-		if c.resume {
-			e.Kind = EventResume
-		}
+		e.Kind = c.retryKind()
 	}
 	c.emit(callCtx, e)
 	if v.Pushback {
@@ -107,6 +104,15 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	c.afterTimeout, c.pushback = timedOut, v.Pushback
 	return true, max(v.Pause-grace, 0)
+}
+
+// retryKind is the event of a retry that goes: a resume of a committed
+// stream, else a retry.
+func (c *call) retryKind() EventKind {
+	if c.resume {
+		return EventResume
+	}
+	return EventRetry
 }
 
 // The askers of the call's one decision (question.kind).

@@ -30,13 +30,14 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 		}
 		c.paused(time.Since(start))
 	}
-	switch callCtx.Err() {
-	case nil:
+	if callCtx.Err() == nil {
 		return nil
-	case context.Canceled:
-		return c.giveUp(callCtx, Event{Method: c.method, Attempt: c.attempt}, policy.ReasonCaller, last)
 	}
-	return c.giveUp(callCtx, Event{Method: c.method, Attempt: c.attempt}, policy.ReasonDeadline, last)
+	why := policy.ReasonDeadline
+	if callCtx.Err() == context.Canceled {
+		why = policy.ReasonCaller
+	}
+	return c.giveUp(callCtx, Event{Method: c.method, Attempt: c.attempt}, why, last)
 }
 
 // giveUp ends the call after a pause or a wait, for why, with last, or
@@ -63,63 +64,55 @@ func (c *call) paused(d time.Duration) {
 // waitDeferred is pause for a retry the budget refused: it waits in the
 // Deferrer for an admission no sooner than d. It returns nil when admitted,
 // or the call's final error: CANCELED when the caller cancelled, else last,
-// for the reason the wait ended (waitEnded).
+// for the reason the wait ended (waitGate).
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
 	req := *c.deferReq
 	c.deferReq = nil
 	req.Waited = c.inGate
-	adm, err, switched := c.waitGate(callCtx, req, d)
+	adm, why := c.waitGate(callCtx, req, d)
 	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
-	switch {
-	case err == nil:
-		c.admission = adm
-		e.Kind = EventRetry
-		if c.resume {
-			e.Kind = EventResume
-		}
-		c.emit(callCtx, e)
-		return nil
-	case errors.Is(callCtx.Err(), context.Canceled):
-		return c.giveUp(callCtx, e, policy.ReasonCaller, last)
-	case switched:
-		// As no retry would: the last attempt's status.
-		return c.giveUp(callCtx, e, policy.ReasonDisabled, last)
+	if why != policy.ReasonNone {
+		return c.giveUp(callCtx, e, why, last)
 	}
-	return c.giveUp(callCtx, e, waitEnded(err), last)
+	c.admission, e.Kind = adm, c.retryKind()
+	c.emit(callCtx, e)
+	return nil
 }
 
 // waitGate waits in the Deferrer for req, no sooner than d (a retry's wait,
-// or a refused hedge's with nothing in flight). switched: the switch
-// (SetDisabled) ended it. Up to d the wait counts as the pause, past it as
-// the Gate's (deferred).
-func (c *call) waitGate(callCtx context.Context, req budget.Request, d time.Duration) (adm budget.Admission, err error, switched bool) {
+// or a refused hedge's with nothing in flight), and returns how it was let
+// go, or why the wait ended (ReasonNone: admitted): the caller cancelled,
+// the switch (SetDisabled) ended it (the last attempt's status, as no retry
+// would), or the Gate's rule did. Up to d the wait counts as the pause,
+// past it as the Gate's (deferred).
+func (c *call) waitGate(callCtx context.Context, req budget.Request, d time.Duration) (budget.Admission, policy.Reason) {
 	start := time.Now()
 	holdCtx, stopHold := holdContext(callCtx, c.o.state)
-	adm, err = c.budget.(budget.Deferrer).Wait(holdCtx, req, d)
+	adm, err := c.budget.(budget.Deferrer).Wait(holdCtx, req, d)
 	stopHold()
 	waited := time.Since(start)
 	c.inGate += waited
 	c.deferred += max(waited-d, 0)
 	c.paused(min(waited, d))
-	if err != nil {
-		c.waitEnd, c.heldBy = budget.WaitRule(err), heldBy(err)
-		if switched = switchEnded(holdCtx); switched {
-			c.waitEnd = "switch"
-		}
+	if err == nil {
+		return adm, policy.ReasonNone
 	}
-	return adm, err, switched
-}
-
-// waitEnded is why a wait ended with err, the caller still there.
-func waitEnded(err error) policy.Reason {
+	c.waitEnd, c.heldBy = budget.WaitRule(err), heldBy(err)
+	switched := switchEnded(holdCtx)
+	if switched {
+		c.waitEnd = "switch"
+	}
 	switch {
+	case errors.Is(callCtx.Err(), context.Canceled):
+		return adm, policy.ReasonCaller
+	case switched:
+		return adm, policy.ReasonDisabled
 	case errors.Is(err, budget.ErrTooManyWaiting):
-		return policy.ReasonBudget
+		return adm, policy.ReasonBudget
 	case errors.Is(err, budget.ErrOutageLasting):
-		return policy.ReasonOutage
-	default:
-		return policy.ReasonDeferred
+		return adm, policy.ReasonOutage
 	}
+	return adm, policy.ReasonDeferred
 }
 
 // heldBy names the Gate's rule that held a wait past its pause ("": none).

@@ -86,7 +86,7 @@ func isConn(e ast.Expr) bool {
 // for a hedge its start rule made due: askHedge, in hedgeState.admitHedge, for
 // a unary call and a stream alike; and its judge for a hedged attempt's
 // failure: askRaced, in hedgeState.judge). Only a first attempt is admitted
-// elsewhere, by the breaker (admitFirst, and the fast path written out).
+// elsewhere, by the breaker (admitBreaker, for admitFirst and the fast path).
 // A stream ends in its engine's files (retryStream.finishStream, and
 // k.stream when the breaker refuses the first attempt).
 func TestOneOwnerSites(t *testing.T) {
@@ -95,12 +95,12 @@ func TestOneOwnerSites(t *testing.T) {
 		t.Errorf("functions that call Decide:\n%s\nwant %s alone", strings.Join(deciders, "\n"), want[0])
 	}
 	admitters := callersWhere(t, func(string) bool { return true }, "Allow", "Admit", "AllowRetry", "Closed")
-	wantAdmitters := []string{
-		"call_first.go: call.admitFirst", "call_retry.go: retryFacts.admit",
-		"unary.go: core.unaryInterceptor",
-	}
+	wantAdmitters := []string{"call_first.go: admitBreaker", "call_retry.go: retryFacts.admit"}
 	if !slices.Equal(admitters, wantAdmitters) {
 		t.Errorf("functions that ask a breaker or a budget to admit an attempt:\n%s\nwant\n%s", strings.Join(admitters, "\n"), strings.Join(wantAdmitters, "\n"))
+	}
+	if got, want := identUsers(t, "admitBreaker"), []string{"call_first.go: call.admitFirst", "unary.go: core.unaryInterceptor"}; !slices.Equal(got, want) {
+		t.Errorf("a first attempt is admitted (admitBreaker) by %v, want %v alone", got, want)
 	}
 	if got, want := callersWhere(t, func(string) bool { return true }, "admit"), []string{"call_retry.go: retryFacts.shouldRetry"}; !slices.Equal(got, want) {
 		t.Errorf("retryFacts.admit is called by %v, want %v alone", got, want)

@@ -19,14 +19,16 @@ import (
 // and pauses 10ms before a retry.
 func timerCall(n int, d time.Duration) *call {
 	return &call{retryFacts: retryFacts{
-		o:          &options{},
-		ctx:        context.Background(),
-		retrying:   true,
-		pol:        &policy.Policy{MaxAttempts: 3, Backoff: policy.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1, Jitter: policy.JitterNone}, PerAttemptRecvTimeout: d},
-		perAttempt: d,
-		repeatable: true,
-		attempt:    n,
-		retry:      1,
+		plan: plan{
+			retrying:   true,
+			pol:        &policy.Policy{MaxAttempts: 3, Backoff: policy.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1, Jitter: policy.JitterNone}, PerAttemptRecvTimeout: d},
+			perAttempt: d,
+			repeatable: true,
+		},
+		o:       &options{},
+		ctx:     context.Background(),
+		attempt: n,
+		retry:   1,
 	}}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stagger-go/stagger/balancer/elsewhere"
@@ -94,13 +93,9 @@ import (
 // next after a non-fatal failure, as grpc-go's retry would, and the logger
 // and hooks say why once per method (policy.ReasonReplyType).
 //
-// Hedges reach distinct backends only as the load-balancing policy allows:
-// pick_first sends every hedge to its one backend; round_robin spreads
-// them, but concurrent calls share its rotation; stagger_elsewhere (package
-// balancer/elsewhere) sends the attempts of one call to distinct READY
-// backends while there are enough. Every call that may retry or hedge gets
-// the context that policy reads (elsewhere.NewCallContext; no allocation
-// while the policy is not in use).
+// Hedges reach distinct backends only as the load-balancing policy spreads
+// them: pick_first sends every hedge to its one backend; package
+// balancer/elsewhere has a policy that spreads one call's attempts.
 //
 // With "adaptive": true (a stagger extension) the delay is the method's
 // observed p95 latency, from a histogram per interceptor and method
@@ -135,16 +130,15 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			crit := callCriticality(ctx, o, mi.m)
 			callCtx := ctx
 			if crit != criticality.Unset {
-				callCtx = metadata.AppendToOutgoingContext(ctx, criticality.Header, crit.String())
+				callCtx = withCriticality(ctx, crit)
 			}
 			// The target only when something keyed by it needs it.
 			var target string
-			var b budget.Budget
 			var br *breaker.Breaker
 			if pl.budgets != nil || pl.breakers != nil {
 				target = callTarget(ctx, cc)
 			}
-			b = pl.budget
+			b := pl.budget
 			if pl.budgets != nil {
 				b = mi.budget(pl.budgets, cc, target, method)
 			}
@@ -158,11 +152,8 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			}
 			if pl.breakers != nil {
 				br = findBreaker(pl.breakers, pl.brCache, cc, target, method)
-				if err := br.Admit(crit, o); err != nil {
+				if err := admitBreaker(callCtx, cc, br, crit, o, pl.fileOpts, grpcOpts); err != nil {
 					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{refused: err})
-				}
-				if cc != nil && !br.Settings().NoPacing && waitsForReady(mi.opts, grpcOpts) {
-					holdUntilReady(callCtx, cc, br)
 				}
 			}
 			if pl.retrying {
@@ -171,8 +162,8 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 					ua = unaryAttempts.Get().(*unaryAttempt)
 				}
 				attemptOpts := ua.own[:]
-				if len(mi.opts)+len(grpcOpts) > 0 {
-					attemptOpts = ua.prepare(mi.opts, grpcOpts)
+				if len(pl.fileOpts)+len(grpcOpts) > 0 {
+					attemptOpts = ua.prepare(pl.fileOpts, grpcOpts)
 				}
 				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
 				if err != nil {
@@ -185,9 +176,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 					mi.giveAttempt(ua)
 				}
 			} else {
-				if len(mi.opts) > 0 {
-					grpcOpts = append(mi.opts[:len(mi.opts):len(mi.opts)], grpcOpts...)
-				}
+				grpcOpts = withFileOpts(pl.fileOpts, grpcOpts)
 				if err := invoker(callCtx, method, req, reply, cc, grpcOpts...); err != nil {
 					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err})
 				}
@@ -243,7 +232,7 @@ type firstRun struct {
 func (k *core) unaryGoOn(f *firstAttempt, cc *grpc.ClientConn, method string, req, reply any, invoker grpc.UnaryInvoker, first firstRun) error {
 	c := call{method: method, static: staticMethod(f.opts), cc: cc}
 	c.o, c.ctx, c.crit, c.br = &k.opts, f.ctx, f.crit, f.br
-	c.follow(f.mi, &f.mi.plan, callTarget(f.ctx, cc), f.budget)
+	c.follow(&f.mi.plan, callTarget(f.ctx, cc), f.budget)
 	return k.runUnary(&c, f.callCtx, req, reply, cc, invoker, f.opts, f.mi, &first)
 }
 
@@ -296,9 +285,7 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		c.attempt, c.reason = 1, policy.ReasonSuccess
 		return nil
 	}
-	hedges := c.hedged != nil && k.hedges(callCtx, c, false)
-	switch {
-	case hedges:
+	if c.hedged != nil && k.hedges(callCtx, c, false) {
 		hc := *c
 		defer func() { *c = hc }()
 		return k.hedge(callCtx, &hc, req, reply, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))

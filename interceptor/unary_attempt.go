@@ -12,12 +12,9 @@ import (
 // trailers and the peer: the addresses escape into grpc, and the success
 // path must not allocate, so each method keeps one (methodInfo.attempt) and
 // a pool serves the calls that find it held. own holds grpc.Header and
-// grpc.Trailer, ownPeer grpc.Peer, built once. A call that may retry gives
-// the caller one attempt's answer and one end, as grpc-go's retry does:
-// prepare takes the caller's holders and grpc.OnFinish out of the
-// attempts' options (callerOutputs.split, as a hedged call and a stream
-// do), each attempt writes into ua's, and finished fills the caller's from
-// the last attempt, then runs OnFinish once.
+// grpc.Trailer, ownPeer grpc.Peer, built once. The caller's holders and
+// grpc.OnFinish are taken out of the attempts' options (callerOutputs), and
+// finished fills and runs them once, from the last attempt.
 type unaryAttempt struct {
 	header, trailer metadata.MD
 	peer            peer.Peer
@@ -107,11 +104,8 @@ func (ua *unaryAttempt) init() {
 
 // prepare returns the options every attempt of a call that may retry
 // passes: the file's, the caller's but its holders and OnFinish, then ua's
-// Header and Trailer, and ua's Peer when the caller asked for one. Every
-// attempt pays for them: the header is the only sign in grpc-go's API that
-// an attempt committed, the trailer carries the pushback, and neither can
-// be asked for after the attempt (a stats.Handler copies them too, and
-// needs a dial option).
+// Header and Trailer, and ua's Peer when the caller asked for one: every
+// attempt pays for them (call_attempt.go says why).
 func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) []grpc.CallOption {
 	if len(fileOpts)+len(grpcOpts) == 0 {
 		return ua.own[:]

@@ -30,11 +30,8 @@ import (
 // goroutine into the caller's reply and the unaryAttempt's holders, and the
 // fast path's failed first attempt is its first step); one at a time under
 // a timer; beside (hedgeOnPerTryTimeout); hedged (hedging is retry with a
-// start timer: hedgeState). In every mode but a call's one attempt, the
-// attempts write holders of their own and the caller's are filled from one
-// before the call returns. Whether the
-// timer cut an attempt off is a comparison of times (endTimer), whichever
-// event came first.
+// start timer: hedgeState). Whether the timer cut an attempt off is a
+// comparison of times (endTimer), whichever event came first.
 type unaryLoop struct {
 	// own is the call, held by value so that a loop on the caller's stack
 	// keeps it there; a hedged call's is shared (hedgeState points at it).
@@ -57,8 +54,7 @@ type unaryLoop struct {
 	first       bool
 	firstErr    error
 
-	// Attempts on goroutines derive from hctx (alone, one at a time: the
-	// caller's context).
+	// Attempts on goroutines derive from hctx (alone: the caller's).
 	hc      *hedgeCall
 	hctx    context.Context
 	hcancel context.CancelFunc
@@ -67,8 +63,7 @@ type unaryLoop struct {
 	// share the caller's).
 	replyType protoreflect.MessageType
 	hedged    bool
-	// hs.inFlight counts the attempts on goroutines in every mode: in a
-	// hedged call hedgeState.launched counts them, as a hedged stream's.
+	// hs.inFlight counts the attempts on goroutines in every mode.
 	hs   hedgeState
 	hist *latencyHistogram
 	// beside: hedgeOnPerTryTimeout; pendingDue, when not zero, is when a
@@ -99,7 +94,6 @@ const (
 	evCaller
 )
 
-// unaryEvent is what the loop takes.
 type unaryEvent struct {
 	kind uint8
 	n    int
@@ -129,7 +123,6 @@ func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 	l.hctx, l.hcancel = context.WithCancel(l.callCtx)
 }
 
-// run runs the call's attempts until it ends, and returns its error.
 func (l *unaryLoop) run() error {
 	var done <-chan struct{}
 	switch {
@@ -204,7 +197,7 @@ func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 }
 
 // attemptInline runs the next attempt on the loop's goroutine (or takes
-// the fast path's first) and returns its end.
+// the fast path's first).
 func (l *unaryLoop) attemptInline() unaryEvent {
 	c := l.c()
 	if l.first {
@@ -220,7 +213,6 @@ func (l *unaryLoop) attemptInline() unaryEvent {
 	return unaryEvent{n: c.attempt, err: err}
 }
 
-// launch starts the next attempt on a goroutine, with its timer.
 func (l *unaryLoop) launch() {
 	c, hc := l.c(), l.hc
 	out := &hc.first
@@ -272,15 +264,15 @@ func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
 	case l.ua != nil:
 		header, trailer = l.ua.header, l.ua.trailer
 	}
-	// Headers that arrived (a non-nil header; a Trailers-Only response
-	// leaves it nil) commit the call, but for a call with an idempotency
-	// key: the server replays the first run's outcome, and a unary call
-	// shows the application nothing before it returns.
-	return l.decided(ev, err, trailer, header != nil && c.o.idemKey == "", timedOut)
+	return l.decided(ev, err, trailer, c.commits(header), timedOut)
 }
 
-// decided applies afterAttempt: the call ends with its error, or the retry
-// goes after its pause.
+// commits reports whether a unary attempt whose response header is header
+// committed the call: headers that arrived (a Trailers-Only response leaves
+// header nil) commit it, but for a call with an idempotency key: the server
+// replays the first run's outcome, and the application saw nothing.
+func (c *call) commits(header metadata.MD) bool { return header != nil && c.o.idemKey == "" }
+
 func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, committed, timedOut bool) (error, bool) {
 	c := l.c()
 	retry, pause := c.afterAttempt(l.callCtx, err, trailer, committed, timedOut)
@@ -344,9 +336,8 @@ func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 		l.hc.finished(nil)
 		return nil, true
 	}
-	committed := ev.out.header != nil && c.o.idemKey == ""
+	committed := c.commits(ev.out.header)
 	if l.hs.inFlight > 0 || !l.pendingDue.IsZero() {
-		// Another attempt may still succeed.
 		q := question{kind: askBeside, n: ev.n, err: err, trailer: ev.out.trailer, committed: committed, first: ev.n+c.before == 1,
 			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: ev.took()}}
 		c.shouldRetry(l.callCtx, &q)
@@ -371,7 +362,6 @@ func (l *unaryLoop) callerLeft() (error, bool) {
 		c.admission = budget.AdmitNone
 		l.pendingDue = time.Time{}
 		if l.hs.inFlight == 0 {
-			// Only the pause was left.
 			return l.ended(nil, c.pause(l.callCtx, 0, l.last)), true
 		}
 	}
@@ -447,8 +437,7 @@ func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
 	})
 }
 
-// run is one attempt's goroutine; the loop receives every attempt's end
-// before the call returns.
+// run is one attempt's goroutine.
 func (hc *hedgeCall) run(ctx context.Context, n int, adm budget.Admission, out *hedgeOutputs) {
 	start := time.Now()
 	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
