@@ -112,7 +112,7 @@ func TestGateWaitNotHeld(t *testing.T) {
 		if d := time.Since(start); d != 100*time.Millisecond {
 			t.Fatalf("the probe went after %v, want its pause (a call's last attempt probes at once)", d)
 		}
-		g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
+		g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe, Final: true})
 		start = time.Now()
 		if _, err := g.Wait(ctx, retry2, 100*time.Millisecond); !errors.Is(err, errWaitEnded) {
 			t.Fatalf("Wait: %v, want errWaitEnded", err)

@@ -205,6 +205,7 @@ func TestGateAdmissions(t *testing.T) {
 		{"retries failed, never served, past its hold time, its call's last attempt: it probes to learn", told, holdAt, waiting(pause, time.Time{}, true), admitProbe, time.Time{}, false},
 		{"retries known to fail, never served: the wait ends", knownToFail, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
 		{"another call is learning: the wait ends", learning, holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"another call is learning, a call with a deadline: it waits tune.Calm for what that call tells", learning, holdAt, waiting(pause, deadline, false), AdmitNone, holdAt.Add(tune.Calm), false},
 		{"the learning call's next retry: held until no news came for tune.QuietGapMax", learning, holdAt, numbered(waiting(pause, time.Time{}, false), 3), AdmitNone, t0.Add(tune.QuietGapMax), true},
 		{"the learning call's last retry: it probes", learning, holdAt, numbered(waiting(pause, time.Time{}, true), 3), admitProbe, time.Time{}, false},
 		{"overloaded, past its hold time: held, and probes", overloaded, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, true},
