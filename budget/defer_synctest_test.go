@@ -90,10 +90,11 @@ func TestGateWaitEnds(t *testing.T) {
 }
 
 // A wait the gate does not hold ends at its pause and a tenth, or probes:
-// a process whose server never served, and whose retry failed, sends one
-// unpaid retry to learn whether retries heal (without it, a process whose
-// budget refuses its retries never learns: issue 62's quiet process); once
-// that probe failed, the next wait ends (the hold and hopeless rules).
+// a process whose server never served, and whose retry failed, sends its
+// call's last attempt unpaid to learn whether retries heal (without it, a
+// process whose budget refuses its retries never learns: issue 62's quiet
+// process); once that probe failed, the next wait ends (the hold and
+// hopeless rules).
 func TestGateWaitNotHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, err := Deferring(&switchBudget{}, DeferSettings{})
@@ -105,13 +106,13 @@ func TestGateWaitNotHeld(t *testing.T) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if a, err := g.Wait(ctx, retry2, 100*time.Millisecond); a != admitProbe || err != nil {
+		if a, err := g.Wait(ctx, Request{Number: 2, Last: true}, 100*time.Millisecond); a != admitProbe || err != nil {
 			t.Fatalf("Wait: %v, %v; want the probe that learns", a, err)
 		}
-		if d := time.Since(start); d != 110*time.Millisecond {
-			t.Fatalf("the probe went after %v, want the pause and a tenth", d)
+		if d := time.Since(start); d != 100*time.Millisecond {
+			t.Fatalf("the probe went after %v, want its pause (a call's last attempt probes at once)", d)
 		}
-		g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe})
+		g.Record(Attempt{Number: 2, Outcome: Failure, Admission: admitProbe, Final: true})
 		start = time.Now()
 		if _, err := g.Wait(ctx, retry2, 100*time.Millisecond); !errors.Is(err, errWaitEnded) {
 			t.Fatalf("Wait: %v, want errWaitEnded", err)

@@ -3,6 +3,8 @@ package budget
 import (
 	"testing"
 	"time"
+
+	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
 // A fresh process whose server fails first attempts: while the retry the
@@ -12,8 +14,11 @@ import (
 // 1.100) but waits for what the paid retry tells: a success lets it go
 // (the server serves retries); after a failure it goes as the probe that
 // learns whether retries heal (no probe failed yet: else a process whose
-// budget refuses its retries never learns it), and once that fails, a
-// wait no rule lets go ends at its hold time (TestGateAdmissions).
+// budget refuses its retries never learns it) once the backend gave no
+// news for tune.QuietGapMax: a failed retry after failed first attempts is
+// the evidence of an outage, and the wait is held meanwhile (the new
+// calls' first attempts probe); once that probe fails, a wait no rule lets
+// go ends at its hold time (TestGateAdmissions).
 func TestGateWaitsForThePaidRetry(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
@@ -21,7 +26,7 @@ func TestGateWaitsForThePaidRetry(t *testing.T) {
 		want    Admission
 	}{
 		{"the paid retry succeeds: retries heal", Success, admitHeal},
-		{"the paid retry fails: the probe that learns", Failure, admitProbe},
+		{"the paid retry fails: held, then the probe that learns", Failure, AdmitNone},
 		{"the paid retry gets a non-retryable answer", Other, admitProbe},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,15 +52,21 @@ func TestGateWaitsForThePaidRetry(t *testing.T) {
 				t.Fatalf("the wait ended (%v) or waits for nothing while the paid retry is out", w.err())
 			}
 			g.Record(Attempt{Number: 2, Outcome: tt.outcome, Final: true})
+			if tt.want == AdmitNone {
+				answered := clk.Now()
+				if next := poll(t, w, AdmitNone); w.err() != nil || !next.Equal(answered.Add(tune.QuietGapMax)) {
+					t.Fatalf("after the paid retry failed: Err %v, next %v after its answer; want held, tune.QuietGapMax", w.err(), next.Sub(answered))
+				}
+				clk.set(answered.Add(tune.QuietGapMax))
+				poll(t, w, admitProbe)
+				return
+			}
 			select {
 			case <-w.Ready():
 			default:
 				t.Fatal("the paid retry's answer did not wake the wait it changed")
 			}
 			poll(t, w, tt.want)
-			if tt.want == AdmitNone && w.err() != errWaitEnded {
-				t.Fatalf("after the paid retry failed, Err = %v, want errWaitEnded", w.err())
-			}
 		})
 	}
 }

@@ -150,18 +150,40 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 				// A paid retry is out: wait for what it tells.
 				return decision{next: clock.Earlier(s.ev.retryOut, endAt)}
 			}
-			learn := s.ev.seen || s.ev.untold(now) || s.ev.learns(now, w.number)
-			if learn && !s.pace.leased(now) {
-				return decision{how: admitProbe}
+			// A retry that failed after its call's first attempt did is
+			// the evidence of an outage: a learning retry with attempts
+			// left after it waits, held, until the backend gave no news
+			// for a while (decideByPhase: the new calls' first attempts
+			// are the probes meanwhile); a call's last attempt learns at
+			// once, its outcome settling the call (1,000 processes that
+			// fail every attempt each sent a learning call's every
+			// attempt: 1.32 attempts per call).
+			learning := !s.ev.seen && !s.ev.untold(now) && s.ev.learns(now, w.number)
+			if learning && !w.last {
+				held = true
+			} else {
+				learn := s.ev.seen || s.ev.untold(now) || learning
+				if learn && !s.pace.leased(now) {
+					return decision{how: admitProbe}
+				}
+				if wait := w.holdAt.Add(tune.Calm); !w.deadline.IsZero() && !s.ev.seen && s.ev.learnNext != 0 && now.Before(s.ev.learnUntil) && now.Before(wait) {
+					// Another call is learning: a call with a deadline
+					// waits for what it tells as long as for a paid
+					// retry's answer (lab flaky-quiet: a call's second
+					// attempt ended just before the learning call's
+					// third was served, in 1 run of 3).
+					return decision{next: clock.Earlier(wait, endAt)}
+				}
+				return decision{end: errWaitEnded}
 			}
-			return decision{end: errWaitEnded}
+		} else {
+			held = true
 		}
-		held = true
 	}
 	var d decision
 	if held && w.heldBy == "" {
 		d.heldBy = heldOverload
-		if s.phase == phaseOutage {
+		if s.phase.failing() && !s.ev.overloaded(now) || s.phase == phaseOutage {
 			d.heldBy = heldOutage
 		}
 	}
@@ -221,7 +243,16 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 		// to learn, one at a time (a burst that ended the load left held
 		// retries no success would ever release; one not held goes by
 		// the hold rule).
-		how, due, mine = admitProbe, s.lastReached.Add(max(w.pause, s.pace.gap, tune.QuietLulls*s.lull)), s.lastReached.Add(w.pause)
+		quiet := max(s.pace.gap, tune.QuietLulls*s.lull)
+		if !s.ev.seen && !s.ev.overloaded(now) {
+			// A learning retry held by the hold rule: a backend never
+			// seen to serve, whose retry failed, is quiet once no new
+			// call brought news for the longest probe gap they stretch
+			// (the learning call's own failed probes do not stretch it:
+			// it goes on one attempt at a time within its wait).
+			quiet = tune.QuietGapMax
+		}
+		how, due, mine = admitProbe, s.lastReached.Add(max(w.pause, quiet)), s.lastReached.Add(w.pause)
 	}
 	if !w.deadline.IsZero() {
 		lastMine := clock.Later(s.lastChanceAt(now, w), reached.Add(w.pause))

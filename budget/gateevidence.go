@@ -94,9 +94,19 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 			// of 6).
 			switch {
 			case a.Outcome != Failure:
-			case e.seen || a.Final || a.Admission != admitProbe:
+			case e.seen || a.Final:
 				e.retryFails++
 				e.learnNext = 0
+			case a.Admission != admitProbe:
+				// A retry not sent to learn (the budget paid for it)
+				// failed after its call's first attempt: the evidence of
+				// an outage. Its call goes on as the one that learns,
+				// held (the hold rule), for the longest probe gap at
+				// most; the others' waits end: 1,000 fresh processes
+				// that each sent such a call's every attempt made 1.32
+				// attempts per call where every attempt failed.
+				e.retryFails++
+				e.learnNext, e.learnUntil = a.Number+1, now.Add(tune.ProbeGapMax)
 			default:
 				e.learnNext, e.learnUntil = a.Number+1, now.Add(tune.QuietGapMax)
 			}

@@ -710,3 +710,34 @@ func TestBreakerGoals(t *testing.T) {
 		}
 	}
 }
+
+// A fleet of any size (issue 72): at p = 1, the same total traffic spread
+// over 10 to 1,000 processes costs stagger's default at most 1.15 attempts
+// per call, and at p = 0.1 it heals within a point of retry-3 at each
+// size. Each fresh process's learning call once sent every attempt (1.32
+// attempts per call at 1,000 processes, ten calls each); a failed paid
+// retry is now the evidence of an outage and holds the rest of its call.
+func TestFailRateAnyFleetSize(t *testing.T) {
+	res, err := FailRate(FailRateConfig{P: []float64{1, 0.1}, FailureConfig: FailureConfig{Clients: []int{10, 100, 1000}, Contenders: []Contender{Contenders()[1], Contenders()[5]}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry3 := map[[2]float64]float64{}
+	for _, r := range res {
+		if r.Contender == "retry-3" {
+			retry3[[2]float64{r.P, float64(r.Clients)}] = r.SuccessRate
+		}
+	}
+	for _, r := range res {
+		if r.Contender != "default" {
+			continue
+		}
+		t.Logf("p=%v, %d clients: %.3f attempts per call, success %.4f", r.P, r.Clients, r.Amplification, r.SuccessRate)
+		if r.P == 1 && r.Amplification > 1.15 {
+			t.Errorf("p=1, %d clients: %.3f attempts per call, want at most 1.15", r.Clients, r.Amplification)
+		}
+		if want := retry3[[2]float64{r.P, float64(r.Clients)}] - 0.01; r.P == 0.1 && r.SuccessRate < want {
+			t.Errorf("p=0.1, %d clients: success %.4f, want at least retry-3's less a point, %.4f", r.Clients, r.SuccessRate, want)
+		}
+	}
+}

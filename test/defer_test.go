@@ -142,9 +142,11 @@ func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 
 // A fresh process whose server never served does not know whether retries
 // heal: after the one retry its budget pays for, one call at a time goes on
-// as the probe that learns it, each retry a tenth past its pause (else a
-// process whose budget refuses its retries never learns that they heal:
-// issue 62's quiet process), and this one's fifth attempt is served; once
+// as the probe that learns it, each retry with attempts left once nothing
+// reached the server for gatetune.QuietGapMax (the failed paid retry is the
+// evidence of an outage), its last attempt at once (else a process whose
+// budget refuses its retries never learns that they heal: issue 62's quiet
+// process), and this one's fifth attempt is served; once
 // a learning call failed its last attempt, the others' waits end a tenth
 // past their pause (reason deferred). The call's last attempt goes as a
 // probe too, so a flaky server that serves the last attempt is found out.
