@@ -31,6 +31,8 @@ import (
 // (unaryLoop.own), so it can stay on the stack.
 type call struct {
 	retryFacts
+	// runPlan is the call's own copy of its method's.
+	runPlan
 	method string
 	// before counts the attempts sent before attempt restarted at 1.
 	before int
@@ -73,12 +75,13 @@ type call struct {
 }
 
 // retryFacts is what a decision on the call's next attempt reads of it: the
-// plan, the admissions' owners and the backoff sequence's position. A
-// stream's per-attempt timer decides on a copy of it (startStreamTimer).
+// plan's retryPlan, the admissions' owners and the backoff sequence's
+// position. A stream's per-attempt timer decides on a copy of it
+// (startStreamTimer).
 type retryFacts struct {
-	// plan is the call's own copy of its method's, its budget the one of
-	// the call's backend.
-	plan
+	// retryPlan is the call's own copy of its method's, its budget the one
+	// of the call's backend.
+	retryPlan
 	o *options
 	// ctx is the caller's context (internal/chain reads it on a failure).
 	ctx context.Context
@@ -268,7 +271,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 
 // follow fills in what c takes from its plan, its target and its budget.
 func (c *call) follow(pl *plan, target string, b budget.Budget) {
-	c.plan, c.budget = *pl, b
+	c.retryPlan, c.runPlan, c.budget = pl.retryPlan, pl.runPlan, b
 	c.target, c.retry = target, 1
 }
 
