@@ -76,8 +76,7 @@ type call struct {
 
 // retryFacts is what a decision on the call's next attempt reads of it: the
 // plan's retryPlan, the admissions' owners and the backoff sequence's
-// position. A stream's per-attempt timer decides on a copy of it
-// (startStreamTimer).
+// position. A stream's per-attempt timer decides on them (streamTimer).
 type retryFacts struct {
 	// retryPlan is the call's own copy of its method's, its budget the one
 	// of the call's backend.
