@@ -22,8 +22,8 @@ const previousAttemptsKey = "grpc-previous-rpc-attempts"
 // core is what the unary and stream interceptors share.
 type core struct {
 	opts options
-	// noticed holds the notices given: by method (noticeNoTimer,
-	// noticeUnhedged) and by method, reason and option (firstNotice).
+	// noticed holds the notices given: by method (noticeUnapplied) and by
+	// method, reason and option (firstNotice).
 	noticed saidOnce
 	// ambiguous holds the methods whose first ambiguous give-up was logged
 	// at warning level.

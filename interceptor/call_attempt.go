@@ -243,7 +243,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 		callCtx = elsewhere.NewCallContext(callCtx)
 	}
 	if pl.notice {
-		k.noticeNoTimer(ctx, c)
+		k.noticeUnapplied(ctx, c, policy.ReasonNotIdempotent)
 	}
 	notice := func(reason policy.Reason, attempt int, err error) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: attempt, Reason: reason, Err: err, Hedging: pl.hedged != nil})
@@ -285,11 +285,12 @@ func withMethodTimeout(ctx, base context.Context, m *policy.Method) (context.Con
 	return base, noCancel
 }
 
-// noticeNoTimer says once per method that the per-attempt timeout is not
-// applied: the call may not run twice.
-func (k *core) noticeNoTimer(ctx context.Context, c *call) {
+// noticeUnapplied tells the hooks, once per method, that a part of its
+// policy the call may not use is not applied, and why: the per-attempt
+// timeout, or hedging (c.hedged).
+func (k *core) noticeUnapplied(ctx context.Context, c *call, why policy.Reason) {
 	if k.noticed.first(c.method) {
-		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
+		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: c.hedged != nil})
 	}
 }
 
