@@ -22,8 +22,8 @@ const previousAttemptsKey = "grpc-previous-rpc-attempts"
 // core is what the unary and stream interceptors share.
 type core struct {
 	opts options
-	// noticed holds the notices given: by method (noticeNoTimer,
-	// noticeUnhedged) and by method, reason and option (firstNotice).
+	// noticed holds the notices given: by method (noticeUnapplied) and by
+	// method, reason and option (firstNotice).
 	noticed saidOnce
 	// ambiguous holds the methods whose first ambiguous give-up was logged
 	// at warning level.
@@ -94,42 +94,61 @@ type breakerRef struct {
 	b      *breaker.Breaker
 }
 
-// plan is what a call of one method does, given the options and the file.
+// plan is what a call of one method does, given the options and the file:
+// what a retry decision reads (retryPlan, which the call's retryFacts and a
+// stream timer's copy of them carry), what the call's engine reads as it
+// starts and runs (runPlan), and what only the call's start reads.
 type plan struct {
-	// pol is the retry policy with the options' overrides (nil: none),
-	// shared and never modified.
-	pol *policy.Policy
-	// budget is the calls' budget, or budgets keeps one per backend.
-	budget  budget.Budget
+	retryPlan
+	runPlan
+	// budgets keeps one budget per backend (start picks the call's).
 	budgets *budget.Backends
-	// perAttempt is the per-attempt timeout applied (0: none, or the call
-	// may not run twice).
-	perAttempt time.Duration
-	// hedged is the method's file entry when it hedges.
-	hedged *policy.Method
-	// brCache is the methodInfo's (nil for a plan made per call).
-	breakers *breaker.Set
-	brCache  *atomic.Pointer[breakerRef]
-	// pace and fileOpts, the file's waitForReady and message size limits
-	// passed before the caller's options, are the methodInfo's (start
-	// takes them for a plan made per call).
-	pace     *pace
-	fileOpts []grpc.CallOption
 	// capped is the bound WithMaxAttempts was lowered to (0: none).
 	capped int
 	// invalid is why a WithBackoff or WithPerAttemptTimeout was not applied.
 	invalid error
-	// retrying: pol allows more than one attempt; notice: a per-attempt
-	// timeout is set but the call may not run twice.
-	retrying, notice, hedgeOnTimeout bool
-	// repeatable: the call may run twice on the server, so an ambiguous
-	// failure (wireAmbiguous) is retried; byKey: only by its idempotency key.
-	repeatable, byKey bool
 	// unapplied says why a policy given in code is not applied (start says
 	// so once per method); unappliedOpts, with ReasonNoPolicy, the call's
 	// options that had nothing to apply to.
 	unapplied     policy.Reason
 	unappliedOpts retryOption
+	// notice: a per-attempt timeout is set but the call may not run twice.
+	notice bool
+}
+
+// retryPlan is the part of a plan a decision on the next attempt reads
+// (retryFacts).
+type retryPlan struct {
+	// pol is the retry policy with the options' overrides (nil: none),
+	// shared and never modified.
+	pol *policy.Policy
+	// budget is the calls' budget, or the one of the call's backend.
+	budget budget.Budget
+	// perAttempt is the per-attempt timeout applied (0: none, or the call
+	// may not run twice).
+	perAttempt time.Duration
+	// pace is the methodInfo's (start takes it for a plan made per call).
+	pace *pace
+	// retrying: pol allows more than one attempt; repeatable: the call may
+	// run twice on the server, so an ambiguous failure (wireAmbiguous) is
+	// retried.
+	retrying, repeatable bool
+}
+
+// runPlan is the part of a plan the call's engine reads after its start,
+// and no decision does.
+type runPlan struct {
+	// hedged is the method's file entry when it hedges.
+	hedged *policy.Method
+	// brCache is the methodInfo's (nil for a plan made per call).
+	breakers *breaker.Set
+	brCache  *atomic.Pointer[breakerRef]
+	// fileOpts, the file's waitForReady and message size limits passed
+	// before the caller's options, are the methodInfo's (start takes them
+	// for a plan made per call).
+	fileOpts []grpc.CallOption
+	// byKey: the call may run twice only by its idempotency key.
+	hedgeOnTimeout, byKey bool
 }
 
 // plan resolves what cfg's entry m (nil: none) makes a call of method with

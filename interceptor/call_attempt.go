@@ -31,6 +31,8 @@ import (
 // (unaryLoop.own), so it can stay on the stack.
 type call struct {
 	retryFacts
+	// runPlan is the call's own copy of its method's.
+	runPlan
 	method string
 	// before counts the attempts sent before attempt restarted at 1.
 	before int
@@ -73,12 +75,12 @@ type call struct {
 }
 
 // retryFacts is what a decision on the call's next attempt reads of it: the
-// plan, the admissions' owners and the backoff sequence's position. A
-// stream's per-attempt timer decides on a copy of it (startStreamTimer).
+// plan's retryPlan, the admissions' owners and the backoff sequence's
+// position. A stream's per-attempt timer decides on them (streamTimer).
 type retryFacts struct {
-	// plan is the call's own copy of its method's, its budget the one of
-	// the call's backend.
-	plan
+	// retryPlan is the call's own copy of its method's, its budget the one
+	// of the call's backend.
+	retryPlan
 	o *options
 	// ctx is the caller's context (internal/chain reads it on a failure).
 	ctx context.Context
@@ -241,7 +243,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 		callCtx = elsewhere.NewCallContext(callCtx)
 	}
 	if pl.notice {
-		k.noticeNoTimer(ctx, c)
+		k.noticeUnapplied(ctx, c, policy.ReasonNotIdempotent)
 	}
 	notice := func(reason policy.Reason, attempt int, err error) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: method, Attempt: attempt, Reason: reason, Err: err, Hedging: pl.hedged != nil})
@@ -268,7 +270,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 
 // follow fills in what c takes from its plan, its target and its budget.
 func (c *call) follow(pl *plan, target string, b budget.Budget) {
-	c.plan, c.budget = *pl, b
+	c.retryPlan, c.runPlan, c.budget = pl.retryPlan, pl.runPlan, b
 	c.target, c.retry = target, 1
 }
 
@@ -283,11 +285,12 @@ func withMethodTimeout(ctx, base context.Context, m *policy.Method) (context.Con
 	return base, noCancel
 }
 
-// noticeNoTimer says once per method that the per-attempt timeout is not
-// applied: the call may not run twice.
-func (k *core) noticeNoTimer(ctx context.Context, c *call) {
+// noticeUnapplied tells the hooks, once per method, that a part of its
+// policy the call may not use is not applied, and why: the per-attempt
+// timeout, or hedging (c.hedged).
+func (k *core) noticeUnapplied(ctx context.Context, c *call, why policy.Reason) {
 	if k.noticed.first(c.method) {
-		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: policy.ReasonNotIdempotent})
+		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: c.hedged != nil})
 	}
 }
 

@@ -28,7 +28,7 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 	} else {
 		// No reply per attempt: one at a time into the caller's, the next
 		// after a non-fatal failure; the hooks hear why, once per method.
-		k.noticeUnhedged(callCtx, c, policy.ReasonReplyType)
+		k.noticeUnapplied(callCtx, c, policy.ReasonReplyType)
 		delay, hist = -1, nil
 	}
 	l.goroutines(h.MaxAttempts, grpcOpts)
@@ -47,7 +47,7 @@ func (k *core) hedges(ctx context.Context, c *call, stream bool) bool {
 	}
 	// The server side de-duplicates unary calls only.
 	if !k.idempotent(c.o, c.hedged, c.method) && (c.o.idemKey == "" || stream) {
-		k.noticeUnhedged(ctx, c, policy.ReasonNotIdempotent)
+		k.noticeUnapplied(ctx, c, policy.ReasonNotIdempotent)
 		return false
 	}
 	return true
@@ -382,12 +382,4 @@ func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
 func (k *core) latency(method string) *latencyHistogram {
 	h, _ := k.latencies.get(method, methodCacheMax, func() *latencyHistogram { return new(latencyHistogram) })
 	return h
-}
-
-// noticeUnhedged tells the hooks, once per method, that its hedging policy
-// is not applied, and why.
-func (k *core) noticeUnhedged(ctx context.Context, c *call, why policy.Reason) {
-	if k.noticed.first(c.method) {
-		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: true})
-	}
 }

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/stagger-go/stagger/policy"
 )
 
 // StreamClientInterceptor returns the retrying stream client interceptor, for
@@ -98,7 +100,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	if s.c.byKey && s.c.perAttempt > 0 {
 		// A key de-duplicates a unary call, not a stream.
 		s.c.perAttempt = 0
-		k.noticeNoTimer(ctx, &s.c)
+		k.noticeUnapplied(ctx, &s.c, policy.ReasonNotIdempotent)
 	}
 	if s.c.retrying {
 		// A resume function says the request may be sent again.

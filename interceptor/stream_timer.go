@@ -10,15 +10,18 @@ import (
 // A retried stream has no goroutine of its own to send the timer's events
 // to, and its reader may be parked in the application when the timer is
 // due, so the time.AfterFunc's goroutine takes each decision itself
-// (attemptTimer.take), under mu, on f, a copy of the call's retryFacts as
-// the attempt started: the two goroutines share nothing they write. The
-// reader takes the decisions due by the time it saw the attempt answer or
-// end (catchUp) before it stops the timer, so whether the attempt was cut
-// off follows from when it ended, not from which goroutine ran first.
+// (attemptTimer.take), under mu, on f, the call's retryFacts. The call
+// writes them only while no timer of its runs: before it starts one
+// (numberAttempt), and after it stopped it (stop, under mu: afterAttempt,
+// resumeState.received), so every read under mu is ordered before the
+// write. The reader takes the decisions due by the time it saw the attempt
+// answer or end (catchUp) before it stops the timer, so whether the
+// attempt was cut off follows from when it ended, not from which goroutine
+// ran first.
 type streamTimer struct {
 	mu sync.Mutex
 	attemptTimer
-	f retryFacts
+	f *retryFacts
 	// ctx is the attempt's, which cancel ends; callCtx the call's.
 	ctx, callCtx context.Context
 	cancel       context.CancelFunc
@@ -36,7 +39,7 @@ func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel
 }
 
 func startStreamTimer(callCtx, ctx context.Context, c *call) *streamTimer {
-	st := &streamTimer{f: c.retryFacts, callCtx: callCtx}
+	st := &streamTimer{f: &c.retryFacts, callCtx: callCtx}
 	st.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
 	st.ctx, st.cancel = context.WithCancel(ctx)
 	st.mu.Lock()
@@ -68,7 +71,7 @@ func (st *streamTimer) takeDue(due time.Time) {
 
 // takeLocked takes the decision due now and arms the next one; under mu.
 func (st *streamTimer) takeLocked() int32 {
-	next := st.take(&st.f, st.callCtx, st.ctx.Err() != nil, false)
+	next := st.take(st.f, st.callCtx, st.ctx.Err() != nil, false)
 	st.armNext()
 	return next
 }

@@ -19,7 +19,7 @@ import (
 // and pauses 10ms before a retry.
 func timerCall(n int, d time.Duration) *call {
 	return &call{retryFacts: retryFacts{
-		plan: plan{
+		retryPlan: retryPlan{
 			retrying:   true,
 			pol:        &policy.Policy{MaxAttempts: 3, Backoff: policy.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1, Jitter: policy.JitterNone}, PerAttemptRecvTimeout: d},
 			perAttempt: d,
