@@ -186,12 +186,12 @@ func (a *streamAttempt) recv(m any) error {
 // hands the call its verdict (stopTimer) before anything judges the
 // attempt, and its context ends. It returns the error the loop decides on
 // and whether the timer cut the attempt off (attemptOutcome).
-func (s *retryStream) endAttempt(a *streamAttempt, err error) (outcome error, cutOff, timedOut bool) {
+func (s *retryStream) endAttempt(a *streamAttempt, err error) (cutOff, timedOut bool, outcome error) {
 	a.settled = true
 	cutOff = s.c.stopTimer(a.timer)
 	outcome, timedOut = attemptOutcome(s.callCtx, err, cutOff)
 	a.cancel()
-	return outcome, cutOff, timedOut
+	return cutOff, timedOut, outcome
 }
 
 // watchHeader stops the attempt's timer when response headers arrive.
@@ -258,7 +258,7 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 		}
 	}
 	failed := a.cs == nil
-	if err, _, timedOut = s.endAttempt(a, err); failed {
+	if _, timedOut, err = s.endAttempt(a, err); failed {
 		a.cs = unopened{ctx: a.ctx, err: err}
 	}
 	s.mu.Lock()
@@ -380,7 +380,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 		return nil, s.raceWon(a, err, abandoned)
 	}
 	// Once the timer fired, the attempt was cut off, whatever came after.
-	outcome, cutOff, timedOut := s.endAttempt(a, err)
+	cutOff, timedOut, outcome := s.endAttempt(a, err)
 	s.mu.Lock()
 	committed := s.committed || s.commitNext
 	if err != nil && !committed && !abandoned {
