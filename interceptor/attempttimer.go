@@ -136,11 +136,10 @@ func (t *attemptTimer) set(next int32, at time.Time) {
 }
 
 // decide says whether the retry v goes at now, and returns the timer's next
-// state. While the server is slow for every attempt (pace.slowForAll) the
-// retry would only join its queue: the timer waits another period. Else
-// the retry goes when the breaker and the budget admit it (a straggler's as
-// a healing retry); when they do not, the attempt runs on, and the call
-// says why (timerRefusedRetry).
+// state: it waits another period while the server is slow for every
+// attempt (pace.slowForAll), else the retry goes when the breaker and the
+// budget admit it (a straggler's as a healing retry); when they do not,
+// the attempt runs on, and the call says why (timerRefusedRetry).
 func (t *attemptTimer) decide(f *retryFacts, callCtx context.Context, v policy.Verdict, now time.Time, beside bool) int32 {
 	straggler := false
 	if p := f.pace; p != nil {

@@ -67,10 +67,9 @@ func attemptOutcome(callCtx context.Context, err error, cutOff bool) (error, boo
 	return err, false
 }
 
-// wireAmbiguous reports whether a failed attempt may have run on the server
-// and ended without a status from it. trailer is nil when the attempt got
-// no transport stream (it never left the client); committed: headers or a
-// message arrived (final anyway, gRFC A6). A server's status without
+// wireAmbiguous reports whether a failed attempt was ambiguous (the package
+// doc says what that is). trailer is nil when the attempt got no transport
+// stream; committed: headers or a message arrived. A server's status without
 // response headers is a Trailers-Only response, whose HEADERS frame carries
 // content-type, which grpc-go keeps in the trailer; when the transport
 // ended the stream (reset, EOF, GOAWAY) the trailer is empty.

@@ -386,10 +386,8 @@ func (c *retryFacts) attemptFacts(callCtx context.Context, err error, trailer me
 	return a
 }
 
-// breakerOutcome is what an attempt that ended with err tells a breaker:
-// Success when the server answered, Failure for UNAVAILABLE,
-// RESOURCE_EXHAUSTED and a DEADLINE_EXCEEDED not the caller's, Other when
-// the caller (or the call, a cancelled hedge) ended it.
+// breakerOutcome is what an attempt that ended with err tells a breaker,
+// by WithBreakers' rule (Other too for a hedge the call cancelled).
 func breakerOutcome(callCtx context.Context, err error, timedOut bool) budget.Outcome {
 	if err == nil {
 		return budget.Success

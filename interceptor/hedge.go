@@ -157,13 +157,11 @@ func (s *hedgeState) admitHedge(callCtx context.Context, n int) policy.Reason {
 	return s.c.shouldRetry(callCtx, &q).verdict.Reason
 }
 
-// goOnRefused reports whether hedge n, refused for why, goes after all. A
-// breaker's refusal stops hedging. A budget's, beside attempts in flight,
-// holds hedging: no more hedges (the hooks hear so once), but should they
-// all fail non-fatally the next attempt is a retry that asks again. With
-// none in flight every earlier attempt failed, and the hedge is a retry:
-// it waits in the Deferrer as a retry would, and tells the budget how it
-// went as a retry (hedgeAttempt).
+// goOnRefused reports whether hedge n, refused for why, goes after all, by
+// UnaryClientInterceptor's hedging rules: a breaker's refusal stops
+// hedging; a budget's holds it beside attempts in flight (the hooks hear
+// so once), and with none in flight the hedge is a retry, which waits in
+// the Deferrer and is told to the budget as one (hedgeAttempt).
 func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reason) bool {
 	if why == policy.ReasonBreaker {
 		s.stop(callCtx, n, why)

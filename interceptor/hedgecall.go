@@ -9,16 +9,27 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// hedgeOutputs is what grpc writes for one attempt of a loop that runs its
-// attempts on goroutines. The first attempt writes into the caller's reply
-// (nothing to copy when it wins), every later one into its own; each has
-// holders of its own. The caller's are filled from one attempt, after
-// every other has ended: the winner's (adopt) or the failure's (adoptMeta).
-type hedgeOutputs struct {
+// attemptOutputs is what grpc writes for one attempt, through opts: its
+// header, trailer and peer, and on a loop that runs its attempts on
+// goroutines its reply (the first attempt's is the caller's, nothing to
+// copy when it wins; every later one's its own). The caller's holders are
+// filled from one attempt's, after every other has ended: the winner's
+// (adopt) or the failure's (adoptMeta); an inline call's from the last
+// (unaryAttempt.finished).
+type attemptOutputs struct {
 	reply           any
 	header, trailer metadata.MD
 	peer            peer.Peer
 	opts            []grpc.CallOption
+}
+
+// clean empties out's holders before an attempt (the peer when peerToo):
+// grpc writes them only for an attempt that got a stream.
+func (out *attemptOutputs) clean(peerToo bool) {
+	out.header, out.trailer = nil, nil
+	if peerToo {
+		out.peer = peer.Peer{}
+	}
 }
 
 // hedgeCall is the shared state of a loop's attempts on goroutines. Pooled:
@@ -28,7 +39,7 @@ type hedgeCall struct {
 	// time): a goroutine that finds it full waits, and the loop receives
 	// every attempt's end before it returns.
 	results chan unaryEvent
-	first   hedgeOutputs
+	first   attemptOutputs
 
 	method  string
 	req     any
@@ -38,7 +49,6 @@ type hedgeCall struct {
 	// The caller's outputs, taken out of the attempts' options.
 	base []grpc.CallOption
 	callerOutputs
-	onFinish []func(error)
 }
 
 var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
@@ -66,19 +76,21 @@ func putHedgeCall(hc *hedgeCall) {
 	hedgeCalls.Put(hc)
 }
 
-// callerOutputs are the caller's Header, Trailer and Peer holders, taken
-// out of the options of a call whose attempts have holders of their own
-// (every call that may send more than one attempt: unaryAttempt, hedgeCall,
-// a stream's streamEnd), and filled from the attempt the caller sees.
+// callerOutputs are the caller's Header, Trailer and Peer holders and its
+// OnFinish functions, taken out of the options of a call whose attempts
+// have holders of their own (every call that may send more than one
+// attempt: unaryAttempt, hedgeCall, a stream's streamEnd): the holders are
+// filled from the attempt the caller sees, and OnFinish runs once.
 type callerOutputs struct {
 	callerHeader, callerTrailer *metadata.MD
 	callerPeer                  *peer.Peer
 	more                        []grpc.CallOption // a second holder of a kind: grpc fills every one
+	onFinish                    []func(error)
 }
 
-// split moves the caller's holders into o and its OnFinish functions into
-// onFinish, and appends every other option to base.
-func (o *callerOutputs) split(base, opts []grpc.CallOption, onFinish *[]func(error)) []grpc.CallOption {
+// split moves the caller's holders and OnFinish functions into o, and
+// appends every other option to base.
+func (o *callerOutputs) split(base, opts []grpc.CallOption) []grpc.CallOption {
 	for _, opt := range opts {
 		switch v := opt.(type) {
 		case grpc.HeaderCallOption:
@@ -88,7 +100,7 @@ func (o *callerOutputs) split(base, opts []grpc.CallOption, onFinish *[]func(err
 		case grpc.PeerCallOption:
 			hold(o, &o.callerPeer, v.PeerAddr, opt)
 		case grpc.OnFinishCallOption:
-			*onFinish = append(*onFinish, v.OnFinish)
+			o.onFinish = append(o.onFinish, v.OnFinish)
 		default:
 			base = append(base, opt)
 		}
@@ -98,9 +110,8 @@ func (o *callerOutputs) split(base, opts []grpc.CallOption, onFinish *[]func(err
 
 // prepare sets out's options: the call's, and out's own holders (the peer
 // only when the caller asked for it).
-func (hc *hedgeCall) prepare(out *hedgeOutputs) {
-	// grpc writes the holders only when the attempt got a stream.
-	out.header, out.trailer, out.peer = nil, nil, peer.Peer{}
+func (hc *hedgeCall) prepare(out *attemptOutputs) {
+	out.clean(true)
 	out.opts = append(out.opts[:0], hc.base...)
 	out.opts = append(out.opts, grpc.Header(&out.header), grpc.Trailer(&out.trailer))
 	if hc.callerPeer != nil {
@@ -109,7 +120,7 @@ func (hc *hedgeCall) prepare(out *hedgeOutputs) {
 }
 
 // adopt copies the winner's outputs into the caller's reply and holders.
-func (hc *hedgeCall) adopt(reply any, out *hedgeOutputs) {
+func (hc *hedgeCall) adopt(reply any, out *attemptOutputs) {
 	if out != &hc.first {
 		proto.Reset(reply.(proto.Message))
 		proto.Merge(reply.(proto.Message), out.reply.(proto.Message))
@@ -119,10 +130,9 @@ func (hc *hedgeCall) adopt(reply any, out *hedgeOutputs) {
 
 // adoptMeta gives the caller the headers, trailer and peer of out (nil: no
 // attempt ended, none), and none of another's.
-func (hc *hedgeCall) adoptMeta(out *hedgeOutputs) {
+func (hc *hedgeCall) adoptMeta(out *attemptOutputs) {
 	if out == nil {
-		hc.give(nil, nil, &peer.Peer{})
-		return
+		out = &attemptOutputs{}
 	}
 	hc.give(out.header, out.trailer, &out.peer)
 }
@@ -161,4 +171,9 @@ func hold[T any](o *callerOutputs, first **T, addr *T, opt grpc.CallOption) {
 	o.more = append(o.more, opt)
 }
 
-func (hc *hedgeCall) finished(err error) { runOnFinish(hc.onFinish, err) }
+// finished runs the caller's OnFinish functions with the call's error err.
+func (o *callerOutputs) finished(err error) {
+	for _, f := range o.onFinish {
+		f(err)
+	}
+}

@@ -79,11 +79,7 @@ func (k *core) hedgeStream(s *retryStream) {
 	a := s.launchLocked(1)
 	s.mu.Unlock()
 	st.launched(s.callCtx, 1, a.start)
-	if st.delay == 0 {
-		st.due = true
-	} else {
-		st.arm(s.callCtx, st.delay, 2)
-	}
+	st.schedule(s.callCtx, 1)
 	go s.drive(st)
 	if cs, err := s.openRaced(a); err == nil {
 		go s.watch(a, cs)

@@ -23,7 +23,7 @@ import (
 const (
 	msgRetrying       = "stagger: retrying"
 	msgGivingUp       = "stagger: giving up"
-	msgAmbiguous      = "stagger: not retried: the request may have run on the server and the method is not known to be idempotent (mark it idempotent or send an idempotency key)"
+	msgAmbiguous      = "stagger: " + ambiguousNote
 	msgNoTimer        = "stagger: per-attempt timeout not applied: method not known to be idempotent"
 	msgNoHedging      = "stagger: hedging not applied: method not known to be idempotent"
 	msgReplyType      = "stagger: hedging not applied: the call's reply is not a protobuf message, so its attempts go one at a time"

@@ -123,7 +123,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	if s.opts == nil && len(s.c.fileOpts) == 0 && !carriesOutputs(grpcOpts) {
 		s.opts = grpcOpts
 	} else {
-		s.opts = s.split(append(s.opts, s.c.fileOpts...), grpcOpts, &s.onFinish)
+		s.opts = s.split(append(s.opts, s.c.fileOpts...), grpcOpts)
 		if len(s.onFinish) > 0 {
 			s.watchCaller(s.callCtx)
 		}

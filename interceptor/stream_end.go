@@ -1,11 +1,14 @@
 package interceptor
 
 import (
+	"context"
 	"io"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 )
 
 // streamEnd is what finishStream does once before it announces the end:
@@ -13,7 +16,11 @@ import (
 // the end RecvMsg returns from then on.
 type streamEnd struct {
 	callerOutputs
-	onFinishOnce
+	// stopWatch stops the watch on the caller's context (watchCaller);
+	// onFinishRan makes a second runner wait until the first has run the
+	// OnFinish functions, so the end is announced after they returned.
+	stopWatch   func() bool
+	onFinishRan sync.Once
 	// done: the application has been given the stream's end, final
 	// (io.EOF after success). The stream's mu guards the three.
 	done        bool
@@ -87,4 +94,30 @@ func (o *callerOutputs) fill(cs grpc.ClientStream, withTrailer bool) {
 		}
 	}
 	o.give(header, trailer, &p)
+}
+
+// watchCaller runs the caller's OnFinish functions when ctx, the caller's,
+// ends before the stream does, as grpc does for a stream the caller
+// abandons (grpc would run them once per attempt). The watch never reads
+// stopWatch: when ctx has already ended, context.AfterFunc starts it before
+// stopWatch is assigned.
+func (e *streamEnd) watchCaller(ctx context.Context) {
+	e.stopWatch = context.AfterFunc(ctx, func() {
+		e.runOnFinish(status.FromContextError(ctx.Err()).Err())
+	})
+}
+
+// finishOnce stops the watch and runs the caller's OnFinish functions, the
+// first time only; when the watch is running them, it waits for it. The
+// stream calls it after watchCaller returned.
+func (e *streamEnd) finishOnce(err error) {
+	if len(e.onFinish) == 0 {
+		return
+	}
+	e.stopWatch()
+	e.runOnFinish(err)
+}
+
+func (e *streamEnd) runOnFinish(err error) {
+	e.onFinishRan.Do(func() { e.finished(err) })
 }

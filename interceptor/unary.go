@@ -46,9 +46,7 @@ import (
 // fail that would have succeeded without it, and the last attempt always
 // runs to its answer or the caller's deadline. The timer decides at fixed
 // times (the timeout after the attempt left, and the pause after that), as
-// of those times however late the machine runs it, and whether it cut an
-// attempt off is its own record, never read from the context or the status
-// code. A call whose retry the timer admitted but whose deadline passes in
+// of those times however late the machine runs it. A call whose retry the timer admitted but whose deadline passes in
 // the pause ends with DEADLINE_EXCEEDED. For a unary call the timer covers
 // the whole attempt (an interceptor cannot see headers arrive before the
 // response); for a stream it stops at the first response header or

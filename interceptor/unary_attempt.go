@@ -4,7 +4,6 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
 
@@ -16,13 +15,10 @@ import (
 // grpc.OnFinish are taken out of the attempts' options (callerOutputs), and
 // finished fills and runs them once, from the last attempt.
 type unaryAttempt struct {
-	header, trailer metadata.MD
-	peer            peer.Peer
-	own             [2]grpc.CallOption
-	ownPeer         grpc.CallOption
-	opts            []grpc.CallOption
+	attemptOutputs
+	own     [2]grpc.CallOption
+	ownPeer grpc.CallOption
 	callerOutputs
-	onFinish []func(error)
 }
 
 var unaryAttempts = sync.Pool{New: func() any {
@@ -67,34 +63,15 @@ func (ua *unaryAttempt) reset() {
 	clear(ua.opts)
 	ua.opts = ua.opts[:0]
 	ua.header, ua.trailer, ua.peer = nil, nil, peer.Peer{}
-	ua.callerOutputs = callerOutputs{}
-	if len(ua.onFinish) > 0 {
-		clear(ua.onFinish)
-		ua.onFinish = ua.onFinish[:0]
-	}
+	clear(ua.onFinish)
+	ua.callerOutputs = callerOutputs{onFinish: ua.onFinish[:0]}
 }
 
 // finished gives the caller the last attempt's headers, trailer and peer,
 // then runs its OnFinish functions once, with the call's error.
 func (ua *unaryAttempt) finished(err error) {
 	ua.give(ua.header, ua.trailer, &ua.peer)
-	runOnFinish(ua.onFinish, err)
-}
-
-// runOnFinish runs the caller's grpc.OnFinish functions fs with err.
-func runOnFinish(fs []func(error), err error) {
-	for _, f := range fs {
-		f(err)
-	}
-}
-
-// clean empties ua's holders before an attempt: grpc writes them only for
-// an attempt that got a stream.
-func (ua *unaryAttempt) clean() {
-	ua.header, ua.trailer = nil, nil
-	if ua.callerPeer != nil {
-		ua.peer = peer.Peer{}
-	}
+	ua.callerOutputs.finished(err)
 }
 
 func (ua *unaryAttempt) init() {
@@ -110,7 +87,7 @@ func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) []grpc.Cal
 	if len(fileOpts)+len(grpcOpts) == 0 {
 		return ua.own[:]
 	}
-	ua.opts = ua.split(append(ua.opts, fileOpts...), grpcOpts, &ua.onFinish)
+	ua.opts = ua.split(append(ua.opts, fileOpts...), grpcOpts)
 	ua.opts = append(ua.opts, ua.own[:]...)
 	if ua.callerPeer != nil {
 		ua.opts = append(ua.opts, ua.ownPeer)

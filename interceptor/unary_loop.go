@@ -77,7 +77,7 @@ type unaryLoop struct {
 	// last is the latest failure that decided nothing; lastOut the outputs
 	// of the last hedge that ended (nil: none).
 	last    error
-	lastOut *hedgeOutputs
+	lastOut *attemptOutputs
 }
 
 func (l *unaryLoop) c() *call {
@@ -98,7 +98,7 @@ type unaryEvent struct {
 	kind uint8
 	n    int
 	err  error
-	out  *hedgeOutputs
+	out  *attemptOutputs
 	// start is when attempt n left; at when it ended or the timer was due.
 	start, at time.Time
 	// admission is how the budget let attempt n go (beside: each attempt
@@ -113,7 +113,7 @@ type unaryEvent struct {
 func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 	hc := getHedgeCall(maxAttempts)
 	hc.method, hc.req, hc.cc, hc.invoker = l.c().method, l.req, l.cc, l.invoker
-	hc.base = hc.split(hc.base, grpcOpts, &hc.onFinish)
+	hc.base = hc.split(hc.base, grpcOpts)
 	l.hc = hc
 	if l.alone = maxAttempts == 1; l.alone {
 		// One at a time: the loop cancels each as it takes its end.
@@ -207,7 +207,7 @@ func (l *unaryLoop) attemptInline() unaryEvent {
 	}
 	ctx := c.numberAttempt(l.callCtx)
 	if l.ua != nil {
-		l.ua.clean()
+		l.ua.clean(l.ua.callerPeer != nil)
 	}
 	err := l.invoker(ctx, c.method, l.req, l.reply, l.cc, l.attemptOpts...)
 	return unaryEvent{n: c.attempt, err: err}
@@ -217,7 +217,7 @@ func (l *unaryLoop) launch() {
 	c, hc := l.c(), l.hc
 	out := &hc.first
 	if c.attempt > 0 && l.replyType != nil {
-		out = &hedgeOutputs{reply: l.replyType.New().Interface()}
+		out = &attemptOutputs{reply: l.replyType.New().Interface()}
 	} else {
 		out.reply = l.reply
 	}
@@ -290,7 +290,7 @@ func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, commi
 
 // ended gives the caller the outputs of out (nil: inline, grpc wrote the
 // caller's own), runs its OnFinish functions and returns err.
-func (l *unaryLoop) ended(out *hedgeOutputs, err error) error {
+func (l *unaryLoop) ended(out *attemptOutputs, err error) error {
 	if l.hc != nil {
 		l.hc.adoptMeta(out)
 		l.hc.finished(err)
@@ -312,9 +312,8 @@ func (l *unaryLoop) served(ev unaryEvent) {
 	}
 }
 
-// besideEnded judges the end of an attempt under hedgeOnPerTryTimeout: the
-// first success wins; a failure while another attempt runs or a retry
-// waits ends nothing; the last failure decides as usual.
+// besideEnded judges the end of an attempt under hedgeOnPerTryTimeout, by
+// UnaryClientInterceptor's rules.
 func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 	c := l.c()
 	if ev.n == l.timer.n {
@@ -438,7 +437,7 @@ func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
 }
 
 // run is one attempt's goroutine.
-func (hc *hedgeCall) run(ctx context.Context, n int, adm budget.Admission, out *hedgeOutputs) {
+func (hc *hedgeCall) run(ctx context.Context, n int, adm budget.Admission, out *attemptOutputs) {
 	start := time.Now()
 	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
 	hc.results <- unaryEvent{kind: evEnded, n: n, err: err, out: out, start: start, at: time.Now(), admission: adm, done: ctx.Err() != nil}
