@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,7 +104,9 @@ type Gate struct {
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is
 // not consulted: the caller chose to defer.
 func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
-	if b == nil || isNilPointer(b) {
+	// A typed nil (a nil pointer, map, func, chan or slice in a non-nil
+	// interface) would panic on first use.
+	if v := reflect.ValueOf(b); b == nil || slices.Contains([]reflect.Kind{reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface}, v.Kind()) && v.IsNil() {
 		return nil, errors.New("budget: Deferring: nil budget (a nil budget is unlimited and never refuses)")
 	}
 	if _, ok := b.(Deferrer); ok {
@@ -201,30 +204,24 @@ func (g *Gate) Record(a Attempt) {
 		return
 	}
 	g.st.observe(now, a, false)
-	if a.Outcome == Success && !g.st.pace.backAt.IsZero() && !g.heldThroughLocked() {
-		// The calls held through it have gone: the return ends
-		// (under a steady load, a success never finds nobody waiting).
-		g.st.pace = g.st.pace.rested()
+	if a.Outcome == Success && !g.st.pace.backAt.IsZero() {
+		// The return ends once no retry that began to wait before it
+		// still waits (under a steady load, a success never finds nobody
+		// waiting): the queues keep the order of entry, so the oldest
+		// waiting of each level tells.
+		heldThrough := false
+		for l := range g.queue {
+			e := g.queue[l].Front()
+			for ; e != nil && e.Value.(*Waiter).state != waitQueued; e = e.Next() {
+			}
+			heldThrough = heldThrough || e != nil && e.Value.(*Waiter).view.since.Before(g.st.pace.backAt)
+		}
+		if !heldThrough {
+			g.st.pace = g.st.pace.rested()
+		}
 	}
 	g.news++
 	g.grantLocked(now)
-}
-
-// heldThroughLocked reports whether a retry that began to wait before the
-// return under way still waits: the queues keep the order of entry, so
-// the oldest waiting of each level tells.
-func (g *Gate) heldThroughLocked() bool {
-	for l := range g.queue {
-		for e := g.queue[l].Front(); e != nil; e = e.Next() {
-			if w := e.Value.(*Waiter); w.state == waitQueued {
-				if w.view.since.Before(g.st.pace.backAt) {
-					return true
-				}
-				break
-			}
-		}
-	}
-	return false
 }
 
 // ageLocked lets the state age (gateState.age) while nobody waits.
@@ -248,14 +245,4 @@ func (g *Gate) State() State {
 	st.Health = g.st.phase.String()
 	g.mu.Unlock()
 	return st
-}
-
-// isNilPointer reports whether b is a typed nil (a nil pointer, map, func,
-// chan or slice in a non-nil interface): its methods would panic on first use.
-func isNilPointer(b Budget) bool {
-	switch v := reflect.ValueOf(b); v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
-		return v.IsNil()
-	}
-	return false
 }

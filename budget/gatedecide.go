@@ -158,7 +158,10 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 			// once, its outcome settling the call (1,000 processes that
 			// fail every attempt each sent a learning call's every
 			// attempt: 1.32 attempts per call).
-			learning := !s.ev.seen && !s.ev.untold(now) && s.ev.learns(now, w.number)
+			// It may go as the probe that learns whether retries heal
+			// while the process does not know yet and no other call is
+			// learning (or it goes on with the one that is).
+			learning := !s.ev.seen && !s.ev.untold(now) && !s.ev.known() && (s.ev.learnNext == 0 || w.number == s.ev.learnNext || !now.Before(s.ev.learnUntil))
 			if learning && !w.last {
 				held = true
 			} else {
@@ -270,13 +273,13 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 			how, due, mine = admitLast, last, lastMine
 		}
 	}
-	if now.Before(due) {
-		if s.phase != phaseOutage || !now.Before(mine) {
-			return AdmitNone, due, time.Time{}
-		}
+	if !now.Before(due) {
+		return how, time.Time{}, time.Time{}
+	}
+	if s.phase == phaseOutage && now.Before(mine) {
 		// Within the outage nothing brings due sooner (the latest that
 		// reached the backend and the gap only grow): due is w's own.
-		return AdmitNone, due, due
+		own = due
 	}
-	return how, time.Time{}, time.Time{}
+	return AdmitNone, due, own
 }

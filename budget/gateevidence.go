@@ -185,18 +185,6 @@ func (e *evidence) untold(now time.Time) bool {
 // attempts is not overloaded (the overload rule).
 func (e *evidence) strained(now time.Time) bool { return now.Before(e.signUntil) }
 func (e *evidence) overloaded(now time.Time) bool {
-	if !e.strained(now) {
-		return false
-	}
-	if now.Before(e.heldUntil) || e.short >= tune.RoomCut {
-		return true
-	}
-	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(bits.Len64(e.signs)-1, tune.OverloadWindow))
-}
-
-// learns reports whether the retry number n may go as the hold rule's
-// probe that learns whether retries heal: the process does not know yet,
-// and no other call is learning (or n goes on with the one that is).
-func (e *evidence) learns(now time.Time, n int) bool {
-	return !e.known() && (e.learnNext == 0 || n == e.learnNext || !now.Before(e.learnUntil))
+	return e.strained(now) && (now.Before(e.heldUntil) || e.short >= tune.RoomCut ||
+		float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(bits.Len64(e.signs)-1, tune.OverloadWindow)))
 }

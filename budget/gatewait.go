@@ -110,7 +110,18 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		view.turnAt, view.lone, pause = time.Time{}, true, 0
 	}
 	if g.n >= g.s.MaxWaiting || !g.shared.tryEnter() {
-		v := g.victim(level)
+		// The criticality rule's victim: the latest waiting of the least
+		// critical level below it. (Refusing SHEDDABLE retries at once in
+		// an outage cost the lab's mixed-criticality goodput.) A granted
+		// one is not waiting: it is being taken.
+		var v *Waiter
+		for l := 0; l < level && v == nil; l++ {
+			for e := g.queue[l].Back(); e != nil && v == nil; e = e.Prev() {
+				if w := e.Value.(*Waiter); w.state == waitQueued {
+					v = w
+				}
+			}
+		}
 		if v == nil {
 			g.moveLocked(now, nil, waitOut, ErrTooManyWaiting)
 			return nil, ErrTooManyWaiting
@@ -130,21 +141,6 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
 	return w, nil
-}
-
-// victim is the waiter a retry of level evicts from a full room: the
-// latest waiting of the least critical level below it, or nil. (Refusing
-// SHEDDABLE retries at once in an outage cost the lab's mixed-criticality
-// goodput.) A granted one is not waiting: it is being taken.
-func (g *Gate) victim(level int) *Waiter {
-	for l := range level {
-		for e := g.queue[l].Back(); e != nil; e = e.Prev() {
-			if w := e.Value.(*Waiter); w.state == waitQueued {
-				return w
-			}
-		}
-	}
-	return nil
 }
 
 // classOf is w's set among its level's heads: held or not (the rules tell
@@ -207,12 +203,7 @@ func (g *Gate) grantLocked(now time.Time) {
 		}
 		due = append(due, w)
 	}
-	slices.SortFunc(due, func(a, b *Waiter) int {
-		if a.level != b.level {
-			return b.level - a.level
-		}
-		return cmp.Compare(a.seq, b.seq)
-	})
+	slices.SortFunc(due, func(a, b *Waiter) int { return cmp.Or(b.level-a.level, cmp.Compare(a.seq, b.seq)) })
 	// told: per set, the time its head was told to wait for.
 	var told [4]time.Time
 	// decide decides w and applies the verdict.
@@ -264,14 +255,8 @@ func (g *Gate) grantLocked(now time.Time) {
 			var w *Waiter
 			for c := range g.heads[l] {
 				h := g.heads[l][c].top()
-				if stopped[c] || h == nil {
-					continue
-				}
-				if h.round == g.round {
-					stopped[c] = true
-					continue
-				}
-				if w == nil || h.seq < w.seq {
+				stopped[c] = stopped[c] || h != nil && h.round == g.round
+				if !stopped[c] && h != nil && (w == nil || h.seq < w.seq) {
 					w = h
 				}
 			}
