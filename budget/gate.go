@@ -131,16 +131,14 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 // (it refuses) and the heal rule (it admits a straggler's retry unpaid).
 // It never blocks.
 func (g *Gate) Allow(r Request) bool {
-	_, ok := g.allow(r)
+	_, ok := g.Admit(r)
 	return ok
 }
 
 // Admit is Allow, and says how it admitted r: AdmitNone when the budget
 // paid, "heal" when the heal rule let it go unpaid. It implements
 // Admitter.
-func (g *Gate) Admit(r Request) (Admission, bool) { return g.allow(r) }
-
-func (g *Gate) allow(r Request) (Admission, bool) {
+func (g *Gate) Admit(r Request) (Admission, bool) {
 	straggler := r.Straggler && r.AfterTimeout && !r.Hedge
 	var now time.Time
 	settled := g.settled.Load()
@@ -189,8 +187,7 @@ func (g *Gate) heals() bool {
 // fail, while the gate is settled, changes nothing and takes no lock.
 func (g *Gate) Record(a Attempt) {
 	g.b.Record(a)
-	plain := a.Outcome != Failure && a.Admission == AdmitNone && a.Number == 1 && !a.Overload
-	if plain && g.settled.Load() {
+	if a.Outcome != Failure && a.Admission == AdmitNone && a.Number == 1 && !a.Overload && g.settled.Load() {
 		return
 	}
 	now := g.now()

@@ -409,13 +409,11 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 			}
 		}
 	}()
-	if guard := w.r.Guard; guard != nil && !gone() {
+	if guard := w.r.Guard; guard != nil && !gone() && !guard.Closed() {
 		// Asked last: the guard's half-open slot goes only to a retry
 		// that goes.
-		if open = !guard.Closed(); open {
-			ok, next = guard.AllowRetry()
-			yes = ok
-		}
+		ok, next = guard.AllowRetry()
+		open, yes = true, ok
 	}
 	if ok && how.probing() && !gone() && g.b.Allow(w.r) {
 		how = AdmitBudget
