@@ -237,8 +237,7 @@ func (g *Gate) State() State {
 	st := g.b.State()
 	g.mu.Lock()
 	st.Refused += g.counts.Refused
-	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp = g.n, g.counts.Deferred, g.counts.DeferAdmitted, g.counts.DeferGaveUp
-	st.DeferTurnedAway = g.counts.DeferTurnedAway
+	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp, st.DeferTurnedAway = g.n, g.counts.Deferred, g.counts.DeferAdmitted, g.counts.DeferGaveUp, g.counts.DeferTurnedAway
 	st.Health = g.st.phase.String()
 	g.mu.Unlock()
 	return st

@@ -114,8 +114,7 @@ func (s *gateState) turnIn(now time.Time, ahead int, unsent bool) (turn time.Dur
 	if unsent {
 		turn = time.Duration(float64(turn) / tune.FutileUnsent)
 	}
-	lone = ahead == 0 && s.pace.since >= tune.FutileEvery && !s.pace.leased(now) && !now.Before(s.pace.failedAt.Add(max(s.pace.gap, s.span)))
-	return turn, lone
+	return turn, ahead == 0 && s.pace.since >= tune.FutileEvery && !s.pace.leased(now) && !now.Before(s.pace.failedAt.Add(max(s.pace.gap, s.span)))
 }
 
 // ended reports whether a wait that ends at end (zero: never) ended by now.

@@ -75,9 +75,6 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 			}
 		}
 	}
-	if a.Outcome == Success {
-		e.short = max(e.short-tune.RoomGain, 0)
-	}
 	if e.strained(now) {
 		e.signs = pushed(e.signs, tune.OverloadWindow, a.Overload)
 	}
@@ -119,6 +116,7 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		}
 	}
 	if a.Outcome == Success {
+		e.short = max(e.short-tune.RoomGain, 0)
 		e.retryFails, e.seen = 0, true
 	}
 }
@@ -159,8 +157,7 @@ func (e *evidence) heals(now time.Time, stale bool) bool {
 	if !e.callsKnown() || stale && now.Sub(e.lastFail) > tune.Calm {
 		return e.seen && e.retryFails < tune.Evidence
 	}
-	won := e.healed()
-	return won > 0 && float64(won) >= tune.HealMinShare*float64(e.callsN())
+	return e.healed() > 0 && float64(e.healed()) >= tune.HealMinShare*float64(e.callsN())
 }
 
 // callsKnown reports whether the calls say whether retrying heals; known,

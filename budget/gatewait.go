@@ -180,8 +180,8 @@ func classOf(w *Waiter) int {
 func (g *Gate) grantLocked(now time.Time) {
 	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
 	g.round++
-	outage := g.st.phase == phaseOutage
-	if outage != g.wasOutage {
+	if outage := g.st.phase == phaseOutage; outage != g.wasOutage {
+		g.wasOutage = outage
 		// Own times are the phase's (decideByPhase): those out of the
 		// heads for one go back when an outage begins or ends, once per
 		// change (an O(n) step that a phase flapping under overload
@@ -194,7 +194,6 @@ func (g *Gate) grantLocked(now time.Time) {
 			}
 		}
 	}
-	g.wasOutage = outage
 	due := g.scratch[:0]
 	for w := g.dues.top(); w != nil && !now.Before(w.due); w = g.dues.top() {
 		g.dues.setDue(w, time.Time{})
@@ -225,7 +224,6 @@ func (g *Gate) grantLocked(now time.Time) {
 		switch {
 		case d.end != nil:
 			g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
-			return
 		case d.how == AdmitNone:
 			next := d.next
 			switch {
@@ -242,10 +240,10 @@ func (g *Gate) grantLocked(now time.Time) {
 				next, _ = g.st.endAt(now, &w.view)
 			}
 			g.dues.setDue(w, next)
-			return
+		default:
+			w.how = d.how
+			g.moveLocked(now, w, waitGranted, nil)
 		}
-		w.how = d.how
-		g.moveLocked(now, w, waitGranted, nil)
 	}
 	for l, i := len(g.queue)-1, 0; l >= 0; l-- {
 		// stopped: the set's head was decided in this run and waits.
@@ -285,14 +283,12 @@ func (g *Gate) grantLocked(now time.Time) {
 		return
 	}
 	switch {
-	case next.IsZero():
-		if g.timer != nil {
-			g.timer.Stop()
-		}
-	case g.timer == nil:
-		g.timer = time.AfterFunc(next.Sub(now), func() { g.Tick() })
-	default:
+	case g.timer != nil && next.IsZero():
+		g.timer.Stop()
+	case g.timer != nil:
 		g.timer.Reset(next.Sub(now))
+	case !next.IsZero():
+		g.timer = time.AfterFunc(next.Sub(now), func() { g.Tick() })
 	}
 }
 
@@ -498,11 +494,10 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 	if err != nil {
 		return AdmitNone, err
 	}
-	gone := func() bool { return ctx.Err() != nil }
 	for {
 		select {
 		case <-w.ready:
-			a, err := w.take(gone)
+			a, err := w.take(func() bool { return ctx.Err() != nil })
 			if a != AdmitNone || err != nil {
 				return a, err
 			}
