@@ -122,9 +122,7 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 	// runs under the lock, the source never does.
 	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
 	// guardNews: no guard has refused yet (news starts at 0).
-	g := &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, guardNews: math.MaxUint64, dues: waitSet{due: true}}
-	g.st = newGateState(o.Now(), rnd)
-	return g, nil
+	return &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, guardNews: math.MaxUint64, dues: waitSet{due: true}, st: newGateState(o.Now(), rnd)}, nil
 }
 
 // Allow asks the wrapped budget, but for the outage and overload rules
