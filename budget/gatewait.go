@@ -391,16 +391,15 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	if w.end != nil || w.state >= waitOut {
 		return AdmitNone, w.end
 	}
-	how, ok, open, next := w.how, true, false, time.Time{}
-	// yes: the guard counted the retry; settled: the lock was taken after
-	// asking, nothing having panicked.
-	yes, settled := false, false
+	// open: the guard was asked, and counted the retry when ok; settled:
+	// the lock was taken after asking, nothing having panicked.
+	how, ok, open, settled, next := w.how, true, false, false, time.Time{}
 	defer func() {
 		if !settled {
 			// A panic of the guard or the budget: w leaves, and what it
 			// was granted goes back, before the panic goes on.
 			w.Leave()
-			if yes {
+			if open && ok {
 				returnRetry(w.r.Guard)
 			}
 		}
@@ -409,7 +408,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		// Asked last: the guard's half-open slot goes only to a retry
 		// that goes.
 		ok, next = guard.AllowRetry()
-		open, yes = true, ok
+		open = true
 	}
 	if ok && how.probing() && !gone() && g.b.Allow(w.r) {
 		how = AdmitBudget
@@ -440,7 +439,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	end := w.end
 	g.mu.Unlock()
 	g.refund(refund, w.r)
-	if left && yes {
+	if left && open && ok {
 		returnRetry(w.r.Guard)
 	}
 	if !ok || left {
