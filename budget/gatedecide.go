@@ -38,11 +38,10 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 	case now.Before(w.earliest):
 		return decision{next: clock.Earlier(w.earliest, end)} // its pause
 	}
-	d := s.decideRules(now, w, end)
-	switch {
-	case !w.guardOpen || d.how != AdmitNone:
+	if d := s.decideRules(now, w, end); !w.guardOpen || d.how != AdmitNone {
 		return d
-	case s.pace.leased(now):
+	}
+	if s.pace.leased(now) {
 		return decision{next: clock.Earlier(s.pace.until, end), heldBy: heldGuard}
 	}
 	return decision{how: admitProbe, heldBy: heldGuard}
