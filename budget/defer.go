@@ -72,13 +72,7 @@ func (s DeferSettings) validate() error {
 
 // on reports whether a budget of kind k defers under s.
 func (s DeferSettings) on(k Kind) bool {
-	switch s.Mode {
-	case DeferOn:
-		return true
-	case DeferOff:
-		return false
-	}
-	return k == KindTokenBucket || k == KindRatio
+	return s.Mode == DeferOn || s.Mode != DeferOff && (k == KindTokenBucket || k == KindRatio)
 }
 
 // Admission says how a deferred retry was let go: AdmitNone and AdmitBudget

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,7 +104,9 @@ type Gate struct {
 // Deferring wraps b so that its refused retries wait (see Gate). s.Mode is
 // not consulted: the caller chose to defer.
 func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
-	if b == nil || isNilPointer(b) {
+	// A typed nil (a nil pointer, map, func, chan or slice in a non-nil
+	// interface) would panic on first use.
+	if v := reflect.ValueOf(b); b == nil || slices.Contains([]reflect.Kind{reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface}, v.Kind()) && v.IsNil() {
 		return nil, errors.New("budget: Deferring: nil budget (a nil budget is unlimited and never refuses)")
 	}
 	if _, ok := b.(Deferrer); ok {
@@ -119,25 +122,21 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 	// runs under the lock, the source never does.
 	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
 	// guardNews: no guard has refused yet (news starts at 0).
-	g := &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, guardNews: math.MaxUint64, dues: waitSet{due: true}}
-	g.st = newGateState(o.Now(), rnd)
-	return g, nil
+	return &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, guardNews: math.MaxUint64, dues: waitSet{due: true}, st: newGateState(o.Now(), rnd)}, nil
 }
 
 // Allow asks the wrapped budget, but for the outage and overload rules
 // (it refuses) and the heal rule (it admits a straggler's retry unpaid).
 // It never blocks.
 func (g *Gate) Allow(r Request) bool {
-	_, ok := g.allow(r)
+	_, ok := g.Admit(r)
 	return ok
 }
 
 // Admit is Allow, and says how it admitted r: AdmitNone when the budget
 // paid, "heal" when the heal rule let it go unpaid. It implements
 // Admitter.
-func (g *Gate) Admit(r Request) (Admission, bool) { return g.allow(r) }
-
-func (g *Gate) allow(r Request) (Admission, bool) {
+func (g *Gate) Admit(r Request) (Admission, bool) {
 	straggler := r.Straggler && r.AfterTimeout && !r.Hedge
 	var now time.Time
 	settled := g.settled.Load()
@@ -186,8 +185,7 @@ func (g *Gate) heals() bool {
 // fail, while the gate is settled, changes nothing and takes no lock.
 func (g *Gate) Record(a Attempt) {
 	g.b.Record(a)
-	plain := a.Outcome != Failure && a.Admission == AdmitNone && a.Number == 1 && !a.Overload
-	if plain && g.settled.Load() {
+	if a.Outcome != Failure && a.Admission == AdmitNone && a.Number == 1 && !a.Overload && g.settled.Load() {
 		return
 	}
 	now := g.now()
@@ -201,30 +199,24 @@ func (g *Gate) Record(a Attempt) {
 		return
 	}
 	g.st.observe(now, a, false)
-	if a.Outcome == Success && !g.st.pace.backAt.IsZero() && !g.heldThroughLocked() {
-		// The calls held through it have gone: the return ends
-		// (under a steady load, a success never finds nobody waiting).
-		g.st.pace = g.st.pace.rested()
+	if a.Outcome == Success && !g.st.pace.backAt.IsZero() {
+		// The return ends once no retry that began to wait before it
+		// still waits (under a steady load, a success never finds nobody
+		// waiting): the queues keep the order of entry, so the oldest
+		// waiting of each level tells.
+		heldThrough := false
+		for l := range g.queue {
+			e := g.queue[l].Front()
+			for ; e != nil && e.Value.(*Waiter).state != waitQueued; e = e.Next() {
+			}
+			heldThrough = heldThrough || e != nil && e.Value.(*Waiter).view.since.Before(g.st.pace.backAt)
+		}
+		if !heldThrough {
+			g.st.pace = g.st.pace.rested()
+		}
 	}
 	g.news++
 	g.grantLocked(now)
-}
-
-// heldThroughLocked reports whether a retry that began to wait before the
-// return under way still waits: the queues keep the order of entry, so
-// the oldest waiting of each level tells.
-func (g *Gate) heldThroughLocked() bool {
-	for l := range g.queue {
-		for e := g.queue[l].Front(); e != nil; e = e.Next() {
-			if w := e.Value.(*Waiter); w.state == waitQueued {
-				if w.view.since.Before(g.st.pace.backAt) {
-					return true
-				}
-				break
-			}
-		}
-	}
-	return false
 }
 
 // ageLocked lets the state age (gateState.age) while nobody waits.
@@ -243,19 +235,8 @@ func (g *Gate) State() State {
 	st := g.b.State()
 	g.mu.Lock()
 	st.Refused += g.counts.Refused
-	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp = g.n, g.counts.Deferred, g.counts.DeferAdmitted, g.counts.DeferGaveUp
-	st.DeferTurnedAway = g.counts.DeferTurnedAway
+	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp, st.DeferTurnedAway = g.n, g.counts.Deferred, g.counts.DeferAdmitted, g.counts.DeferGaveUp, g.counts.DeferTurnedAway
 	st.Health = g.st.phase.String()
 	g.mu.Unlock()
 	return st
-}
-
-// isNilPointer reports whether b is a typed nil (a nil pointer, map, func,
-// chan or slice in a non-nil interface): its methods would panic on first use.
-func isNilPointer(b Budget) bool {
-	switch v := reflect.ValueOf(b); v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
-		return v.IsNil()
-	}
-	return false
 }

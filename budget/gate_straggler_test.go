@@ -55,7 +55,7 @@ func TestGateAllowStraggler(t *testing.T) {
 			g.mu.Lock()
 			before := g.st
 			g.mu.Unlock()
-			adm, ok := g.allow(tt.r)
+			adm, ok := g.Admit(tt.r)
 			if adm != tt.want || ok != tt.wantOK {
 				t.Errorf("allow = %v, %v; want %v, %v", adm, ok, tt.want, tt.wantOK)
 			}

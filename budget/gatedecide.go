@@ -38,11 +38,10 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 	case now.Before(w.earliest):
 		return decision{next: clock.Earlier(w.earliest, end)} // its pause
 	}
-	d := s.decideRules(now, w, end)
-	switch {
-	case !w.guardOpen || d.how != AdmitNone:
+	if d := s.decideRules(now, w, end); !w.guardOpen || d.how != AdmitNone {
 		return d
-	case s.pace.leased(now):
+	}
+	if s.pace.leased(now) {
 		return decision{next: clock.Earlier(s.pace.until, end), heldBy: heldGuard}
 	}
 	return decision{how: admitProbe, heldBy: heldGuard}
@@ -114,8 +113,7 @@ func (s *gateState) turnIn(now time.Time, ahead int, unsent bool) (turn time.Dur
 	if unsent {
 		turn = time.Duration(float64(turn) / tune.FutileUnsent)
 	}
-	lone = ahead == 0 && s.pace.since >= tune.FutileEvery && !s.pace.leased(now) && !now.Before(s.pace.failedAt.Add(max(s.pace.gap, s.span)))
-	return turn, lone
+	return turn, ahead == 0 && s.pace.since >= tune.FutileEvery && !s.pace.leased(now) && !now.Before(s.pace.failedAt.Add(max(s.pace.gap, s.span)))
 }
 
 // ended reports whether a wait that ends at end (zero: never) ended by now.
@@ -140,44 +138,42 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		return decision{how: admitHeal}
 	}
 	if !held && !now.Before(w.holdAt) {
-		if s.phase != phaseOutage && !s.ev.overloaded(now) {
-			// The hold rule: a probe, or the end of the wait. A process
-			// that no retry told anything probes too, and so does one
-			// that does not know yet whether retries heal, one call at
-			// a time: else one whose budget refuses its retries never
-			// learns that they heal (issue 62's quiet process).
-			if !s.ev.seen && now.Before(s.ev.retryOut) {
-				// A paid retry is out: wait for what it tells.
-				return decision{next: clock.Earlier(s.ev.retryOut, endAt)}
+		// In an outage or an overload the wait is held. Else the hold
+		// rule: a probe, or the end of the wait. A process that no retry
+		// told anything probes too, and so does one that does not know
+		// yet whether retries heal, one call at a time: else one whose
+		// budget refuses its retries never learns that they heal (issue
+		// 62's quiet process).
+		free := s.phase != phaseOutage && !s.ev.overloaded(now)
+		if free && !s.ev.seen && now.Before(s.ev.retryOut) {
+			// A paid retry is out: wait for what it tells.
+			return decision{next: clock.Earlier(s.ev.retryOut, endAt)}
+		}
+		// A retry that failed after its call's first attempt did is the
+		// evidence of an outage: a learning retry with attempts left
+		// after it waits, held, until the backend gave no news for a
+		// while (decideByPhase: the new calls' first attempts are the
+		// probes meanwhile); a call's last attempt learns at once, its
+		// outcome settling the call (1,000 processes that fail every
+		// attempt each sent a learning call's every attempt: 1.32
+		// attempts per call). It may go as the probe that learns whether
+		// retries heal while the process does not know yet and no other
+		// call is learning (or it goes on with the one that is).
+		learning := free && !s.ev.seen && !s.ev.untold(now) && !s.ev.known() && (s.ev.learnNext == 0 || w.number == s.ev.learnNext || !now.Before(s.ev.learnUntil))
+		if held = !free || learning && !w.last; !held {
+			learn := s.ev.seen || s.ev.untold(now) || learning
+			if learn && !s.pace.leased(now) {
+				return decision{how: admitProbe}
 			}
-			// A retry that failed after its call's first attempt did is
-			// the evidence of an outage: a learning retry with attempts
-			// left after it waits, held, until the backend gave no news
-			// for a while (decideByPhase: the new calls' first attempts
-			// are the probes meanwhile); a call's last attempt learns at
-			// once, its outcome settling the call (1,000 processes that
-			// fail every attempt each sent a learning call's every
-			// attempt: 1.32 attempts per call).
-			learning := !s.ev.seen && !s.ev.untold(now) && s.ev.learns(now, w.number)
-			if learning && !w.last {
-				held = true
-			} else {
-				learn := s.ev.seen || s.ev.untold(now) || learning
-				if learn && !s.pace.leased(now) {
-					return decision{how: admitProbe}
-				}
-				if wait := w.holdAt.Add(tune.Calm); !w.deadline.IsZero() && !s.ev.seen && s.ev.learnNext != 0 && now.Before(s.ev.learnUntil) && now.Before(wait) {
-					// Another call is learning: a call with a deadline
-					// waits for what it tells as long as for a paid
-					// retry's answer (lab flaky-quiet: a call's second
-					// attempt ended just before the learning call's
-					// third was served, in 1 run of 3).
-					return decision{next: clock.Earlier(wait, endAt)}
-				}
-				return decision{end: errWaitEnded}
+			if wait := w.holdAt.Add(tune.Calm); !w.deadline.IsZero() && !s.ev.seen && s.ev.learnNext != 0 && now.Before(s.ev.learnUntil) && now.Before(wait) {
+				// Another call is learning: a call with a deadline waits
+				// for what it tells as long as for a paid retry's answer
+				// (lab flaky-quiet: a call's second attempt ended just
+				// before the learning call's third was served, in 1 run
+				// of 3).
+				return decision{next: clock.Earlier(wait, endAt)}
 			}
-		} else {
-			held = true
+			return decision{end: errWaitEnded}
 		}
 	}
 	var d decision
@@ -270,13 +266,13 @@ func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how 
 			how, due, mine = admitLast, last, lastMine
 		}
 	}
-	if now.Before(due) {
-		if s.phase != phaseOutage || !now.Before(mine) {
-			return AdmitNone, due, time.Time{}
-		}
+	if !now.Before(due) {
+		return how, time.Time{}, time.Time{}
+	}
+	if s.phase == phaseOutage && now.Before(mine) {
 		// Within the outage nothing brings due sooner (the latest that
 		// reached the backend and the gap only grow): due is w's own.
-		return AdmitNone, due, due
+		own = due
 	}
-	return how, time.Time{}, time.Time{}
+	return AdmitNone, due, own
 }

@@ -75,9 +75,6 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 			}
 		}
 	}
-	if a.Outcome == Success {
-		e.short = max(e.short-tune.RoomGain, 0)
-	}
 	if e.strained(now) {
 		e.signs = pushed(e.signs, tune.OverloadWindow, a.Overload)
 	}
@@ -119,6 +116,7 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		}
 	}
 	if a.Outcome == Success {
+		e.short = max(e.short-tune.RoomGain, 0)
 		e.retryFails, e.seen = 0, true
 	}
 }
@@ -159,8 +157,7 @@ func (e *evidence) heals(now time.Time, stale bool) bool {
 	if !e.callsKnown() || stale && now.Sub(e.lastFail) > tune.Calm {
 		return e.seen && e.retryFails < tune.Evidence
 	}
-	won := e.healed()
-	return won > 0 && float64(won) >= tune.HealMinShare*float64(e.callsN())
+	return e.healed() > 0 && float64(e.healed()) >= tune.HealMinShare*float64(e.callsN())
 }
 
 // callsKnown reports whether the calls say whether retrying heals; known,
@@ -185,18 +182,6 @@ func (e *evidence) untold(now time.Time) bool {
 // attempts is not overloaded (the overload rule).
 func (e *evidence) strained(now time.Time) bool { return now.Before(e.signUntil) }
 func (e *evidence) overloaded(now time.Time) bool {
-	if !e.strained(now) {
-		return false
-	}
-	if now.Before(e.heldUntil) || e.short >= tune.RoomCut {
-		return true
-	}
-	return float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(bits.Len64(e.signs)-1, tune.OverloadWindow))
-}
-
-// learns reports whether the retry number n may go as the hold rule's
-// probe that learns whether retries heal: the process does not know yet,
-// and no other call is learning (or n goes on with the one that is).
-func (e *evidence) learns(now time.Time, n int) bool {
-	return !e.known() && (e.learnNext == 0 || n == e.learnNext || !now.Before(e.learnUntil))
+	return e.strained(now) && (now.Before(e.heldUntil) || e.short >= tune.RoomCut ||
+		float64(bits.OnesCount64(e.signs)-1) > tune.OverloadShare*float64(max(bits.Len64(e.signs)-1, tune.OverloadWindow)))
 }

@@ -122,15 +122,12 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// rule): successes raise the pace, a cut of the room lowers it.
 		s.pace = s.pace.roomAnswered(now, a.Outcome == Success, a.Admission != AdmitNone)
 	}
-	if a.Outcome == Success || a.Outcome == Failure {
-		s.lull = now.Sub(s.lastReached)
-	}
 	switch a.Outcome {
 	case Success:
 		if a.Took > 0 && a.Admission != AdmitNone {
 			s.ev.okTook, s.ev.okAt = a.Took, now
 		}
-		s.lastReached = now
+		s.lull, s.lastReached = now.Sub(s.lastReached), now
 		s.streak, s.span = 0, 0
 		if s.phase == phaseOutage {
 			// The calls held through it go back (the release rule), the
@@ -157,7 +154,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 			s.pace = s.pace.servedAt(now)
 		}
 	case Failure:
-		s.lastReached = now
+		s.lull, s.lastReached = now.Sub(s.lastReached), now
 		if s.streak == 0 {
 			s.streakAt, s.pace.entered = now, 0
 		}

@@ -110,7 +110,18 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		view.turnAt, view.lone, pause = time.Time{}, true, 0
 	}
 	if g.n >= g.s.MaxWaiting || !g.shared.tryEnter() {
-		v := g.victim(level)
+		// The criticality rule's victim: the latest waiting of the least
+		// critical level below it. (Refusing SHEDDABLE retries at once in
+		// an outage cost the lab's mixed-criticality goodput.) A granted
+		// one is not waiting: it is being taken.
+		var v *Waiter
+		for l := 0; l < level && v == nil; l++ {
+			for e := g.queue[l].Back(); e != nil && v == nil; e = e.Prev() {
+				if w := e.Value.(*Waiter); w.state == waitQueued {
+					v = w
+				}
+			}
+		}
 		if v == nil {
 			g.moveLocked(now, nil, waitOut, ErrTooManyWaiting)
 			return nil, ErrTooManyWaiting
@@ -130,21 +141,6 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
 	return w, nil
-}
-
-// victim is the waiter a retry of level evicts from a full room: the
-// latest waiting of the least critical level below it, or nil. (Refusing
-// SHEDDABLE retries at once in an outage cost the lab's mixed-criticality
-// goodput.) A granted one is not waiting: it is being taken.
-func (g *Gate) victim(level int) *Waiter {
-	for l := range level {
-		for e := g.queue[l].Back(); e != nil; e = e.Prev() {
-			if w := e.Value.(*Waiter); w.state == waitQueued {
-				return w
-			}
-		}
-	}
-	return nil
 }
 
 // classOf is w's set among its level's heads: held or not (the rules tell
@@ -184,8 +180,8 @@ func classOf(w *Waiter) int {
 func (g *Gate) grantLocked(now time.Time) {
 	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
 	g.round++
-	outage := g.st.phase == phaseOutage
-	if outage != g.wasOutage {
+	if outage := g.st.phase == phaseOutage; outage != g.wasOutage {
+		g.wasOutage = outage
 		// Own times are the phase's (decideByPhase): those out of the
 		// heads for one go back when an outage begins or ends, once per
 		// change (an O(n) step that a phase flapping under overload
@@ -198,7 +194,6 @@ func (g *Gate) grantLocked(now time.Time) {
 			}
 		}
 	}
-	g.wasOutage = outage
 	due := g.scratch[:0]
 	for w := g.dues.top(); w != nil && !now.Before(w.due); w = g.dues.top() {
 		g.dues.setDue(w, time.Time{})
@@ -207,12 +202,7 @@ func (g *Gate) grantLocked(now time.Time) {
 		}
 		due = append(due, w)
 	}
-	slices.SortFunc(due, func(a, b *Waiter) int {
-		if a.level != b.level {
-			return b.level - a.level
-		}
-		return cmp.Compare(a.seq, b.seq)
-	})
+	slices.SortFunc(due, func(a, b *Waiter) int { return cmp.Or(b.level-a.level, cmp.Compare(a.seq, b.seq)) })
 	// told: per set, the time its head was told to wait for.
 	var told [4]time.Time
 	// decide decides w and applies the verdict.
@@ -234,7 +224,6 @@ func (g *Gate) grantLocked(now time.Time) {
 		switch {
 		case d.end != nil:
 			g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
-			return
 		case d.how == AdmitNone:
 			next := d.next
 			switch {
@@ -251,10 +240,10 @@ func (g *Gate) grantLocked(now time.Time) {
 				next, _ = g.st.endAt(now, &w.view)
 			}
 			g.dues.setDue(w, next)
-			return
+		default:
+			w.how = d.how
+			g.moveLocked(now, w, waitGranted, nil)
 		}
-		w.how = d.how
-		g.moveLocked(now, w, waitGranted, nil)
 	}
 	for l, i := len(g.queue)-1, 0; l >= 0; l-- {
 		// stopped: the set's head was decided in this run and waits.
@@ -264,14 +253,8 @@ func (g *Gate) grantLocked(now time.Time) {
 			var w *Waiter
 			for c := range g.heads[l] {
 				h := g.heads[l][c].top()
-				if stopped[c] || h == nil {
-					continue
-				}
-				if h.round == g.round {
-					stopped[c] = true
-					continue
-				}
-				if w == nil || h.seq < w.seq {
+				stopped[c] = stopped[c] || h != nil && h.round == g.round
+				if !stopped[c] && h != nil && (w == nil || h.seq < w.seq) {
 					w = h
 				}
 			}
@@ -300,14 +283,12 @@ func (g *Gate) grantLocked(now time.Time) {
 		return
 	}
 	switch {
-	case next.IsZero():
-		if g.timer != nil {
-			g.timer.Stop()
-		}
-	case g.timer == nil:
-		g.timer = time.AfterFunc(next.Sub(now), func() { g.Tick() })
-	default:
+	case g.timer != nil && next.IsZero():
+		g.timer.Stop()
+	case g.timer != nil:
 		g.timer.Reset(next.Sub(now))
+	case !next.IsZero():
+		g.timer = time.AfterFunc(next.Sub(now), func() { g.Tick() })
 	}
 }
 
@@ -410,27 +391,24 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	if w.end != nil || w.state >= waitOut {
 		return AdmitNone, w.end
 	}
-	how, ok, open, next := w.how, true, false, time.Time{}
-	// yes: the guard counted the retry; settled: the lock was taken after
-	// asking, nothing having panicked.
-	yes, settled := false, false
+	// open: the guard was asked, and counted the retry when ok; settled:
+	// the lock was taken after asking, nothing having panicked.
+	how, ok, open, settled, next := w.how, true, false, false, time.Time{}
 	defer func() {
 		if !settled {
 			// A panic of the guard or the budget: w leaves, and what it
 			// was granted goes back, before the panic goes on.
 			w.Leave()
-			if yes {
+			if open && ok {
 				returnRetry(w.r.Guard)
 			}
 		}
 	}()
-	if guard := w.r.Guard; guard != nil && !gone() {
+	if guard := w.r.Guard; guard != nil && !gone() && !guard.Closed() {
 		// Asked last: the guard's half-open slot goes only to a retry
 		// that goes.
-		if open = !guard.Closed(); open {
-			ok, next = guard.AllowRetry()
-			yes = ok
-		}
+		ok, next = guard.AllowRetry()
+		open = true
 	}
 	if ok && how.probing() && !gone() && g.b.Allow(w.r) {
 		how = AdmitBudget
@@ -461,7 +439,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	end := w.end
 	g.mu.Unlock()
 	g.refund(refund, w.r)
-	if left && yes {
+	if left && open && ok {
 		returnRetry(w.r.Guard)
 	}
 	if !ok || left {
@@ -515,11 +493,10 @@ func (g *Gate) Wait(ctx context.Context, r Request, pause time.Duration) (Admiss
 	if err != nil {
 		return AdmitNone, err
 	}
-	gone := func() bool { return ctx.Err() != nil }
 	for {
 		select {
 		case <-w.ready:
-			a, err := w.take(gone)
+			a, err := w.take(func() bool { return ctx.Err() != nil })
 			if a != AdmitNone || err != nil {
 				return a, err
 			}
