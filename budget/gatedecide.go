@@ -154,9 +154,9 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		// after it waits, held, until the backend gave no news for a
 		// while (decideByPhase: the new calls' first attempts are the
 		// probes meanwhile); a call's last attempt learns at once, its
-		// outcome settling the call (1,000 processes that fail every
-		// attempt each sent a learning call's every attempt: 1.32
-		// attempts per call). It may go as the probe that learns whether
+		// outcome settling the call (else a fleet of quiet processes pays
+		// a learning call's every attempt each: BENCHMARKS.md, A fleet of
+		// any size). It may go as the probe that learns whether
 		// retries heal while the process does not know yet and no other
 		// call is learning (or it goes on with the one that is).
 		learning := free && !s.ev.seen && !s.ev.untold(now) && !s.ev.known() && (s.ev.learnNext == 0 || w.number == s.ev.learnNext || !now.Before(s.ev.learnUntil))

@@ -99,9 +99,10 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 				// failed after its call's first attempt: the evidence of
 				// an outage. Its call goes on as the one that learns,
 				// held (the hold rule), for the longest probe gap at
-				// most; the others' waits end: 1,000 fresh processes
-				// that each sent such a call's every attempt made 1.32
-				// attempts per call where every attempt failed.
+				// most; the others' waits end (a fleet of fresh
+				// processes each sending such a call's every attempt
+				// pays that per process: BENCHMARKS.md, A fleet of any
+				// size).
 				e.retryFails++
 				e.learnNext, e.learnUntil = a.Number+1, now.Add(tune.ProbeGapMax)
 			default:
