@@ -9,15 +9,20 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// attemptOutputs is what grpc writes for one attempt, through opts: its
-// header, trailer and peer, and on a loop that runs its attempts on
-// goroutines its reply (the first attempt's is the caller's, nothing to
-// copy when it wins; every later one's its own). The caller's holders are
-// filled from one attempt's, after every other has ended: the winner's
-// (adopt) or the failure's (adoptMeta); an inline call's from the last
-// (unaryAttempt.finished).
+// attemptOutputs is what grpc writes for one attempt run on a goroutine:
+// its reply (the first attempt's is the caller's, nothing to copy when it
+// wins; every later one's its own) and its attemptMeta.
 type attemptOutputs struct {
-	reply           any
+	reply any
+	attemptMeta
+}
+
+// attemptMeta is what grpc writes for one attempt, through opts, beside
+// its reply: its header, trailer and peer. The caller's holders are filled
+// from one attempt's, after every other has ended: the winner's (adopt) or
+// the failure's (adoptMeta); an inline call's from the last
+// (unaryAttempt.finished).
+type attemptMeta struct {
 	header, trailer metadata.MD
 	peer            peer.Peer
 	opts            []grpc.CallOption
@@ -25,7 +30,7 @@ type attemptOutputs struct {
 
 // clean empties out's holders before an attempt (the peer when peerToo):
 // grpc writes them only for an attempt that got a stream.
-func (out *attemptOutputs) clean(peerToo bool) {
+func (out *attemptMeta) clean(peerToo bool) {
 	out.header, out.trailer = nil, nil
 	if peerToo {
 		out.peer = peer.Peer{}

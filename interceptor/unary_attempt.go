@@ -15,7 +15,7 @@ import (
 // grpc.OnFinish are taken out of the attempts' options (callerOutputs), and
 // finished fills and runs them once, from the last attempt.
 type unaryAttempt struct {
-	attemptOutputs
+	attemptMeta
 	own     [2]grpc.CallOption
 	ownPeer grpc.CallOption
 	callerOutputs
