@@ -292,8 +292,9 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 		return nil, true
 	}
 	l.lastOut = ev.out
-	// Headers before the failure committed the call (gRFC A6).
-	if why := s.judge(l.callCtx, ev.n, ev.err, ev.out.header != nil); why != policy.ReasonNone {
+	// Headers before the failure commit the call (gRFC A6) as they commit
+	// a retried one (call.commits): not when it carries a key.
+	if why := s.judge(l.callCtx, ev.n, ev.err, s.c.commits(ev.out.header)); why != policy.ReasonNone {
 		return l.hedgeFailed(why), true
 	}
 	s.nonFatal(l.callCtx, ev.n, ev.err, ev.out.trailer)
