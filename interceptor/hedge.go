@@ -285,32 +285,40 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 		if l.hist != nil {
 			l.hist.observe(ev.at.Sub(ev.start))
 		}
-		if s.sent > 1 {
-			s.c.emit(l.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: ev.n, Hedging: true})
-		}
+		s.won(l.callCtx, ev.n)
 		l.hc.finished(nil)
 		return nil, true
 	}
 	l.lastOut = ev.out
 	// Headers before the failure commit the call (gRFC A6) as they commit
 	// a retried one (call.commits): not when it carries a key.
-	if why := s.judge(l.callCtx, ev.n, ev.err, s.c.commits(ev.out.header)); why != policy.ReasonNone {
+	if why := s.judge(l.callCtx, ev.n, ev.err, s.c.commits(ev.out.header), ev.out.trailer); why != policy.ReasonNone {
 		return l.hedgeFailed(why), true
 	}
-	s.nonFatal(l.callCtx, ev.n, ev.err, ev.out.trailer)
 	return nil, false
 }
 
+// won tells the hooks that attempt n won the race, when hedges were sent.
+func (s *hedgeState) won(callCtx context.Context, n int) {
+	if s.sent > 1 {
+		s.c.emit(callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: n, Hedging: true})
+	}
+}
+
 // judge is hedging's "retry or not" for attempt n, which failed with err
-// before any commit (committed: its headers had arrived): the call's
-// decision judges and records it (askRaced). It returns ReasonNone when
-// the next hedge may go, or why the call ends, with s.last its error.
-func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed bool) policy.Reason {
+// and trailer before any commit (committed: its headers had arrived): the
+// call's decision judges and records it (askRaced). It returns ReasonNone
+// when the next hedge may go (nonFatal makes it due), or why the call
+// ends, with s.last its error.
+func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed bool, trailer metadata.MD) policy.Reason {
 	q := question{kind: askRaced, n: n, err: err, committed: committed, first: n == 1, rec: s.hedgeAttempt(n), nonFatal: s.h.NonFatalCodes}
 	ans := s.c.shouldRetry(callCtx, &q)
 	s.last, s.lastN = err, n
 	if ans.callerEnd {
 		s.last = callerErr(callCtx, err)
+	}
+	if ans.verdict.Reason == policy.ReasonNone {
+		s.nonFatal(callCtx, n, err, trailer)
 	}
 	return ans.verdict.Reason
 }
@@ -361,19 +369,20 @@ func (l *unaryLoop) hedgeFailed(why policy.Reason) error {
 	s := &l.hs
 	l.drain()
 	l.hc.adoptMeta(l.lastOut)
-	s.giveUp(l.callCtx, why)
+	err := s.giveUp(l.callCtx, why)
 	l.hc.finished(s.last)
-	return s.c.failed(s.sent, s.last)
+	return err
 }
 
-// giveUp tells the hooks that the call failed, for why (ReasonNone:
-// ReasonAttempts).
-func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
+// giveUp ends a race nobody won, for why (ReasonNone: ReasonAttempts): the
+// hooks hear so, and it returns the call's error, of the last failure.
+func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) error {
 	if why == policy.ReasonNone {
 		why = policy.ReasonAttempts
 	}
 	s.c.reason = why
 	s.c.emit(callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: s.lastN, Code: status.Code(s.last), Err: s.last, Reason: why, Hedging: true})
+	return s.c.failed(s.sent, s.last)
 }
 
 // latency returns method's latency histogram, made on first use; nil once

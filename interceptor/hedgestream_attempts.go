@@ -70,11 +70,8 @@ func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
 	}
 	clear(r.live)
 	r.live = r.live[:0]
-	sent := s.c.attempt
 	s.mu.Unlock()
-	if sent > 1 {
-		s.c.emit(s.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: w.n, Hedging: true})
-	}
+	st.won(s.callCtx, w.n)
 	close(r.ready)
 	s.afterCommit(st, w)
 }
@@ -108,11 +105,10 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 	r.last = a
 	s.mu.Unlock()
 	// Headers commit, so a failure here came without any.
-	if why := st.judge(s.callCtx, a.n, a.endErr, false); why != policy.ReasonNone {
+	if why := st.judge(s.callCtx, a.n, a.endErr, false, a.trailer); why != policy.ReasonNone {
 		s.fail(st, why)
 		return true
 	}
-	st.nonFatal(s.callCtx, a.n, a.endErr, a.trailer)
 	return false
 }
 
@@ -156,8 +152,7 @@ func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 	for ; st.inFlight > 0; st.inFlight-- {
 		st.recordHedge(<-r.events, budget.Other, budget.Other)
 	}
-	st.giveUp(s.callCtx, why)
-	s.finishStream(s.c.failed(s.c.attempt, st.last), false)
+	s.finishStream(st.giveUp(s.callCtx, why), false)
 	close(r.ready)
 }
 

@@ -41,7 +41,7 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
 	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "drive", "takeEvents", "ask",
-		"afterAttempt", "judge", "nonFatal", "finishOnce", "fill", "finishStream", "stopTimer")
+		"afterAttempt", "judge", "finishOnce", "fill", "finishStream", "stopTimer")
 	want := map[string][]string{
 		"commitLocked":   {"Context", "Header", "RecvMsg", "commitNowLocked", "commitToLocked", "useLocked"},
 		"ask":            {"commitNowLocked", "raceContext"},
@@ -53,11 +53,11 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		"takeEvents":     {"drive"},
 		// One decision per kind of attempt: one after another (retryAfter;
 		// abandon judges the last once, and never retries), or racing
-		// (ended, the driver's: judge asks the call's decision, askRaced);
+		// (ended, the driver's: judge asks the call's decision, askRaced,
+		// and makes the next hedge due);
 		// one end, finishStream, which every end goes through.
 		"afterAttempt": {"abandon", "retryAfter"},
 		"judge":        {"ended"},
-		"nonFatal":     {"ended"},
 		"finishOnce":   {"finishStream"},
 		"fill":         {"finishStream"},
 		"finishStream": {"abandon", "fail", "raceWon", "settle", "stream"},
