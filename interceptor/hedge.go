@@ -19,8 +19,7 @@ import (
 // failure.
 func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
 	h := c.hedged.Hedging
-	l := unaryLoop{shared: c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
-	delay, hist := k.hedgeDelay(c.method, h)
+	l := unaryLoop{shared: c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker, hedged: true, hs: k.newHedgeState(c, h)}
 	if m, ok := reply.(proto.Message); ok && m != nil {
 		// Read before the first attempt writes into the caller's reply:
 		// grpc resets it to unmarshal, racing with ProtoReflect.
@@ -29,11 +28,9 @@ func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.
 		// No reply per attempt: one at a time into the caller's, the next
 		// after a non-fatal failure; the hooks hear why, once per method.
 		k.noticeUnapplied(callCtx, c, policy.ReasonReplyType)
-		delay, hist = -1, nil
+		l.hs.delay, l.hs.hist = -1, nil
 	}
 	l.goroutines(h.MaxAttempts, grpcOpts)
-	l.hist = hist
-	l.hedged, l.hs = true, hedgeState{c: c, h: h, delay: delay}
 	return l.run()
 }
 
@@ -53,18 +50,19 @@ func (k *core) hedges(ctx context.Context, c *call, stream bool) bool {
 	return true
 }
 
-// hedgeDelay returns the hedging delay of method under h, and with an
-// adaptive policy hist, the histogram that learns its p95.
-func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration, hist *latencyHistogram) {
-	delay = h.Delay
+// newHedgeState readies hedging's start rule for c under h: the delay, and
+// with an adaptive policy hist, the histogram that learns its p95 from the
+// winners' times.
+func (k *core) newHedgeState(c *call, h *policy.Hedging) hedgeState {
+	s := hedgeState{c: c, h: h, delay: h.Delay}
 	if h.Adaptive {
-		if hist = k.latency(method); hist != nil {
-			if d, ok := hist.quantile(hedgeQuantile); ok {
-				delay = d
+		if s.hist = k.latency(c.method); s.hist != nil {
+			if d, ok := s.hist.quantile(hedgeQuantile); ok {
+				s.delay = d
 			}
 		}
 	}
-	return delay, hist
+	return s
 }
 
 // hedgeState is hedging's start rule and judge, for a unary call and a
@@ -74,6 +72,7 @@ type hedgeState struct {
 	h     *policy.Hedging
 	delay time.Duration
 	// delay < 0: one attempt at a time (a reply that is not a proto.Message).
+	hist *latencyHistogram
 
 	sent, inFlight int
 	lastSend       time.Time
@@ -282,9 +281,7 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 		s.recordHedge(ev.n, budget.Success, budget.Success)
 		l.drain()
 		l.hc.adopt(l.reply, ev.out)
-		if l.hist != nil {
-			l.hist.observe(ev.at.Sub(ev.start))
-		}
+		s.learn(ev.at.Sub(ev.start))
 		s.won(l.callCtx, ev.n)
 		l.hc.finished(nil)
 		return nil, true
@@ -296,6 +293,13 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 		return l.hedgeFailed(why), true
 	}
 	return nil, false
+}
+
+// learn teaches an adaptive delay a winner's time to answer, took.
+func (s *hedgeState) learn(took time.Duration) {
+	if s.hist != nil {
+		s.hist.observe(took)
+	}
 }
 
 // won tells the hooks that attempt n won the race, when hedges were sent.

@@ -31,8 +31,7 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // order. The stream's mu guards the fields below sendMu.
 type hedgeRace struct {
 	// st is the driver's, then raceWon's to record the winner.
-	st   hedgeState
-	hist *latencyHistogram
+	st hedgeState
 	// events has room for every attempt's one event, its number; poke wakes
 	// the driver for asks and commitNext; ready closes once the stream
 	// committed or failed.
@@ -72,9 +71,8 @@ func (k *core) hedgeStream(s *retryStream) {
 	r.sent, r.live, r.targets = r.sentArr[:0], r.liveArr[:0], r.targetsArr[:0]
 	s.race = r
 	s.watchAbandon() // before the driver, whose end stops it
+	r.st = k.newHedgeState(&s.c, h)
 	st := &r.st
-	st.c, st.h = &s.c, h
-	st.delay, r.hist = k.hedgeDelay(s.method, h)
 	s.mu.Lock()
 	a := s.launchLocked(1)
 	s.mu.Unlock()

@@ -92,8 +92,8 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 		a.ended, a.endErr = true, status.FromContextError(s.callCtx.Err()).Err()
 	}
 	if a.headers || a.endErr == nil {
-		if a.headers && s.race.hist != nil {
-			s.race.hist.observe(a.took)
+		if a.headers {
+			st.learn(a.took)
 		}
 		s.commitToLocked(st, a)
 		return true

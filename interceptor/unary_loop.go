@@ -64,8 +64,7 @@ type unaryLoop struct {
 	replyType protoreflect.MessageType
 	hedged    bool
 	// hs.inFlight counts the attempts on goroutines in every mode.
-	hs   hedgeState
-	hist *latencyHistogram
+	hs hedgeState
 	// beside: hedgeOnPerTryTimeout; pendingDue, when not zero, is when a
 	// retry admitted beside its attempt is due.
 	beside     bool
