@@ -57,7 +57,8 @@ func (s *retryStream) join(a *streamAttempt, cs grpc.ClientStream) error {
 // commitToLocked commits the stream to w, cancels the others (those still
 // opening too) and answers the asks, under mu; then, mu let go, it tells
 // the hooks that w won (when hedges were sent), lets RecvMsg and Header go
-// on, and ends the driver (afterCommit).
+// on, and ends the driver once every other attempt, cancelled, ended
+// (settleOthers).
 func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
 	r := s.race
 	s.cur, s.commitNext = w, false
@@ -73,7 +74,8 @@ func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
 	s.mu.Unlock()
 	st.won(s.callCtx, w.n)
 	close(r.ready)
-	s.afterCommit(st, w)
+	st.disarm()
+	s.settleOthers(st, w)
 }
 
 // ended handles one attempt's event before the stream committed, as
@@ -112,11 +114,11 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 	return false
 }
 
-// afterCommit ends the driver once it committed the stream to w: every
-// other attempt, cancelled, is waited for and told to the budget.
-func (s *retryStream) afterCommit(st *hedgeState, w *streamAttempt) {
-	st.disarm()
-	for st.inFlight > 1 || st.inFlight == 1 && w.reported {
+// settleOthers waits for every attempt in flight but w (nil: the race
+// failed) and tells each to the breaker and the budget as one that lost:
+// after a commit, one that ended OK without headers as a success.
+func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
+	for st.inFlight > 1 || st.inFlight == 1 && (w == nil || w.reported) {
 		a := s.race.heard(<-s.race.events)
 		st.inFlight--
 		a.reported = true
@@ -124,7 +126,7 @@ func (s *retryStream) afterCommit(st *hedgeState, w *streamAttempt) {
 			continue
 		}
 		o := budget.Other
-		if !a.headers && a.endErr == nil {
+		if w != nil && !a.headers && a.endErr == nil {
 			o = budget.Success
 		}
 		st.recordHedge(a.n, o, o)
@@ -149,9 +151,7 @@ func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 	for _, a := range r.sent {
 		a.cancel()
 	}
-	for ; st.inFlight > 0; st.inFlight-- {
-		st.recordHedge(<-r.events, budget.Other, budget.Other)
-	}
+	s.settleOthers(st, nil)
 	s.finishStream(st.giveUp(s.callCtx, why), false)
 	close(r.ready)
 }
