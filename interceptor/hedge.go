@@ -6,6 +6,7 @@ import (
 
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/chain"
+	"github.com/stagger-go/stagger/internal/quantile"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -55,11 +56,11 @@ func (k *core) hedges(ctx context.Context, c *call, stream bool) bool {
 
 // hedgeDelay returns the hedging delay of method under h, and with an
 // adaptive policy hist, the histogram that learns its p95.
-func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration, hist *latencyHistogram) {
+func (k *core) hedgeDelay(method string, h *policy.Hedging) (delay time.Duration, hist *quantile.Histogram) {
 	delay = h.Delay
 	if h.Adaptive {
 		if hist = k.latency(method); hist != nil {
-			if d, ok := hist.quantile(hedgeQuantile); ok {
+			if d, ok := hist.Quantile(hedgeQuantile); ok {
 				delay = d
 			}
 		}
@@ -283,7 +284,7 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 		l.drain()
 		l.hc.adopt(l.reply, ev.out)
 		if l.hist != nil {
-			l.hist.observe(ev.at.Sub(ev.start))
+			l.hist.Observe(ev.at.Sub(ev.start))
 		}
 		if s.sent > 1 {
 			s.c.emit(l.callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: ev.n, Hedging: true})
@@ -377,7 +378,7 @@ func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
 
 // latency returns method's latency histogram, made on first use; nil once
 // methodCacheMax methods have one.
-func (k *core) latency(method string) *latencyHistogram {
-	h, _ := k.latencies.get(method, methodCacheMax, func() *latencyHistogram { return new(latencyHistogram) })
+func (k *core) latency(method string) *quantile.Histogram {
+	h, _ := k.latencies.get(method, methodCacheMax, func() *quantile.Histogram { return new(quantile.Histogram) })
 	return h
 }

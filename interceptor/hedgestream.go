@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/quantile"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,7 +33,7 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 type hedgeRace struct {
 	// st is the driver's, then raceWon's to record the winner.
 	st   hedgeState
-	hist *latencyHistogram
+	hist *quantile.Histogram
 	// events has room for every attempt's one event, its number; poke wakes
 	// the driver for asks and commitNext; ready closes once the stream
 	// committed or failed.

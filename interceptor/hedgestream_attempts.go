@@ -96,7 +96,7 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 	}
 	if a.headers || a.endErr == nil {
 		if a.headers && s.race.hist != nil {
-			s.race.hist.observe(a.took)
+			s.race.hist.Observe(a.took)
 		}
 		s.commitToLocked(st, a)
 		return true

@@ -39,14 +39,10 @@ const (
 	cacheLine = 64
 )
 
-// Hedging (hedge.go, quantile.go).
+// Hedging (hedge.go; the histogram's own numbers are internal/quantile's).
 const (
 	// hedgeQuantile: at most one call in twenty hedged; measured in BENCHMARKS.md's hedging section.
 	hedgeQuantile = 0.95
-	// adaptiveMinSamples: not measured; a p95 of fewer calls is mostly noise.
-	adaptiveMinSamples = 20
-	// adaptiveHalfLife: not measured; after a halving the p95's tail still weighs 25 samples.
-	adaptiveHalfLife = 1024
 	// hedgeResultsRoom: not measured; above the attempts a file allows unless its cap is raised.
 	hedgeResultsRoom = 8
 )

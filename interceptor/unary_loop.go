@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/quantile"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -65,7 +66,7 @@ type unaryLoop struct {
 	hedged    bool
 	// hs.inFlight counts the attempts on goroutines in every mode.
 	hs   hedgeState
-	hist *latencyHistogram
+	hist *quantile.Histogram
 	// beside: hedgeOnPerTryTimeout; pendingDue, when not zero, is when a
 	// retry admitted beside its attempt is due.
 	beside     bool
