@@ -12,6 +12,7 @@ import (
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/foreignretry"
 	"github.com/stagger-go/stagger/internal/quantile"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -246,7 +247,11 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		p = &q
 	}
 	// A go-grpc-middleware option left on the call lowers the attempts.
-	p = lowerAttempts(p, o.foreignMax)
+	if n := o.foreignMax; n > 0 && p.MaxAttempts > n {
+		q := *p
+		q.MaxAttempts = n
+		p = &q
+	}
 	pl.pol, pl.retrying = p, p.MaxAttempts >= 2
 	if !pl.retrying {
 		if inCode && o.maxAttempts == 0 && o.foreignMax == 0 && onlyRetriesUse(p) {
@@ -442,9 +447,9 @@ func perCall(base *options, opts []grpc.CallOption, first int) (*options, []grpc
 			}
 			continue
 		}
-		if foreignRetryOption(opt) {
+		if foreignretry.IsOption(opt) {
 			o.foreign = true
-			if n := foreignAttempts(opt); n > 0 {
+			if n := foreignretry.Attempts(opt); n > 0 {
 				// The last one wins, as the middleware applies them.
 				o.foreignMax = n
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/foreignretry"
 	"github.com/stagger-go/stagger/internal/frontend"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -194,7 +195,7 @@ func (k *core) callOptions(opts []grpc.CallOption) (*options, []grpc.CallOption)
 		case Option:
 			return perCall(&k.opts, opts, i)
 		}
-		if foreignRetryOption(opt) {
+		if foreignretry.IsOption(opt) {
 			return perCall(&k.opts, opts, i)
 		}
 	}
