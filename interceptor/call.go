@@ -14,6 +14,7 @@ import (
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/foreignretry"
 	"github.com/stagger-go/stagger/internal/quantile"
+	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -405,7 +406,7 @@ func newCore(opts []Option) *core {
 	k := &core{opts: buildOptions(opts)}
 	k.opts.ambiguous = &k.ambiguous
 	if k.opts.logger != nil {
-		k.opts.summary = newRefusedSummary(k.opts.logger)
+		k.opts.summary = refusedlog.New(k.opts.logger)
 	}
 	if k.opts.state == nil {
 		k.opts.state = NewState()

@@ -12,6 +12,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -21,33 +22,31 @@ import (
 // count and rate-limit lines by message. TestLogMessagesAreConstant holds
 // every call that logs to that.
 const (
-	msgRetrying       = "stagger: retrying"
-	msgGivingUp       = "stagger: giving up"
-	msgAmbiguous      = "stagger: " + ambiguousNote
-	msgNoTimer        = "stagger: per-attempt timeout not applied: method not known to be idempotent"
-	msgNoHedging      = "stagger: hedging not applied: method not known to be idempotent"
-	msgReplyType      = "stagger: hedging not applied: the call's reply is not a protobuf message, so its attempts go one at a time"
-	msgCapped         = "stagger: WithMaxAttempts above the cap: lowered to the cap (stagger.attempt)"
-	msgOverridden     = "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"
-	msgNoPolicy       = "stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)"
-	msgOneAttempt     = "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing"
-	msgInvalidOption  = "stagger: the call's WithBackoff or WithPerAttemptTimeout not applied: its value breaks a rule (stagger.error); the policy's own stays"
-	msgForeignOption  = "stagger: a go-grpc-middleware retry option on the call: retry.Disable() is read as one attempt and WithMax(n) as at most n, its others do nothing: use interceptor.Disable, WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate"
-	msgHedging        = "stagger: hedging"
-	msgNoMoreHedges   = "stagger: no more hedges"
-	msgHedgeWon       = "stagger: hedge won"
-	msgDeferred       = "stagger: retry deferred: the budget refused it now, the call waits for a later admission"
-	msgResuming       = "stagger: resuming stream"
-	msgTimerRanOn     = "stagger: per-attempt timeout not applied: the retry was refused, the attempt runs on"
-	msgBreaker        = "stagger: circuit breaker changed state (stagger.to)"
-	msgPolicyWarning  = "stagger: policy file warning (stagger.warning)"
-	msgNearlyNamed    = "stagger: the policy file nearly names the method (a typo?): the call does not follow that entry"
-	msgReloadRefused  = "stagger: policy file not reloaded, the last good one stays in force (stagger.error)"
-	msgSwitchedOff    = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
-	msgSwitchedOn     = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
-	msgReloadWarned   = "stagger: policy file reloaded with warnings: it names no known method or turns a method's retries off (stagger.warnings)"
-	msgRefusedSummary = "stagger: calls ended without the retry their budget refused, per backend since its last such line"
-	msgHolding        = "stagger: a backend begins to hold calls: their retries wait for the budget (grpc.target)"
+	msgRetrying      = "stagger: retrying"
+	msgGivingUp      = "stagger: giving up"
+	msgAmbiguous     = "stagger: " + ambiguousNote
+	msgNoTimer       = "stagger: per-attempt timeout not applied: method not known to be idempotent"
+	msgNoHedging     = "stagger: hedging not applied: method not known to be idempotent"
+	msgReplyType     = "stagger: hedging not applied: the call's reply is not a protobuf message, so its attempts go one at a time"
+	msgCapped        = "stagger: WithMaxAttempts above the cap: lowered to the cap (stagger.attempt)"
+	msgOverridden    = "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"
+	msgNoPolicy      = "stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)"
+	msgOneAttempt    = "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing"
+	msgInvalidOption = "stagger: the call's WithBackoff or WithPerAttemptTimeout not applied: its value breaks a rule (stagger.error); the policy's own stays"
+	msgForeignOption = "stagger: a go-grpc-middleware retry option on the call: retry.Disable() is read as one attempt and WithMax(n) as at most n, its others do nothing: use interceptor.Disable, WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate"
+	msgHedging       = "stagger: hedging"
+	msgNoMoreHedges  = "stagger: no more hedges"
+	msgHedgeWon      = "stagger: hedge won"
+	msgDeferred      = "stagger: retry deferred: the budget refused it now, the call waits for a later admission"
+	msgResuming      = "stagger: resuming stream"
+	msgTimerRanOn    = "stagger: per-attempt timeout not applied: the retry was refused, the attempt runs on"
+	msgBreaker       = "stagger: circuit breaker changed state (stagger.to)"
+	msgPolicyWarning = "stagger: policy file warning (stagger.warning)"
+	msgNearlyNamed   = "stagger: the policy file nearly names the method (a typo?): the call does not follow that entry"
+	msgReloadRefused = "stagger: policy file not reloaded, the last good one stays in force (stagger.error)"
+	msgSwitchedOff   = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
+	msgSwitchedOn    = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
+	msgReloadWarned  = "stagger: policy file reloaded with warnings: it names no known method or turns a method's retries off (stagger.warnings)"
 )
 
 // logWarnings tells the logger what the parse of cfg found: a file with
@@ -165,7 +164,7 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 		msg = msgGivingUp
 		switch {
 		case budgetEnded(e.Reason) && o.summary != nil:
-			o.summary.count(e)
+			o.summary.Count(summaryTarget(e.Target), e.Reason, e.Budget)
 		case e.Reason == policy.ReasonAmbiguous && o.firstAmbiguous(e.Method):
 			// The caller sees a status its file may list as retryable:
 			// say once per method, where it is heard, why it was not.
@@ -196,14 +195,14 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 	case EventHedgeStop:
 		msg = msgNoMoreHedges
 		if e.Reason == policy.ReasonBudget && o.summary != nil {
-			o.summary.count(e)
+			o.summary.CountHedge(summaryTarget(e.Target), e.Budget)
 		}
 	case EventHedgeWon:
 		msg = msgHedgeWon
 	case EventDeferred:
 		msg = msgDeferred
 		if !e.Hedging && o.summary != nil {
-			o.summary.held(e)
+			o.summary.Held(summaryTarget(e.Target), e.Method, e.Budget.Health)
 		}
 	case EventResume:
 		msg = msgResuming
@@ -251,24 +250,21 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 	if e.Target != "" && e.Kind != EventRetry && e.Kind != EventHedge {
 		fields = append(fields, "grpc.target", e.Target)
 	}
-	fields = budgetFields(fields, e.Budget)
+	fields = refusedlog.BudgetFields(fields, e.Budget)
 	if e.Budget.Kind != "" && e.Budget.Waiting > 0 {
 		fields = append(fields, "stagger.budget.waiting", e.Budget.Waiting)
 	}
 	l.Log(ctx, level, msg, fields...)
 }
 
-// budgetFields appends the attributes of st, a budget's state, when it has
-// one: its level, and its Gate's health when it has a Gate.
-func budgetFields(fields []any, st budget.State) []any {
-	if st.Kind == "" {
-		return fields
+// summaryTarget returns the canonical target that keys target's budget
+// (the call's budget lookup filled the cache), so two spellings of one
+// backend share a summary line; target itself when the cache has none.
+func summaryTarget(target string) string {
+	if v, ok := canonicalTargets.Load(target); ok {
+		return v.(string)
 	}
-	fields = append(fields, "stagger.budget.level", st.Level)
-	if st.Health != "" {
-		fields = append(fields, "stagger.gate", st.Health)
-	}
-	return fields
+	return target
 }
 
 // logReload logs at error level a reload the source recorded (reloads,

@@ -52,11 +52,3 @@ const callerDeadlineSlack = time.Millisecond
 
 // stateCap bounds the settings a State keeps (budgets, breakers): not measured; a few files.
 const stateCap = 64
-
-// The logger's summary of refused retries (logsummary.go).
-const (
-	// refusedLogEvery: not measured; the longest a call without a deadline waits for the budget.
-	refusedLogEvery = 10 * time.Second
-	// refusedLogTargets: the budget's own bound (budget.Backends), so each target has its line.
-	refusedLogTargets = 1024
-)
