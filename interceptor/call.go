@@ -13,6 +13,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/foreignretry"
+	"github.com/stagger-go/stagger/internal/pace"
 	"github.com/stagger-go/stagger/internal/quantile"
 	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
@@ -131,7 +132,7 @@ type retryPlan struct {
 	// may not run twice).
 	perAttempt time.Duration
 	// pace is the methodInfo's (start takes it for a plan made per call).
-	pace *pace
+	pace *pace.Evidence
 	// retrying: pol allows more than one attempt; repeatable: the call may
 	// run twice on the server, so an ambiguous failure (wireAmbiguous) is
 	// retried.
@@ -369,7 +370,7 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi := &methodInfo{m: cfg.Method(method)}
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	mi.plan.brCache = &mi.br
-	mi.plan.pace = new(pace)
+	mi.plan.pace = new(pace.Evidence)
 	if mi.m != nil {
 		mi.plan.fileOpts = methodCallOptions(mi.m, nil)
 	}

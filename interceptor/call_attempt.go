@@ -364,7 +364,7 @@ func (c *call) numberAttempt(parent context.Context) context.Context {
 func (c *call) served() {
 	if c.pace != nil && c.attempt > 1 && c.retryStart != 0 {
 		took := monoNow() - c.retryStart
-		c.pace.answer(monoBase.Add(c.retryStart), took, c.crit.Index())
+		c.pace.Answer(monoBase.Add(c.retryStart), took, c.crit.Index())
 	}
 }
 

@@ -1,33 +1,17 @@
 package interceptor
 
-import (
-	"time"
-
-	"github.com/stagger-go/stagger/internal/gatetune"
-)
+import "time"
 
 // The interceptors' tuning numbers, unexported so that a retune does not
 // change the API; each line says what set it ("not measured": the argument).
 
-// The per-attempt timer (attemptTimer) and its evidence (pace).
+// The per-attempt timer (attemptTimer) and its evidence (internal/pace).
 const (
 	// slowSuccessPart of the timeout makes a success overload: least waste on
 	// slowdown-90 (BENCHMARKS.md, "Figures behind the code's choices").
 	slowSuccessPart = 4
-	// laterSendAgePart (pace.slowForAll): slowSuccessPart's, with which the rule was measured.
-	laterSendAgePart = 4
-	// stragglerFastPart (pace.straggler): not measured; timeouts are a few times the latency.
-	stragglerFastPart = 2
-	// paceSends slices of a paceSliceParts-th of the timeout: TestRealTimeTimerSlowForAll, under
-	// load, lost the evidence in a ring of four sends.
-	paceSends      = 16
-	paceSliceParts = 8
-	// scoutGapMax, in timeouts: not measured; as the Gate's probeGapMax bounds its probes.
-	scoutGapMax = 64
+	// The evidence's own numbers are internal/pace's (its laterSendAgePart is this part).
 )
-
-// paceFresh is the Gate's overload hold, so that pace and the Gate forget a slow server together.
-var paceFresh = gatetune.OverloadHold
 
 // The per-method cache (call.go).
 const (
