@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"errors"
 	"strconv"
 	"testing"
 
@@ -73,7 +74,7 @@ func TestKeptMapBounded(t *testing.T) {
 	if v := m.get(0, build, true); *v != 1 {
 		t.Errorf("key 0 gives build %d, want the first", *v)
 	}
-	if v := m.get(-1, func() (*int, error) { return new(int), errSwitchedOff }, true); v != nil {
+	if v := m.get(-1, func() (*int, error) { return new(int), errors.New("refused") }, true); v != nil {
 		t.Error("a failed build should give nil")
 	}
 	m.drop(func(k int) bool { return k%2 == 0 })
