@@ -12,6 +12,7 @@ import (
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/bounded"
 	"github.com/stagger-go/stagger/internal/foreignretry"
 	"github.com/stagger-go/stagger/internal/pace"
 	"github.com/stagger-go/stagger/internal/quantile"
@@ -36,7 +37,7 @@ type core struct {
 	methods   atomic.Pointer[methodCache]
 	methodsMu sync.Mutex
 	// latencies holds each adaptive hedged method's histogram.
-	latencies boundedMap[string, *quantile.Histogram]
+	latencies bounded.Map[string, *quantile.Histogram]
 	// reloads is the source when it records its reloads (logReload);
 	// refusalSeen the number of the last refusal logged.
 	reloads     *policy.Source

@@ -379,6 +379,6 @@ func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) {
 // latency returns method's latency histogram, made on first use; nil once
 // methodCacheMax methods have one.
 func (k *core) latency(method string) *quantile.Histogram {
-	h, _ := k.latencies.get(method, methodCacheMax, func() *quantile.Histogram { return new(quantile.Histogram) })
+	h, _ := k.latencies.Get(method, methodCacheMax, func() *quantile.Histogram { return new(quantile.Histogram) })
 	return h
 }

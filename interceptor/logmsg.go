@@ -4,14 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/bounded"
 	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -101,38 +100,12 @@ const saidMax = 1024
 // saidOnce is the set of what was said once (a notice, a warn line), by
 // key. It holds at most saidMax keys: past the bound, what was not said is
 // not said. Safe for concurrent use; its zero value is empty.
-type saidOnce struct{ boundedMap[any, struct{}] }
+type saidOnce struct{ bounded.Map[any, struct{}] }
 
 // first reports whether key is new to s, and adds it.
 func (s *saidOnce) first(key any) bool {
-	_, added := s.get(key, saidMax, func() struct{} { return struct{}{} })
+	_, added := s.Get(key, saidMax, func() struct{} { return struct{}{} })
 	return added
-}
-
-// boundedMap maps keys to values it makes on first use, and holds at most
-// a bound of keys: a program that makes up method names must not grow it
-// without end. K is a type parameter, not any, so that a known key is
-// found without an allocation: made an interface inside get, it stays on
-// the stack for Load. Safe for concurrent use; its zero value is empty.
-type boundedMap[K comparable, V any] struct {
-	m sync.Map
-	n atomic.Int64
-}
-
-// get returns key's value; a new key, while m holds fewer than bound keys,
-// gets fresh() (added), else the zero V.
-func (m *boundedMap[K, V]) get(key K, bound int64, fresh func() V) (v V, added bool) {
-	if x, seen := m.m.Load(key); seen {
-		return x.(V), false
-	}
-	if m.n.Load() >= bound {
-		return v, false
-	}
-	x, seen := m.m.LoadOrStore(key, fresh())
-	if !seen {
-		m.n.Add(1)
-	}
-	return x.(V), !seen
 }
 
 // warnLoud logs at warn level through the logger, else slog.Default().
