@@ -120,7 +120,6 @@ func (mi *methodInfo) budget(bs *budget.Backends, cc *grpc.ClientConn, target, m
 	return b
 }
 
-// callTarget is cc's target, or the one a front end named.
 func callTarget(ctx context.Context, cc *grpc.ClientConn) string {
 	if cc != nil {
 		return cc.Target()
@@ -128,7 +127,6 @@ func callTarget(ctx context.Context, cc *grpc.ClientConn) string {
 	return frontend.Target(ctx)
 }
 
-// staticMethod reports whether opts hold grpc.StaticMethodCallOption.
 func staticMethod(opts []grpc.CallOption) bool {
 	for _, opt := range opts {
 		if _, ok := opt.(grpc.StaticMethodCallOption); ok {
@@ -165,7 +163,6 @@ func canonicalTarget(cc *grpc.ClientConn, target string) string {
 	return canon
 }
 
-// noCancel stands in for a cancel func when no context was made.
 func noCancel() {}
 
 // start prepares c for a call of method. It returns the context every

@@ -102,13 +102,11 @@ const saidMax = 1024
 // not said. Safe for concurrent use; its zero value is empty.
 type saidOnce struct{ bounded.Map[any, struct{}] }
 
-// first reports whether key is new to s, and adds it.
 func (s *saidOnce) first(key any) bool {
 	_, added := s.Get(key, saidMax, func() struct{} { return struct{}{} })
 	return added
 }
 
-// warnLoud logs at warn level through the logger, else slog.Default().
 func (o *options) warnLoud(msg string, fields ...any) {
 	if o.logger != nil {
 		o.logger.Log(context.Background(), logging.LevelWarn, msg, fields...)
@@ -289,7 +287,6 @@ type servedSource interface {
 	Served(fullMethod string)
 }
 
-// served tells the interceptor's source that a call of method was made.
 func (k *core) served(method string) {
 	if s, ok := k.opts.source.(servedSource); ok {
 		s.Served(method)

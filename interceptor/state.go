@@ -114,7 +114,6 @@ func (s *State) moved(prev, next *policy.Config) {
 	s.keptBreakers.Drop(func(k breaker.Settings) bool { return unused[k] })
 }
 
-// breakerSettings lists every breaker settings cfg uses.
 func breakerSettings(cfg *policy.Config) []breaker.Settings {
 	var out []breaker.Settings
 	if st := cfg.BreakerSettingsFor(nil); st != nil {
