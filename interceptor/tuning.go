@@ -5,13 +5,11 @@ import "time"
 // The interceptors' tuning numbers, unexported so that a retune does not
 // change the API; each line says what set it ("not measured": the argument).
 
-// The per-attempt timer (attemptTimer) and its evidence (internal/pace).
-const (
-	// slowSuccessPart of the timeout makes a success overload: least waste on
-	// slowdown-90 (BENCHMARKS.md, "Figures behind the code's choices").
-	slowSuccessPart = 4
-	// The evidence's own numbers are internal/pace's (its laterSendAgePart is this part).
-)
+// slowSuccessPart of the timeout makes a success overload (attemptTimer):
+// least waste on slowdown-90 (BENCHMARKS.md, "Figures behind the code's
+// choices"). The timer's evidence has its own numbers (internal/pace), its
+// laterSendAgePart this part.
+const slowSuccessPart = 4
 
 // The per-method cache (call.go).
 const (
@@ -19,7 +17,7 @@ const (
 	methodSlots = 64
 	// methodCacheMax bounds made-up method names: not measured, far above a real client's.
 	methodCacheMax = 4096
-	// cacheLine pads methodInfo.spare, which calls write, from what every call reads.
+	// cacheLine pads methodInfo's own unaryAttempt, which calls write, from what every call reads.
 	cacheLine = 64
 )
 
