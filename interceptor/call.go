@@ -13,6 +13,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/bounded"
+	"github.com/stagger-go/stagger/internal/filelog"
 	"github.com/stagger-go/stagger/internal/foreignretry"
 	"github.com/stagger-go/stagger/internal/pace"
 	"github.com/stagger-go/stagger/internal/quantile"
@@ -38,10 +39,8 @@ type core struct {
 	methodsMu sync.Mutex
 	// latencies holds each adaptive hedged method's histogram.
 	latencies bounded.Map[string, *quantile.Histogram]
-	// reloads is the source when it records its reloads (logReload);
-	// refusalSeen the number of the last refusal logged.
-	reloads     *policy.Source
-	refusalSeen atomic.Uint64
+	// files says the file's warnings and reloads.
+	files filelog.Reporter
 	// followed is the last config of the source a call followed.
 	followed atomic.Pointer[policy.Config]
 }
@@ -381,11 +380,11 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi.attempt.init()
 	mi.timeout = mi.m != nil && mi.m.Timeout > 0
 	if w := &k.opts.state.said.warned; cfg != nil && w.Load() != cfg && w.Swap(cfg) != cfg {
-		k.logWarnings(cfg)
+		k.files.Warnings(cfg)
 	}
 	k.fileSwitch(cfg)
 	if cfg != nil && (mc == nil || mc.cfg != cfg || len(mc.byName) < methodCacheMax) {
-		k.logNearlyNamed(cfg, method)
+		k.files.NearlyNamed(cfg, method)
 	}
 	k.methodsMu.Lock()
 	defer k.methodsMu.Unlock()
@@ -413,7 +412,8 @@ func newCore(opts []Option) *core {
 	if k.opts.state == nil {
 		k.opts.state = NewState()
 	}
-	k.reloads, _ = k.opts.source.(*policy.Source)
+	k.files.Logger, k.files.First = k.opts.logger, k.firstLoud
+	k.files.Source, _ = k.opts.source.(*policy.Source)
 	return k
 }
 

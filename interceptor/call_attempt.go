@@ -174,8 +174,8 @@ func noCancel() {}
 func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
 	o, grpcOpts := k.callOptions(opts)
 	cfg := o.config()
-	if k.reloads != nil {
-		k.logRefusal()
+	if k.files.Source != nil {
+		k.files.Reload(nil)
 	}
 	return k.startWith(ctx, cc, method, o, grpcOpts, cfg, k.method(cfg, method), c)
 }

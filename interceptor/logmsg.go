@@ -3,7 +3,6 @@ package interceptor
 import (
 	"context"
 	"log/slog"
-	"strings"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 
@@ -40,55 +39,9 @@ const (
 	msgResuming      = "stagger: resuming stream"
 	msgTimerRanOn    = "stagger: per-attempt timeout not applied: the retry was refused, the attempt runs on"
 	msgBreaker       = "stagger: circuit breaker changed state (stagger.to)"
-	msgPolicyWarning = "stagger: policy file warning (stagger.warning)"
-	msgNearlyNamed   = "stagger: the policy file nearly names the method (a typo?): the call does not follow that entry"
-	msgReloadRefused = "stagger: policy file not reloaded, the last good one stays in force (stagger.error)"
 	msgSwitchedOff   = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
 	msgSwitchedOn    = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
-	msgReloadWarned  = "stagger: policy file reloaded with warnings: it names no known method or turns a method's retries off (stagger.warnings)"
 )
-
-// logWarnings tells the logger what the parse of cfg found: a file with
-// such a mistake is valid, so without this line it would fail silently.
-func (k *core) logWarnings(cfg *policy.Config) {
-	for _, w := range cfg.Warnings() {
-		if k.opts.logger == nil && (!w.Typo || !k.firstLoud(w.Path+": "+w.Message)) {
-			continue
-		}
-		fields := []any{"stagger.field", w.Path}
-		if w.Line > 0 {
-			fields = append(fields, "stagger.line", w.Line, "stagger.column", w.Column)
-		}
-		if w.File != "" {
-			fields = append(fields, "stagger.file", w.File)
-		}
-		k.opts.warnLoud(msgPolicyWarning, append(fields, "stagger.warning", w.Message)...)
-	}
-	if k.reloads != nil {
-		// cfg, which a call follows for the first time, may come from a
-		// reload with warnings: the file is valid and in force, so nothing
-		// else would say that retries the program had are gone.
-		k.logReload(cfg)
-	}
-}
-
-// logNearlyNamed says that cfg nearly names method without naming it: a
-// typo silently leaves the method without its policy. A misspelt service
-// is said once, not once per method.
-func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
-	name := cfg.NearlyNamed(method)
-	if name == "" {
-		return
-	}
-	key := method
-	if svc := method[:strings.LastIndexByte(method, '/')+1]; !strings.HasPrefix(name, svc) {
-		key = svc
-	}
-	if !k.firstLoud("call " + key + " " + name) {
-		return
-	}
-	k.opts.warnLoud(msgNearlyNamed, "grpc.method", method, "stagger.name", name)
-}
 
 // firstLoud reports whether msg is said for the first time by the
 // interceptors sharing k's State.
@@ -105,14 +58,6 @@ type saidOnce struct{ bounded.Map[any, struct{}] }
 func (s *saidOnce) first(key any) bool {
 	_, added := s.Get(key, saidMax, func() struct{} { return struct{}{} })
 	return added
-}
-
-func (o *options) warnLoud(msg string, fields ...any) {
-	if o.logger != nil {
-		o.logger.Log(context.Background(), logging.LevelWarn, msg, fields...)
-		return
-	}
-	slog.Default().Warn(msg, fields...)
 }
 
 func (o *options) firstAmbiguous(method string) bool {
@@ -237,49 +182,6 @@ func summaryTarget(target string) string {
 	}
 	return target
 }
-
-// logReload logs at error level a reload the source recorded (reloads,
-// nil: it records none): the latest refused (cfg nil), which each logger
-// hears once (refusalSeen, its number), or the one with warnings that
-// swapped in cfg. Without a logger slog.Default() hears it once in the
-// process: the first of the Source's readers to claim it says it. Without
-// this line a file and the policy in force differ in silence.
-func (k *core) logReload(cfg *policy.Config) {
-	s, refusal := k.reloads, cfg == nil
-	var ev policy.SourceEvent
-	var ok bool
-	switch {
-	case refusal && k.opts.logger == nil:
-		ev, ok = s.ClaimRefused()
-	case refusal:
-		var n uint64
-		n, ev = s.Refused()
-		seen := k.refusalSeen.Load()
-		ok = ev.Err != nil && seen != n && k.refusalSeen.CompareAndSwap(seen, n)
-	default:
-		// Not claimed unless it is cfg's: the claim is the process's only one.
-		_, ev = s.Warned()
-		if ok = ev.Config == cfg; ok && k.opts.logger == nil {
-			ev, ok = s.ClaimWarned()
-			ok = ok && ev.Config == cfg
-		}
-	}
-	if !ok {
-		return
-	}
-	msg, fields := msgReloadWarned, []any{"stagger.file", ev.Path, "stagger.warnings", ev.Warnings}
-	if refusal {
-		msg, fields = msgReloadRefused, []any{"stagger.error", ev.Err.Error(), "stagger.file", ev.Path}
-	}
-	if k.opts.logger == nil {
-		slog.Default().Error(msg, fields...)
-		return
-	}
-	k.opts.logger.Log(context.Background(), logging.LevelError, msg, fields...)
-}
-
-// logRefusal logs the reload the source refused last (logReload).
-func (k *core) logRefusal() { k.logReload(nil) }
 
 // servedSource is the part of policy.Source that hears which methods the
 // process calls: a reload naming them names a method, linked or not.

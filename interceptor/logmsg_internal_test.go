@@ -20,19 +20,21 @@ import (
 // TestLogMessagesAreConstant: every message the package logs (through a
 // logging.Logger's Log, warnLoud, or slog) is a constant, or a variable of
 // the function that logs it assigned only constants; what changes goes in
-// attributes (logmsg.go says why). The refused-calls summary, which logs
-// for the package from internal/refusedlog, is held to it too.
+// attributes (logmsg.go says why). The packages that log for it
+// (internal/refusedlog, internal/filelog) are held to it too.
 func TestLogMessagesAreConstant(t *testing.T) {
 	fset := token.NewFileSet()
 	paths, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	summary, err := filepath.Glob("../internal/refusedlog/*.go")
-	if err != nil || len(summary) == 0 {
-		t.Fatalf("internal/refusedlog's files: %v, %v", summary, err)
+	for _, dir := range []string{"refusedlog", "filelog"} {
+		more, err := filepath.Glob("../internal/" + dir + "/*.go")
+		if err != nil || len(more) == 0 {
+			t.Fatalf("internal/%s's files: %v, %v", dir, more, err)
+		}
+		paths = append(paths, more...)
 	}
-	paths = append(paths, summary...)
 	consts := map[string]bool{}
 	var files []*ast.File
 	for _, p := range paths {

@@ -39,7 +39,7 @@ type State struct {
 
 // said is what the interceptors sharing a State said of their files, so each
 // is said once between them: warned, the last file whose warnings were said;
-// loud, the likely typos said (firstLoud).
+// loud, the likely typos said (firstLoud, for filelog.Reporter).
 type said struct {
 	warned atomic.Pointer[policy.Config]
 	loud   saidOnce

@@ -118,8 +118,8 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			o, grpcOpts = k.callOptions(opts)
 		}
 		cfg := o.config()
-		if k.reloads != nil {
-			k.logRefusal()
+		if k.files.Source != nil {
+			k.files.Reload(nil)
 		}
 		mi := k.method(cfg, method)
 		if o == &k.opts && mi.fast && !switchedOff.Load() {
