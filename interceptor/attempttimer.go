@@ -4,10 +4,12 @@ import (
 	"context"
 	"time"
 
-	"github.com/stagger-go/stagger/budget"
-	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/pace"
+	"github.com/stagger-go/stagger/policy"
 )
 
 // attemptTimer is the per-attempt timer (perAttemptRecvTimeout), one type
@@ -28,7 +30,7 @@ type attemptTimer struct {
 	// waited: the timer waited a period more (decide); only then may its
 	// retry go as a scout.
 	waited bool
-	// prevFired is what pace.fire returned as the timer first fired.
+	// prevFired is what pace.Evidence.Fire returned as the timer first fired.
 	prevFired int64
 	firedOnce bool
 	// timerCut is the retry, from when the policy would make it as the
@@ -70,10 +72,10 @@ const (
 	timerStopped
 )
 
-func (t *attemptTimer) arm(n int, now time.Time, d time.Duration, p *pace) {
+func (t *attemptTimer) arm(n int, now time.Time, d time.Duration, p *pace.Evidence) {
 	*t = attemptTimer{n: n, start: now, due: now.Add(d)}
 	if p != nil {
-		p.send(now, d)
+		p.Send(now, d)
 	}
 }
 
@@ -106,7 +108,7 @@ func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, besid
 	}
 	if p := f.pace; p != nil && !t.firedOnce {
 		t.firedOnce = true
-		t.prevFired = p.fire(t.start)
+		t.prevFired = p.Fire(t.start)
 	}
 	var v policy.Verdict
 	if !ended {
@@ -137,19 +139,19 @@ func (t *attemptTimer) set(next int32, at time.Time) {
 
 // decide says whether the retry v goes at now, and returns the timer's next
 // state: it waits another period while the server is slow for every
-// attempt (pace.slowForAll), else the retry goes when the breaker and the
+// attempt (pace.Evidence.SlowForAll), else the retry goes when the breaker and the
 // budget admit it (a straggler's as a healing retry); when they do not,
 // the attempt runs on, and the call says why (timerRefusedRetry).
 func (t *attemptTimer) decide(f *retryFacts, callCtx context.Context, v policy.Verdict, now time.Time, beside bool) int32 {
 	straggler := false
 	if p := f.pace; p != nil {
-		if p.slowForAll(t.start, now, f.perAttempt/laterSendAgePart) && (!t.waited || !p.scout(now, f.perAttempt)) {
+		if p.SlowForAll(t.start, now, f.perAttempt) && (!t.waited || !p.Scout(now, f.perAttempt)) {
 			t.waited = true
 			t.due = now.Add(f.perAttempt)
 			return timerArmed
 		}
 		// Beside its attempt, a retry replaces no straggler.
-		straggler = !beside && p.straggler(t.start, now, f.perAttempt, f.crit.Index(), t.prevFired)
+		straggler = !beside && p.Straggler(t.start, now, f.perAttempt, f.crit.Index(), t.prevFired)
 	}
 	ans := f.shouldRetry(callCtx, &question{kind: askAdmit, n: f.attempt, err: errAttemptTimeout, timedOut: true, verdict: v, given: true, straggler: straggler})
 	if !ans.verdict.Retry {

@@ -36,10 +36,10 @@ func TestPerMethodSetsBounded(t *testing.T) {
 	if first != saidMax {
 		t.Errorf("%d first ambiguous give-ups said, want the bound %d", first, saidMax)
 	}
-	if n := k.noticed.n.Load(); n != saidMax {
+	if n := k.noticed.Len(); n != saidMax {
 		t.Errorf("%d notices remembered, want the bound %d", n, saidMax)
 	}
-	if n := k.latencies.n.Load(); n != methodCacheMax {
+	if n := k.latencies.Len(); n != methodCacheMax {
 		t.Errorf("%d histograms, want the bound %d", n, methodCacheMax)
 	}
 }
@@ -97,7 +97,7 @@ func TestSaidOnce(t *testing.T) {
 }
 
 // TestKnownMethodNoAlloc: an adaptive hedged call finds its method's
-// histogram without an allocation (a boundedMap taking its key as an
+// histogram without an allocation (a bounded.Map taking its key as an
 // interface made it allocate).
 func TestKnownMethodNoAlloc(t *testing.T) {
 	k := newCore(nil)

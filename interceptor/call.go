@@ -12,6 +12,12 @@ import (
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/bounded"
+	"github.com/stagger-go/stagger/internal/filelog"
+	"github.com/stagger-go/stagger/internal/foreignretry"
+	"github.com/stagger-go/stagger/internal/pace"
+	"github.com/stagger-go/stagger/internal/quantile"
+	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -32,11 +38,9 @@ type core struct {
 	methods   atomic.Pointer[methodCache]
 	methodsMu sync.Mutex
 	// latencies holds each adaptive hedged method's histogram.
-	latencies boundedMap[string, *latencyHistogram]
-	// reloads is the source when it records its reloads (logReload);
-	// refusalSeen the number of the last refusal logged.
-	reloads     *policy.Source
-	refusalSeen atomic.Uint64
+	latencies bounded.Map[string, *quantile.Histogram]
+	// files says the file's warnings and reloads.
+	files filelog.Reporter
 	// followed is the last config of the source a call followed.
 	followed atomic.Pointer[policy.Config]
 }
@@ -128,7 +132,7 @@ type retryPlan struct {
 	// may not run twice).
 	perAttempt time.Duration
 	// pace is the methodInfo's (start takes it for a plan made per call).
-	pace *pace
+	pace *pace.Evidence
 	// retrying: pol allows more than one attempt; repeatable: the call may
 	// run twice on the server, so an ambiguous failure (wireAmbiguous) is
 	// retried.
@@ -245,7 +249,11 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		p = &q
 	}
 	// A go-grpc-middleware option left on the call lowers the attempts.
-	p = lowerAttempts(p, o.foreignMax)
+	if n := o.foreignMax; n > 0 && p.MaxAttempts > n {
+		q := *p
+		q.MaxAttempts = n
+		p = &q
+	}
 	pl.pol, pl.retrying = p, p.MaxAttempts >= 2
 	if !pl.retrying {
 		if inCode && o.maxAttempts == 0 && o.foreignMax == 0 && onlyRetriesUse(p) {
@@ -362,7 +370,7 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi := &methodInfo{m: cfg.Method(method)}
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
 	mi.plan.brCache = &mi.br
-	mi.plan.pace = new(pace)
+	mi.plan.pace = new(pace.Evidence)
 	if mi.m != nil {
 		mi.plan.fileOpts = methodCallOptions(mi.m, nil)
 	}
@@ -372,11 +380,11 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi.attempt.init()
 	mi.timeout = mi.m != nil && mi.m.Timeout > 0
 	if w := &k.opts.state.said.warned; cfg != nil && w.Load() != cfg && w.Swap(cfg) != cfg {
-		k.logWarnings(cfg)
+		k.files.Warnings(cfg)
 	}
 	k.fileSwitch(cfg)
 	if cfg != nil && (mc == nil || mc.cfg != cfg || len(mc.byName) < methodCacheMax) {
-		k.logNearlyNamed(cfg, method)
+		k.files.NearlyNamed(cfg, method)
 	}
 	k.methodsMu.Lock()
 	defer k.methodsMu.Unlock()
@@ -399,12 +407,13 @@ func newCore(opts []Option) *core {
 	k := &core{opts: buildOptions(opts)}
 	k.opts.ambiguous = &k.ambiguous
 	if k.opts.logger != nil {
-		k.opts.summary = newRefusedSummary(k.opts.logger)
+		k.opts.summary = refusedlog.New(k.opts.logger)
 	}
 	if k.opts.state == nil {
 		k.opts.state = NewState()
 	}
-	k.reloads, _ = k.opts.source.(*policy.Source)
+	k.files.Logger, k.files.First = k.opts.logger, k.firstLoud
+	k.files.Source, _ = k.opts.source.(*policy.Source)
 	return k
 }
 
@@ -441,9 +450,9 @@ func perCall(base *options, opts []grpc.CallOption, first int) (*options, []grpc
 			}
 			continue
 		}
-		if foreignRetryOption(opt) {
+		if foreignretry.IsOption(opt) {
 			o.foreign = true
-			if n := foreignAttempts(opt); n > 0 {
+			if n := foreignretry.Attempts(opt); n > 0 {
 				// The last one wins, as the middleware applies them.
 				o.foreignMax = n
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/foreignretry"
 	"github.com/stagger-go/stagger/internal/frontend"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -119,7 +120,6 @@ func (mi *methodInfo) budget(bs *budget.Backends, cc *grpc.ClientConn, target, m
 	return b
 }
 
-// callTarget is cc's target, or the one a front end named.
 func callTarget(ctx context.Context, cc *grpc.ClientConn) string {
 	if cc != nil {
 		return cc.Target()
@@ -127,7 +127,6 @@ func callTarget(ctx context.Context, cc *grpc.ClientConn) string {
 	return frontend.Target(ctx)
 }
 
-// staticMethod reports whether opts hold grpc.StaticMethodCallOption.
 func staticMethod(opts []grpc.CallOption) bool {
 	for _, opt := range opts {
 		if _, ok := opt.(grpc.StaticMethodCallOption); ok {
@@ -164,7 +163,6 @@ func canonicalTarget(cc *grpc.ClientConn, target string) string {
 	return canon
 }
 
-// noCancel stands in for a cancel func when no context was made.
 func noCancel() {}
 
 // start prepares c for a call of method. It returns the context every
@@ -176,8 +174,8 @@ func noCancel() {}
 func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
 	o, grpcOpts := k.callOptions(opts)
 	cfg := o.config()
-	if k.reloads != nil {
-		k.logRefusal()
+	if k.files.Source != nil {
+		k.files.Reload(nil)
 	}
 	return k.startWith(ctx, cc, method, o, grpcOpts, cfg, k.method(cfg, method), c)
 }
@@ -194,7 +192,7 @@ func (k *core) callOptions(opts []grpc.CallOption) (*options, []grpc.CallOption)
 		case Option:
 			return perCall(&k.opts, opts, i)
 		}
-		if foreignRetryOption(opt) {
+		if foreignretry.IsOption(opt) {
 			return perCall(&k.opts, opts, i)
 		}
 	}
@@ -363,7 +361,7 @@ func (c *call) numberAttempt(parent context.Context) context.Context {
 func (c *call) served() {
 	if c.pace != nil && c.attempt > 1 && c.retryStart != 0 {
 		took := monoNow() - c.retryStart
-		c.pace.answer(monoBase.Add(c.retryStart), took, c.crit.Index())
+		c.pace.Answer(monoBase.Add(c.retryStart), took, c.crit.Index())
 	}
 }
 

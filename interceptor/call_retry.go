@@ -331,7 +331,7 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 	case ok:
 	case wait:
 		if f.pace != nil {
-			req.Took = f.pace.latency(time.Now(), f.crit.Index())
+			req.Took = f.pace.Latency(time.Now(), f.crit.Index())
 		}
 		w := req
 		ans.wait = &w

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/holdset"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -98,7 +99,7 @@ func (c *call) waitGate(callCtx context.Context, req budget.Request, d time.Dura
 		return adm, policy.ReasonNone
 	}
 	c.waitEnd, c.heldBy = budget.WaitRule(err), heldBy(err)
-	switched := switchEnded(holdCtx)
+	switched := holdset.Ended(holdCtx)
 	if switched {
 		c.waitEnd = "switch"
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/chain"
+	"github.com/stagger-go/stagger/internal/quantile"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -57,7 +58,7 @@ func (k *core) newHedgeState(c *call, h *policy.Hedging) hedgeState {
 	s := hedgeState{c: c, h: h, delay: h.Delay}
 	if h.Adaptive {
 		if s.hist = k.latency(c.method); s.hist != nil {
-			if d, ok := s.hist.quantile(hedgeQuantile); ok {
+			if d, ok := s.hist.Quantile(hedgeQuantile); ok {
 				s.delay = d
 			}
 		}
@@ -72,7 +73,7 @@ type hedgeState struct {
 	h     *policy.Hedging
 	delay time.Duration
 	// delay < 0: one attempt at a time (a reply that is not a proto.Message).
-	hist *latencyHistogram
+	hist *quantile.Histogram
 
 	sent, inFlight int
 	lastSend       time.Time
@@ -298,7 +299,7 @@ func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
 // learn teaches an adaptive delay a winner's time to answer, took.
 func (s *hedgeState) learn(took time.Duration) {
 	if s.hist != nil {
-		s.hist.observe(took)
+		s.hist.Observe(took)
 	}
 }
 
@@ -391,7 +392,7 @@ func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) error {
 
 // latency returns method's latency histogram, made on first use; nil once
 // methodCacheMax methods have one.
-func (k *core) latency(method string) *latencyHistogram {
-	h, _ := k.latencies.get(method, methodCacheMax, func() *latencyHistogram { return new(latencyHistogram) })
+func (k *core) latency(method string) *quantile.Histogram {
+	h, _ := k.latencies.Get(method, methodCacheMax, func() *quantile.Histogram { return new(quantile.Histogram) })
 	return h
 }

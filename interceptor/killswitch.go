@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/holdset"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -77,63 +77,16 @@ func SetDisabled(on bool) {
 // DisableEnv); a policy file's "disabled" is policy.Config.Disabled.
 func Disabled() bool { return switchedOff.Load() }
 
-var errSwitchedOff = errors.New("interceptor: stagger switched off")
+// heldRetries is every retry held now in a budget's Deferrer, under the
+// State of its call (nil: none), so that turning a switch on ends them.
+var heldRetries holdset.Set[*State]
 
-// heldRetries is every retry held now in a budget's Deferrer, so that
-// turning the switch on ends them all at once. It holds their contexts'
-// cancel functions, not a context of its own, which would tie together
-// what a test's synctest bubbles keep apart.
-var heldRetries = holdSet{m: make(map[*heldRetry]struct{})}
-
-type holdSet struct {
-	mu sync.Mutex
-	m  map[*heldRetry]struct{}
-}
-
-// heldRetry is one retry held, by a call with State st (nil: none).
-type heldRetry struct {
-	cancel context.CancelCauseFunc
-	st     *State
-}
-
-// end ends the waits of the retries held by calls with State st, or of
-// every one for a nil st.
-func (h *holdSet) end(st *State) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for r := range h.m {
-		if st == nil || r.st == st {
-			r.cancel(errSwitchedOff)
-			delete(h.m, r)
-		}
-	}
-}
-
-// holdContext returns the context a retry of a call with State st (nil:
-// none) waits in, in a budget's Deferrer: ctx, ended too when the switch
-// (the process's, or st's file's) turns on. Only a held retry pays for it.
+// holdContext returns the context a retry of a call with State st waits
+// in, in a budget's Deferrer: ctx, ended too when the switch (the
+// process's, or st's file's) turns on. Only a held retry pays for it.
 func holdContext(ctx context.Context, st *State) (_ context.Context, stop func()) {
-	wctx, cancel := context.WithCancelCause(ctx)
-	r := &heldRetry{cancel: cancel, st: st}
-	heldRetries.mu.Lock()
-	// Read under the lock the switches' sweeps take after they turn: a
-	// switch turned before is seen here, one turned after sees r.
-	if switchedOff.Load() || st != nil && st.fileOff.Load() {
-		cancel(errSwitchedOff)
-	} else {
-		heldRetries.m[r] = struct{}{}
-	}
-	heldRetries.mu.Unlock()
-	return wctx, func() {
-		heldRetries.mu.Lock()
-		delete(heldRetries.m, r)
-		heldRetries.mu.Unlock()
-		cancel(nil)
-	}
+	return heldRetries.Hold(ctx, st, func() bool { return switchedOff.Load() || st != nil && st.fileOff.Load() })
 }
-
-// switchEnded reports whether the switch ended ctx, a holdContext's.
-func switchEnded(ctx context.Context) bool { return context.Cause(ctx) == errSwitchedOff }
 
 // offFor reports whether a call that follows cfg starts with stagger off.
 // The first call to find the process's switch on unsaid (DisableEnv) says it.
@@ -169,7 +122,7 @@ func (s *State) Disabled() bool { return s != nil && s.fileOff.Load() }
 func switched(l logging.Logger, st *State, on bool, by string) {
 	msg, level := msgSwitchedOn, logging.LevelInfo
 	if on {
-		heldRetries.end(st)
+		heldRetries.End(st)
 		msg, level = msgSwitchedOff, logging.LevelWarn
 	}
 	if l == nil {

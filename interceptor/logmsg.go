@@ -3,15 +3,14 @@ package interceptor
 import (
 	"context"
 	"log/slog"
-	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/bounded"
+	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -21,76 +20,28 @@ import (
 // count and rate-limit lines by message. TestLogMessagesAreConstant holds
 // every call that logs to that.
 const (
-	msgRetrying       = "stagger: retrying"
-	msgGivingUp       = "stagger: giving up"
-	msgAmbiguous      = "stagger: " + ambiguousNote
-	msgNoTimer        = "stagger: per-attempt timeout not applied: method not known to be idempotent"
-	msgNoHedging      = "stagger: hedging not applied: method not known to be idempotent"
-	msgReplyType      = "stagger: hedging not applied: the call's reply is not a protobuf message, so its attempts go one at a time"
-	msgCapped         = "stagger: WithMaxAttempts above the cap: lowered to the cap (stagger.attempt)"
-	msgOverridden     = "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"
-	msgNoPolicy       = "stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)"
-	msgOneAttempt     = "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing"
-	msgInvalidOption  = "stagger: the call's WithBackoff or WithPerAttemptTimeout not applied: its value breaks a rule (stagger.error); the policy's own stays"
-	msgForeignOption  = "stagger: a go-grpc-middleware retry option on the call: retry.Disable() is read as one attempt and WithMax(n) as at most n, its others do nothing: use interceptor.Disable, WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate"
-	msgHedging        = "stagger: hedging"
-	msgNoMoreHedges   = "stagger: no more hedges"
-	msgHedgeWon       = "stagger: hedge won"
-	msgDeferred       = "stagger: retry deferred: the budget refused it now, the call waits for a later admission"
-	msgResuming       = "stagger: resuming stream"
-	msgTimerRanOn     = "stagger: per-attempt timeout not applied: the retry was refused, the attempt runs on"
-	msgBreaker        = "stagger: circuit breaker changed state (stagger.to)"
-	msgPolicyWarning  = "stagger: policy file warning (stagger.warning)"
-	msgNearlyNamed    = "stagger: the policy file nearly names the method (a typo?): the call does not follow that entry"
-	msgReloadRefused  = "stagger: policy file not reloaded, the last good one stays in force (stagger.error)"
-	msgSwitchedOff    = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
-	msgSwitchedOn     = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
-	msgReloadWarned   = "stagger: policy file reloaded with warnings: it names no known method or turns a method's retries off (stagger.warnings)"
-	msgRefusedSummary = "stagger: calls ended without the retry their budget refused, per backend since its last such line"
-	msgHolding        = "stagger: a backend begins to hold calls: their retries wait for the budget (grpc.target)"
+	msgRetrying      = "stagger: retrying"
+	msgGivingUp      = "stagger: giving up"
+	msgAmbiguous     = "stagger: " + ambiguousNote
+	msgNoTimer       = "stagger: per-attempt timeout not applied: method not known to be idempotent"
+	msgNoHedging     = "stagger: hedging not applied: method not known to be idempotent"
+	msgReplyType     = "stagger: hedging not applied: the call's reply is not a protobuf message, so its attempts go one at a time"
+	msgCapped        = "stagger: WithMaxAttempts above the cap: lowered to the cap (stagger.attempt)"
+	msgOverridden    = "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"
+	msgNoPolicy      = "stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)"
+	msgOneAttempt    = "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing"
+	msgInvalidOption = "stagger: the call's WithBackoff or WithPerAttemptTimeout not applied: its value breaks a rule (stagger.error); the policy's own stays"
+	msgForeignOption = "stagger: a go-grpc-middleware retry option on the call: retry.Disable() is read as one attempt and WithMax(n) as at most n, its others do nothing: use interceptor.Disable, WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate"
+	msgHedging       = "stagger: hedging"
+	msgNoMoreHedges  = "stagger: no more hedges"
+	msgHedgeWon      = "stagger: hedge won"
+	msgDeferred      = "stagger: retry deferred: the budget refused it now, the call waits for a later admission"
+	msgResuming      = "stagger: resuming stream"
+	msgTimerRanOn    = "stagger: per-attempt timeout not applied: the retry was refused, the attempt runs on"
+	msgBreaker       = "stagger: circuit breaker changed state (stagger.to)"
+	msgSwitchedOff   = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
+	msgSwitchedOn    = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
 )
-
-// logWarnings tells the logger what the parse of cfg found: a file with
-// such a mistake is valid, so without this line it would fail silently.
-func (k *core) logWarnings(cfg *policy.Config) {
-	for _, w := range cfg.Warnings() {
-		if k.opts.logger == nil && (!w.Typo || !k.firstLoud(w.Path+": "+w.Message)) {
-			continue
-		}
-		fields := []any{"stagger.field", w.Path}
-		if w.Line > 0 {
-			fields = append(fields, "stagger.line", w.Line, "stagger.column", w.Column)
-		}
-		if w.File != "" {
-			fields = append(fields, "stagger.file", w.File)
-		}
-		k.opts.warnLoud(msgPolicyWarning, append(fields, "stagger.warning", w.Message)...)
-	}
-	if k.reloads != nil {
-		// cfg, which a call follows for the first time, may come from a
-		// reload with warnings: the file is valid and in force, so nothing
-		// else would say that retries the program had are gone.
-		k.logReload(cfg)
-	}
-}
-
-// logNearlyNamed says that cfg nearly names method without naming it: a
-// typo silently leaves the method without its policy. A misspelt service
-// is said once, not once per method.
-func (k *core) logNearlyNamed(cfg *policy.Config, method string) {
-	name := cfg.NearlyNamed(method)
-	if name == "" {
-		return
-	}
-	key := method
-	if svc := method[:strings.LastIndexByte(method, '/')+1]; !strings.HasPrefix(name, svc) {
-		key = svc
-	}
-	if !k.firstLoud("call " + key + " " + name) {
-		return
-	}
-	k.opts.warnLoud(msgNearlyNamed, "grpc.method", method, "stagger.name", name)
-}
 
 // firstLoud reports whether msg is said for the first time by the
 // interceptors sharing k's State.
@@ -102,47 +53,11 @@ const saidMax = 1024
 // saidOnce is the set of what was said once (a notice, a warn line), by
 // key. It holds at most saidMax keys: past the bound, what was not said is
 // not said. Safe for concurrent use; its zero value is empty.
-type saidOnce struct{ boundedMap[any, struct{}] }
+type saidOnce struct{ bounded.Map[any, struct{}] }
 
-// first reports whether key is new to s, and adds it.
 func (s *saidOnce) first(key any) bool {
-	_, added := s.get(key, saidMax, func() struct{} { return struct{}{} })
+	_, added := s.Get(key, saidMax, func() struct{} { return struct{}{} })
 	return added
-}
-
-// boundedMap maps keys to values it makes on first use, and holds at most
-// a bound of keys: a program that makes up method names must not grow it
-// without end. K is a type parameter, not any, so that a known key is
-// found without an allocation: made an interface inside get, it stays on
-// the stack for Load. Safe for concurrent use; its zero value is empty.
-type boundedMap[K comparable, V any] struct {
-	m sync.Map
-	n atomic.Int64
-}
-
-// get returns key's value; a new key, while m holds fewer than bound keys,
-// gets fresh() (added), else the zero V.
-func (m *boundedMap[K, V]) get(key K, bound int64, fresh func() V) (v V, added bool) {
-	if x, seen := m.m.Load(key); seen {
-		return x.(V), false
-	}
-	if m.n.Load() >= bound {
-		return v, false
-	}
-	x, seen := m.m.LoadOrStore(key, fresh())
-	if !seen {
-		m.n.Add(1)
-	}
-	return x.(V), !seen
-}
-
-// warnLoud logs at warn level through the logger, else slog.Default().
-func (o *options) warnLoud(msg string, fields ...any) {
-	if o.logger != nil {
-		o.logger.Log(context.Background(), logging.LevelWarn, msg, fields...)
-		return
-	}
-	slog.Default().Warn(msg, fields...)
 }
 
 func (o *options) firstAmbiguous(method string) bool {
@@ -165,7 +80,7 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 		msg = msgGivingUp
 		switch {
 		case budgetEnded(e.Reason) && o.summary != nil:
-			o.summary.count(e)
+			o.summary.Count(summaryTarget(e.Target), e.Reason, e.Budget)
 		case e.Reason == policy.ReasonAmbiguous && o.firstAmbiguous(e.Method):
 			// The caller sees a status its file may list as retryable:
 			// say once per method, where it is heard, why it was not.
@@ -196,14 +111,14 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 	case EventHedgeStop:
 		msg = msgNoMoreHedges
 		if e.Reason == policy.ReasonBudget && o.summary != nil {
-			o.summary.count(e)
+			o.summary.CountHedge(summaryTarget(e.Target), e.Budget)
 		}
 	case EventHedgeWon:
 		msg = msgHedgeWon
 	case EventDeferred:
 		msg = msgDeferred
 		if !e.Hedging && o.summary != nil {
-			o.summary.held(e)
+			o.summary.Held(summaryTarget(e.Target), e.Method, e.Budget.Health)
 		}
 	case EventResume:
 		msg = msgResuming
@@ -251,68 +166,22 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 	if e.Target != "" && e.Kind != EventRetry && e.Kind != EventHedge {
 		fields = append(fields, "grpc.target", e.Target)
 	}
-	fields = budgetFields(fields, e.Budget)
+	fields = refusedlog.BudgetFields(fields, e.Budget)
 	if e.Budget.Kind != "" && e.Budget.Waiting > 0 {
 		fields = append(fields, "stagger.budget.waiting", e.Budget.Waiting)
 	}
 	l.Log(ctx, level, msg, fields...)
 }
 
-// budgetFields appends the attributes of st, a budget's state, when it has
-// one: its level, and its Gate's health when it has a Gate.
-func budgetFields(fields []any, st budget.State) []any {
-	if st.Kind == "" {
-		return fields
+// summaryTarget returns the canonical target that keys target's budget
+// (the call's budget lookup filled the cache), so two spellings of one
+// backend share a summary line; target itself when the cache has none.
+func summaryTarget(target string) string {
+	if v, ok := canonicalTargets.Load(target); ok {
+		return v.(string)
 	}
-	fields = append(fields, "stagger.budget.level", st.Level)
-	if st.Health != "" {
-		fields = append(fields, "stagger.gate", st.Health)
-	}
-	return fields
+	return target
 }
-
-// logReload logs at error level a reload the source recorded (reloads,
-// nil: it records none): the latest refused (cfg nil), which each logger
-// hears once (refusalSeen, its number), or the one with warnings that
-// swapped in cfg. Without a logger slog.Default() hears it once in the
-// process: the first of the Source's readers to claim it says it. Without
-// this line a file and the policy in force differ in silence.
-func (k *core) logReload(cfg *policy.Config) {
-	s, refusal := k.reloads, cfg == nil
-	var ev policy.SourceEvent
-	var ok bool
-	switch {
-	case refusal && k.opts.logger == nil:
-		ev, ok = s.ClaimRefused()
-	case refusal:
-		var n uint64
-		n, ev = s.Refused()
-		seen := k.refusalSeen.Load()
-		ok = ev.Err != nil && seen != n && k.refusalSeen.CompareAndSwap(seen, n)
-	default:
-		// Not claimed unless it is cfg's: the claim is the process's only one.
-		_, ev = s.Warned()
-		if ok = ev.Config == cfg; ok && k.opts.logger == nil {
-			ev, ok = s.ClaimWarned()
-			ok = ok && ev.Config == cfg
-		}
-	}
-	if !ok {
-		return
-	}
-	msg, fields := msgReloadWarned, []any{"stagger.file", ev.Path, "stagger.warnings", ev.Warnings}
-	if refusal {
-		msg, fields = msgReloadRefused, []any{"stagger.error", ev.Err.Error(), "stagger.file", ev.Path}
-	}
-	if k.opts.logger == nil {
-		slog.Default().Error(msg, fields...)
-		return
-	}
-	k.opts.logger.Log(context.Background(), logging.LevelError, msg, fields...)
-}
-
-// logRefusal logs the reload the source refused last (logReload).
-func (k *core) logRefusal() { k.logReload(nil) }
 
 // servedSource is the part of policy.Source that hears which methods the
 // process calls: a reload naming them names a method, linked or not.
@@ -320,7 +189,6 @@ type servedSource interface {
 	Served(fullMethod string)
 }
 
-// served tells the interceptor's source that a call of method was made.
 func (k *core) served(method string) {
 	if s, ok := k.opts.source.(servedSource); ok {
 		s.Served(method)

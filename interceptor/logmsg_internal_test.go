@@ -8,22 +8,32 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 
+	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
 )
 
 // TestLogMessagesAreConstant: every message the package logs (through a
 // logging.Logger's Log, warnLoud, or slog) is a constant, or a variable of
 // the function that logs it assigned only constants; what changes goes in
-// attributes (logmsg.go says why).
+// attributes (logmsg.go says why). The packages that log for it
+// (internal/refusedlog, internal/filelog) are held to it too.
 func TestLogMessagesAreConstant(t *testing.T) {
 	fset := token.NewFileSet()
 	paths, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, dir := range []string{"refusedlog", "filelog"} {
+		more, err := filepath.Glob("../internal/" + dir + "/*.go")
+		if err != nil || len(more) == 0 {
+			t.Fatalf("internal/%s's files: %v, %v", dir, more, err)
+		}
+		paths = append(paths, more...)
 	}
 	consts := map[string]bool{}
 	var files []*ast.File
@@ -164,5 +174,35 @@ func TestNoticeMessageSaysItsReason(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("notice %v (hedging %v) logs %q, want %q", tc.reason, tc.hedging, got, tc.want)
 		}
+	}
+}
+
+// A deferred retry's summary names a backend by its canonical target, as
+// its budget and Gate are keyed (canonicalTarget fills the cache before
+// any deferral): two spellings of one backend holding calls begin one
+// hold, said once at info level, under the canonical target.
+func TestHeldTwoSpellingsOneLine(t *testing.T) {
+	const dialled, canonical = "held-spellings.test:443", "dns:///held-spellings.test:443"
+	canonicalTargets.Store(dialled, canonical)
+	canonicalTargets.Store(canonical, canonical)
+	defer canonicalTargets.Delete(dialled)
+	defer canonicalTargets.Delete(canonical)
+	var mu sync.Mutex
+	var targets []any
+	l := logging.LoggerFunc(func(_ context.Context, lvl logging.Level, _ string, kv ...any) {
+		if lvl != logging.LevelInfo {
+			return // the deferral's own line
+		}
+		mu.Lock()
+		targets = append(targets, kv[1])
+		mu.Unlock()
+	})
+	o := &options{summary: refusedlog.New(l)}
+	o.log(context.Background(), l, Event{Kind: EventDeferred, Target: dialled, Method: "/a.S/M"})
+	o.log(context.Background(), l, Event{Kind: EventDeferred, Target: canonical, Method: "/a.S/M"})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(targets) != 1 || targets[0] != canonical {
+		t.Fatalf("holding lines for %v, want one, for %s", targets, canonical)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -72,7 +73,7 @@ type options struct {
 	// ambiguous (the methods whose ambiguous give-up was logged) and
 	// summary are nil for options not built by newCore.
 	ambiguous *saidOnce
-	summary   *refusedSummary
+	summary   *refusedlog.Summary
 	// crit is the interceptor's default, callCrit the call's; Unset when not given.
 	crit, callCrit criticality.Level
 }

@@ -204,11 +204,15 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 // attemptTimer's methods, which a unary call's loop (unaryLoop.take) and a
 // stream's timer goroutine (streamTimer.takeLocked) both run: only they
 // ask the call's decision as the timer fires and as its grace ends
-// (askVerdict, askAdmit) and what the method's other attempts say (the
-// pace's fire, slowForAll, scout, straggler).
+// (askVerdict, askAdmit) and what the method's other attempts say
+// (pace.Evidence's Fire, SlowForAll, Scout, Straggler).
 func TestOneTimer(t *testing.T) {
 	all := func(string) bool { return true }
-	for _, s := range callersWhere(t, all, "fire", "slowForAll", "scout", "straggler") {
+	evidence := callersWhere(t, all, "Fire", "SlowForAll", "Scout", "Straggler")
+	if len(evidence) == 0 {
+		t.Fatal("no caller of pace.Evidence's rules found; the test no longer finds them")
+	}
+	for _, s := range evidence {
 		if !strings.HasPrefix(s, "attempttimer.go: attemptTimer.") {
 			t.Errorf("%s takes a per-attempt timer's decision; want attemptTimer's rules alone (attempttimer.go)", s)
 		}

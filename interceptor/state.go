@@ -1,12 +1,11 @@
 package interceptor
 
 import (
-	"maps"
-	"sync"
 	"sync/atomic"
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/bounded"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -32,15 +31,15 @@ import (
 // The zero value is an empty State, ready to use, as NewState's is. A State
 // is safe for concurrent use and must not be copied after first use.
 type State struct {
-	keptBudgets  keptMap[budget.Settings, *budget.Backends]
-	keptBreakers keptMap[breaker.Settings, *breaker.Set]
+	keptBudgets  bounded.Kept[budget.Settings, *budget.Backends]
+	keptBreakers bounded.Kept[breaker.Settings, *breaker.Set]
 	said         said
 	fileOff      atomic.Bool // the file's switch (core.fileSwitch)
 }
 
 // said is what the interceptors sharing a State said of their files, so each
 // is said once between them: warned, the last file whose warnings were said;
-// loud, the likely typos said (firstLoud).
+// loud, the likely typos said (firstLoud, for filelog.Reporter).
 type said struct {
 	warned atomic.Pointer[policy.Config]
 	loud   saidOnce
@@ -62,7 +61,7 @@ func (s *State) Budgets() []*budget.Backends {
 	if s == nil {
 		return nil
 	}
-	return s.keptBudgets.values()
+	return s.keptBudgets.Values()
 }
 
 // Breakers returns the breaker sets the State holds, one per breaker
@@ -72,7 +71,7 @@ func (s *State) Breakers() []*breaker.Set {
 	if s == nil {
 		return nil
 	}
-	return s.keptBreakers.values()
+	return s.keptBreakers.Values()
 }
 
 // budgets returns the budgets of cfg's budget settings, made on first use
@@ -82,7 +81,7 @@ func (s *State) budgets(cfg *policy.Config, keep bool) *budget.Backends {
 	if key.Kind == budget.KindNone {
 		return nil
 	}
-	return s.keptBudgets.get(key, cfg.NewBudgets, keep)
+	return s.keptBudgets.Get(key, stateCap, cfg.NewBudgets, keep)
 }
 
 // breakers returns the breakers that guard cfg's calls matched to m (nil:
@@ -93,7 +92,7 @@ func (s *State) breakers(cfg *policy.Config, m *policy.Method, keep bool) *break
 	if st == nil {
 		return nil
 	}
-	return s.keptBreakers.get(*st, func() (*breaker.Set, error) { return cfg.NewBreakers(*st) }, keep)
+	return s.keptBreakers.Get(*st, stateCap, func() (*breaker.Set, error) { return cfg.NewBreakers(*st) }, keep)
 }
 
 // moved drops the state that prev (a Source's last config) used and next
@@ -103,7 +102,7 @@ func (s *State) moved(prev, next *policy.Config) {
 		return
 	}
 	if old := prev.BudgetSettings(); old != next.BudgetSettings() {
-		s.keptBudgets.drop(func(k budget.Settings) bool { return k == old })
+		s.keptBudgets.Drop(func(k budget.Settings) bool { return k == old })
 	}
 	unused := map[breaker.Settings]bool{}
 	for _, st := range breakerSettings(prev) {
@@ -112,10 +111,9 @@ func (s *State) moved(prev, next *policy.Config) {
 	for _, st := range breakerSettings(next) {
 		delete(unused, st)
 	}
-	s.keptBreakers.drop(func(k breaker.Settings) bool { return unused[k] })
+	s.keptBreakers.Drop(func(k breaker.Settings) bool { return unused[k] })
 }
 
-// breakerSettings lists every breaker settings cfg uses.
 func breakerSettings(cfg *policy.Config) []breaker.Settings {
 	var out []breaker.Settings
 	if st := cfg.BreakerSettingsFor(nil); st != nil {
@@ -127,70 +125,4 @@ func breakerSettings(cfg *policy.Config) []breaker.Settings {
 		}
 	}
 	return out
-}
-
-// keptMap is a map read with one atomic load and copied on write under mu,
-// bounded to stateCap keys; the zero value is empty.
-type keptMap[K comparable, V any] struct {
-	mu  sync.Mutex
-	cur atomic.Pointer[map[K]V]
-}
-
-func (m *keptMap[K, V]) load() map[K]V {
-	if p := m.cur.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (m *keptMap[K, V]) values() []V {
-	cur := m.load()
-	out := make([]V, 0, len(cur))
-	for _, v := range cur {
-		out = append(out, v)
-	}
-	return out
-}
-
-// get returns what m holds for key, else build's, kept when keep says so and
-// m has room. An error from build gives the zero value: the parse checked
-// the settings with the same options.
-func (m *keptMap[K, V]) get(key K, build func() (V, error), keep bool) V {
-	if v, ok := m.load()[key]; ok {
-		return v
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	cur := m.load()
-	if v, ok := cur[key]; ok {
-		return v
-	}
-	v, err := build()
-	if err != nil {
-		return *new(V)
-	}
-	if !keep || len(cur) >= stateCap {
-		return v
-	}
-	next := maps.Clone(cur)
-	if next == nil {
-		next = make(map[K]V, 1)
-	}
-	next[key] = v
-	m.cur.Store(&next)
-	return v
-}
-
-// drop removes the keys gone picks; calls in flight keep what they hold.
-func (m *keptMap[K, V]) drop(gone func(K) bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for k := range m.load() {
-		if gone(k) {
-			next := maps.Clone(m.load())
-			maps.DeleteFunc(next, func(k K, _ V) bool { return gone(k) })
-			m.cur.Store(&next)
-			return
-		}
-	}
 }

@@ -53,34 +53,3 @@ func TestStateDropsWhatAReloadLeft(t *testing.T) {
 	}
 	only("a call that read the old file before the reload", 5)
 }
-
-// A State keeps at most stateCap settings' state: past that, get builds for
-// the call and keeps nothing; a build that fails gives the zero value, kept
-// nowhere; drop removes only the keys it picks.
-func TestKeptMapBounded(t *testing.T) {
-	var m keptMap[int, *int]
-	builds := 0
-	build := func() (*int, error) { builds++; v := builds; return &v, nil }
-	for k := range stateCap + 3 {
-		m.get(k, build, true)
-	}
-	if got := len(m.values()); got != stateCap {
-		t.Fatalf("kept %d keys, want stateCap (%d)", got, stateCap)
-	}
-	if a, b := m.get(stateCap+1, build, true), m.get(stateCap+1, build, true); a == b {
-		t.Error("a key past the cap was kept")
-	}
-	if v := m.get(0, build, true); *v != 1 {
-		t.Errorf("key 0 gives build %d, want the first", *v)
-	}
-	if v := m.get(-1, func() (*int, error) { return new(int), errSwitchedOff }, true); v != nil {
-		t.Error("a failed build should give nil")
-	}
-	m.drop(func(k int) bool { return k%2 == 0 })
-	if got := len(m.values()); got != stateCap/2 {
-		t.Fatalf("after dropping the even keys, %d kept, want %d", got, stateCap/2)
-	}
-	if _, ok := m.load()[1]; !ok {
-		t.Error("drop removed a key it did not pick")
-	}
-}

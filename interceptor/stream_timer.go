@@ -111,7 +111,7 @@ func (st *streamTimer) stop() bool {
 	return st.state != timerFired
 }
 
-// served tells the pace (pace.answer) that the server served the attempt
+// served tells the pace (pace.Evidence.Answer) that the server served the attempt
 // in took, at its first response header, unless it was cut off or ended
 // from above.
 func (st *streamTimer) served(took time.Duration) {
@@ -122,7 +122,7 @@ func (st *streamTimer) served(took time.Duration) {
 	cut := st.state == timerFired
 	st.mu.Unlock()
 	if !cut {
-		st.f.pace.answer(st.start, took, st.f.crit.Index())
+		st.f.pace.Answer(st.start, took, st.f.crit.Index())
 	}
 }
 

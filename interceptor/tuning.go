@@ -1,33 +1,15 @@
 package interceptor
 
-import (
-	"time"
-
-	"github.com/stagger-go/stagger/internal/gatetune"
-)
+import "time"
 
 // The interceptors' tuning numbers, unexported so that a retune does not
 // change the API; each line says what set it ("not measured": the argument).
 
-// The per-attempt timer (attemptTimer) and its evidence (pace).
-const (
-	// slowSuccessPart of the timeout makes a success overload: least waste on
-	// slowdown-90 (BENCHMARKS.md, "Figures behind the code's choices").
-	slowSuccessPart = 4
-	// laterSendAgePart (pace.slowForAll): slowSuccessPart's, with which the rule was measured.
-	laterSendAgePart = 4
-	// stragglerFastPart (pace.straggler): not measured; timeouts are a few times the latency.
-	stragglerFastPart = 2
-	// paceSends slices of a paceSliceParts-th of the timeout: TestRealTimeTimerSlowForAll, under
-	// load, lost the evidence in a ring of four sends.
-	paceSends      = 16
-	paceSliceParts = 8
-	// scoutGapMax, in timeouts: not measured; as the Gate's probeGapMax bounds its probes.
-	scoutGapMax = 64
-)
-
-// paceFresh is the Gate's overload hold, so that pace and the Gate forget a slow server together.
-var paceFresh = gatetune.OverloadHold
+// slowSuccessPart of the timeout makes a success overload (attemptTimer):
+// least waste on slowdown-90 (BENCHMARKS.md, "Figures behind the code's
+// choices"). The timer's evidence has its own numbers (internal/pace), its
+// laterSendAgePart this part.
+const slowSuccessPart = 4
 
 // The per-method cache (call.go).
 const (
@@ -35,18 +17,14 @@ const (
 	methodSlots = 64
 	// methodCacheMax bounds made-up method names: not measured, far above a real client's.
 	methodCacheMax = 4096
-	// cacheLine pads methodInfo.spare, which calls write, from what every call reads.
+	// cacheLine pads methodInfo's own unaryAttempt, which calls write, from what every call reads.
 	cacheLine = 64
 )
 
-// Hedging (hedge.go, quantile.go).
+// Hedging (hedge.go; the histogram's own numbers are internal/quantile's).
 const (
 	// hedgeQuantile: at most one call in twenty hedged; measured in BENCHMARKS.md's hedging section.
 	hedgeQuantile = 0.95
-	// adaptiveMinSamples: not measured; a p95 of fewer calls is mostly noise.
-	adaptiveMinSamples = 20
-	// adaptiveHalfLife: not measured; after a halving the p95's tail still weighs 25 samples.
-	adaptiveHalfLife = 1024
 	// hedgeResultsRoom: not measured; above the attempts a file allows unless its cap is raised.
 	hedgeResultsRoom = 8
 )
@@ -56,11 +34,3 @@ const callerDeadlineSlack = time.Millisecond
 
 // stateCap bounds the settings a State keeps (budgets, breakers): not measured; a few files.
 const stateCap = 64
-
-// The logger's summary of refused retries (logsummary.go).
-const (
-	// refusedLogEvery: not measured; the longest a call without a deadline waits for the budget.
-	refusedLogEvery = 10 * time.Second
-	// refusedLogTargets: the budget's own bound (budget.Backends), so each target has its line.
-	refusedLogTargets = 1024
-)

@@ -96,11 +96,10 @@ import (
 // balancer/elsewhere has a policy that spreads one call's attempts.
 //
 // With "adaptive": true (a stagger extension) the delay is the method's
-// observed p95 latency, from a histogram per interceptor and method
-// (log-spaced buckets, older samples halved every 1024; at most 25% high),
-// and the file's hedgingDelay until 20 calls were seen. It learns from
-// winning attempts only, so it errs toward hedging sooner; the budget
-// bounds the cost.
+// observed p95 latency, from a histogram per interceptor and method that
+// halves older samples and rounds up, never down; the file's hedgingDelay
+// until enough calls were seen. It learns from winning attempts only, so it
+// errs toward hedging sooner; the budget bounds the cost.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	return newCore(opts).unaryInterceptor()
 }
@@ -119,8 +118,8 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			o, grpcOpts = k.callOptions(opts)
 		}
 		cfg := o.config()
-		if k.reloads != nil {
-			k.logRefusal()
+		if k.files.Source != nil {
+			k.files.Reload(nil)
 		}
 		mi := k.method(cfg, method)
 		if o == &k.opts && mi.fast && !switchedOff.Load() {

@@ -297,14 +297,14 @@ func (l *unaryLoop) ended(out *attemptOutputs, err error) error {
 	return err
 }
 
-// served notes that ev's attempt was served (pace.answer): under a timer
+// served notes that ev's attempt was served (pace.Evidence.Answer): under a timer
 // unless cut off or ended from above; without one, only a retry is timed.
 func (l *unaryLoop) served(ev unaryEvent) {
 	c, t := l.c(), &l.timer
 	switch {
 	case c.perAttempt > 0 && !l.inline:
 		if c.pace != nil && !ev.done && t.state != timerFired {
-			c.pace.answer(ev.start, ev.at.Sub(ev.start), c.crit.Index())
+			c.pace.Answer(ev.start, ev.at.Sub(ev.start), c.crit.Index())
 		}
 	default:
 		c.served()
@@ -320,7 +320,7 @@ func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
 	}
 	err, _ := attemptOutcome(l.callCtx, ev.err, false)
 	if err == nil && !ev.done && c.pace != nil && c.perAttempt > 0 {
-		c.pace.answer(ev.start, ev.at.Sub(ev.start), c.crit.Index())
+		c.pace.Answer(ev.start, ev.at.Sub(ev.start), c.crit.Index())
 	}
 	if err == nil {
 		if !l.pendingDue.IsZero() {

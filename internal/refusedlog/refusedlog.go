@@ -1,4 +1,9 @@
-package interceptor
+// Package refusedlog summarises, per backend, the calls a retry budget
+// ended and the hedges it refused, and says when a backend begins to hold
+// retries: the interceptors' logger (interceptor.WithLogger lists these
+// lines) gets a few lines per backend where an outage would make one per
+// call.
+package refusedlog
 
 import (
 	"context"
@@ -11,15 +16,29 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// refusedSummary turns the calls their budget ended, and the hedges it
-// refused, into at most one warn line per backend per refusedLogEvery (the
-// lines WithLogger describes): an outage makes such calls by the thousand,
+// The lines' messages: each a constant, what changes is in attributes.
+const (
+	msgRefusedSummary = "stagger: calls ended without the retry their budget refused, per backend since its last such line"
+	msgHolding        = "stagger: a backend begins to hold calls: their retries wait for the budget (grpc.target)"
+)
+
+// The summary's tuning numbers, each with what set it.
+const (
+	// refusedLogEvery: not measured; the longest a call without a deadline waits for the budget.
+	refusedLogEvery = 10 * time.Second
+	// refusedLogTargets: the budget's own bound (budget.Backends), so each target has its line.
+	refusedLogTargets = 1024
+)
+
+// Summary turns the calls their budget ended, and the hedges it refused,
+// into at most one warn line per backend per refusedLogEvery: an outage
+// makes such calls by the thousand,
 // and one line each would be the costliest thing the process logs just
 // when its operator reads the logs. A timer, armed while some count waits,
 // says the counts when the interval ends.
 //
 // Safe for concurrent use. The logger runs outside the lock.
-type refusedSummary struct {
+type Summary struct {
 	logger logging.Logger
 	now    func() time.Time
 	every  time.Duration
@@ -49,18 +68,9 @@ func (t *refusedTally) pending() bool {
 	return t.budget+t.deferred+t.outage+t.hedges > 0
 }
 
-func newRefusedSummary(l logging.Logger) *refusedSummary {
-	return &refusedSummary{logger: l, now: time.Now, every: refusedLogEvery, byTarget: map[string]*refusedTally{}, holding: map[string]time.Time{}}
-}
-
-// summaryTarget returns the canonical target that keys target's budget
-// (the call's budget lookup filled the cache), so two spellings of one
-// backend share a line; target itself when the cache has none.
-func summaryTarget(target string) string {
-	if v, ok := canonicalTargets.Load(target); ok {
-		return v.(string)
-	}
-	return target
+// New returns a Summary that logs to l.
+func New(l logging.Logger) *Summary {
+	return &Summary{logger: l, now: time.Now, every: refusedLogEvery, byTarget: map[string]*refusedTally{}, holding: map[string]time.Time{}}
 }
 
 type refusedLine struct {
@@ -69,34 +79,44 @@ type refusedLine struct {
 	since  time.Duration
 }
 
-// count adds e, a give-up for its budget or a hedge the budget stopped, to
-// its backend's counts, and logs the line that is due.
-func (s *refusedSummary) count(e Event) {
+// Count adds a call its budget ended for reason r (budget, deferred or
+// outage) to target's counts, and logs the line that is due; st is the
+// budget's state. Callers pass the canonical target that keys the budget,
+// so two spellings of one backend share a line.
+func (s *Summary) Count(target string, r policy.Reason, st budget.State) {
+	s.count(target, st, func(t *refusedTally) {
+		switch r {
+		case policy.ReasonBudget:
+			t.budget++
+		case policy.ReasonDeferred:
+			t.deferred++
+		default:
+			t.outage++
+		}
+	})
+}
+
+// CountHedge adds a hedge the budget refused to target's counts, as Count.
+func (s *Summary) CountHedge(target string, st budget.State) {
+	s.count(target, st, func(t *refusedTally) { t.hedges++ })
+}
+
+func (s *Summary) count(target string, st budget.State, add func(*refusedTally)) {
 	now := s.now()
-	e.Target = summaryTarget(e.Target)
 	s.mu.Lock()
-	e.Target = boundedKey(s.byTarget, e.Target)
-	t := s.byTarget[e.Target]
+	target = boundedKey(s.byTarget, target)
+	t := s.byTarget[target]
 	if t == nil {
 		t = &refusedTally{}
-		s.byTarget[e.Target] = t
+		s.byTarget[target] = t
 	}
-	switch {
-	case e.Kind == EventHedgeStop:
-		t.hedges++
-	case e.Reason == policy.ReasonBudget:
-		t.budget++
-	case e.Reason == policy.ReasonDeferred:
-		t.deferred++
-	default:
-		t.outage++
-	}
-	if e.Budget.Kind != "" {
-		t.state = e.Budget
+	add(t)
+	if st.Kind != "" {
+		t.state = st
 	}
 	var lines []refusedLine
 	if t.last.IsZero() || now.Sub(t.last) >= s.every {
-		lines = append(lines, s.takeLocked(e.Target, t, now))
+		lines = append(lines, s.takeLocked(target, t, now))
 	}
 	s.armLocked(now)
 	s.mu.Unlock()
@@ -104,7 +124,7 @@ func (s *refusedSummary) count(e Event) {
 }
 
 // takeLocked returns t's line and starts its next interval at now.
-func (s *refusedSummary) takeLocked(target string, t *refusedTally, now time.Time) refusedLine {
+func (s *Summary) takeLocked(target string, t *refusedTally, now time.Time) refusedLine {
 	l := refusedLine{target: target, tally: *t}
 	if !t.last.IsZero() {
 		l.since = now.Sub(t.last)
@@ -116,7 +136,7 @@ func (s *refusedSummary) takeLocked(target string, t *refusedTally, now time.Tim
 // armLocked sets the timer, while some backend is in byTarget, for the end
 // of the earliest interval. A backend that comes in later logs at once, so
 // its interval ends later: the timer needs no change while armed.
-func (s *refusedSummary) armLocked(now time.Time) {
+func (s *Summary) armLocked(now time.Time) {
 	if s.armed || len(s.byTarget) == 0 {
 		return
 	}
@@ -136,7 +156,7 @@ func (s *refusedSummary) armLocked(now time.Time) {
 
 // flush logs the counts whose interval ended, and forgets the backends
 // quiet for a whole interval (their next count is said at once).
-func (s *refusedSummary) flush() {
+func (s *Summary) flush() {
 	now := s.now()
 	var lines []refusedLine
 	s.mu.Lock()
@@ -157,7 +177,7 @@ func (s *refusedSummary) flush() {
 	s.log(lines)
 }
 
-func (s *refusedSummary) log(lines []refusedLine) {
+func (s *Summary) log(lines []refusedLine) {
 	for _, l := range lines {
 		t := &l.tally
 		fields := []any{
@@ -170,17 +190,16 @@ func (s *refusedSummary) log(lines []refusedLine) {
 		if l.since > 0 {
 			fields = append(fields, "stagger.interval", l.since.String())
 		}
-		s.logger.Log(context.Background(), logging.LevelWarn, msgRefusedSummary, budgetFields(fields, t.state)...)
-
+		s.logger.Log(context.Background(), logging.LevelWarn, msgRefusedSummary, BudgetFields(fields, t.state)...)
 	}
 }
 
-// held notes e, a retry its budget deferred. The first of a backend, or
-// the first after an interval without one, is said at once at info level,
-// so an outage shows while it holds calls, not only as they end.
-func (s *refusedSummary) held(e Event) {
+// Held notes a retry of method that target's budget deferred (health, its
+// Gate's, may be empty); target is canonical, as Count's. The first of a
+// backend, or the first after an interval without one, is said at once at
+// info level, so an outage shows while it holds calls, not only as they end.
+func (s *Summary) Held(target, method, health string) {
 	now := s.now()
-	target := summaryTarget(e.Target)
 	s.mu.Lock()
 	if _, ok := s.holding[target]; !ok && len(s.holding) >= refusedLogTargets {
 		s.forgetHoldingLocked(now)
@@ -192,9 +211,9 @@ func (s *refusedSummary) held(e Event) {
 	if ok && now.Sub(last) < s.every {
 		return
 	}
-	fields := []any{"grpc.target", target, "grpc.method", e.Method}
-	if e.Budget.Health != "" {
-		fields = append(fields, "stagger.gate", e.Budget.Health)
+	fields := []any{"grpc.target", target, "grpc.method", method}
+	if health != "" {
+		fields = append(fields, "stagger.gate", health)
 	}
 	s.logger.Log(context.Background(), logging.LevelInfo, msgHolding, fields...)
 }
@@ -209,10 +228,23 @@ func boundedKey[V any](m map[string]V, target string) string {
 
 // forgetHoldingLocked forgets the backends that deferred no retry for an
 // interval.
-func (s *refusedSummary) forgetHoldingLocked(now time.Time) {
+func (s *Summary) forgetHoldingLocked(now time.Time) {
 	for t, at := range s.holding {
 		if now.Sub(at) >= s.every {
 			delete(s.holding, t)
 		}
 	}
+}
+
+// BudgetFields appends the attributes of st, a budget's state, when it has
+// one: its level, and its Gate's health when it has a Gate.
+func BudgetFields(fields []any, st budget.State) []any {
+	if st.Kind == "" {
+		return fields
+	}
+	fields = append(fields, "stagger.budget.level", st.Level)
+	if st.Health != "" {
+		fields = append(fields, "stagger.gate", st.Health)
+	}
+	return fields
 }

@@ -1,4 +1,4 @@
-package interceptor
+package quantile
 
 import (
 	"sync"
@@ -40,7 +40,7 @@ func TestLatencyQuantile(t *testing.T) {
 		want    time.Duration // a duration in the expected bucket
 		ok      bool
 	}{
-		{"too few samples", map[time.Duration]int{time.Millisecond: adaptiveMinSamples - 1}, 0.95, 0, false},
+		{"too few samples", map[time.Duration]int{time.Millisecond: minSamples - 1}, 0.95, 0, false},
 		{"one value", map[time.Duration]int{20 * time.Millisecond: 100}, 0.95, 20 * time.Millisecond, true},
 		{"tail above 5% moves p95", map[time.Duration]int{10 * time.Millisecond: 90, time.Second: 10}, 0.95, time.Second, true},
 		{"tail at exactly 5% does not", map[time.Duration]int{10 * time.Millisecond: 95, time.Second: 5}, 0.95, 10 * time.Millisecond, true},
@@ -48,13 +48,13 @@ func TestLatencyQuantile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var h latencyHistogram
+			var h Histogram
 			for d, n := range tt.samples {
 				for i := 0; i < n; i++ {
-					h.observe(d)
+					h.Observe(d)
 				}
 			}
-			got, ok := h.quantile(tt.q)
+			got, ok := h.Quantile(tt.q)
 			if ok != tt.ok {
 				t.Fatalf("ok = %v, want %v", ok, tt.ok)
 			}
@@ -68,34 +68,34 @@ func TestLatencyQuantile(t *testing.T) {
 // TestLatencyHistogramForgets: after a change of latency the estimate follows
 // within a few half-lives instead of averaging over all history.
 func TestLatencyHistogramForgets(t *testing.T) {
-	var h latencyHistogram
-	for i := 0; i < 10*adaptiveHalfLife; i++ {
-		h.observe(time.Second)
+	var h Histogram
+	for i := 0; i < 10*halfLife; i++ {
+		h.Observe(time.Second)
 	}
-	for i := 0; i < 5*adaptiveHalfLife; i++ {
-		h.observe(10 * time.Millisecond)
+	for i := 0; i < 5*halfLife; i++ {
+		h.Observe(10 * time.Millisecond)
 	}
-	got, _ := h.quantile(0.95)
+	got, _ := h.Quantile(0.95)
 	if want := slotUpper(latencySlot(10 * time.Millisecond)); got != want {
 		t.Errorf("p95 after the change = %v, want %v", got, want)
 	}
 }
 
 func TestLatencyHistogramConcurrent(t *testing.T) {
-	var h latencyHistogram
+	var h Histogram
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 1000; i++ {
-				h.observe(5 * time.Millisecond)
-				h.quantile(0.95)
+				h.Observe(5 * time.Millisecond)
+				h.Quantile(0.95)
 			}
 		}()
 	}
 	wg.Wait()
-	got, ok := h.quantile(0.95)
+	got, ok := h.Quantile(0.95)
 	if want := slotUpper(latencySlot(5 * time.Millisecond)); !ok || got != want {
 		t.Errorf("p95 = %v, %v; want %v", got, ok, want)
 	}
@@ -103,11 +103,11 @@ func TestLatencyHistogramConcurrent(t *testing.T) {
 
 func BenchmarkLatencyHistogram(b *testing.B) {
 	b.ReportAllocs()
-	var h latencyHistogram
+	var h Histogram
 	for i := 0; i < b.N; i++ {
-		h.observe(time.Duration(i%1000) * time.Microsecond)
+		h.Observe(time.Duration(i%1000) * time.Microsecond)
 		if i%16 == 0 {
-			h.quantile(0.95)
+			h.Quantile(0.95)
 		}
 	}
 }

@@ -1,22 +1,45 @@
-package interceptor
+// Package pace keeps what the attempts of one method under the
+// interceptors' per-attempt timer tell of each other (Evidence), so that a
+// timer that fires tells a lost attempt from a server slow for all.
+package pace
 
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/stagger-go/stagger/internal/gatetune"
 )
 
-// pace is what the attempts of one method under the per-attempt timer tell
-// of each other (plan.pace), so that a timer that fires tells a lost attempt
-// from a server slow for all (the rule: UnaryClientInterceptor, "Per-attempt
-// timeout"; served: answered OK, or a stream's first header). A cut attempt
+// The evidence's tuning numbers, each with what set it.
+const (
+	// laterSendAgePart (SlowForAll): the interceptor's slowSuccessPart, with which the rule was measured.
+	laterSendAgePart = 4
+	// stragglerFastPart (Straggler): not measured; timeouts are a few times the latency.
+	stragglerFastPart = 2
+	// paceSends slices of a paceSliceParts-th of the timeout: TestRealTimeTimerSlowForAll, under
+	// load, lost the evidence in a ring of four sends.
+	paceSends      = 16
+	paceSliceParts = 8
+	// scoutGapMax, in timeouts: not measured; as the Gate's probeGapMax bounds its probes.
+	scoutGapMax = 64
+)
+
+// paceFresh is the Gate's overload hold, so that pace and the Gate forget a slow server together.
+var paceFresh = gatetune.OverloadHold
+
+// Evidence is what the attempts of one method under the per-attempt timer
+// tell of each other (the rule: interceptor.UnaryClientInterceptor,
+// "Per-attempt timeout"; served: answered OK, or a stream's first header). A cut attempt
 // is a straggler (budget.Request.Straggler: no sign of overload) when one
 // sent after it was served, or in a quiet process when the method's latest
 // served attempt took under a stragglerFastPart-th of the timeout; so a quiet
 // process whose server slows for all cuts at most one straggler.
-type pace struct {
+//
+// Safe for concurrent use (atomics, no lock); the zero value knows nothing.
+type Evidence struct {
 	// sent: the latest send (Unix ns) of each paceSliceParts-th of the
 	// timeout, in a ring, so a burst cannot push out the older sends
-	// slowForAll reads.
+	// SlowForAll reads.
 	sent     [paceSends]atomic.Int64
 	answered atomic.Int64 // the latest start among the attempts served
 	// took is how long the latest served took (latency, for the Gate), served
@@ -28,10 +51,10 @@ type pace struct {
 	fired             atomic.Int64 // the latest start among the attempts whose timer fired
 }
 
-// fire notes that the timer of the attempt sent at start fired, and
+// Fire notes that the timer of the attempt sent at start fired, and
 // returns the latest such start before (0: none). Two timers due together
-// may run in either order: straggler answers the same.
-func (p *pace) fire(start time.Time) (prev int64) {
+// may run in either order: Straggler answers the same.
+func (p *Evidence) Fire(start time.Time) (prev int64) {
 	return storeMax(&p.fired, start.UnixNano())
 }
 
@@ -45,9 +68,9 @@ func storeMax(a *atomic.Int64, v int64) (prev int64) {
 	}
 }
 
-// straggler reports whether the attempt sent at start, whose timer fired,
-// is a straggler (see pace), prevFired being pace.fire's answer.
-func (p *pace) straggler(start, now time.Time, perAttempt time.Duration, level int, prevFired int64) bool {
+// Straggler reports whether the attempt sent at start, whose timer fired,
+// is a straggler (see Evidence), prevFired being Fire's answer.
+func (p *Evidence) Straggler(start, now time.Time, perAttempt time.Duration, level int, prevFired int64) bool {
 	s := start.UnixNano()
 	answered := p.answered.Load()
 	if answered > s {
@@ -63,10 +86,10 @@ func (p *pace) straggler(start, now time.Time, perAttempt time.Duration, level i
 	return answered > prevFired && fresh && time.Duration(p.took[level].Load()) < perAttempt/stragglerFastPart
 }
 
-// scout reports whether a retry may go now as the method's scout while the
+// Scout reports whether a retry may go now as the method's scout while the
 // server is slow for every attempt: without scouts, attempts all lost at
 // once would wait for evidence only a retry can give.
-func (p *pace) scout(now time.Time, perAttempt time.Duration) bool {
+func (p *Evidence) Scout(now time.Time, perAttempt time.Duration) bool {
 	at, gap := p.scoutAt.Load(), p.scoutGap.Load()
 	if gap == 0 {
 		gap = int64(perAttempt)
@@ -83,25 +106,25 @@ func (p *pace) scout(now time.Time, perAttempt time.Duration) bool {
 	return true
 }
 
-// latency is how long the latest attempt of criticality level served took,
+// Latency is how long the latest attempt of criticality level served took,
 // if within paceFresh (zero: unknown).
-func (p *pace) latency(now time.Time, level int) time.Duration {
+func (p *Evidence) Latency(now time.Time, level int) time.Duration {
 	if at := p.tookAt[level].Load(); at == 0 || now.UnixNano()-at > int64(paceFresh) {
 		return 0
 	}
 	return time.Duration(p.took[level].Load())
 }
 
-// send notes an attempt sent at t. A slot keeps the latest time, so a
+// Send notes an attempt sent at t. A slot keeps the latest time, so a
 // goroutine descheduled before it stored cannot put back an older send.
-func (p *pace) send(t time.Time, perAttempt time.Duration) {
+func (p *Evidence) Send(t time.Time, perAttempt time.Duration) {
 	slice := max(int64(perAttempt)/paceSliceParts, 1)
 	n := t.UnixNano()
 	storeMax(&p.sent[uint64(n/slice)%paceSends], n)
 }
 
-// answer notes that the attempt sent at start was served after took.
-func (p *pace) answer(start time.Time, took time.Duration, level int) {
+// Answer notes that the attempt sent at start was served after took.
+func (p *Evidence) Answer(start time.Time, took time.Duration, level int) {
 	s := start.UnixNano()
 	p.took[level].Store(int64(took))
 	p.tookAt[level].Store(s + int64(took))
@@ -111,9 +134,11 @@ func (p *pace) answer(start time.Time, took time.Duration, level int) {
 	storeMax(&p.answered, s)
 }
 
-// slowForAll reports whether no attempt sent after start was served, and
-// one was sent after it at least minAge before now.
-func (p *pace) slowForAll(start, now time.Time, minAge time.Duration) bool {
+// SlowForAll reports whether no attempt sent after start was served, and
+// one was sent after it at least a laterSendAgePart-th of perAttempt
+// before now.
+func (p *Evidence) SlowForAll(start, now time.Time, perAttempt time.Duration) bool {
+	minAge := perAttempt / laterSendAgePart
 	s := start.UnixNano()
 	if p.answered.Load() > s {
 		return false

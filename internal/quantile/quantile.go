@@ -1,4 +1,7 @@
-package interceptor
+// Package quantile estimates a latency quantile from many goroutines at
+// once without a lock, for the interceptors' adaptive hedging delay
+// (policy.Hedging.Adaptive asks each method's p95 on every hedged call).
+package quantile
 
 import (
 	"math"
@@ -7,9 +10,7 @@ import (
 	"time"
 )
 
-// The adaptive hedging delay (policy.Hedging.Adaptive) needs each method's
-// p95 latency on every hedged call, from many goroutines at once: a
-// log-spaced histogram of atomic counters gives it without a lock. Below
+// A log-spaced histogram of atomic counters. Below
 // 2^minOctave ns all share bucket 0; each octave up to 2^maxOctave ns is
 // split in subBuckets parts; longer durations share the last bucket. A
 // quantile is its bucket's upper bound, at most 25% above the true value
@@ -22,14 +23,22 @@ const (
 	latencySlots = (maxOctave-minOctave)*subBuckets + 1
 )
 
-// latencyHistogram estimates quantiles of one method's latency. It is safe
+// The histogram's tuning numbers, each with what set it.
+const (
+	// minSamples: not measured; a p95 of fewer calls is mostly noise.
+	minSamples = 20
+	// halfLife: not measured; after a halving the p95's tail still weighs 25 samples.
+	halfLife = 1024
+)
+
+// Histogram estimates quantiles of one method's latency. It is safe
 // for concurrent use; the zero value is empty and ready.
 //
 // Halving races with concurrent observes: a sample that lands in a bucket
 // between its load and its store may be lost, or kept at full weight. That
 // perturbs an estimate by a sample or two, which a 95th percentile over
 // hundreds of samples does not notice; a lock would cost every call.
-type latencyHistogram struct {
+type Histogram struct {
 	counts [latencySlots]atomic.Uint32
 	seen   atomic.Uint64
 }
@@ -57,9 +66,11 @@ func slotUpper(i int) time.Duration {
 	return time.Duration(uint64(subBuckets+sub+1) << (e - subBits))
 }
 
-func (h *latencyHistogram) observe(d time.Duration) {
+// Observe counts d; every halfLife samples all counts halve, so the
+// estimate follows a change of latency.
+func (h *Histogram) Observe(d time.Duration) {
 	h.counts[latencySlot(d)].Add(1)
-	if h.seen.Add(1)%adaptiveHalfLife == 0 {
+	if h.seen.Add(1)%halfLife == 0 {
 		for i := range h.counts {
 			c := &h.counts[i]
 			for {
@@ -72,16 +83,16 @@ func (h *latencyHistogram) observe(d time.Duration) {
 	}
 }
 
-// quantile returns the q-quantile (0 < q <= 1) of the samples, as its bucket's
-// upper bound, and true; or false when fewer than adaptiveMinSamples count.
-func (h *latencyHistogram) quantile(q float64) (time.Duration, bool) {
+// Quantile returns the q-quantile (0 < q <= 1) of the samples, as its bucket's
+// upper bound, and true; or false when fewer than minSamples count.
+func (h *Histogram) Quantile(q float64) (time.Duration, bool) {
 	var snap [latencySlots]uint32
 	var total uint64
 	for i := range h.counts {
 		snap[i] = h.counts[i].Load()
 		total += uint64(snap[i])
 	}
-	if total < adaptiveMinSamples {
+	if total < minSamples {
 		return 0, false
 	}
 	rank := max(uint64(math.Ceil(q*float64(total))), 1)

@@ -1,4 +1,8 @@
-package interceptor
+// Package foreignretry reads another retry library's call options, which
+// compile as grpc.CallOption and do nothing under stagger: the interceptors
+// use it to notice them and to keep the attempts go-grpc-middleware's retry
+// options ask for (a call that asked for fewer attempts must not get more).
+package foreignretry
 
 import (
 	"math"
@@ -6,11 +10,9 @@ import (
 	"unsafe"
 
 	"google.golang.org/grpc"
-
-	"github.com/stagger-go/stagger/policy"
 )
 
-// foreignAttempts reads the attempts go-grpc-middleware's retry call option
+// Attempts reads the attempts go-grpc-middleware's retry call option
 // opt allows: 1 for retry.Disable() (WithMax(0)), n for WithMax(n); 0 for
 // its other options and for one it cannot read. Both major versions keep
 // it in the field max of the struct their applyFunc fills, so the option
@@ -18,7 +20,7 @@ import (
 // reads as no value. A call that asked for fewer attempts must not get
 // more under stagger: a non-idempotent call retried is the one mistake a
 // retry layer must not make.
-func foreignAttempts(opt grpc.CallOption) (n int) {
+func Attempts(opt grpc.CallOption) (n int) {
 	defer func() {
 		if recover() != nil {
 			n = 0
@@ -52,21 +54,10 @@ func foreignAttempts(opt grpc.CallOption) (n int) {
 	}
 }
 
-// lowerAttempts returns p with at most n attempts (n > 0), a copy when it
-// lowers them.
-func lowerAttempts(p *policy.Policy, n int) *policy.Policy {
-	if n <= 0 || p.MaxAttempts <= n {
-		return p
-	}
-	q := *p
-	q.MaxAttempts = n
-	return &q
-}
-
-// foreignRetryOption reports whether opt is another retry library's call
+// IsOption reports whether opt is another retry library's call
 // option, which compiles as a grpc.CallOption and does nothing under
 // stagger; grpc's common options are told apart by their type alone.
-func foreignRetryOption(opt grpc.CallOption) bool {
+func IsOption(opt grpc.CallOption) bool {
 	switch opt.(type) {
 	case grpc.StaticMethodCallOption, grpc.HeaderCallOption, grpc.TrailerCallOption, grpc.PeerCallOption,
 		grpc.OnFinishCallOption, grpc.PerRPCCredsCallOption, grpc.FailFastCallOption, grpc.CompressorCallOption,

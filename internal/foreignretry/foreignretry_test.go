@@ -1,4 +1,4 @@
-package interceptor
+package foreignretry
 
 import (
 	"testing"
@@ -28,7 +28,7 @@ type (
 	}
 )
 
-// TestForeignAttemptsShapes: foreignAttempts reads the attempts of an
+// TestForeignAttemptsShapes: Attempts reads the attempts of an
 // option shaped as go-grpc-middleware's, and no value (0), without a
 // panic, from any other shape.
 func TestForeignAttemptsShapes(t *testing.T) {
@@ -50,8 +50,8 @@ func TestForeignAttemptsShapes(t *testing.T) {
 		{"nil", nil, 0},
 	}
 	for _, tc := range cases {
-		if got := foreignAttempts(tc.opt); got != tc.want {
-			t.Errorf("%s: foreignAttempts = %d, want %d", tc.name, got, tc.want)
+		if got := Attempts(tc.opt); got != tc.want {
+			t.Errorf("%s: Attempts = %d, want %d", tc.name, got, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package interceptor
+package refusedlog
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 )
 
-// refusedSummary, on a clock the test moves: a backend's first count is
+// Summary, on a clock the test moves: a backend's first count is
 // said at once, the rest when its interval ends, per reason; a backend
 // quiet for an interval is forgotten, and its next count said at once;
 // two backends count apart.
@@ -23,7 +24,7 @@ func TestRefusedSummary(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var lines []line
-	s := newRefusedSummary(logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, kv ...any) {
+	s := New(logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, kv ...any) {
 		if lvl != logging.LevelWarn {
 			t.Errorf("level %v, want warn", lvl)
 		}
@@ -51,7 +52,7 @@ func TestRefusedSummary(t *testing.T) {
 		return out
 	}
 	giveUp := func(target string, r policy.Reason) {
-		s.count(Event{Kind: EventGiveUp, Target: target, Reason: r})
+		s.Count(target, r, budget.State{})
 	}
 
 	giveUp("a", policy.ReasonDeferred)
@@ -62,7 +63,7 @@ func TestRefusedSummary(t *testing.T) {
 		now = t0.Add(time.Duration(i) * 100 * time.Millisecond)
 		giveUp("a", policy.ReasonBudget)
 		giveUp("a", policy.ReasonOutage)
-		s.count(Event{Kind: EventHedgeStop, Target: "a", Reason: policy.ReasonBudget})
+		s.CountHedge("a", budget.State{})
 	}
 	giveUp("b", policy.ReasonBudget)
 	if got := take(); len(got) != 1 || got[0].fields["grpc.target"] != "b" {
@@ -94,7 +95,7 @@ func TestRefusedSummary(t *testing.T) {
 	}
 }
 
-// held, on a clock the test moves: a backend's first deferral is said at
+// Held, on a clock the test moves: a backend's first deferral is said at
 // info level, the ones within an interval after it are not, and one after
 // an interval without any is said again; past refusedLogTargets backends
 // holding at once, a new one is said as "other", and the backends that
@@ -102,7 +103,7 @@ func TestRefusedSummary(t *testing.T) {
 func TestHeldSaysWhenHoldingBegins(t *testing.T) {
 	var mu sync.Mutex
 	var targets []any
-	s := newRefusedSummary(logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, kv ...any) {
+	s := New(logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, kv ...any) {
 		if lvl != logging.LevelInfo || msg != msgHolding {
 			t.Errorf("%v %q, want info %q", lvl, msg, msgHolding)
 		}
@@ -120,7 +121,7 @@ func TestHeldSaysWhenHoldingBegins(t *testing.T) {
 		targets = nil
 		return out
 	}
-	held := func(target string) { s.held(Event{Kind: EventDeferred, Target: target, Method: "/a.S/M"}) }
+	held := func(target string) { s.Held(target, "/a.S/M", "") }
 	for i := range 100 {
 		now = t0.Add(time.Duration(i) * 100 * time.Millisecond)
 		held("a")
@@ -150,31 +151,5 @@ func TestHeldSaysWhenHoldingBegins(t *testing.T) {
 	s.flush()
 	if len(s.holding) != 0 {
 		t.Fatalf("a flush an interval after the last deferral kept %d backends, want none", len(s.holding))
-	}
-}
-
-// held names a backend by its canonical target, as its budget and Gate are
-// keyed (canonicalTarget fills the cache before any deferral): two
-// spellings of one backend holding calls begin one hold, said once, under
-// the canonical target.
-func TestHeldTwoSpellingsOneLine(t *testing.T) {
-	const dialled, canonical = "held-spellings.test:443", "dns:///held-spellings.test:443"
-	canonicalTargets.Store(dialled, canonical)
-	canonicalTargets.Store(canonical, canonical)
-	defer canonicalTargets.Delete(dialled)
-	defer canonicalTargets.Delete(canonical)
-	var mu sync.Mutex
-	var targets []any
-	s := newRefusedSummary(logging.LoggerFunc(func(_ context.Context, _ logging.Level, _ string, kv ...any) {
-		mu.Lock()
-		targets = append(targets, kv[1])
-		mu.Unlock()
-	}))
-	s.held(Event{Kind: EventDeferred, Target: dialled, Method: "/a.S/M"})
-	s.held(Event{Kind: EventDeferred, Target: canonical, Method: "/a.S/M"})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(targets) != 1 || targets[0] != canonical {
-		t.Fatalf("holding lines for %v, want one, for %s", targets, canonical)
 	}
 }

@@ -1,4 +1,4 @@
-package interceptor
+package pace
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ import (
 func TestPaceSlowForAll(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	const minAge = 25 * time.Millisecond
+	const perAttempt = 100 * time.Millisecond // a later send counts once 25 ms old
 	for _, tc := range []struct {
 		name     string
 		sent     []int // ms after t0, besides the attempt itself at 0
@@ -28,15 +28,15 @@ func TestPaceSlowForAll(t *testing.T) {
 		{"sends older than the ring keeps: the latest count", []int{10, 20, 30, 40, 50, 60, 70, 80, 100, 150, 200, 250, 300}, nil, 310, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var p pace
-			p.send(ms(0), 100*time.Millisecond)
+			var p Evidence
+			p.Send(ms(0), perAttempt)
 			for _, s := range tc.sent {
-				p.send(ms(s), 100*time.Millisecond)
+				p.Send(ms(s), perAttempt)
 			}
 			for _, a := range tc.answered {
-				p.answer(ms(a), 0, 0)
+				p.Answer(ms(a), 0, 0)
 			}
-			if got := p.slowForAll(ms(0), ms(tc.now), minAge); got != tc.want {
+			if got := p.SlowForAll(ms(0), ms(tc.now), perAttempt); got != tc.want {
 				t.Errorf("slowForAll = %v, want %v", got, tc.want)
 			}
 		})
@@ -52,7 +52,6 @@ func TestPaceSendOrder(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
 	const perAttempt = 100 * time.Millisecond
-	const minAge = perAttempt / laterSendAgePart
 	for _, tc := range []struct {
 		name  string
 		sends []float64 // ms after t0, the attempt's own 0 among them
@@ -68,11 +67,11 @@ func TestPaceSendOrder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, order := range permutations(len(tc.sends)) {
-				var p pace
+				var p Evidence
 				for _, i := range order {
-					p.send(ms(tc.sends[i]), perAttempt)
+					p.Send(ms(tc.sends[i]), perAttempt)
 				}
-				if got := p.slowForAll(ms(0), ms(tc.now), minAge); got != tc.want {
+				if got := p.SlowForAll(ms(0), ms(tc.now), perAttempt); got != tc.want {
 					t.Errorf("stored in order %v: slowForAll = %v, want %v", order, got, tc.want)
 				}
 			}
@@ -98,7 +97,7 @@ func permutations(n int) [][]int {
 func TestPaceScout(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	const per = 100 * time.Millisecond
-	var p pace
+	var p Evidence
 	// The first at once; then after gaps of 100ms, 200ms, 400ms...
 	steps := []struct {
 		at   time.Duration
@@ -109,26 +108,26 @@ func TestPaceScout(t *testing.T) {
 		{650 * time.Millisecond, false}, {700 * time.Millisecond, true},
 	}
 	for _, s := range steps {
-		if got := p.scout(t0.Add(s.at), per); got != s.want {
+		if got := p.Scout(t0.Add(s.at), per); got != s.want {
 			t.Fatalf("scout at %v = %v, want %v", s.at, got, s.want)
 		}
 	}
 	// An attempt sent after the latest scout was served: the gap
 	// starts again at one timeout.
-	p.answer(t0.Add(710*time.Millisecond), 0, 0)
-	if p.scout(t0.Add(790*time.Millisecond), per) || !p.scout(t0.Add(800*time.Millisecond), per) {
+	p.Answer(t0.Add(710*time.Millisecond), 0, 0)
+	if p.Scout(t0.Add(790*time.Millisecond), per) || !p.Scout(t0.Add(800*time.Millisecond), per) {
 		t.Fatal("after a service, want the next scout one timeout after the last")
 	}
 	// One sent before it says nothing.
-	p.answer(t0.Add(790*time.Millisecond), 0, 0)
-	if p.scout(t0.Add(900*time.Millisecond), per) {
+	p.Answer(t0.Add(790*time.Millisecond), 0, 0)
+	if p.Scout(t0.Add(900*time.Millisecond), per) {
 		t.Fatal("an answer to an attempt older than the scout reset the gap")
 	}
 	// The gap is bounded.
-	var q pace
+	var q Evidence
 	at := t0
 	for range 20 {
-		for !q.scout(at, per) {
+		for !q.Scout(at, per) {
 			at = at.Add(per)
 		}
 	}
@@ -142,20 +141,20 @@ func TestPaceScout(t *testing.T) {
 func TestPaceLatency(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	crit, shed := criticality.Critical.Index(), criticality.Sheddable.Index()
-	var p pace
-	if got := p.latency(t0, crit); got != 0 {
+	var p Evidence
+	if got := p.Latency(t0, crit); got != 0 {
 		t.Fatalf("latency with nothing served = %v, want 0", got)
 	}
-	p.answer(t0, 300*time.Millisecond, crit)
-	p.answer(t0.Add(-time.Second), 50*time.Millisecond, crit) // the latest served counts, whenever it left
-	p.answer(t0, 900*time.Millisecond, shed)
-	if got := p.latency(t0.Add(time.Second), crit); got != 50*time.Millisecond {
+	p.Answer(t0, 300*time.Millisecond, crit)
+	p.Answer(t0.Add(-time.Second), 50*time.Millisecond, crit) // the latest served counts, whenever it left
+	p.Answer(t0, 900*time.Millisecond, shed)
+	if got := p.Latency(t0.Add(time.Second), crit); got != 50*time.Millisecond {
 		t.Fatalf("CRITICAL latency = %v, want the latest served's 50ms", got)
 	}
-	if got := p.latency(t0.Add(time.Second), shed); got != 900*time.Millisecond {
+	if got := p.Latency(t0.Add(time.Second), shed); got != 900*time.Millisecond {
 		t.Fatalf("SHEDDABLE latency = %v, want its own 900ms", got)
 	}
-	if got := p.latency(t0.Add(-950*time.Millisecond+paceFresh+time.Millisecond), crit); got != 0 {
+	if got := p.Latency(t0.Add(-950*time.Millisecond+paceFresh+time.Millisecond), crit); got != 0 {
 		t.Fatalf("latency past paceFresh = %v, want 0", got)
 	}
 }
@@ -187,18 +186,18 @@ func TestPaceStraggler(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &pace{}
+			p := &Evidence{}
 			for _, s := range tt.sent {
-				p.send(ms(s), 100*time.Millisecond)
+				p.Send(ms(s), perAttempt)
 			}
 			for _, s := range tt.served {
-				p.answer(ms(s), tt.took, 0)
+				p.Answer(ms(s), tt.took, 0)
 			}
 			prev := int64(0)
 			if tt.prevFired != 0 {
 				prev = ms(tt.prevFired).UnixNano()
 			}
-			if got := p.straggler(ms(0), ms(100), perAttempt, 0, prev); got != tt.want {
+			if got := p.Straggler(ms(0), ms(100), perAttempt, 0, prev); got != tt.want {
 				t.Errorf("straggler = %v, want %v", got, tt.want)
 			}
 		})
