@@ -176,12 +176,12 @@ func (t *attemptTimer) stop() {
 }
 
 // handOver gives c what the stopped timer decided of its attempt, which
-// ended at end: whether it ran slow (c.slow, a slowSuccessPart-th of the
+// ended at end: whether it ran slow (c.slow, a pace.SlowPart-th of the
 // timer or more), the retry the timer admitted as it cut it off (c.cut), or
 // the retry it refused as the attempt ran on (timerRefusedRetry). cutOff:
 // the timer cut the attempt off.
 func (t *attemptTimer) handOver(c *call, end time.Time) (cutOff bool) {
-	c.slow = end.Sub(t.start) >= c.perAttempt/slowSuccessPart
+	c.slow = end.Sub(t.start) >= c.perAttempt/pace.SlowPart
 	switch t.state {
 	case timerFired:
 		c.cut = t.timerCut

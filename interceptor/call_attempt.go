@@ -66,7 +66,7 @@ type call struct {
 	// its size class shows (BenchmarkHedgedFirstAttemptWins). off: the
 	// switch (SetDisabled) was on when the call started; resume: a retry
 	// resumes a committed stream (resume.go); slow: the attempt that just
-	// ended ran a slowSuccessPart-th of perAttempt or longer
+	// ended ran a pace.SlowPart-th of perAttempt or longer
 	// (budget.Attempt.Overload for a success); afterTimeout: the running
 	// attempt follows one the timer cut off; pushback: the pending pause is
 	// one; static: the call carried grpc.StaticMethodCallOption.

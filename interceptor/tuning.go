@@ -5,11 +5,8 @@ import "time"
 // The interceptors' tuning numbers, unexported so that a retune does not
 // change the API; each line says what set it ("not measured": the argument).
 
-// slowSuccessPart of the timeout makes a success overload (attemptTimer):
-// least waste on slowdown-90 (BENCHMARKS.md, "Figures behind the code's
-// choices"). The timer's evidence has its own numbers (internal/pace), its
-// laterSendAgePart this part.
-const slowSuccessPart = 4
+// The per-attempt timer's numbers are its evidence's (internal/pace): a
+// success that ran a pace.SlowPart-th of the timeout is a sign of overload.
 
 // The per-method cache (call.go).
 const (

@@ -13,8 +13,8 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// unaryLoop is the one owner of a unary call that may send more than one
-// attempt. It runs on the caller's goroutine and alone decides whether the
+// unaryLoop is the one owner of every unary call the engine runs (one of
+// a single attempt runs inline on it). It runs on the caller's goroutine and alone decides whether the
 // next attempt goes (a retry, a hedge, a retry beside a timed-out attempt),
 // the per-attempt timer's verdict, which attempt's answer the caller sees
 // (adopt, adoptMeta) and the result, which runUnary then ends. The others

@@ -10,10 +10,14 @@ import (
 	"github.com/stagger-go/stagger/internal/gatetune"
 )
 
-// The evidence's tuning numbers, each with what set it.
+// SlowPart: an attempt that ran a SlowPart-th of its timeout or longer is
+// slow. The interceptor's timer counts such a success as a sign of overload,
+// and SlowForAll waits that long after a later send: least waste on
+// slowdown-90 (BENCHMARKS.md, "Figures behind the code's choices").
+const SlowPart = 4
+
+// The evidence's other tuning numbers, each with what set it.
 const (
-	// laterSendAgePart (SlowForAll): the interceptor's slowSuccessPart, with which the rule was measured.
-	laterSendAgePart = 4
 	// stragglerFastPart (Straggler): not measured; timeouts are a few times the latency.
 	stragglerFastPart = 2
 	// paceSends slices of a paceSliceParts-th of the timeout: TestRealTimeTimerSlowForAll, under
@@ -135,10 +139,10 @@ func (p *Evidence) Answer(start time.Time, took time.Duration, level int) {
 }
 
 // SlowForAll reports whether no attempt sent after start was served, and
-// one was sent after it at least a laterSendAgePart-th of perAttempt
+// one was sent after it at least a SlowPart-th of perAttempt
 // before now.
 func (p *Evidence) SlowForAll(start, now time.Time, perAttempt time.Duration) bool {
-	minAge := perAttempt / laterSendAgePart
+	minAge := perAttempt / SlowPart
 	s := start.UnixNano()
 	if p.answered.Load() > s {
 		return false
