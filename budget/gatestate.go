@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/stagger-go/stagger/internal/clock"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
@@ -107,9 +108,13 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		}
 		return
 	}
+	// A lease holder reported after a.Took (zero: unknown). One that went
+	// before the holder did reports late (its lease lapsed and went to
+	// another): the holder keeps it. A holder that failed doubles the gap
+	// below.
 	probing := a.Admission.probing()
-	if probing {
-		s.pace = s.pace.reported(now, a.Took, a.Outcome == Failure)
+	if probing && !s.pace.until.IsZero() && (a.Took <= 0 || !now.Add(-a.Took).Before(s.pace.at)) {
+		s.pace.until = time.Time{}
 	}
 	if a.Admission == admitRelease || a.Overload && a.Outcome == Failure {
 		// A return's pace follows the server's answers: a released
@@ -119,8 +124,24 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	}
 	if s.pace.backAt.IsZero() && !s.pace.down && (a.Outcome == Success && s.ev.short < tune.RoomCut || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
 		// Held retries wait for the room the answers show (the release
-		// rule): successes raise the pace, a cut of the room lowers it.
-		s.pace = s.pace.roomAnswered(now, a.Outcome == Success, a.Admission != AdmitNone)
+		// rule; the room's pace): a success quickens the releases by
+		// tune.BackFaster, so that held retries follow the new calls back
+		// within about a second of the successes; a failure for overload
+		// that cut the overload rule's room slows them by as much, to
+		// releaseEvery at worst (halving them held a backend refusing 30 %
+		// at random to about one a second). A success of a retry the gate
+		// let go halves the interval instead, as slow start does: with no
+		// new call served, the held retries' own successes are the only
+		// news. After a success the next release comes within every of now.
+		if f := tune.BackFaster; a.Outcome != Success {
+			s.pace.every = s.pace.within(float64(s.pace.every) / f)
+		} else {
+			if a.Admission != AdmitNone {
+				f = tune.RoomCut
+			}
+			s.pace.every = s.pace.within(f * float64(s.pace.every))
+			s.pace.next = clock.Earlier(s.pace.next, now.Add(s.pace.every))
+		}
 	}
 	switch a.Outcome {
 	case Success:
@@ -150,8 +171,11 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		if s.pace.backAt.IsZero() || !s.ev.strained(now) {
 			// During a return, a success quickens the releases only while no attempt was
 			// refused for overload lately (the strain, tune.OverloadHold): the server's
-			// room is then the new calls'.
-			s.pace = s.pace.servedAt(now)
+			// room is then the new calls'. A success takes its share off
+			// the next release's time, never past now (none is kept).
+			if p := &s.pace; p.next.After(now) {
+				p.next = clock.Later(p.next.Add(-time.Duration(p.gain*float64(p.every))), now)
+			}
 		}
 	case Failure:
 		s.lull, s.lastReached = now.Sub(s.lastReached), now
@@ -174,13 +198,16 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing
 		}
-		if !probing {
+		if probing {
+			// A failed lease holder doubles the gap, from paceFloor, up to
+			// tune.ProbeGapMax.
+			s.pace.gap = min(max(2*s.pace.gap, s.pace.pause, paceFloor), tune.ProbeGapMax)
+			s.pace.failedAt, s.pace.since = now, 0
+		} else if s.pace.since++; (a.Number > 1 || e.known()) && s.pace.gap < tune.QuietGapMax {
 			// A new call's attempt failed: the probe gap doubles, up to
 			// tune.QuietGapMax (until retries are known to heal or not, a
 			// failed first attempt says nothing of it).
-			if s.pace.since++; (a.Number > 1 || e.known()) && s.pace.gap < tune.QuietGapMax {
-				s.pace.gap = min(max(2*s.pace.gap, s.pace.pause), tune.QuietGapMax)
-			}
+			s.pace.gap = min(max(2*s.pace.gap, s.pace.pause), tune.QuietGapMax)
 		}
 		if a.Admission == admitRelease || a.Admission == AdmitBudget || a.Admission == admitHeal {
 			s.pace.gain = max(s.pace.gain/2, tune.ReleaseGainStart)
