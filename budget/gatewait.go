@@ -182,7 +182,7 @@ func (g *Gate) grantLocked(now time.Time) {
 	g.round++
 	if outage := g.st.phase == phaseOutage; outage != g.wasOutage {
 		g.wasOutage = outage
-		// Own times are the phase's (decideByPhase): those out of the
+		// Own times are the phase's (decideRules): those out of the
 		// heads for one go back when an outage begins or ends, once per
 		// change (an O(n) step that a phase flapping under overload
 		// would make on every answer).
