@@ -58,7 +58,7 @@ type pacer struct {
 	// releaseEvery, not the room's (gateState.observe): a fleet's return keeps
 	// its peak.
 	down bool
-	// slowest is the slowest a return's pace goes (backFrom; zero:
+	// slowest is the slowest a return's pace goes (gateState.observe; zero:
 	// releaseEvery).
 	slowest time.Duration
 }
@@ -78,31 +78,6 @@ func (p pacer) rested() pacer {
 func (p pacer) releasedAt(now time.Time, c float64) pacer {
 	p.next = now.Add(time.Duration((1 - min(c, 1)) * float64(p.every)))
 	return p
-}
-
-// backFrom is p once an outage whose failures began at since ended now; the calls held
-// through it go back (the release rule): no faster than tune.BackShare
-// times the pace their retries began to wait at, and no slower than that
-// pace itself or releaseEvery, whichever is slower (slowest: a floor of
-// one a second let a thousand processes with a few held calls each send
-// a thousand a second at the return), the first after a share 1-c of
-// that interval, so that processes that saw the recovery together do not
-// send theirs together; fewer than tune.BackMinHeld go unpaced, each at
-// its own time (backAfter). Under overload there is no return: c alone
-// (a credit) times the next release.
-func (p pacer) backFrom(now, since time.Time, c float64, overloaded bool) pacer {
-	p = p.rested()
-	if !overloaded {
-		p.backAt = now
-		p.every = p.within(0)
-		if p.entered >= tune.BackMinHeld {
-			came := float64(now.Sub(since)) / float64(p.entered)
-			p.slowest = time.Duration(max(came, float64(releaseEvery)))
-			p.every = p.within(came / tune.BackShare)
-		}
-	}
-	p.entered = 0
-	return p.releasedAt(now, c)
 }
 
 // answeredIn is p once a released retry ended at now after took, ok when

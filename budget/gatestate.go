@@ -151,15 +151,33 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		s.lull, s.lastReached = now.Sub(s.lastReached), now
 		s.streak, s.span = 0, 0
 		if s.phase == phaseOutage {
-			// The calls held through it go back (the release rule), the
-			// first after a share drawn at random, or at once when a
-			// deferred retry found the server back.
-			s.pace.gain = tune.ReleaseGainStart
+			// The calls held through it go back (the release rule): no
+			// faster than tune.BackShare times the pace their retries
+			// began to wait at, and no slower than that pace itself or
+			// releaseEvery, whichever is slower (slowest: a floor of one a
+			// second let a thousand processes with a few held calls each
+			// send a thousand a second at the return), the first after a
+			// share 1-c of that interval, c drawn at random (so that
+			// processes that saw the recovery together do not send theirs
+			// together) or whole when a deferred retry found the server
+			// back; fewer than tune.BackMinHeld go unpaced, each at its own
+			// time (backAfter). Under overload there is no return: c alone
+			// times the next release.
 			c := s.rand()
 			if probing {
 				c = 1
 			}
-			s.pace = s.pace.backFrom(now, s.streakAt, c, s.ev.overloaded(now))
+			p := s.pace.rested()
+			if p.gain = tune.ReleaseGainStart; !s.ev.overloaded(now) {
+				p.backAt, p.every = now, p.within(0)
+				if p.entered >= tune.BackMinHeld {
+					came := float64(now.Sub(s.streakAt)) / float64(p.entered)
+					p.slowest = time.Duration(max(came, float64(releaseEvery)))
+					p.every = p.within(came / tune.BackShare)
+				}
+			}
+			p.entered = 0
+			s.pace = p.releasedAt(now, c)
 		}
 		if s.phase.failing() {
 			s.phase = phaseRecovering
