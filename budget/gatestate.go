@@ -55,10 +55,10 @@ func newGateState(now time.Time, rand func() float64) gateState {
 // tune.ProbeGapMax and the longest wait it judged (the ageing rule): a
 // state not settled falls back to a new Gate's (the next retry finds out,
 // as in a new process), and the evidence of whether retries heal goes.
-// The Gate calls it only while nobody waits and no probe is out.
-func (s *gateState) age(now time.Time) {
+// It does nothing while a retry waits (waiting) or a probe is out.
+func (s *gateState) age(now time.Time, waiting bool) {
 	bound := max(s.span, tune.ProbeGapMax)
-	if s.pace.leased(now) {
+	if waiting || s.pace.leased(now) {
 		return
 	}
 	if now.Sub(s.lastReached) > bound {

@@ -91,7 +91,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	level := r.Criticality.Index()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.ageLocked(now)
+	g.st.age(now, g.n > 0)
 	pause = max(pause, 0)
 	view := waiterView{
 		number: r.Number, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
