@@ -97,10 +97,9 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	}
 	if idle {
 		if a.Outcome == Success {
-			s.pace.gain, s.pace.gap = tune.ReleaseGainStart, 0
-			s.streak, s.span = 0, 0
 			s.pace = s.pace.rested() // nobody waits: no return is under way
-			s.pace.down = false
+			s.pace.gain, s.pace.gap, s.pace.down = tune.ReleaseGainStart, 0, false
+			s.streak, s.span = 0, 0
 			if s.phase == phaseOutage {
 				s.pace = s.pace.releasedAt(now, s.rand())
 			}
