@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -46,12 +47,7 @@ const (
 
 // withDefaults returns s with each zero field replaced by its default.
 func (s DeferSettings) withDefaults() DeferSettings {
-	if s.MaxWaiting == 0 {
-		s.MaxWaiting = defaultMaxWaiting
-	}
-	if s.MaxWait == 0 {
-		s.MaxWait = defaultMaxWait
-	}
+	s.MaxWaiting, s.MaxWait = cmp.Or(s.MaxWaiting, defaultMaxWaiting), cmp.Or(s.MaxWait, defaultMaxWait)
 	return s
 }
 

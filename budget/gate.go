@@ -143,7 +143,7 @@ func (g *Gate) Admit(r Request) (Admission, bool) {
 	if !settled {
 		now = g.now()
 		g.mu.Lock()
-		g.ageLocked(now)
+		g.st.age(now, g.n > 0)
 		ev := &g.st.ev
 		refuse := !r.Hedge && (g.st.phase == phaseOutage || ev.overloaded(now)) || r.AfterTimeout && !straggler && now.Before(ev.slowUntil)
 		if refuse {
@@ -191,7 +191,7 @@ func (g *Gate) Record(a Attempt) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.ageLocked(now)
+	g.st.age(now, g.n > 0)
 	if a.Outcome != Failure && a.Admission == AdmitNone && g.n == 0 {
 		// Nobody waits: a success forgets what failures left.
 		g.st.observe(now, a, true)
@@ -217,13 +217,6 @@ func (g *Gate) Record(a Attempt) {
 	}
 	g.news++
 	g.grantLocked(now)
-}
-
-// ageLocked lets the state age (gateState.age) while nobody waits.
-func (g *Gate) ageLocked(now time.Time) {
-	if g.n == 0 {
-		g.st.age(now)
-	}
 }
 
 // settle sets the settled word at now; under mu.

@@ -26,11 +26,13 @@ func TestReturnNoSlowerThanHeldCame(t *testing.T) {
 		// 8 over 10 s came every 1.25 s: the floor is that pace.
 		{"came a little slower", 8, 1250 * time.Millisecond, 1250 * time.Millisecond},
 	} {
-		p := newPacer(t0)
-		p.entered = tc.entered
+		s := newGateState(t0, func() float64 { return 0 })
+		s.phase, s.streak, s.streakAt, s.pace.entered, s.pace.down = phaseOutage, 2, t0, tc.entered, true
 		back := t0.Add(10 * time.Second)
-		p = p.backFrom(back, t0, 1, false)
-		if p.every != tc.want {
+		// A probe found the server back: the return begins.
+		s.observe(back, Attempt{Number: 2, Outcome: Success, Admission: admitProbe}, false)
+		p := s.pace
+		if p.backAt != back || p.every != tc.want {
 			t.Errorf("%s: the return's pace %v, want %v", tc.name, p.every, tc.want)
 		}
 		// A failed release halves the pace, to the floor at slowest.

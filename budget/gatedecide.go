@@ -128,6 +128,9 @@ func (s *gateState) lastChanceAt(now time.Time, w *waiterView) time.Time {
 	return w.deadline.Add(-s.attemptTime(now, w) - tune.LastChanceLead)
 }
 
+// decideRules is the rules' decision for w before its guard's: the heal
+// and hold rules, then the release rule while the server serves, the probe
+// and last-chance rules while it fails.
 func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) decision {
 	held := w.heldBy != ""
 	// The heal rule, but during a return: then every waiting retry goes at
@@ -152,7 +155,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		// A retry that failed after its call's first attempt did is the
 		// evidence of an outage: a learning retry with attempts left
 		// after it waits, held, until the backend gave no news for a
-		// while (decideByPhase: the new calls' first attempts are the
+		// while (the probe rule below: the new calls' first attempts are the
 		// probes meanwhile); a call's last attempt learns at once, its
 		// outcome settling the call (else a fleet of quiet processes pays
 		// a learning call's every attempt each: BENCHMARKS.md, A fleet of
@@ -183,96 +186,90 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 			d.heldBy = heldOutage
 		}
 	}
-	if d.how, d.next, d.own = s.decideByPhase(now, w, held); d.how == AdmitNone {
+	// The release rule while the server serves, the probe and last-chance
+	// rules while it fails: how w goes once due comes, and own, w's own
+	// time that has not come (its back time after an outage; zero: none).
+	how, due, own := AdmitNone, time.Time{}, time.Time{}
+	switch {
+	case !s.phase.failing():
+		how, due = admitRelease, s.pace.next
+		if held && w.holdAt.Before(s.pace.backAt) { // held through the outage
+			if back := s.pace.backAfter(w, s.lastChanceAt(now, w)); now.Before(back) {
+				own = back
+			}
+			due = clock.Later(due, own)
+		}
+	case s.pace.leased(now):
+		due = s.pace.until // the settling rule
+	case w.lone:
+		how = admitProbe // the futility rule's lone probe
+	default:
+		// Until retries are known to heal or not, a failed first attempt
+		// says nothing: only retries' own outcomes space the probes, and
+		// only a call's last attempt probes (its outcome settles the
+		// call), or any retry while none has told anything yet.
+		reached, known := s.lastReached, s.ev.known()
+		if !known {
+			reached = s.ev.lastRetry
+		}
+		// mine: when w's own part of due (its pause after the latest that
+		// reached the backend, its last chance) comes; the rest is the
+		// pacer's (the probe gap), shared by every waiter. In an outage,
+		// until mine, w is held back by itself: own (the grant loop puts
+		// such waiters back in the heads when the outage begins or ends).
+		var mine time.Time
+		if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
+			how, due, mine = admitProbe, reached.Add(max(w.pause, s.pace.gap)), reached.Add(w.pause)
+		} else if !known && held {
+			// With no news the estimate goes back to unknown: once nothing
+			// reached the backend for the probe gap and tune.QuietLulls
+			// times the latest interval between its answers, any held retry goes
+			// to learn, one at a time (a burst that ended the load left held
+			// retries no success would ever release; one not held goes by
+			// the hold rule).
+			quiet := max(s.pace.gap, tune.QuietLulls*s.lull)
+			if !s.ev.seen && !s.ev.overloaded(now) {
+				// A learning retry held by the hold rule: a backend never
+				// seen to serve, whose retry failed, is quiet once no new
+				// call brought news for the longest probe gap they stretch
+				// (the learning call's own failed probes do not stretch it:
+				// it goes on one attempt at a time within its wait).
+				quiet = tune.QuietGapMax
+			}
+			how, due, mine = admitProbe, s.lastReached.Add(max(w.pause, quiet)), s.lastReached.Add(w.pause)
+		}
+		if !w.deadline.IsZero() {
+			lastMine := clock.Later(s.lastChanceAt(now, w), reached.Add(w.pause))
+			last := clock.Later(lastMine, s.pace.failedAt.Add(s.pace.gap))
+			if s.phase == phaseOutage && !s.pace.failedAt.Before(s.streakAt) {
+				// A last chance is a probe: once one failed in this outage,
+				// the next waits for the probe gap after the latest that
+				// reached the backend too, so a long outage's failed calls
+				// retry one at a time between the new calls' failures, not
+				// each at its deadline (the first still goes: until a retry
+				// fails in it, failed first attempts say nothing of retries).
+				last = clock.Later(last, reached.Add(s.pace.gap))
+			}
+			if how == AdmitNone || last.Before(due) {
+				how, due, mine = admitLast, last, lastMine
+			}
+		}
+		if s.phase == phaseOutage && now.Before(mine) {
+			// Within the outage nothing brings due sooner (the latest that
+			// reached the backend and the gap only grow): due is w's own.
+			own = due
+		}
+	}
+	if !now.Before(due) {
+		d.how = how
+	} else {
+		d.next, d.own = due, own
+	}
+	if d.how == AdmitNone {
 		if !held {
 			d.next = clock.Earlier(d.next, w.holdAt)
 		}
 		d.next = clock.Earlier(d.next, endAt)
 	}
 	return d
-}
-
-// decideByPhase is the release rule while the server serves, the probe and
-// last-chance rules while it fails. With AdmitNone it says when to ask
-// again, and own, the retry's own time that has not come (its back time
-// after an outage; zero: none).
-func (s *gateState) decideByPhase(now time.Time, w *waiterView, held bool) (how Admission, next, own time.Time) {
-	if !s.phase.failing() {
-		next := s.pace.next
-		if held && w.holdAt.Before(s.pace.backAt) { // held through the outage
-			if back := s.pace.backAfter(w, s.lastChanceAt(now, w)); now.Before(back) {
-				own = back
-			}
-			next = clock.Later(next, own)
-		}
-		if !now.Before(next) {
-			return admitRelease, time.Time{}, time.Time{}
-		}
-		return AdmitNone, next, own
-	}
-	if s.pace.leased(now) {
-		return AdmitNone, s.pace.until, time.Time{} // the settling rule
-	}
-	if w.lone {
-		return admitProbe, time.Time{}, time.Time{} // the futility rule's lone probe
-	}
-	// Until retries are known to heal or not, a failed first attempt says
-	// nothing: only retries' own outcomes space the probes, and only a
-	// call's last attempt probes (its outcome settles the call), or any
-	// retry while none has told anything yet.
-	reached, known := s.lastReached, s.ev.known()
-	if !known {
-		reached = s.ev.lastRetry
-	}
-	// mine: when w's own part of due (its pause after the latest that
-	// reached the backend, its last chance) comes; the rest is the
-	// pacer's (the probe gap), shared by every waiter. In an outage,
-	// until mine, w is held back by itself: own (the grant loop puts
-	// such waiters back in the heads when the outage begins or ends).
-	how, due, mine := AdmitNone, time.Time{}, time.Time{}
-	if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
-		how, due, mine = admitProbe, reached.Add(max(w.pause, s.pace.gap)), reached.Add(w.pause)
-	} else if !known && held {
-		// With no news the estimate goes back to unknown: once nothing
-		// reached the backend for the probe gap and tune.QuietLulls
-		// times the latest interval between its answers, any held retry goes
-		// to learn, one at a time (a burst that ended the load left held
-		// retries no success would ever release; one not held goes by
-		// the hold rule).
-		quiet := max(s.pace.gap, tune.QuietLulls*s.lull)
-		if !s.ev.seen && !s.ev.overloaded(now) {
-			// A learning retry held by the hold rule: a backend never
-			// seen to serve, whose retry failed, is quiet once no new
-			// call brought news for the longest probe gap they stretch
-			// (the learning call's own failed probes do not stretch it:
-			// it goes on one attempt at a time within its wait).
-			quiet = tune.QuietGapMax
-		}
-		how, due, mine = admitProbe, s.lastReached.Add(max(w.pause, quiet)), s.lastReached.Add(w.pause)
-	}
-	if !w.deadline.IsZero() {
-		lastMine := clock.Later(s.lastChanceAt(now, w), reached.Add(w.pause))
-		last := clock.Later(lastMine, s.pace.failedAt.Add(s.pace.gap))
-		if s.phase == phaseOutage && !s.pace.failedAt.Before(s.streakAt) {
-			// A last chance is a probe: once one failed in this outage,
-			// the next waits for the probe gap after the latest that
-			// reached the backend too, so a long outage's failed calls
-			// retry one at a time between the new calls' failures, not
-			// each at its deadline (the first still goes: until a retry
-			// fails in it, failed first attempts say nothing of retries).
-			last = clock.Later(last, reached.Add(s.pace.gap))
-		}
-		if how == AdmitNone || last.Before(due) {
-			how, due, mine = admitLast, last, lastMine
-		}
-	}
-	if !now.Before(due) {
-		return how, time.Time{}, time.Time{}
-	}
-	if s.phase == phaseOutage && now.Before(mine) {
-		// Within the outage nothing brings due sooner (the latest that
-		// reached the backend and the gap only grow): due is w's own.
-		own = due
-	}
-	return AdmitNone, due, own
 }

@@ -36,7 +36,7 @@ type evidence struct {
 	// strain's start): a failure for overload without a pushback halves
 	// what is left, once per attempt time (only an attempt that began
 	// after the latest cut, at cutAt, cuts: the others met the same
-	// load), and each success gives tune.RoomGain back.
+	// load), and each success gives tune.RoomCut*(1-tune.RoomCut) back.
 	short float64
 	cutAt time.Time
 	// lastFail is when the latest streak of failures that a success ended
@@ -117,7 +117,7 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		}
 	}
 	if a.Outcome == Success {
-		e.short = max(e.short-tune.RoomGain, 0)
+		e.short = max(e.short-tune.RoomCut*(1-tune.RoomCut), 0)
 		e.retryFails, e.seen = 0, true
 	}
 }

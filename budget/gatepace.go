@@ -23,7 +23,7 @@ const (
 // While the server serves, releases are one cell of the generic cell rate
 // algorithm: none goes before next, each that goes adds every to it, and
 // none is kept (a pace never bursts); a success takes its share gain of
-// every off next. Outside a return, every follows the room (roomAnswered)
+// every off next. Outside a return, every follows the room (gateState.observe)
 // unless down. every is releaseEvery, or during a return (since backAt:
 // calls held through an outage go back, each no sooner than backAfter,
 // until a success finds none of the retries that waited before backAt
@@ -55,10 +55,10 @@ type pacer struct {
 	since int
 	// down: an outage began since nobody last waited. Until a success
 	// finds nobody waiting, the held retries go at the return's pace or
-	// releaseEvery, not the room's (roomAnswered): a fleet's return keeps
+	// releaseEvery, not the room's (gateState.observe): a fleet's return keeps
 	// its peak.
 	down bool
-	// slowest is the slowest a return's pace goes (backFrom; zero:
+	// slowest is the slowest a return's pace goes (gateState.observe; zero:
 	// releaseEvery).
 	slowest time.Duration
 }
@@ -78,64 +78,6 @@ func (p pacer) rested() pacer {
 func (p pacer) releasedAt(now time.Time, c float64) pacer {
 	p.next = now.Add(time.Duration((1 - min(c, 1)) * float64(p.every)))
 	return p
-}
-
-// servedAt is p after a success at now: it takes its share off the next
-// release's time, never past now (none is kept).
-func (p pacer) servedAt(now time.Time) pacer {
-	if p.next.After(now) {
-		p.next = clock.Later(p.next.Add(-time.Duration(p.gain*float64(p.every))), now)
-	}
-	return p
-}
-
-// roomAnswered is p once an attempt ended at now while retries wait and no
-// return is under way (the room's pace): a success quickens the releases by
-// tune.BackFaster, so that held retries follow the new calls back within
-// about a second of the successes; a failure for overload that cut the
-// overload rule's room slows them by as much, to releaseEvery at worst
-// (halving them held a backend refusing 30 % at random to about one a
-// second). A success of a retry the gate let go (own) halves the interval
-// instead, as slow start does: with no new call served, the held retries'
-// own successes are the only news. After a success the next release comes
-// within every of now.
-func (p pacer) roomAnswered(now time.Time, ok, own bool) pacer {
-	if !ok {
-		p.every = p.within(float64(p.every) / tune.BackFaster)
-		return p
-	}
-	f := tune.BackFaster
-	if own {
-		f = tune.RoomCut
-	}
-	p.every = p.within(f * float64(p.every))
-	p.next = clock.Earlier(p.next, now.Add(p.every))
-	return p
-}
-
-// backFrom is p once an outage whose failures began at since ended now; the calls held
-// through it go back (the release rule): no faster than tune.BackShare
-// times the pace their retries began to wait at, and no slower than that
-// pace itself or releaseEvery, whichever is slower (slowest: a floor of
-// one a second let a thousand processes with a few held calls each send
-// a thousand a second at the return), the first after a share 1-c of
-// that interval, so that processes that saw the recovery together do not
-// send theirs together; fewer than tune.BackMinHeld go unpaced, each at
-// its own time (backAfter). Under overload there is no return: c alone
-// (a credit) times the next release.
-func (p pacer) backFrom(now, since time.Time, c float64, overloaded bool) pacer {
-	p = p.rested()
-	if !overloaded {
-		p.backAt = now
-		p.every = p.within(0)
-		if p.entered >= tune.BackMinHeld {
-			came := float64(now.Sub(since)) / float64(p.entered)
-			p.slowest = time.Duration(max(came, float64(releaseEvery)))
-			p.every = p.within(came / tune.BackShare)
-		}
-	}
-	p.entered = 0
-	return p.releasedAt(now, c)
 }
 
 // answeredIn is p once a released retry ended at now after took, ok when
@@ -229,21 +171,6 @@ func (p pacer) given(how Admission) pacer {
 		p.next = p.next.Add(-p.every)
 	case how.probing():
 		p.until = time.Time{}
-	}
-	return p
-}
-
-// reported is p once a lease holder ended now after took (zero: unknown). One that
-// went before the holder did reports late (its lease lapsed and went to
-// another): the holder keeps it. A holder that failed doubles the gap,
-// from paceFloor, up to tune.ProbeGapMax.
-func (p pacer) reported(now time.Time, took time.Duration, failed bool) pacer {
-	if !p.until.IsZero() && (took <= 0 || !now.Add(-took).Before(p.at)) {
-		p.until = time.Time{}
-	}
-	if failed {
-		p.gap = min(max(2*p.gap, p.pause, paceFloor), tune.ProbeGapMax)
-		p.failedAt, p.since = now, 0
 	}
 	return p
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/stagger-go/stagger/internal/clock"
 	tune "github.com/stagger-go/stagger/internal/gatetune"
 )
 
@@ -54,10 +55,10 @@ func newGateState(now time.Time, rand func() float64) gateState {
 // tune.ProbeGapMax and the longest wait it judged (the ageing rule): a
 // state not settled falls back to a new Gate's (the next retry finds out,
 // as in a new process), and the evidence of whether retries heal goes.
-// The Gate calls it only while nobody waits and no probe is out.
-func (s *gateState) age(now time.Time) {
+// It does nothing while a retry waits (waiting) or a probe is out.
+func (s *gateState) age(now time.Time, waiting bool) {
 	bound := max(s.span, tune.ProbeGapMax)
-	if s.pace.leased(now) {
+	if waiting || s.pace.leased(now) {
 		return
 	}
 	if now.Sub(s.lastReached) > bound {
@@ -96,10 +97,9 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	}
 	if idle {
 		if a.Outcome == Success {
-			s.pace.gain, s.pace.gap = tune.ReleaseGainStart, 0
-			s.streak, s.span = 0, 0
 			s.pace = s.pace.rested() // nobody waits: no return is under way
-			s.pace.down = false
+			s.pace.gain, s.pace.gap, s.pace.down = tune.ReleaseGainStart, 0, false
+			s.streak, s.span = 0, 0
 			if s.phase == phaseOutage {
 				s.pace = s.pace.releasedAt(now, s.rand())
 			}
@@ -107,9 +107,13 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		}
 		return
 	}
+	// A lease holder reported after a.Took (zero: unknown). One that went
+	// before the holder did reports late (its lease lapsed and went to
+	// another): the holder keeps it. A holder that failed doubles the gap
+	// below.
 	probing := a.Admission.probing()
-	if probing {
-		s.pace = s.pace.reported(now, a.Took, a.Outcome == Failure)
+	if probing && !s.pace.until.IsZero() && (a.Took <= 0 || !now.Add(-a.Took).Before(s.pace.at)) {
+		s.pace.until = time.Time{}
 	}
 	if a.Admission == admitRelease || a.Overload && a.Outcome == Failure {
 		// A return's pace follows the server's answers: a released
@@ -119,8 +123,24 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	}
 	if s.pace.backAt.IsZero() && !s.pace.down && (a.Outcome == Success && s.ev.short < tune.RoomCut || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
 		// Held retries wait for the room the answers show (the release
-		// rule): successes raise the pace, a cut of the room lowers it.
-		s.pace = s.pace.roomAnswered(now, a.Outcome == Success, a.Admission != AdmitNone)
+		// rule; the room's pace): a success quickens the releases by
+		// tune.BackFaster, so that held retries follow the new calls back
+		// within about a second of the successes; a failure for overload
+		// that cut the overload rule's room slows them by as much, to
+		// releaseEvery at worst (halving them held a backend refusing 30 %
+		// at random to about one a second). A success of a retry the gate
+		// let go halves the interval instead, as slow start does: with no
+		// new call served, the held retries' own successes are the only
+		// news. After a success the next release comes within every of now.
+		if f := tune.BackFaster; a.Outcome != Success {
+			s.pace.every = s.pace.within(float64(s.pace.every) / f)
+		} else {
+			if a.Admission != AdmitNone {
+				f = tune.RoomCut
+			}
+			s.pace.every = s.pace.within(f * float64(s.pace.every))
+			s.pace.next = clock.Earlier(s.pace.next, now.Add(s.pace.every))
+		}
 	}
 	switch a.Outcome {
 	case Success:
@@ -130,15 +150,33 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		s.lull, s.lastReached = now.Sub(s.lastReached), now
 		s.streak, s.span = 0, 0
 		if s.phase == phaseOutage {
-			// The calls held through it go back (the release rule), the
-			// first after a share drawn at random, or at once when a
-			// deferred retry found the server back.
-			s.pace.gain = tune.ReleaseGainStart
+			// The calls held through it go back (the release rule): no
+			// faster than tune.BackShare times the pace their retries
+			// began to wait at, and no slower than that pace itself or
+			// releaseEvery, whichever is slower (slowest: a floor of one a
+			// second let a thousand processes with a few held calls each
+			// send a thousand a second at the return), the first after a
+			// share 1-c of that interval, c drawn at random (so that
+			// processes that saw the recovery together do not send theirs
+			// together) or whole when a deferred retry found the server
+			// back; fewer than tune.BackMinHeld go unpaced, each at its own
+			// time (backAfter). Under overload there is no return: c alone
+			// times the next release.
 			c := s.rand()
 			if probing {
 				c = 1
 			}
-			s.pace = s.pace.backFrom(now, s.streakAt, c, s.ev.overloaded(now))
+			p := s.pace.rested()
+			if p.gain = tune.ReleaseGainStart; !s.ev.overloaded(now) {
+				p.backAt, p.every = now, p.within(0)
+				if p.entered >= tune.BackMinHeld {
+					came := float64(now.Sub(s.streakAt)) / float64(p.entered)
+					p.slowest = time.Duration(max(came, float64(releaseEvery)))
+					p.every = p.within(came / tune.BackShare)
+				}
+			}
+			p.entered = 0
+			s.pace = p.releasedAt(now, c)
 		}
 		if s.phase.failing() {
 			s.phase = phaseRecovering
@@ -150,8 +188,11 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		if s.pace.backAt.IsZero() || !s.ev.strained(now) {
 			// During a return, a success quickens the releases only while no attempt was
 			// refused for overload lately (the strain, tune.OverloadHold): the server's
-			// room is then the new calls'.
-			s.pace = s.pace.servedAt(now)
+			// room is then the new calls'. A success takes its share off
+			// the next release's time, never past now (none is kept).
+			if p := &s.pace; p.next.After(now) {
+				p.next = clock.Later(p.next.Add(-time.Duration(p.gain*float64(p.every))), now)
+			}
 		}
 	case Failure:
 		s.lull, s.lastReached = now.Sub(s.lastReached), now
@@ -174,13 +215,16 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		} else if s.phase != phaseOutage {
 			s.phase = phaseFailing
 		}
-		if !probing {
+		if probing {
+			// A failed lease holder doubles the gap, from paceFloor, up to
+			// tune.ProbeGapMax.
+			s.pace.gap = min(max(2*s.pace.gap, s.pace.pause, paceFloor), tune.ProbeGapMax)
+			s.pace.failedAt, s.pace.since = now, 0
+		} else if s.pace.since++; (a.Number > 1 || e.known()) && s.pace.gap < tune.QuietGapMax {
 			// A new call's attempt failed: the probe gap doubles, up to
 			// tune.QuietGapMax (until retries are known to heal or not, a
 			// failed first attempt says nothing of it).
-			if s.pace.since++; (a.Number > 1 || e.known()) && s.pace.gap < tune.QuietGapMax {
-				s.pace.gap = min(max(2*s.pace.gap, s.pace.pause), tune.QuietGapMax)
-			}
+			s.pace.gap = min(max(2*s.pace.gap, s.pace.pause), tune.QuietGapMax)
 		}
 		if a.Admission == admitRelease || a.Admission == AdmitBudget || a.Admission == admitHeal {
 			s.pace.gain = max(s.pace.gain/2, tune.ReleaseGainStart)

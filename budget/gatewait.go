@@ -91,7 +91,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	level := r.Criticality.Index()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.ageLocked(now)
+	g.st.age(now, g.n > 0)
 	pause = max(pause, 0)
 	view := waiterView{
 		number: r.Number, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
@@ -182,7 +182,7 @@ func (g *Gate) grantLocked(now time.Time) {
 	g.round++
 	if outage := g.st.phase == phaseOutage; outage != g.wasOutage {
 		g.wasOutage = outage
-		// Own times are the phase's (decideByPhase): those out of the
+		// Own times are the phase's (decideRules): those out of the
 		// heads for one go back when an outage begins or ends, once per
 		// change (an O(n) step that a phase flapping under overload
 		// would make on every answer).
@@ -203,52 +203,11 @@ func (g *Gate) grantLocked(now time.Time) {
 		due = append(due, w)
 	}
 	slices.SortFunc(due, func(a, b *Waiter) int { return cmp.Or(b.level-a.level, cmp.Compare(a.seq, b.seq)) })
-	// told: per set, the time its head was told to wait for.
-	var told [4]time.Time
-	// decide decides w and applies the verdict.
-	decide := func(w *Waiter) {
-		l, class, head := w.level, w.class, g.heads[w.level][w.class].top() == w
-		w.round = g.round
-		d := g.st.decide(now, &w.view)
-		if d.heldBy != "" && w.view.heldBy == "" {
-			w.view.heldBy = d.heldBy
-			g.heads[l][w.class].remove(w)
-			w.class = classOf(w)
-			g.heads[l][w.class].push(w)
-		}
-		if d.how != AdmitNone && guardHeld && w.r.Guard != nil {
-			// Held for news or the guard's time, and to its end.
-			end, _ := g.st.endAt(now, &w.view)
-			d.how, d.next = AdmitNone, clock.Earlier(g.guardAt, end)
-		}
-		switch {
-		case d.end != nil:
-			g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
-		case d.how == AdmitNone:
-			next := d.next
-			switch {
-			case !d.own.IsZero():
-				// Its own time has not come: out of the heads, which
-				// the pacer alone holds back, until then (or its end).
-				g.heads[l][w.class].remove(w)
-				next = clock.Earlier(d.own, next)
-			case head:
-				told[class] = next
-			case next.IsZero() || next.Equal(told[class]):
-				// Parked behind its head (news decides only heads): its
-				// own end, at the latest.
-				next, _ = g.st.endAt(now, &w.view)
-			}
-			g.dues.setDue(w, next)
-		default:
-			w.how = d.how
-			g.moveLocked(now, w, waitGranted, nil)
-		}
-	}
 	for l, i := len(g.queue)-1, 0; l >= 0; l-- {
-		// stopped: the set's head was decided in this run and waits.
+		// stopped: the set's head was decided in this run and waits;
+		// told: per set, the time its head was told to wait for.
 		var stopped [4]bool
-		told = [4]time.Time{}
+		var told [4]time.Time
 		for {
 			var w *Waiter
 			for c := range g.heads[l] {
@@ -269,7 +228,44 @@ func (g *Gate) grantLocked(now time.Time) {
 			if w == nil {
 				break
 			}
-			decide(w)
+			// Decide w and apply the verdict.
+			class, head := w.class, g.heads[l][w.class].top() == w // w.level is l
+			w.round = g.round
+			d := g.st.decide(now, &w.view)
+			if d.heldBy != "" && w.view.heldBy == "" {
+				w.view.heldBy = d.heldBy
+				g.heads[l][w.class].remove(w)
+				w.class = classOf(w)
+				g.heads[l][w.class].push(w)
+			}
+			if d.how != AdmitNone && guardHeld && w.r.Guard != nil {
+				// Held for news or the guard's time, and to its end.
+				end, _ := g.st.endAt(now, &w.view)
+				d.how, d.next = AdmitNone, clock.Earlier(g.guardAt, end)
+			}
+			switch {
+			case d.end != nil:
+				g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
+			case d.how == AdmitNone:
+				next := d.next
+				switch {
+				case !d.own.IsZero():
+					// Its own time has not come: out of the heads, which
+					// the pacer alone holds back, until then (or its end).
+					g.heads[l][w.class].remove(w)
+					next = clock.Earlier(d.own, next)
+				case head:
+					told[class] = next
+				case next.IsZero() || next.Equal(told[class]):
+					// Parked behind its head (news decides only heads): its
+					// own end, at the latest.
+					next, _ = g.st.endAt(now, &w.view)
+				}
+				g.dues.setDue(w, next)
+			default:
+				w.how = d.how
+				g.moveLocked(now, w, waitGranted, nil)
+			}
 		}
 	}
 	clear(due)

@@ -111,12 +111,14 @@ const (
 	// refusing two attempts in three is judged overloaded within a window.
 	OverloadShare  = 0.6
 	OverloadWindow = 32
-	// RoomCut, RoomGain: the overload rule's estimate of the room a
-	// backend has for retries. A failure for overload without a pushback
-	// takes half the room left (once per attempt time), a success gives a
-	// quarter back, and retries are held while a cut's worth or more is
-	// gone: a refusal holds retries until the next success, a
-	// burst's until its second. A 5 s hold after each refusal held every
+	// RoomCut: the overload rule's estimate of the room a backend has for
+	// retries. A failure for overload without a pushback takes half the
+	// room left (once per attempt time), and retries are held while a
+	// cut's worth or more is gone: a refusal holds retries until the next
+	// success, a burst's until its second. So a success gives back
+	// RoomCut*(1-RoomCut) (a quarter), the most that still holds a burst
+	// of two refusals past its first success (two cuts took
+	// 1-(1-RoomCut)^2 of the room). A 5 s hold after each refusal held every
 	// retry of a backend refusing 30 % at random to its 10 s limit
 	// (BENCHMARKS.md, "A migrating team's three scenarios"). During a
 	// return after an outage a refusal still holds for OverloadHold: the
@@ -127,8 +129,7 @@ const (
 	// by the same factor (slow start doubles what a cut halves): a burst
 	// whose load ended leaves no new call to quicken it, and a fifth per
 	// success brought held calls back one at a time over seconds.
-	RoomCut  = 0.5
-	RoomGain = 0.25
+	RoomCut = 0.5
 	// QuietLulls: a backend that answered nothing for 4 times its latest
 	// interval between answers (and the probe gap) gives no news: a
 	// retry goes to learn. Judged on the gap alone, a fleet of 1,000
