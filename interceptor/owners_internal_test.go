@@ -145,6 +145,11 @@ func TestOneOwnerSites(t *testing.T) {
 	if got, want := callersWhere(t, func(string) bool { return true }, "Has"), []string{"call_retry.go: raceVerdict"}; !slices.Equal(got, want) {
 		t.Errorf("a code set is read (Has) in %v, want %v alone", got, want)
 	}
+	// A loser's outcome (cancelled as another won or the race failed) has
+	// one rule for both hedging engines.
+	if got, want := identUsers(t, "loserOutcome"), []string{"hedgestream_attempts.go: retryStream.settleOthers", "unary_loop.go: unaryLoop.drain"}; !slices.Equal(got, want) {
+		t.Errorf("a loser's outcome (loserOutcome) is decided in %v, want %v alone", got, want)
+	}
 	var unary []string
 	for _, s := range enders {
 		if !strings.HasPrefix(s, "stream") && !strings.HasPrefix(s, "hedgestream") {
