@@ -185,11 +185,11 @@ type answer struct {
 // alone are the policy (Decide), the breaker and the budget asked for an
 // attempt after the first and told how an attempt ended. The askers differ
 // only in q.kind; a failure is judged by verdict, a retry's and a hedge's
-// alike, after one caller rule (callerEnded). It writes nothing of the call (a stream's timer runs it
-// on its own goroutine): the asker applies the answer. A retry is admitted
-// in this order: Decide (no pause that outlasts the deadline), the breaker, the
-// budget, then the Deferrer's wait (which asks the breaker again); a
-// hedge the same, without a verdict.
+// alike, after one caller rule (callerEnded). It writes nothing of the call
+// (a stream's timer runs it on its own goroutine): the asker applies the
+// answer. A retry is admitted in this order: Decide (no pause that outlasts
+// the deadline), the breaker, the budget, then the Deferrer's wait (which
+// asks the breaker again); a hedge the same, without a verdict.
 func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answer) {
 	v := &ans.verdict
 	switch {
