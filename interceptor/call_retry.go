@@ -184,11 +184,12 @@ type answer struct {
 // shouldRetry is the call's one decision (grpc-go's shouldRetry): here
 // alone are the policy (Decide), the breaker and the budget asked for an
 // attempt after the first and told how an attempt ended. The askers differ
-// only in q.kind. It writes nothing of the call (a stream's timer runs it
-// on its own goroutine): the asker applies the answer. A retry is admitted
-// in this order: Decide (no pause that outlasts the deadline), the breaker, the
-// budget, then the Deferrer's wait (which asks the breaker again); a
-// hedge the same, without a verdict.
+// only in q.kind; a failure is judged by verdict, a retry's and a hedge's
+// alike, after one caller rule (callerEnded). It writes nothing of the call
+// (a stream's timer runs it on its own goroutine): the asker applies the
+// answer. A retry is admitted in this order: Decide (no pause that outlasts
+// the deadline), the breaker, the budget, then the Deferrer's wait (which
+// asks the breaker again); a hedge the same, without a verdict.
 func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answer) {
 	v := &ans.verdict
 	switch {
@@ -196,15 +197,12 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 		v.Retry = true
 		f.admit(q, &ans)
 		return ans
-	case q.kind == askRaced:
-		f.judgeRaced(callCtx, q, &ans)
-		return ans
 	case q.kind == askSettled:
 		f.record(q, q.breakerO, &q.rec)
 		return ans
 	case q.err == nil:
 		v.Record, v.Reason = budget.Success, policy.ReasonSuccess
-	case !f.retrying || f.o.offNow():
+	case q.kind != askRaced && (!f.retrying || f.o.offNow()):
 		// gRFC A6 counts failures only for methods with a retry policy:
 		// the budget hears nothing of them, nor of a call switched off.
 		ans.unretried = true
@@ -219,23 +217,28 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 	case q.given:
 		*v = q.verdict
 	default:
-		a := f.attemptFacts(callCtx, q.err, q.trailer, q.committed, q.timedOut)
-		a.Number = q.n
-		*v = f.pol.Decide(&a)
-		if q.kind == askEnded && v.Reason == policy.ReasonCaller && !contextCode(q.err) {
-			// The failure came as the caller left: had the policy retried
-			// it, the call ends with the caller's status (in grpc-go,
-			// during the backoff), not the failure a retry would hide.
-			a.CallerDone = false
-			ans.callerEnd = f.pol.Decide(&a).Retry
+		caller := callerEnded(callCtx, q.err)
+		*v = f.verdict(callCtx, q, caller)
+		if caller && (q.kind == askEnded || q.kind == askRaced) && !contextCode(q.err) {
+			// The failure came as the caller left: had it been retried
+			// (or hedged), the call ends with the caller's status (in
+			// grpc-go, during the backoff), not the failure a retry would
+			// hide.
+			ans.callerEnd = f.verdict(callCtx, q, false).Retry
 		}
-		if v.Retry && chain.RetriedRequest(f.ctx) {
-			// Served for a caller that retries already: retry at one layer.
+		if v.Retry && q.kind != askRaced && chain.RetriedRequest(f.ctx) {
+			// Served for a caller that retries already: retry at one layer
+			// (hedging's start rule stops its hedges itself).
 			v.Retry, v.Reason = false, policy.ReasonRetriedRequest
 		}
 	}
-	if q.kind == askEnded || q.kind == askBeside {
+	switch q.kind {
+	case askEnded, askBeside:
 		f.recordEnd(callCtx, q, v, ans.unretried)
+	case askRaced:
+		a := q.rec
+		a.Outcome = v.Record
+		f.record(q, breakerOutcome(callCtx, q.err, false), &a)
 	}
 	if v.Retry && (q.kind == askAdmit || q.kind == askEnded && !q.given) {
 		f.admit(q, &ans)
@@ -243,30 +246,33 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 	return ans
 }
 
-// judgeRaced is shouldRetry for askRaced: the next hedge may go unless the
-// caller left (a non-fatal failure then gives way to the caller's status:
-// callerEnd), the attempt had committed, or its code is fatal. The budget
+// verdict is the call's "retry or not" on q's failed attempt, the caller
+// having left or not (caller: callerEnded, the one caller rule of every
+// engine): a retry's by the policy (Decide), a hedged attempt's before any
+// commit (askRaced) by hedging's rules (raceVerdict).
+func (f *retryFacts) verdict(callCtx context.Context, q *question, caller bool) policy.Verdict {
+	if q.kind == askRaced {
+		return raceVerdict(q, caller)
+	}
+	a := f.attemptFacts(callCtx, q.err, q.trailer, q.committed, q.timedOut)
+	a.Number, a.CallerDone = q.n, caller
+	return f.pol.Decide(&a)
+}
+
+// raceVerdict is Decide for a hedged attempt that failed before any commit
+// (gRFC A6): the next hedge may go unless the caller left, the attempt had
+// committed, or its code is not one of the nonFatalStatusCodes. The budget
 // hears a failure when the next hedge may go, else Other.
-func (f *retryFacts) judgeRaced(callCtx context.Context, q *question, ans *answer) {
-	v := &ans.verdict
-	nonFatal := q.nonFatal.Has(status.Code(q.err))
+func raceVerdict(q *question, caller bool) policy.Verdict {
 	switch {
-	case callCtx.Err() != nil:
-		v.Reason = policy.ReasonCaller
-		ans.callerEnd = nonFatal && !contextCode(q.err)
+	case caller:
+		return policy.Verdict{Reason: policy.ReasonCaller, Record: budget.Other}
 	case q.committed:
-		v.Reason = policy.ReasonCommitted
-	case !nonFatal:
-		v.Reason = policy.ReasonNotRetryable
-	default:
-		v.Retry = true
+		return policy.Verdict{Reason: policy.ReasonCommitted, Record: budget.Other}
+	case !q.nonFatal.Has(status.Code(q.err)):
+		return policy.Verdict{Reason: policy.ReasonNotRetryable, Record: budget.Other}
 	}
-	a := q.rec
-	a.Outcome = budget.Other
-	if v.Retry {
-		a.Outcome = budget.Failure
-	}
-	f.record(q, breakerOutcome(callCtx, q.err, false), &a)
+	return policy.Verdict{Retry: true, Record: budget.Failure}
 }
 
 // recordEnd records q's attempt with v the verdict on it; unretried: the
@@ -366,7 +372,8 @@ func (c *call) took(admission budget.Admission) time.Duration {
 	return monoNow() - c.retryStart
 }
 
-// attemptFacts describes the attempt that just ended, for Decide.
+// attemptFacts describes the attempt that just ended, for Decide, but
+// whether the caller left (verdict says).
 func (c *retryFacts) attemptFacts(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) policy.Attempt {
 	a := policy.Attempt{
 		Number:    c.attempt,
@@ -377,7 +384,6 @@ func (c *retryFacts) attemptFacts(callCtx context.Context, err error, trailer me
 		Retry:     c.retry,
 		Prev:      c.prev,
 	}
-	a.CallerDone = callerEnded(callCtx, err)
 	a.Ambiguous = !c.repeatable && wireAmbiguous(trailer, committed)
 	if dl, ok := callCtx.Deadline(); ok {
 		a.Remaining, a.HasDeadline = time.Until(dl), true

@@ -115,8 +115,10 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 }
 
 // settleOthers waits for every attempt in flight but w (nil: the race
-// failed) and tells each to the breaker and the budget as one that lost:
-// after a commit, one that ended OK without headers as a success.
+// failed) and tells each to the breaker and the budget as one that lost
+// (loserOutcome): one that ended OK without headers as a success, whether
+// the stream committed or failed. One whose headers came is Other: its end
+// is not known.
 func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 	for st.inFlight > 1 || st.inFlight == 1 && (w == nil || w.reported) {
 		a := s.race.heard(<-s.race.events)
@@ -125,10 +127,7 @@ func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 		if a == w {
 			continue
 		}
-		o := budget.Other
-		if w != nil && !a.headers && a.endErr == nil {
-			o = budget.Success
-		}
+		o := loserOutcome(!a.headers && a.endErr == nil)
 		st.recordHedge(a.n, o, o)
 	}
 }

@@ -78,20 +78,22 @@ func isConn(e ast.Expr) bool {
 // call, so that a new engine or a new copy of a decision shows here
 // (issue 71, one owner per call). Every unary call ends in one place,
 // runUnary, whichever mode its loop (unaryLoop) ran its attempts in. The
-// policy's Decide is asked in one function, the call's decision
-// (shouldRetry), and so are the breaker and the budget for a retry:
+// policy's Decide is asked in one function (verdict, which judges a
+// hedged attempt's failure too), called by the call's decision
+// (shouldRetry) alone, and so are the breaker and the budget for a retry:
 // its askers differ only in the question (afterAttempt as an attempt
 // ends, the per-attempt timer as it fires and as its grace ends, the loop
 // for an attempt that decides nothing beside another, and hedging's loop
 // for a hedge its start rule made due: askHedge, in hedgeState.admitHedge, for
 // a unary call and a stream alike; and its judge for a hedged attempt's
-// failure: askRaced, in hedgeState.judge). Only a first attempt is admitted
+// failure: askRaced, in hedgeState.judge, judged by the same function as a
+// retry's, verdict). Only a first attempt is admitted
 // elsewhere, by the breaker (admitBreaker, for admitFirst and the fast path).
 // A stream ends in its engine's files (retryStream.finishStream, and
 // k.stream when the breaker refuses the first attempt).
 func TestOneOwnerSites(t *testing.T) {
 	deciders, enders := ownerSites(t)
-	if want := []string{"call_retry.go: shouldRetry"}; !slices.Equal(deciders, want) {
+	if want := []string{"call_retry.go: verdict"}; !slices.Equal(deciders, want) {
 		t.Errorf("functions that call Decide:\n%s\nwant %s alone", strings.Join(deciders, "\n"), want[0])
 	}
 	admitters := callersWhere(t, func(string) bool { return true }, "Allow", "Admit", "AllowRetry", "Closed")
@@ -109,10 +111,24 @@ func TestOneOwnerSites(t *testing.T) {
 		t.Errorf("a hedge is admitted (askHedge) in %v, want %v alone", got, want)
 	}
 	// A hedged attempt's failure is judged by the hedging policy's
-	// nonFatalStatusCodes in the decision alone (askRaced, judgeRaced),
+	// nonFatalStatusCodes in the decision alone (askRaced, raceVerdict),
 	// asked by hedging's judge, for a unary call and a stream alike.
-	if got, want := identUsers(t, "askRaced"), []string{"call_retry.go: retryFacts.shouldRetry", "hedge.go: hedgeState.judge"}; !slices.Equal(got, want) {
+	if got, want := identUsers(t, "askRaced"), []string{"call_retry.go: retryFacts.shouldRetry", "call_retry.go: retryFacts.verdict", "hedge.go: hedgeState.judge"}; !slices.Equal(got, want) {
 		t.Errorf("a hedged attempt's failure is judged (askRaced) in %v, want %v alone", got, want)
+	}
+	// "Retry or not" on a failure has one function, a retry's and a
+	// hedge's alike (verdict: Decide or raceVerdict), asked by the decision
+	// alone, with one caller rule (callerEnded) that the decision reads
+	// once: hedging does not read the caller's context for it apart.
+	if got, want := callersWhere(t, func(string) bool { return true }, "verdict"), []string{"call_retry.go: retryFacts.shouldRetry"}; !slices.Equal(got, want) {
+		t.Errorf("retryFacts.verdict is called by %v, want the decision's %v alone", got, want)
+	}
+	if got, want := identUsers(t, "raceVerdict"), []string{"call_retry.go: retryFacts.verdict"}; !slices.Equal(got, want) {
+		t.Errorf("raceVerdict is called by %v, want %v alone", got, want)
+	}
+	wantCallerRule := []string{"call_outcome.go: attemptOutcome", "call_retry.go: breakerOutcome", "call_retry.go: retryFacts.shouldRetry", "hedgestream_attempts.go: retryStream.raceWon"}
+	if got := identUsers(t, "callerEnded"); !slices.Equal(got, wantCallerRule) {
+		t.Errorf("the caller rule (callerEnded) is read in:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantCallerRule, "\n"))
 	}
 	// An attempt's outcome reaches the breaker, then the budget, from the
 	// decision alone (retryFacts.record, asked through shouldRetry:
@@ -123,11 +139,16 @@ func TestOneOwnerSites(t *testing.T) {
 	if got := callersWhere(t, func(string) bool { return true }, "Record"); !slices.Equal(got, wantRecorders) {
 		t.Errorf("functions that tell a breaker or a budget an outcome (Record):\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantRecorders, "\n"))
 	}
-	if got, want := callersWhere(t, func(string) bool { return true }, "record"), []string{"call_retry.go: retryFacts.judgeRaced", "call_retry.go: retryFacts.recordEnd", "call_retry.go: retryFacts.shouldRetry"}; !slices.Equal(got, want) {
+	if got, want := callersWhere(t, func(string) bool { return true }, "record"), []string{"call_retry.go: retryFacts.recordEnd", "call_retry.go: retryFacts.shouldRetry"}; !slices.Equal(got, want) {
 		t.Errorf("retryFacts.record is called by %v, want the decision's %v alone", got, want)
 	}
-	if got, want := callersWhere(t, func(string) bool { return true }, "Has"), []string{"call_retry.go: retryFacts.judgeRaced"}; !slices.Equal(got, want) {
+	if got, want := callersWhere(t, func(string) bool { return true }, "Has"), []string{"call_retry.go: raceVerdict"}; !slices.Equal(got, want) {
 		t.Errorf("a code set is read (Has) in %v, want %v alone", got, want)
+	}
+	// A loser's outcome (cancelled as another won or the race failed) has
+	// one rule for both hedging engines.
+	if got, want := identUsers(t, "loserOutcome"), []string{"hedgestream_attempts.go: retryStream.settleOthers", "unary_loop.go: unaryLoop.drain"}; !slices.Equal(got, want) {
+		t.Errorf("a loser's outcome (loserOutcome) is decided in %v, want %v alone", got, want)
 	}
 	var unary []string
 	for _, s := range enders {

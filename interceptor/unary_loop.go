@@ -387,10 +387,7 @@ func (l *unaryLoop) drain() {
 			continue
 		}
 		l.ended1()
-		o := budget.Other
-		if ev.err == nil {
-			o = budget.Success
-		}
+		o := loserOutcome(ev.err == nil)
 		if l.hedged {
 			l.hs.recordHedge(ev.n, o, o)
 			continue
@@ -401,6 +398,18 @@ func (l *unaryLoop) drain() {
 			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: ev.took()}}
 		c.shouldRetry(context.Background(), &q) // askSettled reads no context
 	}
+}
+
+// loserOutcome is what the breaker and the budget hear of an attempt that
+// lost (cancelled as another won, or as the call failed): ok, it answered
+// OK, a success for its backend's health whoever won; else Other, its end
+// being the cancel's or not known. The unary drain and a hedged stream's
+// settleOthers both ask it.
+func loserOutcome(ok bool) budget.Outcome {
+	if ok {
+		return budget.Success
+	}
+	return budget.Other
 }
 
 // retryBeside starts the retry the timer admitted (verdict v, admission
