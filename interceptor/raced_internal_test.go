@@ -3,12 +3,10 @@ package interceptor
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // TestRacedVerdict: a hedged attempt's failure before any commit (askRaced)
@@ -19,20 +17,7 @@ import (
 // (callerEnd), so a committed attempt's failure stays the call's, as a
 // retried one's does. A hedged call reads no retry policy (retrying false).
 func TestRacedVerdict(t *testing.T) {
-	type mkCtx func() (context.Context, context.CancelFunc)
-	far := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), time.Hour)
-	}
-	// Built as the row runs; once the 500µs passed, the row says the same.
-	near := func() (context.Context, context.CancelFunc) {
-		return context.WithDeadline(context.Background(), time.Now().Add(500*time.Microsecond))
-	}
-	cancelled := func() (context.Context, context.CancelFunc) {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		return ctx, cancel
-	}
-	server := func(c codes.Code) error { return status.Error(c, "from the server") }
+	far, near, cancelled, server := rowFar, rowNear, rowCancelled, rowServer
 	tests := []struct {
 		name       string
 		ctx        mkCtx

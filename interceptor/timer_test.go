@@ -228,26 +228,37 @@ func TestAfterAttemptFollowsTimer(t *testing.T) {
 	}
 }
 
+// mkCtx makes a table row's caller context, fresh for each row; the row*
+// functions are the callers the outcome tables (TestAttemptOutcome,
+// TestRacedVerdict) draw from, and rowServer an attempt's own status.
+type mkCtx func() (context.Context, context.CancelFunc)
+
+func rowFar() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Hour)
+}
+
+// rowNear's deadline is 500µs away, within callerDeadlineSlack by the time
+// the row runs.
+func rowNear() (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.Background(), time.Now().Add(500*time.Microsecond))
+}
+
+func rowPassed() (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+}
+
+func rowCancelled() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx, cancel
+}
+
+func rowServer(c codes.Code) error { return status.Error(c, "from the server") }
+
 func TestAttemptOutcome(t *testing.T) {
 	// Each row gets a fresh context, so that a deadline 500µs away is still
 	// ahead when the row runs (or, on a slow machine, just past: see racy).
-	type mkCtx func() (context.Context, context.CancelFunc)
-	far := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), time.Hour)
-	}
-	near := func() (context.Context, context.CancelFunc) {
-		return context.WithDeadline(context.Background(), time.Now().Add(500*time.Microsecond))
-	}
-	passed := func() (context.Context, context.CancelFunc) {
-		return context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
-	}
-	cancelled := func() (context.Context, context.CancelFunc) {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		return ctx, cancel
-	}
-
-	server := func(c codes.Code) error { return status.Error(c, "from the server") }
+	far, near, passed, cancelled, server := rowFar, rowNear, rowPassed, rowCancelled, rowServer
 	tests := []struct {
 		name       string
 		ctx        mkCtx
