@@ -159,9 +159,10 @@ func classOf(w *Waiter) int {
 
 // grantLocked is the one place that admits or ends waits. It decides by
 // the rules at now (gateState.decide; an admission taken changes what the
-// next one is told) the heads, most critical first, then oldest: of each
-// level's sets (held or not, guarded or not) of retries whose pause has
-// passed, the oldest, and the next while one is admitted or ends; and
+// next one is told) the heads, most critical first, then in byBound's
+// order: of each level's sets (held or not, guarded or not) of retries
+// whose pause has passed, the first, and the next while one is admitted
+// or ends; and
 // the waiters whose own time came (dues: the end of a pause, or the time
 // a decision named), in the same order. A decision that admits nobody
 // sets when the waiter is decided again without news: the time it named,
@@ -202,7 +203,7 @@ func (g *Gate) grantLocked(now time.Time) {
 		}
 		due = append(due, w)
 	}
-	slices.SortFunc(due, func(a, b *Waiter) int { return cmp.Or(b.level-a.level, cmp.Compare(a.seq, b.seq)) })
+	slices.SortFunc(due, func(a, b *Waiter) int { return cmp.Or(b.level-a.level, byBound(a, b)) })
 	for l, i := len(g.queue)-1, 0; l >= 0; l-- {
 		// stopped: the set's head was decided in this run and waits;
 		// told: per set, the time its head was told to wait for.
@@ -213,13 +214,13 @@ func (g *Gate) grantLocked(now time.Time) {
 			for c := range g.heads[l] {
 				h := g.heads[l][c].top()
 				stopped[c] = stopped[c] || h != nil && h.round == g.round
-				if !stopped[c] && h != nil && (w == nil || h.seq < w.seq) {
+				if !stopped[c] && h != nil && (w == nil || byBound(h, w) < 0) {
 					w = h
 				}
 			}
 			for ; i < len(due) && due[i].level == l; i++ {
 				if d := due[i]; d.state == waitQueued && d.round != g.round {
-					if w == nil || d.seq < w.seq {
+					if w == nil || byBound(d, w) < 0 {
 						w = d
 					}
 					break

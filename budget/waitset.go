@@ -1,16 +1,27 @@
 package budget
 
-import "time"
+import (
+	"cmp"
+	"time"
+)
 
 // waitSet is a binary heap of waiters, the Gate's ordered sets (as
-// container/list is its queue of arrivals): by arrival (bySeq: a level's
-// retries whose pause has passed, its first the head that the grant loop
-// decides) or by the time each must be decided again without news (byDue).
-// Each waiter keeps its index in each set it is in, so that a waiter
-// leaves either in O(log n). The Gate's lock owns it.
+// container/list is its queue of arrivals): by the calls' bounds (a
+// level's retries whose pause has passed, its first the head that the
+// grant loop decides: the one whose DeferSettings.MaxWait ends first, its
+// call's earlier waits counted, then the oldest) or by the time each must
+// be decided again without news (byDue). Each waiter keeps its index in
+// each set it is in, so that a waiter leaves either in O(log n). The
+// Gate's lock owns it.
+//
+// A call's retry that enters again after its attempt failed (a probe in
+// an outage, a release refused) arrives late, yet its wait ends sooner
+// than theirs who arrived before it: by arrival it went after them and
+// its MaxWait ended first (sim fleet, 100 processes: calls lost at
+// max-wait after the return).
 type waitSet struct {
 	ws  []*Waiter
-	due bool // ordered by (due, seq), the index in Waiter.dueAt; else by seq, in Waiter.at
+	due bool // ordered by (due, seq), the index in Waiter.dueAt; else by (view.limit, seq), in Waiter.at
 }
 
 // top is the first waiter, or nil.
@@ -33,7 +44,17 @@ func (s *waitSet) less(i, j int) bool {
 	if s.due && !a.due.Equal(b.due) {
 		return a.due.Before(b.due)
 	}
-	return a.seq < b.seq
+	if s.due {
+		return a.seq < b.seq
+	}
+	return byBound(a, b) < 0
+}
+
+// byBound orders two waiters of a level as they go (waitSet's order, and
+// the grant loop's across its sets): the one whose MaxWait ends first,
+// then the oldest.
+func byBound(a, b *Waiter) int {
+	return cmp.Or(a.view.limit.Compare(b.view.limit), cmp.Compare(a.seq, b.seq))
 }
 
 func (s *waitSet) swap(i, j int) {

@@ -1,0 +1,74 @@
+package budget
+
+import (
+	"testing"
+	"time"
+)
+
+// The release rule's order: of two held retries of a level, the release
+// goes to the one whose MaxWait ends first, its call's earlier waits
+// counted, not to the one that arrived first. A call whose probe failed in
+// an outage enters again late; by arrival it went after every call that
+// began waiting after it, and its MaxWait ended first (sim fleet at 100
+// processes lost calls at max-wait after the return). The two are in
+// different sets too (held or not), which the grant loop orders alike.
+func TestGateReleasesTheEarliestBoundFirst(t *testing.T) {
+	tests := []struct {
+		name      string
+		waited    [2]time.Duration // Request.Waited of the first and the second to arrive
+		heldFirst bool             // only the first is held (another set)
+		want      int
+	}{
+		{"same bound: the oldest", [2]time.Duration{0, 0}, false, 0},
+		{"the later arrival waited before", [2]time.Duration{0, 5 * time.Second}, false, 1},
+		{"the earlier arrival waited longer", [2]time.Duration{5 * time.Second, time.Second}, false, 0},
+		{"across sets: the later arrival waited before", [2]time.Duration{0, 5 * time.Second}, true, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &manualClock{now: t0.Add(-time.Millisecond)}
+			g := downServer(newGate(t, &switchBudget{}, DeferSettings{}, clk))
+			var ws [2]*Waiter
+			for i := range ws {
+				r := retryAt(crit)
+				r.Waited = tt.waited[i]
+				w, err := g.Enter(r, time.Millisecond, time.Time{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Leave()
+				ws[i] = w
+			}
+			g.mu.Lock()
+			g.st.phase = phaseRecovering
+			for i, w := range ws {
+				if i == 0 || !tt.heldFirst {
+					w.view.heldBy = heldOutage
+				}
+				if w.at >= 0 {
+					t.Fatalf("waiter %d among the heads before its pause passed", i)
+				}
+				w.class = classOf(w) // the set its pause's end puts it in
+			}
+			g.st.pace.set(t0, 1)
+			g.mu.Unlock()
+			clk.set(t0)
+			g.Tick()
+			for i, w := range ws {
+				want := AdmitNone
+				if i == tt.want {
+					want = admitRelease
+				}
+				a := AdmitNone
+				select {
+				case <-w.Ready():
+					a, _ = w.Take()
+				default:
+				}
+				if a != want {
+					t.Fatalf("waiter %d (waited %v): %v, want %v", i, tt.waited[i], a, want)
+				}
+			}
+		})
+	}
+}
