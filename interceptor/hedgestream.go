@@ -30,7 +30,7 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // sends a message to an attempt, so each gets every message once, in
 // order. The stream's mu guards the fields below sendMu.
 type hedgeRace struct {
-	// st is the driver's, then raceWon's to record the winner.
+	// st is the driver's, then raceWon's to judge the winner's end.
 	st hedgeState
 	// events has room for every attempt's one event, its number; poke wakes
 	// the driver for asks and commitNext; ready closes once the stream

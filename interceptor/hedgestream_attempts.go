@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -156,20 +155,16 @@ func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 }
 
 // raceWon ends a hedged stream with the end of its winner w, err (nil:
-// success): settle's, under endMu. A failure after the commit is final.
+// success; endAttempt's outcome, as a retried attempt's): settle's, under
+// endMu. The call's decision judges it as committed (judge), so a failure
+// is final, and it ends as a race nobody won does (giveUp).
 func (s *retryStream) raceWon(w *streamAttempt, err error, abandoned bool) error {
-	if err == nil {
-		s.race.st.recordHedge(w.n, budget.Success, budget.Success)
-		s.c.reason = policy.ReasonSuccess
+	st := &s.race.st
+	why := st.judge(s.callCtx, w.n, err, true, nil)
+	if err != nil {
+		err = st.giveUp(s.callCtx, why)
 	} else {
-		why := policy.ReasonCommitted
-		if callerEnded(s.callCtx, err) {
-			why, err = policy.ReasonCaller, callerErr(s.callCtx, err)
-		}
-		s.race.st.recordHedge(w.n, budget.Other, breakerOutcome(s.callCtx, err, false))
 		s.c.reason = why
-		s.c.emit(s.callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: w.n, Code: status.Code(err), Err: err, Reason: why, Hedging: true})
-		err = s.c.failed(s.c.attempt, err)
 	}
 	return s.finishStream(err, abandoned)
 }

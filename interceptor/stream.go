@@ -376,11 +376,11 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	if err == io.EOF {
 		err = nil
 	}
-	if s.race != nil {
-		return nil, s.raceWon(a, err, abandoned)
-	}
 	// Once the timer fired, the attempt was cut off, whatever came after.
 	cutOff, timedOut, outcome := s.endAttempt(a, err)
+	if s.race != nil {
+		return nil, s.raceWon(a, outcome, abandoned)
+	}
 	s.mu.Lock()
 	committed := s.committed || s.commitNext
 	if err != nil && !committed && !abandoned {
