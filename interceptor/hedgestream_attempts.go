@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/policy"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 )
 
 // watch is an open attempt's goroutine: it reports the attempt's response
 // headers, or its end, to the driver, which decides.
-func (s *retryStream) watch(a *streamAttempt, cs grpc.ClientStream) {
+func (s *retryStream) watch(a *streamAttempt) {
+	cs := a.cs
 	if md, _ := cs.Header(); md != nil {
 		a.headers, a.took = true, time.Since(a.start)
 		close(a.watched)
@@ -28,29 +28,6 @@ func (s *retryStream) watch(a *streamAttempt, cs grpc.ClientStream) {
 	a.ended, a.endErr, a.trailer = true, err, cs.Trailer()
 	close(a.watched)
 	s.race.events <- a.n
-}
-
-// join replays what was sent so far on a, whose stream is cs (replayOn),
-// then makes a live, and pokes the driver when the stream is to commit to
-// the next attempt. It runs beside the application's SendMsg, not under
-// sendMu: a send may wait for its attempt's server (connect-go's Send of a
-// server stream's request waits for the response headers), and a slow
-// server must not hold back the hedge that would answer.
-func (s *retryStream) join(a *streamAttempt, cs grpc.ClientStream) error {
-	next := false
-	lost := func() bool { return s.committed || s.race.failed }
-	err := replayOn(&s.mu, &s.buf, &s.closeSent, cs, lost, func() {
-		a.cs = cs
-		s.race.live = append(s.race.live, a)
-		next = s.commitNext
-	})
-	if next {
-		select {
-		case s.race.poke <- struct{}{}:
-		default:
-		}
-	}
-	return err
 }
 
 // commitToLocked commits the stream to w, cancels the others (those still
