@@ -30,15 +30,24 @@ func (s *retryStream) watch(a *streamAttempt) {
 	s.race.events <- a.n
 }
 
-// commitToLocked commits the stream to w, cancels the others (those still
-// opening too) and answers the asks, under mu; then, mu let go, it tells
-// the hooks that w won (when hedges were sent), lets RecvMsg and Header go
-// on, and ends the driver once every other attempt, cancelled, ended
-// (settleOthers).
+// commitToLocked commits the stream to w and ends the race (endRaceLocked)
+// under mu; then, mu let go, it tells the hooks that w won (when hedges
+// were sent), lets RecvMsg and Header go on, and ends the driver once
+// every other attempt, cancelled, ended (settleOthers).
 func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
-	r := s.race
 	s.cur, s.commitNext = w, false
 	s.commitLocked()
+	s.endRaceLocked(st, w)
+	st.won(s.callCtx, w.n)
+	close(s.race.ready)
+	s.settleOthers(st, w)
+}
+
+// endRaceLocked ends the race with w (nil: nobody won), under mu, which it
+// lets go: it answers the asks, cancels every other attempt (those still
+// opening too) and stops the hedging timer.
+func (s *retryStream) endRaceLocked(st *hedgeState, w *streamAttempt) {
+	r := s.race
 	s.answerLocked(w)
 	for _, a := range r.sent {
 		if a != w {
@@ -48,10 +57,7 @@ func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
 	clear(r.live)
 	r.live = r.live[:0]
 	s.mu.Unlock()
-	st.won(s.callCtx, w.n)
-	close(r.ready)
 	st.disarm()
-	s.settleOthers(st, w)
 }
 
 // ended handles one attempt's event before the stream committed, as
@@ -112,20 +118,13 @@ func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 // once every attempt is cancelled and waited for.
 func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 	r := s.race
-	st.disarm()
 	s.mu.Lock()
 	r.failed = true
-	s.answerLocked(nil)
-	clear(r.live)
-	r.live = r.live[:0]
 	s.buf.release()
 	if r.last != nil {
 		s.cur = r.last
 	}
-	s.mu.Unlock()
-	for _, a := range r.sent {
-		a.cancel()
-	}
+	s.endRaceLocked(st, nil)
 	s.settleOthers(st, nil)
 	s.finishStream(st.giveUp(s.callCtx, why), false)
 	close(r.ready)
@@ -189,18 +188,17 @@ func (s *retryStream) oldestOpenLocked() *streamAttempt {
 
 // raceContext is Context before a hedged stream commits: it has the driver
 // commit to the oldest attempt open (ask) and returns its context; with
-// none open, the call's, and the next attempt to open wins.
+// none open, the call's, and the next attempt to open wins (commitNext,
+// which serve sets too when the attempt ended before the driver heard).
 func (s *retryStream) raceContext() context.Context {
-	var w *streamAttempt
-	if !s.race.failed {
-		if s.oldestOpenLocked() == nil {
-			s.commitNext = true
-		} else if w = s.ask(); w == nil && !s.race.failed {
-			s.commitNext = true
+	switch {
+	case s.race.failed:
+	case s.oldestOpenLocked() == nil:
+		s.commitNext = true
+	default:
+		if w := s.ask(); w != nil {
+			return w.cs.Context()
 		}
 	}
-	if w == nil {
-		return s.callCtx
-	}
-	return w.cs.Context()
+	return s.callCtx
 }
