@@ -54,9 +54,14 @@ type hedgeRace struct {
 // raceInline: the first attempt and two hedges without an allocation.
 const raceInline = 3
 
-// heard returns the attempt whose event is n; the driver's, which alone
-// appends to sent.
-func (r *hedgeRace) heard(n int) *streamAttempt { return r.sent[n-1] }
+// heard returns the attempt whose event is n, no longer in flight; the
+// driver's, which alone appends to sent.
+func (r *hedgeRace) heard(n int) *streamAttempt {
+	a := r.sent[n-1]
+	r.st.inFlight--
+	a.reported = true
+	return a
+}
 
 // hedgeStream makes s a hedged stream and starts its driver. The first
 // attempt is opened here, as grpc-go opens a stream in NewStream.

@@ -63,8 +63,6 @@ func (s *retryStream) endRaceLocked(st *hedgeState, w *streamAttempt) {
 // ended handles one attempt's event before the stream committed, as
 // hedgeEnded does for a unary attempt; true when the driver is done.
 func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
-	st.inFlight--
-	a.reported = true
 	s.mu.Lock()
 	if a.headers && s.callCtx.Err() != nil {
 		// The caller gave up before the driver heard of the headers: the
@@ -104,8 +102,6 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 	for st.inFlight > 1 || st.inFlight == 1 && (w == nil || w.reported) {
 		a := s.race.heard(<-s.race.events)
-		st.inFlight--
-		a.reported = true
 		if a == w {
 			continue
 		}
