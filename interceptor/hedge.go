@@ -310,11 +310,11 @@ func (s *hedgeState) won(callCtx context.Context, n int) {
 	}
 }
 
-// judge is hedging's "retry or not" for attempt n, which failed with err
-// and trailer before any commit (committed: its headers had arrived): the
-// call's decision judges and records it (askRaced). It returns ReasonNone
-// when the next hedge may go (nonFatal makes it due), or why the call
-// ends, with s.last its error.
+// judge is hedging's "retry or not" for attempt n, which ended with err
+// (nil: success) and trailer (committed: its headers had arrived, or the
+// stream is its): the call's decision judges and records it (askRaced). It
+// returns ReasonNone when the next hedge may go (nonFatal makes it due),
+// or why the call ends, with s.last its error.
 func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed bool, trailer metadata.MD) policy.Reason {
 	q := question{kind: askRaced, n: n, err: err, committed: committed, first: n == 1, rec: s.hedgeAttempt(n), nonFatal: s.h.NonFatalCodes}
 	ans := s.c.shouldRetry(callCtx, &q)

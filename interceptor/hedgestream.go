@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -20,7 +19,7 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 //
 // The driver (drive) owns the race: it alone launches attempts and alone
 // commits (commitToLocked), so no hedge can go after the commit. Each
-// attempt's goroutine opens and replays its attempt (openRaced, join),
+// attempt's goroutine opens and replays its attempt (openRaced, dial),
 // then reports its headers or its end once on events (watch). RecvMsg and
 // Header wait for ready; Context and an overflowing message ask the driver
 // to commit (ask).
@@ -30,7 +29,7 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // sends a message to an attempt, so each gets every message once, in
 // order. The stream's mu guards the fields below sendMu.
 type hedgeRace struct {
-	// st is the driver's, then raceWon's to record the winner.
+	// st is the driver's, then raceWon's to judge the winner's end.
 	st hedgeState
 	// events has room for every attempt's one event, its number; poke wakes
 	// the driver for asks and commitNext; ready closes once the stream
@@ -55,9 +54,14 @@ type hedgeRace struct {
 // raceInline: the first attempt and two hedges without an allocation.
 const raceInline = 3
 
-// heard returns the attempt whose event is n; the driver's, which alone
-// appends to sent.
-func (r *hedgeRace) heard(n int) *streamAttempt { return r.sent[n-1] }
+// heard returns the attempt whose event is n, no longer in flight; the
+// driver's, which alone appends to sent.
+func (r *hedgeRace) heard(n int) *streamAttempt {
+	a := r.sent[n-1]
+	r.st.inFlight--
+	a.reported = true
+	return a
+}
 
 // hedgeStream makes s a hedged stream and starts its driver. The first
 // attempt is opened here, as grpc-go opens a stream in NewStream.
@@ -79,8 +83,8 @@ func (k *core) hedgeStream(s *retryStream) {
 	st.launched(s.callCtx, 1, a.start)
 	st.schedule(s.callCtx, 1)
 	go s.drive(st)
-	if cs, err := s.openRaced(a); err == nil {
-		go s.watch(a, cs)
+	if s.openRaced(a) {
+		go s.watch(a)
 	}
 }
 
@@ -208,8 +212,8 @@ func (s *retryStream) takeHedge(n int) (time.Time, bool) {
 func (s *retryStream) runHedge(n int) {
 	a := s.race.sent[n-1]
 	go func() {
-		if cs, err := s.openRaced(a); err == nil {
-			s.watch(a, cs)
+		if s.openRaced(a) {
+			s.watch(a)
 		}
 	}()
 }
@@ -233,19 +237,33 @@ func (s *retryStream) launchLocked(n int) *streamAttempt {
 	return a
 }
 
-// openRaced opens a's grpc stream and replays what was sent on it (join);
-// when that fails, it reports a's end to the driver.
-func (s *retryStream) openRaced(a *streamAttempt) (grpc.ClientStream, error) {
-	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
+// openRaced opens a and replays what was sent so far on it (dial), then
+// makes it live, and pokes the driver when the stream is to commit to the
+// next attempt; true when a is live. The replay runs beside the
+// application's SendMsg, not under sendMu: a send may wait for its
+// attempt's server (connect-go's Send of a server stream's request waits
+// for the response headers), and a slow server must not hold back the
+// hedge that would answer. When it fails, a's end goes to the driver.
+func (s *retryStream) openRaced(a *streamAttempt) bool {
+	next := false
+	lost := func() bool { return s.committed || s.race.failed }
+	err := s.dial(a, lost, func() {
+		s.race.live = append(s.race.live, a)
+		next = s.commitNext
+	})
 	if err == nil {
-		if err = s.join(a, cs); err == nil {
-			return cs, nil
+		if next {
+			select {
+			case s.race.poke <- struct{}{}:
+			default:
+			}
 		}
+		return true
 	}
 	a.cancel()
 	a.cs = unopened{ctx: a.ctx, err: err}
 	a.ended, a.endErr = true, err
 	close(a.watched)
 	s.race.events <- a.n
-	return nil, err
+	return false
 }

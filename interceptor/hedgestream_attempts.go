@@ -6,15 +6,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/policy"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 )
 
 // watch is an open attempt's goroutine: it reports the attempt's response
 // headers, or its end, to the driver, which decides.
-func (s *retryStream) watch(a *streamAttempt, cs grpc.ClientStream) {
+func (s *retryStream) watch(a *streamAttempt) {
+	cs := a.cs
 	if md, _ := cs.Header(); md != nil {
 		a.headers, a.took = true, time.Since(a.start)
 		close(a.watched)
@@ -31,38 +30,24 @@ func (s *retryStream) watch(a *streamAttempt, cs grpc.ClientStream) {
 	s.race.events <- a.n
 }
 
-// join replays what was sent so far on a, whose stream is cs (replayOn),
-// then makes a live, and pokes the driver when the stream is to commit to
-// the next attempt. It runs beside the application's SendMsg, not under
-// sendMu: a send may wait for its attempt's server (connect-go's Send of a
-// server stream's request waits for the response headers), and a slow
-// server must not hold back the hedge that would answer.
-func (s *retryStream) join(a *streamAttempt, cs grpc.ClientStream) error {
-	next := false
-	lost := func() bool { return s.committed || s.race.failed }
-	err := replayOn(&s.mu, &s.buf, &s.closeSent, cs, lost, func() {
-		a.cs = cs
-		s.race.live = append(s.race.live, a)
-		next = s.commitNext
-	})
-	if next {
-		select {
-		case s.race.poke <- struct{}{}:
-		default:
-		}
-	}
-	return err
-}
-
-// commitToLocked commits the stream to w, cancels the others (those still
-// opening too) and answers the asks, under mu; then, mu let go, it tells
-// the hooks that w won (when hedges were sent), lets RecvMsg and Header go
-// on, and ends the driver once every other attempt, cancelled, ended
-// (settleOthers).
+// commitToLocked commits the stream to w and ends the race (endRaceLocked)
+// under mu; then, mu let go, it tells the hooks that w won (when hedges
+// were sent), lets RecvMsg and Header go on, and ends the driver once
+// every other attempt, cancelled, ended (settleOthers).
 func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
-	r := s.race
 	s.cur, s.commitNext = w, false
 	s.commitLocked()
+	s.endRaceLocked(st, w)
+	st.won(s.callCtx, w.n)
+	close(s.race.ready)
+	s.settleOthers(st, w)
+}
+
+// endRaceLocked ends the race with w (nil: nobody won), under mu, which it
+// lets go: it answers the asks, cancels every other attempt (those still
+// opening too) and stops the hedging timer.
+func (s *retryStream) endRaceLocked(st *hedgeState, w *streamAttempt) {
+	r := s.race
 	s.answerLocked(w)
 	for _, a := range r.sent {
 		if a != w {
@@ -72,17 +57,12 @@ func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
 	clear(r.live)
 	r.live = r.live[:0]
 	s.mu.Unlock()
-	st.won(s.callCtx, w.n)
-	close(r.ready)
 	st.disarm()
-	s.settleOthers(st, w)
 }
 
 // ended handles one attempt's event before the stream committed, as
 // hedgeEnded does for a unary attempt; true when the driver is done.
 func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
-	st.inFlight--
-	a.reported = true
 	s.mu.Lock()
 	if a.headers && s.callCtx.Err() != nil {
 		// The caller gave up before the driver heard of the headers: the
@@ -122,8 +102,6 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 	for st.inFlight > 1 || st.inFlight == 1 && (w == nil || w.reported) {
 		a := s.race.heard(<-s.race.events)
-		st.inFlight--
-		a.reported = true
 		if a == w {
 			continue
 		}
@@ -136,40 +114,29 @@ func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 // once every attempt is cancelled and waited for.
 func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
 	r := s.race
-	st.disarm()
 	s.mu.Lock()
 	r.failed = true
-	s.answerLocked(nil)
-	clear(r.live)
-	r.live = r.live[:0]
 	s.buf.release()
 	if r.last != nil {
 		s.cur = r.last
 	}
-	s.mu.Unlock()
-	for _, a := range r.sent {
-		a.cancel()
-	}
+	s.endRaceLocked(st, nil)
 	s.settleOthers(st, nil)
 	s.finishStream(st.giveUp(s.callCtx, why), false)
 	close(r.ready)
 }
 
 // raceWon ends a hedged stream with the end of its winner w, err (nil:
-// success): settle's, under endMu. A failure after the commit is final.
+// success; endAttempt's outcome, as a retried attempt's): settle's, under
+// endMu. The call's decision judges it as committed (judge), so a failure
+// is final, and it ends as a race nobody won does (giveUp).
 func (s *retryStream) raceWon(w *streamAttempt, err error, abandoned bool) error {
-	if err == nil {
-		s.race.st.recordHedge(w.n, budget.Success, budget.Success)
-		s.c.reason = policy.ReasonSuccess
+	st := &s.race.st
+	why := st.judge(s.callCtx, w.n, err, true, nil)
+	if err != nil {
+		err = st.giveUp(s.callCtx, why)
 	} else {
-		why := policy.ReasonCommitted
-		if callerEnded(s.callCtx, err) {
-			why, err = policy.ReasonCaller, callerErr(s.callCtx, err)
-		}
-		s.race.st.recordHedge(w.n, budget.Other, breakerOutcome(s.callCtx, err, false))
 		s.c.reason = why
-		s.c.emit(s.callCtx, Event{Kind: EventGiveUp, Method: s.c.method, Attempt: w.n, Code: status.Code(err), Err: err, Reason: why, Hedging: true})
-		err = s.c.failed(s.c.attempt, err)
 	}
 	return s.finishStream(err, abandoned)
 }
@@ -217,18 +184,17 @@ func (s *retryStream) oldestOpenLocked() *streamAttempt {
 
 // raceContext is Context before a hedged stream commits: it has the driver
 // commit to the oldest attempt open (ask) and returns its context; with
-// none open, the call's, and the next attempt to open wins.
+// none open, the call's, and the next attempt to open wins (commitNext,
+// which serve sets too when the attempt ended before the driver heard).
 func (s *retryStream) raceContext() context.Context {
-	var w *streamAttempt
-	if !s.race.failed {
-		if s.oldestOpenLocked() == nil {
-			s.commitNext = true
-		} else if w = s.ask(); w == nil && !s.race.failed {
-			s.commitNext = true
+	switch {
+	case s.race.failed:
+	case s.oldestOpenLocked() == nil:
+		s.commitNext = true
+	default:
+		if w := s.ask(); w != nil {
+			return w.cs.Context()
 		}
 	}
-	if w == nil {
-		return s.callCtx
-	}
-	return w.cs.Context()
+	return s.callCtx
 }

@@ -126,7 +126,7 @@ func TestOneOwnerSites(t *testing.T) {
 	if got, want := identUsers(t, "raceVerdict"), []string{"call_retry.go: retryFacts.verdict"}; !slices.Equal(got, want) {
 		t.Errorf("raceVerdict is called by %v, want %v alone", got, want)
 	}
-	wantCallerRule := []string{"call_outcome.go: attemptOutcome", "call_retry.go: breakerOutcome", "call_retry.go: retryFacts.shouldRetry", "hedgestream_attempts.go: retryStream.raceWon"}
+	wantCallerRule := []string{"call_outcome.go: attemptOutcome", "call_retry.go: breakerOutcome", "call_retry.go: retryFacts.shouldRetry"}
 	if got := identUsers(t, "callerEnded"); !slices.Equal(got, wantCallerRule) {
 		t.Errorf("the caller rule (callerEnded) is read in:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantCallerRule, "\n"))
 	}
@@ -144,6 +144,20 @@ func TestOneOwnerSites(t *testing.T) {
 	}
 	if got, want := callersWhere(t, func(string) bool { return true }, "Has"), []string{"call_retry.go: raceVerdict"}; !slices.Equal(got, want) {
 		t.Errorf("a code set is read (Has) in %v, want %v alone", got, want)
+	}
+	// A hedged stream's committed end is judged by the decision too
+	// (hedgeState.judge, askRaced, committed), and ends as a race nobody
+	// won does (hedgeState.giveUp): the stream engine's files neither
+	// read the caller rule nor tell the hooks of a give-up themselves, but
+	// for a resume refused (resumeFailed), which no decision judges.
+	var streamGiveUps []string
+	for _, site := range identUsers(t, "EventGiveUp") {
+		if streamFile(site[:strings.Index(site, ":")]) {
+			streamGiveUps = append(streamGiveUps, site)
+		}
+	}
+	if want := []string{"resume.go: retryStream.resumeFailed"}; !slices.Equal(streamGiveUps, want) {
+		t.Errorf("the stream engine tells the hooks of a give-up (EventGiveUp) in %v, want %v alone", streamGiveUps, want)
 	}
 	// A loser's outcome (cancelled as another won or the race failed) has
 	// one rule for both hedging engines.

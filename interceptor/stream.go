@@ -241,30 +241,36 @@ type retryStream struct {
 	race                  *hedgeRace
 }
 
-// open starts a, the next attempt: its grpc stream, then the replay of
-// what was kept. When either fails (grpc refused a message it took
-// before), a has ended, and open returns why and whether the per-attempt
-// timer was the cause.
+// open starts a, the next attempt (dial). When it fails (grpc refused a
+// message it took before), a has ended, and open returns why and whether
+// the per-attempt timer was the cause.
 func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	a.ctx, a.cancel, a.timer = s.c.nextAttempt(s.attemptBase())
-	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
-	if err == nil {
-		a.cs = cs
-		if a.timer != nil {
-			go a.watchHeader()
-		}
-		if err = s.replay(a); err == nil {
-			return false, nil
-		}
+	if err = s.dial(a, nil, func() { s.useLocked(a) }); err == nil {
+		return false, nil
 	}
-	failed := a.cs == nil
-	if _, timedOut, err = s.endAttempt(a, err); failed {
-		a.cs = unopened{ctx: a.ctx, err: err}
-	}
+	_, timedOut, err = s.endAttempt(a, err)
 	s.mu.Lock()
 	s.cur = a // the caller sees it, if the call ends here
 	s.mu.Unlock()
 	return timedOut, err
+}
+
+// dial opens a's grpc stream, whose headers a's timer watches (a retried
+// attempt's; a hedged one has none), then replays on it what was kept
+// (replayOn, with lost and live). An attempt the streamer failed to open
+// has an unopened stream.
+func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) error {
+	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
+	if err != nil {
+		a.cs = unopened{ctx: a.ctx, err: err}
+		return err
+	}
+	a.cs = cs
+	if a.timer != nil {
+		go a.watchHeader()
+	}
+	return replayOn(&s.mu, &s.buf, &s.closeSent, cs, lost, live)
 }
 
 // retryAfter decides from the end of an attempt that ended with err (nil:
@@ -306,10 +312,6 @@ func (u unopened) CloseSend() error             { return nil }
 func (u unopened) Context() context.Context     { return u.ctx }
 func (u unopened) SendMsg(any) error            { return io.EOF }
 func (u unopened) RecvMsg(any) error            { return u.err }
-
-func (s *retryStream) replay(a *streamAttempt) error {
-	return replayOn(&s.mu, &s.buf, &s.closeSent, a.cs, nil, func() { s.useLocked(a) })
-}
 
 func (s *retryStream) useLocked(a *streamAttempt) {
 	s.cur, s.switching = a, false
@@ -376,11 +378,11 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	if err == io.EOF {
 		err = nil
 	}
-	if s.race != nil {
-		return nil, s.raceWon(a, err, abandoned)
-	}
 	// Once the timer fired, the attempt was cut off, whatever came after.
 	cutOff, timedOut, outcome := s.endAttempt(a, err)
+	if s.race != nil {
+		return nil, s.raceWon(a, outcome, abandoned)
+	}
 	s.mu.Lock()
 	committed := s.committed || s.commitNext
 	if err != nil && !committed && !abandoned {

@@ -41,7 +41,7 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
 	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "drive", "takeEvents", "ask",
-		"afterAttempt", "judge", "finishOnce", "fill", "finishStream", "stopTimer")
+		"afterAttempt", "judge", "recordHedge", "finishOnce", "fill", "finishStream", "stopTimer")
 	want := map[string][]string{
 		"commitLocked":   {"Context", "Header", "RecvMsg", "commitNowLocked", "commitToLocked", "useLocked"},
 		"ask":            {"commitNowLocked", "raceContext"},
@@ -57,7 +57,10 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		// and makes the next hedge due);
 		// one end, finishStream, which every end goes through.
 		"afterAttempt": {"abandon", "retryAfter"},
-		"judge":        {"ended"},
+		"judge":        {"ended", "raceWon"},
+		// A hedged attempt's end that needs no verdict: a hedge given
+		// back, a loser; the winner's end is judged (raceWon).
+		"recordHedge":  {"settleOthers", "takeHedge"},
 		"finishOnce":   {"finishStream"},
 		"fill":         {"finishStream"},
 		"finishStream": {"abandon", "fail", "raceWon", "settle", "stream"},
