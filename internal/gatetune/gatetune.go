@@ -38,11 +38,6 @@ const (
 	// rule): a Gate left in an outage when its traffic stopped refused the
 	// first retry hours later.
 	ProbeGapMax = 30 * time.Second
-	// QuietGapMax: new calls' failures stretch the probe gap up to 4 s, so
-	// held calls probe again soon after the process's own calls stop. A
-	// learning retry held at a server never seen to serve goes once
-	// nothing reached it for as long (sim failrate -p 1, 1,000 processes).
-	QuietGapMax = 4 * time.Second
 	// LastChanceLead: a last chance goes 50 ms (an attempt on a LAN)
 	// before the end rule would end its wait: with no attempt timed that
 	// is its attempt's time, else the slack that keeps a late timer or a
@@ -77,13 +72,12 @@ const (
 	// failures followed the last failed probe (at most one retry in ten
 	// calls, the property test's bar).
 	FutileEvery = 10
-	// HealWindow, HealMinShare: of the latest 8 calls that retried (two
-	// at least, Evidence), a third healed says retrying heals (a server
+	// HealWindow: of the latest 8 calls that retried (two at least,
+	// Evidence), a third healed says retrying heals (HealMinShare; a server
 	// failing half its attempts heals 3 in 4, a down one none); judged per
 	// call, since per attempt the gate's own probes taught it that nothing
 	// heals.
-	HealWindow   = 8
-	HealMinShare = 1.0 / 3
+	HealWindow = 8
 	// OverloadHold: a failure for overload (or a slow success) is a sign
 	// for 5 s: no retry heals unpaid meanwhile (retrying an overloaded
 	// server deepens it even when some retries succeed), and the share of
@@ -151,4 +145,19 @@ const (
 	// HoldSlack: a wait no rule holds ends a tenth of its pause after it,
 	// so a failing call waits little more than its backoff.
 	HoldSlack = 0.1
+)
+
+// Derived from the numbers above, not tuned on their own: a retune of those
+// moves these with them.
+const (
+	// HealMinShare: retrying heals while at most Evidence calls failed to
+	// heal for each one that healed (fewer are not evidence that retrying
+	// does not heal): a third.
+	HealMinShare = 1.0 / (Evidence + 1)
+	// QuietGapMax: new calls' failures stretch the probe gap up to
+	// QuietLulls calm seconds (4 s), so held calls probe again soon after
+	// the process's own calls stop. A learning retry held at a server never
+	// seen to serve goes once nothing reached it for as long (sim failrate
+	// -p 1, 1,000 processes).
+	QuietGapMax = QuietLulls * Calm
 )
