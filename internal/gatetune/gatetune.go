@@ -8,10 +8,10 @@ package gatetune
 import "time"
 
 const (
-	// Releases go one a second, each success taking 1/16 of the interval
-	// off, doubling per released retry that succeeds up to 3/16: 1/s and
-	// 3/16 peaked at 1.18x capacity after recovery in the storm lab, 1.5/s
-	// at 2x. The return after an outage is never slower, and a call held
+	// Releases go one per Calm at slowest (ReleasePerSecond), each success
+	// taking 1/16 of the interval off, doubling per released retry that
+	// succeeds up to 3/16: 1/s and 3/16 peaked at 1.18x capacity after
+	// recovery in the storm lab, 1.5/s at 2x. The return after an outage is never slower, and a call held
 	// through it with a deadline goes back at a random share of what its
 	// deadline leaves, one release interval at most (spread over an hour's
 	// deadline, a held call waited up to an hour past the server's return).
@@ -22,7 +22,6 @@ const (
 	// refusals unevenly and one kept an eighth of another's pace; half as
 	// much served fewer held calls, twice as much sent more refusals
 	// (BENCHMARKS.md, "A fleet of any size, on virtual time").
-	ReleasePerSecond = 1.0
 	ReleaseGainStart = 1.0 / 16
 	ReleaseGainMax   = 3.0 / 16
 	// Evidence: two of a kind are evidence, one is chance. Two failures in
@@ -160,4 +159,7 @@ const (
 	// seen to serve goes once nothing reached it for as long (sim failrate
 	// -p 1, 1,000 processes).
 	QuietGapMax = QuietLulls * Calm
+	// ReleasePerSecond: one retry released per Calm, a second without
+	// failures (Releases, above, has the measurements behind the rate).
+	ReleasePerSecond = float64(time.Second) / float64(Calm)
 )
