@@ -138,9 +138,6 @@ const (
 	// reported is taken for lost: the interceptors record an attempt a
 	// little after its deadline ends it.
 	Calm = time.Second
-	// RunDecay: a flaky server's longest run of failures shrinks by 0.9 per
-	// later run, so an early unlucky run does not hide an outage for long.
-	RunDecay = 0.9
 	// HoldSlack: a wait no rule holds ends a tenth of its pause after it,
 	// so a failing call waits little more than its backoff.
 	HoldSlack = 0.1
@@ -162,4 +159,9 @@ const (
 	// ReleasePerSecond: one retry released per Calm, a second without
 	// failures (Releases, above, has the measurements behind the rate).
 	ReleasePerSecond = float64(time.Second) / float64(Calm)
+	// RunDecay: a flaky server's longest run of failures shrinks by
+	// 1-1/HealWindow (7/8) per later run, so an early unlucky run does not
+	// hide an outage for long: it fades as the heal rule's window forgets a
+	// call.
+	RunDecay = 1 - 1.0/HealWindow
 )
