@@ -67,10 +67,6 @@ const (
 	// refused, 71.8 -> 73.1 % at 1.18 attempts per call (BENCHMARKS
 	// "Issue 63: the channel's own news").
 	FutileUnsent = 2.0
-	// FutileEvery: the lone probe of such an outage waits only once 10
-	// failures followed the last failed probe (at most one retry in ten
-	// calls, the property test's bar).
-	FutileEvery = 10
 	// HealWindow: of the latest 8 calls that retried (two at least,
 	// Evidence), a third healed says retrying heals (HealMinShare; a server
 	// failing half its attempts heals 3 in 4, a down one none); judged per
@@ -164,4 +160,10 @@ const (
 	// hide an outage for long: it fades as the heal rule's window forgets a
 	// call.
 	RunDecay = 1 - 1.0/HealWindow
+	// FutileEvery: the lone probe of an outage the futility rule judges
+	// waits only once a window of attempts (OverloadWindow, the latest
+	// attempts that judge a backend overloaded) failed since the last
+	// failed probe: at most one retry per window of calls, within the
+	// property test's bar of one in ten.
+	FutileEvery = OverloadWindow
 )
