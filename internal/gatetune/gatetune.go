@@ -1,8 +1,9 @@
 // Package gatetune holds budget.Gate's tuning numbers, each with the one
 // line that says why, and the snapshot of its rules that `stagger check`
-// prints. Internal, so that a retune changes no API. BENCHMARKS.md
-// ("Figures behind the code's choices", issues 13, 29 and 39) has the
-// measurements.
+// prints. Internal, so that a retune changes no API. The first block holds
+// the numbers tuned on their own; the second, numbers derived from them,
+// which a retune of those moves. BENCHMARKS.md ("Figures behind the code's
+// choices", issues 13, 29 and 39) has the measurements.
 package gatetune
 
 import "time"
