@@ -1,17 +1,18 @@
 // Package gatetune holds budget.Gate's tuning numbers, each with the one
 // line that says why, and the snapshot of its rules that `stagger check`
-// prints. Internal, so that a retune changes no API. BENCHMARKS.md
-// ("Figures behind the code's choices", issues 13, 29 and 39) has the
-// measurements.
+// prints. Internal, so that a retune changes no API. The first block holds
+// the numbers tuned on their own; the second, numbers derived from them,
+// which a retune of those moves. BENCHMARKS.md ("Figures behind the code's
+// choices", issues 13, 29 and 39) has the measurements.
 package gatetune
 
 import "time"
 
 const (
-	// Releases go one a second, each success taking 1/16 of the interval
-	// off, doubling per released retry that succeeds up to 3/16: 1/s and
-	// 3/16 peaked at 1.18x capacity after recovery in the storm lab, 1.5/s
-	// at 2x. The return after an outage is never slower, and a call held
+	// Releases go one per Calm at slowest (ReleasePerSecond), each success
+	// taking 1/16 of the interval off, doubling per released retry that
+	// succeeds up to 3/16: 1/s and 3/16 peaked at 1.18x capacity after
+	// recovery in the storm lab, 1.5/s at 2x. The return after an outage is never slower, and a call held
 	// through it with a deadline goes back at a random share of what its
 	// deadline leaves, one release interval at most (spread over an hour's
 	// deadline, a held call waited up to an hour past the server's return).
@@ -22,7 +23,6 @@ const (
 	// refusals unevenly and one kept an eighth of another's pace; half as
 	// much served fewer held calls, twice as much sent more refusals
 	// (BENCHMARKS.md, "A fleet of any size, on virtual time").
-	ReleasePerSecond = 1.0
 	ReleaseGainStart = 1.0 / 16
 	ReleaseGainMax   = 3.0 / 16
 	// Evidence: two of a kind are evidence, one is chance. Two failures in
@@ -38,11 +38,6 @@ const (
 	// rule): a Gate left in an outage when its traffic stopped refused the
 	// first retry hours later.
 	ProbeGapMax = 30 * time.Second
-	// QuietGapMax: new calls' failures stretch the probe gap up to 4 s, so
-	// held calls probe again soon after the process's own calls stop. A
-	// learning retry held at a server never seen to serve goes once
-	// nothing reached it for as long (sim failrate -p 1, 1,000 processes).
-	QuietGapMax = 4 * time.Second
 	// LastChanceLead: a last chance goes 50 ms (an attempt on a LAN)
 	// before the end rule would end its wait: with no attempt timed that
 	// is its attempt's time, else the slack that keeps a late timer or a
@@ -73,17 +68,12 @@ const (
 	// refused, 71.8 -> 73.1 % at 1.18 attempts per call (BENCHMARKS
 	// "Issue 63: the channel's own news").
 	FutileUnsent = 2.0
-	// FutileEvery: the lone probe of such an outage waits only once 10
-	// failures followed the last failed probe (at most one retry in ten
-	// calls, the property test's bar).
-	FutileEvery = 10
-	// HealWindow, HealMinShare: of the latest 8 calls that retried (two
-	// at least, Evidence), a third healed says retrying heals (a server
+	// HealWindow: of the latest 8 calls that retried (two at least,
+	// Evidence), a third healed says retrying heals (HealMinShare; a server
 	// failing half its attempts heals 3 in 4, a down one none); judged per
 	// call, since per attempt the gate's own probes taught it that nothing
 	// heals.
-	HealWindow   = 8
-	HealMinShare = 1.0 / 3
+	HealWindow = 8
 	// OverloadHold: a failure for overload (or a slow success) is a sign
 	// for 5 s: no retry heals unpaid meanwhile (retrying an overloaded
 	// server deepens it even when some retries succeed), and the share of
@@ -145,10 +135,37 @@ const (
 	// reported is taken for lost: the interceptors record an attempt a
 	// little after its deadline ends it.
 	Calm = time.Second
-	// RunDecay: a flaky server's longest run of failures shrinks by 0.9 per
-	// later run, so an early unlucky run does not hide an outage for long.
-	RunDecay = 0.9
-	// HoldSlack: a wait no rule holds ends a tenth of its pause after it,
-	// so a failing call waits little more than its backoff.
-	HoldSlack = 0.1
+)
+
+// Derived from the numbers above, not tuned on their own: a retune of those
+// moves these with them.
+const (
+	// HealMinShare: retrying heals while at most Evidence calls failed to
+	// heal for each one that healed (fewer are not evidence that retrying
+	// does not heal): a third.
+	HealMinShare = 1.0 / (Evidence + 1)
+	// QuietGapMax: new calls' failures stretch the probe gap up to
+	// QuietLulls calm seconds (4 s), so held calls probe again soon after
+	// the process's own calls stop. A learning retry held at a server never
+	// seen to serve goes once nothing reached it for as long (sim failrate
+	// -p 1, 1,000 processes).
+	QuietGapMax = QuietLulls * Calm
+	// ReleasePerSecond: one retry released per Calm, a second without
+	// failures (Releases, above, has the measurements behind the rate).
+	ReleasePerSecond = float64(time.Second) / float64(Calm)
+	// RunDecay: a flaky server's longest run of failures shrinks by
+	// 1-1/HealWindow (7/8) per later run, so an early unlucky run does not
+	// hide an outage for long: it fades as the heal rule's window forgets a
+	// call.
+	RunDecay = 1 - 1.0/HealWindow
+	// FutileEvery: the lone probe of an outage the futility rule judges
+	// waits only once a window of attempts (OverloadWindow, the latest
+	// attempts that judge a backend overloaded) failed since the last
+	// failed probe: at most one retry per window of calls, within the
+	// property test's bar of one in ten.
+	FutileEvery = OverloadWindow
+	// HoldSlack: a wait no rule holds ends an eighth of its pause after it
+	// (1/HealWindow), so a failing call waits little more than its
+	// backoff.
+	HoldSlack = 1.0 / HealWindow
 )
