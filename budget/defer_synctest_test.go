@@ -89,7 +89,7 @@ func TestGateWaitEnds(t *testing.T) {
 	})
 }
 
-// A wait the gate does not hold ends at its pause and an eighth, or probes:
+// A wait the gate does not hold ends at its pause and a tenth, or probes:
 // a process whose server never served, and whose retry failed, sends its
 // call's last attempt unpaid to learn whether retries heal (without it, a
 // process whose budget refuses its retries never learns: issue 62's quiet
@@ -117,8 +117,8 @@ func TestGateWaitNotHeld(t *testing.T) {
 		if _, err := g.Wait(ctx, retry2, 100*time.Millisecond); !errors.Is(err, errWaitEnded) {
 			t.Fatalf("Wait: %v, want errWaitEnded", err)
 		}
-		if d := time.Since(start); d != 112500*time.Microsecond {
-			t.Fatalf("Wait returned after %v, want the pause and an eighth", d)
+		if d := time.Since(start); d != 110*time.Millisecond {
+			t.Fatalf("Wait returned after %v, want the pause and a tenth", d)
 		}
 		if st := g.State(); st.Waiting != 0 || st.DeferGaveUp != 1 || st.DeferAdmitted != 1 {
 			t.Fatalf("State = %+v, want none waiting, 1 admitted, 1 given up", st)
@@ -128,7 +128,7 @@ func TestGateWaitNotHeld(t *testing.T) {
 
 // A fresh process, which no retry has told whether retrying heals, lets
 // one waiting retry go as a probe at its pause, rather than end it at its
-// pause and an eighth: otherwise a process whose first call's retry got an
+// pause and a tenth: otherwise a process whose first call's retry got an
 // answer that is not retried would never learn (the probe and hold
 // rules), and a first call refused with a pushback waited for its last
 // chance.

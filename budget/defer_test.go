@@ -136,18 +136,18 @@ func TestGateProbesWhenQuiet(t *testing.T) {
 	// Another call's attempt failed at 60ms: fresher evidence than the
 	// retry would bring, and one more failure: the probe gap doubles from
 	// the pause (200ms), and the probe is due that quiet time after it.
-	// Before, at its pause and an eighth, the gate holds the wait (the hold and hopeless rules).
+	// Before, at its pause and a tenth, the gate holds the wait (the hold and hopeless rules).
 	clk.advance(60 * time.Millisecond)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	clk.advance(40 * time.Millisecond)
-	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(112500 * time.Microsecond)) {
-		t.Fatalf("next = %v, want the hold time, 112.5ms", next.Sub(t0))
+	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(110 * time.Millisecond)) {
+		t.Fatalf("next = %v, want the hold time, 110ms", next.Sub(t0))
 	}
-	clk.advance(12500 * time.Microsecond)
+	clk.advance(10 * time.Millisecond)
 	if next := poll(t, w, AdmitNone); !next.Equal(t0.Add(260 * time.Millisecond)) {
 		t.Fatalf("held: next = %v, want 260ms", next.Sub(t0))
 	}
-	clk.advance(147500 * time.Microsecond)
+	clk.advance(150 * time.Millisecond)
 	poll(t, w, admitProbe)
 
 	// One deferred retry out at a time.
@@ -203,12 +203,12 @@ func TestGateReleasesAfterRecovery(t *testing.T) {
 	if g.Allow(retry2) {
 		t.Fatal("Allow admitted a retry while calls wait during an outage")
 	}
-	// At their pause and an eighth, the gate holds the waits (the hold and hopeless rules).
+	// At their pause and a tenth, the gate holds the waits (the hold and hopeless rules).
 	gap := min(time.Second<<tune.Evidence, tune.QuietGapMax)
 	// The first is told when the probe is due; the others, held without
 	// a deadline, hear of it from Ready when it is theirs (one waiter
 	// sleeps to a paced time), else at their wait's end.
-	clk.advance(1125 * time.Millisecond)
+	clk.advance(1100 * time.Millisecond)
 	for i, w := range ws {
 		if next, want := poll(t, w, AdmitNone), t0.Add(gap); !next.Equal(want) { // the probe's time
 			t.Fatalf("waiter %d: next %v, want %v", i, next, want)
@@ -303,11 +303,11 @@ func TestGateLastChance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Leave()
-	clk.advance(112500 * time.Microsecond)
+	clk.advance(110 * time.Millisecond)
 	if next := poll(t, w, AdmitNone); !next.Equal(deadline.Add(-tune.LastChanceLead)) {
 		t.Fatalf("next = %v, want the last chance at %v", next.Sub(t0), (time.Second - tune.LastChanceLead))
 	}
-	clk.advance(time.Second - tune.LastChanceLead - 112500*time.Microsecond)
+	clk.advance(time.Second - tune.LastChanceLead - 110*time.Millisecond)
 	poll(t, w, admitLast)
 	// It failed: the next last chance waits the doubled gap (200ms) after
 	// it, though its deadline leaves less than that and its lead (a
@@ -449,16 +449,15 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 		defer o.Leave()
 	}
 	// Held in the outage (the hold and hopeless rules), its probe not due yet.
-	clk.advance(1125 * time.Millisecond)
+	clk.advance(1100 * time.Millisecond)
 	poll(t, w, AdmitNone)
 	g.Record(Attempt{Number: 1, Outcome: Success})
 	// The pace of the return: the outage's length over tune.BackShare of
 	// the tune.BackMinHeld that began to wait, a share 1-drawn of it, less
 	// one success's gain.
-	// (Within a nanosecond: the gate rounds its float arithmetic its way.)
 	every := time.Duration(float64(clk.Now().Sub(t0)) / (tune.BackShare * tune.BackMinHeld))
 	want := clk.Now().Add(time.Duration((1 - drawn - tune.ReleaseGainStart) * float64(every)))
-	if next := poll(t, w, AdmitNone); next.Sub(want).Abs() > time.Nanosecond {
+	if next := poll(t, w, AdmitNone); !next.Equal(want) {
 		t.Fatalf("next = %v from now, want %v", next.Sub(clk.Now()), want.Sub(clk.Now()))
 	}
 }
@@ -466,8 +465,8 @@ func TestGateDrawsTheFirstCredit(t *testing.T) {
 // Until the process knows whether retries heal, a call's last attempt
 // probes, and new calls' first attempts failing do not hold it back: only a
 // retry can tell. Once a retry has failed, other retries do not probe: a
-// process whose server never served ends their waits at their pause and an
-// eighth (the hold and hopeless rules).
+// process whose server never served ends their waits at their pause and a
+// tenth (the hold and hopeless rules).
 func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
 	clk := &manualClock{now: t0}
 	g := newGate(t, &switchBudget{}, DeferSettings{}, clk)
@@ -486,18 +485,18 @@ func TestGateProbesUntilRetriesAreKnown(t *testing.T) {
 	clk.advance(60 * time.Millisecond)
 	g.Record(Attempt{Number: 1, Outcome: Failure})
 	clk.advance(40 * time.Millisecond)
-	if next := poll(t, other, AdmitNone); !next.Equal(t0.Add(112500 * time.Microsecond)) {
-		t.Fatalf("another retry: next %v, want its hold time, 112.5ms", next.Sub(t0))
+	if next := poll(t, other, AdmitNone); !next.Equal(t0.Add(110 * time.Millisecond)) {
+		t.Fatalf("another retry: next %v, want its hold time, 110ms", next.Sub(t0))
 	}
 	poll(t, w, admitProbe)
-	clk.advance(12500 * time.Microsecond)
+	clk.advance(10 * time.Millisecond)
 	poll(t, other, AdmitNone)
 	if !errors.Is(other.err(), errWaitEnded) {
 		t.Fatal("the other retry's wait did not end at its hold time")
 	}
 }
 
-// The hold and hopeless rules: a wait the gate does not hold ends at its pause and an eighth, or
+// The hold and hopeless rules: a wait the gate does not hold ends at its pause and a tenth, or
 // goes then as a probe when the server served; Wait returns errWaitEnded.
 func TestGateHold(t *testing.T) {
 	clk := &manualClock{now: t0}
@@ -526,7 +525,7 @@ func TestGateHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Leave()
-	clk.advance(pause + pause/8)
+	clk.advance(pause + pause/10)
 	poll(t, a, admitProbe)
 	poll(t, b, AdmitNone)
 	if a.err() != nil || !errors.Is(b.err(), errWaitEnded) {

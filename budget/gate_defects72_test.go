@@ -43,8 +43,8 @@ func failingOnce(t *testing.T, clk *manualClock) *Gate {
 // probe, which held every guarded waiter for news).
 func TestGateClosedGuardIsNoGuard(t *testing.T) {
 	got := closedGuardVerdicts(t, failingOnce, func(*Gate) {})
-	if got[0] != got[1] || got[1].at > 112500*time.Microsecond {
-		t.Fatalf("without a guard %+v; behind a closed one %+v: want the same, by the hold time (112.5ms)", got[0], got[1])
+	if got[0] != got[1] || got[1].at > 110*time.Millisecond {
+		t.Fatalf("without a guard %+v; behind a closed one %+v: want the same, by the hold time (110ms)", got[0], got[1])
 	}
 }
 
@@ -80,7 +80,7 @@ func closedGuardVerdicts(t *testing.T, gate func(*testing.T, *manualClock) *Gate
 }
 
 // Defect 2: at scale, a thousand retries behind a closed breaker are
-// decided by their hold time, 112.5 ms, with no news: one goes as the probe,
+// decided by their hold time, 110 ms, with no news: one goes as the probe,
 // the others' waits end by the hold rule (they waited for news, and one
 // success ended all of them at once).
 func TestGateClosedGuardHoldsNoCrowd(t *testing.T) {
@@ -102,7 +102,7 @@ func TestGateClosedGuardHoldsNoCrowd(t *testing.T) {
 		}
 		admitted, ended := 0, 0
 		taken := make([]bool, len(ws))
-		for clk.Now().Before(t0.Add(113 * time.Millisecond)) {
+		for clk.Now().Before(t0.Add(111 * time.Millisecond)) {
 			clk.advance(time.Millisecond)
 			g.Tick()
 			takeReady(ws, taken, func(_ int, a Admission, err error) {
@@ -117,7 +117,7 @@ func TestGateClosedGuardHoldsNoCrowd(t *testing.T) {
 			})
 		}
 		if admitted != 1 || ended != len(ws)-1 {
-			t.Errorf("guarded %v: by 113ms, %d went and %d waits ended by the hold rule; want 1 and %d", guarded, admitted, ended, len(ws)-1)
+			t.Errorf("guarded %v: by 111ms, %d went and %d waits ended by the hold rule; want 1 and %d", guarded, admitted, ended, len(ws)-1)
 		}
 	}
 }

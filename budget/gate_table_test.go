@@ -165,7 +165,7 @@ func TestGateBackSpread(t *testing.T) {
 func TestGateAdmissions(t *testing.T) {
 	deadline := t0.Add(2 * time.Second)
 	const pause = 100 * time.Millisecond
-	holdAt := t0.Add(112500 * time.Microsecond)
+	holdAt := t0.Add(110 * time.Millisecond)
 	overloaded := stateIn(phaseFailing)
 	for range overloadSigns {
 		overloaded.ev.learn(t0, Attempt{Number: 1, Outcome: Failure, Overload: true})

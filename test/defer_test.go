@@ -147,7 +147,7 @@ func TestDeferKeepsTheLastAttemptForTheDeadline(t *testing.T) {
 // evidence of an outage), its last attempt at once (else a process whose
 // budget refuses its retries never learns that they heal: issue 62's quiet
 // process), and this one's fifth attempt is served; once
-// a learning call failed its last attempt, the others' waits end an eighth
+// a learning call failed its last attempt, the others' waits end a tenth
 // past their pause (reason deferred). The call's last attempt goes as a
 // probe too, so a flaky server that serves the last attempt is found out.
 func TestDeferFreshProcessDoesNotStorm(t *testing.T) {
@@ -164,7 +164,7 @@ func TestDeferFreshProcessDoesNotStorm(t *testing.T) {
 			t.Fatalf("%d attempts, want 5", n)
 		}
 		// At a server that fails every attempt, one learning call, and
-		// then no more: the next call's retry waits its pause and an eighth.
+		// then no more: the next call's retry waits its pause and a tenth.
 		down := testserver.New()
 		defer down.Close()
 		client = deferClient(t, down)
@@ -177,8 +177,8 @@ func TestDeferFreshProcessDoesNotStorm(t *testing.T) {
 		if status.Code(err) != codes.Unavailable || reasonOf(err) != policy.ReasonDeferred.String() {
 			t.Fatalf("call: %v (reason %q), want the last UNAVAILABLE, reason deferred", err, reasonOf(err))
 		}
-		if n := len(down.Attempts("down2")); n != 1 || time.Since(start) != 11250*time.Microsecond {
-			t.Fatalf("the next call: %d attempts in %v, want 1 in 11.25ms", n, time.Since(start))
+		if n := len(down.Attempts("down2")); n != 1 || time.Since(start) != 11*time.Millisecond {
+			t.Fatalf("the next call: %d attempts in %v, want 1 in 11ms", n, time.Since(start))
 		}
 
 		// Three attempts: the budget pays for the second, the third is the

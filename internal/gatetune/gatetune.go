@@ -135,6 +135,9 @@ const (
 	// reported is taken for lost: the interceptors record an attempt a
 	// little after its deadline ends it.
 	Calm = time.Second
+	// HoldSlack: a wait no rule holds ends a tenth of its pause after it,
+	// so a failing call waits little more than its backoff.
+	HoldSlack = 0.1
 )
 
 // Derived from the numbers above, not tuned on their own: a retune of those
@@ -164,8 +167,4 @@ const (
 	// failed probe: at most one retry per window of calls, within the
 	// property test's bar of one in ten.
 	FutileEvery = OverloadWindow
-	// HoldSlack: a wait no rule holds ends an eighth of its pause after it
-	// (1/HealWindow), so a failing call waits little more than its
-	// backoff.
-	HoldSlack = 1.0 / HealWindow
 )
