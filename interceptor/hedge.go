@@ -8,32 +8,10 @@ import (
 	"github.com/stagger-go/stagger/internal/chain"
 	"github.com/stagger-go/stagger/internal/quantile"
 	"github.com/stagger-go/stagger/policy"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
-
-// hedge runs a hedged unary call on the call's loop (UnaryClientInterceptor,
-// Hedging): hedgeState says when the next attempt starts and judges a
-// failure.
-func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
-	h := c.hedged.Hedging
-	l := unaryLoop{shared: c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker, hedged: true, hs: k.newHedgeState(c, h)}
-	if m, ok := reply.(proto.Message); ok && m != nil {
-		// Read before the first attempt writes into the caller's reply:
-		// grpc resets it to unmarshal, racing with ProtoReflect.
-		l.replyType = m.ProtoReflect().Type()
-	} else {
-		// No reply per attempt: one at a time into the caller's, the next
-		// after a non-fatal failure; the hooks hear why, once per method.
-		k.noticeUnapplied(callCtx, c, policy.ReasonReplyType)
-		l.hs.delay, l.hs.hist = -1, nil
-	}
-	l.goroutines(h.MaxAttempts, grpcOpts)
-	return l.run()
-}
 
 // hedges says whether c's hedging policy applies: a second attempt is
 // allowed and the call may run more than once (idempotent, or a unary call

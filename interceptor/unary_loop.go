@@ -39,7 +39,6 @@ type unaryLoop struct {
 	// keeps it there; a hedged call's is shared (hedgeState points at it).
 	own     call
 	shared  *call
-	k       *core
 	callCtx context.Context
 	req     any
 	reply   any
