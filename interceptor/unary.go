@@ -290,7 +290,7 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		hc := *c
 		defer func() { *c = hc }()
 		h := hc.hedged.Hedging
-		l.shared, l.hedged, l.hs = &hc, true, k.newHedgeState(&hc, h)
+		l.hedged, l.hs = true, k.newHedgeState(&hc, h)
 		if l.replyType = replyTypeOf(reply); l.replyType == nil {
 			// No reply per attempt: one at a time into the caller's, the
 			// next after a non-fatal failure; the hooks hear why, once per

@@ -36,9 +36,9 @@ import (
 // comparison of times (endTimer), whichever event came first.
 type unaryLoop struct {
 	// own is the call, held by value so that a loop on the caller's stack
-	// keeps it there; a hedged call's is shared (hedgeState points at it).
+	// keeps it there; a hedged call's is the one its hedgeState points
+	// at (hs.c).
 	own     call
-	shared  *call
 	callCtx context.Context
 	req     any
 	reply   any
@@ -81,8 +81,8 @@ type unaryLoop struct {
 }
 
 func (l *unaryLoop) c() *call {
-	if l.shared != nil {
-		return l.shared
+	if l.hs.c != nil {
+		return l.hs.c
 	}
 	return &l.own
 }
