@@ -8,32 +8,10 @@ import (
 	"github.com/stagger-go/stagger/internal/chain"
 	"github.com/stagger-go/stagger/internal/quantile"
 	"github.com/stagger-go/stagger/policy"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
-
-// hedge runs a hedged unary call on the call's loop (UnaryClientInterceptor,
-// Hedging): hedgeState says when the next attempt starts and judges a
-// failure.
-func (k *core) hedge(callCtx context.Context, c *call, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption) error {
-	h := c.hedged.Hedging
-	l := unaryLoop{shared: c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker, hedged: true, hs: k.newHedgeState(c, h)}
-	if m, ok := reply.(proto.Message); ok && m != nil {
-		// Read before the first attempt writes into the caller's reply:
-		// grpc resets it to unmarshal, racing with ProtoReflect.
-		l.replyType = m.ProtoReflect().Type()
-	} else {
-		// No reply per attempt: one at a time into the caller's, the next
-		// after a non-fatal failure; the hooks hear why, once per method.
-		k.noticeUnapplied(callCtx, c, policy.ReasonReplyType)
-		l.hs.delay, l.hs.hist = -1, nil
-	}
-	l.goroutines(h.MaxAttempts, grpcOpts)
-	return l.run()
-}
 
 // hedges says whether c's hedging policy applies: a second attempt is
 // allowed and the call may run more than once (idempotent, or a unary call
@@ -274,28 +252,6 @@ func (s *hedgeState) stop(callCtx context.Context, n int, why policy.Reason) {
 	s.c.emit(callCtx, Event{Kind: EventHedgeStop, Method: s.c.method, Attempt: n, Reason: why, Hedging: true})
 }
 
-// hedgeEnded judges the end of a hedged attempt: the first success wins; a
-// failure is judged (judge).
-func (l *unaryLoop) hedgeEnded(ev unaryEvent) (err error, over bool) {
-	s := &l.hs
-	if ev.err == nil {
-		s.recordHedge(ev.n, budget.Success, budget.Success)
-		l.drain()
-		l.hc.adopt(l.reply, ev.out)
-		s.learn(ev.at.Sub(ev.start))
-		s.won(l.callCtx, ev.n)
-		l.hc.finished(nil)
-		return nil, true
-	}
-	l.lastOut = ev.out
-	// Headers before the failure commit the call (gRFC A6) as they commit
-	// a retried one (call.commits): not when it carries a key.
-	if why := s.judge(l.callCtx, ev.n, ev.err, s.c.commits(ev.out.header), ev.out.trailer); why != policy.ReasonNone {
-		return l.hedgeFailed(why), true
-	}
-	return nil, false
-}
-
 // learn teaches an adaptive delay a winner's time to answer, took.
 func (s *hedgeState) learn(took time.Duration) {
 	if s.hist != nil {
@@ -369,13 +325,11 @@ func (s *hedgeState) hedgeAttempt(n int) budget.Attempt {
 	return a
 }
 
-// hedgeFailed ends a hedged call that failed, with the last failure.
+// hedgeFailed ends a hedged call that no attempt won, for why, with the
+// last failure: the others end before the hooks hear the give-up.
 func (l *unaryLoop) hedgeFailed(why policy.Reason) error {
-	s := &l.hs
 	l.drain()
-	l.hc.adoptMeta(l.lastOut)
-	err := s.giveUp(l.callCtx, why)
-	l.hc.finished(s.last)
+	err, _ := l.end(l.lastOut, l.hs.giveUp(l.callCtx, why))
 	return err
 }
 

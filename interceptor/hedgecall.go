@@ -6,7 +6,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/proto"
 )
 
 // attemptOutputs is what grpc writes for one attempt run on a goroutine:
@@ -19,8 +18,8 @@ type attemptOutputs struct {
 
 // attemptMeta is what grpc writes for one attempt, through opts, beside
 // its reply: its header, trailer and peer. The caller's holders are filled
-// from one attempt's, after every other has ended: the winner's (adopt) or
-// the failure's (adoptMeta); an inline call's from the last
+// from one attempt's, after every other has ended (unaryLoop.adopt: the
+// winner's or the failure's); an inline call's from the last
 // (unaryAttempt.finished).
 type attemptMeta struct {
 	header, trailer metadata.MD
@@ -122,24 +121,6 @@ func (hc *hedgeCall) prepare(out *attemptOutputs) {
 	if hc.callerPeer != nil {
 		out.opts = append(out.opts, grpc.Peer(&out.peer))
 	}
-}
-
-// adopt copies the winner's outputs into the caller's reply and holders.
-func (hc *hedgeCall) adopt(reply any, out *attemptOutputs) {
-	if out != &hc.first {
-		proto.Reset(reply.(proto.Message))
-		proto.Merge(reply.(proto.Message), out.reply.(proto.Message))
-	}
-	hc.adoptMeta(out)
-}
-
-// adoptMeta gives the caller the headers, trailer and peer of out (nil: no
-// attempt ended, none), and none of another's.
-func (hc *hedgeCall) adoptMeta(out *attemptOutputs) {
-	if out == nil {
-		out = &attemptOutputs{}
-	}
-	hc.give(out.header, out.trailer, &out.peer)
 }
 
 // give fills the caller's holders with one attempt's headers, trailer and

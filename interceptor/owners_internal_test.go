@@ -207,17 +207,20 @@ func streamFile(name string) bool {
 
 // TestUnaryLoopOwnsTheCall: of a unary call, only its loop (unaryLoop)
 // asks the decision (afterAttempt, shouldRetry), and only it commits
-// (adopt, adoptMeta: which attempt's reply and metadata the caller sees);
-// a call that sends one attempt runs on the loop too (inline). A decision
-// or a commit made elsewhere fails it: send the loop an event instead.
+// (unaryLoop.adopt, the one caller of adopt, at its one end, unaryLoop.end:
+// which attempt's reply and metadata the caller sees); a call that sends
+// one attempt runs on the loop too (inline), whose holders are filled from
+// its last attempt (unaryAttempt.finished, which runUnary runs). A
+// decision or a commit made elsewhere fails it: send the loop an event
+// instead.
 func TestUnaryLoopOwnsTheCall(t *testing.T) {
 	// The decision's own wrapper, and the per-attempt timer's rules, which
 	// the loop runs (unaryLoop.take), as a stream's timer does under its
 	// own lock (streamTimer); and hedging's admission of a hedge and its
 	// judgement of a hedged attempt's failure, which the loop runs
-	// (unaryLoop.sendDue, hedgeEnded), as a hedged stream's driver does;
+	// (unaryLoop.sendDue, attemptEnded), as a hedged stream's driver does;
 	// and the record of a hedged attempt's end that needs no verdict
-	// (askSettled), which the loop asks (hedgeEnded, drain).
+	// (askSettled), which the loop asks (attemptEnded, drain).
 	deciders := []string{"call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide", "hedge.go: hedgeState.admitHedge", "hedge.go: hedgeState.judge", "hedge.go: hedgeState.recordHedge"}
 	for _, tc := range []struct {
 		what  string
@@ -225,13 +228,25 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 		also  []string
 	}{
 		{"decides", []string{"afterAttempt", "shouldRetry"}, deciders},
-		{"commits", []string{"adopt", "adoptMeta"}, []string{"hedgecall.go: hedgeCall.adopt"}},
+		{"commits", []string{"adopt", "give"}, []string{"unary_attempt.go: unaryAttempt.finished"}},
 	} {
 		for _, s := range callersOf(t, tc.names...) {
 			if !strings.Contains(s, ": unaryLoop.") && !slices.Contains(tc.also, s) {
 				t.Errorf("%s %s a unary call (%s); want the loop alone (unaryLoop)", s, tc.what, strings.Join(tc.names, ", "))
 			}
 		}
+	}
+	// One "an attempt ended", one commit, one end, whatever the mode.
+	for _, tc := range []struct{ name, want string }{
+		{"attemptEnded", "unary_loop.go: unaryLoop.handle"},
+		{"adopt", "unary_loop.go: unaryLoop.end"},
+	} {
+		if got := callersOf(t, tc.name); !slices.Equal(got, []string{tc.want}) {
+			t.Errorf("%s is called by %v, want %s alone", tc.name, got, tc.want)
+		}
+	}
+	if got, want := callersOf(t, "finished"), []string{"unary.go: core.runUnary", "unary.go: core.unaryInterceptor", "unary_attempt.go: unaryAttempt.finished", "unary_loop.go: unaryLoop.end"}; !slices.Equal(got, want) {
+		t.Errorf("a unary call's OnFinish runs (finished) in:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -330,7 +330,7 @@ func TestWireAmbiguous(t *testing.T) {
 func timerLoop(t *testing.T, c *call, beside bool) *unaryLoop {
 	t.Helper()
 	bg := context.Background()
-	l := &unaryLoop{shared: c, callCtx: bg, beside: beside}
+	l := &unaryLoop{hs: hedgeState{c: c}, callCtx: bg, beside: beside}
 	n := 1 // one attempt at a time (unaryEngine)
 	if beside {
 		n = c.pol.MaxAttempts

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/breaker"
@@ -282,21 +283,34 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		c.attempt, c.reason = 1, policy.ReasonSuccess
 		return nil
 	}
+	l := unaryLoop{callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
 	if c.hedged != nil && k.hedges(callCtx, c, false) {
+		// Hedging is retry with a start timer (hedgeState), on a copy of c
+		// that the hedgeState points at.
 		hc := *c
 		defer func() { *c = hc }()
-		return k.hedge(callCtx, &hc, req, reply, cc, invoker, withFileOpts(c.fileOpts, grpcOpts))
+		h := hc.hedged.Hedging
+		l.hedged, l.hs = true, k.newHedgeState(&hc, h)
+		if l.replyType = replyTypeOf(reply); l.replyType == nil {
+			// No reply per attempt: one at a time into the caller's, the
+			// next after a non-fatal failure; the hooks hear why, once per
+			// method.
+			k.noticeUnapplied(callCtx, &hc, policy.ReasonReplyType)
+			l.hs.delay, l.hs.hist = -1, nil
+		}
+		l.goroutines(h.MaxAttempts, withFileOpts(c.fileOpts, grpcOpts))
+		return l.run()
 	}
-	l := unaryLoop{own: *c, k: k, callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
+	l.own = *c
 	defer func() { *c = l.own }()
 	if c.perAttempt > 0 {
-		if callerReply, ok := reply.(proto.Message); ok && callerReply != nil && c.hedgeOnTimeout {
-			// A reply per attempt, which stagger makes only for a
-			// proto.Message; others cut attempts off.
-			l.beside, l.replyType = true, callerReply.ProtoReflect().Type()
+		if c.hedgeOnTimeout {
+			// Beside its attempt a retry needs a reply of its own; other
+			// replies cut attempts off.
+			l.replyType = replyTypeOf(reply)
 		}
 		n := 1
-		if l.beside {
+		if l.beside = l.replyType != nil; l.beside {
 			n = c.pol.MaxAttempts
 		}
 		l.goroutines(n, withFileOpts(c.fileOpts, grpcOpts))
@@ -319,6 +333,17 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		l.attemptOpts = l.ua.prepare(c.fileOpts, grpcOpts)
 	}
 	return l.run()
+}
+
+// replyTypeOf is the type of each attempt's own reply, of the caller's
+// reply's type (nil: stagger makes one only for a proto.Message). It is
+// read before the first attempt writes into the caller's reply: grpc
+// resets it to unmarshal, racing with ProtoReflect.
+func replyTypeOf(reply any) protoreflect.MessageType {
+	if m, ok := reply.(proto.Message); ok && m != nil {
+		return m.ProtoReflect().Type()
+	}
+	return nil
 }
 
 // withFileOpts puts the file's call options before the caller's, so that

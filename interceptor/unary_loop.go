@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/stagger-go/stagger/budget"
@@ -17,8 +18,9 @@ import (
 // a single attempt runs inline on it). It runs on the caller's goroutine and alone decides whether the
 // next attempt goes (a retry, a hedge, a retry beside a timed-out attempt),
 // the per-attempt timer's verdict, which attempt's answer the caller sees
-// (adopt, adoptMeta) and the result, which runUnary then ends. The others
-// send it events on one channel (hc.results):
+// (adopt) and the result, which runUnary then ends. An attempt's end takes
+// one path in every mode (attemptEnded), and the loop ends in one place
+// (end). The others send it events on one channel (hc.results):
 //
 //	an attempt's goroutine (hedgeCall.run)  {evEnded, n, err, outputs, start, at}
 //	the per-attempt timer (armTimer)        {evTimer, n, due}
@@ -34,10 +36,9 @@ import (
 // comparison of times (endTimer), whichever event came first.
 type unaryLoop struct {
 	// own is the call, held by value so that a loop on the caller's stack
-	// keeps it there; a hedged call's is shared (hedgeState points at it).
+	// keeps it there; a hedged call's is the one its hedgeState points
+	// at (hs.c).
 	own     call
-	shared  *call
-	k       *core
 	callCtx context.Context
 	req     any
 	reply   any
@@ -80,8 +81,8 @@ type unaryLoop struct {
 }
 
 func (l *unaryLoop) c() *call {
-	if l.shared != nil {
-		return l.shared
+	if l.hs.c != nil {
+		return l.hs.c
 	}
 	return &l.own
 }
@@ -171,14 +172,7 @@ func (l *unaryLoop) run() error {
 func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 	switch ev.kind {
 	case evEnded:
-		l.ended1()
-		switch {
-		case l.hedged:
-			return l.hedgeEnded(ev)
-		case l.beside:
-			return l.besideEnded(ev)
-		}
-		return l.retryEnded(ev)
+		return l.attemptEnded(ev)
 	case evTimer:
 		l.timerDue(ev)
 	case evStart:
@@ -240,30 +234,81 @@ func (l *unaryLoop) launch() {
 	go hc.run(l.cur, c.attempt, adm, out)
 }
 
-// retryEnded judges the end of an attempt of a call that sends one at a
-// time, and waits out the pause before the retry.
-func (l *unaryLoop) retryEnded(ev unaryEvent) (error, bool) {
+// attemptEnded takes the end of attempt ev.n, in every mode: the timer's
+// part (outcome), a success's answer time (served), then the verdict. A
+// hedged failure is hedging's to judge (hedgeState.judge), and ends the
+// call only when the race is lost; beside another attempt in flight or a
+// retry's pause a failure decides nothing (askBeside); else the call's
+// decision says whether the next attempt goes (decided). Beside, a success
+// wins once the others lost (drain).
+func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 	c := l.c()
-	timed := !l.inline && c.perAttempt > 0
-	cut := false
-	if timed {
-		cut = l.endTimer(ev.at)
-	} else {
-		c.slow = false
+	if !l.inline {
+		l.hs.inFlight--
 	}
-	err, timedOut := attemptOutcome(l.callCtx, ev.err, cut)
-	if err == nil && (timed || c.attempt > 1) {
+	err, timedOut := l.outcome(ev)
+	if err == nil {
 		l.served(ev)
 	}
 	l.cancel()
 	var header, trailer metadata.MD
 	switch {
-	case !l.inline:
+	case ev.out != nil:
 		header, trailer = ev.out.header, ev.out.trailer
 	case l.ua != nil:
 		header, trailer = l.ua.header, l.ua.trailer
 	}
-	return l.decided(ev, err, trailer, c.commits(header), timedOut)
+	committed := c.commits(header)
+	switch {
+	case l.hedged && err == nil:
+		s := &l.hs
+		s.recordHedge(ev.n, budget.Success, budget.Success)
+		s.learn(ev.at.Sub(ev.start))
+		s.won(l.callCtx, ev.n)
+		return l.end(ev.out, nil)
+	case l.hedged:
+		// Headers before the failure commit the call (gRFC A6) as they
+		// commit a retried one (call.commits): not when it carries a key.
+		l.lastOut = ev.out
+		if why := l.hs.judge(l.callCtx, ev.n, ev.err, committed, trailer); why != policy.ReasonNone {
+			return l.hedgeFailed(why), true
+		}
+		return nil, false
+	case !l.beside:
+	case err == nil:
+		l.dropPending()
+		l.drain()
+	case l.hs.inFlight > 0 || !l.pendingDue.IsZero():
+		q := question{kind: askBeside, n: ev.n, err: err, trailer: trailer, committed: committed, first: ev.n+c.before == 1,
+			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: ev.took()}}
+		c.shouldRetry(l.callCtx, &q)
+		l.last = err
+		return nil, false
+	}
+	if l.beside {
+		// Attempts overlap: each carries its admission to its end.
+		c.admission = ev.admission
+	}
+	return l.decided(ev, err, trailer, committed, timedOut)
+}
+
+// outcome is the timer's part of ev's end: the error to decide on, and
+// whether the timer cut the attempt off. One at a time the timer hands the
+// call its verdict (endTimer); beside, the attempt it timed ran on and its
+// end stops it; without a timer no success ran slow.
+func (l *unaryLoop) outcome(ev unaryEvent) (error, bool) {
+	c, cut := l.c(), false
+	switch {
+	case l.beside:
+		if ev.n == l.timer.n {
+			l.timer.stop()
+		}
+	case !l.inline && c.perAttempt > 0:
+		cut = l.endTimer(ev.at)
+	default:
+		c.slow = false
+	}
+	return attemptOutcome(l.callCtx, ev.err, cut)
 }
 
 // commits reports whether a unary attempt whose response header is header
@@ -276,10 +321,10 @@ func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, commi
 	c := l.c()
 	retry, pause := c.afterAttempt(l.callCtx, err, trailer, committed, timedOut)
 	if !retry {
-		return l.ended(ev.out, c.finish(err)), true
+		return l.end(ev.out, c.finish(err))
 	}
 	if perr := c.pause(l.callCtx, pause, err); perr != nil {
-		return l.ended(ev.out, perr), true
+		return l.end(ev.out, perr)
 	}
 	if !l.inline {
 		l.launch()
@@ -287,21 +332,43 @@ func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, commi
 	return nil, false
 }
 
-// ended gives the caller the outputs of out (nil: inline, grpc wrote the
-// caller's own), runs its OnFinish functions and returns err.
-func (l *unaryLoop) ended(out *attemptOutputs, err error) error {
+// end is the loop's one end: every attempt still in flight ends first
+// (drain); then the caller's reply and holders are given one attempt's
+// (adopt), and its OnFinish functions run with the call's error err. An
+// inline loop's grpc wrote the caller's own (runUnary gives them).
+func (l *unaryLoop) end(out *attemptOutputs, err error) (error, bool) {
 	if l.hc != nil {
-		l.hc.adoptMeta(out)
+		l.drain()
+		l.adopt(out, err == nil)
 		l.hc.finished(err)
 	}
-	return err
+	return err, true
 }
 
-// served notes that ev's attempt was served (pace.Evidence.Answer): under a timer
-// unless cut off or ended from above; without one, only a retry is timed.
+// adopt is the unary call's commit: it gives the caller the headers,
+// trailer and peer of out (nil: no attempt ended, none), and none of
+// another's; won, out's reply too (the first attempt's is the caller's
+// already).
+func (l *unaryLoop) adopt(out *attemptOutputs, won bool) {
+	hc := l.hc
+	if out == nil {
+		out = &attemptOutputs{}
+	}
+	if won && out != &hc.first {
+		reply := l.reply.(proto.Message)
+		proto.Reset(reply)
+		proto.Merge(reply, out.reply.(proto.Message))
+	}
+	hc.give(out.header, out.trailer, &out.peer)
+}
+
+// served notes that ev's attempt was served (pace.Evidence.Answer): under
+// a timer unless cut off or ended from above; without one, only a retry is
+// timed; a hedged attempt's time teaches its start rule instead (learn).
 func (l *unaryLoop) served(ev unaryEvent) {
 	c, t := l.c(), &l.timer
 	switch {
+	case l.hedged:
 	case c.perAttempt > 0 && !l.inline:
 		if c.pace != nil && !ev.done && t.state != timerFired {
 			c.pace.Answer(ev.start, ev.at.Sub(ev.start), c.crit.Index())
@@ -311,39 +378,15 @@ func (l *unaryLoop) served(ev unaryEvent) {
 	}
 }
 
-// besideEnded judges the end of an attempt under hedgeOnPerTryTimeout, by
-// UnaryClientInterceptor's rules.
-func (l *unaryLoop) besideEnded(ev unaryEvent) (error, bool) {
+// dropPending gives back the admission of a retry that waits out its pause
+// beside attempts in flight: it will not be sent.
+func (l *unaryLoop) dropPending() {
 	c := l.c()
-	if ev.n == l.timer.n {
-		l.timer.stop()
+	if !l.pendingDue.IsZero() {
+		c.settle(c.admission)
+		c.admission = budget.AdmitNone
 	}
-	err, _ := attemptOutcome(l.callCtx, ev.err, false)
-	if err == nil && !ev.done && c.pace != nil && c.perAttempt > 0 {
-		c.pace.Answer(ev.start, ev.at.Sub(ev.start), c.crit.Index())
-	}
-	if err == nil {
-		if !l.pendingDue.IsZero() {
-			c.settle(c.admission)
-		}
-		l.pendingDue = time.Time{}
-		l.drain()
-		l.hc.adopt(l.reply, ev.out)
-		c.admission = ev.admission
-		c.afterAttempt(l.callCtx, nil, nil, false, false)
-		l.hc.finished(nil)
-		return nil, true
-	}
-	committed := c.commits(ev.out.header)
-	if l.hs.inFlight > 0 || !l.pendingDue.IsZero() {
-		q := question{kind: askBeside, n: ev.n, err: err, trailer: ev.out.trailer, committed: committed, first: ev.n+c.before == 1,
-			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: ev.took()}}
-		c.shouldRetry(l.callCtx, &q)
-		l.last = err
-		return nil, false
-	}
-	c.admission = ev.admission
-	return l.decided(ev, err, ev.out.trailer, committed, false)
+	l.pendingDue = time.Time{}
 }
 
 // callerLeft takes the caller's leaving. Attempts in flight derive from
@@ -356,21 +399,12 @@ func (l *unaryLoop) callerLeft() (error, bool) {
 			return l.hedgeFailed(why), true
 		}
 	case l.beside && !l.pendingDue.IsZero():
-		c.settle(c.admission)
-		c.admission = budget.AdmitNone
-		l.pendingDue = time.Time{}
+		l.dropPending()
 		if l.hs.inFlight == 0 {
-			return l.ended(nil, c.pause(l.callCtx, 0, l.last)), true
+			return l.end(nil, c.pause(l.callCtx, 0, l.last))
 		}
 	}
 	return nil, false
-}
-
-func (l *unaryLoop) ended1() {
-	if l.inline {
-		return
-	}
-	l.hs.inFlight--
 }
 
 // drain cancels every attempt still in flight and records each as one that
@@ -386,7 +420,7 @@ func (l *unaryLoop) drain() {
 		if ev.kind != evEnded {
 			continue
 		}
-		l.ended1()
+		l.hs.inFlight--
 		o := loserOutcome(ev.err == nil)
 		if l.hedged {
 			l.hs.recordHedge(ev.n, o, o)
