@@ -61,7 +61,7 @@ func (s *retryStream) endRaceLocked(st *hedgeState, w *streamAttempt) {
 }
 
 // ended handles one attempt's event before the stream committed, as
-// hedgeEnded does for a unary attempt; true when the driver is done.
+// attemptEnded does for a unary attempt; true when the driver is done.
 func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 	s.mu.Lock()
 	if a.headers && s.callCtx.Err() != nil {
