@@ -61,6 +61,8 @@ func (o Outcome) String() string {
 type Attempt struct {
 	// Number counts the attempts of the call: 1 is the first attempt.
 	Number int
+	// Call identifies the call across its attempts, as Request.Call.
+	Call uint64
 	// Outcome is how it ended.
 	Outcome Outcome
 	// AfterTimeout: this attempt was a retry sent after the previous attempt
@@ -108,6 +110,11 @@ type Attempt struct {
 type Request struct {
 	// Number is the number of the attempt asked for: 2 is the first retry.
 	Number int
+	// Call identifies the call across its attempts (zero: unknown; the
+	// interceptors number their calls): a Gate knows by it, with the
+	// attempt's number, the call that goes on learning (see Gate, the
+	// hold rule).
+	Call uint64
 	// AfterTimeout: the previous attempt was cut off by stagger's per-attempt
 	// timer (a token bucket charges more for such a retry).
 	AfterTimeout bool

@@ -162,7 +162,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		// any size). It may go as the probe that learns whether
 		// retries heal while the process does not know yet and no other
 		// call is learning (or it goes on with the one that is).
-		learning := free && !s.ev.seen && !s.ev.untold(now) && !s.ev.known() && (s.ev.learnNext == 0 || w.number == s.ev.learnNext || !now.Before(s.ev.learnUntil))
+		learning := free && !s.ev.seen && !s.ev.untold(now) && !s.ev.known() && (s.ev.learnNext == 0 || w.number == s.ev.learnNext && w.call == s.ev.learnCall || !now.Before(s.ev.learnUntil))
 		if held = !free || learning && !w.last; !held {
 			learn := s.ev.seen || s.ev.untold(now) || learning
 			if learn && !s.pace.leased(now) {

@@ -45,10 +45,12 @@ type evidence struct {
 	// runs is how many failures in a row the server's flakiness makes: the
 	// longest streak a success ended, decaying by tune.RunDecay.
 	runs float64
-	// learnNext is the number of the retry that goes on learning, until
-	// learnUntil, after a probe with attempts left failed at a server
-	// never seen to serve (the hold rule).
+	// learnNext is the number of the retry that goes on learning, and
+	// learnCall its call (Attempt.Call), until learnUntil, after a probe
+	// with attempts left failed at a server never seen to serve (the hold
+	// rule): another call's retry of the same number is not it.
 	learnNext  int
+	learnCall  uint64
 	learnUntil time.Time
 	// okTook is how long the latest deferred retry that succeeded took, at
 	// okAt.
@@ -104,9 +106,9 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 				// pays that per process: BENCHMARKS.md, A fleet of any
 				// size).
 				e.retryFails++
-				e.learnNext, e.learnUntil = a.Number+1, now.Add(tune.ProbeGapMax)
+				e.learnNext, e.learnCall, e.learnUntil = a.Number+1, a.Call, now.Add(tune.ProbeGapMax)
 			default:
-				e.learnNext, e.learnUntil = a.Number+1, now.Add(tune.QuietGapMax)
+				e.learnNext, e.learnCall, e.learnUntil = a.Number+1, a.Call, now.Add(tune.QuietGapMax)
 			}
 			// A call's outcome, once: a failed retry with attempts left
 			// says nothing yet, so the evidence does not depend on which

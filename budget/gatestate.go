@@ -250,10 +250,11 @@ func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget |
 // waiterView is what the rules read of a waiting retry.
 type waiterView struct {
 	// since is when it began to wait; earliest, when its pause ends;
-	// number, Request.Number.
+	// number and call, Request.Number and Request.Call.
 	since    time.Time
 	earliest time.Time
 	number   int
+	call     uint64
 	pause    time.Duration
 	deadline time.Time
 	// limit, for a call without a deadline, is when it has waited

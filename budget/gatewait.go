@@ -94,7 +94,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	g.st.age(now, g.n > 0)
 	pause = max(pause, 0)
 	view := waiterView{
-		number: r.Number, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
+		number: r.Number, call: r.Call, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
 		took: max(r.Took, 0), since: now,
 	}
 	turn, lone := g.st.turnIn(now, g.n, r.Unsent)

@@ -94,7 +94,14 @@ type retryFacts struct {
 	attempt int
 	retry   int
 	prev    time.Duration
+	// id identifies the call to its budget (budget.Request.Call), numbered
+	// from callIDs when it first asks for a retry: a Gate knows its
+	// learning call by it.
+	id uint64
 }
+
+// callIDs numbers the calls that ask for a retry, in the process.
+var callIDs atomic.Uint64
 
 // budget returns the budget of a call of the method on target, cc's (nil: a
 // front end's), from bs, through the method's cache of the first target.

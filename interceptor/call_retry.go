@@ -26,6 +26,7 @@ func (f *retryFacts) record(q *question, breakerO budget.Outcome, a *budget.Atte
 		f.br.Record(breakerO, q.first, f.crit, f.o)
 	}
 	if f.budget != nil && a != nil {
+		a.Call = f.id
 		f.budget.Record(*a)
 	}
 }
@@ -312,7 +313,10 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 	case q.kind == askHedge:
 		req = budget.Request{Number: q.n, Hedge: true, Criticality: f.crit}
 	default:
-		req = budget.Request{Number: f.attempt + 1, AfterTimeout: q.timedOut, Last: f.attempt+1 >= f.pol.MaxAttempts, Criticality: f.crit, Straggler: q.straggler, Unsent: q.unsent}
+		if f.id == 0 {
+			f.id = callIDs.Add(1)
+		}
+		req = budget.Request{Number: f.attempt + 1, Call: f.id, AfterTimeout: q.timedOut, Last: f.attempt+1 >= f.pol.MaxAttempts, Criticality: f.crit, Straggler: q.straggler, Unsent: q.unsent}
 		if f.br != nil {
 			req.Guard = f.br.Guard(f.crit, f.o)
 		}

@@ -161,6 +161,14 @@ func TestBudgetRecordsEveryAttempt(t *testing.T) {
 		if len(b.records) != len(wantRecords) {
 			t.Fatalf("allow %v: records %+v, want %+v", allow, b.records, wantRecords)
 		}
+		// The retry's request and its attempt name the call by one
+		// number, so that a Gate knows its learning call.
+		if len(b.requests) == 1 && (b.requests[0].Call == 0 || allow && b.records[1].Call != b.requests[0].Call) {
+			t.Errorf("allow %v: the retry's request names call %d, its record %+v; want one nonzero number", allow, b.requests[0].Call, b.records)
+		}
+		for i := range b.records {
+			b.records[i].Call = 0
+		}
 		for i := range wantRecords {
 			if b.records[i] != wantRecords[i] {
 				t.Errorf("allow %v: record %d = %+v, want %+v", allow, i, b.records[i], wantRecords[i])

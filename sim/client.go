@@ -270,6 +270,7 @@ func (p *proc) enter(r budget.Request, pause time.Duration, limit time.Duration,
 // the runs are the same event for event as before deadlines existed.
 func (p *proc) call() {
 	p.totals.calls++
+	id := uint64(p.totals.calls) // the call's, for the gate (budget.Request.Call)
 	start := p.s.now
 	var key float64
 	if p.key != nil {
@@ -304,7 +305,7 @@ func (p *proc) call() {
 			}
 			if n := inAttempt; n > 0 {
 				v := p.pol.Decide(&policy.Attempt{Number: n, Err: errDeadline, CallerDone: true, HasDeadline: true})
-				p.record(budget.Attempt{Number: n, Outcome: v.Record, Admission: admission}, budget.Other)
+				p.record(budget.Attempt{Number: n, Call: id, Outcome: v.Record, Admission: admission}, budget.Other)
 			}
 			finish(false, "deadline")
 		})
@@ -349,7 +350,7 @@ func (p *proc) call() {
 					brOut = budget.Failure
 				}
 				// The interceptors' sign of overload: a refusal the server sent.
-				rec := budget.Attempt{Number: n, Outcome: v.Record, Admission: adm, Final: !v.Retry, Overload: status.Code(err) == codes.ResourceExhausted}
+				rec := budget.Attempt{Number: n, Call: id, Outcome: v.Record, Admission: adm, Final: !v.Retry, Overload: status.Code(err) == codes.ResourceExhausted}
 				if p.facts && n > 1 {
 					took := p.s.now - sent
 					if adm != budget.AdmitNone {
@@ -365,7 +366,7 @@ func (p *proc) call() {
 					return
 				}
 				pause := v.Pause
-				r := budget.Request{Number: n + 1, Last: n+1 >= p.pol.MaxAttempts}
+				r := budget.Request{Number: n + 1, Call: id, Last: n+1 >= p.pol.MaxAttempts}
 				if p.facts {
 					r.Waited = inGate
 				}

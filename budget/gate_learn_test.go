@@ -1,0 +1,48 @@
+package budget
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// The learning call is known by its call, not by its attempt's number: in
+// a fresh process whose server fails, call 1's paid retry 2 fails with
+// attempts left, so call 1 goes on as the call that learns whether
+// retries heal, its retry 3 held (the hold rule). Call 2's retry 3, which
+// waits beside it, is another call's: its wait ends at its hold time, as
+// every other call's does while one learns. Taken by its number for the
+// learning call, it was held as well.
+func TestGateLearningCallIsKnownByItsCall(t *testing.T) {
+	clk := &manualClock{now: t0}
+	b := &switchBudget{}
+	g := newGate(t, b, DeferSettings{}, clk)
+	g.Record(Attempt{Number: 1, Call: 1, Outcome: Failure})
+	b.open.Store(true)
+	if !g.Allow(Request{Number: 2, Call: 1}) {
+		t.Fatal("the budget's retry was refused")
+	}
+	b.open.Store(false)
+	g.Record(Attempt{Number: 2, Call: 1, Outcome: Failure})
+
+	const pause = 100 * time.Millisecond
+	other, err := g.Enter(Request{Number: 3, Call: 2}, pause, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Leave()
+	learner, err := g.Enter(Request{Number: 3, Call: 1}, pause, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer learner.Leave()
+	clk.advance(2 * pause) // past both hold times
+
+	if next := poll(t, learner, AdmitNone); learner.err() != nil || next.IsZero() {
+		t.Fatalf("the learning call's retry: Err %v, next %v; want held", learner.err(), next)
+	}
+	poll(t, other, AdmitNone)
+	if err := other.err(); !errors.Is(err, errWaitEnded) {
+		t.Fatalf("another call's retry of the same number: Err %v; want its wait ended (%v), not held as the learning call", err, errWaitEnded)
+	}
+}
