@@ -221,7 +221,9 @@ func (g *propGuard) ReturnRetry() { g.backed++ }
 type propCall struct {
 	start, deadline time.Time
 	crit            criticality.Level
-	attempt         int
+	// id names the call to the gate (Request.Call), as the interceptors do.
+	id      uint64
+	attempt int
 	// at is when its next attempt ends (attempting) or its wait next
 	// asks (w != nil); done when it ended.
 	at        time.Time
@@ -380,7 +382,7 @@ func (h *history) pending() bool {
 }
 
 func (h *history) startCall(now time.Time) {
-	c := &propCall{start: now, crit: criticality.Level(h.rnd.IntN(4) + 1)}
+	c := &propCall{start: now, crit: criticality.Level(h.rnd.IntN(4) + 1), id: uint64(len(h.calls) + 1)}
 	if h.deadline > 0 {
 		c.deadline = now.Add(h.deadline)
 	} else if h.rnd.IntN(2) == 0 {
@@ -421,7 +423,7 @@ func (h *history) step(now time.Time, c *propCall) {
 			c.w.Leave()
 			c.w = nil
 		} else if now.Before(c.at) {
-			h.g.Record(Attempt{Number: c.attempt, Outcome: Other, Final: true, Admission: c.adm})
+			h.g.Record(Attempt{Number: c.attempt, Call: c.id, Outcome: Other, Final: true, Admission: c.adm})
 		}
 		c.cancelled = true
 		h.end(now, c, false)
@@ -465,7 +467,7 @@ func (h *history) step(now time.Time, c *propCall) {
 	ok := h.serves(now, c.attempt)
 	nextAt := now.Add(h.pause)
 	final := ok || c.attempt >= propAttempts || !c.deadline.IsZero() && !nextAt.Add(propTook).Before(c.deadline)
-	a := Attempt{Number: c.attempt, Outcome: Success, Final: final, Admission: c.adm}
+	a := Attempt{Number: c.attempt, Call: c.id, Outcome: Success, Final: final, Admission: c.adm}
 	if c.adm != AdmitNone {
 		a.Took = now.Sub(c.sent)
 	}
@@ -490,7 +492,7 @@ func (h *history) step(now time.Time, c *propCall) {
 		return
 	}
 	c.lastFail = now
-	r := Request{Number: c.attempt + 1, Last: c.attempt+1 == propAttempts, Criticality: c.crit, Took: propTook}
+	r := Request{Number: c.attempt + 1, Call: c.id, Last: c.attempt+1 == propAttempts, Criticality: c.crit, Took: propTook}
 	if c.guard != nil {
 		r.Guard = c.guard
 	}
