@@ -94,9 +94,8 @@ type retryFacts struct {
 	attempt int
 	retry   int
 	prev    time.Duration
-	// id identifies the call to its budget (budget.Request.Call), numbered
-	// from callIDs when it first asks for a retry: a Gate knows its
-	// learning call by it.
+	// id identifies the call to its budget (budget.Request.Call; zero
+	// until callID numbers it): a Gate knows its learning call by it.
 	id uint64
 }
 

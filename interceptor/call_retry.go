@@ -301,6 +301,14 @@ func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.V
 	f.record(q, breakerOutcome(callCtx, q.err, q.timedOut), rec)
 }
 
+// callID numbers the call from callIDs when it first asks for a retry.
+func (f *retryFacts) callID() uint64 {
+	if f.id == 0 {
+		f.id = callIDs.Add(1)
+	}
+	return f.id
+}
+
 // admit asks the breaker, then the budget, for the retry ans.verdict makes
 // or the hedge (askHedge): at once (askAdmit: Admit), or, after an attempt
 // ended, a retry a Deferrer refused waits (ans.wait). A breaker not closed
@@ -313,10 +321,7 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 	case q.kind == askHedge:
 		req = budget.Request{Number: q.n, Hedge: true, Criticality: f.crit}
 	default:
-		if f.id == 0 {
-			f.id = callIDs.Add(1)
-		}
-		req = budget.Request{Number: f.attempt + 1, Call: f.id, AfterTimeout: q.timedOut, Last: f.attempt+1 >= f.pol.MaxAttempts, Criticality: f.crit, Straggler: q.straggler, Unsent: q.unsent}
+		req = budget.Request{Number: f.attempt + 1, Call: f.callID(), AfterTimeout: q.timedOut, Last: f.attempt+1 >= f.pol.MaxAttempts, Criticality: f.crit, Straggler: q.straggler, Unsent: q.unsent}
 		if f.br != nil {
 			req.Guard = f.br.Guard(f.crit, f.o)
 		}

@@ -148,7 +148,7 @@ func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reas
 	why = policy.ReasonBudget
 	if _, ok := s.c.budget.(budget.Deferrer); ok && s.inFlight == 0 && n > 1 {
 		s.c.emit(callCtx, Event{Kind: EventDeferred, Method: s.c.method, Attempt: n - 1, Hedging: true})
-		adm, ended := s.c.waitGate(callCtx, budget.Request{Number: n, Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
+		adm, ended := s.c.waitGate(callCtx, budget.Request{Number: n, Call: s.c.callID(), Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
 		switch {
 		case ended == policy.ReasonNone:
 			s.waitedHedge, s.waitedAdmission = n, adm
