@@ -46,3 +46,32 @@ func TestGateLearningCallIsKnownByItsCall(t *testing.T) {
 		t.Fatalf("another call's retry of the same number: Err %v; want its wait ended (%v), not held as the learning call", err, errWaitEnded)
 	}
 }
+
+// Another call's last retry, of the learning call's next number, is not
+// the probe that learns either: its wait ends at its hold time. Taken by
+// its number for the learning call, it went as the probe, spending the
+// learning call's turn on a call that cannot go on learning.
+func TestGateLastRetryOfAnotherCallDoesNotLearn(t *testing.T) {
+	clk := &manualClock{now: t0}
+	b := &switchBudget{}
+	g := newGate(t, b, DeferSettings{}, clk)
+	g.Record(Attempt{Number: 1, Call: 1, Outcome: Failure})
+	b.open.Store(true)
+	if !g.Allow(Request{Number: 2, Call: 1}) {
+		t.Fatal("the budget's retry was refused")
+	}
+	b.open.Store(false)
+	g.Record(Attempt{Number: 2, Call: 1, Outcome: Failure})
+
+	const pause = 100 * time.Millisecond
+	other, err := g.Enter(Request{Number: 3, Call: 2, Last: true}, pause, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Leave()
+	clk.advance(2 * pause) // past its hold time
+	poll(t, other, AdmitNone)
+	if err := other.err(); !errors.Is(err, errWaitEnded) {
+		t.Fatalf("another call's last retry of the learning call's next number: Err %v; want its wait ended (%v), not the probe", err, errWaitEnded)
+	}
+}
