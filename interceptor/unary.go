@@ -148,13 +148,16 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 			if pl.retrying {
 				callCtx = elsewhere.NewCallContext(callCtx)
 			}
+			// What the first attempt did, for the call the fast path
+			// builds when it needs one (unaryGoOn).
+			var first firstRun
 			if pl.breakers != nil {
 				br = findBreaker(pl.breakers, pl.brCache, cc, target, method)
-				if err := admitBreaker(callCtx, cc, br, crit, o, pl.fileOpts, grpcOpts); err != nil {
-					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{refused: err})
-				}
+				first.refused = admitBreaker(callCtx, cc, br, crit, o, pl.fileOpts, grpcOpts)
 			}
-			if pl.retrying {
+			switch {
+			case first.refused != nil:
+			case pl.retrying:
 				ua := mi.ownAttempt()
 				if ua == nil {
 					ua = unaryAttempts.Get().(*unaryAttempt)
@@ -163,29 +166,29 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				if len(pl.fileOpts)+len(grpcOpts) > 0 {
 					attemptOpts = ua.prepare(pl.fileOpts, grpcOpts)
 				}
-				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
-				if err != nil {
-					err = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err, attemptOpts: attemptOpts, ua: ua})
-					mi.giveAttempt(ua)
-					return err
-				}
-				if !mi.giveOwnClean(ua) {
+				if err := invoker(callCtx, method, req, reply, cc, attemptOpts...); err != nil {
+					first = firstRun{err: err, attemptOpts: attemptOpts, ua: ua}
+				} else if !mi.giveOwnClean(ua) {
 					ua.finished(nil)
 					mi.giveAttempt(ua)
 				}
-			} else {
+			default:
 				grpcOpts = withFileOpts(pl.fileOpts, grpcOpts)
-				if err := invoker(callCtx, method, req, reply, cc, grpcOpts...); err != nil {
-					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err})
+				first.err = invoker(callCtx, method, req, reply, cc, grpcOpts...)
+			}
+			if first.refused == nil && first.err == nil {
+				if br != nil || b != nil {
+					recordFirstSuccess(br, b, crit, o)
+				}
+				if len(o.callHooks) == 0 && o.report == nil {
+					return nil
 				}
 			}
-			if br != nil || b != nil {
-				recordFirstSuccess(br, b, crit, o)
+			err := k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, first)
+			if first.ua != nil {
+				mi.giveAttempt(first.ua)
 			}
-			if len(o.callHooks) > 0 || o.report != nil {
-				_ = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{})
-			}
-			return nil
+			return err
 		}
 		return k.unarySlow(ctx, method, req, reply, cc, invoker, o, grpcOpts, cfg, mi)
 	}
@@ -283,7 +286,7 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		c.attempt, c.reason = 1, policy.ReasonSuccess
 		return nil
 	}
-	l := unaryLoop{callCtx: callCtx, req: req, reply: reply, cc: cc, invoker: invoker}
+	l := unaryLoop{callCtx: callCtx, inv: invocation{c.method, req, cc, invoker}, reply: reply}
 	if c.hedged != nil && k.hedges(callCtx, c, false) {
 		// Hedging is retry with a start timer (hedgeState), on a copy of c
 		// that the hedgeState points at.

@@ -47,10 +47,8 @@ type unaryLoop struct {
 	// at (hs.c).
 	own     call
 	callCtx context.Context
-	req     any
+	inv     invocation
 	reply   any
-	cc      *grpc.ClientConn
-	invoker grpc.UnaryInvoker
 
 	// inline: each attempt passes attemptOpts, grpc writing its header,
 	// trailer and peer into ua (nil: one attempt, whose holders are the
@@ -126,7 +124,7 @@ type unaryEvent struct {
 // OnFinish, which the loop fills and runs itself.
 func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 	hc := getHedgeCall(maxAttempts)
-	hc.method, hc.req, hc.cc, hc.invoker = l.c().method, l.req, l.cc, l.invoker
+	hc.inv = l.inv
 	hc.base = hc.split(hc.base, grpcOpts)
 	l.hc = hc
 	if l.alone = maxAttempts == 1; l.alone {
@@ -221,7 +219,7 @@ func (l *unaryLoop) attemptInline() unaryEvent {
 	if l.ua != nil {
 		l.ua.clean(l.ua.callerPeer != nil)
 	}
-	err := l.invoker(ctx, c.method, l.req, l.reply, l.cc, l.attemptOpts...)
+	err := l.inv.invoke(ctx, l.reply, l.attemptOpts)
 	return unaryEvent{n: c.attempt, err: err}
 }
 
@@ -548,7 +546,7 @@ func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
 // run is one attempt's goroutine.
 func (hc *hedgeCall) run(ctx context.Context, n int, adm budget.Admission, out *attemptOutputs) {
 	start := time.Now()
-	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
+	err := hc.inv.invoke(ctx, out.reply, out.opts)
 	hc.results <- unaryEvent{kind: evEnded, n: n, err: err, out: out, start: start, at: time.Now(), admission: adm, done: ctx.Err() != nil}
 }
 
