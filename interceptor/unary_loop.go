@@ -526,9 +526,9 @@ func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
 	l.dueT = time.NewTimer(v.Pause)
 }
 
-// sendAt sends the loop the event of kind due at due, of attempt n, unless
-// the call has ended by then.
-func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
+// sendAt sends the loop the per-attempt timer's event due at due, of
+// attempt n, unless the call has ended by then.
+func (l *unaryLoop) sendAt(due time.Time, n int) *time.Timer {
 	events, done := l.hc.results, l.hctx.Done()
 	if l.alone {
 		// The attempt's: its timer's events are the only ones sent.
@@ -537,7 +537,7 @@ func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
 	// The closure builds the event: it is allocated for every timed attempt.
 	return time.AfterFunc(time.Until(due), func() {
 		select {
-		case events <- unaryEvent{kind: kind, n: n, at: due}:
+		case events <- unaryEvent{kind: evTimer, n: n, at: due}:
 		case <-done:
 		}
 	})
