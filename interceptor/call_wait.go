@@ -13,7 +13,8 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// pause waits d before the next attempt. It returns nil, or the call's
+// pause waits d before the next attempt (a stream's; a unary call's loop
+// waits in its select). It returns nil, or the call's
 // final error when callCtx ended first: CANCELED at once when the caller
 // cancelled, else last (Decide chooses no pause that outlasts the
 // deadline: a timer that fired late).
@@ -31,6 +32,13 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 		}
 		c.paused(time.Since(start))
 	}
+	return c.pauseEnded(callCtx, last)
+}
+
+// pauseEnded ends a pause: nil, or, when callCtx ended, the call's final
+// error (pause says which). A unary call's loop takes its pause as an
+// event and ends it here.
+func (c *call) pauseEnded(callCtx context.Context, last error) error {
 	if callCtx.Err() == nil {
 		return nil
 	}

@@ -130,7 +130,8 @@
 //	unary call: one loop, on the caller's goroutine
 //	    <- an attempt's end (inline, or from the attempt's goroutine)
 //	    <- the per-attempt timer's due times
-//	    <- hedging's start timer, or a retry due beside a slow attempt
+//	    <- a retry's due time (after its pause, or beside a slow attempt),
+//	       or hedging's start timer
 //	    <- the caller's context
 //	stream: the caller's RecvMsg, or the watch on the caller's context
 //	    <- an attempt's end, seen by the read that met it

@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"context"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -44,11 +45,7 @@ type hedgeCall struct {
 	// every attempt's end before it returns.
 	results chan unaryEvent
 	first   attemptOutputs
-
-	method  string
-	req     any
-	cc      *grpc.ClientConn
-	invoker grpc.UnaryInvoker
+	inv     invocation
 
 	// The caller's outputs, taken out of the attempts' options.
 	base []grpc.CallOption
@@ -112,15 +109,38 @@ func (o *callerOutputs) split(base, opts []grpc.CallOption) []grpc.CallOption {
 	return base
 }
 
-// prepare sets out's options: the call's, and out's own holders (the peer
-// only when the caller asked for it).
+// prepare sets out's options: the call's, then out's own holders.
 func (hc *hedgeCall) prepare(out *attemptOutputs) {
 	out.clean(true)
-	out.opts = append(out.opts[:0], hc.base...)
-	out.opts = append(out.opts, grpc.Header(&out.header), grpc.Trailer(&out.trailer))
-	if hc.callerPeer != nil {
-		out.opts = append(out.opts, grpc.Peer(&out.peer))
+	out.opts = out.holders(append(out.opts[:0], hc.base...), hc.callerPeer != nil)
+}
+
+// holders appends to opts the options through which grpc writes m's
+// header and trailer, and its peer when peerToo (the caller asked for one:
+// every attempt pays for it, call_attempt.go says why). Both ways of
+// running attempts build their options with it (hedgeCall.prepare,
+// unaryAttempt.prepare).
+func (m *attemptMeta) holders(opts []grpc.CallOption, peerToo bool) []grpc.CallOption {
+	opts = append(opts, grpc.Header(&m.header), grpc.Trailer(&m.trailer))
+	if peerToo {
+		opts = append(opts, grpc.Peer(&m.peer))
 	}
+	return opts
+}
+
+// invocation is what every attempt of a unary call passes its invoker but
+// the reply and the options. The loop keeps it and its attempts'
+// goroutines a copy (hedgeCall.inv): the loop lives on the caller's stack.
+type invocation struct {
+	method  string
+	req     any
+	cc      *grpc.ClientConn
+	invoker grpc.UnaryInvoker
+}
+
+// invoke runs one attempt of the call into reply, with opts.
+func (v *invocation) invoke(ctx context.Context, reply any, opts []grpc.CallOption) error {
+	return v.invoker(ctx, v.method, v.req, reply, v.cc, opts...)
 }
 
 // give fills the caller's holders with one attempt's headers, trailer and

@@ -245,6 +245,16 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 			t.Errorf("%s is called by %v, want %s alone", tc.name, got, tc.want)
 		}
 	}
+	// The loop waits in its select alone: a retry's pause is its event
+	// (dueT, evStart), not a blocking call (pause); the Deferrer's wait is
+	// entered from the decision's one step (decided) and, for a refused
+	// hedge with nothing in flight, hedging's (goOnRefused).
+	if got := callersOf(t, "pause"); len(got) > 0 {
+		t.Errorf("a unary call pauses in a blocking call (pause) in %v; want the pause as the loop's event", got)
+	}
+	if got, want := callersOf(t, "waitDeferred", "waitGate"), []string{"call_wait.go: call.pause", "call_wait.go: call.waitDeferred", "hedge.go: hedgeState.goOnRefused", "unary_loop.go: unaryLoop.decided"}; !slices.Equal(got, want) {
+		t.Errorf("a call waits in the Deferrer in:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 	if got, want := callersOf(t, "finished"), []string{"unary.go: core.runUnary", "unary.go: core.unaryInterceptor", "unary_attempt.go: unaryAttempt.finished", "unary_loop.go: unaryLoop.end"}; !slices.Equal(got, want) {
 		t.Errorf("a unary call's OnFinish runs (finished) in:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

@@ -363,7 +363,7 @@ func TestUnaryTimerBeside(t *testing.T) {
 	c.pol.Backoff.Initial, c.pol.Backoff.Max = 0, 0
 	c.hedgeOnTimeout = true
 	l = timerLoop(t, c, true)
-	l.hc.invoker = func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	l.hc.inv.invoker = func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
 	l.take()
 	if ev := <-l.hc.results; c.attempt != 2 || ev.n != 2 || l.timer.n != 2 || l.timer.state != timerArmed {
 		t.Errorf("after fire with no pause: attempt %d (ended %d), timer of attempt %d in state %d; want attempt 2 started, its timer armed (%d)", c.attempt, ev.n, l.timer.n, l.timer.state, timerArmed)

@@ -11,13 +11,12 @@ import (
 // trailers and the peer: the addresses escape into grpc, and the success
 // path must not allocate, so each method keeps one (methodInfo.attempt) and
 // a pool serves the calls that find it held. own holds grpc.Header and
-// grpc.Trailer, ownPeer grpc.Peer, built once. The caller's holders and
+// grpc.Trailer, built once: the options of an attempt without others. The caller's holders and
 // grpc.OnFinish are taken out of the attempts' options (callerOutputs), and
 // finished fills and runs them once, from the last attempt.
 type unaryAttempt struct {
 	attemptMeta
-	own     [2]grpc.CallOption
-	ownPeer grpc.CallOption
+	own [2]grpc.CallOption
 	callerOutputs
 }
 
@@ -75,22 +74,16 @@ func (ua *unaryAttempt) finished(err error) {
 }
 
 func (ua *unaryAttempt) init() {
-	ua.own = [2]grpc.CallOption{grpc.Header(&ua.header), grpc.Trailer(&ua.trailer)}
-	ua.ownPeer = grpc.Peer(&ua.peer)
+	ua.holders(ua.own[:0], false) // in place: own has room for both
 }
 
 // prepare returns the options every attempt of a call that may retry
 // passes: the file's, the caller's but its holders and OnFinish, then ua's
-// Header and Trailer, and ua's Peer when the caller asked for one: every
-// attempt pays for them (call_attempt.go says why).
+// own holders (attemptMeta.holders).
 func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) []grpc.CallOption {
 	if len(fileOpts)+len(grpcOpts) == 0 {
 		return ua.own[:]
 	}
-	ua.opts = ua.split(append(ua.opts, fileOpts...), grpcOpts)
-	ua.opts = append(ua.opts, ua.own[:]...)
-	if ua.callerPeer != nil {
-		ua.opts = append(ua.opts, ua.ownPeer)
-	}
+	ua.opts = ua.holders(ua.split(append(ua.opts, fileOpts...), grpcOpts), ua.callerPeer != nil)
 	return ua.opts
 }

@@ -24,9 +24,16 @@ import (
 //
 //	an attempt's goroutine (hedgeCall.run)  {evEnded, n, err, outputs, start, at}
 //	the per-attempt timer (armTimer)        {evTimer, n, due}
-//	a retry's pause beside attempts          {evStart, due}
+//	a retry's due time (dueT)                its channel, taken as evStart
 //	hedging's start timer (hedgeState.arm)   its channel, taken as evStart
 //	the caller's context                     its Done channel, as evCaller
+//
+// The loop waits in one place, its select: a retry's pause, one at a time
+// or beside attempts, is its timer's event, in every mode. The one other
+// wait is a Deferrer's (budget.Deferrer.Wait, which blocks by its
+// contract: its waiting room decides who goes and gives a grant back when
+// the waiter leaves as it comes), entered only with nothing in flight and
+// no timer armed, so no event can come while it waits.
 //
 // Modes: inline (nothing can fire during an attempt: it runs on the loop's
 // goroutine into the caller's reply and the unaryAttempt's holders, and the
@@ -40,10 +47,8 @@ type unaryLoop struct {
 	// at (hs.c).
 	own     call
 	callCtx context.Context
-	req     any
+	inv     invocation
 	reply   any
-	cc      *grpc.ClientConn
-	invoker grpc.UnaryInvoker
 
 	// inline: each attempt passes attemptOpts, grpc writing its header,
 	// trailer and peer into ua (nil: one attempt, whose holders are the
@@ -70,12 +75,19 @@ type unaryLoop struct {
 	// retry admitted beside its attempt is due.
 	beside     bool
 	pendingDue time.Time
+	// dueT, when not nil, sends the loop evStart when the next attempt may
+	// go: after the call's pause, begun at pauseFrom (not zero: pausing),
+	// or the retry beside its attempt (pendingDue). A timer per pause, as
+	// before: a stopped one's late tick is left in its own channel.
+	dueT      *time.Timer
+	pauseFrom time.Time
 	// cur and cancel: the latest attempt's context (a plain timer cuts it).
 	cur    context.Context
 	cancel context.CancelFunc
 	timer  attemptTimer
-	// last is the latest failure that decided nothing; lastOut the outputs
-	// of the last hedge that ended (nil: none).
+	// last is the latest failure that decided nothing, or the one a pause
+	// follows; lastOut the outputs of the last hedge that ended, or of the
+	// attempt a pause follows (nil: none).
 	last    error
 	lastOut *attemptOutputs
 }
@@ -112,7 +124,7 @@ type unaryEvent struct {
 // OnFinish, which the loop fills and runs itself.
 func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 	hc := getHedgeCall(maxAttempts)
-	hc.method, hc.req, hc.cc, hc.invoker = l.c().method, l.req, l.cc, l.invoker
+	hc.inv = l.inv
 	hc.base = hc.split(hc.base, grpcOpts)
 	l.hc = hc
 	if l.alone = maxAttempts == 1; l.alone {
@@ -124,17 +136,17 @@ func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 }
 
 func (l *unaryLoop) run() error {
-	var done <-chan struct{}
+	done := l.callCtx.Done()
 	switch {
 	case l.hedged:
 		l.hs.due = true
-		done = l.callCtx.Done()
 		defer func() { l.c().attempt = l.hs.sent }()
 	case !l.inline:
-		done = l.callCtx.Done()
 		l.launch()
 	}
+	var results chan unaryEvent
 	if l.hc != nil {
+		results = l.hc.results
 		defer l.hcancel()
 		defer putHedgeCall(l.hc)
 		defer l.timer.stop()
@@ -147,15 +159,18 @@ func (l *unaryLoop) run() error {
 				return l.hedgeFailed(hs.stopped)
 			}
 		}
-		if l.inline {
+		if l.inline && l.dueT == nil {
 			ev = l.attemptInline()
 		} else {
 			var startC <-chan time.Time
-			if l.hedged {
+			switch {
+			case l.hedged:
 				startC = l.hs.timerC
+			case l.dueT != nil:
+				startC = l.dueT.C
 			}
 			select {
-			case ev = <-l.hc.results:
+			case ev = <-results:
 			case <-startC:
 				ev.kind = evStart
 			case <-done:
@@ -179,8 +194,10 @@ func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 		switch {
 		case l.hedged:
 			l.hs.timerC, l.hs.due = nil, true
-		case !l.pendingDue.IsZero() && ev.at.Equal(l.pendingDue):
-			l.pendingDue = time.Time{}
+		case !l.pauseFrom.IsZero():
+			return l.pauseOver()
+		case !l.pendingDue.IsZero():
+			l.dueT, l.pendingDue = nil, time.Time{}
 			l.launch()
 		}
 	case evCaller:
@@ -202,7 +219,7 @@ func (l *unaryLoop) attemptInline() unaryEvent {
 	if l.ua != nil {
 		l.ua.clean(l.ua.callerPeer != nil)
 	}
-	err := l.invoker(ctx, c.method, l.req, l.reply, l.cc, l.attemptOpts...)
+	err := l.inv.invoke(ctx, l.reply, l.attemptOpts)
 	return unaryEvent{n: c.attempt, err: err}
 }
 
@@ -323,13 +340,57 @@ func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, commi
 	if !retry {
 		return l.end(ev.out, c.finish(err))
 	}
-	if perr := c.pause(l.callCtx, pause, err); perr != nil {
-		return l.end(ev.out, perr)
+	l.last, l.lastOut = err, ev.out
+	if c.deferReq != nil {
+		// The Gate's wait, with nothing in flight (run says why it blocks).
+		if werr := c.waitDeferred(l.callCtx, pause, err); werr != nil {
+			return l.end(ev.out, werr)
+		}
+		l.next()
+		return nil, false
 	}
+	if pause <= 0 {
+		return l.pauseOver()
+	}
+	l.pauseFrom = time.Now()
+	if l.callCtx.Err() == nil {
+		l.dueT = time.NewTimer(pause)
+		return nil, false
+	}
+	return l.pauseOver()
+}
+
+// pauseOver ends the call's pause (none when pauseFrom is zero): its time
+// is counted, and the next attempt goes unless the caller left as it
+// paused (pauseEnded).
+func (l *unaryLoop) pauseOver() (error, bool) {
+	c := l.c()
+	if !l.pauseFrom.IsZero() {
+		c.paused(time.Since(l.pauseFrom))
+		l.pauseFrom = time.Time{}
+	}
+	l.stopDue()
+	if err := c.pauseEnded(l.callCtx, l.last); err != nil {
+		return l.end(l.lastOut, err)
+	}
+	l.next()
+	return nil, false
+}
+
+// next sends the next attempt, unless it runs inline: then the loop runs
+// it as it goes round.
+func (l *unaryLoop) next() {
 	if !l.inline {
 		l.launch()
 	}
-	return nil, false
+}
+
+// stopDue stops the timer of the next attempt's due time.
+func (l *unaryLoop) stopDue() {
+	if l.dueT != nil {
+		l.dueT.Stop()
+		l.dueT = nil
+	}
 }
 
 // end is the loop's one end: every attempt still in flight ends first
@@ -337,6 +398,7 @@ func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, commi
 // (adopt), and its OnFinish functions run with the call's error err. An
 // inline loop's grpc wrote the caller's own (runUnary gives them).
 func (l *unaryLoop) end(out *attemptOutputs, err error) (error, bool) {
+	l.stopDue()
 	if l.hc != nil {
 		l.drain()
 		l.adopt(out, err == nil)
@@ -385,6 +447,7 @@ func (l *unaryLoop) dropPending() {
 	if !l.pendingDue.IsZero() {
 		c.settle(c.admission)
 		c.admission = budget.AdmitNone
+		l.stopDue()
 	}
 	l.pendingDue = time.Time{}
 }
@@ -398,10 +461,12 @@ func (l *unaryLoop) callerLeft() (error, bool) {
 		if why, over := l.hs.callerGone(l.callCtx); over {
 			return l.hedgeFailed(why), true
 		}
+	case !l.pauseFrom.IsZero():
+		return l.pauseOver()
 	case l.beside && !l.pendingDue.IsZero():
 		l.dropPending()
 		if l.hs.inFlight == 0 {
-			return l.end(nil, c.pause(l.callCtx, 0, l.last))
+			return l.end(nil, c.pauseEnded(l.callCtx, l.last))
 		}
 	}
 	return nil, false
@@ -458,12 +523,12 @@ func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
 		return
 	}
 	l.pendingDue = time.Now().Add(v.Pause)
-	l.sendAt(l.pendingDue, evStart, 0)
+	l.dueT = time.NewTimer(v.Pause)
 }
 
-// sendAt sends the loop the event of kind due at due, of attempt n, unless
-// the call has ended by then.
-func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
+// sendAt sends the loop the per-attempt timer's event due at due, of
+// attempt n, unless the call has ended by then.
+func (l *unaryLoop) sendAt(due time.Time, n int) *time.Timer {
 	events, done := l.hc.results, l.hctx.Done()
 	if l.alone {
 		// The attempt's: its timer's events are the only ones sent.
@@ -472,7 +537,7 @@ func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
 	// The closure builds the event: it is allocated for every timed attempt.
 	return time.AfterFunc(time.Until(due), func() {
 		select {
-		case events <- unaryEvent{kind: kind, n: n, at: due}:
+		case events <- unaryEvent{kind: evTimer, n: n, at: due}:
 		case <-done:
 		}
 	})
@@ -481,7 +546,7 @@ func (l *unaryLoop) sendAt(due time.Time, kind uint8, n int) *time.Timer {
 // run is one attempt's goroutine.
 func (hc *hedgeCall) run(ctx context.Context, n int, adm budget.Admission, out *attemptOutputs) {
 	start := time.Now()
-	err := hc.invoker(ctx, hc.method, hc.req, out.reply, hc.cc, out.opts...)
+	err := hc.inv.invoke(ctx, out.reply, out.opts)
 	hc.results <- unaryEvent{kind: evEnded, n: n, err: err, out: out, start: start, at: time.Now(), admission: adm, done: ctx.Err() != nil}
 }
 

@@ -29,7 +29,7 @@ func (l *unaryLoop) timerDue(ev unaryEvent) {
 // armTimer has the timer's event sent when its next decision is due.
 func (l *unaryLoop) armTimer() {
 	if due, ok := l.timer.dueAt(); ok {
-		l.timer.t = l.sendAt(due, evTimer, l.timer.n)
+		l.timer.t = l.sendAt(due, l.timer.n)
 	}
 }
 
