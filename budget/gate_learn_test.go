@@ -14,16 +14,7 @@ import (
 // every other call's does while one learns. Taken by its number for the
 // learning call, it was held as well.
 func TestGateLearningCallIsKnownByItsCall(t *testing.T) {
-	clk := &manualClock{now: t0}
-	b := &switchBudget{}
-	g := newGate(t, b, DeferSettings{}, clk)
-	g.Record(Attempt{Number: 1, Call: 1, Outcome: Failure})
-	b.open.Store(true)
-	if !g.Allow(Request{Number: 2, Call: 1}) {
-		t.Fatal("the budget's retry was refused")
-	}
-	b.open.Store(false)
-	g.Record(Attempt{Number: 2, Call: 1, Outcome: Failure})
+	g, clk := callOneLearns(t)
 
 	const pause = 100 * time.Millisecond
 	other, err := g.Enter(Request{Number: 3, Call: 2}, pause, time.Time{})
@@ -52,16 +43,7 @@ func TestGateLearningCallIsKnownByItsCall(t *testing.T) {
 // its number for the learning call, it went as the probe, spending the
 // learning call's turn on a call that cannot go on learning.
 func TestGateLastRetryOfAnotherCallDoesNotLearn(t *testing.T) {
-	clk := &manualClock{now: t0}
-	b := &switchBudget{}
-	g := newGate(t, b, DeferSettings{}, clk)
-	g.Record(Attempt{Number: 1, Call: 1, Outcome: Failure})
-	b.open.Store(true)
-	if !g.Allow(Request{Number: 2, Call: 1}) {
-		t.Fatal("the budget's retry was refused")
-	}
-	b.open.Store(false)
-	g.Record(Attempt{Number: 2, Call: 1, Outcome: Failure})
+	g, clk := callOneLearns(t)
 
 	const pause = 100 * time.Millisecond
 	other, err := g.Enter(Request{Number: 3, Call: 2, Last: true}, pause, time.Time{})
@@ -74,4 +56,22 @@ func TestGateLastRetryOfAnotherCallDoesNotLearn(t *testing.T) {
 	if err := other.err(); !errors.Is(err, errWaitEnded) {
 		t.Fatalf("another call's last retry of the learning call's next number: Err %v; want its wait ended (%v), not the probe", err, errWaitEnded)
 	}
+}
+
+// callOneLearns returns a fresh process's Gate whose server fails, after
+// call 1's paid retry 2 failed with attempts left: call 1 goes on as the
+// call that learns whether retries heal.
+func callOneLearns(t *testing.T) (*Gate, *manualClock) {
+	t.Helper()
+	clk := &manualClock{now: t0}
+	b := &switchBudget{}
+	g := newGate(t, b, DeferSettings{}, clk)
+	g.Record(Attempt{Number: 1, Call: 1, Outcome: Failure})
+	b.open.Store(true)
+	if !g.Allow(Request{Number: 2, Call: 1}) {
+		t.Fatal("the budget's retry was refused")
+	}
+	b.open.Store(false)
+	g.Record(Attempt{Number: 2, Call: 1, Outcome: Failure})
+	return g, clk
 }
