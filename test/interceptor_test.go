@@ -390,29 +390,38 @@ func TestCancelEndsPause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var h hookLog
 		b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, retryFile)), interceptor.WithHook(h.hook)})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- b.get(ctx, &testingv1.Script{Key: "k", FailAttempts: 10}) }()
-		if _, err := b.srv.AwaitAttempts(context.Background(), "k", 1); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait() // the client is now in its 1s pause
-		at := time.Now()
-		cancel()
-		err := <-done
-		if took := time.Since(at); took != 0 {
-			t.Errorf("call returned %v after cancel, want at once", took)
-		}
-		if status.Code(err) != codes.Canceled {
-			t.Errorf("code = %v, want CANCELED", status.Code(err))
-		}
-		if n := len(b.attempts(t, "k")); n != 1 {
-			t.Errorf("server saw %d attempts, want 1", n)
-		}
+		cancelInPause(t, b, 0)
 		if e := h.last(); e.Reason != policy.ReasonCaller || e.Kind != interceptor.EventGiveUp {
 			t.Errorf("last event = %+v, want give up, reason caller", e)
 		}
 	})
+}
+
+// cancelInPause calls key "k", which fails every attempt, cancels the call
+// after into its first pause (in a synctest bubble), and checks that it
+// returned CANCELED at once, after one attempt.
+func cancelInPause(t *testing.T, b *bench, after time.Duration, opts ...grpc.CallOption) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.get(ctx, &testingv1.Script{Key: "k", FailAttempts: 10}, opts...) }()
+	if _, err := b.srv.AwaitAttempts(context.Background(), "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait() // the client is in its pause
+	time.Sleep(after)
+	at := time.Now()
+	cancel()
+	err := <-done
+	if took := time.Since(at); took != 0 {
+		t.Errorf("call returned %v after cancel, want at once", took)
+	}
+	if status.Code(err) != codes.Canceled {
+		t.Errorf("code = %v, want CANCELED", status.Code(err))
+	}
+	if n := len(b.attempts(t, "k")); n != 1 {
+		t.Errorf("server saw %d attempts, want 1", n)
+	}
 }
 
 // perAttemptFile cuts attempts of every method off after 1s, pauses 100ms.

@@ -8,9 +8,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
@@ -47,27 +44,8 @@ func TestUnaryPauseIsLoopEvent(t *testing.T) {
 		t.Run(tc.name+"/cancelled in it", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newBench(t, []interceptor.Option{interceptor.WithConfig(parse(t, tc.file))})
-				ctx, cancel := context.WithCancel(context.Background())
 				var r interceptor.Report
-				done := make(chan error, 1)
-				go func() { done <- b.get(ctx, &testingv1.Script{Key: "k", FailAttempts: 10}, interceptor.WithReport(&r)) }()
-				if _, err := b.srv.AwaitAttempts(context.Background(), "k", 1); err != nil {
-					t.Fatal(err)
-				}
-				synctest.Wait() // the client is in its pause
-				time.Sleep(tc.pause / 4)
-				at := time.Now()
-				cancel()
-				err := <-done
-				if took := time.Since(at); took != 0 {
-					t.Errorf("call returned %v after cancel, want at once", took)
-				}
-				if status.Code(err) != codes.Canceled {
-					t.Errorf("code = %v, want CANCELED", status.Code(err))
-				}
-				if n := len(b.attempts(t, "k")); n != 1 {
-					t.Errorf("server saw %d attempts, want 1", n)
-				}
+				cancelInPause(t, b, tc.pause/4, interceptor.WithReport(&r))
 				if r.Attempts != 1 || r.Delay != tc.pause/4 || r.Reason != policy.ReasonCaller {
 					t.Errorf("report: %d attempts, delay %v, reason %v; want 1, %v, caller", r.Attempts, r.Delay, r.Reason, tc.pause/4)
 				}
