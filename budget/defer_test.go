@@ -117,6 +117,18 @@ func poll(t *testing.T, w *Waiter, want Admission) time.Time {
 	return next
 }
 
+// takeIfReady takes w's grant when it was let go (Ready), without
+// blocking: AdmitNone when it was not.
+func takeIfReady(w *Waiter) Admission {
+	select {
+	case <-w.Ready():
+		a, _ := w.Take()
+		return a
+	default:
+		return AdmitNone
+	}
+}
+
 func TestGateProbesWhenQuiet(t *testing.T) {
 	clk := &manualClock{now: t0}
 	// Retries are known not to heal, and the server served: failures in

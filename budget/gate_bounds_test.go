@@ -59,12 +59,7 @@ func TestGateReleasesTheEarliestBoundFirst(t *testing.T) {
 				if i == tt.want {
 					want = admitRelease
 				}
-				a := AdmitNone
-				select {
-				case <-w.Ready():
-					a, _ = w.Take()
-				default:
-				}
+				a := takeIfReady(w)
 				if a != want {
 					t.Fatalf("waiter %d (waited %v): %v, want %v", i, tt.waited[i], a, want)
 				}

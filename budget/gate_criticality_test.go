@@ -166,12 +166,7 @@ func TestGateHandsAdmissionsToTheMostCritical(t *testing.T) {
 				if i == tt.want {
 					want = tt.how
 				}
-				a := AdmitNone
-				select {
-				case <-w.Ready():
-					a, _ = w.Take()
-				default:
-				}
+				a := takeIfReady(w)
 				if a != want {
 					t.Fatalf("waiter %d (%v): %v, want %v", i, tt.waiting[i].level, a, want)
 				}
