@@ -35,8 +35,8 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 	switch {
 	case ended(now, end):
 		return decision{end: why}
-	case now.Before(w.earliest):
-		return decision{next: clock.Earlier(w.earliest, end)} // its pause
+	case now.Before(w.since.Add(w.pause)):
+		return decision{next: clock.Earlier(w.since.Add(w.pause), end)} // its pause
 	}
 	if d := s.decideRules(now, w, end); !w.guardOpen || d.how != AdmitNone {
 		return d

@@ -249,10 +249,9 @@ func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget |
 
 // waiterView is what the rules read of a waiting retry.
 type waiterView struct {
-	// since is when it began to wait; earliest, when its pause ends;
-	// number and call, Request.Number and Request.Call.
+	// since is when it began to wait, for pause (its pause ends at
+	// since+pause); number and call, Request.Number and Request.Call.
 	since    time.Time
-	earliest time.Time
 	number   int
 	call     uint64
 	pause    time.Duration

@@ -135,7 +135,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		span = min(deadline.Sub(now), maxMaxWait)
 	}
 	g.st.enter(now, pause, span)
-	view.earliest, view.pause, view.spread = now.Add(pause), pause, g.st.rand()
+	view.pause, view.spread = pause, g.st.rand()
 	view.holdAt = now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause))))
 	w := &Waiter{g: g, r: r, level: level, at: -1, dueAt: -1, view: view}
 	g.moveLocked(now, w, waitQueued, nil)
@@ -189,7 +189,7 @@ func (g *Gate) grantLocked(now time.Time) {
 		// would make on every answer).
 		for l := range g.queue {
 			for e := g.queue[l].Front(); e != nil; e = e.Next() {
-				if w := e.Value.(*Waiter); w.state == waitQueued && w.at < 0 && !now.Before(w.view.earliest) {
+				if w := e.Value.(*Waiter); w.state == waitQueued && w.at < 0 && !now.Before(w.view.since.Add(w.view.pause)) {
 					g.heads[l][w.class].push(w)
 				}
 			}
@@ -340,7 +340,7 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 		if from == waitNew {
 			w.seq = g.counts.Deferred
 			w.elem = g.queue[w.level].PushBack(w)
-			g.dues.setDue(w, w.view.earliest) // eligible once its pause passed
+			g.dues.setDue(w, w.view.since.Add(w.view.pause)) // eligible once its pause passed
 			return paid
 		}
 		// Queued again (its guard refused): its place, oldest first, and
