@@ -272,7 +272,7 @@ func TestPacerAnswered(t *testing.T) {
 		t.Fatalf("after 200 fast answers: every %v, want a microsecond at least", p.every)
 	}
 	// No return under way: the release interval stays.
-	q := newPacer(t0)
+	q := newGateState(t0, nil).pace
 	q = q.answeredIn(t0, time.Millisecond, true)
 	q = q.answeredIn(t0.Add(time.Second), time.Second, false)
 	if q.every != releaseEvery {

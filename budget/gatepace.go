@@ -63,10 +63,6 @@ type pacer struct {
 	slowest time.Duration
 }
 
-func newPacer(now time.Time) pacer {
-	return pacer{gain: tune.ReleaseGainStart, every: releaseEvery, next: now.Add(releaseEvery)}
-}
-
 // rested is p with its return ended: releases go at releaseEvery again.
 func (p pacer) rested() pacer {
 	p.every, p.backAt, p.fastest, p.slowest = releaseEvery, time.Time{}, 0, 0

@@ -48,7 +48,8 @@ type gateState struct {
 // newGateState starts at now: failures that make an outage must follow
 // tune.Calm without failures, counted from the start.
 func newGateState(now time.Time, rand func() float64) gateState {
-	return gateState{rand: rand, lastReached: now, pace: newPacer(now), ev: evidence{lastFail: now}}
+	pace := pacer{gain: tune.ReleaseGainStart, every: releaseEvery, next: now.Add(releaseEvery)}
+	return gateState{rand: rand, lastReached: now, pace: pace, ev: evidence{lastFail: now}}
 }
 
 // age forgets, at now, what no attempt has confirmed for longer than
