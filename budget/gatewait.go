@@ -389,15 +389,18 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		return AdmitNone, w.end
 	}
 	// open: the guard was asked, and counted the retry when ok; settled:
-	// the lock was taken after asking, nothing having panicked.
+	// the lock was taken after asking, nothing having panicked, and the
+	// caller is still there.
 	how, ok, open, settled, next := w.how, true, false, false, time.Time{}
 	defer func() {
 		if !settled {
-			// A panic of the guard or the budget: w leaves, and what it
-			// was granted goes back, before the panic goes on.
+			// A panic of the guard or the budget, or a caller that left:
+			// w leaves, and what it was granted goes back (the budget
+			// refunds what it paid, a GuardReturner takes its yes back),
+			// before the panic goes on.
 			w.Leave()
-			if open && ok {
-				returnRetry(w.r.Guard)
+			if r, isR := w.r.Guard.(GuardReturner); isR && open && ok {
+				r.ReturnRetry()
 			}
 		}
 	}()
@@ -412,45 +415,30 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	}
 	now := g.now()
 	g.mu.Lock()
-	settled = true
 	w.how = how
-	left, refund := gone(), false
-	switch {
-	case left:
-		refund = g.leaveLocked(now, w)
-	case ok:
-		g.moveLocked(now, w, waitTaken, nil)
-	default:
-		// Held once past its hold time: the guard, not the hold rule,
-		// says when it goes.
-		if w.view.heldBy == "" && !now.Before(w.view.holdAt) {
-			w.view.heldBy = heldGuard
-		}
-		w.view.guardOpen = open
-		g.guardNews, g.guardAt = g.news, next
-		g.moveLocked(now, w, waitQueued, nil)
-		g.grantLocked(now)
+	if settled = !gone(); !settled {
+		g.mu.Unlock()
+		return AdmitNone, nil // the deferred give-back
 	}
+	if ok {
+		g.moveLocked(now, w, waitTaken, nil)
+		g.mu.Unlock()
+		return how, nil
+	}
+	// Held once past its hold time: the guard, not the hold rule, says
+	// when it goes.
+	if w.view.heldBy == "" && !now.Before(w.view.holdAt) {
+		w.view.heldBy = heldGuard
+	}
+	w.view.guardOpen = open
+	g.guardNews, g.guardAt = g.news, next
+	g.moveLocked(now, w, waitQueued, nil)
+	g.grantLocked(now)
 	// Queued again, w is the grant loop's: its end is read here or after
 	// its next Ready.
 	end := w.end
 	g.mu.Unlock()
-	g.refund(refund, w.r)
-	if left && open && ok {
-		returnRetry(w.r.Guard)
-	}
-	if !ok || left {
-		return AdmitNone, end
-	}
-	return how, nil
-}
-
-// returnRetry gives a guard back the yes of a retry that does not go, if it
-// takes it back; never under the gate's lock.
-func returnRetry(guard Guard) {
-	if r, ok := guard.(GuardReturner); ok {
-		r.ReturnRetry()
-	}
+	return AdmitNone, end
 }
 
 // leaveLocked ends w's wait for a caller that left (the one cancellation
