@@ -70,13 +70,26 @@ func (w *Waiter) Take() (Admission, error) { return w.take(func() bool { return 
 // Leave ends w's wait, if Take did not: an admission w was granted and
 // did not take goes back to the others (the budget refunds what it took
 // for it). Call it when the caller leaves; after Take it does nothing.
+//
+// It is the one cancellation path: a queued waiter's wait ends; an
+// admission granted and not taken goes back, the grant loop offers it to
+// the others, and what the budget paid for it goes back, outside the lock,
+// when the budget is one of this package's that can (a user's keeps it).
 func (w *Waiter) Leave() {
-	g := w.g
+	g, paid := w.g, false
 	now := g.now()
 	g.mu.Lock()
-	refund := g.leaveLocked(now, w)
+	switch w.state {
+	case waitQueued:
+		g.moveLocked(now, w, waitOut, context.Canceled)
+	case waitGranted:
+		paid = g.moveLocked(now, w, waitOut, nil)
+		g.grantLocked(now)
+	}
 	g.mu.Unlock()
-	g.refund(refund, w.r)
+	if rb, ok := g.b.(interface{ refund(Request) }); paid && ok {
+		rb.refund(w.r)
+	}
 }
 
 // Enter registers a deferred retry r that must not go sooner than pause
@@ -308,7 +321,7 @@ func (g *Gate) Tick() time.Time {
 // arrivals until it leaves the room; one granted and not taken (to is not
 // waitTaken) gives back what it was granted (the one give-back path,
 // semaphore's "pretend we didn't": the pacer's share; paid reports whether
-// the budget paid, for Gate.refund). Queued, w gets a new Ready; granted
+// the budget paid, for Leave's refund). Queued, w gets a new Ready; granted
 // (w.how, the grant loop's), it takes the pacer's share. Out, w leaves the
 // room (an evicted one's place passes to who evicted it) with the verdict
 // end (nil: its caller left). Each verdict on a queued waiter closes its
@@ -439,30 +452,6 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	end := w.end
 	g.mu.Unlock()
 	return AdmitNone, end
-}
-
-// leaveLocked ends w's wait for a caller that left (the one cancellation
-// path): a queued waiter's wait ends; an admission granted and not taken
-// goes back, and the grant loop offers it to the others. It reports
-// whether the budget paid for what went back (Gate.refund).
-func (g *Gate) leaveLocked(now time.Time, w *Waiter) (refund bool) {
-	switch w.state {
-	case waitQueued:
-		g.moveLocked(now, w, waitOut, context.Canceled)
-	case waitGranted:
-		refund = g.moveLocked(now, w, waitOut, nil)
-		g.grantLocked(now)
-	}
-	return refund
-}
-
-// refund gives the budget back what its Allow took for r, never sent,
-// when paid and the budget is one of this package's that can (a user's
-// keeps it); never under the gate's lock.
-func (g *Gate) refund(paid bool, r Request) {
-	if rb, ok := g.b.(interface{ refund(Request) }); paid && ok {
-		rb.refund(r)
-	}
 }
 
 // Wait implements Deferrer: Enter, then Take whenever Ready is closed,
