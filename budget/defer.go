@@ -234,7 +234,7 @@ func (e *waitEnd) HeldBy() string { return e.held }
 // heldBy returns e for a wait that rule held ("" : none), a copy when it
 // must say so.
 func (e *waitEnd) heldBy(rule string) *waitEnd {
-	if e == nil || rule == "" {
+	if rule == "" {
 		return e
 	}
 	c := *e

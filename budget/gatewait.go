@@ -398,7 +398,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		return AdmitNone, nil // not decided yet: no rule let it go
 	}
 	g := w.g
-	if w.end != nil || w.state >= waitOut {
+	if w.state >= waitOut {
 		return AdmitNone, w.end
 	}
 	// open: the guard was asked, and counted the retry when ok; settled:
