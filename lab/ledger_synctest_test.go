@@ -18,6 +18,7 @@ import (
 	"github.com/stagger-go/stagger/policy"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // ledgerReplayResult is what a ledger replay measured: the calls made
@@ -37,10 +38,11 @@ type ledgerReplayResult struct {
 // virtual time, over bufconn in a synctest bubble: stagger as a new user
 // sets it up (checkoutFile's policy, a fresh budget.Backends), checkoutRate
 // calls a second for checkoutFull's load, call i with deadline(i) (0:
-// none), the backend down from its ledgerDown to its ledgerUp, the jitter
+// none), each attempt answered after delay, the backend down from its
+// ledgerDown to its ledgerUp, the jitter
 // and the Gate's draws seeded by seed. Where the real-time run's figures
 // move with the machine's load, the replay's are the same every run.
-func ledgerReplay(t *testing.T, seed uint64, deadline func(i int) time.Duration) ledgerReplayResult {
+func ledgerReplay(t *testing.T, seed uint64, deadline func(i int) time.Duration, delay time.Duration) ledgerReplayResult {
 	t.Helper()
 	parsed, err := policy.ParseConfig([]byte(checkoutFile))
 	if err != nil {
@@ -98,7 +100,7 @@ func ledgerReplay(t *testing.T, seed uint64, deadline func(i int) time.Duration)
 					ctx, cancel = context.WithTimeout(context.Background(), d)
 				}
 				defer cancel()
-				_, err := ledger.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{}})
+				_, err := ledger.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Delay: durationpb.New(delay)}})
 				end := time.Now()
 				mu.Lock()
 				defer mu.Unlock()
@@ -135,8 +137,8 @@ func ledgerReplay(t *testing.T, seed uint64, deadline func(i int) time.Duration)
 // one).
 func TestLedgerReplayDeadlinesBesideNone(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
-		all := ledgerReplay(t, seed, func(int) time.Duration { return 500 * time.Millisecond })
-		mixed := ledgerReplay(t, seed, func(i int) time.Duration { return time.Duration(i%2) * 500 * time.Millisecond })
+		all := ledgerReplay(t, seed, func(int) time.Duration { return 500 * time.Millisecond }, 0)
+		mixed := ledgerReplay(t, seed, func(i int) time.Duration { return time.Duration(i%2) * 500 * time.Millisecond }, 0)
 		want := 0
 		for i, ok := range all.ok {
 			if ok && i%2 == 1 {
@@ -152,16 +154,20 @@ func TestLedgerReplayDeadlinesBesideNone(t *testing.T) {
 
 // TestLedgerReplayFigures prints the replay for seeds 1 to
 // LAB_LEDGER_SEEDS: every call with a 500 ms deadline (the checkout's
-// variant), and every other call with one.
+// variant), its attempts answered at once or after a delay (what a loaded
+// machine adds to every attempt over loopback TCP), and every other call
+// with one.
 func TestLedgerReplayFigures(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("LAB_LEDGER_SEEDS"))
 	if n <= 0 {
 		t.Skip("LAB_LEDGER_SEEDS=N replays the ledger for seeds 1 to N")
 	}
-	for seed := 1; seed <= n; seed++ {
-		r := ledgerReplay(t, uint64(seed), func(int) time.Duration { return 500 * time.Millisecond })
-		fmt.Printf("seed %d: 500 ms: served %d of %d, last %.3f s after the return\n", seed, r.served, r.calls, r.last.Seconds())
-		r = ledgerReplay(t, uint64(seed), func(i int) time.Duration { return time.Duration(i%2) * 500 * time.Millisecond })
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		for _, delay := range []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond} {
+			r := ledgerReplay(t, seed, func(int) time.Duration { return 500 * time.Millisecond }, delay)
+			fmt.Printf("seed %d: 500 ms, attempts of %v: served %d of %d, last %.3f s after the return\n", seed, delay, r.served, r.calls, r.last.Seconds())
+		}
+		r := ledgerReplay(t, seed, func(i int) time.Duration { return time.Duration(i%2) * 500 * time.Millisecond }, 0)
 		fmt.Printf("seed %d: half 500 ms, half none: served %d of %d (with a deadline %d of %d), last %.3f s after the return (with a deadline %.3f s)\n",
 			seed, r.served, r.calls, r.dServed, r.dCalls, r.last.Seconds(), r.dLast.Seconds())
 	}
