@@ -9,9 +9,8 @@ import (
 // container/list is its queue of arrivals): by the calls' bounds (a
 // level's retries whose pause has passed, its first the head that the
 // grant loop decides: byBound) or by the time each must be decided again
-// without news (byDue). Each waiter keeps its index in
-// each set it is in, so that a waiter leaves either in O(log n). The
-// Gate's lock owns it.
+// without news (byDue). Each waiter keeps its index in each set it is in,
+// so that a waiter leaves either in O(log n). The Gate's lock owns it.
 //
 // A call's retry that enters again after its attempt failed (a probe in
 // an outage, a release refused) arrives late, yet its wait ends sooner
