@@ -34,10 +34,10 @@ import (
 //   - Go: a retry goes once its pause has passed and the pace at the
 //     estimate has room for it (while retries heal the backend's calls, at
 //     once). New calls come first: held retries take only the room they
-//     leave, the most critical first, then the one whose MaxWait (earlier
-//     waits counted) ends first. A guarded retry needs its breaker's yes
-//     too; a closed breaker is no guard, a refusal keeps the retry's place,
-//     and a yes whose caller left goes back to a GuardReturner.
+//     leave, the most critical first, then the one whose end (below)
+//     comes first. A guarded retry needs its breaker's yes too; a closed
+//     breaker is no guard, a refusal keeps the retry's place, and a yes
+//     whose caller left goes back to a GuardReturner.
 //   - End: a wait ends once its turn plus an attempt cannot come before its
 //     end, its deadline or DeferSettings.MaxWait without one, never because
 //     others wait before it; while attempts fail, a call with a deadline goes

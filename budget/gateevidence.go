@@ -48,7 +48,9 @@ type evidence struct {
 	// learnNext is the number of the retry that goes on learning, and
 	// learnCall its call (Attempt.Call), until learnUntil, after a probe
 	// with attempts left failed at a server never seen to serve (the hold
-	// rule): another call's retry of the same number is not it.
+	// rule): another call's retry of the same number is not it, and
+	// another call's failed retry does not take the turn while it is
+	// taken (turnFree); zero: none, or its wait ended (hasTurn).
 	learnNext  int
 	learnCall  uint64
 	learnUntil time.Time
@@ -96,6 +98,13 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 			case e.seen || a.Final:
 				e.retryFails++
 				e.learnNext = 0
+			case !e.turnFree(now, a.Call):
+				// Another call learns: the turn stays its own until its
+				// call ends (taken over, its wait ended at its hold time,
+				// and each paid retry that failed took the turn again).
+				if a.Admission != admitProbe {
+					e.retryFails++
+				}
 			case a.Admission != admitProbe:
 				// A retry not sent to learn (the budget paid for it)
 				// failed after its call's first attempt: the evidence of
@@ -122,6 +131,19 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		e.short = max(e.short-tune.RoomCut*(1-tune.RoomCut), 0)
 		e.retryFails, e.seen = 0, true
 	}
+}
+
+// turnFree reports whether call may take the turn to learn whether
+// retries heal: no call has it, call has it, or its time ran out.
+func (e *evidence) turnFree(now time.Time, call uint64) bool {
+	return e.learnNext == 0 || call == e.learnCall || !now.Before(e.learnUntil)
+}
+
+// hasTurn reports whether call's retry number is the one that goes on
+// learning: when its wait ends without going, the turn is free
+// (Gate.moveLocked), for that call learns no more.
+func (e *evidence) hasTurn(number int, call uint64) bool {
+	return e.learnNext != 0 && number == e.learnNext && call == e.learnCall
 }
 
 // pushed is the window w (its bits below a marker bit that counts them,

@@ -368,6 +368,9 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 	case waitOut:
 		g.counts.DeferGaveUp++
 		w.end = end
+		if g.st.ev.hasTurn(w.view.number, w.view.call) {
+			g.st.ev.learnNext = 0
+		}
 	}
 	if to >= waitOut {
 		g.queue[w.level].Remove(w.elem)

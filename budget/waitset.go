@@ -8,11 +8,9 @@ import (
 // waitSet is a binary heap of waiters, the Gate's ordered sets (as
 // container/list is its queue of arrivals): by the calls' bounds (a
 // level's retries whose pause has passed, its first the head that the
-// grant loop decides: the one whose DeferSettings.MaxWait ends first, its
-// call's earlier waits counted, then the oldest) or by the time each must
-// be decided again without news (byDue). Each waiter keeps its index in
-// each set it is in, so that a waiter leaves either in O(log n). The
-// Gate's lock owns it.
+// grant loop decides: byBound) or by the time each must be decided again
+// without news (byDue). Each waiter keeps its index in each set it is in,
+// so that a waiter leaves either in O(log n). The Gate's lock owns it.
 //
 // A call's retry that enters again after its attempt failed (a probe in
 // an outage, a release refused) arrives late, yet its wait ends sooner
@@ -21,7 +19,7 @@ import (
 // max-wait after the return).
 type waitSet struct {
 	ws  []*Waiter
-	due bool // ordered by (due, seq), the index in Waiter.dueAt; else by (view.limit, seq), in Waiter.at
+	due bool // ordered by (due, seq), the index in Waiter.dueAt; else by (view.bound(), seq), in Waiter.at
 }
 
 // top is the first waiter, or nil.
@@ -51,10 +49,21 @@ func (s *waitSet) less(i, j int) bool {
 }
 
 // byBound orders two waiters of a level as they go (waitSet's order, and
-// the grant loop's across its sets): the one whose MaxWait ends first,
-// then the oldest.
+// the grant loop's across its sets): the one whose bound comes first, then
+// the oldest.
 func byBound(a, b *Waiter) int {
-	return cmp.Or(a.view.limit.Compare(b.view.limit), cmp.Compare(a.seq, b.seq))
+	return cmp.Or(a.view.bound().Compare(b.view.bound()), cmp.Compare(a.seq, b.seq))
+}
+
+// bound is when the end rule ends the wait at the latest: its call's
+// deadline, or its MaxWait without one (gateState.endAt). A call with a
+// deadline ordered by its MaxWait went behind calls without one whose
+// MaxWait ended seconds later than its deadline.
+func (v *waiterView) bound() time.Time {
+	if !v.deadline.IsZero() {
+		return v.deadline
+	}
+	return v.limit
 }
 
 func (s *waitSet) swap(i, j int) {
