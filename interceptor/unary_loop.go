@@ -393,12 +393,17 @@ func (l *unaryLoop) stopDue() {
 	}
 }
 
-// end is the loop's one end: every attempt still in flight ends first
-// (drain); then the caller's reply and holders are given one attempt's
-// (adopt), and its OnFinish functions run with the call's error err. An
-// inline loop's grpc wrote the caller's own (runUnary gives them).
+// end is the loop's one end: a retry admitted and not sent (the caller
+// left in its pause) gives its admission back; every attempt still in
+// flight ends (drain); then the caller's reply and holders are given one
+// attempt's (adopt), and its OnFinish functions run with the call's error
+// err. An inline loop's grpc wrote the caller's own (runUnary gives them).
 func (l *unaryLoop) end(out *attemptOutputs, err error) (error, bool) {
 	l.stopDue()
+	if c := l.c(); c.admission != budget.AdmitNone {
+		c.settle(c.admission)
+		c.admission = budget.AdmitNone
+	}
 	if l.hc != nil {
 		l.drain()
 		l.adopt(out, err == nil)
