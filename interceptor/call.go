@@ -374,9 +374,10 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	if mi.m != nil {
 		mi.plan.fileOpts = methodCallOptions(mi.m, nil)
 	}
-	// fast: nothing only unarySlow does.
+	// fast: nothing only unarySlow does (plan sets hedgeOnTimeout only
+	// with a per-attempt timeout).
 	pl, o := &mi.plan, &k.opts
-	mi.fast = !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil && !cfg.Disabled()
+	mi.fast = !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil && !cfg.Disabled()
 	mi.attempt.init()
 	mi.timeout = mi.m != nil && mi.m.Timeout > 0
 	if w := &k.opts.state.said.warned; cfg != nil && w.Load() != cfg && w.Swap(cfg) != cfg {
