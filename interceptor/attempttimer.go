@@ -12,15 +12,14 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// attemptTimer is the per-attempt timer (perAttemptRecvTimeout), one type
-// for unary calls and streams, by the rules UnaryClientInterceptor gives:
-// as it fires it asks the call's decision whether the policy would retry
-// (askVerdict), and as the retry's pause (its grace) ends whether the
-// retry goes now (askAdmit). Each decision is taken as of its due time,
-// however late: an attempt that ended before a due time met none of its
-// decision. Whether it cut an attempt off is its own record, never read
-// from ctx.Err() or a code, which race with the wire. A unary call's loop
-// owns its timer (unary_timer.go); a stream's is streamTimer.
+// attemptTimer is the per-attempt timer (perAttemptRecvTimeout) of unary
+// calls and streams, by UnaryClientInterceptor's rules: as it fires it
+// asks whether the policy would retry (askVerdict), and as the retry's
+// pause (its grace) ends whether the retry goes now (askAdmit). Each
+// decision is taken as of its due time, however late. Whether it cut an
+// attempt off is its own record, never read from ctx.Err() or a code,
+// which race with the wire. A unary call's loop owns its timer
+// (unary_timer.go); a stream's is streamTimer.
 type attemptTimer struct {
 	n     int // the attempt's number (0: none yet)
 	state int32
@@ -33,10 +32,9 @@ type attemptTimer struct {
 	// prevFired is what pace.Evidence.Fire returned as the timer first fired.
 	prevFired int64
 	firedOnce bool
-	// timerCut is the retry, from when the policy would make it as the
-	// timer fired (verdict) until it cut the attempt off; fired is how long
-	// after start it fired; refused, once it ran on, why the retry was
-	// refused.
+	// timerCut is the retry the timer would make (verdict, as it fired) or
+	// made (as it cut the attempt off); fired is when it fired, after
+	// start; refused, once it ran on, why the retry was refused.
 	timerCut
 	fired   time.Duration
 	refused policy.Reason
@@ -45,9 +43,9 @@ type attemptTimer struct {
 	decidedAt time.Time
 }
 
-// timerCut is the retry the per-attempt timer admitted as it cut its
-// attempt off (zero: none): grace is the part of its pause the attempt ran
-// on for. The call takes it (call.cut) for afterAttempt as the timer stops.
+// timerCut is the retry the timer admitted as it cut its attempt off
+// (zero: none): grace is the part of its pause the attempt ran on for.
+// The call takes it (call.cut) for afterAttempt as the timer stops.
 type timerCut struct {
 	verdict   policy.Verdict
 	grace     time.Duration
@@ -89,12 +87,12 @@ func (t *attemptTimer) dueAt() (at time.Time, ok bool) {
 	return at, false
 }
 
-// take takes the decision due now, as of its due time, for an attempt whose
-// context ended from above when ended, and returns the timer's next state.
-// Armed, it fires: the attempt runs on unless the policy would retry; then
-// the attempt runs on through the pause (timerGrace) and decide says at its
-// end whether it is cut off. Beside (hedgeOnPerTryTimeout) an admitted retry
-// returns timerFired, the timer left in timerRanOn: the driver starts it.
+// take takes the decision due now, as of its due time (ended: the
+// attempt's context ended from above), and returns the timer's next state.
+// Armed, it fires: when the policy would retry, the attempt runs on
+// through the pause (timerGrace), at whose end decide says whether it is
+// cut off. Beside (hedgeOnPerTryTimeout) an admitted retry returns
+// timerFired, the timer left in timerRanOn: the loop starts the retry.
 func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, beside bool) int32 {
 	at, _ := t.dueAt()
 	next := timerRanOn
@@ -137,11 +135,11 @@ func (t *attemptTimer) set(next int32, at time.Time) {
 	}
 }
 
-// decide says whether the retry v goes at now, and returns the timer's next
-// state: it waits another period while the server is slow for every
-// attempt (pace.Evidence.SlowForAll), else the retry goes when the breaker and the
-// budget admit it (a straggler's as a healing retry); when they do not,
-// the attempt runs on, and the call says why (timerRefusedRetry).
+// decide says whether the retry v goes at now, and returns the timer's
+// next state: another period while the server is slow for every attempt
+// (pace.Evidence.SlowForAll), else the retry goes when the breaker and the
+// budget admit it (a straggler's as a healing retry); else the attempt
+// runs on, and the call says why (timerRefusedRetry).
 func (t *attemptTimer) decide(f *retryFacts, callCtx context.Context, v policy.Verdict, now time.Time, beside bool) int32 {
 	straggler := false
 	if p := f.pace; p != nil {
@@ -175,11 +173,10 @@ func (t *attemptTimer) stop() {
 	}
 }
 
-// handOver gives c what the stopped timer decided of its attempt, which
-// ended at end: whether it ran slow (c.slow, a pace.SlowPart-th of the
-// timer or more), the retry the timer admitted as it cut it off (c.cut), or
-// the retry it refused as the attempt ran on (timerRefusedRetry). cutOff:
-// the timer cut the attempt off.
+// handOver gives c what the stopped timer decided of its attempt, ended at
+// end: whether it ran slow (c.slow, a pace.SlowPart-th of the timer or
+// more), the retry admitted as it was cut off (c.cut; cutOff), or the
+// retry refused as it ran on (timerRefusedRetry).
 func (t *attemptTimer) handOver(c *call, end time.Time) (cutOff bool) {
 	c.slow = end.Sub(t.start) >= c.perAttempt/pace.SlowPart
 	switch t.state {
@@ -200,12 +197,7 @@ func (t *attemptTimer) handOver(c *call, end time.Time) (cutOff bool) {
 func (c *call) timerRefusedRetry(reason policy.Reason) {
 	c.timerRefused++
 	c.timerReason = reason
-	if c.o == nil {
-		return
+	if c.o != nil {
+		c.emit(c.hookCtx(), Event{Kind: EventTimerRanOn, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Reason: reason})
 	}
-	ctx := c.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	c.emit(ctx, Event{Kind: EventTimerRanOn, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Reason: reason})
 }

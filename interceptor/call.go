@@ -21,18 +21,15 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// previousAttemptsKey is gRFC A6's header naming how many attempts came
-// before this one.
+// previousAttemptsKey is gRFC A6's count of the attempts before this one.
 const previousAttemptsKey = "grpc-previous-rpc-attempts"
 
 // core is what the unary and stream interceptors share.
 type core struct {
 	opts options
-	// noticed holds the notices given: by method (noticeUnapplied) and by
-	// method, reason and option (firstNotice).
-	noticed saidOnce
-	// ambiguous holds the methods whose first ambiguous give-up was logged
-	// at warning level.
+	// noticed holds the notices given (noticeUnapplied, firstNotice);
+	// ambiguous the methods whose ambiguous give-up was logged at warn.
+	noticed   saidOnce
 	ambiguous saidOnce
 	// methods caches what the current file says of each method.
 	methods   atomic.Pointer[methodCache]
@@ -75,7 +72,7 @@ type methodInfo struct {
 	bud atomic.Pointer[budgetRef]
 	// attempt is the method's own unaryAttempt, for one call at a time
 	// (attemptHeld), cheaper than the pool (BENCHMARKS.md, "Issue 45: the
-	// success path"); on cache lines of their own, as calls write them.
+	// success path"); on cache lines of their own.
 	_           [cacheLine]byte
 	attemptHeld atomic.Uint32
 	attempt     unaryAttempt
@@ -99,9 +96,8 @@ type breakerRef struct {
 }
 
 // plan is what a call of one method does, given the options and the file:
-// what a retry decision reads (retryPlan, which the call's retryFacts and a
-// stream timer's copy of them carry), what the call's engine reads as it
-// starts and runs (runPlan), and what only the call's start reads.
+// what a retry decision reads (retryPlan), what the call reads as it runs
+// (runPlan), and what only its start reads.
 type plan struct {
 	retryPlan
 	runPlan
@@ -111,25 +107,22 @@ type plan struct {
 	capped int
 	// invalid is why a WithBackoff or WithPerAttemptTimeout was not applied.
 	invalid error
-	// unapplied says why a policy given in code is not applied (start says
-	// so once per method); unappliedOpts, with ReasonNoPolicy, the call's
-	// options that had nothing to apply to.
+	// unapplied says why a policy given in code is not applied;
+	// unappliedOpts, with ReasonNoPolicy, the call's options that were not.
 	unapplied     policy.Reason
 	unappliedOpts retryOption
 	// notice: a per-attempt timeout is set but the call may not run twice.
 	notice bool
 }
 
-// retryPlan is the part of a plan a decision on the next attempt reads
-// (retryFacts).
+// retryPlan is the part of a plan a decision reads (retryFacts).
 type retryPlan struct {
 	// pol is the retry policy with the options' overrides (nil: none),
-	// shared and never modified.
+	// shared: never modified.
 	pol *policy.Policy
 	// budget is the calls' budget, or the one of the call's backend.
 	budget budget.Budget
-	// perAttempt is the per-attempt timeout applied (0: none, or the call
-	// may not run twice).
+	// perAttempt is the per-attempt timeout applied (0: none).
 	perAttempt time.Duration
 	// pace is the methodInfo's (start takes it for a plan made per call).
 	pace *pace.Evidence
@@ -139,17 +132,16 @@ type retryPlan struct {
 	retrying, repeatable bool
 }
 
-// runPlan is the part of a plan the call's engine reads after its start,
-// and no decision does.
+// runPlan is the part of a plan the call reads as it runs, and no
+// decision does.
 type runPlan struct {
 	// hedged is the method's file entry when it hedges.
 	hedged *policy.Method
 	// brCache is the methodInfo's (nil for a plan made per call).
 	breakers *breaker.Set
 	brCache  *atomic.Pointer[breakerRef]
-	// fileOpts, the file's waitForReady and message size limits passed
-	// before the caller's options, are the methodInfo's (start takes them
-	// for a plan made per call).
+	// fileOpts, the file's waitForReady and message size limits, passed
+	// before the caller's options, are the methodInfo's.
 	fileOpts []grpc.CallOption
 	// byKey: the call may run twice only by its idempotency key.
 	hedgeOnTimeout, byKey bool
@@ -159,8 +151,8 @@ type runPlan struct {
 // options o do.
 func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method string) plan {
 	var pl plan
-	// A call that read the config just before a reload builds nothing for
-	// the State that the reload dropped.
+	// A call that read the config before a reload builds nothing for the
+	// State that the reload dropped.
 	keep := o.source == nil || cfg == o.source.Config()
 	switch {
 	case o.budgetSet:
@@ -372,11 +364,12 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	mi.plan.brCache = &mi.br
 	mi.plan.pace = new(pace.Evidence)
 	if mi.m != nil {
-		mi.plan.fileOpts = methodCallOptions(mi.m, nil)
+		mi.plan.fileOpts = methodCallOptions(mi.m)
 	}
-	// fast: nothing only unarySlow does.
+	// fast: nothing only unarySlow does (plan sets hedgeOnTimeout only
+	// with a per-attempt timeout).
 	pl, o := &mi.plan, &k.opts
-	mi.fast = !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.hedgeOnTimeout && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil && !cfg.Disabled()
+	mi.fast = !o.disabled && o.idemKey == "" && pl.hedged == nil && pl.perAttempt == 0 && !pl.notice && pl.capped == 0 && pl.unapplied == policy.ReasonNone && pl.invalid == nil && !cfg.Disabled()
 	mi.attempt.init()
 	mi.timeout = mi.m != nil && mi.m.Timeout > 0
 	if w := &k.opts.state.said.warned; cfg != nil && w.Load() != cfg && w.Swap(cfg) != cfg {
@@ -425,8 +418,8 @@ func (k *core) stateOf(o *options) *State {
 	return k.opts.state
 }
 
-// follow tells the State when the source moved to a new config, so that
-// what only the old one used is dropped (called on a method cache miss).
+// follow tells the State when the source moved to a new config (on a
+// method cache miss), so that what only the old one used is dropped.
 func (k *core) follow() {
 	next := k.opts.source.Config()
 	prev := k.followed.Load()
@@ -462,13 +455,9 @@ func perCall(base *options, opts []grpc.CallOption, first int) (*options, []grpc
 	return o, rest
 }
 
-// methodCallOptions puts the file's waitForReady and message size limits
-// before opts.
-func methodCallOptions(m *policy.Method, opts []grpc.CallOption) []grpc.CallOption {
-	if m.WaitForReady == nil && m.MaxRequestMessageBytes == nil && m.MaxResponseMessageBytes == nil {
-		return opts
-	}
-	out := make([]grpc.CallOption, 0, len(opts)+3)
+// methodCallOptions is m's waitForReady and message size limits.
+func methodCallOptions(m *policy.Method) []grpc.CallOption {
+	var out []grpc.CallOption
 	if m.WaitForReady != nil {
 		out = append(out, grpc.WaitForReady(*m.WaitForReady))
 	}
@@ -478,7 +467,7 @@ func methodCallOptions(m *policy.Method, opts []grpc.CallOption) []grpc.CallOpti
 	if m.MaxResponseMessageBytes != nil {
 		out = append(out, grpc.MaxCallRecvMsgSize(*m.MaxResponseMessageBytes))
 	}
-	return append(out, opts...)
+	return out
 }
 
 // idempotent decides whether method may run more than once: the call's

@@ -21,15 +21,12 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// What the interceptors know of the wire comes from the call options grpc
-// already fills (grpc.Header: the only sign an attempt committed;
-// grpc.Trailer: pushback, nil when the attempt got no transport stream),
-// which cannot be asked for after the attempt: a stats.Handler would cost
-// allocations per call inside grpc-go, and a dial option.
-
 // call is one logical call's retry state. One goroutine uses it at a time;
 // whatever holds it while its content escapes holds it by value
-// (unaryLoop.own), so it can stay on the stack.
+// (unaryLoop.own), so it can stay on the stack. What it knows of the wire
+// comes from the options grpc fills (grpc.Header: the only sign an
+// attempt committed; grpc.Trailer: nil when the attempt got no transport
+// stream): a stats.Handler would cost allocations per call in grpc-go.
 type call struct {
 	retryFacts
 	// runPlan is the call's own copy of its method's.
@@ -46,9 +43,9 @@ type call struct {
 	// retryStart is when the running retry left (monoNow).
 	retryStart time.Duration
 	// deferReq is the refused retry to wait for in the budget's Deferrer;
-	// admission how the running attempt was let go after such a wait;
-	// deferred how long the call waited, waitEnd and heldBy the Gate's rules
-	// that ended or held a wait, inGate the time its retries waited in all.
+	// admission how the next or running attempt was let go; deferred how
+	// long the call waited past its pauses, waitEnd and heldBy the Gate's
+	// rules that ended or held a wait, inGate the time it waited in all.
 	deferReq *budget.Request
 	deferred time.Duration
 	waitEnd  string
@@ -64,10 +61,9 @@ type call struct {
 	target                string
 	// The small fields last, packed: a hedged call's copy is allocated, and
 	// its size class shows (BenchmarkHedgedFirstAttemptWins). off: the
-	// switch (SetDisabled) was on when the call started; resume: a retry
-	// resumes a committed stream (resume.go); slow: the attempt that just
-	// ended ran a pace.SlowPart-th of perAttempt or longer
-	// (budget.Attempt.Overload for a success); afterTimeout: the running
+	// switch was on as the call started; resume: a retry resumes a
+	// committed stream; slow: the attempt just ended ran a
+	// pace.SlowPart-th of perAttempt or longer; afterTimeout: the running
 	// attempt follows one the timer cut off; pushback: the pending pause is
 	// one; static: the call carried grpc.StaticMethodCallOption.
 	off, resume, slow, afterTimeout, pushback, static bool
@@ -75,19 +71,17 @@ type call struct {
 	admission                                         budget.Admission
 }
 
-// retryFacts is what a decision on the call's next attempt reads of it: the
-// plan's retryPlan, the admissions' owners and the backoff sequence's
-// position. A stream's per-attempt timer decides on them (streamTimer).
+// retryFacts is what a decision on the call's next attempt reads of it
+// (a stream's timer decides on a copy): the plan's retryPlan, the
+// admissions' owners and the backoff sequence's position.
 type retryFacts struct {
-	// retryPlan is the call's own copy of its method's, its budget the one
-	// of the call's backend.
+	// retryPlan is the call's copy of its method's, with its backend's budget.
 	retryPlan
 	o *options
 	// ctx is the caller's context (internal/chain reads it on a failure).
 	ctx context.Context
 	br  *breaker.Breaker
-	// crit is the call's criticality (WithCriticality); Unset counts as
-	// Critical.
+	// crit is the call's criticality (Unset counts as Critical).
 	crit criticality.Level
 	// attempt is the number of the attempt running or just ended; retry and
 	// prev the backoff sequence's position (policy.Attempt).
@@ -95,17 +89,16 @@ type retryFacts struct {
 	retry   int
 	prev    time.Duration
 	// id identifies the call to its budget (budget.Request.Call; zero
-	// until callID numbers it): a Gate knows its learning call by it.
+	// until callID numbers it).
 	id uint64
 }
 
 // callIDs numbers the calls that ask for a retry, in the process.
 var callIDs atomic.Uint64
 
-// budget returns the budget of a call of the method on target, cc's (nil: a
-// front end's), from bs, through the method's cache of the first target.
-// bs keys it by the canonical target, so that two spellings of one backend
-// share one budget and one Gate.
+// budget returns the budget in bs of a call of the method on target (cc
+// nil: a front end's), through the method's cache of the first target. bs
+// keys it by the canonical target: two spellings share one budget.
 func (mi *methodInfo) budget(bs *budget.Backends, cc *grpc.ClientConn, target, method string) budget.Budget {
 	r := mi.bud.Load()
 	if r != nil && r.set == bs && r.target == target {
@@ -143,7 +136,8 @@ func staticMethod(opts []grpc.CallOption) bool {
 }
 
 // canonicalTargets caches ClientConn.CanonicalTarget by the target as
-// dialled; past canonicalTargetsMax entries it starts afresh.
+// dialled (one string names one server); past canonicalTargetsMax entries
+// it starts afresh.
 var (
 	canonicalTargets    sync.Map
 	canonicalTargetsLen atomic.Int64
@@ -152,7 +146,6 @@ var (
 const canonicalTargetsMax = 1024
 
 // canonicalTarget returns cc's canonical target, or target for a front end.
-// Keyed by the target as dialled: one string names one server.
 func canonicalTarget(cc *grpc.ClientConn, target string) string {
 	if cc == nil {
 		return target
@@ -174,9 +167,8 @@ func noCancel() {}
 // start prepares c for a call of method. It returns the context every
 // attempt derives from (criticality header, the file's timeout and the
 // idempotency key applied), its cancel func, and the caller's grpc options
-// without stagger's. run is false when stagger is disabled for the call:
-// send it as is on callCtx with grpcOpts. The common case allocates
-// nothing.
+// without stagger's; run false: send the call as is (Disable). The common
+// case allocates nothing.
 func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, opts []grpc.CallOption, c *call) (callCtx context.Context, cancel context.CancelFunc, grpcOpts []grpc.CallOption, run bool) {
 	o, grpcOpts := k.callOptions(opts)
 	cfg := o.config()
@@ -186,9 +178,8 @@ func (k *core) start(ctx context.Context, cc *grpc.ClientConn, method string, op
 	return k.startWith(ctx, cc, method, o, grpcOpts, cfg, k.method(cfg, method), c)
 }
 
-// callOptions returns the call's options (the interceptor's, or a copy with
-// the call's Options or a foreign retry option noted) and its grpc options
-// without stagger's.
+// callOptions returns the call's options (the interceptor's, or a copy
+// with the call's Options applied) and its grpc options without stagger's.
 func (k *core) callOptions(opts []grpc.CallOption) (*options, []grpc.CallOption) {
 	for i, opt := range opts {
 		switch opt.(type) {
@@ -289,9 +280,8 @@ func withMethodTimeout(ctx, base context.Context, m *policy.Method) (context.Con
 	return base, noCancel
 }
 
-// noticeUnapplied tells the hooks, once per method, that a part of its
-// policy the call may not use is not applied, and why: the per-attempt
-// timeout, or hedging (c.hedged).
+// noticeUnapplied tells the hooks, once per method, why a part of its
+// policy is not applied: the per-attempt timeout, or hedging (c.hedged).
 func (k *core) noticeUnapplied(ctx context.Context, c *call, why policy.Reason) {
 	if k.noticed.first(c.method) {
 		c.emit(ctx, Event{Kind: EventNotice, Method: c.method, Reason: why, Hedging: c.hedged != nil})
@@ -348,9 +338,8 @@ func withCriticality(ctx context.Context, crit criticality.Level) context.Contex
 	return metadata.AppendToOutgoingContext(ctx, criticality.Header, crit.String())
 }
 
-// numberAttempt numbers the next attempt and returns its context: parent for
-// the first, else a child carrying the attempt number and the
-// grpc-previous-rpc-attempts header.
+// numberAttempt numbers the next attempt and returns its context: parent
+// for the first, else a child with its number and gRFC A6's header.
 func (c *call) numberAttempt(parent context.Context) context.Context {
 	c.attempt++
 	if c.attempt == 1 {

@@ -16,10 +16,9 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// admitFirst asks the call's breaker for the first attempt (the budget pays
-// for retries only; the fast path writes this out). It returns nil, or the
-// call's final error when the breaker refused: UNAVAILABLE, as an *Error
-// of no attempts whose Unwrap reaches the *breaker.Refusal.
+// admitFirst asks the call's breaker for the first attempt (the budget
+// pays for retries only). It returns nil, or the call's final error when
+// the breaker refused (refused).
 func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []grpc.CallOption) error {
 	c.cc = cc
 	if c.breakers == nil {
@@ -61,7 +60,8 @@ func findBreaker(bs *breaker.Set, cache *atomic.Pointer[breakerRef], cc *grpc.Cl
 }
 
 // refused returns the final error of a call whose breaker refused its
-// first attempt with err, and tells the hooks.
+// first attempt with err (UNAVAILABLE, an *Error of no attempts whose
+// Unwrap reaches the *breaker.Refusal), and tells the hooks.
 func (c *call) refused(ctx context.Context, err error) error {
 	reason := policy.ReasonBreaker
 	if errors.Is(err, breaker.ErrThrottled) {
@@ -88,29 +88,22 @@ func waitsForReady(fileOpts, opts []grpc.CallOption) bool {
 }
 
 // holdUntilReady holds a waitForReady call's first attempt until cc is
-// ready, as grpc would, and, when a connection attempt failed meanwhile
-// (an outage, not a first connection), for the start br.Pace gives it: the
-// calls queued in an outage reach the server at the pace they were sent.
-// It returns when the attempt may go, or when ctx ends.
+// ready, as grpc would, then, when a connection attempt failed meanwhile
+// (an outage), for br.Pace: calls queued in an outage reach the server at
+// the pace they were sent. It returns when the attempt may go or ctx ends.
 func holdUntilReady(ctx context.Context, cc *grpc.ClientConn, br *breaker.Breaker) {
 	held := false
-	for {
-		s := cc.GetState()
-		switch s {
-		case connectivity.Ready:
-		case connectivity.Shutdown:
+	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if s == connectivity.Shutdown {
 			return
-		default:
-			if s == connectivity.Idle {
-				cc.Connect()
-			}
-			held = held || s == connectivity.TransientFailure
-			if !cc.WaitForStateChange(ctx, s) {
-				return
-			}
-			continue
 		}
-		break
+		if s == connectivity.Idle {
+			cc.Connect()
+		}
+		held = held || s == connectivity.TransientFailure
+		if !cc.WaitForStateChange(ctx, s) {
+			return
+		}
 	}
 	if !held {
 		return

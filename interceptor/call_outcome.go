@@ -47,11 +47,10 @@ func callerErr(callCtx context.Context, err error) error {
 	return status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
 }
 
-// attemptOutcome returns the error to decide on of an attempt whose timer
-// was stopped (cutOff: the timer cut it off, errAttemptTimeout), and
-// whether the timer cut it off. One the caller's context ended with a
-// context's code ends with callerErr; a status the server wrote as the
-// deadline passed is kept.
+// attemptOutcome returns the error to decide on of an attempt (cutOff: the
+// timer cut it off: errAttemptTimeout), and whether the timer cut it off.
+// Once the caller's context ended, a context's code or a cut ends with
+// callerErr; a status the server wrote is kept.
 func attemptOutcome(callCtx context.Context, err error, cutOff bool) (error, bool) {
 	switch {
 	case err == nil:

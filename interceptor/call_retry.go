@@ -17,10 +17,10 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// record tells the breaker (nil: none) breakerO, then the budget (nil:
-// none) a (nil: nothing): a Gate's waiters, woken by the budget's Record,
-// must find the breaker's new state. Only the decision (shouldRetry) calls
-// it; the fast path writes it out (recordFirstSuccess).
+// record tells the breaker breakerO, then the budget a (nil: nothing): a
+// Gate's waiters, woken by the budget's Record, must find the breaker's
+// new state. The decision alone calls it; the fast path writes it out
+// (recordFirstSuccess).
 func (f *retryFacts) record(q *question, breakerO budget.Outcome, a *budget.Attempt) {
 	if f.br != nil {
 		f.br.Record(breakerO, q.first, f.crit, f.o)
@@ -32,14 +32,12 @@ func (f *retryFacts) record(q *question, breakerO budget.Outcome, a *budget.Atte
 }
 
 // afterAttempt applies the call's decision once its attempt ended with err
-// (trailer: its trailer, nil when it got no transport stream; committed:
-// headers or a message arrived; timedOut: the per-attempt timer cut it
-// off): whether to retry and after what pause. It sets the call's reason,
-// the backoff position and a wait in the Deferrer, and tells the hooks.
-// It alone takes the retry the timer admitted as it cut the attempt off
-// (c.cut): that retry goes only for a timed-out attempt; an attempt that
-// answered, or whose caller left, as the timer cut it off settles the
-// timer's admission here, for both engines.
+// (trailer: nil when it got no transport stream; committed: headers or a
+// message arrived; timedOut: the timer cut it off): whether to retry and
+// after what pause. It sets the call's reason, the backoff position and a
+// wait in the Deferrer, and tells the hooks. It alone takes the retry the
+// timer admitted (c.cut): it goes only for a timed-out attempt, else its
+// admission is given back here.
 func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) (retry bool, pause time.Duration) {
 	cut := c.cut
 	c.cut = timerCut{}
@@ -55,8 +53,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	case err == nil:
 		q.slow = c.slow
 	case timedOut && cut.verdict.Retry:
-		// The timer cut the attempt off and admitted the retry: it goes as
-		// the timer's admission let it, after what is left of its pause.
+		// The timer's retry goes after what is left of its pause.
 		q.verdict, q.given, q.straggler = cut.verdict, true, cut.straggler
 		grace, c.admission = cut.grace, cut.admission
 	default:
@@ -107,8 +104,8 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	return true, max(v.Pause-grace, 0)
 }
 
-// retryKind is the event of a retry that goes: a resume of a committed
-// stream, else a retry.
+// retryKind is the event of a retry that goes (a committed stream's:
+// resume).
 func (c *call) retryKind() EventKind {
 	if c.resume {
 		return EventResume
@@ -129,24 +126,21 @@ const (
 	// askAdmit: the timer's grace ends: does the retry (question.verdict)
 	// go now? A budget that would make it wait has not admitted it.
 	askAdmit
-	// askHedge: hedging's start rule made attempt n > 1 due: the breaker,
-	// then the budget (as a hedge), admit it; nothing is recorded.
+	// askHedge: hedging made attempt n > 1 due: the breaker, then the
+	// budget (as a hedge), admit it; nothing is recorded.
 	askHedge
-	// askRaced: a hedged attempt failed before any commit: the
-	// nonFatalStatusCodes decide whether the next hedge may go; recorded as
-	// a hedge.
+	// askRaced: a hedged attempt failed before any commit: may the next
+	// hedge go (nonFatalStatusCodes)? Recorded as a hedge.
 	askRaced
-	// askSettled: an attempt ended whose outcome needs no verdict (a
-	// hedge's success, a loser, the drain): the breaker hears
-	// question.breakerO, the budget question.rec.
+	// askSettled: an attempt ended that needs no verdict (a hedge's
+	// success, a loser): the breaker hears breakerO, the budget rec.
 	askSettled
 )
 
 // question is one ask of the call's decision (shouldRetry).
 type question struct {
 	kind uint8
-	// n is the attempt, err how it ended (errAttemptTimeout as the timer
-	// asks).
+	// n is the attempt, err how it ended (errAttemptTimeout: the timer's).
 	n                   int
 	err                 error
 	trailer             metadata.MD
@@ -170,8 +164,7 @@ type question struct {
 // answer is the call's decision (shouldRetry).
 type answer struct {
 	verdict policy.Verdict
-	// unretried: no retry policy, or the switch is on: the budget heard
-	// nothing.
+	// unretried: no retry policy, or the switch is on: nothing recorded.
 	unretried bool
 	// callerEnd: the caller left as a failure came that the policy would
 	// have retried: the call ends with the caller's status.
@@ -184,13 +177,13 @@ type answer struct {
 
 // shouldRetry is the call's one decision (grpc-go's shouldRetry): here
 // alone are the policy (Decide), the breaker and the budget asked for an
-// attempt after the first and told how an attempt ended. The askers differ
-// only in q.kind; a failure is judged by verdict, a retry's and a hedge's
-// alike, after one caller rule (callerEnded). It writes nothing of the call
-// (a stream's timer runs it on its own goroutine): the asker applies the
-// answer. A retry is admitted in this order: Decide (no pause that outlasts
-// the deadline), the breaker, the budget, then the Deferrer's wait (which
-// asks the breaker again); a hedge the same, without a verdict.
+// attempt after the first and told how an attempt ended; the askers differ
+// in q.kind, and a failure is judged by verdict after one caller rule
+// (callerEnded). It writes nothing of the call (a stream's timer runs it
+// on its own goroutine): the asker applies the answer. A retry is admitted
+// by Decide (no pause past the deadline), the breaker, the budget, then
+// the Deferrer's wait (which asks the breaker again); a hedge without a
+// verdict.
 func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answer) {
 	v := &ans.verdict
 	switch {
@@ -221,10 +214,9 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 		caller := callerEnded(callCtx, q.err)
 		*v = f.verdict(callCtx, q, caller)
 		if caller && (q.kind == askEnded || q.kind == askRaced) && !contextCode(q.err) {
-			// The failure came as the caller left: had it been retried
-			// (or hedged), the call ends with the caller's status (in
-			// grpc-go, during the backoff), not the failure a retry would
-			// hide.
+			// The failure came as the caller left: had it been retried,
+			// the call ends with the caller's status (grpc-go's, in the
+			// backoff), not the failure a retry would hide.
 			ans.callerEnd = f.verdict(callCtx, q, false).Retry
 		}
 		if v.Retry && q.kind != askRaced && chain.RetriedRequest(f.ctx) {
@@ -247,10 +239,8 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 	return ans
 }
 
-// verdict is the call's "retry or not" on q's failed attempt, the caller
-// having left or not (caller: callerEnded, the one caller rule of every
-// engine): a retry's by the policy (Decide), a hedged attempt's before any
-// commit (askRaced) by hedging's rules (raceVerdict).
+// verdict is "retry or not" on q's failed attempt (caller: callerEnded):
+// the policy's (Decide), or hedging's before any commit (raceVerdict).
 func (f *retryFacts) verdict(callCtx context.Context, q *question, caller bool) policy.Verdict {
 	if q.kind == askRaced {
 		return raceVerdict(q, caller)
@@ -260,10 +250,9 @@ func (f *retryFacts) verdict(callCtx context.Context, q *question, caller bool) 
 	return f.pol.Decide(&a)
 }
 
-// raceVerdict is Decide for a hedged attempt that failed before any commit
-// (gRFC A6): the next hedge may go unless the caller left, the attempt had
-// committed, or its code is not one of the nonFatalStatusCodes. The budget
-// hears a failure when the next hedge may go, else Other.
+// raceVerdict is Decide for a hedged attempt that failed (gRFC A6): the
+// next hedge may go unless the caller left, the attempt committed, or its
+// code is fatal. The budget hears a failure when it may go, else Other.
 func raceVerdict(q *question, caller bool) policy.Verdict {
 	switch {
 	case caller:
@@ -276,8 +265,8 @@ func raceVerdict(q *question, caller bool) policy.Verdict {
 	return policy.Verdict{Retry: true, Record: budget.Failure}
 }
 
-// recordEnd records q's attempt with v the verdict on it; unretried: the
-// budget hears nothing.
+// recordEnd records q's attempt, v the verdict on it (unretried: not in
+// the budget).
 func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.Verdict, unretried bool) {
 	var rec *budget.Attempt
 	if f.budget != nil && !unretried {
@@ -310,10 +299,10 @@ func (f *retryFacts) callID() uint64 {
 }
 
 // admit asks the breaker, then the budget, for the retry ans.verdict makes
-// or the hedge (askHedge): at once (askAdmit: Admit), or, after an attempt
-// ended, a retry a Deferrer refused waits (ans.wait). A breaker not closed
-// lets it go only as its half-open probe. A refusal ends the retry, for
-// ReasonBreaker or ReasonBudget.
+// or the hedge: at once (askAdmit: Admit), or, after an attempt ended, a
+// retry a Deferrer refused waits (ans.wait). A breaker not closed lets it
+// go only as its half-open probe. A refusal says ReasonBreaker or
+// ReasonBudget.
 func (f *retryFacts) admit(q *question, ans *answer) {
 	var req budget.Request
 	switch {
@@ -372,8 +361,7 @@ func (c *call) unsent(err error, committed, timedOut bool) bool {
 	return false
 }
 
-// took is how long the attempt that just ended took, when a Deferrer let
-// it go (budget.Attempt.Took).
+// took is how long the attempt just ended took, when a Deferrer let it go.
 func (c *call) took(admission budget.Admission) time.Duration {
 	if admission == budget.AdmitNone {
 		return 0
@@ -381,8 +369,8 @@ func (c *call) took(admission budget.Admission) time.Duration {
 	return monoNow() - c.retryStart
 }
 
-// attemptFacts describes the attempt that just ended, for Decide, but
-// whether the caller left (verdict says).
+// attemptFacts describes the attempt just ended for Decide, but whether
+// the caller left.
 func (c *retryFacts) attemptFacts(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) policy.Attempt {
 	a := policy.Attempt{
 		Number:    c.attempt,
@@ -431,9 +419,8 @@ func (c *call) finish(err error) error {
 	return c.failed(c.attempt+c.before, err)
 }
 
-// end reports the end of the call, final error err, to the call hooks
-// (EventEnd) and the call's Report; a branch when neither is there. cc is
-// nil for a front end without one.
+// end reports the call's end, with err, to the call hooks (EventEnd) and
+// its Report; cc is nil for a front end.
 func (c *call) end(cc *grpc.ClientConn, err error) {
 	o := c.o
 	if o == nil || len(o.callHooks) == 0 && o.report == nil {
@@ -470,20 +457,22 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 			r.Breaker = c.br.SnapshotFor(c.o)
 		}
 	}
-	if len(o.callHooks) > 0 {
-		ctx := c.ctx
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		for _, h := range o.callHooks {
-			h(ctx, e)
-		}
+	for _, h := range o.callHooks {
+		h(c.hookCtx(), e)
 	}
 }
 
+// hookCtx is the caller's context, for the hooks (Background: none).
+func (c *call) hookCtx() context.Context {
+	if c.ctx == nil {
+		return context.Background()
+	}
+	return c.ctx
+}
+
 // failed returns the *Error of a call that ended with err after attempts
-// attempts. A give-up (Error.GaveUp) marks the request the call serves,
-// under stagger's server side, so its caller does not retry either.
+// attempts. A give-up marks the request the call serves (stagger's server
+// side), so its caller does not retry either.
 func (c *call) failed(attempts int, err error) *Error {
 	e := &Error{Attempts: attempts, Reason: c.reason, Err: err}
 	if c.reason == policy.ReasonDeferred {

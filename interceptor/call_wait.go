@@ -13,11 +13,9 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// pause waits d before the next attempt (a stream's; a unary call's loop
-// waits in its select). It returns nil, or the call's
-// final error when callCtx ended first: CANCELED at once when the caller
-// cancelled, else last (Decide chooses no pause that outlasts the
-// deadline: a timer that fired late).
+// pause waits d before a stream's next attempt (a unary call's loop waits
+// in its select). It returns nil, or the call's final error when callCtx
+// ended first (pauseEnded).
 func (c *call) pause(callCtx context.Context, d time.Duration, last error) error {
 	if c.deferReq != nil {
 		return c.waitDeferred(callCtx, d, last)
@@ -36,8 +34,8 @@ func (c *call) pause(callCtx context.Context, d time.Duration, last error) error
 }
 
 // pauseEnded ends a pause: nil, or, when callCtx ended, the call's final
-// error (pause says which). A unary call's loop takes its pause as an
-// event and ends it here.
+// error: CANCELED when the caller cancelled, else last (Decide chooses no
+// pause past the deadline: a timer that fired late).
 func (c *call) pauseEnded(callCtx context.Context, last error) error {
 	if callCtx.Err() == nil {
 		return nil
@@ -71,9 +69,8 @@ func (c *call) paused(d time.Duration) {
 }
 
 // waitDeferred is pause for a retry the budget refused: it waits in the
-// Deferrer for an admission no sooner than d. It returns nil when admitted,
-// or the call's final error: CANCELED when the caller cancelled, else last,
-// for the reason the wait ended (waitGate).
+// Deferrer no sooner than d, and returns nil when admitted, or the call's
+// final error, for the reason the wait ended (waitGate).
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
 	req := *c.deferReq
 	c.deferReq = nil
@@ -88,12 +85,11 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	return nil
 }
 
-// waitGate waits in the Deferrer for req, no sooner than d (a retry's wait,
-// or a refused hedge's with nothing in flight), and returns how it was let
-// go, or why the wait ended (ReasonNone: admitted): the caller cancelled,
-// the switch (SetDisabled) ended it (the last attempt's status, as no retry
-// would), or the Gate's rule did. Up to d the wait counts as the pause,
-// past it as the Gate's (deferred).
+// waitGate waits in the Deferrer for req, no sooner than d (a retry, or a
+// refused hedge with nothing in flight), and returns how it was let go, or
+// why the wait ended (ReasonNone: admitted): the caller, the switch, or
+// the Gate's rule. Up to d the wait counts as the pause, past it as the
+// Gate's (deferred).
 func (c *call) waitGate(callCtx context.Context, req budget.Request, d time.Duration) (budget.Admission, policy.Reason) {
 	start := time.Now()
 	holdCtx, stopHold := holdContext(callCtx, c.o.state)

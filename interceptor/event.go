@@ -141,7 +141,7 @@ func (o *options) BreakerChanged(ch breaker.Change) {
 	o.emit(context.Background(), Event{Kind: EventBreaker, Method: ch.Key, Breaker: ch})
 }
 
-// emit fills in what every event of c carries, then runs o.emit.
+// emit fills in what every event of c carries, and emits it.
 func (c *call) emit(ctx context.Context, e Event) {
 	e.Criticality, e.StaticMethod = c.crit, c.static
 	if e.Target == "" {

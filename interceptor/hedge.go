@@ -14,14 +14,14 @@ import (
 )
 
 // hedges says whether c's hedging policy applies: a second attempt is
-// allowed and the call may run more than once (idempotent, or a unary call
-// with an idempotency key). When it may not, the hooks hear so once.
+// allowed and the call may run twice (idempotent, or a unary call with an
+// idempotency key: the server side de-duplicates unary calls only). When
+// it may not, the hooks hear so once.
 func (k *core) hedges(ctx context.Context, c *call, stream bool) bool {
 	h := c.hedged.Hedging
 	if h.MaxAttempts < 2 {
 		return false
 	}
-	// The server side de-duplicates unary calls only.
 	if !k.idempotent(c.o, c.hedged, c.method) && (c.o.idemKey == "" || stream) {
 		k.noticeUnapplied(ctx, c, policy.ReasonNotIdempotent)
 		return false
@@ -30,8 +30,7 @@ func (k *core) hedges(ctx context.Context, c *call, stream bool) bool {
 }
 
 // newHedgeState readies hedging's start rule for c under h: the delay, and
-// with an adaptive policy hist, the histogram that learns its p95 from the
-// winners' times.
+// for an adaptive policy the histogram that learns it from the winners.
 func (k *core) newHedgeState(c *call, h *policy.Hedging) hedgeState {
 	s := hedgeState{c: c, h: h, delay: h.Delay}
 	if h.Adaptive {
@@ -50,13 +49,13 @@ type hedgeState struct {
 	c     *call
 	h     *policy.Hedging
 	delay time.Duration
-	// delay < 0: one attempt at a time (a reply that is not a proto.Message).
+	// delay < 0: one attempt at a time (a reply not a proto.Message).
 	hist *quantile.Histogram
 
 	sent, inFlight int
 	lastSend       time.Time
-	// due: the next attempt is to be sent now; trigger is the non-fatal
-	// failure that made it due, pushback: it waited out a pushback.
+	// due: the next attempt goes now; trigger: the non-fatal failure that
+	// made it due; pushback: it waited out a pushback.
 	due      bool
 	trigger  error
 	pushback bool
@@ -70,7 +69,7 @@ type hedgeState struct {
 	last  error
 	lastN int
 	// waitedHedge is the hedge that waited in the Deferrer as a retry (0:
-	// none), let go with waitedAdmission: it ends as a retry.
+	// none), let go with waitedAdmission.
 	waitedHedge     int
 	waitedAdmission budget.Admission
 }
@@ -81,10 +80,10 @@ func (l *unaryLoop) sendDue() {
 }
 
 // sendDue is hedging's one start rule, for a unary call and a stream: it
-// starts the attempts that are due, each admitted by the call's decision.
-// wanted (nil: always) says before the asking whether the engine still
-// wants one; take readies attempt n once admitted and says when it went,
-// or false, having given the admission back; run starts it.
+// starts the attempts due, each admitted by the call's decision. wanted
+// (nil: always) says before the asking whether one is still wanted; take
+// readies attempt n and says when it went (false: not, its admission
+// given back); run starts it.
 func (s *hedgeState) sendDue(callCtx context.Context, wanted func() bool, take func(n int) (time.Time, bool), run func(n int)) {
 	for s.due {
 		n := s.next(callCtx)
@@ -124,9 +123,8 @@ func (s *hedgeState) next(callCtx context.Context) int {
 	return n
 }
 
-// admitHedge asks the call's decision whether hedge n goes (askHedge), and
-// returns ReasonNone or why not. The first attempt was admitted as the call
-// started (admitFirst).
+// admitHedge asks the call's decision whether hedge n goes (askHedge):
+// ReasonNone or why not. The first was admitted as the call started.
 func (s *hedgeState) admitHedge(callCtx context.Context, n int) policy.Reason {
 	if n < 2 {
 		return policy.ReasonNone
@@ -135,11 +133,11 @@ func (s *hedgeState) admitHedge(callCtx context.Context, n int) policy.Reason {
 	return s.c.shouldRetry(callCtx, &q).verdict.Reason
 }
 
-// goOnRefused reports whether hedge n, refused for why, goes after all, by
-// UnaryClientInterceptor's hedging rules: a breaker's refusal stops
-// hedging; a budget's holds it beside attempts in flight (the hooks hear
-// so once), and with none in flight the hedge is a retry, which waits in
-// the Deferrer and is told to the budget as one (hedgeAttempt).
+// goOnRefused reports whether hedge n, refused for why, goes after all
+// (UnaryClientInterceptor's hedging rules): a breaker's refusal stops
+// hedging; a budget's holds it beside attempts in flight (said once), and
+// with none in flight the hedge is a retry: it waits in the Deferrer and
+// is recorded as one (hedgeAttempt).
 func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reason) bool {
 	if why == policy.ReasonBreaker {
 		s.stop(callCtx, n, why)
@@ -172,8 +170,7 @@ func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reas
 	return false
 }
 
-// launched accounts for attempt n, sent at now, and tells the hooks of a
-// hedge.
+// launched counts attempt n, sent at now, and tells the hooks of a hedge.
 func (s *hedgeState) launched(callCtx context.Context, n int, now time.Time) {
 	if n > 1 {
 		e := Event{Kind: EventHedge, Method: s.c.method, Attempt: n, Pause: now.Sub(s.lastSend), Pushback: s.pushback, Hedging: true}
@@ -186,8 +183,8 @@ func (s *hedgeState) launched(callCtx context.Context, n int, now time.Time) {
 	s.inFlight++
 }
 
-// schedule makes the attempt after n due: never after the last, at once
-// with delay 0, else after the delay.
+// schedule makes the attempt after n due: none after the last, at once
+// with delay 0, else after it.
 func (s *hedgeState) schedule(callCtx context.Context, n int) {
 	switch {
 	case n == s.h.MaxAttempts:
@@ -223,8 +220,8 @@ func (s *hedgeState) disarm() {
 	}
 }
 
-// callerGone stops hedging as the caller leaves. Attempts in flight end on
-// their own; with none, over says the call ends now, for why.
+// callerGone stops hedging as the caller leaves; with nothing in flight
+// the call ends now (over), for why.
 func (s *hedgeState) callerGone(callCtx context.Context) (why policy.Reason, over bool) {
 	s.disarm()
 	s.due, s.stopped = false, policy.ReasonCaller
@@ -259,18 +256,17 @@ func (s *hedgeState) learn(took time.Duration) {
 	}
 }
 
-// won tells the hooks that attempt n won the race, when hedges were sent.
+// won tells the hooks that attempt n won, when hedges were sent.
 func (s *hedgeState) won(callCtx context.Context, n int) {
 	if s.sent > 1 {
 		s.c.emit(callCtx, Event{Kind: EventHedgeWon, Method: s.c.method, Attempt: n, Hedging: true})
 	}
 }
 
-// judge is hedging's "retry or not" for attempt n, which ended with err
-// (nil: success) and trailer (committed: its headers had arrived, or the
-// stream is its): the call's decision judges and records it (askRaced). It
-// returns ReasonNone when the next hedge may go (nonFatal makes it due),
-// or why the call ends, with s.last its error.
+// judge is hedging's "retry or not" for attempt n, ended with err and
+// trailer (committed: its headers had arrived, or the stream is its),
+// through the call's decision (askRaced): ReasonNone when the next hedge
+// may go (nonFatal makes it due), or why the call ends, s.last its error.
 func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed bool, trailer metadata.MD) policy.Reason {
 	q := question{kind: askRaced, n: n, err: err, committed: committed, first: n == 1, rec: s.hedgeAttempt(n), nonFatal: s.h.NonFatalCodes}
 	ans := s.c.shouldRetry(callCtx, &q)
@@ -307,8 +303,7 @@ func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer
 	}
 }
 
-// recordHedge records how attempt n of a hedged call ended, through the
-// call's decision (askSettled).
+// recordHedge records attempt n's end through the call's decision.
 func (s *hedgeState) recordHedge(n int, budgetO, breakerO budget.Outcome) {
 	q := question{kind: askSettled, first: n == 1, rec: s.hedgeAttempt(n), breakerO: breakerO}
 	q.rec.Outcome = budgetO
@@ -325,16 +320,16 @@ func (s *hedgeState) hedgeAttempt(n int) budget.Attempt {
 	return a
 }
 
-// hedgeFailed ends a hedged call that no attempt won, for why, with the
-// last failure: the others end before the hooks hear the give-up.
+// hedgeFailed ends a hedged call nobody won, for why: the others end
+// before the hooks hear the give-up.
 func (l *unaryLoop) hedgeFailed(why policy.Reason) error {
 	l.drain()
 	err, _ := l.end(l.lastOut, l.hs.giveUp(l.callCtx, why))
 	return err
 }
 
-// giveUp ends a race nobody won, for why (ReasonNone: ReasonAttempts): the
-// hooks hear so, and it returns the call's error, of the last failure.
+// giveUp ends a race nobody won, for why (ReasonNone: ReasonAttempts),
+// and returns the call's error, of the last failure.
 func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) error {
 	if why == policy.ReasonNone {
 		why = policy.ReasonAttempts
@@ -344,8 +339,8 @@ func (s *hedgeState) giveUp(callCtx context.Context, why policy.Reason) error {
 	return s.c.failed(s.sent, s.last)
 }
 
-// latency returns method's latency histogram, made on first use; nil once
-// methodCacheMax methods have one.
+// latency returns method's histogram, made on first use (nil past
+// methodCacheMax).
 func (k *core) latency(method string) *quantile.Histogram {
 	h, _ := k.latencies.Get(method, methodCacheMax, func() *quantile.Histogram { return new(quantile.Histogram) })
 	return h

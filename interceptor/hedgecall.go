@@ -9,19 +9,17 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// attemptOutputs is what grpc writes for one attempt run on a goroutine:
-// its reply (the first attempt's is the caller's, nothing to copy when it
-// wins; every later one's its own) and its attemptMeta.
+// attemptOutputs is what grpc writes for one attempt on a goroutine: its
+// reply (the first attempt's is the caller's; a later one's its own) and
+// its attemptMeta.
 type attemptOutputs struct {
 	reply any
 	attemptMeta
 }
 
-// attemptMeta is what grpc writes for one attempt, through opts, beside
-// its reply: its header, trailer and peer. The caller's holders are filled
-// from one attempt's, after every other has ended (unaryLoop.adopt: the
-// winner's or the failure's); an inline call's from the last
-// (unaryAttempt.finished).
+// attemptMeta is the header, trailer and peer grpc writes for one attempt
+// through opts. The caller's holders get one attempt's (unaryLoop.adopt;
+// inline, the last: unaryAttempt.finished).
 type attemptMeta struct {
 	header, trailer metadata.MD
 	peer            peer.Peer
@@ -37,12 +35,12 @@ func (out *attemptMeta) clean(peerToo bool) {
 	}
 }
 
-// hedgeCall is the shared state of a loop's attempts on goroutines. Pooled:
-// a hedged call that wins at once should cost little more than another.
+// hedgeCall is what a loop's attempts on goroutines share. Pooled: a
+// hedged call that wins at once costs little more than another.
 type hedgeCall struct {
-	// results has room for at most hedgeResultsRoom events (none one at a
-	// time): a goroutine that finds it full waits, and the loop receives
-	// every attempt's end before it returns.
+	// results has room for hedgeResultsRoom events at most (none one at a
+	// time): a goroutine that finds it full waits; the loop receives every
+	// attempt's end before it returns.
 	results chan unaryEvent
 	first   attemptOutputs
 	inv     invocation
@@ -57,8 +55,8 @@ var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
 // getHedgeCall returns a hedgeCall for at most maxAttempts at once.
 func getHedgeCall(maxAttempts int) *hedgeCall {
 	hc := hedgeCalls.Get().(*hedgeCall)
-	// Not pooled: a channel belongs to its testing/synctest bubble. One at
-	// a time needs no room (an unbuffered channel is one allocation).
+	// Not pooled: a channel belongs to its testing/synctest bubble.
+	// Unbuffered one at a time: one allocation.
 	room := min(maxAttempts, hedgeResultsRoom)
 	if maxAttempts == 1 {
 		room = 0
@@ -77,11 +75,10 @@ func putHedgeCall(hc *hedgeCall) {
 	hedgeCalls.Put(hc)
 }
 
-// callerOutputs are the caller's Header, Trailer and Peer holders and its
-// OnFinish functions, taken out of the options of a call whose attempts
-// have holders of their own (every call that may send more than one
-// attempt: unaryAttempt, hedgeCall, a stream's streamEnd): the holders are
-// filled from the attempt the caller sees, and OnFinish runs once.
+// callerOutputs are the caller's Header, Trailer and Peer holders and
+// OnFinish functions, taken out of the options of a call that may send
+// more than one attempt (unaryAttempt, hedgeCall, a stream's streamEnd):
+// the holders get the attempt the caller sees, and OnFinish runs once.
 type callerOutputs struct {
 	callerHeader, callerTrailer *metadata.MD
 	callerPeer                  *peer.Peer
@@ -116,10 +113,7 @@ func (hc *hedgeCall) prepare(out *attemptOutputs) {
 }
 
 // holders appends to opts the options through which grpc writes m's
-// header and trailer, and its peer when peerToo (the caller asked for one:
-// every attempt pays for it, call_attempt.go says why). Both ways of
-// running attempts build their options with it (hedgeCall.prepare,
-// unaryAttempt.prepare).
+// header and trailer, and its peer when peerToo (the caller asked for one).
 func (m *attemptMeta) holders(opts []grpc.CallOption, peerToo bool) []grpc.CallOption {
 	opts = append(opts, grpc.Header(&m.header), grpc.Trailer(&m.trailer))
 	if peerToo {
@@ -129,8 +123,8 @@ func (m *attemptMeta) holders(opts []grpc.CallOption, peerToo bool) []grpc.CallO
 }
 
 // invocation is what every attempt of a unary call passes its invoker but
-// the reply and the options. The loop keeps it and its attempts'
-// goroutines a copy (hedgeCall.inv): the loop lives on the caller's stack.
+// the reply and the options; attempts on goroutines read a copy
+// (hedgeCall.inv): the loop lives on the caller's stack.
 type invocation struct {
 	method  string
 	req     any
@@ -143,8 +137,7 @@ func (v *invocation) invoke(ctx context.Context, reply any, opts []grpc.CallOpti
 	return v.invoker(ctx, v.method, v.req, reply, v.cc, opts...)
 }
 
-// give fills the caller's holders with one attempt's headers, trailer and
-// peer p.
+// give fills the caller's holders with one attempt's.
 func (o *callerOutputs) give(header, trailer metadata.MD, p *peer.Peer) {
 	if o.callerHeader != nil {
 		*o.callerHeader = header
@@ -167,8 +160,7 @@ func (o *callerOutputs) give(header, trailer metadata.MD, p *peer.Peer) {
 	}
 }
 
-// hold keeps the caller's holder addr in *first, or in more when the call
-// named a holder of its kind before.
+// hold keeps the caller's holder addr in *first, or in more after one.
 func hold[T any](o *callerOutputs, first **T, addr *T, opt grpc.CallOption) {
 	if *first == nil {
 		*first = addr

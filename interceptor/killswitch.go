@@ -82,14 +82,14 @@ func Disabled() bool { return switchedOff.Load() }
 var heldRetries holdset.Set[*State]
 
 // holdContext returns the context a retry of a call with State st waits
-// in, in a budget's Deferrer: ctx, ended too when the switch (the
-// process's, or st's file's) turns on. Only a held retry pays for it.
+// in in a Deferrer: ctx, ended too when a switch turns on (the process's,
+// or st's file's). Only a held retry pays for it.
 func holdContext(ctx context.Context, st *State) (_ context.Context, stop func()) {
 	return heldRetries.Hold(ctx, st, func() bool { return switchedOff.Load() || st != nil && st.fileOff.Load() })
 }
 
-// offFor reports whether a call that follows cfg starts with stagger off.
-// The first call to find the process's switch on unsaid (DisableEnv) says it.
+// offFor reports whether a call that follows cfg starts with stagger off;
+// the first to find the process's switch on unsaid (DisableEnv) says it.
 func offFor(cfg *policy.Config) bool {
 	if switchedOff.Load() {
 		if !switchSaid.Load() && switchSaid.CompareAndSwap(false, true) {
@@ -102,8 +102,8 @@ func offFor(cfg *policy.Config) bool {
 
 func (o *options) offNow() bool { return switchedOff.Load() || o.config().Disabled() }
 
-// fileSwitch turns the State's file switch to cfg's when a call first
-// follows a new file; the first call to find it changed turns it and says so.
+// fileSwitch turns the State's file switch to cfg's, and says so, as the
+// first call follows a file that changed it.
 func (k *core) fileSwitch(cfg *policy.Config) {
 	is, st := cfg.Disabled(), k.opts.state
 	if st.fileOff.Load() == is || !st.fileOff.CompareAndSwap(!is, is) {
@@ -117,8 +117,8 @@ func (k *core) fileSwitch(cfg *policy.Config) {
 // followed a new file. A nil State returns false.
 func (s *State) Disabled() bool { return s != nil && s.fileOff.Load() }
 
-// switched follows a switch's turn: on, the retries held by calls with State
-// st (nil: every call) end; l (nil: slog.Default()) hears what turned it.
+// switched follows a switch's turn: on, the retries held under State st
+// (nil: all) end; l (nil: slog.Default()) hears what turned it.
 func switched(l logging.Logger, st *State, on bool, by string) {
 	msg, level := msgSwitchedOn, logging.LevelInfo
 	if on {
@@ -131,15 +131,14 @@ func switched(l logging.Logger, st *State, on bool, by string) {
 	l.Log(context.Background(), level, msg, "stagger.switch", by)
 }
 
-// disabledReport fills r for a call with Disable, and appends to opts the
-// grpc.OnFinish that writes its code.
+// disabledReport fills r for a call with Disable, its code by OnFinish.
 func disabledReport(r *Report, target string, crit criticality.Level, opts []grpc.CallOption) []grpc.CallOption {
 	*r = Report{Attempts: 1, Reason: policy.ReasonDisabled, Target: target, Criticality: crit}
 	return append(opts[:len(opts):len(opts)], grpc.OnFinish(func(err error) { r.Code = status.Code(err) }))
 }
 
-// switchOff returns pl as a call makes it while the switch is on: one
-// attempt, nothing that retries, hedges or waits.
+// switchOff returns pl as the switch makes it: one attempt, nothing that
+// retries, hedges or waits.
 func switchOff(pl *plan) plan {
 	p := *pl
 	p.pol, p.retrying, p.hedged = nil, false, nil

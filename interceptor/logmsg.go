@@ -43,8 +43,7 @@ const (
 	msgSwitchedOn    = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
 )
 
-// firstLoud reports whether msg is said for the first time by the
-// interceptors sharing k's State.
+// firstLoud reports whether msg is said first among k's State's sharers.
 func (k *core) firstLoud(msg string) bool { return k.opts.state.said.loud.first(msg) }
 
 // saidMax bounds a saidOnce.
@@ -64,15 +63,13 @@ func (o *options) firstAmbiguous(method string) bool {
 	return o.ambiguous != nil && o.ambiguous.first(method)
 }
 
-// slogDefault is slog.Default() as a logging.Logger, read at each line
-// (a program may set it after building the interceptor); the two
-// packages' levels have the same values.
+// slogDefault is slog.Default() as a logging.Logger, read at each line (a
+// program may set it later); the two packages' levels have one value.
 var slogDefault = logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
 	slog.Default().Log(ctx, slog.Level(l), msg, fields...)
 })
 
-// log writes e's line to l, at the levels and with the fields WithLogger
-// lists.
+// log writes e's line to l, at WithLogger's levels and with its fields.
 func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 	level, msg := logging.LevelDebug, msgRetrying
 	switch e.Kind {
@@ -173,9 +170,9 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 	l.Log(ctx, level, msg, fields...)
 }
 
-// summaryTarget returns the canonical target that keys target's budget
-// (the call's budget lookup filled the cache), so two spellings of one
-// backend share a summary line; target itself when the cache has none.
+// summaryTarget returns the canonical target of target's budget (the
+// call's lookup filled the cache; else target), so two spellings of one
+// backend share a summary line.
 func summaryTarget(target string) string {
 	if v, ok := canonicalTargets.Load(target); ok {
 		return v.(string)

@@ -37,9 +37,9 @@ type State struct {
 	fileOff      atomic.Bool // the file's switch (core.fileSwitch)
 }
 
-// said is what the interceptors sharing a State said of their files, so each
-// is said once between them: warned, the last file whose warnings were said;
-// loud, the likely typos said (firstLoud, for filelog.Reporter).
+// said is what the interceptors sharing a State said of their files, once
+// between them: warned, the last file whose warnings were said; loud, the
+// likely typos said (firstLoud).
 type said struct {
 	warned atomic.Pointer[policy.Config]
 	loud   saidOnce
@@ -74,8 +74,8 @@ func (s *State) Breakers() []*breaker.Set {
 	return s.keptBreakers.Values()
 }
 
-// budgets returns the budgets of cfg's budget settings, made on first use
-// and kept when keep says so; nil when cfg declares none.
+// budgets returns the budgets of cfg's budget settings (nil: none), made
+// on first use and kept when keep says so.
 func (s *State) budgets(cfg *policy.Config, keep bool) *budget.Backends {
 	key := cfg.BudgetSettings()
 	if key.Kind == budget.KindNone {
@@ -84,9 +84,8 @@ func (s *State) budgets(cfg *policy.Config, keep bool) *budget.Backends {
 	return s.keptBudgets.Get(key, stateCap, cfg.NewBudgets, keep)
 }
 
-// breakers returns the breakers that guard cfg's calls matched to m (nil:
-// no entry matched), made on first use and kept when keep says so; nil
-// when none guard them.
+// breakers returns the breakers of cfg's calls matched to m (nil: no
+// entry), made on first use and kept when keep says so; nil: none.
 func (s *State) breakers(cfg *policy.Config, m *policy.Method, keep bool) *breaker.Set {
 	st := cfg.BreakerSettingsFor(m)
 	if st == nil {

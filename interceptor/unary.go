@@ -106,15 +106,13 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 }
 
 // unaryInterceptor returns the interceptor's function. Its body is the fast
-// path, the first step of the general one: a call that needs nothing only
+// path, the general one's first step: a call that needs nothing only
 // unarySlow does (mi.fast) runs its first attempt with no call state, and
-// builds the call, as start and admitFirst would, only when that attempt
-// fails, the breaker refuses it or the hooks must hear EventEnd
-// (unaryGoOn). It is written in the function grpc calls: the call frame
-// saved shows (BENCHMARKS.md, "Issue 45: the success path"). Its exits to
-// unaryGoOn stay one per way out: one exit, with a firstRun the success
-// path must zero and test, made the success path slower though the frame
-// shrank (measured for issue 71).
+// builds the call only when that attempt fails, the breaker refuses it or
+// the hooks must hear EventEnd (unaryGoOn). It is written in the function
+// grpc calls: the call frame saved shows (BENCHMARKS.md, "Issue 45: the
+// success path"). Its exits to unaryGoOn stay one per way out: one exit,
+// with a firstRun the success path must zero, was slower.
 func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		o, grpcOpts := &k.opts, opts
@@ -195,8 +193,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 }
 
 // recordFirstSuccess is retryFacts.record written out for the fast path's
-// first success (not deferred, not timed, the call's last): a call there
-// costs the success path too much (BenchmarkUnarySuccess/stagger).
+// first success: a call there costs (BenchmarkUnarySuccess/stagger).
 func recordFirstSuccess(br *breaker.Breaker, b budget.Budget, crit criticality.Level, o *options) {
 	if br != nil {
 		br.Record(budget.Success, true, crit, o)
@@ -206,8 +203,7 @@ func recordFirstSuccess(br *breaker.Breaker, b budget.Budget, crit criticality.L
 	}
 }
 
-// firstAttempt is what the fast path resolved before the first attempt, from
-// which it builds the call when it needs one (unaryGoOn).
+// firstAttempt is what the fast path resolved before the first attempt.
 type firstAttempt struct {
 	// ctx is the caller's context, callCtx the one the attempts derive from.
 	ctx, callCtx context.Context
@@ -249,13 +245,12 @@ func (k *core) unarySlow(ctx context.Context, method string, req, reply any, cc 
 }
 
 // runUnary runs the unary call c from where it stands (first: what the fast
-// path did of it; nil: nothing). It is the one place a unary call ends
-// (call.end), whichever mode its loop ran in.
+// path did of it; nil: nothing), and is where it ends (call.end).
 func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun) error {
 	var ua *unaryAttempt
 	err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
-	// The caller's holders and OnFinish before the end is announced, as a
-	// hedged call and a stream do; the fast path gives its attempt back.
+	// The caller's holders and OnFinish before the end is announced; the
+	// fast path gives its attempt back.
 	fin := ua
 	if fin == nil && first != nil {
 		fin = first.ua
@@ -270,9 +265,9 @@ func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *gr
 	return err
 }
 
-// unaryEngine runs c's attempts and returns its error. A loop runs on a copy
-// of c, which c takes back as the loop ends; a unaryAttempt it takes is left
-// in *ua, for runUnary to give back once the call has ended.
+// unaryEngine runs c's attempts and returns its error. The loop runs on a
+// copy of c, which c takes back as it ends; a unaryAttempt it takes is left
+// in *ua, for runUnary to give back.
 func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun, ua **unaryAttempt) error {
 	switch {
 	case first == nil:
@@ -288,16 +283,14 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 	}
 	l := unaryLoop{callCtx: callCtx, inv: invocation{c.method, req, cc, invoker}, reply: reply}
 	if c.hedged != nil && k.hedges(callCtx, c, false) {
-		// Hedging is retry with a start timer (hedgeState), on a copy of c
-		// that the hedgeState points at.
+		// Hedging is retry with a start timer (hedgeState), on a copy of c.
 		hc := *c
 		defer func() { *c = hc }()
 		h := hc.hedged.Hedging
 		l.hedged, l.hs = true, k.newHedgeState(&hc, h)
 		if l.replyType = replyTypeOf(reply); l.replyType == nil {
-			// No reply per attempt: one at a time into the caller's, the
-			// next after a non-fatal failure; the hooks hear why, once per
-			// method.
+			// No reply per attempt: one at a time into the caller's; the
+			// hooks hear why, once per method.
 			k.noticeUnapplied(callCtx, &hc, policy.ReasonReplyType)
 			l.hs.delay, l.hs.hist = -1, nil
 		}
@@ -308,8 +301,7 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 	defer func() { *c = l.own }()
 	if c.perAttempt > 0 {
 		if c.hedgeOnTimeout {
-			// Beside its attempt a retry needs a reply of its own; other
-			// replies cut attempts off.
+			// Beside its attempt a retry needs a reply of its own.
 			l.replyType = replyTypeOf(reply)
 		}
 		n := 1
@@ -338,10 +330,9 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 	return l.run()
 }
 
-// replyTypeOf is the type of each attempt's own reply, of the caller's
-// reply's type (nil: stagger makes one only for a proto.Message). It is
-// read before the first attempt writes into the caller's reply: grpc
-// resets it to unmarshal, racing with ProtoReflect.
+// replyTypeOf is the type of each attempt's own reply (nil: made only for
+// a proto.Message). Read it before the first attempt writes into reply:
+// grpc resets it to unmarshal, racing with ProtoReflect.
 func replyTypeOf(reply any) protoreflect.MessageType {
 	if m, ok := reply.(proto.Message); ok && m != nil {
 		return m.ProtoReflect().Type()

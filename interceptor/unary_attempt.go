@@ -7,13 +7,12 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// unaryAttempt holds what each attempt hands grpc to learn of headers,
-// trailers and the peer: the addresses escape into grpc, and the success
-// path must not allocate, so each method keeps one (methodInfo.attempt) and
-// a pool serves the calls that find it held. own holds grpc.Header and
-// grpc.Trailer, built once: the options of an attempt without others. The caller's holders and
-// grpc.OnFinish are taken out of the attempts' options (callerOutputs), and
-// finished fills and runs them once, from the last attempt.
+// unaryAttempt holds what each inline attempt hands grpc to learn of
+// headers, trailers and the peer: the addresses escape into grpc, and the
+// success path must not allocate, so each method keeps one
+// (methodInfo.attempt) and a pool serves the calls that find it held. own
+// is grpc.Header and grpc.Trailer, built once. The caller's holders and
+// OnFinish (callerOutputs) get the last attempt's (finished).
 type unaryAttempt struct {
 	attemptMeta
 	own [2]grpc.CallOption
@@ -48,8 +47,8 @@ func (mi *methodInfo) giveAttempt(ua *unaryAttempt) {
 	mi.attemptHeld.Store(0)
 }
 
-// giveOwnClean is giveAttempt for a clean mi.attempt, and reports whether
-// ua was one; it inlines.
+// giveOwnClean is giveAttempt for a clean mi.attempt (reports whether ua
+// was one); it inlines.
 func (mi *methodInfo) giveOwnClean(ua *unaryAttempt) bool {
 	if ua != &mi.attempt || ua.header != nil || ua.trailer != nil || len(ua.opts) > 0 {
 		return false
@@ -77,9 +76,8 @@ func (ua *unaryAttempt) init() {
 	ua.holders(ua.own[:0], false) // in place: own has room for both
 }
 
-// prepare returns the options every attempt of a call that may retry
-// passes: the file's, the caller's but its holders and OnFinish, then ua's
-// own holders (attemptMeta.holders).
+// prepare returns the options of every attempt of a call that may retry:
+// the file's, the caller's but its holders and OnFinish, then ua's own.
 func (ua *unaryAttempt) prepare(fileOpts, grpcOpts []grpc.CallOption) []grpc.CallOption {
 	if len(fileOpts)+len(grpcOpts) == 0 {
 		return ua.own[:]

@@ -14,13 +14,12 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// unaryLoop is the one owner of every unary call the engine runs (one of
-// a single attempt runs inline on it). It runs on the caller's goroutine and alone decides whether the
-// next attempt goes (a retry, a hedge, a retry beside a timed-out attempt),
-// the per-attempt timer's verdict, which attempt's answer the caller sees
-// (adopt) and the result, which runUnary then ends. An attempt's end takes
-// one path in every mode (attemptEnded), and the loop ends in one place
-// (end). The others send it events on one channel (hc.results):
+// unaryLoop is the one owner of a unary call, on the caller's goroutine:
+// it alone decides whether the next attempt goes (a retry, a hedge, a
+// retry beside a timed-out attempt), the per-attempt timer's verdict,
+// which attempt's answer the caller sees (adopt) and the result. An
+// attempt's end takes one path in every mode (attemptEnded), and the loop
+// ends in one place (end). The others send it events (hc.results):
 //
 //	an attempt's goroutine (hedgeCall.run)  {evEnded, n, err, outputs, start, at}
 //	the per-attempt timer (armTimer)        {evTimer, n, due}
@@ -28,32 +27,26 @@ import (
 //	hedging's start timer (hedgeState.arm)   its channel, taken as evStart
 //	the caller's context                     its Done channel, as evCaller
 //
-// The loop waits in one place, its select: a retry's pause, one at a time
-// or beside attempts, is its timer's event, in every mode. The one other
-// wait is a Deferrer's (budget.Deferrer.Wait, which blocks by its
-// contract: its waiting room decides who goes and gives a grant back when
-// the waiter leaves as it comes), entered only with nothing in flight and
-// no timer armed, so no event can come while it waits.
+// The loop waits in its select alone, but in a Deferrer's Wait (which
+// blocks by its contract), entered with nothing in flight and no timer
+// armed, so that no event comes meanwhile.
 //
-// Modes: inline (nothing can fire during an attempt: it runs on the loop's
-// goroutine into the caller's reply and the unaryAttempt's holders, and the
-// fast path's failed first attempt is its first step); one at a time under
-// a timer; beside (hedgeOnPerTryTimeout); hedged (hedging is retry with a
-// start timer: hedgeState). Whether the timer cut an attempt off is a
-// comparison of times (endTimer), whichever event came first.
+// Modes: inline (no timer: each attempt runs on the loop's goroutine, the
+// fast path's failed first attempt being its first step); one at a time
+// under a timer; beside (hedgeOnPerTryTimeout); hedged (retry with a start
+// timer: hedgeState). Whether the timer cut an attempt off is a comparison
+// of times (endTimer), whichever event came first.
 type unaryLoop struct {
-	// own is the call, held by value so that a loop on the caller's stack
-	// keeps it there; a hedged call's is the one its hedgeState points
-	// at (hs.c).
+	// own is the call, by value so that it stays on the caller's stack; a
+	// hedged call's is its hedgeState's (hs.c).
 	own     call
 	callCtx context.Context
 	inv     invocation
 	reply   any
 
-	// inline: each attempt passes attemptOpts, grpc writing its header,
-	// trailer and peer into ua (nil: one attempt, whose holders are the
-	// caller's); first: the fast path's first attempt, ended with firstErr,
-	// is yet to be taken.
+	// inline: each attempt passes attemptOpts, grpc writing into ua's
+	// holders (nil: one attempt, into the caller's); first: the fast path's
+	// first attempt, ended with firstErr, is yet to be taken.
 	inline      bool
 	attemptOpts []grpc.CallOption
 	ua          *unaryAttempt
@@ -71,14 +64,13 @@ type unaryLoop struct {
 	hedged    bool
 	// hs.inFlight counts the attempts on goroutines in every mode.
 	hs hedgeState
-	// beside: hedgeOnPerTryTimeout; pendingDue, when not zero, is when a
-	// retry admitted beside its attempt is due.
+	// beside: hedgeOnPerTryTimeout; pendingDue (not zero) is when the
+	// retry admitted beside its attempt goes.
 	beside     bool
 	pendingDue time.Time
-	// dueT, when not nil, sends the loop evStart when the next attempt may
-	// go: after the call's pause, begun at pauseFrom (not zero: pausing),
-	// or the retry beside its attempt (pendingDue). A timer per pause, as
-	// before: a stopped one's late tick is left in its own channel.
+	// dueT sends evStart when the next attempt may go: after the pause
+	// begun at pauseFrom (not zero: pausing), or at pendingDue. One timer
+	// per pause: a stopped one's late tick stays in its own channel.
 	dueT      *time.Timer
 	pauseFrom time.Time
 	// cur and cancel: the latest attempt's context (a plain timer cuts it).
@@ -86,8 +78,7 @@ type unaryLoop struct {
 	cancel context.CancelFunc
 	timer  attemptTimer
 	// last is the latest failure that decided nothing, or the one a pause
-	// follows; lastOut the outputs of the last hedge that ended, or of the
-	// attempt a pause follows (nil: none).
+	// follows; lastOut its outputs, or the last hedge's (nil: none).
 	last    error
 	lastOut *attemptOutputs
 }
@@ -111,17 +102,16 @@ type unaryEvent struct {
 	n    int
 	err  error
 	out  *attemptOutputs
-	// start is when attempt n left; at when it ended or the timer was due.
+	// start is when attempt n left; at when it ended or the timer was due;
+	// admission how the budget let it go (beside: each attempt carries its
+	// own); done: its context had ended as it ended.
 	start, at time.Time
-	// admission is how the budget let attempt n go (beside: each attempt
-	// carries its own); done: its context had ended as it ended.
 	admission budget.Admission
 	done      bool
 }
 
-// goroutines readies l to run at most maxAttempts attempts at once on
-// goroutines, with the call's grpc options less the caller's holders and
-// OnFinish, which the loop fills and runs itself.
+// goroutines readies l to run up to maxAttempts attempts at once on
+// goroutines, with grpcOpts less the caller's holders and OnFinish.
 func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 	hc := getHedgeCall(maxAttempts)
 	hc.inv = l.inv
@@ -206,8 +196,8 @@ func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 	return nil, false
 }
 
-// attemptInline runs the next attempt on the loop's goroutine (or takes
-// the fast path's first).
+// attemptInline runs the next attempt on the loop's goroutine, or takes
+// the fast path's first.
 func (l *unaryLoop) attemptInline() unaryEvent {
 	c := l.c()
 	if l.first {
@@ -252,12 +242,11 @@ func (l *unaryLoop) launch() {
 }
 
 // attemptEnded takes the end of attempt ev.n, in every mode: the timer's
-// part (outcome), a success's answer time (served), then the verdict. A
-// hedged failure is hedging's to judge (hedgeState.judge), and ends the
-// call only when the race is lost; beside another attempt in flight or a
-// retry's pause a failure decides nothing (askBeside); else the call's
-// decision says whether the next attempt goes (decided). Beside, a success
-// wins once the others lost (drain).
+// part (outcome), a success's answer time (served), then the verdict: a
+// hedged failure is hedging's (hedgeState.judge); beside another attempt
+// or a pending retry a failure decides nothing (askBeside); else the
+// call's decision (decided). Beside, a success wins once the others ended
+// (drain).
 func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 	c := l.c()
 	if !l.inline {
@@ -310,9 +299,8 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 }
 
 // outcome is the timer's part of ev's end: the error to decide on, and
-// whether the timer cut the attempt off. One at a time the timer hands the
-// call its verdict (endTimer); beside, the attempt it timed ran on and its
-// end stops it; without a timer no success ran slow.
+// whether the timer cut the attempt off (endTimer, one at a time; beside,
+// the timed attempt's end stops it; without a timer nothing ran slow).
 func (l *unaryLoop) outcome(ev unaryEvent) (error, bool) {
 	c, cut := l.c(), false
 	switch {
@@ -342,27 +330,25 @@ func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, commi
 	}
 	l.last, l.lastOut = err, ev.out
 	if c.deferReq != nil {
-		// The Gate's wait, with nothing in flight (run says why it blocks).
+		// The Gate's wait, with nothing in flight (unaryLoop says why).
 		if werr := c.waitDeferred(l.callCtx, pause, err); werr != nil {
 			return l.end(ev.out, werr)
 		}
 		l.next()
 		return nil, false
 	}
-	if pause <= 0 {
-		return l.pauseOver()
-	}
-	l.pauseFrom = time.Now()
-	if l.callCtx.Err() == nil {
-		l.dueT = time.NewTimer(pause)
-		return nil, false
+	if pause > 0 {
+		l.pauseFrom = time.Now()
+		if l.callCtx.Err() == nil {
+			l.dueT = time.NewTimer(pause)
+			return nil, false
+		}
 	}
 	return l.pauseOver()
 }
 
-// pauseOver ends the call's pause (none when pauseFrom is zero): its time
-// is counted, and the next attempt goes unless the caller left as it
-// paused (pauseEnded).
+// pauseOver ends the call's pause (if any, counted): the next attempt
+// goes unless the caller left (pauseEnded).
 func (l *unaryLoop) pauseOver() (error, bool) {
 	c := l.c()
 	if !l.pauseFrom.IsZero() {
@@ -377,15 +363,13 @@ func (l *unaryLoop) pauseOver() (error, bool) {
 	return nil, false
 }
 
-// next sends the next attempt, unless it runs inline: then the loop runs
-// it as it goes round.
+// next sends the next attempt; an inline one runs as the loop goes round.
 func (l *unaryLoop) next() {
 	if !l.inline {
 		l.launch()
 	}
 }
 
-// stopDue stops the timer of the next attempt's due time.
 func (l *unaryLoop) stopDue() {
 	if l.dueT != nil {
 		l.dueT.Stop()
@@ -393,12 +377,15 @@ func (l *unaryLoop) stopDue() {
 	}
 }
 
-// end is the loop's one end: every attempt still in flight ends first
-// (drain); then the caller's reply and holders are given one attempt's
-// (adopt), and its OnFinish functions run with the call's error err. An
-// inline loop's grpc wrote the caller's own (runUnary gives them).
+// end is the loop's one end: a retry admitted and not sent gives its
+// admission back; every attempt in flight ends (drain); the caller gets
+// out's reply and holders (adopt), and OnFinish runs with err. An inline
+// loop's grpc wrote the caller's own (runUnary gives them).
 func (l *unaryLoop) end(out *attemptOutputs, err error) (error, bool) {
 	l.stopDue()
+	c := l.c()
+	c.settle(c.admission) // none when every retry admitted went
+	c.admission = budget.AdmitNone
 	if l.hc != nil {
 		l.drain()
 		l.adopt(out, err == nil)
@@ -407,10 +394,9 @@ func (l *unaryLoop) end(out *attemptOutputs, err error) (error, bool) {
 	return err, true
 }
 
-// adopt is the unary call's commit: it gives the caller the headers,
-// trailer and peer of out (nil: no attempt ended, none), and none of
-// another's; won, out's reply too (the first attempt's is the caller's
-// already).
+// adopt is the unary call's commit: the caller gets out's headers,
+// trailer and peer (nil: none), and, won, its reply (the first attempt's
+// is the caller's already).
 func (l *unaryLoop) adopt(out *attemptOutputs, won bool) {
 	hc := l.hc
 	if out == nil {
@@ -425,8 +411,8 @@ func (l *unaryLoop) adopt(out *attemptOutputs, won bool) {
 }
 
 // served notes that ev's attempt was served (pace.Evidence.Answer): under
-// a timer unless cut off or ended from above; without one, only a retry is
-// timed; a hedged attempt's time teaches its start rule instead (learn).
+// a timer unless cut off or ended from above; without one, a retry alone;
+// a hedged attempt teaches its start rule instead (learn).
 func (l *unaryLoop) served(ev unaryEvent) {
 	c, t := l.c(), &l.timer
 	switch {
@@ -440,8 +426,8 @@ func (l *unaryLoop) served(ev unaryEvent) {
 	}
 }
 
-// dropPending gives back the admission of a retry that waits out its pause
-// beside attempts in flight: it will not be sent.
+// dropPending gives back the admission of the retry pending beside
+// attempts in flight: it will not be sent.
 func (l *unaryLoop) dropPending() {
 	c := l.c()
 	if !l.pendingDue.IsZero() {
@@ -452,8 +438,8 @@ func (l *unaryLoop) dropPending() {
 	l.pendingDue = time.Time{}
 }
 
-// callerLeft takes the caller's leaving. Attempts in flight derive from
-// callCtx and end on their own; a wait with nothing in flight ends now.
+// callerLeft takes the caller's leaving: attempts in flight end on their
+// own; a wait with nothing in flight ends now.
 func (l *unaryLoop) callerLeft() (error, bool) {
 	c := l.c()
 	switch {
@@ -472,9 +458,8 @@ func (l *unaryLoop) callerLeft() (error, bool) {
 	return nil, false
 }
 
-// drain cancels every attempt still in flight and records each as one that
-// lost, once it ended: no goroutine outlives the call, and nothing writes a
-// reply or holder once the call has returned.
+// drain cancels every attempt in flight and records each as a loser once
+// it ended: nothing outlives the call or writes to it after it returned.
 func (l *unaryLoop) drain() {
 	if l.hedged {
 		l.hs.disarm()
@@ -500,10 +485,8 @@ func (l *unaryLoop) drain() {
 }
 
 // loserOutcome is what the breaker and the budget hear of an attempt that
-// lost (cancelled as another won, or as the call failed): ok, it answered
-// OK, a success for its backend's health whoever won; else Other, its end
-// being the cancel's or not known. The unary drain and a hedged stream's
-// settleOthers both ask it.
+// lost: ok (it answered OK), a success for its backend whoever won; else
+// Other, its end being the cancel's or not known.
 func loserOutcome(ok bool) budget.Outcome {
 	if ok {
 		return budget.Success
@@ -511,8 +494,8 @@ func loserOutcome(ok bool) budget.Outcome {
 	return budget.Other
 }
 
-// retryBeside starts the retry the timer admitted (verdict v, admission
-// adm) beside its attempt, which is recorded when it ends, after the pause.
+// retryBeside starts the retry the timer admitted (v, adm) beside its
+// attempt, after v's pause.
 func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
 	c := l.c()
 	c.emit(l.callCtx, Event{Kind: EventRetry, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Err: errAttemptTimeout, Pause: v.Pause})
@@ -526,15 +509,13 @@ func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
 	l.dueT = time.NewTimer(v.Pause)
 }
 
-// sendAt sends the loop the per-attempt timer's event due at due, of
-// attempt n, unless the call has ended by then.
+// sendAt sends the timer's event of attempt n at due, unless the call
+// ended first.
 func (l *unaryLoop) sendAt(due time.Time, n int) *time.Timer {
 	events, done := l.hc.results, l.hctx.Done()
 	if l.alone {
-		// The attempt's: its timer's events are the only ones sent.
-		done = l.cur.Done()
+		done = l.cur.Done() // its timer's events are the only ones sent
 	}
-	// The closure builds the event: it is allocated for every timed attempt.
 	return time.AfterFunc(time.Until(due), func() {
 		select {
 		case events <- unaryEvent{kind: evTimer, n: n, at: due}:
@@ -551,8 +532,7 @@ func (hc *hedgeCall) run(ctx context.Context, n int, adm budget.Admission, out *
 }
 
 // settle tells the budget that the retry it admitted with adm will not be
-// sent: the admission is settled (a Gate's probe lease freed). The breaker
-// was not asked, and hears nothing.
+// sent (a Gate's probe lease freed); the breaker was not asked.
 func (c *call) settle(adm budget.Admission) {
 	if c.budget != nil && adm != budget.AdmitNone {
 		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: adm})

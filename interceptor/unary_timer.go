@@ -6,10 +6,9 @@ import (
 	"github.com/stagger-go/stagger/budget"
 )
 
-// A unary call's per-attempt timer is its loop's (unaryLoop.timer): it
-// sends the loop an event at each due time, and the loop takes the
-// decision as that event arrives, or as it takes the end of an attempt
-// that ended after a due time whose event has not arrived (endTimer).
+// A unary call's per-attempt timer is its loop's (unaryLoop.timer): the
+// loop takes each decision as its event arrives, or as it takes the end of
+// an attempt that ended after a due time whose event has not (endTimer).
 
 // startTimer arms the timer of the attempt just numbered.
 func (l *unaryLoop) startTimer() {
@@ -33,8 +32,8 @@ func (l *unaryLoop) armTimer() {
 	}
 }
 
-// take takes the decision due now: it cuts the attempt off, starts the
-// retry beside it, or has the next event sent.
+// take takes the decision due now: cut the attempt off, start the retry
+// beside it, or wait for the next event.
 func (l *unaryLoop) take() {
 	t := &l.timer
 	switch t.take(&l.c().retryFacts, l.callCtx, l.cur.Err() != nil, l.beside) {
@@ -49,9 +48,9 @@ func (l *unaryLoop) take() {
 	}
 }
 
-// endTimer takes the end of the timer's attempt at end: first the
-// decisions due by then, then the timer stops and hands the call its
-// verdict (attemptTimer.handOver). cutOff: the timer cut the attempt off.
+// endTimer takes the end of the timer's attempt at end: the decisions due
+// by then, then the timer hands the call its verdict (handOver). cutOff:
+// the timer cut the attempt off.
 func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 	t := &l.timer
 	for due, ok := t.dueAt(); ok && !end.Before(due); due, ok = t.dueAt() {
@@ -60,9 +59,8 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 	t.stop()
 	if (t.state == timerFired || t.state == timerRanOn) && end.Before(t.decidedAt) {
 		// The attempt ended before the decision was due: its end is its
-		// own, and the retry admitted does not go. Its admission alone
-		// goes to the call, which settles it as it takes the attempt's
-		// end (afterAttempt, the attempt not timed out).
+		// own, and afterAttempt settles the admission of the retry that
+		// does not go.
 		adm := budget.AdmitNone
 		if t.state == timerFired {
 			adm = t.admission
