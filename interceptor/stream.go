@@ -236,9 +236,11 @@ type retryStream struct {
 	// meanwhile is final. ctxCommit: Context was called during a switch.
 	commitNext, ctxCommit bool
 	closeSent             bool
-	buf                   replayBuffer
-	res                   *resumeState
-	race                  *hedgeRace
+	// targets holds sendKept's copy of the attempts open, the sender's.
+	targets [raceInline]*streamAttempt
+	buf     replayBuffer
+	res     *resumeState
+	race    *hedgeRace
 }
 
 // open starts a, the next attempt (dial). When it fails (grpc refused a
@@ -425,6 +427,51 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 func (s *retryStream) abandon(err error, committed, timedOut bool) (next *streamAttempt, final error) {
 	s.c.afterAttempt(s.callCtx, err, nil, committed, timedOut)
 	return nil, s.finishStream(s.c.finish(err), true)
+}
+
+// sendKept is SendMsg (closing: CloseSend on a hedged stream) before the
+// stream commits, once m is kept: it sends m to every attempt open (a
+// hedged stream's live ones; a retried stream's current one, none while it
+// is between attempts: the replay takes m) and returns nil but for two
+// errors. grpc refused the message (an error other than io.EOF from the
+// oldest attempt open while its context is alive): it is the caller's, and
+// m is not kept. The stream committed meanwhile to an attempt whose send
+// failed: the caller gets that attempt's error, as after the commit. Any
+// other error is an attempt's end (io.EOF, or what a transport says once
+// the attempt's context ended), which RecvMsg tells, and m stays kept for
+// the next attempt. mu is held, and let go here.
+func (s *retryStream) sendKept(m any, closing bool) error {
+	kept := len(s.buf.msgs)
+	to := s.targets[:0]
+	switch {
+	case s.race != nil:
+		to = append(to, s.race.live...)
+	case !s.switching:
+		to = append(to, s.cur)
+	}
+	s.mu.Unlock()
+	defer clear(to)
+	for i, a := range to {
+		if closing {
+			_ = a.cs.CloseSend()
+			continue
+		}
+		err := a.cs.SendMsg(m)
+		if err == nil {
+			continue
+		}
+		s.mu.Lock()
+		mine := s.committed && s.cur == a
+		refused := !mine && i == 0 && err != io.EOF && a.ctx.Err() == nil
+		if refused {
+			s.buf.dropLast(kept)
+		}
+		s.mu.Unlock()
+		if mine || refused {
+			return err
+		}
+	}
+	return nil
 }
 
 // sendOnEnded is what SendMsg returns on a stream that has ended: io.EOF

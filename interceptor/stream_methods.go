@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"io"
 	"time"
 
 	"github.com/stagger-go/stagger/internal/frontend"
@@ -50,25 +49,7 @@ func (s *retryStream) SendMsg(m any) error {
 		// past the bound for the next attempt to go live (commitNext).
 		s.buf.force(m)
 	}
-	if r != nil {
-		return s.sendRaced(m, false)
-	}
-	kept := len(s.buf.msgs)
-	s.mu.Unlock()
-	err := a.cs.SendMsg(m)
-	if err == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case err != io.EOF:
-		s.buf.dropLast(kept)
-		return err
-	case s.committed:
-		return io.EOF
-	}
-	return nil
+	return s.sendKept(m, false)
 }
 
 // openLocked says whether an attempt can take a message now.
@@ -115,7 +96,7 @@ func (s *retryStream) CloseSend() error {
 	if !s.committed {
 		s.closeSent = true
 		if r != nil {
-			return s.sendRaced(nil, true)
+			return s.sendKept(nil, true)
 		}
 	}
 	s.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -176,7 +177,8 @@ func TestStreamEdgeSendEOF(t *testing.T) {
 // io.EOF on an attempt whose context is alive) is the caller's error, and
 // the message is not kept. A hedged stream sends to every attempt open and
 // takes the refusal of the oldest alone: a later attempt's error is not the
-// caller's.
+// caller's. An attempt that dies as it sends (its context ended) did not
+// refuse, whatever its transport says: nil, and the message stays kept.
 func TestStreamEdgeSendRefused(t *testing.T) {
 	refused := status.Error(codes.ResourceExhausted, "refused")
 	for _, kind := range edgeKinds {
@@ -225,23 +227,94 @@ func TestStreamEdgeSendRefused(t *testing.T) {
 			}
 		})
 	})
-	t.Run("hedged/a cancelled attempt's error", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			// connect-go's Send on a cancelled stream says why, where
-			// grpc-go's says io.EOF: the attempt died, grpc did not refuse.
-			var g *edgeRig
-			g = newEdgeRig(t, ctx, edgeHedged, holdServer, func(_ int, ctx context.Context) error {
-				// The attempt dies as the message goes.
-				g.s.first.cancel()
-				return status.FromContextError(ctx.Err()).Err()
+	// A retried attempt has a context of its own with a per-attempt timer.
+	timed := strings.Replace(edgeRetried, `"maxAttempts": 3,`, `"maxAttempts": 3, "perAttemptRecvTimeout": "10s",`, 1)
+	for _, kind := range []struct{ name, policy string }{{"retried", timed}, {"hedged", edgeHedged}} {
+		t.Run(kind.name+"/a dying attempt's error", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				// connect-go's Send on a cancelled stream says why, where
+				// grpc-go's says io.EOF: the attempt died, grpc did not
+				// refuse. A retried stream took it for a refusal, returned
+				// it and dropped the message its next attempt needed.
+				var g *edgeRig
+				g = newEdgeRig(t, ctx, kind.policy, holdServer, func(_ int, ctx context.Context) error {
+					g.s.first.cancel() // the attempt dies as the message goes
+					return status.FromContextError(ctx.Err()).Err()
+				})
+				if err := g.s.SendMsg(&emptypb.Empty{}); err != nil {
+					t.Errorf("SendMsg: %v, want nil (the attempt died; RecvMsg tells)", err)
+				}
+				if n := g.kept(); kind.name == "retried" && n != 1 {
+					t.Errorf("%d messages kept, want the one sent", n)
+				}
 			})
-			if err := g.s.SendMsg(&emptypb.Empty{}); err != nil {
-				t.Errorf("SendMsg: %v, want nil (the attempt died; RecvMsg tells)", err)
-			}
 		})
-	})
+	}
+}
+
+// TestStreamSendAcrossCommit: an attempt's send that fails after the stream
+// committed meanwhile is the caller's error when the stream committed to
+// that attempt, and nothing when it committed to another, which the replay
+// gave the message. Before one send path, a retried stream answered io.EOF
+// from its old attempt though its new one, committed, went on, and a hedged
+// stream answered nil for its winner's io.EOF.
+func TestStreamSendAcrossCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy string
+		handler      func(n int, ss grpc.ServerStream) error
+		want         error
+	}{
+		{"retried/committed to the next attempt", edgeRetried, func(n int, ss grpc.ServerStream) error {
+			if n == 1 {
+				return status.Error(codes.Unavailable, "the server's failure")
+			}
+			in := new(emptypb.Empty)
+			if err := ss.RecvMsg(in); err != nil {
+				return err
+			}
+			if err := ss.SendMsg(in); err != nil {
+				return err
+			}
+			return holdServer(n, ss)
+		}, nil},
+		{"hedged/committed to the attempt", edgeHedged, func(n int, ss grpc.ServerStream) error {
+			if err := ss.SendHeader(nil); err != nil {
+				return err
+			}
+			return holdServer(n, ss)
+		}, io.EOF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				release := make(chan struct{})
+				g := newEdgeRig(t, ctx, tc.policy, tc.handler, func(n int, _ context.Context) error {
+					if n == 1 {
+						<-release
+						return io.EOF
+					}
+					return nil
+				})
+				sent := make(chan error, 1)
+				go func() { sent <- g.s.SendMsg(&emptypb.Empty{}) }()
+				synctest.Wait() // attempt 1's send waits
+				if tc.want == nil {
+					if err := g.s.RecvMsg(new(emptypb.Empty)); err != nil {
+						t.Fatalf("RecvMsg: %v, want attempt 2's message", err)
+					}
+				} else if md, err := g.s.Header(); md == nil || err != nil {
+					t.Fatalf("Header: %v, %v; want attempt 1's headers", md, err)
+				}
+				close(release)
+				if err := <-sent; err != tc.want {
+					t.Errorf("SendMsg: %v, want %v", err, tc.want)
+				}
+			})
+		})
+	}
 }
 
 // TestStreamEdgeContext: Context commits the stream, before its first
