@@ -231,11 +231,11 @@ type retryStream struct {
 	committed bool
 	// switching: a retry is between deciding and the end of its replay.
 	switching bool
-	// commitNext: a message overflowed the buffer with no attempt live
-	// (keepBeforeCommit): the next attempt to go live wins, and a failure
-	// meanwhile is final. ctxCommit: Context was called during a switch.
-	commitNext, ctxCommit bool
-	closeSent             bool
+	// commitNext: the stream is to commit with no attempt live, for a
+	// message that overflowed the buffer (keepBeforeCommit) or for Context:
+	// the next attempt to go live wins, and a failure meanwhile is final.
+	commitNext bool
+	closeSent  bool
 	// targets holds sendKept's copy of the attempts open, the sender's.
 	targets [raceInline]*streamAttempt
 	buf     replayBuffer
@@ -317,7 +317,7 @@ func (u unopened) RecvMsg(any) error            { return u.err }
 
 func (s *retryStream) useLocked(a *streamAttempt) {
 	s.cur, s.switching = a, false
-	if s.commitNext || s.ctxCommit {
+	if s.commitNext {
 		s.commitLocked()
 	}
 }

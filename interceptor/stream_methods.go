@@ -225,7 +225,7 @@ func (s *retryStream) Trailer() metadata.MD {
 
 // Context commits the stream and returns the context of the attempt it
 // committed to; during a retry, the call's, and the stream commits to the
-// new attempt once it is open.
+// next attempt to go live (commitNext): one that fails to open is final.
 func (s *retryStream) Context() context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -236,7 +236,7 @@ func (s *retryStream) Context() context.Context {
 		return s.raceContext()
 	}
 	if s.switching {
-		s.ctxCommit = true
+		s.commitNext = true
 		return s.callCtx
 	}
 	if !s.committed {

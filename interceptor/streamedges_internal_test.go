@@ -46,6 +46,8 @@ type edgeRig struct {
 	calls     int
 	ctxs      []context.Context
 	sendFault func(n int, ctx context.Context) error
+	// openFault, when set, fails attempt n's NewStream with its error.
+	openFault func(n int) error
 }
 
 type faultyStream struct {
@@ -88,7 +90,13 @@ func newEdgeRig(t *testing.T, ctx context.Context, pol string, handler func(n in
 		g.mu.Lock()
 		g.ctxs = append(g.ctxs, ctx)
 		n := len(g.ctxs)
+		openFault := g.openFault
 		g.mu.Unlock()
+		if openFault != nil {
+			if err := openFault(n); err != nil {
+				return nil, err
+			}
+		}
 		cs, err := cc.NewStream(ctx, desc, method, opts...)
 		if err != nil || g.sendFault == nil {
 			return cs, err
@@ -379,5 +387,42 @@ func TestStreamEdgeContext(t *testing.T) {
 			}
 			<-g.s.Context().Done()
 		})
+	})
+}
+
+// TestStreamContextCommitsNextOpen: Context called while a retried stream
+// is between attempts commits the stream to the next attempt to go live,
+// as a hedged stream's Context with none open does (one fact, commitNext):
+// a next attempt that fails to open is final, as grpc-go's Context commits
+// and never retries after. Before, a retried stream kept a flag of its own
+// that committed only an attempt that opened, and tried a third.
+func TestStreamContextCommitsNextOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		g := newEdgeRig(t, ctx, edgeRetried, func(int, grpc.ServerStream) error {
+			return status.Error(codes.Unavailable, "the server's failure")
+		}, nil)
+		g.mu.Lock()
+		g.openFault = func(n int) error {
+			if n == 2 {
+				return status.Error(codes.Unavailable, "attempt 2 did not open")
+			}
+			return nil
+		}
+		g.mu.Unlock()
+		got := make(chan error, 1)
+		go func() { got <- g.s.RecvMsg(new(emptypb.Empty)) }()
+		synctest.Wait() // attempt 1 failed; RecvMsg waits out the pause
+		if c := g.s.Context(); c != g.s.callCtx {
+			t.Errorf("Context during the pause is not the call's")
+		}
+		err := <-got
+		if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "attempt 2 did not open" {
+			t.Errorf("RecvMsg: %v, want attempt 2's failure to open", err)
+		}
+		if g.rep.Attempts != 2 {
+			t.Errorf("%d attempts, want 2 (the stream committed to the second)", g.rep.Attempts)
+		}
 	})
 }
