@@ -38,17 +38,16 @@ type hedgeRace struct {
 	poke   chan struct{}
 	ready  chan struct{}
 
-	sendMu  sync.Mutex
-	targets []*streamAttempt // sendRaced's copy of live, under sendMu
+	sendMu sync.Mutex
 
 	// sent are the attempts sent, live those open, replayed and not known
 	// to have ended, in the order they were sent.
 	sent, live []*streamAttempt
 	// last is the last attempt that ended before any commit.
-	last                         *streamAttempt
-	asks                         []chan *streamAttempt // answered in serve
-	failed                       bool
-	sentArr, liveArr, targetsArr [raceInline]*streamAttempt
+	last             *streamAttempt
+	asks             []chan *streamAttempt // answered in serve
+	failed           bool
+	sentArr, liveArr [raceInline]*streamAttempt
 }
 
 // raceInline: the first attempt and two hedges without an allocation.
@@ -72,7 +71,7 @@ func (k *core) hedgeStream(s *retryStream) {
 		poke:   make(chan struct{}, 1),
 		ready:  make(chan struct{}),
 	}
-	r.sent, r.live, r.targets = r.sentArr[:0], r.liveArr[:0], r.targetsArr[:0]
+	r.sent, r.live = r.sentArr[:0], r.liveArr[:0]
 	s.race = r
 	s.watchAbandon() // before the driver, whose end stops it
 	r.st = k.newHedgeState(&s.c, h)

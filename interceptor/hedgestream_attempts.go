@@ -141,30 +141,6 @@ func (s *retryStream) raceWon(w *streamAttempt, err error, abandoned bool) error
 	return s.finishStream(err, abandoned)
 }
 
-// sendRaced is SendMsg (or, closing, CloseSend) before a hedged stream
-// commits, once m is kept: it sends m to every attempt open, and returns
-// nil unless grpc refused the message itself. mu is held, and let go here.
-func (s *retryStream) sendRaced(m any, closing bool) error {
-	r := s.race
-	kept := len(s.buf.msgs)
-	r.targets = append(r.targets[:0], r.live...)
-	s.mu.Unlock()
-	defer clear(r.targets)
-	for i, a := range r.targets {
-		if closing {
-			_ = a.cs.CloseSend()
-		} else if err := a.cs.SendMsg(m); err != nil && err != io.EOF && i == 0 && a.ctx.Err() == nil {
-			// grpc refused the message (too large, cannot marshal); a
-			// cancelled attempt is not grpc refusing.
-			s.mu.Lock()
-			s.buf.dropLast(kept)
-			s.mu.Unlock()
-			return err
-		}
-	}
-	return nil
-}
-
 // oldestOpenLocked returns the oldest live attempt not seen to end (nil:
 // none): a commit to an ended attempt would make its failure, which the
 // next hedge may still answer, the stream's.

@@ -147,17 +147,27 @@ func TestOneOwnerSites(t *testing.T) {
 	}
 	// A hedged stream's committed end is judged by the decision too
 	// (hedgeState.judge, askRaced, committed), and ends as a race nobody
-	// won does (hedgeState.giveUp): the stream engine's files neither
-	// read the caller rule nor tell the hooks of a give-up themselves, but
-	// for a resume refused (resumeFailed), which no decision judges.
-	var streamGiveUps []string
+	// won does (hedgeState.giveUp); a resume refused (resumeFailed) ends as
+	// a pause does (call.giveUp): the stream engine's files neither read
+	// the caller rule nor tell the hooks of a give-up themselves.
+	var streamGiveUps, streamGiveUpCallers []string
 	for _, site := range identUsers(t, "EventGiveUp") {
 		if streamFile(site[:strings.Index(site, ":")]) {
 			streamGiveUps = append(streamGiveUps, site)
 		}
 	}
-	if want := []string{"resume.go: retryStream.resumeFailed"}; !slices.Equal(streamGiveUps, want) {
-		t.Errorf("the stream engine tells the hooks of a give-up (EventGiveUp) in %v, want %v alone", streamGiveUps, want)
+	if len(streamGiveUps) > 0 {
+		t.Errorf("the stream engine tells the hooks of a give-up (EventGiveUp) in %v, want none", streamGiveUps)
+	}
+	eachCall(t, streamFile, func(file string, fn *ast.FuncDecl, _ *ast.CallExpr, sel *ast.SelectorExpr) {
+		if sel.Sel.Name == "giveUp" {
+			streamGiveUpCallers = append(streamGiveUpCallers, funcSite(file, fn))
+		}
+	})
+	slices.Sort(streamGiveUpCallers)
+	wantGiveUps := []string{"hedgestream_attempts.go: retryStream.fail", "hedgestream_attempts.go: retryStream.raceWon", "resume.go: retryStream.resumeFailed"}
+	if !slices.Equal(streamGiveUpCallers, wantGiveUps) {
+		t.Errorf("the stream engine gives up (giveUp) in\n%s\nwant\n%s", strings.Join(streamGiveUpCallers, "\n"), strings.Join(wantGiveUps, "\n"))
 	}
 	// A loser's outcome (cancelled as another won or the race failed) has
 	// one rule for both hedging engines.

@@ -290,14 +290,12 @@ func (r *resumeState) build(orig, last any) (next proto.Message, err error) {
 	return next, err
 }
 
-// resumeFailed ends a stream whose resume function said no or failed.
+// resumeFailed ends a stream whose resume function said no or failed: the
+// call gives up as after a pause (call.giveUp), for ReasonCommitted.
 func (s *retryStream) resumeFailed(streamErr, err error) error {
-	c := &s.c
 	final := streamErr
 	if !errors.Is(err, ErrCannotResume) {
 		final = &ResumeError{Method: s.method, Err: err, StreamErr: streamErr}
 	}
-	c.reason = policy.ReasonCommitted
-	c.emit(s.callCtx, Event{Kind: EventGiveUp, Method: c.method, Attempt: c.attempt, Code: status.Code(final), Err: final, Reason: policy.ReasonCommitted})
-	return c.finish(final)
+	return s.c.giveUp(s.callCtx, Event{Method: s.c.method, Attempt: s.c.attempt}, policy.ReasonCommitted, final)
 }

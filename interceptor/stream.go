@@ -231,14 +231,16 @@ type retryStream struct {
 	committed bool
 	// switching: a retry is between deciding and the end of its replay.
 	switching bool
-	// commitNext: a message overflowed the buffer with no attempt live
-	// (keepBeforeCommit): the next attempt to go live wins, and a failure
-	// meanwhile is final. ctxCommit: Context was called during a switch.
-	commitNext, ctxCommit bool
-	closeSent             bool
-	buf                   replayBuffer
-	res                   *resumeState
-	race                  *hedgeRace
+	// commitNext: the stream is to commit with no attempt live, for a
+	// message that overflowed the buffer (keepBeforeCommit) or for Context:
+	// the next attempt to go live wins, and a failure meanwhile is final.
+	commitNext bool
+	closeSent  bool
+	// targets holds sendKept's copy of the attempts open, the sender's.
+	targets [raceInline]*streamAttempt
+	buf     replayBuffer
+	res     *resumeState
+	race    *hedgeRace
 }
 
 // open starts a, the next attempt (dial). When it fails (grpc refused a
@@ -315,7 +317,7 @@ func (u unopened) RecvMsg(any) error            { return u.err }
 
 func (s *retryStream) useLocked(a *streamAttempt) {
 	s.cur, s.switching = a, false
-	if s.commitNext || s.ctxCommit {
+	if s.commitNext {
 		s.commitLocked()
 	}
 }
@@ -425,6 +427,48 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 func (s *retryStream) abandon(err error, committed, timedOut bool) (next *streamAttempt, final error) {
 	s.c.afterAttempt(s.callCtx, err, nil, committed, timedOut)
 	return nil, s.finishStream(s.c.finish(err), true)
+}
+
+// sendKept is SendMsg (closing: CloseSend) before the stream commits, once
+// m is kept: it sends m to every attempt open (a hedged stream's live ones,
+// a retried stream's current one; none between attempts: the replay takes
+// m). An error is the caller's when grpc refused m (the oldest attempt's,
+// not io.EOF, its context alive: m is not kept), or when the stream has
+// committed meanwhile to the attempt that failed. Any other is an
+// attempt's end, which RecvMsg tells; m stays kept. mu is held, and let
+// go here.
+func (s *retryStream) sendKept(m any, closing bool) error {
+	kept := len(s.buf.msgs)
+	to := s.targets[:0]
+	switch {
+	case s.race != nil:
+		to = append(to, s.race.live...)
+	case !s.switching:
+		to = append(to, s.cur)
+	}
+	s.mu.Unlock()
+	defer clear(to)
+	for i, a := range to {
+		if closing {
+			_ = s.halfClose(a)
+			continue
+		}
+		err := a.cs.SendMsg(m)
+		if err == nil {
+			continue
+		}
+		s.mu.Lock()
+		mine := s.committed && s.cur == a
+		refused := !mine && i == 0 && err != io.EOF && a.ctx.Err() == nil
+		if refused {
+			s.buf.dropLast(kept)
+		}
+		s.mu.Unlock()
+		if mine || refused {
+			return err
+		}
+	}
+	return nil
 }
 
 // sendOnEnded is what SendMsg returns on a stream that has ended: io.EOF

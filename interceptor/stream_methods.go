@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"io"
 	"time"
 
 	"github.com/stagger-go/stagger/internal/frontend"
@@ -50,25 +49,7 @@ func (s *retryStream) SendMsg(m any) error {
 		// past the bound for the next attempt to go live (commitNext).
 		s.buf.force(m)
 	}
-	if r != nil {
-		return s.sendRaced(m, false)
-	}
-	kept := len(s.buf.msgs)
-	s.mu.Unlock()
-	err := a.cs.SendMsg(m)
-	if err == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case err != io.EOF:
-		s.buf.dropLast(kept)
-		return err
-	case s.committed:
-		return io.EOF
-	}
-	return nil
+	return s.sendKept(m, false)
 }
 
 // openLocked says whether an attempt can take a message now.
@@ -111,18 +92,21 @@ func (s *retryStream) CloseSend() error {
 	if held {
 		defer r.sendMu.Unlock()
 	}
-	a := s.cur
 	if !s.committed {
 		s.closeSent = true
-		if r != nil {
-			return s.sendRaced(nil, true)
-		}
+		return s.sendKept(nil, true)
 	}
+	a := s.cur
 	s.mu.Unlock()
+	return s.halfClose(a)
+}
+
+// halfClose closes a's sending side, unless the caller left: no half-close
+// then, as from grpc-go once its watch finished the stream: the server
+// cannot answer OK to a call cancelled first (grpc's reader may hand that
+// answer over).
+func (s *retryStream) halfClose(a *streamAttempt) error {
 	if s.callCtx.Err() != nil {
-		// No half-close once the caller left, as from grpc-go once its
-		// watch finished the stream: the server cannot answer OK to a call
-		// cancelled first (grpc's reader may hand that answer over).
 		return nil
 	}
 	return a.cs.CloseSend()
@@ -244,7 +228,7 @@ func (s *retryStream) Trailer() metadata.MD {
 
 // Context commits the stream and returns the context of the attempt it
 // committed to; during a retry, the call's, and the stream commits to the
-// new attempt once it is open.
+// next attempt to go live (commitNext): one that fails to open is final.
 func (s *retryStream) Context() context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -255,7 +239,7 @@ func (s *retryStream) Context() context.Context {
 		return s.raceContext()
 	}
 	if s.switching {
-		s.ctxCommit = true
+		s.commitNext = true
 		return s.callCtx
 	}
 	if !s.committed {
