@@ -118,6 +118,12 @@ func waiting(pause time.Duration, deadline time.Time, last bool) waiterView {
 	return waiterView{pause: pause, deadline: deadline, last: last, holdAt: t0.Add(pause + time.Duration(tune.HoldSlack*float64(pause)))}
 }
 
+// began is w, begun to wait at since (its hold time as waiting set it).
+func began(w waiterView, since time.Time) waiterView {
+	w.since = since
+	return w
+}
+
 // numbered is w, the retry number n.
 func numbered(w waiterView, n int) waiterView {
 	w.number = n
@@ -198,7 +204,9 @@ func TestGateAdmissions(t *testing.T) {
 		{"outage, probe out", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(time.Second), waiting(0, time.Time{}, false), AdmitNone, t0.Add(5 * time.Second), true},
 		{"outage, probe slot expired", withProbeOut(stateIn(phaseOutage), t0.Add(5*time.Second)), t0.Add(5 * time.Second), waiting(0, time.Time{}, false), admitProbe, time.Time{}, true},
 		{"failing, past its hold time, the server served: a probe", withCredits(stateIn(phaseFailing), 0), holdAt, waiting(pause, deadline, true), admitProbe, time.Time{}, false},
-		{"recovering, past its hold time, a probe out: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, waiting(pause, time.Time{}, false), admitEnd, time.Time{}, false},
+		{"recovering, past its hold time, a probe out, began to wait in the outage: held through it, it goes at the return's pace", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, began(waiting(pause, deadline, false), t0.Add(-time.Second)), admitRelease, time.Time{}, true},
+		{"recovering, past its hold time, a probe out, began to wait in the outage, no deadline: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, began(waiting(pause, time.Time{}, false), t0.Add(-time.Second)), admitEnd, time.Time{}, false},
+		{"recovering, past its hold time, a probe out, began to wait in the return: the wait ends", withProbeOut(stateIn(phaseRecovering), t0.Add(5*time.Second)), holdAt, began(waiting(pause, deadline, false), t0), admitEnd, time.Time{}, false},
 		{"fresh process, past its hold time: no retry told it anything, it probes", fresh, holdAt, waiting(pause, time.Time{}, false), admitProbe, time.Time{}, false},
 		{"retries failed, never served, past its hold time, no probe failed: held, the evidence of an outage", told, holdAt, waiting(pause, time.Time{}, false), AdmitNone, t0.Add(tune.QuietGapMax), true},
 		{"retries failed, never served, no news for tune.QuietGapMax: it probes to learn", told, t0.Add(tune.QuietGapMax), waiting(pause, time.Time{}, false), admitProbe, time.Time{}, true},

@@ -132,7 +132,7 @@ func (s *gateState) lastChanceAt(now time.Time, w *waiterView) time.Time {
 // and hold rules, then the release rule while the server serves, the probe
 // and last-chance rules while it fails.
 func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) decision {
-	held := w.heldBy != ""
+	held, returning := w.heldBy != "", false
 	// The heal rule, but during a return: then every waiting retry goes at
 	// the return's pace, one that began to wait just before it too (those
 	// went at once: a fleet's 20 processes sent 35 in the return's first
@@ -165,24 +165,37 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		learning := free && !s.ev.seen && !s.ev.untold(now) && !s.ev.known() && (s.ev.learnNext == 0 || w.number == s.ev.learnNext && w.call == s.ev.learnCall || !now.Before(s.ev.learnUntil))
 		if held = !free || learning && !w.last; !held {
 			learn := s.ev.seen || s.ev.untold(now) || learning
-			if learn && !s.pace.leased(now) {
+			switch wait := w.holdAt.Add(tune.Calm); {
+			case learn && !s.pace.leased(now):
 				return decision{how: admitProbe}
-			}
-			if wait := w.holdAt.Add(tune.Calm); !w.deadline.IsZero() && !s.ev.seen && s.ev.learnNext != 0 && now.Before(s.ev.learnUntil) && now.Before(wait) {
+			case w.since.Before(s.pace.backAt) && !w.deadline.IsZero():
+				// It began to wait in the outage, whose return is under
+				// way: held through it, it goes back at the return's
+				// pace, the estimate then, as the release rule below
+				// says, and its wait ends by the end rule alone (ended at
+				// its hold time while the lease was out, a call made in
+				// the outage's last moments lost the time its deadline
+				// left: lab ledger replay). A call without a deadline
+				// still ends here: held to its MaxWait, it moved the sim
+				// fleet's refusals after the return both ways from seed
+				// to seed, a change not measured enough to keep.
+				held, returning = true, true
+			case !w.deadline.IsZero() && !s.ev.seen && s.ev.learnNext != 0 && now.Before(s.ev.learnUntil) && now.Before(wait):
 				// Another call is learning: a call with a deadline waits
 				// for what it tells as long as for a paid retry's answer
 				// (lab flaky-quiet: a call's second attempt ended just
 				// before the learning call's third was served, in 1 run
 				// of 3).
 				return decision{next: clock.Earlier(wait, endAt)}
+			default:
+				return decision{end: errWaitEnded}
 			}
-			return decision{end: errWaitEnded}
 		}
 	}
 	var d decision
 	if held && w.heldBy == "" {
 		d.heldBy = heldOverload
-		if s.phase.failing() && !s.ev.overloaded(now) || s.phase == phaseOutage {
+		if s.phase.failing() && !s.ev.overloaded(now) || s.phase == phaseOutage || returning {
 			d.heldBy = heldOutage
 		}
 	}
@@ -193,7 +206,12 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 	switch {
 	case !s.phase.failing():
 		how, due = admitRelease, s.pace.next
-		if held && w.holdAt.Before(s.pace.backAt) { // held through the outage
+		// Held through the outage: held before the return, or held by
+		// the outage rule once its hold time came after the return
+		// began (the hold rule above; one held at the return's very
+		// moment went at the pace, and still does).
+		backAt := s.pace.backAt
+		if held && (w.holdAt.Before(backAt) || w.since.Before(backAt) && w.holdAt.After(backAt) && (returning || w.heldBy == heldOutage)) {
 			if back := s.pace.backAfter(w, s.lastChanceAt(now, w)); now.Before(back) {
 				own = back
 			}
