@@ -4,7 +4,6 @@ package interceptor
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -12,9 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/stagger-go/stagger/budget"
@@ -56,19 +53,10 @@ func (b *countingAdmitter) Record(a budget.Attempt) {
 // give back.
 func TestCutRetryCallerLeavesSettles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lis := bufconn.Listen(1 << 16)
-		srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+		cc := bufconnServe(t, func(_ any, ss grpc.ServerStream) error {
 			<-ss.Context().Done() // slower than every timer
 			return ss.Context().Err()
-		}))
-		go func() { _ = srv.Serve(lis) }()
-		defer srv.Stop()
-		cc, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
+		})
 
 		b := &countingAdmitter{}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -85,7 +73,7 @@ func TestCutRetryCallerLeavesSettles(t *testing.T) {
 			RetryableCodes: policy.NewCodeSet(codes.Unavailable)}
 		var rep Report
 		ui := UnaryClientInterceptor(WithPolicy(p), WithBudget(b), WithCallHook(hook), WithIdempotentMethods(func(string) bool { return true }))
-		err = ui(ctx, "/svc/M", &emptypb.Empty{}, new(emptypb.Empty), cc, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		err := ui(ctx, "/svc/M", &emptypb.Empty{}, new(emptypb.Empty), cc, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
 			return cc.Invoke(ctx, method, req, reply, opts...)
 		}, WithReport(&rep))
 		if status.Code(err) != codes.Canceled {

@@ -5,7 +5,6 @@ package interceptor
 import (
 	"context"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -14,9 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/stagger-go/stagger/policy"
@@ -70,22 +67,13 @@ func newEdgeRig(t *testing.T, ctx context.Context, pol string, handler func(n in
 		t.Fatal(err)
 	}
 	g := &edgeRig{sendFault: fault}
-	lis := bufconn.Listen(1 << 16)
-	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+	cc := bufconnServe(t, func(_ any, ss grpc.ServerStream) error {
 		g.mu.Lock()
 		g.calls++
 		n := g.calls
 		g.mu.Unlock()
 		return handler(n, ss)
-	}))
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
+	})
 	streamer := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		g.mu.Lock()
 		g.ctxs = append(g.ctxs, ctx)

@@ -5,15 +5,12 @@ package interceptor
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"testing/synctest"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/stagger-go/stagger/policy"
@@ -40,21 +37,12 @@ func TestCommittedStreamFailsAsCallerLeaves(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				lis := bufconn.Listen(1 << 16)
-				srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+				cc := bufconnServe(t, func(_ any, ss grpc.ServerStream) error {
 					if err := ss.SendHeader(nil); err != nil {
 						return err
 					}
 					return status.Error(codes.Unavailable, "the server's failure")
-				}))
-				go func() { _ = srv.Serve(lis) }()
-				defer srv.Stop()
-				cc, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
-					grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer cc.Close()
+				})
 				streamer := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 					return cc.NewStream(ctx, desc, method, opts...)
 				}
