@@ -47,7 +47,7 @@ func (c *call) pauseEnded(callCtx context.Context, last error) error {
 	return c.giveUp(callCtx, Event{Method: c.method, Attempt: c.attempt}, why, last)
 }
 
-// giveUp ends the call after a pause or a wait, for why, with last, or
+// giveUp ends the call after a pause, a wait or a refused resume, for why, with last, or
 // CANCELED when the caller cancelled (ReasonCaller); e is the EventGiveUp
 // to emit, without its code, error and reason.
 func (c *call) giveUp(callCtx context.Context, e Event, why policy.Reason, last error) error {
