@@ -429,14 +429,17 @@ func (s *retryStream) abandon(err error, committed, timedOut bool) (next *stream
 	return nil, s.finishStream(s.c.finish(err), true)
 }
 
-// sendKept is SendMsg (closing: CloseSend) before the stream commits, once
-// m is kept: it sends m to every attempt open (a hedged stream's live ones,
-// a retried stream's current one; none between attempts: the replay takes
-// m). An error is the caller's when grpc refused m (the oldest attempt's,
-// not io.EOF, its context alive: m is not kept), or when the stream has
-// committed meanwhile to the attempt that failed. Any other is an
-// attempt's end, which RecvMsg tells; m stays kept. mu is held, and let
-// go here.
+// sendKept is SendMsg (closing: CloseSend on a hedged stream) before the
+// stream commits, once m is kept: it sends m to every attempt open (a
+// hedged stream's live ones; a retried stream's current one, none while it
+// is between attempts: the replay takes m) and returns nil but for two
+// errors. grpc refused the message (an error other than io.EOF from the
+// oldest attempt open while its context is alive): it is the caller's, and
+// m is not kept. The stream committed meanwhile to an attempt whose send
+// failed: the caller gets that attempt's error, as after the commit. Any
+// other error is an attempt's end (io.EOF, or what a transport says once
+// the attempt's context ended), which RecvMsg tells, and m stays kept for
+// the next attempt. mu is held, and let go here.
 func (s *retryStream) sendKept(m any, closing bool) error {
 	kept := len(s.buf.msgs)
 	to := s.targets[:0]
@@ -450,7 +453,7 @@ func (s *retryStream) sendKept(m any, closing bool) error {
 	defer clear(to)
 	for i, a := range to {
 		if closing {
-			_ = s.halfClose(a)
+			_ = a.cs.CloseSend()
 			continue
 		}
 		err := a.cs.SendMsg(m)

@@ -92,21 +92,18 @@ func (s *retryStream) CloseSend() error {
 	if held {
 		defer r.sendMu.Unlock()
 	}
+	a := s.cur
 	if !s.committed {
 		s.closeSent = true
-		return s.sendKept(nil, true)
+		if r != nil {
+			return s.sendKept(nil, true)
+		}
 	}
-	a := s.cur
 	s.mu.Unlock()
-	return s.halfClose(a)
-}
-
-// halfClose closes a's sending side, unless the caller left: no half-close
-// then, as from grpc-go once its watch finished the stream: the server
-// cannot answer OK to a call cancelled first (grpc's reader may hand that
-// answer over).
-func (s *retryStream) halfClose(a *streamAttempt) error {
 	if s.callCtx.Err() != nil {
+		// No half-close once the caller left, as from grpc-go once its
+		// watch finished the stream: the server cannot answer OK to a call
+		// cancelled first (grpc's reader may hand that answer over).
 		return nil
 	}
 	return a.cs.CloseSend()
