@@ -51,11 +51,11 @@ import (
 // it cuts the attempt off and retries it if a retry can go, by the rules of
 // UnaryClientInterceptor; otherwise the attempt runs on and the stream is its.
 //
-// What the caller sees is one attempt's (the package doc, "What the caller
-// sees"): Header returns the headers of the attempt the stream commits to, or
-// nil, nil when the call ends without any; Trailer, after RecvMsg returned an
-// error, is the final attempt's. Context commits the stream, as grpc-go's
-// does, so no later retry cancels the context the application holds.
+// What the caller sees is one attempt's (the package doc): Header returns the
+// headers of the attempt the stream commits to, or nil, nil when the call ends
+// without any; Trailer, after RecvMsg returned an error, is the final
+// attempt's. Context commits the stream, as grpc-go's does, so no later retry
+// cancels the context the application holds.
 //
 // Hedging. Streams are hedged until they commit (gRFC A6): hedges start every
 // hedgingDelay, up to maxAttempts, and race until one commits: the first
@@ -109,12 +109,12 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		}
 	}
 	hedged := s.c.hedged != nil && k.hedges(ctx, &s.c, true)
-	// Each attempt's options: the file's, then the caller's, which win, as
-	// in grpc-go; the caller's holders and OnFinish are finishStream's, as
-	// grpc would fill them after the stream announced its end.
+	// Each attempt's options: grpc-go's retry buffer off, the file's, then
+	// the caller's, which win, as in grpc-go; the caller's holders and
+	// OnFinish are finishStream's, as grpc would fill them after the stream
+	// announced its end.
 	if s.c.retrying || hedged {
 		s.buf.init(s.c.o.replaySize, s.c.o.replayLimit)
-		// First, so that a caller's own setting wins.
 		s.opts = make([]grpc.CallOption, 0, 1+len(s.c.fileOpts)+len(grpcOpts))
 		s.opts = append(s.opts, grpc.MaxRetryRPCBufferSize(0))
 	} else {
@@ -151,8 +151,8 @@ type streamAttempt struct {
 	timer   *streamTimer
 	settled bool // under endMu
 
-	// A hedged stream's attempts: n is the attempt's number, start when it
-	// was sent. watched closes when watch is done with the receiving side:
+	// A hedged stream's: n is the attempt's number, start when it was
+	// sent. watched closes when watch is done with the receiving side:
 	// headers arrived (took after start), or it ended without any, with
 	// endErr (nil: OK) and trailer. reported: the driver has its event.
 	n              int
@@ -182,10 +182,8 @@ func (a *streamAttempt) recv(m any) error {
 
 // endAttempt is every end of attempt a, whose last operation returned err
 // (nil: success), under endMu or before the stream is returned: a is
-// settled, so a later report of its end is no news; its timer stops and
-// hands the call its verdict (stopTimer) before anything judges the
-// attempt, and its context ends. It returns the error the loop decides on
-// and whether the timer cut the attempt off (attemptOutcome).
+// settled; its timer hands the call its verdict (stopTimer) before anything
+// judges a; its context ends. It returns attemptOutcome's.
 func (s *retryStream) endAttempt(a *streamAttempt, err error) (cutOff, timedOut bool, outcome error) {
 	a.settled = true
 	cutOff = s.c.stopTimer(a.timer)
@@ -243,9 +241,8 @@ type retryStream struct {
 	race    *hedgeRace
 }
 
-// open starts a, the next attempt (dial). When it fails (grpc refused a
-// message it took before), a has ended, and open returns why and whether
-// the per-attempt timer was the cause.
+// open starts a, the next attempt (dial). When it fails, a has ended, and
+// open returns why and whether the per-attempt timer was the cause.
 func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	a.ctx, a.cancel, a.timer = s.c.nextAttempt(s.attemptBase())
 	if err = s.dial(a, nil, func() { s.useLocked(a) }); err == nil {
@@ -258,10 +255,9 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	return timedOut, err
 }
 
-// dial opens a's grpc stream, whose headers a's timer watches (a retried
-// attempt's; a hedged one has none), then replays on it what was kept
-// (replayOn, with lost and live). An attempt the streamer failed to open
-// has an unopened stream.
+// dial opens a's grpc stream, whose headers a's timer (if any) watches,
+// then replays on it what was kept (replayOn, with lost and live). An
+// attempt the streamer failed to open has an unopened stream.
 func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) error {
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
@@ -339,8 +335,8 @@ func (s *retryStream) shownLocked() grpc.ClientStream {
 // watchAbandon settles the stream when its caller's context ends and
 // nobody reads it to its end (grpc-go lets a caller end a stream so): the
 // attempt out would otherwise never reach the budget, the breaker or the
-// Gate, whose probe it may hold. stopAbandon is set under mu: a context
-// already done may finish the stream before AfterFunc returns.
+// Gate, whose probe it may hold. stopAbandon is set under mu: a done
+// context may finish the stream before AfterFunc returns.
 func (s *retryStream) watchAbandon() {
 	stop := context.AfterFunc(s.callCtx, func() {
 		if s.race != nil {
@@ -380,7 +376,6 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	if err == io.EOF {
 		err = nil
 	}
-	// Once the timer fired, the attempt was cut off, whatever came after.
 	cutOff, timedOut, outcome := s.endAttempt(a, err)
 	if s.race != nil {
 		return nil, s.raceWon(a, outcome, abandoned)
@@ -418,25 +413,21 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	return next, nil
 }
 
-// abandon ends the stream on the abandon watch's event: the caller's
-// context ended with the current attempt not read to its end, which ended
-// with err. The attempt is judged once (afterAttempt, which never retries
-// a call whose context is done), so the budget, the breaker and the hooks
-// hear of it; its headers and trailer are not read, as the reader may be
-// in RecvMsg on it. endMu is held.
+// abandon ends the stream on the abandon watch's event, the attempt ended
+// with err: afterAttempt (which never retries a call whose context is
+// done) tells the budget, the breaker and the hooks; its headers and
+// trailer are not read, as the reader may be in RecvMsg on it. Under endMu.
 func (s *retryStream) abandon(err error, committed, timedOut bool) (next *streamAttempt, final error) {
 	s.c.afterAttempt(s.callCtx, err, nil, committed, timedOut)
 	return nil, s.finishStream(s.c.finish(err), true)
 }
 
-// sendKept is SendMsg (closing: CloseSend) before the stream commits, once
-// m is kept: it sends m to every attempt open (a hedged stream's live ones,
-// a retried stream's current one; none between attempts: the replay takes
-// m). An error is the caller's when grpc refused m (the oldest attempt's,
-// not io.EOF, its context alive: m is not kept), or when the stream has
-// committed meanwhile to the attempt that failed. Any other is an
-// attempt's end, which RecvMsg tells; m stays kept. mu is held, and let
-// go here.
+// sendKept is SendMsg (closing: CloseSend) before the stream commits, m
+// kept: it sends m to every attempt open (none between attempts: the
+// replay takes m). An error is the caller's when grpc refused m (the
+// oldest attempt's, not io.EOF, its context alive: m is not kept), or when
+// the stream committed meanwhile to the attempt that failed; any other is
+// an attempt's end, which RecvMsg tells. mu is held, and let go here.
 func (s *retryStream) sendKept(m any, closing bool) error {
 	kept := len(s.buf.msgs)
 	to := s.targets[:0]
@@ -471,10 +462,10 @@ func (s *retryStream) sendKept(m any, closing bool) error {
 	return nil
 }
 
-// sendOnEnded is what SendMsg returns on a stream that has ended: io.EOF
-// (RecvMsg has the status), but nil, as grpc-go does, for a method whose
-// client sends one message: its generated code would return that io.EOF in
-// place of the stream's status.
+// sendOnEnded is what SendMsg returns on an ended stream: io.EOF (RecvMsg
+// has the status), but nil, as grpc-go does, for a method whose client
+// sends one message: its generated code would return that io.EOF in place
+// of the stream's status.
 func sendOnEnded(desc *grpc.StreamDesc) error {
 	if !desc.ClientStreams {
 		return nil
