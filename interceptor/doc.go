@@ -89,13 +89,11 @@
 // Defaults: no file, no policy in code (no retries), no budget (unlimited;
 // stagger.DialOptions installs budget.DefaultBackends, one per backend), no
 // breakers but the file's, no logger, no hooks, no idempotency key, no
-// criticality (CRITICAL, nothing sent), jitter from math/rand/v2.
+// criticality (CRITICAL, nothing sent; one named, after Google's RPC stack,
+// is sent on every attempt for the server to shed the least critical first
+// and to hand on down a chain: WithCriticality), jitter from math/rand/v2.
 // SetDisabled turns retries, hedges and waits off. The budgets and circuit
 // breakers a file declares live in a State (WithState), which has the rules.
-//
-// Every call has a criticality (package criticality, after Google's RPC
-// stack), sent on every attempt for the server to shed the least critical
-// first and to hand on down a chain (WithCriticality).
 //
 // # Hedging
 //

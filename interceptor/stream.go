@@ -15,10 +15,8 @@ import (
 )
 
 // StreamClientInterceptor returns the retrying stream client interceptor, for
-// server-streaming, client-streaming and bidi methods. It takes the options,
-// per-call options, hooks, budget and policy of UnaryClientInterceptor and
-// decides by its rules: attempt count, pauses, pushback, deadline awareness,
-// cancellation and budget.
+// server-streaming, client-streaming and bidi methods. It takes
+// UnaryClientInterceptor's options and decides by its rules.
 //
 // Replay. Until the stream commits, every message the application sends (and
 // its CloseSend) is kept, by reference, in a replay buffer bounded in bytes
@@ -58,14 +56,13 @@ import (
 // cancels the context the application holds.
 //
 // Hedging. Streams are hedged until they commit (gRFC A6): hedges start every
-// hedgingDelay, up to maxAttempts, and race until one commits: the first
-// whose response headers arrive (or that ends OK without any), or, when the
+// hedgingDelay, up to maxAttempts, and race until one commits: the first whose
+// response headers arrive (or that ends OK without any), or, when the
 // application calls Context or a message overflows the replay buffer, the
 // oldest attempt open. The others are cancelled and the stream is the
-// winner's, its failure final. Before the commit the rules are the unary
-// call's, and a stream whose attempts all failed ends with the last status.
-// Every message sent before the commit (and CloseSend) goes to every attempt
-// open and is replayed to each later hedge, so a message waits for the
+// winner's, its failure final; before the commit the rules are the unary
+// call's. Every message sent before the commit (and CloseSend) goes to every
+// attempt open and is replayed to each later hedge, so a message waits for the
 // slowest open attempt's flow control. SendMsg returns before any attempt
 // answers; RecvMsg and Header wait for the commit. A hedged stream runs one
 // goroutine of its own until it commits (hooks hear its hedge events there)
@@ -115,8 +112,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	// announced its end.
 	if s.c.retrying || hedged {
 		s.buf.init(s.c.o.replaySize, s.c.o.replayLimit)
-		s.opts = make([]grpc.CallOption, 0, 1+len(s.c.fileOpts)+len(grpcOpts))
-		s.opts = append(s.opts, grpc.MaxRetryRPCBufferSize(0))
+		s.opts = append(make([]grpc.CallOption, 0, 1+len(s.c.fileOpts)+len(grpcOpts)), grpc.MaxRetryRPCBufferSize(0))
 	} else {
 		s.committed = true // one attempt: nothing to keep
 	}
