@@ -16,16 +16,14 @@ func (s *retryStream) watch(a *streamAttempt) {
 	cs := a.cs
 	if md, _ := cs.Header(); md != nil {
 		a.headers, a.took = true, time.Since(a.start)
-		close(a.watched)
-		s.race.events <- a.n
-		return
+	} else {
+		// Ended without headers: no message can come, RecvMsg reads the status.
+		err := cs.RecvMsg(nil)
+		if err == io.EOF {
+			err = nil
+		}
+		a.ended, a.endErr, a.trailer = true, err, cs.Trailer()
 	}
-	// Ended without headers: no message can come, RecvMsg reads the status.
-	err := cs.RecvMsg(nil)
-	if err == io.EOF {
-		err = nil
-	}
-	a.ended, a.endErr, a.trailer = true, err, cs.Trailer()
 	close(a.watched)
 	s.race.events <- a.n
 }
