@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 
 	"github.com/stagger-go/stagger/policy"
@@ -89,9 +90,7 @@ const ResumeHeader = "stagger-resume"
 func WithResume(method string, fn ResumeFunc) Option {
 	return Option{apply: func(o *options) {
 		m := make(map[string]ResumeFunc, len(o.resume)+1)
-		for k, v := range o.resume {
-			m[k] = v
-		}
+		maps.Copy(m, o.resume)
 		if fn == nil {
 			delete(m, method)
 		} else {

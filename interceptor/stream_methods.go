@@ -117,13 +117,11 @@ func (s *retryStream) RecvMsg(m any) error {
 		<-s.race.ready
 	}
 	s.mu.Lock()
-	if s.done {
-		err := s.final
-		s.mu.Unlock()
-		return err
-	}
-	a, committed := s.cur, s.committed
+	a, committed, done, final := s.cur, s.committed, s.done, s.final
 	s.mu.Unlock()
+	if done {
+		return final
+	}
 	for {
 		err := a.recv(m)
 		if err == nil && !a.timer.stopAnswered(time.Now()) {
