@@ -43,11 +43,10 @@ import (
 // attempt that has died returns nil (RecvMsg tells the outcome), and a
 // failure to create the stream is retried inside the interceptor.
 //
-// The per-attempt timeout (perAttemptRecvTimeout, idempotent methods only:
-// an idempotency key does not count for a stream) stops, as grpc C-core's
-// does for streams, at the first response header or message. When it fires
-// it cuts the attempt off and retries it if a retry can go, by the rules of
-// UnaryClientInterceptor; otherwise the attempt runs on and the stream is its.
+// The per-attempt timeout (perAttemptRecvTimeout) follows
+// UnaryClientInterceptor's rules, but an idempotency key does not make a
+// stream idempotent, and it stops, as grpc C-core's does for streams, at the
+// first response header or message.
 //
 // What the caller sees is one attempt's (the package doc): Header returns the
 // headers of the attempt the stream commits to, or nil, nil when the call ends
@@ -368,7 +367,6 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 		}
 		return s.cur, nil
 	}
-	a.settled = true
 	if err == io.EOF {
 		err = nil
 	}
