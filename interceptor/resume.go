@@ -40,17 +40,17 @@ var ErrCannotResume = errors.New("interceptor: stream cannot resume")
 const ResumeHeader = "stagger-resume"
 
 // WithResume makes the server-streaming method (its full name,
-// "/pkg.Service/Method") resumable with fn: a stream of that method that
-// fails after it committed is decided as one that had not, by every usual
-// rule (the budget is charged per resume as for a retry), and when it would
-// be retried it is reopened, after the pause, with the request fn builds
-// (built again only when messages arrived since), so that the application
-// reads one stream with every message once, in order. Hooks hear
-// EventResume (not EventRetry) before fn runs; resumed attempts carry the
-// ResumeHeader request header. A nil fn removes the method's resume
-// function. It does nothing for a method that has no retry policy or is not
-// server-streaming (unary, client-streaming, bidi: which messages to send
-// again is the application's protocol, which one request cannot express).
+// "/pkg.Service/Method") resumable with fn: a stream of that method that fails
+// after it committed is decided as one that had not, by every usual rule (the
+// budget is charged per resume as for a retry), and when it would be retried
+// it is reopened, after the pause, with the request fn builds (a new one only
+// when messages arrived since the last), so that the application reads one
+// stream with every message once, in order. Hooks hear EventResume (not
+// EventRetry) before fn runs; resumed attempts carry the ResumeHeader request
+// header. A nil fn removes the method's resume function. It does nothing for a
+// method that has no retry policy or is not server-streaming (unary,
+// client-streaming, bidi: which messages to send again is the application's
+// protocol, which one request cannot express).
 //
 // A method whose request can say where to start (a page token, a start
 // key) can so continue where gRFC A6 would fail the call, as Google's

@@ -44,9 +44,9 @@ import (
 // failure to create the stream is retried inside the interceptor.
 //
 // The per-attempt timeout (perAttemptRecvTimeout) follows
-// UnaryClientInterceptor's rules, but an idempotency key does not make a
-// stream idempotent, and it stops, as grpc C-core's does for streams, at the
-// first response header or message.
+// UnaryClientInterceptor's rules, except that it stops, as grpc C-core's
+// does for streams, at the first response header or message, and that an
+// idempotency key does not let it apply to a stream.
 //
 // What the caller sees is one attempt's (the package doc): Header returns the
 // headers of the attempt the stream commits to, or nil, nil when the call ends
