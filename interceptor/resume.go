@@ -217,13 +217,6 @@ func (s *retryStream) resuming(err error) bool {
 	return r.pending
 }
 
-func (s *retryStream) attemptBase() context.Context {
-	if s.res != nil && s.res.ctx != nil {
-		return s.res.ctx
-	}
-	return s.callCtx
-}
-
 // prepareResume, once the loop decided to resume (c.resume stays set
 // through the pause, for a Gate's wait to report EventResume too), makes
 // the request that continues the stream the only message to replay, or

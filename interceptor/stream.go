@@ -239,7 +239,11 @@ type retryStream struct {
 // open starts a, the next attempt (dial). When it fails, a has ended, and
 // open returns why and whether the per-attempt timer was the cause.
 func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
-	a.ctx, a.cancel, a.timer = s.c.nextAttempt(s.attemptBase())
+	base := s.callCtx
+	if s.res != nil && s.res.ctx != nil {
+		base = s.res.ctx // with ResumeHeader
+	}
+	a.ctx, a.cancel, a.timer = s.c.nextAttempt(base)
 	if err = s.dial(a, nil, func() { s.useLocked(a) }); err == nil {
 		return false, nil
 	}
