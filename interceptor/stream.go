@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"sync"
@@ -166,10 +167,7 @@ func (a *streamAttempt) recv(m any) error {
 	if a.watched != nil {
 		<-a.watched
 		if a.ended {
-			if a.endErr == nil {
-				return io.EOF
-			}
-			return a.endErr
+			return cmp.Or(a.endErr, io.EOF)
 		}
 	}
 	return a.cs.RecvMsg(m)
