@@ -220,8 +220,7 @@ type retryStream struct {
 	// the ended one until the replay is done.
 	cur       *streamAttempt
 	committed bool
-	// switching: a retry is between deciding and the end of its replay.
-	switching bool
+	switching bool // a retry is between deciding and the end of its replay
 	// commitNext: the stream is to commit with no attempt live, for a
 	// message that overflowed the buffer (keepBeforeCommit) or for Context:
 	// the next attempt to go live wins, and a failure meanwhile is final.
