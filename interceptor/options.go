@@ -202,10 +202,10 @@ func WithLogger(l logging.Logger) Option {
 	return Option{apply: func(o *options) { o.logger = l }}
 }
 
-// WithHook calls fn on every retry, every give-up and every notice, with a
-// copy of the event. fn runs on the call's goroutine, outside every lock
-// stagger holds; it must be quick and safe for concurrent use. Several hooks
-// may be given; they run in order.
+// WithHook calls fn with a copy of every event (each EventKind but
+// EventEnd, which WithCallHook hears). fn runs on the call's goroutine,
+// outside every lock stagger holds; it must be quick and safe for
+// concurrent use. Several hooks may be given; they run in order.
 func WithHook(fn func(Event)) Option {
 	return Option{apply: func(o *options) {
 		if fn != nil {
