@@ -14,12 +14,12 @@
 // ends at once when the caller cancels (the call then returns CANCELED).
 //
 // A retry must fit before the caller's deadline (else the call returns the
-// last attempt's status at once), then pass the circuit breaker and the
-// budget (WithBreakers has the order, and the rules of the file's
-// circuitBreaker and adaptiveThrottling). A budget.Deferrer (the default's
-// Gate) that refuses makes the call wait for a later admission
-// (EventDeferred; budget.Gate has the rules); another budget ends the call,
-// reason "budget".
+// last attempt's status at once, where grpc-go waits for DEADLINE_EXCEEDED),
+// then pass the circuit breaker and the budget (WithBreakers has the order,
+// and the rules of the file's circuitBreaker and adaptiveThrottling). A
+// budget.Deferrer (the default's Gate) that refuses makes the call wait for a
+// later admission (EventDeferred; budget.Gate has the rules); another budget
+// ends the call, reason "budget".
 //
 // Which policy applies: the file's entry for the method (WithConfig or
 // WithConfigSource), else the policy given in code (WithPolicy), else none:
@@ -55,18 +55,16 @@
 //
 // # What the caller sees
 //
-// A retried or hedged call shows its caller the status, headers, trailer,
-// peer and messages of one attempt (Connect's ResponseHeader and
-// ResponseTrailer too), never a mix nor a losing hedge's: the one gRFC A6
-// picks, the attempt committed to (response headers, an OK end, for a
-// stream Context or a full replay buffer), else the one whose end ended the
-// call, once every other attempt has ended; one that never opened shows no
-// metadata and no peer. A call ended by its caller's context returns the
-// caller's status with the last attempt's metadata, as grpc-go does; when
-// no retry could end before the deadline, stagger returns the last status
-// at once, where grpc-go waits for DEADLINE_EXCEEDED. A call ends once:
-// grpc.OnFinish runs once, and the Report and holders are written before
-// the end is announced (the call returns, or RecvMsg returns the status).
+// A retried or hedged call shows its caller the status, headers, trailer, peer
+// and messages of one attempt (Connect's ResponseHeader and ResponseTrailer
+// too), never a mix nor a losing hedge's: the one gRFC A6 picks, the attempt
+// committed to (response headers, an OK end, for a stream Context or a full
+// replay buffer), else the one whose end ended the call, once every other
+// attempt has ended; one that never opened shows no metadata and no peer. A
+// call ended by its caller's context returns the caller's status with the last
+// attempt's metadata, as grpc-go does. A call ends once: grpc.OnFinish runs
+// once, and the Report and holders are written before the end is announced
+// (the call returns, or RecvMsg returns the status).
 //
 // # Where stagger goes in a chain
 //
@@ -89,13 +87,11 @@
 // Defaults: no file, no policy in code (no retries), no budget (unlimited;
 // stagger.DialOptions installs budget.DefaultBackends, one per backend), no
 // breakers but the file's, no logger, no hooks, no idempotency key, no
-// criticality (CRITICAL, nothing sent), jitter from math/rand/v2.
+// criticality (CRITICAL, nothing sent; one named, after Google's RPC stack,
+// is sent on every attempt for the server to shed the least critical first
+// and to hand on down a chain: WithCriticality), jitter from math/rand/v2.
 // SetDisabled turns retries, hedges and waits off. The budgets and circuit
 // breakers a file declares live in a State (WithState), which has the rules.
-//
-// Every call has a criticality (package criticality, after Google's RPC
-// stack), sent on every attempt for the server to shed the least critical
-// first and to hand on down a chain (WithCriticality).
 //
 // # Hedging
 //

@@ -56,8 +56,7 @@ const (
 	// EventResume: an attempt of a resumable server stream (WithResume)
 	// failed after the stream committed, and the stream resumes after
 	// Pause with the request the method's resume function builds; as
-	// EventRetry otherwise. Attempt counts since the last attempt that
-	// delivered a message (see WithResume, "Counting").
+	// EventRetry otherwise.
 	EventResume
 	// EventTimerRanOn: attempt Attempt's per-attempt timer fired and the
 	// policy would have retried it, but Reason (policy.ReasonBudget,

@@ -48,9 +48,8 @@ func (k *core) newHedgeState(c *call, h *policy.Hedging) hedgeState {
 type hedgeState struct {
 	c     *call
 	h     *policy.Hedging
-	delay time.Duration
-	// delay < 0: one attempt at a time (a reply not a proto.Message).
-	hist *quantile.Histogram
+	delay time.Duration // < 0: one attempt at a time (a reply not a proto.Message)
+	hist  *quantile.Histogram
 
 	sent, inFlight int
 	lastSend       time.Time

@@ -42,9 +42,8 @@ type hedgeRace struct {
 
 	// sent are the attempts sent, live those open, replayed and not known
 	// to have ended, in the order they were sent.
-	sent, live []*streamAttempt
-	// last is the last attempt that ended before any commit.
-	last             *streamAttempt
+	sent, live       []*streamAttempt
+	last             *streamAttempt        // the last to end before any commit
 	asks             []chan *streamAttempt // answered in serve
 	failed           bool
 	sentArr, liveArr [raceInline]*streamAttempt

@@ -16,24 +16,21 @@ func (s *retryStream) watch(a *streamAttempt) {
 	cs := a.cs
 	if md, _ := cs.Header(); md != nil {
 		a.headers, a.took = true, time.Since(a.start)
-		close(a.watched)
-		s.race.events <- a.n
-		return
+	} else {
+		// Ended without headers: no message can come; read the status.
+		err := cs.RecvMsg(nil)
+		if err == io.EOF {
+			err = nil
+		}
+		a.ended, a.endErr, a.trailer = true, err, cs.Trailer()
 	}
-	// Ended without headers: no message can come, RecvMsg reads the status.
-	err := cs.RecvMsg(nil)
-	if err == io.EOF {
-		err = nil
-	}
-	a.ended, a.endErr, a.trailer = true, err, cs.Trailer()
 	close(a.watched)
 	s.race.events <- a.n
 }
 
-// commitToLocked commits the stream to w and ends the race (endRaceLocked)
-// under mu; then, mu let go, it tells the hooks that w won (when hedges
-// were sent), lets RecvMsg and Header go on, and ends the driver once
-// every other attempt, cancelled, ended (settleOthers).
+// commitToLocked commits the stream to w and ends the race under mu
+// (endRaceLocked lets it go); then it tells the hooks, lets RecvMsg and
+// Header go on, and waits for every other attempt to end (settleOthers).
 func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
 	s.cur, s.commitNext = w, false
 	s.commitLocked()
@@ -67,9 +64,8 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 	if a.headers && s.callCtx.Err() != nil {
 		// The caller gave up before the driver heard of the headers: the
 		// attempt ends with the caller's status, as grpc-go's stream does
-		// when its reader finds the context done. Committing would give a
-		// cancelled caller a reply (grpc-go's interop case
-		// cancel_after_begin under hedging got OK from CloseAndRecv).
+		// when its reader finds the context done; a commit would give a
+		// cancelled caller OK (grpc-go's interop case cancel_after_begin).
 		a.headers = false
 		a.ended, a.endErr = true, status.FromContextError(s.callCtx.Err()).Err()
 	}

@@ -14,11 +14,8 @@ import (
 	"github.com/stagger-go/stagger/policy"
 )
 
-// The messages the logger (WithLogger) and slog.Default() get. Each is a
-// constant, and what changes from line to line (a method, a target, a
-// count, an error) is an attribute, so that a log pipeline can group,
-// count and rate-limit lines by message. TestLogMessagesAreConstant holds
-// every call that logs to that.
+// The messages the logger and slog.Default() get: constants, by
+// WithLogger's rule, which TestLogMessagesAreConstant holds every call to.
 const (
 	msgRetrying      = "stagger: retrying"
 	msgGivingUp      = "stagger: giving up"

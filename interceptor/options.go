@@ -120,18 +120,18 @@ func WithBudget(b budget.Budget) Option {
 // Build bs once with breaker.NewSet and share it, as a budget. Per-backend
 // ejection is gRPC's outlier detection (gRFC A50), not stagger's.
 //
-// The admission order of a call: the breaker and throttling before the
-// first attempt; for a retry, Decide (the caller's deadline included), the
-// breaker, the budget, then the wait. An open breaker fails a first attempt
-// at once: UNAVAILABLE, naming the breaker and its next probe, an *Error of
-// no attempts, reason breaker (errors.Is(err, breaker.ErrOpen)); throttling
-// rejects one with reason throttled, and never a retry. A refused retry
-// waits in a deferring budget (budget.Gate), within its deadline, until the
-// breaker lets it go (budget.Request.Guard: the half-open probe is the
-// first attempt or waiting retry to ask); without one it ends its call
-// (reason breaker) unless it can go as the probe. A hedge is admitted as such a retry, else hedging stops. A
-// breaker counts as failures UNAVAILABLE, RESOURCE_EXHAUSTED and a
-// DEADLINE_EXCEEDED not the caller's; the caller's own end counts for
+// The admission order of a call: the breaker and throttling before the first
+// attempt; for a retry, Decide (the caller's deadline included), the breaker,
+// the budget, then the wait. An open breaker fails a first attempt at once:
+// UNAVAILABLE, naming the breaker and its next probe, an *Error of no
+// attempts, reason breaker (errors.Is(err, breaker.ErrOpen)); throttling
+// rejects one with reason throttled, and never a retry. A refused retry waits
+// in a deferring budget (budget.Gate), within its deadline, until the breaker
+// lets it go (budget.Request.Guard: the half-open probe is the first attempt
+// or waiting retry to ask); without one it ends its call (reason breaker)
+// unless it can go as the probe. A hedge is admitted as such a retry, else
+// hedging stops. A breaker counts as failures UNAVAILABLE, RESOURCE_EXHAUSTED
+// and a DEADLINE_EXCEEDED not the caller's; the caller's own end counts for
 // nothing; any other status is an answer from a working server.
 //
 // stagger holds waitForReady calls guarded by a breaker while their
@@ -202,10 +202,10 @@ func WithLogger(l logging.Logger) Option {
 	return Option{apply: func(o *options) { o.logger = l }}
 }
 
-// WithHook calls fn on every retry, every give-up and every notice, with a
-// copy of the event. fn runs on the call's goroutine, outside every lock
-// stagger holds; it must be quick and safe for concurrent use. Several hooks
-// may be given; they run in order.
+// WithHook calls fn with a copy of every event (each EventKind but
+// EventEnd, which WithCallHook hears). fn runs on the call's goroutine,
+// outside every lock stagger holds; it must be quick and safe for
+// concurrent use. Several hooks may be given; they run in order.
 func WithHook(fn func(Event)) Option {
 	return Option{apply: func(o *options) {
 		if fn != nil {

@@ -70,11 +70,6 @@ func (l *ReplayLimit) reserve(n int64) bool {
 	}
 }
 
-// force takes n bytes whether or not they fit (replayBuffer.force).
-func (l *ReplayLimit) force(n int64) {
-	l.notePeak(l.used.Add(n))
-}
-
 func (l *ReplayLimit) notePeak(v int64) {
 	for {
 		p := l.peak.Load()
@@ -112,28 +107,17 @@ func messageSize(m any) (n int64, ok bool) {
 	return 0, false
 }
 
-func (b *replayBuffer) add(m any) bool {
-	n, ok := messageSize(m)
-	if !ok || b.bytes+n > b.max {
-		return false
-	}
-	if b.limit != nil && !b.limit.reserve(n) {
-		return false
-	}
-	b.keep(m, n)
-	return true
-}
-
 // keepBeforeCommit is the overflow rule of every stream, for m, sent
 // before the stream committed; live says whether an attempt can take m
 // now. kept: m fits. Else the stream commits: to the live attempt when
 // there is one (commitNow), else to the next attempt to go live, whose
 // replay gets m kept past the bound (commitNext).
 func (b *replayBuffer) keepBeforeCommit(m any, live bool) (kept, commitNow bool) {
-	switch {
-	case b.add(m):
+	if n, ok := messageSize(m); ok && b.bytes+n <= b.max && (b.limit == nil || b.limit.reserve(n)) {
+		b.keep(m, n)
 		return true, false
-	case live:
+	}
+	if live {
 		return false, true
 	}
 	b.force(m)
@@ -144,7 +128,7 @@ func (b *replayBuffer) keepBeforeCommit(m any, live bool) (kept, commitNow bool)
 func (b *replayBuffer) force(m any) {
 	n, _ := messageSize(m)
 	if b.limit != nil {
-		b.limit.force(n)
+		b.limit.notePeak(b.limit.used.Add(n))
 	}
 	b.keep(m, n)
 }

@@ -89,8 +89,16 @@ func (r Report) String() string {
 	if r.Target != "" {
 		fmt.Fprintf(&b, ", backend %s", r.Target)
 	}
-	if r.Budget.Kind != "" {
-		b.WriteString(" (" + budgetPhrase(r.Budget) + ")")
+	if s := r.Budget; s.Kind != "" {
+		b.WriteString(" (")
+		if s.Health != "" {
+			fmt.Fprintf(&b, "its Gate sees it %s, ", cmp.Or(healthWords[s.Health], s.Health))
+		}
+		fmt.Fprintf(&b, "budget %.1f of %.0f", s.Level, s.Capacity)
+		if s.Waiting > 0 {
+			fmt.Fprintf(&b, ", %d calls waiting", s.Waiting)
+		}
+		b.WriteString(")")
 	}
 	if r.Breaker.Key != "" {
 		fmt.Fprintf(&b, " (breaker %s, %d of %d first attempts failed in its window", r.Breaker.State, r.Breaker.Failures, r.Breaker.Requests)
@@ -133,18 +141,6 @@ func (r Report) String() string {
 
 // healthWords says the Gate's health in a Report; failing and recovering say themselves.
 var healthWords = map[string]string{"quiet": "healthy", "outage": "down"}
-
-func budgetPhrase(s budget.State) string {
-	var b strings.Builder
-	if s.Health != "" {
-		fmt.Fprintf(&b, "its Gate sees it %s, ", cmp.Or(healthWords[s.Health], s.Health))
-	}
-	fmt.Fprintf(&b, "budget %.1f of %.0f", s.Level, s.Capacity)
-	if s.Waiting > 0 {
-		fmt.Fprintf(&b, ", %d calls waiting", s.Waiting)
-	}
-	return b.String()
-}
 
 // WithReport fills r in when the call ends; meant per call. r must stay
 // untouched until the call returns (a stream: until it ends); the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 
 	"github.com/stagger-go/stagger/policy"
@@ -17,9 +18,8 @@ import (
 // request the call was made with (the original, never a resumed one), last
 // the last message the application received, and next the request whose
 // stream starts right after last (for a paginated list, req with its page
-// token or start key set from last). It returns ErrCannotResume (or an
-// error wrapping it) when the stream cannot continue: the call then ends
-// with the stream's own error, as without a resume function.
+// token or start key set from last), or an error (WithResume says what each
+// does).
 //
 // It runs on the goroutine of the application's RecvMsg, once per resume.
 // It must not modify req or last, and it must return a new message rather
@@ -28,9 +28,9 @@ import (
 // use.
 type ResumeFunc func(req, last proto.Message) (next proto.Message, err error)
 
-// ErrCannotResume is what a ResumeFunc returns to say the stream cannot
-// continue from the last message (a message without a key to continue
-// after, a token that expired): the call ends with the stream's error.
+// ErrCannotResume (or an error wrapping it) is what a ResumeFunc returns
+// when the stream cannot continue from the last message (a message without
+// a key to continue after, a token that expired).
 var ErrCannotResume = errors.New("interceptor: stream cannot resume")
 
 // ResumeHeader is the request header a resumed attempt carries: the number
@@ -40,12 +40,17 @@ var ErrCannotResume = errors.New("interceptor: stream cannot resume")
 const ResumeHeader = "stagger-resume"
 
 // WithResume makes the server-streaming method (its full name,
-// "/pkg.Service/Method") resumable with fn: a stream of that method that
-// fails after it committed is reopened with the request fn builds, when its
-// retry policy would retry the failure, so that the application reads one
-// stream with every message once, in order. A nil fn removes the method's
-// resume function. It does nothing for a method that is not server-streaming
-// (unary, client-streaming, bidi) or has no retry policy.
+// "/pkg.Service/Method") resumable with fn: a stream of that method that fails
+// after it committed is decided as one that had not, by every usual rule (the
+// budget is charged per resume as for a retry), and when it would be retried
+// it is reopened, after the pause, with the request fn builds (a new one only
+// when messages arrived since the last), so that the application reads one
+// stream with every message once, in order. Hooks hear EventResume (not
+// EventRetry) before fn runs; resumed attempts carry the ResumeHeader request
+// header. A nil fn removes the method's resume function. It does nothing for a
+// method that has no retry policy or is not server-streaming (unary,
+// client-streaming, bidi: which messages to send again is the application's
+// protocol, which one request cannot express).
 //
 // A method whose request can say where to start (a page token, a start
 // key) can so continue where gRFC A6 would fail the call, as Google's
@@ -58,14 +63,6 @@ const ResumeHeader = "stagger-resume"
 //		return next, nil
 //	})
 //	opts := stagger.DialOptions(cfg, interceptor.WithResume(pb.TestService_ListItems_FullMethodName, resume))
-//
-// A committed stream of that method that fails is decided as one that had
-// not committed, by every usual rule (the budget is charged per resume as
-// for a retry); when it would be retried, the resume function builds the
-// next request (only when messages arrived since the last one was built),
-// opened after the pause. Hooks hear EventResume (not EventRetry) before
-// the function runs; resumed attempts carry the ResumeHeader request
-// header.
 //
 // Counting. An attempt that delivers a message restarts the count: it
 // becomes attempt 1 and the backoff sequence starts over, so maxAttempts
@@ -81,23 +78,19 @@ const ResumeHeader = "stagger-resume"
 // methods where that holds. The per-attempt timeout still follows the
 // method's idempotency.
 //
-// When the function returns ErrCannotResume the call ends with the
-// stream's own error (reason committed); when it returns another error, no
-// request, or panics, with a *ResumeError (INTERNAL); either way at once.
-// A code the policy does not retry ends the stream without calling it.
+// When fn returns ErrCannotResume the call ends, at once, with the stream's
+// own error (reason committed), as without fn; when it returns another
+// error or no request, or panics, with a *ResumeError. A code the policy
+// does not retry ends the stream without calling fn.
 //
 // A resumable stream keeps a reference to its request and to the last
 // message received, and allocates nothing per message (the application
 // must not modify a message after RecvMsg returned it). Context commits a
-// resumable stream for good, as it commits any stream. Client-streaming
-// and bidi methods are not resumed: which messages to send again is the
-// application's protocol, which one request cannot express.
+// resumable stream for good, as it commits any stream.
 func WithResume(method string, fn ResumeFunc) Option {
 	return Option{apply: func(o *options) {
 		m := make(map[string]ResumeFunc, len(o.resume)+1)
-		for k, v := range o.resume {
-			m[k] = v
-		}
+		maps.Copy(m, o.resume)
 		if fn == nil {
 			delete(m, method)
 		} else {
@@ -132,10 +125,9 @@ func TypedResume[Req, Resp proto.Message](fn func(req Req, last Resp) (next Req,
 }
 
 // ResumeError is the error a resumable stream ends with when its resume
-// function failed (returned an error other than ErrCannotResume, returned no
-// request, or panicked): INTERNAL, naming the method and the function's
-// error, with the stream's own failure in the message too. Unwrap reaches
-// both.
+// function failed (WithResume): INTERNAL, naming the method and the
+// function's error, with the stream's own failure in the message too.
+// Unwrap reaches both.
 //
 // A ResumeError is immutable and safe for concurrent use.
 type ResumeError struct {
@@ -159,8 +151,7 @@ func (e *ResumeError) GRPCStatus() *status.Status {
 func (e *ResumeError) Unwrap() []error { return []error{e.Err, e.StreamErr} }
 
 // resumeState is what a resumable stream sent and received, for its
-// resume function. Its fields are written under the stream's endMu, but
-// req, orig and off, under the stream's mu.
+// resume function: under the stream's endMu, but req, orig and off, mu.
 type resumeState struct {
 	fn ResumeFunc
 	// orig is the request the application sent; req the one the running
@@ -207,10 +198,9 @@ func (r *resumeState) received(m any, c *call) {
 	c.retry, c.prev = 0, 0
 }
 
-// resuming decides, when an attempt that had committed ended with err (nil:
-// success), whether the stream is to resume rather than end: it failed, its
-// request was sent and closed, and Context was not called. The decision
-// then takes the attempt as not committed and reports EventResume.
+// resuming decides, as a committed attempt ended with err (nil: success),
+// whether the stream resumes rather than ends: it failed, its request was
+// sent and closed, and Context was not called.
 func (s *retryStream) resuming(err error) bool {
 	r := s.res
 	if r == nil {
@@ -227,17 +217,10 @@ func (s *retryStream) resuming(err error) bool {
 	return r.pending
 }
 
-func (s *retryStream) attemptBase() context.Context {
-	if s.res != nil && s.res.ctx != nil {
-		return s.res.ctx
-	}
-	return s.callCtx
-}
-
 // prepareResume, once the loop decided to resume (c.resume stays set
 // through the pause, for a Gate's wait to report EventResume too), makes
-// the request that continues the stream the only message to replay. It
-// returns the call's final error when the stream cannot resume.
+// the request that continues the stream the only message to replay, or
+// returns the call's final error.
 func (s *retryStream) prepareResume(streamErr error) error {
 	r := s.res
 	if r == nil || !r.pending {
@@ -290,8 +273,8 @@ func (r *resumeState) build(orig, last any) (next proto.Message, err error) {
 	return next, err
 }
 
-// resumeFailed ends a stream whose resume function said no or failed: the
-// call gives up as after a pause (call.giveUp), for ReasonCommitted.
+// resumeFailed ends a stream whose resume function said no or failed, as
+// a give-up after a pause (call.giveUp).
 func (s *retryStream) resumeFailed(streamErr, err error) error {
 	final := streamErr
 	if !errors.Is(err, ErrCannotResume) {

@@ -12,8 +12,7 @@ import (
 // State holds the live state that the interceptors build from a policy
 // file's settings, on first use: the budgets (one budget.Backends per
 // budget settings: each target its tokens and Gates) and the circuit
-// breakers (one breaker.Set per breaker settings). A policy.Config is data;
-// its budgets and breakers live here.
+// breakers (one breaker.Set per breaker settings).
 //
 // Interceptors built with the same State (WithState) share it, per target;
 // stagger.DialOptions makes one for the two interceptors it returns, so

@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"sync"
@@ -15,10 +16,8 @@ import (
 )
 
 // StreamClientInterceptor returns the retrying stream client interceptor, for
-// server-streaming, client-streaming and bidi methods. It takes the options,
-// per-call options, hooks, budget and policy of UnaryClientInterceptor and
-// decides by its rules: attempt count, pauses, pushback, deadline awareness,
-// cancellation and budget.
+// server-streaming, client-streaming and bidi methods. It takes
+// UnaryClientInterceptor's options and decides by its rules.
 //
 // Replay. Until the stream commits, every message the application sends (and
 // its CloseSend) is kept, by reference, in a replay buffer bounded in bytes
@@ -45,27 +44,25 @@ import (
 // attempt that has died returns nil (RecvMsg tells the outcome), and a
 // failure to create the stream is retried inside the interceptor.
 //
-// The per-attempt timeout (perAttemptRecvTimeout, idempotent methods only:
-// an idempotency key does not count for a stream) stops, as grpc C-core's
-// does for streams, at the first response header or message. When it fires
-// it cuts the attempt off and retries it if a retry can go, by the rules of
-// UnaryClientInterceptor; otherwise the attempt runs on and the stream is its.
+// The per-attempt timeout (perAttemptRecvTimeout) follows
+// UnaryClientInterceptor's rules, except that it stops, as grpc C-core's
+// does for streams, at the first response header or message, and that an
+// idempotency key does not let it apply to a stream.
 //
-// What the caller sees is one attempt's (the package doc, "What the caller
-// sees"): Header returns the headers of the attempt the stream commits to, or
-// nil, nil when the call ends without any; Trailer, after RecvMsg returned an
-// error, is the final attempt's. Context commits the stream, as grpc-go's
-// does, so no later retry cancels the context the application holds.
+// What the caller sees is one attempt's (the package doc): Header returns the
+// headers of the attempt the stream commits to, or nil, nil when the call ends
+// without any; Trailer, after RecvMsg returned an error, is the final
+// attempt's. Context commits the stream, as grpc-go's does, so no later retry
+// cancels the context the application holds.
 //
 // Hedging. Streams are hedged until they commit (gRFC A6): hedges start every
-// hedgingDelay, up to maxAttempts, and race until one commits: the first
-// whose response headers arrive (or that ends OK without any), or, when the
+// hedgingDelay, up to maxAttempts, and race until one commits: the first whose
+// response headers arrive (or that ends OK without any), or, when the
 // application calls Context or a message overflows the replay buffer, the
 // oldest attempt open. The others are cancelled and the stream is the
-// winner's, its failure final. Before the commit the rules are the unary
-// call's, and a stream whose attempts all failed ends with the last status.
-// Every message sent before the commit (and CloseSend) goes to every attempt
-// open and is replayed to each later hedge, so a message waits for the
+// winner's, its failure final; before the commit the rules are the unary
+// call's. Every message sent before the commit (and CloseSend) goes to every
+// attempt open and is replayed to each later hedge, so a message waits for the
 // slowest open attempt's flow control. SendMsg returns before any attempt
 // answers; RecvMsg and Header wait for the commit. A hedged stream runs one
 // goroutine of its own until it commits (hooks hear its hedge events there)
@@ -109,14 +106,13 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		}
 	}
 	hedged := s.c.hedged != nil && k.hedges(ctx, &s.c, true)
-	// Each attempt's options: the file's, then the caller's, which win, as
-	// in grpc-go; the caller's holders and OnFinish are finishStream's, as
-	// grpc would fill them after the stream announced its end.
+	// Each attempt's options: grpc-go's retry buffer off, the file's, then
+	// the caller's, which win, as in grpc-go; the caller's holders and
+	// OnFinish are finishStream's, as grpc would fill them after the stream
+	// announced its end.
 	if s.c.retrying || hedged {
 		s.buf.init(s.c.o.replaySize, s.c.o.replayLimit)
-		// First, so that a caller's own setting wins.
-		s.opts = make([]grpc.CallOption, 0, 1+len(s.c.fileOpts)+len(grpcOpts))
-		s.opts = append(s.opts, grpc.MaxRetryRPCBufferSize(0))
+		s.opts = append(make([]grpc.CallOption, 0, 1+len(s.c.fileOpts)+len(grpcOpts)), grpc.MaxRetryRPCBufferSize(0))
 	} else {
 		s.committed = true // one attempt: nothing to keep
 	}
@@ -151,8 +147,8 @@ type streamAttempt struct {
 	timer   *streamTimer
 	settled bool // under endMu
 
-	// A hedged stream's attempts: n is the attempt's number, start when it
-	// was sent. watched closes when watch is done with the receiving side:
+	// A hedged stream's: n is the attempt's number, start when it was
+	// sent. watched closes when watch is done with the receiving side:
 	// headers arrived (took after start), or it ended without any, with
 	// endErr (nil: OK) and trailer. reported: the driver has its event.
 	n              int
@@ -171,10 +167,7 @@ func (a *streamAttempt) recv(m any) error {
 	if a.watched != nil {
 		<-a.watched
 		if a.ended {
-			if a.endErr == nil {
-				return io.EOF
-			}
-			return a.endErr
+			return cmp.Or(a.endErr, io.EOF)
 		}
 	}
 	return a.cs.RecvMsg(m)
@@ -182,10 +175,8 @@ func (a *streamAttempt) recv(m any) error {
 
 // endAttempt is every end of attempt a, whose last operation returned err
 // (nil: success), under endMu or before the stream is returned: a is
-// settled, so a later report of its end is no news; its timer stops and
-// hands the call its verdict (stopTimer) before anything judges the
-// attempt, and its context ends. It returns the error the loop decides on
-// and whether the timer cut the attempt off (attemptOutcome).
+// settled; its timer hands the call its verdict (stopTimer) before anything
+// judges a; its context ends. It returns attemptOutcome's.
 func (s *retryStream) endAttempt(a *streamAttempt, err error) (cutOff, timedOut bool, outcome error) {
 	a.settled = true
 	cutOff = s.c.stopTimer(a.timer)
@@ -229,8 +220,7 @@ type retryStream struct {
 	// the ended one until the replay is done.
 	cur       *streamAttempt
 	committed bool
-	// switching: a retry is between deciding and the end of its replay.
-	switching bool
+	switching bool // a retry is between deciding and the end of its replay
 	// commitNext: the stream is to commit with no attempt live, for a
 	// message that overflowed the buffer (keepBeforeCommit) or for Context:
 	// the next attempt to go live wins, and a failure meanwhile is final.
@@ -243,11 +233,14 @@ type retryStream struct {
 	race    *hedgeRace
 }
 
-// open starts a, the next attempt (dial). When it fails (grpc refused a
-// message it took before), a has ended, and open returns why and whether
-// the per-attempt timer was the cause.
+// open starts a, the next attempt (dial). When it fails, a has ended, and
+// open returns why and whether the per-attempt timer was the cause.
 func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
-	a.ctx, a.cancel, a.timer = s.c.nextAttempt(s.attemptBase())
+	base := s.callCtx
+	if s.res != nil && s.res.ctx != nil {
+		base = s.res.ctx // with ResumeHeader
+	}
+	a.ctx, a.cancel, a.timer = s.c.nextAttempt(base)
 	if err = s.dial(a, nil, func() { s.useLocked(a) }); err == nil {
 		return false, nil
 	}
@@ -258,10 +251,9 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	return timedOut, err
 }
 
-// dial opens a's grpc stream, whose headers a's timer watches (a retried
-// attempt's; a hedged one has none), then replays on it what was kept
-// (replayOn, with lost and live). An attempt the streamer failed to open
-// has an unopened stream.
+// dial opens a's grpc stream, whose headers a's timer (if any) watches,
+// then replays on it what was kept (replayOn, with lost and live). An
+// attempt the streamer failed to open has an unopened stream.
 func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) error {
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
@@ -339,8 +331,8 @@ func (s *retryStream) shownLocked() grpc.ClientStream {
 // watchAbandon settles the stream when its caller's context ends and
 // nobody reads it to its end (grpc-go lets a caller end a stream so): the
 // attempt out would otherwise never reach the budget, the breaker or the
-// Gate, whose probe it may hold. stopAbandon is set under mu: a context
-// already done may finish the stream before AfterFunc returns.
+// Gate, whose probe it may hold. stopAbandon is set under mu: a done
+// context may finish the stream before AfterFunc returns.
 func (s *retryStream) watchAbandon() {
 	stop := context.AfterFunc(s.callCtx, func() {
 		if s.race != nil {
@@ -376,11 +368,9 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 		}
 		return s.cur, nil
 	}
-	a.settled = true
 	if err == io.EOF {
 		err = nil
 	}
-	// Once the timer fired, the attempt was cut off, whatever came after.
 	cutOff, timedOut, outcome := s.endAttempt(a, err)
 	if s.race != nil {
 		return nil, s.raceWon(a, outcome, abandoned)
@@ -418,28 +408,21 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	return next, nil
 }
 
-// abandon ends the stream on the abandon watch's event: the caller's
-// context ended with the current attempt not read to its end, which ended
-// with err. The attempt is judged once (afterAttempt, which never retries
-// a call whose context is done), so the budget, the breaker and the hooks
-// hear of it; its headers and trailer are not read, as the reader may be
-// in RecvMsg on it. endMu is held.
+// abandon ends the stream on the abandon watch's event, the attempt ended
+// with err: afterAttempt (which never retries a call whose context is
+// done) tells the budget, the breaker and the hooks; its headers and
+// trailer are not read, as the reader may be in RecvMsg on it. Under endMu.
 func (s *retryStream) abandon(err error, committed, timedOut bool) (next *streamAttempt, final error) {
 	s.c.afterAttempt(s.callCtx, err, nil, committed, timedOut)
 	return nil, s.finishStream(s.c.finish(err), true)
 }
 
-// sendKept is SendMsg (closing: CloseSend on a hedged stream) before the
-// stream commits, once m is kept: it sends m to every attempt open (a
-// hedged stream's live ones; a retried stream's current one, none while it
-// is between attempts: the replay takes m) and returns nil but for two
-// errors. grpc refused the message (an error other than io.EOF from the
-// oldest attempt open while its context is alive): it is the caller's, and
-// m is not kept. The stream committed meanwhile to an attempt whose send
-// failed: the caller gets that attempt's error, as after the commit. Any
-// other error is an attempt's end (io.EOF, or what a transport says once
-// the attempt's context ended), which RecvMsg tells, and m stays kept for
-// the next attempt. mu is held, and let go here.
+// sendKept is SendMsg (closing: a hedged stream's CloseSend) before the
+// stream commits, m kept: it sends m to every attempt open (none between attempts: the
+// replay takes m). An error is the caller's when grpc refused m (the
+// oldest attempt's, not io.EOF, its context alive: m is not kept), or when
+// the stream committed meanwhile to the attempt that failed; any other is
+// an attempt's end, which RecvMsg tells. mu is held, and let go here.
 func (s *retryStream) sendKept(m any, closing bool) error {
 	kept := len(s.buf.msgs)
 	to := s.targets[:0]
@@ -474,10 +457,10 @@ func (s *retryStream) sendKept(m any, closing bool) error {
 	return nil
 }
 
-// sendOnEnded is what SendMsg returns on a stream that has ended: io.EOF
-// (RecvMsg has the status), but nil, as grpc-go does, for a method whose
-// client sends one message: its generated code would return that io.EOF in
-// place of the stream's status.
+// sendOnEnded is what SendMsg returns on an ended stream: io.EOF (RecvMsg
+// has the status), but nil, as grpc-go does, for a method whose client
+// sends one message: its generated code would return that io.EOF in place
+// of the stream's status.
 func sendOnEnded(desc *grpc.StreamDesc) error {
 	if !desc.ClientStreams {
 		return nil

@@ -37,7 +37,14 @@ func (s *retryStream) SendMsg(m any) error {
 			s.mu.Unlock()
 			return nil
 		}
-		if a = s.commitNowLocked(); a != nil {
+		// m does not fit: the stream commits to the attempt open now (a
+		// hedged stream's driver does: ask; its attempt may end meanwhile).
+		if r == nil {
+			s.commitLocked()
+		} else {
+			a = s.ask()
+		}
+		if a != nil {
 			s.mu.Unlock()
 			return a.cs.SendMsg(m)
 		}
@@ -58,17 +65,6 @@ func (s *retryStream) openLocked() bool {
 		return s.oldestOpenLocked() != nil
 	}
 	return !s.switching
-}
-
-// commitNowLocked commits the stream to the attempt open now, for a
-// message that does not fit in the replay buffer, and returns it (nil: a
-// hedged stream's attempt ended meanwhile). mu is held again on return.
-func (s *retryStream) commitNowLocked() *streamAttempt {
-	if s.race != nil {
-		return s.ask()
-	}
-	s.commitLocked()
-	return s.cur
 }
 
 // lockSend takes mu for SendMsg or CloseSend and returns the stream's
@@ -118,13 +114,11 @@ func (s *retryStream) RecvMsg(m any) error {
 		<-s.race.ready
 	}
 	s.mu.Lock()
-	if s.done {
-		err := s.final
-		s.mu.Unlock()
-		return err
-	}
-	a, committed := s.cur, s.committed
+	a, committed, done, final := s.cur, s.committed, s.done, s.final
 	s.mu.Unlock()
+	if done {
+		return final
+	}
 	for {
 		err := a.recv(m)
 		if err == nil && !a.timer.stopAnswered(time.Now()) {

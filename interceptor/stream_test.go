@@ -439,7 +439,7 @@ func TestReplayBuffer(t *testing.T) {
 			b.init(tt.size, l)
 			kept := 0
 			for i := 0; i < tt.adds; i++ {
-				if b.add(m) {
+				if k, _ := b.keepBeforeCommit(m, true); k {
 					kept++
 				}
 			}

@@ -7,17 +7,15 @@ import (
 )
 
 // streamTimer drives a retried stream's per-attempt timer (attemptTimer).
-// A retried stream has no goroutine of its own to send the timer's events
-// to, and its reader may be parked in the application when the timer is
-// due, so the time.AfterFunc's goroutine takes each decision itself
-// (attemptTimer.take), under mu, on f, the call's retryFacts. The call
-// writes them only while no timer of its runs: before it starts one
-// (numberAttempt), and after it stopped it (stop, under mu: afterAttempt,
-// resumeState.received), so every read under mu is ordered before the
-// write. The reader takes the decisions due by the time it saw the attempt
-// answer or end (catchUp) before it stops the timer, so whether the
-// attempt was cut off follows from when it ended, not from which goroutine
-// ran first.
+// The stream has no goroutine of its own, and its reader may be parked in
+// the application when the timer is due, so the time.AfterFunc's goroutine
+// takes each decision (attemptTimer.take) under mu, on f, the call's
+// retryFacts, which the call writes only while no timer of its runs
+// (before numberAttempt starts one; after stop, under mu), so every read
+// is ordered before the write. The reader takes the decisions due by the
+// time it saw the attempt answer or end (catchUp) before it stops the
+// timer: whether the attempt was cut off follows from when it ended, not
+// from which goroutine ran first.
 type streamTimer struct {
 	mu sync.Mutex
 	attemptTimer
@@ -111,9 +109,9 @@ func (st *streamTimer) stop() bool {
 	return st.state != timerFired
 }
 
-// served tells the pace (pace.Evidence.Answer) that the server served the attempt
-// in took, at its first response header, unless it was cut off or ended
-// from above.
+// served tells the pace (pace.Evidence.Answer) that the server served the
+// attempt in took, at its first response header, unless it was cut off or
+// ended from above.
 func (st *streamTimer) served(took time.Duration) {
 	if st == nil || st.f.pace == nil || st.ctx.Err() != nil {
 		return

@@ -29,8 +29,8 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // stream's attempts race, its driver alone commits and launches, so no
 // hedge can go after the commit (issue 71). commitLocked is called by the
 // application's calls on a stream whose attempts run one at a time (the
-// first answer commits it: RecvMsg, Header, Context, SendMsg's overflow
-// through commitNowLocked; useLocked when a replay ends after a commit was
+// first answer commits it: RecvMsg, Header, Context, SendMsg's overflow;
+// useLocked when a replay ends after a commit was
 // asked), and by the race's commit (commitToLocked), which the application
 // asks for through ask alone; commitToLocked by the driver's steps only
 // (serve, ended), launchLocked by takeHedge and, for the first attempt before
@@ -43,8 +43,8 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "drive", "takeEvents", "ask",
 		"afterAttempt", "judge", "recordHedge", "finishOnce", "fill", "finishStream", "stopTimer")
 	want := map[string][]string{
-		"commitLocked":   {"Context", "Header", "RecvMsg", "commitNowLocked", "commitToLocked", "useLocked"},
-		"ask":            {"commitNowLocked", "raceContext"},
+		"commitLocked":   {"Context", "Header", "RecvMsg", "SendMsg", "commitToLocked", "useLocked"},
+		"ask":            {"SendMsg", "raceContext"},
 		"commitToLocked": {"ended", "serve"},
 		"launchLocked":   {"hedgeStream", "takeHedge"},
 		"serve":          {"drive"},
