@@ -418,11 +418,12 @@ func (s *retryStream) abandon(err error, committed, timedOut bool) (next *stream
 }
 
 // sendKept is SendMsg (closing: a hedged stream's CloseSend) before the
-// stream commits, m kept: it sends m to every attempt open (none between attempts: the
-// replay takes m). An error is the caller's when grpc refused m (the
-// oldest attempt's, not io.EOF, its context alive: m is not kept), or when
-// the stream committed meanwhile to the attempt that failed; any other is
-// an attempt's end, which RecvMsg tells. mu is held, and let go here.
+// stream commits, m kept: it sends m to every attempt open (none between
+// attempts: the replay takes m). An error is the caller's when grpc
+// refused m (the oldest attempt's, not io.EOF, its context alive: m is not
+// kept), or when the stream committed meanwhile to the attempt that
+// failed; any other is an attempt's end, which RecvMsg tells. mu is held,
+// and let go here.
 func (s *retryStream) sendKept(m any, closing bool) error {
 	kept := len(s.buf.msgs)
 	to := s.targets[:0]
