@@ -347,6 +347,10 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 		w := req
 		ans.wait = &w
 	default:
+		if probe {
+			// The budget refused what the breaker let go.
+			f.returnProbe()
+		}
 		ans.verdict.Retry, ans.verdict.Reason = false, why
 	}
 }

@@ -57,6 +57,36 @@ func TestRetryProbeCallerLeavesGivesBack(t *testing.T) {
 	}
 }
 
+// refusingBudget refuses every retry, and is no Deferrer.
+type refusingBudget struct{}
+
+func (refusingBudget) Allow(budget.Request) bool { return false }
+func (refusingBudget) Record(budget.Attempt)     {}
+func (refusingBudget) State() budget.State       { return budget.State{Kind: "refusing"} }
+
+// TestRetryProbeBudgetRefusedGivesBack: as above, but the budget (no
+// Deferrer) refuses the retry the half-open breaker let go as its probe:
+// the call ends (reason budget), and the breaker's yes goes back at once,
+// so the next call's first attempt goes as the probe. Before, the slot
+// stayed taken for a whole break with nothing in flight.
+func TestRetryProbeBudgetRefusedGivesBack(t *testing.T) {
+	for _, kind := range []string{"unary", "stream"} {
+		t.Run(kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				call, served, br := halfOpenProbeCall(t, kind, WithBudget(refusingBudget{}))
+				var rep Report
+				if err := call(context.Background(), &rep); status.Code(err) != codes.Canceled || rep.Reason != policy.ReasonBudget {
+					t.Fatalf("the refused call: %v (reason %v), want the proxy's CANCELED, reason budget", err, rep.Reason)
+				}
+				if rep.Attempts != 1 || served.Load() != 1 {
+					t.Fatalf("%d attempts sent, %d served; want attempt 1 alone", rep.Attempts, served.Load())
+				}
+				nextCallGoes(t, call, br)
+			})
+		})
+	}
+}
+
 // halfOpenProbeCall serves a method over bufconn whose first request ends
 // CANCELED (a proxy's; the breaker hears Other) and the others OK, behind
 // a breaker whose break is over: the next attempt to ask goes as its
