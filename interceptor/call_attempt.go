@@ -65,10 +65,12 @@ type call struct {
 	// committed stream; slow: the attempt just ended ran a
 	// pace.SlowPart-th of perAttempt or longer; afterTimeout: the running
 	// attempt follows one the timer cut off; pushback: the pending pause is
-	// one; static: the call carried grpc.StaticMethodCallOption.
-	off, resume, slow, afterTimeout, pushback, static bool
-	timerReason, reason                               policy.Reason
-	admission                                         budget.Admission
+	// one; static: the call carried grpc.StaticMethodCallOption; probe:
+	// the next retry, admitted and not yet sent, holds the breaker's yes
+	// (giveBack).
+	off, resume, slow, afterTimeout, pushback, static, probe bool
+	timerReason, reason                                      policy.Reason
+	admission                                                budget.Admission
 }
 
 // retryFacts is what a decision on the call's next attempt reads of it
@@ -345,6 +347,8 @@ func (c *call) numberAttempt(parent context.Context) context.Context {
 	if c.attempt == 1 {
 		return parent
 	}
+	// Sent: its outcome reaches the breaker (giveBack has none to return).
+	c.probe = false
 	ctx := metadata.AppendToOutgoingContext(parent, previousAttemptsKey, strconv.Itoa(c.attempt-1))
 	ctx = context.WithValue(ctx, attemptKey{}, c.attempt)
 	// The clock is read on a retry's path already (the pause).

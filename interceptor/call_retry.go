@@ -60,6 +60,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		q.unsent = c.unsent(err, committed, timedOut)
 	}
 	ans := c.shouldRetry(callCtx, &q)
+	c.probe = ans.probe
 	v := ans.verdict
 	switch {
 	case err == nil:
@@ -170,9 +171,12 @@ type answer struct {
 	// have retried: the call ends with the caller's status.
 	callerEnd bool
 	// admission: how the budget let the retry go (askAdmit); wait: the
-	// refused retry to wait for in the Deferrer (askEnded).
+	// refused retry to wait for in the Deferrer (askEnded); probe: the
+	// retry or hedge admitted holds the breaker's yes (its half-open
+	// probe), which its outcome or giveBack returns.
 	admission budget.Admission
 	wait      *budget.Request
+	probe     bool
 }
 
 // shouldRetry is the call's one decision (grpc-go's shouldRetry): here
@@ -318,9 +322,11 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 	_, wait := f.budget.(budget.Deferrer)
 	wait = wait && q.kind == askEnded
 	ok := f.br == nil || f.br.Closed()
+	probe := false
 	if !ok && !wait && q.kind != askAdmit {
 		// Not closed: the attempt goes only as the half-open probe.
 		ok, _ = f.br.AllowRetry(f.crit, f.o)
+		probe = ok
 	}
 	why := policy.ReasonBreaker
 	if ok && f.budget != nil {
@@ -333,6 +339,7 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 	}
 	switch {
 	case ok:
+		ans.probe = probe
 	case wait:
 		if f.pace != nil {
 			req.Took = f.pace.Latency(time.Now(), f.crit.Index())
@@ -340,7 +347,37 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 		w := req
 		ans.wait = &w
 	default:
+		if probe && q.kind == askEnded {
+			// The budget refused what the breaker let go, and the call
+			// ends. A refused hedge keeps it: goOnRefused may send it
+			// after a wait in the Deferrer, which asks it no Guard.
+			f.returnProbe()
+		}
 		ans.verdict.Retry, ans.verdict.Reason = false, why
+	}
+}
+
+// returnProbe gives the breaker back the yes its AllowRetry gave a retry
+// or a hedge that is not sent, through its Guard as a Gate gives back a
+// waiter's (budget.GuardReturner): the half-open probe is free at once,
+// not after a break.
+func (f *retryFacts) returnProbe() {
+	if r, ok := f.br.Guard(f.crit, f.o).(budget.GuardReturner); ok {
+		r.ReturnRetry()
+	}
+}
+
+// giveBack gives back what the call's next retry was admitted with when
+// it was never sent (the caller left in the pause, or the call ended
+// otherwise first): the budget's admission (settle) and the breaker's
+// probe. The loop's end and the stream's end call it; a retry that is sent
+// (numberAttempt) carries both to its outcome.
+func (c *call) giveBack() {
+	c.settle(c.admission)
+	c.admission = budget.AdmitNone
+	if c.probe {
+		c.probe = false
+		c.returnProbe()
 	}
 }
 

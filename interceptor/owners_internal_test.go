@@ -139,6 +139,20 @@ func TestOneOwnerSites(t *testing.T) {
 	if got := callersWhere(t, func(string) bool { return true }, "Record"); !slices.Equal(got, wantRecorders) {
 		t.Errorf("functions that tell a breaker or a budget an outcome (Record):\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantRecorders, "\n"))
 	}
+	// A breaker's yes to a retry that is not sent goes back in one place
+	// (returnProbe, through the breaker's Guard as a Gate's does), asked
+	// by the admission the budget refused and by the one give-back of a
+	// retry never sent (giveBack), which the unary loop's end and the
+	// stream's end run.
+	if got, want := callersWhere(t, func(string) bool { return true }, "ReturnRetry"), []string{"call_retry.go: retryFacts.returnProbe"}; !slices.Equal(got, want) {
+		t.Errorf("a breaker's yes is given back (ReturnRetry) in %v, want %v alone", got, want)
+	}
+	if got, want := callersWhere(t, func(string) bool { return true }, "returnProbe"), []string{"call_retry.go: call.giveBack", "call_retry.go: retryFacts.admit"}; !slices.Equal(got, want) {
+		t.Errorf("returnProbe is called by %v, want %v alone", got, want)
+	}
+	if got, want := callersWhere(t, func(string) bool { return true }, "giveBack"), []string{"stream_end.go: retryStream.finishStream", "unary_loop.go: unaryLoop.end"}; !slices.Equal(got, want) {
+		t.Errorf("a retry never sent is given back (giveBack) in %v, want the ends %v alone", got, want)
+	}
 	if got, want := callersWhere(t, func(string) bool { return true }, "record"), []string{"call_retry.go: retryFacts.recordEnd", "call_retry.go: retryFacts.shouldRetry"}; !slices.Equal(got, want) {
 		t.Errorf("retryFacts.record is called by %v, want the decision's %v alone", got, want)
 	}

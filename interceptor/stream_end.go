@@ -45,6 +45,9 @@ func (s *retryStream) finishStream(final error, abandoned bool) error {
 			stop()
 		}
 		s.cancel()
+		// A retry admitted and not sent (the caller left in the pause)
+		// gives back its admission and its breaker probe.
+		s.c.giveBack()
 		s.fill(shown, !abandoned)
 		s.finishOnce(final)
 		s.c.end(s.cc, final)

@@ -377,15 +377,14 @@ func (l *unaryLoop) stopDue() {
 	}
 }
 
-// end is the loop's one end: a retry admitted and not sent gives its
-// admission back; every attempt in flight ends (drain); the caller gets
+// end is the loop's one end: a retry admitted and not sent gives back
+// its admission and its breaker probe (giveBack); every attempt in flight
+// ends (drain); the caller gets
 // out's reply and holders (adopt), and OnFinish runs with err. An inline
 // loop's grpc wrote the caller's own (runUnary gives them).
 func (l *unaryLoop) end(out *attemptOutputs, err error) (error, bool) {
 	l.stopDue()
-	c := l.c()
-	c.settle(c.admission) // none when every retry admitted went
-	c.admission = budget.AdmitNone
+	l.c().giveBack() // nothing when every retry admitted went
 	if l.hc != nil {
 		l.drain()
 		l.adopt(out, err == nil)
