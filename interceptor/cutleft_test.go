@@ -53,34 +53,17 @@ func (b *countingAdmitter) Record(a budget.Attempt) {
 // give back.
 func TestCutRetryCallerLeavesSettles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cc := bufconnServe(t, func(_ any, ss grpc.ServerStream) error {
-			<-ss.Context().Done() // slower than every timer
-			return ss.Context().Err()
-		})
-
-		b := &countingAdmitter{}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		retries := 0
-		hook := func(_ context.Context, e Event) {
-			if e.Kind == EventRetry && e.Code == codes.DeadlineExceeded {
-				retries++
-				cancel()
-			}
-		}
-		p := policy.Policy{MaxAttempts: 3, PerAttemptRecvTimeout: 100 * time.Millisecond,
-			Backoff:        policy.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1},
-			RetryableCodes: policy.NewCodeSet(codes.Unavailable)}
+		cc, b, ctx, retries, opts := cutRetryRig(t)
 		var rep Report
-		ui := UnaryClientInterceptor(WithPolicy(p), WithBudget(b), WithCallHook(hook), WithIdempotentMethods(func(string) bool { return true }))
+		ui := UnaryClientInterceptor(opts...)
 		err := ui(ctx, "/svc/M", &emptypb.Empty{}, new(emptypb.Empty), cc, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
 			return cc.Invoke(ctx, method, req, reply, opts...)
 		}, WithReport(&rep))
 		if status.Code(err) != codes.Canceled {
 			t.Fatalf("err = %v, want CANCELED (the caller left)", err)
 		}
-		if retries != 1 || rep.Attempts != 1 {
-			t.Fatalf("%d retries announced, %d attempts sent; want the timer's retry announced and attempt 1 alone sent", retries, rep.Attempts)
+		if *retries != 1 || rep.Attempts != 1 {
+			t.Fatalf("%d retries announced, %d attempts sent; want the timer's retry announced and attempt 1 alone sent", *retries, rep.Attempts)
 		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -88,4 +71,30 @@ func TestCutRetryCallerLeavesSettles(t *testing.T) {
 			t.Errorf("the budget gave %d admissions and heard %d back by the call's end; want the timer's one, given back", b.given, b.back)
 		}
 	})
+}
+
+// cutRetryRig is what the cut-retry tests share: a server slower than
+// every timer, a counting budget, and a hook that cancels the caller as
+// the per-attempt timer's retry is announced (counted in *retries); opts
+// are the interceptor's.
+func cutRetryRig(t *testing.T) (*grpc.ClientConn, *countingAdmitter, context.Context, *int, []Option) {
+	t.Helper()
+	cc := bufconnServe(t, func(_ any, ss grpc.ServerStream) error {
+		<-ss.Context().Done() // slower than every timer
+		return ss.Context().Err()
+	})
+	b := &countingAdmitter{}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	retries := new(int)
+	hook := func(_ context.Context, e Event) {
+		if e.Kind == EventRetry && e.Code == codes.DeadlineExceeded {
+			*retries++
+			cancel()
+		}
+	}
+	p := policy.Policy{MaxAttempts: 3, PerAttemptRecvTimeout: 100 * time.Millisecond,
+		Backoff:        policy.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1},
+		RetryableCodes: policy.NewCodeSet(codes.Unavailable)}
+	return cc, b, ctx, retries, []Option{WithPolicy(p), WithBudget(b), WithCallHook(hook), WithIdempotentMethods(func(string) bool { return true })}
 }

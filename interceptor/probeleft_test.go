@@ -178,25 +178,9 @@ func nextCallGoes(t *testing.T, call func(context.Context, *Report) error, br *b
 // it again.
 func TestStreamCutRetryCallerLeavesSettles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cc := bufconnServe(t, func(_ any, ss grpc.ServerStream) error {
-			<-ss.Context().Done() // slower than every timer
-			return ss.Context().Err()
-		})
-		b := &countingAdmitter{}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		retries := 0
-		hook := func(_ context.Context, e Event) {
-			if e.Kind == EventRetry && e.Code == codes.DeadlineExceeded {
-				retries++
-				cancel()
-			}
-		}
-		p := policy.Policy{MaxAttempts: 3, PerAttemptRecvTimeout: 100 * time.Millisecond,
-			Backoff:        policy.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond, Multiplier: 1},
-			RetryableCodes: policy.NewCodeSet(codes.Unavailable)}
+		cc, b, ctx, retries, opts := cutRetryRig(t)
 		var rep Report
-		si := StreamClientInterceptor(WithPolicy(p), WithBudget(b), WithCallHook(hook), WithIdempotentMethods(func(string) bool { return true }))
+		si := StreamClientInterceptor(opts...)
 		cs, err := si(ctx, &grpc.StreamDesc{ServerStreams: true}, cc, "/svc/M", func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			return cc.NewStream(ctx, desc, method, opts...)
 		}, WithReport(&rep))
@@ -212,8 +196,8 @@ func TestStreamCutRetryCallerLeavesSettles(t *testing.T) {
 		if err := cs.RecvMsg(new(emptypb.Empty)); status.Code(err) != codes.Canceled {
 			t.Fatalf("RecvMsg: %v, want CANCELED (the caller left)", err)
 		}
-		if retries != 1 || rep.Attempts != 1 {
-			t.Fatalf("%d retries announced, %d attempts sent; want the timer's retry announced and attempt 1 alone sent", retries, rep.Attempts)
+		if *retries != 1 || rep.Attempts != 1 {
+			t.Fatalf("%d retries announced, %d attempts sent; want the timer's retry announced and attempt 1 alone sent", *retries, rep.Attempts)
 		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
