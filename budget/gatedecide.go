@@ -29,14 +29,12 @@ type decision struct {
 // guard is open (as it was when last asked) the guard says when the retry
 // goes, as the gate's probe once the pacer's lease is free, and the gate
 // holds the wait (the guard rule). It changes nothing: the grant loop
-// applies it.
+// applies it, and asks only once w's pause has passed (its first due is
+// the pause's end; the heads hold only those whose pause passed).
 func (s *gateState) decide(now time.Time, w *waiterView) decision {
 	end, why := s.endAt(now, w)
-	switch {
-	case ended(now, end):
+	if ended(now, end) {
 		return decision{end: why}
-	case now.Before(w.since.Add(w.pause)):
-		return decision{next: clock.Earlier(w.since.Add(w.pause), end)} // its pause
 	}
 	if d := s.decideRules(now, w, end); !w.guardOpen || d.how != AdmitNone {
 		return d

@@ -354,13 +354,12 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 			w.seq = g.counts.Deferred
 			w.elem = g.queue[w.level].PushBack(w)
 			g.dues.setDue(w, w.view.since.Add(w.view.pause)) // eligible once its pause passed
-			return paid
+		} else {
+			// Queued again (its guard refused): its place, oldest first,
+			// and decided again by the grant loop that follows.
+			g.heads[w.level][w.class].push(w)
+			g.dues.setDue(w, now)
 		}
-		// Queued again (its guard refused): its place, oldest first, and
-		// decided again by the grant loop that follows.
-		g.heads[w.level][w.class].push(w)
-		g.dues.setDue(w, now)
-		return paid
 	case waitGranted:
 		g.st.pace = g.st.pace.taken(now, &w.view, w.how)
 	case waitTaken:
@@ -431,14 +430,13 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	}
 	now := g.now()
 	g.mu.Lock()
+	defer g.mu.Unlock() // before the give-back, which takes the lock
 	w.how = how
 	if settled = !gone(); !settled {
-		g.mu.Unlock()
 		return AdmitNone, nil // the deferred give-back
 	}
 	if ok {
 		g.moveLocked(now, w, waitTaken, nil)
-		g.mu.Unlock()
 		return how, nil
 	}
 	// Held once past its hold time: the guard, not the hold rule, says
@@ -450,11 +448,9 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 	g.guardNews, g.guardAt = g.news, next
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
-	// Queued again, w is the grant loop's: its end is read here or after
-	// its next Ready.
-	end := w.end
-	g.mu.Unlock()
-	return AdmitNone, end
+	// Queued again, w is the grant loop's: its end is read here, under
+	// the lock, or after its next Ready.
+	return AdmitNone, w.end
 }
 
 // Wait implements Deferrer: Enter, then Take whenever Ready is closed,
