@@ -96,12 +96,9 @@
 //
 // # Hooks, reports and metrics
 //
-// WithHook's hooks and the logger (WithLogger) hear each retry, resume,
-// give-up, hedge, deferral and breaker change as it happens. WithCallHook's
-// hooks hear the same with the caller's context, and one EventEnd per call;
-// WithReport, per call, fills a Report with the same facts. The nested
-// module github.com/stagger-go/stagger/otel turns them into gRFC A96's
-// retry metrics in OpenTelemetry.
+// Hooks (WithHook, WithCallHook) and the logger (WithLogger) hear each Event
+// as it happens; WithReport fills a Report per call. The nested module
+// github.com/stagger-go/stagger/otel turns them into gRFC A96's retry metrics.
 //
 // # Concurrency
 //

@@ -207,7 +207,7 @@ func WithLogger(l logging.Logger) Option {
 }
 
 // WithHook calls fn with a copy of every event (each EventKind but
-// EventEnd, which WithCallHook hears). fn runs on the call's goroutine,
+// EventEnd, which WithCallHook hears). fn runs on a goroutine of the call,
 // outside every lock stagger holds; it must be quick and safe for
 // concurrent use. Several hooks may be given; they run in order.
 func WithHook(fn func(Event)) Option {
