@@ -350,9 +350,9 @@ func WithIdempotentMethods(safe func(method string) bool) Option {
 //
 // A call named by 1 to 4 sends it on every attempt, hedges and Disable
 // included, in the header criticality.Header, for the server to shed by and
-// hand on (4 allocations: the call's outgoing metadata); a call none names
-// sends and allocates nothing. The budget hears it
-// (budget.Request.Criticality), as do Event and Report.
+// hand on (it allocates the call's outgoing metadata: BENCHMARKS.md, "Options
+// that add to a success"); a call none names sends and allocates nothing. The
+// budget hears it (budget.Request.Criticality), as do Event and Report.
 func WithCriticality(l criticality.Level) Option {
 	return Option{apply: func(o *options) { o.callCrit = l }}
 }
