@@ -25,15 +25,18 @@
 // WithConfigSource), else the policy given in code (WithPolicy), else none:
 // the call runs once, untouched but for the file's timeout, waitForReady and
 // message size limits, and ends with reason "no policy". A method whose
-// entry has a hedgingPolicy is hedged instead (see Hedging).
+// entry has a hedgingPolicy, and that is known to be idempotent, is hedged
+// instead (gRFC A6; grpc-go ignores hedgingPolicy): UnaryClientInterceptor
+// has the rules, and StreamClientInterceptor what differs for streams.
 //
 // Rules no policy can break: an attempt whose response headers arrived is
-// committed and never retried (except the attempt of a unary call that
-// carries an idempotency key, whose application has seen nothing of it, and
-// a resumable server stream: WithResume); the caller's own deadline or
+// committed and never retried (except the attempt of a unary call that carries
+// an idempotency key, whose application has seen nothing of it, and a server
+// stream that WithResume names, which continues where it broke: the application
+// reads one stream, every message once, in order); the caller's own deadline or
 // cancellation is never retried; a RESOURCE_EXHAUSTED that grpc-go raised
-// locally for a message size limit is never retried; an ambiguous failure of
-// a call not safe to repeat is never retried (below).
+// locally for a message size limit is never retried; an ambiguous failure of a
+// call not safe to repeat is never retried (below).
 //
 // The caller's deadline. An attempt that ends with CANCELED or
 // DEADLINE_EXCEEDED when the caller's context has ended, or at most 1 ms
@@ -81,40 +84,21 @@
 //
 // # Options
 //
-// One Option type serves both when building an interceptor and as a
-// grpc.CallOption on a single call; a call that succeeds at once, with no
-// per-call option and no criticality, allocates nothing in the interceptor.
-// Defaults: no file, no policy in code (no retries), no budget (unlimited;
-// stagger.DialOptions installs budget.DefaultBackends, one per backend), no
-// breakers but the file's, no logger, no hooks, no idempotency key, no
-// criticality (CRITICAL, nothing sent; one named, after Google's RPC stack,
-// is sent on every attempt for the server to shed the least critical first
-// and to hand on down a chain: WithCriticality), jitter from math/rand/v2.
+// Every Option works when building an interceptor and on a single call; a
+// call that succeeds at once, with no per-call option and no criticality,
+// allocates nothing in the interceptor. Defaults: no file, no policy in
+// code (no retries), no budget (unlimited; stagger.DialOptions installs
+// budget.DefaultBackends, one per backend), no breakers but the file's, no
+// logger, no hooks, no idempotency key, no criticality (the call is
+// CRITICAL and sends none: WithCriticality), jitter from math/rand/v2.
 // SetDisabled turns retries, hedges and waits off. The budgets and circuit
 // breakers a file declares live in a State (WithState), which has the rules.
 //
-// # Hedging
-//
-// A method whose file entry has a hedgingPolicy, and that is known to be
-// idempotent, is hedged (gRFC A6; grpc-go ignores hedgingPolicy): another
-// attempt every hedgingDelay while none has succeeded, up to maxAttempts;
-// the first OK wins. UnaryClientInterceptor has the rules, and
-// StreamClientInterceptor what differs for streams.
-//
 // # Hooks, reports and metrics
 //
-// WithHook's hooks and the logger (WithLogger) hear each retry, resume,
-// give-up, hedge, deferral and breaker change as it happens. WithCallHook's
-// hooks hear the same with the caller's context, and one EventEnd per call;
-// WithReport, per call, fills a Report with the same facts. The nested
-// module github.com/stagger-go/stagger/otel turns them into gRFC A96's
-// retry metrics in OpenTelemetry.
-//
-// # Resumable streams
-//
-// gRFC A6 never retries a stream after its first response message; a
-// server stream that WithResume names continues where it broke instead, and
-// the application reads one stream, every message once, in order.
+// Hooks (WithHook, WithCallHook) and the logger (WithLogger) hear each Event
+// as it happens; WithReport fills a Report per call. The nested module
+// github.com/stagger-go/stagger/otel turns them into gRFC A96's retry metrics.
 //
 // # Concurrency
 //

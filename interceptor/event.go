@@ -27,8 +27,7 @@ const (
 	// ReasonInvalidOption, ReasonForeignOption, ReasonReplyType), and Err
 	// names the options or the rule broken. Each is reported once per
 	// method and interceptor (the first 1,024 of an interceptor, so made-up
-	// method names cannot grow its memory), to the hooks and the logger, or
-	// to slog.Default() at warn level without a logger.
+	// method names cannot grow its memory); WithLogger says where it is logged.
 	EventNotice
 	// EventHedge: a hedge (Attempt, 2 or more) is sent, Pause after the
 	// attempt before it; Code and Err are the non-fatal failure that sent it
@@ -90,12 +89,12 @@ type Event struct {
 	// Code is that attempt's status code; Err its error.
 	Code codes.Code
 	Err  error
-	// Pause is the pause before the next attempt (EventRetry only).
+	// Pause is the pause before the next attempt (EventRetry, EventResume;
+	// EventDeferred: at least), or since the attempt before (EventHedge).
 	Pause time.Duration
 	// Pushback: Pause is the server's pushback.
 	Pushback bool
-	// Reason: why the call gives up (EventGiveUp), or what was not applied
-	// (EventNotice); ReasonNone for EventRetry.
+	// Reason: as the event's kind says; ReasonNone for EventRetry.
 	Reason policy.Reason
 	// Deferred is how long the call waited for the budget before this
 	// retry (EventRetry) or before giving up (EventGiveUp); Admission says

@@ -16,35 +16,41 @@ import (
 
 // The messages the logger and slog.Default() get: constants, by
 // WithLogger's rule, which TestLogMessagesAreConstant holds every call to.
+// A line says its kind's message; a notice, its reason's.
+var (
+	kindMsgs = [...]string{
+		EventRetry:      "stagger: retrying",
+		EventGiveUp:     "stagger: giving up",
+		EventHedge:      "stagger: hedging",
+		EventHedgeStop:  "stagger: no more hedges",
+		EventHedgeWon:   "stagger: hedge won",
+		EventDeferred:   msgDeferred,
+		EventBreaker:    "stagger: circuit breaker changed state (stagger.to)",
+		EventResume:     "stagger: resuming stream",
+		EventTimerRanOn: "stagger: per-attempt timeout not applied: the retry was refused, the attempt runs on",
+	}
+	noticeMsgs = map[policy.Reason]string{
+		policy.ReasonNotIdempotent: "stagger: per-attempt timeout not applied: method not known to be idempotent",
+		policy.ReasonAttempts:      "stagger: WithMaxAttempts above the cap: lowered to the cap (stagger.attempt)",
+		policy.ReasonOverridden:    "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides",
+		policy.ReasonNoPolicy:      "stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)",
+		policy.ReasonOneAttempt:    "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing",
+		policy.ReasonInvalidOption: "stagger: the call's WithBackoff or WithPerAttemptTimeout not applied: its value breaks a rule (stagger.error); the policy's own stays",
+		policy.ReasonForeignOption: "stagger: a go-grpc-middleware retry option on the call: retry.Disable() is read as one attempt and WithMax(n) as at most n, its others do nothing: use interceptor.Disable, WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate",
+		policy.ReasonReplyType:     "stagger: hedging not applied: the call's reply is not a protobuf message, so its attempts go one at a time",
+	}
+)
+
 const (
-	msgRetrying      = "stagger: retrying"
-	msgGivingUp      = "stagger: giving up"
-	msgAmbiguous     = "stagger: " + ambiguousNote
-	msgNoTimer       = "stagger: per-attempt timeout not applied: method not known to be idempotent"
-	msgNoHedging     = "stagger: hedging not applied: method not known to be idempotent"
-	msgReplyType     = "stagger: hedging not applied: the call's reply is not a protobuf message, so its attempts go one at a time"
-	msgCapped        = "stagger: WithMaxAttempts above the cap: lowered to the cap (stagger.attempt)"
-	msgOverridden    = "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"
-	msgNoPolicy      = "stagger: the call's WithMaxAttempts, WithCodes, WithPredicate, WithBackoff or WithPerAttemptTimeout not applied: no retry policy for the method (no file entry, no WithPolicy; a hedged method takes only WithMaxAttempts and WithCodes)"
-	msgOneAttempt    = "stagger: WithPolicy allows one attempt (MaxAttempts below 2): its per-attempt timeout, codes and backoff do nothing"
-	msgInvalidOption = "stagger: the call's WithBackoff or WithPerAttemptTimeout not applied: its value breaks a rule (stagger.error); the policy's own stays"
-	msgForeignOption = "stagger: a go-grpc-middleware retry option on the call: retry.Disable() is read as one attempt and WithMax(n) as at most n, its others do nothing: use interceptor.Disable, WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout, WithPredicate"
-	msgHedging       = "stagger: hedging"
-	msgNoMoreHedges  = "stagger: no more hedges"
-	msgHedgeWon      = "stagger: hedge won"
-	msgDeferred      = "stagger: retry deferred: the budget refused it now, the call waits for a later admission"
-	msgResuming      = "stagger: resuming stream"
-	msgTimerRanOn    = "stagger: per-attempt timeout not applied: the retry was refused, the attempt runs on"
-	msgBreaker       = "stagger: circuit breaker changed state (stagger.to)"
-	msgSwitchedOff   = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
-	msgSwitchedOn    = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
+	msgAmbiguous   = "stagger: " + ambiguousNote
+	msgNoHedging   = "stagger: hedging not applied: method not known to be idempotent"
+	msgDeferred    = "stagger: retry deferred: the budget refused it now, the call waits for a later admission"
+	msgSwitchedOff = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
+	msgSwitchedOn  = "stagger: switched back on: calls retry by their policy again (stagger.switch)"
 )
 
 // firstLoud reports whether msg is said first among k's State's sharers.
 func (k *core) firstLoud(msg string) bool { return k.opts.state.said.loud.first(msg) }
-
-// saidMax bounds a saidOnce.
-const saidMax = 1024
 
 // saidOnce is the set of what was said once (a notice, a warn line), by
 // key. It holds at most saidMax keys: past the bound, what was not said is
@@ -68,10 +74,9 @@ var slogDefault = logging.LoggerFunc(func(ctx context.Context, l logging.Level, 
 
 // log writes e's line to l, at WithLogger's levels and with its fields.
 func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
-	level, msg := logging.LevelDebug, msgRetrying
+	level, msg := logging.LevelDebug, kindMsgs[e.Kind]
 	switch e.Kind {
 	case EventGiveUp:
-		msg = msgGivingUp
 		switch {
 		case budgetEnded(e.Reason) && o.summary != nil:
 			o.summary.Count(summaryTarget(e.Target), e.Reason, e.Budget)
@@ -81,49 +86,24 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 			level, msg = logging.LevelWarn, msgAmbiguous
 		}
 	case EventNotice:
-		level, msg = logging.LevelWarn, msgNoTimer
-		switch {
-		case e.Reason == policy.ReasonAttempts:
-			msg = msgCapped
-		case e.Reason == policy.ReasonOverridden:
-			msg = msgOverridden
-		case e.Reason == policy.ReasonNoPolicy:
-			msg = msgNoPolicy
-		case e.Reason == policy.ReasonOneAttempt:
-			msg = msgOneAttempt
-		case e.Reason == policy.ReasonInvalidOption:
-			msg = msgInvalidOption
-		case e.Reason == policy.ReasonForeignOption:
-			msg = msgForeignOption
-		case e.Reason == policy.ReasonReplyType:
-			msg = msgReplyType
-		case e.Hedging:
+		level, msg = logging.LevelWarn, noticeMsgs[e.Reason]
+		if e.Hedging && e.Reason == policy.ReasonNotIdempotent {
 			msg = msgNoHedging
 		}
-	case EventHedge:
-		msg = msgHedging
 	case EventHedgeStop:
-		msg = msgNoMoreHedges
 		if e.Reason == policy.ReasonBudget && o.summary != nil {
 			o.summary.CountHedge(summaryTarget(e.Target), e.Budget)
 		}
-	case EventHedgeWon:
-		msg = msgHedgeWon
 	case EventDeferred:
-		msg = msgDeferred
 		if !e.Hedging && o.summary != nil {
 			o.summary.Held(summaryTarget(e.Target), e.Method, e.Budget.Health)
 		}
-	case EventResume:
-		msg = msgResuming
-	case EventTimerRanOn:
-		msg = msgTimerRanOn
 	case EventBreaker:
 		level = logging.LevelInfo
 		if e.Breaker.To == breaker.StateOpen {
 			level = logging.LevelWarn
 		}
-		l.Log(ctx, level, msgBreaker, "stagger.breaker", e.Method, "stagger.to", e.Breaker.To.String(), "stagger.from", e.Breaker.From.String(),
+		l.Log(ctx, level, msg, "stagger.breaker", e.Method, "stagger.to", e.Breaker.To.String(), "stagger.from", e.Breaker.From.String(),
 			"stagger.failures", e.Breaker.Failures, "stagger.answered", e.Breaker.Answered, "stagger.break", e.Breaker.Break.String())
 		return
 	}

@@ -20,7 +20,8 @@ import (
 // TestLogMessagesAreConstant: every message the package logs (through a
 // logging.Logger's Log, warnLoud, or slog) is a constant, or a variable of
 // the function that logs it assigned only constants; what changes goes in
-// attributes (logmsg.go says why). The packages that log for it
+// attributes (logmsg.go says why); an entry of a package table whose
+// values are all constants (kindMsgs, noticeMsgs) counts as one. The packages that log for it
 // (internal/refusedlog, internal/filelog) are held to it too.
 func TestLogMessagesAreConstant(t *testing.T) {
 	fset := token.NewFileSet()
@@ -36,6 +37,7 @@ func TestLogMessagesAreConstant(t *testing.T) {
 		paths = append(paths, more...)
 	}
 	consts := map[string]bool{}
+	tables := map[string]*ast.CompositeLit{}
 	var files []*ast.File
 	for _, p := range paths {
 		if strings.HasSuffix(p, "_test.go") {
@@ -58,14 +60,42 @@ func TestLogMessagesAreConstant(t *testing.T) {
 					}
 				}
 			}
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.VAR {
+				for _, s := range g.Specs {
+					v := s.(*ast.ValueSpec)
+					for i, n := range v.Names {
+						if i < len(v.Values) {
+							if lit, ok := v.Values[i].(*ast.CompositeLit); ok {
+								tables[n.Name] = lit
+							}
+						}
+					}
+				}
+			}
 		}
 	}
-	constant := func(e ast.Expr) bool {
+	var constant func(e ast.Expr) bool
+	constant = func(e ast.Expr) bool {
 		switch e := e.(type) {
 		case *ast.BasicLit:
 			return e.Kind == token.STRING
 		case *ast.Ident:
 			return consts[e.Name]
+		case *ast.IndexExpr:
+			id, ok := e.X.(*ast.Ident)
+			if !ok || tables[id.Name] == nil {
+				return false
+			}
+			lit := tables[id.Name]
+			for _, el := range lit.Elts {
+				if kv, ok := el.(*ast.KeyValueExpr); ok {
+					el = kv.Value
+				}
+				if !constant(el) {
+					return false
+				}
+			}
+			return true
 		}
 		return false
 	}
@@ -162,10 +192,10 @@ func TestNoticeMessageSaysItsReason(t *testing.T) {
 		hedging bool
 		want    string
 	}{
-		{policy.ReasonNotIdempotent, false, msgNoTimer},
+		{policy.ReasonNotIdempotent, false, "stagger: per-attempt timeout not applied: method not known to be idempotent"},
 		{policy.ReasonNotIdempotent, true, msgNoHedging},
-		{policy.ReasonReplyType, true, msgReplyType},
-		{policy.ReasonOverridden, false, msgOverridden},
+		{policy.ReasonReplyType, true, "stagger: hedging not applied: the call's reply is not a protobuf message, so its attempts go one at a time"},
+		{policy.ReasonOverridden, false, "stagger: the call's WithPolicy not applied: the policy file's entry for the method decides"},
 	}
 	for _, tc := range cases {
 		var got string
@@ -174,6 +204,24 @@ func TestNoticeMessageSaysItsReason(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("notice %v (hedging %v) logs %q, want %q", tc.reason, tc.hedging, got, tc.want)
 		}
+	}
+	// Every kind a logger hears, and every reason a notice gives, has a message.
+	says := func(e Event) {
+		var got string
+		l := logging.LoggerFunc(func(_ context.Context, _ logging.Level, msg string, _ ...any) { got = msg })
+		new(options).log(context.Background(), l, e)
+		if !strings.HasPrefix(got, "stagger: ") {
+			t.Errorf("%v (reason %v) logs %q, want a message of its own", e.Kind, e.Reason, got)
+		}
+	}
+	for k := EventRetry; k <= EventTimerRanOn; k++ {
+		if k != EventEnd && k != EventNotice {
+			says(Event{Kind: k})
+		}
+	}
+	for _, r := range []policy.Reason{policy.ReasonNotIdempotent, policy.ReasonAttempts, policy.ReasonOverridden, policy.ReasonNoPolicy,
+		policy.ReasonOneAttempt, policy.ReasonInvalidOption, policy.ReasonForeignOption, policy.ReasonReplyType} {
+		says(Event{Kind: EventNotice, Reason: r})
 	}
 }
 

@@ -26,7 +26,11 @@ type ConfigSource interface {
 // that call only, on top of the interceptor's options, and is removed before
 // the call reaches grpc. Every option works in both places; those meant per
 // call say so. A call's option that cannot take effect as given is reported
-// once per method (EventNotice), never dropped in silence.
+// once per method (EventNotice), never dropped in silence: WithMaxAttempts,
+// WithCodes, WithPredicate, WithBackoff and WithPerAttemptTimeout, meant per
+// call as go-grpc-middleware's retry options, change a method's retry or
+// hedging policy and nothing for a method without one (policy.ReasonNoPolicy);
+// a hedged method takes only WithMaxAttempts and WithCodes.
 //
 // An Option is an immutable value, safe for concurrent use.
 type Option struct {
@@ -203,7 +207,7 @@ func WithLogger(l logging.Logger) Option {
 }
 
 // WithHook calls fn with a copy of every event (each EventKind but
-// EventEnd, which WithCallHook hears). fn runs on the call's goroutine,
+// EventEnd, which WithCallHook hears). fn runs on a goroutine of the call,
 // outside every lock stagger holds; it must be quick and safe for
 // concurrent use. Several hooks may be given; they run in order.
 func WithHook(fn func(Event)) Option {
@@ -254,19 +258,17 @@ func WithIdempotencyKey(header string) Option {
 
 // WithPredicate decides, before the status codes, for errors the codes cannot
 // classify (see policy.Predicate). It replaces the policy's own predicate.
-// Hedging does not use it (its nonFatalStatusCodes decide): on a call to a
-// hedged method it does nothing, with a notice.
+// Hedging does not use it (its nonFatalStatusCodes decide).
 func WithPredicate(p policy.Predicate) Option {
 	return Option{apply: func(o *options) { o.predicate = p }}
 }
 
-// WithMaxAttempts sets the number of attempts, the first included (3 means
-// at most 2 retries), in place of the retry or hedging policy's; meant per
-// call. n < 2 means no retry (no hedge). It changes nothing for a method
-// without a policy. n is bounded by the cap the file was parsed with
-// (policy.WithMaxAttemptsCap; policy.DefaultMaxAttemptsCap without a file),
-// or the policy's own maxAttempts when larger: a larger n is lowered to it,
-// with a notice (policy.ReasonAttempts, Attempt the bound).
+// WithMaxAttempts sets the number of attempts, the first included (3 means at
+// most 2 retries), in place of the retry or hedging policy's. n < 2 means no
+// retry (no hedge). n is bounded by the cap the file was parsed with
+// (policy.WithMaxAttemptsCap; policy.DefaultMaxAttemptsCap without a file), or
+// the policy's own maxAttempts when larger: a larger n is lowered to it, with a
+// notice (policy.ReasonAttempts, Attempt the bound).
 func WithMaxAttempts(n int) Option {
 	return Option{apply: func(o *options) {
 		if n < 1 {
@@ -276,35 +278,29 @@ func WithMaxAttempts(n int) Option {
 	}}
 }
 
-// WithCodes makes cs the status codes the call retries, in place of the
-// retry policy's retryableStatusCodes (a hedging policy's
-// nonFatalStatusCodes); go-grpc-middleware's retry.WithCodes, meant per
-// call. It changes no other rule (a predicate still decides first; an
-// attempt the per-attempt timer cut off is retried whatever the codes), and
-// nothing for a method without a policy. WithCodes() retries no code;
-// codes.OK and codes grpc does not define are ignored.
+// WithCodes makes cs the status codes the call retries, in place of the retry
+// policy's retryableStatusCodes (a hedging policy's nonFatalStatusCodes). It
+// changes no other rule (a predicate still decides first; an attempt the
+// per-attempt timer cut off is retried whatever the codes). WithCodes() retries
+// no code; codes.OK and codes grpc does not define are ignored.
 func WithCodes(cs ...codes.Code) Option {
 	set := policy.NewCodeSet(cs...) &^ policy.NewCodeSet(codes.OK)
 	return Option{apply: func(o *options) { o.codes, o.codesSet = set, true }}
 }
 
-// WithBackoff makes b the backoff of the call's retry policy, the file's
-// entry or WithPolicy's; meant per call, as go-grpc-middleware's
-// retry.WithBackoff. It changes no other rule. A b that fails
+// WithBackoff makes b the backoff of the call's retry policy, the file's entry
+// or WithPolicy's. It changes no other rule. A b that fails
 // policy.Backoff.Validate is not applied (a notice, policy.ReasonInvalidOption,
-// Err naming the field), nor is a b on a method without a retry policy, a
-// hedged one included (policy.ReasonNoPolicy).
+// Err naming the field).
 func WithBackoff(b policy.Backoff) Option {
 	return Option{apply: func(o *options) { o.backoff, o.backoffSet = b, true }}
 }
 
-// WithPerAttemptTimeout makes d the per-attempt timeout
-// (perAttemptRecvTimeout) of the call's retry policy, the file's entry or
-// WithPolicy's; meant per call, as go-grpc-middleware's
-// retry.WithPerRetryTimeout. d = 0 turns the timeout off for the call. The
-// timer keeps its rules (UnaryClientInterceptor; Idempotent lets it apply).
-// A negative d is not applied (policy.ReasonInvalidOption), nor is a d on a
-// method without a retry policy (as WithBackoff).
+// WithPerAttemptTimeout makes d the per-attempt timeout (perAttemptRecvTimeout)
+// of the call's retry policy, the file's entry or WithPolicy's
+// (go-grpc-middleware's retry.WithPerRetryTimeout). d = 0 turns the timeout off
+// for the call. The timer keeps its rules (UnaryClientInterceptor; Idempotent
+// lets it apply). A negative d is not applied (policy.ReasonInvalidOption).
 func WithPerAttemptTimeout(d time.Duration) Option {
 	return Option{apply: func(o *options) { o.perAttempt, o.perAttemptSet = d, true }}
 }
@@ -319,7 +315,7 @@ func Disable() Option {
 
 // Idempotent marks the call's method as safe to run more than once, whatever
 // the file and the proto say; meant per call. It lets a per-attempt timeout
-// apply.
+// and hedging apply.
 func Idempotent() Option {
 	return Option{apply: func(o *options) { o.idempotent = 1 }}
 }
@@ -354,9 +350,9 @@ func WithIdempotentMethods(safe func(method string) bool) Option {
 //
 // A call named by 1 to 4 sends it on every attempt, hedges and Disable
 // included, in the header criticality.Header, for the server to shed by and
-// hand on (4 allocations: the call's outgoing metadata); a call none names
-// sends and allocates nothing. The budget hears it
-// (budget.Request.Criticality), as do Event and Report.
+// hand on (it allocates the call's outgoing metadata: BENCHMARKS.md, "Options
+// that add to a success"); a call none names sends and allocates nothing. The
+// budget hears it (budget.Request.Criticality), as do Event and Report.
 func WithCriticality(l criticality.Level) Option {
 	return Option{apply: func(o *options) { o.callCrit = l }}
 }

@@ -15,8 +15,8 @@ import (
 )
 
 // Report is what WithReport fills in when a call ends: the same facts as
-// its EventEnd. A Report is a plain value: the interceptor writes it once
-// (WithReport); reading it while another goroutine writes it is a race.
+// its EventEnd. A Report is a plain value, written once (WithReport); it
+// is not safe to read while it is written.
 type Report struct {
 	// Attempts is the number of attempts sent, hedges included (0 when a
 	// circuit breaker or the budget refused the call before its first).

@@ -29,5 +29,8 @@ const (
 // callerDeadlineSlack covers late timers and proxies that round grpc-timeout down: not measured.
 const callerDeadlineSlack = time.Millisecond
 
+// saidMax bounds a saidOnce (notices said once per method): not measured; made-up method names cannot grow it.
+const saidMax = 1024
+
 // stateCap bounds the settings a State keeps (budgets, breakers): not measured; a few files.
 const stateCap = 64
