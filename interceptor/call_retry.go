@@ -347,10 +347,10 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 		w := req
 		ans.wait = &w
 	default:
-		if probe && q.kind == askEnded {
-			// The budget refused what the breaker let go, and the call
-			// ends. A refused hedge keeps it: goOnRefused may send it
-			// after a wait in the Deferrer, which asks it no Guard.
+		if probe {
+			// The budget refused what the breaker let go. A hedge that
+			// then waits in the Deferrer asks the breaker again there
+			// (goOnRefused puts its Guard in the Request).
 			f.returnProbe()
 		}
 		ans.verdict.Retry, ans.verdict.Reason = false, why
