@@ -48,14 +48,12 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	c.admission = budget.AdmitNone
 	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt+c.before == 1,
 		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: c.took(admission)}}
-	grace := time.Duration(0)
 	switch {
 	case err == nil:
 		q.slow = c.slow
 	case timedOut && cut.verdict.Retry:
-		// The timer's retry goes after what is left of its pause.
 		q.verdict, q.given, q.straggler = cut.verdict, true, cut.straggler
-		grace, c.admission = cut.grace, cut.admission
+		c.admission = cut.admission
 	default:
 		q.unsent = c.unsent(err, committed, timedOut)
 	}
@@ -102,7 +100,12 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		c.retry, c.prev = c.retry+1, v.Pause
 	}
 	c.afterTimeout, c.pushback = timedOut, v.Pushback
-	return true, max(v.Pause-grace, 0)
+	if q.given {
+		// The timer's retry goes at once: its attempt ran on through
+		// the pause before the timer cut it off.
+		return true, 0
+	}
+	return true, max(v.Pause, 0)
 }
 
 // retryKind is the event of a retry that goes (a committed stream's:
