@@ -252,8 +252,12 @@ func (f *retryFacts) verdict(callCtx context.Context, q *question, caller bool) 
 	if q.kind == askRaced {
 		return raceVerdict(q, caller)
 	}
-	a := f.attemptFacts(callCtx, q.err, q.trailer, q.committed, q.timedOut)
-	a.Number, a.CallerDone = q.n, caller
+	a := policy.Attempt{Number: q.n, Err: q.err, Trailer: q.trailer, Committed: q.committed, TimedOut: q.timedOut,
+		Retry: f.retry, Prev: f.prev, CallerDone: caller, U: f.o.random.Float64()}
+	a.Ambiguous = !f.repeatable && wireAmbiguous(q.trailer, q.committed)
+	if dl, ok := callCtx.Deadline(); ok {
+		a.Remaining, a.HasDeadline = time.Until(dl), true
+	}
 	return f.pol.Decide(&a)
 }
 
@@ -407,26 +411,6 @@ func (c *call) took(admission budget.Admission) time.Duration {
 		return 0
 	}
 	return monoNow() - c.retryStart
-}
-
-// attemptFacts describes the attempt just ended for Decide, but whether
-// the caller left.
-func (c *retryFacts) attemptFacts(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) policy.Attempt {
-	a := policy.Attempt{
-		Number:    c.attempt,
-		Err:       err,
-		Trailer:   trailer,
-		Committed: committed,
-		TimedOut:  timedOut,
-		Retry:     c.retry,
-		Prev:      c.prev,
-	}
-	a.Ambiguous = !c.repeatable && wireAmbiguous(trailer, committed)
-	if dl, ok := callCtx.Deadline(); ok {
-		a.Remaining, a.HasDeadline = time.Until(dl), true
-	}
-	a.U = c.o.random.Float64()
-	return a
 }
 
 // breakerOutcome is what an attempt that ended with err tells a breaker,

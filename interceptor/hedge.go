@@ -73,11 +73,6 @@ type hedgeState struct {
 	waitedAdmission budget.Admission
 }
 
-// sendDue sends the unary call's attempts that are due.
-func (l *unaryLoop) sendDue() {
-	l.hs.sendDue(l.callCtx, nil, func(int) (time.Time, bool) { return time.Now(), true }, func(int) { l.launch() })
-}
-
 // sendDue is hedging's one start rule, for a unary call and a stream: it
 // starts the attempts due, each admitted by the call's decision. wanted
 // (nil: always) says before the asking whether one is still wanted; take
