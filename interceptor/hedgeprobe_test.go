@@ -4,6 +4,7 @@ package interceptor
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync/atomic"
 	"testing"
@@ -27,19 +28,33 @@ import (
 // turns half-open). The hedge that is now due takes the breaker's
 // half-open probe (AllowRetry's yes); the budget refuses it with nothing
 // in flight, so it waits in the Deferrer, whose wait ends refused: the
-// call ends, the hedge never sent. The breaker's yes must go back, so the
-// next call's first attempt goes as the probe. Before, the slot stayed
-// taken for a whole break with nothing in flight, and the next call
-// failed fast (breaker open).
+// call ends, the hedge never sent (or the caller leaves in the wait:
+// leaves). The breaker's yes must go back, so the next call's first
+// attempt goes as the probe. Before, the slot stayed taken for a whole
+// break with nothing in flight, and the next call failed fast (breaker
+// open).
 func TestHedgeProbeBudgetRefusedGivesBack(t *testing.T) {
 	for _, kind := range []string{"unary", "stream"} {
-		t.Run(kind, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { hedgeProbeRefused(t, kind) }) })
+		for _, leaves := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/leaves=%v", kind, leaves), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { hedgeProbeRefused(t, kind, leaves) })
+			})
+		}
 	}
 }
 
+// waitsForCaller is a Deferrer that refuses every retry and lets none go
+// from its wait: the wait ends when its caller leaves.
+type waitsForCaller struct{ endsWait }
+
+func (waitsForCaller) Wait(ctx context.Context, _ budget.Request, _ time.Duration) (budget.Admission, error) {
+	<-ctx.Done()
+	return budget.AdmitNone, ctx.Err()
+}
+
 // hedgeProbeRefused is TestHedgeProbeBudgetRefusedGivesBack for a unary
-// call or a stream (kind).
-func hedgeProbeRefused(t *testing.T, kind string) {
+// call or a stream (kind), whose caller leaves in the wait or not.
+func hedgeProbeRefused(t *testing.T, kind string, leaves bool) {
 	const brk = time.Second
 	bs, err := breaker.NewSet(breaker.Settings{FailureRatio: 0.5, MinimumThroughput: 2, BreakDuration: brk, ProbeEvery: 1}, nil)
 	if err != nil {
@@ -72,7 +87,17 @@ func hedgeProbeRefused(t *testing.T, kind string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []Option{WithConfig(cfg), WithBreakers(bs), WithBudget(endsWait{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts, want := []Option{WithConfig(cfg), WithBreakers(bs), WithBudget(endsWait{})}, policy.ReasonDeferred
+	if leaves {
+		leave := func(_ context.Context, e Event) {
+			if e.Kind == EventDeferred {
+				cancel()
+			}
+		}
+		opts, want = []Option{WithConfig(cfg), WithBreakers(bs), WithBudget(waitsForCaller{}), WithCallHook(leave)}, policy.ReasonCaller
+	}
 	ui := UnaryClientInterceptor(opts...)
 	call := func(ctx context.Context, rep *Report) error {
 		return ui(ctx, method, &emptypb.Empty{}, new(emptypb.Empty), cc, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
@@ -101,8 +126,8 @@ func hedgeProbeRefused(t *testing.T, kind string) {
 		}
 	}
 	var rep Report
-	if err := call(context.Background(), &rep); status.Code(err) != codes.Canceled || rep.Reason != policy.ReasonDeferred {
-		t.Fatalf("the refused call: %v (reason %v), want the proxy's CANCELED, reason deferred", err, rep.Reason)
+	if err := call(ctx, &rep); status.Code(err) != codes.Canceled || rep.Reason != want {
+		t.Fatalf("the refused call: %v (reason %v), want CANCELED, reason %v", err, rep.Reason, want)
 	}
 	if rep.Attempts != 1 || served.Load() != 1 {
 		t.Fatalf("%d attempts sent, %d served; want attempt 1 alone", rep.Attempts, served.Load())
