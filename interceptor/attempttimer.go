@@ -33,10 +33,9 @@ type attemptTimer struct {
 	prevFired int64
 	firedOnce bool
 	// timerCut is the retry the timer would make (verdict, as it fired) or
-	// made (as it cut the attempt off); fired is when it fired, after
-	// start; refused, once it ran on, why the retry was refused.
+	// made (as it cut the attempt off); refused, once it ran on, why the
+	// retry was refused.
 	timerCut
-	fired   time.Duration
 	refused policy.Reason
 	// decidedAt: when the decision that cut the attempt off or let it run
 	// on was due.
@@ -44,11 +43,10 @@ type attemptTimer struct {
 }
 
 // timerCut is the retry the timer admitted as it cut its attempt off
-// (zero: none): grace is the part of its pause the attempt ran on for.
-// The call takes it (call.cut) for afterAttempt as the timer stops.
+// (zero: none). The call takes it (call.cut) for afterAttempt as the timer
+// stops.
 type timerCut struct {
 	verdict   policy.Verdict
-	grace     time.Duration
 	admission budget.Admission
 	straggler bool
 }
@@ -98,7 +96,6 @@ func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, besid
 	next := timerRanOn
 	if t.state == timerGrace {
 		if !ended {
-			t.grace = t.graceEnd.Sub(t.start) - t.fired
 			next = t.decide(f, callCtx, t.verdict, t.graceEnd, false)
 		}
 		t.set(next, at)
@@ -114,7 +111,7 @@ func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, besid
 	}
 	switch {
 	case v.Retry && v.Pause > 0 && !beside:
-		t.verdict, t.fired, next = v, t.due.Sub(t.start), timerGrace
+		t.verdict, next = v, timerGrace
 		t.graceEnd = t.due.Add(v.Pause)
 	case v.Retry:
 		next = t.decide(f, callCtx, v, at, beside)

@@ -48,14 +48,12 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	c.admission = budget.AdmitNone
 	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt+c.before == 1,
 		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: c.took(admission)}}
-	grace := time.Duration(0)
 	switch {
 	case err == nil:
 		q.slow = c.slow
 	case timedOut && cut.verdict.Retry:
-		// The timer's retry goes after what is left of its pause.
 		q.verdict, q.given, q.straggler = cut.verdict, true, cut.straggler
-		grace, c.admission = cut.grace, cut.admission
+		c.admission = cut.admission
 	default:
 		q.unsent = c.unsent(err, committed, timedOut)
 	}
@@ -102,7 +100,12 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		c.retry, c.prev = c.retry+1, v.Pause
 	}
 	c.afterTimeout, c.pushback = timedOut, v.Pushback
-	return true, max(v.Pause-grace, 0)
+	if q.given {
+		// The timer's retry goes at once: its attempt ran on through
+		// the pause before the timer cut it off.
+		return true, 0
+	}
+	return true, max(v.Pause, 0)
 }
 
 // retryKind is the event of a retry that goes (a committed stream's:
@@ -249,8 +252,12 @@ func (f *retryFacts) verdict(callCtx context.Context, q *question, caller bool) 
 	if q.kind == askRaced {
 		return raceVerdict(q, caller)
 	}
-	a := f.attemptFacts(callCtx, q.err, q.trailer, q.committed, q.timedOut)
-	a.Number, a.CallerDone = q.n, caller
+	a := policy.Attempt{Number: q.n, Err: q.err, Trailer: q.trailer, Committed: q.committed, TimedOut: q.timedOut,
+		Retry: f.retry, Prev: f.prev, CallerDone: caller, U: f.o.random.Float64()}
+	a.Ambiguous = !f.repeatable && wireAmbiguous(q.trailer, q.committed)
+	if dl, ok := callCtx.Deadline(); ok {
+		a.Remaining, a.HasDeadline = time.Until(dl), true
+	}
 	return f.pol.Decide(&a)
 }
 
@@ -347,10 +354,10 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 		w := req
 		ans.wait = &w
 	default:
-		if probe && q.kind == askEnded {
-			// The budget refused what the breaker let go, and the call
-			// ends. A refused hedge keeps it: goOnRefused may send it
-			// after a wait in the Deferrer, which asks it no Guard.
+		if probe {
+			// The budget refused what the breaker let go. A hedge that
+			// then waits in the Deferrer asks the breaker again there
+			// (goOnRefused puts its Guard in the Request).
 			f.returnProbe()
 		}
 		ans.verdict.Retry, ans.verdict.Reason = false, why
@@ -404,26 +411,6 @@ func (c *call) took(admission budget.Admission) time.Duration {
 		return 0
 	}
 	return monoNow() - c.retryStart
-}
-
-// attemptFacts describes the attempt just ended for Decide, but whether
-// the caller left.
-func (c *retryFacts) attemptFacts(callCtx context.Context, err error, trailer metadata.MD, committed, timedOut bool) policy.Attempt {
-	a := policy.Attempt{
-		Number:    c.attempt,
-		Err:       err,
-		Trailer:   trailer,
-		Committed: committed,
-		TimedOut:  timedOut,
-		Retry:     c.retry,
-		Prev:      c.prev,
-	}
-	a.Ambiguous = !c.repeatable && wireAmbiguous(trailer, committed)
-	if dl, ok := callCtx.Deadline(); ok {
-		a.Remaining, a.HasDeadline = time.Until(dl), true
-	}
-	a.U = c.o.random.Float64()
-	return a
 }
 
 // breakerOutcome is what an attempt that ended with err tells a breaker,

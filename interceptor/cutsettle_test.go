@@ -51,7 +51,7 @@ func TestAfterAttemptTakesTheCut(t *testing.T) {
 			b := &admissionBudget{}
 			c := timerCall(1, time.Hour)
 			c.budget = b
-			c.cut = timerCut{verdict: policy.Verdict{Retry: true, Pause: 10 * time.Millisecond}, grace: 10 * time.Millisecond, admission: budget.AdmitBudget}
+			c.cut = timerCut{verdict: policy.Verdict{Retry: true, Pause: 10 * time.Millisecond}, admission: budget.AdmitBudget}
 			retry, _ := c.afterAttempt(tc.ctx, tc.err, nil, false, tc.timedOut)
 			if retry != tc.retry {
 				t.Fatalf("retry = %v, want %v", retry, tc.retry)

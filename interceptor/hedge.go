@@ -73,11 +73,6 @@ type hedgeState struct {
 	waitedAdmission budget.Admission
 }
 
-// sendDue sends the unary call's attempts that are due.
-func (l *unaryLoop) sendDue() {
-	l.hs.sendDue(l.callCtx, nil, func(int) (time.Time, bool) { return time.Now(), true }, func(int) { l.launch() })
-}
-
 // sendDue is hedging's one start rule, for a unary call and a stream: it
 // starts the attempts due, each admitted by the call's decision. wanted
 // (nil: always) says before the asking whether one is still wanted; take
@@ -135,8 +130,8 @@ func (s *hedgeState) admitHedge(callCtx context.Context, n int) policy.Reason {
 // goOnRefused reports whether hedge n, refused for why, goes after all
 // (UnaryClientInterceptor's hedging rules): a breaker's refusal stops
 // hedging; a budget's holds it beside attempts in flight (said once), and
-// with none in flight the hedge is a retry: it waits in the Deferrer and
-// is recorded as one (hedgeAttempt).
+// with none in flight the hedge is a retry: it waits in the Deferrer,
+// which asks the breaker again, and is recorded as one (hedgeAttempt).
 func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reason) bool {
 	if why == policy.ReasonBreaker {
 		s.stop(callCtx, n, why)
@@ -145,7 +140,11 @@ func (s *hedgeState) goOnRefused(callCtx context.Context, n int, why policy.Reas
 	why = policy.ReasonBudget
 	if _, ok := s.c.budget.(budget.Deferrer); ok && s.inFlight == 0 && n > 1 {
 		s.c.emit(callCtx, Event{Kind: EventDeferred, Method: s.c.method, Attempt: n - 1, Hedging: true})
-		adm, ended := s.c.waitGate(callCtx, budget.Request{Number: n, Call: s.c.callID(), Last: n == s.h.MaxAttempts, Criticality: s.c.crit}, 0)
+		req := budget.Request{Number: n, Call: s.c.callID(), Last: n == s.h.MaxAttempts, Criticality: s.c.crit}
+		if s.c.br != nil {
+			req.Guard = s.c.br.Guard(s.c.crit, s.c.o)
+		}
+		adm, ended := s.c.waitGate(callCtx, req, 0)
 		switch {
 		case ended == policy.ReasonNone:
 			s.waitedHedge, s.waitedAdmission = n, adm

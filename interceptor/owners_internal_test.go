@@ -242,7 +242,7 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 	// the loop runs (unaryLoop.take), as a stream's timer does under its
 	// own lock (streamTimer); and hedging's admission of a hedge and its
 	// judgement of a hedged attempt's failure, which the loop runs
-	// (unaryLoop.sendDue, attemptEnded), as a hedged stream's driver does;
+	// (unaryLoop.run, attemptEnded), as a hedged stream's driver does;
 	// and the record of a hedged attempt's end that needs no verdict
 	// (askSettled), which the loop asks (attemptEnded, drain).
 	deciders := []string{"call_retry.go: call.afterAttempt", "attempttimer.go: attemptTimer.take", "attempttimer.go: attemptTimer.decide", "hedge.go: hedgeState.admitHedge", "hedge.go: hedgeState.judge", "hedge.go: hedgeState.recordHedge"}

@@ -144,7 +144,7 @@ func (l *unaryLoop) run() error {
 	for {
 		var ev unaryEvent
 		if hs := &l.hs; l.hedged {
-			l.sendDue()
+			hs.sendDue(l.callCtx, nil, func(int) (time.Time, bool) { return time.Now(), true }, func(int) { l.launch() })
 			if hs.inFlight == 0 && hs.timerC == nil {
 				return l.hedgeFailed(hs.stopped)
 			}
