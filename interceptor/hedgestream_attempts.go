@@ -28,23 +28,24 @@ func (s *retryStream) watch(a *streamAttempt) {
 	s.race.events <- a.n
 }
 
-// commitToLocked commits the stream to w and ends the race under mu
-// (endRaceLocked lets it go); then it tells the hooks, lets RecvMsg and
-// Header go on, and waits for every other attempt to end (settleOthers).
-func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
-	s.cur, s.commitNext = w, false
-	s.commitLocked()
-	s.endRaceLocked(st, w)
-	st.won(s.callCtx, w.n)
-	close(s.race.ready)
-	s.settleOthers(st, w)
-}
-
-// endRaceLocked ends the race with w (nil: nobody won), under mu, which it
-// lets go: it answers the asks, cancels every other attempt (those still
-// opening too) and stops the hedging timer.
-func (s *retryStream) endRaceLocked(st *hedgeState, w *streamAttempt) {
+// endRace ends the race, under mu, which it lets go: it commits the
+// stream to w or, with w nil, fails it, for why, with the last failure. It
+// answers the asks, cancels every other attempt (those still opening too),
+// stops the hedging timer and waits for every other attempt to end
+// (settleOthers). RecvMsg and Header go on (ready) once the hooks heard of
+// the commit, or once the stream that failed has ended.
+func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reason) {
 	r := s.race
+	if w != nil {
+		s.cur, s.commitNext = w, false
+		s.commitLocked()
+	} else {
+		r.failed = true
+		s.buf.release()
+		if r.last != nil {
+			s.cur = r.last
+		}
+	}
 	s.answerLocked(w)
 	for _, a := range r.sent {
 		if a != w {
@@ -55,6 +56,15 @@ func (s *retryStream) endRaceLocked(st *hedgeState, w *streamAttempt) {
 	r.live = r.live[:0]
 	s.mu.Unlock()
 	st.disarm()
+	if w != nil {
+		st.won(s.callCtx, w.n)
+		close(r.ready)
+		s.settleOthers(st, w)
+		return
+	}
+	s.settleOthers(st, nil)
+	s.finishStream(st.giveUp(s.callCtx, why), false)
+	close(r.ready)
 }
 
 // ended handles one attempt's event before the stream committed, as
@@ -73,7 +83,7 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 		if a.headers {
 			st.learn(a.took)
 		}
-		s.commitToLocked(st, a)
+		s.endRace(st, a, policy.ReasonNone)
 		return true
 	}
 	r := s.race
@@ -84,7 +94,8 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 	s.mu.Unlock()
 	// Headers commit, so a failure here came without any.
 	if why := st.judge(s.callCtx, a.n, a.endErr, false, a.trailer); why != policy.ReasonNone {
-		s.fail(st, why)
+		s.mu.Lock()
+		s.endRace(st, nil, why)
 		return true
 	}
 	return false
@@ -104,37 +115,6 @@ func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 		o := loserOutcome(!a.headers && a.endErr == nil)
 		st.recordHedge(a.n, o, o)
 	}
-}
-
-// fail ends a stream that did not commit, for why, with the last failure,
-// once every attempt is cancelled and waited for.
-func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
-	r := s.race
-	s.mu.Lock()
-	r.failed = true
-	s.buf.release()
-	if r.last != nil {
-		s.cur = r.last
-	}
-	s.endRaceLocked(st, nil)
-	s.settleOthers(st, nil)
-	s.finishStream(st.giveUp(s.callCtx, why), false)
-	close(r.ready)
-}
-
-// raceWon ends a hedged stream with the end of its winner w, err (nil:
-// success; endAttempt's outcome, as a retried attempt's): settle's, under
-// endMu. The call's decision judges it as committed (judge), so a failure
-// is final, and it ends as a race nobody won does (giveUp).
-func (s *retryStream) raceWon(w *streamAttempt, err error, abandoned bool) error {
-	st := &s.race.st
-	why := st.judge(s.callCtx, w.n, err, true, nil)
-	if err != nil {
-		err = st.giveUp(s.callCtx, why)
-	} else {
-		s.c.reason = why
-	}
-	return s.finishStream(err, abandoned)
 }
 
 // oldestOpenLocked returns the oldest live attempt not seen to end (nil:

@@ -179,7 +179,7 @@ func TestOneOwnerSites(t *testing.T) {
 		}
 	})
 	slices.Sort(streamGiveUpCallers)
-	wantGiveUps := []string{"hedgestream_attempts.go: retryStream.fail", "hedgestream_attempts.go: retryStream.raceWon", "resume.go: retryStream.resumeFailed"}
+	wantGiveUps := []string{"hedgestream_attempts.go: retryStream.endRace", "resume.go: retryStream.resumeFailed", "stream.go: retryStream.settle"}
 	if !slices.Equal(streamGiveUpCallers, wantGiveUps) {
 		t.Errorf("the stream engine gives up (giveUp) in\n%s\nwant\n%s", strings.Join(streamGiveUpCallers, "\n"), strings.Join(wantGiveUps, "\n"))
 	}

@@ -373,7 +373,17 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	}
 	cutOff, timedOut, outcome := s.endAttempt(a, err)
 	if s.race != nil {
-		return nil, s.raceWon(a, outcome, abandoned)
+		// The race's winner: the call's decision judges its end as
+		// committed (judge), so a failure is final, and it ends as a race
+		// nobody won does (giveUp).
+		st := &s.race.st
+		why := st.judge(s.callCtx, a.n, outcome, true, nil)
+		if outcome != nil {
+			outcome = st.giveUp(s.callCtx, why)
+		} else {
+			s.c.reason = why
+		}
+		return nil, s.finishStream(outcome, abandoned)
 	}
 	s.mu.Lock()
 	committed := s.committed || s.commitNext
@@ -382,7 +392,11 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	}
 	s.mu.Unlock()
 	if abandoned {
-		return s.abandon(outcome, committed, timedOut)
+		// afterAttempt never retries a call whose context is done; a's
+		// headers and trailer are not read, as the reader may be in
+		// RecvMsg on it.
+		s.c.afterAttempt(s.callCtx, outcome, nil, committed, timedOut)
+		return nil, s.finishStream(s.c.finish(outcome), true)
 	}
 	if err != nil && !committed && !cutOff {
 		// Ended, so Header does not block: headers before the failure
@@ -406,15 +420,6 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	next = s.cur
 	s.mu.Unlock()
 	return next, nil
-}
-
-// abandon ends the stream on the abandon watch's event, the attempt ended
-// with err: afterAttempt (which never retries a call whose context is
-// done) tells the budget, the breaker and the hooks; its headers and
-// trailer are not read, as the reader may be in RecvMsg on it. Under endMu.
-func (s *retryStream) abandon(err error, committed, timedOut bool) (next *streamAttempt, final error) {
-	s.c.afterAttempt(s.callCtx, err, nil, committed, timedOut)
-	return nil, s.finishStream(s.c.finish(err), true)
 }
 
 // sendKept is SendMsg (closing: a hedged stream's CloseSend) before the
