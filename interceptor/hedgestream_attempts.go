@@ -1,7 +1,6 @@
 package interceptor
 
 import (
-	"context"
 	"io"
 	"slices"
 	"time"
@@ -132,21 +131,4 @@ func (s *retryStream) oldestOpenLocked() *streamAttempt {
 		return a
 	}
 	return nil
-}
-
-// raceContext is Context before a hedged stream commits: it has the driver
-// commit to the oldest attempt open (ask) and returns its context; with
-// none open, the call's, and the next attempt to open wins (commitNext,
-// which serve sets too when the attempt ended before the driver heard).
-func (s *retryStream) raceContext() context.Context {
-	switch {
-	case s.race.failed:
-	case s.oldestOpenLocked() == nil:
-		s.commitNext = true
-	default:
-		if w := s.ask(); w != nil {
-			return w.cs.Context()
-		}
-	}
-	return s.callCtx
 }

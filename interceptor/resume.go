@@ -233,7 +233,13 @@ func (s *retryStream) prepareResume(streamErr error) error {
 	if r.delivered {
 		next, err := r.build(orig, r.last)
 		if err != nil {
-			return s.resumeFailed(streamErr, err)
+			// The resume function said no or failed: a give-up after a
+			// pause (call.giveUp).
+			final := streamErr
+			if !errors.Is(err, ErrCannotResume) {
+				final = &ResumeError{Method: s.method, Err: err, StreamErr: streamErr}
+			}
+			return s.c.giveUp(s.callCtx, Event{Method: s.c.method, Attempt: s.c.attempt}, policy.ReasonCommitted, final)
 		}
 		req = next
 		r.delivered = false
@@ -271,14 +277,4 @@ func (r *resumeState) build(orig, last any) (next proto.Message, err error) {
 		err = errors.New("it returned no request")
 	}
 	return next, err
-}
-
-// resumeFailed ends a stream whose resume function said no or failed, as
-// a give-up after a pause (call.giveUp).
-func (s *retryStream) resumeFailed(streamErr, err error) error {
-	final := streamErr
-	if !errors.Is(err, ErrCannotResume) {
-		final = &ResumeError{Method: s.method, Err: err, StreamErr: streamErr}
-	}
-	return s.c.giveUp(s.callCtx, Event{Method: s.c.method, Attempt: s.c.attempt}, policy.ReasonCommitted, final)
 }

@@ -241,7 +241,13 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 		base = s.res.ctx // with ResumeHeader
 	}
 	a.ctx, a.cancel, a.timer = s.c.nextAttempt(base)
-	if err = s.dial(a, nil, func() { s.useLocked(a) }); err == nil {
+	live := func() {
+		s.cur, s.switching = a, false
+		if s.commitNext {
+			s.commitLocked()
+		}
+	}
+	if err = s.dial(a, nil, live); err == nil {
 		return false, nil
 	}
 	_, timedOut, err = s.endAttempt(a, err)
@@ -252,8 +258,16 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 }
 
 // dial opens a's grpc stream, whose headers a's timer (if any) watches,
-// then replays on it what was kept (replayOn, with lost and live). An
-// attempt the streamer failed to open has an unopened stream.
+// then replays on it the messages kept, in order, then CloseSend when
+// closeSent, beside the application's SendMsg, which keeps its messages
+// meanwhile. live runs under mu in the step that finds everything sent
+// and makes the attempt SendMsg's, so it gets every message once, in
+// order. lost (nil: never), asked under mu before each step, ends the
+// replay (errHedgeLost). A send's io.EOF does not end it: the stream below
+// may re-open its request unseen (the Connect front end re-sends what the
+// attempt was given), which needs every message and the end; another error
+// is grpc refusing a message. An attempt the streamer failed to open has
+// an unopened stream.
 func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) error {
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
@@ -264,7 +278,32 @@ func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) erro
 	if a.timer != nil {
 		go a.watchHeader()
 	}
-	return replayOn(&s.mu, &s.buf, &s.closeSent, cs, lost, live)
+	closed := false
+	for i := 0; ; {
+		s.mu.Lock()
+		if lost != nil && lost() {
+			s.mu.Unlock()
+			return errHedgeLost
+		}
+		if i < len(s.buf.msgs) {
+			m := s.buf.msgs[i]
+			s.mu.Unlock()
+			i++
+			if err := cs.SendMsg(m); err != nil && err != io.EOF {
+				return err
+			}
+			continue
+		}
+		if s.closeSent && !closed {
+			s.mu.Unlock()
+			closed = true
+			_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
+			continue
+		}
+		live()
+		s.mu.Unlock()
+		return nil
+	}
 }
 
 // retryAfter decides from the end of an attempt that ended with err (nil:
@@ -306,13 +345,6 @@ func (u unopened) CloseSend() error             { return nil }
 func (u unopened) Context() context.Context     { return u.ctx }
 func (u unopened) SendMsg(any) error            { return io.EOF }
 func (u unopened) RecvMsg(any) error            { return u.err }
-
-func (s *retryStream) useLocked(a *streamAttempt) {
-	s.cur, s.switching = a, false
-	if s.commitNext {
-		s.commitLocked()
-	}
-}
 
 func (s *retryStream) commitLocked() {
 	s.committed = true

@@ -106,7 +106,7 @@ func (o *callerOutputs) fill(cs grpc.ClientStream, withTrailer bool) {
 // stopWatch is assigned.
 func (e *streamEnd) watchCaller(ctx context.Context) {
 	e.stopWatch = context.AfterFunc(ctx, func() {
-		e.runOnFinish(status.FromContextError(ctx.Err()).Err())
+		e.onFinishRan.Do(func() { e.finished(status.FromContextError(ctx.Err()).Err()) })
 	})
 }
 
@@ -118,9 +118,5 @@ func (e *streamEnd) finishOnce(err error) {
 		return
 	}
 	e.stopWatch()
-	e.runOnFinish(err)
-}
-
-func (e *streamEnd) runOnFinish(err error) {
 	e.onFinishRan.Do(func() { e.finished(err) })
 }
