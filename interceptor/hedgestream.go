@@ -82,8 +82,10 @@ func (k *core) hedgeStream(s *retryStream) {
 	st.launched(s.callCtx, 1, a.start)
 	st.schedule(s.callCtx, 1)
 	go s.drive(st)
-	if s.openRaced(a) {
-		go s.watch(a)
+	if err := s.openRaced(a); err != nil {
+		s.watch(a, err)
+	} else {
+		go s.watch(a, nil)
 	}
 }
 
@@ -206,11 +208,7 @@ func (s *retryStream) takeHedge(n int) (time.Time, bool) {
 
 func (s *retryStream) runHedge(n int) {
 	a := s.race.sent[n-1]
-	go func() {
-		if s.openRaced(a) {
-			s.watch(a)
-		}
-	}()
+	go func() { s.watch(a, s.openRaced(a)) }()
 }
 
 // committingLocked: an ask or commitNext waits, and an attempt in flight
@@ -234,31 +232,23 @@ func (s *retryStream) launchLocked(n int) *streamAttempt {
 
 // openRaced opens a and replays what was sent so far on it (dial), then
 // makes it live, and pokes the driver when the stream is to commit to the
-// next attempt; true when a is live. The replay runs beside the
+// next attempt; nil when a is live. The replay runs beside the
 // application's SendMsg, not under sendMu: a send may wait for its
 // attempt's server (connect-go's Send of a server stream's request waits
 // for the response headers), and a slow server must not hold back the
-// hedge that would answer. When it fails, a's end goes to the driver.
-func (s *retryStream) openRaced(a *streamAttempt) bool {
+// hedge that would answer.
+func (s *retryStream) openRaced(a *streamAttempt) error {
 	next := false
 	lost := func() bool { return s.committed || s.race.failed }
 	err := s.dial(a, lost, func() {
 		s.race.live = append(s.race.live, a)
 		next = s.commitNext
 	})
-	if err == nil {
-		if next {
-			select {
-			case s.race.poke <- struct{}{}:
-			default:
-			}
+	if err == nil && next {
+		select {
+		case s.race.poke <- struct{}{}:
+		default:
 		}
-		return true
 	}
-	a.cancel()
-	a.cs = unopened{ctx: a.ctx, err: err}
-	a.ended, a.endErr = true, err
-	close(a.watched)
-	s.race.events <- a.n
-	return false
+	return err
 }

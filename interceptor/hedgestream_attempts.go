@@ -9,19 +9,23 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// watch is an open attempt's goroutine: it reports the attempt's response
-// headers, or its end, to the driver, which decides.
-func (s *retryStream) watch(a *streamAttempt) {
-	cs := a.cs
-	if md, _ := cs.Header(); md != nil {
+// watch runs once openRaced returned err (nil: a is live), on the
+// attempt's goroutine (the caller's for a first attempt that failed): it
+// reports a's response headers, or its end (a failure to open or to replay
+// too), to the driver, which decides.
+func (s *retryStream) watch(a *streamAttempt, err error) {
+	if err != nil {
+		a.cancel()
+		a.cs = unopened{ctx: a.ctx, err: err}
+		a.ended, a.endErr = true, err
+	} else if md, _ := a.cs.Header(); md != nil {
 		a.headers, a.took = true, time.Since(a.start)
 	} else {
 		// Ended without headers: no message can come; read the status.
-		err := cs.RecvMsg(nil)
-		if err == io.EOF {
+		if err = a.cs.RecvMsg(nil); err == io.EOF {
 			err = nil
 		}
-		a.ended, a.endErr, a.trailer = true, err, cs.Trailer()
+		a.ended, a.endErr, a.trailer = true, err, a.cs.Trailer()
 	}
 	close(a.watched)
 	s.race.events <- a.n

@@ -185,14 +185,6 @@ func (s *retryStream) endAttempt(a *streamAttempt, err error) (cutOff, timedOut 
 	return cutOff, timedOut, outcome
 }
 
-// watchHeader stops the attempt's timer when response headers arrive.
-func (a *streamAttempt) watchHeader() {
-	if md, _ := a.cs.Header(); md != nil {
-		a.timer.stopAnswered(time.Now())
-		a.timer.served(time.Since(a.timer.start))
-	}
-}
-
 // retryStream is the grpc.ClientStream the application holds, retried or
 // hedged (race, until it commits). mu guards the fields below it and is
 // never held while blocked in grpc.
@@ -276,7 +268,12 @@ func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) erro
 	}
 	a.cs = cs
 	if a.timer != nil {
-		go a.watchHeader()
+		go func() {
+			if md, _ := cs.Header(); md != nil {
+				a.timer.stopAnswered(time.Now())
+				a.timer.served(time.Since(a.timer.start))
+			}
+		}()
 	}
 	closed := false
 	for i := 0; ; {
