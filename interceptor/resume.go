@@ -167,18 +167,6 @@ type resumeState struct {
 	ctx                          context.Context // with ResumeHeader
 }
 
-// newResume returns nil when the call has no resume function for method.
-func newResume(o *options, method string, serverStreams, clientStreams bool) *resumeState {
-	if len(o.resume) == 0 || !serverStreams || clientStreams {
-		return nil
-	}
-	fn := o.resume[method]
-	if fn == nil {
-		return nil
-	}
-	return &resumeState{fn: fn}
-}
-
 func (r *resumeState) sent(m any) {
 	if r != nil && r.orig == nil {
 		r.orig, r.req = m, m

@@ -99,11 +99,10 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		s.c.perAttempt = 0
 		k.noticeUnapplied(ctx, &s.c, policy.ReasonNotIdempotent)
 	}
-	if s.c.retrying {
-		// A resume function says the request may be sent again.
-		if s.res = newResume(s.c.o, method, desc.ServerStreams, desc.ClientStreams); s.res != nil {
-			s.c.repeatable = true
-		}
+	// A resume function (WithResume: a server stream's) says the request
+	// may be sent again.
+	if fn := s.c.o.resume[method]; fn != nil && s.c.retrying && desc.ServerStreams && !desc.ClientStreams {
+		s.res, s.c.repeatable = &resumeState{fn: fn}, true
 	}
 	hedged := s.c.hedged != nil && k.hedges(ctx, &s.c, true)
 	// Each attempt's options: grpc-go's retry buffer off, the file's, then
