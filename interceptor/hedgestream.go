@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -18,7 +19,7 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // until it commits; then the stream runs as a committed retryStream.
 //
 // The driver (drive) owns the race: it alone launches attempts and alone
-// commits (commitToLocked), so no hedge can go after the commit. Each
+// ends the race (endRace), so no hedge can go after the commit. Each
 // attempt's goroutine opens and replays its attempt (openRaced, dial),
 // then reports its headers or its end once on events (watch). RecvMsg and
 // Header wait for ready; Context and an overflowing message ask the driver
@@ -29,7 +30,7 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 // sends a message to an attempt, so each gets every message once, in
 // order. The stream's mu guards the fields below sendMu.
 type hedgeRace struct {
-	// st is the driver's, then raceWon's to judge the winner's end.
+	// st is the driver's, then settle's to judge the winner's end.
 	st hedgeState
 	// events has room for every attempt's one event, its number; poke wakes
 	// the driver for asks and commitNext; ready closes once the stream
@@ -81,8 +82,10 @@ func (k *core) hedgeStream(s *retryStream) {
 	st.launched(s.callCtx, 1, a.start)
 	st.schedule(s.callCtx, 1)
 	go s.drive(st)
-	if s.openRaced(a) {
-		go s.watch(a)
+	if err := s.openRaced(a); err != nil {
+		s.watch(a, err)
+	} else {
+		go s.watch(a, nil)
 	}
 }
 
@@ -92,15 +95,26 @@ func (s *retryStream) drive(st *hedgeState) {
 	r := s.race
 	done := s.callCtx.Done()
 	for {
-		if st.due && st.sent > 0 && s.takeEvents(st) {
-			return
+		// The events already in go first when a hedge may be due, so that
+		// headers that arrived as the hedging delay ran out commit before a
+		// hedge goes (select picks at random).
+		for drained := !st.due || st.sent == 0; !drained; {
+			select {
+			case n := <-r.events:
+				if s.ended(st, r.heard(n)) {
+					return
+				}
+			default:
+				drained = true
+			}
 		}
 		if s.serve(st) {
 			return
 		}
 		st.sendDue(s.callCtx, s.wantsHedge, s.takeHedge, s.runHedge)
 		if st.inFlight == 0 && st.timerC == nil {
-			s.fail(st, st.stopped)
+			s.mu.Lock()
+			s.endRace(st, nil, st.stopped)
 			return
 		}
 		select {
@@ -114,25 +128,10 @@ func (s *retryStream) drive(st *hedgeState) {
 		case <-done:
 			done = nil
 			if why, over := st.callerGone(s.callCtx); over {
-				s.fail(st, why)
+				s.mu.Lock()
+				s.endRace(st, nil, why)
 				return
 			}
-		}
-	}
-}
-
-// takeEvents handles the events already in, so that headers that arrived
-// as the hedging delay ran out commit before a hedge goes (select picks at
-// random). True when the driver is done.
-func (s *retryStream) takeEvents(st *hedgeState) bool {
-	for {
-		select {
-		case n := <-s.race.events:
-			if s.ended(st, s.race.heard(n)) {
-				return true
-			}
-		default:
-			return false
 		}
 	}
 }
@@ -155,7 +154,7 @@ func (s *retryStream) serve(st *hedgeState) bool {
 		s.mu.Unlock()
 		return false
 	}
-	s.commitToLocked(st, w)
+	s.endRace(st, w, policy.ReasonNone)
 	return true
 }
 
@@ -209,11 +208,7 @@ func (s *retryStream) takeHedge(n int) (time.Time, bool) {
 
 func (s *retryStream) runHedge(n int) {
 	a := s.race.sent[n-1]
-	go func() {
-		if s.openRaced(a) {
-			s.watch(a)
-		}
-	}()
+	go func() { s.watch(a, s.openRaced(a)) }()
 }
 
 // committingLocked: an ask or commitNext waits, and an attempt in flight
@@ -237,31 +232,23 @@ func (s *retryStream) launchLocked(n int) *streamAttempt {
 
 // openRaced opens a and replays what was sent so far on it (dial), then
 // makes it live, and pokes the driver when the stream is to commit to the
-// next attempt; true when a is live. The replay runs beside the
+// next attempt; nil when a is live. The replay runs beside the
 // application's SendMsg, not under sendMu: a send may wait for its
 // attempt's server (connect-go's Send of a server stream's request waits
 // for the response headers), and a slow server must not hold back the
-// hedge that would answer. When it fails, a's end goes to the driver.
-func (s *retryStream) openRaced(a *streamAttempt) bool {
+// hedge that would answer.
+func (s *retryStream) openRaced(a *streamAttempt) error {
 	next := false
 	lost := func() bool { return s.committed || s.race.failed }
 	err := s.dial(a, lost, func() {
 		s.race.live = append(s.race.live, a)
 		next = s.commitNext
 	})
-	if err == nil {
-		if next {
-			select {
-			case s.race.poke <- struct{}{}:
-			default:
-			}
+	if err == nil && next {
+		select {
+		case s.race.poke <- struct{}{}:
+		default:
 		}
-		return true
 	}
-	a.cancel()
-	a.cs = unopened{ctx: a.ctx, err: err}
-	a.ended, a.endErr = true, err
-	close(a.watched)
-	s.race.events <- a.n
-	return false
+	return err
 }

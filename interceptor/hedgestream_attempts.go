@@ -1,7 +1,6 @@
 package interceptor
 
 import (
-	"context"
 	"io"
 	"slices"
 	"time"
@@ -10,41 +9,46 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// watch is an open attempt's goroutine: it reports the attempt's response
-// headers, or its end, to the driver, which decides.
-func (s *retryStream) watch(a *streamAttempt) {
-	cs := a.cs
-	if md, _ := cs.Header(); md != nil {
+// watch runs once openRaced returned err (nil: a is live), on the
+// attempt's goroutine (the caller's for a first attempt that failed): it
+// reports a's response headers, or its end (a failure to open or to replay
+// too), to the driver, which decides.
+func (s *retryStream) watch(a *streamAttempt, err error) {
+	if err != nil {
+		a.cancel()
+		a.cs = unopened{ctx: a.ctx, err: err}
+		a.ended, a.endErr = true, err
+	} else if md, _ := a.cs.Header(); md != nil {
 		a.headers, a.took = true, time.Since(a.start)
 	} else {
 		// Ended without headers: no message can come; read the status.
-		err := cs.RecvMsg(nil)
-		if err == io.EOF {
+		if err = a.cs.RecvMsg(nil); err == io.EOF {
 			err = nil
 		}
-		a.ended, a.endErr, a.trailer = true, err, cs.Trailer()
+		a.ended, a.endErr, a.trailer = true, err, a.cs.Trailer()
 	}
 	close(a.watched)
 	s.race.events <- a.n
 }
 
-// commitToLocked commits the stream to w and ends the race under mu
-// (endRaceLocked lets it go); then it tells the hooks, lets RecvMsg and
-// Header go on, and waits for every other attempt to end (settleOthers).
-func (s *retryStream) commitToLocked(st *hedgeState, w *streamAttempt) {
-	s.cur, s.commitNext = w, false
-	s.commitLocked()
-	s.endRaceLocked(st, w)
-	st.won(s.callCtx, w.n)
-	close(s.race.ready)
-	s.settleOthers(st, w)
-}
-
-// endRaceLocked ends the race with w (nil: nobody won), under mu, which it
-// lets go: it answers the asks, cancels every other attempt (those still
-// opening too) and stops the hedging timer.
-func (s *retryStream) endRaceLocked(st *hedgeState, w *streamAttempt) {
+// endRace ends the race, under mu, which it lets go: it commits the
+// stream to w or, with w nil, fails it, for why, with the last failure. It
+// answers the asks, cancels every other attempt (those still opening too),
+// stops the hedging timer and waits for every other attempt to end
+// (settleOthers). RecvMsg and Header go on (ready) once the hooks heard of
+// the commit, or once the stream that failed has ended.
+func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reason) {
 	r := s.race
+	if w != nil {
+		s.cur, s.commitNext = w, false
+		s.commitLocked()
+	} else {
+		r.failed = true
+		s.buf.release()
+		if r.last != nil {
+			s.cur = r.last
+		}
+	}
 	s.answerLocked(w)
 	for _, a := range r.sent {
 		if a != w {
@@ -55,6 +59,15 @@ func (s *retryStream) endRaceLocked(st *hedgeState, w *streamAttempt) {
 	r.live = r.live[:0]
 	s.mu.Unlock()
 	st.disarm()
+	if w != nil {
+		st.won(s.callCtx, w.n)
+		close(r.ready)
+		s.settleOthers(st, w)
+		return
+	}
+	s.settleOthers(st, nil)
+	s.finishStream(st.giveUp(s.callCtx, why), false)
+	close(r.ready)
 }
 
 // ended handles one attempt's event before the stream committed, as
@@ -73,7 +86,7 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 		if a.headers {
 			st.learn(a.took)
 		}
-		s.commitToLocked(st, a)
+		s.endRace(st, a, policy.ReasonNone)
 		return true
 	}
 	r := s.race
@@ -84,7 +97,8 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 	s.mu.Unlock()
 	// Headers commit, so a failure here came without any.
 	if why := st.judge(s.callCtx, a.n, a.endErr, false, a.trailer); why != policy.ReasonNone {
-		s.fail(st, why)
+		s.mu.Lock()
+		s.endRace(st, nil, why)
 		return true
 	}
 	return false
@@ -106,37 +120,6 @@ func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 	}
 }
 
-// fail ends a stream that did not commit, for why, with the last failure,
-// once every attempt is cancelled and waited for.
-func (s *retryStream) fail(st *hedgeState, why policy.Reason) {
-	r := s.race
-	s.mu.Lock()
-	r.failed = true
-	s.buf.release()
-	if r.last != nil {
-		s.cur = r.last
-	}
-	s.endRaceLocked(st, nil)
-	s.settleOthers(st, nil)
-	s.finishStream(st.giveUp(s.callCtx, why), false)
-	close(r.ready)
-}
-
-// raceWon ends a hedged stream with the end of its winner w, err (nil:
-// success; endAttempt's outcome, as a retried attempt's): settle's, under
-// endMu. The call's decision judges it as committed (judge), so a failure
-// is final, and it ends as a race nobody won does (giveUp).
-func (s *retryStream) raceWon(w *streamAttempt, err error, abandoned bool) error {
-	st := &s.race.st
-	why := st.judge(s.callCtx, w.n, err, true, nil)
-	if err != nil {
-		err = st.giveUp(s.callCtx, why)
-	} else {
-		s.c.reason = why
-	}
-	return s.finishStream(err, abandoned)
-}
-
 // oldestOpenLocked returns the oldest live attempt not seen to end (nil:
 // none): a commit to an ended attempt would make its failure, which the
 // next hedge may still answer, the stream's.
@@ -152,21 +135,4 @@ func (s *retryStream) oldestOpenLocked() *streamAttempt {
 		return a
 	}
 	return nil
-}
-
-// raceContext is Context before a hedged stream commits: it has the driver
-// commit to the oldest attempt open (ask) and returns its context; with
-// none open, the call's, and the next attempt to open wins (commitNext,
-// which serve sets too when the attempt ended before the driver heard).
-func (s *retryStream) raceContext() context.Context {
-	switch {
-	case s.race.failed:
-	case s.oldestOpenLocked() == nil:
-		s.commitNext = true
-	default:
-		if w := s.ask(); w != nil {
-			return w.cs.Context()
-		}
-	}
-	return s.callCtx
 }

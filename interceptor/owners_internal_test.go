@@ -161,7 +161,7 @@ func TestOneOwnerSites(t *testing.T) {
 	}
 	// A hedged stream's committed end is judged by the decision too
 	// (hedgeState.judge, askRaced, committed), and ends as a race nobody
-	// won does (hedgeState.giveUp); a resume refused (resumeFailed) ends as
+	// won does (hedgeState.giveUp); a resume refused (prepareResume) ends as
 	// a pause does (call.giveUp): the stream engine's files neither read
 	// the caller rule nor tell the hooks of a give-up themselves.
 	var streamGiveUps, streamGiveUpCallers []string
@@ -179,7 +179,7 @@ func TestOneOwnerSites(t *testing.T) {
 		}
 	})
 	slices.Sort(streamGiveUpCallers)
-	wantGiveUps := []string{"hedgestream_attempts.go: retryStream.fail", "hedgestream_attempts.go: retryStream.raceWon", "resume.go: retryStream.resumeFailed"}
+	wantGiveUps := []string{"hedgestream_attempts.go: retryStream.endRace", "resume.go: retryStream.prepareResume", "stream.go: retryStream.settle"}
 	if !slices.Equal(streamGiveUpCallers, wantGiveUps) {
 		t.Errorf("the stream engine gives up (giveUp) in\n%s\nwant\n%s", strings.Join(streamGiveUpCallers, "\n"), strings.Join(wantGiveUps, "\n"))
 	}

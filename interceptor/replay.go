@@ -1,11 +1,7 @@
 package interceptor
 
 import (
-	"io"
-	"sync"
 	"sync/atomic"
-
-	"google.golang.org/grpc"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -163,42 +159,4 @@ func (b *replayBuffer) release() {
 	}
 	clear(b.msgs)
 	b.msgs, b.bytes = nil, 0
-}
-
-// replayOn sends the messages kept in buf, in order, then CloseSend when
-// *closeSent, on cs, a new attempt's stream, beside the application's
-// SendMsg, which keeps its messages in buf meanwhile. live runs under mu in
-// the step that finds everything sent and makes the attempt SendMsg's, so
-// it gets every message once, in order. lost (nil: never), asked under mu
-// before each step, ends the replay (errHedgeLost). A send's io.EOF does
-// not end it: the stream below may re-open its request unseen (the Connect
-// front end re-sends what the attempt was given), which needs every
-// message and the end; another error is grpc refusing a message.
-func replayOn(mu *sync.Mutex, buf *replayBuffer, closeSent *bool, cs grpc.ClientStream, lost func() bool, live func()) error {
-	closed := false
-	for i := 0; ; {
-		mu.Lock()
-		if lost != nil && lost() {
-			mu.Unlock()
-			return errHedgeLost
-		}
-		if i < len(buf.msgs) {
-			m := buf.msgs[i]
-			mu.Unlock()
-			i++
-			if err := cs.SendMsg(m); err != nil && err != io.EOF {
-				return err
-			}
-			continue
-		}
-		if *closeSent && !closed {
-			mu.Unlock()
-			closed = true
-			_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
-			continue
-		}
-		live()
-		mu.Unlock()
-		return nil
-	}
 }

@@ -167,18 +167,6 @@ type resumeState struct {
 	ctx                          context.Context // with ResumeHeader
 }
 
-// newResume returns nil when the call has no resume function for method.
-func newResume(o *options, method string, serverStreams, clientStreams bool) *resumeState {
-	if len(o.resume) == 0 || !serverStreams || clientStreams {
-		return nil
-	}
-	fn := o.resume[method]
-	if fn == nil {
-		return nil
-	}
-	return &resumeState{fn: fn}
-}
-
 func (r *resumeState) sent(m any) {
 	if r != nil && r.orig == nil {
 		r.orig, r.req = m, m
@@ -233,7 +221,13 @@ func (s *retryStream) prepareResume(streamErr error) error {
 	if r.delivered {
 		next, err := r.build(orig, r.last)
 		if err != nil {
-			return s.resumeFailed(streamErr, err)
+			// The resume function said no or failed: a give-up after a
+			// pause (call.giveUp).
+			final := streamErr
+			if !errors.Is(err, ErrCannotResume) {
+				final = &ResumeError{Method: s.method, Err: err, StreamErr: streamErr}
+			}
+			return s.c.giveUp(s.callCtx, Event{Method: s.c.method, Attempt: s.c.attempt}, policy.ReasonCommitted, final)
 		}
 		req = next
 		r.delivered = false
@@ -271,14 +265,4 @@ func (r *resumeState) build(orig, last any) (next proto.Message, err error) {
 		err = errors.New("it returned no request")
 	}
 	return next, err
-}
-
-// resumeFailed ends a stream whose resume function said no or failed, as
-// a give-up after a pause (call.giveUp).
-func (s *retryStream) resumeFailed(streamErr, err error) error {
-	final := streamErr
-	if !errors.Is(err, ErrCannotResume) {
-		final = &ResumeError{Method: s.method, Err: err, StreamErr: streamErr}
-	}
-	return s.c.giveUp(s.callCtx, Event{Method: s.c.method, Attempt: s.c.attempt}, policy.ReasonCommitted, final)
 }

@@ -99,11 +99,10 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		s.c.perAttempt = 0
 		k.noticeUnapplied(ctx, &s.c, policy.ReasonNotIdempotent)
 	}
-	if s.c.retrying {
-		// A resume function says the request may be sent again.
-		if s.res = newResume(s.c.o, method, desc.ServerStreams, desc.ClientStreams); s.res != nil {
-			s.c.repeatable = true
-		}
+	// A resume function (WithResume: a server stream's) says the request
+	// may be sent again.
+	if fn := s.c.o.resume[method]; fn != nil && s.c.retrying && desc.ServerStreams && !desc.ClientStreams {
+		s.res, s.c.repeatable = &resumeState{fn: fn}, true
 	}
 	hedged := s.c.hedged != nil && k.hedges(ctx, &s.c, true)
 	// Each attempt's options: grpc-go's retry buffer off, the file's, then
@@ -185,14 +184,6 @@ func (s *retryStream) endAttempt(a *streamAttempt, err error) (cutOff, timedOut 
 	return cutOff, timedOut, outcome
 }
 
-// watchHeader stops the attempt's timer when response headers arrive.
-func (a *streamAttempt) watchHeader() {
-	if md, _ := a.cs.Header(); md != nil {
-		a.timer.stopAnswered(time.Now())
-		a.timer.served(time.Since(a.timer.start))
-	}
-}
-
 // retryStream is the grpc.ClientStream the application holds, retried or
 // hedged (race, until it commits). mu guards the fields below it and is
 // never held while blocked in grpc.
@@ -241,7 +232,13 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 		base = s.res.ctx // with ResumeHeader
 	}
 	a.ctx, a.cancel, a.timer = s.c.nextAttempt(base)
-	if err = s.dial(a, nil, func() { s.useLocked(a) }); err == nil {
+	live := func() {
+		s.cur, s.switching = a, false
+		if s.commitNext {
+			s.commitLocked()
+		}
+	}
+	if err = s.dial(a, nil, live); err == nil {
 		return false, nil
 	}
 	_, timedOut, err = s.endAttempt(a, err)
@@ -252,8 +249,16 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 }
 
 // dial opens a's grpc stream, whose headers a's timer (if any) watches,
-// then replays on it what was kept (replayOn, with lost and live). An
-// attempt the streamer failed to open has an unopened stream.
+// then replays on it the messages kept, in order, then CloseSend when
+// closeSent, beside the application's SendMsg, which keeps its messages
+// meanwhile. live runs under mu in the step that finds everything sent
+// and makes the attempt SendMsg's, so it gets every message once, in
+// order. lost (nil: never), asked under mu before each step, ends the
+// replay (errHedgeLost). A send's io.EOF does not end it: the stream below
+// may re-open its request unseen (the Connect front end re-sends what the
+// attempt was given), which needs every message and the end; another error
+// is grpc refusing a message. An attempt the streamer failed to open has
+// an unopened stream.
 func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) error {
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
@@ -262,9 +267,39 @@ func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) erro
 	}
 	a.cs = cs
 	if a.timer != nil {
-		go a.watchHeader()
+		go func() {
+			if md, _ := cs.Header(); md != nil {
+				a.timer.stopAnswered(time.Now())
+				a.timer.served(time.Since(a.timer.start))
+			}
+		}()
 	}
-	return replayOn(&s.mu, &s.buf, &s.closeSent, cs, lost, live)
+	closed := false
+	for i := 0; ; {
+		s.mu.Lock()
+		if lost != nil && lost() {
+			s.mu.Unlock()
+			return errHedgeLost
+		}
+		if i < len(s.buf.msgs) {
+			m := s.buf.msgs[i]
+			s.mu.Unlock()
+			i++
+			if err := cs.SendMsg(m); err != nil && err != io.EOF {
+				return err
+			}
+			continue
+		}
+		if s.closeSent && !closed {
+			s.mu.Unlock()
+			closed = true
+			_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
+			continue
+		}
+		live()
+		s.mu.Unlock()
+		return nil
+	}
 }
 
 // retryAfter decides from the end of an attempt that ended with err (nil:
@@ -306,13 +341,6 @@ func (u unopened) CloseSend() error             { return nil }
 func (u unopened) Context() context.Context     { return u.ctx }
 func (u unopened) SendMsg(any) error            { return io.EOF }
 func (u unopened) RecvMsg(any) error            { return u.err }
-
-func (s *retryStream) useLocked(a *streamAttempt) {
-	s.cur, s.switching = a, false
-	if s.commitNext {
-		s.commitLocked()
-	}
-}
 
 func (s *retryStream) commitLocked() {
 	s.committed = true
@@ -373,7 +401,17 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	}
 	cutOff, timedOut, outcome := s.endAttempt(a, err)
 	if s.race != nil {
-		return nil, s.raceWon(a, outcome, abandoned)
+		// The race's winner: the call's decision judges its end as
+		// committed (judge), so a failure is final, and it ends as a race
+		// nobody won does (giveUp).
+		st := &s.race.st
+		why := st.judge(s.callCtx, a.n, outcome, true, nil)
+		if outcome != nil {
+			outcome = st.giveUp(s.callCtx, why)
+		} else {
+			s.c.reason = why
+		}
+		return nil, s.finishStream(outcome, abandoned)
 	}
 	s.mu.Lock()
 	committed := s.committed || s.commitNext
@@ -382,7 +420,11 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	}
 	s.mu.Unlock()
 	if abandoned {
-		return s.abandon(outcome, committed, timedOut)
+		// afterAttempt never retries a call whose context is done; a's
+		// headers and trailer are not read, as the reader may be in
+		// RecvMsg on it.
+		s.c.afterAttempt(s.callCtx, outcome, nil, committed, timedOut)
+		return nil, s.finishStream(s.c.finish(outcome), true)
 	}
 	if err != nil && !committed && !cutOff {
 		// Ended, so Header does not block: headers before the failure
@@ -406,15 +448,6 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	next = s.cur
 	s.mu.Unlock()
 	return next, nil
-}
-
-// abandon ends the stream on the abandon watch's event, the attempt ended
-// with err: afterAttempt (which never retries a call whose context is
-// done) tells the budget, the breaker and the hooks; its headers and
-// trailer are not read, as the reader may be in RecvMsg on it. Under endMu.
-func (s *retryStream) abandon(err error, committed, timedOut bool) (next *streamAttempt, final error) {
-	s.c.afterAttempt(s.callCtx, err, nil, committed, timedOut)
-	return nil, s.finishStream(s.c.finish(err), true)
 }
 
 // sendKept is SendMsg (closing: a hedged stream's CloseSend) before the

@@ -33,7 +33,7 @@ type streamEnd struct {
 // stream had ended already). Everything the caller may read after the end
 // (the holders, OnFinish's effects, the Report) is written before done is
 // set, so a RecvMsg that finds done may read them. Its callers are one at
-// a time (settle's, under endMu; the driver's fail; the stream's opening).
+// a time (settle's, under endMu; the driver's endRace; the stream's opening).
 // abandoned: nobody reads the stream (watchAbandon); the shown attempt's
 // trailer is not read, as its reader may still be in RecvMsg on it.
 func (s *retryStream) finishStream(final error, abandoned bool) error {
@@ -106,7 +106,7 @@ func (o *callerOutputs) fill(cs grpc.ClientStream, withTrailer bool) {
 // stopWatch is assigned.
 func (e *streamEnd) watchCaller(ctx context.Context) {
 	e.stopWatch = context.AfterFunc(ctx, func() {
-		e.runOnFinish(status.FromContextError(ctx.Err()).Err())
+		e.onFinishRan.Do(func() { e.finished(status.FromContextError(ctx.Err()).Err()) })
 	})
 }
 
@@ -118,9 +118,5 @@ func (e *streamEnd) finishOnce(err error) {
 		return
 	}
 	e.stopWatch()
-	e.runOnFinish(err)
-}
-
-func (e *streamEnd) runOnFinish(err error) {
 	e.onFinishRan.Do(func() { e.finished(err) })
 }

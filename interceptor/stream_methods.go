@@ -31,7 +31,11 @@ func (s *retryStream) SendMsg(m any) error {
 		s.mu.Unlock()
 		return errSendAfterClose
 	}
-	if kept, now := s.buf.keepBeforeCommit(m, s.openLocked()); !kept {
+	open := !s.switching // whether an attempt can take m now
+	if r != nil {
+		open = s.oldestOpenLocked() != nil
+	}
+	if kept, now := s.buf.keepBeforeCommit(m, open); !kept {
 		if !now {
 			s.commitNext = true
 			s.mu.Unlock()
@@ -57,14 +61,6 @@ func (s *retryStream) SendMsg(m any) error {
 		s.buf.force(m)
 	}
 	return s.sendKept(m, false)
-}
-
-// openLocked says whether an attempt can take a message now.
-func (s *retryStream) openLocked() bool {
-	if s.race != nil {
-		return s.oldestOpenLocked() != nil
-	}
-	return !s.switching
 }
 
 // lockSend takes mu for SendMsg or CloseSend and returns the stream's
@@ -218,8 +214,10 @@ func (s *retryStream) Trailer() metadata.MD {
 }
 
 // Context commits the stream and returns the context of the attempt it
-// committed to; during a retry, the call's, and the stream commits to the
-// next attempt to go live (commitNext): one that fails to open is final.
+// committed to; with none open (during a retry, or when a hedged stream's
+// attempts have all ended), the call's, and the stream commits to the next
+// attempt to go live (commitNext): one that fails to open is final. A
+// hedged stream's driver commits it to its oldest attempt open (ask).
 func (s *retryStream) Context() context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -227,7 +225,16 @@ func (s *retryStream) Context() context.Context {
 		s.res.off = true
 	}
 	if s.race != nil && !s.committed {
-		return s.raceContext()
+		switch {
+		case s.race.failed:
+		case s.oldestOpenLocked() == nil:
+			s.commitNext = true
+		default:
+			if w := s.ask(); w != nil {
+				return w.cs.Context()
+			}
+		}
+		return s.callCtx
 	}
 	if s.switching {
 		s.commitNext = true

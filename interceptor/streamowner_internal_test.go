@@ -30,40 +30,39 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // hedge can go after the commit (issue 71). commitLocked is called by the
 // application's calls on a stream whose attempts run one at a time (the
 // first answer commits it: RecvMsg, Header, Context, SendMsg's overflow;
-// useLocked when a replay ends after a commit was
-// asked), and by the race's commit (commitToLocked), which the application
-// asks for through ask alone; commitToLocked by the driver's steps only
-// (serve, ended), launchLocked by takeHedge and, for the first attempt before
-// the driver starts, hedgeStream; and those steps by the driver's loop (drive,
-// takeEvents) alone, which hands takeHedge, wantsHedge and runHedge to
+// open, when a replay ends after a commit was
+// asked), and by the race's one end (endRace: commit or failure), which the
+// application asks for through ask alone; endRace by the driver's steps only
+// (drive, serve, ended), launchLocked by takeHedge and, for the first attempt before
+// the driver starts, hedgeStream; and those steps by the driver's loop (drive)
+// alone, which hands takeHedge, wantsHedge and runHedge to
 // hedging's one start rule (hedgeState.sendDue) and names them nowhere else. An attempt's goroutine or the application's that
 // commits a race, as watch, join, SendMsg and Context did, shows here; so
 // does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
-	got := streamCallers(t, "commitLocked", "commitToLocked", "launchLocked", "serve", "ended", "sendDue", "drive", "takeEvents", "ask",
+	got := streamCallers(t, "commitLocked", "endRace", "launchLocked", "serve", "ended", "sendDue", "drive", "ask",
 		"afterAttempt", "judge", "recordHedge", "finishOnce", "fill", "finishStream", "stopTimer")
 	want := map[string][]string{
-		"commitLocked":   {"Context", "Header", "RecvMsg", "SendMsg", "commitToLocked", "useLocked"},
-		"ask":            {"SendMsg", "raceContext"},
-		"commitToLocked": {"ended", "serve"},
-		"launchLocked":   {"hedgeStream", "takeHedge"},
-		"serve":          {"drive"},
-		"ended":          {"drive", "takeEvents"},
-		"sendDue":        {"drive"},
-		"takeEvents":     {"drive"},
+		"commitLocked": {"Context", "Header", "RecvMsg", "SendMsg", "endRace", "open"},
+		"ask":          {"Context", "SendMsg"},
+		"endRace":      {"drive", "ended", "serve"},
+		"launchLocked": {"hedgeStream", "takeHedge"},
+		"serve":        {"drive"},
+		"ended":        {"drive"},
+		"sendDue":      {"drive"},
 		// One decision per kind of attempt: one after another (retryAfter;
-		// abandon judges the last once, and never retries), or racing
+		// settle judges an abandoned one once, and never retries), or racing
 		// (ended, the driver's: judge asks the call's decision, askRaced,
 		// and makes the next hedge due);
 		// one end, finishStream, which every end goes through.
-		"afterAttempt": {"abandon", "retryAfter"},
-		"judge":        {"ended", "raceWon"},
+		"afterAttempt": {"retryAfter", "settle"},
+		"judge":        {"ended", "settle"},
 		// A hedged attempt's end that needs no verdict: a hedge given
-		// back, a loser; the winner's end is judged (raceWon).
+		// back, a loser; the winner's end is judged (settle).
 		"recordHedge":  {"settleOthers", "takeHedge"},
 		"finishOnce":   {"finishStream"},
 		"fill":         {"finishStream"},
-		"finishStream": {"abandon", "fail", "raceWon", "settle", "stream"},
+		"finishStream": {"endRace", "settle", "stream"},
 		// Every end of a retried stream's attempt (it failed to open, to
 		// replay, or ended) hands the call its timer's verdict in one place.
 		"stopTimer": {"endAttempt"},
