@@ -269,7 +269,6 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 	case l.hedged && err == nil:
 		s := &l.hs
 		s.recordHedge(ev.n, budget.Success, budget.Success)
-		s.learn(ev.at.Sub(ev.start))
 		s.won(l.callCtx, ev.n)
 		return l.end(ev.out, nil)
 	case l.hedged:
@@ -416,6 +415,7 @@ func (l *unaryLoop) served(ev unaryEvent) {
 	c, t := l.c(), &l.timer
 	switch {
 	case l.hedged:
+		l.hs.learn(ev.at.Sub(ev.start))
 	case c.perAttempt > 0 && !l.inline:
 		if c.pace != nil && !ev.done && t.state != timerFired {
 			c.pace.Answer(ev.start, ev.at.Sub(ev.start), c.crit.Index())
