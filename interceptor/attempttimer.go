@@ -211,18 +211,23 @@ func (l *unaryLoop) startTimer() {
 	l.armTimer()
 }
 
-// timerDue takes the timer's event, unless the timer moved on since.
-func (l *unaryLoop) timerDue(ev unaryEvent) {
-	if due, ok := l.timer.dueAt(); ok && ev.n == l.timer.n && ev.at.Equal(due) {
-		l.take()
-	}
-}
-
-// armTimer has the timer's event sent when its next decision is due.
+// armTimer has the timer's event sent when its next decision is due,
+// unless the call ended first.
 func (l *unaryLoop) armTimer() {
-	if due, ok := l.timer.dueAt(); ok {
-		l.timer.t = l.sendAt(due, l.timer.n)
+	due, ok := l.timer.dueAt()
+	if !ok {
+		return
 	}
+	n, events, done := l.timer.n, l.hc.results, l.hctx.Done()
+	if l.alone {
+		done = l.cur.Done() // its timer's events are the only ones sent
+	}
+	l.timer.t = time.AfterFunc(time.Until(due), func() {
+		select {
+		case events <- unaryEvent{kind: evTimer, n: n, at: due}:
+		case <-done:
+		}
+	})
 }
 
 // take takes the decision due now: cut the attempt off, start the retry
