@@ -19,7 +19,7 @@ import (
 // decision is taken as of its due time, however late. Whether it cut an
 // attempt off is its own record, never read from ctx.Err() or a code,
 // which race with the wire. A unary call's loop owns its timer
-// (unary_timer.go); a stream's is streamTimer.
+// (below); a stream's is streamTimer.
 type attemptTimer struct {
 	n     int // the attempt's number (0: none yet)
 	state int32
@@ -197,4 +197,76 @@ func (c *call) timerRefusedRetry(reason policy.Reason) {
 	if c.o != nil {
 		c.emit(c.hookCtx(), Event{Kind: EventTimerRanOn, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Reason: reason})
 	}
+}
+
+// A unary call's per-attempt timer is its loop's (unaryLoop.timer): the
+// loop takes each decision as its event arrives, or as it takes the end of
+// an attempt that ended after a due time whose event has not (endTimer).
+
+// startTimer arms the timer of the attempt just numbered.
+func (l *unaryLoop) startTimer() {
+	c := l.c()
+	l.timer.stop()
+	l.timer.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
+	l.armTimer()
+}
+
+// armTimer has the timer's event sent when its next decision is due,
+// unless the call ended first.
+func (l *unaryLoop) armTimer() {
+	due, ok := l.timer.dueAt()
+	if !ok {
+		return
+	}
+	n, events, done := l.timer.n, l.hc.results, l.hctx.Done()
+	if l.alone {
+		done = l.cur.Done() // its timer's events are the only ones sent
+	}
+	l.timer.t = time.AfterFunc(time.Until(due), func() {
+		select {
+		case events <- unaryEvent{kind: evTimer, n: n, at: due}:
+		case <-done:
+		}
+	})
+}
+
+// take takes the decision due now: cut the attempt off, start the retry
+// beside it, or wait for the next event.
+func (l *unaryLoop) take() {
+	t := &l.timer
+	switch t.take(&l.c().retryFacts, l.callCtx, l.cur.Err() != nil, l.beside) {
+	case timerFired:
+		if l.beside {
+			l.retryBeside(t.verdict, t.admission)
+			return
+		}
+		l.cancel()
+	case timerArmed, timerGrace:
+		l.armTimer()
+	}
+}
+
+// endTimer takes the end of the timer's attempt at end: the decisions due
+// by then, then the timer hands the call its verdict (handOver). cutOff:
+// the timer cut the attempt off.
+func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
+	t := &l.timer
+	for due, ok := t.dueAt(); ok && !end.Before(due); due, ok = t.dueAt() {
+		l.take()
+	}
+	t.stop()
+	if (t.state == timerFired || t.state == timerRanOn) && end.Before(t.decidedAt) {
+		// The attempt ended before the decision was due: its end is its
+		// own, and afterAttempt settles the admission of the retry that
+		// does not go.
+		adm := budget.AdmitNone
+		if t.state == timerFired {
+			adm = t.admission
+		}
+		t.state = timerStopped
+		t.handOver(l.c(), end)
+		l.c().cut = timerCut{admission: adm}
+		return false
+	}
+	return t.handOver(l.c(), end)
 }

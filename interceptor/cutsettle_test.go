@@ -85,7 +85,7 @@ func TestUnaryEndBeforeDueSettledOnce(t *testing.T) {
 	c.pol.Backoff.Initial, c.pol.Backoff.Max = 0, 0
 	c.budget = b
 	l := timerLoop(t, c, false)
-	l.timerDue(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
+	l.handle(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
 	if l.timer.state != timerFired {
 		t.Fatalf("after the timer's event: state %d, want cut off (%d)", l.timer.state, timerFired)
 	}

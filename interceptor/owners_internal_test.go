@@ -97,11 +97,11 @@ func TestOneOwnerSites(t *testing.T) {
 		t.Errorf("functions that call Decide:\n%s\nwant %s alone", strings.Join(deciders, "\n"), want[0])
 	}
 	admitters := callersWhere(t, func(string) bool { return true }, "Allow", "Admit", "AllowRetry", "Closed")
-	wantAdmitters := []string{"call_first.go: admitBreaker", "call_retry.go: retryFacts.admit"}
+	wantAdmitters := []string{"call_admit.go: admitBreaker", "call_retry.go: retryFacts.admit"}
 	if !slices.Equal(admitters, wantAdmitters) {
 		t.Errorf("functions that ask a breaker or a budget to admit an attempt:\n%s\nwant\n%s", strings.Join(admitters, "\n"), strings.Join(wantAdmitters, "\n"))
 	}
-	if got, want := identUsers(t, "admitBreaker"), []string{"call_first.go: call.admitFirst", "unary.go: core.unaryInterceptor"}; !slices.Equal(got, want) {
+	if got, want := identUsers(t, "admitBreaker"), []string{"call_admit.go: call.admitFirst", "unary.go: core.unaryInterceptor"}; !slices.Equal(got, want) {
 		t.Errorf("a first attempt is admitted (admitBreaker) by %v, want %v alone", got, want)
 	}
 	if got, want := callersWhere(t, func(string) bool { return true }, "admit"), []string{"call_retry.go: retryFacts.shouldRetry"}; !slices.Equal(got, want) {
@@ -126,7 +126,7 @@ func TestOneOwnerSites(t *testing.T) {
 	if got, want := identUsers(t, "raceVerdict"), []string{"call_retry.go: retryFacts.verdict"}; !slices.Equal(got, want) {
 		t.Errorf("raceVerdict is called by %v, want %v alone", got, want)
 	}
-	wantCallerRule := []string{"call_outcome.go: attemptOutcome", "call_retry.go: breakerOutcome", "call_retry.go: retryFacts.shouldRetry"}
+	wantCallerRule := []string{"call_retry.go: attemptOutcome", "call_retry.go: breakerOutcome", "call_retry.go: retryFacts.shouldRetry"}
 	if got := identUsers(t, "callerEnded"); !slices.Equal(got, wantCallerRule) {
 		t.Errorf("the caller rule (callerEnded) is read in:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantCallerRule, "\n"))
 	}
@@ -252,7 +252,7 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 		also  []string
 	}{
 		{"decides", []string{"afterAttempt", "shouldRetry"}, deciders},
-		{"commits", []string{"adopt", "give"}, []string{"unary_attempt.go: unaryAttempt.finished"}},
+		{"commits", []string{"adopt", "give"}, []string{"hedgecall.go: unaryAttempt.finished"}},
 	} {
 		for _, s := range callersOf(t, tc.names...) {
 			if !strings.Contains(s, ": unaryLoop.") && !slices.Contains(tc.also, s) {
@@ -276,10 +276,10 @@ func TestUnaryLoopOwnsTheCall(t *testing.T) {
 	if got := callersOf(t, "pause"); len(got) > 0 {
 		t.Errorf("a unary call pauses in a blocking call (pause) in %v; want the pause as the loop's event", got)
 	}
-	if got, want := callersOf(t, "waitDeferred", "waitGate"), []string{"call_wait.go: call.pause", "call_wait.go: call.waitDeferred", "hedge.go: hedgeState.goOnRefused", "unary_loop.go: unaryLoop.decided"}; !slices.Equal(got, want) {
+	if got, want := callersOf(t, "waitDeferred", "waitGate"), []string{"call_admit.go: call.pause", "call_admit.go: call.waitDeferred", "hedge.go: hedgeState.goOnRefused", "unary_loop.go: unaryLoop.decided"}; !slices.Equal(got, want) {
 		t.Errorf("a call waits in the Deferrer in:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if got, want := callersOf(t, "finished"), []string{"unary.go: core.runUnary", "unary.go: core.unaryInterceptor", "unary_attempt.go: unaryAttempt.finished", "unary_loop.go: unaryLoop.end"}; !slices.Equal(got, want) {
+	if got, want := callersOf(t, "finished"), []string{"hedgecall.go: unaryAttempt.finished", "unary.go: core.runUnary", "unary.go: core.unaryInterceptor", "unary_loop.go: unaryLoop.end"}; !slices.Equal(got, want) {
 		t.Errorf("a unary call's OnFinish runs (finished) in:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -401,7 +401,7 @@ func TestUnaryTimerEndBeforeDueIsItsOwn(t *testing.T) {
 			c.pol.Backoff.Initial, c.pol.Backoff.Max = 0, 0
 			c.budget = ask
 			l := timerLoop(t, c, false)
-			l.timerDue(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
+			l.handle(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
 			if l.timer.state != timerFired || l.cur.Err() == nil || ask.asked != 1 {
 				t.Fatalf("after the timer's event: state %d, ctx.Err() = %v, budget asked %d; want cut off (%d), cancelled, 1", l.timer.state, l.cur.Err(), ask.asked, timerFired)
 			}
@@ -456,7 +456,7 @@ func TestUnaryTimerDecidesAtDueTimes(t *testing.T) {
 				t.Errorf("ctx.Err() = %v with cut %v", l.cur.Err(), tc.cut)
 			}
 			// An event that arrives after the end changes nothing.
-			l.timerDue(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
+			l.handle(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
 			if l.timer.state != tc.state || ask.asked != tc.asked {
 				t.Errorf("a late event moved the timer to %d (budget asked %d)", l.timer.state, ask.asked)
 			}

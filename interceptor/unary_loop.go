@@ -179,7 +179,10 @@ func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 	case evEnded:
 		return l.attemptEnded(ev)
 	case evTimer:
-		l.timerDue(ev)
+		// Unless the timer moved on since.
+		if due, ok := l.timer.dueAt(); ok && ev.n == l.timer.n && ev.at.Equal(due) {
+			l.take()
+		}
 	case evStart:
 		switch {
 		case l.hedged:
@@ -269,7 +272,6 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 	case l.hedged && err == nil:
 		s := &l.hs
 		s.recordHedge(ev.n, budget.Success, budget.Success)
-		s.learn(ev.at.Sub(ev.start))
 		s.won(l.callCtx, ev.n)
 		return l.end(ev.out, nil)
 	case l.hedged:
@@ -416,6 +418,7 @@ func (l *unaryLoop) served(ev unaryEvent) {
 	c, t := l.c(), &l.timer
 	switch {
 	case l.hedged:
+		l.hs.learn(ev.at.Sub(ev.start))
 	case c.perAttempt > 0 && !l.inline:
 		if c.pace != nil && !ev.done && t.state != timerFired {
 			c.pace.Answer(ev.start, ev.at.Sub(ev.start), c.crit.Index())
@@ -506,21 +509,6 @@ func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
 	}
 	l.pendingDue = time.Now().Add(v.Pause)
 	l.dueT = time.NewTimer(v.Pause)
-}
-
-// sendAt sends the timer's event of attempt n at due, unless the call
-// ended first.
-func (l *unaryLoop) sendAt(due time.Time, n int) *time.Timer {
-	events, done := l.hc.results, l.hctx.Done()
-	if l.alone {
-		done = l.cur.Done() // its timer's events are the only ones sent
-	}
-	return time.AfterFunc(time.Until(due), func() {
-		select {
-		case events <- unaryEvent{kind: evTimer, n: n, at: due}:
-		case <-done:
-		}
-	})
 }
 
 // run is one attempt's goroutine.
