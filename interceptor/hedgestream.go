@@ -20,7 +20,7 @@ var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: t
 //
 // The driver (drive) owns the race: it alone launches attempts and alone
 // ends the race (endRace), so no hedge can go after the commit. Each
-// attempt's goroutine opens and replays its attempt (openRaced, dial),
+// attempt's goroutine opens and replays its attempt (dial),
 // then reports its headers or its end once on events (watch). RecvMsg and
 // Header wait for ready; Context and an overflowing message ask the driver
 // to commit (ask).
@@ -41,13 +41,12 @@ type hedgeRace struct {
 
 	sendMu sync.Mutex
 
-	// sent are the attempts sent, live those open, replayed and not known
-	// to have ended, in the order they were sent.
-	sent, live       []*streamAttempt
-	last             *streamAttempt        // the last to end before any commit
-	asks             []chan *streamAttempt // answered in serve
-	failed           bool
-	sentArr, liveArr [raceInline]*streamAttempt
+	// sent are the attempts sent, in order (the stream's live: those open).
+	sent    []*streamAttempt
+	last    *streamAttempt        // the last to end before any commit
+	asks    []chan *streamAttempt // answered in serve
+	failed  bool
+	sentArr [raceInline]*streamAttempt
 }
 
 // raceInline: the first attempt and two hedges without an allocation.
@@ -71,7 +70,7 @@ func (k *core) hedgeStream(s *retryStream) {
 		poke:   make(chan struct{}, 1),
 		ready:  make(chan struct{}),
 	}
-	r.sent, r.live = r.sentArr[:0], r.liveArr[:0]
+	r.sent = r.sentArr[:0]
 	s.race = r
 	s.watchAbandon() // before the driver, whose end stops it
 	r.st = k.newHedgeState(&s.c, h)
@@ -82,7 +81,7 @@ func (k *core) hedgeStream(s *retryStream) {
 	st.launched(s.callCtx, 1, a.start)
 	st.schedule(s.callCtx, 1)
 	go s.drive(st)
-	if err := s.openRaced(a); err != nil {
+	if err := s.dial(a); err != nil {
 		s.watch(a, err)
 	} else {
 		go s.watch(a, nil)
@@ -167,6 +166,14 @@ func (s *retryStream) answerLocked(w *streamAttempt) {
 	r.asks = r.asks[:0]
 }
 
+// wake pokes the driver (serve), unless a poke waits already.
+func (r *hedgeRace) wake() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
+	}
+}
+
 // ask has the driver commit the stream to its oldest attempt open, and
 // returns the winner (nil: none open any more, or failed). mu is held, and
 // held again on return; the caller saw an attempt open, so the driver is
@@ -175,10 +182,7 @@ func (s *retryStream) ask() *streamAttempt {
 	q := make(chan *streamAttempt, 1)
 	s.race.asks = append(s.race.asks, q)
 	s.mu.Unlock()
-	select {
-	case s.race.poke <- struct{}{}:
-	default:
-	}
+	s.race.wake()
 	w := <-q
 	s.mu.Lock()
 	return w
@@ -208,7 +212,7 @@ func (s *retryStream) takeHedge(n int) (time.Time, bool) {
 
 func (s *retryStream) runHedge(n int) {
 	a := s.race.sent[n-1]
-	go func() { s.watch(a, s.openRaced(a)) }()
+	go func() { s.watch(a, s.dial(a)) }()
 }
 
 // committingLocked: an ask or commitNext waits, and an attempt in flight
@@ -228,27 +232,4 @@ func (s *retryStream) launchLocked(n int) *streamAttempt {
 	a.ctx, a.cancel = context.WithCancel(s.c.numberAttempt(s.callCtx))
 	s.race.sent = append(s.race.sent, a)
 	return a
-}
-
-// openRaced opens a and replays what was sent so far on it (dial), then
-// makes it live, and pokes the driver when the stream is to commit to the
-// next attempt; nil when a is live. The replay runs beside the
-// application's SendMsg, not under sendMu: a send may wait for its
-// attempt's server (connect-go's Send of a server stream's request waits
-// for the response headers), and a slow server must not hold back the
-// hedge that would answer.
-func (s *retryStream) openRaced(a *streamAttempt) error {
-	next := false
-	lost := func() bool { return s.committed || s.race.failed }
-	err := s.dial(a, lost, func() {
-		s.race.live = append(s.race.live, a)
-		next = s.commitNext
-	})
-	if err == nil && next {
-		select {
-		case s.race.poke <- struct{}{}:
-		default:
-		}
-	}
-	return err
 }

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// watch runs once openRaced returned err (nil: a is live), on the
+// watch runs once dial returned err (nil: a is live), on the
 // attempt's goroutine (the caller's for a first attempt that failed): it
 // reports a's response headers, or its end (a failure to open or to replay
 // too), to the driver, which decides.
@@ -45,9 +45,7 @@ func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reaso
 	} else {
 		r.failed = true
 		s.buf.release()
-		if r.last != nil {
-			s.cur = r.last
-		}
+		s.cur = r.last // nil before: a race shows no attempt until it ends
 	}
 	s.answerLocked(w)
 	for _, a := range r.sent {
@@ -55,8 +53,11 @@ func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reaso
 			a.cancel()
 		}
 	}
-	clear(r.live)
-	r.live = r.live[:0]
+	clear(s.live)
+	s.live = s.live[:0]
+	if w != nil {
+		s.live = append(s.live, w) // a race of one
+	}
 	s.mu.Unlock()
 	st.disarm()
 	if w != nil {
@@ -89,11 +90,10 @@ func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 		s.endRace(st, a, policy.ReasonNone)
 		return true
 	}
-	r := s.race
-	if i := slices.Index(r.live, a); i >= 0 {
-		r.live = slices.Delete(r.live, i, i+1)
+	if i := slices.Index(s.live, a); i >= 0 {
+		s.live = slices.Delete(s.live, i, i+1)
 	}
-	r.last = a
+	s.race.last = a
 	s.mu.Unlock()
 	// Headers commit, so a failure here came without any.
 	if why := st.judge(s.callCtx, a.n, a.endErr, false, a.trailer); why != policy.ReasonNone {
@@ -118,21 +118,4 @@ func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 		o := loserOutcome(!a.headers && a.endErr == nil)
 		st.recordHedge(a.n, o, o)
 	}
-}
-
-// oldestOpenLocked returns the oldest live attempt not seen to end (nil:
-// none): a commit to an ended attempt would make its failure, which the
-// next hedge may still answer, the stream's.
-func (s *retryStream) oldestOpenLocked() *streamAttempt {
-	for _, a := range s.race.live {
-		select {
-		case <-a.watched:
-			if a.ended {
-				continue
-			}
-		default:
-		}
-		return a
-	}
-	return nil
 }

@@ -200,7 +200,7 @@ func (s *retryStream) resuming(err error) bool {
 	r.pending = err != nil && !r.off && r.req != nil && s.closeSent
 	s.c.resume = r.pending
 	if r.pending {
-		s.switching = true
+		s.live = s.live[:0] // until the resumed attempt goes live
 	}
 	return r.pending
 }

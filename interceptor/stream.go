@@ -84,6 +84,7 @@ var errSendAfterClose = status.Error(codes.Internal, "SendMsg called after Close
 
 func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption) (grpc.ClientStream, error) {
 	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer}
+	s.live = s.liveArr[:0]
 	callCtx, cancel, grpcOpts, run := k.start(ctx, cc, method, opts, &s.c)
 	if !run {
 		return streamer(callCtx, desc, cc, method, grpcOpts...)
@@ -211,17 +212,21 @@ type retryStream struct {
 	// the ended one until the replay is done.
 	cur       *streamAttempt
 	committed bool
-	switching bool // a retry is between deciding and the end of its replay
+	// live are the attempts open, replayed and not known to have ended,
+	// oldest first, that a message sent before the commit goes to: a
+	// retried stream's one (none while a retry is between deciding and the
+	// end of its replay) or a race's; once a race commits, its winner.
+	live []*streamAttempt
 	// commitNext: the stream is to commit with no attempt live, for a
 	// message that overflowed the buffer (keepBeforeCommit) or for Context:
 	// the next attempt to go live wins, and a failure meanwhile is final.
 	commitNext bool
 	closeSent  bool
 	// targets holds sendKept's copy of the attempts open, the sender's.
-	targets [raceInline]*streamAttempt
-	buf     replayBuffer
-	res     *resumeState
-	race    *hedgeRace
+	targets, liveArr [raceInline]*streamAttempt
+	buf              replayBuffer
+	res              *resumeState
+	race             *hedgeRace
 }
 
 // open starts a, the next attempt (dial). When it fails, a has ended, and
@@ -232,13 +237,7 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 		base = s.res.ctx // with ResumeHeader
 	}
 	a.ctx, a.cancel, a.timer = s.c.nextAttempt(base)
-	live := func() {
-		s.cur, s.switching = a, false
-		if s.commitNext {
-			s.commitLocked()
-		}
-	}
-	if err = s.dial(a, nil, live); err == nil {
+	if err = s.dial(a); err == nil {
 		return false, nil
 	}
 	_, timedOut, err = s.endAttempt(a, err)
@@ -251,15 +250,20 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 // dial opens a's grpc stream, whose headers a's timer (if any) watches,
 // then replays on it the messages kept, in order, then CloseSend when
 // closeSent, beside the application's SendMsg, which keeps its messages
-// meanwhile. live runs under mu in the step that finds everything sent
-// and makes the attempt SendMsg's, so it gets every message once, in
-// order. lost (nil: never), asked under mu before each step, ends the
-// replay (errHedgeLost). A send's io.EOF does not end it: the stream below
-// may re-open its request unseen (the Connect front end re-sends what the
-// attempt was given), which needs every message and the end; another error
-// is grpc refusing a message. An attempt the streamer failed to open has
-// an unopened stream.
-func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) error {
+// meanwhile; nil when a went live. The step that finds everything sent
+// makes a live, under mu, so it gets every message once, in order. A race
+// that committed or failed meanwhile, seen under mu before each step, ends
+// the replay (errHedgeLost). A send's io.EOF does not end it: the stream
+// below may re-open its request unseen (the Connect front end re-sends
+// what the attempt was given), which needs every message and the end;
+// another error is grpc refusing a message. An attempt the streamer failed
+// to open has an unopened stream.
+//
+// A race's replay runs beside the application's SendMsg, not under
+// sendMu: a send may wait for its attempt's server (connect-go's Send of a
+// server stream's request waits for the response headers), and a slow
+// server must not hold back the hedge that would answer.
+func (s *retryStream) dial(a *streamAttempt) error {
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
 		a.cs = unopened{ctx: a.ctx, err: err}
@@ -277,7 +281,7 @@ func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) erro
 	closed := false
 	for i := 0; ; {
 		s.mu.Lock()
-		if lost != nil && lost() {
+		if s.race != nil && (s.committed || s.race.failed) {
 			s.mu.Unlock()
 			return errHedgeLost
 		}
@@ -296,7 +300,21 @@ func (s *retryStream) dial(a *streamAttempt, lost func() bool, live func()) erro
 			_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
 			continue
 		}
-		live()
+		// a goes live: SendMsg sends to it from here on, and a retried
+		// stream answers with it. A commit asked for while none was live
+		// (commitNext) is to it: a retried stream's now, a race's by its
+		// driver (serve), woken here.
+		if s.race == nil {
+			s.cur, s.live = a, s.live[:0]
+		}
+		s.live = append(s.live, a)
+		switch {
+		case !s.commitNext:
+		case s.race == nil:
+			s.commitLocked()
+		default:
+			s.race.wake()
+		}
 		s.mu.Unlock()
 		return nil
 	}
@@ -416,7 +434,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	s.mu.Lock()
 	committed := s.committed || s.commitNext
 	if err != nil && !committed && !abandoned {
-		s.switching = true
+		s.live = s.live[:0] // until the next attempt goes live
 	}
 	s.mu.Unlock()
 	if abandoned {
@@ -451,7 +469,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 }
 
 // sendKept is SendMsg (closing: a hedged stream's CloseSend) before the
-// stream commits, m kept: it sends m to every attempt open (none between
+// stream commits, m kept: it sends m to every attempt live (none between
 // attempts: the replay takes m). An error is the caller's when grpc
 // refused m (the oldest attempt's, not io.EOF, its context alive: m is not
 // kept), or when the stream committed meanwhile to the attempt that
@@ -459,13 +477,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 // and let go here.
 func (s *retryStream) sendKept(m any, closing bool) error {
 	kept := len(s.buf.msgs)
-	to := s.targets[:0]
-	switch {
-	case s.race != nil:
-		to = append(to, s.race.live...)
-	case !s.switching:
-		to = append(to, s.cur)
-	}
+	to := append(s.targets[:0], s.live...)
 	s.mu.Unlock()
 	defer clear(to)
 	for i, a := range to {
@@ -487,6 +499,24 @@ func (s *retryStream) sendKept(m any, closing bool) error {
 		if mine || refused {
 			return err
 		}
+	}
+	return nil
+}
+
+// oldestOpenLocked returns the oldest live attempt not seen to end (nil:
+// none): a commit to an ended attempt would make its failure, which the
+// next hedge may still answer, the stream's. A retried stream's attempt
+// has no watch: it is open while live.
+func (s *retryStream) oldestOpenLocked() *streamAttempt {
+	for _, a := range s.live {
+		select {
+		case <-a.watched:
+			if a.ended {
+				continue
+			}
+		default:
+		}
+		return a
 	}
 	return nil
 }

@@ -59,7 +59,7 @@ func (s *retryStream) finishStream(final error, abandoned bool) error {
 	if done {
 		final = s.final
 	}
-	s.done, s.final, s.switching = true, final, false
+	s.done, s.final = true, final
 	s.buf.release()
 	s.mu.Unlock()
 	return final

@@ -31,11 +31,7 @@ func (s *retryStream) SendMsg(m any) error {
 		s.mu.Unlock()
 		return errSendAfterClose
 	}
-	open := !s.switching // whether an attempt can take m now
-	if r != nil {
-		open = s.oldestOpenLocked() != nil
-	}
-	if kept, now := s.buf.keepBeforeCommit(m, open); !kept {
+	if kept, now := s.buf.keepBeforeCommit(m, s.oldestOpenLocked() != nil); !kept {
 		if !now {
 			s.commitNext = true
 			s.mu.Unlock()
@@ -174,7 +170,7 @@ func (s *retryStream) Header() (metadata.MD, error) {
 		}
 		if md != nil {
 			s.mu.Lock()
-			if s.cur == a && !s.committed && !s.switching {
+			if s.cur == a && !s.committed && (s.done || len(s.live) > 0) {
 				s.commitLocked()
 			}
 			s.mu.Unlock()
@@ -224,24 +220,22 @@ func (s *retryStream) Context() context.Context {
 	if s.res != nil {
 		s.res.off = true
 	}
-	if s.race != nil && !s.committed {
+	if s.race != nil && s.race.failed {
+		return s.callCtx
+	}
+	// Uncommitted, or resuming between attempts: the stream commits to its
+	// oldest attempt open (a race's through its driver), to its last once
+	// it ended, or to the next to go live.
+	if !s.committed || !s.done && len(s.live) == 0 {
 		switch {
-		case s.race.failed:
-		case s.oldestOpenLocked() == nil:
+		case !s.done && s.oldestOpenLocked() == nil:
 			s.commitNext = true
-		default:
-			if w := s.ask(); w != nil {
-				return w.cs.Context()
-			}
+			return s.callCtx
+		case s.race == nil:
+			s.commitLocked()
+		case s.ask() == nil:
+			return s.callCtx
 		}
-		return s.callCtx
-	}
-	if s.switching {
-		s.commitNext = true
-		return s.callCtx
-	}
-	if !s.committed {
-		s.commitLocked()
 	}
 	return s.cur.cs.Context()
 }

@@ -294,7 +294,7 @@ func TestStreamOverflowDuringReplay(t *testing.T) {
 	// Wait until RecvMsg is replaying on attempt 2 (blocked on the gate).
 	for {
 		rs.mu.Lock()
-		switching := rs.switching
+		switching := len(rs.live) == 0
 		rs.mu.Unlock()
 		fs.mu.Lock()
 		n := len(fs.attempts)

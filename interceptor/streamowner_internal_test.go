@@ -30,7 +30,7 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // hedge can go after the commit (issue 71). commitLocked is called by the
 // application's calls on a stream whose attempts run one at a time (the
 // first answer commits it: RecvMsg, Header, Context, SendMsg's overflow;
-// open, when a replay ends after a commit was
+// dial, when a replay ends after a commit was
 // asked), and by the race's one end (endRace: commit or failure), which the
 // application asks for through ask alone; endRace by the driver's steps only
 // (drive, serve, ended), launchLocked by takeHedge and, for the first attempt before
@@ -43,7 +43,7 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 	got := streamCallers(t, "commitLocked", "endRace", "launchLocked", "serve", "ended", "sendDue", "drive", "ask",
 		"afterAttempt", "judge", "recordHedge", "finishOnce", "fill", "finishStream", "stopTimer")
 	want := map[string][]string{
-		"commitLocked": {"Context", "Header", "RecvMsg", "SendMsg", "endRace", "open"},
+		"commitLocked": {"Context", "Header", "RecvMsg", "SendMsg", "dial", "endRace"},
 		"ask":          {"Context", "SendMsg"},
 		"endRace":      {"drive", "ended", "serve"},
 		"launchLocked": {"hedgeStream", "takeHedge"},
