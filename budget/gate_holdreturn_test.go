@@ -15,6 +15,21 @@ import (
 // wait for", 390 ms before its deadline (lab ledger replay: 10 of 40 seed
 // and attempt-delay runs lost such a call).
 func TestGateHoldTimeInTheReturnWithTheLeaseOut(t *testing.T) {
+	holdTimeInTheReturn(t, true)
+}
+
+// The same call without a deadline: held through the return as well, it
+// goes back at the return's pace, its wait bounded by its MaxWait (the end
+// rule). The hold rule ended its wait at its hold time, "with no outage or
+// overload to wait for", with most of its MaxWait left.
+func TestGateHoldTimeInTheReturnWithoutADeadline(t *testing.T) {
+	holdTimeInTheReturn(t, false)
+}
+
+// holdTimeInTheReturn plays the call above, with its deadline 500 ms after
+// its first wait began or, without one, its MaxWait (the default) after.
+func holdTimeInTheReturn(t *testing.T, withDeadline bool) {
+	t.Helper()
 	clk := &manualClock{now: t0}
 	g := downAfterServing(t, clk)
 
@@ -40,9 +55,14 @@ func TestGateHoldTimeInTheReturnWithTheLeaseOut(t *testing.T) {
 	}
 
 	// A call made just before the return: its first attempt failed, its
-	// retry waits with 500 ms before its deadline.
+	// retry waits with 500 ms before its deadline (or its MaxWait).
 	const pause = 100 * time.Millisecond
-	deadline := clk.Now().Add(500 * time.Millisecond)
+	deadline, end := clk.Now().Add(500*time.Millisecond), clk.Now().Add(defaultMaxWait)
+	if !withDeadline {
+		deadline = time.Time{}
+	} else {
+		end = deadline
+	}
 	w, err := g.Enter(Request{Number: 2, Call: 7}, pause, deadline)
 	if err != nil {
 		t.Fatal(err)
@@ -66,9 +86,9 @@ func TestGateHoldTimeInTheReturnWithTheLeaseOut(t *testing.T) {
 
 	a, _, err := settleAlone(t, clk, w)
 	if errors.Is(err, errWaitEnded) && !errors.Is(err, errHopeless) {
-		t.Fatalf("ended by the hold rule %v before its deadline: %v", deadline.Sub(clk.Now()), err)
+		t.Fatalf("ended by the hold rule %v before its end: %v", end.Sub(clk.Now()), err)
 	}
-	if a != admitRelease || err != nil || !clk.Now().Before(deadline) {
-		t.Fatalf("%v, %v, %v before its deadline; want it back at the return's pace (%v)", a, err, deadline.Sub(clk.Now()), admitRelease)
+	if a != admitRelease || err != nil || !clk.Now().Before(end) {
+		t.Fatalf("%v, %v, %v before its end; want it back at the return's pace (%v)", a, err, end.Sub(clk.Now()), admitRelease)
 	}
 }

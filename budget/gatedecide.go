@@ -166,17 +166,15 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 			switch wait := w.holdAt.Add(tune.Calm); {
 			case learn && !s.pace.leased(now):
 				return decision{how: admitProbe}
-			case w.since.Before(s.pace.backAt) && !w.deadline.IsZero():
+			case w.since.Before(s.pace.backAt):
 				// It began to wait in the outage, whose return is under
 				// way: held through it, it goes back at the return's
 				// pace, the estimate then, as the release rule below
-				// says, and its wait ends by the end rule alone (ended at
-				// its hold time while the lease was out, a call made in
-				// the outage's last moments lost the time its deadline
-				// left: lab ledger replay). A call without a deadline
-				// still ends here: held to its MaxWait, it moved the sim
-				// fleet's refusals after the return both ways from seed
-				// to seed, a change not measured enough to keep.
+				// says, and its wait ends by the end rule alone, at its
+				// deadline or, without one, its MaxWait (ended at its
+				// hold time while the lease was out, a call made in the
+				// outage's last moments lost the time it had left: lab
+				// ledger replay).
 				held, returning = true, true
 			case !w.deadline.IsZero() && !s.ev.seen && s.ev.learnNext != 0 && now.Before(s.ev.learnUntil) && now.Before(wait):
 				// Another call is learning: a call with a deadline waits
