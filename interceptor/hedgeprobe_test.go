@@ -5,7 +5,6 @@ package interceptor
 import (
 	"context"
 	"fmt"
-	"io"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -98,33 +97,7 @@ func hedgeProbeRefused(t *testing.T, kind string, leaves bool) {
 		}
 		opts, want = []Option{WithConfig(cfg), WithBreakers(bs), WithBudget(waitsForCaller{}), WithCallHook(leave)}, policy.ReasonCaller
 	}
-	ui := UnaryClientInterceptor(opts...)
-	call := func(ctx context.Context, rep *Report) error {
-		return ui(ctx, method, &emptypb.Empty{}, new(emptypb.Empty), cc, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
-			return cc.Invoke(ctx, method, req, reply, opts...)
-		}, WithReport(rep))
-	}
-	if kind == "stream" {
-		si := StreamClientInterceptor(opts...)
-		call = func(ctx context.Context, rep *Report) error {
-			cs, err := si(ctx, &grpc.StreamDesc{ServerStreams: true}, cc, method, func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-				return cc.NewStream(ctx, desc, method, opts...)
-			}, WithReport(rep))
-			if err != nil {
-				return err
-			}
-			if err := cs.SendMsg(&emptypb.Empty{}); err != nil {
-				return err
-			}
-			if err := cs.CloseSend(); err != nil {
-				return err
-			}
-			if err := drainStream(cs); err != io.EOF {
-				return err
-			}
-			return nil
-		}
-	}
+	call := kindCall(kind, cc, method, opts...)
 	var rep Report
 	if err := call(ctx, &rep); status.Code(err) != codes.Canceled || rep.Reason != want {
 		t.Fatalf("the refused call: %v (reason %v), want CANCELED, reason %v", err, rep.Reason, want)

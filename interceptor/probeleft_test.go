@@ -124,13 +124,20 @@ func halfOpenProbeCall(t *testing.T, kind string, opts ...Option) (call func(con
 		Backoff:        policy.Backoff{Initial: 100 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 1},
 		RetryableCodes: policy.NewCodeSet(codes.Canceled)}
 	opts = append([]Option{WithPolicy(p), WithBreakers(bs), WithIdempotentMethods(func(string) bool { return true })}, opts...)
+	return kindCall(kind, cc, method, opts...), served, br
+}
+
+// kindCall returns a call of method on cc through a unary or a stream
+// interceptor (kind) with opts, reporting into rep; a stream sends one
+// request and reads to the end.
+func kindCall(kind string, cc *grpc.ClientConn, method string, opts ...Option) func(ctx context.Context, rep *Report) error {
 	if kind == "unary" {
 		ui := UnaryClientInterceptor(opts...)
 		return func(ctx context.Context, rep *Report) error {
 			return ui(ctx, method, &emptypb.Empty{}, new(emptypb.Empty), cc, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
 				return cc.Invoke(ctx, method, req, reply, opts...)
 			}, WithReport(rep))
-		}, served, br
+		}
 	}
 	si := StreamClientInterceptor(opts...)
 	return func(ctx context.Context, rep *Report) error {
@@ -153,7 +160,7 @@ func halfOpenProbeCall(t *testing.T, kind string, opts ...Option) (call func(con
 				return err
 			}
 		}
-	}, served, br
+	}
 }
 
 // nextCallGoes: with nothing in flight, the next call's first attempt
