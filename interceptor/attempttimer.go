@@ -19,7 +19,7 @@ import (
 // decision is taken as of its due time, however late. Whether it cut an
 // attempt off is its own record, never read from ctx.Err() or a code,
 // which race with the wire. A unary call's loop owns its timer
-// (below); a stream's is streamTimer.
+// (unaryLoop.timer); a stream's is streamTimer.
 type attemptTimer struct {
 	n     int // the attempt's number (0: none yet)
 	state int32
@@ -198,10 +198,6 @@ func (c *call) timerRefusedRetry(reason policy.Reason) {
 		c.emit(c.hookCtx(), Event{Kind: EventTimerRanOn, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Reason: reason})
 	}
 }
-
-// A unary call's per-attempt timer is its loop's (unaryLoop.timer): the
-// loop takes each decision as its event arrives, or as it takes the end of
-// an attempt that ended after a due time whose event has not (endTimer).
 
 // startTimer arms the timer of the attempt just numbered.
 func (l *unaryLoop) startTimer() {

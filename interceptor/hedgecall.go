@@ -52,19 +52,6 @@ type hedgeCall struct {
 
 var hedgeCalls = sync.Pool{New: func() any { return new(hedgeCall) }}
 
-// getHedgeCall returns a hedgeCall for at most maxAttempts at once.
-func getHedgeCall(maxAttempts int) *hedgeCall {
-	hc := hedgeCalls.Get().(*hedgeCall)
-	// Not pooled: a channel belongs to its testing/synctest bubble.
-	// Unbuffered one at a time: one allocation.
-	room := min(maxAttempts, hedgeResultsRoom)
-	if maxAttempts == 1 {
-		room = 0
-	}
-	hc.results = make(chan unaryEvent, room)
-	return hc
-}
-
 // putHedgeCall returns hc to the pool once every attempt has ended.
 func putHedgeCall(hc *hedgeCall) {
 	clear(hc.first.opts)

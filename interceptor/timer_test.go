@@ -351,9 +351,9 @@ func TestUnaryTimerBeside(t *testing.T) {
 	c.budget, c.hedgeOnTimeout = ask, true
 	l := timerLoop(t, c, true)
 	l.take()
-	if l.timer.state != timerRanOn || l.cur.Err() != nil || l.pendingDue.IsZero() || c.retry != 2 || ask.asked != 1 {
-		t.Fatalf("after fire: state %d, ctx.Err() = %v, retry due %v, retry %d, budget asked %d; want timerRanOn, running, a retry after its pause, 2, 1",
-			l.timer.state, l.cur.Err(), l.pendingDue, c.retry, ask.asked)
+	if l.timer.state != timerRanOn || l.cur.Err() != nil || l.dueT == nil || c.retry != 2 || ask.asked != 1 {
+		t.Fatalf("after fire: state %d, ctx.Err() = %v, retry pending %v, retry %d, budget asked %d; want timerRanOn, running, a retry after its pause, 2, 1",
+			l.timer.state, l.cur.Err(), l.dueT != nil, c.retry, ask.asked)
 	}
 
 	// No pause: the retry starts as the timer fires, with a timer of its
@@ -373,8 +373,8 @@ func TestUnaryTimerBeside(t *testing.T) {
 	l = timerLoop(t, c, true)
 	l.cancel()
 	l.take()
-	if !l.pendingDue.IsZero() || ask.asked != 1 {
-		t.Errorf("a cancelled attempt's timer admitted a retry (due %v) or asked the budget (%d times; want 1, before)", l.pendingDue, ask.asked)
+	if l.dueT != nil || ask.asked != 1 {
+		t.Errorf("a cancelled attempt's timer admitted a retry (pending %v) or asked the budget (%d times; want 1, before)", l.dueT != nil, ask.asked)
 	}
 }
 

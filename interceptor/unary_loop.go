@@ -15,27 +15,16 @@ import (
 )
 
 // unaryLoop is the one owner of a unary call, on the caller's goroutine:
-// it alone decides whether the next attempt goes (a retry, a hedge, a
-// retry beside a timed-out attempt), the per-attempt timer's verdict,
-// which attempt's answer the caller sees (adopt) and the result. An
-// attempt's end takes one path in every mode (attemptEnded), and the loop
-// ends in one place (end). The others send it events (hc.results):
-//
-//	an attempt's goroutine (hedgeCall.run)  {evEnded, n, err, outputs, start, at}
-//	the per-attempt timer (armTimer)        {evTimer, n, due}
-//	a retry's due time (dueT)                its channel, taken as evStart
-//	hedging's start timer (hedgeState.arm)   its channel, taken as evStart
-//	the caller's context                     its Done channel, as evCaller
+// it alone decides whether the next attempt goes, the per-attempt timer's
+// verdict, which attempt's answer the caller sees (adopt) and the result.
+// The others send it events (hc.results); docs/architecture.md, "Who
+// decides a unary call", draws them, their senders and the loop's modes.
+// An attempt's end takes one path in every mode (attemptEnded), and the
+// loop ends in one place (end).
 //
 // The loop waits in its select alone, but in a Deferrer's Wait (which
 // blocks by its contract), entered with nothing in flight and no timer
 // armed, so that no event comes meanwhile.
-//
-// Modes: inline (no timer: each attempt runs on the loop's goroutine, the
-// fast path's failed first attempt being its first step); one at a time
-// under a timer; beside (hedgeOnPerTryTimeout); hedged (retry with a start
-// timer: hedgeState). Whether the timer cut an attempt off is a comparison
-// of times (endTimer), whichever event came first.
 type unaryLoop struct {
 	// own is the call, by value so that it stays on the caller's stack; a
 	// hedged call's is its hedgeState's (hs.c).
@@ -63,14 +52,12 @@ type unaryLoop struct {
 	replyType protoreflect.MessageType
 	hedged    bool
 	// hs.inFlight counts the attempts on goroutines in every mode.
-	hs hedgeState
-	// beside: hedgeOnPerTryTimeout; pendingDue (not zero) is when the
-	// retry admitted beside its attempt goes.
-	beside     bool
-	pendingDue time.Time
+	hs     hedgeState
+	beside bool // hedgeOnPerTryTimeout
 	// dueT sends evStart when the next attempt may go: after the pause
-	// begun at pauseFrom (not zero: pausing), or at pendingDue. One timer
-	// per pause: a stopped one's late tick stays in its own channel.
+	// begun at pauseFrom (not zero: pausing), else (beside: pending) when
+	// the retry admitted beside its attempt goes. One timer per pause: a
+	// stopped one's late tick stays in its own channel.
 	dueT      *time.Timer
 	pauseFrom time.Time
 	// cur and cancel: the latest attempt's context (a plain timer cuts it).
@@ -113,15 +100,19 @@ type unaryEvent struct {
 // goroutines readies l to run up to maxAttempts attempts at once on
 // goroutines, with grpcOpts less the caller's holders and OnFinish.
 func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
-	hc := getHedgeCall(maxAttempts)
+	hc := hedgeCalls.Get().(*hedgeCall)
 	hc.inv = l.inv
 	hc.base = hc.split(hc.base, grpcOpts)
 	l.hc = hc
+	// The channel is not pooled: it belongs to its testing/synctest bubble.
 	if l.alone = maxAttempts == 1; l.alone {
-		// One at a time: the loop cancels each as it takes its end.
+		// One at a time: the loop cancels each as it takes its end;
+		// unbuffered, the channel is one allocation.
+		hc.results = make(chan unaryEvent)
 		l.hctx, l.hcancel = l.callCtx, noCancel
 		return
 	}
+	hc.results = make(chan unaryEvent, min(maxAttempts, hedgeResultsRoom))
 	l.hctx, l.hcancel = context.WithCancel(l.callCtx)
 }
 
@@ -129,8 +120,7 @@ func (l *unaryLoop) run() error {
 	done := l.callCtx.Done()
 	switch {
 	case l.hedged:
-		l.hs.due = true
-		defer func() { l.c().attempt = l.hs.sent }()
+		l.hs.due = true // launch numbers each attempt: c.attempt is hs.sent
 	case !l.inline:
 		l.launch()
 	}
@@ -189,8 +179,8 @@ func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 			l.hs.timerC, l.hs.due = nil, true
 		case !l.pauseFrom.IsZero():
 			return l.pauseOver()
-		case !l.pendingDue.IsZero():
-			l.dueT, l.pendingDue = nil, time.Time{}
+		default: // the retry pending beside its attempt
+			l.dueT = nil
 			l.launch()
 		}
 	case evCaller:
@@ -286,7 +276,7 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 	case err == nil:
 		l.dropPending()
 		l.drain()
-	case l.hs.inFlight > 0 || !l.pendingDue.IsZero():
+	case l.hs.inFlight > 0 || l.dueT != nil:
 		q := question{kind: askBeside, n: ev.n, err: err, trailer: trailer, committed: committed, first: ev.n+c.before == 1,
 			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: ev.took()}}
 		c.shouldRetry(l.callCtx, &q)
@@ -429,15 +419,14 @@ func (l *unaryLoop) served(ev unaryEvent) {
 }
 
 // dropPending gives back the admission of the retry pending beside
-// attempts in flight: it will not be sent.
+// attempts in flight (dueT): it will not be sent.
 func (l *unaryLoop) dropPending() {
-	c := l.c()
-	if !l.pendingDue.IsZero() {
+	if l.dueT != nil {
+		c := l.c()
 		c.settle(c.admission)
 		c.admission = budget.AdmitNone
 		l.stopDue()
 	}
-	l.pendingDue = time.Time{}
 }
 
 // callerLeft takes the caller's leaving: attempts in flight end on their
@@ -451,7 +440,7 @@ func (l *unaryLoop) callerLeft() (error, bool) {
 		}
 	case !l.pauseFrom.IsZero():
 		return l.pauseOver()
-	case l.beside && !l.pendingDue.IsZero():
+	case l.beside && l.dueT != nil:
 		l.dropPending()
 		if l.hs.inFlight == 0 {
 			return l.end(nil, c.pauseEnded(l.callCtx, l.last))
@@ -507,7 +496,6 @@ func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
 		l.launch()
 		return
 	}
-	l.pendingDue = time.Now().Add(v.Pause)
 	l.dueT = time.NewTimer(v.Pause)
 }
 
