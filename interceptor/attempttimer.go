@@ -199,14 +199,6 @@ func (c *call) timerRefusedRetry(reason policy.Reason) {
 	}
 }
 
-// startTimer arms the timer of the attempt just numbered.
-func (l *unaryLoop) startTimer() {
-	c := l.c()
-	l.timer.stop()
-	l.timer.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
-	l.armTimer()
-}
-
 // armTimer has the timer's event sent when its next decision is due,
 // unless the call ended first.
 func (l *unaryLoop) armTimer() {
@@ -254,14 +246,11 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 	if (t.state == timerFired || t.state == timerRanOn) && end.Before(t.decidedAt) {
 		// The attempt ended before the decision was due: its end is its
 		// own, and afterAttempt settles the admission of the retry that
-		// does not go.
-		adm := budget.AdmitNone
-		if t.state == timerFired {
-			adm = t.admission
-		}
+		// does not go (none when it ran on: one at a time, decide admits
+		// only as it cuts the attempt off).
 		t.state = timerStopped
 		t.handOver(l.c(), end)
-		l.c().cut = timerCut{admission: adm}
+		l.c().cut = timerCut{admission: t.admission}
 		return false
 	}
 	return t.handOver(l.c(), end)

@@ -209,10 +209,14 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		return pl
 	}
 	inCode := p == o.policy
-	if o.maxAttempts > 0 || o.predicate != nil || o.codesSet || o.backoffSet || o.perAttemptSet {
+	if o.maxAttempts > 0 || o.predicate != nil || o.codesSet || o.backoffSet || o.perAttemptSet || o.foreignMax > 0 {
 		q := *p
 		if o.maxAttempts > 0 {
 			q.MaxAttempts, pl.capped = boundAttempts(o.maxAttempts, cfg, p.MaxAttempts)
+		}
+		if o.foreignMax > 0 {
+			// A go-grpc-middleware option left on the call lowers the attempts.
+			q.MaxAttempts = min(q.MaxAttempts, o.foreignMax)
 		}
 		if o.backoffSet {
 			if err := o.backoff.Validate(); err != nil {
@@ -238,12 +242,6 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 				q.Predicate = retryNoCode(q.Predicate)
 			}
 		}
-		p = &q
-	}
-	// A go-grpc-middleware option left on the call lowers the attempts.
-	if n := o.foreignMax; n > 0 && p.MaxAttempts > n {
-		q := *p
-		q.MaxAttempts = n
 		p = &q
 	}
 	pl.pol, pl.retrying = p, p.MaxAttempts >= 2

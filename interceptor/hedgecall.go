@@ -93,12 +93,6 @@ func (o *callerOutputs) split(base, opts []grpc.CallOption) []grpc.CallOption {
 	return base
 }
 
-// prepare sets out's options: the call's, then out's own holders.
-func (hc *hedgeCall) prepare(out *attemptOutputs) {
-	out.clean(true)
-	out.opts = out.holders(append(out.opts[:0], hc.base...), hc.callerPeer != nil)
-}
-
 // holders appends to opts the options through which grpc writes m's
 // header and trailer, and its peer when peerToo (the caller asked for one).
 func (m *attemptMeta) holders(opts []grpc.CallOption, peerToo bool) []grpc.CallOption {

@@ -337,7 +337,8 @@ func timerLoop(t *testing.T, c *call, beside bool) *unaryLoop {
 	l.goroutines(n, nil)
 	c.attempt--
 	l.cur, l.cancel = context.WithCancel(c.numberAttempt(l.hctx))
-	l.startTimer()
+	l.timer.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
+	l.armTimer()
 	t.Cleanup(func() { l.timer.stop(); l.cancel(); l.hcancel() })
 	return l
 }

@@ -214,14 +214,18 @@ func (l *unaryLoop) launch() {
 	} else {
 		out.reply = l.reply
 	}
-	hc.prepare(out)
+	// Its options: the call's, then its own holders.
+	out.clean(true)
+	out.opts = out.holders(append(out.opts[:0], hc.base...), hc.callerPeer != nil)
 	ctx := c.numberAttempt(l.hctx)
 	l.cur, l.cancel = ctx, noCancel
 	if c.perAttempt > 0 {
 		if !l.beside {
 			l.cur, l.cancel = context.WithCancel(ctx)
 		}
-		l.startTimer()
+		l.timer.stop()
+		l.timer.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
+		l.armTimer()
 	}
 	adm := budget.AdmitNone
 	if l.beside {
