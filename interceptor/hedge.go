@@ -18,8 +18,7 @@ import (
 // idempotency key: the server side de-duplicates unary calls only). When
 // it may not, the hooks hear so once.
 func (k *core) hedges(ctx context.Context, c *call, stream bool) bool {
-	h := c.hedged.Hedging
-	if h.MaxAttempts < 2 {
+	if c.hedged.Hedging.MaxAttempts < 2 {
 		return false
 	}
 	if !k.idempotent(c.o, c.hedged, c.method) && (c.o.idemKey == "" || stream) {

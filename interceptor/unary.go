@@ -314,8 +314,8 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 	l.inline, l.cancel = true, noCancel
 	switch {
 	case first != nil:
-		l.attemptOpts, l.ua = first.attemptOpts, first.ua
-		l.first, l.firstErr = true, first.err
+		// first.err is not nil: a success returned above.
+		l.attemptOpts, l.ua, l.firstErr = first.attemptOpts, first.ua, first.err
 	case !c.retrying:
 		// One attempt (no retry policy, or a hedging policy that cannot
 		// apply): grpc fills the caller's holders and runs its OnFinish.

@@ -34,12 +34,11 @@ type unaryLoop struct {
 	reply   any
 
 	// inline: each attempt passes attemptOpts, grpc writing into ua's
-	// holders (nil: one attempt, into the caller's); first: the fast path's
-	// first attempt, ended with firstErr, is yet to be taken.
+	// holders (nil: one attempt, into the caller's); firstErr (nil: none):
+	// the fast path's first attempt ended with it and is yet to be taken.
 	inline      bool
 	attemptOpts []grpc.CallOption
 	ua          *unaryAttempt
-	first       bool
 	firstErr    error
 
 	// Attempts on goroutines derive from hctx (alone: the caller's).
@@ -193,10 +192,10 @@ func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
 // the fast path's first.
 func (l *unaryLoop) attemptInline() unaryEvent {
 	c := l.c()
-	if l.first {
-		l.first = false
+	if err := l.firstErr; err != nil {
+		l.firstErr = nil
 		c.attempt = 1
-		return unaryEvent{n: 1, err: l.firstErr}
+		return unaryEvent{n: 1, err: err}
 	}
 	ctx := c.numberAttempt(l.callCtx)
 	if l.ua != nil {
@@ -264,9 +263,8 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 	committed := c.commits(header)
 	switch {
 	case l.hedged && err == nil:
-		s := &l.hs
-		s.recordHedge(ev.n, budget.Success, budget.Success)
-		s.won(l.callCtx, ev.n)
+		l.hs.recordHedge(ev.n, budget.Success, budget.Success)
+		l.hs.won(l.callCtx, ev.n)
 		return l.end(ev.out, nil)
 	case l.hedged:
 		// Headers before the failure commit the call (gRFC A6) as they
@@ -375,9 +373,9 @@ func (l *unaryLoop) stopDue() {
 
 // end is the loop's one end: a retry admitted and not sent gives back
 // its admission and its breaker probe (giveBack); every attempt in flight
-// ends (drain); the caller gets
-// out's reply and holders (adopt), and OnFinish runs with err. An inline
-// loop's grpc wrote the caller's own (runUnary gives them).
+// ends (drain); the caller gets out's reply and holders (adopt), and
+// OnFinish runs with err. An inline loop's grpc wrote the caller's own
+// (runUnary gives them).
 func (l *unaryLoop) end(out *attemptOutputs, err error) (error, bool) {
 	l.stopDue()
 	l.c().giveBack() // nothing when every retry admitted went
@@ -436,7 +434,6 @@ func (l *unaryLoop) dropPending() {
 // callerLeft takes the caller's leaving: attempts in flight end on their
 // own; a wait with nothing in flight ends now.
 func (l *unaryLoop) callerLeft() (error, bool) {
-	c := l.c()
 	switch {
 	case l.hedged:
 		if why, over := l.hs.callerGone(l.callCtx); over {
@@ -447,7 +444,7 @@ func (l *unaryLoop) callerLeft() (error, bool) {
 	case l.beside && l.dueT != nil:
 		l.dropPending()
 		if l.hs.inFlight == 0 {
-			return l.end(nil, c.pauseEnded(l.callCtx, l.last))
+			return l.end(nil, l.c().pauseEnded(l.callCtx, l.last))
 		}
 	}
 	return nil, false
@@ -456,9 +453,7 @@ func (l *unaryLoop) callerLeft() (error, bool) {
 // drain cancels every attempt in flight and records each as a loser once
 // it ended: nothing outlives the call or writes to it after it returned.
 func (l *unaryLoop) drain() {
-	if l.hedged {
-		l.hs.disarm()
-	}
+	l.hs.disarm() // hedging's start timer, if any
 	l.hcancel()
 	for l.hs.inFlight > 0 {
 		ev := <-l.hc.results
