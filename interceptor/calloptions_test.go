@@ -278,10 +278,10 @@ func TestPerCallBackoffAndTimeout(t *testing.T) {
 	// WithPerAttemptTimeout(0) turns a file's timer off for the call.
 	const timerFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true,
   "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "1s", "backoffMultiplier": 2,
-    "retryableStatusCodes": ["UNAVAILABLE"], "perAttemptRecvTimeout": "0.02s"}}]}`
+    "retryableStatusCodes": ["UNAVAILABLE"], "perAttemptRecvTimeout": "0.1s"}}]}`
 	srv2, client2, closeAll2 := migrateClient(interceptor.WithConfig(mustParse(timerFile)))
 	defer closeAll2()
-	script = &testingv1.Script{Key: "off", AttemptDelays: []*durationpb.Duration{durationpb.New(100 * time.Millisecond)}}
+	script = &testingv1.Script{Key: "off", AttemptDelays: []*durationpb.Duration{durationpb.New(300 * time.Millisecond)}}
 	if _, err := client2.Get(context.Background(), &testingv1.GetRequest{Script: script}, interceptor.WithPerAttemptTimeout(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestPerCallBackoffAndTimeout(t *testing.T) {
 		t.Errorf("%d attempts with the timer off, want 1", n)
 	}
 	if _, err := client2.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{Key: "on",
-		AttemptDelays: []*durationpb.Duration{durationpb.New(200 * time.Millisecond)}}}); status.Code(err) != codes.OK {
+		AttemptDelays: []*durationpb.Duration{durationpb.New(time.Second)}}}); status.Code(err) != codes.OK {
 		t.Fatal(err)
 	}
 	if n := len(srv2.Attempts("on")); n != 2 {

@@ -21,7 +21,7 @@ func ExampleWithIdempotentMethods() {
 	  "retryPolicy": {
 	    "maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "1s",
 	    "backoffMultiplier": 2, "jitter": "NONE", "retryableStatusCodes": ["UNAVAILABLE"],
-	    "perAttemptRecvTimeout": "0.02s"
+	    "perAttemptRecvTimeout": "0.1s"
 	  }
 	}]}`
 	safe := func(method string) bool { return method == testingv1.TestService_Write_FullMethodName }
@@ -29,9 +29,9 @@ func ExampleWithIdempotentMethods() {
 		interceptor.WithIdempotentMethods(safe), printRetries)
 	defer closeAll()
 
-	// The first attempt takes 200ms, the others answer at once.
+	// The first attempt takes 1s, the others answer at once.
 	_, err := client.Write(context.Background(), &testingv1.WriteRequest{
-		Script: &testingv1.Script{Key: "w", AttemptDelays: []*durationpb.Duration{durationpb.New(200 * time.Millisecond)}},
+		Script: &testingv1.Script{Key: "w", AttemptDelays: []*durationpb.Duration{durationpb.New(time.Second)}},
 	})
 	fmt.Println(status.Code(err), "after", len(srv.Attempts("w")), "attempts")
 	// Output:

@@ -310,7 +310,7 @@ func ExampleIdempotent() {
 	  "retryPolicy": {
 	    "maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "1s",
 	    "backoffMultiplier": 2, "jitter": "NONE", "retryableStatusCodes": ["UNAVAILABLE"],
-	    "perAttemptRecvTimeout": "0.02s"
+	    "perAttemptRecvTimeout": "0.1s"
 	  }
 	}]}`
 	srv, client, closeAll := migrateClient(interceptor.WithConfig(mustParse(file)), printRetries)
@@ -319,9 +319,9 @@ func ExampleIdempotent() {
 	for _, opts := range [][]grpc.CallOption{nil, {interceptor.Idempotent()}} {
 		key := fmt.Sprint("write-", len(opts))
 		fmt.Println("options:", len(opts))
-		// The first attempt takes 200ms, the others answer at once.
+		// The first attempt takes 1s, the others answer at once.
 		_, err := client.Write(context.Background(), &testingv1.WriteRequest{
-			Script: &testingv1.Script{Key: key, AttemptDelays: []*durationpb.Duration{durationpb.New(200 * time.Millisecond)}},
+			Script: &testingv1.Script{Key: key, AttemptDelays: []*durationpb.Duration{durationpb.New(time.Second)}},
 		}, opts...)
 		fmt.Println(" ", status.Code(err), "after", len(srv.Attempts(key)), "attempts")
 	}
