@@ -270,11 +270,14 @@ func (s *retryStream) dial(a *streamAttempt) error {
 		return err
 	}
 	a.cs = cs
-	if a.timer != nil {
+	if t := a.timer; t != nil {
 		go func() {
-			if md, _ := cs.Header(); md != nil {
-				a.timer.stopAnswered(time.Now())
-				a.timer.served(time.Since(a.timer.start))
+			// The first response header stops the timer and tells the pace
+			// (pace.Evidence.Answer) the server served the attempt, unless
+			// the timer cut it off or it ended from above.
+			md, _ := cs.Header()
+			if md != nil && t.stopAnswered(time.Now()) && t.f.pace != nil && t.ctx.Err() == nil {
+				t.f.pace.Answer(t.start, time.Since(t.start), t.f.crit.Index())
 			}
 		}()
 	}

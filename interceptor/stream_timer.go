@@ -29,21 +29,16 @@ type streamTimer struct {
 // cancel that ends it, and its timer (nil: none).
 func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *streamTimer) {
 	ctx = c.numberAttempt(callCtx)
-	if c.perAttempt > 0 {
-		timer = startStreamTimer(callCtx, ctx, c)
-		return timer.ctx, timer.cancel, timer
+	if c.perAttempt <= 0 {
+		return ctx, noCancel, nil
 	}
-	return ctx, noCancel, nil
-}
-
-func startStreamTimer(callCtx, ctx context.Context, c *call) *streamTimer {
-	st := &streamTimer{f: &c.retryFacts, callCtx: callCtx}
-	st.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
-	st.ctx, st.cancel = context.WithCancel(ctx)
-	st.mu.Lock()
-	st.armNext()
-	st.mu.Unlock()
-	return st
+	timer = &streamTimer{f: &c.retryFacts, callCtx: callCtx}
+	timer.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
+	timer.ctx, timer.cancel = context.WithCancel(ctx)
+	timer.mu.Lock()
+	timer.armNext()
+	timer.mu.Unlock()
+	return timer.ctx, timer.cancel, timer
 }
 
 // armNext arms the timer's next decision; under mu.
@@ -107,21 +102,6 @@ func (st *streamTimer) stop() bool {
 	defer st.mu.Unlock()
 	st.attemptTimer.stop()
 	return st.state != timerFired
-}
-
-// served tells the pace (pace.Evidence.Answer) that the server served the
-// attempt in took, at its first response header, unless it was cut off or
-// ended from above.
-func (st *streamTimer) served(took time.Duration) {
-	if st == nil || st.f.pace == nil || st.ctx.Err() != nil {
-		return
-	}
-	st.mu.Lock()
-	cut := st.state == timerFired
-	st.mu.Unlock()
-	if !cut {
-		st.f.pace.Answer(st.start, took, st.f.crit.Index())
-	}
 }
 
 // stopTimer stops the attempt's timer, which catches up first, and hands
