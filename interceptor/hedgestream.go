@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/stagger-go/stagger/budget"
@@ -16,19 +15,11 @@ import (
 var errHedgeLost = status.Error(codes.Canceled, "interceptor: hedge cancelled: the stream committed to another attempt")
 
 // hedgeRace is what a hedged stream keeps beside the retryStream it is,
-// until it commits; then the stream runs as a committed retryStream.
-//
-// The driver (drive) owns the race: it alone launches attempts and alone
-// ends the race (endRace), so no hedge can go after the commit. Each
-// attempt's goroutine opens and replays its attempt (dial),
-// then reports its headers or its end once on events (watch). RecvMsg and
-// Header wait for ready; Context and an overflowing message ask the driver
-// to commit (ask).
-//
-// sendMu orders SendMsg and CloseSend before the commit; each attempt's
-// replay runs beside them, and the stream's mu decides which of the two
-// sends a message to an attempt, so each gets every message once, in
-// order. The stream's mu guards the fields below sendMu.
+// until it commits; then the stream runs as a committed retryStream. The
+// driver (drive) alone launches attempts and ends the race (endRace), so
+// no hedge can go after the commit; who sends it which event is drawn in
+// docs/architecture.md ("Who decides a stream"). The stream's mu guards
+// the fields below ready.
 type hedgeRace struct {
 	// st is the driver's, then settle's to judge the winner's end.
 	st hedgeState
@@ -38,8 +29,6 @@ type hedgeRace struct {
 	events chan int
 	poke   chan struct{}
 	ready  chan struct{}
-
-	sendMu sync.Mutex
 
 	// sent are the attempts sent, in order (the stream's live: those open).
 	sent    []*streamAttempt

@@ -199,8 +199,11 @@ type retryStream struct {
 	opts     []grpc.CallOption
 	first    streamAttempt
 	// recvMu is held by RecvMsg, and by Header while it reads the status
-	// of an attempt that ended without headers.
-	recvMu sync.Mutex
+	// of an attempt that ended without headers. sendMu is held by SendMsg
+	// and CloseSend: a new attempt's replay (dial) runs beside them, and
+	// mu decides which of the two sends a message to the attempt, so it
+	// gets every message once, in order.
+	recvMu, sendMu sync.Mutex
 	streamEnd
 	// endMu makes settle one at a time: the reader and the abandon watch
 	// may both report an attempt's end.
@@ -247,17 +250,14 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	return timedOut, err
 }
 
-// dial opens a's grpc stream, whose headers a's timer (if any) watches,
-// then replays on it the messages kept, in order, then CloseSend when
-// closeSent, beside the application's SendMsg, which keeps its messages
-// meanwhile; nil when a went live. The step that finds everything sent
-// makes a live, under mu, so it gets every message once, in order. A race
-// that committed or failed meanwhile, seen under mu before each step, ends
-// the replay (errHedgeLost). A send's io.EOF does not end it: the stream
-// below may re-open its request unseen (the Connect front end re-sends
-// what the attempt was given), which needs every message and the end;
-// another error is grpc refusing a message. An attempt the streamer failed
-// to open has an unopened stream.
+// dial opens a's grpc stream, replays on it and makes it live, as
+// docs/architecture.md draws ("Who decides a stream"); nil when a went
+// live. A race that committed or failed meanwhile, seen under mu before
+// each step, ends the replay (errHedgeLost). A send's io.EOF does not end
+// it: the stream below may re-open its request unseen (the Connect front
+// end re-sends what the attempt was given), which needs every message and
+// the end; another error is grpc refusing a message. An attempt the
+// streamer failed to open has an unopened stream.
 //
 // A race's replay runs beside the application's SendMsg, not under
 // sendMu: a send may wait for its attempt's server (connect-go's Send of a
