@@ -129,8 +129,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		return s, nil
 	}
 	if timedOut, err := s.open(&s.first); err != nil {
-		if over, final := s.retryAfter(err, nil, false, timedOut); over {
-			s.finishStream(final, false)
+		if final := s.retryAfter(err, nil, false, timedOut); final != nil {
 			return nil, final
 		}
 	}
@@ -324,24 +323,24 @@ func (s *retryStream) dial(a *streamAttempt) error {
 }
 
 // retryAfter decides from the end of an attempt that ended with err (nil:
-// success) until a new attempt is open and replayed (over false), or the
-// call is over with final.
-func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (over bool, final error) {
+// success) until a new attempt is open and replayed (nil), or ends the
+// stream (finishStream) and returns what RecvMsg returns from then on.
+func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) error {
 	for {
 		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
 		if !retry {
-			return true, s.c.finish(err)
+			return s.finishStream(s.c.finish(err), false)
 		}
-		if final = s.prepareResume(err); final != nil {
-			return true, final
+		if final := s.prepareResume(err); final != nil {
+			return s.finishStream(final, false)
 		}
-		if final = s.c.pause(s.callCtx, pause, err); final != nil {
-			return true, final
+		if final := s.c.pause(s.callCtx, pause, err); final != nil {
+			return s.finishStream(final, false)
 		}
 		s.c.resume = false
 		trailer = nil
 		if timedOut, err = s.open(new(streamAttempt)); err == nil {
-			return false, nil
+			return nil
 		}
 		s.mu.Lock()
 		committed = s.commitNext
@@ -461,9 +460,8 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	if err != nil {
 		trailer = a.cs.Trailer()
 	}
-	over, final := s.retryAfter(outcome, trailer, committed, timedOut)
-	if over {
-		return nil, s.finishStream(final, false)
+	if final = s.retryAfter(outcome, trailer, committed, timedOut); final != nil {
+		return nil, final
 	}
 	s.mu.Lock()
 	next = s.cur
