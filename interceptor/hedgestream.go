@@ -85,16 +85,12 @@ func (s *retryStream) drive(st *hedgeState) {
 	for {
 		// The events already in go first when a hedge may be due, so that
 		// headers that arrived as the hedging delay ran out commit before a
-		// hedge goes (select picks at random).
-		for drained := !st.due || st.sent == 0; !drained; {
-			select {
-			case n := <-r.events:
-				if s.ended(st, r.heard(n)) {
-					return
-				}
-			default:
-				drained = true
+		// hedge goes (select picks at random). The driver alone receives.
+		if st.due && st.sent > 0 && len(r.events) > 0 {
+			if s.ended(st, r.heard(<-r.events)) {
+				return
 			}
+			continue
 		}
 		if s.serve(st) {
 			return
