@@ -11,9 +11,9 @@ import (
 // the application when the timer is due, so the time.AfterFunc's goroutine
 // takes each decision (attemptTimer.take) under mu, on f, the call's
 // retryFacts, which the call writes only while no timer of its runs
-// (before numberAttempt starts one; after stop, under mu), so every read
+// (before nextAttempt starts one; after stop, under mu), so every read
 // is ordered before the write. The reader takes the decisions due by the
-// time it saw the attempt answer or end (catchUp) before it stops the
+// time it saw the attempt answer or end (stopAnswered) before it stops the
 // timer: whether the attempt was cut off follows from when it ended, not
 // from which goroutine ran first.
 type streamTimer struct {
@@ -69,11 +69,12 @@ func (st *streamTimer) takeLocked() int32 {
 	return next
 }
 
-// catchUp takes, on the reader's goroutine, the decisions due by now (when
-// the attempt answered or ended) whose goroutine has not run yet.
-func (st *streamTimer) catchUp(now time.Time) {
+// stopAnswered is stop for an attempt that answered or ended at now: it
+// first catches up, on the reader's goroutine, on the decisions due by now
+// whose goroutine has not run yet.
+func (st *streamTimer) stopAnswered(now time.Time) bool {
 	if st == nil {
-		return
+		return true
 	}
 	fired := false
 	st.mu.Lock()
@@ -84,11 +85,6 @@ func (st *streamTimer) catchUp(now time.Time) {
 	if fired {
 		st.cancel()
 	}
-}
-
-// stopAnswered is stop for an attempt that answered at now, after catchUp.
-func (st *streamTimer) stopAnswered(now time.Time) bool {
-	st.catchUp(now)
 	return st.stop()
 }
 

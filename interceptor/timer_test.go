@@ -473,7 +473,7 @@ func TestUnaryTimerDecidesAtDueTimes(t *testing.T) {
 }
 
 // TestAttemptTimerDecidesAtDueTimes: whether a stream's timer cut an
-// attempt off depends on when the attempt ended (catchUp), not on whether
+// attempt off depends on when the attempt ended (stopAnswered), not on whether
 // the timer's goroutine ran first (dueTimeCases).
 func TestAttemptTimerDecidesAtDueTimes(t *testing.T) {
 	const d, pause = dueTimeTimeout, dueTimePause
@@ -485,8 +485,7 @@ func TestAttemptTimerDecidesAtDueTimes(t *testing.T) {
 			c.budget = ask
 			at := startTimer(bg, c)
 			defer at.cancel()
-			at.catchUp(at.start.Add(tc.end))
-			if got := !at.stop(); got != tc.cut || ask.asked != tc.asked || stateOf(at) != tc.state {
+			if got := !at.stopAnswered(at.start.Add(tc.end)); got != tc.cut || ask.asked != tc.asked || stateOf(at) != tc.state {
 				t.Fatalf("cut %v, budget asked %d, state %d; want %v, %d, %d", got, ask.asked, stateOf(at), tc.cut, tc.asked, tc.state)
 			}
 			if tc.cut && (at.due.Sub(at.start) != d || at.graceEnd.Sub(at.due) != pause || !at.verdict.Retry) {
