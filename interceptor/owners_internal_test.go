@@ -179,13 +179,13 @@ func TestOneOwnerSites(t *testing.T) {
 		}
 	})
 	slices.Sort(streamGiveUpCallers)
-	wantGiveUps := []string{"hedgestream_attempts.go: retryStream.endRace", "resume.go: retryStream.prepareResume", "stream.go: retryStream.settle"}
+	wantGiveUps := []string{"hedgestream.go: retryStream.endRace", "resume.go: retryStream.prepareResume", "stream.go: retryStream.settle"}
 	if !slices.Equal(streamGiveUpCallers, wantGiveUps) {
 		t.Errorf("the stream engine gives up (giveUp) in\n%s\nwant\n%s", strings.Join(streamGiveUpCallers, "\n"), strings.Join(wantGiveUps, "\n"))
 	}
 	// A loser's outcome (cancelled as another won or the race failed) has
 	// one rule for both hedging engines.
-	if got, want := identUsers(t, "loserOutcome"), []string{"hedgestream_attempts.go: retryStream.settleOthers", "unary_loop.go: unaryLoop.drain"}; !slices.Equal(got, want) {
+	if got, want := identUsers(t, "loserOutcome"), []string{"hedgestream.go: retryStream.settleOthers", "unary_loop.go: unaryLoop.drain"}; !slices.Equal(got, want) {
 		t.Errorf("a loser's outcome (loserOutcome) is decided in %v, want %v alone", got, want)
 	}
 	var unary []string

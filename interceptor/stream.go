@@ -129,8 +129,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		return s, nil
 	}
 	if timedOut, err := s.open(&s.first); err != nil {
-		if over, final := s.retryAfter(err, nil, false, timedOut); over {
-			s.finishStream(final, false)
+		if final := s.retryAfter(err, nil, false, timedOut); final != nil {
 			return nil, final
 		}
 	}
@@ -199,8 +198,11 @@ type retryStream struct {
 	opts     []grpc.CallOption
 	first    streamAttempt
 	// recvMu is held by RecvMsg, and by Header while it reads the status
-	// of an attempt that ended without headers.
-	recvMu sync.Mutex
+	// of an attempt that ended without headers. sendMu is held by SendMsg
+	// and CloseSend: a new attempt's replay (dial) runs beside them, and
+	// mu decides which of the two sends a message to the attempt, so it
+	// gets every message once, in order.
+	recvMu, sendMu sync.Mutex
 	streamEnd
 	// endMu makes settle one at a time: the reader and the abandon watch
 	// may both report an attempt's end.
@@ -247,17 +249,14 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 	return timedOut, err
 }
 
-// dial opens a's grpc stream, whose headers a's timer (if any) watches,
-// then replays on it the messages kept, in order, then CloseSend when
-// closeSent, beside the application's SendMsg, which keeps its messages
-// meanwhile; nil when a went live. The step that finds everything sent
-// makes a live, under mu, so it gets every message once, in order. A race
-// that committed or failed meanwhile, seen under mu before each step, ends
-// the replay (errHedgeLost). A send's io.EOF does not end it: the stream
-// below may re-open its request unseen (the Connect front end re-sends
-// what the attempt was given), which needs every message and the end;
-// another error is grpc refusing a message. An attempt the streamer failed
-// to open has an unopened stream.
+// dial opens a's grpc stream, replays on it and makes it live, as
+// docs/architecture.md draws ("Who decides a stream"); nil when a went
+// live. A race that committed or failed meanwhile, seen under mu before
+// each step, ends the replay (errHedgeLost). A send's io.EOF does not end
+// it: the stream below may re-open its request unseen (the Connect front
+// end re-sends what the attempt was given), which needs every message and
+// the end; another error is grpc refusing a message. An attempt the
+// streamer failed to open has an unopened stream.
 //
 // A race's replay runs beside the application's SendMsg, not under
 // sendMu: a send may wait for its attempt's server (connect-go's Send of a
@@ -270,11 +269,14 @@ func (s *retryStream) dial(a *streamAttempt) error {
 		return err
 	}
 	a.cs = cs
-	if a.timer != nil {
+	if t := a.timer; t != nil {
 		go func() {
-			if md, _ := cs.Header(); md != nil {
-				a.timer.stopAnswered(time.Now())
-				a.timer.served(time.Since(a.timer.start))
+			// The first response header stops the timer and tells the pace
+			// (pace.Evidence.Answer) the server served the attempt, unless
+			// the timer cut it off or it ended from above.
+			md, _ := cs.Header()
+			if md != nil && t.stopAnswered(time.Now()) && t.f.pace != nil && t.ctx.Err() == nil {
+				t.f.pace.Answer(t.start, time.Since(t.start), t.f.crit.Index())
 			}
 		}()
 	}
@@ -321,24 +323,24 @@ func (s *retryStream) dial(a *streamAttempt) error {
 }
 
 // retryAfter decides from the end of an attempt that ended with err (nil:
-// success) until a new attempt is open and replayed (over false), or the
-// call is over with final.
-func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (over bool, final error) {
+// success) until a new attempt is open and replayed (nil), or ends the
+// stream (finishStream) and returns what RecvMsg returns from then on.
+func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) error {
 	for {
 		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
 		if !retry {
-			return true, s.c.finish(err)
+			return s.finishStream(s.c.finish(err), false)
 		}
-		if final = s.prepareResume(err); final != nil {
-			return true, final
+		if final := s.prepareResume(err); final != nil {
+			return s.finishStream(final, false)
 		}
-		if final = s.c.pause(s.callCtx, pause, err); final != nil {
-			return true, final
+		if final := s.c.pause(s.callCtx, pause, err); final != nil {
+			return s.finishStream(final, false)
 		}
 		s.c.resume = false
 		trailer = nil
 		if timedOut, err = s.open(new(streamAttempt)); err == nil {
-			return false, nil
+			return nil
 		}
 		s.mu.Lock()
 		committed = s.commitNext
@@ -458,9 +460,8 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	if err != nil {
 		trailer = a.cs.Trailer()
 	}
-	over, final := s.retryAfter(outcome, trailer, committed, timedOut)
-	if over {
-		return nil, s.finishStream(final, false)
+	if final = s.retryAfter(outcome, trailer, committed, timedOut); final != nil {
+		return nil, final
 	}
 	s.mu.Lock()
 	next = s.cur

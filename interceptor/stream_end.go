@@ -33,7 +33,8 @@ type streamEnd struct {
 // stream had ended already). Everything the caller may read after the end
 // (the holders, OnFinish's effects, the Report) is written before done is
 // set, so a RecvMsg that finds done may read them. Its callers are one at
-// a time (settle's, under endMu; the driver's endRace; the stream's opening).
+// a time (settle and retryAfter, under endMu or at the stream's opening;
+// the driver's endRace).
 // abandoned: nobody reads the stream (watchAbandon); the shown attempt's
 // trailer is not read, as its reader may still be in RecvMsg on it.
 func (s *retryStream) finishStream(final error, abandoned bool) error {

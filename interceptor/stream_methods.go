@@ -14,10 +14,10 @@ import (
 // on every attempt open) and, until the stream commits, keeps it for
 // replay (StreamClientInterceptor, Replay).
 func (s *retryStream) SendMsg(m any) error {
-	r, held := s.lockSend()
-	if held {
-		defer r.sendMu.Unlock()
-	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	r := s.race
 	s.res.sent(m)
 	a := s.cur
 	switch {
@@ -59,31 +59,15 @@ func (s *retryStream) SendMsg(m any) error {
 	return s.sendKept(m, false)
 }
 
-// lockSend takes mu for SendMsg or CloseSend and returns the stream's
-// race. Before a hedged stream commits it takes the race's sendMu first,
-// and held says the caller is to let it go.
-func (s *retryStream) lockSend() (r *hedgeRace, held bool) {
-	s.mu.Lock()
-	r = s.race
-	if r == nil || s.committed {
-		return r, false
-	}
-	s.mu.Unlock()
-	r.sendMu.Lock()
-	s.mu.Lock()
-	return r, true
-}
-
 // CloseSend closes the sending side as SendMsg sends.
 func (s *retryStream) CloseSend() error {
-	r, held := s.lockSend()
-	if held {
-		defer r.sendMu.Unlock()
-	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
 	a := s.cur
 	if !s.committed {
 		s.closeSent = true
-		if r != nil {
+		if s.race != nil {
 			return s.sendKept(nil, true)
 		}
 	}

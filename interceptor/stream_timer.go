@@ -11,9 +11,9 @@ import (
 // the application when the timer is due, so the time.AfterFunc's goroutine
 // takes each decision (attemptTimer.take) under mu, on f, the call's
 // retryFacts, which the call writes only while no timer of its runs
-// (before numberAttempt starts one; after stop, under mu), so every read
+// (before nextAttempt starts one; after stop, under mu), so every read
 // is ordered before the write. The reader takes the decisions due by the
-// time it saw the attempt answer or end (catchUp) before it stops the
+// time it saw the attempt answer or end (stopAnswered) before it stops the
 // timer: whether the attempt was cut off follows from when it ended, not
 // from which goroutine ran first.
 type streamTimer struct {
@@ -29,21 +29,16 @@ type streamTimer struct {
 // cancel that ends it, and its timer (nil: none).
 func (c *call) nextAttempt(callCtx context.Context) (ctx context.Context, cancel context.CancelFunc, timer *streamTimer) {
 	ctx = c.numberAttempt(callCtx)
-	if c.perAttempt > 0 {
-		timer = startStreamTimer(callCtx, ctx, c)
-		return timer.ctx, timer.cancel, timer
+	if c.perAttempt <= 0 {
+		return ctx, noCancel, nil
 	}
-	return ctx, noCancel, nil
-}
-
-func startStreamTimer(callCtx, ctx context.Context, c *call) *streamTimer {
-	st := &streamTimer{f: &c.retryFacts, callCtx: callCtx}
-	st.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
-	st.ctx, st.cancel = context.WithCancel(ctx)
-	st.mu.Lock()
-	st.armNext()
-	st.mu.Unlock()
-	return st
+	timer = &streamTimer{f: &c.retryFacts, callCtx: callCtx}
+	timer.arm(c.attempt, time.Now(), c.perAttempt, c.pace)
+	timer.ctx, timer.cancel = context.WithCancel(ctx)
+	timer.mu.Lock()
+	timer.armNext()
+	timer.mu.Unlock()
+	return timer.ctx, timer.cancel, timer
 }
 
 // armNext arms the timer's next decision; under mu.
@@ -74,11 +69,12 @@ func (st *streamTimer) takeLocked() int32 {
 	return next
 }
 
-// catchUp takes, on the reader's goroutine, the decisions due by now (when
-// the attempt answered or ended) whose goroutine has not run yet.
-func (st *streamTimer) catchUp(now time.Time) {
+// stopAnswered is stop for an attempt that answered or ended at now: it
+// first catches up, on the reader's goroutine, on the decisions due by now
+// whose goroutine has not run yet.
+func (st *streamTimer) stopAnswered(now time.Time) bool {
 	if st == nil {
-		return
+		return true
 	}
 	fired := false
 	st.mu.Lock()
@@ -89,11 +85,6 @@ func (st *streamTimer) catchUp(now time.Time) {
 	if fired {
 		st.cancel()
 	}
-}
-
-// stopAnswered is stop for an attempt that answered at now, after catchUp.
-func (st *streamTimer) stopAnswered(now time.Time) bool {
-	st.catchUp(now)
 	return st.stop()
 }
 
@@ -107,21 +98,6 @@ func (st *streamTimer) stop() bool {
 	defer st.mu.Unlock()
 	st.attemptTimer.stop()
 	return st.state != timerFired
-}
-
-// served tells the pace (pace.Evidence.Answer) that the server served the
-// attempt in took, at its first response header, unless it was cut off or
-// ended from above.
-func (st *streamTimer) served(took time.Duration) {
-	if st == nil || st.f.pace == nil || st.ctx.Err() != nil {
-		return
-	}
-	st.mu.Lock()
-	cut := st.state == timerFired
-	st.mu.Unlock()
-	if !cut {
-		st.f.pace.Answer(st.start, took, st.f.crit.Index())
-	}
 }
 
 // stopTimer stops the attempt's timer, which catches up first, and hands

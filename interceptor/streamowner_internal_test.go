@@ -62,7 +62,7 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		"recordHedge":  {"settleOthers", "takeHedge"},
 		"finishOnce":   {"finishStream"},
 		"fill":         {"finishStream"},
-		"finishStream": {"endRace", "settle", "stream"},
+		"finishStream": {"endRace", "retryAfter", "settle"},
 		// Every end of a retried stream's attempt (it failed to open, to
 		// replay, or ended) hands the call its timer's verdict in one place.
 		"stopTimer": {"endAttempt"},

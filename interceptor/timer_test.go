@@ -32,10 +32,18 @@ func timerCall(n int, d time.Duration) *call {
 	}}
 }
 
+// startTimer starts the per-attempt timer of c's attempt c.attempt, as
+// the stream's nextAttempt does when it counts that attempt.
+func startTimer(callCtx context.Context, c *call) *streamTimer {
+	c.attempt--
+	_, _, at := c.nextAttempt(callCtx)
+	return at
+}
+
 func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	bg := context.Background()
 	// Stopped first: the timer never fires, the attempt was not cut off.
-	at := startStreamTimer(bg, bg, timerCall(1, time.Hour))
+	at := startTimer(bg, timerCall(1, time.Hour))
 	if !at.stop() {
 		t.Fatal("stop on an armed timer = false, want true")
 	}
@@ -54,7 +62,7 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	ask := &askBudget{allow: true}
 	c := timerCall(1, time.Hour)
 	c.budget = ask
-	at = startStreamTimer(bg, bg, c)
+	at = startTimer(bg, c)
 	at.takeDue(at.due)
 	if got := stateOf(at); got != timerGrace || at.ctx.Err() != nil {
 		t.Fatalf("after fire: state %d, ctx.Err() = %v; want timerGrace (%d) and running on", got, at.ctx.Err(), timerGrace)
@@ -72,7 +80,7 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	// cancelled, stop says so, and the call takes the retry the timer
 	// admitted.
 	c = timerCall(1, time.Hour)
-	at = startStreamTimer(bg, bg, c)
+	at = startTimer(bg, c)
 	at.takeDue(at.due)
 	at.takeDue(at.graceEnd)
 	if at.stop() || at.ctx.Err() == nil {
@@ -86,7 +94,7 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	// Fired first, no retry can go (the last attempt): the attempt runs on,
 	// its context untouched, and it was not cut off.
 	c = timerCall(3, time.Hour)
-	at = startStreamTimer(bg, bg, c)
+	at = startTimer(bg, c)
 	at.takeDue(at.due)
 	if !at.stop() || at.ctx.Err() != nil || c.stopTimer(at) {
 		t.Fatalf("last attempt after fire: stop() = false or ctx.Err() = %v; want true and running on", at.ctx.Err())
@@ -102,7 +110,7 @@ func TestAttemptTimerFiredAndStoppedExclude(t *testing.T) {
 	// The timer is not a deadline: the server sees the parent's.
 	parent, cancel := context.WithTimeout(bg, time.Hour)
 	defer cancel()
-	at = startStreamTimer(parent, parent, timerCall(1, time.Millisecond))
+	at = startTimer(parent, timerCall(1, time.Millisecond))
 	defer at.cancel()
 	want, _ := parent.Deadline()
 	if got, ok := at.ctx.Deadline(); !ok || !got.Equal(want) {
@@ -207,7 +215,7 @@ func TestAfterAttemptFollowsTimer(t *testing.T) {
 	ask := &askBudget{allow: true}
 	c := timerCall(1, time.Hour)
 	c.budget = ask
-	at := startStreamTimer(bg, bg, c)
+	at := startTimer(bg, c)
 	at.takeDue(at.due)
 	at.takeDue(at.graceEnd) // the grace ends (its timer, stopped or not, finds it ended)
 	err, timedOut := attemptOutcome(bg, status.Error(codes.Canceled, "cancelled"), c.stopTimer(at))
@@ -466,7 +474,7 @@ func TestUnaryTimerDecidesAtDueTimes(t *testing.T) {
 }
 
 // TestAttemptTimerDecidesAtDueTimes: whether a stream's timer cut an
-// attempt off depends on when the attempt ended (catchUp), not on whether
+// attempt off depends on when the attempt ended (stopAnswered), not on whether
 // the timer's goroutine ran first (dueTimeCases).
 func TestAttemptTimerDecidesAtDueTimes(t *testing.T) {
 	const d, pause = dueTimeTimeout, dueTimePause
@@ -476,10 +484,9 @@ func TestAttemptTimerDecidesAtDueTimes(t *testing.T) {
 			ask := &askBudget{allow: tc.allow}
 			c := timerCall(1, d)
 			c.budget = ask
-			at := startStreamTimer(bg, bg, c)
+			at := startTimer(bg, c)
 			defer at.cancel()
-			at.catchUp(at.start.Add(tc.end))
-			if got := !at.stop(); got != tc.cut || ask.asked != tc.asked || stateOf(at) != tc.state {
+			if got := !at.stopAnswered(at.start.Add(tc.end)); got != tc.cut || ask.asked != tc.asked || stateOf(at) != tc.state {
 				t.Fatalf("cut %v, budget asked %d, state %d; want %v, %d, %d", got, ask.asked, stateOf(at), tc.cut, tc.asked, tc.state)
 			}
 			if tc.cut && (at.due.Sub(at.start) != d || at.graceEnd.Sub(at.due) != pause || !at.verdict.Retry) {
