@@ -428,8 +428,9 @@ func TestGateLongOutageLastChancesAreProbes(t *testing.T) {
 
 // The futility rule's estimate is the outage's: the backend's return as
 // far off as the outage has lasted. A refusal for overload is an answer of
-// a backend that is up, so once one came lately the estimate gives no turn,
-// and a retry whose call waited most of its MaxWait waits the rest of it
+// a backend that is up, so once one came lately the estimate gives a call
+// already held no turn, and a retry whose call waited most of its MaxWait
+// waits the rest of it
 // (issue 72: in the fleet sim, held calls refused after the return were
 // turned away a few hundred milliseconds before their bound).
 func TestGateFutilityNotAfterARefusal(t *testing.T) {
