@@ -425,3 +425,56 @@ func TestGateLongOutageLastChancesAreProbes(t *testing.T) {
 		t.Errorf("a 20 s outage, a call every %v with a %v deadline: %d retries for %d calls, want the one that found the outage", every, deadline, retries, len(calls))
 	}
 }
+
+// The futility rule's estimate is the outage's: the backend's return as
+// far off as the outage has lasted. A refusal for overload is an answer of
+// a backend that is up, so once one came lately the estimate gives a call
+// already held no turn, and a retry whose call waited most of its MaxWait
+// waits the rest of it
+// (issue 72: in the fleet sim, held calls refused after the return were
+// turned away a few hundred milliseconds before their bound).
+func TestGateFutilityNotAfterARefusal(t *testing.T) {
+	const maxWait = 2 * time.Second
+	clk := &manualClock{now: t0}
+	g := inOutage(t, clk, DeferSettings{MaxWait: maxWait})
+	// A probe is out past MaxWait: nothing lets it go first.
+	g.mu.Lock()
+	g.st.pace.until = clk.Now().Add(maxWait)
+	g.mu.Unlock()
+	early, err := g.Enter(retry2, 0, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(maxWait)
+	if _, _, err := early.Poll(); !errors.Is(err, errWaitLimit) {
+		t.Fatalf("the first wait at MaxWait: Err %v, want errWaitLimit", err)
+	}
+	early.Leave()
+	g.mu.Lock()
+	g.st.pace.until = time.Time{} // the probe's answer came, unrecorded
+	g.mu.Unlock()
+	// Without a refusal the rule turns a retry away (TestGateFutility).
+	r := Request{Number: 3, Waited: maxWait - 100*time.Millisecond}
+	if _, err := g.Enter(r, 0, time.Time{}); !errors.Is(err, ErrOutageLasting) {
+		t.Fatalf("in the outage: enter = %v, want ErrOutageLasting", err)
+	}
+	// The backend answers again, refusing for overload; a probe is out
+	// again, so that the retry waits.
+	g.Record(Attempt{Number: 1, Outcome: Failure, Overload: true})
+	g.mu.Lock()
+	g.st.pace.until = clk.Now().Add(maxWait)
+	g.mu.Unlock()
+	w, err := g.Enter(r, 0, time.Time{})
+	if err != nil {
+		t.Fatalf("after a refusal for overload: enter = %v, want a wait to its MaxWait", err)
+	}
+	defer w.Leave()
+	clk.advance(100*time.Millisecond - time.Nanosecond)
+	if a, _, err := w.Poll(); err != nil {
+		t.Fatalf("before its MaxWait: Poll = %v, Err %v, want a wait", a, err)
+	}
+	clk.advance(time.Nanosecond)
+	if a, _, err := w.Poll(); !errors.Is(err, errWaitLimit) {
+		t.Fatalf("at its MaxWait: Poll = %v, Err %v, want errWaitLimit", a, err)
+	}
+}

@@ -92,7 +92,9 @@ func (s *gateState) attemptTime(now time.Time, w *waiterView) time.Duration {
 // waits for its turn (zero: no longer than the rules say, once its pause
 // has passed), and whether it could go at once instead, as its outage's
 // lone probe, with ahead others waiting. The estimate knows a turn only
-// in an outage that a retry already waited in (span): the backend's
+// in an outage that a retry already waited in (span), and for a call
+// already held (Request.Waited) only while no attempt was refused for
+// overload lately (strained: a backend that refuses is up): the backend's
 // return, expected as far off as the outage has lasted (half as far for a
 // retry whose attempt never left the client, unsent: the connection
 // reconnects on its own backoff, up to seconds after the backend is back,
@@ -103,8 +105,8 @@ func (s *gateState) attemptTime(now time.Time, w *waiterView) time.Duration {
 // came since a probe failed, and the probe gap (at least that longest
 // wait) has passed since, so failed calls end at once and the new calls'
 // first attempts, or a rare probe, find the backend's return.
-func (s *gateState) turnIn(now time.Time, ahead int, unsent bool) (turn time.Duration, lone bool) {
-	if s.phase != phaseOutage || s.span <= 0 {
+func (s *gateState) turnIn(now time.Time, ahead int, unsent, held bool) (turn time.Duration, lone bool) {
+	if s.phase != phaseOutage || s.span <= 0 || held && s.ev.strained(now) {
 		return 0, false
 	}
 	turn = now.Sub(s.streakAt)

@@ -110,7 +110,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		number: r.Number, call: r.Call, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
 		took: max(r.Took, 0), since: now,
 	}
-	turn, lone := g.st.turnIn(now, g.n, r.Unsent)
+	turn, lone := g.st.turnIn(now, g.n, r.Unsent, r.Waited > 0)
 	view.turnAt = now.Add(turn)
 	if end, why := g.st.endAt(now, &view); why == errFutile && ended(now, end) {
 		// The end rule, at the door: its turn comes past its end.
