@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -25,7 +24,6 @@ const DisableEnv = "STAGGER_DISABLE"
 // switchedOff is the process's switch; switchSaid: its state was logged.
 var (
 	switchedOff atomic.Bool
-	switchMu    sync.Mutex
 	switchSaid  atomic.Bool
 )
 
@@ -62,13 +60,8 @@ func envOn(v string) bool {
 // Disabled and State.Disabled read the switches, for a gauge. Safe for
 // concurrent use.
 func SetDisabled(on bool) {
-	switchMu.Lock()
-	changed := switchedOff.Swap(on) != on
-	if changed {
+	if switchedOff.Swap(on) != on {
 		switchSaid.Store(true)
-	}
-	switchMu.Unlock()
-	if changed {
 		switched(nil, nil, on, "SetDisabled")
 	}
 }
