@@ -15,11 +15,10 @@
 //
 // A retry must fit before the caller's deadline (else the call returns the
 // last attempt's status at once, where grpc-go waits for DEADLINE_EXCEEDED),
-// then pass the circuit breaker and the budget (WithBreakers has the order,
-// and the rules of the file's circuitBreaker and adaptiveThrottling). A
-// budget.Deferrer (the default's Gate) that refuses makes the call wait for a
-// later admission (EventDeferred; budget.Gate has the rules); another budget
-// ends the call, reason "budget".
+// then pass the circuit breaker and the budget (WithBreakers has the order).
+// A budget.Deferrer (the default's Gate) that refuses makes the call wait for
+// a later admission (EventDeferred; budget.Gate has the rules); another
+// budget ends the call, reason "budget".
 //
 // Which policy applies: the file's entry for the method (WithConfig or
 // WithConfigSource), else the policy given in code (WithPolicy), else none:
@@ -51,10 +50,9 @@
 // idempotent in the file or the proto, or send an idempotency key
 // (WithIdempotencyKey) that the server de-duplicates.
 //
-// Retries carry the grpc-previous-rpc-attempts header, their context the
-// attempt number (AttemptFromContext). The per-attempt timeout
-// (perAttemptRecvTimeout) has its rules in UnaryClientInterceptor. A call
-// stagger ran fails with an *Error, the last attempt's status unchanged.
+// Retries carry the grpc-previous-rpc-attempts header. The per-attempt
+// timeout (perAttemptRecvTimeout) has its rules in UnaryClientInterceptor. A
+// call stagger ran fails with an *Error, the last attempt's status unchanged.
 //
 // # What the caller sees
 //
@@ -84,15 +82,12 @@
 //
 // # Options
 //
-// Every Option works when building an interceptor and on a single call; a
-// call that succeeds at once, with no per-call option and no criticality,
-// allocates nothing in the interceptor. Defaults: no file, no policy in
-// code (no retries), no budget (unlimited; stagger.DialOptions installs
+// A call that succeeds at once, with no per-call option and no criticality,
+// allocates nothing in the interceptor. Defaults: no file, no policy in code
+// (no retries), no budget (unlimited; stagger.DialOptions installs
 // budget.DefaultBackends, one per backend), no breakers but the file's, no
-// logger, no hooks, no idempotency key, no criticality (the call is
-// CRITICAL and sends none: WithCriticality), jitter from math/rand/v2.
-// SetDisabled turns retries, hedges and waits off. The budgets and circuit
-// breakers a file declares live in a State (WithState), which has the rules.
+// logger, no hooks, no idempotency key, no criticality (the call is CRITICAL
+// and sends none: WithCriticality), jitter from math/rand/v2.
 //
 // # Hooks, reports and metrics
 //

@@ -99,10 +99,9 @@ func (o *options) offNow() bool { return switchedOff.Load() || o.config().Disabl
 // first call follows a file that changed it.
 func (k *core) fileSwitch(cfg *policy.Config) {
 	is, st := cfg.Disabled(), k.opts.state
-	if st.fileOff.Load() == is || !st.fileOff.CompareAndSwap(!is, is) {
-		return
+	if st.fileOff.Load() != is && st.fileOff.CompareAndSwap(!is, is) {
+		switched(k.opts.logger, st, is, "policy file")
 	}
-	switched(k.opts.logger, st, is, "policy file")
 }
 
 // Disabled reports whether the policy file the State's interceptors follow

@@ -100,10 +100,8 @@ func WithConfigSource(src ConfigSource) Option {
 
 // WithPolicy retries, with p (copied), the methods the policy file does not
 // match, or all methods when there is no file. A method the file has an
-// entry for follows the entry (a notice, policy.ReasonOverridden);
-// WithBackoff, WithPerAttemptTimeout, WithMaxAttempts and WithCodes change
-// its policy for one call. A p with fewer than 2 attempts retries nothing
-// (policy.ReasonOneAttempt).
+// entry for follows the entry (a notice, policy.ReasonOverridden). A p with
+// fewer than 2 attempts retries nothing (policy.ReasonOneAttempt).
 func WithPolicy(p policy.Policy) Option {
 	return Option{apply: func(o *options) { o.policy = &p }}
 }
@@ -222,8 +220,7 @@ func WithHook(fn func(Event)) Option {
 // the context the caller passed to the call (its trace span, its baggage;
 // context.Background() for EventBreaker, which no call owns) and the
 // EventEnd of every call. It runs after the hooks of WithHook, under the
-// same rules; the nested module github.com/stagger-go/stagger/otel builds
-// its metrics and traces on it.
+// same rules.
 func WithCallHook(fn func(ctx context.Context, e Event)) Option {
 	return Option{apply: func(o *options) {
 		if fn != nil {
@@ -270,12 +267,7 @@ func WithPredicate(p policy.Predicate) Option {
 // the policy's own maxAttempts when larger: a larger n is lowered to it, with a
 // notice (policy.ReasonAttempts, Attempt the bound).
 func WithMaxAttempts(n int) Option {
-	return Option{apply: func(o *options) {
-		if n < 1 {
-			n = 1
-		}
-		o.maxAttempts = n
-	}}
+	return Option{apply: func(o *options) { o.maxAttempts = max(n, 1) }}
 }
 
 // WithCodes makes cs the status codes the call retries, in place of the retry
