@@ -28,14 +28,13 @@
 // instead (gRFC A6; grpc-go ignores hedgingPolicy): UnaryClientInterceptor
 // has the rules, and StreamClientInterceptor what differs for streams.
 //
-// Rules no policy can break: an attempt whose response headers arrived is
-// committed and never retried (except the attempt of a unary call that carries
-// an idempotency key, whose application has seen nothing of it, and a server
-// stream that WithResume names, which continues where it broke: the application
-// reads one stream, every message once, in order); the caller's own deadline or
-// cancellation is never retried; a RESOURCE_EXHAUSTED that grpc-go raised
-// locally for a message size limit is never retried; an ambiguous failure of a
-// call not safe to repeat is never retried (below).
+// Rules no policy can break (two more follow): an attempt whose response
+// headers arrived is committed and never retried (except the attempt of a
+// unary call that carries an idempotency key, whose application has seen
+// nothing of it, and a server stream that WithResume names, which continues
+// where it broke: the application reads one stream, every message once, in
+// order); a RESOURCE_EXHAUSTED that grpc-go raised locally for a message size
+// limit is never retried.
 //
 // The caller's deadline. An attempt that ends with CANCELED or
 // DEADLINE_EXCEEDED when the caller's context has ended, or at most 1 ms
@@ -97,10 +96,9 @@
 //
 // # Concurrency
 //
-// The interceptors are safe for concurrent use by any number of calls.
-// Each call has one owner that alone decides whether the next attempt goes,
-// which attempt the caller sees, and the end; the rest only tell it what
-// happened:
+// The interceptors are safe for concurrent use by any number of calls. Each
+// call has one owner that alone decides whether the next attempt goes, which
+// attempt the caller sees, and the end; the rest only tell it what happened:
 //
 //	unary call: one loop, on the caller's goroutine
 //	    <- an attempt's end (inline, or from the attempt's goroutine)
