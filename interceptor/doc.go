@@ -15,11 +15,10 @@
 //
 // A retry must fit before the caller's deadline (else the call returns the
 // last attempt's status at once, where grpc-go waits for DEADLINE_EXCEEDED),
-// then pass the circuit breaker and the budget (WithBreakers has the order,
-// and the rules of the file's circuitBreaker and adaptiveThrottling). A
-// budget.Deferrer (the default's Gate) that refuses makes the call wait for a
-// later admission (EventDeferred; budget.Gate has the rules); another budget
-// ends the call, reason "budget".
+// then pass the circuit breaker and the budget (WithBreakers has the order).
+// A budget.Deferrer (the default's Gate) that refuses makes the call wait for
+// a later admission (EventDeferred; budget.Gate has the rules); another
+// budget ends the call, reason "budget".
 //
 // Which policy applies: the file's entry for the method (WithConfig or
 // WithConfigSource), else the policy given in code (WithPolicy), else none:
@@ -29,14 +28,13 @@
 // instead (gRFC A6; grpc-go ignores hedgingPolicy): UnaryClientInterceptor
 // has the rules, and StreamClientInterceptor what differs for streams.
 //
-// Rules no policy can break: an attempt whose response headers arrived is
-// committed and never retried (except the attempt of a unary call that carries
-// an idempotency key, whose application has seen nothing of it, and a server
-// stream that WithResume names, which continues where it broke: the application
-// reads one stream, every message once, in order); the caller's own deadline or
-// cancellation is never retried; a RESOURCE_EXHAUSTED that grpc-go raised
-// locally for a message size limit is never retried; an ambiguous failure of a
-// call not safe to repeat is never retried (below).
+// Rules no policy can break (two more follow): an attempt whose response
+// headers arrived is committed and never retried (except the attempt of a
+// unary call that carries an idempotency key, whose application has seen
+// nothing of it, and a server stream that WithResume names, which continues
+// where it broke: the application reads one stream, every message once, in
+// order); a RESOURCE_EXHAUSTED that grpc-go raised locally for a message size
+// limit is never retried.
 //
 // The caller's deadline. An attempt that ends with CANCELED or
 // DEADLINE_EXCEEDED when the caller's context has ended, or at most 1 ms
@@ -51,10 +49,9 @@
 // idempotent in the file or the proto, or send an idempotency key
 // (WithIdempotencyKey) that the server de-duplicates.
 //
-// Retries carry the grpc-previous-rpc-attempts header, their context the
-// attempt number (AttemptFromContext). The per-attempt timeout
-// (perAttemptRecvTimeout) has its rules in UnaryClientInterceptor. A call
-// stagger ran fails with an *Error, the last attempt's status unchanged.
+// Retries carry the grpc-previous-rpc-attempts header. The per-attempt
+// timeout (perAttemptRecvTimeout) has its rules in UnaryClientInterceptor. A
+// call stagger ran fails with an *Error, the last attempt's status unchanged.
 //
 // # What the caller sees
 //
@@ -84,15 +81,12 @@
 //
 // # Options
 //
-// Every Option works when building an interceptor and on a single call; a
-// call that succeeds at once, with no per-call option and no criticality,
-// allocates nothing in the interceptor. Defaults: no file, no policy in
-// code (no retries), no budget (unlimited; stagger.DialOptions installs
+// A call that succeeds at once, with no per-call option and no criticality,
+// allocates nothing in the interceptor. Defaults: no file, no policy in code
+// (no retries), no budget (unlimited; stagger.DialOptions installs
 // budget.DefaultBackends, one per backend), no breakers but the file's, no
-// logger, no hooks, no idempotency key, no criticality (the call is
-// CRITICAL and sends none: WithCriticality), jitter from math/rand/v2.
-// SetDisabled turns retries, hedges and waits off. The budgets and circuit
-// breakers a file declares live in a State (WithState), which has the rules.
+// logger, no hooks, no idempotency key, no criticality (the call is CRITICAL
+// and sends none: WithCriticality), jitter from math/rand/v2.
 //
 // # Hooks, reports and metrics
 //
@@ -102,10 +96,9 @@
 //
 // # Concurrency
 //
-// The interceptors are safe for concurrent use by any number of calls.
-// Each call has one owner that alone decides whether the next attempt goes,
-// which attempt the caller sees, and the end; the rest only tell it what
-// happened:
+// The interceptors are safe for concurrent use by any number of calls. Each
+// call has one owner that alone decides whether the next attempt goes, which
+// attempt the caller sees, and the end; the rest only tell it what happened:
 //
 //	unary call: one loop, on the caller's goroutine
 //	    <- an attempt's end (inline, or from the attempt's goroutine)

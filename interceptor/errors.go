@@ -119,9 +119,8 @@ func (e *Error) GRPCStatus() *status.Status { return status.Convert(e.Err) }
 // the circuit breaker or throttling, the caller's deadline, an ambiguous
 // failure, the server's pushback or a retried request being served stopped
 // it. It is false for a failure the policy does not retry, a committed
-// attempt and the caller's own cancellation. stagger's server side answers
-// "do not retry" (gRFC A6's negative pushback) when a handler returns such
-// an error, so that layers above do not retry what this one already did.
+// attempt and the caller's own cancellation. Package server answers "do not
+// retry" for a handler that returns such an error (its doc has the rules).
 func (e *Error) GaveUp() bool { return giveUpWords[e.Reason] != "" }
 
 // Attempts returns the number of attempts stagger made for the call that

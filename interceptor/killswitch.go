@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -17,15 +16,13 @@ import (
 )
 
 // DisableEnv is the environment variable that turns stagger off in a
-// process from its start, without a deploy of new code: set to anything
-// but "", "0", "false", "off" or "no" (in any case), it is SetDisabled(true)
-// before main runs. It is read once, when the program starts.
+// process without a deploy of new code: read once, before main runs, any
+// value but "", "0", "false", "off" or "no" (in any case) is SetDisabled(true).
 const DisableEnv = "STAGGER_DISABLE"
 
 // switchedOff is the process's switch; switchSaid: its state was logged.
 var (
 	switchedOff atomic.Bool
-	switchMu    sync.Mutex
 	switchSaid  atomic.Bool
 )
 
@@ -42,10 +39,9 @@ func envOn(v string) bool {
 }
 
 // SetDisabled turns stagger off in the whole process (on true) or back on
-// (on false), at once, for every interceptor. DisableEnv sets it when the
-// program starts; a policy file's top-level "disabled": true does the same
-// for the calls that follow the file (policy.Config.Disabled), from the
-// first call that follows it after a reload.
+// (on false), at once, for every interceptor; a policy file's top-level
+// "disabled": true does the same for the calls that follow the file
+// (policy.Config.Disabled), from the first of them after a reload.
 //
 // While it is on, each call is sent once: no retry, no hedge, no
 // per-attempt timer, no wait (budget, Gate, breaker, pacing), no breaker or
@@ -56,19 +52,13 @@ func envOn(v string) bool {
 // its next failure (a call in its pause sends that retry first); both end
 // with reason policy.ReasonDisabled.
 //
-// Each change is logged at warn level (on) or info (off), with
-// stagger.switch: "SetDisabled", "STAGGER_DISABLE" (said by the first call)
-// or "policy file". Calls made while it is on end with Report.Disabled.
-// Disabled and State.Disabled read the switches, for a gauge. Safe for
-// concurrent use.
+// Each change is logged at warn level (on) or info (off), with stagger.switch:
+// "SetDisabled", "STAGGER_DISABLE" (said by the first call) or "policy file".
+// Calls made while it is on end with Report.Disabled. Disabled and
+// State.Disabled read the switches, for a gauge. Safe for concurrent use.
 func SetDisabled(on bool) {
-	switchMu.Lock()
-	changed := switchedOff.Swap(on) != on
-	if changed {
+	if switchedOff.Swap(on) != on {
 		switchSaid.Store(true)
-	}
-	switchMu.Unlock()
-	if changed {
 		switched(nil, nil, on, "SetDisabled")
 	}
 }
@@ -106,10 +96,9 @@ func (o *options) offNow() bool { return switchedOff.Load() || o.config().Disabl
 // first call follows a file that changed it.
 func (k *core) fileSwitch(cfg *policy.Config) {
 	is, st := cfg.Disabled(), k.opts.state
-	if st.fileOff.Load() == is || !st.fileOff.CompareAndSwap(!is, is) {
-		return
+	if st.fileOff.Load() != is && st.fileOff.CompareAndSwap(!is, is) {
+		switched(k.opts.logger, st, is, "policy file")
 	}
-	switched(k.opts.logger, st, is, "policy file")
 }
 
 // Disabled reports whether the policy file the State's interceptors follow

@@ -107,8 +107,7 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 			"stagger.failures", e.Breaker.Failures, "stagger.answered", e.Breaker.Answered, "stagger.break", e.Breaker.Break.String())
 		return
 	}
-	fields := make([]any, 0, 20)
-	fields = append(fields,
+	fields := append(make([]any, 0, 20),
 		"grpc.method", e.Method,
 		"stagger.event", e.Kind.String(),
 		"stagger.attempt", e.Attempt,

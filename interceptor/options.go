@@ -100,10 +100,8 @@ func WithConfigSource(src ConfigSource) Option {
 
 // WithPolicy retries, with p (copied), the methods the policy file does not
 // match, or all methods when there is no file. A method the file has an
-// entry for follows the entry (a notice, policy.ReasonOverridden);
-// WithBackoff, WithPerAttemptTimeout, WithMaxAttempts and WithCodes change
-// its policy for one call. A p with fewer than 2 attempts retries nothing
-// (policy.ReasonOneAttempt).
+// entry for follows the entry (a notice, policy.ReasonOverridden). A p with
+// fewer than 2 attempts retries nothing (policy.ReasonOneAttempt).
 func WithPolicy(p policy.Policy) Option {
 	return Option{apply: func(o *options) { o.policy = &p }}
 }
@@ -138,12 +136,11 @@ func WithBudget(b budget.Budget) Option {
 // and a DEADLINE_EXCEEDED not the caller's; the caller's own end counts for
 // nothing; any other status is an answer from a working server.
 //
-// stagger holds waitForReady calls guarded by a breaker while their
-// connection is not ready, then starts them at breaker.Breaker.Pace's rate
-// (unless circuitBreaker.paceReconnect is false). State changes reach the
-// hooks and logger (EventBreaker) of the interceptor whose call made them.
-// On the success path a breaker costs one atomic load, one mutex, no
-// allocation.
+// stagger holds waitForReady calls guarded by a breaker while their connection
+// is not ready, then starts them at breaker.Breaker.Pace's rate (unless
+// circuitBreaker.paceReconnect is false). State changes reach the hooks and
+// logger (EventBreaker) of the interceptor whose call made them. On the success
+// path a breaker costs one atomic load, one mutex, no allocation.
 func WithBreakers(bs *breaker.Set) Option {
 	return Option{apply: func(o *options) { o.breakers, o.breakersSet = bs, true }}
 }
@@ -206,10 +203,9 @@ func WithLogger(l logging.Logger) Option {
 	return Option{apply: func(o *options) { o.logger = l }}
 }
 
-// WithHook calls fn with a copy of every event (each EventKind but
-// EventEnd, which WithCallHook hears). fn runs on a goroutine of the call,
-// outside every lock stagger holds; it must be quick and safe for
-// concurrent use. Several hooks may be given; they run in order.
+// WithHook calls fn with a copy of every event but EventEnd. fn runs on a
+// goroutine of the call, outside every lock stagger holds; it must be quick
+// and safe for concurrent use. Several hooks may be given; they run in order.
 func WithHook(fn func(Event)) Option {
 	return Option{apply: func(o *options) {
 		if fn != nil {
@@ -218,12 +214,10 @@ func WithHook(fn func(Event)) Option {
 	}}
 }
 
-// WithCallHook is WithHook for hooks that need the call: fn also receives
-// the context the caller passed to the call (its trace span, its baggage;
-// context.Background() for EventBreaker, which no call owns) and the
-// EventEnd of every call. It runs after the hooks of WithHook, under the
-// same rules; the nested module github.com/stagger-go/stagger/otel builds
-// its metrics and traces on it.
+// WithCallHook is WithHook for hooks that need the call: fn also receives the
+// context the caller passed to the call (its trace span, its baggage;
+// context.Background() for EventBreaker, which no call owns) and the EventEnd
+// of every call. It runs after the hooks of WithHook, under the same rules.
 func WithCallHook(fn func(ctx context.Context, e Event)) Option {
 	return Option{apply: func(o *options) {
 		if fn != nil {
@@ -242,8 +236,7 @@ const DefaultIdempotencyHeader = "idempotency-key"
 // named header with a random value made once per call, so a server can tell a
 // retried write it already applied; a call whose outgoing metadata carries
 // header keeps the caller's key. The server must de-duplicate the key
-// (server.WithIdempotency does, for unary calls). An empty header turns it
-// off.
+// (server.WithIdempotency does, for unary calls). An empty header turns it off.
 //
 // A unary call with a key counts as idempotent wherever stagger could run
 // it twice: an ambiguous failure is retried with the same key, an attempt
@@ -270,12 +263,7 @@ func WithPredicate(p policy.Predicate) Option {
 // the policy's own maxAttempts when larger: a larger n is lowered to it, with a
 // notice (policy.ReasonAttempts, Attempt the bound).
 func WithMaxAttempts(n int) Option {
-	return Option{apply: func(o *options) {
-		if n < 1 {
-			n = 1
-		}
-		o.maxAttempts = n
-	}}
+	return Option{apply: func(o *options) { o.maxAttempts = max(n, 1) }}
 }
 
 // WithCodes makes cs the status codes the call retries, in place of the retry
@@ -334,11 +322,10 @@ func WithIdempotentMethods(safe func(method string) bool) Option {
 	return Option{apply: func(o *options) { o.safe = safe }}
 }
 
-// WithCriticality names the criticality of calls (package criticality: how
-// much a call matters when a server or a client must shed work): given when
-// building an interceptor, its calls' default; on a call, that call's. A
-// level that is not one of the four names none. A call's criticality is
-// resolved once, when it starts, from the first of:
+// WithCriticality names the criticality of calls (package criticality):
+// given when building an interceptor, its calls' default; on a call, that
+// call's. A level that is not one of the four names none. A call's
+// criticality is resolved once, when it starts, from the first of:
 //
 //  1. WithCriticality on the call;
 //  2. the call's context (criticality.FromContext), where stagger's server

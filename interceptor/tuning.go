@@ -4,9 +4,7 @@ import "time"
 
 // The interceptors' tuning numbers, unexported so that a retune does not
 // change the API; each line says what set it ("not measured": the argument).
-
-// The per-attempt timer's numbers are its evidence's (internal/pace): a
-// success that ran a pace.SlowPart-th of the timeout is a sign of overload.
+// The per-attempt timer's are its evidence's, in internal/pace.
 
 // The per-method cache (call.go).
 const (
