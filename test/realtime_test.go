@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,11 +99,18 @@ func rtConfig(t *testing.T, file string, opts ...policy.ParseOption) *policy.Con
 // stagger.DialOptions for file (no budget: these tests are about timing).
 func rtBench(t *testing.T, file string, opts ...interceptor.Option) (*testserver.Server, testingv1.TestServiceClient) {
 	t.Helper()
+	return rtBenchDial(t, file, nil, opts...)
+}
+
+// rtBenchDial is rtBench with dial options after stagger's (an interceptor
+// there runs inside stagger's, once per attempt).
+func rtBenchDial(t *testing.T, file string, dial []grpc.DialOption, opts ...interceptor.Option) (*testserver.Server, testingv1.TestServiceClient) {
+	t.Helper()
 	srv := testserver.New(testserver.WithTCP())
 	t.Cleanup(srv.Close)
 	cfg := rtConfig(t, file)
 	opts = append([]interceptor.Option{interceptor.WithBudget(nil)}, opts...)
-	cc, err := srv.DialTCP(stagger.DialOptions(cfg, opts...)...)
+	cc, err := srv.DialTCP(append(stagger.DialOptions(cfg, opts...), dial...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -972,6 +980,21 @@ func rtSpread(i int) time.Duration {
 	return rtPerAttempt + time.Duration(i%11-5)*time.Millisecond
 }
 
+// rtClientAttempt is the client's number of the attempt the server
+// recorded as rec: one more than the grpc-previous-rpc-attempts it carried.
+// The server numbers a key's attempts as they arrive (rec.Attempt, the
+// reply's attempt), which differs when an attempt never reached it.
+func rtClientAttempt(rec testserver.AttemptRecord) int {
+	if rec.PreviousAttempts == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(rec.PreviousAttempts)
+	if err != nil {
+		return -1
+	}
+	return n + 1
+}
+
 // rtAwaitDone waits until the server recorded n attempts of key, all ended.
 func rtAwaitDone(ctx context.Context, srv *testserver.Server, key string, n int) ([]testserver.AttemptRecord, error) {
 	return srv.Await(ctx, key, func(recs []testserver.AttemptRecord) bool {
@@ -1321,10 +1344,13 @@ func TestRealTimeStragglerCut(t *testing.T) {
 // whichever of the two events reached it first, and the caller sees one
 // attempt's answer: its reply, its header and its peer, with the Report
 // counting up to that attempt and OnFinish run once. An attempt the caller
-// got the reply of was not cancelled at the server.
+// got the reply of was not cancelled at the server. The reply names the
+// attempt by the server's count, so the attempt is told by the record's
+// grpc-previous-rpc-attempts (rtClientAttempt): on a loaded machine the
+// first attempt can be cut off before it reached the server.
 func TestRealTimeTimerMeetsReply(t *testing.T) {
 	srv, client := rtBench(t, rtFile)
-	var cutOff atomic.Int32
+	var cutOff, unsent atomic.Int32
 	rtBatches(t, "calls", func(i int) (took bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -1341,17 +1367,19 @@ func TestRealTimeTimerMeetsReply(t *testing.T) {
 			t.Errorf("call %d (first answers after %v): %v (reason %q), want OK; the server's records %+v", i, first, err, reasonOf(err), srv.Attempts(key))
 			return
 		}
-		got := reply.GetReply().GetAttempt()
-		if int(got) != rep.Attempts || header == nil || p.Addr == nil || finished.Load() != 1 {
-			t.Errorf("call %d: the reply of attempt %d, Report.Attempts %d, header %v, peer %v, OnFinish ran %d times; want one attempt's answer, the Report counting to it, OnFinish once",
-				i, got, rep.Attempts, header, p.Addr, finished.Load())
-		}
-		recs, err := rtAwaitDone(ctx, srv, key, int(got))
-		if err != nil || len(recs) < int(got) {
-			t.Errorf("call %d: the server's records %+v: %v", i, recs, err)
+		arrived := int(reply.GetReply().GetAttempt())
+		recs, err := rtAwaitDone(ctx, srv, key, arrived)
+		if err != nil || arrived < 1 || len(recs) < arrived {
+			t.Errorf("call %d: the reply of the server's attempt %d; the server's records %+v: %v", i, arrived, recs, err)
 			return
 		}
-		if r := recs[got-1]; r.Cancelled || r.Code != codes.OK {
+		r := recs[arrived-1]
+		got := rtClientAttempt(r)
+		if got != rep.Attempts || header == nil || p.Addr == nil || finished.Load() != 1 {
+			t.Errorf("call %d: the reply of attempt %d, Report.Attempts %d, header %v, peer %v, OnFinish ran %d times; want one attempt's answer, the Report counting to it, OnFinish once; the server's records %+v",
+				i, got, rep.Attempts, header, p.Addr, finished.Load(), recs)
+		}
+		if r.Cancelled || r.Code != codes.OK {
 			t.Errorf("call %d: the caller got the reply of attempt %+v, want one the server answered OK", i, r)
 		}
 		if got == 2 {
@@ -1359,7 +1387,55 @@ func TestRealTimeTimerMeetsReply(t *testing.T) {
 		}
 		// The path under test: the first attempt reached the server and
 		// its answer met the cut.
-		return len(recs) >= 1 && recs[0].Attempt == 1 && got <= 2
+		if rtClientAttempt(recs[0]) != 1 {
+			unsent.Add(1)
+			return false
+		}
+		return got <= 2
 	})
-	t.Logf("%d calls had their first attempt cut off", cutOff.Load())
+	t.Logf("%d calls had their first attempt cut off, %d of them before it reached the server", cutOff.Load(), unsent.Load())
+}
+
+// A first attempt cut off before it reached the server (held in the client
+// until the timer cuts it, as a loaded machine's transport can hold it):
+// the retry is the only attempt the server sees, and numbers it 1 in its
+// reply. The caller gets the retry's answer with the Report counting both
+// attempts sent, as TestRealTimeTimerMeetsReply judges it (rtClientAttempt).
+func TestRealTimeTimerCutsUnsentAttempt(t *testing.T) {
+	hold := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		r, _ := req.(*testingv1.GetRequest)
+		if md, _ := metadata.FromOutgoingContext(ctx); strings.HasPrefix(r.GetScript().GetKey(), "unsent-") && len(md.Get("grpc-previous-rpc-attempts")) == 0 {
+			<-ctx.Done()
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	srv, client := rtBenchDial(t, rtFile, []grpc.DialOption{grpc.WithChainUnaryInterceptor(hold)})
+	parallel(rtCalls, func(i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		key := fmt.Sprint("unsent-", i)
+		var rep interceptor.Report
+		var header metadata.MD
+		var p peer.Peer
+		var finished atomic.Int32
+		reply, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: key, HeadersFirst: true}}, interceptor.WithMaxAttempts(2), interceptor.WithReport(&rep),
+			grpc.Header(&header), grpc.Peer(&p), grpc.OnFinish(func(error) { finished.Add(1) }))
+		if err != nil {
+			t.Errorf("call %d: %v (reason %q), want OK; the server's records %+v", i, err, reasonOf(err), srv.Attempts(key))
+			return
+		}
+		recs, err := rtAwaitDone(ctx, srv, key, 1)
+		if err != nil || len(recs) != 1 || reply.GetReply().GetAttempt() != 1 {
+			t.Errorf("call %d: the reply of the server's attempt %d; the server's records %+v: %v; want one attempt, its first", i, reply.GetReply().GetAttempt(), recs, err)
+			return
+		}
+		if got := rtClientAttempt(recs[0]); got != 2 || rep.Attempts != 2 || rep.Retries != 1 || header == nil || p.Addr == nil || finished.Load() != 1 {
+			t.Errorf("call %d: the reply of attempt %d, Report.Attempts %d (retries %d), header %v, peer %v, OnFinish ran %d times; want the retry's answer, the Report counting 2 attempts, OnFinish once",
+				i, got, rep.Attempts, rep.Retries, header, p.Addr, finished.Load())
+		}
+		if r := recs[0]; r.Cancelled || r.Code != codes.OK {
+			t.Errorf("call %d: the caller got the reply of attempt %+v, want one the server answered OK", i, r)
+		}
+	})
 }
