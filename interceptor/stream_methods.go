@@ -39,7 +39,7 @@ func (s *retryStream) SendMsg(m any) error {
 		}
 		// m does not fit: the stream commits to the attempt open now (a
 		// hedged stream's driver does: ask; its attempt may end meanwhile).
-		if r == nil {
+		if !s.drivenLocked() {
 			s.commitLocked()
 		} else {
 			a = s.ask()
@@ -65,9 +65,9 @@ func (s *retryStream) CloseSend() error {
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	a := s.cur
+	s.closeSent = true
 	if !s.committed {
-		s.closeSent = true
-		if s.race != nil {
+		if s.race != nil && !s.race.retry {
 			return s.sendKept(nil, true)
 		}
 	}
@@ -215,7 +215,7 @@ func (s *retryStream) Context() context.Context {
 		case !s.done && s.oldestOpenLocked() == nil:
 			s.commitNext = true
 			return s.callCtx
-		case s.race == nil:
+		case !s.drivenLocked():
 			s.commitLocked()
 		case s.ask() == nil:
 			return s.callCtx
