@@ -33,12 +33,6 @@ type hedgeRace struct {
 	ready  chan struct{}
 
 	// sent are the attempts sent, in order (the stream's live: those open).
-	// retry: a retried stream's driver (driveRetry), one attempt at a
-	// time; over: it is gone (ready closed); opened closes as the first
-	// attempt goes live.
-	retry, over bool
-	opened      chan struct{}
-
 	sent    []*streamAttempt
 	last    *streamAttempt        // the last to end before any commit
 	asks    []chan *streamAttempt // answered in serve
@@ -233,9 +227,7 @@ func (s *retryStream) launchLocked(n int) *streamAttempt {
 // too), to the driver, which decides.
 func (s *retryStream) watch(a *streamAttempt, err error) {
 	if err != nil {
-		if !s.race.retry {
-			a.cancel()
-		}
+		a.cancel()
 		a.cs = unopened{ctx: a.ctx, err: err}
 		a.ended, a.endErr = true, err
 	} else if md, _ := a.cs.Header(); md != nil {
@@ -338,133 +330,4 @@ func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 		o := loserOutcome(!a.headers && a.endErr == nil)
 		st.recordHedge(a.n, o, o)
 	}
-}
-
-// drivenLocked: a driver decides the commit (ask); mu is held.
-func (s *retryStream) drivenLocked() bool {
-	return s.race != nil && !s.race.over
-}
-
-// retryStream starts a retried stream's driver, and returns once its first
-// attempt went live, or the stream's failure.
-func (s *retryStream) retryStream() (*retryStream, error) {
-	r := &hedgeRace{retry: true, events: make(chan int, 1), poke: make(chan struct{}, 1),
-		ready: make(chan struct{}), opened: make(chan struct{})}
-	r.sent = r.sentArr[:0]
-	s.race = r
-	opened := r.opened
-	s.watchAbandon()
-	s.launchRetry()
-	go s.driveRetry()
-	select {
-	case <-opened:
-		return s, nil
-	case <-r.ready:
-	}
-	select {
-	case <-opened:
-		return s, nil
-	default:
-	}
-	s.mu.Lock()
-	final := s.final
-	s.mu.Unlock()
-	return nil, final
-}
-
-// launchRetry opens the next attempt on its own goroutine, which watches it.
-func (s *retryStream) launchRetry() {
-	r := s.race
-	a := &s.first
-	if len(r.sent) > 0 {
-		a = new(streamAttempt)
-	}
-	base := s.callCtx
-	if s.res != nil && s.res.ctx != nil {
-		base = s.res.ctx
-	}
-	a.ctx, a.cancel, a.timer = s.c.nextAttempt(base)
-	s.mu.Lock()
-	a.n, a.start, a.watched = len(r.sent)+1, time.Now(), make(chan struct{})
-	r.sent = append(r.sent, a)
-	s.mu.Unlock()
-	go func() { s.watch(a, s.dial(a)) }()
-}
-
-// driveRetry is a retried stream's loop until it commits or ends.
-func (s *retryStream) driveRetry() {
-	r := s.race
-	for {
-		select {
-		case n := <-r.events:
-			a := r.sent[n-1]
-			a.reported = true
-			if s.retryEnded(a) {
-				return
-			}
-		case <-r.poke:
-			s.mu.Lock()
-			if len(r.asks) == 0 && !s.commitNext {
-				s.mu.Unlock()
-				continue
-			}
-			w := s.oldestOpenLocked()
-			if w == nil {
-				if len(r.asks) > 0 {
-					s.commitNext = true
-				}
-				s.answerLocked(nil)
-				s.mu.Unlock()
-				continue
-			}
-			s.commitTo(w)
-			return
-		}
-	}
-}
-
-// commitTo commits the stream to w and ends the driver; mu is held, and let go.
-func (s *retryStream) commitTo(w *streamAttempt) {
-	s.cur, s.commitNext = w, false
-	s.commitLocked()
-	s.answerLocked(w)
-	s.race.over = true
-	s.mu.Unlock()
-	close(s.race.ready)
-}
-
-// retryEnded handles attempt a's event; true when the driver is done.
-func (s *retryStream) retryEnded(a *streamAttempt) bool {
-	s.mu.Lock()
-	if a.headers && s.callCtx.Err() != nil {
-		a.headers = false
-		a.ended, a.endErr = true, status.FromContextError(s.callCtx.Err()).Err()
-	}
-	if a.headers || a.endErr == nil {
-		s.commitTo(a)
-		return true
-	}
-	committed := s.committed || s.commitNext
-	s.cur, s.live = a, s.live[:0]
-	s.mu.Unlock()
-	_, timedOut, outcome := s.endAttempt(a, a.endErr)
-	end := func(final error) bool {
-		s.finishStream(final, false)
-		s.mu.Lock()
-		s.answerLocked(nil)
-		s.race.over = true
-		s.mu.Unlock()
-		close(s.race.ready)
-		return true
-	}
-	retry, pause := s.c.afterAttempt(s.callCtx, outcome, a.trailer, committed, timedOut)
-	if !retry {
-		return end(s.c.finish(outcome))
-	}
-	if final := s.c.pause(s.callCtx, pause, outcome); final != nil {
-		return end(final)
-	}
-	s.c.resume = false
-	s.launchRetry()
-	return false
 }

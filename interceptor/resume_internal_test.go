@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -35,7 +34,7 @@ func openResumable(t *testing.T, fs *fakeStreamer, resume ResumeFunc) grpc.Clien
 // test).
 func TestResumeNoAllocationPerMessage(t *testing.T) {
 	fs := &fakeStreamer{plan: []func(*fakeAttempt) error{
-		func(a *fakeAttempt) error { a.recvN, a.header = 1<<30, metadata.MD{}; return nil },
+		func(a *fakeAttempt) error { a.recvN = 1 << 30; return nil },
 	}}
 	cs := openResumable(t, fs, func(req, last proto.Message) (proto.Message, error) { return req, nil })
 	if err := cs.CloseSend(); err != nil {
@@ -58,7 +57,7 @@ func TestResumeNoAllocationPerMessage(t *testing.T) {
 // request to continue is not known to be whole.
 func TestResumeNeedsClosedRequest(t *testing.T) {
 	fs := &fakeStreamer{plan: []func(*fakeAttempt) error{
-		func(a *fakeAttempt) error { a.recvN, a.end, a.header = 1, errStreamDown, metadata.MD{}; return nil },
+		func(a *fakeAttempt) error { a.recvN, a.end = 1, errStreamDown; return nil },
 	}}
 	called := false
 	cs := openResumable(t, fs, func(req, last proto.Message) (proto.Message, error) { called = true; return req, nil })

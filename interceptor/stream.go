@@ -128,16 +128,13 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		k.hedgeStream(s)
 		return s, nil
 	}
-	if s.committed {
-		if timedOut, err := s.open(&s.first); err != nil {
-			if final := s.retryAfter(err, nil, false, timedOut); final != nil {
-				return nil, final
-			}
+	if timedOut, err := s.open(&s.first); err != nil {
+		if final := s.retryAfter(err, nil, false, timedOut); final != nil {
+			return nil, final
 		}
-		s.watchAbandon()
-		return s, nil
 	}
-	return s.retryStream()
+	s.watchAbandon()
+	return s, nil
 }
 
 type streamAttempt struct {
@@ -286,7 +283,7 @@ func (s *retryStream) dial(a *streamAttempt) error {
 	closed := false
 	for i := 0; ; {
 		s.mu.Lock()
-		if s.race != nil && !s.race.retry && (s.committed || s.race.failed) {
+		if s.race != nil && (s.committed || s.race.failed) {
 			s.mu.Unlock()
 			return errHedgeLost
 		}
@@ -309,20 +306,16 @@ func (s *retryStream) dial(a *streamAttempt) error {
 		// stream answers with it. A commit asked for while none was live
 		// (commitNext) is to it: a retried stream's now, a race's by its
 		// driver (serve), woken here.
-		if s.race == nil || s.race.retry {
+		if s.race == nil {
 			s.cur, s.live = a, s.live[:0]
 		}
 		s.live = append(s.live, a)
 		switch {
 		case !s.commitNext:
-		case !s.drivenLocked() || s.race.retry:
+		case s.race == nil:
 			s.commitLocked()
 		default:
 			s.race.wake()
-		}
-		if s.race != nil && s.race.opened != nil {
-			close(s.race.opened)
-			s.race.opened = nil
 		}
 		s.mu.Unlock()
 		return nil
@@ -427,7 +420,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 		err = nil
 	}
 	cutOff, timedOut, outcome := s.endAttempt(a, err)
-	if s.race != nil && !s.race.retry {
+	if s.race != nil {
 		// The race's winner: the call's decision judges its end as
 		// committed (judge), so a failure is final, and it ends as a race
 		// nobody won does (giveUp).

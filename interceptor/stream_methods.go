@@ -39,7 +39,7 @@ func (s *retryStream) SendMsg(m any) error {
 		}
 		// m does not fit: the stream commits to the attempt open now (a
 		// hedged stream's driver does: ask; its attempt may end meanwhile).
-		if !s.drivenLocked() {
+		if r == nil {
 			s.commitLocked()
 		} else {
 			a = s.ask()
@@ -65,9 +65,9 @@ func (s *retryStream) CloseSend() error {
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	a := s.cur
-	s.closeSent = true
 	if !s.committed {
-		if s.race != nil && !s.race.retry {
+		s.closeSent = true
+		if s.race != nil {
 			return s.sendKept(nil, true)
 		}
 	}
@@ -215,7 +215,7 @@ func (s *retryStream) Context() context.Context {
 		case !s.done && s.oldestOpenLocked() == nil:
 			s.commitNext = true
 			return s.callCtx
-		case !s.drivenLocked():
+		case s.race == nil:
 			s.commitLocked()
 		case s.ask() == nil:
 			return s.callCtx

@@ -206,7 +206,7 @@ func TestStreamReplaysSkippingRefusedMessage(t *testing.T) {
 	tooBig := status.Error(codes.ResourceExhausted, "trying to send message larger than max")
 	fs := &fakeStreamer{plan: []func(*fakeAttempt) error{
 		func(a *fakeAttempt) error {
-			a.end, a.waitClose = errStreamDown, true
+			a.end = errStreamDown
 			a.sendErr = func(m any) error {
 				if m.(*wrapperspb.StringValue).GetValue() == "big" {
 					return tooBig
@@ -242,8 +242,7 @@ func TestStreamReplaysSkippingRefusedMessage(t *testing.T) {
 type notProto struct{ s string }
 
 func TestStreamUnsizedMessageCommits(t *testing.T) {
-	release := make(chan struct{})
-	fs := &fakeStreamer{plan: []func(*fakeAttempt) error{func(a *fakeAttempt) error { a.end, a.headerGate = errStreamDown, release; return nil }}}
+	fs := &fakeStreamer{plan: []func(*fakeAttempt) error{attemptFails(errStreamDown)}}
 	cs, err := StreamClientInterceptor(streamNoPause(3)...)(context.Background(), bidi, nil, streamMethod, fs.stream)
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +250,6 @@ func TestStreamUnsizedMessageCommits(t *testing.T) {
 	if err := cs.SendMsg(&notProto{"x"}); err != nil {
 		t.Fatal(err)
 	}
-	close(release)
 	if err := drainStream(cs); status.Code(err) != codes.Unavailable || Attempts(err) != 1 {
 		t.Errorf("RecvMsg = %v (attempts %d), want UNAVAILABLE after 1", err, Attempts(err))
 	}
@@ -275,9 +273,9 @@ func TestStreamHeadersCommit(t *testing.T) {
 // after the replayed ones, and its overflow commits the stream when the
 // replay ends; the buffer is then released.
 func TestStreamOverflowDuringReplay(t *testing.T) {
-	gate, release := make(chan struct{}), make(chan struct{})
+	gate := make(chan struct{})
 	fs := &fakeStreamer{plan: []func(*fakeAttempt) error{
-		func(a *fakeAttempt) error { a.end, a.headerGate = errStreamDown, release; return nil },
+		attemptFails(errStreamDown),
 		func(a *fakeAttempt) error { a.gate, a.end = gate, errStreamDown; return nil },
 	}}
 	opts := append(streamNoPause(3), WithReplayBufferSize(2*proto.Size(sv("aaaa"))))
@@ -291,7 +289,6 @@ func TestStreamOverflowDuringReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	close(release)
 	recvDone := make(chan error, 1)
 	go func() { recvDone <- drainStream(cs) }()
 	// Wait until RecvMsg is replaying on attempt 2 (blocked on the gate).
