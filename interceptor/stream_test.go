@@ -504,6 +504,73 @@ func BenchmarkStreamCommittedMessage(b *testing.B) {
 	}
 }
 
+// oneReply is a server stream's grpc stream that answers with headers, one
+// message and OK.
+type oneReply struct {
+	grpc.ClientStream
+	ctx  context.Context
+	sent bool
+}
+
+func (r *oneReply) Header() (metadata.MD, error) { return metadata.MD{}, nil }
+func (r *oneReply) Trailer() metadata.MD         { return nil }
+func (r *oneReply) CloseSend() error             { return nil }
+func (r *oneReply) Context() context.Context     { return r.ctx }
+func (r *oneReply) SendMsg(any) error            { return nil }
+func (r *oneReply) RecvMsg(any) error {
+	if r.sent {
+		return io.EOF
+	}
+	r.sent = true
+	return nil
+}
+
+// BenchmarkStreamOpen is a whole server stream that succeeds on its first
+// attempt: open, send, close, one message and the end. The retried stream
+// runs on its caller's goroutines; the hedged one (a hedging delay that
+// never runs out) with the driver and one watch per attempt, the shape
+// issue 71 asks of every stream, so the two measure its cost.
+func BenchmarkStreamOpen(b *testing.B) {
+	desc := &grpc.StreamDesc{StreamName: "ListItems", ServerStreams: true}
+	const method = "/stagger.testing.v1.TestService/ListItems"
+	streamer := func(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+		return &oneReply{ctx: ctx}, nil
+	}
+	for _, bc := range []struct{ name, policy string }{
+		{"retried", `"retryPolicy": {"maxAttempts": 3, "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}`},
+		{"hedged", `"hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "10s", "nonFatalStatusCodes": ["UNAVAILABLE"]}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cfg, err := policy.ParseConfig([]byte(`{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}], "idempotent": true, ` + bc.policy + `}]}`))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ic := StreamClientInterceptor(WithConfig(cfg), WithBudget(nil))
+			ctx := context.Background()
+			m := sv("x")
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				cs, err := ic(ctx, desc, nil, method, streamer)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := cs.SendMsg(m); err != nil {
+					b.Fatal(err)
+				}
+				if err := cs.CloseSend(); err != nil {
+					b.Fatal(err)
+				}
+				if err := cs.RecvMsg(m); err != nil {
+					b.Fatal(err)
+				}
+				if err := cs.RecvMsg(m); err != io.EOF {
+					b.Fatalf("RecvMsg at the end: %v, want io.EOF", err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkStreamUncommittedSend is SendMsg before the stream commits: the
 // message is sized and kept (the buffer is reset when full, so the benchmark
 // measures keeping, not overflow).
