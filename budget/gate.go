@@ -81,11 +81,11 @@ type Gate struct {
 	dues    waitSet
 	scratch []*Waiter
 	shared  *room
-	// news counts the Records heard; guardNews and guardAt: a guard
-	// refused at guardNews, and the waiters whose guard is open wait for
-	// news or guardAt (zero: news only).
-	news, guardNews uint64
-	guardAt         time.Time
+	// guardQuiet: a guard refused and no Record was heard since; the
+	// waiters whose guard is open wait for news or guardAt (zero: news
+	// only).
+	guardQuiet bool
+	guardAt    time.Time
 	// round counts the grant loop's runs (Waiter.round).
 	round uint64
 	// wasOutage: the grant loop's last run saw an outage.
@@ -120,8 +120,7 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 	// Its own generator, seeded by two draws of the options' source: it
 	// runs under the lock, the source never does.
 	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
-	// guardNews: no guard has refused yet (news starts at 0).
-	return &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, guardNews: math.MaxUint64, dues: waitSet{due: true}, st: newGateState(o.Now(), rnd)}, nil
+	return &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, dues: waitSet{due: true}, st: newGateState(o.Now(), rnd)}, nil
 }
 
 // Allow asks the wrapped budget, but for the outage and overload rules
@@ -214,7 +213,7 @@ func (g *Gate) Record(a Attempt) {
 			g.st.pace = g.st.pace.rested()
 		}
 	}
-	g.news++
+	g.guardQuiet = false // news
 	g.grantLocked(now)
 }
 

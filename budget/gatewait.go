@@ -194,7 +194,7 @@ func classOf(w *Waiter) int {
 // one decided its verdict and sets the gate's timer to the earliest due
 // (none: never); on a virtual clock (WithClock) it only notes it for Tick.
 func (g *Gate) grantLocked(now time.Time) {
-	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
+	guardHeld := g.guardQuiet && (g.guardAt.IsZero() || now.Before(g.guardAt))
 	g.round++
 	if outage := g.st.phase == phaseOutage; outage != g.wasOutage {
 		g.wasOutage = outage
@@ -445,7 +445,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		w.view.heldBy = heldGuard
 	}
 	w.view.guardOpen = open
-	g.guardNews, g.guardAt = g.news, next
+	g.guardQuiet, g.guardAt = true, next
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
 	// Queued again, w is the grant loop's: its end is read here, under
