@@ -73,20 +73,19 @@ type Gate struct {
 	// taken yet), by criticality, oldest first; heads, by criticality and
 	// class (Waiter.class), the queued whose pause has passed, in
 	// waitSet's order; dues, the queued by the time the grant loop must
-	// decide each again without news (scratch: its list of those due); n
-	// counts those in the room; shared, the backend's and the set's bounds
-	// (Backends; nil: none).
+	// decide each again without news (scratch: its list of those due);
+	// shared, the backend's and the set's bounds (Backends; nil: none).
+	// How many are in the room, counts says (waiting).
 	queue   [4]list.List
 	heads   [4][4]waitSet
 	dues    waitSet
 	scratch []*Waiter
-	n       int
 	shared  *room
-	// news counts the Records heard; guardNews and guardAt: a guard
-	// refused at guardNews, and the waiters whose guard is open wait for
-	// news or guardAt (zero: news only).
-	news, guardNews uint64
-	guardAt         time.Time
+	// guardQuiet: a guard refused and no Record was heard since; the
+	// waiters whose guard is open wait for news or guardAt (zero: news
+	// only).
+	guardQuiet bool
+	guardAt    time.Time
 	// round counts the grant loop's runs (Waiter.round).
 	round uint64
 	// wasOutage: the grant loop's last run saw an outage.
@@ -121,8 +120,7 @@ func Deferring(b Budget, s DeferSettings, opts ...Option) (*Gate, error) {
 	// Its own generator, seeded by two draws of the options' source: it
 	// runs under the lock, the source never does.
 	rnd := rand.New(rand.NewPCG(math.Float64bits(o.Rand()), math.Float64bits(o.Rand()))).Float64
-	// guardNews: no guard has refused yet (news starts at 0).
-	return &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, guardNews: math.MaxUint64, dues: waitSet{due: true}, st: newGateState(o.Now(), rnd)}, nil
+	return &Gate{b: b, s: s.withDefaults(), now: o.Now, virtual: o.Virtual, dues: waitSet{due: true}, st: newGateState(o.Now(), rnd)}, nil
 }
 
 // Allow asks the wrapped budget, but for the outage and overload rules
@@ -143,7 +141,7 @@ func (g *Gate) Admit(r Request) (Admission, bool) {
 	if !settled {
 		now = g.now()
 		g.mu.Lock()
-		g.st.age(now, g.n > 0)
+		g.st.age(now, g.waiting() > 0)
 		ev := &g.st.ev
 		refuse := !r.Hedge && (g.st.phase == phaseOutage || ev.overloaded(now)) || r.AfterTimeout && !straggler && now.Before(ev.slowUntil)
 		if refuse {
@@ -191,8 +189,8 @@ func (g *Gate) Record(a Attempt) {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.st.age(now, g.n > 0)
-	if a.Outcome != Failure && a.Admission == AdmitNone && g.n == 0 {
+	g.st.age(now, g.waiting() > 0)
+	if a.Outcome != Failure && a.Admission == AdmitNone && g.waiting() == 0 {
 		// Nobody waits: a success forgets what failures left.
 		g.st.observe(now, a, true)
 		g.settle(now)
@@ -215,12 +213,18 @@ func (g *Gate) Record(a Attempt) {
 			g.st.pace = g.st.pace.rested()
 		}
 	}
-	g.news++
+	g.guardQuiet = false // news
 	g.grantLocked(now)
 }
 
 // settle sets the settled word at now; under mu.
-func (g *Gate) settle(now time.Time) { g.settled.Store(g.n == 0 && g.st.settled(now)) }
+func (g *Gate) settle(now time.Time) { g.settled.Store(g.waiting() == 0 && g.st.settled(now)) }
+
+// waiting counts the waiters in the room (State.Waiting: Deferred less
+// those that went or whose wait ended); under mu.
+func (g *Gate) waiting() int {
+	return int(g.counts.Deferred - g.counts.DeferAdmitted - g.counts.DeferGaveUp)
+}
 
 // State returns the wrapped budget's state, with the calls waiting now and
 // the gate's counters.
@@ -228,7 +232,7 @@ func (g *Gate) State() State {
 	st := g.b.State()
 	g.mu.Lock()
 	st.Refused += g.counts.Refused
-	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp, st.DeferTurnedAway = g.n, g.counts.Deferred, g.counts.DeferAdmitted, g.counts.DeferGaveUp, g.counts.DeferTurnedAway
+	st.Waiting, st.Deferred, st.DeferAdmitted, st.DeferGaveUp, st.DeferTurnedAway = g.waiting(), g.counts.Deferred, g.counts.DeferAdmitted, g.counts.DeferGaveUp, g.counts.DeferTurnedAway
 	st.Health = g.st.phase.String()
 	g.mu.Unlock()
 	return st

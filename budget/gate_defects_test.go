@@ -203,8 +203,15 @@ func TestGateDeadlineCenturiesAway(t *testing.T) {
 	if failed != 0 {
 		t.Fatalf("%d of 100 retries failed at once 200 ms into the outage", failed)
 	}
-	if got := addSat(math.MaxInt64/2+1, math.MaxInt64/2+1); got != math.MaxInt64 {
-		t.Fatalf("addSat = %v", got)
+	// A pause near the longest Duration: its hold time, the pause plus its
+	// slack, saturates instead of wrapping into the past.
+	huge, err := g.Enter(retry2, math.MaxInt64-1, far)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer huge.Leave()
+	if want := g.now().Add(math.MaxInt64); !huge.view.holdAt.Equal(want) {
+		t.Fatalf("hold time of a pause near the longest Duration = %v, want %v", huge.view.holdAt, want)
 	}
 }
 

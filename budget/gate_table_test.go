@@ -115,7 +115,7 @@ func TestGateTransitionEffects(t *testing.T) {
 
 // waiting is the view of a retry that began to wait at t0 with pause.
 func waiting(pause time.Duration, deadline time.Time, last bool) waiterView {
-	return waiterView{pause: pause, deadline: deadline, last: last, holdAt: t0.Add(pause + time.Duration(tune.HoldSlack*float64(pause)))}
+	return waiterView{Request: Request{Last: last}, pause: pause, deadline: deadline, holdAt: t0.Add(pause + time.Duration(tune.HoldSlack*float64(pause)))}
 }
 
 // began is w, begun to wait at since (its hold time as waiting set it).
@@ -126,7 +126,7 @@ func began(w waiterView, since time.Time) waiterView {
 
 // numbered is w, the retry number n.
 func numbered(w waiterView, n int) waiterView {
-	w.number = n
+	w.Number = n
 	return w
 }
 

@@ -83,9 +83,9 @@ func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
 // chance.
 func (s *gateState) attemptTime(now time.Time, w *waiterView) time.Duration {
 	if now.Before(s.ev.okAt.Add(tune.OverloadHold)) {
-		return max(w.took, s.ev.okTook)
+		return max(w.Took, s.ev.okTook)
 	}
-	return w.took
+	return max(w.Took, 0)
 }
 
 // turnIn is, at the estimate, how long a retry that begins to wait now
@@ -162,8 +162,8 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		// any size). It may go as the probe that learns whether
 		// retries heal while the process does not know yet and no other
 		// call is learning (or it goes on with the one that is).
-		learning := free && !s.ev.seen && !s.ev.untold(now) && !s.ev.known() && (s.ev.learnNext == 0 || w.number == s.ev.learnNext && w.call == s.ev.learnCall || !now.Before(s.ev.learnUntil))
-		if held = !free || learning && !w.last; !held {
+		learning := free && !s.ev.seen && !s.ev.untold(now) && !s.ev.known() && (s.ev.learnNext == 0 || w.Number == s.ev.learnNext && w.Call == s.ev.learnCall || !now.Before(s.ev.learnUntil))
+		if held = !free || learning && !w.Last; !held {
 			learn := s.ev.seen || s.ev.untold(now) || learning
 			switch wait := w.holdAt.Add(tune.Calm); {
 			case learn && !s.pace.leased(now):
@@ -234,7 +234,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		// until mine, w is held back by itself: own (the grant loop puts
 		// such waiters back in the heads when the outage begins or ends).
 		var mine time.Time
-		if known && (!w.last || w.deadline.IsZero()) || !known && (w.last || s.ev.untold(now)) {
+		if known && (!w.Last || w.deadline.IsZero()) || !known && (w.Last || s.ev.untold(now)) {
 			how, due, mine = admitProbe, reached.Add(max(w.pause, s.pace.gap)), reached.Add(w.pause)
 		} else if !known && held {
 			// With no news the estimate goes back to unknown: once nothing

@@ -1,7 +1,6 @@
 package budget
 
 import (
-	"math"
 	"time"
 
 	"github.com/stagger-go/stagger/internal/clock"
@@ -248,25 +247,22 @@ func (s *gateState) enter(now time.Time, pause, span time.Duration) {
 // probing reports whether an admission holds the pacer's lease.
 func (a Admission) probing() bool { return a == admitProbe || a == AdmitBudget || a == admitLast }
 
-// waiterView is what the rules read of a waiting retry.
+// waiterView is what the rules read of a waiting retry: its Request, and
+// its wait.
 type waiterView struct {
+	Request
 	// since is when it began to wait, for pause (its pause ends at
-	// since+pause); number and call, Request.Number and Request.Call.
+	// since+pause).
 	since    time.Time
-	number   int
-	call     uint64
 	pause    time.Duration
 	deadline time.Time
 	// limit, for a call without a deadline, is when it has waited
 	// DeferSettings.MaxWait (endAt).
 	limit time.Time
-	last  bool
 	// holdAt is when the wait ends unless held (the hold rule); heldBy
 	// names the rule that first held it ("": none, heldOutage, ...).
 	holdAt time.Time
 	heldBy string
-	// took is Request.Took.
-	took time.Duration
 	// turnAt is when its turn comes, at the estimate when it began to
 	// wait (turnIn; the end rule reads it without a deadline); lone: it
 	// waits as its outage's lone probe instead.
@@ -277,13 +273,4 @@ type waiterView struct {
 	// spread, uniform in [0, 1), places the call's return after an outage
 	// within what its deadline leaves.
 	spread float64
-}
-
-// addSat is a+b (neither negative), at most the longest Duration: a
-// caller's pause may be anything.
-func addSat(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/list"
 	"context"
+	"math"
 	"slices"
 	"time"
 
@@ -18,7 +19,6 @@ import (
 // goroutine; the Gate's grant loop alone decides it.
 type Waiter struct {
 	g    *Gate
-	r    Request
 	view waiterView
 	// Under the gate's lock (moveLocked moves it): state; seq, its order
 	// of entry, and elem, its place among its level's arrivals (Gate.queue)
@@ -88,7 +88,7 @@ func (w *Waiter) Leave() {
 	}
 	g.mu.Unlock()
 	if rb, ok := g.b.(interface{ refund(Request) }); paid && ok {
-		rb.refund(w.r)
+		rb.refund(w.view.Request)
 	}
 }
 
@@ -104,13 +104,12 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	level := r.Criticality.Index()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.st.age(now, g.n > 0)
+	g.st.age(now, g.waiting() > 0)
 	pause = max(pause, 0)
 	view := waiterView{
-		number: r.Number, call: r.Call, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), last: r.Last,
-		took: max(r.Took, 0), since: now,
+		Request: r, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), since: now,
 	}
-	turn, lone := g.st.turnIn(now, g.n, r.Unsent, r.Waited > 0)
+	turn, lone := g.st.turnIn(now, g.waiting(), r.Unsent, r.Waited > 0)
 	view.turnAt = now.Add(turn)
 	if end, why := g.st.endAt(now, &view); why == errFutile && ended(now, end) {
 		// The end rule, at the door: its turn comes past its end.
@@ -122,7 +121,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		// it, its pause waived.
 		view.turnAt, view.lone, pause = time.Time{}, true, 0
 	}
-	if g.n >= g.s.MaxWaiting || !g.shared.tryEnter() {
+	if g.waiting() >= g.s.MaxWaiting || !g.shared.tryEnter() {
 		// The criticality rule's victim: the latest waiting of the least
 		// critical level below it. (Refusing SHEDDABLE retries at once in
 		// an outage cost the lab's mixed-criticality goodput.) A granted
@@ -149,8 +148,11 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	}
 	g.st.enter(now, pause, span)
 	view.pause, view.spread = pause, g.st.rand()
-	view.holdAt = now.Add(addSat(pause, time.Duration(tune.HoldSlack*float64(pause))))
-	w := &Waiter{g: g, r: r, level: level, at: -1, dueAt: -1, view: view}
+	// pause plus its slack, at most the longest Duration: a caller's
+	// pause may be anything.
+	slack := time.Duration(tune.HoldSlack * float64(pause))
+	view.holdAt = now.Add(pause + min(slack, math.MaxInt64-pause))
+	w := &Waiter{g: g, level: level, at: -1, dueAt: -1, view: view}
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
 	return w, nil
@@ -164,7 +166,7 @@ func classOf(w *Waiter) int {
 	if w.view.heldBy != "" {
 		c = 2
 	}
-	if w.r.Guard != nil {
+	if w.view.Guard != nil {
 		c++
 	}
 	return c
@@ -192,7 +194,7 @@ func classOf(w *Waiter) int {
 // one decided its verdict and sets the gate's timer to the earliest due
 // (none: never); on a virtual clock (WithClock) it only notes it for Tick.
 func (g *Gate) grantLocked(now time.Time) {
-	guardHeld := g.news == g.guardNews && (g.guardAt.IsZero() || now.Before(g.guardAt))
+	guardHeld := g.guardQuiet && (g.guardAt.IsZero() || now.Before(g.guardAt))
 	g.round++
 	if outage := g.st.phase == phaseOutage; outage != g.wasOutage {
 		g.wasOutage = outage
@@ -252,7 +254,7 @@ func (g *Gate) grantLocked(now time.Time) {
 				w.class = classOf(w)
 				g.heads[l][w.class].push(w)
 			}
-			if d.how != AdmitNone && guardHeld && w.r.Guard != nil {
+			if d.how != AdmitNone && guardHeld && w.view.Guard != nil {
 				// Held for news or the guard's time, and to its end.
 				end, _ := g.st.endAt(now, &w.view)
 				d.how, d.next = AdmitNone, clock.Earlier(g.guardAt, end)
@@ -336,7 +338,6 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 	from := w.state
 	switch {
 	case from == waitNew:
-		g.n++
 		g.counts.Deferred++
 	case from == waitQueued:
 		g.heads[w.level][w.class].remove(w)
@@ -367,13 +368,12 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 	case waitOut:
 		g.counts.DeferGaveUp++
 		w.end = end
-		if g.st.ev.hasTurn(w.view.number, w.view.call) {
+		if g.st.ev.hasTurn(w.view.Number, w.view.Call) {
 			g.st.ev.learnNext = 0
 		}
 	}
 	if to >= waitOut {
 		g.queue[w.level].Remove(w.elem)
-		g.n--
 		if end != errEvicted {
 			g.shared.leave()
 		}
@@ -414,18 +414,18 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 			// refunds what it paid, a GuardReturner takes its yes back),
 			// before the panic goes on.
 			w.Leave()
-			if r, isR := w.r.Guard.(GuardReturner); isR && open && ok {
+			if r, isR := w.view.Guard.(GuardReturner); isR && open && ok {
 				r.ReturnRetry()
 			}
 		}
 	}()
-	if guard := w.r.Guard; guard != nil && !gone() && !guard.Closed() {
+	if guard := w.view.Guard; guard != nil && !gone() && !guard.Closed() {
 		// Asked last: the guard's half-open slot goes only to a retry
 		// that goes.
 		ok, next = guard.AllowRetry()
 		open = true
 	}
-	if ok && how.probing() && !gone() && g.b.Allow(w.r) {
+	if ok && how.probing() && !gone() && g.b.Allow(w.view.Request) {
 		how = AdmitBudget
 	}
 	now := g.now()
@@ -445,7 +445,7 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		w.view.heldBy = heldGuard
 	}
 	w.view.guardOpen = open
-	g.guardNews, g.guardAt = g.news, next
+	g.guardQuiet, g.guardAt = true, next
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
 	// Queued again, w is the grant loop's: its end is read here, under
