@@ -29,9 +29,10 @@ type attemptTimer struct {
 	// waited: the timer waited a period more (decide); only then may its
 	// retry go as a scout.
 	waited bool
-	// prevFired is what pace.Evidence.Fire returned as the timer first fired.
+	// prevFired is what pace.Evidence.Fire returned as the timer first
+	// fired, due at firedAt (zero: it has not fired, or no evidence).
 	prevFired int64
-	firedOnce bool
+	firedAt   time.Time
 	// timerCut is the retry the timer would make (verdict, as it fired) or
 	// made (as it cut the attempt off); refused, once it ran on, why the
 	// retry was refused.
@@ -101,8 +102,8 @@ func (t *attemptTimer) take(f *retryFacts, callCtx context.Context, ended, besid
 		t.set(next, at)
 		return next
 	}
-	if p := f.pace; p != nil && !t.firedOnce {
-		t.firedOnce = true
+	if p := f.pace; p != nil && t.firedAt.IsZero() {
+		t.firedAt = at
 		t.prevFired = p.Fire(t.start)
 	}
 	var v policy.Verdict
@@ -243,6 +244,12 @@ func (l *unaryLoop) endTimer(end time.Time) (cutOff bool) {
 		l.take()
 	}
 	t.stop()
+	if p := l.c().pace; p != nil && !t.firedAt.IsZero() && end.Before(t.firedAt) {
+		// The loop took the timer's event before the end of an attempt
+		// that ended before the timer was due: the timer never fired on
+		// it, so neither does the evidence (Straggler's prevFired).
+		p.Unfire(t.start, t.prevFired)
+	}
 	if (t.state == timerFired || t.state == timerRanOn) && end.Before(t.decidedAt) {
 		// The attempt ended before the decision was due: its end is its
 		// own, and afterAttempt settles the admission of the retry that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -21,9 +22,13 @@ import (
 const DisableEnv = "STAGGER_DISABLE"
 
 // switchedOff is the process's switch; switchSaid: its state was logged.
+// switchMu orders SetDisabled's change and its switchSaid with the first
+// call's look at them (sayEnv), so a call that starts as SetDisabled turns
+// the switch on cannot say DisableEnv turned it.
 var (
 	switchedOff atomic.Bool
 	switchSaid  atomic.Bool
+	switchMu    sync.Mutex
 )
 
 func init() { switchedOff.Store(envOn(os.Getenv(DisableEnv))) }
@@ -57,6 +62,8 @@ func envOn(v string) bool {
 // Calls made while it is on end with Report.Disabled. Disabled and
 // State.Disabled read the switches, for a gauge. Safe for concurrent use.
 func SetDisabled(on bool) {
+	switchMu.Lock()
+	defer switchMu.Unlock()
 	if switchedOff.Swap(on) != on {
 		switchSaid.Store(true)
 		switched(nil, nil, on, "SetDisabled")
@@ -79,15 +86,27 @@ func holdContext(ctx context.Context, st *State) (_ context.Context, stop func()
 }
 
 // offFor reports whether a call that follows cfg starts with stagger off;
-// the first to find the process's switch on unsaid (DisableEnv) says it.
+// the first to find the process's switch on unsaid says it (sayEnv).
 func offFor(cfg *policy.Config) bool {
 	if switchedOff.Load() {
-		if !switchSaid.Load() && switchSaid.CompareAndSwap(false, true) {
-			switched(nil, nil, true, DisableEnv)
+		if !switchSaid.Load() {
+			sayEnv()
 		}
 		return true
 	}
 	return cfg.Disabled()
+}
+
+// sayEnv says that DisableEnv turned the switch on, unless it was said
+// since or SetDisabled changed it: under switchMu, no SetDisabled is half
+// done.
+func sayEnv() {
+	switchMu.Lock()
+	defer switchMu.Unlock()
+	if switchedOff.Load() && !switchSaid.Load() {
+		switchSaid.Store(true)
+		switched(nil, nil, true, DisableEnv)
+	}
 }
 
 func (o *options) offNow() bool { return switchedOff.Load() || o.config().Disabled() }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -51,3 +53,59 @@ func TestSwitchSaysWhenItTurns(t *testing.T) {
 		t.Fatalf("heard\n%q\nwant\n%q", lines, want)
 	}
 }
+
+// TestSetDisabledRaceSaysItsCause: a call that starts while SetDisabled(true)
+// turns the switch on, in a process whose environment left it off, never
+// logs DisableEnv as what turned it (offFor saw the switch on before
+// SetDisabled said so). A race over real time, run switchRaceTrials times:
+// each call spins until it sees the switch on, then starts. With one P the
+// call would meet SetDisabled half done only if preempted there.
+func TestSetDisabledRaceSaysItsCause(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("the race needs two Ps")
+	}
+	var (
+		mu    sync.Mutex
+		lines []string
+	)
+	old := slogDefault
+	slogDefault = logging.LoggerFunc(func(_ context.Context, l logging.Level, msg string, kv ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, fmt.Sprint(slog.Level(l), " ", msg, " ", kv))
+	})
+	was, said := switchedOff.Load(), switchSaid.Load()
+	defer func() { slogDefault = old; switchedOff.Store(was); switchSaid.Store(said) }()
+
+	bad := 0
+	for range switchRaceTrials {
+		// As a process started without DisableEnv, before any change.
+		switchedOff.Store(false)
+		switchSaid.Store(false)
+		lines = lines[:0]
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; SetDisabled(true) }()
+		go func() {
+			defer wg.Done()
+			<-start
+			for !switchedOff.Load() {
+			}
+			offFor(nil)
+		}()
+		close(start)
+		wg.Wait()
+		want := []string{"WARN " + msgSwitchedOff + " [stagger.switch SetDisabled]"}
+		if fmt.Sprint(lines) != fmt.Sprint(want) {
+			if bad++; bad == 1 {
+				t.Errorf("heard\n%q\nwant\n%q", lines, want)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d trials heard another cause than SetDisabled", bad, switchRaceTrials)
+	}
+}
+
+const switchRaceTrials = 10000

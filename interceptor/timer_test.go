@@ -3,11 +3,13 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/pace"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -418,6 +420,43 @@ func TestUnaryTimerEndBeforeDueIsItsOwn(t *testing.T) {
 				t.Errorf("cut %v, verdict %+v; want %v, a retry only when cut", cut, c.cut.verdict, tc.cut)
 			}
 		})
+	}
+}
+
+// TestUnaryTimerEndBeforeDueFiredNothing: the pace evidence follows the
+// loop's judgement of an attempt's end. When the loop took the timer's
+// event first (cutting the attempt off, or letting it run on through the
+// pause) but the attempt ended before the timer was due, the timer never
+// fired on it: a later attempt's timer finds no earlier fire
+// (pace.Evidence.Fire's answer, Straggler's prevFired). One that ended at
+// the due time was fired on.
+func TestUnaryTimerEndBeforeDueFiredNothing(t *testing.T) {
+	const d = time.Hour
+	for _, pause := range []time.Duration{0, 10 * time.Millisecond} {
+		for _, tc := range []struct {
+			name  string
+			end   time.Duration // after start
+			fired bool
+		}{
+			{"ended before the due time", d - time.Millisecond, false},
+			{"ended at the due time", d, true},
+		} {
+			t.Run(fmt.Sprintf("pause %v, %s", pause, tc.name), func(t *testing.T) {
+				c := timerCall(1, d)
+				c.pol.Backoff.Initial, c.pol.Backoff.Max = pause, pause
+				c.budget, c.pace = &askBudget{allow: true}, &pace.Evidence{}
+				l := timerLoop(t, c, false)
+				l.handle(unaryEvent{kind: evTimer, n: 1, at: l.timer.due})
+				l.endTimer(l.timer.start.Add(tc.end))
+				want := int64(0)
+				if tc.fired {
+					want = l.timer.start.UnixNano()
+				}
+				if prev := c.pace.Fire(l.timer.start.Add(2 * d)); prev != want {
+					t.Errorf("a later timer's earlier fire: %d; want %d (the attempt's start: %d)", prev, want, l.timer.start.UnixNano())
+				}
+			})
+		}
 	}
 }
 

@@ -62,6 +62,13 @@ func (p *Evidence) Fire(start time.Time) (prev int64) {
 	return storeMax(&p.fired, start.UnixNano())
 }
 
+// Unfire takes back Fire(start), prev being its answer, for an attempt
+// that ended before its timer was due although the timer's event was taken
+// first: the timer never fired on it. A later start fired since stays.
+func (p *Evidence) Unfire(start time.Time, prev int64) {
+	p.fired.CompareAndSwap(start.UnixNano(), prev)
+}
+
 // storeMax stores v in a unless a holds as much, and returns what a held.
 func storeMax(a *atomic.Int64, v int64) (prev int64) {
 	for {

@@ -203,3 +203,22 @@ func TestPaceStraggler(t *testing.T) {
 		})
 	}
 }
+
+// TestPaceUnfire: Unfire takes back a fire, unless a later start fired
+// since.
+func TestPaceUnfire(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	p := &Evidence{}
+	p.Fire(t0)
+	prev := p.Fire(t0.Add(time.Second))
+	p.Unfire(t0.Add(time.Second), prev)
+	if got := p.Fire(t0.Add(3 * time.Second)); got != t0.UnixNano() {
+		t.Fatalf("after Unfire, the latest fire: %d; want the one before, %d", got, t0.UnixNano())
+	}
+	prev = p.Fire(t0.Add(4 * time.Second))
+	p.Fire(t0.Add(5 * time.Second))
+	p.Unfire(t0.Add(4*time.Second), prev)
+	if got := p.Fire(t0.Add(6 * time.Second)); got != t0.Add(5*time.Second).UnixNano() {
+		t.Fatalf("Unfire took back a later fire: the latest is %d; want %d", got, t0.Add(5*time.Second).UnixNano())
+	}
+}
