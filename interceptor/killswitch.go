@@ -63,9 +63,12 @@ func envOn(v string) bool {
 // State.Disabled read the switches, for a gauge. Safe for concurrent use.
 func SetDisabled(on bool) {
 	switchMu.Lock()
-	defer switchMu.Unlock()
-	if switchedOff.Swap(on) != on {
+	changed := switchedOff.Swap(on) != on
+	if changed {
 		switchSaid.Store(true)
+	}
+	switchMu.Unlock()
+	if changed {
 		switched(nil, nil, on, "SetDisabled")
 	}
 }
@@ -99,12 +102,16 @@ func offFor(cfg *policy.Config) bool {
 
 // sayEnv says that DisableEnv turned the switch on, unless it was said
 // since or SetDisabled changed it: under switchMu, no SetDisabled is half
-// done.
+// done. Both decide under switchMu and log after it, so a log handler that
+// calls SetDisabled cannot deadlock.
 func sayEnv() {
 	switchMu.Lock()
-	defer switchMu.Unlock()
-	if switchedOff.Load() && !switchSaid.Load() {
+	say := switchedOff.Load() && !switchSaid.Load()
+	if say {
 		switchSaid.Store(true)
+	}
+	switchMu.Unlock()
+	if say {
 		switched(nil, nil, true, DisableEnv)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 )
@@ -109,3 +110,37 @@ func TestSetDisabledRaceSaysItsCause(t *testing.T) {
 }
 
 const switchRaceTrials = 10000
+
+// A log handler that turns the switch as it hears the switch turn (an
+// operator's hook) does not hang: SetDisabled and the first call's line
+// are decided under switchMu and logged after it.
+func TestSwitchLogHandlerMayTurnIt(t *testing.T) {
+	old := slogDefault
+	was, said := switchedOff.Load(), switchSaid.Load()
+	defer func() { slogDefault = old; switchedOff.Store(was); switchSaid.Store(said) }()
+	var heard []string
+	slogDefault = logging.LoggerFunc(func(_ context.Context, _ logging.Level, msg string, kv ...any) {
+		heard = append(heard, fmt.Sprint(msg, " ", kv))
+		if len(heard) == 1 {
+			SetDisabled(false)
+		}
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		switchedOff.Store(false)
+		SetDisabled(true)
+		switchedOff.Store(true)
+		switchSaid.Store(false)
+		heard = heard[:0]
+		offFor(nil)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("SetDisabled from a log handler hung")
+	}
+	if len(heard) != 2 || switchedOff.Load() {
+		t.Errorf("heard %q, switch on %v; want the env's line, then SetDisabled's, and the switch off", heard, switchedOff.Load())
+	}
+}
