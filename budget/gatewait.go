@@ -81,7 +81,8 @@ func (w *Waiter) Leave() {
 	case waitQueued:
 		g.moveLocked(now, w, waitOut, context.Canceled)
 	case waitGranted:
-		paid = g.moveLocked(now, w, waitOut, nil)
+		paid = w.how == AdmitBudget
+		g.moveLocked(now, w, waitOut, nil)
 		g.grantLocked(now)
 	}
 	g.mu.Unlock()
@@ -320,18 +321,18 @@ func (g *Gate) Tick() time.Time {
 // one queued leaves its sets (heads, dues), keeping its place among the
 // arrivals until it leaves the room; one granted and not taken (to is not
 // waitTaken) gives back what it was granted (the one give-back path,
-// semaphore's "pretend we didn't": the pacer's share; paid reports whether
-// the budget paid, for Leave's refund). Queued, w gets a new Ready; granted
+// semaphore's "pretend we didn't": the pacer's share; what the budget
+// paid, Leave refunds). Queued, w gets a new Ready; granted
 // (w.how, the grant loop's), it takes the pacer's share. Out, w leaves the
 // room (an evicted one's place passes to who evicted it) with the verdict
 // end (nil: its caller left). Each verdict on a queued waiter closes its
 // Ready.
-func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (paid bool) {
+func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 	if w == nil {
 		// Turned away at the door: no waiter was built (a long outage turns
 		// away every failed call; none allocates).
 		g.counts.DeferTurnedAway++
-		return false
+		return
 	}
 	from := w.state
 	switch {
@@ -342,7 +343,6 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 		g.dues.remove(w)
 	case from == waitGranted && to != waitTaken:
 		g.st.pace = g.st.pace.given(w.how)
-		paid = w.how == AdmitBudget
 	}
 	w.state = to
 	switch to {
@@ -379,7 +379,6 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 		g.verdicts++
 		close(w.ready)
 	}
-	return paid
 }
 
 // take asks w's guard and the budget for the admission w was granted,
