@@ -61,7 +61,6 @@ func TestGateReleasesTheEarliestBoundFirst(t *testing.T) {
 				if w.at >= 0 {
 					t.Fatalf("waiter %d among the heads before its pause passed", i)
 				}
-				w.class = classOf(w) // the set its pause's end puts it in
 			}
 			g.st.pace.set(t0, 1)
 			g.mu.Unlock()

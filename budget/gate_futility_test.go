@@ -206,7 +206,7 @@ func TestGateBackPace(t *testing.T) {
 }
 
 // The back pace follows the recovered server, the return's estimate of
-// its room: successes quicken it by a fifth until the first failure or
+// its room: successes quicken it by tune.BackFaster until the first failure or
 // refusal for overload halves it; one cut per attempt time (the refusals
 // of attempts that met the same load cut once); after a cut successes grow
 // the rate additively, per attempt time (the fastest success's: a
@@ -223,18 +223,24 @@ func TestPacerAnswered(t *testing.T) {
 		r := float64(time.Second)/float64(every) + tune.ReleasePerSecond*float64(min(since, at))/float64(at)
 		return pacer{}.within(float64(time.Second) / r)
 	}
+	// Slow start: each success multiplies the interval by tune.BackFaster.
+	faster := func(every time.Duration) time.Duration { return pacer{}.within(tune.BackFaster * float64(every)) }
+	faster1 := faster(100 * time.Millisecond)
+	faster2 := faster(faster1)
+	faster3 := faster(faster2)
+	halved := pacer{}.within(2 * float64(faster3))
 	for _, tc := range []struct {
 		after time.Duration // since the previous answer
 		took  time.Duration
 		ok    bool
 		want  time.Duration
 	}{
-		{0, 20 * time.Millisecond, true, 80 * time.Millisecond},                                                      // the fastest yet: room
-		{10 * time.Millisecond, 24 * time.Millisecond, true, 64 * time.Millisecond},                                  // slow start: a fifth per success
-		{10 * time.Millisecond, 60 * time.Millisecond, true, 51200 * time.Microsecond},                               // queued, as fast or not
-		{10 * time.Millisecond, time.Millisecond, false, 102400 * time.Microsecond},                                  // refused at once: halved
-		{time.Millisecond, time.Millisecond, false, 102400 * time.Microsecond},                                       // within the attempt time of that cut: the same load
-		{10 * time.Millisecond, 20 * time.Millisecond, true, additive(102400*time.Microsecond, 11*time.Millisecond)}, // additive now
+		{0, 20 * time.Millisecond, true, faster1},                                                   // the fastest yet: room
+		{10 * time.Millisecond, 24 * time.Millisecond, true, faster2},                               // slow start: tune.BackFaster per success
+		{10 * time.Millisecond, 60 * time.Millisecond, true, faster3},                               // queued, as fast or not
+		{10 * time.Millisecond, time.Millisecond, false, halved},                                    // refused at once: halved
+		{time.Millisecond, time.Millisecond, false, halved},                                         // within the attempt time of that cut: the same load
+		{10 * time.Millisecond, 20 * time.Millisecond, true, additive(halved, 11*time.Millisecond)}, // additive now
 	} {
 		at = at.Add(tc.after)
 		p = p.answeredIn(at, tc.took, tc.ok)

@@ -162,7 +162,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		// any size). It may go as the probe that learns whether
 		// retries heal while the process does not know yet and no other
 		// call is learning (or it goes on with the one that is).
-		learning := free && !s.ev.seen && !s.ev.untold(now) && !s.ev.known() && (s.ev.learnNext == 0 || w.Number == s.ev.learnNext && w.Call == s.ev.learnCall || !now.Before(s.ev.learnUntil))
+		learning := free && !s.ev.seen && !s.ev.untold(now) && !s.ev.known() && (s.ev.learnNext == 0 || s.ev.hasTurn(w.Number, w.Call) || !now.Before(s.ev.learnUntil))
 		if held = !free || learning && !w.Last; !held {
 			learn := s.ev.seen || s.ev.untold(now) || learning
 			switch wait := w.holdAt.Add(tune.Calm); {

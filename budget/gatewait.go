@@ -22,15 +22,13 @@ type Waiter struct {
 	view waiterView
 	// Under the gate's lock (moveLocked moves it): state; seq, its order
 	// of entry, and elem, its place among its level's arrivals (Gate.queue)
-	// until it leaves the room; class, its set among the level's heads
-	// (Gate.heads: held or not, guarded or not), at its index there once
-	// its pause has passed (-1: not in it); due, when the grant loop must
+	// until it leaves the room; at, its index in its set among the level's
+	// heads (class) once its pause has passed (-1: not in it); due, when the grant loop must
 	// decide it again without news, dueAt its index in Gate.dues (-1: only
 	// news will); round, the grant loop's run that last decided it; how or
 	// end, the verdict, sent by closing ready.
 	state waiterState
 	level int
-	class int
 	seq   uint64
 	elem  *list.Element
 	at    int
@@ -83,7 +81,8 @@ func (w *Waiter) Leave() {
 	case waitQueued:
 		g.moveLocked(now, w, waitOut, context.Canceled)
 	case waitGranted:
-		paid = g.moveLocked(now, w, waitOut, nil)
+		paid = w.how == AdmitBudget
+		g.moveLocked(now, w, waitOut, nil)
 		g.grantLocked(now)
 	}
 	g.mu.Unlock()
@@ -158,10 +157,11 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	return w, nil
 }
 
-// classOf is w's set among its level's heads: held or not (the rules tell
-// a held wait from one that is not), guarded or not (after a guard's
-// refusal the guarded wait for news or its time).
-func classOf(w *Waiter) int {
+// class is w's set among its level's heads (Gate.heads): held or not (the
+// rules tell a held wait from one that is not), guarded or not (after a
+// guard's refusal the guarded wait for news or its time). Its view says
+// it, so a change of heldBy moves w between the sets at once.
+func (w *Waiter) class() int {
 	c := 0
 	if w.view.heldBy != "" {
 		c = 2
@@ -205,7 +205,7 @@ func (g *Gate) grantLocked(now time.Time) {
 		for l := range g.queue {
 			for e := g.queue[l].Front(); e != nil; e = e.Next() {
 				if w := e.Value.(*Waiter); w.state == waitQueued && w.at < 0 && !now.Before(w.view.since.Add(w.view.pause)) {
-					g.heads[l][w.class].push(w)
+					g.heads[l][w.class()].push(w)
 				}
 			}
 		}
@@ -214,7 +214,7 @@ func (g *Gate) grantLocked(now time.Time) {
 	for w := g.dues.top(); w != nil && !now.Before(w.due); w = g.dues.top() {
 		g.dues.setDue(w, time.Time{})
 		if w.at < 0 {
-			g.heads[w.level][w.class].push(w) // its pause passed
+			g.heads[w.level][w.class()].push(w) // its pause passed
 		}
 		due = append(due, w)
 	}
@@ -245,14 +245,13 @@ func (g *Gate) grantLocked(now time.Time) {
 				break
 			}
 			// Decide w and apply the verdict.
-			class, head := w.class, g.heads[l][w.class].top() == w // w.level is l
+			class, head := w.class(), g.heads[l][w.class()].top() == w // w.level is l
 			w.round = g.round
 			d := g.st.decide(now, &w.view)
 			if d.heldBy != "" && w.view.heldBy == "" {
+				g.heads[l][class].remove(w)
 				w.view.heldBy = d.heldBy
-				g.heads[l][w.class].remove(w)
-				w.class = classOf(w)
-				g.heads[l][w.class].push(w)
+				g.heads[l][w.class()].push(w)
 			}
 			if d.how != AdmitNone && guardHeld && w.view.Guard != nil {
 				// Held for news or the guard's time, and to its end.
@@ -268,7 +267,7 @@ func (g *Gate) grantLocked(now time.Time) {
 				case !d.own.IsZero():
 					// Its own time has not come: out of the heads, which
 					// the pacer alone holds back, until then (or its end).
-					g.heads[l][w.class].remove(w)
+					g.heads[l][w.class()].remove(w)
 					next = clock.Earlier(d.own, next)
 				case head:
 					told[class] = next
@@ -322,35 +321,33 @@ func (g *Gate) Tick() time.Time {
 // one queued leaves its sets (heads, dues), keeping its place among the
 // arrivals until it leaves the room; one granted and not taken (to is not
 // waitTaken) gives back what it was granted (the one give-back path,
-// semaphore's "pretend we didn't": the pacer's share; paid reports whether
-// the budget paid, for Leave's refund). Queued, w gets a new Ready; granted
+// semaphore's "pretend we didn't": the pacer's share; what the budget
+// paid, Leave refunds). Queued, w gets a new Ready; granted
 // (w.how, the grant loop's), it takes the pacer's share. Out, w leaves the
 // room (an evicted one's place passes to who evicted it) with the verdict
 // end (nil: its caller left). Each verdict on a queued waiter closes its
 // Ready.
-func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (paid bool) {
+func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 	if w == nil {
 		// Turned away at the door: no waiter was built (a long outage turns
 		// away every failed call; none allocates).
 		g.counts.DeferTurnedAway++
-		return false
+		return
 	}
 	from := w.state
 	switch {
 	case from == waitNew:
 		g.counts.Deferred++
 	case from == waitQueued:
-		g.heads[w.level][w.class].remove(w)
+		g.heads[w.level][w.class()].remove(w)
 		g.dues.remove(w)
 	case from == waitGranted && to != waitTaken:
 		g.st.pace = g.st.pace.given(w.how)
-		paid = w.how == AdmitBudget
 	}
 	w.state = to
 	switch to {
 	case waitQueued:
 		w.ready = make(chan struct{})
-		w.class = classOf(w)
 		if from == waitNew {
 			w.seq = g.counts.Deferred
 			w.elem = g.queue[w.level].PushBack(w)
@@ -358,7 +355,7 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 		} else {
 			// Queued again (its guard refused): its place, oldest first,
 			// and decided again by the grant loop that follows.
-			g.heads[w.level][w.class].push(w)
+			g.heads[w.level][w.class()].push(w)
 			g.dues.setDue(w, now)
 		}
 	case waitGranted:
@@ -382,7 +379,6 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) (
 		g.verdicts++
 		close(w.ready)
 	}
-	return paid
 }
 
 // take asks w's guard and the budget for the admission w was granted,

@@ -53,15 +53,6 @@ const (
 	// BackMinHeld: fewer than 4 held calls go back unpaced, each at its
 	// own time; pacing a handful cost the lab's blip its successes.
 	BackMinHeld = 4
-	// BackFaster: each fast answer shortens the back pace's interval by a
-	// fifth (halving it let a hundred processes' held calls return at 3x
-	// capacity in sim outage; a fifth: 2.3x, and their success 92 %
-	// against 90 %, while 160 held calls still go back within a second).
-	// Outside a return it is the room's pace too: a success quickens the
-	// releases by it, a refusal that cuts the room slows them by as much
-	// (halving them held a backend refusing 30 % at random to one a
-	// second; BENCHMARKS.md, the migrating team's scenarios).
-	BackFaster = 0.8
 	// FutileUnsent: for a retry whose attempt never left the client (its
 	// connection was failing to connect), the backend's return is expected
 	// half as far off as the outage has lasted (the end rule's turn): lab
@@ -143,6 +134,17 @@ const (
 // Derived from the numbers above, not tuned on their own: a retune of those
 // moves these with them.
 const (
+	// BackFaster: one success is worth the same share of the release
+	// interval whether it takes it off the next release's time (the most a
+	// success takes, ReleaseGainMax) or off the interval itself: each fast
+	// answer shortens the back pace's interval by that share (halving it
+	// let a hundred processes' held calls return at three times capacity
+	// in sim outage). Outside a return it is the room's pace too: a
+	// success quickens the releases by it, a refusal that cuts the room
+	// slows them by as much (halving them held a backend refusing 30 %
+	// at random to one a second; BENCHMARKS.md, the migrating team's
+	// scenarios).
+	BackFaster = 1 - ReleaseGainMax
 	// HealMinShare: retrying heals while at most Evidence calls failed to
 	// heal for each one that healed (fewer are not evidence that retrying
 	// does not heal): a third.
