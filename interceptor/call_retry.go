@@ -233,13 +233,28 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 			v.Retry, v.Reason = false, policy.ReasonRetriedRequest
 		}
 	}
-	switch q.kind {
-	case askEnded, askBeside:
-		f.recordEnd(callCtx, q, v, ans.unretried)
-	case askRaced:
-		a := q.rec
-		a.Outcome = v.Record
-		f.record(q, breakerOutcome(callCtx, q.err, false), &a)
+	if q.kind == askEnded || q.kind == askBeside || q.kind == askRaced {
+		var rec *budget.Attempt
+		if f.budget != nil && !ans.unretried {
+			a := q.rec
+			a.Outcome = v.Record
+			// A sign of overload, whether or not the attempt decides: a
+			// RESOURCE_EXHAUSTED the server sent, or the timer cut it off
+			// (not a straggler). A pushback alone is not one: it is obeyed as
+			// the pause (budget.Gate, the overload rule). A hedged attempt's
+			// question carries no trailer and no timer: none.
+			a.Overload = q.slow || q.timedOut && !q.straggler || status.Code(q.err) == codes.ResourceExhausted && q.trailer != nil
+			a.Pushback = v.Pushback
+			if a.Overload && !a.Pushback {
+				// The server said when to retry, on the last attempt too.
+				_, pb := policy.ParsePushback(q.trailer)
+				a.Pushback = pb == policy.PushbackValid
+			}
+			// An attempt beside another is not the call's last.
+			a.Final = q.kind == askEnded && !v.Retry
+			rec = &a
+		}
+		f.record(q, breakerOutcome(callCtx, q.err, q.timedOut), rec)
 	}
 	if v.Retry && (q.kind == askAdmit || q.kind == askEnded && !q.given) {
 		f.admit(q, &ans)
@@ -275,31 +290,6 @@ func raceVerdict(q *question, caller bool) policy.Verdict {
 		return policy.Verdict{Reason: policy.ReasonNotRetryable, Record: budget.Other}
 	}
 	return policy.Verdict{Retry: true, Record: budget.Failure}
-}
-
-// recordEnd records q's attempt, v the verdict on it (unretried: not in
-// the budget).
-func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.Verdict, unretried bool) {
-	var rec *budget.Attempt
-	if f.budget != nil && !unretried {
-		a := q.rec
-		a.Outcome = v.Record
-		// A sign of overload, whether or not the attempt decides: a
-		// RESOURCE_EXHAUSTED the server sent, or the timer cut it off
-		// (not a straggler). A pushback alone is not one: it is obeyed as
-		// the pause (budget.Gate, the overload rule).
-		a.Overload = q.slow || q.timedOut && !q.straggler || status.Code(q.err) == codes.ResourceExhausted && q.trailer != nil
-		a.Pushback = v.Pushback
-		if a.Overload && !a.Pushback {
-			// The server said when to retry, on the last attempt too.
-			_, pb := policy.ParsePushback(q.trailer)
-			a.Pushback = pb == policy.PushbackValid
-		}
-		// An attempt beside another is not the call's last.
-		a.Final = q.kind == askEnded && !v.Retry
-		rec = &a
-	}
-	f.record(q, breakerOutcome(callCtx, q.err, q.timedOut), rec)
 }
 
 // callID numbers the call from callIDs when it first asks for a retry.
