@@ -48,7 +48,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	admission := c.admission
 	c.admission = budget.AdmitNone
 	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt+c.before == 1,
-		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: c.took(admission)}}
+		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: took(admission, monoNow()-c.retryStart)}}
 	switch {
 	case err == nil:
 		q.slow = c.slow
@@ -396,12 +396,13 @@ func (c *call) unsent(err error, committed, timedOut bool) bool {
 	return false
 }
 
-// took is how long the attempt just ended took, when a Deferrer let it go.
-func (c *call) took(admission budget.Admission) time.Duration {
-	if admission == budget.AdmitNone {
+// took is d, how long an attempt let go with adm took, when a Deferrer
+// let it go (budget.Attempt.Took); else 0.
+func took(adm budget.Admission, d time.Duration) time.Duration {
+	if adm == budget.AdmitNone {
 		return 0
 	}
-	return monoNow() - c.retryStart
+	return d
 }
 
 // breakerOutcome is what an attempt that ended with err tells a breaker,

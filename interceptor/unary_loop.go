@@ -280,7 +280,7 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 		l.drain()
 	case l.hs.inFlight > 0 || l.dueT != nil:
 		q := question{kind: askBeside, n: ev.n, err: err, trailer: trailer, committed: committed, first: ev.n+c.before == 1,
-			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: ev.took()}}
+			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: took(ev.admission, ev.at.Sub(ev.start))}}
 		c.shouldRetry(l.callCtx, &q)
 		l.last = err
 		return nil, false
@@ -469,7 +469,7 @@ func (l *unaryLoop) drain() {
 		c := l.c()
 		// A probe's end frees the Gate's probe lease.
 		q := question{kind: askSettled, first: ev.n+c.before == 1, breakerO: o,
-			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: ev.took()}}
+			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: took(ev.admission, ev.at.Sub(ev.start))}}
 		c.shouldRetry(context.Background(), &q) // askSettled reads no context
 	}
 }
@@ -511,12 +511,4 @@ func (c *call) settle(adm budget.Admission) {
 	if c.budget != nil && adm != budget.AdmitNone {
 		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: adm})
 	}
-}
-
-// took is how long ev's attempt took, when a Deferrer let it go.
-func (ev *unaryEvent) took() time.Duration {
-	if ev.admission == budget.AdmitNone {
-		return 0
-	}
-	return ev.at.Sub(ev.start)
 }
