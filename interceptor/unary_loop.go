@@ -238,17 +238,28 @@ func (l *unaryLoop) launch() {
 }
 
 // attemptEnded takes the end of attempt ev.n, in every mode: the timer's
-// part (outcome), a success's answer time (served), then the verdict: a
-// hedged failure is hedging's (hedgeState.judge); beside another attempt
-// or a pending retry a failure decides nothing (askBeside); else the
-// call's decision (decided). Beside, a success wins once the others ended
-// (drain).
+// part (whether it cut the attempt off: endTimer, one at a time; beside,
+// the timed attempt's end stops it; without a timer nothing ran slow), a
+// success's answer time (served), then the verdict: a hedged failure is
+// hedging's (hedgeState.judge); beside another attempt or a pending retry
+// a failure decides nothing (askBeside); else the call's decision
+// (decided). Beside, a success wins once the others ended (drain).
 func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
-	c := l.c()
+	c, cut := l.c(), false
 	if !l.inline {
 		l.hs.inFlight--
 	}
-	err, timedOut := l.outcome(ev)
+	switch {
+	case l.beside:
+		if ev.n == l.timer.n {
+			l.timer.stop()
+		}
+	case !l.inline && c.perAttempt > 0:
+		cut = l.endTimer(ev.at)
+	default:
+		c.slow = false
+	}
+	err, timedOut := attemptOutcome(l.callCtx, ev.err, cut)
 	if err == nil {
 		l.served(ev)
 	}
@@ -290,24 +301,6 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 		c.admission = ev.admission
 	}
 	return l.decided(ev, err, trailer, committed, timedOut)
-}
-
-// outcome is the timer's part of ev's end: the error to decide on, and
-// whether the timer cut the attempt off (endTimer, one at a time; beside,
-// the timed attempt's end stops it; without a timer nothing ran slow).
-func (l *unaryLoop) outcome(ev unaryEvent) (error, bool) {
-	c, cut := l.c(), false
-	switch {
-	case l.beside:
-		if ev.n == l.timer.n {
-			l.timer.stop()
-		}
-	case !l.inline && c.perAttempt > 0:
-		cut = l.endTimer(ev.at)
-	default:
-		c.slow = false
-	}
-	return attemptOutcome(l.callCtx, ev.err, cut)
 }
 
 // commits reports whether a unary attempt whose response header is header
