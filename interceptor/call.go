@@ -353,7 +353,9 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	}
 	if k.opts.source != nil {
 		k.follow()
-		k.served(method)
+		if s, ok := k.opts.source.(servedSource); ok {
+			s.Served(method)
+		}
 	}
 	mi := &methodInfo{m: cfg.Method(method)}
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)
