@@ -212,16 +212,23 @@ func (l *unaryLoop) armTimer() {
 }
 
 // take takes the decision due now: cut the attempt off, start the retry
-// beside it, or wait for the next event.
+// beside it (after the verdict's pause), or wait for the next event.
 func (l *unaryLoop) take() {
-	t := &l.timer
-	switch t.take(&l.c().retryFacts, l.callCtx, l.cur.Err() != nil, l.beside) {
+	t, c := &l.timer, l.c()
+	switch t.take(&c.retryFacts, l.callCtx, l.cur.Err() != nil, l.beside) {
 	case timerFired:
-		if l.beside {
-			l.retryBeside(t.verdict, t.admission)
+		if !l.beside {
+			l.cancel()
 			return
 		}
-		l.cancel()
+		c.emit(l.callCtx, Event{Kind: EventRetry, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Err: errAttemptTimeout, Pause: t.verdict.Pause})
+		c.retry, c.prev, c.afterTimeout = c.retry+1, t.verdict.Pause, true
+		c.admission = t.admission // launch hands it to the attempt
+		if t.verdict.Pause <= 0 {
+			l.launch()
+			return
+		}
+		l.dueT = time.NewTimer(t.verdict.Pause)
 	case timerArmed, timerGrace:
 		l.armTimer()
 	}

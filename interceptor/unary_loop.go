@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -475,20 +474,6 @@ func loserOutcome(ok bool) budget.Outcome {
 		return budget.Success
 	}
 	return budget.Other
-}
-
-// retryBeside starts the retry the timer admitted (v, adm) beside its
-// attempt, after v's pause.
-func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
-	c := l.c()
-	c.emit(l.callCtx, Event{Kind: EventRetry, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Err: errAttemptTimeout, Pause: v.Pause})
-	c.retry, c.prev, c.afterTimeout = c.retry+1, v.Pause, true
-	c.admission = adm // launch hands it to the attempt
-	if v.Pause <= 0 {
-		l.launch()
-		return
-	}
-	l.dueT = time.NewTimer(v.Pause)
 }
 
 // run is one attempt's goroutine.
