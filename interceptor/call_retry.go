@@ -525,16 +525,14 @@ func contextCode(err error) bool {
 // only when the caller cancelled, else DEADLINE_EXCEEDED, whatever the
 // attempt ended with.
 func callerErr(callCtx context.Context, err error) error {
+	code, cause := codes.DeadlineExceeded, context.DeadlineExceeded
 	if errors.Is(callCtx.Err(), context.Canceled) {
-		if status.Code(err) == codes.Canceled {
-			return err
-		}
-		return status.Error(codes.Canceled, context.Canceled.Error())
+		code, cause = codes.Canceled, context.Canceled
 	}
-	if status.Code(err) == codes.DeadlineExceeded {
+	if status.Code(err) == code {
 		return err
 	}
-	return status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
+	return status.Error(code, cause.Error())
 }
 
 // attemptOutcome returns the error to decide on of an attempt (cutOff: the
