@@ -137,7 +137,7 @@ func (t *attemptTimer) set(next int32, at time.Time) {
 // next state: another period while the server is slow for every attempt
 // (pace.Evidence.SlowForAll), else the retry goes when the breaker and the
 // budget admit it (a straggler's as a healing retry); else the attempt
-// runs on, and the call says why (timerRefusedRetry).
+// runs on, and the call says why (handOver).
 func (t *attemptTimer) decide(f *retryFacts, callCtx context.Context, v policy.Verdict, now time.Time, beside bool) int32 {
 	straggler := false
 	if p := f.pace; p != nil {
@@ -174,7 +174,7 @@ func (t *attemptTimer) stop() {
 // handOver gives c what the stopped timer decided of its attempt, ended at
 // end: whether it ran slow (c.slow, a pace.SlowPart-th of the timer or
 // more), the retry admitted as it was cut off (c.cut; cutOff), or the
-// retry refused as it ran on (timerRefusedRetry).
+// retry refused as it ran on (EventTimerRanOn, Report.TimerRefused).
 func (t *attemptTimer) handOver(c *call, end time.Time) (cutOff bool) {
 	c.slow = end.Sub(t.start) >= c.perAttempt/pace.SlowPart
 	switch t.state {
@@ -183,21 +183,13 @@ func (t *attemptTimer) handOver(c *call, end time.Time) (cutOff bool) {
 		return true
 	case timerRanOn:
 		if t.refused != policy.ReasonNone {
-			c.timerRefusedRetry(t.refused)
+			c.timerRefused, c.timerReason = c.timerRefused+1, t.refused
+			if c.o != nil {
+				c.emit(c.hookCtx(), Event{Kind: EventTimerRanOn, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Reason: t.refused})
+			}
 		}
 	}
 	return false
-}
-
-// timerRefusedRetry reports that the timer fired, the policy would have
-// retried and the breaker or the budget refused (EventTimerRanOn,
-// Report.TimerRefused).
-func (c *call) timerRefusedRetry(reason policy.Reason) {
-	c.timerRefused++
-	c.timerReason = reason
-	if c.o != nil {
-		c.emit(c.hookCtx(), Event{Kind: EventTimerRanOn, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Reason: reason})
-	}
 }
 
 // armTimer has the timer's event sent when its next decision is due,
@@ -220,16 +212,23 @@ func (l *unaryLoop) armTimer() {
 }
 
 // take takes the decision due now: cut the attempt off, start the retry
-// beside it, or wait for the next event.
+// beside it (after the verdict's pause), or wait for the next event.
 func (l *unaryLoop) take() {
-	t := &l.timer
-	switch t.take(&l.c().retryFacts, l.callCtx, l.cur.Err() != nil, l.beside) {
+	t, c := &l.timer, l.c()
+	switch t.take(&c.retryFacts, l.callCtx, l.cur.Err() != nil, l.beside) {
 	case timerFired:
-		if l.beside {
-			l.retryBeside(t.verdict, t.admission)
+		if !l.beside {
+			l.cancel()
 			return
 		}
-		l.cancel()
+		c.emit(l.callCtx, Event{Kind: EventRetry, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Err: errAttemptTimeout, Pause: t.verdict.Pause})
+		c.retry, c.prev, c.afterTimeout = c.retry+1, t.verdict.Pause, true
+		c.admission = t.admission // launch hands it to the attempt
+		if t.verdict.Pause <= 0 {
+			l.launch()
+			return
+		}
+		l.dueT = time.NewTimer(t.verdict.Pause)
 	case timerArmed, timerGrace:
 		l.armTimer()
 	}

@@ -188,14 +188,9 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 		if o.maxAttempts > 0 || o.codesSet || o.foreignMax > 0 {
 			// A copy of the entry: the file's is shared.
 			mm, h := *m, *m.Hedging
-			if o.maxAttempts > 0 {
-				h.MaxAttempts, pl.capped = boundAttempts(o.maxAttempts, cfg, h.MaxAttempts)
-			}
+			h.MaxAttempts, pl.capped = callAttempts(o, cfg, h.MaxAttempts)
 			if o.codesSet {
 				h.NonFatalCodes = o.codes
-			}
-			if o.foreignMax > 0 {
-				h.MaxAttempts = min(h.MaxAttempts, o.foreignMax)
 			}
 			mm.Hedging = &h
 			pl.hedged = &mm
@@ -211,13 +206,7 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	inCode := p == o.policy
 	if o.maxAttempts > 0 || o.predicate != nil || o.codesSet || o.backoffSet || o.perAttemptSet || o.foreignMax > 0 {
 		q := *p
-		if o.maxAttempts > 0 {
-			q.MaxAttempts, pl.capped = boundAttempts(o.maxAttempts, cfg, p.MaxAttempts)
-		}
-		if o.foreignMax > 0 {
-			// A go-grpc-middleware option left on the call lowers the attempts.
-			q.MaxAttempts = min(q.MaxAttempts, o.foreignMax)
-		}
+		q.MaxAttempts, pl.capped = callAttempts(o, cfg, p.MaxAttempts)
 		if o.backoffSet {
 			if err := o.backoff.Validate(); err != nil {
 				pl.invalid = fmt.Errorf("interceptor: WithBackoff not applied: %w", err)
@@ -314,14 +303,23 @@ func onlyRetriesUse(p *policy.Policy) bool {
 		p.Backoff != (policy.Backoff{}) || p.Predicate != nil || p.PushbackCeiling != 0
 }
 
-// boundAttempts bounds n, a WithMaxAttempts, by the cap in force (cfg's, or
-// the policy's own maxAttempts when larger); capped is the bound when n
-// was above it.
-func boundAttempts(n int, cfg *policy.Config, own int) (attempts, capped int) {
-	if bound := max(cfg.MaxAttemptsCap(), own); n > bound {
-		return bound, bound
+// callAttempts is own, a policy's maxAttempts, as the call's options set
+// it: a WithMaxAttempts bounded by the cap in force (cfg's, or own when
+// larger; capped is the bound when it was above it), then lowered by a
+// go-grpc-middleware option left on the call.
+func callAttempts(o *options, cfg *policy.Config, own int) (attempts, capped int) {
+	attempts = own
+	if o.maxAttempts > 0 {
+		bound := max(cfg.MaxAttemptsCap(), own)
+		attempts = min(o.maxAttempts, bound)
+		if o.maxAttempts > bound {
+			capped = bound
+		}
 	}
-	return n, 0
+	if o.foreignMax > 0 {
+		attempts = min(attempts, o.foreignMax)
+	}
+	return attempts, capped
 }
 
 // retryNoCode makes WithCodes() retry no code pred leaves to the codes.
@@ -355,7 +353,9 @@ func (k *core) methodMiss(cfg *policy.Config, method string) *methodInfo {
 	}
 	if k.opts.source != nil {
 		k.follow()
-		k.served(method)
+		if s, ok := k.opts.source.(servedSource); ok {
+			s.Served(method)
+		}
 	}
 	mi := &methodInfo{m: cfg.Method(method)}
 	mi.plan = k.plan(&k.opts, cfg, mi.m, method)

@@ -220,7 +220,12 @@ func (c *call) waitGate(callCtx context.Context, req budget.Request, d time.Dura
 	if err == nil {
 		return adm, policy.ReasonNone
 	}
-	c.waitEnd, c.heldBy = budget.WaitRule(err), heldBy(err)
+	// The Gate's rule that held the wait past its pause ("": none).
+	var held interface{ HeldBy() string }
+	c.waitEnd, c.heldBy = budget.WaitRule(err), ""
+	if errors.As(err, &held) {
+		c.heldBy = held.HeldBy()
+	}
 	switched := holdset.Ended(holdCtx)
 	if switched {
 		c.waitEnd = "switch"
@@ -236,13 +241,4 @@ func (c *call) waitGate(callCtx context.Context, req budget.Request, d time.Dura
 		return adm, policy.ReasonOutage
 	}
 	return adm, policy.ReasonDeferred
-}
-
-// heldBy names the Gate's rule that held a wait past its pause ("": none).
-func heldBy(err error) string {
-	var r interface{ HeldBy() string }
-	if errors.As(err, &r) {
-		return r.HeldBy()
-	}
-	return ""
 }

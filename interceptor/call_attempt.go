@@ -235,8 +235,11 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	c.follow(pl, target, b)
 
 	callCtx, cancel = withMethodTimeout(ctx, base, m)
-	if o.idemKey != "" && !hasOutgoing(callCtx, o.idemKey) {
-		callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
+	if o.idemKey != "" {
+		// A key the caller's metadata carries already is the call's.
+		if md, _ := metadata.FromOutgoingContext(callCtx); len(md.Get(o.idemKey)) == 0 {
+			callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
+		}
 	}
 	if c.retrying || c.hedged != nil {
 		// The stagger_elsewhere balancer's context (free while unused).
@@ -393,10 +396,4 @@ func newIdempotencyKey() string {
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
 	return hex.EncodeToString(b[:])
-}
-
-// hasOutgoing reports whether ctx's outgoing metadata already carries header.
-func hasOutgoing(ctx context.Context, header string) bool {
-	md, ok := metadata.FromOutgoingContext(ctx)
-	return ok && len(md.Get(header)) > 0
 }

@@ -48,7 +48,7 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	admission := c.admission
 	c.admission = budget.AdmitNone
 	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt+c.before == 1,
-		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: c.took(admission)}}
+		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: took(admission, monoNow()-c.retryStart)}}
 	switch {
 	case err == nil:
 		q.slow = c.slow
@@ -233,13 +233,28 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 			v.Retry, v.Reason = false, policy.ReasonRetriedRequest
 		}
 	}
-	switch q.kind {
-	case askEnded, askBeside:
-		f.recordEnd(callCtx, q, v, ans.unretried)
-	case askRaced:
-		a := q.rec
-		a.Outcome = v.Record
-		f.record(q, breakerOutcome(callCtx, q.err, false), &a)
+	if q.kind == askEnded || q.kind == askBeside || q.kind == askRaced {
+		var rec *budget.Attempt
+		if f.budget != nil && !ans.unretried {
+			a := q.rec
+			a.Outcome = v.Record
+			// A sign of overload, whether or not the attempt decides: a
+			// RESOURCE_EXHAUSTED the server sent, or the timer cut it off
+			// (not a straggler). A pushback alone is not one: it is obeyed as
+			// the pause (budget.Gate, the overload rule). A hedged attempt's
+			// question carries no trailer and no timer: none.
+			a.Overload = q.slow || q.timedOut && !q.straggler || status.Code(q.err) == codes.ResourceExhausted && q.trailer != nil
+			a.Pushback = v.Pushback
+			if a.Overload && !a.Pushback {
+				// The server said when to retry, on the last attempt too.
+				_, pb := policy.ParsePushback(q.trailer)
+				a.Pushback = pb == policy.PushbackValid
+			}
+			// An attempt beside another is not the call's last.
+			a.Final = q.kind == askEnded && !v.Retry
+			rec = &a
+		}
+		f.record(q, breakerOutcome(callCtx, q.err, q.timedOut), rec)
 	}
 	if v.Retry && (q.kind == askAdmit || q.kind == askEnded && !q.given) {
 		f.admit(q, &ans)
@@ -275,31 +290,6 @@ func raceVerdict(q *question, caller bool) policy.Verdict {
 		return policy.Verdict{Reason: policy.ReasonNotRetryable, Record: budget.Other}
 	}
 	return policy.Verdict{Retry: true, Record: budget.Failure}
-}
-
-// recordEnd records q's attempt, v the verdict on it (unretried: not in
-// the budget).
-func (f *retryFacts) recordEnd(callCtx context.Context, q *question, v *policy.Verdict, unretried bool) {
-	var rec *budget.Attempt
-	if f.budget != nil && !unretried {
-		a := q.rec
-		a.Outcome = v.Record
-		// A sign of overload, whether or not the attempt decides: a
-		// RESOURCE_EXHAUSTED the server sent, or the timer cut it off
-		// (not a straggler). A pushback alone is not one: it is obeyed as
-		// the pause (budget.Gate, the overload rule).
-		a.Overload = q.slow || q.timedOut && !q.straggler || status.Code(q.err) == codes.ResourceExhausted && q.trailer != nil
-		a.Pushback = v.Pushback
-		if a.Overload && !a.Pushback {
-			// The server said when to retry, on the last attempt too.
-			_, pb := policy.ParsePushback(q.trailer)
-			a.Pushback = pb == policy.PushbackValid
-		}
-		// An attempt beside another is not the call's last.
-		a.Final = q.kind == askEnded && !v.Retry
-		rec = &a
-	}
-	f.record(q, breakerOutcome(callCtx, q.err, q.timedOut), rec)
 }
 
 // callID numbers the call from callIDs when it first asks for a retry.
@@ -406,12 +396,13 @@ func (c *call) unsent(err error, committed, timedOut bool) bool {
 	return false
 }
 
-// took is how long the attempt just ended took, when a Deferrer let it go.
-func (c *call) took(admission budget.Admission) time.Duration {
-	if admission == budget.AdmitNone {
+// took is d, how long an attempt let go with adm took, when a Deferrer
+// let it go (budget.Attempt.Took); else 0.
+func took(adm budget.Admission, d time.Duration) time.Duration {
+	if adm == budget.AdmitNone {
 		return 0
 	}
-	return monoNow() - c.retryStart
+	return d
 }
 
 // breakerOutcome is what an attempt that ended with err tells a breaker,
@@ -534,16 +525,14 @@ func contextCode(err error) bool {
 // only when the caller cancelled, else DEADLINE_EXCEEDED, whatever the
 // attempt ended with.
 func callerErr(callCtx context.Context, err error) error {
+	code, cause := codes.DeadlineExceeded, context.DeadlineExceeded
 	if errors.Is(callCtx.Err(), context.Canceled) {
-		if status.Code(err) == codes.Canceled {
-			return err
-		}
-		return status.Error(codes.Canceled, context.Canceled.Error())
+		code, cause = codes.Canceled, context.Canceled
 	}
-	if status.Code(err) == codes.DeadlineExceeded {
+	if status.Code(err) == code {
 		return err
 	}
-	return status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
+	return status.Error(code, cause.Error())
 }
 
 // attemptOutcome returns the error to decide on of an attempt (cutOff: the

@@ -73,14 +73,25 @@ type hedgeState struct {
 }
 
 // sendDue is hedging's one start rule, for a unary call and a stream: it
-// starts the attempts due, each admitted by the call's decision. wanted
-// (nil: always) says before the asking whether one is still wanted; take
-// readies attempt n and says when it went (false: not, its admission
-// given back); run starts it.
+// starts the attempts due, each admitted by the call's decision, until
+// hedging stops. wanted (nil: always) says before the asking whether one
+// is still wanted; take readies attempt n and says when it went (false:
+// not, its admission given back); run starts it.
 func (s *hedgeState) sendDue(callCtx context.Context, wanted func() bool, take func(n int) (time.Time, bool), run func(n int)) {
 	for s.due {
-		n := s.next(callCtx)
-		if n == 0 || wanted != nil && !wanted() {
+		s.due = false
+		n := s.sent + 1
+		switch {
+		case s.stopped != policy.ReasonNone:
+			return
+		case n > s.h.MaxAttempts:
+			s.stopped = policy.ReasonAttempts
+			return
+		case n > 1 && chain.RetriedRequest(callCtx):
+			// Served for a caller that retries or hedges already.
+			s.stop(callCtx, n, policy.ReasonRetriedRequest)
+			return
+		case wanted != nil && !wanted():
 			return
 		}
 		if why := s.admitHedge(callCtx, n); why != policy.ReasonNone && !s.goOnRefused(callCtx, n, why) {
@@ -94,26 +105,6 @@ func (s *hedgeState) sendDue(callCtx context.Context, wanted func() bool, take f
 		run(n)
 		s.schedule(callCtx, n)
 	}
-}
-
-// next takes the attempt that is due and returns its number, or 0 when
-// hedging has stopped.
-func (s *hedgeState) next(callCtx context.Context) int {
-	s.due = false
-	if s.stopped != policy.ReasonNone {
-		return 0
-	}
-	n := s.sent + 1
-	if n > s.h.MaxAttempts {
-		s.stopped = policy.ReasonAttempts
-		return 0
-	}
-	if n > 1 && chain.RetriedRequest(callCtx) {
-		// Served for a caller that retries or hedges already.
-		s.stop(callCtx, n, policy.ReasonRetriedRequest)
-		return 0
-	}
-	return n
 }
 
 // admitHedge asks the call's decision whether hedge n goes (askHedge):
@@ -263,7 +254,7 @@ func (s *hedgeState) won(callCtx context.Context, n int) {
 // judge is hedging's "retry or not" for attempt n, ended with err and
 // trailer (committed: its headers had arrived, or the stream is its),
 // through the call's decision (askRaced): ReasonNone when the next hedge
-// may go (nonFatal makes it due), or why the call ends, s.last its error.
+// may go (made due here), or why the call ends, s.last its error.
 func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed bool, trailer metadata.MD) policy.Reason {
 	q := question{kind: askRaced, n: n, err: err, committed: committed, first: n == 1, rec: s.hedgeAttempt(n), nonFatal: s.h.NonFatalCodes}
 	ans := s.c.shouldRetry(callCtx, &q)
@@ -271,16 +262,12 @@ func (s *hedgeState) judge(callCtx context.Context, n int, err error, committed 
 	if ans.callerEnd {
 		s.last = callerErr(callCtx, err)
 	}
-	if ans.verdict.Reason == policy.ReasonNone {
-		s.nonFatal(callCtx, n, err, trailer)
+	if ans.verdict.Reason != policy.ReasonNone {
+		return ans.verdict.Reason
 	}
-	return ans.verdict.Reason
-}
-
-// nonFatal makes the next hedge due after attempt n's non-fatal failure: at
-// once, or after a valid pushback; an invalid one, or one past
-// policy.DefaultPushbackCeiling, stops hedging.
-func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer metadata.MD) {
+	// Non-fatal: the next hedge is due at once, or after a valid pushback;
+	// an invalid one, or one past policy.DefaultPushbackCeiling, stops
+	// hedging.
 	pb, res := policy.ParsePushback(trailer)
 	if res == policy.PushbackNone {
 		if st, ok := status.FromError(err); ok {
@@ -298,6 +285,7 @@ func (s *hedgeState) nonFatal(callCtx context.Context, n int, err error, trailer
 		s.disarm()
 		s.due, s.trigger = true, err
 	}
+	return policy.ReasonNone
 }
 
 // recordHedge records attempt n's end through the call's decision.

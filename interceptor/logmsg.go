@@ -161,9 +161,3 @@ func summaryTarget(target string) string {
 type servedSource interface {
 	Served(fullMethod string)
 }
-
-func (k *core) served(method string) {
-	if s, ok := k.opts.source.(servedSource); ok {
-		s.Served(method)
-	}
-}

@@ -166,9 +166,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				}
 				err := invoker(callCtx, method, req, reply, cc, attemptOpts...)
 				if err != nil {
-					err = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err, attemptOpts: attemptOpts, ua: ua})
-					mi.giveAttempt(ua)
-					return err
+					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err, attemptOpts: attemptOpts, ua: ua})
 				}
 				if !mi.giveOwnClean(ua) {
 					ua.finished(nil)
@@ -247,16 +245,14 @@ func (k *core) unarySlow(ctx context.Context, method string, req, reply any, cc 
 // runUnary runs the unary call c from where it stands (first: what the fast
 // path did of it; nil: nothing), and is where it ends (call.end).
 func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun) error {
-	var ua *unaryAttempt
-	err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
-	// The caller's holders and OnFinish before the end is announced; the
-	// fast path gives its attempt back.
-	fin := ua
-	if fin == nil && first != nil {
-		fin = first.ua
+	var ua *unaryAttempt // the fast path's, or one the engine takes
+	if first != nil {
+		ua = first.ua
 	}
-	if fin != nil {
-		fin.finished(err)
+	err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
+	// The caller's holders and OnFinish before the end is announced.
+	if ua != nil {
+		ua.finished(err)
 	}
 	c.end(cc, err)
 	if ua != nil {
@@ -267,7 +263,7 @@ func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *gr
 
 // unaryEngine runs c's attempts and returns its error. The loop runs on a
 // copy of c, which c takes back as it ends; a unaryAttempt it takes is left
-// in *ua, for runUnary to give back.
+// in *ua (nil before: the fast path took none), for runUnary to give back.
 func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, grpcOpts []grpc.CallOption, mi *methodInfo, first *firstRun, ua **unaryAttempt) error {
 	switch {
 	case first == nil:

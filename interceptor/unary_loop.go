@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -238,17 +237,28 @@ func (l *unaryLoop) launch() {
 }
 
 // attemptEnded takes the end of attempt ev.n, in every mode: the timer's
-// part (outcome), a success's answer time (served), then the verdict: a
-// hedged failure is hedging's (hedgeState.judge); beside another attempt
-// or a pending retry a failure decides nothing (askBeside); else the
-// call's decision (decided). Beside, a success wins once the others ended
-// (drain).
+// part (whether it cut the attempt off: endTimer, one at a time; beside,
+// the timed attempt's end stops it; without a timer nothing ran slow), a
+// success's answer time (served), then the verdict: a hedged failure is
+// hedging's (hedgeState.judge); beside another attempt or a pending retry
+// a failure decides nothing (askBeside); else the call's decision
+// (decided). Beside, a success wins once the others ended (drain).
 func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
-	c := l.c()
+	c, cut := l.c(), false
 	if !l.inline {
 		l.hs.inFlight--
 	}
-	err, timedOut := l.outcome(ev)
+	switch {
+	case l.beside:
+		if ev.n == l.timer.n {
+			l.timer.stop()
+		}
+	case !l.inline && c.perAttempt > 0:
+		cut = l.endTimer(ev.at)
+	default:
+		c.slow = false
+	}
+	err, timedOut := attemptOutcome(l.callCtx, ev.err, cut)
 	if err == nil {
 		l.served(ev)
 	}
@@ -280,7 +290,7 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 		l.drain()
 	case l.hs.inFlight > 0 || l.dueT != nil:
 		q := question{kind: askBeside, n: ev.n, err: err, trailer: trailer, committed: committed, first: ev.n+c.before == 1,
-			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: ev.took()}}
+			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: took(ev.admission, ev.at.Sub(ev.start))}}
 		c.shouldRetry(l.callCtx, &q)
 		l.last = err
 		return nil, false
@@ -290,24 +300,6 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 		c.admission = ev.admission
 	}
 	return l.decided(ev, err, trailer, committed, timedOut)
-}
-
-// outcome is the timer's part of ev's end: the error to decide on, and
-// whether the timer cut the attempt off (endTimer, one at a time; beside,
-// the timed attempt's end stops it; without a timer nothing ran slow).
-func (l *unaryLoop) outcome(ev unaryEvent) (error, bool) {
-	c, cut := l.c(), false
-	switch {
-	case l.beside:
-		if ev.n == l.timer.n {
-			l.timer.stop()
-		}
-	case !l.inline && c.perAttempt > 0:
-		cut = l.endTimer(ev.at)
-	default:
-		c.slow = false
-	}
-	return attemptOutcome(l.callCtx, ev.err, cut)
 }
 
 // commits reports whether a unary attempt whose response header is header
@@ -469,7 +461,7 @@ func (l *unaryLoop) drain() {
 		c := l.c()
 		// A probe's end frees the Gate's probe lease.
 		q := question{kind: askSettled, first: ev.n+c.before == 1, breakerO: o,
-			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: ev.took()}}
+			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: took(ev.admission, ev.at.Sub(ev.start))}}
 		c.shouldRetry(context.Background(), &q) // askSettled reads no context
 	}
 }
@@ -482,20 +474,6 @@ func loserOutcome(ok bool) budget.Outcome {
 		return budget.Success
 	}
 	return budget.Other
-}
-
-// retryBeside starts the retry the timer admitted (v, adm) beside its
-// attempt, after v's pause.
-func (l *unaryLoop) retryBeside(v policy.Verdict, adm budget.Admission) {
-	c := l.c()
-	c.emit(l.callCtx, Event{Kind: EventRetry, Method: c.method, Attempt: c.attempt, Code: codes.DeadlineExceeded, Err: errAttemptTimeout, Pause: v.Pause})
-	c.retry, c.prev, c.afterTimeout = c.retry+1, v.Pause, true
-	c.admission = adm // launch hands it to the attempt
-	if v.Pause <= 0 {
-		l.launch()
-		return
-	}
-	l.dueT = time.NewTimer(v.Pause)
 }
 
 // run is one attempt's goroutine.
@@ -511,12 +489,4 @@ func (c *call) settle(adm budget.Admission) {
 	if c.budget != nil && adm != budget.AdmitNone {
 		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: adm})
 	}
-}
-
-// took is how long ev's attempt took, when a Deferrer let it go.
-func (ev *unaryEvent) took() time.Duration {
-	if ev.admission == budget.AdmitNone {
-		return 0
-	}
-	return ev.at.Sub(ev.start)
 }
