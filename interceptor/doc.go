@@ -98,21 +98,7 @@
 //
 // The interceptors are safe for concurrent use by any number of calls. Each
 // call has one owner that alone decides whether the next attempt goes, which
-// attempt the caller sees, and the end; the rest only tell it what happened:
-//
-//	unary call: one loop, on the caller's goroutine
-//	    <- an attempt's end (inline, or from the attempt's goroutine)
-//	    <- the per-attempt timer's due times
-//	    <- a retry's due time (after its pause, or beside a slow attempt),
-//	       or hedging's start timer
-//	    <- the caller's context
-//	stream: the caller's RecvMsg, or the watch on the caller's context
-//	    <- an attempt's end, seen by the read that met it
-//	    <- the per-attempt timer, whose own goroutine cuts the attempt off
-//	       (the reader may be busy in the application when it is due)
-//	hedged stream until it commits: one driver goroutine
-//	    <- each attempt's headers or end, the hedging delay, an overflow,
-//	       Context, the caller's context
-//
-// Hooks and the logger must be safe for concurrent use (WithHook).
+// attempt the caller sees, and the end; the rest only tell it what happened
+// (docs/architecture.md draws who tells it what, for a unary call and a
+// stream). Hooks and the logger must be safe for concurrent use (WithHook).
 package interceptor
