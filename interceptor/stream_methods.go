@@ -18,7 +18,9 @@ func (s *retryStream) SendMsg(m any) error {
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	r := s.race
-	s.res.sent(m)
+	if res := s.res; res != nil && res.orig == nil {
+		res.orig, res.req = m, m // the request, for the resume function
+	}
 	a := s.cur
 	switch {
 	case s.committed:
