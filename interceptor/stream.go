@@ -44,10 +44,9 @@ import (
 // attempt that has died returns nil (RecvMsg tells the outcome), and a
 // failure to create the stream is retried inside the interceptor.
 //
-// The per-attempt timeout (perAttemptRecvTimeout) follows
-// UnaryClientInterceptor's rules, except that it stops, as grpc C-core's
-// does for streams, at the first response header or message, and that an
-// idempotency key does not let it apply to a stream.
+// The per-attempt timeout (perAttemptRecvTimeout) follows the unary rules
+// but stops at the first response header or message, as grpc C-core's does
+// for streams, and an idempotency key does not let it apply.
 //
 // What the caller sees is one attempt's (the package doc): Header returns the
 // headers of the attempt the stream commits to, or nil, nil when the call ends
@@ -55,13 +54,12 @@ import (
 // attempt's. Context commits the stream, as grpc-go's does, so no later retry
 // cancels the context the application holds.
 //
-// Hedging. Streams are hedged until they commit (gRFC A6): hedges start every
-// hedgingDelay, up to maxAttempts, and race until one commits: the first whose
-// response headers arrive (or that ends OK without any), or, when the
-// application calls Context or a message overflows the replay buffer, the
-// oldest attempt open. The others are cancelled and the stream is the
-// winner's, its failure final; before the commit the rules are the unary
-// call's. Every message sent before the commit (and CloseSend) goes to every
+// Hedging. Streams are hedged until they commit, by the unary call's rules
+// (gRFC A6): the attempts race until one commits: the first whose response
+// headers arrive (or that ends OK without any), or, when the application
+// calls Context or a message overflows the replay buffer, the oldest attempt
+// open. The others are cancelled and the stream is the winner's, its failure
+// final. Every message sent before the commit (and CloseSend) goes to every
 // attempt open and is replayed to each later hedge, so a message waits for the
 // slowest open attempt's flow control. SendMsg returns before any attempt
 // answers; RecvMsg and Header wait for the commit. A hedged stream runs one
@@ -173,9 +171,8 @@ func (a *streamAttempt) recv(m any) error {
 }
 
 // endAttempt is every end of attempt a, whose last operation returned err
-// (nil: success), under endMu or before the stream is returned: a is
-// settled; its timer hands the call its verdict (stopTimer) before anything
-// judges a; its context ends. It returns attemptOutcome's.
+// (nil: success), under endMu or before the stream is returned: its timer
+// hands the call its verdict (stopTimer) before anything judges a.
 func (s *retryStream) endAttempt(a *streamAttempt, err error) (cutOff, timedOut bool, outcome error) {
 	a.settled = true
 	cutOff = s.c.stopTimer(a.timer)
@@ -251,12 +248,10 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 
 // dial opens a's grpc stream, replays on it and makes it live, as
 // docs/architecture.md draws ("Who decides a stream"); nil when a went
-// live. A race that committed or failed meanwhile, seen under mu before
-// each step, ends the replay (errHedgeLost). A send's io.EOF does not end
-// it: the stream below may re-open its request unseen (the Connect front
-// end re-sends what the attempt was given), which needs every message and
-// the end; another error is grpc refusing a message. An attempt the
-// streamer failed to open has an unopened stream.
+// live. A send's io.EOF does not end the replay: the stream below may
+// re-open its request unseen (the Connect front end re-sends what the
+// attempt was given), which needs every message and the end; another
+// error is grpc refusing a message.
 //
 // A race's replay runs beside the application's SendMsg, not under
 // sendMu: a send may wait for its attempt's server (connect-go's Send of a
@@ -302,10 +297,8 @@ func (s *retryStream) dial(a *streamAttempt) error {
 			_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
 			continue
 		}
-		// a goes live: SendMsg sends to it from here on, and a retried
-		// stream answers with it. A commit asked for while none was live
-		// (commitNext) is to it: a retried stream's now, a race's by its
-		// driver (serve), woken here.
+		// a goes live. A commit asked for while none was (commitNext) is
+		// to it: a race's by its driver (serve).
 		if s.race == nil {
 			s.cur, s.live = a, s.live[:0]
 		}
@@ -470,12 +463,11 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 }
 
 // sendKept is SendMsg (closing: a hedged stream's CloseSend) before the
-// stream commits, m kept: it sends m to every attempt live (none between
-// attempts: the replay takes m). An error is the caller's when grpc
-// refused m (the oldest attempt's, not io.EOF, its context alive: m is not
-// kept), or when the stream committed meanwhile to the attempt that
-// failed; any other is an attempt's end, which RecvMsg tells. mu is held,
-// and let go here.
+// stream commits, m kept, to every attempt live (none between attempts:
+// the replay takes m); mu is held, and let go here. An error is the
+// caller's when grpc refused m (m is not kept), or when the stream
+// committed meanwhile to the attempt that failed; any other is an
+// attempt's end, which RecvMsg tells.
 func (s *retryStream) sendKept(m any, closing bool) error {
 	kept := len(s.buf.msgs)
 	to := append(s.targets[:0], s.live...)
