@@ -84,7 +84,6 @@ type replayBuffer struct {
 	bytes int64
 	max   int64
 	limit *ReplayLimit
-	peak  int64 // for tests
 }
 
 func (b *replayBuffer) init(size int, limit *ReplayLimit) {
@@ -132,9 +131,6 @@ func (b *replayBuffer) force(m any) {
 func (b *replayBuffer) keep(m any, n int64) {
 	b.msgs = append(b.msgs, m)
 	b.bytes += n
-	if b.bytes > b.peak {
-		b.peak = b.bytes
-	}
 }
 
 // dropLast forgets the last message kept, grpc refused, when the buffer
