@@ -127,7 +127,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		return s, nil
 	}
 	if timedOut, err := s.open(&s.first); err != nil {
-		if final := s.retryAfter(err, nil, false, timedOut); final != nil {
+		if _, final := s.retryAfter(err, nil, false, timedOut); final != nil {
 			return nil, final
 		}
 	}
@@ -316,24 +316,25 @@ func (s *retryStream) dial(a *streamAttempt) error {
 }
 
 // retryAfter decides from the end of an attempt that ended with err (nil:
-// success) until a new attempt is open and replayed (nil), or ends the
-// stream (finishStream) and returns what RecvMsg returns from then on.
-func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) error {
+// success) until a new attempt is open and replayed, which it returns, or
+// ends the stream (finishStream) and returns what RecvMsg returns from then on.
+func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (*streamAttempt, error) {
 	for {
 		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
 		if !retry {
-			return s.finishStream(s.c.finish(err), false)
+			return nil, s.finishStream(s.c.finish(err), false)
 		}
 		if final := s.prepareResume(err); final != nil {
-			return s.finishStream(final, false)
+			return nil, s.finishStream(final, false)
 		}
 		if final := s.c.pause(s.callCtx, pause, err); final != nil {
-			return s.finishStream(final, false)
+			return nil, s.finishStream(final, false)
 		}
 		s.c.resume = false
 		trailer = nil
-		if timedOut, err = s.open(new(streamAttempt)); err == nil {
-			return nil
+		next := new(streamAttempt)
+		if timedOut, err = s.open(next); err == nil {
+			return next, nil
 		}
 		s.mu.Lock()
 		committed = s.commitNext
@@ -453,13 +454,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	if err != nil {
 		trailer = a.cs.Trailer()
 	}
-	if final = s.retryAfter(outcome, trailer, committed, timedOut); final != nil {
-		return nil, final
-	}
-	s.mu.Lock()
-	next = s.cur
-	s.mu.Unlock()
-	return next, nil
+	return s.retryAfter(outcome, trailer, committed, timedOut)
 }
 
 // sendKept is SendMsg (closing: a hedged stream's CloseSend) before the
