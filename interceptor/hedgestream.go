@@ -244,11 +244,10 @@ func (s *retryStream) watch(a *streamAttempt, err error) {
 }
 
 // endRace ends the race, under mu, which it lets go: it commits the
-// stream to w or, with w nil, fails it, for why, with the last failure. It
-// answers the asks, cancels every other attempt (those still opening too),
-// stops the hedging timer and waits for every other attempt to end
-// (settleOthers). RecvMsg and Header go on (ready) once the hooks heard of
-// the commit, or once the stream that failed has ended.
+// stream to w or, with w nil, fails it, for why, with the last failure;
+// every other attempt is cancelled (those still opening too) and waited
+// for. RecvMsg and Header go on (ready) once the hooks heard of the
+// commit, or once the stream that failed has ended.
 func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reason) {
 	r := s.race
 	if w != nil {

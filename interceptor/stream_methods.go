@@ -209,9 +209,7 @@ func (s *retryStream) Context() context.Context {
 	if s.race != nil && s.race.failed {
 		return s.callCtx
 	}
-	// Uncommitted, or resuming between attempts: the stream commits to its
-	// oldest attempt open (a race's through its driver), to its last once
-	// it ended, or to the next to go live.
+	// Uncommitted, or resuming between attempts (committed, none live).
 	if !s.committed || !s.done && len(s.live) == 0 {
 		switch {
 		case !s.done && s.oldestOpenLocked() == nil:
