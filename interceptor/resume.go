@@ -55,14 +55,7 @@ const ResumeHeader = "stagger-resume"
 // A method whose request can say where to start (a page token, a start
 // key) can so continue where gRFC A6 would fail the call, as Google's
 // client libraries do per API (Bigtable's ReadRows). TypedResume adapts a
-// function written for the generated types:
-//
-//	resume := interceptor.TypedResume(func(req *pb.ListItemsRequest, last *pb.ListItemsResponse) (*pb.ListItemsRequest, error) {
-//		next := proto.Clone(req).(*pb.ListItemsRequest)
-//		next.StartAfter = last.GetReply().GetSeq()
-//		return next, nil
-//	})
-//	opts := stagger.DialOptions(cfg, interceptor.WithResume(pb.TestService_ListItems_FullMethodName, resume))
+// function written for the generated types (ExampleWithResume shows one).
 //
 // Counting. An attempt that delivers a message restarts the count: it
 // becomes attempt 1 and the backoff sequence starts over, so maxAttempts
