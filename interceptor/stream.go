@@ -33,9 +33,12 @@ import (
 // when a response message arrives, when response headers arrive (seen by
 // Header, or after a failure: an interceptor cannot watch them arrive, so a
 // failed attempt with headers is final and a Trailers-Only one may be
-// retried), or when the next message would overflow the buffer. A message the
-// application received is never delivered again. A server stream with a
-// resume function (WithResume) is reopened past its commit.
+// retried), when the next message would overflow the buffer, or when the
+// application calls Context, as grpc-go's does, so that no later retry
+// cancels the context it holds. A message the application received is never
+// delivered again. A server stream with a resume function (WithResume) is
+// reopened past its commit. Header returns nil, nil when the call ends
+// without headers; the caller sees one attempt's (the package doc).
 //
 // Decisions happen inside the application's calls: an attempt's failure
 // surfaces on RecvMsg (CloseAndRecv for a client stream), which pauses, opens
@@ -47,12 +50,6 @@ import (
 // The per-attempt timeout (perAttemptRecvTimeout) follows the unary rules
 // but stops at the first response header or message, as grpc C-core's does
 // for streams, and an idempotency key does not let it apply.
-//
-// What the caller sees is one attempt's (the package doc): Header returns the
-// headers of the attempt the stream commits to, or nil, nil when the call ends
-// without any; Trailer, after RecvMsg returned an error, is the final
-// attempt's. Context commits the stream, as grpc-go's does, so no later retry
-// cancels the context the application holds.
 //
 // Hedging. Streams are hedged until they commit, by the unary call's rules
 // (gRFC A6): the attempts race until one commits: the first whose response
