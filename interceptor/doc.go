@@ -83,10 +83,9 @@
 //
 // A call that succeeds at once, with no per-call option and no criticality,
 // allocates nothing in the interceptor. Defaults: no file, no policy in code
-// (no retries), no budget (unlimited; stagger.DialOptions installs
-// budget.DefaultBackends, one per backend), no breakers but the file's, no
-// logger, no hooks, no idempotency key, no criticality (the call is CRITICAL
-// and sends none: WithCriticality), jitter from math/rand/v2.
+// (no retries), no budget (unlimited; stagger.DialOptions installs one:
+// WithDefaultBudgets), no breakers but the file's, no logger, no hooks, no
+// idempotency key, no criticality (WithCriticality), jitter from math/rand/v2.
 //
 // # Hooks, reports and metrics
 //

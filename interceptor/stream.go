@@ -133,13 +133,11 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 }
 
 type streamAttempt struct {
-	cs     grpc.ClientStream
-	ctx    context.Context
-	cancel context.CancelFunc
-	// timer is the per-attempt timeout, nil when none applies; a header or
-	// message that finds it fired is never delivered.
-	timer   *streamTimer
-	settled bool // under endMu
+	cs      grpc.ClientStream
+	ctx     context.Context
+	cancel  context.CancelFunc
+	timer   *streamTimer // the per-attempt timeout (nil: none)
+	settled bool         // under endMu
 
 	// A hedged stream's: n is the attempt's number, start when it was
 	// sent. watched closes when watch is done with the receiving side:
@@ -432,8 +430,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	s.mu.Unlock()
 	if abandoned {
 		// afterAttempt never retries a call whose context is done; a's
-		// headers and trailer are not read, as the reader may be in
-		// RecvMsg on it.
+		// headers and trailer stay unread (the reader may be using a).
 		s.c.afterAttempt(s.callCtx, outcome, nil, committed, timedOut)
 		return nil, s.finishStream(s.c.finish(outcome), true)
 	}
