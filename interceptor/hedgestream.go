@@ -231,7 +231,7 @@ func (s *retryStream) watch(a *streamAttempt, err error) {
 		a.cs = unopened{ctx: a.ctx, err: err}
 		a.ended, a.endErr = true, err
 	} else if md, _ := a.cs.Header(); md != nil {
-		a.headers, a.took = true, time.Since(a.start)
+		a.took = time.Since(a.start)
 	} else {
 		// Ended without headers: no message can come; read the status.
 		if err = a.cs.RecvMsg(nil); err == io.EOF {
@@ -286,16 +286,15 @@ func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reaso
 // attemptEnded does for a unary attempt; true when the driver is done.
 func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 	s.mu.Lock()
-	if a.headers && s.callCtx.Err() != nil {
+	if !a.ended && s.callCtx.Err() != nil {
 		// The caller gave up before the driver heard of the headers: the
 		// attempt ends with the caller's status, as grpc-go's stream does
 		// when its reader finds the context done; a commit would give a
 		// cancelled caller OK (grpc-go's interop case cancel_after_begin).
-		a.headers = false
 		a.ended, a.endErr = true, status.FromContextError(s.callCtx.Err()).Err()
 	}
-	if a.headers || a.endErr == nil {
-		if a.headers {
+	if a.endErr == nil { // headers, or an end OK without any
+		if !a.ended {
 			st.learn(a.took)
 		}
 		s.endRace(st, a, policy.ReasonNone)
@@ -326,7 +325,7 @@ func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 		if a == w {
 			continue
 		}
-		o := loserOutcome(!a.headers && a.endErr == nil)
+		o := loserOutcome(a.ended && a.endErr == nil)
 		st.recordHedge(a.n, o, o)
 	}
 }

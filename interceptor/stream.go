@@ -141,16 +141,16 @@ type streamAttempt struct {
 
 	// A hedged stream's: n is the attempt's number, start when it was
 	// sent. watched closes when watch is done with the receiving side:
-	// headers arrived (took after start), or it ended without any, with
-	// endErr (nil: OK) and trailer. reported: the driver has its event.
-	n              int
-	start          time.Time
-	took           time.Duration
-	watched        chan struct{}
-	headers, ended bool
-	endErr         error
-	trailer        metadata.MD
-	reported       bool
+	// headers arrived (took after start), or it ended without any (ended),
+	// with endErr (nil: OK) and trailer. reported: the driver has its event.
+	n        int
+	start    time.Time
+	took     time.Duration
+	watched  chan struct{}
+	ended    bool
+	endErr   error
+	trailer  metadata.MD
+	reported bool
 }
 
 // recv is RecvMsg on the attempt's grpc stream, after a hedged attempt's
