@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -73,9 +72,6 @@ func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 		return k.stream(ctx, desc, cc, method, streamer, callOpts)
 	}
 }
-
-// errSendAfterClose is grpc-go's own answer to a SendMsg after CloseSend.
-var errSendAfterClose = status.Error(codes.Internal, "SendMsg called after CloseSend")
 
 func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption) (grpc.ClientStream, error) {
 	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer}

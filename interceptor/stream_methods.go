@@ -31,7 +31,7 @@ func (s *retryStream) SendMsg(m any) error {
 		return sendOnEnded(s.desc)
 	case s.closeSent:
 		s.mu.Unlock()
-		return errSendAfterClose
+		return status.Error(codes.Internal, "SendMsg called after CloseSend") // grpc-go's own answer
 	}
 	if kept, now := s.buf.keepBeforeCommit(m, s.oldestOpenLocked() != nil); !kept {
 		if !now {
