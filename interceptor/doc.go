@@ -32,9 +32,8 @@
 // headers arrived is committed and never retried (except the attempt of a
 // unary call that carries an idempotency key, whose application has seen
 // nothing of it, and a server stream that WithResume names, which continues
-// where it broke: the application reads one stream, every message once, in
-// order); a RESOURCE_EXHAUSTED that grpc-go raised locally for a message size
-// limit is never retried.
+// where it broke); a RESOURCE_EXHAUSTED that grpc-go raised locally for a
+// message size limit is never retried.
 //
 // The caller's deadline. An attempt that ends with CANCELED or
 // DEADLINE_EXCEEDED when the caller's context has ended, or at most 1 ms
