@@ -93,8 +93,7 @@ func (b *replayBuffer) init(size int, limit *ReplayLimit) {
 	b.max, b.limit = int64(size), limit
 }
 
-// messageSize is the size grpc will marshal m to; ok false for a message
-// of another codec.
+// messageSize is m's proto.Size; ok false for a message of another codec.
 func messageSize(m any) (n int64, ok bool) {
 	if pm, isProto := m.(proto.Message); isProto {
 		return int64(proto.Size(pm)), true
