@@ -108,7 +108,7 @@ func messageSize(m any) (n int64, ok bool) {
 // replay gets m kept past the bound (commitNext).
 func (b *replayBuffer) keepBeforeCommit(m any, live bool) (kept, commitNow bool) {
 	if n, ok := messageSize(m); ok && b.bytes+n <= b.max && (b.limit == nil || b.limit.reserve(n)) {
-		b.keep(m, n)
+		b.msgs, b.bytes = append(b.msgs, m), b.bytes+n
 		return true, false
 	}
 	if live {
@@ -124,12 +124,7 @@ func (b *replayBuffer) force(m any) {
 	if b.limit != nil {
 		b.limit.notePeak(b.limit.used.Add(n))
 	}
-	b.keep(m, n)
-}
-
-func (b *replayBuffer) keep(m any, n int64) {
-	b.msgs = append(b.msgs, m)
-	b.bytes += n
+	b.msgs, b.bytes = append(b.msgs, m), b.bytes+n
 }
 
 // dropLast forgets the last message kept, grpc refused, when the buffer
