@@ -32,9 +32,8 @@
 // headers arrived is committed and never retried (except the attempt of a
 // unary call that carries an idempotency key, whose application has seen
 // nothing of it, and a server stream that WithResume names, which continues
-// where it broke: the application reads one stream, every message once, in
-// order); a RESOURCE_EXHAUSTED that grpc-go raised locally for a message size
-// limit is never retried.
+// where it broke); a RESOURCE_EXHAUSTED that grpc-go raised locally for a
+// message size limit is never retried.
 //
 // The caller's deadline. An attempt that ends with CANCELED or
 // DEADLINE_EXCEEDED when the caller's context has ended, or at most 1 ms
@@ -83,10 +82,9 @@
 //
 // A call that succeeds at once, with no per-call option and no criticality,
 // allocates nothing in the interceptor. Defaults: no file, no policy in code
-// (no retries), no budget (unlimited; stagger.DialOptions installs
-// budget.DefaultBackends, one per backend), no breakers but the file's, no
-// logger, no hooks, no idempotency key, no criticality (the call is CRITICAL
-// and sends none: WithCriticality), jitter from math/rand/v2.
+// (no retries), no budget (unlimited; stagger.DialOptions installs one:
+// WithDefaultBudgets), no breakers but the file's, no logger, no hooks, no
+// idempotency key, no criticality (WithCriticality), jitter from math/rand/v2.
 //
 // # Hooks, reports and metrics
 //
@@ -98,21 +96,7 @@
 //
 // The interceptors are safe for concurrent use by any number of calls. Each
 // call has one owner that alone decides whether the next attempt goes, which
-// attempt the caller sees, and the end; the rest only tell it what happened:
-//
-//	unary call: one loop, on the caller's goroutine
-//	    <- an attempt's end (inline, or from the attempt's goroutine)
-//	    <- the per-attempt timer's due times
-//	    <- a retry's due time (after its pause, or beside a slow attempt),
-//	       or hedging's start timer
-//	    <- the caller's context
-//	stream: the caller's RecvMsg, or the watch on the caller's context
-//	    <- an attempt's end, seen by the read that met it
-//	    <- the per-attempt timer, whose own goroutine cuts the attempt off
-//	       (the reader may be busy in the application when it is due)
-//	hedged stream until it commits: one driver goroutine
-//	    <- each attempt's headers or end, the hedging delay, an overflow,
-//	       Context, the caller's context
-//
-// Hooks and the logger must be safe for concurrent use (WithHook).
+// attempt the caller sees, and the end; the rest only tell it what happened
+// (docs/architecture.md draws who tells it what, for a unary call and a
+// stream). Hooks and the logger must be safe for concurrent use (WithHook).
 package interceptor

@@ -231,7 +231,7 @@ func (s *retryStream) watch(a *streamAttempt, err error) {
 		a.cs = unopened{ctx: a.ctx, err: err}
 		a.ended, a.endErr = true, err
 	} else if md, _ := a.cs.Header(); md != nil {
-		a.headers, a.took = true, time.Since(a.start)
+		a.took = time.Since(a.start)
 	} else {
 		// Ended without headers: no message can come; read the status.
 		if err = a.cs.RecvMsg(nil); err == io.EOF {
@@ -244,11 +244,10 @@ func (s *retryStream) watch(a *streamAttempt, err error) {
 }
 
 // endRace ends the race, under mu, which it lets go: it commits the
-// stream to w or, with w nil, fails it, for why, with the last failure. It
-// answers the asks, cancels every other attempt (those still opening too),
-// stops the hedging timer and waits for every other attempt to end
-// (settleOthers). RecvMsg and Header go on (ready) once the hooks heard of
-// the commit, or once the stream that failed has ended.
+// stream to w or, with w nil, fails it, for why, with the last failure;
+// every other attempt is cancelled (those still opening too) and waited
+// for. RecvMsg and Header go on (ready) once the hooks heard of the
+// commit, or once the stream that failed has ended.
 func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reason) {
 	r := s.race
 	if w != nil {
@@ -287,16 +286,15 @@ func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reaso
 // attemptEnded does for a unary attempt; true when the driver is done.
 func (s *retryStream) ended(st *hedgeState, a *streamAttempt) bool {
 	s.mu.Lock()
-	if a.headers && s.callCtx.Err() != nil {
+	if !a.ended && s.callCtx.Err() != nil {
 		// The caller gave up before the driver heard of the headers: the
 		// attempt ends with the caller's status, as grpc-go's stream does
 		// when its reader finds the context done; a commit would give a
 		// cancelled caller OK (grpc-go's interop case cancel_after_begin).
-		a.headers = false
 		a.ended, a.endErr = true, status.FromContextError(s.callCtx.Err()).Err()
 	}
-	if a.headers || a.endErr == nil {
-		if a.headers {
+	if a.endErr == nil { // headers, or an end OK without any
+		if !a.ended {
 			st.learn(a.took)
 		}
 		s.endRace(st, a, policy.ReasonNone)
@@ -327,7 +325,7 @@ func (s *retryStream) settleOthers(st *hedgeState, w *streamAttempt) {
 		if a == w {
 			continue
 		}
-		o := loserOutcome(!a.headers && a.endErr == nil)
+		o := loserOutcome(a.ended && a.endErr == nil)
 		st.recordHedge(a.n, o, o)
 	}
 }

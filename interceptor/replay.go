@@ -84,7 +84,6 @@ type replayBuffer struct {
 	bytes int64
 	max   int64
 	limit *ReplayLimit
-	peak  int64 // for tests
 }
 
 func (b *replayBuffer) init(size int, limit *ReplayLimit) {
@@ -94,8 +93,7 @@ func (b *replayBuffer) init(size int, limit *ReplayLimit) {
 	b.max, b.limit = int64(size), limit
 }
 
-// messageSize is the size grpc will marshal m to; ok false for a message
-// of another codec.
+// messageSize is m's proto.Size; ok false for a message of another codec.
 func messageSize(m any) (n int64, ok bool) {
 	if pm, isProto := m.(proto.Message); isProto {
 		return int64(proto.Size(pm)), true
@@ -110,7 +108,7 @@ func messageSize(m any) (n int64, ok bool) {
 // replay gets m kept past the bound (commitNext).
 func (b *replayBuffer) keepBeforeCommit(m any, live bool) (kept, commitNow bool) {
 	if n, ok := messageSize(m); ok && b.bytes+n <= b.max && (b.limit == nil || b.limit.reserve(n)) {
-		b.keep(m, n)
+		b.msgs, b.bytes = append(b.msgs, m), b.bytes+n
 		return true, false
 	}
 	if live {
@@ -126,15 +124,7 @@ func (b *replayBuffer) force(m any) {
 	if b.limit != nil {
 		b.limit.notePeak(b.limit.used.Add(n))
 	}
-	b.keep(m, n)
-}
-
-func (b *replayBuffer) keep(m any, n int64) {
-	b.msgs = append(b.msgs, m)
-	b.bytes += n
-	if b.bytes > b.peak {
-		b.peak = b.bytes
-	}
+	b.msgs, b.bytes = append(b.msgs, m), b.bytes+n
 }
 
 // dropLast forgets the last message kept, grpc refused, when the buffer

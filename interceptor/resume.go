@@ -55,14 +55,7 @@ const ResumeHeader = "stagger-resume"
 // A method whose request can say where to start (a page token, a start
 // key) can so continue where gRFC A6 would fail the call, as Google's
 // client libraries do per API (Bigtable's ReadRows). TypedResume adapts a
-// function written for the generated types:
-//
-//	resume := interceptor.TypedResume(func(req *pb.ListItemsRequest, last *pb.ListItemsResponse) (*pb.ListItemsRequest, error) {
-//		next := proto.Clone(req).(*pb.ListItemsRequest)
-//		next.StartAfter = last.GetReply().GetSeq()
-//		return next, nil
-//	})
-//	opts := stagger.DialOptions(cfg, interceptor.WithResume(pb.TestService_ListItems_FullMethodName, resume))
+// function written for the generated types (ExampleWithResume shows one).
 //
 // Counting. An attempt that delivers a message restarts the count: it
 // becomes attempt 1 and the backoff sequence starts over, so maxAttempts
@@ -116,11 +109,7 @@ func TypedResume[Req, Resp proto.Message](fn func(req Req, last Resp) (next Req,
 			var want Resp
 			return nil, fmt.Errorf("interceptor: resume function takes a message of type %T, the stream received %T", want, last)
 		}
-		next, err := fn(r, l)
-		if err != nil {
-			return nil, err
-		}
-		return next, nil
+		return fn(r, l)
 	}
 }
 
@@ -159,18 +148,11 @@ type resumeState struct {
 	orig, req any
 	off       bool // Context was called
 	// last is the last message delivered; delivered: one was since req
-	// was built; progress: the running attempt delivered one; pending: the
-	// stream is to resume rather than end (resuming).
-	last                         any
-	delivered, progress, pending bool
-	resumes                      int
-	ctx                          context.Context // with ResumeHeader
-}
-
-func (r *resumeState) sent(m any) {
-	if r != nil && r.orig == nil {
-		r.orig, r.req = m, m
-	}
+	// was built; progress: the running attempt delivered one.
+	last                any
+	delivered, progress bool
+	resumes             int
+	ctx                 context.Context // with ResumeHeader
 }
 
 // received notes m, delivered to the application; the first message of an
@@ -187,8 +169,8 @@ func (r *resumeState) received(m any, c *call) {
 }
 
 // resuming decides, as a committed attempt ended with err (nil: success),
-// whether the stream resumes rather than ends: it failed, its request was
-// sent and closed, and Context was not called.
+// whether the stream resumes rather than ends (c.resume): it failed, its
+// request was sent and closed, and Context was not called.
 func (s *retryStream) resuming(err error) bool {
 	r := s.res
 	if r == nil {
@@ -197,24 +179,23 @@ func (s *retryStream) resuming(err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r.progress = false
-	r.pending = err != nil && !r.off && r.req != nil && s.closeSent
-	s.c.resume = r.pending
-	if r.pending {
+	s.c.resume = err != nil && !r.off && r.req != nil && s.closeSent
+	if s.c.resume {
 		s.live = s.live[:0] // until the resumed attempt goes live
 	}
-	return r.pending
+	return s.c.resume
 }
 
 // prepareResume, once the loop decided to resume (c.resume stays set
-// through the pause, for a Gate's wait to report EventResume too), makes
-// the request that continues the stream the only message to replay, or
-// returns the call's final error.
+// through the pause, for a Gate's wait to report EventResume too, and
+// retryAfter clears it before the attempt opens), makes the request that
+// continues the stream the only message to replay, or returns the call's
+// final error.
 func (s *retryStream) prepareResume(streamErr error) error {
 	r := s.res
-	if r == nil || !r.pending {
+	if r == nil || !s.c.resume {
 		return nil
 	}
-	r.pending = false
 	s.mu.Lock()
 	req, orig := r.req, r.orig
 	s.mu.Unlock()

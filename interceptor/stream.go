@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -33,9 +32,12 @@ import (
 // when a response message arrives, when response headers arrive (seen by
 // Header, or after a failure: an interceptor cannot watch them arrive, so a
 // failed attempt with headers is final and a Trailers-Only one may be
-// retried), or when the next message would overflow the buffer. A message the
-// application received is never delivered again. A server stream with a
-// resume function (WithResume) is reopened past its commit.
+// retried), when the next message would overflow the buffer, or when the
+// application calls Context, as grpc-go's does, so that no later retry
+// cancels the context it holds. A message the application received is never
+// delivered again. A server stream with a resume function (WithResume) is
+// reopened past its commit. Header returns nil, nil when the call ends
+// without headers; the caller sees one attempt's (the package doc).
 //
 // Decisions happen inside the application's calls: an attempt's failure
 // surfaces on RecvMsg (CloseAndRecv for a client stream), which pauses, opens
@@ -44,24 +46,16 @@ import (
 // attempt that has died returns nil (RecvMsg tells the outcome), and a
 // failure to create the stream is retried inside the interceptor.
 //
-// The per-attempt timeout (perAttemptRecvTimeout) follows
-// UnaryClientInterceptor's rules, except that it stops, as grpc C-core's
-// does for streams, at the first response header or message, and that an
-// idempotency key does not let it apply to a stream.
+// The per-attempt timeout (perAttemptRecvTimeout) follows the unary rules
+// but stops at the first response header or message, as grpc C-core's does
+// for streams, and an idempotency key does not let it apply.
 //
-// What the caller sees is one attempt's (the package doc): Header returns the
-// headers of the attempt the stream commits to, or nil, nil when the call ends
-// without any; Trailer, after RecvMsg returned an error, is the final
-// attempt's. Context commits the stream, as grpc-go's does, so no later retry
-// cancels the context the application holds.
-//
-// Hedging. Streams are hedged until they commit (gRFC A6): hedges start every
-// hedgingDelay, up to maxAttempts, and race until one commits: the first whose
-// response headers arrive (or that ends OK without any), or, when the
-// application calls Context or a message overflows the replay buffer, the
-// oldest attempt open. The others are cancelled and the stream is the
-// winner's, its failure final; before the commit the rules are the unary
-// call's. Every message sent before the commit (and CloseSend) goes to every
+// Hedging. Streams are hedged until they commit, by the unary call's rules
+// (gRFC A6): the attempts race until one commits: the first whose response
+// headers arrive (or that ends OK without any), or, when the application
+// calls Context or a message overflows the replay buffer, the oldest attempt
+// open. The others are cancelled and the stream is the winner's, its failure
+// final. Every message sent before the commit (and CloseSend) goes to every
 // attempt open and is replayed to each later hedge, so a message waits for the
 // slowest open attempt's flow control. SendMsg returns before any attempt
 // answers; RecvMsg and Header wait for the commit. A hedged stream runs one
@@ -78,9 +72,6 @@ func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 		return k.stream(ctx, desc, cc, method, streamer, callOpts)
 	}
 }
-
-// errSendAfterClose is grpc-go's own answer to a SendMsg after CloseSend.
-var errSendAfterClose = status.Error(codes.Internal, "SendMsg called after CloseSend")
 
 func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption) (grpc.ClientStream, error) {
 	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer}
@@ -129,7 +120,7 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		return s, nil
 	}
 	if timedOut, err := s.open(&s.first); err != nil {
-		if final := s.retryAfter(err, nil, false, timedOut); final != nil {
+		if _, final := s.retryAfter(err, nil, false, timedOut); final != nil {
 			return nil, final
 		}
 	}
@@ -138,26 +129,24 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 }
 
 type streamAttempt struct {
-	cs     grpc.ClientStream
-	ctx    context.Context
-	cancel context.CancelFunc
-	// timer is the per-attempt timeout, nil when none applies; a header or
-	// message that finds it fired is never delivered.
-	timer   *streamTimer
-	settled bool // under endMu
+	cs      grpc.ClientStream
+	ctx     context.Context
+	cancel  context.CancelFunc
+	timer   *streamTimer // the per-attempt timeout (nil: none)
+	settled bool         // under endMu
 
 	// A hedged stream's: n is the attempt's number, start when it was
 	// sent. watched closes when watch is done with the receiving side:
-	// headers arrived (took after start), or it ended without any, with
-	// endErr (nil: OK) and trailer. reported: the driver has its event.
-	n              int
-	start          time.Time
-	took           time.Duration
-	watched        chan struct{}
-	headers, ended bool
-	endErr         error
-	trailer        metadata.MD
-	reported       bool
+	// headers arrived (took after start), or it ended without any (ended),
+	// with endErr (nil: OK) and trailer. reported: the driver has its event.
+	n        int
+	start    time.Time
+	took     time.Duration
+	watched  chan struct{}
+	ended    bool
+	endErr   error
+	trailer  metadata.MD
+	reported bool
 }
 
 // recv is RecvMsg on the attempt's grpc stream, after a hedged attempt's
@@ -173,9 +162,8 @@ func (a *streamAttempt) recv(m any) error {
 }
 
 // endAttempt is every end of attempt a, whose last operation returned err
-// (nil: success), under endMu or before the stream is returned: a is
-// settled; its timer hands the call its verdict (stopTimer) before anything
-// judges a; its context ends. It returns attemptOutcome's.
+// (nil: success), under endMu or before the stream is returned: its timer
+// hands the call its verdict (stopTimer) before anything judges a.
 func (s *retryStream) endAttempt(a *streamAttempt, err error) (cutOff, timedOut bool, outcome error) {
 	a.settled = true
 	cutOff = s.c.stopTimer(a.timer)
@@ -251,12 +239,10 @@ func (s *retryStream) open(a *streamAttempt) (timedOut bool, err error) {
 
 // dial opens a's grpc stream, replays on it and makes it live, as
 // docs/architecture.md draws ("Who decides a stream"); nil when a went
-// live. A race that committed or failed meanwhile, seen under mu before
-// each step, ends the replay (errHedgeLost). A send's io.EOF does not end
-// it: the stream below may re-open its request unseen (the Connect front
-// end re-sends what the attempt was given), which needs every message and
-// the end; another error is grpc refusing a message. An attempt the
-// streamer failed to open has an unopened stream.
+// live. A send's io.EOF does not end the replay: the stream below may
+// re-open its request unseen (the Connect front end re-sends what the
+// attempt was given), which needs every message and the end; another
+// error is grpc refusing a message.
 //
 // A race's replay runs beside the application's SendMsg, not under
 // sendMu: a send may wait for its attempt's server (connect-go's Send of a
@@ -302,10 +288,8 @@ func (s *retryStream) dial(a *streamAttempt) error {
 			_ = cs.CloseSend() // grpc-go's CloseSend always returns nil
 			continue
 		}
-		// a goes live: SendMsg sends to it from here on, and a retried
-		// stream answers with it. A commit asked for while none was live
-		// (commitNext) is to it: a retried stream's now, a race's by its
-		// driver (serve), woken here.
+		// a goes live. A commit asked for while none was (commitNext) is
+		// to it: a race's by its driver (serve).
 		if s.race == nil {
 			s.cur, s.live = a, s.live[:0]
 		}
@@ -323,24 +307,25 @@ func (s *retryStream) dial(a *streamAttempt) error {
 }
 
 // retryAfter decides from the end of an attempt that ended with err (nil:
-// success) until a new attempt is open and replayed (nil), or ends the
-// stream (finishStream) and returns what RecvMsg returns from then on.
-func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) error {
+// success) until a new attempt is open and replayed, which it returns, or
+// ends the stream (finishStream) and returns what RecvMsg returns from then on.
+func (s *retryStream) retryAfter(err error, trailer metadata.MD, committed, timedOut bool) (*streamAttempt, error) {
 	for {
 		retry, pause := s.c.afterAttempt(s.callCtx, err, trailer, committed, timedOut)
 		if !retry {
-			return s.finishStream(s.c.finish(err), false)
+			return nil, s.finishStream(s.c.finish(err), false)
 		}
 		if final := s.prepareResume(err); final != nil {
-			return s.finishStream(final, false)
+			return nil, s.finishStream(final, false)
 		}
 		if final := s.c.pause(s.callCtx, pause, err); final != nil {
-			return s.finishStream(final, false)
+			return nil, s.finishStream(final, false)
 		}
 		s.c.resume = false
 		trailer = nil
-		if timedOut, err = s.open(new(streamAttempt)); err == nil {
-			return nil
+		next := new(streamAttempt)
+		if timedOut, err = s.open(next); err == nil {
+			return next, nil
 		}
 		s.mu.Lock()
 		committed = s.commitNext
@@ -441,8 +426,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	s.mu.Unlock()
 	if abandoned {
 		// afterAttempt never retries a call whose context is done; a's
-		// headers and trailer are not read, as the reader may be in
-		// RecvMsg on it.
+		// headers and trailer stay unread (the reader may be using a).
 		s.c.afterAttempt(s.callCtx, outcome, nil, committed, timedOut)
 		return nil, s.finishStream(s.c.finish(outcome), true)
 	}
@@ -460,22 +444,15 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	if err != nil {
 		trailer = a.cs.Trailer()
 	}
-	if final = s.retryAfter(outcome, trailer, committed, timedOut); final != nil {
-		return nil, final
-	}
-	s.mu.Lock()
-	next = s.cur
-	s.mu.Unlock()
-	return next, nil
+	return s.retryAfter(outcome, trailer, committed, timedOut)
 }
 
 // sendKept is SendMsg (closing: a hedged stream's CloseSend) before the
-// stream commits, m kept: it sends m to every attempt live (none between
-// attempts: the replay takes m). An error is the caller's when grpc
-// refused m (the oldest attempt's, not io.EOF, its context alive: m is not
-// kept), or when the stream committed meanwhile to the attempt that
-// failed; any other is an attempt's end, which RecvMsg tells. mu is held,
-// and let go here.
+// stream commits, m kept, to every attempt live (none between attempts:
+// the replay takes m); mu is held, and let go here. An error is the
+// caller's when grpc refused m (m is not kept), or when the stream
+// committed meanwhile to the attempt that failed; any other is an
+// attempt's end, which RecvMsg tells.
 func (s *retryStream) sendKept(m any, closing bool) error {
 	kept := len(s.buf.msgs)
 	to := append(s.targets[:0], s.live...)

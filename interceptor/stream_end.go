@@ -16,10 +16,9 @@ import (
 // the end RecvMsg returns from then on.
 type streamEnd struct {
 	callerOutputs
-	// stopWatch stops the watch on the caller's context (watchCaller);
+	stopWatch func() bool // watchCaller's
 	// onFinishRan makes a second runner wait until the first has run the
 	// OnFinish functions, so the end is announced after they returned.
-	stopWatch   func() bool
 	onFinishRan sync.Once
 	// done: the application has been given the stream's end, final
 	// (io.EOF after success). The stream's mu guards the three.
@@ -112,8 +111,7 @@ func (e *streamEnd) watchCaller(ctx context.Context) {
 }
 
 // finishOnce stops the watch and runs the caller's OnFinish functions, the
-// first time only; when the watch is running them, it waits for it. The
-// stream calls it after watchCaller returned.
+// first time only (onFinishRan). The stream calls it after watchCaller returned.
 func (e *streamEnd) finishOnce(err error) {
 	if len(e.onFinish) == 0 {
 		return

@@ -18,7 +18,9 @@ func (s *retryStream) SendMsg(m any) error {
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	r := s.race
-	s.res.sent(m)
+	if res := s.res; res != nil && res.orig == nil {
+		res.orig, res.req = m, m // the request, for the resume function
+	}
 	a := s.cur
 	switch {
 	case s.committed:
@@ -29,7 +31,7 @@ func (s *retryStream) SendMsg(m any) error {
 		return sendOnEnded(s.desc)
 	case s.closeSent:
 		s.mu.Unlock()
-		return errSendAfterClose
+		return status.Error(codes.Internal, "SendMsg called after CloseSend") // grpc-go's own answer
 	}
 	if kept, now := s.buf.keepBeforeCommit(m, s.oldestOpenLocked() != nil); !kept {
 		if !now {
@@ -207,9 +209,7 @@ func (s *retryStream) Context() context.Context {
 	if s.race != nil && s.race.failed {
 		return s.callCtx
 	}
-	// Uncommitted, or resuming between attempts: the stream commits to its
-	// oldest attempt open (a race's through its driver), to its last once
-	// it ended, or to the next to go live.
+	// Uncommitted, or resuming between attempts (committed, none live).
 	if !s.committed || !s.done && len(s.live) == 0 {
 		switch {
 		case !s.done && s.oldestOpenLocked() == nil:

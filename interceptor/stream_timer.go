@@ -12,10 +12,7 @@ import (
 // takes each decision (attemptTimer.take) under mu, on f, the call's
 // retryFacts, which the call writes only while no timer of its runs
 // (before nextAttempt starts one; after stop, under mu), so every read
-// is ordered before the write. The reader takes the decisions due by the
-// time it saw the attempt answer or end (stopAnswered) before it stops the
-// timer: whether the attempt was cut off follows from when it ended, not
-// from which goroutine ran first.
+// is ordered before the write.
 type streamTimer struct {
 	mu sync.Mutex
 	attemptTimer
@@ -70,8 +67,9 @@ func (st *streamTimer) takeLocked() int32 {
 }
 
 // stopAnswered is stop for an attempt that answered or ended at now: it
-// first catches up, on the reader's goroutine, on the decisions due by now
-// whose goroutine has not run yet.
+// first takes, on the reader's goroutine, the decisions due by now whose
+// goroutine has not run yet, so whether the attempt was cut off follows
+// from when it ended, not from which goroutine ran first.
 func (st *streamTimer) stopAnswered(now time.Time) bool {
 	if st == nil {
 		return true
