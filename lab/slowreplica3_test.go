@@ -32,11 +32,27 @@ func TestSlowReplica3Elsewhere(t *testing.T) {
 	if e.Calls == 0 || e.AttemptsPerCall <= 1 {
 		t.Fatalf("stagger-elsewhere: %d calls, %.3f attempts per call: the scenario did not run (no hedge)", e.Calls, e.AttemptsPerCall)
 	}
-	if e.SuccessRate != 1 || e.HedgeRepeats != 0 {
-		t.Errorf("stagger-elsewhere: success %.4f, %d calls sent a hedge to their first attempt's replica; want 1 and 0", e.SuccessRate, e.HedgeRepeats)
+	loaded := SlowBase * 3 / 2
+	machine := e.P50 > loaded || rr.P50 > loaded
+	if e.HedgeRepeats != 0 {
+		t.Errorf("stagger-elsewhere: %d calls sent a hedge to their first attempt's replica; want 0", e.HedgeRepeats)
 	}
-	switch loaded := SlowBase * 3 / 2; {
-	case e.P50 > loaded || rr.P50 > loaded:
+	// A call that stagger fails (a refused hedge, a wrong verdict) ends
+	// before its deadline; on a machine that stretches every call (CI: a
+	// median of 395 ms against 20 ms, a successful call returning 48 ms
+	// past its 2 s deadline) a call can reach its deadline with its hedges
+	// in the scheduler's queue. Only there, and only for calls that ended
+	// at their deadline, a shortfall of at most 1 % is the machine's.
+	timeout := cfg.Defaults().CallTimeout
+	switch {
+	case e.SuccessRate == 1:
+	case machine && e.SuccessRate >= 0.99 && e.FailP50 >= timeout*99/100:
+		t.Logf("stagger-elsewhere: success %.4f, the failed calls at their %v deadline (failed p50 %v) on a loaded machine", e.SuccessRate, timeout, e.FailP50)
+	default:
+		t.Errorf("stagger-elsewhere: success %.4f (failed p50 %v, p99 %v), want 1", e.SuccessRate, e.FailP50, e.FailP99)
+	}
+	switch {
+	case machine:
 		t.Logf("medians %v and %v, above %v: a loaded machine, whose delays swamp the hedges'; p99s not compared", e.P50, rr.P50, loaded)
 	case e.P99 > rr.P99:
 		t.Errorf("stagger-elsewhere's p99 %v is worse than stagger's over round_robin, %v", e.P99, rr.P99)
