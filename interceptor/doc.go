@@ -94,9 +94,15 @@
 //
 // # Concurrency
 //
-// The interceptors are safe for concurrent use by any number of calls. Each
-// call has one owner that alone decides whether the next attempt goes, which
-// attempt the caller sees, and the end; the rest only tell it what happened
-// (docs/architecture.md draws who tells it what, for a unary call and a
-// stream). Hooks and the logger must be safe for concurrent use (WithHook).
+// The interceptors are safe for concurrent use by any number of calls; hooks
+// and the logger must be too (WithHook). Each call has one owner that alone
+// decides whether the next attempt goes, which attempt the caller sees, and
+// the end; the rest send it events (docs/architecture.md names who sends each):
+//
+//	unary call: one loop on the caller's goroutine <- an attempt's end, the
+//	    per-attempt timer, a retry's or a hedge's due time, the caller's context
+//	stream: the caller's RecvMsg, or the watch on its context <- an attempt's
+//	    end, the per-attempt timer (which cuts the attempt on its own goroutine)
+//	hedged stream until its commit: one driver goroutine <- each attempt's
+//	    headers or end, the hedging delay, an overflow, Context, the caller's context
 package interceptor
