@@ -157,7 +157,8 @@ func TestGateBackSpread(t *testing.T) {
 		{waiterView{pause: pause, deadline: t0.Add(600 * time.Millisecond), holdAt: t0.Add(-time.Second), heldBy: heldOutage, spread: 0.999999}, t0.Add(600 * time.Millisecond).Add(-tune.LastChanceLead)},
 	} {
 		w := tc.w
-		if got := s.pace.backAfter(&w, s.lastChanceAt(t0, &w)); got.Sub(tc.want).Abs() > 10*time.Microsecond {
+		end, _ := s.endAt(t0, &w)
+		if got := s.pace.backAfter(&w, end.Add(-tune.LastChanceLead)); got.Sub(tc.want).Abs() > 10*time.Microsecond {
 			t.Errorf("spread %v: back at %v, want %v", w.spread, got.Sub(t0), tc.want.Sub(t0))
 		}
 		if how, _ := s.candidate(tc.want.Add(10*time.Microsecond), &w); how != admitRelease {

@@ -63,6 +63,11 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 // it ends at its limit (max-wait), or at once when its turn, as the
 // estimate saw it when it began to wait (turnAt, turnIn), comes no sooner
 // (futility: Enter turns it away).
+//
+// A call with a deadline goes as its last chance tune.LastChanceLead
+// before its wait ends (decideRules: the end rule's other face), so that
+// its turn plus an attempt still fits: the attempt time is the one number
+// behind the hopeless end and the last chance.
 func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
 	if w.deadline.IsZero() {
 		if !w.turnAt.Before(w.limit) && w.since.Before(w.limit) {
@@ -70,22 +75,14 @@ func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
 		}
 		return w.limit, errWaitLimit
 	}
-	if took := s.attemptTime(now, w); took > 0 {
+	took := max(w.Took, 0)
+	if now.Before(s.ev.okAt.Add(tune.OverloadHold)) {
+		took = max(w.Took, s.ev.okTook)
+	}
+	if took > 0 {
 		return w.deadline.Add(-took), errHopeless
 	}
 	return w.deadline, errDeadline
-}
-
-// attemptTime is how long w's next attempt takes at the estimate: as long
-// as its method's attempts lately (Request.Took, or the latest deferred
-// retry that succeeded within tune.OverloadHold, when longer; zero: none
-// was timed). It is the one number behind the hopeless end and the last
-// chance.
-func (s *gateState) attemptTime(now time.Time, w *waiterView) time.Duration {
-	if now.Before(s.ev.okAt.Add(tune.OverloadHold)) {
-		return max(w.Took, s.ev.okTook)
-	}
-	return max(w.Took, 0)
 }
 
 // turnIn is, at the estimate, how long a retry that begins to wait now
@@ -119,18 +116,10 @@ func (s *gateState) turnIn(now time.Time, ahead int, unsent, held bool) (turn ti
 // ended reports whether a wait that ends at end (zero: never) ended by now.
 func ended(now, end time.Time) bool { return !end.IsZero() && !now.Before(end) }
 
-// lastChanceAt is when w, whose call has a deadline, goes as its last
-// chance: the end rule's other face, tune.LastChanceLead before its wait
-// would end (the hopeless end, its attempt time before the deadline; with
-// none timed, the deadline itself), so that its turn plus an attempt still
-// fits.
-func (s *gateState) lastChanceAt(now time.Time, w *waiterView) time.Time {
-	return w.deadline.Add(-s.attemptTime(now, w) - tune.LastChanceLead)
-}
-
 // decideRules is the rules' decision for w before its guard's: the heal
 // and hold rules, then the release rule while the server serves, the probe
-// and last-chance rules while it fails.
+// and last-chance rules while it fails; endAt is when w's wait ends
+// (gateState.endAt), its last chance tune.LastChanceLead before.
 func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) decision {
 	held, returning := w.heldBy != "", false
 	// The heal rule, but during a return: then every waiting retry goes at
@@ -210,7 +199,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		// moment went at the pace, and still does).
 		backAt := s.pace.backAt
 		if held && (w.holdAt.Before(backAt) || w.since.Before(backAt) && w.holdAt.After(backAt) && (returning || w.heldBy == heldOutage)) {
-			if back := s.pace.backAfter(w, s.lastChanceAt(now, w)); now.Before(back) {
+			if back := s.pace.backAfter(w, endAt.Add(-tune.LastChanceLead)); now.Before(back) {
 				own = back
 			}
 			due = clock.Later(due, own)
@@ -255,7 +244,7 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 			how, due, mine = admitProbe, s.lastReached.Add(max(w.pause, quiet)), s.lastReached.Add(w.pause)
 		}
 		if !w.deadline.IsZero() {
-			lastMine := clock.Later(s.lastChanceAt(now, w), reached.Add(w.pause))
+			lastMine := clock.Later(endAt.Add(-tune.LastChanceLead), reached.Add(w.pause))
 			last := clock.Later(lastMine, s.pace.failedAt.Add(s.pace.gap))
 			if s.phase == phaseOutage && !s.pace.failedAt.Before(s.streakAt) {
 				// A last chance is a probe: once one failed in this outage,
