@@ -50,7 +50,7 @@ type evidence struct {
 	// with attempts left failed at a server never seen to serve (the hold
 	// rule): another call's retry of the same number is not it, and
 	// another call's failed retry does not take the turn while it is
-	// taken (turnFree); zero: none, or its wait ended (hasTurn).
+	// taken (learn); zero: none, or its wait ended (hasTurn).
 	learnNext  int
 	learnCall  uint64
 	learnUntil time.Time
@@ -98,10 +98,11 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 			case e.seen || a.Final:
 				e.retryFails++
 				e.learnNext = 0
-			case !e.turnFree(now, a.Call):
-				// Another call learns: the turn stays its own until its
-				// call ends (taken over, its wait ended at its hold time,
-				// and each paid retry that failed took the turn again).
+			case e.learnNext != 0 && a.Call != e.learnCall && now.Before(e.learnUntil):
+				// Another call learns (it has the turn, and its time has
+				// not run out): the turn stays its own until its call
+				// ends (taken over, its wait ended at its hold time, and
+				// each paid retry that failed took the turn again).
 				if a.Admission != admitProbe {
 					e.retryFails++
 				}
@@ -131,12 +132,6 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 		e.short = max(e.short-tune.RoomCut*(1-tune.RoomCut), 0)
 		e.retryFails, e.seen = 0, true
 	}
-}
-
-// turnFree reports whether call may take the turn to learn whether
-// retries heal: no call has it, call has it, or its time ran out.
-func (e *evidence) turnFree(now time.Time, call uint64) bool {
-	return e.learnNext == 0 || call == e.learnCall || !now.Before(e.learnUntil)
 }
 
 // hasTurn reports whether call's retry number is the one that goes on
