@@ -200,9 +200,8 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 		backAt := s.pace.backAt
 		if held && (w.holdAt.Before(backAt) || w.since.Before(backAt) && w.holdAt.After(backAt) && (returning || w.heldBy == heldOutage)) {
 			if back := s.pace.backAfter(w, endAt.Add(-tune.LastChanceLead)); now.Before(back) {
-				own = back
+				own, due = back, clock.Later(due, back)
 			}
-			due = clock.Later(due, own)
 		}
 	case s.pace.leased(now):
 		due = s.pace.until // the settling rule
