@@ -264,16 +264,17 @@ func (s *gateState) decideRules(now time.Time, w *waiterView, endAt time.Time) d
 			own = due
 		}
 	}
-	if !now.Before(due) {
+	if how != AdmitNone && !now.Before(due) {
 		d.how = how
-	} else {
-		d.next, d.own = due, own
+		return d
 	}
-	if d.how == AdmitNone {
-		if !held {
-			d.next = clock.Earlier(d.next, w.holdAt)
-		}
-		d.next = clock.Earlier(d.next, endAt)
+	// It waits, until the earliest of due (the rules set one with a way to
+	// go, or the settling rule's, not come yet; zero: none), its hold time
+	// unless held, and its end.
+	d.next, d.own = due, own
+	if !held {
+		d.next = clock.Earlier(d.next, w.holdAt)
 	}
+	d.next = clock.Earlier(d.next, endAt)
 	return d
 }
