@@ -92,20 +92,19 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 			// probe went on a call's second attempt of three, failed,
 			// and made retries known to fail at a server that serves
 			// every third: lab flaky-quiet failed every call in 3 runs
-			// of 6).
+			// of 6). Any other retry that failed counts.
+			if a.Outcome == Failure && (e.seen || a.Final || a.Admission != admitProbe) {
+				e.retryFails++
+			}
 			switch {
 			case a.Outcome != Failure:
 			case e.seen || a.Final:
-				e.retryFails++
 				e.learnNext = 0
 			case e.learnNext != 0 && a.Call != e.learnCall && now.Before(e.learnUntil):
 				// Another call learns (it has the turn, and its time has
 				// not run out): the turn stays its own until its call
 				// ends (taken over, its wait ended at its hold time, and
 				// each paid retry that failed took the turn again).
-				if a.Admission != admitProbe {
-					e.retryFails++
-				}
 			case a.Admission != admitProbe:
 				// A retry not sent to learn (the budget paid for it)
 				// failed after its call's first attempt: the evidence of
@@ -115,7 +114,6 @@ func (e *evidence) learn(now time.Time, a Attempt) {
 				// processes each sending such a call's every attempt
 				// pays that per process: BENCHMARKS.md, A fleet of any
 				// size).
-				e.retryFails++
 				e.learnNext, e.learnCall, e.learnUntil = a.Number+1, a.Call, now.Add(tune.ProbeGapMax)
 			default:
 				e.learnNext, e.learnCall, e.learnUntil = a.Number+1, a.Call, now.Add(tune.QuietGapMax)
