@@ -144,6 +144,9 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	}
 	switch a.Outcome {
 	case Success:
+		if a.Took > 0 && a.Admission != AdmitNone {
+			s.ev.okTook, s.ev.okAt = a.Took, now
+		}
 		s.lull, s.lastReached = now.Sub(s.lastReached), now
 		s.streak, s.span = 0, 0
 		if s.phase == phaseOutage {
@@ -180,9 +183,6 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		}
 		if a.Admission != AdmitNone {
 			s.pace.gain = min(2*s.pace.gain, tune.ReleaseGainMax)
-			if a.Took > 0 {
-				s.ev.okTook, s.ev.okAt = a.Took, now
-			}
 		}
 		s.pace.gap /= 2 // a server that serves again is probed sooner
 		if s.pace.backAt.IsZero() || !s.ev.strained(now) {
