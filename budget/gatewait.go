@@ -220,16 +220,15 @@ func (g *Gate) grantLocked(now time.Time) {
 	}
 	slices.SortFunc(due, func(a, b *Waiter) int { return cmp.Or(b.level-a.level, byBound(a, b)) })
 	for l, i := len(g.queue)-1, 0; l >= 0; l-- {
-		// stopped: the set's head was decided in this run and waits;
 		// told: per set, the time its head was told to wait for.
-		var stopped [4]bool
 		var told [4]time.Time
 		for {
+			// A set whose head was decided in this run and waits is done:
+			// that head stays its head for the rest of the run (only the
+			// waiter decided moves between sets, leaves or is pushed).
 			var w *Waiter
 			for c := range g.heads[l] {
-				h := g.heads[l][c].top()
-				stopped[c] = stopped[c] || h != nil && h.round == g.round
-				if !stopped[c] && h != nil && (w == nil || byBound(h, w) < 0) {
+				if h := g.heads[l][c].top(); h != nil && h.round != g.round && (w == nil || byBound(h, w) < 0) {
 					w = h
 				}
 			}
