@@ -201,12 +201,11 @@ func (g *Gate) grantLocked(now time.Time) {
 		// Own times are the phase's (decideRules): those out of the
 		// heads for one go back when an outage begins or ends, once per
 		// change (an O(n) step that a phase flapping under overload
-		// would make on every answer).
-		for l := range g.queue {
-			for e := g.queue[l].Front(); e != nil; e = e.Next() {
-				if w := e.Value.(*Waiter); w.state == waitQueued && w.at < 0 && !now.Before(w.view.since.Add(w.view.pause)) {
-					g.heads[l][w.class()].push(w)
-				}
+		// would make on every answer). A queued waiter out of the heads
+		// is among the dues: its pause, or its own time, is due.
+		for _, w := range g.dues.ws {
+			if w.at < 0 && !now.Before(w.view.since.Add(w.view.pause)) {
+				g.heads[w.level][w.class()].push(w)
 			}
 		}
 	}
