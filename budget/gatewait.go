@@ -260,21 +260,20 @@ func (g *Gate) grantLocked(now time.Time) {
 			case d.end != nil:
 				g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
 			case d.how == AdmitNone:
-				next := d.next
 				switch {
 				case !d.own.IsZero():
 					// Its own time has not come: out of the heads, which
 					// the pacer alone holds back, until then (or its end).
 					g.heads[l][w.class()].remove(w)
-					next = clock.Earlier(d.own, next)
+					d.next = clock.Earlier(d.own, d.next)
 				case head:
-					told[class] = next
-				case next.IsZero() || next.Equal(told[class]):
+					told[class] = d.next
+				case d.next.IsZero() || d.next.Equal(told[class]):
 					// Parked behind its head (news decides only heads): its
 					// own end, at the latest.
-					next, _ = g.st.endAt(now, &w.view)
+					d.next, _ = g.st.endAt(now, &w.view)
 				}
-				g.dues.setDue(w, next)
+				g.dues.setDue(w, d.next)
 			default:
 				w.how = d.how
 				g.moveLocked(now, w, waitGranted, nil)
