@@ -105,11 +105,10 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	defer g.mu.Unlock()
 	g.st.age(now, g.waiting() > 0)
 	pause = max(pause, 0)
-	view := waiterView{
-		Request: r, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), since: now,
-	}
 	turn, lone := g.st.turnIn(now, g.waiting(), r.Unsent, r.Waited > 0)
-	view.turnAt = now.Add(turn)
+	view := waiterView{
+		Request: r, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), since: now, turnAt: now.Add(turn),
+	}
 	if end, why := g.st.endAt(now, &view); why == errFutile && ended(now, end) {
 		// The end rule, at the door: its turn comes past its end.
 		if !lone {
@@ -333,8 +332,6 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 	}
 	from := w.state
 	switch {
-	case from == waitNew:
-		g.counts.Deferred++
 	case from == waitQueued:
 		g.heads[w.level][w.class()].remove(w)
 		g.dues.remove(w)
@@ -346,6 +343,7 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 	case waitQueued:
 		w.ready = make(chan struct{})
 		if from == waitNew {
+			g.counts.Deferred++
 			w.seq = g.counts.Deferred
 			w.elem = g.queue[w.level].PushBack(w)
 			g.dues.setDue(w, w.view.since.Add(w.view.pause)) // eligible once its pause passed
