@@ -230,13 +230,11 @@ func (g *Gate) grantLocked(now time.Time) {
 					w = h
 				}
 			}
-			for ; i < len(due) && due[i].level == l; i++ {
-				if d := due[i]; d.state == waitQueued && d.round != g.round {
-					if w == nil || byBound(d, w) < 0 {
-						w = d
-					}
-					break
-				}
+			// The level's first due waiter not decided in this run.
+			for ; i < len(due) && due[i].level == l && (due[i].state != waitQueued || due[i].round == g.round); i++ {
+			}
+			if i < len(due) && due[i].level == l && (w == nil || byBound(due[i], w) < 0) {
+				w = due[i]
 			}
 			if w == nil {
 				break
