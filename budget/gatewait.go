@@ -333,6 +333,9 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 	case from == waitQueued:
 		g.heads[w.level][w.class()].remove(w)
 		g.dues.remove(w)
+		// A verdict: its Ready closes once w says it.
+		g.verdicts++
+		defer close(w.ready)
 	case from == waitGranted && to != waitTaken:
 		g.st.pace = g.st.pace.given(w.how)
 	}
@@ -367,10 +370,6 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 		if end != errEvicted {
 			g.shared.leave()
 		}
-	}
-	if from == waitQueued {
-		g.verdicts++
-		close(w.ready)
 	}
 }
 
