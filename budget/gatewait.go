@@ -349,9 +349,9 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 			w.elem = g.queue[w.level].PushBack(w)
 			g.dues.setDue(w, w.view.since.Add(w.view.pause)) // eligible once its pause passed
 		} else {
-			// Queued again (its guard refused): its place, oldest first,
-			// and decided again by the grant loop that follows.
-			g.heads[w.level][w.class()].push(w)
+			// Queued again (its guard refused): due at once, so the grant
+			// loop that follows puts it back in its place among the heads
+			// (by its bound, oldest first) and decides it again.
 			g.dues.setDue(w, now)
 		}
 	case waitGranted:
