@@ -28,7 +28,6 @@ type Waiter struct {
 	// news will); round, the grant loop's run that last decided it; how or
 	// end, the verdict, sent by closing ready.
 	state waiterState
-	level int
 	seq   uint64
 	elem  *list.Element
 	at    int
@@ -100,7 +99,6 @@ func (w *Waiter) Leave() {
 // to be evicted (the criticality rule).
 func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waiter, error) {
 	now := g.now()
-	level := r.Criticality.Index()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.st.age(now, g.waiting() > 0)
@@ -125,7 +123,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		// an outage cost the lab's mixed-criticality goodput.) A granted
 		// one is not waiting: it is being taken.
 		var v *Waiter
-		for l := 0; l < level && v == nil; l++ {
+		for l := 0; l < r.Criticality.Index() && v == nil; l++ {
 			for e := g.queue[l].Back(); e != nil && v == nil; e = e.Prev() {
 				if w := e.Value.(*Waiter); w.state == waitQueued {
 					v = w
@@ -150,11 +148,15 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	// pause may be anything.
 	slack := time.Duration(tune.HoldSlack * float64(pause))
 	view.holdAt = now.Add(pause + min(slack, math.MaxInt64-pause))
-	w := &Waiter{g: g, level: level, at: -1, dueAt: -1, view: view}
+	w := &Waiter{g: g, at: -1, dueAt: -1, view: view}
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
 	return w, nil
 }
+
+// level is w's index among the criticality levels (Gate.queue, Gate.heads):
+// its Request's, which its view keeps.
+func (w *Waiter) level() int { return w.view.Criticality.Index() }
 
 // class is w's set among its level's heads (Gate.heads): held or not (the
 // rules tell a held wait from one that is not), guarded or not (after a
@@ -204,7 +206,7 @@ func (g *Gate) grantLocked(now time.Time) {
 		// is among the dues: its pause, or its own time, is due.
 		for _, w := range g.dues.ws {
 			if w.at < 0 && !now.Before(w.view.since.Add(w.view.pause)) {
-				g.heads[w.level][w.class()].push(w)
+				g.heads[w.level()][w.class()].push(w)
 			}
 		}
 	}
@@ -212,11 +214,11 @@ func (g *Gate) grantLocked(now time.Time) {
 	for w := g.dues.top(); w != nil && !now.Before(w.due); w = g.dues.top() {
 		g.dues.setDue(w, time.Time{})
 		if w.at < 0 {
-			g.heads[w.level][w.class()].push(w) // its pause passed
+			g.heads[w.level()][w.class()].push(w) // its pause passed
 		}
 		due = append(due, w)
 	}
-	slices.SortFunc(due, func(a, b *Waiter) int { return cmp.Or(b.level-a.level, byBound(a, b)) })
+	slices.SortFunc(due, func(a, b *Waiter) int { return cmp.Or(b.level()-a.level(), byBound(a, b)) })
 	for l, i := len(g.queue)-1, 0; l >= 0; l-- {
 		// told: per set, the time its head was told to wait for.
 		var told [4]time.Time
@@ -231,16 +233,16 @@ func (g *Gate) grantLocked(now time.Time) {
 				}
 			}
 			// The level's first due waiter not decided in this run.
-			for ; i < len(due) && due[i].level == l && (due[i].state != waitQueued || due[i].round == g.round); i++ {
+			for ; i < len(due) && due[i].level() == l && (due[i].state != waitQueued || due[i].round == g.round); i++ {
 			}
-			if i < len(due) && due[i].level == l && (w == nil || byBound(due[i], w) < 0) {
+			if i < len(due) && due[i].level() == l && (w == nil || byBound(due[i], w) < 0) {
 				w = due[i]
 			}
 			if w == nil {
 				break
 			}
 			// Decide w and apply the verdict.
-			class, head := w.class(), g.heads[l][w.class()].top() == w // w.level is l
+			class, head := w.class(), g.heads[l][w.class()].top() == w // w.level() is l
 			w.round = g.round
 			d := g.st.decide(now, &w.view)
 			if d.heldBy != "" && w.view.heldBy == "" {
@@ -331,7 +333,7 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 	from := w.state
 	switch {
 	case from == waitQueued:
-		g.heads[w.level][w.class()].remove(w)
+		g.heads[w.level()][w.class()].remove(w)
 		g.dues.remove(w)
 		// A verdict: its Ready closes once w says it.
 		g.verdicts++
@@ -346,7 +348,7 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 		if from == waitNew {
 			g.counts.Deferred++
 			w.seq = g.counts.Deferred
-			w.elem = g.queue[w.level].PushBack(w)
+			w.elem = g.queue[w.level()].PushBack(w)
 			g.dues.setDue(w, w.view.since.Add(w.view.pause)) // eligible once its pause passed
 		} else {
 			// Queued again (its guard refused): due at once, so the grant
@@ -366,7 +368,7 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 		}
 	}
 	if to >= waitOut {
-		g.queue[w.level].Remove(w.elem)
+		g.queue[w.level()].Remove(w.elem)
 		if end != errEvicted {
 			g.shared.leave()
 		}
