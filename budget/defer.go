@@ -93,12 +93,10 @@ const (
 	admitHeal
 )
 
-// String returns "none", "budget", "release", "probe", "last" or "heal".
+// String returns "none", "budget", "release", "probe", "last" or "heal"
+// ("none" past the last Admission too).
 func (a Admission) String() string {
-	if a > admitHeal {
-		return "none"
-	}
-	return [...]string{"none", "budget", "release", "probe", "last", "heal"}[a]
+	return [...]string{"none", "budget", "release", "probe", "last", "heal", "none"}[min(a, admitHeal+1)]
 }
 
 // Deferrer is a Budget whose refused retries may wait for a later admission

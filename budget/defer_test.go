@@ -650,3 +650,17 @@ func (g *Gate) health() phase {
 	defer g.mu.Unlock()
 	return g.st.phase
 }
+
+// TestAdmissionString names each Admission, and "none" past the last.
+func TestAdmissionString(t *testing.T) {
+	names := []string{"none", "budget", "release", "probe", "last", "heal"}
+	for a := range 256 {
+		want := "none"
+		if a < len(names) {
+			want = names[a]
+		}
+		if got := Admission(a).String(); got != want {
+			t.Errorf("Admission(%d).String() = %q, want %q", a, got, want)
+		}
+	}
+}

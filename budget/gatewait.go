@@ -28,7 +28,6 @@ type Waiter struct {
 	// news will); round, the grant loop's run that last decided it; how or
 	// end, the verdict, sent by closing ready.
 	state waiterState
-	level int
 	seq   uint64
 	elem  *list.Element
 	at    int
@@ -100,16 +99,14 @@ func (w *Waiter) Leave() {
 // to be evicted (the criticality rule).
 func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waiter, error) {
 	now := g.now()
-	level := r.Criticality.Index()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.st.age(now, g.waiting() > 0)
 	pause = max(pause, 0)
-	view := waiterView{
-		Request: r, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), since: now,
-	}
 	turn, lone := g.st.turnIn(now, g.waiting(), r.Unsent, r.Waited > 0)
-	view.turnAt = now.Add(turn)
+	view := waiterView{
+		Request: r, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), since: now, turnAt: now.Add(turn),
+	}
 	if end, why := g.st.endAt(now, &view); why == errFutile && ended(now, end) {
 		// The end rule, at the door: its turn comes past its end.
 		if !lone {
@@ -126,7 +123,7 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 		// an outage cost the lab's mixed-criticality goodput.) A granted
 		// one is not waiting: it is being taken.
 		var v *Waiter
-		for l := 0; l < level && v == nil; l++ {
+		for l := 0; l < r.Criticality.Index() && v == nil; l++ {
 			for e := g.queue[l].Back(); e != nil && v == nil; e = e.Prev() {
 				if w := e.Value.(*Waiter); w.state == waitQueued {
 					v = w
@@ -151,11 +148,15 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	// pause may be anything.
 	slack := time.Duration(tune.HoldSlack * float64(pause))
 	view.holdAt = now.Add(pause + min(slack, math.MaxInt64-pause))
-	w := &Waiter{g: g, level: level, at: -1, dueAt: -1, view: view}
+	w := &Waiter{g: g, at: -1, dueAt: -1, view: view}
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
 	return w, nil
 }
+
+// level is w's index among the criticality levels (Gate.queue, Gate.heads):
+// its Request's, which its view keeps.
+func (w *Waiter) level() int { return w.view.Criticality.Index() }
 
 // class is w's set among its level's heads (Gate.heads): held or not (the
 // rules tell a held wait from one that is not), guarded or not (after a
@@ -201,12 +202,11 @@ func (g *Gate) grantLocked(now time.Time) {
 		// Own times are the phase's (decideRules): those out of the
 		// heads for one go back when an outage begins or ends, once per
 		// change (an O(n) step that a phase flapping under overload
-		// would make on every answer).
-		for l := range g.queue {
-			for e := g.queue[l].Front(); e != nil; e = e.Next() {
-				if w := e.Value.(*Waiter); w.state == waitQueued && w.at < 0 && !now.Before(w.view.since.Add(w.view.pause)) {
-					g.heads[l][w.class()].push(w)
-				}
+		// would make on every answer). A queued waiter out of the heads
+		// is among the dues: its pause, or its own time, is due.
+		for _, w := range g.dues.ws {
+			if w.at < 0 && !now.Before(w.view.since.Add(w.view.pause)) {
+				g.heads[w.level()][w.class()].push(w)
 			}
 		}
 	}
@@ -214,38 +214,35 @@ func (g *Gate) grantLocked(now time.Time) {
 	for w := g.dues.top(); w != nil && !now.Before(w.due); w = g.dues.top() {
 		g.dues.setDue(w, time.Time{})
 		if w.at < 0 {
-			g.heads[w.level][w.class()].push(w) // its pause passed
+			g.heads[w.level()][w.class()].push(w) // its pause passed
 		}
 		due = append(due, w)
 	}
-	slices.SortFunc(due, func(a, b *Waiter) int { return cmp.Or(b.level-a.level, byBound(a, b)) })
+	slices.SortFunc(due, func(a, b *Waiter) int { return cmp.Or(b.level()-a.level(), byBound(a, b)) })
 	for l, i := len(g.queue)-1, 0; l >= 0; l-- {
-		// stopped: the set's head was decided in this run and waits;
 		// told: per set, the time its head was told to wait for.
-		var stopped [4]bool
 		var told [4]time.Time
 		for {
+			// A set whose head was decided in this run and waits is done:
+			// that head stays its head for the rest of the run (only the
+			// waiter decided moves between sets, leaves or is pushed).
 			var w *Waiter
 			for c := range g.heads[l] {
-				h := g.heads[l][c].top()
-				stopped[c] = stopped[c] || h != nil && h.round == g.round
-				if !stopped[c] && h != nil && (w == nil || byBound(h, w) < 0) {
+				if h := g.heads[l][c].top(); h != nil && h.round != g.round && (w == nil || byBound(h, w) < 0) {
 					w = h
 				}
 			}
-			for ; i < len(due) && due[i].level == l; i++ {
-				if d := due[i]; d.state == waitQueued && d.round != g.round {
-					if w == nil || byBound(d, w) < 0 {
-						w = d
-					}
-					break
-				}
+			// The level's first due waiter not decided in this run.
+			for ; i < len(due) && due[i].level() == l && (due[i].state != waitQueued || due[i].round == g.round); i++ {
+			}
+			if i < len(due) && due[i].level() == l && (w == nil || byBound(due[i], w) < 0) {
+				w = due[i]
 			}
 			if w == nil {
 				break
 			}
 			// Decide w and apply the verdict.
-			class, head := w.class(), g.heads[l][w.class()].top() == w // w.level is l
+			class, head := w.class(), g.heads[l][w.class()].top() == w // w.level() is l
 			w.round = g.round
 			d := g.st.decide(now, &w.view)
 			if d.heldBy != "" && w.view.heldBy == "" {
@@ -262,21 +259,20 @@ func (g *Gate) grantLocked(now time.Time) {
 			case d.end != nil:
 				g.moveLocked(now, w, waitOut, d.end.heldBy(w.view.heldBy))
 			case d.how == AdmitNone:
-				next := d.next
 				switch {
 				case !d.own.IsZero():
 					// Its own time has not come: out of the heads, which
 					// the pacer alone holds back, until then (or its end).
 					g.heads[l][w.class()].remove(w)
-					next = clock.Earlier(d.own, next)
+					d.next = clock.Earlier(d.own, d.next)
 				case head:
-					told[class] = next
-				case next.IsZero() || next.Equal(told[class]):
+					told[class] = d.next
+				case d.next.IsZero() || d.next.Equal(told[class]):
 					// Parked behind its head (news decides only heads): its
 					// own end, at the latest.
-					next, _ = g.st.endAt(now, &w.view)
+					d.next, _ = g.st.endAt(now, &w.view)
 				}
-				g.dues.setDue(w, next)
+				g.dues.setDue(w, d.next)
 			default:
 				w.how = d.how
 				g.moveLocked(now, w, waitGranted, nil)
@@ -336,11 +332,12 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 	}
 	from := w.state
 	switch {
-	case from == waitNew:
-		g.counts.Deferred++
 	case from == waitQueued:
-		g.heads[w.level][w.class()].remove(w)
+		g.heads[w.level()][w.class()].remove(w)
 		g.dues.remove(w)
+		// A verdict: its Ready closes once w says it.
+		g.verdicts++
+		defer close(w.ready)
 	case from == waitGranted && to != waitTaken:
 		g.st.pace = g.st.pace.given(w.how)
 	}
@@ -349,13 +346,14 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 	case waitQueued:
 		w.ready = make(chan struct{})
 		if from == waitNew {
+			g.counts.Deferred++
 			w.seq = g.counts.Deferred
-			w.elem = g.queue[w.level].PushBack(w)
+			w.elem = g.queue[w.level()].PushBack(w)
 			g.dues.setDue(w, w.view.since.Add(w.view.pause)) // eligible once its pause passed
 		} else {
-			// Queued again (its guard refused): its place, oldest first,
-			// and decided again by the grant loop that follows.
-			g.heads[w.level][w.class()].push(w)
+			// Queued again (its guard refused): due at once, so the grant
+			// loop that follows puts it back in its place among the heads
+			// (by its bound, oldest first) and decides it again.
 			g.dues.setDue(w, now)
 		}
 	case waitGranted:
@@ -370,14 +368,10 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 		}
 	}
 	if to >= waitOut {
-		g.queue[w.level].Remove(w.elem)
+		g.queue[w.level()].Remove(w.elem)
 		if end != errEvicted {
 			g.shared.leave()
 		}
-	}
-	if from == waitQueued {
-		g.verdicts++
-		close(w.ready)
 	}
 }
 
