@@ -61,7 +61,7 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 // ends that long before the deadline (hopeless), or at it when no attempt
 // was timed (deadline). Without one the wait is bounded, not its attempt:
 // it ends at its limit (max-wait), or at once when its turn, as the
-// estimate saw it when it began to wait (turnAt, turnIn), comes no sooner
+// estimate saw it when it began to wait (turnAt, Enter), comes no sooner
 // (futility: Enter turns it away).
 //
 // A call with a deadline goes as its last chance tune.LastChanceLead
@@ -83,34 +83,6 @@ func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
 		return w.deadline.Add(-took), errHopeless
 	}
 	return w.deadline, errDeadline
-}
-
-// turnIn is, at the estimate, how long a retry that begins to wait now
-// waits for its turn (zero: no longer than the rules say, once its pause
-// has passed), and whether it could go at once instead, as its outage's
-// lone probe, with ahead others waiting. The estimate knows a turn only
-// in an outage that a retry already waited in (span), and for a call
-// already held (Request.Waited) only while no attempt was refused for
-// overload lately (strained: a backend that refuses is up): the backend's
-// return, expected as far off as the outage has lasted (half as far for a
-// retry whose attempt never left the client, unsent: the connection
-// reconnects on its own backoff, up to seconds after the backend is back,
-// so the outage the gate saw is partly the connection's). The pace while
-// the backend serves gives no turn here: a return's pace grows with its
-// successes, and a turn read from it now would end calls the return then
-// serves. The lone probe: nobody else waits, tune.FutileEvery failures
-// came since a probe failed, and the probe gap (at least that longest
-// wait) has passed since, so failed calls end at once and the new calls'
-// first attempts, or a rare probe, find the backend's return.
-func (s *gateState) turnIn(now time.Time, ahead int, unsent, held bool) (turn time.Duration, lone bool) {
-	if s.phase != phaseOutage || s.span <= 0 || held && s.ev.strained(now) {
-		return 0, false
-	}
-	turn = now.Sub(s.streakAt)
-	if unsent {
-		turn = time.Duration(float64(turn) / tune.FutileUnsent)
-	}
-	return turn, ahead == 0 && s.pace.since >= tune.FutileEvery && !s.pace.leased(now) && !now.Before(s.pace.failedAt.Add(max(s.pace.gap, s.span)))
 }
 
 // ended reports whether a wait that ends at end (zero: never) ended by now.

@@ -185,14 +185,12 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 			s.pace.gain = min(2*s.pace.gain, tune.ReleaseGainMax)
 		}
 		s.pace.gap /= 2 // a server that serves again is probed sooner
-		if s.pace.backAt.IsZero() || !s.ev.strained(now) {
-			// During a return, a success quickens the releases only while no attempt was
-			// refused for overload lately (the strain, tune.OverloadHold): the server's
-			// room is then the new calls'. A success takes its share off
-			// the next release's time, never past now (none is kept).
-			if p := &s.pace; p.next.After(now) {
-				p.next = clock.Later(p.next.Add(-time.Duration(p.gain*float64(p.every))), now)
-			}
+		// During a return, a success quickens the releases only while no attempt was
+		// refused for overload lately (the strain, tune.OverloadHold): the server's
+		// room is then the new calls'. A success takes its share off
+		// the next release's time, never past now (none is kept).
+		if p := &s.pace; p.next.After(now) && (p.backAt.IsZero() || !s.ev.strained(now)) {
+			p.next = clock.Later(p.next.Add(-time.Duration(p.gain*float64(p.every))), now)
 		}
 	case Failure:
 		s.lull, s.lastReached = now.Sub(s.lastReached), now
@@ -264,7 +262,7 @@ type waiterView struct {
 	holdAt time.Time
 	heldBy string
 	// turnAt is when its turn comes, at the estimate when it began to
-	// wait (turnIn; the end rule reads it without a deadline); lone: it
+	// wait (Enter; the end rule reads it without a deadline); lone: it
 	// waits as its outage's lone probe instead.
 	turnAt time.Time
 	lone   bool

@@ -103,19 +103,44 @@ func (g *Gate) Enter(r Request, pause time.Duration, deadline time.Time) (*Waite
 	defer g.mu.Unlock()
 	g.st.age(now, g.waiting() > 0)
 	pause = max(pause, 0)
-	turn, lone := g.st.turnIn(now, g.waiting(), r.Unsent, r.Waited > 0)
 	view := waiterView{
-		Request: r, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), since: now, turnAt: now.Add(turn),
+		Request: r, deadline: deadline, limit: now.Add(g.s.MaxWait - min(max(r.Waited, 0), g.s.MaxWait)), since: now, turnAt: now,
 	}
-	if end, why := g.st.endAt(now, &view); why == errFutile && ended(now, end) {
-		// The end rule, at the door: its turn comes past its end.
-		if !lone {
-			g.moveLocked(now, nil, waitOut, ErrOutageLasting)
-			return nil, ErrOutageLasting
+	// Its turn (turnAt) is when, at the estimate, a retry that begins to
+	// wait now has its turn (now: no later than the rules say, once its
+	// pause has passed). The estimate knows a turn only in an
+	// outage that a retry already waited in (span), and for a call already
+	// held (Request.Waited) only while no attempt was refused for overload
+	// lately (strained: a backend that refuses is up): the backend's
+	// return, expected as far off as the outage has lasted (half as far for
+	// a retry whose attempt never left the client, Request.Unsent: the
+	// connection reconnects on its own backoff, up to seconds after the
+	// backend is back, so the outage the gate saw is partly the
+	// connection's). The pace while the backend serves gives no turn here:
+	// a return's pace grows with its successes, and a turn read from it now
+	// would end calls the return then serves. So the end rule ends a wait at
+	// the door only here.
+	if st := &g.st; st.phase == phaseOutage && st.span > 0 && (r.Waited <= 0 || !st.ev.strained(now)) {
+		turn := now.Sub(st.streakAt)
+		if r.Unsent {
+			turn = time.Duration(float64(turn) / tune.FutileUnsent)
 		}
-		// Its outage's lone probe: it goes at once, the probe gap spacing
-		// it, its pause waived.
-		view.turnAt, view.lone, pause = time.Time{}, true, 0
+		view.turnAt = now.Add(turn)
+		if end, why := st.endAt(now, &view); why == errFutile && ended(now, end) {
+			// The end rule, at the door: its turn comes past its end. The
+			// lone probe goes at once instead: nobody else waits,
+			// tune.FutileEvery failures came since a probe failed, and the
+			// probe gap (at least that longest wait) has passed since, so
+			// failed calls end at once and the new calls' first attempts,
+			// or a rare probe, find the backend's return.
+			if lone := g.waiting() == 0 && st.pace.since >= tune.FutileEvery && !st.pace.leased(now) && !now.Before(st.pace.failedAt.Add(max(st.pace.gap, st.span))); !lone {
+				g.moveLocked(now, nil, waitOut, ErrOutageLasting)
+				return nil, ErrOutageLasting
+			}
+			// Its outage's lone probe: it goes at once, the probe gap
+			// spacing it, its pause waived.
+			view.turnAt, view.lone, pause = time.Time{}, true, 0
+		}
 	}
 	if g.waiting() >= g.s.MaxWaiting || !g.shared.tryEnter() {
 		// The criticality rule's victim: the latest waiting of the least
