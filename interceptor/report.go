@@ -64,7 +64,7 @@ type Report struct {
 	// call (Reason breaker or throttled); zero otherwise.
 	Breaker breaker.Snapshot
 	// Load is the latest load report (budget.Load) on the call's attempts
-	// (zero: none; a hedged call's are not read).
+	// (zero: none; a hedged call's are not read); EventEnd has none.
 	Load budget.Load
 	// Disabled: the switch was on when the call started (SetDisabled):
 	// stagger sent it once, and Reason is policy.ReasonDisabled whatever
