@@ -37,6 +37,7 @@ type hedgeRace struct {
 	last    *streamAttempt        // the last to end before any commit
 	asks    []chan *streamAttempt // answered in serve
 	failed  bool
+	final   error // the failed race's end, the driver's
 	sentArr [raceInline]*streamAttempt
 }
 
@@ -71,6 +72,7 @@ func (k *core) hedgeStream(s *retryStream) {
 	s.mu.Unlock()
 	st.launched(s.callCtx, 1, a.start)
 	st.schedule(s.callCtx, 1)
+	s.goroutines.Add(2) // the driver, a's watch
 	go s.drive(st)
 	if err := s.dial(a); err != nil {
 		s.watch(a, err)
@@ -83,6 +85,7 @@ func (k *core) hedgeStream(s *retryStream) {
 // every other attempt has ended, or when the stream has failed.
 func (s *retryStream) drive(st *hedgeState) {
 	r := s.race
+	defer s.driven()
 	done := s.callCtx.Done()
 	for {
 		// The events already in go first when a hedge may be due, so that
@@ -199,6 +202,7 @@ func (s *retryStream) takeHedge(n int) (time.Time, bool) {
 
 func (s *retryStream) runHedge(n int) {
 	a := s.race.sent[n-1]
+	s.goroutines.Add(1)
 	go func() { s.watch(a, s.dial(a)) }()
 }
 
@@ -241,6 +245,7 @@ func (s *retryStream) watch(a *streamAttempt, err error) {
 	}
 	close(a.watched)
 	s.race.events <- a.n
+	s.goroutines.Done()
 }
 
 // endRace ends the race, under mu, which it lets go: it commits the
@@ -278,8 +283,18 @@ func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reaso
 		return
 	}
 	s.settleOthers(st, nil)
-	s.finishStream(st.giveUp(s.callCtx, why), false)
-	close(r.ready)
+	r.final = st.giveUp(s.callCtx, why)
+}
+
+// driven is the driver's last step: a race that failed ends the stream
+// (finishStream) once the driver no longer counts among the goroutines it
+// waits for; RecvMsg and Header go on (ready) after that end.
+func (s *retryStream) driven() {
+	s.goroutines.Done()
+	if r := s.race; r.failed {
+		s.finishStream(r.final, false)
+		close(r.ready)
+	}
 }
 
 // ended handles one attempt's event before the stream committed, as

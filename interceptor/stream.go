@@ -80,11 +80,6 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	if !run {
 		return streamer(callCtx, desc, cc, method, grpcOpts...)
 	}
-	if err := s.c.admitFirst(callCtx, cc, grpcOpts); err != nil {
-		cancel()
-		s.c.end(cc, err)
-		return nil, err
-	}
 	s.callCtx, s.cancel = callCtx, cancel
 	if s.c.byKey && s.c.perAttempt > 0 {
 		// A key de-duplicates a unary call, not a stream.
@@ -111,9 +106,9 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		s.opts = grpcOpts
 	} else {
 		s.opts = s.split(append(s.opts, s.c.fileOpts...), grpcOpts)
-		if len(s.onFinish) > 0 {
-			s.watchCaller(s.callCtx)
-		}
+	}
+	if err := s.c.admitFirst(callCtx, cc, grpcOpts); err != nil {
+		return nil, s.finishStream(err, false)
 	}
 	if hedged {
 		k.hedgeStream(s)
@@ -256,7 +251,9 @@ func (s *retryStream) dial(a *streamAttempt) error {
 	}
 	a.cs = cs
 	if t := a.timer; t != nil {
+		s.goroutines.Add(1)
 		go func() {
+			defer s.goroutines.Done()
 			// The first response header stops the timer and tells the pace
 			// (pace.Evidence.Answer) the server served the attempt, unless
 			// the timer cut it off or it ended from above.

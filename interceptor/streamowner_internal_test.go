@@ -41,7 +41,7 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
 	got := streamCallers(t, "commitLocked", "endRace", "launchLocked", "serve", "ended", "sendDue", "drive", "ask",
-		"afterAttempt", "judge", "recordHedge", "finishOnce", "fill", "finishStream", "stopTimer")
+		"afterAttempt", "judge", "recordHedge", "finished", "fill", "finishStream", "stopTimer")
 	want := map[string][]string{
 		"commitLocked": {"Context", "Header", "RecvMsg", "SendMsg", "dial", "endRace"},
 		"ask":          {"Context", "SendMsg"},
@@ -54,15 +54,18 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		// settle judges an abandoned one once, and never retries), or racing
 		// (ended, the driver's: judge asks the call's decision, askRaced,
 		// and makes the next hedge due);
-		// one end, finishStream, which every end goes through.
 		"afterAttempt": {"retryAfter", "settle"},
 		"judge":        {"ended", "settle"},
 		// A hedged attempt's end that needs no verdict: a hedge given
 		// back, a loser; the winner's end is judged (settle).
-		"recordHedge":  {"settleOthers", "takeHedge"},
-		"finishOnce":   {"finishStream"},
+		"recordHedge": {"settleOthers", "takeHedge"},
+		// One end, finishStream, which every end goes through: an
+		// attempt's (settle, retryAfter), the breaker's refusal (stream),
+		// a race that failed, once its driver no longer counts among the
+		// goroutines the end waits for (driven).
+		"finished":     {"finishStream"},
 		"fill":         {"finishStream"},
-		"finishStream": {"endRace", "retryAfter", "settle"},
+		"finishStream": {"driven", "retryAfter", "settle", "stream"},
 		// Every end of a retried stream's attempt (it failed to open, to
 		// replay, or ended) hands the call its timer's verdict in one place.
 		"stopTimer": {"endAttempt"},

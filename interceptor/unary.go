@@ -250,9 +250,15 @@ func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *gr
 		ua = first.ua
 	}
 	err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
-	// The caller's holders and OnFinish before the end is announced.
-	if ua != nil {
+	// The caller's holders and OnFinish before the end is announced; a
+	// call the breaker refused (no attempt) ran nothing that would run it.
+	switch {
+	case ua != nil:
 		ua.finished(err)
+	case c.attempt == 0:
+		var o callerOutputs
+		o.split(nil, grpcOpts)
+		o.finished(err)
 	}
 	c.end(cc, err)
 	if ua != nil {
