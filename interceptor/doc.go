@@ -28,12 +28,16 @@
 // instead (gRFC A6; grpc-go ignores hedgingPolicy): UnaryClientInterceptor
 // has the rules, and StreamClientInterceptor what differs for streams.
 //
-// Rules no policy can break (two more follow): an attempt whose response
-// headers arrived is committed and never retried (except the attempt of a
-// unary call that carries an idempotency key, whose application has seen
-// nothing of it, and a server stream that WithResume names, which continues
-// where it broke); a RESOURCE_EXHAUSTED that grpc-go raised locally for a
-// message size limit is never retried.
+// Rules no policy can break (two more follow). Commit: an attempt whose
+// response headers or a message arrived is committed: never retried, its
+// per-attempt timer stopped, the call's other attempts cancelled and no
+// hedge sent (gRFC A6). grpc-go shows a unary call's interceptor the headers
+// only with the attempt's end, so a unary attempt commits as it ends: until
+// then its timer runs (one it cut off is retried; grpc C-core's stops at the
+// first header) and hedges go. Exceptions: a unary call with an idempotency
+// key, whose application has seen nothing of it, and a server stream that
+// WithResume names, which continues where it broke. A RESOURCE_EXHAUSTED
+// that grpc-go raised locally for a message size limit is never retried.
 //
 // The caller's deadline. An attempt that ends with CANCELED or
 // DEADLINE_EXCEEDED when the caller's context has ended, or at most 1 ms

@@ -47,8 +47,8 @@ import (
 // failure to create the stream is retried inside the interceptor.
 //
 // The per-attempt timeout (perAttemptRecvTimeout) follows the unary rules
-// but stops at the first response header or message, as grpc C-core's does
-// for streams, and an idempotency key does not let it apply.
+// and stops at the commit (the package doc); an idempotency key does not
+// let it apply.
 //
 // Hedging. Streams are hedged until they commit, by the unary call's rules
 // (gRFC A6): the attempts race until one commits: the first whose response
@@ -59,9 +59,9 @@ import (
 // attempt open and is replayed to each later hedge, so a message waits for the
 // slowest open attempt's flow control. SendMsg returns before any attempt
 // answers; RecvMsg and Header wait for the commit. A hedged stream runs one
-// goroutine of its own until it commits (hooks hear its hedge events there)
-// and one per attempt until the attempt's headers arrive or it ends; none
-// outlives the stream. The adaptive delay learns from the winners' times to
+// goroutine of its own until it commits and the others ended (hooks hear
+// its hedge events there) and one per attempt until the attempt's headers
+// arrive or it ends; the stream's end waits for each. The adaptive delay learns from the winners' times to
 // commit.
 //
 // The returned streams follow grpc.ClientStream's rules: one goroutine may

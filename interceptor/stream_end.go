@@ -41,7 +41,7 @@ func (s *retryStream) finishStream(final error, abandoned bool) error {
 		defer s.mu.Unlock()
 		return s.final
 	}
-	stop := s.stopAbandon
+	stop, shown := s.stopAbandon, s.shownLocked()
 	s.mu.Unlock()
 	if stop != nil {
 		stop()
@@ -51,9 +51,6 @@ func (s *retryStream) finishStream(final error, abandoned bool) error {
 	// A retry admitted and not sent (the caller left in the pause)
 	// gives back its admission and its breaker probe.
 	s.c.giveBack()
-	s.mu.Lock()
-	shown := s.shownLocked()
-	s.mu.Unlock()
 	s.fill(shown, !abandoned)
 	s.finished(final)
 	s.c.end(s.cc, final)

@@ -48,10 +48,9 @@ import (
 // runs to its answer or the caller's deadline. The timer decides at fixed
 // times (the timeout after the attempt left, and the pause after that), as
 // of those times however late the machine runs it. A call whose retry the timer admitted but whose deadline passes in
-// the pause ends with DEADLINE_EXCEEDED. For a unary call the timer covers
-// the whole attempt (an interceptor cannot see headers arrive before the
-// response); for a stream it stops at the first response header or
-// message, and one that finds the attempt cut off is not delivered.
+// the pause ends with DEADLINE_EXCEEDED. The timer stops as its attempt
+// commits (the package doc says when); a stream's message that finds the
+// attempt cut off is not delivered.
 //
 // With hedgeOnPerTryTimeout (a retryPolicy key, after Envoy's
 // hedge_on_per_try_timeout; off by default) a unary call's attempt whose
