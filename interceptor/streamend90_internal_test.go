@@ -39,6 +39,16 @@ func end90Config(t *testing.T, entry string) *policy.Config {
 	return cfg
 }
 
+// end90File is a file of members (JSON, without the braces).
+func end90File(t *testing.T, members string) *policy.Config {
+	t.Helper()
+	cfg, err := policy.ParseConfig([]byte(`{` + members + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // serverAttempt is the number of the attempt ss serves, from 1.
 func serverAttempt(ss grpc.ServerStream) int {
 	md, _ := metadata.FromIncomingContext(ss.Context())
@@ -169,11 +179,12 @@ type slowEnd struct {
 	grpc.ClientStream
 	ctx    context.Context
 	active *atomic.Int32
+	delay  time.Duration
 }
 
 func (s slowEnd) slow() {
 	if s.ctx.Err() != nil {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(s.delay)
 	}
 	s.active.Add(-1)
 }
@@ -221,7 +232,7 @@ func TestHedgedStreamEndWaitsForAttempts(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return slowEnd{cs, ctx, &active}, nil
+		return slowEnd{cs, ctx, &active, 20 * time.Millisecond}, nil
 	}
 	for i := range 20 {
 		b := new(recordCounter)
