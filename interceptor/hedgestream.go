@@ -37,7 +37,6 @@ type hedgeRace struct {
 	last    *streamAttempt        // the last to end before any commit
 	asks    []chan *streamAttempt // answered in serve
 	failed  bool
-	final   error // the failed race's end, the driver's
 	sentArr [raceInline]*streamAttempt
 }
 
@@ -85,7 +84,6 @@ func (k *core) hedgeStream(s *retryStream) {
 // every other attempt has ended, or when the stream has failed.
 func (s *retryStream) drive(st *hedgeState) {
 	r := s.race
-	defer s.driven()
 	done := s.callCtx.Done()
 	for {
 		// The events already in go first when a hedge may be due, so that
@@ -251,8 +249,8 @@ func (s *retryStream) watch(a *streamAttempt, err error) {
 // endRace ends the race, under mu, which it lets go: it commits the
 // stream to w or, with w nil, fails it, for why, with the last failure;
 // every other attempt is cancelled (those still opening too) and waited
-// for. RecvMsg and Header go on (ready) once the hooks heard of the
-// commit, or once the stream that failed has ended.
+// for. It is the driver's last step. RecvMsg and Header go on (ready) once
+// the hooks heard of the commit, or once the stream that failed has ended.
 func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reason) {
 	r := s.race
 	if w != nil {
@@ -279,20 +277,12 @@ func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reaso
 	if w != nil {
 		st.won(s.callCtx, w.n)
 		close(r.ready)
-		s.settleOthers(st, w)
-		return
 	}
-	s.settleOthers(st, nil)
-	r.final = st.giveUp(s.callCtx, why)
-}
-
-// driven is the driver's last step: a race that failed ends the stream
-// (finishStream) once the driver no longer counts among the goroutines it
-// waits for; RecvMsg and Header go on (ready) after that end.
-func (s *retryStream) driven() {
+	s.settleOthers(st, w)
+	// The driver's last step: the end it runs waits for the others alone.
 	s.goroutines.Done()
-	if r := s.race; r.failed {
-		s.finishStream(r.final, false)
+	if w == nil {
+		s.finishStream(st.giveUp(s.callCtx, why), false)
 		close(r.ready)
 	}
 }

@@ -61,11 +61,10 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		"recordHedge": {"settleOthers", "takeHedge"},
 		// One end, finishStream, which every end goes through: an
 		// attempt's (settle, retryAfter), the breaker's refusal (stream),
-		// a race that failed, once its driver no longer counts among the
-		// goroutines the end waits for (driven).
+		// a race that failed (endRace, the driver's last step).
 		"finished":     {"finishStream"},
 		"fill":         {"finishStream"},
-		"finishStream": {"driven", "retryAfter", "settle", "stream"},
+		"finishStream": {"endRace", "retryAfter", "settle", "stream"},
 		// Every end of a retried stream's attempt (it failed to open, to
 		// replay, or ended) hands the call its timer's verdict in one place.
 		"stopTimer": {"endAttempt"},
