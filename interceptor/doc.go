@@ -65,9 +65,11 @@
 // replay buffer), else the one whose end ended the call, once every other
 // attempt has ended; one that never opened shows no metadata and no peer. A
 // call ended by its caller's context returns the caller's status with the last
-// attempt's metadata, as grpc-go does. A call ends once: grpc.OnFinish runs
-// once, and the Report and holders are written before the end is announced
-// (the call returns, or RecvMsg returns the status).
+// attempt's metadata, as grpc-go does. A call ends once, the breaker's
+// refusal too: grpc.OnFinish runs once with the caller's status, and the
+// Report and holders are written, after every attempt and goroutine of the
+// call has ended and before the end is announced (the call returns, or
+// RecvMsg returns the status).
 //
 // # Where stagger goes in a chain
 //
