@@ -67,9 +67,9 @@
 // call ended by its caller's context returns the caller's status with the last
 // attempt's metadata, as grpc-go does. A call ends once, the breaker's
 // refusal too: grpc.OnFinish runs once with the caller's status, and the
-// Report and holders are written, after every attempt and goroutine of the
-// call has ended and before the end is announced (the call returns, or
-// RecvMsg returns the status).
+// Report and holders are written, after every attempt of the call has
+// ended (a hedged stream's driver too) and before the end is announced (the
+// call returns, or RecvMsg returns the status).
 //
 // # Where stagger goes in a chain
 //
