@@ -200,3 +200,40 @@ func TestNothingOutlivesAStream(t *testing.T) {
 		})
 	}
 }
+
+// TestAbandonedStreamOnFinishOnce: a stream whose caller cancels it and
+// never reads it ends once, by its abandon watch: OnFinish runs once with
+// CANCELED, the status RecvMsg then returns, retried or hedged.
+func TestAbandonedStreamOnFinishOnce(t *testing.T) {
+	cc := caseServer(t)
+	for _, kind := range []struct{ name, entry string }{{"retried", endRetry}, {"hedged", endHedge}} {
+		t.Run(kind.name, func(t *testing.T) {
+			ran := make(chan error, 2)
+			ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-case", "hang"))
+			k := StreamClientInterceptor(WithConfig(end90File(t, end90Entry(kind.entry))))
+			cs, err := k(ctx, end90Desc, cc, end90Method, streamerOf(cc), grpc.OnFinish(func(err error) { ran <- err }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cs.SendMsg(&emptypb.Empty{}); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			var got error
+			select {
+			case got = <-ran:
+			case <-time.After(10 * time.Second):
+				t.Fatal("OnFinish never ran for the abandoned stream")
+			}
+			err = cs.RecvMsg(new(emptypb.Empty))
+			if status.Code(got) != codes.Canceled || status.Code(err) != codes.Canceled {
+				t.Errorf("OnFinish got %v, RecvMsg %v; want CANCELED for both", got, err)
+			}
+			select {
+			case again := <-ran:
+				t.Errorf("OnFinish ran again, with %v", again)
+			default:
+			}
+		})
+	}
+}
