@@ -61,8 +61,8 @@ import (
 // answers; RecvMsg and Header wait for the commit. A hedged stream runs one
 // goroutine of its own until it commits and the others ended (hooks hear
 // its hedge events there) and one per attempt until the attempt's headers
-// arrive or it ends; the stream's end waits for each. The adaptive delay learns from the winners' times to
-// commit.
+// arrive or it ends; the stream's end waits for each. The adaptive delay
+// learns from the winners' times to commit.
 //
 // The returned streams follow grpc.ClientStream's rules: one goroutine may
 // send (SendMsg, CloseSend) while another receives.
