@@ -271,3 +271,41 @@ func readAll(cs grpc.ClientStream) error {
 		}
 	}
 }
+
+// TestUnaryCommitsAtItsEnd pins the package doc's deliberate difference:
+// grpc-go shows a unary call's interceptor the response headers only with
+// the attempt's end, so an attempt whose headers arrived and that then
+// hangs is still cut off by its per-attempt timer and retried, or raced by
+// a hedge that wins (grpc C-core's timer, and gRFC A6's commit, would stop
+// at the headers).
+func TestUnaryCommitsAtItsEnd(t *testing.T) {
+	cc := bufconnServe(t, func(_ any, ss grpc.ServerStream) error {
+		if err := ss.RecvMsg(new(emptypb.Empty)); err != nil {
+			return err
+		}
+		if err := ss.SendHeader(metadata.Pairs("x-attempt", strconv.Itoa(serverAttempt(ss)))); err != nil {
+			return err
+		}
+		if serverAttempt(ss) == 1 {
+			<-ss.Context().Done()
+			return status.FromContextError(ss.Context().Err()).Err()
+		}
+		return ss.SendMsg(&emptypb.Empty{})
+	})
+	for _, tc := range []struct{ name, entry string }{
+		{"timer", `"idempotent": true, "retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.001s", "maxBackoff": "0.001s", "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "perAttemptRecvTimeout": "0.05s"}`},
+		{"hedge", `"idempotent": true, "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.02s", "nonFatalStatusCodes": ["UNAVAILABLE"]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rep Report
+			var header metadata.MD
+			k := UnaryClientInterceptor(WithConfig(end90Config(t, tc.entry)), WithBudget(nil))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := k(ctx, end90Method, &emptypb.Empty{}, new(emptypb.Empty), cc, invokeOf, grpc.Header(&header), WithReport(&rep))
+			if got := header.Get("x-attempt"); err != nil || rep.Attempts != 2 || len(got) != 1 || got[0] != "2" {
+				t.Errorf("call: %v after %d attempts, headers %v; want the second attempt's answer", err, rep.Attempts, header)
+			}
+		})
+	}
+}
