@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -127,9 +126,9 @@ func ParseConfig(data []byte, opts ...ParseOption) (*Config, error) {
 
 // LoadFile reads and parses the policy file at path (see ParseConfig).
 func LoadFile(path string, opts ...ParseOption) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err
 	}
 	o := buildParseOptions(opts)
 	o.format = formatFor(path, o.format)

@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,9 +85,15 @@ type Source struct {
 	opts parseOptions
 	cur  atomic.Pointer[Config]
 
-	mu       sync.Mutex // serialises reloads
-	lastHash [sha256.Size]byte
-	lastErr  string
+	// reloading serialises reloads: their reads, parses and reports. It
+	// is held across the read of the file, never mu, so that a slow read
+	// holds up no Update.
+	reloading sync.Mutex
+	lastHash  [sha256.Size]byte
+	lastErr   string
+	// mu serialises the changes to the config in use (cur, loaded,
+	// warned, refused): a reload's and Update's.
+	mu sync.Mutex
 	// refused is the last refusal and how many there were (Refused).
 	refused atomic.Pointer[refusal]
 	// loaded is the config in use's generation and hash (Loaded), written
@@ -123,9 +127,9 @@ func WatchFile(path string, opts ...ParseOption) (*Source, error) {
 	s := &Source{path: path, opts: buildParseOptions(opts)}
 	s.opts.format = formatFor(path, s.opts.format)
 	s.opts.file = path
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err
 	}
 	cfg, err := parseConfig(data, &s.opts)
 	if err != nil {
@@ -173,25 +177,28 @@ func (s *Source) Path() string { return s.path }
 // Reload reads the file now and swaps in its config if the content changed
 // and parses; it returns the parse or read error otherwise (the last good
 // config stays). A content already seen, good or bad, is neither parsed
-// nor reported again. For a Source made by NewSource it does nothing.
+// nor reported again. Only a regular file is read: a named pipe, a device
+// or a socket at the path is a refusal naming it, never a wait. For a
+// Source made by NewSource it does nothing.
 func (s *Source) Reload() error {
 	if s.path == "" {
 		return nil
 	}
-	s.mu.Lock()
-	ev, report, err := s.reloadLocked()
-	s.mu.Unlock()
+	s.reloading.Lock()
+	ev, report, err := s.reload()
+	s.reloading.Unlock()
 	if report && s.opts.onReload != nil {
 		s.opts.onReload(ev)
 	}
 	return err
 }
 
-func (s *Source) reloadLocked() (SourceEvent, bool, error) {
+// reload reads and parses the file and applies the result. The caller
+// holds reloading, not mu: mu is taken only to apply.
+func (s *Source) reload() (SourceEvent, bool, error) {
 	ev := SourceEvent{Path: s.path}
-	data, err := os.ReadFile(s.path)
+	data, err := readFile(s.path)
 	if err != nil {
-		err = fmt.Errorf("policy: %w", err)
 		return s.refuse(ev, err)
 	}
 	h := sha256.Sum256(data)
@@ -205,7 +212,7 @@ func (s *Source) reloadLocked() (SourceEvent, bool, error) {
 		// an empty or half-written file for a moment: look again once it
 		// has settled before reporting it.
 		time.Sleep(reloadSettle)
-		if again, rerr := os.ReadFile(s.path); rerr == nil && sha256.Sum256(again) != h {
+		if again, rerr := readFile(s.path); rerr == nil && sha256.Sum256(again) != h {
 			s.lastHash = sha256.Sum256(again)
 			cfg, err = parseConfig(again, &s.opts)
 		}
@@ -215,6 +222,8 @@ func (s *Source) reloadLocked() (SourceEvent, bool, error) {
 		return s.refuse(ev, err)
 	}
 	s.lastErr = ""
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if r := s.refused.Load(); r != nil && r.ev.Err != nil {
 		s.refused.Store(&refusal{n: r.n})
 	}
@@ -266,8 +275,10 @@ func (s *Source) Refused() (n uint64, ev SourceEvent) {
 }
 
 // refuse reports err once: the same error again (a file still missing) is
-// not reported on every poll.
+// not reported on every poll. The caller holds reloading.
 func (s *Source) refuse(ev SourceEvent, err error) (SourceEvent, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	ev.Config, ev.Err = s.cur.Load(), err
 	if err.Error() == s.lastErr {
 		return ev, false, err
@@ -334,8 +345,10 @@ func (s *Source) Update(cfg *Config) error {
 	return nil
 }
 
-// Close stops the polling goroutine and waits for it to end. The Source still
-// answers Config afterwards. Close may be called more than once, but not
+// Close stops the polling goroutine and waits for it to end, which is at
+// most the end of a reload under way: a reload reads only regular files,
+// so none waits on a pipe's writer. The Source still answers Config
+// afterwards. Close may be called more than once, but not
 // from an OnReload callback (it would wait for itself).
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {
