@@ -104,7 +104,8 @@
 // (Config.Disabled): a file reloaded with it turns stagger off for the
 // calls that follow it, without a restart or code.
 //
-// Parsing never panics and does not stop at the first mistake: the error
+// Parsing never panics, takes time linear in the file's size, and does not
+// stop at the first mistake: the error
 // joins (errors.Join) one *FieldError per broken rule, each naming the path
 // of the field ("methodConfig[0].retryPolicy.maxAttempts"), the rule and the
 // value. A document that is not JSON or YAML fails with a single
@@ -119,7 +120,8 @@
 // What does not stop a file from being used is a Warning, listed by
 // Config.Warnings: among others an unknown key (ignored; the message names
 // the known key it likely misspells: "maxAtempts: unknown key, ignored (did
-// you mean "maxAttempts"?)"), a key given twice (the last one is used), a
+// you mean "maxAttempts"?)"; the first 100 of a file are listed, then one
+// warning says how many more), a key given twice (the last one is used), a
 // maxAttempts above the cap (capped), a tokenRatio with more than 3
 // decimals (kept to 3, as gRFC A6 says), a timeout of zero or less
 // (ignored), the fields that grpc-go applies but stagger does not

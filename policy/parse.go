@@ -171,6 +171,7 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 	}
 	w := &walker{opts: o}
 	c := w.config(root)
+	w.unknownKeysUnlisted()
 	w.placeAll(root)
 	if o.onWarnings != nil && len(w.warns) > 0 {
 		o.onWarnings(append([]Warning(nil), w.warns...))
@@ -206,6 +207,8 @@ type walker struct {
 	// services lists the services of the proto files, once a name needs
 	// suggestions.
 	services []string
+	// unknownKeys counts the file's unknown keys (object).
+	unknownKeys int
 }
 
 // placeAll gives every error and warning the file and the place of the key
