@@ -173,10 +173,12 @@
 // LoadFile as by a Source: a named pipe, a device, a socket or a directory
 // at the path is refused, naming it and its kind, without waiting on it,
 // and a reload reads outside the lock that Update takes, so Close always
-// returns. A new file that fails to read or parse
-// leaves the last good Config in use and is reported through OnReload; a good
-// one replaces the Config atomically. When the new file declares the same
-// budget settings (SourceEvent.BudgetKept), the interceptors that follow
+// returns. A new file that fails to read or parse leaves the last good
+// Config in use and is reported through OnReload; a good one replaces the
+// Config atomically. A refusal (Source.Refused) lasts until a good file
+// comes, or the content in use comes back (a file that went missing and
+// returned as it was); each new refusal is reported. When the new file
+// declares the same budget settings (SourceEvent.BudgetKept), the interceptors that follow
 // the Source keep every backend's budget state, so a reload that only
 // touches methods neither refills nor empties them; new settings start
 // afresh. NewSource and Update do the same for configs built elsewhere.

@@ -36,8 +36,9 @@ func WithPollTicks(ticks <-chan time.Time) ParseOption {
 }
 
 // OnReload registers fn to hear of every change a Source makes or refuses:
-// a new config in use, or a new file that could not be used (the last good
-// config stays). fn runs outside the Source's locks, on the goroutine that
+// a new config in use, a new file that could not be used (the last good
+// config stays), or the end of such a refusal when the file comes back to
+// the config in use (SourceEvent.Previous). fn runs outside the Source's locks, on the goroutine that
 // reloaded, and gets its own copy of the event.
 func OnReload(fn func(SourceEvent)) ParseOption {
 	return func(o *parseOptions) { o.onReload = fn }
@@ -50,7 +51,10 @@ type SourceEvent struct {
 	// Config is the config now in use (the new one after a change, the last
 	// good one after an error).
 	Config *Config
-	// Previous is the config in use before; nil after an error.
+	// Previous is the config in use before; nil after an error. After a
+	// refusal, a file that holds the content of the config in use again
+	// (it went missing and came back as it was) ends the refusal without
+	// a swap: Previous is then Config itself.
 	Previous *Config
 	// Err is why a new file was not used; nil when Config is new.
 	Err error
@@ -89,8 +93,10 @@ type Source struct {
 	// is held across the read of the file, never mu, so that a slow read
 	// holds up no Update.
 	reloading sync.Mutex
-	lastHash  [sha256.Size]byte
-	lastErr   string
+	// lastHash is the content last read; zero after a read that failed,
+	// so that whatever the file holds next is news.
+	lastHash [sha256.Size]byte
+	lastErr  string
 	// mu serialises the changes to the config in use (cur, loaded,
 	// warned, refused): a reload's and Update's.
 	mu sync.Mutex
@@ -199,6 +205,7 @@ func (s *Source) reload() (SourceEvent, bool, error) {
 	ev := SourceEvent{Path: s.path}
 	data, err := readFile(s.path)
 	if err != nil {
+		s.lastHash = [sha256.Size]byte{}
 		return s.refuse(ev, err)
 	}
 	h := sha256.Sum256(data)
@@ -206,6 +213,9 @@ func (s *Source) reload() (SourceEvent, bool, error) {
 		return ev, false, nil
 	}
 	s.lastHash = h
+	if ev, report, ok := s.recovered(ev, h); ok {
+		return ev, report, nil
+	}
 	cfg, err := parseConfig(data, &s.opts)
 	if err != nil {
 		// An editor that writes in two steps (truncate, then write) shows
@@ -214,6 +224,9 @@ func (s *Source) reload() (SourceEvent, bool, error) {
 		time.Sleep(reloadSettle)
 		if again, rerr := readFile(s.path); rerr == nil && sha256.Sum256(again) != h {
 			s.lastHash = sha256.Sum256(again)
+			if ev, report, ok := s.recovered(ev, s.lastHash); ok {
+				return ev, report, nil
+			}
 			cfg, err = parseConfig(again, &s.opts)
 		}
 	}
@@ -224,13 +237,42 @@ func (s *Source) reload() (SourceEvent, bool, error) {
 	s.lastErr = ""
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.refused.Load(); r != nil && r.ev.Err != nil {
-		s.refused.Store(&refusal{n: r.n})
-	}
+	s.clearRefusal()
 	ev.Previous, ev.BudgetKept = s.swap(cfg, hex.EncodeToString(s.lastHash[:]))
 	ev.Config = cfg
 	s.judge(&ev)
 	return ev, true, nil
+}
+
+// recovered reports whether h, the content just read, is the config in
+// use's (ok); if so it ends the refusal in force, if any (the file went
+// missing, or was broken, and came back as it was): nothing is swapped,
+// and OnReload hears of it (report) with Previous the config in use. The
+// caller holds reloading.
+func (s *Source) recovered(ev SourceEvent, h [sha256.Size]byte) (_ SourceEvent, report, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.loaded.Load(); l == nil || l.hash != hex.EncodeToString(h[:]) {
+		return ev, false, false
+	}
+	s.lastErr = ""
+	if !s.clearRefusal() {
+		return ev, false, true
+	}
+	ev.Config = s.cur.Load()
+	ev.Previous, ev.BudgetKept = ev.Config, true
+	return ev, true, true
+}
+
+// clearRefusal forgets the refusal in force, keeping the count, and
+// reports whether there was one. The caller holds mu.
+func (s *Source) clearRefusal() bool {
+	r := s.refused.Load()
+	if r == nil || r.ev.Err == nil {
+		return false
+	}
+	s.refused.Store(&refusal{n: r.n})
+	return true
 }
 
 // refusal is what Refused returns; claimed says ClaimRefused gave it.
@@ -260,7 +302,9 @@ func (s *Source) ClaimRefused() (ev SourceEvent, ok bool) {
 // be read or parsed; the last good config stays) while that file is still
 // the latest, and n, the number of refusals so far: it changes with each
 // new one, so a reader that remembers it can report each once. After a
-// reload that succeeds, ev is zero until the next refusal. The interceptors
+// reload that succeeds, or that finds the file back to the content of the
+// config in use, ev is zero until the next refusal; each new refusal is
+// counted and reported, a file that goes missing twice included. The interceptors
 // log each refusal through interceptor.WithLogger this way, on the next
 // call, at error level (without a logger, through slog.Default(), once:
 // ClaimRefused); OnReload hears of it at once.
