@@ -169,10 +169,12 @@
 // A Source follows a file that may change: WatchFile loads it (the first load
 // must succeed) and polls it every DefaultPollInterval, or as
 // WithPollInterval or WithPollTicks say; Reload reads it at once. A content
-// already seen is not parsed again. Only a regular file is read, by
-// LoadFile as by a Source: a named pipe, a device, a socket or a directory
-// at the path is refused, naming it and its kind, without waiting on it,
-// and a reload reads outside the lock that Update takes, so Close always
+// already seen is not parsed again. Only a regular file of at most 4 MiB
+// is read, by LoadFile as by a Source: a larger one is refused naming its
+// size and the bound, without being read whole (ParseConfig refuses such a
+// document too), and a named pipe, a device, a socket or a directory at
+// the path is refused naming it and its kind, without waiting on it; a
+// reload reads outside the lock that Update takes, so Close always
 // returns. A new file that fails to read or parse leaves the last good
 // Config in use and is reported through OnReload; a good one replaces the
 // Config atomically. A refusal (Source.Refused) lasts until a good file

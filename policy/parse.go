@@ -118,13 +118,16 @@ func AsJSON() ParseOption { return func(o *parseOptions) { o.format = "json" } }
 // YAML, with stagger's extensions. It returns every error in the file at once,
 // joined with errors.Join: each is a *FieldError naming the path, the rule and
 // the value. Unknown keys and fields stagger does not apply are reported by
-// Config.Warnings. It never panics, whatever data holds.
+// Config.Warnings. It never panics, whatever data holds; data larger than
+// a policy file's bound (4 MiB) is refused unread.
 func ParseConfig(data []byte, opts ...ParseOption) (*Config, error) {
 	o := buildParseOptions(opts)
 	return parseConfig(data, &o)
 }
 
-// LoadFile reads and parses the policy file at path (see ParseConfig).
+// LoadFile reads and parses the policy file at path (see ParseConfig). It
+// reads only a regular file of at most 4 MiB: a larger one, a named pipe,
+// a device, a socket or a directory is refused, naming the path.
 func LoadFile(path string, opts ...ParseOption) (*Config, error) {
 	data, err := readFile(path)
 	if err != nil {
@@ -150,6 +153,9 @@ func formatFor(path, forced string) string {
 func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 	if err := o.checkCap(); err != nil {
 		return nil, err
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("policy: the document is %w", errTooLarge(fmt.Sprintf("%d bytes", len(data))))
 	}
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil, errors.New("policy: empty policy file")
