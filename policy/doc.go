@@ -124,7 +124,9 @@
 // warning says how many more), a key given twice (the last one is used), a
 // maxAttempts above the cap (capped), a tokenRatio with more than 3
 // decimals (kept to 3, as gRFC A6 says), a timeout of zero or less
-// (ignored), the fields that grpc-go applies but stagger does not
+// (ignored), a backoff or hedgingDelay longer than what bounds its call
+// (the entry's timeout; without one, the deferring budget's defer.maxWait,
+// the default budget's when the file declares none; an hour in any case), the fields that grpc-go applies but stagger does not
 // (loadBalancingPolicy, loadBalancingConfig, healthCheckConfig), and a name
 // the proto files do not declare (below). A required key missing because it
 // was misspelt says so in its error, Strict or not. OnWarnings receives the

@@ -284,6 +284,7 @@ func (w *walker) config(root *node) *Config {
 	} else if bud != nil {
 		w.retryBudget(bud, "retryBudget", c)
 	}
+	w.warnLongPauses(c)
 	return c
 }
 
