@@ -120,13 +120,14 @@
 // What does not stop a file from being used is a Warning, listed by
 // Config.Warnings: among others an unknown key (ignored; the message names
 // the known key it likely misspells: "maxAtempts: unknown key, ignored (did
-// you mean "maxAttempts"?)"; the first 100 of a file are listed, then one
-// warning says how many more), a key given twice (the last one is used), a
-// maxAttempts above the cap (capped), a tokenRatio with more than 3
-// decimals (kept to 3, as gRFC A6 says), a timeout of zero or less
-// (ignored), a backoff or hedgingDelay longer than what bounds its call
-// (the entry's timeout; without one, the deferring budget's defer.maxWait,
-// the default budget's when the file declares none; an hour in any case), the fields that grpc-go applies but stagger does not
+// you mean "maxAttempts"?)"), a key given twice (the last one is used; of
+// each of these two, the first 100 of a file are listed, then one warning
+// says how many more), a maxAttempts above the cap (capped), a tokenRatio
+// with more than 3 decimals (kept to 3, as gRFC A6 says), a timeout of zero
+// or less (ignored), a backoff or hedgingDelay longer than what bounds its
+// call (the entry's timeout; without one, the deferring budget's
+// defer.maxWait, the default budget's when the file declares none; an hour
+// in any case), the fields that grpc-go applies but stagger does not
 // (loadBalancingPolicy, loadBalancingConfig, healthCheckConfig), and a name
 // the proto files do not declare (below). A required key missing because it
 // was misspelt says so in its error, Strict or not. OnWarnings receives the

@@ -213,8 +213,9 @@ type walker struct {
 	// services lists the services of the proto files, once a name needs
 	// suggestions.
 	services []string
-	// unknownKeys counts the file's unknown keys (object).
-	unknownKeys int
+	// unknownKeys and repeatedKeys count the file's unknown keys and
+	// keys given more than once (object).
+	unknownKeys, repeatedKeys int
 }
 
 // placeAll gives every error and warning the file and the place of the key

@@ -42,7 +42,8 @@ func parseTime(t *testing.T, doc []byte, opts ...ParseOption) time.Duration {
 // TestParseUnknownKeysLinear: a file of many unknown keys parses in time
 // linear in its size (32k took 28.8 s, 16k 6.3 s: each warning placed by a
 // scan of its object), and the warnings still name the keys: the first
-// maxUnknownKeyReports, then how many more.
+// maxUnknownKeyReports, then how many more; so do keys given more than
+// once.
 func TestParseUnknownKeysLinear(t *testing.T) {
 	const small, large = 8 << 10, 32 << 10
 	for _, yaml := range []bool{false, true} {
@@ -78,6 +79,29 @@ func TestParseUnknownKeysLinear(t *testing.T) {
 	if got := ws[maxUnknownKeyReports].String(); got != want {
 		t.Errorf("summary = %q, want %q", got, want)
 	}
+	// Keys given more than once are listed as far, then counted.
+	var b strings.Builder
+	b.WriteString(`{"methodConfig": [{"name": [{}]`)
+	for i := range large {
+		fmt.Fprintf(&b, `, "timeout": "%ds"`, i+1)
+	}
+	b.WriteString(`}]}`)
+	if d := parseTime(t, []byte(b.String()), WithProtoFiles(nil)); d > 5*time.Second {
+		t.Errorf("%d repeated keys parse in %v", large, d)
+	}
+	c, err = ParseConfig([]byte(b.String()), WithProtoFiles(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws = c.Warnings()
+	want = fmt.Sprintf("%d more keys given more than once, not listed (the first %d are)", large-1-maxUnknownKeyReports, maxUnknownKeyReports)
+	if len(ws) != maxUnknownKeyReports+1 || ws[maxUnknownKeyReports].String() != want {
+		t.Errorf("%d warnings, the last %v; want %d, the last %q", len(ws), ws[len(ws)-1], maxUnknownKeyReports+1, want)
+	}
+	if got := c.Method("/a.S/M").Timeout; got != large*time.Second {
+		t.Errorf("timeout %v, want the last one, %v", got, large*time.Second)
+	}
+
 	_, err = ParseConfig(unknownKeysDoc(large, false), Strict(), WithProtoFiles(nil))
 	if err == nil || strings.Count(err.Error(), "\n") != maxUnknownKeyReports || !strings.Contains(err.Error(), fmt.Sprintf("got %d more", large-maxUnknownKeyReports)) {
 		t.Errorf("Strict: %d lines, last %q", strings.Count(fmt.Sprint(err), "\n")+1, fmt.Sprint(err)[max(0, len(fmt.Sprint(err))-200):])

@@ -72,10 +72,10 @@ func snake(camel string) string {
 }
 
 // maxUnknownKeyReports bounds the unknown keys a parse reports one by one
-// (warnings, or errors under Strict); past it they are counted and one
-// report says how many more. A file with more is no set of typos, and
-// each such warning is a log line in every process that loads the file
-// (Warning.Typo).
+// (warnings, or errors under Strict), and the keys given more than once;
+// past it they are counted and one report says how many more. A file with
+// more is no set of typos, and each such warning is a log line in every
+// process that loads the file (Warning.Typo).
 const maxUnknownKeyReports = 100
 
 // object checks that n is an object and reports its keys that are not in
@@ -128,17 +128,22 @@ func (w *walker) object(n *node, path string, known ...string) bool {
 			continue
 		}
 		if seen[name] {
-			w.warn(join(path, name), "key given more than once; the last one is used")
+			if w.repeatedKeys++; w.repeatedKeys <= maxUnknownKeyReports {
+				w.warn(join(path, name), "key given more than once; the last one is used")
+			}
 		}
 		seen[name] = true
 	}
 	return true
 }
 
-// unknownKeysUnlisted reports, once the file is walked, the unknown keys
-// past maxUnknownKeyReports: how many, as one warning (an error under
-// Strict).
+// unknownKeysUnlisted reports, once the file is walked, the unknown and
+// the repeated keys past maxUnknownKeyReports: how many, as one warning
+// each (an error under Strict for the unknown ones).
 func (w *walker) unknownKeysUnlisted() {
+	if more := w.repeatedKeys - maxUnknownKeyReports; more > 0 {
+		w.warn("", "%d more keys given more than once, not listed (the first %d are)", more, maxUnknownKeyReports)
+	}
 	more := w.unknownKeys - maxUnknownKeyReports
 	if more <= 0 {
 		return
