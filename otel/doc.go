@@ -206,14 +206,15 @@
 //     misspelt service) or turns off the retries of a method that had them
 //     (policy.Source.Warned's count; SourceEvent.Warnings says why); and
 //     "failure", a file that could not be read or parsed
-//     (policy.Source.Refused's count: one per distinct error).
+//     (policy.Source.Refused's count: one per refusal, a file still
+//     missing being one).
 //   - stagger.client.config.generation, asynchronous gauge, {config}: the
 //     generation of the config in use, with stagger.config.hash, the
 //     SHA-256 of the file content it came from (none after
 //     policy.Source.Update): which config is in force, on every process.
 //   - stagger.client.config.reload_failed, asynchronous gauge: 1 while the
 //     latest content of the file was refused and an older config stays in
-//     use, else 0.
+//     use, else 0 (a file that went missing and came back as it was, 0).
 //
 // Recording a call's end costs no allocation once its method and target
 // have been seen: the attribute sets are built once per method and target
