@@ -10,6 +10,7 @@ import (
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/internal/bounded"
+	"github.com/stagger-go/stagger/internal/fence"
 	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -69,7 +70,7 @@ func (o *options) firstAmbiguous(method string) bool {
 // slogDefault is slog.Default() as a logging.Logger, read at each line (a
 // program may set it later); the two packages' levels have one value.
 var slogDefault = logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
-	slog.Default().Log(ctx, slog.Level(l), msg, fields...)
+	fence.Run(fence.Logger, func() { slog.Default().Log(ctx, slog.Level(l), msg, fields...) })
 })
 
 // log writes e's line to l, at WithLogger's levels and with its fields.
