@@ -102,6 +102,9 @@
 // idempotent", or the resume function's error. Nothing else of the call
 // changes; no other call sees it.
 //
+// Bounds hold in every state: a stream's replay buffer while no attempt is
+// live (the sender blocks: WithReplayBufferSize).
+//
 // # Concurrency
 //
 // The interceptors are safe for concurrent use by any number of calls; hooks
