@@ -10,6 +10,7 @@ import (
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/internal/bounded"
+	"github.com/stagger-go/stagger/internal/callwords"
 	"github.com/stagger-go/stagger/internal/fence"
 	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
@@ -43,7 +44,7 @@ var (
 )
 
 const (
-	msgAmbiguous   = "stagger: " + ambiguousNote
+	msgAmbiguous   = "stagger: " + callwords.Ambiguous
 	msgNoHedging   = "stagger: hedging not applied: method not known to be idempotent"
 	msgDeferred    = "stagger: retry deferred: the budget refused it now, the call waits for a later admission"
 	msgSwitchedOff = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
