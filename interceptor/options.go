@@ -207,7 +207,8 @@ func WithLogger(l logging.Logger) Option {
 
 // WithHook calls fn with a copy of every event but EventEnd. fn runs on a
 // goroutine of the call, outside every lock stagger holds; it must be quick
-// and safe for concurrent use. Several hooks may be given; they run in order.
+// and safe for concurrent use (a panic skips the event: see the package
+// doc). Several hooks may be given; they run in order.
 func WithHook(fn func(Event)) Option {
 	return Option{apply: func(o *options) {
 		if fn != nil {
