@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stagger-go/stagger/breaker"
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
 	"github.com/stagger-go/stagger/testserver"
@@ -25,6 +26,18 @@ import (
 const fenceRetryFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
 	"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.001s",
 		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+
+// fenceTimerFile cuts Get's attempts off after 50 ms, to retry them.
+const fenceTimerFile = `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService", "method": "Get"}],
+	"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.001s",
+		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "perAttemptRecvTimeout": "0.05s"}}]}`
+
+// refuseRetries lets every first attempt go and refuses every retry.
+type refuseRetries struct{}
+
+func (refuseRetries) Record(budget.Attempt)       {}
+func (refuseRetries) Allow(r budget.Request) bool { return r.Number < 2 }
+func (refuseRetries) State() budget.State         { return budget.State{Kind: "refusing"} }
 
 // fencedCallback is one place where stagger calls user code, made to
 // panic each time it is called.
@@ -43,7 +56,8 @@ type fencedCallback struct {
 // A panicking callback at every point where stagger calls user code (each
 // hook event, the logger, a predicate, WithIdempotentMethods, a resume
 // function, grpc.OnFinish, a breaker.Set's onChange), in unary, stream,
-// resumed, hedged unary and hedged stream calls and a breaker that opens:
+// resumed, hedged unary and hedged stream calls, a stream hedging does not
+// apply to, a hedged call whose hedging stops and a breaker that opens:
 // nothing crashes; each call ends as it would without the callback but
 // for what the panic decides (a predicate's "no retry", a resume
 // function's error), with its own reply; an ordinary call after it gets
@@ -103,6 +117,14 @@ func TestPanickingCallbacksAreFenced(t *testing.T) {
 			// The callback's option comes last: it replaces resumeOK.
 			retried := fencedClient(t, srv, append(append([]interceptor.Option{interceptor.WithConfig(mustParse(fenceRetryFile))}, common...), own...)...)
 			hedged := fencedClient(t, srv, append(append([]interceptor.Option{interceptor.WithConfig(mustParse(hedgeFile))}, common...), own...)...)
+			// refusing refuses every retry: the per-attempt timer's runs
+			// on; deferring holds them in a Gate, within the call's deadline.
+			gate, err := budget.Deferring(refuseRetries{}, budget.DeferSettings{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			refusing := fencedClient(t, srv, append(append([]interceptor.Option{interceptor.WithConfig(mustParse(fenceTimerFile)), interceptor.WithBudget(refuseRetries{})}, common...), own...)...)
+			deferring := fencedClient(t, srv, append(append([]interceptor.Option{interceptor.WithConfig(mustParse(fenceRetryFile)), interceptor.WithBudget(gate)}, common...), own...)...)
 			var callOpts []grpc.CallOption
 			if cb.callOpt != nil {
 				callOpts = append(callOpts, cb.callOpt(&n))
@@ -127,6 +149,38 @@ func TestPanickingCallbacksAreFenced(t *testing.T) {
 				{"hedged stream", func(key string) error {
 					sc := &testingv1.Script{Key: key, ResponseCount: 3, AttemptDelays: durations(300*time.Millisecond, 0)}
 					return streamKey(hedged, sc, 3, append(callOpts, interceptor.Idempotent())...)
+				}},
+				{"not idempotent", func(key string) error {
+					// Hedging does not apply (a notice): the stream runs once.
+					return streamKey(hedged, &testingv1.Script{Key: key, ResponseCount: 2}, 2, callOpts...)
+				}},
+				{"hedge stopped", func(key string) error {
+					// A pushback that is no number stops hedging: the
+					// call ends with the attempt's UNAVAILABLE.
+					err := getKey(hedged, key, &testingv1.Script{FailAttempts: 1, Pushback: []string{"x"}}, callOpts...)
+					if status.Code(err) != codes.Unavailable {
+						return fmt.Errorf("%v, want the attempt's UNAVAILABLE", err)
+					}
+					return nil
+				}},
+				{"timer ran on", func(key string) error {
+					return getKey(refusing, key, &testingv1.Script{AttemptDelays: durations(150 * time.Millisecond)}, callOpts...)
+				}},
+				{"deferred", func(key string) error {
+					ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+					defer cancel()
+					// The Gate may let the retry go (as its probe) or not.
+					resp, err := deferring.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: key, FailAttempts: 1}}, callOpts...)
+					switch status.Code(err) {
+					case codes.OK:
+						if resp.GetReply().GetKey() != key {
+							return fmt.Errorf("reply %v, not its own", resp.GetReply())
+						}
+					case codes.Unavailable, codes.DeadlineExceeded:
+					default:
+						return fmt.Errorf("%v, want its reply, the attempt's UNAVAILABLE or the deadline", err)
+					}
+					return nil
 				}},
 				{"breaker", func(key string) error {
 					// Three first attempts fail: the breaker opens; the
@@ -154,8 +208,9 @@ func TestPanickingCallbacksAreFenced(t *testing.T) {
 			}
 		})
 	}
-	for _, k := range []interceptor.EventKind{interceptor.EventRetry, interceptor.EventGiveUp, interceptor.EventHedge,
-		interceptor.EventHedgeWon, interceptor.EventResume, interceptor.EventBreaker, interceptor.EventEnd} {
+	for _, k := range []interceptor.EventKind{interceptor.EventRetry, interceptor.EventGiveUp, interceptor.EventNotice, interceptor.EventHedge,
+		interceptor.EventHedgeStop, interceptor.EventHedgeWon, interceptor.EventDeferred, interceptor.EventBreaker, interceptor.EventEnd,
+		interceptor.EventResume, interceptor.EventTimerRanOn} {
 		if _, ok := kinds.Load(k); !ok {
 			t.Errorf("no hook panicked on %v", k)
 		}
