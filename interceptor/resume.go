@@ -237,8 +237,8 @@ func (r *resumeState) build(orig, last any) (next proto.Message, err error) {
 	if !ok {
 		return nil, fmt.Errorf("the last message is a %T, not a proto.Message", last)
 	}
-	if fence.Run(fence.Resume, func() { next, err = r.fn(req, msg) }) {
-		return nil, errors.New("it panicked")
+	if p := fence.Run(fence.Resume, func() { next, err = r.fn(req, msg) }); p != nil {
+		return nil, fmt.Errorf("panic: %v", p)
 	}
 	if err == nil && (next == nil || !next.ProtoReflect().IsValid()) {
 		err = errors.New("it returned no request")

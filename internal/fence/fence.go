@@ -47,29 +47,28 @@ const msgPanicked = "stagger: a callback panicked; recovered, the call goes on w
 // Panics returns the number of panics recovered in the process.
 func Panics() int64 { return panics.Load() }
 
-// Run calls f and reports whether it panicked; a panic is recovered,
-// counted and logged (slog.Default, at error: the callback may be the
-// logger), at most once per site per logEvery.
-func Run(site Site, f func()) (panicked bool) {
+// Run calls f and returns what it panicked with (nil: it did not); a
+// panic is recovered, counted and logged (slog.Default, at error: the
+// callback may be the logger), at most once per site per logEvery.
+func Run(site Site, f func()) (panicked any) {
+	done := false
 	defer func() {
-		if !panicked {
+		if done {
 			return
 		}
-		p := recover()
-		if p == nil {
+		if panicked = recover(); panicked == nil {
 			return // runtime.Goexit (a test's FailNow in a hook) goes on
 		}
 		panics.Add(1)
 		now, last := time.Now().UnixNano(), &lastLog[site]
 		if l := last.Load(); (l == 0 || now-l >= int64(logEvery)) && last.CompareAndSwap(l, now) {
 			slog.Default().Error(msgPanicked, "stagger.callback", siteNames[site],
-				"stagger.panic", fmt.Sprint(p), "stagger.stack", string(debug.Stack()), "stagger.panics", panics.Load())
+				"stagger.panic", fmt.Sprint(panicked), "stagger.stack", string(debug.Stack()), "stagger.panics", panics.Load())
 		}
 	}()
-	panicked = true
 	f()
-	panicked = false
-	return false
+	done = true
+	return nil
 }
 
 // NewHook returns fn fenced: a panic skips the event for fn alone.
@@ -103,7 +102,7 @@ func NewPredicate(p func(error) (retry, decided bool)) func(error) (retry, decid
 		return nil
 	}
 	return func(err error) (retry, decided bool) {
-		if Run(Predicate, func() { retry, decided = p(err) }) {
+		if Run(Predicate, func() { retry, decided = p(err) }) != nil {
 			return false, true
 		}
 		return retry, decided
@@ -117,7 +116,7 @@ func NewSafe(safe func(string) bool) func(string) bool {
 		return nil
 	}
 	return func(method string) (ok bool) {
-		if Run(Idempotent, func() { ok = safe(method) }) {
+		if Run(Idempotent, func() { ok = safe(method) }) != nil {
 			return false
 		}
 		return ok
