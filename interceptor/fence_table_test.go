@@ -94,6 +94,7 @@ func TestPanickingCallbacksAreFenced(t *testing.T) {
 		{name: "OnFinish", callOpt: func(n *atomic.Int64) grpc.CallOption { return grpc.OnFinish(func(error) { panicking(n) }) }},
 		{name: "breaker onChange", onChange: func(n *atomic.Int64) func(breaker.Change) { return func(breaker.Change) { panicking(n) } }},
 	}
+	quietPanics(t)
 	kinds := new(sync.Map)
 	for _, cb := range callbacks {
 		t.Run(cb.name, func(t *testing.T) {

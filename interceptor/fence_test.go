@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +28,19 @@ func durations(ds ...time.Duration) []*durationpb.Duration {
 		out[i] = durationpb.New(d)
 	}
 	return out
+}
+
+// quietPanics sends slog's default logger, where recovered panics are
+// logged, nowhere until the test ends.
+func quietPanics(t *testing.T) {
+	prev, w, flags := slog.Default(), log.Writer(), log.Flags()
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(func() {
+		// SetDefault pointed package log at the discarding handler.
+		slog.SetDefault(prev)
+		log.SetOutput(w)
+		log.SetFlags(flags)
+	})
 }
 
 // noLeakAfter checks, once the test and its cleanups ended, that no
@@ -63,6 +78,7 @@ func getOwn(t *testing.T, client testingv1.TestServiceClient, key string, sc *te
 // which take the pooled state it used, each get their own reply.
 func TestPanickingHedgeHookLeavesNextCallsAlone(t *testing.T) {
 	noLeakAfter(t)
+	quietPanics(t)
 	srv := testserver.New()
 	defer srv.Close()
 	var armed atomic.Bool
@@ -98,6 +114,7 @@ func TestPanickingHedgeHookLeavesNextCallsAlone(t *testing.T) {
 // its own messages, and the next stream too.
 func TestPanickingHookOnHedgedStream(t *testing.T) {
 	noLeakAfter(t)
+	quietPanics(t)
 	srv := testserver.New()
 	defer srv.Close()
 	var hookPanics atomic.Int64
@@ -171,6 +188,7 @@ func (b *panickyBudget) State() budget.State { return budget.State{Kind: "panick
 // goroutine is left.
 func TestHedgeLoopPanicReturnsPooledStateLast(t *testing.T) {
 	noLeakAfter(t)
+	quietPanics(t)
 	srv := testserver.New()
 	defer srv.Close()
 	b := new(panickyBudget)
