@@ -98,6 +98,19 @@
 // as it happens; WithReport fills a Report per call. The nested module
 // github.com/stagger-go/stagger/otel turns them into gRFC A96's retry metrics.
 //
+// User code is fenced: a panic of a hook, the logger, a predicate
+// (WithPredicate, WithPolicy's), WithIdempotentMethods' function, a resume
+// function, a grpc.OnFinish function or a breaker.Set's onChange is
+// recovered where it is called, whatever the goroutine, counted
+// (RecoveredPanics) and logged to slog.Default() at error (at most one line
+// per kind of callback per 10 s), and becomes a skipped event (a hook, a
+// logger's line, an OnFinish), "not retried" (a predicate), "not
+// idempotent", or the resume function's error. Nothing else of the call
+// changes; no other call sees it.
+//
+// Bounds hold in every state: a stream's replay buffer while no attempt is
+// live (the sender blocks: WithReplayBufferSize).
+//
 // # Concurrency
 //
 // The interceptors are safe for concurrent use by any number of calls; hooks

@@ -212,6 +212,8 @@ type retryStream struct {
 	buf              replayBuffer
 	res              *resumeState
 	race             *hedgeRace
+	// sendWait closes when an attempt goes live (nil: nobody waits).
+	sendWait chan struct{}
 }
 
 // open starts a, the next attempt (dial). When it fails, a has ended, and
@@ -291,6 +293,10 @@ func (s *retryStream) dial(a *streamAttempt) error {
 			s.cur, s.live = a, s.live[:0]
 		}
 		s.live = append(s.live, a)
+		if s.sendWait != nil {
+			close(s.sendWait)
+			s.sendWait = nil
+		}
 		switch {
 		case !s.commitNext:
 		case s.race == nil:
@@ -343,6 +349,14 @@ func (u unopened) CloseSend() error             { return nil }
 func (u unopened) Context() context.Context     { return u.ctx }
 func (u unopened) SendMsg(any) error            { return io.EOF }
 func (u unopened) RecvMsg(any) error            { return u.err }
+
+// liveWait returns the channel that closes when an attempt goes live.
+func (s *retryStream) liveWait() <-chan struct{} {
+	if s.sendWait == nil {
+		s.sendWait = make(chan struct{})
+	}
+	return s.sendWait
+}
 
 func (s *retryStream) commitLocked() {
 	s.committed = true
