@@ -238,6 +238,17 @@ func (g *Gate) grantLocked(now time.Time) {
 	due := g.scratch[:0]
 	for w := g.dues.top(); w != nil && !now.Before(w.due); w = g.dues.top() {
 		g.dues.setDue(w, time.Time{})
+		if w.at < 0 && now.Before(w.view.since.Add(w.view.pause)) {
+			// Due before its pause passed: its end (the end rule bounds
+			// every wait, whatever its pause), or again at the earlier of
+			// the two when its end moved.
+			if end, why := g.st.endAt(now, &w.view); ended(now, end) {
+				g.moveLocked(now, w, waitOut, why.heldBy(w.view.heldBy))
+			} else {
+				g.dues.setDue(w, clock.Earlier(w.view.since.Add(w.view.pause), end))
+			}
+			continue
+		}
 		if w.at < 0 {
 			g.heads[w.level()][w.class()].push(w) // its pause passed
 		}
@@ -374,7 +385,10 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 			g.counts.Deferred++
 			w.seq = g.counts.Deferred
 			w.elem = g.queue[w.level()].PushBack(w)
-			g.dues.setDue(w, w.view.since.Add(w.view.pause)) // eligible once its pause passed
+			// Eligible once its pause passed, or decided at its end if
+			// that comes first.
+			end, _ := g.st.endAt(now, &w.view)
+			g.dues.setDue(w, clock.Earlier(w.view.since.Add(w.view.pause), end))
 		} else {
 			// Queued again (its guard refused): due at once, so the grant
 			// loop that follows puts it back in its place among the heads
