@@ -24,7 +24,8 @@ import (
 // calls, learnt from its answers as TCP learns its window. Successes raise
 // it; a refusal for overload (RESOURCE_EXHAUSTED without a pushback, a
 // per-attempt timeout, a slow success) halves it, once per attempt time; an
-// outage (failures in a row where retries do not heal) drops it to its
+// outage (failures in a row where retries do not heal; a refusal for
+// overload never makes one) drops it to its
 // floor, one probe per probe gap; the return after an outage grows it from
 // that floor; with no news it goes back to unknown, where one retry at a
 // time goes to learn. A pushback's delay is its own retry's pause.

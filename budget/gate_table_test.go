@@ -578,12 +578,14 @@ func TestGateOutageOutlastingTheWaits(t *testing.T) {
 			s.observe(t0, Attempt{Number: 1, Outcome: Failure, Overload: tt.ovl}, false)
 		}
 		s.enter(t0, 50*time.Millisecond, wait)
+		// The streak is of failures not for overload (a refusal for
+		// overload makes no outage: issue 88), from the first.
 		for i := range 2 {
 			a := Attempt{Number: 1, Outcome: Failure}
 			if tt.retries {
 				a.Number = i + 2
 			}
-			s.observe(t0.Add(tt.lasted), a, false)
+			s.observe(t0.Add(time.Duration(i)*tt.lasted), a, false)
 		}
 		if s.phase != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, s.phase, tt.want)
