@@ -448,7 +448,31 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 			}
 		}
 	}()
+	g.mu.Lock()
+	news := g.guardNews
+	g.mu.Unlock()
 	if guard := w.view.Guard; guard != nil && !gone() && !guard.Closed() {
+		if gw, isW := guard.(GuardWatcher); isW {
+			// Asked before the guard answers, so that a change right
+			// after its refusal is not missed: at its change the waiters
+			// a guard held are decided again at once (a change is rare,
+			// and they are at most the room's).
+			gw.WatchChange(g, func() {
+				now := g.now()
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				g.guardNews++
+				g.guardQuiet = false
+				for l := range g.queue {
+					for e := g.queue[l].Front(); e != nil; e = e.Next() {
+						if w := e.Value.(*Waiter); w.state == waitQueued && w.view.guardOpen {
+							g.dues.setDue(w, now)
+						}
+					}
+				}
+				g.grantLocked(now)
+			})
+		}
 		// Asked last: the guard's half-open slot goes only to a retry
 		// that goes.
 		ok, next = guard.AllowRetry()
@@ -474,7 +498,8 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		w.view.heldBy = heldGuard
 	}
 	w.view.guardOpen = open
-	g.guardQuiet, g.guardAt = true, next
+	// Quiet until news, unless a guard changed since this one was asked.
+	g.guardQuiet, g.guardAt = news == g.guardNews, next
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
 	// Queued again, w is the grant loop's: its end is read here, under
