@@ -129,9 +129,10 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// that cut the overload rule's room slows them by as much, to
 		// releaseEvery at worst (halving them held a backend refusing 30 %
 		// at random to about one a second). A success of a retry the gate
-		// let go halves the interval instead, as slow start does: with no
-		// new call served, the held retries' own successes are the only
-		// news. After a success the next release comes within every of now.
+		// let go halves the interval instead, as slow start does, whatever
+		// the room: with no new call served, the held retries' own
+		// successes are the only news (a burst of refusals that ended the
+		// load left its held retries one a second). After a success the next release comes within every of now.
 		if f := tune.BackFaster; a.Outcome != Success {
 			s.pace.every = s.pace.within(float64(s.pace.every) / f)
 		} else {
