@@ -182,7 +182,7 @@ var (
 	ErrTooManyWaiting = errors.New("budget: too many calls waiting for a retry")
 	// ErrOutageLasting: the server has been down longer than the calls'
 	// deadlines, and the retry fails at once (Gate, the futility rule).
-	ErrOutageLasting = errors.New("budget: the server has been down longer than a call without a deadline waits (MaxWait): its retries fail at once until a probe heals")
+	ErrOutageLasting = errors.New("budget: the server has been down longer than the call waits (three of its deadlines, or MaxWait without one): its retries fail at once until a probe heals")
 )
 
 // The other ends of a Gate's wait, which the interceptors treat alike.

@@ -326,6 +326,10 @@ func TestGateLastChance(t *testing.T) {
 	// it, though its deadline leaves less than that and its lead (a
 	// deadline sooner still ends the wait first).
 	g.Record(Attempt{Number: 5, Outcome: Failure, Admission: admitLast})
+	// (An outage younger than three of its deadlines: it waits.)
+	g.mu.Lock()
+	g.st.streakAt = clk.Now().Add(-100 * time.Millisecond)
+	g.mu.Unlock()
 	w2, err := g.Enter(last, 0, clk.Now().Add(240*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -44,8 +44,9 @@
 // pause; while the backend fails, one goes as a probe, or as its call's
 // last chance just before the deadline; an outage holds the waits (a call
 // with a deadline to its deadline, since the return may come first), and
-// once it has outlived what a new failed call without a deadline has left of
-// MaxWait, that call ends at once (but for a rare lone probe); when the backend serves again the held calls go back at a pace
+// once it has outlived three of a new failed call's deadlines, or without
+// one what it has left of MaxWait, that call ends at once (but for a rare
+// lone probe); when the backend serves again the held calls go back at a pace
 // that starts from the rate they came at and quickens while its answers
 // stay fast (many held calls are back within a second, a few that came
 // slowly take seconds, whatever the room). New wraps the token bucket and the ratio in a Gate unless
