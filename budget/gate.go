@@ -46,7 +46,7 @@ import (
 //     the wait; hold: nothing to wait for; criticality: evicted by a more
 //     critical retry) and what held it (outage, overload, breaker).
 //
-// `stagger check` prints the rules' detail by name, with their numbers:
+// `stagger check -format json` lists the rules' detail, with their numbers:
 // heal, probe, last-chance, release, guard, outage, overload, hold, end,
 // futility, settling, ageing, criticality. A caller that leaves gets back
 // what it was granted and had not taken (a budget of this package, what it

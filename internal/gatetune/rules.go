@@ -8,9 +8,19 @@ type Rule struct {
 	Name, Says string
 }
 
-// Current is the snapshot of the Gate's rules that `stagger check` prints,
-// with the numbers of gatetune.go: the details of the estimate and of the
-// go and end rules that the Gate's documentation states. They are not settings: a release may retune them.
+// Gate is the Gate in three lines, its estimate and its two rules, as
+// `stagger check` prints it (Current has the detail, by rule).
+func Gate() []Rule {
+	return []Rule{
+		{Name: "estimate", Says: fmt.Sprintf("per backend and method, the pace held retries may go at beside the new calls: successes quicken it, a refusal for overload (no pushback) or a per-attempt timeout halves it but never makes the backend down; failures in a row where retries do not heal do, probed once per probe gap (%v at most); no news makes it unknown: one retry at a time goes to learn", ProbeGapMax)},
+		{Name: "go", Says: "a retry goes once its pause (backoff or pushback) has passed and the budget pays or the pace has room, most critical first, then earliest end; its breaker, if any, must say yes too"},
+		{Name: "end", Says: fmt.Sprintf("a wait ends once its turn plus an attempt cannot come before its deadline, or defer.maxWait in all without one; while down, at once (but for a rare probe) once the outage lasted %v times what its deadline leaves, or what its maxWait leaves", FutileDeadlines)},
+	}
+}
+
+// Current is the snapshot of the Gate's rules that `stagger check -format
+// json` lists, with the numbers of gatetune.go: the details of the estimate
+// and of the go and end rules that the Gate's documentation states. They are not settings: a release may retune them.
 func Current() []Rule {
 	return []Rule{
 		{Name: "heal", Says: fmt.Sprintf("while retrying heals the calls that retried (at least %.2g of the latest %d) and no attempt failed for overload within %v, a waiting retry goes after its own pause (not during a return after an outage: then every waiting retry goes at the return's pace), and a retry after a per-attempt timeout of a straggler (newer attempts served) goes unpaid", HealMinShare, HealWindow, OverloadHold)},
