@@ -4,6 +4,7 @@ go 1.22
 
 require (
 	github.com/bufbuild/protocompile v0.8.0
+	github.com/cncf/xds/go v0.0.0-20240318125728-8a4994d93e50
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.1.0
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.4
@@ -14,6 +15,8 @@ require (
 )
 
 require (
+	github.com/envoyproxy/protoc-gen-validate v1.0.4 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/kr/text v0.2.0 // indirect
 	golang.org/x/sync v0.7.0 // indirect
 	golang.org/x/sys v0.21.0 // indirect

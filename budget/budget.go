@@ -104,6 +104,10 @@ type Attempt struct {
 	// retry that succeeded could not finish before its call's deadline
 	// (see Gate, the end rule).
 	Took time.Duration
+	// Load is the backend's load report on the attempt's answer (zero:
+	// none, or the interceptors held no trailer for it: a hedged
+	// attempt's).
+	Load Load
 }
 
 // Request asks for one more attempt.

@@ -2,10 +2,7 @@ package interceptor
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +18,7 @@ import (
 	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/internal/foreignretry"
 	"github.com/stagger-go/stagger/internal/frontend"
+	"github.com/stagger-go/stagger/internal/idemkey"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -48,8 +46,10 @@ type call struct {
 	// deferReq is the refused retry to wait for in the budget's Deferrer;
 	// admission how the next or running attempt was let go; deferred how
 	// long the call waited past its pauses, waitEnd and heldBy the Gate's
-	// rules that ended or held a wait, inGate the time it waited in all.
+	// rules that ended or held a wait, inGate the time it waited in all;
+	// load the latest load report its attempts carried (Report.Load).
 	deferReq *budget.Request
+	load     budget.Load
 	deferred time.Duration
 	waitEnd  string
 	heldBy   string
@@ -238,7 +238,7 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	if o.idemKey != "" {
 		// A key the caller's metadata carries already is the call's.
 		if md, _ := metadata.FromOutgoingContext(callCtx); len(md.Get(o.idemKey)) == 0 {
-			callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, newIdempotencyKey())
+			callCtx = metadata.AppendToOutgoingContext(callCtx, o.idemKey, idemkey.New())
 		}
 	}
 	if c.retrying || c.hedged != nil {
@@ -387,13 +387,4 @@ func AttemptFromContext(ctx context.Context) (n int, ok bool) {
 		return v, true
 	}
 	return 1, false
-}
-
-// newIdempotencyKey returns 128 random bits in hex, from math/rand/v2's
-// ChaCha8, seeded from the OS and lock-free.
-func newIdempotencyKey() string {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
-	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
-	return hex.EncodeToString(b[:])
 }

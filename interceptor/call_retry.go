@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/stagger-go/stagger/balancer/elsewhere"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/internal/chain"
+	"github.com/stagger-go/stagger/internal/loadreport"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -48,7 +50,8 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	admission := c.admission
 	c.admission = budget.AdmitNone
 	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt+c.before == 1,
-		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: took(admission, monoNow()-c.retryStart)}}
+		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: took(admission, monoNow()-c.retryStart), Load: loadreport.Read(trailer)}}
+	c.load = cmp.Or(q.rec.Load, c.load)
 	switch {
 	case err == nil:
 		q.slow = c.slow
@@ -465,7 +468,7 @@ func (c *call) end(cc *grpc.ClientConn, err error) {
 		e.CanonicalTarget = canonicalTarget(cc, c.target)
 	}
 	if r := o.report; r != nil {
-		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Pushback: c.pushedBack, Deferred: e.Deferred, WaitEnd: c.waitEnd, HeldBy: c.heldBy, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target, Disabled: c.off}
+		*r = Report{Attempts: e.Attempt, Retries: e.Retries, Hedges: e.Hedges, Delay: e.Delay, Pushback: c.pushedBack, Deferred: e.Deferred, WaitEnd: c.waitEnd, HeldBy: c.heldBy, Reason: e.Reason, Code: e.Code, Criticality: e.Criticality, TimerRefused: c.timerRefused, TimerReason: c.timerReason, Target: e.Target, Disabled: c.off, Load: c.load}
 		if c.budget != nil && budgetEnded(e.Reason) {
 			r.Budget = c.budget.State()
 		}

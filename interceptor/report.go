@@ -63,6 +63,9 @@ type Report struct {
 	// Breaker is the state of the call's circuit breaker when it ended the
 	// call (Reason breaker or throttled); zero otherwise.
 	Breaker breaker.Snapshot
+	// Load is the latest load report (budget.Load) on the call's attempts
+	// (zero: none; a hedged call's are not read); EventEnd has none.
+	Load budget.Load
 	// Disabled: the switch was on when the call started (SetDisabled):
 	// stagger sent it once, and Reason is policy.ReasonDisabled whatever
 	// its Code. A call the switch ended while it ran has that Reason, not
@@ -106,6 +109,9 @@ func (r Report) String() string {
 			fmt.Fprintf(&b, ", throttling %.0f%% of first attempts", 100*r.Breaker.ThrottleP)
 		}
 		b.WriteString(")")
+	}
+	if r.Load.Reported {
+		fmt.Fprintf(&b, ", backend reports %.0f%% utilization", 100*r.Load.Utilization)
 	}
 	if r.Delay > 0 {
 		fmt.Fprintf(&b, ", paused %v", r.Delay)

@@ -38,6 +38,14 @@ func TestReportString(t *testing.T) {
 	if got := r.String(); !strings.Contains(got, "1 attempts ran past their timeout (budget refused the retry)") {
 		t.Errorf("Report prints %q: no word of the timer's refusal", got)
 	}
+	r = Report{Attempts: 1, Reason: policy.ReasonSuccess, Load: budget.Load{Utilization: 0.42, Reported: true}}
+	if got := r.String(); !strings.Contains(got, ", backend reports 42% utilization") {
+		t.Errorf("Report prints %q: no word of the backend's load report", got)
+	}
+	r.Load = budget.Load{Malformed: true}
+	if got := r.String(); strings.Contains(got, "utilization") {
+		t.Errorf("Report prints %q: a malformed report says no utilization", got)
+	}
 }
 
 // TestDeferredLogLine: the log line of a deferred retry has a constant

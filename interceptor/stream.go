@@ -440,11 +440,7 @@ func (s *retryStream) settle(a *streamAttempt, err error, abandoned bool) (next 
 	if committed && s.resuming(err) {
 		committed = false
 	}
-	var trailer metadata.MD
-	if err != nil {
-		trailer = a.cs.Trailer()
-	}
-	return s.retryAfter(outcome, trailer, committed, timedOut)
+	return s.retryAfter(outcome, a.cs.Trailer(), committed, timedOut) // a success's too: its load report
 }
 
 // sendKept is SendMsg (closing: a hedged stream's CloseSend) before the

@@ -11,6 +11,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/loadreport"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -155,6 +156,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{refused: err})
 				}
 			}
+			var load budget.Load // the answer's report (recordFirstSuccess)
 			if pl.retrying {
 				ua := mi.ownAttempt()
 				if ua == nil {
@@ -168,6 +170,7 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				if err != nil {
 					return k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{err: err, attemptOpts: attemptOpts, ua: ua})
 				}
+				load = loadreport.Read(ua.trailer)
 				if !mi.giveOwnClean(ua) {
 					ua.finished(nil)
 					mi.giveAttempt(ua)
@@ -179,10 +182,10 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 				}
 			}
 			if br != nil || b != nil {
-				recordFirstSuccess(br, b, crit, o)
+				recordFirstSuccess(br, b, crit, o, load)
 			}
 			if len(o.callHooks) > 0 || o.report != nil {
-				_ = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{})
+				_ = k.unaryGoOn(&firstAttempt{ctx, callCtx, mi, crit, b, br, grpcOpts}, cc, method, req, reply, invoker, firstRun{load: load})
 			}
 			return nil
 		}
@@ -192,12 +195,12 @@ func (k *core) unaryInterceptor() grpc.UnaryClientInterceptor {
 
 // recordFirstSuccess is retryFacts.record written out for the fast path's
 // first success: a call there costs (BenchmarkUnarySuccess/stagger).
-func recordFirstSuccess(br *breaker.Breaker, b budget.Budget, crit criticality.Level, o *options) {
+func recordFirstSuccess(br *breaker.Breaker, b budget.Budget, crit criticality.Level, o *options, load budget.Load) {
 	if br != nil {
 		br.Record(budget.Success, true, crit, o)
 	}
 	if b != nil {
-		b.Record(budget.Attempt{Number: 1, Outcome: budget.Success, Final: true})
+		b.Record(budget.Attempt{Number: 1, Outcome: budget.Success, Final: true, Load: load})
 	}
 }
 
@@ -214,12 +217,13 @@ type firstAttempt struct {
 
 // firstRun is what the fast path did before it built the call: the breaker
 // refused the first attempt, or the attempt ran and ended with err (with
-// attemptOpts, grpc writing into ua's holders).
+// attemptOpts, grpc writing into ua's holders; a success, with load).
 type firstRun struct {
 	refused     error
 	err         error
 	attemptOpts []grpc.CallOption
 	ua          *unaryAttempt
+	load        budget.Load
 }
 
 // unaryGoOn builds the call the fast path went without, as start and
@@ -274,7 +278,7 @@ func (k *core) unaryEngine(c *call, callCtx context.Context, req, reply any, cc 
 		return c.refused(callCtx, first.refused)
 	case first.err == nil:
 		// The fast path recorded the success (recordFirstSuccess).
-		c.attempt, c.reason = 1, policy.ReasonSuccess
+		c.attempt, c.reason, c.load = 1, policy.ReasonSuccess, first.load
 		return nil
 	}
 	l := unaryLoop{callCtx: callCtx, inv: invocation{c.method, req, cc, invoker}, reply: reply}

@@ -382,6 +382,14 @@
 // the process used. On a busy machine the first two grow: the figures
 // then measure the machine, not the retry layer.
 //
+// Beside the figures stands the room's limit (FleetResult.Limit): the
+// share of the outage calls an oracle serves, sending them from the return
+// on, earliest bound first, into the room the calls after the return
+// leave, never above Capacity. With Reports (`-reports`) the server sends
+// a load report (gRFC A51) on every answer while up, its busy workers over
+// Workers, through grpc-go's orca package; stagger's clients read them
+// (FleetResult.Reported), and their budgets act on nothing of them yet.
+//
 // # The migrating team
 //
 // RunMigrate runs the migration scenarios (MigrateScenarios; `stagger lab

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/interceptor"
@@ -73,9 +74,13 @@ type fleetCall struct {
 }
 
 func runFleetContender(ctx context.Context, cfg *FleetConfig, c Contender) (FleetResult, error) {
-	srv := testserver.New(testserver.WithArrivalBucket(Bin), testserver.WithTCP())
+	opts := []testserver.Option{testserver.WithArrivalBucket(Bin), testserver.WithTCP()}
+	if cfg.Reports {
+		opts = append(opts, testserver.WithServerOptions(orca.CallMetricsServerOption(nil)))
+	}
+	srv := testserver.New(opts...)
 	defer srv.Close()
-	srv.SetWorkers(testserver.Workers{Count: cfg.Workers, Service: cfg.ServiceTime()})
+	srv.SetWorkers(testserver.Workers{Count: cfg.Workers, Service: cfg.ServiceTime(), ReportLoad: cfg.Reports})
 	counter := &attemptCounter{}
 	conns := make([]*grpc.ClientConn, 0, cfg.Clients)
 	defer func() {
@@ -188,10 +193,12 @@ func fleetOne(ctx context.Context, client testingv1.TestServiceClient, call *fle
 	}
 }
 
-// timedCall is when a call began and ended, and how.
+// timedCall is when a call began and ended, and how; reported: stagger's
+// Report of it says its answer carried a load report.
 type timedCall struct {
 	begin, end time.Time
 	ok         bool
+	reported   bool
 	reason     string // of a failure: fleetReason
 }
 
@@ -209,7 +216,7 @@ func (c *timedCall) get(ctx context.Context, client testingv1.TestServiceClient,
 	c.begin = time.Now()
 	_, err := client.Get(ctx, &testingv1.GetRequest{Script: sc}, interceptor.WithReport(&rep))
 	c.end = time.Now()
-	c.ok = err == nil
+	c.ok, c.reported = err == nil, rep.Load.Reported
 	if err != nil {
 		c.reason = fleetReason(err, rep.WaitEnd)
 	}

@@ -66,6 +66,12 @@ type FleetConfig struct {
 	// the calls still in flight; those it then cancels count in
 	// FleetResult.Cut. Default 60 s.
 	Drain time.Duration
+	// Reports: the server sends a load report (gRFC A51, through grpc-go's
+	// orca package) on every answer while it is up: its busy workers over
+	// Workers as the attempt arrives (testserver's Workers.ReportLoad).
+	// stagger's clients read it into their budgets, which act on nothing
+	// of it yet.
+	Reports bool
 	// Arrivals is how calls are spaced; default ArrivalsEven.
 	Arrivals Arrivals
 	// Seed seeds the clients' draws under ArrivalsPoisson.

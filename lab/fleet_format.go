@@ -22,15 +22,20 @@ func WriteFleet(w io.Writer, rep *FleetReport) error {
 	fmt.Fprintf(&b, "load %.0f%% of capacity (%.0f calls/s, %s arrivals), %s; UNAVAILABLE from %v to %v (the return), load until %v; policy %d attempts, %v-%v ×%g, UNAVAILABLE and RESOURCE_EXHAUSTED\n",
 		100*c.Load, c.Rate(), c.Arrivals, deadline, c.Warmup, c.Warmup+c.Outage, c.Warmup+c.Outage+c.After,
 		FleetAttempts, FleetBackoff.Initial, FleetBackoff.Max, FleetBackoff.Multiplier)
-	fmt.Fprintf(&b, "contenders one after another, each with its own server; wall %v\n\n", rep.Wall.Round(time.Second))
+	reports := ""
+	if c.Reports {
+		reports = "; the server reports its load (busy workers over workers) on every answer"
+	}
+	fmt.Fprintf(&b, "contenders one after another, each with its own server%s; wall %v\n", reports, rep.Wall.Round(time.Second))
+	b.WriteString("ROOM'S LIMIT: the outage calls an oracle serves, sending them from the return on, earliest bound first, into the room the calls after the return leave, never above capacity\n\n")
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "CONTENDER\tFIRST S BACK\tPEAK\t>1.1x\t>1.0x\tREFUSED AFTER\tOF FRESH 1STS\tOUTAGE SERVED\tHELD DONE P50/P90/MAX\tFAILED AFTER\tWITH ROOM\tATT/CALL DOWN\tLONGEST\tOK P50/P99\tFAIL P50/P99\t")
+	fmt.Fprintln(tw, "CONTENDER\tFIRST S BACK\tPEAK\t>1.1x\t>1.0x\tREFUSED AFTER\tOF FRESH 1STS\tOUTAGE SERVED\tROOM'S LIMIT\tHELD DONE P50/P90/MAX\tFAILED AFTER\tWITH ROOM\tATT/CALL DOWN\tLONGEST\tOK P50/P99\tFAIL P50/P99\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%d/s %.2fx\t%.2fx\t%s\t%s\t%d\t%d\t%s\t%s/%s/%s\t%d\t%d\t%.2f\t%s\t%s/%s\t%s/%s\t\n",
+		fmt.Fprintf(tw, "%s\t%d/s %.2fx\t%.2fx\t%s\t%s\t%d\t%d\t%s\t%.1f%%\t%s/%s/%s\t%d\t%d\t%.2f\t%s\t%s/%s\t%s/%s\t\n",
 			r.Contender, r.FirstSecond, float64(r.FirstSecond)/float64(c.Capacity), r.PeakAfter,
 			fleetSec(r.Above11), fleetSec(r.Above10), r.RefusedAfter, r.RefusedFresh,
-			fleetPct(r.OutageServed, r.OutageCalls),
+			fleetPct(r.OutageServed, r.OutageCalls), 100*r.Limit,
 			fleetSec(r.HeldP50), fleetSec(r.HeldP90), fleetSec(r.HeldMax),
 			r.FailedAfter, r.FailedRoom, r.DownPerCall, fleetSec(r.Longest),
 			fleetSec(r.P50), fleetSec(r.P99), fleetSec(r.FailP50), fleetSec(r.FailP99))

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/interceptor"
 	"github.com/stagger-go/stagger/internal/fleet"
 	"github.com/stagger-go/stagger/testserver"
@@ -74,6 +75,15 @@ type FleetResult struct {
 	// DownPerCall, DownAttempts ÷ OutageCalls.
 	DownAttempts int
 	DownPerCall  float64
+	// Limit is the room's limit: the share of the outage calls an oracle
+	// serves, sending them from the return on, earliest bound first, into
+	// the room the calls made after the return leave, never above
+	// Capacity, each before its bound (Deadline; without one, the default
+	// Gate's MaxWait).
+	Limit float64
+	// Reported is the calls whose stagger Report says an answer to them
+	// carried a load report (Reports; the other layers say nothing).
+	Reported int
 	// ClientAttempts is the attempts the clients began (their stats
 	// handlers; transparent retries not counted); ServerReceived the
 	// server's Stats.Received, RecordedAttempts its records of the calls'
@@ -171,6 +181,9 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 				r.ServerUnavailable++
 			}
 		}
+		if c.reported {
+			r.Reported++
+		}
 		switch {
 		case c.ok:
 			r.Served++
@@ -190,6 +203,11 @@ func summarizeFleet(cfg *FleetConfig, name string, calls []*fleetCall, srv *test
 	if r.OutageCalls > 0 {
 		r.DownPerCall = float64(r.DownAttempts) / float64(r.OutageCalls)
 	}
+	bound := cfg.Deadline
+	if bound == 0 {
+		bound = budget.DefaultSettings().WithDefaults().Defer.MaxWait
+	}
+	r.Limit = s.Limit(timed, bound)
 	slices.Sort(reach)
 	r.ReachP99, r.ReachMax = percentile(reach, 0.99), percentile(reach, 1)
 	return r

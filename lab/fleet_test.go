@@ -84,6 +84,9 @@ func TestFleetPlumbing(t *testing.T) {
 			if r.Cut != 0 {
 				t.Errorf("%d calls cut by the lab, want none", r.Cut)
 			}
+			if r.Reported != 0 || r.Limit != 1 {
+				t.Errorf("%d calls saw a load report from a server that sends none; room's limit %v, want 1 at 40 %% load", r.Reported, r.Limit)
+			}
 			if int64(r.ClientAttempts) != r.ServerReceived || r.RecordedAttempts != r.ClientAttempts {
 				t.Errorf("attempts: clients began %d, server received %d, recorded %d; want all equal", r.ClientAttempts, r.ServerReceived, r.RecordedAttempts)
 			}
@@ -178,5 +181,36 @@ func TestFleetReturnFailsNoCallBeforeItsBound(t *testing.T) {
 	}
 	if r.OutageServed == 0 {
 		t.Errorf("none of the outage's %d calls served", r.OutageCalls)
+	}
+}
+
+// TestFleetReports: with Reports, the fleet's server sends a load report on
+// every answer while up, and stagger's clients read it: every call served
+// saw one (its last answer was a success, with a report), and the room's
+// limit is printed beside the figures.
+func TestFleetReports(t *testing.T) {
+	cfg := FleetConfig{
+		Clients: 5, Capacity: 200, Workers: 10, Load: 0.4, Reports: true, Contenders: []string{"stagger"},
+		Warmup: time.Second, Outage: time.Second, After: 3 * time.Second, Drain: 20 * time.Second,
+	}
+	rep, err := RunFleet(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Results[0]
+	if r.Served == 0 || r.Reported < r.Served {
+		t.Errorf("%d calls served, %d saw a load report; want every served call to", r.Served, r.Reported)
+	}
+	if r.Limit != 1 {
+		t.Errorf("room's limit %v, want 1 at 40 %% load", r.Limit)
+	}
+	var out bytes.Buffer
+	if err := WriteFleet(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ROOM'S LIMIT", "100.0%", "reports its load"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("WriteFleet's output lacks %q:\n%s", want, out.String())
+		}
 	}
 }

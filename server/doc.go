@@ -80,6 +80,15 @@
 // still admits critical calls at once, and the shed less critical come
 // back later (a longer pushback). Shed and ShedLevel count the refusals.
 //
+// With grpc-go's orca option before these interceptors
+// (grpc.NewServer(orca.CallMetricsServerOption(nil), side.ServerOptions()...)),
+// every call the limit counts carries a load report (gRFC A51, the trailer
+// endpoint-load-metrics-bin): its application utilization is the calls
+// running over the limit, at most 1, set as the call is admitted (a handler
+// that sets its own later wins); a shed call carries one with its refusal.
+// Without the option nothing is sent. stagger's clients read the reports
+// (interceptor.Report.Load, budget.Attempt.Load).
+//
 // # Criticality
 //
 // A request's criticality (package criticality), sent by a stagger client

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -234,9 +235,12 @@ func (s *Interceptors) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		l, named := s.incomingCriticality(ctx)
 		if s.limit > 0 && !s.exempt[info.FullMethod] {
-			if running, ok := s.admit(s.bound[l.Index()]); !ok {
+			running, ok := s.admit(s.bound[l.Index()])
+			if !ok {
+				s.reportLoad(ctx, running)
 				return nil, s.refuse(ctx, running, l.Effective())
 			}
+			s.reportLoad(ctx, running+1)
 			start := time.Now()
 			defer s.done(start)
 		}
@@ -372,6 +376,16 @@ func (s *Interceptors) admit(bound int64) (running int64, ok bool) {
 		if s.inFlight.CompareAndSwap(n, n+1) {
 			return n, true
 		}
+	}
+}
+
+// reportLoad writes the call's load report (gRFC A51) through grpc-go's
+// orca package, when the server installed it (orca.CallMetricsServerOption):
+// application utilization, the calls running over the limit, at most 1. It
+// asks for the call's recorder, so a refused call carries a report too.
+func (s *Interceptors) reportLoad(ctx context.Context, running int64) {
+	if r := orca.CallMetricsRecorderFromContext(ctx); r != nil {
+		r.SetApplicationUtilization(min(float64(running)/float64(s.limit), 1))
 	}
 }
 

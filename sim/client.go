@@ -116,9 +116,10 @@ type proc struct {
 	done func(start time.Duration, ok bool, why string)
 	// answer, when set, is the server instead of serve: given the start
 	// of the attempt's call and the attempt's number, when it reaches
-	// the server, how long the server takes to answer and the attempt's
-	// error (nil: served) (the fleet model).
-	answer func(start time.Duration, n int) (time.Duration, error)
+	// the server, how long the server takes to answer, its load report
+	// (budget.Attempt.Load) and the attempt's error (nil: served) (the
+	// fleet model).
+	answer func(start time.Duration, n int) (time.Duration, budget.Load, error)
 	// net, when set, draws a one-way hop instead of hop.
 	net func() time.Duration
 	// facts: tell the budget what the interceptors tell it besides the
@@ -331,9 +332,10 @@ func (p *proc) call() {
 			var (
 				err     error
 				service time.Duration
+				load    budget.Load
 			)
 			if p.answer != nil {
-				service, err = p.answer(start, n)
+				service, load, err = p.answer(start, n)
 			} else if !p.serve(key) {
 				err = errFailed
 			}
@@ -353,7 +355,7 @@ func (p *proc) call() {
 					brOut = budget.Failure
 				}
 				// The interceptors' sign of overload: a refusal the server sent.
-				rec := budget.Attempt{Number: n, Call: id, Outcome: v.Record, Admission: adm, Final: !v.Retry, Overload: status.Code(err) == codes.ResourceExhausted}
+				rec := budget.Attempt{Number: n, Call: id, Outcome: v.Record, Admission: adm, Final: !v.Retry, Overload: status.Code(err) == codes.ResourceExhausted, Load: load}
 				if p.facts && n > 1 {
 					took := p.s.now - sent
 					if adm != budget.AdmitNone {

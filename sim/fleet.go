@@ -43,6 +43,12 @@ type FleetConfig struct {
 	// CallTimeout is each call's deadline, counted from its start;
 	// default 0: none (the lab's default).
 	CallTimeout time.Duration
+	// Reports: the server sends a load report (gRFC A51) on every answer
+	// while it is up, as the interceptors read it (budget.Attempt.Load):
+	// its busy workers over Concurrency as it takes or refuses the
+	// attempt. A down server sends none. Today's budgets read nothing of
+	// it, so it changes no figure yet.
+	Reports bool
 	// Poisson spaces each process's calls as a Poisson process of its
 	// share of the rate; by default they are even, as the lab's are: each
 	// process calls every Processes ÷ rate seconds, the processes' first
@@ -139,6 +145,12 @@ type FleetResult struct {
 	// ReturnBins is the attempts that arrived per Bin in the first 3 s
 	// after the return.
 	ReturnBins []int
+	// Limit is the room's limit: the share of the outage calls an oracle
+	// serves, sending them from the return on, earliest bound first, into
+	// the room the calls made after the return leave, never above
+	// Capacity, each before Bound (without one, before the default Gate's
+	// MaxWait: the share a client that holds calls no longer could serve).
+	Limit float64
 }
 
 // FleetReason is a kind of failure and how many calls failed so.
@@ -215,6 +227,8 @@ type fleetServer struct {
 	// is when the latest work began (work is begun in order).
 	free []time.Duration
 	last time.Duration
+	// reports: answers carry a load report (FleetConfig.Reports).
+	reports bool
 	// arrivals and refused count attempts per Bin.
 	arrivals, refused []int
 	downAttempts      int
@@ -237,8 +251,22 @@ func (f *fleetServer) next(at time.Duration) (worker int, start time.Duration) {
 	return worker, start
 }
 
+// load is the report on an answer sent at now: the workers busy over all.
+func (f *fleetServer) load(now time.Duration) budget.Load {
+	if !f.reports {
+		return budget.Load{}
+	}
+	busy := 0
+	for _, fr := range f.free {
+		if fr > now {
+			busy++
+		}
+	}
+	return budget.Load{Utilization: float64(busy) / float64(len(f.free)), Reported: true}
+}
+
 // answer takes attempt n of a call that began at start, arriving at now.
-func (f *fleetServer) answer(now, start time.Duration, n int) (time.Duration, error) {
+func (f *fleetServer) answer(now, start time.Duration, n int) (time.Duration, budget.Load, error) {
 	b := int(now / Bin)
 	for len(f.arrivals) <= b {
 		f.arrivals = append(f.arrivals, 0)
@@ -247,7 +275,7 @@ func (f *fleetServer) answer(now, start time.Duration, n int) (time.Duration, er
 	f.arrivals[b]++
 	if now >= f.down && now < f.back {
 		f.downAttempts++
-		return 0, errFailed
+		return 0, budget.Load{}, errFailed
 	}
 	w, t := f.next(now)
 	if t > now {
@@ -264,17 +292,17 @@ func (f *fleetServer) answer(now, start time.Duration, n int) (time.Duration, er
 				f.refusedFresh++
 			}
 		}
-		return 0, errRefused
+		return 0, f.load(now), errRefused
 	}
 	f.free[w], f.last = now+f.service, now
-	return f.service, nil
+	return f.service, f.load(now), nil
 }
 
 func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 	down := cfg.Warmup
 	back := down + cfg.Outage
 	end := back + cfg.After
-	srv := &fleetServer{service: cfg.ServiceTime(), down: down, back: back, free: make([]time.Duration, cfg.Concurrency)}
+	srv := &fleetServer{service: cfg.ServiceTime(), down: down, back: back, free: make([]time.Duration, cfg.Concurrency), reports: cfg.Reports}
 	hopSD := float64(cfg.Hop) / 5
 	net := func() time.Duration {
 		d := cfg.Hop + time.Duration(s.rng.NormFloat64()*hopSD)
@@ -291,7 +319,9 @@ func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 	done := func(start time.Duration, ok bool, why string) {
 		calls = append(calls, fleet.Call{Begin: start, End: s.now, OK: ok, Reason: why})
 	}
-	answer := func(start time.Duration, n int) (time.Duration, error) { return srv.answer(s.now, start, n) }
+	answer := func(start time.Duration, n int) (time.Duration, budget.Load, error) {
+		return srv.answer(s.now, start, n)
+	}
 	rate := cfg.Load * float64(cfg.Capacity)
 	interval := time.Duration(float64(cfg.Processes) / rate * float64(time.Second))
 	for i := range cfg.Processes {
@@ -337,6 +367,11 @@ func fleetRun(s *Sim, cfg *FleetConfig, c *Contender) (FleetResult, error) {
 	r.Longest, r.P50, r.P99, r.FailP50, r.FailP99 = cf.Longest, cf.P50, cf.P99, cf.FailP50, cf.FailP99
 	rf := shape.Return(srv.arrivals)
 	r.FirstSecond, r.ReturnBins, r.PeakAfter, r.Above11, r.Above10 = rf.FirstSecond, rf.ReturnBins, rf.PeakAfter, rf.Above11, rf.Above10
+	limitBound := r.Bound
+	if limitBound == 0 {
+		limitBound = budget.DefaultSettings().WithDefaults().Defer.MaxWait
+	}
+	r.Limit = shape.Limit(calls, limitBound)
 	if r.OutageCalls > 0 {
 		r.DownPerCall = float64(r.DownAttempts) / float64(r.OutageCalls)
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stagger-go/stagger/budget"
 )
 
 // smallFleet is a fleet small and short enough for tests: 5 processes,
@@ -35,22 +37,28 @@ func TestFleetDeterministic(t *testing.T) {
 // TestFleetServerRefusesPastConcurrency: the lab's server with no queue
 // takes an attempt when a worker is free, refuses it otherwise, and the
 // refusal costs the next worker to be free a tenth of the service time.
+// Each answer reports its busy workers over all (FleetConfig.Reports);
+// down, none.
 func TestFleetServerRefusesPastConcurrency(t *testing.T) {
 	ms := time.Millisecond
-	f := &fleetServer{service: 50 * ms, down: time.Hour, back: 2 * time.Hour, free: make([]time.Duration, 2)}
+	f := &fleetServer{service: 50 * ms, down: time.Hour, back: 2 * time.Hour, free: make([]time.Duration, 2), reports: true}
 	for _, step := range []struct {
 		at      time.Duration
 		refused bool
+		util    float64
 	}{
-		{0, false},
-		{0, false},
-		{0, true},        // both busy until 50 ms; worker 0 works the refusal off until 55 ms
-		{50 * ms, false}, // worker 1 is free at 50 ms
-		{52 * ms, true},  // worker 0 is free only at 55 ms, then works this refusal off until 60 ms
-		{59 * ms, true},  // worker 0 busy until 60 ms, then with this refusal until 65 ms
-		{70 * ms, false},
+		{0, false, 0.5},
+		{0, false, 1},
+		{0, true, 1},        // both busy until 50 ms; worker 0 works the refusal off until 55 ms
+		{50 * ms, false, 1}, // worker 1 is free at 50 ms
+		{52 * ms, true, 1},  // worker 0 is free only at 55 ms, then works this refusal off until 60 ms
+		{59 * ms, true, 1},  // worker 0 busy until 60 ms, then with this refusal until 65 ms
+		{70 * ms, false, 1}, // worker 1 busy until 100 ms, worker 0 with this until 120 ms
 	} {
-		took, err := f.answer(step.at, step.at, 1)
+		took, load, err := f.answer(step.at, step.at, 1)
+		if load != (budget.Load{Utilization: step.util, Reported: true}) {
+			t.Fatalf("attempt at %v: load %+v, want utilization %v", step.at, load, step.util)
+		}
 		if got := err != nil; got != step.refused {
 			t.Fatalf("attempt at %v: refused %v, want %v", step.at, got, step.refused)
 		}
@@ -63,6 +71,9 @@ func TestFleetServerRefusesPastConcurrency(t *testing.T) {
 	}
 	if f.refusedBefore != 3 {
 		t.Errorf("refusedBefore = %d, want 3", f.refusedBefore)
+	}
+	if _, load, _ := f.answer(time.Hour, time.Hour, 1); load != (budget.Load{}) {
+		t.Errorf("a down server reports %+v, want none", load)
 	}
 }
 
@@ -208,6 +219,32 @@ func TestFleetCallEndsOnce(t *testing.T) {
 			if r.Calls != 600 || r.OutageCalls != 200 || r.Served > r.Calls || r.OutageServed > r.OutageCalls {
 				t.Errorf("deadline %v, %s: %d calls (%d served), %d in the outage (%d served): want 600 and 200, each counted once", timeout, r.Contender, r.Calls, r.Served, r.OutageCalls, r.OutageServed)
 			}
+		}
+	}
+}
+
+// TestFleetReports: with the server's load reports on, every figure is
+// the same as without (today's budgets read nothing of them), and the
+// room's limit is a share: at half the capacity and a 2 s outage, with
+// the Gate's 10 s bound, the oracle serves every outage call.
+func TestFleetReports(t *testing.T) {
+	off := smallFleet(5, 0)
+	on := off
+	on.Reports = true
+	a, err := Fleet(off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Fleet(on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("reports changed the figures:\n%+v\n%+v", a, b)
+	}
+	for _, r := range a {
+		if r.Limit != 1 {
+			t.Errorf("%s: Limit %v, want 1 (room for every outage call)", r.Contender, r.Limit)
 		}
 	}
 }

@@ -124,6 +124,9 @@ func (s *Server) admit(a *attempt, at, deadline time.Time) *rejection {
 	}
 	if s.workers.on() {
 		j, rej := s.workers.admit(at, deadline)
+		if s.workers.cfg.ReportLoad {
+			a.load = s.workers.busy(at)
+		}
 		if rej != nil {
 			return rej
 		}

@@ -103,8 +103,11 @@ type attempt struct {
 	sent     int
 	received int
 	reset    bool
-	// job is the attempt's place in the Workers mode (nil when off).
-	job *job
+	// job is the attempt's place in the Workers mode (nil when off);
+	// load the utilization its answer reports (Workers.ReportLoad; -1:
+	// none).
+	job  *job
+	load float64
 }
 
 func firstJoined(md metadata.MD, name string) string {
@@ -150,7 +153,7 @@ func (s *Server) Refused() {
 // attempts (1 when key is empty).
 func (s *Server) arrive(ctx context.Context, method, key string, at time.Time) *attempt {
 	md, _ := metadata.FromIncomingContext(ctx)
-	a := &attempt{s: s, method: method, key: key}
+	a := &attempt{s: s, method: method, key: key, load: -1}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.countArrivalLocked(at)

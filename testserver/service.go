@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/status"
 
 	testingv1 "github.com/stagger-go/stagger/proto/stagger/testing/v1"
@@ -69,7 +70,14 @@ func (s *Server) begin(tr transport, method string, sc *testingv1.Script, at tim
 		// mode compares it with the server's.
 		deadline = at.Add(time.Until(d))
 	}
-	if rej := s.admit(a, at, deadline); rej != nil {
+	rej := s.admit(a, at, deadline)
+	if a.load >= 0 {
+		// Asked for only when reported: the recorder writes the trailer.
+		if r := orca.CallMetricsRecorderFromContext(tr.ctx); r != nil {
+			r.SetApplicationUtilization(a.load)
+		}
+	}
+	if rej != nil {
 		if rej.pushback != "" {
 			tr.setTrailer(metadata.MD{PushbackTrailer: []string{rej.pushback}})
 		}

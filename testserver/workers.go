@@ -89,6 +89,13 @@ type Workers struct {
 	// (on the server's clock: [SlowFrom, SlowTo)); 1 or less means none.
 	Slow             float64
 	SlowFrom, SlowTo time.Time
+	// ReportLoad: every attempt the mode takes or rejects carries a load
+	// report (gRFC A51) through grpc-go's orca package, when the server has
+	// its option (WithServerOptions(orca.CallMetricsServerOption(nil))):
+	// application utilization, the workers busy when the attempt arrived
+	// (its own included) over Count. An attempt the other modes refuse
+	// (an outage) carries none, as a server that is down sends none.
+	ReportLoad bool
 }
 
 // RejectionCost is the worker time an attempt costs when the Workers mode
@@ -304,6 +311,17 @@ func (p *workerPool) replan() {
 			j.wakeUp()
 		}
 	}
+}
+
+// busy is the share of the workers that work at t (the work begun by then).
+func (p *workerPool) busy(t time.Time) float64 {
+	n := 0
+	for _, f := range p.freeAt {
+		if f.After(t) {
+			n++
+		}
+	}
+	return float64(n) / float64(len(p.freeAt))
 }
 
 // waste counts j's cost as wasted, once.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/sim"
 )
 
@@ -23,6 +24,7 @@ func simFleet(args []string, stdout, stderr io.Writer) error {
 	after := fs.Duration("after", 15*time.Second, "load after the return")
 	timeout := fs.Duration("call-timeout", 0, "deadline of each call (0: none)")
 	poisson := fs.Bool("poisson", false, "Poisson arrivals per process (default: even, as the lab's)")
+	reports := fs.Bool("reports", false, "the server sends a load report (gRFC A51: busy workers over workers) on every answer while up; the budgets read none yet")
 	hop := fs.Duration("hop", 200*time.Microsecond, "mean one-way network hop")
 	seed := fs.Uint64("seed", 1, "random seed (same seed, same output)")
 	only := fs.String("contenders", "", "comma-separated subset of: "+strings.Join(fleetContenderNames(), ", ")+" (default all)")
@@ -54,7 +56,7 @@ func simFleet(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg := sim.FleetConfig{Processes: *processes, Capacity: *capacity, Concurrency: *concurrency, Load: *load,
-		Warmup: *warmup, Outage: *outage, After: *after, CallTimeout: *timeout, Poisson: *poisson, Hop: *hop,
+		Warmup: *warmup, Outage: *outage, After: *after, CallTimeout: *timeout, Poisson: *poisson, Reports: *reports, Hop: *hop,
 		Seed: *seed, Contenders: cs}
 	res, err := sim.Fleet(cfg)
 	if err != nil {
@@ -102,6 +104,7 @@ type fleetJSON struct {
 	OutageCalls       int                 `json:"outage_calls"`
 	OutageServed      int                 `json:"outage_served"`
 	OutageServedRate  float64             `json:"outage_served_rate"`
+	LimitServedRate   float64             `json:"limit_served_rate"`
 	HeldAtReturn      int                 `json:"held_at_return"`
 	BoundS            float64             `json:"bound_s"`
 	OutageFailedEarly int                 `json:"outage_failed_early"`
@@ -138,6 +141,7 @@ type fleetConfigJSONPart struct {
 	CallTimeoutS  float64 `json:"call_timeout_s"`
 	Seed          uint64  `json:"seed"`
 	PoissonArrive bool    `json:"poisson"`
+	Reports       bool    `json:"reports"`
 }
 
 func share(n, d int) float64 {
@@ -151,11 +155,11 @@ func writeFleet(w io.Writer, f format, cfg *sim.FleetConfig, res []sim.FleetResu
 	sec := func(d time.Duration) float64 { return d.Seconds() }
 	if f == "json" {
 		part := fleetConfigJSONPart{cfg.Load, cfg.Capacity, cfg.Concurrency, float64(cfg.ServiceTime()) / float64(time.Millisecond),
-			sec(cfg.Outage), sec(cfg.CallTimeout), cfg.Seed, cfg.Poisson}
+			sec(cfg.Outage), sec(cfg.CallTimeout), cfg.Seed, cfg.Poisson, cfg.Reports}
 		out := make([]fleetJSON, len(res))
 		for i, r := range res {
 			out[i] = fleetJSON{r.Contender, r.Processes, r.Calls, r.Served, r.Attempts,
-				r.OutageCalls, r.OutageServed, share(r.OutageServed, r.OutageCalls), r.HeldAtReturn,
+				r.OutageCalls, r.OutageServed, share(r.OutageServed, r.OutageCalls), r.Limit, r.HeldAtReturn,
 				sec(r.Bound), r.OutageFailedEarly, sec(r.HeldP50), sec(r.HeldP90), sec(r.HeldMax),
 				r.FirstSecond, r.PeakAfter, sec(r.Above11), sec(r.Above10),
 				r.RefusedBefore, r.RefusedAfter, r.RefusedFresh, r.FailedAfter, r.FailedRoom, r.AfterReasons,
@@ -174,14 +178,18 @@ func writeFleet(w io.Writer, f format, cfg *sim.FleetConfig, res []sim.FleetResu
 	}
 	fmt.Fprintf(w, "fleet on virtual time: %d processes, each its own budget; one server: %d at a time × %v = %d attempts/s, no queue (RESOURCE_EXHAUSTED past that)\n",
 		res[0].Processes, cfg.Concurrency, cfg.ServiceTime(), cfg.Capacity)
-	fmt.Fprintf(w, "load %.0f%% of capacity (%.0f calls/s, %s arrivals), %s; UNAVAILABLE from %v to %v (the return), load until %v; seed %d\n\n",
+	reported := ""
+	if cfg.Reports {
+		reported = "; the server reports its load on every answer"
+	}
+	fmt.Fprintf(w, "load %.0f%% of capacity (%.0f calls/s, %s arrivals), %s; UNAVAILABLE from %v to %v (the return), load until %v; seed %d%s\n\n",
 		100*cfg.Load, cfg.Load*float64(cfg.Capacity), arrivals, deadline, cfg.Warmup, cfg.Warmup+cfg.Outage, cfg.Warmup+cfg.Outage+cfg.After,
-		cfg.Seed)
+		cfg.Seed, reported)
 	s := func(d time.Duration) string { return fmtFloat(d.Seconds(), 1) + "s" }
 	rows := make([][]string, len(res))
 	for i, r := range res {
 		rows[i] = []string{r.Contender,
-			fmt.Sprintf("%s%% of %d", fmtFloat(100*share(r.OutageServed, r.OutageCalls), 1), r.OutageCalls),
+			fmt.Sprintf("%s%% of %d", fmtFloat(100*share(r.OutageServed, r.OutageCalls), 1), r.OutageCalls), fmtFloat(100*r.Limit, 1) + "%",
 			s(r.HeldP50) + "/" + s(r.HeldP90) + "/" + s(r.HeldMax),
 			strconv.Itoa(r.OutageFailedEarly),
 			fmtFloat(r.PeakAfter, 2) + "x", s(r.Above11), strconv.Itoa(r.RefusedAfter), strconv.Itoa(r.RefusedFresh),
@@ -189,12 +197,13 @@ func writeFleet(w io.Writer, f format, cfg *sim.FleetConfig, res []sim.FleetResu
 			fmtFloat(100*share(r.Served, r.Calls), 1) + "%",
 			s(r.P50) + "/" + s(r.P99), s(r.FailP50) + "/" + s(r.FailP99)}
 	}
-	err := writeTable(w, []string{"CONTENDER", "OUTAGE SERVED", "HELD DONE P50/P90/MAX", "FAILED < BOUND", "PEAK", ">1.1x",
+	err := writeTable(w, []string{"CONTENDER", "OUTAGE SERVED", "ROOM'S LIMIT", "HELD DONE P50/P90/MAX", "FAILED < BOUND", "PEAK", ">1.1x",
 		"REFUSED AFTER", "OF FRESH 1STS", "FAILED AFTER", "WITH ROOM", "ATT/CALL DOWN", "SERVED", "OK P50/P99", "FAIL P50/P99"}, rows)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nFAILED < BOUND: the outage calls that failed after the return sooner than their own bound after they began:")
+	fmt.Fprintf(w, "\nROOM'S LIMIT: the outage calls an oracle serves, sending them from the return on, earliest bound first, into the room the calls after the return leave, never above capacity, each within its bound (below; none: the default Gate's maxWait, %v)\n", budget.DefaultSettings().WithDefaults().Defer.MaxWait)
+	fmt.Fprintf(w, "FAILED < BOUND: the outage calls that failed after the return sooner than their own bound after they began:")
 	for i, r := range res {
 		bound := "none (every one)"
 		if r.Bound > 0 {

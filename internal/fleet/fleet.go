@@ -243,6 +243,48 @@ func (s Shape) Return(arrivals []int) ReturnFigures {
 	return r
 }
 
+// Limit is the room's limit for a run: the share of the outage calls that
+// an oracle serves, which from the return on sends them, earliest bound
+// first, into the room the calls made after the return leave in each Bin
+// (Capacity × Bin less those calls, one attempt each: never above
+// capacity, as the server refuses past it), each while its bound has not
+// passed (Begin + bound; 0: the end of the load). No client can serve
+// more of them without pushing a new call out, or one past its bound.
+// 0 when the outage had no calls.
+func (s Shape) Limit(calls []Call, bound time.Duration) float64 {
+	down, back, end := s.Warmup, s.Warmup+s.Outage, s.Warmup+s.Outage+s.After
+	var held []time.Duration // the outage calls' bounds
+	fresh := make([]int, int((end-back)/Bin)+1)
+	for _, c := range calls {
+		switch {
+		case c.Begin >= down && c.Begin < back && bound > 0:
+			held = append(held, c.Begin+bound)
+		case c.Begin >= down && c.Begin < back:
+			held = append(held, end)
+		case c.Begin >= back && c.Begin < end:
+			fresh[(c.Begin-back)/Bin]++
+		}
+	}
+	if len(held) == 0 {
+		return 0
+	}
+	slices.Sort(held)
+	perBin := float64(s.Capacity) * Bin.Seconds()
+	served, room := 0, 0.0
+	for b, next := 0, 0; b < len(fresh) && next < len(held); b++ {
+		at := back + time.Duration(b)*Bin
+		room += max(perBin-float64(fresh[b]), 0)
+		for ; next < len(held) && room >= 1; next++ {
+			if held[next] > at {
+				served++
+				room--
+			}
+		}
+		room -= math.Floor(room) // room a Bin leaves unused is gone
+	}
+	return float64(served) / float64(len(held))
+}
+
 // ByCount lists counts, most first, then by reason.
 func ByCount(counts map[string]int) []Reason {
 	var rs []Reason

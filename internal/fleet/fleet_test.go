@@ -90,3 +90,49 @@ func TestChecks(t *testing.T) {
 		t.Errorf("default ServiceTime = %v, want 50ms", d.ServiceTime())
 	}
 }
+
+// TestLimit: the oracle serves the outage calls, earliest bound first, in
+// the room the calls after the return leave per Bin (Capacity × Bin = 2
+// here), none past its bound, none before the return, none after the load.
+func TestLimit(t *testing.T) {
+	s := Shape{Capacity: 20, Warmup: time.Second, Outage: time.Second, After: time.Second}
+	outage := func(n int, begin time.Duration) []Call {
+		var cs []Call
+		for range n {
+			cs = append(cs, Call{Begin: begin})
+		}
+		return cs
+	}
+	// One fresh call per Bin after the return: room 1 a Bin.
+	fresh := func(per int) []Call {
+		var cs []Call
+		for b := range 10 {
+			for range per {
+				cs = append(cs, Call{Begin: 2*time.Second + time.Duration(b)*Bin})
+			}
+		}
+		return cs
+	}
+	warm := Call{Begin: 500 * ms} // before the outage: not held
+	for _, tc := range []struct {
+		name  string
+		calls []Call
+		bound time.Duration
+		want  float64
+	}{
+		{"no outage calls", []Call{warm}, 0, 0},
+		{"no load after: 2 a Bin for 10 Bins", append(outage(30, time.Second), warm), 0, 20.0 / 30},
+		{"room 1 a Bin", append(outage(30, time.Second), fresh(1)...), 0, 10.0 / 30},
+		{"no room", append(outage(5, time.Second), fresh(2)...), 0, 0},
+		{"over capacity is no room", append(outage(5, time.Second), fresh(3)...), 0, 0},
+		// Bounds end 1.25 s after Begin: those of the calls begun at 1 s
+		// at 2.25 s (three Bins from the return), at 1.5 s at 2.75 s.
+		{"bounds", append(outage(10, time.Second), outage(10, 1500*ms)...), 1250 * ms, (6.0 + 10) / 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := s.Limit(tc.calls, tc.bound); got != tc.want {
+				t.Errorf("Limit = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
