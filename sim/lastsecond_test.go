@@ -44,11 +44,11 @@ func migrateOutageRun(t *testing.T, seed uint64, rate float64, outage time.Durat
 		t.Fatal(err)
 	}
 	p.facts = true
-	p.answer = func(time.Duration, int) (time.Duration, error) {
+	p.answer = func(time.Duration, int) (time.Duration, budget.Load, error) {
 		if s.now >= 2*time.Second && s.now < 2*time.Second+outage {
-			return 0, errFailed
+			return 0, budget.Load{}, errFailed
 		}
-		return time.Millisecond, nil
+		return time.Millisecond, budget.Load{}, nil
 	}
 	end := 2*time.Second + outage
 	p.done = func(start time.Duration, ok bool, _ string) {

@@ -31,11 +31,11 @@ func refusalsRun(t *testing.T, seed uint64, deferOff bool) (served float64, long
 		t.Fatal(err)
 	}
 	p.facts = true
-	p.answer = func(time.Duration, int) (time.Duration, error) {
+	p.answer = func(time.Duration, int) (time.Duration, budget.Load, error) {
 		if s.rng.Float64() < 0.3 {
-			return 0, errRefused
+			return 0, budget.Load{}, errRefused
 		}
-		return time.Millisecond, nil
+		return time.Millisecond, budget.Load{}, nil
 	}
 	p.waited = func(d time.Duration) { longest = max(longest, d) }
 	p.poisson(50, 20*time.Second)
