@@ -206,16 +206,17 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 				s.streakAt, s.pace.entered = now, 0
 			}
 			// The outage rule: a streak after calm, of a server whose retries
-			// do not heal (or that is overloaded), or, with retries failing in
-			// it, beyond its flakiness or lasting longer than the calls' waits
-			// (a server that served, then failed every call for a deadline;
-			// under overload no retry goes to fail, and the streak suffices).
-			ovl, retriesFailed := e.overloaded(now), e.retryFails >= tune.Evidence
+			// do not heal, or, with retries failing in it, beyond its
+			// flakiness or lasting longer than the calls' waits (a server
+			// that served, then failed every call for a deadline). Overload
+			// helps make none: the sims' fleets are byte-identical without
+			// it.
+			retriesFailed := e.retryFails >= tune.Evidence
 			healthy := e.seen && s.streakAt.Sub(e.lastFail) >= tune.Calm
 			down := !e.heals(now, false) && (e.callsN() >= tune.Evidence && e.healed() == 0 || retriesFailed)
 			beyond := e.seen && float64(s.streak+1) >= 2*e.runs+tune.Evidence
-			lasting := e.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span && (retriesFailed || ovl)
-			if s.streak++; s.streak >= tune.Evidence && ((healthy || ovl) && down || beyond && retriesFailed || lasting) {
+			lasting := e.seen && s.span > 0 && now.Sub(s.streakAt) >= s.span && retriesFailed
+			if s.streak++; s.streak >= tune.Evidence && (healthy && down || beyond && retriesFailed || lasting) {
 				s.phase, s.pace.down = phaseOutage, true
 			} else if s.phase != phaseOutage {
 				s.phase = phaseFailing
