@@ -41,8 +41,8 @@
 // them apart. Time can. A Gate (Deferring) lets a retry the budget refused
 // wait, within its call's deadline. Its model is one estimate per backend
 // and method, the pace at which held retries may go beside the new calls,
-// learnt from the backend's answers (a refusal for overload halves it and
-// never makes the backend down; failures in a row where retries do not heal
+// learnt from the backend's answers (a refusal for overload without a
+// pushback halves it and never makes the backend down; failures in a row where retries do not heal
 // do), and two rules on it. Go: a retry goes once its pause has passed and
 // the budget pays or the estimate has room, the most critical first. End: a
 // wait ends once its turn plus an attempt cannot come before its deadline,

@@ -196,12 +196,15 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	case Failure:
 		s.lull, s.lastReached = now.Sub(s.lastReached), now
 		e := &s.ev
-		if !a.Overload {
-			// A refusal for overload is an answer of a backend that is
-			// up: it never makes an outage, nor a failing phase (the
-			// overload rule holds retries instead). A backend refusing
-			// 30 % at random was taken for down in a run of refusals and
-			// held its calls to MaxWait.
+		if !a.Overload || a.Pushback {
+			// A refusal for overload without a pushback is an answer of a
+			// backend that is up: it never makes an outage, nor a failing
+			// phase (the overload rule holds retries instead; a backend
+			// refusing 30 % at random was taken for down in a run of
+			// refusals and held its calls to MaxWait). One with a
+			// pushback, the server's own shedding, still counts (counted
+			// as none, lab mixed-criticality fell below no retry: 0.81
+			// against 0.84 at 1.96 attempts per call, 1.33 with it).
 			if s.streak == 0 {
 				s.streakAt, s.pace.entered = now, 0
 			}
