@@ -157,8 +157,9 @@ func total(c *window.LevelCounts, i int) uint64 {
 //
 // Outcomes: Success and a Failure are answers; Other (the caller's own
 // deadline or cancellation, an attempt that never reached a server) counts
-// only as a request. State changes reach the Set's onChange and the
-// asking call's Listener after every lock is released. A Breaker is safe for concurrent use.
+// only as a request. State changes reach the Gates its guards refused
+// (budget.GuardWatcher), the Set's onChange and the asking call's Listener
+// after every lock is released. A Breaker is safe for concurrent use.
 // Closed without
 // throttling, Admit and AllowRetry are one atomic load and Record of a
 // success one atomic add (most of the time: see foldEvery); throttling adds
@@ -211,7 +212,9 @@ type Breaker struct {
 	// served one (the probe rule and the back rule; see Breaker).
 	lastSent, lastAccept [4]time.Time
 	// paceAt is the start Pace gave the latest held attempt.
-	paceAt   time.Time
+	paceAt time.Time
+	// watchers hear the next state change once (watchChange), one per key.
+	watchers []watcher
 	opened   uint64
 	rejected uint64
 	thrott   uint64
@@ -556,6 +559,13 @@ func (b *Breaker) setLocked(now time.Time, to State) Change {
 // tell reports ch to the breaker's own onChange and to l, the listener of
 // the call whose asking or outcome made the change.
 func (b *Breaker) tell(ch Change, l Listener) {
+	b.mu.Lock()
+	ws := b.watchers
+	b.watchers = nil
+	b.mu.Unlock()
+	for _, w := range ws {
+		w.f()
+	}
 	if b.onChange != nil {
 		// No call owns the Set's own listener: its panic is fenced.
 		fence.Run(fence.BreakerChange, func() { b.onChange(ch) })
@@ -563,6 +573,28 @@ func (b *Breaker) tell(ch Change, l Listener) {
 	if l != nil {
 		l.BreakerChanged(ch)
 	}
+}
+
+// watcher is a function that hears the next state change once, and its
+// key.
+type watcher struct {
+	key any
+	f   func()
+}
+
+// watchChange has f called once, outside the lock, at the next state
+// change; a later call with the same key replaces f, so a key holds one
+// place at most.
+func (b *Breaker) watchChange(key any, f func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.watchers {
+		if b.watchers[i].key == key {
+			b.watchers[i].f = f
+			return
+		}
+	}
+	b.watchers = append(b.watchers, watcher{key, f})
 }
 
 // tellAsked tells ch, which an asking of criticality c made (ok: it was

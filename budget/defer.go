@@ -148,6 +148,20 @@ type Guard interface {
 	AllowRetry() (ok bool, next time.Time)
 }
 
+// GuardWatcher is a Guard that tells of its changes: before a Gate asks it
+// for a retry, it asks to hear of the guard's next change of state, so that
+// the waiters a refusal held go as soon as the guard closes, whoever's
+// answer closed it (a circuit breaker that another method's probe closed).
+// A Guard without it is asked again at the time its refusal named, or on
+// the Gate's own news.
+type GuardWatcher interface {
+	Guard
+	// WatchChange calls f once, holding no lock, at the guard's next
+	// change of state; a later call with the same key before then
+	// replaces the earlier f.
+	WatchChange(key any, f func())
+}
+
 // GuardReturner is a Guard that takes a yes back: a Gate calls ReturnRetry
 // when a retry that AllowRetry let go is not sent after all (its caller
 // left first, or the budget panicked), so that what the guard counted for
@@ -168,7 +182,7 @@ var (
 	ErrTooManyWaiting = errors.New("budget: too many calls waiting for a retry")
 	// ErrOutageLasting: the server has been down longer than the calls'
 	// deadlines, and the retry fails at once (Gate, the futility rule).
-	ErrOutageLasting = errors.New("budget: the server has been down longer than a call without a deadline waits (MaxWait): its retries fail at once until a probe heals")
+	ErrOutageLasting = errors.New("budget: the server has been down longer than the call waits (three of its deadlines, or MaxWait without one): its retries fail at once until a probe heals")
 )
 
 // The other ends of a Gate's wait, which the interceptors treat alike.

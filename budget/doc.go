@@ -39,16 +39,17 @@
 // A budget that only counts must starve a client riding out a restart to
 // protect against a thousand clients in a storm: one process cannot tell
 // them apart. Time can. A Gate (Deferring) lets a retry the budget refused
-// wait, within its call's deadline, and keeps a wait contract that its
-// documentation states as one estimate and two rules: a retry that heals goes after its
-// pause; while the backend fails, one goes as a probe, or as its call's
-// last chance just before the deadline; an outage holds the waits (a call
-// with a deadline to its deadline, since the return may come first), and
-// once it has outlived what a new failed call without a deadline has left of
-// MaxWait, that call ends at once (but for a rare lone probe); when the backend serves again the held calls go back at a pace
-// that starts from the rate they came at and quickens while its answers
-// stay fast (many held calls are back within a second, a few that came
-// slowly take seconds, whatever the room). New wraps the token bucket and the ratio in a Gate unless
+// wait, within its call's deadline. Its model is one estimate per backend
+// and method, the pace at which held retries may go beside the new calls,
+// learnt from the backend's answers (a refusal for overload without a
+// pushback halves it and never makes the backend down; failures in a row where retries do not heal
+// do), and two rules on it. Go: a retry goes once its pause has passed and
+// the budget pays or the estimate has room, the most critical first. End: a
+// wait ends once its turn plus an attempt cannot come before its deadline,
+// or MaxWait in all without one, whatever its pause; in an outage a new
+// failed call ends at once (but for a rare lone probe) once the outage has
+// lasted three of its deadlines, or what it has left of MaxWait. The Gate's
+// doc states them, `stagger check` prints them. New wraps the token bucket and the ratio in a Gate unless
 // Settings.Defer says off, and the throttle only when it says on, so that
 // gRFC A6's retryThrottling refuses at once as A6 says. The interceptors
 // find a Deferrer by type assertion on the budget; a user's own Budget

@@ -23,11 +23,11 @@ import (
 // The estimate: the rate of retries the backend can take beside its new
 // calls, learnt from its answers as TCP learns its window. Successes raise
 // it; a refusal for overload (RESOURCE_EXHAUSTED without a pushback, a
-// per-attempt timeout, a slow success) halves it, once per attempt time; an
-// outage (failures in a row where retries do not heal) drops it to its
-// floor, one probe per probe gap; the return after an outage grows it from
-// that floor; with no news it goes back to unknown, where one retry at a
-// time goes to learn. A pushback's delay is its own retry's pause.
+// per-attempt timeout, a slow success) halves it, once per attempt time,
+// and never makes an outage: failures in a row where retries do not heal,
+// which drop it to its floor, one probe per probe gap; the return grows it
+// from that floor; with no news it goes back to unknown, where one retry at
+// a time goes to learn. A pushback's delay is its own retry's pause.
 //
 // Two rules on the estimate decide every wait:
 //
@@ -46,7 +46,7 @@ import (
 //     the wait; hold: nothing to wait for; criticality: evicted by a more
 //     critical retry) and what held it (outage, overload, breaker).
 //
-// `stagger check` prints the rules' detail by name, with their numbers:
+// `stagger check -format json` lists the rules' detail, with their numbers:
 // heal, probe, last-chance, release, guard, outage, overload, hold, end,
 // futility, settling, ageing, criticality. A caller that leaves gets back
 // what it was granted and had not taken (a budget of this package, what it
@@ -86,6 +86,9 @@ type Gate struct {
 	// only).
 	guardQuiet bool
 	guardAt    time.Time
+	// guardNews counts the changes guards told of (GuardWatcher,
+	// Waiter.take).
+	guardNews uint64
 	// round counts the grant loop's runs (Waiter.round).
 	round uint64
 	// wasOutage: the grant loop's last run saw an outage.

@@ -318,11 +318,12 @@ func TestGateFutilityWaitsLongerForUnsent(t *testing.T) {
 	}
 }
 
-// A retry whose call has a deadline waits through an outage however long
-// it has lasted, to its deadline, for the return may come first (lab
-// migrate-outage: 3 s down, 1 s deadlines; the futility rule failed the
-// calls made in its last second at once, and served none of the outage's
-// calls, where a client without a Gate served a fifth).
+// A retry whose call has a deadline waits through an outage's first
+// tune.FutileDeadlines of its deadlines, to its deadline, for the return may
+// come first (lab migrate-outage: 3 s down, 1 s deadlines; the futility rule
+// failed the calls made in its last second at once, and served none of the
+// outage's calls, where a client without a Gate served a fifth); later it
+// fails at once (issue 88: a 15 s outage failed every call at its deadline).
 func TestGateOutageWaitsToTheDeadline(t *testing.T) {
 	const deadline = time.Second
 	clk := &manualClock{now: t0}
@@ -332,8 +333,8 @@ func TestGateOutageWaitsToTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	early.Leave()
-	// The outage outlives the calls' deadlines three times over.
-	for range 30 {
+	// The outage outlives the calls' deadlines twice over.
+	for range 20 {
 		clk.advance(100 * time.Millisecond)
 		failures(g, 1)
 	}
@@ -341,7 +342,7 @@ func TestGateOutageWaitsToTheDeadline(t *testing.T) {
 	for i := range 2 {
 		w, err := g.Enter(retry2, 100*time.Millisecond, clk.Now().Add(deadline))
 		if err != nil {
-			t.Fatalf("3 s into the outage, retry %d with a 1 s deadline: enter = %v, want a wait", i+1, err)
+			t.Fatalf("2 s into the outage, retry %d with a 1 s deadline: enter = %v, want a wait", i+1, err)
 		}
 		defer w.Leave()
 		ws = append(ws, w)
@@ -377,6 +378,41 @@ func TestGateOutageWaitsToTheDeadline(t *testing.T) {
 	t.Fatalf("%d retries held through the outage did not go before their deadline", len(ws))
 }
 
+// Three of its deadlines into an outage, a call with a 1 s deadline fails
+// at once; one with 2 s left waits, and so does one whose attempt never
+// left the client (its turn half as far).
+func TestGateOutageFailsAtOnceAfterThreeDeadlines(t *testing.T) {
+	const deadline = time.Second
+	clk := &manualClock{now: t0}
+	g := inOutage(t, clk, DeferSettings{})
+	early, err := g.Enter(retry2, 100*time.Millisecond, clk.Now().Add(deadline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	early.Leave()
+	// (Fewer than tune.FutileEvery failures: no lone probe.)
+	for range 29 {
+		clk.advance(100 * time.Millisecond)
+		failures(g, 1)
+	}
+	clk.advance(100 * time.Millisecond)
+	if _, err := g.Enter(retry2, 100*time.Millisecond, clk.Now().Add(deadline)); !errors.Is(err, ErrOutageLasting) {
+		t.Fatalf("3 s into the outage, a retry with a 1 s deadline: enter = %v, want ErrOutageLasting", err)
+	}
+	unsent := retry2
+	unsent.Unsent = true
+	for _, tc := range []struct {
+		r    Request
+		left time.Duration
+	}{{retry2, 2 * deadline}, {unsent, deadline}} {
+		w, err := g.Enter(tc.r, 100*time.Millisecond, clk.Now().Add(tc.left))
+		if err != nil {
+			t.Fatalf("3 s into the outage, %+v with %v left: enter = %v, want a wait", tc.r, tc.left, err)
+		}
+		w.Leave()
+	}
+}
+
 // In a long outage whose new calls keep failing, a call with a deadline
 // waits to it (TestGateOutageWaitsToTheDeadline), and its last chance is a
 // probe: once one failed in the outage, the next waits for the probe gap
@@ -399,10 +435,14 @@ func TestGateLongOutageLastChancesAreProbes(t *testing.T) {
 			// A new call's first attempt fails; its last attempt waits.
 			failures(g, 1)
 			w, err := g.Enter(Request{Number: 2, Last: true}, 10*time.Millisecond, clk.Now().Add(deadline))
-			if err != nil {
+			switch {
+			case errors.Is(err, ErrOutageLasting) && clk.Now().Sub(t0) >= tune.FutileDeadlines*deadline:
+				// Past three of its deadlines: it fails at once.
+			case err != nil:
 				t.Fatalf("%v into the outage: enter = %v, want a wait to the deadline", clk.Now().Sub(t0), err)
+			default:
+				calls = append(calls, &call{w: w})
 			}
-			calls = append(calls, &call{w: w})
 		}
 		for _, c := range calls {
 			switch {
@@ -427,8 +467,10 @@ func TestGateLongOutageLastChancesAreProbes(t *testing.T) {
 			c.w.Leave()
 		}
 	}
-	if retries != 1 {
-		t.Errorf("a 20 s outage, a call every %v with a %v deadline: %d retries for %d calls, want the one that found the outage", every, deadline, retries, len(calls))
+	// Past three deadlines the futility rule fails the calls at once, but
+	// for its lone probe, one per tune.FutileEvery failures at most.
+	if lone := int(20*time.Second/every) / tune.FutileEvery; retries < 1 || retries > 1+lone {
+		t.Errorf("a 20 s outage, a call every %v with a %v deadline: %d retries for %d calls waiting, want the one that found the outage, and %d lone probes at most", every, deadline, retries, len(calls), lone)
 	}
 }
 

@@ -55,7 +55,9 @@ func (s *gateState) decide(now time.Time, w *waiterView) decision {
 // With a deadline the turn is now at the latest (in an outage the retry
 // has its last chance before the deadline, and the return may come first:
 // 3 s down with 1 s deadlines, failing such retries at once lost the calls
-// made in the outage's last second), and the attempt takes as long
+// made in the outage's last second), but for a turn that Enter reckoned
+// tune.FutileDeadlines of the time its deadline leaves away or more (the
+// futility rule: long outages fail fast), and the attempt takes as long
 // as its method's attempts lately (Request.Took, or the latest deferred
 // retry that succeeded within tune.OverloadHold, when longer): the wait
 // ends that long before the deadline (hopeless), or at it when no attempt
@@ -74,6 +76,11 @@ func (s *gateState) endAt(now time.Time, w *waiterView) (time.Time, *waitEnd) {
 			return w.since, errFutile
 		}
 		return w.limit, errWaitLimit
+	}
+	if left := w.deadline.Sub(w.since); left > 0 && float64(w.turnAt.Sub(w.since)) >= tune.FutileDeadlines*float64(left) {
+		// With a deadline, the turn counts in deadlines: an outage that
+		// outlived tune.FutileDeadlines of them fails the call at once.
+		return w.since, errFutile
 	}
 	took := max(w.Took, 0)
 	if now.Before(s.ev.okAt.Add(tune.OverloadHold)) {

@@ -238,6 +238,17 @@ func (g *Gate) grantLocked(now time.Time) {
 	due := g.scratch[:0]
 	for w := g.dues.top(); w != nil && !now.Before(w.due); w = g.dues.top() {
 		g.dues.setDue(w, time.Time{})
+		if w.at < 0 && now.Before(w.view.since.Add(w.view.pause)) {
+			// Due before its pause passed: its end (the end rule bounds
+			// every wait, whatever its pause), or again at the earlier of
+			// the two when its end moved.
+			if end, why := g.st.endAt(now, &w.view); ended(now, end) {
+				g.moveLocked(now, w, waitOut, why.heldBy(w.view.heldBy))
+			} else {
+				g.dues.setDue(w, clock.Earlier(w.view.since.Add(w.view.pause), end))
+			}
+			continue
+		}
 		if w.at < 0 {
 			g.heads[w.level()][w.class()].push(w) // its pause passed
 		}
@@ -374,7 +385,10 @@ func (g *Gate) moveLocked(now time.Time, w *Waiter, to waiterState, end error) {
 			g.counts.Deferred++
 			w.seq = g.counts.Deferred
 			w.elem = g.queue[w.level()].PushBack(w)
-			g.dues.setDue(w, w.view.since.Add(w.view.pause)) // eligible once its pause passed
+			// Eligible once its pause passed, or decided at its end if
+			// that comes first.
+			end, _ := g.st.endAt(now, &w.view)
+			g.dues.setDue(w, clock.Earlier(w.view.since.Add(w.view.pause), end))
 		} else {
 			// Queued again (its guard refused): due at once, so the grant
 			// loop that follows puts it back in its place among the heads
@@ -434,7 +448,31 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 			}
 		}
 	}()
+	g.mu.Lock()
+	news := g.guardNews
+	g.mu.Unlock()
 	if guard := w.view.Guard; guard != nil && !gone() && !guard.Closed() {
+		if gw, isW := guard.(GuardWatcher); isW {
+			// Asked before the guard answers, so that a change right
+			// after its refusal is not missed: at its change the waiters
+			// a guard held are decided again at once (a change is rare,
+			// and they are at most the room's).
+			gw.WatchChange(g, func() {
+				now := g.now()
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				g.guardNews++
+				g.guardQuiet = false
+				for l := range g.queue {
+					for e := g.queue[l].Front(); e != nil; e = e.Next() {
+						if w := e.Value.(*Waiter); w.state == waitQueued && w.view.guardOpen {
+							g.dues.setDue(w, now)
+						}
+					}
+				}
+				g.grantLocked(now)
+			})
+		}
 		// Asked last: the guard's half-open slot goes only to a retry
 		// that goes.
 		ok, next = guard.AllowRetry()
@@ -460,7 +498,8 @@ func (w *Waiter) take(gone func() bool) (Admission, error) {
 		w.view.heldBy = heldGuard
 	}
 	w.view.guardOpen = open
-	g.guardQuiet, g.guardAt = true, next
+	// Quiet until news, unless a guard changed since this one was asked.
+	g.guardQuiet, g.guardAt = news == g.guardNews, next
 	g.moveLocked(now, w, waitQueued, nil)
 	g.grantLocked(now)
 	// Queued again, w is the grant loop's: its end is read here, under

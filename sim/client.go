@@ -131,6 +131,9 @@ type proc struct {
 	facts bool
 	// tookAt and took are the latest served retry's end and time (facts).
 	tookAt, took time.Duration
+	// waited, when set, is told how long each wait in the gate took, its
+	// pause included, when the gate decided it.
+	waited func(time.Duration)
 }
 
 func newProc(s *Sim, c *Contender, totals *callTotals, timeout time.Duration, serve func(key float64) bool) (*proc, error) {
@@ -394,9 +397,13 @@ func (p *proc) call() {
 				if err := p.enter(r, pause, limit,
 					func(a budget.Admission) {
 						inGate += p.s.now - entered
+						p.tellWaited(entered)
 						attempt(n+1, pause, a)
 					},
-					func(err error) { finish(false, "deferred/"+budget.WaitRule(err)) }); err != nil {
+					func(err error) {
+						p.tellWaited(entered)
+						finish(false, "deferred/"+budget.WaitRule(err))
+					}); err != nil {
 					finish(false, "turned-away/"+budget.WaitRule(err))
 				}
 			})
@@ -408,6 +415,14 @@ func (p *proc) call() {
 		return
 	}
 	attempt(1, p.pol.Backoff.Initial, budget.AdmitNone)
+}
+
+// tellWaited tells waited, if set, of a wait that began at entered and
+// ends now.
+func (p *proc) tellWaited(entered time.Duration) {
+	if p.waited != nil {
+		p.waited(p.s.now - entered)
+	}
 }
 
 // paceFresh is how long the interceptors go on telling the Gate the

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/stagger-go/stagger/budget"
+	"github.com/stagger-go/stagger/internal/gatetune"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -121,7 +122,9 @@ type checkBudget struct {
 	// Deferral says what happens to a retry the budget refuses, during an
 	// outage and after it.
 	Deferral string `json:"deferral,omitempty"`
-	// DeferralRules are the Gate's rules, when refused retries wait.
+	// Gate is the Gate's estimate and its two rules, when refused retries
+	// wait; DeferralRules, its rules in detail.
+	Gate          []checkRule `json:"gate,omitempty"`
 	DeferralRules []checkRule `json:"deferral_rules,omitempty"`
 	// PerBackend says what the budget keeps per backend, its bounds and
 	// what they cost in memory (budget.Backends).
@@ -315,7 +318,7 @@ func checkFile(file string, files *protoregistry.Files, source string, strict bo
 		rep.Budget.Deferral = explainDeferral(s)
 		rep.Budget.PerBackend = explainPerBackend(s)
 		if defers(s) {
-			rep.Budget.DeferralRules = deferralRules()
+			rep.Budget.Gate, rep.Budget.DeferralRules = gateRules(gatetune.Gate()), gateRules(gatetune.Current())
 		}
 	} else {
 		// What stagger.DialOptions installs: the process's default budget.
@@ -323,7 +326,7 @@ func checkFile(file string, files *protoregistry.Files, source string, strict bo
 		rep.Budget.Kind = "default, " + rep.Budget.Kind + " (the file declares none: stagger.DialOptions installs budget.DefaultBackends(), one per backend; the bare interceptors have none)"
 		rep.Budget.Deferral = explainDeferral(budget.DefaultSettings())
 		rep.Budget.PerBackend = explainPerBackend(budget.DefaultSettings())
-		rep.Budget.DeferralRules = deferralRules()
+		rep.Budget.Gate, rep.Budget.DeferralRules = gateRules(gatetune.Gate()), gateRules(gatetune.Current())
 	}
 	return rep
 }

@@ -320,10 +320,10 @@ func waitingAll(s budget.Settings) int {
 	return bs.Limits().Waiting
 }
 
-// deferralRules is the Gate's rules, by name, from the package's snapshot.
-func deferralRules() []checkRule {
+// gateRules is rules, the Gate's (gatetune), as the report lists them.
+func gateRules(rules []gatetune.Rule) []checkRule {
 	var out []checkRule
-	for _, r := range gatetune.Current() {
+	for _, r := range rules {
 		out = append(out, checkRule{Name: r.Name, Says: r.Says})
 	}
 	return out

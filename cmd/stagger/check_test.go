@@ -933,3 +933,25 @@ func TestCheckStrictNeedsNames(t *testing.T) {
 		t.Errorf("-strict, breaker only: exit %d:\n%s%s", code, out, errOut)
 	}
 }
+
+// The Gate in a few lines (issue 88): check's text states it as its
+// estimate and two rules, and names the rules JSON details, in at most 10
+// lines after the refused retries' line (unwrapped); it printed 13 long
+// paragraphs.
+func TestCheckPrintsTheGateShort(t *testing.T) {
+	_, out, _ := checkRun(t, "-width", "0", checkExamples+"retry.json")
+	i := strings.Index(out, "  refused retries: ")
+	if i < 0 {
+		t.Fatalf("no refused retries' line:\n%s", out)
+	}
+	var gate []string
+	for _, l := range strings.Split(out[i:], "\n")[1:] {
+		if !strings.HasPrefix(l, "    ") {
+			break
+		}
+		gate = append(gate, l)
+	}
+	if len(gate) == 0 || len(gate) > 10 || !strings.HasPrefix(gate[0], "    the estimate: ") {
+		t.Errorf("the Gate in %d lines, want the estimate first and 10 at most:\n%s", len(gate), strings.Join(gate, "\n"))
+	}
+}

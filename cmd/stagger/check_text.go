@@ -118,9 +118,18 @@ func writeCheckText(out io.Writer, rep checkReport, width int) {
 		}
 		if rep.Budget.Deferral != "" {
 			fmt.Fprintf(w, "  refused retries: %s\n", rep.Budget.Deferral)
-			for _, r := range rep.Budget.DeferralRules {
-				fmt.Fprintf(w, "    the %s rule: %s\n", r.Name, r.Says)
+			for _, r := range rep.Budget.Gate {
+				name := "the " + r.Name + " rule"
+				if r.Name == "estimate" {
+					name = "the estimate"
+				}
+				fmt.Fprintf(w, "    %s: %s\n", name, r.Says)
 			}
+			var names []string
+			for _, r := range rep.Budget.DeferralRules {
+				names = append(names, r.Name)
+			}
+			fmt.Fprintf(w, "    in detail (-format json, deferral_rules): the %s rules\n", strings.Join(names, ", "))
 		}
 	}
 	if rep.Breaker != nil {

@@ -59,6 +59,12 @@ const (
 	// refused, 71.8 -> 73.1 % at 1.18 attempts per call (BENCHMARKS
 	// "Issue 63: the channel's own news").
 	FutileUnsent = 2.0
+	// FutileDeadlines: a call with a deadline waits through an outage's
+	// first 3 of its deadlines and later fails at once: if outage lengths
+	// are heavy-tailed, one that lasted three deadlines ends within one
+	// more less than one time in four (issue 88; a 3 s outage with 1 s
+	// deadlines keeps its calls, a 15 s one fails them at once).
+	FutileDeadlines = 3.0
 	// HealWindow: of the latest 8 calls that retried (two at least,
 	// Evidence), a third healed says retrying heals (HealMinShare; a server
 	// failing half its attempts heals 3 in 4, a down one none); judged per
