@@ -109,6 +109,7 @@ func dialOptions(config interceptor.Option, fallback *budget.Backends, opts []in
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(all...)),
 		grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(all...)),
+		grpc.WithStatsHandler(interceptor.HeaderWatch()),
 		grpc.WithDisableRetry(),
 	}
 }

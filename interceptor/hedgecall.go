@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/stagger-go/stagger/internal/headerwatch"
 )
 
 // attemptOutputs is what grpc writes for one attempt on a goroutine: its
@@ -44,6 +46,7 @@ type hedgeCall struct {
 	results chan unaryEvent
 	first   attemptOutputs
 	inv     invocation
+	watch   headerwatch.Attempts[unaryEvent]
 
 	// The caller's outputs, taken out of the attempts' options.
 	base []grpc.CallOption
