@@ -129,3 +129,53 @@ func TestHeadersCommitCancelsHedges(t *testing.T) {
 		t.Error("the hedges ran on after attempt 1's headers arrived")
 	}
 }
+
+// TestHeadersCommitBeside: with hedgeOnPerTryTimeout, headers of an attempt
+// that runs beside its retry commit the call to it: the retry is cancelled,
+// and no third attempt goes.
+func TestHeadersCommitBeside(t *testing.T) {
+	arrived, cancelled := make(chan struct{}, 1), make(chan struct{}, 1)
+	var served atomic.Int32
+	var cancelledFirst atomic.Bool
+	cc := bufconnServe(t, func(_ any, ss grpc.ServerStream) error {
+		served.Add(1)
+		if err := ss.RecvMsg(new(emptypb.Empty)); err != nil {
+			return err
+		}
+		switch serverAttempt(ss) {
+		case 1:
+			select {
+			case <-arrived:
+			case <-time.After(2 * time.Second):
+			}
+			if err := ss.SendHeader(metadata.Pairs("x-attempt", "1")); err != nil {
+				return err
+			}
+			select {
+			case <-cancelled:
+				cancelledFirst.Store(true)
+			case <-time.After(2 * time.Second):
+			}
+			time.Sleep(150 * time.Millisecond) // past the retry's timer
+			return ss.SendMsg(&emptypb.Empty{})
+		case 2:
+			arrived <- struct{}{}
+			<-ss.Context().Done()
+			cancelled <- struct{}{}
+			return status.FromContextError(ss.Context().Err()).Err()
+		}
+		return ss.SendMsg(&emptypb.Empty{})
+	}, grpc.WithStatsHandler(HeaderWatch()))
+	var rep Report
+	var header metadata.MD
+	k := UnaryClientInterceptor(WithConfig(end90Config(t, `"idempotent": true, "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.001s", "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"], "perAttemptRecvTimeout": "0.05s", "hedgeOnPerTryTimeout": true}`)), WithBudget(nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := k(ctx, end90Method, &emptypb.Empty{}, new(emptypb.Empty), cc, invokeOf, grpc.Header(&header), WithReport(&rep))
+	if got := header.Get("x-attempt"); err != nil || len(got) != 1 || got[0] != "1" {
+		t.Errorf("call: %v after %d attempts, headers %v; want attempt 1's answer", err, rep.Attempts, header)
+	}
+	if n := served.Load(); n != 2 || !cancelledFirst.Load() {
+		t.Errorf("the server saw %d attempts, want 2 (the retry cancelled at attempt 1's headers)", n)
+	}
+}

@@ -523,7 +523,10 @@ func (c *call) settle(adm budget.Admission) {
 // retry beside goes.
 func (l *unaryLoop) headersCommit() {
 	n, first := l.hc.watch.First()
-	if t := &l.timer; n != 0 && n == t.n && l.c().perAttempt > 0 {
+	if n == 0 {
+		return
+	}
+	if t := &l.timer; n == t.n && l.c().perAttempt > 0 {
 		for due, ok := t.dueAt(); ok && due.Before(first); due, ok = t.dueAt() {
 			l.take()
 		}
@@ -531,13 +534,11 @@ func (l *unaryLoop) headersCommit() {
 			l.hc.watch.Drop(n) // cut off before its headers came
 			return
 		}
-		t.stop()
 	}
-	if n != 0 {
-		l.committed = n
-		l.hc.watch.CancelOthers(n)
-		l.hs.disarm()
-		l.hs.due, l.hs.stopped = false, policy.ReasonCommitted
-		l.dropPending()
-	}
+	l.timer.stop() // beside, it may time a later attempt
+	l.committed = n
+	l.hc.watch.CancelOthers(n)
+	l.hs.disarm()
+	l.hs.due, l.hs.stopped = false, policy.ReasonCommitted
+	l.dropPending()
 }

@@ -80,10 +80,11 @@ func TestRealTimeHeadersMeetTimer(t *testing.T) {
 	}
 	t.Cleanup(func() { cc.Close() })
 	const method = "/stagger.testing.v1.TestService/Get"
+	var raceCommitted, raceCut atomic.Int32
 	rtBatches(t, "calls with headers at once", func(i int) (committed bool) {
 		headerAt := time.Duration(0)
 		if i%2 == 1 {
-			headerAt = rtPerAttempt + rtPause + time.Duration(i%21-10)*time.Millisecond
+			headerAt = rtPerAttempt + rtPause + time.Duration(i%41-20)*time.Millisecond
 		}
 		r := &headerRace{done: make(chan struct{})}
 		calls.Store(strconv.Itoa(i), r)
@@ -111,6 +112,12 @@ func TestRealTimeHeadersMeetTimer(t *testing.T) {
 		case rep.Attempts == 2 && !cut:
 			t.Errorf("call %d (headers after %v): the retry's answer, but the first attempt was not cancelled", i, headerAt)
 		}
+		if i%2 == 1 && rep.Attempts == 1 {
+			raceCommitted.Add(1)
+		} else if i%2 == 1 {
+			raceCut.Add(1)
+		}
 		return i%2 == 0 && rep.Attempts == 1
 	})
+	t.Logf("headers around the cut: %d calls committed by them, %d cut off", raceCommitted.Load(), raceCut.Load())
 }
