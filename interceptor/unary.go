@@ -111,6 +111,8 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // stagger.DialOptions) that shows UnaryClientInterceptor each attempt's
 // response headers as they arrive, which grpc-go shows an interceptor only
 // with the attempt's end: with it a unary call commits at its first header.
+// grpc-go allocates its stats events for each call of a connection with a
+// stats handler (BENCHMARKS.md, "Options that add to a success").
 func HeaderWatch() stats.Handler { return headerwatch.Handler{} }
 
 // unaryInterceptor returns the interceptor's function. Its body is the fast
