@@ -28,16 +28,18 @@ type headerRace struct {
 }
 
 // A unary attempt's response headers meet its per-attempt timer
-// (stagger.DialOptions installs interceptor.HeaderWatch): the first attempt
-// sends its headers at once (even calls) or around the timer's cut, rtFile's
-// timer plus its pause (odd calls), then its reply 50ms later; a retry
-// answers at once. Headers that came before the cut commit the call: no
-// retry goes and the first attempt's reply is the caller's; headers after it
-// find the attempt cancelled, and the retry's answer is the caller's. Either
-// way the caller sees one attempt's header and reply, the Report counts up
-// to it, and the server saw a retry only of a first attempt it saw
-// cancelled. The path under test is an even call committed by its headers
-// (without the watch, every first attempt is cut off and retried).
+// (stagger.DialOptions installs interceptor.HeaderWatch). Calls leave 2ms
+// apart, in threes: the first attempt sends its headers at once, or around
+// the timer's cut (rtFile's timer plus its pause), then its reply 150ms
+// later; the third call is answered at once (so the timer does not take the
+// server for slow for every attempt, and cuts). A retry answers at once.
+// Headers that came before the cut commit the call: no retry goes and the
+// first attempt's reply is the caller's; headers after it find the attempt
+// cut off, and the retry's answer is the caller's. Either way the caller
+// sees one attempt's header and reply, the Report counts up to it, and the
+// server saw a retry only of a first attempt it saw cancelled. The path
+// under test: a call whose headers came at once committed by them (without
+// the watch, each is cut off and retried).
 func TestRealTimeHeadersMeetTimer(t *testing.T) {
 	var calls sync.Map // call id -> *headerRace
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -58,7 +60,8 @@ func TestRealTimeHeadersMeetTimer(t *testing.T) {
 		}
 		defer close(r.done)
 		headerAt, _ := time.ParseDuration(md.Get("x-header-at")[0])
-		for _, d := range []time.Duration{headerAt, 50 * time.Millisecond} {
+		replyAfter, _ := time.ParseDuration(md.Get("x-reply-after")[0])
+		for _, d := range []time.Duration{headerAt, replyAfter} {
 			select {
 			case <-time.After(d):
 			case <-ss.Context().Done():
@@ -80,44 +83,56 @@ func TestRealTimeHeadersMeetTimer(t *testing.T) {
 	}
 	t.Cleanup(func() { cc.Close() })
 	const method = "/stagger.testing.v1.TestService/Get"
-	var raceCommitted, raceCut atomic.Int32
-	rtBatches(t, "calls with headers at once", func(i int) (committed bool) {
-		headerAt := time.Duration(0)
-		if i%2 == 1 {
-			headerAt = rtPerAttempt + rtPause + time.Duration(i%41-20)*time.Millisecond
-		}
-		r := &headerRace{done: make(chan struct{})}
-		calls.Store(strconv.Itoa(i), r)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ctx = metadata.AppendToOutgoingContext(ctx, "x-call", strconv.Itoa(i), "x-header-at", headerAt.String())
-		var rep interceptor.Report
-		var header metadata.MD
-		var finished atomic.Int32
-		err := cc.Invoke(ctx, method, &emptypb.Empty{}, new(emptypb.Empty), interceptor.WithMaxAttempts(2), interceptor.WithReport(&rep),
-			grpc.Header(&header), grpc.OnFinish(func(error) { finished.Add(1) }))
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-		}
-		got := header.Get("x-attempt")
-		if err != nil || len(got) != 1 || got[0] != strconv.Itoa(rep.Attempts-1) || finished.Load() != 1 {
-			t.Errorf("call %d (headers after %v): %v, Report.Attempts %d, header x-attempt %v, OnFinish ran %d times; want OK with one attempt's answer, the Report counting to it",
-				i, headerAt, err, rep.Attempts, got, finished.Load())
-			return false
-		}
-		switch seen, cut := int(r.attempts.Load()), r.firstCancelled.Load(); {
-		case rep.Attempts == 1 && (seen != 1 || cut):
-			t.Errorf("call %d (headers after %v): the first attempt's answer, but the server saw %d attempts, the first cancelled: %v", i, headerAt, seen, cut)
-		case rep.Attempts == 2 && !cut:
-			t.Errorf("call %d (headers after %v): the retry's answer, but the first attempt was not cancelled", i, headerAt)
-		}
-		if i%2 == 1 && rep.Attempts == 1 {
-			raceCommitted.Add(1)
-		} else if i%2 == 1 {
-			raceCut.Add(1)
-		}
-		return i%2 == 0 && rep.Attempts == 1
-	})
+	const n = 51
+	var healthy, raceCommitted, raceCut atomic.Int32
+	for b := 0; b < rtMaxBatches && healthy.Load() < rtMinHealthy; b++ {
+		spaced(n, 2*time.Millisecond, func(j int) {
+			i := b*n + j
+			headerAt, replyAfter := time.Duration(0), 150*time.Millisecond
+			switch j % 3 {
+			case 1:
+				headerAt = rtPerAttempt + rtPause + time.Duration(j%41-20)*time.Millisecond
+			case 2:
+				replyAfter = 0
+			}
+			r := &headerRace{done: make(chan struct{})}
+			calls.Store(strconv.Itoa(i), r)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-call", strconv.Itoa(i), "x-header-at", headerAt.String(), "x-reply-after", replyAfter.String())
+			var rep interceptor.Report
+			var header metadata.MD
+			var finished atomic.Int32
+			err := cc.Invoke(ctx, method, &emptypb.Empty{}, new(emptypb.Empty), interceptor.WithMaxAttempts(2), interceptor.WithReport(&rep),
+				grpc.Header(&header), grpc.OnFinish(func(error) { finished.Add(1) }))
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+			}
+			got := header.Get("x-attempt")
+			if err != nil || len(got) != 1 || got[0] != strconv.Itoa(rep.Attempts-1) || finished.Load() != 1 {
+				t.Errorf("call %d (headers after %v): %v, Report.Attempts %d, header x-attempt %v, OnFinish ran %d times; want OK with one attempt's answer, the Report counting to it",
+					i, headerAt, err, rep.Attempts, got, finished.Load())
+				return
+			}
+			switch seen, cut := int(r.attempts.Load()), r.firstCancelled.Load(); {
+			case rep.Attempts == 1 && (seen != 1 || cut):
+				t.Errorf("call %d (headers after %v): the first attempt's answer, but the server saw %d attempts, the first cancelled: %v", i, headerAt, seen, cut)
+			case rep.Attempts == 2 && !cut:
+				t.Errorf("call %d (headers after %v): the retry's answer, but the first attempt was not cancelled", i, headerAt)
+			}
+			switch {
+			case j%3 == 0 && rep.Attempts == 1:
+				healthy.Add(1)
+			case j%3 == 1 && rep.Attempts == 1:
+				raceCommitted.Add(1)
+			case j%3 == 1:
+				raceCut.Add(1)
+			}
+		})
+	}
+	if got := healthy.Load(); got < rtMinHealthy {
+		t.Errorf("%d calls with headers at once were committed by them, want at least %d", got, rtMinHealthy)
+	}
 	t.Logf("headers around the cut: %d calls committed by them, %d cut off", raceCommitted.Load(), raceCut.Load())
 }
