@@ -25,9 +25,9 @@ import (
 // call is one logical call's retry state. One goroutine uses it at a time;
 // whatever holds it while its content escapes holds it by value
 // (unaryLoop.own), so it can stay on the stack. What it knows of the wire
-// comes from the options grpc fills (grpc.Header: the only sign an
-// attempt committed; grpc.Trailer: nil when the attempt got no transport
-// stream): a stats.Handler would cost allocations per call in grpc-go.
+// comes from the options grpc fills (grpc.Header: an attempt committed;
+// grpc.Trailer: nil when the attempt got no transport stream), and for a
+// unary attempt on a goroutine from HeaderWatch, as its headers arrive.
 type call struct {
 	retryFacts
 	// runPlan is the call's own copy of its method's.

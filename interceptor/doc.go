@@ -105,8 +105,9 @@
 // decides whether the next attempt goes, which attempt the caller sees, and
 // the end; the rest send it events (docs/architecture.md names who sends each):
 //
-//	unary call: one loop on the caller's goroutine <- an attempt's end, the
-//	    per-attempt timer, a retry's or a hedge's due time, the caller's context
+//	unary call: one loop on the caller's goroutine <- an attempt's headers
+//	    (HeaderWatch) or end, the per-attempt timer, a retry's or a hedge's due
+//	    time, the caller's context
 //	stream: the caller's RecvMsg, or the watch on its context <- an attempt's
 //	    end, the per-attempt timer (which cuts the attempt on its own goroutine)
 //	hedged stream until its commit: one driver goroutine <- each attempt's
