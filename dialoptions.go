@@ -14,7 +14,9 @@ import (
 
 // DialOptions returns the dial options that make a connection follow the
 // policy file cfg (nil: no file; give a policy with interceptor.WithPolicy):
-// stagger's unary and stream interceptors, and grpc.WithDisableRetry.
+// stagger's unary and stream interceptors, interceptor.HeaderWatch (so that
+// a unary call commits at its first response header), and
+// grpc.WithDisableRetry.
 //
 // grpc-go's own retry is disabled because retries at two layers multiply. A
 // consequence: a retry policy delivered by the name resolver's service config
@@ -109,6 +111,7 @@ func dialOptions(config interceptor.Option, fallback *budget.Backends, opts []in
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(all...)),
 		grpc.WithChainStreamInterceptor(interceptor.StreamClientInterceptor(all...)),
+		grpc.WithStatsHandler(interceptor.HeaderWatch()),
 		grpc.WithDisableRetry(),
 	}
 }

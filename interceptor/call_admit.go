@@ -8,12 +8,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/connready"
 	"github.com/stagger-go/stagger/internal/holdset"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -34,13 +34,13 @@ func (c *call) admitFirst(ctx context.Context, cc *grpc.ClientConn, grpcOpts []g
 }
 
 // admitBreaker asks br for a call's first attempt, and holds a
-// waitForReady one until it may go (holdUntilReady).
+// waitForReady one until it may go (connready.Hold).
 func admitBreaker(ctx context.Context, cc *grpc.ClientConn, br *breaker.Breaker, crit criticality.Level, o *options, fileOpts, grpcOpts []grpc.CallOption) error {
 	if err := br.Admit(crit, o); err != nil {
 		return err
 	}
-	if cc != nil && !br.Settings().NoPacing && waitsForReady(fileOpts, grpcOpts) {
-		holdUntilReady(ctx, cc, br)
+	if cc != nil && !br.Settings().NoPacing && connready.WaitsForReady(fileOpts, grpcOpts) {
+		connready.Hold(ctx, cc, br)
 	}
 	return nil
 }
@@ -73,51 +73,6 @@ func (c *call) refused(ctx context.Context, err error) error {
 	c.reason = reason
 	c.emit(ctx, Event{Kind: EventGiveUp, Method: c.method, Code: codes.Unavailable, Err: refused, Reason: reason})
 	return c.failed(0, refused)
-}
-
-// waitsForReady reports whether a call with the file's options, then the
-// caller's, waits for a ready connection; the last one given wins.
-func waitsForReady(fileOpts, opts []grpc.CallOption) bool {
-	wfr := false
-	for _, list := range [2][]grpc.CallOption{fileOpts, opts} {
-		for _, o := range list {
-			if ff, ok := o.(grpc.FailFastCallOption); ok {
-				wfr = !ff.FailFast
-			}
-		}
-	}
-	return wfr
-}
-
-// holdUntilReady holds a waitForReady call's first attempt until cc is
-// ready, as grpc would, then, when a connection attempt failed meanwhile
-// (an outage), for br.Pace: calls queued in an outage reach the server at
-// the pace they were sent. It returns when the attempt may go or ctx ends.
-func holdUntilReady(ctx context.Context, cc *grpc.ClientConn, br *breaker.Breaker) {
-	held := false
-	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
-		if s == connectivity.Shutdown {
-			return
-		}
-		if s == connectivity.Idle {
-			cc.Connect()
-		}
-		held = held || s == connectivity.TransientFailure
-		if !cc.WaitForStateChange(ctx, s) {
-			return
-		}
-	}
-	if !held {
-		return
-	}
-	if d := br.Pace(); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
-	}
 }
 
 // refusedError is a call the breaker refused: the status the caller sees,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/canontarget"
 	"github.com/stagger-go/stagger/internal/foreignretry"
 	"github.com/stagger-go/stagger/internal/frontend"
 	"github.com/stagger-go/stagger/internal/idemkey"
@@ -25,9 +25,9 @@ import (
 // call is one logical call's retry state. One goroutine uses it at a time;
 // whatever holds it while its content escapes holds it by value
 // (unaryLoop.own), so it can stay on the stack. What it knows of the wire
-// comes from the options grpc fills (grpc.Header: the only sign an
-// attempt committed; grpc.Trailer: nil when the attempt got no transport
-// stream): a stats.Handler would cost allocations per call in grpc-go.
+// comes from the options grpc fills (grpc.Header: an attempt committed;
+// grpc.Trailer: nil when the attempt got no transport stream), and for a
+// unary attempt on a goroutine from HeaderWatch, as its headers arrive.
 type call struct {
 	retryFacts
 	// runPlan is the call's own copy of its method's.
@@ -140,31 +140,12 @@ func staticMethod(opts []grpc.CallOption) bool {
 	return false
 }
 
-// canonicalTargets caches ClientConn.CanonicalTarget by the target as
-// dialled (one string names one server); past canonicalTargetsMax entries
-// it starts afresh.
-var (
-	canonicalTargets    sync.Map
-	canonicalTargetsLen atomic.Int64
-)
-
-const canonicalTargetsMax = 1024
+// canonicalTargets caches ClientConn.CanonicalTarget by the target as dialled.
+var canonicalTargets canontarget.Cache
 
 // canonicalTarget returns cc's canonical target, or target for a front end.
 func canonicalTarget(cc *grpc.ClientConn, target string) string {
-	if cc == nil {
-		return target
-	}
-	if v, ok := canonicalTargets.Load(target); ok {
-		return v.(string)
-	}
-	canon := cc.CanonicalTarget()
-	if canonicalTargetsLen.Add(1) > canonicalTargetsMax {
-		canonicalTargets.Range(func(k, _ any) bool { canonicalTargets.Delete(k); return true })
-		canonicalTargetsLen.Store(1)
-	}
-	canonicalTargets.Store(target, canon)
-	return canon
+	return canonicalTargets.Of(cc, target)
 }
 
 func noCancel() {}

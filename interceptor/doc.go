@@ -31,13 +31,13 @@
 // Rules no policy can break (two more follow). Commit: an attempt whose
 // response headers or a message arrived is committed: never retried, its
 // per-attempt timer stopped, the call's other attempts cancelled and no
-// hedge sent (gRFC A6). grpc-go shows a unary call's interceptor the headers
-// only with the attempt's end, so a unary attempt commits as it ends: until
-// then its timer runs (one it cut off is retried; grpc C-core's stops at the
-// first header) and hedges go. Exceptions: a unary call with an idempotency
-// key, whose application has seen nothing of it, and a server stream that
-// WithResume names, which continues where it broke. A RESOURCE_EXHAUSTED
-// that grpc-go raised locally for a message size limit is never retried.
+// hedge sent (gRFC A6). A unary call's interceptor sees the headers as they
+// arrive only through HeaderWatch (stagger.DialOptions installs it): without
+// it a unary attempt commits as it ends. Exceptions: a unary call with an
+// idempotency key, whose application has seen nothing of it, and a server
+// stream that WithResume names, which continues where it broke. A
+// RESOURCE_EXHAUSTED that grpc-go raised locally for a message size limit is
+// never retried.
 //
 // The caller's deadline. An attempt that ends with CANCELED or
 // DEADLINE_EXCEEDED when the caller's context has ended, or at most 1 ms
@@ -118,8 +118,9 @@
 // decides whether the next attempt goes, which attempt the caller sees, and
 // the end; the rest send it events (docs/architecture.md names who sends each):
 //
-//	unary call: one loop on the caller's goroutine <- an attempt's end, the
-//	    per-attempt timer, a retry's or a hedge's due time, the caller's context
+//	unary call: one loop on the caller's goroutine <- an attempt's headers
+//	    (HeaderWatch) or end, the per-attempt timer, a retry's or a hedge's due
+//	    time, the caller's context
 //	stream: the caller's RecvMsg, or the watch on its context <- an attempt's
 //	    end, the per-attempt timer (which cuts the attempt on its own goroutine)
 //	hedged stream until its commit: one driver goroutine <- each attempt's

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/stagger-go/stagger/internal/fence"
+	"github.com/stagger-go/stagger/internal/headerwatch"
 )
 
 // attemptOutputs is what grpc writes for one attempt on a goroutine: its
@@ -46,6 +47,7 @@ type hedgeCall struct {
 	results chan unaryEvent
 	first   attemptOutputs
 	inv     invocation
+	watch   headerwatch.Attempts[unaryEvent]
 
 	// The caller's outputs, taken out of the attempts' options.
 	base []grpc.CallOption

@@ -152,8 +152,8 @@ func (o *options) log(ctx context.Context, l logging.Logger, e Event) {
 // call's lookup filled the cache; else target), so two spellings of one
 // backend share a summary line.
 func summaryTarget(target string) string {
-	if v, ok := canonicalTargets.Load(target); ok {
-		return v.(string)
+	if canon, ok := canonicalTargets.Load(target); ok {
+		return canon
 	}
 	return target
 }

@@ -186,7 +186,7 @@ func TestOneOwnerSites(t *testing.T) {
 	}
 	// A loser's outcome (cancelled as another won or the race failed) has
 	// one rule for both hedging engines.
-	if got, want := identUsers(t, "loserOutcome"), []string{"hedgestream.go: retryStream.settleOthers", "unary_loop.go: unaryLoop.drain"}; !slices.Equal(got, want) {
+	if got, want := identUsers(t, "loserOutcome"), []string{"hedgestream.go: retryStream.settleOthers", "unary_loop.go: unaryLoop.lost"}; !slices.Equal(got, want) {
 		t.Errorf("a loser's outcome (loserOutcome) is decided in %v, want %v alone", got, want)
 	}
 	var unary, stream []string

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/headerwatch"
 	"github.com/stagger-go/stagger/internal/loadreport"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -104,6 +106,14 @@ import (
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	return newCore(opts).unaryInterceptor()
 }
+
+// HeaderWatch returns the stats.Handler (grpc.WithStatsHandler; installed by
+// stagger.DialOptions) that shows UnaryClientInterceptor each attempt's
+// response headers as they arrive, which grpc-go shows an interceptor only
+// with the attempt's end: with it a unary call commits at its first header.
+// grpc-go allocates its stats events for each call of a connection with a
+// stats handler (BENCHMARKS.md, "Options that add to a success").
+func HeaderWatch() stats.Handler { return headerwatch.Handler{} }
 
 // unaryInterceptor returns the interceptor's function. Its body is the fast
 // path, the general one's first step: a call that needs nothing only

@@ -66,6 +66,10 @@ type unaryLoop struct {
 	// follows; lastOut its outputs, or the last hedge's (nil: none).
 	last    error
 	lastOut *attemptOutputs
+	// watch: hc.watch hears each attempt's headers (HeaderWatch);
+	// committed is the attempt they committed the call to (0: none).
+	watch     bool
+	committed int
 }
 
 func (l *unaryLoop) c() *call {
@@ -80,6 +84,7 @@ const (
 	evTimer
 	evStart
 	evCaller
+	evHeader // an attempt's headers arrived (headerwatch)
 )
 
 type unaryEvent struct {
@@ -101,7 +106,7 @@ func (l *unaryLoop) goroutines(maxAttempts int, grpcOpts []grpc.CallOption) {
 	hc := hedgeCalls.Get().(*hedgeCall)
 	hc.inv = l.inv
 	hc.base = hc.split(hc.base, grpcOpts)
-	l.hc = hc
+	l.hc, l.watch = hc, l.c().o.idemKey == "" // a key's headers commit nothing
 	// The channel is not pooled: it belongs to its testing/synctest bubble.
 	if l.alone = maxAttempts == 1; l.alone {
 		// One at a time: the loop cancels each as it takes its end;
@@ -169,6 +174,9 @@ func (l *unaryLoop) release() {
 
 // handle takes one event; over: the call is over, with err.
 func (l *unaryLoop) handle(ev unaryEvent) (err error, over bool) {
+	if l.watch && l.committed == 0 {
+		l.headersCommit()
+	}
 	switch ev.kind {
 	case evEnded:
 		return l.attemptEnded(ev)
@@ -239,7 +247,14 @@ func (l *unaryLoop) launch() {
 	if !l.hedged {
 		l.hs.inFlight++
 	}
-	go hc.run(l.cur, c.attempt, adm, out)
+	run, cancel := l.cur, l.cancel
+	if l.watch {
+		if l.hedged || l.beside {
+			run, cancel = context.WithCancel(run) // a commit cancels the others
+		}
+		run = hc.watch.Watch(run, c.attempt, cancel, hc.results, unaryEvent{kind: evHeader, n: c.attempt})
+	}
+	go hc.run(run, c.attempt, adm, out)
 }
 
 // attemptEnded takes the end of attempt ev.n, in every mode: the timer's
@@ -264,6 +279,12 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 	default:
 		c.slow = false
 	}
+	if l.watch {
+		if l.hc.watch.Drop(ev.n); l.committed != 0 && ev.n != l.committed {
+			l.lost(ev) // a commit cancelled it
+			return nil, false
+		}
+	}
 	err, timedOut := attemptOutcome(l.callCtx, ev.err, cut)
 	if err == nil {
 		l.served(ev)
@@ -276,7 +297,7 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 	case l.ua != nil:
 		header, trailer = l.ua.header, l.ua.trailer
 	}
-	committed := c.commits(header)
+	committed := c.commits(header) || ev.n == l.committed
 	switch {
 	case l.hedged && err == nil:
 		l.hs.recordHedge(ev.n, budget.Success, budget.Success)
@@ -294,7 +315,7 @@ func (l *unaryLoop) attemptEnded(ev unaryEvent) (error, bool) {
 	case err == nil:
 		l.dropPending()
 		l.drain()
-	case l.hs.inFlight > 0 || l.dueT != nil:
+	case l.committed == 0 && (l.hs.inFlight > 0 || l.dueT != nil):
 		q := question{kind: askBeside, n: ev.n, err: err, trailer: trailer, committed: committed, first: ev.n+c.before == 1,
 			rec: budget.Attempt{Number: ev.n, Admission: ev.admission, Took: took(ev.admission, ev.at.Sub(ev.start))}}
 		c.shouldRetry(l.callCtx, &q)
@@ -455,21 +476,25 @@ func (l *unaryLoop) drain() {
 	l.hcancel()
 	for l.hs.inFlight > 0 {
 		ev := <-l.hc.results
-		if ev.kind != evEnded {
-			continue
+		if ev.kind == evEnded {
+			l.hs.inFlight--
+			l.lost(ev)
 		}
-		l.hs.inFlight--
-		o := loserOutcome(ev.err == nil)
-		if l.hedged {
-			l.hs.recordHedge(ev.n, o, o)
-			continue
-		}
-		c := l.c()
-		// A probe's end frees the Gate's probe lease.
-		q := question{kind: askSettled, first: ev.n+c.before == 1, breakerO: o,
-			rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: took(ev.admission, ev.at.Sub(ev.start))}}
-		c.shouldRetry(context.Background(), &q) // askSettled reads no context
 	}
+}
+
+// lost records ev's attempt as a loser, once it ended.
+func (l *unaryLoop) lost(ev unaryEvent) {
+	o := loserOutcome(ev.err == nil)
+	if l.hedged {
+		l.hs.recordHedge(ev.n, o, o)
+		return
+	}
+	c := l.c()
+	// A probe's end frees the Gate's probe lease.
+	q := question{kind: askSettled, first: ev.n+c.before == 1, breakerO: o,
+		rec: budget.Attempt{Number: ev.n, Outcome: o, Admission: ev.admission, Took: took(ev.admission, ev.at.Sub(ev.start))}}
+	c.shouldRetry(context.Background(), &q) // askSettled reads no context
 }
 
 // loserOutcome is what the breaker and the budget hear of an attempt that
@@ -495,4 +520,31 @@ func (c *call) settle(adm budget.Admission) {
 	if c.budget != nil && adm != budget.AdmitNone {
 		c.budget.Record(budget.Attempt{Number: c.attempt + 1, Outcome: budget.Other, Admission: adm})
 	}
+}
+
+// headersCommit commits the call to the attempt in flight whose response
+// headers arrived first, if any (HeaderWatch): the timer's decisions due
+// before they came are taken as of their times, and unless it cut the
+// attempt off it stops; the other attempts are cancelled, and no hedge or
+// retry beside goes.
+func (l *unaryLoop) headersCommit() {
+	n, first := l.hc.watch.First()
+	if n == 0 {
+		return
+	}
+	if t := &l.timer; n == t.n && l.c().perAttempt > 0 {
+		for due, ok := t.dueAt(); ok && due.Before(first); due, ok = t.dueAt() {
+			l.take()
+		}
+		if t.state == timerFired && !l.beside {
+			l.hc.watch.Drop(n) // cut off before its headers came
+			return
+		}
+	}
+	l.timer.stop() // beside, it may time a later attempt
+	l.committed = n
+	l.hc.watch.CancelOthers(n)
+	l.hs.disarm()
+	l.hs.due, l.hs.stopped = false, policy.ReasonCommitted
+	l.dropPending()
 }

@@ -95,7 +95,7 @@ func TestDialOptions(t *testing.T) {
 	})
 	// The README's form compiles.
 	opts := append(stagger.DialOptions(cfg), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if len(opts) != 4 {
+	if len(opts) != 5 { // the interceptors, the header watch, grpc's retry off, the credentials
 		t.Errorf("%d dial options", len(opts))
 	}
 }

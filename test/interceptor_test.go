@@ -907,7 +907,9 @@ func benchGets(b *testing.B, dial []grpc.DialOption) {
 
 // BenchmarkEndToEnd: a Get that succeeds at once, over bufconn, without an
 // interceptor, with stagger (DialOptions and a file with a retry policy and
-// the A6 throttle), and with go-grpc-middleware v2's retry interceptor.
+// the A6 throttle), and with go-grpc-middleware v2's retry interceptor;
+// what interceptor.HeaderWatch costs (grpc-go's stats events): stagger's
+// interceptors alone, and the handler alone.
 func BenchmarkEndToEnd(b *testing.B) {
 	file := `{"methodConfig": [{"name": [{"service": "stagger.testing.v1.TestService"}],
 		"retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",
@@ -923,6 +925,9 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}{
 		{"none", []grpc.DialOption{grpc.WithDisableRetry()}},
 		{"stagger", stagger.DialOptions(cfg)},
+		{"stagger-without-headerwatch", []grpc.DialOption{grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(interceptor.UnaryClientInterceptor(
+			interceptor.WithConfig(cfg), interceptor.WithDefaultBudgets(budget.DefaultBackends())))}},
+		{"none-with-headerwatch", []grpc.DialOption{grpc.WithDisableRetry(), grpc.WithStatsHandler(interceptor.HeaderWatch())}},
 		{"middleware-retry", []grpc.DialOption{grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(
 			retry.UnaryClientInterceptor(retry.WithMax(4), retry.WithCodes(codes.Unavailable)))}},
 	}

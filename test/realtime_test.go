@@ -1356,7 +1356,9 @@ func TestRealTimeTimerMeetsReply(t *testing.T) {
 		defer cancel()
 		key := fmt.Sprint("meets-", i)
 		first := rtSpread(i) + rtPause
-		sc := &testingv1.Script{Key: key, HeadersFirst: true, AttemptDelays: []*durationpb.Duration{durationpb.New(first), durationpb.New(0)}}
+		// Headers with the reply: sent first, they would commit the attempt
+		// (TestRealTimeHeadersMeetTimer races them with the timer).
+		sc := &testingv1.Script{Key: key, AttemptDelays: []*durationpb.Duration{durationpb.New(first), durationpb.New(0)}}
 		var rep interceptor.Report
 		var header metadata.MD
 		var p peer.Peer
