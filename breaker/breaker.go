@@ -196,8 +196,8 @@ type Breaker struct {
 	// out, since probeAt.
 	retryAt time.Time
 	// openedAt: when it last opened; refusedOpen: first attempts refused
-	// since; probeEvery: how many must be before a probe (ProbeEvery,
-	// doubled per failed probe).
+	// since; probeEvery: the probe is one in this many (ProbeEvery,
+	// doubled per failed probe): it waits for probeEvery − 1 refusals.
 	openedAt    time.Time
 	refusedOpen int
 	probeEvery  int
@@ -380,7 +380,7 @@ func (b *Breaker) admitLocked(now time.Time, level int, retry bool) *Refusal {
 		}
 		b.topRefused = max(b.topRefused, level)
 		next := b.retryAt
-		if b.refusedOpen < b.probeEvery {
+		if b.refusedOpen+1 < b.probeEvery {
 			next = clock.Later(next, b.openedAt.Add(b.s.MaxBreakDuration))
 		}
 		if b.st == StateHalfOpen {
@@ -436,7 +436,7 @@ func (b *Breaker) probeLocked(now time.Time) (Change, bool) {
 	if b.st != StateOpen || now.Before(b.retryAt) {
 		return Change{}, false
 	}
-	if b.refusedOpen < b.probeEvery && now.Before(b.openedAt.Add(b.s.MaxBreakDuration)) {
+	if b.refusedOpen+1 < b.probeEvery && now.Before(b.openedAt.Add(b.s.MaxBreakDuration)) {
 		return Change{}, false
 	}
 	return b.setLocked(now, StateHalfOpen), true

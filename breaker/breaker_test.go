@@ -83,11 +83,12 @@ func TestBreakerTripsOnRatioAfterMinimumThroughput(t *testing.T) {
 	if ok, _ := b.AllowRetry(criticality.Unset, nil); ok {
 		t.Fatal("a retry went beside the probe")
 	}
-	// The probe fails: open for twice as long, and until twice as many
-	// first attempts were refused (the first refusal says MaxBreakDuration,
-	// the second the break's end).
+	// The probe fails: open for twice as long, and until the probe is one
+	// in twice as many first attempts (one refused): the refusal says the
+	// break's end. (Until issue 88 ProbeEvery counted the refusals before
+	// the probe: two here, the first saying MaxBreakDuration.)
 	b.Record(budget.Failure, true, criticality.Unset, nil)
-	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, clk.Now().Add(3*time.Second))
+	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, clk.Now().Add(2*time.Second))
 	wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, clk.Now().Add(2*time.Second))
 	clk.advance(2 * time.Second)
 	if ok, _ := b.AllowRetry(criticality.Unset, nil); !ok {
@@ -188,29 +189,30 @@ func TestBreakerTripsOnConsecutiveFirstFailures(t *testing.T) {
 	}
 }
 
-// The break lasts until ProbeEvery first attempts were refused (doubled
-// by a failed probe), or MaxBreakDuration.
+// The break lasts until the probe is one in ProbeEvery first attempts
+// (doubled by a failed probe), or MaxBreakDuration. Until issue 88 the
+// probe came after ProbeEvery refusals (one in ProbeEvery + 1): 3, then 6.
 func TestBreakerProbesAtAShareOfTheCalls(t *testing.T) {
 	clk := &manualClock{now: t0}
 	var changes []Change
 	b := newTestBreaker(t, Settings{MinimumThroughput: 1, ProbeEvery: 3, BreakDuration: time.Second, MaxBreakDuration: 10 * time.Second}, clk, &changes)
 	admitN(t, b, budget.Failure, 1)
 	clk.advance(2 * time.Second)
-	for range 3 {
+	for range 2 {
 		wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, time.Time{})
 	}
 	if err := b.Admit(criticality.Unset, nil); err != nil {
-		t.Fatalf("no probe after 3 refusals and the break: %v", err)
+		t.Fatalf("no probe at the 3rd first attempt after the break: %v", err)
 	}
 	b.Record(budget.Failure, true, criticality.Unset, nil)
-	// Now 6 refusals and 2s.
-	for range 6 {
+	// Now the 6th first attempt and 2s.
+	for range 5 {
 		clk.advance(100 * time.Millisecond)
 		wantRefusal(t, b.Admit(criticality.Unset, nil), ErrOpen, time.Time{})
 	}
-	clk.advance(1400 * time.Millisecond)
+	clk.advance(1500 * time.Millisecond)
 	if err := b.Admit(criticality.Unset, nil); err != nil {
-		t.Fatalf("no probe after 6 refusals and 2s: %v", err)
+		t.Fatalf("no probe at the 6th first attempt and 2s: %v", err)
 	}
 	b.Record(budget.Failure, true, criticality.Unset, nil)
 	// A quiet client: no refusals, a probe at MaxBreakDuration.
@@ -221,6 +223,77 @@ func TestBreakerProbesAtAShareOfTheCalls(t *testing.T) {
 	clk.advance(time.Millisecond)
 	if ok, _ := b.AllowRetry(criticality.Unset, nil); !ok {
 		t.Fatal("no probe at MaxBreakDuration")
+	}
+}
+
+// At the defaults the first break is short and each failed probe doubles
+// it up to MaxBreakDuration: a quiet client (8 first attempts a second, as
+// each of the lab's 50 clients in its unavailable scenario) whose breaker
+// opens as the outage ends sends its next call as the probe, where breaks
+// of 1s from the first kept it out of the recovered server for up to a
+// second (issue 88). Each row is one first attempt, 125 ms after the last.
+func TestBreakerDefaultBreakGrowsWithFailedProbes(t *testing.T) {
+	clk := &manualClock{now: t0}
+	var changes []Change
+	b := newTestBreaker(t, Settings{}, clk, &changes)
+	admitN(t, b, budget.Failure, DefaultConsecutive)
+	if b.Closed() {
+		t.Fatal("did not open on 5 failures in a row")
+	}
+	// down: the server fails every attempt sent; want: the attempt is
+	// let go (a probe).
+	steps := []struct {
+		down, want bool
+	}{
+		{true, true},   // +125ms: past the first break (100ms); fails: 200ms and the 2nd first attempt
+		{true, false},  // +250ms
+		{true, true},   // +375ms: 250ms, 2nd since the probe; fails: 400ms, 4th
+		{true, false},  // +500ms
+		{true, false},  // +625ms
+		{true, false},  // +750ms
+		{true, true},   // +875ms: 500ms, 4th since; fails: 800ms, 8th
+		{true, false},  // +1000ms
+		{true, false},  // +1125ms
+		{true, false},  // +1250ms
+		{true, false},  // +1375ms
+		{true, false},  // +1500ms
+		{true, false},  // +1625ms
+		{false, false}, // +1750ms: the server is back; 7th since the probe
+		{false, true},  // +1875ms: 8th (ProbeEvery doubled thrice): closed
+		{false, true},  // +2000ms
+	}
+	for i, st := range steps {
+		clk.advance(125 * time.Millisecond)
+		err := b.Admit(criticality.Unset, nil)
+		if (err == nil) != st.want {
+			t.Fatalf("attempt %d (+%v): Admit = %v, want let go %v", i, time.Duration(i+1)*125*time.Millisecond, err, st.want)
+		}
+		if err != nil {
+			continue
+		}
+		o := budget.Success
+		if st.down {
+			o = budget.Failure
+		}
+		b.Record(o, true, criticality.Unset, nil)
+	}
+	if !b.Closed() {
+		t.Fatal("not closed after the server came back")
+	}
+	var breaks []time.Duration
+	for _, ch := range changes {
+		if ch.To == StateOpen {
+			breaks = append(breaks, ch.Break)
+		}
+	}
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
+	if len(breaks) != len(want) {
+		t.Fatalf("breaks %v, want %v", breaks, want)
+	}
+	for i := range want {
+		if breaks[i] != want[i] {
+			t.Fatalf("breaks %v, want %v", breaks, want)
+		}
 	}
 }
 

@@ -11,8 +11,8 @@ const (
 	// another one has gone quiet; waiting longer would only delay the
 	// recovery of the levels that still call.
 	probeHoldBreaks = 1
-	// maxProbeEvery: each failed half-open probe doubles the refused first
-	// attempts the break lasts for (Settings.ProbeEvery), up to this many
+	// maxProbeEvery: each failed half-open probe doubles the first
+	// attempts the probe is one of (Settings.ProbeEvery), up to this many
 	// (or ProbeEvery itself when set higher). Not measured: chosen so that
 	// in a long outage a busy client's probes stay one first attempt in a
 	// thousand, while MaxBreakDuration still bounds the break for a quiet
