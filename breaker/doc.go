@@ -12,8 +12,14 @@
 // or, too quiet for the window, when several failed in a row; open, it
 // refuses first attempts (a *Refusal wrapping ErrOpen: the call fails fast)
 // and retries; after its break it lets one attempt through as a probe, whose
-// outcome closes it or opens it again for longer. Breaker's documentation
-// states the rules, Settings the numbers and their defaults.
+// outcome closes it or opens it again for longer. The first break is short
+// (100 ms by default): the failures that opened the breaker say that the
+// server fails, not for how long. Each failed probe doubles the break, up
+// to MaxBreakDuration, and halves the share of first attempts sent as
+// probes: a breaker that opened as an outage ended sends the first attempt
+// asked after 100 ms as its probe and closes on its success, and one in a
+// long outage probes about once a second. Breaker's documentation states the rules,
+// Settings the numbers and their defaults.
 //
 // With Settings.ThrottleK set, a closed Breaker also rejects first attempts
 // locally (ErrThrottled) with the Google SRE book's probability,

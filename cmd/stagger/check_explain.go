@@ -242,7 +242,7 @@ func explainBreaker(s *breaker.Settings) *checkBreaker {
 			s.FailureRatio, s.MinimumThroughput, s.ConsecutiveFailures, s.SamplingWindow, s.BreakDuration, s.ProbeEvery, s.MaxBreakDuration, strings.ToUpper(s.Scope.String())))
 		how = append(how, fmt.Sprintf("one breaker per %s; it opens when, over the last %v, at least %d first attempts were answered and %.0f%% or more of them failed (UNAVAILABLE, RESOURCE_EXHAUSTED, or cut off by perAttemptRecvTimeout), or, with fewer answers, when %d first attempts failed in a row (retries do not count: they repeat the calls that failed); "+
 			"open, first attempts fail at once with UNAVAILABLE naming the breaker (reason breaker) and retries and hedges are refused (with a deferring budget a refused retry waits, within its deadline, for the breaker's probe); "+
-			"after at least %v and %d refused first attempts (or %v however few), one attempt goes as a probe (a new call's, or a waiting retry let go by the budget's gate): success closes it, failure opens it again with both doubled",
+			"after at least %v, and once the probe is one in %d first attempts asked since it opened (or after %v however few), one attempt goes as a probe (a new call's, or a waiting retry let go by the budget's gate): success closes it, failure opens it again with both doubled (the break up to %[8]v)",
 			scopeWhat(s.Scope), s.SamplingWindow, s.MinimumThroughput, 100*s.FailureRatio, s.ConsecutiveFailures, s.BreakDuration, s.ProbeEvery, s.MaxBreakDuration))
 	}
 	if s.ThrottleK > 0 {

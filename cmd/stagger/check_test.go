@@ -333,7 +333,7 @@ func TestCheckExplainsBreaker(t *testing.T) {
 	}
 	code, out, _ := checkRun(t, file)
 	for _, want := range []string{
-		"breaker: circuitBreaker: failureRatio 0.5, minimumThroughput 20, consecutiveFailures 5, samplingWindow 10s, breakDuration 2s, probeEvery 10, maxBreakDuration 2s, scope TARGET; adaptiveThrottling: k 3, window 10s",
+		"breaker: circuitBreaker: failureRatio 0.5, minimumThroughput 20, consecutiveFailures 5, samplingWindow 10s, breakDuration 2s, probeEvery 1, maxBreakDuration 2s, scope TARGET; adaptiveThrottling: k 3, window 10s",
 		"one breaker per target (every method of a connection target together)",
 		"first attempts fail at once with UNAVAILABLE naming the breaker",
 		"(requests - 3 x accepts) / (requests + 1)",
