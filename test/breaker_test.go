@@ -24,7 +24,8 @@ import (
 )
 
 // breakerStanza opens the breaker on 2 answered first attempts of which
-// half failed, for 1s and one refused first attempt.
+// half failed, for 1s (probeEvery 1: the first attempt asked after it
+// may be the probe).
 const breakerStanza = `"circuitBreaker": {"failureRatio": 0.5, "minimumThroughput": 2, "breakDuration": "1s", "probeEvery": 1}`
 
 // breakerFile retries UNAVAILABLE once after 10ms, behind breakerStanza's
@@ -130,10 +131,12 @@ func TestBreakerRetryWaitsForItsProbe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A break of up to 5 s, so that the waiting retry, refused before
-		// any first attempt was, asks again only after the new call's
-		// probe (at the default 1 s it would go as the probe itself).
-		file := strings.Replace(breakerFile, `"probeEvery": 1`, `"probeEvery": 1, "maxBreakDuration": "5s"`, 1)
+		// A break of up to 5 s, and a probe one in two first attempts, so
+		// that the waiting retry, refused before any first attempt was,
+		// asks again only after the new call's probe (at the default 1 s
+		// it would go as the probe itself, and so it would with
+		// probeEvery 1, which needs no refusal before the probe).
+		file := strings.Replace(breakerFile, `"probeEvery": 1`, `"probeEvery": 2, "maxBreakDuration": "5s"`, 1)
 		srv, hooks, client := breakerBench(t, file, interceptor.WithBudget(b))
 		get := func(ctx context.Context, key string, fail int32) error {
 			_, err := client.Get(ctx, &testingv1.GetRequest{Script: &testingv1.Script{Key: key, FailAttempts: fail}})
