@@ -18,7 +18,7 @@ func TestParseBreakerSections(t *testing.T) {
 	    {"name": [{"service": "c.C"}], "adaptiveThrottling": false, "circuitBreaker": false},
 	    {"name": [{"service": "d.D"}]}
 	  ]}`)
-	file := breaker.Settings{FailureRatio: 0.6, MinimumThroughput: 50, ConsecutiveFailures: 5, ProbeEvery: 10, SamplingWindow: 20 * time.Second,
+	file := breaker.Settings{FailureRatio: 0.6, MinimumThroughput: 50, ConsecutiveFailures: 5, ProbeEvery: breaker.DefaultProbeEvery, SamplingWindow: 20 * time.Second,
 		BreakDuration: 2 * time.Second, MaxBreakDuration: 2 * time.Second, ThrottleK: 1.5, Scope: breaker.ScopeTarget}
 	if got := c.BreakerSettings(); got == nil || *got != file {
 		t.Fatalf("file breaker = %+v, want %+v", got, file)
