@@ -257,7 +257,7 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 			a.Final = q.kind == askEnded && !v.Retry
 			rec = &a
 		}
-		f.record(q, breakerOutcome(callCtx, q.err, q.timedOut), rec)
+		f.record(q, breakerOutcome(callCtx, q.err, q.timedOut, q.unsent), rec)
 	}
 	if v.Retry && (q.kind == askAdmit || q.kind == askEnded && !q.given) {
 		f.admit(q, &ans)
@@ -409,12 +409,13 @@ func took(adm budget.Admission, d time.Duration) time.Duration {
 }
 
 // breakerOutcome is what an attempt that ended with err tells a breaker,
-// by WithBreakers' rule (Other too for a hedge the call cancelled).
-func breakerOutcome(callCtx context.Context, err error, timedOut bool) budget.Outcome {
+// by WithBreakers' rule (Other too for a hedge the call cancelled); unsent:
+// it never left the client (call.unsent), so the server said nothing.
+func breakerOutcome(callCtx context.Context, err error, timedOut, unsent bool) budget.Outcome {
 	if err == nil {
 		return budget.Success
 	}
-	if !timedOut && callerEnded(callCtx, err) {
+	if unsent || !timedOut && callerEnded(callCtx, err) {
 		return budget.Other
 	}
 	switch status.Code(err) {

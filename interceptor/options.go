@@ -135,8 +135,10 @@ func WithBudget(b budget.Budget) Option {
 // or waiting retry to ask); without one it ends its call (reason breaker)
 // unless it can go as the probe. A hedge is admitted as such a retry, else
 // hedging stops. A breaker counts as failures UNAVAILABLE, RESOURCE_EXHAUSTED
-// and a DEADLINE_EXCEEDED not the caller's; the caller's own end counts for
-// nothing; any other status is an answer from a working server.
+// and a DEADLINE_EXCEEDED not the caller's; the caller's own end, and an
+// attempt that never left the client (its connection refused or failing to
+// connect: grpc fails those fast itself, and the server said nothing),
+// count for nothing; any other status is an answer from a working server.
 //
 // stagger holds waitForReady calls guarded by a breaker while their connection
 // is not ready, then starts them at breaker.Breaker.Pace's rate (unless
