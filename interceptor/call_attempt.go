@@ -49,6 +49,8 @@ type call struct {
 	// rules that ended or held a wait, inGate the time it waited in all;
 	// load the latest load report its attempts carried (Report.Load).
 	deferReq *budget.Request
+	// awaitReady: the next attempt waits for the connection (waitReady).
+	awaitReady bool
 	load     budget.Load
 	deferred time.Duration
 	waitEnd  string
@@ -93,6 +95,10 @@ type retryFacts struct {
 	attempt int
 	retry   int
 	prev    time.Duration
+	// unsent counts the attempts that never left the client (call.isUnsent):
+	// the budget and the breaker number the attempts without them, so a
+	// retry after one is the server's first try.
+	unsent int
 	// id identifies the call to its budget (budget.Request.Call; zero
 	// until callID numbers it).
 	id uint64

@@ -49,8 +49,8 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	admission := c.admission
 	c.admission = budget.AdmitNone
-	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt+c.before == 1,
-		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: took(admission, monoNow()-c.retryStart), Load: loadreport.Read(trailer)}}
+	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt-c.unsent+c.before == 1,
+		rec: budget.Attempt{Number: c.attempt - c.unsent, AfterTimeout: c.afterTimeout, Admission: admission, Took: took(admission, monoNow()-c.retryStart), Load: loadreport.Read(trailer)}}
 	c.load = cmp.Or(q.rec.Load, c.load)
 	switch {
 	case err == nil:
@@ -59,10 +59,13 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		q.verdict, q.given, q.straggler = cut.verdict, true, cut.straggler
 		c.admission = cut.admission
 	default:
-		q.unsent = c.unsent(err, committed, timedOut)
+		q.unsent = c.isUnsent(err, committed, timedOut)
 	}
 	ans := c.shouldRetry(callCtx, &q)
-	c.probe = ans.probe
+	c.probe, c.awaitReady = ans.probe, ans.awaitReady
+	if q.unsent {
+		c.unsent++
+	}
 	v := ans.verdict
 	switch {
 	case err == nil:
@@ -180,10 +183,13 @@ type answer struct {
 	// admission: how the budget let the retry go (askAdmit); wait: the
 	// refused retry to wait for in the Deferrer (askEnded); probe: the
 	// retry or hedge admitted holds the breaker's yes (its half-open
-	// probe), which its outcome or giveBack returns.
-	admission budget.Admission
-	wait      *budget.Request
-	probe     bool
+	// probe), which its outcome or giveBack returns; awaitReady: the
+	// retry of an attempt that never left the client waits for its
+	// connection, unpaid (call.waitReady).
+	admission  budget.Admission
+	wait       *budget.Request
+	probe      bool
+	awaitReady bool
 }
 
 // shouldRetry is the call's one decision (grpc-go's shouldRetry): here
@@ -255,9 +261,17 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 			}
 			// An attempt beside another is not the call's last.
 			a.Final = q.kind == askEnded && !v.Retry
+			if q.unsent {
+				a.Outcome = budget.Other
+			}
 			rec = &a
 		}
-		f.record(q, breakerOutcome(callCtx, q.err, q.timedOut), rec)
+		o := breakerOutcome(callCtx, q.err, q.timedOut)
+		if q.unsent {
+			// It never left the client: no evidence of the server.
+			o = budget.Other
+		}
+		f.record(q, o, rec)
 	}
 	if v.Retry && (q.kind == askAdmit || q.kind == askEnded && !q.given) {
 		f.admit(q, &ans)
@@ -315,13 +329,16 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 	case q.kind == askHedge:
 		req = budget.Request{Number: q.n, Hedge: true, Criticality: f.crit}
 	default:
-		req = budget.Request{Number: f.attempt + 1, Call: f.callID(), AfterTimeout: q.timedOut, Last: f.attempt+1 >= f.pol.MaxAttempts, Criticality: f.crit, Straggler: q.straggler, Unsent: q.unsent}
+		req = budget.Request{Number: f.attempt + 1 - f.unsent, Call: f.callID(), AfterTimeout: q.timedOut, Last: f.attempt+1 >= f.pol.MaxAttempts, Criticality: f.crit, Straggler: q.straggler}
 		if f.br != nil {
 			req.Guard = f.br.Guard(f.crit, f.o)
 		}
 	}
+	// The retry of an attempt that never left the client reaches the
+	// server once: it waits for the connection, not for the budget.
+	ans.awaitReady = q.unsent && q.kind == askEnded && f.budget != nil
 	_, wait := f.budget.(budget.Deferrer)
-	wait = wait && q.kind == askEnded
+	wait = wait && q.kind == askEnded && !ans.awaitReady
 	ok := f.br == nil || f.br.Closed()
 	probe := false
 	if !ok && !wait && q.kind != askAdmit {
@@ -330,7 +347,7 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 		probe = ok
 	}
 	why := policy.ReasonBreaker
-	if ok && f.budget != nil {
+	if ok && f.budget != nil && !ans.awaitReady {
 		why = policy.ReasonBudget
 		if ad, admits := f.budget.(budget.Admitter); admits && q.kind == askAdmit {
 			ans.admission, ok = ad.Admit(req)
@@ -354,7 +371,7 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 			// (goOnRefused puts its Guard in the Request).
 			f.returnProbe()
 		}
-		ans.verdict.Retry, ans.verdict.Reason = false, why
+		ans.verdict.Retry, ans.verdict.Reason, ans.awaitReady = false, why, false
 	}
 }
 
@@ -382,11 +399,11 @@ func (c *call) giveBack() {
 	}
 }
 
-// unsent reports whether the attempt that failed with err never left the
+// isUnsent reports whether the attempt that failed with err never left the
 // client: UNAVAILABLE, uncommitted, while the connection failed to connect.
 // grpc hands the failing picker to waiting calls just before it publishes
 // TRANSIENT_FAILURE, so CONNECTING with grpc's dial error counts too.
-func (c *call) unsent(err error, committed, timedOut bool) bool {
+func (c *call) isUnsent(err error, committed, timedOut bool) bool {
 	if err == nil || timedOut || committed || c.cc == nil || status.Code(err) != codes.Unavailable {
 		return false
 	}
