@@ -243,6 +243,11 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 		}
 	}
 	if q.kind == askEnded || q.kind == askBeside || q.kind == askRaced {
+		o := breakerOutcome(callCtx, q.err, q.timedOut)
+		if q.unsent {
+			// It never left the client: no evidence of the server.
+			o, v.Record = budget.Other, budget.Other
+		}
 		var rec *budget.Attempt
 		if f.budget != nil && !ans.unretried {
 			a := q.rec
@@ -261,15 +266,7 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 			}
 			// An attempt beside another is not the call's last.
 			a.Final = q.kind == askEnded && !v.Retry
-			if q.unsent {
-				a.Outcome = budget.Other
-			}
 			rec = &a
-		}
-		o := breakerOutcome(callCtx, q.err, q.timedOut)
-		if q.unsent {
-			// It never left the client: no evidence of the server.
-			o = budget.Other
 		}
 		f.record(q, o, rec)
 	}
