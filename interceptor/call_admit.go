@@ -167,12 +167,9 @@ func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error
 	return nil
 }
 
-// waitReady waits, no sooner than d, for the connection of a retry whose
-// attempt never left the client: an attempt that reaches the server once,
-// which the budget neither pays for nor holds (budget.Gate). It waits to
-// the call's deadline, or without one to connready.MaxWait less its
-// earlier waits, and counts as the call's pause. It returns why it ended
-// (ReasonNone: the connection is ready).
+// waitReady is the pause, no sooner than d, of a retry whose attempt never
+// left the client: until the connection is ready (ReasonNone), the call's
+// deadline, or without one connready.MaxWait less its earlier waits.
 func (c *call) waitReady(callCtx context.Context, d time.Duration) policy.Reason {
 	start := time.Now()
 	ctx, stop := holdContext(callCtx, c.o.state)

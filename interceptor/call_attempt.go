@@ -51,12 +51,12 @@ type call struct {
 	deferReq *budget.Request
 	// awaitReady: the next attempt waits for the connection (waitReady).
 	awaitReady bool
-	load     budget.Load
-	deferred time.Duration
-	waitEnd  string
-	heldBy   string
-	inGate   time.Duration
-	cc       *grpc.ClientConn
+	load       budget.Load
+	deferred   time.Duration
+	waitEnd    string
+	heldBy     string
+	inGate     time.Duration
+	cc         *grpc.ClientConn
 	// callerEnd, when set, is the call's final error: the caller left as a
 	// failure came that the policy would have retried.
 	callerEnd error
@@ -95,9 +95,8 @@ type retryFacts struct {
 	attempt int
 	retry   int
 	prev    time.Duration
-	// unsent counts the attempts that never left the client (call.isUnsent):
-	// the budget and the breaker number the attempts without them, so a
-	// retry after one is the server's first try.
+	// unsent counts the attempts that never left the client (isUnsent),
+	// which the budget and the breaker do not number.
 	unsent int
 	// id identifies the call to its budget (budget.Request.Call; zero
 	// until callID numbers it).

@@ -19,13 +19,10 @@
 // A budget.Deferrer (the default's Gate) that refuses makes the call wait for
 // a later admission (EventDeferred; budget.Gate has the rules); another
 // budget ends the call, reason "budget". An attempt that never left the
-// client (UNAVAILABLE from grpc's own transport while the connection fails
-// to connect: a refused connection, no stream) is no evidence of the
-// server: the budget and the breaker hear it as budget.Other and number
-// the attempts without it. With a budget, its retry asks the budget
-// nothing and waits for the connection to be ready, no sooner than its
-// pause and within the call's deadline (10 s in all without one), then
-// goes unpaid: the server sees the call once, as its first try.
+// client (a refused connection: grpc's UNAVAILABLE, no stream) is no
+// evidence of the server: the budget and the breaker hear budget.Other and
+// number the attempts without it; with a budget its retry, unpaid, waits
+// for the connection, within the deadline (10 s in all without one).
 //
 // Which policy applies: the file's entry for the method (WithConfig or
 // WithConfigSource), else the policy given in code (WithPolicy), else none:

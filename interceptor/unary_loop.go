@@ -343,8 +343,7 @@ func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, commi
 	}
 	l.last, l.lastOut = err, ev.out
 	if c.deferReq != nil || c.awaitReady {
-		// The Gate's wait, or the connection's, with nothing in flight
-		// (unaryLoop says why).
+		// The Gate's wait or the connection's, nothing in flight (unaryLoop).
 		if werr := c.waitDeferred(l.callCtx, pause, err); werr != nil {
 			return l.end(ev.out, werr)
 		}
