@@ -40,9 +40,8 @@ type Settings struct {
 	// the break (at the defaults 100ms, 200ms, 400ms, 800ms, then 1s).
 	// Until issue 88 it was 1s from the first break: a breaker that
 	// opened at the end of an outage kept the recovered server's callers
-	// out for up to a second (the lab's unavailable scenario: 50 clients
-	// of 8 calls a second, 67.5 % served on virtual time, below the
-	// 75.0 % of a client that does not retry; 80.5 % with 100ms).
+	// out for up to a second, below a client that does not retry
+	// (BENCHMARKS.md, "Issue 88: the breaker beside no retry").
 	BreakDuration time.Duration
 	// ProbeEvery: the break also lasts until the probe is one in this
 	// many of the first attempts asked since the breaker opened (this

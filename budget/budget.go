@@ -153,7 +153,8 @@ type Request struct {
 	// connection's attempts to connect were failing). A Gate's futility
 	// rule waits twice as long before it turns such a retry away: the
 	// outage it saw may be partly the connection's, which reconnects on its
-	// own backoff after the server is back.
+	// own backoff after the server is back. The interceptors never ask for
+	// such a retry: it waits for its connection instead (package doc).
 	Unsent bool
 	// Guard, when set, guards the call besides the budget (a circuit
 	// breaker): a Gate lets the waiting retry go only when the guard allows

@@ -11,7 +11,11 @@
 //
 // The interceptors tell a budget how every attempt ended (Record) and ask it
 // before every retry and every hedge (Allow); hedges are charged exactly like
-// retries. A nil Budget means unlimited: the interceptors check for nil, and
+// retries. An attempt that never left the client (its connection refused)
+// is no evidence of the server: they record it as Other and number the
+// attempts without it, and its retry waits for the connection instead of
+// asking (the budget protects the server from the retries it sees; that
+// retry reaches it once, as the call's first try). A nil Budget means unlimited: the interceptors check for nil, and
 // New returns nil for KindNone. Users may implement Budget.
 //
 //   - The throttle (KindThrottle, gRFC A6 retryThrottling): tokens start at

@@ -90,7 +90,7 @@ func (e *refusedError) Unwrap() error              { return e.err }
 // in its select). It returns nil, or the call's final error when callCtx
 // ended first (pauseEnded).
 func (c *call) pause(callCtx context.Context, d time.Duration, last error) error {
-	if c.deferReq != nil {
+	if c.deferReq != nil || c.awaitReady {
 		return c.waitDeferred(callCtx, d, last)
 	}
 	if d > 0 {
@@ -141,21 +141,59 @@ func (c *call) paused(d time.Duration) {
 	}
 }
 
-// waitDeferred is pause for a retry the budget refused: it waits in the
-// Deferrer no sooner than d, and returns nil when admitted, or the call's
-// final error, for the reason the wait ended (waitGate).
+// waitDeferred is pause for a retry the budget refused, or that waits for
+// its connection (awaitReady: waitReady): it waits in the Deferrer no
+// sooner than d, and returns nil when admitted, or the call's final error,
+// for the reason the wait ended (waitGate).
 func (c *call) waitDeferred(callCtx context.Context, d time.Duration, last error) error {
+	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last}
+	if c.awaitReady {
+		c.awaitReady = false
+		if why := c.waitReady(callCtx, d); why != policy.ReasonNone {
+			return c.giveUp(callCtx, e, why, last)
+		}
+		return nil
+	}
 	req := *c.deferReq
 	c.deferReq = nil
 	req.Waited = c.inGate
 	adm, why := c.waitGate(callCtx, req, d)
-	e := Event{Method: c.method, Attempt: c.attempt, Code: status.Code(last), Err: last, Deferred: c.deferred, Admission: adm}
+	e.Deferred, e.Admission = c.deferred, adm
 	if why != policy.ReasonNone {
 		return c.giveUp(callCtx, e, why, last)
 	}
 	c.admission, e.Kind = adm, c.retryKind()
 	c.emit(callCtx, e)
 	return nil
+}
+
+// waitReady is the pause, no sooner than d, of a retry whose attempt never
+// left the client: until the connection is ready (ReasonNone), the call's
+// deadline, or without one connready.MaxWait less its earlier waits.
+func (c *call) waitReady(callCtx context.Context, d time.Duration) policy.Reason {
+	start := time.Now()
+	ctx, stop := holdContext(callCtx, c.o.state)
+	defer stop()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, connready.MaxWait-c.inGate)
+		defer cancel()
+	}
+	ready := connready.Ready(ctx, c.cc, d)
+	waited := time.Since(start)
+	c.inGate += waited
+	c.paused(waited)
+	switch {
+	case ready:
+		return policy.ReasonNone
+	case errors.Is(callCtx.Err(), context.Canceled):
+		return policy.ReasonCaller
+	case callCtx.Err() != nil:
+		return policy.ReasonDeadline
+	case holdset.Ended(ctx):
+		return policy.ReasonDisabled
+	}
+	return policy.ReasonDeferred
 }
 
 // waitGate waits in the Deferrer for req, no sooner than d (a retry, or a

@@ -49,12 +49,14 @@ type call struct {
 	// rules that ended or held a wait, inGate the time it waited in all;
 	// load the latest load report its attempts carried (Report.Load).
 	deferReq *budget.Request
-	load     budget.Load
-	deferred time.Duration
-	waitEnd  string
-	heldBy   string
-	inGate   time.Duration
-	cc       *grpc.ClientConn
+	// awaitReady: the next attempt waits for the connection (waitReady).
+	awaitReady bool
+	load       budget.Load
+	deferred   time.Duration
+	waitEnd    string
+	heldBy     string
+	inGate     time.Duration
+	cc         *grpc.ClientConn
 	// callerEnd, when set, is the call's final error: the caller left as a
 	// failure came that the policy would have retried.
 	callerEnd error
@@ -93,6 +95,9 @@ type retryFacts struct {
 	attempt int
 	retry   int
 	prev    time.Duration
+	// unsent counts the attempts that never left the client (isUnsent),
+	// which the budget and the breaker do not number.
+	unsent int
 	// id identifies the call to its budget (budget.Request.Call; zero
 	// until callID numbers it).
 	id uint64

@@ -49,8 +49,8 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 	}
 	admission := c.admission
 	c.admission = budget.AdmitNone
-	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt+c.before == 1,
-		rec: budget.Attempt{Number: c.attempt, AfterTimeout: c.afterTimeout, Admission: admission, Took: took(admission, monoNow()-c.retryStart), Load: loadreport.Read(trailer)}}
+	q := question{kind: askEnded, n: c.attempt, err: err, trailer: trailer, committed: committed, timedOut: timedOut, first: c.attempt-c.unsent+c.before == 1,
+		rec: budget.Attempt{Number: c.attempt - c.unsent, AfterTimeout: c.afterTimeout, Admission: admission, Took: took(admission, monoNow()-c.retryStart), Load: loadreport.Read(trailer)}}
 	c.load = cmp.Or(q.rec.Load, c.load)
 	switch {
 	case err == nil:
@@ -59,10 +59,13 @@ func (c *call) afterAttempt(callCtx context.Context, err error, trailer metadata
 		q.verdict, q.given, q.straggler = cut.verdict, true, cut.straggler
 		c.admission = cut.admission
 	default:
-		q.unsent = c.unsent(err, committed, timedOut)
+		q.unsent = c.isUnsent(err, committed, timedOut)
 	}
 	ans := c.shouldRetry(callCtx, &q)
-	c.probe = ans.probe
+	c.probe, c.awaitReady = ans.probe, ans.awaitReady
+	if q.unsent {
+		c.unsent++
+	}
 	v := ans.verdict
 	switch {
 	case err == nil:
@@ -180,10 +183,13 @@ type answer struct {
 	// admission: how the budget let the retry go (askAdmit); wait: the
 	// refused retry to wait for in the Deferrer (askEnded); probe: the
 	// retry or hedge admitted holds the breaker's yes (its half-open
-	// probe), which its outcome or giveBack returns.
-	admission budget.Admission
-	wait      *budget.Request
-	probe     bool
+	// probe), which its outcome or giveBack returns; awaitReady: the
+	// retry of an attempt that never left the client waits for its
+	// connection, unpaid (call.waitReady).
+	admission  budget.Admission
+	wait       *budget.Request
+	probe      bool
+	awaitReady bool
 }
 
 // shouldRetry is the call's one decision (grpc-go's shouldRetry): here
@@ -237,6 +243,10 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 		}
 	}
 	if q.kind == askEnded || q.kind == askBeside || q.kind == askRaced {
+		o := breakerOutcome(callCtx, q.err, q.timedOut)
+		if q.unsent { // it never left the client: no evidence of the server
+			o, v.Record = budget.Other, budget.Other
+		}
 		var rec *budget.Attempt
 		if f.budget != nil && !ans.unretried {
 			a := q.rec
@@ -257,7 +267,7 @@ func (f *retryFacts) shouldRetry(callCtx context.Context, q *question) (ans answ
 			a.Final = q.kind == askEnded && !v.Retry
 			rec = &a
 		}
-		f.record(q, breakerOutcome(callCtx, q.err, q.timedOut, q.unsent), rec)
+		f.record(q, o, rec)
 	}
 	if v.Retry && (q.kind == askAdmit || q.kind == askEnded && !q.given) {
 		f.admit(q, &ans)
@@ -315,13 +325,16 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 	case q.kind == askHedge:
 		req = budget.Request{Number: q.n, Hedge: true, Criticality: f.crit}
 	default:
-		req = budget.Request{Number: f.attempt + 1, Call: f.callID(), AfterTimeout: q.timedOut, Last: f.attempt+1 >= f.pol.MaxAttempts, Criticality: f.crit, Straggler: q.straggler, Unsent: q.unsent}
+		req = budget.Request{Number: f.attempt + 1 - f.unsent, Call: f.callID(), AfterTimeout: q.timedOut, Last: f.attempt+1 >= f.pol.MaxAttempts, Criticality: f.crit, Straggler: q.straggler}
 		if f.br != nil {
 			req.Guard = f.br.Guard(f.crit, f.o)
 		}
 	}
+	// The retry of an attempt that never left the client reaches the
+	// server once: it waits for the connection, not for the budget.
+	ans.awaitReady = q.unsent && q.kind == askEnded && f.budget != nil
 	_, wait := f.budget.(budget.Deferrer)
-	wait = wait && q.kind == askEnded
+	wait = wait && q.kind == askEnded && !ans.awaitReady
 	ok := f.br == nil || f.br.Closed()
 	probe := false
 	if !ok && !wait && q.kind != askAdmit {
@@ -330,7 +343,7 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 		probe = ok
 	}
 	why := policy.ReasonBreaker
-	if ok && f.budget != nil {
+	if ok && f.budget != nil && !ans.awaitReady {
 		why = policy.ReasonBudget
 		if ad, admits := f.budget.(budget.Admitter); admits && q.kind == askAdmit {
 			ans.admission, ok = ad.Admit(req)
@@ -354,7 +367,7 @@ func (f *retryFacts) admit(q *question, ans *answer) {
 			// (goOnRefused puts its Guard in the Request).
 			f.returnProbe()
 		}
-		ans.verdict.Retry, ans.verdict.Reason = false, why
+		ans.verdict.Retry, ans.verdict.Reason, ans.awaitReady = false, why, false
 	}
 }
 
@@ -382,11 +395,11 @@ func (c *call) giveBack() {
 	}
 }
 
-// unsent reports whether the attempt that failed with err never left the
+// isUnsent reports whether the attempt that failed with err never left the
 // client: UNAVAILABLE, uncommitted, while the connection failed to connect.
 // grpc hands the failing picker to waiting calls just before it publishes
 // TRANSIENT_FAILURE, so CONNECTING with grpc's dial error counts too.
-func (c *call) unsent(err error, committed, timedOut bool) bool {
+func (c *call) isUnsent(err error, committed, timedOut bool) bool {
 	if err == nil || timedOut || committed || c.cc == nil || status.Code(err) != codes.Unavailable {
 		return false
 	}
@@ -409,13 +422,12 @@ func took(adm budget.Admission, d time.Duration) time.Duration {
 }
 
 // breakerOutcome is what an attempt that ended with err tells a breaker,
-// by WithBreakers' rule (Other too for a hedge the call cancelled); unsent:
-// it never left the client (call.unsent), so the server said nothing.
-func breakerOutcome(callCtx context.Context, err error, timedOut, unsent bool) budget.Outcome {
+// by WithBreakers' rule (Other too for a hedge the call cancelled).
+func breakerOutcome(callCtx context.Context, err error, timedOut bool) budget.Outcome {
 	if err == nil {
 		return budget.Success
 	}
-	if unsent || !timedOut && callerEnded(callCtx, err) {
+	if !timedOut && callerEnded(callCtx, err) {
 		return budget.Other
 	}
 	switch status.Code(err) {

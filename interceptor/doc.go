@@ -18,7 +18,11 @@
 // then pass the circuit breaker and the budget (WithBreakers has the order).
 // A budget.Deferrer (the default's Gate) that refuses makes the call wait for
 // a later admission (EventDeferred; budget.Gate has the rules); another
-// budget ends the call, reason "budget".
+// budget ends the call, reason "budget". An attempt that never left the
+// client (a refused connection: grpc's UNAVAILABLE, no stream) is no
+// evidence of the server: the budget and the breaker hear budget.Other and
+// number the attempts without it; with a budget its retry, unpaid, waits
+// for the connection, within the deadline (10 s in all without one).
 //
 // Which policy applies: the file's entry for the method (WithConfig or
 // WithConfigSource), else the policy given in code (WithPolicy), else none:

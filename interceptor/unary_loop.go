@@ -342,8 +342,8 @@ func (l *unaryLoop) decided(ev unaryEvent, err error, trailer metadata.MD, commi
 		return l.end(ev.out, c.finish(err))
 	}
 	l.last, l.lastOut = err, ev.out
-	if c.deferReq != nil {
-		// The Gate's wait, with nothing in flight (unaryLoop says why).
+	if c.deferReq != nil || c.awaitReady {
+		// The Gate's wait or the connection's, nothing in flight (unaryLoop).
 		if werr := c.waitDeferred(l.callCtx, pause, err); werr != nil {
 			return l.end(ev.out, werr)
 		}

@@ -191,7 +191,8 @@ const (
 	// later admission (budget.Deferrer), and the wait ended without one:
 	// no retry could start (and finish, by the method's recent latency)
 	// before its deadline, a Gate's rules did not hold the retry past its
-	// pause, or a call without a deadline reached the wait limit. The
+	// pause, or a call without a deadline reached the wait limit (also
+	// when its retry waited for a connection that failed to connect). The
 	// Report and the EventGiveUp's Budget say the backend's state.
 	ReasonDeferred
 	// ReasonBreaker: the circuit breaker that guards the call is open: its

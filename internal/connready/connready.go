@@ -1,6 +1,7 @@
 // Package connready holds a waitForReady call's first attempt until its
 // connection is ready, as grpc would, and then, after an outage, for the
-// breaker's pace.
+// breaker's pace; and a retry whose attempt never left the client until
+// its connection is ready (Ready).
 package connready
 
 import (
@@ -32,20 +33,7 @@ func WaitsForReady(fileOpts, opts []grpc.CallOption) bool {
 // (an outage), for br.Pace: calls queued in an outage reach the server at
 // the pace they were sent. It returns when the attempt may go or ctx ends.
 func Hold(ctx context.Context, cc *grpc.ClientConn, br *breaker.Breaker) {
-	held := false
-	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
-		if s == connectivity.Shutdown {
-			return
-		}
-		if s == connectivity.Idle {
-			cc.Connect()
-		}
-		held = held || s == connectivity.TransientFailure
-		if !cc.WaitForStateChange(ctx, s) {
-			return
-		}
-	}
-	if !held {
+	if held, ready := wait(ctx, cc); !held || !ready {
 		return
 	}
 	if d := br.Pace(); d > 0 {
@@ -56,4 +44,42 @@ func Hold(ctx context.Context, cc *grpc.ClientConn, br *breaker.Breaker) {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// MaxWait bounds Ready's wait for a call without a deadline: a Gate's
+// default DeferSettings.MaxWait, the longest a call without one is held.
+const MaxWait = 10 * time.Second
+
+// Ready waits, no sooner than pause, until cc is ready, and reports
+// whether it is (false: ctx ended first, or cc shut down).
+func Ready(ctx context.Context, cc *grpc.ClientConn, pause time.Duration) bool {
+	if pause > 0 {
+		t := time.NewTimer(pause)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	_, ready := wait(ctx, cc)
+	return ready
+}
+
+// wait waits until cc is ready (ready), asking an idle one to connect;
+// held: it saw a connection attempt fail meanwhile.
+func wait(ctx context.Context, cc *grpc.ClientConn) (held, ready bool) {
+	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if s == connectivity.Shutdown {
+			return held, false
+		}
+		if s == connectivity.Idle {
+			cc.Connect()
+		}
+		held = held || s == connectivity.TransientFailure
+		if !cc.WaitForStateChange(ctx, s) {
+			return held, false
+		}
+	}
+	return held, true
 }
