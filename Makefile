@@ -21,7 +21,7 @@ PKGS := ./... ./lab/... ./server/redisstore/... ./otel/... ./soak/... ./connect/
 LANE_DEPS := google.golang.org/grpc google.golang.org/protobuf github.com/grpc-ecosystem/go-grpc-middleware/v2
 lane_versions = $$($(1) $(GO) list -m -f '{{.Path}} {{.Version}}' $(LANE_DEPS) | paste -sd, - | sed 's/,/, /g')
 
-.PHONY: all test conformance soak test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo lab-plot lab-figures fuzz clean api-check api-check-selftest api-baseline install-check
+.PHONY: all test conformance soak test-oldest test-newest test-realtime lint tidy-check proto proto-check tools bench demo lab-plot lab-figures fuzz fuzz-ci clean api-check api-check-selftest api-baseline install-check
 
 all: lint test
 
@@ -238,13 +238,26 @@ LAB_SWEEP ?= 0.5s,2s,5s,20s
 lab-figures:
 	LAB_FIGURES=$(CURDIR)/lab-figures.md LAB_FIGURES_RUNS=$(LAB_RUNS) LAB_FIGURES_SWEEP=$(LAB_SWEEP) $(TESTGO) test -count=1 -timeout 60m -run '^TestLabFigures$$' ./lab/
 
-## fuzz: every fuzz target, FUZZTIME each
+## fuzz: every fuzz target of FUZZ_PKGS (every package) whose name matches
+## FUZZ_MATCH (every one), FUZZTIME each; a target's seed corpus is its
+## f.Add calls and testdata/fuzz/<target>/ in its package
+FUZZ_PKGS ?= $(PKGS)
+FUZZ_MATCH ?= ^Fuzz
 fuzz:
-	@for pkg in $$($(GO) list $(PKGS)); do \
-	  for f in $$($(GO) test -list='^Fuzz' $$pkg | grep '^Fuzz'); do \
+	@for pkg in $$($(GO) list $(FUZZ_PKGS)); do \
+	  for f in $$($(GO) test -list='$(FUZZ_MATCH)' $$pkg | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
 	  done; \
 	done
+
+## fuzz-ci: what CI fuzzes, FUZZ_CI_TIME (20s) each: the policy-file parser
+## (FuzzParseConfig: hostile files) and Decide with hostile metadata
+## (FuzzDecide: any status code, pushback trailers, RetryInfo bytes), from
+## their corpora in policy/testdata/fuzz; about 45 s, plus the fuzzing build
+## on a cold cache (about a minute on two loaded cores)
+FUZZ_CI_TIME ?= 20s
+fuzz-ci:
+	@$(MAKE) --no-print-directory fuzz FUZZ_PKGS=./policy FUZZ_MATCH='^Fuzz(ParseConfig|Decide)' FUZZTIME=$(FUZZ_CI_TIME)
 
 clean:
 	rm -rf .tools bench.txt

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/fence"
 	"github.com/stagger-go/stagger/internal/window"
 )
 
@@ -220,7 +221,8 @@ type Breaker struct {
 }
 
 // New returns a closed breaker for key, or a *SettingsError. onChange
-// (may be nil) hears every state change, outside the breaker's lock.
+// (may be nil) hears every state change, outside the breaker's lock; its
+// panic is recovered (see the package doc).
 func New(key string, s Settings, onChange func(Change), opts ...Option) (*Breaker, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -565,7 +567,8 @@ func (b *Breaker) tell(ch Change, l Listener) {
 		w.f()
 	}
 	if b.onChange != nil {
-		b.onChange(ch)
+		// No call owns the Set's own listener: its panic is fenced.
+		fence.Run(fence.BreakerChange, func() { b.onChange(ch) })
 	}
 	if l != nil {
 		l.BreakerChanged(ch)

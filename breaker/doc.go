@@ -43,7 +43,9 @@
 //
 // Breaker and Set are safe for concurrent use. State changes reach the
 // Set's onChange and the asking call's Listener after every lock is
-// released. Time enters through WithClock, randomness through WithRandom.
+// released; a panic of onChange is recovered (logged to slog.Default and
+// counted, as interceptor.RecoveredPanics says), as no call owns it, while
+// a Listener's reaches the call that asked. Time enters through WithClock, randomness through WithRandom.
 // Errors of New and NewSet are *SettingsError, naming the setting, the rule
 // and the value.
 package breaker

@@ -164,11 +164,12 @@ func (k *core) plan(o *options, cfg *policy.Config, m *policy.Method, method str
 	default:
 		pl.budget = o.fallback
 	}
-	if o.breakersSet {
+	switch {
+	case o.breakersSet:
 		pl.breakers = o.breakers
-	} else {
+	case o == &k.opts || o.state != k.opts.state:
 		pl.breakers = k.stateOf(o).breakers(cfg, m, keep)
-	}
+	} // else the method's (startWith): kept or not, one per settings
 	p := o.policy
 	if p != nil && p != k.opts.policy && m != nil && (m.Retry != nil || m.Hedging != nil) {
 		// The call's own WithPolicy: the file's entry wins, and says so.

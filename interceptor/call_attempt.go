@@ -221,6 +221,9 @@ func (k *core) startWith(ctx context.Context, cc *grpc.ClientConn, method string
 	if o != &k.opts {
 		p := k.plan(o, cfg, m, method)
 		p.pace, p.fileOpts = mi.plan.pace, mi.plan.fileOpts
+		if !o.breakersSet && o.state == k.opts.state {
+			p.breakers, p.brCache = mi.plan.breakers, mi.plan.brCache
+		}
 		pl = &p
 	}
 	if c.off = offFor(cfg); c.off {

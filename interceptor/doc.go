@@ -28,12 +28,16 @@
 // instead (gRFC A6; grpc-go ignores hedgingPolicy): UnaryClientInterceptor
 // has the rules, and StreamClientInterceptor what differs for streams.
 //
-// Rules no policy can break (two more follow): an attempt whose response
-// headers arrived is committed and never retried (except the attempt of a
-// unary call that carries an idempotency key, whose application has seen
-// nothing of it, and a server stream that WithResume names, which continues
-// where it broke); a RESOURCE_EXHAUSTED that grpc-go raised locally for a
-// message size limit is never retried.
+// Rules no policy can break (two more follow). Commit: an attempt whose
+// response headers or a message arrived is committed: never retried, its
+// per-attempt timer stopped, the call's other attempts cancelled and no
+// hedge sent (gRFC A6). grpc-go shows a unary call's interceptor the headers
+// only with the attempt's end, so a unary attempt commits as it ends: until
+// then its timer runs (one it cut off is retried; grpc C-core's stops at the
+// first header) and hedges go. Exceptions: a unary call with an idempotency
+// key, whose application has seen nothing of it, and a server stream that
+// WithResume names, which continues where it broke. A RESOURCE_EXHAUSTED
+// that grpc-go raised locally for a message size limit is never retried.
 //
 // The caller's deadline. An attempt that ends with CANCELED or
 // DEADLINE_EXCEEDED when the caller's context has ended, or at most 1 ms
@@ -61,9 +65,11 @@
 // replay buffer), else the one whose end ended the call, once every other
 // attempt has ended; one that never opened shows no metadata and no peer. A
 // call ended by its caller's context returns the caller's status with the last
-// attempt's metadata, as grpc-go does. A call ends once: grpc.OnFinish runs
-// once, and the Report and holders are written before the end is announced
-// (the call returns, or RecvMsg returns the status).
+// attempt's metadata, as grpc-go does. A call ends once, the breaker's
+// refusal too: grpc.OnFinish runs once with the caller's status, and the
+// Report and holders are written, after every attempt of the call has
+// ended (a hedged stream's driver too) and before the end is announced (the
+// call returns, or RecvMsg returns the status).
 //
 // # Where stagger goes in a chain
 //
@@ -91,6 +97,19 @@
 // Hooks (WithHook, WithCallHook) and the logger (WithLogger) hear each Event
 // as it happens; WithReport fills a Report per call. The nested module
 // github.com/stagger-go/stagger/otel turns them into gRFC A96's retry metrics.
+//
+// User code is fenced: a panic of a hook, the logger, a predicate
+// (WithPredicate, WithPolicy's), WithIdempotentMethods' function, a resume
+// function, a grpc.OnFinish function or a breaker.Set's onChange is
+// recovered where it is called, whatever the goroutine, counted
+// (RecoveredPanics) and logged to slog.Default() at error (at most one line
+// per kind of callback per 10 s), and becomes a skipped event (a hook, a
+// logger's line, an OnFinish), "not retried" (a predicate), "not
+// idempotent", or the resume function's error. Nothing else of the call
+// changes; no other call sees it.
+//
+// Bounds hold in every state: a stream's replay buffer while no attempt is
+// live (the sender blocks: WithReplayBufferSize).
 //
 // # Concurrency
 //

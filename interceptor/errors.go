@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/stagger-go/stagger/internal/callwords"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/status"
 )
@@ -41,9 +42,9 @@ type Error struct {
 // "max retries exhausted" finds both. GRPCStatus keeps the server's status
 // unchanged either way.
 func (e *Error) Error() string {
-	words := giveUpWords[e.Reason]
+	words := callwords.GiveUp(e.Reason)
 	if e.Reason == policy.ReasonDeferred {
-		words = deferredWords(e.WaitEnd, e.HeldBy)
+		words = callwords.Deferred(e.WaitEnd, e.HeldBy)
 	}
 	if words == "" {
 		return e.Err.Error()
@@ -58,56 +59,6 @@ func (e *Error) Error() string {
 	return "stagger: gave up: " + words + ": " + after + ": " + e.Err.Error()
 }
 
-// giveUpWords says why stagger gave up, by reason; a reason it lacks is no
-// give-up (GaveUp).
-var giveUpWords = map[policy.Reason]string{
-	policy.ReasonAttempts:       "max retries exhausted", // grpc-go's words (stream.go, shouldRetry)
-	policy.ReasonBudget:         "retry budget spent",
-	policy.ReasonDeferred:       deferredWords("", ""),
-	policy.ReasonOutage:         "backend down past the longest wait",
-	policy.ReasonBreaker:        "circuit breaker open",
-	policy.ReasonThrottled:      "throttled by the client",
-	policy.ReasonDeadline:       "no retry fits before the deadline",
-	policy.ReasonPushback:       "the server's pushback says stop",
-	policy.ReasonRetriedRequest: "the request being served is a retry: retried at one layer",
-	policy.ReasonAmbiguous:      ambiguousNote,
-}
-
-// The words of the Gate's rules that end a wait and hold it (Report.WaitEnd,
-// HeldBy); the others are named as they are.
-var (
-	waitEndWords = map[string]string{
-		"hold":     "retry deferred, not let go after its pause (the Gate's hold rule)",
-		"hopeless": "retry deferred, none could finish before the deadline (the Gate's hopeless rule)",
-		"max-wait": "retry deferred the longest a call without a deadline waits (defer.maxWait)",
-	}
-	heldByWords = map[string]string{
-		"outage":   ", held by the Gate's outage rule (the backend is down)",
-		"overload": ", held by the Gate's overload rule (most attempts refused for overload or slow)",
-		"breaker":  ", held by the open circuit breaker",
-	}
-)
-
-// deferredWords says why a retry that waited in the Gate was not admitted.
-func deferredWords(waitEnd, held string) string {
-	s, ok := waitEndWords[waitEnd]
-	if !ok {
-		s = "retry deferred, no admission before the deadline"
-	}
-	if h, ok := heldByWords[held]; ok {
-		return s + h
-	}
-	if held != "" {
-		return s + ", held by the Gate's " + held + " rule"
-	}
-	return s
-}
-
-// ambiguousNote: the status alone (UNAVAILABLE, a code the file may list)
-// does not say that the call was not retried on purpose, nor what to do.
-const ambiguousNote = "not retried: the request may have run on the server, which sent no status, " +
-	"and the method is not known to be idempotent (mark it idempotent or send an idempotency key)"
-
 // Unwrap returns the last attempt's error.
 func (e *Error) Unwrap() error { return e.Err }
 
@@ -121,7 +72,7 @@ func (e *Error) GRPCStatus() *status.Status { return status.Convert(e.Err) }
 // it. It is false for a failure the policy does not retry, a committed
 // attempt and the caller's own cancellation. Package server answers "do not
 // retry" for a handler that returns such an error (its doc has the rules).
-func (e *Error) GaveUp() bool { return giveUpWords[e.Reason] != "" }
+func (e *Error) GaveUp() bool { return callwords.GiveUp(e.Reason) != "" }
 
 // Attempts returns the number of attempts stagger made for the call that
 // returned err, or 0 when err does not come from stagger: nil (a success),

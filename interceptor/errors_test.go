@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/stagger-go/stagger/internal/callwords"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -43,7 +44,7 @@ func TestErrorText(t *testing.T) {
 		policy.ReasonDeadline:       "stagger: gave up: no retry fits before the deadline: failed after 3 attempts: " + text,
 		policy.ReasonPushback:       "stagger: gave up: the server's pushback says stop: failed after 3 attempts: " + text,
 		policy.ReasonRetriedRequest: "stagger: gave up: the request being served is a retry: retried at one layer: failed after 3 attempts: " + text,
-		policy.ReasonAmbiguous:      "stagger: gave up: " + ambiguousNote + ": failed after 3 attempts: " + text,
+		policy.ReasonAmbiguous:      "stagger: gave up: " + callwords.Ambiguous + ": failed after 3 attempts: " + text,
 	}
 	for r := policy.ReasonNone; r <= policy.ReasonReplyType; r++ {
 		e := &Error{Attempts: 3, Reason: r, Err: last}

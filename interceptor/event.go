@@ -7,6 +7,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/fence"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 )
@@ -171,3 +172,7 @@ func (o *options) emit(ctx context.Context, e Event) {
 		o.log(ctx, slogDefault, e)
 	}
 }
+
+// RecoveredPanics returns the number of panics of user code recovered in
+// the process (the package doc lists where user code is fenced).
+func RecoveredPanics() int64 { return fence.Panics() }

@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/stagger-go/stagger/internal/fence"
 )
 
 // attemptOutputs is what grpc writes for one attempt on a goroutine: its
@@ -153,7 +155,7 @@ func hold[T any](o *callerOutputs, first **T, addr *T, opt grpc.CallOption) {
 // finished runs the caller's OnFinish functions with the call's error err.
 func (o *callerOutputs) finished(err error) {
 	for _, f := range o.onFinish {
-		f(err)
+		fence.Run(fence.OnFinish, func() { f(err) })
 	}
 }
 

@@ -71,6 +71,7 @@ func (k *core) hedgeStream(s *retryStream) {
 	s.mu.Unlock()
 	st.launched(s.callCtx, 1, a.start)
 	st.schedule(s.callCtx, 1)
+	s.goroutines.Add(2) // the driver, a's watch
 	go s.drive(st)
 	if err := s.dial(a); err != nil {
 		s.watch(a, err)
@@ -199,6 +200,7 @@ func (s *retryStream) takeHedge(n int) (time.Time, bool) {
 
 func (s *retryStream) runHedge(n int) {
 	a := s.race.sent[n-1]
+	s.goroutines.Add(1)
 	go func() { s.watch(a, s.dial(a)) }()
 }
 
@@ -241,13 +243,14 @@ func (s *retryStream) watch(a *streamAttempt, err error) {
 	}
 	close(a.watched)
 	s.race.events <- a.n
+	s.goroutines.Done()
 }
 
 // endRace ends the race, under mu, which it lets go: it commits the
 // stream to w or, with w nil, fails it, for why, with the last failure;
 // every other attempt is cancelled (those still opening too) and waited
-// for. RecvMsg and Header go on (ready) once the hooks heard of the
-// commit, or once the stream that failed has ended.
+// for. It is the driver's last step. RecvMsg and Header go on (ready) once
+// the hooks heard of the commit, or once the stream that failed has ended.
 func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reason) {
 	r := s.race
 	if w != nil {
@@ -274,12 +277,14 @@ func (s *retryStream) endRace(st *hedgeState, w *streamAttempt, why policy.Reaso
 	if w != nil {
 		st.won(s.callCtx, w.n)
 		close(r.ready)
-		s.settleOthers(st, w)
-		return
 	}
-	s.settleOthers(st, nil)
-	s.finishStream(st.giveUp(s.callCtx, why), false)
-	close(r.ready)
+	s.settleOthers(st, w)
+	// The driver's last step: the end it runs waits for the others alone.
+	s.goroutines.Done()
+	if w == nil {
+		s.finishStream(st.giveUp(s.callCtx, why), false)
+		close(r.ready)
+	}
 }
 
 // ended handles one attempt's event before the stream committed, as

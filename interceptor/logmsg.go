@@ -10,6 +10,8 @@ import (
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
 	"github.com/stagger-go/stagger/internal/bounded"
+	"github.com/stagger-go/stagger/internal/callwords"
+	"github.com/stagger-go/stagger/internal/fence"
 	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -42,7 +44,7 @@ var (
 )
 
 const (
-	msgAmbiguous   = "stagger: " + ambiguousNote
+	msgAmbiguous   = "stagger: " + callwords.Ambiguous
 	msgNoHedging   = "stagger: hedging not applied: method not known to be idempotent"
 	msgDeferred    = "stagger: retry deferred: the budget refused it now, the call waits for a later admission"
 	msgSwitchedOff = "stagger: switched off: each call is sent once, with no retry, no hedge and no wait; held calls end with their last status (stagger.switch)"
@@ -69,7 +71,7 @@ func (o *options) firstAmbiguous(method string) bool {
 // slogDefault is slog.Default() as a logging.Logger, read at each line (a
 // program may set it later); the two packages' levels have one value.
 var slogDefault = logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
-	slog.Default().Log(ctx, slog.Level(l), msg, fields...)
+	fence.Run(fence.Logger, func() { slog.Default().Log(ctx, slog.Level(l), msg, fields...) })
 })
 
 // log writes e's line to l, at WithLogger's levels and with its fields.

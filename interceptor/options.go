@@ -11,6 +11,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/fence"
 	"github.com/stagger-go/stagger/internal/refusedlog"
 	"github.com/stagger-go/stagger/policy"
 )
@@ -103,6 +104,7 @@ func WithConfigSource(src ConfigSource) Option {
 // entry for follows the entry (a notice, policy.ReasonOverridden). A p with
 // fewer than 2 attempts retries nothing (policy.ReasonOneAttempt).
 func WithPolicy(p policy.Policy) Option {
+	p.Predicate = fence.NewPredicate(p.Predicate)
 	return Option{apply: func(o *options) { o.policy = &p }}
 }
 
@@ -200,16 +202,17 @@ func WithDefaultBudgets(bs *budget.Backends) Option {
 // (policy.Warning.Typo) and nearly named methods, once per State; the
 // refused and warned reloads, once in the process.
 func WithLogger(l logging.Logger) Option {
-	return Option{apply: func(o *options) { o.logger = l }}
+	return Option{apply: func(o *options) { o.logger = fence.NewLogger(l) }}
 }
 
 // WithHook calls fn with a copy of every event but EventEnd. fn runs on a
 // goroutine of the call, outside every lock stagger holds; it must be quick
-// and safe for concurrent use. Several hooks may be given; they run in order.
+// and safe for concurrent use (a panic skips the event: see the package
+// doc). Several hooks may be given; they run in order.
 func WithHook(fn func(Event)) Option {
 	return Option{apply: func(o *options) {
 		if fn != nil {
-			o.hooks = append(o.hooks[:len(o.hooks):len(o.hooks)], fn)
+			o.hooks = append(o.hooks[:len(o.hooks):len(o.hooks)], fence.NewHook(fn))
 		}
 	}}
 }
@@ -221,7 +224,7 @@ func WithHook(fn func(Event)) Option {
 func WithCallHook(fn func(ctx context.Context, e Event)) Option {
 	return Option{apply: func(o *options) {
 		if fn != nil {
-			o.callHooks = append(o.callHooks[:len(o.callHooks):len(o.callHooks)], fn)
+			o.callHooks = append(o.callHooks[:len(o.callHooks):len(o.callHooks)], fence.NewCallHook(fn))
 		}
 	}}
 }
@@ -253,7 +256,7 @@ func WithIdempotencyKey(header string) Option {
 // classify (see policy.Predicate). It replaces the policy's own predicate.
 // Hedging does not use it (its nonFatalStatusCodes decide).
 func WithPredicate(p policy.Predicate) Option {
-	return Option{apply: func(o *options) { o.predicate = p }}
+	return Option{apply: func(o *options) { o.predicate = fence.NewPredicate(p) }}
 }
 
 // WithMaxAttempts sets the number of attempts, the first included (3 means at
@@ -319,7 +322,7 @@ func NotIdempotent() Option {
 // asked when neither the call (Idempotent, NotIdempotent) nor the file
 // decides. safe must be quick and safe for concurrent use.
 func WithIdempotentMethods(safe func(method string) bool) Option {
-	return Option{apply: func(o *options) { o.safe = safe }}
+	return Option{apply: func(o *options) { o.safe = fence.NewSafe(safe) }}
 }
 
 // WithCriticality names the criticality of calls (package criticality):

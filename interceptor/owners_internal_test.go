@@ -89,8 +89,9 @@ func isConn(e ast.Expr) bool {
 // failure: askRaced, in hedgeState.judge, judged by the same function as a
 // retry's, verdict). Only a first attempt is admitted
 // elsewhere, by the breaker (admitBreaker, for admitFirst and the fast path).
-// A stream ends in its engine's files (retryStream.finishStream, and
-// k.stream when the breaker refuses the first attempt).
+// Every stream ends in one place too, retryStream.finishStream, the
+// breaker's refusal of its first attempt included; a second place that
+// ends a stream fails this test.
 func TestOneOwnerSites(t *testing.T) {
 	deciders, enders := ownerSites(t)
 	if want := []string{"call_retry.go: verdict"}; !slices.Equal(deciders, want) {
@@ -188,14 +189,19 @@ func TestOneOwnerSites(t *testing.T) {
 	if got, want := identUsers(t, "loserOutcome"), []string{"hedgestream.go: retryStream.settleOthers", "unary_loop.go: unaryLoop.drain"}; !slices.Equal(got, want) {
 		t.Errorf("a loser's outcome (loserOutcome) is decided in %v, want %v alone", got, want)
 	}
-	var unary []string
+	var unary, stream []string
 	for _, s := range enders {
-		if !strings.HasPrefix(s, "stream") && !strings.HasPrefix(s, "hedgestream") {
+		if streamFile(s[:strings.Index(s, ":")]) {
+			stream = append(stream, s)
+		} else {
 			unary = append(unary, s)
 		}
 	}
 	if want := []string{"unary.go: runUnary"}; !slices.Equal(unary, want) {
 		t.Errorf("unary call ends in:\n%s\nwant %s alone", strings.Join(unary, "\n"), want[0])
+	}
+	if want := []string{"stream_end.go: finishStream"}; !slices.Equal(stream, want) {
+		t.Errorf("a stream ends in:\n%s\nwant %s alone", strings.Join(stream, "\n"), want[0])
 	}
 }
 

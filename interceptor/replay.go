@@ -15,7 +15,11 @@ const DefaultReplayBufferSize = 256 << 10
 // counted at its proto.Size, the size grpc marshals; a stream whose next
 // message would pass the bound, or is not a proto.Message (another codec:
 // it cannot be sized), commits: it sends the message and never retries
-// again. Useful per call for a stream known to send much.
+// again. With no attempt live (a backoff, a pushback, a wait in the Gate)
+// that message is kept past the bound for the next attempt, and a later
+// SendMsg blocks, as flow control would, until an attempt is live (the
+// stream commits to it) or the stream ends: the bound is passed by one
+// message at most. Useful per call for a stream known to send much.
 func WithReplayBufferSize(n int) Option {
 	return Option{apply: func(o *options) { o.replaySize = n }}
 }
@@ -84,6 +88,8 @@ type replayBuffer struct {
 	bytes int64
 	max   int64
 	limit *ReplayLimit
+	// forced: a message was kept past the bounds (force).
+	forced bool
 }
 
 func (b *replayBuffer) init(size int, limit *ReplayLimit) {
@@ -124,7 +130,7 @@ func (b *replayBuffer) force(m any) {
 	if b.limit != nil {
 		b.limit.notePeak(b.limit.used.Add(n))
 	}
-	b.msgs, b.bytes = append(b.msgs, m), b.bytes+n
+	b.msgs, b.bytes, b.forced = append(b.msgs, m), b.bytes+n, true
 }
 
 // dropLast forgets the last message kept, grpc refused, when the buffer
@@ -148,5 +154,5 @@ func (b *replayBuffer) release() {
 		b.limit.free(b.bytes)
 	}
 	clear(b.msgs)
-	b.msgs, b.bytes = nil, 0
+	b.msgs, b.bytes, b.forced = nil, 0, false
 }

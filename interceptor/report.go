@@ -1,9 +1,6 @@
 package interceptor
 
 import (
-	"cmp"
-	"fmt"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -11,6 +8,7 @@ import (
 	"github.com/stagger-go/stagger/breaker"
 	"github.com/stagger-go/stagger/budget"
 	"github.com/stagger-go/stagger/criticality"
+	"github.com/stagger-go/stagger/internal/callwords"
 	"github.com/stagger-go/stagger/policy"
 )
 
@@ -75,78 +73,8 @@ type Report struct {
 }
 
 // String is the Report in one line, naming only what happened; "" for a
-// zero Report.
-func (r Report) String() string {
-	if r == (Report{}) {
-		return ""
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d attempts", r.Attempts)
-	switch {
-	case r.Retries > 0:
-		fmt.Fprintf(&b, " (%d retries)", r.Retries)
-	case r.Hedges > 0:
-		fmt.Fprintf(&b, " (%d hedges)", r.Hedges)
-	}
-	fmt.Fprintf(&b, ", ended: %s, code %s", r.Reason, r.Code)
-	if r.Target != "" {
-		fmt.Fprintf(&b, ", backend %s", r.Target)
-	}
-	if s := r.Budget; s.Kind != "" {
-		b.WriteString(" (")
-		if s.Health != "" {
-			fmt.Fprintf(&b, "its Gate sees it %s, ", cmp.Or(healthWords[s.Health], s.Health))
-		}
-		fmt.Fprintf(&b, "budget %.1f of %.0f", s.Level, s.Capacity)
-		if s.Waiting > 0 {
-			fmt.Fprintf(&b, ", %d calls waiting", s.Waiting)
-		}
-		b.WriteString(")")
-	}
-	if r.Breaker.Key != "" {
-		fmt.Fprintf(&b, " (breaker %s, %d of %d first attempts failed in its window", r.Breaker.State, r.Breaker.Failures, r.Breaker.Requests)
-		if r.Breaker.ThrottleP > 0 {
-			fmt.Fprintf(&b, ", throttling %.0f%% of first attempts", 100*r.Breaker.ThrottleP)
-		}
-		b.WriteString(")")
-	}
-	if r.Load.Reported {
-		fmt.Fprintf(&b, ", backend reports %.0f%% utilization", 100*r.Load.Utilization)
-	}
-	if r.Delay > 0 {
-		fmt.Fprintf(&b, ", paused %v", r.Delay)
-	}
-	var parts []string
-	if r.Pushback > 0 {
-		parts = append(parts, fmt.Sprintf("%v by the server's pushback", r.Pushback))
-	}
-	if r.Deferred > 0 {
-		parts = append(parts, fmt.Sprintf("%v waiting in the Gate", r.Deferred))
-	}
-	if r.WaitEnd != "" {
-		w := "wait ended: " + r.WaitEnd
-		if r.HeldBy != "" {
-			w += ", held by the " + r.HeldBy + " rule"
-		}
-		parts = append(parts, w)
-	}
-	if len(parts) > 0 {
-		b.WriteString(" (" + strings.Join(parts, "; ") + ")")
-	}
-	if r.Disabled {
-		b.WriteString(", stagger switched off (" + DisableEnv + ", SetDisabled or the policy file's \"disabled\"): one attempt, no wait")
-	}
-	if r.Criticality.Valid() {
-		fmt.Fprintf(&b, ", criticality %s", r.Criticality)
-	}
-	if r.TimerRefused > 0 {
-		fmt.Fprintf(&b, ", %d attempts ran past their timeout (%s refused the retry)", r.TimerRefused, r.TimerReason)
-	}
-	return b.String()
-}
-
-// healthWords says the Gate's health in a Report; failing and recovering say themselves.
-var healthWords = map[string]string{"quiet": "healthy", "outage": "down"}
+// zero Report (written by callwords.Report, which mirrors its fields).
+func (r Report) String() string { return callwords.Report(r).String(DisableEnv) }
 
 // WithReport fills r in when the call ends; meant per call. r must stay
 // untouched until the call returns (a stream: until it ends); the

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strconv"
 
+	"github.com/stagger-go/stagger/internal/fence"
 	"github.com/stagger-go/stagger/policy"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -236,12 +237,9 @@ func (r *resumeState) build(orig, last any) (next proto.Message, err error) {
 	if !ok {
 		return nil, fmt.Errorf("the last message is a %T, not a proto.Message", last)
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			next, err = nil, fmt.Errorf("panic: %v", p)
-		}
-	}()
-	next, err = r.fn(req, msg)
+	if p := fence.Run(fence.Resume, func() { next, err = r.fn(req, msg) }); p != nil {
+		return nil, fmt.Errorf("panic: %v", p)
+	}
 	if err == nil && (next == nil || !next.ProtoReflect().IsValid()) {
 		err = errors.New("it returned no request")
 	}

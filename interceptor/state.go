@@ -25,7 +25,9 @@ import (
 // (calls in flight keep theirs), and a file that goes back to the old
 // settings starts afresh too. A State keeps the state of at most 64
 // distinct budget settings and 64 breaker settings; past that, a config's
-// are built for the call that needs them and not kept.
+// are built for the call that needs them and not kept (its breakers once
+// per method an interceptor follows, for every call of the method,
+// whatever its options).
 //
 // The zero value is an empty State, ready to use, as NewState's is. A State
 // is safe for concurrent use and must not be copied after first use.

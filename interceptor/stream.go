@@ -47,8 +47,8 @@ import (
 // failure to create the stream is retried inside the interceptor.
 //
 // The per-attempt timeout (perAttemptRecvTimeout) follows the unary rules
-// but stops at the first response header or message, as grpc C-core's does
-// for streams, and an idempotency key does not let it apply.
+// and stops at the commit (the package doc); an idempotency key does not
+// let it apply.
 //
 // Hedging. Streams are hedged until they commit, by the unary call's rules
 // (gRFC A6): the attempts race until one commits: the first whose response
@@ -59,10 +59,10 @@ import (
 // attempt open and is replayed to each later hedge, so a message waits for the
 // slowest open attempt's flow control. SendMsg returns before any attempt
 // answers; RecvMsg and Header wait for the commit. A hedged stream runs one
-// goroutine of its own until it commits (hooks hear its hedge events there)
-// and one per attempt until the attempt's headers arrive or it ends; none
-// outlives the stream. The adaptive delay learns from the winners' times to
-// commit.
+// goroutine of its own until it commits and the others ended (hooks hear
+// its hedge events there) and one per attempt until the attempt's headers
+// arrive or it ends; the stream's end waits for each. The adaptive delay
+// learns from the winners' times to commit.
 //
 // The returned streams follow grpc.ClientStream's rules: one goroutine may
 // send (SendMsg, CloseSend) while another receives.
@@ -79,11 +79,6 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 	callCtx, cancel, grpcOpts, run := k.start(ctx, cc, method, opts, &s.c)
 	if !run {
 		return streamer(callCtx, desc, cc, method, grpcOpts...)
-	}
-	if err := s.c.admitFirst(callCtx, cc, grpcOpts); err != nil {
-		cancel()
-		s.c.end(cc, err)
-		return nil, err
 	}
 	s.callCtx, s.cancel = callCtx, cancel
 	if s.c.byKey && s.c.perAttempt > 0 {
@@ -111,9 +106,9 @@ func (k *core) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Clien
 		s.opts = grpcOpts
 	} else {
 		s.opts = s.split(append(s.opts, s.c.fileOpts...), grpcOpts)
-		if len(s.onFinish) > 0 {
-			s.watchCaller(s.callCtx)
-		}
+	}
+	if err := s.c.admitFirst(callCtx, cc, grpcOpts); err != nil {
+		return nil, s.finishStream(err, false)
 	}
 	if hedged {
 		k.hedgeStream(s)
@@ -217,6 +212,8 @@ type retryStream struct {
 	buf              replayBuffer
 	res              *resumeState
 	race             *hedgeRace
+	// sendWait closes when an attempt goes live (nil: nobody waits).
+	sendWait chan struct{}
 }
 
 // open starts a, the next attempt (dial). When it fails, a has ended, and
@@ -256,7 +253,9 @@ func (s *retryStream) dial(a *streamAttempt) error {
 	}
 	a.cs = cs
 	if t := a.timer; t != nil {
+		s.goroutines.Add(1)
 		go func() {
+			defer s.goroutines.Done()
 			// The first response header stops the timer and tells the pace
 			// (pace.Evidence.Answer) the server served the attempt, unless
 			// the timer cut it off or it ended from above.
@@ -294,6 +293,10 @@ func (s *retryStream) dial(a *streamAttempt) error {
 			s.cur, s.live = a, s.live[:0]
 		}
 		s.live = append(s.live, a)
+		if s.sendWait != nil {
+			close(s.sendWait)
+			s.sendWait = nil
+		}
 		switch {
 		case !s.commitNext:
 		case s.race == nil:
@@ -346,6 +349,14 @@ func (u unopened) CloseSend() error             { return nil }
 func (u unopened) Context() context.Context     { return u.ctx }
 func (u unopened) SendMsg(any) error            { return io.EOF }
 func (u unopened) RecvMsg(any) error            { return u.err }
+
+// liveWait returns the channel that closes when an attempt goes live.
+func (s *retryStream) liveWait() <-chan struct{} {
+	if s.sendWait == nil {
+		s.sendWait = make(chan struct{})
+	}
+	return s.sendWait
+}
 
 func (s *retryStream) commitLocked() {
 	s.committed = true

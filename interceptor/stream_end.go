@@ -1,25 +1,23 @@
 package interceptor
 
 import (
-	"context"
 	"io"
 	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 )
 
-// streamEnd is what finishStream does once before it announces the end:
-// the caller's holders and OnFinish functions (callerOutputs.split), and
-// the end RecvMsg returns from then on.
+// streamEnd is what the stream's end (finishStream) does once before it
+// announces the end: the caller's holders and OnFinish functions
+// (callerOutputs.split), and the end RecvMsg returns from then on.
 type streamEnd struct {
 	callerOutputs
-	stopWatch func() bool // watchCaller's
-	// onFinishRan makes a second runner wait until the first has run the
-	// OnFinish functions, so the end is announced after they returned.
-	onFinishRan sync.Once
+	// goroutines counts the stream's own goroutines (the hedge driver, a
+	// hedged attempt's watch, a timed attempt's header watch): the end
+	// waits for them.
+	goroutines sync.WaitGroup
 	// done: the application has been given the stream's end, final
 	// (io.EOF after success). The stream's mu guards the three.
 	done        bool
@@ -27,38 +25,39 @@ type streamEnd struct {
 	stopAbandon func() bool
 }
 
-// finishStream ends the stream once, with final (nil: success), and
-// returns what RecvMsg returns from then on (the first end's when the
-// stream had ended already). Everything the caller may read after the end
-// (the holders, OnFinish's effects, the Report) is written before done is
-// set, so a RecvMsg that finds done may read them. Its callers are one at
-// a time (settle and retryAfter, under endMu or at the stream's opening;
-// the driver's endRace).
+// finishStream is the stream's one end, however it ended (an attempt, the
+// caller's context, the breaker, a resume refused, the hedge race), with
+// final (nil: success); it returns what RecvMsg returns from then on (the
+// first end's). It stops the abandon watch, cancels what runs and waits
+// for the stream's goroutines, then writes the holders, OnFinish's effects
+// and the Report, all before done is set. Its callers are one at a time
+// (settle and retryAfter, under endMu or at the opening; the driver of a
+// race that failed, whom RecvMsg, Header and the abandon watch wait for).
 // abandoned: nobody reads the stream (watchAbandon); the shown attempt's
 // trailer is not read, as its reader may still be in RecvMsg on it.
 func (s *retryStream) finishStream(final error, abandoned bool) error {
 	s.mu.Lock()
-	done, shown, stop := s.done, s.shownLocked(), s.stopAbandon
+	if s.done {
+		defer s.mu.Unlock()
+		return s.final
+	}
+	stop, shown := s.stopAbandon, s.shownLocked()
 	s.mu.Unlock()
-	if !done {
-		if stop != nil {
-			stop()
-		}
-		s.cancel()
-		// A retry admitted and not sent (the caller left in the pause)
-		// gives back its admission and its breaker probe.
-		s.c.giveBack()
-		s.fill(shown, !abandoned)
-		s.finishOnce(final)
-		s.c.end(s.cc, final)
-		if final == nil {
-			final = io.EOF
-		}
+	if stop != nil {
+		stop()
+	}
+	s.cancel()
+	s.goroutines.Wait()
+	// A retry admitted and not sent (the caller left in the pause)
+	// gives back its admission and its breaker probe.
+	s.c.giveBack()
+	s.fill(shown, !abandoned)
+	s.finished(final)
+	s.c.end(s.cc, final)
+	if final == nil {
+		final = io.EOF
 	}
 	s.mu.Lock()
-	if done {
-		final = s.final
-	}
 	s.done, s.final = true, final
 	s.buf.release()
 	s.mu.Unlock()
@@ -97,25 +96,4 @@ func (o *callerOutputs) fill(cs grpc.ClientStream, withTrailer bool) {
 		}
 	}
 	o.give(header, trailer, &p)
-}
-
-// watchCaller runs the caller's OnFinish functions when ctx, the caller's,
-// ends before the stream does, as grpc does for a stream the caller
-// abandons (grpc would run them once per attempt). The watch never reads
-// stopWatch: when ctx has already ended, context.AfterFunc starts it before
-// stopWatch is assigned.
-func (e *streamEnd) watchCaller(ctx context.Context) {
-	e.stopWatch = context.AfterFunc(ctx, func() {
-		e.onFinishRan.Do(func() { e.finished(status.FromContextError(ctx.Err()).Err()) })
-	})
-}
-
-// finishOnce stops the watch and runs the caller's OnFinish functions, the
-// first time only (onFinishRan). The stream calls it after watchCaller returned.
-func (e *streamEnd) finishOnce(err error) {
-	if len(e.onFinish) == 0 {
-		return
-	}
-	e.stopWatch()
-	e.onFinishRan.Do(func() { e.finished(err) })
 }

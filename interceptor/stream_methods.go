@@ -17,6 +17,18 @@ func (s *retryStream) SendMsg(m any) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
+	for s.buf.forced && !s.committed && !s.done && s.oldestOpenLocked() == nil {
+		// Past the bound with no attempt live: held, as flow control would
+		// hold it, until one is (the stream commits to it) or the end.
+		wait := s.liveWait()
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-s.callCtx.Done():
+			return sendOnEnded(s.desc)
+		}
+		s.mu.Lock()
+	}
 	r := s.race
 	if res := s.res; res != nil && res.orig == nil {
 		res.orig, res.req = m, m // the request, for the resume function

@@ -2,7 +2,11 @@ package interceptor
 
 import (
 	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -41,7 +45,7 @@ func streamCallers(t *testing.T, names ...string) map[string][]string {
 // does a second place that asks the decision or ends the stream.
 func TestHedgedStreamOneOwner(t *testing.T) {
 	got := streamCallers(t, "commitLocked", "endRace", "launchLocked", "serve", "ended", "sendDue", "drive", "ask",
-		"afterAttempt", "judge", "recordHedge", "finishOnce", "fill", "finishStream", "stopTimer")
+		"afterAttempt", "judge", "recordHedge", "finished", "fill", "finishStream", "stopTimer")
 	want := map[string][]string{
 		"commitLocked": {"Context", "Header", "RecvMsg", "SendMsg", "dial", "endRace"},
 		"ask":          {"Context", "SendMsg"},
@@ -54,15 +58,17 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		// settle judges an abandoned one once, and never retries), or racing
 		// (ended, the driver's: judge asks the call's decision, askRaced,
 		// and makes the next hedge due);
-		// one end, finishStream, which every end goes through.
 		"afterAttempt": {"retryAfter", "settle"},
 		"judge":        {"ended", "settle"},
 		// A hedged attempt's end that needs no verdict: a hedge given
 		// back, a loser; the winner's end is judged (settle).
-		"recordHedge":  {"settleOthers", "takeHedge"},
-		"finishOnce":   {"finishStream"},
+		"recordHedge": {"settleOthers", "takeHedge"},
+		// One end, finishStream, which every end goes through: an
+		// attempt's (settle, retryAfter), the breaker's refusal (stream),
+		// a race that failed (endRace, the driver's last step).
+		"finished":     {"finishStream"},
 		"fill":         {"finishStream"},
-		"finishStream": {"endRace", "retryAfter", "settle"},
+		"finishStream": {"endRace", "retryAfter", "settle", "stream"},
 		// Every end of a retried stream's attempt (it failed to open, to
 		// replay, or ended) hands the call its timer's verdict in one place.
 		"stopTimer": {"endAttempt"},
@@ -76,5 +82,55 @@ func TestHedgedStreamOneOwner(t *testing.T) {
 		if got, want := identUsers(t, name), []string{"hedgestream.go: retryStream.drive"}; !slices.Equal(got, want) {
 			t.Errorf("%s is named in %v, want %v alone", name, got, want)
 		}
+	}
+}
+
+// TestStreamGoroutinesCounted: every goroutine the stream engine starts
+// (a go statement in its files) is counted where it starts
+// (goroutines.Add), so that the stream's one end waits for it: nothing of
+// a stream runs after its end is announced (issue 90).
+func TestStreamGoroutinesCounted(t *testing.T) {
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	starters := 0
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || !streamFile(name) {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			goes, counts := false, false
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				switch x := n.(type) {
+				case *ast.GoStmt:
+					goes = true
+				case *ast.SelectorExpr:
+					if id, ok := x.X.(*ast.SelectorExpr); ok && id.Sel.Name == "goroutines" && x.Sel.Name == "Add" {
+						counts = true
+					}
+				}
+				return true
+			})
+			if goes {
+				starters++
+				if !counts {
+					t.Errorf("%s starts a goroutine the stream's end does not wait for (no goroutines.Add)", funcSite(name, fn))
+				}
+			}
+		}
+	}
+	if starters == 0 {
+		t.Fatal("no go statement found in the stream engine's files; the test no longer finds them")
 	}
 }

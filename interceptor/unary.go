@@ -49,10 +49,9 @@ import (
 // runs to its answer or the caller's deadline. The timer decides at fixed
 // times (the timeout after the attempt left, and the pause after that), as
 // of those times however late the machine runs it. A call whose retry the timer admitted but whose deadline passes in
-// the pause ends with DEADLINE_EXCEEDED. For a unary call the timer covers
-// the whole attempt (an interceptor cannot see headers arrive before the
-// response); for a stream it stops at the first response header or
-// message, and one that finds the attempt cut off is not delivered.
+// the pause ends with DEADLINE_EXCEEDED. The timer stops as its attempt
+// commits (the package doc says when); a stream's message that finds the
+// attempt cut off is not delivered.
 //
 // With hedgeOnPerTryTimeout (a retryPolicy key, after Envoy's
 // hedge_on_per_try_timeout; off by default) a unary call's attempt whose
@@ -254,9 +253,15 @@ func (k *core) runUnary(c *call, callCtx context.Context, req, reply any, cc *gr
 		ua = first.ua
 	}
 	err := k.unaryEngine(c, callCtx, req, reply, cc, invoker, grpcOpts, mi, first, &ua)
-	// The caller's holders and OnFinish before the end is announced.
-	if ua != nil {
+	// The caller's holders and OnFinish before the end is announced; a
+	// call the breaker refused (no attempt) ran nothing that would run it.
+	switch {
+	case ua != nil:
 		ua.finished(err)
+	case c.attempt == 0:
+		var o callerOutputs
+		o.split(nil, grpcOpts)
+		o.finished(err)
 	}
 	c.end(cc, err)
 	if ua != nil {

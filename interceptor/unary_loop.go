@@ -125,9 +125,7 @@ func (l *unaryLoop) run() error {
 	var results chan unaryEvent
 	if l.hc != nil {
 		results = l.hc.results
-		defer l.hcancel()
-		defer putHedgeCall(l.hc)
-		defer l.timer.stop()
+		defer l.release()
 	}
 	for {
 		var ev unaryEvent
@@ -159,6 +157,14 @@ func (l *unaryLoop) run() error {
 			return err
 		}
 	}
+}
+
+// release ends what the loop started, also when a panic ends the loop:
+// hc goes back to its pool only once no attempt holds it.
+func (l *unaryLoop) release() {
+	l.timer.stop()
+	l.drain()
+	putHedgeCall(l.hc)
 }
 
 // handle takes one event; over: the call is over, with err.

@@ -119,6 +119,10 @@
 //     States' interceptors follow turns stagger off, as of the latest call
 //     that followed a new file). Read when the metrics are collected: the
 //     dashboard shows the switch while it is on, whether calls run or not.
+//   - stagger.client.callback.panics, asynchronous counter, {panic}, no
+//     attribute: the panics of user code (hooks, loggers, predicates,
+//     resume functions, OnFinish, a breaker set's onChange) stagger
+//     recovered in the process (interceptor.RecoveredPanics).
 //   - stagger.client.breaker.transitions, counter, {transition}: a circuit
 //     breaker's state changes, with stagger.breaker.from and
 //     stagger.breaker.to ("closed", "open", "half-open") and, with
@@ -153,7 +157,11 @@
 // services, or with a filter that accepts only those.
 //
 // grpc.status is the code's name as gRFC A66 spells it ("UNAVAILABLE",
-// "CANCELLED"), on the metrics and the span events alike.
+// "CANCELLED"), on the metrics and the span events alike; a code outside
+// the 17, which a server may send (any up to 2^31-1), is "other", so that
+// no server can mint series. The ways a method's calls end are so at most
+// 24 reasons times 18 statuses times 4 criticalities, and the cache of
+// their attribute sets holds at most that many per method and target.
 //
 // # Cardinality budget
 //
@@ -174,9 +182,10 @@
 //     same number of series whatever the number of targets it dials. For
 //     M methods (plus "other" for generic calls) that is at most M+1 times
 //     the figure above, and the budget gauges, breaker transitions (6 at
-//     most), timer refusals (2 per method) and the switch gauge (2: its
-//     process and file points) besides. The budget: at most
-//     600 series in all for two methods, whatever the number of targets.
+//     most), timer refusals (2 per method), the switch gauge (2: its
+//     process and file points) and the panics counter (1) besides. The
+//     budget: at most 600 series in all for two methods, whatever the
+//     number of targets.
 //   - With PerTarget, at most 155 series per (target, method), the
 //     target's gauges counted with each of its methods. The gauges of a
 //     target the Backends forgot end at the next collection; its call
@@ -206,14 +215,15 @@
 //     misspelt service) or turns off the retries of a method that had them
 //     (policy.Source.Warned's count; SourceEvent.Warnings says why); and
 //     "failure", a file that could not be read or parsed
-//     (policy.Source.Refused's count: one per distinct error).
+//     (policy.Source.Refused's count: one per refusal, a file still
+//     missing being one).
 //   - stagger.client.config.generation, asynchronous gauge, {config}: the
 //     generation of the config in use, with stagger.config.hash, the
 //     SHA-256 of the file content it came from (none after
 //     policy.Source.Update): which config is in force, on every process.
 //   - stagger.client.config.reload_failed, asynchronous gauge: 1 while the
 //     latest content of the file was refused and an older config stays in
-//     use, else 0.
+//     use, else 0 (a file that went missing and came back as it was, 0).
 //
 // Recording a call's end costs no allocation once its method and target
 // have been seen: the attribute sets are built once per method and target

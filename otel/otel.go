@@ -38,6 +38,10 @@ const (
 	// STAGGER_DISABLE environment variable) or SwitchFile (a policy file's
 	// "disabled", as Options.States' interceptors follow it).
 	MetricSwitch = "stagger.client.switch"
+	// MetricCallbackPanics counts the panics of user code (hooks, loggers,
+	// predicates, ...) stagger recovered in the process
+	// (interceptor.RecoveredPanics).
+	MetricCallbackPanics = "stagger.client.callback.panics"
 )
 
 // The attributes' keys.

@@ -920,13 +920,41 @@ func TestTargetAttributeFilter(t *testing.T) {
 	}
 }
 
-// TestStatusNames: grpc.status is spelt as gRFC A66 and grpc-go's plugin
-// spell it.
+// TestStatusNames: grpc.status is spelt as gRFC A66 spells it; a code
+// outside the 17 is "other".
 func TestStatusNames(t *testing.T) {
 	for c, want := range map[codes.Code]string{codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unavailable: "UNAVAILABLE",
-		codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.Unauthenticated: "UNAUTHENTICATED", codes.Code(17): "CODE(17)"} {
+		codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.Unauthenticated: "UNAUTHENTICATED", codes.Code(17): Other, codes.Code(1<<31 - 1): Other} {
 		if got := statusName(c); got != want {
 			t.Errorf("statusName(%d) = %q, want %q", c, got, want)
 		}
+	}
+}
+
+// A server that answers each call with another status code outside the
+// 17 (grpc-go passes any grpc-status up to 2^31-1) mints no series: 2,000
+// calls, 2,000 codes, one stagger.client.call.ends series, status
+// "other"; and the per-method cache behind it keeps one entry for them.
+func TestHostileCodesMintNoSeries(t *testing.T) {
+	e := newEnv(t, retryConfig, Options{})
+	const calls = 2000
+	for i := range calls {
+		sc := &testingv1.Script{Key: fmt.Sprintf("k%d", i), FailAttempts: 1, Code: int32(17 + i*1000003%(1<<31-17))}
+		if _, err := e.client.Get(context.Background(), &testingv1.GetRequest{Script: sc}); err == nil {
+			t.Fatal("Get succeeded, want the server's code")
+		}
+	}
+	ends := sum(t, collect(t, e.reader), MetricCallEnds)
+	if len(ends) != 1 || ends[0].Value != calls || attrMap(ends[0].Attributes)[AttrStatus] != Other {
+		t.Fatalf("stagger.client.call.ends has %d series (%+v); want one, of %d calls, status %q", len(ends), ends, calls, Other)
+	}
+	a := &callAttrs{method: "m", target: "t"}
+	for i := range calls {
+		a.end(endKey{policy.ReasonNotRetryable, codes.Code(17 + i), criticality.Critical})
+	}
+	n := 0
+	a.ends.Range(func(any, any) bool { n++; return true })
+	if n != 1 {
+		t.Errorf("the ends cache holds %d entries after %d codes outside the 17, want 1", n, calls)
 	}
 }

@@ -3,7 +3,6 @@ package staggerotel
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -52,7 +51,9 @@ type callAttrs struct {
 	// deferred and success are per criticality (Level.Index).
 	deferred [criticality.NumLevels][]metric.RecordOption
 	success  [criticality.NumLevels][]metric.AddOption
-	// ends maps an endKey to its []metric.AddOption (success excepted).
+	// ends maps an endKey to its []metric.AddOption (success excepted):
+	// codes past the 17 are one (codeOther), so it holds at most the
+	// reasons times 18 codes times 4 levels.
 	ends sync.Map
 }
 
@@ -131,13 +132,17 @@ var statusNames = [...]string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", 
 	"ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
 	"UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
 
-// statusName returns c's name as gRFC A66 and grpc-go's plugin record it
-// ("UNAVAILABLE"; "CODE(17)" for a code outside the 17).
+// codeOther stands for every code outside the 17: a server may send any
+// grpc-status up to 2^31-1, and each would be a series of its own.
+const codeOther = codes.Code(len(statusNames))
+
+// statusName returns c's name as gRFC A66 spells it ("UNAVAILABLE"), Other
+// for a code outside the 17.
 func statusName(c codes.Code) string {
-	if int(c) < len(statusNames) {
+	if c < codeOther {
 		return statusNames[c]
 	}
-	return "CODE(" + strconv.FormatUint(uint64(c), 10) + ")"
+	return Other
 }
 
 // attrs returns the cached options of e's call.
@@ -179,8 +184,9 @@ func (a *callAttrs) endOptions(k endKey) []metric.AddOption {
 }
 
 // end returns the end counter's options for the outcome k (k.crit one of
-// the four levels).
+// the four levels; a code outside the 17 is codeOther).
 func (a *callAttrs) end(k endKey) []metric.AddOption {
+	k.code = min(k.code, codeOther)
 	if k.reason == policy.ReasonSuccess && k.code == codes.OK {
 		return a.success[k.crit.Index()]
 	}

@@ -51,7 +51,8 @@ func registerReloads(m metric.Meter, sources []*policy.Source) error {
 // observeSource reports s: its reloads that swapped a config in are its
 // generations after the first, those with warnings (policy.Source.Warned)
 // counted apart from the plain successes, its failures the refusals it
-// counted (one per distinct error: a file still missing is one failure).
+// counted (one per refusal: a file still missing is one failure, one
+// that goes missing again after it came back is another).
 func observeSource(obs metric.Observer, s *policy.Source, reloads metric.Int64ObservableCounter, generation, failed metric.Int64ObservableGauge) {
 	gen, hash := s.Loaded()
 	refusals, last := s.Refused()

@@ -20,7 +20,7 @@ import (
 // reloads with warnings (a misspelt service swapped in: it turns the
 // service's retries off) and failures, the generation and hash of the
 // config in use, and whether the latest file was refused (the last good
-// config staying in use).
+// config staying in use), back to 0 when the file comes back as it was.
 func TestReloadMetrics(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "retry.json")
 	write := func(content string) string {
@@ -85,4 +85,25 @@ func TestReloadMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("a misspelt service", "[warned=1 success=2 failure=1 generation=4 hash="+typo+" failed=0]")
+	// A file that goes missing and comes back as it was: the gauge falls
+	// back to 0, and a second disappearance is a new failure.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Reload(); err == nil {
+		t.Fatal("a missing file was loaded")
+	}
+	check("missing", "[warned=1 success=2 failure=2 generation=4 hash="+typo+" failed=1]")
+	write(strings.Replace(retryConfig, "TestService", "TestServce", 1))
+	if err := src.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	check("back as it was", "[warned=1 success=2 failure=2 generation=4 hash="+typo+" failed=0]")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Reload(); err == nil {
+		t.Fatal("a missing file was loaded")
+	}
+	check("missing again", "[warned=1 success=2 failure=3 generation=4 hash="+typo+" failed=1]")
 }

@@ -15,8 +15,9 @@ var (
 	switchFile    = metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrSwitch, SwitchFile)))
 )
 
-// registerSwitch creates the switch gauge on m and the callback that reads
-// the process's switch and states' files' when the metrics are collected.
+// registerSwitch creates the switch gauge and the panics counter on m and
+// the callback that reads the process's switch, states' files' and
+// recovered panics when the metrics are collected.
 func registerSwitch(m metric.Meter, states []*interceptor.State) error {
 	var sts []*interceptor.State
 	for _, s := range states {
@@ -29,7 +30,13 @@ func registerSwitch(m metric.Meter, states []*interceptor.State) error {
 	if err != nil {
 		return fmt.Errorf("staggerotel: instrument %s: %w", MetricSwitch, err)
 	}
+	panics, err := m.Int64ObservableCounter(MetricCallbackPanics, metric.WithUnit("{panic}"),
+		metric.WithDescription("Panics of user code (hooks, loggers, predicates, resume functions, OnFinish, a breaker set's onChange) that stagger recovered in the process."))
+	if err != nil {
+		return fmt.Errorf("staggerotel: instrument %s: %w", MetricCallbackPanics, err)
+	}
 	_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+		obs.ObserveInt64(panics, interceptor.RecoveredPanics())
 		obs.ObserveInt64(off, flag(interceptor.Disabled()), switchProcess)
 		if len(sts) == 0 {
 			return nil
@@ -40,9 +47,9 @@ func registerSwitch(m metric.Meter, states []*interceptor.State) error {
 		}
 		obs.ObserveInt64(off, flag(file), switchFile)
 		return nil
-	}, off)
+	}, off, panics)
 	if err != nil {
-		return fmt.Errorf("staggerotel: callback of %s: %w", MetricSwitch, err)
+		return fmt.Errorf("staggerotel: callback of %s and %s: %w", MetricSwitch, MetricCallbackPanics, err)
 	}
 	return nil
 }

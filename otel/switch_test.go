@@ -96,3 +96,37 @@ func TestSwitchGauge(t *testing.T) {
 	call()
 	want("the file without it", 0, 0)
 }
+
+// stagger.client.callback.panics reads interceptor.RecoveredPanics: a hook
+// that panics on a call's end adds one per call.
+func TestCallbackPanicsCounter(t *testing.T) {
+	srv := testserver.New()
+	defer srv.Close()
+	reader := sdkmetric.NewManualReader()
+	opt, err := Option(Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := srv.ClientConn(t, stagger.DialOptions(nil, opt, interceptor.WithCallHook(func(_ context.Context, e interceptor.Event) {
+		if e.Kind == interceptor.EventEnd {
+			panic("hook")
+		}
+	}))...)
+	client := testingv1.NewTestServiceClient(cc)
+	count := func() int64 {
+		s, ok := collect(t, reader)[MetricCallbackPanics].Data.(metricdata.Sum[int64])
+		if !ok || len(s.DataPoints) != 1 || !s.IsMonotonic {
+			t.Fatalf("%s: %+v, want one monotonic point", MetricCallbackPanics, s)
+		}
+		return s.DataPoints[0].Value
+	}
+	before := count()
+	for range 3 {
+		if _, err := client.Get(context.Background(), &testingv1.GetRequest{Script: &testingv1.Script{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count() - before; got != 3 {
+		t.Errorf("%s grew by %d over 3 calls whose end hook panicked, want 3", MetricCallbackPanics, got)
+	}
+}

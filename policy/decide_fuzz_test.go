@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 func FuzzParsePushback(f *testing.F) {
@@ -62,6 +66,77 @@ func FuzzDelay(f *testing.F) {
 		}
 		if float64(d) > limit+1 && d != math.MaxInt64 {
 			t.Fatalf("%+v.Delay(%d, %d, %v) = %v above %v", b, retry, prev, u, d, time.Duration(limit))
+		}
+	})
+}
+
+// FuzzDecide: Decide with hostile metadata (any status code, up to 2^32-1;
+// any pushback trailer, repeated or not; RetryInfo details of any bytes,
+// one or two) never panics, never pauses a negative time, never retries
+// past maxAttempts, a success, the caller's end or a committed attempt,
+// and never pauses past the pushback ceiling, the backoff's bound, or the
+// deadline.
+func FuzzDecide(f *testing.F) {
+	// google.rpc.RetryInfo{retry_delay: {seconds: 1}} and one whose
+	// seconds are negative.
+	oneSecond := []byte{0x0a, 0x02, 0x08, 0x01}
+	negative := []byte{0x0a, 0x0b, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}
+	f.Add(uint32(codes.Unavailable), "100", "", oneSecond, uint8(0), 1, 1, int64(0), int64(time.Second), 0.5)
+	f.Add(uint32(codes.ResourceExhausted), "", "", oneSecond, uint8(1), 2, 1, int64(0), int64(0), 0.0)
+	f.Add(uint32(codes.Unavailable), "-1", "5", negative, uint8(2), 3, 2, int64(time.Millisecond), int64(-1), 0.999)
+	f.Add(uint32(math.MaxUint32), "2147483647", "", []byte{0xff, 0xff}, uint8(7), math.MaxInt, math.MinInt, int64(math.MaxInt64), int64(math.MaxInt64), 1.0)
+	f.Add(uint32(codes.DeadlineExceeded), "1_0", "", []byte(nil), uint8(16), 0, 0, int64(math.MinInt64), int64(time.Hour), -1.0)
+	policies := []Policy{
+		{MaxAttempts: 3, Backoff: Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2}},
+		{MaxAttempts: 5, Backoff: Backoff{Initial: time.Millisecond, Max: time.Hour, Multiplier: 10, Jitter: JitterDecorrelated},
+			RetryableCodes: NewCodeSet(codes.Unavailable, codes.Internal, codes.DeadlineExceeded), PushbackCeiling: time.Second},
+		{MaxAttempts: 2, Backoff: Backoff{Initial: math.MaxInt64, Max: math.MaxInt64, Multiplier: 1e308, Jitter: JitterFull}},
+	}
+	f.Fuzz(func(t *testing.T, code uint32, pushback, pushback2 string, retryInfo []byte, flags uint8, number, retry int, prev, remaining int64, u float64) {
+		p := &policies[int(flags>>5)%len(policies)]
+		sp := &spb.Status{Code: int32(code), Message: "hostile"}
+		if retryInfo != nil {
+			for range 1 + int(flags>>4&1) {
+				sp.Details = append(sp.Details, &anypb.Any{TypeUrl: "type.googleapis.com/google.rpc.RetryInfo", Value: retryInfo})
+			}
+		}
+		a := &Attempt{Number: number, Err: status.FromProto(sp).Err(), Trailer: metadata.MD{},
+			Committed: flags&1 != 0, TimedOut: flags&2 != 0, CallerDone: flags&4 != 0, Ambiguous: flags&8 != 0,
+			Retry: retry, Prev: time.Duration(prev), Remaining: time.Duration(remaining), HasDeadline: remaining >= 0, U: u}
+		if pushback != "" {
+			a.Trailer[PushbackKey] = append(a.Trailer[PushbackKey], pushback)
+			if pushback2 != "" {
+				a.Trailer[PushbackKey] = append(a.Trailer[PushbackKey], pushback2)
+			}
+		}
+		v := p.Decide(a)
+		if v.Pause < 0 {
+			t.Fatalf("Decide(%+v) = %+v: a negative pause", a, v)
+		}
+		if !v.Retry {
+			if v.Pause != 0 || v.Pushback {
+				t.Fatalf("Decide(%+v) = %+v: a pause without a retry", a, v)
+			}
+			return
+		}
+		switch {
+		case a.Err == nil, a.CallerDone, a.Committed:
+			t.Fatalf("Decide(%+v) = %+v: retries a success, the caller's end or a committed attempt", a, v)
+		case a.Number >= p.MaxAttempts:
+			t.Fatalf("Decide(%+v) = %+v: retries past maxAttempts %d", a, v, p.MaxAttempts)
+		case a.HasDeadline && v.Pause >= a.Remaining:
+			t.Fatalf("Decide(%+v) = %+v: pauses past the deadline", a, v)
+		}
+		ceiling := p.PushbackCeiling
+		if ceiling <= 0 {
+			ceiling = DefaultPushbackCeiling
+		}
+		limit := time.Duration(math.MaxInt64)
+		if float64(p.Backoff.Max)*1.2 < float64(math.MaxInt64) {
+			limit = time.Duration(float64(p.Backoff.Max) * 1.2)
+		}
+		if v.Pushback && v.Pause > ceiling || !v.Pushback && v.Pause > limit {
+			t.Fatalf("Decide(%+v) = %+v: past the ceiling %v or the backoff's bound %v", a, v, ceiling, limit)
 		}
 	})
 }

@@ -104,7 +104,8 @@
 // (Config.Disabled): a file reloaded with it turns stagger off for the
 // calls that follow it, without a restart or code.
 //
-// Parsing never panics and does not stop at the first mistake: the error
+// Parsing never panics, takes time linear in the file's size, and does not
+// stop at the first mistake: the error
 // joins (errors.Join) one *FieldError per broken rule, each naming the path
 // of the field ("methodConfig[0].retryPolicy.maxAttempts"), the rule and the
 // value. A document that is not JSON or YAML fails with a single
@@ -119,10 +120,14 @@
 // What does not stop a file from being used is a Warning, listed by
 // Config.Warnings: among others an unknown key (ignored; the message names
 // the known key it likely misspells: "maxAtempts: unknown key, ignored (did
-// you mean "maxAttempts"?)"), a key given twice (the last one is used), a
-// maxAttempts above the cap (capped), a tokenRatio with more than 3
-// decimals (kept to 3, as gRFC A6 says), a timeout of zero or less
-// (ignored), the fields that grpc-go applies but stagger does not
+// you mean "maxAttempts"?)"), a key given twice (the last one is used; of
+// each of these two, the first 100 of a file are listed, then one warning
+// says how many more), a maxAttempts above the cap (capped), a tokenRatio
+// with more than 3 decimals (kept to 3, as gRFC A6 says), a timeout of zero
+// or less (ignored), a backoff or hedgingDelay longer than what bounds its
+// call (the entry's timeout; without one, the deferring budget's
+// defer.maxWait, the default budget's when the file declares none; an hour
+// in any case), the fields that grpc-go applies but stagger does not
 // (loadBalancingPolicy, loadBalancingConfig, healthCheckConfig), and a name
 // the proto files do not declare (below). A required key missing because it
 // was misspelt says so in its error, Strict or not. OnWarnings receives the
@@ -167,10 +172,18 @@
 // A Source follows a file that may change: WatchFile loads it (the first load
 // must succeed) and polls it every DefaultPollInterval, or as
 // WithPollInterval or WithPollTicks say; Reload reads it at once. A content
-// already seen is not parsed again. A new file that fails to read or parse
-// leaves the last good Config in use and is reported through OnReload; a good
-// one replaces the Config atomically. When the new file declares the same
-// budget settings (SourceEvent.BudgetKept), the interceptors that follow
+// already seen is not parsed again. Only a regular file of at most 4 MiB
+// is read, by LoadFile as by a Source: a larger one is refused naming its
+// size and the bound, without being read whole (ParseConfig refuses such a
+// document too), and a named pipe, a device, a socket or a directory at
+// the path is refused naming it and its kind, without waiting on it; a
+// reload reads outside the lock that Update takes, so Close always
+// returns. A new file that fails to read or parse leaves the last good
+// Config in use and is reported through OnReload; a good one replaces the
+// Config atomically. A refusal (Source.Refused) lasts until a good file
+// comes, or the content in use comes back (a file that went missing and
+// returned as it was); each new refusal is reported. When the new file
+// declares the same budget settings (SourceEvent.BudgetKept), the interceptors that follow
 // the Source keep every backend's budget state, so a reload that only
 // touches methods neither refills nor empties them; new settings start
 // afresh. NewSource and Update do the same for configs built elsewhere.

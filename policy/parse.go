@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -119,17 +118,20 @@ func AsJSON() ParseOption { return func(o *parseOptions) { o.format = "json" } }
 // YAML, with stagger's extensions. It returns every error in the file at once,
 // joined with errors.Join: each is a *FieldError naming the path, the rule and
 // the value. Unknown keys and fields stagger does not apply are reported by
-// Config.Warnings. It never panics, whatever data holds.
+// Config.Warnings. It never panics, whatever data holds; data larger than
+// a policy file's bound (4 MiB) is refused unread.
 func ParseConfig(data []byte, opts ...ParseOption) (*Config, error) {
 	o := buildParseOptions(opts)
 	return parseConfig(data, &o)
 }
 
-// LoadFile reads and parses the policy file at path (see ParseConfig).
+// LoadFile reads and parses the policy file at path (see ParseConfig). It
+// reads only a regular file of at most 4 MiB: a larger one, a named pipe,
+// a device, a socket or a directory is refused, naming the path.
 func LoadFile(path string, opts ...ParseOption) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err
 	}
 	o := buildParseOptions(opts)
 	o.format = formatFor(path, o.format)
@@ -152,6 +154,9 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 	if err := o.checkCap(); err != nil {
 		return nil, err
 	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("policy: the document is %w", errTooLarge(fmt.Sprintf("%d bytes", len(data))))
+	}
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil, errors.New("policy: empty policy file")
 	}
@@ -172,6 +177,7 @@ func parseConfig(data []byte, o *parseOptions) (*Config, error) {
 	}
 	w := &walker{opts: o}
 	c := w.config(root)
+	w.unknownKeysUnlisted()
 	w.placeAll(root)
 	if o.onWarnings != nil && len(w.warns) > 0 {
 		o.onWarnings(append([]Warning(nil), w.warns...))
@@ -207,6 +213,9 @@ type walker struct {
 	// services lists the services of the proto files, once a name needs
 	// suggestions.
 	services []string
+	// unknownKeys and repeatedKeys count the file's unknown keys and
+	// keys given more than once (object).
+	unknownKeys, repeatedKeys int
 }
 
 // placeAll gives every error and warning the file and the place of the key
@@ -276,6 +285,7 @@ func (w *walker) config(root *node) *Config {
 	} else if bud != nil {
 		w.retryBudget(bud, "retryBudget", c)
 	}
+	w.warnLongPauses(c)
 	return c
 }
 

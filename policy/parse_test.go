@@ -53,7 +53,7 @@ func TestParseFullExample(t *testing.T) {
 	c := parseMust(t, `{
   "methodConfig": [{
     "name": [{"service": "shop.v1.Cart"}, {"service": "shop.v1.Pay", "method": "Get"}],
-    "timeout": "2s", "waitForReady": true, "maxRequestMessageBytes": 1024,
+    "timeout": "6s", "waitForReady": true, "maxRequestMessageBytes": 1024,
     "retryPolicy": {
       "maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "5s",
       "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"],
@@ -76,7 +76,7 @@ func TestParseFullExample(t *testing.T) {
 	if cart == nil || cart.Retry == nil || !reflect.DeepEqual(*cart.Retry, want) {
 		t.Fatalf("Cart/Add retry = %+v, want %+v", cart, want)
 	}
-	if cart.Timeout != 2*time.Second || cart.WaitForReady == nil || !*cart.WaitForReady || *cart.MaxRequestMessageBytes != 1024 || cart.MaxResponseMessageBytes != nil {
+	if cart.Timeout != 6*time.Second || cart.WaitForReady == nil || !*cart.WaitForReady || *cart.MaxRequestMessageBytes != 1024 || cart.MaxResponseMessageBytes != nil {
 		t.Errorf("Cart/Add call settings = %+v", cart)
 	}
 	if c.Method("/shop.v1.Pay/Get") != cart {

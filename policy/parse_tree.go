@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -49,7 +50,16 @@ type node struct {
 	arr             []*node
 	keys            []string
 	vals            []*node
+	// index maps the fold key (foldKey) of each of a large object's keys
+	// to the last place it holds, built by field on first use.
+	index map[string]int
 }
+
+// fieldIndexMin is the number of keys past which field looks keys up in
+// an index rather than comparing each: a file's objects hold a handful,
+// and a file of thousands of keys in one object must not cost a scan per
+// lookup (one per warning placed: quadratic).
+const fieldIndexMin = 16
 
 // maxTreeDepth matches encoding/json's nesting limit, so a document grpc-go
 // can decode is never refused for its depth.
@@ -401,6 +411,24 @@ func looksLikeJSON(data []byte) bool {
 // does (case-insensitively, the last match winning) and also by the proto
 // field name; nil when absent.
 func (n *node) field(names ...string) *node {
+	if len(n.keys) > fieldIndexMin {
+		if n.index == nil {
+			n.index = make(map[string]int, len(n.keys))
+			for i, k := range n.keys {
+				n.index[foldKey(k)] = i
+			}
+		}
+		last := -1
+		for _, name := range names {
+			if i, ok := n.index[foldKey(name)]; ok && i > last {
+				last = i
+			}
+		}
+		if last < 0 {
+			return nil
+		}
+		return n.vals[last]
+	}
 	for i := len(n.keys) - 1; i >= 0; i-- {
 		for _, name := range names {
 			if strings.EqualFold(n.keys[i], name) {
@@ -409,6 +437,23 @@ func (n *node) field(names ...string) *node {
 		}
 	}
 	return nil
+}
+
+// foldKey returns the key two strings share exactly when strings.EqualFold
+// holds between them: each rune replaced by the least rune of its case
+// folding orbit (unicode.SimpleFold), as "K", "k" and the Kelvin sign
+// all become "K".
+func foldKey(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
 }
 
 // place returns where the problem at path sits in the document: the key

@@ -71,24 +71,41 @@ func snake(camel string) string {
 	return b.String()
 }
 
+// maxUnknownKeyReports bounds the unknown keys a parse reports one by one
+// (warnings, or errors under Strict), and the keys given more than once;
+// past it they are counted and one report says how many more. A file with
+// more is no set of typos, and each such warning is a log line in every
+// process that loads the file (Warning.Typo).
+const maxUnknownKeyReports = 100
+
 // object checks that n is an object and reports its keys that are not in
-// known (unknown keys are warnings, or errors under Strict) and keys given
-// twice. It returns false, after reporting, when n is not an object.
+// known (unknown keys are warnings, or errors under Strict: the first
+// maxUnknownKeyReports of the file, then a count) and keys given twice. It
+// returns false, after reporting, when n is not an object. Its work is
+// linear in n's keys: each is compared with the few known ones, and
+// lookups in n go through its index (node.field).
 func (w *walker) object(n *node, path string, known ...string) bool {
 	if n.kind != nodeObject {
 		w.wrongKind(path, "must be an object", n)
 		return false
 	}
-	seen := make(map[string]bool, len(n.keys))
+	snakes := make([]string, len(known))
+	for i, kn := range known {
+		snakes[i] = snake(kn)
+	}
+	seen := make(map[string]bool, len(known))
 	for _, k := range n.keys {
 		name := ""
-		for _, kn := range known {
-			if strings.EqualFold(k, kn) || strings.EqualFold(k, snake(kn)) {
+		for i, kn := range known {
+			if strings.EqualFold(k, kn) || strings.EqualFold(k, snakes[i]) {
 				name = kn
 				break
 			}
 		}
 		if name == "" {
+			if w.unknownKeys++; w.unknownKeys > maxUnknownKeyReports {
+				continue
+			}
 			hint, strictRule := "", "must be a known key (Strict)"
 			if s := suggestKey(k, known); s != "" {
 				hint = fmt.Sprintf(" (did you mean %q?)", s)
@@ -111,11 +128,31 @@ func (w *walker) object(n *node, path string, known ...string) bool {
 			continue
 		}
 		if seen[name] {
-			w.warn(join(path, name), "key given more than once; the last one is used")
+			if w.repeatedKeys++; w.repeatedKeys <= maxUnknownKeyReports {
+				w.warn(join(path, name), "key given more than once; the last one is used")
+			}
 		}
 		seen[name] = true
 	}
 	return true
+}
+
+// unknownKeysUnlisted reports, once the file is walked, the unknown and
+// the repeated keys past maxUnknownKeyReports: how many, as one warning
+// each (an error under Strict for the unknown ones).
+func (w *walker) unknownKeysUnlisted() {
+	if more := w.repeatedKeys - maxUnknownKeyReports; more > 0 {
+		w.warn("", "%d more keys given more than once, not listed (the first %d are)", more, maxUnknownKeyReports)
+	}
+	more := w.unknownKeys - maxUnknownKeyReports
+	if more <= 0 {
+		return
+	}
+	if w.opts.strict {
+		w.fail("", fmt.Sprintf("must hold only known keys (Strict): the first %d unknown keys are listed, not the others", maxUnknownKeyReports), shownValue(fmt.Sprintf("%d more", more)))
+		return
+	}
+	w.warn("", "%d more unknown keys, ignored, not listed (the first %d are)", more, maxUnknownKeyReports)
 }
 
 // suggestKey returns the key of known that k most likely misspells: the

@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,8 +36,9 @@ func WithPollTicks(ticks <-chan time.Time) ParseOption {
 }
 
 // OnReload registers fn to hear of every change a Source makes or refuses:
-// a new config in use, or a new file that could not be used (the last good
-// config stays). fn runs outside the Source's locks, on the goroutine that
+// a new config in use, a new file that could not be used (the last good
+// config stays), or the end of such a refusal when the file comes back to
+// the config in use (SourceEvent.Previous). fn runs outside the Source's locks, on the goroutine that
 // reloaded, and gets its own copy of the event.
 func OnReload(fn func(SourceEvent)) ParseOption {
 	return func(o *parseOptions) { o.onReload = fn }
@@ -52,7 +51,10 @@ type SourceEvent struct {
 	// Config is the config now in use (the new one after a change, the last
 	// good one after an error).
 	Config *Config
-	// Previous is the config in use before; nil after an error.
+	// Previous is the config in use before; nil after an error. After a
+	// refusal, a file that holds the content of the config in use again
+	// (it went missing and came back as it was) ends the refusal without
+	// a swap: Previous is then Config itself.
 	Previous *Config
 	// Err is why a new file was not used; nil when Config is new.
 	Err error
@@ -87,9 +89,17 @@ type Source struct {
 	opts parseOptions
 	cur  atomic.Pointer[Config]
 
-	mu       sync.Mutex // serialises reloads
+	// reloading serialises reloads: their reads, parses and reports. It
+	// is held across the read of the file, never mu, so that a slow read
+	// holds up no Update.
+	reloading sync.Mutex
+	// lastHash is the content last read; zero after a read that failed,
+	// so that whatever the file holds next is news.
 	lastHash [sha256.Size]byte
 	lastErr  string
+	// mu serialises the changes to the config in use (cur, loaded,
+	// warned, refused): a reload's and Update's.
+	mu sync.Mutex
 	// refused is the last refusal and how many there were (Refused).
 	refused atomic.Pointer[refusal]
 	// loaded is the config in use's generation and hash (Loaded), written
@@ -123,9 +133,9 @@ func WatchFile(path string, opts ...ParseOption) (*Source, error) {
 	s := &Source{path: path, opts: buildParseOptions(opts)}
 	s.opts.format = formatFor(path, s.opts.format)
 	s.opts.file = path
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err
 	}
 	cfg, err := parseConfig(data, &s.opts)
 	if err != nil {
@@ -173,25 +183,29 @@ func (s *Source) Path() string { return s.path }
 // Reload reads the file now and swaps in its config if the content changed
 // and parses; it returns the parse or read error otherwise (the last good
 // config stays). A content already seen, good or bad, is neither parsed
-// nor reported again. For a Source made by NewSource it does nothing.
+// nor reported again. Only a regular file is read: a named pipe, a device
+// or a socket at the path is a refusal naming it, never a wait. For a
+// Source made by NewSource it does nothing.
 func (s *Source) Reload() error {
 	if s.path == "" {
 		return nil
 	}
-	s.mu.Lock()
-	ev, report, err := s.reloadLocked()
-	s.mu.Unlock()
+	s.reloading.Lock()
+	ev, report, err := s.reload()
+	s.reloading.Unlock()
 	if report && s.opts.onReload != nil {
 		s.opts.onReload(ev)
 	}
 	return err
 }
 
-func (s *Source) reloadLocked() (SourceEvent, bool, error) {
+// reload reads and parses the file and applies the result. The caller
+// holds reloading, not mu: mu is taken only to apply.
+func (s *Source) reload() (SourceEvent, bool, error) {
 	ev := SourceEvent{Path: s.path}
-	data, err := os.ReadFile(s.path)
+	data, err := readFile(s.path)
 	if err != nil {
-		err = fmt.Errorf("policy: %w", err)
+		s.lastHash = [sha256.Size]byte{}
 		return s.refuse(ev, err)
 	}
 	h := sha256.Sum256(data)
@@ -199,14 +213,20 @@ func (s *Source) reloadLocked() (SourceEvent, bool, error) {
 		return ev, false, nil
 	}
 	s.lastHash = h
+	if ev, report, ok := s.recovered(ev, h); ok {
+		return ev, report, nil
+	}
 	cfg, err := parseConfig(data, &s.opts)
 	if err != nil {
 		// An editor that writes in two steps (truncate, then write) shows
 		// an empty or half-written file for a moment: look again once it
 		// has settled before reporting it.
 		time.Sleep(reloadSettle)
-		if again, rerr := os.ReadFile(s.path); rerr == nil && sha256.Sum256(again) != h {
+		if again, rerr := readFile(s.path); rerr == nil && sha256.Sum256(again) != h {
 			s.lastHash = sha256.Sum256(again)
+			if ev, report, ok := s.recovered(ev, s.lastHash); ok {
+				return ev, report, nil
+			}
 			cfg, err = parseConfig(again, &s.opts)
 		}
 	}
@@ -215,13 +235,44 @@ func (s *Source) reloadLocked() (SourceEvent, bool, error) {
 		return s.refuse(ev, err)
 	}
 	s.lastErr = ""
-	if r := s.refused.Load(); r != nil && r.ev.Err != nil {
-		s.refused.Store(&refusal{n: r.n})
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clearRefusal()
 	ev.Previous, ev.BudgetKept = s.swap(cfg, hex.EncodeToString(s.lastHash[:]))
 	ev.Config = cfg
 	s.judge(&ev)
 	return ev, true, nil
+}
+
+// recovered reports whether h, the content just read, is the config in
+// use's (ok); if so it ends the refusal in force, if any (the file went
+// missing, or was broken, and came back as it was): nothing is swapped,
+// and OnReload hears of it (report) with Previous the config in use. The
+// caller holds reloading.
+func (s *Source) recovered(ev SourceEvent, h [sha256.Size]byte) (_ SourceEvent, report, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.loaded.Load(); l == nil || l.hash != hex.EncodeToString(h[:]) {
+		return ev, false, false
+	}
+	s.lastErr = ""
+	if !s.clearRefusal() {
+		return ev, false, true
+	}
+	ev.Config = s.cur.Load()
+	ev.Previous, ev.BudgetKept = ev.Config, true
+	return ev, true, true
+}
+
+// clearRefusal forgets the refusal in force, keeping the count, and
+// reports whether there was one. The caller holds mu.
+func (s *Source) clearRefusal() bool {
+	r := s.refused.Load()
+	if r == nil || r.ev.Err == nil {
+		return false
+	}
+	s.refused.Store(&refusal{n: r.n})
+	return true
 }
 
 // refusal is what Refused returns; claimed says ClaimRefused gave it.
@@ -251,7 +302,9 @@ func (s *Source) ClaimRefused() (ev SourceEvent, ok bool) {
 // be read or parsed; the last good config stays) while that file is still
 // the latest, and n, the number of refusals so far: it changes with each
 // new one, so a reader that remembers it can report each once. After a
-// reload that succeeds, ev is zero until the next refusal. The interceptors
+// reload that succeeds, or that finds the file back to the content of the
+// config in use, ev is zero until the next refusal; each new refusal is
+// counted and reported, a file that goes missing twice included. The interceptors
 // log each refusal through interceptor.WithLogger this way, on the next
 // call, at error level (without a logger, through slog.Default(), once:
 // ClaimRefused); OnReload hears of it at once.
@@ -266,8 +319,10 @@ func (s *Source) Refused() (n uint64, ev SourceEvent) {
 }
 
 // refuse reports err once: the same error again (a file still missing) is
-// not reported on every poll.
+// not reported on every poll. The caller holds reloading.
 func (s *Source) refuse(ev SourceEvent, err error) (SourceEvent, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	ev.Config, ev.Err = s.cur.Load(), err
 	if err.Error() == s.lastErr {
 		return ev, false, err
@@ -334,8 +389,10 @@ func (s *Source) Update(cfg *Config) error {
 	return nil
 }
 
-// Close stops the polling goroutine and waits for it to end. The Source still
-// answers Config afterwards. Close may be called more than once, but not
+// Close stops the polling goroutine and waits for it to end, which is at
+// most the end of a reload under way: a reload reads only regular files,
+// so none waits on a pipe's writer. The Source still answers Config
+// afterwards. Close may be called more than once, but not
 // from an OnReload callback (it would wait for itself).
 func (s *Source) Close() error {
 	s.closeOnce.Do(func() {

@@ -323,3 +323,65 @@ func TestSourceLoaded(t *testing.T) {
 		t.Errorf("nil Source: Loaded() = %d, %q", gen, hash)
 	}
 }
+
+// TestSourceRefusalClears: a file that goes missing and comes back as it
+// was ends the refusal (Refused's event zero again, its count kept;
+// OnReload hears of it with Previous the config in use; nothing swapped),
+// and a second disappearance is a new refusal, reported again. So does a
+// broken file put back as it was, and a file missing then broken is each
+// reported.
+func TestSourceRefusalClears(t *testing.T) {
+	path, src, events := watchVersion(t, "")
+	defer src.Close()
+	first := src.Config()
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name      string
+		change    func()
+		wantErr   bool
+		refusals  uint64
+		refused   bool
+		newEvents int
+	}{
+		{"missing", func() { os.Remove(path) }, true, 1, true, 1},
+		{"still missing", func() {}, true, 1, true, 0},
+		{"back as it was", func() { cfgWriteAtomic(t, path, string(good)) }, false, 1, false, 1},
+		{"unchanged", func() {}, false, 1, false, 0},
+		{"missing again", func() { os.Remove(path) }, true, 2, true, 1},
+		{"back again", func() { cfgWriteAtomic(t, path, string(good)) }, false, 2, false, 1},
+		{"broken", func() { cfgWriteAtomic(t, path, `{"methodConfig": [`) }, true, 3, true, 1},
+		{"missing after broken", func() { os.Remove(path) }, true, 4, true, 1},
+		{"broken as before", func() { cfgWriteAtomic(t, path, `{"methodConfig": [`) }, true, 5, true, 1},
+		{"good as before", func() { cfgWriteAtomic(t, path, string(good)) }, false, 5, false, 1},
+	}
+	seen := 0
+	for _, st := range steps {
+		st.change()
+		if err := src.Reload(); (err != nil) != st.wantErr {
+			t.Fatalf("%s: Reload() = %v, want error %v", st.name, err, st.wantErr)
+		}
+		n, ev := src.Refused()
+		if n != st.refusals || (ev.Err != nil) != st.refused {
+			t.Errorf("%s: Refused() = %d, %v; want %d, refused %v", st.name, n, ev.Err, st.refusals, st.refused)
+		}
+		evs := events.list()
+		if got := len(evs) - seen; got != st.newEvents {
+			t.Fatalf("%s: %d new events, want %d: %+v", st.name, got, st.newEvents, evs[seen:])
+		}
+		for _, ev := range evs[seen:] {
+			if !st.wantErr && (ev.Err != nil || ev.Config != first || ev.Previous != first || !ev.BudgetKept) {
+				t.Errorf("%s: event %+v, want the refusal's end, the first config in use", st.name, ev)
+			}
+		}
+		seen = len(evs)
+		if src.Config() != first {
+			t.Fatalf("%s: the config changed", st.name)
+		}
+		if gen, _ := src.Loaded(); gen != 1 {
+			t.Errorf("%s: generation %d, want 1 (nothing swapped)", st.name, gen)
+		}
+	}
+}

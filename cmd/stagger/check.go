@@ -280,14 +280,18 @@ func checkFile(file string, files *protoregistry.Files, source string, strict bo
 		rep.Errors = []string{file + ": -strict: service and method names could not be checked: " + giveProtos}
 		return rep
 	}
-	if cfg.Disabled() && rep.Disabled == "" {
-		rep.Disabled = `the file's "disabled": true turns stagger off: a program that follows it makes each call once, with no retry, no hedge and no wait, and ends the calls its Gates hold, until a reload without it`
+	if cfg.Disabled() {
+		if rep.Disabled == "" {
+			rep.Disabled = `the file's "disabled": true turns stagger off: a program that follows it makes each call once, with no retry, no hedge and no wait, and ends the calls its Gates hold, until a reload without it`
+		}
 	} else if len(cfg.Names()) == 0 && cfg.BreakerSettings() == nil {
 		// Valid to gRPC and to policy.WatchFile, which swaps it in: every
 		// call runs as if there were no file. Most often a misspelt
-		// methodConfig, so said first.
-		none := []string{file + ": " + nothingConfigured(warns)}
-		rep.Warnings = append(none, dropExplained(rep.Warnings, warns, none)...)
+		// methodConfig, so an error here, where a CI step relies on the
+		// exit code; a file meant to turn stagger off says so ("disabled").
+		rep.Errors = []string{file + ": " + nothingConfigured(warns)}
+		rep.Warnings = dropExplained(rep.Warnings, warns, rep.Errors)
+		return rep
 	}
 	rep.Valid = true
 	if files == nil {
@@ -328,9 +332,10 @@ func checkFile(file string, files *protoregistry.Files, source string, strict bo
 }
 
 // nothingConfigured says why a file configures no method, naming the key
-// likely meant when the file has a misspelt one at its top level.
+// likely meant when the file has a misspelt one at its top level: check
+// fails such a file (a switch file, "disabled": true, excepted).
 func nothingConfigured(warns []policy.Warning) string {
-	msg := "configures no method: there is no methodConfig entry with a name (and no circuitBreaker or adaptiveThrottling), so every call runs as without a file"
+	msg := "configures no method: there is no methodConfig entry with a name (and no circuitBreaker or adaptiveThrottling), so every call would run as without a file"
 	for _, w := range warns {
 		if !strings.Contains(w.Path, ".") && !strings.Contains(w.Path, "[") && strings.HasPrefix(w.Message, "unknown key") {
 			if _, hint, ok := strings.Cut(w.Message, "did you mean "); ok {
@@ -338,7 +343,7 @@ func nothingConfigured(warns []policy.Warning) string {
 			}
 		}
 	}
-	return msg
+	return msg + `; a file meant to turn stagger off says "disabled": true`
 }
 
 // dropExplained removes from shown (the text of warns) the unknown-key

@@ -583,41 +583,62 @@ func TestCheckWarningsBesideErrors(t *testing.T) {
 }
 
 // TestCheckConfiguresNothing: a file that configures no method is valid to
-// gRPC, and policy.WatchFile swaps it in; check accepts it too (exit 0)
-// and warns first that every call runs as without a file, naming the key
-// likely meant, once. A file that says "disabled": true is the switch:
-// check says so instead.
+// gRPC, and policy.WatchFile swaps it in, but check fails it (exit 1, the
+// error on stderr), naming the key likely meant, once: most often it is a
+// typo, and a CI step relies on the exit code (it exited 0). A file that
+// says "disabled": true is the switch: check passes it and says so, with
+// STAGGER_DISABLE set or not; so does a file with only a breaker, which
+// configures every call.
 func TestCheckConfiguresNothing(t *testing.T) {
 	const retry = `"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}`
+	const none = `configures no method: there is no methodConfig entry with a name (and no circuitBreaker or adaptiveThrottling), so every call would run as without a file`
+	const off = `; a file meant to turn stagger off says "disabled": true`
 	tests := []struct {
-		name, doc, want string
+		name, doc string
+		code      int
+		want      string
 	}{
-		{"misspelt methodConfig", `{"methodConfigs": [{"name": [{"service": "stagger.testing.v1.TestService"}], ` + retry + `}]}`,
-			`configures no method: there is no methodConfig entry with a name (and no circuitBreaker or adaptiveThrottling), so every call runs as without a file (the top-level key "methodConfigs" is unknown: did you mean "methodConfig"?)`},
-		{"empty", `{}`, `configures no method: there is no methodConfig entry with a name (and no circuitBreaker or adaptiveThrottling), so every call runs as without a file`},
-		{"budget only", `{"retryBudget": {"ratio": {"percent": 10}}}`, `configures no method`},
-		{"no entry", `{"methodConfig": []}`, `configures no method`},
-		{"switched off", `{"disabled": true, "methodConfig": []}`, `"disabled": true turns stagger off`},
+		{"misspelt methodConfig", `{"methodConfigs": [{"name": [{"service": "stagger.testing.v1.TestService"}], ` + retry + `}]}`, 1,
+			none + ` (the top-level key "methodConfigs" is unknown: did you mean "methodConfig"?)` + off},
+		{"empty", `{}`, 1, none + off},
+		{"budget only", `{"retryBudget": {"ratio": {"percent": 10}}}`, 1, none + off},
+		{"no entry", `{"methodConfig": []}`, 1, none + off},
+		{"switch off, said false", `{"disabled": false}`, 1, none + off},
+		{"switched off", `{"disabled": true, "methodConfig": []}`, 0, `"disabled": true turns stagger off`},
+		{"switch only", `{"disabled": true}`, 0, `"disabled": true turns stagger off`},
+		{"breaker only", `{"circuitBreaker": {"failureRatio": 0.5}}`, 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			file := writeTemp(t, tt.doc)
 			code, out, errOut := checkRun(t, file)
-			if code != 0 || !strings.Contains(out+errOut, tt.want) {
-				t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s\nwant 0 and\n%s", code, out, errOut, tt.want)
+			where := out
+			if tt.code != 0 {
+				where, tt.want = errOut, file+": "+tt.want+"\n"
 			}
-			if tt.name == "switched off" && strings.Contains(out+errOut, "configures no method") {
-				t.Errorf("the switched-off file is said to configure nothing:\n%s%s", out, errOut)
+			if code != tt.code || !strings.Contains(where, tt.want) {
+				t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s\nwant %d and\n%s", code, out, errOut, tt.code, tt.want)
+			}
+			if tt.code == 0 && strings.Contains(out+errOut, "configures no method") {
+				t.Errorf("the file is said to configure nothing:\n%s%s", out, errOut)
 			}
 			if n := strings.Count(out+errOut, "methodConfigs"); tt.name == "misspelt methodConfig" && n != 1 {
 				t.Errorf("the misspelt key is reported %d times, want once:\n%s%s", n, out, errOut)
 			}
+			code, out, _ = checkRun(t, "-format", "json", file)
+			var rep checkReport
+			if err := json.Unmarshal([]byte(out), &rep); err != nil || code != tt.code || rep.Valid != (tt.code == 0) {
+				t.Errorf("JSON: exit %d, %v, %+v", code, err, rep)
+			}
 		})
 	}
-	// A file with only a breaker configures every call.
-	if code, _, errOut := checkRun(t, writeTemp(t, `{"circuitBreaker": {"failureRatio": 0.5}}`)); code != 0 {
-		t.Errorf("breaker-only file: exit %d: %s", code, errOut)
-	}
+	t.Run("switch only, stagger off in the process", func(t *testing.T) {
+		defer interceptor.SetDisabled(interceptor.Disabled())
+		interceptor.SetDisabled(true)
+		if code, out, errOut := checkRun(t, writeTemp(t, `{"disabled": true}`)); code != 0 {
+			t.Errorf("exit %d:\n%s%s", code, out, errOut)
+		}
+	})
 }
 
 // TestCheckStrictNames: a service the protos given do not declare is the
