@@ -43,7 +43,9 @@
 // and method, the pace at which held retries may go beside the new calls,
 // learnt from the backend's answers (a refusal for overload without a
 // pushback halves it and never makes the backend down; failures in a row where retries do not heal
-// do), and two rules on it. Go: a retry goes once its pause has passed and
+// do) and, where the backend sends load reports (Load), steered by the
+// utilization they report, as every process of a fleet hears it (Gate),
+// and two rules on it. Go: a retry goes once its pause has passed and
 // the budget pays or the estimate has room, the most critical first. End: a
 // wait ends once its turn plus an attempt cannot come before its deadline,
 // or MaxWait in all without one, whatever its pause; in an outage a new
@@ -82,8 +84,8 @@
 //
 // Every budget is safe for concurrent use. A Gate takes one mutex while
 // calls wait and when it records a failure: otherwise its Record of a
-// success costs one atomic load more than its budget's (Gate says
-// exactly). The throttle and the token bucket keep integer thousandths of
+// success costs one atomic load more than its budget's, and one store
+// when the answer carries a load report (Gate says exactly). The throttle and the token bucket keep integer thousandths of
 // a token in one atomic word and update it by compare-and-swap; the ratio
 // takes one mutex. New builds every kind; a Gate's zero value is not
 // usable (New or Deferring builds one). In

@@ -61,6 +61,10 @@ type pacer struct {
 	// slowest is the slowest a return's pace goes (gateState.observe; zero:
 	// releaseEvery).
 	slowest time.Duration
+	// util is 1 plus the utilization the backend last reported (zero:
+	// none yet), steeredAt when it last steered a return (steered).
+	util      float64
+	steeredAt time.Time
 }
 
 // rested is p with its return ended: releases go at releaseEvery again.
@@ -103,6 +107,8 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 		p.fastest = took
 	}
 	switch {
+	case p.util > 0:
+		// The backend's reports steer the pace (steered).
 	case !ok:
 		if !now.Add(-max(took, p.fastest)).Before(p.cutAt) {
 			p.every, p.cutAt, p.grownAt = p.within(2*float64(p.every)), now, now
@@ -119,6 +125,33 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 		r += tune.ReleasePerSecond * float64(min(now.Sub(p.grownAt), at)) / float64(at)
 		p.every, p.grownAt = p.within(float64(time.Second)/r), now
 	}
+	return p
+}
+
+// steered is p once an answer at now reported the backend's utilization
+// u (of any call: the backend's own view of the whole fleet). At a
+// return (back) the held calls' rate starts at the room the utilization
+// reported before the outage (p.util) left, by the share of this
+// process's own calls (one each came); after, it grows while u is below
+// tune.TargetUtilization and is cut in proportion to how far above it is
+// (by half per second when u is 1), as DCTCP cuts by its graded signal.
+// The step is a second's worth at most, by the time since the last: every
+// process hears the same signal, at a rate of its own, so a fleet of any
+// size settles near the target, and no pace has a floor.
+func (p pacer) steered(now time.Time, u float64, back bool, came float64) pacer {
+	const t = tune.TargetUtilization
+	f := float64(min(now.Sub(p.steeredAt), tune.Calm)) / float64(tune.Calm)
+	r := float64(time.Second) / float64(p.every)
+	switch u0 := p.util - 1; {
+	case back:
+		r = float64(time.Second) / came * max(t-u0, 0) / max(u0, 1-t)
+	case u < t:
+		r *= 1 + (t-u)*f
+	default:
+		r *= 1 - (u-t)/(1-t)/2*f
+	}
+	p.slowest, p.steeredAt = tune.ProbeGapMax, now
+	p.every = p.within(float64(time.Second) / r)
 	return p
 }
 

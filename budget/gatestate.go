@@ -95,6 +95,12 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	if a.Outcome == Success && s.streak > 0 {
 		s.ev.runs, s.ev.lastFail = s.ev.runsAfter(s.streak), s.lastReached
 	}
+	if a.Load.Reported && s.pace.util > 0 && !idle {
+		s.pace = s.pace.steered(now, a.Load.Utilization, false, 0)
+	}
+	if a.Load.Reported && s.phase != phaseOutage {
+		s.pace.util = 1 + a.Load.Utilization
+	}
 	if idle {
 		if a.Outcome == Success {
 			s.pace = s.pace.rested() // nobody waits: no return is under way
@@ -121,7 +127,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// cuts it (held retries take only the room the new calls leave).
 		s.pace = s.pace.answeredIn(now, a.Took, a.Outcome == Success)
 	}
-	if s.pace.backAt.IsZero() && !s.pace.down && (a.Outcome == Success && (s.ev.short < tune.RoomCut || a.Admission != AdmitNone) || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
+	if s.pace.backAt.IsZero() && !s.pace.down && s.pace.util == 0 && (a.Outcome == Success && (s.ev.short < tune.RoomCut || a.Admission != AdmitNone) || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
 		// Held retries wait for the room the answers show (the release
 		// rule; the room's pace): a success quickens the releases by
 		// tune.BackFaster, so that held retries follow the new calls back
@@ -176,7 +182,9 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 					p.every = p.within(came / tune.BackShare)
 				}
 			}
-			p.entered = 0
+			if p.entered = 0; p.util > 0 && !p.backAt.IsZero() {
+				p = p.steered(now, 0, true, max(float64(now.Sub(s.streakAt))/float64(max(s.pace.entered, 1)), 1))
+			}
 			s.pace = p.releasedAt(now, c)
 		}
 		if s.phase.failing() {
@@ -190,7 +198,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// refused for overload lately (the strain, tune.OverloadHold): the server's
 		// room is then the new calls'. A success takes its share off
 		// the next release's time, never past now (none is kept).
-		if p := &s.pace; p.next.After(now) && (p.backAt.IsZero() || !s.ev.strained(now)) {
+		if p := &s.pace; p.next.After(now) && p.util == 0 && (p.backAt.IsZero() || !s.ev.strained(now)) {
 			p.next = clock.Later(p.next.Add(-time.Duration(p.gain*float64(p.every))), now)
 		}
 	case Failure:

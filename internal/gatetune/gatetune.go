@@ -132,6 +132,12 @@ const (
 	// reported is taken for lost: the interceptors record an attempt a
 	// little after its deadline ends it.
 	Calm = time.Second
+	// TargetUtilization: where a backend reports its load (gRFC A51), held
+	// calls go back at the pace that keeps it 97 % busy: 95 % served a
+	// fleet's outage calls at 80 % load 0.58-0.61 of the room's limit,
+	// 98 % peaked at 1.21x (sim fleet -reports, 20-1,000 processes,
+	// seeds 1-5; BENCHMARKS.md, "A fleet of any size").
+	TargetUtilization = 0.97
 	// HoldSlack: a wait no rule holds ends a tenth of its pause after it,
 	// so a failing call waits little more than its backoff.
 	HoldSlack = 0.1
