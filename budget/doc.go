@@ -51,7 +51,13 @@
 // or MaxWait in all without one, whatever its pause; in an outage a new
 // failed call ends at once (but for a rare lone probe) once the outage has
 // lasted three of its deadlines, or what it has left of MaxWait. The Gate's
-// doc states them, `stagger check` prints them. New wraps the token bucket and the ratio in a Gate unless
+// doc states them, `stagger check` prints them. No process keeps a floor
+// that sums with a fleet: without load reports, the calls a process held
+// through an outage go back at least at min(0.4λ, 1/s), λ the rate its
+// calls began to wait at in the outage, so N processes send at least
+// Σ min(0.4λᵢ, 1/s) a second, never more than 0.4 times the fleet's own load
+// whatever N (the fewer than four a process held go each at its own time);
+// their own successes grow it, refusals cut it back to that. New wraps the token bucket and the ratio in a Gate unless
 // Settings.Defer says off, and the throttle only when it says on, so that
 // gRFC A6's retryThrottling refuses at once as A6 says. The interceptors
 // find a Deferrer by type assertion on the budget; a user's own Budget

@@ -222,7 +222,7 @@ func (g *Gate) Record(a Attempt) {
 			heldThrough = heldThrough || e != nil && e.Value.(*Waiter).view.since.Before(g.st.pace.backAt)
 		}
 		if !heldThrough {
-			g.st.pace = g.st.pace.rested()
+			g.st.pace = g.st.pace.rested(g.st.pace.slowest)
 		}
 	}
 	g.guardQuiet = false // news

@@ -103,7 +103,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	}
 	if idle {
 		if a.Outcome == Success {
-			s.pace = s.pace.rested() // nobody waits: no return is under way
+			s.pace = s.pace.rested(0) // nobody waits: no return is under way
 			s.pace.gain, s.pace.gap, s.pace.down = tune.ReleaseGainStart, 0, false
 			s.streak, s.span = 0, 0
 			if s.phase == phaseOutage {
@@ -160,9 +160,10 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 			// The calls held through it go back (the release rule): no
 			// faster than tune.BackShare times the pace their retries
 			// began to wait at, and no slower than that pace itself or
-			// releaseEvery, whichever is slower (slowest: a floor of one a
-			// second let a thousand processes with a few held calls each
-			// send a thousand a second at the return), the first after a
+			// releaseEvery, whichever is slower; cuts slow it to
+			// tune.BackShare of that pace at most (slowest: a floor of one
+			// a second each let a thousand processes with a few held calls
+			// each send a thousand a second), the first after a
 			// share 1-c of that interval, c drawn at random (so that
 			// processes that saw the recovery together do not send theirs
 			// together) or whole when a deferred retry found the server
@@ -173,13 +174,13 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 			if probing {
 				c = 1
 			}
-			p := s.pace.rested()
+			p := s.pace.rested(0)
 			if p.gain = tune.ReleaseGainStart; !s.ev.overloaded(now) {
 				p.backAt, p.every = now, p.within(0)
 				if p.entered >= tune.BackMinHeld {
 					came := float64(now.Sub(s.streakAt)) / float64(p.entered)
-					p.slowest = time.Duration(max(came, float64(releaseEvery)))
-					p.every = p.within(came / tune.BackShare)
+					p.slowest = time.Duration(max(came/tune.BackShare, float64(releaseEvery)))
+					p.every = p.within(min(came/tune.BackShare, max(came, float64(releaseEvery))))
 				}
 			}
 			if p.entered = 0; p.util > 0 && !p.backAt.IsZero() {
