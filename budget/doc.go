@@ -47,13 +47,21 @@
 // and method, the pace at which held retries may go beside the new calls,
 // learnt from the backend's answers (a refusal for overload without a
 // pushback halves it and never makes the backend down; failures in a row where retries do not heal
-// do), and two rules on it. Go: a retry goes once its pause has passed and
+// do) and, where the backend sends load reports (Load), steered by the
+// utilization they report, as every process of a fleet hears it (Gate),
+// and two rules on it. Go: a retry goes once its pause has passed and
 // the budget pays or the estimate has room, the most critical first. End: a
 // wait ends once its turn plus an attempt cannot come before its deadline,
 // or MaxWait in all without one, whatever its pause; in an outage a new
 // failed call ends at once (but for a rare lone probe) once the outage has
 // lasted three of its deadlines, or what it has left of MaxWait. The Gate's
-// doc states them, `stagger check` prints them. New wraps the token bucket and the ratio in a Gate unless
+// doc states them, `stagger check` prints them. No process keeps a floor
+// that sums with a fleet: without load reports, the calls a process held
+// through an outage go back at least at min(0.4λ, 1/s), λ the rate its
+// calls began to wait at in the outage, so N processes send at least
+// Σ min(0.4λᵢ, 1/s) a second, never more than 0.4 times the fleet's own load
+// whatever N (the fewer than four a process held go each at its own time);
+// their own successes grow it, refusals cut it back to that. New wraps the token bucket and the ratio in a Gate unless
 // Settings.Defer says off, and the throttle only when it says on, so that
 // gRFC A6's retryThrottling refuses at once as A6 says. The interceptors
 // find a Deferrer by type assertion on the budget; a user's own Budget
@@ -86,8 +94,8 @@
 //
 // Every budget is safe for concurrent use. A Gate takes one mutex while
 // calls wait and when it records a failure: otherwise its Record of a
-// success costs one atomic load more than its budget's (Gate says
-// exactly). The throttle and the token bucket keep integer thousandths of
+// success costs one atomic load more than its budget's, and one store
+// when the answer carries a load report (Gate says exactly). The throttle and the token bucket keep integer thousandths of
 // a token in one atomic word and update it by compare-and-swap; the ratio
 // takes one mutex. New builds every kind; a Gate's zero value is not
 // usable (New or Deferring builds one). In

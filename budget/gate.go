@@ -20,14 +20,14 @@ import (
 // backend's: Backends keeps a Gate per method of each backend. A Gate is a
 // Budget, safe for concurrent use; build it with Deferring (or New).
 //
-// The estimate: the rate of retries the backend can take beside its new
-// calls, learnt from its answers as TCP learns its window. Successes raise
-// it; a refusal for overload (RESOURCE_EXHAUSTED without a pushback, a
-// per-attempt timeout, a slow success) halves it, once per attempt time,
-// and never makes an outage: failures in a row where retries do not heal,
-// which drop it to its floor, one probe per probe gap; the return grows it
-// from that floor; with no news it goes back to unknown, where one retry at
-// a time goes to learn. A pushback's delay is its own retry's pause.
+// The estimate: the rate of retries the backend can take beside its new calls,
+// learnt from its answers as TCP learns its window. Successes raise it; a
+// refusal for overload (RESOURCE_EXHAUSTED without a pushback, a per-attempt
+// timeout, a slow success) halves it, once per attempt time, and never makes an
+// outage: failures in a row where retries do not heal, which drop it to its
+// floor, one probe per probe gap; the return grows it; no news makes it unknown:
+// one retry at a time learns. A pushback's delay is its own retry's pause. Load
+// reports (Attempt.Load) steer it: up below 97 % busy, cut in proportion above.
 //
 // Two rules on the estimate decide every wait:
 //
@@ -66,6 +66,9 @@ type Gate struct {
 	// nobody waits). Written under mu; time only makes a gate more
 	// settled, so a stale false costs a lock, never a wrong answer.
 	settled atomic.Bool
+	// util is the latest load report a fast path heard (pacer.util's
+	// form), taken into st by the next Record that locks.
+	util atomic.Uint64
 
 	mu sync.Mutex
 	st gateState
@@ -187,11 +190,17 @@ func (g *Gate) heals() bool {
 func (g *Gate) Record(a Attempt) {
 	g.b.Record(a)
 	if a.Outcome != Failure && a.Admission == AdmitNone && a.Number == 1 && !a.Overload && g.settled.Load() {
+		if a.Load.Reported {
+			g.util.Store(math.Float64bits(1 + a.Load.Utilization))
+		}
 		return
 	}
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if u := g.util.Swap(0); u != 0 && g.st.phase != phaseOutage {
+		g.st.pace.util = math.Float64frombits(u)
+	}
 	g.st.age(now, g.waiting() > 0)
 	if a.Outcome != Failure && a.Admission == AdmitNone && g.waiting() == 0 {
 		// Nobody waits: a success forgets what failures left.
@@ -213,7 +222,7 @@ func (g *Gate) Record(a Attempt) {
 			heldThrough = heldThrough || e != nil && e.Value.(*Waiter).view.since.Before(g.st.pace.backAt)
 		}
 		if !heldThrough {
-			g.st.pace = g.st.pace.rested()
+			g.st.pace = g.st.pace.rested(g.st.pace.slowest)
 		}
 	}
 	g.guardQuiet = false // news

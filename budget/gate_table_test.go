@@ -253,7 +253,7 @@ func TestGateAdmissions(t *testing.T) {
 // withCredits is s with c releases' credit at t0, at the release
 // interval (no return under way).
 func withCredits(s gateState, c float64) gateState {
-	s.pace = s.pace.rested()
+	s.pace = s.pace.rested(0)
 	s.pace.set(t0, c)
 	return s
 }

@@ -58,14 +58,22 @@ type pacer struct {
 	// releaseEvery, not the room's (gateState.observe): a fleet's return keeps
 	// its peak.
 	down bool
-	// slowest is the slowest a return's pace goes (gateState.observe; zero:
+	// slowest is the slowest a return's pace goes, and the releases' after
+	// it while its retries wait (gateState.observe, rested; zero:
 	// releaseEvery).
 	slowest time.Duration
+	// util is 1 plus the utilization the backend last reported (zero:
+	// none yet), steeredAt when it last steered a return (steered).
+	util      float64
+	steeredAt time.Time
 }
 
-// rested is p with its return ended: releases go at releaseEvery again.
-func (p pacer) rested() pacer {
-	p.every, p.backAt, p.fastest, p.slowest = releaseEvery, time.Time{}, 0, 0
+// rested is p with its return ended: releases go at releaseEvery again,
+// or, while its retries still wait, at the return's slowest pace, which
+// then stays the slowest (a process's held retries the rest of a fleet's
+// return find at one a second each summed with the fleet).
+func (p pacer) rested(slowest time.Duration) pacer {
+	p.every, p.backAt, p.fastest, p.slowest = max(slowest, releaseEvery), time.Time{}, 0, slowest
 	return p
 }
 
@@ -81,11 +89,12 @@ func (p pacer) releasedAt(now time.Time, c float64) pacer {
 // return's estimate of the room the backend has for held retries, as
 // adaptive concurrency limiters and TCP learn it. A failure halves the
 // pace, once per attempt time (only an attempt that began after the
-// latest cut, at cutAt, cuts: the others met the same load), to
-// releaseEvery at worst. A success says the backend has room: until the
-// first cut the pace quickens by tune.BackFaster (slow start), after it
-// the rate grows by tune.ReleasePerSecond retries a second per attempt time
-// (additive; the attempt time is the fastest success's since the return).
+// latest cut, at cutAt, cuts: the others met the same load), to slowest
+// at worst. A success says the backend has room: until the first cut the
+// pace quickens by tune.BackFaster (slow start), after it the rate grows by
+// the slowest rate (one a second at most) per attempt time (additive, by
+// the process's own share: the attempt time is the fastest success's since
+// the return).
 // A multiplicative cut and an additive growth are what bring processes
 // that never talk to their share: a pace frozen after a refusal held one
 // process of a fleet at an eighth of another's. (A success slower than
@@ -103,6 +112,8 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 		p.fastest = took
 	}
 	switch {
+	case p.util > 0:
+		// The backend's reports steer the pace (steered).
 	case !ok:
 		if !now.Add(-max(took, p.fastest)).Before(p.cutAt) {
 			p.every, p.cutAt, p.grownAt = p.within(2*float64(p.every)), now, now
@@ -116,14 +127,41 @@ func (p pacer) answeredIn(now time.Time, took time.Duration, ok bool) pacer {
 		// loopback's would make it leap).
 		at := max(p.fastest, tune.LastChanceLead)
 		r := float64(time.Second) / float64(p.every)
-		r += tune.ReleasePerSecond * float64(min(now.Sub(p.grownAt), at)) / float64(at)
+		r += float64(time.Second) / float64(max(p.slowest, releaseEvery)) * float64(min(now.Sub(p.grownAt), at)) / float64(at)
 		p.every, p.grownAt = p.within(float64(time.Second)/r), now
 	}
 	return p
 }
 
+// steered is p once an answer at now reported the backend's utilization
+// u (of any call: the backend's own view of the whole fleet). At a
+// return (back) the held calls' rate starts at the room the utilization
+// reported before the outage (p.util) left, by the share of this
+// process's own calls (one each came); after, it grows while u is below
+// tune.TargetUtilization and is cut in proportion to how far above it is
+// (by half per second when u is 1), as DCTCP cuts by its graded signal.
+// The step is a second's worth at most, by the time since the last: every
+// process hears the same signal, at a rate of its own, so a fleet of any
+// size settles near the target, and no pace has a floor.
+func (p pacer) steered(now time.Time, u float64, back bool, came float64) pacer {
+	const t = tune.TargetUtilization
+	f := float64(min(now.Sub(p.steeredAt), tune.Calm)) / float64(tune.Calm)
+	r := float64(time.Second) / float64(p.every)
+	switch u0 := p.util - 1; {
+	case back:
+		r = float64(time.Second) / came * max(t-u0, 0) / max(u0, 1-t)
+	case u < t:
+		r *= 1 + (t-u)*f
+	default:
+		r *= 1 - (u-t)/(1-t)/2*f
+	}
+	p.slowest, p.steeredAt = tune.ProbeGapMax, now
+	p.every = p.within(float64(time.Second) / r)
+	return p
+}
+
 // within is d as p's pace: paceFloor at least, releaseEvery at most, or
-// during a return slowest when that is slower.
+// slowest when that is slower (a return's, and what its held retries left).
 func (p pacer) within(d float64) time.Duration {
 	return time.Duration(min(max(d, float64(paceFloor)), float64(max(p.slowest, releaseEvery))))
 }

@@ -95,9 +95,15 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 	if a.Outcome == Success && s.streak > 0 {
 		s.ev.runs, s.ev.lastFail = s.ev.runsAfter(s.streak), s.lastReached
 	}
+	if a.Load.Reported && s.pace.util > 0 && !idle {
+		s.pace = s.pace.steered(now, a.Load.Utilization, false, 0)
+	}
+	if a.Load.Reported && s.phase != phaseOutage {
+		s.pace.util = 1 + a.Load.Utilization
+	}
 	if idle {
 		if a.Outcome == Success {
-			s.pace = s.pace.rested() // nobody waits: no return is under way
+			s.pace = s.pace.rested(0) // nobody waits: no return is under way
 			s.pace.gain, s.pace.gap, s.pace.down = tune.ReleaseGainStart, 0, false
 			s.streak, s.span = 0, 0
 			if s.phase == phaseOutage {
@@ -121,7 +127,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// cuts it (held retries take only the room the new calls leave).
 		s.pace = s.pace.answeredIn(now, a.Took, a.Outcome == Success)
 	}
-	if s.pace.backAt.IsZero() && !s.pace.down && (a.Outcome == Success && (s.ev.short < tune.RoomCut || a.Admission != AdmitNone) || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
+	if s.pace.backAt.IsZero() && !s.pace.down && s.pace.util == 0 && (a.Outcome == Success && (s.ev.short < tune.RoomCut || a.Admission != AdmitNone) || a.Outcome != Success && s.ev.cutAt.Equal(now)) {
 		// Held retries wait for the room the answers show (the release
 		// rule; the room's pace): a success quickens the releases by
 		// tune.BackFaster, so that held retries follow the new calls back
@@ -154,9 +160,10 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 			// The calls held through it go back (the release rule): no
 			// faster than tune.BackShare times the pace their retries
 			// began to wait at, and no slower than that pace itself or
-			// releaseEvery, whichever is slower (slowest: a floor of one a
-			// second let a thousand processes with a few held calls each
-			// send a thousand a second at the return), the first after a
+			// releaseEvery, whichever is slower; cuts slow it to
+			// tune.BackShare of that pace at most (slowest: a floor of one
+			// a second each let a thousand processes with a few held calls
+			// each send a thousand a second), the first after a
 			// share 1-c of that interval, c drawn at random (so that
 			// processes that saw the recovery together do not send theirs
 			// together) or whole when a deferred retry found the server
@@ -167,16 +174,18 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 			if probing {
 				c = 1
 			}
-			p := s.pace.rested()
+			p := s.pace.rested(0)
 			if p.gain = tune.ReleaseGainStart; !s.ev.overloaded(now) {
 				p.backAt, p.every = now, p.within(0)
 				if p.entered >= tune.BackMinHeld {
 					came := float64(now.Sub(s.streakAt)) / float64(p.entered)
-					p.slowest = time.Duration(max(came, float64(releaseEvery)))
-					p.every = p.within(came / tune.BackShare)
+					p.slowest = time.Duration(max(came/tune.BackShare, float64(releaseEvery)))
+					p.every = p.within(min(came/tune.BackShare, max(came, float64(releaseEvery))))
 				}
 			}
-			p.entered = 0
+			if p.entered = 0; p.util > 0 && !p.backAt.IsZero() {
+				p = p.steered(now, 0, true, max(float64(now.Sub(s.streakAt))/float64(max(s.pace.entered, 1)), 1))
+			}
 			s.pace = p.releasedAt(now, c)
 		}
 		if s.phase.failing() {
@@ -190,7 +199,7 @@ func (s *gateState) observe(now time.Time, a Attempt, idle bool) {
 		// refused for overload lately (the strain, tune.OverloadHold): the server's
 		// room is then the new calls'. A success takes its share off
 		// the next release's time, never past now (none is kept).
-		if p := &s.pace; p.next.After(now) && (p.backAt.IsZero() || !s.ev.strained(now)) {
+		if p := &s.pace; p.next.After(now) && p.util == 0 && (p.backAt.IsZero() || !s.ev.strained(now)) {
 			p.next = clock.Later(p.next.Add(-time.Duration(p.gain*float64(p.every))), now)
 		}
 	case Failure:

@@ -7,8 +7,9 @@ package budget
 // attempt's as a retry's, and hand it to the budget in Attempt.Load. The
 // zero value is an answer without a report.
 //
-// The budgets of this package read nothing of it yet: a Gate judges a
-// backend by its own evidence (see Gate).
+// A Gate's pace for held retries follows it (see Gate); an outage, where
+// no answer carries one, is judged by the Gate's own evidence. The other
+// budgets read nothing of it.
 type Load struct {
 	// Utilization is the backend's utilization in [0, 1]: the report's
 	// application_utilization, or its cpu_utilization when that is 0 (as

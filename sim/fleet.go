@@ -46,8 +46,9 @@ type FleetConfig struct {
 	// Reports: the server sends a load report (gRFC A51) on every answer
 	// while it is up, as the interceptors read it (budget.Attempt.Load):
 	// its busy workers over Concurrency as it takes or refuses the
-	// attempt. A down server sends none. Today's budgets read nothing of
-	// it, so it changes no figure yet.
+	// attempt. A down server sends none. The Gate's pace for held
+	// retries follows them; the contenders without a Gate read nothing of
+	// them.
 	Reports bool
 	// Poisson spaces each process's calls as a Poisson process of its
 	// share of the rate; by default they are even, as the lab's are: each

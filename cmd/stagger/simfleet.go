@@ -24,7 +24,7 @@ func simFleet(args []string, stdout, stderr io.Writer) error {
 	after := fs.Duration("after", 15*time.Second, "load after the return")
 	timeout := fs.Duration("call-timeout", 0, "deadline of each call (0: none)")
 	poisson := fs.Bool("poisson", false, "Poisson arrivals per process (default: even, as the lab's)")
-	reports := fs.Bool("reports", false, "the server sends a load report (gRFC A51: busy workers over workers) on every answer while up; the budgets read none yet")
+	reports := fs.Bool("reports", false, "the server sends a load report (gRFC A51: busy workers over workers) on every answer while up, which steers the Gate's return")
 	hop := fs.Duration("hop", 200*time.Microsecond, "mean one-way network hop")
 	seed := fs.Uint64("seed", 1, "random seed (same seed, same output)")
 	only := fs.String("contenders", "", "comma-separated subset of: "+strings.Join(fleetContenderNames(), ", ")+" (default all)")

@@ -12,7 +12,7 @@ type Rule struct {
 // `stagger check` prints it (Current has the detail, by rule).
 func Gate() []Rule {
 	return []Rule{
-		{Name: "estimate", Says: fmt.Sprintf("per backend and method, the pace held retries may go at beside the new calls: successes quicken it, a refusal for overload (no pushback) or a per-attempt timeout halves it but never makes the backend down; failures in a row where retries do not heal do, probed once per probe gap (%v at most); no news makes it unknown: one retry at a time goes to learn", ProbeGapMax)},
+		{Name: "estimate", Says: fmt.Sprintf("per backend and method, the pace held retries may go at beside the new calls: successes quicken it, a refusal for overload (no pushback) or a per-attempt timeout halves it but never makes the backend down; failures in a row where retries do not heal do, probed once per probe gap (%v at most); no news makes it unknown: one retry at a time goes to learn; where the backend reports its load, the reports steer it to %v%% busy", ProbeGapMax, 100*TargetUtilization)},
 		{Name: "go", Says: "a retry goes once its pause (backoff or pushback) has passed and the budget pays or the pace has room, most critical first, then earliest end; its breaker, if any, must say yes too"},
 		{Name: "end", Says: fmt.Sprintf("a wait ends once its turn plus an attempt cannot come before its deadline, or defer.maxWait in all without one; while down, at once (but for a rare probe) once the outage lasted %v times what its deadline leaves, or what its maxWait leaves", FutileDeadlines)},
 	}

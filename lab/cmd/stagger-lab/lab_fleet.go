@@ -76,7 +76,7 @@ func fleetMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	after := fs.Duration("after", d.After, "load after the return")
 	drain := fs.Duration("drain", d.Drain, "how long the calls in flight get after the load before they are cancelled")
 	arrivals := fs.String("arrivals", string(d.Arrivals), "even or poisson")
-	reports := fs.Bool("reports", false, "the server sends a load report (gRFC A51: busy workers over workers) on every answer while up; the budgets read none yet")
+	reports := fs.Bool("reports", false, "the server sends a load report (gRFC A51: busy workers over workers) on every answer while up, which steers the Gate's return")
 	seed := fs.Uint64("seed", 0, "seed of the poisson arrivals")
 	var contenders stringList
 	fs.Var(&contenders, "contenders", "contenders to run, comma-separated (default: all): "+strings.Join(labNames(lab.FleetContenders()), ", "))
