@@ -93,7 +93,7 @@
 // served names, see interceptor.WithCriticality), durations written the Go way
 // ("100ms") and status codes in lower case, and a circuitBreaker
 // ({"failureRatio": 0.5, "minimumThroughput": 20, "samplingWindow": "10s",
-// "breakDuration": "5s", "maxBreakDuration": "60s", "scope": "METHOD",
+// "breakDuration": "100ms", "maxBreakDuration": "1s", "scope": "METHOD",
 // "paceReconnect": true}, every field optional) and adaptiveThrottling
 // ({"k": 2, "window": "10s"}) at the top level, which a methodConfig entry
 // may override field by field or turn off with false (see
