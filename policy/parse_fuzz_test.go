@@ -41,7 +41,9 @@ func FuzzParseConfig(f *testing.F) {
 				}
 			}
 			for _, w := range c.Warnings() {
-				_ = w.String()
+				if s := w.String(); strings.ContainsAny(s, "\n\r") {
+					t.Fatalf("warning %q spans lines", s)
+				}
 			}
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc/codes"
 )
@@ -48,11 +49,30 @@ func (w *walker) wrongKind(path, rule string, n *node) {
 	w.fail(path, rule, v)
 }
 
+// join names key inside path. A key that is not a plain name (empty, or
+// holding a space, a quote or an unprintable character: a file's own
+// hostile key) is quoted, so a path and the error or warning holding it
+// stay one line: methodConfig[0]."a\nb".
 func join(path, key string) string {
+	if !plainKey(key) {
+		key = strconv.Quote(key)
+	}
 	if path == "" {
 		return key
 	}
 	return path + "." + key
+}
+
+func plainKey(key string) bool {
+	if key == "" {
+		return false
+	}
+	for _, r := range key {
+		if r == ' ' || r == '"' || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
