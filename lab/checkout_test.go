@@ -35,9 +35,11 @@ import (
 //     how long after its return, at how many attempts per call;
 //   - receipts (ListItems, 20 items) resets a quarter of its streams mid-
 //     stream: after the 10th item the server drops the stream's connection
-//     (a reset, no status; any other stream on it breaks too); stagger resumes them (interceptor.WithResume,
-//     from the last item received): how many streams complete, and whether
-//     any item came twice or out of order;
+//     (a reset, no status; any other stream on it breaks too); stagger
+//     resumes them (interceptor.WithResume, from the last item received):
+//     how many streams complete (with a deadline, a stream whose every
+//     attempt that fits broke is the deadline's), and whether any item
+//     came twice or out of order;
 //   - pricing (Get) answers 30 % of attempts RESOURCE_EXHAUSTED with
 //     grpc-retry-pushback-ms: 100 for 10 s and serves the rest at once:
 //     the success of the calls made in that period, the latency of those
@@ -140,9 +142,19 @@ func TestCheckoutScenario(t *testing.T) {
 		if v.deadline == 0 && r.ledgerServed < r.ledgerCalls {
 			t.Errorf("%s: ledger served %d of the %d calls made while it was down, want all", v.name, r.ledgerServed, r.ledgerCalls)
 		}
-		if r.receiptsComplete < r.receiptsCalls || r.receiptsDup > 0 || r.receiptsGap > 0 {
-			t.Errorf("%s: receipts completed %d of %d streams (%d with an item twice, %d out of order), want all, none, none",
-				v.name, r.receiptsComplete, r.receiptsCalls, r.receiptsDup, r.receiptsGap)
+		// With a deadline, a stream can meet a reset on every attempt that
+		// fits in it: a reset drops the connection, so the streams beside
+		// a reset one break too (a 500 ms deadline fits three attempts at
+		// the policy's backoff). Such a stream ends at the deadline rule
+		// having resumed; every other failure is stagger's, and so is any
+		// item twice or out of order.
+		cut := 0
+		if v.deadline > 0 {
+			cut = r.receiptsDeadlineCut
+		}
+		if r.receiptsComplete+cut < r.receiptsCalls || cut > r.receiptsCalls/50 || r.receiptsDup > 0 || r.receiptsGap > 0 {
+			t.Errorf("%s: receipts completed %d of %d streams (%d cut by the deadline after every attempt broke, at most 2 %%; %d with an item twice, %d out of order), want all the others, none, none",
+				v.name, r.receiptsComplete, r.receiptsCalls, r.receiptsDeadlineCut, r.receiptsDup, r.receiptsGap)
 		}
 		bound := checkoutNoDeadlineBound
 		if v.deadline > 0 {
@@ -258,6 +270,10 @@ type checkoutResult struct {
 	// resumed (stagger's Report: more than one attempt), waited in the
 	// Gate past a pause (Report.Deferred).
 	receiptsCalls, receiptsComplete, receiptsDup, receiptsGap, receiptsResumed, receiptsWaited int
+	// receiptsDeadlineCut counts the streams that failed UNAVAILABLE
+	// after more than one attempt because no retry fitted before the
+	// deadline (policy.ReasonDeadline), with no item twice or out of order.
+	receiptsDeadlineCut int
 	// pricing: the calls made in its pushback period, served; the healable
 	// ones (not all four attempts scripted to fail), and those of them that
 	// failed; the latency of the served and the failed ones; the calls
@@ -461,6 +477,9 @@ func runCheckout(t *testing.T, l twoBackendLayer, seed int64, v checkoutVariant,
 			if err == nil && last == checkoutItems && !dup && !gap {
 				r.receiptsComplete++
 			} else {
+				if rep.Reason == policy.ReasonDeadline && rep.Code == codes.Unavailable && rep.Attempts > 1 && !dup && !gap {
+					r.receiptsDeadlineCut++
+				}
 				r.receiptsFailed = append(r.receiptsFailed, fmt.Sprintf("stream %d (reset: %v): %d items, dup %v, gap %v, %v after %v (%s)", i, draws.reset[i], last, dup, gap, err, took, rep))
 			}
 		})
