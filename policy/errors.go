@@ -27,8 +27,9 @@ type FieldError struct {
 	// or the object that lacks it. 0 when unknown (a Validate method's
 	// errors, ParseConfig's errors about the file as a whole).
 	Line, Column int
-	// File is the file's path as given to LoadFile or WatchFile, when the
-	// error is placed in it (Line > 0); "" otherwise.
+	// File is the file's path as given to LoadFile or WatchFile (or the
+	// name given by Named), when the error is placed in it (Line > 0); ""
+	// otherwise.
 	File string
 }
 
@@ -76,8 +77,8 @@ func position(file string, line, col int) string {
 //
 // A SyntaxError is a plain value; it is safe for concurrent use once built.
 type SyntaxError struct {
-	// File is the file's path as given to LoadFile or WatchFile; "" for
-	// ParseConfig.
+	// File is the file's path as given to LoadFile or WatchFile, or the
+	// name given by Named; "" for ParseConfig otherwise.
 	File string
 	// Format is "JSON" or "YAML".
 	Format string

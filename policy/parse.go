@@ -28,7 +28,8 @@ type parseOptions struct {
 	ticks       <-chan time.Time
 	onReload    func(SourceEvent)
 	noPoll      bool
-	// file names the file in syntax errors (LoadFile, WatchFile).
+	// file names the file in errors and warnings (LoadFile, WatchFile,
+	// Named).
 	file string
 	// protos checks methodConfig names (WithProtoFiles); unset means
 	// protoregistry.GlobalFiles.
@@ -113,6 +114,12 @@ func AsYAML() ParseOption { return func(o *parseOptions) { o.format = "yaml" } }
 
 // AsJSON: see AsYAML.
 func AsJSON() ParseOption { return func(o *parseOptions) { o.format = "json" } }
+
+// Named names the document for ParseConfig's errors and warnings, which
+// then place themselves as LoadFile's do ("name:line:col: ..."): a
+// document read from standard input, say. LoadFile and WatchFile name it
+// by its path, whatever Named says.
+func Named(name string) ParseOption { return func(o *parseOptions) { o.file = name } }
 
 // ParseConfig parses a policy file: a gRPC service config (gRFC A6) in JSON or
 // YAML, with stagger's extensions. It returns every error in the file at once,

@@ -149,7 +149,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&protoFiles, "proto", "check service and method names, and read idempotency_level options, from this .proto source file\n(repeatable; compiled here, with its imports found under the -proto-path directories)")
 	fs.Var(&protoPaths, "proto-path", "a directory -proto files and their imports are found under, as protoc's --proto_path\n(repeatable; default: the current directory, and a -proto file's own directory when it is outside);\ngoogle/protobuf's own files need none")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-width N] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] [-proto FILE.proto ...] [-proto-path DIR ...] FILE")
+		fmt.Fprintln(stderr, "usage: stagger check [-format text|json] [-width N] [-strict] [-max-attempts-cap N] [-descriptor-set FILE] [-proto FILE.proto ...] [-proto-path DIR ...] FILE\n\nFILE - reads the policy file from standard input (at most 4 MiB).")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -168,6 +168,20 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(rest[1:]); err != nil || fs.NArg() != 0 {
 		fs.Usage()
 		return 2
+	}
+	load := func(opts ...policy.ParseOption) (*policy.Config, error) { return policy.LoadFile(file, opts...) }
+	if file == "-" {
+		// Standard input, read to its end up to the bound on a policy
+		// file, and named <stdin> where the file's path would be.
+		data, err := io.ReadAll(io.LimitReader(stdin, maxStdinBytes+1))
+		if err != nil {
+			fmt.Fprintln(stderr, "stagger check: standard input:", err)
+			return 2
+		}
+		file = "<stdin>"
+		load = func(opts ...policy.ParseOption) (*policy.Config, error) {
+			return policy.ParseConfig(data, append(slices.Clone(opts), policy.Named(file))...)
+		}
 	}
 	if *format != "text" && *format != "json" {
 		fmt.Fprintf(stderr, "stagger check: -format must be text or json, got %q\n", *format)
@@ -200,7 +214,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "stagger check: -proto-path without -proto: name the .proto files to compile with -proto FILE")
 		return 2
 	}
-	rep := checkFile(file, files, strings.Join(sources, ", "), *strict, policy.WithMaxAttemptsCap(*capN))
+	rep := checkFile(file, load, files, strings.Join(sources, ", "), *strict, policy.WithMaxAttemptsCap(*capN))
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -222,7 +236,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// checkFile parses file and explains it. With files (from source: the
+// checkFile parses file, as load reads it, and explains it. With files (from source: the
 // descriptor set and the .proto files given), names are checked against
 // them and idempotency read from them; a name they do not declare is an
 // error (the user gave the protos to check the names against). Without,
@@ -230,7 +244,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 // user's protos, only stagger's test service), which -strict refuses, and
 // idempotency comes from that registry. With strict, the file is parsed
 // with policy.Strict.
-func checkFile(file string, files *protoregistry.Files, source string, strict bool, opts ...policy.ParseOption) checkReport {
+func checkFile(file string, load func(...policy.ParseOption) (*policy.Config, error), files *protoregistry.Files, source string, strict bool, opts ...policy.ParseOption) checkReport {
 	rep := checkReport{File: file, Disabled: disabledNote()}
 	var nameErrs []string
 	if files != nil {
@@ -241,7 +255,7 @@ func checkFile(file string, files *protoregistry.Files, source string, strict bo
 		// (which would fail the parse with the library's words), so that
 		// a name the protos lack is the same error with -strict or
 		// without.
-		_, _ = policy.LoadFile(file, append(slices.Clone(opts), policy.WithProtoFiles(files), policy.OnWarnings(func(ws []policy.Warning) {
+		_, _ = load(append(slices.Clone(opts), policy.WithProtoFiles(files), policy.OnWarnings(func(ws []policy.Warning) {
 			for _, w := range ws {
 				if isNameCheck(w) {
 					nameErrs = append(nameErrs, nameError(file, w, source))
@@ -259,7 +273,7 @@ func checkFile(file string, files *protoregistry.Files, source string, strict bo
 	// too: a misspelt key (a warning) often explains an error.
 	var warns []policy.Warning
 	opts = append(opts, policy.OnWarnings(func(w []policy.Warning) { warns = w }))
-	cfg, err := policy.LoadFile(file, opts...)
+	cfg, err := load(opts...)
 	for _, w := range warns {
 		s := w.String()
 		if pos := w.Position(); pos != "" {

@@ -2,7 +2,7 @@
 // builds from the core module alone (go install
 // github.com/stagger-go/stagger/cmd/stagger@latest).
 //
-//	stagger check FILE     validate a policy file and explain it
+//	stagger check FILE     validate a policy file and explain it (FILE -: standard input)
 //	stagger sim ...        run a simulation model
 //	stagger lab ...        the storm lab: runs stagger-lab (package lab's command) from PATH
 //
@@ -38,6 +38,13 @@ type command struct {
 	summary string
 	run     func(args []string, stdout, stderr io.Writer) int
 }
+
+// stdin is what `stagger check -` reads; tests set it.
+var stdin io.Reader = os.Stdin
+
+// maxStdinBytes is a policy file's bound (policy.LoadFile's): a document
+// on standard input past it is refused by policy.ParseConfig.
+const maxStdinBytes = 4 << 20
 
 // commands is the registry, filled by the subcommands' init functions.
 var commands = map[string]command{}
