@@ -347,7 +347,9 @@ func TestHedgeMaxAttempts(t *testing.T) {
 	}
 }
 
-// refusingBudget allows the first `allow` hedges and refuses the rest.
+// refusingBudget allows the first `allow` requests and refuses the rest
+// (math.MaxInt: a log that admits everything), keeping the requests asked
+// and the attempts told.
 type refusingBudget struct {
 	mu       sync.Mutex
 	allow    int
@@ -373,6 +375,15 @@ func (r *refusingBudget) Allow(q budget.Request) bool {
 }
 
 func (r *refusingBudget) State() budget.State { return budget.State{Kind: "test"} }
+
+// take returns the attempts told and the requests asked, and forgets them.
+func (r *refusingBudget) take() ([]budget.Attempt, []budget.Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, q := r.recorded, r.asked
+	r.recorded, r.asked = nil, nil
+	return a, q
+}
 
 func TestHedgeBudgetRefusalLimitsHedges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

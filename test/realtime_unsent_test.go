@@ -3,7 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
-	"sync"
+	"math"
 	"testing"
 	"time"
 
@@ -18,38 +18,6 @@ import (
 	"github.com/stagger-go/stagger/testserver"
 )
 
-// attemptLog is a budget that admits everything and keeps the attempts it
-// was told of and the requests it was asked.
-type attemptLog struct {
-	mu       sync.Mutex
-	attempts []budget.Attempt
-	reqs     []budget.Request
-}
-
-func (r *attemptLog) Record(a budget.Attempt) {
-	r.mu.Lock()
-	r.attempts = append(r.attempts, a)
-	r.mu.Unlock()
-}
-
-func (r *attemptLog) Allow(q budget.Request) bool {
-	r.mu.Lock()
-	r.reqs = append(r.reqs, q)
-	r.mu.Unlock()
-	return true
-}
-
-func (r *attemptLog) State() budget.State { return budget.State{Kind: "log"} }
-
-// take returns the attempts told and the requests asked, and forgets them.
-func (r *attemptLog) take() ([]budget.Attempt, []budget.Request) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	a, q := r.attempts, r.reqs
-	r.attempts, r.reqs = nil, nil
-	return a, q
-}
-
 // An attempt that never left the client, on real time over loopback TCP:
 // while the port refuses connections, a call's attempt fails at once
 // (UNAVAILABLE from grpc's transport, no stream); the Gate hears it as no
@@ -63,7 +31,7 @@ func (r *attemptLog) take() ([]budget.Attempt, []budget.Request) {
 func TestRealTimeRefusedRetryWaitsForChannel(t *testing.T) {
 	srv := testserver.New(testserver.WithTCP())
 	t.Cleanup(srv.Close)
-	inner := &attemptLog{}
+	inner := &refusingBudget{allow: math.MaxInt}
 	gate, err := budget.Deferring(inner, budget.DeferSettings{Mode: budget.DeferOn})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +66,7 @@ func TestRealTimeRefusedRetryWaitsForChannel(t *testing.T) {
 		// The first attempt fails at once; the Gate heard no failure.
 		for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
 			inner.mu.Lock()
-			n := len(inner.attempts)
+			n := len(inner.recorded)
 			inner.mu.Unlock()
 			if n > 0 {
 				break

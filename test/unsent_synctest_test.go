@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -26,9 +27,10 @@ import (
 )
 
 // refusingClient dials srv over bufconn, its connections refused while
-// refusing is set, with a Gate over log (attemptLog: every attempt told,
-// every retry asked for) and grpc's reconnect backoff at 50 ms.
-func refusingClient(t *testing.T, srv *testserver.Server, refusing *atomic.Bool, log *attemptLog) testingv1.TestServiceClient {
+// refusing is set, with a Gate over log (a refusingBudget that allows
+// all: every attempt told, every retry asked for) and grpc's reconnect
+// backoff at 50 ms.
+func refusingClient(t *testing.T, srv *testserver.Server, refusing *atomic.Bool, log *refusingBudget) testingv1.TestServiceClient {
 	t.Helper()
 	gate, err := budget.Deferring(log, budget.DeferSettings{Mode: budget.DeferOn})
 	if err != nil {
@@ -57,7 +59,7 @@ func TestUnsentRetryWaitsForConnection(t *testing.T) {
 		defer srv.Close()
 		var refusing atomic.Bool
 		refusing.Store(true)
-		log := &attemptLog{}
+		log := &refusingBudget{allow: math.MaxInt}
 		client := refusingClient(t, srv, &refusing, log)
 		const back = 2 * time.Second
 		go func() {
